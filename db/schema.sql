@@ -1,0 +1,140 @@
+-- schema.sql: the trace database (DESIGN.md §7), version 1 (PRAGMA user_version).
+--
+-- One writer (the launcher's collector), any number of readers (WAL).
+-- Times: every *_ns column is on the job clock: the master node's
+-- CLOCK_MONOTONIC in nanoseconds (other nodes' events are shifted by their
+-- measured offset, ranks.clock_offset_ns). jobs.t0_ns is the job's start on
+-- that clock, so `start_ns - t0_ns` is time since the job started.
+--
+-- CONTRACT: db/ writes these tables, web/ and users read them; columns may be
+-- added, none renamed or removed without a migration and a version bump.
+
+CREATE TABLE IF NOT EXISTS jobs (
+  id             INTEGER PRIMARY KEY,
+  name           TEXT NOT NULL,          -- run id
+  created_at     TEXT NOT NULL,          -- ISO 8601 UTC wall clock
+  status         TEXT NOT NULL,          -- running | succeeded | failed | stopped
+  nnodes         INTEGER NOT NULL,
+  world_size     INTEGER NOT NULL,
+  schedule       TEXT NOT NULL,          -- 1f1b, zb-v, csv:FILE ...
+  microbatches   INTEGER NOT NULL,
+  virtual_stages INTEGER NOT NULL,
+  stages         INTEGER NOT NULL,
+  steps          INTEGER NOT NULL,       -- steps requested
+  model          TEXT NOT NULL,          -- canonical model spec
+  device         TEXT NOT NULL,          -- cpu | cuda
+  config_json    TEXT NOT NULL,          -- every option of the run, as JSON
+  t0_ns          INTEGER NOT NULL,       -- job start on the job clock
+  ended_at       TEXT,                   -- ISO 8601 UTC, NULL while running
+  exit_code      INTEGER,                -- pprun's exit status, NULL while running
+  failed_rank    INTEGER,                -- first failing rank, NULL if none
+  failure        TEXT                    -- one-line root cause, NULL if none
+);
+
+CREATE TABLE IF NOT EXISTS ranks (
+  job_id          INTEGER NOT NULL REFERENCES jobs(id),
+  rank            INTEGER NOT NULL,
+  node            INTEGER NOT NULL,
+  host            TEXT NOT NULL,
+  pid             INTEGER,
+  device          TEXT NOT NULL,         -- cpu | cuda:N
+  stages          TEXT NOT NULL,         -- stages this rank holds, e.g. "0,7"
+  clock_offset_ns INTEGER NOT NULL DEFAULT 0,
+  dropped_events  INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, rank)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS events (
+  id          INTEGER PRIMARY KEY,
+  job_id      INTEGER NOT NULL,
+  attempt     INTEGER NOT NULL,
+  rank        INTEGER NOT NULL,
+  step        INTEGER NOT NULL,
+  microbatch  INTEGER,                   -- NULL for OPT
+  stage       INTEGER,                   -- NULL for OPT
+  phase       TEXT NOT NULL,             -- F B W SEND_F RECV_F SEND_B RECV_B OPT
+  start_ns    INTEGER NOT NULL,
+  end_ns      INTEGER NOT NULL,
+  peer        INTEGER,                   -- the other rank of a SEND/RECV
+  bytes       INTEGER,
+  source      TEXT NOT NULL              -- cpu | gpu
+);
+CREATE INDEX IF NOT EXISTS events_by_time ON events(job_id, rank, start_ns);
+CREATE INDEX IF NOT EXISTS events_by_step ON events(job_id, step, rank);
+
+CREATE TABLE IF NOT EXISTS losses (
+  job_id     INTEGER NOT NULL,
+  step       INTEGER NOT NULL,
+  microbatch INTEGER NOT NULL,
+  loss       REAL NOT NULL,
+  rank       INTEGER NOT NULL,           -- the last stage's rank
+  at_ns      INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step, microbatch)
+) WITHOUT ROWID;
+
+-- The schedule that was meant: each rank's grid (idle cells omitted), and the
+-- simulator's timeline for it (sim_start_ns/sim_end_ns from the job's costs:
+-- the timed model's, or measured F/B/W medians once a step is done).
+CREATE TABLE IF NOT EXISTS plan (
+  job_id       INTEGER NOT NULL,
+  rank         INTEGER NOT NULL,
+  slot         INTEGER NOT NULL,         -- column of the grid
+  action       TEXT NOT NULL,            -- "0F3"
+  stage        INTEGER NOT NULL,
+  phase        TEXT NOT NULL,            -- F B W
+  microbatch   INTEGER NOT NULL,
+  sim_start_ns INTEGER,
+  sim_end_ns   INTEGER,
+  PRIMARY KEY (job_id, rank, slot)
+) WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS kernels (
+  job_id    INTEGER NOT NULL,
+  rank      INTEGER NOT NULL,
+  event_id  INTEGER,                     -- events.id of the F/B/W/SEND/RECV it ran in
+  name      TEXT NOT NULL,
+  start_ns  INTEGER NOT NULL,
+  end_ns    INTEGER NOT NULL,
+  stream    INTEGER
+);
+CREATE INDEX IF NOT EXISTS kernels_by_time ON kernels(job_id, rank, start_ns);
+
+-- Analyses, written by the collector as steps complete.
+-- Per (job, step, rank): the step's span on that rank (first op start to
+-- last op end over all ranks of the step, so ranks share one span), the busy
+-- time (union of F/B/W/OPT compute spans) and the bubble (span - busy).
+CREATE TABLE IF NOT EXISTS step_stats (
+  job_id       INTEGER NOT NULL,
+  step         INTEGER NOT NULL,
+  rank         INTEGER NOT NULL,
+  start_ns     INTEGER NOT NULL,
+  end_ns       INTEGER NOT NULL,
+  busy_ns      INTEGER NOT NULL,
+  bubble_ns    INTEGER NOT NULL,
+  bubble_ratio REAL NOT NULL,
+  PRIMARY KEY (job_id, step, rank)
+) WITHOUT ROWID;
+
+-- Per idle gap between compute ops on a rank within a step, its cause:
+-- warmup (before the rank's first op), cooldown (after its last op),
+-- wait_activation (the next op is an F waiting for its input),
+-- wait_gradient (the next op is a B waiting for its output gradient),
+-- comm (the gap is mostly covered by the rank's own sends/receives), other.
+CREATE TABLE IF NOT EXISTS gaps (
+  job_id      INTEGER NOT NULL,
+  step        INTEGER NOT NULL,
+  rank        INTEGER NOT NULL,
+  start_ns    INTEGER NOT NULL,
+  end_ns      INTEGER NOT NULL,
+  cause       TEXT NOT NULL,
+  next_action TEXT,                      -- "1F4" the op that ended the gap, NULL for cooldown
+  PRIMARY KEY (job_id, step, rank, start_ns)
+) WITHOUT ROWID;
+
+-- Counters the collector keeps up to date (ingest rate, drops) for /metrics.
+CREATE TABLE IF NOT EXISTS job_counters (
+  job_id          INTEGER PRIMARY KEY,
+  events_ingested INTEGER NOT NULL DEFAULT 0,
+  events_dropped  INTEGER NOT NULL DEFAULT 0,
+  updated_at_ns   INTEGER NOT NULL DEFAULT 0
+);

@@ -1,0 +1,43 @@
+/* pp.h: the few things every module shares: the error convention, the clock,
+ * and strict parsing of numbers, sizes and durations from the command line.
+ *
+ * Error convention: a function that can fail returns 0 on success and -1 on
+ * failure, and fills the caller's pp_err with a message that names the
+ * problem (the flag, the file, the peer). Nothing below main() exits. */
+#ifndef PP_H
+#define PP_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pp_err {
+    char msg[1024];
+} pp_err;
+
+/* Formats the message into err (if not NULL) and returns -1. */
+int pp_fail(pp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefixes an existing message: "context: old message". Returns -1. */
+int pp_wrap(pp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of every trace timestamp. */
+uint64_t pp_now_ns(void);
+/* CLOCK_REALTIME in nanoseconds: only for display (job start time). */
+uint64_t pp_wall_ns(void);
+/* Sleeps the whole duration, resuming after signals. */
+void pp_sleep_ns(uint64_t ns);
+
+/* Strict parsers: the whole string must be consumed and the value in range.
+ * On failure they return -1 and say what was wrong with `what` (e.g. the
+ * flag name) in the message. */
+int pp_parse_long(const char *s, long min, long max, const char *what, long *out, pp_err *err);
+int pp_parse_double(const char *s, double min, double max, const char *what, double *out, pp_err *err);
+/* "64KiB", "1MiB", "4096", "2GiB", "10KB" (KB = 1000) -> bytes. */
+int pp_parse_size(const char *s, const char *what, uint64_t *out, pp_err *err);
+/* "2ms", "500us", "1.5s", "100ns" -> nanoseconds. A bare number is ms. */
+int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err);
+
+/* Splits "k1=v1,k2=v2" in place: calls fn for each pair; stops at the first
+ * non-zero return. A pair without '=' gets value "". */
+int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
+                     void *ctx, pp_err *err);
+
+#endif

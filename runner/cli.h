@@ -1,0 +1,11 @@
+/* cli.h: the subcommands of `pprun`. Each returns the process exit status:
+ * 0 success, 2 bad usage or bad input, 1 the job failed (DESIGN.md §3). */
+#ifndef PP_CLI_H
+#define PP_CLI_H
+
+/* argv[0] is the subcommand name. */
+typedef int (*pp_command_fn)(int argc, char **argv);
+
+int cmd_version(int argc, char **argv);
+
+#endif

@@ -1,0 +1,104 @@
+/* model.h: one pipeline stage of the model, with forward (F), input-gradient
+ * backward (B) and weight-gradient backward (W) as separate calls, plus the
+ * optimizer step and checkpoints (DESIGN.md §4-5).
+ *
+ * Two workloads share this interface:
+ *   gpt:layers=L,dim=D,heads=H,seq=T,batch=N  a byte-level decoder-only
+ *       transformer (llm.c style) on OpenBLAS, single-threaded;
+ *   timed:f=2ms,b=2ms,w=2ms,act=64KiB        ops that sleep and move real
+ *       buffers of `act` bytes, to check schedules against their theory.
+ *
+ * Partition: the L transformer blocks are what is split across stages
+ * (layer index 0..L-1). The first stage also holds the token and position
+ * embeddings, the last stage the final LayerNorm, the LM head and the loss.
+ * Every layer's weights are initialised from (seed, layer index) alone, so the
+ * partition never changes them.
+ *
+ * Numerics contract: whatever the schedule, each weight gradient is summed in
+ * microbatch order (W may be called out of order; the stage keeps pending
+ * per-microbatch gradients until their turn), so a pipeline run equals the
+ * one-stage run bit for bit.
+ *
+ * CONTRACT: the engine (runner/engine.c) relies on everything below. */
+#ifndef PP_MODEL_H
+#define PP_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runner/base/pp.h"
+
+typedef enum model_kind { MODEL_GPT = 0, MODEL_TIMED = 1 } model_kind;
+
+typedef struct model_spec {
+    model_kind kind;
+    /* gpt */
+    int layers, dim, heads, seq, batch; /* batch: sequences per microbatch */
+    /* timed (layers is also set, so that any partition is possible) */
+    uint64_t f_ns, b_ns, w_ns, act_bytes;
+} model_spec;
+
+/* Parses "gpt:..." or "timed:..." (missing keys take defaults; "gpt" alone is
+ * the default model). Unknown keys and bad values name the key. */
+int model_parse_spec(const char *text, model_spec *out, pp_err *err);
+/* Canonical text of a spec, every key spelled out (for the jobs table). */
+void model_spec_format(const model_spec *spec, char *buf, size_t n);
+/* Bytes of the activation (and of its gradient) between two stages, per microbatch. */
+size_t model_boundary_bytes(const model_spec *spec);
+/* Tokens per microbatch (batch * seq for gpt; 0 for timed). */
+size_t model_tokens_per_microbatch(const model_spec *spec);
+
+typedef enum model_optim_kind { MODEL_ADAMW = 0, MODEL_SGD = 1 } model_optim_kind;
+typedef struct model_optim {
+    model_optim_kind kind;
+    float lr, beta1, beta2, eps, weight_decay;
+} model_optim;
+void model_optim_default(model_optim *opt); /* AdamW, lr 1e-3, 0.9, 0.95, 1e-8, 0.0 */
+
+typedef struct model_stage model_stage;
+
+/* A stage holding blocks [first_layer, last_layer) and, if is_first, the
+ * embeddings, if is_last, the head and loss. microbatches = m of one step
+ * (the loss of a step is the mean over its microbatches). */
+int model_stage_create(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last,
+                       uint64_t seed, int microbatches, model_stage **out, pp_err *err);
+void model_stage_free(model_stage *stage);
+
+/* F of microbatch mb. First stage: reads tokens (model_tokens_per_microbatch
+ * bytes), `in` is NULL. Other stages: `in` has model_boundary_bytes. Last
+ * stage: reads targets, writes *loss (mean cross-entropy of this microbatch),
+ * `out` is NULL. Others write `out`. Saves what B and W need. */
+int model_stage_forward(model_stage *stage, int mb, const void *in, const uint8_t *tokens,
+                        const uint8_t *targets, void *out, float *loss, pp_err *err);
+/* B of mb: last stage has grad_out NULL (the loss is the source); first stage
+ * has grad_in NULL. Frees what only B needed. */
+int model_stage_backward_input(model_stage *stage, int mb, const void *grad_out, void *grad_in, pp_err *err);
+/* W of mb: weight gradients, accumulated in microbatch order. Frees the
+ * microbatch's saved activations. */
+int model_stage_backward_weight(model_stage *stage, int mb, pp_err *err);
+/* Optimizer step with the accumulated gradients, then zeroes them. step counts
+ * from 0 (AdamW bias correction). */
+int model_stage_step(model_stage *stage, const model_optim *opt, int step, pp_err *err);
+
+/* Number of floats model_stage_export_weights writes. */
+size_t model_stage_weight_count(const model_stage *stage);
+/* Writes all weights in global layer order (embeddings, blocks, head).
+ * Concatenating the exports of stages 0..S-1 gives the one-stage export. */
+void model_stage_export_weights(const model_stage *stage, float *dst);
+
+/* Checkpoint of weights and optimizer state; load checks that the file was
+ * written for the same spec and layer range and names what differs. */
+int model_stage_save(const model_stage *stage, FILE *f, pp_err *err);
+int model_stage_load(model_stage *stage, FILE *f, pp_err *err);
+
+/* Training data: bytes of a text file, or the embedded default corpus. */
+typedef struct data_source data_source;
+/* path NULL: the default corpus compiled into the binary. */
+int data_open(const char *path, size_t min_bytes, data_source **out, pp_err *err);
+void data_close(data_source *data);
+/* Deterministic from (seed, step, mb): batch sequences of seq tokens, and the
+ * next-byte targets. */
+void data_batch(const data_source *data, uint64_t seed, int step, int mb, int batch, int seq, uint8_t *tokens,
+                uint8_t *targets);
+
+#endif

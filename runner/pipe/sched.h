@@ -1,0 +1,84 @@
+/* sched.h: pipeline schedules as per-rank action lists (DESIGN.md §4).
+ *
+ * A schedule says, for every rank, which actions it runs and in which order:
+ * `{stage}{F|B|W}{mb}` (0F3 = stage 0, forward, microbatch 3). B is the
+ * gradient with respect to the stage's input, W the weight gradient.
+ * Generators, the CSV reader, the validator and the simulator all work on
+ * sched_plan; the engine executes plan->actions[rank] in order.
+ *
+ * CONTRACT: the engine (runner/engine.c) relies on the fields and functions
+ * below; extend, do not change them. */
+#ifndef PP_SCHED_H
+#define PP_SCHED_H
+#include <stdint.h>
+
+#include "runner/base/pp.h"
+
+typedef enum sched_op { SCHED_F = 0, SCHED_B = 1, SCHED_W = 2 } sched_op;
+
+typedef struct sched_action {
+    int stage;  /* 0 .. stages-1 */
+    int op;     /* sched_op */
+    int mb;     /* 0 .. microbatches-1 */
+} sched_action;
+
+typedef struct sched_costs {
+    double f, b, w, comm; /* time units of one F, B, W of one stage, and of one send */
+} sched_costs;
+
+typedef struct sched_plan {
+    char name[64];        /* "1f1b", "zb-v", "csv:FILE" ... */
+    int ranks;            /* p */
+    int stages;           /* S = p * v */
+    int virtual_stages;   /* v: chunks per rank */
+    int microbatches;     /* m */
+    int *stage_rank;      /* [stages]: the rank that owns each stage */
+    int *len;             /* [ranks]: actions per rank */
+    sched_action **actions; /* [ranks][len[r]]: execution order, no idle cells */
+    /* The grid as written (generators or CSV), with idle cells, for display and
+     * CSV export: slots[r][i] for i < nslots; an idle cell has stage == -1.
+     * The non-idle cells of row r, in order, are exactly actions[r]. */
+    int nslots;
+    sched_action **slots;
+} sched_plan;
+
+/* Builds a named schedule: "gpipe", "1f1b", "interleaved-1f1b", "zb-h1",
+ * "zb-v". p ranks, m microbatches, v chunks per rank (1 for all but
+ * interleaved-1f1b and zb-v; zb-v needs 2). costs guide greedy schedules (zb-v)
+ * and may be NULL (f=b=w=1, comm=0). Impossible requests fail with a message
+ * that names the constraint and the values. */
+int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);
+
+/* Reads a schedule CSV (our notation or PyTorch's, detected). */
+int sched_load_csv(const char *path, sched_plan **out, pp_err *err);
+
+/* Checks every rule of DESIGN.md §4; a rejection names the rule, the rank and
+ * the action, and (in err) prints the grid with the offending cell marked. */
+int sched_validate(const sched_plan *plan, pp_err *err);
+
+/* Simulated timeline of one step from costs: each action starts when its rank
+ * is free and its input has arrived (comm after the producing action). */
+typedef struct sched_span {
+    sched_action action;
+    double start, end;
+} sched_span;
+
+typedef struct sched_sim {
+    int ranks;
+    double step_time;     /* last end over all ranks (all ranks start at 0) */
+    double bubble_ratio;  /* idle time / (ranks * step_time) */
+    int *nspans;          /* [ranks] */
+    sched_span **spans;   /* [ranks][nspans[r]] in execution order */
+    int *peak_inflight;   /* [ranks]: peak microbatches whose activations are held */
+} sched_sim;
+
+int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim **out, pp_err *err);
+void sched_sim_free(sched_sim *sim);
+
+/* Releases a plan from sched_build or sched_load_csv. NULL is fine. */
+void sched_free(sched_plan *plan);
+
+/* Writes "0F3" style text for an action into buf (size >= 16). */
+const char *sched_action_str(const sched_action *a, char *buf);
+
+#endif

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# test.sh: builds pprun twice (release, and ASan+UBSan) and runs every test
+# in both. Prints each Criterion executable's synthesis line and ends with
+# one total line "N passed, N failed". Exit status non-zero on any failure.
+#
+#   scripts/test.sh            both builds
+#   scripts/test.sh release    one build (release | sanitize)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+builds=("${@:-release sanitize}")
+read -r -a builds <<<"${builds[*]}"
+jobs=$(nproc)
+total_pass=0
+total_fail=0
+status=0
+
+run_build() {
+  local kind=$1 dir=build-test-$1 flags=()
+  [ "$kind" = sanitize ] && flags=(-DPPRUN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug)
+  echo "== $kind build"
+  if ! cmake -S . -B "$dir" "${flags[@]}" >"$dir.configure.log" 2>&1; then
+    cat "$dir.configure.log"; return 1
+  fi
+  if ! cmake --build "$dir" -j"$jobs" >"$dir.build.log" 2>&1; then
+    tail -50 "$dir.build.log"; return 1
+  fi
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  for t in "$dir"/test_*; do
+    [ -x "$t" ] || continue
+    local name log
+    name=$(basename "$t")
+    log="$dir/$name.log"
+    echo "-- $kind/$name"
+    # One test at a time per executable: integration tests start many
+    # processes and the CI machine has 2 cores.
+    "$t" --jobs 1 --timeout 300 >"$log" 2>&1
+    local rc=$?
+    local line
+    line=$(grep -a 'Synthesis:' "$log" | tail -1)
+    if [ -z "$line" ]; then
+      tail -40 "$log"; echo "$name: no Criterion synthesis line (exit $rc)"
+      total_fail=$((total_fail + 1)); status=1; continue
+    fi
+    echo "$line"
+    local tested failing crashing
+    tested=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
+    failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$line")
+    crashing=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$line")
+    total_pass=$((total_pass + tested - failing - crashing))
+    total_fail=$((total_fail + failing + crashing))
+    if [ "$rc" -ne 0 ] || [ "$failing" -ne 0 ] || [ "$crashing" -ne 0 ]; then
+      grep -a -E '\[----\]|\[FAIL\]|CRASH|ERROR|Sanitizer' "$log" | head -40
+      status=1
+    fi
+  done
+}
+
+for b in "${builds[@]}"; do
+  run_build "$b" || { echo "$b build failed"; status=1; total_fail=$((total_fail + 1)); }
+done
+echo "$total_pass passed, $total_fail failed"
+exit $status

@@ -1,0 +1,78 @@
+/* test_base.c: the shared parsers: what a user types on the command line. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "runner/base/pp.h"
+#include "runner/base/embed.h"
+
+Test(base, sizes_parse_with_binary_and_decimal_units) {
+    uint64_t v;
+    pp_err err;
+    cr_assert_eq(pp_parse_size("64KiB", "--x", &v, &err), 0);
+    cr_assert_eq(v, 65536);
+    cr_assert_eq(pp_parse_size("1MiB", "--x", &v, &err), 0);
+    cr_assert_eq(v, 1048576);
+    cr_assert_eq(pp_parse_size("10KB", "--x", &v, &err), 0);
+    cr_assert_eq(v, 10000);
+    cr_assert_eq(pp_parse_size("12", "--x", &v, &err), 0);
+    cr_assert_eq(v, 12);
+}
+
+Test(base, bad_sizes_name_the_flag_and_the_units) {
+    uint64_t v;
+    pp_err err;
+    cr_assert_eq(pp_parse_size("12 parsecs", "act", &v, &err), -1);
+    cr_assert(strstr(err.msg, "act") && strstr(err.msg, "KiB"), "%s", err.msg);
+    cr_assert_eq(pp_parse_size("-3", "act", &v, &err), -1);
+}
+
+Test(base, durations) {
+    uint64_t ns;
+    pp_err err;
+    cr_assert_eq(pp_parse_duration_ns("2ms", "f", &ns, &err), 0);
+    cr_assert_eq(ns, 2000000);
+    cr_assert_eq(pp_parse_duration_ns("500us", "f", &ns, &err), 0);
+    cr_assert_eq(ns, 500000);
+    cr_assert_eq(pp_parse_duration_ns("1.5s", "f", &ns, &err), 0);
+    cr_assert_eq(ns, 1500000000);
+    cr_assert_eq(pp_parse_duration_ns("3", "f", &ns, &err), 0);
+    cr_assert_eq(ns, 3000000);
+    cr_assert_eq(pp_parse_duration_ns("3 weeks", "f", &ns, &err), -1);
+    cr_assert(strstr(err.msg, "ms"), "%s", err.msg);
+}
+
+Test(base, integers_are_strict) {
+    long v;
+    pp_err err;
+    cr_assert_eq(pp_parse_long("16", 1, 64, "--nproc-per-node", &v, &err), 0);
+    cr_assert_eq(v, 16);
+    cr_assert_eq(pp_parse_long("16x", 1, 64, "--nproc-per-node", &v, &err), -1);
+    cr_assert(strstr(err.msg, "--nproc-per-node"), "%s", err.msg);
+    cr_assert_eq(pp_parse_long("0", 1, 64, "--nproc-per-node", &v, &err), -1);
+    cr_assert(strstr(err.msg, "out of range"), "%s", err.msg);
+}
+
+static int collect(void *ctx, const char *k, const char *v, pp_err *err) {
+    (void)err;
+    char *out = ctx;
+    strcat(out, k);
+    strcat(out, ":");
+    strcat(out, v);
+    strcat(out, ";");
+    return 0;
+}
+
+Test(base, key_value_lists) {
+    char text[] = "f=2ms,b=3ms,flag";
+    char out[128] = "";
+    pp_err err;
+    cr_assert_eq(pp_parse_kv_list(text, collect, out, &err), 0);
+    cr_assert_str_eq(out, "f:2ms;b:3ms;flag:;");
+}
+
+Test(base, the_default_corpus_is_embedded) {
+    size_t total = 0;
+    for (const pp_embedded_file *f = pp_corpus_files; f->name; f++) total += f->size;
+    cr_assert_gt(total, 10000, "corpus has only %zu bytes", total);
+    cr_assert_not_null(pp_embed_find(pp_corpus_files, "runner/base/pp.c"));
+}

@@ -1,0 +1,35 @@
+/* ring.h: the per-rank trace ring in shared memory (DESIGN.md §1, §6).
+ *
+ * The launcher creates one ring per local rank (an anonymous memfd, so nothing
+ * is left in /dev/shm when it dies) and keeps it mapped; the worker maps the
+ * same memory from the inherited fd (env PPRUN_TRACE_FD). Single producer
+ * (the worker), single consumer (the collector). A record becomes visible
+ * only when complete; a full ring counts a drop and never blocks. Because
+ * the launcher holds the mapping, what a worker wrote before it died
+ * (SIGKILL included) is still drained.
+ *
+ * CONTRACT: the engine writes, the collector reads. */
+#ifndef PP_TRACE_RING_H
+#define PP_TRACE_RING_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/pp.h"
+#include "tracer/event.h"
+
+typedef struct trace_ring trace_ring;
+
+/* Launcher side: capacity in records (rounded up to a power of two). The fd
+ * is inheritable (no close-on-exec). */
+int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err);
+int trace_ring_fd(const trace_ring *ring);
+/* Worker side: maps the ring behind fd and checks its header/version. */
+int trace_ring_attach(int fd, trace_ring **out, pp_err *err);
+/* Hot path: a few stores, no lock, no syscall, no allocation. */
+void trace_ring_write(trace_ring *ring, const trace_event *ev);
+/* Collector side: copies up to max complete records, oldest first. */
+size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max);
+uint64_t trace_ring_dropped(const trace_ring *ring);
+void trace_ring_close(trace_ring *ring);
+
+#endif
