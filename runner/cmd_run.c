@@ -1,0 +1,428 @@
+/* cmd_run.c: `pprun run`: a pipeline training job on this node (DESIGN.md §1, §3).
+ *
+ * The launcher side of a job: parses and checks the job's options (bad input
+ * exits 2 before anything starts), writes the job, its ranks and its plan
+ * into the database, creates one trace ring per local rank and the collector
+ * that drains them, optionally serves the dashboard, then runs the workers
+ * (`pprun worker`) through the same supervisor as `pprun launch`, so every
+ * failure, signal and restart rule holds. At the end the job's outcome is
+ * written and, with --serve, the dashboard stays up until Ctrl-C. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "db/db.h"
+#include "runner/cli.h"
+#include "runner/launch.h"
+#include "runner/run_config.h"
+#include "runner/run_progress.h"
+#include "runner/store.h"
+#include "tracer/clock.h"
+#include "tracer/collector.h"
+#include "tracer/ring.h"
+#include "web/http.h"
+
+#define RUN_RING_CAPACITY (1u << 16)
+#define RUN_CLOCK_ROUNDS 16
+
+typedef struct run_job {
+    run_config cfg;
+    launch_options lo;
+    sched_plan *plan;
+    db *db;                 /* the job's writer; only the collector thread writes while it runs */
+    int64_t job_id;
+    collector *coll;
+    trace_ring **rings;     /* [nproc_per_node], owned by the collector once added */
+    http_server *web;
+    run_progress *progress;
+    char node_addr[INET6_ADDRSTRLEN];
+    char self_exe[4096];
+    char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
+    char *worker_args[RUN_CONFIG_MAX_ARGS + 1];
+} run_job;
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: pprun run [job options] [launcher options]\n\n"
+            "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n\n"
+            "job options:\n"
+            "  --schedule S          gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE (default 1f1b)\n"
+            "  --microbatches M      microbatches per step (default 8)\n"
+            "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
+            "  --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
+            "  --steps N             training steps (default 20)\n"
+            "  --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
+            "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
+            "  --data FILE           train on this text file (default: the built-in corpus)\n"
+            "  --device cpu|cuda     (default cpu)\n"
+            "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
+            "  --db FILE             trace database (default ./pprun.db)\n"
+            "  --trace on|off        (default on)\n"
+            "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
+            "                        the job until Ctrl-C\n"
+            "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
+            "  --checkpoint-dir D  --checkpoint-every K  --resume\n"
+            "  --metrics FILE        JSON lines, one per step\n"
+            "  --save-weights DIR    every stage's final weights (raw float32)\n"
+            "  --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
+            "  --recv-timeout T      (default 120s)  --transport auto|shm|tcp\n"
+            "  --progress auto|on|off\n\n"
+            "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
+    launch_usage(out);
+}
+
+/* The launcher's parser hands us every option it does not know. */
+static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) {
+    run_job *job = ctx;
+    if (strcmp(opt, "--help") == 0) {
+        usage(stdout);
+        return 1;
+    }
+    if (strcmp(opt, "--serve") == 0) {
+        /* An optional value: taken when it looks like HOST:PORT. */
+        int takes = val && val[0] != '-' && strchr(val, ':');
+        if (run_config_option(&job->cfg, opt, takes ? val : NULL, err) < 0) return -1;
+        return takes ? 2 : 1;
+    }
+    if (strcmp(opt, "--resume") == 0) return run_config_option(&job->cfg, opt, NULL, err) < 0 ? -1 : 1;
+    if (!run_config_takes_value(opt)) return 0;
+    int rc = run_config_option(&job->cfg, opt, val, err);
+    return rc < 0 ? -1 : rc == 1 ? 2 : 0;
+}
+
+/* The address this node uses to reach the master: what other nodes' ranks
+ * connect to for TCP transport. */
+static void node_address(const char *master, char *out, size_t n) {
+    snprintf(out, n, "127.0.0.1");
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+    if (getaddrinfo(master, "9", &hints, &ai) != 0) return;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in local;
+    socklen_t len = sizeof local;
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&local, &len) == 0)
+        inet_ntop(AF_INET, &local.sin_addr, out, (socklen_t)n);
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+}
+
+/* --- checks before anything starts --------------------------------------------- */
+
+static int check_job(run_job *job, pp_err *err) {
+    run_config *cfg = &job->cfg;
+    if (strcmp(cfg->device, "cuda") == 0)
+        return pp_fail(err, "--device cuda: this pprun was built without the GPU backend; use --device cpu");
+    if (run_config_finish(cfg, err) != 0) return -1;
+    int world = job->lo.nproc_per_node * job->lo.nnodes;
+    if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
+    int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
+    if (!first) return pp_fail(err, "out of memory");
+    int rc = sched_partition(cfg->model.layers, job->plan->stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
+    free(first);
+    if (rc != 0) return pp_wrap(err, "--model %s with %d stages", cfg->model_text, job->plan->stages);
+    if (cfg->model.kind == MODEL_GPT) {
+        data_source *data = NULL;
+        if (data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &data, err) != 0)
+            return pp_wrap(err, "--data");
+        data_close(data);
+    }
+    if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
+    return 0;
+}
+
+/* --- the database: job, ranks, plan ---------------------------------------------- */
+
+static void config_json(const run_job *job, char *buf, size_t n) {
+    const run_config *c = &job->cfg;
+    char model[256];
+    model_spec_format(&c->model, model, sizeof model);
+    snprintf(buf, n,
+             "{\"schedule\":\"%s\",\"microbatches\":%d,\"virtual_stages\":%d,\"stages\":%d,\"steps\":%d,"
+             "\"model\":\"%s\",\"seed\":%llu,\"lr\":%g,\"optimizer\":\"%s\",\"nproc_per_node\":%d,\"nnodes\":%d,"
+             "\"max_restarts\":%d,\"transport\":\"%s\"}",
+             c->schedule, c->microbatches, job->plan->virtual_stages, job->plan->stages, c->steps, model,
+             (unsigned long long)c->seed, (double)c->optim.lr, c->optim.kind == MODEL_SGD ? "sgd" : "adamw",
+             job->lo.nproc_per_node, job->lo.nnodes, job->lo.max_restarts, c->transport);
+}
+
+static int write_job(run_job *job, pp_err *err) {
+    const sched_plan *plan = job->plan;
+    char model[256], json[2048];
+    model_spec_format(&job->cfg.model, model, sizeof model);
+    config_json(job, json, sizeof json);
+    db_job_info info = {
+        .name = job->lo.run_id,
+        .nnodes = job->lo.nnodes,
+        .world_size = plan->ranks,
+        .schedule = job->cfg.schedule,
+        .microbatches = plan->microbatches,
+        .virtual_stages = plan->virtual_stages,
+        .stages = plan->stages,
+        .steps = job->cfg.steps,
+        .model = model,
+        .device = job->cfg.device,
+        .config_json = json,
+        .t0_ns = (int64_t)pp_now_ns(),
+    };
+    if (db_create_job(job->db, &info, &job->job_id, err) != 0) return -1;
+
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    db_rank_info *ranks = calloc((size_t)plan->ranks, sizeof *ranks);
+    char (*stages)[256] = calloc((size_t)plan->ranks, sizeof *stages);
+    char (*hosts)[272] = calloc((size_t)plan->ranks, sizeof *hosts);
+    if (!ranks || !stages || !hosts) {
+        free(ranks), free(stages), free(hosts);
+        return pp_fail(err, "out of memory");
+    }
+    for (int r = 0; r < plan->ranks; r++) {
+        int node = r / job->lo.nproc_per_node;
+        for (int s = 0, n = 0; s < plan->stages; s++)
+            if (plan->stage_rank[s] == r && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
+        if (node == job->lo.node_rank) snprintf(hosts[r], sizeof hosts[r], "%s", host);
+        else snprintf(hosts[r], sizeof hosts[r], "node%d", node);
+        ranks[r] = (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = job->cfg.device, .stages = stages[r]};
+    }
+    int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)plan->ranks, err);
+    free(ranks), free(stages), free(hosts);
+    if (rc != 0) return -1;
+    return run_progress_write_plan(job->db, job->job_id, plan, &job->cfg, NULL, err);
+}
+
+/* --- launcher hooks --------------------------------------------------------------- */
+
+static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) { return store_time(ctx, remote_ns, err); }
+
+/* First attempt: rings, collector (master: into the db; other nodes:
+ * forwarded to the master with this node's clock offset) and progress. */
+static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
+    run_job *job = ctx;
+    if (info->attempt > 0) return 0;
+    if (run_progress_start(info->store_addr, job->cfg.steps, job->cfg.progress, job->db ? job->cfg.db : NULL,
+                           job->job_id, job->plan, &job->cfg, &job->progress, err) != 0)
+        return -1;
+    if (!job->cfg.trace) return 0;
+
+    store_client *store = NULL;
+    char host[256];
+    int port;
+    if (store_parse_addr(info->store_addr, host, sizeof host, &port, err) != 0 ||
+        store_connect(host, port, 30ull * 1000000000ull, &store, err) != 0)
+        return -1;
+    collector_config cc = {.job_id = job->job_id, .world_size = info->world_size};
+    int rc = 0;
+    if (info->node_rank == 0) {
+        cc.db = job->db;
+        if (info->nnodes > 1) cc.listen_host = "0.0.0.0";
+        rc = collector_start(&cc, &job->coll, err);
+        if (rc == 0 && info->nnodes > 1) {
+            char text[32];
+            int n = snprintf(text, sizeof text, "%d", collector_listen_port(job->coll));
+            rc = store_set(store, "pprun/collector/port", text, (size_t)n, err);
+        }
+        /* From here until collector_stop only the collector thread writes. */
+    } else {
+        const char *keys[] = {"pprun/collector/port", "pprun/job_id"};
+        void *val = NULL;
+        size_t len;
+        long fport = 0, jid = 0;
+        rc = store_wait(store, keys, 2, 60000, err);
+        if (rc == 1) rc = pp_fail(err, "the master launcher never published its collector's port");
+        if (rc == 0 && (rc = store_get(store, keys[0], &val, &len, err)) == 0) {
+            rc = pp_parse_long(val, 1, 65535, "collector port", &fport, err);
+            free(val);
+        }
+        if (rc == 0 && (rc = store_get(store, keys[1], &val, &len, err)) == 0) {
+            rc = pp_parse_long(val, 1, 1L << 62, "job id", &jid, err);
+            free(val);
+        }
+        uint64_t rtt = 0;
+        if (rc == 0) rc = trace_clock_offset(remote_now, store, RUN_CLOCK_ROUNDS, &cc.clock_offset_ns, &rtt, err);
+        if (rc == 0) {
+            cc.job_id = jid;
+            cc.forward_host = job->lo.master_addr;
+            cc.forward_port = (int)fport;
+            rc = collector_start(&cc, &job->coll, err);
+        }
+    }
+    if (rc == 0 && info->node_rank == 0) {
+        char text[32];
+        int n = snprintf(text, sizeof text, "%lld", (long long)job->job_id);
+        rc = store_set(store, "pprun/job_id", text, (size_t)n, err);
+    }
+    store_close(store);
+    if (rc != 0) return -1;
+
+    job->rings = calloc((size_t)info->nproc_per_node, sizeof *job->rings);
+    if (!job->rings) return pp_fail(err, "out of memory");
+    for (int l = 0; l < info->nproc_per_node; l++) {
+        int rank = info->node_rank * info->nproc_per_node + l;
+        if (trace_ring_create(RUN_RING_CAPACITY, &job->rings[l], err) != 0) return -1;
+        if (collector_add_ring(job->coll, rank, job->rings[l], err) != 0) {
+            trace_ring_close(job->rings[l]);
+            job->rings[l] = NULL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int rank_env(void *ctx, const launch_info *info, int local_rank, int global_rank, launch_env *env, pp_err *err) {
+    run_job *job = ctx;
+    (void)info, (void)global_rank;
+    if (launch_env_set(env, "PPRUN_NODE_ADDR", job->node_addr, err) != 0) return -1;
+    if (job->rings && job->rings[local_rank]) {
+        char fd[16];
+        snprintf(fd, sizeof fd, "%d", trace_ring_fd(job->rings[local_rank]));
+        return launch_env_set(env, "PPRUN_TRACE_FD", fd, err);
+    }
+    return 0;
+}
+
+/* --- main ------------------------------------------------------------------------- */
+
+static int build_worker_argv(run_job *job, pp_err *err) {
+    ssize_t n = readlink("/proc/self/exe", job->self_exe, sizeof job->self_exe - 1);
+    if (n <= 0) return pp_fail(err, "cannot find the pprun executable (/proc/self/exe): %s", strerror(errno));
+    job->self_exe[n] = '\0';
+    job->worker_argv[0] = job->self_exe;
+    job->worker_argv[1] = "worker";
+    int argc = run_config_to_args(&job->cfg, job->worker_argv, 2, job->worker_args);
+    job->lo.prog_argv = job->worker_argv;
+    job->lo.prog_argc = argc;
+    return 0;
+}
+
+static void wait_for_interrupt(const char *url) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    fprintf(stderr, "pprun run: the job is over; the dashboard stays at %s until Ctrl-C\n", url);
+    int sig;
+    sigwait(&set, &sig);
+}
+
+static const char *job_status(const launch_result *res) {
+    return res->status == LAUNCH_OK ? "succeeded" : res->status == LAUNCH_SIGNALED ? "stopped" : "failed";
+}
+
+static void failure_text(const launch_options *lo, const launch_result *res, char *buf, size_t n) {
+    char sigbuf[16];
+    if (res->status == LAUNCH_FAILED && res->failure.signal)
+        snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", res->failure.global_rank,
+                 res->failure.local_rank, res->failure.host, launch_signal_name(res->failure.signal, sigbuf));
+    else if (res->status == LAUNCH_FAILED)
+        snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d", res->failure.global_rank,
+                 res->failure.local_rank, res->failure.host, res->failure.exit_code);
+    else if (res->status == LAUNCH_SIGNALED)
+        snprintf(buf, n, "pprun was stopped by %s", launch_signal_name(res->signal, sigbuf));
+    else snprintf(buf, n, "the launcher failed");
+    (void)lo;
+}
+
+int cmd_run(int argc, char **argv) {
+    static run_job job; /* large: keep it off the stack */
+    pp_err err;
+    run_config_default(&job.cfg);
+
+    /* The launcher's parser wants "-- PROGRAM": the program is this binary's
+     * worker, whatever the user wrote. */
+    char **args = calloc((size_t)argc + 3, sizeof *args);
+    if (!args) return 1;
+    memcpy(args, argv, (size_t)argc * sizeof *args);
+    args[argc] = "--";
+    args[argc + 1] = "worker";
+    int prc = launch_parse(argc + 2, args, &job.lo, job_option, &job, &err);
+    free(args);
+    if (prc == 1) return 0;
+    if (prc != 0) {
+        fprintf(stderr, "pprun run: %s\n", err.msg);
+        return 2;
+    }
+    if (job.lo.prog_argc != 1) {
+        fprintf(stderr, "pprun run: unexpected argument '%s' (pprun run takes options only)\n", job.lo.prog_argv[0]);
+        return 2;
+    }
+    if (!(job.lo.given & LAUNCH_GIVEN_NPROC)) job.lo.nproc_per_node = 4;
+    if (check_job(&job, &err) != 0 || build_worker_argv(&job, &err) != 0) {
+        fprintf(stderr, "pprun run: %s\n", err.msg);
+        sched_free(job.plan);
+        return 2;
+    }
+    if (job.lo.node_rank == 0 && job.lo.run_id[0] == '\0')
+        snprintf(job.lo.run_id, sizeof job.lo.run_id, "run-%llx-%d", (unsigned long long)(pp_wall_ns() / 1000000),
+                 (int)getpid());
+    node_address(job.lo.master_addr, job.node_addr, sizeof job.node_addr);
+
+    int exit_code = 2;
+    if (job.cfg.trace && job.lo.node_rank == 0) {
+        if (db_open(job.cfg.db, &job.db, &err) != 0 || write_job(&job, &err) != 0) {
+            fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, err.msg);
+            goto out;
+        }
+    }
+    if (job.cfg.serve && job.lo.node_rank == 0) {
+        http_options ho = {.listen = job.cfg.serve_addr, .token = job.cfg.token, .db_path = job.cfg.db};
+        if (http_start(&ho, &job.web, &err) != 0) {
+            fprintf(stderr, "pprun run: --serve %s: %s\n", job.cfg.serve_addr, err.msg);
+            goto out;
+        }
+        fprintf(stderr, "pprun run: dashboard at %s\n", http_url(job.web));
+    }
+
+    launch_hooks hooks = {.ctx = &job, .before_attempt = before_attempt, .rank_env = rank_env};
+    launch_result res;
+    int lrc = launch_job(&job.lo, &hooks, &res, &err);
+    exit_code = res.exit_code;
+    if (lrc != 0) fprintf(stderr, "pprun run: %s\n", err.msg);
+    else if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &job.lo, &res);
+    run_progress_stop(job.progress);
+    job.progress = NULL;
+
+    /* Everything the ranks recorded reaches the database, dead ranks too. */
+    if (job.coll) {
+        if (collector_stop(job.coll, &err) != 0) {
+            fprintf(stderr, "pprun run: trace collector: %s\n", err.msg);
+            if (exit_code == 0) exit_code = 1;
+        }
+        job.coll = NULL;
+        job.rings = NULL;
+    }
+    if (job.db) {
+        char failure[512] = "";
+        if (lrc != 0) snprintf(failure, sizeof failure, "%s", err.msg);
+        else if (res.status != LAUNCH_OK) failure_text(&job.lo, &res, failure, sizeof failure);
+        pp_err ferr;
+        int failed_rank = lrc == 0 && res.status == LAUNCH_FAILED ? res.failure.global_rank : -1;
+        if (db_finish_job(job.db, job.job_id, lrc != 0 ? "failed" : job_status(&res), exit_code, failed_rank,
+                          failure[0] ? failure : NULL, &ferr) != 0) {
+            fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, ferr.msg);
+            if (exit_code == 0) exit_code = 1;
+        }
+        db_close(job.db);
+        job.db = NULL;
+    }
+    if (job.web) {
+        if (res.status != LAUNCH_SIGNALED) wait_for_interrupt(http_url(job.web));
+        http_stop(job.web);
+    }
+out:
+    run_progress_stop(job.progress);
+    if (job.coll) collector_stop(job.coll, &err);
+    if (job.db) db_close(job.db);
+    run_config_free_args(job.worker_args);
+    sched_free(job.plan);
+    return exit_code;
+}

@@ -1,0 +1,209 @@
+/* cmd_worker.c: `pprun worker FLAGS`: one rank of a `pprun run` job.
+ *
+ * Started by the launcher with the job's flags and torchrun's environment
+ * (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, PPRUN_STORE, PPRUN_RUN_ID,
+ * PPRUN_RESTART_COUNT, PPRUN_TRACE_FD). It builds the same schedule as every
+ * other rank, connects to its neighbours, runs the engine and reports each
+ * step (metrics file, progress key in the store). Not meant to be run by
+ * hand. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner/cli.h"
+#include "runner/comm/comm.h"
+#include "runner/engine.h"
+#include "runner/run_config.h"
+#include "runner/store.h"
+#include "tracer/ring.h"
+
+#define WORKER_STORE_TIMEOUT_NS (60ull * 1000000000ull)
+
+typedef struct worker {
+    run_config cfg;
+    int rank, world, local_world, attempt;
+    const char *run_id;
+    store_client *store;
+    FILE *metrics;
+} worker;
+
+static int env_int(const char *name, int min, int *out, pp_err *err) {
+    const char *v = getenv(name);
+    long n;
+    if (!v) return pp_fail(err, "%s is not set: `pprun worker` is started by `pprun run`", name);
+    if (pp_parse_long(v, min, 1 << 24, name, &n, err) != 0) return -1;
+    *out = (int)n;
+    return 0;
+}
+
+/* --- the store as comm's key/value exchange --------------------------------- */
+
+static int exchange_put(void *ctx, const char *key, const void *value, size_t len, pp_err *err) {
+    return store_set(ctx, key, value, len, err);
+}
+
+static int exchange_get(void *ctx, const char *key, void *value, size_t cap, size_t *len, int timeout_ms,
+                        pp_err *err) {
+    const char *keys[] = {key};
+    int rc = store_wait(ctx, keys, 1, timeout_ms, err);
+    if (rc == 1) return pp_fail(err, "timed out after %d ms waiting for '%s' in the job's store", timeout_ms, key);
+    if (rc != 0) return -1;
+    void *v = NULL;
+    size_t n = 0;
+    rc = store_get(ctx, key, &v, &n, err);
+    if (rc == 1) return pp_fail(err, "key '%s' vanished from the job's store", key);
+    if (rc != 0) return -1;
+    memcpy(value, v, n < cap ? n : cap);
+    *len = n;
+    free(v);
+    return 0;
+}
+
+/* --- step reports -------------------------------------------------------------- */
+
+static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
+    worker *w = ctx;
+    if (w->metrics) {
+        /* 9 significant digits: a float32 loss reads back to the same bits. */
+        fprintf(w->metrics, "{\"step\":%d,\"loss\":%.9g,\"losses\":[", r->step, r->loss);
+        for (int i = 0; i < r->microbatches; i++) fprintf(w->metrics, i ? ",%.9g" : "%.9g", (double)r->losses[i]);
+        fprintf(w->metrics, "],\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"attempt\":%d}\n", r->step_ns / 1e6,
+                r->tokens_per_s, w->attempt);
+        if (fflush(w->metrics) != 0) return pp_fail(err, "--metrics %s: %s", w->cfg.metrics, strerror(errno));
+    }
+    char text[128];
+    int n = snprintf(text, sizeof text, "%d %.6f %.3f %.1f", r->step, r->loss, r->step_ns / 1e6, r->tokens_per_s);
+    return store_set(w->store, "pprun/progress", text, (size_t)n, err);
+}
+
+/* Each rank counts itself in once its stages are saved; the rank that
+ * completes the count marks the step as the latest complete checkpoint. */
+static int checkpoint_done(void *ctx, int step, pp_err *err) {
+    worker *w = ctx;
+    char key[256];
+    snprintf(key, sizeof key, "pprun/ckpt/%d/%d", w->attempt, step);
+    int64_t count = 0;
+    if (store_add(w->store, key, 1, &count, err) != 0) return -1;
+    if (count != w->world) return 0;
+    char path[1024], tmp[1100];
+    snprintf(path, sizeof path, "%s/latest", w->cfg.checkpoint_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return pp_fail(err, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
+    fprintf(f, "%d\n", step);
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) return pp_fail(err, "checkpoint: cannot write %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* --- main ---------------------------------------------------------------------- */
+
+static int parse_flags(worker *w, int argc, char **argv, pp_err *err) {
+    run_config_default(&w->cfg);
+    for (int i = 1; i < argc; i++) {
+        const char *opt = argv[i], *val = NULL;
+        if (run_config_takes_value(opt)) {
+            if (i + 1 >= argc) return pp_fail(err, "%s: expected a value", opt);
+            val = argv[++i];
+        }
+        int rc = run_config_option(&w->cfg, opt, val, err);
+        if (rc < 0) return -1;
+        if (rc == 0) return pp_fail(err, "unknown option '%s'", opt);
+    }
+    return run_config_finish(&w->cfg, err);
+}
+
+static int run_worker(worker *w, pp_err *err) {
+    sched_plan *plan = NULL;
+    data_source *data = NULL;
+    trace_ring *ring = NULL;
+    comm *c = NULL;
+    int *rank_node = NULL;
+    engine e = {0};
+    int rc = -1;
+
+    if (env_int("RANK", 0, &w->rank, err) || env_int("WORLD_SIZE", 1, &w->world, err) ||
+        env_int("LOCAL_WORLD_SIZE", 1, &w->local_world, err) || env_int("PPRUN_RESTART_COUNT", 0, &w->attempt, err))
+        return -1;
+    w->run_id = getenv("PPRUN_RUN_ID") ? getenv("PPRUN_RUN_ID") : "job";
+    if (store_connect_env(WORKER_STORE_TIMEOUT_NS, &w->store, err) != 0) return -1;
+    if (run_config_plan(&w->cfg, w->world, &plan, err) != 0) goto out;
+
+    int first = plan->stage_rank[0] == w->rank, last = plan->stage_rank[plan->stages - 1] == w->rank;
+    if ((first || last) && w->cfg.model.kind == MODEL_GPT &&
+        data_open(w->cfg.data[0] ? w->cfg.data : NULL, model_tokens_per_microbatch(&w->cfg.model) + 1, &data, err) != 0)
+        goto out;
+    if (last && w->cfg.metrics[0] && !(w->metrics = fopen(w->cfg.metrics, "a"))) {
+        pp_fail(err, "--metrics %s: %s", w->cfg.metrics, strerror(errno));
+        goto out;
+    }
+    const char *fd_text = getenv("PPRUN_TRACE_FD");
+    if (w->cfg.trace && fd_text) {
+        long fd;
+        if (pp_parse_long(fd_text, 0, 1 << 20, "PPRUN_TRACE_FD", &fd, err) != 0) goto out;
+        if (trace_ring_attach((int)fd, &ring, err) != 0) goto out;
+    }
+    if (w->world > 1) {
+        rank_node = calloc((size_t)w->world, sizeof *rank_node);
+        if (!rank_node) {
+            pp_fail(err, "out of memory");
+            goto out;
+        }
+        for (int r = 0; r < w->world; r++) rank_node[r] = r / w->local_world; /* global ranks are node-major */
+        char job_key[192];
+        snprintf(job_key, sizeof job_key, "%s-a%d", w->run_id, w->attempt);
+        comm_config cc = {
+            .rank = w->rank,
+            .world = w->world,
+            .rank_node = rank_node,
+            .job_key = job_key,
+            .exchange = {w->store, exchange_put, exchange_get},
+            .connect_timeout_ms = 60000,
+            .transport = w->cfg.transport,
+            .tcp_host = getenv("PPRUN_NODE_ADDR"),
+        };
+        if (comm_open(&cc, &c, err) != 0) goto out;
+    }
+    e = (engine){
+        .cfg = &w->cfg,
+        .plan = plan,
+        .rank = w->rank,
+        .attempt = w->attempt,
+        .comm = c,
+        .ring = ring,
+        .data = data,
+        .hooks = {w, on_step, checkpoint_done},
+    };
+    if (engine_init(&e, err) != 0 || engine_run(&e, err) != 0) goto out;
+    /* Nothing in flight may be lost when this rank exits first. */
+    if (c && comm_flush(c, w->cfg.recv_timeout_ms, err) != 0) goto out;
+    rc = 0;
+out:
+    engine_free(&e);
+    comm_close(c);
+    free(rank_node);
+    if (ring) trace_ring_close(ring);
+    if (w->metrics) fclose(w->metrics);
+    data_close(data);
+    sched_free(plan);
+    store_close(w->store);
+    return rc;
+}
+
+int cmd_worker(int argc, char **argv) {
+    static worker w;
+    pp_err err;
+    if (parse_flags(&w, argc, argv, &err) != 0) {
+        fprintf(stderr, "pprun worker: %s\n", err.msg);
+        return 2;
+    }
+    if (run_worker(&w, &err) != 0) {
+        fprintf(stderr, "pprun worker (rank %d): %s\n", w.rank, err.msg);
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,368 @@
+/* engine.c: one rank's pipeline loop (see engine.h). */
+#include "runner/engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { DIR_ACT = COMM_DIR_ACT, DIR_GRAD = COMM_DIR_GRAD };
+
+/* The ring adds the test-only clock skew itself (tracer/clock.h). */
+static uint64_t now(const engine *e) {
+    (void)e;
+    return pp_now_ns();
+}
+
+static void trace(engine *e, int phase, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0,
+                  uint64_t t1, double value) {
+    if (!e->ring) return;
+    trace_event ev = {
+        .version = TRACE_EVENT_VERSION,
+        .phase = (uint8_t)phase,
+        .source = TRACE_SRC_CPU,
+        .attempt = e->attempt,
+        .rank = e->rank,
+        .step = step,
+        .microbatch = mb,
+        .stage = stage,
+        .peer = peer,
+        .start_ns = t0,
+        .end_ns = t1,
+        .bytes = bytes,
+        .value = value,
+    };
+    trace_ring_write(e->ring, &ev);
+}
+
+/* ---- partition and set-up -------------------------------------------------- */
+
+static int partition(engine *e, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    int layers = e->cfg->model.layers;
+    e->first_layer = calloc((size_t)plan->stages + 1, sizeof *e->first_layer);
+    if (!e->first_layer) return pp_fail(err, "out of memory");
+    return sched_partition(layers, plan->stages, e->cfg->ncuts ? e->cfg->cuts : NULL, e->cfg->ncuts, e->first_layer,
+                           err);
+}
+
+static int checkpoint_path(const engine *e, int step, int stage, char *buf, size_t n) {
+    return snprintf(buf, n, "%s/step_%d/stage_%d.ckpt", e->cfg->checkpoint_dir, step, stage) < (int)n ? 0 : -1;
+}
+
+/* The last step whose checkpoint is complete on every rank, or -1. */
+static int checkpoint_latest(const engine *e) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/latest", e->cfg->checkpoint_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int step = -1;
+    if (fscanf(f, "%d", &step) != 1) step = -1;
+    fclose(f);
+    return step;
+}
+
+static int load_checkpoint(engine *e, int step, pp_err *err) {
+    for (int i = 0; i < e->nlocal; i++) {
+        int s = e->local_stage[i];
+        char path[1024];
+        checkpoint_path(e, step, s, path, sizeof path);
+        FILE *f = fopen(path, "rb");
+        if (!f) return pp_fail(err, "cannot open checkpoint %s: %s", path, strerror(errno));
+        int rc = model_stage_load(e->stages[s], f, err);
+        fclose(f);
+        if (rc != 0) return pp_wrap(err, "checkpoint %s", path);
+    }
+    e->start_step = step + 1;
+    return 0;
+}
+
+int engine_init(engine *e, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    if (partition(e, err) != 0) return -1;
+    e->stages = calloc((size_t)plan->stages, sizeof *e->stages);
+    e->local_stage = calloc((size_t)plan->stages, sizeof *e->local_stage);
+    if (!e->stages || !e->local_stage) return pp_fail(err, "out of memory");
+    for (int s = 0; s < plan->stages; s++) {
+        if (plan->stage_rank[s] != e->rank) continue;
+        e->local_stage[e->nlocal++] = s;
+        if (model_stage_create(&e->cfg->model, e->first_layer[s], e->first_layer[s + 1], s == 0,
+                               s == plan->stages - 1, e->cfg->seed, plan->microbatches, &e->stages[s], err) != 0)
+            return pp_wrap(err, "stage %d", s);
+    }
+    e->start_step = 0;
+    if (e->cfg->checkpoint_dir[0] && (e->cfg->resume || e->attempt > 0)) {
+        int latest = checkpoint_latest(e);
+        if (latest >= 0) return load_checkpoint(e, latest, err);
+        if (e->cfg->resume && e->attempt == 0)
+            return pp_fail(err, "--resume: no complete checkpoint in %s (no 'latest' file)", e->cfg->checkpoint_dir);
+    }
+    return 0;
+}
+
+void engine_free(engine *e) {
+    if (e->stages)
+        for (int s = 0; s < e->plan->stages; s++) model_stage_free(e->stages[s]);
+    free(e->stages);
+    free(e->local_stage);
+    free(e->first_layer);
+    e->stages = NULL;
+    e->local_stage = NULL;
+    e->first_layer = NULL;
+}
+
+/* ---- one step ---------------------------------------------------------------- */
+
+/* Tensors handed between two stages of this rank, keyed by (dir, stage, mb). */
+typedef struct step_state {
+    int step;
+    size_t act_bytes;
+    void **mailbox; /* [2][stages][m] */
+    float *losses;  /* [m] */
+    uint8_t *tokens, *targets;
+} step_state;
+
+static void **mailbox_slot(const engine *e, step_state *st, int dir, int stage, int mb) {
+    int m = e->plan->microbatches;
+    return &st->mailbox[((size_t)dir * e->plan->stages + (size_t)stage) * (size_t)m + (size_t)mb];
+}
+
+static int maybe_fail(const engine *e, int step, int op, int mb) {
+    const run_fail_at *f = &e->cfg->fail_at;
+    if (!f->enabled || e->attempt != 0 || f->step != step || f->rank != e->rank) return 0;
+    if (f->phase >= 0 && f->phase != op) return 0;
+    if (f->mb >= 0 && f->mb != mb) return 0;
+    /* Fault injection for tests: die the way a crashed rank dies. */
+    fflush(NULL);
+    raise(SIGKILL);
+    return 0;
+}
+
+/* Gets the tensor stage `from_stage` produced for `to_stage`: from the
+ * mailbox when both are on this rank, else from the peer. The caller frees. */
+static int receive(engine *e, step_state *st, int dir, int from_stage, int mb, void **out, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    int peer = plan->stage_rank[from_stage];
+    int to_stage = dir == DIR_ACT ? from_stage + 1 : from_stage - 1;
+    if (peer == e->rank) {
+        void **slot = mailbox_slot(e, st, dir, from_stage, mb);
+        if (!*slot)
+            return pp_fail(err, "rank %d: the %s of stage %d, microbatch %d is not ready on this rank (schedule order)",
+                           e->rank, dir == DIR_ACT ? "activation" : "gradient", from_stage, mb);
+        *out = *slot;
+        *slot = NULL;
+        return 0;
+    }
+    void *buf = malloc(st->act_bytes ? st->act_bytes : 1);
+    if (!buf) return pp_fail(err, "out of memory");
+    uint64_t t0 = now(e);
+    if (comm_recv(e->comm, peer, comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir), buf, st->act_bytes,
+                  e->cfg->recv_timeout_ms, err) != 0) {
+        free(buf);
+        return pp_wrap(err, "rank %d: receiving the %s of stage %d for microbatch %d (step %d) from rank %d", e->rank,
+                       dir == DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
+    }
+    trace(e, dir == DIR_ACT ? TRACE_RECV_F : TRACE_RECV_B, st->step, mb, to_stage, peer, st->act_bytes, t0, now(e), 0);
+    *out = buf;
+    return 0;
+}
+
+/* Hands the tensor to `to_stage`; takes ownership of buf. */
+static int deliver(engine *e, step_state *st, int dir, int from_stage, int to_stage, int mb, void *buf, pp_err *err) {
+    int peer = e->plan->stage_rank[to_stage];
+    if (peer == e->rank) {
+        *mailbox_slot(e, st, dir, from_stage, mb) = buf;
+        return 0;
+    }
+    uint64_t t0 = now(e);
+    int rc = comm_send(e->comm, peer, comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir), buf, st->act_bytes, err);
+    free(buf);
+    if (rc != 0)
+        return pp_wrap(err, "rank %d: sending the %s of stage %d for microbatch %d (step %d) to rank %d", e->rank,
+                       dir == DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
+    trace(e, dir == DIR_ACT ? TRACE_SEND_F : TRACE_SEND_B, st->step, mb, from_stage, peer, st->act_bytes, t0, now(e), 0);
+    return 0;
+}
+
+static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    int first = s == 0, last = s == plan->stages - 1;
+    const model_spec *spec = &e->cfg->model;
+    void *in = NULL, *out = NULL;
+    if ((first || last) && spec->kind == MODEL_GPT)
+        data_batch(e->data, e->cfg->seed, st->step, mb, spec->batch, spec->seq, st->tokens, st->targets);
+    if (!first && receive(e, st, DIR_ACT, s - 1, mb, &in, err) != 0) return -1;
+    if (!last && !(out = malloc(st->act_bytes ? st->act_bytes : 1))) {
+        free(in);
+        return pp_fail(err, "out of memory");
+    }
+    float loss = 0;
+    uint64_t t0 = now(e);
+    int rc = model_stage_forward(e->stages[s], mb, in, st->tokens, st->targets, out, last ? &loss : NULL, err);
+    uint64_t t1 = now(e);
+    free(in); /* the stage keeps its own copy of what B and W need */
+    if (rc != 0) {
+        free(out);
+        return pp_wrap(err, "rank %d: forward of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
+    }
+    trace(e, TRACE_F, st->step, mb, s, -1, 0, t0, t1, 0);
+    if (last) {
+        st->losses[mb] = loss;
+        trace(e, TRACE_LOSS, st->step, mb, s, -1, 0, t1, t1, loss);
+        return 0;
+    }
+    return deliver(e, st, DIR_ACT, s, s + 1, mb, out, err);
+}
+
+static int run_backward_input(engine *e, step_state *st, int s, int mb, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    int first = s == 0, last = s == plan->stages - 1;
+    void *grad_out = NULL, *grad_in = NULL;
+    if (!last && receive(e, st, DIR_GRAD, s + 1, mb, &grad_out, err) != 0) return -1;
+    if (!first && !(grad_in = malloc(st->act_bytes ? st->act_bytes : 1))) {
+        free(grad_out);
+        return pp_fail(err, "out of memory");
+    }
+    uint64_t t0 = now(e);
+    int rc = model_stage_backward_input(e->stages[s], mb, grad_out, grad_in, err);
+    uint64_t t1 = now(e);
+    free(grad_out);
+    if (rc != 0) {
+        free(grad_in);
+        return pp_wrap(err, "rank %d: backward (B) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
+    }
+    trace(e, TRACE_B, st->step, mb, s, -1, 0, t0, t1, 0);
+    return first ? 0 : deliver(e, st, DIR_GRAD, s, s - 1, mb, grad_in, err);
+}
+
+static int run_backward_weight(engine *e, step_state *st, int s, int mb, pp_err *err) {
+    uint64_t t0 = now(e);
+    if (model_stage_backward_weight(e->stages[s], mb, err) != 0)
+        return pp_wrap(err, "rank %d: backward (W) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
+    trace(e, TRACE_W, st->step, mb, s, -1, 0, t0, now(e), 0);
+    return 0;
+}
+
+static int save_checkpoint(engine *e, int step, pp_err *err) {
+    char dir[1024], path[1024], tmp[1100];
+    snprintf(dir, sizeof dir, "%s/step_%d", e->cfg->checkpoint_dir, step);
+    if (mkdir(e->cfg->checkpoint_dir, 0777) != 0 && errno != EEXIST)
+        return pp_fail(err, "--checkpoint-dir %s: %s", e->cfg->checkpoint_dir, strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return pp_fail(err, "checkpoint: cannot create %s: %s", dir, strerror(errno));
+    for (int i = 0; i < e->nlocal; i++) {
+        int s = e->local_stage[i];
+        checkpoint_path(e, step, s, path, sizeof path);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        if (!f) return pp_fail(err, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
+        int rc = model_stage_save(e->stages[s], f, err);
+        if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+            rc = pp_fail(err, "checkpoint: writing %s: %s", tmp, strerror(errno));
+        if (fclose(f) != 0 && rc == 0) rc = pp_fail(err, "checkpoint: writing %s: %s", tmp, strerror(errno));
+        if (rc == 0 && rename(tmp, path) != 0) rc = pp_fail(err, "checkpoint: rename to %s: %s", path, strerror(errno));
+        if (rc != 0) {
+            unlink(tmp);
+            return -1;
+        }
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return e->hooks.checkpoint_done ? e->hooks.checkpoint_done(e->hooks.ctx, step, err) : 0;
+}
+
+static int run_step(engine *e, step_state *st, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    uint64_t t_start = now(e);
+    maybe_fail(e, st->step, -1, -1);
+    for (int i = 0; i < plan->len[e->rank]; i++) {
+        const sched_action *a = &plan->actions[e->rank][i];
+        maybe_fail(e, st->step, a->op, a->mb);
+        int rc = a->op == SCHED_F   ? run_forward(e, st, a->stage, a->mb, err)
+                 : a->op == SCHED_B ? run_backward_input(e, st, a->stage, a->mb, err)
+                                    : run_backward_weight(e, st, a->stage, a->mb, err);
+        if (rc != 0) return -1;
+    }
+    uint64_t t0 = now(e);
+    for (int i = 0; i < e->nlocal; i++)
+        if (model_stage_step(e->stages[e->local_stage[i]], &e->cfg->optim, st->step, err) != 0)
+            return pp_wrap(err, "rank %d: optimizer step %d", e->rank, st->step);
+    uint64_t t_end = now(e);
+    trace(e, TRACE_OPT, st->step, -1, -1, -1, 0, t0, t_end, 0);
+
+    if (plan->stage_rank[plan->stages - 1] == e->rank && e->hooks.on_step) {
+        int m = plan->microbatches;
+        double sum = 0;
+        for (int mb = 0; mb < m; mb++) sum += st->losses[mb];
+        uint64_t ns = t_end - t_start;
+        engine_step_report rep = {
+            .step = st->step,
+            .microbatches = m,
+            .losses = st->losses,
+            .loss = sum / m,
+            .step_ns = ns,
+            .tokens_per_s = ns ? (double)model_tokens_per_microbatch(&e->cfg->model) * m * 1e9 / (double)ns : 0,
+        };
+        if (e->hooks.on_step(e->hooks.ctx, &rep, err) != 0) return -1;
+    }
+    int every = e->cfg->checkpoint_every;
+    int last_step = st->step == e->cfg->steps - 1;
+    if (e->cfg->checkpoint_dir[0] && ((every && (st->step + 1) % every == 0) || last_step))
+        return save_checkpoint(e, st->step, err);
+    return 0;
+}
+
+/* --save-weights DIR: every stage's final weights, raw float32 in global
+ * layer order; DIR/stage_0.f32 ... concatenated equal a one-stage run's. */
+static int save_weights(engine *e, pp_err *err) {
+    const char *dir = e->cfg->save_weights;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return pp_fail(err, "--save-weights %s: %s", dir, strerror(errno));
+    for (int i = 0; i < e->nlocal; i++) {
+        int s = e->local_stage[i];
+        size_t n = model_stage_weight_count(e->stages[s]);
+        float *w = malloc(n ? n * sizeof *w : 1);
+        if (!w) return pp_fail(err, "out of memory");
+        model_stage_export_weights(e->stages[s], w);
+        char path[1024];
+        snprintf(path, sizeof path, "%s/stage_%d.f32", dir, s);
+        FILE *f = fopen(path, "wb");
+        int ok = f && fwrite(w, sizeof *w, n, f) == n;
+        if (f && fclose(f) != 0) ok = 0;
+        free(w);
+        if (!ok) return pp_fail(err, "--save-weights: cannot write %s: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+int engine_run(engine *e, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    const model_spec *spec = &e->cfg->model;
+    size_t m = (size_t)plan->microbatches, tokens = model_tokens_per_microbatch(spec);
+    step_state st = {
+        .act_bytes = model_boundary_bytes(spec),
+        .mailbox = calloc(2 * (size_t)plan->stages * m, sizeof(void *)),
+        .losses = calloc(m, sizeof(float)),
+        .tokens = malloc(tokens ? tokens : 1),
+        .targets = malloc(tokens ? tokens : 1),
+    };
+    int rc = 0;
+    if (!st.mailbox || !st.losses || !st.tokens || !st.targets) rc = pp_fail(err, "out of memory");
+    for (int step = e->start_step; rc == 0 && step < e->cfg->steps; step++) {
+        st.step = step;
+        rc = run_step(e, &st, err);
+    }
+    if (rc == 0 && e->cfg->save_weights[0]) rc = save_weights(e, err);
+    if (st.mailbox)
+        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++) free(st.mailbox[i]);
+    free(st.mailbox);
+    free(st.losses);
+    free(st.tokens);
+    free(st.targets);
+    return rc;
+}

@@ -1,0 +1,65 @@
+/* engine.h: runs one rank's part of a pipeline schedule, step after step.
+ *
+ * For every action of the rank's list: F receives its input from the previous
+ * stage (unless it is the first) and sends its output on (unless it is the
+ * last); B receives the output gradient (unless last) and sends the input
+ * gradient (unless first); W uses what F and B saved; the last stage records
+ * each microbatch's loss; the optimizer step follows the last action. Two
+ * stages on one rank pass tensors in memory. Every op is traced.
+ *
+ * The engine owns nothing it is given (plan, comm, ring, data); it owns the
+ * model stages it creates. */
+#ifndef PP_ENGINE_H
+#define PP_ENGINE_H
+#include <stdint.h>
+
+#include "runner/base/pp.h"
+#include "runner/comm/comm.h"
+#include "runner/model/model.h"
+#include "runner/pipe/sched.h"
+#include "runner/run_config.h"
+#include "tracer/ring.h"
+
+/* Called on the rank that holds the last stage after each step. */
+typedef struct engine_step_report {
+    int step;
+    int microbatches;
+    const float *losses; /* [microbatches], microbatch order */
+    double loss;         /* mean */
+    uint64_t step_ns;    /* this rank's step, first action to optimizer end */
+    double tokens_per_s;
+} engine_step_report;
+
+typedef struct engine_hooks {
+    void *ctx;
+    int (*on_step)(void *ctx, const engine_step_report *report, pp_err *err);
+    /* After every stage of this rank saved checkpoint `step`: returns once
+     * the checkpoint is complete on all ranks (or fails). */
+    int (*checkpoint_done)(void *ctx, int step, pp_err *err);
+} engine_hooks;
+
+typedef struct engine {
+    const run_config *cfg;
+    const sched_plan *plan;
+    int rank, attempt;
+    comm *comm;          /* NULL only when the job has one rank */
+    trace_ring *ring;    /* NULL when tracing is off */
+    data_source *data;   /* needed on the ranks holding the first or last stage */
+    engine_hooks hooks;
+
+    /* owned */
+    int nlocal;              /* stages on this rank */
+    int *local_stage;        /* [nlocal] stage index */
+    model_stage **stages;    /* [plan->stages], NULL where not local */
+    int *first_layer;        /* [plan->stages + 1] partition of the blocks */
+    int start_step;          /* first step to run (after a resume) */
+} engine;
+
+/* Partitions the model, creates this rank's stages and, with --resume or on a
+ * restart with a checkpoint directory, loads the last complete checkpoint. */
+int engine_init(engine *e, pp_err *err);
+/* Runs steps start_step .. cfg->steps-1. */
+int engine_run(engine *e, pp_err *err);
+void engine_free(engine *e);
+
+#endif

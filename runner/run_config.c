@@ -1,0 +1,287 @@
+/* run_config.c: parsing, checking and forwarding the options of `pprun run`. */
+#include "runner/run_config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void run_config_default(run_config *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->schedule, sizeof cfg->schedule, "1f1b");
+    cfg->microbatches = 8;
+    cfg->steps = 20;
+    snprintf(cfg->model_text, sizeof cfg->model_text, "gpt");
+    snprintf(cfg->device, sizeof cfg->device, "cpu");
+    cfg->seed = 1234;
+    model_optim_default(&cfg->optim);
+    snprintf(cfg->db, sizeof cfg->db, "pprun.db");
+    cfg->trace = 1;
+    snprintf(cfg->serve_addr, sizeof cfg->serve_addr, "127.0.0.1:8080");
+    cfg->recv_timeout_ms = 120000;
+    snprintf(cfg->transport, sizeof cfg->transport, "auto");
+    snprintf(cfg->progress, sizeof cfg->progress, "auto");
+    cfg->fail_at.phase = -1;
+    cfg->fail_at.mb = -1;
+}
+
+static int copy_text(char *dst, size_t cap, const char *opt, const char *value, pp_err *err) {
+    if (!value || !*value) return pp_fail(err, "%s: expected a value", opt);
+    if (strlen(value) >= cap) return pp_fail(err, "%s: value is too long (at most %zu characters)", opt, cap - 1);
+    memcpy(dst, value, strlen(value) + 1);
+    return 0;
+}
+
+static int one_of(const char *value, const char *const *accepted, const char *opt, pp_err *err) {
+    for (int i = 0; accepted[i]; i++)
+        if (value && strcmp(value, accepted[i]) == 0) return 0;
+    char list[256] = "";
+    for (int i = 0; accepted[i]; i++) {
+        strncat(list, accepted[i], sizeof list - strlen(list) - 1);
+        if (accepted[i + 1]) strncat(list, "|", sizeof list - strlen(list) - 1);
+    }
+    return pp_fail(err, "%s: '%s' is not accepted; accepted: %s", opt, value ? value : "", list);
+}
+
+static int parse_int(const char *opt, const char *value, long min, long max, int *out, pp_err *err) {
+    long v;
+    if (pp_parse_long(value, min, max, opt, &v, err) != 0) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* --fail-at step=S,rank=R[,phase=F|B|W,mb=M] */
+static int fail_at_pair(void *ctx, const char *key, const char *value, pp_err *err) {
+    run_fail_at *f = ctx;
+    if (strcmp(key, "step") == 0) return parse_int("--fail-at step", value, 0, 1 << 30, &f->step, err);
+    if (strcmp(key, "rank") == 0) return parse_int("--fail-at rank", value, 0, 1 << 20, &f->rank, err);
+    if (strcmp(key, "mb") == 0) return parse_int("--fail-at mb", value, 0, 1 << 20, &f->mb, err);
+    if (strcmp(key, "phase") == 0) {
+        if (strcmp(value, "F") == 0) f->phase = SCHED_F;
+        else if (strcmp(value, "B") == 0) f->phase = SCHED_B;
+        else if (strcmp(value, "W") == 0) f->phase = SCHED_W;
+        else return pp_fail(err, "--fail-at phase: '%s' is not accepted; accepted: F|B|W", value);
+        return 0;
+    }
+    return pp_fail(err, "--fail-at: unknown key '%s'; accepted: step, rank, phase, mb", key);
+}
+
+static int parse_fail_at(run_fail_at *f, const char *value, pp_err *err) {
+    char buf[256];
+    if (copy_text(buf, sizeof buf, "--fail-at", value, err) != 0) return -1;
+    run_fail_at parsed = {.enabled = 1, .step = -1, .rank = -1, .phase = -1, .mb = -1};
+    if (pp_parse_kv_list(buf, fail_at_pair, &parsed, err) != 0) return -1;
+    if (parsed.step < 0 || parsed.rank < 0)
+        return pp_fail(err, "--fail-at: needs step=S and rank=R (e.g. step=1,rank=2[,phase=B,mb=3])");
+    *f = parsed;
+    return 0;
+}
+
+static int parse_cuts(run_config *cfg, const char *value, pp_err *err) {
+    char buf[2048];
+    if (copy_text(buf, sizeof buf, "--pipeline-cuts", value, err) != 0) return -1;
+    int n = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == RUN_MAX_CUTS) return pp_fail(err, "--pipeline-cuts: at most %d cuts", RUN_MAX_CUTS);
+        if (parse_int("--pipeline-cuts", tok, 1, 1 << 20, &cfg->cuts[n], err) != 0) return -1;
+        n++;
+    }
+    cfg->ncuts = n;
+    return 0;
+}
+
+static const char *const value_options[] = {
+    "--schedule", "--microbatches", "--virtual-stages", "--steps", "--model", "--data", "--device", "--seed",
+    "--lr", "--optimizer", "--weight-decay", "--db", "--trace", "--token", "--checkpoint-dir",
+    "--checkpoint-every", "--fail-at", "--metrics", "--pipeline-cuts", "--recv-timeout", "--transport",
+    "--progress", "--save-weights", NULL,
+};
+
+int run_config_takes_value(const char *opt) {
+    for (int i = 0; value_options[i]; i++)
+        if (strcmp(opt, value_options[i]) == 0) return 1;
+    return 0;
+}
+
+int run_config_option(run_config *cfg, const char *opt, const char *value, pp_err *err) {
+    static const char *const schedules[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", NULL};
+    int rc = 0;
+    if (strcmp(opt, "--schedule") == 0) {
+        if (value && strncmp(value, "csv:", 4) == 0 && value[4]) rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
+        else if (one_of(value, schedules, opt, err) != 0)
+            return pp_fail(err, "--schedule: '%s' is not accepted; accepted: gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE",
+                           value ? value : "");
+        else rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
+    } else if (strcmp(opt, "--microbatches") == 0) rc = parse_int(opt, value, 1, 4096, &cfg->microbatches, err);
+    else if (strcmp(opt, "--virtual-stages") == 0) rc = parse_int(opt, value, 1, 64, &cfg->virtual_stages, err);
+    else if (strcmp(opt, "--steps") == 0) rc = parse_int(opt, value, 1, 1 << 24, &cfg->steps, err);
+    else if (strcmp(opt, "--model") == 0) rc = copy_text(cfg->model_text, sizeof cfg->model_text, opt, value, err);
+    else if (strcmp(opt, "--data") == 0) rc = copy_text(cfg->data, sizeof cfg->data, opt, value, err);
+    else if (strcmp(opt, "--device") == 0) {
+        static const char *const devices[] = {"cpu", "cuda", NULL};
+        rc = one_of(value, devices, opt, err);
+        if (rc == 0) rc = copy_text(cfg->device, sizeof cfg->device, opt, value, err);
+    } else if (strcmp(opt, "--seed") == 0) {
+        long v;
+        rc = pp_parse_long(value, 0, 0x7fffffffffffffffL, opt, &v, err);
+        if (rc == 0) cfg->seed = (uint64_t)v;
+    } else if (strcmp(opt, "--lr") == 0) {
+        double v;
+        rc = pp_parse_double(value, 0.0, 10.0, opt, &v, err);
+        if (rc == 0) cfg->optim.lr = (float)v;
+    } else if (strcmp(opt, "--weight-decay") == 0) {
+        double v;
+        rc = pp_parse_double(value, 0.0, 1.0, opt, &v, err);
+        if (rc == 0) cfg->optim.weight_decay = (float)v;
+    } else if (strcmp(opt, "--optimizer") == 0) {
+        static const char *const optims[] = {"adamw", "sgd", NULL};
+        rc = one_of(value, optims, opt, err);
+        if (rc == 0) cfg->optim.kind = strcmp(value, "sgd") == 0 ? MODEL_SGD : MODEL_ADAMW;
+    } else if (strcmp(opt, "--db") == 0) rc = copy_text(cfg->db, sizeof cfg->db, opt, value, err);
+    else if (strcmp(opt, "--trace") == 0) {
+        static const char *const onoff[] = {"on", "off", NULL};
+        rc = one_of(value, onoff, opt, err);
+        if (rc == 0) cfg->trace = strcmp(value, "on") == 0;
+    } else if (strcmp(opt, "--serve") == 0) {
+        cfg->serve = 1;
+        if (value) rc = copy_text(cfg->serve_addr, sizeof cfg->serve_addr, opt, value, err);
+    } else if (strcmp(opt, "--token") == 0) rc = copy_text(cfg->token, sizeof cfg->token, opt, value, err);
+    else if (strcmp(opt, "--checkpoint-dir") == 0)
+        rc = copy_text(cfg->checkpoint_dir, sizeof cfg->checkpoint_dir, opt, value, err);
+    else if (strcmp(opt, "--checkpoint-every") == 0) rc = parse_int(opt, value, 1, 1 << 24, &cfg->checkpoint_every, err);
+    else if (strcmp(opt, "--resume") == 0) cfg->resume = 1;
+    else if (strcmp(opt, "--fail-at") == 0) rc = parse_fail_at(&cfg->fail_at, value, err);
+    else if (strcmp(opt, "--metrics") == 0) rc = copy_text(cfg->metrics, sizeof cfg->metrics, opt, value, err);
+    else if (strcmp(opt, "--save-weights") == 0)
+        rc = copy_text(cfg->save_weights, sizeof cfg->save_weights, opt, value, err);
+    else if (strcmp(opt, "--pipeline-cuts") == 0) rc = parse_cuts(cfg, value, err);
+    else if (strcmp(opt, "--recv-timeout") == 0) {
+        uint64_t ns;
+        rc = pp_parse_duration_ns(value, opt, &ns, err);
+        if (rc == 0 && (ns < 1000000 || ns > 86400ull * 1000000000ull))
+            rc = pp_fail(err, "--recv-timeout: accepted: 1ms to 24h, got '%s'", value);
+        if (rc == 0) cfg->recv_timeout_ms = (int)(ns / 1000000);
+    } else if (strcmp(opt, "--transport") == 0) {
+        static const char *const transports[] = {"auto", "shm", "tcp", NULL};
+        rc = one_of(value, transports, opt, err);
+        if (rc == 0) rc = copy_text(cfg->transport, sizeof cfg->transport, opt, value, err);
+    } else if (strcmp(opt, "--progress") == 0) {
+        static const char *const modes[] = {"auto", "on", "off", NULL};
+        rc = one_of(value, modes, opt, err);
+        if (rc == 0) rc = copy_text(cfg->progress, sizeof cfg->progress, opt, value, err);
+    } else return 0;
+    return rc == 0 ? 1 : -1;
+}
+
+int run_config_finish(run_config *cfg, pp_err *err) {
+    if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0) return pp_wrap(err, "--model");
+    if (cfg->resume && !cfg->checkpoint_dir[0]) return pp_fail(err, "--resume needs --checkpoint-dir DIR");
+    if (cfg->checkpoint_every && !cfg->checkpoint_dir[0])
+        return pp_fail(err, "--checkpoint-every needs --checkpoint-dir DIR");
+    if (strcmp(cfg->schedule, "zb-v") == 0 && cfg->virtual_stages && cfg->virtual_stages != 2)
+        return pp_fail(err, "--schedule zb-v needs --virtual-stages 2 (two chunks per rank in V placement), got %d",
+                       cfg->virtual_stages);
+    if (cfg->token[0] == '\0') {
+        const char *env = getenv("PPRUN_TOKEN");
+        if (env && strlen(env) < sizeof cfg->token) snprintf(cfg->token, sizeof cfg->token, "%s", env);
+    }
+    return 0;
+}
+
+/* The virtual stage count the schedule runs with. */
+static int effective_v(const run_config *cfg) {
+    if (cfg->virtual_stages) return cfg->virtual_stages;
+    if (strcmp(cfg->schedule, "zb-v") == 0 || strcmp(cfg->schedule, "interleaved-1f1b") == 0) return 2;
+    return 1;
+}
+
+int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err) {
+    sched_plan *plan = NULL;
+    if (strncmp(cfg->schedule, "csv:", 4) == 0) {
+        if (sched_load_csv(cfg->schedule + 4, &plan, err) != 0) return pp_wrap(err, "--schedule %s", cfg->schedule);
+        if (plan->ranks != ranks) {
+            int n = plan->ranks;
+            sched_free(plan);
+            return pp_fail(err, "--schedule %s: the file has %d ranks but the job has %d (--nproc-per-node x --nnodes)",
+                           cfg->schedule, n, ranks);
+        }
+        if (plan->microbatches != cfg->microbatches) {
+            int n = plan->microbatches;
+            sched_free(plan);
+            return pp_fail(err, "--schedule %s: the file has %d microbatches but --microbatches is %d", cfg->schedule, n,
+                           cfg->microbatches);
+        }
+    } else {
+        sched_costs costs = {1, 1, 1, 0};
+        if (cfg->model.kind == MODEL_TIMED)
+            costs = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
+        if (sched_build(cfg->schedule, ranks, cfg->microbatches, effective_v(cfg), &costs, &plan, err) != 0)
+            return -1;
+    }
+    if (sched_validate(plan, err) != 0) {
+        sched_free(plan);
+        return -1;
+    }
+    *out = plan;
+    return 0;
+}
+
+static int push(char **argv, int argc, char **storage, int *nstore, const char *text) {
+    storage[*nstore] = strdup(text);
+    argv[argc] = storage[*nstore];
+    (*nstore)++;
+    return argc + 1;
+}
+
+int run_config_to_args(const run_config *cfg, char **argv, int argc, char **storage) {
+    int ns = 0;
+    char buf[4096];
+#define ARG(flag, ...)                                       \
+    do {                                                     \
+        argc = push(argv, argc, storage, &ns, flag);         \
+        snprintf(buf, sizeof buf, __VA_ARGS__);              \
+        argc = push(argv, argc, storage, &ns, buf);          \
+    } while (0)
+    ARG("--schedule", "%s", cfg->schedule);
+    ARG("--microbatches", "%d", cfg->microbatches);
+    if (cfg->virtual_stages) ARG("--virtual-stages", "%d", cfg->virtual_stages);
+    ARG("--steps", "%d", cfg->steps);
+    ARG("--model", "%s", cfg->model_text);
+    if (cfg->data[0]) ARG("--data", "%s", cfg->data);
+    ARG("--device", "%s", cfg->device);
+    ARG("--seed", "%llu", (unsigned long long)cfg->seed);
+    ARG("--lr", "%.9g", (double)cfg->optim.lr);
+    ARG("--weight-decay", "%.9g", (double)cfg->optim.weight_decay);
+    ARG("--optimizer", "%s", cfg->optim.kind == MODEL_SGD ? "sgd" : "adamw");
+    ARG("--trace", "%s", cfg->trace ? "on" : "off");
+    if (cfg->checkpoint_dir[0]) ARG("--checkpoint-dir", "%s", cfg->checkpoint_dir);
+    if (cfg->checkpoint_every) ARG("--checkpoint-every", "%d", cfg->checkpoint_every);
+    if (cfg->resume) argc = push(argv, argc, storage, &ns, "--resume");
+    if (cfg->fail_at.enabled) {
+        int n = snprintf(buf, sizeof buf, "step=%d,rank=%d", cfg->fail_at.step, cfg->fail_at.rank);
+        if (cfg->fail_at.phase >= 0) n += snprintf(buf + n, sizeof buf - n, ",phase=%c", "FBW"[cfg->fail_at.phase]);
+        if (cfg->fail_at.mb >= 0) snprintf(buf + n, sizeof buf - n, ",mb=%d", cfg->fail_at.mb);
+        argc = push(argv, argc, storage, &ns, "--fail-at");
+        argc = push(argv, argc, storage, &ns, buf);
+    }
+    if (cfg->metrics[0]) ARG("--metrics", "%s", cfg->metrics);
+    if (cfg->save_weights[0]) ARG("--save-weights", "%s", cfg->save_weights);
+    if (cfg->ncuts) {
+        int n = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < cfg->ncuts && n < (int)sizeof buf - 16; i++)
+            n += snprintf(buf + n, sizeof buf - n, i ? ",%d" : "%d", cfg->cuts[i]);
+        argc = push(argv, argc, storage, &ns, "--pipeline-cuts");
+        argc = push(argv, argc, storage, &ns, buf);
+    }
+    ARG("--recv-timeout", "%dms", cfg->recv_timeout_ms);
+    ARG("--transport", "%s", cfg->transport);
+#undef ARG
+    storage[ns] = NULL;
+    argv[argc] = NULL;
+    return argc;
+}
+
+void run_config_free_args(char **storage) {
+    for (int i = 0; storage[i]; i++) free(storage[i]);
+}

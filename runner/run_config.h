@@ -1,0 +1,75 @@
+/* run_config.h: the options of a pipeline training job (`pprun run`).
+ *
+ * The launcher parses them (through the launcher's own option parser, which
+ * hands it every flag it does not know), validates them once, and passes them
+ * to every worker as the same flags (`pprun worker FLAGS`), so launcher and
+ * workers always agree on the job. */
+#ifndef PP_RUN_CONFIG_H
+#define PP_RUN_CONFIG_H
+#include <stdint.h>
+
+#include "runner/base/pp.h"
+#include "runner/model/model.h"
+#include "runner/pipe/sched.h"
+
+#define RUN_MAX_CUTS 256
+
+typedef struct run_fail_at {
+    int enabled;
+    int step, rank;
+    int phase; /* -1 = at the start of the step, else sched_op */
+    int mb;    /* -1 = any microbatch */
+} run_fail_at;
+
+typedef struct run_config {
+    char schedule[512];    /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | csv:FILE */
+    int microbatches;      /* m */
+    int virtual_stages;    /* v (0 = the schedule's default) */
+    int steps;
+    char model_text[256];
+    model_spec model;
+    char data[512];        /* "" = the embedded default corpus */
+    char device[16];       /* cpu | cuda */
+    uint64_t seed;
+    model_optim optim;
+    char db[512];
+    int trace;             /* 1 = on */
+    int serve;             /* 1 = --serve given */
+    char serve_addr[128];  /* HOST:PORT */
+    char token[256];
+    char checkpoint_dir[512];
+    int checkpoint_every;  /* steps; 0 = only at the end when a dir is given */
+    int resume;
+    run_fail_at fail_at;
+    char metrics[512];     /* JSON lines per step, "" = none */
+    char save_weights[512]; /* directory for each stage's final weights, "" = none */
+    int ncuts;
+    int cuts[RUN_MAX_CUTS];
+    int recv_timeout_ms;
+    char transport[8];     /* auto | shm | tcp */
+    char progress[8];      /* auto | on | off */
+} run_config;
+
+void run_config_default(run_config *cfg);
+
+/* Offers one option to the job's parser. `value` is the option's argument
+ * (NULL for flags that take none). Returns 1 if consumed, 0 if not a job
+ * option, -1 on a bad value (err names the option and what it accepts). */
+int run_config_option(run_config *cfg, const char *opt, const char *value, pp_err *err);
+/* Whether `opt` is a job option that takes a value (for the parser). */
+int run_config_takes_value(const char *opt);
+
+/* Cross-option checks, and the derived fields (model spec). */
+int run_config_finish(run_config *cfg, pp_err *err);
+
+/* Appends the job's options to argv (for `pprun worker`); returns the new
+ * argc. argv must have room for RUN_CONFIG_MAX_ARGS more entries; the strings
+ * are owned by `storage` (freed with run_config_free_args). */
+#define RUN_CONFIG_MAX_ARGS 64
+int run_config_to_args(const run_config *cfg, char **argv, int argc, char **storage);
+void run_config_free_args(char **storage);
+
+/* Builds the job's schedule for `ranks` ranks, validated. */
+int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err);
+
+#endif

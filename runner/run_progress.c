@@ -1,0 +1,200 @@
+/* run_progress.c: progress display and planned timeline of `pprun run`. */
+#include "runner/run_progress.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db/analyze.h"
+#include "runner/store.h"
+
+#define PROGRESS_POLL_NS (200ull * 1000000ull)
+
+struct run_progress {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int stop;
+    char host[256];
+    int port;
+    int steps, bar;         /* bar: draw a bar (terminal) instead of lines */
+    char db_path[512];
+    int64_t job_id;
+    const sched_plan *plan;
+    const run_config *cfg;
+    int last_step;          /* last step shown */
+    int plan_refreshed;
+    uint64_t t_start;
+};
+
+int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg,
+                            const sched_costs *costs, pp_err *err) {
+    sched_costs timed;
+    if (!costs && cfg->model.kind == MODEL_TIMED) {
+        timed = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
+        costs = &timed;
+    }
+    sched_sim *sim = NULL;
+    if (costs && sched_simulate(plan, costs, &sim, err) != 0) return -1;
+    size_t total = 0;
+    for (int r = 0; r < plan->ranks; r++) total += (size_t)plan->len[r];
+    db_plan_row *rows = calloc(total ? total : 1, sizeof *rows);
+    char (*names)[16] = calloc(total ? total : 1, sizeof *names);
+    if (!rows || !names) {
+        free(rows), free(names), sched_sim_free(sim);
+        return pp_fail(err, "out of memory");
+    }
+    static const char *phase[] = {"F", "B", "W"};
+    size_t n = 0;
+    for (int r = 0; r < plan->ranks; r++) {
+        int k = 0; /* index into actions[r] (and the simulator's spans) */
+        for (int slot = 0; slot < plan->nslots; slot++) {
+            const sched_action *a = &plan->slots[r][slot];
+            if (a->stage < 0) continue;
+            sched_action_str(a, names[n]);
+            rows[n] = (db_plan_row){
+                .rank = r, .slot = slot, .action = names[n], .stage = a->stage, .phase = phase[a->op],
+                .microbatch = a->mb, .sim_start_ns = -1, .sim_end_ns = -1,
+            };
+            if (sim && k < sim->nspans[r]) {
+                rows[n].sim_start_ns = (int64_t)sim->spans[r][k].start;
+                rows[n].sim_end_ns = (int64_t)sim->spans[r][k].end;
+            }
+            k++, n++;
+        }
+    }
+    int rc = db_insert_plan(d, job_id, rows, n, err);
+    free(rows), free(names), sched_sim_free(sim);
+    return rc;
+}
+
+/* The plan, re-simulated with the first step's measured F/B/W medians (the
+ * mean over stages of each phase's median). */
+static void refresh_plan(run_progress *p) {
+    if (!p->db_path[0] || p->plan_refreshed || p->cfg->model.kind == MODEL_TIMED) return;
+    p->plan_refreshed = 1;
+    db *d = NULL;
+    pp_err err;
+    int stages = p->plan->stages;
+    int64_t *med = calloc((size_t)stages * 3, sizeof *med);
+    if (med && db_open(p->db_path, &d, &err) == 0 && db_phase_medians(d, p->job_id, 0, stages, med, &err) == 0) {
+        double sum[3] = {0}, cnt[3] = {0};
+        for (int s = 0; s < stages; s++)
+            for (int ph = 0; ph < 3; ph++)
+                if (med[s * 3 + ph] >= 0) sum[ph] += (double)med[s * 3 + ph], cnt[ph]++;
+        if (cnt[0] && cnt[1] && cnt[2]) {
+            sched_costs c = {sum[0] / cnt[0], sum[1] / cnt[1], sum[2] / cnt[2], 0};
+            if (run_progress_write_plan(d, p->job_id, p->plan, p->cfg, &c, &err) != 0)
+                fprintf(stderr, "pprun run: planned timeline not updated: %s\n", err.msg);
+        }
+    }
+    db_close(d);
+    free(med);
+}
+
+static void show(run_progress *p, int step, double loss, double step_ms, double tok_s) {
+    int done = step + 1;
+    double elapsed = (double)(pp_now_ns() - p->t_start) / 1e9;
+    double eta = done > 0 ? elapsed / done * (p->steps - done) : 0;
+    if (p->bar) {
+        char bar[31];
+        int fill = p->steps ? done * 30 / p->steps : 30;
+        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        bar[30] = '\0';
+        fprintf(stderr, "\r[%s] step %d/%d  loss %.4f  %.1f ms/step  %.0f tok/s  ETA %.0fs ", bar, done, p->steps,
+                loss, step_ms, tok_s, eta);
+    } else {
+        fprintf(stderr, "step %d/%d loss %.4f step_ms %.1f tokens_per_s %.0f eta_s %.0f\n", done, p->steps, loss,
+                step_ms, tok_s, eta);
+    }
+    fflush(stderr);
+}
+
+static void poll_once(run_progress *p, store_client *store) {
+    void *val = NULL;
+    size_t len;
+    pp_err err;
+    if (store_get(store, "pprun/progress", &val, &len, &err) != 0) return;
+    int step;
+    double loss, ms, tok;
+    if (sscanf(val, "%d %lf %lf %lf", &step, &loss, &ms, &tok) == 4 && step != p->last_step) {
+        p->last_step = step;
+        show(p, step, loss, ms, tok);
+        refresh_plan(p);
+    }
+    free(val);
+}
+
+static void *progress_main(void *arg) {
+    run_progress *p = arg;
+    store_client *store = NULL;
+    pp_err err;
+    if (store_connect(p->host, p->port, 30ull * 1000000000ull, &store, &err) != 0) {
+        fprintf(stderr, "pprun run: progress display off: %s\n", err.msg);
+        return NULL;
+    }
+    pthread_mutex_lock(&p->lock);
+    while (!p->stop) {
+        pthread_mutex_unlock(&p->lock);
+        poll_once(p, store);
+        pthread_mutex_lock(&p->lock);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += (long)PROGRESS_POLL_NS;
+        if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
+        if (!p->stop) pthread_cond_timedwait(&p->wake, &p->lock, &until);
+    }
+    pthread_mutex_unlock(&p->lock);
+    poll_once(p, store); /* the last step */
+    store_close(store);
+    if (p->bar && p->last_step >= 0) fputc('\n', stderr);
+    return NULL;
+}
+
+int run_progress_start(const char *store_addr, int steps, const char *mode, const char *db_path, int64_t job_id,
+                       const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err) {
+    *out = NULL;
+    int show_anything = strcmp(mode, "off") != 0;
+    if (!show_anything && !db_path) return 0;
+    run_progress *p = calloc(1, sizeof *p);
+    if (!p) return pp_fail(err, "out of memory");
+    if (store_parse_addr(store_addr, p->host, sizeof p->host, &p->port, err) != 0) {
+        free(p);
+        return -1;
+    }
+    p->steps = steps;
+    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(STDERR_FILENO));
+    if (db_path) snprintf(p->db_path, sizeof p->db_path, "%s", db_path);
+    p->job_id = job_id;
+    p->plan = plan;
+    p->cfg = cfg;
+    p->last_step = -1;
+    p->t_start = pp_now_ns();
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    if (!show_anything) p->bar = 0;
+    if (pthread_create(&p->thread, NULL, progress_main, p) != 0) {
+        free(p);
+        return pp_fail(err, "cannot start the progress thread");
+    }
+    *out = p;
+    return 0;
+}
+
+void run_progress_stop(run_progress *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = 1;
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->wake);
+    free(p);
+}

@@ -1,0 +1,34 @@
+/* run_progress.h: what `pprun run` shows while a job runs, and the planned
+ * timeline it keeps in the database.
+ *
+ * The rank holding the last stage publishes each finished step in the job's
+ * store ("pprun/progress": step, loss, step ms, tokens/s). A thread of the
+ * launcher polls it and prints a progress bar on a terminal (step/steps,
+ * loss, step time, tokens/s, ETA) or plain lines otherwise. Once the first
+ * step is in, it re-simulates the plan with the measured F/B/W medians and
+ * rewrites the `plan` table (the planned timeline beside the measured one). */
+#ifndef PP_RUN_PROGRESS_H
+#define PP_RUN_PROGRESS_H
+#include <stdint.h>
+
+#include "db/db.h"
+#include "runner/base/pp.h"
+#include "runner/pipe/sched.h"
+#include "runner/run_config.h"
+
+typedef struct run_progress run_progress;
+
+/* mode: "auto" (bar on a terminal, lines otherwise), "on", "off". db_path
+ * NULL: no plan refresh. plan and cfg must outlive the thread. */
+int run_progress_start(const char *store_addr, int steps, const char *mode, const char *db_path, int64_t job_id,
+                       const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err);
+/* Stops and frees; NULL is fine. */
+void run_progress_stop(run_progress *p);
+
+/* Writes the plan table: each rank's grid and, with costs (time units = ns),
+ * the simulated timeline. costs NULL: the timed model's costs, or no
+ * simulated times for models whose costs are not known yet. */
+int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg,
+                            const sched_costs *costs, pp_err *err);
+
+#endif

@@ -1,0 +1,304 @@
+/* test_run.c: `pprun run` end to end, with real worker processes.
+ *
+ * The numerics contract (DESIGN.md §5): every schedule gives bitwise the same
+ * per-microbatch losses and final weights as the one-stage run; resuming from
+ * a checkpoint equals the uninterrupted run. Plus failures, bad input and the
+ * timed model against the simulator. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runner/pipe/sched.h"
+
+/* Small enough that a 3-step run of 4 ranks takes well under a second. */
+#define SMALL_MODEL "gpt:layers=8,dim=32,heads=2,seq=16,batch=2"
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pprun-test-run-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void remove_tmpdir(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* Runs a shell command line; returns its exit status; output (stdout+stderr)
+ * goes to `out` (malloc'ed, caller frees) when out is not NULL. */
+static int sh(char **out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int sh(char **out, const char *fmt, ...) {
+    char cmd[4096], path[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(path, sizeof path, "%s/out.txt", tmpdir);
+    char full[5000];
+    snprintf(full, sizeof full, "(%s) >'%s' 2>&1 </dev/null", cmd, path);
+    int status = system(full);
+    if (out) {
+        FILE *f = fopen(path, "r");
+        cr_assert_not_null(f);
+        fseek(f, 0, SEEK_END);
+        long n = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        *out = calloc(1, (size_t)n + 1);
+        cr_assert_eq(fread(*out, 1, (size_t)n, f), (size_t)n);
+        fclose(f);
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    buf[got] = '\0';
+    if (len) *len = got;
+    return buf;
+}
+
+/* Every line's "losses":[...] of a metrics file, concatenated. */
+static char *losses_of(const char *metrics_path) {
+    char *text = read_file(metrics_path, NULL);
+    cr_assert_not_null(text, "no metrics file %s", metrics_path);
+    size_t cap = strlen(text) + 1;
+    char *out = calloc(1, cap);
+    for (char *p = strstr(text, "\"losses\":"); p; p = strstr(p + 1, "\"losses\":")) {
+        char *end = strchr(p, ']');
+        cr_assert_not_null(end);
+        strncat(out, p, (size_t)(end - p + 1));
+        strcat(out, "\n");
+    }
+    free(text);
+    return out;
+}
+
+/* Concatenation of DIR/stage_0.f32 .. stage_{S-1}.f32. */
+static char *weights_of(const char *dir, int stages, size_t *len) {
+    size_t total = 0;
+    char *all = NULL;
+    for (int s = 0; s < stages; s++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/stage_%d.f32", dir, s);
+        size_t n;
+        char *w = read_file(path, &n);
+        cr_assert_not_null(w, "missing %s", path);
+        all = realloc(all, total + n);
+        memcpy(all + total, w, n);
+        total += n;
+        free(w);
+    }
+    *len = total;
+    return all;
+}
+
+/* Runs a job; returns the exit status. */
+static int run_job(const char *name, int ranks, const char *schedule, int v, int m, const char *extra, char **out) {
+    char vflag[32] = "";
+    if (v) snprintf(vflag, sizeof vflag, "--virtual-stages %d", v);
+    return sh(out,
+              "%s run --nproc-per-node %d --schedule %s %s --microbatches %d --steps 3 --model " SMALL_MODEL
+              " --trace off --progress off --metrics %s/%s.jsonl --save-weights %s/%s.w %s",
+              PPRUN_BIN, ranks, schedule, vflag, m, tmpdir, name, tmpdir, name, extra ? extra : "");
+}
+
+TestSuite(run, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600);
+
+Test(run, every_schedule_matches_the_one_stage_run_bit_for_bit) {
+    static const struct {
+        const char *schedule;
+        int v;
+    } cases[] = {{"gpipe", 0}, {"1f1b", 0}, {"interleaved-1f1b", 2}, {"zb-h1", 0}, {"zb-v", 2}};
+    static const int ms[] = {4, 8};
+    static const int ps[] = {2, 4};
+    for (size_t mi = 0; mi < 2; mi++) {
+        int m = ms[mi];
+        char ref[32], *out = NULL;
+        snprintf(ref, sizeof ref, "ref_m%d", m);
+        int rc = run_job(ref, 1, "1f1b", 0, m, NULL, &out);
+        cr_assert_eq(rc, 0, "one-stage run failed:\n%s", out);
+        free(out);
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, ref);
+        char *ref_losses = losses_of(path);
+        snprintf(path, sizeof path, "%s/%s.w", tmpdir, ref);
+        size_t ref_len;
+        char *ref_w = weights_of(path, 1, &ref_len);
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+            for (size_t pi = 0; pi < 2; pi++) {
+                int p = ps[pi], v = cases[ci].v ? cases[ci].v : 1;
+                char name[64];
+                snprintf(name, sizeof name, "%s_p%d_m%d", cases[ci].schedule, p, m);
+                rc = run_job(name, p, cases[ci].schedule, cases[ci].v, m, NULL, &out);
+                cr_assert_eq(rc, 0, "%s failed:\n%s", name, out);
+                free(out);
+                snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, name);
+                char *losses = losses_of(path);
+                cr_assert_str_eq(losses, ref_losses, "%s: losses differ from the one-stage run", name);
+                free(losses);
+                snprintf(path, sizeof path, "%s/%s.w", tmpdir, name);
+                size_t len;
+                char *w = weights_of(path, p * v, &len);
+                cr_assert_eq(len, ref_len, "%s: weight count differs", name);
+                cr_assert(memcmp(w, ref_w, len) == 0, "%s: final weights differ from the one-stage run", name);
+                free(w);
+            }
+        free(ref_losses);
+        free(ref_w);
+    }
+}
+
+Test(run, a_restarted_job_resumes_from_its_checkpoint_bit_for_bit) {
+    char *out = NULL;
+    int rc = run_job("straight", 4, "1f1b", 0, 4, NULL, &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char extra[512];
+    snprintf(extra, sizeof extra, "--checkpoint-dir %s/ckpt --checkpoint-every 1 --fail-at step=2,rank=1 --max-restarts 1",
+             tmpdir);
+    rc = run_job("restarted", 4, "1f1b", 0, 4, extra, &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/straight.w", tmpdir);
+    snprintf(b, sizeof b, "%s/restarted.w", tmpdir);
+    size_t la, lb;
+    char *wa = weights_of(a, 4, &la), *wb = weights_of(b, 4, &lb);
+    cr_assert_eq(la, lb);
+    cr_assert(memcmp(wa, wb, la) == 0, "resumed run's weights differ from the uninterrupted run");
+    free(wa);
+    free(wb);
+    /* The metrics of the restarted run hold step 2 (rerun after the restart). */
+    snprintf(a, sizeof a, "%s/restarted.jsonl", tmpdir);
+    char *text = read_file(a, NULL);
+    cr_assert(strstr(text, "\"step\":2"), "%s", text);
+    free(text);
+}
+
+Test(run, resume_flag_continues_a_finished_checkpoint) {
+    char *out = NULL, extra[512];
+    snprintf(extra, sizeof extra, "--checkpoint-dir %s/ck --checkpoint-every 1", tmpdir);
+    int rc = sh(&out,
+                "%s run --nproc-per-node 2 --microbatches 4 --steps 2 --model " SMALL_MODEL
+                " --trace off --progress off %s && %s run --nproc-per-node 2 --microbatches 4 --steps 3 --model " SMALL_MODEL
+                " --trace off --progress off %s --resume --save-weights %s/resumed.w",
+                PPRUN_BIN, extra, PPRUN_BIN, extra, tmpdir);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    rc = sh(&out,
+            "%s run --nproc-per-node 2 --microbatches 4 --steps 3 --model " SMALL_MODEL
+            " --trace off --progress off --save-weights %s/straight.w",
+            PPRUN_BIN, tmpdir);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/straight.w", tmpdir);
+    snprintf(b, sizeof b, "%s/resumed.w", tmpdir);
+    size_t la, lb;
+    char *wa = weights_of(a, 2, &la), *wb = weights_of(b, 2, &lb);
+    cr_assert_eq(la, lb);
+    cr_assert(memcmp(wa, wb, la) == 0, "--resume gave different weights than the uninterrupted run");
+    free(wa);
+    free(wb);
+}
+
+Test(run, the_default_model_learns) {
+    char *out = NULL, path[512];
+    int rc = sh(&out, "%s run --steps 40 --trace off --progress off --metrics %s/m.jsonl", PPRUN_BIN, tmpdir);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    snprintf(path, sizeof path, "%s/m.jsonl", tmpdir);
+    char *text = read_file(path, NULL);
+    double first = 0, last = 0;
+    int n = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"), n++) {
+        char *p = strstr(line, "\"loss\":");
+        cr_assert_not_null(p, "%s", line);
+        double loss = atof(p + 7);
+        if (n < 5) first += loss / 5;
+        if (n >= 35) last += loss / 5;
+    }
+    cr_assert_eq(n, 40, "expected 40 metric lines, got %d", n);
+    cr_assert_lt(last, first * 0.8, "loss did not fall: first 5 steps %.4f, last 5 %.4f", first, last);
+    free(text);
+}
+
+Test(run, a_crashed_rank_fails_the_job_and_is_named) {
+    char *out = NULL;
+    int rc = sh(&out, "%s run --nproc-per-node 4 --steps 3 --microbatches 4 --model " SMALL_MODEL
+                      " --trace off --progress off --fail-at step=1,rank=2,phase=B",
+                PPRUN_BIN);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert(strstr(out, "SIGKILL"), "%s", out);
+    cr_assert(strstr(out, "rank") && strstr(out, "2"), "%s", out);
+    free(out);
+}
+
+Test(run, impossible_requests_exit_2_naming_the_constraint) {
+    static const struct {
+        const char *args, *expect;
+    } cases[] = {
+        {"--schedule zb-v --virtual-stages 3", "virtual-stages"},
+        {"--schedule nope", "accepted"},
+        {"--microbatches 0", "--microbatches"},
+        {"--model gpt:layers=2 --nproc-per-node 4", "layers"},
+        {"--schedule interleaved-1f1b --microbatches 6", "6"},
+        {"--data /nonexistent/file.txt", "/nonexistent/file.txt"},
+        {"--fail-at step=1", "rank"},
+        {"--no-such-flag", "--no-such-flag"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        int rc = sh(&out, "%s run --trace off --progress off --steps 1 %s", PPRUN_BIN, cases[i].args);
+        cr_assert_eq(rc, 2, "'%s' gave exit %d:\n%s", cases[i].args, rc, out);
+        cr_assert(strstr(out, cases[i].expect), "'%s': message does not name '%s':\n%s", cases[i].args,
+                  cases[i].expect, out);
+        free(out);
+    }
+}
+
+/* The timed model makes op costs exact; the measured step time must follow
+ * the simulator (a generous bound: the tight comparison is in bench/). */
+Test(run, timed_model_step_time_follows_the_simulator) {
+    static const char *schedules[] = {"gpipe", "1f1b", "zb-h1"};
+    for (size_t i = 0; i < 3; i++) {
+        char *out = NULL, path[512];
+        int rc = sh(&out,
+                    "%s run --nproc-per-node 4 --schedule %s --microbatches 8 --steps 3 "
+                    "--model timed:f=5ms,b=5ms,w=5ms,act=16KiB --trace off --progress off --metrics %s/t.jsonl",
+                    PPRUN_BIN, schedules[i], tmpdir);
+        cr_assert_eq(rc, 0, "%s", out);
+        free(out);
+        sched_plan *plan = NULL;
+        sched_sim *sim = NULL;
+        pp_err err;
+        sched_costs costs = {5, 5, 5, 0};
+        cr_assert_eq(sched_build(schedules[i], 4, 8, 1, &costs, &plan, &err), 0, "%s", err.msg);
+        cr_assert_eq(sched_simulate(plan, &costs, &sim, &err), 0, "%s", err.msg);
+        snprintf(path, sizeof path, "%s/t.jsonl", tmpdir);
+        char *text = read_file(path, NULL);
+        /* The last step: the pipeline is warm. */
+        char *p = NULL;
+        for (char *q = strstr(text, "\"step_ms\":"); q; q = strstr(q + 1, "\"step_ms\":")) p = q;
+        cr_assert_not_null(p, "%s", text);
+        double measured = atof(p + 10), predicted = sim->step_time;
+        cr_assert(measured > predicted * 0.9 && measured < predicted * 1.6,
+                  "%s: measured step %.1f ms, simulator %.1f ms", schedules[i], measured, predicted);
+        free(text);
+        sched_sim_free(sim);
+        sched_free(plan);
+    }
+}
