@@ -1,0 +1,245 @@
+/* gpt_layers.c: the CPU kernels of the gpt model (forward, B and W of each
+ * layer), after llm.c's train_gpt2.c, with every matmul on cblas_sgemm. */
+#include "runner/model/gpt_layers.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
+                 const float *B, int ldb, float *Cm, int ldc, model_gemm_stats *st) {
+    uint64_t t0 = st ? pp_now_ns() : 0;
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, Cm, ldc);
+    if (st) {
+        st->ns += pp_now_ns() - t0;
+        st->calls++;
+        st->flops += 2.0 * M * N * K;
+    }
+}
+
+void gpt_linear_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                        model_gemm_stats *st) {
+    gemm(CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, out, OC, st);
+    if (!bias) return;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] += bias[o];
+}
+
+void gpt_linear_backward_input(float *dinp, const float *dout, const float *w, int N, int C, int OC,
+                               model_gemm_stats *st) {
+    gemm(CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, dinp, C, st);
+}
+
+void gpt_linear_backward_weight(float *dw, float *dbias, const float *dout, const float *inp, int N, int C, int OC,
+                                model_gemm_stats *st) {
+    gemm(CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, dw, C, st);
+    if (!dbias) return;
+    memset(dbias, 0, sizeof(float) * (size_t)OC);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) dbias[o] += dout[(size_t)n * OC + o];
+}
+
+void gpt_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *g, const float *b,
+                           int N, int C) {
+    const float eps = 1e-5f;
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float m = 0.0f;
+        for (int i = 0; i < C; i++) m += x[i];
+        m /= (float)C;
+        float v = 0.0f;
+        for (int i = 0; i < C; i++) v += (x[i] - m) * (x[i] - m);
+        v /= (float)C;
+        float s = 1.0f / sqrtf(v + eps);
+        float *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++) o[i] = (s * (x[i] - m)) * g[i] + b[i];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void gpt_layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *mean,
+                                  const float *rstd, const float *g, int N, int C) {
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        float m = mean[n], s = rstd[n];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int i = 0; i < C; i++) {
+            float xhat = (x[i] - m) * s, dnorm = g[i] * d[i];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * xhat;
+        }
+        dnorm_mean /= (float)C;
+        dnorm_norm_mean /= (float)C;
+        float *di = dinp + (size_t)n * C;
+        for (int i = 0; i < C; i++) {
+            float xhat = (x[i] - m) * s, dnorm = g[i] * d[i];
+            di[i] = (dnorm - dnorm_mean - xhat * dnorm_norm_mean) * s;
+        }
+    }
+}
+
+void gpt_layernorm_backward_weight(float *dg, float *db, const float *dout, const float *inp, const float *mean,
+                                   const float *rstd, int N, int C) {
+    memset(dg, 0, sizeof(float) * (size_t)C);
+    memset(db, 0, sizeof(float) * (size_t)C);
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+        for (int i = 0; i < C; i++) {
+            dg[i] += (x[i] - mean[n]) * rstd[n] * d[i];
+            db[i] += d[i];
+        }
+    }
+}
+
+void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H) {
+    int hs = C / H, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                float *a = att + (((size_t)b * H + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float dot = 0.0f;
+                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
+                    dot *= scale;
+                    a[t2] = dot;
+                    if (dot > maxv) maxv = dot;
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = expf(a[t2] - maxv);
+                    sum += a[t2];
+                }
+                float inv = 1.0f / sum;
+                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
+                float *o = out + ((size_t)b * T + t) * C + h * hs;
+                memset(o, 0, sizeof(float) * (size_t)hs);
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
+                }
+            }
+}
+
+void gpt_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
+                            int T, int C, int H) {
+    int hs = C / H, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    memset(dqkv, 0, sizeof(float) * (size_t)B * T * C3);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                const float *a = att + (((size_t)b * H + h) * T + t) * T;
+                const float *d = dout + ((size_t)b * T + t) * C + h * hs;
+                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+                /* through the weighted sum of values */
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    float s = 0.0f;
+                    for (int i = 0; i < hs; i++) {
+                        s += v[i] * d[i];
+                        dv[i] += a[t2] * d[i];
+                    }
+                    datt[t2] = s;
+                }
+                /* through the softmax: dpre = a * (datt - sum(a * datt)) */
+                float dot = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * datt[t2];
+                for (int t2 = 0; t2 <= t; t2++) {
+                    float dpre = a[t2] * (datt[t2] - dot) * scale;
+                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += k[i] * dpre;
+                        dk[i] += q[i] * dpre;
+                    }
+                }
+            }
+}
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+void gpt_gelu_forward(float *out, const float *inp, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
+    }
+}
+
+void gpt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u), sech2 = 1.0f - th * th;
+        float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = local * dout[i];
+    }
+}
+
+void gpt_embedding_forward(float *out, const uint8_t *tokens, const float *wte, const float *wpe, int B, int T,
+                           int C) {
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            float *o = out + ((size_t)b * T + t) * C;
+            const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) o[i] = e[i] + p[i];
+        }
+}
+
+void gpt_embedding_backward_weight(float *dwte, float *dwpe, const float *dout, const uint8_t *tokens, int B, int T,
+                                   int C, int V) {
+    memset(dwte, 0, sizeof(float) * (size_t)V * C);
+    memset(dwpe, 0, sizeof(float) * (size_t)T * C);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float *d = dout + ((size_t)b * T + t) * C;
+            float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) {
+                e[i] += d[i];
+                p[i] += d[i];
+            }
+        }
+}
+
+float gpt_head_forward(float *probs, const float *x, const float *w, const uint8_t *targets, int N, int C, int V,
+                       model_gemm_stats *st) {
+    gemm(CblasNoTrans, CblasTrans, N, V, C, x, C, w, C, probs, V, st);
+    double total = 0.0;
+    for (int n = 0; n < N; n++) {
+        float *p = probs + (size_t)n * V;
+        float maxv = -INFINITY;
+        for (int i = 0; i < V; i++)
+            if (p[i] > maxv) maxv = p[i];
+        /* the loss from the logits, so that a vanishing probability stays finite */
+        float target_logit = p[targets[n]] - maxv;
+        float sum = 0.0f;
+        for (int i = 0; i < V; i++) {
+            p[i] = expf(p[i] - maxv);
+            sum += p[i];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < V; i++) p[i] *= inv;
+        total += log((double)sum) - (double)target_logit;
+    }
+    return (float)(total / N);
+}
+
+void gpt_head_backward_input(float *dx, float *probs_to_dlogits, const float *w, const uint8_t *targets,
+                             float scale, int N, int C, int V, model_gemm_stats *st) {
+    for (int n = 0; n < N; n++) {
+        float *p = probs_to_dlogits + (size_t)n * V;
+        for (int i = 0; i < V; i++) p[i] = (p[i] - (i == targets[n] ? 1.0f : 0.0f)) * scale;
+    }
+    gemm(CblasNoTrans, CblasNoTrans, N, C, V, probs_to_dlogits, V, w, C, dx, C, st);
+}
+
+void gpt_head_backward_weight(float *dw, const float *dlogits, const float *x, int N, int C, int V,
+                              model_gemm_stats *st) {
+    gemm(CblasTrans, CblasNoTrans, V, C, N, dlogits, V, x, C, dw, C, st);
+}
