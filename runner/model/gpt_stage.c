@@ -141,16 +141,31 @@ int gpt_stage_init(model_stage *s, pp_err *err) {
     return 0;
 }
 
-static void free_mb(gpt_state *g, mb_save *m) {
+/* Sizes in bytes of the per-microbatch buffers (they go back to the pool by size). */
+static size_t sz_keep(const gpt_state *g) { return sizeof(float) * (9 * (size_t)g->N * g->C + 4 * (size_t)g->N); }
+static size_t sz_bonly(const gpt_state *g) {
+    return sizeof(float) * (7 * (size_t)g->N * g->C + (size_t)g->B * g->H * g->T * g->T);
+}
+static size_t sz_bsave(const gpt_state *g) { return sizeof(float) * 11 * (size_t)g->N * g->C; }
+static size_t sz_nc(const gpt_state *g) { return sizeof(float) * (size_t)g->N * g->C; }
+static size_t sz_n(const gpt_state *g) { return sizeof(float) * (size_t)g->N; }
+static size_t sz_nv(const gpt_state *g) { return sizeof(float) * (size_t)g->N * VOCAB; }
+
+static void free_mb(model_stage *s, mb_save *m) {
+    gpt_state *g = s->gpt;
+    model_pool *pool = &s->pool;
     if (m->blocks)
         for (int i = 0; i < g->nblocks; i++) {
-            free(m->blocks[i].keep);
-            free(m->blocks[i].bonly);
-            free(m->blocks[i].bsave);
+            model_pool_put(pool, m->blocks[i].keep, sz_keep(g));
+            model_pool_put(pool, m->blocks[i].bonly, sz_bonly(g));
+            model_pool_put(pool, m->blocks[i].bsave, sz_bsave(g));
         }
     free(m->blocks);
-    free(m->tokens), free(m->targets), free(m->x0), free(m->dx0);
-    free(m->lnf), free(m->meanf), free(m->rstdf), free(m->probs), free(m->dlnf);
+    free(m->tokens), free(m->targets);
+    model_pool_put(pool, m->x0, sz_nc(g)), model_pool_put(pool, m->dx0, sz_nc(g));
+    model_pool_put(pool, m->lnf, sz_nc(g)), model_pool_put(pool, m->dlnf, sz_nc(g));
+    model_pool_put(pool, m->meanf, sz_n(g)), model_pool_put(pool, m->rstdf, sz_n(g));
+    model_pool_put(pool, m->probs, sz_nv(g));
     memset(m, 0, sizeof *m);
 }
 
@@ -158,17 +173,18 @@ void gpt_stage_free(model_stage *s) {
     gpt_state *g = s->gpt;
     if (!g) return;
     if (g->mbs)
-        for (int i = 0; i < s->microbatches; i++) free_mb(g, &g->mbs[i]);
+        for (int i = 0; i < s->microbatches; i++) free_mb(s, &g->mbs[i]);
     free(g->mbs), free(g->bp);
     free(g->scratch_4nc), free(g->scratch_nc), free(g->scratch_nc2), free(g->scratch_t);
     free(g);
     s->gpt = NULL;
 }
 
-static int block_alloc_f(gpt_state *g, block_save *b) {
+static int block_alloc_f(model_stage *s, block_save *b) {
+    gpt_state *g = s->gpt;
     size_t N = (size_t)g->N, NC = N * (size_t)g->C;
-    b->keep = malloc(sizeof(float) * (9 * NC + 4 * N));
-    b->bonly = malloc(sizeof(float) * (7 * NC + (size_t)g->B * g->H * g->T * g->T));
+    b->keep = model_pool_get(&s->pool, sz_keep(g));
+    b->bonly = model_pool_get(&s->pool, sz_bonly(g));
     if (!b->keep || !b->bonly) return -1;
     float *p = b->keep;
     b->out = p, p += NC;
@@ -201,11 +217,12 @@ static void block_forward(gpt_state *g, const block_params *w, block_save *b, co
 }
 
 /* d: the gradient of the block output on entry, of the block input on return. */
-static int block_backward_input(gpt_state *g, const block_params *w, block_save *b, const float *x, float *d,
-                                model_gemm_stats *st) {
+static int block_backward_input(model_stage *s, const block_params *w, block_save *b, const float *x, float *d) {
+    gpt_state *g = s->gpt;
+    model_gemm_stats *st = &s->gemm;
     int N = g->N, C = g->C;
     size_t NC = (size_t)N * C;
-    b->bsave = malloc(sizeof(float) * 11 * NC);
+    b->bsave = model_pool_get(&s->pool, sz_bsave(g));
     if (!b->bsave) return -1;
     b->dout = b->bsave, b->dfch = b->bsave + NC, b->dln2 = b->bsave + 5 * NC, b->dres2 = b->bsave + 6 * NC;
     b->dqkv = b->bsave + 7 * NC, b->dln1 = b->bsave + 10 * NC;
@@ -221,7 +238,7 @@ static int block_backward_input(gpt_state *g, const block_params *w, block_save 
     gpt_linear_backward_input(b->dln1, b->dqkv, w->wqkv, N, C, 3 * C, st);
     gpt_layernorm_backward_input(tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C);
     for (size_t i = 0; i < NC; i++) d[i] = b->dres2[i] + tmp[i];
-    free(b->bonly); /* qkv, fch and att served B only */
+    model_pool_put(&s->pool, b->bonly, sz_bonly(g)); /* qkv, fch and att served B only */
     b->bonly = NULL;
     return 0;
 }
@@ -250,7 +267,7 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
     if (s->is_last && (!targets || !loss))
         return pp_fail(err, "gpt stage: F of mb %d on the last stage needs targets and a loss", mb);
     if (!s->is_last && !out) return pp_fail(err, "gpt stage: F of mb %d needs an output buffer", mb);
-    m->x0 = malloc(sizeof(float) * NC);
+    m->x0 = model_pool_get(&s->pool, sz_nc(g));
     m->blocks = calloc((size_t)g->nblocks + 1, sizeof *m->blocks);
     if (!m->x0 || !m->blocks) goto oom;
     if (s->is_first) {
@@ -261,15 +278,15 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
         memcpy(m->x0, in, sizeof(float) * NC);
     }
     for (int i = 0; i < g->nblocks; i++) {
-        if (block_alloc_f(g, &m->blocks[i]) != 0) goto oom;
+        if (block_alloc_f(s, &m->blocks[i]) != 0) goto oom;
         block_forward(g, &g->bp[i], &m->blocks[i], block_input(m, i), &s->gemm);
     }
     if (s->is_last) {
         m->targets = malloc(N);
-        m->lnf = malloc(sizeof(float) * NC);
-        m->meanf = malloc(sizeof(float) * N);
-        m->rstdf = malloc(sizeof(float) * N);
-        m->probs = malloc(sizeof(float) * N * VOCAB);
+        m->lnf = model_pool_get(&s->pool, sz_nc(g));
+        m->meanf = model_pool_get(&s->pool, sz_n(g));
+        m->rstdf = model_pool_get(&s->pool, sz_n(g));
+        m->probs = model_pool_get(&s->pool, sz_nv(g));
         if (!m->targets || !m->lnf || !m->meanf || !m->rstdf || !m->probs) goto oom;
         memcpy(m->targets, targets, N);
         gpt_layernorm_forward(m->lnf, m->meanf, m->rstdf, stage_top(g, m), g->lnfg, g->lnfb, g->N, g->C);
@@ -279,7 +296,7 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
     }
     return 0;
 oom:
-    free_mb(g, m);
+    free_mb(s, m);
     return pp_fail(err, "gpt stage: out of memory saving the activations of mb %d", mb);
 }
 
@@ -293,16 +310,16 @@ int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     if (s->is_last) {
         /* the step's loss is the mean over microbatches, hence 1/(N*m) */
         float scale = 1.0f / ((float)N * (float)s->microbatches);
-        if (!(m->dlnf = malloc(sizeof(float) * NC))) goto oom;
+        if (!(m->dlnf = model_pool_get(&s->pool, sz_nc(g)))) goto oom;
         gpt_head_backward_input(m->dlnf, m->probs, g->whead, m->targets, scale, g->N, g->C, VOCAB, &s->gemm);
         gpt_layernorm_backward_input(d, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->lnfg, g->N, g->C);
     } else {
         memcpy(d, grad_out, sizeof(float) * NC);
     }
     for (int i = g->nblocks - 1; i >= 0; i--)
-        if (block_backward_input(g, &g->bp[i], &m->blocks[i], block_input(m, i), d, &s->gemm) != 0) goto oom;
+        if (block_backward_input(s, &g->bp[i], &m->blocks[i], block_input(m, i), d) != 0) goto oom;
     if (s->is_first) {
-        if (!(m->dx0 = malloc(sizeof(float) * NC))) goto oom;
+        if (!(m->dx0 = model_pool_get(&s->pool, sz_nc(g)))) goto oom;
         memcpy(m->dx0, d, sizeof(float) * NC);
     } else {
         memcpy(grad_in, d, sizeof(float) * NC);
@@ -331,6 +348,6 @@ int gpt_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err) {
         gpt_layernorm_backward_weight(p, p + C, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->N, g->C);
         gpt_head_backward_weight(p + 2 * C, m->probs, m->lnf, g->N, g->C, VOCAB, &s->gemm);
     }
-    free_mb(g, m);
+    free_mb(s, m);
     return 0;
 }

@@ -9,6 +9,18 @@
 #include "runner/model/gpt_layers.h"
 
 typedef struct gpt_state gpt_state;
+
+/* Free buffers kept for reuse: activations are allocated and released every
+ * microbatch, and fresh pages from the kernel would be faulted in inside the
+ * GEMMs (measured: a third of their time). Owned by the stage; holds at most
+ * the peak of what was in use. */
+typedef struct model_pool {
+    size_t n, cap;
+    struct pool_entry { void *p; size_t size; } *free;
+} model_pool;
+void *model_pool_get(model_pool *pool, size_t size); /* NULL when out of memory */
+void model_pool_put(model_pool *pool, void *p, size_t size); /* p may be NULL */
+void model_pool_clear(model_pool *pool);
 typedef struct timed_state timed_state;
 
 /* Per-microbatch progress: F, then B, then W, then back to empty. */
@@ -33,6 +45,7 @@ struct model_stage {
     gpt_state *gpt;
     timed_state *timed;
     model_gemm_stats gemm;
+    model_pool pool; /* activations and pending gradients */
 };
 
 /* model_stage.c: checks that op may run on mb now ("F"/"B"/"W"). */

@@ -17,8 +17,38 @@ int model_mb_check(model_stage *s, int mb, int want_state, const char *op, pp_er
     return 0;
 }
 
+void *model_pool_get(model_pool *pool, size_t size) {
+    for (size_t i = pool->n; i-- > 0;)
+        if (pool->free[i].size == size) {
+            void *p = pool->free[i].p;
+            pool->free[i] = pool->free[--pool->n];
+            return p;
+        }
+    return malloc(size ? size : 1);
+}
+
+void model_pool_put(model_pool *pool, void *p, size_t size) {
+    if (!p) return;
+    if (pool->n == pool->cap) {
+        size_t cap = pool->cap ? 2 * pool->cap : 64;
+        struct pool_entry *nf = realloc(pool->free, cap * sizeof *nf);
+        if (!nf) { /* keeping the buffer is an optimisation only */
+            free(p);
+            return;
+        }
+        pool->free = nf, pool->cap = cap;
+    }
+    pool->free[pool->n++] = (struct pool_entry){p, size};
+}
+
+void model_pool_clear(model_pool *pool) {
+    for (size_t i = 0; i < pool->n; i++) free(pool->free[i].p);
+    free(pool->free);
+    memset(pool, 0, sizeof *pool);
+}
+
 float *model_pending(model_stage *s, int mb, pp_err *err) {
-    if (!s->pending[mb] && !(s->pending[mb] = malloc(sizeof(float) * (s->nparams ? s->nparams : 1))))
+    if (!s->pending[mb] && !(s->pending[mb] = model_pool_get(&s->pool, sizeof(float) * s->nparams)))
         pp_fail(err, "model: out of memory for the weight gradient of microbatch %d", mb);
     return s->pending[mb];
 }
@@ -30,7 +60,7 @@ void model_commit(model_stage *s, int mb) {
     while (s->next_acc < s->microbatches && s->pending[s->next_acc] && s->mb_state[s->next_acc] == MB_EMPTY) {
         float *p = s->pending[s->next_acc];
         for (size_t i = 0; i < s->nparams; i++) s->grad[i] += p[i];
-        free(p);
+        model_pool_put(&s->pool, p, sizeof(float) * s->nparams);
         s->pending[s->next_acc++] = NULL;
     }
 }
@@ -78,6 +108,7 @@ void model_stage_free(model_stage *s) {
     timed_stage_free(s);
     if (s->pending)
         for (int i = 0; i < s->microbatches; i++) free(s->pending[i]);
+    model_pool_clear(&s->pool);
     free(s->pending), free(s->mb_state);
     free(s->params), free(s->grad), free(s->adam_m), free(s->adam_v);
     free(s);
