@@ -171,12 +171,30 @@ Test(model_pipeline, timed_moves_intact_buffers_and_sleeps) {
     model_stage *first, *second;
     cr_assert_eq(model_stage_create(&sp, 0, 2, 1, 0, 7, 1, &first, &err), 0);
     cr_assert_eq(model_stage_create(&sp, 2, 6, 0, 1, 7, 1, &second, &err), 0);
-    uint8_t *act = malloc(10000);
+    uint8_t *act = malloc(10000), *grad = malloc(10000);
     float loss;
+    /* each op on its own takes at least its time */
+    uint64_t a = pp_now_ns();
+    cr_assert_eq(model_stage_forward(first, 0, NULL, NULL, NULL, act, NULL, &err), 0, "%s", err.msg);
+    uint64_t b = pp_now_ns();
+    cr_assert_eq(model_stage_forward(second, 0, act, NULL, NULL, NULL, &loss, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_stage_backward_input(second, 0, NULL, grad, &err), 0, "%s", err.msg);
+    uint64_t c = pp_now_ns();
+    cr_assert_eq(model_stage_backward_input(first, 0, grad, NULL, &err), 0, "%s", err.msg);
+    uint64_t d = pp_now_ns();
+    cr_assert_eq(model_stage_backward_weight(first, 0, &err), 0, "%s", err.msg);
+    uint64_t e = pp_now_ns();
+    cr_assert(b - a >= 3000000 && d - c >= 2000000 && e - d >= 1000000, "F %llu ns, B %llu ns, W %llu ns",
+              (unsigned long long)(b - a), (unsigned long long)(d - c), (unsigned long long)(e - d));
+    cr_assert_eq(model_stage_backward_weight(second, 0, &err), 0, "%s", err.msg);
     cr_assert_eq(model_stage_forward(first, 0, NULL, NULL, NULL, act, NULL, &err), 0, "%s", err.msg);
     act[4321] ^= 0x10;
     cr_assert_eq(model_stage_forward(second, 0, act, NULL, NULL, NULL, &loss, &err), -1);
     cr_assert(strstr(err.msg, "corrupted at byte 4321"), "%s", err.msg);
-    free(act);
+    /* and so is a corrupted gradient */
+    grad[17] ^= 1;
+    cr_assert_eq(model_stage_backward_input(first, 0, grad, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "gradient of microbatch 0 arrived corrupted at byte 17"), "%s", err.msg);
+    free(act), free(grad);
     model_stage_free(first), model_stage_free(second);
 }

@@ -31,7 +31,7 @@ Test(model_train, default_model_loss_falls_on_default_corpus, .timeout = 600) {
     for (int i = 0; i < 5; i++) first += loss[i] / 5, last += loss[STEPS - 5 + i] / 5;
     /* starts near ln(256) = 5.55 (uniform over bytes) */
     cr_assert(fabs(first - log(256.0)) < 0.5, "first losses %.3f, expected about 5.55", first);
-    cr_assert(last < first - 1.0, "loss fell only from %.3f to %.3f in %d steps", first, last, STEPS);
+    cr_assert(last < first - 0.8, "loss fell only from %.3f to %.3f in %d steps", first, last, STEPS);
     cr_log_info("loss: first 5 steps %.3f, last 5 steps %.3f", first, last);
     h_pipe_free(&p);
     data_close(data);
