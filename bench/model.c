@@ -112,15 +112,15 @@ int main(int argc, char **argv) {
     }
     double tokens = (double)steps * m * (double)ntok;
     double in_model = model_flops / model_gemm_s / 1e9, bare = bare_flops / bare_s / 1e9;
-    printf("\n%-36s %12s\n", "measure", "value");
-    printf("%-36s %12.0f\n", "tokens/s (F+B+W+AdamW)", tokens / secs);
-    printf("%-36s %12.1f\n", "step time ms", secs / steps * 1e3);
-    printf("%-36s %12.2f\n", "GEMM GFLOP/s inside the model", in_model);
-    printf("%-36s %12.2f\n", "GEMM GFLOP/s bare, same shapes", bare);
-    printf("%-36s %12.2f\n", "ratio inside / bare", in_model / bare);
-    printf("%-36s %12.2f\n", "GEMM share of the step", model_gemm_s / secs);
-    printf("%-36s %12.2f\n", "model GFLOP/s (GEMM flops / step)", model_flops / secs / 1e9);
-    printf("%-36s %12.4f\n", "last loss", loss);
+    printf("\n%-40s %12s\n", "measure", "value");
+    printf("%-40s %12.0f\n", "tokens/s (F+B+W+AdamW)", tokens / secs);
+    printf("%-40s %12.1f\n", "step time ms", secs / steps * 1e3);
+    printf("%-40s %12.2f\n", "linear GEMM GFLOP/s inside the model", in_model);
+    printf("%-40s %12.2f\n", "linear GEMM GFLOP/s bare, same shapes", bare);
+    printf("%-40s %12.2f\n", "ratio inside / bare", in_model / bare);
+    printf("%-40s %12.2f\n", "linear-layer GEMM share of the step", model_gemm_s / secs);
+    printf("%-40s %12.2f\n", "model GFLOP/s (GEMM flops / step)", model_flops / secs / 1e9);
+    printf("%-40s %12.4f\n", "last loss", loss);
     free(tok), free(tgt);
     model_stage_free(st);
     data_close(data);

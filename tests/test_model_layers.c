@@ -170,7 +170,7 @@ Test(model_layers, attention_b_and_w_match_finite_differences) {
     for (int i = 0; i < N_ * C_; i++) got += out[i] * (double)r.f[i];
     cr_assert(fabs(got - ref) < 1e-4, "forward: %g vs %g", got, ref);
     /* B as the stage runs it, then W from what F and B saved */
-    float dy[N_ * C_], dqkv[N_ * 3 * C_], datt[T_];
+    float dy[N_ * C_], dqkv[N_ * 3 * C_], datt[T_ * T_];
     gpt_linear_backward_input(dy, r.f, c.wo.f, N_, C_, C_, NULL);
     gpt_attention_backward(dqkv, datt, dy, qkv, att, B_, T_, C_, H_);
     gpt_linear_backward_input(c.x.grad, dqkv, c.wqkv.f, N_, C_, 3 * C_, NULL);

@@ -92,75 +92,56 @@ void gpt_layernorm_backward_weight(float *dg, float *db, const float *dout, cons
     }
 }
 
+/* Attention per (sequence, head) on sgemm: S = Q Kᵀ / sqrt(hs), causal
+ * softmax, O = P V. Q, K and V are strided views into qkv (row stride 3C).
+ * The masked upper triangle is computed and zeroed: at these sizes a full
+ * GEMM is still far faster than scalar loops over the triangle. These GEMMs
+ * are not counted in the stage's gemm stats (those are the linear layers'). */
 void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H) {
     int hs = C / H, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) {
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                float *a = att + (((size_t)b * H + h) * T + t) * T;
-                float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-                    dot *= scale;
-                    a[t2] = dot;
-                    if (dot > maxv) maxv = dot;
-                }
-                float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    a[t2] = expf(a[t2] - maxv);
-                    sum += a[t2];
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            float *a = att + ((size_t)b * H + h) * T * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+            for (int t = 0; t < T; t++) {
+                float *row = a + (size_t)t * T, maxv = -INFINITY, sum = 0.0f;
+                for (int u = 0; u <= t; u++)
+                    if (row[u] > maxv) maxv = row[u];
+                for (int u = 0; u <= t; u++) {
+                    row[u] = expf(row[u] - maxv);
+                    sum += row[u];
                 }
                 float inv = 1.0f / sum;
-                for (int t2 = 0; t2 < T; t2++) a[t2] = t2 <= t ? a[t2] * inv : 0.0f;
-                float *o = out + ((size_t)b * T + t) * C + h * hs;
-                memset(o, 0, sizeof(float) * (size_t)hs);
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
-                }
+                for (int u = 0; u < T; u++) row[u] = u <= t ? row[u] * inv : 0.0f;
             }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
+                        out + (size_t)b * T * C + h * hs, C);
+        }
 }
 
 void gpt_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
                             int T, int C, int H) {
     int hs = C / H, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    memset(dqkv, 0, sizeof(float) * (size_t)B * T * C3);
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) {
-                const float *a = att + (((size_t)b * H + h) * T + t) * T;
-                const float *d = dout + ((size_t)b * T + t) * C + h * hs;
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-                /* through the weighted sum of values */
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-                    float s = 0.0f;
-                    for (int i = 0; i < hs; i++) {
-                        s += v[i] * d[i];
-                        dv[i] += a[t2] * d[i];
-                    }
-                    datt[t2] = s;
-                }
-                /* through the softmax: dpre = a * (datt - sum(a * datt)) */
-                float dot = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) dot += a[t2] * datt[t2];
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float dpre = a[t2] * (datt[t2] - dot) * scale;
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += k[i] * dpre;
-                        dk[i] += q[i] * dpre;
-                    }
-                }
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+            const float *p = att + ((size_t)b * H + h) * T * T, *d = dout + (size_t)b * T * C + h * hs;
+            float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+            /* dP = dO Vᵀ, then through the softmax: dS = P (dP - rowsum(P dP)) / sqrt(hs) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f, datt, T);
+            for (int t = 0; t < T; t++) {
+                const float *prow = p + (size_t)t * T;
+                float *drow = datt + (size_t)t * T, dot = 0.0f;
+                for (int u = 0; u <= t; u++) dot += prow[u] * drow[u];
+                for (int u = 0; u < T; u++) drow[u] = u <= t ? prow[u] * (drow[u] - dot) * scale : 0.0f;
             }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, datt, T, k, C3, 0.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, datt, T, q, C3, 0.0f, dk, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, d, C, 0.0f, dv, C3);
+        }
 }
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */

@@ -32,7 +32,7 @@ void gpt_layernorm_backward_weight(float *dg, float *db, const float *dout, cons
 /* Causal multi-head self-attention core (no weights): qkv [N][3C] -> out
  * [N][C]; att [B][H][T][T] holds the softmax probabilities for B. */
 void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H);
-/* datt: scratch of [T] floats. Overwrites dqkv. */
+/* datt: scratch of [T][T] floats. Overwrites dqkv. */
 void gpt_attention_backward(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
                             int T, int C, int H);
 

@@ -115,7 +115,7 @@ int gpt_stage_init(model_stage *s, pp_err *err) {
     g->scratch_4nc = malloc(sizeof(float) * 4 * N * C);
     g->scratch_nc = malloc(sizeof(float) * N * C);
     g->scratch_nc2 = malloc(sizeof(float) * N * C);
-    g->scratch_t = malloc(sizeof(float) * (size_t)g->T);
+    g->scratch_t = malloc(sizeof(float) * (size_t)g->T * g->T);
     if (!g->bp || !g->mbs || !g->scratch_4nc || !g->scratch_nc || !g->scratch_nc2 || !g->scratch_t)
         return pp_fail(err, "gpt: out of memory for the stage's buffers");
     float *p = s->params;
