@@ -300,47 +300,58 @@ static float stage_loss(model_stage *s, const float *in, const uint8_t *tok, con
     return loss;
 }
 
-Test(model_layers, whole_stage_gradients_match_finite_differences) {
+/* with_embeddings: the stage reads tokens (one-stage model) and the input
+ * gradient check is replaced by the embeddings' weights. */
+static void whole_stage_check(int with_embeddings) {
     openblas_set_num_threads(1);
     model_spec sp;
     pp_err err;
     cr_assert_eq(model_parse_spec("gpt:layers=2,dim=8,heads=2,seq=5,batch=2", &sp, &err), 0);
     model_stage *s;
-    cr_assert_eq(model_stage_create(&sp, 0, 2, 0, 1, 5, 1, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_stage_create(&sp, 0, 2, with_embeddings, 1, 5, 1, &s, &err), 0, "%s", err.msg);
+    const uint8_t tok[N_] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+    const uint8_t *tokens = with_embeddings ? tok : NULL;
     size_t n = model_stage_weight_count(s);
     float *w = malloc(sizeof(float) * n), *g = malloc(sizeof(float) * n);
     /* larger weights than the init, so every path carries a visible gradient */
     for (size_t i = 0; i < n; i++) w[i] = (float)(urand() - 0.5);
     model_stage_import_weights(s, w);
-    float in[N_ * C_], gin[N_ * C_], scratch[N_ * C_];
-    for (int i = 0; i < N_ * C_; i++) in[i] = (float)(2 * urand() - 1);
+    float in_buf[N_ * C_], gin_buf[N_ * C_], scratch_buf[N_ * C_];
+    float *in = with_embeddings ? NULL : in_buf, *gin = with_embeddings ? NULL : gin_buf;
+    float *scratch = with_embeddings ? NULL : scratch_buf;
+    for (int i = 0; i < N_ * C_; i++) in_buf[i] = (float)(2 * urand() - 1);
     uint8_t tgt[N_] = {1, 2, 3, 4, 5, 1, 2, 3, 4, 5};
-    stage_loss(s, in, NULL, tgt, gin);
+    stage_loss(s, in, tokens, tgt, gin);
     model_stage_export_grads(s, g);
     model_optim zero = {MODEL_SGD, 0.0f, 0, 0, 0, 0}; /* clears the gradients, moves nothing */
     cr_assert_eq(model_stage_step(s, &zero, 0, &err), 0, "%s", err.msg);
     const float h = 1e-2f;
-    for (int k = 0; k < 24; k++) { /* stage input: B */
+    for (int k = 0; k < (with_embeddings ? 0 : 24); k++) { /* stage input: B */
         int i = (int)(urand() * N_ * C_);
         float keep = in[i];
         in[i] = keep + h;
-        double lp = stage_loss(s, in, NULL, tgt, scratch);
+        double lp = stage_loss(s, in, tokens, tgt, scratch);
         in[i] = keep - h;
-        double lm = stage_loss(s, in, NULL, tgt, scratch);
+        double lm = stage_loss(s, in, tokens, tgt, scratch);
         in[i] = keep;
         cr_assert_eq(model_stage_step(s, &zero, 0, &err), 0);
         double ref = (lp - lm) / (2 * h);
         cr_assert(fabs(gin[i] - ref) <= 2e-3 + 0.05 * fabs(ref), "stage B: dinput[%d] = %g, fd %g", i, gin[i], ref);
     }
-    for (int k = 0; k < 60; k++) { /* weights of both blocks and the head: W */
-        size_t i = (size_t)(urand() * n);
+    /* weights of both blocks and the head (and of the embeddings rows the
+     * tokens use, and the positions): W */
+    size_t emb = with_embeddings ? (size_t)(256 + 5) * C_ : 0;
+    for (int k = 0; k < 80; k++) {
+        size_t i = (size_t)(urand() * (n - emb)) + emb;
+        if (with_embeddings && k < 20) /* wte rows of tokens 1..9, then wpe */
+            i = k < 12 ? (size_t)(C_ + urand() * 9 * C_) : (size_t)(256 * C_ + urand() * 5 * C_);
         float keep = w[i];
         w[i] = keep + h;
         model_stage_import_weights(s, w);
-        double lp = stage_loss(s, in, NULL, tgt, scratch);
+        double lp = stage_loss(s, in, tokens, tgt, scratch);
         w[i] = keep - h;
         model_stage_import_weights(s, w);
-        double lm = stage_loss(s, in, NULL, tgt, scratch);
+        double lm = stage_loss(s, in, tokens, tgt, scratch);
         w[i] = keep;
         model_stage_import_weights(s, w);
         cr_assert_eq(model_stage_step(s, &zero, 0, &err), 0);
@@ -350,3 +361,6 @@ Test(model_layers, whole_stage_gradients_match_finite_differences) {
     free(w), free(g);
     model_stage_free(s);
 }
+
+Test(model_layers, whole_stage_gradients_match_finite_differences) { whole_stage_check(0); }
+Test(model_layers, whole_model_with_embeddings_matches_finite_differences) { whole_stage_check(1); }
