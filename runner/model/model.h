@@ -101,4 +101,25 @@ void data_close(data_source *data);
 void data_batch(const data_source *data, uint64_t seed, int step, int mb, int batch, int seq, uint8_t *tokens,
                 uint8_t *targets);
 
+/* --- additions (not used by the engine's original contract) --------------- */
+
+/* Optimizer steps applied so far (restored by model_stage_load): the step a
+ * resumed job continues from. */
+int model_stage_steps_done(const model_stage *stage);
+/* The gradients accumulated so far in this step, same layout as the export
+ * (for gradient checks in tests). */
+void model_stage_export_grads(const model_stage *stage, float *dst);
+/* Replaces all weights (same layout as the export); for tests. */
+void model_stage_import_weights(model_stage *stage, const float *src);
+
+/* Time and work of every cblas_sgemm the stage ran (for bench/model.c). */
+typedef struct model_gemm_stats {
+    uint64_t calls, ns;
+    double flops;
+} model_gemm_stats;
+model_gemm_stats model_stage_gemm_stats(const model_stage *stage);
+
+/* Bytes of the training data (the corpus or the file). */
+size_t data_size(const data_source *data);
+
 #endif

@@ -1,0 +1,96 @@
+/* data.c: training bytes (a text file, or the default corpus compiled into
+ * the binary) and deterministic batches drawn from them. */
+#include "runner/model/model_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/base/embed.h"
+
+struct data_source {
+    uint8_t *bytes; /* owned */
+    size_t size;
+};
+
+static int read_file(const char *path, uint8_t **out, size_t *size, pp_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pp_fail(err, "--data %s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    uint8_t *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+        if (n == cap) {
+            uint8_t *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return pp_fail(err, "--data %s: out of memory reading the file", path);
+    if (bad) {
+        free(buf);
+        return pp_fail(err, "--data %s: read error (is it a directory?)", path);
+    }
+    *out = buf, *size = n;
+    return 0;
+}
+
+int data_open(const char *path, size_t min_bytes, data_source **out, pp_err *err) {
+    *out = NULL;
+    if (min_bytes < 2) min_bytes = 2; /* one token and its target */
+    uint8_t *bytes = NULL;
+    size_t size = 0;
+    if (path) {
+        if (read_file(path, &bytes, &size, err) != 0) return -1;
+    } else {
+        for (const pp_embedded_file *f = pp_corpus_files; f->name; f++) size += f->size;
+        if (!(bytes = malloc(size ? size : 1))) return pp_fail(err, "data: out of memory for the default corpus");
+        size_t at = 0;
+        for (const pp_embedded_file *f = pp_corpus_files; f->name; f++) {
+            memcpy(bytes + at, f->data, f->size);
+            at += f->size;
+        }
+    }
+    if (size < min_bytes) {
+        free(bytes);
+        return pp_fail(err, "--data %s: %zu bytes is too small; a microbatch needs at least %zu (seq + 1)",
+                       path ? path : "(default corpus)", size, min_bytes);
+    }
+    data_source *d = malloc(sizeof *d);
+    if (!d) {
+        free(bytes);
+        return pp_fail(err, "data: out of memory");
+    }
+    d->bytes = bytes, d->size = size;
+    *out = d;
+    return 0;
+}
+
+void data_close(data_source *d) {
+    if (!d) return;
+    free(d->bytes);
+    free(d);
+}
+
+size_t data_size(const data_source *d) { return d->size; }
+
+void data_batch(const data_source *d, uint64_t seed, int step, int mb, int batch, int seq, uint8_t *tokens,
+                uint8_t *targets) {
+    /* Windows of seq + 1 bytes at offsets drawn from (seed, step, mb, row);
+     * indexing wraps so that a too-small source can never read out of bounds. */
+    size_t span = d->size > (size_t)seq + 1 ? d->size - (size_t)seq - 1 : 1;
+    for (int b = 0; b < batch; b++) {
+        uint64_t st = seed ^ ((uint64_t)(uint32_t)step << 32 | (uint64_t)(uint32_t)mb) * 0xd1342543de82ef95ull;
+        st += (uint64_t)b * 0x632be59bd9b4e019ull;
+        model_splitmix64(&st);
+        size_t off = (size_t)(model_splitmix64(&st) % span);
+        for (int t = 0; t < seq; t++) {
+            tokens[(size_t)b * seq + t] = d->bytes[(off + t) % d->size];
+            targets[(size_t)b * seq + t] = d->bytes[(off + t + 1) % d->size];
+        }
+    }
+}

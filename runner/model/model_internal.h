@@ -1,0 +1,84 @@
+/* model_internal.h: what the model's own files share (not part of the
+ * contract): the stage struct, the flat parameter/gradient storage that the
+ * optimizer and checkpoints work on, and the deterministic PRNG. */
+#ifndef PP_MODEL_INTERNAL_H
+#define PP_MODEL_INTERNAL_H
+#include <stdint.h>
+
+#include "runner/model/model.h"
+#include "runner/model/gpt_layers.h"
+
+typedef struct gpt_state gpt_state;
+
+/* Free buffers kept for reuse: activations are allocated and released every
+ * microbatch, and fresh pages from the kernel would be faulted in inside the
+ * GEMMs (measured: a third of their time). Owned by the stage; holds at most
+ * the peak of what was in use. */
+typedef struct model_pool {
+    size_t n, cap;
+    struct pool_entry { void *p; size_t size; } *free;
+} model_pool;
+void *model_pool_get(model_pool *pool, size_t size); /* NULL when out of memory */
+void model_pool_put(model_pool *pool, void *p, size_t size); /* p may be NULL */
+void model_pool_clear(model_pool *pool);
+typedef struct timed_state timed_state;
+
+/* Per-microbatch progress: F, then B, then W, then back to empty. */
+enum { MB_EMPTY = 0, MB_FORWARD = 1, MB_BACKWARD = 2 };
+
+struct model_stage {
+    model_spec spec;
+    int first_layer, last_layer, is_first, is_last;
+    uint64_t seed;
+    int microbatches;
+    /* All weights of the stage in global layer order, so that export and
+     * checkpoints are a memcpy and the optimizer is one loop. */
+    size_t nparams;
+    float *params, *grad, *adam_m, *adam_v; /* grad: accumulated over the step */
+    int steps_done;                         /* optimizer steps applied so far */
+    /* Numerics contract: W(mb) writes its gradient into pending[mb] (owned,
+     * nparams floats); pending buffers are added into grad strictly in
+     * microbatch order, next_acc being the next one due. */
+    float **pending;
+    int next_acc;
+    int *mb_state; /* [microbatches]: MB_* */
+    gpt_state *gpt;
+    timed_state *timed;
+    model_gemm_stats gemm;
+    model_pool pool; /* activations and pending gradients */
+};
+
+/* model_stage.c: checks that op may run on mb now ("F"/"B"/"W"). */
+int model_mb_check(model_stage *s, int mb, int want_state, const char *op, pp_err *err);
+/* Returns pending[mb] (allocating it), to be filled completely by W. */
+float *model_pending(model_stage *s, int mb, pp_err *err);
+/* Marks pending[mb] complete and adds every due buffer into grad in mb order. */
+void model_commit(model_stage *s, int mb);
+
+/* gpt_stage.c / timed_stage.c */
+int gpt_stage_init(model_stage *s, pp_err *err);
+void gpt_stage_free(model_stage *s);
+int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *tokens, const uint8_t *targets,
+                      float *out, float *loss, pp_err *err);
+int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, float *grad_in, pp_err *err);
+int gpt_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err);
+size_t gpt_param_count(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last);
+
+int timed_stage_init(model_stage *s, pp_err *err);
+void timed_stage_free(model_stage *s);
+int timed_stage_forward(model_stage *s, int mb, const uint8_t *in, uint8_t *out, float *loss, pp_err *err);
+int timed_stage_backward_input(model_stage *s, int mb, const uint8_t *grad_out, uint8_t *grad_in, pp_err *err);
+int timed_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err);
+
+/* splitmix64: the one PRNG of the model (init and data sampling). */
+static inline uint64_t model_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* Uniform in (0, 1], never 0 so that log() is finite. */
+static inline double model_uniform(uint64_t *state) {
+    return ((double)(model_splitmix64(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+}
+#endif

@@ -1,0 +1,155 @@
+/* model_stage.c: the stage object shared by both workloads: creation, the
+ * F/B/W dispatch with its order checks, and the in-order accumulation of
+ * per-microbatch weight gradients (the numerics contract of model.h). */
+#include "runner/model/model_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *state_name[] = {"not started", "after F", "after B"};
+
+int model_mb_check(model_stage *s, int mb, int want_state, const char *op, pp_err *err) {
+    if (mb < 0 || mb >= s->microbatches)
+        return pp_fail(err, "model: %s of microbatch %d: microbatches are 0..%d", op, mb, s->microbatches - 1);
+    if (s->mb_state[mb] != want_state)
+        return pp_fail(err, "model: %s of microbatch %d on layers [%d, %d) out of order: the microbatch is %s", op,
+                       mb, s->first_layer, s->last_layer, state_name[s->mb_state[mb]]);
+    return 0;
+}
+
+void *model_pool_get(model_pool *pool, size_t size) {
+    for (size_t i = pool->n; i-- > 0;)
+        if (pool->free[i].size == size) {
+            void *p = pool->free[i].p;
+            pool->free[i] = pool->free[--pool->n];
+            return p;
+        }
+    return malloc(size ? size : 1);
+}
+
+void model_pool_put(model_pool *pool, void *p, size_t size) {
+    if (!p) return;
+    if (pool->n == pool->cap) {
+        size_t cap = pool->cap ? 2 * pool->cap : 64;
+        struct pool_entry *nf = realloc(pool->free, cap * sizeof *nf);
+        if (!nf) { /* keeping the buffer is an optimisation only */
+            free(p);
+            return;
+        }
+        pool->free = nf, pool->cap = cap;
+    }
+    pool->free[pool->n++] = (struct pool_entry){p, size};
+}
+
+void model_pool_clear(model_pool *pool) {
+    for (size_t i = 0; i < pool->n; i++) free(pool->free[i].p);
+    free(pool->free);
+    memset(pool, 0, sizeof *pool);
+}
+
+float *model_pending(model_stage *s, int mb, pp_err *err) {
+    if (!s->pending[mb] && !(s->pending[mb] = model_pool_get(&s->pool, sizeof(float) * s->nparams)))
+        pp_fail(err, "model: out of memory for the weight gradient of microbatch %d", mb);
+    return s->pending[mb];
+}
+
+void model_commit(model_stage *s, int mb) {
+    (void)mb;
+    /* Same additions in the same order whatever order W ran in: grad +=
+     * pending[0], then pending[1], ... */
+    while (s->next_acc < s->microbatches && s->pending[s->next_acc] && s->mb_state[s->next_acc] == MB_EMPTY) {
+        float *p = s->pending[s->next_acc];
+        for (size_t i = 0; i < s->nparams; i++) s->grad[i] += p[i];
+        model_pool_put(&s->pool, p, sizeof(float) * s->nparams);
+        s->pending[s->next_acc++] = NULL;
+    }
+}
+
+int model_stage_create(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last,
+                       uint64_t seed, int microbatches, model_stage **out, pp_err *err) {
+    *out = NULL;
+    if (first_layer < 0 || last_layer > spec->layers || first_layer > last_layer)
+        return pp_fail(err, "model: layer range [%d, %d) is not inside the model's %d layers", first_layer,
+                       last_layer, spec->layers);
+    if (microbatches < 1) return pp_fail(err, "model: microbatches must be at least 1, got %d", microbatches);
+    if (first_layer == last_layer && !is_first && !is_last)
+        return pp_fail(err, "model: stage [%d, %d) holds no layer", first_layer, last_layer);
+    model_stage *s = calloc(1, sizeof *s);
+    if (!s) return pp_fail(err, "model: out of memory");
+    s->spec = *spec;
+    s->first_layer = first_layer, s->last_layer = last_layer;
+    s->is_first = is_first, s->is_last = is_last;
+    s->seed = seed, s->microbatches = microbatches;
+    s->nparams = spec->kind == MODEL_GPT ? gpt_param_count(spec, first_layer, last_layer, is_first, is_last)
+                                         : (size_t)(last_layer - first_layer);
+    size_t n = s->nparams ? s->nparams : 1;
+    s->params = calloc(n, sizeof(float));
+    s->grad = calloc(n, sizeof(float));
+    s->adam_m = calloc(n, sizeof(float));
+    s->adam_v = calloc(n, sizeof(float));
+    s->pending = calloc((size_t)microbatches, sizeof *s->pending);
+    s->mb_state = calloc((size_t)microbatches, sizeof *s->mb_state);
+    if (!s->params || !s->grad || !s->adam_m || !s->adam_v || !s->pending || !s->mb_state) {
+        model_stage_free(s);
+        return pp_fail(err, "model: out of memory for %zu weights", s->nparams);
+    }
+    int rc = spec->kind == MODEL_GPT ? gpt_stage_init(s, err) : timed_stage_init(s, err);
+    if (rc != 0) {
+        model_stage_free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void model_stage_free(model_stage *s) {
+    if (!s) return;
+    gpt_stage_free(s);
+    timed_stage_free(s);
+    if (s->pending)
+        for (int i = 0; i < s->microbatches; i++) free(s->pending[i]);
+    model_pool_clear(&s->pool);
+    free(s->pending), free(s->mb_state);
+    free(s->params), free(s->grad), free(s->adam_m), free(s->adam_v);
+    free(s);
+}
+
+int model_stage_forward(model_stage *s, int mb, const void *in, const uint8_t *tokens, const uint8_t *targets,
+                        void *out, float *loss, pp_err *err) {
+    if (model_mb_check(s, mb, MB_EMPTY, "F", err) != 0) return -1;
+    int rc = s->spec.kind == MODEL_GPT ? gpt_stage_forward(s, mb, in, tokens, targets, out, loss, err)
+                                       : timed_stage_forward(s, mb, in, out, loss, err);
+    if (rc == 0) s->mb_state[mb] = MB_FORWARD;
+    return rc;
+}
+
+int model_stage_backward_input(model_stage *s, int mb, const void *grad_out, void *grad_in, pp_err *err) {
+    if (model_mb_check(s, mb, MB_FORWARD, "B", err) != 0) return -1;
+    int rc = s->spec.kind == MODEL_GPT ? gpt_stage_backward_input(s, mb, grad_out, grad_in, err)
+                                       : timed_stage_backward_input(s, mb, grad_out, grad_in, err);
+    if (rc == 0) s->mb_state[mb] = MB_BACKWARD;
+    return rc;
+}
+
+int model_stage_backward_weight(model_stage *s, int mb, pp_err *err) {
+    if (model_mb_check(s, mb, MB_BACKWARD, "W", err) != 0) return -1;
+    float *dst = model_pending(s, mb, err);
+    if (!dst) return -1;
+    int rc = s->spec.kind == MODEL_GPT ? gpt_stage_backward_weight(s, mb, dst, err)
+                                       : timed_stage_backward_weight(s, mb, dst, err);
+    if (rc != 0) return -1;
+    s->mb_state[mb] = MB_EMPTY;
+    model_commit(s, mb);
+    return 0;
+}
+
+size_t model_stage_weight_count(const model_stage *s) { return s->nparams; }
+void model_stage_export_weights(const model_stage *s, float *dst) {
+    memcpy(dst, s->params, sizeof(float) * s->nparams);
+}
+void model_stage_export_grads(const model_stage *s, float *dst) { memcpy(dst, s->grad, sizeof(float) * s->nparams); }
+void model_stage_import_weights(model_stage *s, const float *src) {
+    memcpy(s->params, src, sizeof(float) * s->nparams);
+}
+int model_stage_steps_done(const model_stage *s) { return s->steps_done; }
+model_gemm_stats model_stage_gemm_stats(const model_stage *s) { return s->gemm; }
