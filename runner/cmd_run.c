@@ -227,11 +227,11 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
         if (rc == 0 && info->nnodes > 1) {
             char text[32];
             int n = snprintf(text, sizeof text, "%d", collector_listen_port(job->coll));
-            rc = store_set(store, "pprun/collector/port", text, (size_t)n, err);
+            rc = store_set(store, "run/collector_port", text, (size_t)n, err);
         }
         /* From here until collector_stop only the collector thread writes. */
     } else {
-        const char *keys[] = {"pprun/collector/port", "pprun/job_id"};
+        const char *keys[] = {"run/collector_port", "run/job_id"};
         void *val = NULL;
         size_t len;
         long fport = 0, jid = 0;
@@ -257,7 +257,7 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     if (rc == 0 && info->node_rank == 0) {
         char text[32];
         int n = snprintf(text, sizeof text, "%lld", (long long)job->job_id);
-        rc = store_set(store, "pprun/job_id", text, (size_t)n, err);
+        rc = store_set(store, "run/job_id", text, (size_t)n, err);
     }
     store_close(store);
     if (rc != 0) return -1;

@@ -76,7 +76,7 @@ static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
     }
     char text[128];
     int n = snprintf(text, sizeof text, "%d %.6f %.3f %.1f", r->step, r->loss, r->step_ns / 1e6, r->tokens_per_s);
-    return store_set(w->store, "pprun/progress", text, (size_t)n, err);
+    return store_set(w->store, "run/progress", text, (size_t)n, err);
 }
 
 /* Each rank counts itself in once its stages are saved; the rank that
@@ -84,7 +84,7 @@ static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
 static int checkpoint_done(void *ctx, int step, pp_err *err) {
     worker *w = ctx;
     char key[256];
-    snprintf(key, sizeof key, "pprun/ckpt/%d/%d", w->attempt, step);
+    snprintf(key, sizeof key, "run/ckpt/%d/%d", w->attempt, step);
     int64_t count = 0;
     if (store_add(w->store, key, 1, &count, err) != 0) return -1;
     if (count != w->world) return 0;

@@ -116,7 +116,7 @@ static void poll_once(run_progress *p, store_client *store) {
     void *val = NULL;
     size_t len;
     pp_err err;
-    if (store_get(store, "pprun/progress", &val, &len, &err) != 0) return;
+    if (store_get(store, "run/progress", &val, &len, &err) != 0) return;
     int step;
     double loss, ms, tok;
     if (sscanf(val, "%d %lf %lf %lf", &step, &loss, &ms, &tok) == 4 && step != p->last_step) {

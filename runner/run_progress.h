@@ -2,7 +2,7 @@
  * timeline it keeps in the database.
  *
  * The rank holding the last stage publishes each finished step in the job's
- * store ("pprun/progress": step, loss, step ms, tokens/s). A thread of the
+ * store ("run/progress": step, loss, step ms, tokens/s). A thread of the
  * launcher polls it and prints a progress bar on a terminal (step/steps,
  * loss, step time, tokens/s, ETA) or plain lines otherwise. Once the first
  * step is in, it re-simulates the plan with the measured F/B/W medians and

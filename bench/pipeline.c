@@ -1,0 +1,135 @@
+/* bench/pipeline.c: whole jobs, measured side by side in one run.
+ *
+ *  1. Per schedule, the timed model (f=b=w=T, 4 ranks, 8 microbatches):
+ *     measured step time and bubble ratio (from the trace's step_stats) vs
+ *     the simulator's, as ratios.
+ *  2. Tracing overhead: the same job with --trace on and --trace off, median
+ *     step time as a ratio (goal: at most 1.01).
+ *
+ *   bench_pipeline [--op-ms T] [--steps N]
+ *
+ * Prints tables; never part of the test pass/fail. */
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runner/pipe/sched.h"
+
+static char dir[256];
+
+static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int run(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median step_ms over the steps after the first (the warm-up). */
+static double median_step_ms(const char *metrics) {
+    FILE *f = fopen(metrics, "r");
+    if (!f) return -1;
+    double v[4096];
+    int n = 0;
+    char line[65536];
+    while (fgets(line, sizeof line, f) && n < 4096) {
+        char *p = strstr(line, "\"step_ms\":");
+        if (p && !strstr(line, "\"step\":0,")) v[n++] = atof(p + 10);
+    }
+    fclose(f);
+    if (!n) return -1;
+    qsort(v, (size_t)n, sizeof v[0], cmp_double);
+    return v[n / 2];
+}
+
+/* Mean bubble ratio over ranks and steps after the first. */
+static double measured_bubble(const char *db_path) {
+    sqlite3 *db;
+    double r = -1;
+    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) return -1;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT avg(bubble_ratio) FROM step_stats WHERE step > 0", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        r = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return r;
+}
+
+int main(int argc, char **argv) {
+    int op_ms = 5, steps = 6;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--op-ms") == 0) op_ms = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+    }
+    snprintf(dir, sizeof dir, "/tmp/pprun-bench-pipeline-XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    static const struct {
+        const char *name;
+        int v;
+    } schedules[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"zb-v", 2}};
+    const int p = 4, m = 8;
+
+    printf("timed model f=b=w=%d ms, act=64KiB, p=%d, m=%d, %d steps (medians over steps 1..)\n\n", op_ms, p, m, steps);
+    printf("%-18s %10s %10s %7s %9s %9s %7s\n", "schedule", "step ms", "sim ms", "ratio", "bubble", "sim bub", "ratio");
+    for (size_t i = 0; i < sizeof schedules / sizeof schedules[0]; i++) {
+        const char *s = schedules[i].name;
+        int v = schedules[i].v;
+        if (run("%s run --nproc-per-node %d --schedule %s --virtual-stages %d --microbatches %d --steps %d "
+                "--model timed:f=%dms,b=%dms,w=%dms,act=64KiB,layers=32 --progress off --db %s/%s.db "
+                "--metrics %s/%s.jsonl >/dev/null 2>&1",
+                PPRUN_BIN, p, s, v, m, steps, op_ms, op_ms, op_ms, dir, s, dir, s) != 0) {
+            printf("%-18s failed\n", s);
+            continue;
+        }
+        sched_plan *plan = NULL;
+        sched_sim *sim = NULL;
+        pp_err err;
+        sched_costs c = {op_ms, op_ms, op_ms, 0};
+        if (sched_build(s, p, m, v, &c, &plan, &err) != 0 || sched_simulate(plan, &c, &sim, &err) != 0) {
+            printf("%-18s simulator: %s\n", s, err.msg);
+            sched_free(plan);
+            continue;
+        }
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s.jsonl", dir, s);
+        double ms = median_step_ms(path);
+        snprintf(path, sizeof path, "%s/%s.db", dir, s);
+        double bub = measured_bubble(path);
+        printf("%-18s %10.1f %10.1f %7.3f %9.3f %9.3f %7.3f\n", s, ms, sim->step_time, ms / sim->step_time, bub,
+               sim->bubble_ratio, sim->bubble_ratio > 0.001 ? bub / sim->bubble_ratio : 0.0);
+        sched_sim_free(sim);
+        sched_free(plan);
+    }
+
+    printf("\ntracing overhead, 1f1b, default gpt model, %d steps, alternating runs\n\n", steps * 2);
+    printf("%-6s %12s %12s %7s\n", "run", "trace on ms", "trace off ms", "ratio");
+    double on_sum = 0, off_sum = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t[2];
+        for (int on = 1; on >= 0; on--) {
+            run("%s run --steps %d --progress off --trace %s --db %s/ovh.db --metrics %s/ovh%d.jsonl >/dev/null 2>&1",
+                PPRUN_BIN, steps * 2, on ? "on" : "off", dir, dir, rep * 2 + on);
+            char path[512];
+            snprintf(path, sizeof path, "%s/ovh%d.jsonl", dir, rep * 2 + on);
+            t[on] = median_step_ms(path);
+        }
+        printf("%-6d %12.1f %12.1f %7.3f\n", rep, t[1], t[0], t[1] / t[0]);
+        on_sum += t[1];
+        off_sum += t[0];
+    }
+    printf("%-6s %12.1f %12.1f %7.3f\n", "mean", on_sum / 3, off_sum / 3, on_sum / off_sum);
+    run("rm -rf '%s'", dir);
+    return 0;
+}
