@@ -160,9 +160,12 @@ static int setup_store(job *j, pp_err *err) {
     snprintf(j->store_addr, sizeof j->store_addr, "%s:%d", o->master_addr, port);
     int rc = connect_store(j, o->master_addr, port, o->rdzv_timeout_ns, &j->ctl, err);
     if (rc == 2) return 2;
-    if (rc != 0)
-        return pp_fail(err, "rendezvous: node rank 0 did not come up: no store at %s within %.0fs (%s)", j->store_addr,
-                       (double)o->rdzv_timeout_ns / 1e9, err->msg);
+    if (rc != 0) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return pp_fail(err, "rendezvous timed out after %.0fs (--rdzv-timeout): node rank 0 never came up (%s)",
+                       (double)o->rdzv_timeout_ns / 1e9, why);
+    }
     if (o->nnodes > 1 && store_connect(o->master_addr, port, o->rdzv_timeout_ns, &j->c.watch, err) != 0)
         return pp_wrap(err, "rendezvous");
     /* The run id: node 0's, whatever the others were told. */
@@ -263,6 +266,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     }
     int multi = o->nnodes > 1;
     int store_ok = rc == 0; /* whether the store may still be used */
+    int ran = 0;            /* an attempt reached its outcome on every node */
     for (int attempt = 0; rc == 0 && attempt <= o->max_restarts; attempt++) {
         char k_end[128], k_fail[128], k_done[128], k_failcount[128];
         key(k_end, sizeof k_end, attempt, "end");
@@ -404,6 +408,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         } else if (res->status != LAUNCH_FAILED) {
             finish_result(res, LAUNCH_FAILED, 1);
         }
+        ran = 1;
         if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
         if (res->status != LAUNCH_FAILED || stop || !store_ok) break;
         if (attempt < o->max_restarts) {
@@ -424,7 +429,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     }
 
     /* Node 0 serves the store until every node has read the outcome. */
-    if (multi && j->ctl && store_ok) {
+    if (multi && j->ctl && store_ok && ran) {
         pp_err serr;
         int64_t left;
         if (store_add(j->ctl, "pprun/exit", 1, &left, &serr) == 0) {

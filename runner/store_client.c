@@ -76,7 +76,7 @@ int store_connect(const char *host, int port, uint64_t timeout_ns, store_client 
         if (fd >= 0) break;
         /* Refused (or not resolvable yet): the server may not be up. */
         if (pp_now_ns() >= deadline)
-            return pp_wrap(err, "gave up after %.1fs", (double)timeout_ns / 1e9);
+            return timeout_ns ? pp_wrap(err, "gave up after %.1fs", (double)timeout_ns / 1e9) : -1;
         pp_sleep_ns(50000000);
     }
     store_client *c = calloc(1, sizeof *c);
