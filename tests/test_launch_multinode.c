@@ -125,3 +125,52 @@ Test(launch_multinode, slurm_environment_gives_nodes_ranks_and_master) {
     lt_free(&n0);
     lt_free(&n1);
 }
+
+/* A failure on one node restarts the whole job on every node. */
+Test(launch_multinode, restarts_happen_on_every_node_together) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", "echo a=$PPRUN_RESTART_COUNT; sleep 0.2", NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", "echo a=$PPRUN_RESTART_COUNT; [ $PPRUN_RESTART_COUNT -ge 1 ]", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 0, "%s", n0.err);
+    cr_assert_eq(n1.status, 0, "%s", n1.err);
+    cr_assert_str_eq(n0.out, "[0]: a=0\n[0]: a=1\n");
+    cr_assert_str_eq(n1.out, "[1]: a=0\n[1]: a=1\n");
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* Node 0 dies without a word (SIGKILL): the others lose its store, stop
+ * their ranks and fail. */
+Test(launch_multinode, losing_node_0_tears_down_the_others) {
+    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", script[256], ready[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(script, sizeof script, "touch %s/ready-$RANK; exec sleep 120", dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    for (int r = 0; r < 2; r++) {
+        snprintf(ready, sizeof ready, "%s/ready-%d", dir, r);
+        cr_assert(lt_wait_file(ready), "rank %d never started", r);
+    }
+    kill(n0.pid, SIGKILL);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    cr_assert(strstr(n1.err, "lost the store of node rank 0"), "%s", n1.err);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&n0);
+    lt_free(&n1);
+}
