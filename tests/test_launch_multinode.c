@@ -74,9 +74,9 @@ Test(launch_multinode, failure_on_node_1_tears_down_node_0) {
 Test(launch_multinode, node_that_never_comes_is_named_after_the_timeout) {
     char port[16];
     snprintf(port, sizeof port, "%d", lt_free_port());
-    const char *a0[] = {"launch", "--nnodes", "3", "--node-rank", "0", "--master-port", port, "--rdzv-timeout", "0.5",
+    const char *a0[] = {"launch", "--nnodes", "3", "--node-rank", "0", "--master-port", port, "--rdzv-timeout", "1",
                         "--", "true", NULL};
-    const char *a1[] = {"launch", "--nnodes", "3", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "0.5",
+    const char *a1[] = {"launch", "--nnodes", "3", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "1",
                         "--", "true", NULL};
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
@@ -84,7 +84,8 @@ Test(launch_multinode, node_that_never_comes_is_named_after_the_timeout) {
     lt_wait(&n0);
     lt_wait(&n1);
     cr_assert_eq(n0.status, 1, "%s", n0.err);
-    cr_assert(strstr(n0.err, "node rank 2 never joined"), "%s", n0.err);
+    /* "node rank 2" (or "node ranks 1, 2" on a slow machine). */
+    cr_assert(strstr(n0.err, "2 never joined"), "%s", n0.err);
     cr_assert(strstr(n0.err, "--rdzv-timeout"), "%s", n0.err);
     cr_assert_eq(n1.status, 1, "%s", n1.err);
     lt_free(&n0);
