@@ -129,12 +129,19 @@ Test(launch_multinode, slurm_environment_gives_nodes_ranks_and_master) {
 
 /* A failure on one node restarts the whole job on every node. */
 Test(launch_multinode, restarts_happen_on_every_node_together) {
-    char port[16];
+    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", s0[256], s1[512];
     snprintf(port, sizeof port, "%d", lt_free_port());
+    cr_assert_not_null(mkdtemp(dir));
+    /* Node 1 fails attempt 0 once node 0's rank has spoken (no race). */
+    snprintf(s0, sizeof s0, "echo a=$PPRUN_RESTART_COUNT; touch %s/n0-$PPRUN_RESTART_COUNT; sleep 0.2", dir);
+    snprintf(s1, sizeof s1,
+             "echo a=$PPRUN_RESTART_COUNT; if [ $PPRUN_RESTART_COUNT = 0 ]; then "
+             "while [ ! -e %s/n0-0 ]; do sleep 0.01; done; exit 1; fi",
+             dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "2",
-                        "--", "sh", "-c", "echo a=$PPRUN_RESTART_COUNT; sleep 0.2", NULL};
+                        "--", "sh", "-c", s0, NULL};
     const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "2",
-                        "--", "sh", "-c", "echo a=$PPRUN_RESTART_COUNT; [ $PPRUN_RESTART_COUNT -ge 1 ]", NULL};
+                        "--", "sh", "-c", s1, NULL};
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
     lt_start(&n1, a1, NULL);
@@ -144,6 +151,9 @@ Test(launch_multinode, restarts_happen_on_every_node_together) {
     cr_assert_eq(n1.status, 0, "%s", n1.err);
     cr_assert_str_eq(n0.out, "[0]: a=0\n[0]: a=1\n");
     cr_assert_str_eq(n1.out, "[1]: a=0\n[1]: a=1\n");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
     lt_free(&n0);
     lt_free(&n1);
 }
