@@ -306,6 +306,16 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
     }
 #undef BEGIN_TEARDOWN
 
+    /* Killed descendants may still be zombies (or on their way): reap them
+     * here, or they would outlive us as entries in the process table. */
+    for (int tries = 0; tries < 2000; tries++) {
+        pid_t r = waitpid(-1, NULL, WNOHANG);
+        if (r > 0) continue;
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) break; /* ECHILD: no child left */
+        usleep(1000);     /* a child is still exiting */
+    }
+
     /* Every writer is gone: drain the pipes and flush partial lines. */
     for (int i = 0; i < n; i++) {
         launch_stream_finish(&slots[i].out);
