@@ -77,7 +77,10 @@ enum {
  * user wrote --opt=value, else the next argument (NULL at the end). It
  * returns 2 if it took the option and its value, 1 if it took a flag without
  * a value (then "--flag=value" is reported as an error by the parser), 0 if
- * it does not know it either, -1 with err filled for a bad value.
+ * it does not know it either, -1 with err filled for a bad value. On --help
+ * the parser first calls extra(ctx, "--help", NULL, err): returning 1 means
+ * the caller printed its own usage (it may call launch_usage for the shared
+ * part); otherwise launch_usage is printed.
  *
  * Returns 0; or 1 when --help was asked (usage written to stdout); or -1
  * with err naming the option and what it accepts (exit status 2). `o` keeps

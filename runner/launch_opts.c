@@ -333,7 +333,8 @@ int launch_parse(int argc, char **argv, launch_options *o,
         }
         const char *canon = opts[k].name;
         if (opts[k].id == OPT_HELP) {
-            launch_usage(stdout);
+            /* A caller with its own flags prints its own usage. */
+            if (!extra || extra(ctx, "--help", NULL, err) != 1) launch_usage(stdout);
             return 1;
         }
         const char *val = NULL;
