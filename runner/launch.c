@@ -136,6 +136,30 @@ static int failure_decode(const char *text, launch_failure *f, int *stop) {
     return 0;
 }
 
+static void key(char *buf, size_t cap, int attempt, const char *name);
+
+/* Ends attempt K everywhere with "this launcher failed" (no restart). */
+static void publish_launcher_error(job *j, int attempt, const char *why) {
+    launch_failure f;
+    memset(&f, 0, sizeof f);
+    f.node_rank = j->c.o->node_rank;
+    f.global_rank = f.local_rank = -1;
+    f.wall_ns = pp_wall_ns();
+    snprintf(f.host, sizeof f.host, "%s", j->host);
+    snprintf(f.stderr_tail, sizeof f.stderr_tail, "%s\n", why);
+    char k[128], text[sizeof f.stderr_tail + 512];
+    int64_t first;
+    pp_err serr;
+    key(k, sizeof k, attempt, "failcount");
+    if (store_add(j->ctl, k, 1, &first, &serr) != 0 || first != 1) return;
+    int len = failure_encode(&f, 1, text, sizeof text);
+    if (len >= (int)sizeof text) len = (int)sizeof text - 1;
+    key(k, sizeof k, attempt, "fail");
+    if (store_set(j->ctl, k, text, (size_t)len, &serr) != 0) return;
+    key(k, sizeof k, attempt, "end");
+    store_set(j->ctl, k, "", 0, &serr);
+}
+
 /* --- set-up: store, run id ---------------------------------------------------- */
 
 static int connect_store(job *j, const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err) {
@@ -284,15 +308,15 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
             }
             j->c.watch_pending = 1;
         }
-        if (hooks && hooks->before_attempt && hooks->before_attempt(hooks->ctx, &j->c.info, err) != 0) {
-            rc = -1;
-            break;
-        }
         launch_failure fail;
         memset(&fail, 0, sizeof fail);
-        int out = launch_attempt(&j->c, &fail, err);
+        int out = LAUNCH_ATTEMPT_ERROR;
+        if (!hooks || !hooks->before_attempt || hooks->before_attempt(hooks->ctx, &j->c.info, err) == 0)
+            out = launch_attempt(&j->c, &fail, err);
         int stop = 0;
         if (out == LAUNCH_ATTEMPT_ERROR) {
+            /* This launcher cannot go on: the other nodes must not wait. */
+            if (multi) publish_launcher_error(j, attempt, err->msg);
             rc = -1;
             break;
         }
@@ -429,12 +453,12 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     }
 
     /* Node 0 serves the store until every node has read the outcome. */
-    if (multi && j->ctl && store_ok && ran) {
+    if (multi && j->ctl && store_ok) {
         pp_err serr;
         int64_t left;
         if (store_add(j->ctl, "pprun/exit", 1, &left, &serr) == 0) {
             if (left == o->nnodes) store_set(j->ctl, "pprun/exit_all", "", 0, &serr);
-            if (o->node_rank == 0 && !j->c.watch_pending) {
+            if (o->node_rank == 0 && ran && !j->c.watch_pending) {
                 const char *k = "pprun/exit_all";
                 store_wait(j->c.watch, &k, 1, (int64_t)(o->shutdown_timeout_ns / 1000000ull) + 1000, &serr);
             }

@@ -31,10 +31,13 @@ void launch_print_summary(FILE *out, const launch_options *o, const launch_resul
     fprintf(out, "%s\n%s FAILED\n", bar, o->prog_argv[0]);
     fprintf(out, "------------------------------------------------------------\n");
     fprintf(out, "Root Cause (first observed failure)%s:\n", res->failure_remote ? ", on another node" : "");
-    if (f->global_rank < 0) {
+    if (f->global_rank < 0 && f->signal) {
         /* Another node's launcher was stopped, not a rank that failed. */
         fprintf(out, "  time      : %s\n  host      : %s (node rank %d)\n  cause     : its launcher got %s\n", when,
                 f->host, f->node_rank, launch_signal_name(f->signal, sbuf));
+    } else if (f->global_rank < 0) {
+        fprintf(out, "  time      : %s\n  host      : %s (node rank %d)\n  cause     : its launcher failed (below)\n",
+                when, f->host, f->node_rank);
     } else {
         fprintf(out, "[%d]:\n  time      : %s\n  host      : %s (node rank %d)\n  rank      : %d (local_rank: %d)\n",
                 0, when, f->host, f->node_rank, f->global_rank, f->local_rank);

@@ -185,3 +185,24 @@ Test(launch_multinode, losing_node_0_tears_down_the_others) {
     lt_free(&n0);
     lt_free(&n1);
 }
+
+/* A launcher that cannot start its ranks (here: its log directory cannot be
+ * made) ends the job on every node, saying why. */
+Test(launch_multinode, launcher_error_on_node_1_stops_node_0) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sleep", "120", NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--log-dir",
+                        "/proc/pprun-cannot-be-here", "--", "sleep", "120", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    lt_wait(&n1);
+    lt_wait(&n0);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    cr_assert(strstr(n1.err, "--log-dir"), "%s", n1.err);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    cr_assert(strstr(n0.err, "its launcher failed") && strstr(n0.err, "--log-dir"), "%s", n0.err);
+    lt_free(&n0);
+    lt_free(&n1);
+}
