@@ -114,10 +114,14 @@ static int start_rank(launch_ctx *c, int lr, slot *s, pp_err *err) {
     launch_stream_init(&s->out, po[0], show && !(o->redirects[lr] & LAUNCH_STD_OUT) ? 1 : -1, lo, prefix, NULL);
     launch_stream_init(&s->err, pe[0], show && !(o->redirects[lr] & LAUNCH_STD_ERR) ? 2 : -1, le, prefix, &s->tail);
     lo = le = -1; /* the streams own them now */
-    launch_spawn sp = {o->prog_argv, s->env.v, c->paths, c->notfound_msg, po[1], pe[1]};
+    /* Ranks run in their own process groups, i.e. in the background: one
+     * reading a terminal would be stopped (SIGTTIN), so they read nothing. */
+    int null_in = isatty(0) ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
+    launch_spawn sp = {o->prog_argv, s->env.v, c->paths, c->notfound_msg, po[1], pe[1], null_in};
     s->pid = launch_spawn_worker(&sp, err);
     close(po[1]);
     close(pe[1]);
+    if (null_in >= 0) close(null_in);
     if (s->pid < 0) return -1;
     s->alive = 1;
     return 0;

@@ -50,6 +50,7 @@ typedef struct launch_spawn {
     char **paths;        /* exec candidates (owned, shared by all ranks) */
     const char *notfound_msg;
     int out_w, err_w;    /* pipe write ends, to become 1 and 2 */
+    int in_fd;           /* becomes 0, or -1: inherit the launcher's stdin */
 } launch_spawn;
 
 /* Fork + exec; the child joins a new process group. -1 with err on failure. */

@@ -91,6 +91,7 @@ pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
         /* Workers must not outlive a launcher killed with SIGKILL. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent) _exit(128 + SIGKILL);
+        if (sp->in_fd >= 0) dup2(sp->in_fd, 0);
         if (sp->out_w == 1) fcntl(1, F_SETFD, 0);
         else dup2(sp->out_w, 1);
         if (sp->err_w == 2) fcntl(2, F_SETFD, 0);
