@@ -356,6 +356,9 @@ int launch_parse(int argc, char **argv, launch_options *o,
 
     if (slurm_fill(o, err) != 0) return -1;
     if (!(o->given & LAUNCH_GIVEN_MASTER_PORT)) o->master_port = o->nnodes > 1 ? 29500 : 0;
+    if (o->nnodes > 1 && o->master_port == 0)
+        return pp_fail(err, "--master-port 0 (pick a free port) works only with --nnodes 1: the other nodes must "
+                            "know the port; accepted with --nnodes %d: 1 to 65535", o->nnodes);
     if (o->node_rank >= o->nnodes)
         return pp_fail(err, "--node-rank: %d is out of range; accepted: 0 to %d (--nnodes %d)", o->node_rank,
                        o->nnodes - 1, o->nnodes);

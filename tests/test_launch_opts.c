@@ -17,6 +17,7 @@ static const struct {
     {{"--nnodes", "2", "--node-rank", "2"}, {"--node-rank", "0 to 1"}},
     {{"--master-addr="}, {"--master-addr", "host"}},
     {{"--master-port", "70000"}, {"--master-port", "0 to 65535"}},
+    {{"--nnodes", "2", "--master-port", "0"}, {"--master-port", "1 to 65535"}},
     {{"--max-restarts", "-2"}, {"--max-restarts", "0 to"}},
     {{"--monitor-interval", "soon"}, {"--monitor-interval", "seconds"}},
     {{"--monitor-interval", "0"}, {"--monitor-interval", "0.001 to 60"}},
