@@ -2,6 +2,7 @@
  * nodes, attempts and restarts.
  *
  * Keys in the store (attempt K, node rank R):
+ *   pprun/master_port        the workers' MASTER_PORT, picked by node 0
  *   pprun/run_id             node 0's run id, read by every other node
  *   pprun/a/K/node/R         node R joined attempt K (value: its host)
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
@@ -17,13 +18,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -160,6 +164,23 @@ static void publish_launcher_error(job *j, int attempt, const char *why) {
     store_set(j->ctl, k, "", 0, &serr);
 }
 
+/* The workers' MASTER_PORT: a port that is free on node 0 now. Not the
+ * store's: PyTorch's env:// init makes rank 0 listen on MASTER_PORT. */
+static int pick_free_port(int *port, pp_err *err) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &l) != 0) {
+        if (fd >= 0) close(fd);
+        return pp_fail(err, "cannot find a free port for MASTER_PORT: %s", strerror(errno));
+    }
+    close(fd);
+    *port = ntohs(a.sin_port);
+    return 0;
+}
+
 /* --- set-up: store, run id ---------------------------------------------------- */
 
 static int connect_store(job *j, const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err) {
@@ -192,10 +213,15 @@ static int setup_store(job *j, pp_err *err) {
     }
     if (o->nnodes > 1 && store_connect(o->master_addr, port, o->rdzv_timeout_ns, &j->c.watch, err) != 0)
         return pp_wrap(err, "rendezvous");
-    /* The run id: node 0's, whatever the others were told. */
+    /* The run id: node 0's, whatever the others were told. So is the
+     * workers' MASTER_PORT, published before it. */
     if (o->node_rank == 0) {
         if (o->run_id[0]) snprintf(j->run_id, sizeof j->run_id, "%s", o->run_id);
         else snprintf(j->run_id, sizeof j->run_id, "%" PRIx64 "-%d", (uint64_t)(pp_wall_ns() / 1000000u), (int)getpid());
+        if (pick_free_port(&j->c.info.master_port, err) != 0) return -1;
+        char mp[16];
+        snprintf(mp, sizeof mp, "%d", j->c.info.master_port);
+        if (store_set(j->ctl, "pprun/master_port", mp, strlen(mp), err) != 0) return -1;
         if (store_set(j->ctl, "pprun/run_id", j->run_id, strlen(j->run_id), err) != 0) return -1;
     } else {
         const char *k = "pprun/run_id";
@@ -207,6 +233,9 @@ static int setup_store(job *j, pp_err *err) {
         size_t len;
         if (store_get(j->ctl, "pprun/run_id", &v, &len, err) != 0) return -1;
         snprintf(j->run_id, sizeof j->run_id, "%s", (char *)v);
+        free(v);
+        if (store_get(j->ctl, "pprun/master_port", &v, &len, err) != 0) return -1;
+        j->c.info.master_port = atoi(v);
         free(v);
     }
     return 0;

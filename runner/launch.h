@@ -103,6 +103,7 @@ typedef struct launch_info {
     const char *run_id;
     const char *host;          /* this node's host name */
     const char *store_addr;    /* "host:port" of the job's store (PPRUN_STORE) */
+    int master_port;           /* the workers' MASTER_PORT: free on node 0, not the store's */
     int nnodes, node_rank, nproc_per_node, world_size;
     int attempt;               /* 0, 1, ... = PPRUN_RESTART_COUNT */
 } launch_info;

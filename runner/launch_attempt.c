@@ -60,16 +60,13 @@ static int build_env(launch_ctx *c, int lr, launch_env *env, pp_err *err) {
     int gr = in->node_rank * in->nproc_per_node + lr;
     if (launch_env_from_environ(env, err) != 0) return -1;
     int user_omp = launch_env_has(env, "OMP_NUM_THREADS"), user_blas = launch_env_has(env, "OPENBLAS_NUM_THREADS");
-    char port[16];
-    const char *colon = strrchr(in->store_addr, ':');
-    snprintf(port, sizeof port, "%s", colon ? colon + 1 : "0");
     if (set_num(env, "RANK", gr, err) || set_num(env, "LOCAL_RANK", lr, err) ||
         set_num(env, "WORLD_SIZE", in->world_size, err) ||
         set_num(env, "LOCAL_WORLD_SIZE", in->nproc_per_node, err) ||
         set_num(env, "GROUP_RANK", in->node_rank, err) || set_num(env, "GROUP_WORLD_SIZE", in->nnodes, err) ||
         set_num(env, "ROLE_RANK", gr, err) || set_num(env, "ROLE_WORLD_SIZE", in->world_size, err) ||
         launch_env_set(env, "ROLE_NAME", "default", err) ||
-        launch_env_set(env, "MASTER_ADDR", o->master_addr, err) || launch_env_set(env, "MASTER_PORT", port, err) ||
+        launch_env_set(env, "MASTER_ADDR", o->master_addr, err) || set_num(env, "MASTER_PORT", in->master_port, err) ||
         launch_env_set(env, "TORCHELASTIC_RUN_ID", in->run_id, err) ||
         set_num(env, "TORCHELASTIC_RESTART_COUNT", in->attempt, err) ||
         set_num(env, "TORCHELASTIC_MAX_RESTARTS", o->max_restarts, err) ||

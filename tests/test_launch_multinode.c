@@ -3,7 +3,7 @@
 #include "launch_testutil.h"
 
 static const char *env_line =
-    "echo \"R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE G=$GROUP_RANK ID=$PPRUN_RUN_ID ST=$PPRUN_STORE MA=$MASTER_ADDR\"";
+    "echo \"R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE G=$GROUP_RANK ID=$PPRUN_RUN_ID ST=$PPRUN_STORE MA=$MASTER_ADDR MP=$MASTER_PORT\"";
 
 /* Checks the ranks one node printed: global ranks node-major. */
 static void check_node(const char *out, int node, int nproc, int world, const char *run_id) {
@@ -38,6 +38,12 @@ Test(launch_multinode, two_launchers_make_one_eight_rank_job) {
     char store[64];
     snprintf(store, sizeof store, "ST=127.0.0.1:%s ", port);
     cr_assert_eq(lt_count(n0.out, store) + lt_count(n1.out, store), 8, "%s%s", n0.out, n1.out);
+    /* Every rank of both nodes sees node 0's MASTER_PORT. */
+    const char *mp = strstr(n0.out, "MP=");
+    cr_assert_not_null(mp);
+    char want[32];
+    snprintf(want, sizeof want, "MP=%d\n", atoi(mp + 3));
+    cr_assert_eq(lt_count(n0.out, want) + lt_count(n1.out, want), 8, "%s%s", n0.out, n1.out);
     lt_free(&n0);
     lt_free(&n1);
 }
@@ -121,7 +127,7 @@ Test(launch_multinode, slurm_environment_gives_nodes_ranks_and_master) {
     lt_wait(&n1);
     cr_assert_eq(n0.status, 0, "%s", n0.err);
     cr_assert_eq(n1.status, 0, "%s", n1.err);
-    cr_assert_eq(lt_count(n0.out, "MA=localhost\n"), 2, "%s", n0.out);
+    cr_assert_eq(lt_count(n0.out, "MA=localhost MP="), 2, "%s", n0.out);
     cr_assert(strstr(n1.out, "[3]: R=3 L=1 W=4 G=1 "), "%s", n1.out);
     lt_free(&n0);
     lt_free(&n1);
