@@ -116,6 +116,11 @@ typedef struct {
     int mark;
 } proc_row;
 
+static int by_pid(const void *a, const void *b) {
+    pid_t x = ((const proc_row *)a)->pid, y = ((const proc_row *)b)->pid;
+    return x < y ? -1 : x > y;
+}
+
 /* Reads pid, state and ppid of every process. Caller frees *rows. */
 static size_t read_procs(proc_row **rows) {
     size_t n = 0, cap = 512;
@@ -159,26 +164,34 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip) {
     proc_row *rows;
     size_t n = read_procs(&rows);
     pid_t self = getpid();
-    /* Mark children of self, then their children, until nothing changes. */
-    for (int changed = 1; changed;) {
-        changed = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (rows[i].mark) continue;
-            if (rows[i].ppid == self) {
-                rows[i].mark = changed = 1;
-                continue;
+    /* Sorted by pid, each row's parent is a binary search away; walk up
+     * from every row until self (a descendant), or a row already decided,
+     * or no parent (not one). mark: 0 unknown, 1 descendant, 2 not. */
+    qsort(rows, n, sizeof *rows, by_pid);
+    for (size_t i = 0; i < n; i++) {
+        size_t chain[64], depth = 0, k = i;
+        int verdict = 2;
+        for (;;) {
+            if (rows[k].mark) {
+                verdict = rows[k].mark;
+                break;
             }
-            for (size_t j = 0; j < n; j++) {
-                if (rows[j].mark && rows[j].pid == rows[i].ppid) {
-                    rows[i].mark = changed = 1;
-                    break;
-                }
+            if (depth == sizeof chain / sizeof chain[0]) break; /* absurdly deep: not ours */
+            chain[depth++] = k;
+            if (rows[k].ppid == self) {
+                verdict = 1;
+                break;
             }
+            proc_row key = {.pid = rows[k].ppid};
+            proc_row *parent = rows[k].ppid > 1 ? bsearch(&key, rows, n, sizeof *rows, by_pid) : NULL;
+            if (!parent) break;
+            k = (size_t)(parent - rows);
         }
+        while (depth) rows[chain[--depth]].mark = verdict;
     }
     int live = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!rows[i].mark || rows[i].state == 'Z' || rows[i].state == 'X') continue;
+        if (rows[i].mark != 1 || rows[i].state == 'Z' || rows[i].state == 'X') continue;
         live++;
         int skip = 0;
         for (size_t k = 0; k < nskip && !skip; k++) skip = rows[i].pgrp == skip_groups[k];
