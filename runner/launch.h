@@ -19,7 +19,10 @@
  *  - Workers inherit every fd without FD_CLOEXEC (e.g. trace rings);
  *    the launcher's own fds are close-on-exec.
  *  - Each worker's argv and environment are built before fork; between
- *    fork and exec the child only makes async-signal-safe calls. */
+ *    fork and exec the child only makes async-signal-safe calls.
+ *  - One launch_job per process at a time (the signal self-pipe is global).
+ *  - It writes the workers' output to fds 1 and 2, and one line per restart
+ *    ("pprun launch: attempt K failed ...; restarting") to stderr. */
 #ifndef PP_LAUNCH_H
 #define PP_LAUNCH_H
 #include <stddef.h>
