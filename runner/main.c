@@ -10,6 +10,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"version", cmd_version, "print the version"},
+    {"launch", cmd_launch, "run any program once per rank, like torchrun"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,26 @@
+/* cmd_launch.c: `pprun launch [options] -- PROGRAM [ARGS...]`: a torchrun-
+ * compatible launcher for any program (docs/cli.md). */
+#include <stdio.h>
+
+#include "runner/cli.h"
+#include "runner/launch.h"
+
+int cmd_launch(int argc, char **argv) {
+    static launch_options o; /* large (per-rank tables): keep it off the stack */
+    pp_err err;
+    int rc = launch_parse(argc, argv, &o, NULL, NULL, &err);
+    if (rc == 1) return 0;
+    if (rc != 0) {
+        fprintf(stderr, "pprun launch: %s\n", err.msg);
+        return 2;
+    }
+    launch_result res;
+    if (launch_job(&o, NULL, &res, &err) != 0) {
+        fprintf(stderr, "pprun launch: %s\n", err.msg);
+        return res.exit_code;
+    }
+    if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &o, &res);
+    if (res.status == LAUNCH_SIGNALED)
+        fprintf(stderr, "pprun launch: stopped by signal %d; every rank was stopped\n", res.signal);
+    return res.exit_code;
+}

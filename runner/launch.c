@@ -1,0 +1,503 @@
+/* launch.c: the job loop: signals, the store, the static rendezvous between
+ * nodes, attempts and restarts.
+ *
+ * Keys in the store (attempt K, node rank R):
+ *   pprun/master_port        the workers' MASTER_PORT, picked by node 0
+ *   pprun/run_id             node 0's run id, read by every other node
+ *   pprun/a/K/node/R         node R joined attempt K (value: its host)
+ *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
+ *   pprun/a/K/failcount      the first node to fail (count 1) writes
+ *   pprun/a/K/fail           the root cause (launch_failure as text), then
+ *   pprun/a/K/end            the attempt is over for everyone
+ *   pprun/a/K/done           nodes that finished well; the last sets end
+ *   pprun/exit, pprun/exit_all  node 0 keeps the store up until all left
+ * Every launcher keeps a WAIT on pprun/a/K/end while its ranks run: when it
+ * fires, another node failed; when the connection breaks, node 0 is gone. */
+#include "runner/launch_int.h"
+#include "runner/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* The self-pipe's write end: the only state a signal handler touches. */
+static volatile int sig_pipe_w = -1;
+
+static void on_signal(int sig) {
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t w = write(sig_pipe_w, &b, 1);
+    (void)w; /* a full pipe already says "look" */
+    errno = saved;
+}
+
+static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
+#define NCAUGHT (sizeof caught / sizeof caught[0])
+
+typedef struct job {
+    launch_ctx c;
+    char host[256];
+    char store_addr[300];
+    char run_id[128];
+    int sig_w;
+    store_server *server;
+    store_client *ctl;
+    struct sigaction old[NCAUGHT];
+    int old_subreaper;
+} job;
+
+static int install_signals(job *j, pp_err *err) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return pp_fail(err, "pipe: %s", strerror(errno));
+    j->c.sig_r = p[0];
+    j->sig_w = p[1];
+    sig_pipe_w = p[1];
+    for (size_t i = 0; i < NCAUGHT; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sa.sa_handler = caught[i] == SIGPIPE ? SIG_IGN : on_signal;
+        if (caught[i] == SIGCHLD) sa.sa_flags |= SA_NOCLDSTOP;
+        sigaction(caught[i], &sa, &j->old[i]);
+    }
+    /* Orphaned grandchildren come to us, not to init: we can kill them. */
+    prctl(PR_GET_CHILD_SUBREAPER, &j->old_subreaper);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    return 0;
+}
+
+static void restore_signals(job *j) {
+    for (size_t i = 0; i < NCAUGHT; i++) sigaction(caught[i], &j->old[i], NULL);
+    prctl(PR_SET_CHILD_SUBREAPER, j->old_subreaper);
+    sig_pipe_w = -1;
+    close(j->c.sig_r);
+    close(j->sig_w);
+}
+
+/* Drains the self-pipe; remembers a stop signal. */
+static void check_signals(job *j) {
+    unsigned char sigs[64];
+    ssize_t got;
+    while ((got = read(j->c.sig_r, sigs, sizeof sigs)) > 0)
+        for (ssize_t k = 0; k < got; k++)
+            if (sigs[k] != SIGCHLD && !j->c.stop_signal) j->c.stop_signal = sigs[k];
+}
+
+/* store_wait on `cl` that a stop signal interrupts. 0 ok, 1 timeout, -1
+ * error, 2 signal (the WAIT stays outstanding: the client is unusable). */
+static int wait_keys(job *j, store_client *cl, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err) {
+    if (store_wait_send(cl, keys, n, timeout_ms, err) != 0) return -1;
+    for (;;) {
+        struct pollfd p[2] = {{.fd = store_fd(cl), .events = POLLIN}, {.fd = j->c.sig_r, .events = POLLIN}};
+        if (poll(p, 2, -1) < 0 && errno != EINTR) return pp_fail(err, "poll: %s", strerror(errno));
+        if (p[1].revents) {
+            check_signals(j);
+            if (j->c.stop_signal) return 2;
+        }
+        if (p[0].revents) return store_wait_recv(cl, err);
+    }
+}
+
+static void key(char *buf, size_t cap, int attempt, const char *name) {
+    snprintf(buf, cap, "pprun/a/%d/%s", attempt, name);
+}
+
+/* --- failure as text, for the other nodes ------------------------------------ */
+
+static int failure_encode(const launch_failure *f, int stop, char *buf, size_t cap) {
+    return snprintf(buf, cap, "v1 %d %d %d %d %d %d %" PRIu64 " %d\n%s\n%s", f->node_rank, f->global_rank,
+                    f->local_rank, f->exit_code, f->signal, (int)f->pid, f->wall_ns, stop, f->host,
+                    f->stderr_tail);
+}
+
+static int failure_decode(const char *text, launch_failure *f, int *stop) {
+    memset(f, 0, sizeof *f);
+    int pid;
+    if (sscanf(text, "v1 %d %d %d %d %d %d %" SCNu64 " %d", &f->node_rank, &f->global_rank, &f->local_rank,
+               &f->exit_code, &f->signal, &pid, &f->wall_ns, stop) != 8)
+        return -1;
+    f->pid = pid;
+    const char *h = strchr(text, '\n');
+    if (!h) return -1;
+    h++;
+    const char *t = strchr(h, '\n');
+    size_t hl = t ? (size_t)(t - h) : strlen(h);
+    if (hl >= sizeof f->host) hl = sizeof f->host - 1;
+    memcpy(f->host, h, hl);
+    if (t) snprintf(f->stderr_tail, sizeof f->stderr_tail, "%s", t + 1);
+    return 0;
+}
+
+static void key(char *buf, size_t cap, int attempt, const char *name);
+
+/* Ends attempt K everywhere with "this launcher failed" (no restart). */
+static void publish_launcher_error(job *j, int attempt, const char *why) {
+    launch_failure f;
+    memset(&f, 0, sizeof f);
+    f.node_rank = j->c.o->node_rank;
+    f.global_rank = f.local_rank = -1;
+    f.wall_ns = pp_wall_ns();
+    snprintf(f.host, sizeof f.host, "%s", j->host);
+    snprintf(f.stderr_tail, sizeof f.stderr_tail, "%s\n", why);
+    char k[128], text[sizeof f.stderr_tail + 512];
+    int64_t first;
+    pp_err serr;
+    key(k, sizeof k, attempt, "failcount");
+    if (store_add(j->ctl, k, 1, &first, &serr) != 0 || first != 1) return;
+    int len = failure_encode(&f, 1, text, sizeof text);
+    if (len >= (int)sizeof text) len = (int)sizeof text - 1;
+    key(k, sizeof k, attempt, "fail");
+    if (store_set(j->ctl, k, text, (size_t)len, &serr) != 0) return;
+    key(k, sizeof k, attempt, "end");
+    store_set(j->ctl, k, "", 0, &serr);
+}
+
+/* The workers' MASTER_PORT: a port that is free on node 0 now. Not the
+ * store's: PyTorch's env:// init makes rank 0 listen on MASTER_PORT. */
+static int pick_free_port(int *port, pp_err *err) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    socklen_t l = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &l) != 0) {
+        if (fd >= 0) close(fd);
+        return pp_fail(err, "cannot find a free port for MASTER_PORT: %s", strerror(errno));
+    }
+    close(fd);
+    *port = ntohs(a.sin_port);
+    return 0;
+}
+
+/* --- set-up: store, run id ---------------------------------------------------- */
+
+static int connect_store(job *j, const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err) {
+    uint64_t deadline = pp_now_ns() + timeout_ns;
+    for (;;) {
+        if (store_connect(host, port, 0, out, err) == 0) return 0;
+        check_signals(j);
+        if (j->c.stop_signal) return 2;
+        if (pp_now_ns() >= deadline) return -1;
+        pp_sleep_ns(50000000);
+    }
+}
+
+static int setup_store(job *j, pp_err *err) {
+    const launch_options *o = j->c.o;
+    int port = o->master_port;
+    if (o->node_rank == 0) {
+        if (store_server_start(o->master_addr, port, &j->server, err) != 0)
+            return pp_wrap(err, "--master-addr %s --master-port %d", o->master_addr, port);
+        port = store_server_port(j->server);
+    }
+    snprintf(j->store_addr, sizeof j->store_addr, "%s:%d", o->master_addr, port);
+    int rc = connect_store(j, o->master_addr, port, o->rdzv_timeout_ns, &j->ctl, err);
+    if (rc == 2) return 2;
+    if (rc != 0) {
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return pp_fail(err, "rendezvous timed out after %.0fs (--rdzv-timeout): node rank 0 never came up (%s)",
+                       (double)o->rdzv_timeout_ns / 1e9, why);
+    }
+    if (o->nnodes > 1 && store_connect(o->master_addr, port, o->rdzv_timeout_ns, &j->c.watch, err) != 0)
+        return pp_wrap(err, "rendezvous");
+    /* The run id: node 0's, whatever the others were told. So is the
+     * workers' MASTER_PORT, published before it. */
+    if (o->node_rank == 0) {
+        if (o->run_id[0]) snprintf(j->run_id, sizeof j->run_id, "%s", o->run_id);
+        else snprintf(j->run_id, sizeof j->run_id, "%" PRIx64 "-%d", (uint64_t)(pp_wall_ns() / 1000000u), (int)getpid());
+        if (pick_free_port(&j->c.info.master_port, err) != 0) return -1;
+        char mp[16];
+        snprintf(mp, sizeof mp, "%d", j->c.info.master_port);
+        if (store_set(j->ctl, "pprun/master_port", mp, strlen(mp), err) != 0) return -1;
+        if (store_set(j->ctl, "pprun/run_id", j->run_id, strlen(j->run_id), err) != 0) return -1;
+    } else {
+        const char *k = "pprun/run_id";
+        rc = wait_keys(j, j->ctl, &k, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
+        if (rc == 2) return 2;
+        if (rc != 0) return rc < 0 ? -1 : pp_fail(err, "rendezvous: node rank 0 published no run id within %.0fs",
+                                                   (double)o->rdzv_timeout_ns / 1e9);
+        void *v;
+        size_t len;
+        if (store_get(j->ctl, "pprun/run_id", &v, &len, err) != 0) return -1;
+        snprintf(j->run_id, sizeof j->run_id, "%s", (char *)v);
+        free(v);
+        if (store_get(j->ctl, "pprun/master_port", &v, &len, err) != 0) return -1;
+        j->c.info.master_port = atoi(v);
+        free(v);
+    }
+    return 0;
+}
+
+/* Every node joins attempt K; the last one opens it. On timeout, names the
+ * node ranks that never came. */
+static int rendezvous(job *j, int attempt, pp_err *err) {
+    const launch_options *o = j->c.o;
+    char k[128], go[128];
+    int64_t count;
+    snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, o->node_rank);
+    if (store_set(j->ctl, k, j->host, strlen(j->host), err) != 0) return -1;
+    key(k, sizeof k, attempt, "count");
+    if (store_add(j->ctl, k, 1, &count, err) != 0) return -1;
+    key(go, sizeof go, attempt, "go");
+    if (count == o->nnodes && store_set(j->ctl, go, "", 0, err) != 0) return -1;
+    const char *keys[1] = {go};
+    int rc = wait_keys(j, j->ctl, keys, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
+    if (rc != 1) return rc;
+    char missing[512] = "";
+    size_t m = 0, nmiss = 0;
+    for (int r = 0; r < o->nnodes; r++) {
+        void *v;
+        size_t len;
+        snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, r);
+        int g = store_get(j->ctl, k, &v, &len, err);
+        if (g < 0) return -1;
+        if (g == 0) {
+            free(v);
+            continue;
+        }
+        if (nmiss++ < 32 && m + 16 < sizeof missing) m += (size_t)snprintf(missing + m, sizeof missing - m, "%s%d", m ? ", " : "", r);
+    }
+    return pp_fail(err, "rendezvous timed out after %.0fs (--rdzv-timeout): node rank%s %s%s never joined (store at %s, %d of %d nodes joined)",
+                   (double)o->rdzv_timeout_ns / 1e9, nmiss > 1 ? "s" : "", missing, nmiss > 32 ? ", ..." : "",
+                   j->store_addr, o->nnodes - (int)nmiss, o->nnodes);
+}
+
+/* --- the job ---------------------------------------------------------------------- */
+
+static void finish_result(launch_result *res, int status, int code) {
+    res->status = status;
+    res->exit_code = code;
+}
+
+int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result *res, pp_err *err) {
+    memset(res, 0, sizeof *res);
+    finish_result(res, LAUNCH_ERROR, 1);
+    job *j = calloc(1, sizeof *j);
+    if (!j) return pp_fail(err, "out of memory");
+    j->c.o = o;
+    j->c.hooks = hooks;
+    if (gethostname(j->host, sizeof j->host) != 0) snprintf(j->host, sizeof j->host, "localhost");
+    j->host[sizeof j->host - 1] = '\0';
+    res->world_size = o->nnodes * o->nproc_per_node;
+
+    if (launch_find_program(o->prog_argv[0], &j->c.paths, err) != 0) {
+        res->exit_code = 2;
+        free(j);
+        return -1;
+    }
+    snprintf(j->c.notfound_msg, sizeof j->c.notfound_msg, "pprun launch: cannot execute '%s'\n", o->prog_argv[0]);
+    if (install_signals(j, err) != 0) {
+        launch_paths_free(j->c.paths);
+        free(j);
+        return -1;
+    }
+
+    int rc = setup_store(j, err);
+    if (rc == 0) {
+        launch_info *in = &j->c.info;
+        in->run_id = j->run_id;
+        in->host = j->host;
+        in->store_addr = j->store_addr;
+        in->nnodes = o->nnodes;
+        in->node_rank = o->node_rank;
+        in->nproc_per_node = o->nproc_per_node;
+        in->world_size = res->world_size;
+        snprintf(res->run_id, sizeof res->run_id, "%s", j->run_id);
+    }
+    int multi = o->nnodes > 1;
+    int store_ok = rc == 0; /* whether the store may still be used */
+    int ran = 0;            /* an attempt reached its outcome on every node */
+    for (int attempt = 0; rc == 0 && attempt <= o->max_restarts; attempt++) {
+        char k_end[128], k_fail[128], k_done[128], k_failcount[128];
+        key(k_end, sizeof k_end, attempt, "end");
+        key(k_fail, sizeof k_fail, attempt, "fail");
+        key(k_done, sizeof k_done, attempt, "done");
+        key(k_failcount, sizeof k_failcount, attempt, "failcount");
+        j->c.info.attempt = attempt;
+        res->attempts = attempt + 1;
+        if (multi && (rc = rendezvous(j, attempt, err)) != 0) break;
+        if (multi) {
+            const char *keys[1] = {k_end};
+            if (store_wait_send(j->c.watch, keys, 1, -1, err) != 0) {
+                rc = -1;
+                break;
+            }
+            j->c.watch_pending = 1;
+        }
+        launch_failure fail;
+        memset(&fail, 0, sizeof fail);
+        int out = LAUNCH_ATTEMPT_ERROR;
+        if (!hooks || !hooks->before_attempt || hooks->before_attempt(hooks->ctx, &j->c.info, err) == 0)
+            out = launch_attempt(&j->c, &fail, err);
+        int stop = 0;
+        if (out == LAUNCH_ATTEMPT_ERROR) {
+            /* This launcher cannot go on: the other nodes must not wait. */
+            if (multi) publish_launcher_error(j, attempt, err->msg);
+            rc = -1;
+            break;
+        }
+        if (out == LAUNCH_ATTEMPT_STORE_LOST) {
+            store_ok = 0;
+            rc = pp_wrap(err, "lost the store of node rank 0 at %s (node 0 gone?)", j->store_addr);
+            break;
+        }
+        if (out == LAUNCH_ATTEMPT_SIGNAL) {
+            /* Stopped by the user: no restart, here or elsewhere. */
+            fail.node_rank = o->node_rank;
+            fail.global_rank = fail.local_rank = -1;
+            fail.signal = j->c.stop_signal;
+            snprintf(fail.host, sizeof fail.host, "%s", j->host);
+            fail.wall_ns = pp_wall_ns();
+            stop = 1;
+        }
+        if (out == LAUNCH_ATTEMPT_FAILED) {
+            finish_result(res, LAUNCH_FAILED, 1);
+            res->failure = fail;
+        }
+        if (multi) {
+            pp_err serr;
+            int sr = 0;
+            if (out == LAUNCH_ATTEMPT_FAILED || out == LAUNCH_ATTEMPT_SIGNAL) {
+                int64_t first;
+                sr = store_add(j->ctl, k_failcount, 1, &first, &serr);
+                if (sr == 0 && first == 1) {
+                    char text[sizeof fail.stderr_tail + 512];
+                    int len = failure_encode(&fail, stop, text, sizeof text);
+                    if (len >= (int)sizeof text) len = (int)sizeof text - 1;
+                    sr = store_set(j->ctl, k_fail, text, (size_t)len, &serr);
+                    if (sr == 0) sr = store_set(j->ctl, k_end, "", 0, &serr);
+                }
+            } else if (out == LAUNCH_ATTEMPT_OK) {
+                int64_t done;
+                sr = store_add(j->ctl, k_done, 1, &done, &serr);
+                if (sr == 0 && done == o->nnodes) sr = store_set(j->ctl, k_end, "", 0, &serr);
+            }
+            /* Wait for the attempt's end everywhere (our own WAIT answers). */
+            if (sr == 0 && j->c.watch_pending) {
+                for (;;) {
+                    struct pollfd p[2] = {{.fd = store_fd(j->c.watch), .events = POLLIN},
+                                          {.fd = j->c.sig_r, .events = POLLIN}};
+                    if (poll(p, 2, -1) < 0 && errno != EINTR) break;
+                    if (p[1].revents) {
+                        int had = j->c.stop_signal;
+                        check_signals(j);
+                        if (!had && j->c.stop_signal && out == LAUNCH_ATTEMPT_OK) {
+                            /* Stopped while waiting for the others: tell them. */
+                            out = LAUNCH_ATTEMPT_SIGNAL;
+                            stop = 1;
+                            int64_t first;
+                            fail.node_rank = o->node_rank;
+                            fail.global_rank = fail.local_rank = -1;
+                            fail.signal = j->c.stop_signal;
+                            snprintf(fail.host, sizeof fail.host, "%s", j->host);
+                            if (store_add(j->ctl, k_failcount, 1, &first, &serr) == 0 && first == 1) {
+                                char text[sizeof fail.stderr_tail + 512];
+                                int len = failure_encode(&fail, 1, text, sizeof text);
+                                if (len >= (int)sizeof text) len = (int)sizeof text - 1;
+                                if (store_set(j->ctl, k_fail, text, (size_t)len, &serr) == 0)
+                                    store_set(j->ctl, k_end, "", 0, &serr);
+                            }
+                        }
+                    }
+                    if (p[0].revents) {
+                        if (store_wait_recv(j->c.watch, &serr) < 0) sr = -1;
+                        j->c.watch_pending = 0;
+                        break;
+                    }
+                }
+            }
+            if (sr != 0) {
+                store_ok = 0;
+                if (out == LAUNCH_ATTEMPT_OK || out == LAUNCH_ATTEMPT_REMOTE) {
+                    rc = pp_fail(err, "lost the store of node rank 0 at %s: %s", j->store_addr, serr.msg);
+                    break;
+                }
+            } else {
+                /* The root cause as every node agreed on it. */
+                void *v;
+                size_t len;
+                int g = store_get(j->ctl, k_fail, &v, &len, &serr);
+                if (g == 0) {
+                    launch_failure f;
+                    int fstop = 0;
+                    if (failure_decode(v, &f, &fstop) == 0) {
+                        stop |= fstop;
+                        if (f.global_rank >= 0) {
+                            res->failure = f;
+                            res->failure_remote = f.node_rank != o->node_rank;
+                            finish_result(res, LAUNCH_FAILED, 1);
+                        } else if (out != LAUNCH_ATTEMPT_SIGNAL) {
+                            /* Another node's launcher was stopped by a signal. */
+                            res->failure = f;
+                            res->failure_remote = 1;
+                            finish_result(res, LAUNCH_FAILED, 1);
+                        }
+                    }
+                    free(v);
+                    if (out == LAUNCH_ATTEMPT_OK) out = LAUNCH_ATTEMPT_REMOTE;
+                } else if (g < 0) {
+                    store_ok = 0;
+                }
+            }
+        }
+        if (out == LAUNCH_ATTEMPT_SIGNAL) {
+            res->signal = j->c.stop_signal;
+            finish_result(res, LAUNCH_SIGNALED, 128 + j->c.stop_signal);
+        } else if (out == LAUNCH_ATTEMPT_OK) {
+            finish_result(res, LAUNCH_OK, 0);
+        } else if (res->status != LAUNCH_FAILED) {
+            finish_result(res, LAUNCH_FAILED, 1);
+        }
+        ran = 1;
+        if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
+        if (res->status != LAUNCH_FAILED || stop || !store_ok) break;
+        if (attempt < o->max_restarts) {
+            fprintf(stderr, "pprun launch: attempt %d failed (rank %d); restarting (%d of %d restarts)\n", attempt,
+                    res->failure.global_rank, attempt + 1, o->max_restarts);
+            memset(&res->failure, 0, sizeof res->failure);
+            res->failure_remote = 0;
+            res->status = LAUNCH_ERROR;
+        }
+    }
+    if (rc == 2) {
+        /* A signal during set-up or rendezvous: nothing was running. */
+        res->signal = j->c.stop_signal;
+        finish_result(res, LAUNCH_SIGNALED, 128 + j->c.stop_signal);
+        rc = 0;
+    } else if (rc != 0) {
+        finish_result(res, LAUNCH_ERROR, 1);
+    }
+
+    /* Node 0 serves the store until every node has read the outcome. */
+    if (multi && j->ctl && store_ok) {
+        pp_err serr;
+        int64_t left;
+        if (store_add(j->ctl, "pprun/exit", 1, &left, &serr) == 0) {
+            if (left == o->nnodes) store_set(j->ctl, "pprun/exit_all", "", 0, &serr);
+            if (o->node_rank == 0 && ran && !j->c.watch_pending) {
+                const char *k = "pprun/exit_all";
+                store_wait(j->c.watch, &k, 1, (int64_t)(o->shutdown_timeout_ns / 1000000ull) + 1000, &serr);
+            }
+        }
+    }
+    store_close(j->c.watch);
+    store_close(j->ctl);
+    store_server_stop(j->server);
+    restore_signals(j);
+    launch_paths_free(j->c.paths);
+    free(j);
+    return rc == 0 ? 0 : -1;
+}

@@ -1,0 +1,65 @@
+/* launch_env.c: a worker's environment, built in the launcher before fork:
+ * the launcher's own environment plus the torchrun variables. */
+#include "runner/launch_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+static int env_push(launch_env *env, char *entry, pp_err *err) {
+    if (!entry) return pp_fail(err, "out of memory building the environment");
+    if (env->n + 2 > env->cap) {
+        size_t cap = env->cap ? env->cap * 2 : 64;
+        char **v = realloc(env->v, cap * sizeof *v);
+        if (!v) {
+            free(entry);
+            return pp_fail(err, "out of memory building the environment");
+        }
+        env->v = v;
+        env->cap = cap;
+    }
+    env->v[env->n++] = entry;
+    env->v[env->n] = NULL;
+    return 0;
+}
+
+int launch_env_from_environ(launch_env *env, pp_err *err) {
+    memset(env, 0, sizeof *env);
+    for (char **e = environ; e && *e; e++)
+        if (env_push(env, strdup(*e), err) != 0) return -1;
+    if (!env->v) return env_push(env, strdup("PPRUN_EMPTY_ENV=1"), err);
+    return 0;
+}
+
+static ssize_t env_find(const launch_env *env, const char *name) {
+    size_t nl = strlen(name);
+    for (size_t i = 0; i < env->n; i++)
+        if (strncmp(env->v[i], name, nl) == 0 && env->v[i][nl] == '=') return (ssize_t)i;
+    return -1;
+}
+
+int launch_env_has(const launch_env *env, const char *name) { return env_find(env, name) >= 0; }
+
+int launch_env_set(launch_env *env, const char *name, const char *value, pp_err *err) {
+    if (!*name || strchr(name, '='))
+        return pp_fail(err, "environment variable name '%s' is not valid", name);
+    size_t len = strlen(name) + strlen(value) + 2;
+    char *entry = malloc(len);
+    if (!entry) return pp_fail(err, "out of memory building the environment");
+    snprintf(entry, len, "%s=%s", name, value);
+    ssize_t i = env_find(env, name);
+    if (i >= 0) {
+        free(env->v[i]);
+        env->v[i] = entry;
+        return 0;
+    }
+    return env_push(env, entry, err);
+}
+
+void launch_env_free(launch_env *env) {
+    for (size_t i = 0; i < env->n; i++) free(env->v[i]);
+    free(env->v);
+    memset(env, 0, sizeof *env);
+}

@@ -1,0 +1,108 @@
+/* launch_int.h: what the supervisor's files share (not for other modules). */
+#ifndef PP_LAUNCH_INT_H
+#define PP_LAUNCH_INT_H
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "runner/launch.h"
+
+/* --- output (launch_output.c) ------------------------------------------------ */
+
+/* The last stderr lines of one rank, for the failure summary. */
+typedef struct launch_tail {
+    char line[LAUNCH_TAIL_LINES][200];
+    int next, count;
+} launch_tail;
+
+/* One worker stream (stdout or stderr): the read end of its pipe, where its
+ * lines go, and the partial line not yet written. */
+typedef struct launch_stream {
+    int fd;              /* pipe read end, -1 once at EOF */
+    int console_fd;      /* 1 or 2, or -1: not shown */
+    int log_fd;          /* log file, or -1 */
+    char prefix[32];
+    size_t prefix_len;
+    char *buf;           /* partial line (owned) */
+    size_t len, cap;
+    launch_tail *tail;   /* stderr only: not owned */
+} launch_stream;
+
+/* Lines longer than this are cut into several prefixed lines. */
+#define LAUNCH_LINE_MAX 65536
+
+void launch_stream_init(launch_stream *s, int fd, int console_fd, int log_fd, const char *prefix,
+                        launch_tail *tail);
+/* Reads what the pipe has (non-blocking fd), writes every complete line.
+ * Returns 1 at EOF (fd closed and set to -1), else 0. */
+int launch_stream_pump(launch_stream *s);
+/* Writes a partial last line (with a newline) and frees the buffer; closes
+ * the pipe and log file. */
+void launch_stream_finish(launch_stream *s);
+/* The tail as text, oldest line first. */
+void launch_tail_text(const launch_tail *t, char *out, size_t cap);
+
+/* --- processes (launch_proc.c) ----------------------------------------------- */
+
+/* A prepared worker: everything exec needs, built before fork. */
+typedef struct launch_spawn {
+    char **argv;         /* not owned (options) */
+    char **envp;         /* owned: launch_env */
+    char **paths;        /* exec candidates (owned, shared by all ranks) */
+    const char *notfound_msg;
+    int out_w, err_w;    /* pipe write ends, to become 1 and 2 */
+    int in_fd;           /* becomes 0, or -1: inherit the launcher's stdin */
+} launch_spawn;
+
+/* Fork + exec; the child joins a new process group. -1 with err on failure. */
+pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err);
+/* Candidate paths for PROGRAM (PATH lookup like execvp), NULL-terminated,
+ * owned by the caller (launch_paths_free). Fails if none is executable. */
+int launch_find_program(const char *prog, char ***paths, pp_err *err);
+void launch_paths_free(char **paths);
+/* Sends sig (0: none) to every live descendant of this process (walking
+ * /proc) except members of the skip_groups process groups (signalled as
+ * groups by the caller), and returns how many live descendants there were
+ * (zombies do not count). */
+int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip);
+
+/* --- environment (launch_env.c) -------------------------------------------- */
+
+struct launch_env {
+    char **v;            /* NULL-terminated, every string owned */
+    size_t n, cap;
+};
+int launch_env_from_environ(launch_env *env, pp_err *err);
+int launch_env_has(const launch_env *env, const char *name);
+void launch_env_free(launch_env *env);
+
+/* --- one attempt (launch_attempt.c) ----------------------------------------- */
+
+struct store_client;
+
+/* The job as the attempt loop sees it (owned by launch_job). */
+typedef struct launch_ctx {
+    const launch_options *o;
+    const launch_hooks *hooks;
+    launch_info info;
+    int sig_r;                   /* self-pipe: one byte per signal */
+    struct store_client *watch;  /* waits for the attempt's end key, or NULL */
+    int watch_pending;           /* a WAIT is outstanding on watch */
+    char **paths;                /* exec candidates for the program */
+    char notfound_msg[512];
+    int stop_signal;             /* SIGINT/SIGTERM/SIGHUP received, or 0 */
+} launch_ctx;
+
+enum {
+    LAUNCH_ATTEMPT_OK,          /* every local rank exited 0 */
+    LAUNCH_ATTEMPT_FAILED,      /* a local rank failed: *failure filled */
+    LAUNCH_ATTEMPT_REMOTE,      /* another node ended the attempt */
+    LAUNCH_ATTEMPT_STORE_LOST,  /* the store connection broke */
+    LAUNCH_ATTEMPT_SIGNAL,      /* ctx->stop_signal */
+    LAUNCH_ATTEMPT_ERROR,       /* could not start the workers: err */
+};
+
+/* Runs the local ranks of one attempt until they are all gone and every
+ * descendant is dead. Returns LAUNCH_ATTEMPT_*. */
+int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err);
+
+#endif

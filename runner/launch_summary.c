@@ -1,0 +1,63 @@
+/* launch_summary.c: the failure report printed when a job fails, laid out
+ * like torchrun's so people who know it find things where they expect. */
+#include "runner/launch.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+const char *launch_signal_name(int sig, char *buf) {
+    static const struct { int sig; const char *name; } names[] = {
+        {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+        {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"},
+        {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (names[i].sig == sig) return names[i].name;
+    snprintf(buf, 16, "SIG%d", sig);
+    return buf;
+}
+
+void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res) {
+    const char *bar = "============================================================";
+    const launch_failure *f = &res->failure;
+    char when[64] = "?", sbuf[16];
+    time_t t = (time_t)(f->wall_ns / 1000000000ull);
+    struct tm tm;
+    if (f->wall_ns && localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d_%H:%M:%S", &tm);
+    fprintf(out, "%s\n%s FAILED\n", bar, o->prog_argv[0]);
+    fprintf(out, "------------------------------------------------------------\n");
+    fprintf(out, "Root Cause (first observed failure)%s:\n", res->failure_remote ? ", on another node" : "");
+    if (f->global_rank < 0 && f->signal) {
+        /* Another node's launcher was stopped, not a rank that failed. */
+        fprintf(out, "  time      : %s\n  host      : %s (node rank %d)\n  cause     : its launcher got %s\n", when,
+                f->host, f->node_rank, launch_signal_name(f->signal, sbuf));
+    } else if (f->global_rank < 0) {
+        fprintf(out, "  time      : %s\n  host      : %s (node rank %d)\n  cause     : its launcher failed (below)\n",
+                when, f->host, f->node_rank);
+    } else {
+        fprintf(out, "[%d]:\n  time      : %s\n  host      : %s (node rank %d)\n  rank      : %d (local_rank: %d)\n",
+                0, when, f->host, f->node_rank, f->global_rank, f->local_rank);
+        if (f->signal)
+            fprintf(out, "  exitcode  : -%d (pid: %d)\n  signal    : %s (%d) received by PID %d\n", f->signal,
+                    (int)f->pid, launch_signal_name(f->signal, sbuf), f->signal, (int)f->pid);
+        else
+            fprintf(out, "  exitcode  : %d (pid: %d)\n", f->exit_code, (int)f->pid);
+    }
+    fprintf(out, "  run id    : %s, attempt %d of %d\n", res->run_id, res->attempts, o->max_restarts + 1);
+    if (f->stderr_tail[0]) {
+        fprintf(out, "  stderr (last lines):\n");
+        for (const char *p = f->stderr_tail; *p;) {
+            const char *nl = strchr(p, '\n');
+            int n = nl ? (int)(nl - p) : (int)strlen(p);
+            fprintf(out, "    %.*s\n", n, p);
+            p += n + (nl ? 1 : 0);
+        }
+    } else {
+        fprintf(out, "  stderr    : <empty>\n");
+    }
+    fprintf(out, "%s\n", bar);
+}

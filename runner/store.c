@@ -1,0 +1,592 @@
+/* store.c: the store server: one thread, poll() over every connection.
+ *
+ * Each connection has an input buffer (frames are handled once complete) and
+ * an output buffer (written when the socket takes it). A WAIT whose keys are
+ * not all present parks the connection: it is answered when a SET or ADD
+ * completes the set, or when its deadline passes. Keys live in a chained
+ * hash table that doubles when full. */
+#include "runner/store.h"
+#include "runner/store_wire.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef struct kv {
+    struct kv *next;
+    char *key;
+    uint8_t *val;
+    size_t len;
+} kv;
+
+typedef struct conn {
+    int fd;
+    uint8_t *in;
+    size_t in_len, in_cap;
+    uint8_t *out;
+    size_t out_len, out_off, out_cap;
+    int dead;
+    /* A parked WAIT: the keys (copied), and when it gives up (0 = never). */
+    char **wkeys;
+    size_t wn;
+    uint64_t wdeadline;
+} conn;
+
+struct store_server {
+    int lfd;
+    int wake[2];
+    int port;
+    pthread_t thread;
+    conn **conns;
+    size_t nconns, capconns;
+    kv **buckets;
+    size_t nbuckets, nkeys;
+};
+
+/* --- key table -------------------------------------------------------------- */
+
+static uint64_t hash_key(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+    return h;
+}
+
+static kv **kv_slot(store_server *s, const char *key) {
+    kv **p = &s->buckets[hash_key(key) & (s->nbuckets - 1)];
+    while (*p && strcmp((*p)->key, key) != 0) p = &(*p)->next;
+    return p;
+}
+
+static void kv_grow(store_server *s) {
+    size_t n = s->nbuckets * 2;
+    kv **b = calloc(n, sizeof *b);
+    if (!b) return; /* a longer chain is still correct */
+    for (size_t i = 0; i < s->nbuckets; i++) {
+        for (kv *e = s->buckets[i], *next; e; e = next) {
+            next = e->next;
+            size_t j = hash_key(e->key) & (n - 1);
+            e->next = b[j];
+            b[j] = e;
+        }
+    }
+    free(s->buckets);
+    s->buckets = b;
+    s->nbuckets = n;
+}
+
+/* Takes ownership of val. Returns -1 on allocation failure (val freed). */
+static int kv_put(store_server *s, const char *key, uint8_t *val, size_t len) {
+    kv **p = kv_slot(s, key);
+    if (*p) {
+        free((*p)->val);
+        (*p)->val = val;
+        (*p)->len = len;
+        return 0;
+    }
+    kv *e = calloc(1, sizeof *e);
+    char *k = strdup(key);
+    if (!e || !k) {
+        free(e);
+        free(k);
+        free(val);
+        return -1;
+    }
+    e->key = k;
+    e->val = val;
+    e->len = len;
+    *p = e;
+    if (++s->nkeys > s->nbuckets) kv_grow(s);
+    return 0;
+}
+
+/* --- replies ---------------------------------------------------------------- */
+
+static int out_reserve(conn *c, size_t n) {
+    if (c->out_off > 0 && c->out_off == c->out_len) c->out_off = c->out_len = 0;
+    if (c->out_len + n <= c->out_cap) return 0;
+    size_t cap = c->out_cap ? c->out_cap : 256;
+    while (cap < c->out_len + n) cap *= 2;
+    uint8_t *p = realloc(c->out, cap);
+    if (!p) return -1;
+    c->out = p;
+    c->out_cap = cap;
+    return 0;
+}
+
+/* Queues a reply: status then `len` bytes of data. */
+static void reply(conn *c, uint8_t status, const void *data, size_t len) {
+    if (out_reserve(c, 5 + len) != 0) {
+        c->dead = 1;
+        return;
+    }
+    uint8_t *p = c->out + c->out_len;
+    store_put_u32(p, (uint32_t)(1 + len));
+    p[4] = status;
+    if (len) memcpy(p + 5, data, len);
+    c->out_len += 5 + len;
+}
+
+static void reply_bad(conn *c, const char *msg) { reply(c, STORE_BAD, msg, strlen(msg)); }
+
+static void flush_out(conn *c) {
+    while (c->out_off < c->out_len) {
+        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+        if (n > 0) {
+            c->out_off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        c->dead = 1;
+        return;
+    }
+}
+
+/* --- waits -------------------------------------------------------------------- */
+
+static void wait_clear(conn *c) {
+    for (size_t i = 0; i < c->wn; i++) free(c->wkeys[i]);
+    free(c->wkeys);
+    c->wkeys = NULL;
+    c->wn = 0;
+    c->wdeadline = 0;
+}
+
+static int wait_ready(store_server *s, const conn *c) {
+    for (size_t i = 0; i < c->wn; i++)
+        if (!*kv_slot(s, c->wkeys[i])) return 0;
+    return 1;
+}
+
+/* After a key appears: answer every parked WAIT that is now complete. */
+static void wake_waiters(store_server *s) {
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn *c = s->conns[i];
+        if (c->wkeys && wait_ready(s, c)) {
+            wait_clear(c);
+            reply(c, STORE_OK, NULL, 0);
+        }
+    }
+}
+
+static void expire_waiters(store_server *s, uint64_t now) {
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn *c = s->conns[i];
+        if (c->wkeys && c->wdeadline && now >= c->wdeadline) {
+            wait_clear(c);
+            reply(c, STORE_TIMEOUT, NULL, 0);
+        }
+    }
+}
+
+/* --- requests ----------------------------------------------------------------- */
+
+/* A cursor over one request's payload. */
+typedef struct {
+    const uint8_t *p;
+    size_t left;
+    int bad;
+} rd;
+
+static uint32_t rd_u32(rd *r) {
+    if (r->left < 4) return r->bad = 1, 0;
+    uint32_t v = store_get_u32(r->p);
+    r->p += 4, r->left -= 4;
+    return v;
+}
+
+static uint64_t rd_u64(rd *r) {
+    if (r->left < 8) return r->bad = 1, 0;
+    uint64_t v = store_get_u64(r->p);
+    r->p += 8, r->left -= 8;
+    return v;
+}
+
+/* A key: copied into a NUL-terminated string the caller frees. */
+static char *rd_key(rd *r) {
+    uint32_t n = rd_u32(r);
+    if (r->bad || n > r->left || n == 0 || n > STORE_MAX_KEY || memchr(r->p, '\0', n)) return r->bad = 1, NULL;
+    char *k = malloc(n + 1);
+    if (!k) return r->bad = 1, NULL;
+    memcpy(k, r->p, n);
+    k[n] = '\0';
+    r->p += n, r->left -= n;
+    return k;
+}
+
+static void op_set(store_server *s, conn *c, rd *r) {
+    char *key = rd_key(r);
+    uint32_t n = rd_u32(r);
+    if (r->bad || n != r->left) {
+        free(key);
+        return reply_bad(c, "SET: malformed request");
+    }
+    uint8_t *val = malloc(n ? n : 1);
+    if (!val) {
+        free(key);
+        return reply_bad(c, "SET: out of memory");
+    }
+    memcpy(val, r->p, n);
+    int rc = kv_put(s, key, val, n);
+    free(key);
+    if (rc != 0) return reply_bad(c, "SET: out of memory");
+    reply(c, STORE_OK, NULL, 0);
+    wake_waiters(s);
+}
+
+static void op_get(store_server *s, conn *c, rd *r) {
+    char *key = rd_key(r);
+    if (r->bad || r->left) {
+        free(key);
+        return reply_bad(c, "GET: malformed request");
+    }
+    kv *e = *kv_slot(s, key);
+    free(key);
+    if (!e) return reply(c, STORE_MISSING, NULL, 0);
+    reply(c, STORE_OK, e->val, e->len);
+}
+
+static void op_add(store_server *s, conn *c, rd *r) {
+    char *key = rd_key(r);
+    int64_t delta = (int64_t)rd_u64(r);
+    if (r->bad || r->left) {
+        free(key);
+        return reply_bad(c, "ADD: malformed request");
+    }
+    kv *e = *kv_slot(s, key);
+    int64_t cur = 0;
+    if (e) {
+        char tmp[32];
+        char *end;
+        if (e->len == 0 || e->len >= sizeof tmp) goto not_int;
+        memcpy(tmp, e->val, e->len);
+        tmp[e->len] = '\0';
+        errno = 0;
+        cur = strtoll(tmp, &end, 10);
+        if (errno || *end) goto not_int;
+    }
+    cur += delta;
+    char text[32];
+    int len = snprintf(text, sizeof text, "%" PRId64, cur);
+    uint8_t *val = malloc((size_t)len + 1);
+    if (!val || (memcpy(val, text, (size_t)len), kv_put(s, key, val, (size_t)len)) != 0) {
+        free(key);
+        return reply_bad(c, "ADD: out of memory");
+    }
+    free(key);
+    uint8_t out[8];
+    store_put_u64(out, (uint64_t)cur);
+    reply(c, STORE_OK, out, 8);
+    wake_waiters(s);
+    return;
+not_int:
+    free(key);
+    reply_bad(c, "ADD: the key holds a value that is not an integer");
+}
+
+static void op_del(store_server *s, conn *c, rd *r) {
+    char *key = rd_key(r);
+    if (r->bad || r->left) {
+        free(key);
+        return reply_bad(c, "DEL: malformed request");
+    }
+    kv **p = kv_slot(s, key);
+    free(key);
+    if (!*p) return reply(c, STORE_MISSING, NULL, 0);
+    kv *e = *p;
+    *p = e->next;
+    free(e->key);
+    free(e->val);
+    free(e);
+    s->nkeys--;
+    reply(c, STORE_OK, NULL, 0);
+}
+
+static void op_wait(store_server *s, conn *c, rd *r) {
+    int64_t timeout_ms = (int64_t)rd_u64(r);
+    uint32_t n = rd_u32(r);
+    if (r->bad || n == 0 || n > STORE_MAX_WAIT_KEYS) return reply_bad(c, "WAIT: malformed request");
+    c->wkeys = calloc(n, sizeof *c->wkeys);
+    if (!c->wkeys) return reply_bad(c, "WAIT: out of memory");
+    for (uint32_t i = 0; i < n; i++) {
+        c->wkeys[i] = rd_key(r);
+        c->wn = i + 1;
+        if (r->bad) break;
+    }
+    if (r->bad || r->left) {
+        wait_clear(c);
+        return reply_bad(c, "WAIT: malformed request");
+    }
+    if (wait_ready(s, c)) {
+        wait_clear(c);
+        return reply(c, STORE_OK, NULL, 0);
+    }
+    if (timeout_ms == 0) {
+        wait_clear(c);
+        return reply(c, STORE_TIMEOUT, NULL, 0);
+    }
+    c->wdeadline = timeout_ms > 0 ? pp_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
+}
+
+/* Handles the first complete frame in c->in, if any. Returns 1 if it did. */
+static int handle_one(store_server *s, conn *c) {
+    if (c->wkeys || c->dead || c->in_len < 4) return 0;
+    uint32_t len = store_get_u32(c->in);
+    if (len == 0 || len > STORE_MAX_FRAME) {
+        c->dead = 1;
+        return 0;
+    }
+    if (c->in_len < 4 + (size_t)len) return 0;
+    rd r = {c->in + 5, len - 1, 0};
+    switch (c->in[4]) {
+    case STORE_OP_SET: op_set(s, c, &r); break;
+    case STORE_OP_GET: op_get(s, c, &r); break;
+    case STORE_OP_ADD: op_add(s, c, &r); break;
+    case STORE_OP_DEL: op_del(s, c, &r); break;
+    case STORE_OP_WAIT: op_wait(s, c, &r); break;
+    case STORE_OP_TIME: {
+        uint8_t out[8];
+        store_put_u64(out, pp_now_ns());
+        reply(c, STORE_OK, out, 8);
+        break;
+    }
+    default: reply_bad(c, "unknown operation"); break;
+    }
+    memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
+    c->in_len -= 4 + (size_t)len;
+    return 1;
+}
+
+static void read_in(conn *c) {
+    for (;;) {
+        if (c->in_cap - c->in_len < 4096) {
+            size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
+            if (cap > (size_t)STORE_MAX_FRAME * 2 + 8192) {
+                c->dead = 1;
+                return;
+            }
+            uint8_t *p = realloc(c->in, cap);
+            if (!p) {
+                c->dead = 1;
+                return;
+            }
+            c->in = p;
+            c->in_cap = cap;
+        }
+        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
+        if (n > 0) {
+            c->in_len += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        c->dead = 1; /* EOF or error */
+        return;
+    }
+}
+
+static void conn_free(conn *c) {
+    close(c->fd);
+    wait_clear(c);
+    free(c->in);
+    free(c->out);
+    free(c);
+}
+
+static void accept_all(store_server *s) {
+    for (;;) {
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN, or a transient error: poll again */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        conn *c = calloc(1, sizeof *c);
+        if (c && s->nconns == s->capconns) {
+            size_t cap = s->capconns ? s->capconns * 2 : 16;
+            conn **p = realloc(s->conns, cap * sizeof *p);
+            if (!p) {
+                free(c);
+                c = NULL;
+            } else {
+                s->conns = p;
+                s->capconns = cap;
+            }
+        }
+        if (!c) {
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        s->conns[s->nconns++] = c;
+    }
+}
+
+static void *server_main(void *arg) {
+    store_server *s = arg;
+    struct pollfd *pfds = NULL;
+    size_t pcap = 0;
+    for (;;) {
+        if (pcap < s->nconns + 2) {
+            size_t cap = (s->nconns + 2) * 2;
+            struct pollfd *p = realloc(pfds, cap * sizeof *p);
+            if (!p) {
+                pp_sleep_ns(10000000);
+                continue;
+            }
+            pfds = p;
+            pcap = cap;
+        }
+        uint64_t now = pp_now_ns(), next = 0;
+        pfds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+        pfds[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
+        for (size_t i = 0; i < s->nconns; i++) {
+            conn *c = s->conns[i];
+            pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+            if (c->out_off < c->out_len) pfds[i + 2].events |= POLLOUT;
+            if (c->wkeys && c->wdeadline && (!next || c->wdeadline < next)) next = c->wdeadline;
+        }
+        int timeout = -1;
+        if (next) timeout = next <= now ? 0 : (int)((next - now) / 1000000ull + 1);
+        int n = poll(pfds, s->nconns + 2, timeout);
+        if (n < 0 && errno != EINTR) break;
+        if (n > 0 && pfds[0].revents) break; /* store_server_stop */
+        size_t polled = s->nconns;
+        if (n > 0) {
+            for (size_t i = 0; i < polled; i++) {
+                conn *c = s->conns[i];
+                short re = pfds[i + 2].revents;
+                if (re & (POLLIN | POLLHUP | POLLERR)) read_in(c);
+                if (re & POLLOUT) flush_out(c);
+            }
+            if (pfds[1].revents) accept_all(s);
+        }
+        expire_waiters(s, pp_now_ns());
+        /* Handle frames until nobody can go on: an answered WAIT unblocks
+         * that connection's next requests. */
+        for (int progress = 1; progress;) {
+            progress = 0;
+            for (size_t i = 0; i < s->nconns; i++)
+                while (handle_one(s, s->conns[i])) progress = 1;
+        }
+        for (size_t i = 0; i < s->nconns;) {
+            conn *c = s->conns[i];
+            if (!c->dead) flush_out(c);
+            if (c->dead) {
+                conn_free(c);
+                s->conns[i] = s->conns[--s->nconns];
+            } else {
+                i++;
+            }
+        }
+    }
+    free(pfds);
+    return NULL;
+}
+
+/* --- start / stop ----------------------------------------------------------------- */
+
+/* Returns a listening socket, or -1 with *eno set (0: the name did not
+ * resolve, and err says so). */
+static int listen_on(const char *host, int port, int *eno, pp_err *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    *eno = 0;
+    int gai = getaddrinfo(host && *host ? host : NULL, portstr, &hints, &res);
+    if (gai != 0) return pp_fail(err, "store: cannot resolve '%s': %s", host, gai_strerror(gai));
+    int fd = -1;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            *eno = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
+        *eno = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0 && *eno)
+        pp_fail(err, "store: cannot listen on %s:%d: %s", host && *host ? host : "*", port, strerror(*eno));
+    return fd;
+}
+
+int store_server_start(const char *host, int port, store_server **out, pp_err *err) {
+    *out = NULL;
+    if (port < 0 || port > 65535) return pp_fail(err, "store: port %d is out of range 0-65535", port);
+    int eno;
+    int fd = listen_on(host, port, &eno, err);
+    /* MASTER_ADDR may name this machine by an address it cannot bind (NAT,
+     * a load balancer): listen everywhere then. */
+    if (fd < 0 && eno == EADDRNOTAVAIL) fd = listen_on(NULL, port, &eno, err);
+    if (fd < 0) return -1;
+    store_server *s = calloc(1, sizeof *s);
+    if (!s) {
+        close(fd);
+        return pp_fail(err, "store: out of memory");
+    }
+    s->lfd = fd;
+    s->nbuckets = 256;
+    s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                             : ((struct sockaddr_in *)&ss)->sin_port);
+    if (!s->buckets || pipe2(s->wake, O_CLOEXEC) != 0) {
+        free(s->buckets);
+        close(fd);
+        free(s);
+        return pp_fail(err, "store: cannot set up the server: %s", strerror(errno));
+    }
+    int rc = pthread_create(&s->thread, NULL, server_main, s);
+    if (rc != 0) {
+        close(s->wake[0]);
+        close(s->wake[1]);
+        free(s->buckets);
+        close(fd);
+        free(s);
+        return pp_fail(err, "store: cannot start the server thread: %s", strerror(rc));
+    }
+    *out = s;
+    return 0;
+}
+
+int store_server_port(const store_server *s) { return s->port; }
+
+void store_server_stop(store_server *s) {
+    if (!s) return;
+    char b = 1;
+    while (write(s->wake[1], &b, 1) < 0 && errno == EINTR) {
+    }
+    pthread_join(s->thread, NULL);
+    for (size_t i = 0; i < s->nconns; i++) conn_free(s->conns[i]);
+    free(s->conns);
+    for (size_t i = 0; i < s->nbuckets; i++) {
+        for (kv *e = s->buckets[i], *next; e; e = next) {
+            next = e->next;
+            free(e->key);
+            free(e->val);
+            free(e);
+        }
+    }
+    free(s->buckets);
+    close(s->lfd);
+    close(s->wake[0]);
+    close(s->wake[1]);
+    free(s);
+}

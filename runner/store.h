@@ -1,0 +1,81 @@
+/* store.h: the job's rendezvous key/value store (like c10d's TCPStore).
+ *
+ * The node-rank-0 launcher runs the server at MASTER_ADDR:MASTER_PORT; every
+ * launcher and every worker talks to it through the client below. Workers
+ * find it in the environment: PPRUN_STORE=host:port. Keys are C strings,
+ * values are binary blobs with a length. Used for the launchers' rendezvous,
+ * and by workers to exchange addresses, NCCL ids, barriers (store_add +
+ * store_wait) and clock offsets (store_time).
+ *
+ * Keys the launchers use live under "pprun/"; workers should name theirs
+ * with the attempt (PPRUN_RESTART_COUNT) in them, since the store outlives
+ * an attempt and keeps every key until the job ends.
+ *
+ * Threads: the server runs in its own thread. A client is one TCP connection
+ * and is not thread-safe: use one client per thread. */
+#ifndef PP_STORE_H
+#define PP_STORE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/pp.h"
+
+/* Largest value the server accepts (a bigger SET is refused). */
+#define STORE_MAX_VALUE (64u << 20)
+#define STORE_MAX_KEY 4096u
+
+/* --- server --------------------------------------------------------------- */
+
+typedef struct store_server store_server;
+
+/* Listens on host:port (host NULL or "" = every interface; a host that is not
+ * an address of this machine falls back to every interface) and serves
+ * clients from a background thread. port 0 picks a free port: see
+ * store_server_port. The caller owns *out and frees it with
+ * store_server_stop. */
+int store_server_start(const char *host, int port, store_server **out, pp_err *err);
+int store_server_port(const store_server *s);
+/* Stops the thread, closes every connection, frees everything. NULL is ok. */
+void store_server_stop(store_server *s);
+
+/* --- client --------------------------------------------------------------- */
+
+typedef struct store_client store_client;
+
+/* Connects to host:port, retrying until timeout_ns has passed (the server may
+ * not be up yet). The caller owns *out and frees it with store_close. */
+int store_connect(const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err);
+/* Connects to $PPRUN_STORE ("host:port"), as a worker does. */
+int store_connect_env(uint64_t timeout_ns, store_client **out, pp_err *err);
+/* Splits "host:port" (host may be "[v6addr]"). host gets at most hostcap-1
+ * bytes. */
+int store_parse_addr(const char *addr, char *host, size_t hostcap, int *port, pp_err *err);
+
+int store_set(store_client *c, const char *key, const void *val, size_t len, pp_err *err);
+/* 0: found, *val is a malloc'd copy (one NUL byte past *len, so text values
+ * are C strings) that the caller frees; 1: no such key (nothing allocated);
+ * -1: error. Does not wait: see store_wait. */
+int store_get(store_client *c, const char *key, void **val, size_t *len, pp_err *err);
+/* Atomically adds delta to the integer stored as decimal text at key (a
+ * missing key counts as 0) and returns the new value in *out (may be NULL).
+ * A key holding something other than an integer is an error. */
+int store_add(store_client *c, const char *key, int64_t delta, int64_t *out, pp_err *err);
+/* 0: deleted; 1: there was no such key; -1: error. */
+int store_delete(store_client *c, const char *key, pp_err *err);
+/* Waits until every key exists. timeout_ms < 0 waits forever. 0: all keys are
+ * there; 1: timed out (the server decides); -1: error. */
+int store_wait(store_client *c, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err);
+/* The server's CLOCK_MONOTONIC in ns. A caller measures its own clock before
+ * and after and keeps the sample with the smallest round trip (NTP-style). */
+int store_time(store_client *c, uint64_t *server_ns, pp_err *err);
+void store_close(store_client *c);
+
+/* For event loops (the supervisor watches a key while it polls its ranks):
+ * send a WAIT without waiting for the answer, poll store_fd for POLLIN, then
+ * store_wait_recv (returns like store_wait). Nothing else may be sent on this
+ * client in between. */
+int store_wait_send(store_client *c, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err);
+int store_wait_recv(store_client *c, pp_err *err);
+int store_fd(const store_client *c);
+
+#endif

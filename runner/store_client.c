@@ -1,0 +1,311 @@
+/* store_client.c: the store client: one blocking TCP connection, one request
+ * at a time (see store_wire.h for the format). */
+#include "runner/store.h"
+#include "runner/store_wire.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct store_client {
+    int fd;
+    char peer[300]; /* "host:port", for messages */
+};
+
+int store_parse_addr(const char *addr, char *host, size_t hostcap, int *port, pp_err *err) {
+    const char *colon = strrchr(addr ? addr : "", ':');
+    if (!addr || !colon || colon == addr)
+        return pp_fail(err, "store address '%s': expected HOST:PORT", addr ? addr : "");
+    const char *h = addr;
+    size_t hl = (size_t)(colon - addr);
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') h++, hl -= 2;
+    if (hl + 1 > hostcap) return pp_fail(err, "store address '%s': host name too long", addr);
+    long p;
+    if (pp_parse_long(colon + 1, 1, 65535, "store port", &p, err) != 0)
+        return pp_wrap(err, "store address '%s'", addr);
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+static int try_connect(const char *host, int port, int *eno, pp_err *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    char portstr[16];
+    snprintf(portstr, sizeof portstr, "%d", port);
+    int gai = getaddrinfo(host, portstr, &hints, &res);
+    if (gai != 0) {
+        *eno = 0;
+        return pp_fail(err, "store: cannot resolve '%s': %s", host, gai_strerror(gai));
+    }
+    int fd = -1;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            *eno = errno;
+            continue;
+        }
+        int rc;
+        while ((rc = connect(fd, a->ai_addr, a->ai_addrlen)) != 0 && errno == EINTR) {
+        }
+        if (rc == 0) break;
+        *eno = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return pp_fail(err, "store: cannot connect to %s:%d: %s", host, port, strerror(*eno));
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+int store_connect(const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err) {
+    *out = NULL;
+    uint64_t deadline = pp_now_ns() + timeout_ns;
+    int fd, eno = 0;
+    for (;;) {
+        fd = try_connect(host, port, &eno, err);
+        if (fd >= 0) break;
+        /* Refused (or not resolvable yet): the server may not be up. */
+        if (pp_now_ns() >= deadline)
+            return timeout_ns ? pp_wrap(err, "gave up after %.1fs", (double)timeout_ns / 1e9) : -1;
+        pp_sleep_ns(50000000);
+    }
+    store_client *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return pp_fail(err, "store: out of memory");
+    }
+    c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+    *out = c;
+    return 0;
+}
+
+int store_connect_env(uint64_t timeout_ns, store_client **out, pp_err *err) {
+    const char *addr = getenv("PPRUN_STORE");
+    *out = NULL;
+    if (!addr) return pp_fail(err, "PPRUN_STORE is not set: run under `pprun launch` or `pprun run`");
+    char host[256];
+    int port;
+    if (store_parse_addr(addr, host, sizeof host, &port, err) != 0) return pp_wrap(err, "PPRUN_STORE");
+    return store_connect(host, port, timeout_ns, out, err);
+}
+
+void store_close(store_client *c) {
+    if (!c) return;
+    close(c->fd);
+    free(c);
+}
+
+int store_fd(const store_client *c) { return c->fd; }
+
+/* --- framing ------------------------------------------------------------------ */
+
+static int send_all(store_client *c, const void *buf, size_t n, pp_err *err) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return pp_fail(err, "store %s: send failed: %s", c->peer, strerror(errno));
+        p += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int recv_all(store_client *c, void *buf, size_t n, pp_err *err) {
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = recv(c->fd, p, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) return pp_fail(err, "store %s: the server closed the connection", c->peer);
+        if (r < 0) return pp_fail(err, "store %s: receive failed: %s", c->peer, strerror(errno));
+        p += r, n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* Request under construction: a small header plus at most one blob that is
+ * sent from the caller's memory (values can be large). */
+typedef struct {
+    uint8_t head[STORE_MAX_KEY * 2 + 64];
+    size_t len;
+    const void *blob;
+    size_t blob_len;
+} req;
+
+static int put_key(req *q, const char *key, pp_err *err) {
+    size_t n = strlen(key);
+    if (n == 0 || n > STORE_MAX_KEY) return pp_fail(err, "store: key length %zu is not in 1-%u", n, STORE_MAX_KEY);
+    if (q->len + 4 + n > sizeof q->head) return pp_fail(err, "store: request too large");
+    store_put_u32(q->head + q->len, (uint32_t)n);
+    memcpy(q->head + q->len + 4, key, n);
+    q->len += 4 + n;
+    return 0;
+}
+
+static void put_u64(req *q, uint64_t v) {
+    store_put_u64(q->head + q->len, v);
+    q->len += 8;
+}
+
+static int send_req(store_client *c, req *q, pp_err *err) {
+    uint8_t frame[4];
+    store_put_u32(frame, (uint32_t)(q->len - 4 + q->blob_len));
+    memcpy(q->head, frame, 4);
+    if (send_all(c, q->head, q->len, err) != 0) return -1;
+    if (q->blob_len && send_all(c, q->blob, q->blob_len, err) != 0) return -1;
+    return 0;
+}
+
+/* Reads one reply: status, and the data as a malloc'd buffer (NUL past the
+ * end) when want_data; otherwise the data must fit in small[8]. */
+static int recv_reply(store_client *c, uint8_t *status, void **data, size_t *len, uint8_t small[8], pp_err *err) {
+    uint8_t hdr[5];
+    if (recv_all(c, hdr, 5, err) != 0) return -1;
+    uint32_t n = store_get_u32(hdr);
+    if (n == 0 || n > STORE_MAX_FRAME) return pp_fail(err, "store %s: malformed reply", c->peer);
+    *status = hdr[4];
+    size_t dl = n - 1;
+    uint8_t *buf = malloc(dl + 1);
+    if (!buf) return pp_fail(err, "store: out of memory for a %zu-byte reply", dl);
+    if (recv_all(c, buf, dl, err) != 0) {
+        free(buf);
+        return -1;
+    }
+    buf[dl] = '\0';
+    if (*status == STORE_BAD) {
+        pp_fail(err, "store %s: request refused: %s", c->peer, (char *)buf);
+        free(buf);
+        return -1;
+    }
+    if (data) {
+        *data = buf;
+        *len = dl;
+        return 0;
+    }
+    if (small) {
+        if (dl != 8 && *status == STORE_OK) {
+            free(buf);
+            return pp_fail(err, "store %s: malformed reply", c->peer);
+        }
+        if (dl == 8) memcpy(small, buf, 8);
+    }
+    free(buf);
+    return 0;
+}
+
+static void req_init(req *q, uint8_t op) {
+    q->len = 5;
+    q->head[4] = op;
+    q->blob = NULL;
+    q->blob_len = 0;
+}
+
+int store_set(store_client *c, const char *key, const void *val, size_t len, pp_err *err) {
+    if (len > STORE_MAX_VALUE) return pp_fail(err, "store: value of %zu bytes for '%s' is over the %u-byte limit", len, key, STORE_MAX_VALUE);
+    req q;
+    req_init(&q, STORE_OP_SET);
+    if (put_key(&q, key, err) != 0) return -1;
+    store_put_u32(q.head + q.len, (uint32_t)len);
+    q.len += 4;
+    q.blob = val;
+    q.blob_len = len;
+    uint8_t st;
+    if (send_req(c, &q, err) != 0 || recv_reply(c, &st, NULL, NULL, NULL, err) != 0) return -1;
+    return 0;
+}
+
+int store_get(store_client *c, const char *key, void **val, size_t *len, pp_err *err) {
+    *val = NULL;
+    *len = 0;
+    req q;
+    req_init(&q, STORE_OP_GET);
+    if (put_key(&q, key, err) != 0) return -1;
+    uint8_t st;
+    void *data;
+    size_t dl;
+    if (send_req(c, &q, err) != 0 || recv_reply(c, &st, &data, &dl, NULL, err) != 0) return -1;
+    if (st == STORE_MISSING) {
+        free(data);
+        return 1;
+    }
+    *val = data;
+    *len = dl;
+    return 0;
+}
+
+int store_add(store_client *c, const char *key, int64_t delta, int64_t *out, pp_err *err) {
+    req q;
+    req_init(&q, STORE_OP_ADD);
+    if (put_key(&q, key, err) != 0) return -1;
+    put_u64(&q, (uint64_t)delta);
+    uint8_t st, v[8];
+    if (send_req(c, &q, err) != 0 || recv_reply(c, &st, NULL, NULL, v, err) != 0) return -1;
+    if (out) *out = (int64_t)store_get_u64(v);
+    return 0;
+}
+
+int store_delete(store_client *c, const char *key, pp_err *err) {
+    req q;
+    req_init(&q, STORE_OP_DEL);
+    if (put_key(&q, key, err) != 0) return -1;
+    uint8_t st;
+    if (send_req(c, &q, err) != 0 || recv_reply(c, &st, NULL, NULL, NULL, err) != 0) return -1;
+    return st == STORE_MISSING ? 1 : 0;
+}
+
+int store_wait_send(store_client *c, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err) {
+    if (n == 0 || n > STORE_MAX_WAIT_KEYS) return pp_fail(err, "store: wait needs 1-%u keys, got %zu", STORE_MAX_WAIT_KEYS, n);
+    /* Many keys do not fit the fixed header: build the frame on the heap. */
+    size_t total = 5 + 8 + 4;
+    for (size_t i = 0; i < n; i++) {
+        size_t kl = strlen(keys[i]);
+        if (kl == 0 || kl > STORE_MAX_KEY) return pp_fail(err, "store: key length %zu is not in 1-%u", kl, STORE_MAX_KEY);
+        total += 4 + kl;
+    }
+    uint8_t *buf = malloc(total);
+    if (!buf) return pp_fail(err, "store: out of memory");
+    store_put_u32(buf, (uint32_t)(total - 4));
+    buf[4] = STORE_OP_WAIT;
+    store_put_u64(buf + 5, (uint64_t)timeout_ms);
+    store_put_u32(buf + 13, (uint32_t)n);
+    size_t off = 17;
+    for (size_t i = 0; i < n; i++) {
+        size_t kl = strlen(keys[i]);
+        store_put_u32(buf + off, (uint32_t)kl);
+        memcpy(buf + off + 4, keys[i], kl);
+        off += 4 + kl;
+    }
+    int rc = send_all(c, buf, total, err);
+    free(buf);
+    return rc;
+}
+
+int store_wait_recv(store_client *c, pp_err *err) {
+    uint8_t st;
+    if (recv_reply(c, &st, NULL, NULL, NULL, err) != 0) return -1;
+    return st == STORE_TIMEOUT ? 1 : 0;
+}
+
+int store_wait(store_client *c, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err) {
+    if (store_wait_send(c, keys, n, timeout_ms, err) != 0) return -1;
+    return store_wait_recv(c, err);
+}
+
+int store_time(store_client *c, uint64_t *server_ns, pp_err *err) {
+    req q;
+    req_init(&q, STORE_OP_TIME);
+    uint8_t st, v[8];
+    if (send_req(c, &q, err) != 0 || recv_reply(c, &st, NULL, NULL, v, err) != 0) return -1;
+    *server_ns = store_get_u64(v);
+    return 0;
+}

@@ -1,0 +1,136 @@
+/* launch_testutil.h: runs the real `pprun` binary for the launch tests:
+ * start it with extra environment, capture stdout and stderr in files,
+ * wait for it, count lines. Header-only (static inline) so it only lands in
+ * the test executables that include it. */
+#ifndef PP_LAUNCH_TESTUTIL_H
+#define PP_LAUNCH_TESTUTIL_H
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct lt_proc {
+    pid_t pid;
+    char dir[64];      /* temp dir with out.txt / err.txt */
+    int status;        /* exit code, or 128+signal */
+    char *out, *err;   /* NUL-terminated contents after lt_wait (freed by lt_free) */
+    size_t out_len, err_len;
+} lt_proc;
+
+static inline char *lt_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        *len = 0;
+        return strdup("");
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    *len = got;
+    return buf;
+}
+
+/* Starts PPRUN_BIN with argv (argv[0] is ignored: NULL-terminated list of
+ * arguments after the binary). env: NULL-terminated "K=V" to set, "K=" with
+ * nothing after '=' unsets K. */
+static inline void lt_start(lt_proc *p, const char *const *args, const char *const *env) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->dir, sizeof p->dir, "/tmp/pprun-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(p->dir));
+    char out[128], err[128];
+    snprintf(out, sizeof out, "%s/out.txt", p->dir);
+    snprintf(err, sizeof err, "%s/err.txt", p->dir);
+    fflush(NULL);
+    p->pid = fork();
+    cr_assert(p->pid >= 0);
+    if (p->pid == 0) {
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        for (const char *const *e = env; e && *e; e++) {
+            const char *eq = strchr(*e, '=');
+            char name[256];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - *e), *e);
+            if (eq[1]) setenv(name, eq + 1, 1);
+            else unsetenv(name);
+        }
+        size_t n = 0;
+        while (args[n]) n++;
+        char **argv = calloc(n + 2, sizeof *argv);
+        argv[0] = (char *)PPRUN_BIN;
+        for (size_t i = 0; i < n; i++) argv[i + 1] = (char *)args[i];
+        execv(PPRUN_BIN, argv);
+        _exit(127);
+    }
+}
+
+static inline void lt_wait(lt_proc *p) {
+    int st;
+    while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    char path[128];
+    snprintf(path, sizeof path, "%s/out.txt", p->dir);
+    p->out = lt_slurp(path, &p->out_len);
+    snprintf(path, sizeof path, "%s/err.txt", p->dir);
+    p->err = lt_slurp(path, &p->err_len);
+}
+
+static inline void lt_free(lt_proc *p) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/out.txt", p->dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/err.txt", p->dir);
+    unlink(path);
+    rmdir(p->dir);
+    free(p->out);
+    free(p->err);
+}
+
+/* Runs to the end. */
+static inline void lt_run(lt_proc *p, const char *const *args, const char *const *env) {
+    lt_start(p, args, env);
+    lt_wait(p);
+}
+
+static inline size_t lt_count(const char *hay, const char *needle) {
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* A port that was free a moment ago (the launcher binds it again). */
+static inline int lt_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    bind(fd, (struct sockaddr *)&a, sizeof a);
+    socklen_t l = sizeof a;
+    getsockname(fd, (struct sockaddr *)&a, &l);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Waits (up to 20 s) until `path` exists: how a test knows workers run. */
+static inline int lt_wait_file(const char *path) {
+    for (int i = 0; i < 2000; i++) {
+        if (access(path, F_OK) == 0) return 1;
+        usleep(10000);
+    }
+    return 0;
+}
+
+static inline int lt_pid_alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+#endif

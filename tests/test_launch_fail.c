@@ -1,0 +1,151 @@
+/* test_launch_fail.c: failures, teardown, restarts and signals of
+ * `pprun launch`, through the real binary. */
+#include "launch_testutil.h"
+
+Test(launch_fail, rank_exiting_3_is_named_in_the_summary) {
+    const char *args[] = {"launch", "--nproc-per-node", "4", "--", "sh", "-c",
+                          "if [ $RANK = 2 ]; then echo 'bad things on rank two' >&2; exit 3; fi; exec sleep 60", NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 1, "exit %d", p.status);
+    cr_assert(strstr(p.err, "Root Cause"), "%s", p.err);
+    cr_assert(strstr(p.err, "rank      : 2 (local_rank: 2)"), "%s", p.err);
+    cr_assert(strstr(p.err, "exitcode  : 3 (pid: "), "%s", p.err);
+    cr_assert(strstr(p.err, "    bad things on rank two\n"), "stderr tail missing:\n%s", p.err);
+    char host[256];
+    gethostname(host, sizeof host);
+    cr_assert(strstr(p.err, host), "host missing:\n%s", p.err);
+    lt_free(&p);
+}
+
+Test(launch_fail, sigkilled_rank_is_reported_as_sigkill) {
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--", "sh", "-c",
+                          "if [ $RANK = 1 ]; then kill -KILL $$; fi; exec sleep 60", NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 1);
+    cr_assert(strstr(p.err, "rank      : 1 (local_rank: 1)"), "%s", p.err);
+    cr_assert(strstr(p.err, "SIGKILL"), "%s", p.err);
+    lt_free(&p);
+}
+
+/* A rank forks a grandchild that leaves the process group (setsid) and
+ * ignores SIGTERM; another keeps running. After pprun exits, neither is. */
+Test(launch_fail, grandchild_that_ignores_sigterm_is_gone_after_teardown) {
+    char dir[] = "/tmp/pprun-gc-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char script[1024];
+    snprintf(script, sizeof script,
+             "if [ $RANK = 0 ]; then "
+             "  setsid sh -c 'trap \"\" TERM; echo $$ > %s/gc.tmp; mv %s/gc.tmp %s/gc; exec sleep 300' & "
+             "  while [ ! -e %s/gc ]; do sleep 0.01; done; exit 9; "
+             "fi; echo $$ > %s/r1.tmp; mv %s/r1.tmp %s/r1; exec sleep 300",
+             dir, dir, dir, dir, dir, dir, dir);
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--shutdown-timeout", "0.3", "--", "sh", "-c", script, NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 1, "%s", p.err);
+    cr_assert(strstr(p.err, "exitcode  : 9"), "%s", p.err);
+    char path[256];
+    size_t len;
+    snprintf(path, sizeof path, "%s/gc", dir);
+    char *gc = lt_slurp(path, &len);
+    pid_t gpid = (pid_t)atoi(gc);
+    cr_assert(gpid > 1, "grandchild never wrote its pid");
+    cr_assert(!lt_pid_alive(gpid), "grandchild %d survived the teardown", (int)gpid);
+    free(gc);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&p);
+}
+
+Test(launch_fail, always_failing_rank_gets_three_attempts_with_max_restarts_2) {
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--max-restarts", "2", "--", "sh", "-c",
+                          "echo \"attempt=$PPRUN_RESTART_COUNT of $PPRUN_MAX_RESTARTS\"; "
+                          "if [ $RANK = 1 ]; then exit 4; fi",
+                          NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 1);
+    for (int a = 0; a < 3; a++) {
+        char want[64];
+        snprintf(want, sizeof want, "[1]: attempt=%d of 2\n", a);
+        cr_assert_eq(lt_count(p.out, want), 1, "want '%s' in:\n%s", want, p.out);
+    }
+    cr_assert_eq(lt_count(p.out, "[1]: attempt="), 3, "%s", p.out);
+    cr_assert(strstr(p.err, "attempt 3 of 3"), "%s", p.err);
+    cr_assert(strstr(p.err, "exitcode  : 4"), "%s", p.err);
+    lt_free(&p);
+}
+
+Test(launch_fail, rank_failing_once_then_succeeding_succeeds) {
+    const char *args[] = {"launch", "--nproc-per-node", "3", "--max-restarts", "2", "--", "sh", "-c",
+                          "if [ $RANK = 1 ] && [ $PPRUN_RESTART_COUNT = 0 ]; then exit 1; fi; echo ok-$PPRUN_RESTART_COUNT",
+                          NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_eq(lt_count(p.out, "ok-1"), 3, "%s", p.out);
+    cr_assert(strstr(p.err, "restarting"), "%s", p.err);
+    lt_free(&p);
+}
+
+/* SIGTERM to pprun reaches every rank; pprun exits 128+15. */
+Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
+    char dir[] = "/tmp/pprun-sig-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char script[512];
+    snprintf(script, sizeof script,
+             "trap 'echo got-TERM-$RANK; exit 0' TERM; touch %s/ready-$RANK; while :; do sleep 0.02; done", dir);
+    const char *args[] = {"launch", "--nproc-per-node", "3", "--", "sh", "-c", script, NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    for (int r = 0; r < 3; r++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/ready-%d", dir, r);
+        cr_assert(lt_wait_file(path), "rank %d never started", r);
+    }
+    kill(p.pid, SIGTERM);
+    lt_wait(&p);
+    cr_assert_eq(p.status, 143, "exit %d: %s", p.status, p.err);
+    for (int r = 0; r < 3; r++) {
+        char want[32];
+        snprintf(want, sizeof want, "[%d]: got-TERM-%d\n", r, r);
+        cr_assert(strstr(p.out, want), "rank %d did not get SIGTERM:\n%s", r, p.out);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&p);
+}
+
+/* A rank that ignores the forwarded signal is killed after the grace. */
+Test(launch_fail, sigint_then_sigkill_after_the_grace) {
+    char dir[] = "/tmp/pprun-sig-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char script[512];
+    snprintf(script, sizeof script, "trap '' INT; touch %s/ready; while :; do sleep 0.02; done", dir);
+    const char *args[] = {"launch", "--shutdown-timeout", "0.2", "--", "sh", "-c", script, NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/ready", dir);
+    cr_assert(lt_wait_file(path));
+    kill(p.pid, SIGINT);
+    lt_wait(&p);
+    cr_assert_eq(p.status, 130, "exit %d: %s", p.status, p.err);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&p);
+}
+
+Test(launch_fail, missing_program_is_bad_usage) {
+    const char *args[] = {"launch", "--", "pprun-no-such-program", NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 2);
+    cr_assert(strstr(p.err, "pprun-no-such-program") && strstr(p.err, "not found"), "%s", p.err);
+    lt_free(&p);
+}

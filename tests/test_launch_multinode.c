@@ -1,0 +1,214 @@
+/* test_launch_multinode.c: two `pprun launch` processes on 127.0.0.1 acting
+ * as two nodes (static rendezvous through node 0's store), and Slurm. */
+#include "launch_testutil.h"
+
+static const char *env_line =
+    "echo \"R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE G=$GROUP_RANK ID=$PPRUN_RUN_ID ST=$PPRUN_STORE MA=$MASTER_ADDR MP=$MASTER_PORT\"";
+
+/* Checks the ranks one node printed: global ranks node-major. */
+static void check_node(const char *out, int node, int nproc, int world, const char *run_id) {
+    cr_assert_eq(lt_count(out, "\n"), (size_t)nproc, "%s", out);
+    for (int l = 0; l < nproc; l++) {
+        int r = node * nproc + l;
+        char want[256];
+        snprintf(want, sizeof want, "[%d]: R=%d L=%d W=%d G=%d ID=%s ", r, r, l, world, node, run_id);
+        cr_assert(strstr(out, want), "want '%s' in:\n%s", want, out);
+    }
+}
+
+Test(launch_multinode, two_launchers_make_one_eight_rank_job) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    /* Node 1 first: it must wait for node 0's store to come up. */
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
+                        "--master-port", port, "--nproc-per-node", "4", "--rdzv-timeout", "20",
+                        "--run-id", "ignored-on-node-1", "--", "sh", "-c", env_line, NULL};
+    const char *a0[] = {"launch", "--nnodes=2", "--node_rank=0", "--master_port", port, "--nproc_per_node", "4",
+                        "--run-id", "job8", "--", "sh", "-c", env_line, NULL};
+    lt_proc n1, n0;
+    lt_start(&n1, a1, NULL);
+    usleep(100000);
+    lt_start(&n0, a0, NULL);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 0, "node 0: %s", n0.err);
+    cr_assert_eq(n1.status, 0, "node 1: %s", n1.err);
+    check_node(n0.out, 0, 4, 8, "job8");
+    check_node(n1.out, 1, 4, 8, "job8");
+    char store[64];
+    snprintf(store, sizeof store, "ST=127.0.0.1:%s ", port);
+    cr_assert_eq(lt_count(n0.out, store) + lt_count(n1.out, store), 8, "%s%s", n0.out, n1.out);
+    /* Every rank of both nodes sees node 0's MASTER_PORT. */
+    const char *mp = strstr(n0.out, "MP=");
+    cr_assert_not_null(mp);
+    char want[32];
+    snprintf(want, sizeof want, "MP=%d\n", atoi(mp + 3));
+    cr_assert_eq(lt_count(n0.out, want) + lt_count(n1.out, want), 8, "%s%s", n0.out, n1.out);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+Test(launch_multinode, failure_on_node_1_tears_down_node_0) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--nproc-per-node", "2",
+                        "--", "sh", "-c", "exec sleep 120", NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--nproc-per-node", "2",
+                        "--", "sh", "-c",
+                        "if [ $LOCAL_RANK = 1 ]; then sleep 0.2; echo 'node one gives up' >&2; exit 7; fi; exec sleep 120",
+                        NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    lt_wait(&n1);
+    lt_wait(&n0);
+    cr_assert_eq(n1.status, 1, "node 1: %s", n1.err);
+    cr_assert_eq(n0.status, 1, "node 0: %s", n0.err);
+    /* Both name the same root cause: global rank 3 on node 1. */
+    for (int i = 0; i < 2; i++) {
+        const char *err = i ? n1.err : n0.err;
+        cr_assert(strstr(err, "rank      : 3 (local_rank: 1)"), "node %d:\n%s", i, err);
+        cr_assert(strstr(err, "exitcode  : 7"), "node %d:\n%s", i, err);
+        cr_assert(strstr(err, "node rank 1"), "node %d:\n%s", i, err);
+        cr_assert(strstr(err, "node one gives up"), "node %d:\n%s", i, err);
+    }
+    cr_assert(strstr(n0.err, "on another node"), "%s", n0.err);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+Test(launch_multinode, node_that_never_comes_is_named_after_the_timeout) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "3", "--node-rank", "0", "--master-port", port, "--rdzv-timeout", "1",
+                        "--", "true", NULL};
+    const char *a1[] = {"launch", "--nnodes", "3", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "1",
+                        "--", "true", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    /* "node rank 2" (or "node ranks 1, 2" on a slow machine). */
+    cr_assert(strstr(n0.err, "2 never joined"), "%s", n0.err);
+    cr_assert(strstr(n0.err, "--rdzv-timeout"), "%s", n0.err);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+Test(launch_multinode, node_0_that_never_comes_is_named_after_the_timeout) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "0.3",
+                        "--", "true", NULL};
+    lt_proc n1;
+    lt_run(&n1, a1, NULL);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    cr_assert(strstr(n1.err, "node rank 0 never came up"), "%s", n1.err);
+    lt_free(&n1);
+}
+
+/* Under srun, one launcher per node: nnodes, node rank and master address
+ * come from SLURM_* when the flags are absent. */
+Test(launch_multinode, slurm_environment_gives_nodes_ranks_and_master) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a[] = {"launch", "--master-port", port, "--", "sh", "-c", env_line, NULL};
+    const char *e0[] = {"SLURM_NNODES=2", "SLURM_NODEID=0", "SLURM_JOB_NODELIST=localhost,node[07-09]",
+                        "SLURM_NTASKS_PER_NODE=2", "SLURM_STEP_NUM_TASKS=", "SLURM_STEP_NUM_NODES=", NULL};
+    const char *e1[] = {"SLURM_NNODES=2", "SLURM_NODEID=1", "SLURM_JOB_NODELIST=localhost,node[07-09]",
+                        "SLURM_NTASKS_PER_NODE=2", "SLURM_STEP_NUM_TASKS=", "SLURM_STEP_NUM_NODES=", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a, e0);
+    lt_start(&n1, a, e1);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 0, "%s", n0.err);
+    cr_assert_eq(n1.status, 0, "%s", n1.err);
+    cr_assert_eq(lt_count(n0.out, "MA=localhost MP="), 2, "%s", n0.out);
+    cr_assert(strstr(n1.out, "[3]: R=3 L=1 W=4 G=1 "), "%s", n1.out);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* A failure on one node restarts the whole job on every node. */
+Test(launch_multinode, restarts_happen_on_every_node_together) {
+    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", s0[256], s1[512];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    cr_assert_not_null(mkdtemp(dir));
+    /* Node 1 fails attempt 0 once node 0's rank has spoken (no race). */
+    snprintf(s0, sizeof s0, "echo a=$PPRUN_RESTART_COUNT; touch %s/n0-$PPRUN_RESTART_COUNT; sleep 0.2", dir);
+    snprintf(s1, sizeof s1,
+             "echo a=$PPRUN_RESTART_COUNT; if [ $PPRUN_RESTART_COUNT = 0 ]; then "
+             "while [ ! -e %s/n0-0 ]; do sleep 0.01; done; exit 1; fi",
+             dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", s0, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", s1, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 0, "%s", n0.err);
+    cr_assert_eq(n1.status, 0, "%s", n1.err);
+    cr_assert_str_eq(n0.out, "[0]: a=0\n[0]: a=1\n");
+    cr_assert_str_eq(n1.out, "[1]: a=0\n[1]: a=1\n");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* Node 0 dies without a word (SIGKILL): the others lose its store, stop
+ * their ranks and fail. */
+Test(launch_multinode, losing_node_0_tears_down_the_others) {
+    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", script[256], ready[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(script, sizeof script, "touch %s/ready-$RANK; exec sleep 120", dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    for (int r = 0; r < 2; r++) {
+        snprintf(ready, sizeof ready, "%s/ready-%d", dir, r);
+        cr_assert(lt_wait_file(ready), "rank %d never started", r);
+    }
+    kill(n0.pid, SIGKILL);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    cr_assert(strstr(n1.err, "lost the store of node rank 0"), "%s", n1.err);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* A launcher that cannot start its ranks (here: its log directory cannot be
+ * made) ends the job on every node, saying why. */
+Test(launch_multinode, launcher_error_on_node_1_stops_node_0) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sleep", "120", NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--log-dir",
+                        "/proc/pprun-cannot-be-here", "--", "sleep", "120", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    lt_wait(&n1);
+    lt_wait(&n0);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    cr_assert(strstr(n1.err, "--log-dir"), "%s", n1.err);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    cr_assert(strstr(n0.err, "its launcher failed") && strstr(n0.err, "--log-dir"), "%s", n0.err);
+    lt_free(&n0);
+    lt_free(&n1);
+}

@@ -1,0 +1,149 @@
+/* test_launch_opts.c: every bad flag of `pprun launch` exits 2 naming the
+ * option and what it accepts; the parser API that `pprun run` reuses. */
+#include "launch_testutil.h"
+
+#include "runner/launch.h"
+
+static const struct {
+    const char *args[8];
+    const char *must[2]; /* substrings the message must have */
+} bad[] = {
+    {{"--nproc-per-node", "0"}, {"--nproc-per-node", "1 to 1024"}},
+    {{"--nproc-per-node", "four"}, {"--nproc-per-node", "'four'"}},
+    {{"--nproc_per_node=x"}, {"--nproc-per-node", "'x'"}},
+    {{"--nnodes", "0"}, {"--nnodes", "1 to 4096"}},
+    {{"--nnodes", "1:4"}, {"--nnodes", "N:N"}},
+    {{"--node-rank", "-1"}, {"--node-rank", "0 to"}},
+    {{"--nnodes", "2", "--node-rank", "2"}, {"--node-rank", "0 to 1"}},
+    {{"--master-addr="}, {"--master-addr", "host"}},
+    {{"--master-port", "70000"}, {"--master-port", "0 to 65535"}},
+    {{"--nnodes", "2", "--master-port", "0"}, {"--master-port", "1 to 65535"}},
+    {{"--max-restarts", "-2"}, {"--max-restarts", "0 to"}},
+    {{"--monitor-interval", "soon"}, {"--monitor-interval", "seconds"}},
+    {{"--monitor-interval", "0"}, {"--monitor-interval", "0.001 to 60"}},
+    {{"--shutdown-timeout", "-1"}, {"--shutdown-timeout", "seconds"}},
+    {{"--rdzv-timeout", "1 day"}, {"--rdzv-timeout", "seconds"}},
+    {{"--log-dir="}, {"--log-dir", "directory"}},
+    {{"--redirects", "4"}, {"--redirects", "0 (none)"}},
+    {{"--tee", "0:9", "--log-dir", "/tmp"}, {"--tee", "3 (both)"}},
+    {{"--redirects", "3"}, {"--redirects", "--log-dir"}},
+    {{"--log-dir", "/tmp", "--redirects", "5:1"}, {"--redirects", "local rank 5"}},
+    {{"--local-ranks-filter", "a"}, {"--local-ranks-filter", "local ranks"}},
+    {{"--local-ranks-filter", "3"}, {"--local-ranks-filter", "0 to 0"}},
+    {{"--run-id", "a/b"}, {"--run-id", "accepted characters"}},
+    {{"--no-prefix=yes"}, {"--no-prefix", "takes no value"}},
+    {{"--frobnicate"}, {"--frobnicate", "--help"}},
+    {{"--nproc-per-node"}, {"--nproc-per-node", "needs a value"}},
+};
+
+Test(launch_opts, every_bad_flag_exits_2_naming_the_option) {
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *args[16] = {"launch"};
+        size_t n = 1;
+        for (size_t k = 0; k < 8 && bad[i].args[k]; k++) args[n++] = bad[i].args[k];
+        /* A value-less flag at the end must not eat "--". */
+        if (strcmp(bad[i].args[0], "--nproc-per-node") != 0 || bad[i].args[1]) {
+            args[n++] = "--";
+            args[n++] = "true";
+        }
+        lt_proc p;
+        lt_run(&p, args, NULL);
+        cr_assert_eq(p.status, 2, "case %zu (%s): exit %d, %s", i, bad[i].args[0], p.status, p.err);
+        for (int m = 0; m < 2; m++)
+            cr_assert(strstr(p.err, bad[i].must[m]), "case %zu: '%s' not in: %s", i, bad[i].must[m], p.err);
+        cr_assert_str_eq(p.out, "", "case %zu ran something", i);
+        lt_free(&p);
+    }
+}
+
+Test(launch_opts, missing_program_is_bad_usage) {
+    const char *args[] = {"launch", "--nproc-per-node", "2", NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 2);
+    cr_assert(strstr(p.err, "PROGRAM"), "%s", p.err);
+    lt_free(&p);
+}
+
+/* `pprun run` parses its own flags through the same parser. */
+typedef struct {
+    const char *db;
+    int serve;
+} run_flags;
+
+static int run_extra(void *ctx, const char *opt, const char *val, pp_err *err) {
+    run_flags *f = ctx;
+    if (strcmp(opt, "--db") == 0) {
+        if (!val || !*val) return pp_fail(err, "--db: expected a file name");
+        f->db = val;
+        return 2;
+    }
+    if (strcmp(opt, "--serve") == 0) {
+        f->serve = 1;
+        return 1;
+    }
+    return 0;
+}
+
+Test(launch_opts, parser_takes_both_spellings_and_callers_flags) {
+    static launch_options o;
+    run_flags f = {0};
+    pp_err err;
+    char *argv[] = {"run", "--nproc_per_node=3", "--max-restarts", "2", "--db", "x.db", "--serve",
+                    "--monitor-interval", "250ms", "--shutdown_timeout=1.5", "--", "prog", "a", NULL};
+    int argc = (int)(sizeof argv / sizeof argv[0]) - 1;
+    cr_assert_eq(launch_parse(argc, argv, &o, run_extra, &f, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nproc_per_node, 3);
+    cr_assert_eq(o.max_restarts, 2);
+    cr_assert_eq(o.monitor_interval_ns, 250000000ull);
+    cr_assert_eq(o.shutdown_timeout_ns, 1500000000ull);
+    cr_assert_str_eq(f.db, "x.db");
+    cr_assert_eq(f.serve, 1);
+    cr_assert_eq(o.prog_argc, 2);
+    cr_assert_str_eq(o.prog_argv[0], "prog");
+    cr_assert_eq(o.master_port, 0, "one node and no --master-port: a free port");
+
+    char *bad_argv[] = {"run", "--serve=1", "--", "prog", NULL};
+    cr_assert_eq(launch_parse(4, bad_argv, &o, run_extra, &f, &err), -1);
+    cr_assert(strstr(err.msg, "--serve") && strstr(err.msg, "no value"), "%s", err.msg);
+}
+
+Test(launch_opts, slurm_fills_what_flags_do_not_say) {
+    static launch_options o;
+    pp_err err;
+    setenv("SLURM_NNODES", "4", 1);
+    setenv("SLURM_NODEID", "2", 1);
+    setenv("SLURM_JOB_NODELIST", "gpu[003-006,9],cpu1", 1);
+    setenv("SLURM_NTASKS_PER_NODE", "8(x4)", 1);
+    unsetenv("SLURM_STEP_NUM_TASKS");
+    char *argv[] = {"launch", "--", "prog", NULL};
+    cr_assert_eq(launch_parse(3, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nnodes, 4);
+    cr_assert_eq(o.node_rank, 2);
+    cr_assert_str_eq(o.master_addr, "gpu003");
+    cr_assert_eq(o.nproc_per_node, 8);
+    cr_assert_eq(o.master_port, 29500);
+    /* Flags win over Slurm. */
+    char *argv2[] = {"launch", "--nnodes", "1", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr", "h",
+                     "--", "prog", NULL};
+    cr_assert_eq(launch_parse(11, argv2, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nnodes, 1);
+    cr_assert_str_eq(o.master_addr, "h");
+    cr_assert_eq(o.nproc_per_node, 2);
+    /* Several launchers per node would all claim the same node rank. */
+    setenv("SLURM_STEP_NUM_TASKS", "16", 1);
+    setenv("SLURM_STEP_NUM_NODES", "4", 1);
+    cr_assert_eq(launch_parse(3, argv, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "--ntasks-per-node=1"), "%s", err.msg);
+    unsetenv("SLURM_STEP_NUM_TASKS");
+    unsetenv("SLURM_STEP_NUM_NODES");
+    setenv("SLURM_JOB_NODELIST", "", 1);
+    setenv("SLURM_LAUNCH_NODE_IPADDR", "10.1.2.3", 1);
+    cr_assert_eq(launch_parse(3, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.master_addr, "10.1.2.3");
+    unsetenv("SLURM_NNODES");
+    unsetenv("SLURM_NODEID");
+    unsetenv("SLURM_JOB_NODELIST");
+    unsetenv("SLURM_NTASKS_PER_NODE");
+    unsetenv("SLURM_LAUNCH_NODE_IPADDR");
+}

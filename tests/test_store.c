@@ -1,0 +1,197 @@
+/* test_store.c: the rendezvous store over real TCP: every operation, binary
+ * values, timeouts, and 64 clients at once doing what workers do (publish
+ * an address, count in, wait for everyone, read the others' values). */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/store.h"
+
+static store_server *server;
+static int port;
+
+static void start(void) {
+    pp_err err;
+    cr_assert_eq(store_server_start("127.0.0.1", 0, &server, &err), 0, "%s", err.msg);
+    port = store_server_port(server);
+    cr_assert(port > 0);
+}
+
+static void stop(void) { store_server_stop(server); }
+
+static store_client *client(void) {
+    store_client *c;
+    pp_err err;
+    cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &c, &err), 0, "%s", err.msg);
+    return c;
+}
+
+TestSuite(store, .init = start, .fini = stop);
+
+Test(store, set_get_delete_with_binary_values) {
+    store_client *c = client();
+    pp_err err;
+    const unsigned char blob[] = {0, 1, 2, 0, 255, 'x'};
+    cr_assert_eq(store_set(c, "nccl/id", blob, sizeof blob, &err), 0, "%s", err.msg);
+    void *v;
+    size_t len;
+    cr_assert_eq(store_get(c, "nccl/id", &v, &len, &err), 0);
+    cr_assert_eq(len, sizeof blob);
+    cr_assert_eq(memcmp(v, blob, len), 0);
+    free(v);
+    cr_assert_eq(store_set(c, "nccl/id", "", 0, &err), 0, "overwrite with an empty value");
+    cr_assert_eq(store_get(c, "nccl/id", &v, &len, &err), 0);
+    cr_assert_eq(len, 0);
+    free(v);
+    cr_assert_eq(store_delete(c, "nccl/id", &err), 0);
+    cr_assert_eq(store_delete(c, "nccl/id", &err), 1, "already gone");
+    cr_assert_eq(store_get(c, "nccl/id", &v, &len, &err), 1, "missing key");
+    cr_assert_null(v);
+    store_close(c);
+}
+
+Test(store, large_values_round_trip) {
+    store_client *c = client();
+    pp_err err;
+    size_t n = 4u << 20;
+    unsigned char *big = malloc(n);
+    for (size_t i = 0; i < n; i++) big[i] = (unsigned char)(i * 131u);
+    cr_assert_eq(store_set(c, "big", big, n, &err), 0, "%s", err.msg);
+    void *v;
+    size_t len;
+    cr_assert_eq(store_get(c, "big", &v, &len, &err), 0, "%s", err.msg);
+    cr_assert_eq(len, n);
+    cr_assert_eq(memcmp(v, big, n), 0);
+    free(v);
+    free(big);
+    store_close(c);
+}
+
+Test(store, add_is_a_counter_and_refuses_non_integers) {
+    store_client *c = client();
+    pp_err err;
+    int64_t v;
+    cr_assert_eq(store_add(c, "n", 5, &v, &err), 0);
+    cr_assert_eq(v, 5);
+    cr_assert_eq(store_add(c, "n", -7, &v, &err), 0);
+    cr_assert_eq(v, -2);
+    void *text;
+    size_t len;
+    cr_assert_eq(store_get(c, "n", &text, &len, &err), 0);
+    cr_assert_str_eq(text, "-2");
+    free(text);
+    store_set(c, "s", "hello", 5, &err);
+    cr_assert_eq(store_add(c, "s", 1, &v, &err), -1);
+    cr_assert(strstr(err.msg, "not an integer"), "%s", err.msg);
+    /* The connection still works after a refused request. */
+    cr_assert_eq(store_add(c, "n", 2, &v, &err), 0);
+    cr_assert_eq(v, 0);
+    store_close(c);
+}
+
+Test(store, wait_times_out_then_succeeds_when_another_client_sets) {
+    store_client *a = client(), *b = client();
+    pp_err err;
+    const char *keys[] = {"x", "y"};
+    cr_assert_eq(store_wait(a, keys, 2, 50, &err), 1, "nothing set yet: timeout");
+    cr_assert_eq(store_set(b, "x", "1", 1, &err), 0);
+    cr_assert_eq(store_wait(a, keys, 2, 50, &err), 1, "only one of two keys");
+    /* Send the wait, then complete it from the other client. */
+    cr_assert_eq(store_wait_send(a, keys, 2, 10000, &err), 0);
+    cr_assert_eq(store_set(b, "y", "2", 1, &err), 0);
+    cr_assert_eq(store_wait_recv(a, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_wait(a, keys, 2, 0, &err), 0, "present keys need no waiting");
+    store_close(a);
+    store_close(b);
+}
+
+Test(store, time_is_the_servers_monotonic_clock) {
+    store_client *c = client();
+    pp_err err;
+    uint64_t t0 = pp_now_ns(), s, t1;
+    cr_assert_eq(store_time(c, &s, &err), 0);
+    t1 = pp_now_ns();
+    /* Same machine, same clock: the server's reading lies in the round trip. */
+    cr_assert(s >= t0 && s <= t1, "%llu not in [%llu, %llu]", (unsigned long long)s, (unsigned long long)t0,
+              (unsigned long long)t1);
+    store_close(c);
+}
+
+Test(store, closed_server_is_an_error_naming_it) {
+    store_client *c = client();
+    pp_err err;
+    store_server_stop(server);
+    server = NULL;
+    int64_t v;
+    cr_assert_eq(store_add(c, "k", 1, &v, &err), -1);
+    cr_assert(strstr(err.msg, "127.0.0.1"), "%s", err.msg);
+    store_close(c);
+    start(); /* for .fini */
+}
+
+Test(store, connect_gives_up_after_the_timeout) {
+    store_client *c;
+    pp_err err;
+    /* The suite's server is on `port`; nothing listens on port 1. */
+    cr_assert_eq(store_connect("127.0.0.1", 1, 100000000ull, &c, &err), -1);
+    cr_assert(strstr(err.msg, "127.0.0.1:1"), "%s", err.msg);
+}
+
+#define NCLIENTS 64
+
+static void *worker(void *arg) {
+    int rank = (int)(intptr_t)arg;
+    store_client *c;
+    pp_err err;
+    if (store_connect("127.0.0.1", port, 10000000000ull, &c, &err) != 0) return strdup(err.msg);
+    char key[64], val[64];
+    char *fail = NULL;
+    for (int round = 0; round < 3 && !fail; round++) {
+        snprintf(key, sizeof key, "addr/%d/%d", round, rank);
+        snprintf(val, sizeof val, "host-%d:%d", rank, 1000 + round);
+        int64_t arrived;
+        char cnt[32], all[32];
+        snprintf(cnt, sizeof cnt, "count/%d", round);
+        snprintf(all, sizeof all, "all/%d", round);
+        const char *keys[] = {all};
+        if (store_set(c, key, val, strlen(val), &err) != 0 || store_add(c, cnt, 1, &arrived, &err) != 0 ||
+            (arrived == NCLIENTS && store_set(c, all, "", 0, &err) != 0) || store_wait(c, keys, 1, 20000, &err) != 0) {
+            fail = strdup(err.msg);
+            break;
+        }
+        /* Everyone is here: every other client's value must be readable. */
+        for (int r = 0; r < NCLIENTS && !fail; r++) {
+            void *v;
+            size_t len;
+            char want[64];
+            snprintf(key, sizeof key, "addr/%d/%d", round, r);
+            snprintf(want, sizeof want, "host-%d:%d", r, 1000 + round);
+            if (store_get(c, key, &v, &len, &err) != 0 || strcmp(v, want) != 0) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "client %d round %d: %s wrong", rank, round, key);
+                fail = strdup(msg);
+            }
+            free(v);
+        }
+    }
+    store_close(c);
+    return fail;
+}
+
+Test(store, sixty_four_clients_exchange_values_and_meet_at_barriers) {
+    pthread_t th[NCLIENTS];
+    for (int i = 0; i < NCLIENTS; i++) cr_assert_eq(pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i), 0);
+    for (int i = 0; i < NCLIENTS; i++) {
+        void *res;
+        pthread_join(th[i], &res);
+        cr_assert_null(res, "client %d: %s", i, (char *)res);
+    }
+    store_client *c = client();
+    pp_err err;
+    int64_t v;
+    cr_assert_eq(store_add(c, "count/2", 0, &v, &err), 0);
+    cr_assert_eq(v, NCLIENTS);
+    store_close(c);
+}
