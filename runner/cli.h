@@ -8,5 +8,7 @@ typedef int (*pp_command_fn)(int argc, char **argv);
 
 int cmd_version(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
 
 #endif

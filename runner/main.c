@@ -10,7 +10,9 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"version", cmd_version, "print the version"},
+    {"run", cmd_run, "run a pipeline-parallel training job, traced, optionally live in the browser"},
     {"launch", cmd_launch, "run any program once per rank, like torchrun"},
+    {"worker", cmd_worker, NULL}, /* one rank of `pprun run`; started by it */
 };
 
 static void usage(FILE *out) {
