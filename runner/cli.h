@@ -7,5 +7,7 @@
 typedef int (*pp_command_fn)(int argc, char **argv);
 
 int cmd_version(int argc, char **argv);
+int cmd_query(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -10,6 +10,8 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"version", cmd_version, "print the version"},
+    {"query", cmd_query, "read-only SQL over a trace database"},
+    {"serve", cmd_serve, "serve the dashboard and API over a trace database"},
 };
 
 static void usage(FILE *out) {
