@@ -156,7 +156,7 @@ static int write_steps(sqlite3 *db, int first, int n, pp_err *err) {
     }
     for (int s = first; s < first + n; s++) {
         int64_t base = FIXTURE_T0_NS + FIXTURE_STEP_OFFSET_NS + (int64_t)s * FIXTURE_STEP_PERIOD_NS;
-        int64_t compute_end = 33 * FIXTURE_MS;
+        int64_t compute_end = 30 * FIXTURE_MS;
         for (int r = 0; r < FIXTURE_RANKS; r++) {
             int64_t prev_end = 0;
             for (int i = 0; i < nops[r]; i++) {

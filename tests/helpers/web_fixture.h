@@ -4,8 +4,9 @@
  * 1F1B, 8 microbatches, F = B = W = 1 ms (W right after its B), OPT 0.5 ms,
  * each SEND/RECV a thin mark, the step's gaps with their causes, step_stats,
  * losses and the plan, exactly as the collector would store them. Times are
- * exact: a step spans 33.5 ms (compute 33 ms + OPT), each rank is busy
- * 24.5 ms of it, so every rank's bubble ratio is 9/33.5. Steps are 40 ms
+ * exact: a step spans 30.5 ms (compute 30 ms, (p-1)(F+B) = 6 ms longer than
+ * a rank's 24 ms of F/B/W, then OPT), each rank is busy 24.5 ms of it, so
+ * every rank's bubble ratio is 6/30.5. Steps are 40 ms
  * apart; step s starts at t0 + 5 ms + s * 40 ms.
  *
  * fixture_append_steps adds steps to a job later (a running job), through
@@ -22,7 +23,7 @@
 #define FIXTURE_MS 1000000ll
 #define FIXTURE_STEP_PERIOD_NS (40 * FIXTURE_MS)
 #define FIXTURE_STEP_OFFSET_NS (5 * FIXTURE_MS)
-#define FIXTURE_STEP_SPAN_NS (33 * FIXTURE_MS + FIXTURE_MS / 2)
+#define FIXTURE_STEP_SPAN_NS (30 * FIXTURE_MS + FIXTURE_MS / 2)
 /* Events per step: 4 ranks x (24 F/B/W + OPT) + SEND/RECV: 16 + 32 + 32 + 16. */
 #define FIXTURE_EVENTS_PER_STEP (4 * 25 + 96)
 
