@@ -65,8 +65,10 @@ static void print_table(const usersql_result *r) {
             if (n > w[c]) w[c] = n;
             free(heap);
         }
-    for (int c = 0; c < r->ncols; c++)
-        printf("%s%-*s", c ? "  " : "", (int)(w[c] + strlen(r->cols[c]) - text_width(r->cols[c])), r->cols[c]);
+    for (int c = 0; c < r->ncols; c++) {
+        if (c == r->ncols - 1) printf("%s%s", c ? "  " : "", r->cols[c]); /* no trailing blanks */
+        else printf("%s%-*s", c ? "  " : "", (int)(w[c] + strlen(r->cols[c]) - text_width(r->cols[c])), r->cols[c]);
+    }
     printf("\n");
     for (int c = 0; c < r->ncols; c++) {
         printf("%s", c ? "  " : "");
