@@ -57,7 +57,7 @@ function EventStore(cap) {
 EventStore.prototype.grow = function (cap) {
   const old = this;
   const make = (T, a) => { const x = new T(cap); if (a) x.set(a.subarray(0, old.n)); return x; };
-  this.start = make(Float64Array, this.start); this.end = make(Float64Array, this.end);
+  this.id = make(Float64Array, this.id); this.start = make(Float64Array, this.start); this.end = make(Float64Array, this.end);
   this.rank = make(Int32Array, this.rank); this.phase = make(Int8Array, this.phase);
   this.mb = make(Int32Array, this.mb); this.stage = make(Int32Array, this.stage);
   this.step = make(Int32Array, this.step); this.peer = make(Int32Array, this.peer);
@@ -68,7 +68,7 @@ EventStore.prototype.push = function (row) { // [id,rank,step,mb,stage,phase,sta
   this.ids.add(row[0]);
   if (this.n === this.cap) this.grow(this.cap * 2);
   const i = this.n++;
-  this.rank[i] = row[1]; this.step[i] = row[2]; this.mb[i] = row[3]; this.stage[i] = row[4];
+  this.id[i] = row[0]; this.rank[i] = row[1]; this.step[i] = row[2]; this.mb[i] = row[3]; this.stage[i] = row[4];
   this.phase[i] = row[5]; this.start[i] = row[6]; this.end[i] = row[7]; this.peer[i] = row[8];
 };
 
@@ -208,6 +208,7 @@ function onEvents(rows) {
 function onStepDone(d) {
   d.complete = true;
   mergeStep(d);
+  if (S.follow) { followLatest(); fetchWindow(); } // the window brings the step's gaps
   updateHeader();
   drawCharts();
   updateStepLabel();
@@ -234,7 +235,13 @@ function followLatest(end) {
   const last = S.steps.filter((s) => s.time_ns).pop();
   const span = last ? last.time_ns * 1.15 : 50e6;
   if (!e && S.info) e = S.info.timeline_end;
-  S.view = { from: Math.max(0, e - span), to: Math.max(e, span) };
+  S.view = { from: Math.max(0, e - span), to: Math.max(e, span) + span * 0.02 };
+  // A long follow would grow the store without bound: keep what is near.
+  if (S.ev.n > 200000) {
+    const st = new EventStore(65536);
+    for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] >= S.view.from - span) st.push([S.ev.id[i], S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
+    S.ev = st;
+  }
   S.step = null;
   if (!S.ev.n && S.job) fetchWindow();
   scheduleDraw();
@@ -279,7 +286,7 @@ async function fetchWindow() {
     for (const row of r.events) st.push(row);
     // Keep live rows the window does not have yet.
     for (let i = 0; S.ev && i < S.ev.n; i++) {
-      if (S.ev.start[i] >= to) st.push([-(i + 1), S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
+      if (S.ev.start[i] >= to) st.push([S.ev.id[i], S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
     }
     S.ev = st; S.gaps = r.gaps; S.bins = null;
   } else {
@@ -500,6 +507,7 @@ function drawCharts() {
     series.push({ points: done.filter((s) => s.bubble_ratio && s.bubble_ratio[r] != null).map((s) => [s.step, s.bubble_ratio[r]]), color: RANK_COLORS[r % 10] + '80', width: 1 });
   }
   series.push({ points: done.map((s) => [s.step, s.bubble_ratio_mean]), color: '#222', width: 2, dots: true });
+  series.push({ points: done.length ? [[done[0].step, 0], [done[0].step, Math.max(0.05, ...done.map((s) => s.bubble_ratio_mean)) * 1.2]] : [], color: 'rgba(0,0,0,0)' });
   lineChart($('bubble'), series, { y0: 0, fmt: (y) => (100 * y).toFixed(0) + '%' });
   // Per rank bars for the step in view (or the latest).
   const st = (S.step != null && S.steps.find((s) => s.step === S.step && s.bubble_ratio)) || done[done.length - 1];
