@@ -16,7 +16,7 @@
 
 #define EVENTS_DEFAULT_LIMIT 20000
 #define EVENTS_MAX_LIMIT 25000 /* ~45 bytes per event row: stays < ~1.2 MB */
-#define BUCKET_SCAN_BUDGET 400000
+#define BUCKET_SCAN_BUDGET 150000 /* rows scanned to aggregate (~3 us each); beyond: per-step bins */
 #define OVERLAP_LOOKBACK 8
 
 static const char *const phases[] = {"F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT", NULL};
