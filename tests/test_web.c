@@ -156,6 +156,32 @@ Test(web, zoomed_out_windows_are_aggregated_and_keep_the_busy_time) {
     cJSON_Delete(j);
 }
 
+Test(web, very_zoomed_out_windows_use_step_statistics) {
+    http_stop(srv);
+    pp_err err;
+    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .events_scan_budget = 200};
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+    /* 588 events > budget 200: one bin per step and rank */
+    cJSON *j = get_json("/api/jobs/1/events?limit=100", 200);
+    cr_assert_str_eq(str(j, "mode"), "steps");
+    cJSON *bins = cJSON_GetObjectItem(j, "bins");
+    cr_assert_eq(cJSON_GetArraySize(bins), 3 * 4);
+    cJSON *row;
+    cJSON_ArrayForEach(row, bins) {
+        cr_assert_eq(cJSON_GetArrayItem(row, 3)->valuedouble, 24.5e6, "busy per rank and step");
+        cr_assert_eq(cJSON_GetArrayItem(row, 2)->valuedouble - cJSON_GetArrayItem(row, 1)->valuedouble, FIXTURE_STEP_SPAN_NS);
+    }
+    cJSON_Delete(j);
+    /* more steps than buckets: merged, the busy time kept */
+    j = get_json("/api/jobs/1/events?limit=100&buckets=2", 200);
+    double busy = 0;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) busy += cJSON_GetArrayItem(row, 3)->valuedouble;
+    cr_assert_leq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "bins")), 2 * 4);
+    cr_assert_float_eq(busy, 3 * 4 * 24.5e6, 8, "busy time spread over the buckets, none lost");
+    cJSON_Delete(j);
+}
+
 Test(web, events_reject_bad_parameters) {
     cJSON_Delete(get_json("/api/jobs/1/events?ranks=9", 400));
     cJSON_Delete(get_json("/api/jobs/1/events?from=abc", 400));

@@ -16,7 +16,6 @@
 
 #define EVENTS_DEFAULT_LIMIT 20000
 #define EVENTS_MAX_LIMIT 25000 /* ~45 bytes per event row: stays < ~1.2 MB */
-#define BUCKET_SCAN_BUDGET 150000 /* rows scanned to aggregate (~3 us each); beyond: per-step bins */
 #define OVERLAP_LOOKBACK 8
 
 static const char *const phases[] = {"F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT", NULL};
@@ -396,9 +395,12 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     free(acc);
 }
 
-/* Very zoomed out: one bin per step and rank, from step_stats. */
+/* Very zoomed out: one bin per step and rank, from step_stats; when there
+ * are more steps than buckets, steps are merged into the buckets (each
+ * step's busy time spread over the buckets it overlaps), so the answer
+ * stays as small as the bucket mode's. */
 static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
-                            jw *w, http_reply *r) {
+                            long nbuckets, jw *w, http_reply *r) {
     sqlite3_stmt *st = prep(db,
                             "SELECT rank, start_ns, end_ns, busy_ns, step FROM step_stats WHERE job_id=?1 AND "
                             "end_ns>?2 AND start_ns<?3",
@@ -407,18 +409,56 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
     sqlite3_bind_int64(st, 1, j->id);
     sqlite3_bind_int64(st, 2, from + j->t0);
     sqlite3_bind_int64(st, 3, to + j->t0);
-    jw_key(w, "bins");
-    jw_arr(w);
-    int n = 0;
+    typedef struct { int rank, step; int64_t s, e, busy; } row;
+    row *rows = NULL;
+    size_t n = 0, cap = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {
         int rank = sqlite3_column_int(st, 0);
         if (rank < 0 || rank >= j->world || !mask[rank]) continue;
-        jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,%d]", n++ ? "," : "", rank,
-                (long long)(sqlite3_column_int64(st, 1) - j->t0), (long long)(sqlite3_column_int64(st, 2) - j->t0),
-                (long long)sqlite3_column_int64(st, 3), sqlite3_column_int(st, 4));
+        if (n == cap) {
+            row *nr = realloc(rows, (cap = cap ? cap * 2 : 1024) * sizeof *rows);
+            if (!nr) break;
+            rows = nr;
+        }
+        rows[n++] = (row){rank, sqlite3_column_int(st, 4), sqlite3_column_int64(st, 1) - j->t0,
+                          sqlite3_column_int64(st, 2) - j->t0, sqlite3_column_int64(st, 3)};
+    }
+    sqlite3_finalize(st);
+    int nsel = 0;
+    for (int k = 0; k < j->world; k++) nsel += mask[k];
+    jw_key(w, "bins");
+    jw_arr(w);
+    if (n <= (size_t)nbuckets * (size_t)(nsel ? nsel : 1)) {
+        for (size_t i = 0; i < n; i++)
+            jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,%d]", i ? "," : "", rows[i].rank,
+                    (long long)rows[i].s, (long long)rows[i].e, (long long)rows[i].busy, rows[i].step);
+    } else {
+        int64_t width = (to - from + nbuckets - 1) / nbuckets;
+        if (width < 1) width = 1;
+        double *acc = calloc((size_t)j->world * (size_t)nbuckets, sizeof *acc);
+        for (size_t i = 0; acc && i < n; i++) {
+            int64_t s = rows[i].s - from, e = rows[i].e - from, len = rows[i].e - rows[i].s;
+            if (len <= 0) continue;
+            for (int64_t b = s < 0 ? 0 : s / width; b < nbuckets && b * width < e; b++) {
+                int64_t bs = b * width, be = bs + width;
+                int64_t ov = (e < be ? e : be) - (s > bs ? s : bs);
+                if (ov > 0) acc[(size_t)rows[i].rank * (size_t)nbuckets + (size_t)b] += (double)rows[i].busy * ov / len;
+            }
+        }
+        int out = 0;
+        for (int rank = 0; acc && rank < j->world; rank++)
+            for (long b = 0; b < nbuckets; b++) {
+                double v = acc[(size_t)rank * (size_t)nbuckets + (size_t)b];
+                if (v <= 0) continue;
+                int64_t bs = from + b * width;
+                jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,null]", out++ ? "," : "", rank,
+                        (long long)bs, (long long)(bs + width), (long long)(v + 0.5));
+            }
+        if (!acc) http_error(r, 500, "out of memory");
+        free(acc);
     }
     jw_arr_end(w);
-    sqlite3_finalize(st);
+    free(rows);
 }
 
 /* Counts events starting in the window, stopping at cap. */
@@ -445,7 +485,10 @@ static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char 
     return total;
 }
 
-static void route_events(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+static void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+    /* Rows scanned to aggregate per bucket cost ~3 us each; beyond the
+     * budget the window is answered per step from step_stats. */
+    const int64_t budget = s->o.events_scan_budget;
     long from = -1, to = -1, step = -1, limit = EVENTS_DEFAULT_LIMIT, buckets = 1000;
     const long tmax = 4611686018427387903l;
     if (arg_long(c, "from", 0, tmax, &from, r) < 0 || arg_long(c, "to", 0, tmax, &to, r) < 0 ||
@@ -484,8 +527,8 @@ static void route_events(sqlite3 *db, struct MHD_Connection *c, const job_info *
     for (int k = 0; k < j->world; k++) nsel += mask[k];
     if (nsel > 0 && buckets * nsel > 40000) buckets = 40000 / nsel > 0 ? 40000 / nsel : 1;
 
-    int64_t n = count_window(db, j, mask, wf, wt, BUCKET_SCAN_BUDGET);
-    const char *mode = n <= limit ? "events" : n <= BUCKET_SCAN_BUDGET ? "buckets" : "steps";
+    int64_t n = count_window(db, j, mask, wf, wt, budget);
+    const char *mode = n <= limit ? "events" : n <= budget ? "buckets" : "steps";
     jw w;
     jw_init(&w);
     jw_obj(&w);
@@ -518,7 +561,7 @@ static void route_events(sqlite3 *db, struct MHD_Connection *c, const job_info *
         jw_key(&w, "bin_columns");
         jw_json(&w, "[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\",\"step\"]", strlen("[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\",\"step\"]"));
         if (strcmp(mode, "buckets") == 0) write_bucket_mode(db, j, mask, wf, wt, buckets, &w, r);
-        else write_step_mode(db, j, mask, wf, wt, &w, r);
+        else write_step_mode(db, j, mask, wf, wt, buckets, &w, r);
     }
     jw_obj_end(&w);
     free(mask);
@@ -841,7 +884,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
     if (id < 0) route_jobs(db, r);
     else if (load_job(db, id, &j, r) == 0) {
         if (!what[0]) route_job(db, &j, r);
-        else if (!strcmp(what, "events")) route_events(db, c, &j, r);
+        else if (!strcmp(what, "events")) route_events(s, db, c, &j, r);
         else if (!strcmp(what, "steps")) route_steps(db, c, &j, r);
         else if (!strcmp(what, "gaps")) route_gaps(db, c, &j, r);
         else route_plan(db, &j, r);
