@@ -127,7 +127,7 @@ static int generate(const char *path, long target, long *steps_out) {
 
 typedef struct scenario {
     const char *name;
-    int kind; /* 0 one step, 1 three steps, 2 1% of the job, 3 whole job */
+    int kind; /* 0 one step, 1 three steps, 2 1% of the job, 3 whole job, 4 0.4% */
 } scenario;
 
 static int port;
@@ -193,8 +193,9 @@ static void *run_worker(void *arg) {
         switch (w->kind) {
         case 0: snprintf(path, sizeof path, "/api/jobs/1/events?step=%ld", s); break;
         case 1: snprintf(path, sizeof path, "/api/jobs/1/events?from=%lld&to=%lld", from, from + 3 * step_len); break;
-        case 2: {
-            long long span = nsteps * step_len / 100;
+        case 2:
+        case 4: {
+            long long span = nsteps * step_len / (w->kind == 2 ? 100 : 250);
             long long f = (long long)((double)rand_r(&w->seed) / RAND_MAX * (nsteps * step_len - span));
             snprintf(path, sizeof path, "/api/jobs/1/events?from=%lld&to=%lld&buckets=1500", f, f + span);
             break;
@@ -237,7 +238,8 @@ int main(int argc, char **argv) {
     printf("timeline windows over %ld events (%ld steps, 4 ranks), %d client threads, %.0f s each, server: 4 threads\n",
            nsteps * events_per_step(), nsteps, threads, secs);
     printf("%-22s %-8s %10s %10s %10s %12s %6s\n", "window", "mode", "req/s", "p50 ms", "p99 ms", "bytes/resp", "fails");
-    scenario sc[] = {{"one step (772 ev)", 0}, {"three steps", 1}, {"1% of the job", 2}, {"whole job", 3}};
+    scenario sc[] = {{"one step (772 ev)", 0}, {"three steps", 1}, {"0.4% of the job", 4}, {"1% of the job", 2},
+                     {"whole job", 3}};
     for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) {
         worker *w = calloc((size_t)threads, sizeof *w);
         pthread_t *t = calloc((size_t)threads, sizeof *t);

@@ -379,7 +379,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (!s->o.sql_max_rows) s->o.sql_max_rows = 10000;
     if (!s->o.live_poll_ms) s->o.live_poll_ms = 200;
     if (!s->o.live_heartbeat_ms) s->o.live_heartbeat_ms = 10000;
-    if (!s->o.events_scan_budget) s->o.events_scan_budget = 150000;
+    if (!s->o.events_scan_budget) s->o.events_scan_budget = 60000;
     if (opts->token && *opts->token) {
         s->token = strdup(opts->token);
         if (!s->token) {

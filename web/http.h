@@ -33,7 +33,7 @@ typedef struct http_options {
     size_t sql_max_rows;        /* POST /api/sql; 0 = 10000 */
     unsigned live_poll_ms;      /* how often live streams poll the db; 0 = 200 */
     unsigned live_heartbeat_ms; /* keep-alive comment on idle streams; 0 = 10000 */
-    unsigned events_scan_budget; /* /events: most events aggregated per bucket, beyond that per step; 0 = 150000 */
+    unsigned events_scan_budget; /* /events: most events aggregated per bucket, beyond that per step; 0 = 60000 */
 } http_options;
 
 typedef struct http_server http_server;
