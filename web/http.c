@@ -207,7 +207,7 @@ static uint64_t fnv1a(const unsigned char *p, size_t n) {
 /* Looks the path up in the embedded table; nothing else is ever consulted.
  * Only plain names are looked up at all, so a traversal attempt is a 404
  * without touching the table's neighbours either. */
-static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, const char *url, int head) {
+static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, const char *url) {
     (void)s;
     char name[256];
     int plain = url[0] == '/' && strlen(url) < 200 && !strstr(url, "..") && !strstr(url, "//");
@@ -225,8 +225,7 @@ static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, co
     const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
     int not_modified = inm && strcmp(inm, etag) == 0;
     struct MHD_Response *resp =
-        not_modified || head
-            ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
+        not_modified ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
             : MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type(name));
@@ -346,7 +345,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         http_error(&r, 405, "%s not allowed on %s", method, url);
         return send_reply(s, c, &r);
     }
-    enum MHD_Result ret = serve_static(s, c, url, head);
+    /* HEAD: libmicrohttpd sends the headers of the full response, no body. */
+    enum MHD_Result ret = serve_static(s, c, url);
     if (ret == MHD_YES) return ret;
     http_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
     return send_reply(s, c, &r);
