@@ -74,7 +74,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     fixture_tmp_path(db, sizeof db, "browser");
     cr_assert_eq(fixture_create(db, 3, "succeeded", &err), 0, "%s", err.msg);
     int port;
-    int pid = client_start_serve(db, NULL, &port);
+    int pid = webclient_start_serve(db, NULL, &port);
     cr_assert_gt(pid, 0);
     build_dir(dir, sizeof dir);
     snprintf(shot, sizeof shot, "%s/browser-finished.png", dir);
@@ -135,7 +135,7 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     snprintf(ready, sizeof ready, "/tmp/pprun-browser-ready-%d", (int)getpid());
     unlink(ready);
     int port;
-    int pid = client_start_serve(db, NULL, &port);
+    int pid = webclient_start_serve(db, NULL, &port);
     cr_assert_gt(pid, 0);
     build_dir(dir, sizeof dir);
     snprintf(shot, sizeof shot, "%s/browser-live.png", dir);

@@ -48,16 +48,16 @@ static void *client(void *arg) {
     const char *paths[] = {"/api/jobs", "/api/jobs/1", "/api/jobs/1/events?step=1", "/api/jobs/1/events",
                            "/api/jobs/1/steps", "/api/jobs/1/gaps?step=2", "/api/jobs/1/plan", "/metrics", "/", "/app.js"};
     for (long i = id; !atomic_load(&stop); i++) {
-        client_resp r;
+        webclient_resp r;
         int sql = i % 11 == 10;
-        int rc = sql ? client_request(port, "POST", "/api/sql", NULL, "{\"sql\":\"SELECT rank, count(*) FROM events GROUP BY rank\"}", &r)
-                     : client_request(port, "GET", paths[i % 10], NULL, NULL, &r);
+        int rc = sql ? webclient_request(port, "POST", "/api/sql", NULL, "{\"sql\":\"SELECT rank, count(*) FROM events GROUP BY rank\"}", &r)
+                     : webclient_request(port, "GET", paths[i % 10], NULL, NULL, &r);
         if (rc == 0 && r.status == 200) atomic_fetch_add(&ok_count, 1);
         else {
             if (atomic_fetch_add(&fail_count, 1) == 0)
                 snprintf(fail_msg, sizeof fail_msg, "%s -> %d %.100s", sql ? "/api/sql" : paths[i % 10], r.status, r.body ? r.body : "");
         }
-        client_free(&r);
+        webclient_free(&r);
     }
     return NULL;
 }
@@ -106,7 +106,7 @@ Test(soak, fifty_clients_and_ten_streams_while_a_job_writes, .timeout = 120) {
              getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "");
     setenv("ASAN_OPTIONS", opts, 1);
 #endif
-    int pid = client_start_serve(db, NULL, &port);
+    int pid = webclient_start_serve(db, NULL, &port);
     cr_assert_gt(pid, 0);
     pthread_t c[CLIENTS], s[STREAMS];
     stream_result sr[STREAMS] = {{0}};

@@ -45,14 +45,14 @@ static void teardown(void) {
 }
 
 static cJSON *get_json(const char *path, int want_status) {
-    client_resp r;
-    cr_assert_eq(client_request(port, "GET", path, NULL, NULL, &r), 0);
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", path, NULL, NULL, &r), 0);
     cr_assert_eq(r.status, want_status, "GET %s: %d %s", path, r.status, r.body);
-    const char *ct = client_header(&r, "Content-Type");
+    const char *ct = webclient_header(&r, "Content-Type");
     cr_assert(ct && strstr(ct, "application/json"), "%s", ct ? ct : "no content type");
     cJSON *j = cJSON_Parse(r.body);
     cr_assert(j, "GET %s: not JSON: %.200s", path, r.body);
-    client_free(&r);
+    webclient_free(&r);
     return j;
 }
 
@@ -236,14 +236,14 @@ Test(web, plan_has_every_action_and_the_simulated_bubble) {
     cJSON_Delete(j);
 }
 
-static client_resp post_sql(const char *body) {
-    client_resp r;
-    cr_assert_eq(client_request(port, "POST", "/api/sql", NULL, body, &r), 0);
+static webclient_resp post_sql(const char *body) {
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "POST", "/api/sql", NULL, body, &r), 0);
     return r;
 }
 
 Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {
-    client_resp r = post_sql("{\"sql\": \"SELECT phase, count(*) AS n FROM events WHERE step=0 AND phase IN ('F','B','W') GROUP BY phase ORDER BY phase\"}");
+    webclient_resp r = post_sql("{\"sql\": \"SELECT phase, count(*) AS n FROM events WHERE step=0 AND phase IN ('F','B','W') GROUP BY phase ORDER BY phase\"}");
     cr_assert_eq(r.status, 200, "%s", r.body);
     cJSON *j = cJSON_Parse(r.body);
     cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "columns"), 1)->valuestring, "n");
@@ -252,7 +252,7 @@ Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {
     cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(rows, 0), 0)->valuestring, "B");
     cr_assert_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(rows, 0), 1)->valueint, 32);
     cJSON_Delete(j);
-    client_free(&r);
+    webclient_free(&r);
 
     struct { const char *body; int status; const char *msg; } cases[] = {
         {"{\"sql\": \"DELETE FROM events\"}", 403, "DELETE"},
@@ -272,12 +272,12 @@ Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {
         cJSON *e = cJSON_Parse(r.body);
         cr_assert(cJSON_IsString(cJSON_GetObjectItem(e, "error")));
         cJSON_Delete(e);
-        client_free(&r);
+        webclient_free(&r);
     }
     /* Nothing was written. */
     r = post_sql("{\"sql\": \"SELECT count(*) FROM events\"}");
     cr_assert(strstr(r.body, "[[588]]"), "%s", r.body);
-    client_free(&r);
+    webclient_free(&r);
 }
 
 Test(web, sql_time_limit_and_row_cap) {
@@ -286,29 +286,29 @@ Test(web, sql_time_limit_and_row_cap) {
     http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .sql_time_limit_ns = 300000000ull, .sql_max_rows = 100};
     cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
     port = http_port(srv);
-    client_resp r = post_sql("{\"sql\": \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c\"}");
+    webclient_resp r = post_sql("{\"sql\": \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c\"}");
     cr_assert_eq(r.status, 408, "%s", r.body);
     cr_assert(strstr(r.body, "time limit"), "%s", r.body);
-    client_free(&r);
+    webclient_free(&r);
     r = post_sql("{\"sql\": \"SELECT id FROM events\"}");
     cr_assert_eq(r.status, 200);
     cJSON *j = cJSON_Parse(r.body);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "rows")), 100);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "truncated")));
     cJSON_Delete(j);
-    client_free(&r);
+    webclient_free(&r);
 }
 
 Test(web, unknown_routes_and_methods_get_json_errors) {
     const char *paths[] = {"/api/nope", "/api/jobs/1/nope", "/api/jobs/abc", "/api/jobs/1/events/x", "/nope.html"};
     for (size_t i = 0; i < 5; i++) cJSON_Delete(get_json(paths[i], 404));
-    client_resp r;
-    client_request(port, "DELETE", "/api/jobs/1", NULL, NULL, &r);
+    webclient_resp r;
+    webclient_request(port, "DELETE", "/api/jobs/1", NULL, NULL, &r);
     cr_assert_eq(r.status, 405);
-    client_free(&r);
-    client_request(port, "GET", "/api/sql", NULL, NULL, &r);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/api/sql", NULL, NULL, &r);
     cr_assert_eq(r.status, 405);
-    client_free(&r);
+    webclient_free(&r);
 }
 
 Test(web, traversal_attempts_never_return_a_file) {
@@ -316,36 +316,36 @@ Test(web, traversal_attempts_never_return_a_file) {
                            "/%252e%252e/etc/passwd", "/..%5c..%5cetc%5cpasswd", "//etc/passwd",
                            "/static/../CMakeLists.txt", "/index.html/../../db/schema.sql", "/%2fetc%2fpasswd"};
     for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
-        client_resp r;
-        cr_assert_eq(client_request(port, "GET", paths[i], NULL, NULL, &r), 0);
+        webclient_resp r;
+        cr_assert_eq(webclient_request(port, "GET", paths[i], NULL, NULL, &r), 0);
         cr_assert(r.status == 404 || r.status == 400, "%s -> %d", paths[i], r.status);
         cr_assert(!strstr(r.body, "root:") && !strstr(r.body, "cmake_minimum") && !strstr(r.body, "CREATE TABLE"),
                   "%s leaked a file", paths[i]);
-        client_free(&r);
+        webclient_free(&r);
     }
 }
 
 Test(web, dashboard_files_come_from_the_binary_with_types_and_etags) {
-    client_resp r;
-    client_request(port, "GET", "/", NULL, NULL, &r);
+    webclient_resp r;
+    webclient_request(port, "GET", "/", NULL, NULL, &r);
     cr_assert_eq(r.status, 200);
-    cr_assert(strstr(client_header(&r, "Content-Type"), "text/html"));
+    cr_assert(strstr(webclient_header(&r, "Content-Type"), "text/html"));
     cr_assert(strstr(r.body, "<canvas"), "the dashboard has its timeline canvas");
     char etag[64];
-    snprintf(etag, sizeof etag, "%s", client_header(&r, "ETag"));
-    client_free(&r);
+    snprintf(etag, sizeof etag, "%s", webclient_header(&r, "ETag"));
+    webclient_free(&r);
     char hdr[128];
     snprintf(hdr, sizeof hdr, "If-None-Match: %s\r\n", etag);
-    client_request(port, "GET", "/", hdr, NULL, &r);
+    webclient_request(port, "GET", "/", hdr, NULL, &r);
     cr_assert_eq(r.status, 304);
-    client_free(&r);
-    client_request(port, "GET", "/app.js", NULL, NULL, &r);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/app.js", NULL, NULL, &r);
     cr_assert_eq(r.status, 200);
-    cr_assert(strstr(client_header(&r, "Content-Type"), "text/javascript"));
-    client_free(&r);
-    client_request(port, "GET", "/style.css", NULL, NULL, &r);
-    cr_assert(strstr(client_header(&r, "Content-Type"), "text/css"));
-    client_free(&r);
+    cr_assert(strstr(webclient_header(&r, "Content-Type"), "text/javascript"));
+    webclient_free(&r);
+    webclient_request(port, "GET", "/style.css", NULL, NULL, &r);
+    cr_assert(strstr(webclient_header(&r, "Content-Type"), "text/css"));
+    webclient_free(&r);
 }
 
 Test(web, oversized_bodies_and_headers_get_4xx) {
@@ -353,19 +353,19 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
     char *big = malloc(200 * 1024);
     memset(big, 'a', 200 * 1024 - 1);
     big[200 * 1024 - 1] = 0;
-    client_resp r;
-    client_request(port, "POST", "/api/sql", NULL, big, &r);
+    webclient_resp r;
+    webclient_request(port, "POST", "/api/sql", NULL, big, &r);
     cr_assert_eq(r.status, 413, "%d", r.status);
-    client_free(&r);
+    webclient_free(&r);
     /* chunked, without Content-Length */
     size_t n = 100 * 1024;
     char *raw = malloc(n + 512);
     int h = snprintf(raw, 512, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n", n - 512);
     memset(raw + h, 'b', n - 512);
     memcpy(raw + h + n - 512, "\r\n0\r\n\r\n", 7);
-    client_raw(port, raw, (size_t)h + n - 512 + 7, &r);
+    webclient_raw(port, raw, (size_t)h + n - 512 + 7, &r);
     cr_assert_eq(r.status, 413, "%d", r.status);
-    client_free(&r);
+    webclient_free(&r);
     /* a 64 KiB header */
     snprintf(raw, 64, "X-Big: ");
     size_t hl = 64 * 1024;
@@ -373,9 +373,9 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
     memcpy(hdr, "X-Big: ", 7);
     memset(hdr + 7, 'c', hl);
     memcpy(hdr + 7 + hl, "\r\n", 3);
-    client_request(port, "GET", "/api/jobs", hdr, NULL, &r);
+    webclient_request(port, "GET", "/api/jobs", hdr, NULL, &r);
     cr_assert(r.status >= 400 && r.status < 500, "%d", r.status);
-    client_free(&r);
+    webclient_free(&r);
     free(hdr);
     free(raw);
     free(big);
@@ -396,12 +396,12 @@ Test(web, a_stalled_client_is_disconnected_by_the_timeout) {
 }
 
 Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
-    client_resp r;
-    client_request(port, "GET", "/api/jobs", NULL, NULL, &r);
-    client_free(&r);
-    client_request(port, "GET", "/metrics", NULL, NULL, &r);
+    webclient_resp r;
+    webclient_request(port, "GET", "/api/jobs", NULL, NULL, &r);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
     cr_assert_eq(r.status, 200);
-    cr_assert(strstr(client_header(&r, "Content-Type"), "text/plain; version=0.0.4"));
+    cr_assert(strstr(webclient_header(&r, "Content-Type"), "text/plain; version=0.0.4"));
     regex_t sample, comment;
     cr_assert_eq(regcomp(&sample, "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{([a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\",?)*\\})? [-+0-9.eE]+(Inf|NaN)?$", REG_EXTENDED), 0);
     cr_assert_eq(regcomp(&comment, "^# (HELP|TYPE) pprun_[a-z_]+ .+$", REG_EXTENDED), 0);
@@ -417,8 +417,8 @@ Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
     }
     regfree(&sample);
     regfree(&comment);
-    client_free(&r);
-    client_request(port, "GET", "/metrics", NULL, NULL, &r);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
     cr_assert(strstr(r.body, "pprun_bubble_ratio{job=\"1\",rank=\"3\"} 0.196721311\n"), "%s", r.body);
     cr_assert(strstr(r.body, "pprun_step_time_seconds{job=\"1\"} 0.0305\n"));
     cr_assert(strstr(r.body, "pprun_events_dropped_total{job=\"1\"} 3\n"));
@@ -429,7 +429,7 @@ Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
     snprintf(want, sizeof want, "pprun_loss{job=\"1\"} %.9g\n", (fixture_loss(2, 0) + fixture_loss(2, 1) + fixture_loss(2, 2) + fixture_loss(2, 3) + fixture_loss(2, 4) + fixture_loss(2, 5) + fixture_loss(2, 6) + fixture_loss(2, 7)) / 8);
     cr_assert(strstr(r.body, want), "want %s in %s", want, r.body);
     cr_assert_gt(samples, 10);
-    client_free(&r);
+    webclient_free(&r);
 }
 
 /* ---- auth ------------------------------------------------------------------ */
@@ -462,24 +462,24 @@ Test(web_auth, with_a_token_every_api_request_must_carry_it, .init = NULL) {
     start_with(1, "running", (http_options){.token = "s3cret-token"});
     const char *paths[] = {"/api/jobs", "/api/jobs/1/events", "/metrics", "/api/jobs/1/live"};
     for (int i = 0; i < 4; i++) {
-        client_resp r;
-        client_request(port, "GET", paths[i], NULL, NULL, &r);
+        webclient_resp r;
+        webclient_request(port, "GET", paths[i], NULL, NULL, &r);
         cr_assert_eq(r.status, 401, "%s without token: %d", paths[i], r.status);
-        client_free(&r);
-        client_request(port, "GET", paths[i], "Authorization: Bearer s3cret-tokeX\r\n", NULL, &r);
+        webclient_free(&r);
+        webclient_request(port, "GET", paths[i], "Authorization: Bearer s3cret-tokeX\r\n", NULL, &r);
         cr_assert_eq(r.status, 401, "%s wrong token", paths[i]);
-        client_free(&r);
-        client_request(port, "GET", paths[i], "Authorization: Bearer s3cret-token-longer\r\n", NULL, &r);
+        webclient_free(&r);
+        webclient_request(port, "GET", paths[i], "Authorization: Bearer s3cret-token-longer\r\n", NULL, &r);
         cr_assert_eq(r.status, 401, "%s longer token", paths[i]);
-        client_free(&r);
+        webclient_free(&r);
     }
-    client_resp r;
-    client_request(port, "GET", "/api/jobs", "Authorization: Bearer s3cret-token\r\n", NULL, &r);
+    webclient_resp r;
+    webclient_request(port, "GET", "/api/jobs", "Authorization: Bearer s3cret-token\r\n", NULL, &r);
     cr_assert_eq(r.status, 200);
-    client_free(&r);
-    client_request(port, "GET", "/", NULL, NULL, &r);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/", NULL, NULL, &r);
     cr_assert_eq(r.status, 200, "the dashboard page itself holds no data");
-    client_free(&r);
+    webclient_free(&r);
     teardown();
 }
 
@@ -580,13 +580,13 @@ Test(web_live, a_stream_delivers_rows_another_writer_appends_and_resumes, .timeo
     cr_assert(stream_wait(&c, "\"status\":\"succeeded\""), "%s", c.buf);
     stream_close(&c);
 
-    client_resp r;
-    client_request(port, "GET", "/api/jobs/1/live", "Last-Event-ID: nonsense\r\n", NULL, &r);
+    webclient_resp r;
+    webclient_request(port, "GET", "/api/jobs/1/live", "Last-Event-ID: nonsense\r\n", NULL, &r);
     cr_assert_eq(r.status, 400);
-    client_free(&r);
-    client_request(port, "GET", "/api/jobs/9/live", NULL, NULL, &r);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/api/jobs/9/live", NULL, NULL, &r);
     cr_assert_eq(r.status, 404);
-    client_free(&r);
+    webclient_free(&r);
     teardown();
 }
 
@@ -611,7 +611,7 @@ Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {
     fixture_tmp_path(path, sizeof path, "serve");
     cr_assert_eq(fixture_create(path, 1, "succeeded", &err), 0, "%s", err.msg);
     int p;
-    int pid = client_start_serve(path, NULL, &p);
+    int pid = webclient_start_serve(path, NULL, &p);
     cr_assert_gt(pid, 0);
     int save = port;
     port = p;

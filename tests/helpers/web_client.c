@@ -23,7 +23,7 @@ static int connect_local(int port) {
     return fd;
 }
 
-static void dechunk(client_resp *r) {
+static void dechunk(webclient_resp *r) {
     char *in = r->body, *out = r->body, *end = r->body + r->len;
     while (in < end) {
         char *nl = strstr(in, "\r\n");
@@ -39,7 +39,7 @@ static void dechunk(client_resp *r) {
     r->len = (size_t)(out - r->body);
 }
 
-int client_raw(int port, const char *raw, size_t rawlen, client_resp *out) {
+int webclient_raw(int port, const char *raw, size_t rawlen, webclient_resp *out) {
     memset(out, 0, sizeof *out);
     int fd = connect_local(port);
     if (fd < 0) return -1;
@@ -72,13 +72,13 @@ int client_raw(int port, const char *raw, size_t rawlen, client_resp *out) {
     memcpy(out->body, sep + 4, out->len);
     out->body[out->len] = 0;
     free(buf);
-    const char *te = client_header(out, "Transfer-Encoding");
+    const char *te = webclient_header(out, "Transfer-Encoding");
     if (te && strstr(te, "chunked")) dechunk(out);
     return 0;
 }
 
-int client_request(int port, const char *method, const char *path, const char *headers, const char *body,
-                   client_resp *out) {
+int webclient_request(int port, const char *method, const char *path, const char *headers, const char *body,
+                   webclient_resp *out) {
     size_t blen = body ? strlen(body) : 0;
     size_t cap = strlen(path) + (headers ? strlen(headers) : 0) + blen + 256;
     char *req = malloc(cap);
@@ -87,12 +87,12 @@ int client_request(int port, const char *method, const char *path, const char *h
     if (body) n += snprintf(req + n, cap - (size_t)n, "Content-Type: application/json\r\nContent-Length: %zu\r\n", blen);
     n += snprintf(req + n, cap - (size_t)n, "\r\n");
     if (body) memcpy(req + n, body, blen);
-    int rc = client_raw(port, req, (size_t)n + blen, out);
+    int rc = webclient_raw(port, req, (size_t)n + blen, out);
     free(req);
     return rc;
 }
 
-const char *client_header(const client_resp *r, const char *name) {
+const char *webclient_header(const webclient_resp *r, const char *name) {
     static __thread char val[512];
     size_t nl = strlen(name);
     for (const char *p = r->head; p && (p = strstr(p, "\r\n")); ) {
@@ -110,13 +110,13 @@ const char *client_header(const client_resp *r, const char *name) {
     return NULL;
 }
 
-void client_free(client_resp *r) {
+void webclient_free(webclient_resp *r) {
     free(r->head);
     free(r->body);
     memset(r, 0, sizeof *r);
 }
 
-int client_start_serve(const char *db, const char *extra_args, int *port) {
+int webclient_start_serve(const char *db, const char *extra_args, int *port) {
     int pfd[2];
     if (pipe(pfd) != 0) return -1;
     pid_t pid = fork();

@@ -4,22 +4,22 @@
 #define PP_TEST_WEB_CLIENT_H
 #include <stddef.h>
 
-typedef struct client_resp {
+typedef struct webclient_resp {
     int status;    /* 0 when the connection failed or closed without a reply */
     char *head;    /* status line and headers (malloc) */
     char *body;    /* body (malloc, NUL-terminated); chunked bodies decoded */
     size_t len;
-} client_resp;
+} webclient_resp;
 
 /* Sends `raw` as-is to 127.0.0.1:port and reads until the server closes. */
-int client_raw(int port, const char *raw, size_t rawlen, client_resp *out);
+int webclient_raw(int port, const char *raw, size_t rawlen, webclient_resp *out);
 /* method path, extra headers ("Name: v\r\n"...), optional body. */
-int client_request(int port, const char *method, const char *path, const char *headers, const char *body,
-                   client_resp *out);
+int webclient_request(int port, const char *method, const char *path, const char *headers, const char *body,
+                   webclient_resp *out);
 /* A header's value in head (static buffer), or NULL. */
-const char *client_header(const client_resp *r, const char *name);
-void client_free(client_resp *r);
+const char *webclient_header(const webclient_resp *r, const char *name);
+void webclient_free(webclient_resp *r);
 /* Starts `pprun serve` on a free port; returns its pid and fills *port. */
-int client_start_serve(const char *db, const char *extra_args, int *port);
+int webclient_start_serve(const char *db, const char *extra_args, int *port);
 
 #endif
