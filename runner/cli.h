@@ -10,5 +10,7 @@ int cmd_version(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
+int cmd_query(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -13,6 +13,8 @@ static const struct {
     {"run", cmd_run, "run a pipeline-parallel training job, traced, optionally live in the browser"},
     {"launch", cmd_launch, "run any program once per rank, like torchrun"},
     {"worker", cmd_worker, NULL}, /* one rank of `pprun run`; started by it */
+    {"query", cmd_query, "read-only SQL over a trace database"},
+    {"serve", cmd_serve, "serve the dashboard and API over a trace database"},
 };
 
 static void usage(FILE *out) {

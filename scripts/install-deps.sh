@@ -7,15 +7,31 @@ packages=(build-essential cmake pkg-config libmicrohttpd-dev libsqlite3-dev libc
           libcriterion-dev libopenblas-dev sqlite3)
 # The browser tests drive Debian's chromium with playwright-core from npm.
 if [ "${PPRUN_NO_BROWSER:-0}" != 1 ]; then
-  packages+=(chromium nodejs npm)
+  packages+=(chromium)
+  # NodeSource's nodejs ships npm and conflicts with Debian's npm package.
+  command -v node >/dev/null || packages+=(nodejs)
+  command -v npm >/dev/null || packages+=(npm)
 fi
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The browser tests' driver: playwright-core from the npm registry, pinned by
+# tests/browser/package-lock.json (no browser download: Debian's chromium).
+install_browser_driver() {
+  [ "${PPRUN_NO_BROWSER:-0}" = 1 ] && return 0
+  local here
+  here="$(cd "$(dirname "$0")/.." && pwd)"
+  if [ ! -d "$here/tests/browser/node_modules/playwright-core" ]; then
+    echo "install-deps: npm ci --prefix tests/browser"
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$here/tests/browser" --no-audit --no-fund >/dev/null
+  fi
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
+  install_browser_driver
   exit 0
 fi
 
@@ -30,4 +46,5 @@ fi
 echo "install-deps: installing ${missing[*]}"
 "${as_root[@]}" apt-get update -qq
 DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_browser_driver
 echo "install-deps: done"

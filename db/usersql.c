@@ -1,0 +1,303 @@
+/* usersql.c: the read-only guard for user SQL (pprun query, POST /api/sql).
+ *
+ * Layers, each of which would stop a write on its own: the connection is
+ * opened SQLITE_OPEN_READONLY; an authorizer allows only reading (SELECT,
+ * READ, FUNCTION, recursive CTEs, a few read-only PRAGMAs); the prepared
+ * statement must be sqlite3_stmt_readonly; and nothing but whitespace and
+ * comments may follow the one statement. A progress handler enforces the time
+ * limit, so a runaway recursive CTE is interrupted, and the row cap and byte
+ * cap keep the result bounded. */
+#include "db/usersql.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_ROWS 10000
+#define DEFAULT_TIME_NS (5ull * 1000000000ull)
+#define DEFAULT_BYTES (64u << 20)
+
+typedef struct guard {
+    const char *denied;      /* first refused action, for the message */
+    char denied_arg[128];
+    uint64_t deadline_ns;
+    int timed_out;
+} guard;
+
+/* PRAGMAs that only read the schema; any PRAGMA with a value is refused. */
+static const char *const read_pragmas[] = {
+    "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
+    "foreign_key_list", "user_version", "schema_version", "application_id", "page_count",
+    "page_size", "freelist_count", "encoding", "journal_mode", "collation_list",
+    "function_list", "pragma_list", "compile_options", NULL};
+
+static int pragma_is_read_only(const char *name, const char *value) {
+    if (!name) return 0;
+    for (int i = 0; read_pragmas[i]; i++) {
+        if (strcmp(name, read_pragmas[i]) != 0) continue;
+        /* table_info(x) passes x as the value; those take an argument. */
+        if (strstr(name, "_info") || strstr(name, "_list") || strcmp(name, "table_xinfo") == 0 ||
+            strcmp(name, "index_xinfo") == 0)
+            return 1;
+        return value == NULL;
+    }
+    return 0;
+}
+
+static int authorize(void *ctx, int action, const char *a1, const char *a2, const char *db,
+                     const char *trigger) {
+    (void)db;
+    (void)trigger;
+    guard *g = ctx;
+    switch (action) {
+    case SQLITE_SELECT:
+    case SQLITE_READ:
+    case SQLITE_FUNCTION:
+    case SQLITE_RECURSIVE:
+        return SQLITE_OK;
+    case SQLITE_PRAGMA:
+        if (pragma_is_read_only(a1, a2)) return SQLITE_OK;
+        if (!g->denied) {
+            g->denied = a2 ? "PRAGMA with a value" : "this PRAGMA";
+            snprintf(g->denied_arg, sizeof g->denied_arg, "%s", a1 ? a1 : "");
+        }
+        return SQLITE_DENY;
+    default:
+        break;
+    }
+    if (!g->denied) {
+        const char *what = "a write";
+        switch (action) {
+        case SQLITE_ATTACH: what = "ATTACH"; break;
+        case SQLITE_DETACH: what = "DETACH"; break;
+        case SQLITE_TRANSACTION: what = "a transaction statement"; break;
+        case SQLITE_SAVEPOINT: what = "SAVEPOINT"; break;
+        case SQLITE_ANALYZE: what = "ANALYZE"; break;
+        case SQLITE_INSERT: what = "INSERT"; break;
+        case SQLITE_UPDATE: what = "UPDATE"; break;
+        case SQLITE_DELETE: what = "DELETE"; break;
+        case SQLITE_REINDEX: what = "REINDEX"; break;
+        default:
+            if (action >= SQLITE_CREATE_INDEX && action <= SQLITE_DROP_VIEW) what = "a schema change";
+            break;
+        }
+        g->denied = what;
+        snprintf(g->denied_arg, sizeof g->denied_arg, "%s", a1 ? a1 : "");
+    }
+    return SQLITE_DENY;
+}
+
+static int progress(void *ctx) {
+    guard *g = ctx;
+    if (pp_now_ns() > g->deadline_ns) {
+        g->timed_out = 1;
+        return 1; /* interrupts the statement with SQLITE_INTERRUPT */
+    }
+    return 0;
+}
+
+/* Skips whitespace, ';' and SQL comments; returns the first other char. */
+static const char *skip_trailer(const char *p) {
+    for (;;) {
+        while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r' || *p == '\f' || *p == ';') p++;
+        if (p[0] == '-' && p[1] == '-') {
+            while (*p && *p != '\n') p++;
+        } else if (p[0] == '/' && p[1] == '*') {
+            const char *e = strstr(p + 2, "*/");
+            if (!e) return p + strlen(p); /* SQLite accepts an unterminated trailing comment */
+            p = e + 2;
+        } else {
+            return p;
+        }
+    }
+}
+
+int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        pp_fail(err, "cannot open database %s read-only: %s", db_path,
+                db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+        sqlite3_close(db);
+        return -1;
+    }
+    sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)0);
+    sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)0);
+    sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)0);
+    sqlite3_limit(db, SQLITE_LIMIT_LENGTH, 16 << 20);
+    sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, 1 << 20);
+    sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
+    sqlite3_busy_timeout(db, 2000);
+    *out = db;
+    return 0;
+}
+
+void usersql_free(usersql_result *r) {
+    if (!r) return;
+    for (int c = 0; c < r->ncols; c++) free(r->cols[c]);
+    free(r->cols);
+    for (size_t i = 0; i < r->nrows * (size_t)r->ncols; i++) free(r->cells[i].s);
+    free(r->cells);
+    free(r);
+}
+
+static int fail_why(usersql_error *why, usersql_error w) {
+    if (why) *why = w;
+    return -1;
+}
+
+static int copy_row(sqlite3_stmt *st, usersql_result *r, size_t *cap, size_t *bytes) {
+    if (r->nrows == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 64;
+        usersql_cell *n = realloc(r->cells, ncap * (size_t)r->ncols * sizeof *n);
+        if (!n) return -1;
+        r->cells = n;
+        *cap = ncap;
+    }
+    usersql_cell *row = &r->cells[r->nrows * (size_t)r->ncols];
+    memset(row, 0, (size_t)r->ncols * sizeof *row);
+    r->nrows++; /* counted now so usersql_free frees a partly copied row */
+    for (int c = 0; c < r->ncols; c++) {
+        usersql_cell *cell = &row[c];
+        switch (sqlite3_column_type(st, c)) {
+        case SQLITE_INTEGER:
+            cell->type = USERSQL_INT;
+            cell->i = sqlite3_column_int64(st, c);
+            break;
+        case SQLITE_FLOAT:
+            cell->type = USERSQL_REAL;
+            cell->r = sqlite3_column_double(st, c);
+            break;
+        case SQLITE_TEXT:
+        case SQLITE_BLOB: {
+            int is_text = sqlite3_column_type(st, c) == SQLITE_TEXT;
+            const void *p = is_text ? (const void *)sqlite3_column_text(st, c) : sqlite3_column_blob(st, c);
+            size_t n = (size_t)sqlite3_column_bytes(st, c);
+            cell->s = malloc(n + 1);
+            if (!cell->s) return -1;
+            if (n) memcpy(cell->s, p, n);
+            cell->s[n] = 0;
+            cell->len = n;
+            cell->type = is_text ? USERSQL_TEXT : USERSQL_BLOB;
+            *bytes += n;
+            break;
+        }
+        default:
+            cell->type = USERSQL_NULL;
+        }
+        *bytes += sizeof *cell;
+    }
+    return 0;
+}
+
+int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, usersql_result **out,
+                   usersql_error *why, pp_err *err) {
+    size_t max_rows = limits && limits->max_rows ? limits->max_rows : DEFAULT_ROWS;
+    uint64_t tl = limits && limits->time_limit_ns ? limits->time_limit_ns : DEFAULT_TIME_NS;
+    size_t max_bytes = limits && limits->max_bytes ? limits->max_bytes : DEFAULT_BYTES;
+    *out = NULL;
+    if (why) *why = USERSQL_OK;
+
+    guard g = {.deadline_ns = pp_now_ns() + tl};
+    sqlite3_set_authorizer(db, authorize, &g);
+    sqlite3_progress_handler(db, 1000, progress, &g);
+
+    sqlite3_stmt *st = NULL;
+    const char *tail = NULL;
+    usersql_result *r = NULL;
+    int ret = -1;
+    int rc = sqlite3_prepare_v3(db, sql, -1, 0, &st, &tail);
+    if (rc != SQLITE_OK) {
+        if (g.denied) {
+            pp_fail(err, "refused: %s%s%s is not allowed (read-only SQL: SELECT and WITH only)", g.denied,
+                    g.denied_arg[0] ? " " : "", g.denied_arg);
+            fail_why(why, USERSQL_EDENIED);
+        } else if (g.timed_out) {
+            pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
+            fail_why(why, USERSQL_ETIMEOUT);
+        } else {
+            pp_fail(err, "SQL error: %s", sqlite3_errmsg(db));
+            fail_why(why, rc == SQLITE_CANTOPEN || rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT ? USERSQL_EDB
+                                                                                               : USERSQL_EBADSQL);
+        }
+        goto out;
+    }
+    if (!st) {
+        pp_fail(err, "SQL error: no statement (the SQL is empty or only comments)");
+        fail_why(why, USERSQL_EBADSQL);
+        goto out;
+    }
+    const char *rest = skip_trailer(tail);
+    if (*rest) {
+        pp_fail(err, "refused: only one statement is allowed; found more SQL after the first: '%.40s'", rest);
+        fail_why(why, USERSQL_EBADSQL);
+        goto out;
+    }
+    if (!sqlite3_stmt_readonly(st)) {
+        pp_fail(err, "refused: the statement would write (read-only SQL: SELECT and WITH only)");
+        fail_why(why, USERSQL_EDENIED);
+        goto out;
+    }
+
+    r = calloc(1, sizeof *r);
+    if (!r) goto oom;
+    r->ncols = sqlite3_column_count(st);
+    r->cols = calloc((size_t)r->ncols + 1, sizeof *r->cols);
+    if (!r->cols) goto oom;
+    for (int c = 0; c < r->ncols; c++) {
+        const char *name = sqlite3_column_name(st, c);
+        r->cols[c] = strdup(name ? name : "");
+        if (!r->cols[c]) goto oom;
+    }
+    size_t cap = 0, bytes = 0;
+    for (;;) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_DONE) break;
+        if (rc != SQLITE_ROW) {
+            if (g.timed_out) {
+                pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
+                fail_why(why, USERSQL_ETIMEOUT);
+            } else {
+                pp_fail(err, "SQL error: %s", sqlite3_errmsg(db));
+                fail_why(why, USERSQL_EBADSQL);
+            }
+            goto out;
+        }
+        if (r->nrows == max_rows) {
+            r->truncated = 1;
+            break;
+        }
+        if (r->ncols == 0) continue;
+        if (copy_row(st, r, &cap, &bytes) != 0) goto oom;
+        if (bytes > max_bytes) {
+            pp_fail(err, "refused: the result is larger than %zu bytes; add a LIMIT or select fewer columns",
+                    max_bytes);
+            fail_why(why, USERSQL_ETOOBIG);
+            goto out;
+        }
+    }
+    *out = r;
+    r = NULL;
+    ret = 0;
+    goto out;
+oom:
+    pp_fail(err, "out of memory reading the query result");
+    fail_why(why, USERSQL_ETOOBIG);
+out:
+    usersql_free(r);
+    sqlite3_finalize(st);
+    sqlite3_progress_handler(db, 0, NULL, NULL);
+    sqlite3_set_authorizer(db, NULL, NULL);
+    return ret;
+}
+
+int usersql_run(const char *db_path, const char *sql, const usersql_limits *limits, usersql_result **out,
+                usersql_error *why, pp_err *err) {
+    sqlite3 *db;
+    *out = NULL;
+    if (usersql_open(db_path, &db, err) != 0) return fail_why(why, USERSQL_EDB);
+    int rc = usersql_run_on(db, sql, limits, out, why, err);
+    sqlite3_close(db);
+    return rc;
+}

@@ -1,0 +1,206 @@
+/* cmd_query.c: `pprun query --db FILE [--format table|csv|json] [--max-rows N]
+ * [--timeout DURATION] SQL`: read-only SQL over a trace database, through the
+ * same guard as POST /api/sql (db/usersql.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/usersql.h"
+#include "runner/cli.h"
+#include "web/json.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: pprun query --db FILE [--format table|csv|json] [--max-rows N] [--timeout DURATION] SQL\n"
+            "  Runs one read-only statement (SELECT or WITH) over a trace database.\n"
+            "  --format     table (default, aligned columns), csv (RFC 4180), json (array of row objects)\n"
+            "  --max-rows   stop after N rows (default 100000); a note on stderr says the output was cut\n"
+            "  --timeout    interrupt the query after this long (default 30s)\n"
+            "  docs/schema.md lists the tables; docs/api.md the same guard over HTTP.\n");
+}
+
+/* Text of a cell for table and csv output; *tmp owns a formatted number. */
+static const char *cell_text(const usersql_cell *c, char *tmp, size_t tmpsz, char **heap) {
+    static const char hex[] = "0123456789abcdef";
+    *heap = NULL;
+    switch (c->type) {
+    case USERSQL_INT: snprintf(tmp, tmpsz, "%lld", (long long)c->i); return tmp;
+    case USERSQL_REAL:
+        snprintf(tmp, tmpsz, "%.15g", c->r);
+        if (strtod(tmp, NULL) != c->r) snprintf(tmp, tmpsz, "%.17g", c->r);
+        return tmp;
+    case USERSQL_TEXT: return c->s;
+    case USERSQL_BLOB: {
+        char *h = malloc(2 * c->len + 1);
+        if (!h) return "";
+        for (size_t i = 0; i < c->len; i++) {
+            h[2 * i] = hex[(unsigned char)c->s[i] >> 4];
+            h[2 * i + 1] = hex[(unsigned char)c->s[i] & 15];
+        }
+        h[2 * c->len] = 0;
+        *heap = h;
+        return h;
+    }
+    default: return "";
+    }
+}
+
+/* Display width in columns: UTF-8 continuation bytes do not count. */
+static size_t text_width(const char *s) {
+    size_t n = 0;
+    for (; *s; s++)
+        if (((unsigned char)*s & 0xc0) != 0x80) n++;
+    return n;
+}
+
+static void print_table(const usersql_result *r) {
+    size_t *w = calloc((size_t)r->ncols + 1, sizeof *w);
+    if (!w) return;
+    char tmp[64], *heap;
+    for (int c = 0; c < r->ncols; c++) w[c] = text_width(r->cols[c]);
+    for (size_t i = 0; i < r->nrows; i++)
+        for (int c = 0; c < r->ncols; c++) {
+            const char *t = cell_text(usersql_cell_at(r, i, c), tmp, sizeof tmp, &heap);
+            size_t n = text_width(t);
+            if (n > w[c]) w[c] = n;
+            free(heap);
+        }
+    for (int c = 0; c < r->ncols; c++) {
+        if (c == r->ncols - 1) printf("%s%s", c ? "  " : "", r->cols[c]); /* no trailing blanks */
+        else printf("%s%-*s", c ? "  " : "", (int)(w[c] + strlen(r->cols[c]) - text_width(r->cols[c])), r->cols[c]);
+    }
+    printf("\n");
+    for (int c = 0; c < r->ncols; c++) {
+        printf("%s", c ? "  " : "");
+        for (size_t k = 0; k < w[c]; k++) putchar('-');
+    }
+    printf("\n");
+    for (size_t i = 0; i < r->nrows; i++) {
+        for (int c = 0; c < r->ncols; c++) {
+            const usersql_cell *cell = usersql_cell_at(r, i, c);
+            const char *t = cell_text(cell, tmp, sizeof tmp, &heap);
+            int pad = (int)(w[c] + strlen(t) - text_width(t));
+            /* Numbers align right, like sqlite3's box modes. */
+            if (cell->type == USERSQL_INT || cell->type == USERSQL_REAL) printf("%s%*s", c ? "  " : "", pad, t);
+            else if (c == r->ncols - 1) printf("%s%s", c ? "  " : "", t);
+            else printf("%s%-*s", c ? "  " : "", pad, t);
+            free(heap);
+        }
+        printf("\n");
+    }
+    free(w);
+}
+
+static void csv_field(const char *s) {
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"') putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
+}
+
+static void print_csv(const usersql_result *r) {
+    char tmp[64], *heap;
+    for (int c = 0; c < r->ncols; c++) {
+        if (c) putchar(',');
+        csv_field(r->cols[c]);
+    }
+    fputs("\r\n", stdout);
+    for (size_t i = 0; i < r->nrows; i++) {
+        for (int c = 0; c < r->ncols; c++) {
+            if (c) putchar(',');
+            csv_field(cell_text(usersql_cell_at(r, i, c), tmp, sizeof tmp, &heap));
+            free(heap);
+        }
+        fputs("\r\n", stdout);
+    }
+}
+
+static int print_json(const usersql_result *r) {
+    jw w;
+    jw_init(&w);
+    jw_usersql_objects(&w, r);
+    size_t n;
+    char *s = jw_take(&w, &n);
+    if (!s) {
+        fprintf(stderr, "pprun query: out of memory formatting JSON\n");
+        return -1;
+    }
+    fwrite(s, 1, n, stdout);
+    putchar('\n');
+    free(s);
+    return 0;
+}
+
+int cmd_query(int argc, char **argv) {
+    const char *db = NULL, *format = "table", *sql = NULL;
+    long max_rows = 100000;
+    uint64_t timeout_ns = 30ull * 1000000000ull;
+    pp_err err;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        int takes = strcmp(a, "--db") == 0 || strcmp(a, "--format") == 0 || strcmp(a, "--max-rows") == 0 ||
+                    strcmp(a, "--timeout") == 0;
+        if (takes && i + 1 >= argc) {
+            fprintf(stderr, "pprun query: %s needs a value\n", a);
+            return 2;
+        }
+        if (strcmp(a, "--db") == 0) db = argv[++i];
+        else if (strcmp(a, "--format") == 0) format = argv[++i];
+        else if (strcmp(a, "--max-rows") == 0) {
+            if (pp_parse_long(argv[++i], 1, 100000000, "--max-rows", &max_rows, &err) != 0) {
+                fprintf(stderr, "pprun query: %s\n", err.msg);
+                return 2;
+            }
+        } else if (strcmp(a, "--timeout") == 0) {
+            if (pp_parse_duration_ns(argv[++i], "--timeout", &timeout_ns, &err) != 0 || timeout_ns == 0) {
+                fprintf(stderr, "pprun query: %s\n", timeout_ns == 0 ? "--timeout must be > 0" : err.msg);
+                return 2;
+            }
+        } else if (a[0] == '-' && a[1] == '-') {
+            fprintf(stderr, "pprun query: unknown option '%s' (accepted: --db --format --max-rows --timeout)\n", a);
+            return 2;
+        } else if (!sql) sql = a;
+        else {
+            fprintf(stderr, "pprun query: give the SQL as one argument (quote it); unexpected '%s'\n", a);
+            return 2;
+        }
+    }
+    if (!db) {
+        fprintf(stderr, "pprun query: --db FILE is required\n");
+        return 2;
+    }
+    if (!sql) {
+        fprintf(stderr, "pprun query: no SQL given\n");
+        return 2;
+    }
+    if (strcmp(format, "table") != 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0) {
+        fprintf(stderr, "pprun query: --format '%s' is not one of table, csv, json\n", format);
+        return 2;
+    }
+    usersql_limits lim = {.max_rows = (size_t)max_rows, .time_limit_ns = timeout_ns};
+    usersql_result *r;
+    usersql_error why;
+    if (usersql_run(db, sql, &lim, &r, &why, &err) != 0) {
+        fprintf(stderr, "pprun query: %s\n", err.msg);
+        return 2;
+    }
+    int rc = 0;
+    if (strcmp(format, "json") == 0) rc = print_json(r);
+    else if (strcmp(format, "csv") == 0) print_csv(r);
+    else print_table(r);
+    if (r->truncated)
+        fprintf(stderr, "pprun query: output stopped at %ld rows (--max-rows)\n", max_rows);
+    usersql_free(r);
+    if (fflush(stdout) != 0) rc = -1;
+    return rc == 0 ? 0 : 1;
+}

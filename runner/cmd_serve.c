@@ -1,0 +1,88 @@
+/* cmd_serve.c: `pprun serve --db FILE [--listen HOST:PORT] [--token T]`:
+ * the dashboard and API over an existing trace database until SIGINT or
+ * SIGTERM. A job another process is writing shows live. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner/cli.h"
+#include "web/http.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: pprun serve --db FILE [--listen HOST:PORT] [--token TOKEN] [--threads N] [--timeout SECONDS]\n"
+            "  Serves the dashboard and the JSON API (docs/api.md) over a trace database.\n"
+            "  --listen   address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
+            "  --token    required for a non-loopback address (or set PPRUN_TOKEN); clients send\n"
+            "             'Authorization: Bearer TOKEN'; the dashboard takes it from #token=TOKEN\n"
+            "  --threads  HTTP worker threads (default 4)\n"
+            "  --timeout  idle connection timeout in seconds (default 30)\n");
+}
+
+int cmd_serve(int argc, char **argv) {
+    http_options o = {0};
+    pp_err err;
+    long v;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        int takes = !strcmp(a, "--db") || !strcmp(a, "--listen") || !strcmp(a, "--token") ||
+                    !strcmp(a, "--threads") || !strcmp(a, "--timeout");
+        if (!takes) {
+            fprintf(stderr, "pprun serve: unknown option '%s' (accepted: --db --listen --token --threads --timeout)\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "pprun serve: %s needs a value\n", a);
+            return 2;
+        }
+        const char *val = argv[++i];
+        if (!strcmp(a, "--db")) o.db_path = val;
+        else if (!strcmp(a, "--listen")) o.listen = val;
+        else if (!strcmp(a, "--token")) o.token = val;
+        else if (!strcmp(a, "--threads")) {
+            if (pp_parse_long(val, 1, 64, "--threads", &v, &err) != 0) goto bad;
+            o.threads = (unsigned)v;
+        } else {
+            if (pp_parse_long(val, 1, 3600, "--timeout", &v, &err) != 0) goto bad;
+            o.conn_timeout_s = (unsigned)v;
+        }
+    }
+    if (!o.db_path) {
+        fprintf(stderr, "pprun serve: --db FILE is required\n");
+        return 2;
+    }
+    if (access(o.db_path, R_OK) != 0) {
+        fprintf(stderr, "pprun serve: --db %s: cannot read the file\n", o.db_path);
+        return 2;
+    }
+    if (!o.token) o.token = getenv("PPRUN_TOKEN");
+    /* Block the signals in every thread; this one waits for them. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    http_server *s;
+    if (http_start(&o, &s, &err) != 0) {
+        fprintf(stderr, "pprun serve: %s\n", err.msg);
+        return 2;
+    }
+    printf("pprun: serving %s at %s\n", o.db_path, http_url(s));
+    fflush(stdout);
+    int sig = 0;
+    sigwait(&set, &sig);
+    fprintf(stderr, "pprun serve: %s, stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    http_stop(s);
+    return 0;
+bad:
+    fprintf(stderr, "pprun serve: %s\n", err.msg);
+    return 2;
+}

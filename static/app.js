@@ -1,0 +1,690 @@
+// app.js: the pprun dashboard. Plain JavaScript, no build step.
+//
+// Data comes from the JSON API (docs/api.md); times are ns since the job's
+// start. The timeline keeps the fetched window in typed arrays and draws it
+// on a canvas: one pass per colour, blocks narrower than a pixel merged per
+// pixel column, everything off-screen skipped, so 100,000 visible events stay
+// interactive. Live updates come from /api/jobs/{id}/live (Server-Sent
+// Events read through fetch, so the bearer token can be sent as a header).
+// window.__pprun exposes what was fetched and drawn, for tests.
+'use strict';
+
+const PHASES = ['F', 'B', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B', 'OPT'];
+const PHASE_COLOR = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#b07aa1', '#76b7b2', '#9c755f'];
+const CAUSES = ['warmup', 'cooldown', 'wait_activation', 'wait_gradient', 'comm', 'other'];
+const CAUSE_COLOR = ['rgba(150,150,150,0.22)', 'rgba(150,150,150,0.22)', 'rgba(225,87,89,0.22)',
+  'rgba(237,201,72,0.32)', 'rgba(176,122,161,0.25)', 'rgba(120,120,120,0.15)'];
+const ROW_H = 34, ROW_GAP = 6, AXIS_H = 22, LABEL_W = 64;
+
+const token = (() => {
+  const m = /(?:^|[#&])token=([^&]+)/.exec(location.hash);
+  if (m) { sessionStorage.setItem('pprun-token', decodeURIComponent(m[1])); history.replaceState(null, '', location.pathname); }
+  return sessionStorage.getItem('pprun-token');
+})();
+
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  if (token) h['Authorization'] = 'Bearer ' + token;
+  return h;
+}
+
+async function api(path, opts) {
+  const o = Object.assign({}, opts || {});
+  o.headers = headers(o.headers);
+  const r = await fetch(path, o);
+  let body = null;
+  try { body = await r.json(); } catch (e) { body = { error: 'not JSON (' + r.status + ')' }; }
+  if (!r.ok) { const err = new Error(body && body.error || ('HTTP ' + r.status)); err.status = r.status; throw err; }
+  return body;
+}
+
+const $ = (id) => document.getElementById(id);
+const fmtMs = (ns) => (ns / 1e6).toFixed(ns < 1e7 ? 3 : ns < 1e9 ? 2 : 0) + ' ms';
+
+// ---- state -----------------------------------------------------------------
+
+const S = {
+  jobs: [], job: null, info: null, steps: [], plan: null,
+  view: { from: 0, to: 1 }, follow: false, step: null,
+  ev: null, gaps: null, bins: null, mode: 'events', binStep: false,
+  stream: null, fetchSeq: 0,
+};
+
+// A growable column store for events: parallel typed arrays.
+function EventStore(cap) {
+  this.n = 0; this.cap = 0; this.grow(cap || 1024); this.ids = new Set();
+}
+EventStore.prototype.grow = function (cap) {
+  const old = this;
+  const make = (T, a) => { const x = new T(cap); if (a) x.set(a.subarray(0, old.n)); return x; };
+  this.id = make(Float64Array, this.id); this.start = make(Float64Array, this.start); this.end = make(Float64Array, this.end);
+  this.rank = make(Int32Array, this.rank); this.phase = make(Int8Array, this.phase);
+  this.mb = make(Int32Array, this.mb); this.stage = make(Int32Array, this.stage);
+  this.step = make(Int32Array, this.step); this.peer = make(Int32Array, this.peer);
+  this.cap = cap;
+};
+EventStore.prototype.push = function (row) { // [id,rank,step,mb,stage,phase,start,end,peer,bytes]
+  if (this.ids.has(row[0])) return;
+  this.ids.add(row[0]);
+  if (this.n === this.cap) this.grow(this.cap * 2);
+  const i = this.n++;
+  this.id[i] = row[0]; this.rank[i] = row[1]; this.step[i] = row[2]; this.mb[i] = row[3]; this.stage[i] = row[4];
+  this.phase[i] = row[5]; this.start[i] = row[6]; this.end[i] = row[7]; this.peer[i] = row[8];
+};
+
+// ---- jobs ------------------------------------------------------------------
+
+async function loadJobs() {
+  const r = await api('/api/jobs');
+  S.jobs = r.jobs;
+  const sel = $('job-select');
+  const cur = sel.value;
+  sel.innerHTML = '';
+  for (const j of r.jobs) {
+    const o = document.createElement('option');
+    o.value = j.id;
+    o.textContent = `#${j.id} ${j.name} · ${j.schedule} · ${j.world_size} ranks · ${j.status}`;
+    sel.appendChild(o);
+  }
+  if (cur) sel.value = cur;
+  return r.jobs;
+}
+
+async function openJob(id) {
+  if (S.stream) S.stream.abort();
+  Object.assign(S, { job: id, info: null, steps: [], plan: null, ev: new EventStore(), gaps: [], bins: null, step: null });
+  $('job-select').value = String(id);
+  // The stream first: its hello fixes the cursor, then the history is read;
+  // whatever arrives twice is merged by id / step.
+  await new Promise((resolve) => { S.stream = openStream(id, resolve); });
+  const [info, steps, plan] = await Promise.all([api(`/api/jobs/${id}`), api(`/api/jobs/${id}/steps`), api(`/api/jobs/${id}/plan`)]);
+  S.info = info; S.plan = plan;
+  for (const s of steps.steps) mergeStep(s);
+  updateHeader();
+  const running = info.job.status === 'running';
+  $('follow').checked = S.follow = running;
+  if (running) followLatest();
+  else if (S.steps.length) await showStep(S.steps[0].step);
+  else await showWindow(0, Math.max(info.timeline_end, 1));
+  drawCharts();
+  checkTraceLink(id);
+  window.__pprun.ready = true;
+}
+
+function updateHeader() {
+  if (!S.info) return;
+  const j = S.info.job;
+  const b = $('job-status');
+  b.textContent = j.status; b.className = 'badge ' + j.status;
+  const done = S.steps.filter((s) => s.complete !== false).length;
+  $('job-meta').textContent = `${j.schedule}, ${j.world_size} ranks, ${j.microbatches} microbatches, ` +
+    `${done}/${j.steps} steps, ${j.device}` + (j.events_dropped ? `, ${j.events_dropped} events dropped` : '') +
+    (j.failure ? ` — ${j.failure}` : '');
+}
+
+async function checkTraceLink(id) {
+  // Shown only when the server has the Chrome trace export.
+  try {
+    const r = await fetch(`/api/jobs/${id}/trace.json`, { method: 'HEAD', headers: headers() });
+    const a = $('trace-link');
+    a.hidden = !r.ok;
+    a.href = `/api/jobs/${id}/trace.json`;
+    a.download = `pprun-job-${id}.trace.json`;
+  } catch (e) { /* no link */ }
+}
+
+function mergeStep(s) {
+  let i = S.steps.findIndex((x) => x.step === s.step);
+  if (i < 0) { S.steps.push(s); S.steps.sort((a, b) => a.step - b.step); }
+  else S.steps[i] = Object.assign(S.steps[i], s);
+}
+
+// ---- live stream (SSE over fetch) -------------------------------------------
+
+function openStream(id, onHello) {
+  const ctl = new AbortController();
+  let lastId = null, helloSeen = false;
+  const handle = (ev, data, mid) => {
+    if (mid) lastId = mid;
+    const d = JSON.parse(data);
+    if (ev === 'hello') { if (!helloSeen) { helloSeen = true; onHello(); } }
+    else if (ev === 'status') onStatus(d);
+    else if (ev === 'events') onEvents(d.events);
+    else if (ev === 'step') onStepDone(d);
+    else if (ev === 'losses') onLosses(d.losses);
+  };
+  (async () => {
+    while (!ctl.signal.aborted) {
+      try {
+        const h = headers({ Accept: 'text/event-stream' });
+        if (lastId) h['Last-Event-ID'] = lastId;
+        const r = await fetch(`/api/jobs/${id}/live`, { headers: h, signal: ctl.signal });
+        if (!r.ok) throw new Error('live ' + r.status);
+        if (lastId && !helloSeen) { helloSeen = true; onHello(); }
+        const rd = r.body.getReader();
+        const dec = new TextDecoder();
+        let buf = '';
+        for (;;) {
+          const { value, done } = await rd.read();
+          if (done) break;
+          buf += dec.decode(value, { stream: true });
+          let k;
+          while ((k = buf.indexOf('\n\n')) >= 0) {
+            const frame = buf.slice(0, k); buf = buf.slice(k + 2);
+            let ev = 'message', data = '', mid = null;
+            for (const line of frame.split('\n')) {
+              if (line.startsWith('event: ')) ev = line.slice(7);
+              else if (line.startsWith('data: ')) data += line.slice(6);
+              else if (line.startsWith('id: ')) mid = line.slice(4);
+            }
+            if (data) handle(ev, data, mid);
+          }
+        }
+      } catch (e) {
+        if (ctl.signal.aborted) return;
+        if (!helloSeen) { helloSeen = true; onHello(); }
+      }
+      await new Promise((r) => setTimeout(r, 2000));
+    }
+  })();
+  return ctl;
+}
+
+function onStatus(d) {
+  if (!S.info) return;
+  Object.assign(S.info.job, d);
+  updateHeader();
+  loadJobs();
+}
+
+function onEvents(rows) {
+  let maxEnd = 0;
+  for (const r of rows) { S.ev.push(r); if (r[7] > maxEnd) maxEnd = r[7]; }
+  window.__pprun.liveEvents += rows.length;
+  if (S.follow && S.mode === 'events') followLatest(maxEnd);
+  else scheduleDraw();
+}
+
+function onStepDone(d) {
+  d.complete = true;
+  mergeStep(d);
+  if (S.follow) { followLatest(); fetchWindow(); } // the window brings the step's gaps
+  updateHeader();
+  drawCharts();
+  updateStepLabel();
+}
+
+function onLosses(rows) {
+  // Per-step mean of what has arrived, for steps without stats yet.
+  const by = new Map();
+  for (const [step, , loss] of rows) { const a = by.get(step) || []; a.push(loss); by.set(step, a); }
+  for (const [step, a] of by) {
+    const s = S.steps.find((x) => x.step === step);
+    if (s && s.complete) continue;
+    const prev = s && s._losses ? s._losses : [];
+    const all = prev.concat(a);
+    mergeStep({ step, loss: all.reduce((x, y) => x + y, 0) / all.length, _losses: all, complete: false });
+  }
+  drawCharts();
+}
+
+// Follow mode: the view is the latest step's length, ending at the newest event.
+function followLatest(end) {
+  let e = end || 0;
+  for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] > e) e = S.ev.end[i];
+  const last = S.steps.filter((s) => s.time_ns).pop();
+  const span = last ? last.time_ns * 1.15 : 50e6;
+  if (!e && S.info) e = S.info.timeline_end;
+  S.view = { from: Math.max(0, e - span), to: Math.max(e, span) + span * 0.02 };
+  // A long follow would grow the store without bound: keep what is near.
+  if (S.ev.n > 200000) {
+    const st = new EventStore(65536);
+    for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] >= S.view.from - span) st.push([S.ev.id[i], S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
+    S.ev = st;
+  }
+  S.step = null;
+  if (!S.ev.n && S.job) fetchWindow();
+  scheduleDraw();
+}
+
+// ---- windows ---------------------------------------------------------------
+
+async function showStep(step) {
+  const s = S.steps.find((x) => x.step === step);
+  S.step = step;
+  S.follow = $('follow').checked = false;
+  if (s && s.start != null) {
+    const pad = (s.end - s.start) * 0.02;
+    S.view = { from: Math.max(0, s.start - pad), to: s.end + pad };
+  }
+  updateStepLabel();
+  await fetchWindow();
+}
+
+async function showWindow(from, to) {
+  S.view = { from, to };
+  await fetchWindow();
+}
+
+let fetchTimer = null;
+function scheduleFetch() {
+  clearTimeout(fetchTimer);
+  fetchTimer = setTimeout(fetchWindow, 120);
+}
+
+async function fetchWindow() {
+  if (!S.job) return;
+  const seq = ++S.fetchSeq;
+  const w = $('timeline').clientWidth || 1000;
+  const from = Math.max(0, Math.floor(S.view.from)), to = Math.ceil(S.view.to);
+  const r = await api(`/api/jobs/${S.job}/events?from=${from}&to=${Math.max(to, from + 1)}&buckets=${Math.min(4000, Math.max(10, Math.floor(w)))}`);
+  if (seq !== S.fetchSeq) return; // a newer view was asked for
+  window.__pprun.lastWindow = { mode: r.mode, count: r.count, from: r.from, to: r.to };
+  S.mode = r.mode;
+  if (r.mode === 'events') {
+    const st = new EventStore(Math.max(1024, r.events.length));
+    for (const row of r.events) st.push(row);
+    // Keep live rows the window does not have yet.
+    for (let i = 0; S.ev && i < S.ev.n; i++) {
+      if (S.ev.start[i] >= to) st.push([S.ev.id[i], S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
+    }
+    S.ev = st; S.gaps = r.gaps; S.bins = null;
+  } else {
+    S.bins = r.bins; S.binStep = r.mode === 'steps'; S.gaps = [];
+    S.ev = new EventStore();
+  }
+  scheduleDraw();
+}
+
+function updateStepLabel() {
+  const last = S.steps.length ? S.steps[S.steps.length - 1].step : null;
+  $('step-label').textContent = S.step != null ? `step ${S.step}${last != null ? ' / ' + last : ''}` : (S.follow ? 'following live' : 'custom window');
+}
+
+// ---- drawing -----------------------------------------------------------------
+
+let drawPending = false;
+function scheduleDraw() {
+  if (drawPending) return;
+  drawPending = true;
+  requestAnimationFrame(() => { drawPending = false; draw(); });
+}
+
+function sizeCanvas(c, cssH) {
+  const dpr = window.devicePixelRatio || 1;
+  const w = c.clientWidth;
+  c.style.height = cssH + 'px';
+  if (c.width !== Math.round(w * dpr) || c.height !== Math.round(cssH * dpr)) {
+    c.width = Math.round(w * dpr); c.height = Math.round(cssH * dpr);
+  }
+  const g = c.getContext('2d');
+  g.setTransform(dpr, 0, 0, dpr, 0, 0);
+  return { g, w, h: cssH };
+}
+
+function world() { return S.info ? S.info.job.world_size : 1; }
+function rowY(rank) { return AXIS_H + rank * (ROW_H + ROW_GAP); }
+function xOf(t, w) { return LABEL_W + (t - S.view.from) / (S.view.to - S.view.from) * (w - LABEL_W); }
+function tOf(x, w) { return S.view.from + (x - LABEL_W) / (w - LABEL_W) * (S.view.to - S.view.from); }
+
+function drawAxis(g, w, h) {
+  const span = S.view.to - S.view.from;
+  const raw = span / 8, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const stepNs = [1, 2, 5, 10].map((k) => k * p).find((v) => v >= raw) || raw;
+  g.fillStyle = '#888'; g.strokeStyle = '#eee'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
+  for (let t = Math.ceil(S.view.from / stepNs) * stepNs; t <= S.view.to; t += stepNs) {
+    const x = xOf(t, w);
+    g.beginPath(); g.moveTo(x, AXIS_H - 4); g.lineTo(x, h); g.stroke();
+    g.fillText(fmtMs(t), x + 2, 4);
+  }
+}
+
+function drawRowLabels(g, n, prefix) {
+  g.fillStyle = '#444'; g.font = '12px system-ui, sans-serif'; g.textBaseline = 'middle';
+  for (let r = 0; r < n; r++) {
+    g.fillStyle = '#fff'; g.fillRect(0, rowY(r) - 2, LABEL_W - 2, ROW_H + 4);
+    g.fillStyle = '#444'; g.fillText(prefix + r, 6, rowY(r) + ROW_H / 2);
+  }
+}
+
+function draw() {
+  if (!S.info) return;
+  const n = world();
+  const c = $('timeline');
+  const { g, w, h } = sizeCanvas(c, AXIS_H + n * (ROW_H + ROW_GAP) + 4);
+  g.clearRect(0, 0, w, h);
+  drawAxis(g, w, h);
+  const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0, bins: 0, steps: new Set() };
+  const left = LABEL_W, right = w;
+  // Idle gaps, shaded by cause.
+  for (const gp of S.gaps || []) {
+    const x0 = Math.max(left, xOf(gp[2], w)), x1 = Math.min(right, xOf(gp[3], w));
+    if (x1 <= x0) continue;
+    g.fillStyle = CAUSE_COLOR[gp[4]] || CAUSE_COLOR[5];
+    g.fillRect(x0, rowY(gp[0]), x1 - x0, ROW_H);
+    drawn.gaps++;
+  }
+  if (S.bins) drawBins(g, w, drawn);
+  const ev = S.ev;
+  // One pass per phase: no fillStyle churn; sub-pixel blocks merged.
+  const lastPx = new Float64Array(n * 8).fill(-1);
+  for (let ph = 0; ph < 8; ph++) {
+    g.fillStyle = PHASE_COLOR[ph];
+    const comm = ph >= 3 && ph <= 6;
+    for (let i = 0; i < ev.n; i++) {
+      if (ev.phase[i] !== ph) continue;
+      if (ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+      const r = ev.rank[i];
+      if (r < 0 || r >= n) continue;
+      let x0 = xOf(ev.start[i], w), x1 = xOf(ev.end[i], w);
+      if (x0 < left) x0 = left;
+      if (x1 > right) x1 = right;
+      if (x1 - x0 < 1) {
+        const px = Math.floor(x0);
+        if (lastPx[r * 8 + ph] === px) continue;
+        lastPx[r * 8 + ph] = px; x1 = x0 + 1;
+      }
+      const y = rowY(r);
+      if (comm) { g.fillRect(x0, y + ROW_H - (ph === 3 || ph === 5 ? 3 : 6), x1 - x0, 3); drawn.comm++; }
+      else if (ph === 7) { g.fillRect(x0, y + 4, x1 - x0, ROW_H - 12); drawn.opt++; }
+      else { g.fillRect(x0, y, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0), ROW_H - 8); drawn[PHASES[ph]][r]++; drawn.steps.add(ev.step[i]); }
+    }
+  }
+  // Microbatch labels where they fit.
+  g.fillStyle = '#fff'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'middle'; g.textAlign = 'center';
+  for (let i = 0; i < ev.n; i++) {
+    const ph = ev.phase[i];
+    if (ph > 2 || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+    const x0 = Math.max(left, xOf(ev.start[i], w)), x1 = Math.min(right, xOf(ev.end[i], w));
+    if (x1 - x0 < 14) continue;
+    g.fillText(String(ev.mb[i]), (x0 + x1) / 2, rowY(ev.rank[i]) + (ROW_H - 8) / 2);
+  }
+  g.textAlign = 'left';
+  drawRowLabels(g, n, 'rank ');
+  window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b) };
+  $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? ev.n + ' events' : 'aggregated (' + S.mode + ')'}`;
+  drawPlan();
+}
+
+function drawBins(g, w, drawn) {
+  // Aggregated: a bar per bin, its height the busy share, coloured by the
+  // dominant phase (grey when the split is unknown: per-step bins).
+  for (const b of S.bins) {
+    const x0 = Math.max(LABEL_W, xOf(b[1], w)), x1 = Math.min(w, xOf(b[2], w));
+    if (x1 <= x0) continue;
+    const frac = Math.min(1, b[3] / Math.max(1, b[2] - b[1]));
+    let ph = -1, best = -1;
+    for (let k = 0; k < 3; k++) if (b[4 + k] != null && b[4 + k] > best) { best = b[4 + k]; ph = k; }
+    g.fillStyle = ph >= 0 ? PHASE_COLOR[ph] : '#6b8bb0';
+    const hh = (ROW_H - 8) * frac;
+    g.fillRect(x0, rowY(b[0]) + (ROW_H - 8) - hh, Math.max(1, x1 - x0 - 0.3), hh);
+    drawn.bins++;
+  }
+}
+
+// The plan's simulated timeline, aligned to the start of the step in view.
+function drawPlan() {
+  const c = $('plan');
+  const n = world();
+  const { g, w, h } = sizeCanvas(c, AXIS_H + n * (ROW_H + ROW_GAP) + 4);
+  g.clearRect(0, 0, w, h);
+  window.__pprun.planDrawn = 0;
+  if (!S.plan || !S.plan.simulated) {
+    g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
+    g.fillText(S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
+    return;
+  }
+  const mid = (S.view.from + S.view.to) / 2;
+  let anchor = S.steps.find((s) => s.start != null && s.start <= mid && s.end >= S.view.from);
+  const cand = S.steps.filter((s) => s.start != null && s.start <= mid);
+  if (cand.length) anchor = cand[cand.length - 1];
+  const t0 = anchor ? anchor.start : 0;
+  g.fillStyle = '#888'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
+  g.fillText(`makespan ${fmtMs(S.plan.sim_makespan_ns)} · bubble ${S.plan.sim_bubble_ratio.map((x) => (100 * x).toFixed(1) + '%').join(' ')}` +
+    (anchor ? ` · aligned to step ${anchor.step}` : ''), LABEL_W + 4, 4);
+  g.textBaseline = 'middle'; g.textAlign = 'center';
+  for (const a of S.plan.actions) {
+    const ph = PHASES.indexOf(a.phase);
+    const x0 = Math.max(LABEL_W, xOf(t0 + a.sim_start, w)), x1 = Math.min(w, xOf(t0 + a.sim_end, w));
+    if (x1 <= x0) continue;
+    g.fillStyle = PHASE_COLOR[ph] || '#999';
+    g.globalAlpha = 0.75;
+    g.fillRect(x0, rowY(a.rank), x1 - x0 - 0.5, ROW_H - 8);
+    g.globalAlpha = 1;
+    if (x1 - x0 >= 14) { g.fillStyle = '#fff'; g.fillText(String(a.microbatch), (x0 + x1) / 2, rowY(a.rank) + (ROW_H - 8) / 2); }
+    window.__pprun.planDrawn++;
+  }
+  g.textAlign = 'left';
+  drawRowLabels(g, n, 'rank ');
+}
+
+// ---- charts ------------------------------------------------------------------
+
+function lineChart(canvas, series, opts) {
+  const { g, w, h } = sizeCanvas(canvas, 170);
+  g.clearRect(0, 0, w, h);
+  const pad = { l: 46, r: 8, t: 8, b: 20 };
+  const all = series.flatMap((s) => s.points);
+  if (!all.length) { g.fillStyle = '#888'; g.fillText('no data yet', pad.l, 30); return []; }
+  let x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]));
+  let y0 = opts.y0 != null ? opts.y0 : Math.min(...all.map((p) => p[1])), y1 = Math.max(...all.map((p) => p[1]));
+  if (x1 === x0) x1 = x0 + 1;
+  if (y1 === y0) y1 = y0 + 1;
+  const X = (x) => pad.l + (x - x0) / (x1 - x0) * (w - pad.l - pad.r);
+  const Y = (y) => h - pad.b - (y - y0) / (y1 - y0) * (h - pad.t - pad.b);
+  g.strokeStyle = '#eee'; g.fillStyle = '#888'; g.font = '10px system-ui, sans-serif'; g.textBaseline = 'middle';
+  for (let k = 0; k <= 4; k++) {
+    const y = y0 + (y1 - y0) * k / 4;
+    g.beginPath(); g.moveTo(pad.l, Y(y)); g.lineTo(w - pad.r, Y(y)); g.stroke();
+    g.fillText(opts.fmt ? opts.fmt(y) : y.toPrecision(3), 2, Y(y));
+  }
+  g.textBaseline = 'top';
+  g.fillText('step ' + x0, pad.l, h - pad.b + 4);
+  g.fillText(String(x1), w - pad.r - 20, h - pad.b + 4);
+  const drawnPts = [];
+  for (const s of series) {
+    g.strokeStyle = s.color; g.lineWidth = s.width || 1.5; g.beginPath();
+    s.points.forEach((p, i) => (i ? g.lineTo(X(p[0]), Y(p[1])) : g.moveTo(X(p[0]), Y(p[1]))));
+    g.stroke();
+    if (s.dots) {
+      g.fillStyle = s.color;
+      for (const p of s.points) { g.beginPath(); g.arc(X(p[0]), Y(p[1]), 2.5, 0, 7); g.fill(); drawnPts.push(p); }
+    }
+  }
+  g.lineWidth = 1;
+  return drawnPts;
+}
+
+const RANK_COLORS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
+
+function drawCharts() {
+  const loss = S.steps.filter((s) => s.loss != null).map((s) => [s.step, s.loss]);
+  window.__pprun.lossPoints = lineChart($('loss'), [{ points: loss, color: '#e15759', dots: true }], {});
+  const done = S.steps.filter((s) => s.bubble_ratio_mean != null);
+  const series = [];
+  const n = world();
+  if (n <= 16) for (let r = 0; r < n; r++) {
+    series.push({ points: done.filter((s) => s.bubble_ratio && s.bubble_ratio[r] != null).map((s) => [s.step, s.bubble_ratio[r]]), color: RANK_COLORS[r % 10] + '80', width: 1 });
+  }
+  series.push({ points: done.map((s) => [s.step, s.bubble_ratio_mean]), color: '#222', width: 2, dots: true });
+  series.push({ points: done.length ? [[done[0].step, 0], [done[0].step, Math.max(0.05, ...done.map((s) => s.bubble_ratio_mean)) * 1.2]] : [], color: 'rgba(0,0,0,0)' });
+  lineChart($('bubble'), series, { y0: 0, fmt: (y) => (100 * y).toFixed(0) + '%' });
+  // Per rank bars for the step in view (or the latest).
+  const st = (S.step != null && S.steps.find((s) => s.step === S.step && s.bubble_ratio)) || done[done.length - 1];
+  const c = $('bubble-ranks');
+  const { g, w, h } = sizeCanvas(c, 170);
+  g.clearRect(0, 0, w, h);
+  $('bubble-step-label').textContent = st ? 'step ' + st.step : 'no complete step yet';
+  if (st && st.bubble_ratio) {
+    const k = st.bubble_ratio.length, bw = Math.min(40, (w - 50) / k - 6);
+    g.font = '10px system-ui, sans-serif';
+    st.bubble_ratio.forEach((v, r) => {
+      const x = 40 + r * (bw + 6), bh = (h - 40) * (v || 0);
+      g.fillStyle = RANK_COLORS[r % 10]; g.fillRect(x, h - 20 - bh, bw, bh);
+      g.fillStyle = '#444'; g.fillText((100 * (v || 0)).toFixed(1) + '%', x, h - 24 - bh);
+      g.fillText('r' + r, x + bw / 2 - 5, h - 8);
+    });
+  }
+  updateStepLabel();
+}
+
+// ---- interaction ---------------------------------------------------------------
+
+function hitTest(x, y) {
+  const w = $('timeline').clientWidth;
+  if (x < LABEL_W) return null;
+  const n = world();
+  const r = Math.floor((y - AXIS_H) / (ROW_H + ROW_GAP));
+  if (r < 0 || r >= n || y - rowY(r) > ROW_H) return null;
+  const t = tOf(x, w), yin = y - rowY(r);
+  const ev = S.ev;
+  const tol = (S.view.to - S.view.from) / (w - LABEL_W) * 2; // 2 px for thin marks
+  let best = null;
+  for (let i = 0; i < ev.n; i++) {
+    if (ev.rank[i] !== r) continue;
+    const ph = ev.phase[i], comm = ph >= 3 && ph <= 6;
+    if (comm ? yin < ROW_H - 8 : yin > ROW_H - 8) continue;
+    if (t >= ev.start[i] - (comm ? tol : 0) && t <= ev.end[i] + (comm ? tol : 0)) { best = i; if (!comm) break; }
+  }
+  if (best != null) {
+    const i = best, ph = PHASES[ev.phase[i]];
+    let text = `rank ${r} · ${ph}` + (ev.mb[i] >= 0 ? ` · microbatch ${ev.mb[i]}` : '') + (ev.stage[i] >= 0 ? ` · stage ${ev.stage[i]}` : '') +
+      ` · step ${ev.step[i]}\nstart ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
+    if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
+    return { text };
+  }
+  for (const gp of S.gaps || []) {
+    if (gp[0] === r && t >= gp[2] && t <= gp[3])
+      return { text: `rank ${r} idle ${fmtMs(gp[3] - gp[2])} · step ${gp[1]}\ncause: ${CAUSES[gp[4]] || 'other'}` + (gp[5] ? ` (next: ${gp[5]})` : '') };
+  }
+  if (S.bins) for (const b of S.bins) {
+    if (b[0] === r && t >= b[1] && t < b[2])
+      return { text: `rank ${r} · ${fmtMs(b[1])} – ${fmtMs(b[2])}\nbusy ${(100 * b[3] / (b[2] - b[1])).toFixed(1)}%` + (b[9] != null ? ` · step ${b[9]}` : '') };
+  }
+  return null;
+}
+
+function setupInteraction() {
+  const c = $('timeline'), tip = $('tooltip');
+  let drag = null;
+  c.addEventListener('wheel', (e) => {
+    e.preventDefault();
+    const w = c.clientWidth, rect = c.getBoundingClientRect();
+    const t = tOf(e.clientX - rect.left, w), k = Math.exp(e.deltaY * 0.0015);
+    let span = (S.view.to - S.view.from) * k;
+    span = Math.max(1e4, span);
+    const f = (t - S.view.from) / (S.view.to - S.view.from);
+    S.view = { from: Math.max(0, t - f * span), to: Math.max(0, t - f * span) + span };
+    S.follow = $('follow').checked = false; S.step = null;
+    updateStepLabel(); scheduleDraw(); scheduleFetch();
+  }, { passive: false });
+  c.addEventListener('mousedown', (e) => { drag = { x: e.clientX, view: Object.assign({}, S.view) }; c.classList.add('dragging'); });
+  window.addEventListener('mouseup', () => { if (drag) { drag = null; c.classList.remove('dragging'); scheduleFetch(); } });
+  window.addEventListener('mousemove', (e) => {
+    if (drag) {
+      const w = c.clientWidth, dt = (e.clientX - drag.x) / (w - LABEL_W) * (drag.view.to - drag.view.from);
+      const from = Math.max(0, drag.view.from - dt);
+      S.view = { from, to: from + (drag.view.to - drag.view.from) };
+      S.follow = $('follow').checked = false; S.step = null;
+      updateStepLabel(); scheduleDraw();
+      return;
+    }
+    if (e.target !== c) { tip.hidden = true; return; }
+    const rect = c.getBoundingClientRect();
+    const hit = hitTest(e.clientX - rect.left, e.clientY - rect.top);
+    if (!hit) { tip.hidden = true; return; }
+    tip.textContent = hit.text; tip.hidden = false;
+    tip.style.left = (e.clientX + 14) + 'px'; tip.style.top = (e.clientY + 12) + 'px';
+  });
+  c.addEventListener('mouseleave', () => { tip.hidden = true; });
+  $('step-prev').onclick = () => stepBy(-1);
+  $('step-next').onclick = () => stepBy(1);
+  $('step-all').onclick = () => { S.step = null; S.follow = $('follow').checked = false; updateStepLabel(); showWindow(0, Math.max(1, lastEnd())); };
+  $('follow').onchange = (e) => { S.follow = e.target.checked; if (S.follow) { followLatest(); fetchWindow(); } };
+  $('job-select').onchange = (e) => openJob(Number(e.target.value));
+  window.addEventListener('resize', () => { scheduleDraw(); drawCharts(); });
+  document.querySelectorAll('.tab').forEach((b) => b.onclick = () => {
+    document.querySelectorAll('.tab').forEach((x) => x.classList.toggle('active', x === b));
+    document.querySelectorAll('.tab-page').forEach((p) => { p.hidden = p.id !== 'tab-' + b.dataset.tab; });
+    if (b.dataset.tab === 'timeline') { scheduleDraw(); drawCharts(); }
+  });
+  $('sql-run').onclick = runSql;
+  $('sql-text').addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) runSql(); });
+  $('legend').innerHTML = ['F', 'B', 'W', 'SEND', 'RECV', 'OPT'].map((p, i) => `<span><i style="background:${[PHASE_COLOR[0], PHASE_COLOR[1], PHASE_COLOR[2], PHASE_COLOR[3], PHASE_COLOR[4], PHASE_COLOR[7]][i]}"></i>${p}</span>`).join('') +
+    ['warm/cooldown', 'wait activation', 'wait gradient'].map((p, i) => `<span><i style="background:${CAUSE_COLOR[[0, 2, 3][i]]}; border:1px solid #ccc"></i>${p}</span>`).join('');
+}
+
+function lastEnd() {
+  const s = S.steps.filter((x) => x.end != null).pop();
+  return Math.max(s ? s.end : 0, S.info ? S.info.timeline_end : 0);
+}
+
+function stepBy(d) {
+  if (!S.steps.length) return;
+  const cur = S.step != null ? S.step : S.steps[0].step - d;
+  const i = S.steps.findIndex((s) => s.step === cur + d && s.start != null);
+  if (i >= 0) showStep(S.steps[i].step);
+}
+
+async function runSql() {
+  const err = $('sql-error'), tbl = $('sql-result'), info = $('sql-info');
+  err.hidden = true; info.textContent = 'running…';
+  try {
+    const r = await api('/api/sql', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ sql: $('sql-text').value }) });
+    tbl.innerHTML = '';
+    const head = tbl.createTHead().insertRow();
+    for (const c of r.columns) { const th = document.createElement('th'); th.textContent = c; head.appendChild(th); }
+    const body = tbl.createTBody();
+    for (const row of r.rows) {
+      const tr = body.insertRow();
+      for (const v of row) { const td = tr.insertCell(); td.textContent = v == null ? 'NULL' : String(v); if (typeof v === 'number') td.className = 'num'; }
+    }
+    info.textContent = `${r.row_count} rows${r.truncated ? ' (cut at the row limit)' : ''} · ${r.elapsed_ms.toFixed(1)} ms`;
+    window.__pprun.sqlRows = r.rows.length;
+  } catch (e) {
+    err.textContent = e.message; err.hidden = false; info.textContent = '';
+  }
+}
+
+// ---- test hook -------------------------------------------------------------------
+
+window.__pprun = {
+  ready: false, drawn: null, lossPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0,
+  state: S,
+  showStep: (s) => showStep(s),
+  // Page coordinates of the centre of a drawn block, for hovering in tests.
+  blockCenter(rank, phase, mb, step) {
+    const ev = S.ev, ph = PHASES.indexOf(phase), c = $('timeline'), rect = c.getBoundingClientRect();
+    for (let i = 0; i < ev.n; i++) {
+      if (ev.rank[i] === rank && ev.phase[i] === ph && ev.mb[i] === mb && ev.step[i] === step) {
+        const x = (Math.max(LABEL_W, xOf(ev.start[i], c.clientWidth)) + Math.min(c.clientWidth, xOf(ev.end[i], c.clientWidth))) / 2;
+        return { x: rect.left + x, y: rect.top + rowY(rank) + (ROW_H - 8) / 2 };
+      }
+    }
+    return null;
+  },
+  // Synthetic load for interactivity checks: n events over the view.
+  loadSynthetic(n) {
+    const st = new EventStore(n), span = S.view.to - S.view.from, k = world();
+    for (let i = 0; i < n; i++) {
+      const r = i % k, t = S.view.from + (Math.floor(i / k) / (n / k)) * span;
+      st.push([1e12 + i, r, 0, i % 64, r, i % 3, t, t + span / (n / k) * 0.8, -1, 0]);
+    }
+    S.ev = st; S.gaps = []; S.bins = null; S.mode = 'events';
+    const t = performance.now(); draw(); return performance.now() - t;
+  },
+};
+
+(async function main() {
+  setupInteraction();
+  try {
+    const jobs = await loadJobs();
+    const want = Number(new URLSearchParams(location.search).get('job'));
+    if (jobs.length) await openJob(want || jobs[0].id);
+    else { $('job-meta').textContent = 'no jobs in this database yet'; window.__pprun.ready = true; }
+  } catch (e) {
+    $('job-meta').textContent = e.status === 401 ? 'this server needs a token: open the URL with #token=TOKEN' : 'error: ' + e.message;
+    window.__pprun.error = e.message;
+  }
+  setInterval(() => loadJobs().catch(() => {}), 5000);
+})();

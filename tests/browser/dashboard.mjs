@@ -1,0 +1,96 @@
+// dashboard.mjs: drives Debian's chromium (headless, through playwright-core)
+// against a running `pprun serve`; run by tests/test_browser.c, which makes
+// the assertions on the JSON this prints.
+//
+//   node dashboard.mjs finished URL SCREENSHOT.png
+//   node dashboard.mjs live URL SCREENSHOT.png READY_FILE
+//
+// "live": after the page is ready it creates READY_FILE; the test then
+// appends steps to the database and this script waits for them to appear.
+import { chromium } from 'playwright-core';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const [mode, url, shot, readyFile] = process.argv.slice(2);
+const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'pprun-chromium-'));
+const out = { mode };
+// A fresh profile directory per run (playwright passes it as --user-data-dir).
+const browser = await chromium.launchPersistentContext(profile, {
+  executablePath: process.env.PPRUN_CHROMIUM || '/usr/bin/chromium',
+  headless: true,
+  viewport: { width: 1400, height: 900 },
+  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+  await page.goto(url);
+  await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: 20000 });
+
+  if (mode === 'finished') {
+    await page.evaluate(() => window.__pprun.showStep(0));
+    await page.waitForFunction(() => window.__pprun.drawn && window.__pprun.drawn.steps.length === 1 && window.__pprun.drawn.steps[0] === 0, null, { timeout: 10000 });
+    out.drawn = await page.evaluate(() => window.__pprun.drawn);
+    out.window = await page.evaluate(() => window.__pprun.lastWindow);
+    out.planDrawn = await page.evaluate(() => window.__pprun.planDrawn);
+    out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
+    const c = await page.evaluate(() => window.__pprun.blockCenter(1, 'F', 3, 0));
+    await page.mouse.move(c.x, c.y);
+    await page.waitForSelector('#tooltip:not([hidden])', { timeout: 5000 });
+    out.tooltip = await page.textContent('#tooltip');
+    // A gap: rank 3 idles 3 ms before its first forward (warm-up).
+    const g = await page.evaluate(() => {
+      const f = window.__pprun.blockCenter(3, 'F', 0, 0);
+      return { x: f.x - 40, y: f.y };
+    });
+    await page.mouse.move(g.x, g.y);
+    await page.waitForFunction(() => /idle/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
+    out.gapTooltip = await page.textContent('#tooltip');
+    await page.mouse.move(5, 5);
+    await page.screenshot({ path: shot, fullPage: true });
+    // Zoom out with the wheel: a new window is fetched.
+    const box = await page.locator('#timeline').boundingBox();
+    await page.mouse.move(box.x + box.width / 2, box.y + 40);
+    const before = await page.evaluate(() => window.__pprun.lastWindow.to - window.__pprun.lastWindow.from);
+    await page.mouse.wheel(0, 1200);
+    await page.waitForFunction((b) => window.__pprun.lastWindow.to - window.__pprun.lastWindow.from > b * 2, before, { timeout: 10000 });
+    out.zoomedSpanRatio = await page.evaluate((b) => (window.__pprun.lastWindow.to - window.__pprun.lastWindow.from) / b, before);
+    // SQL tab.
+    await page.click('button[data-tab=sql]');
+    await page.fill('#sql-text', "SELECT rank, count(*) AS n FROM events WHERE phase = 'W' GROUP BY rank");
+    await page.click('#sql-run');
+    await page.waitForFunction(() => document.querySelectorAll('#sql-result tbody tr').length > 0, null, { timeout: 5000 });
+    out.sqlCells = await page.$$eval('#sql-result tbody td', (tds) => tds.map((t) => t.textContent));
+    await page.fill('#sql-text', 'DELETE FROM events');
+    await page.click('#sql-run');
+    await page.waitForSelector('#sql-error:not([hidden])', { timeout: 5000 });
+    out.sqlError = await page.textContent('#sql-error');
+    // 100,000 events in view: drawn from typed arrays in one frame.
+    await page.click('button[data-tab=timeline]');
+    out.synthetic100kMs = await page.evaluate(() => window.__pprun.loadSynthetic(100000));
+    out.syntheticDrawn = await page.evaluate(() => window.__pprun.drawn.F.reduce((a, b) => a + b, 0) + window.__pprun.drawn.B.reduce((a, b) => a + b, 0) + window.__pprun.drawn.W.reduce((a, b) => a + b, 0));
+  } else {
+    out.follow = await page.evaluate(() => document.getElementById('follow').checked);
+    out.stepsBefore = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
+    fs.writeFileSync(readyFile, 'ready\n');
+    await page.waitForFunction(() => window.__pprun.state.steps.filter((s) => s.complete).length >= 4 &&
+      window.__pprun.drawn.steps.includes(3), null, { timeout: 30000 });
+    out.stepsAfter = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
+    out.liveEvents = await page.evaluate(() => window.__pprun.liveEvents);
+    out.drawnSteps = await page.evaluate(() => window.__pprun.drawn.steps);
+    out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
+    await page.screenshot({ path: shot, fullPage: true });
+  }
+  out.errors = errors;
+} catch (e) {
+  out.failure = String(e && e.stack || e);
+} finally {
+  await browser.close();
+  fs.rmSync(profile, { recursive: true, force: true });
+}
+console.log(JSON.stringify(out));
+process.exit(out.failure ? 1 : 0);

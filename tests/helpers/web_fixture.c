@@ -1,0 +1,333 @@
+/* web_fixture.c: synthetic 1F1B job databases (see web_fixture.h). The
+ * timeline comes from a tiny dependency-driven simulation of the 1F1B order,
+ * so the blocks, gaps and stats are consistent the way a real trace is. */
+#include "helpers/web_fixture.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+char *fixture_read_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
+        free(s);
+        s = NULL;
+    }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+void fixture_tmp_path(char *out, size_t n, const char *tag) {
+    snprintf(out, n, "/tmp/pprun-test-%s-%d.db", tag, (int)getpid());
+    char x[600];
+    unlink(out);
+    snprintf(x, sizeof x, "%s-wal", out);
+    unlink(x);
+    snprintf(x, sizeof x, "%s-shm", out);
+    unlink(x);
+}
+
+double fixture_loss(int step, int mb) {
+    return 4.0 * exp(-0.05 * (step * FIXTURE_MB + mb)) + 0.01 * ((step * 7 + mb * 3) % 5);
+}
+
+typedef struct op {
+    char phase;
+    int mb;
+    int64_t start, end; /* relative to the step start, ns */
+} op;
+
+/* 1F1B order of rank r: warm-up forwards, then one forward one backward,
+ * then the cool-down backwards; each B is followed by its W. */
+static int order_1f1b(int r, op *ops) {
+    int p = FIXTURE_RANKS, m = FIXTURE_MB, n = 0;
+    int warm = p - r - 1 < m ? p - r - 1 : m;
+    int f = 0, b = 0;
+    for (int i = 0; i < warm; i++) ops[n++] = (op){'F', f++, 0, 0};
+    while (f < m) {
+        ops[n++] = (op){'F', f++, 0, 0};
+        ops[n++] = (op){'B', b, 0, 0};
+        ops[n++] = (op){'W', b++, 0, 0};
+    }
+    while (b < m) {
+        ops[n++] = (op){'B', b, 0, 0};
+        ops[n++] = (op){'W', b++, 0, 0};
+    }
+    return n;
+}
+
+/* Simulates one step: fills ops[r][i] start/end (ns from the step start). */
+static void simulate(op ops[FIXTURE_RANKS][3 * FIXTURE_MB], int nops[FIXTURE_RANKS]) {
+    int64_t fend[FIXTURE_RANKS][FIXTURE_MB], bend[FIXTURE_RANKS][FIXTURE_MB];
+    int next[FIXTURE_RANKS] = {0};
+    int64_t free_at[FIXTURE_RANKS] = {0};
+    for (int r = 0; r < FIXTURE_RANKS; r++) {
+        nops[r] = order_1f1b(r, ops[r]);
+        for (int k = 0; k < FIXTURE_MB; k++) fend[r][k] = bend[r][k] = -1;
+    }
+    for (int progress = 1; progress;) {
+        progress = 0;
+        for (int r = 0; r < FIXTURE_RANKS; r++) {
+            while (next[r] < nops[r]) {
+                op *o = &ops[r][next[r]];
+                int64_t ready = -1;
+                if (o->phase == 'F') ready = r == 0 ? 0 : fend[r - 1][o->mb];
+                else if (o->phase == 'B') ready = r == FIXTURE_RANKS - 1 ? fend[r][o->mb] : bend[r + 1][o->mb];
+                else ready = bend[r][o->mb];
+                if (ready < 0) break;
+                o->start = ready > free_at[r] ? ready : free_at[r];
+                o->end = o->start + FIXTURE_MS;
+                free_at[r] = o->end;
+                if (o->phase == 'F') fend[r][o->mb] = o->end;
+                if (o->phase == 'B') bend[r][o->mb] = o->end;
+                next[r]++;
+                progress = 1;
+            }
+        }
+    }
+}
+
+static int exec(sqlite3 *db, const char *sql, pp_err *err) {
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        pp_fail(err, "fixture SQL failed: %s", msg ? msg : sqlite3_errmsg(db));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int open_rw(const char *path, sqlite3 **db, pp_err *err) {
+    if (sqlite3_open(path, db) != SQLITE_OK) {
+        pp_fail(err, "fixture: cannot open %s", path);
+        sqlite3_close(*db);
+        return -1;
+    }
+    sqlite3_busy_timeout(*db, 5000);
+    return exec(*db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err);
+}
+
+static int insert_event(sqlite3_stmt *st, int rank, int step, int mb, int stage, const char *phase,
+                        int64_t start, int64_t end, int peer, int64_t bytes) {
+    sqlite3_reset(st);
+    sqlite3_bind_int(st, 1, rank);
+    sqlite3_bind_int(st, 2, step);
+    if (mb >= 0) sqlite3_bind_int(st, 3, mb);
+    else sqlite3_bind_null(st, 3);
+    if (stage >= 0) sqlite3_bind_int(st, 4, stage);
+    else sqlite3_bind_null(st, 4);
+    sqlite3_bind_text(st, 5, phase, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, start);
+    sqlite3_bind_int64(st, 7, end);
+    if (peer >= 0) sqlite3_bind_int(st, 8, peer);
+    else sqlite3_bind_null(st, 8);
+    if (bytes >= 0) sqlite3_bind_int64(st, 9, bytes);
+    else sqlite3_bind_null(st, 9);
+    return sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
+}
+
+static int write_steps(sqlite3 *db, int first, int n, pp_err *err) {
+    static op ops[FIXTURE_RANKS][3 * FIXTURE_MB];
+    int nops[FIXTURE_RANKS];
+    simulate(ops, nops);
+    const int64_t comm = FIXTURE_MS / 20; /* 50 us marks */
+    const int64_t act = 65536;
+    sqlite3_stmt *ev = NULL, *loss = NULL, *stats = NULL, *gap = NULL;
+    if (exec(db, "BEGIN", err) != 0) return -1;
+    int rc = -1;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,"
+                           "peer,bytes,source) VALUES(1,0,?,?,?,?,?,?,?,?,?,'cpu')",
+                           -1, &ev, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT INTO losses VALUES(1,?,?,?,?,?)", -1, &loss, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT INTO step_stats VALUES(1,?,?,?,?,?,?,?)", -1, &stats, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT INTO gaps VALUES(1,?,?,?,?,?,?)", -1, &gap, NULL) != SQLITE_OK) {
+        pp_fail(err, "fixture prepare: %s", sqlite3_errmsg(db));
+        goto out;
+    }
+    for (int s = first; s < first + n; s++) {
+        int64_t base = FIXTURE_T0_NS + FIXTURE_STEP_OFFSET_NS + (int64_t)s * FIXTURE_STEP_PERIOD_NS;
+        int64_t compute_end = 30 * FIXTURE_MS;
+        for (int r = 0; r < FIXTURE_RANKS; r++) {
+            int64_t prev_end = 0;
+            for (int i = 0; i < nops[r]; i++) {
+                op *o = &ops[r][i];
+                char ph[2] = {o->phase, 0};
+                /* The receive before an op that needs a neighbour's data:
+                 * from when the rank was free to when the data arrived. */
+                if (o->phase == 'F' && r > 0) {
+                    int64_t rs = prev_end < o->start - comm ? prev_end : o->start - comm;
+                    if (insert_event(ev, r, s, o->mb, r, "RECV_F", base + rs, base + o->start, r - 1, act)) goto sqlfail;
+                }
+                if (o->phase == 'B' && r < FIXTURE_RANKS - 1) {
+                    int64_t rs = prev_end < o->start - comm ? prev_end : o->start - comm;
+                    if (insert_event(ev, r, s, o->mb, r, "RECV_B", base + rs, base + o->start, r + 1, act)) goto sqlfail;
+                }
+                if (insert_event(ev, r, s, o->mb, r, ph, base + o->start, base + o->end, -1, -1)) goto sqlfail;
+                if (o->phase == 'F' && r < FIXTURE_RANKS - 1 &&
+                    insert_event(ev, r, s, o->mb, r, "SEND_F", base + o->end, base + o->end + comm, r + 1, act))
+                    goto sqlfail;
+                if (o->phase == 'B' && r > 0 &&
+                    insert_event(ev, r, s, o->mb, r, "SEND_B", base + o->end, base + o->end + comm, r - 1, act))
+                    goto sqlfail;
+                if (o->phase == 'F' && r == FIXTURE_RANKS - 1) {
+                    sqlite3_reset(loss);
+                    sqlite3_bind_int(loss, 1, s);
+                    sqlite3_bind_int(loss, 2, o->mb);
+                    sqlite3_bind_double(loss, 3, fixture_loss(s, o->mb));
+                    sqlite3_bind_int(loss, 4, r);
+                    sqlite3_bind_int64(loss, 5, base + o->end);
+                    if (sqlite3_step(loss) != SQLITE_DONE) goto sqlfail;
+                }
+                /* The idle gap before this op, with its cause. */
+                if (o->start > prev_end) {
+                    const char *cause = i == 0 ? "warmup" : o->phase == 'F' ? "wait_activation"
+                                                          : o->phase == 'B' ? "wait_gradient" : "other";
+                    char next[16];
+                    snprintf(next, sizeof next, "%d%c%d", r, o->phase, o->mb);
+                    sqlite3_reset(gap);
+                    sqlite3_bind_int(gap, 1, s);
+                    sqlite3_bind_int(gap, 2, r);
+                    sqlite3_bind_int64(gap, 3, base + prev_end);
+                    sqlite3_bind_int64(gap, 4, base + o->start);
+                    sqlite3_bind_text(gap, 5, cause, -1, SQLITE_STATIC);
+                    sqlite3_bind_text(gap, 6, next, -1, SQLITE_TRANSIENT);
+                    if (sqlite3_step(gap) != SQLITE_DONE) goto sqlfail;
+                }
+                prev_end = o->end;
+            }
+            /* Cool-down: idle from the rank's last op to the end of compute. */
+            if (prev_end < compute_end) {
+                sqlite3_reset(gap);
+                sqlite3_bind_int(gap, 1, s);
+                sqlite3_bind_int(gap, 2, r);
+                sqlite3_bind_int64(gap, 3, base + prev_end);
+                sqlite3_bind_int64(gap, 4, base + compute_end);
+                sqlite3_bind_text(gap, 5, "cooldown", -1, SQLITE_STATIC);
+                sqlite3_bind_null(gap, 6);
+                if (sqlite3_step(gap) != SQLITE_DONE) goto sqlfail;
+            }
+            if (insert_event(ev, r, s, -1, -1, "OPT", base + compute_end, base + FIXTURE_STEP_SPAN_NS, -1, -1))
+                goto sqlfail;
+            int64_t busy = 24 * FIXTURE_MS + FIXTURE_MS / 2;
+            sqlite3_reset(stats);
+            sqlite3_bind_int(stats, 1, s);
+            sqlite3_bind_int(stats, 2, r);
+            sqlite3_bind_int64(stats, 3, base);
+            sqlite3_bind_int64(stats, 4, base + FIXTURE_STEP_SPAN_NS);
+            sqlite3_bind_int64(stats, 5, busy);
+            sqlite3_bind_int64(stats, 6, FIXTURE_STEP_SPAN_NS - busy);
+            sqlite3_bind_double(stats, 7, (double)(FIXTURE_STEP_SPAN_NS - busy) / (double)FIXTURE_STEP_SPAN_NS);
+            if (sqlite3_step(stats) != SQLITE_DONE) goto sqlfail;
+        }
+    }
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO job_counters VALUES(1,%d,0,%lld) ON CONFLICT(job_id) DO UPDATE SET "
+             "events_ingested=events_ingested+excluded.events_ingested, updated_at_ns=excluded.updated_at_ns",
+             n * (FIXTURE_EVENTS_PER_STEP + FIXTURE_MB),
+             (long long)(FIXTURE_T0_NS + FIXTURE_STEP_OFFSET_NS + (int64_t)(first + n) * FIXTURE_STEP_PERIOD_NS));
+    if (exec(db, sql, err) != 0) goto out;
+    if (exec(db, "COMMIT", err) != 0) goto out;
+    rc = 0;
+    goto out;
+sqlfail:
+    pp_fail(err, "fixture insert: %s", sqlite3_errmsg(db));
+out:
+    if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_finalize(ev);
+    sqlite3_finalize(loss);
+    sqlite3_finalize(stats);
+    sqlite3_finalize(gap);
+    return rc;
+}
+
+static int write_plan(sqlite3 *db, pp_err *err) {
+    static op ops[FIXTURE_RANKS][3 * FIXTURE_MB];
+    int nops[FIXTURE_RANKS];
+    simulate(ops, nops);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "INSERT INTO plan VALUES(1,?,?,?,?,?,?,?,?)", -1, &st, NULL) != SQLITE_OK)
+        return pp_fail(err, "fixture plan: %s", sqlite3_errmsg(db));
+    for (int r = 0; r < FIXTURE_RANKS; r++)
+        for (int i = 0; i < nops[r]; i++) {
+            char action[16], ph[2] = {ops[r][i].phase, 0};
+            snprintf(action, sizeof action, "%d%c%d", r, ops[r][i].phase, ops[r][i].mb);
+            sqlite3_reset(st);
+            sqlite3_bind_int(st, 1, r);
+            sqlite3_bind_int(st, 2, i);
+            sqlite3_bind_text(st, 3, action, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int(st, 4, r);
+            sqlite3_bind_text(st, 5, ph, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int(st, 6, ops[r][i].mb);
+            sqlite3_bind_int64(st, 7, ops[r][i].start);
+            sqlite3_bind_int64(st, 8, ops[r][i].end);
+            if (sqlite3_step(st) != SQLITE_DONE) {
+                sqlite3_finalize(st);
+                return pp_fail(err, "fixture plan insert: %s", sqlite3_errmsg(db));
+            }
+        }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+int fixture_create(const char *db_path, int steps, const char *status, pp_err *err) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/../db/schema.sql", PPRUN_TEST_DIR);
+    char *schema = fixture_read_file(path);
+    if (!schema) return pp_fail(err, "fixture: cannot read %s", path);
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) {
+        free(schema);
+        return -1;
+    }
+    int rc = exec(db, schema, err);
+    free(schema);
+    if (rc == 0) rc = exec(db, "PRAGMA user_version=1", err);
+    if (rc == 0)
+        rc = exec(db,
+                  "INSERT INTO jobs(id,name,created_at,status,nnodes,world_size,schedule,microbatches,"
+                  "virtual_stages,stages,steps,model,device,config_json,t0_ns) VALUES(1,'fixture-1f1b',"
+                  "'2026-11-21T12:00:00Z','running',1,4,'1f1b',8,1,4,100,'timed:f=1ms,b=1ms,w=1ms,act=64KiB',"
+                  "'cpu','{\"schedule\":\"1f1b\",\"nproc_per_node\":4,\"microbatches\":8}',1000000000000);"
+                  "INSERT INTO ranks VALUES(1,0,0,'localhost',1000,'cpu','0',0,0),"
+                  "(1,1,0,'localhost',1001,'cpu','1',0,0),(1,2,0,'localhost',1002,'cpu','2',0,3),"
+                  "(1,3,0,'localhost',1003,'cpu','3',0,0);"
+                  "INSERT INTO job_counters VALUES(1,0,3,0);",
+                  err);
+    if (rc == 0) rc = write_plan(db, err);
+    if (rc == 0 && steps > 0) rc = write_steps(db, 0, steps, err);
+    sqlite3_close(db);
+    if (rc == 0 && strcmp(status, "running") != 0) rc = fixture_set_status(db_path, status, err);
+    return rc;
+}
+
+int fixture_append_steps(const char *db_path, int first, int n, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    int rc = write_steps(db, first, n, err);
+    sqlite3_close(db);
+    return rc;
+}
+
+int fixture_set_status(const char *db_path, const char *status, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    char sql[256];
+    int running = strcmp(status, "running") == 0;
+    snprintf(sql, sizeof sql,
+             "UPDATE jobs SET status='%s', ended_at=%s, exit_code=%s WHERE id=1", status,
+             running ? "NULL" : "'2026-11-21T12:01:00Z'", running ? "NULL" : strcmp(status, "succeeded") == 0 ? "0" : "1");
+    int rc = exec(db, sql, err);
+    sqlite3_close(db);
+    return rc;
+}

@@ -1,0 +1,44 @@
+/* web_fixture.h: synthetic trace databases for the web and query tests.
+ *
+ * fixture_create writes a database from db/schema.sql with one job: 4 ranks,
+ * 1F1B, 8 microbatches, F = B = W = 1 ms (W right after its B), OPT 0.5 ms,
+ * each SEND/RECV a thin mark, the step's gaps with their causes, step_stats,
+ * losses and the plan, exactly as the collector would store them. Times are
+ * exact: a step spans 30.5 ms (compute 30 ms, (p-1)(F+B) = 6 ms longer than
+ * a rank's 24 ms of F/B/W, then OPT), each rank is busy 24.5 ms of it, so
+ * every rank's bubble ratio is 6/30.5. Steps are 40 ms
+ * apart; step s starts at t0 + 5 ms + s * 40 ms.
+ *
+ * fixture_append_steps adds steps to a job later (a running job), through
+ * its own connection, the way the collector writes. */
+#ifndef PP_TEST_WEB_FIXTURE_H
+#define PP_TEST_WEB_FIXTURE_H
+#include <stdint.h>
+
+#include "runner/base/pp.h"
+
+#define FIXTURE_RANKS 4
+#define FIXTURE_MB 8
+#define FIXTURE_T0_NS 1000000000000ll     /* job start on the job clock */
+#define FIXTURE_MS 1000000ll
+#define FIXTURE_STEP_PERIOD_NS (40 * FIXTURE_MS)
+#define FIXTURE_STEP_OFFSET_NS (5 * FIXTURE_MS)
+#define FIXTURE_STEP_SPAN_NS (30 * FIXTURE_MS + FIXTURE_MS / 2)
+/* Events per step: 4 ranks x (24 F/B/W + OPT) + SEND/RECV: 16 + 32 + 32 + 16. */
+#define FIXTURE_EVENTS_PER_STEP (4 * 25 + 96)
+
+/* Creates db_path (must not exist) with job 1 and `steps` steps; status is
+ * "running", "succeeded" ... Returns 0 or -1. */
+int fixture_create(const char *db_path, int steps, const char *status, pp_err *err);
+/* Appends steps [first, first + n) to job 1; returns 0 or -1. */
+int fixture_append_steps(const char *db_path, int first, int n, pp_err *err);
+/* Sets job 1's status (and ended_at / exit_code when not running). */
+int fixture_set_status(const char *db_path, const char *status, pp_err *err);
+/* The expected loss of (step, microbatch). */
+double fixture_loss(int step, int mb);
+/* A fresh path under /tmp for a test database (removes leftovers). */
+void fixture_tmp_path(char *out, size_t n, const char *tag);
+/* Reads the whole file into a malloc'd NUL-terminated string, or NULL. */
+char *fixture_read_file(const char *path);
+
+#endif

@@ -1,0 +1,164 @@
+/* test_browser.c: the dashboard in headless Chromium (Debian's package,
+ * driven by playwright-core from tests/browser/): for a finished job the
+ * canvas draws every F, B and W block of the step per rank, hovering shows
+ * the tooltip, the loss chart has a point per step, the SQL tab shows rows;
+ * for a running job, steps appended by another writer appear without a
+ * reload. Screenshots are kept in the build directory. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers/web_client.h"
+#include "helpers/web_fixture.h"
+
+static void build_dir(char *out, size_t n) {
+    char exe[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[k > 0 ? k : 0] = 0;
+    snprintf(out, n, "%s", dirname(exe));
+}
+
+static void require_playwright(void) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/browser/node_modules/playwright-core/package.json", PPRUN_TEST_DIR);
+    cr_assert_eq(access(p, R_OK), 0, "playwright-core is not installed: run scripts/install-deps.sh (npm ci --prefix tests/browser)");
+    cr_assert_eq(access("/usr/bin/chromium", X_OK), 0, "chromium is not installed: run scripts/install-deps.sh");
+}
+
+/* Runs the node script; returns its JSON output (parsed). */
+static cJSON *run_node(const char *mode, int port, const char *shot, const char *ready) {
+    char cmd[2048], outp[256];
+    snprintf(outp, sizeof outp, "/tmp/pprun-browser-%d-%s.json", (int)getpid(), mode);
+    snprintf(cmd, sizeof cmd, "cd '%s/browser' && node dashboard.mjs %s http://127.0.0.1:%d/ '%s' '%s' >'%s' 2>&1", PPRUN_TEST_DIR,
+             mode, port, shot, ready ? ready : "", outp);
+    int st = system(cmd);
+    char *out = fixture_read_file(outp);
+    unlink(outp);
+    cr_assert(out, "no output from the browser script");
+    const char *brace = strrchr(out, '\n');
+    cJSON *j = NULL;
+    /* the JSON is the last line */
+    for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (*p == '{') {
+            cJSON_Delete(j);
+            j = cJSON_Parse(p);
+        }
+    (void)brace;
+    cr_assert(j && WIFEXITED(st) && WEXITSTATUS(st) == 0, "browser script failed (exit %d): %s", WEXITSTATUS(st), out);
+    free(out);
+    return j;
+}
+
+static int ints_all(const cJSON *arr, int want) {
+    const cJSON *v;
+    int n = 0;
+    cJSON_ArrayForEach(v, arr) {
+        if (v->valueint != want) return 0;
+        n++;
+    }
+    return n;
+}
+
+Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
+    require_playwright();
+    char db[256], dir[PATH_MAX], shot[PATH_MAX + 64];
+    pp_err err;
+    fixture_tmp_path(db, sizeof db, "browser");
+    cr_assert_eq(fixture_create(db, 3, "succeeded", &err), 0, "%s", err.msg);
+    int port;
+    int pid = webclient_start_serve(db, NULL, &port);
+    cr_assert_gt(pid, 0);
+    build_dir(dir, sizeof dir);
+    snprintf(shot, sizeof shot, "%s/browser-finished.png", dir);
+    cJSON *j = run_node("finished", port, shot, NULL);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    unlink(db);
+
+    cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
+    cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "F"), 8), 4, "8 F blocks on each of the 4 ranks");
+    cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "B"), 8), 4);
+    cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "W"), 8), 4);
+    cr_assert_eq(cJSON_GetObjectItem(drawn, "comm")->valueint, 96, "every send and receive as a mark");
+    cr_assert_eq(cJSON_GetObjectItem(drawn, "gaps")->valueint, 15, "every idle gap of the step shaded (4 + 5 + 4 + 2)");
+    cr_assert_eq(cJSON_GetObjectItem(j, "planDrawn")->valueint, 96, "the planned timeline beside it");
+    cr_assert_eq(cJSON_GetObjectItem(j, "lossPoints")->valueint, 3, "a loss point per step");
+    const char *tip = cJSON_GetObjectItem(j, "tooltip")->valuestring;
+    cr_assert(strstr(tip, "rank 1 · F · microbatch 3") && strstr(tip, "step 0") && strstr(tip, "duration 1.000 ms"), "%s", tip);
+    const char *gap = cJSON_GetObjectItem(j, "gapTooltip")->valuestring;
+    cr_assert(strstr(gap, "rank 3 idle 3.000 ms") && strstr(gap, "warmup"), "%s", gap);
+    cr_assert_gt(cJSON_GetObjectItem(j, "zoomedSpanRatio")->valuedouble, 2.0, "wheel zoom widened the window");
+    cJSON *cells = cJSON_GetObjectItem(j, "sqlCells");
+    cr_assert_eq(cJSON_GetArraySize(cells), 8);
+    cr_assert_str_eq(cJSON_GetArrayItem(cells, 1)->valuestring, "24", "3 steps x 8 W on rank 0");
+    cr_assert(strstr(cJSON_GetObjectItem(j, "sqlError")->valuestring, "DELETE"));
+    cr_assert_gt(cJSON_GetObjectItem(j, "syntheticDrawn")->valueint, 1000, "100,000 synthetic events drawn");
+    /* No script errors; the only failed loads allowed are the refused SQL
+     * (403) and the Chrome trace probe (404) until that route exists. */
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "errors"))
+        cr_assert(strstr(e->valuestring, "Failed to load resource") && (strstr(e->valuestring, "403") || strstr(e->valuestring, "404")),
+                  "page error: %s", e->valuestring);
+    cr_assert_eq(access(shot, R_OK), 0, "screenshot kept at %s", shot);
+    cJSON_Delete(j);
+}
+
+typedef struct writer_arg {
+    const char *db, *ready;
+    int ok;
+} writer_arg;
+
+static void *writer(void *p) {
+    writer_arg *a = p;
+    for (int i = 0; i < 600 && access(a->ready, F_OK) != 0; i++) usleep(50000);
+    pp_err err;
+    a->ok = fixture_append_steps(a->db, 2, 1, &err) == 0;
+    usleep(400000);
+    a->ok = a->ok && fixture_append_steps(a->db, 3, 1, &err) == 0;
+    return NULL;
+}
+
+Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
+    require_playwright();
+    char db[256], dir[PATH_MAX], shot[PATH_MAX + 64], ready[300];
+    pp_err err;
+    fixture_tmp_path(db, sizeof db, "browser-live");
+    cr_assert_eq(fixture_create(db, 2, "running", &err), 0, "%s", err.msg);
+    snprintf(ready, sizeof ready, "/tmp/pprun-browser-ready-%d", (int)getpid());
+    unlink(ready);
+    int port;
+    int pid = webclient_start_serve(db, NULL, &port);
+    cr_assert_gt(pid, 0);
+    build_dir(dir, sizeof dir);
+    snprintf(shot, sizeof shot, "%s/browser-live.png", dir);
+    writer_arg a = {db, ready, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, writer, &a);
+    cJSON *j = run_node("live", port, shot, ready);
+    pthread_join(t, NULL);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    unlink(db);
+    unlink(ready);
+    cr_assert(a.ok, "the writer appended its steps");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "follow")), "a running job opens in follow-live mode");
+    cr_assert_eq(cJSON_GetObjectItem(j, "stepsBefore")->valueint, 2);
+    cr_assert_eq(cJSON_GetObjectItem(j, "stepsAfter")->valueint, 4);
+    cr_assert_eq(cJSON_GetObjectItem(j, "liveEvents")->valueint, 2 * FIXTURE_EVENTS_PER_STEP, "every new event streamed");
+    cr_assert_eq(cJSON_GetObjectItem(j, "lossPoints")->valueint, 4);
+    cJSON *steps = cJSON_GetObjectItem(j, "drawnSteps");
+    int has3 = 0;
+    cJSON *v;
+    cJSON_ArrayForEach(v, steps) has3 |= v->valueint == 3;
+    cr_assert(has3, "the newest step is on the canvas");
+    cr_assert_eq(access(shot, R_OK), 0);
+    cJSON_Delete(j);
+}

@@ -1,0 +1,183 @@
+/* test_query.c: `pprun query` and the read-only guard under it (db/usersql):
+ * formats, exit codes, and every way SQL could try to write or escape. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "db/usersql.h"
+#include "helpers/web_fixture.h"
+
+static char db[256];
+
+static void setup(void) {
+    pp_err err;
+    fixture_tmp_path(db, sizeof db, "query");
+    cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
+}
+
+static void teardown(void) { unlink(db); }
+
+/* Runs pprun query with args (shell-quoted by the caller); returns the exit
+ * status, stdout in *out and stderr in *errout (malloc'd). */
+static int run(const char *args, char **out, char **errout) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' query --db '%s' %s >/tmp/pprun-q-%d.out 2>/tmp/pprun-q-%d.err", PPRUN_BIN, db, args,
+             (int)getpid(), (int)getpid());
+    int st = system(cmd);
+    char p[64];
+    snprintf(p, sizeof p, "/tmp/pprun-q-%d.out", (int)getpid());
+    *out = fixture_read_file(p);
+    unlink(p);
+    snprintf(p, sizeof p, "/tmp/pprun-q-%d.err", (int)getpid());
+    *errout = fixture_read_file(p);
+    unlink(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TestSuite(query, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(query, table_format_aligns_columns) {
+    char *out, *err;
+    int rc = run("\"SELECT rank, count(*) AS ops, max(host) AS host FROM events JOIN ranks USING(rank) "
+                 "WHERE phase='F' GROUP BY rank\"", &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(out,
+                     "rank  ops  host\n"
+                     "----  ---  ---------\n"
+                     "   0   16  localhost\n"
+                     "   1   16  localhost\n"
+                     "   2   16  localhost\n"
+                     "   3   16  localhost\n");
+    free(out);
+    free(err);
+}
+
+Test(query, csv_quotes_fields_that_need_it) {
+    char *out, *err;
+    int rc = run("--format csv \"SELECT 'a,b' AS x, 'say \\\"hi\\\"' AS y, NULL AS z, 1.5 AS w\"", &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(out, "x,y,z,w\r\n\"a,b\",\"say \"\"hi\"\"\",,1.5\r\n");
+    free(out);
+    free(err);
+}
+
+Test(query, json_is_an_array_of_row_objects) {
+    char *out, *err;
+    int rc = run("--format json \"SELECT step, microbatch, loss FROM losses WHERE step=1 ORDER BY microbatch\"", &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert(cJSON_IsArray(j), "%s", out);
+    cr_assert_eq(cJSON_GetArraySize(j), 8);
+    cJSON *r3 = cJSON_GetArrayItem(j, 3);
+    cr_assert_eq(cJSON_GetObjectItem(r3, "step")->valueint, 1);
+    cr_assert_eq(cJSON_GetObjectItem(r3, "microbatch")->valueint, 3);
+    cr_assert_eq(cJSON_GetObjectItem(r3, "loss")->valuedouble, fixture_loss(1, 3), "losses round-trip exactly");
+    cJSON_Delete(j);
+    free(out);
+    free(err);
+}
+
+Test(query, writes_and_escapes_are_refused_with_exit_2_and_change_nothing) {
+    struct stat before, after;
+    cr_assert_eq(stat(db, &before), 0);
+    const char *bad[][2] = {
+        {"\"DELETE FROM events\"", "DELETE"},
+        {"\"UPDATE jobs SET status='x'\"", "UPDATE"},
+        {"\"INSERT INTO jobs(id) VALUES(9)\"", "INSERT"},
+        {"\"DROP TABLE events\"", "refused"},
+        {"\"CREATE TABLE t(x)\"", "refused"},
+        {"\"ATTACH '/tmp/evil.db' AS e\"", "ATTACH"},
+        {"\"PRAGMA journal_mode=DELETE\"", "PRAGMA"},
+        {"\"PRAGMA writable_schema=1\"", "PRAGMA"},
+        {"\"SELECT 1; DELETE FROM events\"", "one statement"},
+        {"\"SELECT 1; SELECT 2\"", "one statement"},
+        {"\"BEGIN\"", "refused"},
+        {"\"VACUUM INTO '/tmp/copy.db'\"", "refused"},
+        {"\"SELECT load_extension('x')\"", "not authorized"},
+        {"\"SELEKT 1\"", "syntax error"},
+        {"\"\"", "no statement"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *out, *err;
+        int rc = run(bad[i][0], &out, &err);
+        cr_assert_eq(rc, 2, "%s -> exit %d", bad[i][0], rc);
+        cr_assert(strstr(err, bad[i][1]), "%s -> %s", bad[i][0], err);
+        cr_assert_str_eq(out, "");
+        free(out);
+        free(err);
+    }
+    cr_assert_eq(stat(db, &after), 0);
+    cr_assert_eq(before.st_mtime, after.st_mtime);
+    cr_assert_eq(before.st_size, after.st_size);
+    cr_assert_eq(access("/tmp/copy.db", F_OK), -1);
+}
+
+Test(query, read_only_pragmas_and_trailing_comments_are_fine) {
+    char *out, *err;
+    cr_assert_eq(run("--format csv \"PRAGMA table_info(jobs)\" ", &out, &err), 0, "%s", err);
+    cr_assert(strstr(out, "status"));
+    free(out);
+    free(err);
+    cr_assert_eq(run("--format csv \"SELECT 42 AS x; -- the answer\"", &out, &err), 0, "%s", err);
+    cr_assert_str_eq(out, "x\r\n42\r\n");
+    free(out);
+    free(err);
+}
+
+Test(query, bad_usage_names_the_flag) {
+    char *out, *err;
+    cr_assert_eq(run("--format xml \"SELECT 1\"", &out, &err), 2);
+    cr_assert(strstr(err, "--format") && strstr(err, "table, csv, json"), "%s", err);
+    free(out);
+    free(err);
+    cr_assert_eq(run("--max-rows 0 \"SELECT 1\"", &out, &err), 2);
+    cr_assert(strstr(err, "--max-rows"), "%s", err);
+    free(out);
+    free(err);
+    cr_assert_eq(system("'" PPRUN_BIN "' query --db /nonexistent/x.db 'SELECT 1' 2>/dev/null") >> 8, 2);
+}
+
+Test(query, runaway_recursion_is_interrupted_by_the_time_limit) {
+    char *out, *err;
+    int rc = run("--timeout 300ms \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c\"",
+                 &out, &err);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(err, "time limit"), "%s", err);
+    free(out);
+    free(err);
+}
+
+Test(query, the_row_cap_stops_the_output_and_says_so) {
+    char *out, *err;
+    int rc = run("--format csv --max-rows 5 \"SELECT id FROM events ORDER BY id\"", &out, &err);
+    cr_assert_eq(rc, 0);
+    cr_assert_str_eq(out, "id\r\n1\r\n2\r\n3\r\n4\r\n5\r\n");
+    cr_assert(strstr(err, "5 rows"), "%s", err);
+    free(out);
+    free(err);
+}
+
+Test(query, usersql_api_reports_the_kind_of_failure) {
+    usersql_result *r;
+    usersql_error why;
+    pp_err err;
+    cr_assert_eq(usersql_run(db, "DELETE FROM jobs", NULL, &r, &why, &err), -1);
+    cr_assert_eq(why, USERSQL_EDENIED);
+    cr_assert_eq(usersql_run(db, "SELECT * FROM nope", NULL, &r, &why, &err), -1);
+    cr_assert_eq(why, USERSQL_EBADSQL);
+    cr_assert(strstr(err.msg, "no such table: nope"), "%s", err.msg);
+    cr_assert_eq(usersql_run("/nonexistent/x.db", "SELECT 1", NULL, &r, &why, &err), -1);
+    cr_assert_eq(why, USERSQL_EDB);
+    cr_assert_eq(usersql_run(db, "SELECT x'00ff' AS b, 2.5 AS r, NULL AS n", NULL, &r, &why, &err), 0);
+    cr_assert_eq(r->nrows, 1);
+    cr_assert_eq(usersql_cell_at(r, 0, 0)->type, USERSQL_BLOB);
+    cr_assert_eq(usersql_cell_at(r, 0, 0)->len, 2);
+    cr_assert_eq(usersql_cell_at(r, 0, 1)->r, 2.5);
+    cr_assert_eq(usersql_cell_at(r, 0, 2)->type, USERSQL_NULL);
+    usersql_free(r);
+}

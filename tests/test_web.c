@@ -1,0 +1,627 @@
+/* test_web.c: the HTTP server over real sockets and real SQLite files: every
+ * API route against a fixture job with exact values, the limits (body cap,
+ * malformed JSON, unknown routes, traversal, slow clients, header size),
+ * auth, the SQL guard over HTTP, /metrics and the live stream. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include "helpers/web_client.h"
+#include "helpers/web_fixture.h"
+#include "web/http.h"
+
+static char dbpath[256];
+static http_server *srv;
+static int port;
+
+static void start_with(int steps, const char *status, http_options o) {
+    pp_err err;
+    fixture_tmp_path(dbpath, sizeof dbpath, "web");
+    cr_assert_eq(fixture_create(dbpath, steps, status, &err), 0, "%s", err.msg);
+    o.db_path = dbpath;
+    if (!o.listen) o.listen = "127.0.0.1:0";
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+}
+
+static void setup(void) { start_with(3, "succeeded", (http_options){.conn_timeout_s = 2}); }
+
+static void teardown(void) {
+    http_stop(srv);
+    srv = NULL;
+    unlink(dbpath);
+}
+
+static cJSON *get_json(const char *path, int want_status) {
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", path, NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, want_status, "GET %s: %d %s", path, r.status, r.body);
+    const char *ct = webclient_header(&r, "Content-Type");
+    cr_assert(ct && strstr(ct, "application/json"), "%s", ct ? ct : "no content type");
+    cJSON *j = cJSON_Parse(r.body);
+    cr_assert(j, "GET %s: not JSON: %.200s", path, r.body);
+    webclient_free(&r);
+    return j;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "member %s missing", k);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsString(v), "member %s missing", k);
+    return v->valuestring;
+}
+
+TestSuite(web, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(web, jobs_lists_the_job_with_its_status_and_progress) {
+    cJSON *j = get_json("/api/jobs", 200);
+    cJSON *jobs = cJSON_GetObjectItem(j, "jobs");
+    cr_assert_eq(cJSON_GetArraySize(jobs), 1);
+    cJSON *job = cJSON_GetArrayItem(jobs, 0);
+    cr_assert_eq(num(job, "id"), 1);
+    cr_assert_str_eq(str(job, "name"), "fixture-1f1b");
+    cr_assert_str_eq(str(job, "status"), "succeeded");
+    cr_assert_str_eq(str(job, "schedule"), "1f1b");
+    cr_assert_eq(num(job, "world_size"), 4);
+    cr_assert_eq(num(job, "microbatches"), 8);
+    cr_assert_eq(num(job, "steps_done"), 3);
+    cr_assert_eq(num(job, "exit_code"), 0);
+    cr_assert_eq(num(job, "events_ingested"), 3 * (FIXTURE_EVENTS_PER_STEP + FIXTURE_MB));
+    cr_assert_eq(num(job, "events_dropped"), 3);
+    cJSON_Delete(j);
+}
+
+Test(web, job_has_config_ranks_and_extent) {
+    cJSON *j = get_json("/api/jobs/1", 200);
+    cJSON *cfg = cJSON_GetObjectItem(j, "config");
+    cr_assert_eq(num(cfg, "microbatches"), 8);
+    cJSON *ranks = cJSON_GetObjectItem(j, "ranks");
+    cr_assert_eq(cJSON_GetArraySize(ranks), 4);
+    cr_assert_eq(num(cJSON_GetArrayItem(ranks, 2), "dropped_events"), 3);
+    cr_assert_str_eq(str(cJSON_GetArrayItem(ranks, 3), "host"), "localhost");
+    /* 3 steps: the last ends 5 ms + 2 * 40 ms + 30.5 ms after t0. */
+    cr_assert_eq(num(j, "timeline_end"), FIXTURE_STEP_OFFSET_NS + 2 * FIXTURE_STEP_PERIOD_NS + FIXTURE_STEP_SPAN_NS);
+    cr_assert_eq(num(j, "last_event_id"), 3 * FIXTURE_EVENTS_PER_STEP);
+    cJSON_Delete(j);
+    cJSON_Delete(get_json("/api/jobs/7", 404));
+}
+
+Test(web, events_of_a_step_are_every_op_of_every_rank) {
+    cJSON *j = get_json("/api/jobs/1/events?step=1", 200);
+    cr_assert_str_eq(str(j, "mode"), "events");
+    cr_assert_eq(num(j, "from"), FIXTURE_STEP_OFFSET_NS + FIXTURE_STEP_PERIOD_NS);
+    cr_assert_eq(num(j, "to"), FIXTURE_STEP_OFFSET_NS + FIXTURE_STEP_PERIOD_NS + FIXTURE_STEP_SPAN_NS);
+    cJSON *ev = cJSON_GetObjectItem(j, "events");
+    cr_assert_eq(cJSON_GetArraySize(ev), FIXTURE_EVENTS_PER_STEP);
+    int fbw[4][3] = {{0}};
+    cJSON *row;
+    cJSON_ArrayForEach(row, ev) {
+        int rank = cJSON_GetArrayItem(row, 1)->valueint, ph = cJSON_GetArrayItem(row, 5)->valueint;
+        cr_assert_eq(cJSON_GetArrayItem(row, 2)->valueint, 1, "only step 1 is in its window");
+        if (ph <= 2) {
+            fbw[rank][ph]++;
+            double d = cJSON_GetArrayItem(row, 7)->valuedouble - cJSON_GetArrayItem(row, 6)->valuedouble;
+            cr_assert_eq(d, 1e6, "F, B and W take 1 ms each");
+        }
+    }
+    for (int r = 0; r < 4; r++)
+        for (int p = 0; p < 3; p++) cr_assert_eq(fbw[r][p], 8, "rank %d phase %d", r, p);
+    /* rank 3 waits 3 ms for its first activation: a warm-up gap. */
+    cJSON *gaps = cJSON_GetObjectItem(j, "gaps");
+    int found = 0;
+    cJSON_ArrayForEach(row, gaps) {
+        if (cJSON_GetArrayItem(row, 0)->valueint == 3 && cJSON_GetArrayItem(row, 4)->valueint == 0) {
+            cr_assert_eq(cJSON_GetArrayItem(row, 3)->valuedouble - cJSON_GetArrayItem(row, 2)->valuedouble, 3e6);
+            cr_assert_str_eq(cJSON_GetArrayItem(row, 5)->valuestring, "3F0");
+            found = 1;
+        }
+    }
+    cr_assert(found, "rank 3's warm-up gap is in the window");
+    cJSON_Delete(j);
+
+    /* One rank only, and a window cut in the middle of an op. */
+    j = get_json("/api/jobs/1/events?ranks=0&from=5500000&to=6000000", 200);
+    ev = cJSON_GetObjectItem(j, "events");
+    cr_assert_geq(cJSON_GetArraySize(ev), 1);
+    cJSON_ArrayForEach(row, ev) cr_assert_eq(cJSON_GetArrayItem(row, 1)->valueint, 0);
+    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(ev, 0), 6)->valuedouble, 5e6, "0F0 started before the window");
+    cJSON_Delete(j);
+}
+
+Test(web, zoomed_out_windows_are_aggregated_and_keep_the_busy_time) {
+    cJSON *j = get_json("/api/jobs/1/events?limit=100&buckets=50", 200);
+    cr_assert_str_eq(str(j, "mode"), "buckets");
+    cr_assert_eq(num(j, "count"), 3 * FIXTURE_EVENTS_PER_STEP);
+    double busy[4] = {0};
+    cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) busy[cJSON_GetArrayItem(row, 0)->valueint] += cJSON_GetArrayItem(row, 3)->valuedouble;
+    for (int r = 0; r < 4; r++) cr_assert_eq(busy[r], 3 * 24.5e6, "rank %d busy %f", r, busy[r]);
+    cJSON_Delete(j);
+}
+
+Test(web, very_zoomed_out_windows_use_step_statistics) {
+    http_stop(srv);
+    pp_err err;
+    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .events_scan_budget = 200};
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+    /* 588 events > budget 200: one bin per step and rank */
+    cJSON *j = get_json("/api/jobs/1/events?limit=100", 200);
+    cr_assert_str_eq(str(j, "mode"), "steps");
+    cJSON *bins = cJSON_GetObjectItem(j, "bins");
+    cr_assert_eq(cJSON_GetArraySize(bins), 3 * 4);
+    cJSON *row;
+    cJSON_ArrayForEach(row, bins) {
+        cr_assert_eq(cJSON_GetArrayItem(row, 3)->valuedouble, 24.5e6, "busy per rank and step");
+        cr_assert_eq(cJSON_GetArrayItem(row, 2)->valuedouble - cJSON_GetArrayItem(row, 1)->valuedouble, FIXTURE_STEP_SPAN_NS);
+    }
+    cJSON_Delete(j);
+    /* more steps than buckets: merged, the busy time kept */
+    j = get_json("/api/jobs/1/events?limit=100&buckets=2", 200);
+    double busy = 0;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) busy += cJSON_GetArrayItem(row, 3)->valuedouble;
+    cr_assert_leq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "bins")), 2 * 4);
+    cr_assert_float_eq(busy, 3 * 4 * 24.5e6, 8, "busy time spread over the buckets, none lost");
+    cJSON_Delete(j);
+}
+
+Test(web, events_reject_bad_parameters) {
+    cJSON_Delete(get_json("/api/jobs/1/events?ranks=9", 400));
+    cJSON_Delete(get_json("/api/jobs/1/events?from=abc", 400));
+    cJSON_Delete(get_json("/api/jobs/1/events?from=10&to=5", 400));
+    cJSON_Delete(get_json("/api/jobs/1/events?limit=999999999", 400));
+    cJSON_Delete(get_json("/api/jobs/1/events?step=99", 404));
+}
+
+Test(web, steps_give_time_loss_and_bubble_ratio_per_rank) {
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    cJSON *steps = cJSON_GetObjectItem(j, "steps");
+    cr_assert_eq(cJSON_GetArraySize(steps), 3);
+    for (int s = 0; s < 3; s++) {
+        cJSON *st = cJSON_GetArrayItem(steps, s);
+        cr_assert_eq(num(st, "step"), s);
+        cr_assert_eq(num(st, "time_ns"), FIXTURE_STEP_SPAN_NS);
+        double want = 0;
+        for (int m = 0; m < 8; m++) want += fixture_loss(s, m) / 8;
+        cr_assert_float_eq(num(st, "loss"), want, 1e-12);
+        cr_assert_eq(num(st, "losses"), 8);
+        cJSON *br = cJSON_GetObjectItem(st, "bubble_ratio");
+        cr_assert_eq(cJSON_GetArraySize(br), 4);
+        for (int r = 0; r < 4; r++) cr_assert_float_eq(cJSON_GetArrayItem(br, r)->valuedouble, 6.0 / 30.5, 1e-12);
+    }
+    cJSON_Delete(j);
+}
+
+Test(web, gaps_of_a_step_add_up_to_the_bubble) {
+    cJSON *j = get_json("/api/jobs/1/gaps?step=0", 200);
+    cJSON *by = cJSON_GetObjectItem(j, "idle_ns_by_cause");
+    double total = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, by) total += c->valuedouble;
+    cr_assert_eq(total, 4 * 6e6, "6 ms idle per rank in 1F1B with p=4, m=8");
+    /* warm-up: rank r waits r ms for its first F; cool-down the same at the end */
+    cr_assert_eq(num(by, "warmup"), 6e6);
+    cr_assert_eq(num(by, "cooldown"), 6e6);
+    cJSON *g;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItem(j, "gaps")) cr_assert_eq(num(g, "step"), 0);
+    cJSON_Delete(j);
+}
+
+Test(web, plan_has_every_action_and_the_simulated_bubble) {
+    cJSON *j = get_json("/api/jobs/1/plan", 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "actions")), 4 * 24);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "simulated")));
+    cr_assert_eq(num(j, "sim_makespan_ns"), 30e6);
+    cJSON *br = cJSON_GetObjectItem(j, "sim_bubble_ratio");
+    for (int r = 0; r < 4; r++) cr_assert_float_eq(cJSON_GetArrayItem(br, r)->valuedouble, 6.0 / 30, 1e-12);
+    cJSON *a0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "actions"), 0);
+    cr_assert_str_eq(str(a0, "action"), "0F0");
+    cJSON_Delete(j);
+}
+
+static webclient_resp post_sql(const char *body) {
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "POST", "/api/sql", NULL, body, &r), 0);
+    return r;
+}
+
+Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {
+    webclient_resp r = post_sql("{\"sql\": \"SELECT phase, count(*) AS n FROM events WHERE step=0 AND phase IN ('F','B','W') GROUP BY phase ORDER BY phase\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cJSON *j = cJSON_Parse(r.body);
+    cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "columns"), 1)->valuestring, "n");
+    cJSON *rows = cJSON_GetObjectItem(j, "rows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 3);
+    cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(rows, 0), 0)->valuestring, "B");
+    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(rows, 0), 1)->valueint, 32);
+    cJSON_Delete(j);
+    webclient_free(&r);
+
+    struct { const char *body; int status; const char *msg; } cases[] = {
+        {"{\"sql\": \"DELETE FROM events\"}", 403, "DELETE"},
+        {"{\"sql\": \"ATTACH '/tmp/x.db' AS x\"}", 403, "ATTACH"},
+        {"{\"sql\": \"PRAGMA user_version=7\"}", 403, "PRAGMA"},
+        {"{\"sql\": \"SELECT 1; DROP TABLE jobs\"}", 400, "one statement"},
+        {"{\"sql\": \"SELEC 1\"}", 400, "syntax error"},
+        {"{\"sql\": \"SELECT * FROM nope\"}", 400, "no such table: nope"},
+        {"{\"sql\": 5}", 400, "\\\"sql\\\""},
+        {"{\"sql\": \"SELECT 1\"", 400, "malformed JSON"},
+        {"not json at all", 400, "malformed JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = post_sql(cases[i].body);
+        cr_assert_eq(r.status, cases[i].status, "%s -> %d %s", cases[i].body, r.status, r.body);
+        cr_assert(strstr(r.body, cases[i].msg), "%s -> %s", cases[i].body, r.body);
+        cJSON *e = cJSON_Parse(r.body);
+        cr_assert(cJSON_IsString(cJSON_GetObjectItem(e, "error")));
+        cJSON_Delete(e);
+        webclient_free(&r);
+    }
+    /* Nothing was written. */
+    r = post_sql("{\"sql\": \"SELECT count(*) FROM events\"}");
+    cr_assert(strstr(r.body, "[[588]]"), "%s", r.body);
+    webclient_free(&r);
+}
+
+Test(web, sql_time_limit_and_row_cap) {
+    http_stop(srv);
+    pp_err err;
+    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .sql_time_limit_ns = 300000000ull, .sql_max_rows = 100};
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+    webclient_resp r = post_sql("{\"sql\": \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c\"}");
+    cr_assert_eq(r.status, 408, "%s", r.body);
+    cr_assert(strstr(r.body, "time limit"), "%s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT id FROM events\"}");
+    cr_assert_eq(r.status, 200);
+    cJSON *j = cJSON_Parse(r.body);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "rows")), 100);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "truncated")));
+    cJSON_Delete(j);
+    webclient_free(&r);
+}
+
+Test(web, unknown_routes_and_methods_get_json_errors) {
+    const char *paths[] = {"/api/nope", "/api/jobs/1/nope", "/api/jobs/abc", "/api/jobs/1/events/x", "/nope.html"};
+    for (size_t i = 0; i < 5; i++) cJSON_Delete(get_json(paths[i], 404));
+    webclient_resp r;
+    webclient_request(port, "DELETE", "/api/jobs/1", NULL, NULL, &r);
+    cr_assert_eq(r.status, 405);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/api/sql", NULL, NULL, &r);
+    cr_assert_eq(r.status, 405);
+    webclient_free(&r);
+}
+
+Test(web, traversal_attempts_never_return_a_file) {
+    const char *paths[] = {"/../../../../etc/passwd", "/%2e%2e/%2e%2e/etc/passwd", "/static/..%2f..%2fetc%2fpasswd",
+                           "/%252e%252e/etc/passwd", "/..%5c..%5cetc%5cpasswd", "//etc/passwd",
+                           "/static/../CMakeLists.txt", "/index.html/../../db/schema.sql", "/%2fetc%2fpasswd"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        webclient_resp r;
+        cr_assert_eq(webclient_request(port, "GET", paths[i], NULL, NULL, &r), 0);
+        cr_assert(r.status == 404 || r.status == 400, "%s -> %d", paths[i], r.status);
+        cr_assert(!strstr(r.body, "root:") && !strstr(r.body, "cmake_minimum") && !strstr(r.body, "CREATE TABLE"),
+                  "%s leaked a file", paths[i]);
+        webclient_free(&r);
+    }
+}
+
+Test(web, dashboard_files_come_from_the_binary_with_types_and_etags) {
+    webclient_resp r;
+    webclient_request(port, "GET", "/", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(webclient_header(&r, "Content-Type"), "text/html"));
+    cr_assert(strstr(r.body, "<canvas"), "the dashboard has its timeline canvas");
+    char etag[64];
+    snprintf(etag, sizeof etag, "%s", webclient_header(&r, "ETag"));
+    webclient_free(&r);
+    char hdr[128];
+    snprintf(hdr, sizeof hdr, "If-None-Match: %s\r\n", etag);
+    webclient_request(port, "GET", "/", hdr, NULL, &r);
+    cr_assert_eq(r.status, 304);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/app.js", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(webclient_header(&r, "Content-Type"), "text/javascript"));
+    webclient_free(&r);
+    webclient_request(port, "GET", "/style.css", NULL, NULL, &r);
+    cr_assert(strstr(webclient_header(&r, "Content-Type"), "text/css"));
+    webclient_free(&r);
+}
+
+Test(web, oversized_bodies_and_headers_get_4xx) {
+    /* announced */
+    char *big = malloc(200 * 1024);
+    memset(big, 'a', 200 * 1024 - 1);
+    big[200 * 1024 - 1] = 0;
+    webclient_resp r;
+    webclient_request(port, "POST", "/api/sql", NULL, big, &r);
+    cr_assert_eq(r.status, 413, "%d", r.status);
+    webclient_free(&r);
+    /* chunked, without Content-Length */
+    size_t n = 100 * 1024;
+    char *raw = malloc(n + 512);
+    int h = snprintf(raw, 512, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n", n - 512);
+    memset(raw + h, 'b', n - 512);
+    memcpy(raw + h + n - 512, "\r\n0\r\n\r\n", 7);
+    webclient_raw(port, raw, (size_t)h + n - 512 + 7, &r);
+    cr_assert_eq(r.status, 413, "%d", r.status);
+    webclient_free(&r);
+    /* a 64 KiB header */
+    snprintf(raw, 64, "X-Big: ");
+    size_t hl = 64 * 1024;
+    char *hdr = malloc(hl + 16);
+    memcpy(hdr, "X-Big: ", 7);
+    memset(hdr + 7, 'c', hl);
+    memcpy(hdr + 7 + hl, "\r\n", 3);
+    webclient_request(port, "GET", "/api/jobs", hdr, NULL, &r);
+    cr_assert(r.status >= 400 && r.status < 500, "%d", r.status);
+    webclient_free(&r);
+    free(hdr);
+    free(raw);
+    free(big);
+}
+
+Test(web, a_stalled_client_is_disconnected_by_the_timeout) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    send(fd, "GET /api/jobs HTTP/1.1\r\nHost: x\r\n", 33, 0); /* and never finish */
+    struct timeval tv = {.tv_sec = 20};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[256];
+    ssize_t got = recv(fd, buf, sizeof buf, 0);
+    cr_assert_eq(got, 0, "the server closed the idle connection (2 s timeout) instead of waiting forever");
+    close(fd);
+}
+
+Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
+    webclient_resp r;
+    webclient_request(port, "GET", "/api/jobs", NULL, NULL, &r);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(webclient_header(&r, "Content-Type"), "text/plain; version=0.0.4"));
+    regex_t sample, comment;
+    cr_assert_eq(regcomp(&sample, "^[a-zA-Z_:][a-zA-Z0-9_:]*(\\{([a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\]|\\\\.)*\",?)*\\})? [-+0-9.eE]+(Inf|NaN)?$", REG_EXTENDED), 0);
+    cr_assert_eq(regcomp(&comment, "^# (HELP|TYPE) pprun_[a-z_]+ .+$", REG_EXTENDED), 0);
+    char *save, *line;
+    int samples = 0;
+    for (line = strtok_r(r.body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#') cr_assert_eq(regexec(&comment, line, 0, NULL, 0), 0, "bad comment: %s", line);
+        else {
+            cr_assert_eq(regexec(&sample, line, 0, NULL, 0), 0, "bad sample: %s", line);
+            cr_assert_eq(strncmp(line, "pprun_", 6), 0);
+            samples++;
+        }
+    }
+    regfree(&sample);
+    regfree(&comment);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert(strstr(r.body, "pprun_bubble_ratio{job=\"1\",rank=\"3\"} 0.196721311\n"), "%s", r.body);
+    cr_assert(strstr(r.body, "pprun_step_time_seconds{job=\"1\"} 0.0305\n"));
+    cr_assert(strstr(r.body, "pprun_events_dropped_total{job=\"1\"} 3\n"));
+    cr_assert(strstr(r.body, "pprun_events_ingested_total{job=\"1\"} 612\n"));
+    cr_assert(strstr(r.body, "pprun_steps_completed{job=\"1\"} 3\n"));
+    cr_assert(strstr(r.body, "pprun_http_requests_total{code=\"200\"}"));
+    char want[64];
+    snprintf(want, sizeof want, "pprun_loss{job=\"1\"} %.9g\n", (fixture_loss(2, 0) + fixture_loss(2, 1) + fixture_loss(2, 2) + fixture_loss(2, 3) + fixture_loss(2, 4) + fixture_loss(2, 5) + fixture_loss(2, 6) + fixture_loss(2, 7)) / 8);
+    cr_assert(strstr(r.body, want), "want %s in %s", want, r.body);
+    cr_assert_gt(samples, 10);
+    webclient_free(&r);
+}
+
+/* ---- auth ------------------------------------------------------------------ */
+
+Test(web_auth, non_loopback_without_token_refuses_to_start) {
+    char path[256];
+    pp_err err;
+    fixture_tmp_path(path, sizeof path, "auth");
+    cr_assert_eq(fixture_create(path, 1, "running", &err), 0, "%s", err.msg);
+    http_server *s;
+    http_options o = {.listen = "0.0.0.0:0", .db_path = path};
+    cr_assert_eq(http_start(&o, &s, &err), -1);
+    cr_assert(strstr(err.msg, "token") && strstr(err.msg, "0.0.0.0"), "%s", err.msg);
+    o.listen = "127.0.0.1:99999";
+    cr_assert_eq(http_start(&o, &s, &err), -1);
+    cr_assert(strstr(err.msg, "--listen"), "%s", err.msg);
+    o.listen = "0.0.0.0:0";
+    o.token = "s3cret-token";
+    cr_assert_eq(http_start(&o, &s, &err), 0, "%s", err.msg);
+    http_stop(s);
+    /* the command refuses too, with exit status 2 */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "PPRUN_TOKEN= '%s' serve --db '%s' --listen 0.0.0.0:0 2>/dev/null", PPRUN_BIN, path);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
+    unlink(path);
+}
+
+Test(web_auth, with_a_token_every_api_request_must_carry_it, .init = NULL) {
+    start_with(1, "running", (http_options){.token = "s3cret-token"});
+    const char *paths[] = {"/api/jobs", "/api/jobs/1/events", "/metrics", "/api/jobs/1/live"};
+    for (int i = 0; i < 4; i++) {
+        webclient_resp r;
+        webclient_request(port, "GET", paths[i], NULL, NULL, &r);
+        cr_assert_eq(r.status, 401, "%s without token: %d", paths[i], r.status);
+        webclient_free(&r);
+        webclient_request(port, "GET", paths[i], "Authorization: Bearer s3cret-tokeX\r\n", NULL, &r);
+        cr_assert_eq(r.status, 401, "%s wrong token", paths[i]);
+        webclient_free(&r);
+        webclient_request(port, "GET", paths[i], "Authorization: Bearer s3cret-token-longer\r\n", NULL, &r);
+        cr_assert_eq(r.status, 401, "%s longer token", paths[i]);
+        webclient_free(&r);
+    }
+    webclient_resp r;
+    webclient_request(port, "GET", "/api/jobs", "Authorization: Bearer s3cret-token\r\n", NULL, &r);
+    cr_assert_eq(r.status, 200);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200, "the dashboard page itself holds no data");
+    webclient_free(&r);
+    teardown();
+}
+
+/* ---- live stream ------------------------------------------------------------ */
+
+typedef struct stream {
+    int fd;
+    char *buf;
+    size_t len, cap;
+} stream;
+
+static void stream_open(stream *s, const char *extra) {
+    memset(s, 0, sizeof *s);
+    s->fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(s->fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[512];
+    int n = snprintf(req, sizeof req, "GET /api/jobs/1/live HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n", extra ? extra : "");
+    cr_assert_eq(send(s->fd, req, (size_t)n, 0), n);
+    s->cap = 1 << 20;
+    s->buf = malloc(s->cap + 1);
+    s->buf[0] = 0;
+}
+
+/* Reads until `needle` appears (or 15 s pass: then the test fails). */
+static int stream_wait(stream *s, const char *needle) {
+    for (int i = 0; i < 1500; i++) {
+        if (strstr(s->buf, needle)) return 1;
+        struct pollfd p = {.fd = s->fd, .events = POLLIN};
+        if (poll(&p, 1, 10) == 1) {
+            if (s->len == s->cap) s->buf = realloc(s->buf, (s->cap *= 2) + 1);
+            ssize_t n = recv(s->fd, s->buf + s->len, s->cap - s->len, 0);
+            if (n <= 0) return strstr(s->buf, needle) != NULL;
+            s->len += (size_t)n;
+            s->buf[s->len] = 0;
+        }
+    }
+    return 0;
+}
+
+static void stream_close(stream *s) {
+    close(s->fd);
+    free(s->buf);
+}
+
+static long events_delivered(const char *buf) {
+    long total = 0;
+    const char *needle = "event: events\ndata: {\"count\":";
+    for (const char *p = buf; (p = strstr(p, needle)); p++) total += strtol(p + strlen(needle), NULL, 10);
+    return total;
+}
+
+static void *append_later(void *arg) {
+    (void)arg;
+    pp_err err;
+    usleep(300000);
+    if (fixture_append_steps(dbpath, 2, 1, &err) != 0) fprintf(stderr, "append: %s\n", err.msg);
+    return NULL;
+}
+
+Test(web_live, a_stream_delivers_rows_another_writer_appends_and_resumes, .timeout = 60) {
+    start_with(2, "running", (http_options){.live_poll_ms = 50});
+    stream a;
+    stream_open(&a, NULL);
+    cr_assert(stream_wait(&a, "event: hello\n"), "%s", a.buf);
+    cr_assert(strstr(a.buf, "text/event-stream"));
+    char hello_id[64];
+    const char *idp = strstr(a.buf, "id: ");
+    sscanf(idp, "id: %63s", hello_id);
+    cr_assert_str_eq(hello_id, "392.1.7.1", "cursor after 2 steps: 392 events, loss (1,7), step 1");
+    pthread_t t;
+    pthread_create(&t, NULL, append_later, NULL);
+    cr_assert(stream_wait(&a, "event: step\n"), "%s", a.buf);
+    pthread_join(t, NULL);
+    cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
+    cr_assert_eq(events_delivered(a.buf), FIXTURE_EVENTS_PER_STEP);
+    cr_assert(strstr(a.buf, "event: losses\n"));
+    cr_assert(strstr(a.buf, "[2,7,"), "the last loss of step 2 arrived");
+    stream_close(&a);
+
+    /* A client that saw only the hello resumes and gets the same rows. */
+    char hdr[128];
+    snprintf(hdr, sizeof hdr, "Last-Event-ID: %s\r\n", hello_id);
+    stream b;
+    stream_open(&b, hdr);
+    cr_assert(stream_wait(&b, "event: step\n"), "%s", b.buf);
+    cr_assert_null(strstr(b.buf, "event: hello"), "a resumed stream does not start over");
+    cr_assert_eq(events_delivered(b.buf), FIXTURE_EVENTS_PER_STEP);
+    stream_close(&b);
+
+    /* The job ending shows as a status message. */
+    stream c;
+    stream_open(&c, NULL);
+    cr_assert(stream_wait(&c, "\"status\":\"running\""));
+    pp_err err;
+    cr_assert_eq(fixture_set_status(dbpath, "succeeded", &err), 0);
+    cr_assert(stream_wait(&c, "\"status\":\"succeeded\""), "%s", c.buf);
+    stream_close(&c);
+
+    webclient_resp r;
+    webclient_request(port, "GET", "/api/jobs/1/live", "Last-Event-ID: nonsense\r\n", NULL, &r);
+    cr_assert_eq(r.status, 400);
+    webclient_free(&r);
+    webclient_request(port, "GET", "/api/jobs/9/live", NULL, NULL, &r);
+    cr_assert_eq(r.status, 404);
+    webclient_free(&r);
+    teardown();
+}
+
+Test(web_live, stopping_the_server_ends_open_streams, .timeout = 30) {
+    start_with(1, "running", (http_options){.live_poll_ms = 50});
+    stream a;
+    stream_open(&a, NULL);
+    cr_assert(stream_wait(&a, "event: hello\n"));
+    teardown(); /* must not hang on the suspended connection */
+    char buf[64];
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(a.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ssize_t n;
+    while ((n = recv(a.fd, buf, sizeof buf, 0)) > 0) {}
+    cr_assert_eq(n, 0, "the stream was closed");
+    stream_close(&a);
+}
+
+Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {
+    char path[256];
+    pp_err err;
+    fixture_tmp_path(path, sizeof path, "serve");
+    cr_assert_eq(fixture_create(path, 1, "succeeded", &err), 0, "%s", err.msg);
+    int p;
+    int pid = webclient_start_serve(path, NULL, &p);
+    cr_assert_gt(pid, 0);
+    int save = port;
+    port = p;
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps")), 1);
+    cJSON_Delete(j);
+    port = save;
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "clean exit on SIGTERM");
+    unlink(path);
+}

@@ -1,0 +1,450 @@
+/* http.c: the server: listening socket, libmicrohttpd daemon and its limits,
+ * the request life cycle (body cap, auth), static files from the embedded
+ * table, and dispatch to the API, live streams and /metrics. */
+#include "web/http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runner/base/embed.h"
+#include "web/internal.h"
+
+/* Per request: the body as it arrives, bounded by max_body. */
+typedef struct request {
+    char *body;
+    size_t len, cap;
+    int too_big;
+} request;
+
+void http_error(http_reply *r, int status, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kstr(&w, "error", msg);
+    jw_kint(&w, "status", status);
+    jw_obj_end(&w);
+    free(r->body);
+    r->body = jw_take(&w, &r->len);
+    r->status = r->body ? status : 500;
+    r->type = "application/json";
+    r->cache = NULL;
+}
+
+void http_json(http_reply *r, jw *w) {
+    free(r->body);
+    r->body = jw_take(w, &r->len);
+    if (!r->body) {
+        http_error(r, 500, "out of memory building the response");
+        return;
+    }
+    r->status = 200;
+    r->type = "application/json";
+    r->cache = NULL;
+}
+
+int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r) {
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    if (!v || !*v) return 0;
+    pp_err err;
+    if (pp_parse_long(v, min, max, name, out, &err) != 0) {
+        http_error(r, 400, "bad query parameter: %s", err.msg);
+        return -1;
+    }
+    return 1;
+}
+
+/* ---- listen address ------------------------------------------------------ */
+
+int http_parse_listen(const char *listen, char *host, size_t hostsz, uint16_t *port, pp_err *err) {
+    const char *colon;
+    const char *h = listen;
+    size_t hlen;
+    if (listen[0] == '[') {
+        const char *close = strchr(listen, ']');
+        if (!close || close[1] != ':')
+            return pp_fail(err, "--listen '%s': expected [IPv6]:PORT, e.g. [::1]:8080", listen);
+        h = listen + 1;
+        hlen = (size_t)(close - h);
+        colon = close + 1;
+    } else {
+        colon = strrchr(listen, ':');
+        if (!colon) return pp_fail(err, "--listen '%s': expected HOST:PORT, e.g. 127.0.0.1:8080", listen);
+        if (memchr(listen, ':', (size_t)(colon - listen)))
+            return pp_fail(err, "--listen '%s': put an IPv6 address in brackets, e.g. [::1]:8080", listen);
+        hlen = (size_t)(colon - listen);
+    }
+    if (hlen == 0) {
+        h = "127.0.0.1";
+        hlen = strlen(h);
+    }
+    if (hlen + 1 > hostsz) return pp_fail(err, "--listen '%s': host name too long", listen);
+    memcpy(host, h, hlen);
+    host[hlen] = 0;
+    long p;
+    if (pp_parse_long(colon + 1, 0, 65535, "--listen port", &p, err) != 0) return -1;
+    *port = (uint16_t)p;
+    return 0;
+}
+
+static int is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a)) return 1;
+        if (IN6_IS_ADDR_V4MAPPED(a)) return a->s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+/* Resolves, checks the token rule, binds and listens. Returns the fd. */
+static int open_listener(const http_options *o, int *family, char *url, size_t urlsz, uint16_t *bound,
+                         pp_err *err) {
+    char host[256];
+    uint16_t port;
+    if (http_parse_listen(o->listen ? o->listen : "127.0.0.1:8080", host, sizeof host, &port, err) != 0) return -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    char portstr[8];
+    snprintf(portstr, sizeof portstr, "%u", port);
+    int gai = getaddrinfo(host, portstr, &hints, &res);
+    if (gai != 0) return pp_fail(err, "--listen: cannot resolve '%s': %s", host, gai_strerror(gai));
+    int loop = 1;
+    for (struct addrinfo *a = res; a; a = a->ai_next) loop = loop && is_loopback(a->ai_addr);
+    if (!loop && !(o->token && *o->token)) {
+        freeaddrinfo(res);
+        return pp_fail(err,
+                       "--listen %s is not a loopback address: refusing to serve the trace without a token "
+                       "(give --token TOKEN or set PPRUN_TOKEN; clients send 'Authorization: Bearer TOKEN')",
+                       host);
+    }
+    int fd = -1;
+    int last_errno = 0;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            last_errno = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+            last_errno = errno;
+            close(fd);
+            fd = -1;
+            continue;
+        }
+        *family = a->ai_family;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return pp_fail(err, "--listen %s:%u: %s", host, port, strerror(last_errno));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    char addr[INET6_ADDRSTRLEN] = "?";
+    if (ss.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, addr, sizeof addr);
+        *bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        snprintf(url, urlsz, "http://%s:%u/", addr, *bound);
+    } else {
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, addr, sizeof addr);
+        *bound = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        snprintf(url, urlsz, "http://[%s]:%u/", addr, *bound);
+    }
+    return fd;
+}
+
+/* ---- auth ---------------------------------------------------------------- */
+
+/* Constant time in the length of the expected token: no early exit on the
+ * first differing byte, nor on a length mismatch. */
+static int token_ok(const http_server *s, struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
+    const char *got = h + 7;
+    size_t glen = strlen(got);
+    unsigned char diff = (unsigned char)(glen != s->token_len);
+    for (size_t i = 0; i < s->token_len; i++) diff |= (unsigned char)(s->token[i] ^ (i < glen ? got[i] : 0));
+    return diff == 0;
+}
+
+/* ---- static files --------------------------------------------------------- */
+
+static const char *content_type(const char *name) {
+    const char *dot = strrchr(name, '.');
+    if (!dot) return "application/octet-stream";
+    if (!strcmp(dot, ".html")) return "text/html; charset=utf-8";
+    if (!strcmp(dot, ".js")) return "text/javascript; charset=utf-8";
+    if (!strcmp(dot, ".css")) return "text/css; charset=utf-8";
+    if (!strcmp(dot, ".svg")) return "image/svg+xml";
+    if (!strcmp(dot, ".png")) return "image/png";
+    if (!strcmp(dot, ".ico")) return "image/x-icon";
+    if (!strcmp(dot, ".json")) return "application/json";
+    if (!strcmp(dot, ".txt")) return "text/plain; charset=utf-8";
+    return "application/octet-stream";
+}
+
+/* FNV-1a of the content: the ETag, so reloads get 304s. */
+static uint64_t fnv1a(const unsigned char *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Looks the path up in the embedded table; nothing else is ever consulted.
+ * Only plain names are looked up at all, so a traversal attempt is a 404
+ * without touching the table's neighbours either. */
+static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, const char *url) {
+    (void)s;
+    char name[256];
+    int plain = url[0] == '/' && strlen(url) < 200 && !strstr(url, "..") && !strstr(url, "//");
+    for (const char *p = url; plain && *p; p++)
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '/' ||
+                *p == '.' || *p == '-' || *p == '_';
+    const pp_embedded_file *f = NULL;
+    if (plain) {
+        snprintf(name, sizeof name, "static%s", strcmp(url, "/") == 0 ? "/index.html" : url);
+        f = pp_embed_find(pp_static_files, name);
+    }
+    if (!f) return MHD_NO; /* the caller answers 404 */
+    char etag[32];
+    snprintf(etag, sizeof etag, "\"%016llx\"", (unsigned long long)fnv1a(f->data, f->size));
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    int not_modified = inm && strcmp(inm, etag) == 0;
+    struct MHD_Response *resp =
+        not_modified ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
+            : MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type(name));
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    /* Revalidate every time: the binary (and so the files) can change
+     * between runs on the same port. */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
+    enum MHD_Result ret = MHD_queue_response(c, not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    atomic_fetch_add(&s->requests[not_modified ? 304 : 200], 1);
+    return ret;
+}
+
+/* ---- request life cycle --------------------------------------------------- */
+
+static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, http_reply *r) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(r->body);
+        return MHD_NO;
+    }
+    r->body = NULL;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->type ? r->type : "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache ? r->cache : "no-store");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"pprun\"");
+    if (r->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
+    MHD_destroy_response(resp);
+    if (r->status > 0 && r->status < HTTP_CODES) atomic_fetch_add(&s->requests[r->status], 1);
+    return ret;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    http_server *s = cls;
+    request *rq = *con_cls;
+    http_reply r = {0};
+    if (!rq) {
+        rq = calloc(1, sizeof *rq);
+        if (!rq) return MHD_NO;
+        *con_cls = rq;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long n = strtoull(cl, &end, 10);
+            if (errno || *end || n > s->o.max_body) rq->too_big = 1;
+        }
+        /* Refuse an announced oversized body before reading any of it. */
+        if (rq->too_big) {
+            http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
+            return send_reply(s, c, &r);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size > 0) {
+        /* Bodies without Content-Length (chunked) are capped as they come. */
+        if (!rq->too_big) {
+            if (rq->len + *upload_size > s->o.max_body) {
+                rq->too_big = 1;
+                free(rq->body);
+                rq->body = NULL;
+            } else {
+                if (rq->len + *upload_size + 1 > rq->cap) {
+                    size_t ncap = rq->len + *upload_size + 1;
+                    char *b = realloc(rq->body, ncap);
+                    if (!b) return MHD_NO;
+                    rq->body = b;
+                    rq->cap = ncap;
+                }
+                memcpy(rq->body + rq->len, upload, *upload_size);
+                rq->len += *upload_size;
+                rq->body[rq->len] = 0; /* NUL-terminated copy, for cJSON */
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (rq->too_big) {
+        http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
+        return send_reply(s, c, &r);
+    }
+
+    int is_api = strncmp(url, "/api/", 5) == 0 || strcmp(url, "/api") == 0;
+    int is_metrics = strcmp(url, "/metrics") == 0;
+    int head = strcmp(method, "HEAD") == 0;
+    int get = head || strcmp(method, "GET") == 0;
+    if ((is_api || is_metrics) && s->token && !token_ok(s, c)) {
+        http_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
+        return send_reply(s, c, &r);
+    }
+    if (is_metrics) {
+        if (!get) http_error(&r, 405, "%s not allowed on /metrics (use GET)", method);
+        else metrics_render(s, &r);
+        return send_reply(s, c, &r);
+    }
+    if (is_api) {
+        /* /api/jobs/{id}/live is a stream; everything else one reply. */
+        long job;
+        int n = 0;
+        if (get && sscanf(url, "/api/jobs/%ld/live%n", &job, &n) == 1 && url[n] == 0 && job > 0 &&
+            strspn(url + 10, "0123456789") + 10 + 5 == strlen(url)) {
+            int queued = 0;
+            enum MHD_Result ret = live_open(s, c, job, &r, &queued);
+            if (queued) return ret;
+            return send_reply(s, c, &r);
+        }
+        routes_api(s, c, method, url, rq->body ? rq->body : "", rq->len, &r);
+        return send_reply(s, c, &r);
+    }
+    if (!get) {
+        http_error(&r, 405, "%s not allowed on %s", method, url);
+        return send_reply(s, c, &r);
+    }
+    /* HEAD: libmicrohttpd sends the headers of the full response, no body. */
+    enum MHD_Result ret = serve_static(s, c, url);
+    if (ret == MHD_YES) return ret;
+    http_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
+    return send_reply(s, c, &r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)c;
+    (void)toe;
+    request *rq = *con_cls;
+    if (!rq) return;
+    free(rq->body);
+    free(rq);
+    *con_cls = NULL;
+}
+
+int http_start(const http_options *opts, http_server **out, pp_err *err) {
+    *out = NULL;
+    if (!opts->db_path) return pp_fail(err, "--db FILE is required");
+    http_server *s = calloc(1, sizeof *s);
+    if (!s) return pp_fail(err, "out of memory");
+    s->o = *opts;
+    if (!s->o.threads) s->o.threads = 4;
+    if (!s->o.conn_timeout_s) s->o.conn_timeout_s = 30;
+    if (!s->o.max_conns) s->o.max_conns = 512;
+    if (!s->o.max_conns_per_ip) s->o.max_conns_per_ip = 128;
+    if (!s->o.max_body) s->o.max_body = 64 * 1024;
+    if (!s->o.max_header_mem) s->o.max_header_mem = 32 * 1024;
+    if (!s->o.sql_time_limit_ns) s->o.sql_time_limit_ns = 2000000000ull;
+    if (!s->o.sql_max_rows) s->o.sql_max_rows = 10000;
+    if (!s->o.live_poll_ms) s->o.live_poll_ms = 200;
+    if (!s->o.live_heartbeat_ms) s->o.live_heartbeat_ms = 10000;
+    if (!s->o.events_scan_budget) s->o.events_scan_budget = 60000;
+    if (opts->token && *opts->token) {
+        s->token = strdup(opts->token);
+        if (!s->token) {
+            free(s);
+            return pp_fail(err, "out of memory");
+        }
+        s->token_len = strlen(s->token);
+    }
+    s->o.token = s->token;
+    s->o.listen = NULL; /* not kept: the caller owns the string */
+    s->o.db_path = NULL;
+    for (int i = 0; i < HTTP_CODES; i++) atomic_init(&s->requests[i], 0);
+    atomic_init(&s->bytes_out, 0);
+
+    int family = AF_INET;
+    int fd = open_listener(opts, &family, s->url, sizeof s->url, &s->port, err);
+    if (fd < 0) {
+        free(s->token);
+        free(s);
+        return -1;
+    }
+    if (dbpool_init(&s->pool, opts->db_path, err) != 0) {
+        close(fd);
+        free(s->token);
+        free(s);
+        return -1;
+    }
+    if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) {
+        close(fd);
+        dbpool_close(&s->pool);
+        free(s->token);
+        free(s);
+        return -1;
+    }
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    if (family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
+        s->o.threads, MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        s->o.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->o.max_conns_per_ip,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->o.max_header_mem, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        MHD_OPTION_END);
+    if (!s->daemon) {
+        close(fd);
+        live_free(s->live);
+        dbpool_close(&s->pool);
+        free(s->token);
+        free(s);
+        return pp_fail(err, "cannot start the HTTP server (libmicrohttpd refused the options)");
+    }
+    *out = s;
+    return 0;
+}
+
+const char *http_url(const http_server *s) { return s->url; }
+uint16_t http_port(const http_server *s) { return s->port; }
+
+void http_stop(http_server *s) {
+    if (!s) return;
+    /* Suspended stream connections must be resumed before the daemon stops
+     * (libmicrohttpd's rule); live_end_all makes each one end its stream. */
+    live_end_all(s->live);
+    MHD_stop_daemon(s->daemon);
+    live_free(s->live);
+    dbpool_close(&s->pool);
+    free(s->token);
+    free(s);
+}

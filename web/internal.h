@@ -1,0 +1,80 @@
+/* internal.h: what the web/ files share behind http.h: the server struct,
+ * the read-only connection pool, and the route and live-stream entry
+ * points. Not for use outside web/. */
+#ifndef PP_WEB_INTERNAL_H
+#define PP_WEB_INTERNAL_H
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "web/http.h"
+#include "web/json.h"
+
+struct sqlite3;
+
+/* A small pool of read-only connections: one per concurrent request. */
+typedef struct dbpool {
+    pthread_mutex_t mu;
+    char *path;
+    struct sqlite3 *idle[32];
+    int nidle;
+} dbpool;
+
+int dbpool_init(dbpool *p, const char *path, pp_err *err);
+/* Returns a connection (the caller gives it back with dbpool_put) or NULL. */
+struct sqlite3 *dbpool_get(dbpool *p, pp_err *err);
+void dbpool_put(dbpool *p, struct sqlite3 *db);
+void dbpool_close(dbpool *p);
+
+typedef struct live_hub live_hub;
+
+#define HTTP_CODES 600
+
+struct http_server {
+    http_options o;
+    struct MHD_Daemon *daemon;
+    char url[128];
+    uint16_t port;
+    char *token;
+    size_t token_len;
+    dbpool pool;
+    live_hub *live;
+    atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
+    atomic_ullong bytes_out;
+};
+
+/* A response to send: status, content type and body (owned, freed by MHD). */
+typedef struct http_reply {
+    int status;
+    const char *type;
+    char *body;
+    size_t len;
+    const char *cache;  /* Cache-Control; NULL = no-store */
+} http_reply;
+
+/* Fills r with {"error": msg} and the status. */
+void http_error(http_reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Takes w's bytes as a JSON body with status 200 (500 if w ran out of memory). */
+void http_json(http_reply *r, jw *w);
+
+/* GET /api/... and POST /api/sql. args: the connection, for query parameters. */
+void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url,
+                const char *body, size_t body_len, http_reply *r);
+/* GET /metrics */
+void metrics_render(http_server *s, http_reply *r);
+
+/* Live streams (SSE) */
+int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned heartbeat_ms, pp_err *err);
+/* Queues the stream response for GET /api/jobs/{id}/live, or fills r with
+ * an error. Returns MHD_YES/MHD_NO like MHD_queue_response. */
+enum MHD_Result live_open(http_server *s, struct MHD_Connection *c, long job, http_reply *r, int *queued);
+/* Ends every stream (resumes suspended connections); call before MHD_stop_daemon. */
+void live_end_all(live_hub *h);
+void live_free(live_hub *h);
+int live_count(live_hub *h);
+
+/* Strict query parameter parsing: returns 0 when absent (leaves *out),
+ * 1 when parsed, -1 on a bad value (r filled with a 400). */
+int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r);
+
+#endif

@@ -1,0 +1,893 @@
+/* routes.c: the JSON API (DESIGN.md §8, docs/api.md): jobs, one job, the
+ * timeline window, steps, gaps, plan, and POST /api/sql.
+ *
+ * Every time in a response is nanoseconds since the job's start (jobs.t0_ns):
+ * small integers that a browser holds exactly in a double. Big arrays are
+ * rows of numbers, not objects, so a window of 20,000 events stays under
+ * 1 MB. */
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/usersql.h"
+#include "web/internal.h"
+
+#define EVENTS_DEFAULT_LIMIT 20000
+#define EVENTS_MAX_LIMIT 25000 /* ~45 bytes per event row: stays < ~1.2 MB */
+#define OVERLAP_LOOKBACK 8
+
+static const char *const phases[] = {"F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT", NULL};
+static const char *const causes[] = {"warmup", "cooldown", "wait_activation", "wait_gradient", "comm", "other", NULL};
+
+static int index_of(const char *const *names, const char *s) {
+    for (int i = 0; s && names[i]; i++)
+        if (strcmp(names[i], s) == 0) return i;
+    return -1;
+}
+
+/* A prepared statement or a 500 naming SQLite's complaint. */
+static sqlite3_stmt *prep(sqlite3 *db, const char *sql, http_reply *r) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
+        http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        return NULL;
+    }
+    return st;
+}
+
+/* The current row as an object, keys from the column names. */
+static void row_object(jw *w, sqlite3_stmt *st) {
+    jw_obj(w);
+    int n = sqlite3_column_count(st);
+    for (int c = 0; c < n; c++) {
+        jw_key(w, sqlite3_column_name(st, c));
+        switch (sqlite3_column_type(st, c)) {
+        case SQLITE_INTEGER: jw_int(w, sqlite3_column_int64(st, c)); break;
+        case SQLITE_FLOAT: jw_num(w, sqlite3_column_double(st, c)); break;
+        case SQLITE_TEXT:
+            jw_strn(w, (const char *)sqlite3_column_text(st, c), (size_t)sqlite3_column_bytes(st, c));
+            break;
+        default: jw_null(w);
+        }
+    }
+    jw_obj_end(w);
+}
+
+typedef struct job_info {
+    long id;
+    int64_t t0;
+    int world;
+    char status[32];
+} job_info;
+
+/* Loads the job or fills a 404. */
+static int load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
+    sqlite3_stmt *st = prep(db, "SELECT t0_ns, world_size, status FROM jobs WHERE id=?", r);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        if (rc == SQLITE_DONE) http_error(r, 404, "no job %ld in this database", id);
+        else http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        return -1;
+    }
+    j->id = id;
+    j->t0 = sqlite3_column_int64(st, 0);
+    j->world = sqlite3_column_int(st, 1);
+    snprintf(j->status, sizeof j->status, "%s", (const char *)sqlite3_column_text(st, 2));
+    sqlite3_finalize(st);
+    if (j->world < 1 || j->world > 65536) j->world = 1;
+    return 0;
+}
+
+#define JOB_COLUMNS                                                                                            \
+    "j.id, j.name, j.created_at, j.status, j.nnodes, j.world_size, j.schedule, j.microbatches, "               \
+    "j.virtual_stages, j.stages, j.steps, j.model, j.device, j.t0_ns, j.ended_at, j.exit_code, "               \
+    "j.failed_rank, j.failure, "                                                                               \
+    "(SELECT count(DISTINCT step) FROM step_stats s WHERE s.job_id=j.id) AS steps_done, "                      \
+    "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id), 0) AS events_ingested, "      \
+    "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id), 0), "                      \
+    "    coalesce((SELECT sum(dropped_events) FROM ranks r WHERE r.job_id=j.id), 0)) AS events_dropped"
+
+static void route_jobs(sqlite3 *db, http_reply *r) {
+    sqlite3_stmt *st = prep(db, "SELECT " JOB_COLUMNS " FROM jobs j ORDER BY j.id DESC LIMIT 1000", r);
+    if (!st) return;
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_key(&w, "jobs");
+    jw_arr(&w);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) row_object(&w, st);
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        jw_free(&w);
+        http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        return;
+    }
+    http_json(r, &w);
+}
+
+/* The last event of each rank: where the job's timeline ends so far. */
+static int64_t timeline_end(sqlite3 *db, const job_info *j) {
+    sqlite3_stmt *st;
+    int64_t end = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT max(end_ns) FROM (SELECT end_ns FROM events WHERE job_id=?1 AND rank=?2 "
+                           "ORDER BY start_ns DESC LIMIT 8)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return 0;
+    for (int rank = 0; rank < j->world; rank++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, j->id);
+        sqlite3_bind_int(st, 2, rank);
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+            int64_t e = sqlite3_column_int64(st, 0) - j->t0;
+            if (e > end) end = e;
+        }
+    }
+    sqlite3_finalize(st);
+    return end;
+}
+
+static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
+    sqlite3_stmt *st = prep(db, "SELECT " JOB_COLUMNS ", j.config_json FROM jobs j WHERE j.id=?", r);
+    if (!st) return;
+    sqlite3_bind_int64(st, 1, j->id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        return;
+    }
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_key(&w, "job");
+    /* All columns but config_json, which goes in parsed (below). */
+    jw_obj(&w);
+    int n = sqlite3_column_count(st);
+    for (int c = 0; c < n - 1; c++) {
+        jw_key(&w, sqlite3_column_name(st, c));
+        switch (sqlite3_column_type(st, c)) {
+        case SQLITE_INTEGER: jw_int(&w, sqlite3_column_int64(st, c)); break;
+        case SQLITE_FLOAT: jw_num(&w, sqlite3_column_double(st, c)); break;
+        case SQLITE_TEXT: jw_str(&w, (const char *)sqlite3_column_text(st, c)); break;
+        default: jw_null(&w);
+        }
+    }
+    jw_obj_end(&w);
+    /* config_json is the collector's, but parse it as untrusted anyway: a
+     * bounded NUL-terminated copy, and re-printed by cJSON. */
+    jw_key(&w, "config");
+    const char *cfg = (const char *)sqlite3_column_text(st, n - 1);
+    size_t cfglen = (size_t)sqlite3_column_bytes(st, n - 1);
+    char *copy = cfg ? strndup(cfg, cfglen) : NULL;
+    cJSON *parsed = copy ? cJSON_ParseWithLength(copy, cfglen) : NULL;
+    char *printed = parsed ? cJSON_PrintUnformatted(parsed) : NULL;
+    if (printed) jw_json(&w, printed, strlen(printed));
+    else jw_null(&w);
+    cJSON_free(printed);
+    cJSON_Delete(parsed);
+    free(copy);
+    sqlite3_finalize(st);
+
+    jw_key(&w, "ranks");
+    jw_arr(&w);
+    st = prep(db,
+              "SELECT rank, node, host, pid, device, stages, clock_offset_ns, dropped_events FROM ranks "
+              "WHERE job_id=? ORDER BY rank",
+              r);
+    if (!st) {
+        jw_free(&w);
+        return;
+    }
+    sqlite3_bind_int64(st, 1, j->id);
+    while (sqlite3_step(st) == SQLITE_ROW) row_object(&w, st);
+    sqlite3_finalize(st);
+    jw_arr_end(&w);
+    jw_kint(&w, "timeline_end", timeline_end(db, j));
+    /* The live stream's starting point: events with a larger id are new. */
+    st = prep(db, "SELECT coalesce(max(id), 0) FROM events", r);
+    if (!st) {
+        jw_free(&w);
+        return;
+    }
+    sqlite3_step(st);
+    jw_kint(&w, "last_event_id", sqlite3_column_int64(st, 0));
+    sqlite3_finalize(st);
+    jw_obj_end(&w);
+    http_json(r, &w);
+}
+
+/* ---- timeline window ------------------------------------------------------ */
+
+/* Parses ranks=0,2,5 into a 0/1 mask of world entries. */
+static int parse_ranks(struct MHD_Connection *c, const job_info *j, unsigned char *mask, http_reply *r) {
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "ranks");
+    if (!v || !*v) {
+        memset(mask, 1, (size_t)j->world);
+        return 0;
+    }
+    memset(mask, 0, (size_t)j->world);
+    const char *p = v;
+    while (*p) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || k < 0 || k >= j->world) {
+            http_error(r, 400, "bad query parameter: ranks='%.64s' must list ranks 0..%d separated by commas", v,
+                       j->world - 1);
+            return -1;
+        }
+        mask[k] = 1;
+        p = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* The step's span: from step_stats, else from its events. */
+static int step_span(sqlite3 *db, const job_info *j, long step, int64_t *from, int64_t *to) {
+    const char *q[2] = {"SELECT min(start_ns), max(end_ns) FROM step_stats WHERE job_id=?1 AND step=?2",
+                        "SELECT min(start_ns), max(end_ns) FROM events WHERE job_id=?1 AND step=?2"};
+    for (int i = 0; i < 2; i++) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, q[i], -1, &st, NULL) != SQLITE_OK) return -1;
+        sqlite3_bind_int64(st, 1, j->id);
+        sqlite3_bind_int64(st, 2, step);
+        int found = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL;
+        if (found) {
+            *from = sqlite3_column_int64(st, 0) - j->t0;
+            *to = sqlite3_column_int64(st, 1) - j->t0;
+        }
+        sqlite3_finalize(st);
+        if (found) return 0;
+    }
+    return -1;
+}
+
+static int phase_class(int ph) { /* F B W COMM OPT */
+    if (ph <= 2) return ph;
+    if (ph == 7) return 4;
+    return 3;
+}
+
+static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
+                              jw *w, http_reply *r) {
+    /* Events that start in the window, and the few per rank that started
+     * before it and still run into it. */
+    sqlite3_stmt *in = prep(db,
+                            "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, "
+                            "end_ns, coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE job_id=?1 AND rank=?2 "
+                            "AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns",
+                            r);
+    sqlite3_stmt *before = prep(db,
+                                "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, "
+                                "start_ns, end_ns, coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE "
+                                "job_id=?1 AND rank=?2 AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8",
+                                r);
+    if (!in || !before) {
+        sqlite3_finalize(in);
+        sqlite3_finalize(before);
+        return;
+    }
+    long min_step = -1, max_step = -1;
+    jw_key(w, "events");
+    jw_arr(w);
+    int64_t count = 0;
+    for (int rank = 0; rank < j->world; rank++) {
+        if (!mask[rank]) continue;
+        sqlite3_stmt *q[2] = {before, in};
+        for (int k = 0; k < 2; k++) {
+            sqlite3_stmt *st = q[k];
+            sqlite3_reset(st);
+            sqlite3_bind_int64(st, 1, j->id);
+            sqlite3_bind_int(st, 2, rank);
+            sqlite3_bind_int64(st, 3, from + j->t0);
+            sqlite3_bind_int64(st, 4, to + j->t0);
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                int64_t s = sqlite3_column_int64(st, 6) - j->t0, e = sqlite3_column_int64(st, 7) - j->t0;
+                if (k == 0 && e <= from) continue;
+                long step = sqlite3_column_int(st, 2);
+                if (min_step < 0 || step < min_step) min_step = step;
+                if (step > max_step) max_step = step;
+                jw_rawf(w, "%s[%lld,%d,%ld,%d,%d,%d,%lld,%lld,%d,%lld]", count ? "," : "",
+                        (long long)sqlite3_column_int64(st, 0), rank, step, sqlite3_column_int(st, 3),
+                        sqlite3_column_int(st, 4), index_of(phases, (const char *)sqlite3_column_text(st, 5)),
+                        (long long)s, (long long)e, sqlite3_column_int(st, 8),
+                        (long long)sqlite3_column_int64(st, 9));
+                count++;
+            }
+        }
+    }
+    jw_arr_end(w);
+    sqlite3_finalize(in);
+    sqlite3_finalize(before);
+    jw_kint(w, "count", count);
+
+    /* Idle gaps of the steps in view, clipped to nothing: the client shades. */
+    jw_key(w, "gaps");
+    jw_arr(w);
+    if (min_step >= 0) {
+        sqlite3_stmt *g = prep(db,
+                               "SELECT rank, step, start_ns, end_ns, cause, next_action FROM gaps WHERE job_id=?1 "
+                               "AND step BETWEEN ?2 AND ?3 AND end_ns>?4 AND start_ns<?5",
+                               r);
+        if (g) {
+            sqlite3_bind_int64(g, 1, j->id);
+            sqlite3_bind_int64(g, 2, min_step);
+            sqlite3_bind_int64(g, 3, max_step);
+            sqlite3_bind_int64(g, 4, from + j->t0);
+            sqlite3_bind_int64(g, 5, to + j->t0);
+            int n = 0;
+            while (sqlite3_step(g) == SQLITE_ROW) {
+                int rank = sqlite3_column_int(g, 0);
+                if (rank < 0 || rank >= j->world || !mask[rank]) continue;
+                const char *next = (const char *)sqlite3_column_text(g, 5);
+                jw_rawf(w, "%s[%d,%d,%lld,%lld,%d,", n++ ? "," : "", rank, sqlite3_column_int(g, 1),
+                        (long long)(sqlite3_column_int64(g, 2) - j->t0),
+                        (long long)(sqlite3_column_int64(g, 3) - j->t0),
+                        index_of(causes, (const char *)sqlite3_column_text(g, 4)));
+                w->first[w->depth] = 1;
+                jw_str(w, next);
+                jw_raw(w, "]", 1);
+            }
+            sqlite3_finalize(g);
+        }
+    }
+    jw_arr_end(w);
+}
+
+/* Zoomed out: per rank and per pixel-sized bucket, busy time by class. */
+static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
+                              long nbuckets, jw *w, http_reply *r) {
+    int64_t span = to - from;
+    int64_t width = (span + nbuckets - 1) / nbuckets;
+    if (width < 1) width = 1;
+    size_t cells = (size_t)j->world * (size_t)nbuckets * 5;
+    int64_t *acc = calloc(cells, sizeof *acc);
+    sqlite3_stmt *st = prep(db,
+                            "SELECT phase, start_ns, end_ns FROM events WHERE job_id=?1 AND rank=?2 AND "
+                            "start_ns>=?3 AND start_ns<?4",
+                            r);
+    if (!acc || !st) {
+        free(acc);
+        sqlite3_finalize(st);
+        if (!acc) http_error(r, 500, "out of memory");
+        return;
+    }
+    for (int rank = 0; rank < j->world; rank++) {
+        if (!mask[rank]) continue;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, j->id);
+        sqlite3_bind_int(st, 2, rank);
+        sqlite3_bind_int64(st, 3, from + j->t0);
+        sqlite3_bind_int64(st, 4, to + j->t0);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            int cls = phase_class(index_of(phases, (const char *)sqlite3_column_text(st, 0)));
+            int64_t s = sqlite3_column_int64(st, 1) - j->t0 - from, e = sqlite3_column_int64(st, 2) - j->t0 - from;
+            if (e > span) e = span;
+            for (int64_t b = s / width; b < nbuckets && b * width < e; b++) {
+                int64_t bs = b * width, be = bs + width;
+                int64_t ov = (e < be ? e : be) - (s > bs ? s : bs);
+                if (ov > 0) acc[((size_t)rank * (size_t)nbuckets + (size_t)b) * 5 + (size_t)cls] += ov;
+            }
+        }
+    }
+    sqlite3_finalize(st);
+    jw_kint(w, "bucket_ns", width);
+    jw_key(w, "bins");
+    jw_arr(w);
+    int n = 0;
+    for (int rank = 0; rank < j->world; rank++)
+        for (long b = 0; b < nbuckets; b++) {
+            int64_t *a = &acc[((size_t)rank * (size_t)nbuckets + (size_t)b) * 5];
+            if (!(a[0] | a[1] | a[2] | a[3] | a[4])) continue;
+            int64_t bs = from + b * width;
+            jw_rawf(w, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld]", n++ ? "," : "", rank, (long long)bs,
+                    (long long)(bs + width), (long long)(a[0] + a[1] + a[2] + a[4]), (long long)a[0],
+                    (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4]);
+        }
+    jw_arr_end(w);
+    free(acc);
+}
+
+/* Very zoomed out: one bin per step and rank, from step_stats; when there
+ * are more steps than buckets, steps are merged into the buckets (each
+ * step's busy time spread over the buckets it overlaps), so the answer
+ * stays as small as the bucket mode's. */
+static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
+                            long nbuckets, jw *w, http_reply *r) {
+    sqlite3_stmt *st = prep(db,
+                            "SELECT rank, start_ns, end_ns, busy_ns, step FROM step_stats WHERE job_id=?1 AND "
+                            "end_ns>?2 AND start_ns<?3",
+                            r);
+    if (!st) return;
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int64(st, 2, from + j->t0);
+    sqlite3_bind_int64(st, 3, to + j->t0);
+    typedef struct { int rank, step; int64_t s, e, busy; } row;
+    row *rows = NULL;
+    size_t n = 0, cap = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int rank = sqlite3_column_int(st, 0);
+        if (rank < 0 || rank >= j->world || !mask[rank]) continue;
+        if (n == cap) {
+            row *nr = realloc(rows, (cap = cap ? cap * 2 : 1024) * sizeof *rows);
+            if (!nr) break;
+            rows = nr;
+        }
+        rows[n++] = (row){rank, sqlite3_column_int(st, 4), sqlite3_column_int64(st, 1) - j->t0,
+                          sqlite3_column_int64(st, 2) - j->t0, sqlite3_column_int64(st, 3)};
+    }
+    sqlite3_finalize(st);
+    int nsel = 0;
+    for (int k = 0; k < j->world; k++) nsel += mask[k];
+    jw_key(w, "bins");
+    jw_arr(w);
+    if (n <= (size_t)nbuckets * (size_t)(nsel ? nsel : 1)) {
+        for (size_t i = 0; i < n; i++)
+            jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,%d]", i ? "," : "", rows[i].rank,
+                    (long long)rows[i].s, (long long)rows[i].e, (long long)rows[i].busy, rows[i].step);
+    } else {
+        int64_t width = (to - from + nbuckets - 1) / nbuckets;
+        if (width < 1) width = 1;
+        double *acc = calloc((size_t)j->world * (size_t)nbuckets, sizeof *acc);
+        for (size_t i = 0; acc && i < n; i++) {
+            int64_t s = rows[i].s - from, e = rows[i].e - from, len = rows[i].e - rows[i].s;
+            if (len <= 0) continue;
+            for (int64_t b = s < 0 ? 0 : s / width; b < nbuckets && b * width < e; b++) {
+                int64_t bs = b * width, be = bs + width;
+                int64_t ov = (e < be ? e : be) - (s > bs ? s : bs);
+                if (ov > 0) acc[(size_t)rows[i].rank * (size_t)nbuckets + (size_t)b] += (double)rows[i].busy * ov / len;
+            }
+        }
+        int out = 0;
+        for (int rank = 0; acc && rank < j->world; rank++)
+            for (long b = 0; b < nbuckets; b++) {
+                double v = acc[(size_t)rank * (size_t)nbuckets + (size_t)b];
+                if (v <= 0) continue;
+                int64_t bs = from + b * width;
+                jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,null]", out++ ? "," : "", rank,
+                        (long long)bs, (long long)(bs + width), (long long)(v + 0.5));
+            }
+        if (!acc) http_error(r, 500, "out of memory");
+        free(acc);
+    }
+    jw_arr_end(w);
+    free(rows);
+}
+
+/* Counts events starting in the window, stopping at cap. */
+static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
+                            int64_t cap) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT count(*) FROM (SELECT 1 FROM events WHERE job_id=?1 AND rank=?2 AND "
+                           "start_ns>=?3 AND start_ns<?4 LIMIT ?5)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return cap;
+    int64_t total = 0;
+    for (int rank = 0; rank < j->world && total < cap; rank++) {
+        if (!mask[rank]) continue;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, j->id);
+        sqlite3_bind_int(st, 2, rank);
+        sqlite3_bind_int64(st, 3, from + j->t0);
+        sqlite3_bind_int64(st, 4, to + j->t0);
+        sqlite3_bind_int64(st, 5, cap - total + 1);
+        if (sqlite3_step(st) == SQLITE_ROW) total += sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    return total;
+}
+
+static void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+    /* Rows scanned to aggregate per bucket cost ~3 us each; beyond the
+     * budget the window is answered per step from step_stats. */
+    const int64_t budget = s->o.events_scan_budget;
+    long from = -1, to = -1, step = -1, limit = EVENTS_DEFAULT_LIMIT, buckets = 1000;
+    const long tmax = 4611686018427387903l;
+    if (arg_long(c, "from", 0, tmax, &from, r) < 0 || arg_long(c, "to", 0, tmax, &to, r) < 0 ||
+        arg_long(c, "step", 0, 1l << 40, &step, r) < 0 || arg_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
+        arg_long(c, "buckets", 1, 4000, &buckets, r) < 0)
+        return;
+    unsigned char *mask = malloc((size_t)j->world);
+    if (!mask) {
+        http_error(r, 500, "out of memory");
+        return;
+    }
+    if (parse_ranks(c, j, mask, r) != 0) {
+        free(mask);
+        return;
+    }
+    int64_t wf = 0, wt = 0;
+    if (step >= 0) {
+        if (step_span(db, j, step, &wf, &wt) != 0) {
+            http_error(r, 404, "job %ld has no step %ld (yet)", j->id, step);
+            free(mask);
+            return;
+        }
+    } else {
+        wt = timeline_end(db, j) + 1;
+    }
+    if (from >= 0) wf = from;
+    if (to >= 0) wt = to;
+    if (wt <= wf) {
+        http_error(r, 400, "bad window: to (%lld) must be greater than from (%lld)", (long long)wt, (long long)wf);
+        free(mask);
+        return;
+    }
+    /* Fewer than 4 ranks' worth of buckets when there are many ranks, so the
+     * aggregated answer stays as small as a raw one. */
+    int nsel = 0;
+    for (int k = 0; k < j->world; k++) nsel += mask[k];
+    if (nsel > 0 && buckets * nsel > 40000) buckets = 40000 / nsel > 0 ? 40000 / nsel : 1;
+
+    int64_t n = count_window(db, j, mask, wf, wt, budget);
+    const char *mode = n <= limit ? "events" : n <= budget ? "buckets" : "steps";
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    jw_kint(&w, "from", wf);
+    jw_kint(&w, "to", wt);
+    if (step >= 0) jw_kint(&w, "step", step);
+    jw_kstr(&w, "mode", mode);
+    jw_key(&w, "ranks");
+    jw_arr(&w);
+    for (int k = 0; k < j->world; k++)
+        if (mask[k]) jw_int(&w, k);
+    jw_arr_end(&w);
+    jw_key(&w, "phases");
+    jw_arr(&w);
+    for (int k = 0; phases[k]; k++) jw_str(&w, phases[k]);
+    jw_arr_end(&w);
+    if (strcmp(mode, "events") == 0) {
+        jw_key(&w, "columns");
+        jw_json(&w, "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\",\"peer\",\"bytes\"]", strlen("[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\",\"peer\",\"bytes\"]"));
+        jw_key(&w, "causes");
+        jw_arr(&w);
+        for (int k = 0; causes[k]; k++) jw_str(&w, causes[k]);
+        jw_arr_end(&w);
+        jw_key(&w, "gap_columns");
+        jw_json(&w, "[\"rank\",\"step\",\"start\",\"end\",\"cause\",\"next_action\"]", strlen("[\"rank\",\"step\",\"start\",\"end\",\"cause\",\"next_action\"]"));
+        write_events_mode(db, j, mask, wf, wt, &w, r);
+    } else {
+        jw_kint(&w, "count", n);
+        jw_key(&w, "bin_columns");
+        jw_json(&w, "[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\",\"step\"]", strlen("[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\",\"step\"]"));
+        if (strcmp(mode, "buckets") == 0) write_bucket_mode(db, j, mask, wf, wt, buckets, &w, r);
+        else write_step_mode(db, j, mask, wf, wt, buckets, &w, r);
+    }
+    jw_obj_end(&w);
+    free(mask);
+    if (r->status >= 400) {
+        jw_free(&w);
+        return;
+    }
+    http_json(r, &w);
+}
+
+/* ---- steps, gaps, plan ---------------------------------------------------- */
+
+static void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+    long since = 0, limit = 100000;
+    if (arg_long(c, "since", 0, 1l << 40, &since, r) < 0 || arg_long(c, "limit", 1, 100000, &limit, r) < 0) return;
+    /* Steps with stats, and steps that only have losses so far (running). */
+    sqlite3_stmt *st = prep(db,
+                            "WITH s AS (SELECT step FROM step_stats WHERE job_id=?1 AND step>=?2 UNION "
+                            "SELECT step FROM losses WHERE job_id=?1 AND step>=?2 ORDER BY step LIMIT ?3) "
+                            "SELECT s.step, st.rank, st.start_ns, st.end_ns, st.bubble_ratio, st.busy_ns, "
+                            "(SELECT avg(loss) FROM losses l WHERE l.job_id=?1 AND l.step=s.step), "
+                            "(SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=s.step) "
+                            "FROM s LEFT JOIN step_stats st ON st.job_id=?1 AND st.step=s.step ORDER BY s.step, st.rank",
+                            r);
+    if (!st) return;
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int64(st, 2, since);
+    sqlite3_bind_int64(st, 3, limit);
+    double *ratio = calloc((size_t)j->world, sizeof *ratio);
+    unsigned char *have = calloc((size_t)j->world, 1);
+    if (!ratio || !have) {
+        free(ratio);
+        free(have);
+        sqlite3_finalize(st);
+        http_error(r, 500, "out of memory");
+        return;
+    }
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    jw_kint(&w, "world_size", j->world);
+    jw_key(&w, "steps");
+    jw_arr(&w);
+    int rc = sqlite3_step(st);
+    while (rc == SQLITE_ROW) {
+        long step = sqlite3_column_int(st, 0);
+        int64_t start = INT64_MAX, end = INT64_MIN;
+        memset(have, 0, (size_t)j->world);
+        int nranks = 0;
+        double sum = 0, loss = sqlite3_column_double(st, 6);
+        int has_loss = sqlite3_column_type(st, 6) != SQLITE_NULL;
+        int nloss = sqlite3_column_int(st, 7);
+        int64_t busy_max = 0;
+        while (rc == SQLITE_ROW && sqlite3_column_int(st, 0) == step) {
+            if (sqlite3_column_type(st, 1) != SQLITE_NULL) {
+                int rank = sqlite3_column_int(st, 1);
+                int64_t s = sqlite3_column_int64(st, 2), e = sqlite3_column_int64(st, 3);
+                if (s < start) start = s;
+                if (e > end) end = e;
+                if (rank >= 0 && rank < j->world) {
+                    have[rank] = 1;
+                    ratio[rank] = sqlite3_column_double(st, 4);
+                    sum += ratio[rank];
+                    nranks++;
+                }
+                if (sqlite3_column_int64(st, 5) > busy_max) busy_max = sqlite3_column_int64(st, 5);
+            }
+            rc = sqlite3_step(st);
+        }
+        jw_obj(&w);
+        jw_kint(&w, "step", step);
+        if (nranks) {
+            jw_kint(&w, "start", start - j->t0);
+            jw_kint(&w, "end", end - j->t0);
+            jw_kint(&w, "time_ns", end - start);
+        } else {
+            jw_key(&w, "start");
+            jw_null(&w);
+            jw_key(&w, "end");
+            jw_null(&w);
+            jw_key(&w, "time_ns");
+            jw_null(&w);
+        }
+        jw_key(&w, "loss");
+        if (has_loss) jw_num(&w, loss);
+        else jw_null(&w);
+        jw_kint(&w, "losses", nloss);
+        jw_key(&w, "bubble_ratio");
+        jw_arr(&w);
+        for (int k = 0; k < j->world; k++)
+            if (have[k]) jw_num(&w, ratio[k]);
+            else jw_null(&w);
+        jw_arr_end(&w);
+        jw_key(&w, "bubble_ratio_mean");
+        if (nranks) jw_num(&w, sum / nranks);
+        else jw_null(&w);
+        jw_key(&w, "complete");
+        jw_bool(&w, nranks == j->world);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    free(ratio);
+    free(have);
+    if (rc != SQLITE_DONE) {
+        jw_free(&w);
+        http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        return;
+    }
+    sqlite3_finalize(st);
+    http_json(r, &w);
+}
+
+static void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+    long step = -1, limit = 20000;
+    if (arg_long(c, "step", 0, 1l << 40, &step, r) < 0 || arg_long(c, "limit", 1, 100000, &limit, r) < 0) return;
+    sqlite3_stmt *st = prep(db,
+                            step >= 0 ? "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
+                                        "FROM gaps WHERE job_id=?1 AND step=?3 ORDER BY step, rank, start_ns LIMIT ?4"
+                                      : "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
+                                        "FROM gaps WHERE job_id=?1 AND ?3 < 0 ORDER BY step, rank, start_ns LIMIT ?4",
+                            r);
+    if (!st) return;
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int64(st, 2, j->t0);
+    sqlite3_bind_int64(st, 3, step);
+    sqlite3_bind_int64(st, 4, limit + 1);
+    int64_t by_cause[7] = {0};
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    if (step >= 0) jw_kint(&w, "step", step);
+    jw_key(&w, "gaps");
+    jw_arr(&w);
+    long n = 0;
+    int truncated = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == limit) {
+            truncated = 1;
+            break;
+        }
+        row_object(&w, st);
+        int k = index_of(causes, (const char *)sqlite3_column_text(st, 4));
+        by_cause[k < 0 ? 6 : k] += sqlite3_column_int64(st, 3) - sqlite3_column_int64(st, 2);
+        n++;
+    }
+    sqlite3_finalize(st);
+    jw_arr_end(&w);
+    jw_key(&w, "truncated");
+    jw_bool(&w, truncated);
+    jw_key(&w, "idle_ns_by_cause");
+    jw_obj(&w);
+    for (int k = 0; causes[k]; k++) jw_kint(&w, causes[k], by_cause[k]);
+    jw_obj_end(&w);
+    jw_obj_end(&w);
+    http_json(r, &w);
+}
+
+static void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
+    sqlite3_stmt *st = prep(db,
+                            "SELECT rank, slot, action, stage, phase, microbatch, sim_start_ns AS sim_start, "
+                            "sim_end_ns AS sim_end FROM plan WHERE job_id=?1 ORDER BY rank, slot",
+                            r);
+    if (!st) return;
+    sqlite3_bind_int64(st, 1, j->id);
+    int64_t *busy = calloc((size_t)j->world, sizeof *busy);
+    if (!busy) {
+        sqlite3_finalize(st);
+        http_error(r, 500, "out of memory");
+        return;
+    }
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    int simulated = 1, n = 0;
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    jw_kint(&w, "world_size", j->world);
+    jw_key(&w, "actions");
+    jw_arr(&w);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        row_object(&w, st);
+        n++;
+        int rank = sqlite3_column_int(st, 0);
+        if (sqlite3_column_type(st, 6) == SQLITE_NULL || sqlite3_column_type(st, 7) == SQLITE_NULL) {
+            simulated = 0;
+            continue;
+        }
+        int64_t s = sqlite3_column_int64(st, 6), e = sqlite3_column_int64(st, 7);
+        if (s < lo) lo = s;
+        if (e > hi) hi = e;
+        if (rank >= 0 && rank < j->world) busy[rank] += e - s;
+    }
+    sqlite3_finalize(st);
+    jw_arr_end(&w);
+    jw_key(&w, "simulated");
+    jw_bool(&w, simulated && n > 0);
+    if (simulated && n > 0) {
+        jw_kint(&w, "sim_makespan_ns", hi - lo);
+        jw_key(&w, "sim_bubble_ratio");
+        jw_arr(&w);
+        for (int k = 0; k < j->world; k++) jw_num(&w, hi > lo ? 1.0 - (double)busy[k] / (double)(hi - lo) : 0);
+        jw_arr_end(&w);
+    }
+    jw_obj_end(&w);
+    free(busy);
+    http_json(r, &w);
+}
+
+/* ---- POST /api/sql --------------------------------------------------------- */
+
+static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_reply *r) {
+    /* body is our own NUL-terminated copy of exactly len bytes. */
+    const char *end = NULL;
+    cJSON *req = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!req) {
+        size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
+        http_error(r, 400, "malformed JSON body near byte %zu: send {\"sql\": \"SELECT ...\"}", at);
+        return;
+    }
+    const cJSON *sql = cJSON_IsObject(req) ? cJSON_GetObjectItemCaseSensitive(req, "sql") : NULL;
+    const cJSON *mr = cJSON_IsObject(req) ? cJSON_GetObjectItemCaseSensitive(req, "max_rows") : NULL;
+    if (!cJSON_IsString(sql) || !sql->valuestring) {
+        cJSON_Delete(req);
+        http_error(r, 400, "the body must be a JSON object with a string member \"sql\"");
+        return;
+    }
+    usersql_limits lim = {.max_rows = s->o.sql_max_rows, .time_limit_ns = s->o.sql_time_limit_ns,
+                          .max_bytes = 32u << 20};
+    if (mr) {
+        if (!cJSON_IsNumber(mr) || mr->valuedouble < 1 || mr->valuedouble > (double)s->o.sql_max_rows) {
+            cJSON_Delete(req);
+            http_error(r, 400, "\"max_rows\" must be a number from 1 to %zu", s->o.sql_max_rows);
+            return;
+        }
+        lim.max_rows = (size_t)mr->valuedouble;
+    }
+    usersql_result *res;
+    usersql_error why;
+    pp_err err;
+    uint64_t t = pp_now_ns();
+    int rc = usersql_run_on(db, sql->valuestring, &lim, &res, &why, &err);
+    cJSON_Delete(req);
+    if (rc != 0) {
+        int status = why == USERSQL_EDENIED ? 403 : why == USERSQL_ETIMEOUT ? 408 : why == USERSQL_ETOOBIG ? 413
+                     : why == USERSQL_EDB ? 503 : 400;
+        http_error(r, status, "%s", err.msg);
+        return;
+    }
+    jw w;
+    jw_init(&w);
+    jw_usersql_table(&w, res);
+    /* Splice elapsed time in before the closing brace. */
+    if (!w.oom && w.len > 0) {
+        w.len--;
+        jw_rawf(&w, ",\"elapsed_ms\":%.3f}", (double)(pp_now_ns() - t) / 1e6);
+    }
+    usersql_free(res);
+    http_json(r, &w);
+}
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, const char *body,
+                size_t body_len, http_reply *r) {
+    int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+    int post = strcmp(method, "POST") == 0;
+    pp_err err;
+    if (strcmp(url, "/api/sql") == 0) {
+        if (!post) {
+            http_error(r, 405, "%s not allowed on /api/sql (use POST with {\"sql\": ...})", method);
+            return;
+        }
+        sqlite3 *db = dbpool_get(&s->pool, &err);
+        if (!db) {
+            http_error(r, 503, "%s", err.msg);
+            return;
+        }
+        route_sql(s, db, body, body_len, r);
+        dbpool_put(&s->pool, db);
+        return;
+    }
+    /* /api/jobs, /api/jobs/{id}, /api/jobs/{id}/{what} */
+    const char *rest = NULL;
+    long id = -1;
+    char what[16] = "";
+    if (strcmp(url, "/api/jobs") == 0 || strcmp(url, "/api/jobs/") == 0) {
+        rest = "";
+    } else if (strncmp(url, "/api/jobs/", 10) == 0) {
+        const char *p = url + 10;
+        size_t nd = strspn(p, "0123456789");
+        if (nd > 0 && nd < 16 && (p[nd] == 0 || p[nd] == '/')) {
+            id = strtol(p, NULL, 10);
+            rest = p + nd;
+            if (*rest == '/') {
+                rest++;
+                if (strlen(rest) >= sizeof what || strchr(rest, '/')) rest = NULL;
+                else snprintf(what, sizeof what, "%s", rest);
+            }
+        }
+    }
+    static const char *const known[] = {"", "events", "steps", "gaps", "plan", NULL};
+    if (!rest || index_of(known, what) < 0) {
+        http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
+        return;
+    }
+    if (!get) {
+        http_error(r, 405, "%s not allowed on %.200s (use GET)", method, url);
+        return;
+    }
+    sqlite3 *db = dbpool_get(&s->pool, &err);
+    if (!db) {
+        http_error(r, 503, "%s", err.msg);
+        return;
+    }
+    job_info j;
+    if (id < 0) route_jobs(db, r);
+    else if (load_job(db, id, &j, r) == 0) {
+        if (!what[0]) route_job(db, &j, r);
+        else if (!strcmp(what, "events")) route_events(s, db, c, &j, r);
+        else if (!strcmp(what, "steps")) route_steps(db, c, &j, r);
+        else if (!strcmp(what, "gaps")) route_gaps(db, c, &j, r);
+        else route_plan(db, &j, r);
+    }
+    dbpool_put(&s->pool, db);
+}
