@@ -10,6 +10,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"version", cmd_version, "print the version"},
+    {"schedule", cmd_schedule, "print, validate and simulate a pipeline schedule; import/export CSV"},
 };
 
 static void usage(FILE *out) {
