@@ -258,10 +258,26 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
         for (int c = 0; c < nslots; c++) slots[r][c] = (sched_action){-1, 0, 0};
     }
     int used = 0;
+    /* A stage lives on the rank that runs most of its actions; the
+     * validator then names any stray action elsewhere. */
+    int *count = calloc((size_t)S * (size_t)p, sizeof(int));
+    if (!count) {
+        for (int r = 0; r < p; r++) free(slots[r]);
+        free(slots);
+        free(shift);
+        goto oom;
+    }
+    for (int k = 0; k < rd.n; k++) count[(size_t)rd.cells[k].stage * (size_t)p + (size_t)rd.cells[k].row]++;
+    for (int s = 0; s < S; s++)
+        for (int r = 0; r < p; r++)
+            if (count[(size_t)s * (size_t)p + (size_t)r] > 0 &&
+                (stage_rank[s] < 0 || count[(size_t)s * (size_t)p + (size_t)r] >
+                                          count[(size_t)s * (size_t)p + (size_t)stage_rank[s]]))
+                stage_rank[s] = r;
+    free(count);
     for (int k = 0; k < rd.n; k++) {
         const cell *c = &rd.cells[k];
         int r = c->row, raw = c->raw;
-        if (stage_rank[c->stage] < 0) stage_rank[c->stage] = r;
         int ops[2], nops = 0;
         if (raw == RAW_F) ops[nops++] = SCHED_F;
         else if (raw == RAW_I) ops[nops++] = SCHED_B;

@@ -5,6 +5,7 @@
 #include "runner/pipe/sched.h"
 #include "runner/pipe/sched_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,9 +124,11 @@ static int gen_zbv(lists *l, int p, int m, const sched_costs *c) {
     int *wq = malloc(sizeof(int) * (size_t)p * (size_t)(2 * m) * 2); /* per rank FIFO of (stage, mb) */
     int *wh = calloc((size_t)p, sizeof(int)), *wt = calloc((size_t)p, sizeof(int));
     int *held = calloc((size_t)p, sizeof(int)), *left = malloc(sizeof(int) * (size_t)p);
+    int *waiting = calloc((size_t)p, sizeof(int));
+    size_t nkeys = (size_t)S * (size_t)m * 3;
     int rc = -1;
-    if (!z.end || !clock || !nf || !nb || !wq || !wh || !wt || !held || !left) goto done;
-    for (size_t i = 0; i < (size_t)S * (size_t)m * 3; i++) z.end[i] = -1;
+    if (!z.end || !clock || !nf || !nb || !wq || !wh || !wt || !held || !left || !waiting) goto done;
+    for (size_t i = 0; i < nkeys; i++) z.end[i] = -1;
     for (int r = 0; r < p; r++) left[r] = 6 * m;
     int limit = 2 * p;
     for (;;) {
@@ -134,6 +137,7 @@ static int gen_zbv(lists *l, int p, int m, const sched_costs *c) {
         for (int i = 0; i < p; i++)
             if (left[i] > 0 && (r < 0 || clock[i] < clock[r])) r = i;
         if (r < 0) break;
+        if (clock[r] == HUGE_VAL) goto done; /* all asleep: reported by the caller */
         double t = clock[r];
         int st[2] = {r, S - 1 - r};
         int best_stage = -1, best_op = -1, best_mb = -1;
@@ -189,26 +193,28 @@ static int gen_zbv(lists *l, int p, int m, const sched_costs *c) {
         }
 #undef CONSIDER
         if (best_op < 0) {
-            /* Nothing to do yet: wait for the next arrival we know of, or
-             * for the next moment another rank finishes something. */
-            double other = -1;
-            for (int i = 0; i < p; i++)
-                if (i != r && left[i] > 0 && clock[i] > t && (other < 0 || clock[i] < other)) other = clock[i];
-            if (next < 0 || (other >= 0 && other < next)) next = other;
-            if (next < 0) {
-                /* every other rank is at t or done: let them move first */
-                int any = 0;
-                for (int i = 0; i < p; i++) any |= i != r && left[i] > 0 && clock[i] <= t;
-                if (!any) goto done; /* cannot happen for a V pipeline; reported by the caller */
-                next = t + 1e-9;
+            /* Nothing to do yet: sleep until the next arrival we know of
+             * (a result finishing on any rank, plus comm); a result that
+             * another rank schedules later wakes us earlier (below). With
+             * none in sight, sleep until woken. */
+            double wake = next;
+            for (size_t k = 0; k < nkeys; k++) {
+                if (z.end[k] < 0) continue;
+                double arr = z.end[k] + c->comm;
+                if (arr > t && (wake < 0 || arr < wake)) wake = arr;
+                if (z.end[k] > t && z.end[k] < wake) wake = z.end[k];
             }
-            clock[r] = next;
+            clock[r] = wake < 0 ? HUGE_VAL : wake;
+            waiting[r] = 1;
             continue;
         }
         double cost = best_op == SCHED_F ? c->f : best_op == SCHED_B ? c->b : c->w;
         *zend(&z, best_stage, best_mb, best_op) = t + cost;
         clock[r] = t + cost;
         left[r]--;
+        waiting[r] = 0;
+        for (int q = 0; q < p; q++) /* the new result may be what a sleeper waits for */
+            if (waiting[q] && q != r && t + cost + c->comm < clock[q]) clock[q] = t + cost + c->comm;
         int ch = best_stage == r ? 0 : 1;
         if (best_op == SCHED_F) {
             nf[r * 2 + ch]++;
@@ -235,6 +241,7 @@ done:
     free(wt);
     free(held);
     free(left);
+    free(waiting);
     return rc;
 }
 
