@@ -235,8 +235,7 @@ int cmd_schedule(int argc, char **argv) {
         goto done;
     }
     if (o.csv_out && sched_write_csv(plan, o.csv_out, o.notation, &err) != 0) {
-        fprintf(stderr, "pprun schedule: %s\n", err.msg);
-        rc = 1;
+        fprintf(stderr, "pprun schedule: --csv-out: %s\n", err.msg);
         goto done;
     }
     if (strcmp(o.format, "json") == 0) {

@@ -198,11 +198,15 @@ static int gen_zbv(lists *l, int p, int m, const sched_costs *c) {
              * another rank schedules later wakes us earlier (below). With
              * none in sight, sleep until woken. */
             double wake = next;
-            for (size_t k = 0; k < nkeys; k++) {
-                if (z.end[k] < 0) continue;
-                double arr = z.end[k] + c->comm;
-                if (arr > t && (wake < 0 || arr < wake)) wake = arr;
-                if (z.end[k] > t && z.end[k] < wake) wake = z.end[k];
+            for (int q = 0; q < p; q++) {
+                if (q == r) continue;
+                /* ends on a rank only grow: look back while they still arrive after t */
+                for (int k = l->n[q] - 1; k >= 0; k--) {
+                    const sched_action *a = &l->a[q][k];
+                    double arr = *zend(&z, a->stage, a->mb, a->op) + c->comm;
+                    if (arr <= t) break;
+                    if (wake < 0 || arr < wake) wake = arr;
+                }
             }
             clock[r] = wake < 0 ? HUGE_VAL : wake;
             waiting[r] = 1;
@@ -276,8 +280,8 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
                             "(interleaved-1f1b and zb-v use more)", kind, v);
     }
     int S = p * v;
-    if ((long)S * m * 3 > 50000000L)
-        return pp_fail(err, "schedule too large: %d stages x %d microbatches", S, m);
+    if ((long)S * m * 3 > 10000000L)
+        return pp_fail(err, "schedule too large: %d stages x %d microbatches x 3 ops is over 10 million actions", S, m);
     int *stage_rank = malloc(sizeof(int) * (size_t)S);
     lists l = {0};
     int rc = -1;
