@@ -88,6 +88,8 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
             o->format = val;
         }
     }
+    if (o->schedule && o->csv_in && strncmp(o->schedule, "csv:", 4) != 0)
+        return pp_fail(err, "--csv-in %s and --schedule %s both name the schedule; give one", o->csv_in, o->schedule);
     if (o->schedule && strncmp(o->schedule, "csv:", 4) == 0) {
         if (o->csv_in) return pp_fail(err, "--schedule csv:FILE and --csv-in name the file twice; give one");
         o->csv_in = o->schedule + 4;
@@ -204,32 +206,17 @@ int cmd_schedule(int argc, char **argv) {
         return 2;
     }
     sched_plan *plan = NULL;
-    if (o.csv_in) {
-        if (sched_load_csv(o.csv_in, &plan, &err) != 0) {
-            fprintf(stderr, "pprun schedule: %s\n", err.msg);
-            return 2;
-        }
-        if ((o.p && o.p != plan->ranks) || (o.m && o.m != plan->microbatches)) {
-            fprintf(stderr,
-                    "pprun schedule: %s has %d ranks (rows) and %d microbatches, but --stages %ld --microbatches %ld "
-                    "were given; leave them out or make them match\n",
-                    o.csv_in, plan->ranks, plan->microbatches, o.p ? o.p : plan->ranks, o.m ? o.m : plan->microbatches);
-            sched_free(plan);
-            return 2;
-        }
-    } else {
-        int defv = strcmp(o.schedule, "interleaved-1f1b") == 0 || strcmp(o.schedule, "zb-v") == 0 ? 2 : 1;
-        if (sched_build(o.schedule, (int)o.p, (int)o.m, o.v ? (int)o.v : defv, &o.costs, &plan, &err) != 0) {
-            fprintf(stderr, "pprun schedule: %s\n", err.msg);
-            return 2;
-        }
+    char spec[4200];
+    if (o.csv_in && snprintf(spec, sizeof spec, "csv:%s", o.csv_in) >= (int)sizeof spec) {
+        fprintf(stderr, "pprun schedule: --csv-in: path too long\n");
+        return 2;
+    }
+    if (sched_from_flag(o.csv_in ? spec : o.schedule, (int)o.p, (int)o.m, (int)o.v, &o.costs, &plan, &err) != 0) {
+        fprintf(stderr, "pprun schedule: %s\n", err.msg);
+        return 2;
     }
     int rc = 2;
     sched_sim *sim = NULL;
-    if (sched_validate(plan, &err) != 0) {
-        fprintf(stderr, "pprun schedule: %s\n", err.msg);
-        goto done;
-    }
     if (sched_simulate(plan, &o.costs, &sim, &err) != 0) {
         fprintf(stderr, "pprun schedule: %s\n", err.msg);
         goto done;

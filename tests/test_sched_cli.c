@@ -97,7 +97,10 @@ Test(sched_cli, csv_out_and_back_in) {
     cr_assert_str_eq(strstr(out, "simulated timeline"), first);
     snprintf(args, sizeof args, "--csv-in %s/zbv.csv --stages 3", dir);
     cr_assert_eq(pprun(args), 2);
-    cr_assert(strstr(err_text, "--stages 3") && strstr(err_text, "4 ranks"), "%s", err_text);
+    cr_assert(strstr(err_text, "4 ranks (rows)") && strstr(err_text, "but 3 ranks"), "%s", err_text);
+    snprintf(args, sizeof args, "--csv-in %s/zbv.csv --schedule gpipe", dir);
+    cr_assert_eq(pprun(args), 2);
+    cr_assert(strstr(err_text, "--csv-in") && strstr(err_text, "gpipe"), "%s", err_text);
 }
 
 Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
