@@ -207,6 +207,7 @@ Test(sched_csv, malformed_files_name_the_line_column_and_cell) {
     assert_bad("0F0,(0F1;0B9x)OVERLAP_F_B\n", "line 1, column 2", "'0B9x'");
     assert_bad("", "no rows", "0F3");
     assert_bad(",,\n,\n", "no actions", "2 rows");
+    assert_bad("0F0,99999F99999\n", "100000 microbatches", "over 10 million");
 }
 
 Test(sched_csv, a_missing_file_is_named) {
@@ -228,4 +229,29 @@ Test(sched_csv, stage_count_and_placement_come_from_the_file) {
     pp_err err = {{0}};
     cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
     sched_free(plan);
+}
+
+Test(sched_csv, the_schedule_flag_takes_a_name_or_a_validated_csv) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_from_flag("zb-v", 4, 8, 0, NULL, &plan, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan->virtual_stages, 2);
+    char *path = path_in_dir("zbv.csv");
+    cr_assert_eq(sched_write_csv(plan, path, "pytorch", &err), 0, "%s", err.msg);
+    sched_free(plan);
+    char spec[300];
+    snprintf(spec, sizeof spec, "csv:%s", path);
+    cr_assert_eq(sched_from_flag(spec, 4, 8, 0, NULL, &plan, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan->stages, 8);
+    cr_assert_eq(plan->stage_rank[7], 0);
+    sched_free(plan);
+    cr_assert_eq(sched_from_flag(spec, 2, 8, 0, NULL, &plan, &err), -1);
+    cr_assert(strstr(err.msg, "4 ranks (rows)") && strstr(err.msg, "but 2 ranks"), "%s", err.msg);
+    /* a CSV the validator refuses never reaches the caller */
+    write_file(path, "0F0,0B0,0W0,0F1,0B1,0W1\n1F1,1B1,1W1,1F0,1B0,1W0\n");
+    cr_assert_eq(sched_from_flag(spec, 0, 0, 0, NULL, &plan, &err), -1);
+    cr_assert_null(plan);
+    cr_assert(strstr(err.msg, "no deadlock"), "%s", err.msg);
+    cr_assert_eq(sched_from_flag("csv:", 4, 8, 0, NULL, &plan, &err), -1);
+    cr_assert(strstr(err.msg, "file name is missing"), "%s", err.msg);
 }

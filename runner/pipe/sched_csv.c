@@ -208,6 +208,10 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
         if (rd.cells[k].mb + 1 > m) m = rd.cells[k].mb + 1;
         has_i |= rd.cells[k].raw == RAW_I;
     }
+    if ((long)S * m * 3 > 10000000L) {
+        pp_fail(err, "%s: %d stages x %d microbatches x 3 ops is over 10 million actions", what, S, m);
+        goto done;
+    }
     if (!has_i) {
         unsigned char *seen = calloc((size_t)S * (size_t)m, 1);
         if (!seen) {
