@@ -83,6 +83,15 @@ const char *sched_action_str(const sched_action *a, char *buf);
 
 /* ---- additions (schedules module) ------------------------------------- */
 
+/* Notes on the fields above, as implemented (docs/schedules.md):
+ * - sched_sim.peak_inflight counts (stage, microbatch) units, one per stage
+ *   chunk, held from F to the end of W; 1F1B's rank 0 holds p, GPipe's m,
+ *   ZB-V's at most 2p (= p microbatches of a whole rank's layers).
+ * - sched_simulate: a send costs comm only between different ranks; all
+ *   ranks start at 0; the step's idle includes a rank's late start.
+ * - A plan from sched_build or sched_load_csv may still break the rules:
+ *   run sched_validate (sched_from_flag does) before executing it. */
+
 /* Placement of stage s over p ranks: loop (s mod p) or V (zb-v: s < p ? s :
  * 2p-1-s). */
 typedef enum sched_placement { SCHED_PLACE_LOOP = 0, SCHED_PLACE_V = 1 } sched_placement;
