@@ -12,5 +12,6 @@ int cmd_run(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_schedule(int argc, char **argv);
 
 #endif

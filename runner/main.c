@@ -15,6 +15,7 @@ static const struct {
     {"worker", cmd_worker, NULL}, /* one rank of `pprun run`; started by it */
     {"query", cmd_query, "read-only SQL over a trace database"},
     {"serve", cmd_serve, "serve the dashboard and API over a trace database"},
+    {"schedule", cmd_schedule, "print, validate and simulate a pipeline schedule; import/export CSV"},
 };
 
 static void usage(FILE *out) {

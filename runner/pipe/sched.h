@@ -81,4 +81,70 @@ void sched_free(sched_plan *plan);
 /* Writes "0F3" style text for an action into buf (size >= 16). */
 const char *sched_action_str(const sched_action *a, char *buf);
 
+/* ---- additions (schedules module) ------------------------------------- */
+
+/* Notes on the fields above, as implemented (docs/schedules.md):
+ * - sched_sim.peak_inflight counts (stage, microbatch) units, one per stage
+ *   chunk, held from F to the end of W; 1F1B's rank 0 holds p, GPipe's m,
+ *   ZB-V's at most 2p (= p microbatches of a whole rank's layers).
+ * - sched_simulate: a send costs comm only between different ranks; all
+ *   ranks start at 0; the step's idle includes a rank's late start.
+ * - A plan from sched_build or sched_load_csv may still break the rules:
+ *   run sched_validate (sched_from_flag does) before executing it. */
+
+/* Placement of stage s over p ranks: loop (s mod p) or V (zb-v: s < p ? s :
+ * 2p-1-s). */
+typedef enum sched_placement { SCHED_PLACE_LOOP = 0, SCHED_PLACE_V = 1 } sched_placement;
+int sched_place(sched_placement how, int stage, int p);
+
+/* Splits `layers` layers over `stages` stages: stage s holds layers
+ * [first[s], first[s+1]); first must hold stages+1 ints (first[stages] =
+ * layers). cuts == NULL: even split, the remainder going to the later stages
+ * (as NxD's auto partition). Otherwise cuts[0..ncuts-1] are the first layer
+ * of stages 1..stages-1 (ncuts == stages-1, strictly increasing, in
+ * [1, layers-1]). Errors name the constraint and the values. */
+int sched_partition(int layers, int stages, const int *cuts, int ncuts, int *first, pp_err *err);
+/* Parses "--pipeline-cuts 3,6,9" into a malloc'd array (caller frees). */
+int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err);
+
+/* Parses one action in our notation ("0F3"; op F, B or W). */
+int sched_action_parse(const char *s, sched_action *out, pp_err *err);
+
+/* Builds a plan from per-rank action lists (copied; the caller keeps
+ * lists). stage_rank[stages] is copied too. The display grid is the order
+ * of the actions' start times in a simulation with f=b=w=1, comm=0 (idle
+ * cells where a rank waits); when that simulation cannot run (a deadlocked
+ * list) the grid is the lists packed left. Caller frees with sched_free. */
+int sched_plan_from_lists(const char *name, int p, int stages, int v, int m, const int *stage_rank,
+                          sched_action *const *lists, const int *lens, sched_plan **out, pp_err *err);
+
+/* The grid as text, one row per rank ("rank 0 | 0F0  0F1  .    ..."),
+ * with cell marks[r] of row r (a slot index, -1 for none; marks may be
+ * NULL) written as [0F3]. max_cols > 0 shows only a window of that many
+ * slots around the first mark (and max_rows rows around it); 0 = all.
+ * Returns a malloc'd string (caller frees) or NULL when out of memory. */
+char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, int max_rows);
+
+/* CSV export: one row per rank, one action per cell, empty cell = idle.
+ * notation "pprun" writes F/B/W; "pytorch" writes F/I/W (PyTorch's newer
+ * notation, I = input gradient). */
+int sched_write_csv(const sched_plan *plan, const char *path, const char *notation, pp_err *err);
+/* Reads a CSV from memory (sched_load_csv reads a file and calls this);
+ * `what` names the source in messages. */
+int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan **out, pp_err *err);
+
+/* The simulated timeline as text, one row per rank, one character per
+ * `unit` time units: F, B, W, '.' idle (a cell shows the action running at
+ * its middle). unit <= 0 picks one (1 for integer costs; at most ~160
+ * columns). Returns a malloc'd string (caller frees); *unit_out gets the
+ * unit used. */
+char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double unit, double *unit_out);
+
+/* The --schedule flag as a user wrote it: a generator name or csv:FILE.
+ * v <= 0 picks the default (2 for interleaved-1f1b and zb-v, else 1). For
+ * csv:FILE, p and m (when > 0) must match the file's ranks (rows) and
+ * microbatches. The plan is validated too: on success it is safe to run.
+ * Caller frees with sched_free. */
+int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);
+
 #endif

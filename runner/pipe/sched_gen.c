@@ -1,0 +1,330 @@
+/* sched_gen.c: the schedule generators (gpipe, 1f1b, interleaved-1f1b,
+ * zb-h1, zb-v): each writes per-rank action lists; sched_plan_from_lists
+ * turns them into a plan with its display grid. docs/schedules.md explains
+ * each one. */
+#include "runner/pipe/sched.h"
+#include "runner/pipe/sched_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-rank lists being built; every rank gets exactly `cap` slots. */
+typedef struct lists {
+    int p, cap;
+    sched_action **a;
+    int *n;
+} lists;
+
+static int lists_init(lists *l, int p, int cap) {
+    l->p = p;
+    l->cap = cap;
+    l->a = calloc((size_t)p, sizeof *l->a);
+    l->n = calloc((size_t)p, sizeof *l->n);
+    if (!l->a || !l->n) return -1;
+    for (int r = 0; r < p; r++)
+        if (!(l->a[r] = malloc(sizeof(sched_action) * (size_t)cap))) return -1;
+    return 0;
+}
+
+static void lists_free(lists *l) {
+    for (int r = 0; l->a && r < l->p; r++) free(l->a[r]);
+    free(l->a);
+    free(l->n);
+}
+
+static void put(lists *l, int r, int stage, int op, int mb) {
+    if (l->n[r] < l->cap) l->a[r][l->n[r]++] = (sched_action){stage, op, mb};
+}
+
+/* GPipe: all forwards, then all backwards (B then W per microbatch). */
+static void gen_gpipe(lists *l, int p, int m) {
+    for (int r = 0; r < p; r++) {
+        for (int i = 0; i < m; i++) put(l, r, r, SCHED_F, i);
+        for (int i = 0; i < m; i++) {
+            put(l, r, r, SCHED_B, i);
+            put(l, r, r, SCHED_W, i);
+        }
+    }
+}
+
+/* 1F1B and ZB-H1 share the F/B skeleton: p-1-r warm-up forwards, then one
+ * forward and one backward alternately, then the remaining backwards.
+ * 1F1B puts each W right after its B. ZB-H1 (zero-bubble paper, Qi et al.
+ * 2023, handcrafted H1) holds r weight gradients back on rank r: W(j) runs
+ * after B(j+r), and the held ones fill the cool-down, where rank r would
+ * otherwise wait for gradients from downstream. Rank r then holds
+ * (p-1-r) + 1 + r = p microbatches at most: rank 0's 1F1B peak. */
+static void gen_1f1b_like(lists *l, int p, int m, int defer) {
+    for (int r = 0; r < p; r++) {
+        int lag = defer ? r : 0;
+        int warm = p - 1 - r < m ? p - 1 - r : m;
+        int nf = 0, nb = 0, nw = 0;
+        for (; nf < warm; nf++) put(l, r, r, SCHED_F, nf);
+        while (nb < m) {
+            if (nf < m) put(l, r, r, SCHED_F, nf++);
+            put(l, r, r, SCHED_B, nb++);
+            if (nb - nw > lag) put(l, r, r, SCHED_W, nw++);
+        }
+        while (nw < m) put(l, r, r, SCHED_W, nw++);
+    }
+}
+
+/* Megatron-LM's interleaved 1F1B (forward_backward_pipelining_with_
+ * interleaving): microbatches go through the v chunks of a rank in groups
+ * of p; k-th forward on a rank is chunk (k mod pv) / p of microbatch
+ * (k / pv) p + k mod p; backwards run the chunks in reverse. Warm-up is
+ * 2(p-1-r) + (v-1)p forwards. W right after each B. Stage of chunk c on
+ * rank r is c p + r (loop placement). */
+static void gen_interleaved(lists *l, int p, int m, int v) {
+    int total = m * v;
+    for (int r = 0; r < p; r++) {
+        int warm = 2 * (p - 1 - r) + (v - 1) * p;
+        if (warm > total) warm = total;
+        int kf = 0, kb = 0;
+#define IL_STAGE(k, fwd) ((((fwd) ? ((k) % (p * v)) / p : v - 1 - ((k) % (p * v)) / p)) * p + r)
+#define IL_MB(k) (((k) / (p * v)) * p + (k) % p)
+        for (; kf < warm; kf++) put(l, r, IL_STAGE(kf, 1), SCHED_F, IL_MB(kf));
+        while (kb < total) {
+            if (kf < total) {
+                put(l, r, IL_STAGE(kf, 1), SCHED_F, IL_MB(kf));
+                kf++;
+            }
+            put(l, r, IL_STAGE(kb, 0), SCHED_B, IL_MB(kb));
+            put(l, r, IL_STAGE(kb, 0), SCHED_W, IL_MB(kb));
+            kb++;
+        }
+#undef IL_STAGE
+#undef IL_MB
+    }
+}
+
+/* ZB-V: two chunks per rank in V placement (rank r holds stages r and
+ * 2p-1-r), scheduled greedily from the costs like the zero-bubble paper's
+ * ZB-V: every rank, whenever it is free, runs the first of
+ *   1. a ready B (oldest microbatch first; it unblocks the rank upstream),
+ *   2. a ready F, the second chunk first, if the memory limit allows,
+ *   3. a pending W (fills what would be a bubble),
+ * and otherwise waits for the next arrival. The limit is 1F1B's peak: 2p
+ * chunk activations (p microbatches of a whole rank's layers); F of the
+ * second chunk is always allowed so a microbatch that entered can leave. */
+typedef struct zbv {
+    int p, m;
+    const sched_costs *c;
+    double *end; /* [2p][m][3] end time, <0 = not scheduled */
+} zbv;
+
+static double *zend(zbv *z, int s, int mb, int op) { return &z->end[((size_t)s * (size_t)z->m + (size_t)mb) * 3 + (size_t)op]; }
+
+static int gen_zbv(lists *l, int p, int m, const sched_costs *c) {
+    int S = 2 * p;
+    zbv z = {p, m, c, malloc(sizeof(double) * (size_t)S * (size_t)m * 3)};
+    double *clock = calloc((size_t)p, sizeof(double));
+    int *nf = calloc((size_t)p * 2, sizeof(int)), *nb = calloc((size_t)p * 2, sizeof(int));
+    int *wq = malloc(sizeof(int) * (size_t)p * (size_t)(2 * m) * 2); /* per rank FIFO of (stage, mb) */
+    int *wh = calloc((size_t)p, sizeof(int)), *wt = calloc((size_t)p, sizeof(int));
+    int *held = calloc((size_t)p, sizeof(int)), *left = malloc(sizeof(int) * (size_t)p);
+    int *waiting = calloc((size_t)p, sizeof(int));
+    size_t nkeys = (size_t)S * (size_t)m * 3;
+    int rc = -1;
+    if (!z.end || !clock || !nf || !nb || !wq || !wh || !wt || !held || !left || !waiting) goto done;
+    for (size_t i = 0; i < nkeys; i++) z.end[i] = -1;
+    for (int r = 0; r < p; r++) left[r] = 6 * m;
+    int limit = 2 * p;
+    for (;;) {
+        /* the free rank with the earliest clock that still has work */
+        int r = -1;
+        for (int i = 0; i < p; i++)
+            if (left[i] > 0 && (r < 0 || clock[i] < clock[r])) r = i;
+        if (r < 0) break;
+        if (clock[r] == HUGE_VAL) goto done; /* all asleep: reported by the caller */
+        double t = clock[r];
+        int st[2] = {r, S - 1 - r};
+        int best_stage = -1, best_op = -1, best_mb = -1;
+        double next = -1; /* earliest future arrival among candidates */
+#define CONSIDER(time)                                              \
+    do {                                                            \
+        double tt_ = (time);                                        \
+        if (tt_ > t && (next < 0 || tt_ < next)) next = tt_;        \
+    } while (0)
+        /* 1. B, oldest microbatch first, the chunk nearer the loss first */
+        for (int ch = 1; ch >= 0; ch--) {
+            int s = st[ch], mb = nb[r * 2 + ch];
+            if (mb >= m || mb >= nf[r * 2 + ch]) continue;
+            double ready;
+            if (s == S - 1) {
+                ready = *zend(&z, s, mb, SCHED_F);
+            } else {
+                double e = *zend(&z, s + 1, mb, SCHED_B);
+                if (e < 0) continue;
+                ready = e + (sched_place(SCHED_PLACE_V, s + 1, p) != r ? c->comm : 0);
+            }
+            if (ready < 0) continue;
+            if (ready > t) {
+                CONSIDER(ready);
+                continue;
+            }
+            if (best_op < 0 || mb < best_mb) best_stage = s, best_op = SCHED_B, best_mb = mb;
+        }
+        /* 2. F, second chunk first */
+        for (int ch = 1; ch >= 0 && best_op < 0; ch--) {
+            int s = st[ch], mb = nf[r * 2 + ch];
+            if (mb >= m) continue;
+            /* chunk 0 leaves one slot free so the oldest microbatch can
+             * always come back through chunk 1 and leave */
+            if (held[r] + (ch == 0 ? 2 : 1) > limit) continue;
+            double ready = 0;
+            if (s > 0) {
+                double e = *zend(&z, s - 1, mb, SCHED_F);
+                if (e < 0) continue;
+                ready = e + (sched_place(SCHED_PLACE_V, s - 1, p) != r ? c->comm : 0);
+            }
+            if (ready > t) {
+                CONSIDER(ready);
+                continue;
+            }
+            best_stage = s, best_op = SCHED_F, best_mb = mb;
+        }
+        /* 3. W */
+        if (best_op < 0 && wh[r] < wt[r]) {
+            int *q = &wq[((size_t)r * (size_t)(2 * m) + (size_t)wh[r]) * 2];
+            best_stage = q[0], best_op = SCHED_W, best_mb = q[1];
+            wh[r]++;
+        }
+#undef CONSIDER
+        if (best_op < 0) {
+            /* Nothing to do yet: sleep until the next arrival we know of
+             * (a result finishing on any rank, plus comm); a result that
+             * another rank schedules later wakes us earlier (below). With
+             * none in sight, sleep until woken. */
+            double wake = next;
+            for (int q = 0; q < p; q++) {
+                if (q == r) continue;
+                /* ends on a rank only grow: look back while they still arrive after t */
+                for (int k = l->n[q] - 1; k >= 0; k--) {
+                    const sched_action *a = &l->a[q][k];
+                    double arr = *zend(&z, a->stage, a->mb, a->op) + c->comm;
+                    if (arr <= t) break;
+                    if (wake < 0 || arr < wake) wake = arr;
+                }
+            }
+            clock[r] = wake < 0 ? HUGE_VAL : wake;
+            waiting[r] = 1;
+            continue;
+        }
+        double cost = best_op == SCHED_F ? c->f : best_op == SCHED_B ? c->b : c->w;
+        *zend(&z, best_stage, best_mb, best_op) = t + cost;
+        clock[r] = t + cost;
+        left[r]--;
+        waiting[r] = 0;
+        for (int q = 0; q < p; q++) /* the new result may be what a sleeper waits for */
+            if (waiting[q] && q != r && t + cost + c->comm < clock[q]) clock[q] = t + cost + c->comm;
+        int ch = best_stage == r ? 0 : 1;
+        if (best_op == SCHED_F) {
+            nf[r * 2 + ch]++;
+            held[r]++;
+        } else if (best_op == SCHED_B) {
+            nb[r * 2 + ch]++;
+            int *q = &wq[((size_t)r * (size_t)(2 * m) + (size_t)wt[r]) * 2];
+            q[0] = best_stage;
+            q[1] = best_mb;
+            wt[r]++;
+        } else {
+            held[r]--;
+        }
+        put(l, r, best_stage, best_op, best_mb);
+    }
+    rc = 0;
+done:
+    free(z.end);
+    free(clock);
+    free(nf);
+    free(nb);
+    free(wq);
+    free(wh);
+    free(wt);
+    free(held);
+    free(left);
+    free(waiting);
+    return rc;
+}
+
+int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err) {
+    static const sched_costs unit = {1, 1, 1, 0};
+    *out = NULL;
+    if (!costs) costs = &unit;
+    if (p < 1 || p > 1024) return pp_fail(err, "--stages: %d ranks is out of range; accepted: 1 to 1024", p);
+    if (m < 1 || m > 100000)
+        return pp_fail(err, "--microbatches: %d is out of range; accepted: 1 to 100000", m);
+    int is_il = strcmp(kind, "interleaved-1f1b") == 0, is_zbv = strcmp(kind, "zb-v") == 0;
+    if (!is_il && !is_zbv && strcmp(kind, "gpipe") && strcmp(kind, "1f1b") && strcmp(kind, "zb-h1"))
+        return pp_fail(err, "--schedule: unknown schedule '%s'; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
+                            "csv:FILE",
+                       kind);
+    if (is_il) {
+        if (v < 2)
+            return pp_fail(err, "interleaved-1f1b needs --virtual-stages >= 2 (chunks per rank), got %d; "
+                                "use 1f1b for one chunk", v);
+        if (v > 64) return pp_fail(err, "--virtual-stages: %d is out of range; accepted: 2 to 64", v);
+        if (m % p != 0)
+            return pp_fail(err, "interleaved-1f1b needs the microbatches to be a multiple of the pipeline ranks "
+                                "(Megatron's group size p): m=%d, p=%d", m, p);
+    } else if (is_zbv) {
+        if (v != 2)
+            return pp_fail(err, "zb-v needs exactly two chunks per rank (--virtual-stages 2, V placement), got %d", v);
+        if (costs->f <= 0 || costs->b <= 0 || costs->w < 0 || costs->comm < 0)
+            return pp_fail(err, "zb-v: costs must have f > 0, b > 0, w >= 0, comm >= 0 (f=%g b=%g w=%g comm=%g)",
+                           costs->f, costs->b, costs->w, costs->comm);
+    } else if (v != 1) {
+        return pp_fail(err, "%s runs one chunk per rank: --virtual-stages must be 1, got %d "
+                            "(interleaved-1f1b and zb-v use more)", kind, v);
+    }
+    int S = p * v;
+    if ((long)S * m * 3 > 10000000L)
+        return pp_fail(err, "schedule too large: %d stages x %d microbatches x 3 ops is over 10 million actions", S, m);
+    int *stage_rank = malloc(sizeof(int) * (size_t)S);
+    lists l = {0};
+    int rc = -1;
+    if (!stage_rank || lists_init(&l, p, 3 * v * m) != 0) {
+        pp_fail(err, "schedule %s: out of memory", kind);
+        goto done;
+    }
+    for (int s = 0; s < S; s++) stage_rank[s] = sched_place(is_zbv ? SCHED_PLACE_V : SCHED_PLACE_LOOP, s, p);
+    if (strcmp(kind, "gpipe") == 0) gen_gpipe(&l, p, m);
+    else if (strcmp(kind, "1f1b") == 0) gen_1f1b_like(&l, p, m, 0);
+    else if (strcmp(kind, "zb-h1") == 0) gen_1f1b_like(&l, p, m, 1);
+    else if (is_il) gen_interleaved(&l, p, m, v);
+    else if (gen_zbv(&l, p, m, costs) != 0) {
+        pp_fail(err, "schedule zb-v: the greedy placement got stuck (p=%d, m=%d)", p, m);
+        goto done;
+    }
+    rc = sched_plan_from_lists(kind, p, S, v, m, stage_rank, l.a, l.n, out, err);
+done:
+    lists_free(&l);
+    free(stage_rank);
+    return rc;
+}
+
+int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err) {
+    *out = NULL;
+    sched_plan *plan = NULL;
+    if (strncmp(spec, "csv:", 4) == 0) {
+        if (!spec[4]) return pp_fail(err, "--schedule csv:FILE: the file name is missing");
+        if (sched_load_csv(spec + 4, &plan, err) != 0) return -1;
+        if ((p > 0 && p != plan->ranks) || (m > 0 && m != plan->microbatches)) {
+            pp_fail(err, "%s has %d ranks (rows) and %d microbatches, but %d ranks and %d microbatches were asked for",
+                    spec + 4, plan->ranks, plan->microbatches, p > 0 ? p : plan->ranks, m > 0 ? m : plan->microbatches);
+            sched_free(plan);
+            return -1;
+        }
+    } else {
+        if (v <= 0) v = strcmp(spec, "interleaved-1f1b") == 0 || strcmp(spec, "zb-v") == 0 ? 2 : 1;
+        if (sched_build(spec, p, m, v, costs, &plan, err) != 0) return -1;
+    }
+    if (sched_validate(plan, err) != 0) {
+        sched_free(plan);
+        return -1;
+    }
+    *out = plan;
+    return 0;
+}

@@ -1,0 +1,29 @@
+/* sched_internal.h: helpers shared by the sched_*.c files only (not a
+ * contract): a growing string buffer and the per-(stage, mb, op) index. */
+#ifndef PP_SCHED_INTERNAL_H
+#define PP_SCHED_INTERNAL_H
+#include <stddef.h>
+
+#include "runner/pipe/sched.h"
+
+/* Growing, always NUL-terminated string; oom is sticky. Owner frees s. */
+typedef struct sched_sbuf {
+    char *s;
+    size_t len, cap;
+    int oom;
+} sched_sbuf;
+
+void sched_sb_add(sched_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Index of (stage, mb, op) into a flat array of stages * m * 3 entries. */
+static inline size_t sched_key(const sched_plan *plan, int stage, int mb, int op) {
+    return ((size_t)stage * (size_t)plan->microbatches + (size_t)mb) * 3 + (size_t)op;
+}
+
+/* 1 when the action's fields are in the plan's ranges. */
+static inline int sched_action_ok(const sched_plan *plan, const sched_action *a) {
+    return a->stage >= 0 && a->stage < plan->stages && a->mb >= 0 && a->mb < plan->microbatches && a->op >= 0 &&
+           a->op <= 2;
+}
+
+#endif

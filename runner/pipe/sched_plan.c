@@ -1,0 +1,287 @@
+/* sched_plan.c: the plan object (allocation, freeing, action text), the
+ * layer partition and stage placement, and the grid as text. */
+#include "runner/pipe/sched.h"
+#include "runner/pipe/sched_internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char op_chars[] = "FBW";
+
+const char *sched_action_str(const sched_action *a, char *buf) {
+    if (a->stage < 0) {
+        strcpy(buf, ".");
+        return buf;
+    }
+    char op = (a->op >= 0 && a->op <= 2) ? op_chars[a->op] : '?';
+    snprintf(buf, 16, "%d%c%d", a->stage, op, a->mb);
+    return buf;
+}
+
+int sched_action_parse(const char *s, sched_action *out, pp_err *err) {
+    const char *p = s;
+    long stage = 0, mb = 0;
+    if (*p < '0' || *p > '9') goto bad;
+    while (*p >= '0' && *p <= '9') {
+        stage = stage * 10 + (*p++ - '0');
+        if (stage > 1000000) goto bad;
+    }
+    const char *op = strchr(op_chars, *p);
+    if (!*p || !op) goto bad;
+    p++;
+    if (*p < '0' || *p > '9') goto bad;
+    while (*p >= '0' && *p <= '9') {
+        mb = mb * 10 + (*p++ - '0');
+        if (mb > 1000000) goto bad;
+    }
+    if (*p) goto bad;
+    out->stage = (int)stage;
+    out->op = (int)(op - op_chars);
+    out->mb = (int)mb;
+    return 0;
+bad:
+    return pp_fail(err, "'%s' is not an action; expected {stage}{F|B|W}{microbatch}, e.g. 0F3", s);
+}
+
+int sched_place(sched_placement how, int stage, int p) {
+    if (how == SCHED_PLACE_V) {
+        int s = stage % (2 * p);
+        return s < p ? s : 2 * p - 1 - s;
+    }
+    return stage % p;
+}
+
+/* ---- partition ---------------------------------------------------------- */
+
+int sched_partition(int layers, int stages, const int *cuts, int ncuts, int *first, pp_err *err) {
+    if (stages < 1) return pp_fail(err, "pipeline needs at least one stage, got %d", stages);
+    if (layers < stages)
+        return pp_fail(err, "more stages (%d) than layers (%d): every stage needs at least one layer", stages,
+                       layers);
+    if (!cuts) {
+        /* Even split; the first stage (embeddings) and the last (head, loss)
+         * do extra work, so the remainder goes to the later stages as in NxD. */
+        int base = layers / stages, rem = layers % stages;
+        first[0] = 0;
+        for (int s = 0; s < stages; s++) first[s + 1] = first[s] + base + (s >= stages - rem ? 1 : 0);
+        return 0;
+    }
+    if (ncuts != stages - 1)
+        return pp_fail(err, "--pipeline-cuts: %d stages need %d cuts (the first layer of stages 1..%d), got %d",
+                       stages, stages - 1, stages - 1, ncuts);
+    first[0] = 0;
+    for (int i = 0; i < ncuts; i++) {
+        if (cuts[i] < 1 || cuts[i] > layers - 1)
+            return pp_fail(err, "--pipeline-cuts: cut %d is out of range; accepted: 1 to %d (%d layers)", cuts[i],
+                           layers - 1, layers);
+        if (i > 0 && cuts[i] <= cuts[i - 1])
+            return pp_fail(err, "--pipeline-cuts: cuts must be strictly increasing, got %d after %d", cuts[i],
+                           cuts[i - 1]);
+        first[i + 1] = cuts[i];
+    }
+    first[stages] = layers;
+    return 0;
+}
+
+int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err) {
+    *cuts = NULL;
+    *ncuts = 0;
+    if (!text || !*text) return pp_fail(err, "--pipeline-cuts: expected layer indices like 3,6,9, got nothing");
+    int n = 1;
+    for (const char *c = text; *c; c++) n += *c == ',';
+    int *out = malloc(sizeof *out * (size_t)n);
+    if (!out) return pp_fail(err, "--pipeline-cuts: out of memory");
+    const char *p = text;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > 1000000 || (*end != ',' && *end != '\0')) {
+            free(out);
+            return pp_fail(err, "--pipeline-cuts: expected layer indices like 3,6,9, got '%s'", text);
+        }
+        out[i] = (int)v;
+        p = end + 1;
+    }
+    *cuts = out;
+    *ncuts = n;
+    return 0;
+}
+
+/* ---- plan object ---------------------------------------------------------- */
+
+void sched_free(sched_plan *plan) {
+    if (!plan) return;
+    for (int r = 0; r < plan->ranks; r++) {
+        if (plan->actions) free(plan->actions[r]);
+        if (plan->slots) free(plan->slots[r]);
+    }
+    free(plan->actions);
+    free(plan->slots);
+    free(plan->stage_rank);
+    free(plan->len);
+    free(plan);
+}
+
+/* Allocates the plan's arrays; rows stay NULL. */
+static sched_plan *plan_new(const char *name, int p, int stages, int v, int m) {
+    sched_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) return NULL;
+    snprintf(plan->name, sizeof plan->name, "%s", name);
+    plan->ranks = p;
+    plan->stages = stages;
+    plan->virtual_stages = v;
+    plan->microbatches = m;
+    plan->stage_rank = malloc(sizeof(int) * (size_t)(stages > 0 ? stages : 1));
+    plan->len = calloc((size_t)p, sizeof(int));
+    plan->actions = calloc((size_t)p, sizeof(sched_action *));
+    plan->slots = calloc((size_t)p, sizeof(sched_action *));
+    if (!plan->stage_rank || !plan->len || !plan->actions || !plan->slots) {
+        sched_free(plan);
+        return NULL;
+    }
+    for (int s = 0; s < stages; s++) plan->stage_rank[s] = -1;
+    return plan;
+}
+
+/* Fills the grid from start times of a unit-cost simulation: slot = start. */
+static int grid_from_sim(sched_plan *plan) {
+    sched_costs unit = {1, 1, 1, 0};
+    sched_sim *sim = NULL;
+    if (sched_simulate(plan, &unit, &sim, NULL) != 0) return -1;
+    int nslots = (int)(sim->step_time + 0.5);
+    for (int r = 0; r < plan->ranks; r++) {
+        sched_action *row = malloc(sizeof *row * (size_t)(nslots > 0 ? nslots : 1));
+        if (!row) {
+            sched_sim_free(sim);
+            return -1;
+        }
+        for (int i = 0; i < nslots; i++) row[i] = (sched_action){-1, 0, 0};
+        for (int i = 0; i < sim->nspans[r]; i++) row[(int)(sim->spans[r][i].start + 0.5)] = sim->spans[r][i].action;
+        free(plan->slots[r]);
+        plan->slots[r] = row;
+    }
+    plan->nslots = nslots;
+    sched_sim_free(sim);
+    return 0;
+}
+
+int sched_plan_from_lists(const char *name, int p, int stages, int v, int m, const int *stage_rank,
+                          sched_action *const *lists, const int *lens, sched_plan **out, pp_err *err) {
+    *out = NULL;
+    sched_plan *plan = plan_new(name, p, stages, v, m);
+    if (!plan) return pp_fail(err, "schedule %s: out of memory", name);
+    memcpy(plan->stage_rank, stage_rank, sizeof(int) * (size_t)stages);
+    int maxlen = 0;
+    for (int r = 0; r < p; r++) {
+        plan->len[r] = lens[r];
+        if (lens[r] > maxlen) maxlen = lens[r];
+        plan->actions[r] = malloc(sizeof(sched_action) * (size_t)(lens[r] > 0 ? lens[r] : 1));
+        if (!plan->actions[r]) goto oom;
+        if (lens[r]) memcpy(plan->actions[r], lists[r], sizeof(sched_action) * (size_t)lens[r]);
+    }
+    if (grid_from_sim(plan) != 0) {
+        /* Not simulable (the validator will say why): pack rows left. */
+        for (int r = 0; r < p; r++) {
+            free(plan->slots[r]);
+            plan->slots[r] = malloc(sizeof(sched_action) * (size_t)(maxlen > 0 ? maxlen : 1));
+            if (!plan->slots[r]) goto oom;
+            for (int i = 0; i < maxlen; i++)
+                plan->slots[r][i] = i < lens[r] ? lists[r][i] : (sched_action){-1, 0, 0};
+        }
+        plan->nslots = maxlen;
+    }
+    *out = plan;
+    return 0;
+oom:
+    sched_free(plan);
+    return pp_fail(err, "schedule %s: out of memory", name);
+}
+
+/* ---- grid text ------------------------------------------------------------ */
+
+void sched_sb_add(sched_sbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->s && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = (b->cap ? b->cap * 2 : 256) + (size_t)n;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->oom = 1;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, int max_rows) {
+    int width = 1;
+    char buf[32];
+    for (int r = 0; r < plan->ranks; r++)
+        for (int i = 0; i < plan->nslots; i++) {
+            int n = (int)strlen(sched_action_str(&plan->slots[r][i], buf));
+            if (n > width) width = n;
+        }
+    int c0 = 0, c1 = plan->nslots, r0 = 0, r1 = plan->ranks;
+    int focus_r = -1, focus_c = -1;
+    for (int r = 0; marks && r < plan->ranks; r++)
+        if (marks[r] >= 0) {
+            focus_r = r;
+            focus_c = marks[r];
+            break;
+        }
+    if (max_cols > 0 && c1 > max_cols) {
+        c0 = focus_c >= 0 ? focus_c - max_cols / 2 : 0;
+        if (c0 < 0) c0 = 0;
+        if (c0 + max_cols > plan->nslots) c0 = plan->nslots - max_cols;
+        c1 = c0 + max_cols;
+    }
+    if (max_rows > 0 && r1 > max_rows) {
+        r0 = focus_r >= 0 ? focus_r - max_rows / 2 : 0;
+        if (r0 < 0) r0 = 0;
+        if (r0 + max_rows > plan->ranks) r0 = plan->ranks - max_rows;
+        r1 = r0 + max_rows;
+    }
+    int label = plan->ranks > 10 ? 2 : 1;
+    sched_sbuf b = {0};
+    if (r0 > 0) sched_sb_add(&b, "  (%d ranks above not shown)\n", r0);
+    for (int r = r0; r < r1; r++) {
+        sched_sb_add(&b, "rank %*d |%s", label, r, c0 > 0 ? " ..." : "");
+        for (int i = c0; i < c1; i++) {
+            sched_action_str(&plan->slots[r][i], buf);
+            if (marks && marks[r] == i) {
+                char cell[40];
+                snprintf(cell, sizeof cell, "[%s]", buf);
+                sched_sb_add(&b, "%-*s", width + 2, cell);
+            } else {
+                sched_sb_add(&b, " %-*s ", width, buf);
+            }
+        }
+        if (c1 < plan->nslots) sched_sb_add(&b, " ...");
+        /* No trailing blanks: output is meant to be diffed and pasted. */
+        while (b.s && b.len > 0 && b.s[b.len - 1] == ' ') b.s[--b.len] = '\0';
+        sched_sb_add(&b, "\n");
+    }
+    if (r1 < plan->ranks) sched_sb_add(&b, "  (%d ranks below not shown)\n", plan->ranks - r1);
+    if (!b.s) sched_sb_add(&b, "%s", "");
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

@@ -1,0 +1,409 @@
+/* test_sched.c: schedules: every generator's plans validate, broken plans
+ * are rejected with the rule, rank and marked cell, the partition, and the
+ * simulator against the theory of docs/schedules.md. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/pipe/sched.h"
+
+static const char *const kinds[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"};
+
+static sched_plan *build(const char *kind, int p, int m, int v, const sched_costs *c) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_build(kind, p, m, v, c, &plan, &err), 0, "%s p=%d m=%d v=%d: %s", kind, p, m, v, err.msg);
+    return plan;
+}
+
+static sched_sim *simulate(const sched_plan *plan, double f, double b, double w, double comm) {
+    sched_costs c = {f, b, w, comm};
+    sched_sim *sim = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_simulate(plan, &c, &sim, &err), 0, "%s: %s", plan->name, err.msg);
+    return sim;
+}
+
+static sched_plan *parse(const char *csv) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_csv(csv, strlen(csv), "test.csv", &plan, &err), 0, "%s", err.msg);
+    return plan;
+}
+
+/* The grid's non-idle cells are exactly the action lists, row by row. */
+static void assert_grid_matches_lists(const sched_plan *plan) {
+    for (int r = 0; r < plan->ranks; r++) {
+        int i = 0;
+        for (int c = 0; c < plan->nslots; c++) {
+            const sched_action *s = &plan->slots[r][c];
+            if (s->stage < 0) continue;
+            cr_assert_lt(i, plan->len[r], "%s rank %d: more cells than actions", plan->name, r);
+            const sched_action *a = &plan->actions[r][i++];
+            cr_assert(a->stage == s->stage && a->op == s->op && a->mb == s->mb, "%s rank %d cell %d", plan->name, r, c);
+        }
+        cr_assert_eq(i, plan->len[r], "%s rank %d: %d cells for %d actions", plan->name, r, i, plan->len[r]);
+    }
+}
+
+Test(sched, every_generated_schedule_validates_for_p_up_to_8_and_m_up_to_32) {
+    int checked = 0;
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int p = 1; p <= 8; p++)
+            for (int m = 1; m <= 32; m++)
+                for (int v = 1; v <= 3; v++) {
+                    if (strcmp(kinds[k], "interleaved-1f1b") == 0 ? (v < 2 || m % p) : strcmp(kinds[k], "zb-v") == 0 ? v != 2 : v != 1)
+                        continue;
+                    sched_plan *plan = build(kinds[k], p, m, v, NULL);
+                    pp_err err = {{0}};
+                    cr_assert_eq(sched_validate(plan, &err), 0, "%s p=%d m=%d v=%d: %s", kinds[k], p, m, v, err.msg);
+                    cr_assert_eq(plan->ranks, p);
+                    cr_assert_eq(plan->stages, p * v);
+                    for (int r = 0; r < p; r++) cr_assert_eq(plan->len[r], 3 * v * m);
+                    assert_grid_matches_lists(plan);
+                    sched_free(plan);
+                    checked++;
+                }
+    cr_assert_gt(checked, 1000, "only %d schedules checked", checked);
+}
+
+Test(sched, zb_v_also_validates_with_uneven_costs) {
+    const double costs[][4] = {{1, 2, 1, 0}, {2, 1, 1, 0.5}, {1, 1, 0.3, 1}, {1.5, 2.5, 2, 0.25}};
+    for (size_t i = 0; i < sizeof costs / sizeof costs[0]; i++)
+        for (int p = 2; p <= 8; p += 3)
+            for (int m = 1; m <= 24; m += 5) {
+                sched_costs c = {costs[i][0], costs[i][1], costs[i][2], costs[i][3]};
+                sched_plan *plan = build("zb-v", p, m, 2, &c);
+                pp_err err = {{0}};
+                cr_assert_eq(sched_validate(plan, &err), 0, "p=%d m=%d: %s", p, m, err.msg);
+                sched_free(plan);
+            }
+}
+
+Test(sched, placements_are_loop_and_v) {
+    sched_plan *il = build("interleaved-1f1b", 4, 8, 2, NULL);
+    const int loop[] = {0, 1, 2, 3, 0, 1, 2, 3};
+    for (int s = 0; s < 8; s++) cr_assert_eq(il->stage_rank[s], loop[s]);
+    sched_free(il);
+    sched_plan *zbv = build("zb-v", 4, 8, 2, NULL);
+    const int vee[] = {0, 1, 2, 3, 3, 2, 1, 0};
+    for (int s = 0; s < 8; s++) cr_assert_eq(zbv->stage_rank[s], vee[s]);
+    sched_free(zbv);
+    cr_assert_eq(sched_place(SCHED_PLACE_V, 5, 4), 2);
+    cr_assert_eq(sched_place(SCHED_PLACE_LOOP, 5, 4), 1);
+}
+
+static void assert_build_fails(const char *kind, int p, int m, int v, const char *want1, const char *want2) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_build(kind, p, m, v, NULL, &plan, &err), -1, "%s p=%d m=%d v=%d was accepted", kind, p, m, v);
+    cr_assert_null(plan);
+    cr_assert(strstr(err.msg, want1) && strstr(err.msg, want2), "%s", err.msg);
+}
+
+Test(sched, impossible_requests_name_the_constraint_and_the_values) {
+    assert_build_fails("interleaved-1f1b", 4, 6, 2, "multiple", "m=6, p=4");
+    assert_build_fails("interleaved-1f1b", 4, 8, 1, "--virtual-stages >= 2", "got 1");
+    assert_build_fails("zb-v", 4, 8, 3, "exactly two chunks", "got 3");
+    assert_build_fails("1f1b", 4, 8, 2, "--virtual-stages must be 1", "got 2");
+    assert_build_fails("zigzag", 4, 8, 1, "unknown schedule 'zigzag'", "zb-h1");
+    assert_build_fails("gpipe", 0, 8, 1, "--stages", "0");
+    assert_build_fails("gpipe", 4, 0, 1, "--microbatches", "0");
+}
+
+/* ---- partition ------------------------------------------------------------ */
+
+Test(sched, partition_is_even_with_the_remainder_on_later_stages) {
+    int first[5];
+    pp_err err = {{0}};
+    cr_assert_eq(sched_partition(10, 4, NULL, 0, first, &err), 0, "%s", err.msg);
+    const int want[] = {0, 2, 4, 7, 10}; /* sizes 2, 2, 3, 3 */
+    for (int i = 0; i < 5; i++) cr_assert_eq(first[i], want[i], "first[%d] = %d", i, first[i]);
+    cr_assert_eq(sched_partition(8, 4, NULL, 0, first, &err), 0);
+    for (int i = 0; i < 5; i++) cr_assert_eq(first[i], 2 * i);
+}
+
+Test(sched, explicit_cuts_and_their_errors) {
+    int first[5], *cuts, n;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_cuts("3,6,9", &cuts, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(sched_partition(12, 4, cuts, n, first, &err), 0, "%s", err.msg);
+    const int want[] = {0, 3, 6, 9, 12};
+    for (int i = 0; i < 5; i++) cr_assert_eq(first[i], want[i]);
+    cr_assert_eq(sched_partition(12, 3, cuts, n, first, &err), -1);
+    cr_assert(strstr(err.msg, "3 stages need 2 cuts") && strstr(err.msg, "got 3"), "%s", err.msg);
+    cr_assert_eq(sched_partition(9, 4, cuts, n, first, &err), -1);
+    cr_assert(strstr(err.msg, "cut 9 is out of range") && strstr(err.msg, "1 to 8"), "%s", err.msg);
+    free(cuts);
+    cr_assert_eq(sched_parse_cuts("3,3,9", &cuts, &n, &err), 0);
+    cr_assert_eq(sched_partition(12, 4, cuts, n, first, &err), -1);
+    cr_assert(strstr(err.msg, "strictly increasing"), "%s", err.msg);
+    free(cuts);
+    cr_assert_eq(sched_parse_cuts("3,x", &cuts, &n, &err), -1);
+    cr_assert(strstr(err.msg, "--pipeline-cuts") && strstr(err.msg, "3,x"), "%s", err.msg);
+    cr_assert_eq(sched_partition(6, 8, NULL, 0, first, &err), -1);
+    cr_assert(strstr(err.msg, "more stages (8) than layers (6)"), "%s", err.msg);
+}
+
+/* ---- validator: hand-broken schedules ------------------------------------- */
+
+/* A correct 1F1B for p=2, m=2, written as CSV (our notation). */
+static const char good_csv[] = "0F0,0F1,,0B0,0W0,0B1,0W1\n"
+                               ",1F0,1B0,1W0,1F1,1B1,1W1\n";
+
+static void assert_rejected(const char *csv, const char *rule, const char *what, const char *mark) {
+    sched_plan *plan = parse(csv);
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), -1, "accepted:\n%s", csv);
+    cr_assert(strstr(err.msg, rule), "no rule '%s' in:\n%s", rule, err.msg);
+    cr_assert(strstr(err.msg, what), "no '%s' in:\n%s", what, err.msg);
+    if (mark) cr_assert(strstr(err.msg, mark), "no marked cell %s in:\n%s", mark, err.msg);
+    cr_assert(strstr(err.msg, "rank 0 |") && strstr(err.msg, "rank 1 |"), "no grid in:\n%s", err.msg);
+    sched_free(plan);
+}
+
+Test(sched, a_correct_hand_written_schedule_passes) {
+    sched_plan *plan = parse(good_csv);
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan->ranks, 2);
+    cr_assert_eq(plan->stages, 2);
+    cr_assert_eq(plan->microbatches, 2);
+    sched_free(plan);
+}
+
+Test(sched, a_missing_w_is_rejected) {
+    assert_rejected("0F0,0F1,,0B0,0W0,0B1,0W1\n"
+                    ",1F0,1B0,1W0,1F1,1B1\n",
+                    "exactly one F, one B and one W per (stage, microbatch)", "rank 1 never runs 1W1", NULL);
+}
+
+Test(sched, a_duplicate_is_rejected) {
+    assert_rejected("0F0,0F1,,0B0,0W0,0B1,0W1,0W1\n"
+                    ",1F0,1B0,1W0,1F1,1B1,1W1\n",
+                    "exactly one F, one B and one W", "rank 0 runs 0W1 a second time", "[0W1]");
+}
+
+Test(sched, b_before_f_is_rejected_and_marked) {
+    assert_rejected("0F0,0F1,,0B0,0W0,0B1,0W1\n"
+                    ",1B0,1F0,1W0,1F1,1B1,1W1\n",
+                    "on its rank, F before B before W", "rank 1 runs 1B0 before 1F0", "[1B0]");
+}
+
+Test(sched, w_before_b_is_rejected) {
+    assert_rejected("0F0,0F1,,0W0,0B0,0B1,0W1\n"
+                    ",1F0,1B0,1W0,1F1,1B1,1W1\n",
+                    "on its rank, F before B before W", "rank 0 runs 0W0 before 0B0", "[0W0]");
+}
+
+Test(sched, a_stage_on_two_ranks_is_rejected) {
+    assert_rejected("0F0,0F1,,0B0,0W0,0B1,0W1,1W1\n"
+                    ",1F0,1B0,1W0,1F1,1B1\n",
+                    "each stage lives on one rank", "rank 0 runs 1W1 but stage 1 lives on rank 1", "[1W1]");
+}
+
+Test(sched, a_deadlock_names_the_waiting_ranks_and_actions) {
+    /* rank 1 wants microbatch 1 first; rank 0 sends it only after 0B0,
+     * which needs 1B0 from rank 1. */
+    assert_rejected("0F0,0B0,0W0,0F1,0B1,0W1\n"
+                    "1F1,1B1,1W1,1F0,1B0,1W0\n",
+                    "no deadlock with asynchronous sends and blocking receives", "rank 0 at 0B0 waits for 1B0 (rank 1)",
+                    "[0B0]");
+    sched_plan *plan = parse("0F0,0B0,0W0,0F1,0B1,0W1\n1F1,1B1,1W1,1F0,1B0,1W0\n");
+    pp_err err = {{0}};
+    sched_validate(plan, &err);
+    cr_assert(strstr(err.msg, "rank 1 at 1F1 waits for 0F1 (rank 0)") && strstr(err.msg, "[1F1]"), "%s", err.msg);
+    sched_free(plan);
+}
+
+Test(sched, a_rejection_of_a_big_schedule_still_fits_and_shows_the_cell) {
+    /* p=8, m=32: the grid is far wider than a message; the window keeps the
+     * marked cell. Break 5F20 into 5B20 before its F by swapping. */
+    sched_plan *plan = build("1f1b", 8, 32, 1, NULL);
+    sched_action *row = plan->actions[5];
+    int fi = -1, bi = -1;
+    for (int i = 0; i < plan->len[5]; i++) {
+        if (row[i].op == SCHED_F && row[i].mb == 20) fi = i;
+        if (row[i].op == SCHED_B && row[i].mb == 20) bi = i;
+    }
+    sched_action t = row[fi];
+    row[fi] = row[bi];
+    row[bi] = t;
+    /* keep the grid in step with the lists */
+    int seen = 0;
+    for (int c = 0; c < plan->nslots; c++)
+        if (plan->slots[5][c].stage >= 0) plan->slots[5][c] = row[seen++];
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), -1);
+    cr_assert(strstr(err.msg, "rank 5 runs 5B20 before 5F20") && strstr(err.msg, "[5B20]"), "%s", err.msg);
+    cr_assert_lt(strlen(err.msg), sizeof err.msg - 1);
+    sched_free(plan);
+}
+
+/* ---- simulator ------------------------------------------------------------ */
+
+static double idle(const sched_sim *s) { return s->bubble_ratio * s->step_time * s->ranks; }
+
+Test(sched, gpipe_and_1f1b_with_one_backward_op_match_the_textbook_bubble_exactly) {
+    /* The textbook (p-1)/(m+p-1) is for F and ONE backward op of cost b+w
+     * whose gradient leaves when the whole backward is done: b=2, w=0. */
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 32; m++)
+            for (int k = 0; k < 2; k++) {
+                sched_plan *plan = build(k ? "1f1b" : "gpipe", p, m, 1, NULL);
+                sched_sim *sim = simulate(plan, 1, 2, 0, 0);
+                double want = (double)(p - 1) / (m + p - 1);
+                cr_assert(fabs(sim->bubble_ratio - want) < 1e-12, "%s p=%d m=%d: %g, want %g", plan->name, p, m,
+                          sim->bubble_ratio, want);
+                cr_assert_eq(sim->step_time, 3.0 * (m + p - 1));
+                sched_sim_free(sim);
+                sched_free(plan);
+            }
+}
+
+Test(sched, gpipe_and_1f1b_with_split_b_and_w_send_the_gradient_before_w) {
+    /* f=b=w=1 with B and W as separate ops: a rank sends its input gradient
+     * as soon as B is done, so W is off the critical path and each rank idles
+     * (p-1)(f+b): bubble 2(p-1)/(3m+2(p-1)), below the textbook 3(p-1)/(3m+3(p-1)). */
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 32; m++)
+            for (int k = 0; k < 2; k++) {
+                sched_plan *plan = build(k ? "1f1b" : "gpipe", p, m, 1, NULL);
+                sched_sim *sim = simulate(plan, 1, 1, 1, 0);
+                double want = 2.0 * (p - 1) / (3.0 * m + 2.0 * (p - 1));
+                cr_assert(fabs(sim->bubble_ratio - want) < 1e-12, "%s p=%d m=%d: %g, want %g", plan->name, p, m,
+                          sim->bubble_ratio, want);
+                sched_sim_free(sim);
+                sched_free(plan);
+            }
+}
+
+Test(sched, zb_h1_has_a_third_of_the_1f1b_bubble) {
+    for (int p = 2; p <= 8; p++)
+        for (int m = p; m <= 32; m++) {
+            sched_plan *zb = build("zb-h1", p, m, 1, NULL), *ob = build("1f1b", p, m, 1, NULL);
+            sched_sim *z = simulate(zb, 1, 1, 1, 0);
+            sched_sim *textbook = simulate(ob, 1, 2, 0, 0); /* 1F1B with one backward op */
+            /* idle time: (p-1)(f+b-w) per rank, a third of 1F1B's (p-1)(f+b+w) */
+            cr_assert(fabs(idle(z) - idle(textbook) / 3) < 1e-9, "p=%d m=%d: idle %g vs 1F1B %g", p, m, idle(z),
+                      idle(textbook));
+            /* As a ratio it is a third "plus rounding": the step is shorter by
+             * the idle it lost, so ratio <= (textbook / 3) / (1 - textbook). */
+            double t = textbook->bubble_ratio;
+            cr_assert_leq(z->bubble_ratio, t / 3 / (1 - t) + 1e-12, "p=%d m=%d: %g vs %g", p, m, z->bubble_ratio, t);
+            for (int r = 0; r < p; r++) cr_assert_leq(z->peak_inflight[r], p, "zb-h1 holds more than 1F1B");
+            sched_sim_free(z);
+            sched_sim_free(textbook);
+            sched_free(zb);
+            sched_free(ob);
+        }
+}
+
+Test(sched, interleaved_divides_the_bubble_by_v) {
+    /* Same model: v chunks per rank, each 1/v of a 1F1B stage's cost. */
+    for (int p = 2; p <= 8; p++)
+        for (int v = 2; v <= 3; v++)
+            for (int m = p; m <= 32; m += p) {
+                sched_plan *il = build("interleaved-1f1b", p, m, v, NULL), *ob = build("1f1b", p, m, 1, NULL);
+                sched_sim *i = simulate(il, 1.0 / v, 1.0 / v, 1.0 / v, 0);
+                sched_sim *o = simulate(ob, 1, 1, 1, 0);
+                cr_assert(fabs(idle(i) - idle(o) / v) < 1e-6, "p=%d m=%d v=%d: idle %g vs 1f1b %g", p, m, v, idle(i),
+                          idle(o));
+                /* as a ratio, 1/v up to the shorter step: <= (r / v) / (1 - r) */
+                double r = o->bubble_ratio;
+                cr_assert_leq(i->bubble_ratio, r / v / (1 - r) + 1e-12, "p=%d m=%d v=%d: %g vs %g", p, m, v,
+                              i->bubble_ratio, r);
+                sched_sim_free(i);
+                sched_sim_free(o);
+                sched_free(il);
+                sched_free(ob);
+            }
+}
+
+Test(sched, zb_v_is_near_zero_bubble_for_m_at_least_2p) {
+    for (int p = 2; p <= 8; p++)
+        for (int m = 2 * p; m <= 32; m++) {
+            sched_plan *zb = build("zb-v", p, m, 2, NULL), *ob = build("1f1b", p, m, 1, NULL);
+            sched_sim *z = simulate(zb, 1, 1, 1, 0), *o = simulate(ob, 2, 2, 2, 0);
+            /* The only idle a shared step cannot avoid is the staggered start:
+             * rank r's first F comes r*f after rank 0's. */
+            double work = 6.0 * m, floor_step = work + (p - 1);
+            cr_assert_leq(z->step_time, floor_step + 0.05 * work, "p=%d m=%d: step %g, floor %g", p, m, z->step_time,
+                          floor_step);
+            cr_assert_lt(z->bubble_ratio, o->bubble_ratio / 2, "p=%d m=%d: %g vs 1f1b %g", p, m, z->bubble_ratio,
+                         o->bubble_ratio);
+            for (int r = 0; r < p; r++) cr_assert_leq(z->peak_inflight[r], 2 * p, "zb-v over 1F1B's memory");
+            sched_sim_free(z);
+            sched_sim_free(o);
+            sched_free(zb);
+            sched_free(ob);
+        }
+}
+
+Test(sched, peak_memory_of_1f1b_is_p_and_of_gpipe_is_m) {
+    for (int p = 1; p <= 8; p++)
+        for (int m = p; m <= 32; m++) {
+            sched_plan *g = build("gpipe", p, m, 1, NULL), *o = build("1f1b", p, m, 1, NULL);
+            sched_sim *gs = simulate(g, 1, 1, 1, 0), *os = simulate(o, 1, 1, 1, 0);
+            cr_assert_eq(os->peak_inflight[0], p, "1f1b p=%d m=%d: %d", p, m, os->peak_inflight[0]);
+            cr_assert_eq(os->peak_inflight[p - 1], 1);
+            cr_assert_eq(gs->peak_inflight[0], m, "gpipe p=%d m=%d: %d", p, m, gs->peak_inflight[0]);
+            sched_sim_free(gs);
+            sched_sim_free(os);
+            sched_free(g);
+            sched_free(o);
+        }
+}
+
+Test(sched, communication_costs_between_ranks_only) {
+    /* zb-v on one rank: the V turn stays on the rank, so comm costs nothing */
+    sched_plan *one = build("zb-v", 1, 3, 2, NULL);
+    sched_sim *s = simulate(one, 1, 1, 1, 5);
+    cr_assert_eq(s->step_time, 18);
+    cr_assert_eq(s->bubble_ratio, 0);
+    sched_sim_free(s);
+    sched_free(one);
+    /* 1F1B p=2 m=1: F, send, F, B, send, B, W: 1+2+1+1+2+1+1 = 9 */
+    sched_plan *two = build("1f1b", 2, 1, 1, NULL);
+    s = simulate(two, 1, 1, 1, 2);
+    cr_assert_eq(s->step_time, 9);
+    cr_assert_eq(s->spans[1][0].start, 3);
+    sched_sim_free(s);
+    sched_free(two);
+}
+
+Test(sched, simulating_a_deadlocked_plan_fails_cleanly) {
+    sched_plan *plan = parse("0F0,0B0,0W0,0F1,0B1,0W1\n1F1,1B1,1W1,1F0,1B0,1W0\n");
+    sched_sim *sim = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_simulate(plan, NULL, &sim, &err), -1);
+    cr_assert_null(sim);
+    cr_assert(strstr(err.msg, "deadlock"), "%s", err.msg);
+    sched_free(plan);
+}
+
+Test(sched, grid_and_timeline_text) {
+    sched_plan *plan = build("1f1b", 2, 2, 1, NULL);
+    char *grid = sched_grid_text(plan, NULL, 0, 0);
+    /* rank 0 waits for 1B0 (slot 2) and for 1B1 (slot 5) */
+    cr_assert_str_eq(grid, "rank 0 | 0F0  0F1  .    0B0  0W0  .    0B1  0W1\n"
+                           "rank 1 | .    1F0  1B0  1W0  1F1  1B1  1W1  .\n");
+    free(grid);
+    sched_sim *sim = simulate(plan, 1, 1, 1, 0);
+    double unit;
+    char *tl = sched_timeline_text(sim, plan, 0, &unit);
+    cr_assert_eq(unit, 1);
+    cr_assert_str_eq(tl, "rank 0 |FF.BW.BW|\nrank 1 |.FBWFBW.|\n");
+    free(tl);
+    sched_sim_free(sim);
+    /* non-integer costs get a finer unit */
+    sim = simulate(plan, 0.5, 1, 1, 0);
+    tl = sched_timeline_text(sim, plan, 0, &unit);
+    cr_assert_eq(unit, 0.5);
+    cr_assert(strncmp(tl, "rank 0 |FF..BBWW", 16) == 0, "%s", tl);
+    free(tl);
+    sched_sim_free(sim);
+    sched_free(plan);
+}

@@ -1,0 +1,257 @@
+/* test_sched_csv.c: schedules as CSV files: round trips in both notations,
+ * PyTorch's older and newer files, and malformed input. Real files in a
+ * temporary folder. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner/pipe/sched.h"
+
+static char dir[64];
+
+static void make_dir(void) {
+    strcpy(dir, "/tmp/pprun-sched-csv-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(sched_csv, .init = make_dir, .fini = remove_dir);
+
+static char *path_in_dir(const char *name) {
+    static char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return path;
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *read_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static sched_plan *load(const char *path) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_load_csv(path, &plan, &err), 0, "%s", err.msg);
+    return plan;
+}
+
+static sched_plan *parse(const char *csv) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_csv(csv, strlen(csv), "test.csv", &plan, &err), 0, "%s", err.msg);
+    return plan;
+}
+
+/* Each rank's actions as text: "0F0 0F1 0B0 ..." */
+static void actions_text(const sched_plan *plan, int r, char *out, size_t cap) {
+    char buf[32];
+    out[0] = '\0';
+    for (int i = 0; i < plan->len[r]; i++) {
+        if (i) strncat(out, " ", cap - strlen(out) - 1);
+        strncat(out, sched_action_str(&plan->actions[r][i], buf), cap - strlen(out) - 1);
+    }
+}
+
+static void assert_same_plan(const sched_plan *a, const sched_plan *b, int same_grid) {
+    cr_assert_eq(a->ranks, b->ranks);
+    cr_assert_eq(a->stages, b->stages);
+    cr_assert_eq(a->microbatches, b->microbatches);
+    for (int s = 0; s < a->stages; s++) cr_assert_eq(a->stage_rank[s], b->stage_rank[s], "stage %d", s);
+    for (int r = 0; r < a->ranks; r++) {
+        cr_assert_eq(a->len[r], b->len[r], "%s rank %d", a->name, r);
+        for (int i = 0; i < a->len[r]; i++)
+            cr_assert(memcmp(&a->actions[r][i], &b->actions[r][i], sizeof(sched_action)) == 0, "%s rank %d action %d",
+                      a->name, r, i);
+        if (!same_grid) continue;
+        int n = a->nslots > b->nslots ? a->nslots : b->nslots;
+        for (int c = 0; c < n; c++) {
+            int sa = c < a->nslots ? a->slots[r][c].stage : -1, sb = c < b->nslots ? b->slots[r][c].stage : -1;
+            cr_assert_eq(sa, sb, "%s rank %d slot %d", a->name, r, c);
+            if (sa >= 0) cr_assert(memcmp(&a->slots[r][c], &b->slots[r][c], sizeof(sched_action)) == 0);
+        }
+    }
+}
+
+Test(sched_csv, every_schedule_round_trips_in_both_notations) {
+    const struct { const char *kind; int v; } kinds[] = {
+        {"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"zb-v", 2}};
+    const char *notations[] = {"pprun", "pytorch"};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int n = 0; n < 2; n++) {
+            sched_plan *plan = NULL, *back;
+            pp_err err = {{0}};
+            cr_assert_eq(sched_build(kinds[k].kind, 4, 8, kinds[k].v, NULL, &plan, &err), 0, "%s", err.msg);
+            char *path = path_in_dir("plan.csv");
+            cr_assert_eq(sched_write_csv(plan, path, notations[n], &err), 0, "%s", err.msg);
+            back = load(path);
+            assert_same_plan(plan, back, 1);
+            cr_assert_eq(sched_validate(back, &err), 0, "%s", err.msg);
+            sched_free(back);
+            sched_free(plan);
+        }
+}
+
+Test(sched_csv, the_two_notations_on_disk) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_build("1f1b", 2, 2, 1, NULL, &plan, &err), 0, "%s", err.msg);
+    char *path = path_in_dir("ours.csv");
+    cr_assert_eq(sched_write_csv(plan, path, "pprun", &err), 0);
+    cr_assert_str_eq(read_file(path), "0F0,0F1,,0B0,0W0,,0B1,0W1\n,1F0,1B0,1W0,1F1,1B1,1W1\n");
+    cr_assert_eq(sched_write_csv(plan, path, "pytorch", &err), 0);
+    cr_assert_str_eq(read_file(path), "0F0,0F1,,0I0,0W0,,0I1,0W1\n,1F0,1I0,1W0,1F1,1I1,1W1\n");
+    cr_assert_eq(sched_write_csv(plan, path, "megatron", &err), -1);
+    cr_assert(strstr(err.msg, "--notation") && strstr(err.msg, "pprun, pytorch"), "%s", err.msg);
+    /* the failed write left the file as it was */
+    cr_assert_str_eq(read_file(path), "0F0,0F1,,0I0,0W0,,0I1,0W1\n,1F0,1I0,1W0,1F1,1I1,1W1\n");
+    sched_free(plan);
+}
+
+Test(sched_csv, an_old_pytorch_file_has_b_and_w_without_i_and_bw_for_full) {
+    /* older PyTorch: B = input gradient, W = weight gradient, BW = both */
+    sched_plan *plan = parse("0F0,0F1,,0B0,0W0,0BW1\n"
+                             ",1F0,1BW0,1F1,1B1,1W1\n");
+    char text[256];
+    actions_text(plan, 0, text, sizeof text);
+    cr_assert_str_eq(text, "0F0 0F1 0B0 0W0 0B1 0W1");
+    actions_text(plan, 1, text, sizeof text);
+    cr_assert_str_eq(text, "1F0 1B0 1W0 1F1 1B1 1W1");
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+}
+
+Test(sched_csv, a_new_pytorch_file_has_i_for_input_and_b_for_full) {
+    /* newer PyTorch: I = input gradient, W = weight gradient, B = both;
+     * communication actions are implied by our engine (idle cells here) */
+    char *path = path_in_dir("torch.csv");
+    write_file(path, "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0I0,0W0,0B1\r\n"
+                     ",1RECV_F0,1F0,1I0,1W0,1F1,1B1\r\n");
+    sched_plan *plan = load(path);
+    char text[256];
+    actions_text(plan, 0, text, sizeof text);
+    cr_assert_str_eq(text, "0F0 0F1 0B0 0W0 0B1 0W1");
+    actions_text(plan, 1, text, sizeof text);
+    cr_assert_str_eq(text, "1F0 1B0 1W0 1F1 1B1 1W1");
+    cr_assert_eq(plan->stages, 2);
+    cr_assert_eq(plan->microbatches, 2);
+    cr_assert_eq(plan->stage_rank[1], 1);
+    cr_assert(strstr(plan->name, "torch.csv"), "%s", plan->name);
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+}
+
+Test(sched_csv, a_file_with_only_f_and_b_has_full_backwards) {
+    sched_plan *plan = parse("0F0,0F1,,0B0,0B1\n,1F0,1B0,1F1,1B1\n");
+    char text[256];
+    actions_text(plan, 1, text, sizeof text);
+    cr_assert_str_eq(text, "1F0 1B0 1W0 1F1 1B1 1W1");
+    /* a full backward takes two cells: the grid keeps B and W side by side */
+    cr_assert_eq(plan->slots[1][2].op, SCHED_B);
+    cr_assert_eq(plan->slots[1][3].op, SCHED_W);
+    sched_free(plan);
+}
+
+Test(sched_csv, overlap_f_b_cells_are_split_into_f_then_b) {
+    /* PyTorch's compound cell, unquoted with ';' and quoted with ',' */
+    const char *files[] = {"0F0,0F1,0F2,,0I0,0W0,0I1,0W1,0I2,0W2\n"
+                           ",1F0,1F1,(1F2;1I0)OVERLAP_F_B,1W0,1I1,1W1,1I2,1W2\n",
+                           "0F0,0F1,0F2,,0I0,0W0,0I1,0W1,0I2,0W2\n"
+                           ",1F0,1F1,\"(1F2,1I0)OVERLAP_F_B\",1W0,1I1,1W1,1I2,1W2\n"};
+    for (int i = 0; i < 2; i++) {
+        sched_plan *plan = parse(files[i]);
+        char text[256];
+        actions_text(plan, 1, text, sizeof text);
+        cr_assert_str_eq(text, "1F0 1F1 1F2 1B0 1W0 1B1 1W1 1B2 1W2");
+        pp_err err = {{0}};
+        cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+        sched_free(plan);
+    }
+}
+
+static void assert_bad(const char *csv, const char *want1, const char *want2) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_csv(csv, strlen(csv), "bad.csv", &plan, &err), -1, "accepted: %s", csv);
+    cr_assert_null(plan);
+    cr_assert(strstr(err.msg, "bad.csv"), "%s", err.msg);
+    cr_assert(strstr(err.msg, want1) && strstr(err.msg, want2), "%s", err.msg);
+}
+
+Test(sched_csv, malformed_files_name_the_line_column_and_cell) {
+    assert_bad("0F0,0F1\n1F0,1X0\n", "line 2, column 2", "'1X0'");
+    assert_bad("0F0,F1\n", "line 1, column 2", "'F1'");
+    assert_bad("0F0,0F\n", "line 1, column 2", "'0F'");
+    assert_bad("0F0,0F1x\n", "line 1, column 2", "'0F1x'");
+    assert_bad("0F0,\"0F1\n", "line 1, column 2", "unterminated");
+    assert_bad("0F0,(0F1;0B9x)OVERLAP_F_B\n", "line 1, column 2", "'0B9x'");
+    assert_bad("", "no rows", "0F3");
+    assert_bad(",,\n,\n", "no actions", "2 rows");
+    assert_bad("0F0,99999F99999\n", "100000 microbatches", "over 10 million");
+}
+
+Test(sched_csv, a_missing_file_is_named) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_load_csv(path_in_dir("nope.csv"), &plan, &err), -1);
+    cr_assert(strstr(err.msg, "nope.csv") && strstr(err.msg, "cannot open"), "%s", err.msg);
+}
+
+Test(sched_csv, stage_count_and_placement_come_from_the_file) {
+    /* a V: rank 0 holds stages 0 and 3, rank 1 stages 1 and 2 */
+    sched_plan *plan = parse("0F0,,,,3F0,3B0,3W0,,,,0B0,0W0\n"
+                             ",1F0,2F0,,,,2B0,1B0,1W0,2W0\n");
+    cr_assert_eq(plan->ranks, 2);
+    cr_assert_eq(plan->stages, 4);
+    cr_assert_eq(plan->virtual_stages, 2);
+    const int want[] = {0, 1, 1, 0};
+    for (int s = 0; s < 4; s++) cr_assert_eq(plan->stage_rank[s], want[s]);
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+}
+
+Test(sched_csv, the_schedule_flag_takes_a_name_or_a_validated_csv) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_from_flag("zb-v", 4, 8, 0, NULL, &plan, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan->virtual_stages, 2);
+    char *path = path_in_dir("zbv.csv");
+    cr_assert_eq(sched_write_csv(plan, path, "pytorch", &err), 0, "%s", err.msg);
+    sched_free(plan);
+    char spec[300];
+    snprintf(spec, sizeof spec, "csv:%s", path);
+    cr_assert_eq(sched_from_flag(spec, 4, 8, 0, NULL, &plan, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan->stages, 8);
+    cr_assert_eq(plan->stage_rank[7], 0);
+    sched_free(plan);
+    cr_assert_eq(sched_from_flag(spec, 2, 8, 0, NULL, &plan, &err), -1);
+    cr_assert(strstr(err.msg, "4 ranks (rows)") && strstr(err.msg, "but 2 ranks"), "%s", err.msg);
+    /* a CSV the validator refuses never reaches the caller */
+    write_file(path, "0F0,0B0,0W0,0F1,0B1,0W1\n1F1,1B1,1W1,1F0,1B0,1W0\n");
+    cr_assert_eq(sched_from_flag(spec, 0, 0, 0, NULL, &plan, &err), -1);
+    cr_assert_null(plan);
+    cr_assert(strstr(err.msg, "no deadlock"), "%s", err.msg);
+    cr_assert_eq(sched_from_flag("csv:", 4, 8, 0, NULL, &plan, &err), -1);
+    cr_assert(strstr(err.msg, "file name is missing"), "%s", err.msg);
+}
