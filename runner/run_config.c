@@ -188,41 +188,12 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     return 0;
 }
 
-/* The virtual stage count the schedule runs with. */
-static int effective_v(const run_config *cfg) {
-    if (cfg->virtual_stages) return cfg->virtual_stages;
-    if (strcmp(cfg->schedule, "zb-v") == 0 || strcmp(cfg->schedule, "interleaved-1f1b") == 0) return 2;
-    return 1;
-}
-
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err) {
-    sched_plan *plan = NULL;
-    if (strncmp(cfg->schedule, "csv:", 4) == 0) {
-        if (sched_load_csv(cfg->schedule + 4, &plan, err) != 0) return pp_wrap(err, "--schedule %s", cfg->schedule);
-        if (plan->ranks != ranks) {
-            int n = plan->ranks;
-            sched_free(plan);
-            return pp_fail(err, "--schedule %s: the file has %d ranks but the job has %d (--nproc-per-node x --nnodes)",
-                           cfg->schedule, n, ranks);
-        }
-        if (plan->microbatches != cfg->microbatches) {
-            int n = plan->microbatches;
-            sched_free(plan);
-            return pp_fail(err, "--schedule %s: the file has %d microbatches but --microbatches is %d", cfg->schedule, n,
-                           cfg->microbatches);
-        }
-    } else {
-        sched_costs costs = {1, 1, 1, 0};
-        if (cfg->model.kind == MODEL_TIMED)
-            costs = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
-        if (sched_build(cfg->schedule, ranks, cfg->microbatches, effective_v(cfg), &costs, &plan, err) != 0)
-            return -1;
-    }
-    if (sched_validate(plan, err) != 0) {
-        sched_free(plan);
-        return -1;
-    }
-    *out = plan;
+    sched_costs costs = {1, 1, 1, 0};
+    if (cfg->model.kind == MODEL_TIMED)
+        costs = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
+    if (sched_from_flag(cfg->schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out, err) != 0)
+        return pp_wrap(err, "--schedule %s", cfg->schedule);
     return 0;
 }
 
