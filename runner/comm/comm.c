@@ -274,16 +274,22 @@ static int peer_setup(comm_peer *p, pp_err *err) {
             snprintf(p->setup_err, sizeof p->setup_err, "comm: cannot start the reader thread for rank %d", p->rank);
             goto fail;
         }
-    } else if (comm_tcp_connect(p, host, port, &e) < 0) {
-        snprintf(p->setup_err, sizeof p->setup_err, "%.1000s", e.msg);
-        goto fail;
+    } else {
+        int rc = comm_tcp_connect(p, host, port, &e);
+        if (rc == -1) {
+            snprintf(p->setup_err, sizeof p->setup_err, "%.1000s", e.msg);
+            goto fail;
+        }
+        /* Refused: the peer published its endpoint, then exited.  Not a
+         * set-up failure: what it sent us before may still be unread. */
+        if (rc == -2) pidfd_gone = 1;
     }
     atomic_store(&p->setup, 1);
     pthread_mutex_unlock(&p->setup_mu);
     comm_monitor_kick(c);
     if (pidfd_gone) {
         char why[128];
-        snprintf(why, sizeof why, "died (process %d exited)", pid);
+        snprintf(why, sizeof why, "is gone (process %d exited)", pid);
         comm_peer_dead(p, why);
     }
     return 0;
@@ -331,8 +337,12 @@ static void *sender_main(void *arg) {
         pthread_mutex_lock(&p->mu);
         while (!p->q_head && !atomic_load(&c->stopping) && !atomic_load(&p->dead))
             pthread_cond_wait(&p->cv, &p->mu);
-        if (atomic_load(&c->stopping) || (!p->q_head && atomic_load(&p->dead))) {
+        if (atomic_load(&c->stopping) || atomic_load(&p->dead)) {
+            char why[300];
+            snprintf(why, sizeof why, "rank %d %s", p->rank, p->dead_why);
+            int pending = p->q_head != NULL && !atomic_load(&c->stopping);
             pthread_mutex_unlock(&p->mu);
+            if (pending) sender_fail(p, why);
             return NULL;
         }
         comm_out *o = p->q_head;
@@ -447,7 +457,7 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
         return pp_fail(err, "comm: rank %d cannot receive %s from rank %d: %s", c->rank,
                        comm_tag_str(tag, ts, sizeof ts), peer, e.msg);
     uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    int mine = 0, rc = 0;
+    int mine = 0, rc = 0, accepted = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (mine && p->p_done) {
@@ -486,6 +496,14 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
             p->p_claimed = p->p_done = p->p_failed = 0;
         }
         int claimed = mine && p->p_claimed;
+        if (!claimed && atomic_load(&p->dead) && p->in_state == COMM_IN_NONE && c->listen_fd >= 0 && !accepted) {
+            /* Its connection to us (and what it sent) may wait in the backlog. */
+            accepted = 1;
+            pthread_mutex_unlock(&p->mu);
+            comm_tcp_accept(c);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
         if (!claimed && (p->in_state == COMM_IN_CLOSED || (atomic_load(&p->dead) && p->in_state == COMM_IN_NONE))) {
             rc = pp_fail(err, "comm: rank %d %s; rank %d was waiting for %s from it", peer,
                          atomic_load(&p->dead) ? p->dead_why : p->in_why, c->rank, comm_tag_str(tag, ts, sizeof ts));
@@ -531,11 +549,8 @@ int comm_flush(comm *c, int timeout_ms, pp_err *err) {
                              p->setup_err);
                 break;
             }
-            if (atomic_load(&p->dead)) {
-                rc = pp_fail(err, "comm: flush: %zu messages (%zu bytes) to rank %d were not delivered: rank %d %s",
-                             p->q_msgs, p->q_bytes, r, r, p->dead_why);
-                break;
-            }
+            /* A dead peer needs no case here: the sender thread notices it
+             * and fails (send_failed) or finishes the write it was in. */
             if (pp_now_ns() >= deadline) {
                 rc = pp_fail(err, "comm: flush timed out after %d ms: %zu messages (%zu bytes) to rank %d still queued",
                              timeout_ms, p->q_msgs, p->q_bytes, r);
@@ -590,6 +605,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
     snprintf(c->host, sizeof c->host, "%s", host);
     c->job_hash = comm_hash(c->job_key);
     c->listen_fd = c->wake_fd = -1;
+    pthread_mutex_init(&c->accept_mu, NULL);
     c->node = calloc((size_t)c->world, sizeof *c->node);
     c->peers = calloc((size_t)c->world, sizeof *c->peers);
     if (!c->node || !c->peers) {
@@ -617,9 +633,10 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
         if (r == c->rank) continue;
         if (force == COMM_SHM && !p->same_node) {
             pthread_condattr_destroy(&ca);
+            pp_fail(err, "comm: transport shm requested, but rank %d is on node %d and rank %d on node %d", r,
+                    c->node[r], c->rank, c->node[c->rank]);
             comm_close(c);
-            return pp_fail(err, "comm: transport shm requested, but rank %d is on node %d and rank %d on node %d", r,
-                           c->node[r], c->rank, c->node[c->rank]);
+            return -1;
         }
         if (p->kind == COMM_TCP) need_tcp = 1;
     }
@@ -697,6 +714,7 @@ void comm_close(comm *c) {
     }
     if (c->listen_fd >= 0) close(c->listen_fd);
     if (c->wake_fd >= 0) close(c->wake_fd);
+    pthread_mutex_destroy(&c->accept_mu);
     free(c->peers);
     free(c->node);
     free(c);

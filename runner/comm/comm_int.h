@@ -92,6 +92,7 @@ typedef struct comm {
     int force;                 /* 0 auto, COMM_SHM, COMM_TCP */
     char host[256];
     int listen_fd, port;
+    pthread_mutex_t accept_mu; /* monitor and comm_recv may both accept */
     int wake_fd;               /* eventfd: monitor rebuilds its poll set */
     pthread_t monitor;
     int monitor_started;
@@ -122,6 +123,8 @@ void comm_shm_detach(comm_peer *p);
 
 /* comm_tcp.c */
 int comm_tcp_listen(comm *c, pp_err *err);
+/* -1: error; -2: refused or reset, i.e. the peer that published this
+ * endpoint has exited. */
 int comm_tcp_connect(comm_peer *p, const char *host, int port, pp_err *err);
 void comm_tcp_accept(comm *c);        /* monitor: one pending connection */
 size_t comm_tcp_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);

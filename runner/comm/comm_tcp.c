@@ -107,7 +107,8 @@ int comm_tcp_connect(comm_peer *p, const char *host, int port, pp_err *err) {
     if (rc < 0 || send_all(fd, &h, sizeof h) < 0) {
         if (rc == 0) ce = errno;
         close(fd);
-        return pp_fail(err, "comm: cannot connect to rank %d at %s:%d: %s", p->rank, host, port, strerror(ce));
+        pp_fail(err, "comm: cannot connect to rank %d at %s:%d: %s", p->rank, host, port, strerror(ce));
+        return ce == ECONNREFUSED || ce == ECONNRESET || ce == EPIPE ? -2 : -1;
     }
     set_opts(fd, 0);  /* from now on sends block as long as they must */
     p->out_fd = fd;
@@ -141,9 +142,10 @@ static void *tcp_reader_main(void *arg) {
 }
 
 void comm_tcp_accept(comm *c) {
+    pthread_mutex_lock(&c->accept_mu);
     for (;;) {
         int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd < 0) return;  /* EAGAIN: none pending */
+        if (fd < 0) break;  /* EAGAIN: none pending */
         set_opts(fd, 2000);  /* a connector that never says hello must not stall the monitor */
         hello h;
         ssize_t k = recv(fd, &h, sizeof h, MSG_WAITALL);
@@ -164,6 +166,7 @@ void comm_tcp_accept(comm *c) {
             close(fd);
         }
     }
+    pthread_mutex_unlock(&c->accept_mu);
 }
 
 size_t comm_tcp_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb) {
