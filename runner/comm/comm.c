@@ -314,6 +314,46 @@ static void drop_queue_locked(comm_peer *p) {
     p->q_bytes = p->q_msgs = 0;
 }
 
+/* Big queue items are recycled: a fresh 64 MiB malloc is a fresh mmap whose
+ * page faults cost more than the copy itself.  At most COMM_SPARES per peer,
+ * each used only for a message of at least half its size. */
+#define COMM_SPARES 2
+#define COMM_SPARE_MIN (256u << 10)
+
+static comm_out *take_spare(comm_peer *p, size_t need) {
+    for (comm_out **pp = &p->spare; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= need && (*pp)->cap / 2 <= need) {
+            comm_out *o = *pp;
+            *pp = o->next;
+            p->n_spare--;
+            return o;
+        }
+    return NULL;
+}
+
+static void put_spare_locked(comm_peer *p, comm_out *o) {
+    if (o->cap < COMM_SPARE_MIN) {
+        free(o);
+        return;
+    }
+    if (p->n_spare == COMM_SPARES) {  /* keep the bigger ones */
+        comm_out **small = &p->spare;
+        for (comm_out **pp = &p->spare; *pp; pp = &(*pp)->next)
+            if ((*pp)->cap < (*small)->cap) small = pp;
+        if ((*small)->cap >= o->cap) {
+            free(o);
+            return;
+        }
+        comm_out *d = *small;
+        *small = d->next;
+        free(d);
+        p->n_spare--;
+    }
+    o->next = p->spare;
+    p->spare = o;
+    p->n_spare++;
+}
+
 static void sender_fail(comm_peer *p, const char *why) {
     pthread_mutex_lock(&p->mu);
     if (!p->send_failed) {
@@ -358,9 +398,9 @@ static void *sender_main(void *arg) {
         p->busy = 0;
         p->q_bytes -= o->n;
         p->q_msgs--;
+        put_spare_locked(p, o);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
-        free(o);
         if (rc < 0) {
             if (atomic_load(&c->stopping)) return NULL;
             sender_fail(p, why);
@@ -401,7 +441,8 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
             return 0;
         }
     }
-    comm_out *o = malloc(sizeof *o + (total - done));
+    comm_out *o = take_spare(p, total - done);
+    if (!o && (o = malloc(sizeof *o + (total - done)))) o->cap = total - done;
     if (!o) {
         pthread_mutex_unlock(&p->mu);
         /* Part of the message may be in the channel already: the stream is broken. */
@@ -695,6 +736,11 @@ void comm_close(comm *c) {
         if (p->reader_started) pthread_join(p->reader, NULL);
         pthread_mutex_lock(&p->mu);
         drop_queue_locked(p);
+        while (p->spare) {
+            comm_out *o = p->spare;
+            p->spare = o->next;
+            free(o);
+        }
         while (p->in_head) {
             comm_msg *m = p->in_head;
             p->in_head = m->next;

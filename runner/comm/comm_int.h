@@ -25,7 +25,7 @@ typedef struct comm_hdr {
 
 typedef struct comm_out {      /* queued bytes (a message's unsent tail); owned by the queue */
     struct comm_out *next;
-    size_t n;
+    size_t n, cap;
     unsigned char data[];
 } comm_out;
 
@@ -56,6 +56,8 @@ typedef struct comm_peer {
     comm_out *q_head, *q_tail;
     size_t q_bytes, q_msgs;
     int busy;                  /* sender thread is writing a popped item */
+    comm_out *spare;           /* written big items kept for reuse (fresh pages fault: slow) */
+    int n_spare;
     int sender_started;
     pthread_t sender;
     int send_failed;           /* the sender thread gave up; send_err says why */
