@@ -6,7 +6,7 @@
  * (ping-pong, half the round trip) beside a raw pipe ping-pong.  Ratios,
  * not absolute numbers, are the point: they travel between machines.
  *
- *   ./build/bench_comm [--total-mib N]   (bytes streamed per size, default 256) */
+ *   ./build/bench_comm [--total-mib N]   (MiB streamed per size and round, default 128) */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,7 +18,8 @@
 
 #include "runner/comm/comm.h"
 
-enum { NSIZES = 8, PINGS = 20000 };
+/* The machines this runs on are shared: each figure is the best of REPEAT. */
+enum { NSIZES = 8, PINGS = 5000, REPEAT = 3 };
 static const size_t sizes[NSIZES] = {4u << 10, 16u << 10, 64u << 10, 256u << 10,
                                      1u << 20, 4u << 20, 16u << 20, 64u << 20};
 
@@ -76,7 +77,7 @@ static int run_rank(comm *c, int rank, size_t total, result *res, pp_err *err) {
     uint64_t ack = comm_tag(0, 0, 0, COMM_DIR_CTRL);
     for (int s = 0; s < NSIZES; s++) {
         size_t n = iters(sizes[s], total);
-        for (int round = 0; round < 2; round++) {  /* round 0 warms up */
+        for (int round = 0; round <= REPEAT; round++) {  /* round 0 warms up; best of the rest */
             size_t k = round ? n : 2;
             uint64_t t0 = pp_now_ns();
             for (size_t i = 0; i < k; i++) {
@@ -87,19 +88,26 @@ static int run_rank(comm *c, int rank, size_t total, result *res, pp_err *err) {
             }
             if ((rank == 0 ? comm_recv(c, peer, ack, NULL, 0, 60000, err) : comm_send(c, peer, ack, NULL, 0, err)) < 0)
                 goto fail;
-            if (rank == 0 && round) res->gbps[s] = (double)(n * sizes[s]) / (double)(pp_now_ns() - t0);
+            double g = (double)(n * sizes[s]) / (double)(pp_now_ns() - t0);
+            if (rank == 0 && round && g > res->gbps[s]) res->gbps[s] = g;
         }
     }
-    uint64_t t0 = 0, ping = comm_tag(1, 0, 0, COMM_DIR_CTRL);
-    for (int i = 0; i < PINGS + 100; i++) {
-        if (i == 100) t0 = pp_now_ns();
-        if (rank == 0) {
-            if (comm_send(c, peer, ping, buf, 8, err) < 0 || comm_recv(c, peer, ping, buf, 8, 60000, err) < 0) goto fail;
-        } else {
-            if (comm_recv(c, peer, ping, buf, 8, 60000, err) < 0 || comm_send(c, peer, ping, buf, 8, err) < 0) goto fail;
+    uint64_t ping = comm_tag(1, 0, 0, COMM_DIR_CTRL);
+    for (int round = 0; round < REPEAT; round++) {
+        uint64_t t0 = 0;
+        for (int i = 0; i < PINGS + 100; i++) {
+            if (i == 100) t0 = pp_now_ns();
+            if (rank == 0) {
+                if (comm_send(c, peer, ping, buf, 8, err) < 0 || comm_recv(c, peer, ping, buf, 8, 60000, err) < 0)
+                    goto fail;
+            } else {
+                if (comm_recv(c, peer, ping, buf, 8, 60000, err) < 0 || comm_send(c, peer, ping, buf, 8, err) < 0)
+                    goto fail;
+            }
         }
+        double us = (double)(pp_now_ns() - t0) / PINGS / 2 / 1000.0;
+        if (round == 0 || us < res->lat_us) res->lat_us = us;
     }
-    res->lat_us = (double)(pp_now_ns() - t0) / PINGS / 2 / 1000.0;
     free(buf);
     return comm_flush(c, 60000, err);
 fail:
@@ -138,13 +146,17 @@ static double memcpy_gbps(size_t size, size_t total) {
     memset(a, 1, size);
     memset(b, 2, size);
     size_t n = iters(size, total);
-    uint64_t t0 = pp_now_ns();
-    for (size_t i = 0; i < n; i++) {
-        a[i % size] = (unsigned char)i;  /* keep the copies from being merged */
-        memcpy(b, a, size);
-        __asm__ volatile("" ::"r"(b) : "memory");
+    double g = 0;
+    for (int round = 0; round < REPEAT; round++) {
+        uint64_t t0 = pp_now_ns();
+        for (size_t i = 0; i < n; i++) {
+            a[i % size] = (unsigned char)i;  /* keep the copies from being merged */
+            memcpy(b, a, size);
+            __asm__ volatile("" ::"r"(b) : "memory");
+        }
+        double r = (double)(n * size) / (double)(pp_now_ns() - t0);
+        if (r > g) g = r;
     }
-    double g = (double)(n * size) / (double)(pp_now_ns() - t0);
     free(a);
     free(b);
     return g;
@@ -157,23 +169,27 @@ static double pipe_latency_us(void) {
     fflush(NULL);
     pid_t child = fork();
     if (child == 0) {
-        for (int i = 0; i < PINGS + 100; i++)
+        for (int i = 0; i < REPEAT * (PINGS + 100); i++)
             if (read(ab[0], b, 8) != 8 || write(ba[1], b, 8) != 8) _exit(1);
         _exit(0);
     }
-    uint64_t t0 = 0;
-    for (int i = 0; i < PINGS + 100; i++) {
-        if (i == 100) t0 = pp_now_ns();
-        if (write(ab[1], b, 8) != 8 || read(ba[0], b, 8) != 8) break;
+    double us = 0;
+    for (int round = 0; round < REPEAT; round++) {
+        uint64_t t0 = 0;
+        for (int i = 0; i < PINGS + 100; i++) {
+            if (i == 100) t0 = pp_now_ns();
+            if (write(ab[1], b, 8) != 8 || read(ba[0], b, 8) != 8) break;
+        }
+        double r = (double)(pp_now_ns() - t0) / PINGS / 2 / 1000.0;
+        if (round == 0 || r < us) us = r;
     }
-    double us = (double)(pp_now_ns() - t0) / PINGS / 2 / 1000.0;
     waitpid(child, NULL, 0);
     close(ab[0]), close(ab[1]), close(ba[0]), close(ba[1]);
     return us;
 }
 
 int main(int argc, char **argv) {
-    size_t total = 256u << 20;
+    size_t total = 128u << 20;
     for (int i = 1; i < argc; i++) {
         long v;
         pp_err err;
@@ -190,7 +206,8 @@ int main(int argc, char **argv) {
     }
     result shm = {{0}, 0}, tcp = {{0}, 0};
     if (bench_transport("shm", total, &shm) < 0 || bench_transport("tcp", total, &tcp) < 0) return 1;
-    printf("comm bandwidth: two processes, %zu MiB streamed per size (GB/s = 1e9 bytes/s)\n", total >> 20);
+    printf("comm bandwidth: two processes, %zu MiB streamed per size, best of %d (GB/s = 1e9 bytes/s)\n",
+           total >> 20, REPEAT);
     printf("%10s %12s %10s %10s %10s %10s\n", "size", "memcpy GB/s", "shm GB/s", "shm/memcpy", "tcp GB/s",
            "tcp/memcpy");
     for (int s = 0; s < NSIZES; s++) {
@@ -204,7 +221,7 @@ int main(int argc, char **argv) {
                tcp.gbps[s] / m);
     }
     double p = pipe_latency_us();
-    printf("\nlatency, 8-byte ping-pong (half round trip):\n");
+    printf("\nlatency, 8-byte ping-pong (half round trip), best of %d x %d:\n", REPEAT, PINGS);
     printf("%10s %10s %10s %10s %10s\n", "pipe us", "shm us", "shm/pipe", "tcp us", "tcp/pipe");
     printf("%10.2f %10.2f %10.2f %10.2f %10.2f\n", p, shm.lat_us, shm.lat_us / p, tcp.lat_us, tcp.lat_us / p);
     return 0;

@@ -67,7 +67,9 @@ void comm_peer_dead(comm_peer *p, const char *why) {
     }
     snprintf(p->dead_why, sizeof p->dead_why, "%s", why);
     atomic_store(&p->dead, 1);
-    pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->cv_in);
+    pthread_cond_broadcast(&p->cv_out);
+    pthread_cond_broadcast(&p->cv_flush);
     pthread_mutex_unlock(&p->mu);
     /* Threads of ours sleeping on the ring futexes re-check `dead` on wake. */
     if (p->kind == COMM_SHM && p->seg) comm_shm_wake(p);
@@ -221,13 +223,13 @@ void comm_reader_loop(comm_peer *p, comm_read_fn rd) {
                 p->in_head = m;
             p->in_tail = m;
         }
-        pthread_cond_broadcast(&p->cv);
+        pthread_cond_broadcast(&p->cv_in);
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_lock(&p->mu);
     p->in_state = COMM_IN_CLOSED;
     snprintf(p->in_why, sizeof p->in_why, "%s", why[0] ? why : "closed its channel");
-    pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->cv_in);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -297,7 +299,7 @@ fail:
     atomic_store(&p->setup, -1);
     pthread_mutex_unlock(&p->setup_mu);
     pthread_mutex_lock(&p->mu);
-    pthread_cond_broadcast(&p->cv);  /* flush waiters */
+    pthread_cond_broadcast(&p->cv_flush);  /* flush waiters */
     pthread_mutex_unlock(&p->mu);
     return pp_fail(err, "%s", p->setup_err);
 }
@@ -361,7 +363,7 @@ static void sender_fail(comm_peer *p, const char *why) {
         snprintf(p->send_err, sizeof p->send_err, "%s", why);
     }
     drop_queue_locked(p);
-    pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->cv_flush);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -376,7 +378,7 @@ static void *sender_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&p->mu);
         while (!p->q_head && !atomic_load(&c->stopping) && !atomic_load(&p->dead))
-            pthread_cond_wait(&p->cv, &p->mu);
+            pthread_cond_wait(&p->cv_out, &p->mu);
         if (atomic_load(&c->stopping) || atomic_load(&p->dead)) {
             char why[300];
             snprintf(why, sizeof why, "rank %d %s", p->rank, p->dead_why);
@@ -399,7 +401,7 @@ static void *sender_main(void *arg) {
         p->q_bytes -= o->n;
         p->q_msgs--;
         put_spare_locked(p, o);
-        pthread_cond_broadcast(&p->cv);
+        pthread_cond_broadcast(&p->cv_flush);
         pthread_mutex_unlock(&p->mu);
         if (rc < 0) {
             if (atomic_load(&c->stopping)) return NULL;
@@ -475,7 +477,7 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
         }
         p->sender_started = 1;
     }
-    pthread_cond_broadcast(&p->cv);
+    pthread_cond_broadcast(&p->cv_out);
     pthread_mutex_unlock(&p->mu);
     return 0;
 }
@@ -560,11 +562,11 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
             break;
         }
         if (deadline == UINT64_MAX || claimed) {
-            pthread_cond_wait(&p->cv, &p->mu);
+            pthread_cond_wait(&p->cv_in, &p->mu);
         } else {
             struct timespec t;
             deadline_ts(&t, deadline);
-            pthread_cond_timedwait(&p->cv, &p->mu, &t);
+            pthread_cond_timedwait(&p->cv_in, &p->mu, &t);
         }
     }
     if (mine) p->posted = 0;
@@ -598,11 +600,11 @@ int comm_flush(comm *c, int timeout_ms, pp_err *err) {
                 break;
             }
             if (deadline == UINT64_MAX) {
-                pthread_cond_wait(&p->cv, &p->mu);
+                pthread_cond_wait(&p->cv_flush, &p->mu);
             } else {
                 struct timespec t;
                 deadline_ts(&t, deadline);
-                pthread_cond_timedwait(&p->cv, &p->mu, &t);
+                pthread_cond_timedwait(&p->cv_flush, &p->mu, &t);
             }
         }
         pthread_mutex_unlock(&p->mu);
@@ -670,7 +672,9 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
         p->kind = force ? force : p->same_node ? COMM_SHM : COMM_TCP;
         pthread_mutex_init(&p->mu, NULL);
         pthread_mutex_init(&p->setup_mu, NULL);
-        pthread_cond_init(&p->cv, &ca);
+        pthread_cond_init(&p->cv_in, &ca);
+        pthread_cond_init(&p->cv_out, &ca);
+        pthread_cond_init(&p->cv_flush, &ca);
         if (r == c->rank) continue;
         if (force == COMM_SHM && !p->same_node) {
             pthread_condattr_destroy(&ca);
@@ -721,7 +725,9 @@ void comm_close(comm *c) {
         comm_peer *p = &c->peers[r];
         if (r == c->rank) continue;
         pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->cv);
+        pthread_cond_broadcast(&p->cv_in);
+        pthread_cond_broadcast(&p->cv_out);
+        pthread_cond_broadcast(&p->cv_flush);
         pthread_mutex_unlock(&p->mu);
         /* Wait out a set-up in progress (bounded by connect_timeout_ms). */
         pthread_mutex_lock(&p->setup_mu);
@@ -756,7 +762,9 @@ void comm_close(comm *c) {
     for (int r = 0; r < c->world; r++) {
         pthread_mutex_destroy(&c->peers[r].mu);
         pthread_mutex_destroy(&c->peers[r].setup_mu);
-        pthread_cond_destroy(&c->peers[r].cv);
+        pthread_cond_destroy(&c->peers[r].cv_in);
+        pthread_cond_destroy(&c->peers[r].cv_out);
+        pthread_cond_destroy(&c->peers[r].cv_flush);
     }
     if (c->listen_fd >= 0) close(c->listen_fd);
     if (c->wake_fd >= 0) close(c->wake_fd);

@@ -51,7 +51,11 @@ typedef struct comm_peer {
     int pidfd;                 /* -1 if none */
 
     pthread_mutex_t mu;        /* guards everything below */
-    pthread_cond_t cv;         /* inbox, posted receive, queue, death */
+    /* Three conditions so that a wake-up goes only to whom it concerns
+     * (wake-ups are the main cost of small messages). */
+    pthread_cond_t cv_in;      /* comm_recv: inbox, posted receive, reader end, death */
+    pthread_cond_t cv_out;     /* sender thread: queue not empty, death, close */
+    pthread_cond_t cv_flush;   /* comm_flush: queue drained, send failed */
     /* outgoing */
     comm_out *q_head, *q_tail;
     size_t q_bytes, q_msgs;
