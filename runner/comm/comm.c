@@ -208,10 +208,7 @@ void comm_reader_loop(comm_peer *p, comm_read_fn rd) {
                 free(m->data);
                 free(m);
             }
-            pthread_mutex_lock(&p->mu);
-            if (direct) p->p_failed = p->p_done = 1;
-            pthread_mutex_unlock(&p->mu);
-            break;
+            break;  /* a posted receive we were filling fails below */
         }
         pthread_mutex_lock(&p->mu);
         if (direct) {
@@ -229,6 +226,7 @@ void comm_reader_loop(comm_peer *p, comm_read_fn rd) {
     pthread_mutex_lock(&p->mu);
     p->in_state = COMM_IN_CLOSED;
     snprintf(p->in_why, sizeof p->in_why, "%s", why[0] ? why : "closed its channel");
+    if (p->posted && p->p_claimed && !p->p_done) p->p_failed = p->p_done = 1;
     pthread_cond_broadcast(&p->cv_in);
     pthread_mutex_unlock(&p->mu);
 }
