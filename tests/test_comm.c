@@ -253,20 +253,32 @@ Test(comm_tcp, a_receiver_fails_fast_when_its_peer_is_killed) { dead_recv_test("
 
 static int dead_send_fn(comm *c, int rank, void *arg, pp_err *rep) {
     (void)arg;
-    unsigned char b[8] = {0};
+    int pid = (int)getpid();
     if (rank == 1) {
-        /* Die the moment the channel works: the 128 MiB behind it cannot
-         * all have been read by then. */
-        if (comm_recv(c, 0, 1, b, sizeof b, 10000, rep) < 0) return -1;
-        raise(SIGKILL);
+        /* Say who we are, then freeze: nothing drains the channel any more. */
+        if (comm_send(c, 0, 1, &pid, sizeof pid, rep) < 0 || comm_flush(c, 10000, rep) < 0) return -1;
+        raise(SIGSTOP);
+        return pp_fail(rep, "rank 1 resumed");
     }
-    if (comm_send(c, 1, 1, b, sizeof b, rep) < 0) return -1;
+    if (comm_recv(c, 1, 1, &pid, sizeof pid, 10000, rep) < 0) return -1;
+    char path[64], st[256] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    for (int i = 0; i < 1000 && !strstr(st, ") T"); i++) {  /* until it is stopped */
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(st, sizeof st, f)) st[0] = '\0';
+            fclose(f);
+        }
+        pp_sleep_ns(10000000);
+    }
     unsigned char *big = calloc(1, BIG);
     /* 128 MiB cannot fit in a ring or socket buffers: the sender thread blocks. */
     int rc = comm_send(c, 1, 2, big, BIG, rep);
     if (rc == 0) rc = comm_send(c, 1, 3, big, BIG, rep);
     free(big);
     if (rc < 0) return -1;
+    pp_sleep_ns(100000000);
+    kill(pid, SIGKILL);
     if (comm_flush(c, 30000, rep) == 0) return pp_fail(rep, "flush to a killed peer succeeded");
     return 2;
 }
@@ -277,7 +289,7 @@ static void dead_send_test(const char *transport) {
     cr_assert(!r.exited[1] && r.code[1] == SIGKILL, "rank 1 should have been killed");
     const char *m = r.report[0];
     cr_assert(r.exited[0] && r.code[0] == 1, "%s", m);
-    cr_assert(strstr(m, "rank 1") && !strstr(m, "timed out"), "%s", m);
+    cr_assert(strstr(m, "flush") && strstr(m, "rank 1") && !strstr(m, "timed out"), "%s", m);
 }
 Test(comm_shm, a_blocked_sender_fails_when_its_peer_is_killed) { dead_send_test("shm"); }
 Test(comm_tcp, a_blocked_sender_fails_when_its_peer_is_killed) { dead_send_test("tcp"); }
