@@ -82,7 +82,7 @@ typedef struct comm_peer {
 
     /* shm */
     void *seg;
-    size_t seg_size;
+    size_t seg_size, ring_cap;   /* bytes per direction (the creator's choice) */
     comm_ring *out_ring, *in_ring;
     /* tcp */
     int out_fd, in_fd;

@@ -30,7 +30,10 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x70707368u       /* "pprs" */
-#define SHM_RING_BYTES (4u << 20)   /* per direction: big enough to stream, small for /dev/shm */
+/* Per direction: big enough to stream, small for /dev/shm.  Where /dev/shm
+ * is small (a container's default 64 MiB) the creator falls back to
+ * smaller rings rather than fail. */
+static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
 #define SHM_SLICE_MS 500
 
 struct comm_ring {                  /* lives in shared memory */
@@ -51,9 +54,8 @@ typedef struct seg_hdr {
     alignas(64) struct comm_ring ring[2]; /* [0]: low rank -> high rank */
 } seg_hdr;
 
-static size_t seg_bytes(void) {
-    size_t h = (sizeof(seg_hdr) + 4095) & ~(size_t)4095;
-    return h + 2 * (size_t)SHM_RING_BYTES;
+static size_t hdr_bytes(void) {
+    return (sizeof(seg_hdr) + 4095) & ~(size_t)4095;
 }
 
 void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap) {
@@ -88,7 +90,6 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
     int lo = c->rank < p->rank ? c->rank : p->rank, hi = c->rank ^ p->rank ^ lo;
     char name[128];
     comm_shm_name(c->job_hash, lo, hi, name, sizeof name);
-    size_t size = seg_bytes();
     int creator = 1;
     int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno == EEXIST) {
@@ -97,9 +98,16 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
     }
     if (fd < 0) return pp_fail(err, "comm: shm_open %s (ranks %d and %d): %s", name, lo, hi, strerror(errno));
     uint64_t deadline = pp_now_ns() + (uint64_t)c->connect_timeout_ms * 1000000ull;
+    size_t size = 0, cap = 0;
     if (creator) {
-        /* Reserve the pages now: a full /dev/shm is an error here, not a SIGBUS later. */
-        int e = posix_fallocate(fd, 0, (off_t)size);
+        /* Reserve the pages now: a full /dev/shm is an error here (or a
+         * smaller ring), not a SIGBUS later. */
+        int e = 0;
+        for (size_t i = 0; i < sizeof ring_sizes / sizeof *ring_sizes; i++) {
+            cap = ring_sizes[i];
+            size = hdr_bytes() + 2 * cap;
+            if (!(e = posix_fallocate(fd, 0, (off_t)size))) break;
+        }
         if (e) {
             close(fd);
             shm_unlink(name);
@@ -107,14 +115,17 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
                            lo, hi, strerror(e));
         }
     } else {
-        /* Set-up of the other side takes microseconds: short naps, bounded. */
+        /* The creator's fallocate sets the size in one step; its set-up
+         * takes microseconds: short naps, bounded. */
         struct stat st;
-        while (fstat(fd, &st) == 0 && (size_t)st.st_size < size && pp_now_ns() < deadline) nap_ms(1);
-        if (fstat(fd, &st) < 0 || (size_t)st.st_size != size) {
+        while (fstat(fd, &st) == 0 && st.st_size == 0 && pp_now_ns() < deadline) nap_ms(1);
+        if (fstat(fd, &st) < 0 || (size_t)st.st_size <= hdr_bytes()) {
             close(fd);
-            return pp_fail(err, "comm: shm segment %s of ranks %d and %d has %lld bytes, expected %zu", name, lo, hi,
-                           (long long)st.st_size, size);
+            return pp_fail(err, "comm: shm segment %s of ranks %d and %d was never sized (its creator died?)", name, lo,
+                           hi);
         }
+        size = (size_t)st.st_size;
+        cap = (size - hdr_bytes()) / 2;
     }
     void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -124,14 +135,13 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
     }
     seg_hdr *h = m;
     if (creator) {
-        h->cap = SHM_RING_BYTES;
+        h->cap = cap;
         h->job_hash = c->job_hash;
-        size_t hb = (sizeof(seg_hdr) + 4095) & ~(size_t)4095;
-        for (int i = 0; i < 2; i++) h->ring[i].data_off = hb + (size_t)i * SHM_RING_BYTES;
+        for (int i = 0; i < 2; i++) h->ring[i].data_off = hdr_bytes() + (size_t)i * cap;
         atomic_store(&h->magic, SHM_MAGIC);
     } else {
         while (atomic_load(&h->magic) != SHM_MAGIC && pp_now_ns() < deadline) nap_ms(1);
-        if (atomic_load(&h->magic) != SHM_MAGIC || h->cap != SHM_RING_BYTES || h->job_hash != c->job_hash) {
+        if (atomic_load(&h->magic) != SHM_MAGIC || h->cap != cap || h->job_hash != c->job_hash) {
             munmap(m, size);
             return pp_fail(err, "comm: shm segment %s of ranks %d and %d was never initialised or belongs to another job",
                            name, lo, hi);
@@ -140,6 +150,7 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
     if (atomic_fetch_add(&h->attached, 1) + 1 == 2) shm_unlink(name);
     p->seg = m;
     p->seg_size = size;
+    p->ring_cap = cap;
     p->out_ring = &h->ring[c->rank == lo ? 0 : 1];
     p->in_ring = &h->ring[c->rank == lo ? 1 : 0];
     return 0;
@@ -147,7 +158,7 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
 
 static size_t ring_put(comm_peer *p, uint64_t head, const void *src, size_t n) {
     struct comm_ring *r = p->out_ring;
-    uint64_t cap = SHM_RING_BYTES;
+    uint64_t cap = p->ring_cap;
     size_t off = (size_t)(head % cap), first = n < cap - off ? n : (size_t)(cap - off);
     memcpy(ring_data(p, r) + off, src, first);
     if (n > first) memcpy(ring_data(p, r), (const char *)src + first, n - first);
@@ -163,7 +174,7 @@ static void publish_head(struct comm_ring *r, uint64_t head) {
 size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb) {
     struct comm_ring *r = p->out_ring;
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-    size_t room = (size_t)(SHM_RING_BYTES - (head - atomic_load(&r->tail)));
+    size_t room = (size_t)(p->ring_cap - (head - atomic_load(&r->tail)));
     size_t wa = na < room ? na : room;
     size_t wb = nb < room - wa ? nb : room - wa;
     if (wa) head += ring_put(p, head, a, wa);
@@ -191,7 +202,7 @@ int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_
     const char *s = buf;
     while (n) {
         uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-        size_t room = (size_t)(SHM_RING_BYTES - (head - atomic_load(&r->tail)));
+        size_t room = (size_t)(p->ring_cap - (head - atomic_load(&r->tail)));
         if (room) {
             size_t k = n < room ? n : room;
             publish_head(r, head + ring_put(p, head, s, k));
@@ -201,7 +212,7 @@ int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_
         }
         atomic_store(&r->writer_waiting, 1);
         uint32_t seq = atomic_load(&r->space_seq);
-        if (head - atomic_load(&r->tail) == SHM_RING_BYTES) {
+        if (head - atomic_load(&r->tail) == p->ring_cap) {
             if (stop_reason(p, why, cap)) {
                 atomic_store(&r->writer_waiting, 0);
                 return -1;
@@ -230,7 +241,7 @@ static int shm_read(comm_peer *p, void *dst, size_t n, char *why, size_t cap) {
         uint64_t avail = atomic_load(&r->head) - tail;
         if (avail) {
             size_t k = n < avail ? n : (size_t)avail;
-            size_t off = (size_t)(tail % SHM_RING_BYTES), first = k < SHM_RING_BYTES - off ? k : SHM_RING_BYTES - off;
+            size_t cap = p->ring_cap, off = (size_t)(tail % cap), first = k < cap - off ? k : cap - off;
             memcpy(d, ring_data(p, r) + off, first);
             if (k > first) memcpy(d + first, ring_data(p, r), k - first);
             d += k;
