@@ -159,6 +159,38 @@ static void many_test(const char *transport) {
 Test(comm_shm, a_thousand_tags_in_flight_received_in_any_order) { many_test("shm"); }
 Test(comm_tcp, a_thousand_tags_in_flight_received_in_any_order) { many_test("tcp"); }
 
+/* ---- a sender that flushes and exits before the receiver even looks ------ */
+
+static int early_exit_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    enum { N = 20, SZ = 32 << 10 };  /* fits in the ring: rank 0 exits before rank 1 attaches */
+    unsigned char *b = malloc(SZ);
+    int rc = 0;
+    if (rank == 0) {
+        for (int i = 0; i < N && rc == 0; i++) {
+            fill(b, SZ, 500 + (uint64_t)i);
+            rc = comm_send(c, 1, (uint64_t)i, b, SZ, rep);
+        }
+        /* The harness flushes, closes and exits right after this. */
+    } else {
+        pp_sleep_ns(300000000);  /* rank 0 is gone by now, or about to be */
+        for (int i = 0; i < N && rc == 0; i++) {
+            rc = comm_recv(c, 0, (uint64_t)i, b, SZ, 10000, rep);
+            if (rc == 0) rc = check(b, SZ, 500 + (uint64_t)i, "message from an exited sender", rep);
+        }
+    }
+    free(b);
+    return rc;
+}
+
+static void early_exit_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, early_exit_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+}
+Test(comm_shm, messages_flushed_before_the_sender_exits_are_delivered) { early_exit_test("shm"); }
+Test(comm_tcp, messages_flushed_before_the_sender_exits_are_delivered) { early_exit_test("tcp"); }
+
 /* ---- size mismatch -------------------------------------------------------- */
 
 static int mismatch_fn(comm *c, int rank, void *arg, pp_err *rep) {
