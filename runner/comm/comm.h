@@ -52,4 +52,32 @@ void comm_close(comm *c);
 /* "shm" or "tcp": the transport used for that peer. */
 const char *comm_transport_name(const comm *c, int peer);
 
+/* ---- additions (comm module) -------------------------------------------- */
+
+/* Tag convention for the engine (docs/comm.md): one 64-bit tag names one
+ * tensor of one step.  Bits: step 63..40 (24), stage 39..24 (16),
+ * microbatch 23..4 (20), direction 3..0 (4).  `stage` is the stage that
+ * RECEIVES the tensor: the activation of stage s travels as
+ * comm_tag(step, s + 1, mb, COMM_DIR_ACT); the gradient stage s sends
+ * upstream travels as comm_tag(step, s - 1, mb, COMM_DIR_GRAD).  Fields are
+ * masked to their width, so steps wrap every 2^24 (harmless: a tag only has
+ * to be unique among the messages in flight between two ranks). */
+enum { COMM_DIR_ACT = 0, COMM_DIR_GRAD = 1, COMM_DIR_CTRL = 2 };
+static inline uint64_t comm_tag(uint64_t step, uint64_t stage, uint64_t mb, uint64_t dir) {
+    return (step & 0xFFFFFFull) << 40 | (stage & 0xFFFFull) << 24 | (mb & 0xFFFFFull) << 4 | (dir & 0xFull);
+}
+/* "tag 0x... (step 3, stage 2, microbatch 5, activation)" into buf; returns buf.
+ * Every comm error message names the tag this way. */
+const char *comm_tag_str(uint64_t tag, char *buf, size_t cap);
+
+/* Removes the shared-memory objects a job attempt may have left behind when a
+ * rank died before its peer attached (names derive from job_key).  The
+ * launcher calls it after the attempt's workers are gone; safe to call
+ * anytime nobody of that attempt still needs to attach. */
+void comm_cleanup(const char *job_key, int world);
+
+/* Store key under which rank publishes its endpoint ("pid=.. node=.. host=..
+ * port=..") at comm_open: "comm/<job_key>/ep/<rank>". */
+#define COMM_KEY_FMT "comm/%s/ep/%d"
+
 #endif

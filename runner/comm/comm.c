@@ -1,0 +1,779 @@
+/* comm.c: the transport-neutral half of comm.h: per-peer send queues and
+ * sender threads, the inbox that matches received messages by tag, posted
+ * receives (the reader writes straight into the caller's buffer), lazy
+ * connection set-up through the exchange, and the monitor thread that turns
+ * a dead peer into a prompt error instead of a hang.  The bytes themselves
+ * move in comm_shm.c (shared-memory rings) and comm_tcp.c (sockets). */
+#include "runner/comm/comm_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COMM_MAX_WORLD 65536
+
+const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
+    static const char *dirs[] = {"activation", "gradient", "control"};
+    unsigned dir = (unsigned)(tag & 0xF);
+    char d[16];
+    if (dir < 3)
+        snprintf(d, sizeof d, "%s", dirs[dir]);
+    else
+        snprintf(d, sizeof d, "dir %u", dir);
+    snprintf(buf, cap, "tag 0x%" PRIx64 " (step %" PRIu64 ", stage %" PRIu64 ", microbatch %" PRIu64 ", %s)",
+             tag, tag >> 40, (tag >> 24) & 0xFFFF, (tag >> 4) & 0xFFFFF, d);
+    return buf;
+}
+
+uint64_t comm_hash(const char *s) {  /* FNV-1a: names shm objects from any job key */
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+void comm_cleanup(const char *job_key, int world) {
+    if (!job_key) return;
+    uint64_t h = comm_hash(job_key);
+    char name[128];
+    for (int a = 0; a < world; a++)
+        for (int b = a + 1; b < world; b++) {
+            comm_shm_name(h, a, b, name, sizeof name);
+            shm_unlink(name);  /* ENOENT is the normal case */
+        }
+}
+
+/* ---- peer death ---------------------------------------------------------- */
+
+void comm_monitor_kick(comm *c) {
+    uint64_t one = 1;
+    if (write(c->wake_fd, &one, sizeof one) < 0) { /* counter full: a wake-up is pending anyway */ }
+}
+
+void comm_peer_dead(comm_peer *p, const char *why) {
+    pthread_mutex_lock(&p->mu);
+    if (atomic_load(&p->dead)) {
+        pthread_mutex_unlock(&p->mu);
+        return;
+    }
+    snprintf(p->dead_why, sizeof p->dead_why, "%s", why);
+    atomic_store(&p->dead, 1);
+    pthread_cond_broadcast(&p->cv_in);
+    pthread_cond_broadcast(&p->cv_out);
+    pthread_cond_broadcast(&p->cv_flush);
+    pthread_mutex_unlock(&p->mu);
+    /* Threads of ours sleeping on the ring futexes re-check `dead` on wake. */
+    if (p->kind == COMM_SHM && p->seg) comm_shm_wake(p);
+}
+
+/* A process that exited is gone even if nobody reaped it yet: kill(pid, 0)
+ * succeeds on zombies, so read the state letter instead.  Used only where
+ * pidfd_open is unavailable (kernel < 5.3). */
+static int proc_gone(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 1;
+    buf[n] = '\0';
+    char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static void *monitor_main(void *arg) {
+    comm *c = arg;
+    int cap = 2 + 2 * c->world;
+    struct pollfd *fds = calloc((size_t)cap, sizeof *fds);
+    int *who = calloc((size_t)cap, sizeof *who);
+    if (!fds || !who) {  /* cannot watch: peers' deaths fall back to timeouts */
+        free(fds);
+        free(who);
+        return NULL;
+    }
+    while (!atomic_load(&c->stopping)) {
+        int n = 0, need_proc = 0;
+        fds[n] = (struct pollfd){.fd = c->wake_fd, .events = POLLIN};
+        who[n++] = -1;
+        if (c->listen_fd >= 0) {
+            fds[n] = (struct pollfd){.fd = c->listen_fd, .events = POLLIN};
+            who[n++] = -2;
+        }
+        for (int r = 0; r < c->world; r++) {
+            comm_peer *p = &c->peers[r];
+            if (r == c->rank || atomic_load(&p->setup) != 1 || atomic_load(&p->dead)) continue;
+            if (p->pidfd >= 0) {
+                fds[n] = (struct pollfd){.fd = p->pidfd, .events = POLLIN};
+                who[n++] = r;
+            } else if (p->pid > 0) {
+                need_proc = 1;
+            }
+            if (p->out_fd >= 0) {
+                /* Nothing is ever sent to us on this socket: readable means EOF or reset. */
+                fds[n] = (struct pollfd){.fd = p->out_fd, .events = POLLRDHUP};
+                who[n++] = r;
+            }
+        }
+        int rc = poll(fds, (nfds_t)n, need_proc ? 200 : 1000);
+        if (rc < 0 && errno != EINTR) break;
+        /* Accept first: a peer that connected, sent and died must have its
+         * connection (and the data in it) taken before its death is seen. */
+        if (c->listen_fd >= 0) comm_tcp_accept(c);
+        for (int i = 0; rc > 0 && i < n; i++) {
+            if (!fds[i].revents) continue;
+            if (who[i] == -1) {
+                uint64_t v;
+                if (read(c->wake_fd, &v, sizeof v) < 0) { /* EAGAIN: already drained */ }
+            } else if (who[i] >= 0) {
+                comm_peer *p = &c->peers[who[i]];
+                char why[128];
+                if (fds[i].fd == p->pidfd)
+                    snprintf(why, sizeof why, "died (process %d exited)", (int)p->pid);
+                else
+                    snprintf(why, sizeof why, "closed its connection (process exited or called comm_close)");
+                comm_peer_dead(p, why);
+            }
+        }
+        if (need_proc)
+            for (int r = 0; r < c->world; r++) {
+                comm_peer *p = &c->peers[r];
+                if (r != c->rank && atomic_load(&p->setup) == 1 && !atomic_load(&p->dead) && p->pidfd < 0 &&
+                    p->pid > 0 && proc_gone(p->pid)) {
+                    char why[128];
+                    snprintf(why, sizeof why, "died (process %d exited)", (int)p->pid);
+                    comm_peer_dead(p, why);
+                }
+            }
+    }
+    free(fds);
+    free(who);
+    return NULL;
+}
+
+/* ---- reader side --------------------------------------------------------- */
+
+int comm_start_reader(comm_peer *p, void *(*fn)(void *)) {
+    pthread_mutex_lock(&p->mu);
+    int rc = 0;
+    if (!p->reader_started) {
+        p->in_state = COMM_IN_OPEN;
+        rc = pthread_create(&p->reader, NULL, fn, p);
+        if (rc == 0)
+            p->reader_started = 1;
+        else
+            p->in_state = COMM_IN_NONE;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return rc ? -1 : 0;
+}
+
+void comm_reader_loop(comm_peer *p, comm_read_fn rd) {
+    char why[256] = "";
+    for (;;) {
+        comm_hdr h;
+        if (rd(p, &h, sizeof h, why, sizeof why) < 0) break;
+        void *dst = NULL;
+        comm_msg *m = NULL;
+        pthread_mutex_lock(&p->mu);
+        int direct = p->posted && !p->p_claimed && p->p_tag == h.tag && p->p_len == h.len;
+        if (direct) {
+            p->p_claimed = 1;
+            dst = p->p_buf;
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (!direct) {
+            m = calloc(1, sizeof *m);
+            if (m) m->data = malloc(h.len ? h.len : 1);
+            if (!m || !m->data) {
+                snprintf(why, sizeof why, "sent a message of %" PRIu64 " bytes that did not fit in memory", h.len);
+                if (m) free(m);
+                break;
+            }
+            m->tag = h.tag;
+            m->len = h.len;
+            dst = m->data;
+        }
+        if (h.len && rd(p, dst, h.len, why, sizeof why) < 0) {
+            if (m) {
+                free(m->data);
+                free(m);
+            }
+            break;  /* a posted receive we were filling fails below */
+        }
+        pthread_mutex_lock(&p->mu);
+        if (direct) {
+            p->p_done = 1;
+        } else {
+            if (p->in_tail)
+                p->in_tail->next = m;
+            else
+                p->in_head = m;
+            p->in_tail = m;
+        }
+        pthread_cond_broadcast(&p->cv_in);
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_lock(&p->mu);
+    p->in_state = COMM_IN_CLOSED;
+    snprintf(p->in_why, sizeof p->in_why, "%s", why[0] ? why : "closed its channel");
+    if (p->posted && p->p_claimed && !p->p_done) p->p_failed = p->p_done = 1;
+    pthread_cond_broadcast(&p->cv_in);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---- set-up: endpoint from the exchange, then the transport -------------- */
+
+static int peer_setup(comm_peer *p, pp_err *err) {
+    int s = atomic_load(&p->setup);
+    if (s == 1) return 0;
+    if (s < 0) return pp_fail(err, "%s", p->setup_err);
+    comm *c = p->c;
+    pthread_mutex_lock(&p->setup_mu);
+    if (atomic_load(&p->setup) != 0) {
+        pthread_mutex_unlock(&p->setup_mu);
+        return peer_setup(p, err);
+    }
+    pp_err e;
+    char key[320], val[512];
+    size_t len = 0;
+    snprintf(key, sizeof key, COMM_KEY_FMT, c->job_key, p->rank);
+    int pid = 0, node = 0, port = 0, pidfd_gone = 0;
+    char host[256] = "";
+    if (c->ex.get(c->ex.ctx, key, val, sizeof val - 1, &len, c->connect_timeout_ms, &e) < 0) {
+        snprintf(p->setup_err, sizeof p->setup_err, "comm: no endpoint of rank %d in the store (key %.250s): %.600s", p->rank,
+                 key, e.msg);
+        goto fail;
+    }
+    val[len < sizeof val - 1 ? len : sizeof val - 1] = '\0';
+    if (sscanf(val, "pid=%d node=%d host=%255s port=%d", &pid, &node, host, &port) != 4) {
+        snprintf(p->setup_err, sizeof p->setup_err, "comm: malformed endpoint of rank %d (key %.250s): '%.200s'",
+                 p->rank, key, val);
+        goto fail;
+    }
+    if (p->same_node && pid > 0) {
+        p->pid = pid;
+        p->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+        if (p->pidfd < 0 && errno == ESRCH) pidfd_gone = 1;
+    }
+    if (p->kind == COMM_SHM) {
+        if (comm_shm_attach(p, &e) < 0) {
+            snprintf(p->setup_err, sizeof p->setup_err, "%.1000s", e.msg);
+            goto fail;
+        }
+        if (comm_shm_start_reader(p) < 0) {
+            snprintf(p->setup_err, sizeof p->setup_err, "comm: cannot start the reader thread for rank %d", p->rank);
+            goto fail;
+        }
+    } else {
+        int rc = comm_tcp_connect(p, host, port, &e);
+        if (rc == -1) {
+            snprintf(p->setup_err, sizeof p->setup_err, "%.1000s", e.msg);
+            goto fail;
+        }
+        /* Refused: the peer published its endpoint, then exited.  Not a
+         * set-up failure: what it sent us before may still be unread. */
+        if (rc == -2) pidfd_gone = 1;
+    }
+    atomic_store(&p->setup, 1);
+    pthread_mutex_unlock(&p->setup_mu);
+    comm_monitor_kick(c);
+    if (pidfd_gone) {
+        char why[128];
+        snprintf(why, sizeof why, "is gone (process %d exited)", pid);
+        comm_peer_dead(p, why);
+    }
+    return 0;
+fail:
+    atomic_store(&p->setup, -1);
+    pthread_mutex_unlock(&p->setup_mu);
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->cv_flush);  /* flush waiters */
+    pthread_mutex_unlock(&p->mu);
+    return pp_fail(err, "%s", p->setup_err);
+}
+
+/* ---- sender side --------------------------------------------------------- */
+
+static void drop_queue_locked(comm_peer *p) {
+    while (p->q_head) {
+        comm_out *o = p->q_head;
+        p->q_head = o->next;
+        free(o);
+    }
+    p->q_tail = NULL;
+    p->q_bytes = p->q_msgs = 0;
+}
+
+/* Big queue items are recycled: a fresh 64 MiB malloc is a fresh mmap whose
+ * page faults cost more than the copy itself.  At most COMM_SPARES per peer,
+ * each used only for a message of at least half its size. */
+#define COMM_SPARES 2
+#define COMM_SPARE_MIN (256u << 10)
+
+static comm_out *take_spare(comm_peer *p, size_t need) {
+    for (comm_out **pp = &p->spare; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= need && (*pp)->cap / 2 <= need) {
+            comm_out *o = *pp;
+            *pp = o->next;
+            p->n_spare--;
+            return o;
+        }
+    return NULL;
+}
+
+static void put_spare_locked(comm_peer *p, comm_out *o) {
+    if (o->cap < COMM_SPARE_MIN) {
+        free(o);
+        return;
+    }
+    if (p->n_spare == COMM_SPARES) {  /* keep the bigger ones */
+        comm_out **small = &p->spare;
+        for (comm_out **pp = &p->spare; *pp; pp = &(*pp)->next)
+            if ((*pp)->cap < (*small)->cap) small = pp;
+        if ((*small)->cap >= o->cap) {
+            free(o);
+            return;
+        }
+        comm_out *d = *small;
+        *small = d->next;
+        free(d);
+        p->n_spare--;
+    }
+    o->next = p->spare;
+    p->spare = o;
+    p->n_spare++;
+}
+
+static void sender_fail(comm_peer *p, const char *why) {
+    pthread_mutex_lock(&p->mu);
+    if (!p->send_failed) {
+        p->send_failed = 1;
+        snprintf(p->send_err, sizeof p->send_err, "%s", why);
+    }
+    drop_queue_locked(p);
+    pthread_cond_broadcast(&p->cv_flush);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void *sender_main(void *arg) {
+    comm_peer *p = arg;
+    comm *c = p->c;
+    pp_err e;
+    if (peer_setup(p, &e) < 0) {
+        sender_fail(p, e.msg);
+        return NULL;
+    }
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->q_head && !atomic_load(&c->stopping) && !atomic_load(&p->dead))
+            pthread_cond_wait(&p->cv_out, &p->mu);
+        if (atomic_load(&c->stopping) || atomic_load(&p->dead)) {
+            char why[300];
+            snprintf(why, sizeof why, "rank %d %s", p->rank, p->dead_why);
+            int pending = p->q_head != NULL && !atomic_load(&c->stopping);
+            pthread_mutex_unlock(&p->mu);
+            if (pending) sender_fail(p, why);
+            return NULL;
+        }
+        comm_out *o = p->q_head;
+        p->q_head = o->next;
+        if (!p->q_head) p->q_tail = NULL;
+        p->busy = 1;
+        pthread_mutex_unlock(&p->mu);
+
+        char why[256] = "";
+        int rc = p->kind == COMM_SHM ? comm_shm_write_all(p, o->data, o->n, why, sizeof why)
+                                     : comm_tcp_write_all(p, o->data, o->n, why, sizeof why);
+        pthread_mutex_lock(&p->mu);
+        p->busy = 0;
+        p->q_bytes -= o->n;
+        p->q_msgs--;
+        put_spare_locked(p, o);
+        pthread_cond_broadcast(&p->cv_flush);
+        pthread_mutex_unlock(&p->mu);
+        if (rc < 0) {
+            if (atomic_load(&c->stopping)) return NULL;
+            sender_fail(p, why);
+            return NULL;
+        }
+    }
+}
+
+static int check_peer(const comm *c, int peer, const char *op, pp_err *err) {
+    if (peer < 0 || peer >= c->world)
+        return pp_fail(err, "comm: %s: peer rank %d out of range (world size %d)", op, peer, c->world);
+    if (peer == c->rank) return pp_fail(err, "comm: %s: peer rank %d is this rank itself", op, peer);
+    return 0;
+}
+
+int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_err *err) {
+    char ts[128];
+    if (check_peer(c, peer, "send", err) < 0) return -1;
+    if (!buf && len) return pp_fail(err, "comm: send of %zu bytes to rank %d: NULL buffer", len, peer);
+    comm_peer *p = &c->peers[peer];
+    comm_hdr h = {tag, len};
+    size_t total = sizeof h + len, done = 0;
+    pthread_mutex_lock(&p->mu);
+    if (p->send_failed || atomic_load(&p->dead) || atomic_load(&p->setup) < 0) {
+        int r = pp_fail(err, "comm: cannot send %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts), peer,
+                        p->send_failed ? p->send_err
+                        : atomic_load(&p->dead) ? p->dead_why
+                                                : p->setup_err);
+        pthread_mutex_unlock(&p->mu);
+        return r;
+    }
+    /* Fast path: nothing queued ahead, so writing now keeps the order. */
+    if (atomic_load(&p->setup) == 1 && !p->q_head && !p->busy) {
+        done = p->kind == COMM_SHM ? comm_shm_try_write(p, &h, sizeof h, buf, len)
+                                   : comm_tcp_try_write(p, &h, sizeof h, buf, len);
+        if (done == total) {
+            pthread_mutex_unlock(&p->mu);
+            return 0;
+        }
+    }
+    comm_out *o = take_spare(p, total - done);
+    if (!o && (o = malloc(sizeof *o + (total - done)))) o->cap = total - done;
+    if (!o) {
+        pthread_mutex_unlock(&p->mu);
+        /* Part of the message may be in the channel already: the stream is broken. */
+        if (done) sender_fail(p, "out of memory while queueing a message");
+        return pp_fail(err, "comm: out of memory queueing %zu bytes for rank %d", total - done, peer);
+    }
+    o->next = NULL;
+    o->n = total - done;
+    unsigned char *d = o->data;
+    if (done < sizeof h) {
+        memcpy(d, (const char *)&h + done, sizeof h - done);
+        d += sizeof h - done;
+        if (len) memcpy(d, buf, len);
+    } else if (len) {
+        memcpy(d, (const char *)buf + (done - sizeof h), total - done);
+    }
+    if (p->q_tail)
+        p->q_tail->next = o;
+    else
+        p->q_head = o;
+    p->q_tail = o;
+    p->q_bytes += o->n;
+    p->q_msgs++;
+    if (!p->sender_started) {
+        int e = pthread_create(&p->sender, NULL, sender_main, p);
+        if (e != 0) {
+            drop_queue_locked(p);
+            pthread_mutex_unlock(&p->mu);
+            return pp_fail(err, "comm: cannot start the sender thread for rank %d: %s", peer, strerror(e));
+        }
+        p->sender_started = 1;
+    }
+    pthread_cond_broadcast(&p->cv_out);
+    pthread_mutex_unlock(&p->mu);
+    return 0;
+}
+
+/* ---- receive ------------------------------------------------------------- */
+
+static void deadline_ts(struct timespec *ts, uint64_t deadline_ns) {
+    /* Condition variables use CLOCK_MONOTONIC (see comm_open). */
+    ts->tv_sec = (time_t)(deadline_ns / 1000000000ull);
+    ts->tv_nsec = (long)(deadline_ns % 1000000000ull);
+}
+
+int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, pp_err *err) {
+    char ts[128];
+    if (check_peer(c, peer, "recv", err) < 0) return -1;
+    if (!buf && len) return pp_fail(err, "comm: recv of %zu bytes from rank %d: NULL buffer", len, peer);
+    comm_peer *p = &c->peers[peer];
+    pp_err e;
+    if (peer_setup(p, &e) < 0)
+        return pp_fail(err, "comm: rank %d cannot receive %s from rank %d: %s", c->rank,
+                       comm_tag_str(tag, ts, sizeof ts), peer, e.msg);
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    int mine = 0, rc = 0, accepted = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        if (mine && p->p_done) {
+            if (p->p_failed)
+                rc = pp_fail(err, "comm: rank %d %s while rank %d received %s from it", peer,
+                             atomic_load(&p->dead) ? p->dead_why : p->in_why, c->rank,
+                             comm_tag_str(tag, ts, sizeof ts));
+            break;
+        }
+        comm_msg *prev = NULL, *m = p->in_head;
+        while (m && m->tag != tag) {
+            prev = m;
+            m = m->next;
+        }
+        if (m) {
+            if (m->len != len) {
+                rc = pp_fail(err, "comm: message %s from rank %d has %zu bytes, but rank %d expected %zu",
+                             comm_tag_str(tag, ts, sizeof ts), peer, m->len, c->rank, len);
+                break;  /* the message stays in the inbox: a failed recv changes nothing */
+            }
+            if (prev)
+                prev->next = m->next;
+            else
+                p->in_head = m->next;
+            if (p->in_tail == m) p->in_tail = prev;
+            if (len) memcpy(buf, m->data, len);
+            free(m->data);
+            free(m);
+            break;
+        }
+        if (!p->posted) {
+            p->posted = mine = 1;
+            p->p_tag = tag;
+            p->p_buf = buf;
+            p->p_len = len;
+            p->p_claimed = p->p_done = p->p_failed = 0;
+        }
+        int claimed = mine && p->p_claimed;
+        if (!claimed && atomic_load(&p->dead) && p->in_state == COMM_IN_NONE && c->listen_fd >= 0 && !accepted) {
+            /* Its connection to us (and what it sent) may wait in the backlog. */
+            accepted = 1;
+            pthread_mutex_unlock(&p->mu);
+            comm_tcp_accept(c);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        if (!claimed && (p->in_state == COMM_IN_CLOSED || (atomic_load(&p->dead) && p->in_state == COMM_IN_NONE))) {
+            rc = pp_fail(err, "comm: rank %d %s; rank %d was waiting for %s from it", peer,
+                         atomic_load(&p->dead) ? p->dead_why : p->in_why, c->rank, comm_tag_str(tag, ts, sizeof ts));
+            break;
+        }
+        if (atomic_load(&c->stopping)) {
+            rc = pp_fail(err, "comm: closed while waiting for %s from rank %d", comm_tag_str(tag, ts, sizeof ts), peer);
+            break;
+        }
+        if (!claimed && pp_now_ns() >= deadline) {
+            rc = pp_fail(err, "comm: rank %d timed out after %d ms waiting for %s from rank %d", c->rank, timeout_ms,
+                         comm_tag_str(tag, ts, sizeof ts), peer);
+            break;
+        }
+        if (deadline == UINT64_MAX || claimed) {
+            pthread_cond_wait(&p->cv_in, &p->mu);
+        } else {
+            struct timespec t;
+            deadline_ts(&t, deadline);
+            pthread_cond_timedwait(&p->cv_in, &p->mu, &t);
+        }
+    }
+    if (mine) p->posted = 0;
+    pthread_mutex_unlock(&p->mu);
+    return rc;
+}
+
+int comm_flush(comm *c, int timeout_ms, pp_err *err) {
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (int r = 0; r < c->world; r++) {
+        if (r == c->rank) continue;
+        comm_peer *p = &c->peers[r];
+        int rc = 0;
+        pthread_mutex_lock(&p->mu);
+        for (;;) {
+            if (p->send_failed) {
+                rc = pp_fail(err, "comm: flush: messages to rank %d were not delivered: %s", r, p->send_err);
+                break;
+            }
+            if (!p->q_head && !p->busy) break;
+            if (atomic_load(&p->setup) < 0) {
+                rc = pp_fail(err, "comm: flush: %zu messages to rank %d were not delivered: %s", p->q_msgs, r,
+                             p->setup_err);
+                break;
+            }
+            /* A dead peer needs no case here: the sender thread notices it
+             * and fails (send_failed) or finishes the write it was in. */
+            if (pp_now_ns() >= deadline) {
+                rc = pp_fail(err, "comm: flush timed out after %d ms: %zu messages (%zu bytes) to rank %d still queued",
+                             timeout_ms, p->q_msgs, p->q_bytes, r);
+                break;
+            }
+            if (deadline == UINT64_MAX) {
+                pthread_cond_wait(&p->cv_flush, &p->mu);
+            } else {
+                struct timespec t;
+                deadline_ts(&t, deadline);
+                pthread_cond_timedwait(&p->cv_flush, &p->mu, &t);
+            }
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* ---- open / close -------------------------------------------------------- */
+
+int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
+    *out = NULL;
+    if (!cfg) return pp_fail(err, "comm: no configuration");
+    if (cfg->world < 1 || cfg->world > COMM_MAX_WORLD)
+        return pp_fail(err, "comm: world size %d out of range (1..%d)", cfg->world, COMM_MAX_WORLD);
+    if (cfg->rank < 0 || cfg->rank >= cfg->world)
+        return pp_fail(err, "comm: rank %d out of range (world size %d)", cfg->rank, cfg->world);
+    if (!cfg->job_key || !cfg->job_key[0] || strlen(cfg->job_key) > 200 || strpbrk(cfg->job_key, " \t\n"))
+        return pp_fail(err, "comm: job_key must be 1..200 characters without spaces");
+    if (!cfg->exchange.put || !cfg->exchange.get) return pp_fail(err, "comm: no exchange (put/get) given");
+    int force = 0;
+    const char *t = cfg->transport ? cfg->transport : "auto";
+    if (!strcmp(t, "shm"))
+        force = COMM_SHM;
+    else if (!strcmp(t, "tcp"))
+        force = COMM_TCP;
+    else if (strcmp(t, "auto"))
+        return pp_fail(err, "comm: unknown transport '%s' (accepted: auto, shm, tcp)", t);
+    const char *host = cfg->tcp_host ? cfg->tcp_host : "127.0.0.1";
+    if (!host[0] || strlen(host) > 200 || strpbrk(host, " \t\n"))
+        return pp_fail(err, "comm: bad tcp host '%.100s'", host);
+
+    comm *c = calloc(1, sizeof *c);
+    if (!c) return pp_fail(err, "comm: out of memory");
+    c->rank = cfg->rank;
+    c->world = cfg->world;
+    c->ex = cfg->exchange;
+    c->force = force;
+    c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 30000;
+    snprintf(c->job_key, sizeof c->job_key, "%s", cfg->job_key);
+    snprintf(c->host, sizeof c->host, "%s", host);
+    c->job_hash = comm_hash(c->job_key);
+    c->listen_fd = c->wake_fd = -1;
+    pthread_mutex_init(&c->accept_mu, NULL);
+    c->node = calloc((size_t)c->world, sizeof *c->node);
+    c->peers = calloc((size_t)c->world, sizeof *c->peers);
+    if (!c->node || !c->peers) {
+        free(c->node);
+        free(c->peers);
+        free(c);
+        return pp_fail(err, "comm: out of memory");
+    }
+    for (int r = 0; r < c->world; r++) c->node[r] = cfg->rank_node ? cfg->rank_node[r] : 0;
+
+    for (int r = 0; r < c->world; r++) c->peers[r].pidfd = c->peers[r].out_fd = c->peers[r].in_fd = -1;
+    int need_tcp = 0;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    for (int r = 0; r < c->world; r++) {
+        comm_peer *p = &c->peers[r];
+        p->c = c;
+        p->rank = r;
+        p->same_node = c->node[r] == c->node[c->rank];
+        p->kind = force ? force : p->same_node ? COMM_SHM : COMM_TCP;
+        pthread_mutex_init(&p->mu, NULL);
+        pthread_mutex_init(&p->setup_mu, NULL);
+        pthread_cond_init(&p->cv_in, &ca);
+        pthread_cond_init(&p->cv_out, &ca);
+        pthread_cond_init(&p->cv_flush, &ca);
+        if (r == c->rank) continue;
+        if (force == COMM_SHM && !p->same_node) {
+            pthread_condattr_destroy(&ca);
+            pp_fail(err, "comm: transport shm requested, but rank %d is on node %d and rank %d on node %d", r,
+                    c->node[r], c->rank, c->node[c->rank]);
+            comm_close(c);
+            return -1;
+        }
+        if (p->kind == COMM_TCP) need_tcp = 1;
+    }
+    pthread_condattr_destroy(&ca);
+
+    c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->wake_fd < 0) {
+        comm_close(c);
+        return pp_fail(err, "comm: eventfd: %s", strerror(errno));
+    }
+    if (need_tcp && comm_tcp_listen(c, err) < 0) {
+        comm_close(c);
+        return -1;
+    }
+    char key[320], val[400];
+    snprintf(key, sizeof key, COMM_KEY_FMT, c->job_key, c->rank);
+    int n = snprintf(val, sizeof val, "pid=%d node=%d host=%s port=%d", (int)getpid(), c->node[c->rank], c->host,
+                     c->port);
+    if (c->ex.put(c->ex.ctx, key, val, (size_t)n, err) < 0) {
+        pp_wrap(err, "comm: rank %d cannot publish its endpoint (key %s)", c->rank, key);
+        comm_close(c);
+        return -1;
+    }
+    if (pthread_create(&c->monitor, NULL, monitor_main, c) != 0) {
+        comm_close(c);
+        return pp_fail(err, "comm: cannot start the monitor thread");
+    }
+    c->monitor_started = 1;
+    *out = c;
+    return 0;
+}
+
+void comm_close(comm *c) {
+    if (!c) return;
+    atomic_store(&c->stopping, 1);
+    if (c->monitor_started) {
+        comm_monitor_kick(c);
+        pthread_join(c->monitor, NULL);
+    }
+    for (int r = 0; r < c->world; r++) {
+        comm_peer *p = &c->peers[r];
+        if (r == c->rank) continue;
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv_in);
+        pthread_cond_broadcast(&p->cv_out);
+        pthread_cond_broadcast(&p->cv_flush);
+        pthread_mutex_unlock(&p->mu);
+        /* Wait out a set-up in progress (bounded by connect_timeout_ms). */
+        pthread_mutex_lock(&p->setup_mu);
+        pthread_mutex_unlock(&p->setup_mu);
+        if (p->seg) {
+            comm_shm_close_out(p);
+            comm_shm_wake(p);
+        }
+        if (p->out_fd >= 0) shutdown(p->out_fd, SHUT_RDWR);
+        if (p->in_fd >= 0) shutdown(p->in_fd, SHUT_RDWR);
+        if (p->sender_started) pthread_join(p->sender, NULL);
+        if (p->reader_started) pthread_join(p->reader, NULL);
+        pthread_mutex_lock(&p->mu);
+        drop_queue_locked(p);
+        while (p->spare) {
+            comm_out *o = p->spare;
+            p->spare = o->next;
+            free(o);
+        }
+        while (p->in_head) {
+            comm_msg *m = p->in_head;
+            p->in_head = m->next;
+            free(m->data);
+            free(m);
+        }
+        pthread_mutex_unlock(&p->mu);
+        if (p->seg) comm_shm_detach(p);
+        if (p->out_fd >= 0) close(p->out_fd);
+        if (p->in_fd >= 0) close(p->in_fd);
+        if (p->pidfd >= 0) close(p->pidfd);
+    }
+    for (int r = 0; r < c->world; r++) {
+        pthread_mutex_destroy(&c->peers[r].mu);
+        pthread_mutex_destroy(&c->peers[r].setup_mu);
+        pthread_cond_destroy(&c->peers[r].cv_in);
+        pthread_cond_destroy(&c->peers[r].cv_out);
+        pthread_cond_destroy(&c->peers[r].cv_flush);
+    }
+    if (c->listen_fd >= 0) close(c->listen_fd);
+    if (c->wake_fd >= 0) close(c->wake_fd);
+    pthread_mutex_destroy(&c->accept_mu);
+    free(c->peers);
+    free(c->node);
+    free(c);
+}
+
+const char *comm_transport_name(const comm *c, int peer) {
+    if (!c || peer < 0 || peer >= c->world) return "none";
+    if (peer == c->rank) return "self";
+    return c->peers[peer].kind == COMM_SHM ? "shm" : "tcp";
+}

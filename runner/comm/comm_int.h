@@ -1,0 +1,139 @@
+/* comm_int.h: what comm.c (dispatch, queues, matching, peer death) shares
+ * with the two transports, comm_shm.c and comm_tcp.c.  Not a contract: only
+ * the comm module includes it.
+ *
+ * Threads per comm: one monitor (accepts TCP connections, watches peers'
+ * pidfds and outgoing sockets), and per peer that talks: one sender thread
+ * (drains the send queue into the ring/socket, started at the first send
+ * that cannot go straight through) and one reader thread (moves messages
+ * from the ring/socket into the inbox or straight into a posted receive). */
+#ifndef PP_COMM_INT_H
+#define PP_COMM_INT_H
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "runner/comm/comm.h"
+
+enum { COMM_SHM = 1, COMM_TCP = 2 };
+enum { COMM_IN_NONE = 0, COMM_IN_OPEN = 1, COMM_IN_CLOSED = 2 };
+
+/* Every message on the wire (ring or socket) starts with this header. */
+typedef struct comm_hdr {
+    uint64_t tag, len;
+} comm_hdr;
+
+typedef struct comm_out {      /* queued bytes (a message's unsent tail); owned by the queue */
+    struct comm_out *next;
+    size_t n, cap;
+    unsigned char data[];
+} comm_out;
+
+typedef struct comm_msg {      /* a received message nobody asked for yet; owned by the inbox */
+    struct comm_msg *next;
+    uint64_t tag;
+    size_t len;
+    unsigned char *data;
+} comm_msg;
+
+typedef struct comm_ring comm_ring;  /* comm_shm.c */
+
+typedef struct comm_peer {
+    struct comm *c;
+    int rank;
+    int kind;                  /* COMM_SHM or COMM_TCP */
+    int same_node;
+
+    pthread_mutex_t setup_mu;  /* held while connecting; never taken under mu */
+    _Atomic int setup;         /* 0 not yet, 1 done, -1 failed (setup_err says why) */
+    char setup_err[1024];
+    pid_t pid;                 /* from the exchange; 0 if unknown (other node) */
+    int pidfd;                 /* -1 if none */
+
+    pthread_mutex_t mu;        /* guards everything below */
+    /* Three conditions so that a wake-up goes only to whom it concerns
+     * (wake-ups are the main cost of small messages). */
+    pthread_cond_t cv_in;      /* comm_recv: inbox, posted receive, reader end, death */
+    pthread_cond_t cv_out;     /* sender thread: queue not empty, death, close */
+    pthread_cond_t cv_flush;   /* comm_flush: queue drained, send failed */
+    /* outgoing */
+    comm_out *q_head, *q_tail;
+    size_t q_bytes, q_msgs;
+    int busy;                  /* sender thread is writing a popped item */
+    comm_out *spare;           /* written big items kept for reuse (fresh pages fault: slow) */
+    int n_spare;
+    int sender_started;
+    pthread_t sender;
+    int send_failed;           /* the sender thread gave up; send_err says why */
+    char send_err[256];
+    /* incoming */
+    comm_msg *in_head, *in_tail;
+    int posted, p_claimed, p_done, p_failed;
+    uint64_t p_tag;
+    void *p_buf;
+    size_t p_len;
+    int in_state;              /* COMM_IN_*: reader thread not started / running / ended */
+    char in_why[256];          /* why the reader ended */
+    int reader_started;
+    pthread_t reader;
+    /* death */
+    _Atomic int dead;
+    char dead_why[256];
+
+    /* shm */
+    void *seg;
+    size_t seg_size, ring_cap;   /* bytes per direction (the creator's choice) */
+    comm_ring *out_ring, *in_ring;
+    /* tcp */
+    int out_fd, in_fd;
+} comm_peer;
+
+typedef struct comm {
+    int rank, world;
+    int *node;                 /* [world] */
+    char job_key[256];
+    uint64_t job_hash;
+    comm_exchange ex;
+    int connect_timeout_ms;
+    int force;                 /* 0 auto, COMM_SHM, COMM_TCP */
+    char host[256];
+    int listen_fd, port;
+    pthread_mutex_t accept_mu; /* monitor and comm_recv may both accept */
+    int wake_fd;               /* eventfd: monitor rebuilds its poll set */
+    pthread_t monitor;
+    int monitor_started;
+    _Atomic int stopping;
+    comm_peer *peers;          /* [world] */
+} comm;
+
+/* comm.c */
+void comm_peer_dead(comm_peer *p, const char *why);
+void comm_monitor_kick(comm *c);
+/* Reader thread body shared by both transports: rd() reads exactly n bytes,
+ * or returns -1 and fills why (closed, died, stopping). */
+typedef int (*comm_read_fn)(comm_peer *p, void *dst, size_t n, char *why, size_t cap);
+void comm_reader_loop(comm_peer *p, comm_read_fn rd);
+int comm_start_reader(comm_peer *p, void *(*fn)(void *));
+
+/* comm_shm.c */
+uint64_t comm_hash(const char *s);
+/* Name of the segment holding both rings between ranks a < b. */
+void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
+int comm_shm_attach(comm_peer *p, pp_err *err);
+int comm_shm_start_reader(comm_peer *p);
+size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);
+int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap);
+void comm_shm_wake(comm_peer *p);     /* wakes both of this peer's ring waiters */
+void comm_shm_close_out(comm_peer *p); /* tells the peer's reader no more data comes */
+void comm_shm_detach(comm_peer *p);
+
+/* comm_tcp.c */
+int comm_tcp_listen(comm *c, pp_err *err);
+/* -1: error; -2: refused or reset, i.e. the peer that published this
+ * endpoint has exited. */
+int comm_tcp_connect(comm_peer *p, const char *host, int port, pp_err *err);
+void comm_tcp_accept(comm *c);        /* monitor: one pending connection */
+size_t comm_tcp_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);
+int comm_tcp_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap);
+
+#endif

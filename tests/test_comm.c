@@ -1,0 +1,470 @@
+/* test_comm.c: the point-to-point transport between real processes, over
+ * shared memory and over TCP: order per tag, 64 MiB messages, many tags in
+ * flight received out of order, size mismatches, timeouts and dead peers. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers/comm_file_exchange.h"
+#include "helpers/comm_world.h"
+#include "runner/comm/comm_int.h"  /* comm_shm_name: which /dev/shm name to look for */
+
+/* Deterministic bytes for message i: the receiver can regenerate them. */
+static void fill(unsigned char *b, size_t n, uint64_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        b[i] = (unsigned char)x;
+    }
+}
+
+static int check(const unsigned char *b, size_t n, uint64_t seed, const char *what, pp_err *rep) {
+    unsigned char *want = malloc(n ? n : 1);
+    fill(want, n, seed);
+    size_t i = 0;
+    while (i < n && b[i] == want[i]) i++;
+    free(want);
+    if (i < n) return pp_fail(rep, "%s: byte %zu of %zu differs", what, i, n);
+    return 0;
+}
+
+static void expect_all_ok(const cw_result *r, int world) {
+    for (int i = 0; i < world; i++)
+        cr_assert(r->exited[i] && r->code[i] == 0, "rank %d: %s %d: %s", i, r->exited[i] ? "exit" : "signal",
+                  r->code[i], r->report[i]);
+}
+
+/* ---- order per tag, with two tags interleaved -------------------------- */
+
+static size_t order_size(int i) { return 1 + (size_t)(i * 7919) % 30000; }
+
+static int order_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    enum { N = 300 };
+    unsigned char *b = malloc(30001);
+    int rc = 0;
+    if (rank == 0) {
+        for (int i = 0; i < N && rc == 0; i++) {
+            uint64_t tag = i % 2 ? 9 : 5;
+            fill(b, order_size(i), (uint64_t)i);
+            rc = comm_send(c, 1, tag, b, order_size(i), rep);
+        }
+    } else {
+        /* All of tag 9 first: tag 5's messages wait in the inbox meanwhile. */
+        for (int pass = 0; pass < 2 && rc == 0; pass++)
+            for (int i = pass ? 0 : 1; i < N && rc == 0; i += 2) {
+                rc = comm_recv(c, 0, i % 2 ? 9 : 5, b, order_size(i), 10000, rep);
+                if (rc == 0) rc = check(b, order_size(i), (uint64_t)i, "message out of order or corrupt", rep);
+            }
+        if (rc == 0) snprintf(rep->msg, sizeof rep->msg, "%s", comm_transport_name(c, 0));
+    }
+    free(b);
+    return rc;
+}
+
+static void order_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, order_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+    cr_assert_str_eq(r.report[1], transport);
+}
+Test(comm_shm, messages_of_one_tag_arrive_in_order) { order_test("shm"); }
+Test(comm_tcp, messages_of_one_tag_arrive_in_order) { order_test("tcp"); }
+
+/* ---- 64 MiB messages ----------------------------------------------------- */
+
+#define BIG (64u << 20)
+
+static int big_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    unsigned char *b = malloc(BIG);
+    int rc = 0;
+    if (rank == 0) {
+        for (int t = 1; t <= 2 && rc == 0; t++) {
+            fill(b, BIG, 100 + (uint64_t)t);
+            rc = comm_send(c, 1, (uint64_t)t, b, BIG, rep);
+        }
+        if (rc == 0) rc = comm_recv(c, 1, 3, b, BIG, 30000, rep);
+        if (rc == 0) rc = check(b, BIG, 103, "64 MiB reply", rep);
+    } else {
+        /* Second first: the first one (64 MiB) is buffered meanwhile. */
+        for (int t = 2; t >= 1 && rc == 0; t--) {
+            rc = comm_recv(c, 0, (uint64_t)t, b, BIG, 30000, rep);
+            if (rc == 0) rc = check(b, BIG, 100 + (uint64_t)t, "64 MiB message", rep);
+        }
+        if (rc == 0) {
+            fill(b, BIG, 103);
+            rc = comm_send(c, 0, 3, b, BIG, rep);
+        }
+    }
+    free(b);
+    return rc;
+}
+
+static void big_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, big_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+}
+Test(comm_shm, messages_of_64_mib_arrive_intact) { big_test("shm"); }
+Test(comm_tcp, messages_of_64_mib_arrive_intact) { big_test("tcp"); }
+
+/* ---- many tags in flight, received in a shuffled order ------------------ */
+
+enum { MANY = 1000 };
+static size_t many_size(int i) { return 8 + (size_t)(i % 37) * 211; }
+
+static int many_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    unsigned char *b = malloc(many_size(36));
+    int rc = 0;
+    if (rank == 0) {
+        for (int i = 0; i < MANY && rc == 0; i++) {
+            fill(b, many_size(i), (uint64_t)i);
+            rc = comm_send(c, 1, comm_tag(0, 1, (uint64_t)i, COMM_DIR_ACT), b, many_size(i), rep);
+        }
+        if (rc == 0) rc = comm_recv(c, 1, comm_tag(0, 0, 0, COMM_DIR_CTRL), NULL, 0, 30000, rep);
+    } else {
+        int order[MANY];
+        for (int i = 0; i < MANY; i++) order[i] = i;
+        uint64_t x = 12345;
+        for (int i = MANY - 1; i > 0; i--) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            int j = (int)((x >> 33) % (uint64_t)(i + 1)), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        for (int k = 0; k < MANY && rc == 0; k++) {
+            int i = order[k];
+            rc = comm_recv(c, 0, comm_tag(0, 1, (uint64_t)i, COMM_DIR_ACT), b, many_size(i), 10000, rep);
+            if (rc == 0) rc = check(b, many_size(i), (uint64_t)i, "message matched to the wrong tag", rep);
+        }
+        if (rc == 0) rc = comm_send(c, 0, comm_tag(0, 0, 0, COMM_DIR_CTRL), NULL, 0, rep);
+    }
+    free(b);
+    return rc;
+}
+
+static void many_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, many_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+}
+Test(comm_shm, a_thousand_tags_in_flight_received_in_any_order) { many_test("shm"); }
+Test(comm_tcp, a_thousand_tags_in_flight_received_in_any_order) { many_test("tcp"); }
+
+/* ---- a sender that flushes and exits before the receiver even looks ------ */
+
+static int early_exit_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    enum { N = 20, SZ = 32 << 10 };  /* fits in the ring: rank 0 exits before rank 1 attaches */
+    unsigned char *b = malloc(SZ);
+    int rc = 0;
+    if (rank == 0) {
+        for (int i = 0; i < N && rc == 0; i++) {
+            fill(b, SZ, 500 + (uint64_t)i);
+            rc = comm_send(c, 1, (uint64_t)i, b, SZ, rep);
+        }
+        /* The harness flushes, closes and exits right after this. */
+    } else {
+        pp_sleep_ns(300000000);  /* rank 0 is gone by now, or about to be */
+        for (int i = 0; i < N && rc == 0; i++) {
+            rc = comm_recv(c, 0, (uint64_t)i, b, SZ, 10000, rep);
+            if (rc == 0) rc = check(b, SZ, 500 + (uint64_t)i, "message from an exited sender", rep);
+        }
+    }
+    free(b);
+    return rc;
+}
+
+static void early_exit_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, early_exit_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+}
+Test(comm_shm, messages_flushed_before_the_sender_exits_are_delivered) { early_exit_test("shm"); }
+Test(comm_tcp, messages_flushed_before_the_sender_exits_are_delivered) { early_exit_test("tcp"); }
+
+/* ---- size mismatch -------------------------------------------------------- */
+
+static int mismatch_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    unsigned char b[200];
+    if (rank == 0) {
+        fill(b, 100, 7);
+        return comm_send(c, 1, 7, b, 100, rep);
+    }
+    pp_err e;
+    if (comm_recv(c, 0, 7, b, 200, 10000, &e) == 0) return pp_fail(rep, "a 100-byte message filled a 200-byte recv");
+    /* The failed recv changed nothing: the right size still gets it. */
+    if (comm_recv(c, 0, 7, b, 100, 10000, rep) < 0) return -1;
+    if (check(b, 100, 7, "message after a mismatch", rep) < 0) return -1;
+    *rep = e;
+    return 0;
+}
+
+static void mismatch_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, mismatch_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+    const char *m = r.report[1];
+    cr_assert(strstr(m, "rank 0") && strstr(m, "tag 0x7") && strstr(m, "100 bytes") && strstr(m, "expected 200"),
+              "%s", m);
+}
+Test(comm_shm, a_size_mismatch_is_a_clear_error_and_loses_nothing) { mismatch_test("shm"); }
+Test(comm_tcp, a_size_mismatch_is_a_clear_error_and_loses_nothing) { mismatch_test("tcp"); }
+
+/* ---- timeout ----------------------------------------------------------------- */
+
+static int timeout_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    uint64_t done = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    if (rank == 0) return comm_recv(c, 1, done, NULL, 0, 30000, rep);  /* alive, silent */
+    float x[4];
+    pp_err e;
+    if (comm_recv(c, 0, comm_tag(3, 2, 5, COMM_DIR_GRAD), x, sizeof x, 300, &e) == 0)
+        return pp_fail(rep, "recv of a message never sent succeeded");
+    *rep = e;
+    pp_err e2;
+    return comm_send(c, 0, done, NULL, 0, &e2);
+}
+
+static void timeout_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, timeout_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+    const char *m = r.report[1];
+    cr_assert(strstr(m, "timed out after 300 ms") && strstr(m, "from rank 0") && strstr(m, "step 3") &&
+                  strstr(m, "stage 2") && strstr(m, "microbatch 5") && strstr(m, "gradient"),
+              "%s", m);
+}
+Test(comm_shm, a_timeout_names_the_peer_and_the_tag) { timeout_test("shm"); }
+Test(comm_tcp, a_timeout_names_the_peer_and_the_tag) { timeout_test("tcp"); }
+
+/* ---- a peer killed while we wait on it -------------------------------------- */
+
+static int dead_recv_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    unsigned char b[64] = {0};
+    if (rank == 0) {
+        /* One message, so the channel exists, then die without warning. */
+        if (comm_send(c, 1, 1, b, sizeof b, rep) < 0 || comm_flush(c, 10000, rep) < 0) return -1;
+        pp_sleep_ns(200000000);
+        raise(SIGKILL);
+    }
+    if (comm_recv(c, 0, 1, b, sizeof b, 10000, rep) < 0) return -1;
+    /* A 30 s timeout: the test fails (by message) if death were noticed
+     * only when it ran out. */
+    uint64_t t0 = pp_now_ns();
+    int rc = comm_recv(c, 0, comm_tag(1, 1, 4, COMM_DIR_ACT), b, sizeof b, 30000, rep);
+    snprintf(rep->msg + strlen(rep->msg), sizeof rep->msg - strlen(rep->msg), " [after %d ms]",
+             (int)((pp_now_ns() - t0) / 1000000));
+    return rc == 0 ? pp_fail(rep, "recv from a killed peer succeeded") : 2;
+}
+
+static void dead_recv_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, dead_recv_fn, NULL, &r), 0);
+    cr_assert(!r.exited[0] && r.code[0] == SIGKILL, "rank 0 should have been killed");
+    const char *m = r.report[1];
+    cr_assert(r.exited[1] && r.code[1] == 1, "%s", m);
+    cr_assert(strstr(m, "rank 0") && (strstr(m, "died") || strstr(m, "closed its connection")) &&
+                  strstr(m, "microbatch 4") && !strstr(m, "timed out"),
+              "%s", m);
+}
+Test(comm_shm, a_receiver_fails_fast_when_its_peer_is_killed) { dead_recv_test("shm"); }
+Test(comm_tcp, a_receiver_fails_fast_when_its_peer_is_killed) { dead_recv_test("tcp"); }
+
+/* ---- a sender blocked pushing into a peer that is killed ---------------------- */
+
+static int dead_send_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    int pid = (int)getpid();
+    if (rank == 1) {
+        /* Say who we are, then freeze: nothing drains the channel any more. */
+        if (comm_send(c, 0, 1, &pid, sizeof pid, rep) < 0 || comm_flush(c, 10000, rep) < 0) return -1;
+        raise(SIGSTOP);
+        return pp_fail(rep, "rank 1 resumed");
+    }
+    if (comm_recv(c, 1, 1, &pid, sizeof pid, 10000, rep) < 0) return -1;
+    char path[64], st[256] = "";
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    for (int i = 0; i < 1000 && !strstr(st, ") T"); i++) {  /* until it is stopped */
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(st, sizeof st, f)) st[0] = '\0';
+            fclose(f);
+        }
+        pp_sleep_ns(10000000);
+    }
+    unsigned char *big = calloc(1, BIG);
+    /* 128 MiB cannot fit in a ring or socket buffers: the sender thread blocks. */
+    int rc = comm_send(c, 1, 2, big, BIG, rep);
+    if (rc == 0) rc = comm_send(c, 1, 3, big, BIG, rep);
+    free(big);
+    if (rc < 0) return -1;
+    pp_sleep_ns(100000000);
+    kill(pid, SIGKILL);
+    if (comm_flush(c, 30000, rep) == 0) return pp_fail(rep, "flush to a killed peer succeeded");
+    return 2;
+}
+
+static void dead_send_test(const char *transport) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, dead_send_fn, NULL, &r), 0);
+    cr_assert(!r.exited[1] && r.code[1] == SIGKILL, "rank 1 should have been killed");
+    const char *m = r.report[0];
+    cr_assert(r.exited[0] && r.code[0] == 1, "%s", m);
+    cr_assert(strstr(m, "flush") && strstr(m, "rank 1") && !strstr(m, "timed out"), "%s", m);
+}
+Test(comm_shm, a_blocked_sender_fails_when_its_peer_is_killed) { dead_send_test("shm"); }
+Test(comm_tcp, a_blocked_sender_fails_when_its_peer_is_killed) { dead_send_test("tcp"); }
+
+/* ---- transport choice: shm on one node, tcp across nodes --------------------- */
+
+static int mixed_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    int v = rank * 10, rc = 0;
+    for (int p = 0; p < 3 && rc == 0; p++)
+        if (p != rank) rc = comm_send(c, p, 42, &v, sizeof v, rep);
+    char out[64] = "";
+    for (int p = 0; p < 3 && rc == 0; p++) {
+        if (p == rank) continue;
+        int got = -1;
+        rc = comm_recv(c, p, 42, &got, sizeof got, 10000, rep);
+        if (rc == 0 && got != p * 10) rc = pp_fail(rep, "rank %d sent %d, got %d", p, p * 10, got);
+        snprintf(out + strlen(out), sizeof out - strlen(out), "%s%d:%s", out[0] ? " " : "", p,
+                 comm_transport_name(c, p));
+    }
+    if (rc == 0) snprintf(rep->msg, sizeof rep->msg, "%s", out);
+    return rc;
+}
+
+Test(comm, ranks_on_one_node_use_shm_and_across_nodes_tcp) {
+    int nodes[3] = {0, 0, 1};
+    cw_result r;
+    cr_assert_eq(cw_run(3, nodes, NULL, mixed_fn, NULL, &r), 0);
+    expect_all_ok(&r, 3);
+    cr_assert_str_eq(r.report[0], "1:shm 2:tcp");
+    cr_assert_str_eq(r.report[1], "0:shm 2:tcp");
+    cr_assert_str_eq(r.report[2], "0:tcp 1:tcp");
+}
+
+Test(comm, transport_tcp_can_be_forced_on_one_node) {
+    cw_result r;
+    cr_assert_eq(cw_run(3, NULL, "tcp", mixed_fn, NULL, &r), 0);
+    expect_all_ok(&r, 3);
+    cr_assert_str_eq(r.report[0], "1:tcp 2:tcp");
+}
+
+/* ---- close releases everything --------------------------------------------- */
+
+static int count_tasks(void) {
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    if (d) closedir(d);
+    return n;
+}
+
+/* Descriptors comm may own: sockets, pidfds, eventfds, shm objects. */
+static int count_comm_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], target[300];
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        ssize_t k = readlink(path, target, sizeof target - 1);
+        if (k <= 0) continue;
+        target[k] = '\0';
+        if (strstr(target, "socket:") || strstr(target, "pidfd") || strstr(target, "eventfd") ||
+            strstr(target, "/dev/shm"))
+            n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static int close_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    const cw_result *r = arg;
+    int peer = 1 - rank, v = rank;
+    if (comm_send(c, peer, 1, &v, sizeof v, rep) < 0 || comm_recv(c, peer, 1, &v, sizeof v, 10000, rep) < 0 ||
+        comm_flush(c, 10000, rep) < 0)
+        return -1;
+    /* Both have received, so both have attached: the name is gone already. */
+    char name[128], path[200];
+    comm_shm_name(comm_hash(r->job_key), 0, 1, name, sizeof name);
+    snprintf(path, sizeof path, "/dev/shm%s", name);
+    int shm_left = access(path, F_OK) == 0;
+    int threads_open = count_tasks();
+    comm_close(c);
+    snprintf(rep->msg, sizeof rep->msg, "shm_left=%d threads_open=%d threads=%d fds=%d", shm_left,
+             threads_open > 1, count_tasks(), count_comm_fds());
+    return CW_CLOSED;
+}
+
+static void close_test(const char *transport) {
+    char want[100];
+    /* The ranks inherit this process's descriptors (Criterion's own). */
+    snprintf(want, sizeof want, "shm_left=0 threads_open=1 threads=1 fds=%d", count_comm_fds());
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, transport, close_fn, &r, &r), 0);
+    expect_all_ok(&r, 2);
+    cr_assert_str_eq(r.report[0], want);
+    cr_assert_str_eq(r.report[1], want);
+}
+Test(comm_shm, close_joins_threads_and_leaves_no_shared_memory) {
+    close_test("shm");
+}
+Test(comm_tcp, close_joins_threads_and_closes_sockets) {
+    close_test("tcp");
+}
+
+/* ---- bad input ---------------------------------------------------------------- */
+
+Test(comm, bad_configuration_and_bad_peers_are_clear_errors) {
+    char dir[] = "/tmp/pprun-commtest-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    int nodes[2] = {0, 1};
+    comm_config cfg = {.rank = 0, .world = 2, .job_key = "bad", .exchange = fx_exchange(dir), .transport = "udp"};
+    comm *c = NULL;
+    pp_err e;
+    cr_assert_eq(comm_open(&cfg, &c, &e), -1);
+    cr_assert(strstr(e.msg, "'udp'") && strstr(e.msg, "auto, shm, tcp"), "%s", e.msg);
+    cfg.transport = "shm";
+    cfg.rank_node = nodes;
+    cr_assert_eq(comm_open(&cfg, &c, &e), -1);
+    cr_assert(strstr(e.msg, "shm") && strstr(e.msg, "rank 1 is on node 1"), "%s", e.msg);
+    cfg.transport = NULL;
+    cfg.rank = 2;
+    cr_assert_eq(comm_open(&cfg, &c, &e), -1);
+    cr_assert(strstr(e.msg, "rank 2 out of range"), "%s", e.msg);
+    cfg.rank = 0;
+    cfg.rank_node = NULL;
+    cr_assert_eq(comm_open(&cfg, &c, &e), 0, "%s", e.msg);
+    int v = 0;
+    cr_assert_eq(comm_send(c, 5, 1, &v, sizeof v, &e), -1);
+    cr_assert(strstr(e.msg, "peer rank 5 out of range"), "%s", e.msg);
+    cr_assert_eq(comm_recv(c, 0, 1, &v, sizeof v, 10, &e), -1);
+    cr_assert(strstr(e.msg, "this rank itself"), "%s", e.msg);
+    comm_close(c);
+    char cmd[100];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(comm, tags_follow_the_documented_layout) {
+    uint64_t t = comm_tag(3, 2, 5, COMM_DIR_GRAD);
+    cr_assert_eq(t, (3ull << 40) | (2ull << 24) | (5ull << 4) | 1);
+    char b[128];
+    cr_assert_str_eq(comm_tag_str(t, b, sizeof b), "tag 0x30002000051 (step 3, stage 2, microbatch 5, gradient)");
+}
