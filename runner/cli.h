@@ -7,5 +7,6 @@
 typedef int (*pp_command_fn)(int argc, char **argv);
 
 int cmd_version(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #endif

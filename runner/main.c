@@ -10,6 +10,7 @@ static const struct {
     const char *summary;
 } commands[] = {
     {"version", cmd_version, "print the version"},
+    {"export", cmd_export, "export a job's trace (Chrome trace JSON for Perfetto)"},
 };
 
 static void usage(FILE *out) {
