@@ -75,11 +75,13 @@ int64_t tfix_job(db *d) {
 }
 
 const char *tfix_path(const char *name) {
-    static char dir[256], path[512];
+    static char dir[256], paths[8][512];
+    static int next;
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "/tmp/pprun-test-XXXXXX");
         if (!mkdtemp(dir)) return NULL;
     }
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return path;
+    char *p = paths[next++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
+    return p;
 }

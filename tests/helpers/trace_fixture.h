@@ -16,7 +16,8 @@ size_t tfix_events(int step, int64_t base, trace_event *ev);
 /* A fresh job (2 stages, rank 0 on node 0 "alpha", rank 1 on node 1 "beta");
  * returns its id. */
 int64_t tfix_job(db *d);
-/* NAME inside a fresh temporary directory of this test process. */
+/* NAME inside a fresh temporary directory of this test process (the last
+ * 8 results stay valid). */
 const char *tfix_path(const char *name);
 
 #endif
