@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ftw.h>
 #include <unistd.h>
 
 static trace_event mk(int rank, int phase, int stage, int mb, int step, int64_t base, int a, int b) {
@@ -74,12 +75,24 @@ int64_t tfix_job(db *d) {
     return id;
 }
 
+static char tfix_dir[256];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Removes the directory when the test process exits normally. */
+static void rm_dir(void) { nftw(tfix_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
 const char *tfix_path(const char *name) {
-    static char dir[256], paths[8][512];
+    static char paths[8][512];
     static int next;
+    char *dir = tfix_dir;
     if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/pprun-test-XXXXXX");
+        snprintf(dir, sizeof tfix_dir, "/tmp/pprun-trace-test-XXXXXX");
         if (!mkdtemp(dir)) return NULL;
+        atexit(rm_dir);
     }
     char *p = paths[next++ % 8];
     snprintf(p, sizeof paths[0], "%s/%s", dir, name);
