@@ -237,7 +237,7 @@ int db_create_job(db *d, const db_job_info *j, int64_t *job_id, pp_err *err) {
 int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t off, pp_err *err) {
     if (rank < 0 || rank > 1 << 20) return pp_fail(err, "%s: rank %d out of range", d->path, rank);
     if (d->offsets_job != job_id) {
-        memset(d->offsets, 0, d->noffsets * sizeof *d->offsets);
+        if (d->offsets) memset(d->offsets, 0, d->noffsets * sizeof *d->offsets);
         d->offsets_job = job_id;
     }
     if ((size_t)rank >= d->noffsets) {
