@@ -276,3 +276,51 @@ int db_analyze_job(db *d, int64_t job, pp_err *err) {
     free(steps);
     return ret;
 }
+
+int db_phase_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err *err) {
+    for (int i = 0; i < 3 * stages; i++) med[i] = -1;
+    sqlite3_stmt *st;
+    /* Ordered by (stage, phase, duration): each group's middle row is its median. */
+    if (sqlite3_prepare_v2(db_sqlite(d),
+                           "SELECT stage, phase, end_ns - start_ns AS dur FROM events"
+                           " WHERE job_id=?1 AND step=?2 AND phase IN ('F','B','W') AND stage IS NOT NULL"
+                           " AND attempt=(SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
+                           " ORDER BY stage, phase, dur",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(db_sqlite(d)), "measuring op durations", err);
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, step);
+    int64_t *durs = NULL;
+    size_t n = 0, cap = 0;
+    int cur = -1, rc;
+    for (;;) {
+        rc = sqlite3_step(st);
+        int key = -1;
+        int64_t dur = 0;
+        if (rc == SQLITE_ROW) {
+            int stage = sqlite3_column_int(st, 0), phase = phase_of((const char *)sqlite3_column_text(st, 1));
+            if (stage < 0 || stage >= stages || phase < 0 || phase > TRACE_W) continue;
+            key = stage * 3 + phase;
+            dur = sqlite3_column_int64(st, 2);
+        }
+        if (key != cur) {
+            if (cur >= 0 && n > 0) med[cur] = durs[(n - 1) / 2];
+            cur = key;
+            n = 0;
+        }
+        if (rc != SQLITE_ROW) break;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            int64_t *t = realloc(durs, cap * sizeof *t);
+            if (!t) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            durs = t;
+        }
+        durs[n++] = dur;
+    }
+    sqlite3_finalize(st);
+    free(durs);
+    return rc == SQLITE_DONE ? 0 : db_fail(d, rc, "measuring op durations", err);
+}

@@ -219,3 +219,21 @@ Test(db, analysis_uses_the_latest_attempt_of_a_step) {
     check_fixture_analysis(s, 0);
     db_close(d);
 }
+
+Test(db, phase_medians_of_a_step) {
+    db *d = open_fresh("med.db");
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[32];
+    size_t n = tfix_events(0, 1000000, ev);
+    ev[1].end_ns += 4 * TFIX_US; /* 0F1 lasts 14u: stage 0's F median is the lower middle, 10u */
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    int64_t med[6];
+    cr_assert_eq(db_phase_medians(d, job, 0, 2, med, &err), 0, "%s", err.msg);
+    cr_assert_eq(med[0 * 3 + TRACE_F], 10 * TFIX_US);
+    cr_assert_eq(med[0 * 3 + TRACE_B], 20 * TFIX_US);
+    cr_assert_eq(med[0 * 3 + TRACE_W], -1, "no W in this step");
+    cr_assert_eq(med[1 * 3 + TRACE_F], 10 * TFIX_US);
+    cr_assert_eq(med[1 * 3 + TRACE_B], 20 * TFIX_US);
+    db_close(d);
+}
