@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 
 #include "db/db.h"
 #include "helpers/trace_fixture.h"
+#include "tracer/clock.h"
 #include "tracer/collector.h"
 
 static int64_t q_int(sqlite3 *s, const char *sql) {
@@ -189,4 +191,60 @@ Test(trace_collector, unreachable_master_and_bad_config_are_errors) {
     cr_assert(strstr(err.msg, "127.0.0.1:1"), "%s", err.msg);
     collector_config none = {.job_id = 1, .world_size = 2};
     cr_assert_eq(collector_start(&none, &c, &err), -1);
+}
+
+/* The master's clock, as the store's TIME op would answer (same host here). */
+static int master_now(void *ctx, uint64_t *remote, pp_err *err) {
+    (void)ctx, (void)err;
+    *remote = pp_now_ns();
+    return 0;
+}
+
+Test(trace_collector, skewed_node_measured_and_aligned_on_the_job_clock, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("skew.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *master, *node;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+
+    /* Node 1 runs with a skewed clock (+3 s): its launcher measures the
+     * offset at rendezvous, its worker stamps skewed times. */
+    setenv("PPRUN_TEST_CLOCK_SKEW_NS", "3000000000", 1);
+    int64_t off;
+    uint64_t rtt;
+    cr_assert_eq(trace_clock_offset(master_now, NULL, 8, &off, &rtt, &err), 0, "%s", err.msg);
+    collector_config nc = {.job_id = job, .world_size = 2, .clock_offset_ns = off, .forward_host = "127.0.0.1",
+                           .forward_port = collector_listen_port(master)};
+    cr_assert_eq(collector_start(&nc, &node, &err), 0, "%s", err.msg);
+    trace_ring *r0, *r1;
+    cr_assert_eq(trace_ring_create(64, &r0, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_create(64, &r1, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(master, 0, r0, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(node, 1, r1, &err), 0, "%s", err.msg);
+    /* Both workers record "the same instant" T on their own clocks. */
+    uint64_t T = pp_now_ns();
+    pid_t pids[2];
+    for (int rank = 1; rank >= 0; rank--) {
+        if (rank == 0) unsetenv("PPRUN_TEST_CLOCK_SKEW_NS"); /* the master node has none */
+        pids[rank] = fork();
+        if (pids[rank] == 0) {
+            trace_ring *w;
+            if (trace_ring_attach(trace_ring_fd(rank == 0 ? r0 : r1), &w, &err) != 0) _exit(3);
+            trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = rank, .stage = rank,
+                             .microbatch = 0, .peer = -1, .start_ns = T, .end_ns = T + 1000};
+            trace_ring_write(w, &e);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < 2; i++) waitpid(pids[i], NULL, 0);
+    cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    int64_t a = q_int(s, "SELECT start_ns FROM events WHERE rank = 0"), b = q_int(s, "SELECT start_ns FROM events WHERE rank = 1");
+    cr_assert_eq(a, (int64_t)T);
+    cr_assert_leq(llabs(b - a), (long long)rtt / 2 + 50000, "aligned within the round trip: %lld ns apart (rtt %llu)",
+                  (long long)(b - a), (unsigned long long)rtt);
+    db_close(d);
 }
