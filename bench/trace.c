@@ -103,58 +103,55 @@ static void synth(trace_event *ev, size_t n, uint64_t first) {
     }
 }
 
-static double bare_loop(const char *path, trace_event *ev, size_t total) {
+/* The bare loop: a minimal table, no index, one prepared statement. */
+typedef struct bare {
     sqlite3 *s;
+    sqlite3_stmt *st;
+} bare;
+
+static void bare_open(bare *b, const char *path) {
     remove(path);
-    sqlite3_open(path, &s);
-    sqlite3_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-32768;"
+    sqlite3_open(path, &b->s);
+    sqlite3_exec(b->s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-32768;"
                  "CREATE TABLE bare(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)",
                  NULL, NULL, NULL);
-    sqlite3_stmt *st;
-    sqlite3_prepare_v2(s, "INSERT INTO bare VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1, &st, NULL);
-    uint64_t t0 = pp_now_ns();
-    for (size_t done = 0; done < total; done += BATCH) {
-        synth(ev, BATCH, done);
-        sqlite3_exec(s, "BEGIN", NULL, NULL, NULL);
-        for (size_t i = 0; i < BATCH; i++) {
-            const trace_event *e = &ev[i];
-            sqlite3_bind_int64(st, 1, 1);
-            sqlite3_bind_int(st, 2, e->attempt);
-            sqlite3_bind_int(st, 3, e->rank);
-            sqlite3_bind_int(st, 4, e->step);
-            sqlite3_bind_int(st, 5, e->microbatch);
-            sqlite3_bind_int(st, 6, e->stage);
-            sqlite3_bind_text(st, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
-            sqlite3_bind_int64(st, 8, (int64_t)e->start_ns);
-            sqlite3_bind_int64(st, 9, (int64_t)e->end_ns);
-            sqlite3_bind_int(st, 10, e->peer);
-            sqlite3_bind_int64(st, 11, (int64_t)e->bytes);
-            sqlite3_bind_text(st, 12, "cpu", -1, SQLITE_STATIC);
-            sqlite3_step(st);
-            sqlite3_reset(st);
-        }
-        sqlite3_exec(s, "COMMIT", NULL, NULL, NULL);
-    }
-    double secs = (double)(pp_now_ns() - t0) / 1e9;
-    sqlite3_finalize(st);
-    sqlite3_close(s);
-    return (double)total / secs;
+    sqlite3_prepare_v2(b->s, "INSERT INTO bare VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1, &b->st, NULL);
 }
 
-static double real_ingest(db *d, int64_t job, trace_event *ev, size_t from, size_t to) {
-    pp_err err;
-    uint64_t t0 = pp_now_ns();
-    for (size_t done = from; done < to; done += BATCH) {
-        /* The stream is generated outside the timing, as the ring hands it over. */
-        uint64_t g0 = pp_now_ns();
-        synth(ev, BATCH, done);
-        t0 += pp_now_ns() - g0;
-        if (db_insert_events(d, job, ev, BATCH, &err) != 0) {
-            fprintf(stderr, "%s\n", err.msg);
-            exit(1);
-        }
+static void bare_batch(bare *b, const trace_event *ev, size_t n) {
+    sqlite3_stmt *st = b->st;
+    sqlite3_exec(b->s, "BEGIN", NULL, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        const trace_event *e = &ev[i];
+        sqlite3_bind_int64(st, 1, 1);
+        sqlite3_bind_int(st, 2, e->attempt);
+        sqlite3_bind_int(st, 3, e->rank);
+        sqlite3_bind_int(st, 4, e->step);
+        sqlite3_bind_int(st, 5, e->microbatch);
+        sqlite3_bind_int(st, 6, e->stage);
+        sqlite3_bind_text(st, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 8, (int64_t)e->start_ns);
+        sqlite3_bind_int64(st, 9, (int64_t)e->end_ns);
+        sqlite3_bind_int(st, 10, e->peer);
+        sqlite3_bind_int64(st, 11, (int64_t)e->bytes);
+        sqlite3_bind_text(st, 12, "cpu", -1, SQLITE_STATIC);
+        sqlite3_step(st);
+        sqlite3_reset(st);
     }
-    return (double)(to - from) / ((double)(pp_now_ns() - t0) / 1e9);
+    sqlite3_exec(b->s, "COMMIT", NULL, NULL, NULL);
+}
+
+static void bare_close(bare *b) {
+    sqlite3_finalize(b->st);
+    sqlite3_close(b->s);
+}
+
+static void real_batch(db *d, int64_t job, const trace_event *ev, size_t n) {
+    pp_err err;
+    if (db_insert_events(d, job, ev, n, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
 }
 
 static double ms_since(uint64_t t0) { return (double)(pp_now_ns() - t0) / 1e6; }
@@ -167,12 +164,11 @@ int main(int argc, char **argv) {
     printf("# bench_trace: tracing costs (%ld cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
     bench_record();
 
-    char dir[] = "/tmp/pprun-bench-trace-XXXXXX", bare[128], real[128];
+    char dir[] = "/tmp/pprun-bench-trace-XXXXXX", bare_path[128], real[128];
     if (!mkdtemp(dir)) return 1;
-    snprintf(bare, sizeof bare, "%s/bare.db", dir);
+    snprintf(bare_path, sizeof bare_path, "%s/bare.db", dir);
     snprintf(real, sizeof real, "%s/real.db", dir);
     trace_event *ev = malloc(BATCH * sizeof *ev);
-    double bare_rate = bare_loop(bare, ev, ingest);
     db *d;
     pp_err err;
     if (db_open(real, &d, &err) != 0) {
@@ -184,13 +180,31 @@ int main(int argc, char **argv) {
                      .device = "cpu", .t0_ns = 1000000000};
     int64_t job;
     db_create_job(d, &j, &job, &err);
-    double real_rate = real_ingest(d, job, ev, 0, ingest);
-    printf("\n## ingest into SQLite: %zu events, transactions of %d\n\n", ingest, BATCH);
+    /* Side by side: the same batch into each writer in turn, so both see the
+     * same machine load; the stream is generated outside the timing. */
+    bare b;
+    bare_open(&b, bare_path);
+    uint64_t t_bare = 0, t_real = 0;
+    for (size_t done = 0; done < ingest; done += BATCH) {
+        synth(ev, BATCH, done);
+        uint64_t t0 = pp_now_ns();
+        bare_batch(&b, ev, BATCH);
+        uint64_t t1 = pp_now_ns();
+        real_batch(d, job, ev, BATCH);
+        t_real += pp_now_ns() - t1;
+        t_bare += t1 - t0;
+    }
+    bare_close(&b);
+    double bare_rate = (double)ingest / ((double)t_bare / 1e9), real_rate = (double)ingest / ((double)t_real / 1e9);
+    printf("\n## ingest into SQLite: %zu events, transactions of %d, alternating batches\n\n", ingest, BATCH);
     printf("| writer | events/s | ratio |\n|---|---|---|\n");
     printf("| bare loop, minimal table, no index | %.0f | 1.00 |\n", bare_rate);
     printf("| db_insert_events, real schema + indexes | %.0f | %.2f |\n", real_rate, real_rate / bare_rate);
 
-    if (query > ingest) real_ingest(d, job, ev, ingest, query);
+    for (size_t done = ingest; done < query; done += BATCH) {
+        synth(ev, BATCH, done);
+        real_batch(d, job, ev, BATCH);
+    }
     sqlite3 *s = db_sqlite(d);
     sqlite3_exec(s, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
     const uint64_t per_step = RANKS * (MBS * 5 + 1);
@@ -240,12 +254,12 @@ int main(int argc, char **argv) {
     printf("| one step's bubbles and gaps, mean of 20 steps | %.2f | 200 |\n", an20);
     db_close(d);
     free(ev);
-    remove(bare);
+    remove(bare_path);
     remove(real);
     char p[160];
     const char *sfx[] = {"-wal", "-shm"};
     for (int i = 0; i < 2; i++) {
-        snprintf(p, sizeof p, "%s%s", bare, sfx[i]);
+        snprintf(p, sizeof p, "%s%s", bare_path, sfx[i]);
         remove(p);
         snprintf(p, sizeof p, "%s%s", real, sfx[i]);
         remove(p);
