@@ -99,10 +99,13 @@ CREATE TABLE IF NOT EXISTS kernels (
 );
 CREATE INDEX IF NOT EXISTS kernels_by_time ON kernels(job_id, rank, start_ns);
 
--- Analyses, written by the collector as steps complete.
--- Per (job, step, rank): the step's span on that rank (first op start to
--- last op end over all ranks of the step, so ranks share one span), the busy
--- time (union of F/B/W/OPT compute spans) and the bubble (span - busy).
+-- Analyses, written by the collector as steps complete (every rank has
+-- moved past the step) and again for every step at job end; re-running
+-- replaces a step's rows. Only the step's latest attempt counts.
+-- Per (job, step, rank): the step's span (first compute op start to last
+-- compute op end over all ranks of the step, so ranks share one span;
+-- compute = F/B/W/OPT), the busy time (union of the rank's compute spans)
+-- and the bubble (span - busy). Rules in detail: docs/schema.md.
 CREATE TABLE IF NOT EXISTS step_stats (
   job_id       INTEGER NOT NULL,
   step         INTEGER NOT NULL,
@@ -115,11 +118,14 @@ CREATE TABLE IF NOT EXISTS step_stats (
   PRIMARY KEY (job_id, step, rank)
 ) WITHOUT ROWID;
 
--- Per idle gap between compute ops on a rank within a step, its cause:
+-- Per idle gap between compute ops on a rank within a step, its cause,
+-- the first rule that matches (sum of a rank's gaps = its bubble_ns):
 -- warmup (before the rank's first op), cooldown (after its last op),
--- wait_activation (the next op is an F waiting for its input),
--- wait_gradient (the next op is a B waiting for its output gradient),
--- comm (the gap is mostly covered by the rank's own sends/receives), other.
+-- comm (at least half the gap is covered by the rank's sends/receives,
+-- not counting the receive the next op waits for: RECV_F before an F,
+-- RECV_B before a B), wait_activation (the next op is an F of a stage > 0,
+-- waiting for its input), wait_gradient (the next op is a B of a stage
+-- other than the last, waiting for its output gradient), other.
 CREATE TABLE IF NOT EXISTS gaps (
   job_id      INTEGER NOT NULL,
   step        INTEGER NOT NULL,

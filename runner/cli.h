@@ -13,5 +13,6 @@ int cmd_worker(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_schedule(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 #endif

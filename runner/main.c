@@ -16,6 +16,7 @@ static const struct {
     {"query", cmd_query, "read-only SQL over a trace database"},
     {"serve", cmd_serve, "serve the dashboard and API over a trace database"},
     {"schedule", cmd_schedule, "print, validate and simulate a pipeline schedule; import/export CSV"},
+    {"export", cmd_export, "export a job's trace (Chrome trace JSON for Perfetto)"},
 };
 
 static void usage(FILE *out) {

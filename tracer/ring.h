@@ -23,13 +23,23 @@ typedef struct trace_ring trace_ring;
  * is inheritable (no close-on-exec). */
 int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err);
 int trace_ring_fd(const trace_ring *ring);
-/* Worker side: maps the ring behind fd and checks its header/version. */
+/* Worker side: maps the ring behind fd and checks its header/version. The
+ * fd stays the caller's (it may close it after attach: the mapping stays).
+ * Test-only clock skew: when env PPRUN_TEST_CLOCK_SKEW_NS is set (signed
+ * ns), every record written through this ring has it added to start_ns and
+ * end_ns, as if this host's clock were off by that much; the launcher's
+ * offset estimate (trace_clock_offset, which reads the same variable) then
+ * measures it and the collector takes it out again. */
 int trace_ring_attach(int fd, trace_ring **out, pp_err *err);
 /* Hot path: a few stores, no lock, no syscall, no allocation. */
 void trace_ring_write(trace_ring *ring, const trace_event *ev);
+/* Records written and not read yet; capacity in records. */
+size_t trace_ring_pending(const trace_ring *ring);
+size_t trace_ring_capacity(const trace_ring *ring);
 /* Collector side: copies up to max complete records, oldest first. */
 size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max);
 uint64_t trace_ring_dropped(const trace_ring *ring);
+/* Unmaps and frees; closes the fd only on the creating side. */
 void trace_ring_close(trace_ring *ring);
 
 #endif

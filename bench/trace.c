@@ -1,0 +1,269 @@
+/* bench/trace.c: tracing costs, printed as tables.
+ *
+ *   bench_trace [INGEST_EVENTS [QUERY_EVENTS]]     (defaults 2000000, 10000000)
+ *
+ * 1. Hot-path record cost: trace_ring_write, timed in batches of 1000 with
+ *    pp_now_ns; per-event median and p99 over the batches; also with the two
+ *    clock reads an op needs (start and end).
+ * 2. Ingest into SQLite, side by side in one run: a bare loop inserting the
+ *    same rows into a minimal table through one prepared statement (the
+ *    machine's SQLite ceiling) against db_insert_events with the real schema
+ *    and indexes, both in transactions of 65536 rows (the collector's batch).
+ * 3. Queries over a QUERY_EVENTS-event database: timeline windows (0.1% and
+ *    1% of the job, every rank) and one step's bubble analysis (db_analyze_step). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db/analyze.h"
+#include "db/db.h"
+#include "tracer/ring.h"
+
+#define BATCH 65536
+#define RANKS 8
+#define MBS 32
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void bench_record(void) {
+    trace_ring *r, *w;
+    pp_err err;
+    if (trace_ring_create(1 << 16, &r, &err) != 0 || trace_ring_attach(trace_ring_fd(r), &w, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    enum { BATCHES = 3000, PER = 1000 };
+    static double plain[BATCHES], stamped[BATCHES];
+    static trace_event sink[PER];
+    trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = 3, .stage = 3, .peer = -1};
+    for (int b = 0; b < BATCHES; b++) {
+        uint64_t t0 = pp_now_ns();
+        for (int i = 0; i < PER; i++) {
+            e.microbatch = i;
+            trace_ring_write(w, &e);
+        }
+        uint64_t t1 = pp_now_ns();
+        plain[b] = (double)(t1 - t0) / PER;
+        trace_ring_read(r, sink, PER);
+        t0 = pp_now_ns();
+        for (int i = 0; i < PER; i++) {
+            e.start_ns = pp_now_ns();
+            e.microbatch = i;
+            e.end_ns = pp_now_ns();
+            trace_ring_write(w, &e);
+        }
+        t1 = pp_now_ns();
+        stamped[b] = (double)(t1 - t0) / PER;
+        trace_ring_read(r, sink, PER);
+    }
+    qsort(plain, BATCHES, sizeof *plain, cmp_double);
+    qsort(stamped, BATCHES, sizeof *stamped, cmp_double);
+    printf("\n## hot path: ns per traced event (%d batches of %d)\n\n", BATCHES, PER);
+    printf("| what | median | p99 |\n|---|---|---|\n");
+    printf("| trace_ring_write | %.1f | %.1f |\n", plain[BATCHES / 2], plain[BATCHES * 99 / 100]);
+    printf("| 2 x pp_now_ns + trace_ring_write | %.1f | %.1f |\n", stamped[BATCHES / 2], stamped[BATCHES * 99 / 100]);
+    printf("(drops: %llu)\n", (unsigned long long)trace_ring_dropped(r));
+    trace_ring_close(w);
+    trace_ring_close(r);
+}
+
+/* A plausible stream: RANKS ranks, MBS microbatches, per microbatch and rank
+ * F, B, W and two transfers; one OPT per step. Filled i..i+n of the stream. */
+static void synth(trace_event *ev, size_t n, uint64_t first) {
+    const uint64_t per_step = RANKS * (MBS * 5 + 1);
+    for (size_t k = 0; k < n; k++) {
+        uint64_t i = first + k, step = i / per_step, j = i % per_step;
+        int rank = (int)(j % RANKS);
+        uint64_t slot = j / RANKS; /* 0 .. MBS*5 */
+        trace_event *e = &ev[k];
+        memset(e, 0, sizeof *e);
+        e->version = TRACE_EVENT_VERSION;
+        e->rank = rank;
+        e->step = (int32_t)step;
+        e->stage = rank;
+        e->peer = -1;
+        static const uint8_t ph[5] = {TRACE_RECV_F, TRACE_F, TRACE_SEND_F, TRACE_B, TRACE_W};
+        if (slot == MBS * 5) {
+            e->phase = TRACE_OPT;
+            e->microbatch = e->stage = -1;
+        } else {
+            e->phase = ph[slot % 5];
+            e->microbatch = (int32_t)(slot / 5);
+            if (e->phase == TRACE_RECV_F || e->phase == TRACE_SEND_F) {
+                e->peer = rank + (e->phase == TRACE_SEND_F ? 1 : -1);
+                e->bytes = 1 << 20;
+            }
+        }
+        e->start_ns = 1000000000ull + step * 50000000ull + slot * 100000ull + (uint64_t)rank * 10000ull;
+        e->end_ns = e->start_ns + 80000;
+    }
+}
+
+/* The bare loop: a minimal table, no index, one prepared statement. */
+typedef struct bare {
+    sqlite3 *s;
+    sqlite3_stmt *st;
+} bare;
+
+static void bare_open(bare *b, const char *path) {
+    remove(path);
+    sqlite3_open(path, &b->s);
+    sqlite3_exec(b->s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-32768;"
+                 "CREATE TABLE bare(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)",
+                 NULL, NULL, NULL);
+    sqlite3_prepare_v2(b->s, "INSERT INTO bare VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1, &b->st, NULL);
+}
+
+static void bare_batch(bare *b, const trace_event *ev, size_t n) {
+    sqlite3_stmt *st = b->st;
+    sqlite3_exec(b->s, "BEGIN", NULL, NULL, NULL);
+    for (size_t i = 0; i < n; i++) {
+        const trace_event *e = &ev[i];
+        sqlite3_bind_int64(st, 1, 1);
+        sqlite3_bind_int(st, 2, e->attempt);
+        sqlite3_bind_int(st, 3, e->rank);
+        sqlite3_bind_int(st, 4, e->step);
+        sqlite3_bind_int(st, 5, e->microbatch);
+        sqlite3_bind_int(st, 6, e->stage);
+        sqlite3_bind_text(st, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 8, (int64_t)e->start_ns);
+        sqlite3_bind_int64(st, 9, (int64_t)e->end_ns);
+        sqlite3_bind_int(st, 10, e->peer);
+        sqlite3_bind_int64(st, 11, (int64_t)e->bytes);
+        sqlite3_bind_text(st, 12, "cpu", -1, SQLITE_STATIC);
+        sqlite3_step(st);
+        sqlite3_reset(st);
+    }
+    sqlite3_exec(b->s, "COMMIT", NULL, NULL, NULL);
+}
+
+static void bare_close(bare *b) {
+    sqlite3_finalize(b->st);
+    sqlite3_close(b->s);
+}
+
+static void real_batch(db *d, int64_t job, const trace_event *ev, size_t n) {
+    pp_err err;
+    if (db_insert_events(d, job, ev, n, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+}
+
+static double ms_since(uint64_t t0) { return (double)(pp_now_ns() - t0) / 1e6; }
+
+int main(int argc, char **argv) {
+    size_t ingest = argc > 1 ? strtoull(argv[1], NULL, 10) : 2000000;
+    size_t query = argc > 2 ? strtoull(argv[2], NULL, 10) : 10000000;
+    ingest = (ingest + BATCH - 1) / BATCH * BATCH;
+    query = query < ingest ? ingest : (query + BATCH - 1) / BATCH * BATCH;
+    printf("# bench_trace: tracing costs (%ld cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
+    bench_record();
+
+    char dir[] = "/tmp/pprun-bench-trace-XXXXXX", bare_path[128], real[128];
+    if (!mkdtemp(dir)) return 1;
+    snprintf(bare_path, sizeof bare_path, "%s/bare.db", dir);
+    snprintf(real, sizeof real, "%s/real.db", dir);
+    trace_event *ev = malloc(BATCH * sizeof *ev);
+    db *d;
+    pp_err err;
+    if (db_open(real, &d, &err) != 0) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    db_job_info j = {.name = "bench", .nnodes = 1, .world_size = RANKS, .schedule = "synthetic",
+                     .microbatches = MBS, .virtual_stages = 1, .stages = RANKS, .steps = 0, .model = "timed",
+                     .device = "cpu", .t0_ns = 1000000000};
+    int64_t job;
+    db_create_job(d, &j, &job, &err);
+    /* Side by side: the same batch into each writer in turn, so both see the
+     * same machine load; the stream is generated outside the timing. */
+    bare b;
+    bare_open(&b, bare_path);
+    uint64_t t_bare = 0, t_real = 0;
+    for (size_t done = 0; done < ingest; done += BATCH) {
+        synth(ev, BATCH, done);
+        uint64_t t0 = pp_now_ns();
+        bare_batch(&b, ev, BATCH);
+        uint64_t t1 = pp_now_ns();
+        real_batch(d, job, ev, BATCH);
+        t_real += pp_now_ns() - t1;
+        t_bare += t1 - t0;
+    }
+    bare_close(&b);
+    double bare_rate = (double)ingest / ((double)t_bare / 1e9), real_rate = (double)ingest / ((double)t_real / 1e9);
+    printf("\n## ingest into SQLite: %zu events, transactions of %d, alternating batches\n\n", ingest, BATCH);
+    printf("| writer | events/s | ratio |\n|---|---|---|\n");
+    printf("| bare loop, minimal table, no index | %.0f | 1.00 |\n", bare_rate);
+    printf("| db_insert_events, real schema + indexes | %.0f | %.2f |\n", real_rate, real_rate / bare_rate);
+
+    for (size_t done = ingest; done < query; done += BATCH) {
+        synth(ev, BATCH, done);
+        real_batch(d, job, ev, BATCH);
+    }
+    sqlite3 *s = db_sqlite(d);
+    sqlite3_exec(s, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+    const uint64_t per_step = RANKS * (MBS * 5 + 1);
+    int steps = (int)(query / per_step);
+    /* Timeline window: 1% of the job's time, every rank, as the dashboard asks. */
+    sqlite3 *rd;
+    db_open_readonly(real, &rd, &err);
+    sqlite3_stmt *st;
+    sqlite3_prepare_v2(rd,
+                       "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM events"
+                       " WHERE job_id=?1 AND rank=?2 AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns",
+                       -1, &st, NULL);
+    int64_t span = (int64_t)steps * 50000000ll;
+    double best[2] = {1e9, 1e9};
+    long rows[2] = {0, 0};
+    for (int w = 0; w < 2; w++) {
+        /* w = 0: 0.1% of the job (a dashboard view), w = 1: 1%. */
+        int64_t w0 = 1000000000ll + span / 2, w1 = w0 + (w == 0 ? span / 1000 : span / 100);
+        for (int rep = 0; rep < 5; rep++) {
+            uint64_t t0 = pp_now_ns();
+            rows[w] = 0;
+            for (int r = 0; r < RANKS; r++) {
+                sqlite3_bind_int64(st, 1, job);
+                sqlite3_bind_int(st, 2, r);
+                sqlite3_bind_int64(st, 3, w0);
+                sqlite3_bind_int64(st, 4, w1);
+                while (sqlite3_step(st) == SQLITE_ROW) rows[w]++;
+                sqlite3_reset(st);
+            }
+            double ms = ms_since(t0);
+            if (ms < best[w]) best[w] = ms;
+        }
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(rd);
+    uint64_t t0 = pp_now_ns();
+    if (db_analyze_step(d, job, steps / 2, &err) != 0) fprintf(stderr, "%s\n", err.msg);
+    double an = ms_since(t0);
+    t0 = pp_now_ns();
+    for (int k = 0; k < 20; k++) db_analyze_step(d, job, k, &err);
+    double an20 = ms_since(t0) / 20;
+    printf("\n## queries over %zu events (%d steps x %d ranks x %d microbatches)\n\n", query, steps, RANKS, MBS);
+    printf("| query | ms | goal ms |\n|---|---|---|\n");
+    printf("| timeline window, 0.1%% of the job, %d ranks (%ld rows) | %.2f | 50 |\n", RANKS, rows[0], best[0]);
+    printf("| timeline window, 1%% of the job, %d ranks (%ld rows) | %.2f | 50 |\n", RANKS, rows[1], best[1]);
+    printf("| one step's bubbles and gaps (db_analyze_step), first run | %.2f | 200 |\n", an);
+    printf("| one step's bubbles and gaps, mean of 20 steps | %.2f | 200 |\n", an20);
+    db_close(d);
+    free(ev);
+    remove(bare_path);
+    remove(real);
+    char p[160];
+    const char *sfx[] = {"-wal", "-shm"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s%s", bare_path, sfx[i]);
+        remove(p);
+        snprintf(p, sizeof p, "%s%s", real, sfx[i]);
+        remove(p);
+    }
+    rmdir(dir);
+    return 0;
+}

@@ -1,0 +1,326 @@
+/* analyze.c: bubbles and their causes, from one step's events.
+ *
+ * span  = first compute op start to last compute op end over all ranks of
+ *         the step (compute = F, B, W, OPT), shared by every rank;
+ * busy  = length of the union of the rank's compute spans;
+ * gaps  = the holes of that union inside the span, each with a cause
+ *         (rules in docs/schema.md, in the order they are tried). */
+#include "db/analyze.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct op {
+    int rank, phase, stage, microbatch;
+    int64_t start, end;
+} op;
+
+static int phase_of(const char *s) {
+    for (int p = 0; p < TRACE_PHASE_COUNT; p++)
+        if (strcmp(s, trace_phase_name(p)) == 0) return p;
+    return -1;
+}
+
+static int is_compute(int p) { return p == TRACE_F || p == TRACE_B || p == TRACE_W || p == TRACE_OPT; }
+
+/* Length of [a, b) covered by the union of the comm ops that count as
+ * communication for a gap ending in `next` (the recv that feeds `next` is
+ * waiting, not communication). Spans are few per gap; O(n^2) is fine. */
+static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const op *next) {
+    int skip = next->phase == TRACE_F ? TRACE_RECV_F : next->phase == TRACE_B ? TRACE_RECV_B : -1;
+    int64_t covered = 0, cursor = a;
+    for (;;) {
+        /* The clipped span starting earliest at or after... cursor sweep. */
+        int64_t best_s = INT64_MAX, best_e = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (comm[i].phase == skip) continue;
+            int64_t s = comm[i].start > cursor ? comm[i].start : cursor;
+            int64_t e = comm[i].end < b ? comm[i].end : b;
+            if (e <= s) continue;
+            if (s < best_s || (s == best_s && e > best_e)) best_s = s, best_e = e;
+        }
+        if (best_s == INT64_MAX) break;
+        covered += best_e - best_s;
+        cursor = best_e;
+    }
+    return covered;
+}
+
+static const char *gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
+    if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return "comm";
+    if (next->phase == TRACE_F && next->stage > 0) return "wait_activation";
+    if (next->phase == TRACE_B && next->stage < stages - 1) return "wait_gradient";
+    return "other";
+}
+
+static void action_str(const op *o, char buf[48]) {
+    if (o->phase == TRACE_OPT)
+        snprintf(buf, 48, "OPT");
+    else
+        snprintf(buf, 48, "%d%s%d", o->stage, trace_phase_name(o->phase), o->microbatch);
+}
+
+static int by_start(const void *a, const void *b) {
+    const op *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+typedef struct writer {
+    sqlite3_stmt *stat, *gap;
+    int64_t job;
+    int step;
+} writer;
+
+static int put_gap(writer *w, int rank, int64_t a, int64_t b, const char *cause, const char *next) {
+    sqlite3_bind_int64(w->gap, 1, w->job);
+    sqlite3_bind_int(w->gap, 2, w->step);
+    sqlite3_bind_int(w->gap, 3, rank);
+    sqlite3_bind_int64(w->gap, 4, a);
+    sqlite3_bind_int64(w->gap, 5, b);
+    sqlite3_bind_text(w->gap, 6, cause, -1, SQLITE_STATIC);
+    if (next)
+        sqlite3_bind_text(w->gap, 7, next, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(w->gap, 7);
+    int rc = sqlite3_step(w->gap);
+    sqlite3_reset(w->gap);
+    return rc;
+}
+
+/* One rank: ops[0..n) compute ops sorted by start, comm[0..ncomm) its
+ * SEND/RECV spans. */
+static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *comm, size_t ncomm, int64_t s0,
+                        int64_t s1, int stages) {
+    int64_t busy = 0, cursor = s0;
+    int rc = SQLITE_DONE;
+    char next[48];
+    for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
+        if (ops[i].start > cursor) {
+            action_str(&ops[i], next);
+            const char *cause =
+                i == 0 ? "warmup" : gap_cause(comm, ncomm, cursor, ops[i].start, &ops[i], stages);
+            rc = put_gap(w, rank, cursor, ops[i].start, cause, next);
+        }
+        int64_t from = ops[i].start > cursor ? ops[i].start : cursor;
+        if (ops[i].end > from) {
+            busy += ops[i].end - from;
+            cursor = ops[i].end;
+        }
+    }
+    if (rc == SQLITE_DONE && s1 > cursor) rc = put_gap(w, rank, cursor, s1, "cooldown", NULL);
+    if (rc != SQLITE_DONE) return rc;
+    int64_t span = s1 - s0;
+    sqlite3_bind_int64(w->stat, 1, w->job);
+    sqlite3_bind_int(w->stat, 2, w->step);
+    sqlite3_bind_int(w->stat, 3, rank);
+    sqlite3_bind_int64(w->stat, 4, s0);
+    sqlite3_bind_int64(w->stat, 5, s1);
+    sqlite3_bind_int64(w->stat, 6, busy);
+    sqlite3_bind_int64(w->stat, 7, span - busy);
+    sqlite3_bind_double(w->stat, 8, span > 0 ? (double)(span - busy) / (double)span : 0.0);
+    rc = sqlite3_step(w->stat);
+    sqlite3_reset(w->stat);
+    return rc;
+}
+
+static int load_ops(sqlite3 *sql, int64_t job, int step, op **out, size_t *n_out, int *max_stage) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(sql,
+                                "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns"
+                                " FROM events WHERE job_id=?1 AND step=?2 AND attempt="
+                                " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, step);
+    op *ops = NULL;
+    size_t n = 0, cap = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int p = phase_of((const char *)sqlite3_column_text(st, 1));
+        if (p < 0 || p == TRACE_LOSS) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            op *o = realloc(ops, cap * sizeof *o);
+            if (!o) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            ops = o;
+        }
+        op *o = &ops[n++];
+        o->rank = sqlite3_column_int(st, 0);
+        o->phase = p;
+        o->stage = sqlite3_column_int(st, 2);
+        o->microbatch = sqlite3_column_int(st, 3);
+        o->start = sqlite3_column_int64(st, 4);
+        o->end = sqlite3_column_int64(st, 5);
+        if (o->stage > *max_stage) *max_stage = o->stage;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(ops);
+        return rc;
+    }
+    *out = ops;
+    *n_out = n;
+    return SQLITE_OK;
+}
+
+static int job_stages(sqlite3 *sql, int64_t job) {
+    sqlite3_stmt *st;
+    int stages = 0;
+    if (sqlite3_prepare_v2(sql, "SELECT stages FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK) return 0;
+    sqlite3_bind_int64(st, 1, job);
+    if (sqlite3_step(st) == SQLITE_ROW) stages = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return stages;
+}
+
+int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
+    sqlite3 *sql = db_sqlite(d);
+    char what[64];
+    snprintf(what, sizeof what, "analysing step %d of job %lld", step, (long long)job);
+    op *ops = NULL;
+    size_t n = 0;
+    int max_stage = -1;
+    int rc = load_ops(sql, job, step, &ops, &n, &max_stage);
+    if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
+    int stages = job_stages(sql, job);
+    if (stages <= max_stage) stages = max_stage + 1;
+    /* Compute ops first (sorted by rank, start), then comm ops likewise. */
+    size_t ncompute = 0;
+    for (size_t i = 0; i < n; i++)
+        if (is_compute(ops[i].phase)) {
+            op t = ops[ncompute];
+            ops[ncompute++] = ops[i];
+            ops[i] = t;
+        }
+    qsort(ops, ncompute, sizeof *ops, by_start);
+    qsort(ops + ncompute, n - ncompute, sizeof *ops, by_start);
+    int64_t s0 = INT64_MAX, s1 = INT64_MIN;
+    for (size_t i = 0; i < ncompute; i++) {
+        if (ops[i].start < s0) s0 = ops[i].start;
+        if (ops[i].end > s1) s1 = ops[i].end;
+    }
+    writer w = {.job = job, .step = step};
+    if (sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+        free(ops);
+        return db_fail(d, sqlite3_errcode(sql), what, err);
+    }
+    char del[160];
+    snprintf(del, sizeof del, "DELETE FROM step_stats WHERE job_id=%lld AND step=%d;"
+             "DELETE FROM gaps WHERE job_id=%lld AND step=%d", (long long)job, step, (long long)job, step);
+    rc = sqlite3_exec(sql, del, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(sql, "INSERT INTO step_stats VALUES(?,?,?,?,?,?,?,?)", -1, &w.stat, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(sql, "INSERT INTO gaps(job_id,step,rank,start_ns,end_ns,cause,next_action)"
+                                " VALUES(?,?,?,?,?,?,?)", -1, &w.gap, NULL);
+    if (rc == SQLITE_OK) rc = SQLITE_DONE;
+    size_t c = ncompute;
+    for (size_t i = 0; i < ncompute && rc == SQLITE_DONE;) {
+        int rank = ops[i].rank;
+        size_t j = i;
+        while (j < ncompute && ops[j].rank == rank) j++;
+        while (c < n && ops[c].rank < rank) c++;
+        size_t ce = c;
+        while (ce < n && ops[ce].rank == rank) ce++;
+        rc = analyze_rank(&w, rank, ops + i, j - i, ops + c, ce - c, s0, s1, stages);
+        i = j;
+        c = ce;
+    }
+    sqlite3_finalize(w.stat);
+    sqlite3_finalize(w.gap);
+    free(ops);
+    if (rc != SQLITE_DONE) {
+        db_fail(d, rc, what, err);
+        sqlite3_exec(sql, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    rc = sqlite3_exec(sql, "COMMIT", NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : db_fail(d, rc, what, err);
+}
+
+int db_analyze_job(db *d, int64_t job, pp_err *err) {
+    sqlite3_stmt *st;
+    /* Steps come off the events_by_step index without reading events. */
+    if (sqlite3_prepare_v2(db_sqlite(d), "SELECT DISTINCT step FROM events WHERE job_id=? ORDER BY step", -1, &st,
+                           NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(db_sqlite(d)), "listing steps", err);
+    sqlite3_bind_int64(st, 1, job);
+    int *steps = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int *s = realloc(steps, cap * sizeof *s);
+            if (!s) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            steps = s;
+        }
+        steps[n++] = sqlite3_column_int(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(steps);
+        return db_fail(d, rc, "listing steps", err);
+    }
+    int ret = 0;
+    for (size_t i = 0; i < n && ret == 0; i++) ret = db_analyze_step(d, job, steps[i], err);
+    free(steps);
+    return ret;
+}
+
+int db_phase_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err *err) {
+    for (int i = 0; i < 3 * stages; i++) med[i] = -1;
+    sqlite3_stmt *st;
+    /* Ordered by (stage, phase, duration): each group's middle row is its median. */
+    if (sqlite3_prepare_v2(db_sqlite(d),
+                           "SELECT stage, phase, end_ns - start_ns AS dur FROM events"
+                           " WHERE job_id=?1 AND step=?2 AND phase IN ('F','B','W') AND stage IS NOT NULL"
+                           " AND attempt=(SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
+                           " ORDER BY stage, phase, dur",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(db_sqlite(d)), "measuring op durations", err);
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, step);
+    int64_t *durs = NULL;
+    size_t n = 0, cap = 0;
+    int cur = -1, rc;
+    for (;;) {
+        rc = sqlite3_step(st);
+        int key = -1;
+        int64_t dur = 0;
+        if (rc == SQLITE_ROW) {
+            int stage = sqlite3_column_int(st, 0), phase = phase_of((const char *)sqlite3_column_text(st, 1));
+            if (stage < 0 || stage >= stages || phase < 0 || phase > TRACE_W) continue;
+            key = stage * 3 + phase;
+            dur = sqlite3_column_int64(st, 2);
+        }
+        if (key != cur) {
+            if (cur >= 0 && n > 0) med[cur] = durs[(n - 1) / 2];
+            cur = key;
+            n = 0;
+        }
+        if (rc != SQLITE_ROW) break;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            int64_t *t = realloc(durs, cap * sizeof *t);
+            if (!t) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            durs = t;
+        }
+        durs[n++] = dur;
+    }
+    sqlite3_finalize(st);
+    free(durs);
+    return rc == SQLITE_DONE ? 0 : db_fail(d, rc, "measuring op durations", err);
+}

@@ -1,0 +1,462 @@
+/* db.c: opening, migrating and writing the trace database.
+ *
+ * The schema is db/schema.sql, compiled into the binary (pp_schema_files):
+ * there is no second copy of it in C. Migrations bring an older file up to
+ * DB_SCHEMA_VERSION, one version per step, each in its own transaction. */
+#include "db/db.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runner/base/embed.h"
+
+extern const pp_embedded_file pp_schema_files[];
+
+struct db {
+    sqlite3 *sql;
+    char *path;
+    sqlite3_stmt *ins_event, *ins_loss, *add_ingested;
+    /* Clock offsets per rank of the job being written (offsets_job). */
+    int64_t offsets_job;
+    int64_t *offsets;
+    size_t noffsets;
+};
+
+int db_fail(db *d, int rc, const char *what, pp_err *err) {
+    const char *path = d ? d->path : "database";
+    const char *msg = d && d->sql ? sqlite3_errmsg(d->sql) : sqlite3_errstr(rc);
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+        return pp_fail(err, "%s: disk full while %s (SQLITE_FULL: %s)", path, what, msg);
+    case SQLITE_READONLY:
+        return pp_fail(err, "%s: file is read-only, cannot write while %s (%s)", path, what, msg);
+    case SQLITE_CANTOPEN:
+        return pp_fail(err, "%s: cannot open the file while %s (%s)", path, what, msg);
+    case SQLITE_IOERR:
+        return pp_fail(err, "%s: I/O error while %s (%s)", path, what, msg);
+    case SQLITE_NOTADB:
+        return pp_fail(err, "%s: not an SQLite database (%s)", path, msg);
+    default:
+        return pp_fail(err, "%s: %s failed: %s", path, what, msg);
+    }
+}
+
+static int exec(db *d, const char *sql, const char *what, pp_err *err) {
+    int rc = sqlite3_exec(d->sql, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? 0 : db_fail(d, rc, what, err);
+}
+
+static int prepare(db *d, const char *sql, sqlite3_stmt **st, pp_err *err) {
+    int rc = sqlite3_prepare_v3(d->sql, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL);
+    return rc == SQLITE_OK ? 0 : db_fail(d, rc, "preparing a statement", err);
+}
+
+static int query_int(sqlite3 *sql, const char *q, int64_t *out) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(sql, q, -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *out = sqlite3_column_int64(st, 0);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static const char *schema_sql(void) {
+    const pp_embedded_file *f = pp_embed_find(pp_schema_files, "db/schema.sql");
+    return f ? (const char *)f->data : NULL;
+}
+
+/* Checks that the file is ours and at most at our version; *version gets
+ * its user_version (0: empty file). Shared by writers and readers. */
+static int check_version(sqlite3 *sql, const char *path, int64_t *version, pp_err *err) {
+    int64_t v = 0, tables = 0;
+    int rc = query_int(sql, "PRAGMA user_version", &v);
+    if (rc == SQLITE_OK) rc = query_int(sql, "SELECT count(*) FROM sqlite_master", &tables);
+    if (rc != SQLITE_OK) {
+        if (rc == SQLITE_NOTADB) return pp_fail(err, "%s: not an SQLite database", path);
+        return pp_fail(err, "%s: cannot read the file: %s", path, sqlite3_errmsg(sql));
+    }
+    if (v > DB_SCHEMA_VERSION)
+        return pp_fail(err,
+                       "%s: the database has schema version %lld, newer than this pprun understands (%d); "
+                       "use a newer pprun or another --db file",
+                       path, (long long)v, DB_SCHEMA_VERSION);
+    if (v == 0 && tables > 0)
+        return pp_fail(err, "%s: an SQLite database that is not a pprun trace database (tables but no schema version)",
+                       path);
+    *version = v;
+    return 0;
+}
+
+/* migrations[i] brings a file from version i to i + 1; NULL = schema.sql. */
+static const char *const migrations[DB_SCHEMA_VERSION] = {NULL};
+
+static int migrate(db *d, int64_t from, pp_err *err) {
+    for (int64_t v = from; v < DB_SCHEMA_VERSION; v++) {
+        const char *sql = migrations[v] ? migrations[v] : schema_sql();
+        if (!sql) return pp_fail(err, "%s: the schema is not compiled into this binary", d->path);
+        char what[64], pragma[64];
+        snprintf(what, sizeof what, "migrating the schema to version %lld", (long long)v + 1);
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %lld", (long long)v + 1);
+        if (exec(d, "BEGIN IMMEDIATE", what, err) != 0) return -1;
+        if (exec(d, sql, what, err) != 0 || exec(d, pragma, what, err) != 0) {
+            sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+        if (exec(d, "COMMIT", what, err) != 0) return -1;
+    }
+    return 0;
+}
+
+int db_open(const char *path, db **out, pp_err *err) {
+    db *d = calloc(1, sizeof *d);
+    if (!d || !(d->path = strdup(path))) {
+        free(d);
+        return pp_fail(err, "%s: out of memory", path);
+    }
+    d->offsets_job = -1;
+    int rc = sqlite3_open_v2(path, &d->sql, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        db_fail(d, rc, "opening it for writing", err);
+        goto fail;
+    }
+    sqlite3_extended_result_codes(d->sql, 1);
+    if (sqlite3_db_readonly(d->sql, "main") == 1) {
+        pp_fail(err, "%s: file is read-only, cannot write the trace there (choose another --db)", path);
+        goto fail;
+    }
+    sqlite3_busy_timeout(d->sql, 5000);
+    int64_t version;
+    if (check_version(d->sql, path, &version, err) != 0) goto fail;
+    if (exec(d, "PRAGMA journal_mode=WAL", "switching to WAL", err) != 0 ||
+        exec(d, "PRAGMA synchronous=NORMAL", "setting synchronous", err) != 0 ||
+        exec(d, "PRAGMA cache_size=-32768", "setting the cache size", err) != 0 ||
+        exec(d, "PRAGMA foreign_keys=OFF", "setting foreign keys", err) != 0)
+        goto fail;
+    if (migrate(d, version, err) != 0) goto fail;
+    if (prepare(d,
+                "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)"
+                " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+                &d->ins_event, err) != 0 ||
+        prepare(d, "INSERT OR REPLACE INTO losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
+                &d->ins_loss, err) != 0 ||
+        prepare(d,
+                "INSERT INTO job_counters(job_id,events_ingested,updated_at_ns) VALUES(?1,?2,?3)"
+                " ON CONFLICT(job_id) DO UPDATE SET events_ingested=events_ingested+excluded.events_ingested,"
+                " updated_at_ns=excluded.updated_at_ns",
+                &d->add_ingested, err) != 0)
+        goto fail;
+    *out = d;
+    return 0;
+fail:
+    db_close(d);
+    return -1;
+}
+
+void db_close(db *d) {
+    if (!d) return;
+    sqlite3_finalize(d->ins_event);
+    sqlite3_finalize(d->ins_loss);
+    sqlite3_finalize(d->add_ingested);
+    sqlite3_close(d->sql);
+    free(d->offsets);
+    free(d->path);
+    free(d);
+}
+
+sqlite3 *db_sqlite(db *d) { return d->sql; }
+const char *db_path(const db *d) { return d->path; }
+
+int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
+    sqlite3 *sql = NULL;
+    int rc = sqlite3_open_v2(path, &sql, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        pp_fail(err, "%s: cannot open the database: %s", path, sql ? sqlite3_errmsg(sql) : sqlite3_errstr(rc));
+        sqlite3_close(sql);
+        return -1;
+    }
+    sqlite3_busy_timeout(sql, 5000);
+    int64_t version;
+    if (check_version(sql, path, &version, err) != 0) {
+        sqlite3_close(sql);
+        return -1;
+    }
+    if (version == 0) {
+        sqlite3_close(sql);
+        return pp_fail(err, "%s: empty file, not a pprun trace database", path);
+    }
+    *out = sql;
+    return 0;
+}
+
+static void iso_now(char buf[64]) {
+    uint64_t ns = pp_wall_ns();
+    time_t s = (time_t)(ns / 1000000000ull);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    snprintf(buf, 64, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ns / 1000000ull % 1000));
+}
+
+int db_create_job(db *d, const db_job_info *j, int64_t *job_id, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->sql,
+                           "INSERT INTO jobs(name,created_at,status,nnodes,world_size,schedule,microbatches,"
+                           "virtual_stages,stages,steps,model,device,config_json,t0_ns)"
+                           " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(d->sql), "creating the job", err);
+    char now[64];
+    iso_now(now);
+    sqlite3_bind_text(st, 1, j->name ? j->name : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, now, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, j->status ? j->status : "running", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 4, j->nnodes);
+    sqlite3_bind_int(st, 5, j->world_size);
+    sqlite3_bind_text(st, 6, j->schedule ? j->schedule : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 7, j->microbatches);
+    sqlite3_bind_int(st, 8, j->virtual_stages);
+    sqlite3_bind_int(st, 9, j->stages);
+    sqlite3_bind_int(st, 10, j->steps);
+    sqlite3_bind_text(st, 11, j->model ? j->model : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 12, j->device ? j->device : "cpu", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 13, j->config_json ? j->config_json : "{}", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 14, j->t0_ns);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return db_fail(d, rc, "creating the job", err);
+    *job_id = sqlite3_last_insert_rowid(d->sql);
+    return 0;
+}
+
+int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t off, pp_err *err) {
+    if (rank < 0 || rank > 1 << 20) return pp_fail(err, "%s: rank %d out of range", d->path, rank);
+    if (d->offsets_job != job_id) {
+        if (d->offsets) memset(d->offsets, 0, d->noffsets * sizeof *d->offsets);
+        d->offsets_job = job_id;
+    }
+    if ((size_t)rank >= d->noffsets) {
+        size_t n = (size_t)rank + 1 > 2 * d->noffsets ? (size_t)rank + 1 : 2 * d->noffsets;
+        int64_t *o = realloc(d->offsets, n * sizeof *o);
+        if (!o) return pp_fail(err, "%s: out of memory", d->path);
+        memset(o + d->noffsets, 0, (n - d->noffsets) * sizeof *o);
+        d->offsets = o;
+        d->noffsets = n;
+    }
+    d->offsets[rank] = off;
+    return 0;
+}
+
+static int64_t offset_of(const db *d, int64_t job_id, int rank) {
+    if (d->offsets_job != job_id || rank < 0 || (size_t)rank >= d->noffsets) return 0;
+    return d->offsets[rank];
+}
+
+int db_insert_ranks(db *d, int64_t job_id, const db_rank_info *r, size_t n, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->sql,
+                           "INSERT OR REPLACE INTO ranks(job_id,rank,node,host,pid,device,stages,clock_offset_ns)"
+                           " VALUES(?,?,?,?,?,?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(d->sql), "inserting ranks", err);
+    if (exec(d, "BEGIN IMMEDIATE", "inserting ranks", err) != 0) {
+        sqlite3_finalize(st);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (db_set_clock_offset(d, job_id, r[i].rank, r[i].clock_offset_ns, err) != 0) goto fail;
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int(st, 2, r[i].rank);
+        sqlite3_bind_int(st, 3, r[i].node);
+        sqlite3_bind_text(st, 4, r[i].host ? r[i].host : "", -1, SQLITE_STATIC);
+        if (r[i].pid > 0)
+            sqlite3_bind_int(st, 5, r[i].pid);
+        else
+            sqlite3_bind_null(st, 5);
+        sqlite3_bind_text(st, 6, r[i].device ? r[i].device : "cpu", -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 7, r[i].stages ? r[i].stages : "", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 8, r[i].clock_offset_ns);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            db_fail(d, rc, "inserting ranks", err);
+            goto fail;
+        }
+    }
+    sqlite3_finalize(st);
+    return exec(d, "COMMIT", "inserting ranks", err);
+fail:
+    sqlite3_finalize(st);
+    sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+    return -1;
+}
+
+int db_update_rank(db *d, int64_t job_id, int rank, int pid, int64_t off, pp_err *err) {
+    if (db_set_clock_offset(d, job_id, rank, off, err) != 0) return -1;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->sql,
+                           "UPDATE ranks SET pid=coalesce(?3,pid), clock_offset_ns=?4 WHERE job_id=?1 AND rank=?2", -1,
+                           &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(d->sql), "updating a rank", err);
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, rank);
+    if (pid > 0) sqlite3_bind_int(st, 3, pid);
+    sqlite3_bind_int64(st, 4, off);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(d, rc, "updating a rank", err);
+}
+
+static const char *const source_names[] = {"cpu", "gpu"};
+
+int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err) {
+    if (n == 0) return 0;
+    if (exec(d, "BEGIN IMMEDIATE", "inserting events", err) != 0) return -1;
+    sqlite3_stmt *ins = d->ins_event, *loss = d->ins_loss;
+    int rc = SQLITE_DONE;
+    for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
+        const trace_event *e = &ev[i];
+        int64_t off = offset_of(d, job_id, e->rank);
+        if (e->phase == TRACE_LOSS) {
+            sqlite3_bind_int64(loss, 1, job_id);
+            sqlite3_bind_int(loss, 2, e->step);
+            sqlite3_bind_int(loss, 3, e->microbatch);
+            sqlite3_bind_double(loss, 4, e->value);
+            sqlite3_bind_int(loss, 5, e->rank);
+            sqlite3_bind_int64(loss, 6, (int64_t)e->end_ns + off);
+            rc = sqlite3_step(loss);
+            sqlite3_reset(loss);
+            continue;
+        }
+        if (e->phase >= TRACE_PHASE_COUNT) continue; /* a newer producer's phase: skip, not corrupt */
+        sqlite3_bind_int64(ins, 1, job_id);
+        sqlite3_bind_int(ins, 2, e->attempt);
+        sqlite3_bind_int(ins, 3, e->rank);
+        sqlite3_bind_int(ins, 4, e->step);
+        if (e->microbatch >= 0)
+            sqlite3_bind_int(ins, 5, e->microbatch);
+        else
+            sqlite3_bind_null(ins, 5);
+        if (e->stage >= 0)
+            sqlite3_bind_int(ins, 6, e->stage);
+        else
+            sqlite3_bind_null(ins, 6);
+        sqlite3_bind_text(ins, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
+        sqlite3_bind_int64(ins, 8, (int64_t)e->start_ns + off);
+        sqlite3_bind_int64(ins, 9, (int64_t)e->end_ns + off);
+        int comm = e->phase >= TRACE_SEND_F && e->phase <= TRACE_RECV_B;
+        if (comm && e->peer >= 0)
+            sqlite3_bind_int(ins, 10, e->peer);
+        else
+            sqlite3_bind_null(ins, 10);
+        if (comm)
+            sqlite3_bind_int64(ins, 11, (int64_t)e->bytes);
+        else
+            sqlite3_bind_null(ins, 11);
+        sqlite3_bind_text(ins, 12, source_names[e->source == TRACE_SRC_GPU], -1, SQLITE_STATIC);
+        rc = sqlite3_step(ins);
+        sqlite3_reset(ins);
+    }
+    if (rc == SQLITE_DONE) {
+        sqlite3_bind_int64(d->add_ingested, 1, job_id);
+        sqlite3_bind_int64(d->add_ingested, 2, (int64_t)n);
+        sqlite3_bind_int64(d->add_ingested, 3, (int64_t)pp_now_ns());
+        rc = sqlite3_step(d->add_ingested);
+        sqlite3_reset(d->add_ingested);
+    }
+    if (rc != SQLITE_DONE) {
+        db_fail(d, rc, "inserting events", err);
+        sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    return exec(d, "COMMIT", "inserting events", err);
+}
+
+int db_set_dropped(db *d, int64_t job_id, int rank, uint64_t dropped, pp_err *err) {
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "BEGIN IMMEDIATE;"
+             "UPDATE ranks SET dropped_events=%llu WHERE job_id=%lld AND rank=%d;"
+             "INSERT INTO job_counters(job_id,events_dropped,updated_at_ns) VALUES(%lld,"
+             " (SELECT coalesce(sum(dropped_events),0) FROM ranks WHERE job_id=%lld),%llu)"
+             " ON CONFLICT(job_id) DO UPDATE SET events_dropped=excluded.events_dropped,"
+             " updated_at_ns=excluded.updated_at_ns;"
+             "COMMIT;",
+             (unsigned long long)dropped, (long long)job_id, rank, (long long)job_id, (long long)job_id,
+             (unsigned long long)pp_now_ns());
+    if (exec(d, sql, "recording dropped events", err) != 0) {
+        sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    return 0;
+}
+
+int db_insert_plan(db *d, int64_t job_id, const db_plan_row *r, size_t n, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->sql,
+                           "INSERT INTO plan(job_id,rank,slot,action,stage,phase,microbatch,sim_start_ns,sim_end_ns)"
+                           " VALUES(?,?,?,?,?,?,?,?,?)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(d->sql), "writing the plan", err);
+    char del[96];
+    snprintf(del, sizeof del, "DELETE FROM plan WHERE job_id=%lld", (long long)job_id);
+    if (exec(d, "BEGIN IMMEDIATE", "writing the plan", err) != 0) {
+        sqlite3_finalize(st);
+        return -1;
+    }
+    int rc = sqlite3_exec(d->sql, del, NULL, NULL, NULL) == SQLITE_OK ? SQLITE_DONE : sqlite3_errcode(d->sql);
+    for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int(st, 2, r[i].rank);
+        sqlite3_bind_int(st, 3, r[i].slot);
+        sqlite3_bind_text(st, 4, r[i].action ? r[i].action : "", -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 5, r[i].stage);
+        sqlite3_bind_text(st, 6, r[i].phase ? r[i].phase : "", -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 7, r[i].microbatch);
+        if (r[i].sim_start_ns >= 0)
+            sqlite3_bind_int64(st, 8, r[i].sim_start_ns);
+        else
+            sqlite3_bind_null(st, 8);
+        if (r[i].sim_end_ns >= 0)
+            sqlite3_bind_int64(st, 9, r[i].sim_end_ns);
+        else
+            sqlite3_bind_null(st, 9);
+        rc = sqlite3_step(st);
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        db_fail(d, rc, "writing the plan", err);
+        sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    return exec(d, "COMMIT", "writing the plan", err);
+}
+
+int db_finish_job(db *d, int64_t job_id, const char *status, int exit_code, int failed_rank, const char *failure,
+                  pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->sql,
+                           "UPDATE jobs SET status=?2, exit_code=?3, failed_rank=?4, failure=?5, ended_at=?6"
+                           " WHERE id=?1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(d->sql), "finishing the job", err);
+    char now[64];
+    iso_now(now);
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, status, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, exit_code);
+    if (failed_rank >= 0) sqlite3_bind_int(st, 4, failed_rank);
+    if (failure) sqlite3_bind_text(st, 5, failure, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, now, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return db_fail(d, rc, "finishing the job", err);
+    if (sqlite3_changes(d->sql) == 0) return pp_fail(err, "%s: no job %lld to finish", d->path, (long long)job_id);
+    return 0;
+}

@@ -1,0 +1,95 @@
+/* db.h: the trace database writer (DESIGN.md §7; tables in db/schema.sql,
+ * documented in docs/schema.md).
+ *
+ * One writer per file: the master launcher's collector. A db handle is not
+ * thread-safe; use it from one thread at a time. Every function returns 0
+ * or -1 with err naming the file and the problem (disk full, read-only,
+ * not a pprun database, a newer schema). Timestamps written are on the job
+ * clock: event times get the clock offset of their rank added (see
+ * db_set_clock_offset / db_insert_ranks). */
+#ifndef PP_DB_H
+#define PP_DB_H
+#include <sqlite3.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/pp.h"
+#include "tracer/event.h"
+
+#define DB_SCHEMA_VERSION 1
+
+typedef struct db db;
+
+/* Opens or creates path: WAL, synchronous=NORMAL, a busy timeout, schema
+ * created or migrated up to DB_SCHEMA_VERSION. Refuses a file with a newer
+ * schema, or a SQLite file that is not a pprun database. Free with db_close. */
+int db_open(const char *path, db **out, pp_err *err);
+void db_close(db *d);
+sqlite3 *db_sqlite(db *d);
+const char *db_path(const db *d);
+
+/* Read-only connection for readers (export, serve): checks the file is a
+ * pprun database of a version this build understands. Close with
+ * sqlite3_close. */
+int db_open_readonly(const char *path, sqlite3 **out, pp_err *err);
+
+typedef struct db_job_info {
+    const char *name;        /* run id */
+    const char *status;      /* NULL = "running" */
+    int nnodes, world_size;
+    const char *schedule;
+    int microbatches, virtual_stages, stages, steps;
+    const char *model, *device;
+    const char *config_json; /* NULL = "{}" */
+    int64_t t0_ns;           /* job start on the job clock */
+} db_job_info;
+
+int db_create_job(db *d, const db_job_info *job, int64_t *job_id, pp_err *err);
+
+typedef struct db_rank_info {
+    int rank, node;
+    const char *host;
+    int pid;                 /* <= 0: NULL */
+    const char *device;      /* "cpu", "cuda:0" */
+    const char *stages;      /* "0,7" */
+    int64_t clock_offset_ns; /* this rank's node: master clock - node clock */
+} db_rank_info;
+
+/* Inserts or replaces the ranks (one transaction) and remembers their clock
+ * offsets for db_insert_events. */
+int db_insert_ranks(db *d, int64_t job_id, const db_rank_info *ranks, size_t n, pp_err *err);
+/* Updates one rank's pid (a restart) and/or offset; pid <= 0 leaves it. */
+int db_update_rank(db *d, int64_t job_id, int rank, int pid, int64_t clock_offset_ns, pp_err *err);
+/* Sets the offset used for rank's events from now on, without writing. */
+int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t clock_offset_ns, pp_err *err);
+
+/* One transaction: F/B/W/SEND/RECV/OPT records into events, LOSS records
+ * into losses (a repeated (step, microbatch), e.g. from a restarted attempt,
+ * replaces the older loss); job_counters.events_ingested += n. */
+int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err);
+/* Records the drop counter of a rank's ring (absolute, not a delta) in
+ * ranks.dropped_events and job_counters.events_dropped (their sum). */
+int db_set_dropped(db *d, int64_t job_id, int rank, uint64_t dropped, pp_err *err);
+
+typedef struct db_plan_row {
+    int rank, slot;
+    const char *action;      /* "0F3" */
+    int stage;
+    const char *phase;       /* "F" "B" "W" */
+    int microbatch;
+    int64_t sim_start_ns, sim_end_ns; /* < 0: NULL (not simulated) */
+} db_plan_row;
+
+/* Replaces the job's whole plan (one transaction). */
+int db_insert_plan(db *d, int64_t job_id, const db_plan_row *rows, size_t n, pp_err *err);
+
+/* status: "succeeded" | "failed" | "stopped"; failed_rank < 0 and failure
+ * NULL mean none. ended_at is now (UTC). */
+int db_finish_job(db *d, int64_t job_id, const char *status, int exit_code, int failed_rank, const char *failure,
+                  pp_err *err);
+
+/* Fills err with "FILE: what: SQLite's message", naming a full disk or a
+ * read-only file plainly. Returns -1. For db/ internals and the collector. */
+int db_fail(db *d, int rc, const char *what, pp_err *err);
+
+#endif

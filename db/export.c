@@ -1,0 +1,259 @@
+/* export.c: Chrome trace JSON of one job.
+ *
+ * Spans on one Chrome thread must nest, so each rank gets lanes: lane 0 is
+ * its compute thread, lane 8 its communication thread; a span that would
+ * partly overlap the open span of a lane moves to the next lane of its kind
+ * (never needed for well-formed traces, but a trace must still load). */
+#include "db/export.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tracer/event.h"
+
+#define LANES 8      /* per kind: compute lanes 0..7, comm lanes 8..15 */
+#define LANE_DEPTH 8 /* open spans remembered per lane */
+
+typedef struct lane {
+    int64_t open[LANE_DEPTH]; /* end times of enclosing spans, innermost last */
+    int depth, used;
+} lane;
+
+typedef struct rank_info {
+    int rank, node;
+    lane lanes[2 * LANES];
+} rank_info;
+
+static void json_str(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(out, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(out, "\\u%04x", c);
+        else
+            fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+/* µs with ns precision; integers keep it exact (no double rounding). */
+static void put_us(FILE *out, int64_t ns) {
+    if (ns < 0) {
+        fputc('-', out);
+        ns = -ns;
+    }
+    fprintf(out, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+}
+
+static int lane_for(rank_info *r, int comm, int64_t start, int64_t end) {
+    int base = comm ? LANES : 0;
+    for (int i = 0; i < LANES; i++) {
+        lane *l = &r->lanes[base + i];
+        while (l->depth > 0 && l->open[l->depth - 1] <= start) l->depth--;
+        if (l->depth == 0 || end <= l->open[l->depth - 1]) {
+            if (l->depth < LANE_DEPTH) l->open[l->depth++] = end;
+            l->used = 1;
+            return base + i;
+        }
+    }
+    r->lanes[base + LANES - 1].used = 1;
+    return base + LANES - 1; /* hopeless overlap: still drawn, maybe mis-nested */
+}
+
+static rank_info *find_rank(rank_info *ranks, size_t n, int rank) {
+    for (size_t i = 0; i < n; i++)
+        if (ranks[i].rank == rank) return &ranks[i];
+    return NULL;
+}
+
+static int sql_fail(sqlite3 *db, const char *what, pp_err *err) {
+    return pp_fail(err, "%s: %s: %s", sqlite3_db_filename(db, "main"), what, sqlite3_errmsg(db));
+}
+
+int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
+    const char *file = sqlite3_db_filename(db, "main");
+    sqlite3_stmt *st = NULL;
+    rank_info *ranks = NULL;
+    size_t nranks = 0;
+    int ret = -1;
+    if (sqlite3_prepare_v2(db, "SELECT t0_ns, name, schedule FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, "reading the job", err);
+    sqlite3_bind_int64(st, 1, job);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return pp_fail(err, "%s: no job %lld in this database", file, (long long)job);
+    }
+    int64_t t0 = sqlite3_column_int64(st, 0);
+    fprintf(out, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"job\":%lld,\"name\":", (long long)job);
+    json_str(out, (const char *)sqlite3_column_text(st, 1));
+    fprintf(out, ",\"schedule\":");
+    json_str(out, (const char *)sqlite3_column_text(st, 2));
+    fprintf(out, "},\n\"traceEvents\":[\n");
+    sqlite3_finalize(st);
+
+    /* Ranks: from the ranks table, and any rank that only has events. */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT rank, max(node), max(host) FROM (SELECT rank, node, host FROM ranks WHERE job_id=?1"
+                           " UNION ALL SELECT DISTINCT rank, 0, NULL FROM events WHERE job_id=?1)"
+                           " GROUP BY rank ORDER BY rank",
+                           -1, &st, NULL) != SQLITE_OK) {
+        sql_fail(db, "reading ranks", err);
+        goto done;
+    }
+    sqlite3_bind_int64(st, 1, job);
+    const char *sep = "";
+    int last_node = -1;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        rank_info *r = realloc(ranks, (nranks + 1) * sizeof *r);
+        if (!r) {
+            pp_fail(err, "export: out of memory");
+            goto done;
+        }
+        ranks = r;
+        r = &ranks[nranks++];
+        memset(r, 0, sizeof *r);
+        r->rank = sqlite3_column_int(st, 0);
+        r->node = sqlite3_column_int(st, 1);
+        const char *host = (const char *)sqlite3_column_text(st, 2);
+        if (r->node != last_node) { /* ranks are ordered by rank; nodes may repeat: harmless duplicates */
+            char name[300];
+            snprintf(name, sizeof name, "node %d%s%s%s", r->node, host ? " (" : "", host ? host : "", host ? ")" : "");
+            fprintf(out, "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", sep,
+                    r->node);
+            json_str(out, name);
+            fprintf(out, "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
+                    "\"args\":{\"sort_index\":%d}}", r->node, r->node);
+            sep = ",\n";
+            last_node = r->node;
+        }
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+
+    if (sqlite3_prepare_v2(db,
+                           "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt, source"
+                           " FROM events WHERE job_id=? ORDER BY rank, start_ns, end_ns DESC",
+                           -1, &st, NULL) != SQLITE_OK) {
+        sql_fail(db, "reading events", err);
+        goto done;
+    }
+    sqlite3_bind_int64(st, 1, job);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int rank = sqlite3_column_int(st, 0);
+        const char *phase = (const char *)sqlite3_column_text(st, 1);
+        int step = sqlite3_column_int(st, 2);
+        int has_mb = sqlite3_column_type(st, 3) != SQLITE_NULL, has_stage = sqlite3_column_type(st, 4) != SQLITE_NULL;
+        int mb = sqlite3_column_int(st, 3), stage = sqlite3_column_int(st, 4);
+        int64_t s = sqlite3_column_int64(st, 5), e = sqlite3_column_int64(st, 6);
+        int comm = strncmp(phase, "SEND", 4) == 0 || strncmp(phase, "RECV", 4) == 0;
+        rank_info *r = find_rank(ranks, nranks, rank);
+        if (!r) continue; /* cannot happen: every event rank is listed */
+        int ln = lane_for(r, comm, s, e);
+        char name[96];
+        if (comm)
+            snprintf(name, sizeof name, "%s %d %s r%d", phase, mb, phase[0] == 'S' ? "to" : "from",
+                     sqlite3_column_int(st, 7));
+        else if (has_stage && has_mb)
+            snprintf(name, sizeof name, "%d%s%d", stage, phase, mb);
+        else
+            snprintf(name, sizeof name, "%s", phase);
+        fprintf(out, "%s{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":", sep, name,
+                comm ? "comm" : strcmp(phase, "OPT") == 0 ? "optimizer" : "compute", r->node, rank * 2 * LANES + ln);
+        sep = ",\n";
+        put_us(out, s - t0);
+        fprintf(out, ",\"dur\":");
+        put_us(out, e - s);
+        fprintf(out, ",\"args\":{\"phase\":\"%s\",\"step\":%d,\"attempt\":%d,\"source\":\"%s\"", phase, step,
+                sqlite3_column_int(st, 9), (const char *)sqlite3_column_text(st, 10));
+        if (has_mb) fprintf(out, ",\"microbatch\":%d", mb);
+        if (has_stage) fprintf(out, ",\"stage\":%d", stage);
+        if (sqlite3_column_type(st, 7) != SQLITE_NULL) fprintf(out, ",\"peer\":%d", sqlite3_column_int(st, 7));
+        if (sqlite3_column_type(st, 8) != SQLITE_NULL)
+            fprintf(out, ",\"bytes\":%lld", (long long)sqlite3_column_int64(st, 8));
+        fprintf(out, "}}");
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (rc != SQLITE_DONE) {
+        sql_fail(db, "reading events", err);
+        goto done;
+    }
+
+    /* Thread names for the lanes that were used. */
+    for (size_t i = 0; i < nranks; i++)
+        for (int ln = 0; ln < 2 * LANES; ln++) {
+            if (!ranks[i].lanes[ln].used && ln != 0) continue;
+            int tid = ranks[i].rank * 2 * LANES + ln;
+            char tname[64];
+            if (ln == 0)
+                snprintf(tname, sizeof tname, "rank %d", ranks[i].rank);
+            else if (ln == LANES)
+                snprintf(tname, sizeof tname, "rank %d comm", ranks[i].rank);
+            else
+                snprintf(tname, sizeof tname, "rank %d %s %d", ranks[i].rank, ln < LANES ? "compute" : "comm",
+                         ln % LANES);
+            fprintf(out, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n"
+                    "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+                    sep, ranks[i].node, tid, tname, ranks[i].node, tid, tid);
+            sep = ",\n";
+        }
+
+    /* Counters: the loss on the last stage's node, the bubble ratio of each
+     * step per rank on each rank's node (one track per rank). */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT l.step, l.microbatch, l.loss, l.at_ns, coalesce(r.node,0) FROM losses l"
+                           " LEFT JOIN ranks r ON r.job_id=l.job_id AND r.rank=l.rank"
+                           " WHERE l.job_id=? ORDER BY l.at_ns",
+                           -1, &st, NULL) != SQLITE_OK) {
+        sql_fail(db, "reading losses", err);
+        goto done;
+    }
+    sqlite3_bind_int64(st, 1, job);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        fprintf(out, "%s{\"ph\":\"C\",\"name\":\"loss\",\"pid\":%d,\"ts\":", sep, sqlite3_column_int(st, 4));
+        put_us(out, sqlite3_column_int64(st, 3) - t0);
+        fprintf(out, ",\"args\":{\"loss\":%.9g}}", sqlite3_column_double(st, 2));
+        sep = ",\n";
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (rc != SQLITE_DONE) {
+        sql_fail(db, "reading losses", err);
+        goto done;
+    }
+    if (sqlite3_prepare_v2(db,
+                           "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
+                           " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
+                           " WHERE s.job_id=? ORDER BY s.rank, s.step",
+                           -1, &st, NULL) != SQLITE_OK) {
+        sql_fail(db, "reading step_stats", err);
+        goto done;
+    }
+    sqlite3_bind_int64(st, 1, job);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        fprintf(out, "%s{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":", sep,
+                sqlite3_column_int(st, 1), sqlite3_column_int(st, 4));
+        put_us(out, sqlite3_column_int64(st, 2) - t0);
+        fprintf(out, ",\"args\":{\"bubble\":%.6f}}", sqlite3_column_double(st, 3));
+        sep = ",\n";
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (rc != SQLITE_DONE) {
+        sql_fail(db, "reading step_stats", err);
+        goto done;
+    }
+    fprintf(out, "\n]}\n");
+    if (fflush(out) != 0 || ferror(out)) {
+        pp_fail(err, "export: writing the trace failed (disk full?)");
+        goto done;
+    }
+    ret = 0;
+done:
+    sqlite3_finalize(st);
+    free(ranks);
+    return ret;
+}

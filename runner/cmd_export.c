@@ -1,0 +1,97 @@
+/* cmd_export.c: `pprun export --db FILE --job ID --format chrome [--out FILE]`:
+ * a job's trace as Chrome trace JSON (opens in Perfetto, chrome://tracing).
+ * The database is opened read-only; with --out the file appears only when
+ * complete (written next to it, then renamed). */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db/db.h"
+#include "db/export.h"
+#include "runner/cli.h"
+
+static void export_usage(FILE *out) {
+    fprintf(out, "usage: pprun export --db FILE --job ID --format chrome [--out FILE]\n"
+                 "  --db FILE      trace database written by `pprun run`\n"
+                 "  --job ID       job id (jobs.id; `pprun query \"SELECT id, name FROM jobs\"`)\n"
+                 "  --format NAME  chrome: Chrome trace JSON for Perfetto / chrome://tracing\n"
+                 "  --out FILE     write there instead of stdout\n");
+}
+
+int cmd_export(int argc, char **argv) {
+    const char *dbpath = NULL, *job_s = NULL, *format = NULL, *outpath = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            export_usage(stdout);
+            return 0;
+        }
+        const char **slot = strcmp(a, "--db") == 0       ? &dbpath
+                            : strcmp(a, "--job") == 0    ? &job_s
+                            : strcmp(a, "--format") == 0 ? &format
+                            : strcmp(a, "--out") == 0    ? &outpath
+                                                         : NULL;
+        if (!slot) {
+            fprintf(stderr, "pprun export: unknown option '%s'\n", a);
+            export_usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "pprun export: %s needs a value\n", a);
+            return 2;
+        }
+        *slot = argv[++i];
+    }
+    if (!dbpath || !job_s) {
+        fprintf(stderr, "pprun export: %s is required\n", !dbpath ? "--db" : "--job");
+        export_usage(stderr);
+        return 2;
+    }
+    if (!format) format = "chrome";
+    if (strcmp(format, "chrome") != 0) {
+        fprintf(stderr, "pprun export: --format: unknown format '%s'; accepted: chrome\n", format);
+        return 2;
+    }
+    pp_err err;
+    long job;
+    if (pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) {
+        fprintf(stderr, "pprun export: %s\n", err.msg);
+        return 2;
+    }
+    if (access(dbpath, R_OK) != 0) {
+        fprintf(stderr, "pprun export: --db: cannot read '%s'\n", dbpath);
+        return 2;
+    }
+    sqlite3 *sql;
+    if (db_open_readonly(dbpath, &sql, &err) != 0) {
+        fprintf(stderr, "pprun export: %s\n", err.msg);
+        return 2;
+    }
+    FILE *out = stdout;
+    char tmp[4096];
+    if (outpath) {
+        if (snprintf(tmp, sizeof tmp, "%s.tmp", outpath) >= (int)sizeof tmp) {
+            fprintf(stderr, "pprun export: --out: path too long\n");
+            sqlite3_close(sql);
+            return 2;
+        }
+        out = fopen(tmp, "w");
+        if (!out) {
+            fprintf(stderr, "pprun export: --out: cannot write '%s': %m\n", outpath);
+            sqlite3_close(sql);
+            return 2;
+        }
+    }
+    int rc = db_export_chrome(sql, job, out, &err);
+    sqlite3_close(sql);
+    if (outpath) {
+        if (fclose(out) != 0 && rc == 0) rc = pp_fail(&err, "%s: write failed (disk full?)", outpath);
+        if (rc == 0 && rename(tmp, outpath) != 0) rc = pp_fail(&err, "%s: cannot rename %s into place: %m", outpath, tmp);
+        if (rc != 0) remove(tmp);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "pprun export: %s\n", err.msg);
+        return 2;
+    }
+    return 0;
+}

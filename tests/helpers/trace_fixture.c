@@ -1,0 +1,100 @@
+/* trace_fixture.c: the fixture of trace_fixture.h.
+ *
+ * Time unit u = 1 µs, F = 10u, B = 20u, stages 0 (rank 0) and 1 (rank 1):
+ *
+ *  rank 0: 0F0[0,10) 0F1[10,20) RECV_B0[20,40) 0B0[40,60) .. 0B1[75,95) . OPT[96,100)
+ *  rank 1: RECV_F0[0,10) 1F0[10,20) 1B0[20,40) RECV_F1[40,45) 1F1[45,55) 1B1[55,75)
+ *          SEND_B1[75,83) .. OPT[85,90) ..........
+ *
+ * span [0,100) for both ranks;
+ * rank 0: busy 64, gaps [20,40) wait_gradient 0B0, [60,75) wait_gradient 0B1,
+ *         [95,96) other OPT                                 -> bubble 36
+ * rank 1: busy 65, gaps [0,10) warmup 1F0, [40,45) wait_activation 1F1,
+ *         [75,85) comm OPT (8 of 10 covered by SEND_B), [90,100) cooldown -> 35 */
+#include "helpers/trace_fixture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ftw.h>
+#include <unistd.h>
+
+static trace_event mk(int rank, int phase, int stage, int mb, int step, int64_t base, int a, int b) {
+    trace_event e;
+    memset(&e, 0, sizeof e);
+    e.version = TRACE_EVENT_VERSION;
+    e.phase = (uint8_t)phase;
+    e.rank = rank;
+    e.step = step;
+    e.stage = stage;
+    e.microbatch = mb;
+    e.peer = -1;
+    e.start_ns = (uint64_t)(base + (int64_t)a * TFIX_US);
+    e.end_ns = (uint64_t)(base + (int64_t)b * TFIX_US);
+    return e;
+}
+
+static trace_event comm(trace_event e, int peer) {
+    e.peer = peer;
+    e.bytes = 4096;
+    return e;
+}
+
+size_t tfix_events(int step, int64_t base, trace_event *ev) {
+    size_t n = 0;
+    ev[n++] = mk(0, TRACE_F, 0, 0, step, base, 0, 10);
+    ev[n++] = mk(0, TRACE_F, 0, 1, step, base, 10, 20);
+    ev[n++] = comm(mk(0, TRACE_RECV_B, 0, 0, step, base, 20, 40), 1);
+    ev[n++] = mk(0, TRACE_B, 0, 0, step, base, 40, 60);
+    ev[n++] = mk(0, TRACE_B, 0, 1, step, base, 75, 95);
+    ev[n++] = mk(0, TRACE_OPT, -1, -1, step, base, 96, 100);
+    ev[n++] = comm(mk(1, TRACE_RECV_F, 1, 0, step, base, 0, 10), 0);
+    ev[n++] = mk(1, TRACE_F, 1, 0, step, base, 10, 20);
+    ev[n++] = mk(1, TRACE_B, 1, 0, step, base, 20, 40);
+    ev[n++] = comm(mk(1, TRACE_RECV_F, 1, 1, step, base, 40, 45), 0);
+    ev[n++] = mk(1, TRACE_F, 1, 1, step, base, 45, 55);
+    ev[n++] = mk(1, TRACE_B, 1, 1, step, base, 55, 75);
+    ev[n++] = comm(mk(1, TRACE_SEND_B, 1, 1, step, base, 75, 83), 0);
+    ev[n++] = mk(1, TRACE_OPT, -1, -1, step, base, 85, 90);
+    ev[n] = mk(1, TRACE_LOSS, 1, 0, step, base, 20, 20);
+    ev[n++].value = 2.5 - step;
+    ev[n] = mk(1, TRACE_LOSS, 1, 1, step, base, 55, 55);
+    ev[n++].value = 2.25 - step;
+    return n;
+}
+
+int64_t tfix_job(db *d) {
+    db_job_info j = {.name = "fixture", .nnodes = 2, .world_size = 2, .schedule = "1f1b", .microbatches = 2,
+                     .virtual_stages = 1, .stages = 2, .steps = 2, .model = "timed", .device = "cpu",
+                     .t0_ns = 1000000};
+    int64_t id = -1;
+    pp_err err;
+    if (db_create_job(d, &j, &id, &err) != 0) fprintf(stderr, "%s\n", err.msg);
+    db_rank_info r[2] = {{0, 0, "alpha", 100, "cpu", "0", 0}, {1, 1, "beta", 101, "cpu", "1", 0}};
+    if (db_insert_ranks(d, id, r, 2, &err) != 0) fprintf(stderr, "%s\n", err.msg);
+    return id;
+}
+
+static char tfix_dir[256];
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Removes the directory when the test process exits normally. */
+static void rm_dir(void) { nftw(tfix_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
+const char *tfix_path(const char *name) {
+    static char paths[8][512];
+    static int next;
+    char *dir = tfix_dir;
+    if (!dir[0]) {
+        snprintf(dir, sizeof tfix_dir, "/tmp/pprun-trace-test-XXXXXX");
+        if (!mkdtemp(dir)) return NULL;
+        atexit(rm_dir);
+    }
+    char *p = paths[next++ % 8];
+    snprintf(p, sizeof paths[0], "%s/%s", dir, name);
+    return p;
+}

@@ -1,0 +1,23 @@
+/* trace_fixture.h: a hand-built two-stage 1F1B step with known bubbles and
+ * gap causes, shared by the db, collector and export tests (the timeline is
+ * drawn out in trace_fixture.c). */
+#ifndef PP_TEST_TRACE_FIXTURE_H
+#define PP_TEST_TRACE_FIXTURE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "db/db.h"
+
+#define TFIX_US 1000 /* one time unit of the fixture, in ns */
+
+/* Fills ev (room for 32) with one step's records starting at base, returns
+ * the count (16, of which 2 LOSS). */
+size_t tfix_events(int step, int64_t base, trace_event *ev);
+/* A fresh job (2 stages, rank 0 on node 0 "alpha", rank 1 on node 1 "beta");
+ * returns its id. */
+int64_t tfix_job(db *d);
+/* NAME inside a fresh temporary directory of this test process (the last
+ * 8 results stay valid). */
+const char *tfix_path(const char *name);
+
+#endif

@@ -1,0 +1,239 @@
+/* test_db.c: the trace database writer on real files: schema and version,
+ * bad files refused with their name, a full disk reported, events, losses,
+ * offsets, counters, plan, job end; the step analyses of a hand-built 1F1B
+ * step (tests/helpers/trace_fixture.c). */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "db/analyze.h"
+#include "db/db.h"
+#include "helpers/trace_fixture.h"
+
+static int64_t q_int(sqlite3 *s, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static const char *q_text(sqlite3 *s, const char *sql, char *buf, size_t n) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    buf[0] = 0;
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(buf, n, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return buf;
+}
+
+static db *open_fresh(const char *name) {
+    db *d;
+    pp_err err;
+    const char *p = tfix_path(name);
+    remove(p);
+    cr_assert_eq(db_open(p, &d, &err), 0, "%s", err.msg);
+    return d;
+}
+
+Test(db, creates_the_schema_in_wal_with_version_1_and_reopens) {
+    db *d = open_fresh("a.db");
+    char buf[64];
+    cr_assert_eq(q_int(db_sqlite(d), "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    cr_assert_str_eq(q_text(db_sqlite(d), "PRAGMA journal_mode", buf, sizeof buf), "wal");
+    cr_assert_eq(q_int(db_sqlite(d), "PRAGMA synchronous"), 1, "NORMAL");
+    const char *tables[] = {"jobs", "ranks", "events", "losses", "plan", "kernels", "step_stats", "gaps",
+                            "job_counters"};
+    for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
+        char q[128];
+        snprintf(q, sizeof q, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'", tables[i]);
+        cr_assert_eq(q_int(db_sqlite(d), q), 1, "table %s", tables[i]);
+    }
+    int64_t a = tfix_job(d);
+    db_close(d);
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("a.db"), &d, &err), 0, "%s", err.msg);
+    int64_t b = tfix_job(d);
+    cr_assert_eq(b, a + 1, "many jobs per file");
+    cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM jobs"), 2);
+    db_close(d);
+}
+
+Test(db, refuses_a_newer_schema_and_foreign_files_naming_them) {
+    db *d = open_fresh("new.db");
+    sqlite3_exec(db_sqlite(d), "PRAGMA user_version=7", NULL, NULL, NULL);
+    db_close(d);
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("new.db"), &d, &err), -1);
+    cr_assert(strstr(err.msg, "new.db") && strstr(err.msg, "version 7") && strstr(err.msg, "newer"), "%s", err.msg);
+
+    sqlite3 *s;
+    sqlite3_open(tfix_path("other.db"), &s);
+    sqlite3_exec(s, "CREATE TABLE t(x)", NULL, NULL, NULL);
+    sqlite3_close(s);
+    cr_assert_eq(db_open(tfix_path("other.db"), &d, &err), -1);
+    cr_assert(strstr(err.msg, "other.db") && strstr(err.msg, "not a pprun"), "%s", err.msg);
+
+    FILE *f = fopen(tfix_path("text.db"), "w");
+    fprintf(f, "this is not a database, just some text that is long enough to have a header............\n");
+    fclose(f);
+    cr_assert_eq(db_open(tfix_path("text.db"), &d, &err), -1);
+    cr_assert(strstr(err.msg, "text.db") && strstr(err.msg, "not an SQLite database"), "%s", err.msg);
+    cr_assert_eq(db_open_readonly(tfix_path("text.db"), &s, &err), -1);
+    cr_assert(strstr(err.msg, "text.db"), "%s", err.msg);
+}
+
+Test(db, unwritable_path_is_a_clear_error) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open("/nonexistent-dir/trace.db", &d, &err), -1);
+    cr_assert(strstr(err.msg, "/nonexistent-dir/trace.db") && strstr(err.msg, "cannot open"), "%s", err.msg);
+    /* A directory where the file should be. */
+    cr_assert_eq(db_open("/tmp", &d, &err), -1);
+    cr_assert(strstr(err.msg, "/tmp"), "%s", err.msg);
+}
+
+Test(db, a_full_disk_is_reported_and_the_batch_is_not_half_written) {
+    db *d = open_fresh("full.db");
+    int64_t job = tfix_job(d);
+    /* Cap the file at its current size plus a little: SQLite then reports
+     * SQLITE_FULL exactly as on a full disk. */
+    char q[64];
+    snprintf(q, sizeof q, "PRAGMA max_page_count=%lld", (long long)q_int(db_sqlite(d), "PRAGMA page_count") + 4);
+    sqlite3_exec(db_sqlite(d), q, NULL, NULL, NULL);
+    static trace_event ev[20000];
+    for (int i = 0; i < 20000; i++) tfix_events(i, 0, &ev[i / 16 * 16]);
+    pp_err err;
+    cr_assert_eq(db_insert_events(d, job, ev, 20000, &err), -1);
+    cr_assert(strstr(err.msg, "full.db") && strstr(err.msg, "disk full"), "%s", err.msg);
+    cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM events"), 0, "the failed batch is rolled back");
+    /* The job's end can still be written after space is back. */
+    sqlite3_exec(db_sqlite(d), "PRAGMA max_page_count=1000000", NULL, NULL, NULL);
+    cr_assert_eq(db_finish_job(d, job, "failed", 1, -1, "trace database full", &err), 0, "%s", err.msg);
+    db_close(d);
+}
+
+Test(db, events_losses_offsets_counters_and_job_end) {
+    db *d = open_fresh("ev.db");
+    sqlite3 *s = db_sqlite(d);
+    int64_t job = tfix_job(d);
+    pp_err err;
+    /* Rank 1's node is 5 s behind the master. */
+    cr_assert_eq(db_update_rank(d, job, 1, 202, 5000000000ll, &err), 0, "%s", err.msg);
+    trace_event ev[32];
+    size_t n = tfix_events(0, 1000000, ev);
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].rank == 1) ev[i].start_ns -= 5000000000ull, ev[i].end_ns -= 5000000000ull;
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 14);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), 2);
+    cr_assert_eq(q_int(s, "SELECT min(start_ns) FROM events WHERE rank=1"), 1000000, "offset applied");
+    cr_assert_eq(q_int(s, "SELECT at_ns FROM losses WHERE microbatch=1"), 1000000 + 55 * TFIX_US);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND microbatch IS NULL AND stage IS NULL"),
+                 2);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE phase IN ('F','B') AND peer IS NULL AND bytes IS NULL"),
+                 8);
+    cr_assert_eq(q_int(s, "SELECT bytes FROM events WHERE phase='SEND_B'"), 4096);
+    cr_assert_eq(q_int(s, "SELECT pid FROM ranks WHERE rank=1"), 202);
+    cr_assert_eq(q_int(s, "SELECT clock_offset_ns FROM ranks WHERE rank=1"), 5000000000ll);
+    cr_assert_eq(q_int(s, "SELECT events_ingested FROM job_counters"), 16);
+    cr_assert_eq(db_set_dropped(d, job, 0, 3, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_set_dropped(d, job, 1, 4, &err), 0, "%s", err.msg);
+    cr_assert_eq(q_int(s, "SELECT events_dropped FROM job_counters"), 7);
+    /* A restarted attempt's loss replaces the old one. */
+    ev[14].value = 9.0;
+    cr_assert_eq(db_insert_events(d, job, &ev[14], 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses WHERE loss=9.0"), 1);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), 2);
+
+    db_plan_row plan[2] = {{0, 0, "0F0", 0, "F", 0, 0, 10000}, {1, 1, "1F0", 1, "F", 0, -1, -1}};
+    cr_assert_eq(db_insert_plan(d, job, plan, 2, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_insert_plan(d, job, plan, 2, &err), 0, "replacing the plan: %s", err.msg);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM plan WHERE sim_start_ns IS NULL"), 1);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM plan"), 2);
+
+    char buf[128];
+    cr_assert_str_eq(q_text(s, "SELECT status FROM jobs", buf, sizeof buf), "running");
+    cr_assert_eq(db_finish_job(d, job, "failed", 1, 1, "rank 1 killed by SIGKILL", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(q_text(s, "SELECT status || ' ' || exit_code || ' ' || failed_rank || ' ' || failure FROM jobs",
+                            buf, sizeof buf),
+                     "failed 1 1 rank 1 killed by SIGKILL");
+    cr_assert_eq(q_int(s, "SELECT ended_at IS NOT NULL FROM jobs"), 1);
+    cr_assert_eq(db_finish_job(d, job + 100, "failed", 1, 1, NULL, &err), -1);
+    db_close(d);
+}
+
+static void check_fixture_analysis(sqlite3 *s, int step) {
+    char q[512], buf[512];
+    snprintf(q, sizeof q, "SELECT group_concat(rank||':'||(end_ns-start_ns)||':'||busy_ns||':'||bubble_ns, ' ')"
+             " FROM (SELECT * FROM step_stats WHERE step=%d ORDER BY rank)", step);
+    cr_assert_str_eq(q_text(s, q, buf, sizeof buf), "0:100000:64000:36000 1:100000:65000:35000");
+    snprintf(q, sizeof q, "SELECT group_concat(rank||' '||((start_ns-%lld)/1000)||'-'||((end_ns-%lld)/1000)||' '||cause"
+             "||' '||coalesce(next_action,'-'), ', ') FROM (SELECT * FROM gaps WHERE step=%d ORDER BY rank, start_ns)",
+             1000000ll + step * 1000000ll, 1000000ll + step * 1000000ll, step);
+    cr_assert_str_eq(q_text(s, q, buf, sizeof buf),
+                     "0 20-40 wait_gradient 0B0, 0 60-75 wait_gradient 0B1, 0 95-96 other OPT, "
+                     "1 0-10 warmup 1F0, 1 40-45 wait_activation 1F1, 1 75-85 comm OPT, 1 90-100 cooldown -");
+    snprintf(q, sizeof q, "SELECT round(bubble_ratio, 4) * 10000 FROM step_stats WHERE step=%d AND rank=0", step);
+    cr_assert_eq(q_int(s, q), 3600);
+}
+
+Test(db, step_analysis_of_a_known_1f1b_step) {
+    db *d = open_fresh("an.db");
+    sqlite3 *s = db_sqlite(d);
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[64];
+    size_t n = tfix_events(0, 1000000, ev);
+    n += tfix_events(1, 2000000, ev + n);
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+    check_fixture_analysis(s, 0);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats WHERE step=1"), 0);
+    /* Idempotent: the whole job again replaces, never duplicates. */
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    check_fixture_analysis(s, 0);
+    check_fixture_analysis(s, 1);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM gaps"), 14);
+    /* Gaps add up to the bubble. */
+    cr_assert_eq(q_int(s, "SELECT sum(end_ns-start_ns) FROM gaps"), q_int(s, "SELECT sum(bubble_ns) FROM step_stats"));
+    db_close(d);
+}
+
+Test(db, analysis_uses_the_latest_attempt_of_a_step) {
+    db *d = open_fresh("att.db");
+    sqlite3 *s = db_sqlite(d);
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[32];
+    /* Attempt 0 died early in step 0 (rank 0 only did one F, much earlier). */
+    size_t n = tfix_events(0, 0, ev);
+    cr_assert_eq(db_insert_events(d, job, ev, 1, &err), 0, "%s", err.msg);
+    n = tfix_events(0, 1000000, ev);
+    for (size_t i = 0; i < n; i++) ev[i].attempt = 1;
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    check_fixture_analysis(s, 0);
+    db_close(d);
+}
+
+Test(db, phase_medians_of_a_step) {
+    db *d = open_fresh("med.db");
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[32];
+    size_t n = tfix_events(0, 1000000, ev);
+    ev[1].end_ns += 4 * TFIX_US; /* 0F1 lasts 14u: stage 0's F median is the lower middle, 10u */
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    int64_t med[6];
+    cr_assert_eq(db_phase_medians(d, job, 0, 2, med, &err), 0, "%s", err.msg);
+    cr_assert_eq(med[0 * 3 + TRACE_F], 10 * TFIX_US);
+    cr_assert_eq(med[0 * 3 + TRACE_B], 20 * TFIX_US);
+    cr_assert_eq(med[0 * 3 + TRACE_W], -1, "no W in this step");
+    cr_assert_eq(med[1 * 3 + TRACE_F], 10 * TFIX_US);
+    cr_assert_eq(med[1 * 3 + TRACE_B], 20 * TFIX_US);
+    db_close(d);
+}

@@ -1,0 +1,183 @@
+/* test_db_export.c: Chrome trace export, read back with cJSON as Perfetto
+ * would: one X event per traced op, names, counters; `pprun export` errors. */
+#include <criterion/criterion.h>
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "db/analyze.h"
+#include "db/db.h"
+#include "db/export.h"
+#include "helpers/trace_fixture.h"
+
+/* A database with two steps of the fixture, analysed; returns the job id. */
+static int64_t make_db(const char *path) {
+    db *d;
+    pp_err err;
+    remove(path);
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    size_t n = tfix_events(0, 1000000, ev);
+    n += tfix_events(1, 2000000, ev + n);
+    ev[0].start_ns += 1; /* 0F0 of step 0 starts 1 ns late: ns precision must show */
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    db_close(d);
+    return job;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    size_t got = fread(b, 1, (size_t)n, f);
+    b[got] = 0;
+    fclose(f);
+    return b;
+}
+
+static int run(const char *args, const char *errfile) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s export %s >/dev/null 2>%s", PPRUN_BIN, args, errfile);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static cJSON *find_meta(cJSON *evs, const char *name, int pid, int tid) {
+    cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "M") != 0) continue;
+        if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, name) != 0) continue;
+        if (cJSON_GetObjectItem(e, "pid")->valueint == pid && (tid < 0 || cJSON_GetObjectItem(e, "tid")->valueint == tid))
+            return e;
+    }
+    return NULL;
+}
+
+Test(db_export, chrome_json_has_one_x_event_per_op_names_and_counters) {
+    const char *path = tfix_path("exp.db");
+    int64_t job = make_db(path);
+    char args[1024];
+    const char *out = tfix_path("trace.json"), *errf = tfix_path("err.txt");
+    snprintf(args, sizeof args, "--db %s --job %lld --format chrome --out %s", path, (long long)job, out);
+    cr_assert_eq(run(args, errf), 0);
+    char *text = slurp(out);
+    cr_assert_not_null(text);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *evs = cJSON_GetObjectItem(root, "traceEvents");
+    cr_assert(cJSON_IsArray(evs));
+    int x = 0, c_loss = 0, c_bubble = 0, comm_on_compute_tid = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        if (strcmp(ph, "X") == 0) {
+            x++;
+            cJSON *a = cJSON_GetObjectItem(e, "args");
+            cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(a, "step")));
+            const char *phase = cJSON_GetObjectItem(a, "phase")->valuestring;
+            int tid = cJSON_GetObjectItem(e, "tid")->valueint, pid = cJSON_GetObjectItem(e, "pid")->valueint;
+            if (strncmp(phase, "SEND", 4) == 0 || strncmp(phase, "RECV", 4) == 0) {
+                if (tid % 16 == 0) comm_on_compute_tid++;
+            } else if (strcmp(phase, "OPT") != 0) {
+                cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(a, "microbatch")));
+                cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(a, "stage")));
+            }
+            cr_assert_not_null(find_meta(evs, "thread_name", pid, tid), "thread %d of process %d is named", tid, pid);
+            if (strcmp(name, "0F0") == 0 && cJSON_GetObjectItem(a, "step")->valueint == 0) {
+                /* t0 = 1 ms; 0F0 starts at 1 ms + 1 ns, lasts 10 µs - 1 ns. */
+                cr_assert_float_eq(cJSON_GetObjectItem(e, "ts")->valuedouble, 0.001, 1e-9);
+                cr_assert_float_eq(cJSON_GetObjectItem(e, "dur")->valuedouble, 9.999, 1e-9);
+                cr_assert_eq(pid, 0);
+            }
+        } else if (strcmp(ph, "C") == 0) {
+            if (strcmp(name, "loss") == 0) c_loss++;
+            if (strncmp(name, "bubble ratio", 12) == 0) c_bubble++;
+        }
+    }
+    cr_assert_eq(x, 28, "one X event per traced op (2 steps x 14)");
+    cr_assert_eq(c_loss, 4);
+    cr_assert_eq(c_bubble, 4);
+    cr_assert_eq(comm_on_compute_tid, 0, "communication has its own thread");
+    cJSON *p1 = find_meta(evs, "process_name", 1, -1);
+    cr_assert_not_null(p1);
+    cr_assert(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(p1, "args"), "name")->valuestring, "beta"));
+    cr_assert_not_null(find_meta(evs, "process_sort_index", 1, -1));
+    cr_assert_not_null(find_meta(evs, "thread_sort_index", 1, 16));
+    cJSON_Delete(root);
+    free(text);
+}
+
+Test(db_export, pprun_export_errors_name_the_problem_and_exit_2) {
+    const char *path = tfix_path("e.db"), *errf = tfix_path("err.txt");
+    make_db(path);
+    char args[1024];
+    snprintf(args, sizeof args, "--db %s --job 42 --format chrome", path);
+    cr_assert_eq(run(args, errf), 2);
+    char *m = slurp(errf);
+    cr_assert(strstr(m, "no job 42") && strstr(m, "e.db"), "%s", m);
+    free(m);
+
+    cr_assert_eq(run("--db /nonexistent/x.db --job 1", errf), 2);
+    m = slurp(errf);
+    cr_assert(strstr(m, "/nonexistent/x.db"), "%s", m);
+    free(m);
+
+    snprintf(args, sizeof args, "--db %s --job 1 --format svg", path);
+    cr_assert_eq(run(args, errf), 2);
+    m = slurp(errf);
+    cr_assert(strstr(m, "--format") && strstr(m, "chrome"), "%s", m);
+    free(m);
+
+    snprintf(args, sizeof args, "--db %s --job one", path);
+    cr_assert_eq(run(args, errf), 2);
+    m = slurp(errf);
+    cr_assert(strstr(m, "--job"), "%s", m);
+    free(m);
+
+    cr_assert_eq(run("--job 1", errf), 2);
+    m = slurp(errf);
+    cr_assert(strstr(m, "--db"), "%s", m);
+    free(m);
+
+    FILE *f = fopen(tfix_path("bad.db"), "w");
+    fprintf(f, "%0200d\n", 7);
+    fclose(f);
+    snprintf(args, sizeof args, "--db %s --job 1", tfix_path("bad.db"));
+    cr_assert_eq(run(args, errf), 2);
+    m = slurp(errf);
+    cr_assert(strstr(m, "bad.db") && strstr(m, "not an SQLite database"), "%s", m);
+    free(m);
+
+    /* An unwritable --out leaves nothing behind and says so. */
+    snprintf(args, sizeof args, "--db %s --job 1 --out /nonexistent/t.json", path);
+    cr_assert_eq(run(args, errf), 2);
+    m = slurp(errf);
+    cr_assert(strstr(m, "/nonexistent/t.json"), "%s", m);
+    free(m);
+}
+
+Test(db_export, export_opens_the_database_read_only) {
+    const char *path = tfix_path("ro.db"), *errf = tfix_path("err.txt");
+    int64_t job = make_db(path);
+    char args[1024];
+    snprintf(args, sizeof args, "--db %s --job %lld", path, (long long)job);
+    cr_assert_eq(run(args, errf), 0);
+    /* Read-only access leaves the file as it was: still one job, no new rows. */
+    sqlite3 *s;
+    pp_err err;
+    cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+    sqlite3_stmt *st;
+    sqlite3_prepare_v2(s, "SELECT (SELECT count(*) FROM jobs) || ' ' || (SELECT count(*) FROM events)", -1, &st, NULL);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "1 28");
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+}

@@ -1,0 +1,250 @@
+/* test_trace_collector.c: the launcher's collector with real processes,
+ * files and sockets: a SIGKILLed worker loses no record, steps are analysed
+ * as they complete, drops are counted, and a second node's batches arrive
+ * over TCP on the job clock. */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "db/db.h"
+#include "helpers/trace_fixture.h"
+#include "tracer/clock.h"
+#include "tracer/collector.h"
+
+static int64_t q_int(sqlite3 *s, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* A worker: attaches to its ring, writes rank's part of steps 0..steps-1 of
+ * the fixture plus `extra` F records of step `steps`, then kills itself. */
+static void worker(int fd, int rank, int steps, int extra) {
+    trace_ring *r;
+    pp_err err;
+    if (trace_ring_attach(fd, &r, &err) != 0) _exit(3);
+    trace_event ev[32];
+    for (int s = 0; s < steps; s++) {
+        size_t n = tfix_events(s, 1000000 + s * 1000000ll, ev);
+        for (size_t i = 0; i < n; i++)
+            if (ev[i].rank == rank) trace_ring_write(r, &ev[i]);
+    }
+    for (int i = 0; i < extra; i++) {
+        trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = rank, .step = steps,
+                         .microbatch = i, .stage = rank, .peer = -1};
+        e.start_ns = 100000000ull + (uint64_t)i * 10;
+        e.end_ns = e.start_ns + 5;
+        trace_ring_write(r, &e);
+    }
+    raise(SIGKILL);
+    _exit(4);
+}
+
+Test(trace_collector, sigkilled_workers_lose_nothing_and_steps_are_analysed, .timeout = 60) {
+    const char *path = tfix_path("col.db");
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *c;
+    collector_config cfg = {.db = d, .job_id = job, .world_size = 2, .interval_ns = 2000000};
+    cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
+    pid_t pids[2];
+    const int extra = 20000;
+    for (int rank = 0; rank < 2; rank++) {
+        trace_ring *r;
+        cr_assert_eq(trace_ring_create(32768, &r, &err), 0, "%s", err.msg);
+        cr_assert_eq(collector_add_ring(c, rank, r, &err), 0, "%s", err.msg);
+        pids[rank] = fork();
+        if (pids[rank] == 0) worker(trace_ring_fd(r), rank, 3, rank == 1 ? extra : 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        int st;
+        waitpid(pids[i], &st, 0);
+        cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    }
+    /* While running: steps 0..2 are complete for both ranks (rank 0 never
+     * reaches step 3, so step 2 waits for the end). A reader sees step 0. */
+    sqlite3 *rd;
+    cr_assert_eq(db_open_readonly(path, &rd, &err), 0, "%s", err.msg);
+    int64_t seen = 0;
+    for (int i = 0; i < 1000 && seen == 0; i++) {
+        usleep(10000);
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(rd, "SELECT count(*) FROM step_stats WHERE step=1", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            seen = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    cr_assert_eq(seen, 2, "steps are analysed while the job runs");
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE step < 3"), 3 * 14);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE step = 3 AND rank = 1"), extra);
+    cr_assert_eq(q_int(s, "SELECT count(DISTINCT microbatch) FROM events WHERE step = 3"), extra);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), 6);
+    cr_assert_eq(q_int(s, "SELECT events_ingested FROM job_counters"), 3 * 16 + extra);
+    cr_assert_eq(q_int(s, "SELECT events_dropped FROM job_counters"), 0);
+    /* Final analyses cover every step, including the one cut short. */
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats WHERE step < 3"), 6);
+    cr_assert_eq(q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE step = 2"), 71000);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats WHERE step = 3"), 1);
+    sqlite3_close(rd);
+    db_close(d);
+}
+
+Test(trace_collector, drops_of_a_full_ring_are_counted) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("drop.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    trace_ring *r, *w;
+    cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_W, .rank = 1, .stage = 1, .peer = -1};
+    for (int i = 0; i < 100; i++) {
+        e.microbatch = i;
+        trace_ring_write(w, &e); /* before the collector runs: 84 dropped */
+    }
+    collector *c;
+    collector_config cfg = {.db = d, .job_id = job, .world_size = 2};
+    cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(c, 1, r, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(c, 2, r, &err), -1, "rank out of range");
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    trace_ring_close(w);
+    cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM events"), 16);
+    cr_assert_eq(q_int(db_sqlite(d), "SELECT dropped_events FROM ranks WHERE rank = 1"), 84);
+    cr_assert_eq(q_int(db_sqlite(d), "SELECT events_dropped FROM job_counters"), 84);
+    db_close(d);
+}
+
+Test(trace_collector, second_node_forwards_over_tcp_onto_the_job_clock, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("fwd.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *master, *node;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int port = collector_listen_port(master);
+    cr_assert_gt(port, 0);
+
+    /* A stranger sends garbage: its connection is dropped, nothing else. */
+    int junk = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    cr_assert_eq(connect(junk, (struct sockaddr *)&sa, sizeof sa), 0);
+    cr_assert_eq(write(junk, "GET / HTTP/1.0\r\n\r\n", 18), 18);
+
+    /* Node 1's clock is 7 s behind the master's: offset = +7 s. */
+    const int64_t off = 7000000000ll;
+    collector_config nc = {.job_id = job, .world_size = 2, .clock_offset_ns = off, .forward_host = "127.0.0.1",
+                           .forward_port = port};
+    cr_assert_eq(collector_start(&nc, &node, &err), 0, "%s", err.msg);
+    trace_ring *r0, *r1, *w0, *w1;
+    cr_assert_eq(trace_ring_create(1024, &r0, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_create(1024, &r1, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(master, 0, r0, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(node, 1, r1, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r0), &w0, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r1), &w1, &err), 0, "%s", err.msg);
+    for (int s = 0; s < 2; s++) {
+        trace_event ev[32];
+        size_t n = tfix_events(s, 8000000000ll + s * 1000000ll, ev);
+        for (size_t i = 0; i < n; i++) {
+            if (ev[i].rank == 1) {
+                ev[i].start_ns -= (uint64_t)off;
+                ev[i].end_ns -= (uint64_t)off;
+            }
+            trace_ring_write(ev[i].rank == 0 ? w0 : w1, &ev[i]);
+        }
+    }
+    trace_ring_close(w0);
+    trace_ring_close(w1);
+    cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    close(junk);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 28);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), 4);
+    cr_assert_eq(q_int(s, "SELECT min(start_ns) FROM events WHERE rank = 1"), 8000000000ll, "aligned");
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 4);
+    cr_assert_eq(q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE rank = 1"), 2 * 35000,
+                 "the same bubbles as on one clock");
+    db_close(d);
+}
+
+Test(trace_collector, unreachable_master_and_bad_config_are_errors) {
+    collector *c;
+    pp_err err;
+    collector_config nc = {.job_id = 1, .world_size = 2, .forward_host = "127.0.0.1", .forward_port = 1};
+    cr_assert_eq(collector_start(&nc, &c, &err), -1);
+    cr_assert(strstr(err.msg, "127.0.0.1:1"), "%s", err.msg);
+    collector_config none = {.job_id = 1, .world_size = 2};
+    cr_assert_eq(collector_start(&none, &c, &err), -1);
+}
+
+/* The master's clock, as the store's TIME op would answer (same host here). */
+static int master_now(void *ctx, uint64_t *remote, pp_err *err) {
+    (void)ctx, (void)err;
+    *remote = pp_now_ns();
+    return 0;
+}
+
+Test(trace_collector, skewed_node_measured_and_aligned_on_the_job_clock, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("skew.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *master, *node;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+
+    /* Node 1 runs with a skewed clock (+3 s): its launcher measures the
+     * offset at rendezvous, its worker stamps skewed times. */
+    setenv("PPRUN_TEST_CLOCK_SKEW_NS", "3000000000", 1);
+    int64_t off;
+    uint64_t rtt;
+    cr_assert_eq(trace_clock_offset(master_now, NULL, 8, &off, &rtt, &err), 0, "%s", err.msg);
+    collector_config nc = {.job_id = job, .world_size = 2, .clock_offset_ns = off, .forward_host = "127.0.0.1",
+                           .forward_port = collector_listen_port(master)};
+    cr_assert_eq(collector_start(&nc, &node, &err), 0, "%s", err.msg);
+    trace_ring *r0, *r1;
+    cr_assert_eq(trace_ring_create(64, &r0, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_create(64, &r1, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(master, 0, r0, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(node, 1, r1, &err), 0, "%s", err.msg);
+    /* Both workers record "the same instant" T on their own clocks. */
+    uint64_t T = pp_now_ns();
+    pid_t pids[2];
+    for (int rank = 1; rank >= 0; rank--) {
+        if (rank == 0) unsetenv("PPRUN_TEST_CLOCK_SKEW_NS"); /* the master node has none */
+        pids[rank] = fork();
+        if (pids[rank] == 0) {
+            trace_ring *w;
+            if (trace_ring_attach(trace_ring_fd(rank == 0 ? r0 : r1), &w, &err) != 0) _exit(3);
+            trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = rank, .stage = rank,
+                             .microbatch = 0, .peer = -1, .start_ns = T, .end_ns = T + 1000};
+            trace_ring_write(w, &e);
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < 2; i++) waitpid(pids[i], NULL, 0);
+    cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    int64_t a = q_int(s, "SELECT start_ns FROM events WHERE rank = 0"), b = q_int(s, "SELECT start_ns FROM events WHERE rank = 1");
+    cr_assert_eq(a, (int64_t)T);
+    cr_assert_leq(llabs(b - a), (long long)rtt / 2 + 50000, "aligned within the round trip: %lld ns apart (rtt %llu)",
+                  (long long)(b - a), (unsigned long long)rtt);
+    db_close(d);
+}

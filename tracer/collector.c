@@ -1,0 +1,458 @@
+/* collector.c: the thread that empties the trace rings into the database
+ * (master) or over TCP to the master (other nodes), and the master's ingest
+ * side of that TCP forwarding. See collector.h for the frame format. */
+#include "tracer/collector.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "db/analyze.h"
+
+#define FRAME_MAGIC 0x57465050u /* "PPFW" */
+#define FRAME_VERSION 1
+#define BATCH_MAX 65536         /* records per transaction / frame */
+#define MAX_CONNS 256
+#define MAX_FRAME_RANKS 65535
+
+typedef struct frame_hdr {
+    uint32_t magic;
+    uint16_t version, nranks;
+    int64_t job_id;
+    uint32_t nrecords, pad;
+} frame_hdr;
+
+typedef struct frame_rank {
+    int32_t rank, pad;
+    int64_t clock_offset_ns;
+    uint64_t dropped;
+} frame_rank;
+
+typedef struct ring_slot {
+    int rank;
+    trace_ring *ring;
+} ring_slot;
+
+typedef struct conn {
+    int fd;
+    unsigned char *buf;
+    size_t len, cap;
+} conn;
+
+struct collector {
+    collector_config cfg;
+    char *forward_host, *listen_host;
+    pthread_t thread;
+    pthread_mutex_t mu;     /* rings */
+    pthread_mutex_t err_mu; /* failed, err */
+    ring_slot *rings;
+    size_t nrings, ringcap;
+    atomic_int stop;
+    int fwd_fd, listen_fd, port;
+    conn conns[MAX_CONNS];
+    size_t nconns;
+    trace_event *buf;
+    /* Per rank of the job (master): highest step seen, drops reported. */
+    int *max_step;
+    uint64_t *dropped;
+    int analyzed; /* steps below this were analysed */
+    atomic_uint_fast64_t count;
+    int failed;
+    pp_err err;
+};
+
+static void set_error(collector *c, const pp_err *e) {
+    pthread_mutex_lock(&c->err_mu);
+    if (!c->failed) {
+        c->failed = 1;
+        c->err = *e;
+        fprintf(stderr, "pprun collector: %s\n", e->msg);
+    }
+    pthread_mutex_unlock(&c->err_mu);
+}
+
+static int has_failed(collector *c) {
+    pthread_mutex_lock(&c->err_mu);
+    int f = c->failed;
+    pthread_mutex_unlock(&c->err_mu);
+    return f;
+}
+
+/* ---- master side: into the database ---------------------------------- */
+
+static void analyze_ready_steps(collector *c) {
+    int lo = INT32_MAX;
+    for (int r = 0; r < c->cfg.world_size; r++)
+        if (c->max_step[r] < lo) lo = c->max_step[r];
+    /* Every rank moved past step s: its events are all in. */
+    for (; c->analyzed < lo && !has_failed(c); c->analyzed++) {
+        pp_err e;
+        if (db_analyze_step(c->cfg.db, c->cfg.job_id, c->analyzed, &e) != 0) set_error(c, &e);
+    }
+}
+
+static void store_events(collector *c, const trace_event *ev, size_t n) {
+    if (n == 0 || has_failed(c)) return;
+    pp_err e;
+    if (db_insert_events(c->cfg.db, c->cfg.job_id, ev, n, &e) != 0) {
+        set_error(c, &e);
+        return;
+    }
+    atomic_fetch_add(&c->count, n);
+    for (size_t i = 0; i < n; i++) {
+        int r = ev[i].rank;
+        if (r >= 0 && r < c->cfg.world_size && ev[i].step > c->max_step[r]) c->max_step[r] = ev[i].step;
+    }
+    analyze_ready_steps(c);
+}
+
+static void store_dropped(collector *c, int rank, uint64_t dropped) {
+    if (rank < 0 || rank >= c->cfg.world_size || c->dropped[rank] == dropped || has_failed(c)) return;
+    pp_err e;
+    if (db_set_dropped(c->cfg.db, c->cfg.job_id, rank, dropped, &e) != 0)
+        set_error(c, &e);
+    else
+        c->dropped[rank] = dropped;
+}
+
+/* ---- other nodes: over TCP to the master ------------------------------ */
+
+static int write_all(int fd, const void *p, size_t n) {
+    const char *s = p;
+    while (n > 0) {
+        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        s += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* One frame: the drop counters of every local rank, then the records. */
+static void forward(collector *c, const trace_event *ev, size_t n, const frame_rank *ranks, size_t nranks) {
+    if (has_failed(c)) return;
+    frame_hdr h = {FRAME_MAGIC, FRAME_VERSION, (uint16_t)nranks, c->cfg.job_id, (uint32_t)n, 0};
+    if (write_all(c->fwd_fd, &h, sizeof h) != 0 || write_all(c->fwd_fd, ranks, nranks * sizeof *ranks) != 0 ||
+        write_all(c->fwd_fd, ev, n * sizeof *ev) != 0) {
+        pp_err e;
+        pp_fail(&e, "forwarding trace records to the master at %s:%d failed: %s", c->forward_host,
+                c->cfg.forward_port, strerror(errno));
+        set_error(c, &e);
+        return;
+    }
+    atomic_fetch_add(&c->count, n);
+}
+
+/* ---- draining the local rings ----------------------------------------- */
+
+/* Sum of the drop counters of rank's rings (a restarted rank has several). */
+static uint64_t rank_dropped(collector *c, int rank) {
+    uint64_t d = 0;
+    for (size_t i = 0; i < c->nrings; i++)
+        if (c->rings[i].rank == rank) d += trace_ring_dropped(c->rings[i].ring);
+    return d;
+}
+
+static void drain_rings(collector *c) {
+    pthread_mutex_lock(&c->mu);
+    size_t n;
+    do {
+        n = 0;
+        for (size_t i = 0; i < c->nrings && n < BATCH_MAX; i++)
+            n += trace_ring_read(c->rings[i].ring, c->buf + n, BATCH_MAX - n);
+        if (c->cfg.db) {
+            store_events(c, c->buf, n);
+            for (size_t i = 0; i < c->nrings; i++) store_dropped(c, c->rings[i].rank, rank_dropped(c, c->rings[i].rank));
+        } else {
+            /* Every frame carries the clock offset and drop counter of each
+             * local rank (at most 64 ranks per node). */
+            frame_rank fr[64];
+            size_t nfr = 0;
+            int changed = 0;
+            for (size_t i = 0; i < c->nrings && nfr < 64; i++) {
+                int r = c->rings[i].rank, dup = 0;
+                for (size_t k = 0; k < nfr; k++) dup |= fr[k].rank == r;
+                if (dup) continue;
+                uint64_t d = rank_dropped(c, r);
+                changed |= d != c->dropped[r];
+                c->dropped[r] = d;
+                fr[nfr++] = (frame_rank){r, 0, c->cfg.clock_offset_ns, d};
+            }
+            if (n > 0 || changed) forward(c, c->buf, n, fr, nfr);
+        }
+    } while (n == BATCH_MAX);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- master: ingest listener ------------------------------------------ */
+
+static void close_conn(collector *c, size_t i) {
+    close(c->conns[i].fd);
+    free(c->conns[i].buf);
+    c->conns[i] = c->conns[--c->nconns];
+}
+
+static void accept_conns(collector *c) {
+    for (;;) {
+        int fd = accept4(c->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        if (c->nconns == MAX_CONNS) {
+            fprintf(stderr, "pprun collector: too many forwarding nodes (max %d), refusing one\n", MAX_CONNS);
+            close(fd);
+            continue;
+        }
+        c->conns[c->nconns++] = (conn){fd, NULL, 0, 0};
+    }
+}
+
+/* Handles every complete frame in conn i's buffer. Returns -1 for a bad
+ * frame (the connection is then closed: the peer is not a pprun of ours). */
+static int ingest_frames(collector *c, conn *k) {
+    size_t off = 0;
+    while (k->len - off >= sizeof(frame_hdr)) {
+        frame_hdr h;
+        memcpy(&h, k->buf + off, sizeof h);
+        if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.job_id != c->cfg.job_id ||
+            h.nrecords > BATCH_MAX) {
+            fprintf(stderr, "pprun collector: dropping a forwarding connection: bad frame (magic %08x, version %u, "
+                    "job %lld, %u records)\n", h.magic, h.version, (long long)h.job_id, h.nrecords);
+            return -1;
+        }
+        size_t need = sizeof h + h.nranks * sizeof(frame_rank) + (size_t)h.nrecords * sizeof(trace_event);
+        if (k->len - off < need) break;
+        const unsigned char *p = k->buf + off + sizeof h;
+        for (unsigned i = 0; i < h.nranks; i++, p += sizeof(frame_rank)) {
+            frame_rank fr;
+            memcpy(&fr, p, sizeof fr);
+            pp_err e;
+            if (db_set_clock_offset(c->cfg.db, c->cfg.job_id, fr.rank, fr.clock_offset_ns, &e) != 0) return -1;
+            store_dropped(c, fr.rank, fr.dropped);
+        }
+        /* Records are copied out: the buffer has no alignment promise. */
+        for (size_t done = 0; done < h.nrecords;) {
+            size_t m = h.nrecords - done;
+            memcpy(c->buf, p + done * sizeof(trace_event), m * sizeof(trace_event));
+            store_events(c, c->buf, m);
+            done += m;
+        }
+        off += need;
+    }
+    memmove(k->buf, k->buf + off, k->len - off);
+    k->len -= off;
+    return 0;
+}
+
+static void read_conn(collector *c, size_t i) {
+    conn *k = &c->conns[i];
+    for (;;) {
+        if (k->cap - k->len < 65536) {
+            size_t cap = k->cap ? 2 * k->cap : 1 << 20;
+            unsigned char *b = realloc(k->buf, cap);
+            if (!b) {
+                close_conn(c, i);
+                return;
+            }
+            k->buf = b;
+            k->cap = cap;
+        }
+        ssize_t r = recv(k->fd, k->buf + k->len, k->cap - k->len, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (r <= 0) {
+            if (k->len > 0) fprintf(stderr, "pprun collector: a forwarding node closed mid-frame (%zu bytes lost)\n", k->len);
+            close_conn(c, i);
+            return;
+        }
+        k->len += (size_t)r;
+        /* Keep the buffer bounded: handle frames as they complete. */
+        if (ingest_frames(c, k) != 0) {
+            close_conn(c, i);
+            return;
+        }
+    }
+}
+
+static void poll_net(collector *c, int timeout_ms) {
+    struct pollfd pf[MAX_CONNS + 1];
+    nfds_t n = 0;
+    if (c->listen_fd >= 0) pf[n++] = (struct pollfd){c->listen_fd, POLLIN, 0};
+    for (size_t i = 0; i < c->nconns; i++) pf[n++] = (struct pollfd){c->conns[i].fd, POLLIN, 0};
+    if (poll(pf, n, timeout_ms) <= 0) return;
+    size_t nc = c->nconns;
+    /* Walk connections backwards: close_conn moves the last into the hole. */
+    for (size_t i = nc; i-- > 0;)
+        if (pf[(c->listen_fd >= 0) + i].revents) read_conn(c, i);
+    if (c->listen_fd >= 0 && pf[0].revents) accept_conns(c);
+}
+
+static void *collector_main(void *arg) {
+    collector *c = arg;
+    int ms = (int)(c->cfg.interval_ns / 1000000u);
+    if (ms < 1) ms = 1;
+    while (!atomic_load(&c->stop)) {
+        poll_net(c, ms);
+        drain_rings(c);
+    }
+    drain_rings(c);
+    if (c->cfg.db) {
+        uint64_t until = pp_now_ns() + c->cfg.stop_grace_ns;
+        while (c->nconns > 0 && pp_now_ns() < until) poll_net(c, 10);
+        while (c->nconns > 0) close_conn(c, c->nconns - 1);
+        pp_err e;
+        if (!has_failed(c) && db_analyze_job(c->cfg.db, c->cfg.job_id, &e) != 0) set_error(c, &e);
+    }
+    return NULL;
+}
+
+/* ---- setup ------------------------------------------------------------ */
+
+static int tcp_socket(const char *host, int port, int listening, pp_err *err) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = listening ? AI_PASSIVE : 0};
+    struct addrinfo *ai;
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &ai);
+    if (rc != 0) return pp_fail(err, "collector: cannot resolve '%s': %s", host, gai_strerror(rc));
+    int fd = -1, e = 0;
+    for (struct addrinfo *a = ai; a; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        int one = 1;
+        if (listening) {
+            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+            if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0) break;
+        } else {
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+        }
+        e = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(ai);
+    if (fd < 0)
+        return pp_fail(err, "collector: cannot %s %s:%d: %s", listening ? "listen on" : "connect to the master at", host,
+                       port, strerror(e));
+    return fd;
+}
+
+int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
+    if (!cfg->db == !cfg->forward_host)
+        return pp_fail(err, "collector: exactly one of a database (master) or a forward address (other nodes) is needed");
+    if (cfg->world_size < 1) return pp_fail(err, "collector: world size %d must be at least 1", cfg->world_size);
+    if (cfg->listen_host && !cfg->db) return pp_fail(err, "collector: only the master (with the database) listens");
+    collector *c = calloc(1, sizeof *c);
+    if (!c) return pp_fail(err, "collector: out of memory");
+    c->cfg = *cfg;
+    if (!c->cfg.interval_ns) c->cfg.interval_ns = 5000000;
+    if (!c->cfg.stop_grace_ns) c->cfg.stop_grace_ns = 5000000000ull;
+    c->fwd_fd = c->listen_fd = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->err_mu, NULL);
+    c->buf = malloc(BATCH_MAX * sizeof *c->buf);
+    c->max_step = malloc((size_t)cfg->world_size * sizeof *c->max_step);
+    c->dropped = calloc((size_t)cfg->world_size, sizeof *c->dropped);
+    if (!c->buf || !c->max_step || !c->dropped) {
+        pp_fail(err, "collector: out of memory");
+        goto fail;
+    }
+    for (int r = 0; r < cfg->world_size; r++) c->max_step[r] = -1;
+    if (cfg->forward_host) {
+        c->forward_host = strdup(cfg->forward_host);
+        if ((c->fwd_fd = tcp_socket(cfg->forward_host, cfg->forward_port, 0, err)) < 0) goto fail;
+    }
+    if (cfg->listen_host) {
+        c->listen_host = strdup(cfg->listen_host);
+        if ((c->listen_fd = tcp_socket(cfg->listen_host, cfg->listen_port, 1, err)) < 0) goto fail;
+        fcntl(c->listen_fd, F_SETFL, fcntl(c->listen_fd, F_GETFL) | O_NONBLOCK);
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        getsockname(c->listen_fd, (struct sockaddr *)&sa, &sl);
+        c->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
+                                                 : ((struct sockaddr_in *)&sa)->sin_port);
+    }
+    c->cfg.forward_host = c->forward_host;
+    c->cfg.listen_host = c->listen_host;
+    int rc = pthread_create(&c->thread, NULL, collector_main, c);
+    if (rc != 0) {
+        pp_fail(err, "collector: cannot start its thread: %s", strerror(rc));
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    if (c->fwd_fd >= 0) close(c->fwd_fd);
+    if (c->listen_fd >= 0) close(c->listen_fd);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->err_mu);
+    free(c->forward_host);
+    free(c->listen_host);
+    free(c->buf);
+    free(c->max_step);
+    free(c->dropped);
+    free(c);
+    return -1;
+}
+
+int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err) {
+    if (rank < 0 || rank >= c->cfg.world_size)
+        return pp_fail(err, "collector: rank %d out of range (world size %d)", rank, c->cfg.world_size);
+    pthread_mutex_lock(&c->mu);
+    if (c->nrings == c->ringcap) {
+        size_t cap = c->ringcap ? 2 * c->ringcap : 16;
+        ring_slot *r = realloc(c->rings, cap * sizeof *r);
+        if (!r) {
+            pthread_mutex_unlock(&c->mu);
+            return pp_fail(err, "collector: out of memory");
+        }
+        c->rings = r;
+        c->ringcap = cap;
+    }
+    c->rings[c->nrings++] = (ring_slot){rank, ring};
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
+int collector_listen_port(const collector *c) { return c->port; }
+uint64_t collector_count(const collector *c) { return atomic_load(&((collector *)c)->count); }
+
+int collector_error(collector *c, pp_err *err) {
+    pthread_mutex_lock(&c->err_mu);
+    int f = c->failed;
+    if (f && err) *err = c->err;
+    pthread_mutex_unlock(&c->err_mu);
+    return f ? -1 : 0;
+}
+
+int collector_stop(collector *c, pp_err *err) {
+    atomic_store(&c->stop, 1);
+    pthread_join(c->thread, NULL);
+    int rc = collector_error(c, err);
+    if (c->fwd_fd >= 0) {
+        shutdown(c->fwd_fd, SHUT_WR);
+        close(c->fwd_fd);
+    }
+    if (c->listen_fd >= 0) close(c->listen_fd);
+    for (size_t i = 0; i < c->nrings; i++) trace_ring_close(c->rings[i].ring);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->err_mu);
+    free(c->rings);
+    free(c->forward_host);
+    free(c->listen_host);
+    free(c->buf);
+    free(c->max_step);
+    free(c->dropped);
+    free(c);
+    return rc;
+}

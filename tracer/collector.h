@@ -1,0 +1,60 @@
+/* collector.h: the launcher's trace collector (DESIGN.md §1, §6).
+ *
+ * One thread per launcher. Every interval it drains every ring it was given
+ * and hands the records on:
+ *  - on the master (cfg.db set): one transaction per batch into the
+ *    database, the rings' drop counters into ranks/job_counters, and the
+ *    analyses of each step once every rank has moved past it;
+ *  - on another node (cfg.forward_host set): framed over TCP to the master
+ *    collector's ingest listener, with this node's clock offset, which the
+ *    master applies so the events land on the job clock.
+ * The master may also listen (cfg.listen_host) for forwarding nodes.
+ *
+ * Threading: collector_add_ring may be called from any thread while the
+ * collector runs; the db handle belongs to the collector thread from
+ * collector_start until collector_stop returns (don't use it meanwhile).
+ *
+ * Forward protocol (host byte order; nodes of one job share an ABI), one
+ * frame per batch: header {u32 magic "PPFW", u16 version 1, u16 nranks,
+ * i64 job_id, u32 nrecords, u32 0}, then nranks x {i32 rank, i32 0,
+ * i64 clock_offset_ns, u64 dropped}, then nrecords x trace_event. */
+#ifndef PP_TRACE_COLLECTOR_H
+#define PP_TRACE_COLLECTOR_H
+#include <stdint.h>
+
+#include "db/db.h"
+#include "runner/base/pp.h"
+#include "tracer/ring.h"
+
+typedef struct collector collector;
+
+typedef struct collector_config {
+    db *db;                   /* master: the writer (not owned); NULL when forwarding */
+    int64_t job_id;
+    int world_size;           /* all ranks of the job, every node */
+    uint64_t interval_ns;     /* 0: 5 ms */
+    int64_t clock_offset_ns;  /* this node: master clock - local clock (0 on the master) */
+    const char *forward_host; /* non-master: the master's ingest listener */
+    int forward_port;
+    const char *listen_host;  /* master: accept forwarding nodes here (NULL: don't) */
+    int listen_port;          /* 0: any free port, see collector_listen_port */
+    uint64_t stop_grace_ns;   /* collector_stop waits this long for forwarders to close (0: 5 s) */
+} collector_config;
+
+/* Starts the thread (and connects or listens). Free with collector_stop. */
+int collector_start(const collector_config *cfg, collector **out, pp_err *err);
+/* The collector takes ownership of ring and closes it in collector_stop;
+ * until then its fd (trace_ring_fd) stays valid for spawning workers. Rings
+ * of a dead or restarted worker stay and are drained to the last record. */
+int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err);
+int collector_listen_port(const collector *c);
+/* Records ingested (master) or forwarded (other nodes) so far. */
+uint64_t collector_count(const collector *c);
+/* 0 while all is well; -1 with the first error (disk full, master gone). */
+int collector_error(collector *c, pp_err *err);
+/* Drains every ring to the end, waits for forwarders to close (master),
+ * runs the final analyses of every step, joins and frees. Returns -1 with
+ * the first error met during the whole run, if any. */
+int collector_stop(collector *c, pp_err *err);
+
+#endif

@@ -1,0 +1,207 @@
+/* ring.c: the per-rank trace ring: a memfd shared between the launcher (the
+ * consumer, which created it) and one worker (the producer).
+ *
+ * Layout of the shared memory: one 4 KiB header page, then `capacity` slots
+ * of one trace_event each. head (next slot the producer writes) and tail
+ * (next slot the consumer reads) are free-running 64-bit counters on their
+ * own cache lines; slot = counter & mask.
+ *
+ * Visibility: the producer copies the record into its slot and only then
+ * publishes head with a release store. The consumer loads head with acquire
+ * and copies slots below it. A producer killed in the middle of a record
+ * never advanced head, so the half-written slot is not visible, and the next
+ * producer (a restarted worker) overwrites it. The consumer publishes tail
+ * only after copying, so the producer never overwrites a slot being read.
+ * A full ring (head - tail == capacity) bumps `dropped` and returns. */
+#include "tracer/ring.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define RING_MAGIC 0x31474e4952505050ull /* "PPPRING1" little-endian */
+#define RING_VERSION 1
+#define RING_HEADER_BYTES 4096
+#define RING_MAX_CAPACITY (1ull << 26) /* 4 GiB of records: plenty */
+
+typedef struct ring_header {
+    uint64_t magic;
+    uint32_t version;       /* RING_VERSION: layout of this header */
+    uint32_t event_version; /* TRACE_EVENT_VERSION of the records */
+    uint32_t event_size;    /* sizeof(trace_event) */
+    uint32_t pad0;
+    uint64_t capacity;      /* records, a power of two */
+    char pad1[64 - 32];
+    _Alignas(64) _Atomic uint64_t head;    /* written by the producer */
+    _Atomic uint64_t dropped;              /* written by the producer */
+    _Alignas(64) _Atomic uint64_t tail;    /* written by the consumer */
+} ring_header;
+
+_Static_assert(sizeof(ring_header) <= RING_HEADER_BYTES, "ring header must fit its page");
+
+struct trace_ring {
+    ring_header *hdr;
+    trace_event *slots;
+    uint64_t mask;
+    size_t map_bytes;
+    int fd;
+    int owns_fd;
+    /* Producer-local copies, so the hot path touches the consumer's cache
+     * line only when the ring looks full. */
+    uint64_t cached_tail;
+    int64_t skew_ns; /* PPRUN_TEST_CLOCK_SKEW_NS, read once at attach */
+};
+
+static size_t ring_bytes(uint64_t capacity) { return RING_HEADER_BYTES + capacity * sizeof(trace_event); }
+
+static int ring_map(int fd, size_t bytes, trace_ring **out, pp_err *err) {
+    void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) return pp_fail(err, "trace ring: mmap of %zu bytes failed: %s", bytes, strerror(errno));
+    trace_ring *r = calloc(1, sizeof *r);
+    if (!r) {
+        munmap(base, bytes);
+        return pp_fail(err, "trace ring: out of memory");
+    }
+    r->hdr = base;
+    r->slots = (trace_event *)((char *)base + RING_HEADER_BYTES);
+    r->map_bytes = bytes;
+    r->fd = fd;
+    *out = r;
+    return 0;
+}
+
+int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err) {
+    if (capacity == 0 || capacity > RING_MAX_CAPACITY)
+        return pp_fail(err, "trace ring: capacity %zu out of range; accepted: 1 to %llu records", capacity,
+                       (unsigned long long)RING_MAX_CAPACITY);
+    uint64_t cap = 1;
+    while (cap < capacity) cap <<= 1;
+    /* No MFD_CLOEXEC: the worker inherits the fd across exec. */
+    int fd = memfd_create("pprun-trace-ring", 0);
+    if (fd < 0) return pp_fail(err, "trace ring: memfd_create failed: %s", strerror(errno));
+    size_t bytes = ring_bytes(cap);
+    if (ftruncate(fd, (off_t)bytes) != 0) {
+        int e = errno;
+        close(fd);
+        return pp_fail(err, "trace ring: cannot size the memfd to %zu bytes: %s", bytes, strerror(e));
+    }
+    trace_ring *r;
+    if (ring_map(fd, bytes, &r, err) != 0) {
+        close(fd);
+        return -1;
+    }
+    r->owns_fd = 1;
+    r->mask = cap - 1;
+    ring_header *h = r->hdr;
+    h->version = RING_VERSION;
+    h->event_version = TRACE_EVENT_VERSION;
+    h->event_size = sizeof(trace_event);
+    h->capacity = cap;
+    atomic_store_explicit(&h->head, 0, memory_order_relaxed);
+    atomic_store_explicit(&h->tail, 0, memory_order_relaxed);
+    atomic_store_explicit(&h->dropped, 0, memory_order_relaxed);
+    /* Magic last: an attacher that sees it sees a complete header. */
+    atomic_thread_fence(memory_order_release);
+    h->magic = RING_MAGIC;
+    *out = r;
+    return 0;
+}
+
+int trace_ring_fd(const trace_ring *ring) { return ring->fd; }
+
+int trace_ring_attach(int fd, trace_ring **out, pp_err *err) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return pp_fail(err, "trace ring: fd %d is not open: %s", fd, strerror(errno));
+    if ((size_t)st.st_size < RING_HEADER_BYTES)
+        return pp_fail(err, "trace ring: fd %d is %lld bytes, too small for a ring", fd, (long long)st.st_size);
+    trace_ring *r;
+    if (ring_map(fd, (size_t)st.st_size, &r, err) != 0) return -1;
+    ring_header *h = r->hdr;
+    const char *bad = NULL;
+    if (h->magic != RING_MAGIC)
+        bad = "no ring header (wrong fd?)";
+    else if (h->version != RING_VERSION)
+        bad = "ring layout version differs (launcher and worker from different builds)";
+    else if (h->event_version != TRACE_EVENT_VERSION || h->event_size != sizeof(trace_event))
+        bad = "trace event version differs (launcher and worker from different builds)";
+    else if (h->capacity == 0 || (h->capacity & (h->capacity - 1)) || h->capacity > RING_MAX_CAPACITY ||
+             ring_bytes(h->capacity) != (size_t)st.st_size)
+        bad = "capacity does not match the size of the shared memory";
+    if (bad) {
+        int v = (int)h->version, ev = (int)h->event_version;
+        munmap(r->hdr, r->map_bytes);
+        free(r);
+        return pp_fail(err, "trace ring: fd %d: %s (ring version %d, event version %d; this build: %d, %d)", fd, bad,
+                       v, ev, RING_VERSION, TRACE_EVENT_VERSION);
+    }
+    r->mask = h->capacity - 1;
+    r->cached_tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+    const char *skew = getenv("PPRUN_TEST_CLOCK_SKEW_NS");
+    if (skew && *skew) r->skew_ns = strtoll(skew, NULL, 10);
+    *out = r;
+    return 0;
+}
+
+void trace_ring_write(trace_ring *ring, const trace_event *ev) {
+    ring_header *h = ring->hdr;
+    /* Only this process writes head, so a relaxed load sees its own value. */
+    uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
+    if (head - ring->cached_tail > ring->mask) {
+        ring->cached_tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+        if (head - ring->cached_tail > ring->mask) {
+            atomic_store_explicit(&h->dropped, atomic_load_explicit(&h->dropped, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+            return;
+        }
+    }
+    trace_event *slot = &ring->slots[head & ring->mask];
+    memcpy(slot, ev, sizeof *slot);
+    if (ring->skew_ns) {
+        slot->start_ns += (uint64_t)ring->skew_ns;
+        slot->end_ns += (uint64_t)ring->skew_ns;
+    }
+    atomic_store_explicit(&h->head, head + 1, memory_order_release);
+}
+
+size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max) {
+    ring_header *h = ring->hdr;
+    uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
+    uint64_t avail = head - tail;
+    /* A corrupted head (a worker scribbling over its own mapping) must not
+     * make us read past the ring. */
+    if (avail > ring->mask + 1) avail = ring->mask + 1;
+    size_t n = avail < max ? (size_t)avail : max;
+    for (size_t i = 0; i < n;) {
+        uint64_t idx = (tail + i) & ring->mask;
+        size_t run = (size_t)(ring->mask + 1 - idx); /* contiguous until the wrap */
+        if (run > n - i) run = n - i;
+        memcpy(dst + i, &ring->slots[idx], run * sizeof *dst);
+        i += run;
+    }
+    atomic_store_explicit(&h->tail, tail + n, memory_order_release);
+    return n;
+}
+
+size_t trace_ring_pending(const trace_ring *ring) {
+    uint64_t tail = atomic_load_explicit(&ring->hdr->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&ring->hdr->head, memory_order_acquire);
+    return (size_t)(head - tail);
+}
+
+size_t trace_ring_capacity(const trace_ring *ring) { return (size_t)(ring->mask + 1); }
+
+uint64_t trace_ring_dropped(const trace_ring *ring) {
+    return atomic_load_explicit(&ring->hdr->dropped, memory_order_relaxed);
+}
+
+void trace_ring_close(trace_ring *ring) {
+    if (!ring) return;
+    munmap(ring->hdr, ring->map_bytes);
+    if (ring->owns_fd) close(ring->fd);
+    free(ring);
+}
