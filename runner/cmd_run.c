@@ -401,7 +401,7 @@ int cmd_run(int argc, char **argv) {
         job.rings = NULL;
     }
     if (job.db) {
-        char failure[512] = "";
+        char failure[sizeof err.msg + 64] = "";
         if (lrc != 0) snprintf(failure, sizeof failure, "%s", err.msg);
         else if (res.status != LAUNCH_OK) failure_text(&job.lo, &res, failure, sizeof failure);
         pp_err ferr;

@@ -9,14 +9,14 @@ static const struct {
     pp_command_fn fn;
     const char *summary;
 } commands[] = {
-    {"version", cmd_version, "print the version"},
     {"run", cmd_run, "run a pipeline-parallel training job, traced, optionally live in the browser"},
     {"launch", cmd_launch, "run any program once per rank, like torchrun"},
-    {"worker", cmd_worker, NULL}, /* one rank of `pprun run`; started by it */
-    {"query", cmd_query, "read-only SQL over a trace database"},
-    {"serve", cmd_serve, "serve the dashboard and API over a trace database"},
     {"schedule", cmd_schedule, "print, validate and simulate a pipeline schedule; import/export CSV"},
+    {"query", cmd_query, "read-only SQL over a trace database"},
     {"export", cmd_export, "export a job's trace (Chrome trace JSON for Perfetto)"},
+    {"serve", cmd_serve, "serve the dashboard and API over a trace database"},
+    {"version", cmd_version, "print the version"},
+    {"worker", cmd_worker, NULL}, /* one rank of `pprun run`; started by it */
 };
 
 static void usage(FILE *out) {
