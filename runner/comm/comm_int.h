@@ -106,9 +106,12 @@ typedef struct comm {
     comm_peer *peers;          /* [world] */
 } comm;
 
-/* comm.c */
+/* comm_watch.c */
+void *comm_monitor_main(void *c);
 void comm_peer_dead(comm_peer *p, const char *why);
 void comm_monitor_kick(comm *c);
+
+/* comm.c */
 /* Reader thread body shared by both transports: rd() reads exactly n bytes,
  * or returns -1 and fills why (closed, died, stopping). */
 typedef int (*comm_read_fn)(comm_peer *p, void *dst, size_t n, char *why, size_t cap);
