@@ -22,6 +22,7 @@
 
 #include "db/db.h"
 #include "runner/cli.h"
+#include "runner/comm/comm.h"
 #include "runner/launch.h"
 #include "runner/run_config.h"
 #include "runner/run_progress.h"
@@ -44,6 +45,7 @@ typedef struct run_job {
     trace_ring **rings;     /* [nproc_per_node], owned by the collector once added */
     http_server *web;
     run_progress *progress;
+    int progress_next;      /* the next step the display shows, across attempts */
     char node_addr[INET6_ADDRSTRLEN];
     char self_exe[4096];
     char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
@@ -206,11 +208,14 @@ static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) { return stor
  * forwarded to the master with this node's clock offset) and progress. */
 static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     run_job *job = ctx;
-    if (info->attempt > 0) return 0;
-    if (run_progress_start(info->store_addr, job->cfg.steps, job->cfg.progress, job->db ? job->cfg.db : NULL,
+    /* The display lives for one attempt: it reads the store, which is up
+     * only while launch_job runs. */
+    if (info->node_rank == 0 &&
+        run_progress_start(info->store_addr, job->cfg.steps, job->progress_next, job->cfg.progress,
+                           job->db ? job->cfg.db : NULL,
                            job->job_id, job->plan, &job->cfg, &job->progress, err) != 0)
         return -1;
-    if (!job->cfg.trace) return 0;
+    if (info->attempt > 0 || !job->cfg.trace) return 0;
 
     store_client *store = NULL;
     char host[256];
@@ -286,6 +291,18 @@ static int rank_env(void *ctx, const launch_info *info, int local_rank, int glob
         return launch_env_set(env, "PPRUN_TRACE_FD", fd, err);
     }
     return 0;
+}
+
+/* Shared-memory rings a rank created before a peer attached (the peer died
+ * first) are removed once the attempt's workers are gone. */
+static void after_attempt(void *ctx, const launch_info *info, const launch_result *res) {
+    run_job *job = ctx;
+    (void)res;
+    job->progress_next = run_progress_stop(job->progress);
+    job->progress = NULL;
+    char job_key[192];
+    snprintf(job_key, sizeof job_key, "%s-a%d", info->run_id, info->attempt);
+    comm_cleanup(job_key, info->world_size);
 }
 
 /* --- main ------------------------------------------------------------------------- */
@@ -382,14 +399,13 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "pprun run: dashboard at %s\n", http_url(job.web));
     }
 
-    launch_hooks hooks = {.ctx = &job, .before_attempt = before_attempt, .rank_env = rank_env};
+    launch_hooks hooks = {
+        .ctx = &job, .before_attempt = before_attempt, .rank_env = rank_env, .after_attempt = after_attempt};
     launch_result res;
     int lrc = launch_job(&job.lo, &hooks, &res, &err);
     exit_code = res.exit_code;
     if (lrc != 0) fprintf(stderr, "pprun run: %s\n", err.msg);
     else if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &job.lo, &res);
-    run_progress_stop(job.progress);
-    job.progress = NULL;
 
     /* Everything the ranks recorded reaches the database, dead ranks too. */
     if (job.coll) {

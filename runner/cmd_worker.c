@@ -74,9 +74,10 @@ static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
                 r->tokens_per_s, w->attempt);
         if (fflush(w->metrics) != 0) return pp_fail(err, "--metrics %s: %s", w->cfg.metrics, strerror(errno));
     }
-    char text[128];
-    int n = snprintf(text, sizeof text, "%d %.6f %.3f %.1f", r->step, r->loss, r->step_ns / 1e6, r->tokens_per_s);
-    return store_set(w->store, "run/progress", text, (size_t)n, err);
+    char key[64], text[128];
+    snprintf(key, sizeof key, "run/progress/%d", r->step);
+    int n = snprintf(text, sizeof text, "%.6f %.3f %.1f", r->loss, r->step_ns / 1e6, r->tokens_per_s);
+    return store_set(w->store, key, text, (size_t)n, err);
 }
 
 /* Each rank counts itself in once its stages are saved; the rank that

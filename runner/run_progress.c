@@ -112,19 +112,23 @@ static void show(run_progress *p, int step, double loss, double step_ms, double 
     fflush(stderr);
 }
 
+/* Shows every step published since the last poll, in order. */
 static void poll_once(run_progress *p, store_client *store) {
-    void *val = NULL;
-    size_t len;
-    pp_err err;
-    if (store_get(store, "run/progress", &val, &len, &err) != 0) return;
-    int step;
-    double loss, ms, tok;
-    if (sscanf(val, "%d %lf %lf %lf", &step, &loss, &ms, &tok) == 4 && step != p->last_step) {
-        p->last_step = step;
-        show(p, step, loss, ms, tok);
+    for (;;) {
+        char key[64];
+        snprintf(key, sizeof key, "run/progress/%d", p->last_step + 1);
+        void *val = NULL;
+        size_t len;
+        pp_err err;
+        if (store_get(store, key, &val, &len, &err) != 0) return; /* not there yet, or the store is gone */
+        double loss, ms, tok;
+        int ok = sscanf(val, "%lf %lf %lf", &loss, &ms, &tok) == 3;
+        free(val);
+        if (!ok) return;
+        p->last_step++;
+        show(p, p->last_step, loss, ms, tok);
         refresh_plan(p);
     }
-    free(val);
 }
 
 static void *progress_main(void *arg) {
@@ -149,11 +153,11 @@ static void *progress_main(void *arg) {
     pthread_mutex_unlock(&p->lock);
     poll_once(p, store); /* the last step */
     store_close(store);
-    if (p->bar && p->last_step >= 0) fputc('\n', stderr);
+    if (p->bar) fputc('\n', stderr);
     return NULL;
 }
 
-int run_progress_start(const char *store_addr, int steps, const char *mode, const char *db_path, int64_t job_id,
+int run_progress_start(const char *store_addr, int steps, int first_step, const char *mode, const char *db_path, int64_t job_id,
                        const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err) {
     *out = NULL;
     int show_anything = strcmp(mode, "off") != 0;
@@ -170,7 +174,7 @@ int run_progress_start(const char *store_addr, int steps, const char *mode, cons
     p->job_id = job_id;
     p->plan = plan;
     p->cfg = cfg;
-    p->last_step = -1;
+    p->last_step = first_step - 1;
     p->t_start = pp_now_ns();
     pthread_mutex_init(&p->lock, NULL);
     pthread_condattr_t ca;
@@ -187,8 +191,8 @@ int run_progress_start(const char *store_addr, int steps, const char *mode, cons
     return 0;
 }
 
-void run_progress_stop(run_progress *p) {
-    if (!p) return;
+int run_progress_stop(run_progress *p) {
+    if (!p) return 0;
     pthread_mutex_lock(&p->lock);
     p->stop = 1;
     pthread_cond_signal(&p->wake);
@@ -196,5 +200,7 @@ void run_progress_stop(run_progress *p) {
     pthread_join(p->thread, NULL);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
+    int next = p->last_step + 1;
     free(p);
+    return next;
 }
