@@ -4,6 +4,7 @@
  * auth, the SQL guard over HTTP, /metrics and the live stream. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <sqlite3.h>
 #include <math.h>
 #include <poll.h>
 #include <pthread.h>
@@ -234,6 +235,29 @@ Test(web, plan_has_every_action_and_the_simulated_bubble) {
     cJSON *a0 = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "actions"), 0);
     cr_assert_str_eq(str(a0, "action"), "0F0");
     cJSON_Delete(j);
+}
+
+Test(web, trace_json_has_one_complete_event_per_traced_op) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM events WHERE job_id = 1", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int expected = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert_gt(expected, 0);
+
+    cJSON *j = get_json("/api/jobs/1/trace.json", 200);
+    int complete = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(j, "traceEvents")) {
+        const cJSON *ph = cJSON_GetObjectItem(ev, "ph");
+        if (cJSON_IsString(ph) && strcmp(ph->valuestring, "X") == 0) complete++;
+    }
+    cr_assert_eq(complete, expected, "%d X events for %d traced ops", complete, expected);
+    cJSON_Delete(j);
+    cJSON_Delete(get_json("/api/jobs/7/trace.json", 404));
 }
 
 static webclient_resp post_sql(const char *body) {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "db/usersql.h"
+#include "db/export.h"
 #include "web/internal.h"
 
 #define EVENTS_DEFAULT_LIMIT 20000
@@ -723,6 +724,30 @@ static void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j,
     http_json(r, &w);
 }
 
+/* The job as Chrome trace JSON (db/export.c), offered as a download. */
+static void route_trace(sqlite3 *db, const job_info *j, http_reply *r) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    if (!out) {
+        http_error(r, 500, "out of memory");
+        return;
+    }
+    pp_err err;
+    int rc = db_export_chrome(db, j->id, out, &err);
+    if (fclose(out) != 0 && rc == 0) rc = pp_fail(&err, "out of memory");
+    if (rc != 0) {
+        free(buf);
+        http_error(r, 500, "%s", err.msg);
+        return;
+    }
+    free(r->body);
+    r->status = 200;
+    r->type = "application/json";
+    r->body = buf;
+    r->len = len;
+}
+
 static void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
     sqlite3_stmt *st = prep(db,
                             "SELECT rank, slot, action, stage, phase, microbatch, sim_start_ns AS sim_start, "
@@ -866,7 +891,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
             }
         }
     }
-    static const char *const known[] = {"", "events", "steps", "gaps", "plan", NULL};
+    static const char *const known[] = {"", "events", "steps", "gaps", "plan", "trace.json", NULL};
     if (!rest || index_of(known, what) < 0) {
         http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
         return;
@@ -887,6 +912,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         else if (!strcmp(what, "events")) route_events(s, db, c, &j, r);
         else if (!strcmp(what, "steps")) route_steps(db, c, &j, r);
         else if (!strcmp(what, "gaps")) route_gaps(db, c, &j, r);
+        else if (!strcmp(what, "trace.json")) route_trace(db, &j, r);
         else route_plan(db, &j, r);
     }
     dbpool_put(&s->pool, db);
