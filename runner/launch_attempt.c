@@ -265,27 +265,35 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
         }
 
         /* --- exits --------------------------------------------------------- */
-        int st;
+        /* The root cause among the failures reaped in one round: a rank
+         * killed by a signal before one that exited with an error, since a
+         * rank often exits with an error because a peer died (its transport
+         * noticed within a millisecond), never the other way round. */
+        int st, chosen = -1;
         pid_t pid;
         while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
             for (int i = 0; i < n; i++) {
                 if (slots[i].pid != pid || !slots[i].alive) continue;
                 slots[i].alive = 0;
                 slots[i].status = st;
-                if (!tearing && failed(st)) {
-                    outcome = LAUNCH_ATTEMPT_FAILED;
-                    memset(failure, 0, sizeof *failure);
-                    failure->node_rank = c->info.node_rank;
-                    failure->local_rank = i;
-                    failure->global_rank = c->info.node_rank * n + i;
-                    snprintf(failure->host, sizeof failure->host, "%s", c->info.host);
-                    failure->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-                    failure->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
-                    failure->pid = pid;
-                    failure->wall_ns = pp_wall_ns();
-                    BEGIN_TEARDOWN(SIGTERM);
-                }
+                if (!tearing && failed(st) &&
+                    (chosen < 0 || (!WIFSIGNALED(slots[chosen].status) && WIFSIGNALED(st))))
+                    chosen = i;
             }
+        }
+        if (chosen >= 0) {
+            int cst = slots[chosen].status;
+            outcome = LAUNCH_ATTEMPT_FAILED;
+            memset(failure, 0, sizeof *failure);
+            failure->node_rank = c->info.node_rank;
+            failure->local_rank = chosen;
+            failure->global_rank = c->info.node_rank * n + chosen;
+            snprintf(failure->host, sizeof failure->host, "%s", c->info.host);
+            failure->exit_code = WIFEXITED(cst) ? WEXITSTATUS(cst) : -1;
+            failure->signal = WIFSIGNALED(cst) ? WTERMSIG(cst) : 0;
+            failure->pid = slots[chosen].pid;
+            failure->wall_ns = pp_wall_ns();
+            BEGIN_TEARDOWN(SIGTERM);
         }
 
         int all_exited = 1;
