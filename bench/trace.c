@@ -8,7 +8,9 @@
  * 2. Ingest into SQLite, side by side in one run: a bare loop inserting the
  *    same rows into a minimal table through one prepared statement (the
  *    machine's SQLite ceiling) against db_insert_events with the real schema
- *    and indexes, both in transactions of 65536 rows (the collector's batch).
+ *    and indexes, both in transactions of 65536 rows (the collector's batch),
+ *    alternating batch by batch; both with SQLite memory statistics off
+ *    (db_open turns them off for the process).
  * 3. Queries over a QUERY_EVENTS-event database: timeline windows (0.1% and
  *    1% of the job, every rank) and one step's bubble analysis (db_analyze_step). */
 #include <stdio.h>

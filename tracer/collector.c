@@ -220,6 +220,12 @@ static void accept_conns(collector *c) {
  * frame (the connection is then closed: the peer is not a pprun of ours). */
 static int ingest_frames(collector *c, conn *k) {
     size_t off = 0;
+    uint32_t magic;
+    /* A stranger is told apart by its first bytes, before a whole header. */
+    if (k->len >= sizeof magic && (memcpy(&magic, k->buf, sizeof magic), magic != FRAME_MAGIC)) {
+        fprintf(stderr, "pprun collector: dropping a connection that is not a pprun forwarder\n");
+        return -1;
+    }
     while (k->len - off >= sizeof(frame_hdr)) {
         frame_hdr h;
         memcpy(&h, k->buf + off, sizeof h);
@@ -306,6 +312,9 @@ static void *collector_main(void *arg) {
     }
     drain_rings(c);
     if (c->cfg.db) {
+        /* Forwarders stop first: their connections are established, maybe
+         * still in the listen backlog, and closed once their data is sent. */
+        if (c->listen_fd >= 0) accept_conns(c);
         uint64_t until = pp_now_ns() + c->cfg.stop_grace_ns;
         while (c->nconns > 0 && pp_now_ns() < until) poll_net(c, 10);
         while (c->nconns > 0) close_conn(c, c->nconns - 1);
