@@ -8,6 +8,7 @@
  * hand. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,8 @@ typedef struct worker {
     run_config cfg;
     int rank, world, local_world, attempt;
     const char *run_id;
-    store_client *store;
+    store_client *store;      /* one connection, used by comm's threads too: */
+    pthread_mutex_t store_lock; /* held around every call on it */
     FILE *metrics;
 } worker;
 
@@ -41,25 +43,44 @@ static int env_int(const char *name, int min, int *out, pp_err *err) {
 
 /* --- the store as comm's key/value exchange --------------------------------- */
 
+/* comm calls these from its own threads; waits poll, so no thread holds the
+ * lock while it waits for another process. */
 static int exchange_put(void *ctx, const char *key, const void *value, size_t len, pp_err *err) {
-    return store_set(ctx, key, value, len, err);
+    worker *w = ctx;
+    pthread_mutex_lock(&w->store_lock);
+    int rc = store_set(w->store, key, value, len, err);
+    pthread_mutex_unlock(&w->store_lock);
+    return rc;
 }
 
 static int exchange_get(void *ctx, const char *key, void *value, size_t cap, size_t *len, int timeout_ms,
                         pp_err *err) {
-    const char *keys[] = {key};
-    int rc = store_wait(ctx, keys, 1, timeout_ms, err);
-    if (rc == 1) return pp_fail(err, "timed out after %d ms waiting for '%s' in the job's store", timeout_ms, key);
-    if (rc != 0) return -1;
-    void *v = NULL;
-    size_t n = 0;
-    rc = store_get(ctx, key, &v, &n, err);
-    if (rc == 1) return pp_fail(err, "key '%s' vanished from the job's store", key);
-    if (rc != 0) return -1;
-    memcpy(value, v, n < cap ? n : cap);
-    *len = n;
-    free(v);
-    return 0;
+    worker *w = ctx;
+    uint64_t deadline = pp_now_ns() + (uint64_t)(timeout_ms < 0 ? 86400000 : timeout_ms) * 1000000ull;
+    for (;;) {
+        void *v = NULL;
+        size_t n = 0;
+        pthread_mutex_lock(&w->store_lock);
+        int rc = store_get(w->store, key, &v, &n, err);
+        pthread_mutex_unlock(&w->store_lock);
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            memcpy(value, v, n < cap ? n : cap);
+            *len = n;
+            free(v);
+            return 0;
+        }
+        if (pp_now_ns() >= deadline)
+            return pp_fail(err, "timed out after %d ms waiting for '%s' in the job's store", timeout_ms, key);
+        pp_sleep_ns(2000000);
+    }
+}
+
+static int locked_set(worker *w, const char *key, const char *text, pp_err *err) {
+    pthread_mutex_lock(&w->store_lock);
+    int rc = store_set(w->store, key, text, strlen(text), err);
+    pthread_mutex_unlock(&w->store_lock);
+    return rc;
 }
 
 /* --- step reports -------------------------------------------------------------- */
@@ -76,8 +97,8 @@ static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
     }
     char key[64], text[128];
     snprintf(key, sizeof key, "run/progress/%d", r->step);
-    int n = snprintf(text, sizeof text, "%.6f %.3f %.1f", r->loss, r->step_ns / 1e6, r->tokens_per_s);
-    return store_set(w->store, key, text, (size_t)n, err);
+    snprintf(text, sizeof text, "%.6f %.3f %.1f", r->loss, r->step_ns / 1e6, r->tokens_per_s);
+    return locked_set(w, key, text, err);
 }
 
 /* Each rank counts itself in once its stages are saved; the rank that
@@ -87,7 +108,10 @@ static int checkpoint_done(void *ctx, int step, pp_err *err) {
     char key[256];
     snprintf(key, sizeof key, "run/ckpt/%d/%d", w->attempt, step);
     int64_t count = 0;
-    if (store_add(w->store, key, 1, &count, err) != 0) return -1;
+    pthread_mutex_lock(&w->store_lock);
+    int rc = store_add(w->store, key, 1, &count, err);
+    pthread_mutex_unlock(&w->store_lock);
+    if (rc != 0) return -1;
     if (count != w->world) return 0;
     char path[1024], tmp[1100];
     snprintf(path, sizeof path, "%s/latest", w->cfg.checkpoint_dir);
@@ -162,7 +186,7 @@ static int run_worker(worker *w, pp_err *err) {
             .world = w->world,
             .rank_node = rank_node,
             .job_key = job_key,
-            .exchange = {w->store, exchange_put, exchange_get},
+            .exchange = {w, exchange_put, exchange_get},
             .connect_timeout_ms = 60000,
             .transport = w->cfg.transport,
             .tcp_host = getenv("PPRUN_NODE_ADDR"),
@@ -198,6 +222,7 @@ out:
 int cmd_worker(int argc, char **argv) {
     static worker w;
     pp_err err;
+    pthread_mutex_init(&w.store_lock, NULL);
     if (parse_flags(&w, argc, argv, &err) != 0) {
         fprintf(stderr, "pprun worker: %s\n", err.msg);
         return 2;

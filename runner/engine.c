@@ -340,8 +340,35 @@ static int save_weights(engine *e, pp_err *err) {
     return 0;
 }
 
+/* Before the first step, one small message each way with every neighbour
+ * (the ranks of adjacent stages): links are set up outside the measured
+ * steps, and the ranks start the pipeline together, as the simulator
+ * assumes. */
+static int connect_neighbours(engine *e, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    if (!e->comm) return 0;
+    char *is_peer = calloc((size_t)plan->ranks, 1);
+    if (!is_peer) return pp_fail(err, "out of memory");
+    for (int s = 0; s < plan->stages; s++) {
+        if (plan->stage_rank[s] != e->rank) continue;
+        if (s > 0) is_peer[plan->stage_rank[s - 1]] = 1;
+        if (s < plan->stages - 1) is_peer[plan->stage_rank[s + 1]] = 1;
+    }
+    is_peer[e->rank] = 0;
+    uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    char hello = 1;
+    int rc = 0;
+    for (int r = 0; rc == 0 && r < plan->ranks; r++)
+        if (is_peer[r]) rc = comm_send(e->comm, r, tag, &hello, 1, err);
+    for (int r = 0; rc == 0 && r < plan->ranks; r++)
+        if (is_peer[r]) rc = comm_recv(e->comm, r, tag, &hello, 1, e->cfg->recv_timeout_ms, err);
+    free(is_peer);
+    return rc == 0 ? 0 : pp_wrap(err, "rank %d: connecting to its pipeline neighbours", e->rank);
+}
+
 int engine_run(engine *e, pp_err *err) {
     const sched_plan *plan = e->plan;
+    if (connect_neighbours(e, err) != 0) return -1;
     const model_spec *spec = &e->cfg->model;
     size_t m = (size_t)plan->microbatches, tokens = model_tokens_per_microbatch(spec);
     step_state st = {

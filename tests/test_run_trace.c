@@ -1,0 +1,237 @@
+/* test_run_trace.c: what `pprun run` leaves in the trace database, checked
+ * the way a user would check it with SQL.
+ *
+ * Timed model (ops sleep exactly f, b, w), 4 ranks, 8 microbatches, 2 steps,
+ * every schedule: every F, B and W is there once, on the rank and in the
+ * order the schedule says, with the timed durations; the bubble ratio is the
+ * simulator's; the losses are complete. A crashed rank's trace survives, and
+ * two nodes with skewed clocks land on one timeline. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runner/pipe/sched.h"
+
+#define OP_MS 4
+#define TIMED "timed:f=4ms,b=4ms,w=4ms,act=16KiB,layers=32"
+
+static char tmpdir[256];
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pprun-run-trace-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+}
+
+static void teardown(void) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[4096], full[4600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    snprintf(full, sizeof full, "(%s) >>'%s/out.txt' 2>&1 </dev/null", cmd, tmpdir);
+    int st = system(full);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static sqlite3 *open_db(const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    return db;
+}
+
+/* The first column of the first row of a query, as an integer. */
+static long long scalar(sqlite3 *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static long long scalar(sqlite3 *db, const char *fmt, ...) {
+    char sql[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static double scalar_double(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    double v = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+static const char *out_text(void) {
+    static char buf[16384];
+    char path[512];
+    snprintf(path, sizeof path, "%s/out.txt", tmpdir);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Per rank and step, the compute ops in time order must be the plan's list. */
+static void check_order(sqlite3 *db, const sched_plan *plan, const char *schedule) {
+    for (int step = 0; step < 2; step++)
+        for (int r = 0; r < plan->ranks; r++) {
+            char sql[512];
+            snprintf(sql, sizeof sql,
+                     "SELECT stage, phase, microbatch FROM events WHERE job_id = 1 AND rank = %d AND step = %d "
+                     "AND phase IN ('F','B','W') ORDER BY start_ns",
+                     r, step);
+            sqlite3_stmt *st;
+            cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+            int i = 0;
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                cr_assert_lt(i, plan->len[r], "%s: rank %d step %d has more ops than planned", schedule, r, step);
+                const sched_action *a = &plan->actions[r][i];
+                const char *phase = (const char *)sqlite3_column_text(st, 1);
+                char want[16];
+                sched_action_str(a, want);
+                cr_assert(sqlite3_column_int(st, 0) == a->stage && phase[0] == "FBW"[a->op] &&
+                              sqlite3_column_int(st, 2) == a->mb,
+                          "%s: rank %d step %d op %d is %d%s%d, the schedule says %s", schedule, r, step, i,
+                          sqlite3_column_int(st, 0), phase, sqlite3_column_int(st, 2), want);
+                i++;
+            }
+            sqlite3_finalize(st);
+            cr_assert_eq(i, plan->len[r], "%s: rank %d step %d ran %d ops, planned %d", schedule, r, step, i,
+                         plan->len[r]);
+        }
+}
+
+TestSuite(run_trace, .init = setup, .fini = teardown, .timeout = 600);
+
+Test(run_trace, every_schedule_is_traced_op_by_op_as_planned) {
+    static const struct {
+        const char *name;
+        int v;
+    } schedules[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"zb-v", 2}};
+    for (size_t i = 0; i < sizeof schedules / sizeof schedules[0]; i++) {
+        const char *s = schedules[i].name;
+        char dbname[64];
+        snprintf(dbname, sizeof dbname, "%s.db", s);
+        int rc = sh("%s run --nproc-per-node 4 --schedule %s --virtual-stages %d --microbatches 8 --steps 2 "
+                    "--model " TIMED " --progress off --db %s/%s",
+                    PPRUN_BIN, s, schedules[i].v, tmpdir, dbname);
+        cr_assert_eq(rc, 0, "%s: exit %d\n%s", s, rc, out_text());
+
+        pp_err err;
+        sched_plan *plan = NULL;
+        sched_sim *sim = NULL;
+        sched_costs costs = {OP_MS * 1e6, OP_MS * 1e6, OP_MS * 1e6, 0};
+        cr_assert_eq(sched_from_flag(s, 4, 8, schedules[i].v, &costs, &plan, &err), 0, "%s", err.msg);
+        cr_assert_eq(sched_simulate(plan, &costs, &sim, &err), 0, "%s", err.msg);
+        sqlite3 *db = open_db(dbname);
+        int stages = plan->stages;
+
+        for (const char *ph = "FBW"; *ph; ph++)
+            cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE phase = '%c'", *ph), 2 * 8 * stages,
+                         "%s: %c ops", s, *ph);
+        /* Each (step, stage, microbatch, phase) exactly once, on its stage's rank. */
+        cr_assert_eq(scalar(db, "SELECT count(*) FROM (SELECT DISTINCT step, stage, microbatch, phase FROM events "
+                                "WHERE phase IN ('F','B','W'))"),
+                     2 * 8 * stages * 3, "%s: duplicated ops", s);
+        for (int st = 0; st < stages; st++)
+            cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE stage = %d AND phase IN ('F','B','W') "
+                                    "AND rank != %d",
+                                st, plan->stage_rank[st]),
+                         0, "%s: stage %d ran off its rank %d", s, st, plan->stage_rank[st]);
+        check_order(db, plan, s);
+
+        /* The timed model sleeps exactly OP_MS: a median op takes that,
+         * plus scheduling noise. */
+        double med = scalar_double(db, "SELECT (end_ns - start_ns) / 1e6 AS d FROM events WHERE phase IN ('F','B','W') "
+                                       "ORDER BY d LIMIT 1 OFFSET (SELECT count(*) / 2 FROM events "
+                                       "WHERE phase IN ('F','B','W'))");
+        cr_assert(med >= OP_MS && med < OP_MS * 1.5, "%s: median op %.3f ms, the model sleeps %d ms", s, med, OP_MS);
+
+        /* The measured bubble ratio of each step follows the simulator. */
+        for (int step = 0; step < 2; step++) {
+            char sql[256];
+            snprintf(sql, sizeof sql, "SELECT avg(bubble_ratio) FROM step_stats WHERE job_id = 1 AND step = %d", step);
+            double measured = scalar_double(db, sql);
+            cr_assert(measured > sim->bubble_ratio - 0.08 && measured < sim->bubble_ratio + 0.12,
+                      "%s step %d: bubble ratio %.3f, simulator %.3f", s, step, measured, sim->bubble_ratio);
+        }
+        cr_assert_eq(scalar(db, "SELECT count(*) FROM losses WHERE job_id = 1"), 2 * 8, "%s: losses", s);
+        cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE phase = 'OPT'"), 2 * 4, "%s: optimizer steps", s);
+        cr_assert_eq(scalar(db, "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND exit_code = 0"), 1);
+        cr_assert_eq(scalar(db, "SELECT count(*) FROM plan WHERE job_id = 1 AND sim_start_ns IS NOT NULL"),
+                     3 * 8 * stages, "%s: the planned timeline", s);
+        sqlite3_close(db);
+        sched_sim_free(sim);
+        sched_free(plan);
+    }
+}
+
+Test(run_trace, a_crashed_rank_keeps_what_it_recorded) {
+    int rc = sh("%s run --nproc-per-node 4 --schedule 1f1b --microbatches 8 --steps 3 --model " TIMED
+                " --progress off --db %s/crash.db --fail-at step=1,rank=1,phase=B,mb=2",
+                PPRUN_BIN, tmpdir);
+    cr_assert_eq(rc, 1, "exit %d\n%s", rc, out_text());
+    sqlite3 *db = open_db("crash.db");
+    /* Step 0 complete on every rank. */
+    for (int r = 0; r < 4; r++)
+        cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE step = 0 AND rank = %d AND phase IN ('F','B','W')", r),
+                     24, "rank %d step 0", r);
+    /* Rank 1 died at its B of microbatch 2 in step 1: in 1F1B it had run
+     * F0..F3 (warm-up of rank 1 is p-1-1 = 2 forwards, then 1F1B pairs) and
+     * everything before that B is there. */
+    long long before = scalar(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase IN ('F','B','W')");
+    cr_assert_gt(before, 0, "nothing of rank 1's step 1 survived");
+    cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase = 'B' AND microbatch >= 2"),
+                 0);
+    cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase = 'B' AND microbatch = 1"), 1,
+                 "rank 1's last B before the crash is missing");
+    cr_assert_eq(scalar(db, "SELECT count(*) FROM jobs WHERE status = 'failed' AND exit_code = 1 AND failed_rank = 1 "
+                            "AND failure LIKE '%%SIGKILL%%'"),
+                 1, "the job is not marked failed by rank 1 with SIGKILL");
+    sqlite3_close(db);
+}
+
+/* Two launchers as two nodes of one job on 127.0.0.1; node 1's clock is off
+ * by 3 s. On the job clock every activation is received after it was sent. */
+Test(run_trace, two_nodes_with_skewed_clocks_land_on_one_timeline) {
+    char common[1024];
+    snprintf(common, sizeof common,
+             "--nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port %d --schedule 1f1b "
+             "--microbatches 4 --steps 2 --model " TIMED " --progress off --db %s/nodes.db --rdzv-timeout 30",
+             20000 + (int)(getpid() % 20000), tmpdir);
+    int rc = sh("%s run --node-rank 0 %s & PPRUN_TEST_CLOCK_SKEW_NS=3000000000 %s run --node-rank 1 %s; "
+                "s1=$?; wait %%1; s0=$?; exit $((s0 | s1))",
+                PPRUN_BIN, common, PPRUN_BIN, common);
+    cr_assert_eq(rc, 0, "exit %d\n%s", rc, out_text());
+    sqlite3 *db = open_db("nodes.db");
+    cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE phase = 'F'"), 2 * 4 * 4);
+    cr_assert_eq(scalar(db, "SELECT count(DISTINCT rank) FROM events"), 4);
+    /* node 1's measured offset is about -3 s */
+    long long off = scalar(db, "SELECT clock_offset_ns FROM ranks WHERE job_id = 1 AND rank = 2");
+    cr_assert(off < -2900000000LL && off > -3100000000LL, "rank 2's clock offset %lld ns", off);
+    /* Stage s's forward of mb starts after stage s-1's forward of mb ended,
+     * across the node boundary too (ranks 1 -> 2). */
+    long long bad = scalar(db, "SELECT count(*) FROM events a JOIN events b ON a.step = b.step AND "
+                               "a.microbatch = b.microbatch AND b.stage = a.stage + 1 AND a.phase = 'F' AND "
+                               "b.phase = 'F' WHERE b.start_ns < a.end_ns");
+    cr_assert_eq(bad, 0, "%lld forwards start before their input was computed", bad);
+    sqlite3_close(db);
+}
