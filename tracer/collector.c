@@ -65,6 +65,7 @@ struct collector {
     /* Per rank of the job (master): highest step seen, drops reported. */
     int *max_step;
     uint64_t *dropped;
+    char *offset_recorded; /* the rank's forwarded clock offset is in `ranks` */
     int analyzed; /* steps below this were analysed */
     atomic_uint_fast64_t count;
     int failed;
@@ -242,7 +243,14 @@ static int ingest_frames(collector *c, conn *k) {
             frame_rank fr;
             memcpy(&fr, p, sizeof fr);
             pp_err e;
-            if (db_set_clock_offset(c->cfg.db, c->cfg.job_id, fr.rank, fr.clock_offset_ns, &e) != 0) return -1;
+            /* The first frame of a rank also records its offset where users
+             * look for it (ranks.clock_offset_ns). */
+            int known = fr.rank >= 0 && fr.rank < c->cfg.world_size;
+            int rc = known && !c->offset_recorded[fr.rank]
+                         ? db_update_rank(c->cfg.db, c->cfg.job_id, fr.rank, 0, fr.clock_offset_ns, &e)
+                         : db_set_clock_offset(c->cfg.db, c->cfg.job_id, fr.rank, fr.clock_offset_ns, &e);
+            if (rc != 0) return -1;
+            if (known) c->offset_recorded[fr.rank] = 1;
             store_dropped(c, fr.rank, fr.dropped);
         }
         /* Records are copied out: the buffer has no alignment promise. */
@@ -371,8 +379,9 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     pthread_mutex_init(&c->err_mu, NULL);
     c->buf = malloc(BATCH_MAX * sizeof *c->buf);
     c->max_step = malloc((size_t)cfg->world_size * sizeof *c->max_step);
+    c->offset_recorded = calloc((size_t)cfg->world_size, 1);
     c->dropped = calloc((size_t)cfg->world_size, sizeof *c->dropped);
-    if (!c->buf || !c->max_step || !c->dropped) {
+    if (!c->buf || !c->max_step || !c->dropped || !c->offset_recorded) {
         pp_fail(err, "collector: out of memory");
         goto fail;
     }
@@ -409,6 +418,7 @@ fail:
     free(c->listen_host);
     free(c->buf);
     free(c->max_step);
+    free(c->offset_recorded);
     free(c->dropped);
     free(c);
     return -1;
@@ -461,6 +471,7 @@ int collector_stop(collector *c, pp_err *err) {
     free(c->listen_host);
     free(c->buf);
     free(c->max_step);
+    free(c->offset_recorded);
     free(c->dropped);
     free(c);
     return rc;
