@@ -162,3 +162,68 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     cr_assert_eq(access(shot, R_OK), 0);
     cJSON_Delete(j);
 }
+
+/* The real thing: `pprun run --serve` on a free port, a job slow enough to
+ * watch (timed model, ~0.5 s a step); the page shows new steps as they
+ * finish, without a reload; after the job pprun keeps serving until SIGINT. */
+Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
+    require_playwright();
+    char dir[PATH_MAX], shot[PATH_MAX + 64], db[256], log[256];
+    snprintf(db, sizeof db, "/tmp/pprun-browser-run-%d.db", (int)getpid());
+    snprintf(log, sizeof log, "/tmp/pprun-browser-run-%d.log", (int)getpid());
+    unlink(db);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        FILE *f = freopen(log, "w", stderr);
+        (void)f;
+        execl(PPRUN_BIN, PPRUN_BIN, "run", "--serve", "127.0.0.1:0", "--db", db, "--steps", "14", "--microbatches", "4",
+              "--model", "timed:f=15ms,b=15ms,w=15ms,act=16KiB", "--progress", "off", (char *)NULL);
+        _exit(127);
+    }
+    int port = 0;
+    for (int i = 0; i < 200 && !port; i++) {
+        usleep(50000);
+        char *text = fixture_read_file(log);
+        const char *at = text ? strstr(text, "dashboard at http://127.0.0.1:") : NULL;
+        if (at) port = atoi(at + strlen("dashboard at http://127.0.0.1:"));
+        free(text);
+    }
+    cr_assert_gt(port, 0, "pprun run --serve never printed its URL");
+    build_dir(dir, sizeof dir);
+    snprintf(shot, sizeof shot, "%s/browser-run.png", dir);
+    cJSON *j = run_node("job", port, shot, NULL);
+
+    /* The job ends by itself; the dashboard stays until SIGINT. */
+    char *text = NULL;
+    for (int i = 0; i < 600; i++) {
+        free(text);
+        text = fixture_read_file(log);
+        if (text && strstr(text, "until Ctrl-C")) break;
+        usleep(50000);
+    }
+    cr_assert(text && strstr(text, "until Ctrl-C"), "the job did not finish: %s", text ? text : "");
+    free(text);
+    kill(pid, SIGINT);
+    int st;
+    waitpid(pid, &st, 0);
+    unlink(log);
+    char path[300];
+    snprintf(path, sizeof path, "%s-wal", db);
+    unlink(path);
+    snprintf(path, sizeof path, "%s-shm", db);
+    unlink(path);
+    unlink(db);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun run exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+
+    int before = cJSON_GetObjectItem(j, "stepsBefore")->valueint, after = cJSON_GetObjectItem(j, "stepsAfter")->valueint;
+    cr_assert_geq(after, before + 2, "steps before %d, after %d", before, after);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "follow")), "a running job opens in follow-live mode");
+    cr_assert_geq(cJSON_GetObjectItem(j, "lossPoints")->valueint, after);
+    cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
+    cJSON *f = cJSON_GetObjectItem(drawn, "F");
+    cr_assert_eq(cJSON_GetArraySize(f), 4, "a row per rank");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, f) cr_assert_gt(v->valueint, 0, "F blocks drawn on every rank");
+    cJSON_Delete(j);
+}

@@ -4,6 +4,7 @@
 //
 //   node dashboard.mjs finished URL SCREENSHOT.png
 //   node dashboard.mjs live URL SCREENSHOT.png READY_FILE
+//   node dashboard.mjs job URL SCREENSHOT.png      (a real running job)
 //
 // "live": after the page is ready it creates READY_FILE; the test then
 // appends steps to the database and this script waits for them to appear.
@@ -73,6 +74,19 @@ try {
     await page.click('button[data-tab=timeline]');
     out.synthetic100kMs = await page.evaluate(() => window.__pprun.loadSynthetic(100000));
     out.syntheticDrawn = await page.evaluate(() => window.__pprun.drawn.F.reduce((a, b) => a + b, 0) + window.__pprun.drawn.B.reduce((a, b) => a + b, 0) + window.__pprun.drawn.W.reduce((a, b) => a + b, 0));
+  } else if (mode === 'job') {
+    // A real `pprun run --serve` job: steps appear while it runs.
+    const complete = () => (window.__pprun && window.__pprun.state && window.__pprun.state.steps
+      ? window.__pprun.state.steps.filter((s) => s.complete).length : 0);
+    await page.waitForFunction(complete, null, { timeout: 60000 });
+    out.stepsBefore = await page.evaluate(complete);
+    await page.waitForFunction((n) => (window.__pprun.state.steps.filter((s) => s.complete).length >= n + 2),
+      out.stepsBefore, { timeout: 60000 });
+    out.stepsAfter = await page.evaluate(complete);
+    out.follow = await page.evaluate(() => document.getElementById('follow').checked);
+    out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
+    out.drawn = await page.evaluate(() => window.__pprun.drawn);
+    await page.screenshot({ path: shot, fullPage: true });
   } else {
     out.follow = await page.evaluate(() => document.getElementById('follow').checked);
     out.stepsBefore = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
