@@ -204,69 +204,60 @@ static int write_job(run_job *job, pp_err *err) {
 
 static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) { return store_time(ctx, remote_ns, err); }
 
-/* First attempt: rings, collector (master: into the db; other nodes:
- * forwarded to the master with this node's clock offset) and progress. */
-static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
-    run_job *job = ctx;
-    /* The display lives for one attempt: it reads the store, which is up
-     * only while launch_job runs. */
-    if (info->node_rank == 0 &&
-        run_progress_start(info->store_addr, job->cfg.steps, job->progress_next, job->cfg.progress,
-                           job->db ? job->cfg.db : NULL,
-                           job->job_id, job->plan, &job->cfg, &job->progress, err) != 0)
-        return -1;
-    if (info->attempt > 0 || !job->cfg.trace) return 0;
+/* Master: the collector writes into the database and, with several nodes,
+ * listens for the other nodes' forwarded batches. */
+static int start_master_collector(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
+    collector_config cc = {.db = job->db, .job_id = job->job_id, .world_size = info->world_size};
+    if (info->nnodes > 1) cc.listen_host = "0.0.0.0";
+    if (collector_start(&cc, &job->coll, err) != 0) return -1;
+    /* From here until collector_stop only the collector thread writes. */
+    char text[32];
+    int n = snprintf(text, sizeof text, "%d", collector_listen_port(job->coll));
+    if (store_set(store, "run/collector_port", text, (size_t)n, err) != 0) return -1;
+    n = snprintf(text, sizeof text, "%lld", (long long)job->job_id);
+    return store_set(store, "run/job_id", text, (size_t)n, err);
+}
 
+static int store_get_long(store_client *store, const char *key, long max, long *out, pp_err *err) {
+    void *val = NULL;
+    size_t len;
+    if (store_get(store, key, &val, &len, err) != 0) return -1;
+    int rc = pp_parse_long(val, 1, max, key, out, err);
+    free(val);
+    return rc;
+}
+
+/* Other nodes: measure this node's clock offset to the master through the
+ * store, then forward every batch to the master's collector. */
+static int start_forwarding_collector(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
+    const char *keys[] = {"run/collector_port", "run/job_id"};
+    int rc = store_wait(store, keys, 2, 60000, err);
+    if (rc == 1) return pp_fail(err, "the master launcher never published its trace collector's address");
+    long port, job_id;
+    if (rc != 0 || store_get_long(store, keys[0], 65535, &port, err) != 0 ||
+        store_get_long(store, keys[1], 1L << 62, &job_id, err) != 0)
+        return -1;
+    collector_config cc = {.job_id = job_id, .world_size = info->world_size};
+    uint64_t rtt;
+    if (trace_clock_offset(remote_now, store, RUN_CLOCK_ROUNDS, &cc.clock_offset_ns, &rtt, err) != 0) return -1;
+    cc.forward_host = job->lo.master_addr;
+    cc.forward_port = (int)port;
+    return collector_start(&cc, &job->coll, err);
+}
+
+/* The collector and one trace ring per local rank (the collector owns the
+ * rings; the workers inherit their fds). */
+static int start_tracing(run_job *job, const launch_info *info, pp_err *err) {
     store_client *store = NULL;
     char host[256];
     int port;
     if (store_parse_addr(info->store_addr, host, sizeof host, &port, err) != 0 ||
         store_connect(host, port, 30ull * 1000000000ull, &store, err) != 0)
         return -1;
-    collector_config cc = {.job_id = job->job_id, .world_size = info->world_size};
-    int rc = 0;
-    if (info->node_rank == 0) {
-        cc.db = job->db;
-        if (info->nnodes > 1) cc.listen_host = "0.0.0.0";
-        rc = collector_start(&cc, &job->coll, err);
-        if (rc == 0 && info->nnodes > 1) {
-            char text[32];
-            int n = snprintf(text, sizeof text, "%d", collector_listen_port(job->coll));
-            rc = store_set(store, "run/collector_port", text, (size_t)n, err);
-        }
-        /* From here until collector_stop only the collector thread writes. */
-    } else {
-        const char *keys[] = {"run/collector_port", "run/job_id"};
-        void *val = NULL;
-        size_t len;
-        long fport = 0, jid = 0;
-        rc = store_wait(store, keys, 2, 60000, err);
-        if (rc == 1) rc = pp_fail(err, "the master launcher never published its collector's port");
-        if (rc == 0 && (rc = store_get(store, keys[0], &val, &len, err)) == 0) {
-            rc = pp_parse_long(val, 1, 65535, "collector port", &fport, err);
-            free(val);
-        }
-        if (rc == 0 && (rc = store_get(store, keys[1], &val, &len, err)) == 0) {
-            rc = pp_parse_long(val, 1, 1L << 62, "job id", &jid, err);
-            free(val);
-        }
-        uint64_t rtt = 0;
-        if (rc == 0) rc = trace_clock_offset(remote_now, store, RUN_CLOCK_ROUNDS, &cc.clock_offset_ns, &rtt, err);
-        if (rc == 0) {
-            cc.job_id = jid;
-            cc.forward_host = job->lo.master_addr;
-            cc.forward_port = (int)fport;
-            rc = collector_start(&cc, &job->coll, err);
-        }
-    }
-    if (rc == 0 && info->node_rank == 0) {
-        char text[32];
-        int n = snprintf(text, sizeof text, "%lld", (long long)job->job_id);
-        rc = store_set(store, "run/job_id", text, (size_t)n, err);
-    }
+    int rc = info->node_rank == 0 ? start_master_collector(job, info, store, err)
+                                  : start_forwarding_collector(job, info, store, err);
     store_close(store);
     if (rc != 0) return -1;
-
     job->rings = calloc((size_t)info->nproc_per_node, sizeof *job->rings);
     if (!job->rings) return pp_fail(err, "out of memory");
     for (int l = 0; l < info->nproc_per_node; l++) {
@@ -279,6 +270,17 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
         }
     }
     return 0;
+}
+
+static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
+    run_job *job = ctx;
+    /* The display lives for one attempt: it reads the store, which is up
+     * only while launch_job runs. */
+    if (info->node_rank == 0 &&
+        run_progress_start(info->store_addr, job->cfg.steps, job->progress_next, job->cfg.progress,
+                           job->db ? job->cfg.db : NULL, job->job_id, job->plan, &job->cfg, &job->progress, err) != 0)
+        return -1;
+    return info->attempt == 0 && job->cfg.trace ? start_tracing(job, info, err) : 0;
 }
 
 static int rank_env(void *ctx, const launch_info *info, int local_rank, int global_rank, launch_env *env, pp_err *err) {
@@ -335,7 +337,7 @@ static const char *job_status(const launch_result *res) {
     return res->status == LAUNCH_OK ? "succeeded" : res->status == LAUNCH_SIGNALED ? "stopped" : "failed";
 }
 
-static void failure_text(const launch_options *lo, const launch_result *res, char *buf, size_t n) {
+static void failure_text(const launch_result *res, char *buf, size_t n) {
     char sigbuf[16];
     if (res->status == LAUNCH_FAILED && res->failure.signal)
         snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", res->failure.global_rank,
@@ -346,7 +348,6 @@ static void failure_text(const launch_options *lo, const launch_result *res, cha
     else if (res->status == LAUNCH_SIGNALED)
         snprintf(buf, n, "pprun was stopped by %s", launch_signal_name(res->signal, sigbuf));
     else snprintf(buf, n, "the launcher failed");
-    (void)lo;
 }
 
 int cmd_run(int argc, char **argv) {
@@ -414,12 +415,11 @@ int cmd_run(int argc, char **argv) {
             if (exit_code == 0) exit_code = 1;
         }
         job.coll = NULL;
-        job.rings = NULL;
     }
     if (job.db) {
         char failure[sizeof err.msg + 64] = "";
         if (lrc != 0) snprintf(failure, sizeof failure, "%s", err.msg);
-        else if (res.status != LAUNCH_OK) failure_text(&job.lo, &res, failure, sizeof failure);
+        else if (res.status != LAUNCH_OK) failure_text(&res, failure, sizeof failure);
         pp_err ferr;
         int failed_rank = lrc == 0 && res.status == LAUNCH_FAILED ? res.failure.global_rank : -1;
         if (db_finish_job(job.db, job.job_id, lrc != 0 ? "failed" : job_status(&res), exit_code, failed_rank,
@@ -437,6 +437,7 @@ int cmd_run(int argc, char **argv) {
 out:
     run_progress_stop(job.progress);
     if (job.coll) collector_stop(job.coll, &err);
+    free(job.rings); /* the rings themselves belonged to the collector */
     if (job.db) db_close(job.db);
     run_config_free_args(job.worker_args);
     sched_free(job.plan);
