@@ -326,6 +326,45 @@ static void dead_send_test(const char *transport) {
 Test(comm_shm, a_blocked_sender_fails_when_its_peer_is_killed) { dead_send_test("shm"); }
 Test(comm_tcp, a_blocked_sender_fails_when_its_peer_is_killed) { dead_send_test("tcp"); }
 
+/* ---- a ring through the job's store (interleaved-1f1b with 4 ranks) -------- */
+
+/* Every rank sends activations to the next and gradients to the previous
+ * and receives both at once, so each rank sets up two peers at the same
+ * moment: one in its sender thread, one in the receiving thread, both asking
+ * the store (one client per rank, not thread-safe) for an endpoint. */
+enum { RING_WORLD = 4, RING_MSGS = 8, RING_BYTES = 4096 };
+
+static int ring_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    int next = (rank + 1) % RING_WORLD, prev = (rank + RING_WORLD - 1) % RING_WORLD, rc = 0;
+    unsigned char *b = malloc(RING_BYTES);
+    for (int i = 0; i < RING_MSGS && rc == 0; i++) {
+        fill(b, RING_BYTES, (uint64_t)(rank * 1000 + i));
+        rc = comm_send(c, next, comm_tag(0, (uint64_t)next, (uint64_t)i, COMM_DIR_ACT), b, RING_BYTES, rep);
+        if (rc == 0)
+            rc = comm_send(c, prev, comm_tag(0, (uint64_t)prev, (uint64_t)i, COMM_DIR_GRAD), b, RING_BYTES, rep);
+        uint64_t act = comm_tag(0, (uint64_t)rank, (uint64_t)i, COMM_DIR_ACT);
+        if (rc == 0) rc = comm_recv(c, prev, act, b, RING_BYTES, 5000, rep);
+        if (rc == 0) rc = check(b, RING_BYTES, (uint64_t)(prev * 1000 + i), "activation from the previous rank", rep);
+        uint64_t grad = comm_tag(0, (uint64_t)rank, (uint64_t)i, COMM_DIR_GRAD);
+        if (rc == 0) rc = comm_recv(c, next, grad, b, RING_BYTES, 5000, rep);
+        if (rc == 0) rc = check(b, RING_BYTES, (uint64_t)(next * 1000 + i), "gradient from the next rank", rep);
+    }
+    free(b);
+    return rc;
+}
+
+Test(comm_shm, a_ring_of_ranks_sharing_the_store_delivers_every_message) {
+    /* The set-up race is decided afresh by every comm_open: try several. */
+    for (int run = 0; run < 12; run++) {
+        cw_result r;
+        cr_assert_eq(cw_run_store(RING_WORLD, "shm", ring_fn, NULL, &r), 0, "%s", r.report[0]);
+        for (int i = 0; i < RING_WORLD; i++)
+            cr_assert(r.exited[i] && r.code[i] == 0, "run %d, rank %d: %s %d: %s", run, i,
+                      r.exited[i] ? "exit" : "signal", r.code[i], r.report[i]);
+    }
+}
+
 /* ---- transport choice: shm on one node, tcp across nodes --------------------- */
 
 static int mixed_fn(comm *c, int rank, void *arg, pp_err *rep) {

@@ -141,7 +141,10 @@ static int peer_setup(comm_peer *p, pp_err *err) {
     snprintf(key, sizeof key, COMM_KEY_FMT, c->job_key, p->rank);
     int pid = 0, node = 0, port = 0, pidfd_gone = 0;
     char host[256] = "";
-    if (c->ex.get(c->ex.ctx, key, val, sizeof val - 1, &len, c->connect_timeout_ms, &e) < 0) {
+    pthread_mutex_lock(&c->ex_mu);
+    int got = c->ex.get(c->ex.ctx, key, val, sizeof val - 1, &len, c->connect_timeout_ms, &e);
+    pthread_mutex_unlock(&c->ex_mu);
+    if (got < 0) {
         snprintf(p->setup_err, sizeof p->setup_err, "comm: no endpoint of rank %d in the store (key %.250s): %.600s", p->rank,
                  key, e.msg);
         goto fail;
@@ -250,7 +253,7 @@ static void sender_fail(comm_peer *p, const char *why) {
     pthread_mutex_lock(&p->mu);
     if (!p->send_failed) {
         p->send_failed = 1;
-        snprintf(p->send_err, sizeof p->send_err, "%s", why);
+        snprintf(p->send_err, sizeof p->send_err, "%.250s", why);
     }
     drop_queue_locked(p);
     pthread_cond_broadcast(&p->cv_flush);
@@ -539,6 +542,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
     c->job_hash = comm_hash(c->job_key);
     c->listen_fd = c->wake_fd = -1;
     pthread_mutex_init(&c->accept_mu, NULL);
+    pthread_mutex_init(&c->ex_mu, NULL);
     c->node = calloc((size_t)c->world, sizeof *c->node);
     c->peers = calloc((size_t)c->world, sizeof *c->peers);
     if (!c->node || !c->peers) {
@@ -590,7 +594,10 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
     snprintf(key, sizeof key, COMM_KEY_FMT, c->job_key, c->rank);
     int n = snprintf(val, sizeof val, "pid=%d node=%d host=%s port=%d", (int)getpid(), c->node[c->rank], c->host,
                      c->port);
-    if (c->ex.put(c->ex.ctx, key, val, (size_t)n, err) < 0) {
+    pthread_mutex_lock(&c->ex_mu);  /* no other thread yet; locked for the rule's sake */
+    int put = c->ex.put(c->ex.ctx, key, val, (size_t)n, err);
+    pthread_mutex_unlock(&c->ex_mu);
+    if (put < 0) {
         pp_wrap(err, "comm: rank %d cannot publish its endpoint (key %s)", c->rank, key);
         comm_close(c);
         return -1;
@@ -659,6 +666,7 @@ void comm_close(comm *c) {
     if (c->listen_fd >= 0) close(c->listen_fd);
     if (c->wake_fd >= 0) close(c->wake_fd);
     pthread_mutex_destroy(&c->accept_mu);
+    pthread_mutex_destroy(&c->ex_mu);
     free(c->peers);
     free(c->node);
     free(c);

@@ -21,7 +21,9 @@
 typedef struct comm_exchange {
     void *ctx;
     int (*put)(void *ctx, const char *key, const void *value, size_t len, pp_err *err);
-    /* Waits up to timeout_ms for the key; copies at most cap bytes; *len = its size. */
+    /* Waits up to timeout_ms for the key; copies at most cap bytes; *len = its size.
+     * comm calls put and get from one thread at a time (never concurrently),
+     * so they need not be thread-safe. */
     int (*get)(void *ctx, const char *key, void *value, size_t cap, size_t *len, int timeout_ms, pp_err *err);
 } comm_exchange;
 

@@ -94,6 +94,11 @@ typedef struct comm {
     char job_key[256];
     uint64_t job_hash;
     comm_exchange ex;
+    /* Sender threads and receiving threads set up peers concurrently, but
+     * an exchange need not be thread-safe (the launcher's store client is
+     * one socket: two threads on it steal each other's replies).  Every
+     * ex.put / ex.get runs under this lock. */
+    pthread_mutex_t ex_mu;
     int connect_timeout_ms;
     int force;                 /* 0 auto, COMM_SHM, COMM_TCP */
     char host[256];
