@@ -8,7 +8,6 @@
  * hand. */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +26,8 @@ typedef struct worker {
     run_config cfg;
     int rank, world, local_world, attempt;
     const char *run_id;
-    store_client *store;      /* one connection, used by comm's threads too: */
-    pthread_mutex_t store_lock; /* held around every call on it */
+    store_client *store;      /* the main thread's connection */
+    store_client *comm_store; /* comm's own: its set-up threads use it (comm serialises them) */
     FILE *metrics;
 } worker;
 
@@ -43,44 +42,25 @@ static int env_int(const char *name, int min, int *out, pp_err *err) {
 
 /* --- the store as comm's key/value exchange --------------------------------- */
 
-/* comm calls these from its own threads; waits poll, so no thread holds the
- * lock while it waits for another process. */
 static int exchange_put(void *ctx, const char *key, const void *value, size_t len, pp_err *err) {
-    worker *w = ctx;
-    pthread_mutex_lock(&w->store_lock);
-    int rc = store_set(w->store, key, value, len, err);
-    pthread_mutex_unlock(&w->store_lock);
-    return rc;
+    return store_set(ctx, key, value, len, err);
 }
 
 static int exchange_get(void *ctx, const char *key, void *value, size_t cap, size_t *len, int timeout_ms,
                         pp_err *err) {
-    worker *w = ctx;
-    uint64_t deadline = pp_now_ns() + (uint64_t)(timeout_ms < 0 ? 86400000 : timeout_ms) * 1000000ull;
-    for (;;) {
-        void *v = NULL;
-        size_t n = 0;
-        pthread_mutex_lock(&w->store_lock);
-        int rc = store_get(w->store, key, &v, &n, err);
-        pthread_mutex_unlock(&w->store_lock);
-        if (rc < 0) return -1;
-        if (rc == 0) {
-            memcpy(value, v, n < cap ? n : cap);
-            *len = n;
-            free(v);
-            return 0;
-        }
-        if (pp_now_ns() >= deadline)
-            return pp_fail(err, "timed out after %d ms waiting for '%s' in the job's store", timeout_ms, key);
-        pp_sleep_ns(2000000);
-    }
-}
-
-static int locked_set(worker *w, const char *key, const char *text, pp_err *err) {
-    pthread_mutex_lock(&w->store_lock);
-    int rc = store_set(w->store, key, text, strlen(text), err);
-    pthread_mutex_unlock(&w->store_lock);
-    return rc;
+    const char *keys[] = {key};
+    int rc = store_wait(ctx, keys, 1, timeout_ms, err);
+    if (rc == 1) return pp_fail(err, "timed out after %d ms waiting for '%s' in the job's store", timeout_ms, key);
+    if (rc != 0) return -1;
+    void *v = NULL;
+    size_t n = 0;
+    rc = store_get(ctx, key, &v, &n, err);
+    if (rc == 1) return pp_fail(err, "key '%s' vanished from the job's store", key);
+    if (rc != 0) return -1;
+    memcpy(value, v, n < cap ? n : cap);
+    *len = n;
+    free(v);
+    return 0;
 }
 
 /* --- step reports -------------------------------------------------------------- */
@@ -97,8 +77,8 @@ static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
     }
     char key[64], text[128];
     snprintf(key, sizeof key, "run/progress/%d", r->step);
-    snprintf(text, sizeof text, "%.6f %.3f %.1f", r->loss, r->step_ns / 1e6, r->tokens_per_s);
-    return locked_set(w, key, text, err);
+    int n = snprintf(text, sizeof text, "%.6f %.3f %.1f", r->loss, r->step_ns / 1e6, r->tokens_per_s);
+    return store_set(w->store, key, text, (size_t)n, err);
 }
 
 /* Each rank counts itself in once its stages are saved; the rank that
@@ -108,10 +88,7 @@ static int checkpoint_done(void *ctx, int step, pp_err *err) {
     char key[256];
     snprintf(key, sizeof key, "run/ckpt/%d/%d", w->attempt, step);
     int64_t count = 0;
-    pthread_mutex_lock(&w->store_lock);
-    int rc = store_add(w->store, key, 1, &count, err);
-    pthread_mutex_unlock(&w->store_lock);
-    if (rc != 0) return -1;
+    if (store_add(w->store, key, 1, &count, err) != 0) return -1;
     if (count != w->world) return 0;
     char path[1024], tmp[1100];
     snprintf(path, sizeof path, "%s/latest", w->cfg.checkpoint_dir);
@@ -181,12 +158,13 @@ static int run_worker(worker *w, pp_err *err) {
         for (int r = 0; r < w->world; r++) rank_node[r] = r / w->local_world; /* global ranks are node-major */
         char job_key[192];
         snprintf(job_key, sizeof job_key, "%s-a%d", w->run_id, w->attempt);
+        if (store_connect_env(WORKER_STORE_TIMEOUT_NS, &w->comm_store, err) != 0) goto out;
         comm_config cc = {
             .rank = w->rank,
             .world = w->world,
             .rank_node = rank_node,
             .job_key = job_key,
-            .exchange = {w, exchange_put, exchange_get},
+            .exchange = {w->comm_store, exchange_put, exchange_get},
             .connect_timeout_ms = 60000,
             .transport = w->cfg.transport,
             .tcp_host = getenv("PPRUN_NODE_ADDR"),
@@ -215,6 +193,7 @@ out:
     if (w->metrics) fclose(w->metrics);
     data_close(data);
     sched_free(plan);
+    store_close(w->comm_store);
     store_close(w->store);
     return rc;
 }
@@ -222,7 +201,6 @@ out:
 int cmd_worker(int argc, char **argv) {
     static worker w;
     pp_err err;
-    pthread_mutex_init(&w.store_lock, NULL);
     if (parse_flags(&w, argc, argv, &err) != 0) {
         fprintf(stderr, "pprun worker: %s\n", err.msg);
         return 2;
