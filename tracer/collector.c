@@ -364,6 +364,22 @@ static int tcp_socket(const char *host, int port, int listening, pp_err *err) {
     return fd;
 }
 
+/* Everything but the forwarding socket (closed politely by collector_stop). */
+static void collector_free(collector *c) {
+    if (c->listen_fd >= 0) close(c->listen_fd);
+    for (size_t i = 0; i < c->nrings; i++) trace_ring_close(c->rings[i].ring);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->err_mu);
+    free(c->rings);
+    free(c->forward_host);
+    free(c->listen_host);
+    free(c->buf);
+    free(c->max_step);
+    free(c->offset_recorded);
+    free(c->dropped);
+    free(c);
+}
+
 int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     if (!cfg->db == !cfg->forward_host)
         return pp_fail(err, "collector: exactly one of a database (master) or a forward address (other nodes) is needed");
@@ -411,16 +427,7 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     return 0;
 fail:
     if (c->fwd_fd >= 0) close(c->fwd_fd);
-    if (c->listen_fd >= 0) close(c->listen_fd);
-    pthread_mutex_destroy(&c->mu);
-    pthread_mutex_destroy(&c->err_mu);
-    free(c->forward_host);
-    free(c->listen_host);
-    free(c->buf);
-    free(c->max_step);
-    free(c->offset_recorded);
-    free(c->dropped);
-    free(c);
+    collector_free(c);
     return -1;
 }
 
@@ -462,17 +469,6 @@ int collector_stop(collector *c, pp_err *err) {
         shutdown(c->fwd_fd, SHUT_WR);
         close(c->fwd_fd);
     }
-    if (c->listen_fd >= 0) close(c->listen_fd);
-    for (size_t i = 0; i < c->nrings; i++) trace_ring_close(c->rings[i].ring);
-    pthread_mutex_destroy(&c->mu);
-    pthread_mutex_destroy(&c->err_mu);
-    free(c->rings);
-    free(c->forward_host);
-    free(c->listen_host);
-    free(c->buf);
-    free(c->max_step);
-    free(c->offset_recorded);
-    free(c->dropped);
-    free(c);
+    collector_free(c);
     return rc;
 }

@@ -35,6 +35,10 @@ int pp_parse_size(const char *s, const char *what, uint64_t *out, pp_err *err);
 /* "2ms", "500us", "1.5s", "100ns" -> nanoseconds. A bare number is ms. */
 int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err);
 
+/* Reads a whole file into *buf (malloc'ed, NUL-terminated; caller frees),
+ * at most max_bytes. Errors start with "WHAT PATH:" (e.g. "--data x.txt:"). */
+int pp_read_file(const char *path, size_t max_bytes, const char *what, char **buf, size_t *len, pp_err *err);
+
 /* Splits "k1=v1,k2=v2" in place: calls fn for each pair; stops at the first
  * non-zero return. A pair without '=' gets value "". */
 int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),

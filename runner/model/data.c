@@ -2,7 +2,6 @@
  * the binary) and deterministic batches drawn from them. */
 #include "runner/model/model_internal.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,39 +12,13 @@ struct data_source {
     size_t size;
 };
 
-static int read_file(const char *path, uint8_t **out, size_t *size, pp_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pp_fail(err, "--data %s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    uint8_t *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-        if (n == cap) {
-            uint8_t *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return pp_fail(err, "--data %s: out of memory reading the file", path);
-    if (bad) {
-        free(buf);
-        return pp_fail(err, "--data %s: read error (is it a directory?)", path);
-    }
-    *out = buf, *size = n;
-    return 0;
-}
-
 int data_open(const char *path, size_t min_bytes, data_source **out, pp_err *err) {
     *out = NULL;
     if (min_bytes < 2) min_bytes = 2; /* one token and its target */
     uint8_t *bytes = NULL;
     size_t size = 0;
     if (path) {
-        if (read_file(path, &bytes, &size, err) != 0) return -1;
+        if (pp_read_file(path, SIZE_MAX - 1, "--data", (char **)&bytes, &size, err) != 0) return -1;
     } else {
         for (const pp_embedded_file *f = pp_corpus_files; f->name; f++) size += f->size;
         if (!(bytes = malloc(size ? size : 1))) return pp_fail(err, "data: out of memory for the default corpus");

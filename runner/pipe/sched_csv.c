@@ -335,37 +335,9 @@ done:
 
 int sched_load_csv(const char *path, sched_plan **out, pp_err *err) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return pp_fail(err, "schedule CSV %s: cannot open: %m", path);
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t n = fread(buf + len, 1, cap - len, f);
-        len += n;
-        if (n == 0) break;
-        if (len == cap) {
-            if (cap >= (64u << 20)) {
-                free(buf);
-                fclose(f);
-                return pp_fail(err, "schedule CSV %s: larger than 64 MiB", path);
-            }
-            char *b = realloc(buf, cap * 2);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return pp_fail(err, "schedule CSV %s: out of memory", path);
-    if (bad) {
-        free(buf);
-        return pp_fail(err, "schedule CSV %s: read error", path);
-    }
+    char *buf;
+    size_t len;
+    if (pp_read_file(path, 64u << 20, "schedule CSV", &buf, &len, err) != 0) return -1;
     int rc = sched_parse_csv(buf, len, path, out, err);
     free(buf);
     return rc;
