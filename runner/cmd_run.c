@@ -385,11 +385,11 @@ int cmd_run(int argc, char **argv) {
     node_address(job.lo.master_addr, job.node_addr, sizeof job.node_addr);
 
     int exit_code = 2;
-    if (job.cfg.trace && job.lo.node_rank == 0) {
-        if (db_open(job.cfg.db, &job.db, &err) != 0 || write_job(&job, &err) != 0) {
-            fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, err.msg);
-            goto out;
-        }
+    /* The server starts before the job is written: a refused --serve (a
+     * taken port, no token for a public address) leaves no job behind. */
+    if (job.cfg.trace && job.lo.node_rank == 0 && db_open(job.cfg.db, &job.db, &err) != 0) {
+        fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, err.msg);
+        goto out;
     }
     if (job.cfg.serve && job.lo.node_rank == 0) {
         http_options ho = {.listen = job.cfg.serve_addr, .token = job.cfg.token, .db_path = job.cfg.db};
@@ -398,6 +398,10 @@ int cmd_run(int argc, char **argv) {
             goto out;
         }
         fprintf(stderr, "pprun run: dashboard at %s\n", http_url(job.web));
+    }
+    if (job.db && write_job(&job, &err) != 0) {
+        fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, err.msg);
+        goto out;
     }
 
     launch_hooks hooks = {
@@ -433,8 +437,10 @@ int cmd_run(int argc, char **argv) {
     if (job.web) {
         if (res.status != LAUNCH_SIGNALED) wait_for_interrupt(http_url(job.web));
         http_stop(job.web);
+        job.web = NULL;
     }
 out:
+    if (job.web) http_stop(job.web);
     run_progress_stop(job.progress);
     if (job.coll) collector_stop(job.coll, &err);
     free(job.rings); /* the rings themselves belonged to the collector */
