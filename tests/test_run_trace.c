@@ -7,6 +7,7 @@
  * simulator's; the losses are complete. A crashed rank's trace survives, and
  * two nodes with skewed clocks land on one timeline. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -234,4 +235,50 @@ Test(run_trace, two_nodes_with_skewed_clocks_land_on_one_timeline) {
                                "b.phase = 'F' WHERE b.start_ns < a.end_ns");
     cr_assert_eq(bad, 0, "%lld forwards start before their input was computed", bad);
     sqlite3_close(db);
+}
+
+/* SIGTERM to `pprun run` mid-job: every worker goes, pprun exits 143, and
+ * the database says the job was stopped, with what ran until then intact. */
+Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
+    char db[512], metrics[512];
+    snprintf(db, sizeof db, "%s/stop.db", tmpdir);
+    snprintf(metrics, sizeof metrics, "%s/stop-metrics.jsonl", tmpdir);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1), dup2(fd, 2);
+        execl(PPRUN_BIN, PPRUN_BIN, "run", "--db", db, "--steps", "500", "--progress", "off", "--metrics", metrics,
+              "--model", TIMED, (char *)NULL);
+        _exit(127);
+    }
+    /* Let it run a few steps. */
+    for (int i = 0; i < 200; i++) {
+        FILE *f = fopen(metrics, "r");
+        int lines = 0, c;
+        while (f && (c = fgetc(f)) != EOF) lines += c == '\n';
+        if (f) fclose(f);
+        if (lines >= 2) break;
+        usleep(50000);
+    }
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 143, "pprun run exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+
+    /* "[/]tmp/..." matches the workers' command lines but not the shell's
+     * running pgrep. */
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "pgrep -f '[%c]%s' >/dev/null", metrics[0], metrics + 1);
+    cr_assert_neq(system(cmd), 0, "a worker of the stopped job is still running");
+
+    sqlite3 *d = open_db("stop.db");
+    cr_assert_eq(scalar(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143"), 1);
+    cr_assert_geq(scalar(d, "SELECT max(step) FROM events"), 1, "the steps that ran are in the database");
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(d, "PRAGMA integrity_check", -1, &q, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(q, 0), "ok");
+    sqlite3_finalize(q);
+    sqlite3_close(d);
 }
