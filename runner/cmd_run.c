@@ -39,13 +39,13 @@ typedef struct run_job {
     run_config cfg;
     launch_options lo;
     sched_plan *plan;
-    db *db;                 /* the job's writer; only the collector thread writes while it runs */
+    db *db; /* the job's writer; only the collector thread writes while it runs */
     int64_t job_id;
     collector *coll;
-    trace_ring **rings;     /* [nproc_per_node], owned by the collector once added */
+    trace_ring **rings; /* [nproc_per_node], owned by the collector once added */
     http_server *web;
     run_progress *progress;
-    int progress_next;      /* the next step the display shows, across attempts */
+    int progress_next; /* the next step the display shows, across attempts */
     char node_addr[INET6_ADDRSTRLEN];
     char self_exe[4096];
     char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
@@ -53,32 +53,31 @@ typedef struct run_job {
 } run_job;
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: pprun run [job options] [launcher options]\n\n"
-            "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n\n"
-            "job options:\n"
-            "  --schedule S          gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE (default 1f1b)\n"
-            "  --microbatches M      microbatches per step (default 8)\n"
-            "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
-            "  --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
-            "  --steps N             training steps (default 20)\n"
-            "  --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
-            "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
-            "  --data FILE           train on this text file (default: the built-in corpus)\n"
-            "  --device cpu|cuda     (default cpu)\n"
-            "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
-            "  --db FILE             trace database (default ./pprun.db)\n"
-            "  --trace on|off        (default on)\n"
-            "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
-            "                        the job until Ctrl-C\n"
-            "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
-            "  --checkpoint-dir D  --checkpoint-every K  --resume\n"
-            "  --metrics FILE        JSON lines, one per step\n"
-            "  --save-weights DIR    every stage's final weights (raw float32)\n"
-            "  --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
-            "  --recv-timeout T      (default 120s)  --transport auto|shm|tcp\n"
-            "  --progress auto|on|off\n\n"
-            "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
+    fprintf(out, "usage: pprun run [job options] [launcher options]\n\n"
+                 "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n\n"
+                 "job options:\n"
+                 "  --schedule S          gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE (default 1f1b)\n"
+                 "  --microbatches M      microbatches per step (default 8)\n"
+                 "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
+                 "  --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
+                 "  --steps N             training steps (default 20)\n"
+                 "  --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
+                 "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
+                 "  --data FILE           train on this text file (default: the built-in corpus)\n"
+                 "  --device cpu|cuda     (default cpu)\n"
+                 "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
+                 "  --db FILE             trace database (default ./pprun.db)\n"
+                 "  --trace on|off        (default on)\n"
+                 "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
+                 "                        the job until Ctrl-C\n"
+                 "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
+                 "  --checkpoint-dir D  --checkpoint-every K  --resume\n"
+                 "  --metrics FILE        JSON lines, one per step\n"
+                 "  --save-weights DIR    every stage's final weights (raw float32)\n"
+                 "  --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
+                 "  --recv-timeout T      (default 120s)  --transport auto|shm|tcp\n"
+                 "  --progress auto|on|off\n\n"
+                 "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
     launch_usage(out);
 }
 
@@ -128,7 +127,8 @@ static int check_job(run_job *job, pp_err *err) {
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
     int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
     if (!first) return pp_fail(err, "out of memory");
-    int rc = sched_partition(cfg->model.layers, job->plan->stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
+    int rc =
+        sched_partition(cfg->model.layers, job->plan->stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
     free(first);
     if (rc != 0) return pp_wrap(err, "--model %s with %d stages", cfg->model_text, job->plan->stages);
     if (cfg->model.kind == MODEL_GPT) {
@@ -180,8 +180,8 @@ static int write_job(run_job *job, pp_err *err) {
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     db_rank_info *ranks = calloc((size_t)plan->ranks, sizeof *ranks);
-    char (*stages)[256] = calloc((size_t)plan->ranks, sizeof *stages);
-    char (*hosts)[272] = calloc((size_t)plan->ranks, sizeof *hosts);
+    char(*stages)[256] = calloc((size_t)plan->ranks, sizeof *stages);
+    char(*hosts)[272] = calloc((size_t)plan->ranks, sizeof *hosts);
     if (!ranks || !stages || !hosts) {
         free(ranks), free(stages), free(hosts);
         return pp_fail(err, "out of memory");
@@ -189,10 +189,14 @@ static int write_job(run_job *job, pp_err *err) {
     for (int r = 0; r < plan->ranks; r++) {
         int node = r / job->lo.nproc_per_node;
         for (int s = 0, n = 0; s < plan->stages; s++)
-            if (plan->stage_rank[s] == r && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
-        if (node == job->lo.node_rank) snprintf(hosts[r], sizeof hosts[r], "%s", host);
-        else snprintf(hosts[r], sizeof hosts[r], "node%d", node);
-        ranks[r] = (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = job->cfg.device, .stages = stages[r]};
+            if (plan->stage_rank[s] == r && n < 240)
+                n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
+        if (node == job->lo.node_rank)
+            snprintf(hosts[r], sizeof hosts[r], "%s", host);
+        else
+            snprintf(hosts[r], sizeof hosts[r], "node%d", node);
+        ranks[r] =
+            (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = job->cfg.device, .stages = stages[r]};
     }
     int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)plan->ranks, err);
     free(ranks), free(stages), free(hosts);
@@ -202,7 +206,9 @@ static int write_job(run_job *job, pp_err *err) {
 
 /* --- launcher hooks --------------------------------------------------------------- */
 
-static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) { return store_time(ctx, remote_ns, err); }
+static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) {
+    return store_time(ctx, remote_ns, err);
+}
 
 /* Master: the collector writes into the database and, with several nodes,
  * listens for the other nodes' forwarded batches. */
@@ -347,7 +353,8 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
                  res->failure.local_rank, res->failure.host, res->failure.exit_code);
     else if (res->status == LAUNCH_SIGNALED)
         snprintf(buf, n, "pprun was stopped by %s", launch_signal_name(res->signal, sigbuf));
-    else snprintf(buf, n, "the launcher failed");
+    else
+        snprintf(buf, n, "the launcher failed");
 }
 
 int cmd_run(int argc, char **argv) {
@@ -409,8 +416,10 @@ int cmd_run(int argc, char **argv) {
     launch_result res;
     int lrc = launch_job(&job.lo, &hooks, &res, &err);
     exit_code = res.exit_code;
-    if (lrc != 0) fprintf(stderr, "pprun run: %s\n", err.msg);
-    else if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &job.lo, &res);
+    if (lrc != 0)
+        fprintf(stderr, "pprun run: %s\n", err.msg);
+    else if (res.status == LAUNCH_FAILED)
+        launch_print_summary(stderr, &job.lo, &res);
 
     /* Everything the ranks recorded reaches the database, dead ranks too. */
     if (job.coll) {
@@ -422,8 +431,10 @@ int cmd_run(int argc, char **argv) {
     }
     if (job.db) {
         char failure[sizeof err.msg + 64] = "";
-        if (lrc != 0) snprintf(failure, sizeof failure, "%s", err.msg);
-        else if (res.status != LAUNCH_OK) failure_text(&res, failure, sizeof failure);
+        if (lrc != 0)
+            snprintf(failure, sizeof failure, "%s", err.msg);
+        else if (res.status != LAUNCH_OK)
+            failure_text(&res, failure, sizeof failure);
         pp_err ferr;
         int failed_rank = lrc == 0 && res.status == LAUNCH_FAILED ? res.failure.global_rank : -1;
         if (db_finish_job(job.db, job.job_id, lrc != 0 ? "failed" : job_status(&res), exit_code, failed_rank,

@@ -46,8 +46,7 @@ static int exchange_put(void *ctx, const char *key, const void *value, size_t le
     return store_set(ctx, key, value, len, err);
 }
 
-static int exchange_get(void *ctx, const char *key, void *value, size_t cap, size_t *len, int timeout_ms,
-                        pp_err *err) {
+static int exchange_get(void *ctx, const char *key, void *value, size_t cap, size_t *len, int timeout_ms, pp_err *err) {
     const char *keys[] = {key};
     int rc = store_wait(ctx, keys, 1, timeout_ms, err);
     if (rc == 1) return pp_fail(err, "timed out after %d ms waiting for '%s' in the job's store", timeout_ms, key);
@@ -70,7 +69,8 @@ static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
     if (w->metrics) {
         /* 9 significant digits: a float32 loss reads back to the same bits. */
         fprintf(w->metrics, "{\"step\":%d,\"loss\":%.9g,\"losses\":[", r->step, r->loss);
-        for (int i = 0; i < r->microbatches; i++) fprintf(w->metrics, i ? ",%.9g" : "%.9g", (double)r->losses[i]);
+        for (int i = 0; i < r->microbatches; i++)
+            fprintf(w->metrics, i ? ",%.9g" : "%.9g", (double)r->losses[i]);
         fprintf(w->metrics, "],\"step_ms\":%.3f,\"tokens_per_s\":%.1f,\"attempt\":%d}\n", r->step_ns / 1e6,
                 r->tokens_per_s, w->attempt);
         if (fflush(w->metrics) != 0) return pp_fail(err, "--metrics %s: %s", w->cfg.metrics, strerror(errno));
@@ -155,7 +155,8 @@ static int run_worker(worker *w, pp_err *err) {
             pp_fail(err, "out of memory");
             goto out;
         }
-        for (int r = 0; r < w->world; r++) rank_node[r] = r / w->local_world; /* global ranks are node-major */
+        for (int r = 0; r < w->world; r++)
+            rank_node[r] = r / w->local_world; /* global ranks are node-major */
         char job_key[192];
         snprintf(job_key, sizeof job_key, "%s-a%d", w->run_id, w->attempt);
         if (store_connect_env(WORKER_STORE_TIMEOUT_NS, &w->comm_store, err) != 0) goto out;

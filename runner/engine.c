@@ -10,16 +10,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-enum { DIR_ACT = COMM_DIR_ACT, DIR_GRAD = COMM_DIR_GRAD };
+/* Timestamps are pp_now_ns(); the ring adds the test-only clock skew
+ * itself (tracer/clock.h). */
 
-/* The ring adds the test-only clock skew itself (tracer/clock.h). */
-static uint64_t now(const engine *e) {
-    (void)e;
-    return pp_now_ns();
-}
-
-static void trace(engine *e, int phase, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0,
-                  uint64_t t1, double value) {
+static void trace(engine *e, int phase, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0, uint64_t t1,
+                  double value) {
     if (!e->ring) return;
     trace_event ev = {
         .version = TRACE_EVENT_VERSION,
@@ -50,8 +45,8 @@ static int partition(engine *e, pp_err *err) {
                            err);
 }
 
-static int checkpoint_path(const engine *e, int step, int stage, char *buf, size_t n) {
-    return snprintf(buf, n, "%s/step_%d/stage_%d.ckpt", e->cfg->checkpoint_dir, step, stage) < (int)n ? 0 : -1;
+static void checkpoint_path(const engine *e, int step, int stage, char *buf, size_t n) {
+    snprintf(buf, n, "%s/step_%d/stage_%d.ckpt", e->cfg->checkpoint_dir, step, stage);
 }
 
 /* The last step whose checkpoint is complete on every rank, or -1. */
@@ -90,8 +85,8 @@ int engine_init(engine *e, pp_err *err) {
     for (int s = 0; s < plan->stages; s++) {
         if (plan->stage_rank[s] != e->rank) continue;
         e->local_stage[e->nlocal++] = s;
-        if (model_stage_create(&e->cfg->model, e->first_layer[s], e->first_layer[s + 1], s == 0,
-                               s == plan->stages - 1, e->cfg->seed, plan->microbatches, &e->stages[s], err) != 0)
+        if (model_stage_create(&e->cfg->model, e->first_layer[s], e->first_layer[s + 1], s == 0, s == plan->stages - 1,
+                               e->cfg->seed, plan->microbatches, &e->stages[s], err) != 0)
             return pp_wrap(err, "stage %d", s);
     }
     e->start_step = 0;
@@ -106,7 +101,8 @@ int engine_init(engine *e, pp_err *err) {
 
 void engine_free(engine *e) {
     if (e->stages)
-        for (int s = 0; s < e->plan->stages; s++) model_stage_free(e->stages[s]);
+        for (int s = 0; s < e->plan->stages; s++)
+            model_stage_free(e->stages[s]);
     free(e->stages);
     free(e->local_stage);
     free(e->first_layer);
@@ -131,15 +127,13 @@ static void **mailbox_slot(const engine *e, step_state *st, int dir, int stage, 
     return &st->mailbox[((size_t)dir * e->plan->stages + (size_t)stage) * (size_t)m + (size_t)mb];
 }
 
-static int maybe_fail(const engine *e, int step, int op, int mb) {
+/* --fail-at: fault injection for tests; dies the way a crashed rank dies. */
+static void maybe_fail(const engine *e, int step, int op, int mb) {
     const run_fail_at *f = &e->cfg->fail_at;
-    if (!f->enabled || e->attempt != 0 || f->step != step || f->rank != e->rank) return 0;
-    if (f->phase >= 0 && f->phase != op) return 0;
-    if (f->mb >= 0 && f->mb != mb) return 0;
-    /* Fault injection for tests: die the way a crashed rank dies. */
+    if (!f->enabled || e->attempt != 0 || f->step != step || f->rank != e->rank) return;
+    if ((f->phase >= 0 && f->phase != op) || (f->mb >= 0 && f->mb != mb)) return;
     fflush(NULL);
     raise(SIGKILL);
-    return 0;
 }
 
 /* Gets the tensor stage `from_stage` produced for `to_stage`: from the
@@ -147,26 +141,27 @@ static int maybe_fail(const engine *e, int step, int op, int mb) {
 static int receive(engine *e, step_state *st, int dir, int from_stage, int mb, void **out, pp_err *err) {
     const sched_plan *plan = e->plan;
     int peer = plan->stage_rank[from_stage];
-    int to_stage = dir == DIR_ACT ? from_stage + 1 : from_stage - 1;
+    int to_stage = dir == COMM_DIR_ACT ? from_stage + 1 : from_stage - 1;
     if (peer == e->rank) {
         void **slot = mailbox_slot(e, st, dir, from_stage, mb);
         if (!*slot)
             return pp_fail(err, "rank %d: the %s of stage %d, microbatch %d is not ready on this rank (schedule order)",
-                           e->rank, dir == DIR_ACT ? "activation" : "gradient", from_stage, mb);
+                           e->rank, dir == COMM_DIR_ACT ? "activation" : "gradient", from_stage, mb);
         *out = *slot;
         *slot = NULL;
         return 0;
     }
     void *buf = malloc(st->act_bytes ? st->act_bytes : 1);
     if (!buf) return pp_fail(err, "out of memory");
-    uint64_t t0 = now(e);
-    if (comm_recv(e->comm, peer, comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir), buf, st->act_bytes,
-                  e->cfg->recv_timeout_ms, err) != 0) {
+    uint64_t t0 = pp_now_ns();
+    if (comm_recv(e->comm, peer, comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir), buf,
+                  st->act_bytes, e->cfg->recv_timeout_ms, err) != 0) {
         free(buf);
         return pp_wrap(err, "rank %d: receiving the %s of stage %d for microbatch %d (step %d) from rank %d", e->rank,
-                       dir == DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
+                       dir == COMM_DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
     }
-    trace(e, dir == DIR_ACT ? TRACE_RECV_F : TRACE_RECV_B, st->step, mb, to_stage, peer, st->act_bytes, t0, now(e), 0);
+    trace(e, dir == COMM_DIR_ACT ? TRACE_RECV_F : TRACE_RECV_B, st->step, mb, to_stage, peer, st->act_bytes, t0,
+          pp_now_ns(), 0);
     *out = buf;
     return 0;
 }
@@ -178,13 +173,15 @@ static int deliver(engine *e, step_state *st, int dir, int from_stage, int to_st
         *mailbox_slot(e, st, dir, from_stage, mb) = buf;
         return 0;
     }
-    uint64_t t0 = now(e);
-    int rc = comm_send(e->comm, peer, comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir), buf, st->act_bytes, err);
+    uint64_t t0 = pp_now_ns();
+    int rc = comm_send(e->comm, peer, comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir),
+                       buf, st->act_bytes, err);
     free(buf);
     if (rc != 0)
         return pp_wrap(err, "rank %d: sending the %s of stage %d for microbatch %d (step %d) to rank %d", e->rank,
-                       dir == DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
-    trace(e, dir == DIR_ACT ? TRACE_SEND_F : TRACE_SEND_B, st->step, mb, from_stage, peer, st->act_bytes, t0, now(e), 0);
+                       dir == COMM_DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
+    trace(e, dir == COMM_DIR_ACT ? TRACE_SEND_F : TRACE_SEND_B, st->step, mb, from_stage, peer, st->act_bytes, t0,
+          pp_now_ns(), 0);
     return 0;
 }
 
@@ -195,15 +192,15 @@ static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
     void *in = NULL, *out = NULL;
     if ((first || last) && spec->kind == MODEL_GPT)
         data_batch(e->data, e->cfg->seed, st->step, mb, spec->batch, spec->seq, st->tokens, st->targets);
-    if (!first && receive(e, st, DIR_ACT, s - 1, mb, &in, err) != 0) return -1;
+    if (!first && receive(e, st, COMM_DIR_ACT, s - 1, mb, &in, err) != 0) return -1;
     if (!last && !(out = malloc(st->act_bytes ? st->act_bytes : 1))) {
         free(in);
         return pp_fail(err, "out of memory");
     }
     float loss = 0;
-    uint64_t t0 = now(e);
+    uint64_t t0 = pp_now_ns();
     int rc = model_stage_forward(e->stages[s], mb, in, st->tokens, st->targets, out, last ? &loss : NULL, err);
-    uint64_t t1 = now(e);
+    uint64_t t1 = pp_now_ns();
     free(in); /* the stage keeps its own copy of what B and W need */
     if (rc != 0) {
         free(out);
@@ -215,35 +212,35 @@ static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
         trace(e, TRACE_LOSS, st->step, mb, s, -1, 0, t1, t1, loss);
         return 0;
     }
-    return deliver(e, st, DIR_ACT, s, s + 1, mb, out, err);
+    return deliver(e, st, COMM_DIR_ACT, s, s + 1, mb, out, err);
 }
 
 static int run_backward_input(engine *e, step_state *st, int s, int mb, pp_err *err) {
     const sched_plan *plan = e->plan;
     int first = s == 0, last = s == plan->stages - 1;
     void *grad_out = NULL, *grad_in = NULL;
-    if (!last && receive(e, st, DIR_GRAD, s + 1, mb, &grad_out, err) != 0) return -1;
+    if (!last && receive(e, st, COMM_DIR_GRAD, s + 1, mb, &grad_out, err) != 0) return -1;
     if (!first && !(grad_in = malloc(st->act_bytes ? st->act_bytes : 1))) {
         free(grad_out);
         return pp_fail(err, "out of memory");
     }
-    uint64_t t0 = now(e);
+    uint64_t t0 = pp_now_ns();
     int rc = model_stage_backward_input(e->stages[s], mb, grad_out, grad_in, err);
-    uint64_t t1 = now(e);
+    uint64_t t1 = pp_now_ns();
     free(grad_out);
     if (rc != 0) {
         free(grad_in);
         return pp_wrap(err, "rank %d: backward (B) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
     }
     trace(e, TRACE_B, st->step, mb, s, -1, 0, t0, t1, 0);
-    return first ? 0 : deliver(e, st, DIR_GRAD, s, s - 1, mb, grad_in, err);
+    return first ? 0 : deliver(e, st, COMM_DIR_GRAD, s, s - 1, mb, grad_in, err);
 }
 
 static int run_backward_weight(engine *e, step_state *st, int s, int mb, pp_err *err) {
-    uint64_t t0 = now(e);
+    uint64_t t0 = pp_now_ns();
     if (model_stage_backward_weight(e->stages[s], mb, err) != 0)
         return pp_wrap(err, "rank %d: backward (W) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
-    trace(e, TRACE_W, st->step, mb, s, -1, 0, t0, now(e), 0);
+    trace(e, TRACE_W, st->step, mb, s, -1, 0, t0, pp_now_ns(), 0);
     return 0;
 }
 
@@ -252,7 +249,8 @@ static int save_checkpoint(engine *e, int step, pp_err *err) {
     snprintf(dir, sizeof dir, "%s/step_%d", e->cfg->checkpoint_dir, step);
     if (mkdir(e->cfg->checkpoint_dir, 0777) != 0 && errno != EEXIST)
         return pp_fail(err, "--checkpoint-dir %s: %s", e->cfg->checkpoint_dir, strerror(errno));
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return pp_fail(err, "checkpoint: cannot create %s: %s", dir, strerror(errno));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return pp_fail(err, "checkpoint: cannot create %s: %s", dir, strerror(errno));
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
         checkpoint_path(e, step, s, path, sizeof path);
@@ -279,7 +277,7 @@ static int save_checkpoint(engine *e, int step, pp_err *err) {
 
 static int run_step(engine *e, step_state *st, pp_err *err) {
     const sched_plan *plan = e->plan;
-    uint64_t t_start = now(e);
+    uint64_t t_start = pp_now_ns();
     maybe_fail(e, st->step, -1, -1);
     for (int i = 0; i < plan->len[e->rank]; i++) {
         const sched_action *a = &plan->actions[e->rank][i];
@@ -289,17 +287,18 @@ static int run_step(engine *e, step_state *st, pp_err *err) {
                                     : run_backward_weight(e, st, a->stage, a->mb, err);
         if (rc != 0) return -1;
     }
-    uint64_t t0 = now(e);
+    uint64_t t0 = pp_now_ns();
     for (int i = 0; i < e->nlocal; i++)
         if (model_stage_step(e->stages[e->local_stage[i]], &e->cfg->optim, st->step, err) != 0)
             return pp_wrap(err, "rank %d: optimizer step %d", e->rank, st->step);
-    uint64_t t_end = now(e);
+    uint64_t t_end = pp_now_ns();
     trace(e, TRACE_OPT, st->step, -1, -1, -1, 0, t0, t_end, 0);
 
     if (plan->stage_rank[plan->stages - 1] == e->rank && e->hooks.on_step) {
         int m = plan->microbatches;
         double sum = 0;
-        for (int mb = 0; mb < m; mb++) sum += st->losses[mb];
+        for (int mb = 0; mb < m; mb++)
+            sum += st->losses[mb];
         uint64_t ns = t_end - t_start;
         engine_step_report rep = {
             .step = st->step,
@@ -386,7 +385,8 @@ int engine_run(engine *e, pp_err *err) {
     }
     if (rc == 0 && e->cfg->save_weights[0]) rc = save_weights(e, err);
     if (st.mailbox)
-        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++) free(st.mailbox[i]);
+        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++)
+            free(st.mailbox[i]);
     free(st.mailbox);
     free(st.losses);
     free(st.tokens);

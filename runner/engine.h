@@ -42,17 +42,17 @@ typedef struct engine {
     const run_config *cfg;
     const sched_plan *plan;
     int rank, attempt;
-    comm *comm;          /* NULL only when the job has one rank */
-    trace_ring *ring;    /* NULL when tracing is off */
-    data_source *data;   /* needed on the ranks holding the first or last stage */
+    comm *comm;        /* NULL only when the job has one rank */
+    trace_ring *ring;  /* NULL when tracing is off */
+    data_source *data; /* needed on the ranks holding the first or last stage */
     engine_hooks hooks;
 
     /* owned */
-    int nlocal;              /* stages on this rank */
-    int *local_stage;        /* [nlocal] stage index */
-    model_stage **stages;    /* [plan->stages], NULL where not local */
-    int *first_layer;        /* [plan->stages + 1] partition of the blocks */
-    int start_step;          /* first step to run (after a resume) */
+    int nlocal;           /* stages on this rank */
+    int *local_stage;     /* [nlocal] stage index */
+    model_stage **stages; /* [plan->stages], NULL where not local */
+    int *first_layer;     /* [plan->stages + 1] partition of the blocks */
+    int start_step;       /* first step to run (after a resume) */
 } engine;
 
 /* Partitions the model, creates this rank's stages and, with --resume or on a

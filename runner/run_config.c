@@ -56,10 +56,14 @@ static int fail_at_pair(void *ctx, const char *key, const char *value, pp_err *e
     if (strcmp(key, "rank") == 0) return parse_int("--fail-at rank", value, 0, 1 << 20, &f->rank, err);
     if (strcmp(key, "mb") == 0) return parse_int("--fail-at mb", value, 0, 1 << 20, &f->mb, err);
     if (strcmp(key, "phase") == 0) {
-        if (strcmp(value, "F") == 0) f->phase = SCHED_F;
-        else if (strcmp(value, "B") == 0) f->phase = SCHED_B;
-        else if (strcmp(value, "W") == 0) f->phase = SCHED_W;
-        else return pp_fail(err, "--fail-at phase: '%s' is not accepted; accepted: F|B|W", value);
+        if (strcmp(value, "F") == 0)
+            f->phase = SCHED_F;
+        else if (strcmp(value, "B") == 0)
+            f->phase = SCHED_B;
+        else if (strcmp(value, "W") == 0)
+            f->phase = SCHED_W;
+        else
+            return pp_fail(err, "--fail-at phase: '%s' is not accepted; accepted: F|B|W", value);
         return 0;
     }
     return pp_fail(err, "--fail-at: unknown key '%s'; accepted: step, rank, phase, mb", key);
@@ -91,10 +95,12 @@ static int parse_cuts(run_config *cfg, const char *value, pp_err *err) {
 }
 
 static const char *const value_options[] = {
-    "--schedule", "--microbatches", "--virtual-stages", "--steps", "--model", "--data", "--device", "--seed",
-    "--lr", "--optimizer", "--weight-decay", "--db", "--trace", "--token", "--checkpoint-dir",
-    "--checkpoint-every", "--fail-at", "--metrics", "--pipeline-cuts", "--recv-timeout", "--transport",
-    "--progress", "--save-weights", NULL,
+    "--schedule",  "--microbatches", "--virtual-stages", "--steps",
+    "--model",     "--data",         "--device",         "--seed",
+    "--lr",        "--optimizer",    "--weight-decay",   "--db",
+    "--trace",     "--token",        "--checkpoint-dir", "--checkpoint-every",
+    "--fail-at",   "--metrics",      "--pipeline-cuts",  "--recv-timeout",
+    "--transport", "--progress",     "--save-weights",   NULL,
 };
 
 int run_config_takes_value(const char *opt) {
@@ -107,16 +113,24 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
     static const char *const schedules[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", NULL};
     int rc = 0;
     if (strcmp(opt, "--schedule") == 0) {
-        if (value && strncmp(value, "csv:", 4) == 0 && value[4]) rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
+        if (value && strncmp(value, "csv:", 4) == 0 && value[4])
+            rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
         else if (one_of(value, schedules, opt, err) != 0)
-            return pp_fail(err, "--schedule: '%s' is not accepted; accepted: gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE",
-                           value ? value : "");
-        else rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
-    } else if (strcmp(opt, "--microbatches") == 0) rc = parse_int(opt, value, 1, 4096, &cfg->microbatches, err);
-    else if (strcmp(opt, "--virtual-stages") == 0) rc = parse_int(opt, value, 1, 64, &cfg->virtual_stages, err);
-    else if (strcmp(opt, "--steps") == 0) rc = parse_int(opt, value, 1, 1 << 24, &cfg->steps, err);
-    else if (strcmp(opt, "--model") == 0) rc = copy_text(cfg->model_text, sizeof cfg->model_text, opt, value, err);
-    else if (strcmp(opt, "--data") == 0) rc = copy_text(cfg->data, sizeof cfg->data, opt, value, err);
+            return pp_fail(
+                err, "--schedule: '%s' is not accepted; accepted: gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE",
+                value ? value : "");
+        else
+            rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
+    } else if (strcmp(opt, "--microbatches") == 0)
+        rc = parse_int(opt, value, 1, 4096, &cfg->microbatches, err);
+    else if (strcmp(opt, "--virtual-stages") == 0)
+        rc = parse_int(opt, value, 1, 64, &cfg->virtual_stages, err);
+    else if (strcmp(opt, "--steps") == 0)
+        rc = parse_int(opt, value, 1, 1 << 24, &cfg->steps, err);
+    else if (strcmp(opt, "--model") == 0)
+        rc = copy_text(cfg->model_text, sizeof cfg->model_text, opt, value, err);
+    else if (strcmp(opt, "--data") == 0)
+        rc = copy_text(cfg->data, sizeof cfg->data, opt, value, err);
     else if (strcmp(opt, "--device") == 0) {
         static const char *const devices[] = {"cpu", "cuda", NULL};
         rc = one_of(value, devices, opt, err);
@@ -137,7 +151,8 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         static const char *const optims[] = {"adamw", "sgd", NULL};
         rc = one_of(value, optims, opt, err);
         if (rc == 0) cfg->optim.kind = strcmp(value, "sgd") == 0 ? MODEL_SGD : MODEL_ADAMW;
-    } else if (strcmp(opt, "--db") == 0) rc = copy_text(cfg->db, sizeof cfg->db, opt, value, err);
+    } else if (strcmp(opt, "--db") == 0)
+        rc = copy_text(cfg->db, sizeof cfg->db, opt, value, err);
     else if (strcmp(opt, "--trace") == 0) {
         static const char *const onoff[] = {"on", "off", NULL};
         rc = one_of(value, onoff, opt, err);
@@ -145,16 +160,22 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
     } else if (strcmp(opt, "--serve") == 0) {
         cfg->serve = 1;
         if (value) rc = copy_text(cfg->serve_addr, sizeof cfg->serve_addr, opt, value, err);
-    } else if (strcmp(opt, "--token") == 0) rc = copy_text(cfg->token, sizeof cfg->token, opt, value, err);
+    } else if (strcmp(opt, "--token") == 0)
+        rc = copy_text(cfg->token, sizeof cfg->token, opt, value, err);
     else if (strcmp(opt, "--checkpoint-dir") == 0)
         rc = copy_text(cfg->checkpoint_dir, sizeof cfg->checkpoint_dir, opt, value, err);
-    else if (strcmp(opt, "--checkpoint-every") == 0) rc = parse_int(opt, value, 1, 1 << 24, &cfg->checkpoint_every, err);
-    else if (strcmp(opt, "--resume") == 0) cfg->resume = 1;
-    else if (strcmp(opt, "--fail-at") == 0) rc = parse_fail_at(&cfg->fail_at, value, err);
-    else if (strcmp(opt, "--metrics") == 0) rc = copy_text(cfg->metrics, sizeof cfg->metrics, opt, value, err);
+    else if (strcmp(opt, "--checkpoint-every") == 0)
+        rc = parse_int(opt, value, 1, 1 << 24, &cfg->checkpoint_every, err);
+    else if (strcmp(opt, "--resume") == 0)
+        cfg->resume = 1;
+    else if (strcmp(opt, "--fail-at") == 0)
+        rc = parse_fail_at(&cfg->fail_at, value, err);
+    else if (strcmp(opt, "--metrics") == 0)
+        rc = copy_text(cfg->metrics, sizeof cfg->metrics, opt, value, err);
     else if (strcmp(opt, "--save-weights") == 0)
         rc = copy_text(cfg->save_weights, sizeof cfg->save_weights, opt, value, err);
-    else if (strcmp(opt, "--pipeline-cuts") == 0) rc = parse_cuts(cfg, value, err);
+    else if (strcmp(opt, "--pipeline-cuts") == 0)
+        rc = parse_cuts(cfg, value, err);
     else if (strcmp(opt, "--recv-timeout") == 0) {
         uint64_t ns;
         rc = pp_parse_duration_ns(value, opt, &ns, err);
@@ -169,7 +190,8 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         static const char *const modes[] = {"auto", "on", "off", NULL};
         rc = one_of(value, modes, opt, err);
         if (rc == 0) rc = copy_text(cfg->progress, sizeof cfg->progress, opt, value, err);
-    } else return 0;
+    } else
+        return 0;
     return rc == 0 ? 1 : -1;
 }
 
@@ -207,11 +229,11 @@ static int push(char **argv, int argc, char **storage, int *nstore, const char *
 int run_config_to_args(const run_config *cfg, char **argv, int argc, char **storage) {
     int ns = 0;
     char buf[4096];
-#define ARG(flag, ...)                                       \
-    do {                                                     \
-        argc = push(argv, argc, storage, &ns, flag);         \
-        snprintf(buf, sizeof buf, __VA_ARGS__);              \
-        argc = push(argv, argc, storage, &ns, buf);          \
+#define ARG(flag, ...)                                                                                                 \
+    do {                                                                                                               \
+        argc = push(argv, argc, storage, &ns, flag);                                                                   \
+        snprintf(buf, sizeof buf, __VA_ARGS__);                                                                        \
+        argc = push(argv, argc, storage, &ns, buf);                                                                    \
     } while (0)
     ARG("--schedule", "%s", cfg->schedule);
     ARG("--microbatches", "%d", cfg->microbatches);
@@ -254,5 +276,6 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
 }
 
 void run_config_free_args(char **storage) {
-    for (int i = 0; storage[i]; i++) free(storage[i]);
+    for (int i = 0; storage[i]; i++)
+        free(storage[i]);
 }

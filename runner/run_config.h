@@ -22,32 +22,32 @@ typedef struct run_fail_at {
 } run_fail_at;
 
 typedef struct run_config {
-    char schedule[512];    /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | csv:FILE */
-    int microbatches;      /* m */
-    int virtual_stages;    /* v (0 = the schedule's default) */
+    char schedule[512]; /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | csv:FILE */
+    int microbatches;   /* m */
+    int virtual_stages; /* v (0 = the schedule's default) */
     int steps;
     char model_text[256];
     model_spec model;
-    char data[512];        /* "" = the embedded default corpus */
-    char device[16];       /* cpu | cuda */
+    char data[512];  /* "" = the embedded default corpus */
+    char device[16]; /* cpu | cuda */
     uint64_t seed;
     model_optim optim;
     char db[512];
-    int trace;             /* 1 = on */
-    int serve;             /* 1 = --serve given */
-    char serve_addr[128];  /* HOST:PORT */
+    int trace;            /* 1 = on */
+    int serve;            /* 1 = --serve given */
+    char serve_addr[128]; /* HOST:PORT */
     char token[256];
     char checkpoint_dir[512];
-    int checkpoint_every;  /* steps; 0 = only at the end when a dir is given */
+    int checkpoint_every; /* steps; 0 = only at the end when a dir is given */
     int resume;
     run_fail_at fail_at;
-    char metrics[512];     /* JSON lines per step, "" = none */
+    char metrics[512];      /* JSON lines per step, "" = none */
     char save_weights[512]; /* directory for each stage's final weights, "" = none */
     int ncuts;
     int cuts[RUN_MAX_CUTS];
     int recv_timeout_ms;
-    char transport[8];     /* auto | shm | tcp */
-    char progress[8];      /* auto | on | off */
+    char transport[8]; /* auto | shm | tcp */
+    char progress[8];  /* auto | on | off */
 } run_config;
 
 void run_config_default(run_config *cfg);

@@ -19,12 +19,12 @@ struct run_progress {
     int stop;
     char host[256];
     int port;
-    int steps, bar;         /* bar: draw a bar (terminal) instead of lines */
+    int steps, bar; /* bar: draw a bar (terminal) instead of lines */
     char db_path[512];
     int64_t job_id;
     const sched_plan *plan;
     const run_config *cfg;
-    int last_step;          /* last step shown */
+    int last_step; /* last step shown */
     int plan_refreshed;
     uint64_t t_start;
 };
@@ -39,9 +39,10 @@ int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const
     sched_sim *sim = NULL;
     if (costs && sched_simulate(plan, costs, &sim, err) != 0) return -1;
     size_t total = 0;
-    for (int r = 0; r < plan->ranks; r++) total += (size_t)plan->len[r];
+    for (int r = 0; r < plan->ranks; r++)
+        total += (size_t)plan->len[r];
     db_plan_row *rows = calloc(total ? total : 1, sizeof *rows);
-    char (*names)[16] = calloc(total ? total : 1, sizeof *names);
+    char(*names)[16] = calloc(total ? total : 1, sizeof *names);
     if (!rows || !names) {
         free(rows), free(names), sched_sim_free(sim);
         return pp_fail(err, "out of memory");
@@ -55,8 +56,14 @@ int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const
             if (a->stage < 0) continue;
             sched_action_str(a, names[n]);
             rows[n] = (db_plan_row){
-                .rank = r, .slot = slot, .action = names[n], .stage = a->stage, .phase = phase[a->op],
-                .microbatch = a->mb, .sim_start_ns = -1, .sim_end_ns = -1,
+                .rank = r,
+                .slot = slot,
+                .action = names[n],
+                .stage = a->stage,
+                .phase = phase[a->op],
+                .microbatch = a->mb,
+                .sim_start_ns = -1,
+                .sim_end_ns = -1,
             };
             if (sim && k < sim->nspans[r]) {
                 rows[n].sim_start_ns = (int64_t)sim->spans[r][k].start;
@@ -101,10 +108,11 @@ static void show(run_progress *p, int step, double loss, double step_ms, double 
     if (p->bar) {
         char bar[31];
         int fill = p->steps ? done * 30 / p->steps : 30;
-        for (int i = 0; i < 30; i++) bar[i] = i < fill ? '#' : '.';
+        for (int i = 0; i < 30; i++)
+            bar[i] = i < fill ? '#' : '.';
         bar[30] = '\0';
-        fprintf(stderr, "\r[%s] step %d/%d  loss %.4f  %.1f ms/step  %.0f tok/s  ETA %.0fs ", bar, done, p->steps,
-                loss, step_ms, tok_s, eta);
+        fprintf(stderr, "\r[%s] step %d/%d  loss %.4f  %.1f ms/step  %.0f tok/s  ETA %.0fs ", bar, done, p->steps, loss,
+                step_ms, tok_s, eta);
     } else {
         fprintf(stderr, "step %d/%d loss %.4f step_ms %.1f tokens_per_s %.0f eta_s %.0f\n", done, p->steps, loss,
                 step_ms, tok_s, eta);
@@ -157,8 +165,8 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-int run_progress_start(const char *store_addr, int steps, int first_step, const char *mode, const char *db_path, int64_t job_id,
-                       const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err) {
+int run_progress_start(const char *store_addr, int steps, int first_step, const char *mode, const char *db_path,
+                       int64_t job_id, const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err) {
     *out = NULL;
     int show_anything = strcmp(mode, "off") != 0;
     if (!show_anything && !db_path) return 0;
