@@ -294,9 +294,11 @@ static int rank_env(void *ctx, const launch_info *info, int local_rank, int glob
     (void)info, (void)global_rank;
     if (launch_env_set(env, "PPRUN_NODE_ADDR", job->node_addr, err) != 0) return -1;
     if (job->rings && job->rings[local_rank]) {
-        char fd[16];
-        snprintf(fd, sizeof fd, "%d", trace_ring_fd(job->rings[local_rank]));
-        return launch_env_set(env, "PPRUN_TRACE_FD", fd, err);
+        int fd = trace_ring_fd(job->rings[local_rank]);
+        char text[16];
+        snprintf(text, sizeof text, "%d", fd);
+        if (launch_env_pass_fd(env, fd, err) != 0) return -1;
+        return launch_env_set(env, "PPRUN_TRACE_FD", text, err);
     }
     return 0;
 }

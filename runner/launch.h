@@ -16,7 +16,8 @@
  *    process a child subreaper, and reaps every child of the process
  *    (waitpid(-1)): do not fork other children meanwhile. All of this is
  *    restored when it returns.
- *  - Workers inherit every fd without FD_CLOEXEC (e.g. trace rings);
+ *  - Workers inherit every fd without FD_CLOEXEC, and the close-on-exec
+ *    fds a rank_env hook passes to that rank alone (launch_env_pass_fd);
  *    the launcher's own fds are close-on-exec.
  *  - Each worker's argv and environment are built before fork; between
  *    fork and exec the child only makes async-signal-safe calls.
@@ -100,6 +101,9 @@ void launch_usage(FILE *out);
 typedef struct launch_env launch_env;
 /* Sets NAME=value, replacing an earlier NAME. */
 int launch_env_set(launch_env *env, const char *name, const char *value, pp_err *err);
+/* Passes fd (close-on-exec in the launcher) to this rank only: the child
+ * clears its close-on-exec flag before exec. At most 8 per rank. */
+int launch_env_pass_fd(launch_env *env, int fd, pp_err *err);
 
 /* What every hook is told about the job. Valid during the hook call. */
 typedef struct launch_info {

@@ -58,6 +58,13 @@ int launch_env_set(launch_env *env, const char *name, const char *value, pp_err 
     return env_push(env, entry, err);
 }
 
+int launch_env_pass_fd(launch_env *env, int fd, pp_err *err) {
+    if (fd < 0) return pp_fail(err, "cannot pass fd %d to a worker", fd);
+    if (env->npass == LAUNCH_MAX_PASS_FDS) return pp_fail(err, "at most %d fds per worker", LAUNCH_MAX_PASS_FDS);
+    env->pass_fd[env->npass++] = fd;
+    return 0;
+}
+
 void launch_env_free(launch_env *env) {
     for (size_t i = 0; i < env->n; i++) free(env->v[i]);
     free(env->v);

@@ -51,6 +51,8 @@ typedef struct launch_spawn {
     const char *notfound_msg;
     int out_w, err_w;    /* pipe write ends, to become 1 and 2 */
     int in_fd;           /* becomes 0, or -1: inherit the launcher's stdin */
+    const int *pass_fd;  /* cleared of close-on-exec in the child */
+    int npass;
 } launch_spawn;
 
 /* Fork + exec; the child joins a new process group. -1 with err on failure. */
@@ -67,9 +69,12 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip);
 
 /* --- environment (launch_env.c) -------------------------------------------- */
 
+#define LAUNCH_MAX_PASS_FDS 8
 struct launch_env {
     char **v;            /* NULL-terminated, every string owned */
     size_t n, cap;
+    int pass_fd[LAUNCH_MAX_PASS_FDS]; /* close-on-exec fds this rank alone inherits */
+    int npass;
 };
 int launch_env_from_environ(launch_env *env, pp_err *err);
 int launch_env_has(const launch_env *env, const char *name);

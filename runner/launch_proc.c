@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,9 +84,18 @@ pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
     dfl.sa_handler = SIG_DFL;
     sigemptyset(&dfl.sa_mask);
     size_t msg_len = strlen(sp->notfound_msg);
+    /* No signal may run the launcher's handlers in the child (they write to
+     * the launcher's self-pipe) before they are reset: block all until then. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
 
     pid_t pid = fork();
-    if (pid < 0) return pp_fail(err, "fork: %s", strerror(errno));
+    if (pid < 0) {
+        int e = errno;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        return pp_fail(err, "fork: %s", strerror(e));
+    }
     if (pid == 0) {
         setpgid(0, 0);
         /* Workers must not outlive a launcher killed with SIGKILL. */
@@ -96,15 +106,19 @@ pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
         else dup2(sp->out_w, 1);
         if (sp->err_w == 2) fcntl(2, F_SETFD, 0);
         else dup2(sp->err_w, 2);
-        /* The launcher ignores SIGPIPE and catches the rest; exec keeps
-         * ignored signals ignored, so give the worker the defaults. */
-        sigaction(SIGPIPE, &dfl, NULL);
+        for (int i = 0; i < sp->npass; i++) fcntl(sp->pass_fd[i], F_SETFD, 0);
+        /* The launcher ignores SIGPIPE and catches the rest; give the worker
+         * the defaults before anything is unblocked. */
+        static const int launcher_signals[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD};
+        for (size_t i = 0; i < sizeof launcher_signals / sizeof launcher_signals[0]; i++)
+            sigaction(launcher_signals[i], &dfl, NULL);
         sigprocmask(SIG_SETMASK, &none, NULL);
         for (char **p = sp->paths; *p; p++) execve(*p, sp->argv, sp->envp);
         ssize_t w = write(2, sp->notfound_msg, msg_len);
         (void)w;
         _exit(127);
     }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     /* Also from the parent, so the group exists before anyone signals it. */
     setpgid(pid, pid);
     return pid;

@@ -80,8 +80,9 @@ int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err) {
                        (unsigned long long)RING_MAX_CAPACITY);
     uint64_t cap = 1;
     while (cap < capacity) cap <<= 1;
-    /* No MFD_CLOEXEC: the worker inherits the fd across exec. */
-    int fd = memfd_create("pprun-trace-ring", 0);
+    /* Close-on-exec: the launcher passes each ring to its own worker only
+     * (launch_env_pass_fd). */
+    int fd = memfd_create("pprun-trace-ring", MFD_CLOEXEC);
     if (fd < 0) return pp_fail(err, "trace ring: memfd_create failed: %s", strerror(errno));
     size_t bytes = ring_bytes(cap);
     if (ftruncate(fd, (off_t)bytes) != 0) {

@@ -2,7 +2,7 @@
  *
  * The launcher creates one ring per local rank (an anonymous memfd, so nothing
  * is left in /dev/shm when it dies) and keeps it mapped; the worker maps the
- * same memory from the inherited fd (env PPRUN_TRACE_FD). Single producer
+ * same memory from the fd the launcher passes it (env PPRUN_TRACE_FD). Single producer
  * (the worker), single consumer (the collector). A record becomes visible
  * only when complete; a full ring counts a drop and never blocks. Because
  * the launcher holds the mapping, what a worker wrote before it died
@@ -20,7 +20,7 @@
 typedef struct trace_ring trace_ring;
 
 /* Launcher side: capacity in records (rounded up to a power of two). The fd
- * is inheritable (no close-on-exec). */
+ * is close-on-exec: pass it to its worker explicitly (launch_env_pass_fd). */
 int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err);
 int trace_ring_fd(const trace_ring *ring);
 /* Worker side: maps the ring behind fd and checks its header/version. The
