@@ -14,15 +14,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <cjson/cJSON.h>
+
 #include "db/db.h"
 #include "runner/cli.h"
 #include "runner/comm/comm.h"
+#include "runner/engine.h"
 #include "runner/launch.h"
 #include "runner/run_config.h"
 #include "runner/run_progress.h"
@@ -89,10 +93,18 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
         return 1;
     }
     if (strcmp(opt, "--serve") == 0) {
-        /* An optional value: taken when it looks like HOST:PORT. */
-        int takes = val && val[0] != '-' && strchr(val, ':');
-        if (run_config_option(&job->cfg, opt, takes ? val : NULL, err) < 0) return -1;
-        return takes ? 2 : 1;
+        /* An optional value: the next argument, unless it is another option
+         * (pprun run takes no positional arguments). A bare port means
+         * 127.0.0.1:PORT. */
+        if (!val || val[0] == '-') return run_config_option(&job->cfg, opt, NULL, err) < 0 ? -1 : 1;
+        char addr[128];
+        if (val[0] && strspn(val, "0123456789") == strlen(val)) {
+            snprintf(addr, sizeof addr, "127.0.0.1:%.16s", val);
+            val = addr;
+        } else if (!strchr(val, ':')) {
+            return pp_fail(err, "--serve: expected HOST:PORT or a port, got '%s'", val);
+        }
+        return run_config_option(&job->cfg, opt, val, err) < 0 ? -1 : 2;
     }
     if (strcmp(opt, "--resume") == 0) return run_config_option(&job->cfg, opt, NULL, err) < 0 ? -1 : 1;
     if (!run_config_takes_value(opt)) return 0;
@@ -118,6 +130,53 @@ static void node_address(const char *master, char *out, size_t n) {
 
 /* --- checks before anything starts --------------------------------------------- */
 
+/* Where `flag` will write: `path` itself when it exists (a directory when
+ * want_dir), else the folder that will hold it. */
+static int check_writable(const char *flag, const char *path, int want_dir, pp_err *err) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (want_dir && !S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: not a directory", flag, path);
+        if (!want_dir && S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: is a directory", flag, path);
+        if (access(path, W_OK) != 0) return pp_fail(err, "%s %s: not writable: %s", flag, path, strerror(errno));
+        return 0;
+    }
+    char parent[1024];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = '\0';
+    else *slash = '\0';
+    if (access(parent, W_OK) != 0)
+        return pp_fail(err, "%s %s: cannot create it in %s: %s", flag, path, parent, strerror(errno));
+    return 0;
+}
+
+/* --resume: the checkpoint must be there and leave steps to run. */
+static int check_resume(run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    int step;
+    char writer[256];
+    if (engine_checkpoint_latest(cfg->checkpoint_dir, &step, writer, sizeof writer) != 0)
+        return pp_fail(err, "--resume: no complete checkpoint in %s (no readable 'latest' file)", cfg->checkpoint_dir);
+    if (step + 1 >= cfg->steps)
+        return pp_fail(err, "--resume: the checkpoint in %s is at step %d; --steps %d leaves nothing to run",
+                       cfg->checkpoint_dir, step, cfg->steps);
+    job->progress_next = step + 1;
+    return 0;
+}
+
+/* --fail-at must name a point the job reaches, or the test it serves would
+ * pass for the wrong reason. */
+static int check_fail_at(const run_job *job, int world, pp_err *err) {
+    const run_fail_at *f = &job->cfg.fail_at;
+    if (!f->enabled) return 0;
+    if (f->rank >= world) return pp_fail(err, "--fail-at rank=%d: the job has ranks 0..%d", f->rank, world - 1);
+    if (f->step >= job->cfg.steps) return pp_fail(err, "--fail-at step=%d: the job runs steps 0..%d", f->step, job->cfg.steps - 1);
+    if (f->mb >= job->cfg.microbatches)
+        return pp_fail(err, "--fail-at mb=%d: the job has microbatches 0..%d", f->mb, job->cfg.microbatches - 1);
+    return 0;
+}
+
 static int check_job(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
     if (strcmp(cfg->device, "cuda") == 0)
@@ -138,29 +197,47 @@ static int check_job(run_job *job, pp_err *err) {
         data_close(data);
     }
     if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
-    return 0;
+    if (check_fail_at(job, world, err) != 0) return -1;
+    if (cfg->metrics[0] && check_writable("--metrics", cfg->metrics, 0, err) != 0) return -1;
+    if (cfg->save_weights[0] && check_writable("--save-weights", cfg->save_weights, 1, err) != 0) return -1;
+    if (cfg->checkpoint_dir[0] && check_writable("--checkpoint-dir", cfg->checkpoint_dir, 1, err) != 0) return -1;
+    return cfg->resume ? check_resume(job, err) : 0;
 }
 
 /* --- the database: job, ranks, plan ---------------------------------------------- */
 
-static void config_json(const run_job *job, char *buf, size_t n) {
+/* Every option of the run, as JSON (jobs.config_json). Caller frees. */
+static char *config_json(const run_job *job) {
     const run_config *c = &job->cfg;
     char model[256];
     model_spec_format(&c->model, model, sizeof model);
-    snprintf(buf, n,
-             "{\"schedule\":\"%s\",\"microbatches\":%d,\"virtual_stages\":%d,\"stages\":%d,\"steps\":%d,"
-             "\"model\":\"%s\",\"seed\":%llu,\"lr\":%g,\"optimizer\":\"%s\",\"nproc_per_node\":%d,\"nnodes\":%d,"
-             "\"max_restarts\":%d,\"transport\":\"%s\"}",
-             c->schedule, c->microbatches, job->plan->virtual_stages, job->plan->stages, c->steps, model,
-             (unsigned long long)c->seed, (double)c->optim.lr, c->optim.kind == MODEL_SGD ? "sgd" : "adamw",
-             job->lo.nproc_per_node, job->lo.nnodes, job->lo.max_restarts, c->transport);
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "schedule", c->schedule);
+    cJSON_AddNumberToObject(o, "microbatches", c->microbatches);
+    cJSON_AddNumberToObject(o, "virtual_stages", job->plan->virtual_stages);
+    cJSON_AddNumberToObject(o, "stages", job->plan->stages);
+    cJSON_AddNumberToObject(o, "steps", c->steps);
+    cJSON_AddStringToObject(o, "model", model);
+    cJSON_AddStringToObject(o, "data", c->data[0] ? c->data : "(built-in corpus)");
+    cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+    cJSON_AddNumberToObject(o, "lr", c->optim.lr);
+    cJSON_AddStringToObject(o, "optimizer", c->optim.kind == MODEL_SGD ? "sgd" : "adamw");
+    cJSON_AddNumberToObject(o, "nproc_per_node", job->lo.nproc_per_node);
+    cJSON_AddNumberToObject(o, "nnodes", job->lo.nnodes);
+    cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
+    cJSON_AddStringToObject(o, "transport", c->transport);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
 }
 
 static int write_job(run_job *job, pp_err *err) {
     const sched_plan *plan = job->plan;
-    char model[256], json[2048];
+    char model[256];
     model_spec_format(&job->cfg.model, model, sizeof model);
-    config_json(job, json, sizeof json);
+    char *json = config_json(job);
+    if (!json) return pp_fail(err, "out of memory");
     db_job_info info = {
         .name = job->lo.run_id,
         .nnodes = job->lo.nnodes,
@@ -175,7 +252,9 @@ static int write_job(run_job *job, pp_err *err) {
         .config_json = json,
         .t0_ns = (int64_t)pp_now_ns(),
     };
-    if (db_create_job(job->db, &info, &job->job_id, err) != 0) return -1;
+    int created = db_create_job(job->db, &info, &job->job_id, err);
+    free(json);
+    if (created != 0) return -1;
 
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
@@ -324,6 +403,7 @@ static int build_worker_argv(run_job *job, pp_err *err) {
     job->worker_argv[0] = job->self_exe;
     job->worker_argv[1] = "worker";
     int argc = run_config_to_args(&job->cfg, job->worker_argv, 2, job->worker_args);
+    if (argc < 0) return pp_fail(err, "out of memory");
     job->lo.prog_argv = job->worker_argv;
     job->lo.prog_argc = argc;
     return 0;

@@ -90,16 +90,7 @@ static int checkpoint_done(void *ctx, int step, pp_err *err) {
     int64_t count = 0;
     if (store_add(w->store, key, 1, &count, err) != 0) return -1;
     if (count != w->world) return 0;
-    char path[1024], tmp[1100];
-    snprintf(path, sizeof path, "%s/latest", w->cfg.checkpoint_dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return pp_fail(err, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "%d\n", step);
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) return pp_fail(err, "checkpoint: cannot write %s: %s", path, strerror(errno));
-    return 0;
+    return engine_checkpoint_mark_latest(w->cfg.checkpoint_dir, step, w->run_id, err);
 }
 
 /* --- main ---------------------------------------------------------------------- */
@@ -175,6 +166,7 @@ static int run_worker(worker *w, pp_err *err) {
     e = (engine){
         .cfg = &w->cfg,
         .plan = plan,
+        .run_id = w->run_id,
         .rank = w->rank,
         .attempt = w->attempt,
         .comm = c,

@@ -49,16 +49,28 @@ static void checkpoint_path(const engine *e, int step, int stage, char *buf, siz
     snprintf(buf, n, "%s/step_%d/stage_%d.ckpt", e->cfg->checkpoint_dir, step, stage);
 }
 
-/* The last step whose checkpoint is complete on every rank, or -1. */
-static int checkpoint_latest(const engine *e) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/latest", e->cfg->checkpoint_dir);
+int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n) {
+    char path[1024], id[256];
+    snprintf(path, sizeof path, "%s/latest", dir);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
-    int step = -1;
-    if (fscanf(f, "%d", &step) != 1) step = -1;
+    int ok = fscanf(f, "%d %255s", step, id) == 2 && *step >= 0;
     fclose(f);
-    return step;
+    if (ok) snprintf(run_id, n, "%s", id);
+    return ok ? 0 : -1;
+}
+
+int engine_checkpoint_mark_latest(const char *dir, int step, const char *run_id, pp_err *err) {
+    char path[1024], tmp[1100];
+    snprintf(path, sizeof path, "%s/latest", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return pp_fail(err, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
+    fprintf(f, "%d %s\n", step, run_id);
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) return pp_fail(err, "checkpoint: cannot write %s: %s", path, strerror(errno));
+    return 0;
 }
 
 static int load_checkpoint(engine *e, int step, pp_err *err) {
@@ -89,13 +101,17 @@ int engine_init(engine *e, pp_err *err) {
                                e->cfg->seed, plan->microbatches, &e->stages[s], err) != 0)
             return pp_wrap(err, "stage %d", s);
     }
+    /* A checkpoint is loaded when the user asked to --resume, or when this
+     * run wrote it (a restarted attempt); never one another run left. */
     e->start_step = 0;
-    if (e->cfg->checkpoint_dir[0] && (e->cfg->resume || e->attempt > 0)) {
-        int latest = checkpoint_latest(e);
-        if (latest >= 0) return load_checkpoint(e, latest, err);
-        if (e->cfg->resume && e->attempt == 0)
+    int latest;
+    char writer[256];
+    if (!e->cfg->checkpoint_dir[0] || engine_checkpoint_latest(e->cfg->checkpoint_dir, &latest, writer, sizeof writer) != 0) {
+        if (e->cfg->resume)
             return pp_fail(err, "--resume: no complete checkpoint in %s (no 'latest' file)", e->cfg->checkpoint_dir);
+        return 0;
     }
+    if (e->cfg->resume || strcmp(writer, e->run_id) == 0) return load_checkpoint(e, latest, err);
     return 0;
 }
 

@@ -41,6 +41,7 @@ typedef struct engine_hooks {
 typedef struct engine {
     const run_config *cfg;
     const sched_plan *plan;
+    const char *run_id;  /* names this run's checkpoints */
     int rank, attempt;
     comm *comm;        /* NULL only when the job has one rank */
     trace_ring *ring;  /* NULL when tracing is off */
@@ -55,11 +56,18 @@ typedef struct engine {
     int start_step;       /* first step to run (after a resume) */
 } engine;
 
-/* Partitions the model, creates this rank's stages and, with --resume or on a
- * restart with a checkpoint directory, loads the last complete checkpoint. */
+/* Partitions the model, creates this rank's stages and loads the last
+ * complete checkpoint with --resume, or on a restart when this run wrote it. */
 int engine_init(engine *e, pp_err *err);
 /* Runs steps start_step .. cfg->steps-1. */
 int engine_run(engine *e, pp_err *err);
 void engine_free(engine *e);
+
+/* Checkpoints: DIR/step_N/stage_S.ckpt, and DIR/latest = "N RUN_ID", the
+ * last step every rank saved and the run that saved it. Returns 0 and fills
+ * step and run_id, or -1 when there is no (readable) latest. */
+int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n);
+/* Writes DIR/latest atomically (write, fsync, rename). */
+int engine_checkpoint_mark_latest(const char *dir, int step, const char *run_id, pp_err *err);
 
 #endif

@@ -31,9 +31,14 @@ static int copy_text(char *dst, size_t cap, const char *opt, const char *value, 
     return 0;
 }
 
+static int in_list(const char *value, const char *const *list) {
+    for (int i = 0; list[i]; i++)
+        if (value && strcmp(value, list[i]) == 0) return 1;
+    return 0;
+}
+
 static int one_of(const char *value, const char *const *accepted, const char *opt, pp_err *err) {
-    for (int i = 0; accepted[i]; i++)
-        if (value && strcmp(value, accepted[i]) == 0) return 0;
+    if (in_list(value, accepted)) return 0;
     char list[256] = "";
     for (int i = 0; accepted[i]; i++) {
         strncat(list, accepted[i], sizeof list - strlen(list) - 1);
@@ -84,8 +89,9 @@ static int parse_cuts(run_config *cfg, const char *value, pp_err *err) {
     char buf[2048];
     if (copy_text(buf, sizeof buf, "--pipeline-cuts", value, err) != 0) return -1;
     int n = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    char *rest = buf;
+    for (char *tok; (tok = strsep(&rest, ",")) != NULL;) {
+        if (!*tok) return pp_fail(err, "--pipeline-cuts: empty item in '%s'; expected layer indices like 2,4,6", value);
         if (n == RUN_MAX_CUTS) return pp_fail(err, "--pipeline-cuts: at most %d cuts", RUN_MAX_CUTS);
         if (parse_int("--pipeline-cuts", tok, 1, 1 << 20, &cfg->cuts[n], err) != 0) return -1;
         n++;
@@ -113,14 +119,11 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
     static const char *const schedules[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", NULL};
     int rc = 0;
     if (strcmp(opt, "--schedule") == 0) {
-        if (value && strncmp(value, "csv:", 4) == 0 && value[4])
-            rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
-        else if (one_of(value, schedules, opt, err) != 0)
-            return pp_fail(
-                err, "--schedule: '%s' is not accepted; accepted: gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE",
-                value ? value : "");
-        else
-            rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
+        int csv = value && strncmp(value, "csv:", 4) == 0 && value[4];
+        if (!csv && !in_list(value, schedules))
+            return pp_fail(err, "--schedule: '%s' is not accepted; accepted: gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE",
+                           value ? value : "");
+        rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
     } else if (strcmp(opt, "--microbatches") == 0)
         rc = parse_int(opt, value, 1, 4096, &cfg->microbatches, err);
     else if (strcmp(opt, "--virtual-stages") == 0)
@@ -203,6 +206,8 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     if (strcmp(cfg->schedule, "zb-v") == 0 && cfg->virtual_stages && cfg->virtual_stages != 2)
         return pp_fail(err, "--schedule zb-v needs --virtual-stages 2 (two chunks per rank in V placement), got %d",
                        cfg->virtual_stages);
+    if (strncmp(cfg->schedule, "csv:", 4) == 0 && cfg->virtual_stages)
+        return pp_fail(err, "--virtual-stages does not apply to --schedule %s: the file defines the stages", cfg->schedule);
     if (cfg->token[0] == '\0') {
         const char *env = getenv("PPRUN_TOKEN");
         if (env && strlen(env) < sizeof cfg->token) snprintf(cfg->token, sizeof cfg->token, "%s", env);
@@ -210,19 +215,29 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     return 0;
 }
 
+int run_config_costs(const run_config *cfg, sched_costs *costs) {
+    if (cfg->model.kind != MODEL_TIMED) {
+        *costs = (sched_costs){1, 1, 1, 0};
+        return 0;
+    }
+    *costs = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
+    return 1;
+}
+
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err) {
-    sched_costs costs = {1, 1, 1, 0};
-    if (cfg->model.kind == MODEL_TIMED)
-        costs = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
+    sched_costs costs;
+    run_config_costs(cfg, &costs);
     if (sched_from_flag(cfg->schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out, err) != 0)
         return pp_wrap(err, "--schedule %s", cfg->schedule);
     return 0;
 }
 
+/* Appends a copy of text; on a full table or no memory the argument list is
+ * cut short, which the caller checks (run_config_to_args returns -1). */
 static int push(char **argv, int argc, char **storage, int *nstore, const char *text) {
-    storage[*nstore] = strdup(text);
-    argv[argc] = storage[*nstore];
-    (*nstore)++;
+    if (argc < 0 || *nstore >= RUN_CONFIG_MAX_ARGS) return -1;
+    if (!(storage[*nstore] = strdup(text))) return -1;
+    argv[argc] = storage[(*nstore)++];
     return argc + 1;
 }
 
@@ -271,6 +286,7 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     ARG("--transport", "%s", cfg->transport);
 #undef ARG
     storage[ns] = NULL;
+    if (argc < 0) return -1;
     argv[argc] = NULL;
     return argc;
 }

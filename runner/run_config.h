@@ -63,11 +63,16 @@ int run_config_takes_value(const char *opt);
 int run_config_finish(run_config *cfg, pp_err *err);
 
 /* Appends the job's options to argv (for `pprun worker`); returns the new
- * argc. argv must have room for RUN_CONFIG_MAX_ARGS more entries; the strings
- * are owned by `storage` (freed with run_config_free_args). */
+ * argc, or -1 when out of memory. argv must have room for RUN_CONFIG_MAX_ARGS
+ * more entries and storage for RUN_CONFIG_MAX_ARGS + 1; the strings are owned
+ * by `storage` (freed with run_config_free_args). */
 #define RUN_CONFIG_MAX_ARGS 64
 int run_config_to_args(const run_config *cfg, char **argv, int argc, char **storage);
 void run_config_free_args(char **storage);
+
+/* The schedule's op costs: the timed model's (ns; returns 1), else unit
+ * costs (returns 0: the real costs are known only once a step ran). */
+int run_config_costs(const run_config *cfg, sched_costs *costs);
 
 /* Builds the job's schedule for `ranks` ranks, validated. */
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err);

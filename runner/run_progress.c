@@ -19,12 +19,13 @@ struct run_progress {
     int stop;
     char host[256];
     int port;
-    int steps, bar; /* bar: draw a bar (terminal) instead of lines */
+    int steps, bar, quiet; /* bar: a bar (terminal) instead of lines; quiet: neither */
     char db_path[512];
     int64_t job_id;
     const sched_plan *plan;
     const run_config *cfg;
-    int last_step; /* last step shown */
+    int first_step; /* the first step this display shows */
+    int last_step;  /* last step shown */
     int plan_refreshed;
     uint64_t t_start;
 };
@@ -32,10 +33,7 @@ struct run_progress {
 int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg,
                             const sched_costs *costs, pp_err *err) {
     sched_costs timed;
-    if (!costs && cfg->model.kind == MODEL_TIMED) {
-        timed = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
-        costs = &timed;
-    }
+    if (!costs && run_config_costs(cfg, &timed)) costs = &timed;
     sched_sim *sim = NULL;
     if (costs && sched_simulate(plan, costs, &sim, err) != 0) return -1;
     size_t total = 0;
@@ -77,24 +75,29 @@ int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const
     return rc;
 }
 
-/* The plan, re-simulated with the first step's measured F/B/W medians (the
- * mean over stages of each phase's median). */
-static void refresh_plan(run_progress *p) {
+/* The plan, re-simulated with the measured F/B/W medians (the mean over
+ * stages of each phase's median) of `step`. Tried again at the next step
+ * until every stage has all three (the collector may not have written the
+ * step yet). Its own connection: SQLite serialises it with the collector. */
+static void refresh_plan(run_progress *p, int step) {
     if (!p->db_path[0] || p->plan_refreshed || p->cfg->model.kind == MODEL_TIMED) return;
-    p->plan_refreshed = 1;
     db *d = NULL;
     pp_err err;
     int stages = p->plan->stages;
     int64_t *med = calloc((size_t)stages * 3, sizeof *med);
-    if (med && db_open(p->db_path, &d, &err) == 0 && db_phase_medians(d, p->job_id, 0, stages, med, &err) == 0) {
-        double sum[3] = {0}, cnt[3] = {0};
+    if (med && db_open(p->db_path, &d, &err) == 0 && db_phase_medians(d, p->job_id, step, stages, med, &err) == 0) {
+        double sum[3] = {0};
+        int complete = 1;
         for (int s = 0; s < stages; s++)
-            for (int ph = 0; ph < 3; ph++)
-                if (med[s * 3 + ph] >= 0) sum[ph] += (double)med[s * 3 + ph], cnt[ph]++;
-        if (cnt[0] && cnt[1] && cnt[2]) {
-            sched_costs c = {sum[0] / cnt[0], sum[1] / cnt[1], sum[2] / cnt[2], 0};
+            for (int ph = 0; ph < 3; ph++) {
+                complete &= med[s * 3 + ph] >= 0;
+                sum[ph] += (double)med[s * 3 + ph];
+            }
+        if (complete) {
+            sched_costs c = {sum[0] / stages, sum[1] / stages, sum[2] / stages, 0};
             if (run_progress_write_plan(d, p->job_id, p->plan, p->cfg, &c, &err) != 0)
                 fprintf(stderr, "pprun run: planned timeline not updated: %s\n", err.msg);
+            p->plan_refreshed = 1;
         }
     }
     db_close(d);
@@ -102,9 +105,9 @@ static void refresh_plan(run_progress *p) {
 }
 
 static void show(run_progress *p, int step, double loss, double step_ms, double tok_s) {
-    int done = step + 1;
+    int done = step + 1, run_here = step + 1 - p->first_step;
     double elapsed = (double)(pp_now_ns() - p->t_start) / 1e9;
-    double eta = done > 0 ? elapsed / done * (p->steps - done) : 0;
+    double eta = run_here > 0 ? elapsed / run_here * (p->steps - done) : 0;
     if (p->bar) {
         char bar[31];
         int fill = p->steps ? done * 30 / p->steps : 30;
@@ -134,8 +137,9 @@ static void poll_once(run_progress *p, store_client *store) {
         free(val);
         if (!ok) return;
         p->last_step++;
-        show(p, p->last_step, loss, ms, tok);
-        refresh_plan(p);
+        if (!p->quiet) show(p, p->last_step, loss, ms, tok);
+        /* The step before the newest is complete on every rank. */
+        if (p->last_step > p->first_step) refresh_plan(p, p->last_step - 1);
     }
 }
 
@@ -182,6 +186,7 @@ int run_progress_start(const char *store_addr, int steps, int first_step, const 
     p->job_id = job_id;
     p->plan = plan;
     p->cfg = cfg;
+    p->first_step = first_step;
     p->last_step = first_step - 1;
     p->t_start = pp_now_ns();
     pthread_mutex_init(&p->lock, NULL);
@@ -190,7 +195,8 @@ int run_progress_start(const char *store_addr, int steps, int first_step, const 
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&p->wake, &ca);
     pthread_condattr_destroy(&ca);
-    if (!show_anything) p->bar = 0;
+    p->quiet = !show_anything;
+    if (p->quiet) p->bar = 0;
     if (pthread_create(&p->thread, NULL, progress_main, p) != 0) {
         free(p);
         return pp_fail(err, "cannot start the progress thread");

@@ -302,3 +302,35 @@ Test(run, timed_model_step_time_follows_the_simulator) {
         sched_free(plan);
     }
 }
+
+/* A restarted attempt resumes only from checkpoints this run wrote: one that
+ * an earlier run left in the same directory is not picked up. */
+Test(run, a_restart_ignores_another_runs_checkpoint) {
+    char *out = NULL, metrics[512];
+    int rc = sh(&out, "%s run --nproc-per-node 2 --microbatches 4 --steps 4 --model " SMALL_MODEL
+                      " --trace off --progress off --seed 7 --checkpoint-dir %s/shared",
+                PPRUN_BIN, tmpdir);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    snprintf(metrics, sizeof metrics, "%s/second.jsonl", tmpdir);
+    rc = sh(&out, "%s run --nproc-per-node 2 --microbatches 4 --steps 4 --model " SMALL_MODEL
+                  " --trace off --progress off --seed 99 --checkpoint-dir %s/shared --checkpoint-every 100 "
+                  "--fail-at step=1,rank=1 --max-restarts 1 --metrics %s",
+            PPRUN_BIN, tmpdir, metrics);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *text = read_file(metrics, NULL);
+    cr_assert_not_null(text);
+    /* The restart trained steps 0..3 itself (attempt 1), from scratch. */
+    int trained[4] = {0};
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        const char *sp = strstr(line, "\"step\":"), *ap = strstr(line, "\"attempt\":");
+        int step, attempt;
+        if (sp && ap && sscanf(sp, "\"step\":%d", &step) == 1 && sscanf(ap, "\"attempt\":%d", &attempt) == 1 &&
+            attempt == 1 && step >= 0 && step < 4)
+            trained[step] = 1;
+    }
+    for (int step = 0; step < 4; step++)
+        cr_assert(trained[step], "step %d was not trained by the restarted attempt", step);
+    free(text);
+}
