@@ -259,6 +259,14 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
         {"--data /nonexistent/file.txt", "/nonexistent/file.txt"},
         {"--fail-at step=1", "rank"},
         {"--no-such-flag", "--no-such-flag"},
+        {"--fail-at step=9,rank=0", "--fail-at step=9"},
+        {"--fail-at step=0,rank=7", "--fail-at rank=7"},
+        {"--pipeline-cuts 1,,3", "--pipeline-cuts"},
+        {"--metrics /nonexistent/m.jsonl", "--metrics /nonexistent/m.jsonl"},
+        {"--save-weights /nonexistent/a/b", "--save-weights"},
+        {"--serve localhost", "--serve"},
+        {"--checkpoint-dir /tmp --resume", "--resume"},
+        {"--schedule csv:/nonexistent.csv", "/nonexistent.csv"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;
