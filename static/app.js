@@ -223,7 +223,9 @@ function onLosses(rows) {
     if (s && s.complete) continue;
     const prev = s && s._losses ? s._losses : [];
     const all = prev.concat(a);
-    mergeStep({ step, loss: all.reduce((x, y) => x + y, 0) / all.length, _losses: all, complete: false });
+    // A loss that was not finite arrives as null: the step's mean is null too.
+    const mean = all.some((x) => x == null) ? null : all.reduce((x, y) => x + y, 0) / all.length;
+    mergeStep({ step, loss: mean, _losses: all, complete: false });
   }
   drawCharts();
 }

@@ -4,6 +4,7 @@
  * over TCP on the job clock. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,5 +247,44 @@ Test(trace_collector, skewed_node_measured_and_aligned_on_the_job_clock, .timeou
     cr_assert_eq(a, (int64_t)T);
     cr_assert_leq(llabs(b - a), (long long)rtt / 2 + 50000, "aligned within the round trip: %lld ns apart (rtt %llu)",
                   (long long)(b - a), (unsigned long long)rtt);
+    db_close(d);
+}
+
+/* Training that diverges writes NaN and Inf losses; SQLite stores NaN as
+ * NULL. Tracing must go on: later batches land, the collector stays healthy. */
+Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("nan.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *c;
+    collector_config cfg = {.db = d, .job_id = job, .world_size = 2, .interval_ns = 1000000};
+    cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
+    trace_ring *r, *w;
+    cr_assert_eq(trace_ring_create(1024, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(c, 0, r, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    const double bad[3] = {NAN, INFINITY, -INFINITY};
+    uint64_t want = 0;
+    for (int s = 0; s < 4; s++) {
+        trace_event ev[32];
+        size_t n = tfix_events(s, 1000000 + s * 1000000ll, ev);
+        for (size_t i = 0; i < n; i++) {
+            if (ev[i].phase == TRACE_LOSS && s < 3) ev[i].value = bad[s];
+            trace_ring_write(w, &ev[i]);
+        }
+        want += n;
+        /* One batch per step: wait until this one is in. */
+        for (int k = 0; k < 5000 && collector_count(c) < want; k++) usleep(1000);
+        cr_assert_eq(collector_count(c), want, "step %d's batch was ingested", s);
+        cr_assert_eq(collector_error(c, &err), 0, "the collector is still healthy: %s", err.msg);
+    }
+    trace_ring_close(w);
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 4 * 14);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses WHERE loss IS NULL"), 6, "not finite: NULL");
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses WHERE step = 3 AND loss IS NOT NULL"), 2);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 8, "every step analysed");
     db_close(d);
 }

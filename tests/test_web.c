@@ -456,6 +456,40 @@ Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
     webclient_free(&r);
 }
 
+/* Diverged training: a loss stored as NULL (it was NaN or Inf) is null in
+ * every JSON answer, the step's mean with it, and NaN on /metrics. */
+Test(web, a_loss_that_was_not_finite_is_null_in_json_and_nan_in_metrics) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, "UPDATE losses SET loss = NULL WHERE step = 2 AND microbatch = 3", NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    cJSON *steps = cJSON_GetObjectItem(j, "steps");
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetArrayItem(steps, 1), "loss")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(steps, 2), "loss")), "the mean of a NaN is null");
+    cr_assert_eq(num(cJSON_GetArrayItem(steps, 2), "losses"), 8);
+    cJSON_Delete(j);
+
+    webclient_resp r = post_sql("{\"sql\": \"SELECT loss FROM losses WHERE step = 2 AND microbatch = 3\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"rows\":[[null]]"), "%s", r.body);
+    webclient_free(&r);
+
+    j = get_json("/api/jobs/1/trace.json", 200); /* parses: valid JSON */
+    int nulls = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(j, "traceEvents"))
+        nulls += cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "args"), "loss"));
+    cr_assert_eq(nulls, 1);
+    cJSON_Delete(j);
+
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, "pprun_loss{job=\"1\"} NaN\n"), "%s", r.body);
+    webclient_free(&r);
+}
+
 /* ---- auth ------------------------------------------------------------------ */
 
 Test(web_auth, non_loopback_without_token_refuses_to_start) {

@@ -73,6 +73,13 @@ void live_end_all(live_hub *h);
 void live_free(live_hub *h);
 int live_count(live_hub *h);
 
+/* SQL shared by the routes, the live stream and /metrics; ?1 is the job.
+ * A step's mean loss: NULL when any microbatch's loss was not finite (stored
+ * as NULL), rather than the mean of the finite ones. `step` is SQL text. */
+#define SQL_STEP_MEAN_LOSS(step)                                                                         \
+    "(SELECT CASE WHEN count(loss) = count(*) THEN avg(loss) END FROM losses l WHERE l.job_id=?1 AND l.step=" \
+    step ")"
+
 /* Strict query parameter parsing: returns 0 when absent (leaves *out),
  * 1 when parsed, -1 on a bad value (r filled with a 400). */
 int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r);

@@ -189,7 +189,8 @@ static int poll_sub(live_hub *h, live_sub *s) {
             jw_arr(&body);
             jw_int(&body, ls);
             jw_int(&body, lm);
-            jw_num(&body, sqlite3_column_double(st, 2));
+            if (sqlite3_column_type(st, 2) == SQLITE_NULL) jw_null(&body); /* not finite */
+            else jw_num(&body, sqlite3_column_double(st, 2));
             jw_arr_end(&body);
             n++;
         }
@@ -210,7 +211,7 @@ static int poll_sub(live_hub *h, live_sub *s) {
     if (sqlite3_prepare_v2(h->db,
                            "SELECT step, count(*), min(start_ns) - (SELECT t0_ns FROM jobs WHERE id=?1), "
                            "max(end_ns) - (SELECT t0_ns FROM jobs WHERE id=?1), avg(bubble_ratio), "
-                           "(SELECT avg(loss) FROM losses l WHERE l.job_id=?1 AND l.step=s.step) "
+                           SQL_STEP_MEAN_LOSS("s.step") " "
                            "FROM step_stats s WHERE job_id=?1 AND step>?2 GROUP BY step ORDER BY step LIMIT 1000",
                            -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, s->job);

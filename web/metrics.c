@@ -2,6 +2,7 @@
  * (version 0.0.4): per job the latest complete step's time and bubble ratio
  * per rank, the latest loss, events ingested and dropped; and the server's
  * own request counters. Values come from the database at scrape time. */
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,14 @@ static void label(jw *w, const char *s) {
         else if (*s == '\n') jw_raw(w, "\\n", 2);
         else jw_raw(w, s, 1);
     }
+}
+
+/* A sample value and the line's end; the exposition format spells the
+ * non-finite ones NaN, +Inf and -Inf (printf's "nan"/"inf" are not it). */
+static void value(jw *w, double v) {
+    if (isnan(v)) jw_raw(w, "NaN\n", 4);
+    else if (isinf(v)) jw_raw(w, v > 0 ? "+Inf\n" : "-Inf\n", 5);
+    else jw_rawf(w, "%.9g\n", v);
 }
 
 static void help(jw *w, const char *name, const char *type, const char *text) {
@@ -97,8 +106,8 @@ void metrics_render(http_server *s, http_reply *r) {
     sqlite3_prepare_v2(db, "SELECT rank, bubble_ratio FROM step_stats WHERE job_id=?1 AND step=?2 ORDER BY rank", -1,
                        &ranks, NULL);
     sqlite3_prepare_v2(db,
-                       "SELECT step, avg(loss) FROM losses WHERE job_id=?1 AND step=(SELECT max(step) FROM losses "
-                       "WHERE job_id=?1)",
+                       "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM "
+                       "(SELECT max(step) AS step FROM losses WHERE job_id=?1) s",
                        -1, &loss, NULL);
     long *lstep = calloc((size_t)(nj ? nj : 1), sizeof *lstep);
     double *ltime = calloc((size_t)(nj ? nj : 1), sizeof *ltime);
@@ -114,7 +123,10 @@ void metrics_render(http_server *s, http_reply *r) {
     }
     help(&w, "pprun_step_time_seconds", "gauge", "Wall time of the latest complete step.");
     for (int i = 0; lstep && ltime && i < nj; i++)
-        if (lstep[i] >= 0) jw_rawf(&w, "pprun_step_time_seconds{job=\"%ld\"} %.9g\n", jobs[i].id, ltime[i]);
+        if (lstep[i] >= 0) {
+            jw_rawf(&w, "pprun_step_time_seconds{job=\"%ld\"} ", jobs[i].id);
+            value(&w, ltime[i]);
+        }
     help(&w, "pprun_step", "gauge", "Index of the latest complete step.");
     for (int i = 0; lstep && i < nj; i++)
         if (lstep[i] >= 0) jw_rawf(&w, "pprun_step{job=\"%ld\"} %ld\n", jobs[i].id, lstep[i]);
@@ -124,16 +136,19 @@ void metrics_render(http_server *s, http_reply *r) {
         sqlite3_reset(ranks);
         sqlite3_bind_int64(ranks, 1, jobs[i].id);
         sqlite3_bind_int64(ranks, 2, lstep[i]);
-        while (sqlite3_step(ranks) == SQLITE_ROW)
-            jw_rawf(&w, "pprun_bubble_ratio{job=\"%ld\",rank=\"%d\"} %.9g\n", jobs[i].id, sqlite3_column_int(ranks, 0),
-                    sqlite3_column_double(ranks, 1));
+        while (sqlite3_step(ranks) == SQLITE_ROW) {
+            jw_rawf(&w, "pprun_bubble_ratio{job=\"%ld\",rank=\"%d\"} ", jobs[i].id, sqlite3_column_int(ranks, 0));
+            value(&w, sqlite3_column_double(ranks, 1));
+        }
     }
     help(&w, "pprun_loss", "gauge", "Mean loss over the microbatches of the latest step with losses.");
     for (int i = 0; loss && i < nj; i++) {
         sqlite3_reset(loss);
         sqlite3_bind_int64(loss, 1, jobs[i].id);
-        if (sqlite3_step(loss) == SQLITE_ROW && sqlite3_column_type(loss, 1) != SQLITE_NULL)
-            jw_rawf(&w, "pprun_loss{job=\"%ld\"} %.9g\n", jobs[i].id, sqlite3_column_double(loss, 1));
+        /* A step with losses but no finite mean diverged: NaN, not silence. */
+        if (sqlite3_step(loss) != SQLITE_ROW || sqlite3_column_type(loss, 0) == SQLITE_NULL) continue;
+        jw_rawf(&w, "pprun_loss{job=\"%ld\"} ", jobs[i].id);
+        value(&w, sqlite3_column_type(loss, 1) == SQLITE_NULL ? NAN : sqlite3_column_double(loss, 1));
     }
     sqlite3_finalize(last);
     sqlite3_finalize(ranks);

@@ -583,7 +583,7 @@ static void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j
                             "WITH s AS (SELECT step FROM step_stats WHERE job_id=?1 AND step>=?2 UNION "
                             "SELECT step FROM losses WHERE job_id=?1 AND step>=?2 ORDER BY step LIMIT ?3) "
                             "SELECT s.step, st.rank, st.start_ns, st.end_ns, st.bubble_ratio, st.busy_ns, "
-                            "(SELECT avg(loss) FROM losses l WHERE l.job_id=?1 AND l.step=s.step), "
+                            SQL_STEP_MEAN_LOSS("s.step") ", "
                             "(SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=s.step) "
                             "FROM s LEFT JOIN step_stats st ON st.job_id=?1 AND st.step=s.step ORDER BY s.step, st.rank",
                             r);
