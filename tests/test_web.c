@@ -22,6 +22,7 @@
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 #include "web/http.h"
+#include "web/internal.h"
 
 static char dbpath[256];
 static http_server *srv;
@@ -661,6 +662,65 @@ Test(web_live, stopping_the_server_ends_open_streams, .timeout = 30) {
     while ((n = recv(a.fd, buf, sizeof buf, 0)) > 0) {}
     cr_assert_eq(n, 0, "the stream was closed");
     stream_close(&a);
+}
+
+static void exec_sql(const char *sql) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+/* A step one rank never finishes (no stats for it) must not hold back the
+ * steps after it; a loss that was not finite arrives as null. */
+Test(web_live, an_incomplete_step_is_skipped_and_a_nan_loss_is_null, .timeout = 60) {
+    start_with(3, "running", (http_options){.live_poll_ms = 50});
+    exec_sql("DELETE FROM step_stats WHERE step = 1 AND rank = 2; UPDATE losses SET loss = NULL WHERE step = 2 AND "
+             "microbatch = 3");
+    stream a;
+    stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
+    cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
+    cr_assert_null(strstr(a.buf, "\"step\":1,"), "step 1 is not complete: %s", a.buf);
+    cr_assert(stream_wait(&a, "[2,3,null]"), "%s", a.buf);
+    cr_assert(strstr(a.buf, "id: 588.2.7.2\nevent: step\n"), "%s", a.buf);
+    stream_close(&a);
+    teardown();
+}
+
+/* The live stream's events query walks rowids from the cursor: no scan of
+ * the job's index, no temporary sort, whatever the file holds. */
+Test(web_live, the_events_poll_walks_rowids_from_the_cursor) {
+    start_with(2, "running", (http_options){0});
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    char sql[1024];
+    snprintf(sql, sizeof sql, "EXPLAIN QUERY PLAN %s", SQL_LIVE_EVENTS);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    char plan[1024] = "";
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        strncat(plan, (const char *)sqlite3_column_text(st, 3), sizeof plan - strlen(plan) - 2);
+        strcat(plan, ";");
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert(strstr(plan, "SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"), "%s", plan);
+    cr_assert_null(strstr(plan, "TEMP B-TREE"), "%s", plan);
+    cr_assert_null(strstr(plan, "INDEX"), "%s", plan);
+    teardown();
+}
+
+/* Once the server has begun stopping, a new stream is refused rather than
+ * left suspended past the daemon's end. */
+Test(web_live, a_stream_opened_while_the_server_stops_is_refused, .timeout = 30) {
+    start_with(1, "running", (http_options){.live_poll_ms = 50});
+    live_end_all(srv->live); /* what http_stop does first */
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs/1/live", NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, 503, "%d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "stopping"), "%s", r.body);
+    webclient_free(&r);
+    teardown();
 }
 
 Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {

@@ -35,7 +35,6 @@ static void help(jw *w, const char *name, const char *type, const char *text) {
 typedef struct job_row {
     long id;
     char name[128], status[32], schedule[64];
-    int world;
     int64_t ingested, dropped;
     long steps_done;
 } job_row;
@@ -52,7 +51,7 @@ void metrics_render(http_server *s, http_reply *r) {
     job_row *jobs = calloc(50, sizeof *jobs);
     int nj = 0;
     if (jobs && sqlite3_prepare_v2(db,
-                                   "SELECT j.id, j.name, j.status, j.schedule, j.world_size, "
+                                   "SELECT j.id, j.name, j.status, j.schedule, "
                                    "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id),0), "
                                    "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id),0), "
                                    "coalesce((SELECT sum(dropped_events) FROM ranks k WHERE k.job_id=j.id),0)), "
@@ -65,10 +64,9 @@ void metrics_render(http_server *s, http_reply *r) {
             snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
             snprintf(j->status, sizeof j->status, "%s", (const char *)sqlite3_column_text(st, 2));
             snprintf(j->schedule, sizeof j->schedule, "%s", (const char *)sqlite3_column_text(st, 3));
-            j->world = sqlite3_column_int(st, 4);
-            j->ingested = sqlite3_column_int64(st, 5);
-            j->dropped = sqlite3_column_int64(st, 6);
-            j->steps_done = sqlite3_column_int(st, 7);
+            j->ingested = sqlite3_column_int64(st, 4);
+            j->dropped = sqlite3_column_int64(st, 5);
+            j->steps_done = sqlite3_column_int(st, 6);
         }
     }
     sqlite3_finalize(st);
@@ -99,10 +97,7 @@ void metrics_render(http_server *s, http_reply *r) {
 
     /* The newest step whose stats every rank has. */
     sqlite3_stmt *last = NULL, *ranks = NULL, *loss = NULL;
-    sqlite3_prepare_v2(db,
-                       "SELECT step, min(start_ns), max(end_ns) FROM step_stats WHERE job_id=?1 GROUP BY step "
-                       "HAVING count(*) >= ?2 ORDER BY step DESC LIMIT 1",
-                       -1, &last, NULL);
+    sqlite3_prepare_v2(db, SQL_COMPLETE_STEPS("") " ORDER BY step DESC LIMIT 1", -1, &last, NULL);
     sqlite3_prepare_v2(db, "SELECT rank, bubble_ratio FROM step_stats WHERE job_id=?1 AND step=?2 ORDER BY rank", -1,
                        &ranks, NULL);
     sqlite3_prepare_v2(db,
@@ -115,7 +110,6 @@ void metrics_render(http_server *s, http_reply *r) {
         lstep[i] = -1;
         sqlite3_reset(last);
         sqlite3_bind_int64(last, 1, jobs[i].id);
-        sqlite3_bind_int(last, 2, jobs[i].world);
         if (sqlite3_step(last) == SQLITE_ROW) {
             lstep[i] = sqlite3_column_int(last, 0);
             ltime[i] = (double)(sqlite3_column_int64(last, 2) - sqlite3_column_int64(last, 1)) / 1e9;
