@@ -324,6 +324,41 @@ Test(web, sql_time_limit_and_row_cap) {
     webclient_free(&r);
 }
 
+/* The result cap counts the JSON, not the raw bytes: control characters
+ * are 6 bytes each once escaped. Table-valued functions work; text after
+ * the JSON body is an error. */
+Test(web, sql_caps_the_encoded_answer_and_reads_exactly_one_json_body) {
+    http_stop(srv);
+    pp_err err;
+    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .sql_max_bytes = 1 << 20};
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+    /* 200,000 bytes raw, 1.2 MB as JSON. */
+    webclient_resp r = post_sql("{\"sql\": \"SELECT replace(hex(zeroblob(100000)), '0', char(1)) AS x\"}");
+    cr_assert_eq(r.status, 413, "%d %.200s", r.status, r.body);
+    cr_assert(strstr(r.body, "as JSON"), "%s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT replace(hex(zeroblob(10000)), '0', char(1)) AS x\"}");
+    cr_assert_eq(r.status, 200, "a smaller one fits: %d", r.status);
+    webclient_free(&r);
+
+    r = post_sql("{\"sql\": \"SELECT sum(value) AS s FROM json_each('[1,2,3]')\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"rows\":[[6]]"), "%s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT name FROM pragma_table_info('losses') WHERE name = 'loss'\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    webclient_free(&r);
+
+    r = post_sql("{\"sql\": \"SELECT 1\"} {\"sql\": \"SELECT 2\"}");
+    cr_assert_eq(r.status, 400, "%d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "near byte 20"), "where the second value starts: %s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT 1\"} \r\n");
+    cr_assert_eq(r.status, 200, "trailing whitespace is fine: %s", r.body);
+    webclient_free(&r);
+}
+
 Test(web, unknown_routes_and_methods_get_json_errors) {
     const char *paths[] = {"/api/nope", "/api/jobs/1/nope", "/api/jobs/abc", "/api/jobs/1/events/x", "/nope.html"};
     for (size_t i = 0; i < 5; i++) cJSON_Delete(get_json(paths[i], 404));

@@ -803,12 +803,17 @@ static void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
 /* ---- POST /api/sql --------------------------------------------------------- */
 
 static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_reply *r) {
-    /* body is our own NUL-terminated copy of exactly len bytes. */
+    /* body is our own NUL-terminated copy of exactly len bytes: the NUL is
+     * part of what cJSON may read, so that it can require it right after the
+     * value (and whitespace); a NUL inside the body ends it early, caught by
+     * the end check. */
     const char *end = NULL;
-    cJSON *req = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!req) {
+    cJSON *req = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
+    if (!req || end != body + len) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        http_error(r, 400, "malformed JSON body near byte %zu: send {\"sql\": \"SELECT ...\"}", at);
+        if (req) http_error(r, 400, "unexpected text after the JSON body at byte %zu: send one {\"sql\": ...} object", at);
+        else http_error(r, 400, "malformed JSON body near byte %zu: send {\"sql\": \"SELECT ...\"}", at);
+        cJSON_Delete(req);
         return;
     }
     const cJSON *sql = cJSON_IsObject(req) ? cJSON_GetObjectItemCaseSensitive(req, "sql") : NULL;
@@ -818,8 +823,10 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
         http_error(r, 400, "the body must be a JSON object with a string member \"sql\"");
         return;
     }
+    /* The raw result is capped as it is read, the JSON as it is written:
+     * escaping makes it up to 6 times larger (a control char is \u00XX). */
     usersql_limits lim = {.max_rows = s->o.sql_max_rows, .time_limit_ns = s->o.sql_time_limit_ns,
-                          .max_bytes = 32u << 20};
+                          .max_bytes = s->o.sql_max_bytes};
     if (mr) {
         if (!cJSON_IsNumber(mr) || mr->valuedouble < 1 || mr->valuedouble > (double)s->o.sql_max_rows) {
             cJSON_Delete(req);
@@ -842,7 +849,13 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
     }
     jw w;
     jw_init(&w);
-    jw_usersql_table(&w, res);
+    if (jw_usersql_table(&w, res, s->o.sql_max_bytes) != 0) {
+        jw_free(&w);
+        usersql_free(res);
+        http_error(r, 413, "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns",
+                   s->o.sql_max_bytes);
+        return;
+    }
     /* Splice elapsed time in before the closing brace. */
     if (!w.oom && w.len > 0) {
         w.len--;
