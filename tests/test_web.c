@@ -792,6 +792,23 @@ Test(web_live, a_stream_opened_while_the_server_stops_is_refused, .timeout = 30)
     teardown();
 }
 
+/* 256 streams at most: the 257th is refused, the others stay open. */
+Test(web_live, the_257th_stream_is_refused, .timeout = 60) {
+    start_with(1, "running", (http_options){.live_poll_ms = 50, .max_conns_per_ip = 400, .max_conns = 600});
+    static stream s[256];
+    for (int i = 0; i < 256; i++) stream_open(&s[i], NULL);
+    for (int k = 0; k < 1500 && live_count(srv->live) < 256; k++) usleep(10000);
+    cr_assert_eq(live_count(srv->live), 256);
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs/1/live", NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, 503, "%d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "too many live streams"), "%s", r.body);
+    webclient_free(&r);
+    cr_assert(stream_wait(&s[255], "event: hello\n"), "%s", s[255].buf);
+    for (int i = 0; i < 256; i++) stream_close(&s[i]);
+    teardown();
+}
+
 Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {
     char path[256];
     pp_err err;
