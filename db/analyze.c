@@ -16,9 +16,18 @@ typedef struct op {
     int64_t start, end;
 } op;
 
-static int phase_of(const char *s) {
-    for (int p = 0; p < TRACE_PHASE_COUNT; p++)
+const char *const analyze_causes[CAUSE_COUNT + 1] = {"warmup", "cooldown", "wait_activation", "wait_gradient",
+                                                     "comm",   "other",    NULL};
+
+int analyze_phase_of(const char *s) {
+    for (int p = 0; s && p < TRACE_PHASE_COUNT; p++)
         if (strcmp(s, trace_phase_name(p)) == 0) return p;
+    return -1;
+}
+
+int analyze_cause_of(const char *s) {
+    for (int c = 0; s && c < CAUSE_COUNT; c++)
+        if (strcmp(s, analyze_causes[c]) == 0) return c;
     return -1;
 }
 
@@ -48,10 +57,10 @@ static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const 
 }
 
 static const char *gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
-    if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return "comm";
-    if (next->phase == TRACE_F && next->stage > 0) return "wait_activation";
-    if (next->phase == TRACE_B && next->stage < stages - 1) return "wait_gradient";
-    return "other";
+    if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return analyze_causes[CAUSE_COMM];
+    if (next->phase == TRACE_F && next->stage > 0) return analyze_causes[CAUSE_WAIT_ACTIVATION];
+    if (next->phase == TRACE_B && next->stage < stages - 1) return analyze_causes[CAUSE_WAIT_GRADIENT];
+    return analyze_causes[CAUSE_OTHER];
 }
 
 static void action_str(const op *o, char buf[48]) {
@@ -101,7 +110,7 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
         if (ops[i].start > cursor) {
             action_str(&ops[i], next);
             const char *cause =
-                i == 0 ? "warmup" : gap_cause(comm, ncomm, cursor, ops[i].start, &ops[i], stages);
+                i == 0 ? analyze_causes[CAUSE_WARMUP] : gap_cause(comm, ncomm, cursor, ops[i].start, &ops[i], stages);
             rc = put_gap(w, rank, cursor, ops[i].start, cause, next);
         }
         int64_t from = ops[i].start > cursor ? ops[i].start : cursor;
@@ -110,7 +119,7 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
             cursor = ops[i].end;
         }
     }
-    if (rc == SQLITE_DONE && s1 > cursor) rc = put_gap(w, rank, cursor, s1, "cooldown", NULL);
+    if (rc == SQLITE_DONE && s1 > cursor) rc = put_gap(w, rank, cursor, s1, analyze_causes[CAUSE_COOLDOWN], NULL);
     if (rc != SQLITE_DONE) return rc;
     int64_t span = s1 - s0;
     sqlite3_bind_int64(w->stat, 1, w->job);
@@ -139,7 +148,7 @@ static int load_ops(sqlite3 *sql, int64_t job, int step, op **out, size_t *n_out
     op *ops = NULL;
     size_t n = 0, cap = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int p = phase_of((const char *)sqlite3_column_text(st, 1));
+        int p = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
         if (p < 0 || p == TRACE_LOSS) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 256;
@@ -298,7 +307,7 @@ int db_phase_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_
         int key = -1;
         int64_t dur = 0;
         if (rc == SQLITE_ROW) {
-            int stage = sqlite3_column_int(st, 0), phase = phase_of((const char *)sqlite3_column_text(st, 1));
+            int stage = sqlite3_column_int(st, 0), phase = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
             if (stage < 0 || stage >= stages || phase < 0 || phase > TRACE_W) continue;
             key = stage * 3 + phase;
             dur = sqlite3_column_int64(st, 2);

@@ -8,6 +8,24 @@
 
 #include "db/db.h"
 
+/* Gap causes as stored in gaps.cause, indexed by analyze_cause (also the
+ * order of the API's `causes` list); NULL-terminated. */
+typedef enum analyze_cause {
+    CAUSE_WARMUP,
+    CAUSE_COOLDOWN,
+    CAUSE_WAIT_ACTIVATION,
+    CAUSE_WAIT_GRADIENT,
+    CAUSE_COMM,
+    CAUSE_OTHER,
+    CAUSE_COUNT
+} analyze_cause;
+extern const char *const analyze_causes[CAUSE_COUNT + 1];
+
+/* The trace_phase of a stored phase name ("F", "SEND_B", ...), or -1. */
+int analyze_phase_of(const char *name);
+/* The analyze_cause of a stored cause name, or -1. */
+int analyze_cause_of(const char *name);
+
 /* One transaction. A step without compute events gets no rows. */
 int db_analyze_step(db *d, int64_t job_id, int step, pp_err *err);
 /* Every step that has events. */

@@ -5,6 +5,7 @@
  * DB_SCHEMA_VERSION, one version per step, each in its own transaction. */
 #include "db/db.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,7 +332,12 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
             sqlite3_bind_int64(loss, 1, job_id);
             sqlite3_bind_int(loss, 2, e->step);
             sqlite3_bind_int(loss, 3, e->microbatch);
-            sqlite3_bind_double(loss, 4, e->value);
+            /* SQLite turns NaN into NULL anyway; +-Inf too, so NULL means
+             * one thing: training diverged, the trace keeps going. */
+            if (isfinite(e->value))
+                sqlite3_bind_double(loss, 4, e->value);
+            else
+                sqlite3_bind_null(loss, 4);
             sqlite3_bind_int(loss, 5, e->rank);
             sqlite3_bind_int64(loss, 6, (int64_t)e->end_ns + off);
             rc = sqlite3_step(loss);

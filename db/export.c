@@ -6,6 +6,7 @@
  * (never needed for well-formed traces, but a trace must still load). */
 #include "db/export.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,15 @@ static void put_us(FILE *out, int64_t ns) {
         ns = -ns;
     }
     fprintf(out, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
+}
+
+/* A number in JSON: NaN and +-Inf (a diverged loss, stored as NULL) have
+ * no JSON spelling, so they are null. */
+static void put_num(FILE *out, double v, const char *fmt) {
+    if (isfinite(v))
+        fprintf(out, fmt, v);
+    else
+        fputs("null", out);
 }
 
 static int lane_for(rank_info *r, int comm, int64_t start, int64_t end) {
@@ -215,7 +225,9 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         fprintf(out, "%s{\"ph\":\"C\",\"name\":\"loss\",\"pid\":%d,\"ts\":", sep, sqlite3_column_int(st, 4));
         put_us(out, sqlite3_column_int64(st, 3) - t0);
-        fprintf(out, ",\"args\":{\"loss\":%.9g}}", sqlite3_column_double(st, 2));
+        fprintf(out, ",\"args\":{\"loss\":");
+        put_num(out, sqlite3_column_type(st, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2), "%.9g");
+        fputs("}}", out);
         sep = ",\n";
     }
     sqlite3_finalize(st);
@@ -237,7 +249,9 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         fprintf(out, "%s{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":", sep,
                 sqlite3_column_int(st, 1), sqlite3_column_int(st, 4));
         put_us(out, sqlite3_column_int64(st, 2) - t0);
-        fprintf(out, ",\"args\":{\"bubble\":%.6f}}", sqlite3_column_double(st, 3));
+        fprintf(out, ",\"args\":{\"bubble\":");
+        put_num(out, sqlite3_column_double(st, 3), "%.6f");
+        fputs("}}", out);
         sep = ",\n";
     }
     sqlite3_finalize(st);

@@ -66,7 +66,7 @@ CREATE TABLE IF NOT EXISTS losses (
   job_id     INTEGER NOT NULL,
   step       INTEGER NOT NULL,
   microbatch INTEGER NOT NULL,
-  loss       REAL NOT NULL,
+  loss       REAL,                       -- NULL: the loss was not a finite number (NaN, +-Inf)
   rank       INTEGER NOT NULL,           -- the last stage's rank
   at_ns      INTEGER NOT NULL,
   PRIMARY KEY (job_id, step, microbatch)

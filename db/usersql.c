@@ -29,7 +29,7 @@ typedef struct guard {
 static const char *const read_pragmas[] = {
     "table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
     "foreign_key_list", "user_version", "schema_version", "application_id", "page_count",
-    "page_size", "freelist_count", "encoding", "journal_mode", "collation_list",
+    "page_size", "freelist_count", "encoding", "collation_list",
     "function_list", "pragma_list", "compile_options", NULL};
 
 static int pragma_is_read_only(const char *name, const char *value) {
@@ -56,6 +56,14 @@ static int authorize(void *ctx, int action, const char *a1, const char *a2, cons
     case SQLITE_FUNCTION:
     case SQLITE_RECURSIVE:
         return SQLITE_OK;
+    case SQLITE_UPDATE:
+        /* SQLite asks this, column by column, when a statement names a
+         * table-valued function (json_each, pragma_table_info): its
+         * eponymous virtual table gets set up in the schema. Allowed: a real
+         * UPDATE of the schema is still stopped by the read-only connection,
+         * SQLITE_DBCONFIG_DEFENSIVE and the sqlite3_stmt_readonly check. */
+        if (a1 && (strcmp(a1, "sqlite_master") == 0 || strcmp(a1, "sqlite_schema") == 0)) return SQLITE_OK;
+        break;
     case SQLITE_PRAGMA:
         if (pragma_is_read_only(a1, a2)) return SQLITE_OK;
         if (!g->denied) {

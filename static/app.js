@@ -122,15 +122,41 @@ function updateHeader() {
     (j.failure ? ` — ${j.failure}` : '');
 }
 
-async function checkTraceLink(id) {
-  // Shown only when the server has the Chrome trace export.
-  try {
-    const r = await fetch(`/api/jobs/${id}/trace.json`, { method: 'HEAD', headers: headers() });
-    const a = $('trace-link');
-    a.hidden = !r.ok;
-    a.href = `/api/jobs/${id}/trace.json`;
-    a.download = `pprun-job-${id}.trace.json`;
-  } catch (e) { /* no link */ }
+function checkTraceLink(id) {
+  // A plain link would be fetched without the Authorization header (a 401
+  // with a token): fetch with it, hand the browser the bytes as a blob.
+  const a = $('trace-link');
+  a.hidden = false;
+  a.href = '#';
+  a.removeAttribute('download');
+  a.textContent = 'Chrome trace';
+  a.onclick = async (ev) => {
+    ev.preventDefault();
+    if (a.dataset.busy) return;
+    a.dataset.busy = '1';
+    a.textContent = 'Chrome trace…';
+    try {
+      const r = await fetch(`/api/jobs/${id}/trace.json`, { headers: headers() });
+      if (!r.ok) {
+        let msg = 'HTTP ' + r.status;
+        try { msg = (await r.json()).error || msg; } catch (e) { /* not JSON */ }
+        throw new Error(msg);
+      }
+      const url = URL.createObjectURL(await r.blob());
+      const d = document.createElement('a');
+      d.href = url;
+      d.download = `pprun-job-${id}.trace.json`;
+      document.body.appendChild(d);
+      d.click();
+      d.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+      a.textContent = 'Chrome trace';
+    } catch (e) {
+      a.textContent = 'Chrome trace (failed: ' + e.message + ')';
+    } finally {
+      delete a.dataset.busy;
+    }
+  };
 }
 
 function mergeStep(s) {
@@ -223,7 +249,9 @@ function onLosses(rows) {
     if (s && s.complete) continue;
     const prev = s && s._losses ? s._losses : [];
     const all = prev.concat(a);
-    mergeStep({ step, loss: all.reduce((x, y) => x + y, 0) / all.length, _losses: all, complete: false });
+    // A loss that was not finite arrives as null: the step's mean is null too.
+    const mean = all.some((x) => x == null) ? null : all.reduce((x, y) => x + y, 0) / all.length;
+    mergeStep({ step, loss: mean, _losses: all, complete: false });
   }
   drawCharts();
 }

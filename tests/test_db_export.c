@@ -2,6 +2,7 @@
  * would: one X event per traced op, names, counters; `pprun export` errors. */
 #include <criterion/criterion.h>
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,4 +181,37 @@ Test(db_export, export_opens_the_database_read_only) {
     cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "1 28");
     sqlite3_finalize(st);
     sqlite3_close(s);
+}
+
+/* A diverged loss (stored as NULL) is null in the export, which stays JSON. */
+Test(db_export, a_loss_that_was_not_finite_is_null_and_the_export_parses) {
+    const char *path = tfix_path("nan.db");
+    remove(path);
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    trace_event ev[32];
+    size_t n = tfix_events(0, 1000000, ev);
+    int k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].phase == TRACE_LOSS) ev[i].value = k++ ? INFINITY : NAN;
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    cr_assert_eq(db_export_chrome(db_sqlite(d), job, out, &err), 0, "%s", err.msg);
+    fclose(out);
+    db_close(d);
+    cJSON *root = cJSON_Parse(buf);
+    cr_assert_not_null(root, "the export is valid JSON: %.300s", buf);
+    int nulls = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+        if (strcmp(cJSON_GetObjectItem(e, "name")->valuestring, "loss") != 0) continue;
+        nulls += cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "loss"));
+    }
+    cr_assert_eq(nulls, 2);
+    cJSON_Delete(root);
+    free(buf);
 }

@@ -181,3 +181,25 @@ Test(query, usersql_api_reports_the_kind_of_failure) {
     cr_assert_eq(usersql_cell_at(r, 0, 2)->type, USERSQL_NULL);
     usersql_free(r);
 }
+
+/* Table-valued functions only read, yet SQLite asks the authorizer to
+ * UPDATE sqlite_master for them; they must work, and a real schema write
+ * must still be refused. */
+Test(query, table_valued_functions_are_allowed_and_schema_writes_are_not) {
+    usersql_result *r;
+    usersql_error why;
+    pp_err err;
+    cr_assert_eq(usersql_run(db, "SELECT sum(value) FROM json_each('[1,2,3]')", NULL, &r, &why, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(usersql_cell_at(r, 0, 0)->i, 6);
+    usersql_free(r);
+    cr_assert_eq(usersql_run(db, "SELECT count(*) FROM pragma_table_info('jobs') WHERE name = 'world_size'", NULL, &r,
+                             &why, &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(usersql_cell_at(r, 0, 0)->i, 1);
+    usersql_free(r);
+    cr_assert_eq(usersql_run(db, "UPDATE sqlite_master SET sql = NULL", NULL, &r, &why, &err), -1);
+    cr_assert(strstr(err.msg, "sqlite_master may not be modified"), "%s", err.msg);
+    cr_assert_eq(usersql_run(db, "PRAGMA journal_mode", NULL, &r, &why, &err), -1);
+    cr_assert_eq(why, USERSQL_EDENIED);
+}

@@ -4,6 +4,7 @@
  * over TCP on the job clock. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -246,5 +247,86 @@ Test(trace_collector, skewed_node_measured_and_aligned_on_the_job_clock, .timeou
     cr_assert_eq(a, (int64_t)T);
     cr_assert_leq(llabs(b - a), (long long)rtt / 2 + 50000, "aligned within the round trip: %lld ns apart (rtt %llu)",
                   (long long)(b - a), (unsigned long long)rtt);
+    db_close(d);
+}
+
+/* Training that diverges writes NaN and Inf losses; SQLite stores NaN as
+ * NULL. Tracing must go on: later batches land, the collector stays healthy. */
+Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("nan.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *c;
+    collector_config cfg = {.db = d, .job_id = job, .world_size = 2, .interval_ns = 1000000};
+    cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
+    trace_ring *r, *w;
+    cr_assert_eq(trace_ring_create(1024, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(c, 0, r, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    const double bad[3] = {NAN, INFINITY, -INFINITY};
+    uint64_t want = 0;
+    for (int s = 0; s < 4; s++) {
+        trace_event ev[32];
+        size_t n = tfix_events(s, 1000000 + s * 1000000ll, ev);
+        for (size_t i = 0; i < n; i++) {
+            if (ev[i].phase == TRACE_LOSS && s < 3) ev[i].value = bad[s];
+            trace_ring_write(w, &ev[i]);
+        }
+        want += n;
+        /* One batch per step: wait until this one is in. */
+        for (int k = 0; k < 5000 && collector_count(c) < want; k++) usleep(1000);
+        cr_assert_eq(collector_count(c), want, "step %d's batch was ingested", s);
+        cr_assert_eq(collector_error(c, &err), 0, "the collector is still healthy: %s", err.msg);
+    }
+    trace_ring_close(w);
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 4 * 14);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses WHERE loss IS NULL"), 6, "not finite: NULL");
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses WHERE step = 3 AND loss IS NOT NULL"), 2);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 8, "every step analysed");
+    db_close(d);
+}
+
+/* The ingest port trusts the network, but a forged frame cannot make the
+ * master loop over 2^31 steps or write records for ranks the job lacks:
+ * such records are refused and counted, the rest of the frame is kept. */
+Test(trace_collector, forged_ranks_and_steps_are_refused_and_counted, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("forged.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *master;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .steps = 4, .listen_host = "127.0.0.1"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)collector_listen_port(master))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct {
+        uint32_t magic;
+        uint16_t version, nranks;
+        int64_t job_id;
+        uint32_t nrecords, pad;
+    } h = {0x57465050u, 1, 0, job, 5, 0};
+    trace_event ev[5];
+    for (int i = 0; i < 5; i++)
+        ev[i] = (trace_event){.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = i % 2, .step = INT32_MAX,
+                              .microbatch = 0, .stage = i % 2, .peer = -1, .start_ns = 2000000, .end_ns = 2001000};
+    ev[2].step = 1;  /* the one good record */
+    ev[3].rank = 7;  /* no such rank */
+    ev[3].step = 1;
+    ev[4].step = -3; /* no such step */
+    cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
+    cr_assert_eq(write(fd, ev, sizeof ev), (ssize_t)sizeof ev);
+    close(fd);
+    for (int k = 0; k < 5000 && collector_count(master) + collector_rejected(master) < 5; k++) usleep(1000);
+    cr_assert_eq(collector_rejected(master), 4);
+    cr_assert_eq(collector_count(master), 1);
+    cr_assert_eq(collector_stop(master, &err), 0, "still healthy: %s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 1);
+    cr_assert_eq(q_int(s, "SELECT step FROM events"), 1);
     db_close(d);
 }

@@ -22,6 +22,7 @@
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 #include "web/http.h"
+#include "web/internal.h"
 
 static char dbpath[256];
 static http_server *srv;
@@ -323,6 +324,41 @@ Test(web, sql_time_limit_and_row_cap) {
     webclient_free(&r);
 }
 
+/* The result cap counts the JSON, not the raw bytes: control characters
+ * are 6 bytes each once escaped. Table-valued functions work; text after
+ * the JSON body is an error. */
+Test(web, sql_caps_the_encoded_answer_and_reads_exactly_one_json_body) {
+    http_stop(srv);
+    pp_err err;
+    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .sql_max_bytes = 1 << 20};
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+    /* 200,000 bytes raw, 1.2 MB as JSON. */
+    webclient_resp r = post_sql("{\"sql\": \"SELECT replace(hex(zeroblob(100000)), '0', char(1)) AS x\"}");
+    cr_assert_eq(r.status, 413, "%d %.200s", r.status, r.body);
+    cr_assert(strstr(r.body, "as JSON"), "%s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT replace(hex(zeroblob(10000)), '0', char(1)) AS x\"}");
+    cr_assert_eq(r.status, 200, "a smaller one fits: %d", r.status);
+    webclient_free(&r);
+
+    r = post_sql("{\"sql\": \"SELECT sum(value) AS s FROM json_each('[1,2,3]')\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"rows\":[[6]]"), "%s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT name FROM pragma_table_info('losses') WHERE name = 'loss'\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    webclient_free(&r);
+
+    r = post_sql("{\"sql\": \"SELECT 1\"} {\"sql\": \"SELECT 2\"}");
+    cr_assert_eq(r.status, 400, "%d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "near byte 20"), "where the second value starts: %s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT 1\"} \r\n");
+    cr_assert_eq(r.status, 200, "trailing whitespace is fine: %s", r.body);
+    webclient_free(&r);
+}
+
 Test(web, unknown_routes_and_methods_get_json_errors) {
     const char *paths[] = {"/api/nope", "/api/jobs/1/nope", "/api/jobs/abc", "/api/jobs/1/events/x", "/nope.html"};
     for (size_t i = 0; i < 5; i++) cJSON_Delete(get_json(paths[i], 404));
@@ -381,15 +417,29 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
     webclient_request(port, "POST", "/api/sql", NULL, big, &r);
     cr_assert_eq(r.status, 413, "%d", r.status);
     webclient_free(&r);
-    /* chunked, without Content-Length */
-    size_t n = 100 * 1024;
-    char *raw = malloc(n + 512);
-    int h = snprintf(raw, 512, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n%zx\r\n", n - 512);
-    memset(raw + h, 'b', n - 512);
-    memcpy(raw + h + n - 512, "\r\n0\r\n\r\n", 7);
-    webclient_raw(port, raw, (size_t)h + n - 512 + 7, &r);
-    cr_assert_eq(r.status, 413, "%d", r.status);
-    webclient_free(&r);
+    /* chunked, without Content-Length, never ending: the server hangs up
+     * once the cap is passed instead of reading on (16 MiB would all fit
+     * through if it read to the end). */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *head = "POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    cr_assert_eq(send(fd, head, strlen(head), MSG_NOSIGNAL), (ssize_t)strlen(head));
+    size_t n = 64 * 1024;
+    char *raw = malloc(n + 32);
+    int h = snprintf(raw, 32, "%zx\r\n", n);
+    memset(raw + h, 'b', n);
+    memcpy(raw + h + n, "\r\n", 2);
+    size_t sent = 0;
+    while (sent < (16u << 20)) {
+        ssize_t k = send(fd, raw, (size_t)h + n + 2, MSG_NOSIGNAL);
+        if (k <= 0) break;
+        sent += (size_t)k;
+    }
+    cr_assert_lt(sent, 16u << 20, "the server stopped reading the body");
+    close(fd);
+    cJSON_Delete(get_json("/api/jobs", 200)); /* and still serves */
     /* a 64 KiB header */
     snprintf(raw, 64, "X-Big: ");
     size_t hl = 64 * 1024;
@@ -456,6 +506,40 @@ Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
     webclient_free(&r);
 }
 
+/* Diverged training: a loss stored as NULL (it was NaN or Inf) is null in
+ * every JSON answer, the step's mean with it, and NaN on /metrics. */
+Test(web, a_loss_that_was_not_finite_is_null_in_json_and_nan_in_metrics) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, "UPDATE losses SET loss = NULL WHERE step = 2 AND microbatch = 3", NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    cJSON *steps = cJSON_GetObjectItem(j, "steps");
+    cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetArrayItem(steps, 1), "loss")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetArrayItem(steps, 2), "loss")), "the mean of a NaN is null");
+    cr_assert_eq(num(cJSON_GetArrayItem(steps, 2), "losses"), 8);
+    cJSON_Delete(j);
+
+    webclient_resp r = post_sql("{\"sql\": \"SELECT loss FROM losses WHERE step = 2 AND microbatch = 3\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "\"rows\":[[null]]"), "%s", r.body);
+    webclient_free(&r);
+
+    j = get_json("/api/jobs/1/trace.json", 200); /* parses: valid JSON */
+    int nulls = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(j, "traceEvents"))
+        nulls += cJSON_IsNull(cJSON_GetObjectItem(cJSON_GetObjectItem(ev, "args"), "loss"));
+    cr_assert_eq(nulls, 1);
+    cJSON_Delete(j);
+
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, "pprun_loss{job=\"1\"} NaN\n"), "%s", r.body);
+    webclient_free(&r);
+}
+
 /* ---- auth ------------------------------------------------------------------ */
 
 Test(web_auth, non_loopback_without_token_refuses_to_start) {
@@ -480,6 +564,26 @@ Test(web_auth, non_loopback_without_token_refuses_to_start) {
     int st = system(cmd);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
     unlink(path);
+}
+
+/* Without the token, a request is refused on its headers: the server does
+ * not wait for (or read) the body it announced. */
+Test(web_auth, a_request_without_the_token_is_refused_before_its_body, .init = NULL, .timeout = 60) {
+    start_with(1, "running", (http_options){.token = "s3cret-token", .conn_timeout_s = 30});
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *req = "POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n";
+    cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[256] = "";
+    ssize_t k = recv(fd, buf, sizeof buf - 1, 0);
+    cr_assert_gt(k, 0, "an answer before any of the body was sent");
+    cr_assert(strstr(buf, "HTTP/1.1 401"), "%s", buf);
+    close(fd);
+    teardown();
 }
 
 Test(web_auth, with_a_token_every_api_request_must_carry_it, .init = NULL) {
@@ -627,6 +731,82 @@ Test(web_live, stopping_the_server_ends_open_streams, .timeout = 30) {
     while ((n = recv(a.fd, buf, sizeof buf, 0)) > 0) {}
     cr_assert_eq(n, 0, "the stream was closed");
     stream_close(&a);
+}
+
+static void exec_sql(const char *sql) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+/* A step one rank never finishes (no stats for it) must not hold back the
+ * steps after it; a loss that was not finite arrives as null. */
+Test(web_live, an_incomplete_step_is_skipped_and_a_nan_loss_is_null, .timeout = 60) {
+    start_with(3, "running", (http_options){.live_poll_ms = 50});
+    exec_sql("DELETE FROM step_stats WHERE step = 1 AND rank = 2; UPDATE losses SET loss = NULL WHERE step = 2 AND "
+             "microbatch = 3");
+    stream a;
+    stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
+    cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
+    cr_assert_null(strstr(a.buf, "\"step\":1,"), "step 1 is not complete: %s", a.buf);
+    cr_assert(stream_wait(&a, "[2,3,null]"), "%s", a.buf);
+    cr_assert(strstr(a.buf, "id: 588.2.7.2\nevent: step\n"), "%s", a.buf);
+    stream_close(&a);
+    teardown();
+}
+
+/* The live stream's events query walks rowids from the cursor: no scan of
+ * the job's index, no temporary sort, whatever the file holds. */
+Test(web_live, the_events_poll_walks_rowids_from_the_cursor) {
+    start_with(2, "running", (http_options){0});
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    char sql[1024];
+    snprintf(sql, sizeof sql, "EXPLAIN QUERY PLAN %s", SQL_LIVE_EVENTS);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    char plan[1024] = "";
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        strncat(plan, (const char *)sqlite3_column_text(st, 3), sizeof plan - strlen(plan) - 2);
+        strcat(plan, ";");
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert(strstr(plan, "SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"), "%s", plan);
+    cr_assert_null(strstr(plan, "TEMP B-TREE"), "%s", plan);
+    cr_assert_null(strstr(plan, "INDEX"), "%s", plan);
+    teardown();
+}
+
+/* Once the server has begun stopping, a new stream is refused rather than
+ * left suspended past the daemon's end. */
+Test(web_live, a_stream_opened_while_the_server_stops_is_refused, .timeout = 30) {
+    start_with(1, "running", (http_options){.live_poll_ms = 50});
+    live_end_all(srv->live); /* what http_stop does first */
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs/1/live", NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, 503, "%d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "stopping"), "%s", r.body);
+    webclient_free(&r);
+    teardown();
+}
+
+/* 256 streams at most: the 257th is refused, the others stay open. */
+Test(web_live, the_257th_stream_is_refused, .timeout = 60) {
+    start_with(1, "running", (http_options){.live_poll_ms = 50, .max_conns_per_ip = 400, .max_conns = 600});
+    static stream s[256];
+    for (int i = 0; i < 256; i++) stream_open(&s[i], NULL);
+    for (int k = 0; k < 1500 && live_count(srv->live) < 256; k++) usleep(10000);
+    cr_assert_eq(live_count(srv->live), 256);
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs/1/live", NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, 503, "%d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "too many live streams"), "%s", r.body);
+    webclient_free(&r);
+    cr_assert(stream_wait(&s[255], "event: hello\n"), "%s", s[255].buf);
+    for (int i = 0; i < 256; i++) stream_close(&s[i]);
+    teardown();
 }
 
 Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {

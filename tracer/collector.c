@@ -67,7 +67,8 @@ struct collector {
     uint64_t *dropped;
     char *offset_recorded; /* the rank's forwarded clock offset is in `ranks` */
     int analyzed; /* steps below this were analysed */
-    atomic_uint_fast64_t count;
+    size_t next_ring; /* where the next drain starts: no ring starves the others */
+    atomic_uint_fast64_t count, rejected;
     int failed;
     pp_err err;
 };
@@ -102,18 +103,41 @@ static void analyze_ready_steps(collector *c) {
     }
 }
 
-static void store_events(collector *c, const trace_event *ev, size_t n) {
+/* Drops the records no rank of this job can have written (a rank outside
+ * the world, a step outside the job): they would land in the database and,
+ * with a huge step, make analyze_ready_steps loop for ages. Returns the
+ * count kept, compacted at the front of ev. */
+static size_t keep_valid(collector *c, trace_event *ev, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const trace_event *e = &ev[i];
+        if (e->rank >= 0 && e->rank < c->cfg.world_size && e->step >= 0 &&
+            (c->cfg.steps <= 0 || e->step < c->cfg.steps)) {
+            if (k != i) ev[k] = *e;
+            k++;
+            continue;
+        }
+        if (atomic_fetch_add(&c->rejected, 1) == 0)
+            fprintf(stderr,
+                    "pprun collector: refusing trace records of rank %d step %d (the job has ranks 0..%d, %d steps); "
+                    "counting the rest\n",
+                    e->rank, e->step, c->cfg.world_size - 1, c->cfg.steps);
+    }
+    return k;
+}
+
+static void store_events(collector *c, trace_event *ev, size_t n) {
     if (n == 0 || has_failed(c)) return;
+    n = keep_valid(c, ev, n);
+    if (n == 0) return;
     pp_err e;
     if (db_insert_events(c->cfg.db, c->cfg.job_id, ev, n, &e) != 0) {
         set_error(c, &e);
         return;
     }
     atomic_fetch_add(&c->count, n);
-    for (size_t i = 0; i < n; i++) {
-        int r = ev[i].rank;
-        if (r >= 0 && r < c->cfg.world_size && ev[i].step > c->max_step[r]) c->max_step[r] = ev[i].step;
-    }
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].step > c->max_step[ev[i].rank]) c->max_step[ev[i].rank] = ev[i].step;
     analyze_ready_steps(c);
 }
 
@@ -169,9 +193,12 @@ static void drain_rings(collector *c) {
     pthread_mutex_lock(&c->mu);
     size_t n;
     do {
+        /* Each batch starts one ring further on, so a ring that alone fills
+         * batches cannot keep the others waiting. */
         n = 0;
-        for (size_t i = 0; i < c->nrings && n < BATCH_MAX; i++)
-            n += trace_ring_read(c->rings[i].ring, c->buf + n, BATCH_MAX - n);
+        size_t first = c->nrings ? c->next_ring++ % c->nrings : 0;
+        for (size_t k = 0; k < c->nrings && n < BATCH_MAX; k++)
+            n += trace_ring_read(c->rings[(first + k) % c->nrings].ring, c->buf + n, BATCH_MAX - n);
         if (c->cfg.db) {
             store_events(c, c->buf, n);
             for (size_t i = 0; i < c->nrings; i++) store_dropped(c, c->rings[i].rank, rank_dropped(c, c->rings[i].rank));
@@ -245,21 +272,25 @@ static int ingest_frames(collector *c, conn *k) {
             pp_err e;
             /* The first frame of a rank also records its offset where users
              * look for it (ranks.clock_offset_ns). */
-            int known = fr.rank >= 0 && fr.rank < c->cfg.world_size;
-            int rc = known && !c->offset_recorded[fr.rank]
+            if (fr.rank < 0 || fr.rank >= c->cfg.world_size) {
+                fprintf(stderr, "pprun collector: dropping a forwarding connection: frame for rank %d of %d\n",
+                        fr.rank, c->cfg.world_size);
+                return -1;
+            }
+            int rc = !c->offset_recorded[fr.rank]
                          ? db_update_rank(c->cfg.db, c->cfg.job_id, fr.rank, 0, fr.clock_offset_ns, &e)
                          : db_set_clock_offset(c->cfg.db, c->cfg.job_id, fr.rank, fr.clock_offset_ns, &e);
-            if (rc != 0) return -1;
-            if (known) c->offset_recorded[fr.rank] = 1;
+            if (rc != 0) {
+                set_error(c, &e);
+                return -1;
+            }
+            c->offset_recorded[fr.rank] = 1;
             store_dropped(c, fr.rank, fr.dropped);
         }
-        /* Records are copied out: the buffer has no alignment promise. */
-        for (size_t done = 0; done < h.nrecords;) {
-            size_t m = h.nrecords - done;
-            memcpy(c->buf, p + done * sizeof(trace_event), m * sizeof(trace_event));
-            store_events(c, c->buf, m);
-            done += m;
-        }
+        /* Records are copied out (the buffer has no alignment promise); a
+         * frame holds at most BATCH_MAX, which c->buf holds. */
+        memcpy(c->buf, p, (size_t)h.nrecords * sizeof(trace_event));
+        store_events(c, c->buf, h.nrecords);
         off += need;
     }
     memmove(k->buf, k->buf + off, k->len - off);
@@ -329,6 +360,8 @@ static void *collector_main(void *arg) {
         pp_err e;
         if (!has_failed(c) && db_analyze_job(c->cfg.db, c->cfg.job_id, &e) != 0) set_error(c, &e);
     }
+    uint64_t rejected = atomic_load(&c->rejected);
+    if (rejected) fprintf(stderr, "pprun collector: %llu trace records refused in all\n", (unsigned long long)rejected);
     return NULL;
 }
 
@@ -384,6 +417,7 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     if (!cfg->db == !cfg->forward_host)
         return pp_fail(err, "collector: exactly one of a database (master) or a forward address (other nodes) is needed");
     if (cfg->world_size < 1) return pp_fail(err, "collector: world size %d must be at least 1", cfg->world_size);
+    if (cfg->steps < 0) return pp_fail(err, "collector: steps %d must be 0 (no bound) or more", cfg->steps);
     if (cfg->listen_host && !cfg->db) return pp_fail(err, "collector: only the master (with the database) listens");
     collector *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, "collector: out of memory");
@@ -452,6 +486,7 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err) {
 
 int collector_listen_port(const collector *c) { return c->port; }
 uint64_t collector_count(const collector *c) { return atomic_load(&((collector *)c)->count); }
+uint64_t collector_rejected(const collector *c) { return atomic_load(&((collector *)c)->rejected); }
 
 int collector_error(collector *c, pp_err *err) {
     pthread_mutex_lock(&c->err_mu);

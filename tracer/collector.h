@@ -14,6 +14,12 @@
  * collector runs; the db handle belongs to the collector thread from
  * collector_start until collector_stop returns (don't use it meanwhile).
  *
+ * The ingest listener has no authentication, like the rendezvous store (and
+ * c10d's TCPStore): it trusts the network it listens on, which is where the
+ * launcher says. Frames are still checked (magic, version, job, sizes,
+ * ranks, steps), so a stray or forged sender cannot make the master loop,
+ * allocate without bound or write outside the job.
+ *
  * Forward protocol (host byte order; nodes of one job share an ABI), one
  * frame per batch: header {u32 magic "PPFW", u16 version 1, u16 nranks,
  * i64 job_id, u32 nrecords, u32 0}, then nranks x {i32 rank, i32 0,
@@ -32,6 +38,7 @@ typedef struct collector_config {
     db *db;                   /* master: the writer (not owned); NULL when forwarding */
     int64_t job_id;
     int world_size;           /* all ranks of the job, every node */
+    int steps;                /* the job's steps: records must have step < steps (0: no bound) */
     uint64_t interval_ns;     /* 0: 5 ms */
     int64_t clock_offset_ns;  /* this node: master clock - local clock (0 on the master) */
     const char *forward_host; /* non-master: the master's ingest listener */
@@ -50,6 +57,9 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err);
 int collector_listen_port(const collector *c);
 /* Records ingested (master) or forwarded (other nodes) so far. */
 uint64_t collector_count(const collector *c);
+/* Records refused (master): a rank outside [0, world_size) or a step outside
+ * [0, steps), from a buggy worker or a forged forwarding frame. */
+uint64_t collector_rejected(const collector *c);
 /* 0 while all is well; -1 with the first error (disk full, master gone). */
 int collector_error(collector *c, pp_err *err);
 /* Drains every ring to the end, waits for forwarders to close (master),

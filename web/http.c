@@ -21,7 +21,7 @@
 typedef struct request {
     char *body;
     size_t len, cap;
-    int too_big;
+    int answered; /* a reply was queued before the body (401, 413) */
 } request;
 
 void http_error(http_reply *r, int status, const char *fmt, ...) {
@@ -268,60 +268,59 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_server *s = cls;
     request *rq = *con_cls;
     http_reply r = {0};
+    int is_api = strncmp(url, "/api/", 5) == 0 || strcmp(url, "/api") == 0;
+    int is_metrics = strcmp(url, "/metrics") == 0;
     if (!rq) {
         rq = calloc(1, sizeof *rq);
         if (!rq) return MHD_NO;
         *con_cls = rq;
+        /* The first call has the headers only: a stranger is refused before
+         * a byte of its body is read, and so is an announced oversized body. */
+        if ((is_api || is_metrics) && s->token && !token_ok(s, c)) {
+            rq->answered = 1;
+            http_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
+            return send_reply(s, c, &r);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        int too_big = 0;
         if (cl) {
             char *end;
             errno = 0;
             unsigned long long n = strtoull(cl, &end, 10);
-            if (errno || *end || n > s->o.max_body) rq->too_big = 1;
+            too_big = errno || *end || n > s->o.max_body;
         }
-        /* Refuse an announced oversized body before reading any of it. */
-        if (rq->too_big) {
+        if (too_big) {
+            rq->answered = 1;
             http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
             return send_reply(s, c, &r);
         }
         return MHD_YES;
     }
+    if (rq->answered) {
+        *upload_size = 0; /* the rest of a refused body is dropped */
+        return MHD_YES;
+    }
     if (*upload_size > 0) {
-        /* Bodies without Content-Length (chunked) are capped as they come. */
-        if (!rq->too_big) {
-            if (rq->len + *upload_size > s->o.max_body) {
-                rq->too_big = 1;
-                free(rq->body);
-                rq->body = NULL;
-            } else {
-                if (rq->len + *upload_size + 1 > rq->cap) {
-                    size_t ncap = rq->len + *upload_size + 1;
-                    char *b = realloc(rq->body, ncap);
-                    if (!b) return MHD_NO;
-                    rq->body = b;
-                    rq->cap = ncap;
-                }
-                memcpy(rq->body + rq->len, upload, *upload_size);
-                rq->len += *upload_size;
-                rq->body[rq->len] = 0; /* NUL-terminated copy, for cJSON */
-            }
+        /* A body without Content-Length (chunked) that passes the cap: the
+         * connection is closed at once rather than read to its end, which
+         * could be never. No 413 can be sent: libmicrohttpd refuses a reply
+         * while the body is still coming in. */
+        if (rq->len + *upload_size > s->o.max_body) return MHD_NO;
+        if (rq->len + *upload_size + 1 > rq->cap) {
+            size_t ncap = rq->len + *upload_size + 1;
+            char *b = realloc(rq->body, ncap);
+            if (!b) return MHD_NO;
+            rq->body = b;
+            rq->cap = ncap;
         }
+        memcpy(rq->body + rq->len, upload, *upload_size);
+        rq->len += *upload_size;
+        rq->body[rq->len] = 0; /* NUL-terminated copy, for cJSON */
         *upload_size = 0;
         return MHD_YES;
     }
-    if (rq->too_big) {
-        http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
-        return send_reply(s, c, &r);
-    }
-
-    int is_api = strncmp(url, "/api/", 5) == 0 || strcmp(url, "/api") == 0;
-    int is_metrics = strcmp(url, "/metrics") == 0;
     int head = strcmp(method, "HEAD") == 0;
     int get = head || strcmp(method, "GET") == 0;
-    if ((is_api || is_metrics) && s->token && !token_ok(s, c)) {
-        http_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
-        return send_reply(s, c, &r);
-    }
     if (is_metrics) {
         if (!get) http_error(&r, 405, "%s not allowed on /metrics (use GET)", method);
         else metrics_render(s, &r);
@@ -377,6 +376,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (!s->o.max_header_mem) s->o.max_header_mem = 32 * 1024;
     if (!s->o.sql_time_limit_ns) s->o.sql_time_limit_ns = 2000000000ull;
     if (!s->o.sql_max_rows) s->o.sql_max_rows = 10000;
+    if (!s->o.sql_max_bytes) s->o.sql_max_bytes = 32u << 20;
     if (!s->o.live_poll_ms) s->o.live_poll_ms = 200;
     if (!s->o.live_heartbeat_ms) s->o.live_heartbeat_ms = 10000;
     if (!s->o.events_scan_budget) s->o.events_scan_budget = 60000;

@@ -243,7 +243,7 @@ void jw_usersql_objects(jw *w, const usersql_result *r) {
     jw_arr_end(w);
 }
 
-void jw_usersql_table(jw *w, const usersql_result *r) {
+int jw_usersql_table(jw *w, const usersql_result *r, size_t max_len) {
     jw_obj(w);
     jw_key(w, "columns");
     jw_arr(w);
@@ -255,10 +255,12 @@ void jw_usersql_table(jw *w, const usersql_result *r) {
         jw_arr(w);
         for (int c = 0; c < r->ncols; c++) usersql_cell_json(w, usersql_cell_at(r, i, c));
         jw_arr_end(w);
+        if (max_len && w->len > max_len) return -1;
     }
     jw_arr_end(w);
     jw_kint(w, "row_count", (int64_t)r->nrows);
     jw_key(w, "truncated");
     jw_bool(w, r->truncated);
     jw_obj_end(w);
+    return 0;
 }

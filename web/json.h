@@ -55,5 +55,7 @@ void jw_knum(jw *w, const char *k, double v);
  * (`pprun query --format json`) or {"columns":[...],"rows":[[...]],...}. */
 struct usersql_result;
 void jw_usersql_objects(jw *w, const struct usersql_result *r);
-void jw_usersql_table(jw *w, const struct usersql_result *r);
+/* The table form stops and returns -1 once the text passes max_len bytes
+ * (0: no limit); 0 otherwise. */
+int jw_usersql_table(jw *w, const struct usersql_result *r, size_t max_len);
 #endif

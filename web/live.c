@@ -2,13 +2,18 @@
  * database, so it works the same for a job this process runs and for a
  * database another process writes (WAL readers never block the writer).
  *
- * One hub thread polls every poll_ms for each open stream and appends SSE
- * frames to the stream's buffer. A stream's content reader hands out what is
- * buffered; with nothing buffered it suspends its connection (returning 0
- * without suspending would make libmicrohttpd spin) and the hub resumes it
- * when it has something, at the latest with a keep-alive comment every
- * heartbeat_ms, which is also how a closed client is noticed (a suspended
- * connection sees no disconnect).
+ * One hub thread polls every poll_ms. Each tick it takes a snapshot of the
+ * open streams under the lock, then runs the SQL without the lock (stream
+ * readers, live_open and /metrics never wait on a query), and finally moves
+ * each stream's new frames into its buffer under the lock. Streams of one
+ * job with the same cursor share one query per tick: those following a job
+ * live all sit at the newest row, so that is one query per job per tick.
+ *
+ * A stream's content reader hands out what is buffered; with nothing
+ * buffered it suspends its connection (returning 0 without suspending would
+ * make libmicrohttpd spin) and the hub resumes it when it has something, at
+ * the latest with a keep-alive comment every heartbeat_ms, which is also how
+ * a closed client is noticed (a suspended connection sees no disconnect).
  *
  * Messages: hello (the cursor to resume from), status, events, losses, step.
  * Every message carries `id: E.LS.LM.SS` (last event id, last loss
@@ -20,11 +25,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "db/analyze.h"
 #include "db/usersql.h"
 #include "web/internal.h"
 
 #define MAX_STREAMS 256
 #define EVENTS_PER_TICK 5000
+#define LOSSES_PER_TICK 5000
+#define STEPS_PER_TICK 1000
 #define MAX_PENDING (8u << 20) /* a slow client stops being polled */
 
 typedef struct live_sub {
@@ -32,52 +40,277 @@ typedef struct live_sub {
     struct MHD_Connection *conn;
     live_hub *hub;
     long job;
-    int world;
+    /* The hub thread's alone (no lock): cursors and this tick's frames. */
     int initialised;  /* cursors known (from Last-Event-ID or "now") */
-    int64_t ev;       /* last event id sent */
+    int64_t ev;       /* last event id sent (or skipped: none of this job up to it) */
     long ls, lm;      /* last loss sent (step, microbatch) */
     long ss;          /* last complete step sent */
     char status[32];
-    jw out;           /* pending bytes: out.buf[off .. len) */
+    uint64_t last_write_ns;
+    jw stage;
+    /* Under hub->mu: pending bytes out.buf[off .. len) and the state. */
+    jw out;
     size_t off;
     int suspended, ending, gone;
-    uint64_t last_write_ns;
 } live_sub;
 
 struct live_hub {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
-    int running, stop;
-    sqlite3 *db;
+    int running, stop;    /* under mu */
+    sqlite3 *db;          /* the hub thread's */
     unsigned poll_ms, heartbeat_ms;
-    live_sub *subs;
+    live_sub *subs;       /* under mu; freed only by the hub thread (or live_free) */
     int nsubs;
 };
 
-static void sub_free(live_sub *s) {
-    jw_free(&s->out);
-    free(s);
+/* ---- one tick's query results, shared by streams asking the same -------- */
+
+enum { Q_STATUS, Q_EVENTS, Q_LOSSES, Q_STEPS };
+
+typedef struct qmsg {
+    size_t off, len; /* the message's JSON in result.text */
+    int64_t cursor;  /* Q_STEPS: the step it is about */
+} qmsg;
+
+typedef struct result {
+    long job;
+    int kind;
+    int64_t k1, k2;      /* the cursor the query started from */
+    int64_t n1, n2;      /* the cursor after it (events: skips rows of other jobs too) */
+    int found;           /* Q_STATUS: the job exists */
+    int64_t t0;          /* Q_STATUS */
+    char status[32];     /* Q_STATUS */
+    jw text;
+    qmsg *msgs;
+    int nmsgs, cap;
+} result;
+
+typedef struct tick {
+    sqlite3 *db;
+    int64_t hi; /* the newest event id of the tick's snapshot */
+    result **r;
+    int n, cap;
+} tick;
+
+static int add_msg(result *r, size_t off, int64_t cursor) {
+    if (r->nmsgs == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 4;
+        qmsg *m = realloc(r->msgs, (size_t)cap * sizeof *m);
+        if (!m) return -1;
+        r->msgs = m;
+        r->cap = cap;
+    }
+    r->msgs[r->nmsgs++] = (qmsg){off, r->text.len - off, cursor};
+    return 0;
 }
 
-static void frame_begin(live_sub *s, const char *event) {
-    jw_rawf(&s->out, "id: %lld.%ld.%ld.%ld\nevent: %s\ndata: ", (long long)s->ev, s->ls, s->lm, s->ss, event);
-    s->out.depth = 0;
-    s->out.first[0] = 1;
+static void q_status(tick *t, result *r) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(t->db, "SELECT status, exit_code, failed_rank, failure, t0_ns FROM jobs WHERE id=?", -1,
+                           &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, r->job);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        const char *status = (const char *)sqlite3_column_text(st, 0);
+        r->found = 1;
+        r->t0 = sqlite3_column_int64(st, 4);
+        snprintf(r->status, sizeof r->status, "%s", status ? status : "");
+        jw *w = &r->text;
+        jw_obj(w);
+        jw_kstr(w, "status", r->status);
+        jw_key(w, "exit_code");
+        if (sqlite3_column_type(st, 1) == SQLITE_NULL) jw_null(w);
+        else jw_int(w, sqlite3_column_int(st, 1));
+        jw_key(w, "failed_rank");
+        if (sqlite3_column_type(st, 2) == SQLITE_NULL) jw_null(w);
+        else jw_int(w, sqlite3_column_int(st, 2));
+        jw_kstr(w, "failure", (const char *)sqlite3_column_text(st, 3));
+        jw_obj_end(w);
+        add_msg(r, 0, 0);
+    }
+    sqlite3_finalize(st);
 }
 
-static void frame_end(live_sub *s) { jw_raw(&s->out, "\n\n", 2); }
+/* Events after k1: rows are same as /events (times since t0). When fewer
+ * than the limit come back, every row up to the snapshot's newest id was
+ * looked at, so the cursor moves there even without rows of this job. */
+static void q_events(tick *t, result *r, int64_t t0) {
+    r->n1 = r->k1;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(t->db, SQL_LIVE_EVENTS, -1, &st, NULL) != SQLITE_OK) return;
+    sqlite3_bind_int64(st, 1, r->job);
+    sqlite3_bind_int64(st, 2, r->k1);
+    sqlite3_bind_int64(st, 3, t->hi);
+    sqlite3_bind_int64(st, 4, t0);
+    sqlite3_bind_int(st, 5, EVENTS_PER_TICK);
+    jw rows;
+    jw_init(&rows);
+    int n = 0, rc;
+    int64_t last = r->k1;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        last = sqlite3_column_int64(st, 0);
+        jw_rawf(&rows, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld,%d,%lld]", n++ ? "," : "", (long long)last,
+                sqlite3_column_int(st, 1), sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
+                sqlite3_column_int(st, 4), analyze_phase_of((const char *)sqlite3_column_text(st, 5)),
+                (long long)sqlite3_column_int64(st, 6), (long long)sqlite3_column_int64(st, 7),
+                sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 9));
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_DONE && !rows.oom) {
+        r->n1 = n < EVENTS_PER_TICK && t->hi > last ? t->hi : last;
+        if (n > 0) {
+            jw_rawf(&r->text, "{\"count\":%d,\"events\":[", n);
+            jw_raw(&r->text, rows.buf, rows.len);
+            jw_raw(&r->text, "]}", 2);
+            if (!r->text.oom) add_msg(r, 0, 0);
+        }
+    }
+    jw_free(&rows);
+}
+
+static void q_losses(tick *t, result *r) {
+    r->n1 = r->k1;
+    r->n2 = r->k2;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(t->db,
+                           "SELECT step, microbatch, loss FROM losses WHERE job_id=?1 AND "
+                           "(step>?2 OR (step=?2 AND microbatch>?3)) ORDER BY step, microbatch LIMIT ?4",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, r->job);
+    sqlite3_bind_int64(st, 2, r->k1);
+    sqlite3_bind_int64(st, 3, r->k2);
+    sqlite3_bind_int(st, 4, LOSSES_PER_TICK);
+    jw *w = &r->text;
+    jw_raw(w, "{\"columns\":[\"step\",\"microbatch\",\"loss\"],\"losses\":", 49);
+    jw_arr(w);
+    int n = 0, rc;
+    int64_t ls = r->k1, lm = r->k2;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        ls = sqlite3_column_int(st, 0);
+        lm = sqlite3_column_int(st, 1);
+        jw_arr(w);
+        jw_int(w, ls);
+        jw_int(w, lm);
+        if (sqlite3_column_type(st, 2) == SQLITE_NULL) jw_null(w); /* not finite */
+        else jw_num(w, sqlite3_column_double(st, 2));
+        jw_arr_end(w);
+        n++;
+    }
+    jw_arr_end(w);
+    jw_raw(w, "}", 1);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE || w->oom || n == 0) {
+        r->text.len = 0;
+        return;
+    }
+    r->n1 = ls;
+    r->n2 = lm;
+    add_msg(r, 0, 0);
+}
+
+/* One message per complete step after k1; a step that never completes
+ * (a rank without stats for it) does not hold back the ones after it. */
+static void q_steps(tick *t, result *r, int64_t t0) {
+    r->n1 = r->k1;
+    sqlite3_stmt *st = NULL, *ranks = NULL;
+    if (sqlite3_prepare_v2(t->db,
+                           "SELECT c.step, c.start_ns, c.end_ns, c.bubble_ratio_mean, " SQL_STEP_MEAN_LOSS("c.step")
+                           " FROM (" SQL_COMPLETE_STEPS("AND step>?2") ") c ORDER BY c.step LIMIT ?3",
+                           -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(t->db, "SELECT bubble_ratio FROM step_stats WHERE job_id=?1 AND step=?2 ORDER BY rank",
+                           -1, &ranks, NULL) != SQLITE_OK) {
+        sqlite3_finalize(st);
+        return;
+    }
+    sqlite3_bind_int64(st, 1, r->job);
+    sqlite3_bind_int64(st, 2, r->k1);
+    sqlite3_bind_int(st, 3, STEPS_PER_TICK);
+    jw *w = &r->text;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int64_t step = sqlite3_column_int64(st, 0);
+        int64_t start = sqlite3_column_int64(st, 1) - t0, end = sqlite3_column_int64(st, 2) - t0;
+        size_t off = w->len;
+        w->depth = 0;
+        w->first[0] = 1;
+        jw_obj(w);
+        jw_kint(w, "step", step);
+        jw_kint(w, "start", start);
+        jw_kint(w, "end", end);
+        jw_kint(w, "time_ns", end - start);
+        jw_knum(w, "bubble_ratio_mean", sqlite3_column_double(st, 3));
+        jw_key(w, "loss");
+        if (sqlite3_column_type(st, 4) == SQLITE_NULL) jw_null(w);
+        else jw_num(w, sqlite3_column_double(st, 4));
+        jw_key(w, "bubble_ratio");
+        jw_arr(w);
+        sqlite3_reset(ranks);
+        sqlite3_bind_int64(ranks, 1, r->job);
+        sqlite3_bind_int64(ranks, 2, step);
+        while (sqlite3_step(ranks) == SQLITE_ROW) jw_num(w, sqlite3_column_double(ranks, 0));
+        jw_arr_end(w);
+        jw_obj_end(w);
+        if (w->oom || add_msg(r, off, step) != 0) break;
+        r->n1 = step;
+    }
+    sqlite3_finalize(ranks);
+    sqlite3_finalize(st);
+}
+
+/* The result of (job, kind, cursor) for this tick: run once, then shared. */
+static result *query(tick *t, long job, int kind, int64_t k1, int64_t k2, int64_t t0) {
+    for (int i = 0; i < t->n; i++) {
+        result *r = t->r[i];
+        if (r->job == job && r->kind == kind && r->k1 == k1 && r->k2 == k2) return r;
+    }
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 16;
+        result **a = realloc(t->r, (size_t)cap * sizeof *a);
+        if (!a) return NULL;
+        t->r = a;
+        t->cap = cap;
+    }
+    result *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    *r = (result){.job = job, .kind = kind, .k1 = k1, .k2 = k2};
+    jw_init(&r->text);
+    t->r[t->n++] = r;
+    switch (kind) {
+    case Q_STATUS: q_status(t, r); break;
+    case Q_EVENTS: q_events(t, r, t0); break;
+    case Q_LOSSES: q_losses(t, r); break;
+    default: q_steps(t, r, t0); break;
+    }
+    return r;
+}
+
+static void tick_free(tick *t) {
+    for (int i = 0; i < t->n; i++) {
+        jw_free(&t->r[i]->text);
+        free(t->r[i]->msgs);
+        free(t->r[i]);
+    }
+    free(t->r);
+}
+
+/* ---- one stream's share of a tick --------------------------------------- */
+
+static void frame(live_sub *s, const char *event, const result *r, int i) {
+    jw_rawf(&s->stage, "id: %lld.%ld.%ld.%ld\nevent: %s\ndata: ", (long long)s->ev, s->ls, s->lm, s->ss, event);
+    jw_raw(&s->stage, r->text.buf + r->msgs[i].off, r->msgs[i].len);
+    jw_raw(&s->stage, "\n\n", 2);
+}
 
 /* Sets the cursors to "now": what a fresh stream does not replay. */
-static int init_cursors(live_hub *h, live_sub *s) {
-    const char *q =
-        "SELECT (SELECT coalesce(max(id),0) FROM events),"
-        " (SELECT step FROM losses WHERE job_id=?1 ORDER BY step DESC, microbatch DESC LIMIT 1),"
-        " (SELECT microbatch FROM losses WHERE job_id=?1 ORDER BY step DESC, microbatch DESC LIMIT 1),"
-        " (SELECT max(step) FROM (SELECT step FROM step_stats WHERE job_id=?1 GROUP BY step"
-        "   HAVING count(*) >= (SELECT world_size FROM jobs WHERE id=?1)))";
+static int init_cursors(sqlite3 *db, live_sub *s) {
+    const char *q = "SELECT (SELECT coalesce(max(id),0) FROM events),"
+                    " (SELECT step FROM losses WHERE job_id=?1 ORDER BY step DESC, microbatch DESC LIMIT 1),"
+                    " (SELECT microbatch FROM losses WHERE job_id=?1 ORDER BY step DESC, microbatch DESC LIMIT 1),"
+                    " (SELECT max(step) FROM (" SQL_COMPLETE_STEPS("") "))";
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(h->db, q, -1, &st, NULL) != SQLITE_OK) return -1;
+    if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK) return -1;
     sqlite3_bind_int64(st, 1, s->job);
     int rc = -1;
     if (sqlite3_step(st) == SQLITE_ROW) {
@@ -91,173 +324,75 @@ static int init_cursors(live_hub *h, live_sub *s) {
     return rc;
 }
 
-/* One poll of one stream; returns 1 if it wrote something. */
-static int poll_sub(live_hub *h, live_sub *s) {
-    size_t before = s->out.len;
-    sqlite3_stmt *st;
+/* Writes the stream's new frames into s->stage (hub thread, no lock). */
+static void poll_sub(live_hub *h, tick *t, live_sub *s) {
     if (!s->initialised) {
-        if (init_cursors(h, s) != 0) return 0;
+        if (init_cursors(t->db, s) != 0) return;
         s->initialised = 1;
-        jw_raw(&s->out, "retry: 2000\n\n", 13);
-        frame_begin(s, "hello");
-        jw_obj(&s->out);
-        jw_kint(&s->out, "job", s->job);
-        jw_kint(&s->out, "last_event_id", s->ev);
-        jw_kint(&s->out, "last_complete_step", s->ss);
-        jw_obj_end(&s->out);
-        frame_end(s);
+        jw_raw(&s->stage, "retry: 2000\n\n", 13);
+        jw_rawf(&s->stage,
+                "id: %lld.%ld.%ld.%ld\nevent: hello\ndata: {\"job\":%ld,\"last_event_id\":%lld,"
+                "\"last_complete_step\":%ld}\n\n",
+                (long long)s->ev, s->ls, s->lm, s->ss, s->job, (long long)s->ev, s->ss);
     }
-    /* status */
-    if (sqlite3_prepare_v2(h->db, "SELECT status, exit_code, failed_rank, failure, world_size FROM jobs WHERE id=?",
-                           -1, &st, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, s->job);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            const char *status = (const char *)sqlite3_column_text(st, 0);
-            s->world = sqlite3_column_int(st, 4);
-            if (status && strcmp(status, s->status) != 0) {
-                snprintf(s->status, sizeof s->status, "%s", status);
-                frame_begin(s, "status");
-                jw_obj(&s->out);
-                jw_kstr(&s->out, "status", status);
-                jw_key(&s->out, "exit_code");
-                if (sqlite3_column_type(st, 1) == SQLITE_NULL) jw_null(&s->out);
-                else jw_int(&s->out, sqlite3_column_int(st, 1));
-                jw_key(&s->out, "failed_rank");
-                if (sqlite3_column_type(st, 2) == SQLITE_NULL) jw_null(&s->out);
-                else jw_int(&s->out, sqlite3_column_int(st, 2));
-                jw_kstr(&s->out, "failure", (const char *)sqlite3_column_text(st, 3));
-                jw_obj_end(&s->out);
-                frame_end(s);
-            }
+    result *st = query(t, s->job, Q_STATUS, 0, 0, 0);
+    if (st && st->found) {
+        if (strcmp(st->status, s->status) != 0) {
+            snprintf(s->status, sizeof s->status, "%s", st->status);
+            frame(s, "status", st, 0);
         }
-        sqlite3_finalize(st);
-    }
-    /* events: same rows as /events (times since t0) */
-    if (sqlite3_prepare_v2(h->db,
-                           "SELECT e.id, e.rank, e.step, coalesce(e.microbatch,-1), coalesce(e.stage,-1), e.phase, "
-                           "e.start_ns - j.t0_ns, e.end_ns - j.t0_ns, coalesce(e.peer,-1), coalesce(e.bytes,0) "
-                           "FROM events e JOIN jobs j ON j.id=e.job_id WHERE e.id>?1 AND e.job_id=?2 "
-                           "ORDER BY e.id LIMIT ?3",
-                           -1, &st, NULL) == SQLITE_OK) {
-        static const char *const phases[] = {"F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT"};
-        sqlite3_bind_int64(st, 1, s->ev);
-        sqlite3_bind_int64(st, 2, s->job);
-        sqlite3_bind_int(st, 3, EVENTS_PER_TICK);
-        jw body;
-        jw_init(&body);
-        int n = 0;
-        int64_t last = s->ev;
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            const char *ph = (const char *)sqlite3_column_text(st, 5);
-            int phi = -1;
-            for (int k = 0; ph && k < 8; k++)
-                if (!strcmp(ph, phases[k])) phi = k;
-            last = sqlite3_column_int64(st, 0);
-            jw_rawf(&body, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld,%d,%lld]", n++ ? "," : "", (long long)last,
-                    sqlite3_column_int(st, 1), sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
-                    sqlite3_column_int(st, 4), phi, (long long)sqlite3_column_int64(st, 6),
-                    (long long)sqlite3_column_int64(st, 7), sqlite3_column_int(st, 8),
-                    (long long)sqlite3_column_int64(st, 9));
+        result *r = query(t, s->job, Q_EVENTS, s->ev, 0, st->t0);
+        if (r) {
+            s->ev = r->n1;
+            if (r->nmsgs) frame(s, "events", r, 0);
         }
-        sqlite3_finalize(st);
-        if (n > 0 && !body.oom) {
-            s->ev = last;
-            frame_begin(s, "events");
-            jw_rawf(&s->out, "{\"count\":%d,\"events\":[", n);
-            jw_raw(&s->out, body.buf, body.len);
-            jw_raw(&s->out, "]}", 2);
-            frame_end(s);
+        r = query(t, s->job, Q_LOSSES, s->ls, s->lm, 0);
+        if (r) {
+            s->ls = (long)r->n1;
+            s->lm = (long)r->n2;
+            if (r->nmsgs) frame(s, "losses", r, 0);
         }
-        jw_free(&body);
-    }
-    /* losses */
-    if (sqlite3_prepare_v2(h->db,
-                           "SELECT step, microbatch, loss FROM losses WHERE job_id=?1 AND "
-                           "(step>?2 OR (step=?2 AND microbatch>?3)) ORDER BY step, microbatch LIMIT 5000",
-                           -1, &st, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, s->job);
-        sqlite3_bind_int64(st, 2, s->ls);
-        sqlite3_bind_int64(st, 3, s->lm);
-        jw body;
-        jw_init(&body);
-        jw_arr(&body);
-        int n = 0;
-        long ls = s->ls, lm = s->lm;
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            ls = sqlite3_column_int(st, 0);
-            lm = sqlite3_column_int(st, 1);
-            jw_arr(&body);
-            jw_int(&body, ls);
-            jw_int(&body, lm);
-            jw_num(&body, sqlite3_column_double(st, 2));
-            jw_arr_end(&body);
-            n++;
+        r = query(t, s->job, Q_STEPS, s->ss, 0, st->t0);
+        for (int i = 0; r && i < r->nmsgs; i++) {
+            s->ss = (long)r->msgs[i].cursor;
+            frame(s, "step", r, i);
         }
-        jw_arr_end(&body);
-        sqlite3_finalize(st);
-        if (n > 0 && !body.oom) {
-            s->ls = ls;
-            s->lm = lm;
-            frame_begin(s, "losses");
-            jw_raw(&s->out, "{\"columns\":[\"step\",\"microbatch\",\"loss\"],\"losses\":", 49);
-            jw_raw(&s->out, body.buf, body.len);
-            jw_raw(&s->out, "}", 1);
-            frame_end(s);
-        }
-        jw_free(&body);
-    }
-    /* step summaries, once every rank's stats for the step are in */
-    if (sqlite3_prepare_v2(h->db,
-                           "SELECT step, count(*), min(start_ns) - (SELECT t0_ns FROM jobs WHERE id=?1), "
-                           "max(end_ns) - (SELECT t0_ns FROM jobs WHERE id=?1), avg(bubble_ratio), "
-                           "(SELECT avg(loss) FROM losses l WHERE l.job_id=?1 AND l.step=s.step) "
-                           "FROM step_stats s WHERE job_id=?1 AND step>?2 GROUP BY step ORDER BY step LIMIT 1000",
-                           -1, &st, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, s->job);
-        sqlite3_bind_int64(st, 2, s->ss);
-        sqlite3_stmt *ranks = NULL;
-        sqlite3_prepare_v2(h->db, "SELECT rank, bubble_ratio FROM step_stats WHERE job_id=?1 AND step=?2 ORDER BY rank",
-                           -1, &ranks, NULL);
-        while (ranks && sqlite3_step(st) == SQLITE_ROW) {
-            long step = sqlite3_column_int(st, 0);
-            if (sqlite3_column_int(st, 1) < s->world) break; /* not complete yet */
-            s->ss = step;
-            frame_begin(s, "step");
-            jw_obj(&s->out);
-            jw_kint(&s->out, "step", step);
-            jw_kint(&s->out, "start", sqlite3_column_int64(st, 2));
-            jw_kint(&s->out, "end", sqlite3_column_int64(st, 3));
-            jw_kint(&s->out, "time_ns", sqlite3_column_int64(st, 3) - sqlite3_column_int64(st, 2));
-            jw_knum(&s->out, "bubble_ratio_mean", sqlite3_column_double(st, 4));
-            jw_key(&s->out, "loss");
-            if (sqlite3_column_type(st, 5) == SQLITE_NULL) jw_null(&s->out);
-            else jw_num(&s->out, sqlite3_column_double(st, 5));
-            jw_key(&s->out, "bubble_ratio");
-            jw_arr(&s->out);
-            sqlite3_reset(ranks);
-            sqlite3_bind_int64(ranks, 1, s->job);
-            sqlite3_bind_int64(ranks, 2, step);
-            while (sqlite3_step(ranks) == SQLITE_ROW) jw_num(&s->out, sqlite3_column_double(ranks, 1));
-            jw_arr_end(&s->out);
-            jw_obj_end(&s->out);
-            frame_end(s);
-        }
-        sqlite3_finalize(ranks);
-        sqlite3_finalize(st);
     }
     uint64_t now = pp_now_ns();
-    if (s->out.len == before && now - s->last_write_ns >= (uint64_t)h->heartbeat_ms * 1000000ull)
-        jw_raw(&s->out, ": keep-alive\n\n", 14);
-    if (s->out.len != before) s->last_write_ns = now;
-    return s->out.len != before;
+    if (s->stage.len == 0 && now - s->last_write_ns >= (uint64_t)h->heartbeat_ms * 1000000ull)
+        jw_raw(&s->stage, ": keep-alive\n\n", 14);
+    if (s->stage.len) s->last_write_ns = now;
+}
+
+static void run_tick(live_hub *h, live_sub **subs, int n) {
+    tick t = {.db = h->db};
+    /* One read transaction: every query of the tick sees one snapshot, so
+     * no event id at or below `hi` can appear later. */
+    sqlite3_exec(h->db, "BEGIN", NULL, NULL, NULL);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(h->db, "SELECT coalesce(max(id),0) FROM events", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW) t.hi = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    for (int i = 0; i < n; i++) poll_sub(h, &t, subs[i]);
+    sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL);
+    tick_free(&t);
+}
+
+static void sub_free(live_sub *s) {
+    jw_free(&s->out);
+    jw_free(&s->stage);
+    free(s);
 }
 
 static void *hub_main(void *arg) {
     live_hub *h = arg;
+    live_sub *snap[MAX_STREAMS];
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         /* Streams whose connection is gone are freed here, the one place
          * that also walks the list. */
+        int n = 0;
         for (live_sub **pp = &h->subs; *pp;) {
             live_sub *s = *pp;
             if (s->gone) {
@@ -266,12 +401,25 @@ static void *hub_main(void *arg) {
                 sub_free(s);
                 continue;
             }
-            if (!s->ending && s->out.len - s->off < MAX_PENDING && poll_sub(h, s) && s->suspended) {
-                s->suspended = 0;
-                MHD_resume_connection(s->conn);
-            }
+            if (!s->ending && s->out.len - s->off < MAX_PENDING && n < MAX_STREAMS) snap[n++] = s;
             pp = &s->next;
         }
+        /* Only this thread frees streams, so the snapshot stays valid. */
+        pthread_mutex_unlock(&h->mu);
+        run_tick(h, snap, n);
+        pthread_mutex_lock(&h->mu);
+        for (int i = 0; i < n; i++) {
+            live_sub *s = snap[i];
+            if (s->stage.len && !s->gone && !s->ending) {
+                jw_raw(&s->out, s->stage.buf, s->stage.len);
+                if (s->suspended) {
+                    s->suspended = 0;
+                    MHD_resume_connection(s->conn);
+                }
+            }
+            s->stage.len = 0;
+        }
+        if (h->stop) break;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)h->poll_ms * 1000000ull;
@@ -361,13 +509,10 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
         return MHD_NO;
     }
     sqlite3_stmt *st = NULL;
-    int exists = 0, world = 1;
-    if (sqlite3_prepare_v2(db, "SELECT world_size FROM jobs WHERE id=?", -1, &st, NULL) == SQLITE_OK) {
+    int exists = 0;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM jobs WHERE id=?", -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_int64(st, 1, job);
-        if (sqlite3_step(st) == SQLITE_ROW) {
-            exists = 1;
-            world = sqlite3_column_int(st, 0);
-        }
+        exists = sqlite3_step(st) == SQLITE_ROW;
     }
     sqlite3_finalize(st);
     dbpool_put(&srv->pool, db);
@@ -383,42 +528,46 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
     s->conn = c;
     s->hub = h;
     s->job = job;
-    s->world = world;
     jw_init(&s->out);
+    jw_init(&s->stage);
     s->last_write_ns = pp_now_ns();
     const char *last = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
     if (last && *last) {
         if (parse_cursor(last, s) != 0) {
-            free(s);
+            sub_free(s);
             http_error(r, 400, "bad Last-Event-ID '%.60s': expected the id of a message of this stream", last);
             return MHD_NO;
         }
         s->initialised = 1;
         jw_raw(&s->out, "retry: 2000\n\n", 13);
     }
+    /* Checked and added under one lock: two opens cannot both take the last
+     * place, and none is added once live_end_all has begun (its connection
+     * would stay suspended past MHD_stop_daemon). */
     pthread_mutex_lock(&h->mu);
-    int full = h->nsubs >= MAX_STREAMS;
+    int stopping = h->stop, full = h->nsubs >= MAX_STREAMS;
+    if (!stopping && !full) {
+        s->next = h->subs;
+        h->subs = s;
+        h->nsubs++;
+        pthread_cond_signal(&h->cv); /* first poll now: the hello goes out at once */
+    }
     pthread_mutex_unlock(&h->mu);
-    if (full) {
-        free(s);
-        http_error(r, 503, "too many live streams open (%d)", MAX_STREAMS);
+    if (stopping || full) {
+        sub_free(s);
+        if (stopping) http_error(r, 503, "the server is stopping");
+        else http_error(r, 503, "too many live streams open (%d)", MAX_STREAMS);
         return MHD_NO;
     }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sub_read, s, sub_release);
     if (!resp) {
-        free(s);
+        sub_release(s); /* the hub frees it */
         http_error(r, 500, "cannot create the stream response");
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    pthread_mutex_lock(&h->mu);
-    s->next = h->subs;
-    h->subs = s;
-    h->nsubs++;
-    pthread_cond_signal(&h->cv); /* first poll now: the hello goes out at once */
-    pthread_mutex_unlock(&h->mu);
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
     MHD_destroy_response(resp); /* sub_release runs when MHD is done with it */
     atomic_fetch_add(&srv->requests[200], 1);

@@ -2,6 +2,7 @@
  * (version 0.0.4): per job the latest complete step's time and bubble ratio
  * per rank, the latest loss, events ingested and dropped; and the server's
  * own request counters. Values come from the database at scrape time. */
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,14 @@ static void label(jw *w, const char *s) {
     }
 }
 
+/* A sample value and the line's end; the exposition format spells the
+ * non-finite ones NaN, +Inf and -Inf (printf's "nan"/"inf" are not it). */
+static void value(jw *w, double v) {
+    if (isnan(v)) jw_raw(w, "NaN\n", 4);
+    else if (isinf(v)) jw_raw(w, v > 0 ? "+Inf\n" : "-Inf\n", 5);
+    else jw_rawf(w, "%.9g\n", v);
+}
+
 static void help(jw *w, const char *name, const char *type, const char *text) {
     jw_rawf(w, "# HELP %s %s\n# TYPE %s %s\n", name, text, name, type);
 }
@@ -26,7 +35,6 @@ static void help(jw *w, const char *name, const char *type, const char *text) {
 typedef struct job_row {
     long id;
     char name[128], status[32], schedule[64];
-    int world;
     int64_t ingested, dropped;
     long steps_done;
 } job_row;
@@ -43,7 +51,7 @@ void metrics_render(http_server *s, http_reply *r) {
     job_row *jobs = calloc(50, sizeof *jobs);
     int nj = 0;
     if (jobs && sqlite3_prepare_v2(db,
-                                   "SELECT j.id, j.name, j.status, j.schedule, j.world_size, "
+                                   "SELECT j.id, j.name, j.status, j.schedule, "
                                    "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id),0), "
                                    "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id),0), "
                                    "coalesce((SELECT sum(dropped_events) FROM ranks k WHERE k.job_id=j.id),0)), "
@@ -56,10 +64,9 @@ void metrics_render(http_server *s, http_reply *r) {
             snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
             snprintf(j->status, sizeof j->status, "%s", (const char *)sqlite3_column_text(st, 2));
             snprintf(j->schedule, sizeof j->schedule, "%s", (const char *)sqlite3_column_text(st, 3));
-            j->world = sqlite3_column_int(st, 4);
-            j->ingested = sqlite3_column_int64(st, 5);
-            j->dropped = sqlite3_column_int64(st, 6);
-            j->steps_done = sqlite3_column_int(st, 7);
+            j->ingested = sqlite3_column_int64(st, 4);
+            j->dropped = sqlite3_column_int64(st, 5);
+            j->steps_done = sqlite3_column_int(st, 6);
         }
     }
     sqlite3_finalize(st);
@@ -90,15 +97,12 @@ void metrics_render(http_server *s, http_reply *r) {
 
     /* The newest step whose stats every rank has. */
     sqlite3_stmt *last = NULL, *ranks = NULL, *loss = NULL;
-    sqlite3_prepare_v2(db,
-                       "SELECT step, min(start_ns), max(end_ns) FROM step_stats WHERE job_id=?1 GROUP BY step "
-                       "HAVING count(*) >= ?2 ORDER BY step DESC LIMIT 1",
-                       -1, &last, NULL);
+    sqlite3_prepare_v2(db, SQL_COMPLETE_STEPS("") " ORDER BY step DESC LIMIT 1", -1, &last, NULL);
     sqlite3_prepare_v2(db, "SELECT rank, bubble_ratio FROM step_stats WHERE job_id=?1 AND step=?2 ORDER BY rank", -1,
                        &ranks, NULL);
     sqlite3_prepare_v2(db,
-                       "SELECT step, avg(loss) FROM losses WHERE job_id=?1 AND step=(SELECT max(step) FROM losses "
-                       "WHERE job_id=?1)",
+                       "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM "
+                       "(SELECT max(step) AS step FROM losses WHERE job_id=?1) s",
                        -1, &loss, NULL);
     long *lstep = calloc((size_t)(nj ? nj : 1), sizeof *lstep);
     double *ltime = calloc((size_t)(nj ? nj : 1), sizeof *ltime);
@@ -106,7 +110,6 @@ void metrics_render(http_server *s, http_reply *r) {
         lstep[i] = -1;
         sqlite3_reset(last);
         sqlite3_bind_int64(last, 1, jobs[i].id);
-        sqlite3_bind_int(last, 2, jobs[i].world);
         if (sqlite3_step(last) == SQLITE_ROW) {
             lstep[i] = sqlite3_column_int(last, 0);
             ltime[i] = (double)(sqlite3_column_int64(last, 2) - sqlite3_column_int64(last, 1)) / 1e9;
@@ -114,7 +117,10 @@ void metrics_render(http_server *s, http_reply *r) {
     }
     help(&w, "pprun_step_time_seconds", "gauge", "Wall time of the latest complete step.");
     for (int i = 0; lstep && ltime && i < nj; i++)
-        if (lstep[i] >= 0) jw_rawf(&w, "pprun_step_time_seconds{job=\"%ld\"} %.9g\n", jobs[i].id, ltime[i]);
+        if (lstep[i] >= 0) {
+            jw_rawf(&w, "pprun_step_time_seconds{job=\"%ld\"} ", jobs[i].id);
+            value(&w, ltime[i]);
+        }
     help(&w, "pprun_step", "gauge", "Index of the latest complete step.");
     for (int i = 0; lstep && i < nj; i++)
         if (lstep[i] >= 0) jw_rawf(&w, "pprun_step{job=\"%ld\"} %ld\n", jobs[i].id, lstep[i]);
@@ -124,16 +130,19 @@ void metrics_render(http_server *s, http_reply *r) {
         sqlite3_reset(ranks);
         sqlite3_bind_int64(ranks, 1, jobs[i].id);
         sqlite3_bind_int64(ranks, 2, lstep[i]);
-        while (sqlite3_step(ranks) == SQLITE_ROW)
-            jw_rawf(&w, "pprun_bubble_ratio{job=\"%ld\",rank=\"%d\"} %.9g\n", jobs[i].id, sqlite3_column_int(ranks, 0),
-                    sqlite3_column_double(ranks, 1));
+        while (sqlite3_step(ranks) == SQLITE_ROW) {
+            jw_rawf(&w, "pprun_bubble_ratio{job=\"%ld\",rank=\"%d\"} ", jobs[i].id, sqlite3_column_int(ranks, 0));
+            value(&w, sqlite3_column_double(ranks, 1));
+        }
     }
     help(&w, "pprun_loss", "gauge", "Mean loss over the microbatches of the latest step with losses.");
     for (int i = 0; loss && i < nj; i++) {
         sqlite3_reset(loss);
         sqlite3_bind_int64(loss, 1, jobs[i].id);
-        if (sqlite3_step(loss) == SQLITE_ROW && sqlite3_column_type(loss, 1) != SQLITE_NULL)
-            jw_rawf(&w, "pprun_loss{job=\"%ld\"} %.9g\n", jobs[i].id, sqlite3_column_double(loss, 1));
+        /* A step with losses but no finite mean diverged: NaN, not silence. */
+        if (sqlite3_step(loss) != SQLITE_ROW || sqlite3_column_type(loss, 0) == SQLITE_NULL) continue;
+        jw_rawf(&w, "pprun_loss{job=\"%ld\"} ", jobs[i].id);
+        value(&w, sqlite3_column_type(loss, 1) == SQLITE_NULL ? NAN : sqlite3_column_double(loss, 1));
     }
     sqlite3_finalize(last);
     sqlite3_finalize(ranks);

@@ -11,16 +11,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "db/usersql.h"
+#include "db/analyze.h"
 #include "db/export.h"
+#include "db/usersql.h"
 #include "web/internal.h"
 
 #define EVENTS_DEFAULT_LIMIT 20000
 #define EVENTS_MAX_LIMIT 25000 /* ~45 bytes per event row: stays < ~1.2 MB */
 #define OVERLAP_LOOKBACK 8
 
-static const char *const phases[] = {"F", "B", "W", "SEND_F", "RECV_F", "SEND_B", "RECV_B", "OPT", NULL};
-static const char *const causes[] = {"warmup", "cooldown", "wait_activation", "wait_gradient", "comm", "other", NULL};
 
 static int index_of(const char *const *names, const char *s) {
     for (int i = 0; s && names[i]; i++)
@@ -251,8 +250,8 @@ static int step_span(sqlite3 *db, const job_info *j, long step, int64_t *from, i
 }
 
 static int phase_class(int ph) { /* F B W COMM OPT */
-    if (ph <= 2) return ph;
-    if (ph == 7) return 4;
+    if (ph <= TRACE_W) return ph;
+    if (ph == TRACE_OPT) return 4;
     return 3;
 }
 
@@ -297,7 +296,7 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
                 if (step > max_step) max_step = step;
                 jw_rawf(w, "%s[%lld,%d,%ld,%d,%d,%d,%lld,%lld,%d,%lld]", count ? "," : "",
                         (long long)sqlite3_column_int64(st, 0), rank, step, sqlite3_column_int(st, 3),
-                        sqlite3_column_int(st, 4), index_of(phases, (const char *)sqlite3_column_text(st, 5)),
+                        sqlite3_column_int(st, 4), analyze_phase_of((const char *)sqlite3_column_text(st, 5)),
                         (long long)s, (long long)e, sqlite3_column_int(st, 8),
                         (long long)sqlite3_column_int64(st, 9));
                 count++;
@@ -331,7 +330,7 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
                 jw_rawf(w, "%s[%d,%d,%lld,%lld,%d,", n++ ? "," : "", rank, sqlite3_column_int(g, 1),
                         (long long)(sqlite3_column_int64(g, 2) - j->t0),
                         (long long)(sqlite3_column_int64(g, 3) - j->t0),
-                        index_of(causes, (const char *)sqlite3_column_text(g, 4)));
+                        analyze_cause_of((const char *)sqlite3_column_text(g, 4)));
                 w->first[w->depth] = 1;
                 jw_str(w, next);
                 jw_raw(w, "]", 1);
@@ -368,7 +367,9 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
         sqlite3_bind_int64(st, 3, from + j->t0);
         sqlite3_bind_int64(st, 4, to + j->t0);
         while (sqlite3_step(st) == SQLITE_ROW) {
-            int cls = phase_class(index_of(phases, (const char *)sqlite3_column_text(st, 0)));
+            int ph = analyze_phase_of((const char *)sqlite3_column_text(st, 0));
+            if (ph < 0 || ph >= TRACE_LOSS) continue;
+            int cls = phase_class(ph);
             int64_t s = sqlite3_column_int64(st, 1) - j->t0 - from, e = sqlite3_column_int64(st, 2) - j->t0 - from;
             if (e > span) e = span;
             for (int64_t b = s / width; b < nbuckets && b * width < e; b++) {
@@ -545,14 +546,14 @@ static void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, 
     jw_arr_end(&w);
     jw_key(&w, "phases");
     jw_arr(&w);
-    for (int k = 0; phases[k]; k++) jw_str(&w, phases[k]);
+    for (int k = 0; k < TRACE_LOSS; k++) jw_str(&w, trace_phase_name(k)); /* LOSS is never an event */
     jw_arr_end(&w);
     if (strcmp(mode, "events") == 0) {
         jw_key(&w, "columns");
         jw_json(&w, "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\",\"peer\",\"bytes\"]", strlen("[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\",\"peer\",\"bytes\"]"));
         jw_key(&w, "causes");
         jw_arr(&w);
-        for (int k = 0; causes[k]; k++) jw_str(&w, causes[k]);
+        for (int k = 0; k < CAUSE_COUNT; k++) jw_str(&w, analyze_causes[k]);
         jw_arr_end(&w);
         jw_key(&w, "gap_columns");
         jw_json(&w, "[\"rank\",\"step\",\"start\",\"end\",\"cause\",\"next_action\"]", strlen("[\"rank\",\"step\",\"start\",\"end\",\"cause\",\"next_action\"]"));
@@ -583,7 +584,7 @@ static void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j
                             "WITH s AS (SELECT step FROM step_stats WHERE job_id=?1 AND step>=?2 UNION "
                             "SELECT step FROM losses WHERE job_id=?1 AND step>=?2 ORDER BY step LIMIT ?3) "
                             "SELECT s.step, st.rank, st.start_ns, st.end_ns, st.bubble_ratio, st.busy_ns, "
-                            "(SELECT avg(loss) FROM losses l WHERE l.job_id=?1 AND l.step=s.step), "
+                            SQL_STEP_MEAN_LOSS("s.step") ", "
                             "(SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=s.step) "
                             "FROM s LEFT JOIN step_stats st ON st.job_id=?1 AND st.step=s.step ORDER BY s.step, st.rank",
                             r);
@@ -692,7 +693,7 @@ static void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j,
     sqlite3_bind_int64(st, 2, j->t0);
     sqlite3_bind_int64(st, 3, step);
     sqlite3_bind_int64(st, 4, limit + 1);
-    int64_t by_cause[7] = {0};
+    int64_t by_cause[CAUSE_COUNT + 1] = {0}; /* the last: unknown causes */
     jw w;
     jw_init(&w);
     jw_obj(&w);
@@ -708,8 +709,8 @@ static void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j,
             break;
         }
         row_object(&w, st);
-        int k = index_of(causes, (const char *)sqlite3_column_text(st, 4));
-        by_cause[k < 0 ? 6 : k] += sqlite3_column_int64(st, 3) - sqlite3_column_int64(st, 2);
+        int k = analyze_cause_of((const char *)sqlite3_column_text(st, 4));
+        by_cause[k < 0 ? CAUSE_COUNT : k] += sqlite3_column_int64(st, 3) - sqlite3_column_int64(st, 2);
         n++;
     }
     sqlite3_finalize(st);
@@ -718,7 +719,7 @@ static void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j,
     jw_bool(&w, truncated);
     jw_key(&w, "idle_ns_by_cause");
     jw_obj(&w);
-    for (int k = 0; causes[k]; k++) jw_kint(&w, causes[k], by_cause[k]);
+    for (int k = 0; k < CAUSE_COUNT; k++) jw_kint(&w, analyze_causes[k], by_cause[k]);
     jw_obj_end(&w);
     jw_obj_end(&w);
     http_json(r, &w);
@@ -802,12 +803,17 @@ static void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
 /* ---- POST /api/sql --------------------------------------------------------- */
 
 static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_reply *r) {
-    /* body is our own NUL-terminated copy of exactly len bytes. */
+    /* body is our own NUL-terminated copy of exactly len bytes: the NUL is
+     * part of what cJSON may read, so that it can require it right after the
+     * value (and whitespace); a NUL inside the body ends it early, caught by
+     * the end check. */
     const char *end = NULL;
-    cJSON *req = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-    if (!req) {
+    cJSON *req = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
+    if (!req || end != body + len) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        http_error(r, 400, "malformed JSON body near byte %zu: send {\"sql\": \"SELECT ...\"}", at);
+        if (req) http_error(r, 400, "unexpected text after the JSON body at byte %zu: send one {\"sql\": ...} object", at);
+        else http_error(r, 400, "malformed JSON body near byte %zu: send {\"sql\": \"SELECT ...\"}", at);
+        cJSON_Delete(req);
         return;
     }
     const cJSON *sql = cJSON_IsObject(req) ? cJSON_GetObjectItemCaseSensitive(req, "sql") : NULL;
@@ -817,8 +823,10 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
         http_error(r, 400, "the body must be a JSON object with a string member \"sql\"");
         return;
     }
+    /* The raw result is capped as it is read, the JSON as it is written:
+     * escaping makes it up to 6 times larger (a control char is \u00XX). */
     usersql_limits lim = {.max_rows = s->o.sql_max_rows, .time_limit_ns = s->o.sql_time_limit_ns,
-                          .max_bytes = 32u << 20};
+                          .max_bytes = s->o.sql_max_bytes};
     if (mr) {
         if (!cJSON_IsNumber(mr) || mr->valuedouble < 1 || mr->valuedouble > (double)s->o.sql_max_rows) {
             cJSON_Delete(req);
@@ -841,7 +849,13 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
     }
     jw w;
     jw_init(&w);
-    jw_usersql_table(&w, res);
+    if (jw_usersql_table(&w, res, s->o.sql_max_bytes) != 0) {
+        jw_free(&w);
+        usersql_free(res);
+        http_error(r, 413, "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns",
+                   s->o.sql_max_bytes);
+        return;
+    }
     /* Splice elapsed time in before the closing brace. */
     if (!w.oom && w.len > 0) {
         w.len--;
