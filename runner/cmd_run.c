@@ -292,7 +292,8 @@ static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) {
 /* Master: the collector writes into the database and, with several nodes,
  * listens for the other nodes' forwarded batches. */
 static int start_master_collector(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
-    collector_config cc = {.db = job->db, .job_id = job->job_id, .world_size = info->world_size};
+    collector_config cc = {
+        .db = job->db, .job_id = job->job_id, .world_size = info->world_size, .steps = job->cfg.steps};
     if (info->nnodes > 1) cc.listen_host = "0.0.0.0";
     if (collector_start(&cc, &job->coll, err) != 0) return -1;
     /* From here until collector_stop only the collector thread writes. */
@@ -322,7 +323,7 @@ static int start_forwarding_collector(run_job *job, const launch_info *info, sto
     if (rc != 0 || store_get_long(store, keys[0], 65535, &port, err) != 0 ||
         store_get_long(store, keys[1], 1L << 62, &job_id, err) != 0)
         return -1;
-    collector_config cc = {.job_id = job_id, .world_size = info->world_size};
+    collector_config cc = {.job_id = job_id, .world_size = info->world_size, .steps = job->cfg.steps};
     uint64_t rtt;
     if (trace_clock_offset(remote_now, store, RUN_CLOCK_ROUNDS, &cc.clock_offset_ns, &rtt, err) != 0) return -1;
     cc.forward_host = job->lo.master_addr;
