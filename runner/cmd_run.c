@@ -22,6 +22,9 @@
 
 #include "db/db.h"
 #include "runner/cli.h"
+#ifdef PPRUN_HAVE_CUDA
+#include "runner/model/cuda/gpu.h"
+#endif
 #include "runner/comm/comm.h"
 #include "runner/launch.h"
 #include "runner/run_config.h"
@@ -119,10 +122,25 @@ static void node_address(const char *master, char *out, size_t n) {
 
 /* --- checks before anything starts --------------------------------------------- */
 
+/* --device cuda is checked here, before any worker starts: no toolkit at build
+ * time, no device now, or (with a device) the GPU model stage, which is not
+ * built yet (docs/gpu.md). */
+static int check_cuda(pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    int count = 0;
+    if (gpu_device_count(&count, err) != 0) return pp_wrap(err, "--device cuda");
+    return pp_fail(err,
+                   "--device cuda: %d CUDA device%s found, but the GPU model stage is not built yet (the CUDA kernels "
+                   "exist and are tested by test_gpu_kernels; see docs/gpu.md); use --device cpu",
+                   count, count == 1 ? "" : "s");
+#else
+    return pp_fail(err, "--device cuda: this pprun was built without the GPU backend; use --device cpu");
+#endif
+}
+
 static int check_job(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
-    if (strcmp(cfg->device, "cuda") == 0)
-        return pp_fail(err, "--device cuda: this pprun was built without the GPU backend; use --device cpu");
+    if (strcmp(cfg->device, "cuda") == 0 && check_cuda(err) != 0) return -1;
     if (run_config_finish(cfg, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
