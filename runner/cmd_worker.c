@@ -198,6 +198,7 @@ static int run_worker(worker *w, pp_err *err) {
         .plan = plan,
         .rank = w->rank,
         .attempt = w->attempt,
+        .local_rank = w->rank % w->local_world, /* global ranks are node-major */
         .comm = c,
         .ring = ring,
         .data = data,

@@ -42,6 +42,7 @@ typedef struct engine {
     const run_config *cfg;
     const sched_plan *plan;
     int rank, attempt;
+    int local_rank;      /* picks the CUDA device with --device cuda */
     comm *comm;          /* NULL only when the job has one rank */
     trace_ring *ring;    /* NULL when tracing is off */
     data_source *data;   /* needed on the ranks holding the first or last stage */
