@@ -10,7 +10,7 @@
 
 #include "launch_testutil.h"
 #ifdef PPRUN_HAVE_CUDA
-#include "runner/model/cuda/gpu.h"
+#include "runner/model/cuda/gpu_internal.h"
 #endif
 
 Test(gpu_cli, device_cuda_without_gpu_exits_2_naming_the_device) {
@@ -58,6 +58,18 @@ Test(gpu_cli, device_count_without_gpu_names_the_cause) {
     cr_assert_eq(count, 0);
     const char *want = "no CUDA device found: cudaGetDeviceCount returned ";
     cr_assert(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
+}
+
+/* cuBLAS is loaded on first use, not at start: the toolkit's library must
+ * load and have every call the backend makes (no GPU needed for that). */
+Test(gpu_cli, cublas_loads_on_demand) {
+    pp_err err = {{0}};
+    const gpu_blas_api *api = gpu_blas(&err);
+    cr_assert_not_null(api, "%s", err.msg);
+    cr_assert(api->create && api->destroy && api->set_stream && api->set_math_mode && api->sgemm &&
+              api->sgemm_strided_batched && api->gemm_ex && api->status_string);
+    cr_assert_str_eq(api->status_string(CUBLAS_STATUS_NOT_INITIALIZED), "the library was not initialized");
+    cr_assert_eq(gpu_blas(&err), api); /* loaded once */
 }
 
 Test(gpu_cli, ranks_share_devices_round_robin) {

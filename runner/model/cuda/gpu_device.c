@@ -48,17 +48,22 @@ int gpu_ctx_create(int device, gpu_dtype dtype, gpu_ctx **out, pp_err *err) {
         free(c);
         return gpu_cuda_fail(err, e, "gpu: cudaStreamCreate");
     }
-    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (!(c->api = gpu_blas(err))) {
+        gpu_ctx_free(c);
+        return -1;
+    }
+    cublasStatus_t bs = c->api->create(&c->blas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         c->blas = NULL;
         gpu_ctx_free(c);
-        return pp_fail(err, "gpu: cublasCreate: %s", cublasGetStatusString(bs));
+        return pp_fail(err, "gpu: cublasCreate: %s", c->api->status_string(bs));
     }
     /* fp32 stays fp32: no TF32 tensor-op rounding behind the caller's back */
-    if ((bs = cublasSetStream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
-        (bs = cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
+    if ((bs = c->api->set_stream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
+        (bs = c->api->set_math_mode(c->blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS) {
+        const char *why = c->api->status_string(bs);
         gpu_ctx_free(c);
-        return pp_fail(err, "gpu: cuBLAS setup: %s", cublasGetStatusString(bs));
+        return pp_fail(err, "gpu: cuBLAS setup: %s", why);
     }
     *out = c;
     return 0;
@@ -67,7 +72,7 @@ int gpu_ctx_create(int device, gpu_dtype dtype, gpu_ctx **out, pp_err *err) {
 void gpu_ctx_free(gpu_ctx *c) {
     if (!c) return;
     for (int i = 0; i < GPU_NSCRATCH; i++) cudaFree(c->scratch[i]);
-    if (c->blas) cublasDestroy(c->blas);
+    if (c->blas) c->api->destroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
 }

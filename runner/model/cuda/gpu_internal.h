@@ -12,6 +12,25 @@
 extern "C" {
 #endif
 
+/* The cuBLAS calls we use, loaded on first use (gpu_blas.c). */
+typedef struct gpu_blas_api {
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+    cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float *,
+                            const float *, int, const float *, int, const float *, float *, int);
+    cublasStatus_t (*sgemm_strided_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                            const float *, const float *, int, long long, const float *, int,
+                                            long long, const float *, float *, int, long long, int);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void *,
+                              const void *, cudaDataType, int, const void *, cudaDataType, int, const void *, void *,
+                              cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+    const char *(*status_string)(cublasStatus_t);
+} gpu_blas_api;
+/* The table, or NULL with "gpu: cannot load libcublas.so.13: ..." */
+const gpu_blas_api *gpu_blas(pp_err *err);
+
 /* Growable device scratch buffers, owned by the context. */
 enum { GPU_SCRATCH_A = 0, GPU_SCRATCH_B = 1, GPU_SCRATCH_LOSS = 2, GPU_NSCRATCH = 3 };
 
@@ -20,6 +39,7 @@ struct gpu_ctx {
     gpu_dtype dtype;
     cudaStream_t stream;
     cublasHandle_t blas;
+    const gpu_blas_api *api;
     void *scratch[GPU_NSCRATCH];
     size_t scratch_bytes[GPU_NSCRATCH];
 };

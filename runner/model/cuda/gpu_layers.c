@@ -8,8 +8,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-static int blas_fail(pp_err *err, cublasStatus_t s, const char *what) {
-    return pp_fail(err, "gpu: %s: %s", what, cublasGetStatusString(s));
+static int blas_fail(const gpu_ctx *ctx, pp_err *err, cublasStatus_t s, const char *what) {
+    return pp_fail(err, "gpu: %s: %s", what, ctx->api->status_string(s));
 }
 
 /* Rows spanned by a row-major operand with leading dimension ld. */
@@ -27,16 +27,16 @@ static int gemm(gpu_ctx *ctx, int ta, int tb, int M, int N, int K, const float *
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasStatus_t s;
     if (ctx->dtype == GPU_FP32) {
-        s = cublasSgemm(ctx->blas, ob, oa, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc);
+        s = ctx->api->sgemm(ctx->blas, ob, oa, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc);
     } else {
         size_t na = operand_elems(ta, M, K, lda), nb = operand_elems(tb, K, N, ldb);
         void *a16 = gpu_scratch(ctx, GPU_SCRATCH_A, 2 * na, err), *b16 = a16 ? gpu_scratch(ctx, GPU_SCRATCH_B, 2 * nb, err) : NULL;
         if (!a16 || !b16 || gpu_k_to_bf16(ctx, a16, A, na, err) != 0 || gpu_k_to_bf16(ctx, b16, B, nb, err) != 0)
             return pp_wrap(err, "gpu: %s (bf16 operands)", what);
-        s = cublasGemmEx(ctx->blas, ob, oa, N, M, K, &one, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &zero, C,
+        s = ctx->api->gemm_ex(ctx->blas, ob, oa, N, M, K, &one, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &zero, C,
                          CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     }
-    return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(err, s, what);
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(ctx, err, s, what);
 }
 
 /* Row-major strided-batched fp32 GEMM (attention's per-head products). */
@@ -45,9 +45,9 @@ static int gemm_batched(gpu_ctx *ctx, int ta, int tb, int M, int N, int K, float
                         int batch, const char *what, pp_err *err) {
     const float zero = 0.0f;
     cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasStatus_t s = cublasSgemmStridedBatched(ctx->blas, ob, oa, N, M, K, &alpha, B, ldb, sb, A, lda, sa, &zero, C,
+    cublasStatus_t s = ctx->api->sgemm_strided_batched(ctx->blas, ob, oa, N, M, K, &alpha, B, ldb, sb, A, lda, sa, &zero, C,
                                                  ldc, sc, batch);
-    return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(err, s, what);
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(ctx, err, s, what);
 }
 
 int gpu_linear_forward(gpu_ctx *ctx, float *out, const float *inp, const float *w, const float *bias, int N, int C,
