@@ -430,6 +430,7 @@ int cmd_run(int argc, char **argv) {
             if (exit_code == 0) exit_code = 1;
         }
         job.coll = NULL;
+        free(job.rings); /* the array is ours; the rings were the collector's */
         job.rings = NULL;
     }
     if (job.db) {

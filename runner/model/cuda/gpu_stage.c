@@ -150,8 +150,9 @@ void gpu_stage_free(model_stage *s) {
 int gpu_stage_upload(model_stage *s, pp_err *err) {
     gpu_stage *g = s->gpu;
     size_t bytes = sizeof(float) * s->nparams;
-    if (cudaSetDevice(g->ctx->device) != cudaSuccess ||
-        gpu_upload(g->ctx, g->params, s->params, bytes, err) != 0 ||
+    cudaError_t e = cudaSetDevice(g->ctx->device);
+    if (e != cudaSuccess) return gpu_cuda_fail(err, e, "gpu stage: cudaSetDevice");
+    if (gpu_upload(g->ctx, g->params, s->params, bytes, err) != 0 ||
         gpu_upload(g->ctx, g->adam_m, s->adam_m, bytes, err) != 0 ||
         gpu_upload(g->ctx, g->adam_v, s->adam_v, bytes, err) != 0 ||
         gpu_upload(g->ctx, g->grad, s->grad, bytes, err) != 0)
@@ -300,8 +301,11 @@ int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
     if (s->is_last && (!targets || !loss))
         return pp_fail(err, "gpu stage: F of mb %d on the last stage needs targets and a loss", mb);
     if (!s->is_last && !out) return pp_fail(err, "gpu stage: F of mb %d needs an output buffer", mb);
-    if (!(m->x0 = dpool_get(g, sz_nc(g), err)) || !(m->blocks = calloc((size_t)g->nblocks + 1, sizeof *m->blocks)))
+    if (!(m->blocks = calloc((size_t)g->nblocks + 1, sizeof *m->blocks))) {
+        pp_fail(err, "out of memory");
         goto fail;
+    }
+    if (!(m->x0 = dpool_get(g, sz_nc(g), err))) goto fail;
     if (s->is_first) {
         if (!(m->tokens = dpool_get(g, N, err)) || gpu_upload(g->ctx, m->tokens, tokens, N, err) != 0 ||
             gpu_embedding_forward(g->ctx, m->x0, m->tokens, g->wte, g->wpe, g->B, g->T, g->C, err) != 0)
