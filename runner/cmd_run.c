@@ -69,6 +69,7 @@ static void usage(FILE *out) {
             "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
             "  --data FILE           train on this text file (default: the built-in corpus)\n"
             "  --device cpu|cuda     (default cpu)\n"
+            "  --dtype fp32|bf16     GEMM operands (default fp32; bf16 needs --device cuda)\n"
             "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
             "  --db FILE             trace database (default ./pprun.db)\n"
             "  --trace on|off        (default on)\n"

@@ -39,8 +39,22 @@ Test(gpu_cli, device_cuda_without_gpu_exits_2_naming_the_device) {
     lt_free(&p);
 }
 
+Test(gpu_cli, dtype_is_checked_before_anything_starts) {
+    struct { const char *args[8]; const char *want; } cases[] = {
+        {{"run", "--dtype", "bf16", "--steps", "1", NULL}, "--dtype bf16 needs --device cuda"},
+        {{"run", "--dtype", "fp16", "--device", "cuda", NULL}, "--dtype: 'fp16' is not accepted; accepted: fp32|bf16"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lt_proc p;
+        lt_run(&p, cases[i].args, NULL);
+        cr_expect_eq(p.status, 2, "exit %d, stderr: %s", p.status, p.err);
+        cr_expect(strstr(p.err, cases[i].want) != NULL, "stderr: %s", p.err);
+        lt_free(&p);
+    }
+}
+
 #ifdef PPRUN_HAVE_CUDA
-/* An empty CUDA_VISIBLE_DEVICES hides every GPU: the same refusal, on any machine. */
+/* CUDA_VISIBLE_DEVICES=-1 hides every GPU: the same refusal, on any machine. */
 Test(gpu_cli, hidden_devices_exit_2) {
     lt_proc p;
     const char *args[] = {"run", "--device", "cuda", "--steps", "1", "--db", "/dev/null/never.db", NULL};
