@@ -53,6 +53,7 @@ typedef struct run_job {
     char self_exe[4096];
     char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
     char *worker_args[RUN_CONFIG_MAX_ARGS + 1];
+    int cuda_devices;       /* --device cuda: devices this node sees */
 } run_job;
 
 static void usage(FILE *out) {
@@ -125,12 +126,12 @@ static void node_address(const char *master, char *out, size_t n) {
 
 /* --device cuda is checked here, before any worker starts: no toolkit at build
  * time, or no device now (the workers would all fail the same way). */
-static int check_cuda(const run_config *cfg, pp_err *err) {
+static int check_cuda(run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
     if (cfg->model.kind != MODEL_GPT)
         return pp_fail(err, "--device cuda runs the gpt model only; --model %s runs on --device cpu", cfg->model_text);
 #ifdef PPRUN_HAVE_CUDA
-    int count = 0;
-    if (gpu_device_count(&count, err) != 0) return pp_wrap(err, "--device cuda");
+    if (gpu_device_count(&job->cuda_devices, err) != 0) return pp_wrap(err, "--device cuda");
     return 0;
 #else
     return pp_fail(err, "--device cuda: this pprun was built without the GPU backend; use --device cpu");
@@ -140,7 +141,7 @@ static int check_cuda(const run_config *cfg, pp_err *err) {
 static int check_job(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
     if (run_config_finish(cfg, err) != 0) return -1;
-    if (strcmp(cfg->device, "cuda") == 0 && check_cuda(cfg, err) != 0) return -1;
+    if (strcmp(cfg->device, "cuda") == 0 && check_cuda(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
     int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
@@ -199,8 +200,9 @@ static int write_job(run_job *job, pp_err *err) {
     db_rank_info *ranks = calloc((size_t)plan->ranks, sizeof *ranks);
     char (*stages)[256] = calloc((size_t)plan->ranks, sizeof *stages);
     char (*hosts)[272] = calloc((size_t)plan->ranks, sizeof *hosts);
-    if (!ranks || !stages || !hosts) {
-        free(ranks), free(stages), free(hosts);
+    char (*devices)[32] = calloc((size_t)plan->ranks, sizeof *devices);
+    if (!ranks || !stages || !hosts || !devices) {
+        free(ranks), free(stages), free(hosts), free(devices);
         return pp_fail(err, "out of memory");
     }
     for (int r = 0; r < plan->ranks; r++) {
@@ -209,10 +211,15 @@ static int write_job(run_job *job, pp_err *err) {
             if (plan->stage_rank[s] == r && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
         if (node == job->lo.node_rank) snprintf(hosts[r], sizeof hosts[r], "%s", host);
         else snprintf(hosts[r], sizeof hosts[r], "node%d", node);
-        ranks[r] = (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = job->cfg.device, .stages = stages[r]};
+        /* the worker's choice (LOCAL_RANK mod count), assuming every node sees as many devices as this one */
+        if (job->cuda_devices > 0)
+            snprintf(devices[r], sizeof devices[r], "cuda:%d", (r % job->lo.nproc_per_node) % job->cuda_devices);
+        else
+            snprintf(devices[r], sizeof devices[r], "%s", job->cfg.device);
+        ranks[r] = (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = devices[r], .stages = stages[r]};
     }
     int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)plan->ranks, err);
-    free(ranks), free(stages), free(hosts);
+    free(ranks), free(stages), free(hosts), free(devices);
     if (rc != 0) return -1;
     return run_progress_write_plan(job->db, job->job_id, plan, &job->cfg, NULL, err);
 }

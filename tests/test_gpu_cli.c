@@ -167,6 +167,16 @@ Test(gpu_cli, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout 
         char *losses, *w;
         size_t len;
         job_result(dir, n, jobs[j].stages, &losses, &w, &len);
+        if (j == 1 && count == 1) { /* the ranks table names each rank's device */
+            snprintf(cmd, sizeof cmd, "%s query --db %s/%s.db --format csv \"SELECT group_concat(device, ' ') FROM ranks\"",
+                     PPRUN_BIN, dir, n);
+            FILE *q = popen(cmd, "r");
+            char line[256] = "", devs[256] = "";
+            cr_assert_not_null(q);
+            while (fgets(line, sizeof line, q)) snprintf(devs, sizeof devs, "%s", line);
+            pclose(q);
+            cr_expect_str_eq(devs, "cuda:0 cuda:0 cuda:0 cuda:0\n", "ranks.device: %s", devs);
+        }
         if (j == 0) {
             ref_losses = losses, ref_w = w, ref_len = len;
             cr_assert(strlen(ref_losses) > 0, "the one-rank run reported no losses");
