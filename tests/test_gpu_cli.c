@@ -86,6 +86,20 @@ Test(gpu_cli, cublas_loads_on_demand) {
     cr_assert_eq(gpu_blas(&err), api); /* loaded once */
 }
 
+/* gpu_layers.c's row-major -> column-major cuBLAS mapping (operand swap,
+ * leading dimensions, strided-batched attention), run on the CPU with a
+ * column-major reference GEMM in cuBLAS's place (bench/gpu_mapcheck/). */
+Test(gpu_cli, gemm_mapping_matches_the_cpu_layers) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "%s", PPRUN_BIN);
+    char *slash = strrchr(cmd, '/');
+    cr_assert_not_null(slash);
+    snprintf(slash, sizeof cmd - (size_t)(slash - cmd), "/gpu_mapcheck >/dev/null 2>&1");
+    int status = system(cmd);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gpu_mapcheck failed (exit status %d): run it to see which layer",
+              status);
+}
+
 Test(gpu_cli, ranks_share_devices_round_robin) {
     /* 4 ranks on one GPU all use it; 3 ranks on 2 GPUs: 0 1 0 */
     for (int r = 0; r < 4; r++) cr_assert_eq(gpu_device_for_rank(r, 1), 0);
