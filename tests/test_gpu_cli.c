@@ -86,18 +86,31 @@ Test(gpu_cli, cublas_loads_on_demand) {
     cr_assert_eq(gpu_blas(&err), api); /* loaded once */
 }
 
-/* gpu_layers.c's row-major -> column-major cuBLAS mapping (operand swap,
- * leading dimensions, strided-batched attention), run on the CPU with a
- * column-major reference GEMM in cuBLAS's place (bench/gpu_mapcheck/). */
-Test(gpu_cli, gemm_mapping_matches_the_cpu_layers) {
+/* Runs a program built next to pprun; returns its exit status. */
+static int run_sibling(const char *name) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "%s", PPRUN_BIN);
     char *slash = strrchr(cmd, '/');
     cr_assert_not_null(slash);
-    snprintf(slash, sizeof cmd - (size_t)(slash - cmd), "/gpu_mapcheck >/dev/null 2>&1");
+    snprintf(slash, sizeof cmd - (size_t)(slash - cmd), "/%s >/dev/null 2>&1", name);
     int status = system(cmd);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gpu_mapcheck failed (exit status %d): run it to see which layer",
-              status);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The GPU code's logic, checked on the CPU (bench/gpu_cpucheck/):
+ * gpu_layers.c's row-major -> column-major cuBLAS mapping (operand swap,
+ * leading dimensions, strided-batched attention) against a column-major
+ * reference GEMM; gpu_stage.c's wiring with the CPU kernels standing in for
+ * gpu.h, bit for bit against the CPU stage over partitions, orders and a
+ * checkpoint. Neither says anything about the CUDA kernels themselves. */
+Test(gpu_cli, gemm_mapping_matches_the_cpu_layers) {
+    int rc = run_sibling("gpu_mapcheck");
+    cr_assert_eq(rc, 0, "gpu_mapcheck exited %d: run it to see which layer", rc);
+}
+
+Test(gpu_cli, gpu_stage_wiring_matches_the_cpu_stage) {
+    int rc = run_sibling("gpu_stagecheck");
+    cr_assert_eq(rc, 0, "gpu_stagecheck exited %d: run it to see which case", rc);
 }
 
 Test(gpu_cli, ranks_share_devices_round_robin) {

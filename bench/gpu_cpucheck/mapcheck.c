@@ -156,14 +156,21 @@ static double rel(const float *a, const float *b, size_t n) {
     }
     return sqrt(x / y);
 }
+/* Every array of the run, freed at the end. */
+static void *arrays[64];
+static int narrays;
+static float *keep(float *p) {
+    if (narrays < 64) arrays[narrays++] = p;
+    return p;
+}
 static float *rnd(size_t n) {
-    float *p = malloc(4 * n);
+    float *p = keep(malloc(4 * n));
     for (size_t i = 0; i < n; i++)
         p[i] = (float)rand() / RAND_MAX - 0.5f;
     return p;
 }
 static float *nans(size_t n) {
-    float *p = malloc(4 * n);
+    float *p = keep(malloc(4 * n));
     for (size_t i = 0; i < n; i++)
         p[i] = NAN;
     return p;
@@ -225,5 +232,7 @@ int main(void) {
     CHECK("head dx", dx2, dx1, N * C);
     CHECK("head dw", hdw2, hdw1, V * C);
     printf("%s\n", failed ? "FAIL" : "ok");
+    for (int i = 0; i < narrays; i++) free(arrays[i]);
+    for (int i = 0; i < GPU_NSCRATCH; i++) free(ctx.scratch[i]);
     return failed;
 }
