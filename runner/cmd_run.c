@@ -25,6 +25,9 @@
 
 #include "db/db.h"
 #include "runner/cli.h"
+#ifdef PPRUN_HAVE_CUDA
+#include "runner/model/cuda/gpu.h"
+#endif
 #include "runner/comm/comm.h"
 #include "runner/engine.h"
 #include "runner/launch.h"
@@ -54,34 +57,37 @@ typedef struct run_job {
     char self_exe[4096];
     char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
     char *worker_args[RUN_CONFIG_MAX_ARGS + 1];
+    int cuda_devices;       /* --device cuda: devices this node sees */
 } run_job;
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: pprun run [job options] [launcher options]\n\n"
-                 "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n\n"
-                 "job options:\n"
-                 "  --schedule S          gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE (default 1f1b)\n"
-                 "  --microbatches M      microbatches per step (default 8)\n"
-                 "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
-                 "  --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
-                 "  --steps N             training steps (default 20)\n"
-                 "  --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
-                 "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
-                 "  --data FILE           train on this text file (default: the built-in corpus)\n"
-                 "  --device cpu|cuda     (default cpu)\n"
-                 "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
-                 "  --db FILE             trace database (default ./pprun.db)\n"
-                 "  --trace on|off        (default on)\n"
-                 "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
-                 "                        the job until Ctrl-C\n"
-                 "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
-                 "  --checkpoint-dir D  --checkpoint-every K  --resume\n"
-                 "  --metrics FILE        JSON lines, one per step\n"
-                 "  --save-weights DIR    every stage's final weights (raw float32)\n"
-                 "  --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
-                 "  --recv-timeout T      (default 120s)  --transport auto|shm|tcp\n"
-                 "  --progress auto|on|off\n\n"
-                 "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
+    fprintf(out,
+            "usage: pprun run [job options] [launcher options]\n\n"
+            "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n\n"
+            "job options:\n"
+            "  --schedule S          gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE (default 1f1b)\n"
+            "  --microbatches M      microbatches per step (default 8)\n"
+            "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
+            "  --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
+            "  --steps N             training steps (default 20)\n"
+            "  --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
+            "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
+            "  --data FILE           train on this text file (default: the built-in corpus)\n"
+            "  --device cpu|cuda     (default cpu)\n"
+            "  --dtype fp32|bf16     GEMM operands (default fp32; bf16 needs --device cuda)\n"
+            "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
+            "  --db FILE             trace database (default ./pprun.db)\n"
+            "  --trace on|off        (default on)\n"
+            "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
+            "                        the job until Ctrl-C\n"
+            "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
+            "  --checkpoint-dir D  --checkpoint-every K  --resume\n"
+            "  --metrics FILE        JSON lines, one per step\n"
+            "  --save-weights DIR    every stage's final weights (raw float32)\n"
+            "  --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
+            "  --recv-timeout T      (default 120s)  --transport auto|shm|tcp\n"
+            "  --progress auto|on|off\n\n"
+            "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
     launch_usage(out);
 }
 
@@ -177,11 +183,24 @@ static int check_fail_at(const run_job *job, int world, pp_err *err) {
     return 0;
 }
 
+/* --device cuda is checked here, before any worker starts: no toolkit at build
+ * time, or no device now (the workers would all fail the same way). */
+static int check_cuda(run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    if (cfg->model.kind != MODEL_GPT)
+        return pp_fail(err, "--device cuda runs the gpt model only; --model %s runs on --device cpu", cfg->model_text);
+#ifdef PPRUN_HAVE_CUDA
+    if (gpu_device_count(&job->cuda_devices, err) != 0) return pp_wrap(err, "--device cuda");
+    return 0;
+#else
+    return pp_fail(err, "--device cuda: this pprun was built without the GPU backend; use --device cpu");
+#endif
+}
+
 static int check_job(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
-    if (strcmp(cfg->device, "cuda") == 0)
-        return pp_fail(err, "--device cuda: this pprun was built without the GPU backend; use --device cpu");
     if (run_config_finish(cfg, err) != 0) return -1;
+    if (strcmp(cfg->device, "cuda") == 0 && check_cuda(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
     int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
@@ -259,26 +278,28 @@ static int write_job(run_job *job, pp_err *err) {
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
     db_rank_info *ranks = calloc((size_t)plan->ranks, sizeof *ranks);
-    char(*stages)[256] = calloc((size_t)plan->ranks, sizeof *stages);
-    char(*hosts)[272] = calloc((size_t)plan->ranks, sizeof *hosts);
-    if (!ranks || !stages || !hosts) {
-        free(ranks), free(stages), free(hosts);
+    char (*stages)[256] = calloc((size_t)plan->ranks, sizeof *stages);
+    char (*hosts)[272] = calloc((size_t)plan->ranks, sizeof *hosts);
+    char (*devices)[32] = calloc((size_t)plan->ranks, sizeof *devices);
+    if (!ranks || !stages || !hosts || !devices) {
+        free(ranks), free(stages), free(hosts), free(devices);
         return pp_fail(err, "out of memory");
     }
     for (int r = 0; r < plan->ranks; r++) {
         int node = r / job->lo.nproc_per_node;
         for (int s = 0, n = 0; s < plan->stages; s++)
-            if (plan->stage_rank[s] == r && n < 240)
-                n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
-        if (node == job->lo.node_rank)
-            snprintf(hosts[r], sizeof hosts[r], "%s", host);
+            if (plan->stage_rank[s] == r && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
+        if (node == job->lo.node_rank) snprintf(hosts[r], sizeof hosts[r], "%s", host);
+        else snprintf(hosts[r], sizeof hosts[r], "node%d", node);
+        /* the worker's choice (LOCAL_RANK mod count), assuming every node sees as many devices as this one */
+        if (job->cuda_devices > 0)
+            snprintf(devices[r], sizeof devices[r], "cuda:%d", (r % job->lo.nproc_per_node) % job->cuda_devices);
         else
-            snprintf(hosts[r], sizeof hosts[r], "node%d", node);
-        ranks[r] =
-            (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = job->cfg.device, .stages = stages[r]};
+            snprintf(devices[r], sizeof devices[r], "%s", job->cfg.device);
+        ranks[r] = (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = devices[r], .stages = stages[r]};
     }
     int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)plan->ranks, err);
-    free(ranks), free(stages), free(hosts);
+    free(ranks), free(stages), free(hosts), free(devices);
     if (rc != 0) return -1;
     return run_progress_write_plan(job->db, job->job_id, plan, &job->cfg, NULL, err);
 }

@@ -169,6 +169,7 @@ static int run_worker(worker *w, pp_err *err) {
         .run_id = w->run_id,
         .rank = w->rank,
         .attempt = w->attempt,
+        .local_rank = w->rank % w->local_world, /* global ranks are node-major */
         .comm = c,
         .ring = ring,
         .data = data,

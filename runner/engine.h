@@ -43,9 +43,10 @@ typedef struct engine {
     const sched_plan *plan;
     const char *run_id;  /* names this run's checkpoints */
     int rank, attempt;
-    comm *comm;        /* NULL only when the job has one rank */
-    trace_ring *ring;  /* NULL when tracing is off */
-    data_source *data; /* needed on the ranks holding the first or last stage */
+    int local_rank;      /* picks the CUDA device with --device cuda */
+    comm *comm;          /* NULL only when the job has one rank */
+    trace_ring *ring;    /* NULL when tracing is off */
+    data_source *data;   /* needed on the ranks holding the first or last stage */
     engine_hooks hooks;
 
     /* owned */

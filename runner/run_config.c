@@ -12,6 +12,7 @@ void run_config_default(run_config *cfg) {
     cfg->steps = 20;
     snprintf(cfg->model_text, sizeof cfg->model_text, "gpt");
     snprintf(cfg->device, sizeof cfg->device, "cpu");
+    snprintf(cfg->dtype, sizeof cfg->dtype, "fp32");
     cfg->seed = 1234;
     model_optim_default(&cfg->optim);
     snprintf(cfg->db, sizeof cfg->db, "pprun.db");
@@ -101,12 +102,10 @@ static int parse_cuts(run_config *cfg, const char *value, pp_err *err) {
 }
 
 static const char *const value_options[] = {
-    "--schedule",  "--microbatches", "--virtual-stages", "--steps",
-    "--model",     "--data",         "--device",         "--seed",
-    "--lr",        "--optimizer",    "--weight-decay",   "--db",
-    "--trace",     "--token",        "--checkpoint-dir", "--checkpoint-every",
-    "--fail-at",   "--metrics",      "--pipeline-cuts",  "--recv-timeout",
-    "--transport", "--progress",     "--save-weights",   NULL,
+    "--schedule", "--microbatches", "--virtual-stages", "--steps", "--model", "--data", "--device", "--seed",
+    "--lr", "--optimizer", "--weight-decay", "--db", "--trace", "--token", "--checkpoint-dir",
+    "--checkpoint-every", "--fail-at", "--metrics", "--pipeline-cuts", "--recv-timeout", "--transport",
+    "--progress", "--save-weights", "--dtype", NULL,
 };
 
 int run_config_takes_value(const char *opt) {
@@ -134,7 +133,11 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         rc = copy_text(cfg->model_text, sizeof cfg->model_text, opt, value, err);
     else if (strcmp(opt, "--data") == 0)
         rc = copy_text(cfg->data, sizeof cfg->data, opt, value, err);
-    else if (strcmp(opt, "--device") == 0) {
+    else if (strcmp(opt, "--dtype") == 0) {
+        static const char *const dtypes[] = {"fp32", "bf16", NULL};
+        rc = one_of(value, dtypes, opt, err);
+        if (rc == 0) rc = copy_text(cfg->dtype, sizeof cfg->dtype, opt, value, err);
+    } else if (strcmp(opt, "--device") == 0) {
         static const char *const devices[] = {"cpu", "cuda", NULL};
         rc = one_of(value, devices, opt, err);
         if (rc == 0) rc = copy_text(cfg->device, sizeof cfg->device, opt, value, err);
@@ -200,6 +203,8 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
 
 int run_config_finish(run_config *cfg, pp_err *err) {
     if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0) return pp_wrap(err, "--model");
+    if (strcmp(cfg->dtype, "bf16") == 0 && strcmp(cfg->device, "cuda") != 0)
+        return pp_fail(err, "--dtype bf16 needs --device cuda (the CPU backend computes in fp32)");
     if (cfg->resume && !cfg->checkpoint_dir[0]) return pp_fail(err, "--resume needs --checkpoint-dir DIR");
     if (cfg->checkpoint_every && !cfg->checkpoint_dir[0])
         return pp_fail(err, "--checkpoint-every needs --checkpoint-dir DIR");
@@ -257,6 +262,7 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     ARG("--model", "%s", cfg->model_text);
     if (cfg->data[0]) ARG("--data", "%s", cfg->data);
     ARG("--device", "%s", cfg->device);
+    ARG("--dtype", "%s", cfg->dtype);
     ARG("--seed", "%llu", (unsigned long long)cfg->seed);
     ARG("--lr", "%.9g", (double)cfg->optim.lr);
     ARG("--weight-decay", "%.9g", (double)cfg->optim.weight_decay);

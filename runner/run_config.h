@@ -46,8 +46,9 @@ typedef struct run_config {
     int ncuts;
     int cuts[RUN_MAX_CUTS];
     int recv_timeout_ms;
-    char transport[8]; /* auto | shm | tcp */
-    char progress[8];  /* auto | on | off */
+    char transport[8];     /* auto | shm | tcp */
+    char progress[8];      /* auto | on | off */
+    char dtype[8];         /* fp32 | bf16 (GEMM operands; bf16 only with --device cuda) */
 } run_config;
 
 void run_config_default(run_config *cfg);

@@ -35,7 +35,8 @@ run_build() {
     echo "-- $kind/$name"
     # One test at a time per executable: integration tests start many
     # processes and the CI machine has 2 cores.
-    "$t" --jobs 1 --timeout 300 >"$log" 2>&1
+    # --verbose so that skipped tests and their reasons reach the log.
+    "$t" --jobs 1 --timeout 300 --verbose >"$log" 2>&1
     local rc=$?
     local line
     line=$(grep -a 'Synthesis:' "$log" | tail -1)
@@ -44,6 +45,12 @@ run_build() {
       total_fail=$((total_fail + 1)); status=1; continue
     fi
     echo "$line"
+    # A skip is not a pass: say how many and why (e.g. no CUDA device).
+    local skips
+    skips=$(grep -a -c '^\[SKIP\]' "$log")
+    if [ "$skips" -gt 0 ]; then
+      echo "   $skips skipped: $(grep -a '^\[SKIP\]' "$log" | sed 's/^\[SKIP\] [^ ]*: //' | sort | uniq -c | head -3 | tr -s ' ' | paste -sd';')"
+    fi
     local tested failing crashing
     tested=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
     failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$line")

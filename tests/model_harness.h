@@ -27,15 +27,17 @@ typedef struct h_pipe {
     unsigned char *grad[H_MAX_STAGES][H_MAX_MB]; /* input gradient of stage s */
 } h_pipe;
 
-/* cuts: nstages+1 layer indices, cuts[0] = 0, cuts[nstages] = layers. */
-static inline int h_pipe_create(h_pipe *p, const char *spec_text, const int *cuts, int nstages, uint64_t seed, int m,
-                                pp_err *err) {
+/* cuts: nstages+1 layer indices, cuts[0] = 0, cuts[nstages] = layers.
+ * dev: where every stage computes (NULL: the CPU). */
+static inline int h_pipe_create_on(h_pipe *p, const char *spec_text, const int *cuts, int nstages, uint64_t seed,
+                                   int m, const model_device *dev, pp_err *err) {
     memset(p, 0, sizeof *p);
     if (model_parse_spec(spec_text, &p->spec, err) != 0) return -1;
     p->nstages = nstages, p->m = m;
     size_t nb = model_boundary_bytes(&p->spec);
     for (int s = 0; s < nstages; s++) {
-        if (model_stage_create(&p->spec, cuts[s], cuts[s + 1], s == 0, s == nstages - 1, seed, m, &p->st[s], err))
+        if (model_stage_create_on(&p->spec, cuts[s], cuts[s + 1], s == 0, s == nstages - 1, seed, m, dev, &p->st[s],
+                                  err))
             return -1;
         for (int i = 0; i < m; i++) {
             p->act[s][i] = malloc(nb);
@@ -43,6 +45,11 @@ static inline int h_pipe_create(h_pipe *p, const char *spec_text, const int *cut
         }
     }
     return 0;
+}
+
+static inline int h_pipe_create(h_pipe *p, const char *spec_text, const int *cuts, int nstages, uint64_t seed, int m,
+                                pp_err *err) {
+    return h_pipe_create_on(p, spec_text, cuts, nstages, seed, m, NULL, err);
 }
 
 static inline void h_pipe_free(h_pipe *p) {

@@ -101,5 +101,8 @@ int model_stage_load(model_stage *s, FILE *f, pp_err *err) {
     s->next_acc = 0;
     s->steps_done = h.steps_done;
     free(buf);
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_upload(s, err); /* the device computes with what was loaded */
+#endif
     return 0;
 }

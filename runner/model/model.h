@@ -122,4 +122,20 @@ model_gemm_stats model_stage_gemm_stats(const model_stage *stage);
 /* Bytes of the training data (the corpus or the file). */
 size_t data_size(const data_source *data);
 
+/* Where a stage computes. cuda = 0: the CPU (OpenBLAS), what
+ * model_stage_create gives. cuda = 1: a CUDA device, local_rank modulo the
+ * devices this process sees (CUDA_VISIBLE_DEVICES applies; several ranks may
+ * share one GPU); bf16 = 1 rounds the operands of the linear layers' and the
+ * head's GEMMs to bf16 (fp32 accumulation and output). gpt only, and only in
+ * a build with the GPU backend (runner/model/cuda/, docs/gpu.md); the same
+ * layers, F/B/W split, weight layout and numerics contract as on the CPU,
+ * with host boundary buffers. */
+typedef struct model_device {
+    int cuda, local_rank, bf16;
+} model_device;
+/* model_stage_create on a device (dev NULL: the CPU). No device, or no GPU
+ * backend in this build: -1 naming which. */
+int model_stage_create_on(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last,
+                          uint64_t seed, int microbatches, const model_device *dev, model_stage **out, pp_err *err);
+
 #endif

@@ -9,6 +9,7 @@
 #include "runner/model/gpt_layers.h"
 
 typedef struct gpt_state gpt_state;
+typedef struct gpu_stage gpu_stage; /* runner/model/cuda/gpu_stage.c */
 
 /* Free buffers kept for reuse: activations are allocated and released every
  * microbatch, and fresh pages from the kernel would be faulted in inside the
@@ -44,6 +45,7 @@ struct model_stage {
     int *mb_state; /* [microbatches]: MB_* */
     gpt_state *gpt;
     timed_state *timed;
+    gpu_stage *gpu; /* set: the gpt stage runs on a CUDA device (gpt is NULL) */
     model_gemm_stats gemm;
     model_pool pool; /* activations and pending gradients */
 };
@@ -63,6 +65,21 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
 int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, float *grad_in, pp_err *err);
 int gpt_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err);
 size_t gpt_param_count(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last);
+
+/* gpu_stage.c (only in builds with the GPU backend, PPRUN_HAVE_CUDA): the
+ * gpt stage on a device. init uploads the weights the host already holds;
+ * W commits in microbatch order on the device; step refreshes the host's
+ * params, adam_m and adam_v; upload after a checkpoint load or an import. */
+int gpu_stage_init(model_stage *s, const model_device *dev, pp_err *err);
+void gpu_stage_free(model_stage *s);
+int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *tokens, const uint8_t *targets,
+                      float *out, float *loss, pp_err *err);
+int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, float *grad_in, pp_err *err);
+int gpu_stage_backward_weight(model_stage *s, int mb, pp_err *err); /* also marks mb done and commits */
+int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err);
+int gpu_stage_upload(model_stage *s, pp_err *err);
+void gpu_stage_import(model_stage *s);       /* an upload failure is reported by the next F */
+void gpu_stage_export_grads(const model_stage *s, float *dst);
 
 int timed_stage_init(model_stage *s, pp_err *err);
 void timed_stage_free(model_stage *s);

@@ -67,6 +67,24 @@ void model_commit(model_stage *s, int mb) {
 
 int model_stage_create(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last,
                        uint64_t seed, int microbatches, model_stage **out, pp_err *err) {
+    return model_stage_create_on(spec, first_layer, last_layer, is_first, is_last, seed, microbatches, NULL, out, err);
+}
+
+/* The GPU stage starts from the CPU's initialisation (same weights by
+ * construction), drops the host activations' state and uploads. */
+static int move_to_device(model_stage *s, const model_device *dev, pp_err *err) {
+    if (s->spec.kind != MODEL_GPT) return pp_fail(err, "model: --device cuda runs the gpt model only (not timed)");
+#ifdef PPRUN_HAVE_CUDA
+    gpt_stage_free(s);
+    return gpu_stage_init(s, dev, err);
+#else
+    (void)dev;
+    return pp_fail(err, "model: this pprun was built without the GPU backend (no CUDA toolkit at build time)");
+#endif
+}
+
+int model_stage_create_on(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last,
+                          uint64_t seed, int microbatches, const model_device *dev, model_stage **out, pp_err *err) {
     *out = NULL;
     if (first_layer < 0 || last_layer > spec->layers || first_layer > last_layer)
         return pp_fail(err, "model: layer range [%d, %d) is not inside the model's %d layers", first_layer,
@@ -94,6 +112,7 @@ int model_stage_create(const model_spec *spec, int first_layer, int last_layer, 
         return pp_fail(err, "model: out of memory for %zu weights", s->nparams);
     }
     int rc = spec->kind == MODEL_GPT ? gpt_stage_init(s, err) : timed_stage_init(s, err);
+    if (rc == 0 && dev && dev->cuda) rc = move_to_device(s, dev, err);
     if (rc != 0) {
         model_stage_free(s);
         return -1;
@@ -106,6 +125,9 @@ void model_stage_free(model_stage *s) {
     if (!s) return;
     gpt_stage_free(s);
     timed_stage_free(s);
+#ifdef PPRUN_HAVE_CUDA
+    gpu_stage_free(s);
+#endif
     if (s->pending)
         for (int i = 0; i < s->microbatches; i++) free(s->pending[i]);
     model_pool_clear(&s->pool);
@@ -117,7 +139,12 @@ void model_stage_free(model_stage *s) {
 int model_stage_forward(model_stage *s, int mb, const void *in, const uint8_t *tokens, const uint8_t *targets,
                         void *out, float *loss, pp_err *err) {
     if (model_mb_check(s, mb, MB_EMPTY, "F", err) != 0) return -1;
-    int rc = s->spec.kind == MODEL_GPT ? gpt_stage_forward(s, mb, in, tokens, targets, out, loss, err)
+    int rc;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) rc = gpu_stage_forward(s, mb, in, tokens, targets, out, loss, err);
+    else
+#endif
+        rc = s->spec.kind == MODEL_GPT ? gpt_stage_forward(s, mb, in, tokens, targets, out, loss, err)
                                        : timed_stage_forward(s, mb, in, out, loss, err);
     if (rc == 0) s->mb_state[mb] = MB_FORWARD;
     return rc;
@@ -125,7 +152,12 @@ int model_stage_forward(model_stage *s, int mb, const void *in, const uint8_t *t
 
 int model_stage_backward_input(model_stage *s, int mb, const void *grad_out, void *grad_in, pp_err *err) {
     if (model_mb_check(s, mb, MB_FORWARD, "B", err) != 0) return -1;
-    int rc = s->spec.kind == MODEL_GPT ? gpt_stage_backward_input(s, mb, grad_out, grad_in, err)
+    int rc;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) rc = gpu_stage_backward_input(s, mb, grad_out, grad_in, err);
+    else
+#endif
+        rc = s->spec.kind == MODEL_GPT ? gpt_stage_backward_input(s, mb, grad_out, grad_in, err)
                                        : timed_stage_backward_input(s, mb, grad_out, grad_in, err);
     if (rc == 0) s->mb_state[mb] = MB_BACKWARD;
     return rc;
@@ -133,6 +165,9 @@ int model_stage_backward_input(model_stage *s, int mb, const void *grad_out, voi
 
 int model_stage_backward_weight(model_stage *s, int mb, pp_err *err) {
     if (model_mb_check(s, mb, MB_BACKWARD, "W", err) != 0) return -1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_backward_weight(s, mb, err); /* pending gradients live on the device */
+#endif
     float *dst = model_pending(s, mb, err);
     if (!dst) return -1;
     int rc = s->spec.kind == MODEL_GPT ? gpt_stage_backward_weight(s, mb, dst, err)
@@ -147,9 +182,20 @@ size_t model_stage_weight_count(const model_stage *s) { return s->nparams; }
 void model_stage_export_weights(const model_stage *s, float *dst) {
     memcpy(dst, s->params, sizeof(float) * s->nparams);
 }
-void model_stage_export_grads(const model_stage *s, float *dst) { memcpy(dst, s->grad, sizeof(float) * s->nparams); }
+void model_stage_export_grads(const model_stage *s, float *dst) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) {
+        gpu_stage_export_grads(s, dst);
+        return;
+    }
+#endif
+    memcpy(dst, s->grad, sizeof(float) * s->nparams);
+}
 void model_stage_import_weights(model_stage *s, const float *src) {
     memcpy(s->params, src, sizeof(float) * s->nparams);
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) gpu_stage_import(s);
+#endif
 }
 int model_stage_steps_done(const model_stage *s) { return s->steps_done; }
 model_gemm_stats model_stage_gemm_stats(const model_stage *s) { return s->gemm; }

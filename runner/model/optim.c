@@ -19,6 +19,14 @@ int model_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *e
     if (s->next_acc != s->microbatches)
         return pp_fail(err, "model: optimizer step %d on layers [%d, %d) before the W of microbatch %d", step,
                        s->first_layer, s->last_layer, s->next_acc);
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) {
+        if (gpu_stage_step(s, opt, step, err) != 0) return -1;
+        s->next_acc = 0;
+        s->steps_done = step + 1;
+        return 0;
+    }
+#endif
     if (opt->kind == MODEL_ADAMW) {
         /* bias correction in double: beta^t for large t must not round to 1 */
         float c1 = (float)(1.0 - pow(opt->beta1, step + 1)), c2 = (float)(1.0 - pow(opt->beta2, step + 1));

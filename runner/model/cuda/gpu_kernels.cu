@@ -1,0 +1,360 @@
+/* gpu_kernels.cu: the CUDA kernels of the gpt model that are not GEMMs:
+ * LayerNorm, GELU, residual add, embeddings, causal softmax, cross-entropy,
+ * bias add/grad, AdamW/SGD. Each mirrors its CPU function in gpt_layers.c
+ * (same formulas, same order of the per-row sums where a thread owns them)
+ * and uses no atomics, so a launch is deterministic.
+ *
+ * Row kernels give one warp per row; column sums (LayerNorm W, bias grad,
+ * embedding W) give one thread per column, summing rows in order. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "runner/model/cuda/gpu_internal.h"
+
+#define THREADS 256
+#define WARPS (THREADS / 32)
+#define GELU_SCALE 0.7978845608028654f
+
+static unsigned blocks_for(size_t n, unsigned per) { return (unsigned)((n + per - 1) / per); }
+
+static int launched(pp_err *err, const char *what) {
+    cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? 0 : gpu_cuda_fail(err, e, what);
+}
+
+__device__ static float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ static float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* --- LayerNorm ------------------------------------------------------------- */
+
+__global__ static void k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *g,
+                                           const float *b, int N, int C) {
+    int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return; /* whole warps leave together */
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int i = lane; i < C; i += 32) s += x[i];
+    float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) v += (x[i] - m) * (x[i] - m);
+    v = warp_sum(v) / (float)C;
+    float r = 1.0f / sqrtf(v + 1e-5f);
+    float *o = out + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) o[i] = (r * (x[i] - m)) * g[i] + b[i];
+    if (lane == 0) mean[row] = m, rstd[row] = r;
+}
+
+__global__ static void k_layernorm_backward_input(float *dinp, const float *dout, const float *inp, const float *mean,
+                                                  const float *rstd, const float *g, int N, int C) {
+    int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+    float m = mean[row], r = rstd[row], dm = 0.0f, dnm = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (x[i] - m) * r, dn = g[i] * d[i];
+        dm += dn;
+        dnm += dn * xhat;
+    }
+    dm = warp_sum(dm) / (float)C;
+    dnm = warp_sum(dnm) / (float)C;
+    float *di = dinp + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) {
+        float xhat = (x[i] - m) * r, dn = g[i] * d[i];
+        di[i] = (dn - dm - xhat * dnm) * r;
+    }
+}
+
+__global__ static void k_layernorm_backward_weight(float *dg, float *db, const float *dout, const float *inp,
+                                                   const float *mean, const float *rstd, int N, int C) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= C) return;
+    float sg = 0.0f, sb = 0.0f;
+    for (int n = 0; n < N; n++) {
+        float d = dout[(size_t)n * C + i];
+        sg += (inp[(size_t)n * C + i] - mean[n]) * rstd[n] * d;
+        sb += d;
+    }
+    dg[i] = sg, db[i] = sb;
+}
+
+extern "C" int gpu_layernorm_forward(gpu_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
+                                     const float *g, const float *b, int N, int C, pp_err *err) {
+    k_layernorm_forward<<<blocks_for((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(out, mean, rstd, inp, g, b, N, C);
+    return launched(err, "LayerNorm F");
+}
+extern "C" int gpu_layernorm_backward_input(gpu_ctx *ctx, float *dinp, const float *dout, const float *inp,
+                                            const float *mean, const float *rstd, const float *g, int N, int C,
+                                            pp_err *err) {
+    k_layernorm_backward_input<<<blocks_for((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(dinp, dout, inp, mean,
+                                                                                          rstd, g, N, C);
+    return launched(err, "LayerNorm B");
+}
+extern "C" int gpu_layernorm_backward_weight(gpu_ctx *ctx, float *dg, float *db, const float *dout, const float *inp,
+                                             const float *mean, const float *rstd, int N, int C, pp_err *err) {
+    k_layernorm_backward_weight<<<blocks_for((size_t)C, THREADS), THREADS, 0, ctx->stream>>>(dg, db, dout, inp,
+                                                                                             mean, rstd, N, C);
+    return launched(err, "LayerNorm W");
+}
+
+/* --- GELU and residual ----------------------------------------------------- */
+
+/* tanh through expf, as the CPU does (its fast_tanh). */
+__device__ static float tanh_exp(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
+
+__global__ static void k_gelu_forward(float *out, const float *inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanh_exp(GELU_SCALE * (x + 0.044715f * x * x * x)));
+}
+
+__global__ static void k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    float th = tanh_exp(u), sech2 = 1.0f - th * th;
+    float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] = local * dout[i];
+}
+
+__global__ static void k_add(float *out, const float *a, const float *b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+
+extern "C" int gpu_gelu_forward(gpu_ctx *ctx, float *out, const float *inp, size_t n, pp_err *err) {
+    if (n == 0) return 0;
+    k_gelu_forward<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>(out, inp, n);
+    return launched(err, "GELU F");
+}
+extern "C" int gpu_gelu_backward(gpu_ctx *ctx, float *dinp, const float *inp, const float *dout, size_t n,
+                                 pp_err *err) {
+    if (n == 0) return 0;
+    k_gelu_backward<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>(dinp, inp, dout, n);
+    return launched(err, "GELU B");
+}
+extern "C" int gpu_add(gpu_ctx *ctx, float *out, const float *a, const float *b, size_t n, pp_err *err) {
+    if (n == 0) return 0;
+    k_add<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>(out, a, b, n);
+    return launched(err, "residual add");
+}
+
+/* --- embeddings ------------------------------------------------------------ */
+
+__global__ static void k_embedding_forward(float *out, const uint8_t *tokens, const float *wte, const float *wpe,
+                                           int N, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * C) return;
+    int n = (int)(idx / C), i = (int)(idx % C), t = n % T;
+    out[idx] = wte[(size_t)tokens[n] * C + i] + wpe[(size_t)t * C + i];
+}
+
+/* dwte[v][i]: one thread per column i of token v (blockIdx.y), summing the
+ * rows that hold v in row order (the CPU's order). Tokens pass through
+ * shared memory in chunks. */
+#define TOKEN_CHUNK 4096
+__global__ static void k_embedding_backward_wte(float *dwte, const float *dout, const uint8_t *tokens, int N, int C) {
+    __shared__ uint8_t tok[TOKEN_CHUNK];
+    int v = blockIdx.y, i = blockIdx.x * blockDim.x + threadIdx.x;
+    float s = 0.0f;
+    for (int base = 0; base < N; base += TOKEN_CHUNK) {
+        int len = min(TOKEN_CHUNK, N - base);
+        __syncthreads();
+        for (int j = threadIdx.x; j < len; j += blockDim.x) tok[j] = tokens[base + j];
+        __syncthreads();
+        if (i < C)
+            for (int j = 0; j < len; j++)
+                if (tok[j] == v) s += dout[(size_t)(base + j) * C + i];
+    }
+    if (i < C) dwte[(size_t)v * C + i] = s;
+}
+
+__global__ static void k_embedding_backward_wpe(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)T * C) return;
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += dout[(size_t)b * T * C + idx];
+    dwpe[idx] = s;
+}
+
+extern "C" int gpu_embedding_forward(gpu_ctx *ctx, float *out, const uint8_t *tokens, const float *wte,
+                                     const float *wpe, int B, int T, int C, pp_err *err) {
+    size_t n = (size_t)B * T * C;
+    if (n == 0) return 0;
+    k_embedding_forward<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>(out, tokens, wte, wpe, B * T, T, C);
+    return launched(err, "embedding F");
+}
+extern "C" int gpu_embedding_backward_weight(gpu_ctx *ctx, float *dwte, float *dwpe, const float *dout,
+                                             const uint8_t *tokens, int B, int T, int C, int V, pp_err *err) {
+    dim3 grid(blocks_for((size_t)C, THREADS), (unsigned)V);
+    k_embedding_backward_wte<<<grid, THREADS, 0, ctx->stream>>>(dwte, dout, tokens, B * T, C);
+    if (launched(err, "embedding W (wte)") != 0) return -1;
+    k_embedding_backward_wpe<<<blocks_for((size_t)T * C, THREADS), THREADS, 0, ctx->stream>>>(dwpe, dout, B, T, C);
+    return launched(err, "embedding W (wpe)");
+}
+
+/* --- linear bias ----------------------------------------------------------- */
+
+__global__ static void k_bias_add(float *out, const float *bias, int N, int OC) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx < (size_t)N * OC) out[idx] += bias[idx % OC];
+}
+__global__ static void k_bias_grad(float *dbias, const float *dout, int N, int OC) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o >= OC) return;
+    float s = 0.0f;
+    for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
+    dbias[o] = s;
+}
+extern "C" int gpu_k_bias_add(gpu_ctx *ctx, float *out, const float *bias, int N, int OC, pp_err *err) {
+    size_t n = (size_t)N * OC;
+    if (n == 0) return 0;
+    k_bias_add<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>(out, bias, N, OC);
+    return launched(err, "bias add");
+}
+extern "C" int gpu_k_bias_grad(gpu_ctx *ctx, float *dbias, const float *dout, int N, int OC, pp_err *err) {
+    k_bias_grad<<<blocks_for((size_t)OC, THREADS), THREADS, 0, ctx->stream>>>(dbias, dout, N, OC);
+    return launched(err, "bias gradient");
+}
+
+/* --- attention softmax ----------------------------------------------------- */
+
+/* Row r of [rows][T] is query position t = r % T: softmax over u <= t of the
+ * scaled scores, zeros above the diagonal. */
+__global__ static void k_softmax_causal(float *att, int rows, int T) {
+    int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = row % T;
+    float *a = att + (size_t)row * T;
+    float m = -INFINITY;
+    for (int u = lane; u <= t; u += 32) m = fmaxf(m, a[u]);
+    m = warp_max(m);
+    float s = 0.0f;
+    for (int u = lane; u <= t; u += 32) {
+        float e = expf(a[u] - m);
+        a[u] = e;
+        s += e;
+    }
+    float inv = 1.0f / warp_sum(s);
+    for (int u = lane; u < T; u += 32) a[u] = u <= t ? a[u] * inv : 0.0f;
+}
+
+__global__ static void k_softmax_causal_backward(float *datt, const float *att, int rows, int T, float scale) {
+    int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    int t = row % T;
+    const float *p = att + (size_t)row * T;
+    float *d = datt + (size_t)row * T;
+    float dot = 0.0f;
+    for (int u = lane; u <= t; u += 32) dot += p[u] * d[u];
+    dot = warp_sum(dot);
+    for (int u = lane; u < T; u += 32) d[u] = u <= t ? p[u] * (d[u] - dot) * scale : 0.0f;
+}
+
+extern "C" int gpu_k_softmax_causal(gpu_ctx *ctx, float *att, int rows, int T, pp_err *err) {
+    k_softmax_causal<<<blocks_for((size_t)rows, WARPS), THREADS, 0, ctx->stream>>>(att, rows, T);
+    return launched(err, "attention softmax F");
+}
+extern "C" int gpu_k_softmax_causal_backward(gpu_ctx *ctx, float *datt, const float *att, int rows, int T,
+                                             float scale, pp_err *err) {
+    k_softmax_causal_backward<<<blocks_for((size_t)rows, WARPS), THREADS, 0, ctx->stream>>>(datt, att, rows, T,
+                                                                                          scale);
+    return launched(err, "attention softmax B");
+}
+
+/* --- cross-entropy --------------------------------------------------------- */
+
+__global__ static void k_softmax_xent(float *probs, double *losses, const uint8_t *targets, int N, int V) {
+    int row = blockIdx.x * WARPS + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= N) return;
+    float *p = probs + (size_t)row * V;
+    float m = -INFINITY;
+    for (int i = lane; i < V; i += 32) m = fmaxf(m, p[i]);
+    m = warp_max(m);
+    float target_logit = p[targets[row]] - m; /* read before the row is overwritten */
+    __syncwarp();
+    float s = 0.0f;
+    for (int i = lane; i < V; i += 32) {
+        float e = expf(p[i] - m);
+        p[i] = e;
+        s += e;
+    }
+    s = warp_sum(s);
+    float inv = 1.0f / s;
+    for (int i = lane; i < V; i += 32) p[i] *= inv;
+    if (lane == 0) losses[row] = log((double)s) - (double)target_logit;
+}
+
+__global__ static void k_xent_backward(float *p, const uint8_t *targets, float scale, int N, int V) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * V) return;
+    int n = (int)(idx / V), i = (int)(idx % V);
+    p[idx] = (p[idx] - (i == targets[n] ? 1.0f : 0.0f)) * scale;
+}
+
+extern "C" int gpu_k_softmax_xent(gpu_ctx *ctx, float *probs, double *losses, const uint8_t *targets, int N, int V,
+                                  pp_err *err) {
+    k_softmax_xent<<<blocks_for((size_t)N, WARPS), THREADS, 0, ctx->stream>>>(probs, losses, targets, N, V);
+    return launched(err, "cross-entropy F");
+}
+extern "C" int gpu_k_xent_backward(gpu_ctx *ctx, float *probs_to_dlogits, const uint8_t *targets, float scale, int N,
+                                   int V, pp_err *err) {
+    size_t n = (size_t)N * V;
+    if (n == 0) return 0;
+    k_xent_backward<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>(probs_to_dlogits, targets, scale, N, V);
+    return launched(err, "cross-entropy B");
+}
+
+/* --- optimizer ------------------------------------------------------------- */
+
+__global__ static void k_adamw(float *w, const float *grad, float *am, float *av, size_t n, float lr, float b1,
+                               float b2, float eps, float wd, float c1, float c2) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = grad[i];
+    float m = b1 * am[i] + (1.0f - b1) * g;
+    float v = b2 * av[i] + (1.0f - b2) * g * g;
+    am[i] = m, av[i] = v;
+    float mhat = m / c1, vhat = v / c2;
+    w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * w[i]);
+}
+__global__ static void k_sgd(float *w, const float *grad, size_t n, float lr, float wd) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) w[i] -= lr * (grad[i] + wd * w[i]);
+}
+
+extern "C" int gpu_optim_step(gpu_ctx *ctx, float *params, const float *grad, float *adam_m, float *adam_v, size_t n,
+                              const model_optim *opt, int step, pp_err *err) {
+    if (step < 0) return pp_fail(err, "gpu: optimizer step %d: steps count from 0", step);
+    if (n == 0) return 0;
+    if (opt->kind == MODEL_ADAMW) {
+        /* bias correction in double, as optim.c */
+        float c1 = (float)(1.0 - pow((double)opt->beta1, step + 1)), c2 = (float)(1.0 - pow((double)opt->beta2, step + 1));
+        k_adamw<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>(params, grad, adam_m, adam_v, n, opt->lr,
+                                                                     opt->beta1, opt->beta2, opt->eps,
+                                                                     opt->weight_decay, c1, c2);
+        return launched(err, "AdamW");
+    }
+    k_sgd<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>(params, grad, n, opt->lr, opt->weight_decay);
+    return launched(err, "SGD");
+}
+
+/* --- bf16 operands ----------------------------------------------------------- */
+
+__global__ static void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = __float2bfloat16_rn(src[i]);
+}
+extern "C" int gpu_k_to_bf16(gpu_ctx *ctx, void *dst, const float *src, size_t n, pp_err *err) {
+    if (n == 0) return 0;
+    k_to_bf16<<<blocks_for(n, THREADS), THREADS, 0, ctx->stream>>>((__nv_bfloat16 *)dst, src, n);
+    return launched(err, "bf16 conversion");
+}

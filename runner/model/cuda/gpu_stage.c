@@ -1,0 +1,437 @@
+/* gpu_stage.c: the gpt stage of gpt_stage.c on a CUDA device, behind the
+ * same model.h calls (model_stage_create_on with a CUDA model_device).
+ *
+ * Same layers, same F/B/W split, same saved tensors, same parameter layout,
+ * but every tensor lives on the device and every kernel is gpu.h's. The
+ * boundary tensors stay host buffers (the engine's comm is host memory): F
+ * uploads its input and downloads its output, B likewise with gradients.
+ *
+ * Numerics contract: W(mb) writes the microbatch's full gradient into its own
+ * device buffer; buffers are added into the step's gradient strictly in
+ * microbatch order (gpu_add on one stream), and no kernel uses atomics, so
+ * every schedule gives the same bits on the same GPU. The host copies of the
+ * weights and AdamW moments (model_stage.params, adam_m, adam_v) are
+ * refreshed after every optimizer step, so export and checkpoints are the
+ * CPU code's. Written without a GPU at hand: see docs/gpu.md. */
+#include "runner/model/cuda/gpu_internal.h"
+#include "runner/model/model_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VOCAB 256
+
+/* Device buffers kept for reuse by size (cudaMalloc synchronises the device
+ * and is slow; activations come and go every microbatch). */
+typedef struct dpool {
+    size_t n, cap;
+    struct dpool_entry { void *p; size_t size; } *free;
+} dpool;
+
+typedef struct dblock {
+    float *ln1g, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2g, *ln2b, *wfc, *bfc, *wp, *bp;
+} dblock;
+
+typedef struct dblock_save { /* as gpt_stage.c's block_save */
+    float *keep, *out, *ln1, *atty, *res2, *ln2, *gelu, *mean1, *rstd1, *mean2, *rstd2;
+    float *bonly, *qkv, *fch, *att;
+    float *bsave, *dout, *dfch, *dln2, *dres2, *dqkv, *dln1;
+} dblock_save;
+
+typedef struct dmb_save {
+    uint8_t *tokens, *targets; /* device */
+    float *x0, *dx0, *lnf, *meanf, *rstdf, *probs, *dlnf;
+    dblock_save *blocks; /* host array of device pointers */
+} dmb_save;
+
+struct gpu_stage {
+    gpu_ctx *ctx;
+    int B, T, C, H, N, nblocks;
+    float *params, *grad, *adam_m, *adam_v; /* device, nparams each */
+    float *wte, *wpe, *lnfg, *lnfb, *whead;  /* into params */
+    dblock *bp;
+    dmb_save *mbs;       /* [microbatches] */
+    float **pending;     /* [microbatches] device gradients waiting for their turn */
+    float *scratch_4nc, *scratch_nc, *scratch_nc2, *datt;
+    dpool pool;
+    pp_err sticky; /* an error of a void call (import, export of grads), reported by the next F */
+    int has_sticky;
+};
+
+static void *dpool_get(gpu_stage *g, size_t size, pp_err *err) {
+    dpool *pl = &g->pool;
+    for (size_t i = pl->n; i-- > 0;)
+        if (pl->free[i].size == size) {
+            void *p = pl->free[i].p;
+            pl->free[i] = pl->free[--pl->n];
+            return p;
+        }
+    return gpu_alloc(g->ctx, size, err);
+}
+static void dpool_put(gpu_stage *g, void *p, size_t size) {
+    dpool *pl = &g->pool;
+    if (!p) return;
+    if (pl->n == pl->cap) {
+        size_t cap = pl->cap ? 2 * pl->cap : 64;
+        struct dpool_entry *nf = realloc(pl->free, cap * sizeof *nf);
+        if (!nf) {
+            gpu_free(g->ctx, p);
+            return;
+        }
+        pl->free = nf, pl->cap = cap;
+    }
+    pl->free[pl->n++] = (struct dpool_entry){p, size};
+}
+
+/* Must match gpt_stage.c's block_params_at: the export layout. */
+static float *dblock_at(float *p, int C, dblock *b) {
+    size_t c = (size_t)C;
+    b->ln1g = p, p += c;
+    b->ln1b = p, p += c;
+    b->wqkv = p, p += 3 * c * c;
+    b->bqkv = p, p += 3 * c;
+    b->wo = p, p += c * c;
+    b->bo = p, p += c;
+    b->ln2g = p, p += c;
+    b->ln2b = p, p += c;
+    b->wfc = p, p += 4 * c * c;
+    b->bfc = p, p += 4 * c;
+    b->wp = p, p += 4 * c * c;
+    b->bp = p, p += c;
+    return p;
+}
+
+static size_t sz_keep(const gpu_stage *g) { return sizeof(float) * (9 * (size_t)g->N * g->C + 4 * (size_t)g->N); }
+static size_t sz_bonly(const gpu_stage *g) {
+    return sizeof(float) * (7 * (size_t)g->N * g->C + (size_t)g->B * g->H * g->T * g->T);
+}
+static size_t sz_bsave(const gpu_stage *g) { return sizeof(float) * 11 * (size_t)g->N * g->C; }
+static size_t sz_nc(const gpu_stage *g) { return sizeof(float) * (size_t)g->N * g->C; }
+static size_t sz_n(const gpu_stage *g) { return sizeof(float) * (size_t)g->N; }
+static size_t sz_nv(const gpu_stage *g) { return sizeof(float) * (size_t)g->N * VOCAB; }
+
+static void free_mb(gpu_stage *g, dmb_save *m) {
+    if (m->blocks)
+        for (int i = 0; i < g->nblocks; i++) {
+            dpool_put(g, m->blocks[i].keep, sz_keep(g));
+            dpool_put(g, m->blocks[i].bonly, sz_bonly(g));
+            dpool_put(g, m->blocks[i].bsave, sz_bsave(g));
+        }
+    free(m->blocks);
+    dpool_put(g, m->tokens, (size_t)g->N), dpool_put(g, m->targets, (size_t)g->N);
+    dpool_put(g, m->x0, sz_nc(g)), dpool_put(g, m->dx0, sz_nc(g));
+    dpool_put(g, m->lnf, sz_nc(g)), dpool_put(g, m->dlnf, sz_nc(g));
+    dpool_put(g, m->meanf, sz_n(g)), dpool_put(g, m->rstdf, sz_n(g));
+    dpool_put(g, m->probs, sz_nv(g));
+    memset(m, 0, sizeof *m);
+}
+
+void gpu_stage_free(model_stage *s) {
+    gpu_stage *g = s->gpu;
+    if (!g) return;
+    if (g->ctx) gpu_sync(g->ctx, NULL); /* nothing may still run on buffers freed below */
+    if (g->mbs)
+        for (int i = 0; i < s->microbatches; i++) free_mb(g, &g->mbs[i]);
+    if (g->pending)
+        for (int i = 0; i < s->microbatches; i++) gpu_free(g->ctx, g->pending[i]);
+    for (size_t i = 0; i < g->pool.n; i++) gpu_free(g->ctx, g->pool.free[i].p);
+    free(g->pool.free);
+    float *bufs[] = {g->params, g->grad, g->adam_m, g->adam_v, g->scratch_4nc, g->scratch_nc, g->scratch_nc2, g->datt};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g->ctx, bufs[i]);
+    free(g->mbs), free(g->pending), free(g->bp);
+    gpu_ctx_free(g->ctx);
+    free(g);
+    s->gpu = NULL;
+}
+
+/* Copies the host weights and moments (initialised, imported or loaded from
+ * a checkpoint) to the device. */
+int gpu_stage_upload(model_stage *s, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    size_t bytes = sizeof(float) * s->nparams;
+    cudaError_t e = cudaSetDevice(g->ctx->device);
+    if (e != cudaSuccess) return gpu_cuda_fail(err, e, "gpu stage: cudaSetDevice");
+    if (gpu_upload(g->ctx, g->params, s->params, bytes, err) != 0 ||
+        gpu_upload(g->ctx, g->adam_m, s->adam_m, bytes, err) != 0 ||
+        gpu_upload(g->ctx, g->adam_v, s->adam_v, bytes, err) != 0 ||
+        gpu_upload(g->ctx, g->grad, s->grad, bytes, err) != 0)
+        return pp_wrap(err, "gpu stage: weights to the device");
+    return 0;
+}
+
+int gpu_stage_init(model_stage *s, const model_device *dev, pp_err *err) {
+    int count = 0;
+    if (gpu_device_count(&count, err) != 0) return -1;
+    gpu_stage *g = calloc(1, sizeof *g);
+    if (!g) return pp_fail(err, "gpu stage: out of memory");
+    s->gpu = g;
+    int device = gpu_device_for_rank(dev->local_rank, count);
+    if (gpu_ctx_create(device, dev->bf16 ? GPU_BF16 : GPU_FP32, &g->ctx, err) != 0)
+        return pp_wrap(err, "gpu stage on device %d of %d", device, count);
+    const model_spec *sp = &s->spec;
+    g->B = sp->batch, g->T = sp->seq, g->C = sp->dim, g->H = sp->heads, g->N = sp->batch * sp->seq;
+    g->nblocks = s->last_layer - s->first_layer;
+    size_t C = (size_t)g->C, bytes = sizeof(float) * (s->nparams ? s->nparams : 1);
+    g->bp = calloc((size_t)g->nblocks + 1, sizeof *g->bp);
+    g->mbs = calloc((size_t)s->microbatches, sizeof *g->mbs);
+    g->pending = calloc((size_t)s->microbatches, sizeof *g->pending);
+    if (!g->bp || !g->mbs || !g->pending) return pp_fail(err, "gpu stage: out of memory");
+    if (!(g->params = gpu_alloc(g->ctx, bytes, err)) || !(g->grad = gpu_alloc(g->ctx, bytes, err)) ||
+        !(g->adam_m = gpu_alloc(g->ctx, bytes, err)) || !(g->adam_v = gpu_alloc(g->ctx, bytes, err)) ||
+        !(g->scratch_4nc = gpu_alloc(g->ctx, 4 * sz_nc(g), err)) || !(g->scratch_nc = gpu_alloc(g->ctx, sz_nc(g), err)) ||
+        !(g->scratch_nc2 = gpu_alloc(g->ctx, sz_nc(g), err)) ||
+        !(g->datt = gpu_alloc(g->ctx, sizeof(float) * (size_t)g->B * g->H * g->T * g->T, err)))
+        return pp_wrap(err, "gpu stage on device %d", device);
+    float *p = g->params;
+    if (s->is_first) {
+        g->wte = p, p += VOCAB * C;
+        g->wpe = p, p += (size_t)g->T * C;
+    }
+    for (int i = 0; i < g->nblocks; i++) p = dblock_at(p, g->C, &g->bp[i]);
+    if (s->is_last) {
+        g->lnfg = p, p += C;
+        g->lnfb = p, p += C;
+        g->whead = p;
+    }
+    return gpu_stage_upload(s, err);
+}
+
+static int block_alloc_f(gpu_stage *g, dblock_save *b, pp_err *err) {
+    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
+    if (!(b->keep = dpool_get(g, sz_keep(g), err)) || !(b->bonly = dpool_get(g, sz_bonly(g), err))) return -1;
+    float *p = b->keep;
+    b->out = p, p += NC;
+    b->ln1 = p, p += NC;
+    b->atty = p, p += NC;
+    b->res2 = p, p += NC;
+    b->ln2 = p, p += NC;
+    b->gelu = p, p += 4 * NC;
+    b->mean1 = p, p += N;
+    b->rstd1 = p, p += N;
+    b->mean2 = p, p += N;
+    b->rstd2 = p;
+    b->qkv = b->bonly, b->fch = b->bonly + 3 * NC, b->att = b->bonly + 7 * NC;
+    return 0;
+}
+
+static int block_forward(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    int N = g->N, C = g->C;
+    size_t NC = (size_t)N * C;
+    if (gpu_layernorm_forward(c, b->ln1, b->mean1, b->rstd1, x, w->ln1g, w->ln1b, N, C, err) ||
+        gpu_linear_forward(c, b->qkv, b->ln1, w->wqkv, w->bqkv, N, C, 3 * C, err) ||
+        gpu_attention_forward(c, b->atty, b->att, b->qkv, g->B, g->T, C, g->H, err) ||
+        gpu_linear_forward(c, b->res2, b->atty, w->wo, w->bo, N, C, C, err) || gpu_add(c, b->res2, b->res2, x, NC, err) ||
+        gpu_layernorm_forward(c, b->ln2, b->mean2, b->rstd2, b->res2, w->ln2g, w->ln2b, N, C, err) ||
+        gpu_linear_forward(c, b->fch, b->ln2, w->wfc, w->bfc, N, C, 4 * C, err) ||
+        gpu_gelu_forward(c, b->gelu, b->fch, 4 * NC, err) ||
+        gpu_linear_forward(c, b->out, b->gelu, w->wp, w->bp, N, 4 * C, C, err) ||
+        gpu_add(c, b->out, b->out, b->res2, NC, err))
+        return -1;
+    return 0;
+}
+
+/* d: the gradient of the block output on entry, of the block input on return. */
+static int block_backward_input(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, float *d,
+                                pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    int N = g->N, C = g->C;
+    size_t NC = (size_t)N * C;
+    if (!(b->bsave = dpool_get(g, sz_bsave(g), err))) return -1;
+    b->dout = b->bsave, b->dfch = b->bsave + NC, b->dln2 = b->bsave + 5 * NC, b->dres2 = b->bsave + 6 * NC;
+    b->dqkv = b->bsave + 7 * NC, b->dln1 = b->bsave + 10 * NC;
+    float *tmp = g->scratch_nc2;
+    cudaError_t e = cudaMemcpyAsync(b->dout, d, sizeof(float) * NC, cudaMemcpyDeviceToDevice, c->stream);
+    if (e != cudaSuccess) return gpu_cuda_fail(err, e, "gpu stage: B copy");
+    if (gpu_linear_backward_input(c, g->scratch_4nc, b->dout, w->wp, N, 4 * C, C, err) ||
+        gpu_gelu_backward(c, b->dfch, b->fch, g->scratch_4nc, 4 * NC, err) ||
+        gpu_linear_backward_input(c, b->dln2, b->dfch, w->wfc, N, C, 4 * C, err) ||
+        gpu_layernorm_backward_input(c, tmp, b->dln2, b->res2, b->mean2, b->rstd2, w->ln2g, N, C, err) ||
+        gpu_add(c, b->dres2, b->dout, tmp, NC, err) ||
+        gpu_linear_backward_input(c, g->scratch_4nc, b->dres2, w->wo, N, C, C, err) ||
+        gpu_attention_backward(c, b->dqkv, g->datt, g->scratch_4nc, b->qkv, b->att, g->B, g->T, C, g->H, err) ||
+        gpu_linear_backward_input(c, b->dln1, b->dqkv, w->wqkv, N, C, 3 * C, err) ||
+        gpu_layernorm_backward_input(c, tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C, err) ||
+        gpu_add(c, d, b->dres2, tmp, NC, err))
+        return -1;
+    dpool_put(g, b->bonly, sz_bonly(g)); /* stream order: the next user runs after these kernels */
+    b->bonly = NULL;
+    return 0;
+}
+
+static int block_backward_weight(gpu_stage *g, dblock *dw, const dblock_save *b, const float *x, pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    int N = g->N, C = g->C;
+    if (gpu_linear_backward_weight(c, dw->wp, dw->bp, b->dout, b->gelu, N, 4 * C, C, err) ||
+        gpu_linear_backward_weight(c, dw->wfc, dw->bfc, b->dfch, b->ln2, N, C, 4 * C, err) ||
+        gpu_layernorm_backward_weight(c, dw->ln2g, dw->ln2b, b->dln2, b->res2, b->mean2, b->rstd2, N, C, err) ||
+        gpu_linear_backward_weight(c, dw->wo, dw->bo, b->dres2, b->atty, N, C, C, err) ||
+        gpu_linear_backward_weight(c, dw->wqkv, dw->bqkv, b->dqkv, b->ln1, N, C, 3 * C, err) ||
+        gpu_layernorm_backward_weight(c, dw->ln1g, dw->ln1b, b->dln1, x, b->mean1, b->rstd1, N, C, err))
+        return -1;
+    return 0;
+}
+
+static const float *block_input(dmb_save *m, int i) { return i == 0 ? m->x0 : m->blocks[i - 1].out; }
+static const float *stage_top(gpu_stage *g, dmb_save *m) { return block_input(m, g->nblocks); }
+
+/* The device is per host thread: make the stage's current for this call,
+ * whichever thread the engine runs it on. */
+static int use_device(gpu_stage *g, pp_err *err) {
+    cudaError_t e = cudaSetDevice(g->ctx->device);
+    return e == cudaSuccess ? 0 : gpu_cuda_fail(err, e, "gpu stage: cudaSetDevice");
+}
+
+static int take_sticky(gpu_stage *g, pp_err *err) {
+    if (!g->has_sticky) return 0;
+    g->has_sticky = 0;
+    if (err) *err = g->sticky;
+    return -1;
+}
+
+int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *tokens, const uint8_t *targets,
+                      float *out, float *loss, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    dmb_save *m = &g->mbs[mb];
+    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
+    if (take_sticky(g, err) != 0 || use_device(g, err) != 0) return -1;
+    if (s->is_first && !tokens) return pp_fail(err, "gpu stage: F of mb %d on the first stage needs tokens", mb);
+    if (!s->is_first && !in) return pp_fail(err, "gpu stage: F of mb %d needs the previous stage's activation", mb);
+    if (s->is_last && (!targets || !loss))
+        return pp_fail(err, "gpu stage: F of mb %d on the last stage needs targets and a loss", mb);
+    if (!s->is_last && !out) return pp_fail(err, "gpu stage: F of mb %d needs an output buffer", mb);
+    if (!(m->blocks = calloc((size_t)g->nblocks + 1, sizeof *m->blocks))) {
+        pp_fail(err, "out of memory");
+        goto fail;
+    }
+    if (!(m->x0 = dpool_get(g, sz_nc(g), err))) goto fail;
+    if (s->is_first) {
+        if (!(m->tokens = dpool_get(g, N, err)) || gpu_upload(g->ctx, m->tokens, tokens, N, err) != 0 ||
+            gpu_embedding_forward(g->ctx, m->x0, m->tokens, g->wte, g->wpe, g->B, g->T, g->C, err) != 0)
+            goto fail;
+    } else if (gpu_upload(g->ctx, m->x0, in, sizeof(float) * NC, err) != 0) {
+        goto fail;
+    }
+    for (int i = 0; i < g->nblocks; i++)
+        if (block_alloc_f(g, &m->blocks[i], err) != 0 ||
+            block_forward(g, &g->bp[i], &m->blocks[i], block_input(m, i), err) != 0)
+            goto fail;
+    if (s->is_last) {
+        if (!(m->targets = dpool_get(g, N, err)) || !(m->lnf = dpool_get(g, sz_nc(g), err)) ||
+            !(m->meanf = dpool_get(g, sz_n(g), err)) || !(m->rstdf = dpool_get(g, sz_n(g), err)) ||
+            !(m->probs = dpool_get(g, sz_nv(g), err)) || gpu_upload(g->ctx, m->targets, targets, N, err) != 0 ||
+            gpu_layernorm_forward(g->ctx, m->lnf, m->meanf, m->rstdf, stage_top(g, m), g->lnfg, g->lnfb, g->N, g->C,
+                                  err) != 0 ||
+            gpu_head_forward(g->ctx, m->probs, m->lnf, g->whead, m->targets, g->N, g->C, VOCAB, loss, err) != 0)
+            goto fail;
+    } else if (gpu_download(g->ctx, out, stage_top(g, m), sizeof(float) * NC, err) != 0) {
+        goto fail;
+    }
+    return 0;
+fail:
+    gpu_sync(g->ctx, NULL);
+    free_mb(g, m);
+    return pp_wrap(err, "gpu stage: F of mb %d", mb);
+}
+
+int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, float *grad_in, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    dmb_save *m = &g->mbs[mb];
+    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
+    if (use_device(g, err) != 0) return -1;
+    if (!s->is_last && !grad_out) return pp_fail(err, "gpu stage: B of mb %d needs the output gradient", mb);
+    if (!s->is_first && !grad_in) return pp_fail(err, "gpu stage: B of mb %d needs an input-gradient buffer", mb);
+    float *d = g->scratch_nc;
+    if (s->is_last) {
+        float scale = 1.0f / ((float)N * (float)s->microbatches); /* as gpt_stage.c */
+        if (!(m->dlnf = dpool_get(g, sz_nc(g), err)) ||
+            gpu_head_backward_input(g->ctx, m->dlnf, m->probs, g->whead, m->targets, scale, g->N, g->C, VOCAB, err) ||
+            gpu_layernorm_backward_input(g->ctx, d, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->lnfg, g->N, g->C,
+                                         err))
+            return pp_wrap(err, "gpu stage: B of mb %d", mb);
+    } else if (gpu_upload(g->ctx, d, grad_out, sizeof(float) * NC, err) != 0) {
+        return pp_wrap(err, "gpu stage: B of mb %d", mb);
+    }
+    for (int i = g->nblocks - 1; i >= 0; i--)
+        if (block_backward_input(g, &g->bp[i], &m->blocks[i], block_input(m, i), d, err) != 0)
+            return pp_wrap(err, "gpu stage: B of mb %d, block %d", mb, s->first_layer + i);
+    if (s->is_first) {
+        cudaError_t e = cudaSuccess;
+        if (!(m->dx0 = dpool_get(g, sz_nc(g), err)) ||
+            (e = cudaMemcpyAsync(m->dx0, d, sizeof(float) * NC, cudaMemcpyDeviceToDevice, g->ctx->stream)) !=
+                cudaSuccess)
+            return e != cudaSuccess ? gpu_cuda_fail(err, e, "gpu stage: B copy") : pp_wrap(err, "gpu stage: B");
+        /* B's time is its kernels' time: the host waits as it does for grad_in */
+        return gpu_sync(g->ctx, err);
+    }
+    return gpu_download(g->ctx, grad_in, d, sizeof(float) * NC, err);
+}
+
+/* Adds every complete pending gradient into grad, in microbatch order. */
+static int commit(model_stage *s, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    while (s->next_acc < s->microbatches && g->pending[s->next_acc] && s->mb_state[s->next_acc] == MB_EMPTY) {
+        float *p = g->pending[s->next_acc];
+        if (gpu_add(g->ctx, g->grad, g->grad, p, s->nparams, err) != 0) return -1;
+        dpool_put(g, p, sizeof(float) * s->nparams);
+        g->pending[s->next_acc++] = NULL;
+    }
+    return 0;
+}
+
+int gpu_stage_backward_weight(model_stage *s, int mb, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    dmb_save *m = &g->mbs[mb];
+    size_t C = (size_t)g->C;
+    if (use_device(g, err) != 0) return -1;
+    float *dst = g->pending[mb];
+    if (!dst && !(dst = g->pending[mb] = dpool_get(g, sizeof(float) * (s->nparams ? s->nparams : 1), err)))
+        return pp_wrap(err, "gpu stage: W of mb %d", mb);
+    float *p = dst;
+    if (s->is_first) {
+        if (gpu_embedding_backward_weight(g->ctx, p, p + VOCAB * C, m->dx0, m->tokens, g->B, g->T, g->C, VOCAB, err))
+            return pp_wrap(err, "gpu stage: W of mb %d", mb);
+        p += VOCAB * C + (size_t)g->T * C;
+    }
+    for (int i = 0; i < g->nblocks; i++) {
+        dblock dw;
+        p = dblock_at(p, g->C, &dw);
+        if (block_backward_weight(g, &dw, &m->blocks[i], block_input(m, i), err) != 0)
+            return pp_wrap(err, "gpu stage: W of mb %d, block %d", mb, s->first_layer + i);
+    }
+    if (s->is_last &&
+        (gpu_layernorm_backward_weight(g->ctx, p, p + C, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->N, g->C,
+                                       err) ||
+         gpu_head_backward_weight(g->ctx, p + 2 * C, m->probs, m->lnf, g->N, g->C, VOCAB, err)))
+        return pp_wrap(err, "gpu stage: W of mb %d", mb);
+    free_mb(g, m); /* stream order keeps the buffers alive for the kernels queued above */
+    s->mb_state[mb] = MB_EMPTY;
+    if (commit(s, err) != 0) return pp_wrap(err, "gpu stage: W of mb %d", mb);
+    return gpu_sync(g->ctx, err); /* W's span on the host covers its kernels */
+}
+
+int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    size_t bytes = sizeof(float) * s->nparams;
+    if (use_device(g, err) != 0) return -1;
+    if (gpu_optim_step(g->ctx, g->params, g->grad, g->adam_m, g->adam_v, s->nparams, opt, step, err) != 0 ||
+        gpu_memset(g->ctx, g->grad, 0, bytes, err) != 0 || gpu_download(g->ctx, s->params, g->params, bytes, err) != 0 ||
+        gpu_download(g->ctx, s->adam_m, g->adam_m, bytes, err) != 0 ||
+        gpu_download(g->ctx, s->adam_v, g->adam_v, bytes, err) != 0)
+        return pp_wrap(err, "gpu stage: optimizer step %d", step);
+    return 0;
+}
+
+void gpu_stage_import(model_stage *s) {
+    gpu_stage *g = s->gpu;
+    if (gpu_stage_upload(s, &g->sticky) != 0) g->has_sticky = 1;
+}
+
+void gpu_stage_export_grads(const model_stage *s, float *dst) {
+    gpu_stage *g = s->gpu;
+    if (gpu_download(g->ctx, dst, g->grad, sizeof(float) * s->nparams, &g->sticky) != 0) {
+        g->has_sticky = 1;
+        for (size_t i = 0; i < s->nparams; i++) dst[i] = NAN;
+    }
+}

@@ -1,0 +1,222 @@
+/* test_gpu_cli.c: what `pprun run --device cuda` says on a machine without
+ * a GPU (CI, and this project's development machines): exit 2 before any
+ * worker starts, naming the missing device; without the toolkit at build
+ * time, naming the missing backend. On a machine with a GPU the no-device
+ * path cannot be exercised and the test skips saying so. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "launch_testutil.h"
+#ifdef PPRUN_HAVE_CUDA
+#include "runner/model/cuda/gpu_internal.h"
+#endif
+
+Test(gpu_cli, device_cuda_without_gpu_exits_2_naming_the_device) {
+#ifdef PPRUN_HAVE_CUDA
+    int count = 0;
+    pp_err err;
+    if (gpu_device_count(&count, &err) == 0)
+        cr_skip_test("a CUDA device is present (%d): the no-device path cannot be checked here", count);
+#endif
+    char dir[] = "/tmp/pprun-test-gpu-XXXXXX", db[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/job.db", dir);
+    lt_proc p;
+    const char *args[] = {"run", "--device", "cuda", "--steps", "1", "--db", db, NULL};
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 2, "exit %d, stderr: %s", p.status, p.err);
+    struct stat st;
+    cr_assert(stat(db, &st) != 0, "a refused job created its database %s", db); /* nothing started */
+    rmdir(dir);
+#ifdef PPRUN_HAVE_CUDA
+    cr_assert(strstr(p.err, "--device cuda: no CUDA device found") != NULL, "stderr: %s", p.err);
+    cr_assert(strstr(p.err, "cudaGetDeviceCount") != NULL, "stderr: %s", p.err);
+#else
+    cr_assert(strstr(p.err, "built without the GPU backend") != NULL, "stderr: %s", p.err);
+#endif
+    lt_free(&p);
+}
+
+Test(gpu_cli, dtype_is_checked_before_anything_starts) {
+    struct { const char *args[8]; const char *want; } cases[] = {
+        {{"run", "--dtype", "bf16", "--steps", "1", NULL}, "--dtype bf16 needs --device cuda"},
+        {{"run", "--dtype", "fp16", "--device", "cuda", NULL}, "--dtype: 'fp16' is not accepted; accepted: fp32|bf16"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lt_proc p;
+        lt_run(&p, cases[i].args, NULL);
+        cr_expect_eq(p.status, 2, "exit %d, stderr: %s", p.status, p.err);
+        cr_expect(strstr(p.err, cases[i].want) != NULL, "stderr: %s", p.err);
+        lt_free(&p);
+    }
+}
+
+#ifdef PPRUN_HAVE_CUDA
+/* CUDA_VISIBLE_DEVICES=-1 hides every GPU: the same refusal, on any machine. */
+Test(gpu_cli, hidden_devices_exit_2) {
+    lt_proc p;
+    const char *args[] = {"run", "--device", "cuda", "--steps", "1", "--db", "/dev/null/never.db", NULL};
+    const char *env[] = {"CUDA_VISIBLE_DEVICES=-1", NULL};
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 2, "exit %d, stderr: %s", p.status, p.err);
+    cr_assert(strstr(p.err, "no CUDA device found") != NULL, "stderr: %s", p.err);
+    lt_free(&p);
+}
+
+Test(gpu_cli, device_count_without_gpu_names_the_cause) {
+    int count = 7;
+    pp_err err = {{0}};
+    if (gpu_device_count(&count, &err) == 0) cr_skip_test("a CUDA device is present (%d)", count);
+    cr_assert_eq(count, 0);
+    const char *want = "no CUDA device found: cudaGetDeviceCount returned ";
+    cr_assert(strncmp(err.msg, want, strlen(want)) == 0, "%s", err.msg);
+}
+
+/* cuBLAS is loaded on first use, not at start: the toolkit's library must
+ * load and have every call the backend makes (no GPU needed for that). */
+Test(gpu_cli, cublas_loads_on_demand) {
+    pp_err err = {{0}};
+    const gpu_blas_api *api = gpu_blas(&err);
+    cr_assert_not_null(api, "%s", err.msg);
+    cr_assert(api->create && api->destroy && api->set_stream && api->set_math_mode && api->sgemm &&
+              api->sgemm_strided_batched && api->gemm_ex && api->status_string);
+    cr_assert_str_eq(api->status_string(CUBLAS_STATUS_NOT_INITIALIZED), "the library was not initialized");
+    cr_assert_eq(gpu_blas(&err), api); /* loaded once */
+}
+
+/* Runs a program built next to pprun; returns its exit status. */
+static int run_sibling(const char *name) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "%s", PPRUN_BIN);
+    char *slash = strrchr(cmd, '/');
+    cr_assert_not_null(slash);
+    snprintf(slash, sizeof cmd - (size_t)(slash - cmd), "/%s >/dev/null 2>&1", name);
+    int status = system(cmd);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The GPU code's logic, checked on the CPU (bench/gpu_cpucheck/):
+ * gpu_layers.c's row-major -> column-major cuBLAS mapping (operand swap,
+ * leading dimensions, strided-batched attention) against a column-major
+ * reference GEMM; gpu_stage.c's wiring with the CPU kernels standing in for
+ * gpu.h, bit for bit against the CPU stage over partitions, orders and a
+ * checkpoint. Neither says anything about the CUDA kernels themselves. */
+Test(gpu_cli, gemm_mapping_matches_the_cpu_layers) {
+    int rc = run_sibling("gpu_mapcheck");
+    cr_assert_eq(rc, 0, "gpu_mapcheck exited %d: run it to see which layer", rc);
+}
+
+Test(gpu_cli, gpu_stage_wiring_matches_the_cpu_stage) {
+    int rc = run_sibling("gpu_stagecheck");
+    cr_assert_eq(rc, 0, "gpu_stagecheck exited %d: run it to see which case", rc);
+}
+
+Test(gpu_cli, ranks_share_devices_round_robin) {
+    /* 4 ranks on one GPU all use it; 3 ranks on 2 GPUs: 0 1 0 */
+    for (int r = 0; r < 4; r++) cr_assert_eq(gpu_device_for_rank(r, 1), 0);
+    cr_assert_eq(gpu_device_for_rank(0, 2), 0);
+    cr_assert_eq(gpu_device_for_rank(1, 2), 1);
+    cr_assert_eq(gpu_device_for_rank(2, 2), 0);
+    cr_assert_eq(gpu_device_for_rank(9, 8), 1);
+    cr_assert_eq(gpu_device_for_rank(0, 0), -1);
+}
+
+/* On a GPU: 4 ranks sharing one device, every schedule, give the one-rank
+ * GPU run's losses and final weights bit for bit (the numerics contract on
+ * the device). */
+static char *slurp_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "missing %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    buf[got] = '\0';
+    fclose(f);
+    if (len) *len = got;
+    return buf;
+}
+
+/* Every "losses":[...] of a metrics file, and the concatenated weights. */
+static void job_result(const char *dir, const char *name, int stages, char **losses, char **w, size_t *wlen) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
+    char *text = slurp_all(path, NULL);
+    *losses = calloc(1, strlen(text) + 1);
+    for (char *p = strstr(text, "\"losses\":"); p; p = strstr(p + 1, "\"losses\":")) {
+        char *end = strchr(p, ']');
+        cr_assert_not_null(end);
+        strncat(*losses, p, (size_t)(end - p + 1));
+    }
+    free(text);
+    *w = NULL, *wlen = 0;
+    for (int s = 0; s < stages; s++) {
+        snprintf(path, sizeof path, "%s/%s.w/stage_%d.f32", dir, name, s);
+        size_t n;
+        char *part = slurp_all(path, &n);
+        *w = realloc(*w, *wlen + n);
+        memcpy(*w + *wlen, part, n);
+        *wlen += n;
+        free(part);
+    }
+}
+
+Test(gpu_cli, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
+    int count = 0;
+    pp_err err;
+    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
+    char dir[] = "/tmp/pprun-test-gpu-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    static const struct { const char *name, *schedule, *extra; int ranks, stages; } jobs[] = {
+        {"ref", "1f1b", "", 1, 1},
+        {"gpipe", "gpipe", "", 4, 4},
+        {"1f1b", "1f1b", "", 4, 4},
+        {"interleaved", "interleaved-1f1b", "--virtual-stages 2", 4, 8},
+        {"zbh1", "zb-h1", "", 4, 4},
+        {"zbv", "zb-v", "--virtual-stages 2", 4, 8},
+    };
+    char *ref_losses = NULL, *ref_w = NULL;
+    size_t ref_len = 0;
+    for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
+        char cmd[2048];
+        const char *n = jobs[j].name;
+        snprintf(cmd, sizeof cmd,
+                 "%s run --device cuda --nproc-per-node %d --schedule %s %s --microbatches 8 --steps 3 "
+                 "--model gpt:layers=8,dim=64,heads=4,seq=32,batch=2 --trace off --progress off "
+                 "--metrics %s/%s.jsonl --save-weights %s/%s.w --db %s/%s.db >%s/%s.log 2>&1",
+                 PPRUN_BIN, jobs[j].ranks, jobs[j].schedule, jobs[j].extra, dir, n, dir, n, dir, n, dir, n);
+        int status = system(cmd);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed; see %s/%s.log", jobs[j].name, dir,
+                  jobs[j].name);
+        char *losses, *w;
+        size_t len;
+        job_result(dir, n, jobs[j].stages, &losses, &w, &len);
+        if (j == 1 && count == 1) { /* the ranks table names each rank's device */
+            snprintf(cmd, sizeof cmd, "%s query --db %s/%s.db --format csv \"SELECT group_concat(device, ' ') FROM ranks\"",
+                     PPRUN_BIN, dir, n);
+            FILE *q = popen(cmd, "r");
+            char line[256] = "", devs[256] = "";
+            cr_assert_not_null(q);
+            while (fgets(line, sizeof line, q)) snprintf(devs, sizeof devs, "%s", line);
+            pclose(q);
+            cr_expect_str_eq(devs, "cuda:0 cuda:0 cuda:0 cuda:0\n", "ranks.device: %s", devs);
+        }
+        if (j == 0) {
+            ref_losses = losses, ref_w = w, ref_len = len;
+            cr_assert(strlen(ref_losses) > 0, "the one-rank run reported no losses");
+            continue;
+        }
+        cr_expect_str_eq(losses, ref_losses, "%s on one GPU: losses differ from the one-rank run", jobs[j].name);
+        cr_expect(len == ref_len && memcmp(w, ref_w, len) == 0, "%s: final weights differ from the one-rank run",
+                  jobs[j].name);
+        free(losses), free(w);
+    }
+    free(ref_losses), free(ref_w);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
+    cr_assert_eq(system(rm), 0);
+}
+#endif

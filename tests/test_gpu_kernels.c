@@ -1,0 +1,320 @@
+/* test_gpu_kernels.c: every CUDA kernel of the gpt model against its CPU
+ * function (gpt_layers.c, optim.c), on fresh random inputs each run, with
+ * outputs poisoned (NaN) before each launch so an unwritten element fails.
+ * Bounds on ||gpu - cpu|| / ||cpu||: fp32 1e-5 (the two differ only in the
+ * order of sums and in fused multiply-adds), bf16 GEMM operands 1e-2.
+ * The embeddings (only additions, in the CPU's order) must match bitwise,
+ * and a kernel run twice on the same inputs must give the same bits.
+ *
+ * Without a GPU every test skips with the reason (cudaGetDeviceCount's
+ * error); without the CUDA toolkit at build time, saying so. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/model/gpt_layers.h"
+#include "runner/model/model.h"
+#ifdef PPRUN_HAVE_CUDA
+#include "runner/model/cuda/gpu.h"
+#endif
+
+#define FP32_BOUND 1e-5
+#define BF16_BOUND 1e-2
+
+#ifndef PPRUN_HAVE_CUDA
+Test(gpu_kernels, skipped_without_toolkit) {
+    cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset): no GPU kernels to check");
+}
+#else
+
+static gpu_ctx *ctx;
+static pp_err err;
+static uint64_t rng;
+
+/* Skips the test (visibly) when there is no device; else a context. */
+static void open_gpu(gpu_dtype dtype) {
+    int count = 0;
+    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
+    cr_assert_eq(gpu_ctx_create(0, dtype, &ctx, &err), 0, "%s", err.msg);
+    rng = pp_now_ns() ^ 0x9e3779b97f4a7c15ull; /* fresh inputs every run */
+    cr_log_info("random seed %llu", (unsigned long long)rng);
+}
+static void close_gpu(void) {
+    gpu_ctx_free(ctx);
+    ctx = NULL;
+}
+
+static double uniform(void) { /* splitmix64 -> [-1, 1) */
+    uint64_t z = (rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (double)(z >> 11) / 4503599627370496.0 - 1.0;
+}
+static float *rand_host(size_t n, float scale) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = (float)(uniform() * scale);
+    return p;
+}
+static uint8_t *rand_tokens(size_t n) {
+    uint8_t *p = malloc(n);
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)((uniform() + 1.0) * 128.0);
+    return p;
+}
+
+/* Device copy of a host array. */
+static void *dev(const void *host, size_t bytes) {
+    void *d = gpu_alloc(ctx, bytes, &err);
+    cr_assert_not_null(d, "%s", err.msg);
+    cr_assert_eq(gpu_upload(ctx, d, host, bytes, &err), 0, "%s", err.msg);
+    return d;
+}
+/* Device output, poisoned with NaN. */
+static float *dev_out(size_t n) {
+    float *d = gpu_alloc(ctx, sizeof(float) * n, &err);
+    cr_assert_not_null(d, "%s", err.msg);
+    cr_assert_eq(gpu_memset(ctx, d, 0xff, sizeof(float) * n, &err), 0, "%s", err.msg);
+    return d;
+}
+static float *host_of(const float *d, size_t n) {
+    float *h = malloc(sizeof(float) * n);
+    cr_assert_eq(gpu_sync(ctx, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_download(ctx, h, d, sizeof(float) * n, &err), 0, "%s", err.msg);
+    return h;
+}
+
+/* ||got - ref|| / ||ref||; infinite when anything is NaN. */
+static double rel_err(const float *got, const float *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i]) || isnan(ref[i])) return INFINITY;
+        double d = (double)got[i] - ref[i];
+        num += d * d, den += (double)ref[i] * ref[i];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+/* Downloads d and checks it against ref; frees the download. */
+static void check(const char *what, const float *d, const float *ref, size_t n, double bound) {
+    float *h = host_of(d, n);
+    double e = rel_err(h, ref, n);
+    cr_log_info("%-24s rel err %.3g (bound %.0e)", what, e, bound);
+    cr_expect(e <= bound, "%s: relative error %g over %g", what, e, bound);
+    free(h);
+}
+
+TestSuite(gpu_kernels, .fini = close_gpu);
+
+Test(gpu_kernels, layernorm_f_b_w) {
+    open_gpu(GPU_FP32);
+    int N = 37, C = 100; /* neither a multiple of the warp */
+    size_t NC = (size_t)N * C;
+    float *x = rand_host(NC, 2.0f), *g = rand_host(C, 1.0f), *b = rand_host(C, 1.0f), *dout = rand_host(NC, 1.0f);
+    float *out = malloc(sizeof(float) * NC), *mean = malloc(sizeof(float) * N), *rstd = malloc(sizeof(float) * N);
+    float *dinp = malloc(sizeof(float) * NC), *dg = malloc(sizeof(float) * C), *db = malloc(sizeof(float) * C);
+    gpt_layernorm_forward(out, mean, rstd, x, g, b, N, C);
+    gpt_layernorm_backward_input(dinp, dout, x, mean, rstd, g, N, C);
+    gpt_layernorm_backward_weight(dg, db, dout, x, mean, rstd, N, C);
+
+    float *dx = dev(x, 4 * NC), *dgam = dev(g, 4 * C), *dbet = dev(b, 4 * C), *ddout = dev(dout, 4 * NC);
+    float *gout = dev_out(NC), *gmean = dev_out(N), *grstd = dev_out(N), *gdinp = dev_out(NC), *gdg = dev_out(C),
+          *gdb = dev_out(C);
+    cr_assert_eq(gpu_layernorm_forward(ctx, gout, gmean, grstd, dx, dgam, dbet, N, C, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_layernorm_backward_input(ctx, gdinp, ddout, dx, gmean, grstd, dgam, N, C, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_layernorm_backward_weight(ctx, gdg, gdb, ddout, dx, gmean, grstd, N, C, &err), 0, "%s", err.msg);
+    check("LayerNorm F out", gout, out, NC, FP32_BOUND);
+    check("LayerNorm F mean", gmean, mean, N, FP32_BOUND);
+    check("LayerNorm F rstd", grstd, rstd, N, FP32_BOUND);
+    check("LayerNorm B dinp", gdinp, dinp, NC, FP32_BOUND);
+    check("LayerNorm W dgain", gdg, dg, C, FP32_BOUND);
+    check("LayerNorm W dbias", gdb, db, C, FP32_BOUND);
+    void *devs[] = {dx, dgam, dbet, ddout, gout, gmean, grstd, gdinp, gdg, gdb};
+    for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) gpu_free(ctx, devs[i]);
+    free(x), free(g), free(b), free(dout), free(out), free(mean), free(rstd), free(dinp), free(dg), free(db);
+}
+
+static void linear_case(gpu_dtype dtype, double bound) {
+    open_gpu(dtype);
+    int N = 64, C = 48, OC = 80;
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, W = (size_t)OC * C;
+    float *x = rand_host(NC, 1.0f), *w = rand_host(W, 0.5f), *bias = rand_host(OC, 0.5f), *dout = rand_host(NO, 1.0f);
+    float *out = malloc(sizeof(float) * NO), *dinp = malloc(sizeof(float) * NC), *dw = malloc(sizeof(float) * W),
+          *dbias = malloc(sizeof(float) * OC);
+    gpt_linear_forward(out, x, w, bias, N, C, OC, NULL);
+    gpt_linear_backward_input(dinp, dout, w, N, C, OC, NULL);
+    gpt_linear_backward_weight(dw, dbias, dout, x, N, C, OC, NULL);
+
+    float *dx = dev(x, 4 * NC), *dwt = dev(w, 4 * W), *db = dev(bias, 4 * OC), *ddout = dev(dout, 4 * NO);
+    float *gout = dev_out(NO), *gdinp = dev_out(NC), *gdw = dev_out(W), *gdb = dev_out(OC);
+    cr_assert_eq(gpu_linear_forward(ctx, gout, dx, dwt, db, N, C, OC, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_linear_backward_input(ctx, gdinp, ddout, dwt, N, C, OC, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_linear_backward_weight(ctx, gdw, gdb, ddout, dx, N, C, OC, &err), 0, "%s", err.msg);
+    check("linear F", gout, out, NO, bound);
+    check("linear B", gdinp, dinp, NC, bound);
+    check("linear W dw", gdw, dw, W, bound);
+    check("linear W dbias", gdb, dbias, OC, FP32_BOUND); /* a plain fp32 sum in either dtype */
+    if (dtype == GPU_BF16) { /* the bf16 path really rounds its operands */
+        float *h = host_of(gout, NO);
+        double e = rel_err(h, out, NO);
+        cr_expect(e > FP32_BOUND, "bf16 linear F matches fp32 to %g: were the operands rounded?", e);
+        free(h);
+    }
+    void *devs[] = {dx, dwt, db, ddout, gout, gdinp, gdw, gdb};
+    for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) gpu_free(ctx, devs[i]);
+    free(x), free(w), free(bias), free(dout), free(out), free(dinp), free(dw), free(dbias);
+}
+Test(gpu_kernels, linear_fp32_f_b_w) { linear_case(GPU_FP32, FP32_BOUND); }
+Test(gpu_kernels, linear_bf16_f_b_w) { linear_case(GPU_BF16, BF16_BOUND); }
+
+Test(gpu_kernels, attention_f_b_and_determinism) {
+    open_gpu(GPU_FP32);
+    int B = 2, T = 37, C = 24, H = 3;
+    size_t N = (size_t)B * T, NC = N * C, Q = 3 * NC, A = (size_t)B * H * T * T;
+    float *qkv = rand_host(Q, 1.0f), *dout = rand_host(NC, 1.0f);
+    float *out = malloc(sizeof(float) * NC), *att = malloc(sizeof(float) * A), *dqkv = malloc(sizeof(float) * Q),
+          *datt = malloc(sizeof(float) * (size_t)T * T);
+    gpt_attention_forward(out, att, qkv, B, T, C, H);
+    gpt_attention_backward(dqkv, datt, dout, qkv, att, B, T, C, H);
+
+    float *dq = dev(qkv, 4 * Q), *dd = dev(dout, 4 * NC);
+    float *gout = dev_out(NC), *gatt = dev_out(A), *gdqkv = dev_out(Q), *gdatt = dev_out(A);
+    cr_assert_eq(gpu_attention_forward(ctx, gout, gatt, dq, B, T, C, H, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_attention_backward(ctx, gdqkv, gdatt, dd, dq, gatt, B, T, C, H, &err), 0, "%s", err.msg);
+    check("attention F out", gout, out, NC, FP32_BOUND);
+    check("attention F probs", gatt, att, A, FP32_BOUND);
+    check("attention B dqkv", gdqkv, dqkv, Q, FP32_BOUND);
+
+    /* same inputs, same kernels: same bits (no atomics anywhere) */
+    float *first = host_of(gdqkv, Q);
+    cr_assert_eq(gpu_memset(ctx, gdqkv, 0xff, 4 * Q, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_attention_forward(ctx, gout, gatt, dq, B, T, C, H, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_attention_backward(ctx, gdqkv, gdatt, dd, dq, gatt, B, T, C, H, &err), 0, "%s", err.msg);
+    float *second = host_of(gdqkv, Q);
+    cr_expect_eq(memcmp(first, second, 4 * Q), 0, "attention B gave different bits on a second run");
+    free(first), free(second);
+    void *devs[] = {dq, dd, gout, gatt, gdqkv, gdatt};
+    for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) gpu_free(ctx, devs[i]);
+    free(qkv), free(dout), free(out), free(att), free(dqkv), free(datt);
+}
+
+Test(gpu_kernels, gelu_f_b_and_residual_add) {
+    open_gpu(GPU_FP32);
+    size_t n = 10007;
+    float *x = rand_host(n, 4.0f), *dout = rand_host(n, 1.0f);
+    float *out = malloc(4 * n), *dinp = malloc(4 * n), *sum = malloc(4 * n);
+    gpt_gelu_forward(out, x, n);
+    gpt_gelu_backward(dinp, x, dout, n);
+    for (size_t i = 0; i < n; i++) sum[i] = x[i] + dout[i];
+    float *dx = dev(x, 4 * n), *dd = dev(dout, 4 * n), *gout = dev_out(n), *gdinp = dev_out(n), *gsum = dev_out(n);
+    cr_assert_eq(gpu_gelu_forward(ctx, gout, dx, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_gelu_backward(ctx, gdinp, dx, dd, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_add(ctx, gsum, dx, dd, n, &err), 0, "%s", err.msg);
+    check("GELU F", gout, out, n, FP32_BOUND);
+    check("GELU B", gdinp, dinp, n, FP32_BOUND);
+    float *h = host_of(gsum, n);
+    cr_expect_eq(memcmp(h, sum, 4 * n), 0, "residual add differs from the CPU's");
+    free(h);
+    void *devs[] = {dx, dd, gout, gdinp, gsum};
+    for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) gpu_free(ctx, devs[i]);
+    free(x), free(dout), free(out), free(dinp), free(sum);
+}
+
+Test(gpu_kernels, embedding_f_w_bitwise) {
+    open_gpu(GPU_FP32);
+    int B = 3, T = 29, C = 40, V = 256;
+    size_t N = (size_t)B * T, NC = N * C;
+    uint8_t *tok = rand_tokens(N);
+    tok[1] = tok[0], tok[N - 1] = tok[0]; /* a token that repeats, so dwte sums */
+    float *wte = rand_host((size_t)V * C, 1.0f), *wpe = rand_host((size_t)T * C, 1.0f), *dout = rand_host(NC, 1.0f);
+    float *out = malloc(4 * NC), *dwte = malloc(4 * (size_t)V * C), *dwpe = malloc(4 * (size_t)T * C);
+    gpt_embedding_forward(out, tok, wte, wpe, B, T, C);
+    gpt_embedding_backward_weight(dwte, dwpe, dout, tok, B, T, C, V);
+    uint8_t *dtok = dev(tok, N);
+    float *dwt = dev(wte, 4 * (size_t)V * C), *dwp = dev(wpe, 4 * (size_t)T * C), *dd = dev(dout, 4 * NC);
+    float *gout = dev_out(NC), *gdwte = dev_out((size_t)V * C), *gdwpe = dev_out((size_t)T * C);
+    cr_assert_eq(gpu_embedding_forward(ctx, gout, dtok, dwt, dwp, B, T, C, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_embedding_backward_weight(ctx, gdwte, gdwpe, dd, dtok, B, T, C, V, &err), 0, "%s", err.msg);
+    float *h1 = host_of(gout, NC), *h2 = host_of(gdwte, (size_t)V * C), *h3 = host_of(gdwpe, (size_t)T * C);
+    cr_expect_eq(memcmp(h1, out, 4 * NC), 0, "embedding F differs from the CPU's");
+    cr_expect_eq(memcmp(h2, dwte, 4 * (size_t)V * C), 0, "embedding W (wte) differs from the CPU's");
+    cr_expect_eq(memcmp(h3, dwpe, 4 * (size_t)T * C), 0, "embedding W (wpe) differs from the CPU's");
+    free(h1), free(h2), free(h3);
+    void *devs[] = {dtok, dwt, dwp, dd, gout, gdwte, gdwpe};
+    for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) gpu_free(ctx, devs[i]);
+    free(tok), free(wte), free(wpe), free(dout), free(out), free(dwte), free(dwpe);
+}
+
+static void head_case(gpu_dtype dtype, double bound) {
+    open_gpu(dtype);
+    int N = 40, C = 32, V = 256, m = 4;
+    size_t NC = (size_t)N * C, NV = (size_t)N * V, W = (size_t)V * C;
+    float scale = 1.0f / ((float)N * (float)m);
+    float *x = rand_host(NC, 1.0f), *w = rand_host(W, 1.0f);
+    uint8_t *tgt = rand_tokens(N);
+    float *probs = malloc(4 * NV), *dx = malloc(4 * NC), *dw = malloc(4 * W);
+    float loss = gpt_head_forward(probs, x, w, tgt, N, C, V, NULL);
+    gpt_head_backward_input(dx, probs, w, tgt, scale, N, C, V, NULL);
+    gpt_head_backward_weight(dw, probs, x, N, C, V, NULL);
+
+    float *gx = dev(x, 4 * NC), *gw = dev(w, 4 * W);
+    uint8_t *gt = dev(tgt, N);
+    float *gprobs = dev_out(NV), *gdx = dev_out(NC), *gdw = dev_out(W), gloss = NAN;
+    cr_assert_eq(gpu_head_forward(ctx, gprobs, gx, gw, gt, N, C, V, &gloss, &err), 0, "%s", err.msg);
+    cr_expect(fabs((double)gloss - loss) <= bound * fabs((double)loss), "loss %.9g on the GPU, %.9g on the CPU",
+              (double)gloss, (double)loss);
+    cr_assert_eq(gpu_head_backward_input(ctx, gdx, gprobs, gw, gt, scale, N, C, V, &err), 0, "%s", err.msg);
+    cr_assert_eq(gpu_head_backward_weight(ctx, gdw, gprobs, gx, N, C, V, &err), 0, "%s", err.msg);
+    check("head B dlogits", gprobs, probs, NV, bound);
+    check("head B dx", gdx, dx, NC, bound);
+    check("head W dw", gdw, dw, W, bound);
+    void *devs[] = {gx, gw, gt, gprobs, gdx, gdw};
+    for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) gpu_free(ctx, devs[i]);
+    free(x), free(w), free(tgt), free(probs), free(dx), free(dw);
+}
+Test(gpu_kernels, head_crossentropy_fp32_f_b_w) { head_case(GPU_FP32, FP32_BOUND); }
+Test(gpu_kernels, head_crossentropy_bf16_f_b_w) { head_case(GPU_BF16, BF16_BOUND); }
+
+/* The CPU optimizer is model_stage_step's: run it on a stage of the timed
+ * model (one weight per layer) would be too small; the formulas are copied
+ * from optim.c's loop instead, in float, as that loop computes them. */
+static void cpu_adamw(float *w, const float *g, float *am, float *av, size_t n, const model_optim *o, int step) {
+    float c1 = (float)(1.0 - pow(o->beta1, step + 1)), c2 = (float)(1.0 - pow(o->beta2, step + 1));
+    for (size_t i = 0; i < n; i++) {
+        float m = o->beta1 * am[i] + (1.0f - o->beta1) * g[i];
+        float v = o->beta2 * av[i] + (1.0f - o->beta2) * g[i] * g[i];
+        am[i] = m, av[i] = v;
+        w[i] -= o->lr * ((m / c1) / (sqrtf(v / c2) + o->eps) + o->weight_decay * w[i]);
+    }
+}
+
+Test(gpu_kernels, adamw_three_steps) {
+    open_gpu(GPU_FP32);
+    size_t n = 5003;
+    model_optim o;
+    model_optim_default(&o);
+    o.weight_decay = 0.1f;
+    float *w = rand_host(n, 1.0f), *am = calloc(n, 4), *av = calloc(n, 4);
+    float *gw = dev(w, 4 * n), *gm = dev(am, 4 * n), *gv = dev(av, 4 * n);
+    for (int step = 0; step < 3; step++) {
+        float *g = rand_host(n, 0.1f), *gg = dev(g, 4 * n);
+        cpu_adamw(w, g, am, av, n, &o, step);
+        cr_assert_eq(gpu_optim_step(ctx, gw, gg, gm, gv, n, &o, step, &err), 0, "%s", err.msg);
+        gpu_free(ctx, gg);
+        free(g);
+    }
+    check("AdamW weights", gw, w, n, FP32_BOUND);
+    check("AdamW m", gm, am, n, FP32_BOUND);
+    check("AdamW v", gv, av, n, FP32_BOUND);
+    gpu_free(ctx, gw), gpu_free(ctx, gm), gpu_free(ctx, gv);
+    free(w), free(am), free(av);
+}
+
+Test(gpu_kernels, optimizer_refuses_negative_step) {
+    open_gpu(GPU_FP32);
+    model_optim o;
+    model_optim_default(&o);
+    cr_assert_eq(gpu_optim_step(ctx, NULL, NULL, NULL, NULL, 0, &o, -1, &err), -1);
+    cr_assert(strstr(err.msg, "step -1") != NULL, "%s", err.msg);
+}
+#endif
