@@ -76,3 +76,11 @@ Test(base, the_default_corpus_is_embedded) {
     cr_assert_gt(total, 10000, "corpus has only %zu bytes", total);
     cr_assert_not_null(pp_embed_find(pp_corpus_files, "runner/base/pp.c"));
 }
+
+Test(base, a_key_given_twice_is_an_error) {
+    char text[] = "layers=4,dim=8,layers=2";
+    char out[128] = "";
+    pp_err err;
+    cr_assert_eq(pp_parse_kv_list(text, collect, out, &err), -1);
+    cr_assert(strstr(err.msg, "layers") && strstr(err.msg, "twice"), "%s", err.msg);
+}

@@ -161,6 +161,9 @@ int pp_read_file(const char *path, size_t max_bytes, const char *what, char **bu
 
 int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
                      void *ctx, pp_err *err) {
+    enum { MAX_KEYS = 64 };
+    const char *seen[MAX_KEYS];
+    int nseen = 0;
     char *save = NULL;
     for (char *item = strtok_r(s, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(item, '=');
@@ -169,6 +172,10 @@ int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *
             *eq = '\0';
             value = eq + 1;
         }
+        for (int i = 0; i < nseen; i++)
+            if (strcmp(seen[i], item) == 0) return pp_fail(err, "'%s' is given twice", item);
+        if (nseen == MAX_KEYS) return pp_fail(err, "more than %d keys", MAX_KEYS);
+        seen[nseen++] = item;
         if (fn(ctx, item, value, err) != 0) return -1;
     }
     return 0;

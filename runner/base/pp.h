@@ -40,7 +40,8 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
 int pp_read_file(const char *path, size_t max_bytes, const char *what, char **buf, size_t *len, pp_err *err);
 
 /* Splits "k1=v1,k2=v2" in place: calls fn for each pair; stops at the first
- * non-zero return. A pair without '=' gets value "". */
+ * non-zero return. A pair without '=' gets value ""; a key given twice is an
+ * error. */
 int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
                      void *ctx, pp_err *err);
 
