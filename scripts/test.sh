@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test.sh: builds pprun twice (release, and ASan+UBSan) and runs every test
 # in both. Prints each Criterion executable's synthesis line and ends with
-# one total line "N passed, N failed". Exit status non-zero on any failure.
+# one total line "N passed, N failed, N skipped" (skips are not passes: GPU
+# tests skip, saying why, where there is no GPU). Exit status non-zero on any
+# failure.
 #
 #   scripts/test.sh            both builds
 #   scripts/test.sh release    one build (release | sanitize)
@@ -13,6 +15,7 @@ read -r -a builds <<<"${builds[*]}"
 jobs=$(nproc)
 total_pass=0
 total_fail=0
+total_skip=0
 status=0
 
 run_build() {
@@ -48,6 +51,7 @@ run_build() {
     # A skip is not a pass: say how many and why (e.g. no CUDA device).
     local skips
     skips=$(grep -a -c '^\[SKIP\]' "$log")
+    total_skip=$((total_skip + skips))
     if [ "$skips" -gt 0 ]; then
       echo "   $skips skipped: $(grep -a '^\[SKIP\]' "$log" | sed 's/^\[SKIP\] [^ ]*: //' | sort | uniq -c | head -3 | tr -s ' ' | paste -sd';')"
     fi
@@ -67,5 +71,5 @@ run_build() {
 for b in "${builds[@]}"; do
   run_build "$b" || { echo "$b build failed"; status=1; total_fail=$((total_fail + 1)); }
 done
-echo "$total_pass passed, $total_fail failed"
+echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 exit $status
