@@ -105,6 +105,19 @@ static char *weights_of(const char *dir, int stages, size_t *len) {
     return all;
 }
 
+/* The final weights saved under tmpdir/A.w and tmpdir/B.w are bitwise equal. */
+static void assert_same_weights(const char *a, const char *b, int stages, const char *what) {
+    char pa[512], pb[512];
+    snprintf(pa, sizeof pa, "%s/%s.w", tmpdir, a);
+    snprintf(pb, sizeof pb, "%s/%s.w", tmpdir, b);
+    size_t la, lb;
+    char *wa = weights_of(pa, stages, &la), *wb = weights_of(pb, stages, &lb);
+    cr_assert_eq(la, lb, "%s: weight count differs", what);
+    cr_assert(memcmp(wa, wb, la) == 0, "%s: final weights differ", what);
+    free(wa);
+    free(wb);
+}
+
 /* Runs a job; returns the exit status. */
 static int run_job(const char *name, int ranks, const char *schedule, int v, int m, const char *extra, char **out) {
     char vflag[32] = "";
@@ -172,18 +185,11 @@ Test(run, a_restarted_job_resumes_from_its_checkpoint_bit_for_bit) {
     rc = run_job("restarted", 4, "1f1b", 0, 4, extra, &out);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    char a[512], b[512];
-    snprintf(a, sizeof a, "%s/straight.w", tmpdir);
-    snprintf(b, sizeof b, "%s/restarted.w", tmpdir);
-    size_t la, lb;
-    char *wa = weights_of(a, 4, &la), *wb = weights_of(b, 4, &lb);
-    cr_assert_eq(la, lb);
-    cr_assert(memcmp(wa, wb, la) == 0, "resumed run's weights differ from the uninterrupted run");
-    free(wa);
-    free(wb);
+    assert_same_weights("straight", "restarted", 4, "the restarted run vs the uninterrupted one");
     /* The metrics of the restarted run hold step 2 (rerun after the restart). */
-    snprintf(a, sizeof a, "%s/restarted.jsonl", tmpdir);
-    char *text = read_file(a, NULL);
+    char path[512];
+    snprintf(path, sizeof path, "%s/restarted.jsonl", tmpdir);
+    char *text = read_file(path, NULL);
     cr_assert(strstr(text, "\"step\":2"), "%s", text);
     free(text);
 }
@@ -204,15 +210,7 @@ Test(run, resume_flag_continues_a_finished_checkpoint) {
             PPRUN_BIN, tmpdir);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);
-    char a[512], b[512];
-    snprintf(a, sizeof a, "%s/straight.w", tmpdir);
-    snprintf(b, sizeof b, "%s/resumed.w", tmpdir);
-    size_t la, lb;
-    char *wa = weights_of(a, 2, &la), *wb = weights_of(b, 2, &lb);
-    cr_assert_eq(la, lb);
-    cr_assert(memcmp(wa, wb, la) == 0, "--resume gave different weights than the uninterrupted run");
-    free(wa);
-    free(wb);
+    assert_same_weights("straight", "resumed", 2, "--resume vs the uninterrupted run");
 }
 
 Test(run, the_default_model_learns) {
