@@ -1,0 +1,61 @@
+/* devcomm.h: point-to-point messages between ranks in GPU memory (DESIGN.md §1).
+ *
+ * The device-memory twin of comm.h, with the same semantics so the engine
+ * treats both alike: sends are asynchronous and buffered (the call takes its
+ * own copy of the data and returns; never waits for the receiver, however
+ * many sends are outstanding), receives block until the message with the
+ * wanted tag from that peer has landed in the caller's buffer, the timeout
+ * passes, or the peer is gone. Messages from one peer may be received in any
+ * tag order.
+ *
+ * Two transports, picked per peer at open:
+ *   cuda-ipc  the two ranks share one GPU (same node, same PCI bus id): the
+ *             receiver copies out of the sender's buffer through
+ *             cudaIpcOpenMemHandle, ordered by an interprocess event;
+ *   nccl      any other pair (one GPU per rank, any node): ncclSend/ncclRecv
+ *             on non-blocking communicators, async errors polled, aborted on
+ *             failure (NCCL 2.28 refuses two ranks on one GPU).
+ * Both use the host comm (comm.h) given at open for their small control
+ * messages (announcements, acknowledgements), so a dead peer shows up there
+ * as it does for host transfers.
+ *
+ * Buffers: every `dev` pointer is device memory of this rank's device whose
+ * producing work has completed (the GPU stage synchronises every op);
+ * devcomm_recv returns with the copy complete.
+ *
+ * Only in builds with the GPU backend (PPRUN_HAVE_CUDA); without it
+ * devcomm_open fails saying so. */
+#ifndef PP_DEVCOMM_H
+#define PP_DEVCOMM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/base/pp.h"
+#include "runner/comm/comm.h"
+
+typedef struct devcomm_config {
+    int rank, world;
+    const int *rank_node;   /* [world]: node index of every rank */
+    int device;             /* this rank's CUDA device (index this process sees) */
+    comm *host;             /* control messages; not owned, must outlive the devcomm */
+    comm_exchange exchange; /* device identities, NCCL unique ids */
+    const char *job_key;    /* unique per job attempt, prefixes store keys */
+    const char *transport;  /* "auto" (NULL too), "cuda-ipc" or "nccl" */
+    int connect_timeout_ms;
+} devcomm_config;
+
+typedef struct devcomm devcomm;
+
+/* Learns every peer's device through the exchange and picks a transport
+ * per peer; connects lazily. Errors name the rank and the reason (forced
+ * transport impossible for a pair, no GPU backend, CUDA/NCCL failures). */
+int devcomm_open(const devcomm_config *cfg, devcomm **out, pp_err *err);
+int devcomm_send(devcomm *d, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err);
+int devcomm_recv(devcomm *d, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err);
+/* Waits until every message sent so far has been taken by its receiver. */
+int devcomm_flush(devcomm *d, int timeout_ms, pp_err *err);
+void devcomm_close(devcomm *d);
+/* "cuda-ipc" or "nccl": the transport used for that peer. */
+const char *devcomm_transport_name(const devcomm *d, int peer);
+
+#endif
