@@ -83,6 +83,8 @@ static void usage(FILE *out) {
             "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
             "  --db FILE             trace database (default ./pprun.db)\n"
             "  --trace on|off        (default on)\n"
+            "  --cupti on|off        GPU spans and kernels from CUPTI (default on with --device cuda\n"
+            "                        and --trace on; needs both)\n"
             "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
             "                        the job until Ctrl-C\n"
             "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
@@ -251,6 +253,7 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "nnodes", job->lo.nnodes);
     cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
     cJSON_AddStringToObject(o, "transport", c->transport);
+    cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
