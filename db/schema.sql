@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS ranks (
   stages          TEXT NOT NULL,         -- stages this rank holds, e.g. "0,7"
   clock_offset_ns INTEGER NOT NULL DEFAULT 0,
   dropped_events  INTEGER NOT NULL DEFAULT 0,
-  cupti_dropped   INTEGER NOT NULL DEFAULT 0, -- CUPTI activity records the rank lost (--cupti on)
+  cupti_dropped   INTEGER NOT NULL DEFAULT 0, -- CUPTI activity records the rank lost (--cupti on; version 2)
   PRIMARY KEY (job_id, rank)
 ) WITHOUT ROWID;
 
@@ -148,6 +148,6 @@ CREATE TABLE IF NOT EXISTS job_counters (
   job_id          INTEGER PRIMARY KEY,
   events_ingested INTEGER NOT NULL DEFAULT 0,
   events_dropped  INTEGER NOT NULL DEFAULT 0,
-  cupti_dropped   INTEGER NOT NULL DEFAULT 0, -- sum of ranks.cupti_dropped
-  updated_at_ns   INTEGER NOT NULL DEFAULT 0
+  updated_at_ns   INTEGER NOT NULL DEFAULT 0,
+  cupti_dropped   INTEGER NOT NULL DEFAULT 0  -- sum of ranks.cupti_dropped (version 2)
 );
