@@ -172,13 +172,13 @@ void gpu_recs_build(gpu_recs *r, const gpu_seg *segs, size_t nsegs, const trace_
         r->nacts = r->ncorrs = 0;
         return;
     }
-    qsort(r->corrs, r->ncorrs, sizeof *r->corrs, cmp_corr);
+    if (r->ncorrs > 1) qsort(r->corrs, r->ncorrs, sizeof *r->corrs, cmp_corr); /* never NULL to qsort */
     for (size_t i = 0; i < r->nacts; i++) {
         gpu_corr key = {r->acts[i].corr, 0};
         const gpu_corr *c = r->ncorrs ? bsearch(&key, r->corrs, r->ncorrs, sizeof key, cmp_corr) : NULL;
         k[i] = (keyed){c ? find_seg(segs, nsegs, c->ext_id) : nsegs, r->acts[i]};
     }
-    qsort(k, r->nacts, sizeof *k, cmp_keyed);
+    if (r->nacts > 1) qsort(k, r->nacts, sizeof *k, cmp_keyed);
     for (size_t i = 0; i < r->nacts;) {
         size_t j = i;
         uint64_t start = k[i].a.start_ns, end = 0;
