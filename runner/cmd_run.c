@@ -40,6 +40,9 @@
 #include "web/http.h"
 
 #define RUN_RING_CAPACITY (1u << 16)
+/* --cupti on: every kernel is a record, written in one burst at the end of
+ * each step (tens of thousands for a large stage): 16 MB per rank. */
+#define RUN_RING_CAPACITY_CUPTI (1u << 18)
 #define RUN_CLOCK_ROUNDS 16
 /* How often the collector drains the rings: a ring holds 65536 records, a
  * rank records a few hundred per step, so 50 ms is far from a drop, while
@@ -379,7 +382,8 @@ static int start_tracing(run_job *job, const launch_info *info, pp_err *err) {
     if (!job->rings) return pp_fail(err, "out of memory");
     for (int l = 0; l < info->nproc_per_node; l++) {
         int rank = info->node_rank * info->nproc_per_node + l;
-        if (trace_ring_create(RUN_RING_CAPACITY, &job->rings[l], err) != 0) return -1;
+        if (trace_ring_create(job->cfg.cupti > 0 ? RUN_RING_CAPACITY_CUPTI : RUN_RING_CAPACITY, &job->rings[l], err) != 0)
+            return -1;
         if (collector_add_ring(job->coll, rank, job->rings[l], err) != 0) {
             trace_ring_close(job->rings[l]);
             job->rings[l] = NULL;
