@@ -284,6 +284,7 @@ Test(gputrace, open_says_the_backend_is_missing) {
 
 /* ---- a real CUDA job ----------------------------------------------------- */
 
+#ifdef PPRUN_HAVE_CUDA
 static int64_t q_int(sqlite3 *s, const char *sql) {
     sqlite3_stmt *st;
     cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
@@ -292,6 +293,7 @@ static int64_t q_int(sqlite3 *s, const char *sql) {
     sqlite3_finalize(st);
     return v;
 }
+#endif
 
 /* Two ranks on one GPU, CUPTI on by default: every F/B/W has a gpu span
  * lying inside its host span (CUPTI's timestamps are the host clock; the
