@@ -245,10 +245,14 @@ static void proxy_fail(npair *p, const char *fmt, ...) {
     pthread_mutex_unlock(&p->mu);
 }
 
-/* NCCL's error text: the code's string and, if any, the library's last message. */
+/* NCCL's error text: the code's string, the library's last message if any,
+ * and whether the host comm knows the peer is gone (often the cause). */
 static void nc_errstr(npair *p, ncclResult_t r, char *buf, size_t cap) {
     const char *last = nc.last_error ? nc.last_error(p->comm) : NULL;
-    snprintf(buf, cap, "%s%s%.300s", nc.error_string(r), last && last[0] ? ": " : "", last ? last : "");
+    char why[300] = "";
+    int gone = dc_peer_gone(p->t->cfg, p->peer, why, sizeof why);
+    int n = snprintf(buf, cap, "%s%s%.200s", nc.error_string(r), last && last[0] ? ": " : "", last ? last : "");
+    if (gone && n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "; rank %d %.150s", p->peer, why);
 }
 
 /* Polls the communicator until it leaves ncclInProgress (after a
