@@ -320,9 +320,10 @@ static int wrong_len_then_right(rank_ctx *r, pp_err *rep) {
     return rc;
 }
 
-/* Rank 1 takes 3 messages, tells rank 0 over the host comm, and dies;
- * rank 0 then sends more and flushes: the first failing call must name
- * rank 1, and come back (the harness kills a hung rank). */
+/* Receivers that die.  In each, the first failing call of rank 0 must name
+ * rank 1 and come back (the harness kills a hung rank).
+ * receiver_dies: rank 1 takes 3 messages, tells rank 0 over the host comm
+ * and dies; rank 0 then sends more and flushes. */
 static int receiver_dies(rank_ctx *r, pp_err *rep) {
     char one = 1;
     if (r->rank == 1) {
@@ -335,6 +336,44 @@ static int receiver_dies(rank_ctx *r, pp_err *rep) {
     if (comm_recv(r->host, 1, comm_tag(0, 0, 0, COMM_DIR_CTRL), &one, 1, RECV_MS, rep) < 0) return -1;
     if (send_many(r, 1, 5, rep) < 0 || devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
     return pp_fail(rep, "DELIVERED: sending to a dead rank and flushing succeeded");
+}
+
+/* receiver_dies_midstream: rank 0 streams 60 messages while rank 1 takes
+ * 3 and dies, unannounced: transfers are in flight when it goes. */
+static int receiver_dies_midstream(rank_ctx *r, pp_err *rep) {
+    if (r->rank == 1) {
+        if (recv_many(r, 0, 3, rep) < 0) return -1;
+        raise(SIGKILL);
+    }
+    for (int round = 0; round < 20; round++)
+        if (send_many(r, 1, 60, rep) < 0 || devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+    return pp_fail(rep, "DELIVERED: 20 rounds of 60 messages reached a rank that took 3");
+}
+
+/* receiver_dies_in_transfer (nccl, receives slowed down): rank 0 sends 8,
+ * rank 1 takes 1 and dies while rank 0's next transfers wait for it. */
+static int receiver_dies_in_transfer(rank_ctx *r, pp_err *rep) {
+    if (r->rank == 1) {
+        if (recv_many(r, 0, 1, rep) < 0) return -1;
+        raise(SIGKILL);
+    }
+    if (send_many(r, 1, 8, rep) < 0 || devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+    return pp_fail(rep, "DELIVERED: flush to a rank that took 1 of 8 succeeded");
+}
+
+/* receiver_never_joins: rank 1 dies without ever calling devcomm, after
+ * rank 0 sent (nccl: rank 0's communicator init waits for a peer that
+ * will never come). */
+static int receiver_never_joins(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    if (r->rank == 1) {
+        if (comm_recv(r->host, 0, tag, &one, 1, RECV_MS, rep) < 0) return -1;
+        raise(SIGKILL);
+    }
+    if (send_many(r, 1, 8, rep) < 0 || comm_send(r->host, 1, tag, &one, 1, rep) < 0) return -1;
+    if (devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+    return pp_fail(rep, "DELIVERED: flush to a rank that never received succeeded");
 }
 
 /* Rank 0 sends 2 (flushed: they are in rank 1's hands) and dies; rank 1
@@ -500,7 +539,8 @@ static void dies(const char *name, const world *w, rank_fn fn, int victim) {
     snprintf(who, sizeof who, "rank %d", victim);
     const char *m = res.rep[survivor];
     expect(res.code[victim] == 128 + SIGKILL, name, "rank %d died by SIGKILL (code %d)", victim, res.code[victim]);
-    expect(res.code[survivor] == 1 && strstr(m, who) && strstr(m, "gone") && !strstr(m, "timed out") &&
+    expect(res.code[survivor] == 1 && strstr(m, who) &&
+               (strstr(m, "died") || strstr(m, "gone") || strstr(m, "NCCL error")) && !strstr(m, "timed out") &&
                !strstr(m, "DELIVERED") && !strstr(m, "HUNG"),
            name, "%s (%s) failed naming %s: %s", w->n && strcmp(w->bus[0], w->bus[1]) ? "nccl" : "cuda-ipc",
            survivor ? "rank 1" : "rank 0", who, m);
@@ -511,9 +551,16 @@ static void sc_dead(const char *name) {
     world nccl = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
     dies(name, &ipc, receiver_dies, 1);
     dies(name, &nccl, receiver_dies, 1);
-    setenv("PPRUN_NCCLSTUB_DEAD", "error", 1);  /* NCCL reports it itself */
-    dies(name, &nccl, receiver_dies, 1);
+    dies(name, &ipc, receiver_dies_midstream, 1);
+    dies(name, &nccl, receiver_dies_midstream, 1);  /* NCCL hangs on the lost peer: the host comm tells */
+    setenv("PPRUN_NCCLSTUB_DEAD", "error", 1);     /* NCCL reports the lost peer itself */
+    dies(name, &nccl, receiver_dies_midstream, 1);
     unsetenv("PPRUN_NCCLSTUB_DEAD");
+    setenv("PPRUN_NCCLSTUB_RECV_DELAY_MS", "200", 1);
+    dies(name, &nccl, receiver_dies_in_transfer, 1);
+    unsetenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
+    dies(name, &ipc, receiver_never_joins, 1);
+    dies(name, &nccl, receiver_never_joins, 1);
     dies(name, &ipc, sender_dies, 0);
     dies(name, &nccl, sender_dies, 0);
 }

@@ -18,7 +18,8 @@
  *
  * A peer that vanishes mid-transfer makes the transfer hang until abort (as
  * NCCL's P2P and SHM transports do), or, with PPRUN_NCCLSTUB_DEAD=error,
- * raises ncclRemoteError.  Two threads inside one communicator at once
+ * raises ncclRemoteError.  PPRUN_NCCLSTUB_RECV_DELAY_MS slows every receive
+ * (so that a sender's transfers are in flight when its receiver dies).  Two threads inside one communicator at once
  * (devcomm's rule: only its proxy) is recorded as an error too. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -242,6 +243,8 @@ static void CUDART_CB xfer_main(void *arg) {
         if (full_io(c, &hdr, sizeof hdr, 1) < 0 || full_io(c, x->buf, x->n, 1) < 0 || full_io(c, &ack, 1, 0) < 0)
             peer_lost(c);
     } else {
+        const char *delay = getenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
+        if (delay) nap_ms(atoi(delay));
         if (full_io(c, &hdr, sizeof hdr, 0) < 0) {
             peer_lost(c);
             goto out;

@@ -31,14 +31,7 @@ int dc_ex_get(const devcomm_config *cfg, const char *key, void *v, size_t cap, s
  * closed), with the reason in why ("is gone (process 123 exited)"). */
 int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap);
 
-/* The transports below exist (GPU backend built). */
-#if defined(PPRUN_HAVE_CUDA)
-#define DC_GPU 1
-#else
-#define DC_GPU 0
-#endif
-
-#if DC_GPU
+#ifdef PPRUN_HAVE_CUDA
 /* cuda/devcomm_ipc.c: this process's device identity, for the pairing. */
 int dc_device_busid(int device, char *out, size_t cap, pp_err *err);
 

@@ -837,15 +837,17 @@ int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err)
     return 0;
 }
 
+static void pair_stop(npair *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
 static void pair_close(dc_nccl *t, npair *p) {
     if (!p) return;
-    if (p->started) {
-        pthread_mutex_lock(&p->mu);
-        p->stop = 1;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-        pthread_join(p->proxy, NULL);
-    }
+    if (p->started) pthread_join(p->proxy, NULL);
     /* The communicator is gone (aborted or destroyed): its kernels have
      * ended, so the stream drains and no completion callback is left. */
     if (p->stream) {
@@ -871,6 +873,11 @@ static void pair_close(dc_nccl *t, npair *p) {
 
 void dc_nccl_close(dc_nccl *t) {
     if (!t) return;
+    /* All proxies wind down (finalize or abort) at once, then are joined. */
+    for (int r = 0; r < t->cfg->world; r++) {
+        pair_stop(t->outs[r]);
+        pair_stop(t->ins[r]);
+    }
     for (int r = 0; r < t->cfg->world; r++) {
         pair_close(t, t->outs[r]);
         pair_close(t, t->ins[r]);
