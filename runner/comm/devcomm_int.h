@@ -43,6 +43,11 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
 int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err);
 void dc_ipc_close(dc_ipc *t);
 
+/* Loads NCCL once (PPRUN_NCCL_LIB, else the soname, else the toolkit's
+ * copy); 0 if every function devcomm calls is there.  Used at the first
+ * nccl exchange, and by the tests against the real library. */
+int dc_nccl_library(pp_err *err);
+
 typedef struct dc_nccl dc_nccl;
 int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err);
 int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err);

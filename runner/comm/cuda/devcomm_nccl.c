@@ -109,7 +109,7 @@ static void nc_load(void) {
     nc = t;
 }
 
-static int nc_ready(pp_err *err) {
+int dc_nccl_library(pp_err *err) {
     pthread_once(&nc_once, nc_load);
     if (nc_error[0]) return pp_fail(err, "devcomm (nccl): %s", nc_error);
     return 0;
@@ -619,7 +619,7 @@ static int pair_start(npair *p, pp_err *err) {
  * either direction, so both ends join their communicators promptly. */
 static int in_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
     if (!t->ins[peer]) {
-        if (nc_ready(err) < 0) return -1;
+        if (dc_nccl_library(err) < 0) return -1;
         npair *p = pair_new(t, peer, 0);
         if (!p) return pp_fail(err, "devcomm (nccl): out of memory");
         if (pair_start(p, err) < 0) {
@@ -635,7 +635,7 @@ static int in_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
 static int out_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
     if (!t->outs[peer]) {
         const devcomm_config *cfg = t->cfg;
-        if (nc_ready(err) < 0) return -1;
+        if (dc_nccl_library(err) < 0) return -1;
         npair *p = pair_new(t, peer, 1);
         if (!p) return pp_fail(err, "devcomm (nccl): out of memory");
         char key[320];
