@@ -489,6 +489,50 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
     return 0;
 }
 
+/* NCCL failing under a receive: rank 1's second NCCL receive (message 2:
+ * message 1 is empty and needs none) meets an injected NCCL error; the
+ * failing call must say NCCL's error, the peer and the tag. */
+static int nccl_error_in_recv(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    uint64_t ctl = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    if (r->rank == 0) {
+        r->no_flush = 1;  /* rank 1 fails: not everything will be taken */
+        if (send_many(r, 1, 4, rep) < 0) return -1;
+        return comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep);  /* alive until rank 1 is done */
+    }
+    void *buf = dev_alloc(300001);
+    int rc = 0;
+    for (int i = 0; i < 4 && rc == 0; i++) rc = devcomm_recv(r->d, 0, tag_of(0, 1, i), buf, size_of(i), RECV_MS, rep);
+    cudaFree(buf);
+    comm_send(r->host, 0, ctl, &one, 1, NULL);
+    comm_flush(r->host, RECV_MS, NULL);
+    return rc == 0 ? pp_fail(rep, "DELIVERED: all 4 received despite the injected error") : -1;
+}
+
+/* Receive timeouts: a tag never announced, then one announced whose
+ * transfer is stuck (receives slowed to 3 s): the communicator is aborted. */
+static int recv_timeouts(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    uint64_t ctl = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    if (r->rank == 0) {
+        r->no_flush = 1;
+        if (send_many(r, 1, 1, rep) < 0) return -1;
+        return comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep);  /* rank 1 is done */
+    }
+    void *buf = dev_alloc(4096);
+    pp_err e1, e2;
+    int a = devcomm_recv(r->d, 0, tag_of(0, 1, 7), buf, 4096, 300, &e1);
+    int b = devcomm_recv(r->d, 0, tag_of(0, 1, 0), buf, 4096, 300, &e2);
+    cudaFree(buf);
+    comm_send(r->host, 0, ctl, &one, 1, rep);
+    if (a == 0 || b == 0) return pp_fail(rep, "a receive that should time out succeeded");
+    if (!strstr(e1.msg, "timed out after 300 ms") || !strstr(e1.msg, "not announced yet") || !strstr(e1.msg, "step 7"))
+        return pp_fail(rep, "first timeout: %s", e1.msg);
+    if (!strstr(e2.msg, "timed out after 300 ms") || !strstr(e2.msg, "communicator aborted"))
+        return pp_fail(rep, "second timeout: %s", e2.msg);
+    return pp_fail(rep, "%s | %s", e1.msg, e2.msg) + 1;
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 typedef struct scenario {
@@ -596,6 +640,23 @@ static void sc_forced(const char *name) {
     expect_all_ok(name, &two_nodes, &res);
 }
 
+static void sc_nccl_errors(const char *name) {
+    world w = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
+    result res;
+    setenv("PPRUN_NCCLSTUB_FAIL_RECV", "2", 1);
+    run_world(&w, nccl_error_in_recv, &res);
+    unsetenv("PPRUN_NCCLSTUB_FAIL_RECV");
+    const char *m = res.rep[1];
+    /* Which receive fails depends on timing: once NCCL failed, no message not yet taken is trusted. */
+    expect(res.code[1] == 1 && strstr(m, "NCCL error") && strstr(m, "injected failure") && strstr(m, "from rank 0") &&
+               strstr(m, "cannot receive tag 0x"),
+           name, "rank 1's receive under an NCCL error names it, the peer and the tag: %s", m);
+    setenv("PPRUN_NCCLSTUB_RECV_DELAY_MS", "3000", 1);
+    run_world(&w, recv_timeouts, &res);
+    unsetenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
+    expect(res.code[1] == 0, name, "receive timeouts (not announced; stuck in NCCL, aborted): %s", res.rep[1]);
+}
+
 static void sc_mutant(const char *name) {
     world w = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
     result res;
@@ -610,6 +671,8 @@ static const scenario scenarios[] = {
     {"mixed", "4 ranks on 2 GPUs: cuda-ipc within a GPU, nccl across, all to all", sc_mixed},
     {"wrong-len", "a recv of the wrong size fails naming both sizes and leaves the message", sc_wrong_len},
     {"dead", "a receiver or sender that dies: the peer's call fails naming it, no hang", sc_dead},
+    {"nccl-errors", "an NCCL error under a receive, and receive timeouts, fail naming peer, tag and cause",
+     sc_nccl_errors},
     {"forced", "forced transports a pair cannot use fail at open naming the pair", sc_forced},
     {"mutant", "the stand-in catches a receiver posting NCCL receives in tag order", sc_mutant},
 };
