@@ -65,6 +65,7 @@ Test(devcomm, nccl_matches_by_tag_over_announcement_order, .timeout = 120) { che
 Test(devcomm, mixed_world_picks_ipc_within_a_gpu_and_nccl_across, .timeout = 120) { check("mixed"); }
 Test(devcomm, wrong_size_recv_fails_and_leaves_the_message, .timeout = 120) { check("wrong-len"); }
 Test(devcomm, dead_peer_fails_the_call_naming_it, .timeout = 200) { check("dead"); }
+Test(devcomm, nccl_error_or_recv_timeout_fails_naming_peer_tag_and_cause, .timeout = 120) { check("nccl-errors"); }
 Test(devcomm, forced_transport_a_pair_cannot_use_fails_at_open, .timeout = 120) { check("forced"); }
 Test(devcomm, stand_in_catches_receives_posted_in_tag_order, .timeout = 120) { check("mutant"); }
 

@@ -29,8 +29,10 @@
  * Threads: the functions below are called from one thread at a time per
  * devcomm (the engine's).  cuda-ipc adds no thread.  nccl adds two proxy
  * threads per pair that talks (one per direction), started at this rank's
- * first call with that peer; each NCCL communicator is touched only by its
- * proxy.  CUDA's callback thread marks completions.  Exchange calls are
+ * first call with that peer; each NCCL communicator is driven by its proxy,
+ * the caller's thread only asks its async error, and every call into it
+ * holds a per-pair lock (NCCL: one thread at a time per communicator).
+ * CUDA's callback thread marks completions.  Exchange calls are
  * made under the host comm's exchange lock, so the exchange may be the
  * host comm's own.
  *
