@@ -297,11 +297,13 @@ static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    pc_abort(p);
+    /* Spoiled before the communicator goes: a receive that finds it gone
+     * (and so cannot ask it) finds the spoil instead. */
     pthread_mutex_lock(&p->mu);
     if (nccl_error) spoil_locked(p);
     fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->rank, dir_str(p), p->peer, msg);
     pthread_mutex_unlock(&p->mu);
+    pc_abort(p);
 }
 
 /* Polls the communicator until it leaves ncclInProgress (after a
@@ -500,34 +502,51 @@ typedef struct nc_ann {      /* an nccl announcement on the host comm */
     uint64_t tag, len;
 } nc_ann;
 
-/* A free pool buffer of at least len bytes (the smallest), or a new one;
- * mu held.  cudaMallocAsync on the stream that uses it: plain cudaMalloc
- * may synchronise the device, which would wait for NCCL kernels that wait
- * for a peer. */
-static int get_buf_locked(npair *p, cudaStream_t s, size_t len, int *out, char *why, size_t cap) {
+/* Takes a free pool buffer of at least len bytes (the smallest), or makes
+ * a new one; *dev is its address.  One thread allocates per pair (the
+ * caller's for sending, the proxy for receiving); the list is shared with
+ * the completion callbacks, so it changes under mu, but no CUDA call is
+ * made under mu (a callback waiting for it would hold up the stream).
+ * cudaMallocAsync, on the stream that uses the buffer: plain cudaMalloc may
+ * synchronise the device, which would wait for NCCL kernels that wait for
+ * a peer. */
+static int get_buf(npair *p, cudaStream_t s, size_t len, int *out, void **dev, char *why, size_t cap) {
     int best = -1;
+    pthread_mutex_lock(&p->mu);
     for (int i = 0; i < p->n_bufs; i++)
         if (!p->bufs[i].busy && p->bufs[i].cap >= len && (best < 0 || p->bufs[i].cap < p->bufs[best].cap)) best = i;
-    if (best < 0) {
-        nbuf *nb = realloc(p->bufs, (size_t)(p->n_bufs + 1) * sizeof *nb);
-        if (!nb) {
-            snprintf(why, cap, "out of memory");
-            return -1;
-        }
+    if (best >= 0) {
+        p->bufs[best].busy = 1;
+        *dev = p->bufs[best].dev;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (best >= 0) {
+        *out = best;
+        return 0;
+    }
+    size_t c = NC_MIN_CAP;
+    while (c < len) c *= 2;
+    void *d = NULL;
+    cudaError_t e = cudaMallocAsync(&d, c, s);
+    if (e != cudaSuccess) {
+        snprintf(why, cap, "cudaMallocAsync of %zu bytes: %s", c, cudaGetErrorString(e));
+        return -1;
+    }
+    pthread_mutex_lock(&p->mu);
+    nbuf *nb = realloc(p->bufs, (size_t)(p->n_bufs + 1) * sizeof *nb);
+    if (nb) {
         p->bufs = nb;
-        size_t c = NC_MIN_CAP;
-        while (c < len) c *= 2;
-        void *dev = NULL;
-        cudaError_t e = cudaMallocAsync(&dev, c, s);
-        if (e != cudaSuccess) {
-            snprintf(why, cap, "cudaMallocAsync of %zu bytes: %s", c, cudaGetErrorString(e));
-            return -1;
-        }
-        p->bufs[p->n_bufs] = (nbuf){dev, c, 0};
+        p->bufs[p->n_bufs] = (nbuf){d, c, 1};
         best = p->n_bufs++;
     }
-    p->bufs[best].busy = 1;
+    pthread_mutex_unlock(&p->mu);
+    if (!nb) {
+        cudaFreeAsync(d, s);
+        snprintf(why, cap, "out of memory");
+        return -1;
+    }
     *out = best;
+    *dev = d;
     return 0;
 }
 
@@ -586,7 +605,6 @@ static void *in_main(void *arg) {
         nentry *n = calloc(1, sizeof *n);
         nc_done *d = malloc(sizeof *d);
         char why[300] = "out of memory";
-        pthread_mutex_lock(&p->mu);
         int rc = n && d ? 0 : -1;
         if (n) {
             n->seq = p->seq;
@@ -595,9 +613,9 @@ static void *in_main(void *arg) {
             n->buf = -1;
             n->state = a.len ? NE_POSTED : NE_READY;
         }
-        if (rc == 0 && a.len) rc = get_buf_locked(p, p->stream, (size_t)a.len, &n->buf, why, sizeof why);
+        if (rc == 0 && a.len) rc = get_buf(p, p->stream, (size_t)a.len, &n->buf, &n->dev, why, sizeof why);
+        pthread_mutex_lock(&p->mu);
         if (rc == 0) {
-            n->dev = a.len ? p->bufs[n->buf].dev : NULL;
             nentry **tail = &p->inbox;
             while (*tail) tail = &(*tail)->next;
             *tail = n;
@@ -780,9 +798,8 @@ int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len
         return pp_fail(err, "devcomm (nccl): cannot send %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts), peer,
                        p->why);
     }
-    int rc = len ? get_buf_locked(p, t->stream, len, &buf, why, sizeof why) : 0;
-    if (rc == 0 && len) pdev = p->bufs[buf].dev;
     pthread_mutex_unlock(&p->mu);
+    int rc = len ? get_buf(p, t->stream, len, &buf, &pdev, why, sizeof why) : 0;
     if (rc < 0)
         return pp_fail(err, "devcomm (nccl): cannot send %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts), peer,
                        why);
