@@ -61,7 +61,7 @@ static npair *pair_new(dc_nccl *t, int peer, int out) {
     p->out = out;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  /* pp_now_ns's clock */
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* pp_now_ns's clock */
     pthread_mutex_init(&p->mu, NULL);
     pthread_mutex_init(&p->nccl_mu, NULL);
     pthread_cond_init(&p->cv, &ca);
@@ -162,8 +162,8 @@ static int take_acks(dc_nccl *t, npair *p, int timeout_ms, int *early, pp_err *e
     int got = 0;
     while (p->acks < p->seq) {
         uint64_t t0 = pp_now_ns();
-        if (comm_recv(t->cfg->host, p->peer, dc_ctl_tag(p->acks, COMM_DIR_DEVACK), NULL, 0, got ? 0 : timeout_ms,
-                      err) < 0) {
+        if (comm_recv(t->cfg->host, p->peer, dc_ctl_tag(p->acks, COMM_DIR_DEVACK), NULL, 0, got ? 0 : timeout_ms, err) <
+            0) {
             if (got) return 0;
             if (early) *early = pp_now_ns() - t0 < (uint64_t)timeout_ms * 1000000ull;
             return -1;
@@ -212,8 +212,8 @@ int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len
         pthread_mutex_lock(&p->mu);
         if (len) p->bufs[buf].busy = 0;
         pthread_mutex_unlock(&p->mu);
-        return pp_fail(err, "devcomm (nccl): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts),
-                       peer, e.msg);
+        return pp_fail(err, "devcomm (nccl): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts), peer,
+                       e.msg);
     }
     pthread_mutex_lock(&p->mu);
     p->seq++;
@@ -240,15 +240,16 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
     pthread_mutex_lock(&p->mu);
     for (;;) {
         nentry **np = &p->inbox;
-        while (*np && (*np)->tag != tag) np = &(*np)->next;
+        while (*np && (*np)->tag != tag)
+            np = &(*np)->next;
         n = *np;
         if (n && n->len != len) {
             rc = pp_fail(err, "devcomm (nccl): message %s from rank %d has %zu bytes, but rank %d expected %zu",
                          comm_tag_str(tag, ts, sizeof ts), peer, n->len, t->cfg->rank, len);
-            n = NULL;  /* stays in the inbox: a failed recv changes nothing */
+            n = NULL; /* stays in the inbox: a failed recv changes nothing */
             break;
         }
-        if (n && n->state == NE_READY) break;  /* verified below, then taken */
+        if (n && n->state == NE_READY) break; /* verified below, then taken */
         if (p->failed && (!n || n->state != NE_READY)) {
             rc = pp_fail(err, "devcomm (nccl): rank %d cannot receive %s from rank %d: %s", t->cfg->rank,
                          comm_tag_str(tag, ts, sizeof ts), peer, p->why);
@@ -263,7 +264,7 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
             rc = pp_fail(err, "devcomm (nccl): rank %d timed out after %d ms waiting for %s from rank %d (%s)",
                          t->cfg->rank, timeout_ms, comm_tag_str(tag, ts, sizeof ts), peer,
                          n ? "announced, NCCL transfer not complete: communicator aborted" : "not announced yet");
-            if (n) p->abort_req = 1;  /* stuck inside NCCL: the proxy aborts */
+            if (n) p->abort_req = 1; /* stuck inside NCCL: the proxy aborts */
             pthread_cond_broadcast(&p->cv);
             break;
         }
@@ -319,7 +320,7 @@ int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err)
             pthread_mutex_lock(&p->mu);
             int failed = p->failed;
             pthread_mutex_unlock(&p->mu);
-            if (failed) break;  /* said below */
+            if (failed) break; /* said below */
             uint64_t now = pp_now_ns();
             if (now >= deadline_ns) break;
             uint64_t left_ms = deadline_ns == UINT64_MAX ? NC_SLICE_MS : (deadline_ns - now) / 1000000u + 1;
@@ -333,7 +334,8 @@ int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err)
         pthread_mutex_lock(&p->mu);
         for (;;) {
             int left = p->in_flight + (int)(p->seq - p->acks);
-            for (nitem *it = p->q_head; it; it = it->next) left++;
+            for (nitem *it = p->q_head; it; it = it->next)
+                left++;
             if (!left) break;
             if (p->failed) {
                 rc = pp_fail(err, "devcomm: flush: %d messages to rank %d not delivered: %s", left, r, p->why);
@@ -373,7 +375,8 @@ static void pair_close(dc_nccl *t, npair *p) {
         cudaStreamSynchronize(p->stream);
         cudaStreamDestroy(p->stream);
     }
-    for (int i = 0; i < p->n_bufs; i++) cudaFreeAsync(p->bufs[i].dev, t->stream);
+    for (int i = 0; i < p->n_bufs; i++)
+        cudaFreeAsync(p->bufs[i].dev, t->stream);
     while (p->q_head) {
         nitem *it = p->q_head;
         p->q_head = it->next;
@@ -408,4 +411,3 @@ void dc_nccl_close(dc_nccl *t) {
     free(t->ins);
     free(t);
 }
-

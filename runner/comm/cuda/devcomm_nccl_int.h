@@ -13,8 +13,8 @@
 #include "runner/comm/devcomm_int.h"
 
 #define NC_MIN_CAP ((size_t)64 << 10)
-#define NC_SLICE_MS 100            /* proxies re-check abort, errors and the peer this often */
-#define NC_GRACE_NS 2000000000ull  /* a dead peer's transfers in flight may still land */
+#define NC_SLICE_MS 100           /* proxies re-check abort, errors and the peer this often */
+#define NC_GRACE_NS 2000000000ull /* a dead peer's transfers in flight may still land */
 
 /* The NCCL functions devcomm calls, filled once by dc_nccl_library(). */
 typedef struct nccl_api {
@@ -29,71 +29,70 @@ typedef struct nccl_api {
     const char *(*error_string)(ncclResult_t);
     const char *(*last_error)(ncclComm_t);
 } nccl_api;
-extern nccl_api dc_nc;  /* read-only once dc_nccl_library() succeeded */
+extern nccl_api dc_nc; /* read-only once dc_nccl_library() succeeded */
 
-enum { NE_POSTED = 1, NE_READY = 2, NE_BAD = 3 };  /* BAD: landed or not, NCCL failed under it */
+enum { NE_POSTED = 1, NE_READY = 2, NE_BAD = 3 }; /* BAD: landed or not, NCCL failed under it */
 
-typedef struct nbuf {        /* a pool buffer of one pair */
+typedef struct nbuf { /* a pool buffer of one pair */
     void *dev;
     size_t cap;
     int busy;
 } nbuf;
 
-typedef struct nitem {       /* sender: announced, waiting for its ncclSend */
+typedef struct nitem { /* sender: announced, waiting for its ncclSend */
     struct nitem *next;
     int buf;
-    void *dev;               /* bufs[buf].dev: bufs may move while the proxy reads */
+    void *dev; /* bufs[buf].dev: bufs may move while the proxy reads */
     size_t len;
 } nitem;
 
-typedef struct nentry {      /* receiver: announced message, posted or landed */
+typedef struct nentry { /* receiver: announced message, posted or landed */
     struct nentry *next;
     uint64_t seq, tag;
     size_t len;
-    int buf;                 /* -1 for an empty message */
-    void *dev;               /* bufs[buf].dev */
-    int state;               /* NE_*; under mu */
+    int buf;   /* -1 for an empty message */
+    void *dev; /* bufs[buf].dev */
+    int state; /* NE_*; under mu */
 } nentry;
 
-typedef struct npair {       /* one direction between this rank and peer */
+typedef struct npair { /* one direction between this rank and peer */
     struct dc_nccl *t;
-    int peer, out;           /* out: this rank sends (NCCL rank 0) */
+    int peer, out; /* out: this rank sends (NCCL rank 0) */
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* proxy work, completions, failure, stop */
     pthread_mutex_t nccl_mu; /* held around every call into comm (pc_*): one thread at a time */
     pthread_t proxy;
     int started, stop, abort_req;
-    int failed;              /* unusable from now on; why says why */
-    int ended;               /* receiver: the peer is gone, nothing more will be announced */
+    int failed; /* unusable from now on; why says why */
+    int ended;  /* receiver: the peer is gone, nothing more will be announced */
     char why[640];
     nbuf *bufs;
     int n_bufs;
-    uint64_t seq;            /* next announcement (sent or expected) */
-    uint64_t acks;           /* acknowledgements taken (sender) or sent (receiver); caller's thread */
-    int in_flight;           /* transfers handed to NCCL and not completed */
-    ncclComm_t comm;         /* set and cleared by the proxy, under nccl_mu */
-    cudaStream_t stream;     /* the proxy's: NCCL work of this pair */
-    ncclUniqueId id;         /* sender: made at the first send */
-    nitem *q_head, *q_tail;  /* sender */
-    nentry *inbox;           /* receiver, in announcement order */
+    uint64_t seq;           /* next announcement (sent or expected) */
+    uint64_t acks;          /* acknowledgements taken (sender) or sent (receiver); caller's thread */
+    int in_flight;          /* transfers handed to NCCL and not completed */
+    ncclComm_t comm;        /* set and cleared by the proxy, under nccl_mu */
+    cudaStream_t stream;    /* the proxy's: NCCL work of this pair */
+    ncclUniqueId id;        /* sender: made at the first send */
+    nitem *q_head, *q_tail; /* sender */
+    nentry *inbox;          /* receiver, in announcement order */
 } npair;
 
 struct dc_nccl {
     const devcomm_config *cfg;
-    cudaStream_t stream;     /* the caller's copies in and out */
-    npair **outs, **ins;     /* [world], NULL until the pair talks */
+    cudaStream_t stream; /* the caller's copies in and out */
+    npair **outs, **ins; /* [world], NULL until the pair talks */
 };
 
-typedef struct nc_done {     /* argument of a host-function completion */
+typedef struct nc_done { /* argument of a host-function completion */
     npair *p;
     int buf;
     uint64_t seq;
 } nc_done;
 
-typedef struct nc_ann {      /* an nccl announcement on the host comm */
+typedef struct nc_ann { /* an nccl announcement on the host comm */
     uint64_t tag, len;
 } nc_ann;
-
 
 /* devcomm_nccl_proxy.c */
 void *dcn_out_main(void *pair);

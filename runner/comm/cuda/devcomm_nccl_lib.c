@@ -24,9 +24,10 @@ static void *nc_sym(void *lib, const char *name) {
 
 static void nc_load(void) {
     const char *env = getenv("PPRUN_NCCL_LIB");
-    const char *paths[] = {"libnccl.so." STR(NCCL_MAJOR),
+    const char *paths[] = {
+        "libnccl.so." STR(NCCL_MAJOR),
 #ifdef PPRUN_CUDA_LIBDIR
-                           PPRUN_CUDA_LIBDIR "/libnccl.so." STR(NCCL_MAJOR),
+        PPRUN_CUDA_LIBDIR "/libnccl.so." STR(NCCL_MAJOR),
 #endif
     };
     void *lib = NULL;
@@ -34,7 +35,8 @@ static void nc_load(void) {
         lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
         if (!lib) snprintf(nc_error, sizeof nc_error, "cannot load PPRUN_NCCL_LIB=%.200s: %.250s", env, dlerror());
     } else {
-        for (size_t i = 0; i < sizeof paths / sizeof *paths && !lib; i++) lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
+        for (size_t i = 0; i < sizeof paths / sizeof *paths && !lib; i++)
+            lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
         if (!lib) snprintf(nc_error, sizeof nc_error, "cannot load %s: %.300s", paths[0], dlerror());
     }
     if (!lib) return;
@@ -50,7 +52,7 @@ static void nc_load(void) {
     *(void **)&t.destroy = nc_sym(lib, "ncclCommDestroy");
     *(void **)&t.error_string = nc_sym(lib, "ncclGetErrorString");
     *(void **)&t.last_error = nc_sym(lib, "ncclGetLastError");
-    if (nc_error[0]) return;  /* the library stays loaded: nothing else to unload it for */
+    if (nc_error[0]) return; /* the library stays loaded: nothing else to unload it for */
     dc_nc = t;
 }
 
@@ -59,4 +61,3 @@ int dc_nccl_library(pp_err *err) {
     if (nc_error[0]) return pp_fail(err, "devcomm (nccl): %s", nc_error);
     return 0;
 }
-

@@ -36,7 +36,9 @@ void dcn_fail_locked(npair *p, const char *fmt, ...) {
     pthread_cond_broadcast(&p->cv);
 }
 
-static const char *dir_str(const npair *p) { return p->out ? "to" : "from"; }
+static const char *dir_str(const npair *p) {
+    return p->out ? "to" : "from";
+}
 
 static void CUDART_CB send_done(void *arg) {
     nc_done *d = arg;
@@ -106,7 +108,8 @@ void dcn_errstr(npair *p, ncclResult_t r, char *buf, size_t cap) {
 
 /* Every message not yet taken is suspect once NCCL failed; mu held. */
 void dcn_spoil_locked(npair *p) {
-    for (nentry *e = p->inbox; e; e = e->next) e->state = NE_BAD;
+    for (nentry *e = p->inbox; e; e = e->next)
+        e->state = NE_BAD;
 }
 
 /* The proxy's failure path: abort the communicator (it may be stuck in a
@@ -134,7 +137,7 @@ static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
  * abort request, the peer gone, or the deadline.  Proxy thread only. */
 static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max_nap_ns) {
     uint64_t next_check = pp_now_ns() + NC_SLICE_MS * 1000000ull;
-    uint64_t nap = 10000;  /* 10 us, doubling to max_nap_ns */
+    uint64_t nap = 10000; /* 10 us, doubling to max_nap_ns */
     for (;;) {
         ncclResult_t st = ncclSuccess;
         ncclResult_t r = dcn_async(p, &st);
@@ -173,7 +176,7 @@ static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max
 /* Creates this side's end of the pair's communicator. */
 static int proxy_init(npair *p, uint64_t deadline) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;  /* so that ncclCommAbort can always interrupt it */
+    cfg.blocking = 0; /* so that ncclCommAbort can always interrupt it */
     pthread_mutex_lock(&p->nccl_mu);
     ncclResult_t r = dc_nc.init_rank_config(&p->comm, 2, p->id, p->out ? 0 : 1, &cfg);
     char last[240] = "";
@@ -181,8 +184,8 @@ static int proxy_init(npair *p, uint64_t deadline) {
         snprintf(last, sizeof last, "%s", dc_nc.last_error(NULL));
     pthread_mutex_unlock(&p->nccl_mu);
     if (r != ncclSuccess && r != ncclInProgress) {
-        proxy_fail(p, 1, "ncclCommInitRankConfig failed: NCCL error: %s%s%s", dc_nc.error_string(r), last[0] ? ": " : "",
-                   last);
+        proxy_fail(p, 1, "ncclCommInitRankConfig failed: NCCL error: %s%s%s", dc_nc.error_string(r),
+                   last[0] ? ": " : "", last);
         return -1;
     }
     /* A peer may join late (at its first devcomm call with us): poll gently. */
@@ -247,7 +250,7 @@ static void proxy_finish(npair *p) {
 }
 
 static int proxy_setup(npair *p) {
-    cudaError_t e = cudaSetDevice(p->t->cfg->device);  /* the current device is per thread */
+    cudaError_t e = cudaSetDevice(p->t->cfg->device); /* the current device is per thread */
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         p->stream = NULL;
@@ -260,7 +263,8 @@ static int proxy_setup(npair *p) {
 /* Parks a failed or stopping proxy until close. */
 static void proxy_park(npair *p) {
     pthread_mutex_lock(&p->mu);
-    while (!p->stop) pthread_cond_wait(&p->cv, &p->mu);
+    while (!p->stop)
+        pthread_cond_wait(&p->cv, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -344,7 +348,8 @@ int dcn_get_buf(npair *p, cudaStream_t s, size_t len, int *out, void **dev, char
         return 0;
     }
     size_t c = NC_MIN_CAP;
-    while (c < len) c *= 2;
+    while (c < len)
+        c *= 2;
     void *d = NULL;
     cudaError_t e = cudaMallocAsync(&d, c, s);
     if (e != cudaSuccess) {
@@ -411,7 +416,8 @@ void *dcn_in_main(void *arg) {
                 }
                 int busy = p->in_flight > 0;
                 if (!busy) {
-                    while (!p->stop) pthread_cond_wait(&p->cv, &p->mu);
+                    while (!p->stop)
+                        pthread_cond_wait(&p->cv, &p->mu);
                     pthread_mutex_unlock(&p->mu);
                     break;
                 }
@@ -436,7 +442,8 @@ void *dcn_in_main(void *arg) {
         pthread_mutex_lock(&p->mu);
         if (rc == 0) {
             nentry **tail = &p->inbox;
-            while (*tail) tail = &(*tail)->next;
+            while (*tail)
+                tail = &(*tail)->next;
             *tail = n;
             if (a.len) p->in_flight++;
             pthread_cond_broadcast(&p->cv);
@@ -480,4 +487,3 @@ park:
     proxy_finish(p);
     return NULL;
 }
-
