@@ -26,12 +26,15 @@
 typedef struct sink {
     trace_event ev[256];
     size_t n;
+    int full; /* drops every record, as a full ring does */
 } sink;
 
-static void collect(void *ctx, const trace_event *ev) {
+static int collect(void *ctx, const trace_event *ev) {
     sink *s = ctx;
+    if (s->full) return 0;
     cr_assert_lt(s->n, 256);
     s->ev[s->n++] = *ev;
+    return 1;
 }
 
 static void add_kernel(gpu_recs *r, uint32_t corr, const char *name, uint32_t stream, uint64_t start, uint64_t end) {
@@ -226,6 +229,30 @@ Test(gputrace_records, spans_cover_each_ops_kernels_and_nothing_else) {
     sink s3 = {.n = 0};
     gpu_recs_build(&r, NULL, 0, &base, &next, collect, &s3);
     cr_assert_eq(s3.n, 0);
+    gpu_recs_free(&r);
+}
+
+/* A name whose records a full ring dropped is sent again with the name's
+ * next kernel; otherwise that kernel name stays unknown for the attempt. */
+Test(gputrace_records, a_dropped_name_is_sent_again) {
+    gpu_recs r;
+    gpu_recs_init(&r, 64);
+    trace_event base = {.attempt = 1, .rank = 3, .step = 5};
+    int32_t next = 1;
+    gpu_seg segs[] = {seg(1, TRACE_F, 0, 0, -1, 1)};
+    add_ext(&r, 10, 1, CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+    add_kernel(&r, 10, "layernorm_forward", 1, 1000, 1100);
+    sink full = {.full = 1};
+    gpu_recs_build(&r, segs, 1, &base, &next, collect, &full);
+
+    sink s = {.n = 0};
+    gpu_seg segs2[] = {seg(2, TRACE_F, 1, 0, -1, 1)};
+    add_ext(&r, 11, 2, CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+    add_kernel(&r, 11, "layernorm_forward", 1, 2000, 2100);
+    gpu_recs_build(&r, segs2, 1, &base, &next, collect, &s);
+    char buf[64];
+    cr_assert_eq(s.n, 3, "span, name, kernel");
+    cr_assert_str_eq(name_of(&s, s.ev[2].bytes, buf, sizeof buf), "layernorm_forward");
     gpu_recs_free(&r);
 }
 

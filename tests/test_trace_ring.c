@@ -123,14 +123,15 @@ Test(trace_ring, full_ring_counts_drops_and_keeps_the_oldest) {
     trace_event e, out[32];
     for (uint64_t i = 0; i < 40; i++) {
         make(&e, i, 0);
-        trace_ring_write(r, &e);
+        cr_assert_eq(trace_ring_write(r, &e), i < 16, "record %llu: written only while there is room",
+                     (unsigned long long)i);
     }
     cr_assert_eq(trace_ring_dropped(r), 24);
     cr_assert_eq(trace_ring_read(r, out, 32), 16);
     for (int j = 0; j < 16; j++) cr_assert_eq(out[j].start_ns, (uint64_t)j);
     /* Room again: writing resumes. */
     make(&e, 99, 0);
-    trace_ring_write(r, &e);
+    cr_assert_eq(trace_ring_write(r, &e), 1);
     cr_assert_eq(trace_ring_read(r, out, 32), 1);
     cr_assert_eq(out[0].start_ns, 99);
     cr_assert_eq(trace_ring_dropped(r), 24);

@@ -147,7 +147,7 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err) {
     return 0;
 }
 
-void trace_ring_write(trace_ring *ring, const trace_event *ev) {
+int trace_ring_write(trace_ring *ring, const trace_event *ev) {
     ring_header *h = ring->hdr;
     /* Only this process writes head, so a relaxed load sees its own value. */
     uint64_t head = atomic_load_explicit(&h->head, memory_order_relaxed);
@@ -156,7 +156,7 @@ void trace_ring_write(trace_ring *ring, const trace_event *ev) {
         if (head - ring->cached_tail > ring->mask) {
             atomic_store_explicit(&h->dropped, atomic_load_explicit(&h->dropped, memory_order_relaxed) + 1,
                                   memory_order_relaxed);
-            return;
+            return 0;
         }
     }
     trace_event *slot = &ring->slots[head & ring->mask];
@@ -166,6 +166,7 @@ void trace_ring_write(trace_ring *ring, const trace_event *ev) {
         slot->end_ns += (uint64_t)ring->skew_ns;
     }
     atomic_store_explicit(&h->head, head + 1, memory_order_release);
+    return 1;
 }
 
 size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max) {

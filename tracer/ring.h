@@ -31,8 +31,9 @@ int trace_ring_fd(const trace_ring *ring);
  * offset estimate (trace_clock_offset, which reads the same variable) then
  * measures it and the collector takes it out again. */
 int trace_ring_attach(int fd, trace_ring **out, pp_err *err);
-/* Hot path: a few stores, no lock, no syscall, no allocation. */
-void trace_ring_write(trace_ring *ring, const trace_event *ev);
+/* Hot path: a few stores, no lock, no syscall, no allocation. Returns 1,
+ * or 0 when the ring was full and the record was counted as dropped. */
+int trace_ring_write(trace_ring *ring, const trace_event *ev);
 /* Records written and not read yet; capacity in records. */
 size_t trace_ring_pending(const trace_ring *ring);
 size_t trace_ring_capacity(const trace_ring *ring);

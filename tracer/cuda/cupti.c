@@ -20,14 +20,16 @@
 #define MAX_RECORDS (4u << 20)      /* kept per step; more are counted as lost */
 #define MAX_SEGS_PER_STEP (1u << 20) /* host ops per step; more are not correlated */
 
-/* The soname of the toolkit we compiled against (its headers have no
- * major-version macro for CUPTI), then its directory. */
+/* The toolkit we compiled against first, then the soname (its headers
+ * have no major-version macro for CUPTI): a newer 13.x found first on the
+ * search path would hand out newer record versions (Kernel11, ...), whose
+ * fields we read are the same but no longer promised. */
 _Static_assert(CUDA_VERSION / 1000 == 13, "libcupti's soname below is CUDA 13's: update it with the toolkit");
 static const char *const cupti_paths[] = {
-    "libcupti.so.13",
 #ifdef PPRUN_CUDA_LIBDIR
     PPRUN_CUDA_LIBDIR "/libcupti.so.13",
 #endif
+    "libcupti.so.13",
 };
 
 typedef struct cupti_api {
@@ -58,7 +60,7 @@ static void cupti_load(void) {
     for (size_t i = 0; i < sizeof cupti_paths / sizeof *cupti_paths && !lib; i++)
         lib = dlopen(cupti_paths[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        snprintf(load_error, sizeof load_error, "cannot load %s: %s", cupti_paths[0], dlerror());
+        snprintf(load_error, sizeof load_error, "cannot load libcupti.so.13: %s", dlerror());
         return;
     }
     cupti_api t;
@@ -110,6 +112,8 @@ struct gputrace {
     uint64_t next_ext;
     int pushed;       /* an external id is pushed */
     int32_t next_span;
+    int step;         /* the last step written: close labels what is left with it */
+    int ran;          /* an op ran, so this process has a CUDA context to synchronise */
     int off;          /* a CUPTI failure turned tracing off */
 };
 
@@ -242,6 +246,7 @@ static void pop_segment(gputrace *g) {
 
 void gputrace_op_begin(gputrace *g) {
     if (!g || g->off) return;
+    g->ran = 1;
     pop_segment(g);
     push_segment(g);
 }
@@ -260,7 +265,7 @@ void gputrace_op_end(gputrace *g) {
     pop_segment(g);
 }
 
-static void emit_ring(void *ctx, const trace_event *ev) { trace_ring_write(ctx, ev); }
+static int emit_ring(void *ctx, const trace_event *ev) { return trace_ring_write(ctx, ev); }
 
 /* Everything delivered so far into the ring; segs are forgotten. */
 static void write_records(gputrace *g, int step) {
@@ -304,18 +309,25 @@ int gputrace_step_end(gputrace *g, int step, pp_err *err) {
         return 0;
     }
     write_records(g, step);
+    g->step = step;
     return 0;
 }
 
+/* Whatever ran after the last step end (the last checkpoint,
+ * --save-weights, a step that failed half-way) is written too: its host
+ * spans carry their own step, kernels outside any op the last step's. */
 void gputrace_close(gputrace *g) {
     if (!g) return;
     pop_segment(g);
-    if (!g->off) {
-        cudaDeviceSynchronize();
-        api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-        disable_all(NKINDS);
-        api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    }
+    /* Never the first CUDA call of a process that made none: that would
+     * create a context just to exit. */
+    if (!g->off && g->ran) cudaDeviceSynchronize();
+    /* Flushed and disabled even when tracing was turned off, so that no
+     * CUPTI thread is inside buffer_completed once the_tracer is cleared. */
+    api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    disable_all(NKINDS);
+    api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    if (!g->off) write_records(g, g->step);
     atomic_store(&the_tracer, NULL);
     gpu_recs_free(&g->recs);
     pthread_mutex_destroy(&g->mu);

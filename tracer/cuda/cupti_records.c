@@ -160,8 +160,9 @@ static void emit_name(gpu_recs *r, uint32_t id, const trace_event *base, gpu_emi
     if (r->sent[id]) return;
     trace_event out[TRACE_NAME_RECORDS_MAX];
     size_t n = trace_name_records(base, id, r->names[id], out);
-    for (size_t i = 0; i < n; i++) emit(ctx, &out[i]);
-    r->sent[id] = 1;
+    int all = 1;
+    for (size_t i = 0; i < n; i++) all &= emit(ctx, &out[i]);
+    r->sent[id] = all; /* a dropped piece: send the whole name again with its next kernel */
 }
 
 void gpu_recs_build(gpu_recs *r, const gpu_seg *segs, size_t nsegs, const trace_event *base, int32_t *next_span,

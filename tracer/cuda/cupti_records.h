@@ -56,7 +56,8 @@ void gpu_recs_free(gpu_recs *r);
  * correlations count only for CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0. */
 void gpu_recs_add(gpu_recs *r, const CUpti_Activity *rec);
 
-typedef void (*gpu_emit_fn)(void *ctx, const trace_event *ev);
+/* Returns 1 when the record was taken, 0 when it was dropped (full ring). */
+typedef int (*gpu_emit_fn)(void *ctx, const trace_event *ev);
 /* Emits, for each segment with device work (segments sorted by ext_id),
  * the names not sent yet, the span (the host record with source gpu,
  * first start to last end, reserved = ++*next_span), then its kernels by
