@@ -10,6 +10,15 @@
  * and orders of F, B and W. It proves the stage's wiring, nothing about the
  * CUDA kernels or cuBLAS.
  *
+ * Device memory is host memory here, but the stand-ins know which is which:
+ * every gpu_alloc is recorded, and each copy checks that its source and
+ * destination lie on the sides its kind says (an upload reads the host and
+ * writes the device, ...). So the device-boundary mode
+ * (model_stage_set_boundary_device: F and B take device pointers, the
+ * engine's path for devcomm) is checked too: two stages handing each other
+ * device buffers from model_stage_boundary_alloc give the host-boundary run's
+ * bits, and a boundary tensor treated as the wrong kind of memory fails.
+ *
  *   ./build/gpu_stagecheck      (one line per case; exit 1 on any difference)
  *
  * Built (CMakeLists.txt) from this file and the model's sources with
@@ -27,6 +36,24 @@
 #include "tests/model_harness.h"
 
 /* --- stand-ins: device, memory, the two runtime calls gpu_stage.c makes --- */
+
+/* Live "device" allocations, and the first copy that crossed sides wrongly. */
+static struct dev_block { const char *p; size_t n; } *dev_blocks;
+static size_t dev_count, dev_cap;
+static int side_errors;
+static char side_error[256];
+
+static int is_device(const void *p) {
+    for (size_t i = 0; i < dev_count; i++)
+        if ((const char *)p >= dev_blocks[i].p && (const char *)p < dev_blocks[i].p + dev_blocks[i].n) return 1;
+    return 0;
+}
+static void want_side(const void *p, int device, const char *what) {
+    if (is_device(p) == device) return;
+    if (side_errors++ == 0)
+        snprintf(side_error, sizeof side_error, "%s is %s memory, expected %s memory", what,
+                 device ? "host" : "device", device ? "device" : "host");
+}
 
 int gpu_cuda_fail(pp_err *err, cudaError_t e, const char *what) { return pp_fail(err, "%s: error %d", what, (int)e); }
 int gpu_device_count(int *count, pp_err *err) {
@@ -47,24 +74,49 @@ int gpu_sync(gpu_ctx *ctx, pp_err *err) {
 }
 void *gpu_alloc(gpu_ctx *ctx, size_t bytes, pp_err *err) {
     (void)ctx;
+    if (dev_count == dev_cap) {
+        size_t cap = dev_cap ? 2 * dev_cap : 256;
+        struct dev_block *nb = realloc(dev_blocks, cap * sizeof *nb);
+        if (!nb) {
+            pp_fail(err, "out of memory");
+            return NULL;
+        }
+        dev_blocks = nb, dev_cap = cap;
+    }
     void *p = malloc(bytes ? bytes : 1);
     if (!p) pp_fail(err, "out of memory");
+    else dev_blocks[dev_count++] = (struct dev_block){p, bytes ? bytes : 1};
     return p;
 }
 void gpu_free(gpu_ctx *ctx, void *p) {
     (void)ctx;
+    if (!p) return;
+    for (size_t i = 0; i < dev_count; i++)
+        if (dev_blocks[i].p == p) {
+            dev_blocks[i] = dev_blocks[--dev_count];
+            free(p);
+            return;
+        }
+    want_side(p, 1, "gpu_free's pointer");
     free(p);
 }
 int gpu_upload(gpu_ctx *ctx, void *dst, const void *src, size_t bytes, pp_err *err) {
     (void)ctx, (void)err;
+    want_side(src, 0, "an upload's source");
+    want_side(dst, 1, "an upload's destination");
     memcpy(dst, src, bytes);
     return 0;
 }
 int gpu_download(gpu_ctx *ctx, void *dst, const void *src, size_t bytes, pp_err *err) {
-    return gpu_upload(ctx, dst, src, bytes, err);
+    (void)ctx, (void)err;
+    want_side(src, 1, "a download's source");
+    want_side(dst, 0, "a download's destination");
+    memcpy(dst, src, bytes);
+    return 0;
 }
 int gpu_memset(gpu_ctx *ctx, void *p, int byte, size_t bytes, pp_err *err) {
     (void)ctx, (void)err;
+    want_side(p, 1, "gpu_memset's pointer");
     memset(p, byte, bytes);
     return 0;
 }
@@ -73,7 +125,9 @@ cudaError_t cudaSetDevice(int device) {
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
-    (void)kind, (void)stream;
+    (void)stream;
+    want_side(src, kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost, "cudaMemcpyAsync's source");
+    want_side(dst, kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice, "cudaMemcpyAsync's destination");
     memcpy(dst, src, count);
     return cudaSuccess;
 }
@@ -210,7 +264,15 @@ typedef struct result {
     size_t n;
 } result;
 
-static int run(const model_device *dev, const int *cuts, int nstages, h_order order, result *r, pp_err *err) {
+/* Boundary tensors: BND_HOST the harness's host buffers; BND_DEVICE every
+ * stage in device-boundary mode, each tensor allocated by the stage that
+ * writes it (model_stage_boundary_alloc) and released by the stage that
+ * reads it, as the engine does; BND_DEVICE_HOST_BUFFERS device mode handed
+ * host buffers (a wrong caller: the stand-ins must notice). */
+enum { BND_HOST, BND_DEVICE, BND_DEVICE_HOST_BUFFERS };
+
+static int run_bnd(const model_device *dev, const int *cuts, int nstages, h_order order, int bnd, result *r,
+                   pp_err *err) {
     data_source *data;
     model_optim opt;
     model_optim_default(&opt);
@@ -218,11 +280,83 @@ static int run(const model_device *dev, const int *cuts, int nstages, h_order or
     if (data_open(NULL, 64, &data, err) != 0) return -1;
     h_pipe p;
     int rc = h_pipe_create_on(&p, SPEC, cuts, nstages, 7, MB, dev, err);
+    size_t nb = model_boundary_bytes(&p.spec);
+    int swapped = rc == 0 && bnd == BND_DEVICE; /* every boundary buffer is the stages' device memory */
+    for (int s = 0; s < nstages && rc == 0 && bnd != BND_HOST; s++) {
+        rc = model_stage_set_boundary_device(p.st[s], 1, err);
+        for (int i = 0; i < MB && rc == 0 && bnd == BND_DEVICE; i++) {
+            free(p.act[s][i]), free(p.grad[s][i]);
+            p.act[s][i] = p.grad[s][i] = NULL;
+            if (!(p.act[s][i] = model_stage_boundary_alloc(p.st[s], nb, err)) ||
+                !(p.grad[s][i] = model_stage_boundary_alloc(p.st[s], nb, err)))
+                rc = -1, swapped = 0;
+        }
+    }
     for (int step = 0; step < STEPS && rc == 0; step++) rc = h_pipe_step(&p, data, 7, step, order, &opt, r->losses[step], err);
     if (rc == 0) r->w = h_pipe_weights(&p, &r->n);
+    for (int s = 0; s < nstages && swapped; s++)
+        for (int i = 0; i < MB; i++) { /* by the reading stage, into its pool */
+            model_stage_boundary_free(p.st[s + 1 < nstages ? s + 1 : s], p.act[s][i], nb);
+            model_stage_boundary_free(p.st[s > 0 ? s - 1 : s], p.grad[s][i], nb);
+            p.act[s][i] = p.grad[s][i] = NULL;
+        }
     h_pipe_free(&p);
     data_close(data);
     return rc;
+}
+
+static int run(const model_device *dev, const int *cuts, int nstages, h_order order, result *r, pp_err *err) {
+    return run_bnd(dev, cuts, nstages, order, BND_HOST, r, err);
+}
+
+/* Device boundaries: the same bits as host boundaries (and as the CPU), no
+ * copy crossing sides wrongly; a CPU stage refuses the mode; host buffers
+ * given in device mode are noticed. Returns 0 when all hold. */
+static int boundary_case(const int *cuts, int nstages, h_order order, const char *what) {
+    pp_err err;
+    model_device dev = {.cuda = 1};
+    result cpu = {0}, host = {0}, device = {0}, wrong = {0};
+    int failed = 0;
+    side_errors = 0;
+    if (run(NULL, cuts, nstages, order, &cpu, &err) != 0 || run(&dev, cuts, nstages, order, &host, &err) != 0 ||
+        run_bnd(&dev, cuts, nstages, order, BND_DEVICE, &device, &err) != 0) {
+        printf("%-52s FAIL: %s\n", what, err.msg);
+        failed = 1;
+    } else if (side_errors) {
+        printf("%-52s FAIL: %s\n", what, side_error);
+        failed = 1;
+    } else {
+        int same = device.n == host.n && device.n == cpu.n &&
+                   memcmp(device.losses, host.losses, sizeof host.losses) == 0 &&
+                   memcmp(device.losses, cpu.losses, sizeof cpu.losses) == 0 &&
+                   memcmp(device.w, host.w, sizeof(float) * host.n) == 0 &&
+                   memcmp(device.w, cpu.w, sizeof(float) * cpu.n) == 0;
+        printf("%-52s %s\n", what, same ? "same bits as host boundaries and the CPU stage" : "FAIL: differs");
+        failed |= !same;
+    }
+    free(cpu.w), free(host.w), free(device.w);
+
+    /* the check can fail: device mode handed host buffers */
+    side_errors = 0;
+    int rc = run_bnd(&dev, cuts, nstages, order, BND_DEVICE_HOST_BUFFERS, &wrong, &err);
+    free(wrong.w);
+    int caught = rc == 0 && side_errors > 0;
+    printf("%-52s %s%s\n", "  host buffers passed as device boundaries", caught ? "caught: " : "FAIL: not caught",
+           caught ? side_error : "");
+    failed |= !caught;
+    side_errors = 0;
+
+    /* a CPU stage has no device boundaries */
+    model_spec sp;
+    model_stage *cs = NULL;
+    int refused = model_parse_spec(SPEC, &sp, &err) == 0 && model_stage_create(&sp, 0, 4, 1, 1, 7, 1, &cs, &err) == 0 &&
+                  !model_stage_boundary_device(cs) && model_stage_set_boundary_device(cs, 1, &err) != 0 &&
+                  strstr(err.msg, "computes on the CPU") != NULL;
+    model_stage_free(cs);
+    printf("%-52s %s%s\n", "  CPU stage asked for device boundaries", refused ? "refused: " : "FAIL: not refused",
+           refused ? err.msg : "");
+    failed |= !refused;
+    return failed;
 }
 
 /* Checkpoint after step 1 on the "GPU", load into a fresh one, one more step:
@@ -283,6 +417,12 @@ int main(void) {
         failed |= !same;
         free(cpu.w), free(gpu.w);
     }
+    if (side_errors) { /* the host-boundary cases above copied the wrong way */
+        printf("%-52s FAIL: %s\n", "host boundaries: uploads and downloads", side_error);
+        failed = 1;
+    }
+    failed |= boundary_case((const int[]){0, 2, 4}, 2, H_1F1B, "2 stages, 1F1B, device boundaries");
+    failed |= boundary_case((const int[]){0, 1, 2, 3, 4}, 4, H_SHUFFLED_W, "4 stages, scrambled W, device boundaries");
     int ck = checkpoint_case(&err);
     printf("%-52s %s%s\n", "checkpoint after step 1, resumed", ck == 0 ? "same loss" : "FAIL: ", ck == 0 ? "" : err.msg);
     failed |= ck != 0;

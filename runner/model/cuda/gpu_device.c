@@ -54,9 +54,10 @@ int gpu_ctx_create(int device, gpu_dtype dtype, gpu_ctx **out, pp_err *err) {
     }
     cublasStatus_t bs = c->api->create(&c->blas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
+        const char *why = c->api->status_string(bs);
         c->blas = NULL;
         gpu_ctx_free(c);
-        return pp_fail(err, "gpu: cublasCreate: %s", c->api->status_string(bs));
+        return pp_fail(err, "gpu: cublasCreate: %s", why);
     }
     /* fp32 stays fp32: no TF32 tensor-op rounding behind the caller's back */
     if ((bs = c->api->set_stream(c->blas, c->stream)) != CUBLAS_STATUS_SUCCESS ||
