@@ -25,6 +25,11 @@
 const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
     static const char *dirs[] = {"activation", "gradient", "control"};
     unsigned dir = (unsigned)(tag & 0xF);
+    if (dir == COMM_DIR_DEVACK || dir == COMM_DIR_DEVANN) {
+        snprintf(buf, cap, "tag 0x%" PRIx64 " (devcomm %s %" PRIu64 ")", tag,
+                 dir == COMM_DIR_DEVACK ? "acknowledgement" : "announcement", tag >> 4);
+        return buf;
+    }
     char d[16];
     if (dir < 3)
         snprintf(d, sizeof d, "%s", dirs[dir]);

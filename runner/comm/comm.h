@@ -65,6 +65,10 @@ const char *comm_transport_name(const comm *c, int peer);
  * masked to their width, so steps wrap every 2^24 (harmless: a tag only has
  * to be unique among the messages in flight between two ranks). */
 enum { COMM_DIR_ACT = 0, COMM_DIR_GRAD = 1, COMM_DIR_CTRL = 2 };
+/* devcomm's own control messages (devcomm.h): a cuda-ipc receiver's
+ * acknowledgement and an nccl sender's announcement.  Bits 63..4 of these
+ * tags hold a per-directed-pair sequence number instead of the fields above. */
+enum { COMM_DIR_DEVACK = 3, COMM_DIR_DEVANN = 4 };
 static inline uint64_t comm_tag(uint64_t step, uint64_t stage, uint64_t mb, uint64_t dir) {
     return (step & 0xFFFFFFull) << 40 | (stage & 0xFFFFull) << 24 | (mb & 0xFFFFFull) << 4 | (dir & 0xFull);
 }

@@ -1,0 +1,257 @@
+/* devcomm.c: the device-memory messages of devcomm.h, dispatched per peer.
+ *
+ * At open every rank publishes the PCI bus id of its device; a pair on one
+ * node with one bus id shares a GPU and talks over CUDA IPC
+ * (cuda/devcomm_ipc.c), any other pair over NCCL (cuda/devcomm_nccl.c),
+ * unless the config forces one and the pair cannot use it.  This file is
+ * always compiled; without the GPU backend devcomm_open says so. */
+#include "runner/comm/devcomm_int.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/comm/comm_int.h"
+
+enum { DC_SELF = 0, DC_IPC = 1, DC_NCCL = 2 };
+
+struct devcomm {
+    devcomm_config cfg;      /* cfg.rank_node points at node below */
+    char job_key[256];
+    int *node;               /* [world] */
+    unsigned char *kind;     /* [world] DC_* */
+#if DC_GPU
+    dc_ipc *ipc;             /* NULL if no peer uses it */
+    dc_nccl *nccl;
+#endif
+};
+
+/* ---- helpers the transports share ----------------------------------------- */
+
+int dc_ex_put(const devcomm_config *cfg, const char *key, const void *v, size_t len, pp_err *err) {
+    pthread_mutex_lock(&cfg->host->ex_mu);
+    int rc = cfg->exchange.put(cfg->exchange.ctx, key, v, len, err);
+    pthread_mutex_unlock(&cfg->host->ex_mu);
+    return rc;
+}
+
+int dc_ex_get(const devcomm_config *cfg, const char *key, void *v, size_t cap, size_t *len, int timeout_ms,
+              pp_err *err) {
+    pthread_mutex_lock(&cfg->host->ex_mu);
+    int rc = cfg->exchange.get(cfg->exchange.ctx, key, v, cap, len, timeout_ms, err);
+    pthread_mutex_unlock(&cfg->host->ex_mu);
+    return rc;
+}
+
+int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap) {
+    comm_peer *p = &cfg->host->peers[peer];
+    pthread_mutex_lock(&p->mu);
+    int gone = atomic_load(&p->dead) || p->in_state == COMM_IN_CLOSED || atomic_load(&p->setup) < 0;
+    if (gone)
+        snprintf(why, cap, "%s", atomic_load(&p->dead) ? p->dead_why
+                                 : p->in_state == COMM_IN_CLOSED ? p->in_why
+                                                                 : p->setup_err);
+    pthread_mutex_unlock(&p->mu);
+    return gone;
+}
+
+/* ---- open / close ----------------------------------------------------------- */
+
+static int check_config(const devcomm_config *cfg, pp_err *err) {
+    if (!cfg) return pp_fail(err, "devcomm: no configuration");
+    if (cfg->world < 1 || cfg->world > 65536)
+        return pp_fail(err, "devcomm: world size %d out of range (1..65536)", cfg->world);
+    if (cfg->rank < 0 || cfg->rank >= cfg->world)
+        return pp_fail(err, "devcomm: rank %d out of range (world size %d)", cfg->rank, cfg->world);
+    if (!cfg->host) return pp_fail(err, "devcomm: no host comm given (control messages travel over it)");
+    if (!cfg->exchange.put || !cfg->exchange.get) return pp_fail(err, "devcomm: no exchange (put/get) given");
+    if (!cfg->job_key || !cfg->job_key[0] || strlen(cfg->job_key) > 200 || strpbrk(cfg->job_key, " \t\n"))
+        return pp_fail(err, "devcomm: job_key must be 1..200 characters without spaces");
+    if (cfg->device < 0) return pp_fail(err, "devcomm: device %d is not a CUDA device index", cfg->device);
+    const char *t = cfg->transport ? cfg->transport : "auto";
+    if (strcmp(t, "auto") && strcmp(t, "cuda-ipc") && strcmp(t, "nccl"))
+        return pp_fail(err, "devcomm: unknown transport '%s' (accepted: auto, cuda-ipc, nccl)", t);
+    return 0;
+}
+
+#if DC_GPU
+/* Learns every rank's bus id and picks the transport of every pair.  All
+ * pairs are checked, not only this rank's, so that every rank of a job
+ * with an impossible forced transport fails with the same message. */
+static int pick_transports(devcomm *d, pp_err *err) {
+    const devcomm_config *cfg = &d->cfg;
+    int world = cfg->world;
+    char (*bus)[64] = calloc((size_t)world, sizeof *bus);
+    if (!bus) return pp_fail(err, "devcomm: out of memory");
+    char key[320], val[96];
+    int rc = -1;
+    if (dc_device_busid(cfg->device, bus[cfg->rank], sizeof bus[cfg->rank], err) < 0) goto out;
+    snprintf(key, sizeof key, DC_KEY_DEV, d->job_key, cfg->rank);
+    int n = snprintf(val, sizeof val, "bus=%s", bus[cfg->rank]);
+    if (dc_ex_put(cfg, key, val, (size_t)n, err) < 0) {
+        pp_wrap(err, "devcomm: rank %d cannot publish its device (key %s)", cfg->rank, key);
+        goto out;
+    }
+    for (int r = 0; r < world; r++) {
+        if (r == cfg->rank) continue;
+        size_t len = 0;
+        pp_err e;
+        snprintf(key, sizeof key, DC_KEY_DEV, d->job_key, r);
+        if (dc_ex_get(cfg, key, val, sizeof val - 1, &len, cfg->connect_timeout_ms, &e) < 0) {
+            pp_fail(err, "devcomm: no device of rank %d in the store (key %s): %s", r, key, e.msg);
+            goto out;
+        }
+        val[len < sizeof val - 1 ? len : sizeof val - 1] = '\0';
+        if (strncmp(val, "bus=", 4) || !val[4] || strlen(val + 4) >= sizeof bus[r]) {
+            pp_fail(err, "devcomm: malformed device of rank %d (key %s): '%.60s'", r, key, val);
+            goto out;
+        }
+        snprintf(bus[r], sizeof bus[r], "%s", val + 4);
+    }
+    const char *t = cfg->transport ? cfg->transport : "auto";
+    for (int a = 0; a < world; a++)
+        for (int b = a + 1; b < world; b++) {
+            int same_node = d->node[a] == d->node[b];
+            int same_gpu = same_node && !strcmp(bus[a], bus[b]);
+            if (!strcmp(t, "cuda-ipc") && !same_node) {
+                pp_fail(err,
+                        "devcomm: transport cuda-ipc requested, but ranks %d and %d are on different nodes (%d "
+                        "and %d): CUDA IPC works only within a node",
+                        a, b, d->node[a], d->node[b]);
+                goto out;
+            }
+            if (!strcmp(t, "nccl") && same_gpu) {
+                pp_fail(err,
+                        "devcomm: transport nccl requested, but ranks %d and %d share one GPU (node %d, PCI "
+                        "bus %s): NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\"); use cuda-ipc "
+                        "or auto",
+                        a, b, d->node[a], bus[a]);
+                goto out;
+            }
+        }
+    for (int r = 0; r < world; r++) {
+        int same_gpu = d->node[r] == d->node[cfg->rank] && !strcmp(bus[r], bus[cfg->rank]);
+        d->kind[r] = r == cfg->rank            ? DC_SELF
+                     : !strcmp(t, "cuda-ipc")  ? DC_IPC
+                     : !strcmp(t, "nccl")      ? DC_NCCL
+                     : same_gpu                ? DC_IPC
+                                               : DC_NCCL;
+    }
+    rc = 0;
+out:
+    free(bus);
+    return rc;
+}
+#endif
+
+int devcomm_open(const devcomm_config *cfg, devcomm **out, pp_err *err) {
+    *out = NULL;
+    if (check_config(cfg, err) < 0) return -1;
+#if !DC_GPU
+#ifdef PPRUN_HAVE_CUDA
+    return pp_fail(err, "devcomm: the cuda-ipc and nccl transports are not in this build yet (branch devcomm)");
+#else
+    return pp_fail(err, "devcomm: this pprun was built without the GPU backend (no CUDA toolkit at build time): "
+                        "device-memory transports (cuda-ipc, nccl) are not available");
+#endif
+#else
+    devcomm *d = calloc(1, sizeof *d);
+    if (!d) return pp_fail(err, "devcomm: out of memory");
+    d->cfg = *cfg;
+    snprintf(d->job_key, sizeof d->job_key, "%s", cfg->job_key);
+    d->cfg.job_key = d->job_key;
+    if (d->cfg.connect_timeout_ms <= 0) d->cfg.connect_timeout_ms = 30000;
+    d->node = calloc((size_t)cfg->world, sizeof *d->node);
+    d->kind = calloc((size_t)cfg->world, 1);
+    if (!d->node || !d->kind) {
+        devcomm_close(d);
+        return pp_fail(err, "devcomm: out of memory");
+    }
+    for (int r = 0; r < cfg->world; r++) d->node[r] = cfg->rank_node ? cfg->rank_node[r] : 0;
+    d->cfg.rank_node = d->node;
+    d->cfg.transport = cfg->transport;  /* the caller's string: only during open */
+    if (pick_transports(d, err) < 0) {
+        devcomm_close(d);
+        return -1;
+    }
+    d->cfg.transport = NULL;
+    int need_ipc = 0, need_nccl = 0;
+    for (int r = 0; r < cfg->world; r++) {
+        need_ipc |= d->kind[r] == DC_IPC;
+        need_nccl |= d->kind[r] == DC_NCCL;
+    }
+    if ((need_ipc && dc_ipc_open(&d->cfg, &d->ipc, err) < 0) ||
+        (need_nccl && dc_nccl_open(&d->cfg, &d->nccl, err) < 0)) {
+        devcomm_close(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+#endif
+}
+
+void devcomm_close(devcomm *d) {
+    if (!d) return;
+#if DC_GPU
+    dc_nccl_close(d->nccl);
+    dc_ipc_close(d->ipc);
+#endif
+    free(d->kind);
+    free(d->node);
+    free(d);
+}
+
+/* ---- messages ------------------------------------------------------------- */
+
+static int check_peer(const devcomm *d, int peer, const char *op, pp_err *err) {
+    if (!d) return pp_fail(err, "devcomm: %s on a devcomm that is not open", op);
+    if (peer < 0 || peer >= d->cfg.world)
+        return pp_fail(err, "devcomm: %s: peer rank %d out of range (world size %d)", op, peer, d->cfg.world);
+    if (peer == d->cfg.rank) return pp_fail(err, "devcomm: %s: peer rank %d is this rank itself", op, peer);
+    return 0;
+}
+
+int devcomm_send(devcomm *d, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
+    if (check_peer(d, peer, "send", err) < 0) return -1;
+    if (!dev && len) return pp_fail(err, "devcomm: send of %zu bytes to rank %d: NULL buffer", len, peer);
+#if DC_GPU
+    return d->kind[peer] == DC_IPC ? dc_ipc_send(d->ipc, peer, tag, dev, len, err)
+                                   : dc_nccl_send(d->nccl, peer, tag, dev, len, err);
+#else
+    (void)tag;
+    return pp_fail(err, "devcomm: no device transports in this build");
+#endif
+}
+
+int devcomm_recv(devcomm *d, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
+    if (check_peer(d, peer, "recv", err) < 0) return -1;
+    if (!dev && len) return pp_fail(err, "devcomm: recv of %zu bytes from rank %d: NULL buffer", len, peer);
+#if DC_GPU
+    return d->kind[peer] == DC_IPC ? dc_ipc_recv(d->ipc, peer, tag, dev, len, timeout_ms, err)
+                                   : dc_nccl_recv(d->nccl, peer, tag, dev, len, timeout_ms, err);
+#else
+    (void)tag;
+    (void)timeout_ms;
+    return pp_fail(err, "devcomm: no device transports in this build");
+#endif
+}
+
+int devcomm_flush(devcomm *d, int timeout_ms, pp_err *err) {
+    if (!d) return pp_fail(err, "devcomm: flush on a devcomm that is not open");
+#if DC_GPU
+    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    if (d->ipc && dc_ipc_flush(d->ipc, deadline, timeout_ms, err) < 0) return -1;
+    if (d->nccl && dc_nccl_flush(d->nccl, deadline, timeout_ms, err) < 0) return -1;
+    return 0;
+#else
+    (void)timeout_ms;
+    return pp_fail(err, "devcomm: no device transports in this build");
+#endif
+}
+
+const char *devcomm_transport_name(const devcomm *d, int peer) {
+    if (!d || peer < 0 || peer >= d->cfg.world) return "none";
+    return d->kind[peer] == DC_IPC ? "cuda-ipc" : d->kind[peer] == DC_NCCL ? "nccl" : "self";
+}

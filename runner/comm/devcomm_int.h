@@ -1,0 +1,61 @@
+/* devcomm_int.h: what devcomm.c (per-peer dispatch, device identities) shares
+ * with its two transports, cuda/devcomm_ipc.c and cuda/devcomm_nccl.c.  Not
+ * a contract: only the devcomm files include it.  No CUDA types here, so
+ * devcomm.c builds without the toolkit.
+ *
+ * Each transport serves every peer of its kind; its calls come from the
+ * devcomm caller's thread (devcomm.h: one thread at a time per devcomm) and,
+ * for nccl, from its proxy threads (see devcomm_nccl.c). */
+#ifndef PP_DEVCOMM_INT_H
+#define PP_DEVCOMM_INT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/comm/devcomm.h"
+
+/* Control tags on the host comm (comm.h's convention, direction field
+ * COMM_DIR_DEVACK / COMM_DIR_DEVANN; bits 63..4 a per-directed-pair
+ * sequence number, so every control message has a tag of its own). */
+static inline uint64_t dc_ctl_tag(uint64_t seq, unsigned dir) { return seq << 4 | (dir & 0xFu); }
+
+/* Store keys, all under "devcomm/<job_key>/". */
+#define DC_KEY_DEV "devcomm/%s/dev/%d"        /* rank -> "bus=<PCI bus id>" */
+#define DC_KEY_NCCL "devcomm/%s/nccl/%d-%d"   /* sender-receiver -> ncclUniqueId */
+
+/* The exchange under the host comm's exchange lock: comm's own threads use
+ * the same exchange (a store client is not thread-safe). */
+int dc_ex_put(const devcomm_config *cfg, const char *key, const void *v, size_t len, pp_err *err);
+int dc_ex_get(const devcomm_config *cfg, const char *key, void *v, size_t cap, size_t *len, int timeout_ms,
+              pp_err *err);
+/* 1 if the host comm knows `peer` is gone (process exited, connection
+ * closed), with the reason in why ("is gone (process 123 exited)"). */
+int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap);
+
+/* The transports below exist (GPU backend built). */
+#if defined(PPRUN_HAVE_CUDA) && 0
+#define DC_GPU 1
+#else
+#define DC_GPU 0
+#endif
+
+#if DC_GPU
+/* cuda/devcomm_ipc.c: this process's device identity, for the pairing. */
+int dc_device_busid(int device, char *out, size_t cap, pp_err *err);
+
+/* The config pointer stays valid until close (it points into the devcomm). */
+typedef struct dc_ipc dc_ipc;
+int dc_ipc_open(const devcomm_config *cfg, dc_ipc **out, pp_err *err);
+int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err);
+int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err);
+int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err);
+void dc_ipc_close(dc_ipc *t);
+
+typedef struct dc_nccl dc_nccl;
+int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err);
+int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err);
+int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err);
+int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err);
+void dc_nccl_close(dc_nccl *t);
+#endif
+
+#endif
