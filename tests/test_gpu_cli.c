@@ -180,8 +180,9 @@ static int run_sibling(const char *name) {
  * gpu_layers.c's row-major -> column-major cuBLAS mapping (operand swap,
  * leading dimensions, strided-batched attention) against a column-major
  * reference GEMM; gpu_stage.c's wiring with the CPU kernels standing in for
- * gpu.h, bit for bit against the CPU stage over partitions, orders and a
- * checkpoint. Neither says anything about the CUDA kernels themselves. */
+ * gpu.h, bit for bit against the CPU stage over partitions, orders, a
+ * checkpoint and device-resident boundary tensors; the engine's device-boundary
+ * path. None says anything about the CUDA kernels, IPC or NCCL themselves. */
 Test(gpu_cli, gemm_mapping_matches_the_cpu_layers) {
     int rc = run_sibling("gpu_mapcheck");
     cr_assert_eq(rc, 0, "gpu_mapcheck exited %d: run it to see which layer", rc);
@@ -190,6 +191,14 @@ Test(gpu_cli, gemm_mapping_matches_the_cpu_layers) {
 Test(gpu_cli, gpu_stage_wiring_matches_the_cpu_stage) {
     int rc = run_sibling("gpu_stagecheck");
     cr_assert_eq(rc, 0, "gpu_stagecheck exited %d: run it to see which case", rc);
+}
+
+/* The engine's GPU path on forked ranks (bench/gpu_cpucheck/enginecheck.c):
+ * device boundaries through a devcomm stand-in, local handoffs, host
+ * staging with --transport shm, all equal to one rank bit for bit. */
+Test(gpu_cli, engine_device_boundaries_match_one_rank) {
+    int rc = run_sibling("gpu_enginecheck");
+    cr_assert_eq(rc, 0, "gpu_enginecheck exited %d: run it to see which job", rc);
 }
 
 Test(gpu_cli, ranks_share_devices_round_robin) {

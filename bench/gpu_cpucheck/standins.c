@@ -21,6 +21,7 @@
 /* --- stand-ins: device, memory, the two runtime calls gpu_stage.c makes --- */
 
 /* Live "device" allocations, and the first copy that crossed sides wrongly. */
+#define DEV_HEADER 64
 static struct dev_block { const char *p; size_t n; } *dev_blocks;
 static size_t dev_count, dev_cap;
 int side_errors;
@@ -66,9 +67,16 @@ void *gpu_alloc(gpu_ctx *ctx, size_t bytes, pp_err *err) {
         }
         dev_blocks = nb, dev_cap = cap;
     }
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) pp_fail(err, "out of memory");
-    else dev_blocks[dev_count++] = (struct dev_block){p, bytes ? bytes : 1};
+    /* Past a poisoned header, so that host free() of "device" memory aborts
+     * (glibc finds no chunk there) instead of passing unnoticed. */
+    unsigned char *base = malloc(DEV_HEADER + (bytes ? bytes : 1));
+    if (!base) {
+        pp_fail(err, "out of memory");
+        return NULL;
+    }
+    memset(base, 0xA5, DEV_HEADER);
+    void *p = base + DEV_HEADER;
+    dev_blocks[dev_count++] = (struct dev_block){p, bytes ? bytes : 1};
     return p;
 }
 void gpu_free(gpu_ctx *ctx, void *p) {
@@ -77,7 +85,7 @@ void gpu_free(gpu_ctx *ctx, void *p) {
     for (size_t i = 0; i < dev_count; i++)
         if (dev_blocks[i].p == p) {
             dev_blocks[i] = dev_blocks[--dev_count];
-            free(p);
+            free((unsigned char *)p - DEV_HEADER);
             return;
         }
     want_side(p, 1, "gpu_free's pointer");
