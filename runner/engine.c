@@ -110,10 +110,11 @@ int engine_init(engine *e, pp_err *err) {
     for (int i = 0; i < e->nlocal && e->device_boundaries; i++) {
         int s = e->local_stage[i];
         if (model_stage_set_boundary_device(e->stages[s], 1, err) != 0) return pp_wrap(err, "stage %d", s);
-        int up = s > 0 ? plan->stage_rank[s - 1] : e->rank, down = s < plan->stages - 1 ? plan->stage_rank[s + 1] : e->rank;
+        int up = s > 0 ? plan->stage_rank[s - 1] : e->rank;
+        int down = s < plan->stages - 1 ? plan->stage_rank[s + 1] : e->rank;
         if (!e->devcomm && (up != e->rank || down != e->rank))
-            return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device transport "
-                           "(devcomm) is open", e->rank, s, up != e->rank ? up : down);
+            return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
+                           "transport (devcomm) is open", e->rank, s, up != e->rank ? up : down);
     }
     /* A checkpoint is loaded when the user asked to --resume, or when this
      * run wrote it (a restarted attempt); never one another run left. */

@@ -234,7 +234,8 @@ int run_config_costs(const run_config *cfg, sched_costs *costs) {
 }
 
 int run_config_device_boundaries(const run_config *cfg) {
-    return strcmp(cfg->device, "cuda") == 0 && strcmp(cfg->transport, "shm") != 0 && strcmp(cfg->transport, "tcp") != 0;
+    return strcmp(cfg->device, "cuda") == 0 && strcmp(cfg->transport, "shm") != 0 &&
+           strcmp(cfg->transport, "tcp") != 0;
 }
 
 int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan, int nproc_per_node, int devices,

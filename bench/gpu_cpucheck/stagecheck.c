@@ -130,8 +130,8 @@ static int boundary_case(const int *cuts, int nstages, h_order order, const char
     /* a CPU stage has no device boundaries */
     model_spec sp;
     model_stage *cs = NULL;
-    int refused = model_parse_spec(SPEC, &sp, &err) == 0 && model_stage_create(&sp, 0, 4, 1, 1, 7, 1, &cs, &err) == 0 &&
-                  !model_stage_boundary_device(cs) && model_stage_set_boundary_device(cs, 1, &err) != 0 &&
+    int refused = model_parse_spec(SPEC, &sp, &err) == 0 &&
+                  model_stage_create(&sp, 0, 4, 1, 1, 7, 1, &cs, &err) == 0 && !model_stage_boundary_device(cs) && model_stage_set_boundary_device(cs, 1, &err) != 0 &&
                   strstr(err.msg, "computes on the CPU") != NULL;
     model_stage_free(cs);
     printf("%-52s %s%s\n", "  CPU stage asked for device boundaries", refused ? "refused: " : "FAIL: not refused",
@@ -203,7 +203,8 @@ int main(void) {
         failed = 1;
     }
     failed |= boundary_case((const int[]){0, 2, 4}, 2, H_1F1B, "2 stages, 1F1B, device boundaries");
-    failed |= boundary_case((const int[]){0, 1, 2, 3, 4}, 4, H_SHUFFLED_W, "4 stages, scrambled W, device boundaries");
+    failed |=
+        boundary_case((const int[]){0, 1, 2, 3, 4}, 4, H_SHUFFLED_W, "4 stages, scrambled W, device boundaries");
     int ck = checkpoint_case(&err);
     printf("%-52s %s%s\n", "checkpoint after step 1, resumed", ck == 0 ? "same loss" : "FAIL: ", ck == 0 ? "" : err.msg);
     failed |= ck != 0;

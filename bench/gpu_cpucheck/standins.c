@@ -117,8 +117,10 @@ cudaError_t cudaSetDevice(int device) {
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
     (void)stream;
-    want_side(src, kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost, "cudaMemcpyAsync's source");
-    want_side(dst, kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice, "cudaMemcpyAsync's destination");
+    int from_dev = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
+    int to_dev = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
+    want_side(src, from_dev, "cudaMemcpyAsync's source");
+    want_side(dst, to_dev, "cudaMemcpyAsync's destination");
     memcpy(dst, src, count);
     return cudaSuccess;
 }
