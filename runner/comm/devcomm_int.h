@@ -32,7 +32,7 @@ int dc_ex_get(const devcomm_config *cfg, const char *key, void *v, size_t cap, s
 int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap);
 
 /* The transports below exist (GPU backend built). */
-#if defined(PPRUN_HAVE_CUDA) && 0
+#if defined(PPRUN_HAVE_CUDA)
 #define DC_GPU 1
 #else
 #define DC_GPU 0

@@ -1,0 +1,594 @@
+/* devcomm_check.c: devcomm (runner/comm/devcomm.c and cuda/devcomm_*.c, as
+ * written) run on the CPU: real rank processes, a real host comm over
+ * shared memory (or TCP between "nodes"), the CUDA runtime played by
+ * devcomm_cudastub.c and NCCL by the stand-in library devcomm_ncclstub.c
+ * (loaded through PPRUN_NCCL_LIB).  It proves devcomm's protocol (matching
+ * by tag in any order, unbounded buffered sends, pool reuse, the order NCCL
+ * needs, failure naming the peer without hanging), nothing about CUDA IPC
+ * or NCCL on a GPU.
+ *
+ *   ./build/devcomm_check SCENARIO   (exit 0 if devcomm behaved as expected)
+ *   ./build/devcomm_check list
+ *
+ * Built (CMakeLists.txt) without pprun_core or the CUDA runtime; run by
+ * tests/test_devcomm.c. */
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers/comm_file_exchange.h"
+#include "runner/comm/devcomm.h"
+#include "runner/comm/devcomm_int.h"
+
+#define MAXW 4
+#define DEADLINE_S 60
+#define RECV_MS 20000
+
+extern _Atomic long devstub_allocs; /* devcomm_cudastub.c */
+/* Present in sanitizer builds only: ranks leave by _exit, so run LeakSanitizer by hand. */
+extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+
+typedef struct world {
+    int n;
+    const char *bus[MAXW];  /* PCI bus id each rank's device reports */
+    int node[MAXW];
+    const char *transport;  /* devcomm's */
+    const char *comm_transport;
+} world;
+
+typedef struct rank_ctx {
+    int rank, n;
+    int no_flush;       /* the function flushed (or must not): skip the harness's flush */
+    comm *host;
+    devcomm *d;
+    devcomm_config cfg;
+} rank_ctx;
+
+/* Runs in each rank after both comms are open; returns 0 or fills rep. */
+typedef int (*rank_fn)(rank_ctx *r, pp_err *rep);
+
+typedef struct result {
+    int code[MAXW];      /* exit code, or 128 + signal */
+    char rep[MAXW][1100];
+} result;
+
+/* ---- data: every byte depends on the tag, so a misdelivery shows --------- */
+
+static unsigned char pat(uint64_t tag, size_t i) { return (unsigned char)(tag * 0x9E3779B1u + i * 131u + (i >> 9)); }
+
+static size_t size_of(int i) {
+    static const size_t sizes[] = {4096, 0, 1, 70000, 300001, 12, 65536, 65537, 200000, 999};
+    return sizes[i % 10];
+}
+
+static void *dev_alloc(size_t n) {
+    void *p = NULL;
+    return cudaMalloc(&p, n ? n : 1) == cudaSuccess ? p : NULL;
+}
+
+static int dev_fill(void *dev, uint64_t tag, size_t n) {
+    unsigned char *h = malloc(n ? n : 1);
+    if (!h) return -1;
+    for (size_t i = 0; i < n; i++) h[i] = pat(tag, i);
+    int rc = cudaMemcpy(dev, h, n, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
+    free(h);
+    return rc;
+}
+
+static int dev_check(const void *dev, uint64_t tag, size_t n, pp_err *rep) {
+    unsigned char *h = malloc(n ? n : 1);
+    if (!h || cudaMemcpy(h, dev, n, cudaMemcpyDeviceToHost) != cudaSuccess) {
+        free(h);
+        return pp_fail(rep, "cannot read back a received buffer");
+    }
+    for (size_t i = 0; i < n; i++)
+        if (h[i] != pat(tag, i)) {
+            char ts[128];
+            free(h);
+            return pp_fail(rep, "%s: byte %zu of %zu is wrong (another message's data?)", comm_tag_str(tag, ts, sizeof ts),
+                           i, n);
+        }
+    free(h);
+    return 0;
+}
+
+static uint64_t tag_of(int from, int to, int i) { return comm_tag((uint64_t)i, (uint64_t)to, (uint64_t)from, COMM_DIR_ACT); }
+
+/* Sends n messages to peer (sizes vary, some empty), fire and forget. */
+static int send_many(rank_ctx *r, int peer, int n, pp_err *rep) {
+    size_t max = 0;
+    for (int i = 0; i < n; i++) max = size_of(i) > max ? size_of(i) : max;
+    void *buf = dev_alloc(max);
+    if (!buf) return pp_fail(rep, "cudaMalloc (stand-in) failed");
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        uint64_t tag = tag_of(r->rank, peer, i);
+        if (dev_fill(buf, tag, size_of(i)) < 0) rc = pp_fail(rep, "fill failed");
+        else rc = devcomm_send(r->d, peer, tag, buf, size_of(i), rep);
+        /* devcomm took its own copy: scribbling now must not reach the receiver */
+        if (rc == 0 && size_of(i)) dev_fill(buf, ~tag, size_of(i));
+    }
+    cudaFree(buf);
+    return rc;
+}
+
+/* Receives the n messages of send_many from peer in an order far from the
+ * send order (a stride permutation). */
+static int recv_many(rank_ctx *r, int peer, int n, pp_err *rep) {
+    void *buf = dev_alloc(300001);
+    if (!buf) return pp_fail(rep, "cudaMalloc (stand-in) failed");
+    int rc = 0;
+    for (int k = 0; k < n && rc == 0; k++) {
+        int i = (int)(((long)k * 37 + 11) % n); /* n is never a multiple of 37 here */
+        uint64_t tag = tag_of(peer, r->rank, i);
+        rc = devcomm_recv(r->d, peer, tag, buf, size_of(i), RECV_MS, rep);
+        if (rc == 0) rc = dev_check(buf, tag, size_of(i), rep);
+    }
+    cudaFree(buf);
+    return rc;
+}
+
+/* ---- the harness: fork ranks, open comm and devcomm, run, report ------------------ */
+
+static char stub_lib[4200];
+
+static void rank_main(const world *w, const char *dir, const char *job, int rank, rank_fn fn) {
+    pp_err rep = {""};
+    int rc = -1;
+    setenv("PPRUN_STUB_BUSID", w->bus[rank], 1);
+    setenv("PPRUN_NCCL_LIB", stub_lib, 1);
+    comm_config cc = {.rank = rank, .world = w->n, .rank_node = w->node, .job_key = job,
+                      .exchange = fx_exchange(dir), .connect_timeout_ms = 10000, .transport = w->comm_transport};
+    rank_ctx r = {.rank = rank, .n = w->n};
+    if (comm_open(&cc, &r.host, &rep) < 0) goto out;
+    r.cfg = (devcomm_config){.rank = rank, .world = w->n, .rank_node = w->node, .device = 0, .host = r.host,
+                             .exchange = fx_exchange(dir), .job_key = job, .transport = w->transport,
+                             .connect_timeout_ms = 10000};
+    if (devcomm_open(&r.cfg, &r.d, &rep) < 0) {
+        comm_close(r.host);
+        goto out;
+    }
+    rc = fn(&r, &rep);
+    pp_err e;
+    if (rc == 0 && !r.no_flush && devcomm_flush(r.d, RECV_MS, &e) < 0) rc = pp_fail(&rep, "%s", e.msg);
+    devcomm_close(r.d);
+    if (rc == 0 && comm_flush(r.host, RECV_MS, &e) < 0) rc = pp_fail(&rep, "%s", e.msg);
+    comm_close(r.host);
+out:;
+    char path[600];
+    snprintf(path, sizeof path, "%s/report.%d", dir, rank);
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(rep.msg, f);
+        fclose(f);
+    }
+    if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check()) _exit(3);
+    _exit(rc == 0 ? 0 : 1);
+}
+
+static void run_world(const world *w, rank_fn fn, result *res) {
+    char dir[] = "/tmp/pprun-devcomm-XXXXXX";
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    char job[64];
+    snprintf(job, sizeof job, "dccheck-%d-%ld", (int)getpid(), (long)pp_now_ns());
+    pid_t pids[MAXW];
+    fflush(NULL);
+    for (int r = 0; r < w->n; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) rank_main(w, dir, job, r, fn);
+    }
+    uint64_t deadline = pp_now_ns() + (uint64_t)DEADLINE_S * 1000000000ull;
+    int left = w->n, hung = 0;
+    memset(res, 0, sizeof *res);
+    while (left) {
+        for (int r = 0; r < w->n; r++) {
+            int st;
+            if (pids[r] <= 0 || waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
+            res->code[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            pids[r] = 0;
+            left--;
+        }
+        if (left && pp_now_ns() > deadline && !hung) {
+            hung = 1;
+            for (int r = 0; r < w->n; r++)
+                if (pids[r] > 0) kill(pids[r], SIGKILL);
+        }
+        if (left) pp_sleep_ns(5000000);
+    }
+    for (int r = 0; r < w->n; r++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/report.%d", dir, r);
+        FILE *f = fopen(path, "r");
+        size_t k = f ? fread(res->rep[r], 1, sizeof res->rep[r] - 1, f) : 0;
+        res->rep[r][k] = '\0';
+        if (f) fclose(f);
+        unlink(path);
+        if (hung && res->code[r] == 128 + SIGKILL && !res->rep[r][0])
+            snprintf(res->rep[r], sizeof res->rep[r], "HUNG: killed after %d s", DEADLINE_S);
+    }
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+    comm_cleanup(job, w->n);
+}
+
+static int failures;
+
+static void expect(int ok, const char *scenario, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void expect(int ok, const char *scenario, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s %s: ", ok ? "ok  " : "FAIL", scenario);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (!ok) failures++;
+}
+
+static void expect_all_ok(const char *scenario, const world *w, const result *res) {
+    for (int r = 0; r < w->n; r++)
+        expect(res->code[r] == 0, scenario, "rank %d exit %d %s", r, res->code[r], res->rep[r]);
+}
+
+/* ---- scenarios --------------------------------------------------------------------- */
+
+#define MANY 150  /* more than any pool holds at first: pools must grow */
+
+/* Everyone sends MANY messages to every peer before receiving anything,
+ * then receives in a permuted order; then a ping-pong phase must reuse the
+ * pools (no new device allocations). */
+static int all_to_all(rank_ctx *r, pp_err *rep) {
+    for (int p = 0; p < r->n; p++)
+        if (p != r->rank && send_many(r, p, MANY, rep) < 0) return -1;
+    long grown = devstub_allocs;
+    for (int p = 0; p < r->n; p++)
+        if (p != r->rank && recv_many(r, p, MANY, rep) < 0) return -1;
+    pp_err e;
+    if (devcomm_flush(r->d, RECV_MS, &e) < 0) return pp_fail(rep, "flush after phase 1: %s", e.msg);
+    /* ping-pong between 0 and 1: buffers come back, so nothing new is allocated */
+    long before = devstub_allocs;
+    void *buf = dev_alloc(300001);
+    for (int i = 0; i < 40 && r->rank < 2 && r->n >= 2; i++) {
+        int peer = 1 - r->rank;
+        uint64_t tag = comm_tag(1000 + (uint64_t)i, 0, 0, COMM_DIR_GRAD);
+        size_t n = size_of(i);
+        if (r->rank == i % 2) {
+            if (dev_fill(buf, tag, n) < 0 || devcomm_send(r->d, peer, tag, buf, n, rep) < 0) return -1;
+        } else if (devcomm_recv(r->d, peer, tag, buf, n, RECV_MS, rep) < 0 || dev_check(buf, tag, n, rep) < 0) {
+            return -1;
+        }
+    }
+    if (devcomm_flush(r->d, RECV_MS, &e) < 0) return pp_fail(rep, "flush after phase 2: %s", e.msg);
+    cudaFree(buf);
+    long extra = devstub_allocs - before - 1;
+    if (extra > 0) return pp_fail(rep, "ping-pong allocated %ld new device buffers: pools are not reused", extra);
+    pp_fail(rep, "%ld device buffers after phase 1, none more in the ping-pong", grown);  /* shown on success */
+    return 0;
+}
+
+static int names_ok(rank_ctx *r, const char *const *want, pp_err *rep) {
+    for (int p = 0; p < r->n; p++) {
+        if (p == r->rank) continue;
+        const char *got = devcomm_transport_name(r->d, p);
+        int a = r->rank < p ? r->rank : p, b = r->rank < p ? p : r->rank;
+        const char *w = want[a * MAXW + b];
+        if (strcmp(got, w)) return pp_fail(rep, "transport to rank %d is %s, expected %s", p, got, w);
+    }
+    return 0;
+}
+
+static const char *const names_ipc[MAXW * MAXW] = {[0 * MAXW + 1] = "cuda-ipc"};
+static const char *const names_nccl3[MAXW * MAXW] = {[0 * MAXW + 1] = "nccl", [0 * MAXW + 2] = "nccl", [1 * MAXW + 2] = "nccl"};
+static const char *const names_mixed[MAXW * MAXW] = {
+    [0 * MAXW + 1] = "cuda-ipc", [2 * MAXW + 3] = "cuda-ipc", [0 * MAXW + 2] = "nccl",
+    [0 * MAXW + 3] = "nccl",     [1 * MAXW + 2] = "nccl",     [1 * MAXW + 3] = "nccl"};
+static const char *const *want_names;
+
+static int names_then_all(rank_ctx *r, pp_err *rep) {
+    if (names_ok(r, want_names, rep) < 0) return -1;
+    return all_to_all(r, rep);
+}
+
+/* A recv with the wrong length fails naming both sizes and changes nothing. */
+static int wrong_len_then_right(rank_ctx *r, pp_err *rep) {
+    void *buf = dev_alloc(70000);
+    uint64_t tag = tag_of(0, 1, 3);
+    int rc = 0;
+    if (r->rank == 0) {
+        rc = dev_fill(buf, tag, 70000) < 0 ? -1 : devcomm_send(r->d, 1, tag, buf, 70000, rep);
+    } else {
+        pp_err e;
+        if (devcomm_recv(r->d, 0, tag, buf, 1000, RECV_MS, &e) == 0)
+            rc = pp_fail(rep, "a recv of 1000 bytes took a 70000-byte message");
+        else if (!strstr(e.msg, "70000 bytes") || !strstr(e.msg, "expected 1000"))
+            rc = pp_fail(rep, "size error does not name both sizes: %s", e.msg);
+        else if (devcomm_recv(r->d, 0, tag, buf, 70000, RECV_MS, rep) < 0 || dev_check(buf, tag, 70000, rep) < 0)
+            rc = pp_wrap(rep, "after the failed recv");
+    }
+    cudaFree(buf);
+    return rc;
+}
+
+/* Rank 1 takes 3 messages, tells rank 0 over the host comm, and dies;
+ * rank 0 then sends more and flushes: the first failing call must name
+ * rank 1, and come back (the harness kills a hung rank). */
+static int receiver_dies(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    if (r->rank == 1) {
+        if (recv_many(r, 0, 3, rep) < 0) return -1;
+        comm_send(r->host, 0, comm_tag(0, 0, 0, COMM_DIR_CTRL), &one, 1, rep);
+        comm_flush(r->host, RECV_MS, rep);
+        raise(SIGKILL);
+    }
+    if (send_many(r, 1, 3, rep) < 0) return -1;
+    if (comm_recv(r->host, 1, comm_tag(0, 0, 0, COMM_DIR_CTRL), &one, 1, RECV_MS, rep) < 0) return -1;
+    if (send_many(r, 1, 5, rep) < 0 || devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+    return pp_fail(rep, "DELIVERED: sending to a dead rank and flushing succeeded");
+}
+
+/* Rank 0 sends 2 (flushed: they are in rank 1's hands) and dies; rank 1
+ * gets both, then its recv of a third fails naming rank 0. */
+static int sender_dies(rank_ctx *r, pp_err *rep) {
+    if (r->rank == 0) {
+        if (send_many(r, 1, 2, rep) < 0) return -1;
+        if (devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+        raise(SIGKILL);
+    }
+    if (recv_many(r, 0, 2, rep) < 0) return -1;
+    void *buf = dev_alloc(16);
+    int rc = devcomm_recv(r->d, 0, tag_of(0, 1, 99), buf, 16, RECV_MS, rep);
+    cudaFree(buf);
+    return rc == 0 ? pp_fail(rep, "DELIVERED: received a message rank 0 never sent") : -1;
+}
+
+static int nothing(rank_ctx *r, pp_err *rep) {
+    (void)r;
+    (void)rep;
+    return 0;
+}
+
+/* The mutant receiver: rank 1 reads the announcements devcomm's sender
+ * makes, but posts its ncclRecv in TAG order instead of announcement
+ * order (with the stand-in NCCL directly).  Rank 0 sends in descending tag
+ * order.  The stand-in must expose it: a size mismatch or wrong bytes. */
+static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
+    enum { N = 6 };
+    if (r->rank == 0) {
+        void *buf = dev_alloc(300001);
+        for (int i = N - 1; i >= 0; i--) {
+            uint64_t tag = tag_of(0, 1, i);
+            size_t n = size_of(i) ? size_of(i) : 5;
+            if (dev_fill(buf, tag, n) < 0 || devcomm_send(r->d, 1, tag, buf, n, rep) < 0) return -1;
+        }
+        cudaFree(buf);
+        pp_err e;
+        devcomm_flush(r->d, 3000, &e);  /* the mutant aborts: this may fail, and that is fine */
+        r->no_flush = 1;
+        return 0;
+    }
+    void *lib = dlopen(stub_lib, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return pp_fail(rep, "cannot load %s", stub_lib);
+    ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
+    ncclResult_t (*aerr)(ncclComm_t, ncclResult_t *);
+    ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+    ncclResult_t (*abrt)(ncclComm_t);
+    *(void **)&init = dlsym(lib, "ncclCommInitRankConfig");
+    *(void **)&aerr = dlsym(lib, "ncclCommGetAsyncError");
+    *(void **)&recv = dlsym(lib, "ncclRecv");
+    *(void **)&abrt = dlsym(lib, "ncclCommAbort");
+    struct { uint64_t tag, len; } ann[N];
+    for (int s = 0; s < N; s++)
+        if (comm_recv(r->host, 0, dc_ctl_tag((uint64_t)s, COMM_DIR_DEVANN), &ann[s], sizeof ann[s], RECV_MS, rep) < 0)
+            return -1;
+    /* tag order */
+    for (int a = 0; a < N; a++)
+        for (int b = a + 1; b < N; b++)
+            if (ann[b].tag < ann[a].tag) {
+                __typeof__(ann[0]) t = ann[a];
+                ann[a] = ann[b];
+                ann[b] = t;
+            }
+    ncclUniqueId id;
+    size_t len;
+    char key[300];
+    snprintf(key, sizeof key, DC_KEY_NCCL, r->cfg.job_key, 0, 1);
+    if (fx_get((void *)r->cfg.exchange.ctx, key, &id, sizeof id, &len, RECV_MS, rep) < 0) return -1;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c;
+    ncclResult_t st = ncclInProgress;
+    init(&c, 2, id, 1, &cfg);
+    while (aerr(c, &st) == ncclSuccess && st == ncclInProgress) pp_sleep_ns(1000000);
+    if (st != ncclSuccess) return pp_fail(rep, "mutant: init failed (%d)", st);
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    void *bufs[N];
+    for (int i = 0; i < N; i++) {
+        bufs[i] = dev_alloc(ann[i].len);
+        recv(bufs[i], ann[i].len, ncclInt8, 0, c, s);
+        aerr(c, &st);
+    }
+    /* wait for all, or an async error */
+    uint64_t deadline = pp_now_ns() + 5000000000ull;
+    int detected = 0;
+    while (pp_now_ns() < deadline) {
+        aerr(c, &st);
+        if (st != ncclSuccess && st != ncclInProgress) {
+            detected = 1;
+            break;
+        }
+        pp_sleep_ns(2000000);
+        /* all landed? the stream drains only if every transfer matched */
+        cudaEvent_t ev;
+        cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        cudaEventRecord(ev, s);
+        pp_sleep_ns(20000000);
+        int done = cudaEventQuery(ev) == cudaSuccess;
+        cudaEventDestroy(ev);
+        if (done) break;
+    }
+    if (!detected)
+        for (int i = 0; i < N; i++) {
+            pp_err e;
+            if (dev_check(bufs[i], ann[i].tag, ann[i].len, &e) < 0) detected = 1;
+        }
+    abrt(c);
+    cudaStreamDestroy(s);
+    for (int i = 0; i < N; i++) cudaFree(bufs[i]);
+    if (!detected) return pp_fail(rep, "posting in tag order went unnoticed: the check cannot fail");
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------------------------ */
+
+typedef struct scenario {
+    const char *name, *what;
+    void (*run)(const char *name);
+} scenario;
+
+static void sc_ipc(const char *name) {
+    world w = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}};
+    result res;
+    want_names = names_ipc;
+    run_world(&w, names_then_all, &res);
+    expect_all_ok(name, &w, &res);
+}
+
+static void sc_nccl(const char *name) {
+    world w = {.n = 3, .bus = {"0000:3b:00.0", "0000:5e:00.0", "0000:86:00.0"}};
+    result res;
+    want_names = names_nccl3;
+    run_world(&w, names_then_all, &res);
+    expect_all_ok(name, &w, &res);
+}
+
+static void sc_mixed(const char *name) {
+    world w = {.n = 4, .bus = {"0000:3b:00.0", "0000:3b:00.0", "0000:5e:00.0", "0000:5e:00.0"}};
+    result res;
+    want_names = names_mixed;
+    run_world(&w, names_then_all, &res);
+    expect_all_ok(name, &w, &res);
+}
+
+static void sc_wrong_len(const char *name) {
+    world ipc = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}};
+    world nccl = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
+    result res;
+    run_world(&ipc, wrong_len_then_right, &res);
+    expect_all_ok(name, &ipc, &res);
+    run_world(&nccl, wrong_len_then_right, &res);
+    expect_all_ok(name, &nccl, &res);
+}
+
+/* The survivor's call failed, saying the victim is gone (not a timeout). */
+static void dies(const char *name, const world *w, rank_fn fn, int victim) {
+    result res;
+    run_world(w, fn, &res);
+    int survivor = 1 - victim;
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", victim);
+    const char *m = res.rep[survivor];
+    expect(res.code[victim] == 128 + SIGKILL, name, "rank %d died by SIGKILL (code %d)", victim, res.code[victim]);
+    expect(res.code[survivor] == 1 && strstr(m, who) && strstr(m, "gone") && !strstr(m, "timed out") &&
+               !strstr(m, "DELIVERED") && !strstr(m, "HUNG"),
+           name, "%s (%s) failed naming %s: %s", w->n && strcmp(w->bus[0], w->bus[1]) ? "nccl" : "cuda-ipc",
+           survivor ? "rank 1" : "rank 0", who, m);
+}
+
+static void sc_dead(const char *name) {
+    world ipc = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}};
+    world nccl = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
+    dies(name, &ipc, receiver_dies, 1);
+    dies(name, &nccl, receiver_dies, 1);
+    setenv("PPRUN_NCCLSTUB_DEAD", "error", 1);  /* NCCL reports it itself */
+    dies(name, &nccl, receiver_dies, 1);
+    unsetenv("PPRUN_NCCLSTUB_DEAD");
+    dies(name, &ipc, sender_dies, 0);
+    dies(name, &nccl, sender_dies, 0);
+}
+
+static void open_fails(const char *name, const world *w, const char *const *needles) {
+    result res;
+    run_world(w, nothing, &res);
+    for (int r = 0; r < w->n; r++) {
+        int ok = res.code[r] == 1;
+        for (int i = 0; needles[i]; i++) ok = ok && strstr(res.rep[r], needles[i]);
+        expect(ok, name, "rank %d: %s", r, res.rep[r]);
+    }
+}
+
+static int expect_nccl_names(rank_ctx *r, pp_err *rep) {
+    return strcmp(devcomm_transport_name(r->d, 1 - r->rank), "nccl")
+               ? pp_fail(rep, "same bus id on two nodes chose %s", devcomm_transport_name(r->d, 1 - r->rank))
+               : 0;
+}
+
+static void sc_forced(const char *name) {
+    world across = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}, .node = {0, 1}, .transport = "cuda-ipc"};
+    open_fails(name, &across, (const char *const[]){"cuda-ipc", "ranks 0 and 1", "different nodes", NULL});
+    world shared = {.n = 3, .bus = {"0000:3b:00.0", "0000:5e:00.0", "0000:5e:00.0"}, .transport = "nccl"};
+    open_fails(name, &shared,
+               (const char *const[]){"nccl", "ranks 1 and 2", "share one GPU", "Duplicate GPU detected", NULL});
+    world bad = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}, .transport = "udp"};
+    open_fails(name, &bad, (const char *const[]){"unknown transport 'udp'", "auto, cuda-ipc, nccl", NULL});
+    /* the same bus id on two nodes is two GPUs: auto picks nccl */
+    world two_nodes = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}, .node = {0, 1}};
+    result res;
+    run_world(&two_nodes, expect_nccl_names, &res);
+    expect_all_ok(name, &two_nodes, &res);
+}
+
+static void sc_mutant(const char *name) {
+    world w = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
+    result res;
+    run_world(&w, mutant_tag_order, &res);
+    expect(res.code[1] == 0, name, "a receiver posting in tag order is caught by the stand-in: %s",
+           res.code[1] == 0 ? "yes" : res.rep[1]);
+}
+
+static const scenario scenarios[] = {
+    {"ipc", "2 ranks on one GPU: 150 messages each way, received permuted; pools grow, then are reused", sc_ipc},
+    {"nccl", "3 ranks on 3 GPUs: all to all, 150 messages per pair, permuted; pools reused", sc_nccl},
+    {"mixed", "4 ranks on 2 GPUs: cuda-ipc within a GPU, nccl across, all to all", sc_mixed},
+    {"wrong-len", "a recv of the wrong size fails naming both sizes and leaves the message", sc_wrong_len},
+    {"dead", "a receiver or sender that dies: the peer's call fails naming it, no hang", sc_dead},
+    {"forced", "forced transports a pair cannot use fail at open naming the pair", sc_forced},
+    {"mutant", "the stand-in catches a receiver posting NCCL receives in tag order", sc_mutant},
+};
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return 2;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    *slash = '\0';
+    snprintf(stub_lib, sizeof stub_lib, "%s/libdevcomm_ncclstub.so", self);
+    int ran = 0;
+    for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++) {
+        if (argc > 1 && !strcmp(argv[1], "list")) {
+            printf("%-10s %s\n", scenarios[i].name, scenarios[i].what);
+            continue;
+        }
+        if (argc > 1 && strcmp(argv[1], scenarios[i].name)) continue;
+        scenarios[i].run(scenarios[i].name);
+        ran++;
+    }
+    if (argc > 1 && strcmp(argv[1], "list") && !ran) {
+        fprintf(stderr, "devcomm_check: unknown scenario '%s' (try 'list')\n", argv[1]);
+        return 2;
+    }
+    return failures ? 1 : 0;
+}

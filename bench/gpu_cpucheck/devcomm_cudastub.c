@@ -1,0 +1,450 @@
+/* devcomm_cudastub.c: the CUDA runtime calls of runner/comm/cuda/devcomm_*.c,
+ * played on the CPU for devcomm_check (no GPU, no driver, no cudart).
+ *
+ *   device memory   a memfd mapped shared; an IPC memory handle names the
+ *                   owner's pid and fd, and cudaIpcOpenMemHandle maps
+ *                   /proc/PID/fd/FD, so a second process sees the same bytes
+ *   events          two counters (recorded, completed); interprocess events
+ *                   keep them in a shared memfd page, handles as above
+ *   streams         a worker thread each, running its ops in order: copies,
+ *                   event records and waits, host functions (the NCCL
+ *                   stand-in's transfers are host functions that block the
+ *                   stream until matched, as NCCL kernels do)
+ *
+ * Strict where devcomm could go wrong: copies must stay inside device
+ * allocations (own or opened), a handle is exported from a base pointer
+ * only, a process cannot open its own handle (as in CUDA), the device must
+ * exist.  The bus id of every device comes from PPRUN_STUB_BUSID (the check
+ * sets it per rank to put ranks on one GPU or on several). */
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STUB_MAGIC 0x70707275u /* "pprun" */
+
+/* What the check reads back: device allocations made so far. */
+_Atomic long devstub_allocs;
+
+typedef struct alloc {
+    struct alloc *next;
+    char *base;
+    size_t size;
+    int fd;      /* -1 for an opened (foreign) mapping */
+} alloc;
+
+static pthread_mutex_t allocs_mu = PTHREAD_MUTEX_INITIALIZER;
+static alloc *allocs;
+
+typedef struct stub_handle {
+    uint32_t magic;
+    int32_t pid, fd;
+    uint64_t size;
+} stub_handle;
+
+static _Thread_local int cur_device;
+
+static int device_count(void) {
+    const char *s = getenv("PPRUN_STUB_DEVICES");
+    int n = s ? atoi(s) : 1;
+    return n > 0 ? n : 1;
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorMapBufferObjectFailed: return "mapping of buffer object failed";
+    default: return "stand-in error";
+    }
+}
+
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    default: return "cudaErrorUnknown";
+    }
+}
+
+cudaError_t cudaSetDevice(int device) {
+    if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+    cur_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
+    if (device < 0 || device >= device_count() || len < 16) return cudaErrorInvalidDevice;
+    const char *s = getenv("PPRUN_STUB_BUSID");
+    if (s && device == 0)
+        snprintf(bus, (size_t)len, "%s", s);
+    else
+        snprintf(bus, (size_t)len, "0000:%02x:00.0", 0x10 + device);
+    return cudaSuccess;
+}
+
+/* ---- memory ------------------------------------------------------------------- */
+
+static void add_alloc(char *base, size_t size, int fd) {
+    alloc *a = malloc(sizeof *a);
+    if (!a) abort();
+    *a = (alloc){NULL, base, size, fd};
+    pthread_mutex_lock(&allocs_mu);
+    a->next = allocs;
+    allocs = a;
+    pthread_mutex_unlock(&allocs_mu);
+}
+
+/* Removes the allocation starting at base; returns its record (caller frees). */
+static alloc *take_alloc(const void *base) {
+    pthread_mutex_lock(&allocs_mu);
+    alloc **ap = &allocs;
+    while (*ap && (*ap)->base != base) ap = &(*ap)->next;
+    alloc *a = *ap;
+    if (a) *ap = a->next;
+    pthread_mutex_unlock(&allocs_mu);
+    return a;
+}
+
+static int in_device_memory(const void *p, size_t n) {
+    const char *c = p;
+    int ok = 0;
+    pthread_mutex_lock(&allocs_mu);
+    for (alloc *a = allocs; a && !ok; a = a->next) ok = c >= a->base && c + n <= a->base + a->size;
+    pthread_mutex_unlock(&allocs_mu);
+    return ok;
+}
+
+static cudaError_t map_new(void **out, size_t size, int *fd_out) {
+    int fd = memfd_create("pprun-stub-devmem", MFD_CLOEXEC);
+    if (fd < 0) return cudaErrorMemoryAllocation;
+    if (ftruncate(fd, (off_t)(size ? size : 1)) < 0) {
+        close(fd);
+        return cudaErrorMemoryAllocation;
+    }
+    void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return cudaErrorMemoryAllocation;
+    }
+    *out = p;
+    *fd_out = fd;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t size) {
+    int fd;
+    cudaError_t e = map_new(p, size, &fd);
+    if (e != cudaSuccess) return e;
+    add_alloc(*p, size ? size : 1, fd);
+    devstub_allocs++;
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
+    (void)s; /* ready at once, so ready for every later op of s */
+    return cudaMalloc(p, size);
+}
+
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    alloc *a = take_alloc(p);
+    if (!a || a->fd < 0) {
+        if (a) add_alloc(a->base, a->size, a->fd), free(a);
+        return cudaErrorInvalidValue;
+    }
+    munmap(a->base, a->size);
+    close(a->fd);
+    free(a);
+    return cudaSuccess;
+}
+
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+    (void)s;
+    return cudaFree(p);
+}
+
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
+    alloc *a = NULL;
+    pthread_mutex_lock(&allocs_mu);
+    for (alloc *x = allocs; x; x = x->next)
+        if (x->base == p && x->fd >= 0) a = x;
+    pthread_mutex_unlock(&allocs_mu);
+    if (!a) return cudaErrorInvalidValue; /* devcomm exports base pointers only */
+    stub_handle sh = {STUB_MAGIC, (int32_t)getpid(), a->fd, a->size};
+    memset(h, 0, sizeof *h);
+    memcpy(h, &sh, sizeof sh);
+    return cudaSuccess;
+}
+
+static int open_foreign(const stub_handle *sh) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", sh->pid, sh->fd);
+    return open(path, O_RDWR | O_CLOEXEC);
+}
+
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int flags) {
+    (void)flags;
+    stub_handle sh;
+    memcpy(&sh, &h, sizeof sh);
+    if (sh.magic != STUB_MAGIC) return cudaErrorInvalidResourceHandle;
+    if (sh.pid == getpid()) return cudaErrorInvalidResourceHandle; /* as CUDA: not in the exporting process */
+    int fd = open_foreign(&sh);
+    if (fd < 0) return cudaErrorMapBufferObjectFailed;
+    void *m = mmap(NULL, sh.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return cudaErrorMapBufferObjectFailed;
+    add_alloc(m, sh.size, -1);
+    *p = m;
+    return cudaSuccess;
+}
+
+cudaError_t cudaIpcCloseMemHandle(void *p) {
+    alloc *a = take_alloc(p);
+    if (!a) return cudaErrorInvalidValue;
+    if (a->fd >= 0) {
+        add_alloc(a->base, a->size, a->fd);
+        free(a);
+        return cudaErrorInvalidValue;
+    }
+    munmap(a->base, a->size);
+    free(a);
+    return cudaSuccess;
+}
+
+/* ---- events ------------------------------------------------------------------- */
+
+typedef struct ev_state {
+    _Atomic uint64_t recorded, completed;
+} ev_state;
+
+struct CUevent_st {
+    ev_state *st;
+    int fd;          /* interprocess events created here: the memfd; else -1 */
+    int mapped;      /* st is a shared mapping */
+};
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e) return cudaErrorMemoryAllocation;
+    e->fd = -1;
+    if (flags & cudaEventInterprocess) {
+        if (!(flags & cudaEventDisableTiming)) {
+            free(e);
+            return cudaErrorInvalidValue; /* as CUDA: interprocess events must not time */
+        }
+        void *p;
+        cudaError_t r = map_new(&p, sizeof(ev_state), &e->fd);
+        if (r != cudaSuccess) {
+            free(e);
+            return r;
+        }
+        e->st = p;
+        e->mapped = 1;
+    } else if (!(e->st = calloc(1, sizeof *e->st))) {
+        free(e);
+        return cudaErrorMemoryAllocation;
+    }
+    *ev = e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    if (!e) return cudaErrorInvalidResourceHandle;
+    if (e->mapped)
+        munmap(e->st, sizeof(ev_state));
+    else
+        free(e->st);
+    if (e->fd >= 0) close(e->fd);
+    free(e);
+    return cudaSuccess;
+}
+
+cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t e) {
+    if (!e || e->fd < 0) return cudaErrorInvalidResourceHandle;
+    stub_handle sh = {STUB_MAGIC, (int32_t)getpid(), e->fd, sizeof(ev_state)};
+    memset(h, 0, sizeof *h);
+    memcpy(h, &sh, sizeof sh);
+    return cudaSuccess;
+}
+
+cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h) {
+    stub_handle sh;
+    memcpy(&sh, &h, sizeof sh);
+    if (sh.magic != STUB_MAGIC || sh.pid == getpid()) return cudaErrorInvalidResourceHandle;
+    int fd = open_foreign(&sh);
+    if (fd < 0) return cudaErrorMapBufferObjectFailed;
+    void *m = mmap(NULL, sizeof(ev_state), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return cudaErrorMapBufferObjectFailed;
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e) return cudaErrorMemoryAllocation;
+    e->st = m;
+    e->fd = -1;
+    e->mapped = 1;
+    *ev = e;
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    return atomic_load(&e->st->completed) >= atomic_load(&e->st->recorded) ? cudaSuccess : cudaErrorNotReady;
+}
+
+/* ---- streams ------------------------------------------------------------------ */
+
+enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOST };
+
+typedef struct op {
+    struct op *next;
+    int kind;
+    void *dst;
+    const void *src;
+    size_t n;
+    ev_state *ev;
+    uint64_t target;
+    cudaHostFn_t fn;
+    void *arg;
+} op;
+
+struct CUstream_st {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work queued, work done, stop */
+    op *head, *tail;
+    int running, stop;
+    pthread_t th;
+};
+
+static void *stream_main(void *arg) {
+    struct CUstream_st *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->head) break;
+        op *o = s->head;
+        s->running = 1;
+        pthread_mutex_unlock(&s->mu);
+        switch (o->kind) {
+        case OP_COPY: memcpy(o->dst, o->src, o->n); break;
+        case OP_RECORD: {
+            uint64_t c = atomic_load(&o->ev->completed);
+            while (c < o->target && !atomic_compare_exchange_weak(&o->ev->completed, &c, o->target)) {}
+            break;
+        }
+        case OP_WAIT:
+            while (atomic_load(&o->ev->completed) < o->target) {
+                struct timespec ts = {0, 20000};
+                nanosleep(&ts, NULL);
+            }
+            break;
+        case OP_HOST: o->fn(o->arg); break;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->head = o->next;
+        if (!s->head) s->tail = NULL;
+        s->running = 0;
+        free(o);
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
+    (void)flags;
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (!s) return cudaErrorMemoryAllocation;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->th, NULL, stream_main, s) != 0) {
+        free(s);
+        return cudaErrorMemoryAllocation;
+    }
+    *out = s;
+    return cudaSuccess;
+}
+
+static cudaError_t enqueue(cudaStream_t s, op o) {
+    if (!s) return cudaErrorInvalidResourceHandle; /* devcomm never uses the legacy stream */
+    op *n = malloc(sizeof *n);
+    if (!n) return cudaErrorMemoryAllocation;
+    *n = o;
+    n->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail)
+        s->tail->next = n;
+    else
+        s->head = n;
+    s->tail = n;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (!s) return cudaErrorInvalidResourceHandle;
+    pthread_mutex_lock(&s->mu);
+    while (s->head) pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (!s) return cudaErrorInvalidResourceHandle;
+    cudaStreamSynchronize(s);
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
+    if (kind != cudaMemcpyDeviceToDevice || !in_device_memory(dst, n) || !in_device_memory(src, n))
+        return cudaErrorInvalidValue;
+    return enqueue(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    uint64_t target = atomic_fetch_add(&e->st->recorded, 1) + 1;
+    return enqueue(s, (op){.kind = OP_RECORD, .ev = e->st, .target = target});
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
+    (void)flags;
+    return enqueue(s, (op){.kind = OP_WAIT, .ev = e->st, .target = atomic_load(&e->st->recorded)});
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
+    return enqueue(s, (op){.kind = OP_HOST, .fn = fn, .arg = arg});
+}
+
+/* ---- for the check itself ------------------------------------------------------- */
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    int ok = kind == cudaMemcpyHostToDevice   ? in_device_memory(dst, n)
+             : kind == cudaMemcpyDeviceToHost ? in_device_memory(src, n)
+                                              : in_device_memory(dst, n) && in_device_memory(src, n);
+    if (!ok) return cudaErrorInvalidValue;
+    memcpy(dst, src, n);
+    return cudaSuccess;
+}

@@ -1,0 +1,310 @@
+/* devcomm_ipc.c: devcomm between two ranks that share one GPU, over CUDA IPC.
+ *
+ * The sender copies the message device-to-device into a buffer of its own
+ * pool (cudaMalloc'd base pointers, each exported once with
+ * cudaIpcGetMemHandle, each with one interprocess event), records the
+ * buffer's event and sends an announcement {len, buffer id, handles} over
+ * the host comm WITH THE DATA'S TAG, so that the receiver's comm_recv(peer,
+ * tag) finds it whatever the order.  The receiver opens the handles (once
+ * per peer and buffer: cudaIpcOpenMemHandle is slow), waits on the event,
+ * copies into the caller's buffer and acknowledges the buffer id over the
+ * host comm; the sender reuses a buffer only after its acknowledgement, and
+ * allocates a new one when none is free, so a send never waits for the
+ * receiver.
+ *
+ * Threads: none of its own; every call comes from the devcomm caller's
+ * thread.  Acknowledgements carry per-pair sequence-numbered tags
+ * (COMM_DIR_DEVACK) and are taken in order. */
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/comm/devcomm_int.h"
+
+#define IPC_MAX_BUFS (1u << 20)  /* sanity bound on a peer's buffer ids */
+#define IPC_MIN_CAP ((size_t)64 << 10)
+
+typedef struct ipc_buf {  /* one buffer of this rank's pool for one peer */
+    void *dev;
+    size_t cap;
+    cudaEvent_t ev;
+    cudaIpcMemHandle_t mh;
+    cudaIpcEventHandle_t eh;
+    int busy;             /* announced, not yet acknowledged */
+} ipc_buf;
+
+typedef struct ipc_remote {  /* a buffer of the peer's pool, opened here */
+    void *dev;
+    cudaEvent_t ev;
+} ipc_remote;
+
+typedef struct ipc_ann {  /* the announcement, sent under the data's tag */
+    uint64_t len;
+    uint32_t id;          /* buffer id; unused when len is 0 */
+    uint32_t pad;
+    cudaIpcMemHandle_t mh;
+    cudaIpcEventHandle_t eh;
+} ipc_ann;
+
+typedef struct ipc_stash {  /* an announcement taken by a recv that failed */
+    struct ipc_stash *next;
+    uint64_t tag;
+    ipc_ann a;
+} ipc_stash;
+
+typedef struct ipc_peer {
+    ipc_buf *bufs;        /* sending: pool, ids are indices */
+    uint32_t n_bufs, busy;
+    uint64_t ack_in;      /* sequence number of the next acknowledgement */
+    ipc_remote *remote;   /* receiving: [n_remote], dev NULL if not opened */
+    uint32_t n_remote;
+    uint64_t ack_out;
+    ipc_stash *stash;
+} ipc_peer;
+
+struct dc_ipc {
+    const devcomm_config *cfg;
+    cudaStream_t stream;  /* copies in both directions; non-blocking */
+    ipc_peer *peers;      /* [world] */
+};
+
+static int cu_fail(const dc_ipc *t, pp_err *err, cudaError_t e, const char *what, int peer) {
+    return pp_fail(err, "devcomm (cuda-ipc): rank %d, talking to rank %d: %s failed: %s (%s)", t->cfg->rank, peer,
+                   what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int dc_device_busid(int device, char *out, size_t cap, pp_err *err) {
+    char bus[64] = "";
+    cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device);
+    if (e != cudaSuccess)
+        return pp_fail(err, "devcomm: cannot read the PCI bus id of CUDA device %d: %s (%s)", device,
+                       cudaGetErrorString(e), cudaGetErrorName(e));
+    if (!bus[0] || strlen(bus) >= cap) return pp_fail(err, "devcomm: CUDA device %d has no usable PCI bus id", device);
+    snprintf(out, cap, "%s", bus);
+    return 0;
+}
+
+int dc_ipc_open(const devcomm_config *cfg, dc_ipc **out, pp_err *err) {
+    *out = NULL;
+    dc_ipc *t = calloc(1, sizeof *t);
+    if (!t || !(t->peers = calloc((size_t)cfg->world, sizeof *t->peers))) {
+        free(t);
+        return pp_fail(err, "devcomm (cuda-ipc): out of memory");
+    }
+    t->cfg = cfg;
+    cudaError_t e = cudaSetDevice(cfg->device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        pp_fail(err, "devcomm (cuda-ipc): rank %d cannot set up CUDA device %d: %s (%s)", cfg->rank, cfg->device,
+                cudaGetErrorString(e), cudaGetErrorName(e));
+        free(t->peers);
+        free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+/* Takes acknowledgements from `peer`: with timeout_ms 0 those already
+ * here (never fails), otherwise until none is outstanding or the time is
+ * up (fails naming the peer). */
+static int take_acks(dc_ipc *t, int peer, int timeout_ms, pp_err *err) {
+    ipc_peer *p = &t->peers[peer];
+    while (p->busy) {
+        uint32_t id;
+        pp_err e;
+        if (comm_recv(t->cfg->host, peer, dc_ctl_tag(p->ack_in, COMM_DIR_DEVACK), &id, sizeof id, timeout_ms, &e) < 0)
+            return timeout_ms == 0 ? 0
+                                   : pp_fail(err, "devcomm (cuda-ipc): %u messages from rank %d to rank %d not taken: %s",
+                                             p->busy, t->cfg->rank, peer, e.msg);
+        p->ack_in++;
+        if (id >= p->n_bufs || !p->bufs[id].busy)
+            return pp_fail(err, "devcomm (cuda-ipc): rank %d acknowledged buffer %u, which rank %d never lent it", peer,
+                           id, t->cfg->rank);
+        p->bufs[id].busy = 0;
+        p->busy--;
+    }
+    return 0;
+}
+
+/* A free buffer of at least len bytes (the smallest), or a new one. */
+static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
+    ipc_peer *p = &t->peers[peer];
+    uint32_t best = UINT32_MAX;
+    for (uint32_t i = 0; i < p->n_bufs; i++)
+        if (!p->bufs[i].busy && p->bufs[i].cap >= len && (best == UINT32_MAX || p->bufs[i].cap < p->bufs[best].cap))
+            best = i;
+    if (best != UINT32_MAX) {
+        *id = best;
+        return 0;
+    }
+    if (p->n_bufs >= IPC_MAX_BUFS)
+        return pp_fail(err, "devcomm (cuda-ipc): %u messages to rank %d outstanding: buffer pool full", p->n_bufs, peer);
+    ipc_buf *nb = realloc(p->bufs, (p->n_bufs + 1) * sizeof *nb);
+    if (!nb) return pp_fail(err, "devcomm (cuda-ipc): out of memory");
+    p->bufs = nb;
+    ipc_buf *b = &p->bufs[p->n_bufs];
+    memset(b, 0, sizeof *b);
+    size_t cap = IPC_MIN_CAP;
+    while (cap < len) cap *= 2;
+    cudaError_t e = cudaMalloc(&b->dev, cap);
+    if (e != cudaSuccess) return cu_fail(t, err, e, "cudaMalloc of a send buffer", peer);
+    const char *what = "cudaEventCreateWithFlags";
+    e = cudaEventCreateWithFlags(&b->ev, cudaEventInterprocess | cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+        what = "cudaIpcGetMemHandle";
+        e = cudaIpcGetMemHandle(&b->mh, b->dev);
+        if (e != cudaSuccess) cudaEventDestroy(b->ev);
+    }
+    if (e == cudaSuccess) {
+        what = "cudaIpcGetEventHandle";
+        e = cudaIpcGetEventHandle(&b->eh, b->ev);
+        if (e != cudaSuccess) cudaEventDestroy(b->ev);
+    }
+    if (e != cudaSuccess) {
+        cudaFree(b->dev);
+        return cu_fail(t, err, e, what, peer);
+    }
+    b->cap = cap;
+    *id = p->n_bufs++;
+    return 0;
+}
+
+int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
+    ipc_peer *p = &t->peers[peer];
+    char ts[128];
+    take_acks(t, peer, 0, NULL);
+    ipc_ann a;
+    memset(&a, 0, sizeof a);
+    a.len = len;
+    uint32_t id = 0;
+    if (len) {
+        if (get_buf(t, peer, len, &id, err) < 0) return -1;
+        ipc_buf *b = &p->bufs[id];
+        /* Synchronised: the caller may overwrite dev once we return. */
+        cudaError_t e = cudaMemcpyAsync(b->dev, dev, len, cudaMemcpyDeviceToDevice, t->stream);
+        if (e == cudaSuccess) e = cudaEventRecord(b->ev, t->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
+        if (e != cudaSuccess) return cu_fail(t, err, e, "copy into a send buffer", peer);
+        a.id = id;
+        a.mh = b->mh;
+        a.eh = b->eh;
+    }
+    pp_err e;
+    if (comm_send(t->cfg->host, peer, tag, &a, sizeof a, &e) < 0)
+        return pp_fail(err, "devcomm (cuda-ipc): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts),
+                       peer, e.msg);
+    if (len) {
+        p->bufs[id].busy = 1;
+        p->busy++;
+    }
+    return 0;
+}
+
+static int open_remote(dc_ipc *t, int peer, const ipc_ann *a, ipc_remote **out, pp_err *err) {
+    ipc_peer *p = &t->peers[peer];
+    if (a->id >= IPC_MAX_BUFS)
+        return pp_fail(err, "devcomm (cuda-ipc): rank %d announced buffer id %u (bound %u)", peer, a->id, IPC_MAX_BUFS);
+    if (a->id >= p->n_remote) {
+        uint32_t n = a->id + 1 > 2 * p->n_remote ? a->id + 1 : 2 * p->n_remote;
+        ipc_remote *nr = realloc(p->remote, n * sizeof *nr);
+        if (!nr) return pp_fail(err, "devcomm (cuda-ipc): out of memory");
+        memset(nr + p->n_remote, 0, (n - p->n_remote) * sizeof *nr);
+        p->remote = nr;
+        p->n_remote = n;
+    }
+    ipc_remote *r = &p->remote[a->id];
+    if (!r->dev) {
+        void *dev = NULL;
+        cudaError_t e = cudaIpcOpenMemHandle(&dev, a->mh, cudaIpcMemLazyEnablePeerAccess);
+        if (e != cudaSuccess) return cu_fail(t, err, e, "cudaIpcOpenMemHandle of the sender's buffer", peer);
+        e = cudaIpcOpenEventHandle(&r->ev, a->eh);
+        if (e != cudaSuccess) {
+            cudaIpcCloseMemHandle(dev);
+            return cu_fail(t, err, e, "cudaIpcOpenEventHandle of the sender's buffer", peer);
+        }
+        r->dev = dev;
+    }
+    *out = r;
+    return 0;
+}
+
+int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
+    ipc_peer *p = &t->peers[peer];
+    char ts[128];
+    ipc_stash *s = NULL, **sp = &p->stash;
+    while (*sp && (*sp)->tag != tag) sp = &(*sp)->next;
+    if (*sp) {
+        s = *sp;
+        *sp = s->next;
+    } else {
+        if (!(s = calloc(1, sizeof *s))) return pp_fail(err, "devcomm (cuda-ipc): out of memory");
+        s->tag = tag;
+        pp_err e;
+        if (comm_recv(t->cfg->host, peer, tag, &s->a, sizeof s->a, timeout_ms, &e) < 0) {
+            free(s);
+            return pp_fail(err, "devcomm (cuda-ipc): %s", e.msg);
+        }
+    }
+    int rc = 0;
+    ipc_remote *r = NULL;
+    if (s->a.len != len) {
+        rc = pp_fail(err, "devcomm (cuda-ipc): message %s from rank %d has %llu bytes, but rank %d expected %zu",
+                     comm_tag_str(tag, ts, sizeof ts), peer, (unsigned long long)s->a.len, t->cfg->rank, len);
+    } else if (len && open_remote(t, peer, &s->a, &r, err) < 0) {
+        rc = -1;
+    } else if (len) {
+        cudaError_t e = cudaStreamWaitEvent(t->stream, r->ev, 0);
+        if (e == cudaSuccess) e = cudaMemcpyAsync(dev, r->dev, len, cudaMemcpyDeviceToDevice, t->stream);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
+        if (e != cudaSuccess) rc = cu_fail(t, err, e, "copy out of the sender's buffer", peer);
+    }
+    if (rc < 0) {  /* the message stays receivable: a failed recv changes nothing */
+        s->next = p->stash;
+        p->stash = s;
+        return -1;
+    }
+    if (len) {
+        /* A sender that cannot hear this is gone: its next flush or send says so. */
+        comm_send(t->cfg->host, peer, dc_ctl_tag(p->ack_out++, COMM_DIR_DEVACK), &s->a.id, sizeof s->a.id, NULL);
+    }
+    free(s);
+    return 0;
+}
+
+int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err) {
+    for (int r = 0; r < t->cfg->world; r++) {
+        if (!t->peers[r].busy) continue;
+        uint64_t now = pp_now_ns();
+        int left = deadline_ns == UINT64_MAX ? -1 : now >= deadline_ns ? 1 : (int)((deadline_ns - now) / 1000000u) + 1;
+        if (take_acks(t, r, left, err) < 0) return pp_wrap(err, "devcomm: flush (timeout %d ms)", timeout_ms);
+    }
+    return 0;
+}
+
+void dc_ipc_close(dc_ipc *t) {
+    if (!t) return;
+    for (int r = 0; r < t->cfg->world; r++) {
+        ipc_peer *p = &t->peers[r];
+        for (uint32_t i = 0; i < p->n_remote; i++)
+            if (p->remote[i].dev) {
+                cudaEventDestroy(p->remote[i].ev);
+                cudaIpcCloseMemHandle(p->remote[i].dev);
+            }
+        for (uint32_t i = 0; i < p->n_bufs; i++) {
+            cudaEventDestroy(p->bufs[i].ev);
+            cudaFree(p->bufs[i].dev);
+        }
+        while (p->stash) {
+            ipc_stash *s = p->stash;
+            p->stash = s->next;
+            free(s);
+        }
+        free(p->remote);
+        free(p->bufs);
+    }
+    if (t->stream) cudaStreamDestroy(t->stream);
+    free(t->peers);
+    free(t);
+}
