@@ -253,12 +253,12 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "seed", (double)c->seed);
     cJSON_AddNumberToObject(o, "lr", c->optim.lr);
     cJSON_AddStringToObject(o, "optimizer", c->optim.kind == MODEL_SGD ? "sgd" : "adamw");
+    /* where boundary tensors live; the per-peer transport is each worker's first line */
+    cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");
     cJSON_AddNumberToObject(o, "nproc_per_node", job->lo.nproc_per_node);
     cJSON_AddNumberToObject(o, "nnodes", job->lo.nnodes);
     cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
     cJSON_AddStringToObject(o, "transport", c->transport);
-    /* where boundary tensors live; the per-peer choice is each worker's first line */
-    cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;

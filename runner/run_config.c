@@ -205,10 +205,6 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0) return pp_wrap(err, "--model");
     if (strcmp(cfg->dtype, "bf16") == 0 && strcmp(cfg->device, "cuda") != 0)
         return pp_fail(err, "--dtype bf16 needs --device cuda (the CPU backend computes in fp32)");
-    int gpu_transport = strcmp(cfg->transport, "cuda-ipc") == 0 || strcmp(cfg->transport, "nccl") == 0;
-    if (gpu_transport && strcmp(cfg->device, "cuda") != 0)
-        return pp_fail(err, "--transport %s moves tensors in GPU memory: it needs --device cuda (with --device %s use "
-                       "--transport auto, shm or tcp)", cfg->transport, cfg->device);
     if (cfg->resume && !cfg->checkpoint_dir[0]) return pp_fail(err, "--resume needs --checkpoint-dir DIR");
     if (cfg->checkpoint_every && !cfg->checkpoint_dir[0])
         return pp_fail(err, "--checkpoint-every needs --checkpoint-dir DIR");
@@ -217,6 +213,10 @@ int run_config_finish(run_config *cfg, pp_err *err) {
                        cfg->virtual_stages);
     if (strncmp(cfg->schedule, "csv:", 4) == 0 && cfg->virtual_stages)
         return pp_fail(err, "--virtual-stages does not apply to --schedule %s: the file defines the stages", cfg->schedule);
+    int gpu_transport = strcmp(cfg->transport, "cuda-ipc") == 0 || strcmp(cfg->transport, "nccl") == 0;
+    if (gpu_transport && strcmp(cfg->device, "cuda") != 0)
+        return pp_fail(err, "--transport %s moves tensors in GPU memory: it needs --device cuda (with --device %s use "
+                       "--transport auto, shm or tcp)", cfg->transport, cfg->device);
     if (cfg->token[0] == '\0') {
         const char *env = getenv("PPRUN_TOKEN");
         if (env && strlen(env) < sizeof cfg->token) snprintf(cfg->token, sizeof cfg->token, "%s", env);
