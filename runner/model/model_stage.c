@@ -220,6 +220,7 @@ void *model_stage_boundary_alloc(model_stage *s, size_t bytes, pp_err *err) {
 #ifdef PPRUN_HAVE_CUDA
     if (s->boundary_device) return gpu_stage_boundary_alloc(s, bytes, err);
 #endif
+    (void)s; /* host buffers: the stage does not matter */
     void *p = malloc(bytes ? bytes : 1);
     if (!p) pp_fail(err, "model: out of memory for a boundary tensor of %zu bytes", bytes);
     return p;
