@@ -4,15 +4,22 @@
  * the transports' protocol runs on the CPU in devcomm_check (bench/gpu_cpucheck/:
  * CUDA runtime and NCCL played by stand-ins, real processes, a real host
  * comm), one scenario per test.  What needs a GPU (two processes on one
- * GPU over cuda-ipc; nccl between two GPUs) skips saying why. */
+ * GPU over cuda-ipc; nccl between two GPUs: the real runtime and NCCL)
+ * runs where the devices are and skips saying why elsewhere. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
+#ifdef PPRUN_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "helpers/comm_file_exchange.h"
+#include "helpers/comm_world.h"
 #include "runner/comm/devcomm.h"
+#include "runner/comm/devcomm_int.h"
 
 #ifndef PPRUN_HAVE_CUDA
 Test(devcomm, open_says_it_is_not_built) {
@@ -58,14 +65,82 @@ Test(devcomm, nccl_matches_by_tag_over_announcement_order, .timeout = 120) { che
 Test(devcomm, mixed_world_picks_ipc_within_a_gpu_and_nccl_across, .timeout = 120) { check("mixed"); }
 Test(devcomm, wrong_size_recv_fails_and_leaves_the_message, .timeout = 120) { check("wrong-len"); }
 Test(devcomm, dead_peer_fails_the_call_naming_it, .timeout = 200) { check("dead"); }
+Test(devcomm, nccl_error_or_recv_timeout_fails_naming_peer_tag_and_cause, .timeout = 120) { check("nccl-errors"); }
 Test(devcomm, forced_transport_a_pair_cannot_use_fails_at_open, .timeout = 120) { check("forced"); }
 Test(devcomm, stand_in_catches_receives_posted_in_tag_order, .timeout = 120) { check("mutant"); }
 
-Test(devcomm, two_processes_on_one_gpu_over_cuda_ipc) {
-    cr_skip_test("needs a GPU: no CUDA device on this machine (cuda-ipc has never run on a GPU)");
+/* The names devcomm looks up exist in the toolkit's real libnccl.so.2. */
+Test(devcomm, real_nccl_has_every_function_devcomm_calls) {
+    unsetenv("PPRUN_NCCL_LIB");
+    pp_err err = {{0}};
+    cr_assert_eq(dc_nccl_library(&err), 0, "%s", err.msg);
 }
 
-Test(devcomm, two_gpus_over_nccl) {
-    cr_skip_test("needs two GPUs: nccl has never run on a GPU");
+/* ---- on a GPU: the real runtime and NCCL ------------------------------------ */
+
+typedef struct gpu_arg {
+    const char *transport;  /* "cuda-ipc" or "nccl" */
+    int two_gpus;
+    char dir[64];
+    cw_result *res;         /* its job_key is set before the ranks fork */
+} gpu_arg;
+
+/* 40 messages each way (sizes vary), received in reverse order. */
+static int gpu_rank(comm *c, int rank, void *argp, pp_err *rep) {
+    gpu_arg *a = argp;
+    int nodes[2] = {0, 0}, n = 40, rc = 0;
+    devcomm_config cfg = {.rank = rank, .world = 2, .rank_node = nodes, .device = a->two_gpus ? rank : 0,
+                          .host = c, .exchange = fx_exchange(a->dir), .job_key = a->res->job_key,
+                          .transport = a->transport, .connect_timeout_ms = 30000};
+    devcomm *d = NULL;
+    if (devcomm_open(&cfg, &d, rep) < 0) return -1;
+    if (strcmp(devcomm_transport_name(d, 1 - rank), a->transport)) {
+        devcomm_close(d);
+        return pp_fail(rep, "transport %s, expected %s", devcomm_transport_name(d, 1 - rank), a->transport);
+    }
+    size_t cap = 1 << 20;
+    unsigned char *h = malloc(cap);
+    void *dev = NULL;
+    if (!h || cudaMalloc(&dev, cap) != cudaSuccess) rc = pp_fail(rep, "cannot allocate buffers");
+    for (int i = 0; i < n && rc == 0; i++) {
+        size_t len = (size_t)(i * 26251) % cap;
+        uint64_t tag = comm_tag((uint64_t)i, (uint64_t)(1 - rank), 0, COMM_DIR_ACT);
+        for (size_t k = 0; k < len; k++) h[k] = (unsigned char)(tag * 7 + k);
+        if (cudaMemcpy(dev, h, len, cudaMemcpyHostToDevice) != cudaSuccess) rc = pp_fail(rep, "upload failed");
+        else rc = devcomm_send(d, 1 - rank, tag, dev, len, rep);
+    }
+    for (int i = n - 1; i >= 0 && rc == 0; i--) {
+        size_t len = (size_t)(i * 26251) % cap;
+        uint64_t tag = comm_tag((uint64_t)i, (uint64_t)rank, 0, COMM_DIR_ACT);
+        if ((rc = devcomm_recv(d, 1 - rank, tag, dev, len, 30000, rep)) < 0) break;
+        if (cudaMemcpy(h, dev, len, cudaMemcpyDeviceToHost) != cudaSuccess) rc = pp_fail(rep, "download failed");
+        for (size_t k = 0; k < len && rc == 0; k++)
+            if (h[k] != (unsigned char)(tag * 7 + k)) rc = pp_fail(rep, "message %d: byte %zu is wrong", i, k);
+    }
+    if (rc == 0) rc = devcomm_flush(d, 30000, rep);
+    devcomm_close(d);
+    cudaFree(dev);
+    free(h);
+    return rc;
 }
+
+/* The parent must not touch CUDA before forking: look for device nodes. */
+static void gpu_world(const char *transport, int two_gpus) {
+    if (access("/dev/nvidiactl", F_OK) != 0 || access(two_gpus ? "/dev/nvidia1" : "/dev/nvidia0", F_OK) != 0)
+        cr_skip_test("needs %s: none on this machine (%s has never run on a GPU)", two_gpus ? "two GPUs" : "a GPU",
+                     transport);
+    cw_result res;
+    gpu_arg a = {.transport = transport, .two_gpus = two_gpus, .res = &res};
+    snprintf(a.dir, sizeof a.dir, "/tmp/pprun-devgpu-XXXXXX");
+    cr_assert_not_null(mkdtemp(a.dir));
+    cr_assert_eq(cw_run(2, NULL, NULL, gpu_rank, &a, &res), 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", a.dir);
+    cr_assert_eq(system(cmd), 0);
+    for (int r = 0; r < 2; r++)
+        cr_assert(res.exited[r] && res.code[r] == 0, "rank %d: %s", r, res.report[r]);
+}
+
+Test(devcomm, two_processes_on_one_gpu_over_cuda_ipc, .timeout = 120) { gpu_world("cuda-ipc", 0); }
+Test(devcomm, two_gpus_over_nccl, .timeout = 120) { gpu_world("nccl", 1); }
 #endif

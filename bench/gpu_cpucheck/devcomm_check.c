@@ -320,9 +320,10 @@ static int wrong_len_then_right(rank_ctx *r, pp_err *rep) {
     return rc;
 }
 
-/* Rank 1 takes 3 messages, tells rank 0 over the host comm, and dies;
- * rank 0 then sends more and flushes: the first failing call must name
- * rank 1, and come back (the harness kills a hung rank). */
+/* Receivers that die.  In each, the first failing call of rank 0 must name
+ * rank 1 and come back (the harness kills a hung rank).
+ * receiver_dies: rank 1 takes 3 messages, tells rank 0 over the host comm
+ * and dies; rank 0 then sends more and flushes. */
 static int receiver_dies(rank_ctx *r, pp_err *rep) {
     char one = 1;
     if (r->rank == 1) {
@@ -335,6 +336,44 @@ static int receiver_dies(rank_ctx *r, pp_err *rep) {
     if (comm_recv(r->host, 1, comm_tag(0, 0, 0, COMM_DIR_CTRL), &one, 1, RECV_MS, rep) < 0) return -1;
     if (send_many(r, 1, 5, rep) < 0 || devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
     return pp_fail(rep, "DELIVERED: sending to a dead rank and flushing succeeded");
+}
+
+/* receiver_dies_midstream: rank 0 streams 60 messages while rank 1 takes
+ * 3 and dies, unannounced: transfers are in flight when it goes. */
+static int receiver_dies_midstream(rank_ctx *r, pp_err *rep) {
+    if (r->rank == 1) {
+        if (recv_many(r, 0, 3, rep) < 0) return -1;
+        raise(SIGKILL);
+    }
+    for (int round = 0; round < 20; round++)
+        if (send_many(r, 1, 60, rep) < 0 || devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+    return pp_fail(rep, "DELIVERED: 20 rounds of 60 messages reached a rank that took 3");
+}
+
+/* receiver_dies_in_transfer (nccl, receives slowed down): rank 0 sends 8,
+ * rank 1 takes 1 and dies while rank 0's next transfers wait for it. */
+static int receiver_dies_in_transfer(rank_ctx *r, pp_err *rep) {
+    if (r->rank == 1) {
+        if (recv_many(r, 0, 1, rep) < 0) return -1;
+        raise(SIGKILL);
+    }
+    if (send_many(r, 1, 8, rep) < 0 || devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+    return pp_fail(rep, "DELIVERED: flush to a rank that took 1 of 8 succeeded");
+}
+
+/* receiver_never_joins: rank 1 dies without ever calling devcomm, after
+ * rank 0 sent (nccl: rank 0's communicator init waits for a peer that
+ * will never come). */
+static int receiver_never_joins(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    if (r->rank == 1) {
+        if (comm_recv(r->host, 0, tag, &one, 1, RECV_MS, rep) < 0) return -1;
+        raise(SIGKILL);
+    }
+    if (send_many(r, 1, 8, rep) < 0 || comm_send(r->host, 1, tag, &one, 1, rep) < 0) return -1;
+    if (devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+    return pp_fail(rep, "DELIVERED: flush to a rank that never received succeeded");
 }
 
 /* Rank 0 sends 2 (flushed: they are in rank 1's hands) and dies; rank 1
@@ -450,6 +489,50 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
     return 0;
 }
 
+/* NCCL failing under a receive: rank 1's second NCCL receive (message 2:
+ * message 1 is empty and needs none) meets an injected NCCL error; the
+ * failing call must say NCCL's error, the peer and the tag. */
+static int nccl_error_in_recv(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    uint64_t ctl = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    if (r->rank == 0) {
+        r->no_flush = 1;  /* rank 1 fails: not everything will be taken */
+        if (send_many(r, 1, 4, rep) < 0) return -1;
+        return comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep);  /* alive until rank 1 is done */
+    }
+    void *buf = dev_alloc(300001);
+    int rc = 0;
+    for (int i = 0; i < 4 && rc == 0; i++) rc = devcomm_recv(r->d, 0, tag_of(0, 1, i), buf, size_of(i), RECV_MS, rep);
+    cudaFree(buf);
+    comm_send(r->host, 0, ctl, &one, 1, NULL);
+    comm_flush(r->host, RECV_MS, NULL);
+    return rc == 0 ? pp_fail(rep, "DELIVERED: all 4 received despite the injected error") : -1;
+}
+
+/* Receive timeouts: a tag never announced, then one announced whose
+ * transfer is stuck (receives slowed to 3 s): the communicator is aborted. */
+static int recv_timeouts(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    uint64_t ctl = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    if (r->rank == 0) {
+        r->no_flush = 1;
+        if (send_many(r, 1, 1, rep) < 0) return -1;
+        return comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep);  /* rank 1 is done */
+    }
+    void *buf = dev_alloc(4096);
+    pp_err e1, e2;
+    int a = devcomm_recv(r->d, 0, tag_of(0, 1, 7), buf, 4096, 300, &e1);
+    int b = devcomm_recv(r->d, 0, tag_of(0, 1, 0), buf, 4096, 300, &e2);
+    cudaFree(buf);
+    comm_send(r->host, 0, ctl, &one, 1, rep);
+    if (a == 0 || b == 0) return pp_fail(rep, "a receive that should time out succeeded");
+    if (!strstr(e1.msg, "timed out after 300 ms") || !strstr(e1.msg, "not announced yet") || !strstr(e1.msg, "step 7"))
+        return pp_fail(rep, "first timeout: %s", e1.msg);
+    if (!strstr(e2.msg, "timed out after 300 ms") || !strstr(e2.msg, "communicator aborted"))
+        return pp_fail(rep, "second timeout: %s", e2.msg);
+    return pp_fail(rep, "%s | %s", e1.msg, e2.msg) + 1;
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 typedef struct scenario {
@@ -500,7 +583,8 @@ static void dies(const char *name, const world *w, rank_fn fn, int victim) {
     snprintf(who, sizeof who, "rank %d", victim);
     const char *m = res.rep[survivor];
     expect(res.code[victim] == 128 + SIGKILL, name, "rank %d died by SIGKILL (code %d)", victim, res.code[victim]);
-    expect(res.code[survivor] == 1 && strstr(m, who) && strstr(m, "gone") && !strstr(m, "timed out") &&
+    expect(res.code[survivor] == 1 && strstr(m, who) &&
+               (strstr(m, "died") || strstr(m, "gone") || strstr(m, "NCCL error")) && !strstr(m, "timed out") &&
                !strstr(m, "DELIVERED") && !strstr(m, "HUNG"),
            name, "%s (%s) failed naming %s: %s", w->n && strcmp(w->bus[0], w->bus[1]) ? "nccl" : "cuda-ipc",
            survivor ? "rank 1" : "rank 0", who, m);
@@ -511,9 +595,16 @@ static void sc_dead(const char *name) {
     world nccl = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
     dies(name, &ipc, receiver_dies, 1);
     dies(name, &nccl, receiver_dies, 1);
-    setenv("PPRUN_NCCLSTUB_DEAD", "error", 1);  /* NCCL reports it itself */
-    dies(name, &nccl, receiver_dies, 1);
+    dies(name, &ipc, receiver_dies_midstream, 1);
+    dies(name, &nccl, receiver_dies_midstream, 1);  /* NCCL hangs on the lost peer: the host comm tells */
+    setenv("PPRUN_NCCLSTUB_DEAD", "error", 1);     /* NCCL reports the lost peer itself */
+    dies(name, &nccl, receiver_dies_midstream, 1);
     unsetenv("PPRUN_NCCLSTUB_DEAD");
+    setenv("PPRUN_NCCLSTUB_RECV_DELAY_MS", "200", 1);
+    dies(name, &nccl, receiver_dies_in_transfer, 1);
+    unsetenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
+    dies(name, &ipc, receiver_never_joins, 1);
+    dies(name, &nccl, receiver_never_joins, 1);
     dies(name, &ipc, sender_dies, 0);
     dies(name, &nccl, sender_dies, 0);
 }
@@ -549,6 +640,23 @@ static void sc_forced(const char *name) {
     expect_all_ok(name, &two_nodes, &res);
 }
 
+static void sc_nccl_errors(const char *name) {
+    world w = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
+    result res;
+    setenv("PPRUN_NCCLSTUB_FAIL_RECV", "2", 1);
+    run_world(&w, nccl_error_in_recv, &res);
+    unsetenv("PPRUN_NCCLSTUB_FAIL_RECV");
+    const char *m = res.rep[1];
+    /* Which receive fails depends on timing: once NCCL failed, no message not yet taken is trusted. */
+    expect(res.code[1] == 1 && strstr(m, "NCCL error") && strstr(m, "injected failure") && strstr(m, "from rank 0") &&
+               strstr(m, "cannot receive tag 0x"),
+           name, "rank 1's receive under an NCCL error names it, the peer and the tag: %s", m);
+    setenv("PPRUN_NCCLSTUB_RECV_DELAY_MS", "3000", 1);
+    run_world(&w, recv_timeouts, &res);
+    unsetenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
+    expect(res.code[1] == 0, name, "receive timeouts (not announced; stuck in NCCL, aborted): %s", res.rep[1]);
+}
+
 static void sc_mutant(const char *name) {
     world w = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
     result res;
@@ -563,6 +671,8 @@ static const scenario scenarios[] = {
     {"mixed", "4 ranks on 2 GPUs: cuda-ipc within a GPU, nccl across, all to all", sc_mixed},
     {"wrong-len", "a recv of the wrong size fails naming both sizes and leaves the message", sc_wrong_len},
     {"dead", "a receiver or sender that dies: the peer's call fails naming it, no hang", sc_dead},
+    {"nccl-errors", "an NCCL error under a receive, and receive timeouts, fail naming peer, tag and cause",
+     sc_nccl_errors},
     {"forced", "forced transports a pair cannot use fail at open naming the pair", sc_forced},
     {"mutant", "the stand-in catches a receiver posting NCCL receives in tag order", sc_mutant},
 };

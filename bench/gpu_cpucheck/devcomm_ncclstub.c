@@ -18,7 +18,10 @@
  *
  * A peer that vanishes mid-transfer makes the transfer hang until abort (as
  * NCCL's P2P and SHM transports do), or, with PPRUN_NCCLSTUB_DEAD=error,
- * raises ncclRemoteError.  Two threads inside one communicator at once
+ * raises ncclRemoteError.  PPRUN_NCCLSTUB_RECV_DELAY_MS slows every receive
+ * (so that a sender's transfers are in flight when its receiver dies);
+ * PPRUN_NCCLSTUB_FAIL_RECV=N makes this process's N-th receive (from 1) an
+ * ncclInternalError.  Two threads inside one communicator at once
  * (devcomm's rule: only its proxy) is recorded as an error too. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
@@ -58,6 +61,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static listener *listeners;
 static unsigned long id_counter;
 static _Thread_local char last_global[300];
+static _Atomic int recvs_posted;
 
 static void nap_ms(int ms) {
     struct timespec ts = {0, (long)ms * 1000000L};
@@ -242,6 +246,19 @@ static void CUDART_CB xfer_main(void *arg) {
         if (full_io(c, &hdr, sizeof hdr, 1) < 0 || full_io(c, x->buf, x->n, 1) < 0 || full_io(c, &ack, 1, 0) < 0)
             peer_lost(c);
     } else {
+        const char *delay = getenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
+        const char *fail = getenv("PPRUN_NCCLSTUB_FAIL_RECV");
+        int nth = atomic_fetch_add(&recvs_posted, 1) + 1;
+        if (fail && atoi(fail) == nth) {
+            char m[100];
+            snprintf(m, sizeof m, "stand-in: injected failure in receive %d", nth);
+            set_error(c, ncclInternalError, m);
+            goto out;
+        }
+        if (delay) {
+            for (int i = 0; i < atoi(delay) / 10 && !atomic_load(&c->aborted); i++) nap_ms(10);
+            if (atomic_load(&c->aborted)) goto out;
+        }
         if (full_io(c, &hdr, sizeof hdr, 0) < 0) {
             peer_lost(c);
             goto out;

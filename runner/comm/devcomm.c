@@ -22,7 +22,7 @@ struct devcomm {
     char job_key[256];
     int *node;               /* [world] */
     unsigned char *kind;     /* [world] DC_* */
-#if DC_GPU
+#ifdef PPRUN_HAVE_CUDA
     dc_ipc *ipc;             /* NULL if no peer uses it */
     dc_nccl *nccl;
 #endif
@@ -76,7 +76,7 @@ static int check_config(const devcomm_config *cfg, pp_err *err) {
     return 0;
 }
 
-#if DC_GPU
+#ifdef PPRUN_HAVE_CUDA
 /* Learns every rank's bus id and picks the transport of every pair.  All
  * pairs are checked, not only this rank's, so that every rank of a job
  * with an impossible forced transport fails with the same message. */
@@ -149,13 +149,9 @@ out:
 int devcomm_open(const devcomm_config *cfg, devcomm **out, pp_err *err) {
     *out = NULL;
     if (check_config(cfg, err) < 0) return -1;
-#if !DC_GPU
-#ifdef PPRUN_HAVE_CUDA
-    return pp_fail(err, "devcomm: the cuda-ipc and nccl transports are not in this build yet (branch devcomm)");
-#else
+#ifndef PPRUN_HAVE_CUDA
     return pp_fail(err, "devcomm: this pprun was built without the GPU backend (no CUDA toolkit at build time): "
                         "device-memory transports (cuda-ipc, nccl) are not available");
-#endif
 #else
     devcomm *d = calloc(1, sizeof *d);
     if (!d) return pp_fail(err, "devcomm: out of memory");
@@ -194,7 +190,7 @@ int devcomm_open(const devcomm_config *cfg, devcomm **out, pp_err *err) {
 
 void devcomm_close(devcomm *d) {
     if (!d) return;
-#if DC_GPU
+#ifdef PPRUN_HAVE_CUDA
     dc_nccl_close(d->nccl);
     dc_ipc_close(d->ipc);
 #endif
@@ -216,38 +212,38 @@ static int check_peer(const devcomm *d, int peer, const char *op, pp_err *err) {
 int devcomm_send(devcomm *d, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
     if (check_peer(d, peer, "send", err) < 0) return -1;
     if (!dev && len) return pp_fail(err, "devcomm: send of %zu bytes to rank %d: NULL buffer", len, peer);
-#if DC_GPU
+#ifdef PPRUN_HAVE_CUDA
     return d->kind[peer] == DC_IPC ? dc_ipc_send(d->ipc, peer, tag, dev, len, err)
                                    : dc_nccl_send(d->nccl, peer, tag, dev, len, err);
 #else
     (void)tag;
-    return pp_fail(err, "devcomm: no device transports in this build");
+    return pp_fail(err, "devcomm: this pprun was built without the GPU backend");
 #endif
 }
 
 int devcomm_recv(devcomm *d, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
     if (check_peer(d, peer, "recv", err) < 0) return -1;
     if (!dev && len) return pp_fail(err, "devcomm: recv of %zu bytes from rank %d: NULL buffer", len, peer);
-#if DC_GPU
+#ifdef PPRUN_HAVE_CUDA
     return d->kind[peer] == DC_IPC ? dc_ipc_recv(d->ipc, peer, tag, dev, len, timeout_ms, err)
                                    : dc_nccl_recv(d->nccl, peer, tag, dev, len, timeout_ms, err);
 #else
     (void)tag;
     (void)timeout_ms;
-    return pp_fail(err, "devcomm: no device transports in this build");
+    return pp_fail(err, "devcomm: this pprun was built without the GPU backend");
 #endif
 }
 
 int devcomm_flush(devcomm *d, int timeout_ms, pp_err *err) {
     if (!d) return pp_fail(err, "devcomm: flush on a devcomm that is not open");
-#if DC_GPU
+#ifdef PPRUN_HAVE_CUDA
     uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     if (d->ipc && dc_ipc_flush(d->ipc, deadline, timeout_ms, err) < 0) return -1;
     if (d->nccl && dc_nccl_flush(d->nccl, deadline, timeout_ms, err) < 0) return -1;
     return 0;
 #else
     (void)timeout_ms;
-    return pp_fail(err, "devcomm: no device transports in this build");
+    return pp_fail(err, "devcomm: this pprun was built without the GPU backend");
 #endif
 }
 

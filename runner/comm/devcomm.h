@@ -24,7 +24,24 @@
  * devcomm_recv returns with the copy complete.
  *
  * Only in builds with the GPU backend (PPRUN_HAVE_CUDA); without it
- * devcomm_open fails saying so. */
+ * devcomm_open fails saying so.
+ *
+ * Threads: the functions below are called from one thread at a time per
+ * devcomm (the engine's).  cuda-ipc adds no thread.  nccl adds two proxy
+ * threads per pair that talks (one per direction), started at this rank's
+ * first call with that peer; each NCCL communicator is driven by its proxy,
+ * the caller's thread only asks its async error, and every call into it
+ * holds a per-pair lock (NCCL: one thread at a time per communicator).
+ * CUDA's callback thread marks completions.  Exchange calls are
+ * made under the host comm's exchange lock, so the exchange may be the
+ * host comm's own.
+ *
+ * Host tags: a cuda-ipc message is announced on the host comm under its
+ * own tag, so do not also comm_send that tag to that peer; devcomm's other
+ * control messages use COMM_DIR_DEVACK / COMM_DIR_DEVANN tags.
+ *
+ * Environment: PPRUN_NCCL_LIB names the libnccl.so.2 to load (default: the
+ * soname, then the toolkit's copy).  docs/comm.md says more. */
 #ifndef PP_DEVCOMM_H
 #define PP_DEVCOMM_H
 #include <stddef.h>

@@ -31,14 +31,7 @@ int dc_ex_get(const devcomm_config *cfg, const char *key, void *v, size_t cap, s
  * closed), with the reason in why ("is gone (process 123 exited)"). */
 int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap);
 
-/* The transports below exist (GPU backend built). */
-#if defined(PPRUN_HAVE_CUDA)
-#define DC_GPU 1
-#else
-#define DC_GPU 0
-#endif
-
-#if DC_GPU
+#ifdef PPRUN_HAVE_CUDA
 /* cuda/devcomm_ipc.c: this process's device identity, for the pairing. */
 int dc_device_busid(int device, char *out, size_t cap, pp_err *err);
 
@@ -49,6 +42,11 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
 int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err);
 int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err);
 void dc_ipc_close(dc_ipc *t);
+
+/* Loads NCCL once (PPRUN_NCCL_LIB, else the soname, else the toolkit's
+ * copy); 0 if every function devcomm calls is there.  Used at the first
+ * nccl exchange, and by the tests against the real library. */
+int dc_nccl_library(pp_err *err);
 
 typedef struct dc_nccl dc_nccl;
 int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err);

@@ -13,17 +13,26 @@
  *   receiver the pair's in-proxy thread takes announcements in sequence
  *            order and posts ncclRecv into pool buffers in that same order,
  *            filing (tag, buffer) in the pair's inbox; devcomm_recv waits
- *            there for its tag, then copies into the caller's buffer.
+ *            there for its tag, copies into the caller's buffer and
+ *            acknowledges (COMM_DIR_DEVACK, in order) over the host comm.
+ *
+ * devcomm_flush waits for the acknowledgements, not for ncclSend to
+ * complete: a completed send may still sit in NCCL's buffers (the network
+ * proxy's, or the sender's own with P2P read), which a sender that exits
+ * right after would take with it.
  *
  * A pending send never blocks a receive (separate communicators and streams
  * per direction), and no send waits for its receiver (pools grow).
  * Completions come back through cudaLaunchHostFunc on the pair's stream.
  *
- * Threads: each communicator is touched by exactly one thread, its proxy
- * (init, ncclSend/ncclRecv, ncclCommGetAsyncError, abort, finalize).  The
- * devcomm caller's thread makes unique ids, copies in and out on its own
- * stream and waits on the pair's condition variable; CUDA's callback
- * thread only marks completions under the pair's mutex.
+ * Threads: each communicator is driven by its proxy (init, ncclSend /
+ * ncclRecv, ncclCommGetAsyncError, abort, finalize).  The devcomm caller's
+ * thread makes unique ids, copies in and out on its own stream, waits on
+ * the pair's condition variable, and asks ncclCommGetAsyncError before it
+ * trusts a landed message (a transfer NCCL failed also "completes" on the
+ * stream); every call into a communicator holds the pair's nccl_mu, so
+ * NCCL sees one thread at a time.  CUDA's callback thread only marks
+ * completions under the pair's mutex.
  *
  * Failure: a proxy polls ncclCommGetAsyncError while work is in flight and
  * watches the peer through the host comm; on an NCCL error, a dead peer, a
@@ -109,7 +118,7 @@ static void nc_load(void) {
     nc = t;
 }
 
-static int nc_ready(pp_err *err) {
+int dc_nccl_library(pp_err *err) {
     pthread_once(&nc_once, nc_load);
     if (nc_error[0]) return pp_fail(err, "devcomm (nccl): %s", nc_error);
     return 0;
@@ -117,7 +126,7 @@ static int nc_ready(pp_err *err) {
 
 /* ---- state ---------------------------------------------------------------------- */
 
-enum { NE_POSTED = 1, NE_READY = 2 };
+enum { NE_POSTED = 1, NE_READY = 2, NE_BAD = 3 };  /* BAD: landed or not, NCCL failed under it */
 
 typedef struct nbuf {        /* a pool buffer of one pair */
     void *dev;
@@ -138,7 +147,7 @@ typedef struct nentry {      /* receiver: announced message, posted or landed */
     size_t len;
     int buf;                 /* -1 for an empty message */
     void *dev;               /* bufs[buf].dev */
-    int state;               /* NE_* */
+    int state;               /* NE_*; under mu */
 } nentry;
 
 typedef struct npair {       /* one direction between this rank and peer */
@@ -146,6 +155,7 @@ typedef struct npair {       /* one direction between this rank and peer */
     int peer, out;           /* out: this rank sends (NCCL rank 0) */
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* proxy work, completions, failure, stop */
+    pthread_mutex_t nccl_mu; /* held around every call into comm (pc_*): one thread at a time */
     pthread_t proxy;
     int started, stop, abort_req;
     int failed;              /* unusable from now on; why says why */
@@ -154,8 +164,9 @@ typedef struct npair {       /* one direction between this rank and peer */
     nbuf *bufs;
     int n_bufs;
     uint64_t seq;            /* next announcement (sent or expected) */
+    uint64_t acks;           /* acknowledgements taken (sender) or sent (receiver); caller's thread */
     int in_flight;           /* transfers handed to NCCL and not completed */
-    ncclComm_t comm;         /* the proxy's alone */
+    ncclComm_t comm;         /* set and cleared by the proxy, under nccl_mu */
     cudaStream_t stream;     /* the proxy's: NCCL work of this pair */
     ncclUniqueId id;         /* sender: made at the first send */
     nitem *q_head, *q_tail;  /* sender */
@@ -220,39 +231,77 @@ static void CUDART_CB recv_done(void *arg) {
     npair *p = d->p;
     pthread_mutex_lock(&p->mu);
     for (nentry *e = p->inbox; e; e = e->next)
-        if (e->seq == d->seq) e->state = NE_READY;
+        if (e->seq == d->seq && e->state == NE_POSTED) e->state = NE_READY;
     p->in_flight--;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     free(d);
 }
 
-/* The proxy's failure path: abort the communicator (it may be stuck in a
- * transfer or an init), then fail the pair. */
-static void proxy_fail(npair *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void proxy_fail(npair *p, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (p->comm) {
-        nc.abort(p->comm);
-        p->comm = NULL;
-    }
-    pthread_mutex_lock(&p->mu);
-    fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->rank, dir_str(p), p->peer, msg);
-    pthread_mutex_unlock(&p->mu);
+/* ---- calls into a pair's communicator, under nccl_mu ---------------------------- */
+
+/* *st = the communicator's state; ncclSuccess when it is gone (aborted:
+ * the pair's failure says why). */
+static ncclResult_t pc_async(npair *p, ncclResult_t *st) {
+    pthread_mutex_lock(&p->nccl_mu);
+    ncclResult_t r = ncclSuccess;
+    *st = ncclSuccess;
+    if (p->comm) r = nc.get_async_error(p->comm, st);
+    pthread_mutex_unlock(&p->nccl_mu);
+    return r;
+}
+
+static void pc_abort(npair *p) {
+    pthread_mutex_lock(&p->nccl_mu);
+    if (p->comm) nc.abort(p->comm);
+    p->comm = NULL;
+    pthread_mutex_unlock(&p->nccl_mu);
+}
+
+static ncclResult_t pc_xfer(npair *p, void *dev, size_t len) {
+    pthread_mutex_lock(&p->nccl_mu);
+    ncclResult_t r = !p->comm ? ncclInvalidUsage
+                     : p->out ? nc.send(dev, len, ncclInt8, 1, p->comm, p->stream)
+                              : nc.recv(dev, len, ncclInt8, 0, p->comm, p->stream);
+    pthread_mutex_unlock(&p->nccl_mu);
+    return r;
 }
 
 /* NCCL's error text: the code's string, the library's last message if any,
  * and whether the host comm knows the peer is gone (often the cause). */
 static void nc_errstr(npair *p, ncclResult_t r, char *buf, size_t cap) {
-    const char *last = nc.last_error ? nc.last_error(p->comm) : NULL;
+    char last[240] = "";
+    pthread_mutex_lock(&p->nccl_mu);
+    const char *l = nc.last_error ? nc.last_error(p->comm) : NULL;
+    if (l) snprintf(last, sizeof last, "%s", l);
+    pthread_mutex_unlock(&p->nccl_mu);
     char why[300] = "";
     int gone = dc_peer_gone(p->t->cfg, p->peer, why, sizeof why);
-    int n = snprintf(buf, cap, "%s%s%.200s", nc.error_string(r), last && last[0] ? ": " : "", last ? last : "");
+    int n = snprintf(buf, cap, "%s%s%s", nc.error_string(r), last[0] ? ": " : "", last);
     if (gone && n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "; rank %d %.150s", p->peer, why);
+}
+
+/* Every message not yet taken is suspect once NCCL failed; mu held. */
+static void spoil_locked(npair *p) {
+    for (nentry *e = p->inbox; e; e = e->next) e->state = NE_BAD;
+}
+
+/* The proxy's failure path: abort the communicator (it may be stuck in a
+ * transfer or an init), then fail the pair.  nccl_error: NCCL itself
+ * failed, so what landed is suspect too; otherwise (peer gone, timeout,
+ * close) messages that landed stay receivable. */
+static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pc_abort(p);
+    pthread_mutex_lock(&p->mu);
+    if (nccl_error) spoil_locked(p);
+    fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->rank, dir_str(p), p->peer, msg);
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* Polls the communicator until it leaves ncclInProgress (after a
@@ -263,12 +312,12 @@ static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max
     uint64_t nap = 10000;  /* 10 us, doubling to max_nap_ns */
     for (;;) {
         ncclResult_t st = ncclSuccess;
-        ncclResult_t r = nc.get_async_error(p->comm, &st);
+        ncclResult_t r = pc_async(p, &st);
         if (r == ncclSuccess && st == ncclSuccess) return 0;
         if (r != ncclSuccess || st != ncclInProgress) {
             char es[400];
             nc_errstr(p, r != ncclSuccess ? r : st, es, sizeof es);
-            proxy_fail(p, "%s failed: NCCL error: %s", what, es);
+            proxy_fail(p, 1, "%s failed: NCCL error: %s", what, es);
             return -1;
         }
         uint64_t now = pp_now_ns();
@@ -276,17 +325,17 @@ static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max
         int stop = p->stop, ab = p->abort_req;
         pthread_mutex_unlock(&p->mu);
         if (stop || ab) {
-            proxy_fail(p, "%s aborted (%s)", what, stop ? "devcomm closed" : "a waiter gave up");
+            proxy_fail(p, 0, "%s aborted (%s)", what, stop ? "devcomm closed" : "a waiter gave up");
             return -1;
         }
         if (now >= deadline) {
-            proxy_fail(p, "%s did not complete within %d ms", what, p->t->cfg->connect_timeout_ms);
+            proxy_fail(p, 0, "%s did not complete within %d ms", what, p->t->cfg->connect_timeout_ms);
             return -1;
         }
         if (now >= next_check) {
             char why[300];
             if (dc_peer_gone(p->t->cfg, p->peer, why, sizeof why)) {
-                proxy_fail(p, "%s abandoned: rank %d %s", what, p->peer, why);
+                proxy_fail(p, 0, "%s abandoned: rank %d %s", what, p->peer, why);
                 return -1;
             }
             next_check = now + NC_SLICE_MS * 1000000ull;
@@ -300,13 +349,15 @@ static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max
 static int proxy_init(npair *p, uint64_t deadline) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;  /* so that ncclCommAbort can always interrupt it */
+    pthread_mutex_lock(&p->nccl_mu);
     ncclResult_t r = nc.init_rank_config(&p->comm, 2, p->id, p->out ? 0 : 1, &cfg);
+    char last[240] = "";
+    if (r != ncclSuccess && r != ncclInProgress && nc.last_error && nc.last_error(NULL))
+        snprintf(last, sizeof last, "%s", nc.last_error(NULL));
+    pthread_mutex_unlock(&p->nccl_mu);
     if (r != ncclSuccess && r != ncclInProgress) {
-        const char *last = nc.last_error ? nc.last_error(NULL) : "";
-        if (p->comm) nc.abort(p->comm);
-        p->comm = NULL;
-        proxy_fail(p, "ncclCommInitRankConfig failed: NCCL error: %s%s%.300s", nc.error_string(r),
-                   last && last[0] ? ": " : "", last ? last : "");
+        proxy_fail(p, 1, "ncclCommInitRankConfig failed: NCCL error: %s%s%s", nc.error_string(r), last[0] ? ": " : "",
+                   last);
         return -1;
     }
     /* A peer may join late (at its first devcomm call with us): poll gently. */
@@ -321,15 +372,15 @@ static int proxy_check(npair *p, uint64_t *gone_since) {
     int ab = p->abort_req, busy = p->in_flight > 0;
     pthread_mutex_unlock(&p->mu);
     if (ab) {
-        proxy_fail(p, "aborted: a waiter gave up (timeout)");
+        proxy_fail(p, 0, "aborted: a waiter gave up (timeout)");
         return -1;
     }
     if (!p->comm || !busy) return 0;
-    ncclResult_t st = ncclSuccess, r = nc.get_async_error(p->comm, &st);
+    ncclResult_t st = ncclSuccess, r = pc_async(p, &st);
     if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
         char es[400];
         nc_errstr(p, r != ncclSuccess ? r : st, es, sizeof es);
-        proxy_fail(p, "NCCL error: %s", es);
+        proxy_fail(p, 1, "NCCL error: %s", es);
         return -1;
     }
     char why[300];
@@ -337,7 +388,7 @@ static int proxy_check(npair *p, uint64_t *gone_since) {
         uint64_t now = pp_now_ns();
         if (!*gone_since) *gone_since = now;
         if (now - *gone_since >= NC_GRACE_NS) {
-            proxy_fail(p, "rank %d %s with transfers in flight", p->peer, why);
+            proxy_fail(p, 0, "rank %d %s with transfers in flight", p->peer, why);
             return -1;
         }
     }
@@ -350,21 +401,24 @@ static void proxy_finish(npair *p) {
     pthread_mutex_lock(&p->mu);
     int idle = p->in_flight == 0 && !p->failed;
     pthread_mutex_unlock(&p->mu);
+    pthread_mutex_lock(&p->nccl_mu);
     ncclResult_t r = idle ? nc.finalize(p->comm) : ncclInvalidUsage;
+    pthread_mutex_unlock(&p->nccl_mu);
     if (r == ncclSuccess || r == ncclInProgress) {
-        /* Bounded: should the peer's end be needed and gone, abort after all. */
+        /* Bounded: should it wait for something that never comes, abort after all. */
         uint64_t deadline = pp_now_ns() + 5000000000ull;
         ncclResult_t st = ncclInProgress;
-        while (nc.get_async_error(p->comm, &st) == ncclSuccess && st == ncclInProgress && pp_now_ns() < deadline)
+        while (pc_async(p, &st) == ncclSuccess && st == ncclInProgress && pp_now_ns() < deadline)
             pp_sleep_ns(1000000);
         if (st == ncclSuccess) {
+            pthread_mutex_lock(&p->nccl_mu);
             nc.destroy(p->comm);
             p->comm = NULL;
+            pthread_mutex_unlock(&p->nccl_mu);
             return;
         }
     }
-    nc.abort(p->comm);
-    p->comm = NULL;
+    pc_abort(p);
 }
 
 static int proxy_setup(npair *p) {
@@ -372,7 +426,7 @@ static int proxy_setup(npair *p) {
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&p->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
         p->stream = NULL;
-        proxy_fail(p, "cannot set up CUDA device %d for the proxy: %s", p->t->cfg->device, cudaGetErrorString(e));
+        proxy_fail(p, 0, "cannot set up CUDA device %d for the proxy: %s", p->t->cfg->device, cudaGetErrorString(e));
         return -1;
     }
     return 0;
@@ -409,7 +463,7 @@ static void *out_main(void *arg) {
         if (proxy_check(p, &gone_since) < 0) goto park;
         if (!it || stop) continue;
         nc_done *d = malloc(sizeof *d);
-        ncclResult_t r = d ? nc.send(it->dev, it->len, ncclInt8, 1, p->comm, p->stream) : ncclSystemError;
+        ncclResult_t r = d ? pc_xfer(p, it->dev, it->len) : ncclSystemError;
         if (r == ncclInProgress && wait_nccl(p, "ncclSend", UINT64_MAX, 1000000) < 0) {
             free(d);
             free(it);
@@ -418,7 +472,7 @@ static void *out_main(void *arg) {
         if (r != ncclSuccess && r != ncclInProgress) {
             char es[400];
             nc_errstr(p, r, es, sizeof es);
-            proxy_fail(p, "ncclSend of %zu bytes failed: NCCL error: %s", it->len, es);
+            proxy_fail(p, 1, "ncclSend of %zu bytes failed: NCCL error: %s", it->len, es);
             free(d);
             free(it);
             goto park;
@@ -430,7 +484,7 @@ static void *out_main(void *arg) {
         free(it);
         if (e != cudaSuccess) {
             free(d);
-            proxy_fail(p, "cudaLaunchHostFunc after ncclSend failed: %s", cudaGetErrorString(e));
+            proxy_fail(p, 1, "cudaLaunchHostFunc after ncclSend failed: %s", cudaGetErrorString(e));
             goto park;
         }
     }
@@ -486,7 +540,7 @@ static int in_connect(npair *p) {
     pp_err e;
     snprintf(key, sizeof key, DC_KEY_NCCL, cfg->job_key, p->peer, cfg->rank);
     if (dc_ex_get(cfg, key, &p->id, sizeof p->id, &len, cfg->connect_timeout_ms, &e) < 0 || len != sizeof p->id) {
-        proxy_fail(p, "no NCCL unique id from rank %d in the store (key %s): %s", p->peer, key,
+        proxy_fail(p, 0, "no NCCL unique id from rank %d in the store (key %s): %s", p->peer, key,
                    len != sizeof p->id ? "wrong size" : e.msg);
         return -1;
     }
@@ -554,7 +608,7 @@ static void *in_main(void *arg) {
         if (rc < 0) {
             free(n);
             free(d);
-            proxy_fail(p, "cannot take message %" PRIu64 " (%" PRIu64 " bytes): %s", p->seq, a.len, why);
+            proxy_fail(p, 0, "cannot take message %" PRIu64 " (%" PRIu64 " bytes): %s", p->seq, a.len, why);
             goto park;
         }
         uint64_t seq = p->seq++;
@@ -562,7 +616,7 @@ static void *in_main(void *arg) {
             free(d);
             continue;
         }
-        ncclResult_t r = nc.recv(n->dev, (size_t)a.len, ncclInt8, 0, p->comm, p->stream);
+        ncclResult_t r = pc_xfer(p, n->dev, (size_t)a.len);
         if (r == ncclInProgress && wait_nccl(p, "ncclRecv", UINT64_MAX, 1000000) < 0) {
             free(d);
             goto park;
@@ -570,7 +624,7 @@ static void *in_main(void *arg) {
         if (r != ncclSuccess && r != ncclInProgress) {
             char es[400];
             nc_errstr(p, r, es, sizeof es);
-            proxy_fail(p, "ncclRecv of %" PRIu64 " bytes failed: NCCL error: %s", a.len, es);
+            proxy_fail(p, 1, "ncclRecv of %" PRIu64 " bytes failed: NCCL error: %s", a.len, es);
             free(d);
             goto park;
         }
@@ -578,7 +632,7 @@ static void *in_main(void *arg) {
         cudaError_t ce = cudaLaunchHostFunc(p->stream, recv_done, d);
         if (ce != cudaSuccess) {
             free(d);
-            proxy_fail(p, "cudaLaunchHostFunc after ncclRecv failed: %s", cudaGetErrorString(ce));
+            proxy_fail(p, 1, "cudaLaunchHostFunc after ncclRecv failed: %s", cudaGetErrorString(ce));
             goto park;
         }
     }
@@ -602,6 +656,7 @@ static npair *pair_new(dc_nccl *t, int peer, int out) {
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);  /* pp_now_ns's clock */
     pthread_mutex_init(&p->mu, NULL);
+    pthread_mutex_init(&p->nccl_mu, NULL);
     pthread_cond_init(&p->cv, &ca);
     pthread_condattr_destroy(&ca);
     return p;
@@ -619,7 +674,7 @@ static int pair_start(npair *p, pp_err *err) {
  * either direction, so both ends join their communicators promptly. */
 static int in_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
     if (!t->ins[peer]) {
-        if (nc_ready(err) < 0) return -1;
+        if (dc_nccl_library(err) < 0) return -1;
         npair *p = pair_new(t, peer, 0);
         if (!p) return pp_fail(err, "devcomm (nccl): out of memory");
         if (pair_start(p, err) < 0) {
@@ -635,7 +690,7 @@ static int in_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
 static int out_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
     if (!t->outs[peer]) {
         const devcomm_config *cfg = t->cfg;
-        if (nc_ready(err) < 0) return -1;
+        if (dc_nccl_library(err) < 0) return -1;
         npair *p = pair_new(t, peer, 1);
         if (!p) return pp_fail(err, "devcomm (nccl): out of memory");
         char key[320];
@@ -692,10 +747,31 @@ int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err) {
     return 0;
 }
 
+/* Takes the receiver's acknowledgements: with timeout_ms 0 those already
+ * here; otherwise waits up to timeout_ms for the next one.  -1 (filling
+ * err) when none came; *early tells whether that was before the timeout
+ * (the peer gone), not the timeout itself. */
+static int take_acks(dc_nccl *t, npair *p, int timeout_ms, int *early, pp_err *err) {
+    int got = 0;
+    while (p->acks < p->seq) {
+        uint64_t t0 = pp_now_ns();
+        if (comm_recv(t->cfg->host, p->peer, dc_ctl_tag(p->acks, COMM_DIR_DEVACK), NULL, 0, got ? 0 : timeout_ms,
+                      err) < 0) {
+            if (got) return 0;
+            if (early) *early = pp_now_ns() - t0 < (uint64_t)timeout_ms * 1000000ull;
+            return -1;
+        }
+        p->acks++;
+        got = 1;
+    }
+    return 0;
+}
+
 int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
     char ts[128], why[300];
     npair *p = NULL, *in = NULL;
     if (in_pair(t, peer, &in, err) < 0 || out_pair(t, peer, &p, err) < 0) return -1;
+    take_acks(t, p, 0, NULL, NULL);
     int buf = -1;
     void *pdev = NULL;
     pthread_mutex_lock(&p->mu);
@@ -766,11 +842,8 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
             n = NULL;  /* stays in the inbox: a failed recv changes nothing */
             break;
         }
-        if (n && n->state == NE_READY) {
-            *np = n->next;
-            break;
-        }
-        if (p->failed) {
+        if (n && n->state == NE_READY) break;  /* verified below, then taken */
+        if (p->failed && (!n || n->state != NE_READY)) {
             rc = pp_fail(err, "devcomm (nccl): rank %d cannot receive %s from rank %d: %s", t->cfg->rank,
                          comm_tag_str(tag, ts, sizeof ts), peer, p->why);
             break;
@@ -792,6 +865,28 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
     }
     pthread_mutex_unlock(&p->mu);
     if (rc < 0 || !n) return rc;
+    /* A transfer NCCL failed also "lands" on the stream: ask first. */
+    ncclResult_t st = ncclSuccess, r = n->len ? pc_async(p, &st) : ncclSuccess;
+    int nccl_bad = r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress);
+    char es[400] = "";
+    if (nccl_bad) nc_errstr(p, r != ncclSuccess ? r : st, es, sizeof es);
+    pthread_mutex_lock(&p->mu);
+    if (nccl_bad) {
+        spoil_locked(p);
+        fail_locked(p, "devcomm (nccl): rank %d, messages from rank %d: NCCL error: %s", t->cfg->rank, peer, es);
+        p->abort_req = 1;
+    }
+    if (n->state == NE_BAD)
+        rc = pp_fail(err, "devcomm (nccl): rank %d cannot receive %s from rank %d: %s", t->cfg->rank,
+                     comm_tag_str(tag, ts, sizeof ts), peer, p->why);
+    else
+        for (nentry **np = &p->inbox; *np; np = &(*np)->next)
+            if (*np == n) {
+                *np = n->next;
+                break;
+            }
+    pthread_mutex_unlock(&p->mu);
+    if (rc < 0) return rc;
     if (len) {
         cudaError_t e = cudaMemcpyAsync(dev, n->dev, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
@@ -803,6 +898,8 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
         pthread_mutex_unlock(&p->mu);
     }
     free(n);
+    /* A sender that cannot hear this is gone: its next flush says so. */
+    if (rc == 0) comm_send(t->cfg->host, peer, dc_ctl_tag(p->acks++, COMM_DIR_DEVACK), NULL, 0, NULL);
     return rc;
 }
 
@@ -811,9 +908,25 @@ int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err)
         npair *p = t->outs[r];
         if (!p) continue;
         int rc = 0;
+        /* First every message taken by the receiver (acknowledged)... */
+        while (p->acks < p->seq) {
+            pthread_mutex_lock(&p->mu);
+            int failed = p->failed;
+            pthread_mutex_unlock(&p->mu);
+            if (failed) break;  /* said below */
+            uint64_t now = pp_now_ns();
+            if (now >= deadline_ns) break;
+            uint64_t left_ms = deadline_ns == UINT64_MAX ? NC_SLICE_MS : (deadline_ns - now) / 1000000u + 1;
+            int early = 0;
+            pp_err e;
+            if (take_acks(t, p, left_ms < NC_SLICE_MS ? (int)left_ms : NC_SLICE_MS, &early, &e) < 0 && early)
+                return pp_fail(err, "devcomm (nccl): flush: %llu messages from rank %d to rank %d not taken: %s",
+                               (unsigned long long)(p->seq - p->acks), t->cfg->rank, r, e.msg);
+        }
+        /* ...then every transfer ended on this side (buffers back). */
         pthread_mutex_lock(&p->mu);
         for (;;) {
-            int left = p->in_flight;
+            int left = p->in_flight + (int)(p->seq - p->acks);
             for (nitem *it = p->q_head; it; it = it->next) left++;
             if (!left) break;
             if (p->failed) {
@@ -837,15 +950,17 @@ int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err)
     return 0;
 }
 
+static void pair_stop(npair *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
 static void pair_close(dc_nccl *t, npair *p) {
     if (!p) return;
-    if (p->started) {
-        pthread_mutex_lock(&p->mu);
-        p->stop = 1;
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->mu);
-        pthread_join(p->proxy, NULL);
-    }
+    if (p->started) pthread_join(p->proxy, NULL);
     /* The communicator is gone (aborted or destroyed): its kernels have
      * ended, so the stream drains and no completion callback is left. */
     if (p->stream) {
@@ -865,12 +980,18 @@ static void pair_close(dc_nccl *t, npair *p) {
     }
     free(p->bufs);
     pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->nccl_mu);
     pthread_cond_destroy(&p->cv);
     free(p);
 }
 
 void dc_nccl_close(dc_nccl *t) {
     if (!t) return;
+    /* All proxies wind down (finalize or abort) at once, then are joined. */
+    for (int r = 0; r < t->cfg->world; r++) {
+        pair_stop(t->outs[r]);
+        pair_stop(t->ins[r]);
+    }
     for (int r = 0; r < t->cfg->world; r++) {
         pair_close(t, t->outs[r]);
         pair_close(t, t->ins[r]);
