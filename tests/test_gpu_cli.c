@@ -201,6 +201,13 @@ Test(gpu_cli, engine_device_boundaries_match_one_rank) {
     cr_assert_eq(rc, 0, "gpu_enginecheck exited %d: run it to see which job", rc);
 }
 
+/* The same over the real devcomm (cuda-ipc for ranks on one stand-in GPU,
+ * nccl across), on devcomm's CUDA runtime and NCCL stand-ins. */
+Test(gpu_cli, engine_over_devcomm_matches_one_rank) {
+    int rc = run_sibling("gpu_enginecheck_devcomm");
+    cr_assert_eq(rc, 0, "gpu_enginecheck_devcomm exited %d: run it to see which job", rc);
+}
+
 Test(gpu_cli, ranks_share_devices_round_robin) {
     /* 4 ranks on one GPU all use it; 3 ranks on 2 GPUs: 0 1 0 */
     for (int r = 0; r < 4; r++) cr_assert_eq(gpu_device_for_rank(r, 1), 0);

@@ -12,7 +12,18 @@
  * wrong side (a host buffer given to devcomm, a device buffer uploaded).
  * It proves the engine's wiring, nothing about CUDA IPC, NCCL or kernels.
  *
- *   ./build/gpu_enginecheck      (one line per job; exit 1 on any failure)
+ * Built a second time with ENGINECHECK_DEVCOMM (gpu_enginecheck_devcomm),
+ * it runs the real devcomm instead of the stand-in: runner/comm/devcomm.c
+ * and its cuda-ipc and nccl transports, over devcomm's own CPU stand-ins of
+ * the CUDA runtime (devcomm_cudastub.c: device memory in shared memfd
+ * mappings, streams as threads) and of libnccl (libdevcomm_ncclstub.so);
+ * the GPU stage's device-to-device copies then run on stand-in streams too
+ * (standins.c with STANDINS_CUDART). Ranks "share one GPU" or "have their
+ * own" through the PCI bus id the stand-in reports (PPRUN_STUB_BUSID), and
+ * the check asks devcomm which transport each neighbour got.
+ *
+ *   ./build/gpu_enginecheck          (one line per job; exit 1 on any failure)
+ *   ./build/gpu_enginecheck_devcomm
  *
  * Built (CMakeLists.txt) from this file, standins.c, the engine, schedule,
  * host comm and model sources with PPRUN_HAVE_CUDA defined, without
@@ -28,6 +39,7 @@
 #include "runner/comm/devcomm.h"
 #include "runner/engine.h"
 
+#ifndef ENGINECHECK_DEVCOMM
 /* --- devcomm stand-in: "device" buffers over the host comm ------------------- */
 
 struct devcomm {
@@ -56,14 +68,26 @@ const char *devcomm_transport_name(const devcomm *d, int peer) {
     (void)d, (void)peer;
     return "stand-in";
 }
+static long dc_sends(const devcomm *d) { return d ? d->sends : 0; }
+static long dc_recvs(const devcomm *d) { return d ? d->recvs : 0; }
+#else
+/* the real devcomm counts nothing for us */
+static long dc_sends(const devcomm *d) { return d ? -1 : 0; }
+static long dc_recvs(const devcomm *d) { return d ? -1 : 0; }
+static char stub_lib[4200]; /* libdevcomm_ncclstub.so next to this program */
+#endif
 
 /* --- one rank ---------------------------------------------------------------- */
 
 #define MODEL "gpt:layers=4,dim=32,heads=4,seq=16,batch=2"
 
+/* gpus: 1 = every rank on one GPU, else a GPU per rank (the real devcomm
+ * build's stand-in bus ids); expect: the transport devcomm must pick for a
+ * neighbour ("-" without devcomm). */
 typedef struct job {
     const char *what, *schedule, *device, *transport;
-    int ranks, virtual_stages, device_boundaries;
+    int ranks, virtual_stages, device_boundaries, gpus;
+    const char *expect;
 } job;
 
 typedef struct rank_ctx {
@@ -88,8 +112,14 @@ static int set(run_config *cfg, const char *opt, const char *val, pp_err *err) {
 }
 
 /* Runs rank `rank` of the job; writes DIR/rank_R.txt ("sends recvs
- * side_errors device_boundaries") and returns 0, or -1 with err. */
+ * side_errors device_boundaries transport") and returns 0, or -1 with err. */
 static int run_rank(const job *j, const char *dir, int rank, pp_err *err) {
+#ifdef ENGINECHECK_DEVCOMM
+    char bus[32];
+    snprintf(bus, sizeof bus, "0000:%02x:00.0", j->gpus == 1 ? 0x10 : 0x20 + rank);
+    setenv("PPRUN_STUB_BUSID", bus, 1);
+    setenv("PPRUN_NCCL_LIB", stub_lib, 1);
+#endif
     run_config cfg;
     char vs[16], wdir[512];
     snprintf(vs, sizeof vs, "%d", j->virtual_stages);
@@ -133,7 +163,9 @@ static int run_rank(const job *j, const char *dir, int rank, pp_err *err) {
         pp_fail(err, "cannot write %s", path);
         goto out;
     }
-    fprintf(f, "%ld %ld %d %d\n", dc ? dc->sends : 0, dc ? dc->recvs : 0, side_errors, e.device_boundaries);
+    int peer = plan->stage_rank[0] != rank ? plan->stage_rank[0] : plan->stage_rank[1 % plan->stages];
+    fprintf(f, "%ld %ld %d %d %s\n", dc_sends(dc), dc_recvs(dc), side_errors, e.device_boundaries,
+            dc && peer != rank ? devcomm_transport_name(dc, peer) : "-");
     if (side_errors) fprintf(f, "%s\n", side_error);
     fclose(f);
     rc = 0;
@@ -225,15 +257,33 @@ static int run_job(const job *j, char *dir, size_t dircap, char *msg, size_t msg
 }
 
 int main(void) {
+#ifndef ENGINECHECK_DEVCOMM
     static const job jobs[] = {
-        {"1 rank (reference)", "1f1b", "cuda", "auto", 1, 0, 1},
-        {"4 ranks, 1f1b, devcomm", "1f1b", "cuda", "auto", 4, 0, 1},
-        {"4 ranks, gpipe, --transport cuda-ipc", "gpipe", "cuda", "cuda-ipc", 4, 0, 1},
-        {"2 ranks, interleaved-1f1b, devcomm + mailbox", "interleaved-1f1b", "cuda", "auto", 2, 2, 1},
-        {"2 ranks, zb-v, devcomm + mailbox", "zb-v", "cuda", "nccl", 2, 2, 1},
-        {"4 ranks, 1f1b, --transport shm (host staging)", "1f1b", "cuda", "shm", 4, 0, 0},
-        {"4 ranks, 1f1b, --device cpu", "1f1b", "cpu", "auto", 4, 0, 0},
+        {"1 rank (reference)", "1f1b", "cuda", "auto", 1, 0, 1, 1, "-"},
+        {"4 ranks, 1f1b, devcomm", "1f1b", "cuda", "auto", 4, 0, 1, 1, "stand-in"},
+        {"4 ranks, gpipe, --transport cuda-ipc", "gpipe", "cuda", "cuda-ipc", 4, 0, 1, 1, "stand-in"},
+        {"2 ranks, interleaved-1f1b, devcomm + mailbox", "interleaved-1f1b", "cuda", "auto", 2, 2, 1, 1, "stand-in"},
+        {"2 ranks, zb-v, devcomm + mailbox", "zb-v", "cuda", "nccl", 2, 2, 1, 1, "stand-in"},
+        {"4 ranks, 1f1b, --transport shm (host staging)", "1f1b", "cuda", "shm", 4, 0, 0, 1, "-"},
+        {"4 ranks, 1f1b, --device cpu", "1f1b", "cpu", "auto", 4, 0, 0, 1, "-"},
     };
+#else
+    static const job jobs[] = {
+        {"1 rank (reference)", "1f1b", "cuda", "auto", 1, 0, 1, 1, "-"},
+        {"4 ranks on one GPU, 1f1b (auto)", "1f1b", "cuda", "auto", 4, 0, 1, 1, "cuda-ipc"},
+        {"4 ranks on 4 GPUs, 1f1b (auto)", "1f1b", "cuda", "auto", 4, 0, 1, 4, "nccl"},
+        {"4 ranks on one GPU, gpipe, cuda-ipc", "gpipe", "cuda", "cuda-ipc", 4, 0, 1, 1, "cuda-ipc"},
+        {"2 ranks on one GPU, zb-v (auto) + mailbox", "zb-v", "cuda", "auto", 2, 2, 1, 1, "cuda-ipc"},
+        {"2 ranks on 2 GPUs, interleaved, nccl + mailbox", "interleaved-1f1b", "cuda", "nccl", 2, 2, 1, 2, "nccl"},
+        {"4 ranks on one GPU, 1f1b, --transport shm", "1f1b", "cuda", "shm", 4, 0, 0, 1, "-"},
+    };
+    char self[4096];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[k > 0 ? k : 0] = '\0';
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = '\0';
+    snprintf(stub_lib, sizeof stub_lib, "%s/libdevcomm_ncclstub.so", self);
+#endif
     char *ref = NULL;
     size_t ref_len = 0;
     int failed = 0;
@@ -250,7 +300,8 @@ int main(void) {
             char *text = slurp(path, &n);
             long s = 0, v = 0;
             int side = 0, dev = 0;
-            if (!text || sscanf(text, "%ld %ld %d %d", &s, &v, &side, &dev) != 4) {
+            char used[32] = "";
+            if (!text || sscanf(text, "%ld %ld %d %d %31s", &s, &v, &side, &dev, used) != 5) {
                 snprintf(msg, sizeof msg, "rank %d left no counts", r);
                 ok = 0;
             } else if (side) {
@@ -259,12 +310,15 @@ int main(void) {
             } else if (dev != j->device_boundaries) {
                 snprintf(msg, sizeof msg, "rank %d: device boundaries %d, expected %d", r, dev, j->device_boundaries);
                 ok = 0;
+            } else if (strcmp(used, j->ranks > 1 ? j->expect : "-") != 0) {
+                snprintf(msg, sizeof msg, "rank %d: devcomm picked %s, expected %s", r, used, j->expect);
+                ok = 0;
             }
             sends += s, recvs += v;
             free(text);
         }
         /* devcomm carries every cross-rank tensor with device boundaries, none otherwise */
-        if (ok && j->device_boundaries && j->ranks > 1 && (sends == 0 || sends != recvs))
+        if (ok && j->device_boundaries && j->ranks > 1 && sends >= 0 && (sends == 0 || sends != recvs))
             snprintf(msg, sizeof msg, "devcomm: %ld sends, %ld receives", sends, recvs), ok = 0;
         if (ok && !j->device_boundaries && sends + recvs != 0)
             snprintf(msg, sizeof msg, "devcomm used by a host-boundary job (%ld sends)", sends), ok = 0;
@@ -279,7 +333,11 @@ int main(void) {
             ok = 0;
         }
         free(bytes);
-        if (ok) snprintf(msg, sizeof msg, "%s (%ld devcomm messages)", i ? "same bits as one rank" : "ran", sends);
+        if (ok && sends >= 0)
+            snprintf(msg, sizeof msg, "%s (%ld devcomm messages)", i ? "same bits as one rank" : "ran", sends);
+        else if (ok)
+            snprintf(msg, sizeof msg, "%s%s%s", i ? "same bits as one rank" : "ran", j->ranks > 1 ? ", over " : "",
+                     j->ranks > 1 ? j->expect : "");
         printf("%-48s %s%s\n", j->what, ok ? "" : "FAIL: ", msg);
         failed |= !ok;
         char rm[128];

@@ -6,7 +6,13 @@
  * which is which: every gpu_alloc is recorded, and each copy checks that its
  * source and destination lie on the sides its kind says (standins.h). Also
  * the training text the checks use (the real corpus is generated into the
- * core library's build, which these programs do not link). */
+ * core library's build, which these programs do not link).
+ *
+ * With STANDINS_CUDART the program also links a stand-in of the CUDA runtime
+ * itself (devcomm_cudastub.c): device memory is its cudaMalloc, each context
+ * gets one of its streams (a thread that runs queued device-to-device
+ * copies), and every stand-in kernel, upload and download waits for the
+ * stream first, as work queued on one stream would. */
 #include "bench/gpu_cpucheck/standins.h"
 
 #include <math.h>
@@ -46,16 +52,63 @@ int gpu_device_count(int *count, pp_err *err) {
     return 0;
 }
 int gpu_device_for_rank(int local_rank, int count) { return local_rank % count; }
+/* Stand-in device memory comes from here: malloc past a poisoned header, so
+ * that host free() of it aborts (glibc finds no chunk there) instead of
+ * passing unnoticed; or, with STANDINS_CUDART, the CUDA runtime stand-in's
+ * cudaMalloc (shared memfd mappings), which host free() cannot take either. */
+static void *raw_alloc(size_t bytes) {
+#ifdef STANDINS_CUDART
+    void *p = NULL;
+    return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
+#else
+    unsigned char *base = malloc(DEV_HEADER + bytes);
+    if (base) memset(base, 0xA5, DEV_HEADER);
+    return base ? base + DEV_HEADER : NULL;
+#endif
+}
+static void raw_free(void *p) {
+#ifdef STANDINS_CUDART
+    cudaFree(p);
+#else
+    free((unsigned char *)p - DEV_HEADER);
+#endif
+}
+
 int gpu_ctx_create(int device, gpu_dtype dtype, gpu_ctx **out, pp_err *err) {
     if (!(*out = calloc(1, sizeof **out))) return pp_fail(err, "out of memory");
     (*out)->device = device, (*out)->dtype = dtype;
+#ifdef STANDINS_CUDART
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&(*out)->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        free(*out);
+        *out = NULL;
+        return gpu_cuda_fail(err, e, "stand-in stream");
+    }
+#endif
     return 0;
 }
-void gpu_ctx_free(gpu_ctx *ctx) { free(ctx); }
+void gpu_ctx_free(gpu_ctx *ctx) {
+#ifdef STANDINS_CUDART
+    if (ctx && ctx->stream) cudaStreamDestroy(ctx->stream);
+#endif
+    free(ctx);
+}
+/* With STANDINS_CUDART the stage's device-to-device copies run on the
+ * stand-in stream's thread: everything below waits for them first. */
 int gpu_sync(gpu_ctx *ctx, pp_err *err) {
+#ifdef STANDINS_CUDART
+    cudaError_t e = ctx && ctx->stream ? cudaStreamSynchronize(ctx->stream) : cudaSuccess;
+    if (e != cudaSuccess) return gpu_cuda_fail(err, e, "stand-in stream");
+#else
     (void)ctx, (void)err;
+#endif
     return 0;
 }
+#define SYNC(c)                                                                                                        \
+    do {                                                                                                               \
+        if (gpu_sync((c), e) != 0) return -1;                                                                          \
+    } while (0)
 void *gpu_alloc(gpu_ctx *ctx, size_t bytes, pp_err *err) {
     (void)ctx;
     if (dev_count == dev_cap) {
@@ -67,15 +120,11 @@ void *gpu_alloc(gpu_ctx *ctx, size_t bytes, pp_err *err) {
         }
         dev_blocks = nb, dev_cap = cap;
     }
-    /* Past a poisoned header, so that host free() of "device" memory aborts
-     * (glibc finds no chunk there) instead of passing unnoticed. */
-    unsigned char *base = malloc(DEV_HEADER + (bytes ? bytes : 1));
-    if (!base) {
-        pp_fail(err, "out of memory");
+    void *p = raw_alloc(bytes ? bytes : 1);
+    if (!p) {
+        pp_fail(err, "out of (stand-in device) memory for %zu bytes", bytes);
         return NULL;
     }
-    memset(base, 0xA5, DEV_HEADER);
-    void *p = base + DEV_HEADER;
     dev_blocks[dev_count++] = (struct dev_block){p, bytes ? bytes : 1};
     return p;
 }
@@ -85,32 +134,33 @@ void gpu_free(gpu_ctx *ctx, void *p) {
     for (size_t i = 0; i < dev_count; i++)
         if (dev_blocks[i].p == p) {
             dev_blocks[i] = dev_blocks[--dev_count];
-            free((unsigned char *)p - DEV_HEADER);
+            raw_free(p);
             return;
         }
     want_side(p, 1, "gpu_free's pointer");
     free(p);
 }
 int gpu_upload(gpu_ctx *ctx, void *dst, const void *src, size_t bytes, pp_err *err) {
-    (void)ctx, (void)err;
     want_side(src, 0, "an upload's source");
     want_side(dst, 1, "an upload's destination");
+    if (gpu_sync(ctx, err) != 0) return -1;
     memcpy(dst, src, bytes);
     return 0;
 }
 int gpu_download(gpu_ctx *ctx, void *dst, const void *src, size_t bytes, pp_err *err) {
-    (void)ctx, (void)err;
     want_side(src, 1, "a download's source");
     want_side(dst, 0, "a download's destination");
+    if (gpu_sync(ctx, err) != 0) return -1;
     memcpy(dst, src, bytes);
     return 0;
 }
 int gpu_memset(gpu_ctx *ctx, void *p, int byte, size_t bytes, pp_err *err) {
-    (void)ctx, (void)err;
     want_side(p, 1, "gpu_memset's pointer");
+    if (gpu_sync(ctx, err) != 0) return -1;
     memset(p, byte, bytes);
     return 0;
 }
+#ifndef STANDINS_CUDART /* else the CUDA runtime stand-in has them */
 cudaError_t cudaSetDevice(int device) {
     (void)device;
     return cudaSuccess;
@@ -124,99 +174,116 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
     memcpy(dst, src, count);
     return cudaSuccess;
 }
+#endif
 
 /* --- stand-ins: the kernels are their CPU references ------------------------ */
 
 int gpu_linear_forward(gpu_ctx *c, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
                        pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_linear_forward(out, inp, w, bias, N, C, OC, NULL);
     return 0;
 }
 int gpu_linear_backward_input(gpu_ctx *c, float *dinp, const float *dout, const float *w, int N, int C, int OC,
                               pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_linear_backward_input(dinp, dout, w, N, C, OC, NULL);
     return 0;
 }
 int gpu_linear_backward_weight(gpu_ctx *c, float *dw, float *dbias, const float *dout, const float *inp, int N, int C,
                                int OC, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_linear_backward_weight(dw, dbias, dout, inp, N, C, OC, NULL);
     return 0;
 }
 int gpu_layernorm_forward(gpu_ctx *c, float *out, float *mean, float *rstd, const float *inp, const float *g,
                           const float *b, int N, int C, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_layernorm_forward(out, mean, rstd, inp, g, b, N, C);
     return 0;
 }
 int gpu_layernorm_backward_input(gpu_ctx *c, float *dinp, const float *dout, const float *inp, const float *mean,
                                  const float *rstd, const float *g, int N, int C, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_layernorm_backward_input(dinp, dout, inp, mean, rstd, g, N, C);
     return 0;
 }
 int gpu_layernorm_backward_weight(gpu_ctx *c, float *dg, float *db, const float *dout, const float *inp,
                                   const float *mean, const float *rstd, int N, int C, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_layernorm_backward_weight(dg, db, dout, inp, mean, rstd, N, C);
     return 0;
 }
 int gpu_attention_forward(gpu_ctx *c, float *out, float *att, const float *qkv, int B, int T, int C, int H,
                           pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_attention_forward(out, att, qkv, B, T, C, H);
     return 0;
 }
 int gpu_attention_backward(gpu_ctx *c, float *dqkv, float *datt, const float *dout, const float *qkv,
                            const float *att, int B, int T, int C, int H, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_attention_backward(dqkv, datt, dout, qkv, att, B, T, C, H); /* datt: [B][H][T][T] >= [T][T] */
     return 0;
 }
 int gpu_gelu_forward(gpu_ctx *c, float *out, const float *inp, size_t n, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_gelu_forward(out, inp, n);
     return 0;
 }
 int gpu_gelu_backward(gpu_ctx *c, float *dinp, const float *inp, const float *dout, size_t n, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_gelu_backward(dinp, inp, dout, n);
     return 0;
 }
 int gpu_add(gpu_ctx *c, float *out, const float *a, const float *b, size_t n, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
     return 0;
 }
 int gpu_embedding_forward(gpu_ctx *c, float *out, const uint8_t *tokens, const float *wte, const float *wpe, int B,
                           int T, int C, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_embedding_forward(out, tokens, wte, wpe, B, T, C);
     return 0;
 }
 int gpu_embedding_backward_weight(gpu_ctx *c, float *dwte, float *dwpe, const float *dout, const uint8_t *tokens,
                                   int B, int T, int C, int V, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_embedding_backward_weight(dwte, dwpe, dout, tokens, B, T, C, V);
     return 0;
 }
 int gpu_head_forward(gpu_ctx *c, float *probs, const float *x, const float *w, const uint8_t *targets, int N, int C,
                      int V, float *loss, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     *loss = gpt_head_forward(probs, x, w, targets, N, C, V, NULL);
     return 0;
 }
 int gpu_head_backward_input(gpu_ctx *c, float *dx, float *p, const float *w, const uint8_t *targets, float scale,
                             int N, int C, int V, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_head_backward_input(dx, p, w, targets, scale, N, C, V, NULL);
     return 0;
 }
 int gpu_head_backward_weight(gpu_ctx *c, float *dw, const float *dlogits, const float *x, int N, int C, int V,
                              pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     gpt_head_backward_weight(dw, dlogits, x, N, C, V, NULL);
     return 0;
 }
@@ -224,6 +291,7 @@ int gpu_head_backward_weight(gpu_ctx *c, float *dw, const float *dlogits, const 
 int gpu_optim_step(gpu_ctx *c, float *w, const float *grad, float *am, float *av, size_t n, const model_optim *o,
                    int step, pp_err *e) {
     (void)c, (void)e;
+    SYNC(c);
     float c1 = (float)(1.0 - pow(o->beta1, step + 1)), c2 = (float)(1.0 - pow(o->beta2, step + 1));
     for (size_t i = 0; i < n; i++) {
         if (o->kind == MODEL_SGD) {
