@@ -139,7 +139,7 @@ static int load_ops(sqlite3 *sql, int64_t job, int step, op **out, size_t *n_out
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(sql,
                                 "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns"
-                                " FROM events WHERE job_id=?1 AND step=?2 AND attempt="
+                                " FROM events WHERE job_id=?1 AND step=?2 AND source='cpu' AND attempt="
                                 " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)",
                                 -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
@@ -293,6 +293,7 @@ int db_phase_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_
     if (sqlite3_prepare_v2(db_sqlite(d),
                            "SELECT stage, phase, end_ns - start_ns AS dur FROM events"
                            " WHERE job_id=?1 AND step=?2 AND phase IN ('F','B','W') AND stage IS NOT NULL"
+                           " AND source='cpu'"
                            " AND attempt=(SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
                            " ORDER BY stage, phase, dur",
                            -1, &st, NULL) != SQLITE_OK)

@@ -15,10 +15,24 @@
 
 extern const pp_embedded_file pp_schema_files[];
 
+/* Per rank of the job being written: what its GPU records refer to. */
+typedef struct gpu_rank {
+    int attempt;
+    int64_t span_seq, span_id; /* the last gpu span: its number and events.id */
+    char **names;              /* [nnames] by name id, NULL until complete */
+    uint16_t *have, *need;     /* [nnames] bytes received, and the name's length */
+    size_t nnames;
+} gpu_rank;
+
+static void gpu_reset(db *d, int64_t job_id);
+
 struct db {
     sqlite3 *sql;
     char *path;
-    sqlite3_stmt *ins_event, *ins_loss, *add_ingested;
+    sqlite3_stmt *ins_event, *ins_loss, *add_ingested, *ins_kernel, *set_cupti_dropped;
+    int64_t gpu_job;
+    gpu_rank *gpu;             /* [ngpu], for gpu_job */
+    size_t ngpu;
     /* Clock offsets per rank of the job being written (offsets_job). */
     int64_t offsets_job;
     int64_t *offsets;
@@ -94,22 +108,31 @@ static int check_version(sqlite3 *sql, const char *path, int64_t *version, pp_er
     return 0;
 }
 
-/* migrations[i] brings a file from version i to i + 1; NULL = schema.sql. */
-static const char *const migrations[DB_SCHEMA_VERSION] = {NULL};
+/* migrations[i] brings a file from version i to i + 1. An empty file
+ * (version 0) gets schema.sql, which is the latest version as a whole. */
+static const char *const migrations[DB_SCHEMA_VERSION] = {
+    NULL,
+    /* 1 -> 2: CUPTI's lost records, per rank and per job */
+    "ALTER TABLE ranks ADD COLUMN cupti_dropped INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE job_counters ADD COLUMN cupti_dropped INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);",
+};
 
 static int migrate(db *d, int64_t from, pp_err *err) {
     for (int64_t v = from; v < DB_SCHEMA_VERSION; v++) {
-        const char *sql = migrations[v] ? migrations[v] : schema_sql();
+        const char *sql = v == 0 ? schema_sql() : migrations[v];
         if (!sql) return pp_fail(err, "%s: the schema is not compiled into this binary", d->path);
+        int64_t to = v == 0 ? DB_SCHEMA_VERSION : v + 1;
         char what[64], pragma[64];
-        snprintf(what, sizeof what, "migrating the schema to version %lld", (long long)v + 1);
-        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %lld", (long long)v + 1);
+        snprintf(what, sizeof what, "migrating the schema to version %lld", (long long)to);
+        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %lld", (long long)to);
         if (exec(d, "BEGIN IMMEDIATE", what, err) != 0) return -1;
         if (exec(d, sql, what, err) != 0 || exec(d, pragma, what, err) != 0) {
             sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
             return -1;
         }
         if (exec(d, "COMMIT", what, err) != 0) return -1;
+        v = to - 1;
     }
     return 0;
 }
@@ -155,7 +178,12 @@ int db_open(const char *path, db **out, pp_err *err) {
                 "INSERT INTO job_counters(job_id,events_ingested,updated_at_ns) VALUES(?1,?2,?3)"
                 " ON CONFLICT(job_id) DO UPDATE SET events_ingested=events_ingested+excluded.events_ingested,"
                 " updated_at_ns=excluded.updated_at_ns",
-                &d->add_ingested, err) != 0)
+                &d->add_ingested, err) != 0 ||
+        prepare(d, "INSERT INTO kernels(job_id,rank,event_id,name,start_ns,end_ns,stream) VALUES(?1,?2,?3,?4,?5,?6,?7)",
+                &d->ins_kernel, err) != 0 ||
+        prepare(d,
+                "UPDATE ranks SET cupti_dropped=?3 WHERE job_id=?1 AND rank=?2;",
+                &d->set_cupti_dropped, err) != 0)
         goto fail;
     *out = d;
     return 0;
@@ -169,7 +197,10 @@ void db_close(db *d) {
     sqlite3_finalize(d->ins_event);
     sqlite3_finalize(d->ins_loss);
     sqlite3_finalize(d->add_ingested);
+    sqlite3_finalize(d->ins_kernel);
+    sqlite3_finalize(d->set_cupti_dropped);
     sqlite3_close(d->sql);
+    gpu_reset(d, -1);
     free(d->offsets);
     free(d->path);
     free(d);
@@ -320,6 +351,119 @@ int db_update_rank(db *d, int64_t job_id, int rank, int pid, int64_t off, pp_err
 
 static const char *const source_names[] = {"cpu", "gpu"};
 
+/* ---- GPU records (--cupti on) ------------------------------------------ */
+
+static void gpu_rank_clear(gpu_rank *g) {
+    for (size_t i = 0; i < g->nnames; i++) free(g->names[i]);
+    free(g->names);
+    free(g->have);
+    free(g->need);
+    memset(g, 0, sizeof *g);
+}
+
+/* Forgets every rank's names and spans; job_id < 0 only frees. */
+static void gpu_reset(db *d, int64_t job_id) {
+    for (size_t i = 0; i < d->ngpu; i++) gpu_rank_clear(&d->gpu[i]);
+    free(d->gpu);
+    d->gpu = NULL;
+    d->ngpu = 0;
+    d->gpu_job = job_id;
+}
+
+/* The rank's state for this attempt (a new attempt starts afresh: the
+ * restarted worker numbers its names and spans from 1 again). */
+static gpu_rank *gpu_of(db *d, int64_t job_id, const trace_event *e) {
+    if (d->gpu_job != job_id) gpu_reset(d, job_id);
+    if (e->rank < 0 || e->rank > 1 << 20) return NULL;
+    if ((size_t)e->rank >= d->ngpu) {
+        size_t n = (size_t)e->rank + 1;
+        gpu_rank *g = realloc(d->gpu, n * sizeof *g);
+        if (!g) return NULL;
+        memset(g + d->ngpu, 0, (n - d->ngpu) * sizeof *g);
+        d->gpu = g;
+        d->ngpu = n;
+    }
+    gpu_rank *g = &d->gpu[e->rank];
+    if (g->attempt != e->attempt) {
+        gpu_rank_clear(g);
+        g->attempt = e->attempt;
+    }
+    return g;
+}
+
+/* One chunk of a name. Out of memory or a chunk out of order loses the name
+ * (its kernels say so), never the batch. */
+static void gpu_name_chunk(db *d, int64_t job_id, const trace_event *e) {
+    gpu_rank *g = gpu_of(d, job_id, e);
+    uint32_t id = e->kname.id;
+    if (!g || id > (1u << 24) || e->kname.off > e->kname.len) return;
+    if (id >= g->nnames) {
+        size_t n = id + 1 > 2 * g->nnames ? id + 1 : 2 * g->nnames;
+        char **names = realloc(g->names, n * sizeof *names);
+        if (!names) return;
+        g->names = names;
+        memset(g->names + g->nnames, 0, (n - g->nnames) * sizeof *names);
+        uint16_t *have = realloc(g->have, n * sizeof *have);
+        if (have) g->have = have;
+        uint16_t *need = have ? realloc(g->need, n * sizeof *need) : NULL;
+        if (need) g->need = need;
+        if (!have || !need) return; /* nnames stays: the arrays are at least that long */
+        memset(g->have + g->nnames, 0, (n - g->nnames) * sizeof *have);
+        memset(g->need + g->nnames, 0, (n - g->nnames) * sizeof *need);
+        g->nnames = n;
+    }
+    if (e->kname.off == 0) {
+        free(g->names[id]);
+        g->names[id] = calloc((size_t)e->kname.len + 1, 1);
+        g->have[id] = 0;
+        g->need[id] = e->kname.len;
+    }
+    if (!g->names[id] || e->kname.off != g->have[id] || e->kname.len != g->need[id]) return;
+    size_t k = (size_t)(e->kname.len - e->kname.off);
+    if (k > TRACE_NAME_CHUNK) k = TRACE_NAME_CHUNK;
+    memcpy(g->names[id] + e->kname.off, e->kname.text, k);
+    g->have[id] = (uint16_t)(e->kname.off + k);
+}
+
+static int gpu_kernel(db *d, int64_t job_id, const trace_event *e, int64_t off) {
+    gpu_rank *g = gpu_of(d, job_id, e);
+    uint64_t id = e->bytes;
+    const char *name = "(name lost)";
+    if (g && id < g->nnames && g->names[id] && g->have[id] == g->need[id]) name = g->names[id];
+    sqlite3_stmt *st = d->ins_kernel;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, e->rank);
+    if (g && e->reserved > 0 && e->reserved == g->span_seq)
+        sqlite3_bind_int64(st, 3, g->span_id);
+    else
+        sqlite3_bind_null(st, 3);
+    sqlite3_bind_text(st, 4, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, (int64_t)e->start_ns + off);
+    sqlite3_bind_int64(st, 6, (int64_t)e->end_ns + off);
+    sqlite3_bind_int(st, 7, e->peer);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc;
+}
+
+static int gpu_dropped(db *d, int64_t job_id, const trace_event *e) {
+    sqlite3_stmt *st = d->set_cupti_dropped;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, e->rank);
+    sqlite3_bind_int64(st, 3, (int64_t)e->bytes);
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) return rc;
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO job_counters(job_id,cupti_dropped) VALUES(%lld,"
+             " (SELECT coalesce(sum(cupti_dropped),0) FROM ranks WHERE job_id=%lld))"
+             " ON CONFLICT(job_id) DO UPDATE SET cupti_dropped=excluded.cupti_dropped",
+             (long long)job_id, (long long)job_id);
+    rc = sqlite3_exec(d->sql, sql, NULL, NULL, NULL);
+    return rc == SQLITE_OK ? SQLITE_DONE : rc;
+}
+
 int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err) {
     if (n == 0) return 0;
     if (exec(d, "BEGIN IMMEDIATE", "inserting events", err) != 0) return -1;
@@ -342,6 +486,18 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
             sqlite3_bind_int64(loss, 6, (int64_t)e->end_ns + off);
             rc = sqlite3_step(loss);
             sqlite3_reset(loss);
+            continue;
+        }
+        if (e->phase == TRACE_KERNEL_NAME) {
+            gpu_name_chunk(d, job_id, e);
+            continue;
+        }
+        if (e->phase == TRACE_KERNEL) {
+            rc = gpu_kernel(d, job_id, e, off);
+            continue;
+        }
+        if (e->phase == TRACE_GPU_DROPPED) {
+            rc = gpu_dropped(d, job_id, e);
             continue;
         }
         if (e->phase >= TRACE_PHASE_COUNT) continue; /* a newer producer's phase: skip, not corrupt */
@@ -372,6 +528,13 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
         sqlite3_bind_text(ins, 12, source_names[e->source == TRACE_SRC_GPU], -1, SQLITE_STATIC);
         rc = sqlite3_step(ins);
         sqlite3_reset(ins);
+        if (rc == SQLITE_DONE && e->source == TRACE_SRC_GPU && e->reserved > 0) {
+            gpu_rank *g = gpu_of(d, job_id, e);
+            if (g) {
+                g->span_seq = e->reserved;
+                g->span_id = sqlite3_last_insert_rowid(d->sql);
+            }
+        }
     }
     if (rc == SQLITE_DONE) {
         sqlite3_bind_int64(d->add_ingested, 1, job_id);

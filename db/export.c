@@ -1,7 +1,9 @@
 /* export.c: Chrome trace JSON of one job.
  *
  * Spans on one Chrome thread must nest, so each rank gets lanes: lane 0 is
- * its compute thread, lane 8 its communication thread; a span that would
+ * its compute thread, lane 8 its communication thread, lane 16 its GPU
+ * thread (source 'gpu' spans from CUPTI, which overlap the host spans they
+ * belong to, so they cannot share a thread with them); a span that would
  * partly overlap the open span of a lane moves to the next lane of its kind
  * (never needed for well-formed traces, but a trace must still load). */
 #include "db/export.h"
@@ -12,7 +14,8 @@
 
 #include "tracer/event.h"
 
-#define LANES 8      /* per kind: compute lanes 0..7, comm lanes 8..15 */
+#define LANES 8      /* per kind: compute lanes 0..7, comm lanes 8..15, gpu lanes 16..23 */
+#define GPU_TID_BASE 1000000 /* gpu lanes' tids: after every host tid (rank * 2 * LANES + lane) */
 #define LANE_DEPTH 8 /* open spans remembered per lane */
 
 typedef struct lane {
@@ -22,7 +25,7 @@ typedef struct lane {
 
 typedef struct rank_info {
     int rank, node;
-    lane lanes[2 * LANES];
+    lane lanes[3 * LANES];
 } rank_info;
 
 static void json_str(FILE *out, const char *s) {
@@ -57,8 +60,9 @@ static void put_num(FILE *out, double v, const char *fmt) {
         fputs("null", out);
 }
 
-static int lane_for(rank_info *r, int comm, int64_t start, int64_t end) {
-    int base = comm ? LANES : 0;
+/* kind: 0 compute, 1 comm, 2 gpu */
+static int lane_for(rank_info *r, int kind, int64_t start, int64_t end) {
+    int base = kind * LANES;
     for (int i = 0; i < LANES; i++) {
         lane *l = &r->lanes[base + i];
         while (l->depth > 0 && l->open[l->depth - 1] <= start) l->depth--;
@@ -70,6 +74,10 @@ static int lane_for(rank_info *r, int comm, int64_t start, int64_t end) {
     }
     r->lanes[base + LANES - 1].used = 1;
     return base + LANES - 1; /* hopeless overlap: still drawn, maybe mis-nested */
+}
+
+static int lane_tid(int rank, int ln) {
+    return ln < 2 * LANES ? rank * 2 * LANES + ln : GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
 }
 
 static rank_info *find_rank(rank_info *ranks, size_t n, int rank) {
@@ -159,9 +167,10 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         int mb = sqlite3_column_int(st, 3), stage = sqlite3_column_int(st, 4);
         int64_t s = sqlite3_column_int64(st, 5), e = sqlite3_column_int64(st, 6);
         int comm = strncmp(phase, "SEND", 4) == 0 || strncmp(phase, "RECV", 4) == 0;
+        int gpu = strcmp((const char *)sqlite3_column_text(st, 10), "gpu") == 0;
         rank_info *r = find_rank(ranks, nranks, rank);
         if (!r) continue; /* cannot happen: every event rank is listed */
-        int ln = lane_for(r, comm, s, e);
+        int ln = lane_for(r, gpu ? 2 : comm, s, e);
         char name[96];
         if (comm)
             snprintf(name, sizeof name, "%s %d %s r%d", phase, mb, phase[0] == 'S' ? "to" : "from",
@@ -171,7 +180,8 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         else
             snprintf(name, sizeof name, "%s", phase);
         fprintf(out, "%s{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":", sep, name,
-                comm ? "comm" : strcmp(phase, "OPT") == 0 ? "optimizer" : "compute", r->node, rank * 2 * LANES + ln);
+                gpu ? "gpu" : comm ? "comm" : strcmp(phase, "OPT") == 0 ? "optimizer" : "compute", r->node,
+                lane_tid(rank, ln));
         sep = ",\n";
         put_us(out, s - t0);
         fprintf(out, ",\"dur\":");
@@ -194,20 +204,21 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
 
     /* Thread names for the lanes that were used. */
     for (size_t i = 0; i < nranks; i++)
-        for (int ln = 0; ln < 2 * LANES; ln++) {
+        for (int ln = 0; ln < 3 * LANES; ln++) {
             if (!ranks[i].lanes[ln].used && ln != 0) continue;
-            int tid = ranks[i].rank * 2 * LANES + ln;
+            int tid = lane_tid(ranks[i].rank, ln);
             char tname[64];
+            static const char *const kinds[] = {"compute", "comm", "gpu"};
             if (ln == 0)
                 snprintf(tname, sizeof tname, "rank %d", ranks[i].rank);
-            else if (ln == LANES)
-                snprintf(tname, sizeof tname, "rank %d comm", ranks[i].rank);
+            else if (ln % LANES == 0)
+                snprintf(tname, sizeof tname, "rank %d %s", ranks[i].rank, kinds[ln / LANES]);
             else
-                snprintf(tname, sizeof tname, "rank %d %s %d", ranks[i].rank, ln < LANES ? "compute" : "comm",
-                         ln % LANES);
+                snprintf(tname, sizeof tname, "rank %d %s %d", ranks[i].rank, kinds[ln / LANES], ln % LANES);
+            /* a rank's threads sort together: compute, comm, then gpu */
             fprintf(out, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n"
                     "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-                    sep, ranks[i].node, tid, tname, ranks[i].node, tid, tid);
+                    sep, ranks[i].node, tid, tname, ranks[i].node, tid, ranks[i].rank * 3 * LANES + ln);
             sep = ",\n";
         }
 

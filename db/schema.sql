@@ -1,4 +1,6 @@
--- schema.sql: the trace database (DESIGN.md §7), version 1 (PRAGMA user_version).
+-- schema.sql: the trace database (DESIGN.md §7), version 2 (PRAGMA user_version).
+-- A new file gets this whole script; an older file is brought up by the
+-- migrations in db/db.c (version 1 -> 2: the cupti_dropped columns).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -41,6 +43,7 @@ CREATE TABLE IF NOT EXISTS ranks (
   stages          TEXT NOT NULL,         -- stages this rank holds, e.g. "0,7"
   clock_offset_ns INTEGER NOT NULL DEFAULT 0,
   dropped_events  INTEGER NOT NULL DEFAULT 0,
+  cupti_dropped   INTEGER NOT NULL DEFAULT 0, -- CUPTI activity records the rank lost (--cupti on; version 2)
   PRIMARY KEY (job_id, rank)
 ) WITHOUT ROWID;
 
@@ -57,7 +60,7 @@ CREATE TABLE IF NOT EXISTS events (
   end_ns      INTEGER NOT NULL,
   peer        INTEGER,                   -- the other rank of a SEND/RECV
   bytes       INTEGER,
-  source      TEXT NOT NULL              -- cpu | gpu
+  source      TEXT NOT NULL              -- cpu (host span) | gpu (CUPTI: the op's first kernel start to last kernel end)
 );
 CREATE INDEX IF NOT EXISTS events_by_time ON events(job_id, rank, start_ns);
 CREATE INDEX IF NOT EXISTS events_by_step ON events(job_id, step, rank);
@@ -88,23 +91,26 @@ CREATE TABLE IF NOT EXISTS plan (
   PRIMARY KEY (job_id, rank, slot)
 ) WITHOUT ROWID;
 
+-- Every kernel and memcpy CUPTI saw (--cupti on); memcpys are named
+-- "[memcpy HtoD]" and so on.
 CREATE TABLE IF NOT EXISTS kernels (
   job_id    INTEGER NOT NULL,
   rank      INTEGER NOT NULL,
-  event_id  INTEGER,                     -- events.id of the F/B/W/SEND/RECV it ran in
+  event_id  INTEGER,                     -- events.id of the gpu span (source 'gpu') of the op it ran in; NULL: none
   name      TEXT NOT NULL,
   start_ns  INTEGER NOT NULL,
   end_ns    INTEGER NOT NULL,
   stream    INTEGER
 );
 CREATE INDEX IF NOT EXISTS kernels_by_time ON kernels(job_id, rank, start_ns);
+CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);
 
 -- Analyses, written by the collector as steps complete (every rank has
 -- moved past the step) and again for every step at job end; re-running
 -- replaces a step's rows. Only the step's latest attempt counts.
 -- Per (job, step, rank): the step's span (first compute op start to last
 -- compute op end over all ranks of the step, so ranks share one span;
--- compute = F/B/W/OPT), the busy time (union of the rank's compute spans)
+-- compute = F/B/W/OPT host spans: source 'gpu' rows never count), the busy time (union of the rank's compute spans)
 -- and the bubble (span - busy). Rules in detail: docs/schema.md.
 CREATE TABLE IF NOT EXISTS step_stats (
   job_id       INTEGER NOT NULL,
@@ -142,5 +148,6 @@ CREATE TABLE IF NOT EXISTS job_counters (
   job_id          INTEGER PRIMARY KEY,
   events_ingested INTEGER NOT NULL DEFAULT 0,
   events_dropped  INTEGER NOT NULL DEFAULT 0,
-  updated_at_ns   INTEGER NOT NULL DEFAULT 0
+  updated_at_ns   INTEGER NOT NULL DEFAULT 0,
+  cupti_dropped   INTEGER NOT NULL DEFAULT 0  -- sum of ranks.cupti_dropped (version 2)
 );

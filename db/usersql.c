@@ -137,6 +137,20 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, 1 << 20);
     sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
     sqlite3_busy_timeout(db, 2000);
+    /* A file written before schema version 2 has no cupti_dropped columns:
+     * temp views of the same names (temp shadows main for unqualified
+     * names) add them as 0, so readers need not know the version. The file
+     * itself is never written. */
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK) {
+        int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+        sqlite3_finalize(st);
+        if (v == 1)
+            sqlite3_exec(db,
+                         "CREATE TEMP VIEW ranks AS SELECT *, 0 AS cupti_dropped FROM main.ranks;"
+                         "CREATE TEMP VIEW job_counters AS SELECT *, 0 AS cupti_dropped FROM main.job_counters;",
+                         NULL, NULL, NULL);
+    }
     *out = db;
     return 0;
 }

@@ -40,6 +40,9 @@
 #include "web/http.h"
 
 #define RUN_RING_CAPACITY (1u << 16)
+/* --cupti on: every kernel is a record, written in one burst at the end of
+ * each step (tens of thousands for a large stage): 16 MB per rank. */
+#define RUN_RING_CAPACITY_CUPTI (1u << 18)
 #define RUN_CLOCK_ROUNDS 16
 /* How often the collector drains the rings: a ring holds 65536 records, a
  * rank records a few hundred per step, so 50 ms is far from a drop, while
@@ -83,6 +86,8 @@ static void usage(FILE *out) {
             "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
             "  --db FILE             trace database (default ./pprun.db)\n"
             "  --trace on|off        (default on)\n"
+            "  --cupti on|off        GPU spans and kernels from CUPTI (default on with --device cuda\n"
+            "                        and --trace on; needs both)\n"
             "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
             "                        the job until Ctrl-C\n"
             "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
@@ -259,6 +264,7 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "nnodes", job->lo.nnodes);
     cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
     cJSON_AddStringToObject(o, "transport", c->transport);
+    cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
@@ -384,7 +390,8 @@ static int start_tracing(run_job *job, const launch_info *info, pp_err *err) {
     if (!job->rings) return pp_fail(err, "out of memory");
     for (int l = 0; l < info->nproc_per_node; l++) {
         int rank = info->node_rank * info->nproc_per_node + l;
-        if (trace_ring_create(RUN_RING_CAPACITY, &job->rings[l], err) != 0) return -1;
+        if (trace_ring_create(job->cfg.cupti > 0 ? RUN_RING_CAPACITY_CUPTI : RUN_RING_CAPACITY, &job->rings[l], err) != 0)
+            return -1;
         if (collector_add_ring(job->coll, rank, job->rings[l], err) != 0) {
             trace_ring_close(job->rings[l]);
             job->rings[l] = NULL;

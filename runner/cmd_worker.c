@@ -27,6 +27,7 @@
 #endif
 #include "runner/run_config.h"
 #include "runner/store.h"
+#include "tracer/gputrace.h"
 #include "tracer/ring.h"
 
 #define WORKER_STORE_TIMEOUT_NS (60ull * 1000000000ull)
@@ -164,6 +165,7 @@ static int run_worker(worker *w, pp_err *err) {
     sched_plan *plan = NULL;
     data_source *data = NULL;
     trace_ring *ring = NULL;
+    gputrace *gpu = NULL;
     comm *c = NULL;
     devcomm *dc = NULL;
     int *rank_node = NULL;
@@ -191,6 +193,10 @@ static int run_worker(worker *w, pp_err *err) {
         if (pp_parse_long(fd_text, 0, 1 << 20, "PPRUN_TRACE_FD", &fd, err) != 0) goto out;
         if (trace_ring_attach((int)fd, &ring, err) != 0) goto out;
     }
+    /* CUPTI before the first CUDA call (engine_init creates the GPU stage);
+     * unavailable, the job goes on with its host spans. */
+    if (w->cfg.cupti > 0 && ring && gputrace_open(ring, w->rank, w->attempt, &gpu, err) != 0)
+        fprintf(stderr, "pprun worker (rank %d): no GPU spans: %s; host spans are still recorded\n", w->rank, err->msg);
     if (w->world > 1) {
         rank_node = calloc((size_t)w->world, sizeof *rank_node);
         if (!rank_node) {
@@ -246,6 +252,7 @@ static int run_worker(worker *w, pp_err *err) {
         .comm = c,
         .devcomm = dc,
         .ring = ring,
+        .gpu = gpu,
         .data = data,
         .hooks = {w, on_step, checkpoint_done},
     };
@@ -256,6 +263,7 @@ static int run_worker(worker *w, pp_err *err) {
     if (c && comm_flush(c, w->cfg.recv_timeout_ms, err) != 0) goto out;
     rc = 0;
 out:
+    gputrace_close(gpu); /* before the stages (and their CUDA context) go */
     engine_free(&e);
     if (dc) devcomm_close(dc);
     comm_close(c);

@@ -32,6 +32,7 @@ static void trace(engine *e, int phase, int step, int mb, int stage, int peer, u
         .value = value,
     };
     trace_ring_write(e->ring, &ev);
+    gputrace_host_span(e->gpu, &ev); /* CUPTI: the op's kernels are the ones launched since the last one */
 }
 
 /* ---- partition and set-up -------------------------------------------------- */
@@ -329,9 +330,11 @@ static int run_step(engine *e, step_state *st, pp_err *err) {
     for (int i = 0; i < plan->len[e->rank]; i++) {
         const sched_action *a = &plan->actions[e->rank][i];
         maybe_fail(e, st->step, a->op, a->mb);
+        gputrace_op_begin(e->gpu);
         int rc = a->op == SCHED_F   ? run_forward(e, st, a->stage, a->mb, err)
                  : a->op == SCHED_B ? run_backward_input(e, st, a->stage, a->mb, err)
                                     : run_backward_weight(e, st, a->stage, a->mb, err);
+        gputrace_op_end(e->gpu);
         if (rc != 0) return -1;
     }
     uint64_t t0 = pp_now_ns();
@@ -340,6 +343,7 @@ static int run_step(engine *e, step_state *st, pp_err *err) {
             return pp_wrap(err, "rank %d: optimizer step %d", e->rank, st->step);
     uint64_t t_end = pp_now_ns();
     trace(e, TRACE_OPT, st->step, -1, -1, -1, 0, t0, t_end, 0);
+    if (gputrace_step_end(e->gpu, st->step, err) != 0) return -1; /* CUPTI: the step's gpu spans and kernels */
 
     if (plan->stage_rank[plan->stages - 1] == e->rank && e->hooks.on_step) {
         int m = plan->microbatches;

@@ -24,6 +24,7 @@
 #include "runner/model/model.h"
 #include "runner/pipe/sched.h"
 #include "runner/run_config.h"
+#include "tracer/gputrace.h"
 #include "tracer/ring.h"
 
 /* Called on the rank that holds the last stage after each step. */
@@ -53,6 +54,7 @@ typedef struct engine {
     comm *comm;          /* NULL only when the job has one rank */
     devcomm *devcomm;    /* device boundaries to other ranks; NULL with one rank or host boundaries */
     trace_ring *ring;    /* NULL when tracing is off */
+    gputrace *gpu;       /* CUPTI (--cupti on); NULL when off or unavailable */
     data_source *data;   /* needed on the ranks holding the first or last stage */
     engine_hooks hooks;
 

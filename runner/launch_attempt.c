@@ -41,7 +41,8 @@ static int mkdir_p(char *path, pp_err *err) {
 
 static int open_log(const char *dir, const char *name, pp_err *err) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return pp_fail(err, "--log-dir: path too long: '%s/%s'", dir, name);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) pp_fail(err, "--log-dir: cannot open '%s': %s", path, strerror(errno));
     return fd;

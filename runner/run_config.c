@@ -17,6 +17,7 @@ void run_config_default(run_config *cfg) {
     model_optim_default(&cfg->optim);
     snprintf(cfg->db, sizeof cfg->db, "pprun.db");
     cfg->trace = 1;
+    cfg->cupti = -1;
     snprintf(cfg->serve_addr, sizeof cfg->serve_addr, "127.0.0.1:8080");
     cfg->recv_timeout_ms = 120000;
     snprintf(cfg->transport, sizeof cfg->transport, "auto");
@@ -105,7 +106,7 @@ static const char *const value_options[] = {
     "--schedule", "--microbatches", "--virtual-stages", "--steps", "--model", "--data", "--device", "--seed",
     "--lr", "--optimizer", "--weight-decay", "--db", "--trace", "--token", "--checkpoint-dir",
     "--checkpoint-every", "--fail-at", "--metrics", "--pipeline-cuts", "--recv-timeout", "--transport",
-    "--progress", "--save-weights", "--dtype", NULL,
+    "--progress", "--save-weights", "--dtype", "--cupti", NULL,
 };
 
 int run_config_takes_value(const char *opt) {
@@ -163,6 +164,10 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         static const char *const onoff[] = {"on", "off", NULL};
         rc = one_of(value, onoff, opt, err);
         if (rc == 0) cfg->trace = strcmp(value, "on") == 0;
+    } else if (strcmp(opt, "--cupti") == 0) {
+        static const char *const onoff[] = {"on", "off", NULL};
+        rc = one_of(value, onoff, opt, err);
+        if (rc == 0) cfg->cupti = strcmp(value, "on") == 0;
     } else if (strcmp(opt, "--serve") == 0) {
         cfg->serve = 1;
         if (value) rc = copy_text(cfg->serve_addr, sizeof cfg->serve_addr, opt, value, err);
@@ -205,6 +210,13 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0) return pp_wrap(err, "--model");
     if (strcmp(cfg->dtype, "bf16") == 0 && strcmp(cfg->device, "cuda") != 0)
         return pp_fail(err, "--dtype bf16 needs --device cuda (the CPU backend computes in fp32)");
+    int cuda = strcmp(cfg->device, "cuda") == 0;
+    if (cfg->cupti == 1 && !cuda)
+        return pp_fail(err, "--cupti on needs --device cuda (CUPTI traces GPU kernels; this job runs on --device %s)",
+                       cfg->device);
+    if (cfg->cupti == 1 && !cfg->trace)
+        return pp_fail(err, "--cupti on needs --trace on (GPU spans go into the trace; --trace off keeps none)");
+    if (cfg->cupti < 0) cfg->cupti = cuda && cfg->trace;
     if (cfg->resume && !cfg->checkpoint_dir[0]) return pp_fail(err, "--resume needs --checkpoint-dir DIR");
     if (cfg->checkpoint_every && !cfg->checkpoint_dir[0])
         return pp_fail(err, "--checkpoint-every needs --checkpoint-dir DIR");
@@ -293,6 +305,7 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     ARG("--weight-decay", "%.9g", (double)cfg->optim.weight_decay);
     ARG("--optimizer", "%s", cfg->optim.kind == MODEL_SGD ? "sgd" : "adamw");
     ARG("--trace", "%s", cfg->trace ? "on" : "off");
+    ARG("--cupti", "%s", cfg->cupti > 0 ? "on" : "off");
     if (cfg->checkpoint_dir[0]) ARG("--checkpoint-dir", "%s", cfg->checkpoint_dir);
     if (cfg->checkpoint_every) ARG("--checkpoint-every", "%d", cfg->checkpoint_every);
     if (cfg->resume) argc = push(argv, argc, storage, &ns, "--resume");

@@ -49,6 +49,7 @@ typedef struct run_config {
     char transport[16];    /* auto | shm | tcp | cuda-ipc | nccl (the last two: --device cuda) */
     char progress[8];      /* auto | on | off */
     char dtype[8];         /* fp32 | bf16 (GEMM operands; bf16 only with --device cuda) */
+    int cupti;             /* --cupti: 1 on, 0 off; -1 (not given) becomes on with --device cuda and --trace on */
 } run_config;
 
 void run_config_default(run_config *cfg);

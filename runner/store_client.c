@@ -95,7 +95,7 @@ int store_connect_env(uint64_t timeout_ns, store_client **out, pp_err *err) {
     *out = NULL;
     if (!addr) return pp_fail(err, "PPRUN_STORE is not set: run under `pprun launch` or `pprun run`");
     char host[256];
-    int port;
+    int port = 0;
     if (store_parse_addr(addr, host, sizeof host, &port, err) != 0) return pp_wrap(err, "PPRUN_STORE");
     return store_connect(host, port, timeout_ns, out, err);
 }
@@ -219,7 +219,7 @@ int store_set(store_client *c, const char *key, const void *val, size_t len, pp_
     q.len += 4;
     q.blob = val;
     q.blob_len = len;
-    uint8_t st;
+    uint8_t st = 0;
     if (send_req(c, &q, err) != 0 || recv_reply(c, &st, NULL, NULL, NULL, err) != 0) return -1;
     return 0;
 }
@@ -230,7 +230,7 @@ int store_get(store_client *c, const char *key, void **val, size_t *len, pp_err 
     req q;
     req_init(&q, STORE_OP_GET);
     if (put_key(&q, key, err) != 0) return -1;
-    uint8_t st;
+    uint8_t st = 0;
     void *data;
     size_t dl;
     if (send_req(c, &q, err) != 0 || recv_reply(c, &st, &data, &dl, NULL, err) != 0) return -1;
@@ -258,7 +258,7 @@ int store_delete(store_client *c, const char *key, pp_err *err) {
     req q;
     req_init(&q, STORE_OP_DEL);
     if (put_key(&q, key, err) != 0) return -1;
-    uint8_t st;
+    uint8_t st = 0;
     if (send_req(c, &q, err) != 0 || recv_reply(c, &st, NULL, NULL, NULL, err) != 0) return -1;
     return st == STORE_MISSING ? 1 : 0;
 }
@@ -291,7 +291,7 @@ int store_wait_send(store_client *c, const char *const *keys, size_t n, int64_t 
 }
 
 int store_wait_recv(store_client *c, pp_err *err) {
-    uint8_t st;
+    uint8_t st = 0;
     if (recv_reply(c, &st, NULL, NULL, NULL, err) != 0) return -1;
     return st == STORE_TIMEOUT ? 1 : 0;
 }

@@ -27,8 +27,12 @@ Test(devcomm, open_says_it_is_not_built) {
     pp_err err = {{0}};
     int nodes[2] = {0, 0};
     int not_a_comm; /* never used: open fails before touching it */
-    devcomm_config cfg = {.rank = 0, .world = 2, .rank_node = nodes, .host = (comm *)&not_a_comm,
-                          .exchange = fx_exchange("/tmp"), .job_key = "k"};
+    devcomm_config cfg = {.rank = 0,
+                          .world = 2,
+                          .rank_node = nodes,
+                          .host = (comm *)&not_a_comm,
+                          .exchange = fx_exchange("/tmp"),
+                          .job_key = "k"};
     cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
     cr_assert_null(d);
     cr_assert(strstr(err.msg, "built without the GPU backend"), "%s", err.msg);
@@ -60,14 +64,30 @@ static void check(const char *scenario) {
     cr_assert_null(strstr(out, "FAIL"), "%s", out);
 }
 
-Test(devcomm, cuda_ipc_matches_by_tag_with_growing_then_reused_pools, .timeout = 120) { check("ipc"); }
-Test(devcomm, nccl_matches_by_tag_over_announcement_order, .timeout = 120) { check("nccl"); }
-Test(devcomm, mixed_world_picks_ipc_within_a_gpu_and_nccl_across, .timeout = 120) { check("mixed"); }
-Test(devcomm, wrong_size_recv_fails_and_leaves_the_message, .timeout = 120) { check("wrong-len"); }
-Test(devcomm, dead_peer_fails_the_call_naming_it, .timeout = 200) { check("dead"); }
-Test(devcomm, nccl_error_or_recv_timeout_fails_naming_peer_tag_and_cause, .timeout = 120) { check("nccl-errors"); }
-Test(devcomm, forced_transport_a_pair_cannot_use_fails_at_open, .timeout = 120) { check("forced"); }
-Test(devcomm, stand_in_catches_receives_posted_in_tag_order, .timeout = 120) { check("mutant"); }
+Test(devcomm, cuda_ipc_matches_by_tag_with_growing_then_reused_pools, .timeout = 120) {
+    check("ipc");
+}
+Test(devcomm, nccl_matches_by_tag_over_announcement_order, .timeout = 120) {
+    check("nccl");
+}
+Test(devcomm, mixed_world_picks_ipc_within_a_gpu_and_nccl_across, .timeout = 120) {
+    check("mixed");
+}
+Test(devcomm, wrong_size_recv_fails_and_leaves_the_message, .timeout = 120) {
+    check("wrong-len");
+}
+Test(devcomm, dead_peer_fails_the_call_naming_it, .timeout = 200) {
+    check("dead");
+}
+Test(devcomm, nccl_error_or_recv_timeout_fails_naming_peer_tag_and_cause, .timeout = 120) {
+    check("nccl-errors");
+}
+Test(devcomm, forced_transport_a_pair_cannot_use_fails_at_open, .timeout = 120) {
+    check("forced");
+}
+Test(devcomm, stand_in_catches_receives_posted_in_tag_order, .timeout = 120) {
+    check("mutant");
+}
 
 /* The names devcomm looks up exist in the toolkit's real libnccl.so.2. */
 Test(devcomm, real_nccl_has_every_function_devcomm_calls) {
@@ -79,19 +99,25 @@ Test(devcomm, real_nccl_has_every_function_devcomm_calls) {
 /* ---- on a GPU: the real runtime and NCCL ------------------------------------ */
 
 typedef struct gpu_arg {
-    const char *transport;  /* "cuda-ipc" or "nccl" */
+    const char *transport; /* "cuda-ipc" or "nccl" */
     int two_gpus;
     char dir[64];
-    cw_result *res;         /* its job_key is set before the ranks fork */
+    cw_result *res; /* its job_key is set before the ranks fork */
 } gpu_arg;
 
 /* 40 messages each way (sizes vary), received in reverse order. */
 static int gpu_rank(comm *c, int rank, void *argp, pp_err *rep) {
     gpu_arg *a = argp;
     int nodes[2] = {0, 0}, n = 40, rc = 0;
-    devcomm_config cfg = {.rank = rank, .world = 2, .rank_node = nodes, .device = a->two_gpus ? rank : 0,
-                          .host = c, .exchange = fx_exchange(a->dir), .job_key = a->res->job_key,
-                          .transport = a->transport, .connect_timeout_ms = 30000};
+    devcomm_config cfg = {.rank = rank,
+                          .world = 2,
+                          .rank_node = nodes,
+                          .device = a->two_gpus ? rank : 0,
+                          .host = c,
+                          .exchange = fx_exchange(a->dir),
+                          .job_key = a->res->job_key,
+                          .transport = a->transport,
+                          .connect_timeout_ms = 30000};
     devcomm *d = NULL;
     if (devcomm_open(&cfg, &d, rep) < 0) return -1;
     if (strcmp(devcomm_transport_name(d, 1 - rank), a->transport)) {
@@ -105,9 +131,12 @@ static int gpu_rank(comm *c, int rank, void *argp, pp_err *rep) {
     for (int i = 0; i < n && rc == 0; i++) {
         size_t len = (size_t)(i * 26251) % cap;
         uint64_t tag = comm_tag((uint64_t)i, (uint64_t)(1 - rank), 0, COMM_DIR_ACT);
-        for (size_t k = 0; k < len; k++) h[k] = (unsigned char)(tag * 7 + k);
-        if (cudaMemcpy(dev, h, len, cudaMemcpyHostToDevice) != cudaSuccess) rc = pp_fail(rep, "upload failed");
-        else rc = devcomm_send(d, 1 - rank, tag, dev, len, rep);
+        for (size_t k = 0; k < len; k++)
+            h[k] = (unsigned char)(tag * 7 + k);
+        if (cudaMemcpy(dev, h, len, cudaMemcpyHostToDevice) != cudaSuccess)
+            rc = pp_fail(rep, "upload failed");
+        else
+            rc = devcomm_send(d, 1 - rank, tag, dev, len, rep);
     }
     for (int i = n - 1; i >= 0 && rc == 0; i--) {
         size_t len = (size_t)(i * 26251) % cap;
@@ -141,6 +170,10 @@ static void gpu_world(const char *transport, int two_gpus) {
         cr_assert(res.exited[r] && res.code[r] == 0, "rank %d: %s", r, res.report[r]);
 }
 
-Test(devcomm, two_processes_on_one_gpu_over_cuda_ipc, .timeout = 120) { gpu_world("cuda-ipc", 0); }
-Test(devcomm, two_gpus_over_nccl, .timeout = 120) { gpu_world("nccl", 1); }
+Test(devcomm, two_processes_on_one_gpu_over_cuda_ipc, .timeout = 120) {
+    gpu_world("cuda-ipc", 0);
+}
+Test(devcomm, two_gpus_over_nccl, .timeout = 120) {
+    gpu_world("nccl", 1);
+}
 #endif

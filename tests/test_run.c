@@ -91,9 +91,9 @@ static char *weights_of(const char *dir, int stages, size_t *len) {
     size_t total = 0;
     char *all = NULL;
     for (int s = 0; s < stages; s++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/stage_%d.f32", dir, s);
-        size_t n;
+        char path[4096];
+        cr_assert_lt(snprintf(path, sizeof path, "%s/stage_%d.f32", dir, s), (int)sizeof path);
+        size_t n = 0;
         char *w = read_file(path, &n);
         cr_assert_not_null(w, "missing %s", path);
         all = realloc(all, total + n);

@@ -8,9 +8,12 @@
  * CONTRACT: the engine writes these, tracer/ carries them, db/ stores them. */
 #ifndef PP_TRACE_EVENT_H
 #define PP_TRACE_EVENT_H
+#include <stddef.h>
 #include <stdint.h>
 
-#define TRACE_EVENT_VERSION 1
+/* 2: the GPU record kinds (TRACE_KERNEL, TRACE_KERNEL_NAME, TRACE_GPU_DROPPED)
+ * and the name union; the layout of version 1's fields is unchanged. */
+#define TRACE_EVENT_VERSION 2
 
 typedef enum trace_phase {
     TRACE_F = 0,
@@ -22,10 +25,25 @@ typedef enum trace_phase {
     TRACE_RECV_B = 6,
     TRACE_OPT = 7,
     TRACE_LOSS = 8, /* one per microbatch on the last stage; value = loss; start == end */
+    /* CUPTI (--cupti on, tracer/gputrace.h); never rows of `events`:
+     * TRACE_KERNEL: one kernel or memcpy on the device: start_ns/end_ns,
+     *   reserved = number of the gpu span it belongs to (0: none),
+     *   peer = CUDA stream id, bytes = its name id (TRACE_KERNEL_NAME),
+     *   microbatch/stage = its span's. Becomes a row of `kernels`.
+     * TRACE_KERNEL_NAME: a chunk of a kernel name (kname below); a name is
+     *   sent once per rank and attempt, before the first kernel using it.
+     * TRACE_GPU_DROPPED: bytes = CUPTI activity records this rank lost so
+     *   far (absolute), start == end. */
+    TRACE_KERNEL = 9,
+    TRACE_KERNEL_NAME = 10,
+    TRACE_GPU_DROPPED = 11,
     TRACE_PHASE_COUNT
 } trace_phase;
 
 typedef enum trace_source { TRACE_SRC_CPU = 0, TRACE_SRC_GPU = 1 } trace_source;
+
+#define TRACE_NAME_CHUNK 40 /* name bytes per TRACE_KERNEL_NAME record */
+#define TRACE_NAME_MAX 4095 /* longer kernel names are cut there */
 
 typedef struct trace_event {
     uint16_t version;   /* TRACE_EVENT_VERSION */
@@ -34,18 +52,33 @@ typedef struct trace_event {
     int32_t attempt;    /* restart count of the job */
     int32_t rank;
     int32_t step;
-    int32_t microbatch; /* -1 when not per microbatch (OPT) */
-    int32_t stage;      /* -1 when not per stage */
-    int32_t peer;       /* the other rank of SEND/RECV, else -1 */
-    int32_t reserved;
-    uint64_t start_ns, end_ns;
-    uint64_t bytes;     /* SEND/RECV payload */
-    double value;       /* LOSS: the loss */
+    union {
+        struct {
+            int32_t microbatch; /* -1 when not per microbatch (OPT) */
+            int32_t stage;      /* -1 when not per stage */
+            int32_t peer;       /* the other rank of SEND/RECV, else -1 */
+            int32_t reserved;   /* source gpu: the span's number (> 0), which its TRACE_KERNELs carry */
+            uint64_t start_ns, end_ns;
+            uint64_t bytes;     /* SEND/RECV payload */
+            double value;       /* LOSS: the loss */
+        };
+        struct {                /* TRACE_KERNEL_NAME only */
+            uint32_t id;        /* the name's id (TRACE_KERNEL's bytes) */
+            uint16_t off, len;  /* this chunk is bytes [off, off + n) of a name of len bytes */
+            char text[TRACE_NAME_CHUNK]; /* n = min(40, len - off) bytes, not NUL-terminated */
+        } kname;
+    };
 } trace_event;
 
 _Static_assert(sizeof(trace_event) == 64, "trace_event must stay one cache line");
 
 /* "F", "SEND_F", ... as stored in the database. */
 const char *trace_phase_name(int phase);
+
+/* Fills out[] with the TRACE_KERNEL_NAME records that carry name (cut at
+ * TRACE_NAME_MAX bytes) under id; attempt/rank/step from base. Returns the
+ * count (at most TRACE_NAME_MAX / TRACE_NAME_CHUNK + 1; out must hold that). */
+#define TRACE_NAME_RECORDS_MAX (TRACE_NAME_MAX / TRACE_NAME_CHUNK + 1)
+size_t trace_name_records(const trace_event *base, uint32_t id, const char *name, trace_event *out);
 
 #endif

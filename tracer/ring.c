@@ -161,7 +161,7 @@ void trace_ring_write(trace_ring *ring, const trace_event *ev) {
     }
     trace_event *slot = &ring->slots[head & ring->mask];
     memcpy(slot, ev, sizeof *slot);
-    if (ring->skew_ns) {
+    if (ring->skew_ns && slot->phase != TRACE_KERNEL_NAME) { /* a name record's bytes there are text */
         slot->start_ns += (uint64_t)ring->skew_ns;
         slot->end_ns += (uint64_t)ring->skew_ns;
     }

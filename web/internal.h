@@ -95,6 +95,7 @@ int live_count(live_hub *h);
 #define SQL_LIVE_EVENTS                                                                                    \
     "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns - ?4, end_ns - ?4, " \
     "coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE id > ?2 AND id <= ?3 AND +job_id = ?1 "          \
+    "AND source = 'cpu' "                                                                                  \
     "ORDER BY id LIMIT ?5"
 
 /* Strict query parameter parsing: returns 0 when absent (leaves *out),

@@ -35,7 +35,7 @@ static void help(jw *w, const char *name, const char *type, const char *text) {
 typedef struct job_row {
     long id;
     char name[128], status[32], schedule[64];
-    int64_t ingested, dropped;
+    int64_t ingested, dropped, cupti_dropped;
     long steps_done;
 } job_row;
 
@@ -55,7 +55,8 @@ void metrics_render(http_server *s, http_reply *r) {
                                    "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id),0), "
                                    "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id),0), "
                                    "coalesce((SELECT sum(dropped_events) FROM ranks k WHERE k.job_id=j.id),0)), "
-                                   "(SELECT count(DISTINCT step) FROM step_stats t WHERE t.job_id=j.id) "
+                                   "(SELECT count(DISTINCT step) FROM step_stats t WHERE t.job_id=j.id), "
+                                   "coalesce((SELECT sum(cupti_dropped) FROM ranks k WHERE k.job_id=j.id),0) "
                                    "FROM jobs j ORDER BY j.id DESC LIMIT 50",
                                    -1, &st, NULL) == SQLITE_OK) {
         while (sqlite3_step(st) == SQLITE_ROW && nj < 50) {
@@ -67,6 +68,7 @@ void metrics_render(http_server *s, http_reply *r) {
             j->ingested = sqlite3_column_int64(st, 4);
             j->dropped = sqlite3_column_int64(st, 5);
             j->steps_done = sqlite3_column_int(st, 6);
+            j->cupti_dropped = sqlite3_column_int64(st, 7);
         }
     }
     sqlite3_finalize(st);
@@ -94,6 +96,9 @@ void metrics_render(http_server *s, http_reply *r) {
     help(&w, "pprun_events_dropped_total", "counter", "Trace events lost because a rank's ring was full.");
     for (int i = 0; i < nj; i++)
         jw_rawf(&w, "pprun_events_dropped_total{job=\"%ld\"} %lld\n", jobs[i].id, (long long)jobs[i].dropped);
+    help(&w, "pprun_cupti_dropped_total", "counter", "CUPTI activity records (kernels, memcpys) lost (--cupti on).");
+    for (int i = 0; i < nj; i++)
+        jw_rawf(&w, "pprun_cupti_dropped_total{job=\"%ld\"} %lld\n", jobs[i].id, (long long)jobs[i].cupti_dropped);
 
     /* The newest step whose stats every rank has. */
     sqlite3_stmt *last = NULL, *ranks = NULL, *loss = NULL;

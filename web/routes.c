@@ -90,7 +90,8 @@ static int load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
     "(SELECT count(DISTINCT step) FROM step_stats s WHERE s.job_id=j.id) AS steps_done, "                      \
     "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id), 0) AS events_ingested, "      \
     "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id), 0), "                      \
-    "    coalesce((SELECT sum(dropped_events) FROM ranks r WHERE r.job_id=j.id), 0)) AS events_dropped"
+    "    coalesce((SELECT sum(dropped_events) FROM ranks r WHERE r.job_id=j.id), 0)) AS events_dropped, "         \
+    "coalesce((SELECT sum(cupti_dropped) FROM ranks r WHERE r.job_id=j.id), 0) AS cupti_dropped"
 
 static void route_jobs(sqlite3 *db, http_reply *r) {
     sqlite3_stmt *st = prep(db, "SELECT " JOB_COLUMNS " FROM jobs j ORDER BY j.id DESC LIMIT 1000", r);
@@ -118,7 +119,7 @@ static int64_t timeline_end(sqlite3 *db, const job_info *j) {
     sqlite3_stmt *st;
     int64_t end = 0;
     if (sqlite3_prepare_v2(db,
-                           "SELECT max(end_ns) FROM (SELECT end_ns FROM events WHERE job_id=?1 AND rank=?2 "
+                           "SELECT max(end_ns) FROM (SELECT end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' "
                            "ORDER BY start_ns DESC LIMIT 8)",
                            -1, &st, NULL) != SQLITE_OK)
         return 0;
@@ -179,7 +180,7 @@ static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_key(&w, "ranks");
     jw_arr(&w);
     st = prep(db,
-              "SELECT rank, node, host, pid, device, stages, clock_offset_ns, dropped_events FROM ranks "
+              "SELECT rank, node, host, pid, device, stages, clock_offset_ns, dropped_events, cupti_dropped FROM ranks "
               "WHERE job_id=? ORDER BY rank",
               r);
     if (!st) {
@@ -232,7 +233,7 @@ static int parse_ranks(struct MHD_Connection *c, const job_info *j, unsigned cha
 /* The step's span: from step_stats, else from its events. */
 static int step_span(sqlite3 *db, const job_info *j, long step, int64_t *from, int64_t *to) {
     const char *q[2] = {"SELECT min(start_ns), max(end_ns) FROM step_stats WHERE job_id=?1 AND step=?2",
-                        "SELECT min(start_ns), max(end_ns) FROM events WHERE job_id=?1 AND step=?2"};
+                        "SELECT min(start_ns), max(end_ns) FROM events WHERE job_id=?1 AND step=?2 AND source='cpu'"};
     for (int i = 0; i < 2; i++) {
         sqlite3_stmt *st;
         if (sqlite3_prepare_v2(db, q[i], -1, &st, NULL) != SQLITE_OK) return -1;
@@ -261,13 +262,13 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
      * before it and still run into it. */
     sqlite3_stmt *in = prep(db,
                             "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, "
-                            "end_ns, coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE job_id=?1 AND rank=?2 "
+                            "end_ns, coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' "
                             "AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns",
                             r);
     sqlite3_stmt *before = prep(db,
                                 "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, "
                                 "start_ns, end_ns, coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE "
-                                "job_id=?1 AND rank=?2 AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8",
+                                "job_id=?1 AND rank=?2 AND source='cpu' AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8",
                                 r);
     if (!in || !before) {
         sqlite3_finalize(in);
@@ -350,7 +351,7 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     size_t cells = (size_t)j->world * (size_t)nbuckets * 5;
     int64_t *acc = calloc(cells, sizeof *acc);
     sqlite3_stmt *st = prep(db,
-                            "SELECT phase, start_ns, end_ns FROM events WHERE job_id=?1 AND rank=?2 AND "
+                            "SELECT phase, start_ns, end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' AND "
                             "start_ns>=?3 AND start_ns<?4",
                             r);
     if (!acc || !st) {
@@ -468,7 +469,7 @@ static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char 
                             int64_t cap) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db,
-                           "SELECT count(*) FROM (SELECT 1 FROM events WHERE job_id=?1 AND rank=?2 AND "
+                           "SELECT count(*) FROM (SELECT 1 FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' AND "
                            "start_ns>=?3 AND start_ns<?4 LIMIT ?5)",
                            -1, &st, NULL) != SQLITE_OK)
         return cap;

@@ -38,15 +38,15 @@ extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 
 typedef struct world {
     int n;
-    const char *bus[MAXW];  /* PCI bus id each rank's device reports */
+    const char *bus[MAXW]; /* PCI bus id each rank's device reports */
     int node[MAXW];
-    const char *transport;  /* devcomm's */
+    const char *transport; /* devcomm's */
     const char *comm_transport;
 } world;
 
 typedef struct rank_ctx {
     int rank, n;
-    int no_flush;       /* the function flushed (or must not): skip the harness's flush */
+    int no_flush; /* the function flushed (or must not): skip the harness's flush */
     comm *host;
     devcomm *d;
     devcomm_config cfg;
@@ -56,13 +56,15 @@ typedef struct rank_ctx {
 typedef int (*rank_fn)(rank_ctx *r, pp_err *rep);
 
 typedef struct result {
-    int code[MAXW];      /* exit code, or 128 + signal */
+    int code[MAXW]; /* exit code, or 128 + signal */
     char rep[MAXW][1100];
 } result;
 
 /* ---- data: every byte depends on the tag, so a misdelivery shows --------- */
 
-static unsigned char pat(uint64_t tag, size_t i) { return (unsigned char)(tag * 0x9E3779B1u + i * 131u + (i >> 9)); }
+static unsigned char pat(uint64_t tag, size_t i) {
+    return (unsigned char)(tag * 0x9E3779B1u + i * 131u + (i >> 9));
+}
 
 static size_t size_of(int i) {
     static const size_t sizes[] = {4096, 0, 1, 70000, 300001, 12, 65536, 65537, 200000, 999};
@@ -77,7 +79,8 @@ static void *dev_alloc(size_t n) {
 static int dev_fill(void *dev, uint64_t tag, size_t n) {
     unsigned char *h = malloc(n ? n : 1);
     if (!h) return -1;
-    for (size_t i = 0; i < n; i++) h[i] = pat(tag, i);
+    for (size_t i = 0; i < n; i++)
+        h[i] = pat(tag, i);
     int rc = cudaMemcpy(dev, h, n, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : -1;
     free(h);
     return rc;
@@ -93,26 +96,31 @@ static int dev_check(const void *dev, uint64_t tag, size_t n, pp_err *rep) {
         if (h[i] != pat(tag, i)) {
             char ts[128];
             free(h);
-            return pp_fail(rep, "%s: byte %zu of %zu is wrong (another message's data?)", comm_tag_str(tag, ts, sizeof ts),
-                           i, n);
+            return pp_fail(rep, "%s: byte %zu of %zu is wrong (another message's data?)",
+                           comm_tag_str(tag, ts, sizeof ts), i, n);
         }
     free(h);
     return 0;
 }
 
-static uint64_t tag_of(int from, int to, int i) { return comm_tag((uint64_t)i, (uint64_t)to, (uint64_t)from, COMM_DIR_ACT); }
+static uint64_t tag_of(int from, int to, int i) {
+    return comm_tag((uint64_t)i, (uint64_t)to, (uint64_t)from, COMM_DIR_ACT);
+}
 
 /* Sends n messages to peer (sizes vary, some empty), fire and forget. */
 static int send_many(rank_ctx *r, int peer, int n, pp_err *rep) {
     size_t max = 0;
-    for (int i = 0; i < n; i++) max = size_of(i) > max ? size_of(i) : max;
+    for (int i = 0; i < n; i++)
+        max = size_of(i) > max ? size_of(i) : max;
     void *buf = dev_alloc(max);
     if (!buf) return pp_fail(rep, "cudaMalloc (stand-in) failed");
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         uint64_t tag = tag_of(r->rank, peer, i);
-        if (dev_fill(buf, tag, size_of(i)) < 0) rc = pp_fail(rep, "fill failed");
-        else rc = devcomm_send(r->d, peer, tag, buf, size_of(i), rep);
+        if (dev_fill(buf, tag, size_of(i)) < 0)
+            rc = pp_fail(rep, "fill failed");
+        else
+            rc = devcomm_send(r->d, peer, tag, buf, size_of(i), rep);
         /* devcomm took its own copy: scribbling now must not reach the receiver */
         if (rc == 0 && size_of(i)) dev_fill(buf, ~tag, size_of(i));
     }
@@ -145,12 +153,23 @@ static void rank_main(const world *w, const char *dir, const char *job, int rank
     int rc = -1;
     setenv("PPRUN_STUB_BUSID", w->bus[rank], 1);
     setenv("PPRUN_NCCL_LIB", stub_lib, 1);
-    comm_config cc = {.rank = rank, .world = w->n, .rank_node = w->node, .job_key = job,
-                      .exchange = fx_exchange(dir), .connect_timeout_ms = 10000, .transport = w->comm_transport};
+    comm_config cc = {.rank = rank,
+                      .world = w->n,
+                      .rank_node = w->node,
+                      .job_key = job,
+                      .exchange = fx_exchange(dir),
+                      .connect_timeout_ms = 10000,
+                      .transport = w->comm_transport};
     rank_ctx r = {.rank = rank, .n = w->n};
     if (comm_open(&cc, &r.host, &rep) < 0) goto out;
-    r.cfg = (devcomm_config){.rank = rank, .world = w->n, .rank_node = w->node, .device = 0, .host = r.host,
-                             .exchange = fx_exchange(dir), .job_key = job, .transport = w->transport,
+    r.cfg = (devcomm_config){.rank = rank,
+                             .world = w->n,
+                             .rank_node = w->node,
+                             .device = 0,
+                             .host = r.host,
+                             .exchange = fx_exchange(dir),
+                             .job_key = job,
+                             .transport = w->transport,
                              .connect_timeout_ms = 10000};
     if (devcomm_open(&r.cfg, &r.d, &rep) < 0) {
         comm_close(r.host);
@@ -243,7 +262,7 @@ static void expect_all_ok(const char *scenario, const world *w, const result *re
 
 /* ---- scenarios --------------------------------------------------------------------- */
 
-#define MANY 150  /* more than any pool holds at first: pools must grow */
+#define MANY 150 /* more than any pool holds at first: pools must grow */
 
 /* Everyone sends MANY messages to every peer before receiving anything,
  * then receives in a permuted order; then a ping-pong phase must reuse the
@@ -273,7 +292,7 @@ static int all_to_all(rank_ctx *r, pp_err *rep) {
     cudaFree(buf);
     long extra = devstub_allocs - before - 1;
     if (extra > 0) return pp_fail(rep, "ping-pong allocated %ld new device buffers: pools are not reused", extra);
-    pp_fail(rep, "%ld device buffers after phase 1, none more in the ping-pong", grown);  /* shown on success */
+    pp_fail(rep, "%ld device buffers after phase 1, none more in the ping-pong", grown); /* shown on success */
     return 0;
 }
 
@@ -289,10 +308,11 @@ static int names_ok(rank_ctx *r, const char *const *want, pp_err *rep) {
 }
 
 static const char *const names_ipc[MAXW * MAXW] = {[0 * MAXW + 1] = "cuda-ipc"};
-static const char *const names_nccl3[MAXW * MAXW] = {[0 * MAXW + 1] = "nccl", [0 * MAXW + 2] = "nccl", [1 * MAXW + 2] = "nccl"};
-static const char *const names_mixed[MAXW * MAXW] = {
-    [0 * MAXW + 1] = "cuda-ipc", [2 * MAXW + 3] = "cuda-ipc", [0 * MAXW + 2] = "nccl",
-    [0 * MAXW + 3] = "nccl",     [1 * MAXW + 2] = "nccl",     [1 * MAXW + 3] = "nccl"};
+static const char *const names_nccl3[MAXW * MAXW] = {
+    [0 * MAXW + 1] = "nccl", [0 * MAXW + 2] = "nccl", [1 * MAXW + 2] = "nccl"};
+static const char *const names_mixed[MAXW * MAXW] = {[0 * MAXW + 1] = "cuda-ipc", [2 * MAXW + 3] = "cuda-ipc",
+                                                     [0 * MAXW + 2] = "nccl",     [0 * MAXW + 3] = "nccl",
+                                                     [1 * MAXW + 2] = "nccl",     [1 * MAXW + 3] = "nccl"};
 static const char *const *want_names;
 
 static int names_then_all(rank_ctx *r, pp_err *rep) {
@@ -412,7 +432,7 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
         }
         cudaFree(buf);
         pp_err e;
-        devcomm_flush(r->d, 3000, &e);  /* the mutant aborts: this may fail, and that is fine */
+        devcomm_flush(r->d, 3000, &e); /* the mutant aborts: this may fail, and that is fine */
         r->no_flush = 1;
         return 0;
     }
@@ -426,7 +446,9 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
     *(void **)&aerr = dlsym(lib, "ncclCommGetAsyncError");
     *(void **)&recv = dlsym(lib, "ncclRecv");
     *(void **)&abrt = dlsym(lib, "ncclCommAbort");
-    struct { uint64_t tag, len; } ann[N];
+    struct {
+        uint64_t tag, len;
+    } ann[N];
     for (int s = 0; s < N; s++)
         if (comm_recv(r->host, 0, dc_ctl_tag((uint64_t)s, COMM_DIR_DEVANN), &ann[s], sizeof ann[s], RECV_MS, rep) < 0)
             return -1;
@@ -448,7 +470,8 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
     ncclComm_t c;
     ncclResult_t st = ncclInProgress;
     init(&c, 2, id, 1, &cfg);
-    while (aerr(c, &st) == ncclSuccess && st == ncclInProgress) pp_sleep_ns(1000000);
+    while (aerr(c, &st) == ncclSuccess && st == ncclInProgress)
+        pp_sleep_ns(1000000);
     if (st != ncclSuccess) return pp_fail(rep, "mutant: init failed (%d)", st);
     cudaStream_t s;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
@@ -484,7 +507,8 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
         }
     abrt(c);
     cudaStreamDestroy(s);
-    for (int i = 0; i < N; i++) cudaFree(bufs[i]);
+    for (int i = 0; i < N; i++)
+        cudaFree(bufs[i]);
     if (!detected) return pp_fail(rep, "posting in tag order went unnoticed: the check cannot fail");
     return 0;
 }
@@ -496,13 +520,14 @@ static int nccl_error_in_recv(rank_ctx *r, pp_err *rep) {
     char one = 1;
     uint64_t ctl = comm_tag(0, 0, 0, COMM_DIR_CTRL);
     if (r->rank == 0) {
-        r->no_flush = 1;  /* rank 1 fails: not everything will be taken */
+        r->no_flush = 1; /* rank 1 fails: not everything will be taken */
         if (send_many(r, 1, 4, rep) < 0) return -1;
-        return comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep);  /* alive until rank 1 is done */
+        return comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep); /* alive until rank 1 is done */
     }
     void *buf = dev_alloc(300001);
     int rc = 0;
-    for (int i = 0; i < 4 && rc == 0; i++) rc = devcomm_recv(r->d, 0, tag_of(0, 1, i), buf, size_of(i), RECV_MS, rep);
+    for (int i = 0; i < 4 && rc == 0; i++)
+        rc = devcomm_recv(r->d, 0, tag_of(0, 1, i), buf, size_of(i), RECV_MS, rep);
     cudaFree(buf);
     comm_send(r->host, 0, ctl, &one, 1, NULL);
     comm_flush(r->host, RECV_MS, NULL);
@@ -517,7 +542,7 @@ static int recv_timeouts(rank_ctx *r, pp_err *rep) {
     if (r->rank == 0) {
         r->no_flush = 1;
         if (send_many(r, 1, 1, rep) < 0) return -1;
-        return comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep);  /* rank 1 is done */
+        return comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep); /* rank 1 is done */
     }
     void *buf = dev_alloc(4096);
     pp_err e1, e2;
@@ -530,7 +555,8 @@ static int recv_timeouts(rank_ctx *r, pp_err *rep) {
         return pp_fail(rep, "first timeout: %s", e1.msg);
     if (!strstr(e2.msg, "timed out after 300 ms") || !strstr(e2.msg, "communicator aborted"))
         return pp_fail(rep, "second timeout: %s", e2.msg);
-    return pp_fail(rep, "%s | %s", e1.msg, e2.msg) + 1;
+    pp_fail(rep, "%s | %s", e1.msg, e2.msg); /* shown on success */
+    return 0;
 }
 
 /* ---- main ------------------------------------------------------------------------------ */
@@ -596,7 +622,7 @@ static void sc_dead(const char *name) {
     dies(name, &ipc, receiver_dies, 1);
     dies(name, &nccl, receiver_dies, 1);
     dies(name, &ipc, receiver_dies_midstream, 1);
-    dies(name, &nccl, receiver_dies_midstream, 1);  /* NCCL hangs on the lost peer: the host comm tells */
+    dies(name, &nccl, receiver_dies_midstream, 1); /* NCCL hangs on the lost peer: the host comm tells */
     setenv("PPRUN_NCCLSTUB_DEAD", "error", 1);     /* NCCL reports the lost peer itself */
     dies(name, &nccl, receiver_dies_midstream, 1);
     unsetenv("PPRUN_NCCLSTUB_DEAD");
@@ -614,7 +640,8 @@ static void open_fails(const char *name, const world *w, const char *const *need
     run_world(w, nothing, &res);
     for (int r = 0; r < w->n; r++) {
         int ok = res.code[r] == 1;
-        for (int i = 0; needles[i]; i++) ok = ok && strstr(res.rep[r], needles[i]);
+        for (int i = 0; needles[i]; i++)
+            ok = ok && strstr(res.rep[r], needles[i]);
         expect(ok, name, "rank %d: %s", r, res.rep[r]);
     }
 }

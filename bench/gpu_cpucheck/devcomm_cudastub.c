@@ -38,7 +38,7 @@ typedef struct alloc {
     struct alloc *next;
     char *base;
     size_t size;
-    int fd;      /* -1 for an opened (foreign) mapping */
+    int fd; /* -1 for an opened (foreign) mapping */
 } alloc;
 
 static pthread_mutex_t allocs_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -60,26 +60,41 @@ static int device_count(void) {
 
 const char *cudaGetErrorString(cudaError_t e) {
     switch (e) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorMapBufferObjectFailed: return "mapping of buffer object failed";
-    default: return "stand-in error";
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
+    case cudaErrorNotReady:
+        return "device not ready";
+    case cudaErrorMapBufferObjectFailed:
+        return "mapping of buffer object failed";
+    default:
+        return "stand-in error";
     }
 }
 
 const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady: return "cudaErrorNotReady";
-    default: return "cudaErrorUnknown";
+    case cudaSuccess:
+        return "cudaSuccess";
+    case cudaErrorInvalidValue:
+        return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+        return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice:
+        return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+        return "cudaErrorInvalidResourceHandle";
+    case cudaErrorNotReady:
+        return "cudaErrorNotReady";
+    default:
+        return "cudaErrorUnknown";
     }
 }
 
@@ -115,7 +130,8 @@ static void add_alloc(char *base, size_t size, int fd) {
 static alloc *take_alloc(const void *base) {
     pthread_mutex_lock(&allocs_mu);
     alloc **ap = &allocs;
-    while (*ap && (*ap)->base != base) ap = &(*ap)->next;
+    while (*ap && (*ap)->base != base)
+        ap = &(*ap)->next;
     alloc *a = *ap;
     if (a) *ap = a->next;
     pthread_mutex_unlock(&allocs_mu);
@@ -126,7 +142,8 @@ static int in_device_memory(const void *p, size_t n) {
     const char *c = p;
     int ok = 0;
     pthread_mutex_lock(&allocs_mu);
-    for (alloc *a = allocs; a && !ok; a = a->next) ok = c >= a->base && c + n <= a->base + a->size;
+    for (alloc *a = allocs; a && !ok; a = a->next)
+        ok = c >= a->base && c + n <= a->base + a->size;
     pthread_mutex_unlock(&allocs_mu);
     return ok;
 }
@@ -236,8 +253,8 @@ typedef struct ev_state {
 
 struct CUevent_st {
     ev_state *st;
-    int fd;          /* interprocess events created here: the memfd; else -1 */
-    int mapped;      /* st is a shared mapping */
+    int fd;     /* interprocess events created here: the memfd; else -1 */
+    int mapped; /* st is a shared mapping */
 };
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
@@ -324,7 +341,7 @@ typedef struct op {
 
 struct CUstream_st {
     pthread_mutex_t mu;
-    pthread_cond_t cv;      /* work queued, work done, stop */
+    pthread_cond_t cv; /* work queued, work done, stop */
     op *head, *tail;
     int running, stop;
     pthread_t th;
@@ -334,16 +351,20 @@ static void *stream_main(void *arg) {
     struct CUstream_st *s = arg;
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->cv, &s->mu);
         if (!s->head) break;
         op *o = s->head;
         s->running = 1;
         pthread_mutex_unlock(&s->mu);
         switch (o->kind) {
-        case OP_COPY: memcpy(o->dst, o->src, o->n); break;
+        case OP_COPY:
+            memcpy(o->dst, o->src, o->n);
+            break;
         case OP_RECORD: {
             uint64_t c = atomic_load(&o->ev->completed);
-            while (c < o->target && !atomic_compare_exchange_weak(&o->ev->completed, &c, o->target)) {}
+            while (c < o->target && !atomic_compare_exchange_weak(&o->ev->completed, &c, o->target)) {
+            }
             break;
         }
         case OP_WAIT:
@@ -352,7 +373,9 @@ static void *stream_main(void *arg) {
                 nanosleep(&ts, NULL);
             }
             break;
-        case OP_HOST: o->fn(o->arg); break;
+        case OP_HOST:
+            o->fn(o->arg);
+            break;
         }
         pthread_mutex_lock(&s->mu);
         s->head = o->next;
@@ -399,7 +422,8 @@ static cudaError_t enqueue(cudaStream_t s, op o) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     if (!s) return cudaErrorInvalidResourceHandle;
     pthread_mutex_lock(&s->mu);
-    while (s->head) pthread_cond_wait(&s->cv, &s->mu);
+    while (s->head)
+        pthread_cond_wait(&s->cv, &s->mu);
     pthread_mutex_unlock(&s->mu);
     return cudaSuccess;
 }

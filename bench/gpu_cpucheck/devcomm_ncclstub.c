@@ -40,10 +40,10 @@
 
 struct ncclComm {
     int rank, fd;
-    _Atomic int state;     /* an ncclResult_t */
+    _Atomic int state; /* an ncclResult_t */
     _Atomic int aborted;
-    _Atomic int refs;      /* the handle + transfers in flight */
-    _Atomic int in_call;   /* threads inside an API call on this comm */
+    _Atomic int refs;    /* the handle + transfers in flight */
+    _Atomic int in_call; /* threads inside an API call on this comm */
     char name[NCCL_UNIQUE_ID_BYTES];
     char bus[64];
     char last[300];
@@ -88,7 +88,9 @@ static void enter(struct ncclComm *c) {
     if (atomic_fetch_add(&c->in_call, 1) != 0)
         set_error(c, ncclInvalidUsage, "stand-in: two threads called into one communicator at once");
 }
-static void leave(struct ncclComm *c) { atomic_fetch_sub(&c->in_call, 1); }
+static void leave(struct ncclComm *c) {
+    atomic_fetch_sub(&c->in_call, 1);
+}
 
 static struct sockaddr_un addr_of(const char *name, socklen_t *len) {
     struct sockaddr_un a;
@@ -140,7 +142,8 @@ static void *init_main(void *arg) {
     if (c->rank == 0) {
         listener *l = NULL, **lp;
         pthread_mutex_lock(&mu);
-        for (lp = &listeners; *lp && strcmp((*lp)->name, c->name); lp = &(*lp)->next) {}
+        for (lp = &listeners; *lp && strcmp((*lp)->name, c->name); lp = &(*lp)->next) {
+        }
         if ((l = *lp)) *lp = l->next;
         pthread_mutex_unlock(&mu);
         if (!l) {
@@ -174,8 +177,8 @@ static void *init_main(void *arg) {
     }
     if (!strcmp(theirs, c->bus)) {
         char m[200];
-        snprintf(m, sizeof m, "Duplicate GPU detected : rank %d and rank %d both on CUDA device with bus id %s", 1 - c->rank,
-                 c->rank, c->bus);
+        snprintf(m, sizeof m, "Duplicate GPU detected : rank %d and rank %d both on CUDA device with bus id %s",
+                 1 - c->rank, c->rank, c->bus);
         set_error(c, ncclInvalidUsage, m);
         return NULL;
     }
@@ -233,7 +236,8 @@ static void peer_lost(struct ncclComm *c) {
         set_error(c, ncclRemoteError, "stand-in: the peer closed its connection mid-transfer");
         return;
     }
-    while (!atomic_load(&c->aborted)) nap_ms(5); /* as NCCL's P2P transport: hang until aborted */
+    while (!atomic_load(&c->aborted))
+        nap_ms(5); /* as NCCL's P2P transport: hang until aborted */
 }
 
 static void CUDART_CB xfer_main(void *arg) {
@@ -256,7 +260,8 @@ static void CUDART_CB xfer_main(void *arg) {
             goto out;
         }
         if (delay) {
-            for (int i = 0; i < atoi(delay) / 10 && !atomic_load(&c->aborted); i++) nap_ms(10);
+            for (int i = 0; i < atoi(delay) / 10 && !atomic_load(&c->aborted); i++)
+                nap_ms(10);
             if (atomic_load(&c->aborted)) goto out;
         }
         if (full_io(c, &hdr, sizeof hdr, 0) < 0) {
@@ -348,16 +353,27 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
 
 const char *ncclGetErrorString(ncclResult_t r) {
     switch (r) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
     }
 }
 
-const char *ncclGetLastError(ncclComm_t c) { return c ? c->last : last_global; }
+const char *ncclGetLastError(ncclComm_t c) {
+    return c ? c->last : last_global;
+}

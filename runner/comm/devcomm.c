@@ -18,12 +18,12 @@
 enum { DC_SELF = 0, DC_IPC = 1, DC_NCCL = 2 };
 
 struct devcomm {
-    devcomm_config cfg;      /* cfg.rank_node points at node below */
+    devcomm_config cfg; /* cfg.rank_node points at node below */
     char job_key[256];
-    int *node;               /* [world] */
-    unsigned char *kind;     /* [world] DC_* */
+    int *node;           /* [world] */
+    unsigned char *kind; /* [world] DC_* */
 #ifdef PPRUN_HAVE_CUDA
-    dc_ipc *ipc;             /* NULL if no peer uses it */
+    dc_ipc *ipc; /* NULL if no peer uses it */
     dc_nccl *nccl;
 #endif
 };
@@ -50,9 +50,10 @@ int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap) {
     pthread_mutex_lock(&p->mu);
     int gone = atomic_load(&p->dead) || p->in_state == COMM_IN_CLOSED || atomic_load(&p->setup) < 0;
     if (gone)
-        snprintf(why, cap, "%s", atomic_load(&p->dead) ? p->dead_why
-                                 : p->in_state == COMM_IN_CLOSED ? p->in_why
-                                                                 : p->setup_err);
+        snprintf(why, cap, "%s",
+                 atomic_load(&p->dead)           ? p->dead_why
+                 : p->in_state == COMM_IN_CLOSED ? p->in_why
+                                                 : p->setup_err);
     pthread_mutex_unlock(&p->mu);
     return gone;
 }
@@ -83,7 +84,7 @@ static int check_config(const devcomm_config *cfg, pp_err *err) {
 static int pick_transports(devcomm *d, pp_err *err) {
     const devcomm_config *cfg = &d->cfg;
     int world = cfg->world;
-    char (*bus)[64] = calloc((size_t)world, sizeof *bus);
+    char(*bus)[64] = calloc((size_t)world, sizeof *bus);
     if (!bus) return pp_fail(err, "devcomm: out of memory");
     char key[320], val[96];
     int rc = -1;
@@ -133,11 +134,11 @@ static int pick_transports(devcomm *d, pp_err *err) {
         }
     for (int r = 0; r < world; r++) {
         int same_gpu = d->node[r] == d->node[cfg->rank] && !strcmp(bus[r], bus[cfg->rank]);
-        d->kind[r] = r == cfg->rank            ? DC_SELF
-                     : !strcmp(t, "cuda-ipc")  ? DC_IPC
-                     : !strcmp(t, "nccl")      ? DC_NCCL
-                     : same_gpu                ? DC_IPC
-                                               : DC_NCCL;
+        d->kind[r] = r == cfg->rank           ? DC_SELF
+                     : !strcmp(t, "cuda-ipc") ? DC_IPC
+                     : !strcmp(t, "nccl")     ? DC_NCCL
+                     : same_gpu               ? DC_IPC
+                                              : DC_NCCL;
     }
     rc = 0;
 out:
@@ -165,9 +166,10 @@ int devcomm_open(const devcomm_config *cfg, devcomm **out, pp_err *err) {
         devcomm_close(d);
         return pp_fail(err, "devcomm: out of memory");
     }
-    for (int r = 0; r < cfg->world; r++) d->node[r] = cfg->rank_node ? cfg->rank_node[r] : 0;
+    for (int r = 0; r < cfg->world; r++)
+        d->node[r] = cfg->rank_node ? cfg->rank_node[r] : 0;
     d->cfg.rank_node = d->node;
-    d->cfg.transport = cfg->transport;  /* the caller's string: only during open */
+    d->cfg.transport = cfg->transport; /* the caller's string: only during open */
     if (pick_transports(d, err) < 0) {
         devcomm_close(d);
         return -1;

@@ -16,11 +16,13 @@
 /* Control tags on the host comm (comm.h's convention, direction field
  * COMM_DIR_DEVACK / COMM_DIR_DEVANN; bits 63..4 a per-directed-pair
  * sequence number, so every control message has a tag of its own). */
-static inline uint64_t dc_ctl_tag(uint64_t seq, unsigned dir) { return seq << 4 | (dir & 0xFu); }
+static inline uint64_t dc_ctl_tag(uint64_t seq, unsigned dir) {
+    return seq << 4 | (dir & 0xFu);
+}
 
 /* Store keys, all under "devcomm/<job_key>/". */
-#define DC_KEY_DEV "devcomm/%s/dev/%d"        /* rank -> "bus=<PCI bus id>" */
-#define DC_KEY_NCCL "devcomm/%s/nccl/%d-%d"   /* sender-receiver -> ncclUniqueId */
+#define DC_KEY_DEV "devcomm/%s/dev/%d"      /* rank -> "bus=<PCI bus id>" */
+#define DC_KEY_NCCL "devcomm/%s/nccl/%d-%d" /* sender-receiver -> ncclUniqueId */
 
 /* The exchange under the host comm's exchange lock: comm's own threads use
  * the same exchange (a store client is not thread-safe). */

@@ -230,9 +230,9 @@ static int write_steps(sqlite3 *db, int first, int n, pp_err *err) {
             if (sqlite3_step(stats) != SQLITE_DONE) goto sqlfail;
         }
     }
-    char sql[256];
+    char sql[512];
     snprintf(sql, sizeof sql,
-             "INSERT INTO job_counters VALUES(1,%d,0,%lld) ON CONFLICT(job_id) DO UPDATE SET "
+             "INSERT INTO job_counters(job_id,events_ingested,events_dropped,updated_at_ns) VALUES(1,%d,0,%lld) ON CONFLICT(job_id) DO UPDATE SET "
              "events_ingested=events_ingested+excluded.events_ingested, updated_at_ns=excluded.updated_at_ns",
              n * (FIXTURE_EVENTS_PER_STEP + FIXTURE_MB),
              (long long)(FIXTURE_T0_NS + FIXTURE_STEP_OFFSET_NS + (int64_t)(first + n) * FIXTURE_STEP_PERIOD_NS));
@@ -299,10 +299,11 @@ int fixture_create(const char *db_path, int steps, const char *status, pp_err *e
                   "virtual_stages,stages,steps,model,device,config_json,t0_ns) VALUES(1,'fixture-1f1b',"
                   "'2026-11-21T12:00:00Z','running',1,4,'1f1b',8,1,4,100,'timed:f=1ms,b=1ms,w=1ms,act=64KiB',"
                   "'cpu','{\"schedule\":\"1f1b\",\"nproc_per_node\":4,\"microbatches\":8}',1000000000000);"
-                  "INSERT INTO ranks VALUES(1,0,0,'localhost',1000,'cpu','0',0,0),"
+                  "INSERT INTO ranks(job_id,rank,node,host,pid,device,stages,clock_offset_ns,dropped_events)"
+                  " VALUES(1,0,0,'localhost',1000,'cpu','0',0,0),"
                   "(1,1,0,'localhost',1001,'cpu','1',0,0),(1,2,0,'localhost',1002,'cpu','2',0,3),"
                   "(1,3,0,'localhost',1003,'cpu','3',0,0);"
-                  "INSERT INTO job_counters VALUES(1,0,3,0);",
+                  "INSERT INTO job_counters(job_id,events_ingested,events_dropped,updated_at_ns) VALUES(1,0,3,0);",
                   err);
     if (rc == 0) rc = write_plan(db, err);
     if (rc == 0 && steps > 0) rc = write_steps(db, 0, steps, err);

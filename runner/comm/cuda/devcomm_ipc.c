@@ -22,42 +22,42 @@
 
 #include "runner/comm/devcomm_int.h"
 
-#define IPC_MAX_BUFS (1u << 20)  /* sanity bound on a peer's buffer ids */
+#define IPC_MAX_BUFS (1u << 20) /* sanity bound on a peer's buffer ids */
 #define IPC_MIN_CAP ((size_t)64 << 10)
 
-typedef struct ipc_buf {  /* one buffer of this rank's pool for one peer */
+typedef struct ipc_buf { /* one buffer of this rank's pool for one peer */
     void *dev;
     size_t cap;
     cudaEvent_t ev;
     cudaIpcMemHandle_t mh;
     cudaIpcEventHandle_t eh;
-    int busy;             /* announced, not yet acknowledged */
+    int busy; /* announced, not yet acknowledged */
 } ipc_buf;
 
-typedef struct ipc_remote {  /* a buffer of the peer's pool, opened here */
+typedef struct ipc_remote { /* a buffer of the peer's pool, opened here */
     void *dev;
     cudaEvent_t ev;
 } ipc_remote;
 
-typedef struct ipc_ann {  /* the announcement, sent under the data's tag */
+typedef struct ipc_ann { /* the announcement, sent under the data's tag */
     uint64_t len;
-    uint32_t id;          /* buffer id; unused when len is 0 */
+    uint32_t id; /* buffer id; unused when len is 0 */
     uint32_t pad;
     cudaIpcMemHandle_t mh;
     cudaIpcEventHandle_t eh;
 } ipc_ann;
 
-typedef struct ipc_stash {  /* an announcement taken by a recv that failed */
+typedef struct ipc_stash { /* an announcement taken by a recv that failed */
     struct ipc_stash *next;
     uint64_t tag;
     ipc_ann a;
 } ipc_stash;
 
 typedef struct ipc_peer {
-    ipc_buf *bufs;        /* sending: pool, ids are indices */
+    ipc_buf *bufs; /* sending: pool, ids are indices */
     uint32_t n_bufs, busy;
-    uint64_t ack_in;      /* sequence number of the next acknowledgement */
-    ipc_remote *remote;   /* receiving: [n_remote], dev NULL if not opened */
+    uint64_t ack_in;    /* sequence number of the next acknowledgement */
+    ipc_remote *remote; /* receiving: [n_remote], dev NULL if not opened */
     uint32_t n_remote;
     uint64_t ack_out;
     ipc_stash *stash;
@@ -65,13 +65,13 @@ typedef struct ipc_peer {
 
 struct dc_ipc {
     const devcomm_config *cfg;
-    cudaStream_t stream;  /* copies in both directions; non-blocking */
-    ipc_peer *peers;      /* [world] */
+    cudaStream_t stream; /* copies in both directions; non-blocking */
+    ipc_peer *peers;     /* [world] */
 };
 
 static int cu_fail(const dc_ipc *t, pp_err *err, cudaError_t e, const char *what, int peer) {
-    return pp_fail(err, "devcomm (cuda-ipc): rank %d, talking to rank %d: %s failed: %s (%s)", t->cfg->rank, peer,
-                   what, cudaGetErrorString(e), cudaGetErrorName(e));
+    return pp_fail(err, "devcomm (cuda-ipc): rank %d, talking to rank %d: %s failed: %s (%s)", t->cfg->rank, peer, what,
+                   cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 int dc_device_busid(int device, char *out, size_t cap, pp_err *err) {
@@ -115,9 +115,10 @@ static int take_acks(dc_ipc *t, int peer, int timeout_ms, pp_err *err) {
         uint32_t id;
         pp_err e;
         if (comm_recv(t->cfg->host, peer, dc_ctl_tag(p->ack_in, COMM_DIR_DEVACK), &id, sizeof id, timeout_ms, &e) < 0)
-            return timeout_ms == 0 ? 0
-                                   : pp_fail(err, "devcomm (cuda-ipc): %u messages from rank %d to rank %d not taken: %s",
-                                             p->busy, t->cfg->rank, peer, e.msg);
+            return timeout_ms == 0
+                       ? 0
+                       : pp_fail(err, "devcomm (cuda-ipc): %u messages from rank %d to rank %d not taken: %s", p->busy,
+                                 t->cfg->rank, peer, e.msg);
         p->ack_in++;
         if (id >= p->n_bufs || !p->bufs[id].busy)
             return pp_fail(err, "devcomm (cuda-ipc): rank %d acknowledged buffer %u, which rank %d never lent it", peer,
@@ -140,14 +141,16 @@ static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
         return 0;
     }
     if (p->n_bufs >= IPC_MAX_BUFS)
-        return pp_fail(err, "devcomm (cuda-ipc): %u messages to rank %d outstanding: buffer pool full", p->n_bufs, peer);
+        return pp_fail(err, "devcomm (cuda-ipc): %u messages to rank %d outstanding: buffer pool full", p->n_bufs,
+                       peer);
     ipc_buf *nb = realloc(p->bufs, (p->n_bufs + 1) * sizeof *nb);
     if (!nb) return pp_fail(err, "devcomm (cuda-ipc): out of memory");
     p->bufs = nb;
     ipc_buf *b = &p->bufs[p->n_bufs];
     memset(b, 0, sizeof *b);
     size_t cap = IPC_MIN_CAP;
-    while (cap < len) cap *= 2;
+    while (cap < len)
+        cap *= 2;
     cudaError_t e = cudaMalloc(&b->dev, cap);
     if (e != cudaSuccess) return cu_fail(t, err, e, "cudaMalloc of a send buffer", peer);
     const char *what = "cudaEventCreateWithFlags";
@@ -234,7 +237,8 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
     ipc_peer *p = &t->peers[peer];
     char ts[128];
     ipc_stash *s = NULL, **sp = &p->stash;
-    while (*sp && (*sp)->tag != tag) sp = &(*sp)->next;
+    while (*sp && (*sp)->tag != tag)
+        sp = &(*sp)->next;
     if (*sp) {
         s = *sp;
         *sp = s->next;
@@ -260,7 +264,7 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
         if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
         if (e != cudaSuccess) rc = cu_fail(t, err, e, "copy out of the sender's buffer", peer);
     }
-    if (rc < 0) {  /* the message stays receivable: a failed recv changes nothing */
+    if (rc < 0) { /* the message stays receivable: a failed recv changes nothing */
         s->next = p->stash;
         p->stash = s;
         return -1;

@@ -54,7 +54,7 @@ int gpu_ctx_create(int device, gpu_dtype dtype, gpu_ctx **out, pp_err *err) {
     }
     cublasStatus_t bs = c->api->create(&c->blas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-        const char *why = c->api->status_string(bs);
+        const char *why = c->api->status_string(bs); /* c->api is gone after the free */
         c->blas = NULL;
         gpu_ctx_free(c);
         return pp_fail(err, "gpu: cublasCreate: %s", why);
