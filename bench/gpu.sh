@@ -56,9 +56,10 @@ echo "== 4 ranks on one GPU, per schedule"
 sql="SELECT (SELECT round(avg(CASE WHEN phase='F' THEN end_ns-start_ns END)/1e3,1) FROM events) AS f_us,
   (SELECT round(avg(CASE WHEN phase='B' THEN end_ns-start_ns END)/1e3,1) FROM events) AS b_us,
   (SELECT round(avg(CASE WHEN phase='W' THEN end_ns-start_ns END)/1e3,1) FROM events) AS w_us,
+  (SELECT round(avg(end_ns-start_ns)/1e6,2) FROM step_stats WHERE step>0) AS step_ms,
   (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0) AS bubble_measured,
   (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan) AS bubble_simulated"
-printf '%-18s %-10s %s\n' schedule transport "f_us,b_us,w_us,bubble_measured,bubble_simulated"
+printf '%-18s %-10s %s\n' schedule transport "f_us,b_us,w_us,step_ms,bubble_measured,bubble_simulated"
 for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:auto 1f1b::shm; do
   sched=${svt%%:*} rest=${svt#*:}
   v=${rest%%:*} transport=${rest#*:}
