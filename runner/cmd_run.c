@@ -95,7 +95,10 @@ static void usage(FILE *out) {
             "  --metrics FILE        JSON lines, one per step\n"
             "  --save-weights DIR    every stage's final weights (raw float32)\n"
             "  --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
-            "  --recv-timeout T      (default 120s)  --transport auto|shm|tcp\n"
+            "  --recv-timeout T      (default 120s)\n"
+            "  --transport T         auto|shm|tcp|cuda-ipc|nccl (default auto: with --device cuda,\n"
+            "                        boundary tensors stay in GPU memory, cuda-ipc between ranks\n"
+            "                        on one GPU, nccl otherwise; shm|tcp stage them through the host)\n"
             "  --progress auto|on|off\n\n"
             "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
     launch_usage(out);
@@ -219,6 +222,9 @@ static int check_job(run_job *job, pp_err *err) {
         sched_partition(cfg->model.layers, job->plan->stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
     free(first);
     if (rc != 0) return pp_wrap(err, "--model %s with %d stages", cfg->model_text, job->plan->stages);
+    if (strcmp(cfg->device, "cuda") == 0 &&
+        run_config_check_gpu_transport(cfg, job->plan, job->lo.nproc_per_node, job->cuda_devices, err) != 0)
+        return -1;
     if (cfg->model.kind == MODEL_GPT) {
         data_source *data = NULL;
         if (data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &data, err) != 0)
@@ -252,6 +258,8 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "seed", (double)c->seed);
     cJSON_AddNumberToObject(o, "lr", c->optim.lr);
     cJSON_AddStringToObject(o, "optimizer", c->optim.kind == MODEL_SGD ? "sgd" : "adamw");
+    /* where boundary tensors live; the per-peer transport is each worker's first line */
+    cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");
     cJSON_AddNumberToObject(o, "nproc_per_node", job->lo.nproc_per_node);
     cJSON_AddNumberToObject(o, "nnodes", job->lo.nnodes);
     cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);

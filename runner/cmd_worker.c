@@ -5,7 +5,12 @@
  * PPRUN_RESTART_COUNT, PPRUN_TRACE_FD). It builds the same schedule as every
  * other rank, connects to its neighbours, runs the engine and reports each
  * step (metrics file, progress key in the store). Not meant to be run by
- * hand. */
+ * hand.
+ *
+ * With --device cuda and a GPU transport (auto, cuda-ipc, nccl) it also opens
+ * devcomm on its GPU, after the host comm (devcomm sends its control
+ * messages over it), and says on stderr which transport each neighbour
+ * gets; it flushes and closes devcomm before the host comm. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,7 +20,11 @@
 
 #include "runner/cli.h"
 #include "runner/comm/comm.h"
+#include "runner/comm/devcomm.h"
 #include "runner/engine.h"
+#ifdef PPRUN_HAVE_CUDA
+#include "runner/model/cuda/gpu.h"
+#endif
 #include "runner/run_config.h"
 #include "runner/store.h"
 #include "tracer/gputrace.h"
@@ -28,7 +37,7 @@ typedef struct worker {
     int rank, world, local_world, attempt;
     const char *run_id;
     store_client *store;      /* the main thread's connection */
-    store_client *comm_store; /* comm's own: its set-up threads use it (comm serialises them) */
+    store_client *comm_store; /* comm's own: its set-up threads and devcomm's use it (comm serialises them) */
     FILE *metrics;
 } worker;
 
@@ -61,6 +70,47 @@ static int exchange_get(void *ctx, const char *key, void *value, size_t cap, siz
     *len = n;
     free(v);
     return 0;
+}
+
+/* --- boundary tensors in GPU memory: devcomm ------------------------------------ */
+
+/* The device this rank's GPU stages use (gpu_device_for_rank, as
+ * model_stage_create_on picks it). */
+static int worker_device(int local_rank, int *device, pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    int count;
+    if (gpu_device_count(&count, err) != 0) return -1;
+    *device = gpu_device_for_rank(local_rank, count);
+    return 0;
+#else
+    (void)local_rank, (void)err;
+    *device = 0; /* devcomm_open says that this build has no GPU backend */
+    return 0;
+#endif
+}
+
+/* One line on stderr for --device cuda jobs: where boundary tensors live and
+ * the transport of every neighbour (the ranks of adjacent stages). */
+static void say_transports(const worker *w, const sched_plan *plan, const comm *c, const devcomm *dc, int device) {
+    char line[1024];
+    int n = dc ? snprintf(line, sizeof line, "boundary tensors in GPU memory (cuda:%d)", device)
+               : snprintf(line, sizeof line, "boundary tensors staged through host memory (--transport %s)",
+                          w->cfg.transport);
+    char *seen = calloc((size_t)plan->ranks, 1);
+    for (int s = 0; seen && s < plan->stages; s++) {
+        if (plan->stage_rank[s] != w->rank) continue;
+        int nb[2] = {s > 0 ? plan->stage_rank[s - 1] : w->rank,
+                     s + 1 < plan->stages ? plan->stage_rank[s + 1] : w->rank};
+        for (int i = 0; i < 2; i++) {
+            int r = nb[i];
+            if (r == w->rank || seen[r] || n >= (int)sizeof line - 64) continue;
+            seen[r] = 1;
+            n += snprintf(line + n, sizeof line - (size_t)n, "; rank %d: %s", r,
+                          dc ? devcomm_transport_name(dc, r) : comm_transport_name(c, r));
+        }
+    }
+    free(seen);
+    fprintf(stderr, "pprun worker (rank %d): %s\n", w->rank, line);
 }
 
 /* --- step reports -------------------------------------------------------------- */
@@ -117,6 +167,7 @@ static int run_worker(worker *w, pp_err *err) {
     trace_ring *ring = NULL;
     gputrace *gpu = NULL;
     comm *c = NULL;
+    devcomm *dc = NULL;
     int *rank_node = NULL;
     engine e = {0};
     int rc = -1;
@@ -167,7 +218,29 @@ static int run_worker(worker *w, pp_err *err) {
             .transport = w->cfg.transport,
             .tcp_host = getenv("PPRUN_NODE_ADDR"),
         };
+        int device_boundaries = run_config_device_boundaries(&w->cfg);
+        if (device_boundaries) cc.transport = "auto"; /* the host comm carries devcomm's control messages */
         if (comm_open(&cc, &c, err) != 0) goto out;
+        int device = -1;
+        if (device_boundaries) {
+            devcomm_config dcfg = {
+                .rank = w->rank,
+                .world = w->world,
+                .rank_node = rank_node,
+                .host = c,
+                .job_key = job_key,
+                .transport = w->cfg.transport,
+                .connect_timeout_ms = 60000,
+            };
+            if (worker_device(w->rank % w->local_world, &device, err) != 0) goto out;
+            dcfg.device = device;
+            dcfg.exchange = cc.exchange; /* devcomm takes the host comm's exchange lock */
+            if (devcomm_open(&dcfg, &dc, err) != 0) {
+                pp_wrap(err, "opening the GPU transport (--transport %s) on cuda:%d", w->cfg.transport, device);
+                goto out;
+            }
+        }
+        if (strcmp(w->cfg.device, "cuda") == 0) say_transports(w, plan, c, dc, device);
     }
     e = (engine){
         .cfg = &w->cfg,
@@ -177,18 +250,22 @@ static int run_worker(worker *w, pp_err *err) {
         .attempt = w->attempt,
         .local_rank = w->rank % w->local_world, /* global ranks are node-major */
         .comm = c,
+        .devcomm = dc,
         .ring = ring,
         .gpu = gpu,
         .data = data,
         .hooks = {w, on_step, checkpoint_done},
     };
     if (engine_init(&e, err) != 0 || engine_run(&e, err) != 0) goto out;
-    /* Nothing in flight may be lost when this rank exits first. */
+    /* Nothing in flight may be lost when this rank exits first; devcomm
+     * first, its messages are acknowledged over the host comm. */
+    if (dc && devcomm_flush(dc, w->cfg.recv_timeout_ms, err) != 0) goto out;
     if (c && comm_flush(c, w->cfg.recv_timeout_ms, err) != 0) goto out;
     rc = 0;
 out:
     gputrace_close(gpu); /* before the stages (and their CUDA context) go */
     engine_free(&e);
+    if (dc) devcomm_close(dc);
     comm_close(c);
     free(rank_node);
     if (ring) trace_ring_close(ring);

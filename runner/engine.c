@@ -105,6 +105,18 @@ int engine_init(engine *e, pp_err *err) {
                                   err) != 0)
             return pp_wrap(err, "stage %d", s);
     }
+    /* Device boundaries: every local stage takes and returns device buffers;
+     * tensors for other ranks need devcomm. */
+    e->device_boundaries = run_config_device_boundaries(e->cfg);
+    for (int i = 0; i < e->nlocal && e->device_boundaries; i++) {
+        int s = e->local_stage[i];
+        if (model_stage_set_boundary_device(e->stages[s], 1, err) != 0) return pp_wrap(err, "stage %d", s);
+        int up = s > 0 ? plan->stage_rank[s - 1] : e->rank;
+        int down = s < plan->stages - 1 ? plan->stage_rank[s + 1] : e->rank;
+        if (!e->devcomm && (up != e->rank || down != e->rank))
+            return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
+                           "transport (devcomm) is open", e->rank, s, up != e->rank ? up : down);
+    }
     /* A checkpoint is loaded when the user asked to --resume, or when this
      * run wrote it (a restarted attempt); never one another run left. */
     e->start_step = 0;
@@ -156,8 +168,19 @@ static void maybe_fail(const engine *e, int step, int op, int mb) {
     raise(SIGKILL);
 }
 
+/* Boundary buffers come from the stage that writes them and go back to the
+ * stage that read them last: host malloc, or device memory of the rank's
+ * device with device boundaries (model_stage_boundary_alloc). */
+static void *boundary_alloc(engine *e, step_state *st, int stage, pp_err *err) {
+    return model_stage_boundary_alloc(e->stages[stage], st->act_bytes, err);
+}
+static void boundary_free(engine *e, step_state *st, int stage, void *buf) {
+    if (buf) model_stage_boundary_free(e->stages[stage], buf, st->act_bytes);
+}
+
 /* Gets the tensor stage `from_stage` produced for `to_stage`: from the
- * mailbox when both are on this rank, else from the peer. The caller frees. */
+ * mailbox when both are on this rank, else from the peer (over devcomm with
+ * device boundaries). The caller frees it with boundary_free(to_stage). */
 static int receive(engine *e, step_state *st, int dir, int from_stage, int mb, void **out, pp_err *err) {
     const sched_plan *plan = e->plan;
     int peer = plan->stage_rank[from_stage];
@@ -171,12 +194,15 @@ static int receive(engine *e, step_state *st, int dir, int from_stage, int mb, v
         *slot = NULL;
         return 0;
     }
-    void *buf = malloc(st->act_bytes ? st->act_bytes : 1);
-    if (!buf) return pp_fail(err, "out of memory");
+    void *buf = boundary_alloc(e, st, to_stage, err);
+    if (!buf) return -1;
     uint64_t t0 = pp_now_ns();
-    if (comm_recv(e->comm, peer, comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir), buf,
-                  st->act_bytes, e->cfg->recv_timeout_ms, err) != 0) {
-        free(buf);
+    uint64_t tag = comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir);
+    int rc = e->device_boundaries
+                 ? devcomm_recv(e->devcomm, peer, tag, buf, st->act_bytes, e->cfg->recv_timeout_ms, err)
+                 : comm_recv(e->comm, peer, tag, buf, st->act_bytes, e->cfg->recv_timeout_ms, err);
+    if (rc != 0) {
+        boundary_free(e, st, to_stage, buf);
         return pp_wrap(err, "rank %d: receiving the %s of stage %d for microbatch %d (step %d) from rank %d", e->rank,
                        dir == COMM_DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
     }
@@ -186,7 +212,8 @@ static int receive(engine *e, step_state *st, int dir, int from_stage, int mb, v
     return 0;
 }
 
-/* Hands the tensor to `to_stage`; takes ownership of buf. */
+/* Hands the tensor to `to_stage`; takes ownership of buf (from_stage's
+ * boundary buffer). Both comm and devcomm sends keep their own copy. */
 static int deliver(engine *e, step_state *st, int dir, int from_stage, int to_stage, int mb, void *buf, pp_err *err) {
     int peer = e->plan->stage_rank[to_stage];
     if (peer == e->rank) {
@@ -194,9 +221,10 @@ static int deliver(engine *e, step_state *st, int dir, int from_stage, int to_st
         return 0;
     }
     uint64_t t0 = pp_now_ns();
-    int rc = comm_send(e->comm, peer, comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir),
-                       buf, st->act_bytes, err);
-    free(buf);
+    uint64_t tag = comm_tag((uint64_t)st->step, (uint64_t)to_stage, (uint64_t)mb, (uint64_t)dir);
+    int rc = e->device_boundaries ? devcomm_send(e->devcomm, peer, tag, buf, st->act_bytes, err)
+                                  : comm_send(e->comm, peer, tag, buf, st->act_bytes, err);
+    boundary_free(e, st, from_stage, buf);
     if (rc != 0)
         return pp_wrap(err, "rank %d: sending the %s of stage %d for microbatch %d (step %d) to rank %d", e->rank,
                        dir == COMM_DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
@@ -213,17 +241,17 @@ static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
     if ((first || last) && spec->kind == MODEL_GPT)
         data_batch(e->data, e->cfg->seed, st->step, mb, spec->batch, spec->seq, st->tokens, st->targets);
     if (!first && receive(e, st, COMM_DIR_ACT, s - 1, mb, &in, err) != 0) return -1;
-    if (!last && !(out = malloc(st->act_bytes ? st->act_bytes : 1))) {
-        free(in);
-        return pp_fail(err, "out of memory");
+    if (!last && !(out = boundary_alloc(e, st, s, err))) {
+        boundary_free(e, st, s, in);
+        return -1;
     }
     float loss = 0;
     uint64_t t0 = pp_now_ns();
     int rc = model_stage_forward(e->stages[s], mb, in, st->tokens, st->targets, out, last ? &loss : NULL, err);
     uint64_t t1 = pp_now_ns();
-    free(in); /* the stage keeps its own copy of what B and W need */
+    boundary_free(e, st, s, in); /* the stage keeps its own copy of what B and W need */
     if (rc != 0) {
-        free(out);
+        boundary_free(e, st, s, out);
         return pp_wrap(err, "rank %d: forward of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
     }
     trace(e, TRACE_F, st->step, mb, s, -1, 0, t0, t1, 0);
@@ -240,16 +268,16 @@ static int run_backward_input(engine *e, step_state *st, int s, int mb, pp_err *
     int first = s == 0, last = s == plan->stages - 1;
     void *grad_out = NULL, *grad_in = NULL;
     if (!last && receive(e, st, COMM_DIR_GRAD, s + 1, mb, &grad_out, err) != 0) return -1;
-    if (!first && !(grad_in = malloc(st->act_bytes ? st->act_bytes : 1))) {
-        free(grad_out);
-        return pp_fail(err, "out of memory");
+    if (!first && !(grad_in = boundary_alloc(e, st, s, err))) {
+        boundary_free(e, st, s, grad_out);
+        return -1;
     }
     uint64_t t0 = pp_now_ns();
     int rc = model_stage_backward_input(e->stages[s], mb, grad_out, grad_in, err);
     uint64_t t1 = pp_now_ns();
-    free(grad_out);
+    boundary_free(e, st, s, grad_out);
     if (rc != 0) {
-        free(grad_in);
+        boundary_free(e, st, s, grad_in);
         return pp_wrap(err, "rank %d: backward (B) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
     }
     trace(e, TRACE_B, st->step, mb, s, -1, 0, t0, t1, 0);
@@ -362,6 +390,26 @@ static int save_weights(engine *e, pp_err *err) {
     return 0;
 }
 
+/* With device boundaries, one boundary-sized device message each way too,
+ * so that devcomm's links (IPC handles, NCCL communicators) are up before
+ * step 0. */
+static int connect_devcomm(engine *e, const char *is_peer, pp_err *err) {
+    model_stage *stage = e->stages[e->local_stage[0]];
+    size_t bytes = model_boundary_bytes(&e->cfg->model);
+    void *buf = model_stage_boundary_alloc(stage, bytes, err);
+    if (!buf) return -1;
+    /* cuda-ipc announces on the host comm under the message's own tag: not
+     * the host hello's (stage 0) */
+    uint64_t tag = comm_tag(0, 1, 0, COMM_DIR_CTRL);
+    int rc = 0;
+    for (int r = 0; rc == 0 && r < e->plan->ranks; r++)
+        if (is_peer[r]) rc = devcomm_send(e->devcomm, r, tag, buf, bytes, err);
+    for (int r = 0; rc == 0 && r < e->plan->ranks; r++)
+        if (is_peer[r]) rc = devcomm_recv(e->devcomm, r, tag, buf, bytes, e->cfg->recv_timeout_ms, err);
+    model_stage_boundary_free(stage, buf, bytes);
+    return rc;
+}
+
 /* Before the first step, one small message each way with every neighbour
  * (the ranks of adjacent stages): links are set up outside the measured
  * steps, and the ranks start the pipeline together, as the simulator
@@ -384,6 +432,7 @@ static int connect_neighbours(engine *e, pp_err *err) {
         if (is_peer[r]) rc = comm_send(e->comm, r, tag, &hello, 1, err);
     for (int r = 0; rc == 0 && r < plan->ranks; r++)
         if (is_peer[r]) rc = comm_recv(e->comm, r, tag, &hello, 1, e->cfg->recv_timeout_ms, err);
+    if (rc == 0 && e->device_boundaries && e->devcomm && e->nlocal > 0) rc = connect_devcomm(e, is_peer, err);
     free(is_peer);
     return rc == 0 ? 0 : pp_wrap(err, "rank %d: connecting to its pipeline neighbours", e->rank);
 }
@@ -407,9 +456,11 @@ int engine_run(engine *e, pp_err *err) {
         rc = run_step(e, &st, err);
     }
     if (rc == 0 && e->cfg->save_weights[0]) rc = save_weights(e, err);
-    if (st.mailbox)
-        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++)
-            free(st.mailbox[i]);
+    if (st.mailbox) /* tensors never taken (a failed step), back to the stage they were for */
+        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++) {
+            int dir = (int)(i / ((size_t)plan->stages * m)), from = (int)(i / m % (size_t)plan->stages);
+            boundary_free(e, &st, dir == COMM_DIR_ACT ? from + 1 : from - 1, st.mailbox[i]);
+        }
     free(st.mailbox);
     free(st.losses);
     free(st.tokens);

@@ -7,6 +7,11 @@
  * each microbatch's loss; the optimizer step follows the last action. Two
  * stages on one rank pass tensors in memory. Every op is traced.
  *
+ * Boundary tensors are host buffers sent over comm, except with --device
+ * cuda and a GPU transport (run_config_device_boundaries): then they are
+ * device buffers of the stages (model_stage_set_boundary_device) and travel
+ * to other ranks over devcomm; local stages hand them over as before.
+ *
  * The engine owns nothing it is given (plan, comm, ring, data); it owns the
  * model stages it creates. */
 #ifndef PP_ENGINE_H
@@ -15,6 +20,7 @@
 
 #include "runner/base/pp.h"
 #include "runner/comm/comm.h"
+#include "runner/comm/devcomm.h"
 #include "runner/model/model.h"
 #include "runner/pipe/sched.h"
 #include "runner/run_config.h"
@@ -46,6 +52,7 @@ typedef struct engine {
     int rank, attempt;
     int local_rank;      /* picks the CUDA device with --device cuda */
     comm *comm;          /* NULL only when the job has one rank */
+    devcomm *devcomm;    /* device boundaries to other ranks; NULL with one rank or host boundaries */
     trace_ring *ring;    /* NULL when tracing is off */
     gputrace *gpu;       /* CUPTI (--cupti on); NULL when off or unavailable */
     data_source *data;   /* needed on the ranks holding the first or last stage */
@@ -57,6 +64,7 @@ typedef struct engine {
     model_stage **stages; /* [plan->stages], NULL where not local */
     int *first_layer;     /* [plan->stages + 1] partition of the blocks */
     int start_step;       /* first step to run (after a resume) */
+    int device_boundaries; /* 1: boundary tensors live in device memory (set by engine_init) */
 } engine;
 
 /* Partitions the model, creates this rank's stages and loads the last

@@ -194,7 +194,7 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
             rc = pp_fail(err, "--recv-timeout: accepted: 1ms to 24h, got '%s'", value);
         if (rc == 0) cfg->recv_timeout_ms = (int)(ns / 1000000);
     } else if (strcmp(opt, "--transport") == 0) {
-        static const char *const transports[] = {"auto", "shm", "tcp", NULL};
+        static const char *const transports[] = {"auto", "shm", "tcp", "cuda-ipc", "nccl", NULL};
         rc = one_of(value, transports, opt, err);
         if (rc == 0) rc = copy_text(cfg->transport, sizeof cfg->transport, opt, value, err);
     } else if (strcmp(opt, "--progress") == 0) {
@@ -225,6 +225,10 @@ int run_config_finish(run_config *cfg, pp_err *err) {
                        cfg->virtual_stages);
     if (strncmp(cfg->schedule, "csv:", 4) == 0 && cfg->virtual_stages)
         return pp_fail(err, "--virtual-stages does not apply to --schedule %s: the file defines the stages", cfg->schedule);
+    int gpu_transport = strcmp(cfg->transport, "cuda-ipc") == 0 || strcmp(cfg->transport, "nccl") == 0;
+    if (gpu_transport && strcmp(cfg->device, "cuda") != 0)
+        return pp_fail(err, "--transport %s moves tensors in GPU memory: it needs --device cuda (with --device %s use "
+                       "--transport auto, shm or tcp)", cfg->transport, cfg->device);
     if (cfg->token[0] == '\0') {
         const char *env = getenv("PPRUN_TOKEN");
         if (env && strlen(env) < sizeof cfg->token) snprintf(cfg->token, sizeof cfg->token, "%s", env);
@@ -239,6 +243,27 @@ int run_config_costs(const run_config *cfg, sched_costs *costs) {
     }
     *costs = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
     return 1;
+}
+
+int run_config_device_boundaries(const run_config *cfg) {
+    return strcmp(cfg->device, "cuda") == 0 && strcmp(cfg->transport, "shm") != 0 &&
+           strcmp(cfg->transport, "tcp") != 0;
+}
+
+int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan, int nproc_per_node, int devices,
+                                   pp_err *err) {
+    int ipc = strcmp(cfg->transport, "cuda-ipc") == 0, nccl = strcmp(cfg->transport, "nccl") == 0;
+    if ((!ipc && !nccl) || strcmp(cfg->device, "cuda") != 0 || nproc_per_node < 1 || devices < 1) return 0;
+    /* Every pair of the job, as devcomm_open checks them: NCCL's communicator
+     * spans all ranks, and CUDA IPC handles open only within a node. */
+    if (ipc && plan->ranks > nproc_per_node)
+        return pp_fail(err, "--transport cuda-ipc works within one node: ranks %d and %d are on nodes 0 and 1; use "
+                       "--transport auto or nccl", nproc_per_node - 1, nproc_per_node);
+    if (nccl && plan->ranks > 1 && nproc_per_node > devices)
+        return pp_fail(err, "--transport nccl: ranks 0 and %d share cuda:0 (%d ranks per node on %d GPU%s), and NCCL "
+                       "refuses two ranks on one GPU; use --transport auto or cuda-ipc", devices, nproc_per_node,
+                       devices, devices == 1 ? "" : "s");
+    return 0;
 }
 
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err) {

@@ -46,7 +46,7 @@ typedef struct run_config {
     int ncuts;
     int cuts[RUN_MAX_CUTS];
     int recv_timeout_ms;
-    char transport[8];     /* auto | shm | tcp */
+    char transport[16];    /* auto | shm | tcp | cuda-ipc | nccl (the last two: --device cuda) */
     char progress[8];      /* auto | on | off */
     char dtype[8];         /* fp32 | bf16 (GEMM operands; bf16 only with --device cuda) */
     int cupti;             /* --cupti: 1 on, 0 off; -1 (not given) becomes on with --device cuda and --trace on */
@@ -75,6 +75,19 @@ void run_config_free_args(char **storage);
 /* The schedule's op costs: the timed model's (ns; returns 1), else unit
  * costs (returns 0: the real costs are known only once a step ran). */
 int run_config_costs(const run_config *cfg, sched_costs *costs);
+
+/* 1 when boundary tensors stay in GPU memory and travel over devcomm:
+ * --device cuda with --transport auto, cuda-ipc or nccl. --device cuda with
+ * shm or tcp stages them through host memory; --device cpu never uses it. */
+int run_config_device_boundaries(const run_config *cfg);
+
+/* --transport cuda-ipc or nccl forced with --device cuda, checked before
+ * anything starts, as devcomm_open would find it (rank r on node
+ * r / nproc_per_node and device (r mod nproc_per_node) mod devices):
+ * cuda-ipc needs every rank on one node, nccl every rank of a node on its own
+ * GPU. 0 for any other transport; -1 naming the first pair that cannot. */
+int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan, int nproc_per_node, int devices,
+                                   pp_err *err);
 
 /* Builds the job's schedule for `ranks` ranks, validated. */
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err);

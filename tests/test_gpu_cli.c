@@ -2,13 +2,17 @@
  * a GPU (CI, and this project's development machines): exit 2 before any
  * worker starts, naming the missing device; without the toolkit at build
  * time, naming the missing backend. On a machine with a GPU the no-device
- * path cannot be exercised and the test skips saying so. */
+ * path cannot be exercised and the test skips saying so. Also the
+ * --transport values of GPU jobs (cuda-ipc, nccl) and their conflicts, and,
+ * on a GPU, that boundary tensors over CUDA IPC and over host shm give the
+ * one-rank run's bits. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
 #include "launch_testutil.h"
+#include "runner/run_config.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu_internal.h"
 #endif
@@ -50,6 +54,81 @@ Test(gpu_cli, dtype_is_checked_before_anything_starts) {
         cr_expect_eq(p.status, 2, "exit %d, stderr: %s", p.status, p.err);
         cr_expect(strstr(p.err, cases[i].want) != NULL, "stderr: %s", p.err);
         lt_free(&p);
+    }
+}
+
+/* GPU transports without --device cuda, and unknown transports: exit 2
+ * naming the conflict, before anything is created. */
+Test(gpu_cli, transport_conflicts_exit_2_creating_nothing) {
+    char dir[] = "/tmp/pprun-test-gpu-XXXXXX", db[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/job.db", dir);
+    struct { const char *args[12]; const char *want; } cases[] = {
+        {{"run", "--transport", "nccl", "--steps", "1", "--db", db, NULL},
+         "--transport nccl moves tensors in GPU memory: it needs --device cuda (with --device cpu use --transport "
+         "auto, shm or tcp)"},
+        {{"run", "--device", "cpu", "--transport", "cuda-ipc", "--steps", "1", "--db", db, NULL},
+         "--transport cuda-ipc moves tensors in GPU memory: it needs --device cuda"},
+        {{"run", "--transport", "ib", "--steps", "1", "--db", db, NULL},
+         "--transport: 'ib' is not accepted; accepted: auto|shm|tcp|cuda-ipc|nccl"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lt_proc p;
+        lt_run(&p, cases[i].args, NULL);
+        cr_expect_eq(p.status, 2, "case %zu: exit %d, stderr: %s", i, p.status, p.err);
+        cr_expect(strstr(p.err, cases[i].want) != NULL, "case %zu: stderr: %s", i, p.err);
+        struct stat st;
+        cr_expect(stat(db, &st) != 0, "case %zu: a refused job created its database %s", i, db);
+        lt_free(&p);
+    }
+    rmdir(dir);
+}
+
+/* Which jobs keep boundary tensors in GPU memory, and the forced GPU
+ * transports checked against where the ranks' GPUs are (the launcher runs
+ * this once it knows the device count). */
+Test(gpu_cli, gpu_transport_choice_and_pairs) {
+    run_config cfg;
+    pp_err err = {{0}};
+    struct { const char *device, *transport; int device_boundaries; } modes[] = {
+        {"cuda", "auto", 1}, {"cuda", "cuda-ipc", 1}, {"cuda", "nccl", 1}, {"cuda", "shm", 0},
+        {"cuda", "tcp", 0},  {"cpu", "auto", 0},      {"cpu", "shm", 0},
+    };
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        run_config_default(&cfg);
+        cr_assert_eq(run_config_option(&cfg, "--device", modes[i].device, &err), 1, "%s", err.msg);
+        cr_assert_eq(run_config_option(&cfg, "--transport", modes[i].transport, &err), 1, "%s", err.msg);
+        cr_expect_eq(run_config_device_boundaries(&cfg), modes[i].device_boundaries, "--device %s --transport %s",
+                     modes[i].device, modes[i].transport);
+    }
+    struct { const char *transport; int ranks, nproc, devices; const char *want; } cases[] = {
+        {"cuda-ipc", 4, 4, 1, NULL},
+        {"cuda-ipc", 4, 4, 4, NULL}, /* IPC also between GPUs of one node */
+        {"cuda-ipc", 4, 2, 2, "--transport cuda-ipc works within one node: ranks 1 and 2 are on nodes 0 and 1"},
+        {"nccl", 4, 4, 4, NULL},
+        {"nccl", 4, 2, 2, NULL}, /* two nodes, a GPU per rank */
+        {"nccl", 4, 4, 1, "--transport nccl: ranks 0 and 1 share cuda:0 (4 ranks per node on 1 GPU)"},
+        {"nccl", 4, 4, 2, "--transport nccl: ranks 0 and 2 share cuda:0 (4 ranks per node on 2 GPUs)"},
+        {"auto", 4, 4, 1, NULL},
+        {"auto", 4, 4, 2, NULL},
+        {"shm", 4, 4, 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        run_config_default(&cfg);
+        sched_plan *plan = NULL;
+        cr_assert_eq(run_config_option(&cfg, "--device", "cuda", &err), 1);
+        cr_assert_eq(run_config_option(&cfg, "--transport", cases[i].transport, &err), 1);
+        cr_assert_eq(run_config_finish(&cfg, &err), 0, "%s", err.msg);
+        cr_assert_eq(run_config_plan(&cfg, cases[i].ranks, &plan, &err), 0, "%s", err.msg);
+        err.msg[0] = '\0';
+        int rc = run_config_check_gpu_transport(&cfg, plan, cases[i].nproc, cases[i].devices, &err);
+        if (cases[i].want) {
+            cr_expect_eq(rc, -1, "case %zu accepted", i);
+            cr_expect(strstr(err.msg, cases[i].want) != NULL, "case %zu: %s", i, err.msg);
+        } else {
+            cr_expect_eq(rc, 0, "case %zu: %s", i, err.msg);
+        }
+        sched_free(plan);
     }
 }
 
@@ -101,8 +180,9 @@ static int run_sibling(const char *name) {
  * gpu_layers.c's row-major -> column-major cuBLAS mapping (operand swap,
  * leading dimensions, strided-batched attention) against a column-major
  * reference GEMM; gpu_stage.c's wiring with the CPU kernels standing in for
- * gpu.h, bit for bit against the CPU stage over partitions, orders and a
- * checkpoint. Neither says anything about the CUDA kernels themselves. */
+ * gpu.h, bit for bit against the CPU stage over partitions, orders, a
+ * checkpoint and device-resident boundary tensors; the engine's device-boundary
+ * path. None says anything about the CUDA kernels, IPC or NCCL themselves. */
 Test(gpu_cli, gemm_mapping_matches_the_cpu_layers) {
     int rc = run_sibling("gpu_mapcheck");
     cr_assert_eq(rc, 0, "gpu_mapcheck exited %d: run it to see which layer", rc);
@@ -111,6 +191,21 @@ Test(gpu_cli, gemm_mapping_matches_the_cpu_layers) {
 Test(gpu_cli, gpu_stage_wiring_matches_the_cpu_stage) {
     int rc = run_sibling("gpu_stagecheck");
     cr_assert_eq(rc, 0, "gpu_stagecheck exited %d: run it to see which case", rc);
+}
+
+/* The engine's GPU path on forked ranks (bench/gpu_cpucheck/enginecheck.c):
+ * device boundaries through a devcomm stand-in, local handoffs, host
+ * staging with --transport shm, all equal to one rank bit for bit. */
+Test(gpu_cli, engine_device_boundaries_match_one_rank) {
+    int rc = run_sibling("gpu_enginecheck");
+    cr_assert_eq(rc, 0, "gpu_enginecheck exited %d: run it to see which job", rc);
+}
+
+/* The same over the real devcomm (cuda-ipc for ranks on one stand-in GPU,
+ * nccl across), on devcomm's CUDA runtime and NCCL stand-ins. */
+Test(gpu_cli, engine_over_devcomm_matches_one_rank) {
+    int rc = run_sibling("gpu_enginecheck_devcomm");
+    cr_assert_eq(rc, 0, "gpu_enginecheck_devcomm exited %d: run it to see which job", rc);
 }
 
 Test(gpu_cli, ranks_share_devices_round_robin) {
@@ -125,7 +220,8 @@ Test(gpu_cli, ranks_share_devices_round_robin) {
 
 /* On a GPU: 4 ranks sharing one device, every schedule, give the one-rank
  * GPU run's losses and final weights bit for bit (the numerics contract on
- * the device). */
+ * the device), with boundary tensors in GPU memory over CUDA IPC (auto on
+ * one GPU) and, for 1F1B, staged through the host over shm. */
 static char *slurp_all(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "missing %s", path);
@@ -170,13 +266,16 @@ Test(gpu_cli, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout 
     if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
     char dir[] = "/tmp/pprun-test-gpu-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
-    static const struct { const char *name, *schedule, *extra; int ranks, stages; } jobs[] = {
-        {"ref", "1f1b", "", 1, 1},
-        {"gpipe", "gpipe", "", 4, 4},
-        {"1f1b", "1f1b", "", 4, 4},
-        {"interleaved", "interleaved-1f1b", "--virtual-stages 2", 4, 8},
-        {"zbh1", "zb-h1", "", 4, 4},
-        {"zbv", "zb-v", "--virtual-stages 2", 4, 8},
+    /* says: what rank 1's first line must say about rank 0 (NULL: the
+     * transport auto picks, which depends on the device count) */
+    static const struct { const char *name, *schedule, *extra; int ranks, stages; const char *says; } jobs[] = {
+        {"ref", "1f1b", "", 1, 1, NULL},
+        {"gpipe", "gpipe", "", 4, 4, NULL},
+        {"1f1b", "1f1b", "", 4, 4, NULL},
+        {"interleaved", "interleaved-1f1b", "--virtual-stages 2", 4, 8, NULL},
+        {"zbh1", "zb-h1", "", 4, 4, NULL},
+        {"zbv", "zb-v", "--virtual-stages 2", 4, 8, NULL},
+        {"1f1b-shm", "1f1b", "--transport shm", 4, 4, "staged through host memory (--transport shm); rank 0: shm"},
     };
     char *ref_losses = NULL, *ref_w = NULL;
     size_t ref_len = 0;
@@ -194,6 +293,16 @@ Test(gpu_cli, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout 
         char *losses, *w;
         size_t len;
         job_result(dir, n, jobs[j].stages, &losses, &w, &len);
+        if (jobs[j].ranks > 1) { /* the transport that carried the boundary tensors */
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s.log", dir, n);
+            char *log = slurp_all(path, NULL);
+            const char *want = jobs[j].says ? jobs[j].says
+                               : count == 1 ? "boundary tensors in GPU memory (cuda:0); rank 0: cuda-ipc"
+                                            : "boundary tensors in GPU memory (cuda:1); rank 0: nccl";
+            cr_expect(strstr(log, want) != NULL, "%s: rank 1 should say '%s'; log:\n%s", n, want, log);
+            free(log);
+        }
         if (j == 1 && count == 1) { /* the ranks table names each rank's device */
             snprintf(cmd, sizeof cmd, "%s query --db %s/%s.db --format csv \"SELECT group_concat(device, ' ') FROM ranks\"",
                      PPRUN_BIN, dir, n);
@@ -218,5 +327,28 @@ Test(gpu_cli, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout 
     char rm[128];
     snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
     cr_assert_eq(system(rm), 0);
+}
+
+/* On a GPU: forced transports that the ranks' GPUs do not allow are refused
+ * before anything starts. */
+Test(gpu_cli, forced_gpu_transport_the_gpus_cannot_carry_exits_2) {
+    int count = 0;
+    pp_err err;
+    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
+    char dir[] = "/tmp/pprun-test-gpu-XXXXXX", db[64], nproc[16];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/job.db", dir);
+    snprintf(nproc, sizeof nproc, "%d", count + 1); /* two ranks share cuda:0 */
+    lt_proc p;
+    const char *args[] = {"run", "--device", "cuda", "--transport", "nccl", "--nproc-per-node", nproc,
+                          "--model", "gpt:layers=16,dim=64,heads=4,seq=32,batch=2", "--microbatches", "32",
+                          "--steps", "1", "--db", db, NULL};
+    lt_run(&p, args, NULL);
+    cr_expect_eq(p.status, 2, "exit %d, stderr: %s", p.status, p.err);
+    cr_expect(strstr(p.err, "NCCL refuses two ranks on one GPU") != NULL, "stderr: %s", p.err);
+    struct stat st;
+    cr_expect(stat(db, &st) != 0, "a refused job created its database %s", db);
+    lt_free(&p);
+    rmdir(dir);
 }
 #endif

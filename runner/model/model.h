@@ -129,7 +129,7 @@ size_t data_size(const data_source *data);
  * head's GEMMs to bf16 (fp32 accumulation and output). gpt only, and only in
  * a build with the GPU backend (runner/model/cuda/, docs/gpu.md); the same
  * layers, F/B/W split, weight layout and numerics contract as on the CPU,
- * with host boundary buffers. */
+ * with host boundary buffers unless switched (model_stage_set_boundary_device). */
 typedef struct model_device {
     int cuda, local_rank, bf16;
 } model_device;
@@ -137,5 +137,33 @@ typedef struct model_device {
  * backend in this build: -1 naming which. */
 int model_stage_create_on(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last,
                           uint64_t seed, int microbatches, const model_device *dev, model_stage **out, pp_err *err);
+
+/* --- boundary tensors in device memory (docs/gpu.md) ---------------------
+ *
+ * By default the boundary tensors of F and B (F's `in` and `out`, B's
+ * `grad_out` and `grad_in`) are host memory, whatever the stage computes on:
+ * the GPU stage uploads and downloads them. A stage on a GPU can be switched
+ * to take and return them in device memory of its own device instead, so that
+ * they travel between ranks over devcomm (runner/comm/devcomm.h) without a
+ * trip through the host. The switch is per stage and changes only what those
+ * four pointers mean: the same calls, order checks and numerics (tokens and
+ * targets stay host bytes), and every op still returns with its device work
+ * complete. The CPU path never sees it. */
+
+/* 1 when the stage computes on a GPU (it can hold device boundaries). */
+int model_stage_boundary_device(const model_stage *stage);
+/* on = 1: from now on F and B take and return device pointers; on = 0: host
+ * buffers (the default). -1 naming the stage when it does not compute on a
+ * GPU, or when a microbatch is between its F and its W. */
+int model_stage_set_boundary_device(model_stage *stage, int on, pp_err *err);
+/* A boundary buffer of `bytes`, where the stage's mode wants it: device
+ * memory of the stage's device (reused from the stage's pool of device
+ * buffers) in device mode, else host memory (malloc). NULL on failure, with
+ * err naming the size. The caller owns it and releases it with
+ * model_stage_boundary_free of this stage or of any other stage of the same
+ * process in the same mode (a rank's stages share one device): buffers are
+ * handed from stage to stage. */
+void *model_stage_boundary_alloc(model_stage *stage, size_t bytes, pp_err *err);
+void model_stage_boundary_free(model_stage *stage, void *buf, size_t bytes); /* buf may be NULL */
 
 #endif

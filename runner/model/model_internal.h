@@ -46,6 +46,7 @@ struct model_stage {
     gpt_state *gpt;
     timed_state *timed;
     gpu_stage *gpu; /* set: the gpt stage runs on a CUDA device (gpt is NULL) */
+    int boundary_device; /* 1: F/B's boundary tensors are device pointers (gpu only) */
     model_gemm_stats gemm;
     model_pool pool; /* activations and pending gradients */
 };
@@ -80,6 +81,9 @@ int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err
 int gpu_stage_upload(model_stage *s, pp_err *err);
 void gpu_stage_import(model_stage *s);       /* an upload failure is reported by the next F */
 void gpu_stage_export_grads(const model_stage *s, float *dst);
+/* Device boundary buffers from and back to the stage's pool of device memory. */
+void *gpu_stage_boundary_alloc(model_stage *s, size_t bytes, pp_err *err);
+void gpu_stage_boundary_free(model_stage *s, void *buf, size_t bytes);
 
 int timed_stage_init(model_stage *s, pp_err *err);
 void timed_stage_free(model_stage *s);

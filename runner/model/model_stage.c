@@ -199,3 +199,40 @@ void model_stage_import_weights(model_stage *s, const float *src) {
 }
 int model_stage_steps_done(const model_stage *s) { return s->steps_done; }
 model_gemm_stats model_stage_gemm_stats(const model_stage *s) { return s->gemm; }
+
+/* --- boundary tensors in device memory --------------------------------------- */
+
+int model_stage_boundary_device(const model_stage *s) { return s->gpu != NULL; }
+
+int model_stage_set_boundary_device(model_stage *s, int on, pp_err *err) {
+    if (on && !s->gpu)
+        return pp_fail(err, "model: the stage with layers [%d, %d) computes on the CPU: its boundary tensors cannot "
+                       "live in device memory", s->first_layer, s->last_layer);
+    for (int mb = 0; mb < s->microbatches; mb++)
+        if (s->mb_state[mb] != MB_EMPTY)
+            return pp_fail(err, "model: boundary memory of the stage with layers [%d, %d) changed while microbatch %d "
+                           "is in flight", s->first_layer, s->last_layer, mb);
+    s->boundary_device = on != 0;
+    return 0;
+}
+
+void *model_stage_boundary_alloc(model_stage *s, size_t bytes, pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->boundary_device) return gpu_stage_boundary_alloc(s, bytes, err);
+#endif
+    (void)s; /* host buffers: the stage does not matter */
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) pp_fail(err, "model: out of memory for a boundary tensor of %zu bytes", bytes);
+    return p;
+}
+
+void model_stage_boundary_free(model_stage *s, void *buf, size_t bytes) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->boundary_device) {
+        gpu_stage_boundary_free(s, buf, bytes);
+        return;
+    }
+#endif
+    (void)s, (void)bytes;
+    free(buf);
+}

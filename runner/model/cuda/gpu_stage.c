@@ -2,9 +2,12 @@
  * same model.h calls (model_stage_create_on with a CUDA model_device).
  *
  * Same layers, same F/B/W split, same saved tensors, same parameter layout,
- * but every tensor lives on the device and every kernel is gpu.h's. The
- * boundary tensors stay host buffers (the engine's comm is host memory): F
- * uploads its input and downloads its output, B likewise with gradients.
+ * but every tensor lives on the device and every kernel is gpu.h's. Boundary
+ * tensors are host buffers by default (F uploads its input and downloads its
+ * output, B likewise with gradients), or, after
+ * model_stage_set_boundary_device, device buffers that F and B copy on the
+ * device (the engine then moves them over devcomm); either way an op returns
+ * with its work complete.
  *
  * Numerics contract: W(mb) writes the microbatch's full gradient into its own
  * device buffer; buffers are added into the step's gradient strictly in
@@ -283,6 +286,38 @@ static int use_device(gpu_stage *g, pp_err *err) {
     return e == cudaSuccess ? 0 : gpu_cuda_fail(err, e, "gpu stage: cudaSetDevice");
 }
 
+/* A boundary tensor into the stage's own device buffer: an upload from the
+ * host, or a device-to-device copy in device-boundary mode. */
+static int boundary_in(model_stage *s, void *dst, const void *src, size_t bytes, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    if (!s->boundary_device) return gpu_upload(g->ctx, dst, src, bytes, err);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->ctx->stream);
+    return e == cudaSuccess ? 0 : gpu_cuda_fail(err, e, "gpu stage: boundary tensor in (device to device)");
+}
+
+/* The stage's result into the caller's boundary buffer; returns after the
+ * stream has finished (the op's host span covers its kernels, and devcomm
+ * reads the buffer from another stream or process). */
+static int boundary_out(model_stage *s, void *dst, const void *src, size_t bytes, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    if (!s->boundary_device) return gpu_download(g->ctx, dst, src, bytes, err);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->ctx->stream);
+    if (e != cudaSuccess) return gpu_cuda_fail(err, e, "gpu stage: boundary tensor out (device to device)");
+    return gpu_sync(g->ctx, err);
+}
+
+void *gpu_stage_boundary_alloc(model_stage *s, size_t bytes, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    if (use_device(g, err) != 0) return NULL;
+    void *p = dpool_get(g, bytes, err);
+    if (!p) pp_wrap(err, "gpu stage: a boundary tensor of %zu bytes", bytes);
+    return p;
+}
+
+/* Into this stage's pool: the buffer may come from another stage of the rank
+ * (same device); no queued work still uses it, every op ended synchronised. */
+void gpu_stage_boundary_free(model_stage *s, void *buf, size_t bytes) { dpool_put(s->gpu, buf, bytes); }
+
 static int take_sticky(gpu_stage *g, pp_err *err) {
     if (!g->has_sticky) return 0;
     g->has_sticky = 0;
@@ -310,7 +345,7 @@ int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
         if (!(m->tokens = dpool_get(g, N, err)) || gpu_upload(g->ctx, m->tokens, tokens, N, err) != 0 ||
             gpu_embedding_forward(g->ctx, m->x0, m->tokens, g->wte, g->wpe, g->B, g->T, g->C, err) != 0)
             goto fail;
-    } else if (gpu_upload(g->ctx, m->x0, in, sizeof(float) * NC, err) != 0) {
+    } else if (boundary_in(s, m->x0, in, sizeof(float) * NC, err) != 0) {
         goto fail;
     }
     for (int i = 0; i < g->nblocks; i++)
@@ -325,7 +360,7 @@ int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
                                   err) != 0 ||
             gpu_head_forward(g->ctx, m->probs, m->lnf, g->whead, m->targets, g->N, g->C, VOCAB, loss, err) != 0)
             goto fail;
-    } else if (gpu_download(g->ctx, out, stage_top(g, m), sizeof(float) * NC, err) != 0) {
+    } else if (boundary_out(s, out, stage_top(g, m), sizeof(float) * NC, err) != 0) {
         goto fail;
     }
     return 0;
@@ -350,7 +385,7 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
             gpu_layernorm_backward_input(g->ctx, d, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->lnfg, g->N, g->C,
                                          err))
             return pp_wrap(err, "gpu stage: B of mb %d", mb);
-    } else if (gpu_upload(g->ctx, d, grad_out, sizeof(float) * NC, err) != 0) {
+    } else if (boundary_in(s, d, grad_out, sizeof(float) * NC, err) != 0) {
         return pp_wrap(err, "gpu stage: B of mb %d", mb);
     }
     for (int i = g->nblocks - 1; i >= 0; i--)
@@ -365,7 +400,7 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
         /* B's time is its kernels' time: the host waits as it does for grad_in */
         return gpu_sync(g->ctx, err);
     }
-    return gpu_download(g->ctx, grad_in, d, sizeof(float) * NC, err);
+    return boundary_out(s, grad_in, d, sizeof(float) * NC, err);
 }
 
 /* Adds every complete pending gradient into grad, in microbatch order. */
