@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
-# bench/gpu.sh: the GPU check, for a machine with a CUDA GPU. Builds pprun
-# with the GPU backend, runs the GPU tests (kernels vs CPU, the GPU stage,
-# 4 ranks per schedule on one GPU with bitwise loss parity), then the
-# per-op timings and GEMM TFLOP/s of bench_gpu, and prints a summary table.
-# Exits 1 at once, saying so, when there is no GPU. Written without a GPU at
-# hand: see docs/gpu.md.
+# bench/gpu.sh: the GPU check, for a machine with a CUDA GPU (docs/gpu.md).
 #
-#   bench/gpu.sh [BUILD_DIR]        (default build-gpu)
+#   bench/gpu.sh [--debs DIR] [BUILD_DIR]      (default build-gpu)
+#
+# 1. builds pprun with the GPU backend (--debs: the build's Debian packages
+#    carried as .deb files, unpacked by scripts/gpu-debs.sh, for a machine
+#    without a package registry);
+# 2. runs the GPU tests: kernels vs their CPU references, the GPU stage,
+#    devcomm, CUPTI, the CLI (a skip fails, except the two reasons a one-GPU
+#    machine has: the no-device checks, and tests that need two GPUs);
+# 3. runs a 4-rank job on one GPU (boundary tensors over CUDA IPC) with each
+#    schedule, and 1F1B with them staged through the host (shm);
+# 4. checks that every job's per-microbatch losses are the same bits;
+# 5. compares CUPTI's gpu spans with the host spans of the same ops;
+# 6. measures the tracing overhead: step time with tracing + CUPTI, with
+#    tracing only, and without tracing, alternating;
+# 7. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
+#    of the same shape in the same run);
+# and prints a table. Exits 1 at once, saying so, without a GPU; exits 1
+# when a check failed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
+debs=""
+if [ "${1:-}" = --debs ]; then
+  debs=${2:?--debs needs a folder}
+  shift 2
+fi
 dir=${1:-build-gpu}
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -16,76 +33,128 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 1
 fi
 nvidia-smi -L
+if [ -n "$debs" ]; then
+  env_file=$(mktemp)
+  scripts/gpu-debs.sh unpack "$debs" /tmp/pprun-deps >"$env_file" || exit 1
+  # shellcheck source=/dev/null
+  . "$env_file"
+fi
 
 echo "== build ($dir, PPRUN_CUDA=ON)"
-if ! cmake -S . -B "$dir" -DPPRUN_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$dir.configure.log" 2>&1 ||
-   ! cmake --build "$dir" -j"$(nproc)" >"$dir.build.log" 2>&1; then
-  tail -40 "$dir.configure.log" "$dir.build.log"
+mkdir -p "$dir"
+if ! cmake -S . -B "$dir" -DPPRUN_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$dir/configure.log" 2>&1 ||
+   ! cmake --build "$dir" -j"$(nproc)" >"$dir/build.log" 2>&1; then
+  tail -40 "$dir/configure.log" "$dir/build.log"
   echo "bench/gpu.sh: build failed" >&2
   exit 1
 fi
+pprun="$dir/pprun"
 
 declare -A result
 status=0
-# A GPU test passes only if it ran: any skip on a GPU machine is a failure.
-for t in test_gpu_kernels test_gpu_stage test_gpu_cli; do
+fail() { result[$1]="FAIL: $2"; status=1; }
+
+echo "== GPU tests"
+allowed_skip='a CUDA device is present|needs two GPUs'
+tests=(test_gpu_kernels test_gpu_stage test_devcomm test_gputrace test_gpu_cli)
+for t in "${tests[@]}"; do
   log="$dir/$t.log"
   "$dir/$t" --jobs 1 --verbose --timeout 600 >"$log" 2>&1
   rc=$?
-  skips=$(grep -a -c '^\[SKIP\]' "$log")
+  bad_skips=$(grep -a '^\[SKIP\]' "$log" | grep -a -v -E -c "$allowed_skip")
   line=$(grep -a 'Synthesis:' "$log" | tail -1)
-  if [ "$rc" -ne 0 ] || [ "$skips" -gt 0 ] || [ -z "$line" ]; then
-    result[$t]="FAIL (exit $rc, $skips skipped; see $log)"
-    status=1
-    grep -a -E '^\[(FAIL|SKIP)\]|Assertion|rel err' "$log" | head -30
+  if [ "$rc" -ne 0 ] || [ "$bad_skips" -gt 0 ] || [ -z "$line" ]; then
+    fail "$t" "exit $rc, $bad_skips skipped for another reason; see $log"
+    grep -a -E '^\[(FAIL|SKIP)\]|Assertion' "$log" | grep -a -v -E "$allowed_skip" | head -30
   else
     result[$t]="PASS: ${line#*Synthesis: }"
   fi
-  # the measured relative errors, for docs/gpu.md
+  # the measured relative errors, for docs/gpu.md's bounds
   grep -a 'rel err\|vs CPU' "$log" | sed 's/^\[----\] *//' | head -40
 done
 
-# 4 ranks sharing the GPU, traced (host spans), per schedule: per-op mean
-# times and the measured vs simulated bubble ratio (the simulator uses the
-# job's measured F/B/W medians). The 4 processes share the GPU by
-# time-slicing, so their ops also wait for each other. --transport auto keeps
-# boundary tensors in GPU memory (CUDA IPC between ranks of one GPU); the
-# last row runs 1F1B with them staged through the host (shm) to compare. The
-# transport column is what the workers said they used (their first line).
+# One job: 4 ranks on the one GPU, 8 microbatches, 6 steps; $1 name, then
+# pprun run options. Leaves $dir/$1.{db,log,jsonl}.
+model=gpt:layers=8,dim=256,heads=8,seq=256,batch=4
+job() {
+  local name=$1
+  shift
+  rm -f "$dir/$name".db* "$dir/$name.jsonl"
+  "$pprun" run --device cuda --nproc-per-node 4 --microbatches 8 --steps 6 --model "$model" --progress off \
+    --db "$dir/$name.db" --metrics "$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
+}
+q() { "$pprun" query --db "$1" --format csv "$2" | tail -n +2; }
+# Median step time (ms) of steps 1.. from a --metrics file (step 0 warms up).
+step_ms() { grep -a -o '"step_ms":[0-9.]*' "$1" | tail -n +2 | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# Per-microbatch losses of every step, as printed (9 significant digits: a float32 exactly).
+losses() { grep -a -o '"step":[0-9]*,"loss":[^,]*,"losses":\[[^]]*\]' "$1" | sed 's/"loss":[^,]*,//'; }
+
 echo "== 4 ranks on one GPU, per schedule"
-sql="SELECT (SELECT round(avg(CASE WHEN phase='F' THEN end_ns-start_ns END)/1e3,1) FROM events) AS f_us,
-  (SELECT round(avg(CASE WHEN phase='B' THEN end_ns-start_ns END)/1e3,1) FROM events) AS b_us,
-  (SELECT round(avg(CASE WHEN phase='W' THEN end_ns-start_ns END)/1e3,1) FROM events) AS w_us,
-  (SELECT round(avg(end_ns-start_ns)/1e6,2) FROM step_stats WHERE step>0) AS step_ms,
-  (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0) AS bubble_measured,
-  (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan) AS bubble_simulated"
-printf '%-18s %-10s %s\n' schedule transport "f_us,b_us,w_us,step_ms,bubble_measured,bubble_simulated"
+# Host spans (source cpu) and CUPTI's gpu spans of the same ops: mean
+# durations, the share of gpu spans that lie inside their host op (within
+# 50 us: CUPTI maps GPU time onto the host clock by interpolation), and
+# the measured vs simulated bubble (simulated from the job's F/B/W medians).
+sql="WITH h AS (SELECT * FROM events WHERE source='cpu' AND phase IN ('F','B','W')),
+  g AS (SELECT * FROM events WHERE source='gpu' AND phase IN ('F','B','W')),
+  pair AS (SELECT h.start_ns hs, h.end_ns he, g.start_ns gs, g.end_ns ge FROM h JOIN g USING
+    (job_id, attempt, rank, step, microbatch, stage, phase))
+SELECT (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='F'),
+  (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='B'),
+  (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='W'),
+  (SELECT round(avg(ge-gs)*1.0/avg(he-hs),3) FROM pair),
+  (SELECT count(*) FROM pair) || '/' || (SELECT count(*) FROM h),
+  (SELECT round(avg(gs >= hs - 50000 AND ge <= he + 50000),3) FROM pair),
+  (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0),
+  (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan),
+  (SELECT sum(cupti_dropped) FROM ranks)"
+printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s\n' schedule transport step_ms f_us b_us w_us gpu/host \
+  gpu_spans inside bub_meas bub_sim dropped
+ref_losses=""
 for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:auto 1f1b::shm; do
   sched=${svt%%:*} rest=${svt#*:}
   v=${rest%%:*} transport=${rest#*:}
   name="sched-$sched-$transport"
-  db="$dir/$name.db"
-  rm -f "$db" "$db-wal" "$db-shm"
-  if ! "$dir/pprun" run --device cuda --nproc-per-node 4 --schedule "$sched" ${v:+--virtual-stages $v} \
-      --transport "$transport" --microbatches 8 --steps 6 --model gpt:layers=8,dim=256,heads=8,seq=256,batch=4 \
-      --progress off --db "$db" >"$dir/$name.log" 2>&1; then
-    result[schedules]="FAIL: $sched over $transport (see $dir/$name.log)"; status=1; continue
+  if ! job "$name" --schedule "$sched" ${v:+--virtual-stages $v} --transport "$transport"; then
+    fail schedules "$sched over $transport (see $dir/$name.log)"
+    continue
   fi
   # "... rank 0: cuda-ipc; rank 2: cuda-ipc" from every worker -> cuda-ipc
   used=$(grep -a -o 'rank [0-9]*: [a-z-]*' "$dir/$name.log" | awk '{print $3}' | sort -u | paste -sd+ -)
-  printf '%-18s %-10s %s\n' "$sched" "${used:-?}" "$("$dir/pprun" query --db "$db" --format csv "$sql" | tail -1)"
+  IFS=, read -r f b w ratio spans inside bm bs dropped <<<"$(q "$dir/$name.db" "$sql")"
+  printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s\n' "$sched" "${used:-?}" "$(step_ms "$dir/$name.jsonl")" \
+    "$f" "$b" "$w" "$ratio" "$spans" "$inside" "$bm" "$bs" "$dropped"
+  [ "$inside" = 1.0 ] || [ "$inside" = 1 ] || fail cupti "$sched: not every gpu span lies inside its host op ($inside)"
+  [ "${spans%%/*}" -gt 0 ] 2>/dev/null || fail cupti "$sched: no gpu spans (see $dir/$name.log)"
+  l=$(losses "$dir/$name.jsonl")
+  if [ -z "$ref_losses" ]; then ref_losses=$l
+  elif [ "$l" != "$ref_losses" ]; then fail parity "$sched over $transport: losses differ from gpipe's"
+  fi
 done
-[ -z "${result[schedules]:-}" ] && result[schedules]="ran (table above)"
+[ -n "${result[schedules]:-}" ] || result[schedules]="ran (table above)"
+[ -n "${result[parity]:-}" ] || result[parity]="PASS: every job's per-microbatch losses are gpipe's, bit for bit"
+[ -n "${result[cupti]:-}" ] || result[cupti]="PASS: every F/B/W has a gpu span inside its host op (table above)"
+
+echo "== tracing overhead (1f1b, cuda-ipc; median step ms of steps 1-5; 3 alternating rounds)"
+printf '%-6s %10s %10s %10s\n' round cupti trace off
+declare -a r_cupti r_trace
+for round in 1 2 3; do
+  job ovh-cupti --schedule 1f1b && job ovh-trace --schedule 1f1b --cupti off && job ovh-off --schedule 1f1b --trace off ||
+    { fail overhead "a job failed (see $dir/ovh-*.log)"; break; }
+  a=$(step_ms "$dir/ovh-cupti.jsonl") b=$(step_ms "$dir/ovh-trace.jsonl") c=$(step_ms "$dir/ovh-off.jsonl")
+  printf '%-6s %10s %10s %10s\n' "$round" "$a" "$b" "$c"
+  r_cupti+=("$(awk -v x="$a" -v y="$c" 'BEGIN {printf "%.3f", x / y}')")
+  r_trace+=("$(awk -v x="$b" -v y="$c" 'BEGIN {printf "%.3f", x / y}')")
+done
+median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+[ -n "${result[overhead]:-}" ] ||
+  result[overhead]="step time vs tracing off: tracing+CUPTI $(median "${r_cupti[@]}"), tracing only $(median "${r_trace[@]}") (median of 3 rounds)"
 
 echo "== bench_gpu"
 "$dir/bench_gpu" | tee "$dir/bench_gpu.log"
-if [ "${PIPESTATUS[0]}" -ne 0 ]; then result[bench_gpu]="FAIL"; status=1; else result[bench_gpu]="ran"; fi
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail bench_gpu "exit status (see $dir/bench_gpu.log)"; else result[bench_gpu]="ran (tables above)"; fi
 
 echo
-printf '%-20s %s\n' check result
-for k in test_gpu_kernels test_gpu_stage test_gpu_cli schedules bench_gpu; do printf '%-20s %s\n' "$k" "${result[$k]}"; done
-printf '%-20s %s\n' "schedules parity" "in test_gpu_cli (4 ranks on one GPU, every schedule vs one rank, bitwise)"
-printf '%-20s %s\n' "CUDA IPC" "4 ranks on one GPU above (transport column); parity in test_gpu_cli (cuda-ipc and shm vs one rank)"
-printf '%-20s %s\n' "NCCL" "needs one GPU per rank: not exercised by this script on a 1-GPU machine"
-printf '%-20s %s\n' "CUPTI spans" "NOT BUILT (docs/gpu.md): no GPU-vs-host span comparison, no tracing overhead"
+printf '%-18s %s\n' check result
+for k in "${tests[@]}" schedules parity cupti overhead bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
+printf '%-18s %s\n' NCCL "needs one GPU per rank: test_devcomm and test_gpu_cli run it where there are two GPUs"
 exit $status
