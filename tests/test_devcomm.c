@@ -21,6 +21,27 @@
 #include "runner/comm/devcomm.h"
 #include "runner/comm/devcomm_int.h"
 
+/* Without every rank's node, ranks on two homogeneous servers (same PCI
+ * bus ids) would look like one GPU: open refuses, naming what is missing,
+ * before touching the host comm or CUDA. */
+Test(devcomm, open_requires_the_node_of_every_rank) {
+    devcomm *d = (devcomm *)1;
+    pp_err err = {{0}};
+    int not_a_comm; /* never used: open fails before touching it */
+    devcomm_config cfg = {.rank = 0,
+                          .world = 2,
+                          .host = (comm *)&not_a_comm,
+                          .exchange = fx_exchange("/tmp"),
+                          .job_key = "k"};
+    cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
+    cr_assert_null(d);
+    cr_assert(strstr(err.msg, "no rank_node given"), "%s", err.msg);
+    int nodes[2] = {0, -1};
+    cfg.rank_node = nodes;
+    cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
+    cr_assert(strstr(err.msg, "rank_node[1] is -1"), "%s", err.msg);
+}
+
 #ifndef PPRUN_HAVE_CUDA
 Test(devcomm, open_says_it_is_not_built) {
     devcomm *d = (devcomm *)1;
@@ -88,12 +109,28 @@ Test(devcomm, forced_transport_a_pair_cannot_use_fails_at_open, .timeout = 120) 
 Test(devcomm, stand_in_catches_receives_posted_in_tag_order, .timeout = 120) {
     check("mutant");
 }
+Test(devcomm, nccl_comm_id_in_the_environment_is_refused_at_open, .timeout = 120) {
+    check("comm-id");
+}
+Test(devcomm, calls_made_with_another_device_current_use_the_ranks_device, .timeout = 120) {
+    check("device");
+}
+Test(devcomm, close_does_not_wait_for_the_peer_to_close, .timeout = 120) {
+    check("close");
+}
+Test(devcomm, stand_in_refuses_small_ipc_exports_and_work_on_the_wrong_device, .timeout = 60) {
+    check("strict");
+}
 
-/* The names devcomm looks up exist in the toolkit's real libnccl.so.2. */
+/* The names devcomm looks up exist in the toolkit's real libnccl.so.2
+ * (loaded before any system copy). */
 Test(devcomm, real_nccl_has_every_function_devcomm_calls) {
     unsetenv("PPRUN_NCCL_LIB");
     pp_err err = {{0}};
     cr_assert_eq(dc_nccl_library(&err), 0, "%s", err.msg);
+    /* The version and file loaded, as NCCL error messages will show them. */
+    const char *v = dc_nccl_version();
+    cr_assert(!strncmp(v, "NCCL 2.", 7) && strstr(v, "/libnccl.so.2)"), "%s", v);
 }
 
 /* ---- on a GPU: the real runtime and NCCL ------------------------------------ */

@@ -38,7 +38,8 @@ extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
 
 typedef struct world {
     int n;
-    const char *bus[MAXW]; /* PCI bus id each rank's device reports */
+    const char *bus[MAXW]; /* PCI bus id device 0 of each rank reports (devcomm_cudastub.c) */
+    int device;            /* every rank's device; needs PPRUN_STUB_DEVICES > device */
     int node[MAXW];
     const char *transport; /* devcomm's */
     const char *comm_transport;
@@ -71,9 +72,18 @@ static size_t size_of(int i) {
     return sizes[i % 10];
 }
 
+/* The rank's device (devcomm_config.device): the check's own buffers are
+ * made there, whatever device the calling thread has current. */
+static int rank_device;
+
 static void *dev_alloc(size_t n) {
     void *p = NULL;
-    return cudaMalloc(&p, n ? n : 1) == cudaSuccess ? p : NULL;
+    int cur = 0;
+    cudaGetDevice(&cur);
+    cudaSetDevice(rank_device);
+    cudaError_t e = cudaMalloc(&p, n ? n : 1);
+    cudaSetDevice(cur);
+    return e == cudaSuccess ? p : NULL;
 }
 
 static int dev_fill(void *dev, uint64_t tag, size_t n) {
@@ -161,11 +171,12 @@ static void rank_main(const world *w, const char *dir, const char *job, int rank
                       .connect_timeout_ms = 10000,
                       .transport = w->comm_transport};
     rank_ctx r = {.rank = rank, .n = w->n};
+    rank_device = w->device;
     if (comm_open(&cc, &r.host, &rep) < 0) goto out;
     r.cfg = (devcomm_config){.rank = rank,
                              .world = w->n,
                              .rank_node = w->node,
-                             .device = 0,
+                             .device = w->device,
                              .host = r.host,
                              .exchange = fx_exchange(dir),
                              .job_key = job,
@@ -559,6 +570,36 @@ static int recv_timeouts(rank_ctx *r, pp_err *rep) {
     return 0;
 }
 
+/* Every devcomm call made with another device current than the rank's
+ * (device 1): as when the engine's thread, or a library it called, moved
+ * to device 0.  devcomm must set its device itself; the CUDA stand-in
+ * refuses memory, events and stream work on the wrong device. */
+static int on_another_device(rank_ctx *r, pp_err *rep) {
+    if (cudaSetDevice(0) != cudaSuccess) return pp_fail(rep, "cudaSetDevice(0) (stand-in) failed");
+    return names_then_all(r, rep);
+}
+
+/* Close does not wait for the peer: rank 1 closes devcomm while rank 0
+ * waits for word of it before closing its own.  A close that waited for
+ * the peer (ncclCommFinalize's barrier) would leave rank 0 waiting. */
+static int close_first(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    uint64_t ctl = comm_tag(0, 0, 0, COMM_DIR_CTRL);
+    int peer = 1 - r->rank;
+    if (send_many(r, peer, 12, rep) < 0 || recv_many(r, peer, 12, rep) < 0) return -1;
+    if (devcomm_flush(r->d, RECV_MS, rep) < 0) return -1;
+    r->no_flush = 1;
+    if (r->rank == 1) {
+        devcomm_close(r->d);
+        r->d = NULL;
+        return comm_send(r->host, 0, ctl, &one, 1, rep);
+    }
+    /* Far longer than a close takes, shorter than a finalize waiting for us would. */
+    if (comm_recv(r->host, 1, ctl, &one, 1, 4000, rep) < 0)
+        return pp_wrap(rep, "rank 1's devcomm_close did not return while rank 0 had not closed");
+    return 0;
+}
+
 /* ---- main ------------------------------------------------------------------------------ */
 
 typedef struct scenario {
@@ -658,6 +699,10 @@ static void sc_forced(const char *name) {
     world shared = {.n = 3, .bus = {"0000:3b:00.0", "0000:5e:00.0", "0000:5e:00.0"}, .transport = "nccl"};
     open_fails(name, &shared,
                (const char *const[]){"nccl", "ranks 1 and 2", "share one GPU", "Duplicate GPU detected", NULL});
+    world two_gpus = {.n = 3, .bus = {"0000:3b:00.0", "0000:3b:00.0", "0000:5e:00.0"}, .transport = "cuda-ipc"};
+    open_fails(name, &two_gpus,
+               (const char *const[]){"cuda-ipc is for ranks that share a GPU", "rank 0 is on 0000:3b:00.0",
+                                     "rank 2 on 0000:5e:00.0", NULL});
     world bad = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}, .transport = "udp"};
     open_fails(name, &bad, (const char *const[]){"unknown transport 'udp'", "auto, cuda-ipc, nccl", NULL});
     /* the same bus id on two nodes is two GPUs: auto picks nccl */
@@ -665,6 +710,75 @@ static void sc_forced(const char *name) {
     result res;
     run_world(&two_nodes, expect_nccl_names, &res);
     expect_all_ok(name, &two_nodes, &res);
+}
+
+/* NCCL_COMM_ID would give every pair communicator one bootstrap root:
+ * refused when a pair uses nccl, harmless (NCCL never loaded) otherwise. */
+static void sc_comm_id(const char *name) {
+    setenv("NCCL_COMM_ID", "127.0.0.1:29500", 1);
+    world nccl = {.n = 3, .bus = {"0000:3b:00.0", "0000:3b:00.0", "0000:5e:00.0"}};
+    open_fails(name, &nccl, (const char *const[]){"NCCL_COMM_ID is set (127.0.0.1:29500)", "unset NCCL_COMM_ID", NULL});
+    world ipc = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}};
+    result res;
+    run_world(&ipc, nothing, &res);
+    expect_all_ok(name, &ipc, &res);
+    unsetenv("NCCL_COMM_ID");
+}
+
+static void sc_device(const char *name) {
+    setenv("PPRUN_STUB_DEVICES", "2", 1);
+    world ipc = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}, .device = 1};
+    world mixed = {.n = 3, .bus = {"0000:3b:00.0", "0000:3b:00.0", "0000:5e:00.0"}, .device = 1};
+    static const char *const names[MAXW * MAXW] = {
+        [0 * MAXW + 1] = "cuda-ipc", [0 * MAXW + 2] = "nccl", [1 * MAXW + 2] = "nccl"};
+    result res;
+    want_names = names_ipc;
+    run_world(&ipc, on_another_device, &res);
+    expect_all_ok(name, &ipc, &res);
+    want_names = names;
+    run_world(&mixed, on_another_device, &res);
+    expect_all_ok(name, &mixed, &res);
+    unsetenv("PPRUN_STUB_DEVICES");
+}
+
+static void sc_close(const char *name) {
+    world ipc = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}};
+    world nccl = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
+    result res;
+    run_world(&ipc, close_first, &res);
+    expect_all_ok(name, &ipc, &res);
+    run_world(&nccl, close_first, &res);
+    expect_all_ok(name, &nccl, &res);
+}
+
+/* The CUDA stand-in is as strict as the scenarios need (they could fail):
+ * an IPC export of a size CUDA may sub-allocate, and stream work with
+ * another device current, are refused. */
+static void sc_strict(const char *name) {
+    setenv("PPRUN_STUB_DEVICES", "2", 1);
+    cudaIpcMemHandle_t h;
+    void *small = NULL, *grain = NULL, *other = NULL;
+    cudaSetDevice(0);
+    cudaMalloc(&small, (size_t)1 << 20);
+    cudaMalloc(&grain, (size_t)4 << 20);
+    expect(cudaIpcGetMemHandle(&h, small) != cudaSuccess, name, "exporting a 1 MiB allocation is refused");
+    expect(cudaIpcGetMemHandle(&h, grain) == cudaSuccess, name, "exporting a 4 MiB allocation is allowed");
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    expect(cudaMemcpyAsync(grain, small, 64, cudaMemcpyDeviceToDevice, s) == cudaSuccess, name,
+           "a copy on device 0's stream with device 0 current is allowed");
+    cudaSetDevice(1);
+    cudaMalloc(&other, 64);
+    expect(cudaMemcpyAsync(grain, small, 64, cudaMemcpyDeviceToDevice, s) != cudaSuccess, name,
+           "a copy on device 0's stream with device 1 current is refused");
+    cudaSetDevice(0);
+    expect(cudaMemcpyAsync(grain, other, 64, cudaMemcpyDeviceToDevice, s) != cudaSuccess, name,
+           "a copy from device 1 memory on device 0's stream is refused");
+    cudaStreamDestroy(s);
+    cudaFree(small);
+    cudaFree(grain);
+    cudaFree(other);
+    unsetenv("PPRUN_STUB_DEVICES");
 }
 
 static void sc_nccl_errors(const char *name) {
@@ -676,8 +790,8 @@ static void sc_nccl_errors(const char *name) {
     const char *m = res.rep[1];
     /* Which receive fails depends on timing: once NCCL failed, no message not yet taken is trusted. */
     expect(res.code[1] == 1 && strstr(m, "NCCL error") && strstr(m, "injected failure") && strstr(m, "from rank 0") &&
-               strstr(m, "cannot receive tag 0x"),
-           name, "rank 1's receive under an NCCL error names it, the peer and the tag: %s", m);
+               strstr(m, "cannot receive tag 0x") && strstr(m, "[NCCL 2.") && strstr(m, "libdevcomm_ncclstub.so"),
+           name, "rank 1's receive under an NCCL error names it, the peer, the tag and the NCCL loaded: %s", m);
     setenv("PPRUN_NCCLSTUB_RECV_DELAY_MS", "3000", 1);
     run_world(&w, recv_timeouts, &res);
     unsetenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
@@ -702,6 +816,10 @@ static const scenario scenarios[] = {
      sc_nccl_errors},
     {"forced", "forced transports a pair cannot use fail at open naming the pair", sc_forced},
     {"mutant", "the stand-in catches a receiver posting NCCL receives in tag order", sc_mutant},
+    {"comm-id", "NCCL_COMM_ID set: open refuses when a pair uses nccl, names it", sc_comm_id},
+    {"device", "every call made with another device current: devcomm uses its own (ipc, nccl)", sc_device},
+    {"close", "close does not wait for the peer to close (ipc, nccl)", sc_close},
+    {"strict", "the CUDA stand-in refuses sub-2 MiB IPC exports and work on the wrong device", sc_strict},
 };
 
 int main(int argc, char **argv) {

@@ -13,13 +13,21 @@
  *
  * Strict where devcomm could go wrong: copies must stay inside device
  * allocations (own or opened), a handle is exported from a base pointer
- * only, a process cannot open its own handle (as in CUDA), the device must
- * exist.  The bus id of every device comes from PPRUN_STUB_BUSID (the check
- * sets it per rank to put ranks on one GPU or on several). */
+ * only and of an allocation whose size is a multiple of 2 MiB (CUDA may
+ * sub-allocate smaller ones from a larger block, which the handle would
+ * then stand for), a process cannot open its own handle (as in CUDA), the
+ * device must exist.  Stricter than CUDA: memory, events and streams
+ * belong to the device current when they were made (cudaMallocAsync: the
+ * stream's), and a copy, event record or wait on a stream must be made
+ * with the stream's device current, on memory and events of that device.
+ * What is refused is also said on stderr.  The bus id of device 0 comes
+ * from PPRUN_STUB_BUSID (the check sets it per rank to put ranks on one GPU
+ * or on several); device d > 0 has that id with "+d" appended. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,7 +46,8 @@ typedef struct alloc {
     struct alloc *next;
     char *base;
     size_t size;
-    int fd; /* -1 for an opened (foreign) mapping */
+    int fd;  /* -1 for an opened (foreign) mapping */
+    int dev; /* the device it is on (opened: the opener's) */
 } alloc;
 
 static pthread_mutex_t allocs_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -50,7 +59,20 @@ typedef struct stub_handle {
     uint64_t size;
 } stub_handle;
 
-static _Thread_local int cur_device;
+static _Thread_local int cur_device; /* as CUDA: device 0 until a thread sets another */
+
+#define IPC_GRAIN ((size_t)2 << 20)
+
+static cudaError_t refuse(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static cudaError_t refuse(cudaError_t e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "devcomm_cudastub (pid %d): ", (int)getpid());
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    return e;
+}
 
 static int device_count(void) {
     const char *s = getenv("PPRUN_STUB_DEVICES");
@@ -104,11 +126,18 @@ cudaError_t cudaSetDevice(int device) {
     return cudaSuccess;
 }
 
+cudaError_t cudaGetDevice(int *device) {
+    *device = cur_device;
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
     if (device < 0 || device >= device_count() || len < 16) return cudaErrorInvalidDevice;
     const char *s = getenv("PPRUN_STUB_BUSID");
     if (s && device == 0)
         snprintf(bus, (size_t)len, "%s", s);
+    else if (s)
+        snprintf(bus, (size_t)len, "%s+%d", s, device);
     else
         snprintf(bus, (size_t)len, "0000:%02x:00.0", 0x10 + device);
     return cudaSuccess;
@@ -116,10 +145,10 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
 
 /* ---- memory ------------------------------------------------------------------- */
 
-static void add_alloc(char *base, size_t size, int fd) {
+static void add_alloc(char *base, size_t size, int fd, int dev) {
     alloc *a = malloc(sizeof *a);
     if (!a) abort();
-    *a = (alloc){NULL, base, size, fd};
+    *a = (alloc){NULL, base, size, fd, dev};
     pthread_mutex_lock(&allocs_mu);
     a->next = allocs;
     allocs = a;
@@ -138,14 +167,19 @@ static alloc *take_alloc(const void *base) {
     return a;
 }
 
-static int in_device_memory(const void *p, size_t n) {
+/* The device of the allocation holding [p, p+n), or -1 if none does. */
+static int device_of(const void *p, size_t n) {
     const char *c = p;
-    int ok = 0;
+    int dev = -1;
     pthread_mutex_lock(&allocs_mu);
-    for (alloc *a = allocs; a && !ok; a = a->next)
-        ok = c >= a->base && c + n <= a->base + a->size;
+    for (alloc *a = allocs; a && dev < 0; a = a->next)
+        if (c >= a->base && c + n <= a->base + a->size) dev = a->dev;
     pthread_mutex_unlock(&allocs_mu);
-    return ok;
+    return dev;
+}
+
+static int in_device_memory(const void *p, size_t n) {
+    return device_of(p, n) >= 0;
 }
 
 static cudaError_t map_new(void **out, size_t size, int *fd_out) {
@@ -165,25 +199,24 @@ static cudaError_t map_new(void **out, size_t size, int *fd_out) {
     return cudaSuccess;
 }
 
-cudaError_t cudaMalloc(void **p, size_t size) {
+static cudaError_t alloc_on(void **p, size_t size, int dev) {
     int fd;
     cudaError_t e = map_new(p, size, &fd);
     if (e != cudaSuccess) return e;
-    add_alloc(*p, size ? size : 1, fd);
+    add_alloc(*p, size ? size : 1, fd, dev);
     devstub_allocs++;
     return cudaSuccess;
 }
 
-cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
-    (void)s; /* ready at once, so ready for every later op of s */
-    return cudaMalloc(p, size);
+cudaError_t cudaMalloc(void **p, size_t size) {
+    return alloc_on(p, size, cur_device);
 }
 
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     alloc *a = take_alloc(p);
     if (!a || a->fd < 0) {
-        if (a) add_alloc(a->base, a->size, a->fd), free(a);
+        if (a) add_alloc(a->base, a->size, a->fd, a->dev), free(a);
         return cudaErrorInvalidValue;
     }
     munmap(a->base, a->size);
@@ -203,7 +236,12 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
     for (alloc *x = allocs; x; x = x->next)
         if (x->base == p && x->fd >= 0) a = x;
     pthread_mutex_unlock(&allocs_mu);
-    if (!a) return cudaErrorInvalidValue; /* devcomm exports base pointers only */
+    if (!a) return refuse(cudaErrorInvalidValue, "cudaIpcGetMemHandle of %p: not the base of a cudaMalloc", p);
+    if (a->size % IPC_GRAIN)
+        return refuse(cudaErrorInvalidValue,
+                      "cudaIpcGetMemHandle of a %zu-byte allocation: not a multiple of 2 MiB (CUDA may have "
+                      "sub-allocated it from a larger block, which the handle would stand for)",
+                      a->size);
     stub_handle sh = {STUB_MAGIC, (int32_t)getpid(), a->fd, a->size};
     memset(h, 0, sizeof *h);
     memcpy(h, &sh, sizeof sh);
@@ -227,7 +265,7 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int fl
     void *m = mmap(NULL, sh.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) return cudaErrorMapBufferObjectFailed;
-    add_alloc(m, sh.size, -1);
+    add_alloc(m, sh.size, -1, cur_device);
     *p = m;
     return cudaSuccess;
 }
@@ -236,7 +274,7 @@ cudaError_t cudaIpcCloseMemHandle(void *p) {
     alloc *a = take_alloc(p);
     if (!a) return cudaErrorInvalidValue;
     if (a->fd >= 0) {
-        add_alloc(a->base, a->size, a->fd);
+        add_alloc(a->base, a->size, a->fd, a->dev);
         free(a);
         return cudaErrorInvalidValue;
     }
@@ -255,12 +293,14 @@ struct CUevent_st {
     ev_state *st;
     int fd;     /* interprocess events created here: the memfd; else -1 */
     int mapped; /* st is a shared mapping */
+    int dev;    /* made (or opened) with this device current */
 };
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned int flags) {
     struct CUevent_st *e = calloc(1, sizeof *e);
     if (!e) return cudaErrorMemoryAllocation;
     e->fd = -1;
+    e->dev = cur_device;
     if (flags & cudaEventInterprocess) {
         if (!(flags & cudaEventDisableTiming)) {
             free(e);
@@ -315,6 +355,7 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h) {
     e->st = m;
     e->fd = -1;
     e->mapped = 1;
+    e->dev = cur_device;
     *ev = e;
     return cudaSuccess;
 }
@@ -344,6 +385,7 @@ struct CUstream_st {
     pthread_cond_t cv; /* work queued, work done, stop */
     op *head, *tail;
     int running, stop;
+    int dev; /* made with this device current */
     pthread_t th;
 };
 
@@ -392,6 +434,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
     (void)flags;
     struct CUstream_st *s = calloc(1, sizeof *s);
     if (!s) return cudaErrorMemoryAllocation;
+    s->dev = cur_device;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->th, NULL, stream_main, s) != 0) {
@@ -442,19 +485,45 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 
+/* The calling thread must have the stream's device current. */
+static cudaError_t on_stream_device(cudaStream_t s, const char *what) {
+    if (s && s->dev != cur_device)
+        return refuse(cudaErrorInvalidDevice, "%s on a stream of device %d, called with device %d current", what,
+                      s->dev, cur_device);
+    return cudaSuccess;
+}
+
+cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
+    if (!s) return cudaErrorInvalidResourceHandle;
+    return alloc_on(p, size, s->dev); /* ready at once, so ready for every later op of s */
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
     if (kind != cudaMemcpyDeviceToDevice || !in_device_memory(dst, n) || !in_device_memory(src, n))
         return cudaErrorInvalidValue;
+    cudaError_t e = on_stream_device(s, "cudaMemcpyAsync");
+    if (e != cudaSuccess) return e;
+    int dd = device_of(dst, n), sd = device_of(src, n);
+    if (s && (dd != s->dev || sd != s->dev))
+        return refuse(cudaErrorInvalidDevice, "cudaMemcpyAsync from device %d memory to device %d memory on a stream of "
+                      "device %d", sd, dd, s->dev);
     return enqueue(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    cudaError_t r = on_stream_device(s, "cudaEventRecord");
+    if (r != cudaSuccess) return r;
+    if (s && e->dev != s->dev)
+        return refuse(cudaErrorInvalidResourceHandle, "cudaEventRecord of a device %d event on a stream of device %d",
+                      e->dev, s->dev);
     uint64_t target = atomic_fetch_add(&e->st->recorded, 1) + 1;
     return enqueue(s, (op){.kind = OP_RECORD, .ev = e->st, .target = target});
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags) {
     (void)flags;
+    cudaError_t r = on_stream_device(s, "cudaStreamWaitEvent");
+    if (r != cudaSuccess) return r;
     return enqueue(s, (op){.kind = OP_WAIT, .ev = e->st, .target = atomic_load(&e->st->recorded)});
 }
 

@@ -5,8 +5,9 @@
  *   ncclGetUniqueId        a listening unix socket (abstract name in the id)
  *                          in the calling process, like NCCL's bootstrap root
  *   ncclCommInitRankConfig non-blocking (ncclInProgress until the two ranks
- *                          met); two ranks with one PCI bus id fail as NCCL
- *                          2.28 does ("Duplicate GPU detected")
+ *                          met); the caller's current device is the rank's
+ *                          (as in NCCL); two ranks with one PCI bus id fail
+ *                          as NCCL 2.28 does ("Duplicate GPU detected")
  *   ncclSend / ncclRecv    transfers run as host functions on the caller's
  *                          stream (CUDA stand-in), so they block that stream
  *                          until matched, as NCCL kernels do; they match in
@@ -14,7 +15,14 @@
  *                          communicator); a send completes only when the
  *                          receiver took it; a size mismatch is an async
  *                          error naming both sizes
- *   ncclCommAbort          ends the transfers in flight
+ *                          (a call on a failed communicator returns its
+ *                          error, as NCCL's ncclCommEnsureReady does)
+ *   ncclCommFinalize       as NCCL's: in progress until the peer finalized
+ *                          too (a barrier), so a rank that finalizes waits
+ *                          for its peer to close
+ *   ncclCommAbort          ends the transfers in flight; local; frees the
+ *                          communicator (no ncclCommDestroy after it)
+ *   ncclGetVersion         the version of the nccl.h it was built with
  *
  * A peer that vanishes mid-transfer makes the transfer hang until abort (as
  * NCCL's P2P and SHM transports do), or, with PPRUN_NCCLSTUB_DEAD=error,
@@ -47,8 +55,8 @@ struct ncclComm {
     char name[NCCL_UNIQUE_ID_BYTES];
     char bus[64];
     char last[300];
-    pthread_t init_th;
-    int init_started;
+    pthread_t init_th, fin_th;
+    int init_started, fin_started;
 };
 
 typedef struct listener {
@@ -199,7 +207,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
     atomic_store(&c->state, ncclInProgress);
     atomic_store(&c->refs, 1);
     snprintf(c->name, sizeof c->name, "%s", id.internal);
-    if (cudaDeviceGetPCIBusId(c->bus, sizeof c->bus, 0) != cudaSuccess) snprintf(c->bus, sizeof c->bus, "?");
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetPCIBusId(c->bus, sizeof c->bus, dev) != cudaSuccess)
+        snprintf(c->bus, sizeof c->bus, "?");
     if (pthread_create(&c->init_th, NULL, init_main, c) != 0) {
         free(c);
         return ncclSystemError;
@@ -292,9 +302,11 @@ static ncclResult_t post(const void *buf, size_t count, ncclDataType_t type, int
     if (type != ncclInt8 || peer != 1 - c->rank) {
         snprintf(c->last, sizeof c->last, "stand-in: bad datatype or peer");
         r = ncclInvalidArgument;
+    } else if (atomic_load(&c->state) == ncclInProgress) {
+        snprintf(c->last, sizeof c->last, "stand-in: communicator used before it was ready");
+        r = ncclInvalidArgument;
     } else if (atomic_load(&c->state) != ncclSuccess) {
-        snprintf(c->last, sizeof c->last, "stand-in: communicator not ready (state %d)", atomic_load(&c->state));
-        r = ncclInvalidUsage;
+        r = (ncclResult_t)atomic_load(&c->state); /* its error, its message kept */
     } else {
         xfer *x = malloc(sizeof *x);
         if (!x) {
@@ -327,6 +339,7 @@ static void end_comm(struct ncclComm *c) {
     atomic_store(&c->aborted, 1);
     if (c->init_started) pthread_join(c->init_th, NULL);
     if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
+    if (c->fin_started) pthread_join(c->fin_th, NULL);
     unref(c);
 }
 
@@ -338,10 +351,37 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
     return ncclSuccess;
 }
 
+/* The barrier of NCCL's finalize: one byte each way. */
+static void *fin_main(void *arg) {
+    struct ncclComm *c = arg;
+    char b = 'F';
+    if (full_io(c, &b, 1, 1) < 0 || full_io(c, &b, 1, 0) < 0) {
+        if (!atomic_load(&c->aborted)) set_error(c, ncclSystemError, "stand-in: the peer left during finalize");
+        return NULL;
+    }
+    int expect = ncclInProgress;
+    atomic_compare_exchange_strong(&c->state, &expect, ncclSuccess);
+    return NULL;
+}
+
 ncclResult_t ncclCommFinalize(ncclComm_t c) {
     if (!c) return ncclInvalidArgument;
     enter(c);
+    ncclResult_t r = ncclInProgress;
+    int expect = ncclSuccess;
+    if (c->fin_started || c->fd < 0 || !atomic_compare_exchange_strong(&c->state, &expect, ncclInProgress))
+        r = ncclInvalidUsage;
+    else if (pthread_create(&c->fin_th, NULL, fin_main, c) != 0)
+        r = ncclSystemError;
+    else
+        c->fin_started = 1;
     leave(c);
+    return r;
+}
+
+ncclResult_t ncclGetVersion(int *version) {
+    if (!version) return ncclInvalidArgument;
+    *version = NCCL_VERSION_CODE;
     return ncclSuccess;
 }
 

@@ -2,8 +2,9 @@
  *
  * At open every rank publishes the PCI bus id of its device; a pair on one
  * node with one bus id shares a GPU and talks over CUDA IPC
- * (cuda/devcomm_ipc.c), any other pair over NCCL (cuda/devcomm_nccl.c),
- * unless the config forces one and the pair cannot use it.  This file is
+ * (cuda/devcomm_ipc.c), any other pair over NCCL (cuda/devcomm_nccl.c).  A
+ * forced transport changes no choice: open fails, on every rank, if any pair
+ * cannot use it (cuda-ipc between two GPUs, nccl on one).  This file is
  * always compiled; without the GPU backend devcomm_open says so. */
 #include "runner/comm/devcomm_int.h"
 
@@ -71,6 +72,14 @@ static int check_config(const devcomm_config *cfg, pp_err *err) {
     if (!cfg->job_key || !cfg->job_key[0] || strlen(cfg->job_key) > 200 || strpbrk(cfg->job_key, " \t\n"))
         return pp_fail(err, "devcomm: job_key must be 1..200 characters without spaces");
     if (cfg->device < 0) return pp_fail(err, "devcomm: device %d is not a CUDA device index", cfg->device);
+    /* Homogeneous servers report the same PCI bus ids: without the node of
+     * every rank, ranks on two nodes would look like one GPU. */
+    if (!cfg->rank_node)
+        return pp_fail(err, "devcomm: no rank_node given (the node index of every rank: ranks on different nodes "
+                            "can report the same PCI bus id)");
+    for (int r = 0; r < cfg->world; r++)
+        if (cfg->rank_node[r] < 0)
+            return pp_fail(err, "devcomm: rank_node[%d] is %d, not a node index", r, cfg->rank_node[r]);
     const char *t = cfg->transport ? cfg->transport : "auto";
     if (strcmp(t, "auto") && strcmp(t, "cuda-ipc") && strcmp(t, "nccl"))
         return pp_fail(err, "devcomm: unknown transport '%s' (accepted: auto, cuda-ipc, nccl)", t);
@@ -112,6 +121,7 @@ static int pick_transports(devcomm *d, pp_err *err) {
         snprintf(bus[r], sizeof bus[r], "%s", val + 4);
     }
     const char *t = cfg->transport ? cfg->transport : "auto";
+    int any_nccl = 0;
     for (int a = 0; a < world; a++)
         for (int b = a + 1; b < world; b++) {
             int same_node = d->node[a] == d->node[b];
@@ -123,6 +133,14 @@ static int pick_transports(devcomm *d, pp_err *err) {
                         a, b, d->node[a], d->node[b]);
                 goto out;
             }
+            /* Two GPUs of one node would need peer access, never tried. */
+            if (!strcmp(t, "cuda-ipc") && !same_gpu) {
+                pp_fail(err,
+                        "devcomm: transport cuda-ipc requested, but cuda-ipc is for ranks that share a GPU: rank "
+                        "%d is on %s, rank %d on %s (node %d); use nccl or auto",
+                        a, bus[a], b, bus[b], d->node[a]);
+                goto out;
+            }
             if (!strcmp(t, "nccl") && same_gpu) {
                 pp_fail(err,
                         "devcomm: transport nccl requested, but ranks %d and %d share one GPU (node %d, PCI "
@@ -131,14 +149,24 @@ static int pick_transports(devcomm *d, pp_err *err) {
                         a, b, d->node[a], bus[a]);
                 goto out;
             }
+            any_nccl |= !same_gpu;
         }
+    /* NCCL_COMM_ID makes every ncclGetUniqueId name that one address, so
+     * all pair communicators would share one bootstrap root.  Unsetting it
+     * here is no fix: setenv is unsafe once threads run, and NCCL may have
+     * read it already.  Checked for the whole job, so every rank says it. */
+    const char *cid = getenv("NCCL_COMM_ID");
+    if (any_nccl && cid && cid[0]) {
+        pp_fail(err,
+                "devcomm: NCCL_COMM_ID is set (%.100s): it makes every NCCL unique id name that one bootstrap "
+                "root, but devcomm gives every pair of ranks a communicator of its own; unset NCCL_COMM_ID",
+                cid);
+        goto out;
+    }
+    /* Past the checks above a forced transport is the one auto picks. */
     for (int r = 0; r < world; r++) {
         int same_gpu = d->node[r] == d->node[cfg->rank] && !strcmp(bus[r], bus[cfg->rank]);
-        d->kind[r] = r == cfg->rank           ? DC_SELF
-                     : !strcmp(t, "cuda-ipc") ? DC_IPC
-                     : !strcmp(t, "nccl")     ? DC_NCCL
-                     : same_gpu               ? DC_IPC
-                                              : DC_NCCL;
+        d->kind[r] = r == cfg->rank ? DC_SELF : same_gpu ? DC_IPC : DC_NCCL;
     }
     rc = 0;
 out:
@@ -166,8 +194,7 @@ int devcomm_open(const devcomm_config *cfg, devcomm **out, pp_err *err) {
         devcomm_close(d);
         return pp_fail(err, "devcomm: out of memory");
     }
-    for (int r = 0; r < cfg->world; r++)
-        d->node[r] = cfg->rank_node ? cfg->rank_node[r] : 0;
+    memcpy(d->node, cfg->rank_node, (size_t)cfg->world * sizeof *d->node);
     d->cfg.rank_node = d->node;
     d->cfg.transport = cfg->transport; /* the caller's string: only during open */
     if (pick_transports(d, err) < 0) {

@@ -8,7 +8,7 @@
  * passes, or the peer is gone. Messages from one peer may be received in any
  * tag order.
  *
- * Two transports, picked per peer at open:
+ * Two transports, picked per peer at open (a forced one must suit every pair):
  *   cuda-ipc  the two ranks share one GPU (same node, same PCI bus id): the
  *             receiver copies out of the sender's buffer through
  *             cudaIpcOpenMemHandle, ordered by an interprocess event;
@@ -41,7 +41,9 @@
  * control messages use COMM_DIR_DEVACK / COMM_DIR_DEVANN tags.
  *
  * Environment: PPRUN_NCCL_LIB names the libnccl.so.2 to load (default: the
- * soname, then the toolkit's copy).  docs/comm.md says more. */
+ * toolkit's copy, then the soname).  NCCL_COMM_ID must not be set when a
+ * pair uses nccl (open fails: it would give every pair one bootstrap
+ * root).  docs/comm.md says more. */
 #ifndef PP_DEVCOMM_H
 #define PP_DEVCOMM_H
 #include <stddef.h>
@@ -52,7 +54,7 @@
 
 typedef struct devcomm_config {
     int rank, world;
-    const int *rank_node;   /* [world]: node index of every rank */
+    const int *rank_node;   /* [world]: node index of every rank (required: bus ids repeat across nodes) */
     int device;             /* this rank's CUDA device (index this process sees) */
     comm *host;             /* control messages; not owned, must outlive the devcomm */
     comm_exchange exchange; /* device identities, NCCL unique ids */

@@ -45,10 +45,13 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
 int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err);
 void dc_ipc_close(dc_ipc *t);
 
-/* Loads NCCL once (PPRUN_NCCL_LIB, else the soname, else the toolkit's
- * copy); 0 if every function devcomm calls is there.  Used at the first
+/* Loads NCCL once (PPRUN_NCCL_LIB, else the toolkit's copy, else the
+ * soname); 0 if every function devcomm calls is there.  Used at the first
  * nccl exchange, and by the tests against the real library. */
 int dc_nccl_library(pp_err *err);
+/* "NCCL 2.28.9 (/path/libnccl.so.2)" once loaded, for error messages;
+ * static storage, read-only after dc_nccl_library. */
+const char *dc_nccl_version(void);
 
 typedef struct dc_nccl dc_nccl;
 int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err);

@@ -12,8 +12,16 @@
  * allocates a new one when none is free, so a send never waits for the
  * receiver.
  *
+ * Buffer sizes are multiples of 2 MiB: cudaMalloc may carve a small
+ * allocation out of a larger block, and an IPC handle then stands for the
+ * whole block, so the receiver's cudaIpcOpenMemHandle would return the
+ * block's base, not the buffer (CUDA Programming Guide, IPC: share only
+ * allocations of a 2 MiB aligned size).
+ *
  * Threads: none of its own; every call comes from the devcomm caller's
- * thread.  Acknowledgements carry per-pair sequence-numbered tags
+ * thread.  The current device is per thread and the caller's may differ
+ * from ours (another library, another thread than open's): every entry
+ * point that calls CUDA sets it (flush makes no CUDA call).  Acknowledgements carry per-pair sequence-numbered tags
  * (COMM_DIR_DEVACK) and are taken in order. */
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -23,7 +31,7 @@
 #include "runner/comm/devcomm_int.h"
 
 #define IPC_MAX_BUFS (1u << 20) /* sanity bound on a peer's buffer ids */
-#define IPC_MIN_CAP ((size_t)64 << 10)
+#define IPC_GRAIN ((size_t)2 << 20) /* exported sizes are multiples of this (see the top) */
 
 typedef struct ipc_buf { /* one buffer of this rank's pool for one peer */
     void *dev;
@@ -83,6 +91,12 @@ int dc_device_busid(int device, char *out, size_t cap, pp_err *err) {
     if (!bus[0] || strlen(bus) >= cap) return pp_fail(err, "devcomm: CUDA device %d has no usable PCI bus id", device);
     snprintf(out, cap, "%s", bus);
     return 0;
+}
+
+/* The caller's thread may be on another device (see the top). */
+static int set_device(const dc_ipc *t, int peer, pp_err *err) {
+    cudaError_t e = cudaSetDevice(t->cfg->device);
+    return e == cudaSuccess ? 0 : cu_fail(t, err, e, "cudaSetDevice", peer);
 }
 
 int dc_ipc_open(const devcomm_config *cfg, dc_ipc **out, pp_err *err) {
@@ -148,9 +162,11 @@ static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
     p->bufs = nb;
     ipc_buf *b = &p->bufs[p->n_bufs];
     memset(b, 0, sizeof *b);
-    size_t cap = IPC_MIN_CAP;
-    while (cap < len)
+    size_t cap = IPC_GRAIN; /* a power of two from 2 MiB: reused across nearby sizes */
+    while (cap < len) {
+        if (cap > SIZE_MAX / 2) return pp_fail(err, "devcomm (cuda-ipc): message of %zu bytes too large", len);
         cap *= 2;
+    }
     cudaError_t e = cudaMalloc(&b->dev, cap);
     if (e != cudaSuccess) return cu_fail(t, err, e, "cudaMalloc of a send buffer", peer);
     const char *what = "cudaEventCreateWithFlags";
@@ -177,6 +193,7 @@ static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
 int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
     ipc_peer *p = &t->peers[peer];
     char ts[128];
+    if (set_device(t, peer, err) < 0) return -1;
     take_acks(t, peer, 0, NULL);
     ipc_ann a;
     memset(&a, 0, sizeof a);
@@ -236,6 +253,7 @@ static int open_remote(dc_ipc *t, int peer, const ipc_ann *a, ipc_remote **out, 
 int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
     ipc_peer *p = &t->peers[peer];
     char ts[128];
+    if (set_device(t, peer, err) < 0) return -1;
     ipc_stash *s = NULL, **sp = &p->stash;
     while (*sp && (*sp)->tag != tag)
         sp = &(*sp)->next;
@@ -289,6 +307,7 @@ int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err) {
 
 void dc_ipc_close(dc_ipc *t) {
     if (!t) return;
+    cudaSetDevice(t->cfg->device); /* a failure shows in the calls below, which have nobody to tell */
     for (int r = 0; r < t->cfg->world; r++) {
         ipc_peer *p = &t->peers[r];
         for (uint32_t i = 0; i < p->n_remote; i++)

@@ -28,19 +28,22 @@
  * Completions come back through cudaLaunchHostFunc on the pair's stream.
  *
  * Threads: each communicator is driven by its proxy (init, ncclSend /
- * ncclRecv, ncclCommGetAsyncError, abort, finalize).  The devcomm caller's
+ * ncclRecv, ncclCommGetAsyncError, abort).  The devcomm caller's
  * thread makes unique ids, copies in and out on its own stream, waits on
  * the pair's condition variable, and asks ncclCommGetAsyncError before it
  * trusts a landed message (a transfer NCCL failed also "completes" on the
  * stream); every call into a communicator holds the pair's nccl_mu, so
  * NCCL sees one thread at a time.  CUDA's callback thread only marks
- * completions under the pair's mutex.
+ * completions under the pair's mutex.  The current device is per thread:
+ * the proxies set it once, the caller's entry points at every call (the
+ * caller's thread may have moved to another device since open).
  *
  * Failure: a proxy polls ncclCommGetAsyncError while work is in flight and
  * watches the peer through the host comm; on an NCCL error, a dead peer, a
- * receive or flush that timed out (the waiter asks, the proxy aborts) or
- * close with work in flight, the proxy calls ncclCommAbort and the pair
- * fails with a message naming the peer and the NCCL error. */
+ * receive or flush that timed out (the waiter asks, the proxy aborts), the
+ * proxy calls ncclCommAbort and the pair fails with a message naming the
+ * peer and the NCCL error.  Close aborts every communicator too (no
+ * ncclCommFinalize: it waits for the peer, see devcomm_nccl_proxy.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,8 +107,8 @@ static int out_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
         ncclResult_t r = dc_nc.get_unique_id(&p->id);
         if (r != ncclSuccess) {
             free(p);
-            return pp_fail(err, "devcomm (nccl): rank %d cannot make an NCCL unique id for rank %d: %s", cfg->rank,
-                           peer, dc_nc.error_string(r));
+            return pp_fail(err, "devcomm (nccl): rank %d cannot make an NCCL unique id for rank %d: %s [%s]",
+                           cfg->rank, peer, dc_nc.error_string(r), dc_nccl_version());
         }
         snprintf(key, sizeof key, DC_KEY_NCCL, cfg->job_key, cfg->rank, peer);
         if (dc_ex_put(cfg, key, &p->id, sizeof p->id, err) < 0) {
@@ -174,9 +177,18 @@ static int take_acks(dc_nccl *t, npair *p, int timeout_ms, int *early, pp_err *e
     return 0;
 }
 
+/* The caller's thread may be on another device than at open. */
+static int set_device(const dc_nccl *t, pp_err *err) {
+    cudaError_t e = cudaSetDevice(t->cfg->device);
+    return e == cudaSuccess ? 0
+                            : pp_fail(err, "devcomm (nccl): rank %d cannot use CUDA device %d: %s", t->cfg->rank,
+                                      t->cfg->device, cudaGetErrorString(e));
+}
+
 int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
     char ts[128], why[300];
     npair *p = NULL, *in = NULL;
+    if (set_device(t, err) < 0) return -1;
     if (in_pair(t, peer, &in, err) < 0 || out_pair(t, peer, &p, err) < 0) return -1;
     take_acks(t, p, 0, NULL, NULL);
     int buf = -1;
@@ -233,7 +245,7 @@ int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len
 int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
     char ts[128];
     npair *p = NULL;
-    if (in_pair(t, peer, &p, err) < 0) return -1;
+    if (set_device(t, err) < 0 || in_pair(t, peer, &p, err) < 0) return -1;
     uint64_t deadline = ms_deadline(timeout_ms);
     int rc = 0;
     nentry *n = NULL;
@@ -275,7 +287,7 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
     /* A transfer NCCL failed also "lands" on the stream: ask first. */
     ncclResult_t st = ncclSuccess, r = n->len ? dcn_async(p, &st) : ncclSuccess;
     int nccl_bad = r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress);
-    char es[400] = "";
+    char es[600] = "";
     if (nccl_bad) dcn_errstr(p, r != ncclSuccess ? r : st, es, sizeof es);
     pthread_mutex_lock(&p->mu);
     if (nccl_bad) {
@@ -369,7 +381,7 @@ static void pair_stop(npair *p) {
 static void pair_close(dc_nccl *t, npair *p) {
     if (!p) return;
     if (p->started) pthread_join(p->proxy, NULL);
-    /* The communicator is gone (aborted or destroyed): its kernels have
+    /* The communicator is gone (aborted): its kernels have
      * ended, so the stream drains and no completion callback is left. */
     if (p->stream) {
         cudaStreamSynchronize(p->stream);
@@ -396,7 +408,8 @@ static void pair_close(dc_nccl *t, npair *p) {
 
 void dc_nccl_close(dc_nccl *t) {
     if (!t) return;
-    /* All proxies wind down (finalize or abort) at once, then are joined. */
+    cudaSetDevice(t->cfg->device); /* a failure shows in the calls below, which have nobody to tell */
+    /* All proxies abort at once, then are joined. */
     for (int r = 0; r < t->cfg->world; r++) {
         pair_stop(t->outs[r]);
         pair_stop(t->ins[r]);

@@ -18,14 +18,13 @@
 
 /* The NCCL functions devcomm calls, filled once by dc_nccl_library(). */
 typedef struct nccl_api {
+    ncclResult_t (*get_version)(int *);
     ncclResult_t (*get_unique_id)(ncclUniqueId *);
     ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
     ncclResult_t (*get_async_error)(ncclComm_t, ncclResult_t *);
     ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
     ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
-    ncclResult_t (*abort)(ncclComm_t);
-    ncclResult_t (*finalize)(ncclComm_t);
-    ncclResult_t (*destroy)(ncclComm_t);
+    ncclResult_t (*abort)(ncclComm_t); /* frees the communicator: never ncclCommDestroy after it */
     const char *(*error_string)(ncclResult_t);
     const char *(*last_error)(ncclComm_t);
 } nccl_api;
@@ -65,7 +64,7 @@ typedef struct npair { /* one direction between this rank and peer */
     int started, stop, abort_req;
     int failed; /* unusable from now on; why says why */
     int ended;  /* receiver: the peer is gone, nothing more will be announced */
-    char why[640];
+    char why[900];
     nbuf *bufs;
     int n_bufs;
     uint64_t seq;           /* next announcement (sent or expected) */

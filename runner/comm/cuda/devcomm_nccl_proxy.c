@@ -5,8 +5,8 @@
  * receiver's end: takes the announcements in order from the host comm,
  * joins the communicator (rank 1) at the first, posts ncclRecv for each
  * into a pool buffer and files it in the inbox.  Both poll NCCL's async
- * error and the peer, and abort on failure; completions arrive through
- * cudaLaunchHostFunc callbacks. */
+ * error and the peer, and abort on failure and at close; completions
+ * arrive through cudaLaunchHostFunc callbacks. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -103,7 +103,8 @@ void dcn_errstr(npair *p, ncclResult_t r, char *buf, size_t cap) {
     char why[300] = "";
     int gone = dc_peer_gone(p->t->cfg, p->peer, why, sizeof why);
     int n = snprintf(buf, cap, "%s%s%s", dc_nc.error_string(r), last[0] ? ": " : "", last);
-    if (gone && n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "; rank %d %.150s", p->peer, why);
+    if (gone && n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "; rank %d %.150s", p->peer, why);
+    if (n >= 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, " [%s]", dc_nccl_version());
 }
 
 /* Every message not yet taken is suspect once NCCL failed; mu held. */
@@ -118,7 +119,7 @@ void dcn_spoil_locked(npair *p) {
  * close) messages that landed stay receivable. */
 static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
-    char msg[512];
+    char msg[700];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -143,7 +144,7 @@ static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max
         ncclResult_t r = dcn_async(p, &st);
         if (r == ncclSuccess && st == ncclSuccess) return 0;
         if (r != ncclSuccess || st != ncclInProgress) {
-            char es[400];
+            char es[600];
             dcn_errstr(p, r != ncclSuccess ? r : st, es, sizeof es);
             proxy_fail(p, 1, "%s failed: NCCL error: %s", what, es);
             return -1;
@@ -184,8 +185,8 @@ static int proxy_init(npair *p, uint64_t deadline) {
         snprintf(last, sizeof last, "%s", dc_nc.last_error(NULL));
     pthread_mutex_unlock(&p->nccl_mu);
     if (r != ncclSuccess && r != ncclInProgress) {
-        proxy_fail(p, 1, "ncclCommInitRankConfig failed: NCCL error: %s%s%s", dc_nc.error_string(r),
-                   last[0] ? ": " : "", last);
+        proxy_fail(p, 1, "ncclCommInitRankConfig failed: NCCL error: %s%s%s [%s]", dc_nc.error_string(r),
+                   last[0] ? ": " : "", last, dc_nccl_version());
         return -1;
     }
     /* A peer may join late (at its first devcomm call with us): poll gently. */
@@ -206,7 +207,7 @@ static int proxy_check(npair *p, uint64_t *gone_since) {
     if (!p->comm || !busy) return 0;
     ncclResult_t st = ncclSuccess, r = dcn_async(p, &st);
     if (r != ncclSuccess || (st != ncclSuccess && st != ncclInProgress)) {
-        char es[400];
+        char es[600];
         dcn_errstr(p, r != ncclSuccess ? r : st, es, sizeof es);
         proxy_fail(p, 1, "NCCL error: %s", es);
         return -1;
@@ -223,29 +224,12 @@ static int proxy_check(npair *p, uint64_t *gone_since) {
     return 0;
 }
 
-/* Close: finalize a healthy idle communicator, abort any other. */
+/* Close: abort the communicator, whatever its state.  ncclCommFinalize
+ * would wait for the peer (a bootstrap barrier), so two ranks closing far
+ * apart would each wait; nothing is lost by aborting, since flush already
+ * waited for the receiver's acknowledgements.  ncclCommAbort frees the
+ * communicator: no ncclCommDestroy after it. */
 static void proxy_finish(npair *p) {
-    if (!p->comm) return;
-    pthread_mutex_lock(&p->mu);
-    int idle = p->in_flight == 0 && !p->failed;
-    pthread_mutex_unlock(&p->mu);
-    pthread_mutex_lock(&p->nccl_mu);
-    ncclResult_t r = idle ? dc_nc.finalize(p->comm) : ncclInvalidUsage;
-    pthread_mutex_unlock(&p->nccl_mu);
-    if (r == ncclSuccess || r == ncclInProgress) {
-        /* Bounded: should it wait for something that never comes, abort after all. */
-        uint64_t deadline = pp_now_ns() + 5000000000ull;
-        ncclResult_t st = ncclInProgress;
-        while (dcn_async(p, &st) == ncclSuccess && st == ncclInProgress && pp_now_ns() < deadline)
-            pp_sleep_ns(1000000);
-        if (st == ncclSuccess) {
-            pthread_mutex_lock(&p->nccl_mu);
-            dc_nc.destroy(p->comm);
-            p->comm = NULL;
-            pthread_mutex_unlock(&p->nccl_mu);
-            return;
-        }
-    }
     pc_abort(p);
 }
 
@@ -268,6 +252,17 @@ static void proxy_park(npair *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
+/* A dequeued send that will have no completion callback: not in flight
+ * any more (the pair has failed; close frees its buffer). */
+static void drop_item(npair *p, nitem *it, nc_done *d) {
+    pthread_mutex_lock(&p->mu);
+    p->in_flight--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    free(it);
+    free(d);
+}
+
 void *dcn_out_main(void *arg) {
     npair *p = arg;
     if (proxy_setup(p) < 0 || proxy_init(p, UINT64_MAX) < 0) goto park;
@@ -280,42 +275,44 @@ void *dcn_out_main(void *arg) {
             else
                 pthread_cond_wait(&p->cv, &p->mu);
         }
-        nitem *it = p->q_head;
         int stop = p->stop;
-        if (it && !stop) {
+        pthread_mutex_unlock(&p->mu);
+        if (stop) break;
+        /* Checked before taking an item, so that a failure leaves it queued
+         * (counted by flush, freed by close). */
+        if (proxy_check(p, &gone_since) < 0) goto park;
+        pthread_mutex_lock(&p->mu);
+        nitem *it = p->q_head;
+        if (it) {
             p->q_head = it->next;
             if (!p->q_head) p->q_tail = NULL;
             p->in_flight++;
         }
         pthread_mutex_unlock(&p->mu);
-        if (stop) break;
-        if (proxy_check(p, &gone_since) < 0) goto park;
-        if (!it || stop) continue;
+        if (!it) continue;
         nc_done *d = malloc(sizeof *d);
         ncclResult_t r = d ? pc_xfer(p, it->dev, it->len) : ncclSystemError;
         if (r == ncclInProgress && wait_nccl(p, "ncclSend", UINT64_MAX, 1000000) < 0) {
-            free(d);
-            free(it);
+            drop_item(p, it, d);
             goto park;
         }
         if (r != ncclSuccess && r != ncclInProgress) {
-            char es[400];
+            char es[600];
             dcn_errstr(p, r, es, sizeof es);
             proxy_fail(p, 1, "ncclSend of %zu bytes failed: NCCL error: %s", it->len, es);
-            free(d);
-            free(it);
+            drop_item(p, it, d);
             goto park;
         }
         d->p = p;
         d->buf = it->buf;
         d->seq = 0;
         cudaError_t e = cudaLaunchHostFunc(p->stream, send_done, d);
-        free(it);
         if (e != cudaSuccess) {
-            free(d);
             proxy_fail(p, 1, "cudaLaunchHostFunc after ncclSend failed: %s", cudaGetErrorString(e));
+            drop_item(p, it, d);
             goto park;
         }
+        free(it);
     }
     proxy_finish(p);
     return NULL;
@@ -466,7 +463,7 @@ void *dcn_in_main(void *arg) {
             goto park;
         }
         if (r != ncclSuccess && r != ncclInProgress) {
-            char es[400];
+            char es[600];
             dcn_errstr(p, r, es, sizeof es);
             proxy_fail(p, 1, "ncclRecv of %" PRIu64 " bytes failed: NCCL error: %s", a.len, es);
             free(d);
