@@ -320,7 +320,7 @@ async function fetchWindow() {
   // Kernels only when zoomed in: a few hundred ops' worth.
   let kr = null;
   if (gpu && r.mode === 'events' && r.gpu && r.gpu.length <= KERNEL_SPANS) {
-    kr = await api(`/api/jobs/${S.job}/kernels?from=${from}&to=${Math.max(to, from + 1)}&limit=5000`);
+    kr = await api(`/api/jobs/${S.job}/kernels?from=${from}&to=${Math.max(to, from + 1)}&limit=20000`);
     if (seq !== S.fetchSeq) return;
   }
   S.gpu = r.mode === 'events' && r.gpu ? r.gpu : [];
@@ -460,7 +460,7 @@ function draw() {
   window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b),
     gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels };
   $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? ev.n + ' events' : 'aggregated (' + S.mode + ')'}` +
-    (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` : '') : ' · gpu lane: zoom in') : '');
+    (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (window.__pprun.lastKernels && window.__pprun.lastKernels.truncated ? ' (cut at 20,000: zoom in)' : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan();
 }
 
