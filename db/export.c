@@ -5,7 +5,12 @@
  * thread (source 'gpu' spans from CUPTI, which overlap the host spans they
  * belong to, so they cannot share a thread with them); a span that would
  * partly overlap the open span of a lane moves to the next lane of its kind
- * (never needed for well-formed traces, but a trace must still load). */
+ * (never needed for well-formed traces, but a trace must still load).
+ *
+ * Kernels and memcpys (table kernels) go on one more thread per rank and
+ * CUDA stream, "rank R stream S" after the rank's GPU thread, the way
+ * Nsight Systems shows a device's streams; a stream runs one kernel at a
+ * time, so they nest (overlaps still get lanes, as above). */
 #include "db/export.h"
 
 #include <math.h>
@@ -17,6 +22,9 @@
 #define LANES 8      /* per kind: compute lanes 0..7, comm lanes 8..15, gpu lanes 16..23 */
 #define GPU_TID_BASE 1000000 /* gpu lanes' tids: after every host tid (rank * 2 * LANES + lane) */
 #define LANE_DEPTH 8 /* open spans remembered per lane */
+#define KERNEL_TID_BASE 2000000 /* kernel lanes: KERNEL_TID_BASE + rank * 1024 + stream index * LANES + lane */
+#define STREAMS 128  /* streams told apart per rank; later ones share the last track */
+#define RANK_SORT (3 * LANES + STREAMS * LANES) /* thread_sort_index stride per rank */
 
 typedef struct lane {
     int64_t open[LANE_DEPTH]; /* end times of enclosing spans, innermost last */
@@ -27,6 +35,13 @@ typedef struct rank_info {
     int rank, node;
     lane lanes[3 * LANES];
 } rank_info;
+
+/* One CUDA stream of one rank: its lanes. */
+typedef struct stream_track {
+    int rank, node, index; /* index: the stream's order among the rank's streams */
+    int64_t stream;
+    lane lanes[LANES];
+} stream_track;
 
 static void json_str(FILE *out, const char *s) {
     fputc('"', out);
@@ -60,24 +75,24 @@ static void put_num(FILE *out, double v, const char *fmt) {
         fputs("null", out);
 }
 
-/* kind: 0 compute, 1 comm, 2 gpu */
-static int lane_for(rank_info *r, int kind, int64_t start, int64_t end) {
-    int base = kind * LANES;
+/* The first of LANES lanes where [start, end) nests. */
+static int lane_in(lane *lanes, int64_t start, int64_t end) {
     for (int i = 0; i < LANES; i++) {
-        lane *l = &r->lanes[base + i];
+        lane *l = &lanes[i];
         while (l->depth > 0 && l->open[l->depth - 1] <= start) l->depth--;
         if (l->depth == 0 || end <= l->open[l->depth - 1]) {
             if (l->depth < LANE_DEPTH) l->open[l->depth++] = end;
             l->used = 1;
-            return base + i;
+            return i;
         }
     }
-    r->lanes[base + LANES - 1].used = 1;
-    return base + LANES - 1; /* hopeless overlap: still drawn, maybe mis-nested */
+    lanes[LANES - 1].used = 1;
+    return LANES - 1; /* hopeless overlap: still drawn, maybe mis-nested */
 }
 
-static int lane_tid(int rank, int ln) {
-    return ln < 2 * LANES ? rank * 2 * LANES + ln : GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
+/* kind: 0 compute, 1 comm, 2 gpu */
+static int lane_for(rank_info *r, int kind, int64_t start, int64_t end) {
+    return kind * LANES + lane_in(&r->lanes[kind * LANES], start, end);
 }
 
 static rank_info *find_rank(rank_info *ranks, size_t n, int rank) {
@@ -90,11 +105,94 @@ static int sql_fail(sqlite3 *db, const char *what, pp_err *err) {
     return pp_fail(err, "%s: %s: %s", sqlite3_db_filename(db, "main"), what, sqlite3_errmsg(db));
 }
 
+/* The op name of a span, as the X events show it: 0F3, SEND_F 3 to r1, OPT. */
+static void op_name(char *name, size_t n, const char *phase, int has_mb, int mb, int has_stage, int stage, int peer) {
+    int comm = strncmp(phase, "SEND", 4) == 0 || strncmp(phase, "RECV", 4) == 0;
+    if (comm)
+        snprintf(name, n, "%s %d %s r%d", phase, mb, phase[0] == 'S' ? "to" : "from", peer);
+    else if (has_stage && has_mb)
+        snprintf(name, n, "%d%s%d", stage, phase, mb);
+    else
+        snprintf(name, n, "%s", phase);
+}
+
+/* Kernels on per-rank per-stream threads; rows come ordered by rank,
+ * stream, start. *tracks (malloc'd, the caller frees) lists the tracks for
+ * the thread names. */
+static int export_kernels(sqlite3 *db, int64_t job, int64_t t0, rank_info *ranks, size_t nranks, FILE *out,
+                          const char **sep, stream_track **tracks, size_t *ntracks, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
+                           " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
+                           " WHERE k.job_id=? ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(db, "reading kernels", err);
+    sqlite3_bind_int64(st, 1, job);
+    stream_track *cur = NULL;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int rank = sqlite3_column_int(st, 0);
+        int64_t stream = sqlite3_column_type(st, 1) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 1);
+        rank_info *r = find_rank(ranks, nranks, rank);
+        if (!r) continue; /* a rank with kernels and no row or event: nowhere to put it */
+        if (!cur || cur->rank != rank || cur->stream != stream) {
+            int index = cur && cur->rank == rank ? cur->index + 1 : 0;
+            if (index >= STREAMS) {
+                index = STREAMS - 1; /* beyond: share the last track (its lanes keep nesting valid) */
+            } else {
+                stream_track *t = realloc(*tracks, (*ntracks + 1) * sizeof *t);
+                if (!t) {
+                    sqlite3_finalize(st);
+                    return pp_fail(err, "export: out of memory");
+                }
+                *tracks = t;
+                cur = &t[(*ntracks)++];
+                memset(cur, 0, sizeof *cur);
+                cur->rank = rank;
+                cur->node = r->node;
+                cur->index = index;
+            }
+            cur->stream = stream;
+        }
+        int64_t s = sqlite3_column_int64(st, 3), e = sqlite3_column_int64(st, 4);
+        int ln = lane_in(cur->lanes, s, e);
+        fprintf(out, "%s{\"ph\":\"X\",\"name\":", *sep);
+        *sep = ",\n";
+        json_str(out, (const char *)sqlite3_column_text(st, 2));
+        fprintf(out, ",\"cat\":\"kernel\",\"pid\":%d,\"tid\":%d,\"ts\":", r->node,
+                KERNEL_TID_BASE + rank * 1024 + cur->index * LANES + ln);
+        put_us(out, s - t0);
+        fprintf(out, ",\"dur\":");
+        put_us(out, e - s);
+        fprintf(out, ",\"args\":{\"name\":");
+        json_str(out, (const char *)sqlite3_column_text(st, 2));
+        fprintf(out, ",\"stream\":%lld", (long long)stream);
+        if (sqlite3_column_type(st, 5) != SQLITE_NULL) {
+            char name[96];
+            op_name(name, sizeof name, (const char *)sqlite3_column_text(st, 5),
+                    sqlite3_column_type(st, 6) != SQLITE_NULL, sqlite3_column_int(st, 6),
+                    sqlite3_column_type(st, 7) != SQLITE_NULL, sqlite3_column_int(st, 7), sqlite3_column_int(st, 8));
+            fprintf(out, ",\"op\":\"%s\",\"step\":%d}}", name, sqlite3_column_int(st, 9));
+        } else {
+            fprintf(out, ",\"op\":null}}");
+        }
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return sql_fail(db, "reading kernels", err);
+    return 0;
+}
+
+static int lane_tid(int rank, int ln) {
+    return ln < 2 * LANES ? rank * 2 * LANES + ln : GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
+}
+
 int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
     const char *file = sqlite3_db_filename(db, "main");
     sqlite3_stmt *st = NULL;
     rank_info *ranks = NULL;
-    size_t nranks = 0;
+    stream_track *tracks = NULL;
+    size_t nranks = 0, ntracks = 0;
     int ret = -1;
     if (sqlite3_prepare_v2(db, "SELECT t0_ns, name, schedule FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK)
         return sql_fail(db, "reading the job", err);
@@ -172,13 +270,7 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         if (!r) continue; /* cannot happen: every event rank is listed */
         int ln = lane_for(r, gpu ? 2 : comm, s, e);
         char name[96];
-        if (comm)
-            snprintf(name, sizeof name, "%s %d %s r%d", phase, mb, phase[0] == 'S' ? "to" : "from",
-                     sqlite3_column_int(st, 7));
-        else if (has_stage && has_mb)
-            snprintf(name, sizeof name, "%d%s%d", stage, phase, mb);
-        else
-            snprintf(name, sizeof name, "%s", phase);
+        op_name(name, sizeof name, phase, has_mb, mb, has_stage, stage, sqlite3_column_int(st, 7));
         fprintf(out, "%s{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":", sep, name,
                 gpu ? "gpu" : comm ? "comm" : strcmp(phase, "OPT") == 0 ? "optimizer" : "compute", r->node,
                 lane_tid(rank, ln));
@@ -202,6 +294,8 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         goto done;
     }
 
+    if (export_kernels(db, job, t0, ranks, nranks, out, &sep, &tracks, &ntracks, err) != 0) goto done;
+
     /* Thread names for the lanes that were used. */
     for (size_t i = 0; i < nranks; i++)
         for (int ln = 0; ln < 3 * LANES; ln++) {
@@ -218,7 +312,24 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
             /* a rank's threads sort together: compute, comm, then gpu */
             fprintf(out, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n"
                     "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-                    sep, ranks[i].node, tid, tname, ranks[i].node, tid, ranks[i].rank * 3 * LANES + ln);
+                    sep, ranks[i].node, tid, tname, ranks[i].node, tid, ranks[i].rank * RANK_SORT + ln);
+            sep = ",\n";
+        }
+    for (size_t i = 0; i < ntracks; i++)
+        for (int ln = 0; ln < LANES; ln++) {
+            const stream_track *t = &tracks[i];
+            if (!t->lanes[ln].used) continue;
+            int tid = KERNEL_TID_BASE + t->rank * 1024 + t->index * LANES + ln;
+            char tname[96];
+            if (t->index == STREAMS - 1)
+                snprintf(tname, sizeof tname, "rank %d streams %d+", t->rank, STREAMS - 1);
+            else
+                snprintf(tname, sizeof tname, "rank %d stream %lld", t->rank, (long long)t->stream);
+            if (ln) snprintf(tname + strlen(tname), sizeof tname - strlen(tname), " %d", ln);
+            /* after the rank's gpu thread, before the next rank */
+            fprintf(out, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n"
+                    "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+                    sep, t->node, tid, tname, t->node, tid, RANK_SORT * t->rank + 3 * LANES + t->index * LANES + ln);
             sep = ",\n";
         }
 
@@ -280,5 +391,6 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
 done:
     sqlite3_finalize(st);
     free(ranks);
+    free(tracks);
     return ret;
 }

@@ -6,6 +6,10 @@
 // pixel column, everything off-screen skipped, so 100,000 visible events stay
 // interactive. Live updates come from /api/jobs/{id}/live (Server-Sent
 // Events read through fetch, so the bearer token can be sent as a header).
+// For a job with CUPTI gpu spans (/api/jobs/{id} says gpu_spans), each
+// rank's row gets a thin GPU lane under it: the gpu spans of the window
+// (events?gpu=1) in lighter F/B/W colours and, zoomed in to a few hundred
+// spans, the kernels themselves (/kernels) along its lower half.
 // window.__pprun exposes what was fetched and drawn, for tests.
 'use strict';
 
@@ -15,6 +19,8 @@ const CAUSES = ['warmup', 'cooldown', 'wait_activation', 'wait_gradient', 'comm'
 const CAUSE_COLOR = ['rgba(150,150,150,0.22)', 'rgba(150,150,150,0.22)', 'rgba(225,87,89,0.22)',
   'rgba(237,201,72,0.32)', 'rgba(176,122,161,0.25)', 'rgba(120,120,120,0.15)'];
 const ROW_H = 34, ROW_GAP = 6, AXIS_H = 22, LABEL_W = 64;
+const GPU_H = 12;           // the GPU lane under a rank's row: spans on it, kernels on its lower half
+const KERNEL_SPANS = 400;   // kernels are fetched when at most this many gpu spans are in the window
 
 const token = (() => {
   const m = /(?:^|[#&])token=([^&]+)/.exec(location.hash);
@@ -47,6 +53,7 @@ const S = {
   jobs: [], job: null, info: null, steps: [], plan: null,
   view: { from: 0, to: 1 }, follow: false, step: null,
   ev: null, gaps: null, bins: null, mode: 'events', binStep: false,
+  gpuLane: false, gpu: [], kernels: null, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
   stream: null, fetchSeq: 0,
 };
 
@@ -92,13 +99,15 @@ async function loadJobs() {
 
 async function openJob(id) {
   if (S.stream) S.stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], plan: null, ev: new EventStore(), gaps: [], bins: null, step: null });
+  Object.assign(S, { job: id, info: null, steps: [], plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null });
   $('job-select').value = String(id);
   // The stream first: its hello fixes the cursor, then the history is read;
   // whatever arrives twice is merged by id / step.
   await new Promise((resolve) => { S.stream = openStream(id, resolve); });
   const [info, steps, plan] = await Promise.all([api(`/api/jobs/${id}`), api(`/api/jobs/${id}/steps`), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
+  S.gpuLane = !!info.gpu_spans;
+  $('legend-gpu').hidden = !S.gpuLane;
   for (const s of steps.steps) mergeStep(s);
   updateHeader();
   const running = info.job.status === 'running';
@@ -305,8 +314,18 @@ async function fetchWindow() {
   const seq = ++S.fetchSeq;
   const w = $('timeline').clientWidth || 1000;
   const from = Math.max(0, Math.floor(S.view.from)), to = Math.ceil(S.view.to);
-  const r = await api(`/api/jobs/${S.job}/events?from=${from}&to=${Math.max(to, from + 1)}&buckets=${Math.min(4000, Math.max(10, Math.floor(w)))}`);
+  const gpu = S.gpuLane;
+  const r = await api(`/api/jobs/${S.job}/events?from=${from}&to=${Math.max(to, from + 1)}&buckets=${Math.min(4000, Math.max(10, Math.floor(w)))}` + (gpu ? '&gpu=1' : ''));
   if (seq !== S.fetchSeq) return; // a newer view was asked for
+  // Kernels only when zoomed in: a few hundred ops' worth.
+  let kr = null;
+  if (gpu && r.mode === 'events' && r.gpu && r.gpu.length <= KERNEL_SPANS) {
+    kr = await api(`/api/jobs/${S.job}/kernels?from=${from}&to=${Math.max(to, from + 1)}&limit=20000`);
+    if (seq !== S.fetchSeq) return;
+  }
+  S.gpu = r.mode === 'events' && r.gpu ? r.gpu : [];
+  S.kernels = kr ? kr.kernels : null;
+  window.__pprun.lastKernels = kr ? { count: kr.count, truncated: kr.truncated } : null;
   window.__pprun.lastWindow = { mode: r.mode, count: r.count, from: r.from, to: r.to };
   S.mode = r.mode;
   if (r.mode === 'events') {
@@ -351,7 +370,9 @@ function sizeCanvas(c, cssH) {
 }
 
 function world() { return S.info ? S.info.job.world_size : 1; }
-function rowY(rank) { return AXIS_H + rank * (ROW_H + ROW_GAP); }
+function rowPitch() { return ROW_H + ROW_GAP + (S.gpuLane ? GPU_H + 2 : 0); }
+function rowY(rank) { return AXIS_H + rank * rowPitch(); }
+function gpuY(rank) { return rowY(rank) + ROW_H + 1; } // top of the rank's GPU lane
 function xOf(t, w) { return LABEL_W + (t - S.view.from) / (S.view.to - S.view.from) * (w - LABEL_W); }
 function tOf(x, w) { return S.view.from + (x - LABEL_W) / (w - LABEL_W) * (S.view.to - S.view.from); }
 
@@ -367,11 +388,16 @@ function drawAxis(g, w, h) {
   }
 }
 
-function drawRowLabels(g, n, prefix) {
+function drawRowLabels(g, n, prefix, ry = rowY, lanes = S.gpuLane) {
   g.fillStyle = '#444'; g.font = '12px system-ui, sans-serif'; g.textBaseline = 'middle';
   for (let r = 0; r < n; r++) {
-    g.fillStyle = '#fff'; g.fillRect(0, rowY(r) - 2, LABEL_W - 2, ROW_H + 4);
-    g.fillStyle = '#444'; g.fillText(prefix + r, 6, rowY(r) + ROW_H / 2);
+    g.fillStyle = '#fff'; g.fillRect(0, ry(r) - 2, LABEL_W - 2, ROW_H + 4);
+    g.fillStyle = '#444'; g.fillText(prefix + r, 6, ry(r) + ROW_H / 2);
+    if (lanes) {
+      g.fillStyle = '#fff'; g.fillRect(0, gpuY(r), LABEL_W - 2, GPU_H);
+      g.fillStyle = '#888'; g.font = '10px system-ui, sans-serif'; g.fillText('gpu', 22, gpuY(r) + GPU_H / 2);
+      g.font = '12px system-ui, sans-serif';
+    }
   }
 }
 
@@ -379,10 +405,11 @@ function draw() {
   if (!S.info) return;
   const n = world();
   const c = $('timeline');
-  const { g, w, h } = sizeCanvas(c, AXIS_H + n * (ROW_H + ROW_GAP) + 4);
+  const { g, w, h } = sizeCanvas(c, AXIS_H + n * rowPitch() + 4);
   g.clearRect(0, 0, w, h);
   drawAxis(g, w, h);
-  const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0, bins: 0, steps: new Set() };
+  const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0, bins: 0, steps: new Set(),
+    gpu: new Array(n).fill(0), kernels: 0 };
   const left = LABEL_W, right = w;
   // Idle gaps, shaded by cause.
   for (const gp of S.gaps || []) {
@@ -418,6 +445,7 @@ function draw() {
       else { g.fillRect(x0, y, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0), ROW_H - 8); drawn[PHASES[ph]][r]++; drawn.steps.add(ev.step[i]); }
     }
   }
+  if (S.gpuLane) drawGpu(g, w, n, drawn);
   // Microbatch labels where they fit.
   g.fillStyle = '#fff'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'middle'; g.textAlign = 'center';
   for (let i = 0; i < ev.n; i++) {
@@ -429,9 +457,72 @@ function draw() {
   }
   g.textAlign = 'left';
   drawRowLabels(g, n, 'rank ');
-  window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b) };
-  $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? ev.n + ' events' : 'aggregated (' + S.mode + ')'}`;
+  window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b),
+    gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels };
+  $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? ev.n + ' events' : 'aggregated (' + S.mode + ')'}` +
+    (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (window.__pprun.lastKernels && window.__pprun.lastKernels.truncated ? ' (cut at 20,000: zoom in)' : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan();
+}
+
+// The GPU lanes: a light track, the gpu spans in lighter phase colours over
+// its full height, the kernels (when fetched) darker on its lower half.
+function drawGpu(g, w, n, drawn) {
+  const left = LABEL_W, right = w;
+  g.fillStyle = '#f3f3f3';
+  for (let r = 0; r < n; r++) g.fillRect(left, gpuY(r), right - left, GPU_H);
+  const phaseOf = new Map();
+  g.globalAlpha = 0.45;
+  for (const x of S.gpu) {
+    phaseOf.set(x[0], x[5]);
+    const r = x[1];
+    if (r < 0 || r >= n || x[7] < S.view.from || x[6] > S.view.to) continue;
+    const x0 = Math.max(left, xOf(x[6], w)), x1 = Math.min(right, xOf(x[7], w));
+    g.fillStyle = PHASE_COLOR[x[5]] || '#999';
+    g.fillRect(x0, gpuY(r), Math.max(1, x1 - x0), GPU_H);
+    drawn.gpu[r]++;
+  }
+  g.globalAlpha = 1;
+  if (!S.kernels) return;
+  for (const k of S.kernels) {
+    const r = k[0];
+    if (r < 0 || r >= n || k[2] < S.view.from || k[1] > S.view.to) continue;
+    const x0 = Math.max(left, xOf(k[1], w)), x1 = Math.min(right, xOf(k[2], w));
+    const ph = k[4] != null ? phaseOf.get(k[4]) : undefined;
+    g.fillStyle = ph != null ? PHASE_COLOR[ph] : '#777';
+    g.fillRect(x0, gpuY(r) + GPU_H / 2, Math.max(1, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0)), GPU_H / 2);
+    drawn.kernels++;
+  }
+}
+
+// Hover on a GPU lane: a kernel on the lower half (when fetched), else the
+// gpu span, with its host op's time beside it.
+function gpuHit(r, t, yin, tol) {
+  const lower = yin >= GPU_H / 2;
+  if (lower && S.kernels) {
+    for (const k of S.kernels) {
+      if (k[0] !== r || t < k[1] - tol || t > k[2] + tol) continue;
+      const span = k[4] != null ? S.gpu.find((x) => x[0] === k[4]) : null;
+      return { text: `rank ${r} · kernel ${k[5]}\nduration ${fmtMs(k[2] - k[1])} · stream ${k[3]}` +
+        (span ? `\nin ${opLabel(span)}` : '\noutside any op (optimizer or set-up)') };
+    }
+  }
+  for (const x of S.gpu) {
+    if (x[1] !== r || t < x[6] - tol || t > x[7] + tol) continue;
+    const ev = S.ev;
+    let host = -1;
+    for (let i = 0; i < ev.n; i++) {
+      if (ev.rank[i] === r && ev.step[i] === x[2] && ev.mb[i] === x[3] && ev.stage[i] === x[4] && ev.phase[i] === x[5] &&
+          ev.start[i] <= x[7] && ev.end[i] >= x[6]) { host = i; break; }
+    }
+    let text = `rank ${r} · GPU · ${opLabel(x)}\nGPU ${fmtMs(x[7] - x[6])} (first kernel start to last end)`;
+    if (host >= 0) text += ` · host ${fmtMs(ev.end[host] - ev.start[host])}\nGPU starts ${fmtMs(x[6] - ev.start[host])} after the host op`;
+    return { text };
+  }
+  return null;
+}
+
+function opLabel(x) { // a gpu span row: phase, microbatch, stage, step
+  return PHASES[x[5]] + (x[3] >= 0 ? ` · microbatch ${x[3]}` : '') + (x[4] >= 0 ? ` · stage ${x[4]}` : '') + ` · step ${x[2]}`;
 }
 
 function drawBins(g, w, drawn) {
@@ -457,6 +548,7 @@ function drawPlan() {
   const { g, w, h } = sizeCanvas(c, AXIS_H + n * (ROW_H + ROW_GAP) + 4);
   g.clearRect(0, 0, w, h);
   window.__pprun.planDrawn = 0;
+  const planY = (rank) => AXIS_H + rank * (ROW_H + ROW_GAP); // the plan has no GPU lanes
   if (!S.plan || !S.plan.simulated) {
     g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
     g.fillText(S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
@@ -477,13 +569,13 @@ function drawPlan() {
     if (x1 <= x0) continue;
     g.fillStyle = PHASE_COLOR[ph] || '#999';
     g.globalAlpha = 0.75;
-    g.fillRect(x0, rowY(a.rank), x1 - x0 - 0.5, ROW_H - 8);
+    g.fillRect(x0, planY(a.rank), x1 - x0 - 0.5, ROW_H - 8);
     g.globalAlpha = 1;
-    if (x1 - x0 >= 14) { g.fillStyle = '#fff'; g.fillText(String(a.microbatch), (x0 + x1) / 2, rowY(a.rank) + (ROW_H - 8) / 2); }
+    if (x1 - x0 >= 14) { g.fillStyle = '#fff'; g.fillText(String(a.microbatch), (x0 + x1) / 2, planY(a.rank) + (ROW_H - 8) / 2); }
     window.__pprun.planDrawn++;
   }
   g.textAlign = 'left';
-  drawRowLabels(g, n, 'rank ');
+  drawRowLabels(g, n, 'rank ', planY, false);
 }
 
 // ---- charts ------------------------------------------------------------------
@@ -562,11 +654,13 @@ function hitTest(x, y) {
   const w = $('timeline').clientWidth;
   if (x < LABEL_W) return null;
   const n = world();
-  const r = Math.floor((y - AXIS_H) / (ROW_H + ROW_GAP));
-  if (r < 0 || r >= n || y - rowY(r) > ROW_H) return null;
+  const r = Math.floor((y - AXIS_H) / rowPitch());
+  if (r < 0 || r >= n) return null;
   const t = tOf(x, w), yin = y - rowY(r);
-  const ev = S.ev;
   const tol = (S.view.to - S.view.from) / (w - LABEL_W) * 2; // 2 px for thin marks
+  if (S.gpuLane && y >= gpuY(r) && y < gpuY(r) + GPU_H) return gpuHit(r, t, y - gpuY(r), tol / 2);
+  if (yin > ROW_H) return null;
+  const ev = S.ev;
   let best = null;
   for (let i = 0; i < ev.n; i++) {
     if (ev.rank[i] !== r) continue;
@@ -639,7 +733,8 @@ function setupInteraction() {
   $('sql-run').onclick = runSql;
   $('sql-text').addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) runSql(); });
   $('legend').innerHTML = ['F', 'B', 'W', 'SEND', 'RECV', 'OPT'].map((p, i) => `<span><i style="background:${[PHASE_COLOR[0], PHASE_COLOR[1], PHASE_COLOR[2], PHASE_COLOR[3], PHASE_COLOR[4], PHASE_COLOR[7]][i]}"></i>${p}</span>`).join('') +
-    ['warm/cooldown', 'wait activation', 'wait gradient'].map((p, i) => `<span><i style="background:${CAUSE_COLOR[[0, 2, 3][i]]}; border:1px solid #ccc"></i>${p}</span>`).join('');
+    ['warm/cooldown', 'wait activation', 'wait gradient'].map((p, i) => `<span><i style="background:${CAUSE_COLOR[[0, 2, 3][i]]}; border:1px solid #ccc"></i>${p}</span>`).join('') +
+    `<span id="legend-gpu" hidden><i style="background:${PHASE_COLOR[0]}; opacity:0.45"></i>GPU (lane under each rank)</span>`;
 }
 
 function lastEnd() {
@@ -677,7 +772,7 @@ async function runSql() {
 // ---- test hook -------------------------------------------------------------------
 
 window.__pprun = {
-  ready: false, drawn: null, lossPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0,
+  ready: false, drawn: null, lossPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null,
   state: S,
   showStep: (s) => showStep(s),
   // Page coordinates of the centre of a drawn block, for hovering in tests.
@@ -690,6 +785,13 @@ window.__pprun = {
       }
     }
     return null;
+  },
+  // Page coordinates of time t on a rank's GPU lane (upper half: spans,
+  // lower half: kernels), for hovering in tests; null without a lane.
+  gpuLaneAt(rank, t, lower) {
+    if (!S.gpuLane) return null;
+    const c = $('timeline'), rect = c.getBoundingClientRect();
+    return { x: rect.left + xOf(t, c.clientWidth), y: rect.top + gpuY(rank) + (lower ? GPU_H * 3 / 4 : GPU_H / 4) };
   },
   // Synthetic load for interactivity checks: n events over the view.
   loadSynthetic(n) {

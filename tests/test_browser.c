@@ -3,7 +3,7 @@
  * canvas draws every F, B and W block of the step per rank, hovering shows
  * the tooltip, the loss chart has a point per step, the SQL tab shows rows;
  * for a running job, steps appended by another writer appear without a
- * reload. Screenshots are kept in the build directory. */
+ * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none. Screenshots are kept in the build directory. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <libgen.h>
@@ -88,6 +88,8 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "B"), 8), 4);
     cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "W"), 8), 4);
     cr_assert_eq(cJSON_GetObjectItem(drawn, "comm")->valueint, 96, "every send and receive as a mark");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(drawn, "gpuLane")), "a CPU job has no GPU lane");
+    cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "gpu"), 0), 4);
     cr_assert_eq(cJSON_GetObjectItem(drawn, "gaps")->valueint, 15, "every idle gap of the step shaded (4 + 5 + 4 + 2)");
     cr_assert_eq(cJSON_GetObjectItem(j, "planDrawn")->valueint, 96, "the planned timeline beside it");
     cr_assert_eq(cJSON_GetObjectItem(j, "lossPoints")->valueint, 3, "a loss point per step");
@@ -108,6 +110,65 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
         cr_assert(strstr(e->valuestring, "Failed to load resource") && (strstr(e->valuestring, "403") || strstr(e->valuestring, "404")),
                   "page error: %s", e->valuestring);
     cr_assert_eq(access(shot, R_OK), 0, "screenshot kept at %s", shot);
+    cJSON_Delete(j);
+}
+
+/* A job with CUPTI gpu spans (fixture job 2): a GPU lane under each rank
+ * with every gpu span of the step and, zoomed to one step, its kernels;
+ * hovering gives GPU time beside host time, and a kernel's name. Switching
+ * to the CPU job takes the lanes away. */
+Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180) {
+    require_playwright();
+    char db[256], dir[PATH_MAX], shot[PATH_MAX + 64];
+    pp_err err;
+    fixture_tmp_path(db, sizeof db, "browser-gpu");
+    cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
+    int port;
+    int pid = webclient_start_serve(db, NULL, &port);
+    cr_assert_gt(pid, 0);
+    build_dir(dir, sizeof dir);
+    snprintf(shot, sizeof shot, "%s/browser-gpu.png", dir);
+    cJSON *j = run_node("gpu", port, shot, NULL);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    unlink(db);
+
+    cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(drawn, "gpuLane")));
+    cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "F"), 8), 4, "the host blocks as before");
+    /* per rank: 24 F/B/W spans and one per send/receive (16 on the end ranks, 32 between) */
+    cJSON *gpu = cJSON_GetObjectItem(drawn, "gpu");
+    cr_assert_eq(cJSON_GetArraySize(gpu), 4);
+    int want[4] = {40, 56, 56, 40}, total = 0;
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(cJSON_GetArrayItem(gpu, r)->valueint, want[r], "rank %d: %d gpu spans drawn", r,
+                     cJSON_GetArrayItem(gpu, r)->valueint);
+        total += want[r];
+    }
+    cr_assert_eq(total, FIXTURE_GPU_SPANS_PER_STEP);
+    cr_assert_eq(cJSON_GetObjectItem(drawn, "kernels")->valueint, FIXTURE_KERNELS_PER_STEP, "zoomed to a step: every kernel drawn");
+    cJSON *lk = cJSON_GetObjectItem(j, "lastKernels");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(lk, "truncated")));
+    const char *tip = cJSON_GetObjectItem(j, "spanTooltip")->valuestring;
+    cr_assert(strstr(tip, "rank 1 · GPU · F · microbatch 3") && strstr(tip, "step 0") && strstr(tip, "GPU 0.900 ms") &&
+                  strstr(tip, "host 1.000 ms") && strstr(tip, "GPU starts 0.050 ms after the host op"),
+              "%s", tip);
+    tip = cJSON_GetObjectItem(j, "kernelTooltip")->valuestring;
+    cr_assert(strstr(tip, "kernel gemm_fwd_kernel") && strstr(tip, "duration 0.400 ms") && strstr(tip, "stream 7") &&
+                  strstr(tip, "in F · microbatch 3"),
+              "%s", tip);
+    tip = cJSON_GetObjectItem(j, "hostTooltip")->valuestring;
+    cr_assert(strstr(tip, "rank 1 · F · microbatch 3") && strstr(tip, "duration 1.000 ms"), "%s", tip);
+
+    drawn = cJSON_GetObjectItem(j, "cpuDrawn");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(drawn, "gpuLane")), "the CPU job has no GPU lane");
+    cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "gpu"), 0), 4);
+    cr_assert_eq(cJSON_GetObjectItem(drawn, "kernels")->valueint, 0);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuLane")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuKernels")), "and asks for no kernels");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors");
+    cr_assert_eq(access(shot, R_OK), 0);
     cJSON_Delete(j);
 }
 

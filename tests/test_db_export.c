@@ -7,11 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "db/analyze.h"
 #include "db/db.h"
 #include "db/export.h"
 #include "helpers/trace_fixture.h"
+#include "helpers/web_fixture.h"
 
 /* A database with two steps of the fixture, analysed; returns the job id. */
 static int64_t make_db(const char *path) {
@@ -214,4 +216,133 @@ Test(db_export, a_loss_that_was_not_finite_is_null_and_the_export_parses) {
     cr_assert_eq(nulls, 2);
     cJSON_Delete(root);
     free(buf);
+}
+
+/* ---- GPU job: kernels on their own threads ------------------------------- */
+
+typedef struct span { double ts, end; } span;
+
+static int by_ts(const void *a, const void *b) {
+    const span *x = a, *y = b;
+    return x->ts < y->ts ? -1 : x->ts > y->ts ? 1 : x->end > y->end ? -1 : x->end < y->end ? 1 : 0;
+}
+
+/* The X events of one thread nest: each starts after the open one ends or
+ * ends inside it (what Perfetto needs to draw a thread). */
+static int nests(cJSON *evs, int pid, int tid) {
+    span s[4096];
+    int n = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") != 0) continue;
+        if (cJSON_GetObjectItem(e, "pid")->valueint != pid || cJSON_GetObjectItem(e, "tid")->valueint != tid) continue;
+        cr_assert_lt(n, 4096);
+        double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
+        s[n++] = (span){ts, ts + cJSON_GetObjectItem(e, "dur")->valuedouble};
+    }
+    qsort(s, (size_t)n, sizeof *s, by_ts);
+    double open[64];
+    int depth = 0;
+    for (int i = 0; i < n; i++) {
+        while (depth > 0 && open[depth - 1] <= s[i].ts + 1e-9) depth--;
+        if (depth > 0 && s[i].end > open[depth - 1] + 1e-9) return 0;
+        if (depth < 64) open[depth++] = s[i].end;
+    }
+    return 1;
+}
+
+Test(db_export, kernels_get_a_thread_per_rank_and_stream_with_their_op) {
+    char db[256];
+    pp_err err;
+    fixture_tmp_path(db, sizeof db, "export-gpu");
+    cr_assert_eq(fixture_create(db, 1, "succeeded", &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
+    char args[1024];
+    const char *out = tfix_path("gpu-trace.json"), *errf = tfix_path("gpu-err.txt");
+    snprintf(args, sizeof args, "--db %s --job %d --format chrome --out %s", db, FIXTURE_GPU_JOB, out);
+    cr_assert_eq(run(args, errf), 0);
+    char *text = slurp(out);
+    cr_assert_not_null(text);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *evs = cJSON_GetObjectItem(root, "traceEvents");
+    int kernels = 0, gpu_spans = 0, host = 0, first_fwd = 0, nccl_ops = 0, no_op = 0;
+    int tids[64][2], ntids = 0; /* (pid, tid) of kernel threads */
+    cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") != 0) continue;
+        const char *cat = cJSON_GetObjectItem(e, "cat")->valuestring;
+        int pid = cJSON_GetObjectItem(e, "pid")->valueint, tid = cJSON_GetObjectItem(e, "tid")->valueint;
+        cJSON *a = cJSON_GetObjectItem(e, "args");
+        if (strcmp(cat, "gpu") == 0) {
+            gpu_spans++;
+            cr_assert(tid >= 1000000 && tid < 2000000, "gpu spans keep their thread");
+            continue;
+        }
+        if (strcmp(cat, "kernel") != 0) {
+            host++;
+            cr_assert_lt(tid, 1000000);
+            continue;
+        }
+        kernels++;
+        const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        cr_assert_str_eq(cJSON_GetObjectItem(a, "name")->valuestring, name);
+        int stream = cJSON_GetObjectItem(a, "stream")->valueint;
+        cr_assert(stream == 7 || stream == 13, "stream %d", stream);
+        const cJSON *op = cJSON_GetObjectItem(a, "op");
+        if (!strcmp(name, "adam_update_kernel")) {
+            cr_assert(cJSON_IsNull(op), "launched outside any op");
+            no_op++;
+        } else {
+            cr_assert(cJSON_IsString(op), "%s has its op", name);
+        }
+        if (!strcmp(name, "ncclDevKernel_SendRecv")) {
+            cr_assert_eq(stream, 13);
+            cr_assert(strstr(op->valuestring, " to r") || strstr(op->valuestring, " from r"), "%s", op->valuestring);
+            nccl_ops++;
+        }
+        /* rank 1's first forward kernel: 1F0, on the job clock in us */
+        if (!strcmp(name, "gemm_fwd_kernel") && !strcmp(op->valuestring, "1F0")) {
+            cr_assert_float_eq(cJSON_GetObjectItem(e, "ts")->valuedouble, 6050.0, 1e-9);
+            cr_assert_float_eq(cJSON_GetObjectItem(e, "dur")->valuedouble, 400.0, 1e-9);
+            cr_assert_eq(cJSON_GetObjectItem(a, "step")->valueint, 0);
+            first_fwd++;
+        }
+        cr_assert(tid >= 2000000, "kernels are on their own threads, not the host's or the gpu spans'");
+        cJSON *tn = find_meta(evs, "thread_name", pid, tid);
+        cr_assert_not_null(tn, "kernel thread %d is named", tid);
+        char want[64];
+        snprintf(want, sizeof want, "stream %d", stream);
+        cr_assert(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(tn, "args"), "name")->valuestring, want));
+        int seen = 0;
+        for (int i = 0; i < ntids; i++) seen |= tids[i][0] == pid && tids[i][1] == tid;
+        if (!seen && ntids < 64) {
+            tids[ntids][0] = pid;
+            tids[ntids++][1] = tid;
+        }
+    }
+    cr_assert_eq(kernels, FIXTURE_KERNELS_PER_STEP, "one X event per kernel");
+    cr_assert_eq(gpu_spans, FIXTURE_GPU_SPANS_PER_STEP, "the gpu spans are still there");
+    cr_assert_eq(host, FIXTURE_EVENTS_PER_STEP);
+    cr_assert_eq(first_fwd, 1);
+    cr_assert_eq(nccl_ops, 96);
+    cr_assert_eq(no_op, 4);
+    cr_assert_eq(ntids, 8, "two streams on each of 4 ranks, one thread each (kernels of a stream nest)");
+    for (int i = 0; i < ntids; i++) cr_assert(nests(evs, tids[i][0], tids[i][1]), "thread %d nests", tids[i][1]);
+    /* every thread of the trace nests, host and gpu ones too */
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "M") || strcmp(cJSON_GetObjectItem(e, "name")->valuestring, "thread_name")) continue;
+        int pid = cJSON_GetObjectItem(e, "pid")->valueint, tid = cJSON_GetObjectItem(e, "tid")->valueint;
+        cr_assert(nests(evs, pid, tid), "thread %d nests", tid);
+    }
+    /* a rank's stream threads sort after its gpu thread, before the next rank */
+    cJSON *k0 = find_meta(evs, "thread_sort_index", 0, tids[0][1]);
+    cJSON *g0 = find_meta(evs, "thread_sort_index", 0, 1000000), *r1 = find_meta(evs, "thread_sort_index", 0, 16);
+    cr_assert(k0 && g0 && r1);
+    int ks = cJSON_GetObjectItem(cJSON_GetObjectItem(k0, "args"), "sort_index")->valueint;
+    cr_assert_gt(ks, cJSON_GetObjectItem(cJSON_GetObjectItem(g0, "args"), "sort_index")->valueint);
+    cr_assert_lt(ks, cJSON_GetObjectItem(cJSON_GetObjectItem(r1, "args"), "sort_index")->valueint);
+    cJSON_Delete(root);
+    free(text);
+    unlink(db);
 }

@@ -192,6 +192,186 @@ Test(web, events_reject_bad_parameters) {
     cJSON_Delete(get_json("/api/jobs/1/events?step=99", 404));
 }
 
+/* ---- GPU job: gpu spans and kernels (fixture job 2) ---------------------- */
+
+static void setup_gpu(void) {
+    setup();
+    pp_err err;
+    cr_assert_eq(fixture_add_gpu_job(dbpath, &err), 0, "%s", err.msg);
+}
+
+/* GET that must fail with `status` and an error naming `what`. */
+static void get_error(const char *path, int status, const char *what) {
+    cJSON *j = get_json(path, status);
+    const char *e = str(j, "error");
+    cr_assert(strstr(e, what), "GET %s: error '%s' does not name '%s'", path, e, what);
+    cJSON_Delete(j);
+}
+
+#define STEP0_FROM FIXTURE_STEP_OFFSET_NS
+#define STEP0_TO (FIXTURE_STEP_OFFSET_NS + FIXTURE_STEP_SPAN_NS)
+
+Test(web_gpu, the_job_says_whether_it_has_gpu_spans, .init = setup_gpu, .fini = teardown) {
+    cJSON *j = get_json("/api/jobs/2", 200);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "gpu_spans")));
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "gpu_kernels")));
+    cr_assert_str_eq(str(cJSON_GetObjectItem(j, "job"), "device"), "cuda");
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1", 200);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "gpu_spans")), "a CPU job has none");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "gpu_kernels")));
+    cJSON_Delete(j);
+}
+
+Test(web_gpu, events_add_gpu_spans_only_when_asked, .init = setup_gpu, .fini = teardown) {
+    /* Default: host spans only, exactly as for the CPU copy of the job. */
+    cJSON *j = get_json("/api/jobs/2/events?step=0", 200);
+    cr_assert_str_eq(str(j, "mode"), "events");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "events")), FIXTURE_EVENTS_PER_STEP);
+    cr_assert_null(cJSON_GetObjectItem(j, "gpu"), "no gpu spans unless gpu=1");
+    cJSON_Delete(j);
+
+    j = get_json("/api/jobs/2/events?step=0&gpu=1", 200);
+    cJSON *ev = cJSON_GetObjectItem(j, "events"), *gpu = cJSON_GetObjectItem(j, "gpu");
+    cr_assert_eq(cJSON_GetArraySize(ev), FIXTURE_EVENTS_PER_STEP, "the host events are unchanged");
+    cr_assert_eq(cJSON_GetArraySize(gpu), FIXTURE_GPU_SPANS_PER_STEP, "a gpu span per host op but OPT");
+    cr_assert_eq(num(j, "gpu_count"), FIXTURE_GPU_SPANS_PER_STEP);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "gpu_columns")), 8);
+    /* Every gpu span lies inside its host op: same rank, step, microbatch,
+     * stage, phase; 50 us in from each end for F/B/W, 10 us for SEND/RECV. */
+    const cJSON *g;
+    int matched = 0; /* gpu rows share the host rows' first six columns */
+    cJSON_ArrayForEach(g, gpu) {
+        int ph = cJSON_GetArrayItem(g, 5)->valueint;
+        double in = ph <= 2 ? 50000 : 10000;
+        cr_assert_neq(ph, 7, "OPT launched nothing in an op");
+        const cJSON *h;
+        cJSON_ArrayForEach(h, ev) {
+            int same = 1;
+            for (int k = 1; k <= 5; k++) same &= cJSON_GetArrayItem(h, k)->valueint == cJSON_GetArrayItem(g, k)->valueint;
+            if (!same) continue;
+            cr_assert_eq(cJSON_GetArrayItem(g, 6)->valuedouble, cJSON_GetArrayItem(h, 6)->valuedouble + in);
+            cr_assert_eq(cJSON_GetArrayItem(g, 7)->valuedouble, cJSON_GetArrayItem(h, 7)->valuedouble - in);
+            cr_assert_neq(cJSON_GetArrayItem(g, 0)->valuedouble, cJSON_GetArrayItem(h, 0)->valuedouble, "its own row");
+            matched++;
+        }
+    }
+    cr_assert_eq(matched, FIXTURE_GPU_SPANS_PER_STEP, "each gpu span has exactly one host op");
+    cJSON_Delete(j);
+
+    /* One rank, a window cut inside rank 0's 0F0 gpu span (5.05..5.95 ms). */
+    j = get_json("/api/jobs/2/events?ranks=0&from=5500000&to=6000000&gpu=1", 200);
+    gpu = cJSON_GetObjectItem(j, "gpu");
+    cr_assert_eq(cJSON_GetArraySize(gpu), 1, "only 0F0's span is in view");
+    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(gpu, 0), 6)->valuedouble, 5050000);
+    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(gpu, 0), 7)->valuedouble, 5950000);
+    cJSON_Delete(j);
+
+    /* A CPU job answers gpu=1 with an empty list; aggregated modes have none. */
+    j = get_json("/api/jobs/1/events?step=0&gpu=1", 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "gpu")), 0);
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/2/events?limit=100&gpu=1", 200);
+    cr_assert_str_eq(str(j, "mode"), "buckets");
+    cr_assert_null(cJSON_GetObjectItem(j, "gpu"));
+    cJSON_Delete(j);
+    get_error("/api/jobs/2/events?step=0&gpu=yes", 400, "gpu");
+    get_error("/api/jobs/2/events?step=0&gpu=2", 400, "gpu");
+}
+
+Test(web_gpu, kernels_of_a_window_with_limits, .init = setup_gpu, .fini = teardown) {
+    char path[256];
+    snprintf(path, sizeof path, "/api/jobs/2/kernels?from=%lld&to=%lld", (long long)STEP0_FROM, (long long)STEP0_TO);
+    cJSON *j = get_json(path, 200);
+    cJSON *k = cJSON_GetObjectItem(j, "kernels");
+    cr_assert_eq(cJSON_GetArraySize(k), FIXTURE_KERNELS_PER_STEP, "every kernel and memcpy of step 0");
+    cr_assert_eq(num(j, "count"), FIXTURE_KERNELS_PER_STEP);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "truncated")));
+    int nccl = 0, adam = 0, fwd = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, k) {
+        const char *name = cJSON_GetArrayItem(row, 5)->valuestring;
+        double s = cJSON_GetArrayItem(row, 1)->valuedouble, e = cJSON_GetArrayItem(row, 2)->valuedouble;
+        cr_assert(s >= STEP0_FROM && e <= STEP0_TO && e > s);
+        if (!strcmp(name, "ncclDevKernel_SendRecv")) {
+            nccl++;
+            cr_assert_eq(cJSON_GetArrayItem(row, 3)->valueint, 13);
+        }
+        if (!strcmp(name, "adam_update_kernel")) {
+            adam++;
+            cr_assert(cJSON_IsNull(cJSON_GetArrayItem(row, 4)), "launched outside any op: no span");
+        } else {
+            cr_assert(cJSON_IsNumber(cJSON_GetArrayItem(row, 4)));
+        }
+        if (!strcmp(name, "gemm_fwd_kernel") && cJSON_GetArrayItem(row, 0)->valueint == 0 && s == 5050000) {
+            fwd++;
+            cr_assert_eq(e, 5450000, "0F0's first kernel: 400 us");
+            cr_assert_eq(cJSON_GetArrayItem(row, 3)->valueint, 7);
+        }
+    }
+    cr_assert_eq(nccl, 96);
+    cr_assert_eq(adam, 4);
+    cr_assert_eq(fwd, 1);
+    cJSON_Delete(j);
+
+    /* One rank: 24 ops x 2 kernels + 32 communication kernels + 1 optimizer. */
+    snprintf(path, sizeof path, "/api/jobs/2/kernels?ranks=1&from=%lld&to=%lld", (long long)STEP0_FROM, (long long)STEP0_TO);
+    j = get_json(path, 200);
+    cr_assert_eq(num(j, "count"), 81);
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "kernels")) cr_assert_eq(cJSON_GetArrayItem(row, 0)->valueint, 1);
+    cJSON_Delete(j);
+
+    /* The limit cuts and says so; no window: the whole job (3 steps). */
+    j = get_json("/api/jobs/2/kernels?limit=100", 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "kernels")), 100);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "truncated")));
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/2/kernels?limit=25000", 200);
+    cr_assert_eq(num(j, "count"), 3 * FIXTURE_KERNELS_PER_STEP);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "truncated")));
+    cJSON_Delete(j);
+    /* A window starting inside 0F0's first kernel still shows it. */
+    j = get_json("/api/jobs/2/kernels?ranks=0&from=5100000&to=5200000", 200);
+    cr_assert_eq(num(j, "count"), 1);
+    cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "kernels"), 0), 5)->valuestring, "gemm_fwd_kernel");
+    cJSON_Delete(j);
+    /* A CPU job has none. */
+    j = get_json("/api/jobs/1/kernels", 200);
+    cr_assert_eq(num(j, "count"), 0);
+    cJSON_Delete(j);
+
+    get_error("/api/jobs/2/kernels?limit=0", 400, "limit");
+    get_error("/api/jobs/2/kernels?limit=25001", 400, "limit");
+    get_error("/api/jobs/2/kernels?from=abc", 400, "from");
+    get_error("/api/jobs/2/kernels?to=-1", 400, "to");
+    get_error("/api/jobs/2/kernels?from=10&to=5", 400, "to");
+    get_error("/api/jobs/2/kernels?ranks=4", 400, "ranks");
+    get_error("/api/jobs/9/kernels", 404, "no job 9");
+    get_error("/api/jobs/2/kernels/x", 404, "no such API route");
+}
+
+Test(web_gpu, a_kernels_span_is_the_gpu_span_the_events_route_gives, .init = setup_gpu, .fini = teardown) {
+    cJSON *ev = get_json("/api/jobs/2/events?ranks=2&from=5000000&to=35500000&gpu=1", 200);
+    cJSON *kr = get_json("/api/jobs/2/kernels?ranks=2&from=5000000&to=35500000", 200);
+    int checked = 0;
+    const cJSON *k;
+    cJSON_ArrayForEach(k, cJSON_GetObjectItem(kr, "kernels")) {
+        const cJSON *id = cJSON_GetArrayItem(k, 4);
+        if (!cJSON_IsNumber(id)) continue;
+        const cJSON *g, *span = NULL;
+        cJSON_ArrayForEach(g, cJSON_GetObjectItem(ev, "gpu"))
+            if (cJSON_GetArrayItem(g, 0)->valuedouble == id->valuedouble) span = g;
+        cr_assert_not_null(span, "kernel's event_id %.0f is a gpu span in the window", id->valuedouble);
+        cr_assert(cJSON_GetArrayItem(k, 1)->valuedouble >= cJSON_GetArrayItem(span, 6)->valuedouble &&
+                  cJSON_GetArrayItem(k, 2)->valuedouble <= cJSON_GetArrayItem(span, 7)->valuedouble,
+                  "a kernel lies inside its span");
+        checked++;
+    }
+    cr_assert_eq(checked, 80);
+    cJSON_Delete(ev);
+    cJSON_Delete(kr);
+}
+
 Test(web, steps_give_time_loss_and_bubble_ratio_per_rank) {
     cJSON *j = get_json("/api/jobs/1/steps", 200);
     cJSON *steps = cJSON_GetObjectItem(j, "steps");

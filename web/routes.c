@@ -19,6 +19,7 @@
 #define EVENTS_DEFAULT_LIMIT 20000
 #define EVENTS_MAX_LIMIT 25000 /* ~45 bytes per event row: stays < ~1.2 MB */
 #define OVERLAP_LOOKBACK 8
+#define KERNELS_DEFAULT_LIMIT 5000
 
 
 static int index_of(const char *const *names, const char *s) {
@@ -192,6 +193,22 @@ static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
     sqlite3_finalize(st);
     jw_arr_end(&w);
     jw_kint(&w, "timeline_end", timeline_end(db, j));
+    /* Whether the dashboard should ask for gpu spans (events?gpu=1): a
+     * kernel that points at a span means there is one; through the kernels
+     * index, so a CPU job costs one index probe, not a scan of its events. */
+    st = prep(db, "SELECT EXISTS(SELECT 1 FROM kernels WHERE job_id=?1 AND event_id IS NOT NULL), "
+                  "EXISTS(SELECT 1 FROM kernels WHERE job_id=?1)", r);
+    if (!st) {
+        jw_free(&w);
+        return;
+    }
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_step(st);
+    jw_key(&w, "gpu_spans");
+    jw_bool(&w, sqlite3_column_int(st, 0));
+    jw_key(&w, "gpu_kernels");
+    jw_bool(&w, sqlite3_column_int(st, 1));
+    sqlite3_finalize(st);
     /* The live stream's starting point: events with a larger id are new. */
     st = prep(db, "SELECT coalesce(max(id), 0) FROM events", r);
     if (!st) {
@@ -254,6 +271,59 @@ static int phase_class(int ph) { /* F B W COMM OPT */
     if (ph <= TRACE_W) return ph;
     if (ph == TRACE_OPT) return 4;
     return 3;
+}
+
+/* The gpu spans (source 'gpu') of the window, the same way as the host
+ * events: those that start in it and the few per rank that run into it.
+ * There is at most one per host op, so there are no more than the events. */
+static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
+                            jw *w, http_reply *r) {
+    sqlite3_stmt *in = prep(db,
+                            "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns "
+                            "FROM events WHERE job_id=?1 AND rank=?2 AND source='gpu' AND start_ns>=?3 AND "
+                            "start_ns<?4 ORDER BY start_ns",
+                            r);
+    sqlite3_stmt *before = prep(db,
+                                "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, "
+                                "end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='gpu' AND start_ns<?3 "
+                                "ORDER BY start_ns DESC LIMIT 8",
+                                r);
+    if (!in || !before) {
+        sqlite3_finalize(in);
+        sqlite3_finalize(before);
+        return;
+    }
+    jw_key(w, "gpu_columns");
+    jw_json(w, "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\"]",
+            strlen("[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\"]"));
+    jw_key(w, "gpu");
+    jw_arr(w);
+    int64_t count = 0;
+    for (int rank = 0; rank < j->world; rank++) {
+        if (!mask[rank]) continue;
+        sqlite3_stmt *q[2] = {before, in};
+        for (int k = 0; k < 2; k++) {
+            sqlite3_stmt *st = q[k];
+            sqlite3_reset(st);
+            sqlite3_bind_int64(st, 1, j->id);
+            sqlite3_bind_int(st, 2, rank);
+            sqlite3_bind_int64(st, 3, from + j->t0);
+            sqlite3_bind_int64(st, 4, to + j->t0);
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                int64_t s = sqlite3_column_int64(st, 5) - j->t0, e = sqlite3_column_int64(st, 6) - j->t0;
+                if (k == 0 && e <= from) continue;
+                jw_rawf(w, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld]", count ? "," : "",
+                        (long long)sqlite3_column_int64(st, 0), rank, sqlite3_column_int(st, 1),
+                        sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
+                        analyze_phase_of((const char *)sqlite3_column_text(st, 4)), (long long)s, (long long)e);
+                count++;
+            }
+        }
+    }
+    jw_arr_end(w);
+    sqlite3_finalize(in);
+    sqlite3_finalize(before);
+    jw_kint(w, "gpu_count", count);
 }
 
 static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
@@ -492,11 +562,11 @@ static void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, 
     /* Rows scanned to aggregate per bucket cost ~3 us each; beyond the
      * budget the window is answered per step from step_stats. */
     const int64_t budget = s->o.events_scan_budget;
-    long from = -1, to = -1, step = -1, limit = EVENTS_DEFAULT_LIMIT, buckets = 1000;
+    long from = -1, to = -1, step = -1, limit = EVENTS_DEFAULT_LIMIT, buckets = 1000, gpu = 0;
     const long tmax = 4611686018427387903l;
     if (arg_long(c, "from", 0, tmax, &from, r) < 0 || arg_long(c, "to", 0, tmax, &to, r) < 0 ||
         arg_long(c, "step", 0, 1l << 40, &step, r) < 0 || arg_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
-        arg_long(c, "buckets", 1, 4000, &buckets, r) < 0)
+        arg_long(c, "buckets", 1, 4000, &buckets, r) < 0 || arg_long(c, "gpu", 0, 1, &gpu, r) < 0)
         return;
     unsigned char *mask = malloc((size_t)j->world);
     if (!mask) {
@@ -559,6 +629,7 @@ static void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, 
         jw_key(&w, "gap_columns");
         jw_json(&w, "[\"rank\",\"step\",\"start\",\"end\",\"cause\",\"next_action\"]", strlen("[\"rank\",\"step\",\"start\",\"end\",\"cause\",\"next_action\"]"));
         write_events_mode(db, j, mask, wf, wt, &w, r);
+        if (gpu) write_gpu_spans(db, j, mask, wf, wt, &w, r);
     } else {
         jw_kint(&w, "count", n);
         jw_key(&w, "bin_columns");
@@ -572,6 +643,124 @@ static void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, 
         jw_free(&w);
         return;
     }
+    http_json(r, &w);
+}
+
+/* ---- kernels ---------------------------------------------------------------- */
+
+/* Where the job's kernels end so far: the latest kernel start of each rank
+ * (indexed), or the host timeline's end when there are none. */
+static int64_t kernels_end(sqlite3 *db, const job_info *j) {
+    int64_t end = timeline_end(db, j);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT max(start_ns) FROM kernels WHERE job_id=?1 AND rank=?2", -1, &st, NULL) !=
+        SQLITE_OK)
+        return end;
+    for (int rank = 0; rank < j->world; rank++) {
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, j->id);
+        sqlite3_bind_int(st, 2, rank);
+        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL &&
+            sqlite3_column_int64(st, 0) - j->t0 > end)
+            end = sqlite3_column_int64(st, 0) - j->t0;
+    }
+    sqlite3_finalize(st);
+    return end;
+}
+
+/* The kernels and memcpys (CUPTI, table kernels) of a window: those that
+ * start in it and the few per rank that run into it, rank by rank in start
+ * order, at most `limit` in all (then truncated: true). */
+static void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+    long from = 0, to = -1, limit = KERNELS_DEFAULT_LIMIT;
+    const long tmax = 4611686018427387903l;
+    if (arg_long(c, "from", 0, tmax, &from, r) < 0 || arg_long(c, "to", 1, tmax, &to, r) < 0 ||
+        arg_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0)
+        return;
+    if (to < 0) to = kernels_end(db, j) + 1;
+    if (to <= from) {
+        http_error(r, 400, "bad window: to (%ld) must be greater than from (%ld)", to, from);
+        return;
+    }
+    unsigned char *mask = malloc((size_t)j->world);
+    if (!mask) {
+        http_error(r, 500, "out of memory");
+        return;
+    }
+    if (parse_ranks(c, j, mask, r) != 0) {
+        free(mask);
+        return;
+    }
+    sqlite3_stmt *in = prep(db,
+                            "SELECT start_ns, end_ns, stream, event_id, name FROM kernels WHERE job_id=?1 AND "
+                            "rank=?2 AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns LIMIT ?5",
+                            r);
+    sqlite3_stmt *before = prep(db,
+                                "SELECT start_ns, end_ns, stream, event_id, name FROM kernels WHERE job_id=?1 AND "
+                                "rank=?2 AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8",
+                                r);
+    if (!in || !before) {
+        sqlite3_finalize(in);
+        sqlite3_finalize(before);
+        free(mask);
+        return;
+    }
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    jw_kint(&w, "from", from);
+    jw_kint(&w, "to", to);
+    jw_key(&w, "ranks");
+    jw_arr(&w);
+    for (int k = 0; k < j->world; k++)
+        if (mask[k]) jw_int(&w, k);
+    jw_arr_end(&w);
+    jw_key(&w, "columns");
+    jw_json(&w, "[\"rank\",\"start\",\"end\",\"stream\",\"event_id\",\"name\"]",
+            strlen("[\"rank\",\"start\",\"end\",\"stream\",\"event_id\",\"name\"]"));
+    jw_key(&w, "kernels");
+    jw_arr(&w);
+    long count = 0;
+    int truncated = 0;
+    for (int rank = 0; rank < j->world && !truncated; rank++) {
+        if (!mask[rank]) continue;
+        sqlite3_stmt *q[2] = {before, in};
+        for (int k = 0; k < 2 && !truncated; k++) {
+            sqlite3_stmt *st = q[k];
+            sqlite3_reset(st);
+            sqlite3_bind_int64(st, 1, j->id);
+            sqlite3_bind_int(st, 2, rank);
+            sqlite3_bind_int64(st, 3, from + j->t0);
+            sqlite3_bind_int64(st, 4, to + j->t0);
+            sqlite3_bind_int64(st, 5, limit - count + 1);
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                int64_t s = sqlite3_column_int64(st, 0) - j->t0, e = sqlite3_column_int64(st, 1) - j->t0;
+                if (k == 0 && e <= from) continue;
+                if (count == limit) {
+                    truncated = 1;
+                    break;
+                }
+                jw_rawf(&w, "%s[%d,%lld,%lld,", count ? "," : "", rank, (long long)s, (long long)e);
+                if (sqlite3_column_type(st, 2) == SQLITE_NULL) jw_raw(&w, "null,", 5);
+                else jw_rawf(&w, "%lld,", (long long)sqlite3_column_int64(st, 2));
+                if (sqlite3_column_type(st, 3) == SQLITE_NULL) jw_raw(&w, "null,", 5);
+                else jw_rawf(&w, "%lld,", (long long)sqlite3_column_int64(st, 3));
+                w.first[w.depth] = 1;
+                jw_strn(&w, (const char *)sqlite3_column_text(st, 4), (size_t)sqlite3_column_bytes(st, 4));
+                jw_raw(&w, "]", 1);
+                count++;
+            }
+        }
+    }
+    jw_arr_end(&w);
+    sqlite3_finalize(in);
+    sqlite3_finalize(before);
+    free(mask);
+    jw_kint(&w, "count", count);
+    jw_key(&w, "truncated");
+    jw_bool(&w, truncated);
+    jw_obj_end(&w);
     http_json(r, &w);
 }
 
@@ -906,7 +1095,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
             }
         }
     }
-    static const char *const known[] = {"", "events", "steps", "gaps", "plan", "trace.json", NULL};
+    static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "trace.json", NULL};
     if (!rest || index_of(known, what) < 0) {
         http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
         return;
@@ -925,6 +1114,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
     else if (load_job(db, id, &j, r) == 0) {
         if (!what[0]) route_job(db, &j, r);
         else if (!strcmp(what, "events")) route_events(s, db, c, &j, r);
+        else if (!strcmp(what, "kernels")) route_kernels(db, c, &j, r);
         else if (!strcmp(what, "steps")) route_steps(db, c, &j, r);
         else if (!strcmp(what, "gaps")) route_gaps(db, c, &j, r);
         else if (!strcmp(what, "trace.json")) route_trace(db, &j, r);

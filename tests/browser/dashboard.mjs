@@ -5,6 +5,7 @@
 //   node dashboard.mjs finished URL SCREENSHOT.png
 //   node dashboard.mjs live URL SCREENSHOT.png READY_FILE
 //   node dashboard.mjs job URL SCREENSHOT.png      (a real running job)
+//   node dashboard.mjs gpu URL SCREENSHOT.png      (fixture job 2 with gpu spans, then CPU job 1)
 //
 // "live": after the page is ready it creates READY_FILE; the test then
 // appends steps to the database and this script waits for them to appear.
@@ -29,7 +30,7 @@ try {
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
-  await page.goto(url);
+  await page.goto(mode === 'gpu' ? url + '?job=2' : url);
   await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: 20000 });
 
   if (mode === 'finished') {
@@ -74,6 +75,37 @@ try {
     await page.click('button[data-tab=timeline]');
     out.synthetic100kMs = await page.evaluate(() => window.__pprun.loadSynthetic(100000));
     out.syntheticDrawn = await page.evaluate(() => window.__pprun.drawn.F.reduce((a, b) => a + b, 0) + window.__pprun.drawn.B.reduce((a, b) => a + b, 0) + window.__pprun.drawn.W.reduce((a, b) => a + b, 0));
+  } else if (mode === 'gpu') {
+    await page.evaluate(() => window.__pprun.showStep(0));
+    await page.waitForFunction(() => window.__pprun.drawn && window.__pprun.drawn.steps.length === 1 &&
+      window.__pprun.drawn.steps[0] === 0 && window.__pprun.drawn.kernels > 0, null, { timeout: 10000 });
+    out.drawn = await page.evaluate(() => window.__pprun.drawn);
+    out.lastKernels = await page.evaluate(() => window.__pprun.lastKernels);
+    // rank 1's 1F3 of step 0: its gpu span (upper half of the lane), then its
+    // first kernel (lower half, 200 us into the span).
+    const span = await page.evaluate(() => window.__pprun.state.gpu.find((x) => x[1] === 1 && x[5] === 0 && x[3] === 3 && x[2] === 0));
+    let p = await page.evaluate((t) => window.__pprun.gpuLaneAt(1, t, false), (span[6] + span[7]) / 2);
+    await page.mouse.move(p.x, p.y);
+    await page.waitForFunction(() => /GPU ·/.test(document.getElementById('tooltip').textContent) &&
+      !document.getElementById('tooltip').hidden, null, { timeout: 5000 });
+    out.spanTooltip = await page.textContent('#tooltip');
+    p = await page.evaluate((t) => window.__pprun.gpuLaneAt(1, t, true), span[6] + 200000);
+    await page.mouse.move(p.x, p.y);
+    await page.waitForFunction(() => /kernel/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
+    out.kernelTooltip = await page.textContent('#tooltip');
+    // The host block above is still the host op.
+    const c = await page.evaluate(() => window.__pprun.blockCenter(1, 'F', 3, 0));
+    await page.mouse.move(c.x, c.y);
+    await page.waitForFunction(() => /^rank 1 · F/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
+    out.hostTooltip = await page.textContent('#tooltip');
+    await page.screenshot({ path: shot, fullPage: true });
+    // The CPU job: no lane.
+    await page.selectOption('#job-select', '1');
+    await page.waitForFunction(() => window.__pprun.state.info && window.__pprun.state.info.job.id === 1 &&
+      window.__pprun.drawn && window.__pprun.drawn.steps.length > 0 && window.__pprun.drawn.gpuLane === false, null, { timeout: 10000 });
+    out.cpuDrawn = await page.evaluate(() => window.__pprun.drawn);
+    out.cpuLane = await page.evaluate(() => window.__pprun.gpuLaneAt(0, 6e6, false));
+    out.cpuKernels = await page.evaluate(() => window.__pprun.lastKernels);
   } else if (mode === 'job') {
     // A real `pprun run --serve` job: steps appear while it runs.
     const complete = () => (window.__pprun && window.__pprun.state && window.__pprun.state.steps

@@ -320,6 +320,60 @@ int fixture_append_steps(const char *db_path, int first, int n, pp_err *err) {
     return rc;
 }
 
+int fixture_add_gpu_job(const char *db_path, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    /* Generic copies through temp tables: job 1's rows with job_id 2 (events
+     * get new ids). */
+    static const char *const sql =
+        "BEGIN;"
+        "CREATE TEMP TABLE j AS SELECT * FROM jobs WHERE id=1;"
+        "UPDATE j SET id=2, name='fixture-1f1b-gpu', device='cuda',"
+        " model='mlp:layers=8,hidden=1024', config_json='{\"schedule\":\"1f1b\",\"device\":\"cuda\",\"cupti\":\"on\"}';"
+        "INSERT INTO jobs SELECT * FROM j;"
+        "CREATE TEMP TABLE r AS SELECT * FROM ranks WHERE job_id=1;"
+        "UPDATE r SET job_id=2, device='cuda:'||rank, dropped_events=0;"
+        "INSERT INTO ranks SELECT * FROM r;"
+        "CREATE TEMP TABLE e AS SELECT * FROM events WHERE job_id=1 ORDER BY id;"
+        "UPDATE e SET job_id=2, id=NULL;"
+        "INSERT INTO events SELECT * FROM e;"
+        "CREATE TEMP TABLE l AS SELECT * FROM losses WHERE job_id=1; UPDATE l SET job_id=2;"
+        "INSERT INTO losses SELECT * FROM l;"
+        "CREATE TEMP TABLE p AS SELECT * FROM plan WHERE job_id=1; UPDATE p SET job_id=2;"
+        "INSERT INTO plan SELECT * FROM p;"
+        "CREATE TEMP TABLE s AS SELECT * FROM step_stats WHERE job_id=1; UPDATE s SET job_id=2;"
+        "INSERT INTO step_stats SELECT * FROM s;"
+        "CREATE TEMP TABLE g AS SELECT * FROM gaps WHERE job_id=1; UPDATE g SET job_id=2;"
+        "INSERT INTO gaps SELECT * FROM g;"
+        "INSERT INTO job_counters(job_id,events_ingested,events_dropped,updated_at_ns)"
+        " SELECT 2, events_ingested, 0, updated_at_ns FROM job_counters WHERE job_id=1;"
+        /* gpu spans inside their host ops */
+        "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)"
+        " SELECT 2, attempt, rank, step, microbatch, stage, phase,"
+        " start_ns + CASE WHEN phase IN ('F','B','W') THEN 50000 ELSE 10000 END,"
+        " end_ns - CASE WHEN phase IN ('F','B','W') THEN 50000 ELSE 10000 END, peer, bytes, 'gpu'"
+        " FROM events WHERE job_id=2 AND source='cpu' AND phase<>'OPT' ORDER BY rank, start_ns;"
+        "INSERT INTO kernels(job_id,rank,event_id,name,start_ns,end_ns,stream)"
+        " SELECT 2, rank, id, CASE phase WHEN 'F' THEN 'gemm_fwd_kernel' WHEN 'B' THEN 'gemm_dgrad_kernel'"
+        " ELSE 'gemm_wgrad_kernel' END, start_ns, start_ns + 400000, 7"
+        " FROM events WHERE job_id=2 AND source='gpu' AND phase IN ('F','B','W') ORDER BY rank, start_ns;"
+        "INSERT INTO kernels(job_id,rank,event_id,name,start_ns,end_ns,stream)"
+        " SELECT 2, rank, id, 'elementwise_kernel<float>', start_ns + 450000, end_ns, 7"
+        " FROM events WHERE job_id=2 AND source='gpu' AND phase IN ('F','B','W') ORDER BY rank, start_ns;"
+        "INSERT INTO kernels(job_id,rank,event_id,name,start_ns,end_ns,stream)"
+        " SELECT 2, rank, id, 'ncclDevKernel_SendRecv', start_ns, end_ns, 13"
+        " FROM events WHERE job_id=2 AND source='gpu' AND phase NOT IN ('F','B','W') ORDER BY rank, start_ns;"
+        "INSERT INTO kernels(job_id,rank,event_id,name,start_ns,end_ns,stream)"
+        " SELECT 2, rank, NULL, 'adam_update_kernel', start_ns + 100000, end_ns - 100000, 7"
+        " FROM events WHERE job_id=2 AND source='cpu' AND phase='OPT' ORDER BY rank, start_ns;"
+        "DROP TABLE j; DROP TABLE r; DROP TABLE e; DROP TABLE l; DROP TABLE p; DROP TABLE s; DROP TABLE g;"
+        "COMMIT;";
+    int rc = exec(db, sql, err);
+    if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+    return rc;
+}
+
 int fixture_set_status(const char *db_path, const char *status, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;
