@@ -112,10 +112,13 @@ static int check_version(sqlite3 *sql, const char *path, int64_t *version, pp_er
  * (version 0) gets schema.sql, which is the latest version as a whole. */
 static const char *const migrations[DB_SCHEMA_VERSION] = {
     NULL,
-    /* 1 -> 2: CUPTI's lost records, per rank and per job */
+    /* 1 -> 2: CUPTI's lost records, per rank and per job; timeline windows
+     * by source (host spans, gpu spans) */
     "ALTER TABLE ranks ADD COLUMN cupti_dropped INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE job_counters ADD COLUMN cupti_dropped INTEGER NOT NULL DEFAULT 0;"
-    "CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);",
+    "CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);"
+    "DROP INDEX IF EXISTS events_by_time;"
+    "CREATE INDEX events_by_time ON events(job_id, rank, source, start_ns);",
 };
 
 static int migrate(db *d, int64_t from, pp_err *err) {

@@ -1,6 +1,7 @@
 -- schema.sql: the trace database (DESIGN.md §7), version 2 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
--- migrations in db/db.c (version 1 -> 2: the cupti_dropped columns).
+-- migrations in db/db.c (version 1 -> 2: the cupti_dropped columns, source
+-- in events_by_time).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -62,7 +63,11 @@ CREATE TABLE IF NOT EXISTS events (
   bytes       INTEGER,
   source      TEXT NOT NULL              -- cpu (host span) | gpu (CUPTI: the op's first kernel start to last kernel end)
 );
-CREATE INDEX IF NOT EXISTS events_by_time ON events(job_id, rank, start_ns);
+-- Timeline readers ask for one source (host spans, or the GPU lane's gpu
+-- spans) of a rank's window: with source before start_ns they stay in the
+-- index (counts are index-only) and a gpu "before" query does not walk the
+-- rank's host history. A window query that names no source scans the rank.
+CREATE INDEX IF NOT EXISTS events_by_time ON events(job_id, rank, source, start_ns);
 CREATE INDEX IF NOT EXISTS events_by_step ON events(job_id, step, rank);
 
 CREATE TABLE IF NOT EXISTS losses (

@@ -195,7 +195,8 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s,
                               "ALTER TABLE ranks DROP COLUMN cupti_dropped; ALTER TABLE job_counters DROP COLUMN "
-                              "cupti_dropped; DROP INDEX kernels_by_event; PRAGMA user_version=1;",
+                              "cupti_dropped; DROP INDEX kernels_by_event; DROP INDEX events_by_time;"
+                              "CREATE INDEX events_by_time ON events(job_id, rank, start_ns); PRAGMA user_version=1;",
                               NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
@@ -212,6 +213,9 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM ranks WHERE cupti_dropped = 0"), 2);
     cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM pragma_index_list('kernels') WHERE name='kernels_by_event'"),
                  1);
+    char *idx = q_text(db_sqlite(d), "SELECT group_concat(name) FROM pragma_index_info('events_by_time')");
+    cr_assert_str_eq(idx, "job_id,rank,source,start_ns|\n", "window readers filter on source: it is in the index");
+    free(idx);
     db_close(d);
     /* a fresh file and a migrated one have the same columns in the same order */
     const char *fresh = tfix_path("v2.db");
@@ -221,7 +225,8 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     cr_assert_eq(sqlite3_open(fresh, &f), SQLITE_OK);
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     const char *cols = "SELECT group_concat(name) FROM (SELECT name FROM pragma_table_info('ranks') UNION ALL "
-                       "SELECT '/' UNION ALL SELECT name FROM pragma_table_info('job_counters'))";
+                       "SELECT '/' UNION ALL SELECT name FROM pragma_table_info('job_counters') UNION ALL "
+                       "SELECT '/' UNION ALL SELECT name FROM pragma_index_info('events_by_time'))";
     char *a = q_text(f, cols), *b = q_text(s, cols);
     cr_assert_str_eq(a, b);
     free(a), free(b);
