@@ -224,12 +224,19 @@ static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
 
 /* ---- timeline window ------------------------------------------------------ */
 
-/* Parses ranks=0,2,5 into a 0/1 mask of world entries. */
-static int parse_ranks(struct MHD_Connection *c, const job_info *j, unsigned char *mask, http_reply *r) {
+/* The ranks=0,2,5 argument as a 0/1 mask of world entries (all ranks when
+ * absent), malloc'd: the caller frees it. NULL with r filled on bad input
+ * or out of memory. */
+static unsigned char *ranks_mask(struct MHD_Connection *c, const job_info *j, http_reply *r) {
+    unsigned char *mask = malloc((size_t)j->world);
+    if (!mask) {
+        http_error(r, 500, "out of memory");
+        return NULL;
+    }
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "ranks");
     if (!v || !*v) {
         memset(mask, 1, (size_t)j->world);
-        return 0;
+        return mask;
     }
     memset(mask, 0, (size_t)j->world);
     const char *p = v;
@@ -239,11 +246,55 @@ static int parse_ranks(struct MHD_Connection *c, const job_info *j, unsigned cha
         if (end == p || (*end && *end != ',') || k < 0 || k >= j->world) {
             http_error(r, 400, "bad query parameter: ranks='%.64s' must list ranks 0..%d separated by commas", v,
                        j->world - 1);
-            return -1;
+            free(mask);
+            return NULL;
         }
         mask[k] = 1;
         p = *end ? end + 1 : end;
     }
+    return mask;
+}
+
+/* Called per row of window_rows with the row's start and end (times since
+ * the job's start); nonzero stops the walk. */
+typedef int (*window_row_fn)(sqlite3_stmt *st, int rank, int64_t start, int64_t end, void *ctx);
+
+/* The rows of a window [from, to), rank by rank for the ranks in mask: the
+ * few (at most 8) that started before it and still run into it, then those
+ * that start in it, each in start order. `select` is the query up to its
+ * window condition: columns (start_ns and end_ns at tcol and tcol + 1) and
+ * a WHERE that binds ?1 job and ?2 rank. Returns -1 with r filled when a
+ * query cannot be prepared. */
+static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
+                       const char *select, int tcol, window_row_fn row, void *ctx, http_reply *r) {
+    char sql[2][1024];
+    snprintf(sql[0], sizeof sql[0], "%s AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8", select);
+    snprintf(sql[1], sizeof sql[1], "%s AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns", select);
+    sqlite3_stmt *q[2] = {prep(db, sql[0], r), NULL};
+    if (q[0]) q[1] = prep(db, sql[1], r);
+    if (!q[1]) {
+        sqlite3_finalize(q[0]);
+        return -1;
+    }
+    int stop = 0;
+    for (int rank = 0; rank < j->world && !stop; rank++) {
+        if (!mask[rank]) continue;
+        for (int k = 0; k < 2 && !stop; k++) {
+            sqlite3_stmt *st = q[k];
+            sqlite3_bind_int64(st, 1, j->id);
+            sqlite3_bind_int(st, 2, rank);
+            sqlite3_bind_int64(st, 3, from + j->t0);
+            if (k == 1) sqlite3_bind_int64(st, 4, to + j->t0);
+            while (!stop && sqlite3_step(st) == SQLITE_ROW) {
+                int64_t s = sqlite3_column_int64(st, tcol) - j->t0, e = sqlite3_column_int64(st, tcol + 1) - j->t0;
+                if (k == 0 && e <= from) continue;
+                stop = row(st, rank, s, e, ctx);
+            }
+            sqlite3_reset(st);
+        }
+    }
+    sqlite3_finalize(q[0]);
+    sqlite3_finalize(q[1]);
     return 0;
 }
 
@@ -273,124 +324,80 @@ static int phase_class(int ph) { /* F B W COMM OPT */
     return 3;
 }
 
+/* What window_rows' callbacks for events and gpu spans write to. */
+typedef struct span_rows {
+    jw *w;
+    int64_t count;
+    long min_step, max_step; /* host events only: the steps in view, -1 none */
+} span_rows;
+
+static int gpu_span_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx) {
+    span_rows *o = ctx;
+    jw_rawf(o->w, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld]", o->count ? "," : "", (long long)sqlite3_column_int64(st, 0),
+            rank, sqlite3_column_int(st, 1), sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
+            analyze_phase_of((const char *)sqlite3_column_text(st, 4)), (long long)s, (long long)e);
+    o->count++;
+    return 0;
+}
+
 /* The gpu spans (source 'gpu') of the window, the same way as the host
  * events: those that start in it and the few per rank that run into it.
  * There is at most one per host op, so there are no more than the events. */
 static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
                             jw *w, http_reply *r) {
-    sqlite3_stmt *in = prep(db,
-                            "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns "
-                            "FROM events WHERE job_id=?1 AND rank=?2 AND source='gpu' AND start_ns>=?3 AND "
-                            "start_ns<?4 ORDER BY start_ns",
-                            r);
-    sqlite3_stmt *before = prep(db,
-                                "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, "
-                                "end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='gpu' AND start_ns<?3 "
-                                "ORDER BY start_ns DESC LIMIT 8",
-                                r);
-    if (!in || !before) {
-        sqlite3_finalize(in);
-        sqlite3_finalize(before);
-        return;
-    }
     jw_key(w, "gpu_columns");
     jw_json(w, "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\"]",
             strlen("[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\"]"));
     jw_key(w, "gpu");
     jw_arr(w);
-    int64_t count = 0;
-    for (int rank = 0; rank < j->world; rank++) {
-        if (!mask[rank]) continue;
-        sqlite3_stmt *q[2] = {before, in};
-        for (int k = 0; k < 2; k++) {
-            sqlite3_stmt *st = q[k];
-            sqlite3_reset(st);
-            sqlite3_bind_int64(st, 1, j->id);
-            sqlite3_bind_int(st, 2, rank);
-            sqlite3_bind_int64(st, 3, from + j->t0);
-            sqlite3_bind_int64(st, 4, to + j->t0);
-            while (sqlite3_step(st) == SQLITE_ROW) {
-                int64_t s = sqlite3_column_int64(st, 5) - j->t0, e = sqlite3_column_int64(st, 6) - j->t0;
-                if (k == 0 && e <= from) continue;
-                jw_rawf(w, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld]", count ? "," : "",
-                        (long long)sqlite3_column_int64(st, 0), rank, sqlite3_column_int(st, 1),
-                        sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
-                        analyze_phase_of((const char *)sqlite3_column_text(st, 4)), (long long)s, (long long)e);
-                count++;
-            }
-        }
-    }
+    span_rows o = {w, 0, -1, -1};
+    window_rows(db, j, mask, from, to,
+                "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns "
+                "FROM events WHERE job_id=?1 AND rank=?2 AND source='gpu'",
+                5, gpu_span_row, &o, r);
     jw_arr_end(w);
-    sqlite3_finalize(in);
-    sqlite3_finalize(before);
-    jw_kint(w, "gpu_count", count);
+    jw_kint(w, "gpu_count", o.count);
+}
+
+static int event_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx) {
+    span_rows *o = ctx;
+    long step = sqlite3_column_int(st, 2);
+    if (o->min_step < 0 || step < o->min_step) o->min_step = step;
+    if (step > o->max_step) o->max_step = step;
+    jw_rawf(o->w, "%s[%lld,%d,%ld,%d,%d,%d,%lld,%lld,%d,%lld]", o->count ? "," : "",
+            (long long)sqlite3_column_int64(st, 0), rank, step, sqlite3_column_int(st, 3), sqlite3_column_int(st, 4),
+            analyze_phase_of((const char *)sqlite3_column_text(st, 5)), (long long)s, (long long)e,
+            sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 9));
+    o->count++;
+    return 0;
 }
 
 static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
                               jw *w, http_reply *r) {
     /* Events that start in the window, and the few per rank that started
      * before it and still run into it. */
-    sqlite3_stmt *in = prep(db,
-                            "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, "
-                            "end_ns, coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' "
-                            "AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns",
-                            r);
-    sqlite3_stmt *before = prep(db,
-                                "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, "
-                                "start_ns, end_ns, coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE "
-                                "job_id=?1 AND rank=?2 AND source='cpu' AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8",
-                                r);
-    if (!in || !before) {
-        sqlite3_finalize(in);
-        sqlite3_finalize(before);
-        return;
-    }
-    long min_step = -1, max_step = -1;
     jw_key(w, "events");
     jw_arr(w);
-    int64_t count = 0;
-    for (int rank = 0; rank < j->world; rank++) {
-        if (!mask[rank]) continue;
-        sqlite3_stmt *q[2] = {before, in};
-        for (int k = 0; k < 2; k++) {
-            sqlite3_stmt *st = q[k];
-            sqlite3_reset(st);
-            sqlite3_bind_int64(st, 1, j->id);
-            sqlite3_bind_int(st, 2, rank);
-            sqlite3_bind_int64(st, 3, from + j->t0);
-            sqlite3_bind_int64(st, 4, to + j->t0);
-            while (sqlite3_step(st) == SQLITE_ROW) {
-                int64_t s = sqlite3_column_int64(st, 6) - j->t0, e = sqlite3_column_int64(st, 7) - j->t0;
-                if (k == 0 && e <= from) continue;
-                long step = sqlite3_column_int(st, 2);
-                if (min_step < 0 || step < min_step) min_step = step;
-                if (step > max_step) max_step = step;
-                jw_rawf(w, "%s[%lld,%d,%ld,%d,%d,%d,%lld,%lld,%d,%lld]", count ? "," : "",
-                        (long long)sqlite3_column_int64(st, 0), rank, step, sqlite3_column_int(st, 3),
-                        sqlite3_column_int(st, 4), analyze_phase_of((const char *)sqlite3_column_text(st, 5)),
-                        (long long)s, (long long)e, sqlite3_column_int(st, 8),
-                        (long long)sqlite3_column_int64(st, 9));
-                count++;
-            }
-        }
-    }
+    span_rows o = {w, 0, -1, -1};
+    window_rows(db, j, mask, from, to,
+                "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns, "
+                "coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu'",
+                6, event_row, &o, r);
     jw_arr_end(w);
-    sqlite3_finalize(in);
-    sqlite3_finalize(before);
-    jw_kint(w, "count", count);
+    jw_kint(w, "count", o.count);
 
     /* Idle gaps of the steps in view, clipped to nothing: the client shades. */
     jw_key(w, "gaps");
     jw_arr(w);
-    if (min_step >= 0) {
+    if (o.min_step >= 0) {
         sqlite3_stmt *g = prep(db,
                                "SELECT rank, step, start_ns, end_ns, cause, next_action FROM gaps WHERE job_id=?1 "
                                "AND step BETWEEN ?2 AND ?3 AND end_ns>?4 AND start_ns<?5",
                                r);
         if (g) {
             sqlite3_bind_int64(g, 1, j->id);
-            sqlite3_bind_int64(g, 2, min_step);
-            sqlite3_bind_int64(g, 3, max_step);
+            sqlite3_bind_int64(g, 2, o.min_step);
+            sqlite3_bind_int64(g, 3, o.max_step);
             sqlite3_bind_int64(g, 4, from + j->t0);
             sqlite3_bind_int64(g, 5, to + j->t0);
             int n = 0;
@@ -568,15 +575,8 @@ static void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, 
         arg_long(c, "step", 0, 1l << 40, &step, r) < 0 || arg_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
         arg_long(c, "buckets", 1, 4000, &buckets, r) < 0 || arg_long(c, "gpu", 0, 1, &gpu, r) < 0)
         return;
-    unsigned char *mask = malloc((size_t)j->world);
-    if (!mask) {
-        http_error(r, 500, "out of memory");
-        return;
-    }
-    if (parse_ranks(c, j, mask, r) != 0) {
-        free(mask);
-        return;
-    }
+    unsigned char *mask = ranks_mask(c, j, r);
+    if (!mask) return;
     int64_t wf = 0, wt = 0;
     if (step >= 0) {
         if (step_span(db, j, step, &wf, &wt) != 0) {
@@ -671,6 +671,31 @@ static int64_t kernels_end(sqlite3 *db, const job_info *j) {
 /* The kernels and memcpys (CUPTI, table kernels) of a window: those that
  * start in it and the few per rank that run into it, rank by rank in start
  * order, at most `limit` in all (then truncated: true). */
+typedef struct kernel_rows {
+    jw *w;
+    long count, limit;
+    int truncated;
+} kernel_rows;
+
+static int kernel_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx) {
+    kernel_rows *o = ctx;
+    if (o->count == o->limit) {
+        o->truncated = 1;
+        return 1;
+    }
+    jw *w = o->w;
+    jw_rawf(w, "%s[%d,%lld,%lld,", o->count ? "," : "", rank, (long long)s, (long long)e);
+    if (sqlite3_column_type(st, 2) == SQLITE_NULL) jw_raw(w, "null,", 5);
+    else jw_rawf(w, "%lld,", (long long)sqlite3_column_int64(st, 2));
+    if (sqlite3_column_type(st, 3) == SQLITE_NULL) jw_raw(w, "null,", 5);
+    else jw_rawf(w, "%lld,", (long long)sqlite3_column_int64(st, 3));
+    w->first[w->depth] = 1;
+    jw_strn(w, (const char *)sqlite3_column_text(st, 4), (size_t)sqlite3_column_bytes(st, 4));
+    jw_raw(w, "]", 1);
+    o->count++;
+    return 0;
+}
+
 static void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
     long from = 0, to = -1, limit = KERNELS_DEFAULT_LIMIT;
     const long tmax = 4611686018427387903l;
@@ -682,29 +707,8 @@ static void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info 
         http_error(r, 400, "bad window: to (%ld) must be greater than from (%ld)", to, from);
         return;
     }
-    unsigned char *mask = malloc((size_t)j->world);
-    if (!mask) {
-        http_error(r, 500, "out of memory");
-        return;
-    }
-    if (parse_ranks(c, j, mask, r) != 0) {
-        free(mask);
-        return;
-    }
-    sqlite3_stmt *in = prep(db,
-                            "SELECT start_ns, end_ns, stream, event_id, name FROM kernels WHERE job_id=?1 AND "
-                            "rank=?2 AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns LIMIT ?5",
-                            r);
-    sqlite3_stmt *before = prep(db,
-                                "SELECT start_ns, end_ns, stream, event_id, name FROM kernels WHERE job_id=?1 AND "
-                                "rank=?2 AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8",
-                                r);
-    if (!in || !before) {
-        sqlite3_finalize(in);
-        sqlite3_finalize(before);
-        free(mask);
-        return;
-    }
+    unsigned char *mask = ranks_mask(c, j, r);
+    if (!mask) return;
     jw w;
     jw_init(&w);
     jw_obj(&w);
@@ -721,45 +725,21 @@ static void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info 
             strlen("[\"rank\",\"start\",\"end\",\"stream\",\"event_id\",\"name\"]"));
     jw_key(&w, "kernels");
     jw_arr(&w);
-    long count = 0;
-    int truncated = 0;
-    for (int rank = 0; rank < j->world && !truncated; rank++) {
-        if (!mask[rank]) continue;
-        sqlite3_stmt *q[2] = {before, in};
-        for (int k = 0; k < 2 && !truncated; k++) {
-            sqlite3_stmt *st = q[k];
-            sqlite3_reset(st);
-            sqlite3_bind_int64(st, 1, j->id);
-            sqlite3_bind_int(st, 2, rank);
-            sqlite3_bind_int64(st, 3, from + j->t0);
-            sqlite3_bind_int64(st, 4, to + j->t0);
-            sqlite3_bind_int64(st, 5, limit - count + 1);
-            while (sqlite3_step(st) == SQLITE_ROW) {
-                int64_t s = sqlite3_column_int64(st, 0) - j->t0, e = sqlite3_column_int64(st, 1) - j->t0;
-                if (k == 0 && e <= from) continue;
-                if (count == limit) {
-                    truncated = 1;
-                    break;
-                }
-                jw_rawf(&w, "%s[%d,%lld,%lld,", count ? "," : "", rank, (long long)s, (long long)e);
-                if (sqlite3_column_type(st, 2) == SQLITE_NULL) jw_raw(&w, "null,", 5);
-                else jw_rawf(&w, "%lld,", (long long)sqlite3_column_int64(st, 2));
-                if (sqlite3_column_type(st, 3) == SQLITE_NULL) jw_raw(&w, "null,", 5);
-                else jw_rawf(&w, "%lld,", (long long)sqlite3_column_int64(st, 3));
-                w.first[w.depth] = 1;
-                jw_strn(&w, (const char *)sqlite3_column_text(st, 4), (size_t)sqlite3_column_bytes(st, 4));
-                jw_raw(&w, "]", 1);
-                count++;
-            }
-        }
+    /* Rows are read as they are written (index order, no sort): the walk
+     * stops at the limit without a LIMIT clause. */
+    kernel_rows o = {&w, 0, limit, 0};
+    int rc = window_rows(db, j, mask, from, to,
+                         "SELECT start_ns, end_ns, stream, event_id, name FROM kernels WHERE job_id=?1 AND rank=?2", 0,
+                         kernel_row, &o, r);
+    free(mask);
+    if (rc != 0) {
+        jw_free(&w);
+        return;
     }
     jw_arr_end(&w);
-    sqlite3_finalize(in);
-    sqlite3_finalize(before);
-    free(mask);
-    jw_kint(&w, "count", count);
+    jw_kint(&w, "count", o.count);
     jw_key(&w, "truncated");
-    jw_bool(&w, truncated);
+    jw_bool(&w, o.truncated);
     jw_obj_end(&w);
     http_json(r, &w);
 }
