@@ -648,26 +648,6 @@ static void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, 
 
 /* ---- kernels ---------------------------------------------------------------- */
 
-/* Where the job's kernels end so far: the latest kernel start of each rank
- * (indexed), or the host timeline's end when there are none. */
-static int64_t kernels_end(sqlite3 *db, const job_info *j) {
-    int64_t end = timeline_end(db, j);
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT max(start_ns) FROM kernels WHERE job_id=?1 AND rank=?2", -1, &st, NULL) !=
-        SQLITE_OK)
-        return end;
-    for (int rank = 0; rank < j->world; rank++) {
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, j->id);
-        sqlite3_bind_int(st, 2, rank);
-        if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL &&
-            sqlite3_column_int64(st, 0) - j->t0 > end)
-            end = sqlite3_column_int64(st, 0) - j->t0;
-    }
-    sqlite3_finalize(st);
-    return end;
-}
-
 /* The kernels and memcpys (CUPTI, table kernels) of a window: those that
  * start in it and the few per rank that run into it, rank by rank in start
  * order, at most `limit` in all (then truncated: true). */
@@ -697,12 +677,11 @@ static int kernel_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ct
 }
 
 static void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
-    long from = 0, to = -1, limit = KERNELS_DEFAULT_LIMIT;
     const long tmax = 4611686018427387903l;
+    long from = 0, to = tmax, limit = KERNELS_DEFAULT_LIMIT; /* no `to`: every kernel from `from` on */
     if (arg_long(c, "from", 0, tmax, &from, r) < 0 || arg_long(c, "to", 1, tmax, &to, r) < 0 ||
         arg_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0)
         return;
-    if (to < 0) to = kernels_end(db, j) + 1;
     if (to <= from) {
         http_error(r, 400, "bad window: to (%ld) must be greater than from (%ld)", to, from);
         return;
