@@ -112,10 +112,9 @@ static int check_version(sqlite3 *sql, const char *path, int64_t *version, pp_er
  * (version 0) gets schema.sql, which is the latest version as a whole. */
 static const char *const migrations[DB_SCHEMA_VERSION] = {
     NULL,
-    /* 1 -> 2: CUPTI's lost records, per rank and per job; timeline windows
-     * by source (host spans, gpu spans) */
+    /* 1 -> 2: CUPTI's lost records per rank; timeline windows by source
+     * (host spans, gpu spans) */
     "ALTER TABLE ranks ADD COLUMN cupti_dropped INTEGER NOT NULL DEFAULT 0;"
-    "ALTER TABLE job_counters ADD COLUMN cupti_dropped INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);"
     "DROP INDEX IF EXISTS events_by_time;"
     "CREATE INDEX events_by_time ON events(job_id, rank, source, start_ns);",
@@ -456,15 +455,7 @@ static int gpu_dropped(db *d, int64_t job_id, const trace_event *e) {
     sqlite3_bind_int64(st, 3, (int64_t)e->bytes);
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
-    if (rc != SQLITE_DONE) return rc;
-    char sql[256];
-    snprintf(sql, sizeof sql,
-             "INSERT INTO job_counters(job_id,cupti_dropped) VALUES(%lld,"
-             " (SELECT coalesce(sum(cupti_dropped),0) FROM ranks WHERE job_id=%lld))"
-             " ON CONFLICT(job_id) DO UPDATE SET cupti_dropped=excluded.cupti_dropped",
-             (long long)job_id, (long long)job_id);
-    rc = sqlite3_exec(d->sql, sql, NULL, NULL, NULL);
-    return rc == SQLITE_OK ? SQLITE_DONE : rc;
+    return rc;
 }
 
 int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err) {

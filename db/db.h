@@ -16,7 +16,7 @@
 #include "runner/base/pp.h"
 #include "tracer/event.h"
 
-#define DB_SCHEMA_VERSION 2 /* 2: ranks.cupti_dropped, job_counters.cupti_dropped */
+#define DB_SCHEMA_VERSION 2 /* 2: ranks.cupti_dropped, source in events_by_time */
 
 typedef struct db db;
 
@@ -72,7 +72,7 @@ int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t clock_offset_ns
  * events.id of the gpu span of its rank and attempt with the number it
  * carries (the worker writes a span before its kernels; a span lost to a
  * full ring leaves event_id NULL, a lost name gives "(name lost)");
- * TRACE_GPU_DROPPED sets ranks.cupti_dropped and job_counters.cupti_dropped. */
+ * TRACE_GPU_DROPPED sets ranks.cupti_dropped. */
 int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err);
 /* Records the drop counter of a rank's ring (absolute, not a delta) in
  * ranks.dropped_events and job_counters.events_dropped (their sum). */

@@ -1,7 +1,7 @@
 -- schema.sql: the trace database (DESIGN.md §7), version 2 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
--- migrations in db/db.c (version 1 -> 2: the cupti_dropped columns, source
--- in events_by_time).
+-- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
+-- events_by_time).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -153,6 +153,5 @@ CREATE TABLE IF NOT EXISTS job_counters (
   job_id          INTEGER PRIMARY KEY,
   events_ingested INTEGER NOT NULL DEFAULT 0,
   events_dropped  INTEGER NOT NULL DEFAULT 0,
-  updated_at_ns   INTEGER NOT NULL DEFAULT 0,
-  cupti_dropped   INTEGER NOT NULL DEFAULT 0  -- sum of ranks.cupti_dropped (version 2)
+  updated_at_ns   INTEGER NOT NULL DEFAULT 0
 );

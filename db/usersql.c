@@ -137,9 +137,9 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, 1 << 20);
     sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
     sqlite3_busy_timeout(db, 2000);
-    /* A file written before schema version 2 has no cupti_dropped columns:
-     * temp views of the same names (temp shadows main for unqualified
-     * names) add them as 0, so readers need not know the version. The file
+    /* A file written before schema version 2 has no ranks.cupti_dropped: a
+     * temp view of the same name (temp shadows main for unqualified names)
+     * adds it as 0, so readers need not know the version. The file
      * itself is never written. */
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK) {
@@ -147,8 +147,7 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
         sqlite3_finalize(st);
         if (v == 1)
             sqlite3_exec(db,
-                         "CREATE TEMP VIEW ranks AS SELECT *, 0 AS cupti_dropped FROM main.ranks;"
-                         "CREATE TEMP VIEW job_counters AS SELECT *, 0 AS cupti_dropped FROM main.job_counters;",
+                         "CREATE TEMP VIEW ranks AS SELECT *, 0 AS cupti_dropped FROM main.ranks;",
                          NULL, NULL, NULL);
     }
     *out = db;
