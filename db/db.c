@@ -15,12 +15,17 @@
 
 extern const pp_embedded_file pp_schema_files[];
 
+/* A kernel name arriving in chunks. */
+typedef struct gpu_name {
+    char *text;          /* malloc'd, owned here; NULL: none started */
+    uint16_t have, need; /* bytes received, and the name's length */
+} gpu_name;
+
 /* Per rank of the job being written: what its GPU records refer to. */
 typedef struct gpu_rank {
     int attempt;
     int64_t span_seq, span_id; /* the last gpu span: its number and events.id */
-    char **names;              /* [nnames] by name id, NULL until complete */
-    uint16_t *have, *need;     /* [nnames] bytes received, and the name's length */
+    gpu_name *names;           /* [nnames] by name id */
     size_t nnames;
 } gpu_rank;
 
@@ -356,10 +361,8 @@ static const char *const source_names[] = {"cpu", "gpu"};
 /* ---- GPU records (--cupti on) ------------------------------------------ */
 
 static void gpu_rank_clear(gpu_rank *g) {
-    for (size_t i = 0; i < g->nnames; i++) free(g->names[i]);
+    for (size_t i = 0; i < g->nnames; i++) free(g->names[i].text);
     free(g->names);
-    free(g->have);
-    free(g->need);
     memset(g, 0, sizeof *g);
 }
 
@@ -401,37 +404,31 @@ static void gpu_name_chunk(db *d, int64_t job_id, const trace_event *e) {
     if (!g || id > (1u << 24) || e->kname.off > e->kname.len) return;
     if (id >= g->nnames) {
         size_t n = id + 1 > 2 * g->nnames ? id + 1 : 2 * g->nnames;
-        char **names = realloc(g->names, n * sizeof *names);
+        gpu_name *names = realloc(g->names, n * sizeof *names);
         if (!names) return;
+        memset(names + g->nnames, 0, (n - g->nnames) * sizeof *names);
         g->names = names;
-        memset(g->names + g->nnames, 0, (n - g->nnames) * sizeof *names);
-        uint16_t *have = realloc(g->have, n * sizeof *have);
-        if (have) g->have = have;
-        uint16_t *need = have ? realloc(g->need, n * sizeof *need) : NULL;
-        if (need) g->need = need;
-        if (!have || !need) return; /* nnames stays: the arrays are at least that long */
-        memset(g->have + g->nnames, 0, (n - g->nnames) * sizeof *have);
-        memset(g->need + g->nnames, 0, (n - g->nnames) * sizeof *need);
         g->nnames = n;
     }
+    gpu_name *nm = &g->names[id];
     if (e->kname.off == 0) {
-        free(g->names[id]);
-        g->names[id] = calloc((size_t)e->kname.len + 1, 1);
-        g->have[id] = 0;
-        g->need[id] = e->kname.len;
+        free(nm->text);
+        nm->text = calloc((size_t)e->kname.len + 1, 1);
+        nm->have = 0;
+        nm->need = e->kname.len;
     }
-    if (!g->names[id] || e->kname.off != g->have[id] || e->kname.len != g->need[id]) return;
+    if (!nm->text || e->kname.off != nm->have || e->kname.len != nm->need) return;
     size_t k = (size_t)(e->kname.len - e->kname.off);
     if (k > TRACE_NAME_CHUNK) k = TRACE_NAME_CHUNK;
-    memcpy(g->names[id] + e->kname.off, e->kname.text, k);
-    g->have[id] = (uint16_t)(e->kname.off + k);
+    memcpy(nm->text + e->kname.off, e->kname.text, k);
+    nm->have = (uint16_t)(e->kname.off + k);
 }
 
 static int gpu_kernel(db *d, int64_t job_id, const trace_event *e, int64_t off) {
     gpu_rank *g = gpu_of(d, job_id, e);
     uint64_t id = e->bytes;
     const char *name = "(name lost)";
-    if (g && id < g->nnames && g->names[id] && g->have[id] == g->need[id]) name = g->names[id];
+    if (g && id < g->nnames && g->names[id].text && g->names[id].have == g->names[id].need) name = g->names[id].text;
     sqlite3_stmt *st = d->ins_kernel;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int(st, 2, e->rank);
