@@ -125,22 +125,24 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "CREATE INDEX events_by_time ON events(job_id, rank, source, start_ns);",
 };
 
-static int migrate(db *d, int64_t from, pp_err *err) {
-    for (int64_t v = from; v < DB_SCHEMA_VERSION; v++) {
-        const char *sql = v == 0 ? schema_sql() : migrations[v];
-        if (!sql) return pp_fail(err, "%s: the schema is not compiled into this binary", d->path);
-        int64_t to = v == 0 ? DB_SCHEMA_VERSION : v + 1;
-        char what[64], pragma[64];
-        snprintf(what, sizeof what, "migrating the schema to version %lld", (long long)to);
-        snprintf(pragma, sizeof pragma, "PRAGMA user_version = %lld", (long long)to);
-        if (exec(d, "BEGIN IMMEDIATE", what, err) != 0) return -1;
-        if (exec(d, sql, what, err) != 0 || exec(d, pragma, what, err) != 0) {
-            sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
-            return -1;
-        }
-        if (exec(d, "COMMIT", what, err) != 0) return -1;
-        v = to - 1;
+/* Runs sql and sets user_version to `to` in one transaction. */
+static int apply(db *d, const char *sql, int64_t to, pp_err *err) {
+    if (!sql) return pp_fail(err, "%s: the schema is not compiled into this binary", d->path);
+    char what[64], pragma[64];
+    snprintf(what, sizeof what, "migrating the schema to version %lld", (long long)to);
+    snprintf(pragma, sizeof pragma, "PRAGMA user_version = %lld", (long long)to);
+    if (exec(d, "BEGIN IMMEDIATE", what, err) != 0) return -1;
+    if (exec(d, sql, what, err) != 0 || exec(d, pragma, what, err) != 0) {
+        sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
     }
+    return exec(d, "COMMIT", what, err);
+}
+
+static int migrate(db *d, int64_t from, pp_err *err) {
+    if (from == 0) return apply(d, schema_sql(), DB_SCHEMA_VERSION, err);
+    for (int64_t v = from; v < DB_SCHEMA_VERSION; v++)
+        if (apply(d, migrations[v], v + 1, err) != 0) return -1;
     return 0;
 }
 
