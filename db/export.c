@@ -22,7 +22,7 @@
 #define LANES 8      /* per kind: compute lanes 0..7, comm lanes 8..15, gpu lanes 16..23 */
 #define GPU_TID_BASE 1000000 /* gpu lanes' tids: after every host tid (rank * 2 * LANES + lane) */
 #define LANE_DEPTH 8 /* open spans remembered per lane */
-#define KERNEL_TID_BASE 2000000 /* kernel lanes: KERNEL_TID_BASE + rank * 1024 + stream index * LANES + lane */
+#define KERNEL_TID_BASE 2000000 /* kernel lanes: after every gpu tid, see kernel_tid */
 #define STREAMS 128  /* streams told apart per rank; later ones share the last track */
 #define RANK_SORT (3 * LANES + STREAMS * LANES) /* thread_sort_index stride per rank */
 
@@ -116,6 +116,13 @@ static void op_name(char *name, size_t n, const char *phase, int has_mb, int mb,
         snprintf(name, n, "%s", phase);
 }
 
+static int lane_tid(int rank, int ln) {
+    return ln < 2 * LANES ? rank * 2 * LANES + ln : GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
+}
+
+/* A rank's stream tracks take STREAMS * LANES tids each. */
+static int kernel_tid(int rank, int index, int ln) { return KERNEL_TID_BASE + (rank * STREAMS + index) * LANES + ln; }
+
 /* Kernels on per-rank per-stream threads; rows come ordered by rank,
  * stream, start. *tracks (malloc'd, the caller frees) lists the tracks for
  * the thread names. */
@@ -160,14 +167,11 @@ static int export_kernels(sqlite3 *db, int64_t job, int64_t t0, rank_info *ranks
         fprintf(out, "%s{\"ph\":\"X\",\"name\":", *sep);
         *sep = ",\n";
         json_str(out, (const char *)sqlite3_column_text(st, 2));
-        fprintf(out, ",\"cat\":\"kernel\",\"pid\":%d,\"tid\":%d,\"ts\":", r->node,
-                KERNEL_TID_BASE + rank * 1024 + cur->index * LANES + ln);
+        fprintf(out, ",\"cat\":\"kernel\",\"pid\":%d,\"tid\":%d,\"ts\":", r->node, kernel_tid(rank, cur->index, ln));
         put_us(out, s - t0);
         fprintf(out, ",\"dur\":");
         put_us(out, e - s);
-        fprintf(out, ",\"args\":{\"name\":");
-        json_str(out, (const char *)sqlite3_column_text(st, 2));
-        fprintf(out, ",\"stream\":%lld", (long long)stream);
+        fprintf(out, ",\"args\":{\"stream\":%lld", (long long)stream);
         if (sqlite3_column_type(st, 5) != SQLITE_NULL) {
             char name[96];
             op_name(name, sizeof name, (const char *)sqlite3_column_text(st, 5),
@@ -181,10 +185,6 @@ static int export_kernels(sqlite3 *db, int64_t job, int64_t t0, rank_info *ranks
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return sql_fail(db, "reading kernels", err);
     return 0;
-}
-
-static int lane_tid(int rank, int ln) {
-    return ln < 2 * LANES ? rank * 2 * LANES + ln : GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
 }
 
 int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
@@ -319,7 +319,7 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         for (int ln = 0; ln < LANES; ln++) {
             const stream_track *t = &tracks[i];
             if (!t->lanes[ln].used) continue;
-            int tid = KERNEL_TID_BASE + t->rank * 1024 + t->index * LANES + ln;
+            int tid = kernel_tid(t->rank, t->index, ln);
             char tname[96];
             if (t->index == STREAMS - 1)
                 snprintf(tname, sizeof tname, "rank %d streams %d+", t->rank, STREAMS - 1);
