@@ -21,6 +21,7 @@ const CAUSE_COLOR = ['rgba(150,150,150,0.22)', 'rgba(150,150,150,0.22)', 'rgba(2
 const ROW_H = 34, ROW_GAP = 6, AXIS_H = 22, LABEL_W = 64;
 const GPU_H = 12;           // the GPU lane under a rank's row: spans on it, kernels on its lower half
 const KERNEL_SPANS = 400;   // kernels are fetched when at most this many gpu spans are in the window
+const KERNEL_LIMIT = 20000; // at most this many kernels per window (the server allows 25000)
 
 const token = (() => {
   const m = /(?:^|[#&])token=([^&]+)/.exec(location.hash);
@@ -320,7 +321,7 @@ async function fetchWindow() {
   // Kernels only when zoomed in: a few hundred ops' worth.
   let kr = null;
   if (gpu && r.mode === 'events' && r.gpu && r.gpu.length <= KERNEL_SPANS) {
-    kr = await api(`/api/jobs/${S.job}/kernels?from=${from}&to=${Math.max(to, from + 1)}&limit=20000`);
+    kr = await api(`/api/jobs/${S.job}/kernels?from=${from}&to=${Math.max(to, from + 1)}&limit=${KERNEL_LIMIT}`);
     if (seq !== S.fetchSeq) return;
   }
   S.gpu = r.mode === 'events' && r.gpu ? r.gpu : [];
@@ -460,7 +461,7 @@ function draw() {
   window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b),
     gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels };
   $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? ev.n + ' events' : 'aggregated (' + S.mode + ')'}` +
-    (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (window.__pprun.lastKernels && window.__pprun.lastKernels.truncated ? ' (cut at 20,000: zoom in)' : '') : '') : ' · gpu lane: zoom in') : '');
+    (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (window.__pprun.lastKernels && window.__pprun.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan();
 }
 
