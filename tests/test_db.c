@@ -10,15 +10,6 @@
 #include "db/db.h"
 #include "helpers/trace_fixture.h"
 
-static int64_t q_int(sqlite3 *s, const char *sql) {
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 static const char *q_text(sqlite3 *s, const char *sql, char *buf, size_t n) {
     sqlite3_stmt *st;
     cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
@@ -41,15 +32,15 @@ static db *open_fresh(const char *name) {
 Test(db, creates_the_schema_in_wal_with_version_1_and_reopens) {
     db *d = open_fresh("a.db");
     char buf[64];
-    cr_assert_eq(q_int(db_sqlite(d), "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "PRAGMA user_version"), DB_SCHEMA_VERSION);
     cr_assert_str_eq(q_text(db_sqlite(d), "PRAGMA journal_mode", buf, sizeof buf), "wal");
-    cr_assert_eq(q_int(db_sqlite(d), "PRAGMA synchronous"), 1, "NORMAL");
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "PRAGMA synchronous"), 1, "NORMAL");
     const char *tables[] = {"jobs", "ranks", "events", "losses", "plan", "kernels", "step_stats", "gaps",
                             "job_counters"};
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
         char q[128];
         snprintf(q, sizeof q, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'", tables[i]);
-        cr_assert_eq(q_int(db_sqlite(d), q), 1, "table %s", tables[i]);
+        cr_assert_eq(tfix_q_int(db_sqlite(d), q), 1, "table %s", tables[i]);
     }
     int64_t a = tfix_job(d);
     db_close(d);
@@ -57,7 +48,7 @@ Test(db, creates_the_schema_in_wal_with_version_1_and_reopens) {
     cr_assert_eq(db_open(tfix_path("a.db"), &d, &err), 0, "%s", err.msg);
     int64_t b = tfix_job(d);
     cr_assert_eq(b, a + 1, "many jobs per file");
-    cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM jobs"), 2);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM jobs"), 2);
     db_close(d);
 }
 
@@ -101,14 +92,14 @@ Test(db, a_full_disk_is_reported_and_the_batch_is_not_half_written) {
     /* Cap the file at its current size plus a little: SQLite then reports
      * SQLITE_FULL exactly as on a full disk. */
     char q[64];
-    snprintf(q, sizeof q, "PRAGMA max_page_count=%lld", (long long)q_int(db_sqlite(d), "PRAGMA page_count") + 4);
+    snprintf(q, sizeof q, "PRAGMA max_page_count=%lld", (long long)tfix_q_int(db_sqlite(d), "PRAGMA page_count") + 4);
     sqlite3_exec(db_sqlite(d), q, NULL, NULL, NULL);
     static trace_event ev[20000];
     for (int i = 0; i < 20000; i++) tfix_events(i, 0, &ev[i / 16 * 16]);
     pp_err err;
     cr_assert_eq(db_insert_events(d, job, ev, 20000, &err), -1);
     cr_assert(strstr(err.msg, "full.db") && strstr(err.msg, "disk full"), "%s", err.msg);
-    cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM events"), 0, "the failed batch is rolled back");
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 0, "the failed batch is rolled back");
     /* The job's end can still be written after space is back. */
     sqlite3_exec(db_sqlite(d), "PRAGMA max_page_count=1000000", NULL, NULL, NULL);
     cr_assert_eq(db_finish_job(d, job, "failed", 1, -1, "trace database full", &err), 0, "%s", err.msg);
@@ -127,32 +118,32 @@ Test(db, events_losses_offsets_counters_and_job_end) {
     for (size_t i = 0; i < n; i++)
         if (ev[i].rank == 1) ev[i].start_ns -= 5000000000ull, ev[i].end_ns -= 5000000000ull;
     cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 14);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), 2);
-    cr_assert_eq(q_int(s, "SELECT min(start_ns) FROM events WHERE rank=1"), 1000000, "offset applied");
-    cr_assert_eq(q_int(s, "SELECT at_ns FROM losses WHERE microbatch=1"), 1000000 + 55 * TFIX_US);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND microbatch IS NULL AND stage IS NULL"),
-                 2);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE phase IN ('F','B') AND peer IS NULL AND bytes IS NULL"),
-                 8);
-    cr_assert_eq(q_int(s, "SELECT bytes FROM events WHERE phase='SEND_B'"), 4096);
-    cr_assert_eq(q_int(s, "SELECT pid FROM ranks WHERE rank=1"), 202);
-    cr_assert_eq(q_int(s, "SELECT clock_offset_ns FROM ranks WHERE rank=1"), 5000000000ll);
-    cr_assert_eq(q_int(s, "SELECT events_ingested FROM job_counters"), 16);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 14);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses"), 2);
+    cr_assert_eq(tfix_q_int(s, "SELECT min(start_ns) FROM events WHERE rank=1"), 1000000, "offset applied");
+    cr_assert_eq(tfix_q_int(s, "SELECT at_ns FROM losses WHERE microbatch=1"), 1000000 + 55 * TFIX_US);
+    cr_assert_eq(
+        tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND microbatch IS NULL AND stage IS NULL"), 2);
+    cr_assert_eq(
+        tfix_q_int(s, "SELECT count(*) FROM events WHERE phase IN ('F','B') AND peer IS NULL AND bytes IS NULL"), 8);
+    cr_assert_eq(tfix_q_int(s, "SELECT bytes FROM events WHERE phase='SEND_B'"), 4096);
+    cr_assert_eq(tfix_q_int(s, "SELECT pid FROM ranks WHERE rank=1"), 202);
+    cr_assert_eq(tfix_q_int(s, "SELECT clock_offset_ns FROM ranks WHERE rank=1"), 5000000000ll);
+    cr_assert_eq(tfix_q_int(s, "SELECT events_ingested FROM job_counters"), 16);
     cr_assert_eq(db_set_dropped(d, job, 0, 3, &err), 0, "%s", err.msg);
     cr_assert_eq(db_set_dropped(d, job, 1, 4, &err), 0, "%s", err.msg);
-    cr_assert_eq(q_int(s, "SELECT events_dropped FROM job_counters"), 7);
+    cr_assert_eq(tfix_q_int(s, "SELECT events_dropped FROM job_counters"), 7);
     /* A restarted attempt's loss replaces the old one. */
     ev[14].value = 9.0;
     cr_assert_eq(db_insert_events(d, job, &ev[14], 1, &err), 0, "%s", err.msg);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses WHERE loss=9.0"), 1);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), 2);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses WHERE loss=9.0"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses"), 2);
 
     db_plan_row plan[2] = {{0, 0, "0F0", 0, "F", 0, 0, 10000}, {1, 1, "1F0", 1, "F", 0, -1, -1}};
     cr_assert_eq(db_insert_plan(d, job, plan, 2, &err), 0, "%s", err.msg);
     cr_assert_eq(db_insert_plan(d, job, plan, 2, &err), 0, "replacing the plan: %s", err.msg);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM plan WHERE sim_start_ns IS NULL"), 1);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM plan"), 2);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM plan WHERE sim_start_ns IS NULL"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM plan"), 2);
 
     char buf[128];
     cr_assert_str_eq(q_text(s, "SELECT status FROM jobs", buf, sizeof buf), "running");
@@ -160,7 +151,7 @@ Test(db, events_losses_offsets_counters_and_job_end) {
     cr_assert_str_eq(q_text(s, "SELECT status || ' ' || exit_code || ' ' || failed_rank || ' ' || failure FROM jobs",
                             buf, sizeof buf),
                      "failed 1 1 rank 1 killed by SIGKILL");
-    cr_assert_eq(q_int(s, "SELECT ended_at IS NOT NULL FROM jobs"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT ended_at IS NOT NULL FROM jobs"), 1);
     cr_assert_eq(db_finish_job(d, job + 100, "failed", 1, 1, NULL, &err), -1);
     db_close(d);
 }
@@ -177,7 +168,7 @@ static void check_fixture_analysis(sqlite3 *s, int step) {
                      "0 20-40 wait_gradient 0B0, 0 60-75 wait_gradient 0B1, 0 95-96 other OPT, "
                      "1 0-10 warmup 1F0, 1 40-45 wait_activation 1F1, 1 75-85 comm OPT, 1 90-100 cooldown -");
     snprintf(q, sizeof q, "SELECT round(bubble_ratio, 4) * 10000 FROM step_stats WHERE step=%d AND rank=0", step);
-    cr_assert_eq(q_int(s, q), 3600);
+    cr_assert_eq(tfix_q_int(s, q), 3600);
 }
 
 Test(db, step_analysis_of_a_known_1f1b_step) {
@@ -191,15 +182,16 @@ Test(db, step_analysis_of_a_known_1f1b_step) {
     cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
     cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
     check_fixture_analysis(s, 0);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats WHERE step=1"), 0);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE step=1"), 0);
     /* Idempotent: the whole job again replaces, never duplicates. */
     cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
     cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
     check_fixture_analysis(s, 0);
     check_fixture_analysis(s, 1);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM gaps"), 14);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM gaps"), 14);
     /* Gaps add up to the bubble. */
-    cr_assert_eq(q_int(s, "SELECT sum(end_ns-start_ns) FROM gaps"), q_int(s, "SELECT sum(bubble_ns) FROM step_stats"));
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(end_ns-start_ns) FROM gaps"),
+                 tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats"));
     db_close(d);
 }
 

@@ -352,3 +352,52 @@ Test(gpu_cli, forced_gpu_transport_the_gpus_cannot_carry_exits_2) {
     rmdir(dir);
 }
 #endif
+
+/* --cupti values and conflicts: exit 2 naming them, before anything is
+ * created; off is accepted on the CPU and recorded. */
+#include "helpers/trace_fixture.h" /* tfix_q_int, for this test only */
+
+Test(gpu_cli, cupti_flag_is_checked_before_anything_starts) {
+    char dir[] = "/tmp/pprun-test-cupti-XXXXXX", db[96];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/job.db", dir);
+    struct {
+        const char *args[12];
+        const char *want;
+    } cases[] = {
+        {{"run", "--cupti", "on", "--steps", "1", "--db", db, NULL},
+         "--cupti on needs --device cuda (CUPTI traces GPU kernels; this job runs on --device cpu)"},
+        {{"run", "--cupti", "on", "--device", "cuda", "--trace", "off", "--steps", "1", "--db", db, NULL},
+         "--cupti on needs --trace on"},
+        {{"run", "--cupti", "yes", "--device", "cuda", "--db", db, NULL}, "--cupti: 'yes' is not accepted; accepted: on|off"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lt_proc p;
+        lt_run(&p, cases[i].args, NULL);
+        cr_expect_eq(p.status, 2, "case %zu: exit %d, stderr: %s", i, p.status, p.err);
+        cr_expect(strstr(p.err, cases[i].want) != NULL, "case %zu: stderr: %s", i, p.err);
+        struct stat st;
+        cr_expect(stat(db, &st) != 0, "case %zu: a refused job created its database", i);
+        lt_free(&p);
+    }
+    /* off is fine on the CPU, and recorded with the job's options */
+    lt_proc p;
+    const char *ok[] = {"run",     "--cupti", "off", "--nproc-per-node", "1", "--steps", "1", "--model",
+                        "timed:f=1ms,b=1ms,w=1ms,act=1KiB", "--db", db, "--progress", "off", NULL};
+    lt_run(&p, ok, NULL);
+    cr_assert_eq(p.status, 0, "exit %d, stderr: %s", p.status, p.err);
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM jobs WHERE json_extract(config_json,'$.cupti')='off'"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu'"), 0);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels"), 0);
+    sqlite3_close(s);
+    lt_free(&p);
+    unlink(db);
+    char side[128];
+    snprintf(side, sizeof side, "%s-wal", db);
+    unlink(side);
+    snprintf(side, sizeof side, "%s-shm", db);
+    unlink(side);
+    rmdir(dir);
+}

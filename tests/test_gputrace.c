@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "helpers/trace_fixture.h"
 #include "launch_testutil.h"
 #include "tracer/gputrace.h"
 #ifdef PPRUN_HAVE_CUDA
@@ -285,10 +286,13 @@ Test(gputrace, open_without_a_device_fails_with_a_reason, .timeout = 60) {
     cr_log_info("gputrace_open without a device: %s", rc == 0 ? "opened" : err.msg);
     if (rc == 0) {
         /* CUPTI may accept the set-up before any device is touched; then the
-         * step end (which synchronises the device) must turn it off cleanly. */
+         * step end (which synchronises the device) must turn it off cleanly:
+         * training goes on, and nothing GPU-side reaches the trace. */
         cr_assert_not_null(g);
         cr_assert_eq(gputrace_step_end(g, 0, &err), 0);
+        cr_assert_eq(trace_ring_pending(ring), 0, "no gpu records without a device");
         gputrace_close(g);
+        cr_assert_eq(trace_ring_pending(ring), 0, "nothing left to flush either");
     } else {
         cr_assert_null(g);
         cr_assert(strncmp(err.msg, "CUPTI: ", 7) == 0, "the reason names CUPTI: %s", err.msg);
@@ -310,17 +314,6 @@ Test(gputrace, open_says_the_backend_is_missing) {
 #endif
 
 /* ---- a real CUDA job ----------------------------------------------------- */
-
-#ifdef PPRUN_HAVE_CUDA
-static int64_t q_int(sqlite3 *s, const char *sql) {
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-#endif
 
 /* Two ranks on one GPU, CUPTI on by default: every F/B/W has a gpu span
  * lying inside its host span (CUPTI's timestamps are the host clock; the
@@ -345,24 +338,25 @@ Test(gputrace_gpu, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300)
     cr_assert(strstr(p.err, "no GPU spans") == NULL, "CUPTI was unavailable: %s", p.err);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_gt(q_int(s, "SELECT count(*) FROM kernels"), 0, "kernels were recorded");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels WHERE name = '' OR name = '(name lost)'"), 0);
-    int64_t fbw = q_int(s, "SELECT count(*) FROM events WHERE source='cpu' AND phase IN ('F','B','W')");
-    int64_t gpu = q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND phase IN ('F','B','W')");
+    cr_assert_gt(tfix_q_int(s, "SELECT count(*) FROM kernels"), 0, "kernels were recorded");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels WHERE name = '' OR name = '(name lost)'"), 0);
+    int64_t fbw = tfix_q_int(s, "SELECT count(*) FROM events WHERE source='cpu' AND phase IN ('F','B','W')");
+    int64_t gpu = tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND phase IN ('F','B','W')");
     cr_assert_eq(gpu, fbw, "every F/B/W has a gpu span (%lld of %lld)", (long long)gpu, (long long)fbw);
     /* 50 µs of slack: the host span's clock reads bracket the op, the GPU
      * clock is mapped onto the host's by CUPTI's interpolation. */
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events g JOIN events h ON h.job_id=g.job_id AND h.rank=g.rank"
-                          " AND h.step=g.step AND h.phase=g.phase AND h.stage=g.stage AND h.microbatch=g.microbatch"
-                          " AND h.attempt=g.attempt AND h.source='cpu'"
-                          " WHERE g.source='gpu' AND g.phase IN ('F','B','W')"
-                          " AND (g.start_ns < h.start_ns - 50000 OR g.end_ns > h.end_ns + 50000)"),
+    cr_assert_eq(tfix_q_int(s,
+                            "SELECT count(*) FROM events g JOIN events h ON h.job_id=g.job_id AND h.rank=g.rank"
+                            " AND h.step=g.step AND h.phase=g.phase AND h.stage=g.stage AND h.microbatch=g.microbatch"
+                            " AND h.attempt=g.attempt AND h.source='cpu'"
+                            " WHERE g.source='gpu' AND g.phase IN ('F','B','W')"
+                            " AND (g.start_ns < h.start_ns - 50000 OR g.end_ns > h.end_ns + 50000)"),
                  0, "a gpu span outside its host span");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
-                          " WHERE k.event_id IS NOT NULL AND (e.source IS NOT 'gpu' OR k.start_ns < e.start_ns"
-                          " OR k.end_ns > e.end_ns)"),
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
+                               " WHERE k.event_id IS NOT NULL AND (e.source IS NOT 'gpu' OR k.start_ns < e.start_ns"
+                               " OR k.end_ns > e.end_ns)"),
                  0, "a kernel points at a gpu span that holds it");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 4, "2 steps x 2 ranks analysed");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4, "2 steps x 2 ranks analysed");
     sqlite3_close(s);
     lt_free(&p);
 #endif

@@ -3,30 +3,18 @@
  * drained by a real collector into a real SQLite file (kernels rows with
  * their names and the id of their gpu span; the analyses unchanged by
  * them; the Chrome export puts gpu spans on their own thread); schema
- * version 1 files migrate and stay readable; `--cupti` is checked before
- * anything starts. */
+ * version 1 files migrate and stay readable. */
 #include <criterion/criterion.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "db/db.h"
 #include "db/export.h"
 #include "db/usersql.h"
 #include "helpers/trace_fixture.h"
-#include "launch_testutil.h"
 #include "tracer/collector.h"
-
-static int64_t q_int(sqlite3 *s, const char *sql) {
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
 
 /* Every row of a query as one text, to compare two databases. */
 static char *q_text(sqlite3 *s, const char *sql) {
@@ -125,24 +113,25 @@ Test(gputrace_db, kernels_get_names_and_their_gpu_span_and_analyses_ignore_gpu_r
     cr_assert_eq(sqlite3_open_v2(without, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
 
     /* fixture: rank 0 has 2 F per step, 2 steps -> 4 gpu spans, 8 kernels + 2 of no op */
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE source='gpu'"), 4);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND phase='F' AND rank=0"), 4);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels"), 10);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels WHERE event_id IS NULL"), 2, "the kernels of no op");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels k JOIN events e ON e.id=k.event_id"
-                          " WHERE e.source='gpu' AND e.phase='F' AND k.start_ns >= e.start_ns AND k.end_ns <= e.end_ns"
-                          " AND k.rank = e.rank AND k.job_id = e.job_id"),
-                 8, "each kernel points at the gpu span it ran in");
-    cr_assert_eq(q_int(s, "SELECT count(DISTINCT event_id) FROM kernels"), 4);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels WHERE name='gemm_kernel'"), 6);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels WHERE stream=7"), 8);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu'"), 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND phase='F' AND rank=0"), 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels"), 10);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels WHERE event_id IS NULL"), 2, "the kernels of no op");
+    cr_assert_eq(
+        tfix_q_int(s, "SELECT count(*) FROM kernels k JOIN events e ON e.id=k.event_id"
+                      " WHERE e.source='gpu' AND e.phase='F' AND k.start_ns >= e.start_ns AND k.end_ns <= e.end_ns"
+                      " AND k.rank = e.rank AND k.job_id = e.job_id"),
+        8, "each kernel points at the gpu span it ran in");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(DISTINCT event_id) FROM kernels"), 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels WHERE name='gemm_kernel'"), 6);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels WHERE stream=7"), 8);
     char want[160];
     snprintf(want, sizeof want, "SELECT count(*) FROM kernels WHERE length(name)=%d AND name LIKE 'void cutlass%%'",
              TRACE_NAME_MAX);
-    cr_assert_eq(q_int(s, want), 4, "a long name arrives whole, cut at TRACE_NAME_MAX");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), q_int(h, "SELECT count(*) FROM losses"));
-    cr_assert_eq(q_int(s, "SELECT cupti_dropped FROM ranks WHERE rank=1"), 5);
-    cr_assert_eq(q_int(s, "SELECT dropped_events FROM ranks WHERE rank=1"), 0, "ring drops stay apart");
+    cr_assert_eq(tfix_q_int(s, want), 4, "a long name arrives whole, cut at TRACE_NAME_MAX");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses"), tfix_q_int(h, "SELECT count(*) FROM losses"));
+    cr_assert_eq(tfix_q_int(s, "SELECT cupti_dropped FROM ranks WHERE rank=1"), 5);
+    cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks WHERE rank=1"), 0, "ring drops stay apart");
 
     /* The analyses are the host-only run's, row for row. */
     const char *stats = "SELECT step, rank, start_ns, end_ns, busy_ns, bubble_ns, bubble_ratio FROM step_stats"
@@ -150,7 +139,7 @@ Test(gputrace_db, kernels_get_names_and_their_gpu_span_and_analyses_ignore_gpu_r
     const char *gaps = "SELECT step, rank, start_ns, end_ns, cause, next_action FROM gaps ORDER BY step, rank, start_ns";
     char *a = q_text(s, stats), *b = q_text(h, stats);
     cr_assert_str_eq(a, b, "step_stats changed by gpu rows");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4);
     free(a), free(b);
     a = q_text(s, gaps), b = q_text(h, gaps);
     cr_assert_str_eq(a, b, "gaps changed by gpu rows");
@@ -201,16 +190,16 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     sqlite3_close(s);
 
     cr_assert_eq(usersql_open(path, &s, &err), 0, "%s", err.msg);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM ranks WHERE cupti_dropped = 0"), 2, "a reader sees 0 lost");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM ranks WHERE cupti_dropped = 0"), 2, "a reader sees 0 lost");
     sqlite3_close(s);
     cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
     sqlite3_close(s);
 
     cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
-    cr_assert_eq(q_int(db_sqlite(d), "PRAGMA user_version"), DB_SCHEMA_VERSION);
-    cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM ranks WHERE cupti_dropped = 0"), 2);
-    cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM pragma_index_list('kernels') WHERE name='kernels_by_event'"),
-                 1);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM ranks WHERE cupti_dropped = 0"), 2);
+    cr_assert_eq(
+        tfix_q_int(db_sqlite(d), "SELECT count(*) FROM pragma_index_list('kernels') WHERE name='kernels_by_event'"), 1);
     char *idx = q_text(db_sqlite(d), "SELECT group_concat(name) FROM pragma_index_info('events_by_time')");
     cr_assert_str_eq(idx, "job_id,rank,source,start_ns|\n", "window readers filter on source: it is in the index");
     free(idx);
@@ -230,49 +219,4 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     free(a), free(b);
     sqlite3_close(f);
     sqlite3_close(s);
-}
-
-Test(gputrace_db, cupti_flag_is_checked_before_anything_starts) {
-    char dir[] = "/tmp/pprun-test-cupti-XXXXXX", db[96];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(db, sizeof db, "%s/job.db", dir);
-    struct {
-        const char *args[12];
-        const char *want;
-    } cases[] = {
-        {{"run", "--cupti", "on", "--steps", "1", "--db", db, NULL},
-         "--cupti on needs --device cuda (CUPTI traces GPU kernels; this job runs on --device cpu)"},
-        {{"run", "--cupti", "on", "--device", "cuda", "--trace", "off", "--steps", "1", "--db", db, NULL},
-         "--cupti on needs --trace on"},
-        {{"run", "--cupti", "yes", "--device", "cuda", "--db", db, NULL}, "--cupti: 'yes' is not accepted; accepted: on|off"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        lt_proc p;
-        lt_run(&p, cases[i].args, NULL);
-        cr_expect_eq(p.status, 2, "case %zu: exit %d, stderr: %s", i, p.status, p.err);
-        cr_expect(strstr(p.err, cases[i].want) != NULL, "case %zu: stderr: %s", i, p.err);
-        struct stat st;
-        cr_expect(stat(db, &st) != 0, "case %zu: a refused job created its database", i);
-        lt_free(&p);
-    }
-    /* off is fine on the CPU, and recorded with the job's options */
-    lt_proc p;
-    const char *ok[] = {"run",     "--cupti", "off", "--nproc-per-node", "1", "--steps", "1", "--model",
-                        "timed:f=1ms,b=1ms,w=1ms,act=1KiB", "--db", db, "--progress", "off", NULL};
-    lt_run(&p, ok, NULL);
-    cr_assert_eq(p.status, 0, "exit %d, stderr: %s", p.status, p.err);
-    sqlite3 *s;
-    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM jobs WHERE json_extract(config_json,'$.cupti')='off'"), 1);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE source='gpu'"), 0);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels"), 0);
-    sqlite3_close(s);
-    lt_free(&p);
-    unlink(db);
-    char side[128];
-    snprintf(side, sizeof side, "%s-wal", db);
-    unlink(side);
-    snprintf(side, sizeof side, "%s-shm", db);
-    unlink(side);
-    rmdir(dir);
 }

@@ -17,15 +17,6 @@
 #include "tracer/clock.h"
 #include "tracer/collector.h"
 
-static int64_t q_int(sqlite3 *s, const char *sql) {
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    int64_t v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 /* A worker: attaches to its ring, writes rank's part of steps 0..steps-1 of
  * the fixture plus `extra` F records of step `steps`, then kills itself. */
 static void worker(int fd, int rank, int steps, int extra) {
@@ -88,16 +79,16 @@ Test(trace_collector, sigkilled_workers_lose_nothing_and_steps_are_analysed, .ti
     cr_assert_eq(seen, 2, "steps are analysed while the job runs");
     cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
     sqlite3 *s = db_sqlite(d);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE step < 3"), 3 * 14);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events WHERE step = 3 AND rank = 1"), extra);
-    cr_assert_eq(q_int(s, "SELECT count(DISTINCT microbatch) FROM events WHERE step = 3"), extra);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), 6);
-    cr_assert_eq(q_int(s, "SELECT events_ingested FROM job_counters"), 3 * 16 + extra);
-    cr_assert_eq(q_int(s, "SELECT events_dropped FROM job_counters"), 0);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE step < 3"), 3 * 14);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE step = 3 AND rank = 1"), extra);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(DISTINCT microbatch) FROM events WHERE step = 3"), extra);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses"), 6);
+    cr_assert_eq(tfix_q_int(s, "SELECT events_ingested FROM job_counters"), 3 * 16 + extra);
+    cr_assert_eq(tfix_q_int(s, "SELECT events_dropped FROM job_counters"), 0);
     /* Final analyses cover every step, including the one cut short. */
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats WHERE step < 3"), 6);
-    cr_assert_eq(q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE step = 2"), 71000);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats WHERE step = 3"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE step < 3"), 6);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE step = 2"), 71000);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE step = 3"), 1);
     sqlite3_close(rd);
     db_close(d);
 }
@@ -122,9 +113,9 @@ Test(trace_collector, drops_of_a_full_ring_are_counted) {
     cr_assert_eq(collector_add_ring(c, 2, r, &err), -1, "rank out of range");
     cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
     trace_ring_close(w);
-    cr_assert_eq(q_int(db_sqlite(d), "SELECT count(*) FROM events"), 16);
-    cr_assert_eq(q_int(db_sqlite(d), "SELECT dropped_events FROM ranks WHERE rank = 1"), 84);
-    cr_assert_eq(q_int(db_sqlite(d), "SELECT events_dropped FROM job_counters"), 84);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 16);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT dropped_events FROM ranks WHERE rank = 1"), 84);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT events_dropped FROM job_counters"), 84);
     db_close(d);
 }
 
@@ -175,11 +166,11 @@ Test(trace_collector, second_node_forwards_over_tcp_onto_the_job_clock, .timeout
     cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
     close(junk);
     sqlite3 *s = db_sqlite(d);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 28);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses"), 4);
-    cr_assert_eq(q_int(s, "SELECT min(start_ns) FROM events WHERE rank = 1"), 8000000000ll, "aligned");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 4);
-    cr_assert_eq(q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE rank = 1"), 2 * 35000,
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 28);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses"), 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT min(start_ns) FROM events WHERE rank = 1"), 8000000000ll, "aligned");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE rank = 1"), 2 * 35000,
                  "the same bubbles as on one clock");
     db_close(d);
 }
@@ -243,7 +234,8 @@ Test(trace_collector, skewed_node_measured_and_aligned_on_the_job_clock, .timeou
     cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
     cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
     sqlite3 *s = db_sqlite(d);
-    int64_t a = q_int(s, "SELECT start_ns FROM events WHERE rank = 0"), b = q_int(s, "SELECT start_ns FROM events WHERE rank = 1");
+    int64_t a = tfix_q_int(s, "SELECT start_ns FROM events WHERE rank = 0"),
+            b = tfix_q_int(s, "SELECT start_ns FROM events WHERE rank = 1");
     cr_assert_eq(a, (int64_t)T);
     cr_assert_leq(llabs(b - a), (long long)rtt / 2 + 50000, "aligned within the round trip: %lld ns apart (rtt %llu)",
                   (long long)(b - a), (unsigned long long)rtt);
@@ -282,10 +274,10 @@ Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
     trace_ring_close(w);
     cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
     sqlite3 *s = db_sqlite(d);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 4 * 14);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses WHERE loss IS NULL"), 6, "not finite: NULL");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM losses WHERE step = 3 AND loss IS NOT NULL"), 2);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 8, "every step analysed");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 4 * 14);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses WHERE loss IS NULL"), 6, "not finite: NULL");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses WHERE step = 3 AND loss IS NOT NULL"), 2);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 8, "every step analysed");
     db_close(d);
 }
 
@@ -326,7 +318,7 @@ Test(trace_collector, forged_ranks_and_steps_are_refused_and_counted, .timeout =
     cr_assert_eq(collector_count(master), 1);
     cr_assert_eq(collector_stop(master, &err), 0, "still healthy: %s", err.msg);
     sqlite3 *s = db_sqlite(d);
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events"), 1);
-    cr_assert_eq(q_int(s, "SELECT step FROM events"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT step FROM events"), 1);
     db_close(d);
 }

@@ -13,6 +13,7 @@
  *         [75,85) comm OPT (8 of 10 covered by SEND_B), [90,100) cooldown -> 35 */
 #include "helpers/trace_fixture.h"
 
+#include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,4 +98,13 @@ const char *tfix_path(const char *name) {
     char *p = paths[next++ % 8];
     snprintf(p, sizeof paths[0], "%s/%s", dir, name);
     return p;
+}
+
+int64_t tfix_q_int(sqlite3 *s, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
 }

@@ -19,5 +19,8 @@ int64_t tfix_job(db *d);
 /* NAME inside a fresh temporary directory of this test process (the last
  * 8 results stay valid). */
 const char *tfix_path(const char *name);
+/* The first column of the first row of sql on s; the test fails (naming
+ * the query) if it does not prepare or gives no row. */
+int64_t tfix_q_int(sqlite3 *s, const char *sql);
 
 #endif
