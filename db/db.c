@@ -122,7 +122,7 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "ALTER TABLE ranks ADD COLUMN cupti_dropped INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);"
     "DROP INDEX IF EXISTS events_by_time;"
-    "CREATE INDEX events_by_time ON events(job_id, rank, source, start_ns);",
+    "CREATE INDEX events_by_time ON events(job_id, rank, start_ns, source);",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction. */

@@ -64,10 +64,10 @@ CREATE TABLE IF NOT EXISTS events (
   source      TEXT NOT NULL              -- cpu (host span) | gpu (CUPTI: the op's first kernel start to last kernel end)
 );
 -- Timeline readers ask for one source (host spans, or the GPU lane's gpu
--- spans) of a rank's window: with source before start_ns they stay in the
--- index (counts are index-only) and a gpu "before" query does not walk the
--- rank's host history. A window query that names no source scans the rank.
-CREATE INDEX IF NOT EXISTS events_by_time ON events(job_id, rank, source, start_ns);
+-- spans) of a rank's window: with source in the index they filter without
+-- reading the table (counts are index-only); after start_ns, so that a
+-- user's window query that names no source still ranges over start_ns.
+CREATE INDEX IF NOT EXISTS events_by_time ON events(job_id, rank, start_ns, source);
 CREATE INDEX IF NOT EXISTS events_by_step ON events(job_id, step, rank);
 
 CREATE TABLE IF NOT EXISTS losses (
