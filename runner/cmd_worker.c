@@ -223,18 +223,8 @@ static int run_worker(worker *w, pp_err *err) {
         if (comm_open(&cc, &c, err) != 0) goto out;
         int device = -1;
         if (device_boundaries) {
-            devcomm_config dcfg = {
-                .rank = w->rank,
-                .world = w->world,
-                .rank_node = rank_node,
-                .host = c,
-                .job_key = job_key,
-                .transport = w->cfg.transport,
-                .connect_timeout_ms = 60000,
-            };
             if (worker_device(w->rank % w->local_world, &device, err) != 0) goto out;
-            dcfg.device = device;
-            dcfg.exchange = cc.exchange; /* devcomm takes the host comm's exchange lock */
+            devcomm_config dcfg = {.host = c, .device = device, .transport = w->cfg.transport};
             if (devcomm_open(&dcfg, &dc, err) != 0) {
                 pp_wrap(err, "opening the GPU transport (--transport %s) on cuda:%d", w->cfg.transport, device);
                 goto out;

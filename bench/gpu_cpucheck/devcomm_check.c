@@ -173,15 +173,7 @@ static void rank_main(const world *w, const char *dir, const char *job, int rank
     rank_ctx r = {.rank = rank, .n = w->n};
     rank_device = w->device;
     if (comm_open(&cc, &r.host, &rep) < 0) goto out;
-    r.cfg = (devcomm_config){.rank = rank,
-                             .world = w->n,
-                             .rank_node = w->node,
-                             .device = w->device,
-                             .host = r.host,
-                             .exchange = fx_exchange(dir),
-                             .job_key = job,
-                             .transport = w->transport,
-                             .connect_timeout_ms = 10000};
+    r.cfg = (devcomm_config){.host = r.host, .device = w->device, .transport = w->transport};
     if (devcomm_open(&r.cfg, &r.d, &rep) < 0) {
         comm_close(r.host);
         goto out;
@@ -474,8 +466,8 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
     ncclUniqueId id;
     size_t len;
     char key[300];
-    snprintf(key, sizeof key, DC_KEY_NCCL, r->cfg.job_key, 0, 1);
-    if (fx_get((void *)r->cfg.exchange.ctx, key, &id, sizeof id, &len, RECV_MS, rep) < 0) return -1;
+    snprintf(key, sizeof key, DC_KEY_NCCL, r->host->job_key, 0, 1);
+    if (fx_get(r->host->ex.ctx, key, &id, sizeof id, &len, RECV_MS, rep) < 0) return -1;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t c;

@@ -309,11 +309,15 @@ static void *sender_main(void *arg) {
     }
 }
 
-static int check_peer(const comm *c, int peer, const char *op, pp_err *err) {
+int comm_check_peer(const comm *c, int peer, const char *who, const char *op, pp_err *err) {
     if (peer < 0 || peer >= c->world)
-        return pp_fail(err, "comm: %s: peer rank %d out of range (world size %d)", op, peer, c->world);
-    if (peer == c->rank) return pp_fail(err, "comm: %s: peer rank %d is this rank itself", op, peer);
+        return pp_fail(err, "%s: %s: peer rank %d out of range (world size %d)", who, op, peer, c->world);
+    if (peer == c->rank) return pp_fail(err, "%s: %s: peer rank %d is this rank itself", who, op, peer);
     return 0;
+}
+
+static int check_peer(const comm *c, int peer, const char *op, pp_err *err) {
+    return comm_check_peer(c, peer, "comm", op, err);
 }
 
 int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_err *err) {
@@ -557,6 +561,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
         return pp_fail(err, "comm: out of memory");
     }
     for (int r = 0; r < c->world; r++) c->node[r] = cfg->rank_node ? cfg->rank_node[r] : 0;
+    c->node_given = cfg->rank_node != NULL;
 
     for (int r = 0; r < c->world; r++) c->peers[r].pidfd = c->peers[r].out_fd = c->peers[r].in_fd = -1;
     int need_tcp = 0;

@@ -91,6 +91,7 @@ typedef struct comm_peer {
 typedef struct comm {
     int rank, world;
     int *node;                 /* [world] */
+    int node_given;            /* comm_config.rank_node was given (else every node is 0) */
     char job_key[256];
     uint64_t job_hash;
     comm_exchange ex;
@@ -122,6 +123,9 @@ void comm_monitor_kick(comm *c);
 typedef int (*comm_read_fn)(comm_peer *p, void *dst, size_t n, char *why, size_t cap);
 void comm_reader_loop(comm_peer *p, comm_read_fn rd);
 int comm_start_reader(comm_peer *p, void *(*fn)(void *));
+/* 0 if peer names another rank of c, else -1 with "<who>: <op>: peer rank
+ * .. out of range" / ".. is this rank itself" (devcomm shares it). */
+int comm_check_peer(const comm *c, int peer, const char *who, const char *op, pp_err *err);
 
 /* comm_shm.c */
 uint64_t comm_hash(const char *s);

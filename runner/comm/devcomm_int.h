@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runner/comm/comm_int.h" /* transports read rank, world, job key, timeout from cfg->host */
 #include "runner/comm/devcomm.h"
 
 /* Control tags on the host comm (comm.h's convention, direction field

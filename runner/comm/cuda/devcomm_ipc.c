@@ -78,7 +78,7 @@ struct dc_ipc {
 };
 
 static int cu_fail(const dc_ipc *t, pp_err *err, cudaError_t e, const char *what, int peer) {
-    return pp_fail(err, "devcomm (cuda-ipc): rank %d, talking to rank %d: %s failed: %s (%s)", t->cfg->rank, peer, what,
+    return pp_fail(err, "devcomm (cuda-ipc): rank %d, talking to rank %d: %s failed: %s (%s)", t->cfg->host->rank, peer, what,
                    cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -102,7 +102,7 @@ static int set_device(const dc_ipc *t, int peer, pp_err *err) {
 int dc_ipc_open(const devcomm_config *cfg, dc_ipc **out, pp_err *err) {
     *out = NULL;
     dc_ipc *t = calloc(1, sizeof *t);
-    if (!t || !(t->peers = calloc((size_t)cfg->world, sizeof *t->peers))) {
+    if (!t || !(t->peers = calloc((size_t)cfg->host->world, sizeof *t->peers))) {
         free(t);
         return pp_fail(err, "devcomm (cuda-ipc): out of memory");
     }
@@ -110,7 +110,7 @@ int dc_ipc_open(const devcomm_config *cfg, dc_ipc **out, pp_err *err) {
     cudaError_t e = cudaSetDevice(cfg->device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
-        pp_fail(err, "devcomm (cuda-ipc): rank %d cannot set up CUDA device %d: %s (%s)", cfg->rank, cfg->device,
+        pp_fail(err, "devcomm (cuda-ipc): rank %d cannot set up CUDA device %d: %s (%s)", cfg->host->rank, cfg->device,
                 cudaGetErrorString(e), cudaGetErrorName(e));
         free(t->peers);
         free(t);
@@ -132,11 +132,11 @@ static int take_acks(dc_ipc *t, int peer, int timeout_ms, pp_err *err) {
             return timeout_ms == 0
                        ? 0
                        : pp_fail(err, "devcomm (cuda-ipc): %u messages from rank %d to rank %d not taken: %s", p->busy,
-                                 t->cfg->rank, peer, e.msg);
+                                 t->cfg->host->rank, peer, e.msg);
         p->ack_in++;
         if (id >= p->n_bufs || !p->bufs[id].busy)
             return pp_fail(err, "devcomm (cuda-ipc): rank %d acknowledged buffer %u, which rank %d never lent it", peer,
-                           id, t->cfg->rank);
+                           id, t->cfg->host->rank);
         p->bufs[id].busy = 0;
         p->busy--;
     }
@@ -273,7 +273,7 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
     ipc_remote *r = NULL;
     if (s->a.len != len) {
         rc = pp_fail(err, "devcomm (cuda-ipc): message %s from rank %d has %llu bytes, but rank %d expected %zu",
-                     comm_tag_str(tag, ts, sizeof ts), peer, (unsigned long long)s->a.len, t->cfg->rank, len);
+                     comm_tag_str(tag, ts, sizeof ts), peer, (unsigned long long)s->a.len, t->cfg->host->rank, len);
     } else if (len && open_remote(t, peer, &s->a, &r, err) < 0) {
         rc = -1;
     } else if (len) {
@@ -296,7 +296,7 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
 }
 
 int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err) {
-    for (int r = 0; r < t->cfg->world; r++) {
+    for (int r = 0; r < t->cfg->host->world; r++) {
         if (!t->peers[r].busy) continue;
         uint64_t now = pp_now_ns();
         int left = deadline_ns == UINT64_MAX ? -1 : now >= deadline_ns ? 1 : (int)((deadline_ns - now) / 1000000u) + 1;
@@ -308,7 +308,7 @@ int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err) {
 void dc_ipc_close(dc_ipc *t) {
     if (!t) return;
     cudaSetDevice(t->cfg->device); /* a failure shows in the calls below, which have nobody to tell */
-    for (int r = 0; r < t->cfg->world; r++) {
+    for (int r = 0; r < t->cfg->host->world; r++) {
         ipc_peer *p = &t->peers[r];
         for (uint32_t i = 0; i < p->n_remote; i++)
             if (p->remote[i].dev) {

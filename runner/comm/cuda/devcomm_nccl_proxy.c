@@ -128,7 +128,7 @@ static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
      * (and so cannot ask it) finds the spoil instead. */
     pthread_mutex_lock(&p->mu);
     if (nccl_error) dcn_spoil_locked(p);
-    dcn_fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->rank, dir_str(p), p->peer, msg);
+    dcn_fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->host->rank, dir_str(p), p->peer, msg);
     pthread_mutex_unlock(&p->mu);
     pc_abort(p);
 }
@@ -158,7 +158,7 @@ static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max
             return -1;
         }
         if (now >= deadline) {
-            proxy_fail(p, 0, "%s did not complete within %d ms", what, p->t->cfg->connect_timeout_ms);
+            proxy_fail(p, 0, "%s did not complete within %d ms", what, p->t->cfg->host->connect_timeout_ms);
             return -1;
         }
         if (now >= next_check) {
@@ -378,13 +378,13 @@ static int in_connect(npair *p) {
     char key[320];
     size_t len = 0;
     pp_err e;
-    snprintf(key, sizeof key, DC_KEY_NCCL, cfg->job_key, p->peer, cfg->rank);
-    if (dc_ex_get(cfg, key, &p->id, sizeof p->id, &len, cfg->connect_timeout_ms, &e) < 0 || len != sizeof p->id) {
+    snprintf(key, sizeof key, DC_KEY_NCCL, cfg->host->job_key, p->peer, cfg->host->rank);
+    if (dc_ex_get(cfg, key, &p->id, sizeof p->id, &len, cfg->host->connect_timeout_ms, &e) < 0 || len != sizeof p->id) {
         proxy_fail(p, 0, "no NCCL unique id from rank %d in the store (key %s): %s", p->peer, key,
                    len != sizeof p->id ? "wrong size" : e.msg);
         return -1;
     }
-    return proxy_init(p, pp_now_ns() + (uint64_t)cfg->connect_timeout_ms * 1000000ull);
+    return proxy_init(p, pp_now_ns() + (uint64_t)cfg->host->connect_timeout_ms * 1000000ull);
 }
 
 void *dcn_in_main(void *arg) {
