@@ -57,6 +57,28 @@ int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap) {
     return gone;
 }
 
+long dc_pool_pick(const dc_slot *first, size_t n, size_t stride, size_t len) {
+    long best = -1;
+    size_t best_cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        const dc_slot *b = (const dc_slot *)((const char *)first + i * stride);
+        if (!b->busy && b->cap >= len && (best < 0 || b->cap < best_cap)) {
+            best = (long)i;
+            best_cap = b->cap;
+        }
+    }
+    return best;
+}
+
+size_t dc_pool_cap(size_t len, size_t min_cap) {
+    size_t cap = min_cap;
+    while (cap < len) {
+        if (cap > SIZE_MAX / 2) return 0;
+        cap *= 2;
+    }
+    return cap;
+}
+
 /* ---- open / close ----------------------------------------------------------- */
 
 /* Rank, world, job key and exchange were checked by comm_open. */

@@ -34,12 +34,10 @@
 #define IPC_GRAIN ((size_t)2 << 20) /* exported sizes are multiples of this (see the top) */
 
 typedef struct ipc_buf { /* one buffer of this rank's pool for one peer */
-    void *dev;
-    size_t cap;
+    dc_slot s;            /* first: the pool is picked by dc_pool_pick; busy: announced, not yet acknowledged */
     cudaEvent_t ev;
     cudaIpcMemHandle_t mh;
     cudaIpcEventHandle_t eh;
-    int busy; /* announced, not yet acknowledged */
 } ipc_buf;
 
 typedef struct ipc_remote { /* a buffer of the peer's pool, opened here */
@@ -134,10 +132,10 @@ static int take_acks(dc_ipc *t, int peer, int timeout_ms, pp_err *err) {
                        : pp_fail(err, "devcomm (cuda-ipc): %u messages from rank %d to rank %d not taken: %s", p->busy,
                                  t->cfg->host->rank, peer, e.msg);
         p->ack_in++;
-        if (id >= p->n_bufs || !p->bufs[id].busy)
+        if (id >= p->n_bufs || !p->bufs[id].s.busy)
             return pp_fail(err, "devcomm (cuda-ipc): rank %d acknowledged buffer %u, which rank %d never lent it", peer,
                            id, t->cfg->host->rank);
-        p->bufs[id].busy = 0;
+        p->bufs[id].s.busy = 0;
         p->busy--;
     }
     return 0;
@@ -146,12 +144,9 @@ static int take_acks(dc_ipc *t, int peer, int timeout_ms, pp_err *err) {
 /* A free buffer of at least len bytes (the smallest), or a new one. */
 static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
     ipc_peer *p = &t->peers[peer];
-    uint32_t best = UINT32_MAX;
-    for (uint32_t i = 0; i < p->n_bufs; i++)
-        if (!p->bufs[i].busy && p->bufs[i].cap >= len && (best == UINT32_MAX || p->bufs[i].cap < p->bufs[best].cap))
-            best = i;
-    if (best != UINT32_MAX) {
-        *id = best;
+    long best = p->n_bufs ? dc_pool_pick(&p->bufs[0].s, p->n_bufs, sizeof *p->bufs, len) : -1;
+    if (best >= 0) {
+        *id = (uint32_t)best;
         return 0;
     }
     if (p->n_bufs >= IPC_MAX_BUFS)
@@ -162,18 +157,15 @@ static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
     p->bufs = nb;
     ipc_buf *b = &p->bufs[p->n_bufs];
     memset(b, 0, sizeof *b);
-    size_t cap = IPC_GRAIN; /* a power of two from 2 MiB: reused across nearby sizes */
-    while (cap < len) {
-        if (cap > SIZE_MAX / 2) return pp_fail(err, "devcomm (cuda-ipc): message of %zu bytes too large", len);
-        cap *= 2;
-    }
-    cudaError_t e = cudaMalloc(&b->dev, cap);
+    size_t cap = dc_pool_cap(len, IPC_GRAIN);
+    if (!cap) return pp_fail(err, "devcomm (cuda-ipc): message of %zu bytes too large", len);
+    cudaError_t e = cudaMalloc(&b->s.dev, cap);
     if (e != cudaSuccess) return cu_fail(t, err, e, "cudaMalloc of a send buffer", peer);
     const char *what = "cudaEventCreateWithFlags";
     e = cudaEventCreateWithFlags(&b->ev, cudaEventInterprocess | cudaEventDisableTiming);
     if (e == cudaSuccess) {
         what = "cudaIpcGetMemHandle";
-        e = cudaIpcGetMemHandle(&b->mh, b->dev);
+        e = cudaIpcGetMemHandle(&b->mh, b->s.dev);
         if (e != cudaSuccess) cudaEventDestroy(b->ev);
     }
     if (e == cudaSuccess) {
@@ -182,10 +174,10 @@ static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
         if (e != cudaSuccess) cudaEventDestroy(b->ev);
     }
     if (e != cudaSuccess) {
-        cudaFree(b->dev);
+        cudaFree(b->s.dev);
         return cu_fail(t, err, e, what, peer);
     }
-    b->cap = cap;
+    b->s.cap = cap;
     *id = p->n_bufs++;
     return 0;
 }
@@ -203,7 +195,7 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
         if (get_buf(t, peer, len, &id, err) < 0) return -1;
         ipc_buf *b = &p->bufs[id];
         /* Synchronised: the caller may overwrite dev once we return. */
-        cudaError_t e = cudaMemcpyAsync(b->dev, dev, len, cudaMemcpyDeviceToDevice, t->stream);
+        cudaError_t e = cudaMemcpyAsync(b->s.dev, dev, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaEventRecord(b->ev, t->stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
         if (e != cudaSuccess) return cu_fail(t, err, e, "copy into a send buffer", peer);
@@ -216,7 +208,7 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
         return pp_fail(err, "devcomm (cuda-ipc): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts),
                        peer, e.msg);
     if (len) {
-        p->bufs[id].busy = 1;
+        p->bufs[id].s.busy = 1;
         p->busy++;
     }
     return 0;
@@ -317,7 +309,7 @@ void dc_ipc_close(dc_ipc *t) {
             }
         for (uint32_t i = 0; i < p->n_bufs; i++) {
             cudaEventDestroy(p->bufs[i].ev);
-            cudaFree(p->bufs[i].dev);
+            cudaFree(p->bufs[i].s.dev);
         }
         while (p->stash) {
             ipc_stash *s = p->stash;

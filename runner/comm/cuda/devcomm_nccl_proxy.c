@@ -331,10 +331,8 @@ park:
  * synchronise the device, which would wait for NCCL kernels that wait for
  * a peer. */
 int dcn_get_buf(npair *p, cudaStream_t s, size_t len, int *out, void **dev, char *why, size_t cap) {
-    int best = -1;
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < p->n_bufs; i++)
-        if (!p->bufs[i].busy && p->bufs[i].cap >= len && (best < 0 || p->bufs[i].cap < p->bufs[best].cap)) best = i;
+    int best = (int)dc_pool_pick(p->bufs, (size_t)p->n_bufs, sizeof *p->bufs, len);
     if (best >= 0) {
         p->bufs[best].busy = 1;
         *dev = p->bufs[best].dev;
@@ -344,9 +342,11 @@ int dcn_get_buf(npair *p, cudaStream_t s, size_t len, int *out, void **dev, char
         *out = best;
         return 0;
     }
-    size_t c = NC_MIN_CAP;
-    while (c < len)
-        c *= 2;
+    size_t c = dc_pool_cap(len, NC_MIN_CAP);
+    if (!c) {
+        snprintf(why, cap, "message of %zu bytes too large", len);
+        return -1;
+    }
     void *d = NULL;
     cudaError_t e = cudaMallocAsync(&d, c, s);
     if (e != cudaSuccess) {
