@@ -386,12 +386,6 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
 
 /* ---- receive ------------------------------------------------------------- */
 
-static void deadline_ts(struct timespec *ts, uint64_t deadline_ns) {
-    /* Condition variables use CLOCK_MONOTONIC (see comm_open). */
-    ts->tv_sec = (time_t)(deadline_ns / 1000000000ull);
-    ts->tv_nsec = (long)(deadline_ns % 1000000000ull);
-}
-
 int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, pp_err *err) {
     char ts[128];
     if (check_peer(c, peer, "recv", err) < 0) return -1;
@@ -401,7 +395,7 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
     if (peer_setup(p, &e) < 0)
         return pp_fail(err, "comm: rank %d cannot receive %s from rank %d: %s", c->rank,
                        comm_tag_str(tag, ts, sizeof ts), peer, e.msg);
-    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     int mine = 0, rc = 0, accepted = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -463,13 +457,8 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
                          comm_tag_str(tag, ts, sizeof ts), peer);
             break;
         }
-        if (deadline == UINT64_MAX || claimed) {
-            pthread_cond_wait(&p->cv_in, &p->mu);
-        } else {
-            struct timespec t;
-            deadline_ts(&t, deadline);
-            pthread_cond_timedwait(&p->cv_in, &p->mu, &t);
-        }
+        /* Condition variables use CLOCK_MONOTONIC (see comm_open). */
+        pp_cond_wait_until(&p->cv_in, &p->mu, claimed ? UINT64_MAX : deadline);
     }
     if (mine) p->posted = 0;
     pthread_mutex_unlock(&p->mu);
@@ -477,7 +466,7 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
 }
 
 int comm_flush(comm *c, int timeout_ms, pp_err *err) {
-    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     for (int r = 0; r < c->world; r++) {
         if (r == c->rank) continue;
         comm_peer *p = &c->peers[r];
@@ -501,13 +490,7 @@ int comm_flush(comm *c, int timeout_ms, pp_err *err) {
                              timeout_ms, p->q_msgs, p->q_bytes, r);
                 break;
             }
-            if (deadline == UINT64_MAX) {
-                pthread_cond_wait(&p->cv_flush, &p->mu);
-            } else {
-                struct timespec t;
-                deadline_ts(&t, deadline);
-                pthread_cond_timedwait(&p->cv_flush, &p->mu, &t);
-            }
+            pp_cond_wait_until(&p->cv_flush, &p->mu, deadline);
         }
         pthread_mutex_unlock(&p->mu);
         if (rc < 0) return rc;

@@ -270,7 +270,7 @@ int devcomm_recv(devcomm *d, int peer, uint64_t tag, void *dev, size_t len, int 
 int devcomm_flush(devcomm *d, int timeout_ms, pp_err *err) {
     if (!d) return pp_fail(err, "devcomm: flush on a devcomm that is not open");
 #ifdef PPRUN_HAVE_CUDA
-    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     if (d->ipc && dc_ipc_flush(d->ipc, deadline, timeout_ms, err) < 0) return -1;
     if (d->nccl && dc_nccl_flush(d->nccl, deadline, timeout_ms, err) < 0) return -1;
     return 0;

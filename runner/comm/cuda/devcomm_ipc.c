@@ -290,8 +290,8 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
 int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err) {
     for (int r = 0; r < t->cfg->host->world; r++) {
         if (!t->peers[r].busy) continue;
-        uint64_t now = pp_now_ns();
-        int left = deadline_ns == UINT64_MAX ? -1 : now >= deadline_ns ? 1 : (int)((deadline_ns - now) / 1000000u) + 1;
+        int left = pp_ms_left(deadline_ns);
+        if (left == 0) left = 1; /* passed: still take what is here */
         if (take_acks(t, r, left, err) < 0) return pp_wrap(err, "devcomm: flush (timeout %d ms)", timeout_ms);
     }
     return 0;

@@ -50,10 +50,6 @@
 
 #include "runner/comm/cuda/devcomm_nccl_int.h"
 
-static uint64_t ms_deadline(int timeout_ms) {
-    return timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-}
-
 /* ---- pairs ------------------------------------------------------------------------ */
 
 static npair *pair_new(dc_nccl *t, int peer, int out) {
@@ -246,7 +242,7 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
     char ts[128];
     npair *p = NULL;
     if (set_device(t, err) < 0 || in_pair(t, peer, &p, err) < 0) return -1;
-    uint64_t deadline = ms_deadline(timeout_ms);
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     int rc = 0;
     nentry *n = NULL;
     pthread_mutex_lock(&p->mu);
@@ -333,12 +329,11 @@ int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err)
             int failed = p->failed;
             pthread_mutex_unlock(&p->mu);
             if (failed) break; /* said below */
-            uint64_t now = pp_now_ns();
-            if (now >= deadline_ns) break;
-            uint64_t left_ms = deadline_ns == UINT64_MAX ? NC_SLICE_MS : (deadline_ns - now) / 1000000u + 1;
+            int left_ms = pp_ms_left(deadline_ns);
+            if (left_ms == 0) break;
             int early = 0;
             pp_err e;
-            if (take_acks(t, p, left_ms < NC_SLICE_MS ? (int)left_ms : NC_SLICE_MS, &early, &e) < 0 && early)
+            if (take_acks(t, p, left_ms >= 0 && left_ms < NC_SLICE_MS ? left_ms : NC_SLICE_MS, &early, &e) < 0 && early)
                 return pp_fail(err, "devcomm (nccl): flush: %llu messages from rank %d to rank %d not taken: %s",
                                (unsigned long long)(p->seq - p->acks), t->cfg->host->rank, r, e.msg);
         }

@@ -16,14 +16,7 @@
 
 #include "runner/comm/cuda/devcomm_nccl_int.h"
 
-void dcn_wait_until(npair *p, uint64_t deadline) {
-    if (deadline == UINT64_MAX) {
-        pthread_cond_wait(&p->cv, &p->mu);
-        return;
-    }
-    struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
-    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-}
+void dcn_wait_until(npair *p, uint64_t deadline) { pp_cond_wait_until(&p->cv, &p->mu, deadline); }
 
 void dcn_fail_locked(npair *p, const char *fmt, ...) {
     if (!p->failed) {
@@ -384,7 +377,7 @@ static int in_connect(npair *p) {
                    len != sizeof p->id ? "wrong size" : e.msg);
         return -1;
     }
-    return proxy_init(p, pp_now_ns() + (uint64_t)cfg->host->connect_timeout_ms * 1000000ull);
+    return proxy_init(p, pp_deadline_ns(cfg->host->connect_timeout_ms));
 }
 
 void *dcn_in_main(void *arg) {
