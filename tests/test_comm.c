@@ -441,7 +441,7 @@ static int close_fn(comm *c, int rank, void *arg, pp_err *rep) {
         return -1;
     /* Both have received, so both have attached: the name is gone already. */
     char name[128], path[200];
-    comm_shm_name(comm_hash(r->job_key), 0, 1, name, sizeof name);
+    comm_shm_name(pp_hash_str(r->job_key), 0, 1, name, sizeof name);
     snprintf(path, sizeof path, "/dev/shm%s", name);
     int shm_left = access(path, F_OK) == 0;
     int threads_open = count_tasks();

@@ -51,6 +51,15 @@ static uint64_t clock_ns(clockid_t id) {
 uint64_t pp_now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 uint64_t pp_wall_ns(void) { return clock_ns(CLOCK_REALTIME); }
 
+uint64_t pp_hash(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+uint64_t pp_hash_str(const char *s) { return pp_hash(s, strlen(s)); }
+
 uint64_t pp_deadline_ns(int timeout_ms) {
     return timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 }

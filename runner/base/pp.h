@@ -44,6 +44,11 @@ int pp_parse_size(const char *s, const char *what, uint64_t *out, pp_err *err);
 /* "2ms", "500us", "1.5s", "100ns" -> nanoseconds. A bare number is ms. */
 int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err);
 
+/* FNV-1a, 64 bits: hash tables, names derived from keys, ETags.  Not for
+ * anything an adversary chooses to collide. */
+uint64_t pp_hash(const void *p, size_t n);
+uint64_t pp_hash_str(const char *s);
+
 /* Reads a whole file into *buf (malloc'ed, NUL-terminated; caller frees),
  * at most max_bytes. Errors start with "WHAT PATH:" (e.g. "--data x.txt:"). */
 int pp_read_file(const char *path, size_t max_bytes, const char *what, char **buf, size_t *len, pp_err *err);

@@ -40,15 +40,9 @@ const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
     return buf;
 }
 
-uint64_t comm_hash(const char *s) {  /* FNV-1a: names shm objects from any job key */
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 void comm_cleanup(const char *job_key, int world) {
     if (!job_key) return;
-    uint64_t h = comm_hash(job_key);
+    uint64_t h = pp_hash_str(job_key); /* names shm objects from any job key */
     char name[128];
     for (int a = 0; a < world; a++)
         for (int b = a + 1; b < world; b++) {
@@ -531,7 +525,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
     c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 30000;
     snprintf(c->job_key, sizeof c->job_key, "%s", cfg->job_key);
     snprintf(c->host, sizeof c->host, "%s", host);
-    c->job_hash = comm_hash(c->job_key);
+    c->job_hash = pp_hash_str(c->job_key);
     c->listen_fd = c->wake_fd = -1;
     pthread_mutex_init(&c->accept_mu, NULL);
     pthread_mutex_init(&c->ex_mu, NULL);

@@ -128,7 +128,6 @@ int comm_start_reader(comm_peer *p, void *(*fn)(void *));
 int comm_check_peer(const comm *c, int peer, const char *who, const char *op, pp_err *err);
 
 /* comm_shm.c */
-uint64_t comm_hash(const char *s);
 /* Name of the segment holding both rings between ranks a < b. */
 void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
 int comm_shm_attach(comm_peer *p, pp_err *err);
