@@ -14,6 +14,7 @@
  * tests/test_devcomm.c. */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <nccl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/gpu_cpucheck/checkutil.h"
 #include "helpers/comm_file_exchange.h"
 #include "runner/comm/devcomm.h"
 #include "runner/comm/devcomm_int.h"
@@ -196,23 +198,30 @@ out:;
     _exit(rc == 0 ? 0 : 1);
 }
 
+/* Every rank's code and report in res; a world that cannot start fails
+ * every rank, saying why. */
 static void run_world(const world *w, rank_fn fn, result *res) {
     char dir[] = "/tmp/pprun-devcomm-XXXXXX";
+    memset(res, 0, sizeof *res);
     if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        exit(2);
+        for (int r = 0; r < w->n; r++) {
+            res->code[r] = 2;
+            snprintf(res->rep[r], sizeof res->rep[r], "cannot create a temporary directory: %s", strerror(errno));
+        }
+        return;
     }
     char job[64];
     snprintf(job, sizeof job, "dccheck-%d-%ld", (int)getpid(), (long)pp_now_ns());
     pid_t pids[MAXW];
     fflush(NULL);
+    int left = 0, hung = 0;
     for (int r = 0; r < w->n; r++) {
         pids[r] = fork();
         if (pids[r] == 0) rank_main(w, dir, job, r, fn);
+        if (pids[r] > 0) left++;
+        else res->code[r] = 2; /* its report says so below */
     }
     uint64_t deadline = pp_now_ns() + (uint64_t)DEADLINE_S * 1000000000ull;
-    int left = w->n, hung = 0;
-    memset(res, 0, sizeof *res);
     while (left) {
         for (int r = 0; r < w->n; r++) {
             int st;
@@ -236,12 +245,11 @@ static void run_world(const world *w, rank_fn fn, result *res) {
         res->rep[r][k] = '\0';
         if (f) fclose(f);
         unlink(path);
+        if (pids[r] < 0) snprintf(res->rep[r], sizeof res->rep[r], "cannot fork rank %d", r);
         if (hung && res->code[r] == 128 + SIGKILL && !res->rep[r][0])
             snprintf(res->rep[r], sizeof res->rep[r], "HUNG: killed after %d s", DEADLINE_S);
     }
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+    if (check_rm_tree(dir) < 0) fprintf(stderr, "cannot remove %s\n", dir);
     comm_cleanup(job, w->n);
 }
 
@@ -816,13 +824,10 @@ static const scenario scenarios[] = {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 2;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    *slash = '\0';
-    snprintf(stub_lib, sizeof stub_lib, "%s/libdevcomm_ncclstub.so", self);
+    if (check_stub_lib(stub_lib, sizeof stub_lib) < 0) {
+        fprintf(stderr, "devcomm_check: cannot find libdevcomm_ncclstub.so (no /proc/self/exe)\n");
+        return 2;
+    }
     int ran = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++) {
         if (argc > 1 && !strcmp(argv[1], "list")) {
