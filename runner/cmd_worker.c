@@ -74,14 +74,11 @@ static int exchange_get(void *ctx, const char *key, void *value, size_t cap, siz
 
 /* --- boundary tensors in GPU memory: devcomm ------------------------------------ */
 
-/* The device this rank's GPU stages use (gpu_device_for_rank, as
+/* The device this rank's GPU stages use (gpu_device_pick, as
  * model_stage_create_on picks it). */
 static int worker_device(int local_rank, int *device, pp_err *err) {
 #ifdef PPRUN_HAVE_CUDA
-    int count;
-    if (gpu_device_count(&count, err) != 0) return -1;
-    *device = gpu_device_for_rank(local_rank, count);
-    return 0;
+    return gpu_device_pick(local_rank, device, NULL, err);
 #else
     (void)local_rank, (void)err;
     *device = 0; /* devcomm_open says that this build has no GPU backend */
