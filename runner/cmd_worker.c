@@ -96,8 +96,8 @@ static void say_transports(const worker *w, const sched_plan *plan, const comm *
     char *seen = calloc((size_t)plan->ranks, 1);
     for (int s = 0; seen && s < plan->stages; s++) {
         if (plan->stage_rank[s] != w->rank) continue;
-        int nb[2] = {s > 0 ? plan->stage_rank[s - 1] : w->rank,
-                     s + 1 < plan->stages ? plan->stage_rank[s + 1] : w->rank};
+        int nb[2];
+        engine_stage_neighbours(plan, s, w->rank, nb);
         for (int i = 0; i < 2; i++) {
             int r = nb[i];
             if (r == w->rank || seen[r] || n >= (int)sizeof line - 64) continue;

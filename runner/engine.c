@@ -111,11 +111,11 @@ int engine_init(engine *e, pp_err *err) {
     for (int i = 0; i < e->nlocal && e->device_boundaries; i++) {
         int s = e->local_stage[i];
         if (model_stage_set_boundary_device(e->stages[s], 1, err) != 0) return pp_wrap(err, "stage %d", s);
-        int up = s > 0 ? plan->stage_rank[s - 1] : e->rank;
-        int down = s < plan->stages - 1 ? plan->stage_rank[s + 1] : e->rank;
-        if (!e->devcomm && (up != e->rank || down != e->rank))
+        int nb[2];
+        engine_stage_neighbours(plan, s, e->rank, nb);
+        if (!e->devcomm && (nb[0] != e->rank || nb[1] != e->rank))
             return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
-                           "transport (devcomm) is open", e->rank, s, up != e->rank ? up : down);
+                           "transport (devcomm) is open", e->rank, s, nb[0] != e->rank ? nb[0] : nb[1]);
     }
     /* A checkpoint is loaded when the user asked to --resume, or when this
      * run wrote it (a restarted attempt); never one another run left. */
@@ -421,8 +421,9 @@ static int connect_neighbours(engine *e, pp_err *err) {
     if (!is_peer) return pp_fail(err, "out of memory");
     for (int s = 0; s < plan->stages; s++) {
         if (plan->stage_rank[s] != e->rank) continue;
-        if (s > 0) is_peer[plan->stage_rank[s - 1]] = 1;
-        if (s < plan->stages - 1) is_peer[plan->stage_rank[s + 1]] = 1;
+        int nb[2];
+        engine_stage_neighbours(plan, s, e->rank, nb);
+        is_peer[nb[0]] = is_peer[nb[1]] = 1;
     }
     is_peer[e->rank] = 0;
     uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL);
@@ -435,6 +436,11 @@ static int connect_neighbours(engine *e, pp_err *err) {
     if (rc == 0 && e->device_boundaries && e->devcomm && e->nlocal > 0) rc = connect_devcomm(e, is_peer, err);
     free(is_peer);
     return rc == 0 ? 0 : pp_wrap(err, "rank %d: connecting to its pipeline neighbours", e->rank);
+}
+
+void engine_stage_neighbours(const sched_plan *plan, int s, int self, int nb[2]) {
+    nb[0] = s > 0 ? plan->stage_rank[s - 1] : self;
+    nb[1] = s < plan->stages - 1 ? plan->stage_rank[s + 1] : self;
 }
 
 int engine_run(engine *e, pp_err *err) {
