@@ -1,16 +1,18 @@
 /* devcomm_ipc.c: devcomm between two ranks that share one GPU, over CUDA IPC.
  *
- * The sender copies the message device-to-device into a buffer of its own
- * pool (cudaMalloc'd base pointers, each exported once with
+ * The sender queues a device-to-device copy of the message into a buffer of
+ * its own pool (cudaMalloc'd base pointers, each exported once with
  * cudaIpcGetMemHandle, each with one interprocess event), records the
- * buffer's event and sends an announcement {len, buffer id, handles} over
- * the host comm WITH THE DATA'S TAG, so that the receiver's comm_recv(peer,
- * tag) finds it whatever the order.  The receiver opens the handles (once
- * per peer and buffer: cudaIpcOpenMemHandle is slow), waits on the event,
- * copies into the caller's buffer and acknowledges the buffer id over the
- * host comm; the sender reuses a buffer only after its acknowledgement, and
- * allocates a new one when none is free, so a send never waits for the
- * receiver.
+ * buffer's event behind it and, without waiting for the copy, sends an
+ * announcement {len, buffer id, handles} over the host comm WITH THE DATA'S
+ * TAG, so that the receiver's comm_recv(peer, tag) finds it whatever the
+ * order.  Only then does it wait for its copy (the caller may reuse its
+ * buffer once send returns).  The receiver opens the handles (once per peer
+ * and buffer: cudaIpcOpenMemHandle is slow), makes its stream wait on the
+ * event (the copy may still be running), copies into the caller's buffer
+ * and acknowledges the buffer id over the host comm; the sender reuses a
+ * buffer only after its acknowledgement, and allocates a new one when none
+ * is free, so a send never waits for the receiver.
  *
  * Buffer sizes are multiples of 2 MiB: cudaMalloc may carve a small
  * allocation out of a larger block, and an IPC handle then stands for the
@@ -194,24 +196,32 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
     if (len) {
         if (get_buf(t, peer, len, &id, err) < 0) return -1;
         ipc_buf *b = &p->bufs[id];
-        /* Synchronised: the caller may overwrite dev once we return. */
+        /* The event marks the copy's end: the receiver's stream waits on it,
+         * so the announcement need not wait for the copy. */
         cudaError_t e = cudaMemcpyAsync(b->s.dev, dev, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaEventRecord(b->ev, t->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
         if (e != cudaSuccess) return cu_fail(t, err, e, "copy into a send buffer", peer);
         a.id = id;
         a.mh = b->mh;
         a.eh = b->eh;
     }
     pp_err e;
-    if (comm_send(t->cfg->host, peer, tag, &a, sizeof a, &e) < 0)
-        return pp_fail(err, "devcomm (cuda-ipc): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts),
-                       peer, e.msg);
-    if (len) {
-        p->bufs[id].s.busy = 1;
+    int rc = comm_send(t->cfg->host, peer, tag, &a, sizeof a, &e);
+    if (rc < 0)
+        pp_fail(err, "devcomm (cuda-ipc): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts), peer,
+                e.msg);
+    else if (len) {
+        p->bufs[id].s.busy = 1; /* until acknowledged: the receiver may be reading it */
         p->busy++;
     }
-    return 0;
+    /* The caller may overwrite dev once we return (devcomm.h), and its
+     * writes are not ordered after our stream: wait for the copy out of
+     * dev, while the receiver already waits on the event. */
+    if (len) {
+        cudaError_t ce = cudaStreamSynchronize(t->stream);
+        if (ce != cudaSuccess && rc == 0) rc = cu_fail(t, err, ce, "copy into a send buffer", peer);
+    }
+    return rc;
 }
 
 static int open_remote(dc_ipc *t, int peer, const ipc_ann *a, ipc_remote **out, pp_err *err) {
