@@ -394,6 +394,11 @@ static int save_weights(engine *e, pp_err *err) {
  * so that devcomm's links (IPC handles, NCCL communicators) are up before
  * step 0. */
 static int connect_devcomm(engine *e, const char *is_peer, pp_err *err) {
+    int any = 0;
+    for (int r = 0; r < e->plan->ranks; r++) any |= is_peer[r];
+    /* A peer is the neighbour of a local stage, and engine_init made sure
+     * such a rank has a devcomm. */
+    if (!any) return 0;
     model_stage *stage = e->stages[e->local_stage[0]];
     size_t bytes = model_boundary_bytes(&e->cfg->model);
     void *buf = model_stage_boundary_alloc(stage, bytes, err);
@@ -433,7 +438,7 @@ static int connect_neighbours(engine *e, pp_err *err) {
         if (is_peer[r]) rc = comm_send(e->comm, r, tag, &hello, 1, err);
     for (int r = 0; rc == 0 && r < plan->ranks; r++)
         if (is_peer[r]) rc = comm_recv(e->comm, r, tag, &hello, 1, e->cfg->recv_timeout_ms, err);
-    if (rc == 0 && e->device_boundaries && e->devcomm && e->nlocal > 0) rc = connect_devcomm(e, is_peer, err);
+    if (rc == 0 && e->device_boundaries) rc = connect_devcomm(e, is_peer, err);
     free(is_peer);
     return rc == 0 ? 0 : pp_wrap(err, "rank %d: connecting to its pipeline neighbours", e->rank);
 }
@@ -462,11 +467,10 @@ int engine_run(engine *e, pp_err *err) {
         rc = run_step(e, &st, err);
     }
     if (rc == 0 && e->cfg->save_weights[0]) rc = save_weights(e, err);
-    if (st.mailbox) /* tensors never taken (a failed step), back to the stage they were for */
-        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++) {
-            int dir = (int)(i / ((size_t)plan->stages * m)), from = (int)(i / m % (size_t)plan->stages);
-            boundary_free(e, &st, dir == COMM_DIR_ACT ? from + 1 : from - 1, st.mailbox[i]);
-        }
+    /* Tensors never taken (a failed step): any stage of this rank takes a
+     * boundary buffer back (model.h), and only local stages fill the mailbox. */
+    if (st.mailbox && e->nlocal > 0)
+        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++) boundary_free(e, &st, e->local_stage[0], st.mailbox[i]);
     free(st.mailbox);
     free(st.losses);
     free(st.tokens);

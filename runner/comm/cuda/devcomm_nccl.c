@@ -258,7 +258,7 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
             break;
         }
         if (n && n->state == NE_READY) break; /* verified below, then taken */
-        if (p->failed && (!n || n->state != NE_READY)) {
+        if (p->failed) {
             rc = pp_fail(err, "devcomm (nccl): rank %d cannot receive %s from rank %d: %s", t->cfg->host->rank,
                          comm_tag_str(tag, ts, sizeof ts), peer, p->why);
             break;

@@ -90,7 +90,7 @@ static ncclResult_t pc_xfer(npair *p, void *dev, size_t len) {
 void dcn_errstr(npair *p, ncclResult_t r, char *buf, size_t cap) {
     char last[240] = "";
     pthread_mutex_lock(&p->nccl_mu);
-    const char *l = dc_nc.last_error ? dc_nc.last_error(p->comm) : NULL;
+    const char *l = dc_nc.last_error(p->comm); /* every entry is loaded (dc_nccl_library) */
     if (l) snprintf(last, sizeof last, "%s", l);
     pthread_mutex_unlock(&p->nccl_mu);
     char why[300] = "";
@@ -174,8 +174,8 @@ static int proxy_init(npair *p, uint64_t deadline) {
     pthread_mutex_lock(&p->nccl_mu);
     ncclResult_t r = dc_nc.init_rank_config(&p->comm, 2, p->id, p->out ? 0 : 1, &cfg);
     char last[240] = "";
-    if (r != ncclSuccess && r != ncclInProgress && dc_nc.last_error && dc_nc.last_error(NULL))
-        snprintf(last, sizeof last, "%s", dc_nc.last_error(NULL));
+    const char *l = r != ncclSuccess && r != ncclInProgress ? dc_nc.last_error(NULL) : NULL;
+    if (l) snprintf(last, sizeof last, "%s", l);
     pthread_mutex_unlock(&p->nccl_mu);
     if (r != ncclSuccess && r != ncclInProgress) {
         proxy_fail(p, 1, "ncclCommInitRankConfig failed: NCCL error: %s%s%s [%s]", dc_nc.error_string(r),
