@@ -403,9 +403,7 @@ static int connect_devcomm(engine *e, const char *is_peer, pp_err *err) {
     size_t bytes = model_boundary_bytes(&e->cfg->model);
     void *buf = model_stage_boundary_alloc(stage, bytes, err);
     if (!buf) return -1;
-    /* cuda-ipc announces on the host comm under the message's own tag: not
-     * the host hello's (stage 0) */
-    uint64_t tag = comm_tag(0, 1, 0, COMM_DIR_CTRL);
+    uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL); /* the host hello's too: devcomm's tags are its own */
     int rc = 0;
     for (int r = 0; rc == 0 && r < e->plan->ranks; r++)
         if (is_peer[r]) rc = devcomm_send(e->devcomm, r, tag, buf, bytes, err);

@@ -506,4 +506,7 @@ Test(comm, tags_follow_the_documented_layout) {
     cr_assert_eq(t, (3ull << 40) | (2ull << 24) | (5ull << 4) | 1);
     char b[128];
     cr_assert_str_eq(comm_tag_str(t, b, sizeof b), "tag 0x30002000051 (step 3, stage 2, microbatch 5, gradient)");
+    /* devcomm's cuda-ipc announcement of that message: a tag of its own */
+    cr_assert_str_eq(comm_tag_str(t | COMM_DIR_DEVDATA, b, sizeof b),
+                     "tag 0x30002000059 (devcomm announcement of step 3, stage 2, microbatch 5, gradient)");
 }

@@ -332,12 +332,21 @@ static int names_then_all(rank_ctx *r, pp_err *rep) {
 }
 
 /* A recv with the wrong length fails naming both sizes and changes nothing. */
+/* Also: a tag of devcomm's reserved directions is refused, and the host
+ * comm carries a message under the data's own tag beside it. */
 static int wrong_len_then_right(rank_ctx *r, pp_err *rep) {
     void *buf = dev_alloc(70000);
     uint64_t tag = tag_of(0, 1, 3);
     int rc = 0;
+    char host_msg = 'h';
     if (r->rank == 0) {
-        rc = dev_fill(buf, tag, 70000) < 0 ? -1 : devcomm_send(r->d, 1, tag, buf, 70000, rep);
+        pp_err e;
+        if (devcomm_send(r->d, 1, tag | COMM_DIR_DEVDATA, buf, 70000, &e) == 0)
+            rc = pp_fail(rep, "a send under a reserved direction was taken");
+        else if (!strstr(e.msg, "reserved"))
+            rc = pp_fail(rep, "reserved-direction error does not say so: %s", e.msg);
+        if (rc == 0) rc = dev_fill(buf, tag, 70000) < 0 ? -1 : devcomm_send(r->d, 1, tag, buf, 70000, rep);
+        if (rc == 0) rc = comm_send(r->host, 1, tag, &host_msg, 1, rep);
     } else {
         pp_err e;
         if (devcomm_recv(r->d, 0, tag, buf, 1000, RECV_MS, &e) == 0)
@@ -346,6 +355,8 @@ static int wrong_len_then_right(rank_ctx *r, pp_err *rep) {
             rc = pp_fail(rep, "size error does not name both sizes: %s", e.msg);
         else if (devcomm_recv(r->d, 0, tag, buf, 70000, RECV_MS, rep) < 0 || dev_check(buf, tag, 70000, rep) < 0)
             rc = pp_wrap(rep, "after the failed recv");
+        else if (comm_recv(r->host, 0, tag, &host_msg, 1, RECV_MS, rep) < 0 || host_msg != 'h')
+            rc = pp_wrap(rep, "the host message under the data's tag");
     }
     cudaFree(buf);
     return rc;
@@ -810,7 +821,8 @@ static const scenario scenarios[] = {
     {"ipc", "2 ranks on one GPU: 150 messages each way, received permuted; pools grow, then are reused", sc_ipc},
     {"nccl", "3 ranks on 3 GPUs: all to all, 150 messages per pair, permuted; pools reused", sc_nccl},
     {"mixed", "4 ranks on 2 GPUs: cuda-ipc within a GPU, nccl across, all to all", sc_mixed},
-    {"wrong-len", "a recv of the wrong size fails naming both sizes and leaves the message", sc_wrong_len},
+    {"wrong-len", "a recv of the wrong size fails naming both sizes and leaves the message; reserved tags refused; "
+                  "host messages under data tags", sc_wrong_len},
     {"dead", "a receiver or sender that dies: the peer's call fails naming it, no hang", sc_dead},
     {"nccl-errors", "an NCCL error under a receive, and receive timeouts, fail naming peer, tag and cause",
      sc_nccl_errors},

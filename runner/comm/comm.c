@@ -30,13 +30,15 @@ const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
                  dir == COMM_DIR_DEVACK ? "acknowledgement" : "announcement", tag >> 4);
         return buf;
     }
+    const char *ann = dir & COMM_DIR_DEVDATA ? "devcomm announcement of " : "";
+    dir &= ~(unsigned)COMM_DIR_DEVDATA;
     char d[16];
     if (dir < 3)
         snprintf(d, sizeof d, "%s", dirs[dir]);
     else
         snprintf(d, sizeof d, "dir %u", dir);
-    snprintf(buf, cap, "tag 0x%" PRIx64 " (step %" PRIu64 ", stage %" PRIu64 ", microbatch %" PRIu64 ", %s)",
-             tag, tag >> 40, (tag >> 24) & 0xFFFF, (tag >> 4) & 0xFFFFF, d);
+    snprintf(buf, cap, "tag 0x%" PRIx64 " (%sstep %" PRIu64 ", stage %" PRIu64 ", microbatch %" PRIu64 ", %s)", tag,
+             ann, tag >> 40, (tag >> 24) & 0xFFFF, (tag >> 4) & 0xFFFFF, d);
     return buf;
 }
 

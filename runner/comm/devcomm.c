@@ -242,8 +242,17 @@ static int check_peer(const devcomm *d, int peer, const char *op, pp_err *err) {
     return comm_check_peer(d->cfg.host, peer, "devcomm", op, err);
 }
 
+/* Directions 8..15 are devcomm's own on the host comm (COMM_DIR_DEVDATA). */
+static int check_tag(uint64_t tag, const char *op, pp_err *err) {
+    char ts[128];
+    if (tag & COMM_DIR_DEVDATA)
+        return pp_fail(err, "devcomm: %s of %s: directions 8..15 are reserved for devcomm's control messages", op,
+                       comm_tag_str(tag & ~(uint64_t)COMM_DIR_DEVDATA, ts, sizeof ts));
+    return 0;
+}
+
 int devcomm_send(devcomm *d, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
-    if (check_peer(d, peer, "send", err) < 0) return -1;
+    if (check_peer(d, peer, "send", err) < 0 || check_tag(tag, "send", err) < 0) return -1;
     if (!dev && len) return pp_fail(err, "devcomm: send of %zu bytes to rank %d: NULL buffer", len, peer);
 #ifdef PPRUN_HAVE_CUDA
     return d->kind[peer] == DC_IPC ? dc_ipc_send(d->ipc, peer, tag, dev, len, err)
@@ -255,7 +264,7 @@ int devcomm_send(devcomm *d, int peer, uint64_t tag, const void *dev, size_t len
 }
 
 int devcomm_recv(devcomm *d, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
-    if (check_peer(d, peer, "recv", err) < 0) return -1;
+    if (check_peer(d, peer, "recv", err) < 0 || check_tag(tag, "recv", err) < 0) return -1;
     if (!dev && len) return pp_fail(err, "devcomm: recv of %zu bytes from rank %d: NULL buffer", len, peer);
 #ifdef PPRUN_HAVE_CUDA
     return d->kind[peer] == DC_IPC ? dc_ipc_recv(d->ipc, peer, tag, dev, len, timeout_ms, err)

@@ -35,9 +35,10 @@
  * CUDA's callback thread marks completions.  Exchange calls (the host
  * comm's exchange) are made under the host comm's exchange lock.
  *
- * Host tags: a cuda-ipc message is announced on the host comm under its
- * own tag, so do not also comm_send that tag to that peer; devcomm's other
- * control messages use COMM_DIR_DEVACK / COMM_DIR_DEVANN tags.
+ * Tags: any comm_tag of directions 0..7 (8..15 are refused: devcomm's
+ * control messages on the host comm use them, see COMM_DIR_DEVDATA, besides
+ * COMM_DIR_DEVACK / COMM_DIR_DEVANN sequence tags); the host comm may carry
+ * messages under the same tags.
  *
  * Environment: PPRUN_NCCL_LIB names the libnccl.so.2 to load (default: the
  * toolkit's copy, then the soname).  NCCL_COMM_ID must not be set when a

@@ -4,9 +4,9 @@
  * its own pool (cudaMalloc'd base pointers, each exported once with
  * cudaIpcGetMemHandle, each with one interprocess event), records the
  * buffer's event behind it and, without waiting for the copy, sends an
- * announcement {len, buffer id, handles} over the host comm WITH THE DATA'S
- * TAG, so that the receiver's comm_recv(peer, tag) finds it whatever the
- * order.  Only then does it wait for its copy (the caller may reuse its
+ * announcement {len, buffer id, handles} over the host comm under the
+ * data's tag | COMM_DIR_DEVDATA, so that the receiver's comm_recv finds it
+ * whatever the order.  Only then does it wait for its copy (the caller may reuse its
  * buffer once send returns).  The receiver opens the handles (once per peer
  * and buffer: cudaIpcOpenMemHandle is slow), makes its stream wait on the
  * event (the copy may still be running), copies into the caller's buffer
@@ -47,7 +47,7 @@ typedef struct ipc_remote { /* a buffer of the peer's pool, opened here */
     cudaEvent_t ev;
 } ipc_remote;
 
-typedef struct ipc_ann { /* the announcement, sent under the data's tag */
+typedef struct ipc_ann { /* the announcement, sent under the data's tag | COMM_DIR_DEVDATA */
     uint64_t len;
     uint32_t id; /* buffer id; unused when len is 0 */
     uint32_t pad;
@@ -206,7 +206,7 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
         a.eh = b->eh;
     }
     pp_err e;
-    int rc = comm_send(t->cfg->host, peer, tag, &a, sizeof a, &e);
+    int rc = comm_send(t->cfg->host, peer, tag | COMM_DIR_DEVDATA, &a, sizeof a, &e);
     if (rc < 0)
         pp_fail(err, "devcomm (cuda-ipc): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts), peer,
                 e.msg);
@@ -266,7 +266,7 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
         if (!(s = calloc(1, sizeof *s))) return pp_fail(err, "devcomm (cuda-ipc): out of memory");
         s->tag = tag;
         pp_err e;
-        if (comm_recv(t->cfg->host, peer, tag, &s->a, sizeof s->a, timeout_ms, &e) < 0) {
+        if (comm_recv(t->cfg->host, peer, tag | COMM_DIR_DEVDATA, &s->a, sizeof s->a, timeout_ms, &e) < 0) {
             free(s);
             return pp_fail(err, "devcomm (cuda-ipc): %s", e.msg);
         }
