@@ -383,7 +383,14 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
 /* ---- receive ------------------------------------------------------------- */
 
 int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, pp_err *err) {
+    int timed_out;
+    return comm_recv_timed(c, peer, tag, buf, len, timeout_ms, &timed_out, err);
+}
+
+int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, int *timed_out,
+                    pp_err *err) {
     char ts[128];
+    *timed_out = 0;
     if (check_peer(c, peer, "recv", err) < 0) return -1;
     if (!buf && len) return pp_fail(err, "comm: recv of %zu bytes from rank %d: NULL buffer", len, peer);
     comm_peer *p = &c->peers[peer];
@@ -449,6 +456,7 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
             break;
         }
         if (!claimed && pp_now_ns() >= deadline) {
+            *timed_out = 1;
             rc = pp_fail(err, "comm: rank %d timed out after %d ms waiting for %s from rank %d", c->rank, timeout_ms,
                          comm_tag_str(tag, ts, sizeof ts), peer);
             break;

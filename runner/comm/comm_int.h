@@ -126,6 +126,11 @@ int comm_start_reader(comm_peer *p, void *(*fn)(void *));
 /* 0 if peer names another rank of c, else -1 with "<who>: <op>: peer rank
  * .. out of range" / ".. is this rank itself" (devcomm shares it). */
 int comm_check_peer(const comm *c, int peer, const char *who, const char *op, pp_err *err);
+/* comm_recv, telling a timeout (*timed_out = 1: nothing is wrong yet) from
+ * every other failure (peer gone, size mismatch, bad arguments): devcomm
+ * polls its control messages in slices. */
+int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, int *timed_out,
+                    pp_err *err);
 
 /* comm_shm.c */
 /* Name of the segment holding both rings between ranks a < b. */

@@ -155,16 +155,16 @@ int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err) {
 
 /* Takes the receiver's acknowledgements: with timeout_ms 0 those already
  * here; otherwise waits up to timeout_ms for the next one.  -1 (filling
- * err) when none came; *early tells whether that was before the timeout
- * (the peer gone), not the timeout itself. */
+ * err) when none came; *early tells whether that was not the timeout (the
+ * peer gone: comm_recv_timed says which). */
 static int take_acks(dc_nccl *t, npair *p, int timeout_ms, int *early, pp_err *err) {
     int got = 0;
     while (p->acks < p->seq) {
-        uint64_t t0 = pp_now_ns();
-        if (comm_recv(t->cfg->host, p->peer, dc_ctl_tag(p->acks, COMM_DIR_DEVACK), NULL, 0, got ? 0 : timeout_ms, err) <
-            0) {
+        int timed_out = 0;
+        if (comm_recv_timed(t->cfg->host, p->peer, dc_ctl_tag(p->acks, COMM_DIR_DEVACK), NULL, 0, got ? 0 : timeout_ms,
+                            &timed_out, err) < 0) {
             if (got) return 0;
-            if (early) *early = pp_now_ns() - t0 < (uint64_t)timeout_ms * 1000000ull;
+            if (early) *early = !timed_out;
             return -1;
         }
         p->acks++;

@@ -393,11 +393,12 @@ void *dcn_in_main(void *arg) {
         if (proxy_check(p, &gone_since) < 0) goto park;
         nc_ann a;
         pp_err e;
-        uint64_t t0 = pp_now_ns();
-        if (comm_recv(cfg->host, p->peer, dc_ctl_tag(p->seq, COMM_DIR_DEVANN), &a, sizeof a, NC_SLICE_MS, &e) < 0) {
-            /* Before the slice ran out it is no timeout: the peer is gone
-             * (or the host comm closing).  What it announced may still land. */
-            if (pp_now_ns() - t0 < NC_SLICE_MS * 1000000ull) {
+        int timed_out = 0;
+        if (comm_recv_timed(cfg->host, p->peer, dc_ctl_tag(p->seq, COMM_DIR_DEVANN), &a, sizeof a, NC_SLICE_MS,
+                            &timed_out, &e) < 0) {
+            /* Anything but the slice's timeout: the peer is gone (or its
+             * announcement malformed).  What it announced may still land. */
+            if (!timed_out) {
                 pthread_mutex_lock(&p->mu);
                 if (!p->ended) {
                     p->ended = 1;
