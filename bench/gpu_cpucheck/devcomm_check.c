@@ -27,16 +27,15 @@
 
 #include "bench/gpu_cpucheck/checkutil.h"
 #include "helpers/comm_file_exchange.h"
+#include "helpers/comm_world.h"
 #include "runner/comm/devcomm.h"
 #include "runner/comm/devcomm_int.h"
 
 #define MAXW 4
-#define DEADLINE_S 60
 #define RECV_MS 20000
 
 extern _Atomic long devstub_allocs; /* devcomm_cudastub.c */
-/* Present in sanitizer builds only: ranks leave by _exit, so run LeakSanitizer by hand. */
-extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+extern const char *devstub_busid;   /* devcomm_cudastub.c */
 
 typedef struct world {
     int n;
@@ -160,97 +159,45 @@ static int recv_many(rank_ctx *r, int peer, int n, pp_err *rep) {
 
 static char stub_lib[4200];
 
-static void rank_main(const world *w, const char *dir, const char *job, int rank, rank_fn fn) {
-    pp_err rep = {""};
-    int rc = -1;
-    setenv("PPRUN_STUB_BUSID", w->bus[rank], 1);
-    setenv("PPRUN_NCCL_LIB", stub_lib, 1);
-    comm_config cc = {.rank = rank,
-                      .world = w->n,
-                      .rank_node = w->node,
-                      .job_key = job,
-                      .exchange = fx_exchange(dir),
-                      .connect_timeout_ms = 10000,
-                      .transport = w->comm_transport};
-    rank_ctx r = {.rank = rank, .n = w->n};
+typedef struct world_arg {
+    const world *w;
+    rank_fn fn;
+} world_arg;
+
+/* A rank of cw_run (tests/helpers/comm_world.c), on the comm it opened:
+ * opens devcomm, runs the scenario's function, flushes and closes devcomm
+ * (cw_run flushes and closes the comm). */
+static int rank_main(comm *host, int rank, void *argp, pp_err *rep) {
+    const world_arg *a = argp;
+    const world *w = a->w;
+    devstub_busid = w->bus[rank];
     rank_device = w->device;
-    if (comm_open(&cc, &r.host, &rep) < 0) goto out;
-    r.cfg = (devcomm_config){.host = r.host, .device = w->device, .transport = w->transport};
-    if (devcomm_open(&r.cfg, &r.d, &rep) < 0) {
-        comm_close(r.host);
-        goto out;
-    }
-    rc = fn(&r, &rep);
+    rank_ctx r = {.rank = rank, .n = w->n, .host = host};
+    r.cfg = (devcomm_config){.host = host, .device = w->device, .transport = w->transport};
+    if (devcomm_open(&r.cfg, &r.d, rep) < 0) return -1;
+    int rc = a->fn(&r, rep);
     pp_err e;
-    if (rc == 0 && !r.no_flush && devcomm_flush(r.d, RECV_MS, &e) < 0) rc = pp_fail(&rep, "%s", e.msg);
+    if (rc == 0 && !r.no_flush && devcomm_flush(r.d, RECV_MS, &e) < 0) rc = pp_fail(rep, "%s", e.msg);
     devcomm_close(r.d);
-    if (rc == 0 && comm_flush(r.host, RECV_MS, &e) < 0) rc = pp_fail(&rep, "%s", e.msg);
-    comm_close(r.host);
-out:;
-    char path[600];
-    snprintf(path, sizeof path, "%s/report.%d", dir, rank);
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(rep.msg, f);
-        fclose(f);
-    }
-    if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check()) _exit(3);
-    _exit(rc == 0 ? 0 : 1);
+    return rc;
 }
 
-/* Every rank's code and report in res; a world that cannot start fails
- * every rank, saying why. */
+/* Every rank's code (exit code, or 128 + signal) and report in res. */
 static void run_world(const world *w, rank_fn fn, result *res) {
-    char dir[] = "/tmp/pprun-devcomm-XXXXXX";
+    static cw_result cw;
+    world_arg a = {w, fn};
     memset(res, 0, sizeof *res);
-    if (!mkdtemp(dir)) {
+    if (cw_run(w->n, w->node, w->comm_transport, rank_main, &a, &cw) < 0) {
         for (int r = 0; r < w->n; r++) {
             res->code[r] = 2;
-            snprintf(res->rep[r], sizeof res->rep[r], "cannot create a temporary directory: %s", strerror(errno));
+            snprintf(res->rep[r], sizeof res->rep[r], "cannot start the ranks (temporary directory, fork)");
         }
         return;
     }
-    char job[64];
-    snprintf(job, sizeof job, "dccheck-%d-%ld", (int)getpid(), (long)pp_now_ns());
-    pid_t pids[MAXW];
-    fflush(NULL);
-    int left = 0, hung = 0;
     for (int r = 0; r < w->n; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) rank_main(w, dir, job, r, fn);
-        if (pids[r] > 0) left++;
-        else res->code[r] = 2; /* its report says so below */
+        res->code[r] = cw.exited[r] ? cw.code[r] : 128 + cw.code[r];
+        snprintf(res->rep[r], sizeof res->rep[r], "%s", cw.report[r]);
     }
-    uint64_t deadline = pp_now_ns() + (uint64_t)DEADLINE_S * 1000000000ull;
-    while (left) {
-        for (int r = 0; r < w->n; r++) {
-            int st;
-            if (pids[r] <= 0 || waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
-            res->code[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            pids[r] = 0;
-            left--;
-        }
-        if (left && pp_now_ns() > deadline && !hung) {
-            hung = 1;
-            for (int r = 0; r < w->n; r++)
-                if (pids[r] > 0) kill(pids[r], SIGKILL);
-        }
-        if (left) pp_sleep_ns(5000000);
-    }
-    for (int r = 0; r < w->n; r++) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/report.%d", dir, r);
-        FILE *f = fopen(path, "r");
-        size_t k = f ? fread(res->rep[r], 1, sizeof res->rep[r] - 1, f) : 0;
-        res->rep[r][k] = '\0';
-        if (f) fclose(f);
-        unlink(path);
-        if (pids[r] < 0) snprintf(res->rep[r], sizeof res->rep[r], "cannot fork rank %d", r);
-        if (hung && res->code[r] == 128 + SIGKILL && !res->rep[r][0])
-            snprintf(res->rep[r], sizeof res->rep[r], "HUNG: killed after %d s", DEADLINE_S);
-    }
-    if (check_rm_tree(dir) < 0) fprintf(stderr, "cannot remove %s\n", dir);
-    comm_cleanup(job, w->n);
 }
 
 static int failures;
@@ -840,6 +787,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "devcomm_check: cannot find libdevcomm_ncclstub.so (no /proc/self/exe)\n");
         return 2;
     }
+    setenv("PPRUN_NCCL_LIB", stub_lib, 1); /* before any rank forks: setenv is unsafe once threads run */
     int ran = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++) {
         if (argc > 1 && !strcmp(argv[1], "list")) {

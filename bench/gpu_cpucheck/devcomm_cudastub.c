@@ -24,9 +24,10 @@
  * belong to the device current when they were made (cudaMallocAsync: the
  * stream's), and a copy, event record or wait on a stream must be made
  * with the stream's device current, on memory and events of that device.
- * What is refused is also said on stderr.  The bus id of device 0 comes
- * from PPRUN_STUB_BUSID (the check sets it per rank to put ranks on one GPU
- * or on several); device d > 0 has that id with "+d" appended. */
+ * What is refused is also said on stderr.  The bus id of device 0 is
+ * devstub_busid if set, else PPRUN_STUB_BUSID (the checks set one per rank
+ * to put ranks on one GPU or on several); device d > 0 has that id with "+d"
+ * appended. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +46,9 @@
 
 /* What the check reads back: device allocations made so far. */
 _Atomic long devstub_allocs;
+/* Set by a rank of devcomm_check before it opens devcomm (its comm's
+ * threads run by then, so no setenv). */
+const char *devstub_busid;
 
 typedef struct alloc {
     struct alloc *next;
@@ -139,7 +143,7 @@ cudaError_t cudaGetDevice(int *device) {
 
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
     if (device < 0 || device >= device_count() || len < 16) return cudaErrorInvalidDevice;
-    const char *s = getenv("PPRUN_STUB_BUSID");
+    const char *s = devstub_busid ? devstub_busid : getenv("PPRUN_STUB_BUSID");
     if (s && device == 0)
         snprintf(bus, (size_t)len, "%s", s);
     else if (s)
