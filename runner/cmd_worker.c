@@ -74,14 +74,11 @@ static int exchange_get(void *ctx, const char *key, void *value, size_t cap, siz
 
 /* --- boundary tensors in GPU memory: devcomm ------------------------------------ */
 
-/* The device this rank's GPU stages use (gpu_device_for_rank, as
+/* The device this rank's GPU stages use (gpu_device_pick, as
  * model_stage_create_on picks it). */
 static int worker_device(int local_rank, int *device, pp_err *err) {
 #ifdef PPRUN_HAVE_CUDA
-    int count;
-    if (gpu_device_count(&count, err) != 0) return -1;
-    *device = gpu_device_for_rank(local_rank, count);
-    return 0;
+    return gpu_device_pick(local_rank, device, NULL, err);
 #else
     (void)local_rank, (void)err;
     *device = 0; /* devcomm_open says that this build has no GPU backend */
@@ -99,8 +96,8 @@ static void say_transports(const worker *w, const sched_plan *plan, const comm *
     char *seen = calloc((size_t)plan->ranks, 1);
     for (int s = 0; seen && s < plan->stages; s++) {
         if (plan->stage_rank[s] != w->rank) continue;
-        int nb[2] = {s > 0 ? plan->stage_rank[s - 1] : w->rank,
-                     s + 1 < plan->stages ? plan->stage_rank[s + 1] : w->rank};
+        int nb[2];
+        engine_stage_neighbours(plan, s, w->rank, nb);
         for (int i = 0; i < 2; i++) {
             int r = nb[i];
             if (r == w->rank || seen[r] || n >= (int)sizeof line - 64) continue;
@@ -223,18 +220,8 @@ static int run_worker(worker *w, pp_err *err) {
         if (comm_open(&cc, &c, err) != 0) goto out;
         int device = -1;
         if (device_boundaries) {
-            devcomm_config dcfg = {
-                .rank = w->rank,
-                .world = w->world,
-                .rank_node = rank_node,
-                .host = c,
-                .job_key = job_key,
-                .transport = w->cfg.transport,
-                .connect_timeout_ms = 60000,
-            };
             if (worker_device(w->rank % w->local_world, &device, err) != 0) goto out;
-            dcfg.device = device;
-            dcfg.exchange = cc.exchange; /* devcomm takes the host comm's exchange lock */
+            devcomm_config dcfg = {.host = c, .device = device, .transport = w->cfg.transport};
             if (devcomm_open(&dcfg, &dc, err) != 0) {
                 pp_wrap(err, "opening the GPU transport (--transport %s) on cuda:%d", w->cfg.transport, device);
                 goto out;

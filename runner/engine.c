@@ -111,11 +111,11 @@ int engine_init(engine *e, pp_err *err) {
     for (int i = 0; i < e->nlocal && e->device_boundaries; i++) {
         int s = e->local_stage[i];
         if (model_stage_set_boundary_device(e->stages[s], 1, err) != 0) return pp_wrap(err, "stage %d", s);
-        int up = s > 0 ? plan->stage_rank[s - 1] : e->rank;
-        int down = s < plan->stages - 1 ? plan->stage_rank[s + 1] : e->rank;
-        if (!e->devcomm && (up != e->rank || down != e->rank))
+        int nb[2];
+        engine_stage_neighbours(plan, s, e->rank, nb);
+        if (!e->devcomm && (nb[0] != e->rank || nb[1] != e->rank))
             return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
-                           "transport (devcomm) is open", e->rank, s, up != e->rank ? up : down);
+                           "transport (devcomm) is open", e->rank, s, nb[0] != e->rank ? nb[0] : nb[1]);
     }
     /* A checkpoint is loaded when the user asked to --resume, or when this
      * run wrote it (a restarted attempt); never one another run left. */
@@ -394,13 +394,16 @@ static int save_weights(engine *e, pp_err *err) {
  * so that devcomm's links (IPC handles, NCCL communicators) are up before
  * step 0. */
 static int connect_devcomm(engine *e, const char *is_peer, pp_err *err) {
+    int any = 0;
+    for (int r = 0; r < e->plan->ranks; r++) any |= is_peer[r];
+    /* A peer is the neighbour of a local stage, and engine_init made sure
+     * such a rank has a devcomm. */
+    if (!any) return 0;
     model_stage *stage = e->stages[e->local_stage[0]];
     size_t bytes = model_boundary_bytes(&e->cfg->model);
     void *buf = model_stage_boundary_alloc(stage, bytes, err);
     if (!buf) return -1;
-    /* cuda-ipc announces on the host comm under the message's own tag: not
-     * the host hello's (stage 0) */
-    uint64_t tag = comm_tag(0, 1, 0, COMM_DIR_CTRL);
+    uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL); /* the host hello's too: devcomm's tags are its own */
     int rc = 0;
     for (int r = 0; rc == 0 && r < e->plan->ranks; r++)
         if (is_peer[r]) rc = devcomm_send(e->devcomm, r, tag, buf, bytes, err);
@@ -421,8 +424,9 @@ static int connect_neighbours(engine *e, pp_err *err) {
     if (!is_peer) return pp_fail(err, "out of memory");
     for (int s = 0; s < plan->stages; s++) {
         if (plan->stage_rank[s] != e->rank) continue;
-        if (s > 0) is_peer[plan->stage_rank[s - 1]] = 1;
-        if (s < plan->stages - 1) is_peer[plan->stage_rank[s + 1]] = 1;
+        int nb[2];
+        engine_stage_neighbours(plan, s, e->rank, nb);
+        is_peer[nb[0]] = is_peer[nb[1]] = 1;
     }
     is_peer[e->rank] = 0;
     uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL);
@@ -432,9 +436,14 @@ static int connect_neighbours(engine *e, pp_err *err) {
         if (is_peer[r]) rc = comm_send(e->comm, r, tag, &hello, 1, err);
     for (int r = 0; rc == 0 && r < plan->ranks; r++)
         if (is_peer[r]) rc = comm_recv(e->comm, r, tag, &hello, 1, e->cfg->recv_timeout_ms, err);
-    if (rc == 0 && e->device_boundaries && e->devcomm && e->nlocal > 0) rc = connect_devcomm(e, is_peer, err);
+    if (rc == 0 && e->device_boundaries) rc = connect_devcomm(e, is_peer, err);
     free(is_peer);
     return rc == 0 ? 0 : pp_wrap(err, "rank %d: connecting to its pipeline neighbours", e->rank);
+}
+
+void engine_stage_neighbours(const sched_plan *plan, int s, int self, int nb[2]) {
+    nb[0] = s > 0 ? plan->stage_rank[s - 1] : self;
+    nb[1] = s < plan->stages - 1 ? plan->stage_rank[s + 1] : self;
 }
 
 int engine_run(engine *e, pp_err *err) {
@@ -456,11 +465,10 @@ int engine_run(engine *e, pp_err *err) {
         rc = run_step(e, &st, err);
     }
     if (rc == 0 && e->cfg->save_weights[0]) rc = save_weights(e, err);
-    if (st.mailbox) /* tensors never taken (a failed step), back to the stage they were for */
-        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++) {
-            int dir = (int)(i / ((size_t)plan->stages * m)), from = (int)(i / m % (size_t)plan->stages);
-            boundary_free(e, &st, dir == COMM_DIR_ACT ? from + 1 : from - 1, st.mailbox[i]);
-        }
+    /* Tensors never taken (a failed step): any stage of this rank takes a
+     * boundary buffer back (model.h), and only local stages fill the mailbox. */
+    if (st.mailbox && e->nlocal > 0)
+        for (size_t i = 0; i < 2 * (size_t)plan->stages * m; i++) boundary_free(e, &st, e->local_stage[0], st.mailbox[i]);
     free(st.mailbox);
     free(st.losses);
     free(st.tokens);

@@ -74,6 +74,10 @@ int engine_init(engine *e, pp_err *err);
 int engine_run(engine *e, pp_err *err);
 void engine_free(engine *e);
 
+/* The ranks of stage s's neighbours, the stages s-1 (nb[0]) and s+1
+ * (nb[1]); `self` where there is none (the first and the last stage). */
+void engine_stage_neighbours(const sched_plan *plan, int s, int self, int nb[2]);
+
 /* Checkpoints: DIR/step_N/stage_S.ckpt, and DIR/latest = "N RUN_ID", the
  * last step every rank saved and the run that saved it. Returns 0 and fills
  * step and run_id, or -1 when there is no (readable) latest. */

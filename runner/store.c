@@ -56,14 +56,8 @@ struct store_server {
 
 /* --- key table -------------------------------------------------------------- */
 
-static uint64_t hash_key(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-    return h;
-}
-
 static kv **kv_slot(store_server *s, const char *key) {
-    kv **p = &s->buckets[hash_key(key) & (s->nbuckets - 1)];
+    kv **p = &s->buckets[pp_hash_str(key) & (s->nbuckets - 1)];
     while (*p && strcmp((*p)->key, key) != 0) p = &(*p)->next;
     return p;
 }
@@ -75,7 +69,7 @@ static void kv_grow(store_server *s) {
     for (size_t i = 0; i < s->nbuckets; i++) {
         for (kv *e = s->buckets[i], *next; e; e = next) {
             next = e->next;
-            size_t j = hash_key(e->key) & (n - 1);
+            size_t j = pp_hash_str(e->key) & (n - 1);
             e->next = b[j];
             b[j] = e;
         }

@@ -441,7 +441,7 @@ static int close_fn(comm *c, int rank, void *arg, pp_err *rep) {
         return -1;
     /* Both have received, so both have attached: the name is gone already. */
     char name[128], path[200];
-    comm_shm_name(comm_hash(r->job_key), 0, 1, name, sizeof name);
+    comm_shm_name(pp_hash_str(r->job_key), 0, 1, name, sizeof name);
     snprintf(path, sizeof path, "/dev/shm%s", name);
     int shm_left = access(path, F_OK) == 0;
     int threads_open = count_tasks();
@@ -506,4 +506,7 @@ Test(comm, tags_follow_the_documented_layout) {
     cr_assert_eq(t, (3ull << 40) | (2ull << 24) | (5ull << 4) | 1);
     char b[128];
     cr_assert_str_eq(comm_tag_str(t, b, sizeof b), "tag 0x30002000051 (step 3, stage 2, microbatch 5, gradient)");
+    /* devcomm's cuda-ipc announcement of that message: a tag of its own */
+    cr_assert_str_eq(comm_tag_str(t | COMM_DIR_DEVDATA, b, sizeof b),
+                     "tag 0x30002000059 (devcomm announcement of step 3, stage 2, microbatch 5, gradient)");
 }

@@ -21,45 +21,62 @@
 #include "runner/comm/devcomm.h"
 #include "runner/comm/devcomm_int.h"
 
+/* A rank-0 host comm of a two-rank world over a file exchange in dir. */
+static comm *open_host(const char *dir, const int *nodes) {
+    comm_config cc = {.rank = 0, .world = 2, .rank_node = nodes, .job_key = "devcomm-open",
+                      .exchange = fx_exchange(dir)};
+    comm *c = NULL;
+    pp_err e;
+    cr_assert_eq(comm_open(&cc, &c, &e), 0, "%s", e.msg);
+    return c;
+}
+
+static void rm_tree(const char *dir) {
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 /* Without every rank's node, ranks on two homogeneous servers (same PCI
- * bus ids) would look like one GPU: open refuses, naming what is missing,
- * before touching the host comm or CUDA. */
+ * bus ids) would look like one GPU: open refuses, naming what is missing
+ * (the host comm carries the nodes), before touching CUDA. */
 Test(devcomm, open_requires_the_node_of_every_rank) {
+    char dir[] = "/tmp/pprun-devopen-XXXXXX";
+    cr_assert(mkdtemp(dir));
     devcomm *d = (devcomm *)1;
     pp_err err = {{0}};
-    int not_a_comm; /* never used: open fails before touching it */
-    devcomm_config cfg = {.rank = 0,
-                          .world = 2,
-                          .host = (comm *)&not_a_comm,
-                          .exchange = fx_exchange("/tmp"),
-                          .job_key = "k"};
+    comm *c = open_host(dir, NULL);
+    devcomm_config cfg = {.host = c};
     cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
     cr_assert_null(d);
-    cr_assert(strstr(err.msg, "no rank_node given"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "no rank_node"), "%s", err.msg);
+    comm_close(c);
     int nodes[2] = {0, -1};
-    cfg.rank_node = nodes;
+    c = open_host(dir, nodes);
+    cfg.host = c;
     cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
     cr_assert(strstr(err.msg, "rank_node[1] is -1"), "%s", err.msg);
+    comm_close(c);
+    rm_tree(dir);
 }
 
 #ifndef PPRUN_HAVE_CUDA
 Test(devcomm, open_says_it_is_not_built) {
+    char dir[] = "/tmp/pprun-devopen-XXXXXX";
+    cr_assert(mkdtemp(dir));
     devcomm *d = (devcomm *)1;
     pp_err err = {{0}};
     int nodes[2] = {0, 0};
-    int not_a_comm; /* never used: open fails before touching it */
-    devcomm_config cfg = {.rank = 0,
-                          .world = 2,
-                          .rank_node = nodes,
-                          .host = (comm *)&not_a_comm,
-                          .exchange = fx_exchange("/tmp"),
-                          .job_key = "k"};
+    comm *c = open_host(dir, nodes);
+    devcomm_config cfg = {.host = c};
     cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
     cr_assert_null(d);
     cr_assert(strstr(err.msg, "built without the GPU backend"), "%s", err.msg);
     cfg.transport = "udp"; /* bad input is still named first */
     cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
     cr_assert(strstr(err.msg, "unknown transport 'udp'"), "%s", err.msg);
+    comm_close(c);
+    rm_tree(dir);
 }
 #else
 /* Runs devcomm_check SCENARIO (built next to pprun); its output comes back in out. */
@@ -145,16 +162,8 @@ typedef struct gpu_arg {
 /* 40 messages each way (sizes vary), received in reverse order. */
 static int gpu_rank(comm *c, int rank, void *argp, pp_err *rep) {
     gpu_arg *a = argp;
-    int nodes[2] = {0, 0}, n = 40, rc = 0;
-    devcomm_config cfg = {.rank = rank,
-                          .world = 2,
-                          .rank_node = nodes,
-                          .device = a->two_gpus ? rank : 0,
-                          .host = c,
-                          .exchange = fx_exchange(a->dir),
-                          .job_key = a->res->job_key,
-                          .transport = a->transport,
-                          .connect_timeout_ms = 30000};
+    int n = 40, rc = 0;
+    devcomm_config cfg = {.host = c, .device = a->two_gpus ? rank : 0, .transport = a->transport};
     devcomm *d = NULL;
     if (devcomm_open(&cfg, &d, rep) < 0) return -1;
     if (strcmp(devcomm_transport_name(d, 1 - rank), a->transport)) {
@@ -199,7 +208,7 @@ static void gpu_world(const char *transport, int two_gpus) {
     gpu_arg a = {.transport = transport, .two_gpus = two_gpus, .res = &res};
     snprintf(a.dir, sizeof a.dir, "/tmp/pprun-devgpu-XXXXXX");
     cr_assert_not_null(mkdtemp(a.dir));
-    cr_assert_eq(cw_run(2, NULL, NULL, gpu_rank, &a, &res), 0);
+    cr_assert_eq(cw_run(2, (const int[]){0, 0}, NULL, gpu_rank, &a, &res), 0);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", a.dir);
     cr_assert_eq(system(cmd), 0);

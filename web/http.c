@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "runner/base/embed.h"
+#include "runner/base/pp.h"
 #include "web/internal.h"
 
 /* Per request: the body as it arrives, bounded by max_body. */
@@ -197,13 +198,6 @@ static const char *content_type(const char *name) {
     return "application/octet-stream";
 }
 
-/* FNV-1a of the content: the ETag, so reloads get 304s. */
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
 /* Looks the path up in the embedded table; nothing else is ever consulted.
  * Only plain names are looked up at all, so a traversal attempt is a 404
  * without touching the table's neighbours either. */
@@ -221,7 +215,7 @@ static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, co
     }
     if (!f) return MHD_NO; /* the caller answers 404 */
     char etag[32];
-    snprintf(etag, sizeof etag, "\"%016llx\"", (unsigned long long)fnv1a(f->data, f->size));
+    snprintf(etag, sizeof etag, "\"%016llx\"", (unsigned long long)pp_hash(f->data, f->size)); /* so reloads get 304s */
     const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
     int not_modified = inm && strcmp(inm, etag) == 0;
     struct MHD_Response *resp =

@@ -14,6 +14,7 @@
  * tests/test_devcomm.c. */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <nccl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -24,17 +25,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/gpu_cpucheck/checkutil.h"
 #include "helpers/comm_file_exchange.h"
+#include "helpers/comm_world.h"
 #include "runner/comm/devcomm.h"
 #include "runner/comm/devcomm_int.h"
 
 #define MAXW 4
-#define DEADLINE_S 60
 #define RECV_MS 20000
 
 extern _Atomic long devstub_allocs; /* devcomm_cudastub.c */
-/* Present in sanitizer builds only: ranks leave by _exit, so run LeakSanitizer by hand. */
-extern int __lsan_do_recoverable_leak_check(void) __attribute__((weak));
+extern const char *devstub_busid;   /* devcomm_cudastub.c */
 
 typedef struct world {
     int n;
@@ -158,99 +159,45 @@ static int recv_many(rank_ctx *r, int peer, int n, pp_err *rep) {
 
 static char stub_lib[4200];
 
-static void rank_main(const world *w, const char *dir, const char *job, int rank, rank_fn fn) {
-    pp_err rep = {""};
-    int rc = -1;
-    setenv("PPRUN_STUB_BUSID", w->bus[rank], 1);
-    setenv("PPRUN_NCCL_LIB", stub_lib, 1);
-    comm_config cc = {.rank = rank,
-                      .world = w->n,
-                      .rank_node = w->node,
-                      .job_key = job,
-                      .exchange = fx_exchange(dir),
-                      .connect_timeout_ms = 10000,
-                      .transport = w->comm_transport};
-    rank_ctx r = {.rank = rank, .n = w->n};
+typedef struct world_arg {
+    const world *w;
+    rank_fn fn;
+} world_arg;
+
+/* A rank of cw_run (tests/helpers/comm_world.c), on the comm it opened:
+ * opens devcomm, runs the scenario's function, flushes and closes devcomm
+ * (cw_run flushes and closes the comm). */
+static int rank_main(comm *host, int rank, void *argp, pp_err *rep) {
+    const world_arg *a = argp;
+    const world *w = a->w;
+    devstub_busid = w->bus[rank];
     rank_device = w->device;
-    if (comm_open(&cc, &r.host, &rep) < 0) goto out;
-    r.cfg = (devcomm_config){.rank = rank,
-                             .world = w->n,
-                             .rank_node = w->node,
-                             .device = w->device,
-                             .host = r.host,
-                             .exchange = fx_exchange(dir),
-                             .job_key = job,
-                             .transport = w->transport,
-                             .connect_timeout_ms = 10000};
-    if (devcomm_open(&r.cfg, &r.d, &rep) < 0) {
-        comm_close(r.host);
-        goto out;
-    }
-    rc = fn(&r, &rep);
+    rank_ctx r = {.rank = rank, .n = w->n, .host = host};
+    r.cfg = (devcomm_config){.host = host, .device = w->device, .transport = w->transport};
+    if (devcomm_open(&r.cfg, &r.d, rep) < 0) return -1;
+    int rc = a->fn(&r, rep);
     pp_err e;
-    if (rc == 0 && !r.no_flush && devcomm_flush(r.d, RECV_MS, &e) < 0) rc = pp_fail(&rep, "%s", e.msg);
+    if (rc == 0 && !r.no_flush && devcomm_flush(r.d, RECV_MS, &e) < 0) rc = pp_fail(rep, "%s", e.msg);
     devcomm_close(r.d);
-    if (rc == 0 && comm_flush(r.host, RECV_MS, &e) < 0) rc = pp_fail(&rep, "%s", e.msg);
-    comm_close(r.host);
-out:;
-    char path[600];
-    snprintf(path, sizeof path, "%s/report.%d", dir, rank);
-    FILE *f = fopen(path, "w");
-    if (f) {
-        fputs(rep.msg, f);
-        fclose(f);
-    }
-    if (__lsan_do_recoverable_leak_check && __lsan_do_recoverable_leak_check()) _exit(3);
-    _exit(rc == 0 ? 0 : 1);
+    return rc;
 }
 
+/* Every rank's code (exit code, or 128 + signal) and report in res. */
 static void run_world(const world *w, rank_fn fn, result *res) {
-    char dir[] = "/tmp/pprun-devcomm-XXXXXX";
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
-        exit(2);
-    }
-    char job[64];
-    snprintf(job, sizeof job, "dccheck-%d-%ld", (int)getpid(), (long)pp_now_ns());
-    pid_t pids[MAXW];
-    fflush(NULL);
-    for (int r = 0; r < w->n; r++) {
-        pids[r] = fork();
-        if (pids[r] == 0) rank_main(w, dir, job, r, fn);
-    }
-    uint64_t deadline = pp_now_ns() + (uint64_t)DEADLINE_S * 1000000000ull;
-    int left = w->n, hung = 0;
+    static cw_result cw;
+    world_arg a = {w, fn};
     memset(res, 0, sizeof *res);
-    while (left) {
+    if (cw_run(w->n, w->node, w->comm_transport, rank_main, &a, &cw) < 0) {
         for (int r = 0; r < w->n; r++) {
-            int st;
-            if (pids[r] <= 0 || waitpid(pids[r], &st, WNOHANG) != pids[r]) continue;
-            res->code[r] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            pids[r] = 0;
-            left--;
+            res->code[r] = 2;
+            snprintf(res->rep[r], sizeof res->rep[r], "cannot start the ranks (temporary directory, fork)");
         }
-        if (left && pp_now_ns() > deadline && !hung) {
-            hung = 1;
-            for (int r = 0; r < w->n; r++)
-                if (pids[r] > 0) kill(pids[r], SIGKILL);
-        }
-        if (left) pp_sleep_ns(5000000);
+        return;
     }
     for (int r = 0; r < w->n; r++) {
-        char path[600];
-        snprintf(path, sizeof path, "%s/report.%d", dir, r);
-        FILE *f = fopen(path, "r");
-        size_t k = f ? fread(res->rep[r], 1, sizeof res->rep[r] - 1, f) : 0;
-        res->rep[r][k] = '\0';
-        if (f) fclose(f);
-        unlink(path);
-        if (hung && res->code[r] == 128 + SIGKILL && !res->rep[r][0])
-            snprintf(res->rep[r], sizeof res->rep[r], "HUNG: killed after %d s", DEADLINE_S);
+        res->code[r] = cw.exited[r] ? cw.code[r] : 128 + cw.code[r];
+        snprintf(res->rep[r], sizeof res->rep[r], "%s", cw.report[r]);
     }
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
-    comm_cleanup(job, w->n);
 }
 
 static int failures;
@@ -332,12 +279,21 @@ static int names_then_all(rank_ctx *r, pp_err *rep) {
 }
 
 /* A recv with the wrong length fails naming both sizes and changes nothing. */
+/* Also: a tag of devcomm's reserved directions is refused, and the host
+ * comm carries a message under the data's own tag beside it. */
 static int wrong_len_then_right(rank_ctx *r, pp_err *rep) {
     void *buf = dev_alloc(70000);
     uint64_t tag = tag_of(0, 1, 3);
     int rc = 0;
+    char host_msg = 'h';
     if (r->rank == 0) {
-        rc = dev_fill(buf, tag, 70000) < 0 ? -1 : devcomm_send(r->d, 1, tag, buf, 70000, rep);
+        pp_err e;
+        if (devcomm_send(r->d, 1, tag | COMM_DIR_DEVDATA, buf, 70000, &e) == 0)
+            rc = pp_fail(rep, "a send under a reserved direction was taken");
+        else if (!strstr(e.msg, "reserved"))
+            rc = pp_fail(rep, "reserved-direction error does not say so: %s", e.msg);
+        if (rc == 0) rc = dev_fill(buf, tag, 70000) < 0 ? -1 : devcomm_send(r->d, 1, tag, buf, 70000, rep);
+        if (rc == 0) rc = comm_send(r->host, 1, tag, &host_msg, 1, rep);
     } else {
         pp_err e;
         if (devcomm_recv(r->d, 0, tag, buf, 1000, RECV_MS, &e) == 0)
@@ -346,6 +302,8 @@ static int wrong_len_then_right(rank_ctx *r, pp_err *rep) {
             rc = pp_fail(rep, "size error does not name both sizes: %s", e.msg);
         else if (devcomm_recv(r->d, 0, tag, buf, 70000, RECV_MS, rep) < 0 || dev_check(buf, tag, 70000, rep) < 0)
             rc = pp_wrap(rep, "after the failed recv");
+        else if (comm_recv(r->host, 0, tag, &host_msg, 1, RECV_MS, rep) < 0 || host_msg != 'h')
+            rc = pp_wrap(rep, "the host message under the data's tag");
     }
     cudaFree(buf);
     return rc;
@@ -474,8 +432,8 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
     ncclUniqueId id;
     size_t len;
     char key[300];
-    snprintf(key, sizeof key, DC_KEY_NCCL, r->cfg.job_key, 0, 1);
-    if (fx_get((void *)r->cfg.exchange.ctx, key, &id, sizeof id, &len, RECV_MS, rep) < 0) return -1;
+    snprintf(key, sizeof key, DC_KEY_NCCL, r->host->job_key, 0, 1);
+    if (fx_get(r->host->ex.ctx, key, &id, sizeof id, &len, RECV_MS, rep) < 0) return -1;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0;
     ncclComm_t c;
@@ -810,7 +768,8 @@ static const scenario scenarios[] = {
     {"ipc", "2 ranks on one GPU: 150 messages each way, received permuted; pools grow, then are reused", sc_ipc},
     {"nccl", "3 ranks on 3 GPUs: all to all, 150 messages per pair, permuted; pools reused", sc_nccl},
     {"mixed", "4 ranks on 2 GPUs: cuda-ipc within a GPU, nccl across, all to all", sc_mixed},
-    {"wrong-len", "a recv of the wrong size fails naming both sizes and leaves the message", sc_wrong_len},
+    {"wrong-len", "a recv of the wrong size fails naming both sizes and leaves the message; reserved tags refused; "
+                  "host messages under data tags", sc_wrong_len},
     {"dead", "a receiver or sender that dies: the peer's call fails naming it, no hang", sc_dead},
     {"nccl-errors", "an NCCL error under a receive, and receive timeouts, fail naming peer, tag and cause",
      sc_nccl_errors},
@@ -824,13 +783,11 @@ static const scenario scenarios[] = {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return 2;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    *slash = '\0';
-    snprintf(stub_lib, sizeof stub_lib, "%s/libdevcomm_ncclstub.so", self);
+    if (check_stub_lib(stub_lib, sizeof stub_lib) < 0) {
+        fprintf(stderr, "devcomm_check: cannot find libdevcomm_ncclstub.so (no /proc/self/exe)\n");
+        return 2;
+    }
+    setenv("PPRUN_NCCL_LIB", stub_lib, 1); /* before any rank forks: setenv is unsafe once threads run */
     int ran = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++) {
         if (argc > 1 && !strcmp(argv[1], "list")) {

@@ -9,7 +9,11 @@
  *   streams         a worker thread each, running its ops in order: copies,
  *                   event records and waits, host functions (the NCCL
  *                   stand-in's transfers are host functions that block the
- *                   stream until matched, as NCCL kernels do)
+ *                   stream until matched, as NCCL kernels do).  A copy into
+ *                   memory exported with cudaIpcGetMemHandle lands
+ *                   STUB_LATE_MS after it was queued, as a GPU may be busy:
+ *                   a receiver that reads an announced buffer without
+ *                   waiting on its event then reads the old bytes
  *
  * Strict where devcomm could go wrong: copies must stay inside device
  * allocations (own or opened), a handle is exported from a base pointer
@@ -20,9 +24,10 @@
  * belong to the device current when they were made (cudaMallocAsync: the
  * stream's), and a copy, event record or wait on a stream must be made
  * with the stream's device current, on memory and events of that device.
- * What is refused is also said on stderr.  The bus id of device 0 comes
- * from PPRUN_STUB_BUSID (the check sets it per rank to put ranks on one GPU
- * or on several); device d > 0 has that id with "+d" appended. */
+ * What is refused is also said on stderr.  The bus id of device 0 is
+ * devstub_busid if set, else PPRUN_STUB_BUSID (the checks set one per rank
+ * to put ranks on one GPU or on several); device d > 0 has that id with "+d"
+ * appended. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -41,13 +46,17 @@
 
 /* What the check reads back: device allocations made so far. */
 _Atomic long devstub_allocs;
+/* Set by a rank of devcomm_check before it opens devcomm (its comm's
+ * threads run by then, so no setenv). */
+const char *devstub_busid;
 
 typedef struct alloc {
     struct alloc *next;
     char *base;
     size_t size;
-    int fd;  /* -1 for an opened (foreign) mapping */
-    int dev; /* the device it is on (opened: the opener's) */
+    int fd;       /* -1 for an opened (foreign) mapping */
+    int dev;      /* the device it is on (opened: the opener's) */
+    int exported; /* cudaIpcGetMemHandle'd: copies into it land late */
 } alloc;
 
 static pthread_mutex_t allocs_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -62,6 +71,7 @@ typedef struct stub_handle {
 static _Thread_local int cur_device; /* as CUDA: device 0 until a thread sets another */
 
 #define IPC_GRAIN ((size_t)2 << 20)
+#define STUB_LATE_MS 10
 
 static cudaError_t refuse(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static cudaError_t refuse(cudaError_t e, const char *fmt, ...) {
@@ -133,7 +143,7 @@ cudaError_t cudaGetDevice(int *device) {
 
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
     if (device < 0 || device >= device_count() || len < 16) return cudaErrorInvalidDevice;
-    const char *s = getenv("PPRUN_STUB_BUSID");
+    const char *s = devstub_busid ? devstub_busid : getenv("PPRUN_STUB_BUSID");
     if (s && device == 0)
         snprintf(bus, (size_t)len, "%s", s);
     else if (s)
@@ -148,7 +158,7 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
 static void add_alloc(char *base, size_t size, int fd, int dev) {
     alloc *a = malloc(sizeof *a);
     if (!a) abort();
-    *a = (alloc){NULL, base, size, fd, dev};
+    *a = (alloc){NULL, base, size, fd, dev, 0};
     pthread_mutex_lock(&allocs_mu);
     a->next = allocs;
     allocs = a;
@@ -180,6 +190,17 @@ static int device_of(const void *p, size_t n) {
 
 static int in_device_memory(const void *p, size_t n) {
     return device_of(p, n) >= 0;
+}
+
+/* 1 if [p, p+n) lies in an allocation of this process that was exported. */
+static int in_exported_memory(const void *p, size_t n) {
+    const char *c = p;
+    int yes = 0;
+    pthread_mutex_lock(&allocs_mu);
+    for (alloc *a = allocs; a && !yes; a = a->next)
+        yes = c >= a->base && c + n <= a->base + a->size && a->exported;
+    pthread_mutex_unlock(&allocs_mu);
+    return yes;
 }
 
 static cudaError_t map_new(void **out, size_t size, int *fd_out) {
@@ -245,6 +266,9 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
     stub_handle sh = {STUB_MAGIC, (int32_t)getpid(), a->fd, a->size};
     memset(h, 0, sizeof *h);
     memcpy(h, &sh, sizeof sh);
+    pthread_mutex_lock(&allocs_mu);
+    a->exported = 1;
+    pthread_mutex_unlock(&allocs_mu);
     return cudaSuccess;
 }
 
@@ -378,6 +402,7 @@ typedef struct op {
     uint64_t target;
     cudaHostFn_t fn;
     void *arg;
+    struct timespec not_before; /* OP_COPY into exported memory: lands then (CLOCK_MONOTONIC) */
 } op;
 
 struct CUstream_st {
@@ -401,6 +426,9 @@ static void *stream_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         switch (o->kind) {
         case OP_COPY:
+            if (o->not_before.tv_sec)
+                while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &o->not_before, NULL) == EINTR) {
+                }
             memcpy(o->dst, o->src, o->n);
             break;
         case OP_RECORD: {
@@ -507,7 +535,14 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
     if (s && (dd != s->dev || sd != s->dev))
         return refuse(cudaErrorInvalidDevice, "cudaMemcpyAsync from device %d memory to device %d memory on a stream of "
                       "device %d", sd, dd, s->dev);
-    return enqueue(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
+    op o = {.kind = OP_COPY, .dst = dst, .src = src, .n = n};
+    if (in_exported_memory(dst, n)) {
+        clock_gettime(CLOCK_MONOTONIC, &o.not_before);
+        o.not_before.tv_nsec += STUB_LATE_MS * 1000000L;
+        o.not_before.tv_sec += o.not_before.tv_nsec / 1000000000L;
+        o.not_before.tv_nsec %= 1000000000L;
+    }
+    return enqueue(s, o);
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {

@@ -17,9 +17,6 @@
  *                          error naming both sizes
  *                          (a call on a failed communicator returns its
  *                          error, as NCCL's ncclCommEnsureReady does)
- *   ncclCommFinalize       as NCCL's: in progress until the peer finalized
- *                          too (a barrier), so a rank that finalizes waits
- *                          for its peer to close
  *   ncclCommAbort          ends the transfers in flight; local; frees the
  *                          communicator (no ncclCommDestroy after it)
  *   ncclGetVersion         the version of the nccl.h it was built with
@@ -55,8 +52,8 @@ struct ncclComm {
     char name[NCCL_UNIQUE_ID_BYTES];
     char bus[64];
     char last[300];
-    pthread_t init_th, fin_th;
-    int init_started, fin_started;
+    pthread_t init_th;
+    int init_started;
 };
 
 typedef struct listener {
@@ -339,7 +336,6 @@ static void end_comm(struct ncclComm *c) {
     atomic_store(&c->aborted, 1);
     if (c->init_started) pthread_join(c->init_th, NULL);
     if (c->fd >= 0) shutdown(c->fd, SHUT_RDWR);
-    if (c->fin_started) pthread_join(c->fin_th, NULL);
     unref(c);
 }
 
@@ -351,43 +347,9 @@ ncclResult_t ncclCommAbort(ncclComm_t c) {
     return ncclSuccess;
 }
 
-/* The barrier of NCCL's finalize: one byte each way. */
-static void *fin_main(void *arg) {
-    struct ncclComm *c = arg;
-    char b = 'F';
-    if (full_io(c, &b, 1, 1) < 0 || full_io(c, &b, 1, 0) < 0) {
-        if (!atomic_load(&c->aborted)) set_error(c, ncclSystemError, "stand-in: the peer left during finalize");
-        return NULL;
-    }
-    int expect = ncclInProgress;
-    atomic_compare_exchange_strong(&c->state, &expect, ncclSuccess);
-    return NULL;
-}
-
-ncclResult_t ncclCommFinalize(ncclComm_t c) {
-    if (!c) return ncclInvalidArgument;
-    enter(c);
-    ncclResult_t r = ncclInProgress;
-    int expect = ncclSuccess;
-    if (c->fin_started || c->fd < 0 || !atomic_compare_exchange_strong(&c->state, &expect, ncclInProgress))
-        r = ncclInvalidUsage;
-    else if (pthread_create(&c->fin_th, NULL, fin_main, c) != 0)
-        r = ncclSystemError;
-    else
-        c->fin_started = 1;
-    leave(c);
-    return r;
-}
-
 ncclResult_t ncclGetVersion(int *version) {
     if (!version) return ncclInvalidArgument;
     *version = NCCL_VERSION_CODE;
-    return ncclSuccess;
-}
-
-ncclResult_t ncclCommDestroy(ncclComm_t c) {
-    if (!c) return ncclSuccess;
-    end_comm(c);
     return ncclSuccess;
 }
 

@@ -34,6 +34,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/gpu_cpucheck/checkutil.h"
 #include "bench/gpu_cpucheck/standins.h"
 #include "helpers/comm_file_exchange.h"
 #include "runner/comm/devcomm.h"
@@ -157,8 +158,7 @@ static int run_rank(const job *j, const char *dir, int rank, pp_err *err) {
                           .exchange = fx_exchange(dir), .connect_timeout_ms = 30000,
                           .transport = run_config_device_boundaries(&cfg) ? "auto" : cfg.transport};
         if (comm_open(&cc, &c, err) != 0) goto out;
-        devcomm_config dcfg = {.rank = rank, .world = j->ranks, .rank_node = nodes, .host = c,
-                               .exchange = cc.exchange, .job_key = job_key, .transport = cfg.transport};
+        devcomm_config dcfg = {.host = c, .transport = cfg.transport};
         if (run_config_device_boundaries(&cfg) && devcomm_open(&dcfg, &dc, err) != 0) goto out;
     }
     e = (engine){.cfg = &cfg, .plan = plan, .run_id = "enginecheck", .rank = rank, .local_rank = rank,
@@ -190,17 +190,11 @@ out:
 
 /* --- the check ------------------------------------------------------------------ */
 
+/* The whole file (caller frees), or NULL. */
 static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    *len = buf ? fread(buf, 1, (size_t)n, f) : 0;
-    if (buf) buf[*len] = '\0';
-    fclose(f);
-    return buf;
+    char *buf = NULL;
+    pp_err e;
+    return pp_read_file(path, (size_t)1 << 30, "check output", &buf, len, &e) == 0 ? buf : NULL;
 }
 
 /* Losses followed by every stage's weights, in stage order (caller frees). */
@@ -230,9 +224,11 @@ static int run_job(const job *j, char *dir, size_t dircap, char *msg, size_t msg
     snprintf(dir, dircap, "/tmp/pprun-enginecheck-XXXXXX");
     if (!mkdtemp(dir)) return snprintf(msg, msgcap, "mkdtemp failed"), -1;
     pid_t pids[8];
+    int failed = -1, failed_status = 0;
     for (int r = 0; r < j->ranks; r++) {
         fflush(NULL);
-        if ((pids[r] = fork()) == 0) {
+        if ((pids[r] = fork()) < 0 && failed < 0) failed = r; /* no rank_%d.err: "(no message)" */
+        if (pids[r] == 0) {
             pp_err err;
             int rc = run_rank(j, dir, r, &err);
             if (rc != 0) {
@@ -244,9 +240,9 @@ static int run_job(const job *j, char *dir, size_t dircap, char *msg, size_t msg
             _exit(rc == 0 ? 0 : 1);
         }
     }
-    int failed = -1, failed_status = 0;
     for (int r = 0; r < j->ranks; r++) {
         int status;
+        if (pids[r] < 0) continue;
         waitpid(pids[r], &status, 0);
         if (failed < 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) failed = r, failed_status = status;
     }
@@ -287,12 +283,10 @@ int main(void) {
         {"2 ranks on 2 GPUs, interleaved, nccl + mailbox", "interleaved-1f1b", "cuda", "nccl", 2, 2, 1, 2, "nccl"},
         {"4 ranks on one GPU, 1f1b, --transport shm", "1f1b", "cuda", "shm", 4, 0, 0, 1, "-"},
     };
-    char self[4096];
-    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[k > 0 ? k : 0] = '\0';
-    char *slash = strrchr(self, '/');
-    if (slash) *slash = '\0';
-    snprintf(stub_lib, sizeof stub_lib, "%s/libdevcomm_ncclstub.so", self);
+    if (check_stub_lib(stub_lib, sizeof stub_lib) < 0) {
+        fprintf(stderr, "gpu_enginecheck: cannot find libdevcomm_ncclstub.so (no /proc/self/exe)\n");
+        return 2;
+    }
 #endif
     char *ref = NULL;
     size_t ref_len = 0;
@@ -350,9 +344,7 @@ int main(void) {
                      j->ranks > 1 ? j->expect : "");
         printf("%-48s %s%s\n", j->what, ok ? "" : "FAIL: ", msg);
         failed |= !ok;
-        char rm[128];
-        snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-        if (system(rm) != 0) failed = 1;
+        if (check_rm_tree(dir) < 0) failed = 1;
     }
     free(ref);
     printf("%s\n", failed ? "FAIL" : "ok");

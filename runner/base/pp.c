@@ -3,6 +3,7 @@
 #include "runner/base/embed.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,6 +50,36 @@ static uint64_t clock_ns(clockid_t id) {
 
 uint64_t pp_now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 uint64_t pp_wall_ns(void) { return clock_ns(CLOCK_REALTIME); }
+
+uint64_t pp_hash(const void *p, size_t n) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+uint64_t pp_hash_str(const char *s) { return pp_hash(s, strlen(s)); }
+
+uint64_t pp_deadline_ns(int timeout_ms) {
+    return timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
+int pp_ms_left(uint64_t deadline_ns) {
+    if (deadline_ns == UINT64_MAX) return -1;
+    uint64_t now = pp_now_ns();
+    if (now >= deadline_ns) return 0;
+    uint64_t ms = (deadline_ns - now) / 1000000u + 1;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+void pp_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns) {
+    if (deadline_ns == UINT64_MAX) {
+        pthread_cond_wait(cv, mu);
+        return;
+    }
+    struct timespec ts = {(time_t)(deadline_ns / 1000000000ull), (long)(deadline_ns % 1000000000ull)};
+    pthread_cond_timedwait(cv, mu, &ts);
+}
 
 void pp_sleep_ns(uint64_t ns) {
     struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};

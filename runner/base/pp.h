@@ -6,6 +6,7 @@
  * problem (the flag, the file, the peer). Nothing below main() exits. */
 #ifndef PP_H
 #define PP_H
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -24,6 +25,14 @@ uint64_t pp_now_ns(void);
 uint64_t pp_wall_ns(void);
 /* Sleeps the whole duration, resuming after signals. */
 void pp_sleep_ns(uint64_t ns);
+/* Deadlines on the pp_now_ns clock for "timeout_ms, negative = no limit":
+ * the deadline timeout_ms from now (UINT64_MAX if timeout_ms < 0); the
+ * milliseconds left until it, rounded up (-1 for UINT64_MAX, 0 once passed);
+ * and a wait on cv until signalled or the deadline (UINT64_MAX: no limit;
+ * cv must use CLOCK_MONOTONIC, see pthread_condattr_setclock). */
+uint64_t pp_deadline_ns(int timeout_ms);
+int pp_ms_left(uint64_t deadline_ns);
+void pp_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns);
 
 /* Strict parsers: the whole string must be consumed and the value in range.
  * On failure they return -1 and say what was wrong with `what` (e.g. the
@@ -34,6 +43,11 @@ int pp_parse_double(const char *s, double min, double max, const char *what, dou
 int pp_parse_size(const char *s, const char *what, uint64_t *out, pp_err *err);
 /* "2ms", "500us", "1.5s", "100ns" -> nanoseconds. A bare number is ms. */
 int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err);
+
+/* FNV-1a, 64 bits: hash tables, names derived from keys, ETags.  Not for
+ * anything an adversary chooses to collide. */
+uint64_t pp_hash(const void *p, size_t n);
+uint64_t pp_hash_str(const char *s);
 
 /* Reads a whole file into *buf (malloc'ed, NUL-terminated; caller frees),
  * at most max_bytes. Errors start with "WHAT PATH:" (e.g. "--data x.txt:"). */

@@ -30,25 +30,21 @@ const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
                  dir == COMM_DIR_DEVACK ? "acknowledgement" : "announcement", tag >> 4);
         return buf;
     }
+    const char *ann = dir & COMM_DIR_DEVDATA ? "devcomm announcement of " : "";
+    dir &= ~(unsigned)COMM_DIR_DEVDATA;
     char d[16];
     if (dir < 3)
         snprintf(d, sizeof d, "%s", dirs[dir]);
     else
         snprintf(d, sizeof d, "dir %u", dir);
-    snprintf(buf, cap, "tag 0x%" PRIx64 " (step %" PRIu64 ", stage %" PRIu64 ", microbatch %" PRIu64 ", %s)",
-             tag, tag >> 40, (tag >> 24) & 0xFFFF, (tag >> 4) & 0xFFFFF, d);
+    snprintf(buf, cap, "tag 0x%" PRIx64 " (%sstep %" PRIu64 ", stage %" PRIu64 ", microbatch %" PRIu64 ", %s)", tag,
+             ann, tag >> 40, (tag >> 24) & 0xFFFF, (tag >> 4) & 0xFFFFF, d);
     return buf;
-}
-
-uint64_t comm_hash(const char *s) {  /* FNV-1a: names shm objects from any job key */
-    uint64_t h = 1469598103934665603ull;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
 }
 
 void comm_cleanup(const char *job_key, int world) {
     if (!job_key) return;
-    uint64_t h = comm_hash(job_key);
+    uint64_t h = pp_hash_str(job_key); /* names shm objects from any job key */
     char name[128];
     for (int a = 0; a < world; a++)
         for (int b = a + 1; b < world; b++) {
@@ -309,11 +305,15 @@ static void *sender_main(void *arg) {
     }
 }
 
-static int check_peer(const comm *c, int peer, const char *op, pp_err *err) {
+int comm_check_peer(const comm *c, int peer, const char *who, const char *op, pp_err *err) {
     if (peer < 0 || peer >= c->world)
-        return pp_fail(err, "comm: %s: peer rank %d out of range (world size %d)", op, peer, c->world);
-    if (peer == c->rank) return pp_fail(err, "comm: %s: peer rank %d is this rank itself", op, peer);
+        return pp_fail(err, "%s: %s: peer rank %d out of range (world size %d)", who, op, peer, c->world);
+    if (peer == c->rank) return pp_fail(err, "%s: %s: peer rank %d is this rank itself", who, op, peer);
     return 0;
+}
+
+static int check_peer(const comm *c, int peer, const char *op, pp_err *err) {
+    return comm_check_peer(c, peer, "comm", op, err);
 }
 
 int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_err *err) {
@@ -382,14 +382,15 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
 
 /* ---- receive ------------------------------------------------------------- */
 
-static void deadline_ts(struct timespec *ts, uint64_t deadline_ns) {
-    /* Condition variables use CLOCK_MONOTONIC (see comm_open). */
-    ts->tv_sec = (time_t)(deadline_ns / 1000000000ull);
-    ts->tv_nsec = (long)(deadline_ns % 1000000000ull);
+int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, pp_err *err) {
+    int timed_out;
+    return comm_recv_timed(c, peer, tag, buf, len, timeout_ms, &timed_out, err);
 }
 
-int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, pp_err *err) {
+int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, int *timed_out,
+                    pp_err *err) {
     char ts[128];
+    *timed_out = 0;
     if (check_peer(c, peer, "recv", err) < 0) return -1;
     if (!buf && len) return pp_fail(err, "comm: recv of %zu bytes from rank %d: NULL buffer", len, peer);
     comm_peer *p = &c->peers[peer];
@@ -397,7 +398,7 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
     if (peer_setup(p, &e) < 0)
         return pp_fail(err, "comm: rank %d cannot receive %s from rank %d: %s", c->rank,
                        comm_tag_str(tag, ts, sizeof ts), peer, e.msg);
-    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     int mine = 0, rc = 0, accepted = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -455,17 +456,13 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
             break;
         }
         if (!claimed && pp_now_ns() >= deadline) {
+            *timed_out = 1;
             rc = pp_fail(err, "comm: rank %d timed out after %d ms waiting for %s from rank %d", c->rank, timeout_ms,
                          comm_tag_str(tag, ts, sizeof ts), peer);
             break;
         }
-        if (deadline == UINT64_MAX || claimed) {
-            pthread_cond_wait(&p->cv_in, &p->mu);
-        } else {
-            struct timespec t;
-            deadline_ts(&t, deadline);
-            pthread_cond_timedwait(&p->cv_in, &p->mu, &t);
-        }
+        /* Condition variables use CLOCK_MONOTONIC (see comm_open). */
+        pp_cond_wait_until(&p->cv_in, &p->mu, claimed ? UINT64_MAX : deadline);
     }
     if (mine) p->posted = 0;
     pthread_mutex_unlock(&p->mu);
@@ -473,7 +470,7 @@ int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeou
 }
 
 int comm_flush(comm *c, int timeout_ms, pp_err *err) {
-    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     for (int r = 0; r < c->world; r++) {
         if (r == c->rank) continue;
         comm_peer *p = &c->peers[r];
@@ -497,13 +494,7 @@ int comm_flush(comm *c, int timeout_ms, pp_err *err) {
                              timeout_ms, p->q_msgs, p->q_bytes, r);
                 break;
             }
-            if (deadline == UINT64_MAX) {
-                pthread_cond_wait(&p->cv_flush, &p->mu);
-            } else {
-                struct timespec t;
-                deadline_ts(&t, deadline);
-                pthread_cond_timedwait(&p->cv_flush, &p->mu, &t);
-            }
+            pp_cond_wait_until(&p->cv_flush, &p->mu, deadline);
         }
         pthread_mutex_unlock(&p->mu);
         if (rc < 0) return rc;
@@ -544,7 +535,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
     c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 30000;
     snprintf(c->job_key, sizeof c->job_key, "%s", cfg->job_key);
     snprintf(c->host, sizeof c->host, "%s", host);
-    c->job_hash = comm_hash(c->job_key);
+    c->job_hash = pp_hash_str(c->job_key);
     c->listen_fd = c->wake_fd = -1;
     pthread_mutex_init(&c->accept_mu, NULL);
     pthread_mutex_init(&c->ex_mu, NULL);
@@ -557,6 +548,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
         return pp_fail(err, "comm: out of memory");
     }
     for (int r = 0; r < c->world; r++) c->node[r] = cfg->rank_node ? cfg->rank_node[r] : 0;
+    c->node_given = cfg->rank_node != NULL;
 
     for (int r = 0; r < c->world; r++) c->peers[r].pidfd = c->peers[r].out_fd = c->peers[r].in_fd = -1;
     int need_tcp = 0;

@@ -69,6 +69,10 @@ enum { COMM_DIR_ACT = 0, COMM_DIR_GRAD = 1, COMM_DIR_CTRL = 2 };
  * acknowledgement and an nccl sender's announcement.  Bits 63..4 of these
  * tags hold a per-directed-pair sequence number instead of the fields above. */
 enum { COMM_DIR_DEVACK = 3, COMM_DIR_DEVANN = 4 };
+/* A cuda-ipc sender's announcement of the data message with tag T travels
+ * as T | COMM_DIR_DEVDATA: directions 8..15 are devcomm's, so the data tags
+ * given to devcomm (directions 0..7) stay free for host messages. */
+enum { COMM_DIR_DEVDATA = 8 };
 static inline uint64_t comm_tag(uint64_t step, uint64_t stage, uint64_t mb, uint64_t dir) {
     return (step & 0xFFFFFFull) << 40 | (stage & 0xFFFFull) << 24 | (mb & 0xFFFFFull) << 4 | (dir & 0xFull);
 }

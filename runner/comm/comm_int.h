@@ -91,6 +91,7 @@ typedef struct comm_peer {
 typedef struct comm {
     int rank, world;
     int *node;                 /* [world] */
+    int node_given;            /* comm_config.rank_node was given (else every node is 0) */
     char job_key[256];
     uint64_t job_hash;
     comm_exchange ex;
@@ -122,9 +123,16 @@ void comm_monitor_kick(comm *c);
 typedef int (*comm_read_fn)(comm_peer *p, void *dst, size_t n, char *why, size_t cap);
 void comm_reader_loop(comm_peer *p, comm_read_fn rd);
 int comm_start_reader(comm_peer *p, void *(*fn)(void *));
+/* 0 if peer names another rank of c, else -1 with "<who>: <op>: peer rank
+ * .. out of range" / ".. is this rank itself" (devcomm shares it). */
+int comm_check_peer(const comm *c, int peer, const char *who, const char *op, pp_err *err);
+/* comm_recv, telling a timeout (*timed_out = 1: nothing is wrong yet) from
+ * every other failure (peer gone, size mismatch, bad arguments): devcomm
+ * polls its control messages in slices. */
+int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, int *timed_out,
+                    pp_err *err);
 
 /* comm_shm.c */
-uint64_t comm_hash(const char *s);
 /* Name of the segment holding both rings between ranks a < b. */
 void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
 int comm_shm_attach(comm_peer *p, pp_err *err);

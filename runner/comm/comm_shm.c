@@ -97,7 +97,7 @@ int comm_shm_attach(comm_peer *p, pp_err *err) {
         fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
     }
     if (fd < 0) return pp_fail(err, "comm: shm_open %s (ranks %d and %d): %s", name, lo, hi, strerror(errno));
-    uint64_t deadline = pp_now_ns() + (uint64_t)c->connect_timeout_ms * 1000000ull;
+    uint64_t deadline = pp_deadline_ns(c->connect_timeout_ms);
     size_t size = 0, cap = 0;
     if (creator) {
         /* Reserve the pages now: a full /dev/shm is an error here (or a

@@ -19,9 +19,7 @@
 enum { DC_SELF = 0, DC_IPC = 1, DC_NCCL = 2 };
 
 struct devcomm {
-    devcomm_config cfg; /* cfg.rank_node points at node below */
-    char job_key[256];
-    int *node;           /* [world] */
+    devcomm_config cfg;  /* cfg.transport is NULL: the caller's string is read during open only */
     unsigned char *kind; /* [world] DC_* */
 #ifdef PPRUN_HAVE_CUDA
     dc_ipc *ipc; /* NULL if no peer uses it */
@@ -33,7 +31,7 @@ struct devcomm {
 
 int dc_ex_put(const devcomm_config *cfg, const char *key, const void *v, size_t len, pp_err *err) {
     pthread_mutex_lock(&cfg->host->ex_mu);
-    int rc = cfg->exchange.put(cfg->exchange.ctx, key, v, len, err);
+    int rc = cfg->host->ex.put(cfg->host->ex.ctx, key, v, len, err);
     pthread_mutex_unlock(&cfg->host->ex_mu);
     return rc;
 }
@@ -41,7 +39,7 @@ int dc_ex_put(const devcomm_config *cfg, const char *key, const void *v, size_t 
 int dc_ex_get(const devcomm_config *cfg, const char *key, void *v, size_t cap, size_t *len, int timeout_ms,
               pp_err *err) {
     pthread_mutex_lock(&cfg->host->ex_mu);
-    int rc = cfg->exchange.get(cfg->exchange.ctx, key, v, cap, len, timeout_ms, err);
+    int rc = cfg->host->ex.get(cfg->host->ex.ctx, key, v, cap, len, timeout_ms, err);
     pthread_mutex_unlock(&cfg->host->ex_mu);
     return rc;
 }
@@ -59,27 +57,43 @@ int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap) {
     return gone;
 }
 
+long dc_pool_pick(const dc_slot *first, size_t n, size_t stride, size_t len) {
+    long best = -1;
+    size_t best_cap = 0;
+    for (size_t i = 0; i < n; i++) {
+        const dc_slot *b = (const dc_slot *)((const char *)first + i * stride);
+        if (!b->busy && b->cap >= len && (best < 0 || b->cap < best_cap)) {
+            best = (long)i;
+            best_cap = b->cap;
+        }
+    }
+    return best;
+}
+
+size_t dc_pool_cap(size_t len, size_t min_cap) {
+    size_t cap = min_cap;
+    while (cap < len) {
+        if (cap > SIZE_MAX / 2) return 0;
+        cap *= 2;
+    }
+    return cap;
+}
+
 /* ---- open / close ----------------------------------------------------------- */
 
+/* Rank, world, job key and exchange were checked by comm_open. */
 static int check_config(const devcomm_config *cfg, pp_err *err) {
     if (!cfg) return pp_fail(err, "devcomm: no configuration");
-    if (cfg->world < 1 || cfg->world > 65536)
-        return pp_fail(err, "devcomm: world size %d out of range (1..65536)", cfg->world);
-    if (cfg->rank < 0 || cfg->rank >= cfg->world)
-        return pp_fail(err, "devcomm: rank %d out of range (world size %d)", cfg->rank, cfg->world);
-    if (!cfg->host) return pp_fail(err, "devcomm: no host comm given (control messages travel over it)");
-    if (!cfg->exchange.put || !cfg->exchange.get) return pp_fail(err, "devcomm: no exchange (put/get) given");
-    if (!cfg->job_key || !cfg->job_key[0] || strlen(cfg->job_key) > 200 || strpbrk(cfg->job_key, " \t\n"))
-        return pp_fail(err, "devcomm: job_key must be 1..200 characters without spaces");
+    const comm *c = cfg->host;
+    if (!c) return pp_fail(err, "devcomm: no host comm given (control messages travel over it)");
     if (cfg->device < 0) return pp_fail(err, "devcomm: device %d is not a CUDA device index", cfg->device);
     /* Homogeneous servers report the same PCI bus ids: without the node of
      * every rank, ranks on two nodes would look like one GPU. */
-    if (!cfg->rank_node)
-        return pp_fail(err, "devcomm: no rank_node given (the node index of every rank: ranks on different nodes "
-                            "can report the same PCI bus id)");
-    for (int r = 0; r < cfg->world; r++)
-        if (cfg->rank_node[r] < 0)
-            return pp_fail(err, "devcomm: rank_node[%d] is %d, not a node index", r, cfg->rank_node[r]);
+    if (!c->node_given)
+        return pp_fail(err, "devcomm: the host comm was opened with no rank_node (the node index of every rank: "
+                            "ranks on different nodes can report the same PCI bus id)");
+    for (int r = 0; r < c->world; r++)
+        if (c->node[r] < 0) return pp_fail(err, "devcomm: rank_node[%d] is %d, not a node index", r, c->node[r]);
     const char *t = cfg->transport ? cfg->transport : "auto";
     if (strcmp(t, "auto") && strcmp(t, "cuda-ipc") && strcmp(t, "nccl"))
         return pp_fail(err, "devcomm: unknown transport '%s' (accepted: auto, cuda-ipc, nccl)", t);
@@ -90,26 +104,27 @@ static int check_config(const devcomm_config *cfg, pp_err *err) {
 /* Learns every rank's bus id and picks the transport of every pair.  All
  * pairs are checked, not only this rank's, so that every rank of a job
  * with an impossible forced transport fails with the same message. */
-static int pick_transports(devcomm *d, pp_err *err) {
-    const devcomm_config *cfg = &d->cfg;
-    int world = cfg->world;
+static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
+    const comm *c = d->cfg.host;
+    const int *node = c->node;
+    int world = c->world;
     char(*bus)[64] = calloc((size_t)world, sizeof *bus);
     if (!bus) return pp_fail(err, "devcomm: out of memory");
     char key[320], val[96];
     int rc = -1;
-    if (dc_device_busid(cfg->device, bus[cfg->rank], sizeof bus[cfg->rank], err) < 0) goto out;
-    snprintf(key, sizeof key, DC_KEY_DEV, d->job_key, cfg->rank);
-    int n = snprintf(val, sizeof val, "bus=%s", bus[cfg->rank]);
-    if (dc_ex_put(cfg, key, val, (size_t)n, err) < 0) {
-        pp_wrap(err, "devcomm: rank %d cannot publish its device (key %s)", cfg->rank, key);
+    if (dc_device_busid(d->cfg.device, bus[c->rank], sizeof bus[c->rank], err) < 0) goto out;
+    snprintf(key, sizeof key, DC_KEY_DEV, c->job_key, c->rank);
+    int n = snprintf(val, sizeof val, "bus=%s", bus[c->rank]);
+    if (dc_ex_put(&d->cfg, key, val, (size_t)n, err) < 0) {
+        pp_wrap(err, "devcomm: rank %d cannot publish its device (key %s)", c->rank, key);
         goto out;
     }
     for (int r = 0; r < world; r++) {
-        if (r == cfg->rank) continue;
+        if (r == c->rank) continue;
         size_t len = 0;
         pp_err e;
-        snprintf(key, sizeof key, DC_KEY_DEV, d->job_key, r);
-        if (dc_ex_get(cfg, key, val, sizeof val - 1, &len, cfg->connect_timeout_ms, &e) < 0) {
+        snprintf(key, sizeof key, DC_KEY_DEV, c->job_key, r);
+        if (dc_ex_get(&d->cfg, key, val, sizeof val - 1, &len, c->connect_timeout_ms, &e) < 0) {
             pp_fail(err, "devcomm: no device of rank %d in the store (key %s): %s", r, key, e.msg);
             goto out;
         }
@@ -120,17 +135,17 @@ static int pick_transports(devcomm *d, pp_err *err) {
         }
         snprintf(bus[r], sizeof bus[r], "%s", val + 4);
     }
-    const char *t = cfg->transport ? cfg->transport : "auto";
+    const char *t = transport ? transport : "auto";
     int any_nccl = 0;
     for (int a = 0; a < world; a++)
         for (int b = a + 1; b < world; b++) {
-            int same_node = d->node[a] == d->node[b];
+            int same_node = node[a] == node[b];
             int same_gpu = same_node && !strcmp(bus[a], bus[b]);
             if (!strcmp(t, "cuda-ipc") && !same_node) {
                 pp_fail(err,
                         "devcomm: transport cuda-ipc requested, but ranks %d and %d are on different nodes (%d "
                         "and %d): CUDA IPC works only within a node",
-                        a, b, d->node[a], d->node[b]);
+                        a, b, node[a], node[b]);
                 goto out;
             }
             /* Two GPUs of one node would need peer access, never tried. */
@@ -138,7 +153,7 @@ static int pick_transports(devcomm *d, pp_err *err) {
                 pp_fail(err,
                         "devcomm: transport cuda-ipc requested, but cuda-ipc is for ranks that share a GPU: rank "
                         "%d is on %s, rank %d on %s (node %d); use nccl or auto",
-                        a, bus[a], b, bus[b], d->node[a]);
+                        a, bus[a], b, bus[b], node[a]);
                 goto out;
             }
             if (!strcmp(t, "nccl") && same_gpu) {
@@ -146,7 +161,7 @@ static int pick_transports(devcomm *d, pp_err *err) {
                         "devcomm: transport nccl requested, but ranks %d and %d share one GPU (node %d, PCI "
                         "bus %s): NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\"); use cuda-ipc "
                         "or auto",
-                        a, b, d->node[a], bus[a]);
+                        a, b, node[a], bus[a]);
                 goto out;
             }
             any_nccl |= !same_gpu;
@@ -165,8 +180,8 @@ static int pick_transports(devcomm *d, pp_err *err) {
     }
     /* Past the checks above a forced transport is the one auto picks. */
     for (int r = 0; r < world; r++) {
-        int same_gpu = d->node[r] == d->node[cfg->rank] && !strcmp(bus[r], bus[cfg->rank]);
-        d->kind[r] = r == cfg->rank ? DC_SELF : same_gpu ? DC_IPC : DC_NCCL;
+        int same_gpu = node[r] == node[c->rank] && !strcmp(bus[r], bus[c->rank]);
+        d->kind[r] = r == c->rank ? DC_SELF : same_gpu ? DC_IPC : DC_NCCL;
     }
     rc = 0;
 out:
@@ -185,25 +200,18 @@ int devcomm_open(const devcomm_config *cfg, devcomm **out, pp_err *err) {
     devcomm *d = calloc(1, sizeof *d);
     if (!d) return pp_fail(err, "devcomm: out of memory");
     d->cfg = *cfg;
-    snprintf(d->job_key, sizeof d->job_key, "%s", cfg->job_key);
-    d->cfg.job_key = d->job_key;
-    if (d->cfg.connect_timeout_ms <= 0) d->cfg.connect_timeout_ms = 30000;
-    d->node = calloc((size_t)cfg->world, sizeof *d->node);
-    d->kind = calloc((size_t)cfg->world, 1);
-    if (!d->node || !d->kind) {
+    d->cfg.transport = NULL;
+    int world = cfg->host->world;
+    if (!(d->kind = calloc((size_t)world, 1))) {
         devcomm_close(d);
         return pp_fail(err, "devcomm: out of memory");
     }
-    memcpy(d->node, cfg->rank_node, (size_t)cfg->world * sizeof *d->node);
-    d->cfg.rank_node = d->node;
-    d->cfg.transport = cfg->transport; /* the caller's string: only during open */
-    if (pick_transports(d, err) < 0) {
+    if (pick_transports(d, cfg->transport, err) < 0) {
         devcomm_close(d);
         return -1;
     }
-    d->cfg.transport = NULL;
     int need_ipc = 0, need_nccl = 0;
-    for (int r = 0; r < cfg->world; r++) {
+    for (int r = 0; r < world; r++) {
         need_ipc |= d->kind[r] == DC_IPC;
         need_nccl |= d->kind[r] == DC_NCCL;
     }
@@ -224,7 +232,6 @@ void devcomm_close(devcomm *d) {
     dc_ipc_close(d->ipc);
 #endif
     free(d->kind);
-    free(d->node);
     free(d);
 }
 
@@ -232,14 +239,20 @@ void devcomm_close(devcomm *d) {
 
 static int check_peer(const devcomm *d, int peer, const char *op, pp_err *err) {
     if (!d) return pp_fail(err, "devcomm: %s on a devcomm that is not open", op);
-    if (peer < 0 || peer >= d->cfg.world)
-        return pp_fail(err, "devcomm: %s: peer rank %d out of range (world size %d)", op, peer, d->cfg.world);
-    if (peer == d->cfg.rank) return pp_fail(err, "devcomm: %s: peer rank %d is this rank itself", op, peer);
+    return comm_check_peer(d->cfg.host, peer, "devcomm", op, err);
+}
+
+/* Directions 8..15 are devcomm's own on the host comm (COMM_DIR_DEVDATA). */
+static int check_tag(uint64_t tag, const char *op, pp_err *err) {
+    char ts[128];
+    if (tag & COMM_DIR_DEVDATA)
+        return pp_fail(err, "devcomm: %s of %s: directions 8..15 are reserved for devcomm's control messages", op,
+                       comm_tag_str(tag & ~(uint64_t)COMM_DIR_DEVDATA, ts, sizeof ts));
     return 0;
 }
 
 int devcomm_send(devcomm *d, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
-    if (check_peer(d, peer, "send", err) < 0) return -1;
+    if (check_peer(d, peer, "send", err) < 0 || check_tag(tag, "send", err) < 0) return -1;
     if (!dev && len) return pp_fail(err, "devcomm: send of %zu bytes to rank %d: NULL buffer", len, peer);
 #ifdef PPRUN_HAVE_CUDA
     return d->kind[peer] == DC_IPC ? dc_ipc_send(d->ipc, peer, tag, dev, len, err)
@@ -251,7 +264,7 @@ int devcomm_send(devcomm *d, int peer, uint64_t tag, const void *dev, size_t len
 }
 
 int devcomm_recv(devcomm *d, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
-    if (check_peer(d, peer, "recv", err) < 0) return -1;
+    if (check_peer(d, peer, "recv", err) < 0 || check_tag(tag, "recv", err) < 0) return -1;
     if (!dev && len) return pp_fail(err, "devcomm: recv of %zu bytes from rank %d: NULL buffer", len, peer);
 #ifdef PPRUN_HAVE_CUDA
     return d->kind[peer] == DC_IPC ? dc_ipc_recv(d->ipc, peer, tag, dev, len, timeout_ms, err)
@@ -266,7 +279,7 @@ int devcomm_recv(devcomm *d, int peer, uint64_t tag, void *dev, size_t len, int 
 int devcomm_flush(devcomm *d, int timeout_ms, pp_err *err) {
     if (!d) return pp_fail(err, "devcomm: flush on a devcomm that is not open");
 #ifdef PPRUN_HAVE_CUDA
-    uint64_t deadline = timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     if (d->ipc && dc_ipc_flush(d->ipc, deadline, timeout_ms, err) < 0) return -1;
     if (d->nccl && dc_nccl_flush(d->nccl, deadline, timeout_ms, err) < 0) return -1;
     return 0;
@@ -277,6 +290,6 @@ int devcomm_flush(devcomm *d, int timeout_ms, pp_err *err) {
 }
 
 const char *devcomm_transport_name(const devcomm *d, int peer) {
-    if (!d || peer < 0 || peer >= d->cfg.world) return "none";
+    if (!d || peer < 0 || peer >= d->cfg.host->world) return "none";
     return d->kind[peer] == DC_IPC ? "cuda-ipc" : d->kind[peer] == DC_NCCL ? "nccl" : "self";
 }

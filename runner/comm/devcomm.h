@@ -32,13 +32,13 @@
  * first call with that peer; each NCCL communicator is driven by its proxy,
  * the caller's thread only asks its async error, and every call into it
  * holds a per-pair lock (NCCL: one thread at a time per communicator).
- * CUDA's callback thread marks completions.  Exchange calls are
- * made under the host comm's exchange lock, so the exchange may be the
- * host comm's own.
+ * CUDA's callback thread marks completions.  Exchange calls (the host
+ * comm's exchange) are made under the host comm's exchange lock.
  *
- * Host tags: a cuda-ipc message is announced on the host comm under its
- * own tag, so do not also comm_send that tag to that peer; devcomm's other
- * control messages use COMM_DIR_DEVACK / COMM_DIR_DEVANN tags.
+ * Tags: any comm_tag of directions 0..7 (8..15 are refused: devcomm's
+ * control messages on the host comm use them, see COMM_DIR_DEVDATA, besides
+ * COMM_DIR_DEVACK / COMM_DIR_DEVANN sequence tags); the host comm may carry
+ * messages under the same tags.
  *
  * Environment: PPRUN_NCCL_LIB names the libnccl.so.2 to load (default: the
  * toolkit's copy, then the soname).  NCCL_COMM_ID must not be set when a
@@ -53,14 +53,13 @@
 #include "runner/comm/comm.h"
 
 typedef struct devcomm_config {
-    int rank, world;
-    const int *rank_node;   /* [world]: node index of every rank (required: bus ids repeat across nodes) */
-    int device;             /* this rank's CUDA device (index this process sees) */
-    comm *host;             /* control messages; not owned, must outlive the devcomm */
-    comm_exchange exchange; /* device identities, NCCL unique ids */
-    const char *job_key;    /* unique per job attempt, prefixes store keys */
-    const char *transport;  /* "auto" (NULL too), "cuda-ipc" or "nccl" */
-    int connect_timeout_ms;
+    /* Control messages; not owned, must outlive the devcomm.  Rank, world
+     * size, the node of every rank, job key, exchange and connect timeout
+     * are the host comm's (its comm_config): opened with its rank_node
+     * given, since bus ids repeat across nodes. */
+    comm *host;
+    int device;            /* this rank's CUDA device (index this process sees) */
+    const char *transport; /* "auto" (NULL too), "cuda-ipc" or "nccl"; read during open only */
 } devcomm_config;
 
 typedef struct devcomm devcomm;

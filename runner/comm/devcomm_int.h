@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runner/comm/comm_int.h" /* transports read rank, world, job key, timeout from cfg->host */
 #include "runner/comm/devcomm.h"
 
 /* Control tags on the host comm (comm.h's convention, direction field
@@ -23,6 +24,21 @@ static inline uint64_t dc_ctl_tag(uint64_t seq, unsigned dir) {
 /* Store keys, all under "devcomm/<job_key>/". */
 #define DC_KEY_DEV "devcomm/%s/dev/%d"      /* rank -> "bus=<PCI bus id>" */
 #define DC_KEY_NCCL "devcomm/%s/nccl/%d-%d" /* sender-receiver -> ncclUniqueId */
+
+/* Pools of device buffers (cuda-ipc send buffers, nccl buffers of a pair)
+ * are arrays of structs that start with a dc_slot; a buffer is reused for
+ * any message that fits, so sizes near each other share buffers. */
+typedef struct dc_slot {
+    void *dev;
+    size_t cap;
+    int busy;
+} dc_slot;
+/* The index of the smallest free slot of at least len bytes among n slots
+ * `stride` bytes apart from `first`, or -1 if none. */
+long dc_pool_pick(const dc_slot *first, size_t n, size_t stride, size_t len);
+/* The size of a new buffer for len bytes: the first power of two from
+ * min_cap (a power of two) that holds it; 0 if len is too large. */
+size_t dc_pool_cap(size_t len, size_t min_cap);
 
 /* The exchange under the host comm's exchange lock: comm's own threads use
  * the same exchange (a store client is not thread-safe). */

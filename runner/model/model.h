@@ -150,8 +150,6 @@ int model_stage_create_on(const model_spec *spec, int first_layer, int last_laye
  * targets stay host bytes), and every op still returns with its device work
  * complete. The CPU path never sees it. */
 
-/* 1 when the stage computes on a GPU (it can hold device boundaries). */
-int model_stage_boundary_device(const model_stage *stage);
 /* on = 1: from now on F and B take and return device pointers; on = 0: host
  * buffers (the default). -1 naming the stage when it does not compute on a
  * GPU, or when a microbatch is between its F and its W. */

@@ -202,8 +202,6 @@ model_gemm_stats model_stage_gemm_stats(const model_stage *s) { return s->gemm; 
 
 /* --- boundary tensors in device memory --------------------------------------- */
 
-int model_stage_boundary_device(const model_stage *s) { return s->gpu != NULL; }
-
 int model_stage_set_boundary_device(model_stage *s, int on, pp_err *err) {
     if (on && !s->gpu)
         return pp_fail(err, "model: the stage with layers [%d, %d) computes on the CPU: its boundary tensors cannot "

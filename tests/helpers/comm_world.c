@@ -122,7 +122,7 @@ static int run_ranks(int world, const int *nodes, const char *transport, int sto
         if (pids[r] == 0) rank_main(dir, world, nodes, transport, res->job_key, store_port, r, fn, arg);
     }
     uint64_t deadline = pp_now_ns() + CW_DEADLINE_S * 1000000000ull;
-    int left = world;
+    int left = world, hung = 0;
     while (left) {
         for (int r = 0; r < world; r++) {
             int st;
@@ -132,9 +132,11 @@ static int run_ranks(int world, const int *nodes, const char *transport, int sto
             pids[r] = 0;
             left--;
         }
-        if (left && pp_now_ns() > deadline)
+        if (left && pp_now_ns() > deadline) {
+            hung = 1;
             for (int r = 0; r < world; r++)
                 if (pids[r] > 0) kill(pids[r], SIGKILL);  /* a hung rank fails the test, not CI */
+        }
         if (left) pp_sleep_ns(5000000);
     }
     for (int r = 0; r < world; r++) {
@@ -146,6 +148,8 @@ static int run_ranks(int world, const int *nodes, const char *transport, int sto
             res->report[r][n] = '\0';
             fclose(f);
         }
+        if (hung && !res->exited[r] && res->code[r] == SIGKILL && !res->report[r][0])
+            snprintf(res->report[r], sizeof res->report[r], "HUNG: killed after %d s", CW_DEADLINE_S);
     }
     comm_cleanup(res->job_key, world);
     rm_dir(dir);

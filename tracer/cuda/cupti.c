@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runner/base/dl.h"
 #include "tracer/cuda/cupti_records.h"
 #include "tracer/gputrace.h"
 
@@ -49,34 +50,24 @@ static cupti_api api;
 static char load_error[512];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
-static void *sym(void *lib, const char *name) {
-    void *p = dlsym(lib, name);
-    if (!p && !load_error[0]) snprintf(load_error, sizeof load_error, "libcupti has no symbol %s", name);
-    return p;
-}
-
 static void cupti_load(void) {
-    void *lib = NULL;
-    for (size_t i = 0; i < sizeof cupti_paths / sizeof *cupti_paths && !lib; i++)
-        lib = dlopen(cupti_paths[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(load_error, sizeof load_error, "cannot load libcupti.so.13: %s", dlerror());
-        return;
-    }
+    void *lib = pp_dlopen_first(cupti_paths, sizeof cupti_paths / sizeof *cupti_paths, load_error, sizeof load_error);
+    if (!lib) return;
     cupti_api t;
-    /* POSIX: converting dlsym's void * to a function pointer is allowed */
-    *(void **)&t.get_result_string = sym(lib, "cuptiGetResultString");
-    *(void **)&t.register_timestamp = sym(lib, "cuptiActivityRegisterTimestampCallback");
-    *(void **)&t.register_callbacks = sym(lib, "cuptiActivityRegisterCallbacks");
-    *(void **)&t.enable = sym(lib, "cuptiActivityEnable");
-    *(void **)&t.disable = sym(lib, "cuptiActivityDisable");
-    *(void **)&t.flush_all = sym(lib, "cuptiActivityFlushAll");
-    *(void **)&t.next_record = sym(lib, "cuptiActivityGetNextRecord");
-    *(void **)&t.dropped = sym(lib, "cuptiActivityGetNumDroppedRecords");
-    *(void **)&t.push_ext = sym(lib, "cuptiActivityPushExternalCorrelationId");
-    *(void **)&t.pop_ext = sym(lib, "cuptiActivityPopExternalCorrelationId");
-    if (load_error[0]) return; /* the library stays loaded: nothing else to unload it for */
-    api = t;
+    const pp_dlsym_entry syms[] = {
+        {(void **)&t.get_result_string, "cuptiGetResultString"},
+        {(void **)&t.register_timestamp, "cuptiActivityRegisterTimestampCallback"},
+        {(void **)&t.register_callbacks, "cuptiActivityRegisterCallbacks"},
+        {(void **)&t.enable, "cuptiActivityEnable"},
+        {(void **)&t.disable, "cuptiActivityDisable"},
+        {(void **)&t.flush_all, "cuptiActivityFlushAll"},
+        {(void **)&t.next_record, "cuptiActivityGetNextRecord"},
+        {(void **)&t.dropped, "cuptiActivityGetNumDroppedRecords"},
+        {(void **)&t.push_ext, "cuptiActivityPushExternalCorrelationId"},
+        {(void **)&t.pop_ext, "cuptiActivityPopExternalCorrelationId"},
+    };
+    /* On failure the library stays loaded: nothing else to unload it for. */
+    if (pp_dlsym_all(lib, syms, sizeof syms / sizeof *syms, "libcupti", load_error, sizeof load_error) == 0) api = t;
 }
 
 int gputrace_available(pp_err *err) {

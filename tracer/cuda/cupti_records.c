@@ -2,6 +2,8 @@
  * cupti_records.h). */
 #include "tracer/cuda/cupti_records.h"
 
+#include "runner/base/pp.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,12 +22,6 @@ void gpu_recs_free(gpu_recs *r) {
     memset(r, 0, sizeof *r);
 }
 
-static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
-}
-
 /* Id of name, interned on first sight; UINT32_MAX when out of memory. */
 static uint32_t intern(gpu_recs *r, const char *name) {
     if (2 * (r->nnames + 1) > r->nslots) {
@@ -33,7 +29,7 @@ static uint32_t intern(gpu_recs *r, const char *name) {
         uint32_t *slots = calloc(n, sizeof *slots);
         if (!slots) return UINT32_MAX;
         for (size_t i = 0; i < r->nnames; i++) {
-            size_t k = (size_t)hash_str(r->names[i]) & (n - 1);
+            size_t k = (size_t)pp_hash_str(r->names[i]) & (n - 1);
             while (slots[k]) k = (k + 1) & (n - 1);
             slots[k] = (uint32_t)i + 1;
         }
@@ -41,7 +37,7 @@ static uint32_t intern(gpu_recs *r, const char *name) {
         r->slots = slots;
         r->nslots = n;
     }
-    size_t k = (size_t)hash_str(name) & (r->nslots - 1);
+    size_t k = (size_t)pp_hash_str(name) & (r->nslots - 1);
     for (; r->slots[k]; k = (k + 1) & (r->nslots - 1))
         if (strcmp(r->names[r->slots[k] - 1], name) == 0) return r->slots[k] - 1;
     if (r->nnames == r->cap_names) {

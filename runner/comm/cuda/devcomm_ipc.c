@@ -1,16 +1,18 @@
 /* devcomm_ipc.c: devcomm between two ranks that share one GPU, over CUDA IPC.
  *
- * The sender copies the message device-to-device into a buffer of its own
- * pool (cudaMalloc'd base pointers, each exported once with
+ * The sender queues a device-to-device copy of the message into a buffer of
+ * its own pool (cudaMalloc'd base pointers, each exported once with
  * cudaIpcGetMemHandle, each with one interprocess event), records the
- * buffer's event and sends an announcement {len, buffer id, handles} over
- * the host comm WITH THE DATA'S TAG, so that the receiver's comm_recv(peer,
- * tag) finds it whatever the order.  The receiver opens the handles (once
- * per peer and buffer: cudaIpcOpenMemHandle is slow), waits on the event,
- * copies into the caller's buffer and acknowledges the buffer id over the
- * host comm; the sender reuses a buffer only after its acknowledgement, and
- * allocates a new one when none is free, so a send never waits for the
- * receiver.
+ * buffer's event behind it and, without waiting for the copy, sends an
+ * announcement {len, buffer id, handles} over the host comm under the
+ * data's tag | COMM_DIR_DEVDATA, so that the receiver's comm_recv finds it
+ * whatever the order.  Only then does it wait for its copy (the caller may reuse its
+ * buffer once send returns).  The receiver opens the handles (once per peer
+ * and buffer: cudaIpcOpenMemHandle is slow), makes its stream wait on the
+ * event (the copy may still be running), copies into the caller's buffer
+ * and acknowledges the buffer id over the host comm; the sender reuses a
+ * buffer only after its acknowledgement, and allocates a new one when none
+ * is free, so a send never waits for the receiver.
  *
  * Buffer sizes are multiples of 2 MiB: cudaMalloc may carve a small
  * allocation out of a larger block, and an IPC handle then stands for the
@@ -34,12 +36,10 @@
 #define IPC_GRAIN ((size_t)2 << 20) /* exported sizes are multiples of this (see the top) */
 
 typedef struct ipc_buf { /* one buffer of this rank's pool for one peer */
-    void *dev;
-    size_t cap;
+    dc_slot s;            /* first: the pool is picked by dc_pool_pick; busy: announced, not yet acknowledged */
     cudaEvent_t ev;
     cudaIpcMemHandle_t mh;
     cudaIpcEventHandle_t eh;
-    int busy; /* announced, not yet acknowledged */
 } ipc_buf;
 
 typedef struct ipc_remote { /* a buffer of the peer's pool, opened here */
@@ -47,7 +47,7 @@ typedef struct ipc_remote { /* a buffer of the peer's pool, opened here */
     cudaEvent_t ev;
 } ipc_remote;
 
-typedef struct ipc_ann { /* the announcement, sent under the data's tag */
+typedef struct ipc_ann { /* the announcement, sent under the data's tag | COMM_DIR_DEVDATA */
     uint64_t len;
     uint32_t id; /* buffer id; unused when len is 0 */
     uint32_t pad;
@@ -78,7 +78,7 @@ struct dc_ipc {
 };
 
 static int cu_fail(const dc_ipc *t, pp_err *err, cudaError_t e, const char *what, int peer) {
-    return pp_fail(err, "devcomm (cuda-ipc): rank %d, talking to rank %d: %s failed: %s (%s)", t->cfg->rank, peer, what,
+    return pp_fail(err, "devcomm (cuda-ipc): rank %d, talking to rank %d: %s failed: %s (%s)", t->cfg->host->rank, peer, what,
                    cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
@@ -102,7 +102,7 @@ static int set_device(const dc_ipc *t, int peer, pp_err *err) {
 int dc_ipc_open(const devcomm_config *cfg, dc_ipc **out, pp_err *err) {
     *out = NULL;
     dc_ipc *t = calloc(1, sizeof *t);
-    if (!t || !(t->peers = calloc((size_t)cfg->world, sizeof *t->peers))) {
+    if (!t || !(t->peers = calloc((size_t)cfg->host->world, sizeof *t->peers))) {
         free(t);
         return pp_fail(err, "devcomm (cuda-ipc): out of memory");
     }
@@ -110,7 +110,7 @@ int dc_ipc_open(const devcomm_config *cfg, dc_ipc **out, pp_err *err) {
     cudaError_t e = cudaSetDevice(cfg->device);
     if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking);
     if (e != cudaSuccess) {
-        pp_fail(err, "devcomm (cuda-ipc): rank %d cannot set up CUDA device %d: %s (%s)", cfg->rank, cfg->device,
+        pp_fail(err, "devcomm (cuda-ipc): rank %d cannot set up CUDA device %d: %s (%s)", cfg->host->rank, cfg->device,
                 cudaGetErrorString(e), cudaGetErrorName(e));
         free(t->peers);
         free(t);
@@ -132,12 +132,12 @@ static int take_acks(dc_ipc *t, int peer, int timeout_ms, pp_err *err) {
             return timeout_ms == 0
                        ? 0
                        : pp_fail(err, "devcomm (cuda-ipc): %u messages from rank %d to rank %d not taken: %s", p->busy,
-                                 t->cfg->rank, peer, e.msg);
+                                 t->cfg->host->rank, peer, e.msg);
         p->ack_in++;
-        if (id >= p->n_bufs || !p->bufs[id].busy)
+        if (id >= p->n_bufs || !p->bufs[id].s.busy)
             return pp_fail(err, "devcomm (cuda-ipc): rank %d acknowledged buffer %u, which rank %d never lent it", peer,
-                           id, t->cfg->rank);
-        p->bufs[id].busy = 0;
+                           id, t->cfg->host->rank);
+        p->bufs[id].s.busy = 0;
         p->busy--;
     }
     return 0;
@@ -146,12 +146,9 @@ static int take_acks(dc_ipc *t, int peer, int timeout_ms, pp_err *err) {
 /* A free buffer of at least len bytes (the smallest), or a new one. */
 static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
     ipc_peer *p = &t->peers[peer];
-    uint32_t best = UINT32_MAX;
-    for (uint32_t i = 0; i < p->n_bufs; i++)
-        if (!p->bufs[i].busy && p->bufs[i].cap >= len && (best == UINT32_MAX || p->bufs[i].cap < p->bufs[best].cap))
-            best = i;
-    if (best != UINT32_MAX) {
-        *id = best;
+    long best = p->n_bufs ? dc_pool_pick(&p->bufs[0].s, p->n_bufs, sizeof *p->bufs, len) : -1;
+    if (best >= 0) {
+        *id = (uint32_t)best;
         return 0;
     }
     if (p->n_bufs >= IPC_MAX_BUFS)
@@ -162,18 +159,15 @@ static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
     p->bufs = nb;
     ipc_buf *b = &p->bufs[p->n_bufs];
     memset(b, 0, sizeof *b);
-    size_t cap = IPC_GRAIN; /* a power of two from 2 MiB: reused across nearby sizes */
-    while (cap < len) {
-        if (cap > SIZE_MAX / 2) return pp_fail(err, "devcomm (cuda-ipc): message of %zu bytes too large", len);
-        cap *= 2;
-    }
-    cudaError_t e = cudaMalloc(&b->dev, cap);
+    size_t cap = dc_pool_cap(len, IPC_GRAIN);
+    if (!cap) return pp_fail(err, "devcomm (cuda-ipc): message of %zu bytes too large", len);
+    cudaError_t e = cudaMalloc(&b->s.dev, cap);
     if (e != cudaSuccess) return cu_fail(t, err, e, "cudaMalloc of a send buffer", peer);
     const char *what = "cudaEventCreateWithFlags";
     e = cudaEventCreateWithFlags(&b->ev, cudaEventInterprocess | cudaEventDisableTiming);
     if (e == cudaSuccess) {
         what = "cudaIpcGetMemHandle";
-        e = cudaIpcGetMemHandle(&b->mh, b->dev);
+        e = cudaIpcGetMemHandle(&b->mh, b->s.dev);
         if (e != cudaSuccess) cudaEventDestroy(b->ev);
     }
     if (e == cudaSuccess) {
@@ -182,10 +176,10 @@ static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
         if (e != cudaSuccess) cudaEventDestroy(b->ev);
     }
     if (e != cudaSuccess) {
-        cudaFree(b->dev);
+        cudaFree(b->s.dev);
         return cu_fail(t, err, e, what, peer);
     }
-    b->cap = cap;
+    b->s.cap = cap;
     *id = p->n_bufs++;
     return 0;
 }
@@ -202,24 +196,32 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
     if (len) {
         if (get_buf(t, peer, len, &id, err) < 0) return -1;
         ipc_buf *b = &p->bufs[id];
-        /* Synchronised: the caller may overwrite dev once we return. */
-        cudaError_t e = cudaMemcpyAsync(b->dev, dev, len, cudaMemcpyDeviceToDevice, t->stream);
+        /* The event marks the copy's end: the receiver's stream waits on it,
+         * so the announcement need not wait for the copy. */
+        cudaError_t e = cudaMemcpyAsync(b->s.dev, dev, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaEventRecord(b->ev, t->stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
         if (e != cudaSuccess) return cu_fail(t, err, e, "copy into a send buffer", peer);
         a.id = id;
         a.mh = b->mh;
         a.eh = b->eh;
     }
     pp_err e;
-    if (comm_send(t->cfg->host, peer, tag, &a, sizeof a, &e) < 0)
-        return pp_fail(err, "devcomm (cuda-ipc): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts),
-                       peer, e.msg);
-    if (len) {
-        p->bufs[id].busy = 1;
+    int rc = comm_send(t->cfg->host, peer, tag | COMM_DIR_DEVDATA, &a, sizeof a, &e);
+    if (rc < 0)
+        pp_fail(err, "devcomm (cuda-ipc): cannot announce %s to rank %d: %s", comm_tag_str(tag, ts, sizeof ts), peer,
+                e.msg);
+    else if (len) {
+        p->bufs[id].s.busy = 1; /* until acknowledged: the receiver may be reading it */
         p->busy++;
     }
-    return 0;
+    /* The caller may overwrite dev once we return (devcomm.h), and its
+     * writes are not ordered after our stream: wait for the copy out of
+     * dev, while the receiver already waits on the event. */
+    if (len) {
+        cudaError_t ce = cudaStreamSynchronize(t->stream);
+        if (ce != cudaSuccess && rc == 0) rc = cu_fail(t, err, ce, "copy into a send buffer", peer);
+    }
+    return rc;
 }
 
 static int open_remote(dc_ipc *t, int peer, const ipc_ann *a, ipc_remote **out, pp_err *err) {
@@ -264,7 +266,7 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
         if (!(s = calloc(1, sizeof *s))) return pp_fail(err, "devcomm (cuda-ipc): out of memory");
         s->tag = tag;
         pp_err e;
-        if (comm_recv(t->cfg->host, peer, tag, &s->a, sizeof s->a, timeout_ms, &e) < 0) {
+        if (comm_recv(t->cfg->host, peer, tag | COMM_DIR_DEVDATA, &s->a, sizeof s->a, timeout_ms, &e) < 0) {
             free(s);
             return pp_fail(err, "devcomm (cuda-ipc): %s", e.msg);
         }
@@ -273,7 +275,7 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
     ipc_remote *r = NULL;
     if (s->a.len != len) {
         rc = pp_fail(err, "devcomm (cuda-ipc): message %s from rank %d has %llu bytes, but rank %d expected %zu",
-                     comm_tag_str(tag, ts, sizeof ts), peer, (unsigned long long)s->a.len, t->cfg->rank, len);
+                     comm_tag_str(tag, ts, sizeof ts), peer, (unsigned long long)s->a.len, t->cfg->host->rank, len);
     } else if (len && open_remote(t, peer, &s->a, &r, err) < 0) {
         rc = -1;
     } else if (len) {
@@ -296,10 +298,10 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
 }
 
 int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err) {
-    for (int r = 0; r < t->cfg->world; r++) {
+    for (int r = 0; r < t->cfg->host->world; r++) {
         if (!t->peers[r].busy) continue;
-        uint64_t now = pp_now_ns();
-        int left = deadline_ns == UINT64_MAX ? -1 : now >= deadline_ns ? 1 : (int)((deadline_ns - now) / 1000000u) + 1;
+        int left = pp_ms_left(deadline_ns);
+        if (left == 0) left = 1; /* passed: still take what is here */
         if (take_acks(t, r, left, err) < 0) return pp_wrap(err, "devcomm: flush (timeout %d ms)", timeout_ms);
     }
     return 0;
@@ -308,7 +310,7 @@ int dc_ipc_flush(dc_ipc *t, uint64_t deadline_ns, int timeout_ms, pp_err *err) {
 void dc_ipc_close(dc_ipc *t) {
     if (!t) return;
     cudaSetDevice(t->cfg->device); /* a failure shows in the calls below, which have nobody to tell */
-    for (int r = 0; r < t->cfg->world; r++) {
+    for (int r = 0; r < t->cfg->host->world; r++) {
         ipc_peer *p = &t->peers[r];
         for (uint32_t i = 0; i < p->n_remote; i++)
             if (p->remote[i].dev) {
@@ -317,7 +319,7 @@ void dc_ipc_close(dc_ipc *t) {
             }
         for (uint32_t i = 0; i < p->n_bufs; i++) {
             cudaEventDestroy(p->bufs[i].ev);
-            cudaFree(p->bufs[i].dev);
+            cudaFree(p->bufs[i].s.dev);
         }
         while (p->stash) {
             ipc_stash *s = p->stash;

@@ -50,10 +50,6 @@
 
 #include "runner/comm/cuda/devcomm_nccl_int.h"
 
-static uint64_t ms_deadline(int timeout_ms) {
-    return timeout_ms < 0 ? UINT64_MAX : pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-}
-
 /* ---- pairs ------------------------------------------------------------------------ */
 
 static npair *pair_new(dc_nccl *t, int peer, int out) {
@@ -108,13 +104,13 @@ static int out_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
         if (r != ncclSuccess) {
             free(p);
             return pp_fail(err, "devcomm (nccl): rank %d cannot make an NCCL unique id for rank %d: %s [%s]",
-                           cfg->rank, peer, dc_nc.error_string(r), dc_nccl_version());
+                           cfg->host->rank, peer, dc_nc.error_string(r), dc_nccl_version());
         }
-        snprintf(key, sizeof key, DC_KEY_NCCL, cfg->job_key, cfg->rank, peer);
+        snprintf(key, sizeof key, DC_KEY_NCCL, cfg->host->job_key, cfg->host->rank, peer);
         if (dc_ex_put(cfg, key, &p->id, sizeof p->id, err) < 0) {
             free(p);
             return pp_wrap(err, "devcomm (nccl): rank %d cannot publish its NCCL unique id for rank %d (key %s)",
-                           cfg->rank, peer, key);
+                           cfg->host->rank, peer, key);
         }
         if (pair_start(p, err) < 0) {
             free(p);
@@ -132,8 +128,8 @@ int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err) {
     *out = NULL;
     dc_nccl *t = calloc(1, sizeof *t);
     if (t) {
-        t->outs = calloc((size_t)cfg->world, sizeof *t->outs);
-        t->ins = calloc((size_t)cfg->world, sizeof *t->ins);
+        t->outs = calloc((size_t)cfg->host->world, sizeof *t->outs);
+        t->ins = calloc((size_t)cfg->host->world, sizeof *t->ins);
     }
     if (!t || !t->outs || !t->ins) {
         if (t) {
@@ -150,7 +146,7 @@ int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err) {
         free(t->outs);
         free(t->ins);
         free(t);
-        return pp_fail(err, "devcomm (nccl): rank %d cannot set up CUDA device %d: %s", cfg->rank, cfg->device,
+        return pp_fail(err, "devcomm (nccl): rank %d cannot set up CUDA device %d: %s", cfg->host->rank, cfg->device,
                        cudaGetErrorString(e));
     }
     *out = t;
@@ -159,16 +155,16 @@ int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err) {
 
 /* Takes the receiver's acknowledgements: with timeout_ms 0 those already
  * here; otherwise waits up to timeout_ms for the next one.  -1 (filling
- * err) when none came; *early tells whether that was before the timeout
- * (the peer gone), not the timeout itself. */
+ * err) when none came; *early tells whether that was not the timeout (the
+ * peer gone: comm_recv_timed says which). */
 static int take_acks(dc_nccl *t, npair *p, int timeout_ms, int *early, pp_err *err) {
     int got = 0;
     while (p->acks < p->seq) {
-        uint64_t t0 = pp_now_ns();
-        if (comm_recv(t->cfg->host, p->peer, dc_ctl_tag(p->acks, COMM_DIR_DEVACK), NULL, 0, got ? 0 : timeout_ms, err) <
-            0) {
+        int timed_out = 0;
+        if (comm_recv_timed(t->cfg->host, p->peer, dc_ctl_tag(p->acks, COMM_DIR_DEVACK), NULL, 0, got ? 0 : timeout_ms,
+                            &timed_out, err) < 0) {
             if (got) return 0;
-            if (early) *early = pp_now_ns() - t0 < (uint64_t)timeout_ms * 1000000ull;
+            if (early) *early = !timed_out;
             return -1;
         }
         p->acks++;
@@ -181,7 +177,7 @@ static int take_acks(dc_nccl *t, npair *p, int timeout_ms, int *early, pp_err *e
 static int set_device(const dc_nccl *t, pp_err *err) {
     cudaError_t e = cudaSetDevice(t->cfg->device);
     return e == cudaSuccess ? 0
-                            : pp_fail(err, "devcomm (nccl): rank %d cannot use CUDA device %d: %s", t->cfg->rank,
+                            : pp_fail(err, "devcomm (nccl): rank %d cannot use CUDA device %d: %s", t->cfg->host->rank,
                                       t->cfg->device, cudaGetErrorString(e));
 }
 
@@ -246,7 +242,7 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
     char ts[128];
     npair *p = NULL;
     if (set_device(t, err) < 0 || in_pair(t, peer, &p, err) < 0) return -1;
-    uint64_t deadline = ms_deadline(timeout_ms);
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     int rc = 0;
     nentry *n = NULL;
     pthread_mutex_lock(&p->mu);
@@ -257,24 +253,24 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
         n = *np;
         if (n && n->len != len) {
             rc = pp_fail(err, "devcomm (nccl): message %s from rank %d has %zu bytes, but rank %d expected %zu",
-                         comm_tag_str(tag, ts, sizeof ts), peer, n->len, t->cfg->rank, len);
+                         comm_tag_str(tag, ts, sizeof ts), peer, n->len, t->cfg->host->rank, len);
             n = NULL; /* stays in the inbox: a failed recv changes nothing */
             break;
         }
         if (n && n->state == NE_READY) break; /* verified below, then taken */
-        if (p->failed && (!n || n->state != NE_READY)) {
-            rc = pp_fail(err, "devcomm (nccl): rank %d cannot receive %s from rank %d: %s", t->cfg->rank,
+        if (p->failed) {
+            rc = pp_fail(err, "devcomm (nccl): rank %d cannot receive %s from rank %d: %s", t->cfg->host->rank,
                          comm_tag_str(tag, ts, sizeof ts), peer, p->why);
             break;
         }
         if (!n && p->ended) {
-            rc = pp_fail(err, "devcomm (nccl): rank %d was waiting for %s from rank %d: %s", t->cfg->rank,
+            rc = pp_fail(err, "devcomm (nccl): rank %d was waiting for %s from rank %d: %s", t->cfg->host->rank,
                          comm_tag_str(tag, ts, sizeof ts), peer, p->why);
             break;
         }
         if (pp_now_ns() >= deadline) {
             rc = pp_fail(err, "devcomm (nccl): rank %d timed out after %d ms waiting for %s from rank %d (%s)",
-                         t->cfg->rank, timeout_ms, comm_tag_str(tag, ts, sizeof ts), peer,
+                         t->cfg->host->rank, timeout_ms, comm_tag_str(tag, ts, sizeof ts), peer,
                          n ? "announced, NCCL transfer not complete: communicator aborted" : "not announced yet");
             if (n) p->abort_req = 1; /* stuck inside NCCL: the proxy aborts */
             pthread_cond_broadcast(&p->cv);
@@ -292,11 +288,11 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
     pthread_mutex_lock(&p->mu);
     if (nccl_bad) {
         dcn_spoil_locked(p);
-        dcn_fail_locked(p, "devcomm (nccl): rank %d, messages from rank %d: NCCL error: %s", t->cfg->rank, peer, es);
+        dcn_fail_locked(p, "devcomm (nccl): rank %d, messages from rank %d: NCCL error: %s", t->cfg->host->rank, peer, es);
         p->abort_req = 1;
     }
     if (n->state == NE_BAD)
-        rc = pp_fail(err, "devcomm (nccl): rank %d cannot receive %s from rank %d: %s", t->cfg->rank,
+        rc = pp_fail(err, "devcomm (nccl): rank %d cannot receive %s from rank %d: %s", t->cfg->host->rank,
                      comm_tag_str(tag, ts, sizeof ts), peer, p->why);
     else
         for (nentry **np = &p->inbox; *np; np = &(*np)->next)
@@ -323,7 +319,7 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
 }
 
 int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err) {
-    for (int r = 0; r < t->cfg->world; r++) {
+    for (int r = 0; r < t->cfg->host->world; r++) {
         npair *p = t->outs[r];
         if (!p) continue;
         int rc = 0;
@@ -333,14 +329,13 @@ int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err)
             int failed = p->failed;
             pthread_mutex_unlock(&p->mu);
             if (failed) break; /* said below */
-            uint64_t now = pp_now_ns();
-            if (now >= deadline_ns) break;
-            uint64_t left_ms = deadline_ns == UINT64_MAX ? NC_SLICE_MS : (deadline_ns - now) / 1000000u + 1;
+            int left_ms = pp_ms_left(deadline_ns);
+            if (left_ms == 0) break;
             int early = 0;
             pp_err e;
-            if (take_acks(t, p, left_ms < NC_SLICE_MS ? (int)left_ms : NC_SLICE_MS, &early, &e) < 0 && early)
+            if (take_acks(t, p, left_ms >= 0 && left_ms < NC_SLICE_MS ? left_ms : NC_SLICE_MS, &early, &e) < 0 && early)
                 return pp_fail(err, "devcomm (nccl): flush: %llu messages from rank %d to rank %d not taken: %s",
-                               (unsigned long long)(p->seq - p->acks), t->cfg->rank, r, e.msg);
+                               (unsigned long long)(p->seq - p->acks), t->cfg->host->rank, r, e.msg);
         }
         /* ...then every transfer ended on this side (buffers back). */
         pthread_mutex_lock(&p->mu);
@@ -357,7 +352,7 @@ int dc_nccl_flush(dc_nccl *t, uint64_t deadline_ns, int timeout_ms, pp_err *err)
                 rc = pp_fail(err,
                              "devcomm (nccl): flush timed out after %d ms: %d messages from rank %d to rank %d not "
                              "received (communicator aborted)",
-                             timeout_ms, left, t->cfg->rank, r);
+                             timeout_ms, left, t->cfg->host->rank, r);
                 p->abort_req = 1;
                 pthread_cond_broadcast(&p->cv);
                 break;
@@ -410,11 +405,11 @@ void dc_nccl_close(dc_nccl *t) {
     if (!t) return;
     cudaSetDevice(t->cfg->device); /* a failure shows in the calls below, which have nobody to tell */
     /* All proxies abort at once, then are joined. */
-    for (int r = 0; r < t->cfg->world; r++) {
+    for (int r = 0; r < t->cfg->host->world; r++) {
         pair_stop(t->outs[r]);
         pair_stop(t->ins[r]);
     }
-    for (int r = 0; r < t->cfg->world; r++) {
+    for (int r = 0; r < t->cfg->host->world; r++) {
         pair_close(t, t->outs[r]);
         pair_close(t, t->ins[r]);
     }

@@ -32,11 +32,7 @@ extern nccl_api dc_nc; /* read-only once dc_nccl_library() succeeded */
 
 enum { NE_POSTED = 1, NE_READY = 2, NE_BAD = 3 }; /* BAD: landed or not, NCCL failed under it */
 
-typedef struct nbuf { /* a pool buffer of one pair */
-    void *dev;
-    size_t cap;
-    int busy;
-} nbuf;
+typedef dc_slot nbuf; /* a pool buffer of one pair */
 
 typedef struct nitem { /* sender: announced, waiting for its ncclSend */
     struct nitem *next;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "runner/base/dl.h"
 #include "runner/comm/cuda/devcomm_nccl_int.h"
 
 #define STR_(x) #x
@@ -22,12 +23,6 @@ nccl_api dc_nc;
 static char nc_error[512];
 static char nc_version[300] = "NCCL not loaded";
 static pthread_once_t nc_once = PTHREAD_ONCE_INIT;
-
-static void *nc_sym(void *lib, const char *name) {
-    void *p = dlsym(lib, name);
-    if (!p && !nc_error[0]) snprintf(nc_error, sizeof nc_error, "NCCL library has no symbol %s", name);
-    return p;
-}
 
 /* "NCCL 2.28.9 (/path/libnccl.so.2)": ncclGetVersion's code is
  * major*10000 + minor*100 + patch since 2.9, major*1000 + ... before. */
@@ -51,31 +46,29 @@ static void nc_load(void) {
 #endif
         "libnccl.so." STR(NCCL_MAJOR),
     };
-    void *lib = NULL;
+    void *lib;
     if (env && env[0]) {
-        lib = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-        if (!lib) snprintf(nc_error, sizeof nc_error, "cannot load PPRUN_NCCL_LIB=%.200s: %.250s", env, dlerror());
+        char why[500];
+        lib = pp_dlopen_first(&env, 1, why, sizeof why);
+        if (!lib) snprintf(nc_error, sizeof nc_error, "PPRUN_NCCL_LIB: %.480s", why);
     } else {
-        size_t n = sizeof paths / sizeof *paths;
-        for (size_t i = 0; i < n && !lib; i++)
-            lib = dlopen(paths[i], RTLD_NOW | RTLD_LOCAL);
-        if (!lib)
-            snprintf(nc_error, sizeof nc_error, "cannot load %s%s%.150s: %.250s", n > 1 ? paths[0] : "",
-                     n > 1 ? " nor " : "", paths[n - 1], dlerror());
+        lib = pp_dlopen_first(paths, sizeof paths / sizeof *paths, nc_error, sizeof nc_error);
     }
     if (!lib) return;
     nccl_api t;
-    /* POSIX: converting dlsym's void * to a function pointer is allowed */
-    *(void **)&t.get_version = nc_sym(lib, "ncclGetVersion");
-    *(void **)&t.get_unique_id = nc_sym(lib, "ncclGetUniqueId");
-    *(void **)&t.init_rank_config = nc_sym(lib, "ncclCommInitRankConfig");
-    *(void **)&t.get_async_error = nc_sym(lib, "ncclCommGetAsyncError");
-    *(void **)&t.send = nc_sym(lib, "ncclSend");
-    *(void **)&t.recv = nc_sym(lib, "ncclRecv");
-    *(void **)&t.abort = nc_sym(lib, "ncclCommAbort");
-    *(void **)&t.error_string = nc_sym(lib, "ncclGetErrorString");
-    *(void **)&t.last_error = nc_sym(lib, "ncclGetLastError");
-    if (nc_error[0]) return; /* the library stays loaded: nothing else to unload it for */
+    const pp_dlsym_entry syms[] = {
+        {(void **)&t.get_version, "ncclGetVersion"},
+        {(void **)&t.get_unique_id, "ncclGetUniqueId"},
+        {(void **)&t.init_rank_config, "ncclCommInitRankConfig"},
+        {(void **)&t.get_async_error, "ncclCommGetAsyncError"},
+        {(void **)&t.send, "ncclSend"},
+        {(void **)&t.recv, "ncclRecv"},
+        {(void **)&t.abort, "ncclCommAbort"},
+        {(void **)&t.error_string, "ncclGetErrorString"},
+        {(void **)&t.last_error, "ncclGetLastError"},
+    };
+    /* On failure the library stays loaded: nothing else to unload it for. */
+    if (pp_dlsym_all(lib, syms, sizeof syms / sizeof *syms, "NCCL library", nc_error, sizeof nc_error) < 0) return;
     dc_nc = t;
     nc_describe();
 }

@@ -16,14 +16,7 @@
 
 #include "runner/comm/cuda/devcomm_nccl_int.h"
 
-void dcn_wait_until(npair *p, uint64_t deadline) {
-    if (deadline == UINT64_MAX) {
-        pthread_cond_wait(&p->cv, &p->mu);
-        return;
-    }
-    struct timespec ts = {(time_t)(deadline / 1000000000ull), (long)(deadline % 1000000000ull)};
-    pthread_cond_timedwait(&p->cv, &p->mu, &ts);
-}
+void dcn_wait_until(npair *p, uint64_t deadline) { pp_cond_wait_until(&p->cv, &p->mu, deadline); }
 
 void dcn_fail_locked(npair *p, const char *fmt, ...) {
     if (!p->failed) {
@@ -97,7 +90,7 @@ static ncclResult_t pc_xfer(npair *p, void *dev, size_t len) {
 void dcn_errstr(npair *p, ncclResult_t r, char *buf, size_t cap) {
     char last[240] = "";
     pthread_mutex_lock(&p->nccl_mu);
-    const char *l = dc_nc.last_error ? dc_nc.last_error(p->comm) : NULL;
+    const char *l = dc_nc.last_error(p->comm); /* every entry is loaded (dc_nccl_library) */
     if (l) snprintf(last, sizeof last, "%s", l);
     pthread_mutex_unlock(&p->nccl_mu);
     char why[300] = "";
@@ -128,7 +121,7 @@ static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
      * (and so cannot ask it) finds the spoil instead. */
     pthread_mutex_lock(&p->mu);
     if (nccl_error) dcn_spoil_locked(p);
-    dcn_fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->rank, dir_str(p), p->peer, msg);
+    dcn_fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->host->rank, dir_str(p), p->peer, msg);
     pthread_mutex_unlock(&p->mu);
     pc_abort(p);
 }
@@ -158,7 +151,7 @@ static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max
             return -1;
         }
         if (now >= deadline) {
-            proxy_fail(p, 0, "%s did not complete within %d ms", what, p->t->cfg->connect_timeout_ms);
+            proxy_fail(p, 0, "%s did not complete within %d ms", what, p->t->cfg->host->connect_timeout_ms);
             return -1;
         }
         if (now >= next_check) {
@@ -181,8 +174,8 @@ static int proxy_init(npair *p, uint64_t deadline) {
     pthread_mutex_lock(&p->nccl_mu);
     ncclResult_t r = dc_nc.init_rank_config(&p->comm, 2, p->id, p->out ? 0 : 1, &cfg);
     char last[240] = "";
-    if (r != ncclSuccess && r != ncclInProgress && dc_nc.last_error && dc_nc.last_error(NULL))
-        snprintf(last, sizeof last, "%s", dc_nc.last_error(NULL));
+    const char *l = r != ncclSuccess && r != ncclInProgress ? dc_nc.last_error(NULL) : NULL;
+    if (l) snprintf(last, sizeof last, "%s", l);
     pthread_mutex_unlock(&p->nccl_mu);
     if (r != ncclSuccess && r != ncclInProgress) {
         proxy_fail(p, 1, "ncclCommInitRankConfig failed: NCCL error: %s%s%s [%s]", dc_nc.error_string(r),
@@ -331,10 +324,8 @@ park:
  * synchronise the device, which would wait for NCCL kernels that wait for
  * a peer. */
 int dcn_get_buf(npair *p, cudaStream_t s, size_t len, int *out, void **dev, char *why, size_t cap) {
-    int best = -1;
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < p->n_bufs; i++)
-        if (!p->bufs[i].busy && p->bufs[i].cap >= len && (best < 0 || p->bufs[i].cap < p->bufs[best].cap)) best = i;
+    int best = (int)dc_pool_pick(p->bufs, (size_t)p->n_bufs, sizeof *p->bufs, len);
     if (best >= 0) {
         p->bufs[best].busy = 1;
         *dev = p->bufs[best].dev;
@@ -344,9 +335,11 @@ int dcn_get_buf(npair *p, cudaStream_t s, size_t len, int *out, void **dev, char
         *out = best;
         return 0;
     }
-    size_t c = NC_MIN_CAP;
-    while (c < len)
-        c *= 2;
+    size_t c = dc_pool_cap(len, NC_MIN_CAP);
+    if (!c) {
+        snprintf(why, cap, "message of %zu bytes too large", len);
+        return -1;
+    }
     void *d = NULL;
     cudaError_t e = cudaMallocAsync(&d, c, s);
     if (e != cudaSuccess) {
@@ -378,13 +371,13 @@ static int in_connect(npair *p) {
     char key[320];
     size_t len = 0;
     pp_err e;
-    snprintf(key, sizeof key, DC_KEY_NCCL, cfg->job_key, p->peer, cfg->rank);
-    if (dc_ex_get(cfg, key, &p->id, sizeof p->id, &len, cfg->connect_timeout_ms, &e) < 0 || len != sizeof p->id) {
+    snprintf(key, sizeof key, DC_KEY_NCCL, cfg->host->job_key, p->peer, cfg->host->rank);
+    if (dc_ex_get(cfg, key, &p->id, sizeof p->id, &len, cfg->host->connect_timeout_ms, &e) < 0 || len != sizeof p->id) {
         proxy_fail(p, 0, "no NCCL unique id from rank %d in the store (key %s): %s", p->peer, key,
                    len != sizeof p->id ? "wrong size" : e.msg);
         return -1;
     }
-    return proxy_init(p, pp_now_ns() + (uint64_t)cfg->connect_timeout_ms * 1000000ull);
+    return proxy_init(p, pp_deadline_ns(cfg->host->connect_timeout_ms));
 }
 
 void *dcn_in_main(void *arg) {
@@ -400,11 +393,12 @@ void *dcn_in_main(void *arg) {
         if (proxy_check(p, &gone_since) < 0) goto park;
         nc_ann a;
         pp_err e;
-        uint64_t t0 = pp_now_ns();
-        if (comm_recv(cfg->host, p->peer, dc_ctl_tag(p->seq, COMM_DIR_DEVANN), &a, sizeof a, NC_SLICE_MS, &e) < 0) {
-            /* Before the slice ran out it is no timeout: the peer is gone
-             * (or the host comm closing).  What it announced may still land. */
-            if (pp_now_ns() - t0 < NC_SLICE_MS * 1000000ull) {
+        int timed_out = 0;
+        if (comm_recv_timed(cfg->host, p->peer, dc_ctl_tag(p->seq, COMM_DIR_DEVANN), &a, sizeof a, NC_SLICE_MS,
+                            &timed_out, &e) < 0) {
+            /* Anything but the slice's timeout: the peer is gone (or its
+             * announcement malformed).  What it announced may still land. */
+            if (!timed_out) {
                 pthread_mutex_lock(&p->mu);
                 if (!p->ended) {
                     p->ended = 1;

@@ -39,6 +39,17 @@ int gpu_device_count(int *count, pp_err *err);
 /* The device of a rank: LOCAL_RANK modulo the device count, so that several
  * ranks may share one GPU (4 ranks on 1 GPU all get device 0). */
 int gpu_device_for_rank(int local_rank, int count);
+/* Both: the device of the rank with this LOCAL_RANK, and how many there are
+ * (count may be NULL).  The GPU stage and the worker's GPU transport pick
+ * it this way, so both land on one device.  Inline so that the CPU checks'
+ * stand-ins of the two calls above serve it too. */
+static inline int gpu_device_pick(int local_rank, int *device, int *count, pp_err *err) {
+    int n = 0;
+    if (gpu_device_count(&n, err) != 0) return -1;
+    *device = gpu_device_for_rank(local_rank, n);
+    if (count) *count = n;
+    return 0;
+}
 
 typedef struct gpu_ctx gpu_ctx;
 /* Makes `device` current for the calling thread, creates a stream and a

@@ -4,51 +4,43 @@
  * is filled once (pthread_once) and read-only afterwards. */
 #include "runner/model/cuda/gpu_internal.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 
+#include "runner/base/dl.h"
+
 #define STR_(x) #x
 #define STR(x) STR_(x)
-/* The soname of the toolkit we compiled against, then its directory (the
- * dynamic loader may not know it). */
+/* The toolkit we compiled against first (the dynamic loader may not know
+ * its directory), then the soname (dl.h: the order of every loader). */
 static const char *const blas_paths[] = {
-    "libcublas.so." STR(CUBLAS_VER_MAJOR),
 #ifdef PPRUN_CUDA_LIBDIR
     PPRUN_CUDA_LIBDIR "/libcublas.so." STR(CUBLAS_VER_MAJOR),
 #endif
+    "libcublas.so." STR(CUBLAS_VER_MAJOR),
 };
 
 static gpu_blas_api blas_table;
 static char blas_error[512];
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 
-static void *sym(void *lib, const char *name) {
-    void *p = dlsym(lib, name);
-    if (!p && !blas_error[0]) snprintf(blas_error, sizeof blas_error, "cuBLAS has no symbol %s", name);
-    return p;
-}
-
 static void blas_load(void) {
-    void *lib = NULL;
-    for (size_t i = 0; i < sizeof blas_paths / sizeof *blas_paths && !lib; i++)
-        lib = dlopen(blas_paths[i], RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        snprintf(blas_error, sizeof blas_error, "cannot load %s: %s", blas_paths[0], dlerror());
-        return;
-    }
+    void *lib = pp_dlopen_first(blas_paths, sizeof blas_paths / sizeof *blas_paths, blas_error, sizeof blas_error);
+    if (!lib) return;
     gpu_blas_api t;
-    /* POSIX: converting dlsym's void * to a function pointer is allowed */
-    *(void **)&t.create = sym(lib, "cublasCreate_v2");
-    *(void **)&t.destroy = sym(lib, "cublasDestroy_v2");
-    *(void **)&t.set_stream = sym(lib, "cublasSetStream_v2");
-    *(void **)&t.set_math_mode = sym(lib, "cublasSetMathMode");
-    *(void **)&t.sgemm = sym(lib, "cublasSgemm_v2");
-    *(void **)&t.sgemm_strided_batched = sym(lib, "cublasSgemmStridedBatched");
-    *(void **)&t.gemm_ex = sym(lib, "cublasGemmEx");
-    *(void **)&t.status_string = sym(lib, "cublasGetStatusString");
-    if (blas_error[0]) return; /* the library stays loaded: nothing else to unload it for */
-    blas_table = t;
+    const pp_dlsym_entry syms[] = {
+        {(void **)&t.create, "cublasCreate_v2"},
+        {(void **)&t.destroy, "cublasDestroy_v2"},
+        {(void **)&t.set_stream, "cublasSetStream_v2"},
+        {(void **)&t.set_math_mode, "cublasSetMathMode"},
+        {(void **)&t.sgemm, "cublasSgemm_v2"},
+        {(void **)&t.sgemm_strided_batched, "cublasSgemmStridedBatched"},
+        {(void **)&t.gemm_ex, "cublasGemmEx"},
+        {(void **)&t.status_string, "cublasGetStatusString"},
+    };
+    /* On failure the library stays loaded: nothing else to unload it for. */
+    if (pp_dlsym_all(lib, syms, sizeof syms / sizeof *syms, "cuBLAS", blas_error, sizeof blas_error) == 0)
+        blas_table = t;
 }
 
 const gpu_blas_api *gpu_blas(pp_err *err) {

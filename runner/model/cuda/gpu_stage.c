@@ -164,12 +164,11 @@ int gpu_stage_upload(model_stage *s, pp_err *err) {
 }
 
 int gpu_stage_init(model_stage *s, const model_device *dev, pp_err *err) {
-    int count = 0;
-    if (gpu_device_count(&count, err) != 0) return -1;
+    int device = -1, count = 0;
+    if (gpu_device_pick(dev->local_rank, &device, &count, err) != 0) return -1;
     gpu_stage *g = calloc(1, sizeof *g);
     if (!g) return pp_fail(err, "gpu stage: out of memory");
     s->gpu = g;
-    int device = gpu_device_for_rank(dev->local_rank, count);
     if (gpu_ctx_create(device, dev->bf16 ? GPU_BF16 : GPU_FP32, &g->ctx, err) != 0)
         return pp_wrap(err, "gpu stage on device %d of %d", device, count);
     const model_spec *sp = &s->spec;
