@@ -3,14 +3,15 @@
  * worker starts, naming the missing device; without the toolkit at build
  * time, naming the missing backend. On a machine with a GPU the no-device
  * path cannot be exercised and the test skips saying so. Also the
- * --transport values of GPU jobs (cuda-ipc, nccl) and their conflicts, and,
- * on a GPU, that boundary tensors over CUDA IPC and over host shm give the
+ * --transport values of GPU jobs (cuda-ipc, nccl) and --cupti, and their
+ * conflicts, and, on a GPU, that boundary tensors over CUDA IPC and over host shm give the
  * one-rank run's bits. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
+#include "helpers/trace_fixture.h"
 #include "launch_testutil.h"
 #include "runner/run_config.h"
 #ifdef PPRUN_HAVE_CUDA
@@ -355,8 +356,6 @@ Test(gpu_cli, forced_gpu_transport_the_gpus_cannot_carry_exits_2) {
 
 /* --cupti values and conflicts: exit 2 naming them, before anything is
  * created; off is accepted on the CPU and recorded. */
-#include "helpers/trace_fixture.h" /* tfix_q_int, for this test only */
-
 Test(gpu_cli, cupti_flag_is_checked_before_anything_starts) {
     char dir[] = "/tmp/pprun-test-cupti-XXXXXX", db[96];
     cr_assert_not_null(mkdtemp(dir));
