@@ -345,9 +345,9 @@ static int gpu_span_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *
  * There is at most one per host op, so there are no more than the events. */
 static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
                             jw *w, http_reply *r) {
+    static const char columns[] = "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\"]";
     jw_key(w, "gpu_columns");
-    jw_json(w, "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\"]",
-            strlen("[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\"]"));
+    jw_json(w, columns, sizeof columns - 1);
     jw_key(w, "gpu");
     jw_arr(w);
     span_rows o = {w, 0, -1, -1};
