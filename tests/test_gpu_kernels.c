@@ -7,7 +7,16 @@
  * and a kernel run twice on the same inputs must give the same bits.
  *
  * Without a GPU every test skips with the reason (cudaGetDeviceCount's
- * error); without the CUDA toolkit at build time, saying so. */
+ * error); without the CUDA toolkit at build time, saying so.
+ *
+ * Built twice (CMakeLists.txt): test_gpu_kernels on the CUDA runtime and
+ * cuBLAS, and test_gpu_kernels_emu (GPU_EMULATED, suite
+ * gpu_kernels_emulated), where the same kernels run on the CPU's CUDA
+ * emulator (bench/gpu_cpucheck/cuda_emu.h: every CUDA thread a fiber, a
+ * random order between barriers) and cuBLAS is a stand-in on OpenBLAS. The
+ * emulated run proves the kernels' indexing, barriers and shuffles and
+ * gpu_layers.c's cuBLAS arguments on every machine with the toolkit; the
+ * GPU run adds the GPU's arithmetic. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +27,13 @@
 #include "runner/model/model.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
+#endif
+
+#ifdef GPU_EMULATED
+#define SUITE gpu_kernels_emulated
+unsigned long long emu_seed(void); /* cuda_emu.cpp */
+#else
+#define SUITE gpu_kernels
 #endif
 
 #define FP32_BOUND 1e-5
@@ -40,6 +56,9 @@ static void open_gpu(gpu_dtype dtype) {
     cr_assert_eq(gpu_ctx_create(0, dtype, &ctx, &err), 0, "%s", err.msg);
     rng = pp_now_ns() ^ 0x9e3779b97f4a7c15ull; /* fresh inputs every run */
     cr_log_info("random seed %llu", (unsigned long long)rng);
+#ifdef GPU_EMULATED
+    cr_log_info("emulator thread order: EMU_SEED=%llu", emu_seed());
+#endif
 }
 static void close_gpu(void) {
     gpu_ctx_free(ctx);
@@ -104,9 +123,9 @@ static void check(const char *what, const float *d, const float *ref, size_t n, 
     free(h);
 }
 
-TestSuite(gpu_kernels, .fini = close_gpu);
+TestSuite(SUITE, .fini = close_gpu);
 
-Test(gpu_kernels, layernorm_f_b_w) {
+Test(SUITE, layernorm_f_b_w) {
     open_gpu(GPU_FP32);
     int N = 37, C = 100; /* neither a multiple of the warp */
     size_t NC = (size_t)N * C;
@@ -164,10 +183,10 @@ static void linear_case(gpu_dtype dtype, double bound) {
     for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) gpu_free(ctx, devs[i]);
     free(x), free(w), free(bias), free(dout), free(out), free(dinp), free(dw), free(dbias);
 }
-Test(gpu_kernels, linear_fp32_f_b_w) { linear_case(GPU_FP32, FP32_BOUND); }
-Test(gpu_kernels, linear_bf16_f_b_w) { linear_case(GPU_BF16, BF16_BOUND); }
+Test(SUITE, linear_fp32_f_b_w) { linear_case(GPU_FP32, FP32_BOUND); }
+Test(SUITE, linear_bf16_f_b_w) { linear_case(GPU_BF16, BF16_BOUND); }
 
-Test(gpu_kernels, attention_f_b_and_determinism) {
+Test(SUITE, attention_f_b_and_determinism) {
     open_gpu(GPU_FP32);
     int B = 2, T = 37, C = 24, H = 3;
     size_t N = (size_t)B * T, NC = N * C, Q = 3 * NC, A = (size_t)B * H * T * T;
@@ -198,7 +217,7 @@ Test(gpu_kernels, attention_f_b_and_determinism) {
     free(qkv), free(dout), free(out), free(att), free(dqkv), free(datt);
 }
 
-Test(gpu_kernels, gelu_f_b_and_residual_add) {
+Test(SUITE, gelu_f_b_and_residual_add) {
     open_gpu(GPU_FP32);
     size_t n = 10007;
     float *x = rand_host(n, 4.0f), *dout = rand_host(n, 1.0f);
@@ -220,7 +239,7 @@ Test(gpu_kernels, gelu_f_b_and_residual_add) {
     free(x), free(dout), free(out), free(dinp), free(sum);
 }
 
-Test(gpu_kernels, embedding_f_w_bitwise) {
+Test(SUITE, embedding_f_w_bitwise) {
     open_gpu(GPU_FP32);
     int B = 3, T = 29, C = 40, V = 256;
     size_t N = (size_t)B * T, NC = N * C;
@@ -272,8 +291,8 @@ static void head_case(gpu_dtype dtype, double bound) {
     for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) gpu_free(ctx, devs[i]);
     free(x), free(w), free(tgt), free(probs), free(dx), free(dw);
 }
-Test(gpu_kernels, head_crossentropy_fp32_f_b_w) { head_case(GPU_FP32, FP32_BOUND); }
-Test(gpu_kernels, head_crossentropy_bf16_f_b_w) { head_case(GPU_BF16, BF16_BOUND); }
+Test(SUITE, head_crossentropy_fp32_f_b_w) { head_case(GPU_FP32, FP32_BOUND); }
+Test(SUITE, head_crossentropy_bf16_f_b_w) { head_case(GPU_BF16, BF16_BOUND); }
 
 /* The CPU optimizer is model_stage_step's: run it on a stage of the timed
  * model (one weight per layer) would be too small; the formulas are copied
@@ -288,7 +307,7 @@ static void cpu_adamw(float *w, const float *g, float *am, float *av, size_t n, 
     }
 }
 
-Test(gpu_kernels, adamw_three_steps) {
+Test(SUITE, adamw_three_steps) {
     open_gpu(GPU_FP32);
     size_t n = 5003;
     model_optim o;
@@ -310,7 +329,7 @@ Test(gpu_kernels, adamw_three_steps) {
     free(w), free(am), free(av);
 }
 
-Test(gpu_kernels, optimizer_refuses_negative_step) {
+Test(SUITE, optimizer_refuses_negative_step) {
     open_gpu(GPU_FP32);
     model_optim o;
     model_optim_default(&o);

@@ -7,7 +7,11 @@
  * near zero may flip an update's sign); bf16 GEMM operands stay within 2e-2
  * of the CPU's losses; a checkpoint taken on the GPU resumes exactly.
  * Everywhere: what create refuses (timed on a GPU, no device). Tests that
- * need a GPU skip with cudaGetDeviceCount's reason. */
+ * need a GPU skip with cudaGetDeviceCount's reason.
+ *
+ * Also built as test_gpu_stage_emu (GPU_EMULATED, suite gpu_stage_emulated):
+ * the same stage, layers and kernels on the CPU's CUDA emulator and a
+ * cuBLAS stand-in (test_gpu_kernels.c says what that proves). */
 #include <cblas.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -17,6 +21,12 @@
 #include "model_harness.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
+#endif
+
+#ifdef GPU_EMULATED
+#define SUITE gpu_stage_emulated
+#else
+#define SUITE gpu_stage
 #endif
 
 #define SPEC "gpt:layers=4,dim=32,heads=4,seq=16,batch=2"
@@ -68,7 +78,7 @@ static double rel(const float *a, const float *b, size_t n) {
 
 static const int ONE[] = {0, 4};
 
-Test(gpu_stage, gpu_run_follows_the_cpu_run) {
+Test(SUITE, gpu_run_follows_the_cpu_run) {
     need_gpu();
     openblas_set_num_threads(1);
     model_device gpu = {.cuda = 1};
@@ -85,7 +95,7 @@ Test(gpu_stage, gpu_run_follows_the_cpu_run) {
     free(cpu.weights), free(dev.weights);
 }
 
-Test(gpu_stage, every_partition_and_order_equals_one_gpu_stage_bit_for_bit) {
+Test(SUITE, every_partition_and_order_equals_one_gpu_stage_bit_for_bit) {
     need_gpu();
     model_device gpu = {.cuda = 1};
     result ref;
@@ -106,7 +116,7 @@ Test(gpu_stage, every_partition_and_order_equals_one_gpu_stage_bit_for_bit) {
     free(ref.weights);
 }
 
-Test(gpu_stage, bf16_gemms_stay_close_to_fp32) {
+Test(SUITE, bf16_gemms_stay_close_to_fp32) {
     need_gpu();
     openblas_set_num_threads(1);
     model_device bf16 = {.cuda = 1, .bf16 = 1};
@@ -119,7 +129,7 @@ Test(gpu_stage, bf16_gemms_stay_close_to_fp32) {
     free(cpu.weights), free(dev.weights);
 }
 
-Test(gpu_stage, checkpoint_taken_on_gpu_resumes_exactly) {
+Test(SUITE, checkpoint_taken_on_gpu_resumes_exactly) {
     need_gpu();
     model_device gpu = {.cuda = 1};
     pp_err err;
@@ -155,7 +165,7 @@ Test(gpu_stage, checkpoint_taken_on_gpu_resumes_exactly) {
     data_close(data);
 }
 
-Test(gpu_stage, timed_model_is_refused_on_a_gpu) {
+Test(SUITE, timed_model_is_refused_on_a_gpu) {
     pp_err err;
     model_spec sp;
     model_device gpu = {.cuda = 1};
@@ -166,7 +176,7 @@ Test(gpu_stage, timed_model_is_refused_on_a_gpu) {
     cr_assert(strstr(err.msg, "gpt model only") != NULL, "%s", err.msg);
 }
 
-Test(gpu_stage, no_device_is_refused_naming_it) {
+Test(SUITE, no_device_is_refused_naming_it) {
 #ifdef PPRUN_HAVE_CUDA
     int count;
     pp_err err;

@@ -1,0 +1,328 @@
+/* cuda_emu.cpp: the CPU side of cuda_emu.h. A block's CUDA threads are
+ * fibers that one OS thread schedules between barriers; and the
+ * few CUDA runtime calls the GPU backend's C files make (gpu_device.c) are
+ * played here on host memory, synchronously: cudaMalloc is malloc (so the
+ * sanitizer build sees a kernel's out-of-bounds access), a copy or memset
+ * happens when called, a stream is a token.
+ *
+ * Scheduling: every runnable fiber of the block runs (in this round's
+ * order) until it returns or waits at a barrier. Then a warp whose lanes
+ * all wait at a warp barrier is released; failing that, a block whose
+ * threads all wait at __syncthreads; failing both, the block is stuck and
+ * the launch fails. The order is a fresh random permutation per round,
+ * seeded by EMU_SEED or the clock and reported by emu_seed() so that a
+ * failing order can be replayed. */
+#include "bench/gpu_cpucheck/cuda_emu.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if !defined(__x86_64__)
+#error "cuda_emu.cpp switches fibers with x86-64 code; CMakeLists.txt builds it on x86-64 only"
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#define EMU_ASAN 1
+#endif
+
+enum { EMU_RUNNABLE, EMU_AT_BLOCK_BARRIER, EMU_AT_WARP_BARRIER, EMU_DONE };
+#define EMU_STACK (128 * 1024)
+#define EMU_MAX_THREADS 1024
+
+typedef struct emu_thread {
+    void *sp; /* saved stack pointer while switched out */
+    uint3 idx;
+    int state;
+    double shuffle_value; /* what this lane offers to the warp's current shuffle */
+#ifdef EMU_ASAN
+    void *fake_stack; /* ASan's, while the fiber is switched out */
+#endif
+} emu_thread;
+
+uint3 emu_block_idx;
+dim3 emu_block_dim, emu_grid_dim;
+
+static emu_thread emu_threads[EMU_MAX_THREADS];
+static char *emu_stacks; /* EMU_MAX_THREADS stacks, allocated on first launch, kept */
+static int emu_nthreads, emu_current;
+static void *emu_scheduler_sp;
+static emu_body_fn emu_fn;
+static void *emu_body;
+static const char *emu_where;
+static char emu_error[512]; /* the first failed launch, until cudaGetLastError */
+static uint64_t emu_rng;
+static int emu_seeded;
+
+#ifdef EMU_ASAN
+static const void *emu_scheduler_stack; /* the scheduler's stack, for ASan */
+static size_t emu_scheduler_stack_size;
+#endif
+
+/* The fiber switch: pushes the callee-saved registers of the SysV ABI,
+ * stores the stack pointer in *save, loads `load` and pops the other
+ * fiber's registers; its `ret` resumes that fiber. ucontext's swapcontext
+ * does the same plus a sigprocmask system call per switch, where the
+ * emulated stage tests spent most of their time. Neither side changes the
+ * floating-point control words, so they are not saved. */
+extern "C" void emu_switch(void **save, void *load);
+__asm__(".text\n"
+        ".globl emu_switch\n"
+        ".type emu_switch, @function\n"
+        "emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size emu_switch, .-emu_switch\n");
+
+/* Switches from the scheduler to thread t and back, telling ASan which
+ * stack is in use so it does not report the switch as an overflow. */
+static void emu_switch_to(int t) {
+    emu_current = t;
+#ifdef EMU_ASAN
+    void *fake = NULL;
+    __sanitizer_start_switch_fiber(&fake, emu_stacks + (size_t)t * EMU_STACK, EMU_STACK);
+#endif
+    emu_switch(&emu_scheduler_sp, emu_threads[t].sp);
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, NULL, NULL);
+#endif
+}
+
+/* From a fiber back to the scheduler (the fiber resumes here later). */
+static void emu_yield(int state) {
+    emu_thread *self = &emu_threads[emu_current];
+    self->state = state;
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(&self->fake_stack, emu_scheduler_stack, emu_scheduler_stack_size);
+#endif
+    emu_switch(&self->sp, emu_scheduler_sp);
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(self->fake_stack, NULL, NULL);
+#endif
+}
+
+/* A fiber's first and only frame: never returns (there is nothing to
+ * return to); its last switch hands the stack back for good. */
+static void emu_thread_main(void) {
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(NULL, &emu_scheduler_stack, &emu_scheduler_stack_size);
+#endif
+    emu_fn(emu_body);
+    emu_thread *self = &emu_threads[emu_current];
+    self->state = EMU_DONE;
+#ifdef EMU_ASAN
+    /* NULL: this fiber's fake stack can go, it never resumes */
+    __sanitizer_start_switch_fiber(NULL, emu_scheduler_stack, emu_scheduler_stack_size);
+#endif
+    emu_switch(&self->sp, emu_scheduler_sp);
+    __builtin_unreachable();
+}
+
+/* A fresh stack whose first switch "returns" into emu_thread_main: six zero
+ * registers for emu_switch to pop, then the return address, placed so that
+ * emu_thread_main starts with the stack aligned as after a call. */
+static void *emu_fresh_stack(char *stack) {
+    uintptr_t top = ((uintptr_t)(stack + EMU_STACK) & ~(uintptr_t)15) - 16;
+    void **sp = (void **)top;
+    *sp = (void *)emu_thread_main; /* at a 16-byte boundary: rsp % 16 == 8 on entry */
+    for (int i = 0; i < 6; i++) *--sp = NULL;
+    return sp;
+}
+
+const uint3 &emu_thread_idx(void) { return emu_threads[emu_current].idx; }
+
+static void emu_fail(const char *what) {
+    if (emu_error[0]) return; /* the first error is the one that counts */
+    snprintf(emu_error, sizeof emu_error, "%s: block (%u,%u,%u): %s", emu_where, emu_block_idx.x, emu_block_idx.y,
+             emu_block_idx.z, what);
+}
+
+/* --- barriers and shuffles (called on a fiber) -------------------------------- */
+
+void __syncthreads(void) { emu_yield(EMU_AT_BLOCK_BARRIER); }
+
+void __syncwarp(unsigned mask) {
+    if (mask != 0xffffffffu) emu_fail("__syncwarp with a partial mask (not emulated)");
+    emu_yield(EMU_AT_WARP_BARRIER);
+}
+
+double emu_shfl_xor(unsigned mask, double v, int xor_mask) {
+    int me = emu_current, lane = me % 32, warp0 = me - lane;
+    int src = warp0 + (lane ^ (xor_mask & 31));
+    if (mask != 0xffffffffu) emu_fail("__shfl_xor_sync with a partial mask (not emulated)");
+    emu_threads[me].shuffle_value = v;
+    emu_yield(EMU_AT_WARP_BARRIER); /* every lane of the warp has offered its value */
+    double got = v; /* the barrier opened: every lane of the warp is here */
+    if (src >= emu_nthreads)
+        emu_fail("__shfl_xor_sync reads a lane past the end of the block");
+    else
+        got = emu_threads[src].shuffle_value;
+    emu_yield(EMU_AT_WARP_BARRIER); /* every lane has read before any offers again */
+    return got;
+}
+
+/* --- the scheduler ------------------------------------------------------------ */
+
+static uint64_t emu_next_random(void) { /* splitmix64 */
+    uint64_t z = (emu_rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+extern "C" unsigned long long emu_seed(void) {
+    static uint64_t seed;
+    if (!emu_seeded) {
+        const char *s = getenv("EMU_SEED");
+        emu_seeded = 1;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = s ? strtoull(s, NULL, 0) : (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+        emu_rng = seed;
+    }
+    return seed;
+}
+
+/* Releases one barrier if one can be passed: a warp barrier when every
+ * lane of the warp waits at it, else __syncthreads when every thread of the
+ * block does. A thread that returned never arrives: CUDA leaves a barrier
+ * that not all threads reach undefined, so here it never opens. Returns 0
+ * when nothing can be released (the block is stuck). */
+static int emu_release(void) {
+    for (int w = 0; w < emu_nthreads; w += 32) {
+        int lanes = emu_nthreads - w < 32 ? emu_nthreads - w : 32, waiting = 0;
+        for (int t = w; t < w + lanes; t++) waiting += emu_threads[t].state == EMU_AT_WARP_BARRIER;
+        if (waiting == lanes) {
+            for (int t = w; t < w + lanes; t++) emu_threads[t].state = EMU_RUNNABLE;
+            return 1;
+        }
+    }
+    for (int t = 0; t < emu_nthreads; t++)
+        if (emu_threads[t].state != EMU_AT_BLOCK_BARRIER) return 0;
+    for (int t = 0; t < emu_nthreads; t++) emu_threads[t].state = EMU_RUNNABLE;
+    return 1;
+}
+
+/* Why the block is stuck, for the launch's error. */
+static const char *emu_stuck_reason(void) {
+    for (int t = 0; t < emu_nthreads; t++)
+        if (emu_threads[t].state == EMU_DONE)
+            return "stuck: threads wait at a barrier (__syncthreads, or a full-mask __shfl_xor_sync/__syncwarp) "
+                   "that other threads of the block or warp returned without reaching (undefined on a GPU)";
+    return "stuck: its threads wait at different barriers";
+}
+
+static void emu_run_block(void) {
+    int order[EMU_MAX_THREADS];
+    for (int t = 0; t < emu_nthreads; t++) {
+        emu_thread *th = &emu_threads[t];
+        th->idx.x = (unsigned)t % emu_block_dim.x;
+        th->idx.y = (unsigned)t / emu_block_dim.x % emu_block_dim.y;
+        th->idx.z = (unsigned)t / (emu_block_dim.x * emu_block_dim.y);
+        th->state = EMU_RUNNABLE;
+        th->sp = emu_fresh_stack(emu_stacks + (size_t)t * EMU_STACK);
+        order[t] = t;
+    }
+    for (;;) {
+        for (int i = emu_nthreads - 1; i > 0; i--) { /* Fisher-Yates */
+            int j = (int)(emu_next_random() % (uint64_t)(i + 1)), k = order[i];
+            order[i] = order[j], order[j] = k;
+        }
+        for (int i = 0; i < emu_nthreads; i++)
+            if (emu_threads[order[i]].state == EMU_RUNNABLE) emu_switch_to(order[i]);
+        int done = 1;
+        for (int t = 0; t < emu_nthreads && done; t++) done = emu_threads[t].state == EMU_DONE;
+        if (done) return;
+        if (!emu_release()) {
+            /* Abandoned fibers hold no resources: kernels allocate nothing. */
+            emu_fail(emu_stuck_reason());
+            return;
+        }
+    }
+}
+
+void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, const char *where) {
+    size_t threads = (size_t)block.x * block.y * block.z;
+    emu_where = where;
+    emu_block_idx = make_uint3(0, 0, 0);
+    if (threads == 0 || threads > EMU_MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0) {
+        emu_fail("invalid launch configuration (cudaErrorInvalidConfiguration)");
+        return;
+    }
+    if (!emu_stacks && !(emu_stacks = (char *)malloc((size_t)EMU_MAX_THREADS * EMU_STACK))) {
+        emu_fail("out of memory for the emulator's fiber stacks");
+        return;
+    }
+    emu_seed();
+    emu_fn = fn, emu_body = body;
+    emu_block_dim = block, emu_grid_dim = grid, emu_nthreads = (int)threads;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                emu_block_idx = make_uint3(x, y, z);
+                emu_run_block();
+                if (emu_error[0]) return;
+            }
+}
+
+/* --- the CUDA runtime, on the host --------------------------------------------- */
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void) {
+    if (!emu_error[0]) return cudaSuccess;
+    fprintf(stderr, "cuda_emu: %s\n", emu_error);
+    emu_error[0] = '\0';
+    return cudaErrorLaunchFailure;
+}
+const char *cudaGetErrorName(cudaError_t e) {
+    return e == cudaSuccess ? "cudaSuccess" : e == cudaErrorLaunchFailure ? "cudaErrorLaunchFailure" : "cudaError";
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    return e == cudaSuccess ? "no error" : "the emulated launch failed (the reason is on stderr)";
+}
+cudaError_t cudaGetDeviceCount(int *count) {
+    *count = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
+    (void)flags;
+    static char token;
+    *stream = (cudaStream_t)&token;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    (void)stream;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    (void)stream;
+    return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = malloc(bytes);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+    (void)kind, (void)stream;
+    memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream) {
+    (void)stream;
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+} /* extern "C" */

@@ -1,0 +1,23 @@
+#!/usr/bin/perl
+# cuda_emu_translate.pl IN.cu OUT.cpp: rewrites every kernel launch
+# `kernel<<<config>>>(args);` of a .cu file into a call g++ can compile,
+# `emu_launch([&] { kernel(args); }, "kernel (IN.cu:LINE)", config);`,
+# keeping every line where it was (cuda_emu.h says what emu_launch does).
+use strict;
+use warnings;
+my ($in, $out) = @ARGV;
+die "usage: cuda_emu_translate.pl IN.cu OUT.cpp\n" unless defined $out;
+open(my $fh, '<', $in) or die "cuda_emu_translate.pl: cannot read $in: $!\n";
+local $/;
+my $src = <$fh>;
+close $fh;
+my $launches = 0;
+$src =~ s{(\w+)<<<(.*?)>>>\((.*?)\);}{
+    my $line = 1 + (substr($src, 0, $-[0]) =~ tr/\n//);
+    $launches++;
+    "emu_launch([&] { $1($3); }, \"$1 ($in:$line)\", $2);"
+}gse;
+die "cuda_emu_translate.pl: no kernel launch found in $in\n" unless $launches;
+open(my $oh, '>', $out) or die "cuda_emu_translate.pl: cannot write $out: $!\n";
+print $oh "#line 1 \"$in\"\n", $src;
+close $oh or die "cuda_emu_translate.pl: cannot write $out: $!\n";

@@ -1,0 +1,108 @@
+/* test_cuda_emu.cu: the CUDA emulator (bench/gpu_cpucheck/cuda_emu.h) keeps
+ * CUDA's semantics, so that a kernel passing test_gpu_kernels_emu means
+ * something: every thread sees its own coordinates in 1-3 D grids, shared
+ * memory is shared within a block after __syncthreads, a warp shuffle sums
+ * exactly, and the mistakes a GPU punishes fail here too: a missing
+ * barrier gives different bits under different thread orders, a barrier
+ * some threads skip and a full-mask shuffle after lanes returned fail the
+ * launch, as does an impossible launch configuration.
+ *
+ * Compiled like gpu_kernels.cu for the emulator (CMakeLists.txt:
+ * cuda_emu_translate.pl, then g++ with cuda_emu.h in front); never by nvcc. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+/* Each thread writes its global linear id where its coordinates say. */
+__global__ void k_coordinates(unsigned *out) {
+    unsigned bx = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    unsigned tx = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    unsigned per_block = blockDim.x * blockDim.y * blockDim.z;
+    out[bx * per_block + tx] = bx * per_block + tx + 1;
+}
+
+Test(cuda_emu, every_thread_sees_its_coordinates) {
+    dim3 grid(3, 2, 2), block(8, 4, 2);
+    size_t n = 3 * 2 * 2 * 8 * 4 * 2;
+    unsigned *out = (unsigned *)calloc(n, sizeof *out);
+    k_coordinates<<<grid, block>>>(out);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(out[i], i + 1, "thread %zu wrote %u", i, out[i]);
+    free(out);
+}
+
+/* Reverses each block's slice through shared memory; with_barrier = 0 is
+ * the classic missing __syncthreads. */
+__global__ void k_reverse(int *data, int with_barrier) {
+    __shared__ int tile[256];
+    int t = threadIdx.x, base = blockIdx.x * blockDim.x;
+    tile[t] = data[base + t];
+    if (with_barrier) __syncthreads();
+    data[base + t] = tile[blockDim.x - 1 - t];
+}
+
+static int reverse_is_right(int with_barrier) {
+    int data[4 * 256];
+    for (int i = 0; i < 4 * 256; i++) data[i] = i;
+    k_reverse<<<4, 256>>>(data, with_barrier);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+    for (int b = 0; b < 4; b++)
+        for (int t = 0; t < 256; t++)
+            if (data[b * 256 + t] != b * 256 + 255 - t) return 0;
+    return 1;
+}
+
+Test(cuda_emu, shared_memory_after_a_barrier_and_a_missing_barrier_caught) {
+    cr_log_info("EMU_SEED=%llu", emu_seed());
+    cr_assert(reverse_is_right(1), "shared memory reversed wrongly with __syncthreads");
+    /* Without the barrier, of threads t and 255 - t the one that runs first
+     * reads the other's tile entry before it is written. */
+    cr_assert(!reverse_is_right(0), "a missing __syncthreads went unnoticed");
+}
+
+__device__ static float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__global__ void k_warp_sums(float *out, const float *in) {
+    float s = warp_sum(in[blockIdx.x * blockDim.x + threadIdx.x]);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
+Test(cuda_emu, warp_shuffle_sums_every_lane) {
+    float in[2 * 64], out[2 * 64];
+    for (int i = 0; i < 128; i++) in[i] = (float)i;
+    k_warp_sums<<<2, 64>>>(out, in);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+    for (int w = 0; w < 4; w++) { /* each warp's lanes: 32 w .. 32 w + 31 */
+        float want = (float)(32 * 32 * w + 31 * 32 / 2);
+        for (int l = 0; l < 32; l++) cr_assert_eq(out[32 * w + l], want, "warp %d lane %d: %g", w, l, out[32 * w + l]);
+    }
+}
+
+/* A barrier inside a branch only some threads take. */
+__global__ void k_divergent_barrier(int *out) {
+    if (threadIdx.x < 16) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+/* A full-mask shuffle after lane 31 returned. */
+__global__ void k_shuffle_after_return(float *out) {
+    if (threadIdx.x % 32 == 31) return;
+    out[threadIdx.x] = warp_sum(1.0f);
+}
+
+static void expect_failed_launch(const char *kernel) {
+    cr_assert_neq(cudaGetLastError(), cudaSuccess, "%s: the launch should have failed", kernel);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess, "the error is cleared once read, as CUDA's is");
+}
+
+Test(cuda_emu, barriers_that_cannot_open_fail_the_launch) {
+    int out[64] = {0};
+    float fout[64] = {0};
+    k_divergent_barrier<<<1, 64>>>(out);
+    expect_failed_launch("k_divergent_barrier");
+    k_shuffle_after_return<<<1, 64>>>(fout);
+    expect_failed_launch("k_shuffle_after_return");
+    k_coordinates<<<1, 2048>>>((unsigned *)out); /* over 1024 threads per block */
+    expect_failed_launch("2048 threads per block");
+}
