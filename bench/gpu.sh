@@ -56,7 +56,7 @@ fail() { result[$1]="FAIL: $2"; status=1; }
 
 echo "== GPU tests"
 allowed_skip='a CUDA device is present|needs two GPUs'
-tests=(test_gpu_kernels test_gpu_stage test_devcomm test_gputrace test_gpu_cli)
+tests=(test_gpu_kernels test_gpu_stage test_gpu_run test_devcomm test_gputrace test_gpu_cli)
 for t in "${tests[@]}"; do
   log="$dir/$t.log"
   "$dir/$t" --jobs 1 --verbose --timeout 600 >"$log" 2>&1
@@ -156,5 +156,5 @@ if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail bench_gpu "exit status (see $dir/benc
 echo
 printf '%-18s %s\n' check result
 for k in "${tests[@]}" schedules parity cupti overhead bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
-printf '%-18s %s\n' NCCL "needs one GPU per rank: test_devcomm and test_gpu_cli run it where there are two GPUs"
+printf '%-18s %s\n' NCCL "needs one GPU per rank: test_devcomm and test_gpu_run run it where there are two GPUs"
 exit $status

@@ -4,8 +4,7 @@
  * time, naming the missing backend. On a machine with a GPU the no-device
  * path cannot be exercised and the test skips saying so. Also the
  * --transport values of GPU jobs (cuda-ipc, nccl) and --cupti, and their
- * conflicts, and, on a GPU, that boundary tensors over CUDA IPC and over host shm give the
- * one-rank run's bits. */
+ * conflicts. Whole GPU jobs, schedule by schedule: test_gpu_run.c. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,117 +211,6 @@ Test(gpu_cli, ranks_share_devices_round_robin) {
     cr_assert_eq(gpu_device_for_rank(2, 2), 0);
     cr_assert_eq(gpu_device_for_rank(9, 8), 1);
     cr_assert_eq(gpu_device_for_rank(0, 0), -1);
-}
-
-/* On a GPU: 4 ranks sharing one device, every schedule, give the one-rank
- * GPU run's losses and final weights bit for bit (the numerics contract on
- * the device), with boundary tensors in GPU memory over CUDA IPC (auto on
- * one GPU) and, for 1F1B, staged through the host over shm. */
-static char *slurp_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "missing %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    size_t got = fread(buf, 1, (size_t)n, f);
-    buf[got] = '\0';
-    fclose(f);
-    if (len) *len = got;
-    return buf;
-}
-
-/* Every "losses":[...] of a metrics file, and the concatenated weights. */
-static void job_result(const char *dir, const char *name, int stages, char **losses, char **w, size_t *wlen) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
-    char *text = slurp_all(path, NULL);
-    *losses = calloc(1, strlen(text) + 1);
-    for (char *p = strstr(text, "\"losses\":"); p; p = strstr(p + 1, "\"losses\":")) {
-        char *end = strchr(p, ']');
-        cr_assert_not_null(end);
-        strncat(*losses, p, (size_t)(end - p + 1));
-    }
-    free(text);
-    *w = NULL, *wlen = 0;
-    for (int s = 0; s < stages; s++) {
-        snprintf(path, sizeof path, "%s/%s.w/stage_%d.f32", dir, name, s);
-        size_t n;
-        char *part = slurp_all(path, &n);
-        *w = realloc(*w, *wlen + n);
-        memcpy(*w + *wlen, part, n);
-        *wlen += n;
-        free(part);
-    }
-}
-
-Test(gpu_cli, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
-    int count = 0;
-    pp_err err;
-    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
-    char dir[] = "/tmp/pprun-test-gpu-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    /* says: what rank 1's first line must say about rank 0 (NULL: the
-     * transport auto picks, which depends on the device count) */
-    static const struct { const char *name, *schedule, *extra; int ranks, stages; const char *says; } jobs[] = {
-        {"ref", "1f1b", "", 1, 1, NULL},
-        {"gpipe", "gpipe", "", 4, 4, NULL},
-        {"1f1b", "1f1b", "", 4, 4, NULL},
-        {"interleaved", "interleaved-1f1b", "--virtual-stages 2", 4, 8, NULL},
-        {"zbh1", "zb-h1", "", 4, 4, NULL},
-        {"zbv", "zb-v", "--virtual-stages 2", 4, 8, NULL},
-        {"1f1b-shm", "1f1b", "--transport shm", 4, 4, "staged through host memory (--transport shm); rank 0: shm"},
-    };
-    char *ref_losses = NULL, *ref_w = NULL;
-    size_t ref_len = 0;
-    for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
-        char cmd[2048];
-        const char *n = jobs[j].name;
-        snprintf(cmd, sizeof cmd,
-                 "%s run --device cuda --nproc-per-node %d --schedule %s %s --microbatches 8 --steps 3 "
-                 "--model gpt:layers=8,dim=64,heads=4,seq=32,batch=2 --trace off --progress off "
-                 "--metrics %s/%s.jsonl --save-weights %s/%s.w --db %s/%s.db >%s/%s.log 2>&1",
-                 PPRUN_BIN, jobs[j].ranks, jobs[j].schedule, jobs[j].extra, dir, n, dir, n, dir, n, dir, n);
-        int status = system(cmd);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed; see %s/%s.log", jobs[j].name, dir,
-                  jobs[j].name);
-        char *losses, *w;
-        size_t len;
-        job_result(dir, n, jobs[j].stages, &losses, &w, &len);
-        if (jobs[j].ranks > 1) { /* the transport that carried the boundary tensors */
-            char path[512];
-            snprintf(path, sizeof path, "%s/%s.log", dir, n);
-            char *log = slurp_all(path, NULL);
-            const char *want = jobs[j].says ? jobs[j].says
-                               : count == 1 ? "boundary tensors in GPU memory (cuda:0); rank 0: cuda-ipc"
-                                            : "boundary tensors in GPU memory (cuda:1); rank 0: nccl";
-            cr_expect(strstr(log, want) != NULL, "%s: rank 1 should say '%s'; log:\n%s", n, want, log);
-            free(log);
-        }
-        if (j == 1 && count == 1) { /* the ranks table names each rank's device */
-            snprintf(cmd, sizeof cmd, "%s query --db %s/%s.db --format csv \"SELECT group_concat(device, ' ') FROM ranks\"",
-                     PPRUN_BIN, dir, n);
-            FILE *q = popen(cmd, "r");
-            char line[256] = "", devs[256] = "";
-            cr_assert_not_null(q);
-            while (fgets(line, sizeof line, q)) snprintf(devs, sizeof devs, "%s", line);
-            pclose(q);
-            cr_expect_str_eq(devs, "cuda:0 cuda:0 cuda:0 cuda:0\n", "ranks.device: %s", devs);
-        }
-        if (j == 0) {
-            ref_losses = losses, ref_w = w, ref_len = len;
-            cr_assert(strlen(ref_losses) > 0, "the one-rank run reported no losses");
-            continue;
-        }
-        cr_expect_str_eq(losses, ref_losses, "%s on one GPU: losses differ from the one-rank run", jobs[j].name);
-        cr_expect(len == ref_len && memcmp(w, ref_w, len) == 0, "%s: final weights differ from the one-rank run",
-                  jobs[j].name);
-        free(losses), free(w);
-    }
-    free(ref_losses), free(ref_w);
-    char rm[128];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    cr_assert_eq(system(rm), 0);
 }
 
 /* On a GPU: forced transports that the ranks' GPUs do not allow are refused

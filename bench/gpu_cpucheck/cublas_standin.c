@@ -6,8 +6,10 @@
  * (CUBLAS_STATUS_INVALID_VALUE) instead of reading the wrong elements.
  * bf16 operands (cublasGemmEx, CUDA_R_16BF) are widened to float exactly,
  * which is what the tensor cores multiply; only the order of the fp32 sums
- * differs from the GPU. Built into <build>/emu/, where the emulated
- * gpu_blas.c looks first (CMakeLists.txt). */
+ * differs from the GPU. A call is queued work on the handle's stream, so it
+ * first waits for that stream (the program's CUDA runtime stand-in, found
+ * at load time: the programs export it). Built into <build>/emu/, where the
+ * emulated gpu_blas.c looks first (CMakeLists.txt). */
 #include <cblas.h>
 #include <cublas_v2.h>
 #include <stdint.h>
@@ -46,14 +48,17 @@ const char *cublasGetStatusString(cublasStatus_t s) {
     case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
     case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
     case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
     default: return "CUBLAS_STATUS_UNKNOWN (stand-in)";
     }
 }
 
-/* cuBLAS's checks for op(A) m x k, op(B) k x n, C m x n. */
+/* cuBLAS's checks for op(A) m x k, op(B) k x n, C m x n; then the wait for
+ * the work queued before this call on the handle's stream. */
 static cublasStatus_t check(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
                             int lda, int ldb, int ldc) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (h->stream && cudaStreamSynchronize(h->stream) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
     if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T))
         return CUBLAS_STATUS_INVALID_VALUE; /* the stand-in does real matrices only */
     int rows_a = ta == CUBLAS_OP_N ? m : k, rows_b = tb == CUBLAS_OP_N ? k : n;

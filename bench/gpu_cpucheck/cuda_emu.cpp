@@ -1,9 +1,9 @@
 /* cuda_emu.cpp: the CPU side of cuda_emu.h. A block's CUDA threads are
- * fibers that one OS thread schedules between barriers; and the
- * few CUDA runtime calls the GPU backend's C files make (gpu_device.c) are
- * played here on host memory, synchronously: cudaMalloc is malloc (so the
- * sanitizer build sees a kernel's out-of-bounds access), a copy or memset
- * happens when called, a stream is a token.
+ * fibers that one OS thread schedules between barriers. The CUDA runtime
+ * around the kernels comes from elsewhere: cuda_emu_runtime.c (host memory,
+ * everything at once) for the emulated tests, devcomm_cudastub.c (streams as
+ * threads, memory shared between processes) for pprun_emu. A launch first
+ * waits for its stream, so it sees every copy queued before it.
  *
  * Scheduling: every runnable fiber of the block runs (in this round's
  * order) until it returns or waits at a barrier. Then a warp whose lanes
@@ -247,10 +247,14 @@ static void emu_run_block(void) {
     }
 }
 
-void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, const char *where) {
+void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where) {
     size_t threads = (size_t)block.x * block.y * block.z;
     emu_where = where;
     emu_block_idx = make_uint3(0, 0, 0);
+    if (stream && cudaStreamSynchronize(stream) != cudaSuccess) {
+        emu_fail("its stream failed before the launch (cudaStreamSynchronize)");
+        return;
+    }
     if (threads == 0 || threads > EMU_MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0) {
         emu_fail("invalid launch configuration (cudaErrorInvalidConfiguration)");
         return;
@@ -271,58 +275,12 @@ void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, const char *wher
             }
 }
 
-/* --- the CUDA runtime, on the host --------------------------------------------- */
-
-extern "C" {
-
-cudaError_t cudaGetLastError(void) {
+/* The emulator's error, as cudaGetLastError reports CUDA's: returned once,
+ * then cleared. The reason goes to stderr (cudaGetErrorString cannot say
+ * which launch). */
+extern "C" cudaError_t cudaGetLastError(void) {
     if (!emu_error[0]) return cudaSuccess;
     fprintf(stderr, "cuda_emu: %s\n", emu_error);
     emu_error[0] = '\0';
     return cudaErrorLaunchFailure;
 }
-const char *cudaGetErrorName(cudaError_t e) {
-    return e == cudaSuccess ? "cudaSuccess" : e == cudaErrorLaunchFailure ? "cudaErrorLaunchFailure" : "cudaError";
-}
-const char *cudaGetErrorString(cudaError_t e) {
-    return e == cudaSuccess ? "no error" : "the emulated launch failed (the reason is on stderr)";
-}
-cudaError_t cudaGetDeviceCount(int *count) {
-    *count = 1;
-    return cudaSuccess;
-}
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
-    (void)flags;
-    static char token;
-    *stream = (cudaStream_t)&token;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-    (void)stream;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-    (void)stream;
-    return cudaSuccess;
-}
-cudaError_t cudaMalloc(void **p, size_t bytes) {
-    *p = malloc(bytes);
-    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-cudaError_t cudaFree(void *p) {
-    free(p);
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
-    (void)kind, (void)stream;
-    memcpy(dst, src, bytes);
-    return cudaSuccess;
-}
-cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream) {
-    (void)stream;
-    memset(p, value, bytes);
-    return cudaSuccess;
-}
-
-} /* extern "C" */

@@ -19,8 +19,8 @@
  * the launch: cudaGetLastError then says which kernel line was stuck.
  *
  * Shared memory is a function-static array (one block runs at a time).
- * Launches run to completion inside emu_launch: streams are in order anyway
- * and the runtime stand-in (cuda_emu.cpp) does every copy at once. */
+ * A launch waits for its stream's earlier work, then runs to completion
+ * inside emu_launch: the stream's later work comes after it, as on a GPU. */
 #ifndef PP_CUDA_EMU_H
 #define PP_CUDA_EMU_H
 #include <cuda_bf16.h>
@@ -64,7 +64,7 @@ extern "C" unsigned long long emu_seed(void);
 
 /* One launch: body() is the kernel call, run once per CUDA thread. */
 typedef void (*emu_body_fn)(void *body);
-void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, const char *where);
+void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where);
 
 template <class F>
 static void emu_call(void *body) {
@@ -75,9 +75,8 @@ static void emu_call(void *body) {
 template <class F>
 static void emu_launch(F body, const char *where, dim3 grid, dim3 block, size_t shared_bytes = 0,
                        cudaStream_t stream = 0) {
-    (void)stream;
     (void)shared_bytes; /* dynamic shared memory: none of our kernels uses it */
-    emu_run(emu_call<F>, &body, grid, block, where);
+    emu_run(emu_call<F>, &body, grid, block, stream, where);
 }
 
 #endif

@@ -1,5 +1,8 @@
-/* devcomm_cudastub.c: the CUDA runtime calls of runner/comm/cuda/devcomm_*.c,
- * played on the CPU for devcomm_check (no GPU, no driver, no cudart).
+/* devcomm_cudastub.c: the CUDA runtime calls of runner/comm/cuda/devcomm_*.c
+ * and of the rest of the GPU backend (gpu_device.c, gpu_stage.c, cupti.c),
+ * played on the CPU (no GPU, no driver, no cudart) for devcomm_check,
+ * gpu_enginecheck_devcomm and pprun_emu (the whole pprun on the CUDA
+ * emulator, whose kernels read and write this memory directly).
  *
  *   device memory   a memfd mapped shared; an IPC memory handle names the
  *                   owner's pid and fd, and cudaIpcOpenMemHandle maps
@@ -133,6 +136,11 @@ const char *cudaGetErrorName(cudaError_t e) {
 cudaError_t cudaSetDevice(int device) {
     if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
     cur_device = device;
+    return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *count) {
+    *count = device_count();
     return cudaSuccess;
 }
 
@@ -390,7 +398,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
 
 /* ---- streams ------------------------------------------------------------------ */
 
-enum { OP_COPY, OP_RECORD, OP_WAIT, OP_HOST };
+enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_HOST };
 
 typedef struct op {
     struct op *next;
@@ -406,6 +414,7 @@ typedef struct op {
 } op;
 
 struct CUstream_st {
+    struct CUstream_st *next; /* in streams, for cudaDeviceSynchronize */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* work queued, work done, stop */
     op *head, *tail;
@@ -413,6 +422,9 @@ struct CUstream_st {
     int dev; /* made with this device current */
     pthread_t th;
 };
+
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct CUstream_st *streams;
 
 static void *stream_main(void *arg) {
     struct CUstream_st *s = arg;
@@ -430,6 +442,9 @@ static void *stream_main(void *arg) {
                 while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &o->not_before, NULL) == EINTR) {
                 }
             memcpy(o->dst, o->src, o->n);
+            break;
+        case OP_SET:
+            memset(o->dst, (int)o->target, o->n);
             break;
         case OP_RECORD: {
             uint64_t c = atomic_load(&o->ev->completed);
@@ -469,6 +484,10 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
         free(s);
         return cudaErrorMemoryAllocation;
     }
+    pthread_mutex_lock(&streams_mu);
+    s->next = streams;
+    streams = s;
+    pthread_mutex_unlock(&streams_mu);
     *out = s;
     return cudaSuccess;
 }
@@ -499,9 +518,24 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     return cudaSuccess;
 }
 
+/* Waits for every stream of the current device. */
+cudaError_t cudaDeviceSynchronize(void) {
+    pthread_mutex_lock(&streams_mu);
+    for (struct CUstream_st *s = streams; s; s = s->next)
+        if (s->dev == cur_device) cudaStreamSynchronize(s);
+    pthread_mutex_unlock(&streams_mu);
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s) return cudaErrorInvalidResourceHandle;
     cudaStreamSynchronize(s);
+    pthread_mutex_lock(&streams_mu);
+    struct CUstream_st **sp = &streams;
+    while (*sp && *sp != s)
+        sp = &(*sp)->next;
+    if (*sp) *sp = s->next;
+    pthread_mutex_unlock(&streams_mu);
     pthread_mutex_lock(&s->mu);
     s->stop = 1;
     pthread_cond_broadcast(&s->cv);
@@ -527,10 +561,13 @@ cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
 }
 
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
-    if (kind != cudaMemcpyDeviceToDevice || !in_device_memory(dst, n) || !in_device_memory(src, n))
-        return cudaErrorInvalidValue;
+    int ok = kind == cudaMemcpyHostToDevice   ? in_device_memory(dst, n) && !in_device_memory(src, n)
+             : kind == cudaMemcpyDeviceToHost ? in_device_memory(src, n) && !in_device_memory(dst, n)
+             : kind == cudaMemcpyDeviceToDevice && in_device_memory(dst, n) && in_device_memory(src, n);
+    if (!ok) return refuse(cudaErrorInvalidValue, "cudaMemcpyAsync of %zu bytes: a side is not the memory kind %d says", n, (int)kind);
     cudaError_t e = on_stream_device(s, "cudaMemcpyAsync");
     if (e != cudaSuccess) return e;
+    if (kind != cudaMemcpyDeviceToDevice) return enqueue(s, (op){.kind = OP_COPY, .dst = dst, .src = src, .n = n});
     int dd = device_of(dst, n), sd = device_of(src, n);
     if (s && (dd != s->dev || sd != s->dev))
         return refuse(cudaErrorInvalidDevice, "cudaMemcpyAsync from device %d memory to device %d memory on a stream of "
@@ -543,6 +580,13 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
         o.not_before.tv_nsec %= 1000000000L;
     }
     return enqueue(s, o);
+}
+
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
+    if (!in_device_memory(p, n)) return refuse(cudaErrorInvalidValue, "cudaMemsetAsync of %zu bytes outside device memory", n);
+    cudaError_t e = on_stream_device(s, "cudaMemsetAsync");
+    if (e != cudaSuccess) return e;
+    return enqueue(s, (op){.kind = OP_SET, .dst = p, .n = n, .target = (uint64_t)(unsigned char)value});
 }
 
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
