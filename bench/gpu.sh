@@ -83,7 +83,7 @@ job() {
   "$pprun" run --device cuda --nproc-per-node 4 --microbatches 8 --steps 6 --model "$model" --progress off \
     --db "$dir/$name.db" --metrics "$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
 }
-q() { "$pprun" query --db "$1" --format csv "$2" | tail -n +2; }
+q() { "$pprun" query --db "$1" --format csv "$2" | tail -n +2 | tr -d '\r'; } # CSV rows end in CRLF
 # Median step time (ms) of steps 1.. from a --metrics file (step 0 warms up).
 step_ms() { grep -a -o '"step_ms":[0-9.]*' "$1" | tail -n +2 | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 # Per-microbatch losses of every step, as printed (9 significant digits: a float32 exactly).
