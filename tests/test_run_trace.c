@@ -166,13 +166,19 @@ Test(run_trace, every_schedule_is_traced_op_by_op_as_planned) {
                                        "WHERE phase IN ('F','B','W'))");
         cr_assert(med >= OP_MS && med < OP_MS * 1.5, "%s: median op %.3f ms, the model sleeps %d ms", s, med, OP_MS);
 
-        /* The measured bubble ratio of each step follows the simulator. */
+        /* The measured bubble ratio follows the simulator: closely in the
+         * steady step (the last), loosely in step 0, which also pays for
+         * first touches and links warming up (and, on a loaded machine,
+         * for wake-ups the other steps amortise), as Megatron users leave
+         * the first iterations out of their timings. Neither can be below
+         * the simulator's by more than timer noise. */
         for (int step = 0; step < 2; step++) {
             char sql[256];
             snprintf(sql, sizeof sql, "SELECT avg(bubble_ratio) FROM step_stats WHERE job_id = 1 AND step = %d", step);
-            double measured = scalar_double(db, sql);
-            cr_assert(measured > sim->bubble_ratio - 0.08 && measured < sim->bubble_ratio + 0.12,
-                      "%s step %d: bubble ratio %.3f, simulator %.3f", s, step, measured, sim->bubble_ratio);
+            double measured = scalar_double(db, sql), over = step == 1 ? 0.12 : 0.25;
+            cr_assert(measured > sim->bubble_ratio - 0.08 && measured < sim->bubble_ratio + over,
+                      "%s step %d: bubble ratio %.3f, simulator %.3f (allowed +%.2f)", s, step, measured,
+                      sim->bubble_ratio, over);
         }
         cr_assert_eq(scalar(db, "SELECT count(*) FROM losses WHERE job_id = 1"), 2 * 8, "%s: losses", s);
         cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE phase = 'OPT'"), 2 * 4, "%s: optimizer steps", s);
