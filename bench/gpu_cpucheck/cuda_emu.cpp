@@ -14,6 +14,7 @@
  * failing order can be replayed. */
 #include "bench/gpu_cpucheck/cuda_emu.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,8 @@ static const char *emu_where;
 static char emu_error[512]; /* the first failed launch, until cudaGetLastError */
 static uint64_t emu_rng;
 static int emu_seeded;
+/* One launch at a time in a process: the state above is the launch's. */
+static pthread_mutex_t emu_launch_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #ifdef EMU_ASAN
 static const void *emu_scheduler_stack; /* the scheduler's stack, for ASan */
@@ -247,7 +250,8 @@ static void emu_run_block(void) {
     }
 }
 
-void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where) {
+static void emu_run_locked(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream,
+                           const char *where) {
     size_t threads = (size_t)block.x * block.y * block.z;
     emu_where = where;
     emu_block_idx = make_uint3(0, 0, 0);
@@ -275,12 +279,20 @@ void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t str
             }
 }
 
+void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where) {
+    pthread_mutex_lock(&emu_launch_mu);
+    emu_run_locked(fn, body, grid, block, stream, where);
+    pthread_mutex_unlock(&emu_launch_mu);
+}
+
 /* The emulator's error, as cudaGetLastError reports CUDA's: returned once,
  * then cleared. The reason goes to stderr (cudaGetErrorString cannot say
  * which launch). */
 extern "C" cudaError_t cudaGetLastError(void) {
-    if (!emu_error[0]) return cudaSuccess;
-    fprintf(stderr, "cuda_emu: %s\n", emu_error);
+    pthread_mutex_lock(&emu_launch_mu);
+    int failed = emu_error[0] != '\0';
+    if (failed) fprintf(stderr, "cuda_emu: %s\n", emu_error);
     emu_error[0] = '\0';
-    return cudaErrorLaunchFailure;
+    pthread_mutex_unlock(&emu_launch_mu);
+    return failed ? cudaErrorLaunchFailure : cudaSuccess;
 }

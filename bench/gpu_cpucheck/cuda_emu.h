@@ -5,16 +5,16 @@
  * the GPU's floating point (expf here is glibc's) or its speed.
  *
  * How: cuda_emu_translate.pl rewrites each launch `k<<<g, b, shm, s>>>(args);`
- * into `emu_launch([&] { k(args); }, "k (file:line)", g, b, shm, s);` and this header, forced
- * in front of the translated file (g++ -include), turns the CUDA qualifiers
- * into plain C++ and declares the built-in variables and intrinsics. A launch
- * runs block after block; inside a block every CUDA thread is a fiber
- * (cuda_emu.cpp) that runs until it reaches a barrier (__syncthreads, or a
- * warp's __shfl_xor_sync/__syncwarp) or returns, so code between barriers
- * runs in whatever order the scheduler picks: by default a fresh random
- * order for every block, which makes a kernel that reads shared memory or
- * another lane's data without a barrier give different bits from run to
- * run. A barrier that can never be passed (threads of one block waiting at
+ * into `emu_launch([&] { k(args); }, "k (file:line)", g, b, shm, s);` and
+ * this header, forced in front of the translated file (g++ -include), turns
+ * the CUDA qualifiers into plain C++ and declares the built-in variables and
+ * intrinsics. A launch runs block after block; inside a block every CUDA
+ * thread is a fiber (cuda_emu.cpp) that runs until it reaches a barrier
+ * (__syncthreads, or a warp's __shfl_xor_sync/__syncwarp) or returns, so
+ * code between barriers runs in whatever order the scheduler picks: a fresh
+ * random order every round, which makes a kernel that reads shared memory or
+ * another lane's data without a barrier give different bits from run to run.
+ * A barrier that can never be passed (threads of one block waiting at
  * different barriers, a full-mask shuffle after some lanes returned) fails
  * the launch: cudaGetLastError then says which kernel line was stuck.
  *
