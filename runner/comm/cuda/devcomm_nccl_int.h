@@ -30,7 +30,7 @@ typedef struct nccl_api {
 } nccl_api;
 extern nccl_api dc_nc; /* read-only once dc_nccl_library() succeeded */
 
-enum { NE_POSTED = 1, NE_READY = 2, NE_BAD = 3 }; /* BAD: landed or not, NCCL failed under it */
+enum { NE_POSTED = 1, NE_READY = 2, NE_BAD = 3 }; /* BAD: NCCL failed under it, or aborted it in flight */
 
 typedef dc_slot nbuf; /* a pool buffer of one pair */
 

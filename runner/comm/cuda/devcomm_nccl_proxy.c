@@ -109,7 +109,10 @@ void dcn_spoil_locked(npair *p) {
 /* The proxy's failure path: abort the communicator (it may be stuck in a
  * transfer or an init), then fail the pair.  nccl_error: NCCL itself
  * failed, so what landed is suspect too; otherwise (peer gone, timeout,
- * close) messages that landed stay receivable. */
+ * close) messages that landed stay receivable, but not those still in
+ * flight: the abort ends their kernels early, and the completion callback
+ * queued behind each still runs and would file whatever half landed as a
+ * message. */
 static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
     char msg[700];
@@ -118,9 +121,14 @@ static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     /* Spoiled before the communicator goes: a receive that finds it gone
-     * (and so cannot ask it) finds the spoil instead. */
+     * (and so cannot ask it) finds the spoil instead.  recv_done only
+     * turns POSTED into READY, so BAD stays. */
     pthread_mutex_lock(&p->mu);
-    if (nccl_error) dcn_spoil_locked(p);
+    if (nccl_error)
+        dcn_spoil_locked(p);
+    else
+        for (nentry *e = p->inbox; e; e = e->next)
+            if (e->state == NE_POSTED) e->state = NE_BAD;
     dcn_fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->host->rank, dir_str(p), p->peer, msg);
     pthread_mutex_unlock(&p->mu);
     pc_abort(p);
