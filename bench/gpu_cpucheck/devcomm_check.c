@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -418,6 +419,36 @@ static int sender_dies_in_transfer(rank_ctx *r, pp_err *rep) {
     return pp_fail(rep, "%s", e.msg);
 }
 
+/* sender_dies_in_copy (cuda-ipc, copies into exported memory landing 5 s
+ * late): rank 0 announces a message and is killed while its copy into the
+ * announced buffer is still queued, so the buffer's event never completes.
+ * Rank 1's receive must fail naming rank 0, not wait on that event for
+ * ever. */
+static void *kill_soon(void *arg) {
+    (void)arg;
+    pp_sleep_ns(500000000ull);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int sender_dies_in_copy(rank_ctx *r, pp_err *rep) {
+    uint64_t tag = tag_of(0, 1, 0);
+    void *buf = dev_alloc(4096);
+    if (!buf) return pp_fail(rep, "cudaMalloc (stand-in) failed");
+    if (r->rank == 0) {
+        pthread_t th;
+        if (dev_fill(buf, tag, 4096) < 0 || pthread_create(&th, NULL, kill_soon, NULL) != 0)
+            return pp_fail(rep, "set-up failed");
+        devcomm_send(r->d, 1, tag, buf, 4096, rep); /* waits for its copy: killed meanwhile */
+        pp_sleep_ns(10000000000ull);
+        return pp_fail(rep, "rank 0 was not killed");
+    }
+    pp_err e;
+    int rc = devcomm_recv(r->d, 0, tag, buf, 4096, RECV_MS, &e);
+    cudaFree(buf);
+    return rc == 0 ? pp_fail(rep, "DELIVERED: received a message whose copy never ran") : pp_fail(rep, "%s", e.msg);
+}
+
 static int nothing(rank_ctx *r, pp_err *rep) {
     (void)r;
     (void)rep;
@@ -673,6 +704,9 @@ static void sc_dead(const char *name) {
     setenv("PPRUN_NCCLSTUB_RECV_DELAY_MS", "1000", 1);
     dies(name, &nccl, sender_dies_in_transfer, 0);
     unsetenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
+    setenv("PPRUN_STUB_LATE_MS", "5000", 1);
+    dies(name, &ipc, sender_dies_in_copy, 0);
+    unsetenv("PPRUN_STUB_LATE_MS");
 }
 
 static void open_fails(const char *name, const world *w, const char *const *needles) {
