@@ -197,7 +197,7 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
     if (len) {
         if (get_buf(t, peer, len, &id, err) < 0) return -1;
         ipc_buf *b = &p->bufs[id];
-        /* The event marks the copy's end: the receiver's stream waits on it,
+        /* The event marks the copy's end: the receiver waits for it (polling),
          * so the announcement need not wait for the copy. */
         cudaError_t e = cudaMemcpyAsync(b->s.dev, dev, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaEventRecord(b->ev, t->stream);
