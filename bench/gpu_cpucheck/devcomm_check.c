@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -380,6 +381,74 @@ static int sender_dies(rank_ctx *r, pp_err *rep) {
     return rc == 0 ? pp_fail(rep, "DELIVERED: received a message rank 0 never sent") : -1;
 }
 
+/* sender_dies_in_transfer (nccl, receives slowed down): rank 0 sends a
+ * small message, then, once rank 1 has it, an 8 MiB one, and dies while
+ * that transfer is in flight.  Rank 1 waits until its proxy has given up
+ * on rank 0 (2 s of grace) and aborted the transfer, then receives it: the
+ * aborted transfer's completion callback still runs, and what half landed
+ * must not be handed out as the message. */
+#define BIG_MSG ((size_t)8 << 20)
+static int sender_dies_in_transfer(rank_ctx *r, pp_err *rep) {
+    char one = 1;
+    uint64_t ctl = comm_tag(0, 0, 0, COMM_DIR_CTRL), small = tag_of(0, 1, 0), big = tag_of(0, 1, 1);
+    void *buf = dev_alloc(BIG_MSG);
+    if (!buf) return pp_fail(rep, "cudaMalloc (stand-in) failed");
+    if (r->rank == 0) {
+        if (dev_fill(buf, small, 4096) < 0 || devcomm_send(r->d, 1, small, buf, 4096, rep) < 0) return -1;
+        if (comm_recv(r->host, 1, ctl, &one, 1, RECV_MS, rep) < 0) return -1;
+        if (dev_fill(buf, big, BIG_MSG) < 0 || devcomm_send(r->d, 1, big, buf, BIG_MSG, rep) < 0) return -1;
+        if (comm_flush(r->host, RECV_MS, rep) < 0) return -1; /* the announcement is out */
+        raise(SIGKILL);
+    }
+    if (devcomm_recv(r->d, 0, small, buf, 4096, RECV_MS, rep) < 0 || dev_check(buf, small, 4096, rep) < 0) return -1;
+    if (comm_send(r->host, 0, ctl, &one, 1, rep) < 0) return -1;
+    char why[300];
+    for (int i = 0; i < RECV_MS / 10 && !dc_peer_gone(&r->cfg, 0, why, sizeof why); i++)
+        pp_sleep_ns(10000000);
+    pp_sleep_ns(3500000000ull); /* past the proxy's grace: the transfer is aborted */
+    pp_err e;
+    int rc = devcomm_recv(r->d, 0, big, buf, BIG_MSG, RECV_MS, &e);
+    if (rc == 0) {
+        pp_err bad;
+        rc = dev_check(buf, big, BIG_MSG, &bad);
+        cudaFree(buf);
+        return pp_fail(rep, "DELIVERED: a transfer aborted in flight was received (%s)",
+                       rc == 0 ? "intact" : bad.msg);
+    }
+    cudaFree(buf);
+    return pp_fail(rep, "%s", e.msg);
+}
+
+/* sender_dies_in_copy (cuda-ipc, copies into exported memory landing 5 s
+ * late): rank 0 announces a message and is killed while its copy into the
+ * announced buffer is still queued, so the buffer's event never completes.
+ * Rank 1's receive must fail naming rank 0, not wait on that event for
+ * ever. */
+static void *kill_soon(void *arg) {
+    (void)arg;
+    pp_sleep_ns(500000000ull);
+    raise(SIGKILL);
+    return NULL;
+}
+
+static int sender_dies_in_copy(rank_ctx *r, pp_err *rep) {
+    uint64_t tag = tag_of(0, 1, 0);
+    void *buf = dev_alloc(4096);
+    if (!buf) return pp_fail(rep, "cudaMalloc (stand-in) failed");
+    if (r->rank == 0) {
+        pthread_t th;
+        if (dev_fill(buf, tag, 4096) < 0 || pthread_create(&th, NULL, kill_soon, NULL) != 0)
+            return pp_fail(rep, "set-up failed");
+        devcomm_send(r->d, 1, tag, buf, 4096, rep); /* waits for its copy: killed meanwhile */
+        pp_sleep_ns(10000000000ull);
+        return pp_fail(rep, "rank 0 was not killed");
+    }
+    pp_err e;
+    int rc = devcomm_recv(r->d, 0, tag, buf, 4096, RECV_MS, &e);
+    cudaFree(buf);
+    return rc == 0 ? pp_fail(rep, "DELIVERED: received a message whose copy never ran") : pp_fail(rep, "%s", e.msg);
+}
+
 static int nothing(rank_ctx *r, pp_err *rep) {
     (void)r;
     (void)rep;
@@ -632,6 +701,12 @@ static void sc_dead(const char *name) {
     dies(name, &nccl, receiver_never_joins, 1);
     dies(name, &ipc, sender_dies, 0);
     dies(name, &nccl, sender_dies, 0);
+    setenv("PPRUN_NCCLSTUB_RECV_DELAY_MS", "1000", 1);
+    dies(name, &nccl, sender_dies_in_transfer, 0);
+    unsetenv("PPRUN_NCCLSTUB_RECV_DELAY_MS");
+    setenv("PPRUN_STUB_LATE_MS", "5000", 1);
+    dies(name, &ipc, sender_dies_in_copy, 0);
+    unsetenv("PPRUN_STUB_LATE_MS");
 }
 
 static void open_fails(const char *name, const world *w, const char *const *needles) {

@@ -14,7 +14,8 @@
  *                   stand-in's transfers are host functions that block the
  *                   stream until matched, as NCCL kernels do).  A copy into
  *                   memory exported with cudaIpcGetMemHandle lands
- *                   STUB_LATE_MS after it was queued, as a GPU may be busy:
+ *                   STUB_LATE_MS (or PPRUN_STUB_LATE_MS) after it was
+ *                   queued, as a GPU may be busy:
  *                   a receiver that reads an announced buffer without
  *                   waiting on its event then reads the old bytes
  *
@@ -392,6 +393,11 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h) {
     return cudaSuccess;
 }
 
+/* The stand-in keeps no last error: every call returns its own. */
+cudaError_t cudaGetLastError(void) {
+    return cudaSuccess;
+}
+
 cudaError_t cudaEventQuery(cudaEvent_t e) {
     return atomic_load(&e->st->completed) >= atomic_load(&e->st->recorded) ? cudaSuccess : cudaErrorNotReady;
 }
@@ -574,8 +580,11 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
                       "device %d", sd, dd, s->dev);
     op o = {.kind = OP_COPY, .dst = dst, .src = src, .n = n};
     if (in_exported_memory(dst, n)) {
+        const char *late = getenv("PPRUN_STUB_LATE_MS");
+        long ms = late && atol(late) > 0 ? atol(late) : STUB_LATE_MS;
         clock_gettime(CLOCK_MONOTONIC, &o.not_before);
-        o.not_before.tv_nsec += STUB_LATE_MS * 1000000L;
+        o.not_before.tv_sec += ms / 1000;
+        o.not_before.tv_nsec += ms % 1000 * 1000000L;
         o.not_before.tv_sec += o.not_before.tv_nsec / 1000000000L;
         o.not_before.tv_nsec %= 1000000000L;
     }

@@ -26,8 +26,9 @@
  * raises ncclRemoteError.  PPRUN_NCCLSTUB_RECV_DELAY_MS slows every receive
  * (so that a sender's transfers are in flight when its receiver dies);
  * PPRUN_NCCLSTUB_FAIL_RECV=N makes this process's N-th receive (from 1) an
- * ncclInternalError.  Two threads inside one communicator at once
- * (devcomm's rule: only its proxy) is recorded as an error too. */
+ * ncclInternalError.  Two threads inside one communicator at once, or
+ * inside any two of one process (NCCL's thread-safety rule for
+ * communicators of one device), is recorded as an error too. */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <nccl.h>
@@ -89,11 +90,24 @@ static void unref(struct ncclComm *c) {
     }
 }
 
+/* Threads inside a call of this library, all communicators: NCCL (2.27+,
+ * "Thread Safety") does not allow calls to communicators of one device from
+ * several threads at once, and every communicator of a devcomm_check rank
+ * is on its one device.  Each call lingers 50 us inside, so that two
+ * unserialised callers meet. */
+static _Atomic int in_library;
+
 static void enter(struct ncclComm *c) {
     if (atomic_fetch_add(&c->in_call, 1) != 0)
         set_error(c, ncclInvalidUsage, "stand-in: two threads called into one communicator at once");
+    if (atomic_fetch_add(&in_library, 1) != 0)
+        set_error(c, ncclInvalidUsage,
+                  "stand-in: two threads called NCCL at once (communicators of one device: not thread-safe)");
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
 }
 static void leave(struct ncclComm *c) {
+    atomic_fetch_sub(&in_library, 1);
     atomic_fetch_sub(&c->in_call, 1);
 }
 
@@ -212,6 +226,8 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id
         return ncclSystemError;
     }
     c->init_started = 1;
+    enter(c);
+    leave(c);
     *out = c;
     if (cfg->blocking != 0) { /* devcomm asks for non-blocking: anything else is a bug */
         set_error(c, ncclInvalidUsage, "stand-in: devcomm must create non-blocking communicators");

@@ -30,8 +30,9 @@
  * devcomm (the engine's).  cuda-ipc adds no thread.  nccl adds two proxy
  * threads per pair that talks (one per direction), started at this rank's
  * first call with that peer; each NCCL communicator is driven by its proxy,
- * the caller's thread only asks its async error, and every call into it
- * holds a per-pair lock (NCCL: one thread at a time per communicator).
+ * the caller's thread only asks its async error, and every NCCL call holds
+ * one lock per devcomm (NCCL: one thread at a time in the communicators of
+ * one device).
  * CUDA's callback thread marks completions.  Exchange calls (the host
  * comm's exchange) are made under the host comm's exchange lock.
  *

@@ -108,8 +108,13 @@ struct gputrace {
     int off;          /* a CUPTI failure turned tracing off */
 };
 
-/* CUPTI's callbacks take no user pointer: the one tracer of this process. */
+/* CUPTI's callbacks take no user pointer: the one tracer of this process.
+ * deliver_mu is held by buffer_completed while it uses the tracer, and by
+ * close while it clears it: a CUPTI thread still inside the callback
+ * (flush does not promise to wait for one that began before it) then
+ * finishes before the tracer is freed. */
 static _Atomic(gputrace *) the_tracer;
+static pthread_mutex_t deliver_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static const CUpti_ActivityKind kinds[] = {
     CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
@@ -133,6 +138,7 @@ static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *ma
 
 static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
     (void)size;
+    pthread_mutex_lock(&deliver_mu);
     gputrace *g = atomic_load(&the_tracer);
     if (g && buffer) {
         pthread_mutex_lock(&g->mu);
@@ -146,6 +152,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         if (api.dropped(ctx, stream, &dropped) == CUPTI_SUCCESS) g->cupti_dropped += dropped;
         pthread_mutex_unlock(&g->mu);
     }
+    pthread_mutex_unlock(&deliver_mu);
     free(buffer);
 }
 
@@ -185,7 +192,9 @@ int gputrace_open(trace_ring *ring, int rank, int attempt, gputrace **out, pp_er
     if (rc != CUPTI_SUCCESS) {
         cupti_fail(err, rc, what);
         disable_all(enabled);
+        pthread_mutex_lock(&deliver_mu);
         atomic_store(&the_tracer, NULL);
+        pthread_mutex_unlock(&deliver_mu);
         gpu_recs_free(&g->recs);
         pthread_mutex_destroy(&g->mu);
         free(g);
@@ -319,7 +328,9 @@ void gputrace_close(gputrace *g) {
     disable_all(NKINDS);
     api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
     if (!g->off) write_records(g, g->step);
+    pthread_mutex_lock(&deliver_mu);
     atomic_store(&the_tracer, NULL);
+    pthread_mutex_unlock(&deliver_mu);
     gpu_recs_free(&g->recs);
     pthread_mutex_destroy(&g->mu);
     free(g->segs);

@@ -8,8 +8,9 @@
  * data's tag | COMM_DIR_DEVDATA, so that the receiver's comm_recv finds it
  * whatever the order.  Only then does it wait for its copy (the caller may reuse its
  * buffer once send returns).  The receiver opens the handles (once per peer
- * and buffer: cudaIpcOpenMemHandle is slow), makes its stream wait on the
- * event (the copy may still be running), copies into the caller's buffer
+ * and buffer: cudaIpcOpenMemHandle is slow), waits for the event (the
+ * copy may still be running; polled on the host, watching the sender, see
+ * wait_sender_copy), copies into the caller's buffer
  * and acknowledges the buffer id over the host comm; the sender reuses a
  * buffer only after its acknowledgement, and allocates a new one when none
  * is free, so a send never waits for the receiver.
@@ -196,7 +197,7 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
     if (len) {
         if (get_buf(t, peer, len, &id, err) < 0) return -1;
         ipc_buf *b = &p->bufs[id];
-        /* The event marks the copy's end: the receiver's stream waits on it,
+        /* The event marks the copy's end: the receiver waits for it (polling),
          * so the announcement need not wait for the copy. */
         cudaError_t e = cudaMemcpyAsync(b->s.dev, dev, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaEventRecord(b->ev, t->stream);
@@ -252,9 +253,39 @@ static int open_remote(dc_ipc *t, int peer, const ipc_ann *a, ipc_remote **out, 
     return 0;
 }
 
+/* Waits on the host until the sender's copy into its buffer has completed
+ * (the buffer's event).  Not cudaStreamWaitEvent on our stream: an event
+ * whose exporter died before its record completed may never complete, and
+ * a stream waiting on it would then hang the synchronisation after it, and
+ * every later use of our stream, past any timeout; polled here, the wait
+ * ends when the sender is gone or the time is up, and our stream stays
+ * clean.  The sender synchronises its copy right after announcing it, so
+ * the first query usually finds it done. */
+static int wait_sender_copy(dc_ipc *t, int peer, uint64_t tag, cudaEvent_t ev, uint64_t deadline, int timeout_ms,
+                            pp_err *err) {
+    char ts[128], why[300];
+    uint64_t nap = 2000; /* 2 us, doubling to 100 us */
+    for (;;) {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) return cu_fail(t, err, e, "cudaEventQuery of the sender's buffer", peer);
+        (void)cudaGetLastError(); /* NotReady is kept as the thread's last error: a later launch check would see it */
+        if (dc_peer_gone(t->cfg, peer, why, sizeof why))
+            return pp_fail(err, "devcomm (cuda-ipc): rank %d cannot receive %s from rank %d: rank %d %s before its copy "
+                                "into the announced buffer completed",
+                           t->cfg->host->rank, comm_tag_str(tag, ts, sizeof ts), peer, peer, why);
+        if (pp_now_ns() >= deadline)
+            return pp_fail(err, "devcomm (cuda-ipc): rank %d timed out after %d ms waiting for rank %d's copy of %s",
+                           t->cfg->host->rank, timeout_ms, peer, comm_tag_str(tag, ts, sizeof ts));
+        pp_sleep_ns(nap);
+        if (nap < 100000) nap *= 2;
+    }
+}
+
 int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
     ipc_peer *p = &t->peers[peer];
     char ts[128];
+    uint64_t deadline = pp_deadline_ns(timeout_ms);
     if (set_device(t, peer, err) < 0) return -1;
     ipc_stash *s = NULL, **sp = &p->stash;
     while (*sp && (*sp)->tag != tag)
@@ -278,9 +309,10 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
                      comm_tag_str(tag, ts, sizeof ts), peer, (unsigned long long)s->a.len, t->cfg->host->rank, len);
     } else if (len && open_remote(t, peer, &s->a, &r, err) < 0) {
         rc = -1;
+    } else if (len && wait_sender_copy(t, peer, tag, r->ev, deadline, timeout_ms, err) < 0) {
+        rc = -1;
     } else if (len) {
-        cudaError_t e = cudaStreamWaitEvent(t->stream, r->ev, 0);
-        if (e == cudaSuccess) e = cudaMemcpyAsync(dev, r->dev, len, cudaMemcpyDeviceToDevice, t->stream);
+        cudaError_t e = cudaMemcpyAsync(dev, r->dev, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
         if (e != cudaSuccess) rc = cu_fail(t, err, e, "copy out of the sender's buffer", peer);
     }

@@ -32,8 +32,9 @@
  * thread makes unique ids, copies in and out on its own stream, waits on
  * the pair's condition variable, and asks ncclCommGetAsyncError before it
  * trusts a landed message (a transfer NCCL failed also "completes" on the
- * stream); every call into a communicator holds the pair's nccl_mu, so
- * NCCL sees one thread at a time.  CUDA's callback thread only marks
+ * stream); every NCCL call, whatever the pair, holds the transport's
+ * nccl_mu, so NCCL sees one thread at a time (its rule for communicators
+ * of one device; calls are short: the communicators are non-blocking).  CUDA's callback thread only marks
  * completions under the pair's mutex.  The current device is per thread:
  * the proxies set it once, the caller's entry points at every call (the
  * caller's thread may have moved to another device since open).
@@ -62,7 +63,6 @@ static npair *pair_new(dc_nccl *t, int peer, int out) {
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* pp_now_ns's clock */
     pthread_mutex_init(&p->mu, NULL);
-    pthread_mutex_init(&p->nccl_mu, NULL);
     pthread_cond_init(&p->cv, &ca);
     pthread_condattr_destroy(&ca);
     return p;
@@ -100,7 +100,9 @@ static int out_pair(dc_nccl *t, int peer, npair **out, pp_err *err) {
         npair *p = pair_new(t, peer, 1);
         if (!p) return pp_fail(err, "devcomm (nccl): out of memory");
         char key[320];
+        pthread_mutex_lock(&t->nccl_mu);
         ncclResult_t r = dc_nc.get_unique_id(&p->id);
+        pthread_mutex_unlock(&t->nccl_mu);
         if (r != ncclSuccess) {
             free(p);
             return pp_fail(err, "devcomm (nccl): rank %d cannot make an NCCL unique id for rank %d: %s [%s]",
@@ -149,6 +151,7 @@ int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err) {
         return pp_fail(err, "devcomm (nccl): rank %d cannot set up CUDA device %d: %s", cfg->host->rank, cfg->device,
                        cudaGetErrorString(e));
     }
+    pthread_mutex_init(&t->nccl_mu, NULL);
     *out = t;
     return 0;
 }
@@ -396,7 +399,6 @@ static void pair_close(dc_nccl *t, npair *p) {
     }
     free(p->bufs);
     pthread_mutex_destroy(&p->mu);
-    pthread_mutex_destroy(&p->nccl_mu);
     pthread_cond_destroy(&p->cv);
     free(p);
 }
@@ -415,6 +417,7 @@ void dc_nccl_close(dc_nccl *t) {
     }
     cudaStreamSynchronize(t->stream);
     cudaStreamDestroy(t->stream);
+    pthread_mutex_destroy(&t->nccl_mu);
     free(t->outs);
     free(t->ins);
     free(t);

@@ -2,8 +2,11 @@
  * contract): the library table (devcomm_nccl_lib.c), the per-pair state,
  * and the proxies (devcomm_nccl_proxy.c) that devcomm_nccl.c starts.
  * Locking: mu guards a pair's queue, inbox, pool list, counters and failure;
- * nccl_mu is held around every call into the pair's communicator; no CUDA
- * call is made under mu. */
+ * the transport's nccl_mu is held around every NCCL call, whatever the
+ * pair (NCCL 2.27+, "Thread Safety": issuing NCCL operations in parallel
+ * to independent communicators of one device from several threads is not
+ * safe, and every communicator here is on this rank's device); nccl_mu is
+ * never taken with a pair's mu held; no CUDA call is made under mu. */
 #ifndef PP_DEVCOMM_NCCL_INT_H
 #define PP_DEVCOMM_NCCL_INT_H
 #include <cuda_runtime_api.h>
@@ -30,7 +33,7 @@ typedef struct nccl_api {
 } nccl_api;
 extern nccl_api dc_nc; /* read-only once dc_nccl_library() succeeded */
 
-enum { NE_POSTED = 1, NE_READY = 2, NE_BAD = 3 }; /* BAD: landed or not, NCCL failed under it */
+enum { NE_POSTED = 1, NE_READY = 2, NE_BAD = 3 }; /* BAD: NCCL failed under it, or aborted it in flight */
 
 typedef dc_slot nbuf; /* a pool buffer of one pair */
 
@@ -55,7 +58,6 @@ typedef struct npair { /* one direction between this rank and peer */
     int peer, out; /* out: this rank sends (NCCL rank 0) */
     pthread_mutex_t mu;
     pthread_cond_t cv;       /* proxy work, completions, failure, stop */
-    pthread_mutex_t nccl_mu; /* held around every call into comm (pc_*): one thread at a time */
     pthread_t proxy;
     int started, stop, abort_req;
     int failed; /* unusable from now on; why says why */
@@ -66,7 +68,7 @@ typedef struct npair { /* one direction between this rank and peer */
     uint64_t seq;           /* next announcement (sent or expected) */
     uint64_t acks;          /* acknowledgements taken (sender) or sent (receiver); caller's thread */
     int in_flight;          /* transfers handed to NCCL and not completed */
-    ncclComm_t comm;        /* set and cleared by the proxy, under nccl_mu */
+    ncclComm_t comm;        /* set and cleared by the proxy, under t->nccl_mu */
     cudaStream_t stream;    /* the proxy's: NCCL work of this pair */
     ncclUniqueId id;        /* sender: made at the first send */
     nitem *q_head, *q_tail; /* sender */
@@ -75,6 +77,7 @@ typedef struct npair { /* one direction between this rank and peer */
 
 struct dc_nccl {
     const devcomm_config *cfg;
+    pthread_mutex_t nccl_mu; /* held around every NCCL call, all pairs: one thread in NCCL at a time */
     cudaStream_t stream; /* the caller's copies in and out */
     npair **outs, **ins; /* [world], NULL until the pair talks */
 };
@@ -100,7 +103,7 @@ void dcn_fail_locked(npair *p, const char *fmt, ...) __attribute__((format(print
 /* Every message not yet taken is suspect once NCCL failed; mu held. */
 void dcn_spoil_locked(npair *p);
 /* *st = the communicator's state; ncclSuccess when it is gone (aborted:
- * the pair's failure says why).  Takes nccl_mu. */
+ * the pair's failure says why).  Takes t->nccl_mu. */
 ncclResult_t dcn_async(npair *p, ncclResult_t *st);
 /* NCCL's error text for r, with ncclGetLastError's detail and whether the
  * host comm knows the peer is gone. */

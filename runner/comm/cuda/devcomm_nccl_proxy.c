@@ -56,32 +56,32 @@ static void CUDART_CB recv_done(void *arg) {
     free(d);
 }
 
-/* ---- calls into a pair's communicator, under nccl_mu ---------------------------- */
+/* ---- calls into NCCL, under the transport's nccl_mu ----------------------------- */
 
 /* *st = the communicator's state; ncclSuccess when it is gone (aborted:
  * the pair's failure says why). */
 ncclResult_t dcn_async(npair *p, ncclResult_t *st) {
-    pthread_mutex_lock(&p->nccl_mu);
+    pthread_mutex_lock(&p->t->nccl_mu);
     ncclResult_t r = ncclSuccess;
     *st = ncclSuccess;
     if (p->comm) r = dc_nc.get_async_error(p->comm, st);
-    pthread_mutex_unlock(&p->nccl_mu);
+    pthread_mutex_unlock(&p->t->nccl_mu);
     return r;
 }
 
 static void pc_abort(npair *p) {
-    pthread_mutex_lock(&p->nccl_mu);
+    pthread_mutex_lock(&p->t->nccl_mu);
     if (p->comm) dc_nc.abort(p->comm);
     p->comm = NULL;
-    pthread_mutex_unlock(&p->nccl_mu);
+    pthread_mutex_unlock(&p->t->nccl_mu);
 }
 
 static ncclResult_t pc_xfer(npair *p, void *dev, size_t len) {
-    pthread_mutex_lock(&p->nccl_mu);
+    pthread_mutex_lock(&p->t->nccl_mu);
     ncclResult_t r = !p->comm ? ncclInvalidUsage
                      : p->out ? dc_nc.send(dev, len, ncclInt8, 1, p->comm, p->stream)
                               : dc_nc.recv(dev, len, ncclInt8, 0, p->comm, p->stream);
-    pthread_mutex_unlock(&p->nccl_mu);
+    pthread_mutex_unlock(&p->t->nccl_mu);
     return r;
 }
 
@@ -89,10 +89,10 @@ static ncclResult_t pc_xfer(npair *p, void *dev, size_t len) {
  * and whether the host comm knows the peer is gone (often the cause). */
 void dcn_errstr(npair *p, ncclResult_t r, char *buf, size_t cap) {
     char last[240] = "";
-    pthread_mutex_lock(&p->nccl_mu);
+    pthread_mutex_lock(&p->t->nccl_mu);
     const char *l = dc_nc.last_error(p->comm); /* every entry is loaded (dc_nccl_library) */
     if (l) snprintf(last, sizeof last, "%s", l);
-    pthread_mutex_unlock(&p->nccl_mu);
+    pthread_mutex_unlock(&p->t->nccl_mu);
     char why[300] = "";
     int gone = dc_peer_gone(p->t->cfg, p->peer, why, sizeof why);
     int n = snprintf(buf, cap, "%s%s%s", dc_nc.error_string(r), last[0] ? ": " : "", last);
@@ -109,7 +109,10 @@ void dcn_spoil_locked(npair *p) {
 /* The proxy's failure path: abort the communicator (it may be stuck in a
  * transfer or an init), then fail the pair.  nccl_error: NCCL itself
  * failed, so what landed is suspect too; otherwise (peer gone, timeout,
- * close) messages that landed stay receivable. */
+ * close) messages that landed stay receivable, but not those still in
+ * flight: the abort ends their kernels early, and the completion callback
+ * queued behind each still runs and would file whatever half landed as a
+ * message. */
 static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
     char msg[700];
@@ -118,9 +121,14 @@ static void proxy_fail(npair *p, int nccl_error, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     /* Spoiled before the communicator goes: a receive that finds it gone
-     * (and so cannot ask it) finds the spoil instead. */
+     * (and so cannot ask it) finds the spoil instead.  recv_done only
+     * turns POSTED into READY, so BAD stays. */
     pthread_mutex_lock(&p->mu);
-    if (nccl_error) dcn_spoil_locked(p);
+    if (nccl_error)
+        dcn_spoil_locked(p);
+    else
+        for (nentry *e = p->inbox; e; e = e->next)
+            if (e->state == NE_POSTED) e->state = NE_BAD;
     dcn_fail_locked(p, "devcomm (nccl): rank %d, messages %s rank %d: %s", p->t->cfg->host->rank, dir_str(p), p->peer, msg);
     pthread_mutex_unlock(&p->mu);
     pc_abort(p);
@@ -171,12 +179,12 @@ static int wait_nccl(npair *p, const char *what, uint64_t deadline, uint64_t max
 static int proxy_init(npair *p, uint64_t deadline) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* so that ncclCommAbort can always interrupt it */
-    pthread_mutex_lock(&p->nccl_mu);
+    pthread_mutex_lock(&p->t->nccl_mu);
     ncclResult_t r = dc_nc.init_rank_config(&p->comm, 2, p->id, p->out ? 0 : 1, &cfg);
     char last[240] = "";
     const char *l = r != ncclSuccess && r != ncclInProgress ? dc_nc.last_error(NULL) : NULL;
     if (l) snprintf(last, sizeof last, "%s", l);
-    pthread_mutex_unlock(&p->nccl_mu);
+    pthread_mutex_unlock(&p->t->nccl_mu);
     if (r != ncclSuccess && r != ncclInProgress) {
         proxy_fail(p, 1, "ncclCommInitRankConfig failed: NCCL error: %s%s%s [%s]", dc_nc.error_string(r),
                    last[0] ? ": " : "", last, dc_nccl_version());

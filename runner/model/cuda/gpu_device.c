@@ -72,7 +72,9 @@ int gpu_ctx_create(int device, gpu_dtype dtype, gpu_ctx **out, pp_err *err) {
 
 void gpu_ctx_free(gpu_ctx *c) {
     if (!c) return;
-    for (int i = 0; i < GPU_NSCRATCH; i++) cudaFree(c->scratch[i]);
+    for (int i = 0; i < GPU_NSCRATCH; i++)
+        if (c->scratch[i]) cudaFreeAsync(c->scratch[i], c->stream); /* stream-ordered, as allocated */
+    if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->blas) c->api->destroy(c->blas);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c);
@@ -101,13 +103,22 @@ void gpu_free(gpu_ctx *c, void *p) {
     if (p) cudaFree(p);
 }
 
+/* Stream-ordered (cudaFreeAsync / cudaMallocAsync on the context's stream,
+ * the only one that uses scratch): the old buffer goes after the work still
+ * reading it, without a device-wide synchronisation.  cudaFree would wait
+ * for every stream of the device, NCCL's too (devcomm's transfers, which
+ * wait for a peer), and it grows mid-step the first time a larger bf16
+ * GEMM comes. */
 void *gpu_scratch(gpu_ctx *c, int slot, size_t bytes, pp_err *err) {
     if (c->scratch_bytes[slot] >= bytes) return c->scratch[slot];
-    /* the stream may still read the old buffer */
-    if (gpu_sync(c, err) != 0) return NULL;
-    cudaFree(c->scratch[slot]);
+    cudaError_t e = c->scratch[slot] ? cudaFreeAsync(c->scratch[slot], c->stream) : cudaSuccess;
     c->scratch[slot] = NULL, c->scratch_bytes[slot] = 0;
-    if (!(c->scratch[slot] = gpu_alloc(c, bytes, err))) return NULL;
+    if (e == cudaSuccess) e = cudaMallocAsync(&c->scratch[slot], bytes ? bytes : 1, c->stream);
+    if (e != cudaSuccess) {
+        c->scratch[slot] = NULL;
+        pp_fail(err, "gpu: scratch of %zu bytes: %s (%s)", bytes, cudaGetErrorName(e), cudaGetErrorString(e));
+        return NULL;
+    }
     c->scratch_bytes[slot] = bytes;
     return c->scratch[slot];
 }
