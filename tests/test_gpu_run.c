@@ -5,7 +5,7 @@
  * GPUs) and, for 1F1B, staged through the host over shm; the ranks table
  * names each rank's device.
  *
- * Built twice (CMakeLists.txt). test_gpu_run runs pprun on the GPUs of the
+ * The same for bf16 GEMM operands. Built twice (CMakeLists.txt). test_gpu_run runs pprun on the GPUs of the
  * machine and skips without one. test_gpu_run_emu (GPU_EMULATED) runs
  * pprun_emu: the same pprun with its kernels on the CUDA emulator
  * (bench/gpu_cpucheck/cuda_emu.h) and the CUDA runtime, cuBLAS and NCCL
@@ -72,8 +72,9 @@ static void job_result(const char *dir, const char *name, int stages, char **los
     }
 }
 
-/* Every schedule on `count` GPUs; env is put in front of each command. */
-static void every_schedule(int count, const char *env) {
+/* Every schedule on `count` GPUs with GEMM operands in dtype; env is put in
+ * front of each command. */
+static void every_schedule(int count, const char *env, const char *dtype) {
     char dir[] = "/tmp/pprun-test-gpu-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     /* says: what rank 1's first line must say about rank 0 (NULL: the
@@ -93,10 +94,10 @@ static void every_schedule(int count, const char *env) {
         char cmd[2048];
         const char *n = jobs[j].name;
         snprintf(cmd, sizeof cmd,
-                 "%s %s run --device cuda --nproc-per-node %d --schedule %s %s " JOB " --trace %s --progress off "
-                 "--metrics %s/%s.jsonl --save-weights %s/%s.w --db %s/%s.db >%s/%s.log 2>&1",
-                 env, BIN, jobs[j].ranks, jobs[j].schedule, jobs[j].extra, j == 1 ? "on" : "off", dir, n, dir, n,
-                 dir, n, dir, n);
+                 "%s %s run --device cuda --dtype %s --nproc-per-node %d --schedule %s %s " JOB " --trace %s "
+                 "--progress off --metrics %s/%s.jsonl --save-weights %s/%s.w --db %s/%s.db >%s/%s.log 2>&1",
+                 env, BIN, dtype, jobs[j].ranks, jobs[j].schedule, jobs[j].extra, j == 1 ? "on" : "off", dir, n,
+                 dir, n, dir, n, dir, n);
         int status = system(cmd);
         cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed; see %s/%s.log", jobs[j].name, dir,
                   jobs[j].name);
@@ -129,8 +130,8 @@ static void every_schedule(int count, const char *env) {
             cr_assert(strlen(ref_losses) > 0, "the one-rank run reported no losses");
             continue;
         }
-        cr_expect_str_eq(losses, ref_losses, "%s on %d GPU(s): losses differ from the one-rank run", jobs[j].name,
-                         count);
+        cr_expect_str_eq(losses, ref_losses, "%s on %d GPU(s), %s: losses differ from the one-rank run",
+                         jobs[j].name, count, dtype);
         cr_expect(len == ref_len && memcmp(w, ref_w, len) == 0, "%s: final weights differ from the one-rank run",
                   jobs[j].name);
         free(losses), free(w);
@@ -143,10 +144,13 @@ static void every_schedule(int count, const char *env) {
 
 #ifdef GPU_EMULATED
 Test(SUITE, every_schedule_on_one_gpu_over_cuda_ipc_matches_one_rank_bit_for_bit, .timeout = 600) {
-    every_schedule(1, "PPRUN_STUB_DEVICES=1");
+    every_schedule(1, "PPRUN_STUB_DEVICES=1", "fp32");
 }
 Test(SUITE, every_schedule_on_two_gpus_over_nccl_matches_one_rank_bit_for_bit, .timeout = 600) {
-    every_schedule(2, "PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STUB);
+    every_schedule(2, "PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STUB, "fp32");
+}
+Test(SUITE, bf16_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
+    every_schedule(1, "PPRUN_STUB_DEVICES=1", "bf16");
 }
 #else
 Test(SUITE, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
@@ -154,7 +158,8 @@ Test(SUITE, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 
     int count = 0;
     pp_err err;
     if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
-    every_schedule(count, "");
+    every_schedule(count, "", "fp32");
+    every_schedule(count, "", "bf16");
 #else
     cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
 #endif

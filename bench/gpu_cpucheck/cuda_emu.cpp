@@ -287,8 +287,8 @@ void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t str
 
 /* The emulator's error, as cudaGetLastError reports CUDA's: returned once,
  * then cleared. The reason goes to stderr (cudaGetErrorString cannot say
- * which launch). */
-extern "C" cudaError_t cudaGetLastError(void) {
+ * which launch). The runtime stand-ins' cudaGetLastError returns it. */
+extern "C" cudaError_t emu_take_launch_error(void) {
     pthread_mutex_lock(&emu_launch_mu);
     int failed = emu_error[0] != '\0';
     if (failed) fprintf(stderr, "cuda_emu: %s\n", emu_error);

@@ -59,6 +59,9 @@ static inline int __shfl_xor_sync(unsigned mask, int v, int xor_mask) { return (
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 
+/* The failed launch's error, once (cudaGetLastError of the runtime
+ * stand-ins: cuda_emu_runtime.c, devcomm_cudastub.c). */
+extern "C" cudaError_t emu_take_launch_error(void);
 /* The seed of the thread order (EMU_SEED, else the clock), to log it. */
 extern "C" unsigned long long emu_seed(void);
 

@@ -2,10 +2,16 @@
  * (gpu_device.c), for the emulated tests: on host memory, synchronously.
  * cudaMalloc is malloc (so the sanitizer build sees a kernel's
  * out-of-bounds access), a copy or memset happens when called, a stream is
- * a token. cudaGetLastError is the emulator's (cuda_emu.cpp). */
+ * a token. cudaGetLastError reports the emulator's failed launches. */
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
 #include <string.h>
+
+cudaError_t emu_take_launch_error(void); /* cuda_emu.cpp */
+
+cudaError_t cudaGetLastError(void) {
+    return emu_take_launch_error();
+}
 
 /* The errors this runtime and the emulator return. */
 const char *cudaGetErrorName(cudaError_t e) {
@@ -52,6 +58,14 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
 cudaError_t cudaFree(void *p) {
     free(p);
     return cudaSuccess;
+}
+cudaError_t cudaMallocAsync(void **p, size_t bytes, cudaStream_t stream) {
+    (void)stream;
+    return cudaMalloc(p, bytes);
+}
+cudaError_t cudaFreeAsync(void *p, cudaStream_t stream) {
+    (void)stream;
+    return cudaFree(p);
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t stream) {
     (void)kind, (void)stream;

@@ -393,9 +393,14 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h) {
     return cudaSuccess;
 }
 
-/* The stand-in keeps no last error: every call returns its own. */
-cudaError_t cudaGetLastError(void) {
+/* The stand-in keeps no last error of its own (every call returns its
+ * own); the CUDA emulator's failed launch is one, in pprun_emu, whose
+ * cuda_emu.cpp replaces this weak definition. */
+__attribute__((weak)) cudaError_t emu_take_launch_error(void) {
     return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+    return emu_take_launch_error();
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
