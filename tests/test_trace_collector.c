@@ -381,13 +381,20 @@ Test(trace_collector, forwarders_without_the_token_are_refused_and_write_nothing
             memcpy(hello + 8, "right-token-0124", 16);
             cr_assert_eq(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
         }
-        /* legacy: a bare frame, as forwarders before the hello sent */
-        cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
-        cr_assert_eq(write(fd, &ev, sizeof ev), (ssize_t)sizeof ev);
-        unsigned char answer[2] = {9, 9};
-        ssize_t n = recv(fd, answer, sizeof answer, 0);
-        if (!legacy) cr_assert(n == 1 && answer[0] == 0, "the wrong hello was not refused (%zd, %d)", n, answer[0]);
-        else cr_assert(n <= 0, "the bare frame got an answer");
+        /* legacy: a bare frame, as forwarders before the hello sent. The
+         * master may have closed already: no SIGPIPE, and the result does
+         * not matter. */
+        (void)!send(fd, &h, sizeof h, MSG_NOSIGNAL);
+        (void)!send(fd, &ev, sizeof ev, MSG_NOSIGNAL);
+        /* Until the master closes: at most the refusal byte comes back
+         * (which a reset for the unread frame may overtake). */
+        unsigned char answer[8];
+        ssize_t n, total = 0;
+        while ((n = recv(fd, answer, sizeof answer, 0)) > 0) {
+            total += n;
+            cr_assert(answer[0] == 0 && !legacy, "the master answered %d to a connection it must refuse", answer[0]);
+        }
+        cr_assert_leq(total, 1);
         close(fd);
     }
 
@@ -402,6 +409,7 @@ Test(trace_collector, forwarders_without_the_token_are_refused_and_write_nothing
     trace_ring_write(w1, &ev);
     trace_ring_close(w1);
     cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    uint64_t rejected = collector_rejected(master);
     cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
 
     fflush(stderr);
@@ -415,7 +423,7 @@ Test(trace_collector, forwarders_without_the_token_are_refused_and_write_nothing
     sqlite3 *s = db_sqlite(d);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 1, "only the forwarder with the token wrote");
     cr_assert_eq(tfix_q_int(s, "SELECT step FROM events"), 5);
-    cr_assert_eq(collector_rejected(master) + 0, 0);
+    cr_assert_eq(rejected, 0, "records of refused connections were even looked at");
     int lines = 0;
     for (const char *p = text; (p = strstr(p, "pprun collector: refused a forwarding connection from 127.0.0.1:")); p++)
         lines++;
