@@ -14,9 +14,8 @@
  * peer that seems to die later.  A hello without one gets no answer (the
  * connector does not wait for a peer that may be stopped): a listener that
  * has a token closes it, which the connector sees as the peer closing.
- * Frames
- * are comm_hdr (tag, length; host byte order, which the hello
- * magic checks) followed by the payload.  TCP_NODELAY on every socket. */
+ * Frames are comm_hdr (tag, length; host byte order, which the hello magic
+ * checks) followed by the payload.  TCP_NODELAY on every socket. */
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
