@@ -14,6 +14,10 @@ int cmd_launch(int argc, char **argv) {
         fprintf(stderr, "pprun launch: %s\n", err.msg);
         return 2;
     }
+    if (launch_check_token(&o, &err) != 0) {
+        fprintf(stderr, "pprun launch: %s\n", err.msg);
+        return 2;
+    }
     launch_result res;
     if (launch_job(&o, NULL, &res, &err) != 0) {
         fprintf(stderr, "pprun launch: %s\n", err.msg);

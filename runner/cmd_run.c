@@ -334,8 +334,11 @@ static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) {
 static int start_master_collector(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
     collector_config cc = {
         .db = job->db, .job_id = job->job_id, .world_size = info->world_size, .steps = job->cfg.steps,
-        .interval_ns = RUN_COLLECT_INTERVAL_NS};
-    if (info->nnodes > 1) cc.listen_host = "0.0.0.0";
+        .interval_ns = RUN_COLLECT_INTERVAL_NS, .token = info->rdzv_token};
+    /* Forwarding nodes connect to the master address: listen there only
+     * (collector_start falls back to every interface when this machine
+     * cannot bind that address, as the store does). */
+    if (info->nnodes > 1) cc.listen_host = job->lo.master_addr;
     if (collector_start(&cc, &job->coll, err) != 0) return -1;
     /* From here until collector_stop only the collector thread writes. */
     char text[32];
@@ -365,7 +368,8 @@ static int start_forwarding_collector(run_job *job, const launch_info *info, sto
         store_get_long(store, keys[1], 1L << 62, &job_id, err) != 0)
         return -1;
     collector_config cc = {
-        .job_id = job_id, .world_size = info->world_size, .steps = job->cfg.steps, .interval_ns = RUN_COLLECT_INTERVAL_NS};
+        .job_id = job_id, .world_size = info->world_size, .steps = job->cfg.steps, .interval_ns = RUN_COLLECT_INTERVAL_NS,
+        .token = info->rdzv_token};
     uint64_t rtt;
     if (trace_clock_offset(remote_now, store, RUN_CLOCK_ROUNDS, &cc.clock_offset_ns, &rtt, err) != 0) return -1;
     cc.forward_host = job->lo.master_addr;
@@ -380,7 +384,7 @@ static int start_tracing(run_job *job, const launch_info *info, pp_err *err) {
     char host[256];
     int port;
     if (store_parse_addr(info->store_addr, host, sizeof host, &port, err) != 0 ||
-        store_connect(host, port, 30ull * 1000000000ull, &store, err) != 0)
+        store_connect_token(host, port, info->rdzv_token, 30ull * 1000000000ull, &store, err) != 0)
         return -1;
     int rc = info->node_rank == 0 ? start_master_collector(job, info, store, err)
                                   : start_forwarding_collector(job, info, store, err);
@@ -406,7 +410,7 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     /* The display lives for one attempt: it reads the store, which is up
      * only while launch_job runs. */
     if (info->node_rank == 0 &&
-        run_progress_start(info->store_addr, job->cfg.steps, job->progress_next, job->cfg.progress,
+        run_progress_start(info->store_addr, info->rdzv_token, job->cfg.steps, job->progress_next, job->cfg.progress,
                            job->db ? job->cfg.db : NULL, job->job_id, job->plan, &job->cfg, &job->progress, err) != 0)
         return -1;
     return info->attempt == 0 && job->cfg.trace ? start_tracing(job, info, err) : 0;
@@ -502,6 +506,10 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
         return 2;
     }
+    if (launch_check_token(&job.lo, &err) != 0) {
+        fprintf(stderr, "pprun run: %s\n", err.msg);
+        return 2;
+    }
     if (job.lo.prog_argc != 1) {
         fprintf(stderr, "pprun run: unexpected argument '%s' (pprun run takes options only)\n", job.lo.prog_argv[0]);
         return 2;
@@ -515,7 +523,8 @@ int cmd_run(int argc, char **argv) {
     if (job.lo.node_rank == 0 && job.lo.run_id[0] == '\0')
         snprintf(job.lo.run_id, sizeof job.lo.run_id, "run-%llx-%d", (unsigned long long)(pp_wall_ns() / 1000000),
                  (int)getpid());
-    node_address(job.lo.master_addr, job.node_addr, sizeof job.node_addr);
+    /* One node: the ranks' TCP ports (--transport tcp) stay on loopback. */
+    node_address(job.lo.nnodes > 1 ? job.lo.master_addr : "127.0.0.1", job.node_addr, sizeof job.node_addr);
 
     int exit_code = 2;
     /* The server starts before the job is written: a refused --serve (a

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runner/base/token.h"
 #include "runner/cli.h"
 #include "runner/comm/comm.h"
 #include "runner/comm/devcomm.h"
@@ -214,6 +215,7 @@ static int run_worker(worker *w, pp_err *err) {
             .connect_timeout_ms = 60000,
             .transport = w->cfg.transport,
             .tcp_host = getenv("PPRUN_NODE_ADDR"),
+            .token = getenv(PP_TOKEN_ENV), /* checked by store_connect_env */
         };
         int device_boundaries = run_config_device_boundaries(&w->cfg);
         if (device_boundaries) cc.transport = "auto"; /* the host comm carries devcomm's control messages */

@@ -183,10 +183,14 @@ static int pick_free_port(int *port, pp_err *err) {
 
 /* --- set-up: store, run id ---------------------------------------------------- */
 
+/* 0, or 2 on a stop signal, or -1 (timed out), or -3 (the store refused
+ * the token: err says so, waiting cannot help). */
 static int connect_store(job *j, const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err) {
     uint64_t deadline = pp_now_ns() + timeout_ns;
     for (;;) {
-        if (store_connect(host, port, 0, out, err) == 0) return 0;
+        int rc = store_connect_token(host, port, j->c.o->rdzv_token, 0, out, err);
+        if (rc == 0) return 0;
+        if (rc == -2) return -3;
         check_signals(j);
         if (j->c.stop_signal) return 2;
         if (pp_now_ns() >= deadline) return -1;
@@ -197,21 +201,24 @@ static int connect_store(job *j, const char *host, int port, uint64_t timeout_ns
 static int setup_store(job *j, pp_err *err) {
     const launch_options *o = j->c.o;
     int port = o->master_port;
+    /* One node: nobody else needs the store, so it stays on loopback. */
+    const char *host = o->nnodes > 1 ? o->master_addr : "127.0.0.1";
     if (o->node_rank == 0) {
-        if (store_server_start(o->master_addr, port, &j->server, err) != 0)
-            return pp_wrap(err, "--master-addr %s --master-port %d", o->master_addr, port);
+        if (store_server_start_token(host, port, o->rdzv_token, &j->server, err) != 0)
+            return pp_wrap(err, "--master-addr %s --master-port %d", host, port);
         port = store_server_port(j->server);
     }
-    snprintf(j->store_addr, sizeof j->store_addr, "%s:%d", o->master_addr, port);
-    int rc = connect_store(j, o->master_addr, port, o->rdzv_timeout_ns, &j->ctl, err);
+    snprintf(j->store_addr, sizeof j->store_addr, "%s:%d", host, port);
+    int rc = connect_store(j, host, port, o->rdzv_timeout_ns, &j->ctl, err);
     if (rc == 2) return 2;
+    if (rc == -3) return -1;
     if (rc != 0) {
         char why[sizeof err->msg];
         snprintf(why, sizeof why, "%s", err->msg);
         return pp_fail(err, "rendezvous timed out after %.0fs (--rdzv-timeout): node rank 0 never came up (%s)",
                        (double)o->rdzv_timeout_ns / 1e9, why);
     }
-    if (o->nnodes > 1 && store_connect(o->master_addr, port, o->rdzv_timeout_ns, &j->c.watch, err) != 0)
+    if (o->nnodes > 1 && store_connect_token(host, port, o->rdzv_token, o->rdzv_timeout_ns, &j->c.watch, err) != 0)
         return pp_wrap(err, "rendezvous");
     /* The run id: node 0's, whatever the others were told. So is the
      * workers' MASTER_PORT, published before it. */
@@ -292,6 +299,11 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     if (gethostname(j->host, sizeof j->host) != 0) snprintf(j->host, sizeof j->host, "localhost");
     j->host[sizeof j->host - 1] = '\0';
     res->world_size = o->nnodes * o->nproc_per_node;
+    if (launch_check_token(o, err) != 0) {
+        res->exit_code = 2;
+        free(j);
+        return -1;
+    }
 
     if (launch_find_program(o->prog_argv[0], &j->c.paths, err) != 0) {
         res->exit_code = 2;
@@ -311,6 +323,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         in->run_id = j->run_id;
         in->host = j->host;
         in->store_addr = j->store_addr;
+        in->rdzv_token = o->rdzv_token[0] ? o->rdzv_token : NULL;
         in->nnodes = o->nnodes;
         in->node_rank = o->node_rank;
         in->nproc_per_node = o->nproc_per_node;

@@ -32,6 +32,7 @@
 #include <sys/types.h>
 
 #include "runner/base/pp.h"
+#include "runner/base/token.h"
 
 #define LAUNCH_MAX_NPROC 1024
 #define LAUNCH_MAX_NNODES 4096
@@ -60,6 +61,11 @@ typedef struct launch_options {
     int prog_argc;
     /* Which flags were given on the command line (Slurm fills the others). */
     unsigned given;
+    /* The job token (runner/base/token.h): --rdzv-token, --rdzv-token-file
+     * or $PPRUN_RDZV_TOKEN; "" = none. Guards the store and, under
+     * `pprun run`, the trace and data ports; workers get it as
+     * PPRUN_RDZV_TOKEN in their environment, never on a command line. */
+    char rdzv_token[PP_TOKEN_MAX + 1];
 } launch_options;
 
 enum {
@@ -68,6 +74,8 @@ enum {
     LAUNCH_GIVEN_NODE_RANK = 1u << 2,
     LAUNCH_GIVEN_MASTER_ADDR = 1u << 3,
     LAUNCH_GIVEN_MASTER_PORT = 1u << 4,
+    LAUNCH_GIVEN_RDZV_TOKEN = 1u << 5,
+    LAUNCH_GIVEN_RDZV_TOKEN_FILE = 1u << 6,
 };
 
 /* Parses `[options] -- PROGRAM [ARGS...]` (argv[0] is the subcommand name
@@ -92,6 +100,12 @@ enum {
 int launch_parse(int argc, char **argv, launch_options *o,
                  int (*extra)(void *ctx, const char *opt, const char *val, pp_err *err), void *ctx, pp_err *err);
 void launch_options_default(launch_options *o);
+/* The token rule, checked before anything starts (exit status 2): with
+ * --nnodes > 1 and a --master-addr that is not loopback, the ports other
+ * machines can reach need a token. 0 if o satisfies it, else -1 naming the
+ * flags and the variable that give one. launch_job checks it too. (A
+ * one-node job keeps its store on 127.0.0.1 whatever --master-addr says.) */
+int launch_check_token(const launch_options *o, pp_err *err);
 /* The option list, for --help of `pprun launch` and of commands reusing it. */
 void launch_usage(FILE *out);
 
@@ -110,6 +124,7 @@ typedef struct launch_info {
     const char *run_id;
     const char *host;          /* this node's host name */
     const char *store_addr;    /* "host:port" of the job's store (PPRUN_STORE) */
+    const char *rdzv_token;    /* the job token for the store and the job's ports; NULL = none */
     int master_port;           /* the workers' MASTER_PORT: free on node 0, not the store's */
     int nnodes, node_rank, nproc_per_node, world_size;
     int attempt;               /* 0, 1, ... = PPRUN_RESTART_COUNT */

@@ -77,6 +77,8 @@ static int build_env(launch_ctx *c, int lr, launch_env *env, pp_err *err) {
         launch_env_set(env, "PPRUN_STORE", in->store_addr, err) || set_num(env, "PPRUN_NNODES", in->nnodes, err) ||
         set_num(env, "PPRUN_NODE_RANK", in->node_rank, err))
         return -1;
+    /* The token goes by the environment: a command line shows in ps. */
+    if (o->rdzv_token[0] && launch_env_set(env, PP_TOKEN_ENV, o->rdzv_token, err)) return -1;
     /* One BLAS thread per rank unless the user asked otherwise (DESIGN §5). */
     if (!user_omp && launch_env_set(env, "OMP_NUM_THREADS", "1", err)) return -1;
     if (!user_blas && launch_env_set(env, "OPENBLAS_NUM_THREADS", "1", err)) return -1;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "db/analyze.h"
+#include "runner/base/token.h"
 #include "runner/store.h"
 
 #define PROGRESS_POLL_NS (200ull * 1000000ull)
@@ -19,6 +20,7 @@ struct run_progress {
     int stop;
     char host[256];
     int port;
+    char token[PP_TOKEN_MAX + 1];
     int steps, bar, quiet; /* bar: a bar (terminal) instead of lines; quiet: neither */
     char db_path[512];
     int64_t job_id;
@@ -147,7 +149,7 @@ static void *progress_main(void *arg) {
     run_progress *p = arg;
     store_client *store = NULL;
     pp_err err;
-    if (store_connect(p->host, p->port, 30ull * 1000000000ull, &store, &err) != 0) {
+    if (store_connect_token(p->host, p->port, p->token, 30ull * 1000000000ull, &store, &err) != 0) {
         fprintf(stderr, "pprun run: progress display off: %s\n", err.msg);
         return NULL;
     }
@@ -169,7 +171,7 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-int run_progress_start(const char *store_addr, int steps, int first_step, const char *mode, const char *db_path,
+int run_progress_start(const char *store_addr, const char *store_token, int steps, int first_step, const char *mode, const char *db_path,
                        int64_t job_id, const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err) {
     *out = NULL;
     int show_anything = strcmp(mode, "off") != 0;
@@ -180,6 +182,7 @@ int run_progress_start(const char *store_addr, int steps, int first_step, const 
         free(p);
         return -1;
     }
+    if (store_token) snprintf(p->token, sizeof p->token, "%s", store_token);
     p->steps = steps;
     p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(STDERR_FILENO));
     if (db_path) snprintf(p->db_path, sizeof p->db_path, "%s", db_path);

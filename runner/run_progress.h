@@ -18,11 +18,12 @@
 
 typedef struct run_progress run_progress;
 
-/* mode: "auto" (bar on a terminal, lines otherwise), "on", "off". db_path
+/* store_token: the job token (NULL = none), copied.
+ * mode: "auto" (bar on a terminal, lines otherwise), "on", "off". db_path
  * NULL: no plan refresh. first_step: the first step to show (a restarted
  * attempt resumes after its checkpoint). plan and cfg must outlive the
  * thread. */
-int run_progress_start(const char *store_addr, int steps, int first_step, const char *mode, const char *db_path,
+int run_progress_start(const char *store_addr, const char *store_token, int steps, int first_step, const char *mode, const char *db_path,
                        int64_t job_id, const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err);
 /* Shows what is left to show, stops and frees; NULL is fine. Call it
  * while the store is still up. Returns the next step it would have shown

@@ -4,7 +4,8 @@
  * an output buffer (written when the socket takes it). A WAIT whose keys are
  * not all present parks the connection: it is answered when a SET or ADD
  * completes the set, or when its deadline passes. Keys live in a chained
- * hash table that doubles when full. */
+ * hash table that doubles when full. With a job token, a connection is
+ * served only after its first frame, AUTH, presented it (store_wire.h). */
 #include "runner/store.h"
 #include "runner/store_wire.h"
 
@@ -37,6 +38,9 @@ typedef struct conn {
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     int dead;
+    int authed;  /* presented the token (or the server has none) */
+    int closing; /* refused: close once the refusal is sent, read nothing more */
+    char peer[80];
     /* A parked WAIT: the keys (copied), and when it gives up (0 = never). */
     char **wkeys;
     size_t wn;
@@ -52,6 +56,7 @@ struct store_server {
     size_t nconns, capconns;
     kv **buckets;
     size_t nbuckets, nkeys;
+    char token[PP_TOKEN_MAX + 1]; /* "" = none */
 };
 
 /* --- key table -------------------------------------------------------------- */
@@ -333,9 +338,49 @@ static void op_wait(store_server *s, conn *c, rd *r) {
     c->wdeadline = timeout_ms > 0 ? pp_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
 }
 
+/* Refuses a connection that did not present the token: one line on stderr
+ * (never the token), a BAD reply, then it is closed unread. */
+static void refuse(conn *c, const char *why) {
+    fprintf(stderr, "pprun store: refused a connection from %s: %s\n", c->peer, why);
+    reply_bad(c, !strcmp(why, "wrong rendezvous token")
+                     ? "wrong rendezvous token: every node needs the same --rdzv-token / PPRUN_RDZV_TOKEN"
+                     : "this store needs the rendezvous token: give --rdzv-token-file, --rdzv-token or "
+                       "PPRUN_RDZV_TOKEN (the same on every node)");
+    c->closing = 1;
+    c->in_len = 0;
+}
+
+/* A connection's first frame on a token-guarded server. Returns 1 if the
+ * frame was handled (accepted or refused), 0 if it is not complete yet. */
+static int handle_auth(store_server *s, conn *c) {
+    uint32_t len = store_get_u32(c->in);
+    if (len == 0 || len > STORE_MAX_AUTH_FRAME) {
+        refuse(c, len > STORE_MAX_AUTH_FRAME && c->in_len > 4 && c->in[4] == STORE_OP_AUTH ? "wrong rendezvous token"
+                                                                                             : "no rendezvous token");
+        return 1;
+    }
+    if (c->in_len >= 5 && c->in[4] != STORE_OP_AUTH) {
+        refuse(c, "no rendezvous token");
+        return 1;
+    }
+    if (c->in_len < 4 + (size_t)len) return 0;
+    rd r = {c->in + 5, len - 1, 0};
+    uint32_t n = rd_u32(&r);
+    if (r.bad || n != r.left || !pp_token_equal(s->token, r.p, n)) {
+        refuse(c, "wrong rendezvous token");
+        return 1;
+    }
+    c->authed = 1;
+    reply(c, STORE_OK, NULL, 0);
+    memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
+    c->in_len -= 4 + (size_t)len;
+    return 1;
+}
+
 /* Handles the first complete frame in c->in, if any. Returns 1 if it did. */
 static int handle_one(store_server *s, conn *c) {
-    if (c->wkeys || c->dead || c->in_len < 4) return 0;
+    if (c->wkeys || c->dead || c->closing || c->in_len < 4) return 0;
+    if (!c->authed) return handle_auth(s, c);
     uint32_t len = store_get_u32(c->in);
     if (len == 0 || len > STORE_MAX_FRAME) {
         c->dead = 1;
@@ -355,6 +400,7 @@ static int handle_one(store_server *s, conn *c) {
         reply(c, STORE_OK, out, 8);
         break;
     }
+    case STORE_OP_AUTH: reply(c, STORE_OK, NULL, 0); break; /* no token, or presented already */
     default: reply_bad(c, "unknown operation"); break;
     }
     memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
@@ -364,6 +410,8 @@ static int handle_one(store_server *s, conn *c) {
 
 static void read_in(conn *c) {
     for (;;) {
+        /* Before the token, no more than an AUTH frame is worth holding. */
+        if (!c->authed && c->in_len >= 4 + STORE_MAX_AUTH_FRAME) return;
         if (c->in_cap - c->in_len < 4096) {
             size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
             if (cap > (size_t)STORE_MAX_FRAME * 2 + 8192) {
@@ -421,6 +469,8 @@ static void accept_all(store_server *s) {
             continue;
         }
         c->fd = fd;
+        c->authed = !s->token[0];
+        pp_peer_name(fd, c->peer, sizeof c->peer);
         s->conns[s->nconns++] = c;
     }
 }
@@ -445,7 +495,7 @@ static void *server_main(void *arg) {
         pfds[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
         for (size_t i = 0; i < s->nconns; i++) {
             conn *c = s->conns[i];
-            pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+            pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = c->closing ? 0 : POLLIN};
             if (c->out_off < c->out_len) pfds[i + 2].events |= POLLOUT;
             if (c->wkeys && c->wdeadline && (!next || c->wdeadline < next)) next = c->wdeadline;
         }
@@ -459,7 +509,8 @@ static void *server_main(void *arg) {
             for (size_t i = 0; i < polled; i++) {
                 conn *c = s->conns[i];
                 short re = pfds[i + 2].revents;
-                if (re & (POLLIN | POLLHUP | POLLERR)) read_in(c);
+                if (c->closing && (re & (POLLHUP | POLLERR))) c->dead = 1;
+                else if (re & (POLLIN | POLLHUP | POLLERR)) read_in(c);
                 if (re & POLLOUT) flush_out(c);
             }
             if (pfds[1].revents) accept_all(s);
@@ -475,6 +526,7 @@ static void *server_main(void *arg) {
         for (size_t i = 0; i < s->nconns;) {
             conn *c = s->conns[i];
             if (!c->dead) flush_out(c);
+            if (c->closing && c->out_off == c->out_len) c->dead = 1;
             if (c->dead) {
                 conn_free(c);
                 s->conns[i] = s->conns[--s->nconns];
@@ -520,8 +572,13 @@ static int listen_on(const char *host, int port, int *eno, pp_err *err) {
 }
 
 int store_server_start(const char *host, int port, store_server **out, pp_err *err) {
+    return store_server_start_token(host, port, NULL, out, err);
+}
+
+int store_server_start_token(const char *host, int port, const char *token, store_server **out, pp_err *err) {
     *out = NULL;
     if (port < 0 || port > 65535) return pp_fail(err, "store: port %d is out of range 0-65535", port);
+    if (token && *token && pp_token_check(token, "store", err) != 0) return -1;
     int eno;
     int fd = listen_on(host, port, &eno, err);
     /* MASTER_ADDR may name this machine by an address it cannot bind (NAT,
@@ -534,6 +591,7 @@ int store_server_start(const char *host, int port, store_server **out, pp_err *e
         return pp_fail(err, "store: out of memory");
     }
     s->lfd = fd;
+    if (token) snprintf(s->token, sizeof s->token, "%s", token);
     s->nbuckets = 256;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
     struct sockaddr_storage ss;

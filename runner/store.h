@@ -11,6 +11,11 @@
  * with the attempt (PPRUN_RESTART_COUNT) in them, since the store outlives
  * an attempt and keeps every key until the job ends.
  *
+ * The job token (runner/base/token.h): a server started with one answers a
+ * connection only once it presented that token (store_connect_token does
+ * it first thing); anything else is refused, the connection closed and one
+ * line naming the remote address written to stderr.
+ *
  * Threads: the server runs in its own thread. A client is one TCP connection
  * and is not thread-safe: use one client per thread. */
 #ifndef PP_STORE_H
@@ -34,6 +39,9 @@ typedef struct store_server store_server;
  * store_server_port. The caller owns *out and frees it with
  * store_server_stop. */
 int store_server_start(const char *host, int port, store_server **out, pp_err *err);
+/* The same, guarded by token (NULL or "" = none; else checked with
+ * pp_token_check). */
+int store_server_start_token(const char *host, int port, const char *token, store_server **out, pp_err *err);
 int store_server_port(const store_server *s);
 /* Stops the thread, closes every connection, frees everything. NULL is ok. */
 void store_server_stop(store_server *s);
@@ -45,7 +53,14 @@ typedef struct store_client store_client;
 /* Connects to host:port, retrying until timeout_ns has passed (the server may
  * not be up yet). The caller owns *out and frees it with store_close. */
 int store_connect(const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err);
-/* Connects to $PPRUN_STORE ("host:port"), as a worker does. */
+/* The same, presenting token (NULL or "" = none) before anything else.
+ * Returns -2 when the server refused the token (err says "store at
+ * HOST:PORT refused the rendezvous token"): retrying cannot help. A server
+ * without a token accepts any. */
+int store_connect_token(const char *host, int port, const char *token, uint64_t timeout_ns, store_client **out,
+                        pp_err *err);
+/* Connects to $PPRUN_STORE ("host:port") with the token in
+ * $PPRUN_RDZV_TOKEN (if set), as a worker does. */
 int store_connect_env(uint64_t timeout_ns, store_client **out, pp_err *err);
 /* Splits "host:port" (host may be "[v6addr]"). host gets at most hostcap-1
  * bytes. */

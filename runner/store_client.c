@@ -1,5 +1,6 @@
 /* store_client.c: the store client: one blocking TCP connection, one request
- * at a time (see store_wire.h for the format). */
+ * at a time (see store_wire.h for the format), which presents the job token
+ * first when there is one. */
 #include "runner/store.h"
 #include "runner/store_wire.h"
 
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 struct store_client {
@@ -67,8 +69,67 @@ static int try_connect(const char *host, int port, int *eno, pp_err *err) {
     return fd;
 }
 
+/* Reads exactly n bytes: 1, or 0 at EOF, or -1 (errno). */
+static int recv_n(int fd, void *buf, size_t n) {
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t r = recv(fd, p, n, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return (int)r;
+        p += r, n -= (size_t)r;
+    }
+    return 1;
+}
+
+/* AUTH as the connection's first request. 0, or -2 when the server refused
+ * the token (or closed instead of answering), or -1. The reply must come
+ * within 10 s: a server that says nothing is not a pprun store. */
+static int authenticate(int fd, const char *peer, const char *token, pp_err *err) {
+    size_t n = strlen(token);
+    uint8_t frame[4 + 1 + 4 + PP_TOKEN_MAX];
+    store_put_u32(frame, (uint32_t)(1 + 4 + n));
+    frame[4] = STORE_OP_AUTH;
+    store_put_u32(frame + 5, (uint32_t)n);
+    memcpy(frame + 9, token, n);
+    struct timeval tv = {10, 0}, none = {0, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t off = 0, len = 9 + n;
+    while (off < len) {
+        ssize_t w = send(fd, frame + off, len - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return pp_fail(err, "store at %s: sending the rendezvous token failed: %s", peer, strerror(errno));
+        off += (size_t)w;
+    }
+    memset(frame, 0, sizeof frame);
+    uint8_t hdr[5], msg[256];
+    int r = recv_n(fd, hdr, 5);
+    size_t ml = 0;
+    if (r > 0 && store_get_u32(hdr) > 1) {
+        ml = store_get_u32(hdr) - 1;
+        if (ml > sizeof msg) ml = sizeof msg;
+        r = recv_n(fd, msg, ml);
+    }
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    if (r < 0)
+        return pp_fail(err, "store at %s: no answer to the rendezvous token: %s", peer,
+                       errno == EAGAIN || errno == EWOULDBLOCK ? "timed out after 10s" : strerror(errno));
+    if (r > 0 && hdr[4] == STORE_OK && ml == 0) return 0;
+    if (r == 0)
+        pp_fail(err, "store at %s refused the rendezvous token: it closed the connection (every node needs the same "
+                     "--rdzv-token / PPRUN_RDZV_TOKEN)", peer);
+    else
+        pp_fail(err, "store at %s refused the rendezvous token: %.*s", peer, (int)ml, (const char *)msg);
+    return -2;
+}
+
 int store_connect(const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err) {
+    return store_connect_token(host, port, NULL, timeout_ns, out, err);
+}
+
+int store_connect_token(const char *host, int port, const char *token, uint64_t timeout_ns, store_client **out,
+                        pp_err *err) {
     *out = NULL;
+    if (token && *token && pp_token_check(token, "store", err) != 0) return -1;
     uint64_t deadline = pp_now_ns() + timeout_ns;
     int fd, eno = 0;
     for (;;) {
@@ -86,6 +147,13 @@ int store_connect(const char *host, int port, uint64_t timeout_ns, store_client 
     }
     c->fd = fd;
     snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+    if (token && *token) {
+        int rc = authenticate(fd, c->peer, token, err);
+        if (rc != 0) {
+            store_close(c);
+            return rc;
+        }
+    }
     *out = c;
     return 0;
 }
@@ -97,7 +165,9 @@ int store_connect_env(uint64_t timeout_ns, store_client **out, pp_err *err) {
     char host[256];
     int port = 0;
     if (store_parse_addr(addr, host, sizeof host, &port, err) != 0) return pp_wrap(err, "PPRUN_STORE");
-    return store_connect(host, port, timeout_ns, out, err);
+    const char *token = getenv(PP_TOKEN_ENV);
+    if (token && pp_token_check(token, PP_TOKEN_ENV, err) != 0) return -1;
+    return store_connect_token(host, port, token, timeout_ns, out, err);
 }
 
 void store_close(store_client *c) {

@@ -9,6 +9,13 @@
  *   DEL  key               -> status (OK or MISSING)
  *   WAIT i64 timeout_ms u32 n, n keys -> status (OK or TIMEOUT)
  *   TIME                   -> status u64 server CLOCK_MONOTONIC ns
+ *   AUTH blob token        -> status (OK, or BAD and the server closes)
+ * A server with a job token takes AUTH with that token as a connection's
+ * first request and nothing else: any other first frame (or one longer than
+ * STORE_MAX_AUTH_FRAME) is answered BAD and the connection closed. Servers
+ * without a token answer AUTH with OK. (AUTH is the only addition since the
+ * first version of this format; an older server answers it BAD "unknown
+ * operation".)
  * Reply payload: u8 status, then the op's result. A BAD reply carries a
  * message as the rest of the payload. Requests are answered in order; a
  * pending WAIT holds back the connection's later requests. */
@@ -16,14 +23,18 @@
 #define PP_STORE_WIRE_H
 #include <stdint.h>
 
+#include "runner/base/token.h"
 #include "runner/store.h"
 
-enum { STORE_OP_SET = 1, STORE_OP_GET, STORE_OP_ADD, STORE_OP_DEL, STORE_OP_WAIT, STORE_OP_TIME };
+enum { STORE_OP_SET = 1, STORE_OP_GET, STORE_OP_ADD, STORE_OP_DEL, STORE_OP_WAIT, STORE_OP_TIME, STORE_OP_AUTH };
 enum { STORE_OK = 0, STORE_MISSING = 1, STORE_TIMEOUT = 2, STORE_BAD = 3 };
 
 /* A frame larger than this is a protocol error (value + key + headers). */
 #define STORE_MAX_FRAME (STORE_MAX_VALUE + 2 * STORE_MAX_KEY + 64u)
 #define STORE_MAX_WAIT_KEYS 1024u
+/* The largest first frame a token-guarded server reads: op, blob length,
+ * the longest token. */
+#define STORE_MAX_AUTH_FRAME (1u + 4u + PP_TOKEN_MAX)
 
 static inline void store_put_u32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v;

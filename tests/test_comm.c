@@ -1,6 +1,7 @@
 /* test_comm.c: the point-to-point transport between real processes, over
  * shared memory and over TCP: order per tag, 64 MiB messages, many tags in
- * flight received out of order, size mismatches, timeouts and dead peers. */
+ * flight received out of order, size mismatches, timeouts, dead peers and
+ * peers without the job token. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <signal.h>
@@ -499,6 +500,79 @@ Test(comm, bad_configuration_and_bad_peers_are_clear_errors) {
     char cmd[100];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* ---- the job token ----------------------------------------------------------- */
+
+/* Rank 0 (right token) and rank 2 (a wrong one, or none) both send to rank 1. */
+static int token_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    int v = rank == 0 ? 42 : 99;
+    if (rank != 1) {
+        if (comm_send(c, 1, 7, &v, sizeof v, rep) < 0 || comm_flush(c, 10000, rep) < 0) return -1;
+        return 0;
+    }
+    if (comm_recv(c, 0, 7, &v, sizeof v, 10000, rep) < 0) return -1;
+    if (v != 42) return pp_fail(rep, "rank 0 sent 42, got %d", v);
+    pp_err e;
+    if (comm_recv(c, 2, 7, &v, sizeof v, 2000, &e) == 0) return pp_fail(rep, "rank 2's message got through: %d", v);
+    return 0;
+}
+
+/* Runs token_fn with stderr in a file; returns what the ranks wrote there. */
+static char *run_with_tokens(const char *const *tokens, cw_result *r) {
+    char log[] = "/tmp/pprun-comm-log-XXXXXX";
+    int lfd = mkstemp(log);
+    cr_assert(lfd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(lfd, 2);
+    int rc = cw_run_tokens(3, tokens, token_fn, NULL, r);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    cr_assert_eq(rc, 0);
+    static char text[8192];
+    ssize_t n = pread(lfd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    close(lfd);
+    unlink(log);
+    return text;
+}
+
+Test(comm_tcp, a_peer_with_a_wrong_token_is_refused_and_the_others_still_talk) {
+    const char *tokens[] = {"job-secret-1", "job-secret-1", "job-secret-2"};
+    cw_result r;
+    const char *log = run_with_tokens(tokens, &r);
+    cr_assert(r.exited[0] && r.code[0] == 0, "rank 0: %s", r.report[0]);
+    cr_assert(r.exited[1] && r.code[1] == 0, "rank 1: %s", r.report[1]);
+    cr_assert(r.exited[2] && r.code[2] == 1, "rank 2 should have failed: %s", r.report[2]);
+    cr_assert(strstr(r.report[2], "rank 1 at 127.0.0.1:") && strstr(r.report[2], "refused this rank's job token"), "%s",
+              r.report[2]);
+    cr_assert(strstr(log, "pprun comm (rank 1): refused a connection from 127.0.0.1:") &&
+                  strstr(log, "(saying it is rank 2): wrong job token"),
+              "%s", log);
+    cr_assert_null(strstr(log, "job-secret"), "the log shows a token: %s", log);
+}
+
+Test(comm_tcp, a_peer_without_a_token_is_refused) {
+    const char *tokens[] = {"job-secret-1", "job-secret-1", NULL};
+    cw_result r;
+    const char *log = run_with_tokens(tokens, &r);
+    cr_assert(r.exited[1] && r.code[1] == 0, "rank 1 received rank 2's message: %s", r.report[1]);
+    cr_assert(strstr(log, "(saying it is rank 2): no job token"), "%s", log);
+}
+
+Test(comm, a_bad_token_is_a_clear_error) {
+    char dir[] = "/tmp/pprun-commtest-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    comm_config cfg = {.rank = 0, .world = 2, .job_key = "tok", .exchange = fx_exchange(dir), .token = "has space"};
+    comm *c = NULL;
+    pp_err e;
+    cr_assert_eq(comm_open(&cfg, &c, &e), -1);
+    cr_assert(strstr(e.msg, "comm") && strstr(e.msg, "space"), "%s", e.msg);
+    cr_assert_null(c);
+    rmdir(dir);
 }
 
 Test(comm, tags_follow_the_documented_layout) {

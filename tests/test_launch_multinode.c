@@ -1,6 +1,13 @@
 /* test_launch_multinode.c: two `pprun launch` processes on 127.0.0.1 acting
- * as two nodes (static rendezvous through node 0's store), and Slurm. */
+ * as two nodes (static rendezvous through node 0's store), Slurm, and the
+ * job token that a non-loopback master address needs. */
 #include "launch_testutil.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+
+#include "runner/base/pp.h"
 
 static const char *env_line =
     "echo \"R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE G=$GROUP_RANK ID=$PPRUN_RUN_ID ST=$PPRUN_STORE MA=$MASTER_ADDR MP=$MASTER_PORT\"";
@@ -16,7 +23,9 @@ static void check_node(const char *out, int node, int nproc, int world, const ch
     }
 }
 
-Test(launch_multinode, two_launchers_make_one_eight_rank_job) {
+/* The same job with or without a job token (on loopback it is optional; with
+ * one, the workers get it in their environment, not on a command line). */
+static void eight_rank_job(const char *const *env0, const char *const *env1) {
     char port[16];
     snprintf(port, sizeof port, "%d", lt_free_port());
     /* Node 1 first: it must wait for node 0's store to come up. */
@@ -26,9 +35,9 @@ Test(launch_multinode, two_launchers_make_one_eight_rank_job) {
     const char *a0[] = {"launch", "--nnodes=2", "--node_rank=0", "--master_port", port, "--nproc_per_node", "4",
                         "--run-id", "job8", "--", "sh", "-c", env_line, NULL};
     lt_proc n1, n0;
-    lt_start(&n1, a1, NULL);
+    lt_start(&n1, a1, env1);
     usleep(100000);
-    lt_start(&n0, a0, NULL);
+    lt_start(&n0, a0, env0);
     lt_wait(&n0);
     lt_wait(&n1);
     cr_assert_eq(n0.status, 0, "node 0: %s", n0.err);
@@ -46,6 +55,13 @@ Test(launch_multinode, two_launchers_make_one_eight_rank_job) {
     cr_assert_eq(lt_count(n0.out, want) + lt_count(n1.out, want), 8, "%s%s", n0.out, n1.out);
     lt_free(&n0);
     lt_free(&n1);
+}
+
+Test(launch_multinode, two_launchers_make_one_eight_rank_job) { eight_rank_job(NULL, NULL); }
+
+Test(launch_multinode, two_launchers_make_one_eight_rank_job_with_a_token) {
+    const char *env[] = {"PPRUN_RDZV_TOKEN=2c26b46b68ffc68ff99b453c1d304134", NULL};
+    eight_rank_job(env, env);
 }
 
 Test(launch_multinode, failure_on_node_1_tears_down_node_0) {
@@ -211,4 +227,100 @@ Test(launch_multinode, launcher_error_on_node_1_stops_node_0) {
     cr_assert(strstr(n0.err, "its launcher failed") && strstr(n0.err, "--log-dir"), "%s", n0.err);
     lt_free(&n0);
     lt_free(&n1);
+}
+
+/* --- the job token on a non-loopback address ---------------------------------- */
+
+/* An IPv4 address of this machine that is not loopback, or 0 (then the
+ * tests below skip: they need the store on an address other machines could
+ * reach). */
+static int local_address(char *out, size_t cap) {
+    struct ifaddrs *ifs, *i;
+    if (getifaddrs(&ifs) != 0) return 0;
+    int found = 0;
+    for (i = ifs; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP))
+            continue;
+        found = inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)cap) != NULL;
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
+Test(launch_multinode, a_non_loopback_master_address_without_a_token_exits_2_before_starting) {
+    char addr[64], port[16];
+    if (!local_address(addr, sizeof addr)) cr_skip_test("this machine has no non-loopback IPv4 address");
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *env[] = {"PPRUN_RDZV_TOKEN=", NULL};
+    for (int node = 0; node < 2; node++) {
+        const char *a[] = {"launch", "--nnodes", "2", "--node-rank", node ? "1" : "0", "--master-addr", addr,
+                           "--master-port", port, "--", "echo", "started", NULL};
+        lt_proc p;
+        lt_run(&p, a, env);
+        cr_assert_eq(p.status, 2, "node %d: exit %d: %s", node, p.status, p.err);
+        cr_assert(strstr(p.err, "is not a loopback address") && strstr(p.err, "--rdzv-token-file") &&
+                      strstr(p.err, "PPRUN_RDZV_TOKEN") && strstr(p.err, addr),
+                  "%s", p.err);
+        cr_assert_str_eq(p.out, "", "node %d started something", node);
+        lt_free(&p);
+    }
+}
+
+/* Two nodes on this machine's non-loopback address: with the token (one
+ * node from the environment, the other from a file) they meet; a node with
+ * a different token is refused by the store, saying so, and fails. */
+Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_others_are_refused) {
+    char addr[64], port[16], file[] = "/tmp/pprun-token-XXXXXX";
+    if (!local_address(addr, sizeof addr)) cr_skip_test("this machine has no non-loopback IPv4 address");
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    int fd = mkstemp(file);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "4e07408562bedb8b60ce05c1decfe3ad\n", 33), 33);
+    close(fd);
+    const char *line = "echo \"R=$RANK ST=$PPRUN_STORE T=$PPRUN_RDZV_TOKEN\"";
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-addr", addr, "--master-port", port,
+                        "--nproc-per-node", "2", "--rdzv-timeout", "20", "--", "sh", "-c", line, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-addr", addr, "--master-port", port,
+                        "--nproc-per-node", "2", "--rdzv-token-file", file, "--rdzv-timeout", "20",
+                        "--", "sh", "-c", line, NULL};
+    const char *e0[] = {"PPRUN_RDZV_TOKEN=4e07408562bedb8b60ce05c1decfe3ad", NULL};
+    const char *e1[] = {"PPRUN_RDZV_TOKEN=", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, e0);
+    lt_start(&n1, a1, e1);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 0, "node 0: %s", n0.err);
+    cr_assert_eq(n1.status, 0, "node 1: %s", n1.err);
+    char want[160];
+    snprintf(want, sizeof want, "ST=%s:%s T=4e07408562bedb8b60ce05c1decfe3ad\n", addr, port);
+    cr_assert_eq(lt_count(n0.out, want) + lt_count(n1.out, want), 4, "%s%s", n0.out, n1.out);
+    lt_free(&n0);
+    lt_free(&n1);
+
+    /* Node 1 with another token: refused at once, naming the store; node 0
+     * waits for it until --rdzv-timeout. */
+    const char *a0b[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-addr", addr, "--master-port", port,
+                         "--rdzv-timeout", "2", "--", "echo", "started", NULL};
+    const char *a1b[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-addr", addr, "--master-port", port,
+                         "--rdzv-timeout", "20", "--", "echo", "started", NULL};
+    const char *e1b[] = {"PPRUN_RDZV_TOKEN=not-the-same-token", NULL};
+    lt_start(&n0, a0b, e0);
+    usleep(200000);
+    uint64_t t0 = pp_now_ns();
+    lt_start(&n1, a1b, e1b);
+    lt_wait(&n1);
+    cr_assert(pp_now_ns() - t0 < 10000000000ull, "the refused node waited for its --rdzv-timeout");
+    lt_wait(&n0);
+    cr_assert_eq(n1.status, 1, "node 1: %s", n1.err);
+    snprintf(want, sizeof want, "store at %s:%s refused the rendezvous token", addr, port);
+    cr_assert(strstr(n1.err, want), "%s", n1.err);
+    cr_assert_eq(n0.status, 1, "node 0: %s", n0.err);
+    cr_assert(strstr(n0.err, "refused a connection from") && strstr(n0.err, "wrong rendezvous token"), "%s", n0.err);
+    cr_assert_null(strstr(n0.err, "not-the-same"), "node 0 logged the token: %s", n0.err);
+    cr_assert_str_eq(n0.out, "");
+    cr_assert_str_eq(n1.out, "");
+    lt_free(&n0);
+    lt_free(&n1);
+    unlink(file);
 }

@@ -34,6 +34,10 @@ static const struct {
     {{"--no-prefix=yes"}, {"--no-prefix", "takes no value"}},
     {{"--frobnicate"}, {"--frobnicate", "--help"}},
     {{"--nproc-per-node"}, {"--nproc-per-node", "needs a value"}},
+    {{"--rdzv-token", ""}, {"--rdzv-token", "empty"}},
+    {{"--rdzv_token=two words"}, {"--rdzv-token", "space"}},
+    {{"--rdzv-token-file", "/nonexistent/pprun-token"}, {"--rdzv-token-file", "cannot open"}},
+    {{"--rdzv-token-file="}, {"--rdzv-token-file", "file holding the token"}},
 };
 
 Test(launch_opts, every_bad_flag_exits_2_naming_the_option) {
@@ -146,4 +150,79 @@ Test(launch_opts, slurm_fills_what_flags_do_not_say) {
     unsetenv("SLURM_JOB_NODELIST");
     unsetenv("SLURM_NTASKS_PER_NODE");
     unsetenv("SLURM_LAUNCH_NODE_IPADDR");
+}
+
+/* The job token: from a file (first line), the flag or PPRUN_RDZV_TOKEN,
+ * each checked; too long, empty, both flags are exit 2 naming the source;
+ * nothing shows the token. */
+Test(launch_opts, the_rdzv_token_is_checked_wherever_it_comes_from) {
+    char dir[] = "/tmp/pprun-tok-XXXXXX", file[128], empty[128], longf[128];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(file, sizeof file, "%s/token", dir);
+    snprintf(empty, sizeof empty, "%s/empty", dir);
+    snprintf(longf, sizeof longf, "%s/long", dir);
+    FILE *f = fopen(file, "w");
+    fputs("s3cret-from-file\r\nsecond line ignored\n", f);
+    fclose(f);
+    f = fopen(empty, "w");
+    fputs("\n", f);
+    fclose(f);
+    char big[400];
+    memset(big, 'k', 300);
+    big[300] = '\0';
+    f = fopen(longf, "w");
+    fputs(big, f);
+    fclose(f);
+
+    launch_options o;
+    pp_err err;
+    char *a1[] = {"launch", "--rdzv-token-file", file, "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, a1, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.rdzv_token, "s3cret-from-file");
+    setenv("PPRUN_RDZV_TOKEN", "from-env", 1);
+    char *a2[] = {"launch", "--", "true", NULL};
+    cr_assert_eq(launch_parse(3, a2, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.rdzv_token, "from-env");
+    char *a3[] = {"launch", "--rdzv_token", "from-flag", "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, a3, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.rdzv_token, "from-flag", "the flag wins over the environment");
+    setenv("PPRUN_RDZV_TOKEN", "", 1);
+    cr_assert_eq(launch_parse(3, a2, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "PPRUN_RDZV_TOKEN") && strstr(err.msg, "empty"), "%s", err.msg);
+    unsetenv("PPRUN_RDZV_TOKEN");
+    cr_assert_eq(launch_parse(3, a2, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.rdzv_token, "", "no token unless given");
+
+    char *a4[] = {"launch", "--rdzv-token", big, "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, a4, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "--rdzv-token") && strstr(err.msg, "300 bytes") && strstr(err.msg, "1 to 256"), "%s", err.msg);
+    cr_assert_null(strstr(err.msg, "kkkk"), "the message shows the token: %s", err.msg);
+    char *a5[] = {"launch", "--rdzv-token-file", longf, "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, a5, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "--rdzv-token-file") && strstr(err.msg, "1 to 256"), "%s", err.msg);
+    char *a6[] = {"launch", "--rdzv-token-file", empty, "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, a6, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, empty) && strstr(err.msg, "empty"), "%s", err.msg);
+    char *a7[] = {"launch", "--rdzv-token", "x", "--rdzv-token-file", file, "--", "true", NULL};
+    cr_assert_eq(launch_parse(7, a7, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "not both"), "%s", err.msg);
+
+    /* The rule: several nodes on a non-loopback master address need one. */
+    char *a8[] = {"launch", "--nnodes", "2", "--master-addr", "192.0.2.77", "--", "true", NULL};
+    cr_assert_eq(launch_parse(7, a8, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(launch_check_token(&o, &err), -1);
+    cr_assert(strstr(err.msg, "--master-addr 192.0.2.77 is not a loopback address") &&
+                  strstr(err.msg, "--rdzv-token-file") && strstr(err.msg, "PPRUN_RDZV_TOKEN"),
+              "%s", err.msg);
+    snprintf(o.rdzv_token, sizeof o.rdzv_token, "t");
+    cr_assert_eq(launch_check_token(&o, &err), 0, "%s", err.msg);
+    char *a9[] = {"launch", "--nnodes", "2", "--master-addr", "localhost", "--", "true", NULL};
+    cr_assert_eq(launch_parse(7, a9, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(launch_check_token(&o, &err), 0, "loopback needs nothing: %s", err.msg);
+    char *a10[] = {"launch", "--master-addr", "192.0.2.77", "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, a10, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(launch_check_token(&o, &err), 0, "one node keeps its store on loopback: %s", err.msg);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }

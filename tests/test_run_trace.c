@@ -7,7 +7,10 @@
  * simulator's; the losses are complete. A crashed rank's trace survives, and
  * two nodes with skewed clocks land on one timeline. */
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -216,17 +219,18 @@ Test(run_trace, a_crashed_rank_keeps_what_it_recorded) {
     sqlite3_close(db);
 }
 
-/* Two launchers as two nodes of one job on 127.0.0.1; node 1's clock is off
- * by 3 s. On the job clock every activation is received after it was sent. */
-Test(run_trace, two_nodes_with_skewed_clocks_land_on_one_timeline) {
+/* Two launchers as two nodes of one job on addr; node 1's clock is off by
+ * 3 s. On the job clock every activation is received after it was sent.
+ * env: assignments before each `pprun run` (the job token). */
+static void two_nodes(const char *addr, const char *env) {
     char common[1024];
     snprintf(common, sizeof common,
-             "--nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port %d --schedule 1f1b "
+             "--nnodes 2 --nproc-per-node 2 --master-addr %s --master-port %d --schedule 1f1b "
              "--microbatches 4 --steps 2 --model " TIMED " --progress off --db %s/nodes.db --rdzv-timeout 30",
-             20000 + (int)(getpid() % 20000), tmpdir);
-    int rc = sh("%s run --node-rank 0 %s & PPRUN_TEST_CLOCK_SKEW_NS=3000000000 %s run --node-rank 1 %s; "
+             addr, 20000 + (int)(getpid() % 20000), tmpdir);
+    int rc = sh("%s %s run --node-rank 0 %s & %s PPRUN_TEST_CLOCK_SKEW_NS=3000000000 %s run --node-rank 1 %s; "
                 "s1=$?; wait %%1; s0=$?; exit $((s0 | s1))",
-                PPRUN_BIN, common, PPRUN_BIN, common);
+                env, PPRUN_BIN, common, env, PPRUN_BIN, common);
     cr_assert_eq(rc, 0, "exit %d\n%s", rc, out_text());
     sqlite3 *db = open_db("nodes.db");
     cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE phase = 'F'"), 2 * 4 * 4);
@@ -241,6 +245,27 @@ Test(run_trace, two_nodes_with_skewed_clocks_land_on_one_timeline) {
                                "b.phase = 'F' WHERE b.start_ns < a.end_ns");
     cr_assert_eq(bad, 0, "%lld forwards start before their input was computed", bad);
     sqlite3_close(db);
+}
+
+Test(run_trace, two_nodes_with_skewed_clocks_land_on_one_timeline) { two_nodes("127.0.0.1", ""); }
+
+/* The same on an address other machines could reach: the store, the
+ * collector's ingest port and the ranks' TCP ports all need the token, and
+ * with it the job runs as on loopback. */
+Test(run_trace, two_nodes_on_a_non_loopback_address_with_the_token) {
+    char addr[64] = "";
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) == 0) {
+        for (struct ifaddrs *i = ifs; i && !addr[0]; i = i->ifa_next)
+            if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !(i->ifa_flags & IFF_LOOPBACK) &&
+                (i->ifa_flags & IFF_UP))
+                inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, addr, sizeof addr);
+        freeifaddrs(ifs);
+    }
+    if (!addr[0]) cr_skip_test("this machine has no non-loopback IPv4 address");
+    two_nodes(addr, "PPRUN_RDZV_TOKEN=f1d2d2f924e986ac86fdf7b36c94bcdf");
+    /* Nobody was refused: the token reached every rank and forwarder. */
+    cr_assert_null(strstr(out_text(), "refused"), "%s", out_text());
 }
 
 /* SIGTERM to `pprun run` mid-job: every worker goes, pprun exits 143, and

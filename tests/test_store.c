@@ -1,11 +1,13 @@
 /* test_store.c: the rendezvous store over real TCP: every operation, binary
  * values, timeouts, and 64 clients at once doing what workers do (publish
- * an address, count in, wait for everyone, read the others' values). */
+ * an address, count in, wait for everyone, read the others' values), and the
+ * job token: clients without it or with a wrong one are refused and logged. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runner/store.h"
 
@@ -193,5 +195,131 @@ Test(store, sixty_four_clients_exchange_values_and_meet_at_barriers) {
     int64_t v;
     cr_assert_eq(store_add(c, "count/2", 0, &v, &err), 0);
     cr_assert_eq(v, NCLIENTS);
+    store_close(c);
+}
+
+/* --- the job token ---------------------------------------------------------- */
+
+#define TOKEN "9f86d081884c7d659a2feaa0c55ad015"
+
+static store_server *tserver;
+static int tport;
+
+static void tstart(void) {
+    pp_err err;
+    cr_assert_eq(store_server_start_token("127.0.0.1", 0, TOKEN, &tserver, &err), 0, "%s", err.msg);
+    tport = store_server_port(tserver);
+}
+
+static void tstop(void) { store_server_stop(tserver); }
+
+TestSuite(store_token, .init = tstart, .fini = tstop);
+
+/* Reads what the server wrote to stderr while fd 2 pointed at path. */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    static char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+Test(store_token, refuses_clients_without_or_with_a_wrong_token_and_keeps_serving) {
+    char log[] = "/tmp/pprun-store-log-XXXXXX";
+    int lfd = mkstemp(log);
+    cr_assert(lfd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(lfd, 2);
+
+    pp_err err;
+    store_client *c;
+    /* No token: the connection opens, the first request is refused. */
+    cr_assert_eq(store_connect("127.0.0.1", tport, 5000000000ull, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_set(c, "pprun/run_id", "evil", 4, &err), -1, "a request without the token was served");
+    cr_assert(strstr(err.msg, "needs the rendezvous token"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "PPRUN_RDZV_TOKEN"), "%s", err.msg);
+    /* ... and the connection is closed: nothing else is read from it. */
+    int64_t v;
+    cr_assert_eq(store_add(c, "n", 1, &v, &err), -1);
+    store_close(c);
+
+    /* A wrong token: refused at connect, at once (no retrying), naming the store. */
+    uint64_t t0 = pp_now_ns();
+    cr_assert_eq(store_connect_token("127.0.0.1", tport, "9f86d081884c7d659a2feaa0c55ad016", 30000000000ull, &c, &err),
+                 -2);
+    cr_assert_null(c);
+    cr_assert(pp_now_ns() - t0 < 10000000000ull, "a refused token was retried");
+    char want[64];
+    snprintf(want, sizeof want, "store at 127.0.0.1:%d refused the rendezvous token", tport);
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    /* A prefix of the right token is wrong too. */
+    cr_assert_eq(store_connect_token("127.0.0.1", tport, "9f86d081", 5000000000ull, &c, &err), -2, "%s", err.msg);
+
+    /* The server still serves a client with the token, and nothing the
+     * refused ones sent reached the keys. */
+    cr_assert_eq(store_connect_token("127.0.0.1", tport, TOKEN, 5000000000ull, &c, &err), 0, "%s", err.msg);
+    void *val;
+    size_t len;
+    cr_assert_eq(store_get(c, "pprun/run_id", &val, &len, &err), 1, "a refused client's SET was stored");
+    cr_assert_eq(store_set(c, "k", "v", 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_get(c, "k", &val, &len, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(val, "v");
+    free(val);
+    store_close(c);
+
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(lfd);
+    const char *text = slurp(log);
+    unlink(log);
+    /* One line per refused connection, naming its address, never the token. */
+    cr_assert_eq(strstr(text, "pprun store: refused a connection from 127.0.0.1:") != NULL, 1, "%s", text);
+    int lines = 0;
+    for (const char *p = text; (p = strstr(p, "refused a connection")); p++) lines++;
+    cr_assert_eq(lines, 3, "%s", text);
+    cr_assert(strstr(text, "no rendezvous token") && strstr(text, "wrong rendezvous token"), "%s", text);
+    cr_assert_null(strstr(text, "9f86d081"), "the log shows the token: %s", text);
+}
+
+Test(store_token, a_store_without_a_token_accepts_a_client_that_has_one) {
+    store_server *s;
+    store_client *c;
+    pp_err err;
+    cr_assert_eq(store_server_start("127.0.0.1", 0, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_connect_token("127.0.0.1", store_server_port(s), TOKEN, 5000000000ull, &c, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(store_set(c, "k", "v", 1, &err), 0, "%s", err.msg);
+    store_close(c);
+    store_server_stop(s);
+}
+
+Test(store_token, bad_tokens_are_clear_errors) {
+    store_server *s = NULL;
+    store_client *c = NULL;
+    pp_err err;
+    char longtok[300];
+    memset(longtok, 'a', sizeof longtok - 1);
+    longtok[sizeof longtok - 1] = '\0';
+    cr_assert_eq(store_server_start_token("127.0.0.1", 0, longtok, &s, &err), -1);
+    cr_assert(strstr(err.msg, "299 bytes long") && strstr(err.msg, "1 to 256"), "%s", err.msg);
+    cr_assert_eq(store_server_start_token("127.0.0.1", 0, "two words", &s, &err), -1);
+    cr_assert(strstr(err.msg, "space"), "%s", err.msg);
+    cr_assert_null(s);
+    cr_assert_eq(store_connect_token("127.0.0.1", tport, longtok, 1000000000ull, &c, &err), -1);
+    cr_assert(strstr(err.msg, "1 to 256"), "%s", err.msg);
+    cr_assert_null(c);
+    /* The worker's way: a bad PPRUN_RDZV_TOKEN names the variable. */
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", tport);
+    setenv("PPRUN_STORE", addr, 1);
+    setenv("PPRUN_RDZV_TOKEN", "", 1);
+    cr_assert_eq(store_connect_env(1000000000ull, &c, &err), -1);
+    cr_assert(strstr(err.msg, "PPRUN_RDZV_TOKEN") && strstr(err.msg, "empty"), "%s", err.msg);
+    setenv("PPRUN_RDZV_TOKEN", TOKEN, 1);
+    cr_assert_eq(store_connect_env(1000000000ull, &c, &err), 0, "%s", err.msg);
     store_close(c);
 }

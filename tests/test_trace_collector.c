@@ -1,11 +1,12 @@
 /* test_trace_collector.c: the launcher's collector with real processes,
  * files and sockets: a SIGKILLed worker loses no record, steps are analysed
  * as they complete, drops are counted, and a second node's batches arrive
- * over TCP on the job clock. */
+ * over TCP on the job clock, and only with the job token when there is one. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -320,5 +321,113 @@ Test(trace_collector, forged_ranks_and_steps_are_refused_and_counted, .timeout =
     sqlite3 *s = db_sqlite(d);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 1);
     cr_assert_eq(tfix_q_int(s, "SELECT step FROM events"), 1);
+    db_close(d);
+}
+
+/* With the job token, a forwarder without it or with a wrong one is refused
+ * at collector_start, a raw connection that sends a wrong hello and then a
+ * frame gets nothing into the database, and a forwarder with the token is
+ * still served. */
+Test(trace_collector, forwarders_without_the_token_are_refused_and_write_nothing, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("token.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    char log[] = "/tmp/pprun-coll-log-XXXXXX";
+    int lfd = mkstemp(log);
+    cr_assert(lfd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(lfd, 2);
+
+    collector *master, *node = NULL;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1",
+                           .token = "right-token-0123"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int port = collector_listen_port(master);
+    char where[64];
+    snprintf(where, sizeof where, "the trace collector at 127.0.0.1:%d refused the rendezvous token", port);
+
+    collector_config nc = {.job_id = job, .world_size = 2, .forward_host = "127.0.0.1", .forward_port = port,
+                           .token = "wrong-token-0123"};
+    cr_assert_eq(collector_start(&nc, &node, &err), -1, "a wrong token was accepted");
+    cr_assert(strstr(err.msg, where) && strstr(err.msg, "PPRUN_RDZV_TOKEN"), "%s", err.msg);
+    nc.token = NULL;
+    cr_assert_eq(collector_start(&nc, &node, &err), -1, "no token was accepted");
+    cr_assert(strstr(err.msg, where) && strstr(err.msg, "none was given"), "%s", err.msg);
+
+    /* By hand: a wrong hello, then a well-formed frame with one record. */
+    struct {
+        uint32_t magic;
+        uint16_t version, nranks;
+        int64_t job_id;
+        uint32_t nrecords, pad;
+    } h = {0x57465050u, 1, 0, job, 1, 0};
+    trace_event ev = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = 1, .step = 0, .stage = 1, .peer = -1,
+                      .start_ns = 2000000, .end_ns = 2001000};
+    for (int legacy = 0; legacy < 2; legacy++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+        if (!legacy) {
+            /* hello: "PPHI", version 1, token length, token */
+            unsigned char hello[8 + 16];
+            uint32_t magic = 0x49485050u;
+            uint16_t ver = 1, len = 16;
+            memcpy(hello, &magic, 4);
+            memcpy(hello + 4, &ver, 2);
+            memcpy(hello + 6, &len, 2);
+            memcpy(hello + 8, "right-token-0124", 16);
+            cr_assert_eq(write(fd, hello, sizeof hello), (ssize_t)sizeof hello);
+        }
+        /* legacy: a bare frame, as forwarders before the hello sent. The
+         * master may have closed already: no SIGPIPE, and the result does
+         * not matter. */
+        (void)!send(fd, &h, sizeof h, MSG_NOSIGNAL);
+        (void)!send(fd, &ev, sizeof ev, MSG_NOSIGNAL);
+        /* Until the master closes: at most the refusal byte comes back
+         * (which a reset for the unread frame may overtake). */
+        unsigned char answer[8];
+        ssize_t n, total = 0;
+        while ((n = recv(fd, answer, sizeof answer, 0)) > 0) {
+            total += n;
+            cr_assert(answer[0] == 0 && !legacy, "the master answered %d to a connection it must refuse", answer[0]);
+        }
+        cr_assert_leq(total, 1);
+        close(fd);
+    }
+
+    /* The right token still gets in. */
+    nc.token = "right-token-0123";
+    cr_assert_eq(collector_start(&nc, &node, &err), 0, "%s", err.msg);
+    trace_ring *r1, *w1;
+    cr_assert_eq(trace_ring_create(1024, &r1, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(node, 1, r1, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r1), &w1, &err), 0, "%s", err.msg);
+    ev.step = 5;
+    trace_ring_write(w1, &ev);
+    trace_ring_close(w1);
+    cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    uint64_t rejected = collector_rejected(master);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char text[8192];
+    ssize_t n = pread(lfd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    close(lfd);
+    unlink(log);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 1, "only the forwarder with the token wrote");
+    cr_assert_eq(tfix_q_int(s, "SELECT step FROM events"), 5);
+    cr_assert_eq(rejected, 0, "records of refused connections were even looked at");
+    int lines = 0;
+    for (const char *p = text; (p = strstr(p, "pprun collector: refused a forwarding connection from 127.0.0.1:")); p++)
+        lines++;
+    cr_assert_eq(lines, 4, "one line per refused connection:\n%s", text);
+    cr_assert_null(strstr(text, "token-012"), "the log shows a token: %s", text);
     db_close(d);
 }

@@ -15,12 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "db/analyze.h"
+#include "runner/base/token.h"
 
 #define FRAME_MAGIC 0x57465050u /* "PPFW" */
 #define FRAME_VERSION 1
+#define HELLO_MAGIC 0x49485050u /* "PPHI" */
+#define HELLO_VERSION 1
+#define HELLO_WAIT_S 10         /* a forwarder waits this long for the master's answer */
 #define BATCH_MAX 65536         /* records per transaction / frame */
 #define MAX_CONNS 256
 #define MAX_FRAME_RANKS 65535
@@ -31,6 +36,11 @@ typedef struct frame_hdr {
     int64_t job_id;
     uint32_t nrecords, pad;
 } frame_hdr;
+
+typedef struct hello_hdr {
+    uint32_t magic;
+    uint16_t version, token_len;
+} hello_hdr;
 
 typedef struct frame_rank {
     int32_t rank, pad;
@@ -45,6 +55,7 @@ typedef struct ring_slot {
 
 typedef struct conn {
     int fd;
+    int authed; /* said hello with the token (or the master has none) */
     unsigned char *buf;
     size_t len, cap;
 } conn;
@@ -52,6 +63,7 @@ typedef struct conn {
 struct collector {
     collector_config cfg;
     char *forward_host, *listen_host;
+    char token[PP_TOKEN_MAX + 1]; /* "" = none */
     pthread_t thread;
     pthread_mutex_t mu;     /* rings */
     pthread_mutex_t err_mu; /* failed, err */
@@ -240,8 +252,50 @@ static void accept_conns(collector *c) {
             close(fd);
             continue;
         }
-        c->conns[c->nconns++] = (conn){fd, NULL, 0, 0};
+        c->conns[c->nconns++] = (conn){fd, 0, NULL, 0, 0};
     }
+}
+
+/* A connection's first bytes: the hello with the token. Returns 1 once
+ * accepted, 0 while incomplete, -1 when refused (nothing after it is
+ * read). */
+static int check_hello(collector *c, conn *k) {
+    uint32_t magic;
+    if (k->len < sizeof magic) return 0;
+    memcpy(&magic, k->buf, sizeof magic);
+    char peer[80];
+    if (magic == FRAME_MAGIC && !c->token[0]) return 1; /* a forwarder from before the hello */
+    if (magic != HELLO_MAGIC) {
+        pp_peer_name(k->fd, peer, sizeof peer);
+        if (magic == FRAME_MAGIC)
+            fprintf(stderr, "pprun collector: refused a forwarding connection from %s: no rendezvous token\n", peer);
+        else
+            fprintf(stderr, "pprun collector: dropping a connection from %s that is not a pprun forwarder\n", peer);
+        return -1;
+    }
+    hello_hdr h;
+    if (k->len < sizeof h) return 0;
+    memcpy(&h, k->buf, sizeof h);
+    if (h.version != HELLO_VERSION || h.token_len > PP_TOKEN_MAX) {
+        pp_peer_name(k->fd, peer, sizeof peer);
+        fprintf(stderr, "pprun collector: dropping a forwarding connection from %s: bad hello (version %u)\n", peer,
+                h.version);
+        return -1;
+    }
+    if (k->len < sizeof h + h.token_len) return 0;
+    unsigned char ok = !c->token[0] || pp_token_equal(c->token, k->buf + sizeof h, h.token_len);
+    /* One byte into an empty socket buffer: it goes at once. */
+    ssize_t w = send(k->fd, &ok, 1, MSG_NOSIGNAL);
+    if (!ok) {
+        pp_peer_name(k->fd, peer, sizeof peer);
+        fprintf(stderr, "pprun collector: refused a forwarding connection from %s: %s rendezvous token\n", peer,
+                h.token_len ? "wrong" : "no");
+        return -1;
+    }
+    if (w != 1) return -1;
+    memmove(k->buf, k->buf + sizeof h + h.token_len, k->len - sizeof h - h.token_len);
+    k->len -= sizeof h + h.token_len;
+    return 1;
 }
 
 /* Handles every complete frame in conn i's buffer. Returns -1 for a bad
@@ -249,6 +303,11 @@ static void accept_conns(collector *c) {
 static int ingest_frames(collector *c, conn *k) {
     size_t off = 0;
     uint32_t magic;
+    if (!k->authed) {
+        int h = check_hello(c, k);
+        if (h <= 0) return h;
+        k->authed = 1;
+    }
     /* A stranger is told apart by its first bytes, before a whole header. */
     if (k->len >= sizeof magic && (memcpy(&magic, k->buf, sizeof magic), magic != FRAME_MAGIC)) {
         fprintf(stderr, "pprun collector: dropping a connection that is not a pprun forwarder\n");
@@ -367,13 +426,17 @@ static void *collector_main(void *arg) {
 
 /* ---- setup ------------------------------------------------------------ */
 
+/* On failure errno says why (EADDRNOTAVAIL: not an address of this host). */
 static int tcp_socket(const char *host, int port, int listening, pp_err *err) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = listening ? AI_PASSIVE : 0};
     struct addrinfo *ai;
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
     int rc = getaddrinfo(host, ps, &hints, &ai);
-    if (rc != 0) return pp_fail(err, "collector: cannot resolve '%s': %s", host, gai_strerror(rc));
+    if (rc != 0) {
+        errno = 0;
+        return pp_fail(err, "collector: cannot resolve '%s': %s", host ? host : "*", gai_strerror(rc));
+    }
     int fd = -1, e = 0;
     for (struct addrinfo *a = ai; a; a = a->ai_next) {
         fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
@@ -391,10 +454,43 @@ static int tcp_socket(const char *host, int port, int listening, pp_err *err) {
         fd = -1;
     }
     freeaddrinfo(ai);
-    if (fd < 0)
-        return pp_fail(err, "collector: cannot %s %s:%d: %s", listening ? "listen on" : "connect to the master at", host,
-                       port, strerror(e));
+    if (fd < 0) {
+        pp_fail(err, "collector: cannot %s %s:%d: %s", listening ? "listen on" : "connect to the master at",
+                host ? host : "*", port,
+                strerror(e));
+        errno = e;
+    }
     return fd;
+}
+
+/* Forwarder: the hello with the token, and the master's answer. */
+static int say_hello(collector *c, pp_err *err) {
+    size_t n = strlen(c->token);
+    unsigned char msg[sizeof(hello_hdr) + PP_TOKEN_MAX];
+    hello_hdr h = {HELLO_MAGIC, HELLO_VERSION, (uint16_t)n};
+    memcpy(msg, &h, sizeof h);
+    memcpy(msg + sizeof h, c->token, n);
+    int wrc = write_all(c->fwd_fd, msg, sizeof h + n);
+    memset(msg, 0, sizeof msg);
+    if (wrc != 0)
+        return pp_fail(err, "collector: sending the hello to the master at %s:%d failed: %s", c->forward_host,
+                       c->cfg.forward_port, strerror(errno));
+    struct timeval tv = {HELLO_WAIT_S, 0}, none = {0, 0};
+    setsockopt(c->fwd_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    unsigned char ok = 0;
+    ssize_t r;
+    while ((r = recv(c->fwd_fd, &ok, 1, 0)) < 0 && errno == EINTR) {
+    }
+    int e = errno;
+    setsockopt(c->fwd_fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+    if (r == 1 && ok == 1) return 0;
+    if (r < 0)
+        return pp_fail(err, "collector: no answer from the trace collector at %s:%d: %s", c->forward_host,
+                       c->cfg.forward_port,
+                       e == EAGAIN || e == EWOULDBLOCK ? "timed out after 10s" : strerror(e));
+    return pp_fail(err, "the trace collector at %s:%d refused the rendezvous token (%s): every node needs the same "
+                        "--rdzv-token / PPRUN_RDZV_TOKEN",
+                   c->forward_host, c->cfg.forward_port, n ? "a different one" : "none was given");
 }
 
 /* Everything but the forwarding socket (closed politely by collector_stop). */
@@ -422,6 +518,14 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     collector *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, "collector: out of memory");
     c->cfg = *cfg;
+    c->cfg.token = NULL; /* copied into c->token */
+    if (cfg->token && *cfg->token) {
+        if (pp_token_check(cfg->token, "collector", err) != 0) {
+            free(c);
+            return -1;
+        }
+        snprintf(c->token, sizeof c->token, "%s", cfg->token);
+    }
     if (!c->cfg.interval_ns) c->cfg.interval_ns = 5000000;
     if (!c->cfg.stop_grace_ns) c->cfg.stop_grace_ns = 5000000000ull;
     c->fwd_fd = c->listen_fd = -1;
@@ -439,10 +543,15 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     if (cfg->forward_host) {
         c->forward_host = strdup(cfg->forward_host);
         if ((c->fwd_fd = tcp_socket(cfg->forward_host, cfg->forward_port, 0, err)) < 0) goto fail;
+        if (say_hello(c, err) != 0) goto fail;
     }
     if (cfg->listen_host) {
         c->listen_host = strdup(cfg->listen_host);
-        if ((c->listen_fd = tcp_socket(cfg->listen_host, cfg->listen_port, 1, err)) < 0) goto fail;
+        c->listen_fd = tcp_socket(cfg->listen_host, cfg->listen_port, 1, err);
+        /* The master address may name this machine by an address it
+         * cannot bind (NAT): listen everywhere then, like the store. */
+        if (c->listen_fd < 0 && errno == EADDRNOTAVAIL) c->listen_fd = tcp_socket(NULL, cfg->listen_port, 1, err);
+        if (c->listen_fd < 0) goto fail;
         fcntl(c->listen_fd, F_SETFL, fcntl(c->listen_fd, F_GETFL) | O_NONBLOCK);
         struct sockaddr_storage sa;
         socklen_t sl = sizeof sa;

@@ -14,16 +14,25 @@
  * collector runs; the db handle belongs to the collector thread from
  * collector_start until collector_stop returns (don't use it meanwhile).
  *
- * The ingest listener has no authentication, like the rendezvous store (and
- * c10d's TCPStore): it trusts the network it listens on, which is where the
- * launcher says. Frames are still checked (magic, version, job, sizes,
- * ranks, steps), so a stray or forged sender cannot make the master loop,
- * allocate without bound or write outside the job.
+ * The ingest listener is guarded by the job token (cfg.token, see
+ * runner/base/token.h) when it has one: a forwarder first sends a hello
+ * with the token and waits for the answer; a connection without the right
+ * token is closed before anything else is read from it, with one line on
+ * stderr naming its address, and no record of it reaches the database.
+ * Without a token the listener trusts the network it listens on (like
+ * c10d's TCPStore); the launcher gives it one whenever that network
+ * reaches other machines. Frames are still checked (magic, version, job,
+ * sizes, ranks, steps), so a stray or forged sender cannot make the master
+ * loop, allocate without bound or write outside the job.
  *
- * Forward protocol (host byte order; nodes of one job share an ABI), one
- * frame per batch: header {u32 magic "PPFW", u16 version 1, u16 nranks,
- * i64 job_id, u32 nrecords, u32 0}, then nranks x {i32 rank, i32 0,
- * i64 clock_offset_ns, u64 dropped}, then nrecords x trace_event. */
+ * Forward protocol (host byte order; nodes of one job share an ABI): first
+ * a hello {u32 magic "PPHI", u16 version 1, u16 token_len, token bytes},
+ * answered by one byte (1 accepted, 0 refused, then closed); then one frame
+ * per batch: header {u32 magic "PPFW", u16 version 1, u16 nranks, i64
+ * job_id, u32 nrecords, u32 0}, then nranks x {i32 rank, i32 0, i64
+ * clock_offset_ns, u64 dropped}, then nrecords x trace_event. A master
+ * without a token also takes frames without a hello (forwarders that
+ * predate it). */
 #ifndef PP_TRACE_COLLECTOR_H
 #define PP_TRACE_COLLECTOR_H
 #include <stdint.h>
@@ -46,9 +55,15 @@ typedef struct collector_config {
     const char *listen_host;  /* master: accept forwarding nodes here (NULL: don't) */
     int listen_port;          /* 0: any free port, see collector_listen_port */
     uint64_t stop_grace_ns;   /* collector_stop waits this long for forwarders to close (0: 5 s) */
+    const char *token;        /* the job token (NULL or "": none): required of forwarders by the
+                               * master, presented to it by the others; copied */
 } collector_config;
 
-/* Starts the thread (and connects or listens). Free with collector_stop. */
+/* Starts the thread (and connects or listens). Free with collector_stop.
+ * A forwarding collector fails here, saying "the trace collector at
+ * HOST:PORT refused the rendezvous token", when the master refuses it. A
+ * listen_host this machine cannot bind (NAT) falls back to every
+ * interface. */
 int collector_start(const collector_config *cfg, collector **out, pp_err *err);
 /* The collector takes ownership of ring and closes it in collector_stop;
  * until then its fd (trace_ring_fd) stays valid for spawning workers. Rings

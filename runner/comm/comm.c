@@ -525,6 +525,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
     const char *host = cfg->tcp_host ? cfg->tcp_host : "127.0.0.1";
     if (!host[0] || strlen(host) > 200 || strpbrk(host, " \t\n"))
         return pp_fail(err, "comm: bad tcp host '%.100s'", host);
+    if (cfg->token && cfg->token[0] && pp_token_check(cfg->token, "comm", err) < 0) return -1;
 
     comm *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, "comm: out of memory");
@@ -535,6 +536,7 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
     c->connect_timeout_ms = cfg->connect_timeout_ms > 0 ? cfg->connect_timeout_ms : 30000;
     snprintf(c->job_key, sizeof c->job_key, "%s", cfg->job_key);
     snprintf(c->host, sizeof c->host, "%s", host);
+    if (cfg->token) snprintf(c->token, sizeof c->token, "%s", cfg->token);
     c->job_hash = pp_hash_str(c->job_key);
     c->listen_fd = c->wake_fd = -1;
     pthread_mutex_init(&c->accept_mu, NULL);

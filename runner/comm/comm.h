@@ -35,6 +35,12 @@ typedef struct comm_config {
     int connect_timeout_ms;
     const char *transport; /* "auto" (default if NULL), "shm" or "tcp" (tcp also on one node) */
     const char *tcp_host;  /* address other nodes reach this rank at; NULL = 127.0.0.1 */
+    /* Addition: the job token (runner/base/token.h; NULL or "" = none),
+     * copied. Presented on every TCP connection this rank opens; when set,
+     * required of every TCP connection it accepts (one without it is
+     * closed before anything else is read, and a line naming its address
+     * goes to stderr). The worker takes it from $PPRUN_RDZV_TOKEN. */
+    const char *token;
 } comm_config;
 
 typedef struct comm comm;

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
+#include "runner/base/token.h"
 #include "runner/comm/comm.h"
 
 enum { COMM_SHM = 1, COMM_TCP = 2 };
@@ -103,6 +104,7 @@ typedef struct comm {
     int connect_timeout_ms;
     int force;                 /* 0 auto, COMM_SHM, COMM_TCP */
     char host[256];
+    char token[PP_TOKEN_MAX + 1]; /* "" = none */
     int listen_fd, port;
     pthread_mutex_t accept_mu; /* monitor and comm_recv may both accept */
     int wake_fd;               /* eventfd: monitor rebuilds its poll set */
@@ -145,7 +147,8 @@ void comm_shm_detach(comm_peer *p);
 
 /* comm_tcp.c */
 int comm_tcp_listen(comm *c, pp_err *err);
-/* -1: error; -2: refused or reset, i.e. the peer that published this
+/* -1: error (the peer refused this rank's token, or never answered the
+ * hello); -2: refused or reset, i.e. the peer that published this
  * endpoint has exited. */
 int comm_tcp_connect(comm_peer *p, const char *host, int port, pp_err *err);
 void comm_tcp_accept(comm *c);        /* monitor: one pending connection */

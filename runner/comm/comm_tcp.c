@@ -6,10 +6,16 @@
  * peer, so that the peer's death shows as EOF on it): a->b traffic always
  * uses the socket a connected to b's listener, so two ranks never race to
  * create the same connection and no duplicate can arise.  The connector
- * first sends a hello (magic, version, job hash, rank); the monitor thread
- * of the listener accepts, checks it and starts a reader thread for that
- * peer.  Frames are comm_hdr (tag, length; host byte order, which the hello
- * magic checks) followed by the payload.  TCP_NODELAY on every socket. */
+ * first sends a hello (magic, version, job hash, rank, world, then the job
+ * token, if any); the monitor thread of the listener accepts, checks it
+ * and starts a reader thread for that peer.  A hello with a token is
+ * answered with one byte (1: accepted, 0: wrong token, then closed) that
+ * the connector waits for, so a refused token is an error at set-up, not a
+ * peer that seems to die later.  A hello without one gets no answer (the
+ * connector does not wait for a peer that may be stopped): a listener that
+ * has a token closes it, which the connector sees as the peer closing.
+ * Frames are comm_hdr (tag, length; host byte order, which the hello magic
+ * checks) followed by the payload.  TCP_NODELAY on every socket. */
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
@@ -23,12 +29,13 @@
 #include <unistd.h>
 
 #define TCP_MAGIC 0x70707463u  /* "pptc" */
-#define TCP_VERSION 1u
+#define TCP_VERSION 2u     /* 2: the token and the answer byte */
 
 typedef struct hello {
     uint32_t magic, version;
     uint64_t job_hash;
     int32_t rank, world;
+    uint32_t token_len, pad;  /* token_len bytes of token follow */
 } hello;
 
 int comm_tcp_listen(comm *c, pp_err *err) {
@@ -103,10 +110,33 @@ int comm_tcp_connect(comm_peer *p, const char *host, int port, pp_err *err) {
     int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
     int ce = errno;
     freeaddrinfo(ai);
-    hello h = {TCP_MAGIC, TCP_VERSION, c->job_hash, c->rank, c->world};
-    if (rc < 0 || send_all(fd, &h, sizeof h) < 0) {
+    size_t tl = strlen(c->token);
+    unsigned char msg[sizeof(hello) + PP_TOKEN_MAX];
+    hello h = {TCP_MAGIC, TCP_VERSION, c->job_hash, c->rank, c->world, (uint32_t)tl, 0};
+    memcpy(msg, &h, sizeof h);
+    memcpy(msg + sizeof h, c->token, tl);
+    unsigned char ok = 0;
+    ssize_t k = -1;
+    if (rc == 0 && send_all(fd, msg, sizeof h + tl) == 0) {
+        /* The answer (only to a token): SO_RCVTIMEO (connect_timeout_ms)
+         * bounds the wait. */
+        if (tl == 0) k = 1, ok = 1;
+        while (tl && (k = recv(fd, &ok, 1, 0)) < 0 && errno == EINTR) {
+        }
+        if (k == 0) errno = ECONNRESET;  /* closed unanswered: the peer is going away */
+    }
+    memset(msg, 0, sizeof msg);
+    if (k == 1 && ok == 0) {
+        close(fd);
+        return pp_fail(err, "comm: rank %d at %s:%d refused this rank's job token (%s): every node needs the same "
+                            "--rdzv-token / PPRUN_RDZV_TOKEN", p->rank, host, port, tl ? "a different one" : "none was given");
+    }
+    if (k != 1) {
         if (rc == 0) ce = errno;
         close(fd);
+        if (rc == 0 && (ce == EAGAIN || ce == EWOULDBLOCK))
+            return pp_fail(err, "comm: rank %d at %s:%d did not answer the hello within %d ms", p->rank, host, port,
+                           c->connect_timeout_ms);
         pp_fail(err, "comm: cannot connect to rank %d at %s:%d: %s", p->rank, host, port, strerror(ce));
         return ce == ECONNREFUSED || ce == ECONNRESET || ce == EPIPE ? -2 : -1;
     }
@@ -148,14 +178,32 @@ void comm_tcp_accept(comm *c) {
         if (fd < 0) break;  /* EAGAIN: none pending */
         set_opts(fd, 2000);  /* a connector that never says hello must not stall the monitor */
         hello h;
+        unsigned char tok[PP_TOKEN_MAX];
         ssize_t k = recv(fd, &h, sizeof h, MSG_WAITALL);
         if (k != (ssize_t)sizeof h || h.magic != TCP_MAGIC || h.version != TCP_VERSION || h.job_hash != c->job_hash ||
-            h.world != c->world || h.rank < 0 || h.rank >= c->world || h.rank == c->rank) {
+            h.world != c->world || h.rank < 0 || h.rank >= c->world || h.rank == c->rank ||
+            h.token_len > PP_TOKEN_MAX ||
+            (h.token_len && recv(fd, tok, h.token_len, MSG_WAITALL) != (ssize_t)h.token_len)) {
+            close(fd);
+            continue;
+        }
+        unsigned char ok = !c->token[0] || pp_token_equal(c->token, tok, h.token_len);
+        memset(tok, 0, sizeof tok);
+        if (!ok) {
+            char peer[80];
+            pp_peer_name(fd, peer, sizeof peer);
+            fprintf(stderr, "pprun comm (rank %d): refused a connection from %s (saying it is rank %d): %s job token\n",
+                    c->rank, peer, h.rank, h.token_len ? "wrong" : "no");
+            if (h.token_len) send_all(fd, &ok, 1);
             close(fd);
             continue;
         }
         comm_peer *p = &c->peers[h.rank];
         if (p->kind != COMM_TCP || p->in_fd >= 0) {
+            close(fd);
+            continue;
+        }
+        if (h.token_len && send_all(fd, &ok, 1) < 0) {
             close(fd);
             continue;
         }

@@ -56,7 +56,7 @@ static int store_get_wait(void *ctx, const char *key, void *value, size_t cap, s
 /* Runs fn on a fresh comm, then leaves the report for the parent.
  * store_port > 0: the exchange is a store client of 127.0.0.1:store_port. */
 static void rank_main(const char *dir, int world, const int *nodes, const char *transport, const char *job_key,
-                      int store_port, int rank, cw_fn fn, void *arg) {
+                      int store_port, const char *token, int rank, cw_fn fn, void *arg) {
     pp_err rep = {""};
     store_client *sc = NULL;
     comm_exchange ex = fx_exchange(dir);
@@ -71,7 +71,8 @@ static void rank_main(const char *dir, int world, const int *nodes, const char *
                        .job_key = job_key,
                        .exchange = ex,
                        .connect_timeout_ms = 10000,
-                       .transport = transport};
+                       .transport = transport,
+                       .token = token};
     comm *c = NULL;
     if (rc == 0) rc = comm_open(&cfg, &c, &rep);
     if (rc == 0) {
@@ -106,8 +107,8 @@ static void rank_main(const char *dir, int world, const int *nodes, const char *
     _exit(rc == 0 ? 0 : 1);
 }
 
-static int run_ranks(int world, const int *nodes, const char *transport, int store_port, cw_fn fn, void *arg,
-                     cw_result *res) {
+static int run_ranks(int world, const int *nodes, const char *transport, int store_port, const char *const *tokens,
+                     cw_fn fn, void *arg, cw_result *res) {
     static int counter;
     memset(res, 0, sizeof *res);
     if (world > CW_MAX) return -1;
@@ -119,7 +120,8 @@ static int run_ranks(int world, const int *nodes, const char *transport, int sto
     for (int r = 0; r < world; r++) {
         pids[r] = fork();
         if (pids[r] < 0) return -1;
-        if (pids[r] == 0) rank_main(dir, world, nodes, transport, res->job_key, store_port, r, fn, arg);
+        if (pids[r] == 0)
+            rank_main(dir, world, nodes, transport, res->job_key, store_port, tokens ? tokens[r] : NULL, r, fn, arg);
     }
     uint64_t deadline = pp_now_ns() + CW_DEADLINE_S * 1000000000ull;
     int left = world, hung = 0;
@@ -157,7 +159,11 @@ static int run_ranks(int world, const int *nodes, const char *transport, int sto
 }
 
 int cw_run(int world, const int *nodes, const char *transport, cw_fn fn, void *arg, cw_result *res) {
-    return run_ranks(world, nodes, transport, 0, fn, arg, res);
+    return run_ranks(world, nodes, transport, 0, NULL, fn, arg, res);
+}
+
+int cw_run_tokens(int world, const char *const *tokens, cw_fn fn, void *arg, cw_result *res) {
+    return run_ranks(world, NULL, "tcp", 0, tokens, fn, arg, res);
 }
 
 /* The store runs in a process of its own: forked from a parent with the
@@ -191,7 +197,7 @@ int cw_run_store(int world, const char *transport, cw_fn fn, void *arg, cw_resul
     int port = -1;
     if (srv_pid < 0 || read(port_pipe[0], &port, sizeof port) != (ssize_t)sizeof port) port = -1;
     close(port_pipe[0]);
-    int rc = port > 0 ? run_ranks(world, NULL, transport, port, fn, arg, res) : -1;
+    int rc = port > 0 ? run_ranks(world, NULL, transport, port, NULL, fn, arg, res) : -1;
     close(stop_pipe[1]);
     if (srv_pid > 0) waitpid(srv_pid, NULL, 0);
     return rc;

@@ -32,5 +32,8 @@ int cw_run(int world, const int *nodes, const char *transport, cw_fn fn, void *a
  * the exchange from two threads at once.  A rank whose fn fails exits at
  * once (its comm may be wedged), without flushing or closing. */
 int cw_run_store(int world, const char *transport, cw_fn fn, void *arg, cw_result *res);
+/* cw_run on one node over TCP, rank r opening comm with the job token
+ * tokens[r] (NULL: none). */
+int cw_run_tokens(int world, const char *const *tokens, cw_fn fn, void *arg, cw_result *res);
 
 #endif

@@ -1,0 +1,86 @@
+/* token.c: checking, reading and comparing the job token; loopback tests
+ * (see token.h). */
+#include "runner/base/token.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+int pp_token_check(const char *tok, const char *what, pp_err *err) {
+    size_t n = tok ? strlen(tok) : 0;
+    if (n == 0) return pp_fail(err, "%s: the token is empty; accepted: 1 to %d printable characters without spaces", what, PP_TOKEN_MAX);
+    if (n > PP_TOKEN_MAX)
+        return pp_fail(err, "%s: the token is %zu bytes long; accepted: 1 to %d printable characters without spaces", what,
+                       n, PP_TOKEN_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (tok[i] <= ' ' || tok[i] > '~')
+            return pp_fail(err, "%s: the token has a space, control or non-ASCII character at byte %zu; accepted: "
+                                "printable ASCII without spaces (e.g. the output of `openssl rand -hex 32`)", what, i + 1);
+    return 0;
+}
+
+int pp_token_read_file(const char *path, const char *what, char *out, pp_err *err) {
+    char *buf;
+    size_t len;
+    /* A little room for the line end and for a clear "too long". */
+    if (pp_read_file(path, PP_TOKEN_MAX + 64, what, &buf, &len, err) != 0) return -1;
+    char *nl = memchr(buf, '\n', len);
+    size_t line = nl ? (size_t)(nl - buf) : len;
+    if (line > 0 && buf[line - 1] == '\r') line--;
+    char where[1200];
+    snprintf(where, sizeof where, "%s %s", what, path);
+    int rc = memchr(buf, '\0', line) ? pp_fail(err, "%s: the file holds a NUL byte", where)
+                                     : (buf[line] = '\0', pp_token_check(buf, where, err));
+    if (rc == 0) snprintf(out, PP_TOKEN_MAX + 1, "%s", buf);
+    memset(buf, 0, len);
+    free(buf);
+    return rc;
+}
+
+int pp_token_equal(const char *want, const void *got, size_t got_len) {
+    size_t wl = want ? strlen(want) : 0;
+    if (wl == 0 || wl > PP_TOKEN_MAX) return 0;
+    const unsigned char *g = got;
+    /* Every byte position up to the longest token is looked at, whatever
+     * the lengths, so the time says nothing about the first difference. */
+    unsigned diff = (unsigned)(wl != got_len);
+    for (size_t i = 0; i < PP_TOKEN_MAX; i++) {
+        unsigned a = i < wl ? (unsigned char)want[i] : 0u, b = i < got_len ? g[i] : 0u;
+        diff |= a ^ b;
+    }
+    return diff == 0;
+}
+
+static int addr_is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a)) return 1;
+        if (IN6_IS_ADDR_V4MAPPED(a)) return a->s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+int pp_host_is_loopback(const char *host) {
+    if (!host || !*host) return 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+    int loop = res != NULL;
+    for (struct addrinfo *a = res; a; a = a->ai_next) loop = loop && addr_is_loopback(a->ai_addr);
+    freeaddrinfo(res);
+    return loop;
+}
+
+void pp_peer_name(int fd, char *buf, size_t cap) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char host[INET6_ADDRSTRLEN + 1] = "?", port[16] = "?";
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(buf, cap, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+}
