@@ -3,7 +3,8 @@
  * bit (the numerics contract on the device), with boundary tensors in GPU
  * memory over the transport auto picks (CUDA IPC on one GPU, NCCL across
  * GPUs) and, for 1F1B, staged through the host over shm; the ranks table
- * names each rank's device.
+ * names each rank's device. With CUPTI on, every F/B/W has a gpu span
+ * inside its host span and the kernels table names each kernel.
  *
  * The same for bf16 GEMM operands. Built twice (CMakeLists.txt). test_gpu_run runs pprun on the GPUs of the
  * machine and skips without one. test_gpu_run_emu (GPU_EMULATED) runs
@@ -12,10 +13,12 @@
  * played by the CPU stand-ins of bench/gpu_cpucheck/, which share "device"
  * memory between the rank processes as CUDA IPC does; it runs the layout
  * twice, on one stand-in GPU (cuda-ipc) and on two (nccl), with a smaller
- * model. What it proves is the whole GPU path's logic (worker, engine,
- * GPU stage, devcomm, the CUPTI-unavailable path); the GPU run adds the
- * hardware. */
+ * model, and CUPTI played by its stand-in (cupti_standin.c: records from
+ * the emulator's launches). What it proves is the whole GPU path's logic
+ * (worker, engine, GPU stage, devcomm, CUPTI tracing into the database);
+ * the GPU run adds the hardware. */
 #include <criterion/criterion.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,6 +145,59 @@ static void every_schedule(int count, const char *env, const char *dtype) {
     cr_assert_eq(system(rm), 0);
 }
 
+static long long q_int(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    long long v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+/* Two ranks on one GPU, CUPTI on by default: every F/B/W has a gpu span
+ * lying inside its host span (CUPTI's timestamps are the host clock; the
+ * GPU stage synchronises at the end of each op), kernels rows carry names
+ * and point at gpu spans, and the analyses see the host spans only. */
+static void cupti_job(const char *env) {
+    char dir[] = "/tmp/pprun-test-cupti-XXXXXX", cmd[1024], path[128];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "%s %s run --device cuda --nproc-per-node 2 --steps 2 --microbatches 4 "
+             "--model gpt:layers=2,dim=64,heads=2,seq=32,batch=2 --db %s/job.db --progress off >%s/job.log 2>&1",
+             env, BIN, dir, dir);
+    int status = system(cmd);
+    snprintf(path, sizeof path, "%s/job.log", dir);
+    char *log = slurp_all(path, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, log);
+    cr_assert(strstr(log, "no GPU spans") == NULL, "CUPTI was unavailable: %s", log);
+    free(log);
+    sqlite3 *s;
+    snprintf(path, sizeof path, "%s/job.db", dir);
+    cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_gt(q_int(s, "SELECT count(*) FROM kernels"), 0, "kernels were recorded");
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels WHERE name = '' OR name = '(name lost)'"), 0);
+    long long fbw = q_int(s, "SELECT count(*) FROM events WHERE source='cpu' AND phase IN ('F','B','W')");
+    long long gpu = q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND phase IN ('F','B','W')");
+    cr_assert_eq(gpu, fbw, "every F/B/W has a gpu span (%lld of %lld)", gpu, fbw);
+    /* 50 us of slack: the host span's clock reads bracket the op, the GPU
+     * clock is mapped onto the host's by CUPTI's interpolation. */
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM events g JOIN events h ON h.job_id=g.job_id AND h.rank=g.rank"
+                          " AND h.step=g.step AND h.phase=g.phase AND h.stage=g.stage AND h.microbatch=g.microbatch"
+                          " AND h.attempt=g.attempt AND h.source='cpu'"
+                          " WHERE g.source='gpu' AND g.phase IN ('F','B','W')"
+                          " AND (g.start_ns < h.start_ns - 50000 OR g.end_ns > h.end_ns + 50000)"),
+                 0, "a gpu span outside its host span");
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
+                          " WHERE k.event_id IS NOT NULL AND (e.source IS NOT 'gpu' OR k.start_ns < e.start_ns"
+                          " OR k.end_ns > e.end_ns)"),
+                 0, "a kernel points at a gpu span that holds it");
+    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 4, "2 steps x 2 ranks analysed");
+    cr_assert_eq(q_int(s, "SELECT sum(cupti_dropped) FROM ranks"), 0, "CUPTI records lost");
+    sqlite3_close(s);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 #ifdef GPU_EMULATED
 Test(SUITE, every_schedule_on_one_gpu_over_cuda_ipc_matches_one_rank_bit_for_bit, .timeout = 600) {
     every_schedule(1, "PPRUN_STUB_DEVICES=1", "fp32");
@@ -152,6 +208,7 @@ Test(SUITE, every_schedule_on_two_gpus_over_nccl_matches_one_rank_bit_for_bit, .
 Test(SUITE, bf16_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
     every_schedule(1, "PPRUN_STUB_DEVICES=1", "bf16");
 }
+Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) { cupti_job("PPRUN_STUB_DEVICES=1"); }
 #else
 Test(SUITE, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
 #ifdef PPRUN_HAVE_CUDA
@@ -160,6 +217,16 @@ Test(SUITE, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 
     if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
     every_schedule(count, "", "fp32");
     every_schedule(count, "", "bf16");
+#else
+    cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
+#endif
+}
+Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) {
+#ifdef PPRUN_HAVE_CUDA
+    int count = 0;
+    pp_err err;
+    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
+    cupti_job("");
 #else
     cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
 #endif

@@ -5,15 +5,12 @@
  * CUpti_ActivityExternalCorrelation) as the buffer callback hands them over;
  * libcupti loading with every function the tracer calls; opening the tracer
  * with no driver fails with a reason instead of crashing.
- * With a GPU: a real `pprun run --device cuda` job with CUPTI on: gpu spans
- * inside their host spans, kernels rows with names. Skipped here, saying why. */
+ * A real `pprun run --device cuda` job with CUPTI on (gpu spans inside
+ * their host spans, kernels rows with names): test_gpu_run.c. */
 #include <criterion/criterion.h>
-#include <sqlite3.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "helpers/trace_fixture.h"
-#include "launch_testutil.h"
 #include "tracer/gputrace.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu_internal.h"
@@ -312,52 +309,3 @@ Test(gputrace, open_says_the_backend_is_missing) {
 }
 
 #endif
-
-/* ---- a real CUDA job ----------------------------------------------------- */
-
-/* Two ranks on one GPU, CUPTI on by default: every F/B/W has a gpu span
- * lying inside its host span (CUPTI's timestamps are the host clock; the
- * GPU stage synchronises at the end of each op), kernels rows carry names
- * and point at gpu spans, and the analyses see the host spans only. */
-Test(gputrace_gpu, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) {
-#ifndef PPRUN_HAVE_CUDA
-    cr_skip_test("this pprun was built without the GPU backend");
-#else
-    int count = 0;
-    pp_err err = {{0}};
-    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
-    char dir[] = "/tmp/pprun-test-cupti-XXXXXX", db[96];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(db, sizeof db, "%s/job.db", dir);
-    lt_proc p;
-    const char *args[] = {"run",  "--device", "cuda", "--nproc-per-node", "2", "--steps", "2", "--microbatches", "4",
-                          "--model", "gpt:layers=2,dim=64,heads=2,seq=32,batch=2", "--db", db, "--progress", "off",
-                          NULL};
-    lt_run(&p, args, NULL);
-    cr_assert_eq(p.status, 0, "exit %d, stderr: %s", p.status, p.err);
-    cr_assert(strstr(p.err, "no GPU spans") == NULL, "CUPTI was unavailable: %s", p.err);
-    sqlite3 *s;
-    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_gt(tfix_q_int(s, "SELECT count(*) FROM kernels"), 0, "kernels were recorded");
-    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels WHERE name = '' OR name = '(name lost)'"), 0);
-    int64_t fbw = tfix_q_int(s, "SELECT count(*) FROM events WHERE source='cpu' AND phase IN ('F','B','W')");
-    int64_t gpu = tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND phase IN ('F','B','W')");
-    cr_assert_eq(gpu, fbw, "every F/B/W has a gpu span (%lld of %lld)", (long long)gpu, (long long)fbw);
-    /* 50 µs of slack: the host span's clock reads bracket the op, the GPU
-     * clock is mapped onto the host's by CUPTI's interpolation. */
-    cr_assert_eq(tfix_q_int(s,
-                            "SELECT count(*) FROM events g JOIN events h ON h.job_id=g.job_id AND h.rank=g.rank"
-                            " AND h.step=g.step AND h.phase=g.phase AND h.stage=g.stage AND h.microbatch=g.microbatch"
-                            " AND h.attempt=g.attempt AND h.source='cpu'"
-                            " WHERE g.source='gpu' AND g.phase IN ('F','B','W')"
-                            " AND (g.start_ns < h.start_ns - 50000 OR g.end_ns > h.end_ns + 50000)"),
-                 0, "a gpu span outside its host span");
-    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
-                               " WHERE k.event_id IS NOT NULL AND (e.source IS NOT 'gpu' OR k.start_ns < e.start_ns"
-                               " OR k.end_ns > e.end_ns)"),
-                 0, "a kernel points at a gpu span that holds it");
-    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4, "2 steps x 2 ranks analysed");
-    sqlite3_close(s);
-    lt_free(&p);
-#endif
-}

@@ -14,6 +14,7 @@
  * failing order can be replayed. */
 #include "bench/gpu_cpucheck/cuda_emu.h"
 
+#include <atomic>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +60,7 @@ static uint64_t emu_rng;
 static int emu_seeded;
 /* One launch at a time in a process: the state above is the launch's. */
 static pthread_mutex_t emu_launch_mu = PTHREAD_MUTEX_INITIALIZER;
+static std::atomic<emu_observer_fn> emu_observer; /* the CUPTI stand-in's, once it is enabled */
 
 #ifdef EMU_ASAN
 static const void *emu_scheduler_stack; /* the scheduler's stack, for ASan */
@@ -279,9 +281,18 @@ static void emu_run_locked(emu_body_fn fn, void *body, dim3 grid, dim3 block, cu
             }
 }
 
+extern "C" void emu_set_observer(emu_observer_fn fn) { emu_observer = fn; }
+
+extern "C" void emu_observe(const char *what, cudaStream_t stream, int begin) {
+    emu_observer_fn fn = emu_observer;
+    if (fn) fn(what, stream, begin);
+}
+
 void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where) {
     pthread_mutex_lock(&emu_launch_mu);
+    emu_observe(where, stream, 1);
     emu_run_locked(fn, body, grid, block, stream, where);
+    emu_observe(where, stream, 0);
     pthread_mutex_unlock(&emu_launch_mu);
 }
 

@@ -62,6 +62,14 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 /* The failed launch's error, once (cudaGetLastError of the runtime
  * stand-ins: cuda_emu_runtime.c, devcomm_cudastub.c). */
 extern "C" cudaError_t emu_take_launch_error(void);
+/* Device work as a profiler sees it: what is "kernel (file:line)" for a
+ * launch, a library's name for its call (the cuBLAS stand-in's GEMMs);
+ * called with begin = 1 just before the work and 0 just after, on the
+ * launching thread. The CUPTI stand-in sets the observer when kernel
+ * records are enabled; emu_observe does nothing until then. */
+typedef void (*emu_observer_fn)(const char *what, cudaStream_t stream, int begin);
+extern "C" void emu_set_observer(emu_observer_fn fn);
+extern "C" void emu_observe(const char *what, cudaStream_t stream, int begin);
 /* The seed of the thread order (EMU_SEED, else the clock), to log it. */
 extern "C" unsigned long long emu_seed(void);
 
