@@ -102,8 +102,14 @@ static void every_schedule(int count, const char *env, const char *dtype) {
                  env, BIN, dtype, jobs[j].ranks, jobs[j].schedule, jobs[j].extra, j == 1 ? "on" : "off", dir, n,
                  dir, n, dir, n, dir, n);
         int status = system(cmd);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s failed; see %s/%s.log", jobs[j].name, dir,
-                  jobs[j].name);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { /* the log's end in the message: the dir may go */
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s.log", dir, n);
+            char *log = slurp_all(path, NULL);
+            size_t len = strlen(log);
+            cr_assert_fail("%s failed (status %d); the end of %s:\n%s", n, status, path,
+                           log + (len > 4000 ? len - 4000 : 0));
+        }
         char *losses, *w;
         size_t len;
         job_result(dir, n, jobs[j].stages, &losses, &w, &len);
