@@ -29,7 +29,6 @@ static void observe(cublasHandle_t h, const char *what, int begin) {
     if (emu_observe) emu_observe(what, h->stream, begin);
 }
 
-
 cublasStatus_t cublasCreate_v2(cublasHandle_t *handle) {
     if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
     *handle = calloc(1, sizeof **handle);
