@@ -24,6 +24,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "helpers/trace_fixture.h"
+
 #ifdef GPU_EMULATED
 #define SUITE gpu_run_emulated
 #define BIN PPRUN_EMU_BIN
@@ -151,15 +153,6 @@ static void every_schedule(int count, const char *env, const char *dtype) {
     cr_assert_eq(system(rm), 0);
 }
 
-static long long q_int(sqlite3 *db, const char *sql) {
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 /* Two ranks on one GPU, CUPTI on by default: every F/B/W has a gpu span
  * lying inside its host span (CUPTI's timestamps are the host clock; the
  * GPU stage synchronises at the end of each op), kernels rows carry names
@@ -180,25 +173,26 @@ static void cupti_job(const char *env) {
     sqlite3 *s;
     snprintf(path, sizeof path, "%s/job.db", dir);
     cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_gt(q_int(s, "SELECT count(*) FROM kernels"), 0, "kernels were recorded");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels WHERE name = '' OR name = '(name lost)'"), 0);
-    long long fbw = q_int(s, "SELECT count(*) FROM events WHERE source='cpu' AND phase IN ('F','B','W')");
-    long long gpu = q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND phase IN ('F','B','W')");
-    cr_assert_eq(gpu, fbw, "every F/B/W has a gpu span (%lld of %lld)", gpu, fbw);
+    cr_assert_gt(tfix_q_int(s, "SELECT count(*) FROM kernels"), 0, "kernels were recorded");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels WHERE name = '' OR name = '(name lost)'"), 0);
+    int64_t fbw = tfix_q_int(s, "SELECT count(*) FROM events WHERE source='cpu' AND phase IN ('F','B','W')");
+    int64_t gpu = tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND phase IN ('F','B','W')");
+    cr_assert_eq(gpu, fbw, "every F/B/W has a gpu span (%lld of %lld)", (long long)gpu,
+                 (long long)fbw);
     /* 50 us of slack: the host span's clock reads bracket the op, the GPU
      * clock is mapped onto the host's by CUPTI's interpolation. */
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM events g JOIN events h ON h.job_id=g.job_id AND h.rank=g.rank"
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events g JOIN events h ON h.job_id=g.job_id AND h.rank=g.rank"
                           " AND h.step=g.step AND h.phase=g.phase AND h.stage=g.stage AND h.microbatch=g.microbatch"
                           " AND h.attempt=g.attempt AND h.source='cpu'"
                           " WHERE g.source='gpu' AND g.phase IN ('F','B','W')"
                           " AND (g.start_ns < h.start_ns - 50000 OR g.end_ns > h.end_ns + 50000)"),
                  0, "a gpu span outside its host span");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
                           " WHERE k.event_id IS NOT NULL AND (e.source IS NOT 'gpu' OR k.start_ns < e.start_ns"
                           " OR k.end_ns > e.end_ns)"),
                  0, "a kernel points at a gpu span that holds it");
-    cr_assert_eq(q_int(s, "SELECT count(*) FROM step_stats"), 4, "2 steps x 2 ranks analysed");
-    cr_assert_eq(q_int(s, "SELECT sum(cupti_dropped) FROM ranks"), 0, "CUPTI records lost");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4, "2 steps x 2 ranks analysed");
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(cupti_dropped) FROM ranks"), 0, "CUPTI records lost");
     sqlite3_close(s);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
