@@ -51,7 +51,8 @@ const fmtMs = (ns) => (ns / 1e6).toFixed(ns < 1e7 ? 3 : ns < 1e9 ? 2 : 0) + ' ms
 // ---- state -----------------------------------------------------------------
 
 const S = {
-  jobs: [], job: null, info: null, steps: [], plan: null,
+  jobs: [], job: null, info: null, plan: null,
+  steps: [], stepAt: new Map(), // steps sorted by number, and by number
   view: { from: 0, to: 1 }, follow: false, step: null,
   ev: null, gaps: null, bins: null, mode: 'events', binStep: false,
   gpuLane: false, gpu: [], kernels: null, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
@@ -100,16 +101,15 @@ async function loadJobs() {
 
 async function openJob(id) {
   if (S.stream) S.stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null });
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null });
   $('job-select').value = String(id);
   // The stream first: its hello fixes the cursor, then the history is read;
   // whatever arrives twice is merged by id / step.
   await new Promise((resolve) => { S.stream = openStream(id, resolve); });
-  const [info, steps, plan] = await Promise.all([api(`/api/jobs/${id}`), api(`/api/jobs/${id}/steps`), api(`/api/jobs/${id}/plan`)]);
+  const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
   S.gpuLane = !!info.gpu_spans;
   $('legend-gpu').hidden = !S.gpuLane;
-  for (const s of steps.steps) mergeStep(s);
   updateHeader();
   const running = info.job.status === 'running';
   $('follow').checked = S.follow = running;
@@ -169,10 +169,37 @@ function checkTraceLink(id) {
   };
 }
 
+// Every step, a page at a time (the server sends at most STEPS_PAGE a call).
+const STEPS_PAGE = 100000;
+async function loadSteps(id) {
+  for (let since = 0; ;) {
+    const r = await api(`/api/jobs/${id}/steps?since=${since}&limit=${STEPS_PAGE}`);
+    if (S.job !== id) return;
+    for (const s of r.steps) mergeStep(s);
+    if (r.steps.length < STEPS_PAGE) return;
+    since = r.steps[r.steps.length - 1].step + 1;
+  }
+}
+
+// Steps arrive in order but twice (history and live): O(1) for each, so
+// that a job of 100,000 steps opens in a moment.
 function mergeStep(s) {
-  let i = S.steps.findIndex((x) => x.step === s.step);
-  if (i < 0) { S.steps.push(s); S.steps.sort((a, b) => a.step - b.step); }
-  else S.steps[i] = Object.assign(S.steps[i], s);
+  const old = S.stepAt.get(s.step);
+  if (old) { Object.assign(old, s); return; }
+  S.stepAt.set(s.step, s);
+  const a = S.steps;
+  let lo = a.length;
+  if (lo && a[lo - 1].step > s.step) {
+    lo = 0;
+    for (let hi = a.length; lo < hi;) { const m = (lo + hi) >> 1; if (a[m].step < s.step) lo = m + 1; else hi = m; }
+  }
+  a.splice(lo, 0, s);
+}
+
+// The newest step for which pred holds.
+function lastStep(pred) {
+  for (let i = S.steps.length - 1; i >= 0; i--) if (pred(S.steps[i])) return S.steps[i];
+  return null;
 }
 
 // ---- live stream (SSE over fetch) -------------------------------------------
@@ -255,7 +282,7 @@ function onLosses(rows) {
   const by = new Map();
   for (const [step, , loss] of rows) { const a = by.get(step) || []; a.push(loss); by.set(step, a); }
   for (const [step, a] of by) {
-    const s = S.steps.find((x) => x.step === step);
+    const s = S.stepAt.get(step);
     if (s && s.complete) continue;
     const prev = s && s._losses ? s._losses : [];
     const all = prev.concat(a);
@@ -270,7 +297,7 @@ function onLosses(rows) {
 function followLatest(end) {
   let e = end || 0;
   for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] > e) e = S.ev.end[i];
-  const last = S.steps.filter((s) => s.time_ns).pop();
+  const last = lastStep((s) => s.time_ns);
   const span = last ? last.time_ns * 1.15 : 50e6;
   if (!e && S.info) e = S.info.timeline_end;
   S.view = { from: Math.max(0, e - span), to: Math.max(e, span) + span * 0.02 };
@@ -288,7 +315,7 @@ function followLatest(end) {
 // ---- windows ---------------------------------------------------------------
 
 async function showStep(step) {
-  const s = S.steps.find((x) => x.step === step);
+  const s = S.stepAt.get(step);
   S.step = step;
   S.follow = $('follow').checked = false;
   if (s && s.start != null) {
@@ -542,7 +569,32 @@ function drawBins(g, w, drawn) {
   }
 }
 
-// The plan's simulated timeline, aligned to the start of the step in view.
+// The step the plan is aligned to: the one shown; else, of the steps with
+// events in the window, the one whose planned span covers most of the view
+// (the newest on a tie). A running step has no stats yet: it starts at its
+// first event. Zoomed out (no events), the step that started last before
+// the middle of the view.
+function planAnchor(makespan) {
+  const shown = S.step != null && S.stepAt.get(S.step);
+  if (shown && shown.start != null) return { step: shown.step, start: shown.start };
+  const first = new Map();
+  for (let i = 0; i < S.ev.n; i++) {
+    const st = S.ev.step[i], t = S.ev.start[i];
+    if (!(first.get(st) <= t)) first.set(st, t);
+  }
+  let best = null, bestCover = 0;
+  for (const [step, t] of first) {
+    const known = S.stepAt.get(step), start = known && known.start != null ? known.start : t;
+    const cover = Math.min(S.view.to, start + makespan) - Math.max(S.view.from, start);
+    if (cover > bestCover || (cover === bestCover && best && step > best.step)) { best = { step, start }; bestCover = cover; }
+  }
+  if (best) return best;
+  const mid = (S.view.from + S.view.to) / 2;
+  const s = lastStep((x) => x.start != null && x.start <= mid);
+  return s ? { step: s.step, start: s.start } : null;
+}
+
+// The plan's simulated timeline, aligned to the start of a step in view.
 function drawPlan() {
   const c = $('plan');
   const n = world();
@@ -555,10 +607,8 @@ function drawPlan() {
     g.fillText(S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
     return;
   }
-  const mid = (S.view.from + S.view.to) / 2;
-  let anchor = S.steps.find((s) => s.start != null && s.start <= mid && s.end >= S.view.from);
-  const cand = S.steps.filter((s) => s.start != null && s.start <= mid);
-  if (cand.length) anchor = cand[cand.length - 1];
+  const anchor = planAnchor(S.plan.sim_makespan_ns);
+  window.__pprun.planAnchor = anchor ? anchor.step : null;
   const t0 = anchor ? anchor.start : 0;
   g.fillStyle = '#888'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
   g.fillText(`makespan ${fmtMs(S.plan.sim_makespan_ns)} · bubble ${S.plan.sim_bubble_ratio.map((x) => (100 * x).toFixed(1) + '%').join(' ')}` +
@@ -581,14 +631,35 @@ function drawPlan() {
 
 // ---- charts ------------------------------------------------------------------
 
+// At most the lowest and the highest point of each pixel column, in x
+// order: a long job draws in bounded time and its spikes stay visible.
+function thinPoints(points, x0, x1, columns) {
+  if (points.length <= 2 * columns) return points;
+  const out = [];
+  let col = -1, lo = null, hi = null;
+  const flush = () => { if (lo) out.push(...(lo === hi ? [lo] : lo[0] < hi[0] ? [lo, hi] : [hi, lo])); };
+  for (const p of points) {
+    const c = Math.min(columns - 1, Math.floor((p[0] - x0) / (x1 - x0) * columns));
+    if (c !== col) { flush(); col = c; lo = hi = p; }
+    else { if (p[1] < lo[1]) lo = p; if (p[1] > hi[1]) hi = p; }
+  }
+  flush();
+  return out;
+}
+
+// Series of [x, y] points sorted by x; returns the points drawn of the
+// series with dots (a dot each while there is room, else the thinned line).
 function lineChart(canvas, series, opts) {
   const { g, w, h } = sizeCanvas(canvas, 170);
   g.clearRect(0, 0, w, h);
   const pad = { l: 46, r: 8, t: 8, b: 20 };
-  const all = series.flatMap((s) => s.points);
-  if (!all.length) { g.fillStyle = '#888'; g.fillText('no data yet', pad.l, 30); return []; }
-  let x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]));
-  let y0 = opts.y0 != null ? opts.y0 : Math.min(...all.map((p) => p[1])), y1 = Math.max(...all.map((p) => p[1]));
+  let x0 = Infinity, x1 = -Infinity, y0 = Infinity, y1 = -Infinity;
+  for (const s of series) for (const p of s.points) {
+    if (p[0] < x0) x0 = p[0]; if (p[0] > x1) x1 = p[0];
+    if (p[1] < y0) y0 = p[1]; if (p[1] > y1) y1 = p[1];
+  }
+  if (x0 === Infinity) { g.fillStyle = '#888'; g.fillText('no data yet', pad.l, 30); return []; }
+  if (opts.y0 != null) y0 = opts.y0;
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) y1 = y0 + 1;
   const X = (x) => pad.l + (x - x0) / (x1 - x0) * (w - pad.l - pad.r);
@@ -597,19 +668,25 @@ function lineChart(canvas, series, opts) {
   for (let k = 0; k <= 4; k++) {
     const y = y0 + (y1 - y0) * k / 4;
     g.beginPath(); g.moveTo(pad.l, Y(y)); g.lineTo(w - pad.r, Y(y)); g.stroke();
-    g.fillText(opts.fmt ? opts.fmt(y) : y.toPrecision(3), 2, Y(y));
+    g.fillText(opts.fmt ? opts.fmt(y) : Math.abs(y) < 1e-3 && y !== 0 ? y.toExponential(1) : y.toPrecision(3), 2, Y(y));
   }
   g.textBaseline = 'top';
   g.fillText('step ' + x0, pad.l, h - pad.b + 4);
-  g.fillText(String(x1), w - pad.r - 20, h - pad.b + 4);
-  const drawnPts = [];
+  g.textAlign = 'right';
+  g.fillText(String(x1), w - pad.r, h - pad.b + 4);
+  g.textAlign = 'left';
+  let drawnPts = [];
+  const columns = Math.max(1, Math.round(w - pad.l - pad.r));
   for (const s of series) {
+    const pts = thinPoints(s.points, x0, x1, columns);
     g.strokeStyle = s.color; g.lineWidth = s.width || 1.5; g.beginPath();
-    s.points.forEach((p, i) => (i ? g.lineTo(X(p[0]), Y(p[1])) : g.moveTo(X(p[0]), Y(p[1]))));
+    pts.forEach((p, i) => (i ? g.lineTo(X(p[0]), Y(p[1])) : g.moveTo(X(p[0]), Y(p[1]))));
     g.stroke();
     if (s.dots) {
+      drawnPts = pts;
+      if (pts.length > columns / 6) continue; // dots would merge into a band
       g.fillStyle = s.color;
-      for (const p of s.points) { g.beginPath(); g.arc(X(p[0]), Y(p[1]), 2.5, 0, 7); g.fill(); drawnPts.push(p); }
+      for (const p of pts) { g.beginPath(); g.arc(X(p[0]), Y(p[1]), 2.5, 0, 7); g.fill(); }
     }
   }
   g.lineWidth = 1;
@@ -628,10 +705,12 @@ function drawCharts() {
     series.push({ points: done.filter((s) => s.bubble_ratio && s.bubble_ratio[r] != null).map((s) => [s.step, s.bubble_ratio[r]]), color: RANK_COLORS[r % 10] + '80', width: 1 });
   }
   series.push({ points: done.map((s) => [s.step, s.bubble_ratio_mean]), color: '#222', width: 2, dots: true });
-  series.push({ points: done.length ? [[done[0].step, 0], [done[0].step, Math.max(0.05, ...done.map((s) => s.bubble_ratio_mean)) * 1.2]] : [], color: 'rgba(0,0,0,0)' });
+  const top = Math.min(1, done.reduce((m, s) => Math.max(m, s.bubble_ratio_mean), 0.05) * 1.2);
+  series.push({ points: done.length ? [[done[0].step, 0], [done[0].step, top]] : [], color: 'rgba(0,0,0,0)' });
   lineChart($('bubble'), series, { y0: 0, fmt: (y) => (100 * y).toFixed(0) + '%' });
   // Per rank bars for the step in view (or the latest).
-  const st = (S.step != null && S.steps.find((s) => s.step === S.step && s.bubble_ratio)) || done[done.length - 1];
+  const shown = S.step != null && S.stepAt.get(S.step);
+  const st = (shown && shown.bubble_ratio ? shown : null) || done[done.length - 1];
   const c = $('bubble-ranks');
   const { g, w, h } = sizeCanvas(c, 170);
   g.clearRect(0, 0, w, h);
@@ -739,15 +818,15 @@ function setupInteraction() {
 }
 
 function lastEnd() {
-  const s = S.steps.filter((x) => x.end != null).pop();
+  const s = lastStep((x) => x.end != null);
   return Math.max(s ? s.end : 0, S.info ? S.info.timeline_end : 0);
 }
 
 function stepBy(d) {
   if (!S.steps.length) return;
   const cur = S.step != null ? S.step : S.steps[0].step - d;
-  const i = S.steps.findIndex((s) => s.step === cur + d && s.start != null);
-  if (i >= 0) showStep(S.steps[i].step);
+  const s = S.stepAt.get(cur + d);
+  if (s && s.start != null) showStep(s.step);
 }
 
 async function runSql() {

@@ -3,13 +3,16 @@
  * canvas draws every F, B and W block of the step per rank, hovering shows
  * the tooltip, the loss chart has a point per step, the SQL tab shows rows;
  * for a running job, steps appended by another writer appear without a
- * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none. Screenshots are kept in the build directory. */
+ * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none; a
+ * job of 30,000 steps opens with thinned charts. Screenshots are kept in the
+ * build directory. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <libgen.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +36,9 @@ static void require_playwright(void) {
     cr_assert_eq(access("/usr/bin/chromium", X_OK), 0, "chromium is not installed: run scripts/install-deps.sh");
 }
 
-/* Runs the node script; returns its JSON output (parsed). */
-static cJSON *run_node(const char *mode, int port, const char *shot, const char *ready) {
+/* Runs the node script; returns its JSON output (parsed). On failure the
+ * server (serve_pid) is stopped first, so that no test leaves one behind. */
+static cJSON *run_node(const char *mode, int port, const char *shot, const char *ready, pid_t serve_pid) {
     char cmd[2048], outp[256];
     snprintf(outp, sizeof outp, "/tmp/pprun-browser-%d-%s.json", (int)getpid(), mode);
     snprintf(cmd, sizeof cmd, "cd '%s/browser' && node dashboard.mjs %s http://127.0.0.1:%d/ '%s' '%s' >'%s' 2>&1", PPRUN_TEST_DIR,
@@ -42,8 +46,6 @@ static cJSON *run_node(const char *mode, int port, const char *shot, const char 
     int st = system(cmd);
     char *out = fixture_read_file(outp);
     unlink(outp);
-    cr_assert(out, "no output from the browser script");
-    const char *brace = strrchr(out, '\n');
     cJSON *j = NULL;
     /* the JSON is the last line */
     for (const char *p = out; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
@@ -51,10 +53,21 @@ static cJSON *run_node(const char *mode, int port, const char *shot, const char 
             cJSON_Delete(j);
             j = cJSON_Parse(p);
         }
-    (void)brace;
+    if (!j || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        kill(serve_pid, SIGTERM);
+        waitpid(serve_pid, NULL, 0);
+    }
+    cr_assert(out, "no output from the browser script");
     cr_assert(j && WIFEXITED(st) && WEXITSTATUS(st) == 0, "browser script failed (exit %d): %s", WEXITSTATUS(st), out);
     free(out);
     return j;
+}
+
+/* The number under key; fails the test when there is none. */
+static double jnum(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    cr_assert(cJSON_IsNumber(v), "the browser script reported no number '%s'", key);
+    return v->valuedouble;
 }
 
 static int ints_all(const cJSON *arr, int want) {
@@ -78,7 +91,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_gt(pid, 0);
     build_dir(dir, sizeof dir);
     snprintf(shot, sizeof shot, "%s/browser-finished.png", dir);
-    cJSON *j = run_node("finished", port, shot, NULL);
+    cJSON *j = run_node("finished", port, shot, NULL, pid);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     unlink(db);
@@ -129,7 +142,7 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert_gt(pid, 0);
     build_dir(dir, sizeof dir);
     snprintf(shot, sizeof shot, "%s/browser-gpu.png", dir);
-    cJSON *j = run_node("gpu", port, shot, NULL);
+    cJSON *j = run_node("gpu", port, shot, NULL, pid);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
     unlink(db);
@@ -184,6 +197,12 @@ static void *writer(void *p) {
     a->ok = fixture_append_steps(a->db, 2, 1, &err) == 0;
     usleep(400000);
     a->ok = a->ok && fixture_append_steps(a->db, 3, 1, &err) == 0;
+    /* The page has counted steps 2 and 3 when it writes ready.2. */
+    char ready2[320];
+    snprintf(ready2, sizeof ready2, "%s.2", a->ready);
+    for (int i = 0; i < 600 && access(ready2, F_OK) != 0; i++) usleep(50000);
+    unlink(ready2);
+    a->ok = a->ok && fixture_append_running_step(a->db, 4, &err) == 0;
     return NULL;
 }
 
@@ -203,7 +222,7 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     writer_arg a = {db, ready, 0};
     pthread_t t;
     pthread_create(&t, NULL, writer, &a);
-    cJSON *j = run_node("live", port, shot, ready);
+    cJSON *j = run_node("live", port, shot, ready, pid);
     pthread_join(t, NULL);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
@@ -220,7 +239,48 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     cJSON *v;
     cJSON_ArrayForEach(v, steps) has3 |= v->valueint == 3;
     cr_assert(has3, "the newest step is on the canvas");
+    cJSON *plan = cJSON_GetObjectItem(j, "plan");
+    cr_assert_eq(jnum(plan, "anchor"), 4, "the plan is aligned to the running step in view");
+    cr_assert_eq(jnum(plan, "drawn"), 96, "all of its 96 actions are drawn");
     cr_assert_eq(access(shot, R_OK), 0);
+    cJSON_Delete(j);
+}
+
+/* A long job: 30,000 steps of history open without error, every step is
+ * loaded, the charts draw at most two points per pixel column and keep the
+ * spike, the per-rank bars show a step. */
+Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240) {
+    require_playwright();
+    char db[256], dir[PATH_MAX], shot[PATH_MAX + 64];
+    pp_err err;
+    fixture_tmp_path(db, sizeof db, "browser-long");
+    cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_history(db, 2, 29998, &err), 0, "%s", err.msg);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h, "UPDATE losses SET loss = 50 WHERE step = 12345", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(h);
+    int port;
+    int pid = webclient_start_serve(db, NULL, &port);
+    cr_assert_gt(pid, 0);
+    build_dir(dir, sizeof dir);
+    snprintf(shot, sizeof shot, "%s/browser-long.png", dir);
+    cJSON *j = run_node("long", port, shot, NULL, pid);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    unlink(db);
+    char *text = cJSON_PrintUnformatted(j);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no script errors: %s", text);
+    cr_assert_eq(jnum(j, "steps"), 30000, "every step loaded: %s", text);
+    int points = (int)jnum(j, "lossPoints"), width = (int)jnum(j, "lossCanvasWidth");
+    cr_assert(points > width / 2 && points <= 2 * width, "%d loss points drawn on a %d px chart", points, width);
+    const cJSON *drawn = cJSON_GetObjectItem(j, "drawnLoss"), *all = cJSON_GetObjectItem(j, "allLoss");
+    cr_assert_eq(jnum(drawn, "hi"), 50.0, "the spike is drawn: %s", text);
+    cr_assert_eq(jnum(drawn, "hiStep"), 12345, "at its step: %s", text);
+    cr_assert_eq(jnum(drawn, "lo"), jnum(all, "lo"), "the lowest loss is drawn: %s", text);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "barsLabel")->valuestring, "step 0", "the bars show the step in view");
+    cr_assert(strstr(cJSON_GetObjectItem(j, "meta")->valuestring, "30000/30000 steps"), "%s", text);
+    free(text);
     cJSON_Delete(j);
 }
 
@@ -253,7 +313,7 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
     cr_assert_gt(port, 0, "pprun run --serve never printed its URL");
     build_dir(dir, sizeof dir);
     snprintf(shot, sizeof shot, "%s/browser-run.png", dir);
-    cJSON *j = run_node("job", port, shot, NULL);
+    cJSON *j = run_node("job", port, shot, NULL, pid);
 
     /* The job ends by itself; the dashboard stays until SIGINT. */
     char *text = NULL;
@@ -281,6 +341,13 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
     cr_assert_geq(after, before + 2, "steps before %d, after %d", before, after);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "follow")), "a running job opens in follow-live mode");
     cr_assert_geq(cJSON_GetObjectItem(j, "lossPoints")->valueint, after);
+    const cJSON *sample;
+    cJSON_ArrayForEach(sample, cJSON_GetObjectItem(j, "planSamples")) {
+        char *text = cJSON_PrintUnformatted(sample);
+        cr_assert_gt(jnum(sample, "drawn"), 0,
+                     "following live, the planned timeline is aligned to a step in view, never empty: %s", text);
+        free(text);
+    }
     cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
     cJSON *f = cJSON_GetObjectItem(drawn, "F");
     cr_assert_eq(cJSON_GetArraySize(f), 4, "a row per rank");

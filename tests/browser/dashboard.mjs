@@ -6,9 +6,11 @@
 //   node dashboard.mjs live URL SCREENSHOT.png READY_FILE
 //   node dashboard.mjs job URL SCREENSHOT.png      (a real running job)
 //   node dashboard.mjs gpu URL SCREENSHOT.png      (fixture job 2 with gpu spans, then CPU job 1)
+//   node dashboard.mjs long URL SCREENSHOT.png     (a job with 30,000 steps)
 //
 // "live": after the page is ready it creates READY_FILE; the test then
-// appends steps to the database and this script waits for them to appear.
+// appends steps to the database and this script waits for them to appear;
+// then it creates READY_FILE.2, and the test appends a running step.
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -31,7 +33,7 @@ try {
   page.on('pageerror', (e) => errors.push(String(e)));
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
   await page.goto(mode === 'gpu' ? url + '?job=2' : url);
-  await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: 20000 });
+  await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: mode === 'long' ? 60000 : 20000 });
 
   if (mode === 'finished') {
     await page.evaluate(() => window.__pprun.showStep(0));
@@ -106,6 +108,18 @@ try {
     out.cpuDrawn = await page.evaluate(() => window.__pprun.drawn);
     out.cpuLane = await page.evaluate(() => window.__pprun.gpuLaneAt(0, 6e6, false));
     out.cpuKernels = await page.evaluate(() => window.__pprun.lastKernels);
+  } else if (mode === 'long') {
+    // Every step loaded; the charts drawn thinned, the extremes kept.
+    out.steps = await page.evaluate(() => window.__pprun.state.steps.length);
+    out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
+    out.lossCanvasWidth = await page.evaluate(() => document.getElementById('loss').clientWidth);
+    const ext = (pts) => pts.reduce((m, p) => ({ lo: Math.min(m.lo, p[1]), hi: Math.max(m.hi, p[1]), hiStep: p[1] > m.hi ? p[0] : m.hiStep }),
+      { lo: Infinity, hi: -Infinity, hiStep: null });
+    out.drawnLoss = await page.evaluate(`(${ext})(window.__pprun.lossPoints)`);
+    out.allLoss = await page.evaluate(`(${ext})(window.__pprun.state.steps.filter((s) => s.loss != null).map((s) => [s.step, s.loss]))`);
+    out.barsLabel = await page.textContent('#bubble-step-label');
+    out.meta = await page.textContent('#job-meta');
+    await page.screenshot({ path: shot, fullPage: true });
   } else if (mode === 'job') {
     // A real `pprun run --serve` job: steps appear while it runs.
     const complete = () => (window.__pprun && window.__pprun.state && window.__pprun.state.steps
@@ -116,6 +130,12 @@ try {
       out.stepsBefore, { timeout: 60000 });
     out.stepsAfter = await page.evaluate(complete);
     out.follow = await page.evaluate(() => document.getElementById('follow').checked);
+    // While following, the plan is aligned to a step in view: never empty.
+    out.planSamples = [];
+    for (let i = 0; i < 12; i++) {
+      out.planSamples.push(await page.evaluate(() => ({ drawn: window.__pprun.planDrawn, anchor: window.__pprun.planAnchor })));
+      await page.waitForTimeout(150);
+    }
     out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
     out.drawn = await page.evaluate(() => window.__pprun.drawn);
     await page.screenshot({ path: shot, fullPage: true });
@@ -129,6 +149,10 @@ try {
     out.liveEvents = await page.evaluate(() => window.__pprun.liveEvents);
     out.drawnSteps = await page.evaluate(() => window.__pprun.drawn.steps);
     out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
+    // Then step 4 starts (events, no stats yet): the plan follows it.
+    fs.writeFileSync(readyFile + '.2', 'ready\n');
+    await page.waitForFunction(() => window.__pprun.drawn.steps.includes(4), null, { timeout: 30000 });
+    out.plan = await page.evaluate(() => ({ drawn: window.__pprun.planDrawn, anchor: window.__pprun.planAnchor }));
     await page.screenshot({ path: shot, fullPage: true });
   }
   out.errors = errors;

@@ -135,7 +135,12 @@ static int insert_event(sqlite3_stmt *st, int rank, int step, int mb, int stage,
     return sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
 }
 
-static int write_steps(sqlite3 *db, int first, int n, pp_err *err) {
+/* A rank's busy time per step: 24 F/B/W of 1 ms, then OPT's 0.5 ms. */
+#define BUSY_NS (24 * FIXTURE_MS + FIXTURE_MS / 2)
+
+/* with_stats 0: a running step, whose statistics and gaps the collector
+ * has not written yet. */
+static int write_steps(sqlite3 *db, int first, int n, int with_stats, pp_err *err) {
     static op ops[FIXTURE_RANKS][3 * FIXTURE_MB];
     int nops[FIXTURE_RANKS];
     simulate(ops, nops);
@@ -189,7 +194,7 @@ static int write_steps(sqlite3 *db, int first, int n, pp_err *err) {
                     if (sqlite3_step(loss) != SQLITE_DONE) goto sqlfail;
                 }
                 /* The idle gap before this op, with its cause. */
-                if (o->start > prev_end) {
+                if (with_stats && o->start > prev_end) {
                     const char *cause = i == 0 ? "warmup" : o->phase == 'F' ? "wait_activation"
                                                           : o->phase == 'B' ? "wait_gradient" : "other";
                     char next[16];
@@ -206,7 +211,7 @@ static int write_steps(sqlite3 *db, int first, int n, pp_err *err) {
                 prev_end = o->end;
             }
             /* Cool-down: idle from the rank's last op to the end of compute. */
-            if (prev_end < compute_end) {
+            if (with_stats && prev_end < compute_end) {
                 sqlite3_reset(gap);
                 sqlite3_bind_int(gap, 1, s);
                 sqlite3_bind_int(gap, 2, r);
@@ -218,7 +223,8 @@ static int write_steps(sqlite3 *db, int first, int n, pp_err *err) {
             }
             if (insert_event(ev, r, s, -1, -1, "OPT", base + compute_end, base + FIXTURE_STEP_SPAN_NS, -1, -1))
                 goto sqlfail;
-            int64_t busy = 24 * FIXTURE_MS + FIXTURE_MS / 2;
+            if (!with_stats) continue;
+            int64_t busy = BUSY_NS;
             sqlite3_reset(stats);
             sqlite3_bind_int(stats, 1, s);
             sqlite3_bind_int(stats, 2, r);
@@ -306,7 +312,7 @@ int fixture_create(const char *db_path, int steps, const char *status, pp_err *e
                   "INSERT INTO job_counters(job_id,events_ingested,events_dropped,updated_at_ns) VALUES(1,0,3,0);",
                   err);
     if (rc == 0) rc = write_plan(db, err);
-    if (rc == 0 && steps > 0) rc = write_steps(db, 0, steps, err);
+    if (rc == 0 && steps > 0) rc = write_steps(db, 0, steps, 1, err);
     sqlite3_close(db);
     if (rc == 0 && strcmp(status, "running") != 0) rc = fixture_set_status(db_path, status, err);
     return rc;
@@ -315,7 +321,15 @@ int fixture_create(const char *db_path, int steps, const char *status, pp_err *e
 int fixture_append_steps(const char *db_path, int first, int n, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;
-    int rc = write_steps(db, first, n, err);
+    int rc = write_steps(db, first, n, 1, err);
+    sqlite3_close(db);
+    return rc;
+}
+
+int fixture_append_running_step(const char *db_path, int step, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    int rc = write_steps(db, step, 1, 0, err);
     sqlite3_close(db);
     return rc;
 }
@@ -368,6 +382,32 @@ int fixture_add_gpu_job(const char *db_path, pp_err *err) {
         " FROM events WHERE job_id=2 AND source='cpu' AND phase='OPT' ORDER BY rank, start_ns;"
         "DROP TABLE j; DROP TABLE r; DROP TABLE e; DROP TABLE l; DROP TABLE p; DROP TABLE s; DROP TABLE g;"
         "COMMIT;";
+    int rc = exec(db, sql, err);
+    if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+    return rc;
+}
+
+int fixture_add_history(const char *db_path, int first, int n, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    /* step_stats as write_steps stores them; losses falling as 5 / (1 + step / 1000). */
+    char sql[2048];
+    snprintf(sql, sizeof sql,
+             "BEGIN;"
+             "CREATE TEMP TABLE h AS WITH RECURSIVE s(step) AS (SELECT %d UNION ALL SELECT step + 1 FROM s WHERE step + 1 < %d) "
+             "SELECT step, %lld + step * %lld AS base FROM s;"
+             "INSERT INTO step_stats SELECT 1, step, r.value, base, base + %lld, %lld, %lld, %.17g FROM h, "
+             "(SELECT 0 AS value UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3) r;"
+             "INSERT INTO losses SELECT 1, step, mb.value, 5.0 / (1 + step / 1000.0) + mb.value * 0.001, 3, base + %lld FROM h, "
+             "(WITH RECURSIVE m(value) AS (SELECT 0 UNION ALL SELECT value + 1 FROM m WHERE value + 1 < %d) SELECT value FROM m) mb;"
+             "UPDATE jobs SET steps = %d WHERE id = 1;"
+             "DROP TABLE h;"
+             "COMMIT;",
+             first, first + n, (long long)(FIXTURE_T0_NS + FIXTURE_STEP_OFFSET_NS), (long long)FIXTURE_STEP_PERIOD_NS,
+             (long long)FIXTURE_STEP_SPAN_NS, (long long)BUSY_NS, (long long)(FIXTURE_STEP_SPAN_NS - BUSY_NS),
+             (double)(FIXTURE_STEP_SPAN_NS - BUSY_NS) / (double)FIXTURE_STEP_SPAN_NS,
+             (long long)FIXTURE_STEP_SPAN_NS, FIXTURE_MB, first + n);
     int rc = exec(db, sql, err);
     if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     sqlite3_close(db);

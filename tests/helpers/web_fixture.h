@@ -32,6 +32,9 @@
 int fixture_create(const char *db_path, int steps, const char *status, pp_err *err);
 /* Appends steps [first, first + n) to job 1; returns 0 or -1. */
 int fixture_append_steps(const char *db_path, int first, int n, pp_err *err);
+/* Appends step `step` as it is while it runs: its events and losses, no
+ * step_stats or gaps yet. Returns 0 or -1. */
+int fixture_append_running_step(const char *db_path, int step, pp_err *err);
 /* Adds job 2, "fixture-1f1b-gpu" (device cuda): a copy of job 1's host
  * trace as it is now, plus what `--cupti on` stores for it. Each host op but
  * OPT gets a gpu span inside it: F/B/W [start + 50 us, end - 50 us] with two
@@ -43,6 +46,10 @@ int fixture_add_gpu_job(const char *db_path, pp_err *err);
 #define FIXTURE_GPU_JOB 2
 #define FIXTURE_GPU_SPANS_PER_STEP (4 * 24 + 96)
 #define FIXTURE_KERNELS_PER_STEP (2 * 4 * 24 + 96 + 4)
+/* Adds steps [first, first + n) to job 1 with step_stats and losses only,
+ * no events (a long job's history), and sets the job's step count to
+ * first + n. Returns 0 or -1. */
+int fixture_add_history(const char *db_path, int first, int n, pp_err *err);
 /* Sets job 1's status (and ended_at / exit_code when not running). */
 int fixture_set_status(const char *db_path, const char *status, pp_err *err);
 /* The expected loss of (step, microbatch). */
