@@ -37,10 +37,12 @@
 
 extern _Atomic long devstub_allocs; /* devcomm_cudastub.c */
 extern const char *devstub_busid;   /* devcomm_cudastub.c */
+extern const char *devstub_uuid;    /* devcomm_cudastub.c */
 
 typedef struct world {
     int n;
     const char *bus[MAXW]; /* PCI bus id device 0 of each rank reports (devcomm_cudastub.c) */
+    const char *uuid[MAXW]; /* NULL: the UUID follows the bus id; else a MIG instance's */
     int device;            /* every rank's device; needs PPRUN_STUB_DEVICES > device */
     int node[MAXW];
     const char *transport; /* devcomm's */
@@ -172,6 +174,7 @@ static int rank_main(comm *host, int rank, void *argp, pp_err *rep) {
     const world_arg *a = argp;
     const world *w = a->w;
     devstub_busid = w->bus[rank];
+    devstub_uuid = w->uuid[rank];
     rank_device = w->device;
     rank_ctx r = {.rank = rank, .n = w->n, .host = host};
     r.cfg = (devcomm_config){.host = host, .device = w->device, .transport = w->transport};
@@ -722,7 +725,7 @@ static void open_fails(const char *name, const world *w, const char *const *need
 
 static int expect_nccl_names(rank_ctx *r, pp_err *rep) {
     return strcmp(devcomm_transport_name(r->d, 1 - r->rank), "nccl")
-               ? pp_fail(rep, "same bus id on two nodes chose %s", devcomm_transport_name(r->d, 1 - r->rank))
+               ? pp_fail(rep, "chose %s, not nccl", devcomm_transport_name(r->d, 1 - r->rank))
                : 0;
 }
 
@@ -743,6 +746,12 @@ static void sc_forced(const char *name) {
     result res;
     run_world(&two_nodes, expect_nccl_names, &res);
     expect_all_ok(name, &two_nodes, &res);
+    /* two MIG instances of one GPU: one bus id, two UUIDs; not cuda-ipc */
+    world mig = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}, .uuid = {"mig-1g.10gb-a", "mig-1g.10gb-b"}};
+    run_world(&mig, expect_nccl_names, &res);
+    expect_all_ok(name, &mig, &res);
+    mig.transport = "cuda-ipc";
+    open_fails(name, &mig, (const char *const[]){"cuda-ipc is for ranks that share a GPU", "two MIG instances of one GPU", NULL});
 }
 
 /* NCCL_COMM_ID would give every pair communicator one bootstrap root:
@@ -848,7 +857,7 @@ static const scenario scenarios[] = {
     {"dead", "a receiver or sender that dies: the peer's call fails naming it, no hang", sc_dead},
     {"nccl-errors", "an NCCL error under a receive, and receive timeouts, fail naming peer, tag and cause",
      sc_nccl_errors},
-    {"forced", "forced transports a pair cannot use fail at open naming the pair", sc_forced},
+    {"forced", "forced transports a pair cannot use fail at open naming the pair; MIG instances pair over nccl", sc_forced},
     {"mutant", "the stand-in catches a receiver posting NCCL receives in tag order", sc_mutant},
     {"comm-id", "NCCL_COMM_ID set: open refuses when a pair uses nccl, names it", sc_comm_id},
     {"device", "every call made with another device current: devcomm uses its own (ipc, nccl)", sc_device},

@@ -31,7 +31,8 @@
  * What is refused is also said on stderr.  The bus id of device 0 is
  * devstub_busid if set, else PPRUN_STUB_BUSID (the checks set one per rank
  * to put ranks on one GPU or on several); device d > 0 has that id with "+d"
- * appended. */
+ * appended. The UUID (cudaGetDeviceProperties) follows the bus id, or
+ * devstub_uuid / PPRUN_STUB_UUID when set (two "MIG instances" on one bus). */
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +54,7 @@ _Atomic long devstub_allocs;
 /* Set by a rank of devcomm_check before it opens devcomm (its comm's
  * threads run by then, so no setenv). */
 const char *devstub_busid;
+const char *devstub_uuid;
 
 typedef struct alloc {
     struct alloc *next;
@@ -159,6 +161,27 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
         snprintf(bus, (size_t)len, "%s+%d", s, device);
     else
         snprintf(bus, (size_t)len, "0000:%02x:00.0", 0x10 + device);
+    return cudaSuccess;
+}
+
+/* Only the UUID is filled: a hash of devstub_uuid (else PPRUN_STUB_UUID)
+ * and the device index when set, else of the bus id, so that by default one
+ * bus id is one GPU and a check can put two "MIG instances" on one bus. */
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    char bus[64], name[128];
+    cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device);
+    if (e != cudaSuccess) return e;
+    const char *u = devstub_uuid ? devstub_uuid : getenv("PPRUN_STUB_UUID");
+    if (u)
+        snprintf(name, sizeof name, "%s/%d", u, device);
+    else
+        snprintf(name, sizeof name, "%s", bus);
+    memset(prop, 0, sizeof *prop);
+    for (int half = 0; half < 2; half++) {
+        uint64_t h = 1469598103934665603ull ^ (uint64_t)half; /* FNV-1a */
+        for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        memcpy(prop->uuid.bytes + 8 * half, &h, 8);
+    }
     return cudaSuccess;
 }
 

@@ -87,11 +87,10 @@ static int check_config(const devcomm_config *cfg, pp_err *err) {
     const comm *c = cfg->host;
     if (!c) return pp_fail(err, "devcomm: no host comm given (control messages travel over it)");
     if (cfg->device < 0) return pp_fail(err, "devcomm: device %d is not a CUDA device index", cfg->device);
-    /* Homogeneous servers report the same PCI bus ids: without the node of
-     * every rank, ranks on two nodes would look like one GPU. */
+    /* CUDA IPC works only within a node: the pairing needs every rank's. */
     if (!c->node_given)
         return pp_fail(err, "devcomm: the host comm was opened with no rank_node (the node index of every rank: "
-                            "ranks on different nodes can report the same PCI bus id)");
+                            "CUDA IPC works only within a node)");
     for (int r = 0; r < c->world; r++)
         if (c->node[r] < 0) return pp_fail(err, "devcomm: rank_node[%d] is %d, not a node index", r, c->node[r]);
     const char *t = cfg->transport ? cfg->transport : "auto";
@@ -101,20 +100,31 @@ static int check_config(const devcomm_config *cfg, pp_err *err) {
 }
 
 #ifdef PPRUN_HAVE_CUDA
-/* Learns every rank's bus id and picks the transport of every pair.  All
+/* "uuid=<32 hex> bus=<bus id>" -> *id; 0, or -1 when malformed. */
+static int parse_device(const char *val, dc_device_id *id) {
+    char uuid[40], bus[40];
+    if (sscanf(val, "uuid=%39s bus=%39s", uuid, bus) != 2 || strlen(uuid) != 32 ||
+        strspn(uuid, "0123456789abcdef") != 32 || strlen(bus) >= sizeof id->bus)
+        return -1;
+    memcpy(id->uuid, uuid, sizeof id->uuid);
+    snprintf(id->bus, sizeof id->bus, "%s", bus);
+    return 0;
+}
+
+/* Learns every rank's device and picks the transport of every pair.  All
  * pairs are checked, not only this rank's, so that every rank of a job
  * with an impossible forced transport fails with the same message. */
 static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
     const comm *c = d->cfg.host;
     const int *node = c->node;
     int world = c->world;
-    char(*bus)[64] = calloc((size_t)world, sizeof *bus);
-    if (!bus) return pp_fail(err, "devcomm: out of memory");
+    dc_device_id *dev = calloc((size_t)world, sizeof *dev);
+    if (!dev) return pp_fail(err, "devcomm: out of memory");
     char key[320], val[96];
     int rc = -1;
-    if (dc_device_busid(d->cfg.device, bus[c->rank], sizeof bus[c->rank], err) < 0) goto out;
+    if (dc_device_identify(d->cfg.device, &dev[c->rank], err) < 0) goto out;
     snprintf(key, sizeof key, DC_KEY_DEV, c->job_key, c->rank);
-    int n = snprintf(val, sizeof val, "bus=%s", bus[c->rank]);
+    int n = snprintf(val, sizeof val, "uuid=%s bus=%s", dev[c->rank].uuid, dev[c->rank].bus);
     if (dc_ex_put(&d->cfg, key, val, (size_t)n, err) < 0) {
         pp_wrap(err, "devcomm: rank %d cannot publish its device (key %s)", c->rank, key);
         goto out;
@@ -129,18 +139,17 @@ static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
             goto out;
         }
         val[len < sizeof val - 1 ? len : sizeof val - 1] = '\0';
-        if (strncmp(val, "bus=", 4) || !val[4] || strlen(val + 4) >= sizeof bus[r]) {
-            pp_fail(err, "devcomm: malformed device of rank %d (key %s): '%.60s'", r, key, val);
+        if (parse_device(val, &dev[r]) < 0) {
+            pp_fail(err, "devcomm: malformed device of rank %d (key %s): '%.80s'", r, key, val);
             goto out;
         }
-        snprintf(bus[r], sizeof bus[r], "%s", val + 4);
     }
     const char *t = transport ? transport : "auto";
     int any_nccl = 0;
     for (int a = 0; a < world; a++)
         for (int b = a + 1; b < world; b++) {
             int same_node = node[a] == node[b];
-            int same_gpu = same_node && !strcmp(bus[a], bus[b]);
+            int same_gpu = same_node && !strcmp(dev[a].uuid, dev[b].uuid);
             if (!strcmp(t, "cuda-ipc") && !same_node) {
                 pp_fail(err,
                         "devcomm: transport cuda-ipc requested, but ranks %d and %d are on different nodes (%d "
@@ -152,8 +161,9 @@ static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
             if (!strcmp(t, "cuda-ipc") && !same_gpu) {
                 pp_fail(err,
                         "devcomm: transport cuda-ipc requested, but cuda-ipc is for ranks that share a GPU: rank "
-                        "%d is on %s, rank %d on %s (node %d); use nccl or auto",
-                        a, bus[a], b, bus[b], node[a]);
+                        "%d is on %s (UUID %.8s), rank %d on %s (UUID %.8s) (node %d)%s; use nccl or auto",
+                        a, dev[a].bus, dev[a].uuid, b, dev[b].bus, dev[b].uuid, node[a],
+                        strcmp(dev[a].bus, dev[b].bus) ? "" : ": two MIG instances of one GPU");
                 goto out;
             }
             if (!strcmp(t, "nccl") && same_gpu) {
@@ -161,7 +171,7 @@ static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
                         "devcomm: transport nccl requested, but ranks %d and %d share one GPU (node %d, PCI "
                         "bus %s): NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\"); use cuda-ipc "
                         "or auto",
-                        a, b, node[a], bus[a]);
+                        a, b, node[a], dev[a].bus);
                 goto out;
             }
             any_nccl |= !same_gpu;
@@ -180,12 +190,12 @@ static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
     }
     /* Past the checks above a forced transport is the one auto picks. */
     for (int r = 0; r < world; r++) {
-        int same_gpu = node[r] == node[c->rank] && !strcmp(bus[r], bus[c->rank]);
+        int same_gpu = node[r] == node[c->rank] && !strcmp(dev[r].uuid, dev[c->rank].uuid);
         d->kind[r] = r == c->rank ? DC_SELF : same_gpu ? DC_IPC : DC_NCCL;
     }
     rc = 0;
 out:
-    free(bus);
+    free(dev);
     return rc;
 }
 #endif

@@ -22,7 +22,7 @@ static inline uint64_t dc_ctl_tag(uint64_t seq, unsigned dir) {
 }
 
 /* Store keys, all under "devcomm/<job_key>/". */
-#define DC_KEY_DEV "devcomm/%s/dev/%d"      /* rank -> "bus=<PCI bus id>" */
+#define DC_KEY_DEV "devcomm/%s/dev/%d"      /* rank -> "uuid=<32 hex> bus=<PCI bus id>" */
 #define DC_KEY_NCCL "devcomm/%s/nccl/%d-%d" /* sender-receiver -> ncclUniqueId */
 
 /* Pools of device buffers (cuda-ipc send buffers, nccl buffers of a pair)
@@ -50,8 +50,16 @@ int dc_ex_get(const devcomm_config *cfg, const char *key, void *v, size_t cap, s
 int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap);
 
 #ifdef PPRUN_HAVE_CUDA
-/* cuda/devcomm_ipc.c: this process's device identity, for the pairing. */
-int dc_device_busid(int device, char *out, size_t cap, pp_err *err);
+/* A device as the pairing sees it. The UUID tells GPUs apart, MIG
+ * instances of one GPU too (they share its PCI bus id); the bus id is what
+ * messages name, as nvidia-smi shows it. */
+typedef struct dc_device_id {
+    char uuid[33]; /* 32 lower-case hex digits */
+    char bus[32];
+} dc_device_id;
+
+/* cuda/devcomm_ipc.c: the identity of CUDA device `device`. */
+int dc_device_identify(int device, dc_device_id *out, pp_err *err);
 
 /* The config pointer stays valid until close (it points into the devcomm). */
 typedef struct dc_ipc dc_ipc;
