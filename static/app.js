@@ -274,7 +274,6 @@ function onStepDone(d) {
   if (S.follow) { followLatest(); fetchWindow(); } // the window brings the step's gaps
   updateHeader();
   drawCharts();
-  updateStepLabel();
 }
 
 function onLosses(rows) {
@@ -307,7 +306,7 @@ function followLatest(end) {
     for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] >= S.view.from - span) st.push([S.ev.id[i], S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
     S.ev = st;
   }
-  S.step = null;
+  if (S.step != null) setStep(null);
   if (!S.ev.n && S.job) fetchWindow();
   scheduleDraw();
 }
@@ -316,13 +315,12 @@ function followLatest(end) {
 
 async function showStep(step) {
   const s = S.stepAt.get(step);
-  S.step = step;
+  setStep(step);
   S.follow = $('follow').checked = false;
   if (s && s.start != null) {
     const pad = (s.end - s.start) * 0.02;
     S.view = { from: Math.max(0, s.start - pad), to: s.end + pad };
   }
-  updateStepLabel();
   await fetchWindow();
 }
 
@@ -708,9 +706,20 @@ function drawCharts() {
   const top = Math.min(1, done.reduce((m, s) => Math.max(m, s.bubble_ratio_mean), 0.05) * 1.2);
   series.push({ points: done.length ? [[done[0].step, 0], [done[0].step, top]] : [], color: 'rgba(0,0,0,0)' });
   lineChart($('bubble'), series, { y0: 0, fmt: (y) => (100 * y).toFixed(0) + '%' });
-  // Per rank bars for the step in view (or the latest).
+  drawStepBars();
+}
+
+// The step shown (null: none, a window or following live): the label and
+// the per-rank bars follow it.
+function setStep(step) {
+  S.step = step;
+  drawStepBars();
+}
+
+// Per rank bars for the step shown, else the latest complete one.
+function drawStepBars() {
   const shown = S.step != null && S.stepAt.get(S.step);
-  const st = (shown && shown.bubble_ratio ? shown : null) || done[done.length - 1];
+  const st = (shown && shown.bubble_ratio ? shown : null) || lastStep((s) => s.bubble_ratio_mean != null);
   const c = $('bubble-ranks');
   const { g, w, h } = sizeCanvas(c, 170);
   g.clearRect(0, 0, w, h);
@@ -777,8 +786,8 @@ function setupInteraction() {
     span = Math.max(1e4, span);
     const f = (t - S.view.from) / (S.view.to - S.view.from);
     S.view = { from: Math.max(0, t - f * span), to: Math.max(0, t - f * span) + span };
-    S.follow = $('follow').checked = false; S.step = null;
-    updateStepLabel(); scheduleDraw(); scheduleFetch();
+    S.follow = $('follow').checked = false;
+    setStep(null); scheduleDraw(); scheduleFetch();
   }, { passive: false });
   c.addEventListener('mousedown', (e) => { drag = { x: e.clientX, view: Object.assign({}, S.view) }; c.classList.add('dragging'); });
   window.addEventListener('mouseup', () => { if (drag) { drag = null; c.classList.remove('dragging'); scheduleFetch(); } });
@@ -787,8 +796,8 @@ function setupInteraction() {
       const w = c.clientWidth, dt = (e.clientX - drag.x) / (w - LABEL_W) * (drag.view.to - drag.view.from);
       const from = Math.max(0, drag.view.from - dt);
       S.view = { from, to: from + (drag.view.to - drag.view.from) };
-      S.follow = $('follow').checked = false; S.step = null;
-      updateStepLabel(); scheduleDraw();
+      S.follow = $('follow').checked = false;
+      setStep(null); scheduleDraw();
       return;
     }
     if (e.target !== c) { tip.hidden = true; return; }
@@ -801,7 +810,7 @@ function setupInteraction() {
   c.addEventListener('mouseleave', () => { tip.hidden = true; });
   $('step-prev').onclick = () => stepBy(-1);
   $('step-next').onclick = () => stepBy(1);
-  $('step-all').onclick = () => { S.step = null; S.follow = $('follow').checked = false; updateStepLabel(); showWindow(0, Math.max(1, lastEnd())); };
+  $('step-all').onclick = () => { S.follow = $('follow').checked = false; setStep(null); showWindow(0, Math.max(1, lastEnd())); };
   $('follow').onchange = (e) => { S.follow = e.target.checked; if (S.follow) { followLatest(); fetchWindow(); } };
   $('job-select').onchange = (e) => openJob(Number(e.target.value));
   window.addEventListener('resize', () => { scheduleDraw(); drawCharts(); });

@@ -106,6 +106,15 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(cJSON_GetObjectItem(drawn, "gaps")->valueint, 15, "every idle gap of the step shaded (4 + 5 + 4 + 2)");
     cr_assert_eq(cJSON_GetObjectItem(j, "planDrawn")->valueint, 96, "the planned timeline beside it");
     cr_assert_eq(cJSON_GetObjectItem(j, "lossPoints")->valueint, 3, "a loss point per step");
+    /* ▶ ▶ "all steps": the bars show the step shown, then the latest. */
+    static const char *const stepping[3][2] = {{"step 0 / 2", "step 0"}, {"step 1 / 2", "step 1"}, {"custom window", "step 2"}};
+    cJSON *st = cJSON_GetObjectItem(j, "stepping");
+    cr_assert_eq(cJSON_GetArraySize(st), 3);
+    for (int i = 0; i < 3; i++) {
+        cJSON *pair = cJSON_GetArrayItem(st, i);
+        cr_assert_str_eq(cJSON_GetArrayItem(pair, 0)->valuestring, stepping[i][0]);
+        cr_assert_str_eq(cJSON_GetArrayItem(pair, 1)->valuestring, stepping[i][1], "the bars of %s", stepping[i][0]);
+    }
     const char *tip = cJSON_GetObjectItem(j, "tooltip")->valuestring;
     cr_assert(strstr(tip, "rank 1 · F · microbatch 3") && strstr(tip, "step 0") && strstr(tip, "duration 1.000 ms"), "%s", tip);
     const char *gap = cJSON_GetObjectItem(j, "gapTooltip")->valuestring;

@@ -77,6 +77,14 @@ try {
     await page.click('button[data-tab=timeline]');
     out.synthetic100kMs = await page.evaluate(() => window.__pprun.loadSynthetic(100000));
     out.syntheticDrawn = await page.evaluate(() => window.__pprun.drawn.F.reduce((a, b) => a + b, 0) + window.__pprun.drawn.B.reduce((a, b) => a + b, 0) + window.__pprun.drawn.W.reduce((a, b) => a + b, 0));
+    // Step through with the buttons: the per-rank bars follow the step shown.
+    out.stepping = [];
+    for (const button of ['#step-next', '#step-next', '#step-all']) {
+      const before = await page.textContent('#step-label');
+      await page.click(button);
+      await page.waitForFunction((b) => document.getElementById('step-label').textContent !== b, before, { timeout: 5000 });
+      out.stepping.push([await page.textContent('#step-label'), await page.textContent('#bubble-step-label')]);
+    }
   } else if (mode === 'gpu') {
     await page.evaluate(() => window.__pprun.showStep(0));
     await page.waitForFunction(() => window.__pprun.drawn && window.__pprun.drawn.steps.length === 1 &&
