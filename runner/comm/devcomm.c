@@ -102,9 +102,8 @@ static int check_config(const devcomm_config *cfg, pp_err *err) {
 #ifdef PPRUN_HAVE_CUDA
 /* "uuid=<32 hex> bus=<bus id>" -> *id; 0, or -1 when malformed. */
 static int parse_device(const char *val, dc_device_id *id) {
-    char uuid[40], bus[40];
-    if (sscanf(val, "uuid=%39s bus=%39s", uuid, bus) != 2 || strlen(uuid) != 32 ||
-        strspn(uuid, "0123456789abcdef") != 32 || strlen(bus) >= sizeof id->bus)
+    char uuid[40], bus[sizeof id->bus];
+    if (sscanf(val, "uuid=%39s bus=%63s", uuid, bus) != 2 || strlen(uuid) != 32 || strspn(uuid, "0123456789abcdef") != 32)
         return -1;
     memcpy(id->uuid, uuid, sizeof id->uuid);
     snprintf(id->bus, sizeof id->bus, "%s", bus);
@@ -120,7 +119,7 @@ static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
     int world = c->world;
     dc_device_id *dev = calloc((size_t)world, sizeof *dev);
     if (!dev) return pp_fail(err, "devcomm: out of memory");
-    char key[320], val[96];
+    char key[320], val[128]; /* "uuid=" 32 " bus=" up to 63 */
     int rc = -1;
     if (dc_device_identify(d->cfg.device, &dev[c->rank], err) < 0) goto out;
     snprintf(key, sizeof key, DC_KEY_DEV, c->job_key, c->rank);

@@ -55,7 +55,7 @@ int dc_peer_gone(const devcomm_config *cfg, int peer, char *why, size_t cap);
  * messages name, as nvidia-smi shows it. */
 typedef struct dc_device_id {
     char uuid[33]; /* 32 lower-case hex digits */
-    char bus[32];
+    char bus[64];
 } dc_device_id;
 
 /* cuda/devcomm_ipc.c: the identity of CUDA device `device`. */

@@ -84,13 +84,12 @@ static int cu_fail(const dc_ipc *t, pp_err *err, cudaError_t e, const char *what
 }
 
 int dc_device_identify(int device, dc_device_id *out, pp_err *err) {
-    char bus[64] = "";
-    cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device);
+    memset(out, 0, sizeof *out);
+    cudaError_t e = cudaDeviceGetPCIBusId(out->bus, (int)sizeof out->bus - 1, device);
     if (e != cudaSuccess)
         return pp_fail(err, "devcomm: cannot read the PCI bus id of CUDA device %d: %s (%s)", device,
                        cudaGetErrorString(e), cudaGetErrorName(e));
-    if (!bus[0] || strlen(bus) >= sizeof out->bus)
-        return pp_fail(err, "devcomm: CUDA device %d has no usable PCI bus id", device);
+    if (!out->bus[0]) return pp_fail(err, "devcomm: CUDA device %d has no usable PCI bus id", device);
     /* In MIG mode the runtime reports the instance's UUID (CUDA 13:
      * cuDeviceGetUuid is the MIG-aware _v2). */
     struct cudaDeviceProp prop;
@@ -99,7 +98,6 @@ int dc_device_identify(int device, dc_device_id *out, pp_err *err) {
         return pp_fail(err, "devcomm: cannot read the UUID of CUDA device %d: %s (%s)", device, cudaGetErrorString(e),
                        cudaGetErrorName(e));
     for (int i = 0; i < 16; i++) snprintf(out->uuid + 2 * i, 3, "%02x", (unsigned char)prop.uuid.bytes[i]);
-    snprintf(out->bus, sizeof out->bus, "%s", bus);
     return 0;
 }
 
