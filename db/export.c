@@ -10,7 +10,12 @@
  * Kernels and memcpys (table kernels) go on one more thread per rank and
  * CUDA stream, "rank R stream S" after the rank's GPU thread, the way
  * Nsight Systems shows a device's streams; a stream runs one kernel at a
- * time, so they nest (overlaps still get lanes, as above). */
+ * time, so they nest (overlaps still get lanes, as above).
+ *
+ * Each boundary tensor's SEND and RECV are joined by a flow (an arrow in
+ * Perfetto): a flow start inside the SEND span, a flow end bound to the
+ * RECV span (which starts early: it includes the wait). Both ends compute
+ * the flow's id from what they share, so the export stays one pass. */
 #include "db/export.h"
 
 #include <math.h>
@@ -114,6 +119,27 @@ static void op_name(char *name, size_t n, const char *phase, int has_mb, int mb,
         snprintf(name, n, "%d%s%d", stage, phase, mb);
     else
         snprintf(name, n, "%s", phase);
+}
+
+/* The transfer a SEND or RECV span belongs to, as one id: direction,
+ * sender, receiver, the sending stage, microbatch, step, attempt (a RECV_F
+ * of stage s was sent by stage s - 1, a RECV_B by stage s + 1). -1 for other
+ * spans and for comm spans missing a field. */
+static int64_t flow_of(const char *phase, int rank, int has_peer, int peer, int has_mb, int mb, int has_stage,
+                       int stage, int step, int attempt) {
+    int send = strncmp(phase, "SEND_", 5) == 0, recv = strncmp(phase, "RECV_", 5) == 0;
+    if ((!send && !recv) || !has_peer || !has_mb || !has_stage) return -1;
+    int fwd = phase[5] == 'F';
+    int64_t key[] = {fwd, send ? rank : peer, send ? peer : rank, send ? stage : fwd ? stage - 1 : stage + 1, mb, step,
+                     attempt};
+    uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < sizeof key / sizeof key[0]; i++) { /* splitmix64 over the fields */
+        h ^= (uint64_t)key[i];
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ull;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebull;
+        h ^= h >> 31;
+    }
+    return (int64_t)(h >> 1); /* never -1 */
 }
 
 static int lane_tid(int rank, int ln) {
@@ -286,6 +312,19 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         if (sqlite3_column_type(st, 8) != SQLITE_NULL)
             fprintf(out, ",\"bytes\":%lld", (long long)sqlite3_column_int64(st, 8));
         fprintf(out, "}}");
+        int64_t flow = gpu ? -1
+                           : flow_of(phase, rank, sqlite3_column_type(st, 7) != SQLITE_NULL, sqlite3_column_int(st, 7),
+                                     has_mb, mb, has_stage, stage, step, sqlite3_column_int(st, 9));
+        if (flow >= 0) {
+            /* Inside the span: its middle (SEND), its last ns (RECV: the
+             * data is there when it ends). */
+            int send = phase[0] == 'S';
+            fprintf(out, ",\n{\"ph\":\"%s\",%s\"id\":\"%llx\",\"cat\":\"flow\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
+                    send ? "s" : "f", send ? "" : "\"bp\":\"e\",", (unsigned long long)flow,
+                    phase[5] == 'F' ? "activation" : "gradient", r->node, lane_tid(rank, ln));
+            put_us(out, (send ? s + (e - s) / 2 : e > s ? e - 1 : s) - t0);
+            fputc('}', out);
+        }
     }
     sqlite3_finalize(st);
     st = NULL;

@@ -345,3 +345,97 @@ Test(db_export, kernels_get_a_thread_per_rank_and_stream_with_their_op) {
     free(text);
     unlink(db);
 }
+
+/* One end of a transfer: the X event of a SEND or RECV span. */
+typedef struct comm_span {
+    int pid, tid, send, fwd, step, mb, stage, peer;
+    double ts, end;
+} comm_span;
+
+/* The comm span on (pid, tid) whose time holds ts, or NULL. */
+static const comm_span *enclosing(const comm_span *c, int n, int pid, int tid, double ts) {
+    for (int i = 0; i < n; i++)
+        if (c[i].pid == pid && c[i].tid == tid && ts >= c[i].ts - 5e-4 && ts <= c[i].end + 5e-4) return &c[i];
+    return NULL;
+}
+
+/* Every SEND span starts a flow that ends in the RECV span of the same
+ * boundary tensor: the sender's peer is the receiver and back, same step
+ * and microbatch, the receiving stage next to the sending one. */
+static void check_flows(const char *sched, const char *extra) {
+    char db[256], json[300], cmd[2048];
+    fixture_tmp_path(db, sizeof db, "export-flows");
+    snprintf(json, sizeof json, "%s.json", db);
+    snprintf(cmd, sizeof cmd,
+             "%s run --nproc-per-node 2 --schedule %s %s --microbatches 4 --steps 2 --model "
+             "timed:f=1ms,b=1ms,w=1ms,act=4KiB --db %s --progress off >/dev/null 2>&1 && %s export --db %s --job 1 "
+             "--format chrome --out %s",
+             PPRUN_BIN, sched, extra, db, PPRUN_BIN, db, json);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char *text = slurp(json);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "the export with flows is valid JSON");
+    cJSON *evs = cJSON_GetObjectItem(root, "traceEvents"), *e;
+    static comm_span c[512];
+    int n = 0, sends = 0, recvs = 0;
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") != 0 ||
+            strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, "comm") != 0)
+            continue;
+        cr_assert_lt(n, 512);
+        cJSON *a = cJSON_GetObjectItem(e, "args");
+        const char *phase = cJSON_GetObjectItem(a, "phase")->valuestring;
+        double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
+        c[n] = (comm_span){cJSON_GetObjectItem(e, "pid")->valueint, cJSON_GetObjectItem(e, "tid")->valueint,
+                           phase[0] == 'S', phase[5] == 'F', cJSON_GetObjectItem(a, "step")->valueint,
+                           cJSON_GetObjectItem(a, "microbatch")->valueint, cJSON_GetObjectItem(a, "stage")->valueint,
+                           cJSON_GetObjectItem(a, "peer")->valueint, ts, ts + cJSON_GetObjectItem(e, "dur")->valuedouble};
+        sends += c[n].send;
+        recvs += !c[n].send;
+        n++;
+    }
+    cr_assert_gt(sends, 0, "%s has transfers", sched);
+    cr_assert_eq(sends, recvs);
+    int starts = 0, ends = 0;
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        if (strcmp(ph, "s") != 0) continue;
+        starts++;
+        const char *id = cJSON_GetObjectItem(e, "id")->valuestring;
+        const comm_span *s = enclosing(c, n, cJSON_GetObjectItem(e, "pid")->valueint,
+                                       cJSON_GetObjectItem(e, "tid")->valueint, cJSON_GetObjectItem(e, "ts")->valuedouble);
+        cr_assert(s && s->send, "%s: flow %s starts inside a SEND span", sched, id);
+        const comm_span *r = NULL;
+        int matches = 0;
+        cJSON *f;
+        cJSON_ArrayForEach(f, evs) {
+            if (strcmp(cJSON_GetObjectItem(f, "ph")->valuestring, "f") != 0 ||
+                strcmp(cJSON_GetObjectItem(f, "id")->valuestring, id) != 0)
+                continue;
+            matches++;
+            cr_assert_str_eq(cJSON_GetObjectItem(f, "bp")->valuestring, "e", "bound to the enclosing RECV span");
+            cr_assert_str_eq(cJSON_GetObjectItem(f, "name")->valuestring, cJSON_GetObjectItem(e, "name")->valuestring);
+            r = enclosing(c, n, cJSON_GetObjectItem(f, "pid")->valueint, cJSON_GetObjectItem(f, "tid")->valueint,
+                          cJSON_GetObjectItem(f, "ts")->valuedouble);
+        }
+        cr_assert_eq(matches, 1, "%s: flow %s has one end", sched, id);
+        cr_assert(r && !r->send, "%s: flow %s ends inside a RECV span", sched, id);
+        cr_assert(r->fwd == s->fwd && r->step == s->step && r->mb == s->mb, "%s: one tensor", sched);
+        cr_assert_eq(s->peer, r->tid / 16, "%s: the SEND's peer receives", sched);
+        cr_assert_eq(r->peer, s->tid / 16, "%s: the RECV's peer sent", sched);
+        cr_assert_eq(r->stage, s->stage + (s->fwd ? 1 : -1), "%s: the next stage receives", sched);
+    }
+    cJSON_ArrayForEach(e, evs) ends += strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "f") == 0;
+    cr_assert_eq(starts, sends, "%s: a flow per transfer", sched);
+    cr_assert_eq(ends, recvs);
+    cJSON_Delete(root);
+    free(text);
+    unlink(json);
+    fixture_tmp_path(db, sizeof db, "export-flows"); /* removes the database */
+}
+
+Test(db_export, each_transfer_is_a_flow_from_its_send_to_its_recv, .timeout = 120) {
+    check_flows("1f1b", "");
+    check_flows("interleaved-1f1b", "--virtual-stages 2");
+    check_flows("zb-v", "");
+}
