@@ -418,6 +418,51 @@ Test(web, plan_has_every_action_and_the_simulated_bubble) {
     cJSON_Delete(j);
 }
 
+/* Steps 1 and 2 (step 0 pays for start-up): every number the fixture makes exact. */
+Test(web, summary_holds_a_job_in_a_few_numbers) {
+    cJSON *j = get_json("/api/jobs/1/summary", 200);
+    cr_assert_eq(num(j, "from_step"), 1);
+    cr_assert_eq(num(j, "steps"), 2);
+    cr_assert_eq(num(j, "step_time_ns"), FIXTURE_STEP_SPAN_NS);
+    cr_assert_float_eq(num(j, "bubble_ratio"), 6.0 / 30.5, 1e-12);
+    cJSON *br = cJSON_GetObjectItem(j, "bubble_ratio_by_rank");
+    cr_assert_eq(cJSON_GetArraySize(br), 4);
+    for (int r = 0; r < 4; r++) cr_assert_float_eq(cJSON_GetArrayItem(br, r)->valuedouble, 6.0 / 30.5, 1e-12);
+    cr_assert_float_eq(num(j, "sim_bubble_ratio"), 6.0 / 30, 1e-12);
+    cJSON *by = cJSON_GetObjectItem(j, "idle_ns_by_cause");
+    double total = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, by) total += c->valuedouble;
+    cr_assert_eq(total, 2 * 4 * 6e6, "two steps of 6 ms idle per rank");
+    cr_assert_eq(num(by, "warmup"), 2 * 6e6);
+    cr_assert_eq(num(j, "loss_step"), 2);
+    double want = 0;
+    for (int m = 0; m < 8; m++) want += fixture_loss(2, m) / 8;
+    cr_assert_float_eq(num(j, "loss"), want, 1e-12);
+    cJSON_Delete(j);
+    cJSON_Delete(get_json("/api/jobs/9/summary", 404));
+}
+
+/* No step yet: nulls, not zeros; one step: step 0 is all there is. */
+Test(web_summary, a_job_without_steps_then_with_only_step_0, .timeout = 60) {
+    start_with(0, "running", (http_options){.conn_timeout_s = 2});
+    cJSON *j = get_json("/api/jobs/1/summary", 200);
+    cr_assert_eq(num(j, "steps"), 0);
+    static const char *const nulls[] = {"step_time_ns", "bubble_ratio", "loss_step", "loss"};
+    for (int i = 0; i < 4; i++) cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, nulls[i])), "%s is null", nulls[i]);
+    cr_assert(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "bubble_ratio_by_rank"), 0)));
+    cr_assert_float_eq(num(j, "sim_bubble_ratio"), 6.0 / 30, 1e-12, "the plan is there before any step");
+    cJSON_Delete(j);
+    teardown();
+    start_with(1, "running", (http_options){.conn_timeout_s = 2});
+    j = get_json("/api/jobs/1/summary", 200);
+    cr_assert_eq(num(j, "from_step"), 0);
+    cr_assert_eq(num(j, "steps"), 1);
+    cr_assert_eq(num(j, "loss_step"), 0);
+    cJSON_Delete(j);
+    teardown();
+}
+
 Test(web, trace_json_has_one_complete_event_per_traced_op) {
     sqlite3 *db;
     cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);

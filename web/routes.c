@@ -6,6 +6,7 @@
  * rows of numbers, not objects, so a window of 20,000 events stays under
  * 1 MB. */
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -898,30 +899,21 @@ static void route_trace(sqlite3 *db, const job_info *j, http_reply *r) {
     r->len = len;
 }
 
-static void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
+/* The plan's simulated times: each rank's busy time (busy[world]) and the
+ * makespan; each row also into rows when given. Returns 1 when every
+ * action has simulated times, 0 when some or all lack them (or there is no
+ * plan), -1 on a database error (r filled). */
+static int plan_read(sqlite3 *db, const job_info *j, jw *rows, int64_t *busy, int64_t *makespan, http_reply *r) {
     sqlite3_stmt *st = prep(db,
                             "SELECT rank, slot, action, stage, phase, microbatch, sim_start_ns AS sim_start, "
                             "sim_end_ns AS sim_end FROM plan WHERE job_id=?1 ORDER BY rank, slot",
                             r);
-    if (!st) return;
+    if (!st) return -1;
     sqlite3_bind_int64(st, 1, j->id);
-    int64_t *busy = calloc((size_t)j->world, sizeof *busy);
-    if (!busy) {
-        sqlite3_finalize(st);
-        http_error(r, 500, "out of memory");
-        return;
-    }
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     int simulated = 1, n = 0;
-    jw w;
-    jw_init(&w);
-    jw_obj(&w);
-    jw_kint(&w, "job", j->id);
-    jw_kint(&w, "world_size", j->world);
-    jw_key(&w, "actions");
-    jw_arr(&w);
     while (sqlite3_step(st) == SQLITE_ROW) {
-        row_object(&w, st);
+        if (rows) row_object(rows, st);
         n++;
         int rank = sqlite3_column_int(st, 0);
         if (sqlite3_column_type(st, 6) == SQLITE_NULL || sqlite3_column_type(st, 7) == SQLITE_NULL) {
@@ -934,19 +926,169 @@ static void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
         if (rank >= 0 && rank < j->world) busy[rank] += e - s;
     }
     sqlite3_finalize(st);
+    *makespan = simulated && n > 0 ? hi - lo : 0;
+    return simulated && n > 0;
+}
+
+static double sim_bubble(int64_t busy, int64_t makespan) { return makespan > 0 ? 1.0 - (double)busy / (double)makespan : 0; }
+
+static void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
+    int64_t *busy = calloc((size_t)j->world, sizeof *busy), makespan;
+    if (!busy) {
+        http_error(r, 500, "out of memory");
+        return;
+    }
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    jw_kint(&w, "world_size", j->world);
+    jw_key(&w, "actions");
+    jw_arr(&w);
+    int simulated = plan_read(db, j, &w, busy, &makespan, r);
     jw_arr_end(&w);
     jw_key(&w, "simulated");
-    jw_bool(&w, simulated && n > 0);
-    if (simulated && n > 0) {
-        jw_kint(&w, "sim_makespan_ns", hi - lo);
+    jw_bool(&w, simulated > 0);
+    if (simulated > 0) {
+        jw_kint(&w, "sim_makespan_ns", makespan);
         jw_key(&w, "sim_bubble_ratio");
         jw_arr(&w);
-        for (int k = 0; k < j->world; k++) jw_num(&w, hi > lo ? 1.0 - (double)busy[k] / (double)(hi - lo) : 0);
+        for (int k = 0; k < j->world; k++) jw_num(&w, sim_bubble(busy[k], makespan));
         jw_arr_end(&w);
     }
     jw_obj_end(&w);
     free(busy);
+    if (simulated >= 0) http_json(r, &w);
+    jw_free(&w); /* empty once sent */
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The job in a few numbers, to hold jobs side by side: over the complete
+ * steps from from_step on (1 once there is a step 1: step 0 pays for
+ * start-up), the median step time, the bubble ratio (mean, and per rank),
+ * the idle time by cause; the plan's simulated bubble ratio; the mean loss
+ * of the latest step with losses. */
+static void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
+    int64_t *busy = calloc((size_t)j->world, sizeof *busy), *times = NULL, makespan = 0;
+    double *by_rank = NULL;
+    sqlite3_stmt *st = NULL;
+    jw w;
+    jw_init(&w);
+    if (!busy) {
+        http_error(r, 500, "out of memory");
+        return;
+    }
+    int simulated = plan_read(db, j, NULL, busy, &makespan, r);
+    if (simulated < 0) goto out;
+    if (!(st = prep(db, "SELECT max(step) > 0 FROM step_stats WHERE job_id=?1", r))) goto out;
+    sqlite3_bind_int64(st, 1, j->id);
+    int from = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    jw_kint(&w, "from_step", from);
+
+    /* Complete steps: count, median time, mean bubble ratio. */
+    if (!(st = prep(db, "SELECT c.end_ns - c.start_ns, c.bubble_ratio_mean FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ") c",
+                    r)))
+        goto out;
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int(st, 2, from);
+    size_t n = 0, cap = 0;
+    double bubble = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (n == cap) {
+            int64_t *t = realloc(times, (cap = cap ? 2 * cap : 256) * sizeof *t);
+            if (!t) {
+                http_error(r, 500, "out of memory");
+                goto out;
+            }
+            times = t;
+        }
+        times[n++] = sqlite3_column_int64(st, 0);
+        bubble += sqlite3_column_double(st, 1);
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    qsort(times, n, sizeof *times, cmp_i64);
+    jw_kint(&w, "steps", (int64_t)n);
+    jw_key(&w, "step_time_ns");
+    if (n) jw_int(&w, n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2);
+    else jw_null(&w);
+    jw_key(&w, "bubble_ratio");
+    if (n) jw_num(&w, bubble / (double)n);
+    else jw_null(&w);
+
+    if (!(st = prep(db, "SELECT rank, avg(bubble_ratio) FROM step_stats WHERE job_id=?1 AND step>=?2 GROUP BY rank", r)))
+        goto out;
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int(st, 2, from);
+    if (!(by_rank = malloc((size_t)j->world * sizeof *by_rank))) {
+        http_error(r, 500, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < j->world; k++) by_rank[k] = NAN;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int k = sqlite3_column_int(st, 0);
+        if (k >= 0 && k < j->world) by_rank[k] = sqlite3_column_double(st, 1);
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    jw_key(&w, "bubble_ratio_by_rank");
+    jw_arr(&w);
+    for (int k = 0; k < j->world; k++) jw_num(&w, by_rank[k]);
+    jw_arr_end(&w);
+
+    jw_key(&w, "sim_bubble_ratio");
+    if (simulated) {
+        double sum = 0;
+        for (int k = 0; k < j->world; k++) sum += sim_bubble(busy[k], makespan);
+        jw_num(&w, sum / j->world);
+    } else {
+        jw_null(&w);
+    }
+
+    if (!(st = prep(db, "SELECT cause, sum(end_ns - start_ns) FROM gaps WHERE job_id=?1 AND step>=?2 GROUP BY cause", r)))
+        goto out;
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int(st, 2, from);
+    int64_t by_cause[CAUSE_COUNT + 1] = {0}; /* the last: unknown causes */
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int k = analyze_cause_of((const char *)sqlite3_column_text(st, 0));
+        by_cause[k < 0 ? CAUSE_COUNT : k] += sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    jw_key(&w, "idle_ns_by_cause");
+    jw_obj(&w);
+    for (int k = 0; k < CAUSE_COUNT; k++) jw_kint(&w, analyze_causes[k], by_cause[k]);
+    jw_obj_end(&w);
+
+    if (!(st = prep(db,
+                    "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM (SELECT max(step) AS step FROM losses "
+                    "WHERE job_id=?1) s WHERE s.step IS NOT NULL",
+                    r)))
+        goto out;
+    sqlite3_bind_int64(st, 1, j->id);
+    int has_loss = sqlite3_step(st) == SQLITE_ROW;
+    jw_key(&w, "loss_step");
+    if (has_loss) jw_int(&w, sqlite3_column_int64(st, 0));
+    else jw_null(&w);
+    jw_key(&w, "loss");
+    if (has_loss && sqlite3_column_type(st, 1) != SQLITE_NULL) jw_num(&w, sqlite3_column_double(st, 1));
+    else jw_null(&w);
+    jw_obj_end(&w);
     http_json(r, &w);
+out:
+    sqlite3_finalize(st);
+    free(busy);
+    free(times);
+    free(by_rank);
+    jw_free(&w); /* empty once sent */
 }
 
 /* ---- POST /api/sql --------------------------------------------------------- */
@@ -1054,7 +1196,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
             }
         }
     }
-    static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "trace.json", NULL};
+    static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "summary", "trace.json", NULL};
     if (!rest || index_of(known, what) < 0) {
         http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
         return;
@@ -1077,6 +1219,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         else if (!strcmp(what, "steps")) route_steps(db, c, &j, r);
         else if (!strcmp(what, "gaps")) route_gaps(db, c, &j, r);
         else if (!strcmp(what, "trace.json")) route_trace(db, &j, r);
+        else if (!strcmp(what, "summary")) route_summary(db, &j, r);
         else route_plan(db, &j, r);
     }
     dbpool_put(&s->pool, db);
