@@ -818,6 +818,7 @@ function setupInteraction() {
     document.querySelectorAll('.tab').forEach((x) => x.classList.toggle('active', x === b));
     document.querySelectorAll('.tab-page').forEach((p) => { p.hidden = p.id !== 'tab-' + b.dataset.tab; });
     if (b.dataset.tab === 'timeline') { scheduleDraw(); drawCharts(); }
+    if (b.dataset.tab === 'jobs') showJobs().catch((e) => { $('jobs-info').textContent = 'error: ' + e.message; });
   });
   $('sql-run').onclick = runSql;
   $('sql-text').addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) runSql(); });
@@ -836,6 +837,51 @@ function stepBy(d) {
   const cur = S.step != null ? S.step : S.steps[0].step - d;
   const s = S.stepAt.get(cur + d);
   if (s && s.start != null) showStep(s.step);
+}
+
+// ---- jobs side by side ------------------------------------------------------------
+
+const JOBS_COMPARED = 50; // the newest; each costs a /summary request
+
+async function showJobs() {
+  const info = $('jobs-info'), tbl = $('jobs-table');
+  const jobs = S.jobs.slice(0, JOBS_COMPARED);
+  info.textContent = 'loading…';
+  const sums = await Promise.all(jobs.map((j) => api(`/api/jobs/${j.id}/summary`).catch((e) => ({ error: e.message }))));
+  const pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
+  const cols = ['job', 'name', 'status', 'schedule', 'ranks', 'microbatches', 'device', 'steps', 'step time',
+    'bubble', 'planned', 'bubble vs plan', 'idle mostly', 'loss'];
+  tbl.innerHTML = '';
+  const head = tbl.createTHead().insertRow();
+  for (const c of cols) { const th = document.createElement('th'); th.textContent = c; head.appendChild(th); }
+  const body = tbl.createTBody();
+  jobs.forEach((j, i) => {
+    const s = sums[i], tr = body.insertRow();
+    tr.dataset.job = j.id;
+    tr.onclick = () => { document.querySelector('.tab[data-tab=timeline]').click(); openJob(j.id); };
+    const idle = s.idle_ns_by_cause || {}, total = Object.values(idle).reduce((a, b) => a + b, 0);
+    const top = Object.keys(idle).reduce((a, k) => (a == null || idle[k] > idle[a] ? k : a), null);
+    const cells = [j.id, j.name, j.status, j.schedule + (j.virtual_stages > 1 ? ` (v=${j.virtual_stages})` : ''), j.world_size,
+      j.microbatches, j.device, s.error ? s.error : s.steps, s.step_time_ns == null ? '–' : fmtMs(s.step_time_ns),
+      pct(s.bubble_ratio), pct(s.sim_bubble_ratio), null,
+      total > 0 ? `${top} ${(100 * idle[top] / total).toFixed(0)}%` : '–', s.loss == null ? '–' : s.loss.toFixed(4)];
+    cells.forEach((v, k) => {
+      const td = tr.insertCell();
+      if (k === 11) {
+        td.className = 'bars';
+        for (const [x, cls] of [[s.bubble_ratio, ''], [s.sim_bubble_ratio, 'plan']]) {
+          const bar = document.createElement('i');
+          bar.className = cls; bar.style.width = (100 * Math.min(1, x || 0)).toFixed(1) + '%';
+          td.appendChild(bar);
+        }
+      } else {
+        td.textContent = String(v);
+        if (typeof v === 'number') td.className = 'num';
+      }
+    });
+  });
+  info.textContent = `${jobs.length} job${jobs.length === 1 ? '' : 's'}` + (S.jobs.length > jobs.length ? ` (the newest ${jobs.length})` : '');
+  window.__pprun.jobsShown = jobs.length;
 }
 
 async function runSql() {
@@ -861,7 +907,7 @@ async function runSql() {
 // ---- test hook -------------------------------------------------------------------
 
 window.__pprun = {
-  ready: false, drawn: null, lossPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null,
+  ready: false, drawn: null, lossPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null, jobsShown: null,
   state: S,
   showStep: (s) => showStep(s),
   // Page coordinates of the centre of a drawn block, for hovering in tests.

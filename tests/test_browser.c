@@ -3,8 +3,9 @@
  * canvas draws every F, B and W block of the step per rank, hovering shows
  * the tooltip, the loss chart has a point per step, the SQL tab shows rows;
  * for a running job, steps appended by another writer appear without a
- * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none; a
- * job of 30,000 steps opens with thinned charts. Screenshots are kept in the
+ * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none; the
+ * Jobs tab holds both side by side; a job of 30,000 steps opens with thinned
+ * charts. Screenshots are kept in the
  * build directory. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -191,6 +192,31 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuKernels")), "and asks for no kernels");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors");
     cr_assert_eq(access(shot, R_OK), 0);
+    /* The Jobs tab: newest first; job 1's numbers from step 1 on. */
+    cJSON *head = cJSON_GetObjectItem(j, "jobsHead"), *rows = cJSON_GetObjectItem(j, "jobsRows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 2, "a row per job");
+    static const char *const names[] = {"job", "steps", "step time", "bubble", "planned", "idle mostly", "loss", NULL};
+    int col[7], ncol = cJSON_GetArraySize(head);
+    for (int k = 0; names[k]; k++) {
+        col[k] = -1;
+        for (int c = 0; c < ncol; c++)
+            if (!strcmp(cJSON_GetArrayItem(head, c)->valuestring, names[k])) col[k] = c;
+        cr_assert_geq(col[k], 0, "a column %s", names[k]);
+    }
+    cJSON *r1 = cJSON_GetArrayItem(rows, 1);
+#define CELL(row, k) cJSON_GetArrayItem(row, col[k])->valuestring
+    cr_assert_str_eq(CELL(cJSON_GetArrayItem(rows, 0), 0), "2", "newest first");
+    cr_assert_str_eq(CELL(r1, 0), "1");
+    cr_assert_str_eq(CELL(r1, 1), "1", "one step after step 0");
+    cr_assert_str_eq(CELL(r1, 2), "30.50 ms");
+    cr_assert_str_eq(CELL(r1, 3), "19.7%", "6 / 30.5 ms idle");
+    cr_assert_str_eq(CELL(r1, 4), "20.0%", "the plan: 6 / 30 ms");
+    cr_assert_str_eq(CELL(r1, 5), "wait_gradient 50%", "12 of the 24 idle ms");
+    double loss = 0;
+    for (int m = 0; m < FIXTURE_MB; m++) loss += fixture_loss(1, m) / FIXTURE_MB;
+    cr_assert_float_eq(atof(CELL(r1, 6)), loss, 5e-5);
+#undef CELL
+    cr_assert_eq(jnum(j, "openedFromJobs"), 2, "a click on a row opens the job");
     cJSON_Delete(j);
 }
 

@@ -116,6 +116,15 @@ try {
     out.cpuDrawn = await page.evaluate(() => window.__pprun.drawn);
     out.cpuLane = await page.evaluate(() => window.__pprun.gpuLaneAt(0, 6e6, false));
     out.cpuKernels = await page.evaluate(() => window.__pprun.lastKernels);
+    // The Jobs tab: both jobs side by side; a click opens one in the timeline.
+    await page.click('button[data-tab=jobs]');
+    await page.waitForFunction(() => window.__pprun.jobsShown === 2, null, { timeout: 10000 });
+    out.jobsHead = await page.$$eval('#jobs-table thead th', (th) => th.map((t) => t.textContent));
+    out.jobsRows = await page.$$eval('#jobs-table tbody tr', (trs) => trs.map((tr) => [...tr.cells].map((td) => td.textContent)));
+    await page.click('#jobs-table tbody tr[data-job="2"]');
+    await page.waitForFunction(() => window.__pprun.state.info && window.__pprun.state.info.job.id === 2 &&
+      !document.getElementById('tab-timeline').hidden, null, { timeout: 10000 });
+    out.openedFromJobs = await page.evaluate(() => window.__pprun.state.info.job.id);
   } else if (mode === 'long') {
     // Every step loaded; the charts drawn thinned, the extremes kept.
     out.steps = await page.evaluate(() => window.__pprun.state.steps.length);
