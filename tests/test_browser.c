@@ -71,6 +71,24 @@ static double jnum(const cJSON *o, const char *key) {
     return v->valuedouble;
 }
 
+/* Serves db (`pprun serve`), runs the browser script's mode against it with
+ * the screenshot browser-<mode>.png in the build directory, stops the
+ * server and removes db; returns the script's JSON. */
+static cJSON *browse(const char *db, const char *mode, const char *ready) {
+    char dir[PATH_MAX], shot[PATH_MAX + 64];
+    int port;
+    int pid = webclient_start_serve(db, NULL, &port);
+    cr_assert_gt(pid, 0);
+    build_dir(dir, sizeof dir);
+    snprintf(shot, sizeof shot, "%s/browser-%s.png", dir, mode);
+    cJSON *j = run_node(mode, port, shot, ready, pid);
+    kill(pid, SIGTERM);
+    waitpid(pid, NULL, 0);
+    unlink(db);
+    cr_assert_eq(access(shot, R_OK), 0, "screenshot kept at %s", shot);
+    return j;
+}
+
 static int ints_all(const cJSON *arr, int want) {
     const cJSON *v;
     int n = 0;
@@ -83,19 +101,11 @@ static int ints_all(const cJSON *arr, int want) {
 
 Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     require_playwright();
-    char db[256], dir[PATH_MAX], shot[PATH_MAX + 64];
+    char db[256];
     pp_err err;
     fixture_tmp_path(db, sizeof db, "browser");
     cr_assert_eq(fixture_create(db, 3, "succeeded", &err), 0, "%s", err.msg);
-    int port;
-    int pid = webclient_start_serve(db, NULL, &port);
-    cr_assert_gt(pid, 0);
-    build_dir(dir, sizeof dir);
-    snprintf(shot, sizeof shot, "%s/browser-finished.png", dir);
-    cJSON *j = run_node("finished", port, shot, NULL, pid);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
-    unlink(db);
+    cJSON *j = browse(db, "finished", NULL);
 
     cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
     cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "F"), 8), 4, "8 F blocks on each of the 4 ranks");
@@ -132,7 +142,6 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "errors"))
         cr_assert(strstr(e->valuestring, "Failed to load resource") && (strstr(e->valuestring, "403") || strstr(e->valuestring, "404")),
                   "page error: %s", e->valuestring);
-    cr_assert_eq(access(shot, R_OK), 0, "screenshot kept at %s", shot);
     cJSON_Delete(j);
 }
 
@@ -142,20 +151,12 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
  * to the CPU job takes the lanes away. */
 Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180) {
     require_playwright();
-    char db[256], dir[PATH_MAX], shot[PATH_MAX + 64];
+    char db[256];
     pp_err err;
     fixture_tmp_path(db, sizeof db, "browser-gpu");
     cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
-    int port;
-    int pid = webclient_start_serve(db, NULL, &port);
-    cr_assert_gt(pid, 0);
-    build_dir(dir, sizeof dir);
-    snprintf(shot, sizeof shot, "%s/browser-gpu.png", dir);
-    cJSON *j = run_node("gpu", port, shot, NULL, pid);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
-    unlink(db);
+    cJSON *j = browse(db, "gpu", NULL);
 
     cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(drawn, "gpuLane")));
@@ -191,7 +192,6 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuLane")));
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuKernels")), "and asks for no kernels");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors");
-    cr_assert_eq(access(shot, R_OK), 0);
     /* The Jobs tab: newest first; job 1's numbers from step 1 on. */
     cJSON *head = cJSON_GetObjectItem(j, "jobsHead"), *rows = cJSON_GetObjectItem(j, "jobsRows");
     cr_assert_eq(cJSON_GetArraySize(rows), 2, "a row per job");
@@ -243,25 +243,17 @@ static void *writer(void *p) {
 
 Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     require_playwright();
-    char db[256], dir[PATH_MAX], shot[PATH_MAX + 64], ready[300];
+    char db[256], ready[300];
     pp_err err;
     fixture_tmp_path(db, sizeof db, "browser-live");
     cr_assert_eq(fixture_create(db, 2, "running", &err), 0, "%s", err.msg);
     snprintf(ready, sizeof ready, "/tmp/pprun-browser-ready-%d", (int)getpid());
     unlink(ready);
-    int port;
-    int pid = webclient_start_serve(db, NULL, &port);
-    cr_assert_gt(pid, 0);
-    build_dir(dir, sizeof dir);
-    snprintf(shot, sizeof shot, "%s/browser-live.png", dir);
     writer_arg a = {db, ready, 0};
     pthread_t t;
     pthread_create(&t, NULL, writer, &a);
-    cJSON *j = run_node("live", port, shot, ready, pid);
+    cJSON *j = browse(db, "live", ready);
     pthread_join(t, NULL);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
-    unlink(db);
     unlink(ready);
     cr_assert(a.ok, "the writer appended its steps");
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "follow")), "a running job opens in follow-live mode");
@@ -277,7 +269,6 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     cJSON *plan = cJSON_GetObjectItem(j, "plan");
     cr_assert_eq(jnum(plan, "anchor"), 4, "the plan is aligned to the running step in view");
     cr_assert_eq(jnum(plan, "drawn"), 96, "all of its 96 actions are drawn");
-    cr_assert_eq(access(shot, R_OK), 0);
     cJSON_Delete(j);
 }
 
@@ -286,7 +277,7 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
  * spike, the per-rank bars show a step. */
 Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240) {
     require_playwright();
-    char db[256], dir[PATH_MAX], shot[PATH_MAX + 64];
+    char db[256];
     pp_err err;
     fixture_tmp_path(db, sizeof db, "browser-long");
     cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
@@ -295,15 +286,7 @@ Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240)
     cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(h, "UPDATE losses SET loss = 50 WHERE step = 12345", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(h);
-    int port;
-    int pid = webclient_start_serve(db, NULL, &port);
-    cr_assert_gt(pid, 0);
-    build_dir(dir, sizeof dir);
-    snprintf(shot, sizeof shot, "%s/browser-long.png", dir);
-    cJSON *j = run_node("long", port, shot, NULL, pid);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
-    unlink(db);
+    cJSON *j = browse(db, "long", NULL);
     char *text = cJSON_PrintUnformatted(j);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no script errors: %s", text);
     cr_assert_eq(jnum(j, "steps"), 30000, "every step loaded: %s", text);
