@@ -181,8 +181,9 @@ async function loadSteps(id) {
   }
 }
 
-// Steps arrive in order but twice (history and live): O(1) for each, so
-// that a job of 100,000 steps opens in a moment.
+// Steps arrive in order, some twice (history and live): an index by number
+// and an append make each merge O(1), so a job of 100,000 steps opens in a
+// moment (one out of order is inserted where it belongs).
 function mergeStep(s) {
   const old = S.stepAt.get(s.step);
   if (old) { Object.assign(old, s); return; }
@@ -306,7 +307,7 @@ function followLatest(end) {
     for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] >= S.view.from - span) st.push([S.ev.id[i], S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
     S.ev = st;
   }
-  if (S.step != null) setStep(null);
+  setStep(null);
   if (!S.ev.n && S.job) fetchWindow();
   scheduleDraw();
 }
