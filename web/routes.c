@@ -1014,7 +1014,7 @@ static void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     }
     sqlite3_finalize(st);
     st = NULL;
-    qsort(times, n, sizeof *times, cmp_i64);
+    if (n) qsort(times, n, sizeof *times, cmp_i64); /* times is NULL when n is 0 */
     jw_kint(&w, "steps", (int64_t)n);
     jw_key(&w, "step_time_ns");
     if (n) jw_int(&w, n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2);
