@@ -43,6 +43,7 @@ typedef struct world {
     int n;
     const char *bus[MAXW]; /* PCI bus id device 0 of each rank reports (devcomm_cudastub.c) */
     const char *uuid[MAXW]; /* NULL: the UUID follows the bus id; else a MIG instance's */
+    const char *raw_device[MAXW]; /* set: the rank only publishes this as its device (another pprun version) */
     int device;            /* every rank's device; needs PPRUN_STUB_DEVICES > device */
     int node[MAXW];
     const char *transport; /* devcomm's */
@@ -178,6 +179,11 @@ static int rank_main(comm *host, int rank, void *argp, pp_err *rep) {
     rank_device = w->device;
     rank_ctx r = {.rank = rank, .n = w->n, .host = host};
     r.cfg = (devcomm_config){.host = host, .device = w->device, .transport = w->transport};
+    if (w->raw_device[rank]) {
+        char key[320];
+        snprintf(key, sizeof key, DC_KEY_DEV, host->job_key, rank);
+        return dc_ex_put(&r.cfg, key, w->raw_device[rank], strlen(w->raw_device[rank]), rep);
+    }
     if (devcomm_open(&r.cfg, &r.d, rep) < 0) return -1;
     int rc = a->fn(&r, rep);
     pp_err e;
@@ -752,6 +758,15 @@ static void sc_forced(const char *name) {
     expect_all_ok(name, &mig, &res);
     mig.transport = "cuda-ipc";
     open_fails(name, &mig, (const char *const[]){"cuda-ipc is for ranks that share a GPU", "two MIG instances of one GPU", NULL});
+    /* a device published by another pprun version (bus id only), or garbled */
+    static const char *const garbled[] = {"bus=0000:3b:00.0", "uuid=0123 bus=0000:3b:00.0",
+                                          "uuid=0123456789abcdef0123456789ABCDEF bus=x"};
+    for (int i = 0; i < 3; i++) {
+        world old = {.n = 2, .bus = {"0000:3b:00.0", "0000:3b:00.0"}, .raw_device = {NULL, garbled[i]}};
+        run_world(&old, nothing, &res);
+        expect(res.code[0] == 1 && strstr(res.rep[0], "malformed device of rank 1") && strstr(res.rep[0], garbled[i]),
+               name, "rank 0: %s", res.rep[0]);
+    }
 }
 
 /* NCCL_COMM_ID would give every pair communicator one bootstrap root:

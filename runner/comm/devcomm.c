@@ -139,7 +139,10 @@ static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
         }
         val[len < sizeof val - 1 ? len : sizeof val - 1] = '\0';
         if (parse_device(val, &dev[r]) < 0) {
-            pp_fail(err, "devcomm: malformed device of rank %d (key %s): '%.80s'", r, key, val);
+            pp_fail(err,
+                    "devcomm: malformed device of rank %d (key %s): '%.80s' (expected uuid=<32 hex digits> "
+                    "bus=<PCI bus id>: does every node run the same pprun?)",
+                    r, key, val);
             goto out;
         }
     }
