@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "launch_testutil.h"
 #include "runner/pipe/sched.h"
 
 #define OP_MS 4
@@ -227,7 +228,7 @@ static void two_nodes(const char *addr, const char *env) {
     snprintf(common, sizeof common,
              "--nnodes 2 --nproc-per-node 2 --master-addr %s --master-port %d --schedule 1f1b "
              "--microbatches 4 --steps 2 --model " TIMED " --progress off --db %s/nodes.db --rdzv-timeout 30",
-             addr, 20000 + (int)(getpid() % 20000), tmpdir);
+             addr, lt_free_port(), tmpdir);
     int rc = sh("%s %s run --node-rank 0 %s & %s PPRUN_TEST_CLOCK_SKEW_NS=3000000000 %s run --node-rank 1 %s; "
                 "s1=$?; wait %%1; s0=$?; exit $((s0 | s1))",
                 env, PPRUN_BIN, common, env, PPRUN_BIN, common);
