@@ -1,0 +1,38 @@
+/* routes.h: what the route files of web/ share (routes.c dispatches;
+ * routes_timeline.c serves the events window, kernels and gaps;
+ * routes_steps.c the steps, plan, summary and Chrome trace). Not for use
+ * outside web/. */
+#ifndef PP_WEB_ROUTES_H
+#define PP_WEB_ROUTES_H
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "web/internal.h"
+
+/* The job a /api/jobs/{id}/... request is about, loaded once by routes.c. */
+typedef struct job_info {
+    long id;
+    int64_t t0;
+    int world;
+    char status[32];
+} job_info;
+
+/* A prepared statement or a 500 naming SQLite's complaint. */
+sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, http_reply *r);
+/* The current row as an object, keys from the column names. */
+void routes_row_object(jw *w, sqlite3_stmt *st);
+/* Where the job's timeline ends so far (ns since t0): the last event of
+ * each rank. */
+int64_t routes_timeline_end(sqlite3 *db, const job_info *j);
+
+/* GET /api/jobs/{id}/events, kernels, gaps (routes_timeline.c) */
+void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
+void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
+void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
+/* GET /api/jobs/{id}/steps, plan, summary, trace.json (routes_steps.c) */
+void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
+void route_plan(sqlite3 *db, const job_info *j, http_reply *r);
+void route_summary(sqlite3 *db, const job_info *j, http_reply *r);
+void route_trace(sqlite3 *db, const job_info *j, http_reply *r);
+
+#endif
