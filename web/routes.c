@@ -164,9 +164,9 @@ static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_key(&w, "ranks");
     jw_arr(&w);
     st = routes_prep(db,
-              "SELECT rank, node, host, pid, device, stages, clock_offset_ns, dropped_events, cupti_dropped FROM ranks "
-              "WHERE job_id=? ORDER BY rank",
-              r);
+                     "SELECT rank, node, host, pid, device, stages, clock_offset_ns, dropped_events, cupti_dropped FROM ranks "
+                     "WHERE job_id=? ORDER BY rank",
+                     r);
     if (!st) {
         jw_free(&w);
         return;

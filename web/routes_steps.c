@@ -16,13 +16,13 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
     if (arg_long(c, "since", 0, 1l << 40, &since, r) < 0 || arg_long(c, "limit", 1, 100000, &limit, r) < 0) return;
     /* Steps with stats, and steps that only have losses so far (running). */
     sqlite3_stmt *st = routes_prep(db,
-                            "WITH s AS (SELECT step FROM step_stats WHERE job_id=?1 AND step>=?2 UNION "
-                            "SELECT step FROM losses WHERE job_id=?1 AND step>=?2 ORDER BY step LIMIT ?3) "
-                            "SELECT s.step, st.rank, st.start_ns, st.end_ns, st.bubble_ratio, st.busy_ns, "
-                            SQL_STEP_MEAN_LOSS("s.step") ", "
-                            "(SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=s.step) "
-                            "FROM s LEFT JOIN step_stats st ON st.job_id=?1 AND st.step=s.step ORDER BY s.step, st.rank",
-                            r);
+                                   "WITH s AS (SELECT step FROM step_stats WHERE job_id=?1 AND step>=?2 UNION "
+                                   "SELECT step FROM losses WHERE job_id=?1 AND step>=?2 ORDER BY step LIMIT ?3) "
+                                   "SELECT s.step, st.rank, st.start_ns, st.end_ns, st.bubble_ratio, st.busy_ns, "
+                                   SQL_STEP_MEAN_LOSS("s.step") ", "
+                                   "(SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=s.step) "
+                                   "FROM s LEFT JOIN step_stats st ON st.job_id=?1 AND st.step=s.step ORDER BY s.step, st.rank",
+                                   r);
     if (!st) return;
     sqlite3_bind_int64(st, 1, j->id);
     sqlite3_bind_int64(st, 2, since);
@@ -143,9 +143,9 @@ void route_trace(sqlite3 *db, const job_info *j, http_reply *r) {
  * plan), -1 on a database error (r filled). */
 static int plan_read(sqlite3 *db, const job_info *j, jw *rows, int64_t *busy, int64_t *makespan, http_reply *r) {
     sqlite3_stmt *st = routes_prep(db,
-                            "SELECT rank, slot, action, stage, phase, microbatch, sim_start_ns AS sim_start, "
-                            "sim_end_ns AS sim_end FROM plan WHERE job_id=?1 ORDER BY rank, slot",
-                            r);
+                                   "SELECT rank, slot, action, stage, phase, microbatch, sim_start_ns AS sim_start, "
+                                   "sim_end_ns AS sim_end FROM plan WHERE job_id=?1 ORDER BY rank, slot",
+                                   r);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, j->id);
     int64_t lo = INT64_MAX, hi = INT64_MIN;
@@ -232,7 +232,7 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
 
     /* Complete steps: count, median time, mean bubble ratio. */
     if (!(st = routes_prep(db, "SELECT c.end_ns - c.start_ns, c.bubble_ratio_mean FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ") c",
-                    r)))
+                           r)))
         goto out;
     sqlite3_bind_int64(st, 1, j->id);
     sqlite3_bind_int(st, 2, from);
@@ -307,9 +307,9 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_obj_end(&w);
 
     if (!(st = routes_prep(db,
-                    "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM (SELECT max(step) AS step FROM losses "
-                    "WHERE job_id=?1) s WHERE s.step IS NOT NULL",
-                    r)))
+                           "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM (SELECT max(step) AS step FROM losses "
+                           "WHERE job_id=?1) s WHERE s.step IS NOT NULL",
+                           r)))
         goto out;
     sqlite3_bind_int64(st, 1, j->id);
     int has_loss = sqlite3_step(st) == SQLITE_ROW;

@@ -182,9 +182,9 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
     jw_arr(w);
     if (o.min_step >= 0) {
         sqlite3_stmt *g = routes_prep(db,
-                               "SELECT rank, step, start_ns, end_ns, cause, next_action FROM gaps WHERE job_id=?1 "
-                               "AND step BETWEEN ?2 AND ?3 AND end_ns>?4 AND start_ns<?5",
-                               r);
+                                      "SELECT rank, step, start_ns, end_ns, cause, next_action FROM gaps WHERE job_id=?1 "
+                                      "AND step BETWEEN ?2 AND ?3 AND end_ns>?4 AND start_ns<?5",
+                                      r);
         if (g) {
             sqlite3_bind_int64(g, 1, j->id);
             sqlite3_bind_int64(g, 2, o.min_step);
@@ -219,9 +219,9 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     size_t cells = (size_t)j->world * (size_t)nbuckets * 5;
     int64_t *acc = calloc(cells, sizeof *acc);
     sqlite3_stmt *st = routes_prep(db,
-                            "SELECT phase, start_ns, end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' AND "
-                            "start_ns>=?3 AND start_ns<?4",
-                            r);
+                                   "SELECT phase, start_ns, end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' AND "
+                                   "start_ns>=?3 AND start_ns<?4",
+                                   r);
     if (!acc || !st) {
         free(acc);
         sqlite3_finalize(st);
@@ -273,9 +273,9 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
 static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
                             long nbuckets, jw *w, http_reply *r) {
     sqlite3_stmt *st = routes_prep(db,
-                            "SELECT rank, start_ns, end_ns, busy_ns, step FROM step_stats WHERE job_id=?1 AND "
-                            "end_ns>?2 AND start_ns<?3",
-                            r);
+                                   "SELECT rank, start_ns, end_ns, busy_ns, step FROM step_stats WHERE job_id=?1 AND "
+                                   "end_ns>?2 AND start_ns<?3",
+                                   r);
     if (!st) return;
     sqlite3_bind_int64(st, 1, j->id);
     sqlite3_bind_int64(st, 2, from + j->t0);
@@ -520,11 +520,11 @@ void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_r
     long step = -1, limit = 20000;
     if (arg_long(c, "step", 0, 1l << 40, &step, r) < 0 || arg_long(c, "limit", 1, 100000, &limit, r) < 0) return;
     sqlite3_stmt *st = routes_prep(db,
-                            step >= 0 ? "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
+                                   step >= 0 ? "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
                                         "FROM gaps WHERE job_id=?1 AND step=?3 ORDER BY step, rank, start_ns LIMIT ?4"
                                       : "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
                                         "FROM gaps WHERE job_id=?1 AND ?3 < 0 ORDER BY step, rank, start_ns LIMIT ?4",
-                            r);
+                                   r);
     if (!st) return;
     sqlite3_bind_int64(st, 1, j->id);
     sqlite3_bind_int64(st, 2, j->t0);
