@@ -14,5 +14,6 @@ int cmd_query(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_schedule(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
 
 #endif

@@ -33,6 +33,7 @@
 #include "runner/launch.h"
 #include "runner/run_config.h"
 #include "runner/run_progress.h"
+#include "runner/stats_report.h"
 #include "runner/store.h"
 #include "tracer/clock.h"
 #include "tracer/collector.h"
@@ -576,6 +577,12 @@ int cmd_run(int argc, char **argv) {
                           failure[0] ? failure : NULL, &ferr) != 0) {
             fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, ferr.msg);
             if (exit_code == 0) exit_code = 1;
+        }
+        if (exit_code == 0) { /* where the time went, in two lines */
+            job_summary s;
+            if (summary_read(db_sqlite(job.db), job.job_id, 0, &s, &ferr) == 0)
+                report_brief(stderr, "pprun run", &s, job.cfg.db);
+            summary_free(&s);
         }
         db_close(job.db);
         job.db = NULL;

@@ -13,6 +13,7 @@ static const struct {
     {"launch", cmd_launch, "run any program once per rank, like torchrun"},
     {"schedule", cmd_schedule, "print, validate and simulate a pipeline schedule; import/export CSV"},
     {"query", cmd_query, "read-only SQL over a trace database"},
+    {"stats", cmd_stats, "where a job's time went: step time, bubble, idle causes, op durations"},
     {"export", cmd_export, "export a job's trace (Chrome trace JSON for Perfetto)"},
     {"serve", cmd_serve, "serve the dashboard and API over a trace database"},
     {"version", cmd_version, "print the version"},

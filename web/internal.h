@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "db/summary.h"
 #include "web/http.h"
 #include "web/json.h"
 
@@ -73,20 +74,8 @@ void live_end_all(live_hub *h);
 void live_free(live_hub *h);
 int live_count(live_hub *h);
 
-/* SQL shared by the routes, the live stream and /metrics; ?1 is the job.
- * A step's mean loss: NULL when any microbatch's loss was not finite (stored
- * as NULL), rather than the mean of the finite ones. `step` is SQL text. */
-#define SQL_STEP_MEAN_LOSS(step)                                                                         \
-    "(SELECT CASE WHEN count(loss) = count(*) THEN avg(loss) END FROM losses l WHERE l.job_id=?1 AND l.step=" \
-    step ")"
-
-/* The job's complete steps (every rank's stats are in): step, start_ns,
- * end_ns, bubble_ratio_mean. `where` is more SQL for step_stats' WHERE
- * ("" or "AND ..."). A step one rank never finishes is simply absent. */
-#define SQL_COMPLETE_STEPS(where)                                                                          \
-    "SELECT step, min(start_ns) AS start_ns, max(end_ns) AS end_ns, avg(bubble_ratio) AS bubble_ratio_mean " \
-    "FROM step_stats WHERE job_id=?1 " where " GROUP BY step "                                            \
-    "HAVING count(*) >= (SELECT world_size FROM jobs WHERE id=?1)"
+/* SQL shared by the routes, the live stream and /metrics:
+ * SQL_STEP_MEAN_LOSS and SQL_COMPLETE_STEPS are in db/summary.h. */
 
 /* The live stream's new events of job ?1 after id ?2 up to id ?3, times
  * minus ?4 (t0), at most ?5. `+job_id` keeps SQLite off the job indexes:

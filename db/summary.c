@@ -1,0 +1,237 @@
+/* summary.c: a job in a few numbers (summary.h), read with a handful of
+ * queries over step_stats, gaps, plan, losses and, when asked, events. */
+#include "db/summary.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A growable list of durations, to take a median of. */
+typedef struct durations {
+    int64_t *v;
+    size_t n, cap;
+} durations;
+
+static int durations_push(durations *d, int64_t x) {
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? 2 * d->cap : 256;
+        int64_t *v = realloc(d->v, cap * sizeof *v);
+        if (!v) return -1;
+        d->v = v;
+        d->cap = cap;
+    }
+    d->v[d->n++] = x;
+    return 0;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Sorts d and returns its median (the mean of the middle two), -1 if empty. */
+static int64_t durations_median(durations *d) {
+    if (!d->n) return -1;
+    qsort(d->v, d->n, sizeof *d->v, cmp_i64);
+    return d->n % 2 ? d->v[d->n / 2] : (d->v[d->n / 2 - 1] + d->v[d->n / 2]) / 2;
+}
+
+static int prepare(sqlite3 *db, const char *sql, int64_t job, sqlite3_stmt **st, pp_err *err) {
+    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK)
+        return pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+    sqlite3_bind_int64(*st, 1, job);
+    return 0;
+}
+
+/* Ends a statement's loop: 0 when it ran to the end, else -1 naming why. */
+static int finish(sqlite3 *db, sqlite3_stmt *st, int rc, pp_err *err) {
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+}
+
+double summary_sim_bubble(int64_t busy, int64_t makespan) {
+    return makespan > 0 ? 1.0 - (double)busy / (double)makespan : 0;
+}
+
+int summary_plan_times(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *makespan,
+                       void (*row)(void *ctx, sqlite3_stmt *st), void *ctx, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db,
+                "SELECT rank, slot, action, stage, phase, microbatch, sim_start_ns AS sim_start, "
+                "sim_end_ns AS sim_end FROM plan WHERE job_id=?1 ORDER BY rank, slot",
+                job, &st, err) != 0)
+        return -1;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    int simulated = 1, n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (row) row(ctx, st);
+        n++;
+        int rank = sqlite3_column_int(st, 0);
+        if (sqlite3_column_type(st, 6) == SQLITE_NULL || sqlite3_column_type(st, 7) == SQLITE_NULL) {
+            simulated = 0;
+            continue;
+        }
+        int64_t s = sqlite3_column_int64(st, 6), e = sqlite3_column_int64(st, 7);
+        if (s < lo) lo = s;
+        if (e > hi) hi = e;
+        if (rank >= 0 && rank < world) busy[rank] += e - s;
+    }
+    if (finish(db, st, rc, err) != 0) return -1;
+    *makespan = simulated && n > 0 ? hi - lo : 0;
+    return simulated && n > 0;
+}
+
+static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT world_size, status, (SELECT max(step) > 0 FROM step_stats WHERE job_id=?1) "
+                    "FROM jobs WHERE id=?1",
+                s->job_id, &st, err) != 0)
+        return -1;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        if (rc == SQLITE_DONE) pp_fail(err, "no job %lld in this database", (long long)s->job_id);
+        else pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        return -1;
+    }
+    s->world = sqlite3_column_int(st, 0);
+    const unsigned char *status = sqlite3_column_text(st, 1);
+    snprintf(s->status, sizeof s->status, "%s", status ? (const char *)status : "");
+    s->from_step = sqlite3_column_int(st, 2);
+    sqlite3_finalize(st);
+    if (s->world < 1 || s->world > 65536)
+        return pp_fail(err, "job %lld has a world size of %d", (long long)s->job_id, s->world);
+    return 0;
+}
+
+/* Complete steps: count, median span, mean bubble ratio; then per rank. */
+static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT c.end_ns - c.start_ns, c.bubble_ratio_mean FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ") c",
+                s->job_id, &st, err) != 0)
+        return -1;
+    sqlite3_bind_int(st, 2, s->from_step);
+    durations times = {0};
+    double bubble = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (durations_push(&times, sqlite3_column_int64(st, 0)) != 0) {
+            sqlite3_finalize(st);
+            free(times.v);
+            return pp_fail(err, "out of memory");
+        }
+        bubble += sqlite3_column_double(st, 1);
+    }
+    s->steps = (int64_t)times.n;
+    s->step_time_ns = durations_median(&times);
+    s->bubble_ratio = times.n ? bubble / (double)times.n : NAN;
+    free(times.v);
+    if (finish(db, st, rc, err) != 0) return -1;
+
+    if (prepare(db, "SELECT rank, avg(bubble_ratio) FROM step_stats WHERE job_id=?1 AND step>=?2 GROUP BY rank",
+                s->job_id, &st, err) != 0)
+        return -1;
+    sqlite3_bind_int(st, 2, s->from_step);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int k = sqlite3_column_int(st, 0);
+        if (k >= 0 && k < s->world) s->bubble_by_rank[k] = sqlite3_column_double(st, 1);
+    }
+    return finish(db, st, rc, err);
+}
+
+static int read_plan(sqlite3 *db, job_summary *s, pp_err *err) {
+    int64_t *busy = calloc((size_t)s->world, sizeof *busy), makespan = 0;
+    if (!busy) return pp_fail(err, "out of memory");
+    int simulated = summary_plan_times(db, s->job_id, s->world, busy, &makespan, NULL, NULL, err);
+    if (simulated > 0) {
+        double sum = 0;
+        for (int k = 0; k < s->world; k++) sum += summary_sim_bubble(busy[k], makespan);
+        s->sim_bubble_ratio = sum / s->world;
+    }
+    free(busy);
+    return simulated < 0 ? -1 : 0;
+}
+
+static int read_gaps(sqlite3 *db, job_summary *s, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT cause, sum(end_ns - start_ns) FROM gaps WHERE job_id=?1 AND step>=?2 GROUP BY cause",
+                s->job_id, &st, err) != 0)
+        return -1;
+    sqlite3_bind_int(st, 2, s->from_step);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int k = analyze_cause_of((const char *)sqlite3_column_text(st, 0));
+        if (k >= 0) s->idle_ns_by_cause[k] += sqlite3_column_int64(st, 1);
+    }
+    return finish(db, st, rc, err);
+}
+
+static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db,
+                "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM (SELECT max(step) AS step FROM losses "
+                                                              "WHERE job_id=?1) s WHERE s.step IS NOT NULL",
+                s->job_id, &st, err) != 0)
+        return -1;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        s->loss_step = sqlite3_column_int64(st, 0);
+        if (sqlite3_column_type(st, 1) != SQLITE_NULL) s->loss = sqlite3_column_double(st, 1);
+        rc = sqlite3_step(st);
+    }
+    return finish(db, st, rc, err);
+}
+
+/* Each op's duration from from_step on, host and GPU spans apart. */
+static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT source = 'gpu', phase, end_ns - start_ns FROM events WHERE job_id=?1 AND step>=?2",
+                s->job_id, &st, err) != 0)
+        return -1;
+    sqlite3_bind_int(st, 2, s->from_step);
+    durations d[2][TRACE_PHASE_COUNT] = {{{0}}};
+    int rc = SQLITE_DONE, oom = 0;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int gpu = sqlite3_column_int(st, 0) != 0, ph = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
+        int64_t ns = sqlite3_column_int64(st, 2);
+        if (ph < 0) continue;
+        summary_ops *o = &s->ops[gpu][ph];
+        o->count++;
+        o->total_ns += ns;
+        if (ns > o->max_ns) o->max_ns = ns;
+        oom = durations_push(&d[gpu][ph], ns) != 0;
+    }
+    for (int g = 0; g < 2; g++)
+        for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) {
+            s->ops[g][ph].median_ns = durations_median(&d[g][ph]);
+            free(d[g][ph].v);
+        }
+    if (oom) {
+        sqlite3_finalize(st);
+        return pp_fail(err, "out of memory");
+    }
+    return finish(db, st, rc, err);
+}
+
+int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err) {
+    memset(s, 0, sizeof *s);
+    s->job_id = job;
+    s->step_time_ns = s->loss_step = -1;
+    s->bubble_ratio = s->sim_bubble_ratio = s->loss = NAN;
+    for (int g = 0; g < 2; g++)
+        for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) s->ops[g][ph].median_ns = s->ops[g][ph].max_ns = -1;
+    if (read_job(db, s, err) != 0) return -1;
+    if (!(s->bubble_by_rank = malloc((size_t)s->world * sizeof *s->bubble_by_rank))) return pp_fail(err, "out of memory");
+    for (int k = 0; k < s->world; k++) s->bubble_by_rank[k] = NAN;
+    if (read_steps(db, s, err) != 0 || read_plan(db, s, err) != 0 || read_gaps(db, s, err) != 0 ||
+        read_loss(db, s, err) != 0)
+        return -1;
+    s->has_ops = (flags & SUMMARY_OPS) != 0;
+    return s->has_ops ? read_ops(db, s, err) : 0;
+}
+
+void summary_free(job_summary *s) {
+    free(s->bubble_by_rank);
+    s->bubble_by_rank = NULL;
+}

@@ -1,0 +1,69 @@
+/* summary.h: a job in a few numbers, read from its trace database: step
+ * time, measured and planned bubble, idle time by cause, op durations, the
+ * latest loss. One reading serves GET /api/jobs/{id}/summary, `pprun stats`
+ * and the lines `pprun run` prints when a job ends, so the three agree. */
+#ifndef PP_DB_SUMMARY_H
+#define PP_DB_SUMMARY_H
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "db/analyze.h"
+#include "runner/base/pp.h"
+#include "tracer/event.h"
+
+/* A step's mean loss over job ?1: NULL when any microbatch's loss was not
+ * finite (stored as NULL), rather than the mean of the finite ones. `step`
+ * is SQL text. */
+#define SQL_STEP_MEAN_LOSS(step)                                                                         \
+    "(SELECT CASE WHEN count(loss) = count(*) THEN avg(loss) END FROM losses l WHERE l.job_id=?1 AND l.step=" \
+    step ")"
+
+/* The complete steps of job ?1 (every rank's stats are in): step, start_ns,
+ * end_ns, bubble_ratio_mean. `where` is more SQL for step_stats' WHERE
+ * ("" or "AND ..."). A step one rank never finishes is simply absent. */
+#define SQL_COMPLETE_STEPS(where)                                                                          \
+    "SELECT step, min(start_ns) AS start_ns, max(end_ns) AS end_ns, avg(bubble_ratio) AS bubble_ratio_mean " \
+    "FROM step_stats WHERE job_id=?1 " where " GROUP BY step "                                            \
+    "HAVING count(*) >= (SELECT world_size FROM jobs WHERE id=?1)"
+
+/* Durations of one kind of op (a phase, host or GPU span) from from_step on. */
+typedef struct summary_ops {
+    int64_t count, total_ns, median_ns, max_ns; /* median and max -1 when count is 0 */
+} summary_ops;
+
+typedef struct job_summary {
+    int64_t job_id;
+    int world;              /* jobs.world_size */
+    char status[16];        /* jobs.status */
+    int from_step;          /* 1 once there is a step 1: step 0 pays for start-up */
+    int64_t steps;          /* complete steps from from_step on */
+    int64_t step_time_ns;   /* their median span; -1 without steps */
+    double bubble_ratio;    /* their mean bubble ratio; NAN without steps */
+    double *bubble_by_rank; /* world entries (owned): mean bubble ratio, NAN for a rank without stats */
+    double sim_bubble_ratio; /* the plan's simulated bubble, mean over ranks; NAN without a simulated plan */
+    int64_t idle_ns_by_cause[CAUSE_COUNT];
+    int64_t loss_step;      /* the latest step with losses; -1 when none */
+    double loss;            /* its mean loss; NAN when none or not finite */
+    int has_ops;            /* SUMMARY_OPS was asked for */
+    summary_ops ops[2][TRACE_PHASE_COUNT]; /* [0]: host spans, [1]: GPU spans (CUPTI) */
+} job_summary;
+
+#define SUMMARY_OPS 1 /* also read op durations: a pass over the job's events */
+
+/* Fills s for job `job` of db (read-only is enough). Returns 0, or -1 with
+ * err naming the problem ("no job 7 in this database", a database error).
+ * Free s with summary_free, after either result. */
+int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err);
+void summary_free(job_summary *s);
+
+/* The plan's simulated times of job: each rank's busy time (busy[world],
+ * zeroed by the caller) and the makespan. Returns 1 when every action has
+ * simulated times, 0 when some or all lack them (or there is no plan), -1
+ * on a database error (err filled). Each row also goes to row(ctx, st)
+ * when row is not NULL. */
+int summary_plan_times(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *makespan,
+                       void (*row)(void *ctx, sqlite3_stmt *st), void *ctx, pp_err *err);
+/* 1 - busy/makespan, 0 for an empty plan. */
+double summary_sim_bubble(int64_t busy, int64_t makespan);
+
+#endif

@@ -1,0 +1,92 @@
+/* cmd_stats.c: `pprun stats --db FILE [--job ID]`: where a job's time went,
+ * in a terminal (like `nsys stats`): step time, measured and planned
+ * bubble, idle time by cause, op durations, loss. The same numbers as
+ * GET /api/jobs/{id}/summary, read from the same code (db/summary.h). */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db/db.h"
+#include "runner/cli.h"
+#include "runner/stats_report.h"
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: pprun stats --db FILE [--job ID]\n"
+                 "  Where a job's time went: step time, measured and planned bubble, idle time\n"
+                 "  by cause, op durations, loss. Steps from 1 on (step 0 pays for start-up).\n"
+                 "  --db FILE  trace database written by `pprun run`\n"
+                 "  --job ID   job id (default: the newest job in the file)\n");
+}
+
+/* The newest job's id, 0 when the file has none, -1 on a database error. */
+static int64_t newest_job(sqlite3 *db, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT coalesce(max(id), 0) FROM jobs", -1, &st, NULL) != SQLITE_OK)
+        return pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+    int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    if (id < 0) pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return id;
+}
+
+int cmd_stats(int argc, char **argv) {
+    const char *dbpath = NULL, *job_s = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        const char **slot = strcmp(a, "--db") == 0 ? &dbpath : strcmp(a, "--job") == 0 ? &job_s : NULL;
+        if (!slot) {
+            fprintf(stderr, "pprun stats: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "pprun stats: %s needs a value\n", a);
+            return 2;
+        }
+        *slot = argv[++i];
+    }
+    if (!dbpath) {
+        fprintf(stderr, "pprun stats: --db is required\n");
+        usage(stderr);
+        return 2;
+    }
+    pp_err err;
+    long job = 0;
+    if (job_s && pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) {
+        fprintf(stderr, "pprun stats: %s\n", err.msg);
+        return 2;
+    }
+    if (access(dbpath, R_OK) != 0) {
+        fprintf(stderr, "pprun stats: --db: cannot read '%s'\n", dbpath);
+        return 2;
+    }
+    sqlite3 *db;
+    if (db_open_readonly(dbpath, &db, &err) != 0) {
+        fprintf(stderr, "pprun stats: %s\n", err.msg);
+        return 2;
+    }
+    int rc = 2;
+    if (!job_s) {
+        int64_t newest = newest_job(db, &err);
+        if (newest <= 0) {
+            fprintf(stderr, "pprun stats: %s\n", newest < 0 ? err.msg : "no job in this database yet");
+            goto out;
+        }
+        job = (long)newest;
+    }
+    job_summary s;
+    if (summary_read(db, job, SUMMARY_OPS, &s, &err) != 0) {
+        fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
+    } else {
+        report_full(stdout, db, &s);
+        rc = 0;
+    }
+    summary_free(&s);
+out:
+    sqlite3_close(db);
+    return rc;
+}

@@ -1,0 +1,19 @@
+/* stats_report.h: a job's summary (db/summary.h) as text for a terminal:
+ * the full report of `pprun stats`, and the two lines `pprun run` prints
+ * when its job ends. */
+#ifndef PP_STATS_REPORT_H
+#define PP_STATS_REPORT_H
+#include <sqlite3.h>
+#include <stdio.h>
+
+#include "db/summary.h"
+
+/* Job line, steps, step time, bubble (measured, planned, per rank), idle
+ * time by cause, op durations (when s has them) and the latest loss. db
+ * supplies the job line (name, schedule, model...). */
+void report_full(FILE *out, sqlite3 *db, const job_summary *s);
+/* "median step ..; bubble ..% measured, ..% planned; idle mostly <cause>",
+ * then where to look further. Nothing when the job has no complete step. */
+void report_brief(FILE *out, const char *prefix, const job_summary *s, const char *db_path);
+
+#endif

@@ -1,0 +1,173 @@
+/* test_stats.c: `pprun stats` and the two lines `pprun run` ends with: the
+ * exact numbers of the synthetic fixture (web_fixture.h: every op 1 ms,
+ * bubble 6/30.5), a real job where the report must agree with plain SQL
+ * over the same file, and every bad input exiting 2 with a message that
+ * names it. */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "db/db.h"
+#include "helpers/web_fixture.h"
+#include "launch_testutil.h"
+
+static lt_proc stats(const char *db, const char *job) {
+    lt_proc p;
+    if (job) lt_run(&p, (const char *[]){"stats", "--db", db, "--job", job, NULL}, NULL);
+    else lt_run(&p, (const char *[]){"stats", "--db", db, NULL}, NULL);
+    return p;
+}
+
+#define assert_has(text, want) cr_assert(strstr((text), (want)), "missing \"%s\" in:\n%s", (want), (text))
+
+static double sql_double(const char *path, const char *sql) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    double v = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+/* Steps 1 and 2 of the fixture (step 0 pays for start-up): every number exact. */
+Test(stats, fixture_numbers_exactly, .timeout = 60) {
+    char path[256];
+    pp_err err;
+    fixture_tmp_path(path, sizeof path, "stats-fixture");
+    cr_assert_eq(fixture_create(path, 3, "succeeded", &err), 0, "%s", err.msg);
+    lt_proc p = stats(path, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_has(p.out, "job 1  ");
+    assert_has(p.out, "1f1b  4 ranks  8 microbatches");
+    assert_has(p.out, "steps      2 complete from step 1");
+    assert_has(p.out, "step time  30.50 ms (median)");
+    assert_has(p.out, "bubble     19.7% measured, 20.0% planned"); /* 6/30.5 and 6/30 */
+    assert_has(p.out, "by rank  0: 19.7%  1: 19.7%  2: 19.7%  3: 19.7%\n");
+    /* 2 steps x 4 ranks x 6 ms of idle: half waiting for gradients, then warm-up and cool-down */
+    assert_has(p.out, "  wait_gradient       24.00 ms  50.0%\n  warmup              12.00 ms  25.0%\n"
+                      "  cooldown            12.00 ms  25.0%\n");
+    /* 2 steps x 4 ranks x 8 microbatches of 1 ms each */
+    assert_has(p.out, "  F                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
+    assert_has(p.out, "  W                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
+    cr_assert_null(strstr(p.out, "GPU spans"), "a CPU job has no GPU table");
+    char loss[64];
+    double want = 0;
+    for (int m = 0; m < 8; m++) want += fixture_loss(2, m) / 8;
+    snprintf(loss, sizeof loss, "loss       %.4f (mean of step 2)", want);
+    assert_has(p.out, loss);
+    lt_free(&p);
+
+    /* job 2: the same host trace plus CUPTI's spans, F/B/W 100 us shorter */
+    cr_assert_eq(fixture_add_gpu_job(path, &err), 0, "%s", err.msg);
+    p = stats(path, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_has(p.out, "job 2  fixture-1f1b-gpu");
+    assert_has(p.out, "ops (GPU spans)");
+    assert_has(p.out, "  B                     64  900.00 us  900.00 us  900.00 us   57.60 ms\n");
+    lt_free(&p);
+    p = stats(path, "1");
+    assert_has(p.out, "job 1  ");
+    lt_free(&p);
+    remove(path);
+}
+
+/* A running job before its first step: says so instead of printing zeros. */
+Test(stats, a_job_without_steps_says_so, .timeout = 60) {
+    char path[256];
+    pp_err err;
+    fixture_tmp_path(path, sizeof path, "stats-empty");
+    cr_assert_eq(fixture_create(path, 0, "running", &err), 0, "%s", err.msg);
+    lt_proc p = stats(path, "1");
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_has(p.out, "steps      none complete yet\n");
+    assert_has(p.out, "step time  - (median)\n");
+    assert_has(p.out, "bubble     - measured, 20.0% planned\n");
+    assert_has(p.out, "loss       none yet\n");
+    lt_free(&p);
+    remove(path);
+}
+
+/* A real 4-rank job: its closing lines, `pprun stats` and SQL over the file agree. */
+Test(stats, a_real_job_agrees_with_sql_and_its_closing_lines, .timeout = 240) {
+    char dir[] = "/tmp/pprun-stats-XXXXXX", db[64], want[160];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/t.db", dir);
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--schedule", "gpipe", "--steps", "3", "--model", "timed:f=2ms,b=2ms,w=1ms,act=4KiB",
+                            "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_proc p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_has(p.out, "steps      2 complete from step 1");
+
+    double bubble = sql_double(db, "SELECT avg(b) FROM (SELECT avg(bubble_ratio) AS b FROM step_stats "
+                                   "WHERE job_id=1 AND step>=1 GROUP BY step HAVING count(*)=4)");
+    snprintf(want, sizeof want, "bubble     %.1f%% measured", 100 * bubble);
+    assert_has(p.out, want);
+    snprintf(want, sizeof want, "bubble %.1f%% measured", 100 * bubble);
+    assert_has(run.err, want);
+    snprintf(want, sizeof want, "pprun run: more: pprun stats --db %s --job 1\n", db);
+    assert_has(run.err, want);
+
+    long f = (long)sql_double(db, "SELECT count(*) FROM events WHERE job_id=1 AND step>=1 AND phase='F'");
+    cr_assert_eq(f, 2 * 4 * 8, "gpipe: every rank runs every microbatch's F");
+    snprintf(want, sizeof want, "  %-15s %8ld ", "F", f);
+    assert_has(p.out, want);
+    double loss = sql_double(db, "SELECT avg(loss) FROM losses WHERE job_id=1 AND step=2");
+    snprintf(want, sizeof want, "loss       %.4f (mean of step 2)", loss);
+    assert_has(p.out, want);
+    lt_free(&p);
+    lt_free(&run);
+    remove(db);
+    char wal[160];
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    remove(wal);
+    snprintf(wal, sizeof wal, "%s-shm", db);
+    remove(wal);
+    rmdir(dir);
+}
+
+static void bad(const char *const *args, const char *message) {
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 2, "%s: exit %d", message, p.status);
+    assert_has(p.err, message);
+    cr_assert_eq(p.out_len, 0, "nothing on stdout for bad input");
+    lt_free(&p);
+}
+
+Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
+    char path[256], junk[256], empty[256];
+    pp_err err;
+    fixture_tmp_path(path, sizeof path, "stats-bad");
+    cr_assert_eq(fixture_create(path, 1, "succeeded", &err), 0, "%s", err.msg);
+    bad((const char *[]){"stats", NULL}, "--db is required");
+    bad((const char *[]){"stats", "--db", NULL}, "--db needs a value");
+    bad((const char *[]){"stats", "--db", path, "--steps", "3", NULL}, "unknown option '--steps'");
+    bad((const char *[]){"stats", "--db", "/nonexistent/x.db", NULL}, "cannot read '/nonexistent/x.db'");
+    bad((const char *[]){"stats", "--db", path, "--job", "abc", NULL}, "--job");
+    bad((const char *[]){"stats", "--db", path, "--job", "0", NULL}, "--job");
+    bad((const char *[]){"stats", "--db", path, "--job", "9", NULL}, "no job 9 in this database");
+
+    fixture_tmp_path(junk, sizeof junk, "stats-junk");
+    FILE *f = fopen(junk, "w");
+    cr_assert_not_null(f);
+    fputs("not a database\n", f);
+    fclose(f);
+    bad((const char *[]){"stats", "--db", junk, NULL}, junk);
+
+    fixture_tmp_path(empty, sizeof empty, "stats-nojobs");
+    db *d;
+    cr_assert_eq(db_open(empty, &d, &err), 0, "%s", err.msg);
+    db_close(d);
+    bad((const char *[]){"stats", "--db", empty, NULL}, "no job in this database yet");
+    remove(path);
+    remove(junk);
+    remove(empty);
+}
