@@ -33,6 +33,10 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   exit 1
 fi
 nvidia-smi -L
+# Several ranks share one GPU over cuda-ipc: that needs compute mode Default
+# (Exclusive_Process admits one context) and CUDA IPC (refused under some
+# sandboxes). Both show here before anything fails on them.
+nvidia-smi --query-gpu=index,name,compute_mode,driver_version,memory.total --format=csv
 if [ -n "$debs" ]; then
   env_file=$(mktemp)
   scripts/gpu-debs.sh unpack "$debs" /tmp/pprun-deps >"$env_file" || exit 1

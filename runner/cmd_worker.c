@@ -252,9 +252,13 @@ static int run_worker(worker *w, pp_err *err) {
     if (c && comm_flush(c, w->cfg.recv_timeout_ms, err) != 0) goto out;
     rc = 0;
 out:
-    gputrace_close(gpu); /* before the stages (and their CUDA context) go */
-    engine_free(&e);
+    /* devcomm first: on a failure a posted NCCL send or receive ends only
+     * when its communicator is aborted, and gputrace_close synchronises
+     * the whole device. Then the tracer, before the stages (and their CUDA
+     * context) go. */
     if (dc) devcomm_close(dc);
+    gputrace_close(gpu);
+    engine_free(&e);
     comm_close(c);
     free(rank_node);
     if (ring) trace_ring_close(ring);

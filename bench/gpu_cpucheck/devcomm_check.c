@@ -780,6 +780,16 @@ static void sc_comm_id(const char *name) {
     run_world(&ipc, nothing, &res);
     expect_all_ok(name, &ipc, &res);
     unsetenv("NCCL_COMM_ID");
+    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 1);
+    open_fails(name, &nccl,
+               (const char *const[]){"NCCL_LAUNCH_ORDER_IMPLICIT is set (1)", "deadlocks", "unset it", NULL});
+    run_world(&ipc, nothing, &res);
+    expect_all_ok(name, &ipc, &res);
+    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "0", 1);
+    world pair = {.n = 2, .bus = {"0000:3b:00.0", "0000:5e:00.0"}};
+    run_world(&pair, nothing, &res);
+    expect_all_ok(name, &pair, &res);
+    unsetenv("NCCL_LAUNCH_ORDER_IMPLICIT");
 }
 
 static void sc_device(const char *name) {
@@ -874,7 +884,7 @@ static const scenario scenarios[] = {
      sc_nccl_errors},
     {"forced", "forced transports a pair cannot use fail at open naming the pair; MIG instances pair over nccl", sc_forced},
     {"mutant", "the stand-in catches a receiver posting NCCL receives in tag order", sc_mutant},
-    {"comm-id", "NCCL_COMM_ID set: open refuses when a pair uses nccl, names it", sc_comm_id},
+    {"comm-id", "NCCL_COMM_ID or NCCL_LAUNCH_ORDER_IMPLICIT set: open refuses when a pair uses nccl, names it", sc_comm_id},
     {"device", "every call made with another device current: devcomm uses its own (ipc, nccl)", sc_device},
     {"close", "close does not wait for the peer to close (ipc, nccl)", sc_close},
     {"strict", "the CUDA stand-in refuses sub-2 MiB IPC exports and work on the wrong device", sc_strict},

@@ -190,6 +190,19 @@ static int pick_transports(devcomm *d, const char *transport, pp_err *err) {
                 cid);
         goto out;
     }
+    /* NCCL_LAUNCH_ORDER_IMPLICIT=1 chains the kernels of all communicators
+     * of a device in host launch order (NCCL user guide, "Using multiple
+     * NCCL communicators concurrently"). devcomm's proxy threads post each
+     * pair's send and receive in an order that differs between the two
+     * ranks, so the chains would wait on each other. */
+    const char *order = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
+    if (any_nccl && order && order[0] && strcmp(order, "0") != 0) {
+        pp_fail(err,
+                "devcomm: NCCL_LAUNCH_ORDER_IMPLICIT is set (%.20s): it orders the kernels of all communicators "
+                "of a GPU by host launch, which deadlocks devcomm's per-pair communicators; unset it",
+                order);
+        goto out;
+    }
     /* Past the checks above a forced transport is the one auto picks. */
     for (int r = 0; r < world; r++) {
         int same_gpu = node[r] == node[c->rank] && !strcmp(dev[r].uuid, dev[c->rank].uuid);
