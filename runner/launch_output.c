@@ -68,7 +68,9 @@ static size_t emit(launch_stream *s, size_t n, int final) {
         if (!nl) break;
         p = nl + 1;
     }
-    size_t cap = n + lines * (s->prefix_len + 1) + 1;
+    /* A last piece without a newline is cut every LAUNCH_LINE_MAX bytes,
+     * and each cut gets a prefix and a newline of its own. */
+    size_t cap = n + (lines + n / LAUNCH_LINE_MAX) * (s->prefix_len + 1) + 1;
     char *out = s->console_fd >= 0 ? malloc(cap) : NULL;
     size_t o = 0, done = 0;
     while (done < n) {

@@ -1,0 +1,63 @@
+/* test_launch_output.c: how `pprun launch` passes a worker's output on:
+ * each line prefixed, a line without a newline cut every LAUNCH_LINE_MAX
+ * bytes, however much one read of the pipe returns. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner/launch_int.h"
+
+/* Pumps `n` bytes of `data` through a stream whose pipe holds them all at
+ * once (one read returns them together), into a file; returns its text. */
+static char *pass_through(const char *data, size_t n, size_t *out_len) {
+    int in[2];
+    cr_assert_eq(pipe2(in, O_NONBLOCK), 0);
+    cr_assert_geq(fcntl(in[1], F_SETPIPE_SZ, 1 << 20), (int)n, "a pipe of 1 MiB (the unprivileged maximum)");
+    cr_assert_eq(write(in[1], data, n), (ssize_t)n);
+    close(in[1]);
+    FILE *console = tmpfile();
+    cr_assert_not_null(console);
+    launch_stream s;
+    launch_stream_init(&s, in[0], fileno(console), -1, "[0]: ", NULL);
+    while (!launch_stream_pump(&s)) {
+    }
+    launch_stream_finish(&s);
+    long len = ftell(console);
+    char *text = calloc((size_t)len + 1, 1);
+    rewind(console);
+    cr_assert_eq(fread(text, 1, (size_t)len, console), (size_t)len);
+    fclose(console);
+    *out_len = (size_t)len;
+    return text;
+}
+
+Test(launch_output, a_long_line_without_newline_is_cut_into_prefixed_pieces) {
+    size_t n = 4 * LAUNCH_LINE_MAX + 100; /* four full pieces and a short one, in one read */
+    char *data = malloc(n);
+    for (size_t i = 0; i < n; i++) data[i] = (char)('a' + i % 26);
+    size_t len;
+    char *text = pass_through(data, n, &len);
+    cr_assert_eq(len, n + 5 * strlen("[0]: \n"), "five prefixed pieces, %zu bytes", len);
+    size_t at = 0, piece = 0;
+    for (size_t done = 0; done < n; piece++) {
+        size_t ll = n - done < LAUNCH_LINE_MAX ? n - done : LAUNCH_LINE_MAX;
+        cr_assert_eq(memcmp(text + at, "[0]: ", 5), 0, "piece %zu has the prefix", piece);
+        cr_assert_eq(memcmp(text + at + 5, data + done, ll), 0, "piece %zu holds the bytes in order", piece);
+        cr_assert_eq(text[at + 5 + ll], '\n');
+        at += 5 + ll + 1;
+        done += ll;
+    }
+    free(text);
+    free(data);
+}
+
+Test(launch_output, lines_keep_their_order_and_each_gets_the_prefix) {
+    const char data[] = "one\ntwo\n\nlast without newline";
+    size_t len;
+    char *text = pass_through(data, sizeof data - 1, &len);
+    cr_assert_str_eq(text, "[0]: one\n[0]: two\n[0]: \n[0]: last without newline\n");
+    free(text);
+}
