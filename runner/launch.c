@@ -476,7 +476,9 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         }
         ran = 1;
         if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
-        if (res->status != LAUNCH_FAILED || stop || !store_ok) break;
+        /* A stop signal while a failure was being torn down: the failure
+         * is the result, and the user asked for no restart. */
+        if (res->status != LAUNCH_FAILED || stop || j->c.stop_signal || !store_ok) break;
         if (attempt < o->max_restarts) {
             fprintf(stderr, "pprun launch: attempt %d failed (rank %d); restarting (%d of %d restarts)\n", attempt,
                     res->failure.global_rank, attempt + 1, o->max_restarts);

@@ -236,8 +236,10 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
                 if (!c->stop_signal) {
                     c->stop_signal = sig;
                     if (outcome == LAUNCH_ATTEMPT_OK) outcome = LAUNCH_ATTEMPT_SIGNAL;
-                    /* Forward the very signal, then the usual grace. */
-                    BEGIN_TEARDOWN(sig);
+                    /* Forward the very signal, then the usual grace; a
+                     * teardown under way (a failure) keeps its deadline. */
+                    if (!tearing) BEGIN_TEARDOWN(sig);
+                    else signal_all(slots, n, sig);
                 } else if (!killed) {
                     /* A second signal: the user is impatient. */
                     signal_all(slots, n, SIGKILL);

@@ -141,6 +141,35 @@ Test(launch_fail, sigint_then_sigkill_after_the_grace) {
     lt_free(&p);
 }
 
+/* Ctrl-C while a failed attempt is torn down: the failure is the result and
+ * nothing restarts, however many restarts are left. */
+Test(launch_fail, sigint_during_a_failures_teardown_stops_the_restarts, .timeout = 60) {
+    char dir[] = "/tmp/pprun-sig-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char script[768];
+    snprintf(script, sizeof script,
+             "a=$PPRUN_RESTART_COUNT; if [ $RANK = 0 ]; then while [ ! -f %s/ready-$a ]; do sleep 0.02; done; exit 1; fi; "
+             "trap 'touch %s/tearing-$a' TERM; touch %s/ready-$a; while :; do sleep 0.02; done",
+             dir, dir, dir);
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--max-restarts", "3", "--shutdown-timeout", "1",
+                          "--", "sh", "-c", script, NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/tearing-0", dir);
+    cr_assert(lt_wait_file(path), "rank 1 never got the teardown's SIGTERM");
+    kill(p.pid, SIGINT);
+    lt_wait(&p);
+    cr_assert_eq(p.status, 1, "the failure is the result: exit %d: %s", p.status, p.err);
+    cr_assert_null(strstr(p.err, "restarting"), "%s", p.err);
+    snprintf(path, sizeof path, "%s/ready-1", dir);
+    cr_assert_neq(access(path, F_OK), 0, "a second attempt started");
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&p);
+}
+
 Test(launch_fail, missing_program_is_bad_usage) {
     const char *args[] = {"launch", "--", "pprun-no-such-program", NULL};
     lt_proc p;
