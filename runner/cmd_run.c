@@ -458,6 +458,16 @@ static int build_worker_argv(run_job *job, pp_err *err) {
     return 0;
 }
 
+/* The database file and SQLite's WAL and shared-memory files beside it. */
+static void remove_db_files(const char *path) {
+    char side[sizeof ((run_config *)0)->db + 8];
+    remove(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    remove(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    remove(side);
+}
+
 static void wait_for_interrupt(const char *url) {
     sigset_t set;
     sigemptyset(&set);
@@ -529,7 +539,10 @@ int cmd_run(int argc, char **argv) {
 
     int exit_code = 2;
     /* The server starts before the job is written: a refused --serve (a
-     * taken port, no token for a public address) leaves no job behind. */
+     * taken port, no token for a public address) leaves no job behind, and
+     * no database either when this run created it (the server reads it, so
+     * it must exist first). */
+    int db_existed = access(job.cfg.db, F_OK) == 0;
     if (job.cfg.trace && job.lo.node_rank == 0 && db_open(job.cfg.db, &job.db, &err) != 0) {
         fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, err.msg);
         goto out;
@@ -538,6 +551,11 @@ int cmd_run(int argc, char **argv) {
         http_options ho = {.listen = job.cfg.serve_addr, .token = job.cfg.token, .db_path = job.cfg.db};
         if (http_start(&ho, &job.web, &err) != 0) {
             fprintf(stderr, "pprun run: --serve %s: %s\n", job.cfg.serve_addr, err.msg);
+            if (job.db && !db_existed) {
+                db_close(job.db);
+                job.db = NULL;
+                remove_db_files(job.cfg.db);
+            }
             goto out;
         }
         fprintf(stderr, "pprun run: dashboard at %s\n", http_url(job.web));

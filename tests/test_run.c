@@ -276,6 +276,27 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
     }
 }
 
+/* --serve refused (no token for a public address): exit 2 and no trace of
+ * the run: no new database, and an existing one keeps only its jobs. */
+Test(run, a_refused_serve_leaves_the_database_as_it_was) {
+    char db[512], *out = NULL;
+    snprintf(db, sizeof db, "%s/serve.db", tmpdir);
+    const char *job = "--steps 1 --model timed:f=1ms,b=1ms,w=1ms,act=1KiB --progress off";
+    int rc = sh(&out, "PPRUN_TOKEN= %s run %s --db %s --serve 0.0.0.0:0", PPRUN_BIN, job, db);
+    cr_assert_eq(rc, 2, "exit %d:\n%s", rc, out);
+    cr_assert(strstr(out, "--serve 0.0.0.0:0"), "%s", out);
+    cr_assert_neq(access(db, F_OK), 0, "%s was created", db);
+    free(out);
+    cr_assert_eq(sh(&out, "%s run %s --db %s", PPRUN_BIN, job, db), 0, "%s", out);
+    free(out);
+    rc = sh(&out, "PPRUN_TOKEN= %s run %s --db %s --serve 0.0.0.0:0", PPRUN_BIN, job, db);
+    cr_assert_eq(rc, 2, "exit %d:\n%s", rc, out);
+    free(out);
+    cr_assert_eq(sh(&out, "%s query --db %s --format csv 'SELECT count(*) FROM jobs'", PPRUN_BIN, db), 0);
+    cr_assert_str_eq(out, "count(*)\r\n1\r\n", "the refused run added a job (CSV, RFC 4180)");
+    free(out);
+}
+
 /* The timed model makes op costs exact; the measured step time must follow
  * the simulator (a generous bound: the tight comparison is in bench/). */
 Test(run, timed_model_step_time_follows_the_simulator) {
