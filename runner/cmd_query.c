@@ -1,6 +1,7 @@
 /* cmd_query.c: `pprun query --db FILE [--format table|csv|json] [--max-rows N]
  * [--timeout DURATION] SQL`: read-only SQL over a trace database, through the
  * same guard as POST /api/sql (db/usersql.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@ static void usage(FILE *out) {
             "  Runs one read-only statement (SELECT or WITH) over a trace database.\n"
             "  --format     table (default, aligned columns), csv (RFC 4180), json (array of row objects)\n"
             "  --max-rows   stop after N rows (default 100000); a note on stderr says the output was cut\n"
-            "  --timeout    interrupt the query after this long (default 30s)\n"
+            "  --timeout    interrupt the query after this many seconds (default 30; or 500ms, 2s)\n"
             "  docs/schema.md lists the tables; docs/api.md the same guard over HTTP.\n");
 }
 
@@ -162,8 +163,17 @@ int cmd_query(int argc, char **argv) {
                 return 2;
             }
         } else if (strcmp(a, "--timeout") == 0) {
-            if (pp_parse_duration_ns(argv[++i], "--timeout", &timeout_ns, &err) != 0 || timeout_ns == 0) {
-                fprintf(stderr, "pprun query: %s\n", timeout_ns == 0 ? "--timeout must be > 0" : err.msg);
+            /* A bare number is seconds, as the usage's "30s" and every other
+             * pprun timeout; "500ms" and the like take their unit. */
+            double seconds;
+            const char *v = argv[++i];
+            if (pp_parse_double(v, 0, 1e6, "--timeout", &seconds, &err) == 0) timeout_ns = (uint64_t)(seconds * 1e9);
+            else if (pp_parse_duration_ns(v, "--timeout", &timeout_ns, &err) != 0) {
+                fprintf(stderr, "pprun query: --timeout: expected seconds (30, 0.5) or a duration (500ms), got '%s'\n", v);
+                return 2;
+            }
+            if (timeout_ns == 0) {
+                fprintf(stderr, "pprun query: --timeout must be > 0\n");
                 return 2;
             }
         } else if (a[0] == '-' && a[1] == '-') {
@@ -201,6 +211,9 @@ int cmd_query(int argc, char **argv) {
     if (r->truncated)
         fprintf(stderr, "pprun query: output stopped at %ld rows (--max-rows)\n", max_rows);
     usersql_free(r);
-    if (fflush(stdout) != 0) rc = -1;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "pprun query: writing the output failed: %s\n", strerror(errno));
+        rc = -1;
+    }
     return rc == 0 ? 0 : 1;
 }

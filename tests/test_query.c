@@ -99,6 +99,7 @@ Test(query, writes_and_escapes_are_refused_with_exit_2_and_change_nothing) {
         {"\"BEGIN\"", "refused"},
         {"\"VACUUM INTO '/tmp/copy.db'\"", "refused"},
         {"\"SELECT load_extension('x')\"", "not authorized"},
+        {"\"SELECT fts3_tokenizer('simple')\"", "fts3_tokenizer"},
         {"\"SELEKT 1\"", "syntax error"},
         {"\"\"", "no statement"},
     };
@@ -149,6 +150,40 @@ Test(query, runaway_recursion_is_interrupted_by_the_time_limit) {
     cr_assert_eq(rc, 2);
     cr_assert(strstr(err, "time limit"), "%s", err);
     free(out);
+    free(err);
+}
+
+/* A bare --timeout is seconds, like the usage's default and every other
+ * pprun timeout; a bad one names itself. */
+Test(query, a_bare_timeout_is_seconds_and_a_bad_one_is_named) {
+    char *out, *err;
+    int rc = run("--timeout 1 \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c\"",
+                 &out, &err);
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(err, "time limit of 1 s"), "%s", err);
+    free(out);
+    free(err);
+    static const char *const bad[] = {"--timeout abc 'SELECT 1'", "--timeout 0 'SELECT 1'", "--timeout -1 'SELECT 1'"};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(run(bad[i], &out, &err), 2, "%s", bad[i]);
+        cr_assert(strstr(err, "--timeout"), "%s: %s", bad[i], err);
+        free(out);
+        free(err);
+    }
+}
+
+/* Output that cannot be written (a full disk) is an error that says so. */
+Test(query, a_failed_write_exits_1_saying_so) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' query --db '%s' 'SELECT 1' >/dev/full 2>/tmp/pprun-q-full-%d.err", PPRUN_BIN, db,
+             (int)getpid());
+    int st = system(cmd);
+    cr_assert_eq(WEXITSTATUS(st), 1);
+    char p[64];
+    snprintf(p, sizeof p, "/tmp/pprun-q-full-%d.err", (int)getpid());
+    char *err = fixture_read_file(p);
+    unlink(p);
+    cr_assert(err && strstr(err, "writing the output failed"), "%s", err ? err : "(no stderr)");
     free(err);
 }
 
