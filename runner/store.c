@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -23,6 +24,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#define STORE_WAIT_FOREVER_MS (365ll * 24 * 3600 * 1000) /* a WAIT this long has no deadline */
 
 typedef struct kv {
     struct kv *next;
@@ -275,7 +278,10 @@ static void op_add(store_server *s, conn *c, rd *r) {
         cur = strtoll(tmp, &end, 10);
         if (errno || *end) goto not_int;
     }
-    cur += delta;
+    if (__builtin_add_overflow(cur, delta, &cur)) {
+        free(key);
+        return reply_bad(c, "ADD: the counter would overflow 64 bits");
+    }
     char text[32];
     int len = snprintf(text, sizeof text, "%" PRId64, cur);
     uint8_t *val = malloc((size_t)len + 1);
@@ -335,7 +341,8 @@ static void op_wait(store_server *s, conn *c, rd *r) {
         wait_clear(c);
         return reply(c, STORE_TIMEOUT, NULL, 0);
     }
-    c->wdeadline = timeout_ms > 0 ? pp_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
+    /* Over a year is forever; it would also overflow the deadline. */
+    c->wdeadline = timeout_ms > 0 && timeout_ms < STORE_WAIT_FOREVER_MS ? pp_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
 }
 
 /* Refuses a connection that did not present the token: one line on stderr
@@ -500,7 +507,10 @@ static void *server_main(void *arg) {
             if (c->wkeys && c->wdeadline && (!next || c->wdeadline < next)) next = c->wdeadline;
         }
         int timeout = -1;
-        if (next) timeout = next <= now ? 0 : (int)((next - now) / 1000000ull + 1);
+        if (next) {
+            uint64_t ms = next <= now ? 0 : (next - now) / 1000000ull + 1;
+            timeout = ms > INT_MAX ? INT_MAX : (int)ms;
+        }
         int n = poll(pfds, s->nconns + 2, timeout);
         if (n < 0 && errno != EINTR) break;
         if (n > 0 && pfds[0].revents) break; /* store_server_stop */
@@ -582,8 +592,9 @@ int store_server_start_token(const char *host, int port, const char *token, stor
     int eno;
     int fd = listen_on(host, port, &eno, err);
     /* MASTER_ADDR may name this machine by an address it cannot bind (NAT,
-     * a load balancer): listen everywhere then. */
-    if (fd < 0 && eno == EADDRNOTAVAIL) fd = listen_on(NULL, port, &eno, err);
+     * a load balancer): listen everywhere then, but only with a token:
+     * without one the address was loopback, which must stay loopback. */
+    if (fd < 0 && eno == EADDRNOTAVAIL && token && *token) fd = listen_on(NULL, port, &eno, err);
     if (fd < 0) return -1;
     store_server *s = calloc(1, sizeof *s);
     if (!s) {

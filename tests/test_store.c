@@ -90,7 +90,26 @@ Test(store, add_is_a_counter_and_refuses_non_integers) {
     /* The connection still works after a refused request. */
     cr_assert_eq(store_add(c, "n", 2, &v, &err), 0);
     cr_assert_eq(v, 0);
+    /* A counter that would pass 64 bits is refused and stays as it was. */
+    cr_assert_eq(store_add(c, "big", INT64_MAX, &v, &err), 0);
+    cr_assert_eq(store_add(c, "big", 10, &v, &err), -1);
+    cr_assert(strstr(err.msg, "overflow"), "%s", err.msg);
+    cr_assert_eq(store_add(c, "big", 0, &v, &err), 0);
+    cr_assert_eq(v, INT64_MAX);
     store_close(c);
+}
+
+/* A timeout too long to add to the clock is forever, not an instant timeout. */
+Test(store, a_huge_wait_timeout_waits) {
+    store_client *a = client(), *b = client();
+    pp_err err;
+    const char *keys[] = {"late"};
+    cr_assert_eq(store_wait_send(a, keys, 1, INT64_MAX / 2, &err), 0);
+    usleep(200000);
+    cr_assert_eq(store_set(b, "late", "1", 1, &err), 0);
+    cr_assert_eq(store_wait_recv(a, &err), 0, "the wait ended before the key was set: %s", err.msg);
+    store_close(a);
+    store_close(b);
 }
 
 Test(store, wait_times_out_then_succeeds_when_another_client_sets) {

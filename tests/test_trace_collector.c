@@ -176,6 +176,42 @@ Test(trace_collector, second_node_forwards_over_tcp_onto_the_job_clock, .timeout
     db_close(d);
 }
 
+/* A node with more local ranks than the 64 a frame once carried (79):
+ * every one of them reaches the master on the job clock. */
+Test(trace_collector, every_local_rank_of_a_big_node_is_on_the_job_clock, .timeout = 60) {
+    enum { RANKS = 80 };
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("big.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *master, *node;
+    collector_config mc = {.db = d, .job_id = job, .world_size = RANKS, .listen_host = "127.0.0.1"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    const int64_t off = 7000000000ll, at = 9000000000ll;
+    collector_config nc = {.job_id = job, .world_size = RANKS, .clock_offset_ns = off, .forward_host = "127.0.0.1",
+                           .forward_port = collector_listen_port(master)};
+    cr_assert_eq(collector_start(&nc, &node, &err), 0, "%s", err.msg);
+    for (int rank = 1; rank < RANKS; rank++) {
+        trace_ring *r, *w;
+        cr_assert_eq(trace_ring_create(64, &r, &err), 0, "%s", err.msg);
+        cr_assert_eq(collector_add_ring(node, rank, r, &err), 0, "%s", err.msg);
+        cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+        trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = rank, .step = 0,
+                         .microbatch = 0, .stage = 0, .peer = -1};
+        e.start_ns = (uint64_t)(at - off);
+        e.end_ns = e.start_ns + 1000;
+        trace_ring_write(w, &e);
+        trace_ring_close(w);
+    }
+    cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), RANKS - 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE start_ns = 9000000000"), RANKS - 1,
+                 "every rank's offset applied");
+    db_close(d);
+}
+
 Test(trace_collector, unreachable_master_and_bad_config_are_errors) {
     collector *c;
     pp_err err;

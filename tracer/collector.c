@@ -68,6 +68,7 @@ struct collector {
     pthread_mutex_t mu;     /* rings */
     pthread_mutex_t err_mu; /* failed, err */
     ring_slot *rings;
+    frame_rank *frame_ranks; /* forwarder: each frame's per-rank part, ringcap entries */
     size_t nrings, ringcap;
     atomic_int stop;
     int fwd_fd, listen_fd, port;
@@ -216,11 +217,11 @@ static void drain_rings(collector *c) {
             for (size_t i = 0; i < c->nrings; i++) store_dropped(c, c->rings[i].rank, rank_dropped(c, c->rings[i].rank));
         } else {
             /* Every frame carries the clock offset and drop counter of each
-             * local rank (at most 64 ranks per node). */
-            frame_rank fr[64];
+             * local rank. */
+            frame_rank *fr = c->frame_ranks;
             size_t nfr = 0;
             int changed = 0;
-            for (size_t i = 0; i < c->nrings && nfr < 64; i++) {
+            for (size_t i = 0; i < c->nrings; i++) {
                 int r = c->rings[i].rank, dup = 0;
                 for (size_t k = 0; k < nfr; k++) dup |= fr[k].rank == r;
                 if (dup) continue;
@@ -500,6 +501,7 @@ static void collector_free(collector *c) {
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->err_mu);
     free(c->rings);
+    free(c->frame_ranks);
     free(c->forward_host);
     free(c->listen_host);
     free(c->buf);
@@ -549,8 +551,10 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
         c->listen_host = strdup(cfg->listen_host);
         c->listen_fd = tcp_socket(cfg->listen_host, cfg->listen_port, 1, err);
         /* The master address may name this machine by an address it
-         * cannot bind (NAT): listen everywhere then, like the store. */
-        if (c->listen_fd < 0 && errno == EADDRNOTAVAIL) c->listen_fd = tcp_socket(NULL, cfg->listen_port, 1, err);
+         * cannot bind (NAT): listen everywhere then, like the store, and
+         * only with a token (without one the address was loopback). */
+        if (c->listen_fd < 0 && errno == EADDRNOTAVAIL && c->token[0])
+            c->listen_fd = tcp_socket(NULL, cfg->listen_port, 1, err);
         if (c->listen_fd < 0) goto fail;
         fcntl(c->listen_fd, F_SETFL, fcntl(c->listen_fd, F_GETFL) | O_NONBLOCK);
         struct sockaddr_storage sa;
@@ -578,6 +582,10 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err) {
     if (rank < 0 || rank >= c->cfg.world_size)
         return pp_fail(err, "collector: rank %d out of range (world size %d)", rank, c->cfg.world_size);
     pthread_mutex_lock(&c->mu);
+    if (c->nrings >= MAX_FRAME_RANKS) {
+        pthread_mutex_unlock(&c->mu);
+        return pp_fail(err, "collector: more than %d ranks on one node", MAX_FRAME_RANKS);
+    }
     if (c->nrings == c->ringcap) {
         size_t cap = c->ringcap ? 2 * c->ringcap : 16;
         ring_slot *r = realloc(c->rings, cap * sizeof *r);
@@ -586,6 +594,12 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err) {
             return pp_fail(err, "collector: out of memory");
         }
         c->rings = r;
+        frame_rank *f = realloc(c->frame_ranks, cap * sizeof *f);
+        if (!f) {
+            pthread_mutex_unlock(&c->mu);
+            return pp_fail(err, "collector: out of memory");
+        }
+        c->frame_ranks = f;
         c->ringcap = cap;
     }
     c->rings[c->nrings++] = (ring_slot){rank, ring};
