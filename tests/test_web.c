@@ -934,9 +934,15 @@ Test(web_live, a_stream_delivers_rows_another_writer_appends_and_resumes, .timeo
     stream_close(&c);
 
     webclient_resp r;
-    webclient_request(port, "GET", "/api/jobs/1/live", "Last-Event-ID: nonsense\r\n", NULL, &r);
-    cr_assert_eq(r.status, 400);
-    webclient_free(&r);
+    static const char *const bad_ids[] = {"nonsense", "99999999999999999999.1.1.1", "1.2.3", "1.2.3.4.5",
+                                          "-1.0.0.0", "1.-2.0.0", "1..2.3"};
+    for (int i = 0; i < 7; i++) {
+        char hdr[96];
+        snprintf(hdr, sizeof hdr, "Last-Event-ID: %s\r\n", bad_ids[i]);
+        webclient_request(port, "GET", "/api/jobs/1/live", hdr, NULL, &r);
+        cr_assert_eq(r.status, 400, "Last-Event-ID %s: %d", bad_ids[i], r.status);
+        webclient_free(&r);
+    }
     webclient_request(port, "GET", "/api/jobs/9/live", NULL, NULL, &r);
     cr_assert_eq(r.status, 404);
     webclient_free(&r);

@@ -485,6 +485,10 @@ static int say_hello(collector *c, pp_err *err) {
     int e = errno;
     setsockopt(c->fwd_fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
     if (r == 1 && ok == 1) return 0;
+    if (r == 0)
+        return pp_fail(err, "collector: the trace collector at %s:%d closed the connection without answering "
+                            "(it stopped, or another program has that port)",
+                       c->forward_host, c->cfg.forward_port);
     if (r < 0)
         return pp_fail(err, "collector: no answer from the trace collector at %s:%d: %s", c->forward_host,
                        c->cfg.forward_port,

@@ -19,6 +19,8 @@
  * Every message carries `id: E.LS.LM.SS` (last event id, last loss
  * step.microbatch, last complete step); a client reconnecting with
  * Last-Event-ID gets exactly what came after. */
+#include <errno.h>
+#include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -486,15 +488,21 @@ static void sub_release(void *cls) {
 
 /* "E.LS.LM.SS" as sent in id: lines. */
 static int parse_cursor(const char *v, live_sub *s) {
-    long long e;
-    long ls, lm, ss;
-    int n = 0;
-    if (sscanf(v, "%lld.%ld.%ld.%ld%n", &e, &ls, &lm, &ss, &n) != 4 || v[n] || e < 0 || ls < -1 || lm < -1 || ss < -1)
-        return -1;
-    s->ev = e;
-    s->ls = ls;
-    s->lm = lm;
-    s->ss = ss;
+    /* strtoll, not sscanf: a number out of range is refused, not undefined. */
+    long long part[4];
+    const char *p = v;
+    for (int i = 0; i < 4; i++) {
+        char *end;
+        errno = 0;
+        part[i] = strtoll(p, &end, 10);
+        if (end == p || errno || *end != (i < 3 ? '.' : '\0') || part[i] < (i ? -1 : 0) || part[i] > LONG_MAX)
+            return -1;
+        p = end + 1;
+    }
+    s->ev = part[0];
+    s->ls = (long)part[1];
+    s->lm = (long)part[2];
+    s->ss = (long)part[3];
     return 0;
 }
 
