@@ -4,7 +4,6 @@
 #include "runner/stats_report.h"
 
 #include <math.h>
-#include <string.h>
 
 /* "812 ns", "3.40 us", "245.1 ms", "1.204 s" into buf. */
 static const char *fmt_ns(char *buf, size_t n, double ns) {

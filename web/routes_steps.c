@@ -1,7 +1,6 @@
 /* routes_steps.c: the per-step API (docs/api.md): the steps with their
  * time, bubble and loss; the planned schedule and its simulated bubble; a
  * job's summary in a few numbers; and the Chrome/Perfetto trace export. */
-#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
