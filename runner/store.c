@@ -5,8 +5,15 @@
  * not all present parks the connection: it is answered when a SET or ADD
  * completes the set, or when its deadline passes. Keys live in a chained
  * hash table that doubles when full. With a job token, a connection is
- * served only after its first frame, AUTH, presented it (store_wire.h). */
+ * served only after its first frame, AUTH, presented it (store_wire.h).
+ *
+ * Limits (store_limits.h): connections are capped, unauthenticated ones
+ * time out, a connection whose replies pile up unread is not read from
+ * until they drain, and accept failing for lack of descriptors pauses the
+ * listening socket instead of spinning on it. A peer that half-closes
+ * still has every complete frame it sent handled and answered. */
 #include "runner/store.h"
+#include "runner/store_limits.h"
 #include "runner/store_wire.h"
 
 #include <arpa/inet.h>
@@ -19,6 +26,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,21 +42,37 @@ typedef struct kv {
     size_t len;
 } kv;
 
+/* Buffers bigger than these are freed once empty: one large SET or GET
+ * must not pin its size for the rest of the connection's life. */
+#define STORE_IN_KEEP (64u << 10)
+#define STORE_OUT_KEEP (1u << 20)
+/* Log lines about misbehaving peers: at most this many per window. */
+#define STORE_LOG_WINDOW_NS 10000000000ull
+
 typedef struct conn {
     int fd;
-    uint8_t *in;
-    size_t in_len, in_cap;
+    uint8_t *in; /* frames not handled yet start at in_off */
+    size_t in_len, in_off, in_cap;
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     int dead;
     int authed;  /* presented the token (or the server has none) */
     int closing; /* refused: close once the refusal is sent, read nothing more */
+    int eof;     /* the peer sent everything it will: handle what is buffered, then close */
+    uint64_t born_ns; /* accepted at (the AUTH deadline counts from here) */
     char peer[80];
     /* A parked WAIT: the keys (copied), and when it gives up (0 = never). */
     char **wkeys;
     size_t wn;
     uint64_t wdeadline;
 } conn;
+
+/* Rate limit for one kind of stderr line (a flood must not flood the log). */
+typedef struct loglim {
+    uint64_t window;     /* start of the current window */
+    unsigned lines;      /* written in it */
+    unsigned long quiet; /* held back since the last line written */
+} loglim;
 
 struct store_server {
     int lfd;
@@ -60,7 +84,56 @@ struct store_server {
     kv **buckets;
     size_t nbuckets, nkeys;
     char token[PP_TOKEN_MAX + 1]; /* "" = none */
+    store_limits lim;             /* every field set */
+    uint64_t accept_paused_until; /* 0: the listening socket is polled */
+    int accept_failing;           /* accept failed for lack of resources since the last success */
+    loglim log_full, log_accept, log_peer;
 };
+
+/* Writes "pprun store: MSG" to stderr unless burst lines of this kind were
+ * written in the last STORE_LOG_WINDOW_NS; the next line written says how
+ * many were held back. */
+__attribute__((format(printf, 3, 4))) static void log_limited(loglim *l, unsigned burst, const char *fmt, ...) {
+    uint64_t now = pp_now_ns();
+    if (!l->window || now - l->window >= STORE_LOG_WINDOW_NS) l->window = now, l->lines = 0;
+    if (l->lines >= burst) {
+        l->quiet++;
+        return;
+    }
+    l->lines++;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (l->quiet) fprintf(stderr, "pprun store: %s (%lu more like it held back)\n", msg, l->quiet);
+    else fprintf(stderr, "pprun store: %s\n", msg);
+    l->quiet = 0;
+}
+
+static size_t out_pending(const conn *c) { return c->out_len - c->out_off; }
+
+/* Is the first buffered frame complete (or its length bad, which
+ * handle_one deals with at once)? */
+static int frame_ready(const conn *c) {
+    size_t avail = c->in_len - c->in_off;
+    if (avail < 4) return 0;
+    uint32_t len = store_get_u32(c->in + c->in_off);
+    return len == 0 || len > STORE_MAX_FRAME || avail >= 4 + (size_t)len;
+}
+
+/* Can handle_one make progress on c now? */
+static int runnable(const store_server *s, const conn *c) {
+    return !c->wkeys && !c->dead && !c->closing && out_pending(c) <= s->lim.out_high && frame_ready(c);
+}
+
+/* Should the server read from c? Not while its replies pile up unread
+ * (backpressure), and not when the buffer is full of frames that wait
+ * (behind a WAIT): those are handled first. */
+static int wants_input(const store_server *s, const conn *c) {
+    if (c->closing || c->eof || c->dead || out_pending(c) > s->lim.out_high) return 0;
+    return !(frame_ready(c) && c->in_cap - (c->in_len - c->in_off) < 4096);
+}
 
 /* --- key table -------------------------------------------------------------- */
 
@@ -87,7 +160,8 @@ static void kv_grow(store_server *s) {
     s->nbuckets = n;
 }
 
-/* Takes ownership of val. Returns -1 on allocation failure (val freed). */
+/* Takes ownership of val. Returns 1 if the key is new, 0 if it was
+ * replaced, -1 on allocation failure (val freed). */
 static int kv_put(store_server *s, const char *key, uint8_t *val, size_t len) {
     kv **p = kv_slot(s, key);
     if (*p) {
@@ -109,7 +183,7 @@ static int kv_put(store_server *s, const char *key, uint8_t *val, size_t len) {
     e->len = len;
     *p = e;
     if (++s->nkeys > s->nbuckets) kv_grow(s);
-    return 0;
+    return 1;
 }
 
 /* --- replies ---------------------------------------------------------------- */
@@ -171,7 +245,8 @@ static int wait_ready(store_server *s, const conn *c) {
     return 1;
 }
 
-/* After a key appears: answer every parked WAIT that is now complete. */
+/* After a key appears: answer every parked WAIT that is now complete. (A
+ * replaced key changes no WAIT: they ask only that keys exist.) */
 static void wake_waiters(store_server *s) {
     for (size_t i = 0; i < s->nconns; i++) {
         conn *c = s->conns[i];
@@ -234,6 +309,13 @@ static void op_set(store_server *s, conn *c, rd *r) {
         free(key);
         return reply_bad(c, "SET: malformed request");
     }
+    if (n > STORE_MAX_VALUE) {
+        free(key);
+        char msg[128];
+        snprintf(msg, sizeof msg, "SET: the value is %" PRIu32 " bytes, over the limit of %u", n,
+                 (unsigned)STORE_MAX_VALUE);
+        return reply_bad(c, msg);
+    }
     uint8_t *val = malloc(n ? n : 1);
     if (!val) {
         free(key);
@@ -242,9 +324,9 @@ static void op_set(store_server *s, conn *c, rd *r) {
     memcpy(val, r->p, n);
     int rc = kv_put(s, key, val, n);
     free(key);
-    if (rc != 0) return reply_bad(c, "SET: out of memory");
+    if (rc < 0) return reply_bad(c, "SET: out of memory");
     reply(c, STORE_OK, NULL, 0);
-    wake_waiters(s);
+    if (rc == 1) wake_waiters(s);
 }
 
 static void op_get(store_server *s, conn *c, rd *r) {
@@ -271,7 +353,10 @@ static void op_add(store_server *s, conn *c, rd *r) {
     if (e) {
         char tmp[32];
         char *end;
-        if (e->len == 0 || e->len >= sizeof tmp) goto not_int;
+        /* strtoll would stop at a NUL and skip leading spaces: neither is a counter. */
+        if (e->len == 0 || e->len >= sizeof tmp || memchr(e->val, '\0', e->len) || e->val[0] == ' ' ||
+            (e->val[0] >= '\t' && e->val[0] <= '\r'))
+            goto not_int;
         memcpy(tmp, e->val, e->len);
         tmp[e->len] = '\0';
         errno = 0;
@@ -285,15 +370,13 @@ static void op_add(store_server *s, conn *c, rd *r) {
     char text[32];
     int len = snprintf(text, sizeof text, "%" PRId64, cur);
     uint8_t *val = malloc((size_t)len + 1);
-    if (!val || (memcpy(val, text, (size_t)len), kv_put(s, key, val, (size_t)len)) != 0) {
-        free(key);
-        return reply_bad(c, "ADD: out of memory");
-    }
+    int rc = val ? (memcpy(val, text, (size_t)len), kv_put(s, key, val, (size_t)len)) : -1;
     free(key);
+    if (rc < 0) return reply_bad(c, "ADD: out of memory");
     uint8_t out[8];
     store_put_u64(out, (uint64_t)cur);
     reply(c, STORE_OK, out, 8);
-    wake_waiters(s);
+    if (rc == 1) wake_waiters(s);
     return;
 not_int:
     free(key);
@@ -345,57 +428,72 @@ static void op_wait(store_server *s, conn *c, rd *r) {
     c->wdeadline = timeout_ms > 0 && timeout_ms < STORE_WAIT_FOREVER_MS ? pp_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
 }
 
+/* Answers c with a BAD reply carrying msg, then closes it once that is
+ * sent, reading nothing more from it. */
+static void close_with(conn *c, const char *msg) {
+    reply_bad(c, msg);
+    c->closing = 1;
+    c->in_len = c->in_off = 0;
+}
+
 /* Refuses a connection that did not present the token: one line on stderr
  * (never the token), a BAD reply, then it is closed unread. */
-static void refuse(conn *c, const char *why) {
-    fprintf(stderr, "pprun store: refused a connection from %s: %s\n", c->peer, why);
-    reply_bad(c, !strcmp(why, "wrong rendezvous token")
-                     ? "wrong rendezvous token: every node needs the same --rdzv-token / PPRUN_RDZV_TOKEN"
-                     : "this store needs the rendezvous token: give --rdzv-token-file, --rdzv-token or "
-                       "PPRUN_RDZV_TOKEN (the same on every node)");
-    c->closing = 1;
-    c->in_len = 0;
+static void refuse(store_server *s, conn *c, const char *why) {
+    log_limited(&s->log_peer, 10, "refused a connection from %s: %s", c->peer, why);
+    close_with(c, !strcmp(why, "wrong rendezvous token")
+                      ? "wrong rendezvous token: every node needs the same --rdzv-token / PPRUN_RDZV_TOKEN"
+                      : "this store needs the rendezvous token: give --rdzv-token-file, --rdzv-token or "
+                        "PPRUN_RDZV_TOKEN (the same on every node)");
 }
 
 /* A connection's first frame on a token-guarded server. Returns 1 if the
  * frame was handled (accepted or refused), 0 if it is not complete yet. */
 static int handle_auth(store_server *s, conn *c) {
-    uint32_t len = store_get_u32(c->in);
+    const uint8_t *f = c->in + c->in_off;
+    size_t avail = c->in_len - c->in_off;
+    uint32_t len = store_get_u32(f);
     if (len == 0 || len > STORE_MAX_AUTH_FRAME) {
-        refuse(c, len > STORE_MAX_AUTH_FRAME && c->in_len > 4 && c->in[4] == STORE_OP_AUTH ? "wrong rendezvous token"
-                                                                                             : "no rendezvous token");
+        refuse(s, c,
+               len > STORE_MAX_AUTH_FRAME && avail > 4 && f[4] == STORE_OP_AUTH ? "wrong rendezvous token"
+                                                                                 : "no rendezvous token");
         return 1;
     }
-    if (c->in_len >= 5 && c->in[4] != STORE_OP_AUTH) {
-        refuse(c, "no rendezvous token");
+    if (avail >= 5 && f[4] != STORE_OP_AUTH) {
+        refuse(s, c, "no rendezvous token");
         return 1;
     }
-    if (c->in_len < 4 + (size_t)len) return 0;
-    rd r = {c->in + 5, len - 1, 0};
+    if (avail < 4 + (size_t)len) return 0;
+    rd r = {f + 5, len - 1, 0};
     uint32_t n = rd_u32(&r);
     if (r.bad || n != r.left || !pp_token_equal(s->token, r.p, n)) {
-        refuse(c, "wrong rendezvous token");
+        refuse(s, c, "wrong rendezvous token");
         return 1;
     }
     c->authed = 1;
     reply(c, STORE_OK, NULL, 0);
-    memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
-    c->in_len -= 4 + (size_t)len;
+    c->in_off += 4 + (size_t)len;
     return 1;
 }
 
-/* Handles the first complete frame in c->in, if any. Returns 1 if it did. */
+/* Handles the first complete frame in c->in, if any. Returns 1 if it did.
+ * Nothing is handled while a WAIT is parked (requests are answered in
+ * order) or while the replies already queued exceed out_high. */
 static int handle_one(store_server *s, conn *c) {
-    if (c->wkeys || c->dead || c->closing || c->in_len < 4) return 0;
+    if (c->wkeys || c->dead || c->closing || out_pending(c) > s->lim.out_high || c->in_len - c->in_off < 4) return 0;
     if (!c->authed) return handle_auth(s, c);
-    uint32_t len = store_get_u32(c->in);
+    const uint8_t *f = c->in + c->in_off;
+    uint32_t len = store_get_u32(f);
     if (len == 0 || len > STORE_MAX_FRAME) {
-        c->dead = 1;
-        return 0;
+        char msg[128];
+        snprintf(msg, sizeof msg, "a frame of %" PRIu32 " bytes: frames are 1 to %u bytes", len,
+                 (unsigned)STORE_MAX_FRAME);
+        log_limited(&s->log_peer, 10, "closed the connection from %s: %s", c->peer, msg);
+        close_with(c, msg);
+        return 1;
     }
-    if (c->in_len < 4 + (size_t)len) return 0;
-    rd r = {c->in + 5, len - 1, 0};
-    switch (c->in[4]) {
+    if (c->in_len - c->in_off < 4 + (size_t)len) return 0;
+    rd r = {f + 5, len - 1, 0};
+    switch (f[4]) {
     case STORE_OP_SET: op_set(s, c, &r); break;
     case STORE_OP_GET: op_get(s, c, &r); break;
     case STORE_OP_ADD: op_add(s, c, &r); break;
@@ -410,16 +508,34 @@ static int handle_one(store_server *s, conn *c) {
     case STORE_OP_AUTH: reply(c, STORE_OK, NULL, 0); break; /* no token, or presented already */
     default: reply_bad(c, "unknown operation"); break;
     }
-    memmove(c->in, c->in + 4 + len, c->in_len - 4 - len);
-    c->in_len -= 4 + (size_t)len;
+    /* Frames are consumed by moving in_off; read_in compacts once per read,
+     * so a buffer of many small pipelined frames costs one memmove, not one
+     * per frame. */
+    c->in_off += 4 + (size_t)len;
+    if (c->in_off == c->in_len) c->in_off = c->in_len = 0;
     return 1;
 }
 
-static void read_in(conn *c) {
+static void read_in(store_server *s, conn *c) {
+    if (!wants_input(s, c)) return;
+    if (c->in_off) {
+        memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+        c->in_len -= c->in_off;
+        c->in_off = 0;
+    }
+    if (c->in_len == 0 && c->in_cap > STORE_IN_KEEP) {
+        free(c->in);
+        c->in = NULL;
+        c->in_cap = 0;
+    }
     for (;;) {
         /* Before the token, no more than an AUTH frame is worth holding. */
         if (!c->authed && c->in_len >= 4 + STORE_MAX_AUTH_FRAME) return;
         if (c->in_cap - c->in_len < 4096) {
+            /* Grow only for a frame still incomplete: complete ones are
+             * handled first, so a pipelining peer is buffered at most one
+             * frame (up to STORE_MAX_FRAME) and a few KiB ahead. */
+            if (frame_ready(c)) return;
             size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
             if (cap > (size_t)STORE_MAX_FRAME * 2 + 8192) {
                 c->dead = 1;
@@ -440,7 +556,10 @@ static void read_in(conn *c) {
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        c->dead = 1; /* EOF or error */
+        /* EOF: what came before it is still answered (SET then close must
+         * land); an error: the peer is gone. */
+        if (n == 0) c->eof = 1;
+        else c->dead = 1;
         return;
     }
 }
@@ -453,10 +572,50 @@ static void conn_free(conn *c) {
     free(c);
 }
 
+/* Over the connection limit: a best-effort BAD reply saying so (the peer
+ * may read it before the close), then the close. */
+static void turn_away(store_server *s, int fd) {
+    char peer[80], msg[160];
+    pp_peer_name(fd, peer, sizeof peer);
+    int len = snprintf(msg, sizeof msg, "the store is at its connection limit (%zu, STORE_MAX_CONNS)", s->lim.max_conns);
+    uint8_t frame[5 + sizeof msg];
+    store_put_u32(frame, (uint32_t)(1 + len));
+    frame[4] = STORE_BAD;
+    memcpy(frame + 5, msg, (size_t)len);
+    ssize_t w = send(fd, frame, 5 + (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    (void)w;
+    close(fd);
+    log_limited(&s->log_full, 1, "turned away a connection from %s: %zu connections open, the limit (STORE_MAX_CONNS)",
+                peer, s->nconns);
+}
+
 static void accept_all(store_server *s) {
     for (;;) {
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return; /* EAGAIN, or a transient error: poll again */
+        if (fd < 0) {
+            int e = errno;
+            if (e == EAGAIN || e == EWOULDBLOCK) return;
+            /* One connection's trouble (it was reset, or its network went
+             * away while it waited): the next one may be fine. */
+            if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == ENETDOWN || e == ENOPROTOOPT ||
+                e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH || e == EOPNOTSUPP || e == ENETUNREACH)
+                continue;
+            /* Out of descriptors or memory (or worse): the listening socket
+             * stays readable, so polling it again at once would spin. */
+            s->accept_paused_until = pp_now_ns() + s->lim.accept_pause_ns;
+            if (!s->accept_failing)
+                log_limited(&s->log_accept, 1,
+                            "cannot accept connections: %s%s; trying again every %" PRIu64 " ms until one closes",
+                            strerror(e), e == EMFILE ? " (the process's descriptor limit, ulimit -n)" : "",
+                            s->lim.accept_pause_ns / 1000000);
+            s->accept_failing = 1;
+            return;
+        }
+        s->accept_failing = 0;
+        if (s->nconns >= s->lim.max_conns) {
+            turn_away(s, fd);
+            continue;
+        }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         conn *c = calloc(1, sizeof *c);
@@ -477,8 +636,27 @@ static void accept_all(store_server *s) {
         }
         c->fd = fd;
         c->authed = !s->token[0];
+        c->born_ns = pp_now_ns();
         pp_peer_name(fd, c->peer, sizeof c->peer);
         s->conns[s->nconns++] = c;
+    }
+}
+
+static uint64_t auth_deadline(const store_server *s, const conn *c) {
+    return c->authed || c->closing ? 0 : c->born_ns + s->lim.auth_timeout_ns;
+}
+
+/* Token-guarded: a connection that has not presented the token in time is
+ * told so and closed (it would hold a slot forever). */
+static void expire_auth(store_server *s, uint64_t now) {
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn *c = s->conns[i];
+        uint64_t d = auth_deadline(s, c);
+        if (!d || now < d || c->dead) continue;
+        char msg[96];
+        snprintf(msg, sizeof msg, "no rendezvous token within %.1f s", (double)s->lim.auth_timeout_ns / 1e9);
+        log_limited(&s->log_peer, 10, "closed a connection from %s: %s", c->peer, msg);
+        close_with(c, msg);
     }
 }
 
@@ -498,16 +676,26 @@ static void *server_main(void *arg) {
             pcap = cap;
         }
         uint64_t now = pp_now_ns(), next = 0;
+        int now_runnable = 0;
+        if (s->accept_paused_until && now >= s->accept_paused_until) s->accept_paused_until = 0;
         pfds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-        pfds[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
+        /* poll skips a negative fd: that is how the listening socket rests. */
+        pfds[1] = (struct pollfd){.fd = s->accept_paused_until ? -1 : s->lfd, .events = POLLIN};
+        next = s->accept_paused_until;
         for (size_t i = 0; i < s->nconns; i++) {
             conn *c = s->conns[i];
-            pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = c->closing ? 0 : POLLIN};
-            if (c->out_off < c->out_len) pfds[i + 2].events |= POLLOUT;
+            pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = wants_input(s, c) ? POLLIN : 0};
+            if (out_pending(c)) pfds[i + 2].events |= POLLOUT;
+            uint64_t d = auth_deadline(s, c);
+            if (d && (!next || d < next)) next = d;
             if (c->wkeys && c->wdeadline && (!next || c->wdeadline < next)) next = c->wdeadline;
+            /* Frames held back while replies drained: serve them now. */
+            if (runnable(s, c)) now_runnable = 1;
         }
         int timeout = -1;
-        if (next) {
+        if (now_runnable) {
+            timeout = 0;
+        } else if (next) {
             uint64_t ms = next <= now ? 0 : (next - now) / 1000000ull + 1;
             timeout = ms > INT_MAX ? INT_MAX : (int)ms;
         }
@@ -520,12 +708,14 @@ static void *server_main(void *arg) {
                 conn *c = s->conns[i];
                 short re = pfds[i + 2].revents;
                 if (c->closing && (re & (POLLHUP | POLLERR))) c->dead = 1;
-                else if (re & (POLLIN | POLLHUP | POLLERR)) read_in(c);
+                else if (re & (POLLIN | POLLHUP | POLLERR)) read_in(s, c);
                 if (re & POLLOUT) flush_out(c);
             }
             if (pfds[1].revents) accept_all(s);
         }
-        expire_waiters(s, pp_now_ns());
+        now = pp_now_ns();
+        expire_waiters(s, now);
+        if (s->token[0]) expire_auth(s, now);
         /* Handle frames until nobody can go on: an answered WAIT unblocks
          * that connection's next requests. */
         for (int progress = 1; progress;) {
@@ -536,7 +726,16 @@ static void *server_main(void *arg) {
         for (size_t i = 0; i < s->nconns;) {
             conn *c = s->conns[i];
             if (!c->dead) flush_out(c);
-            if (c->closing && c->out_off == c->out_len) c->dead = 1;
+            int drained = out_pending(c) == 0;
+            if (drained && c->out_cap > STORE_OUT_KEEP) {
+                free(c->out);
+                c->out = NULL;
+                c->out_cap = c->out_len = c->out_off = 0;
+            }
+            if (c->closing && drained) c->dead = 1;
+            /* After EOF: close once every complete frame is answered. A WAIT
+             * still parked is dropped: its peer hung up. */
+            if (c->eof && drained && (c->wkeys || !frame_ready(c))) c->dead = 1;
             if (c->dead) {
                 conn_free(c);
                 s->conns[i] = s->conns[--s->nconns];
@@ -586,6 +785,11 @@ int store_server_start(const char *host, int port, store_server **out, pp_err *e
 }
 
 int store_server_start_token(const char *host, int port, const char *token, store_server **out, pp_err *err) {
+    return store_server_start_limits(host, port, token, NULL, out, err);
+}
+
+int store_server_start_limits(const char *host, int port, const char *token, const store_limits *lim,
+                              store_server **out, pp_err *err) {
     *out = NULL;
     if (port < 0 || port > 65535) return pp_fail(err, "store: port %d is out of range 0-65535", port);
     if (token && *token && pp_token_check(token, "store", err) != 0) return -1;
@@ -602,6 +806,11 @@ int store_server_start_token(const char *host, int port, const char *token, stor
         return pp_fail(err, "store: out of memory");
     }
     s->lfd = fd;
+    if (lim) s->lim = *lim;
+    if (!s->lim.max_conns) s->lim.max_conns = STORE_MAX_CONNS;
+    if (!s->lim.auth_timeout_ns) s->lim.auth_timeout_ns = STORE_AUTH_TIMEOUT_MS * 1000000ull;
+    if (!s->lim.out_high) s->lim.out_high = STORE_OUT_HIGH;
+    if (!s->lim.accept_pause_ns) s->lim.accept_pause_ns = STORE_ACCEPT_PAUSE_MS * 1000000ull;
     if (token) snprintf(s->token, sizeof s->token, "%s", token);
     s->nbuckets = 256;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);

@@ -1,0 +1,55 @@
+/* store_limits.h: the store server's resource limits, and a start function
+ * that takes other values for them. pprun itself starts the server with
+ * store_server_start{,_token} (runner/store.h), which use the defaults
+ * below; the tests use small limits to reach them in a few milliseconds.
+ *
+ * What each limit protects (docs/launch.md, "Limits"):
+ *  - max_conns: a flood of connections cannot grow the server's tables and
+ *    file descriptors without bound; over it a new connection is closed at
+ *    once and one line (at most every 10 s) says so on stderr.
+ *  - auth_timeout_ns: on a token-guarded store, a connection that has not
+ *    presented the token by then is answered BAD and closed, so idle
+ *    strangers cannot hold slots.
+ *  - out_high: a connection with more than this many reply bytes waiting
+ *    for its peer to read them is not read from (nor served) until they
+ *    drain: a client that pipelines GETs without reading the replies costs
+ *    at most out_high plus one reply.
+ *  - accept_pause_ns: when accept fails for lack of file descriptors or
+ *    memory, the listening socket is left alone this long (it stays
+ *    readable, so polling it would spin), with one line on stderr. */
+#ifndef PP_STORE_LIMITS_H
+#define PP_STORE_LIMITS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runner/store.h"
+
+/* 16384: a worker holds two connections (its own client and its comm
+ * exchange's), a launcher two (its client and the watch), so this serves a
+ * job of about 8000 ranks; a bigger one needs it raised (and a file
+ * descriptor limit above it: over the process's RLIMIT_NOFILE, accept
+ * fails first, see accept_pause_ns). An idle connection costs about 200
+ * bytes plus its descriptor, so the cap bounds a flood at a few MiB. */
+#define STORE_MAX_CONNS 16384u
+/* store_connect_token sends AUTH right after connecting: 10 s is far more
+ * than any live client needs. */
+#define STORE_AUTH_TIMEOUT_MS 10000u
+/* A few replies of rendezvous size; one large GET reply (up to
+ * STORE_MAX_VALUE) is always queued whole, so the most a connection's
+ * replies hold is STORE_OUT_HIGH + STORE_MAX_VALUE + 5. */
+#define STORE_OUT_HIGH (4u << 20)
+#define STORE_ACCEPT_PAUSE_MS 100u
+
+typedef struct store_limits {
+    size_t max_conns;         /* 0: STORE_MAX_CONNS */
+    uint64_t auth_timeout_ns; /* 0: STORE_AUTH_TIMEOUT_MS */
+    size_t out_high;          /* 0: STORE_OUT_HIGH */
+    uint64_t accept_pause_ns; /* 0: STORE_ACCEPT_PAUSE_MS */
+} store_limits;
+
+/* store_server_start_token with these limits (lim NULL, or a field 0: the
+ * default). */
+int store_server_start_limits(const char *host, int port, const char *token, const store_limits *lim,
+                              store_server **out, pp_err *err);
+
+#endif

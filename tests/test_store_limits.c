@@ -1,0 +1,539 @@
+/* test_store_limits.c: the store server under peers that misbehave, over
+ * real sockets: a flood of connections meets the connection cap, idle
+ * strangers on a token-guarded store are closed at the AUTH deadline, a
+ * process out of descriptors does not spin on accept, a client that
+ * pipelines GETs without reading the replies is no longer read from (and
+ * gets every reply right once it reads), frames sent before a half-close
+ * are all answered, and malformed frames are clear errors. Clients here
+ * speak the wire format (store_wire.h) by hand where the real client never
+ * would misbehave like that. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runner/store.h"
+#include "runner/store_limits.h"
+#include "runner/store_wire.h"
+
+#define TOKEN "9f86d081884c7d659a2feaa0c55ad015"
+
+/* --- a hand-made client ----------------------------------------------------- */
+
+static int raw_connect(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect: %s", strerror(errno));
+    return fd;
+}
+
+static void send_all(int fd, const void *buf, size_t n) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        cr_assert(w > 0, "send: %s", strerror(errno));
+        p += w, n -= (size_t)w;
+    }
+}
+
+/* A frame: op, then for each of the n strings its u32 length and bytes. */
+static size_t frame(uint8_t *buf, uint8_t op, int n, const char *const *parts, const size_t *lens) {
+    size_t off = 5;
+    for (int i = 0; i < n; i++) {
+        store_put_u32(buf + off, (uint32_t)lens[i]);
+        memcpy(buf + off + 4, parts[i], lens[i]);
+        off += 4 + lens[i];
+    }
+    store_put_u32(buf, (uint32_t)(off - 4));
+    buf[4] = op;
+    return off;
+}
+
+static size_t frame_key(uint8_t *buf, uint8_t op, const char *key) {
+    size_t len = strlen(key);
+    return frame(buf, op, 1, &key, &len);
+}
+
+static size_t frame_set(uint8_t *buf, const char *key, const void *val, size_t vlen) {
+    const char *parts[] = {key, val};
+    size_t lens[] = {strlen(key), vlen};
+    return frame(buf, STORE_OP_SET, 2, parts, lens);
+}
+
+/* Reads exactly n bytes, waiting at most 10 s for each piece. Returns n, 0
+ * on EOF (or a reset) before any byte, -1 if nothing came in time. */
+static ssize_t recv_n(int fd, void *buf, size_t n) {
+    uint8_t *p = buf;
+    size_t got = 0;
+    while (got < n) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (poll(&pfd, 1, 10000) != 1) return -1;
+        ssize_t r = recv(fd, p + got, n - got, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            cr_assert_eq(got, 0, "the connection ended inside a reply");
+            return 0;
+        }
+        got += (size_t)r;
+    }
+    return (ssize_t)n;
+}
+
+/* One reply: its status, and its data (malloc, NUL-terminated) in *data
+ * if data is not NULL. -1: the connection closed (or reset) instead. */
+static int reply(int fd, char **data, size_t *len) {
+    uint8_t hdr[5];
+    ssize_t r = recv_n(fd, hdr, 5);
+    cr_assert_neq(r, -1, "no reply within 10 s");
+    if (r == 0) return -1;
+    size_t n = store_get_u32(hdr) - 1;
+    char *d = malloc(n + 1);
+    cr_assert_not_null(d);
+    cr_assert_eq(recv_n(fd, d, n), (ssize_t)n);
+    d[n] = '\0';
+    if (len) *len = n;
+    if (data) *data = d;
+    else free(d);
+    return hdr[4];
+}
+
+/* The peer closes: any reply still coming (a BAD saying why) goes to *why,
+ * then EOF. Fails if the connection stays open for 10 s. */
+static void expect_closed(int fd, char *why, size_t whycap) {
+    if (why) why[0] = '\0';
+    char *d = NULL;
+    int st = reply(fd, &d, NULL);
+    if (st < 0) return;
+    cr_assert_eq(st, STORE_BAD, "a reply other than BAD before the close");
+    if (why) snprintf(why, whycap, "%s", d);
+    free(d);
+    cr_assert_eq(reply(fd, NULL, NULL), -1, "the server did not close the connection");
+}
+
+/* --- stderr capture ------------------------------------------------------- */
+
+typedef struct {
+    char path[64];
+    int fd, saved;
+} capture;
+
+static void capture_start(capture *c) {
+    snprintf(c->path, sizeof c->path, "/tmp/pprun-store-limits-XXXXXX");
+    c->fd = mkstemp(c->path);
+    cr_assert(c->fd >= 0);
+    fflush(stderr);
+    c->saved = dup(2);
+    dup2(c->fd, 2);
+}
+
+/* Restores stderr; returns what was written (static buffer). */
+static const char *capture_end(capture *c) {
+    static char buf[16384];
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    ssize_t n = pread(c->fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    close(c->fd);
+    unlink(c->path);
+    return buf;
+}
+
+static int count(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p++) n++;
+    return n;
+}
+
+static store_server *start(const char *token, const store_limits *lim, int *port) {
+    store_server *s;
+    pp_err err;
+    cr_assert_eq(store_server_start_limits("127.0.0.1", 0, token, lim, &s, &err), 0, "%s", err.msg);
+    *port = store_server_port(s);
+    return s;
+}
+
+/* A TIME round trip: the connection is served. */
+static void served(int fd) {
+    uint8_t f[8];
+    store_put_u32(f, 1);
+    f[4] = STORE_OP_TIME;
+    send_all(fd, f, 5);
+    size_t len;
+    cr_assert_eq(reply(fd, NULL, &len), STORE_OK, "the connection is not served");
+    cr_assert_eq(len, 8);
+}
+
+/* --- the tests -------------------------------------------------------------- */
+
+#define CAP 8
+
+Test(store_limits, connections_over_the_cap_are_closed_with_one_log_line) {
+    store_limits lim = {.max_conns = CAP};
+    int port;
+    store_server *s = start(NULL, &lim, &port);
+    capture cap;
+    capture_start(&cap);
+    int fds[CAP];
+    for (int i = 0; i < CAP; i++) {
+        fds[i] = raw_connect(port);
+        served(fds[i]);
+    }
+    /* A flood past the cap: each one is told and closed at once. */
+    char why[256];
+    for (int i = 0; i < 20; i++) {
+        int fd = raw_connect(port);
+        expect_closed(fd, why, sizeof why);
+        close(fd);
+    }
+    const char *log = capture_end(&cap);
+    /* Best effort: the reason can lose the race with the close's reset. */
+    if (why[0]) cr_assert(strstr(why, "connection limit (8"), "%s", why);
+    cr_assert_eq(count(log, "turned away a connection from 127.0.0.1:"), 1, "want one line for the flood: %s", log);
+    cr_assert(strstr(log, "8 connections open, the limit"), "%s", log);
+    /* The ones inside the cap are still served; a closed one frees a slot. */
+    for (int i = 0; i < CAP; i++) served(fds[i]);
+    close(fds[0]);
+    int fd = -1;
+    for (int tries = 0; tries < 500; tries++) {
+        fd = raw_connect(port);
+        uint8_t f[5];
+        store_put_u32(f, 1);
+        f[4] = STORE_OP_TIME;
+        send_all(fd, f, 5);
+        if (reply(fd, NULL, NULL) == STORE_OK) break;
+        close(fd);
+        fd = -1;
+        usleep(10000);
+    }
+    cr_assert(fd >= 0, "the slot of a closed connection was never freed");
+    close(fd);
+    for (int i = 1; i < CAP; i++) close(fds[i]);
+    store_server_stop(s);
+}
+
+Test(store_limits, a_token_store_closes_connections_that_never_authenticate) {
+    store_limits lim = {.auth_timeout_ns = 200000000ull};
+    int port;
+    store_server *s = start(TOKEN, &lim, &port);
+    capture cap;
+    capture_start(&cap);
+    store_client *good;
+    pp_err err;
+    cr_assert_eq(store_connect_token("127.0.0.1", port, TOKEN, 5000000000ull, &good, &err), 0, "%s", err.msg);
+    int idle = raw_connect(port);
+    int half = raw_connect(port);
+    uint8_t f[64];
+    const char *tok = TOKEN;
+    size_t toklen = strlen(tok);
+    frame(f, STORE_OP_AUTH, 1, &tok, &toklen);
+    send_all(half, f, 7); /* the start of an AUTH frame, never finished */
+    char why[256];
+    expect_closed(idle, why, sizeof why);
+    cr_assert(strstr(why, "no rendezvous token within 0.2 s"), "%s", why);
+    expect_closed(half, NULL, 0);
+    close(idle);
+    close(half);
+    /* The client that authenticated stays served past the deadline. */
+    cr_assert_eq(store_set(good, "k", "v", 1, &err), 0, "%s", err.msg);
+    store_close(good);
+    const char *log = capture_end(&cap);
+    cr_assert_eq(count(log, "no rendezvous token within 0.2 s"), 2, "%s", log);
+    cr_assert(strstr(log, "closed a connection from 127.0.0.1:"), "%s", log);
+    store_server_stop(s);
+
+    /* Without a token an idle connection is a worker between requests. */
+    s = start(NULL, &lim, &port);
+    idle = raw_connect(port);
+    usleep(500000); /* well past the 0.2 s */
+    served(idle);
+    close(idle);
+    store_server_stop(s);
+}
+
+/* The server in a child whose descriptor limit is reached: accept fails
+ * with EMFILE while a connection waits. The child reports how much CPU it
+ * used over one second of that (a spinning poll loop uses all of it), then
+ * the limit is lifted and the waiting connection must be served. */
+Test(store_limits, out_of_descriptors_backs_off_instead_of_spinning) {
+    int c2p[2], p2c[2];
+    cr_assert_eq(pipe(c2p), 0);
+    cr_assert_eq(pipe(p2c), 0);
+    char logpath[] = "/tmp/pprun-store-emfile-XXXXXX";
+    int logfd = mkstemp(logpath);
+    cr_assert(logfd >= 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(c2p[0]);
+        close(p2c[1]);
+        dup2(logfd, 2);
+        store_server *s;
+        pp_err err;
+        int port = -1;
+        if (store_server_start("127.0.0.1", 0, &s, &err) == 0) port = store_server_port(s);
+        struct rlimit old, low;
+        getrlimit(RLIMIT_NOFILE, &old);
+        int probe = open("/dev/null", O_RDONLY);
+        low = old;
+        low.rlim_cur = (rlim_t)probe; /* no new descriptor fits under it */
+        close(probe);
+        if (port < 0 || setrlimit(RLIMIT_NOFILE, &low) != 0) port = -1;
+        if (write(c2p[1], &port, sizeof port) != (ssize_t)sizeof port || port < 0) _exit(1);
+        char go;
+        if (read(p2c[0], &go, 1) != 1) _exit(1);
+        struct rusage r0, r1;
+        struct timespec w0, w1;
+        getrusage(RUSAGE_SELF, &r0);
+        clock_gettime(CLOCK_MONOTONIC, &w0);
+        struct timespec one = {1, 0};
+        while (nanosleep(&one, &one) != 0) {
+        }
+        getrusage(RUSAGE_SELF, &r1);
+        clock_gettime(CLOCK_MONOTONIC, &w1);
+        setrlimit(RLIMIT_NOFILE, &old);
+        double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec - r0.ru_stime.tv_sec) +
+                     (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec - r0.ru_stime.tv_usec) /
+                         1e6;
+        double wall = (double)(w1.tv_sec - w0.tv_sec) + (double)(w1.tv_nsec - w0.tv_nsec) / 1e9;
+        double ratio = cpu / wall;
+        if (write(c2p[1], &ratio, sizeof ratio) != (ssize_t)sizeof ratio) _exit(1);
+        while (read(p2c[0], &go, 1) > 0) {
+        }
+        store_server_stop(s);
+        _exit(0);
+    }
+    close(c2p[1]);
+    close(p2c[0]);
+    int port;
+    cr_assert_eq(read(c2p[0], &port, sizeof port), (ssize_t)sizeof port);
+    cr_assert(port > 0, "the child could not start the server or lower its limit");
+    int fd = raw_connect(port); /* completes in the kernel's backlog */
+    cr_assert_eq(write(p2c[1], "g", 1), 1);
+    double ratio;
+    cr_assert_eq(read(c2p[0], &ratio, sizeof ratio), (ssize_t)sizeof ratio);
+    /* Backing off costs ten accept attempts a second: far below this. */
+    cr_assert(ratio < 0.25, "the server used %.0f%% of a CPU while accept failed: a busy loop", ratio * 100);
+    served(fd); /* accepted once descriptors are back */
+    close(fd);
+    close(p2c[1]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char log[4096];
+    ssize_t n = pread(logfd, log, sizeof log - 1, 0);
+    log[n > 0 ? n : 0] = '\0';
+    close(logfd);
+    unlink(logpath);
+    cr_assert_eq(count(log, "cannot accept connections: Too many open files"), 1, "want one line: %s", log);
+    cr_assert(strstr(log, "ulimit -n"), "%s", log);
+}
+
+#define VAL (1u << 20)
+#define BUDGET 256 /* GETs; without backpressure the server would queue 256 MiB of replies */
+
+static uint8_t pattern(size_t i) { return (uint8_t)(i * 7u + (i >> 12)); }
+
+Test(store_limits, a_client_that_does_not_read_its_replies_is_not_read_from) {
+    int port;
+    store_server *s = start(NULL, NULL, &port);
+    /* A long key makes every GET 4 KiB, so the socket buffers fill after a
+     * few hundred of them once the server stops reading. */
+    char key[4001];
+    memset(key, 'k', sizeof key - 1);
+    key[sizeof key - 1] = '\0';
+    uint8_t *val = malloc(VAL);
+    for (size_t i = 0; i < VAL; i++) val[i] = pattern(i);
+    store_client *c;
+    pp_err err;
+    cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_set(c, key, val, VAL, &err), 0, "%s", err.msg);
+    store_close(c);
+
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    uint8_t get[4096 + 16];
+    size_t glen = frame_key(get, STORE_OP_GET, key);
+    int sent = 0, blocked = 0;
+    size_t part = 0; /* bytes of the current GET already sent */
+    while (sent < BUDGET && !blocked) {
+        ssize_t w = send(fd, get + part, glen - part, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* Blocked: give the server every chance to read more. */
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            if (poll(&pfd, 1, 500) == 0) blocked = 1;
+            continue;
+        }
+        cr_assert(w > 0, "send: %s", strerror(errno));
+        part += (size_t)w;
+        if (part == glen) part = 0, sent++;
+    }
+    cr_assert(blocked, "the server kept reading %d GETs whose replies nobody read", sent);
+    /* Read everything: every reply is the whole value, in order; then the
+     * GET cut short by the full buffers is finished and answered too. */
+    uint8_t *got = malloc(VAL);
+    for (int i = 0; i < sent + (part > 0); i++) {
+        if (i == sent) send_all(fd, get + part, glen - part);
+        uint8_t hdr[5];
+        cr_assert_eq(recv_n(fd, hdr, 5), 5, "reply %d of %d missing", i, sent);
+        cr_assert_eq(hdr[4], STORE_OK);
+        cr_assert_eq(store_get_u32(hdr), 1 + VAL, "reply %d", i);
+        cr_assert_eq(recv_n(fd, got, VAL), (ssize_t)VAL);
+        cr_assert_eq(memcmp(got, val, VAL), 0, "reply %d is not the value", i);
+    }
+    served(fd);
+    close(fd);
+    free(got);
+    free(val);
+    store_server_stop(s);
+}
+
+Test(store_limits, frames_sent_before_a_half_close_are_all_answered) {
+    int port;
+    store_server *s = start(NULL, NULL, &port);
+    int fd = raw_connect(port);
+    uint8_t buf[256];
+    size_t n = frame_set(buf, "pprun/last", "words", 5);
+    uint8_t add[64];
+    const char *parts[] = {"count"};
+    size_t lens[] = {5};
+    size_t an = frame(add, STORE_OP_ADD, 1, parts, lens);
+    store_put_u32(add, (uint32_t)(an - 4 + 8));
+    store_put_u64(add + an, 1);
+    an += 8;
+    memcpy(buf + n, add, an);
+    n += an;
+    n += frame_key(buf + n, STORE_OP_GET, "pprun/last");
+    send_all(fd, buf, n);
+    shutdown(fd, SHUT_WR);
+    char *d;
+    size_t len;
+    cr_assert_eq(reply(fd, NULL, NULL), STORE_OK, "the SET before the half-close was dropped");
+    cr_assert_eq(reply(fd, NULL, &len), STORE_OK);
+    cr_assert_eq(len, 8);
+    cr_assert_eq(reply(fd, &d, NULL), STORE_OK);
+    cr_assert_str_eq(d, "words");
+    free(d);
+    cr_assert_eq(reply(fd, NULL, NULL), -1, "the server did not close after answering");
+    close(fd);
+
+    /* A WAIT that would park after the peer hung up is dropped, and the
+     * connection closed, instead of holding a slot. */
+    fd = raw_connect(port);
+    uint8_t w[64];
+    store_put_u32(w, 1 + 8 + 4 + 4 + 7);
+    w[4] = STORE_OP_WAIT;
+    store_put_u64(w + 5, (uint64_t)-1); /* forever */
+    store_put_u32(w + 13, 1);
+    store_put_u32(w + 17, 7);
+    memcpy(w + 21, "nothing", 7);
+    send_all(fd, w, 28);
+    shutdown(fd, SHUT_WR);
+    cr_assert_eq(reply(fd, NULL, NULL), -1);
+    close(fd);
+
+    store_client *c;
+    pp_err err;
+    cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &c, &err), 0, "%s", err.msg);
+    void *v;
+    cr_assert_eq(store_get(c, "pprun/last", &v, &len, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(v, "words");
+    free(v);
+    int64_t cnt;
+    cr_assert_eq(store_add(c, "count", 0, &cnt, &err), 0, "%s", err.msg);
+    cr_assert_eq(cnt, 1);
+    store_close(c);
+    store_server_stop(s);
+}
+
+Test(store_limits, malformed_frames_are_clear_errors) {
+    int port;
+    store_server *s = start(NULL, NULL, &port);
+    capture cap;
+    capture_start(&cap);
+    int fd = raw_connect(port);
+    char *d;
+
+    /* A value over STORE_MAX_VALUE that still fits in a frame is refused,
+     * stores nothing, and the connection goes on. */
+    size_t big = STORE_MAX_VALUE + 100;
+    uint8_t *f = malloc(big + 64), *x = malloc(big);
+    memset(x, 'x', big);
+    size_t n = frame_set(f, "b", x, big);
+    cr_assert_leq(n - 4, STORE_MAX_FRAME);
+    send_all(fd, f, n);
+    free(f);
+    free(x);
+    cr_assert_eq(reply(fd, &d, NULL), STORE_BAD);
+    cr_assert(strstr(d, "over the limit of 67108864"), "%s", d);
+    free(d);
+    uint8_t buf[256];
+    send_all(fd, buf, frame_key(buf, STORE_OP_GET, "b"));
+    cr_assert_eq(reply(fd, NULL, NULL), STORE_MISSING, "a refused SET stored its value");
+
+    /* ADD on a value that only starts like a number: an error, unchanged. */
+    static const char nul[] = {'5', '\0', 'x'};
+    send_all(fd, buf, frame_set(buf, "n", nul, sizeof nul));
+    cr_assert_eq(reply(fd, NULL, NULL), STORE_OK);
+    send_all(fd, buf, frame_set(buf, "sp", " 5", 2));
+    cr_assert_eq(reply(fd, NULL, NULL), STORE_OK);
+    for (int i = 0; i < 2; i++) {
+        const char *parts[] = {i ? "sp" : "n"};
+        size_t lens[] = {strlen(parts[0])};
+        size_t an = frame(buf, STORE_OP_ADD, 1, parts, lens);
+        store_put_u32(buf, (uint32_t)(an - 4 + 8));
+        store_put_u64(buf + an, 1);
+        send_all(fd, buf, an + 8);
+        cr_assert_eq(reply(fd, &d, NULL), STORE_BAD, "ADD took '%s' for a number", i ? " 5" : "5\\0x");
+        cr_assert(strstr(d, "not an integer"), "%s", d);
+        free(d);
+    }
+    size_t len;
+    send_all(fd, buf, frame_key(buf, STORE_OP_GET, "n"));
+    cr_assert_eq(reply(fd, &d, &len), STORE_OK);
+    cr_assert(len == 3 && !memcmp(d, nul, 3), "the value changed");
+    free(d);
+
+    /* An unknown op is refused; the connection goes on. */
+    store_put_u32(buf, 1);
+    buf[4] = 99;
+    send_all(fd, buf, 5);
+    cr_assert_eq(reply(fd, &d, NULL), STORE_BAD);
+    cr_assert(strstr(d, "unknown operation"), "%s", d);
+    free(d);
+    served(fd);
+
+    /* A frame length of 0 or over the limit: said so, then closed. */
+    store_put_u32(buf, 0);
+    send_all(fd, buf, 4);
+    char why[256];
+    expect_closed(fd, why, sizeof why);
+    cr_assert(strstr(why, "a frame of 0 bytes"), "%s", why);
+    close(fd);
+    fd = raw_connect(port);
+    store_put_u32(buf, 0xffffffffu);
+    send_all(fd, buf, 4);
+    expect_closed(fd, why, sizeof why);
+    cr_assert(strstr(why, "a frame of 4294967295 bytes"), "%s", why);
+    close(fd);
+    const char *log = capture_end(&cap);
+    cr_assert_eq(count(log, "closed the connection from 127.0.0.1:"), 2, "%s", log);
+    store_server_stop(s);
+}
