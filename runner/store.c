@@ -512,7 +512,14 @@ static int handle_one(store_server *s, conn *c) {
      * so a buffer of many small pipelined frames costs one memmove, not one
      * per frame. */
     c->in_off += 4 + (size_t)len;
-    if (c->in_off == c->in_len) c->in_off = c->in_len = 0;
+    if (c->in_off == c->in_len) {
+        c->in_off = c->in_len = 0;
+        if (c->in_cap > STORE_IN_KEEP) {
+            free(c->in);
+            c->in = NULL;
+            c->in_cap = 0;
+        }
+    }
     return 1;
 }
 
@@ -522,11 +529,6 @@ static void read_in(store_server *s, conn *c) {
         memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
         c->in_len -= c->in_off;
         c->in_off = 0;
-    }
-    if (c->in_len == 0 && c->in_cap > STORE_IN_KEEP) {
-        free(c->in);
-        c->in = NULL;
-        c->in_cap = 0;
     }
     for (;;) {
         /* Before the token, no more than an AUTH frame is worth holding. */
@@ -811,6 +813,10 @@ int store_server_start_limits(const char *host, int port, const char *token, con
     if (!s->lim.auth_timeout_ns) s->lim.auth_timeout_ns = STORE_AUTH_TIMEOUT_MS * 1000000ull;
     if (!s->lim.out_high) s->lim.out_high = STORE_OUT_HIGH;
     if (!s->lim.accept_pause_ns) s->lim.accept_pause_ns = STORE_ACCEPT_PAUSE_MS * 1000000ull;
+    /* Longer than a year is forever, and must not overflow a deadline. */
+    const uint64_t year = 365ull * 24 * 3600 * 1000000000ull;
+    if (s->lim.auth_timeout_ns > year) s->lim.auth_timeout_ns = year;
+    if (s->lim.accept_pause_ns > year) s->lim.accept_pause_ns = year;
     if (token) snprintf(s->token, sizeof s->token, "%s", token);
     s->nbuckets = 256;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
