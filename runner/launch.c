@@ -43,6 +43,12 @@ static void on_signal(int sig) {
 }
 
 static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
+
+/* How long node 0's store may take to answer once the user asked to stop.
+ * Alive, it answers in microseconds; stopped, frozen or cut off, it must not
+ * keep the launcher (and the user's Ctrl-C) waiting. Before a stop, an
+ * answer may take --rdzv-timeout. */
+#define LAUNCH_STOP_STORE_NS 5000000000ull
 #define NCAUGHT (sizeof caught / sizeof caught[0])
 
 typedef struct job {
@@ -51,6 +57,7 @@ typedef struct job {
     char store_addr[300];
     char run_id[128];
     int sig_w;
+    int stops; /* stop signals seen by check_signals */
     store_server *server;
     store_client *ctl;
     struct sigaction old[NCAUGHT];
@@ -86,13 +93,32 @@ static void restore_signals(job *j) {
     close(j->sig_w);
 }
 
+/* Once stopped, node 0 gets LAUNCH_STOP_STORE_NS per answer. */
+static void shorten_store_timeout(job *j) {
+    if (j->ctl && j->c.stop_signal)
+        store_set_timeout(j->ctl, j->c.o->rdzv_timeout_ns < LAUNCH_STOP_STORE_NS ? j->c.o->rdzv_timeout_ns
+                                                                                 : LAUNCH_STOP_STORE_NS);
+}
+
 /* Drains the self-pipe; remembers a stop signal. */
 static void check_signals(job *j) {
     unsigned char sigs[64];
     ssize_t got;
     while ((got = read(j->c.sig_r, sigs, sizeof sigs)) > 0)
-        for (ssize_t k = 0; k < got; k++)
-            if (sigs[k] != SIGCHLD && !j->c.stop_signal) j->c.stop_signal = sigs[k];
+        for (ssize_t k = 0; k < got; k++) {
+            if (sigs[k] == SIGCHLD) continue;
+            j->stops++;
+            if (!j->c.stop_signal) j->c.stop_signal = sigs[k];
+        }
+    shorten_store_timeout(j);
+}
+
+/* store_set_interrupt's callback: a new stop signal abandons a request. */
+static int stop_requested(void *arg) {
+    job *j = arg;
+    int before = j->stops;
+    check_signals(j);
+    return j->stops > before;
 }
 
 /* store_wait on `cl` that a stop signal interrupts. 0 ok, 1 timeout, -1
@@ -101,12 +127,14 @@ static int wait_keys(job *j, store_client *cl, const char *const *keys, size_t n
     if (store_wait_send(cl, keys, n, timeout_ms, err) != 0) return -1;
     for (;;) {
         struct pollfd p[2] = {{.fd = store_fd(cl), .events = POLLIN}, {.fd = j->c.sig_r, .events = POLLIN}};
-        if (poll(p, 2, -1) < 0 && errno != EINTR) return pp_fail(err, "poll: %s", strerror(errno));
-        if (p[1].revents) {
+        /* Past the WAIT's own timeout plus the client's, recv fails saying so. */
+        int n = poll(p, 2, store_poll_ms(cl));
+        if (n < 0 && errno != EINTR) return pp_fail(err, "poll: %s", strerror(errno));
+        if (n > 0 && p[1].revents) {
             check_signals(j);
             if (j->c.stop_signal) return 2;
         }
-        if (p[0].revents) return store_wait_recv(cl, err);
+        if (n == 0 || (n > 0 && p[0].revents)) return store_wait_recv(cl, err);
     }
 }
 
@@ -140,28 +168,81 @@ static int failure_decode(const char *text, launch_failure *f, int *stop) {
     return 0;
 }
 
-static void key(char *buf, size_t cap, int attempt, const char *name);
-
-/* Ends attempt K everywhere with "this launcher failed" (no restart). */
-static void publish_launcher_error(job *j, int attempt, const char *why) {
-    launch_failure f;
-    memset(&f, 0, sizeof f);
-    f.node_rank = j->c.o->node_rank;
-    f.global_rank = f.local_rank = -1;
-    f.wall_ns = pp_wall_ns();
-    snprintf(f.host, sizeof f.host, "%s", j->host);
-    snprintf(f.stderr_tail, sizeof f.stderr_tail, "%s\n", why);
-    char k[128], text[sizeof f.stderr_tail + 512];
+/* Records f as attempt K's root cause if it is the first failure, then
+ * ends the attempt everywhere. 0, or -1 when the store did not take it. */
+static int report_failure(job *j, int attempt, const launch_failure *f, int stop, pp_err *serr) {
+    char k[128], text[sizeof f->stderr_tail + 512];
     int64_t first;
-    pp_err serr;
     key(k, sizeof k, attempt, "failcount");
-    if (store_add(j->ctl, k, 1, &first, &serr) != 0 || first != 1) return;
-    int len = failure_encode(&f, 1, text, sizeof text);
-    if (len >= (int)sizeof text) len = (int)sizeof text - 1;
+    if (store_add(j->ctl, k, 1, &first, serr) != 0) return -1;
     key(k, sizeof k, attempt, "fail");
-    if (store_set(j->ctl, k, text, (size_t)len, &serr) != 0) return;
+    if (first == 1) {
+        int len = failure_encode(f, stop, text, sizeof text);
+        if (len >= (int)sizeof text) len = (int)sizeof text - 1;
+        if (store_set(j->ctl, k, text, (size_t)len, serr) != 0) return -1;
+    } else {
+        /* Another node's failure came first. Its launcher publishes it at
+         * once, but may die (or lose node 0) before it ends the attempt:
+         * give it a moment, then end the attempt ourselves. */
+        const char *keys[1] = {k};
+        if (store_wait(j->ctl, keys, 1, (int64_t)(LAUNCH_STOP_STORE_NS / 1000000), serr) < 0) return -1;
+    }
     key(k, sizeof k, attempt, "end");
-    store_set(j->ctl, k, "", 0, &serr);
+    return store_set(j->ctl, k, "", 0, serr);
+}
+
+/* This launcher, as the failure: stopped by a signal, or broken (why). */
+static void launcher_failure(job *j, const char *why, launch_failure *f) {
+    memset(f, 0, sizeof *f);
+    f->node_rank = j->c.o->node_rank;
+    f->global_rank = f->local_rank = -1;
+    f->signal = why ? 0 : j->c.stop_signal;
+    f->wall_ns = pp_wall_ns();
+    snprintf(f->host, sizeof f->host, "%s", j->host);
+    if (why) snprintf(f->stderr_tail, sizeof f->stderr_tail, "%s\n", why);
+}
+
+/* Waits for the answer to this node's WAIT on attempt K's end key. 0: the
+ * attempt is over everywhere; -1: node 0's store is gone, or gave no
+ * answer in time after a stop (serr says which). A stop signal while this
+ * node had finished well is reported to the others first. Once stopped,
+ * node 0 gets LAUNCH_STOP_STORE_NS, and another signal gives up at once. */
+static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_failure *fail, pp_err *serr) {
+    uint64_t give_up = j->c.stop_signal ? pp_now_ns() + LAUNCH_STOP_STORE_NS : 0;
+    for (;;) {
+        int ms = -1;
+        if (give_up) {
+            uint64_t now = pp_now_ns();
+            if (now >= give_up)
+                return pp_fail(serr, "store %s: no answer within %.0fs of the stop signal (node rank 0 stopped or "
+                                     "unreachable?)", j->store_addr, (double)LAUNCH_STOP_STORE_NS / 1e9);
+            ms = (int)((give_up - now) / 1000000 + 1);
+        }
+        struct pollfd p[2] = {{.fd = store_fd(j->c.watch), .events = POLLIN}, {.fd = j->c.sig_r, .events = POLLIN}};
+        int n = poll(p, 2, ms);
+        if (n < 0 && errno != EINTR) return pp_fail(serr, "poll: %s", strerror(errno));
+        if (n > 0 && p[1].revents) {
+            int had = j->c.stop_signal, before = j->stops;
+            check_signals(j);
+            if (had && j->stops > before)
+                return pp_fail(serr, "stopped again while waiting for the store of node rank 0 at %s", j->store_addr);
+            if (!had && j->c.stop_signal) {
+                give_up = pp_now_ns() + LAUNCH_STOP_STORE_NS;
+                if (*out == LAUNCH_ATTEMPT_OK) {
+                    /* Stopped while waiting for the others: tell them. */
+                    *out = LAUNCH_ATTEMPT_SIGNAL;
+                    *stop = 1;
+                    launcher_failure(j, NULL, fail);
+                    pp_err ignored; /* the WAIT's answer says whether node 0 is there */
+                    report_failure(j, attempt, fail, 1, &ignored);
+                }
+            }
+        }
+        if (n > 0 && p[0].revents) {
+            j->c.watch_pending = 0;
+            return store_wait_recv(j->c.watch, serr) < 0 ? -1 : 0;
+        }
+    }
 }
 
 /* The workers' MASTER_PORT: a port that is free on node 0 now. Not the
@@ -220,6 +301,12 @@ static int setup_store(job *j, pp_err *err) {
     }
     if (o->nnodes > 1 && store_connect_token(host, port, o->rdzv_token, o->rdzv_timeout_ns, &j->c.watch, err) != 0)
         return pp_wrap(err, "rendezvous");
+    store_set_timeout(j->ctl, o->rdzv_timeout_ns);
+    store_set_interrupt(j->ctl, j->c.sig_r, stop_requested, j);
+    if (j->c.watch) {
+        store_set_timeout(j->c.watch, o->rdzv_timeout_ns);
+        store_set_interrupt(j->c.watch, j->c.sig_r, stop_requested, j);
+    }
     /* The run id: node 0's, whatever the others were told. So is the
      * workers' MASTER_PORT, published before it. */
     if (o->node_rank == 0) {
@@ -318,6 +405,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     }
 
     int rc = setup_store(j, err);
+    if (rc < 0 && j->c.stop_signal) rc = 2; /* a stop signal cut a store request short */
     if (rc == 0) {
         launch_info *in = &j->c.info;
         in->run_id = j->run_id;
@@ -334,14 +422,16 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     int store_ok = rc == 0; /* whether the store may still be used */
     int ran = 0;            /* an attempt reached its outcome on every node */
     for (int attempt = 0; rc == 0 && attempt <= o->max_restarts; attempt++) {
-        char k_end[128], k_fail[128], k_done[128], k_failcount[128];
+        char k_end[128], k_fail[128], k_done[128];
         key(k_end, sizeof k_end, attempt, "end");
         key(k_fail, sizeof k_fail, attempt, "fail");
         key(k_done, sizeof k_done, attempt, "done");
-        key(k_failcount, sizeof k_failcount, attempt, "failcount");
         j->c.info.attempt = attempt;
         res->attempts = attempt + 1;
-        if (multi && (rc = rendezvous(j, attempt, err)) != 0) break;
+        if (multi && (rc = rendezvous(j, attempt, err)) != 0) {
+            if (rc < 0 && j->c.stop_signal) rc = 2;
+            break;
+        }
         if (multi) {
             const char *keys[1] = {k_end};
             if (store_wait_send(j->c.watch, keys, 1, -1, err) != 0) {
@@ -356,9 +446,14 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         if (!hooks || !hooks->before_attempt || hooks->before_attempt(hooks->ctx, &j->c.info, err) == 0)
             out = launch_attempt(&j->c, &fail, err);
         int stop = 0;
+        shorten_store_timeout(j); /* the attempt may have seen a stop signal */
         if (out == LAUNCH_ATTEMPT_ERROR) {
             /* This launcher cannot go on: the other nodes must not wait. */
-            if (multi) publish_launcher_error(j, attempt, err->msg);
+            if (multi) {
+                pp_err ignored;
+                launcher_failure(j, err->msg, &fail);
+                report_failure(j, attempt, &fail, 1, &ignored);
+            }
             rc = -1;
             break;
         }
@@ -369,11 +464,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         }
         if (out == LAUNCH_ATTEMPT_SIGNAL) {
             /* Stopped by the user: no restart, here or elsewhere. */
-            fail.node_rank = o->node_rank;
-            fail.global_rank = fail.local_rank = -1;
-            fail.signal = j->c.stop_signal;
-            snprintf(fail.host, sizeof fail.host, "%s", j->host);
-            fail.wall_ns = pp_wall_ns();
+            launcher_failure(j, NULL, &fail);
             stop = 1;
         }
         if (out == LAUNCH_ATTEMPT_FAILED) {
@@ -384,60 +475,22 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
             pp_err serr;
             int sr = 0;
             if (out == LAUNCH_ATTEMPT_FAILED || out == LAUNCH_ATTEMPT_SIGNAL) {
-                int64_t first;
-                sr = store_add(j->ctl, k_failcount, 1, &first, &serr);
-                if (sr == 0 && first == 1) {
-                    char text[sizeof fail.stderr_tail + 512];
-                    int len = failure_encode(&fail, stop, text, sizeof text);
-                    if (len >= (int)sizeof text) len = (int)sizeof text - 1;
-                    sr = store_set(j->ctl, k_fail, text, (size_t)len, &serr);
-                    if (sr == 0) sr = store_set(j->ctl, k_end, "", 0, &serr);
-                }
+                sr = report_failure(j, attempt, &fail, stop, &serr);
             } else if (out == LAUNCH_ATTEMPT_OK) {
                 int64_t done;
                 sr = store_add(j->ctl, k_done, 1, &done, &serr);
                 if (sr == 0 && done == o->nnodes) sr = store_set(j->ctl, k_end, "", 0, &serr);
             }
             /* Wait for the attempt's end everywhere (our own WAIT answers). */
-            if (sr == 0 && j->c.watch_pending) {
-                for (;;) {
-                    struct pollfd p[2] = {{.fd = store_fd(j->c.watch), .events = POLLIN},
-                                          {.fd = j->c.sig_r, .events = POLLIN}};
-                    if (poll(p, 2, -1) < 0 && errno != EINTR) break;
-                    if (p[1].revents) {
-                        int had = j->c.stop_signal;
-                        check_signals(j);
-                        if (!had && j->c.stop_signal && out == LAUNCH_ATTEMPT_OK) {
-                            /* Stopped while waiting for the others: tell them. */
-                            out = LAUNCH_ATTEMPT_SIGNAL;
-                            stop = 1;
-                            int64_t first;
-                            fail.node_rank = o->node_rank;
-                            fail.global_rank = fail.local_rank = -1;
-                            fail.signal = j->c.stop_signal;
-                            snprintf(fail.host, sizeof fail.host, "%s", j->host);
-                            if (store_add(j->ctl, k_failcount, 1, &first, &serr) == 0 && first == 1) {
-                                char text[sizeof fail.stderr_tail + 512];
-                                int len = failure_encode(&fail, 1, text, sizeof text);
-                                if (len >= (int)sizeof text) len = (int)sizeof text - 1;
-                                if (store_set(j->ctl, k_fail, text, (size_t)len, &serr) == 0)
-                                    store_set(j->ctl, k_end, "", 0, &serr);
-                            }
-                        }
-                    }
-                    if (p[0].revents) {
-                        if (store_wait_recv(j->c.watch, &serr) < 0) sr = -1;
-                        j->c.watch_pending = 0;
-                        break;
-                    }
-                }
-            }
+            if (sr == 0 && j->c.watch_pending) sr = await_attempt_end(j, attempt, &out, &stop, &fail, &serr);
             if (sr != 0) {
                 store_ok = 0;
                 if (out == LAUNCH_ATTEMPT_OK || out == LAUNCH_ATTEMPT_REMOTE) {
                     rc = pp_fail(err, "lost the store of node rank 0 at %s: %s", j->store_addr, serr.msg);
                     break;
                 }
+                /* This node's outcome stands; the others may not know it. */
+                fprintf(stderr, "pprun launch: could not tell the other nodes: %s\n", serr.msg);
             } else {
                 /* The root cause as every node agreed on it. */
                 void *v;

@@ -84,6 +84,20 @@ int store_wait(store_client *c, const char *const *keys, size_t n, int64_t timeo
  * and after and keeps the sample with the smallest round trip (NTP-style). */
 int store_time(store_client *c, uint64_t *server_ns, pp_err *err);
 void store_close(store_client *c);
+/* From now on, each answer must come within timeout_ns (a WAIT's: its own
+ * timeout plus this; 0 = as long as it takes, the default). A request
+ * that times out fails naming the store, and leaves the client out of step
+ * (its answer may still come): every later request fails; close it. This
+ * is what keeps a launcher from hanging when node rank 0 stops answering
+ * without closing the connection (stopped, frozen, or cut off). */
+void store_set_timeout(store_client *c, uint64_t timeout_ns);
+/* While waiting for an answer, also watch fd: when it is readable, call
+ * stop(arg) (which should drain it); nonzero abandons the request, which
+ * fails saying so and leaves the client out of step like a timeout. The
+ * launcher passes its signal self-pipe: a Ctrl-C is never stuck behind a
+ * store that does not answer, whichever thread the signal lands on.
+ * stop NULL = no interrupt. */
+void store_set_interrupt(store_client *c, int fd, int (*stop)(void *arg), void *arg);
 
 /* For event loops (the supervisor watches a key while it polls its ranks):
  * send a WAIT without waiting for the answer, poll store_fd for POLLIN, then
@@ -91,6 +105,10 @@ void store_close(store_client *c);
  * client in between. */
 int store_wait_send(store_client *c, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err);
 int store_wait_recv(store_client *c, pp_err *err);
+/* Milliseconds until the request in flight gives up (store_set_timeout),
+ * as poll's timeout: -1 never, 0 its time is up (a receive then fails
+ * saying so). */
+int store_poll_ms(const store_client *c);
 int store_fd(const store_client *c);
 
 #endif

@@ -5,19 +5,28 @@
 #include "runner/store_wire.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 struct store_client {
     int fd;
-    char peer[300]; /* "host:port", for messages */
+    char peer[300];      /* "host:port", for messages */
+    uint64_t timeout_ns; /* how long an answer may take; 0 = as long as it takes */
+    uint64_t deadline;   /* when the request in flight gives up (0 = never) */
+    uint64_t span_ns;    /* deadline - start, for messages */
+    int stop_fd;         /* store_set_interrupt's, or -1 */
+    int (*stop)(void *arg);
+    void *stop_arg;
+    int eof;             /* the server closed the connection */
+    int broken;          /* a request timed out: its answer may still come */
 };
 
 int store_parse_addr(const char *addr, char *host, size_t hostcap, int *port, pp_err *err) {
@@ -69,56 +78,127 @@ static int try_connect(const char *host, int port, int *eno, pp_err *err) {
     return fd;
 }
 
-/* Reads exactly n bytes: 1, or 0 at EOF, or -1 (errno). */
-static int recv_n(int fd, void *buf, size_t n) {
+/* --- framing ------------------------------------------------------------------ */
+
+void store_set_timeout(store_client *c, uint64_t timeout_ns) { c->timeout_ns = timeout_ns; }
+
+void store_set_interrupt(store_client *c, int fd, int (*stop)(void *arg), void *arg) {
+    c->stop_fd = stop ? fd : -1;
+    c->stop = stop;
+    c->stop_arg = arg;
+}
+
+int store_poll_ms(const store_client *c) {
+    if (!c->deadline) return -1;
+    uint64_t now = pp_now_ns();
+    if (now >= c->deadline) return 0;
+    uint64_t ms = (c->deadline - now + 999999) / 1000000;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* Waits until the socket is ready for `events`, the request's deadline
+ * passes, or store_set_interrupt's callback says stop. */
+static int wait_ready(store_client *c, short events, pp_err *err) {
+    for (;;) {
+        int ms = store_poll_ms(c);
+        if (ms == 0) {
+            c->broken = 1;
+            return pp_fail(err, "store %s: no answer within %.1fs (node rank 0 stopped or unreachable?)", c->peer,
+                           (double)c->span_ns / 1e9);
+        }
+        struct pollfd p[2] = {{.fd = c->fd, .events = events}, {.fd = c->stop_fd, .events = POLLIN}};
+        int n = poll(p, c->stop_fd >= 0 ? 2 : 1, ms);
+        if (n < 0 && errno != EINTR) return pp_fail(err, "store %s: poll: %s", c->peer, strerror(errno));
+        if (n > 0 && p[0].revents) return 0;
+        if (n > 0 && p[1].revents && c->stop(c->stop_arg)) {
+            c->broken = 1;
+            return pp_fail(err, "store %s: interrupted by a signal while waiting for an answer", c->peer);
+        }
+    }
+}
+
+static int send_all(store_client *c, const void *buf, size_t n, pp_err *err) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_ready(c, POLLOUT, err) != 0) return -1;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return pp_fail(err, "store %s: send failed: %s", c->peer, strerror(errno));
+        p += w, n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes. At EOF, sets c->eof and fails. */
+static int recv_all(store_client *c, void *buf, size_t n, pp_err *err) {
     uint8_t *p = buf;
     while (n) {
-        ssize_t r = recv(fd, p, n, 0);
+        ssize_t r = recv(c->fd, p, n, MSG_DONTWAIT);
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_ready(c, POLLIN, err) != 0) return -1;
+            continue;
+        }
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return (int)r;
+        if (r == 0) {
+            c->eof = 1;
+            return pp_fail(err, "store %s: the server closed the connection", c->peer);
+        }
+        if (r < 0) return pp_fail(err, "store %s: receive failed: %s", c->peer, strerror(errno));
         p += r, n -= (size_t)r;
     }
-    return 1;
+    return 0;
+}
+
+/* Starts a request whose answer must come within `wait_ns` plus the
+ * client's timeout (wait_ns is a WAIT's own deadline, 0 otherwise;
+ * UINT64_MAX waits forever). */
+static int begin_request(store_client *c, uint64_t wait_ns, pp_err *err) {
+    if (c->broken)
+        return pp_fail(err, "store %s: an earlier request timed out, so this connection is out of step; reconnect",
+                       c->peer);
+    c->deadline = c->span_ns = 0;
+    if (c->timeout_ns && wait_ns != UINT64_MAX) {
+        c->span_ns = c->timeout_ns + wait_ns < c->timeout_ns ? UINT64_MAX / 2 : c->timeout_ns + wait_ns;
+        uint64_t now = pp_now_ns();
+        c->deadline = now + c->span_ns < now ? UINT64_MAX : now + c->span_ns;
+    }
+    return 0;
 }
 
 /* AUTH as the connection's first request. 0, or -2 when the server refused
- * the token (or closed instead of answering), or -1. The reply must come
+ * the token (or closed instead of answering), or -1. The answer must come
  * within 10 s: a server that says nothing is not a pprun store. */
-static int authenticate(int fd, const char *peer, const char *token, pp_err *err) {
+static int authenticate(store_client *c, const char *token, pp_err *err) {
     size_t n = strlen(token);
     uint8_t frame[4 + 1 + 4 + PP_TOKEN_MAX];
     store_put_u32(frame, (uint32_t)(1 + 4 + n));
     frame[4] = STORE_OP_AUTH;
     store_put_u32(frame + 5, (uint32_t)n);
     memcpy(frame + 9, token, n);
-    struct timeval tv = {10, 0}, none = {0, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    size_t off = 0, len = 9 + n;
-    while (off < len) {
-        ssize_t w = send(fd, frame + off, len - off, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return pp_fail(err, "store at %s: sending the rendezvous token failed: %s", peer, strerror(errno));
-        off += (size_t)w;
-    }
+    c->timeout_ns = 10000000000ull;
+    (void)begin_request(c, 0, err); /* a new client is never broken */
+    int sent = send_all(c, frame, 9 + n, err);
     memset(frame, 0, sizeof frame);
+    if (sent != 0) return pp_wrap(err, "sending the rendezvous token");
     uint8_t hdr[5], msg[256];
-    int r = recv_n(fd, hdr, 5);
     size_t ml = 0;
-    if (r > 0 && store_get_u32(hdr) > 1) {
+    int r = recv_all(c, hdr, 5, err);
+    if (r == 0 && store_get_u32(hdr) > 1) {
         ml = store_get_u32(hdr) - 1;
         if (ml > sizeof msg) ml = sizeof msg;
-        r = recv_n(fd, msg, ml);
+        r = recv_all(c, msg, ml, err);
     }
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-    if (r < 0)
-        return pp_fail(err, "store at %s: no answer to the rendezvous token: %s", peer,
-                       errno == EAGAIN || errno == EWOULDBLOCK ? "timed out after 10s" : strerror(errno));
-    if (r > 0 && hdr[4] == STORE_OK && ml == 0) return 0;
-    if (r == 0)
+    c->timeout_ns = 0;
+    if (r == 0 && hdr[4] == STORE_OK && ml == 0) return 0;
+    if (r != 0 && !c->eof) return pp_wrap(err, "no answer to the rendezvous token");
+    if (r != 0)
         pp_fail(err, "store at %s refused the rendezvous token: it closed the connection (every node needs the same "
-                     "--rdzv-token / PPRUN_RDZV_TOKEN)", peer);
+                     "--rdzv-token / PPRUN_RDZV_TOKEN)", c->peer);
     else
-        pp_fail(err, "store at %s refused the rendezvous token: %.*s", peer, (int)ml, (const char *)msg);
+        pp_fail(err, "store at %s refused the rendezvous token: %.*s", c->peer, (int)ml, (const char *)msg);
     return -2;
 }
 
@@ -146,9 +226,10 @@ int store_connect_token(const char *host, int port, const char *token, uint64_t 
         return pp_fail(err, "store: out of memory");
     }
     c->fd = fd;
+    c->stop_fd = -1;
     snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
     if (token && *token) {
-        int rc = authenticate(fd, c->peer, token, err);
+        int rc = authenticate(c, token, err);
         if (rc != 0) {
             store_close(c);
             return rc;
@@ -178,30 +259,7 @@ void store_close(store_client *c) {
 
 int store_fd(const store_client *c) { return c->fd; }
 
-/* --- framing ------------------------------------------------------------------ */
-
-static int send_all(store_client *c, const void *buf, size_t n, pp_err *err) {
-    const uint8_t *p = buf;
-    while (n) {
-        ssize_t w = send(c->fd, p, n, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return pp_fail(err, "store %s: send failed: %s", c->peer, strerror(errno));
-        p += w, n -= (size_t)w;
-    }
-    return 0;
-}
-
-static int recv_all(store_client *c, void *buf, size_t n, pp_err *err) {
-    uint8_t *p = buf;
-    while (n) {
-        ssize_t r = recv(c->fd, p, n, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r == 0) return pp_fail(err, "store %s: the server closed the connection", c->peer);
-        if (r < 0) return pp_fail(err, "store %s: receive failed: %s", c->peer, strerror(errno));
-        p += r, n -= (size_t)r;
-    }
-    return 0;
-}
+/* --- requests ----------------------------------------------------------------- */
 
 /* Request under construction: a small header plus at most one blob that is
  * sent from the caller's memory (values can be large). */
@@ -228,6 +286,7 @@ static void put_u64(req *q, uint64_t v) {
 }
 
 static int send_req(store_client *c, req *q, pp_err *err) {
+    if (begin_request(c, 0, err) != 0) return -1;
     uint8_t frame[4];
     store_put_u32(frame, (uint32_t)(q->len - 4 + q->blob_len));
     memcpy(q->head, frame, 4);
@@ -355,7 +414,9 @@ int store_wait_send(store_client *c, const char *const *keys, size_t n, int64_t 
         memcpy(buf + off + 4, keys[i], kl);
         off += 4 + kl;
     }
-    int rc = send_all(c, buf, total, err);
+    /* A negative or absurdly long wait has no deadline, as on the server. */
+    uint64_t wait_ns = timeout_ms < 0 || timeout_ms > INT32_MAX * 1000ll ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
+    int rc = begin_request(c, wait_ns, err) == 0 ? send_all(c, buf, total, err) : -1;
     free(buf);
     return rc;
 }

@@ -76,16 +76,35 @@ static inline void lt_start(lt_proc *p, const char *const *args, const char *con
     }
 }
 
-static inline void lt_wait(lt_proc *p) {
-    int st;
-    while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR) {
-    }
+/* Records how the reaped process ended and reads what it wrote. */
+static inline void lt_collect(lt_proc *p, int st) {
     p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     char path[128];
     snprintf(path, sizeof path, "%s/out.txt", p->dir);
     p->out = lt_slurp(path, &p->out_len);
     snprintf(path, sizeof path, "%s/err.txt", p->dir);
     p->err = lt_slurp(path, &p->err_len);
+}
+
+static inline void lt_wait(lt_proc *p) {
+    int st;
+    while (waitpid(p->pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    lt_collect(p, st);
+}
+
+/* lt_wait, if the process ends within `seconds`: 1. Else 0, still running,
+ * so a test can clean up and fail instead of hanging. */
+static inline int lt_wait_within(lt_proc *p, int seconds) {
+    for (int i = 0; i < seconds * 100; i++) {
+        int st;
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            lt_collect(p, st);
+            return 1;
+        }
+        usleep(10000);
+    }
+    return 0;
 }
 
 static inline void lt_free(lt_proc *p) {

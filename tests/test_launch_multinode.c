@@ -208,6 +208,72 @@ Test(launch_multinode, losing_node_0_tears_down_the_others) {
     lt_free(&n1);
 }
 
+/* Node 0's launcher stops answering without closing its store (stopped,
+ * frozen, cut off): Ctrl-C on node 1 still ends node 1, within the time
+ * node 0 gets to answer once stopped (5 s), saying the others were not
+ * told. node1_done: node 1's ranks have finished and it waits for node 0's;
+ * else they run. */
+static void ctrl_c_with_node_0_frozen(int node1_done) {
+    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", run[300], done[300], pidfile[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(run, sizeof run, "echo $$ > %s/pid-$RANK; touch %s/ready-$RANK; exec sleep 120", dir, dir);
+    snprintf(done, sizeof done, "touch %s/ready-$RANK", dir);
+    /* Node 0 waits --shutdown-timeout for node 1 to say goodbye at the end. */
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--shutdown-timeout", "1",
+                        "--", "sh", "-c", run, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c",
+                        node1_done ? done : run, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    for (int r = 0; r < 2; r++) {
+        snprintf(pidfile, sizeof pidfile, "%s/ready-%d", dir, r);
+        cr_assert(lt_wait_file(pidfile), "rank %d never started", r);
+    }
+    if (node1_done) usleep(500000); /* node 1 reports its ranks done, then waits */
+    kill(n0.pid, SIGSTOP);
+    kill(n1.pid, SIGINT);
+    int ended = lt_wait_within(&n1, 30);
+    if (!ended) kill(n1.pid, SIGKILL);
+    if (!ended) lt_wait(&n1);
+    /* Node 0 comes back to node 1's half-told failure; Ctrl-C ends it too. */
+    kill(n0.pid, SIGCONT);
+    kill(n0.pid, SIGINT);
+    int ended0 = lt_wait_within(&n0, 30);
+    if (!ended0) {
+        kill(n0.pid, SIGKILL);
+        lt_wait(&n0);
+        snprintf(pidfile, sizeof pidfile, "%s/pid-0", dir);
+        size_t len;
+        char *pid = lt_slurp(pidfile, &len);
+        if (atoi(pid) > 0) kill(atoi(pid), SIGKILL);
+        free(pid);
+    }
+    cr_assert(ended, "node 1's launcher ignored Ctrl-C while node 0 was frozen: %s", n1.err);
+    cr_assert_eq(n1.status, 128 + SIGINT, "%s", n1.err);
+    cr_assert(ended0, "node 0's launcher ignored Ctrl-C after it came back: %s", n0.err);
+    cr_assert_eq(n0.status, 128 + SIGINT, "%s", n0.err);
+    cr_assert(strstr(n1.err, "could not tell the other nodes") && strstr(n1.err, "no answer within 5"), "%s",
+              n1.err);
+    if (!node1_done) {
+        snprintf(pidfile, sizeof pidfile, "%s/pid-1", dir);
+        size_t len;
+        char *pid = lt_slurp(pidfile, &len);
+        cr_assert(atoi(pid) > 0 && !lt_pid_alive(atoi(pid)), "rank 1 (pid %s) outlived its launcher", pid);
+        free(pid);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+Test(launch_multinode, ctrl_c_ends_a_node_whose_ranks_run_while_node_0_is_frozen) { ctrl_c_with_node_0_frozen(0); }
+
+Test(launch_multinode, ctrl_c_ends_a_node_waiting_for_a_frozen_node_0) { ctrl_c_with_node_0_frozen(1); }
+
 /* A launcher that cannot start its ranks (here: its log directory cannot be
  * made) ends the job on every node, saying why. */
 Test(launch_multinode, launcher_error_on_node_1_stops_node_0) {

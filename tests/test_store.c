@@ -2,11 +2,14 @@
  * values, timeouts, and 64 clients at once doing what workers do (publish
  * an address, count in, wait for everyone, read the others' values), and the
  * job token: clients without it or with a wrong one are refused and logged. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "runner/store.h"
@@ -158,6 +161,47 @@ Test(store, connect_gives_up_after_the_timeout) {
     /* The suite's server is on `port`; nothing listens on port 1. */
     cr_assert_eq(store_connect("127.0.0.1", 1, 100000000ull, &c, &err), -1);
     cr_assert(strstr(err.msg, "127.0.0.1:1"), "%s", err.msg);
+}
+
+/* A listening socket that accepts (the kernel does) but never answers:
+ * what a launcher meets when node rank 0 is stopped or frozen. */
+static int silent_listener(int *lport) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 4) == 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+    *lport = ntohs(a.sin_port);
+    return fd;
+}
+
+Test(store, a_server_that_never_answers_is_an_error_after_the_client_timeout) {
+    int lport, lfd = silent_listener(&lport);
+    store_client *c;
+    pp_err err;
+    cr_assert_eq(store_connect("127.0.0.1", lport, 1000000000ull, &c, &err), 0, "%s", err.msg);
+    store_set_timeout(c, 200000000ull);
+    void *v;
+    size_t len;
+    cr_assert_eq(store_get(c, "k", &v, &len, &err), -1);
+    cr_assert(strstr(err.msg, "127.0.0.1:") && strstr(err.msg, "no answer within 0.2s"), "%s", err.msg);
+    /* The late answer could still come: the client refuses to go on. */
+    cr_assert_eq(store_set(c, "k", "v", 1, &err), -1);
+    cr_assert(strstr(err.msg, "out of step"), "%s", err.msg);
+    store_close(c);
+    close(lfd);
+}
+
+Test(store, a_waits_own_timeout_comes_on_top_of_the_client_timeout) {
+    store_client *c = client();
+    pp_err err;
+    store_set_timeout(c, 100000000ull);
+    const char *keys[] = {"never-set"};
+    /* The server answers "timed out" after 400 ms, past the client's 100. */
+    cr_assert_eq(store_wait(c, keys, 1, 400, &err), 1, "%s", err.msg);
+    int64_t n;
+    cr_assert_eq(store_add(c, "still-usable", 1, &n, &err), 0, "%s", err.msg);
+    store_close(c);
 }
 
 #define NCLIENTS 64
