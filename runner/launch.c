@@ -447,19 +447,20 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
             out = launch_attempt(&j->c, &fail, err);
         int stop = 0;
         shorten_store_timeout(j); /* the attempt may have seen a stop signal */
-        if (out == LAUNCH_ATTEMPT_ERROR) {
-            /* This launcher cannot go on: the other nodes must not wait. */
-            if (multi) {
+        if (out == LAUNCH_ATTEMPT_ERROR || out == LAUNCH_ATTEMPT_STORE_LOST) {
+            if (out == LAUNCH_ATTEMPT_STORE_LOST) {
+                store_ok = 0;
+                pp_wrap(err, "lost the store of node rank 0 at %s (node 0 gone?)", j->store_addr);
+            } else if (multi) {
+                /* This launcher cannot go on: the other nodes must not wait. */
                 pp_err ignored;
                 launcher_failure(j, err->msg, &fail);
                 report_failure(j, attempt, &fail, 1, &ignored);
             }
             rc = -1;
-            break;
-        }
-        if (out == LAUNCH_ATTEMPT_STORE_LOST) {
-            store_ok = 0;
-            rc = pp_wrap(err, "lost the store of node rank 0 at %s (node 0 gone?)", j->store_addr);
+            /* The hooks still clean up after the attempt (its workers are gone). */
+            finish_result(res, LAUNCH_ERROR, 1);
+            if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
             break;
         }
         if (out == LAUNCH_ATTEMPT_SIGNAL) {

@@ -169,7 +169,9 @@ typedef struct launch_hooks {
                     pp_err *err);
     /* After the workers of an attempt started (pids indexed by local rank). */
     void (*started)(void *ctx, const launch_info *info, const pid_t *pids);
-    /* After each attempt, with its outcome (res->status/failure). */
+    /* After each attempt, with its outcome (res->status/failure), also one
+     * that could not start or lost the store (LAUNCH_ERROR): the workers
+     * are gone, what they left behind can be cleaned up. */
     void (*after_attempt)(void *ctx, const launch_info *info, const launch_result *res);
 } launch_hooks;
 

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "launch_testutil.h"
 #include "runner/launch.h"
 #include "runner/store.h"
 
@@ -18,6 +19,7 @@ typedef struct {
     int fd;              /* inheritable fd given to the workers */
     char store[300];
     int store_ok;
+    pid_t node0; /* a node 0 launcher to kill once the workers started */
 } hook_log;
 
 static int before(void *ctx, const launch_info *info, pp_err *err) {
@@ -122,4 +124,50 @@ Test(launch_api, failure_result_names_the_root_cause) {
     struct sigaction sa;
     sigaction(SIGTERM, NULL, &sa);
     cr_assert(sa.sa_handler == SIG_DFL);
+}
+
+/* The hooks clean up after an attempt (cmd_run unlinks the ranks' shared
+ * memory in after_attempt): they must hear of one that could not start
+ * its workers... */
+Test(launch_api, after_attempt_runs_when_the_workers_cannot_start) {
+    static launch_options o;
+    pp_err err;
+    char *argv[] = {"launch", "--nproc-per-node", "2", "--log-dir", "/proc/pprun-cannot-be-here", "--", "true", NULL};
+    cr_assert_eq(launch_parse(7, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    hook_log h = {.fd = 1};
+    launch_hooks hooks = {&h, before, rank_env, started, after};
+    launch_result res;
+    cr_assert_eq(launch_job(&o, &hooks, &res, &err), -1);
+    cr_assert(strstr(err.msg, "--log-dir"), "%s", err.msg);
+    cr_assert_eq(h.before, 1);
+    cr_assert_eq(h.after, 1);
+    cr_assert_eq(h.statuses[0], LAUNCH_ERROR);
+}
+
+/* ...and of one whose node 0 vanished while its workers ran. */
+static void kill_node_0(void *ctx, const launch_info *info, const pid_t *pids) {
+    started(ctx, info, pids);
+    kill(((hook_log *)ctx)->node0, SIGKILL);
+}
+
+Test(launch_api, after_attempt_runs_when_node_0_is_lost) {
+    static launch_options o;
+    pp_err err;
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sleep", "60", NULL};
+    lt_proc n0;
+    lt_start(&n0, a0, NULL);
+    char *argv[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sleep", "60", NULL};
+    cr_assert_eq(launch_parse(10, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    hook_log h = {.fd = 1, .node0 = n0.pid};
+    launch_hooks hooks = {&h, NULL, NULL, kill_node_0, after};
+    launch_result res;
+    cr_assert_eq(launch_job(&o, &hooks, &res, &err), -1);
+    lt_wait(&n0);
+    cr_assert(strstr(err.msg, "lost the store of node rank 0"), "%s", err.msg);
+    cr_assert_eq(h.started, 1);
+    cr_assert_eq(h.after, 1);
+    cr_assert_eq(h.statuses[0], LAUNCH_ERROR);
+    lt_free(&n0);
 }
