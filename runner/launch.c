@@ -468,6 +468,9 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
             launcher_failure(j, NULL, &fail);
             stop = 1;
         }
+        /* A stop signal while a failure was torn down: the failure is the
+         * outcome, and no node restarts. */
+        if (j->c.stop_signal) stop = 1;
         if (out == LAUNCH_ATTEMPT_FAILED) {
             finish_result(res, LAUNCH_FAILED, 1);
             res->failure = fail;

@@ -180,6 +180,46 @@ Test(launch_multinode, restarts_happen_on_every_node_together) {
     lt_free(&n1);
 }
 
+/* Ctrl-C on node 1 while it tears down a failed rank: node 1's failure is
+ * the outcome, and node 0 does not restart either (it would wait for node 1
+ * at the next rendezvous until --rdzv-timeout). */
+Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every_node) {
+    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", s1[512], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    cr_assert_not_null(mkdtemp(dir));
+    /* Local rank 0 of node 1 ignores SIGTERM, so the teardown of local rank
+     * 1's failure lasts --shutdown-timeout. */
+    snprintf(s1, sizeof s1,
+             "if [ $LOCAL_RANK = 1 ]; then while [ ! -e %s/r0 ]; do sleep 0.01; done; touch %s/failed; exit 3; fi; "
+             "trap '' TERM; touch %s/r0; exec sleep 30",
+             dir, dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", port,
+                        "--max-restarts", "2", "--", "sleep", "30", NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
+                        "--max-restarts", "2", "--shutdown-timeout", "3", "--", "sh", "-c", s1, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    snprintf(path, sizeof path, "%s/failed", dir);
+    cr_assert(lt_wait_file(path), "rank 3 never failed");
+    usleep(300000);
+    kill(n1.pid, SIGINT);
+    int ended0 = lt_wait_within(&n0, 30);
+    if (!ended0) kill(n0.pid, SIGINT);
+    lt_wait(&n1);
+    if (!ended0) lt_wait(&n0);
+    cr_assert(ended0, "node 0 went on after node 1 was stopped: %s", n0.err);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    cr_assert(!strstr(n0.err, "restarting") && !strstr(n1.err, "restarting"), "%s\n%s", n0.err, n1.err);
+    cr_assert(strstr(n0.err, "rank      : 3 (local_rank: 1)"), "node 0 names the root cause: %s", n0.err);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
 /* Node 0 dies without a word (SIGKILL): the others lose its store, stop
  * their ranks and fail. */
 Test(launch_multinode, losing_node_0_tears_down_the_others) {
