@@ -79,6 +79,14 @@ static int install_signals(job *j, pp_err *err) {
         if (caught[i] == SIGCHLD) sa.sa_flags |= SA_NOCLDSTOP;
         sigaction(caught[i], &sa, &j->old[i]);
     }
+    /* Node 0's store holds two connections per rank, and the soft limit on
+     * descriptors is often 1024: take the hard limit, as Go programs do,
+     * and give the workers the limit we found (launch_spawn_worker). */
+    if (getrlimit(RLIMIT_NOFILE, &j->c.nofile) == 0) {
+        struct rlimit more = j->c.nofile;
+        more.rlim_cur = more.rlim_max;
+        j->c.nofile_raised = setrlimit(RLIMIT_NOFILE, &more) == 0;
+    }
     /* Orphaned grandchildren come to us, not to init: we can kill them. */
     prctl(PR_GET_CHILD_SUBREAPER, &j->old_subreaper);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -87,6 +95,7 @@ static int install_signals(job *j, pp_err *err) {
 
 static void restore_signals(job *j) {
     for (size_t i = 0; i < NCAUGHT; i++) sigaction(caught[i], &j->old[i], NULL);
+    if (j->c.nofile_raised) setrlimit(RLIMIT_NOFILE, &j->c.nofile);
     prctl(PR_SET_CHILD_SUBREAPER, j->old_subreaper);
     sig_pipe_w = -1;
     close(j->c.sig_r);

@@ -118,7 +118,7 @@ static int start_rank(launch_ctx *c, int lr, slot *s, pp_err *err) {
      * reading a terminal would be stopped (SIGTTIN), so they read nothing. */
     int null_in = isatty(0) ? open("/dev/null", O_RDONLY | O_CLOEXEC) : -1;
     launch_spawn sp = {o->prog_argv, s->env.v, c->paths, c->notfound_msg, po[1], pe[1], null_in,
-                       s->env.pass_fd, s->env.npass};
+                       s->env.pass_fd, s->env.npass, c->nofile_raised ? &c->nofile : NULL};
     s->pid = launch_spawn_worker(&sp, err);
     close(po[1]);
     close(pe[1]);

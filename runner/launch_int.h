@@ -2,6 +2,7 @@
 #ifndef PP_LAUNCH_INT_H
 #define PP_LAUNCH_INT_H
 #include <stddef.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 #include "runner/launch.h"
@@ -53,6 +54,7 @@ typedef struct launch_spawn {
     int in_fd;           /* becomes 0, or -1: inherit the launcher's stdin */
     const int *pass_fd;  /* cleared of close-on-exec in the child */
     int npass;
+    const struct rlimit *nofile; /* the worker's RLIMIT_NOFILE, or NULL: the launcher's */
 } launch_spawn;
 
 /* Fork + exec; the child joins a new process group. -1 with err on failure. */
@@ -95,6 +97,8 @@ typedef struct launch_ctx {
     char **paths;                /* exec candidates for the program */
     char notfound_msg[512];
     int stop_signal;             /* SIGINT/SIGTERM/SIGHUP received, or 0 */
+    struct rlimit nofile;        /* RLIMIT_NOFILE as pprun found it: the workers get it back */
+    int nofile_raised;           /* nofile holds it, and ours was raised */
 } launch_ctx;
 
 enum {

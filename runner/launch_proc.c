@@ -107,6 +107,7 @@ pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
         if (sp->err_w == 2) fcntl(2, F_SETFD, 0);
         else dup2(sp->err_w, 2);
         for (int i = 0; i < sp->npass; i++) fcntl(sp->pass_fd[i], F_SETFD, 0);
+        if (sp->nofile) setrlimit(RLIMIT_NOFILE, sp->nofile);
         /* The launcher ignores SIGPIPE and catches the rest; give the worker
          * the defaults before anything is unblocked. */
         static const int launcher_signals[] = {SIGPIPE, SIGINT, SIGTERM, SIGHUP, SIGCHLD};

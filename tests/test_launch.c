@@ -2,6 +2,8 @@
  * environment each rank sees, prefixed output, log files. */
 #include "launch_testutil.h"
 
+#include <sys/resource.h>
+
 /* Runs N ranks that print their environment and checks every field. */
 static void check_env(int n) {
     char nproc[16];
@@ -69,6 +71,26 @@ Test(launch_env, user_thread_settings_are_kept) {
     lt_run(&p, args, env);
     cr_assert_eq(p.status, 0);
     cr_assert_str_eq(p.out, "[0]: 7 3\n");
+    lt_free(&p);
+}
+
+/* The launcher takes the hard limit on open files (node 0's store holds two
+ * connections per rank); its workers get the limit the user had. */
+Test(launch_env, the_launcher_raises_its_open_file_limit_and_the_workers_keep_the_users) {
+    struct rlimit lim;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &lim), 0);
+    if (lim.rlim_max != RLIM_INFINITY && lim.rlim_max <= 256) cr_skip_test("the hard limit is only %lu", (unsigned long)lim.rlim_max);
+    lim.rlim_cur = 256;
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    const char *args[] = {"launch", "--no-prefix", "--", "sh", "-c",
+                          "ulimit -n; grep 'Max open files' /proc/$PPID/limits | tr -s ' ' | cut -d' ' -f4", NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    char want[64];
+    if (lim.rlim_max == RLIM_INFINITY) snprintf(want, sizeof want, "256\nunlimited\n");
+    else snprintf(want, sizeof want, "256\n%lu\n", (unsigned long)lim.rlim_max);
+    cr_assert_str_eq(p.out, want);
     lt_free(&p);
 }
 
