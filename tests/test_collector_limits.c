@@ -337,3 +337,27 @@ Test(collector_limits, a_master_out_of_descriptors_answers_forwarders, .timeout 
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "the first forwarder's record");
     db_close(d);
 }
+
+/* A connection that never sent a byte does not hold the master's stop for
+ * its grace: pprun run ends when the forwarders are done, not 30 s later. */
+Test(collector_limits, an_idle_stranger_does_not_hold_the_stop, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("stop.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *master, *node;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1",
+                           .stop_grace_ns = 30000000000ull, .hello_timeout_ns = 30000000000ull};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int idle = dial(collector_listen_port(master));
+    cr_assert_not_null(node = node_with_one_record(job, 2, collector_listen_port(master), 1, &err), "%s", err.msg);
+    cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    uint64_t t0 = pp_now_ns();
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    uint64_t took = pp_now_ns() - t0;
+    cr_assert_lt(took, 15000000000ull, "the stop waited %.1f s for a connection that sent nothing", took / 1e9);
+    cr_assert(closed_by_master(idle));
+    close(idle);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "the forwarder's record is in");
+    db_close(d);
+}

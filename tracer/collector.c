@@ -91,6 +91,7 @@ struct collector {
      * that took long (a slow disk under SQLite) counts at most ~1 s, so the
      * deadlines below never cut senders the master was not reading. */
     uint64_t net_clock, net_last, hello_ns, frame_ns;
+    uint64_t accept_after; /* net_clock: accept failed for want of resources, the listener rests till then */
     uint64_t log_window;  /* start of the rate limit's window (pp_now_ns) */
     unsigned log_lines, log_skipped;
     trace_event *buf;
@@ -337,7 +338,16 @@ static void accept_conns(collector *c) {
             c->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
             if (fd >= 0) continue;
         }
-        if (fd < 0) return;
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED) {
+                /* The pending connection keeps the listener readable: look
+                 * again in a while rather than spin. */
+                conn_note(c, "cannot accept forwarding connections: %s", strerror(errno));
+                c->accept_after = c->net_clock + 100000000ull;
+            }
+            if (errno == ECONNABORTED) continue;
+            return;
+        }
         if (!conn_room(c)) {
             char why[96];
             if (c->nconns < c->max_conns)
@@ -542,7 +552,8 @@ static void expire_conns(collector *c) {
 static void poll_net(collector *c, int timeout_ms) {
     struct pollfd *pf = c->pfds;
     nfds_t n = 0;
-    if (c->listen_fd >= 0) pf[n++] = (struct pollfd){c->listen_fd, POLLIN, 0};
+    int lis = c->listen_fd >= 0 && c->net_clock >= c->accept_after;
+    if (lis) pf[n++] = (struct pollfd){c->listen_fd, POLLIN, 0};
     for (size_t i = 0; i < c->nconns; i++) pf[n++] = (struct pollfd){c->conns[i].fd, POLLIN, 0};
     int ready = poll(pf, n, timeout_ms);
     uint64_t now = pp_now_ns(), step = now - c->net_last, most = 1000000000ull + c->cfg.interval_ns;
@@ -552,10 +563,19 @@ static void poll_net(collector *c, int timeout_ms) {
         size_t nc = c->nconns;
         /* Walk connections backwards: close_conn moves the last into the hole. */
         for (size_t i = nc; i-- > 0;)
-            if (pf[(c->listen_fd >= 0) + i].revents) read_conn(c, i);
-        if (c->listen_fd >= 0 && pf[0].revents) accept_conns(c);
+            if (pf[lis + i].revents) read_conn(c, i);
+        if (lis && pf[0].revents) accept_conns(c);
     }
     expire_conns(c);
+}
+
+/* At the end: is a connection left that may still bring records? One
+ * that never sent a byte (a port scanner, an idle stranger) does not hold
+ * the launcher's exit for the grace. */
+static int forwarders_left(const collector *c) {
+    for (size_t i = 0; i < c->nconns; i++)
+        if (c->conns[i].authed || c->conns[i].len > 0) return 1;
+    return 0;
 }
 
 static void *collector_main(void *arg) {
@@ -572,7 +592,7 @@ static void *collector_main(void *arg) {
          * still in the listen backlog, and closed once their data is sent. */
         if (c->listen_fd >= 0) accept_conns(c);
         uint64_t until = pp_now_ns() + c->cfg.stop_grace_ns;
-        while (c->nconns > 0 && pp_now_ns() < until) poll_net(c, 10);
+        while (forwarders_left(c) && pp_now_ns() < until) poll_net(c, 10);
         while (c->nconns > 0) close_conn(c, c->nconns - 1);
         pp_err e;
         if (!has_failed(c) && db_analyze_job(c->cfg.db, c->cfg.job_id, &e) != 0) set_error(c, &e);
