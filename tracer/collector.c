@@ -315,7 +315,7 @@ static void refuse_full(collector *c, int fd, const char *why) {
     unsigned char full = HELLO_FULL;
     (void)!send(fd, &full, 1, MSG_NOSIGNAL);
     shutdown(fd, SHUT_WR);
-    while (recv(fd, junk, sizeof junk, MSG_DONTWAIT) > 0) {
+    for (int i = 0; i < 16 && recv(fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
     }
     close(fd);
     conn_note(c, "refused a forwarding connection from %s: %s", peer, why);
@@ -339,13 +339,14 @@ static void accept_conns(collector *c) {
             if (fd >= 0) continue;
         }
         if (fd < 0) {
-            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED) {
+            int e = errno;
+            if (e == ECONNABORTED) continue;
+            if (e != EAGAIN && e != EWOULDBLOCK) {
                 /* The pending connection keeps the listener readable: look
                  * again in a while rather than spin. */
-                conn_note(c, "cannot accept forwarding connections: %s", strerror(errno));
+                conn_note(c, "cannot accept forwarding connections: %s", strerror(e));
                 c->accept_after = c->net_clock + 100000000ull;
             }
-            if (errno == ECONNABORTED) continue;
             return;
         }
         if (!conn_room(c)) {

@@ -100,7 +100,8 @@ uint64_t collector_count(const collector *c);
 uint64_t collector_rejected(const collector *c);
 /* 0 while all is well; -1 with the first error (disk full, master gone). */
 int collector_error(collector *c, pp_err *err);
-/* Drains every ring to the end, waits for forwarders to close (master),
+/* Drains every ring to the end, waits for forwarders to close (master; up
+ * to stop_grace_ns, and not for connections that never sent a byte),
  * runs the final analyses of every step, joins and frees. Returns -1 with
  * the first error met during the whole run, if any. */
 int collector_stop(collector *c, pp_err *err);
