@@ -51,7 +51,8 @@ static const char *capture_end(capture *c) {
 
 static int count_of(const char *text, const char *what) {
     int n = 0;
-    for (const char *p = text; (p = strstr(p, what)); p++) n++;
+    for (const char *p = text; (p = strstr(p, what)); p++)
+        n++;
     return n;
 }
 
@@ -78,15 +79,21 @@ static int closed_by_master(int fd) {
 /* A forwarding node with one ring holding one F record of rank, step 0. */
 static collector *node_with_one_record(int64_t job, int world, int port, int rank, pp_err *err) {
     collector *node;
-    collector_config nc = {.job_id = job, .world_size = world, .forward_host = "127.0.0.1", .forward_port = port,
-                           .interval_ns = 20000000};
+    collector_config nc = {
+        .job_id = job, .world_size = world, .forward_host = "127.0.0.1", .forward_port = port, .interval_ns = 20000000};
     if (collector_start(&nc, &node, err) != 0) return NULL;
     trace_ring *r, *w;
     cr_assert_eq(trace_ring_create(16, &r, err), 0, "%s", err->msg);
     cr_assert_eq(collector_add_ring(node, rank, r, err), 0, "%s", err->msg);
     cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, err), 0, "%s", err->msg);
-    trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = rank, .step = 0, .stage = 0,
-                     .peer = -1, .start_ns = 2000000, .end_ns = 2001000};
+    trace_event e = {.version = TRACE_EVENT_VERSION,
+                     .phase = TRACE_F,
+                     .rank = rank,
+                     .step = 0,
+                     .stage = 0,
+                     .peer = -1,
+                     .start_ns = 2000000,
+                     .end_ns = 2001000};
     trace_ring_write(w, &e);
     trace_ring_close(w);
     return node;
@@ -111,8 +118,13 @@ Test(collector_limits, idle_strangers_lose_their_slot_at_the_hello_deadline, .ti
     capture cap;
     capture_start(&cap);
     collector *master;
-    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1",
-                           .token = "right-token-0123", .hello_timeout_ns = 300000000, .max_forwarders = IDLE};
+    collector_config mc = {.db = d,
+                           .job_id = job,
+                           .world_size = 2,
+                           .listen_host = "127.0.0.1",
+                           .token = "right-token-0123",
+                           .hello_timeout_ns = 300000000,
+                           .max_forwarders = IDLE};
     cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
     int port = collector_listen_port(master);
     /* Every slot taken: silent sockets, and one that sends half a hello. */
@@ -120,20 +132,28 @@ Test(collector_limits, idle_strangers_lose_their_slot_at_the_hello_deadline, .ti
     idle[0] = dial(port);
     cr_assert_eq(write(idle[0], "PPHI", 4), 4);
     usleep(100000); /* its deadline comes first: its line is among the ten shown */
-    for (int i = 1; i < IDLE; i++) idle[i] = dial(port);
-    for (int i = 0; i < IDLE; i++) cr_assert(closed_by_master(idle[i]), "idle connection %d still held", i);
-    for (int i = 0; i < IDLE; i++) close(idle[i]);
+    for (int i = 1; i < IDLE; i++)
+        idle[i] = dial(port);
+    for (int i = 0; i < IDLE; i++)
+        cr_assert(closed_by_master(idle[i]), "idle connection %d still held", i);
+    for (int i = 0; i < IDLE; i++)
+        close(idle[i]);
 
     collector *node;
-    collector_config nc = {.job_id = job, .world_size = 2, .forward_host = "127.0.0.1", .forward_port = port,
-                           .token = "right-token-0123"};
+    collector_config nc = {
+        .job_id = job, .world_size = 2, .forward_host = "127.0.0.1", .forward_port = port, .token = "right-token-0123"};
     cr_assert_eq(collector_start(&nc, &node, &err), 0, "a forwarder after the strangers: %s", err.msg);
     trace_ring *r, *w;
     cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
     cr_assert_eq(collector_add_ring(node, 1, r, &err), 0, "%s", err.msg);
     cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
-    trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = 1, .stage = 1, .peer = -1,
-                     .start_ns = 2000000, .end_ns = 2001000};
+    trace_event e = {.version = TRACE_EVENT_VERSION,
+                     .phase = TRACE_F,
+                     .rank = 1,
+                     .stage = 1,
+                     .peer = -1,
+                     .start_ns = 2000000,
+                     .end_ns = 2001000};
     trace_ring_write(w, &e);
     trace_ring_close(w);
     cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
@@ -158,8 +178,8 @@ Test(collector_limits, three_hundred_forwarding_nodes_all_land, .timeout = 120) 
         rl.rlim_cur = rl.rlim_max < 4 * NODES ? rl.rlim_max : 4 * NODES;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    if (rl.rlim_cur < 3 * NODES + 64) cr_skip_test("needs %d open files (ulimit -n is %llu)", 3 * NODES + 64,
-                                                   (unsigned long long)rl.rlim_cur);
+    if (rl.rlim_cur < 3 * NODES + 64)
+        cr_skip_test("needs %d open files (ulimit -n is %llu)", 3 * NODES + 64, (unsigned long long)rl.rlim_cur);
     db *d;
     pp_err err;
     cr_assert_eq(db_open(tfix_path("many.db"), &d, &err), 0, "%s", err.msg);
@@ -172,7 +192,8 @@ Test(collector_limits, three_hundred_forwarding_nodes_all_land, .timeout = 120) 
         nodes[i] = node_with_one_record(job, NODES, collector_listen_port(master), i, &err);
         cr_assert_not_null(nodes[i], "node %d of %d was refused: %s", i, NODES, err.msg);
     }
-    for (int i = 0; i < NODES; i++) cr_assert_eq(collector_stop(nodes[i], &err), 0, "node %d: %s", i, err.msg);
+    for (int i = 0; i < NODES; i++)
+        cr_assert_eq(collector_stop(nodes[i], &err), 0, "node %d: %s", i, err.msg);
     cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(DISTINCT rank) FROM events"), NODES);
     db_close(d);
@@ -218,13 +239,19 @@ Test(collector_limits, a_frame_left_half_sent_is_closed_and_earlier_frames_kept,
     capture cap;
     capture_start(&cap);
     collector *master;
-    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1",
-                           .frame_timeout_ns = 300000000};
+    collector_config mc = {
+        .db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1", .frame_timeout_ns = 300000000};
     cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
     int fd = dial(collector_listen_port(master));
     wire_hdr h = {0x57465050u, 1, 0, job, 1, 0};
-    trace_event ev = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = 1, .step = 0, .stage = 1, .peer = -1,
-                      .start_ns = 2000000, .end_ns = 2001000};
+    trace_event ev = {.version = TRACE_EVENT_VERSION,
+                      .phase = TRACE_F,
+                      .rank = 1,
+                      .step = 0,
+                      .stage = 1,
+                      .peer = -1,
+                      .start_ns = 2000000,
+                      .end_ns = 2001000};
     cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
     cr_assert_eq(write(fd, &ev, sizeof ev), (ssize_t)sizeof ev);
     h.nrecords = 3; /* the second frame: its header and one record of three */
@@ -262,8 +289,14 @@ Test(collector_limits, a_frame_with_more_ranks_than_the_job_is_dropped, .timeout
         int64_t off;
         uint64_t dropped;
     } ranks[3] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {1, 0, 0, 0}};
-    trace_event ev = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = 1, .step = 0, .stage = 1, .peer = -1,
-                      .start_ns = 2000000, .end_ns = 2001000};
+    trace_event ev = {.version = TRACE_EVENT_VERSION,
+                      .phase = TRACE_F,
+                      .rank = 1,
+                      .step = 0,
+                      .stage = 1,
+                      .peer = -1,
+                      .start_ns = 2000000,
+                      .end_ns = 2001000};
     cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
     cr_assert_eq(write(fd, ranks, sizeof ranks), (ssize_t)sizeof ranks);
     cr_assert_eq(write(fd, &ev, sizeof ev), (ssize_t)sizeof ev);
@@ -346,8 +379,12 @@ Test(collector_limits, an_idle_stranger_does_not_hold_the_stop, .timeout = 60) {
     cr_assert_eq(db_open(tfix_path("stop.db"), &d, &err), 0, "%s", err.msg);
     int64_t job = tfix_job(d);
     collector *master, *node;
-    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1",
-                           .stop_grace_ns = 30000000000ull, .hello_timeout_ns = 30000000000ull};
+    collector_config mc = {.db = d,
+                           .job_id = job,
+                           .world_size = 2,
+                           .listen_host = "127.0.0.1",
+                           .stop_grace_ns = 30000000000ull,
+                           .hello_timeout_ns = 30000000000ull};
     cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
     int idle = dial(collector_listen_port(master));
     cr_assert_not_null(node = node_with_one_record(job, 2, collector_listen_port(master), 1, &err), "%s", err.msg);
