@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,9 +27,18 @@
 #define HELLO_MAGIC 0x49485050u /* "PPHI" */
 #define HELLO_VERSION 1
 #define HELLO_WAIT_S 10         /* a forwarder waits this long for the master's answer */
+#define HELLO_ACCEPTED 1        /* the master's answers to a hello */
+#define HELLO_REFUSED 0
+#define HELLO_FULL 2            /* no room for another forwarding connection */
 #define BATCH_MAX 65536         /* records per transaction / frame */
-#define MAX_CONNS 256
 #define MAX_FRAME_RANKS 65535
+#define MAX_CONNS_DEFAULT 4096  /* forwarding connections the master serves at once */
+#define HELLO_DEADLINE_NS 10000000000ull /* accept to complete hello (or first frame magic) */
+#define FRAME_DEADLINE_NS 60000000000ull /* first byte of a frame to its last */
+#define CONN_BUF_MIN (128u << 10)        /* a connection's buffer starts here, freed when empty */
+#define READS_PER_ROUND 16      /* recv calls per connection per round: one sender cannot starve the rest */
+#define LOG_WINDOW_NS 10000000000ull     /* per-connection lines: at most LOG_BURST per window */
+#define LOG_BURST 10
 
 typedef struct frame_hdr {
     uint32_t magic;
@@ -55,7 +65,8 @@ typedef struct ring_slot {
 
 typedef struct conn {
     int fd;
-    int authed; /* said hello with the token (or the master has none) */
+    int authed;     /* said hello with the token (or the master has none) */
+    uint64_t since; /* ingest clock: accepted (before the hello), else the partial frame's first byte */
     unsigned char *buf;
     size_t len, cap;
 } conn;
@@ -72,8 +83,17 @@ struct collector {
     size_t nrings, ringcap;
     atomic_int stop;
     int fwd_fd, listen_fd, port;
-    conn conns[MAX_CONNS];
-    size_t nconns;
+    conn *conns;          /* master: forwarding connections, grown up to max_conns */
+    struct pollfd *pfds;  /* conncap + 1 entries */
+    size_t nconns, conncap, max_conns;
+    int spare_fd;         /* /dev/null, given up to answer a forwarder when out of fds */
+    /* The ingest clock counts the time the master spends listening: a round
+     * that took long (a slow disk under SQLite) counts at most ~1 s, so the
+     * deadlines below never cut senders the master was not reading. */
+    uint64_t net_clock, net_last, hello_ns, frame_ns;
+    uint64_t accept_after; /* net_clock: accept failed for want of resources, the listener rests till then */
+    uint64_t log_window;  /* start of the rate limit's window (pp_now_ns) */
+    unsigned log_lines, log_skipped;
     trace_event *buf;
     /* Per rank of the job (master): highest step seen, drops reported. */
     int *max_step;
@@ -238,22 +258,108 @@ static void drain_rings(collector *c) {
 
 /* ---- master: ingest listener ------------------------------------------ */
 
+/* One line on stderr about one connection (a stranger, a refusal, a
+ * deadline), at most LOG_BURST per LOG_WINDOW_NS: a port scanner or a flood
+ * of bad hellos cannot fill the launcher's log. The lines left out are
+ * counted in the next window's first line. */
+__attribute__((format(printf, 2, 3))) static void conn_note(collector *c, const char *fmt, ...) {
+    uint64_t now = pp_now_ns();
+    if (now - c->log_window >= LOG_WINDOW_NS) {
+        if (c->log_skipped)
+            fprintf(stderr, "pprun collector: %u more lines about forwarding connections were left out\n",
+                    c->log_skipped);
+        c->log_window = now;
+        c->log_lines = c->log_skipped = 0;
+    }
+    if (c->log_lines >= LOG_BURST) {
+        c->log_skipped++;
+        return;
+    }
+    c->log_lines++;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "pprun collector: %s\n", line);
+}
+
 static void close_conn(collector *c, size_t i) {
     close(c->conns[i].fd);
     free(c->conns[i].buf);
     c->conns[i] = c->conns[--c->nconns];
 }
 
+/* Room for one more connection: the table doubles up to max_conns. */
+static int conn_room(collector *c) {
+    if (c->nconns < c->conncap) return 1;
+    if (c->conncap >= c->max_conns) return 0;
+    size_t cap = c->conncap ? 2 * c->conncap : 16;
+    if (cap > c->max_conns) cap = c->max_conns;
+    conn *k = realloc(c->conns, cap * sizeof *k);
+    if (!k) return 0;
+    c->conns = k;
+    struct pollfd *p = realloc(c->pfds, (cap + 1) * sizeof *p);
+    if (!p) return 0;
+    c->pfds = p;
+    c->conncap = cap;
+    return 1;
+}
+
+/* A forwarder that cannot be served is told so (HELLO_FULL) before its
+ * hello is read; the hello already here is read away first, so that the
+ * close does not reset the connection ahead of the answer. */
+static void refuse_full(collector *c, int fd, const char *why) {
+    char peer[80], junk[512];
+    pp_peer_name(fd, peer, sizeof peer);
+    unsigned char full = HELLO_FULL;
+    (void)!send(fd, &full, 1, MSG_NOSIGNAL);
+    shutdown(fd, SHUT_WR);
+    for (int i = 0; i < 16 && recv(fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
+    }
+    close(fd);
+    conn_note(c, "refused a forwarding connection from %s: %s", peer, why);
+}
+
 static void accept_conns(collector *c) {
     for (;;) {
         int fd = accept4(c->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
-        if (c->nconns == MAX_CONNS) {
-            fprintf(stderr, "pprun collector: too many forwarding nodes (max %d), refusing one\n", MAX_CONNS);
-            close(fd);
+        if (fd < 0 && errno == EINTR) continue;
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->spare_fd >= 0) {
+            /* Out of descriptors: the pending connection would keep the
+             * listener readable (poll would spin) and its forwarder waiting
+             * for an answer. Give up the spare to answer and close it. */
+            int e = errno;
+            close(c->spare_fd);
+            fd = accept4(c->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd >= 0)
+                refuse_full(c, fd, e == EMFILE ? "this process is out of file descriptors (raise ulimit -n)"
+                                               : "the system is out of file descriptors");
+            c->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (fd >= 0) continue;
+        }
+        if (fd < 0) {
+            int e = errno;
+            if (e == ECONNABORTED) continue;
+            if (e != EAGAIN && e != EWOULDBLOCK) {
+                /* The pending connection keeps the listener readable: look
+                 * again in a while rather than spin. */
+                conn_note(c, "cannot accept forwarding connections: %s", strerror(e));
+                c->accept_after = c->net_clock + 100000000ull;
+            }
+            return;
+        }
+        if (!conn_room(c)) {
+            char why[96];
+            if (c->nconns < c->max_conns)
+                snprintf(why, sizeof why, "out of memory for its connection table");
+            else
+                snprintf(why, sizeof why, "already serving %zu forwarding connections, the most it takes",
+                         c->nconns);
+            refuse_full(c, fd, why);
             continue;
         }
-        c->conns[c->nconns++] = (conn){fd, 0, NULL, 0, 0};
+        c->conns[c->nconns++] = (conn){fd, 0, c->net_clock, NULL, 0, 0};
     }
 }
 
@@ -269,9 +375,9 @@ static int check_hello(collector *c, conn *k) {
     if (magic != HELLO_MAGIC) {
         pp_peer_name(k->fd, peer, sizeof peer);
         if (magic == FRAME_MAGIC)
-            fprintf(stderr, "pprun collector: refused a forwarding connection from %s: no rendezvous token\n", peer);
+            conn_note(c, "refused a forwarding connection from %s: no rendezvous token", peer);
         else
-            fprintf(stderr, "pprun collector: dropping a connection from %s that is not a pprun forwarder\n", peer);
+            conn_note(c, "dropping a connection from %s that is not a pprun forwarder", peer);
         return -1;
     }
     hello_hdr h;
@@ -279,18 +385,19 @@ static int check_hello(collector *c, conn *k) {
     memcpy(&h, k->buf, sizeof h);
     if (h.version != HELLO_VERSION || h.token_len > PP_TOKEN_MAX) {
         pp_peer_name(k->fd, peer, sizeof peer);
-        fprintf(stderr, "pprun collector: dropping a forwarding connection from %s: bad hello (version %u)\n", peer,
-                h.version);
+        conn_note(c, "dropping a forwarding connection from %s: bad hello (version %u, token of %u bytes)", peer,
+                  h.version, h.token_len);
         return -1;
     }
     if (k->len < sizeof h + h.token_len) return 0;
-    unsigned char ok = !c->token[0] || pp_token_equal(c->token, k->buf + sizeof h, h.token_len);
+    unsigned char ok = !c->token[0] || pp_token_equal(c->token, k->buf + sizeof h, h.token_len) ? HELLO_ACCEPTED
+                                                                                                : HELLO_REFUSED;
     /* One byte into an empty socket buffer: it goes at once. */
     ssize_t w = send(k->fd, &ok, 1, MSG_NOSIGNAL);
-    if (!ok) {
+    if (ok != HELLO_ACCEPTED) {
         pp_peer_name(k->fd, peer, sizeof peer);
-        fprintf(stderr, "pprun collector: refused a forwarding connection from %s: %s rendezvous token\n", peer,
-                h.token_len ? "wrong" : "no");
+        conn_note(c, "refused a forwarding connection from %s: %s rendezvous token", peer,
+                  h.token_len ? "wrong" : "no");
         return -1;
     }
     if (w != 1) return -1;
@@ -299,11 +406,14 @@ static int check_hello(collector *c, conn *k) {
     return 1;
 }
 
-/* Handles every complete frame in conn i's buffer. Returns -1 for a bad
- * frame (the connection is then closed: the peer is not a pprun of ours). */
+/* Handles every complete frame in k's buffer. Returns the count of frames
+ * handled, or -1 for a bad one (the connection is then closed: the peer is
+ * not a pprun of ours). */
 static int ingest_frames(collector *c, conn *k) {
     size_t off = 0;
+    int frames = 0;
     uint32_t magic;
+    char peer[80];
     if (!k->authed) {
         int h = check_hello(c, k);
         if (h <= 0) return h;
@@ -311,19 +421,23 @@ static int ingest_frames(collector *c, conn *k) {
     }
     /* A stranger is told apart by its first bytes, before a whole header. */
     if (k->len >= sizeof magic && (memcpy(&magic, k->buf, sizeof magic), magic != FRAME_MAGIC)) {
-        fprintf(stderr, "pprun collector: dropping a connection that is not a pprun forwarder\n");
+        pp_peer_name(k->fd, peer, sizeof peer);
+        conn_note(c, "dropping a connection from %s that is not a pprun forwarder", peer);
         return -1;
     }
     while (k->len - off >= sizeof(frame_hdr)) {
         frame_hdr h;
         memcpy(&h, k->buf + off, sizeof h);
+        /* A forwarder sends each of its ranks once per frame: never more
+         * than the job has. */
         if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.job_id != c->cfg.job_id ||
-            h.nrecords > BATCH_MAX) {
-            fprintf(stderr, "pprun collector: dropping a forwarding connection: bad frame (magic %08x, version %u, "
-                    "job %lld, %u records)\n", h.magic, h.version, (long long)h.job_id, h.nrecords);
+            h.nrecords > BATCH_MAX || h.nranks > c->cfg.world_size) {
+            pp_peer_name(k->fd, peer, sizeof peer);
+            conn_note(c, "dropping a forwarding connection from %s: bad frame (magic %08x, version %u, job %lld, "
+                      "%u ranks, %u records)", peer, h.magic, h.version, (long long)h.job_id, h.nranks, h.nrecords);
             return -1;
         }
-        size_t need = sizeof h + h.nranks * sizeof(frame_rank) + (size_t)h.nrecords * sizeof(trace_event);
+        size_t need = sizeof h + (size_t)h.nranks * sizeof(frame_rank) + (size_t)h.nrecords * sizeof(trace_event);
         if (k->len - off < need) break;
         const unsigned char *p = k->buf + off + sizeof h;
         for (unsigned i = 0; i < h.nranks; i++, p += sizeof(frame_rank)) {
@@ -333,8 +447,9 @@ static int ingest_frames(collector *c, conn *k) {
             /* The first frame of a rank also records its offset where users
              * look for it (ranks.clock_offset_ns). */
             if (fr.rank < 0 || fr.rank >= c->cfg.world_size) {
-                fprintf(stderr, "pprun collector: dropping a forwarding connection: frame for rank %d of %d\n",
-                        fr.rank, c->cfg.world_size);
+                pp_peer_name(k->fd, peer, sizeof peer);
+                conn_note(c, "dropping a forwarding connection from %s: frame for rank %d of %d", peer, fr.rank,
+                          c->cfg.world_size);
                 return -1;
             }
             int rc = !c->offset_recorded[fr.rank]
@@ -352,53 +467,116 @@ static int ingest_frames(collector *c, conn *k) {
         memcpy(c->buf, p, (size_t)h.nrecords * sizeof(trace_event));
         store_events(c, c->buf, h.nrecords);
         off += need;
+        frames++;
     }
     memmove(k->buf, k->buf + off, k->len - off);
     k->len -= off;
-    return 0;
+    return frames;
 }
 
-static void read_conn(collector *c, size_t i) {
+/* Reads what conn i has (a bounded number of times), handling frames as
+ * they complete so that its buffer holds at most one frame and a read.
+ * Returns -1 when it closed the connection. */
+static int read_conn(collector *c, size_t i) {
     conn *k = &c->conns[i];
-    for (;;) {
+    char peer[80];
+    for (int reads = 0; reads < READS_PER_ROUND; reads++) {
         if (k->cap - k->len < 65536) {
-            size_t cap = k->cap ? 2 * k->cap : 1 << 20;
+            size_t cap = k->cap ? 2 * k->cap : CONN_BUF_MIN;
             unsigned char *b = realloc(k->buf, cap);
             if (!b) {
+                pp_peer_name(k->fd, peer, sizeof peer);
+                conn_note(c, "out of memory for the frame of %s: dropping its connection", peer);
                 close_conn(c, i);
-                return;
+                return -1;
             }
             k->buf = b;
             k->cap = cap;
         }
+        int fresh = !k->authed || k->len == 0; /* the next byte starts a frame */
         ssize_t r = recv(k->fd, k->buf + k->len, k->cap - k->len, 0);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
         if (r <= 0) {
-            if (k->len > 0) fprintf(stderr, "pprun collector: a forwarding node closed mid-frame (%zu bytes lost)\n", k->len);
+            /* Complete frames were handled as they came: what is left is
+             * one incomplete hello or frame. */
+            if (k->len > 0) {
+                pp_peer_name(k->fd, peer, sizeof peer);
+                conn_note(c, "%s closed its connection mid-%s (%zu bytes lost)", peer, k->authed ? "frame" : "hello",
+                          k->len);
+            }
             close_conn(c, i);
-            return;
+            return -1;
         }
         k->len += (size_t)r;
-        /* Keep the buffer bounded: handle frames as they complete. */
-        if (ingest_frames(c, k) != 0) {
+        int was_authed = k->authed;
+        int frames = ingest_frames(c, k);
+        if (frames < 0) {
             close_conn(c, i);
-            return;
+            return -1;
+        }
+        /* Before the hello the deadline runs from the accept; after it from
+         * the first byte of the frame now incomplete. */
+        if (k->authed && (fresh || frames > 0 || !was_authed)) k->since = c->net_clock;
+    }
+    /* An idle connection keeps no buffer: thousands of them cost little. */
+    if (k->len == 0 && k->cap > CONN_BUF_MIN) {
+        free(k->buf);
+        k->buf = NULL;
+        k->cap = 0;
+    }
+    return 0;
+}
+
+/* Closes the connections past their deadline: no hello (an idle stranger
+ * holding a slot) or a frame begun and not finished (a sender that stopped
+ * mid-frame). Frames already complete were stored when they arrived. */
+static void expire_conns(collector *c) {
+    char peer[80];
+    for (size_t i = c->nconns; i-- > 0;) {
+        conn *k = &c->conns[i];
+        uint64_t age = c->net_clock - k->since;
+        if (!k->authed && age > c->hello_ns) {
+            pp_peer_name(k->fd, peer, sizeof peer);
+            conn_note(c, "closed a connection from %s: no hello within %.3g s (%zu bytes of one)", peer,
+                      (double)c->hello_ns / 1e9, k->len);
+            close_conn(c, i);
+        } else if (k->authed && k->len > 0 && age > c->frame_ns) {
+            pp_peer_name(k->fd, peer, sizeof peer);
+            conn_note(c, "closed a connection from %s: a frame begun %.3g s ago is still incomplete (%zu bytes "
+                      "dropped; the frames before it are kept)", peer, (double)age / 1e9, k->len);
+            close_conn(c, i);
         }
     }
 }
 
 static void poll_net(collector *c, int timeout_ms) {
-    struct pollfd pf[MAX_CONNS + 1];
+    struct pollfd *pf = c->pfds;
     nfds_t n = 0;
-    if (c->listen_fd >= 0) pf[n++] = (struct pollfd){c->listen_fd, POLLIN, 0};
+    int lis = c->listen_fd >= 0 && c->net_clock >= c->accept_after;
+    if (lis) pf[n++] = (struct pollfd){c->listen_fd, POLLIN, 0};
     for (size_t i = 0; i < c->nconns; i++) pf[n++] = (struct pollfd){c->conns[i].fd, POLLIN, 0};
-    if (poll(pf, n, timeout_ms) <= 0) return;
-    size_t nc = c->nconns;
-    /* Walk connections backwards: close_conn moves the last into the hole. */
-    for (size_t i = nc; i-- > 0;)
-        if (pf[(c->listen_fd >= 0) + i].revents) read_conn(c, i);
-    if (c->listen_fd >= 0 && pf[0].revents) accept_conns(c);
+    int ready = poll(pf, n, timeout_ms);
+    uint64_t now = pp_now_ns(), step = now - c->net_last, most = 1000000000ull + c->cfg.interval_ns;
+    c->net_clock += step < most ? step : most;
+    c->net_last = now;
+    if (ready > 0) {
+        size_t nc = c->nconns;
+        /* Walk connections backwards: close_conn moves the last into the hole. */
+        for (size_t i = nc; i-- > 0;)
+            if (pf[lis + i].revents) read_conn(c, i);
+        if (lis && pf[0].revents) accept_conns(c);
+    }
+    expire_conns(c);
+}
+
+/* At the end: is a connection left that may still bring records? One
+ * that never sent a byte (a port scanner, an idle stranger) does not hold
+ * the launcher's exit for the grace. */
+static int forwarders_left(const collector *c) {
+    for (size_t i = 0; i < c->nconns; i++)
+        if (c->conns[i].authed || c->conns[i].len > 0) return 1;
+    return 0;
 }
 
 static void *collector_main(void *arg) {
@@ -415,11 +593,13 @@ static void *collector_main(void *arg) {
          * still in the listen backlog, and closed once their data is sent. */
         if (c->listen_fd >= 0) accept_conns(c);
         uint64_t until = pp_now_ns() + c->cfg.stop_grace_ns;
-        while (c->nconns > 0 && pp_now_ns() < until) poll_net(c, 10);
+        while (forwarders_left(c) && pp_now_ns() < until) poll_net(c, 10);
         while (c->nconns > 0) close_conn(c, c->nconns - 1);
         pp_err e;
         if (!has_failed(c) && db_analyze_job(c->cfg.db, c->cfg.job_id, &e) != 0) set_error(c, &e);
     }
+    if (c->log_skipped)
+        fprintf(stderr, "pprun collector: %u more lines about forwarding connections were left out\n", c->log_skipped);
     uint64_t rejected = atomic_load(&c->rejected);
     if (rejected) fprintf(stderr, "pprun collector: %llu trace records refused in all\n", (unsigned long long)rejected);
     return NULL;
@@ -445,7 +625,8 @@ static int tcp_socket(const char *host, int port, int listening, pp_err *err) {
         int one = 1;
         if (listening) {
             setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0) break;
+            /* Every node of a big job connects at once at start. */
+            if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) break;
         } else {
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
@@ -484,7 +665,12 @@ static int say_hello(collector *c, pp_err *err) {
     }
     int e = errno;
     setsockopt(c->fwd_fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-    if (r == 1 && ok == 1) return 0;
+    if (r == 1 && ok == HELLO_ACCEPTED) return 0;
+    if (r == 1 && ok == HELLO_FULL)
+        return pp_fail(err, "collector: the trace collector at %s:%d cannot take another forwarding node: it "
+                            "serves as many as it takes at once (%d unless set lower) or is out of file "
+                            "descriptors (its stderr says which)",
+                       c->forward_host, c->cfg.forward_port, MAX_CONNS_DEFAULT);
     if (r == 0)
         return pp_fail(err, "collector: the trace collector at %s:%d closed the connection without answering "
                             "(it stopped, or another program has that port)",
@@ -501,6 +687,9 @@ static int say_hello(collector *c, pp_err *err) {
 /* Everything but the forwarding socket (closed politely by collector_stop). */
 static void collector_free(collector *c) {
     if (c->listen_fd >= 0) close(c->listen_fd);
+    if (c->spare_fd >= 0) close(c->spare_fd);
+    free(c->conns);
+    free(c->pfds);
     for (size_t i = 0; i < c->nrings; i++) trace_ring_close(c->rings[i].ring);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->err_mu);
@@ -534,7 +723,11 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     }
     if (!c->cfg.interval_ns) c->cfg.interval_ns = 5000000;
     if (!c->cfg.stop_grace_ns) c->cfg.stop_grace_ns = 5000000000ull;
-    c->fwd_fd = c->listen_fd = -1;
+    c->fwd_fd = c->listen_fd = c->spare_fd = -1;
+    c->hello_ns = cfg->hello_timeout_ns ? cfg->hello_timeout_ns : HELLO_DEADLINE_NS;
+    c->frame_ns = cfg->frame_timeout_ns ? cfg->frame_timeout_ns : FRAME_DEADLINE_NS;
+    c->max_conns = cfg->max_forwarders > 0 ? (size_t)cfg->max_forwarders : MAX_CONNS_DEFAULT;
+    c->net_last = pp_now_ns();
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->err_mu, NULL);
     c->buf = malloc(BATCH_MAX * sizeof *c->buf);
@@ -561,6 +754,11 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
             c->listen_fd = tcp_socket(NULL, cfg->listen_port, 1, err);
         if (c->listen_fd < 0) goto fail;
         fcntl(c->listen_fd, F_SETFL, fcntl(c->listen_fd, F_GETFL) | O_NONBLOCK);
+        c->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (!(c->pfds = malloc(sizeof *c->pfds))) {
+            pp_fail(err, "collector: out of memory");
+            goto fail;
+        }
         struct sockaddr_storage sa;
         socklen_t sl = sizeof sa;
         getsockname(c->listen_fd, (struct sockaddr *)&sa, &sl);

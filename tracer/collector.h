@@ -32,7 +32,26 @@
  * job_id, u32 nrecords, u32 0}, then nranks x {i32 rank, i32 0, i64
  * clock_offset_ns, u64 dropped}, then nrecords x trace_event. A master
  * without a token also takes frames without a hello (forwarders that
- * predate it). */
+ * predate it). The answer 2 means the master cannot take another
+ * forwarding connection (see Limits); the forwarder fails at
+ * collector_start saying so.
+ *
+ * Limits (master; each refusal or close is a line on its stderr naming the
+ * peer, at most 10 such lines per 10 s, then a count of those left out):
+ *  - a connection must complete its hello (without a token: send the first
+ *    4 bytes of a frame) within hello_timeout_ns (10 s) of being accepted,
+ *    so idle strangers and port scanners cannot hold the slots;
+ *  - a frame must arrive whole within frame_timeout_ns (60 s) of its first
+ *    byte; a sender that stops mid-frame is closed, the frames before it
+ *    are kept. Time the master spends not listening (a slow disk) counts
+ *    at most ~1 s per round against these deadlines;
+ *  - at most max_forwarders (4096) connections at once: the table grows
+ *    from 16 as nodes connect; one more is answered 2 and closed, as is a
+ *    connection accepted when the process is out of file descriptors (the
+ *    launcher needs one per node: raise ulimit -n for big jobs);
+ *  - a frame holds at most 65536 records and as many ranks as the job has;
+ *    a connection buffers at most one frame (about 5.6 MB) plus one read,
+ *    and keeps no buffer while idle. */
 #ifndef PP_TRACE_COLLECTOR_H
 #define PP_TRACE_COLLECTOR_H
 #include <stdint.h>
@@ -57,6 +76,10 @@ typedef struct collector_config {
     uint64_t stop_grace_ns;   /* collector_stop waits this long for forwarders to close (0: 5 s) */
     const char *token;        /* the job token (NULL or "": none): required of forwarders by the
                                * master, presented to it by the others; copied */
+    /* Master's ingest limits (0: the defaults, see "Limits" above). */
+    uint64_t hello_timeout_ns; /* accept to complete hello: 10 s */
+    uint64_t frame_timeout_ns; /* a frame's first byte to its last: 60 s */
+    int max_forwarders;        /* forwarding connections served at once: 4096 */
 } collector_config;
 
 /* Starts the thread (and connects or listens). Free with collector_stop.
@@ -77,7 +100,8 @@ uint64_t collector_count(const collector *c);
 uint64_t collector_rejected(const collector *c);
 /* 0 while all is well; -1 with the first error (disk full, master gone). */
 int collector_error(collector *c, pp_err *err);
-/* Drains every ring to the end, waits for forwarders to close (master),
+/* Drains every ring to the end, waits for forwarders to close (master; up
+ * to stop_grace_ns, and not for connections that never sent a byte),
  * runs the final analyses of every step, joins and frees. Returns -1 with
  * the first error met during the whole run, if any. */
 int collector_stop(collector *c, pp_err *err);

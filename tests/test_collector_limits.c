@@ -1,0 +1,400 @@
+/* test_collector_limits.c: the master collector's ingest listener under the
+ * load a big job or a hostile network puts on it, over real sockets: idle
+ * strangers lose their slot at the hello deadline, hundreds of forwarding
+ * nodes all get in and one past the limit is told why, a sender that stops
+ * mid-frame is closed with its earlier frames kept, and a master out of
+ * file descriptors answers instead of leaving forwarders waiting. */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "db/db.h"
+#include "helpers/trace_fixture.h"
+#include "tracer/collector.h"
+
+/* stderr into a file while a test runs, to check the master's lines. */
+typedef struct capture {
+    char path[64];
+    int fd, saved;
+} capture;
+
+static void capture_start(capture *c) {
+    snprintf(c->path, sizeof c->path, "/tmp/pprun-limits-log-XXXXXX");
+    c->fd = mkstemp(c->path);
+    cr_assert(c->fd >= 0);
+    fflush(stderr);
+    c->saved = dup(2);
+    dup2(c->fd, 2);
+}
+
+/* Stops capturing; returns the text (static, until the next call). */
+static const char *capture_end(capture *c) {
+    static char text[65536];
+    fflush(stderr);
+    dup2(c->saved, 2);
+    close(c->saved);
+    ssize_t n = pread(c->fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    close(c->fd);
+    unlink(c->path);
+    return text;
+}
+
+static int count_of(const char *text, const char *what) {
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p++)
+        n++;
+    return n;
+}
+
+static int dial(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* 1 once the master closed fd (EOF or reset), 0 if it still holds it
+ * after 5 s. */
+static int closed_by_master(int fd) {
+    char b[64];
+    ssize_t n;
+    while ((n = recv(fd, b, sizeof b, 0)) > 0) {
+    }
+    return n == 0 || errno == ECONNRESET;
+}
+
+/* A forwarding node with one ring holding one F record of rank, step 0. */
+static collector *node_with_one_record(int64_t job, int world, int port, int rank, pp_err *err) {
+    collector *node;
+    collector_config nc = {
+        .job_id = job, .world_size = world, .forward_host = "127.0.0.1", .forward_port = port, .interval_ns = 20000000};
+    if (collector_start(&nc, &node, err) != 0) return NULL;
+    trace_ring *r, *w;
+    cr_assert_eq(trace_ring_create(16, &r, err), 0, "%s", err->msg);
+    cr_assert_eq(collector_add_ring(node, rank, r, err), 0, "%s", err->msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, err), 0, "%s", err->msg);
+    trace_event e = {.version = TRACE_EVENT_VERSION,
+                     .phase = TRACE_F,
+                     .rank = rank,
+                     .step = 0,
+                     .stage = 0,
+                     .peer = -1,
+                     .start_ns = 2000000,
+                     .end_ns = 2001000};
+    trace_ring_write(w, &e);
+    trace_ring_close(w);
+    return node;
+}
+
+typedef struct wire_hdr {
+    uint32_t magic;
+    uint16_t version, nranks;
+    int64_t job_id;
+    uint32_t nrecords, pad;
+} wire_hdr;
+
+/* Connections that never finish a hello hold a slot only until the hello
+ * deadline: then the master closes them, one line each (at most 10 per 10 s,
+ * the rest counted), and a forwarding node gets the slot. */
+Test(collector_limits, idle_strangers_lose_their_slot_at_the_hello_deadline, .timeout = 60) {
+    enum { IDLE = 14 };
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("idle.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    capture cap;
+    capture_start(&cap);
+    collector *master;
+    collector_config mc = {.db = d,
+                           .job_id = job,
+                           .world_size = 2,
+                           .listen_host = "127.0.0.1",
+                           .token = "right-token-0123",
+                           .hello_timeout_ns = 300000000,
+                           .max_forwarders = IDLE};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int port = collector_listen_port(master);
+    /* Every slot taken: silent sockets, and one that sends half a hello. */
+    int idle[IDLE];
+    idle[0] = dial(port);
+    cr_assert_eq(write(idle[0], "PPHI", 4), 4);
+    usleep(100000); /* its deadline comes first: its line is among the ten shown */
+    for (int i = 1; i < IDLE; i++)
+        idle[i] = dial(port);
+    for (int i = 0; i < IDLE; i++)
+        cr_assert(closed_by_master(idle[i]), "idle connection %d still held", i);
+    for (int i = 0; i < IDLE; i++)
+        close(idle[i]);
+
+    collector *node;
+    collector_config nc = {
+        .job_id = job, .world_size = 2, .forward_host = "127.0.0.1", .forward_port = port, .token = "right-token-0123"};
+    cr_assert_eq(collector_start(&nc, &node, &err), 0, "a forwarder after the strangers: %s", err.msg);
+    trace_ring *r, *w;
+    cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(node, 1, r, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    trace_event e = {.version = TRACE_EVENT_VERSION,
+                     .phase = TRACE_F,
+                     .rank = 1,
+                     .stage = 1,
+                     .peer = -1,
+                     .start_ns = 2000000,
+                     .end_ns = 2001000};
+    trace_ring_write(w, &e);
+    trace_ring_close(w);
+    cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    const char *text = capture_end(&cap);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "the forwarder's record is in");
+    cr_assert_eq(count_of(text, "pprun collector: closed a connection from 127.0.0.1:"), 10,
+                 "ten lines naming the peer, then a count:\n%s", text);
+    cr_assert_eq(count_of(text, "no hello within 0.3 s"), 10, "%s", text);
+    cr_assert(strstr(text, "(4 bytes of one)"), "the half hello is reported: %s", text);
+    cr_assert(strstr(text, "pprun collector: 4 more lines about forwarding connections were left out"), "%s", text);
+    db_close(d);
+}
+
+/* A job with more nodes than the 256 slots the listener once had: every
+ * forwarding node gets in and its record lands. */
+Test(collector_limits, three_hundred_forwarding_nodes_all_land, .timeout = 120) {
+    enum { NODES = 300 };
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < 4 * NODES) {
+        rl.rlim_cur = rl.rlim_max < 4 * NODES ? rl.rlim_max : 4 * NODES;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < 3 * NODES + 64)
+        cr_skip_test("needs %d open files (ulimit -n is %llu)", 3 * NODES + 64, (unsigned long long)rl.rlim_cur);
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("many.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *master;
+    collector_config mc = {.db = d, .job_id = job, .world_size = NODES, .listen_host = "127.0.0.1"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    collector *nodes[NODES];
+    for (int i = 0; i < NODES; i++) {
+        nodes[i] = node_with_one_record(job, NODES, collector_listen_port(master), i, &err);
+        cr_assert_not_null(nodes[i], "node %d of %d was refused: %s", i, NODES, err.msg);
+    }
+    for (int i = 0; i < NODES; i++)
+        cr_assert_eq(collector_stop(nodes[i], &err), 0, "node %d: %s", i, err.msg);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(DISTINCT rank) FROM events"), NODES);
+    db_close(d);
+}
+
+/* One node past the limit is not dropped in silence: its collector_start
+ * fails saying why, and the master's stderr names it. */
+Test(collector_limits, a_node_past_the_limit_is_told_why, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("full.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    capture cap;
+    capture_start(&cap);
+    collector *master, *a, *b, *extra;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1", .max_forwarders = 2};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int port = collector_listen_port(master);
+    cr_assert_not_null(a = node_with_one_record(job, 2, port, 0, &err), "%s", err.msg);
+    cr_assert_not_null(b = node_with_one_record(job, 2, port, 1, &err), "%s", err.msg);
+    extra = node_with_one_record(job, 2, port, 1, &err);
+    cr_assert_null(extra, "a third node was taken past the limit of 2");
+    char want[128];
+    snprintf(want, sizeof want, "the trace collector at 127.0.0.1:%d cannot take another forwarding node", port);
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    cr_assert_eq(collector_stop(a, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_stop(b, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    const char *text = capture_end(&cap);
+    cr_assert(strstr(text, "pprun collector: refused a forwarding connection from 127.0.0.1:"), "%s", text);
+    cr_assert(strstr(text, "already serving 2 forwarding connections, the most it takes"), "%s", text);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 2, "both nodes in the limit wrote");
+    db_close(d);
+}
+
+/* A sender that stops mid-frame is closed at the frame deadline; the frame
+ * it completed before is in the database, the half one is not. */
+Test(collector_limits, a_frame_left_half_sent_is_closed_and_earlier_frames_kept, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("half.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    capture cap;
+    capture_start(&cap);
+    collector *master;
+    collector_config mc = {
+        .db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1", .frame_timeout_ns = 300000000};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int fd = dial(collector_listen_port(master));
+    wire_hdr h = {0x57465050u, 1, 0, job, 1, 0};
+    trace_event ev = {.version = TRACE_EVENT_VERSION,
+                      .phase = TRACE_F,
+                      .rank = 1,
+                      .step = 0,
+                      .stage = 1,
+                      .peer = -1,
+                      .start_ns = 2000000,
+                      .end_ns = 2001000};
+    cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
+    cr_assert_eq(write(fd, &ev, sizeof ev), (ssize_t)sizeof ev);
+    h.nrecords = 3; /* the second frame: its header and one record of three */
+    ev.step = 1;
+    cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
+    cr_assert_eq(write(fd, &ev, sizeof ev), (ssize_t)sizeof ev);
+    cr_assert(closed_by_master(fd), "the master still holds a connection stuck mid-frame");
+    close(fd);
+    cr_assert_eq(collector_count(master), 1);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    const char *text = capture_end(&cap);
+    cr_assert(strstr(text, "pprun collector: closed a connection from 127.0.0.1:"), "%s", text);
+    cr_assert(strstr(text, "still incomplete (88 bytes dropped; the frames before it are kept)"), "%s", text);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT step FROM events"), 0);
+    db_close(d);
+}
+
+/* A frame listing more ranks than the job has (a forwarder lists each of
+ * its ranks once) is a forged one: its connection is dropped. */
+Test(collector_limits, a_frame_with_more_ranks_than_the_job_is_dropped, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("ranks.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    capture cap;
+    capture_start(&cap);
+    collector *master;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int fd = dial(collector_listen_port(master));
+    wire_hdr h = {0x57465050u, 1, 3, job, 1, 0};
+    struct {
+        int32_t rank, pad;
+        int64_t off;
+        uint64_t dropped;
+    } ranks[3] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {1, 0, 0, 0}};
+    trace_event ev = {.version = TRACE_EVENT_VERSION,
+                      .phase = TRACE_F,
+                      .rank = 1,
+                      .step = 0,
+                      .stage = 1,
+                      .peer = -1,
+                      .start_ns = 2000000,
+                      .end_ns = 2001000};
+    cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
+    cr_assert_eq(write(fd, ranks, sizeof ranks), (ssize_t)sizeof ranks);
+    cr_assert_eq(write(fd, &ev, sizeof ev), (ssize_t)sizeof ev);
+    cr_assert(closed_by_master(fd));
+    close(fd);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    const char *text = capture_end(&cap);
+    cr_assert(strstr(text, "bad frame (magic 57465050, version 1, job"), "%s", text);
+    cr_assert(strstr(text, "3 ranks, 1 records)"), "%s", text);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 0);
+    db_close(d);
+}
+
+/* A master out of file descriptors answers a forwarder at once ("out of
+ * file descriptors") instead of leaving it waiting 10 s for an answer that
+ * never comes. The master runs in a child with a low ulimit -n. */
+Test(collector_limits, a_master_out_of_descriptors_answers_forwarders, .timeout = 60) {
+    capture cap;
+    capture_start(&cap);
+    int up[2], down[2];
+    cr_assert_eq(pipe(up), 0);
+    cr_assert_eq(pipe(down), 0);
+    const char *path = tfix_path("nofd.db");
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Only the parent's ends open: its death wakes this child. */
+        close(up[0]);
+        close(down[1]);
+        db *d;
+        pp_err err;
+        collector *master;
+        if (db_open(path, &d, &err) != 0) _exit(3);
+        int64_t job = tfix_job(d);
+        collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1"};
+        if (collector_start(&mc, &master, &err) != 0) _exit(4);
+        /* Room for one more descriptor: the first forwarder's. */
+        int lowest = dup(0);
+        close(lowest);
+        struct rlimit rl;
+        getrlimit(RLIMIT_NOFILE, &rl);
+        rl.rlim_cur = (rlim_t)lowest + 1;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) _exit(5);
+        int msg[2] = {collector_listen_port(master), (int)job};
+        if (write(up[1], msg, sizeof msg) != sizeof msg) _exit(6);
+        char go;
+        if (read(down[0], &go, 1) != 1) _exit(7);
+        _exit(collector_stop(master, &err) == 0 ? 0 : 8);
+    }
+    close(up[1]);
+    close(down[0]);
+    int msg[2];
+    cr_assert_eq(read(up[0], msg, sizeof msg), (ssize_t)sizeof msg, "the master did not start");
+    pp_err err;
+    collector *a = node_with_one_record(msg[1], 2, msg[0], 0, &err);
+    cr_assert_not_null(a, "the first forwarder: %s", err.msg);
+    uint64_t t0 = pp_now_ns();
+    collector *b = node_with_one_record(msg[1], 2, msg[0], 1, &err);
+    uint64_t waited = pp_now_ns() - t0;
+    cr_assert_null(b, "a forwarder past the descriptors was taken");
+    cr_assert(strstr(err.msg, "cannot take another forwarding node"), "%s", err.msg);
+    cr_assert_lt(waited, 5000000000ull, "the forwarder waited %.1f s for its answer", waited / 1e9);
+    cr_assert_eq(collector_stop(a, &err), 0, "%s", err.msg);
+    cr_assert_eq(write(down[1], "x", 1), 1);
+    int st;
+    waitpid(pid, &st, 0);
+    const char *text = capture_end(&cap);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the master's process failed (%d):\n%s", st, text);
+    cr_assert(strstr(text, "this process is out of file descriptors (raise ulimit -n)"), "%s", text);
+    db *d;
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "the first forwarder's record");
+    db_close(d);
+}
+
+/* A connection that never sent a byte does not hold the master's stop for
+ * its grace: pprun run ends when the forwarders are done, not 30 s later. */
+Test(collector_limits, an_idle_stranger_does_not_hold_the_stop, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("stop.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *master, *node;
+    collector_config mc = {.db = d,
+                           .job_id = job,
+                           .world_size = 2,
+                           .listen_host = "127.0.0.1",
+                           .stop_grace_ns = 30000000000ull,
+                           .hello_timeout_ns = 30000000000ull};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int idle = dial(collector_listen_port(master));
+    cr_assert_not_null(node = node_with_one_record(job, 2, collector_listen_port(master), 1, &err), "%s", err.msg);
+    cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
+    uint64_t t0 = pp_now_ns();
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    uint64_t took = pp_now_ns() - t0;
+    cr_assert_lt(took, 15000000000ull, "the stop waited %.1f s for a connection that sent nothing", took / 1e9);
+    cr_assert(closed_by_master(idle));
+    close(idle);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "the forwarder's record is in");
+    db_close(d);
+}
