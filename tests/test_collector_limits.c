@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -397,4 +398,63 @@ Test(collector_limits, an_idle_stranger_does_not_hold_the_stop, .timeout = 60) {
     close(idle);
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "the forwarder's record is in");
     db_close(d);
+}
+
+/* A master that answers the hello, then never reads again: stopped, frozen
+ * or cut off, with the connection still open. */
+typedef struct deaf_master {
+    int lfd, port;
+    int conn; /* the forwarder's connection, once accepted */
+    pthread_t thread;
+} deaf_master;
+
+static void *deaf_master_run(void *arg) {
+    deaf_master *m = arg;
+    m->conn = accept(m->lfd, NULL, NULL);
+    char hello[512];
+    ssize_t n = recv(m->conn, hello, sizeof hello, 0); /* one small hello: one recv */
+    unsigned char ok = 1;
+    if (n > 0) (void)!send(m->conn, &ok, 1, MSG_NOSIGNAL);
+    return NULL;
+}
+
+/* ...must not keep a forwarding node's collector_stop (and so its
+ * launcher's exit) waiting longer than stop_grace_ns. */
+Test(collector_limits, a_master_that_stops_reading_does_not_hold_a_forwarders_stop, .timeout = 60) {
+    deaf_master m = {.conn = -1};
+    m.lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096; /* the accepted socket inherits it: little fits in flight */
+    setsockopt(m.lfd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    socklen_t sl = sizeof sa;
+    cr_assert(bind(m.lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(m.lfd, 4) == 0);
+    cr_assert_eq(getsockname(m.lfd, (struct sockaddr *)&sa, &sl), 0);
+    m.port = ntohs(sa.sin_port);
+    cr_assert_eq(pthread_create(&m.thread, NULL, deaf_master_run, &m), 0);
+
+    pp_err err;
+    collector *node;
+    collector_config nc = {.job_id = 1, .world_size = 2, .forward_host = "127.0.0.1", .forward_port = m.port,
+                           .interval_ns = 5000000, .stop_grace_ns = 300000000};
+    cr_assert_eq(collector_start(&nc, &node, &err), 0, "%s", err.msg);
+    pthread_join(m.thread, NULL);
+    /* 8 MB of records: more than the sender's socket buffer (at most 4 MB
+     * here) and the master's 4 KB together. */
+    enum { NREC = 1 << 17 };
+    trace_ring *r, *w;
+    cr_assert_eq(trace_ring_create(NREC, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(node, 1, r, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    for (int i = 0; i < NREC - 1; i++) {
+        trace_event e = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = 1, .step = i, .stage = 0,
+                         .peer = -1, .start_ns = 2000000 + (uint64_t)i, .end_ns = 2001000 + (uint64_t)i};
+        trace_ring_write(w, &e);
+    }
+    trace_ring_close(w);
+    usleep(200000); /* the collector fills the socket and blocks */
+    cr_assert_eq(collector_stop(node, &err), -1, "the records cannot all have reached a master that reads nothing");
+    cr_assert(strstr(err.msg, "127.0.0.1") && strstr(err.msg, "took nothing"), "%s", err.msg);
+    close(m.conn);
+    close(m.lfd);
 }

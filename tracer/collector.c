@@ -185,14 +185,33 @@ static void store_dropped(collector *c, int rank, uint64_t dropped) {
 
 /* ---- other nodes: over TCP to the master ------------------------------ */
 
-static int write_all(int fd, const void *p, size_t n) {
+/* Sends all n bytes on the forwarding socket. A master slow to read holds
+ * the sender back (backpressure) for as long as the job runs; once
+ * collector_stop was called it gets stop_grace_ns more, then errno is
+ * ETIMEDOUT: a master that stopped reading (stopped, frozen, cut off) must
+ * not keep this node's launcher from exiting. */
+static int write_all(collector *c, const void *p, size_t n) {
     const char *s = p;
+    uint64_t give_up = 0;
     while (n > 0) {
-        ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
+        ssize_t w = send(c->fwd_fd, s, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            s += w;
+            n -= (size_t)w;
+            continue;
+        }
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        s += w;
-        n -= (size_t)w;
+        if (w == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return -1;
+        if (atomic_load(&c->stop)) {
+            uint64_t now = pp_now_ns();
+            if (!give_up) give_up = now + c->cfg.stop_grace_ns;
+            if (now >= give_up) {
+                errno = ETIMEDOUT;
+                return -1;
+            }
+        }
+        struct pollfd pw = {.fd = c->fwd_fd, .events = POLLOUT};
+        poll(&pw, 1, 100); /* and look at c->stop again */
     }
     return 0;
 }
@@ -201,11 +220,16 @@ static int write_all(int fd, const void *p, size_t n) {
 static void forward(collector *c, const trace_event *ev, size_t n, const frame_rank *ranks, size_t nranks) {
     if (has_failed(c)) return;
     frame_hdr h = {FRAME_MAGIC, FRAME_VERSION, (uint16_t)nranks, c->cfg.job_id, (uint32_t)n, 0};
-    if (write_all(c->fwd_fd, &h, sizeof h) != 0 || write_all(c->fwd_fd, ranks, nranks * sizeof *ranks) != 0 ||
-        write_all(c->fwd_fd, ev, n * sizeof *ev) != 0) {
+    if (write_all(c, &h, sizeof h) != 0 || write_all(c, ranks, nranks * sizeof *ranks) != 0 ||
+        write_all(c, ev, n * sizeof *ev) != 0) {
         pp_err e;
-        pp_fail(&e, "forwarding trace records to the master at %s:%d failed: %s", c->forward_host,
-                c->cfg.forward_port, strerror(errno));
+        if (errno == ETIMEDOUT)
+            pp_fail(&e, "the trace collector at %s:%d took nothing for %.1fs after the job ended: this node's last "
+                        "records are not in the database", c->forward_host, c->cfg.forward_port,
+                    (double)c->cfg.stop_grace_ns / 1e9);
+        else
+            pp_fail(&e, "forwarding trace records to the master at %s:%d failed: %s", c->forward_host,
+                    c->cfg.forward_port, strerror(errno));
         set_error(c, &e);
         return;
     }
@@ -652,7 +676,7 @@ static int say_hello(collector *c, pp_err *err) {
     hello_hdr h = {HELLO_MAGIC, HELLO_VERSION, (uint16_t)n};
     memcpy(msg, &h, sizeof h);
     memcpy(msg + sizeof h, c->token, n);
-    int wrc = write_all(c->fwd_fd, msg, sizeof h + n);
+    int wrc = write_all(c, msg, sizeof h + n);
     memset(msg, 0, sizeof msg);
     if (wrc != 0)
         return pp_fail(err, "collector: sending the hello to the master at %s:%d failed: %s", c->forward_host,

@@ -73,7 +73,8 @@ typedef struct collector_config {
     int forward_port;
     const char *listen_host;  /* master: accept forwarding nodes here (NULL: don't) */
     int listen_port;          /* 0: any free port, see collector_listen_port */
-    uint64_t stop_grace_ns;   /* collector_stop waits this long for forwarders to close (0: 5 s) */
+    uint64_t stop_grace_ns;   /* collector_stop waits this long for forwarders to close, and a
+                               * forwarder this long for a master that stopped reading (0: 5 s) */
     const char *token;        /* the job token (NULL or "": none): required of forwarders by the
                                * master, presented to it by the others; copied */
     /* Master's ingest limits (0: the defaults, see "Limits" above). */
