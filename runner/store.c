@@ -591,8 +591,11 @@ static void turn_away(store_server *s, int fd) {
                 peer, s->nconns);
 }
 
+/* Accepts what waits, at most STORE_ACCEPTS_PER_ROUND at a time so that a
+ * flood of connections cannot starve the ones being served. */
+#define STORE_ACCEPTS_PER_ROUND 64
 static void accept_all(store_server *s) {
-    for (;;) {
+    for (int k = 0; k < STORE_ACCEPTS_PER_ROUND; k++) {
         int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             int e = errno;
@@ -709,8 +712,12 @@ static void *server_main(void *arg) {
             for (size_t i = 0; i < polled; i++) {
                 conn *c = s->conns[i];
                 short re = pfds[i + 2].revents;
-                if (c->closing && (re & (POLLHUP | POLLERR))) c->dead = 1;
-                else if (re & (POLLIN | POLLHUP | POLLERR)) read_in(s, c);
+                /* A peer gone (reset) while we do not read from it must be
+                 * dropped here: read_in would not look, and poll would
+                 * report it again at once, forever. */
+                if ((re & (POLLERR | POLLNVAL)) || ((re & POLLHUP) && (c->closing || !(pfds[i + 2].events & POLLIN))))
+                    c->dead = 1;
+                else if (re & (POLLIN | POLLHUP)) read_in(s, c);
                 if (re & POLLOUT) flush_out(c);
             }
             if (pfds[1].revents) accept_all(s);

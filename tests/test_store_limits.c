@@ -537,3 +537,43 @@ Test(store_limits, malformed_frames_are_clear_errors) {
     cr_assert_eq(count(log, "closed the connection from 127.0.0.1:"), 2, "%s", log);
     store_server_stop(s);
 }
+
+/* A peer that resets its connection while the server is not reading from
+ * it (a WAIT parked, frames queued behind it) is dropped at once, freeing
+ * its slot: poll reports the reset whether or not input is wanted. */
+Test(store_limits, a_peer_reset_while_not_read_from_frees_its_slot) {
+    store_limits lim = {.max_conns = 1};
+    int port;
+    store_server *s = start(NULL, &lim, &port);
+    int fd = raw_connect(port);
+    served(fd);
+    static uint8_t buf[8192];
+    uint8_t w[64];
+    store_put_u32(w, 1 + 8 + 4 + 4 + 7);
+    w[4] = STORE_OP_WAIT;
+    store_put_u64(w + 5, (uint64_t)-1); /* forever */
+    store_put_u32(w + 13, 1);
+    store_put_u32(w + 17, 7);
+    memcpy(w + 21, "nothing", 7);
+    send_all(fd, w, 28);
+    static char val[7000];
+    size_t n = frame_set(buf, "behind", val, sizeof val); /* queued behind the WAIT */
+    send_all(fd, buf, n);
+    usleep(100000);
+    struct linger reset = {1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    close(fd); /* RST */
+    int ok = 0;
+    for (int tries = 0; tries < 200 && !ok; tries++) {
+        fd = raw_connect(port);
+        uint8_t f[5];
+        store_put_u32(f, 1);
+        f[4] = STORE_OP_TIME;
+        send_all(fd, f, 5);
+        ok = reply(fd, NULL, NULL) == STORE_OK;
+        close(fd);
+        if (!ok) usleep(10000);
+    }
+    cr_assert(ok, "the reset connection still holds the only slot");
+    store_server_stop(s);
+}
