@@ -25,6 +25,7 @@ int cmd_launch(int argc, char **argv) {
     }
     if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &o, &res);
     if (res.status == LAUNCH_SIGNALED)
-        fprintf(stderr, "pprun launch: stopped by signal %d; every rank was stopped\n", res.signal);
+        fprintf(stderr, "pprun launch: stopped by signal %d; %s\n", res.signal,
+                res.attempts ? "every rank was stopped" : "no rank had started");
     return res.exit_code;
 }

@@ -6,6 +6,8 @@
  *   pprun/run_id             node 0's run id, read by every other node
  *   pprun/a/K/node/R         node R joined attempt K (value: its host)
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
+ *                            ("", or "stop R SIG": node R, stopped by SIG
+ *                            after attempt K-1, calls attempt K off)
  *   pprun/a/K/failcount      the first node to fail (count 1) writes
  *   pprun/a/K/fail           the root cause (launch_failure as text), then
  *   pprun/a/K/end            the attempt is over for everyone
@@ -79,14 +81,6 @@ static int install_signals(job *j, pp_err *err) {
         if (caught[i] == SIGCHLD) sa.sa_flags |= SA_NOCLDSTOP;
         sigaction(caught[i], &sa, &j->old[i]);
     }
-    /* Node 0's store holds two connections per rank, and the soft limit on
-     * descriptors is often 1024: take the hard limit, as Go programs do,
-     * and give the workers the limit we found (launch_spawn_worker). */
-    if (getrlimit(RLIMIT_NOFILE, &j->c.nofile) == 0) {
-        struct rlimit more = j->c.nofile;
-        more.rlim_cur = more.rlim_max;
-        j->c.nofile_raised = setrlimit(RLIMIT_NOFILE, &more) == 0;
-    }
     /* Orphaned grandchildren come to us, not to init: we can kill them. */
     prctl(PR_GET_CHILD_SUBREAPER, &j->old_subreaper);
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -95,18 +89,32 @@ static int install_signals(job *j, pp_err *err) {
 
 static void restore_signals(job *j) {
     for (size_t i = 0; i < NCAUGHT; i++) sigaction(caught[i], &j->old[i], NULL);
-    if (j->c.nofile_raised) setrlimit(RLIMIT_NOFILE, &j->c.nofile);
     prctl(PR_SET_CHILD_SUBREAPER, j->old_subreaper);
     sig_pipe_w = -1;
     close(j->c.sig_r);
     close(j->sig_w);
 }
 
-/* Once stopped, node 0 gets LAUNCH_STOP_STORE_NS per answer. */
-static void shorten_store_timeout(job *j) {
-    if (j->ctl && j->c.stop_signal)
-        store_set_timeout(j->ctl, j->c.o->rdzv_timeout_ns < LAUNCH_STOP_STORE_NS ? j->c.o->rdzv_timeout_ns
-                                                                                 : LAUNCH_STOP_STORE_NS);
+/* Node 0's store holds two connections per rank, and the soft limit on
+ * descriptors is often 1024: take the hard limit, as Go programs do, and
+ * give the workers the limit we found (launch_spawn_worker). */
+static void raise_open_file_limit(job *j) {
+    if (getrlimit(RLIMIT_NOFILE, &j->c.nofile) != 0) return;
+    struct rlimit more = j->c.nofile;
+    more.rlim_cur = more.rlim_max;
+    j->c.nofile_raised = setrlimit(RLIMIT_NOFILE, &more) == 0;
+}
+
+static void restore_open_file_limit(job *j) {
+    if (j->c.nofile_raised) setrlimit(RLIMIT_NOFILE, &j->c.nofile);
+}
+
+/* How long node 0 may take to answer a request: --rdzv-timeout, but never
+ * less than LAUNCH_STOP_STORE_NS (a tiny --rdzv-timeout must not fail a
+ * healthy job), and LAUNCH_STOP_STORE_NS once a stop signal came. */
+static uint64_t store_answer_ns(const job *j) {
+    uint64_t rdzv = j->c.o->rdzv_timeout_ns;
+    return j->c.stop_signal || rdzv < LAUNCH_STOP_STORE_NS ? LAUNCH_STOP_STORE_NS : rdzv;
 }
 
 /* Drains the self-pipe; remembers a stop signal. */
@@ -119,7 +127,7 @@ static void check_signals(job *j) {
             j->stops++;
             if (!j->c.stop_signal) j->c.stop_signal = sigs[k];
         }
-    shorten_store_timeout(j);
+    if (j->ctl) store_set_timeout(j->ctl, store_answer_ns(j));
 }
 
 /* store_set_interrupt's callback: a new stop signal abandons a request. */
@@ -130,21 +138,11 @@ static int stop_requested(void *arg) {
     return j->stops > before;
 }
 
-/* store_wait on `cl` that a stop signal interrupts. 0 ok, 1 timeout, -1
- * error, 2 signal (the WAIT stays outstanding: the client is unusable). */
-static int wait_keys(job *j, store_client *cl, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err) {
-    if (store_wait_send(cl, keys, n, timeout_ms, err) != 0) return -1;
-    for (;;) {
-        struct pollfd p[2] = {{.fd = store_fd(cl), .events = POLLIN}, {.fd = j->c.sig_r, .events = POLLIN}};
-        /* Past the WAIT's own timeout plus the client's, recv fails saying so. */
-        int n = poll(p, 2, store_poll_ms(cl));
-        if (n < 0 && errno != EINTR) return pp_fail(err, "poll: %s", strerror(errno));
-        if (n > 0 && p[1].revents) {
-            check_signals(j);
-            if (j->c.stop_signal) return 2;
-        }
-        if (n == 0 || (n > 0 && p[0].revents)) return store_wait_recv(cl, err);
-    }
+/* store_wait on the control client: 0 ok, 1 timeout, -1 error, 2 when a
+ * stop signal cut it short (the client is then out of step). */
+static int wait_keys(job *j, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err) {
+    int rc = store_wait(j->ctl, keys, n, timeout_ms, err);
+    return rc < 0 && j->c.stop_signal ? 2 : rc;
 }
 
 static void key(char *buf, size_t cap, int attempt, const char *name) {
@@ -218,25 +216,25 @@ static void launcher_failure(job *j, const char *why, launch_failure *f) {
  * node 0 gets LAUNCH_STOP_STORE_NS, and another signal gives up at once. */
 static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_failure *fail, pp_err *serr) {
     uint64_t give_up = j->c.stop_signal ? pp_now_ns() + LAUNCH_STOP_STORE_NS : 0;
+    int seen = j->stops; /* a stop signal past these means "give up now" */
     for (;;) {
         int ms = -1;
         if (give_up) {
             uint64_t now = pp_now_ns();
-            if (now >= give_up)
-                return pp_fail(serr, "store %s: no answer within %.0fs of the stop signal (node rank 0 stopped or "
-                                     "unreachable?)", j->store_addr, (double)LAUNCH_STOP_STORE_NS / 1e9);
-            ms = (int)((give_up - now) / 1000000 + 1);
+            ms = now >= give_up ? 0 : (int)((give_up - now) / 1000000 + 1);
         }
         struct pollfd p[2] = {{.fd = store_fd(j->c.watch), .events = POLLIN}, {.fd = j->c.sig_r, .events = POLLIN}};
         int n = poll(p, 2, ms);
         if (n < 0 && errno != EINTR) return pp_fail(serr, "poll: %s", strerror(errno));
+        if (n > 0 && p[0].revents) {
+            j->c.watch_pending = 0;
+            return store_wait_recv(j->c.watch, serr) < 0 ? -1 : 0;
+        }
         if (n > 0 && p[1].revents) {
-            int had = j->c.stop_signal, before = j->stops;
+            int had = j->c.stop_signal;
             check_signals(j);
-            if (had && j->stops > before)
-                return pp_fail(serr, "stopped again while waiting for the store of node rank 0 at %s", j->store_addr);
             if (!had && j->c.stop_signal) {
-                give_up = pp_now_ns() + LAUNCH_STOP_STORE_NS;
+                seen = j->stops;
                 if (*out == LAUNCH_ATTEMPT_OK) {
                     /* Stopped while waiting for the others: tell them. */
                     *out = LAUNCH_ATTEMPT_SIGNAL;
@@ -245,12 +243,15 @@ static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_fa
                     pp_err ignored; /* the WAIT's answer says whether node 0 is there */
                     report_failure(j, attempt, fail, 1, &ignored);
                 }
+                give_up = pp_now_ns() + LAUNCH_STOP_STORE_NS;
+                continue;
             }
         }
-        if (n > 0 && p[0].revents) {
-            j->c.watch_pending = 0;
-            return store_wait_recv(j->c.watch, serr) < 0 ? -1 : 0;
-        }
+        if (j->c.stop_signal && j->stops > seen)
+            return pp_fail(serr, "stopped again while waiting for the store of node rank 0 at %s", j->store_addr);
+        if (n == 0 && give_up)
+            return pp_fail(serr, "store %s: no answer within %.0fs of the stop signal (node rank 0 stopped or "
+                                 "unreachable?)", j->store_addr, (double)LAUNCH_STOP_STORE_NS / 1e9);
     }
 }
 
@@ -278,9 +279,18 @@ static int pick_free_port(int *port, pp_err *err) {
 static int connect_store(job *j, const char *host, int port, uint64_t timeout_ns, store_client **out, pp_err *err) {
     uint64_t deadline = pp_now_ns() + timeout_ns;
     for (;;) {
-        int rc = store_connect_token(host, port, j->c.o->rdzv_token, 0, out, err);
-        if (rc == 0) return 0;
-        if (rc == -2) return -3;
+        int rc = store_connect_token(host, port, NULL, 0, out, err);
+        if (rc == 0) {
+            /* The token's answer, like every later one, waits for a stop
+             * signal too: a frozen node 0 still accepts connections. */
+            store_set_timeout(*out, store_answer_ns(j));
+            store_set_interrupt(*out, j->c.sig_r, stop_requested, j);
+            rc = store_authenticate(*out, j->c.o->rdzv_token, err);
+            if (rc == 0) return 0;
+            store_close(*out);
+            *out = NULL;
+            if (rc == -2) return -3;
+        }
         check_signals(j);
         if (j->c.stop_signal) return 2;
         if (pp_now_ns() >= deadline) return -1;
@@ -308,13 +318,12 @@ static int setup_store(job *j, pp_err *err) {
         return pp_fail(err, "rendezvous timed out after %.0fs (--rdzv-timeout): node rank 0 never came up (%s)",
                        (double)o->rdzv_timeout_ns / 1e9, why);
     }
-    if (o->nnodes > 1 && store_connect_token(host, port, o->rdzv_token, o->rdzv_timeout_ns, &j->c.watch, err) != 0)
-        return pp_wrap(err, "rendezvous");
-    store_set_timeout(j->ctl, o->rdzv_timeout_ns);
-    store_set_interrupt(j->ctl, j->c.sig_r, stop_requested, j);
-    if (j->c.watch) {
-        store_set_timeout(j->c.watch, o->rdzv_timeout_ns);
-        store_set_interrupt(j->c.watch, j->c.sig_r, stop_requested, j);
+    if (o->nnodes > 1) {
+        rc = connect_store(j, host, port, o->rdzv_timeout_ns, &j->c.watch, err);
+        if (rc == 2) return 2;
+        if (rc != 0) return pp_wrap(err, "rendezvous");
+        /* launch_attempt reads the self-pipe itself while it watches. */
+        store_set_interrupt(j->c.watch, -1, NULL, NULL);
     }
     /* The run id: node 0's, whatever the others were told. So is the
      * workers' MASTER_PORT, published before it. */
@@ -328,7 +337,7 @@ static int setup_store(job *j, pp_err *err) {
         if (store_set(j->ctl, "pprun/run_id", j->run_id, strlen(j->run_id), err) != 0) return -1;
     } else {
         const char *k = "pprun/run_id";
-        rc = wait_keys(j, j->ctl, &k, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
+        rc = wait_keys(j, &k, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
         if (rc == 2) return 2;
         if (rc != 0) return rc < 0 ? -1 : pp_fail(err, "rendezvous: node rank 0 published no run id within %.0fs",
                                                    (double)o->rdzv_timeout_ns / 1e9);
@@ -345,7 +354,8 @@ static int setup_store(job *j, pp_err *err) {
 }
 
 /* Every node joins attempt K; the last one opens it. On timeout, names the
- * node ranks that never came. */
+ * node ranks that never came. 3 (err says who) when a node stopped by a
+ * signal after attempt K-1 called the restart off. */
 static int rendezvous(job *j, int attempt, pp_err *err) {
     const launch_options *o = j->c.o;
     char k[128], go[128];
@@ -357,7 +367,21 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
     key(go, sizeof go, attempt, "go");
     if (count == o->nnodes && store_set(j->ctl, go, "", 0, err) != 0) return -1;
     const char *keys[1] = {go};
-    int rc = wait_keys(j, j->ctl, keys, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
+    int rc = wait_keys(j, keys, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
+    if (rc == 0) {
+        void *v;
+        size_t len;
+        int g = store_get(j->ctl, go, &v, &len, err);
+        if (g < 0) return -1;
+        int node = -1, sig = 0;
+        int called_off = g == 0 && sscanf(v, "stop %d %d", &node, &sig) == 2;
+        if (g == 0) free(v);
+        if (!called_off) return 0;
+        char name[16];
+        pp_fail(err, "node rank %d was stopped by %s: attempt %d is not started", node, launch_signal_name(sig, name),
+                attempt);
+        return 3;
+    }
     if (rc != 1) return rc;
     char missing[512] = "";
     size_t m = 0, nmiss = 0;
@@ -412,6 +436,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         free(j);
         return -1;
     }
+    raise_open_file_limit(j);
 
     int rc = setup_store(j, err);
     if (rc < 0 && j->c.stop_signal) rc = 2; /* a stop signal cut a store request short */
@@ -436,11 +461,17 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         key(k_fail, sizeof k_fail, attempt, "fail");
         key(k_done, sizeof k_done, attempt, "done");
         j->c.info.attempt = attempt;
-        res->attempts = attempt + 1;
         if (multi && (rc = rendezvous(j, attempt, err)) != 0) {
             if (rc < 0 && j->c.stop_signal) rc = 2;
             break;
         }
+        if (attempt > 0) {
+            /* A restart: the failure before it no longer stands. */
+            memset(&res->failure, 0, sizeof res->failure);
+            res->failure_remote = 0;
+            res->status = LAUNCH_ERROR;
+        }
+        res->attempts = attempt + 1;
         if (multi) {
             const char *keys[1] = {k_end};
             if (store_wait_send(j->c.watch, keys, 1, -1, err) != 0) {
@@ -455,7 +486,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         if (!hooks || !hooks->before_attempt || hooks->before_attempt(hooks->ctx, &j->c.info, err) == 0)
             out = launch_attempt(&j->c, &fail, err);
         int stop = 0;
-        shorten_store_timeout(j); /* the attempt may have seen a stop signal */
+        store_set_timeout(j->ctl, store_answer_ns(j)); /* the attempt may have seen a stop signal */
         if (out == LAUNCH_ATTEMPT_ERROR || out == LAUNCH_ATTEMPT_STORE_LOST) {
             if (out == LAUNCH_ATTEMPT_STORE_LOST) {
                 store_ok = 0;
@@ -545,15 +576,15 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         /* A stop signal while a failure was being torn down: the failure
          * is the result, and the user asked for no restart. */
         if (res->status != LAUNCH_FAILED || stop || j->c.stop_signal || !store_ok) break;
-        if (attempt < o->max_restarts) {
+        if (attempt < o->max_restarts)
             fprintf(stderr, "pprun launch: attempt %d failed (rank %d); restarting (%d of %d restarts)\n", attempt,
                     res->failure.global_rank, attempt + 1, o->max_restarts);
-            memset(&res->failure, 0, sizeof res->failure);
-            res->failure_remote = 0;
-            res->status = LAUNCH_ERROR;
-        }
     }
-    if (rc == 2) {
+    if (rc == 3) {
+        /* Another node was stopped: the last attempt's failure is the outcome. */
+        fprintf(stderr, "pprun launch: not restarting: %s\n", err->msg);
+        rc = 0;
+    } else if (rc == 2) {
         /* A signal during set-up or rendezvous: nothing was running. */
         res->signal = j->c.stop_signal;
         finish_result(res, LAUNCH_SIGNALED, 128 + j->c.stop_signal);
@@ -566,10 +597,20 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     if (multi && j->ctl && store_ok) {
         pp_err serr;
         int64_t left;
+        if (j->c.stop_signal && ran) {
+            /* The others may have decided to restart before they heard of
+             * the stop: call the next attempt off, or they would wait for
+             * this node at its rendezvous until --rdzv-timeout. */
+            char go[128], text[64];
+            key(go, sizeof go, res->attempts, "go");
+            snprintf(text, sizeof text, "stop %d %d", o->node_rank, j->c.stop_signal);
+            store_set(j->ctl, go, text, strlen(text), &serr);
+        }
         if (store_add(j->ctl, "pprun/exit", 1, &left, &serr) == 0) {
             if (left == o->nnodes) store_set(j->ctl, "pprun/exit_all", "", 0, &serr);
             if (o->node_rank == 0 && ran && !j->c.watch_pending) {
                 const char *k = "pprun/exit_all";
+                store_set_interrupt(j->c.watch, j->c.sig_r, stop_requested, j);
                 store_wait(j->c.watch, &k, 1, (int64_t)(o->shutdown_timeout_ns / 1000000ull) + 1000, &serr);
             }
         }
@@ -577,6 +618,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     store_close(j->c.watch);
     store_close(j->ctl);
     store_server_stop(j->server);
+    restore_open_file_limit(j);
     restore_signals(j);
     launch_paths_free(j->c.paths);
     free(j);

@@ -59,6 +59,11 @@ int store_connect(const char *host, int port, uint64_t timeout_ns, store_client 
  * without a token accepts any. */
 int store_connect_token(const char *host, int port, const char *token, uint64_t timeout_ns, store_client **out,
                         pp_err *err);
+/* Presents token (NULL or "" = none: nothing is sent) on a client that
+ * has sent nothing yet, as store_connect_token does; returns like it. For a
+ * caller that sets store_set_timeout / store_set_interrupt first, so even
+ * the token's answer can be cut short. */
+int store_authenticate(store_client *c, const char *token, pp_err *err);
 /* Connects to $PPRUN_STORE ("host:port") with the token in
  * $PPRUN_RDZV_TOKEN (if set), as a worker does. */
 int store_connect_env(uint64_t timeout_ns, store_client **out, pp_err *err);
@@ -105,10 +110,7 @@ void store_set_interrupt(store_client *c, int fd, int (*stop)(void *arg), void *
  * client in between. */
 int store_wait_send(store_client *c, const char *const *keys, size_t n, int64_t timeout_ms, pp_err *err);
 int store_wait_recv(store_client *c, pp_err *err);
-/* Milliseconds until the request in flight gives up (store_set_timeout),
- * as poll's timeout: -1 never, 0 its time is up (a receive then fails
- * saying so). */
-int store_poll_ms(const store_client *c);
+
 int store_fd(const store_client *c);
 
 #endif

@@ -88,7 +88,9 @@ void store_set_interrupt(store_client *c, int fd, int (*stop)(void *arg), void *
     c->stop_arg = arg;
 }
 
-int store_poll_ms(const store_client *c) {
+/* Milliseconds until the request in flight gives up, for poll: -1 never,
+ * 0 its time is up. */
+static int store_poll_ms(const store_client *c) {
     if (!c->deadline) return -1;
     uint64_t now = pp_now_ns();
     if (now >= c->deadline) return 0;
@@ -168,21 +170,31 @@ static int begin_request(store_client *c, uint64_t wait_ns, pp_err *err) {
     return 0;
 }
 
-/* AUTH as the connection's first request. 0, or -2 when the server refused
- * the token (or closed instead of answering), or -1. The answer must come
- * within 10 s: a server that says nothing is not a pprun store. */
-static int authenticate(store_client *c, const char *token, pp_err *err) {
+/* The answer to AUTH must come within 10 s (or the client's timeout, if
+ * shorter): a server that says nothing is not a pprun store. */
+#define STORE_AUTH_ANSWER_NS 10000000000ull
+
+int store_authenticate(store_client *c, const char *token, pp_err *err) {
+    if (!token || !*token) return 0;
+    if (pp_token_check(token, "store", err) != 0) return -1;
     size_t n = strlen(token);
     uint8_t frame[4 + 1 + 4 + PP_TOKEN_MAX];
     store_put_u32(frame, (uint32_t)(1 + 4 + n));
     frame[4] = STORE_OP_AUTH;
     store_put_u32(frame + 5, (uint32_t)n);
     memcpy(frame + 9, token, n);
-    c->timeout_ns = 10000000000ull;
-    (void)begin_request(c, 0, err); /* a new client is never broken */
+    uint64_t timeout_ns = c->timeout_ns;
+    if (!c->timeout_ns || c->timeout_ns > STORE_AUTH_ANSWER_NS) c->timeout_ns = STORE_AUTH_ANSWER_NS;
+    if (begin_request(c, 0, err) != 0) {
+        c->timeout_ns = timeout_ns;
+        return -1;
+    }
     int sent = send_all(c, frame, 9 + n, err);
     memset(frame, 0, sizeof frame);
-    if (sent != 0) return pp_wrap(err, "sending the rendezvous token");
+    if (sent != 0) {
+        c->timeout_ns = timeout_ns;
+        return pp_wrap(err, "sending the rendezvous token");
+    }
     uint8_t hdr[5], msg[256];
     size_t ml = 0;
     int r = recv_all(c, hdr, 5, err);
@@ -191,7 +203,7 @@ static int authenticate(store_client *c, const char *token, pp_err *err) {
         if (ml > sizeof msg) ml = sizeof msg;
         r = recv_all(c, msg, ml, err);
     }
-    c->timeout_ns = 0;
+    c->timeout_ns = timeout_ns;
     if (r == 0 && hdr[4] == STORE_OK && ml == 0) return 0;
     if (r != 0 && !c->eof) return pp_wrap(err, "no answer to the rendezvous token");
     if (r != 0)
@@ -209,7 +221,7 @@ int store_connect(const char *host, int port, uint64_t timeout_ns, store_client 
 int store_connect_token(const char *host, int port, const char *token, uint64_t timeout_ns, store_client **out,
                         pp_err *err) {
     *out = NULL;
-    if (token && *token && pp_token_check(token, "store", err) != 0) return -1;
+    if (token && *token && pp_token_check(token, "store", err) != 0) return -1; /* before connecting */
     uint64_t deadline = pp_now_ns() + timeout_ns;
     int fd, eno = 0;
     for (;;) {
@@ -228,12 +240,10 @@ int store_connect_token(const char *host, int port, const char *token, uint64_t 
     c->fd = fd;
     c->stop_fd = -1;
     snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
-    if (token && *token) {
-        int rc = authenticate(c, token, err);
-        if (rc != 0) {
-            store_close(c);
-            return rc;
-        }
+    int rc = store_authenticate(c, token, err);
+    if (rc != 0) {
+        store_close(c);
+        return rc;
     }
     *out = c;
     return 0;

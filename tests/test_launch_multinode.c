@@ -220,6 +220,74 @@ Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every
     lt_free(&n1);
 }
 
+/* The same when node 1 is not the first to fail: node 0's rank failed, node
+ * 0 decided to restart, then node 1 was stopped while tearing down. Node 1
+ * calls the next attempt off, so node 0 does not wait for it at the next
+ * rendezvous until --rdzv-timeout. */
+Test(launch_multinode, a_node_stopped_after_another_nodes_failure_calls_the_restart_off) {
+    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", s0[512], s1[256], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(s0, sizeof s0,
+             "if [ $PPRUN_RESTART_COUNT = 0 ]; then while [ ! -e %s/r1 ]; do sleep 0.01; done; touch %s/failed; "
+             "exit 3; fi; exec sleep 30",
+             dir, dir);
+    snprintf(s1, sizeof s1, "trap '' TERM; touch %s/r1; exec sleep 30", dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", s0, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "2",
+                        "--shutdown-timeout", "3", "--", "sh", "-c", s1, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    snprintf(path, sizeof path, "%s/failed", dir);
+    cr_assert(lt_wait_file(path), "rank 0 never failed");
+    usleep(300000); /* node 1 tears down its rank, which ignores SIGTERM */
+    kill(n1.pid, SIGINT);
+    int ended0 = lt_wait_within(&n0, 30);
+    if (!ended0) kill(n0.pid, SIGINT);
+    lt_wait(&n1);
+    if (!ended0) lt_wait(&n0);
+    cr_assert(ended0, "node 0 waited for node 1 at the next rendezvous: %s", n0.err);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    cr_assert(strstr(n0.err, "not restarting: node rank 1 was stopped by SIGINT"), "%s", n0.err);
+    cr_assert(strstr(n0.err, "exitcode  : 3"), "the failure that ended attempt 0 is the outcome: %s", n0.err);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* A node 0 that accepts connections but never answers (frozen), with a job
+ * token: Ctrl-C on node 1 acts while it waits for the token's answer. */
+Test(launch_multinode, ctrl_c_acts_while_a_frozen_node_0_holds_the_tokens_answer) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t l = sizeof a;
+    cr_assert(bind(lfd, (struct sockaddr *)&a, sizeof a) == 0 && listen(lfd, 4) == 0);
+    cr_assert_eq(getsockname(lfd, (struct sockaddr *)&a, &l), 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", ntohs(a.sin_port));
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--rdzv-token",
+                        "a-job-token-0123456789", "--", "true", NULL};
+    lt_proc n1;
+    lt_start(&n1, a1, NULL);
+    usleep(500000); /* connected; AUTH sent; no answer comes */
+    kill(n1.pid, SIGINT);
+    int ended = lt_wait_within(&n1, 5); /* the answer's own deadline is 10 s */
+    if (!ended) {
+        kill(n1.pid, SIGKILL);
+        lt_wait(&n1);
+    }
+    close(lfd);
+    cr_assert(ended, "Ctrl-C waited for the token's answer: %s", n1.err);
+    cr_assert_eq(n1.status, 128 + SIGINT, "%s", n1.err);
+    cr_assert(strstr(n1.err, "no rank had started"), "%s", n1.err);
+    lt_free(&n1);
+}
+
 /* Node 0 dies without a word (SIGKILL): the others lose its store, stop
  * their ranks and fail. */
 Test(launch_multinode, losing_node_0_tears_down_the_others) {
