@@ -33,7 +33,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define STORE_WAIT_FOREVER_MS (365ll * 24 * 3600 * 1000) /* a WAIT this long has no deadline */
 
 typedef struct kv {
     struct kv *next;

@@ -425,7 +425,7 @@ int store_wait_send(store_client *c, const char *const *keys, size_t n, int64_t 
         off += 4 + kl;
     }
     /* A negative or absurdly long wait has no deadline, as on the server. */
-    uint64_t wait_ns = timeout_ms < 0 || timeout_ms > INT32_MAX * 1000ll ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
+    uint64_t wait_ns = timeout_ms < 0 || timeout_ms >= STORE_WAIT_FOREVER_MS ? UINT64_MAX : (uint64_t)timeout_ms * 1000000ull;
     int rc = begin_request(c, wait_ns, err) == 0 ? send_all(c, buf, total, err) : -1;
     free(buf);
     return rc;

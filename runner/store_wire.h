@@ -32,6 +32,8 @@ enum { STORE_OK = 0, STORE_MISSING = 1, STORE_TIMEOUT = 2, STORE_BAD = 3 };
 /* A frame larger than this is a protocol error (value + key + headers). */
 #define STORE_MAX_FRAME (STORE_MAX_VALUE + 2 * STORE_MAX_KEY + 64u)
 #define STORE_MAX_WAIT_KEYS 1024u
+/* A WAIT this long (ms) has no deadline, on the server and the client. */
+#define STORE_WAIT_FOREVER_MS (365ll * 24 * 3600 * 1000)
 /* The largest first frame a token-guarded server reads: op, blob length,
  * the longest token. */
 #define STORE_MAX_AUTH_FRAME (1u + 4u + PP_TOKEN_MAX)
