@@ -45,13 +45,13 @@ static void on_signal(int sig) {
 }
 
 static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE};
+#define NCAUGHT (sizeof caught / sizeof caught[0])
 
 /* How long node 0's store may take to answer once the user asked to stop.
  * Alive, it answers in microseconds; stopped, frozen or cut off, it must not
  * keep the launcher (and the user's Ctrl-C) waiting. Before a stop, an
- * answer may take --rdzv-timeout. */
+ * answer may take --rdzv-timeout (store_answer_ns). */
 #define LAUNCH_STOP_STORE_NS 5000000000ull
-#define NCAUGHT (sizeof caught / sizeof caught[0])
 
 typedef struct job {
     launch_ctx c;
@@ -529,6 +529,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
             if (sr == 0 && j->c.watch_pending) sr = await_attempt_end(j, attempt, &out, &stop, &fail, &serr);
             if (sr != 0) {
                 store_ok = 0;
+                if (j->c.stop_signal && out == LAUNCH_ATTEMPT_OK) out = LAUNCH_ATTEMPT_SIGNAL; /* it cut the report short */
                 if (out == LAUNCH_ATTEMPT_OK || out == LAUNCH_ATTEMPT_REMOTE) {
                     rc = pp_fail(err, "lost the store of node rank 0 at %s: %s", j->store_addr, serr.msg);
                     break;
