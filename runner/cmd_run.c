@@ -574,6 +574,12 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
     else if (res.status == LAUNCH_FAILED)
         launch_print_summary(stderr, &job.lo, &res);
+    else if (res.status == LAUNCH_SIGNALED) {
+        char sigbuf[16];
+        fprintf(stderr, "pprun run: stopped by %s", launch_signal_name(res.signal, sigbuf));
+        if (job.db) fprintf(stderr, "; what ran is in %s (job %lld)", job.cfg.db, (long long)job.job_id);
+        fputc('\n', stderr);
+    }
 
     /* Everything the ranks recorded reaches the database, dead ranks too. */
     if (job.coll) {

@@ -272,14 +272,15 @@ Test(run_trace, two_nodes_on_a_non_loopback_address_with_the_token) {
 /* SIGTERM to `pprun run` mid-job: every worker goes, pprun exits 143, and
  * the database says the job was stopped, with what ran until then intact. */
 Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
-    char db[512], metrics[512];
+    char db[512], metrics[512], errpath[512];
     snprintf(db, sizeof db, "%s/stop.db", tmpdir);
     snprintf(metrics, sizeof metrics, "%s/stop-metrics.jsonl", tmpdir);
+    snprintf(errpath, sizeof errpath, "%s/stop-stderr.txt", tmpdir);
     pid_t pid = fork();
     cr_assert_neq(pid, -1);
     if (pid == 0) {
-        int fd = open("/dev/null", O_WRONLY);
-        dup2(fd, 1), dup2(fd, 2);
+        int fd = open("/dev/null", O_WRONLY), fe = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1), dup2(fe, 2);
         execl(PPRUN_BIN, PPRUN_BIN, "run", "--db", db, "--steps", "500", "--progress", "off", "--metrics", metrics,
               "--model", TIMED, (char *)NULL);
         _exit(127);
@@ -297,6 +298,13 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
     int st;
     waitpid(pid, &st, 0);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 143, "pprun run exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    char said[4096] = "", want[600];
+    FILE *ef = fopen(errpath, "r");
+    cr_assert_not_null(ef);
+    said[fread(said, 1, sizeof said - 1, ef)] = '\0';
+    fclose(ef);
+    snprintf(want, sizeof want, "pprun run: stopped by SIGTERM; what ran is in %s (job 1)", db);
+    cr_assert(strstr(said, want), "want '%s' in:\n%s", want, said);
 
     /* "[/]tmp/..." matches the workers' command lines but not the shell's
      * running pgrep. */
