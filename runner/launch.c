@@ -215,14 +215,10 @@ static void launcher_failure(job *j, const char *why, launch_failure *f) {
  * node had finished well is reported to the others first. Once stopped,
  * node 0 gets LAUNCH_STOP_STORE_NS, and another signal gives up at once. */
 static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_failure *fail, pp_err *serr) {
-    uint64_t give_up = j->c.stop_signal ? pp_now_ns() + LAUNCH_STOP_STORE_NS : 0;
+    uint64_t give_up = j->c.stop_signal ? pp_now_ns() + LAUNCH_STOP_STORE_NS : UINT64_MAX;
     int seen = j->stops; /* a stop signal past these means "give up now" */
     for (;;) {
-        int ms = -1;
-        if (give_up) {
-            uint64_t now = pp_now_ns();
-            ms = now >= give_up ? 0 : (int)((give_up - now) / 1000000 + 1);
-        }
+        int ms = pp_ms_left(give_up);
         struct pollfd p[2] = {{.fd = store_fd(j->c.watch), .events = POLLIN}, {.fd = j->c.sig_r, .events = POLLIN}};
         int n = poll(p, 2, ms);
         if (n < 0 && errno != EINTR) return pp_fail(serr, "poll: %s", strerror(errno));
@@ -249,7 +245,7 @@ static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_fa
         }
         if (j->c.stop_signal && j->stops > seen)
             return pp_fail(serr, "stopped again while waiting for the store of node rank 0 at %s", j->store_addr);
-        if (n == 0 && give_up)
+        if (n == 0 && ms == 0)
             return pp_fail(serr, "store %s: no answer within %.0fs of the stop signal (node rank 0 stopped or "
                                  "unreachable?)", j->store_addr, (double)LAUNCH_STOP_STORE_NS / 1e9);
     }

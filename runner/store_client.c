@@ -5,7 +5,6 @@
 #include "runner/store_wire.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -20,7 +19,7 @@ struct store_client {
     int fd;
     char peer[300];      /* "host:port", for messages */
     uint64_t timeout_ns; /* how long an answer may take; 0 = as long as it takes */
-    uint64_t deadline;   /* when the request in flight gives up (0 = never) */
+    uint64_t deadline;   /* when the request in flight gives up (UINT64_MAX = never) */
     uint64_t span_ns;    /* deadline - start, for messages */
     int stop_fd;         /* store_set_interrupt's, or -1 */
     int (*stop)(void *arg);
@@ -88,21 +87,11 @@ void store_set_interrupt(store_client *c, int fd, int (*stop)(void *arg), void *
     c->stop_arg = arg;
 }
 
-/* Milliseconds until the request in flight gives up, for poll: -1 never,
- * 0 its time is up. */
-static int store_poll_ms(const store_client *c) {
-    if (!c->deadline) return -1;
-    uint64_t now = pp_now_ns();
-    if (now >= c->deadline) return 0;
-    uint64_t ms = (c->deadline - now + 999999) / 1000000;
-    return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
 /* Waits until the socket is ready for `events`, the request's deadline
  * passes, or store_set_interrupt's callback says stop. */
 static int wait_ready(store_client *c, short events, pp_err *err) {
     for (;;) {
-        int ms = store_poll_ms(c);
+        int ms = pp_ms_left(c->deadline);
         if (ms == 0) {
             c->broken = 1;
             return pp_fail(err, "store %s: no answer within %.1fs (node rank 0 stopped or unreachable?)", c->peer,
@@ -161,7 +150,8 @@ static int begin_request(store_client *c, uint64_t wait_ns, pp_err *err) {
     if (c->broken)
         return pp_fail(err, "store %s: an earlier request timed out, so this connection is out of step; reconnect",
                        c->peer);
-    c->deadline = c->span_ns = 0;
+    c->deadline = UINT64_MAX;
+    c->span_ns = 0;
     if (c->timeout_ns && wait_ns != UINT64_MAX) {
         c->span_ns = c->timeout_ns + wait_ns < c->timeout_ns ? UINT64_MAX / 2 : c->timeout_ns + wait_ns;
         uint64_t now = pp_now_ns();
@@ -238,6 +228,7 @@ int store_connect_token(const char *host, int port, const char *token, uint64_t 
         return pp_fail(err, "store: out of memory");
     }
     c->fd = fd;
+    c->deadline = UINT64_MAX;
     c->stop_fd = -1;
     snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
     int rc = store_authenticate(c, token, err);
