@@ -66,12 +66,6 @@ typedef struct conn {
     uint64_t wdeadline;
 } conn;
 
-/* Rate limit for one kind of stderr line (a flood must not flood the log). */
-typedef struct loglim {
-    uint64_t window;     /* start of the current window */
-    unsigned lines;      /* written in it */
-    unsigned long quiet; /* held back since the last line written */
-} loglim;
 
 struct store_server {
     int lfd;
@@ -86,28 +80,23 @@ struct store_server {
     store_limits lim;             /* every field set */
     uint64_t accept_paused_until; /* 0: the listening socket is polled */
     int accept_failing;           /* accept failed for lack of resources since the last success */
-    loglim log_full, log_accept, log_peer;
+    pp_ratelimit log_full, log_accept, log_peer; /* one per kind of stderr line */
 };
 
 /* Writes "pprun store: MSG" to stderr unless burst lines of this kind were
  * written in the last STORE_LOG_WINDOW_NS; the next line written says how
  * many were held back. */
-__attribute__((format(printf, 3, 4))) static void log_limited(loglim *l, unsigned burst, const char *fmt, ...) {
-    uint64_t now = pp_now_ns();
-    if (!l->window || now - l->window >= STORE_LOG_WINDOW_NS) l->window = now, l->lines = 0;
-    if (l->lines >= burst) {
-        l->quiet++;
-        return;
-    }
-    l->lines++;
+__attribute__((format(printf, 3, 4))) static void log_limited(pp_ratelimit *l, unsigned burst, const char *fmt,
+                                                               ...) {
+    unsigned long held;
+    if (!pp_ratelimit_allow(l, burst, STORE_LOG_WINDOW_NS, &held)) return;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (l->quiet) fprintf(stderr, "pprun store: %s (%lu more like it held back)\n", msg, l->quiet);
+    if (held) fprintf(stderr, "pprun store: %s (%lu more like it held back)\n", msg, held);
     else fprintf(stderr, "pprun store: %s\n", msg);
-    l->quiet = 0;
 }
 
 static size_t out_pending(const conn *c) { return c->out_len - c->out_off; }

@@ -92,8 +92,7 @@ struct collector {
      * deadlines below never cut senders the master was not reading. */
     uint64_t net_clock, net_last, hello_ns, frame_ns;
     uint64_t accept_after; /* net_clock: accept failed for want of resources, the listener rests till then */
-    uint64_t log_window;  /* start of the rate limit's window (pp_now_ns) */
-    unsigned log_lines, log_skipped;
+    pp_ratelimit log;      /* conn_note's lines */
     trace_event *buf;
     /* Per rank of the job (master): highest step seen, drops reported. */
     int *max_step;
@@ -287,19 +286,9 @@ static void drain_rings(collector *c) {
  * of bad hellos cannot fill the launcher's log. The lines left out are
  * counted in the next window's first line. */
 __attribute__((format(printf, 2, 3))) static void conn_note(collector *c, const char *fmt, ...) {
-    uint64_t now = pp_now_ns();
-    if (now - c->log_window >= LOG_WINDOW_NS) {
-        if (c->log_skipped)
-            fprintf(stderr, "pprun collector: %u more lines about forwarding connections were left out\n",
-                    c->log_skipped);
-        c->log_window = now;
-        c->log_lines = c->log_skipped = 0;
-    }
-    if (c->log_lines >= LOG_BURST) {
-        c->log_skipped++;
-        return;
-    }
-    c->log_lines++;
+    unsigned long held;
+    if (!pp_ratelimit_allow(&c->log, LOG_BURST, LOG_WINDOW_NS, &held)) return;
+    if (held) fprintf(stderr, "pprun collector: %lu more lines about forwarding connections were left out\n", held);
     char line[512];
     va_list ap;
     va_start(ap, fmt);
@@ -622,8 +611,8 @@ static void *collector_main(void *arg) {
         pp_err e;
         if (!has_failed(c) && db_analyze_job(c->cfg.db, c->cfg.job_id, &e) != 0) set_error(c, &e);
     }
-    if (c->log_skipped)
-        fprintf(stderr, "pprun collector: %u more lines about forwarding connections were left out\n", c->log_skipped);
+    if (c->log.held)
+        fprintf(stderr, "pprun collector: %lu more lines about forwarding connections were left out\n", c->log.held);
     uint64_t rejected = atomic_load(&c->rejected);
     if (rejected) fprintf(stderr, "pprun collector: %llu trace records refused in all\n", (unsigned long long)rejected);
     return NULL;

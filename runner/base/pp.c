@@ -72,6 +72,22 @@ int pp_ms_left(uint64_t deadline_ns) {
     return ms > INT_MAX ? INT_MAX : (int)ms;
 }
 
+int pp_ratelimit_allow(pp_ratelimit *rl, unsigned burst, uint64_t window_ns, unsigned long *held) {
+    uint64_t now = pp_now_ns();
+    if (!rl->window_start || now - rl->window_start >= window_ns) {
+        rl->window_start = now;
+        rl->lines = 0;
+    }
+    if (rl->lines >= burst) {
+        rl->held++;
+        return 0;
+    }
+    rl->lines++;
+    *held = rl->held;
+    rl->held = 0;
+    return 1;
+}
+
 void pp_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns) {
     if (deadline_ns == UINT64_MAX) {
         pthread_cond_wait(cv, mu);

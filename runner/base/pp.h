@@ -34,6 +34,17 @@ uint64_t pp_deadline_ns(int timeout_ms);
 int pp_ms_left(uint64_t deadline_ns);
 void pp_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns);
 
+/* A rate limit for one kind of log line: at most `burst` lines per
+ * window_ns, so a flood of misbehaving peers cannot fill the log. 1: write
+ * this line, and *held says how many were held back since the last one
+ * written (to mention, then forgotten); 0: hold it back (counted in held). */
+typedef struct pp_ratelimit {
+    uint64_t window_start; /* pp_now_ns; 0 = no line yet */
+    unsigned lines;        /* written in this window */
+    unsigned long held;    /* held back since the last line written */
+} pp_ratelimit;
+int pp_ratelimit_allow(pp_ratelimit *rl, unsigned burst, uint64_t window_ns, unsigned long *held);
+
 /* Strict parsers: the whole string must be consumed and the value in range.
  * On failure they return -1 and say what was wrong with `what` (e.g. the
  * flag name) in the message. */
