@@ -19,43 +19,9 @@
 #include <unistd.h>
 
 #include "db/db.h"
+#include "helpers/capture.h"
 #include "helpers/trace_fixture.h"
 #include "tracer/collector.h"
-
-/* stderr into a file while a test runs, to check the master's lines. */
-typedef struct capture {
-    char path[64];
-    int fd, saved;
-} capture;
-
-static void capture_start(capture *c) {
-    snprintf(c->path, sizeof c->path, "/tmp/pprun-limits-log-XXXXXX");
-    c->fd = mkstemp(c->path);
-    cr_assert(c->fd >= 0);
-    fflush(stderr);
-    c->saved = dup(2);
-    dup2(c->fd, 2);
-}
-
-/* Stops capturing; returns the text (static, until the next call). */
-static const char *capture_end(capture *c) {
-    static char text[65536];
-    fflush(stderr);
-    dup2(c->saved, 2);
-    close(c->saved);
-    ssize_t n = pread(c->fd, text, sizeof text - 1, 0);
-    text[n > 0 ? n : 0] = '\0';
-    close(c->fd);
-    unlink(c->path);
-    return text;
-}
-
-static int count_of(const char *text, const char *what) {
-    int n = 0;
-    for (const char *p = text; (p = strstr(p, what)); p++)
-        n++;
-    return n;
-}
 
 static int dial(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -161,9 +127,9 @@ Test(collector_limits, idle_strangers_lose_their_slot_at_the_hello_deadline, .ti
     cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
     const char *text = capture_end(&cap);
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "the forwarder's record is in");
-    cr_assert_eq(count_of(text, "pprun collector: closed a connection from 127.0.0.1:"), 10,
+    cr_assert_eq(capture_count(text, "pprun collector: closed a connection from 127.0.0.1:"), 10,
                  "ten lines naming the peer, then a count:\n%s", text);
-    cr_assert_eq(count_of(text, "no hello within 0.3 s"), 10, "%s", text);
+    cr_assert_eq(capture_count(text, "no hello within 0.3 s"), 10, "%s", text);
     cr_assert(strstr(text, "(4 bytes of one)"), "the half hello is reported: %s", text);
     cr_assert(strstr(text, "pprun collector: 4 more lines about forwarding connections were left out"), "%s", text);
     db_close(d);

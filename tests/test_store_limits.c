@@ -24,6 +24,7 @@
 #include "runner/store.h"
 #include "runner/store_limits.h"
 #include "runner/store_wire.h"
+#include "helpers/capture.h"
 
 #define TOKEN "9f86d081884c7d659a2feaa0c55ad015"
 
@@ -121,41 +122,6 @@ static void expect_closed(int fd, char *why, size_t whycap) {
     cr_assert_eq(reply(fd, NULL, NULL), -1, "the server did not close the connection");
 }
 
-/* --- stderr capture ------------------------------------------------------- */
-
-typedef struct {
-    char path[64];
-    int fd, saved;
-} capture;
-
-static void capture_start(capture *c) {
-    snprintf(c->path, sizeof c->path, "/tmp/pprun-store-limits-XXXXXX");
-    c->fd = mkstemp(c->path);
-    cr_assert(c->fd >= 0);
-    fflush(stderr);
-    c->saved = dup(2);
-    dup2(c->fd, 2);
-}
-
-/* Restores stderr; returns what was written (static buffer). */
-static const char *capture_end(capture *c) {
-    static char buf[16384];
-    fflush(stderr);
-    dup2(c->saved, 2);
-    close(c->saved);
-    ssize_t n = pread(c->fd, buf, sizeof buf - 1, 0);
-    buf[n > 0 ? n : 0] = '\0';
-    close(c->fd);
-    unlink(c->path);
-    return buf;
-}
-
-static int count(const char *text, const char *what) {
-    int n = 0;
-    for (const char *p = text; (p = strstr(p, what)); p++) n++;
-    return n;
-}
-
 static store_server *start(const char *token, const store_limits *lim, int *port) {
     store_server *s;
     pp_err err;
@@ -200,7 +166,8 @@ Test(store_limits, connections_over_the_cap_are_closed_with_one_log_line) {
     const char *log = capture_end(&cap);
     /* Best effort: the reason can lose the race with the close's reset. */
     if (why[0]) cr_assert(strstr(why, "connection limit (8"), "%s", why);
-    cr_assert_eq(count(log, "turned away a connection from 127.0.0.1:"), 1, "want one line for the flood: %s", log);
+    cr_assert_eq(capture_count(log, "turned away a connection from 127.0.0.1:"), 1, "want one line for the flood: %s",
+                 log);
     cr_assert(strstr(log, "8 connections open, the limit"), "%s", log);
     /* The ones inside the cap are still served; a closed one frees a slot. */
     for (int i = 0; i < CAP; i++) served(fds[i]);
@@ -249,7 +216,7 @@ Test(store_limits, a_token_store_closes_connections_that_never_authenticate) {
     cr_assert_eq(store_set(good, "k", "v", 1, &err), 0, "%s", err.msg);
     store_close(good);
     const char *log = capture_end(&cap);
-    cr_assert_eq(count(log, "no rendezvous token within 0.2 s"), 2, "%s", log);
+    cr_assert_eq(capture_count(log, "no rendezvous token within 0.2 s"), 2, "%s", log);
     cr_assert(strstr(log, "closed a connection from 127.0.0.1:"), "%s", log);
     store_server_stop(s);
 
@@ -337,7 +304,7 @@ Test(store_limits, out_of_descriptors_backs_off_instead_of_spinning) {
     log[n > 0 ? n : 0] = '\0';
     close(logfd);
     unlink(logpath);
-    cr_assert_eq(count(log, "cannot accept connections: Too many open files"), 1, "want one line: %s", log);
+    cr_assert_eq(capture_count(log, "cannot accept connections: Too many open files"), 1, "want one line: %s", log);
     cr_assert(strstr(log, "ulimit -n"), "%s", log);
 }
 
@@ -534,7 +501,7 @@ Test(store_limits, malformed_frames_are_clear_errors) {
     cr_assert(strstr(why, "a frame of 4294967295 bytes"), "%s", why);
     close(fd);
     const char *log = capture_end(&cap);
-    cr_assert_eq(count(log, "closed the connection from 127.0.0.1:"), 2, "%s", log);
+    cr_assert_eq(capture_count(log, "closed the connection from 127.0.0.1:"), 2, "%s", log);
     store_server_stop(s);
 }
 
