@@ -66,6 +66,20 @@ static size_t frame_key(uint8_t *buf, uint8_t op, const char *key) {
     return frame(buf, op, 1, &key, &len);
 }
 
+/* Sends a WAIT without a deadline for one key. */
+static void send_wait_forever(int fd, const char *key) {
+    uint8_t w[64];
+    size_t kl = strlen(key);
+    cr_assert_leq(kl, sizeof w - 21);
+    store_put_u32(w, (uint32_t)(1 + 8 + 4 + 4 + kl));
+    w[4] = STORE_OP_WAIT;
+    store_put_u64(w + 5, (uint64_t)-1); /* forever */
+    store_put_u32(w + 13, 1);
+    store_put_u32(w + 17, (uint32_t)kl);
+    memcpy(w + 21, key, kl);
+    send_all(fd, w, 21 + kl);
+}
+
 static size_t frame_set(uint8_t *buf, const char *key, const void *val, size_t vlen) {
     const char *parts[] = {key, val};
     size_t lens[] = {strlen(key), vlen};
@@ -404,14 +418,7 @@ Test(store_limits, frames_sent_before_a_half_close_are_all_answered) {
     /* A WAIT that would park after the peer hung up is dropped, and the
      * connection closed, instead of holding a slot. */
     fd = raw_connect(port);
-    uint8_t w[64];
-    store_put_u32(w, 1 + 8 + 4 + 4 + 7);
-    w[4] = STORE_OP_WAIT;
-    store_put_u64(w + 5, (uint64_t)-1); /* forever */
-    store_put_u32(w + 13, 1);
-    store_put_u32(w + 17, 7);
-    memcpy(w + 21, "nothing", 7);
-    send_all(fd, w, 28);
+    send_wait_forever(fd, "nothing");
     shutdown(fd, SHUT_WR);
     cr_assert_eq(reply(fd, NULL, NULL), -1);
     close(fd);
@@ -515,14 +522,7 @@ Test(store_limits, a_peer_reset_while_not_read_from_frees_its_slot) {
     int fd = raw_connect(port);
     served(fd);
     static uint8_t buf[8192];
-    uint8_t w[64];
-    store_put_u32(w, 1 + 8 + 4 + 4 + 7);
-    w[4] = STORE_OP_WAIT;
-    store_put_u64(w + 5, (uint64_t)-1); /* forever */
-    store_put_u32(w + 13, 1);
-    store_put_u32(w + 17, 7);
-    memcpy(w + 21, "nothing", 7);
-    send_all(fd, w, 28);
+    send_wait_forever(fd, "nothing");
     static char val[7000];
     size_t n = frame_set(buf, "behind", val, sizeof val); /* queued behind the WAIT */
     send_all(fd, buf, n);
