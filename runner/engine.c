@@ -35,6 +35,14 @@ static void trace(engine *e, int phase, int step, int mb, int stage, int peer, u
     gputrace_host_span(e->gpu, &ev); /* CUPTI: the op's kernels are the ones launched since the last one */
 }
 
+/* Activation bytes the rank holds now (model_stage_saved_bytes summed over
+ * its few local stages): the `bytes` of F, B and W events. */
+static uint64_t held_bytes(const engine *e) {
+    uint64_t sum = 0;
+    for (int i = 0; i < e->nlocal; i++) sum += model_stage_saved_bytes(e->stages[e->local_stage[i]]);
+    return sum;
+}
+
 /* ---- partition and set-up -------------------------------------------------- */
 
 static int partition(engine *e, pp_err *err) {
@@ -254,7 +262,7 @@ static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
         boundary_free(e, st, s, out);
         return pp_wrap(err, "rank %d: forward of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
     }
-    trace(e, TRACE_F, st->step, mb, s, -1, 0, t0, t1, 0);
+    trace(e, TRACE_F, st->step, mb, s, -1, held_bytes(e), t0, t1, 0);
     if (last) {
         st->losses[mb] = loss;
         trace(e, TRACE_LOSS, st->step, mb, s, -1, 0, t1, t1, loss);
@@ -280,7 +288,7 @@ static int run_backward_input(engine *e, step_state *st, int s, int mb, pp_err *
         boundary_free(e, st, s, grad_in);
         return pp_wrap(err, "rank %d: backward (B) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
     }
-    trace(e, TRACE_B, st->step, mb, s, -1, 0, t0, t1, 0);
+    trace(e, TRACE_B, st->step, mb, s, -1, held_bytes(e), t0, t1, 0);
     return first ? 0 : deliver(e, st, COMM_DIR_GRAD, s, s - 1, mb, grad_in, err);
 }
 
@@ -288,7 +296,8 @@ static int run_backward_weight(engine *e, step_state *st, int s, int mb, pp_err 
     uint64_t t0 = pp_now_ns();
     if (model_stage_backward_weight(e->stages[s], mb, err) != 0)
         return pp_wrap(err, "rank %d: backward (W) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
-    trace(e, TRACE_W, st->step, mb, s, -1, 0, t0, pp_now_ns(), 0);
+    uint64_t t1 = pp_now_ns();
+    trace(e, TRACE_W, st->step, mb, s, -1, held_bytes(e), t0, t1, 0);
     return 0;
 }
 

@@ -72,6 +72,7 @@ struct gpt_state {
     float *wte, *wpe, *lnfg, *lnfb, *whead; /* into params (NULL if not held) */
     block_params *bp;                       /* [nblocks] into params */
     mb_save *mbs;                           /* [microbatches] */
+    size_t saved; /* bytes of mbs' buffers in use: model_stage_saved_bytes */
     float *scratch_4nc, *scratch_nc, *scratch_nc2, *scratch_t;
 };
 
@@ -151,21 +152,49 @@ static size_t sz_nc(const gpt_state *g) { return sizeof(float) * (size_t)g->N * 
 static size_t sz_n(const gpt_state *g) { return sizeof(float) * (size_t)g->N; }
 static size_t sz_nv(const gpt_state *g) { return sizeof(float) * (size_t)g->N * VOCAB; }
 
+/* Every buffer of mb_save / block_save comes from and goes back through
+ * these, so g->saved is what the microbatches hold (pending gradients and
+ * the pool's free buffers are not activations). */
+static float *save_get(model_stage *s, size_t size) {
+    float *p = model_pool_get(&s->pool, size);
+    if (p) s->gpt->saved += size;
+    return p;
+}
+static void save_put(model_stage *s, float *p, size_t size) {
+    if (!p) return;
+    s->gpt->saved -= size;
+    model_pool_put(&s->pool, p, size);
+}
+static uint8_t *save_bytes(model_stage *s, const uint8_t *src, size_t n) {
+    uint8_t *p = malloc(n);
+    if (!p) return NULL;
+    memcpy(p, src, n);
+    s->gpt->saved += n;
+    return p;
+}
+static void save_free_bytes(model_stage *s, uint8_t *p, size_t n) {
+    if (!p) return;
+    s->gpt->saved -= n;
+    free(p);
+}
+
+size_t gpt_stage_saved_bytes(const model_stage *s) { return s->gpt ? s->gpt->saved : 0; }
+
 static void free_mb(model_stage *s, mb_save *m) {
     gpt_state *g = s->gpt;
-    model_pool *pool = &s->pool;
     if (m->blocks)
         for (int i = 0; i < g->nblocks; i++) {
-            model_pool_put(pool, m->blocks[i].keep, sz_keep(g));
-            model_pool_put(pool, m->blocks[i].bonly, sz_bonly(g));
-            model_pool_put(pool, m->blocks[i].bsave, sz_bsave(g));
+            save_put(s, m->blocks[i].keep, sz_keep(g));
+            save_put(s, m->blocks[i].bonly, sz_bonly(g));
+            save_put(s, m->blocks[i].bsave, sz_bsave(g));
         }
     free(m->blocks);
-    free(m->tokens), free(m->targets);
-    model_pool_put(pool, m->x0, sz_nc(g)), model_pool_put(pool, m->dx0, sz_nc(g));
-    model_pool_put(pool, m->lnf, sz_nc(g)), model_pool_put(pool, m->dlnf, sz_nc(g));
-    model_pool_put(pool, m->meanf, sz_n(g)), model_pool_put(pool, m->rstdf, sz_n(g));
-    model_pool_put(pool, m->probs, sz_nv(g));
+    size_t N = (size_t)g->N;
+    save_free_bytes(s, m->tokens, N), save_free_bytes(s, m->targets, N);
+    save_put(s, m->x0, sz_nc(g)), save_put(s, m->dx0, sz_nc(g));
+    save_put(s, m->lnf, sz_nc(g)), save_put(s, m->dlnf, sz_nc(g));
+    save_put(s, m->meanf, sz_n(g)), save_put(s, m->rstdf, sz_n(g));
+    save_put(s, m->probs, sz_nv(g));
     memset(m, 0, sizeof *m);
 }
 
@@ -183,8 +212,8 @@ void gpt_stage_free(model_stage *s) {
 static int block_alloc_f(model_stage *s, block_save *b) {
     gpt_state *g = s->gpt;
     size_t N = (size_t)g->N, NC = N * (size_t)g->C;
-    b->keep = model_pool_get(&s->pool, sz_keep(g));
-    b->bonly = model_pool_get(&s->pool, sz_bonly(g));
+    b->keep = save_get(s, sz_keep(g));
+    b->bonly = save_get(s, sz_bonly(g));
     if (!b->keep || !b->bonly) return -1;
     float *p = b->keep;
     b->out = p, p += NC;
@@ -222,7 +251,7 @@ static int block_backward_input(model_stage *s, const block_params *w, block_sav
     model_gemm_stats *st = &s->gemm;
     int N = g->N, C = g->C;
     size_t NC = (size_t)N * C;
-    b->bsave = model_pool_get(&s->pool, sz_bsave(g));
+    b->bsave = save_get(s, sz_bsave(g));
     if (!b->bsave) return -1;
     b->dout = b->bsave, b->dfch = b->bsave + NC, b->dln2 = b->bsave + 5 * NC, b->dres2 = b->bsave + 6 * NC;
     b->dqkv = b->bsave + 7 * NC, b->dln1 = b->bsave + 10 * NC;
@@ -238,7 +267,7 @@ static int block_backward_input(model_stage *s, const block_params *w, block_sav
     gpt_linear_backward_input(b->dln1, b->dqkv, w->wqkv, N, C, 3 * C, st);
     gpt_layernorm_backward_input(tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C);
     for (size_t i = 0; i < NC; i++) d[i] = b->dres2[i] + tmp[i];
-    model_pool_put(&s->pool, b->bonly, sz_bonly(g)); /* qkv, fch and att served B only */
+    save_put(s, b->bonly, sz_bonly(g)); /* qkv, fch and att served B only */
     b->bonly = NULL;
     return 0;
 }
@@ -267,12 +296,11 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
     if (s->is_last && (!targets || !loss))
         return pp_fail(err, "gpt stage: F of mb %d on the last stage needs targets and a loss", mb);
     if (!s->is_last && !out) return pp_fail(err, "gpt stage: F of mb %d needs an output buffer", mb);
-    m->x0 = model_pool_get(&s->pool, sz_nc(g));
+    m->x0 = save_get(s, sz_nc(g));
     m->blocks = calloc((size_t)g->nblocks + 1, sizeof *m->blocks);
     if (!m->x0 || !m->blocks) goto oom;
     if (s->is_first) {
-        if (!(m->tokens = malloc(N))) goto oom;
-        memcpy(m->tokens, tokens, N);
+        if (!(m->tokens = save_bytes(s, tokens, N))) goto oom;
         gpt_embedding_forward(m->x0, tokens, g->wte, g->wpe, g->B, g->T, g->C);
     } else {
         memcpy(m->x0, in, sizeof(float) * NC);
@@ -282,13 +310,12 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
         block_forward(g, &g->bp[i], &m->blocks[i], block_input(m, i), &s->gemm);
     }
     if (s->is_last) {
-        m->targets = malloc(N);
-        m->lnf = model_pool_get(&s->pool, sz_nc(g));
-        m->meanf = model_pool_get(&s->pool, sz_n(g));
-        m->rstdf = model_pool_get(&s->pool, sz_n(g));
-        m->probs = model_pool_get(&s->pool, sz_nv(g));
+        m->targets = save_bytes(s, targets, N);
+        m->lnf = save_get(s, sz_nc(g));
+        m->meanf = save_get(s, sz_n(g));
+        m->rstdf = save_get(s, sz_n(g));
+        m->probs = save_get(s, sz_nv(g));
         if (!m->targets || !m->lnf || !m->meanf || !m->rstdf || !m->probs) goto oom;
-        memcpy(m->targets, targets, N);
         gpt_layernorm_forward(m->lnf, m->meanf, m->rstdf, stage_top(g, m), g->lnfg, g->lnfb, g->N, g->C);
         *loss = gpt_head_forward(m->probs, m->lnf, g->whead, m->targets, g->N, g->C, VOCAB, &s->gemm);
     } else {
@@ -310,7 +337,7 @@ int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     if (s->is_last) {
         /* the step's loss is the mean over microbatches, hence 1/(N*m) */
         float scale = 1.0f / ((float)N * (float)s->microbatches);
-        if (!(m->dlnf = model_pool_get(&s->pool, sz_nc(g)))) goto oom;
+        if (!(m->dlnf = save_get(s, sz_nc(g)))) goto oom;
         gpt_head_backward_input(m->dlnf, m->probs, g->whead, m->targets, scale, g->N, g->C, VOCAB, &s->gemm);
         gpt_layernorm_backward_input(d, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->lnfg, g->N, g->C);
     } else {
@@ -319,7 +346,7 @@ int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     for (int i = g->nblocks - 1; i >= 0; i--)
         if (block_backward_input(s, &g->bp[i], &m->blocks[i], block_input(m, i), d) != 0) goto oom;
     if (s->is_first) {
-        if (!(m->dx0 = model_pool_get(&s->pool, sz_nc(g)))) goto oom;
+        if (!(m->dx0 = save_get(s, sz_nc(g)))) goto oom;
         memcpy(m->dx0, d, sizeof(float) * NC);
     } else {
         memcpy(grad_in, d, sizeof(float) * NC);

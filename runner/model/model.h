@@ -119,6 +119,18 @@ typedef struct model_gemm_stats {
 } model_gemm_stats;
 model_gemm_stats model_stage_gemm_stats(const model_stage *stage);
 
+/* Activation memory the stage holds right now: the bytes of the buffers it
+ * keeps for microbatches between their F and their W, i.e. what F saved for
+ * B and W, minus what B already released, plus what B saved for W. gpt
+ * (CPU or GPU): every per-microbatch saved tensor of mb_save/block_save
+ * that is in use (not the stage's pool of free buffers kept for reuse) and
+ * the copies of tokens and targets; timed: F's copy of its input, act bytes
+ * per microbatch, freed by W. Not counted: weights, gradients (the step's
+ * and the per-microbatch pending ones), optimizer state, scratch, boundary
+ * tensors (the same for every schedule). 0 when no microbatch is in flight,
+ * so after the W of every microbatch of a step. O(1). */
+size_t model_stage_saved_bytes(const model_stage *stage);
+
 /* Bytes of the training data (the corpus or the file). */
 size_t data_size(const data_source *data);
 

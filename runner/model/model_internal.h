@@ -66,6 +66,7 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
 int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, float *grad_in, pp_err *err);
 int gpt_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err);
 size_t gpt_param_count(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last);
+size_t gpt_stage_saved_bytes(const model_stage *s); /* model_stage_saved_bytes of a CPU gpt stage */
 
 /* gpu_stage.c (only in builds with the GPU backend, PPRUN_HAVE_CUDA): the
  * gpt stage on a device. init uploads the weights the host already holds;
@@ -84,12 +85,14 @@ void gpu_stage_export_grads(const model_stage *s, float *dst);
 /* Device boundary buffers from and back to the stage's pool of device memory. */
 void *gpu_stage_boundary_alloc(model_stage *s, size_t bytes, pp_err *err);
 void gpu_stage_boundary_free(model_stage *s, void *buf, size_t bytes);
+size_t gpu_stage_saved_bytes(const model_stage *s); /* device bytes, as gpt_stage_saved_bytes counts them */
 
 int timed_stage_init(model_stage *s, pp_err *err);
 void timed_stage_free(model_stage *s);
 int timed_stage_forward(model_stage *s, int mb, const uint8_t *in, uint8_t *out, float *loss, pp_err *err);
 int timed_stage_backward_input(model_stage *s, int mb, const uint8_t *grad_out, uint8_t *grad_in, pp_err *err);
 int timed_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err);
+size_t timed_stage_saved_bytes(const model_stage *s);
 
 /* splitmix64: the one PRNG of the model (init and data sampling). */
 static inline uint64_t model_splitmix64(uint64_t *state) {

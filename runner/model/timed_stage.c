@@ -17,6 +17,7 @@
 
 struct timed_state {
     uint8_t **saved; /* [microbatches]: F's copy of its input, freed by W */
+    size_t nsaved;   /* of them not NULL */
 };
 
 static uint8_t fwd_pattern(int mb, size_t i) { return (uint8_t)(mb * 131 + i * 7 + (i >> 8)); }
@@ -41,6 +42,10 @@ void timed_stage_free(model_stage *s) {
     free(t->saved);
     free(t);
     s->timed = NULL;
+}
+
+size_t timed_stage_saved_bytes(const model_stage *s) {
+    return s->timed ? s->timed->nsaved * (size_t)s->spec.act_bytes : 0;
 }
 
 /* Checks that buf holds pattern + shift at every byte. */
@@ -79,6 +84,7 @@ int timed_stage_forward(model_stage *s, int mb, const uint8_t *in, uint8_t *out,
         for (size_t i = 0; i < n; i++) out[i] = (uint8_t)(x[i] + layers);
     }
     t->saved[mb] = x;
+    t->nsaved++;
     uint64_t spent = pp_now_ns() - t0;
     if (spent < s->spec.f_ns) pp_sleep_ns(s->spec.f_ns - spent);
     return 0;
@@ -105,6 +111,7 @@ int timed_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err)
     (void)err;
     uint64_t t0 = pp_now_ns();
     for (size_t i = 0; i < s->nparams; i++) dst[i] = (float)(mb + 1) / 1000.0f;
+    if (s->timed->saved[mb]) s->timed->nsaved--;
     free(s->timed->saved[mb]);
     s->timed->saved[mb] = NULL;
     uint64_t spent = pp_now_ns() - t0;

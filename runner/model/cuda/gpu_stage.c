@@ -58,6 +58,7 @@ struct gpu_stage {
     float **pending;     /* [microbatches] device gradients waiting for their turn */
     float *scratch_4nc, *scratch_nc, *scratch_nc2, *datt;
     dpool pool;
+    size_t saved; /* device bytes of mbs' buffers in use: model_stage_saved_bytes */
     pp_err sticky; /* an error of a void call (import, export of grads), reported by the next F */
     int has_sticky;
 };
@@ -86,6 +87,22 @@ static void dpool_put(gpu_stage *g, void *p, size_t size) {
     }
     pl->free[pl->n++] = (struct dpool_entry){p, size};
 }
+
+/* The saved tensors of mbs come from and go back through these (pending
+ * gradients and boundary buffers use dpool directly), so g->saved counts
+ * what gpt_stage.c's save_get/save_put count, on the device. */
+static void *save_get(gpu_stage *g, size_t size, pp_err *err) {
+    void *p = dpool_get(g, size, err);
+    if (p) g->saved += size;
+    return p;
+}
+static void save_put(gpu_stage *g, void *p, size_t size) {
+    if (!p) return;
+    g->saved -= size;
+    dpool_put(g, p, size);
+}
+
+size_t gpu_stage_saved_bytes(const model_stage *s) { return s->gpu ? s->gpu->saved : 0; }
 
 /* Must match gpt_stage.c's block_params_at: the export layout. */
 static float *dblock_at(float *p, int C, dblock *b) {
@@ -117,16 +134,16 @@ static size_t sz_nv(const gpu_stage *g) { return sizeof(float) * (size_t)g->N * 
 static void free_mb(gpu_stage *g, dmb_save *m) {
     if (m->blocks)
         for (int i = 0; i < g->nblocks; i++) {
-            dpool_put(g, m->blocks[i].keep, sz_keep(g));
-            dpool_put(g, m->blocks[i].bonly, sz_bonly(g));
-            dpool_put(g, m->blocks[i].bsave, sz_bsave(g));
+            save_put(g, m->blocks[i].keep, sz_keep(g));
+            save_put(g, m->blocks[i].bonly, sz_bonly(g));
+            save_put(g, m->blocks[i].bsave, sz_bsave(g));
         }
     free(m->blocks);
-    dpool_put(g, m->tokens, (size_t)g->N), dpool_put(g, m->targets, (size_t)g->N);
-    dpool_put(g, m->x0, sz_nc(g)), dpool_put(g, m->dx0, sz_nc(g));
-    dpool_put(g, m->lnf, sz_nc(g)), dpool_put(g, m->dlnf, sz_nc(g));
-    dpool_put(g, m->meanf, sz_n(g)), dpool_put(g, m->rstdf, sz_n(g));
-    dpool_put(g, m->probs, sz_nv(g));
+    save_put(g, m->tokens, (size_t)g->N), save_put(g, m->targets, (size_t)g->N);
+    save_put(g, m->x0, sz_nc(g)), save_put(g, m->dx0, sz_nc(g));
+    save_put(g, m->lnf, sz_nc(g)), save_put(g, m->dlnf, sz_nc(g));
+    save_put(g, m->meanf, sz_n(g)), save_put(g, m->rstdf, sz_n(g));
+    save_put(g, m->probs, sz_nv(g));
     memset(m, 0, sizeof *m);
 }
 
@@ -201,7 +218,7 @@ int gpu_stage_init(model_stage *s, const model_device *dev, pp_err *err) {
 
 static int block_alloc_f(gpu_stage *g, dblock_save *b, pp_err *err) {
     size_t N = (size_t)g->N, NC = N * (size_t)g->C;
-    if (!(b->keep = dpool_get(g, sz_keep(g), err)) || !(b->bonly = dpool_get(g, sz_bonly(g), err))) return -1;
+    if (!(b->keep = save_get(g, sz_keep(g), err)) || !(b->bonly = save_get(g, sz_bonly(g), err))) return -1;
     float *p = b->keep;
     b->out = p, p += NC;
     b->ln1 = p, p += NC;
@@ -240,7 +257,7 @@ static int block_backward_input(gpu_stage *g, const dblock *w, dblock_save *b, c
     gpu_ctx *c = g->ctx;
     int N = g->N, C = g->C;
     size_t NC = (size_t)N * C;
-    if (!(b->bsave = dpool_get(g, sz_bsave(g), err))) return -1;
+    if (!(b->bsave = save_get(g, sz_bsave(g), err))) return -1;
     b->dout = b->bsave, b->dfch = b->bsave + NC, b->dln2 = b->bsave + 5 * NC, b->dres2 = b->bsave + 6 * NC;
     b->dqkv = b->bsave + 7 * NC, b->dln1 = b->bsave + 10 * NC;
     float *tmp = g->scratch_nc2;
@@ -257,7 +274,7 @@ static int block_backward_input(gpu_stage *g, const dblock *w, dblock_save *b, c
         gpu_layernorm_backward_input(c, tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C, err) ||
         gpu_add(c, d, b->dres2, tmp, NC, err))
         return -1;
-    dpool_put(g, b->bonly, sz_bonly(g)); /* stream order: the next user runs after these kernels */
+    save_put(g, b->bonly, sz_bonly(g)); /* stream order: the next user runs after these kernels */
     b->bonly = NULL;
     return 0;
 }
@@ -339,9 +356,9 @@ int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
         pp_fail(err, "out of memory");
         goto fail;
     }
-    if (!(m->x0 = dpool_get(g, sz_nc(g), err))) goto fail;
+    if (!(m->x0 = save_get(g, sz_nc(g), err))) goto fail;
     if (s->is_first) {
-        if (!(m->tokens = dpool_get(g, N, err)) || gpu_upload(g->ctx, m->tokens, tokens, N, err) != 0 ||
+        if (!(m->tokens = save_get(g, N, err)) || gpu_upload(g->ctx, m->tokens, tokens, N, err) != 0 ||
             gpu_embedding_forward(g->ctx, m->x0, m->tokens, g->wte, g->wpe, g->B, g->T, g->C, err) != 0)
             goto fail;
     } else if (boundary_in(s, m->x0, in, sizeof(float) * NC, err) != 0) {
@@ -352,9 +369,9 @@ int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
             block_forward(g, &g->bp[i], &m->blocks[i], block_input(m, i), err) != 0)
             goto fail;
     if (s->is_last) {
-        if (!(m->targets = dpool_get(g, N, err)) || !(m->lnf = dpool_get(g, sz_nc(g), err)) ||
-            !(m->meanf = dpool_get(g, sz_n(g), err)) || !(m->rstdf = dpool_get(g, sz_n(g), err)) ||
-            !(m->probs = dpool_get(g, sz_nv(g), err)) || gpu_upload(g->ctx, m->targets, targets, N, err) != 0 ||
+        if (!(m->targets = save_get(g, N, err)) || !(m->lnf = save_get(g, sz_nc(g), err)) ||
+            !(m->meanf = save_get(g, sz_n(g), err)) || !(m->rstdf = save_get(g, sz_n(g), err)) ||
+            !(m->probs = save_get(g, sz_nv(g), err)) || gpu_upload(g->ctx, m->targets, targets, N, err) != 0 ||
             gpu_layernorm_forward(g->ctx, m->lnf, m->meanf, m->rstdf, stage_top(g, m), g->lnfg, g->lnfb, g->N, g->C,
                                   err) != 0 ||
             gpu_head_forward(g->ctx, m->probs, m->lnf, g->whead, m->targets, g->N, g->C, VOCAB, loss, err) != 0)
@@ -379,7 +396,7 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     float *d = g->scratch_nc;
     if (s->is_last) {
         float scale = 1.0f / ((float)N * (float)s->microbatches); /* as gpt_stage.c */
-        if (!(m->dlnf = dpool_get(g, sz_nc(g), err)) ||
+        if (!(m->dlnf = save_get(g, sz_nc(g), err)) ||
             gpu_head_backward_input(g->ctx, m->dlnf, m->probs, g->whead, m->targets, scale, g->N, g->C, VOCAB, err) ||
             gpu_layernorm_backward_input(g->ctx, d, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->lnfg, g->N, g->C,
                                          err))
@@ -392,7 +409,7 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
             return pp_wrap(err, "gpu stage: B of mb %d, block %d", mb, s->first_layer + i);
     if (s->is_first) {
         cudaError_t e = cudaSuccess;
-        if (!(m->dx0 = dpool_get(g, sz_nc(g), err)) ||
+        if (!(m->dx0 = save_get(g, sz_nc(g), err)) ||
             (e = cudaMemcpyAsync(m->dx0, d, sizeof(float) * NC, cudaMemcpyDeviceToDevice, g->ctx->stream)) !=
                 cudaSuccess)
             return e != cudaSuccess ? gpu_cuda_fail(err, e, "gpu stage: B copy") : pp_wrap(err, "gpu stage: B");
