@@ -174,6 +174,58 @@ static int checkpoint_case(pp_err *err) {
     return rc ? -1 : 0;
 }
 
+/* The activation memory the GPU stage reports (model_stage_saved_bytes, its
+ * device buffers) is the CPU stage's, op by op: it saves the same tensors.
+ * 4 stages, 2 microbatches: F of both, B and W of mb 1, then of mb 0. */
+static int saved_bytes_case(pp_err *err) {
+    model_device dev = {.cuda = 1};
+    h_pipe cpu, gpu;
+    const int cuts[] = {0, 1, 2, 3, 4};
+    data_source *data;
+    if (data_open(NULL, 64, &data, err) != 0) return -1;
+    int rc = h_pipe_create_on(&cpu, SPEC, cuts, 4, 7, 2, NULL, err);
+    if (rc == 0) rc = h_pipe_create_on(&gpu, SPEC, cuts, 4, 7, 2, &dev, err);
+    uint8_t tok[2][64], tgt[2][64];
+    float loss;
+    static const struct { char op; int mb; } ops[] = {{'F', 0}, {'F', 1}, {'B', 1}, {'W', 1}, {'B', 0}, {'W', 0}};
+    size_t prev[4] = {0};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops && rc == 0; i++) {
+        int mb = ops[i].mb;
+        data_batch(data, 7, 0, mb, cpu.spec.batch, cpu.spec.seq, tok[mb], tgt[mb]);
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            h_pipe *p = k ? &gpu : &cpu;
+            for (int j = 0; j < 4 && rc == 0; j++) {
+                int s = ops[i].op == 'B' ? 3 - j : j;
+                if (ops[i].op == 'F')
+                    rc = model_stage_forward(p->st[s], mb, s ? p->act[s - 1][mb] : NULL, s == 0 ? tok[mb] : NULL,
+                                             s == 3 ? tgt[mb] : NULL, s < 3 ? p->act[s][mb] : NULL,
+                                             s == 3 ? &loss : NULL, err);
+                else if (ops[i].op == 'B')
+                    rc = model_stage_backward_input(p->st[s], mb, s < 3 ? p->grad[s + 1][mb] : NULL,
+                                                    s ? p->grad[s][mb] : NULL, err);
+                else
+                    rc = model_stage_backward_weight(p->st[s], mb, err);
+            }
+        }
+        for (int s = 0; s < 4 && rc == 0; s++) {
+            size_t c = model_stage_saved_bytes(cpu.st[s]), g = model_stage_saved_bytes(gpu.st[s]);
+            if (g != c)
+                rc = pp_fail(err, "stage %d after %c of mb %d: the GPU stage holds %zu bytes, the CPU stage %zu", s,
+                             ops[i].op, mb, g, c);
+            else if (ops[i].op == 'F' && g <= prev[s])
+                rc = pp_fail(err, "stage %d: F of mb %d did not add to the held bytes (%zu)", s, mb, g);
+            else if (ops[i].op == 'W' && g >= prev[s])
+                rc = pp_fail(err, "stage %d: W of mb %d did not release (%zu)", s, mb, g);
+            prev[s] = g;
+        }
+    }
+    for (int s = 0; s < 4 && rc == 0; s++)
+        if (prev[s] != 0) rc = pp_fail(err, "stage %d holds %zu bytes after every W", s, prev[s]);
+    h_pipe_free(&cpu), h_pipe_free(&gpu);
+    data_close(data);
+    return rc;
+}
+
 int main(void) {
     pp_err err;
     model_device dev = {.cuda = 1};
@@ -206,6 +258,10 @@ int main(void) {
     failed |= boundary_case((const int[]){0, 2, 4}, 2, H_1F1B, "2 stages, 1F1B, device boundaries");
     failed |=
         boundary_case((const int[]){0, 1, 2, 3, 4}, 4, H_SHUFFLED_W, "4 stages, scrambled W, device boundaries");
+    int sb = saved_bytes_case(&err);
+    printf("%-52s %s%s\n", "saved activation bytes, op by op", sb == 0 ? "the CPU stage's, 0 after W" : "FAIL: ",
+           sb == 0 ? "" : err.msg);
+    failed |= sb != 0;
     int ck = checkpoint_case(&err);
     printf("%-52s %s%s\n", "checkpoint after step 1, resumed", ck == 0 ? "same loss" : "FAIL: ", ck == 0 ? "" : err.msg);
     failed |= ck != 0;
