@@ -165,6 +165,43 @@ Test(SUITE, checkpoint_taken_on_gpu_resumes_exactly) {
     data_close(data);
 }
 
+/* The device bytes the stage holds for B and W (model_stage_saved_bytes)
+ * are the CPU stage's after every op: the same tensors are saved. */
+Test(SUITE, saved_activation_bytes_equal_the_cpu_stage) {
+    need_gpu();
+    model_device gpu = {.cuda = 1};
+    pp_err err;
+    model_spec sp;
+    data_source *data;
+    cr_assert_eq(model_parse_spec(SPEC, &sp, &err), 0);
+    cr_assert_eq(data_open(NULL, 64, &data, &err), 0, "%s", err.msg);
+    uint8_t tok[2][64], tgt[2][64];
+    model_stage *st[2];
+    cr_assert_eq(model_stage_create(&sp, 0, 4, 1, 1, SEED, 2, &st[0], &err), 0, "%s", err.msg);
+    cr_assert_eq(model_stage_create_on(&sp, 0, 4, 1, 1, SEED, 2, &gpu, &st[1], &err), 0, "%s", err.msg);
+    float loss;
+    size_t after_f = 0;
+    for (int mb = 0; mb < 2; mb++) {
+        data_batch(data, SEED, 0, mb, sp.batch, sp.seq, tok[mb], tgt[mb]);
+        for (int k = 0; k < 2; k++)
+            cr_assert_eq(model_stage_forward(st[k], mb, NULL, tok[mb], tgt[mb], NULL, &loss, &err), 0, "%s", err.msg);
+        if (mb == 0) after_f = model_stage_saved_bytes(st[1]);
+        cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "after F of mb %d", mb);
+    }
+    cr_assert_gt(after_f, 0);
+    cr_assert_eq(model_stage_saved_bytes(st[1]), 2 * after_f);
+    for (int mb = 0; mb < 2; mb++) {
+        for (int k = 0; k < 2; k++) {
+            cr_assert_eq(model_stage_backward_input(st[k], mb, NULL, NULL, &err), 0, "%s", err.msg);
+            cr_assert_eq(model_stage_backward_weight(st[k], mb, &err), 0, "%s", err.msg);
+        }
+        cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "after W of mb %d", mb);
+    }
+    cr_assert_eq(model_stage_saved_bytes(st[1]), 0);
+    model_stage_free(st[0]), model_stage_free(st[1]);
+    data_close(data);
+}
+
 Test(SUITE, timed_model_is_refused_on_a_gpu) {
     pp_err err;
     model_spec sp;
