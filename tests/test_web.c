@@ -1163,3 +1163,16 @@ Test(web_act, missing_data_is_0_null_or_empty, .init = setup, .fini = teardown) 
     int_array_is(j, "peak_inflight", NULL, 0);
     cJSON_Delete(j);
 }
+
+/* The live stream's step messages carry the held bytes as /steps does. */
+Test(web_live, a_step_message_has_the_activation_bytes_per_rank, .timeout = 60) {
+    start_with(3, "running", (http_options){.live_poll_ms = 50});
+    pp_err err;
+    cr_assert_eq(fixture_add_activations(dbpath, ACT_MB, &err), 0, "%s", err.msg);
+    stream a;
+    stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
+    cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
+    cr_assert(stream_wait(&a, "\"act_peak_bytes\":[262144,196608,131072,65536]}"), "%s", a.buf);
+    stream_close(&a);
+    teardown();
+}
