@@ -68,7 +68,7 @@ static int generate(const char *path, long target, long *steps_out) {
                  NULL, NULL, NULL);
     sqlite3_stmt *ev, *ss;
     sqlite3_prepare_v2(db, "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source) VALUES(1,0,?,?,?,?,?,?,?,?,?,'cpu')", -1, &ev, NULL);
-    sqlite3_prepare_v2(db, "INSERT INTO step_stats VALUES(1,?,?,?,?,?,?,?)", -1, &ss, NULL);
+    sqlite3_prepare_v2(db, "INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,bubble_ratio) VALUES(1,?,?,?,?,?,?,?)", -1, &ss, NULL);
     fprintf(stderr, "bench_web: generating %ld steps (%ld events) into %s ...\n", steps, steps * events_per_step(), path);
     const long step_len = (3 * MB + RANKS + 2) * U;
     sqlite3_exec(db, "BEGIN", NULL, NULL, NULL);

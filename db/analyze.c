@@ -4,7 +4,9 @@
  *         the step (compute = F, B, W, OPT), shared by every rank;
  * busy  = length of the union of the rank's compute spans;
  * gaps  = the holes of that union inside the span, each with a cause
- *         (rules in docs/schema.md, in the order they are tried). */
+ *         (rules in docs/schema.md, in the order they are tried);
+ * act_peak_bytes = the most activation bytes the rank held: the max
+ *         `bytes` of its F/B/W (each is what it held after that op). */
 #include "db/analyze.h"
 
 #include <stdio.h>
@@ -14,6 +16,7 @@
 typedef struct op {
     int rank, phase, stage, microbatch;
     int64_t start, end;
+    int64_t bytes; /* F/B/W: activation bytes held after it (0: not recorded) */
 } op;
 
 const char *const analyze_causes[CAUSE_COUNT + 1] = {"warmup", "cooldown", "wait_activation", "wait_gradient",
@@ -103,9 +106,11 @@ static int put_gap(writer *w, int rank, int64_t a, int64_t b, const char *cause,
  * SEND/RECV spans. */
 static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *comm, size_t ncomm, int64_t s0,
                         int64_t s1, int stages) {
-    int64_t busy = 0, cursor = s0;
+    int64_t busy = 0, cursor = s0, act_peak = 0;
     int rc = SQLITE_DONE;
     char next[48];
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].phase != TRACE_OPT && ops[i].bytes > act_peak) act_peak = ops[i].bytes;
     for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
         if (ops[i].start > cursor) {
             action_str(&ops[i], next);
@@ -130,6 +135,7 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
     sqlite3_bind_int64(w->stat, 6, busy);
     sqlite3_bind_int64(w->stat, 7, span - busy);
     sqlite3_bind_double(w->stat, 8, span > 0 ? (double)(span - busy) / (double)span : 0.0);
+    sqlite3_bind_int64(w->stat, 9, act_peak);
     rc = sqlite3_step(w->stat);
     sqlite3_reset(w->stat);
     return rc;
@@ -138,7 +144,8 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
 static int load_ops(sqlite3 *sql, int64_t job, int step, op **out, size_t *n_out, int *max_stage) {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(sql,
-                                "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns"
+                                "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns,"
+                                " coalesce(bytes,0)"
                                 " FROM events WHERE job_id=?1 AND step=?2 AND source='cpu' AND attempt="
                                 " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)",
                                 -1, &st, NULL);
@@ -166,6 +173,7 @@ static int load_ops(sqlite3 *sql, int64_t job, int step, op **out, size_t *n_out
         o->microbatch = sqlite3_column_int(st, 3);
         o->start = sqlite3_column_int64(st, 4);
         o->end = sqlite3_column_int64(st, 5);
+        o->bytes = sqlite3_column_int64(st, 6);
         if (o->stage > *max_stage) *max_stage = o->stage;
     }
     sqlite3_finalize(st);
@@ -224,7 +232,8 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
              "DELETE FROM gaps WHERE job_id=%lld AND step=%d", (long long)job, step, (long long)job, step);
     rc = sqlite3_exec(sql, del, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(sql, "INSERT INTO step_stats VALUES(?,?,?,?,?,?,?,?)", -1, &w.stat, NULL);
+        rc = sqlite3_prepare_v2(sql, "INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,"
+                                "bubble_ratio,act_peak_bytes) VALUES(?,?,?,?,?,?,?,?,?)", -1, &w.stat, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(sql, "INSERT INTO gaps(job_id,step,rank,start_ns,end_ns,cause,next_action)"
                                 " VALUES(?,?,?,?,?,?,?)", -1, &w.gap, NULL);

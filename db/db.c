@@ -123,6 +123,9 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);"
     "DROP INDEX IF EXISTS events_by_time;"
     "CREATE INDEX events_by_time ON events(job_id, rank, start_ns, source);",
+    /* 2 -> 3: the most activation bytes a rank held in a step (steps
+     * analysed before read 0: not recorded) */
+    "ALTER TABLE step_stats ADD COLUMN act_peak_bytes INTEGER NOT NULL DEFAULT 0;",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction. */
@@ -236,7 +239,46 @@ int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
         sqlite3_close(sql);
         return pp_fail(err, "%s: empty file, not a pprun trace database", path);
     }
+    if (db_compat_views(sql, err) != 0) {
+        sqlite3_close(sql);
+        return -1;
+    }
     *out = sql;
+    return 0;
+}
+
+/* 1 when table lacks column (and exists), 0 when not, -1 on error. */
+static int lacks_column(sqlite3 *sql, const char *table, const char *column) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(sql, "SELECT count(*) > 0 AND coalesce(sum(name=?2), 0) = 0"
+                                " FROM pragma_table_info(?1, 'main')",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
+}
+
+int db_compat_views(sqlite3 *sql, pp_err *err) {
+    /* By column rather than by user_version: what readers need is the
+     * column, whatever wrote the file. */
+    static const struct {
+        const char *table, *column, *view;
+    } added[] = {
+        {"ranks", "cupti_dropped", "CREATE TEMP VIEW ranks AS SELECT *, 0 AS cupti_dropped FROM main.ranks"},
+        {"step_stats", "act_peak_bytes",
+         "CREATE TEMP VIEW step_stats AS SELECT *, 0 AS act_peak_bytes FROM main.step_stats"},
+    };
+    const char *file = sqlite3_db_filename(sql, "main");
+    for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
+        int lacks = lacks_column(sql, added[i].table, added[i].column);
+        if (lacks < 0) return pp_fail(err, "%s: cannot read the schema: %s", file, sqlite3_errmsg(sql));
+        if (lacks && sqlite3_exec(sql, added[i].view, NULL, NULL, NULL) != SQLITE_OK)
+            return pp_fail(err, "%s: cannot add %s.%s for reading: %s", file, added[i].table, added[i].column,
+                           sqlite3_errmsg(sql));
+    }
     return 0;
 }
 
@@ -514,7 +556,11 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
             sqlite3_bind_int(ins, 10, e->peer);
         else
             sqlite3_bind_null(ins, 10);
-        if (comm)
+        /* F/B/W host spans carry the activation bytes the rank holds after
+         * the op (0 from producers that do not measure them); a gpu span's
+         * bytes mean nothing. */
+        int held = e->phase <= TRACE_W && e->source != TRACE_SRC_GPU;
+        if (comm || held)
             sqlite3_bind_int64(ins, 11, (int64_t)e->bytes);
         else
             sqlite3_bind_null(ins, 11);

@@ -16,7 +16,7 @@
 #include "runner/base/pp.h"
 #include "tracer/event.h"
 
-#define DB_SCHEMA_VERSION 2 /* 2: ranks.cupti_dropped, source in events_by_time */
+#define DB_SCHEMA_VERSION 3 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes */
 
 typedef struct db db;
 
@@ -29,9 +29,16 @@ sqlite3 *db_sqlite(db *d);
 const char *db_path(const db *d);
 
 /* Read-only connection for readers (export, serve): checks the file is a
- * pprun database of a version this build understands. Close with
+ * pprun database of a version this build understands, and gives a file of
+ * an older version the columns it lacks (db_compat_views). Close with
  * sqlite3_close. */
 int db_open_readonly(const char *path, sqlite3 **out, pp_err *err);
+/* For readers of a file written before the current schema version: temp
+ * views, named like the tables they shadow (temp shadows main for
+ * unqualified names), that add the columns added since as 0
+ * (ranks.cupti_dropped, step_stats.act_peak_bytes), so readers need not know
+ * the version. The file itself is never written. Returns 0 or -1. */
+int db_compat_views(sqlite3 *sql, pp_err *err);
 
 typedef struct db_job_info {
     const char *name;        /* run id */
@@ -63,7 +70,9 @@ int db_update_rank(db *d, int64_t job_id, int rank, int pid, int64_t clock_offse
 /* Sets the offset used for rank's events from now on, without writing. */
 int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t clock_offset_ns, pp_err *err);
 
-/* One transaction: F/B/W/SEND/RECV/OPT records into events, LOSS records
+/* One transaction: F/B/W/SEND/RECV/OPT records into events (bytes: the
+ * payload of a SEND/RECV, the rank's held activation bytes after a host
+ * F/B/W, NULL otherwise), LOSS records
  * into losses (a repeated (step, microbatch), e.g. from a restarted attempt,
  * replaces the older loss); job_counters.events_ingested += n.
  * GPU records (tracer/event.h): gpu spans go into events (source 'gpu');

@@ -12,6 +12,11 @@
  * Nsight Systems shows a device's streams; a stream runs one kernel at a
  * time, so they nest (overlaps still get lanes, as above).
  *
+ * The activation bytes a rank holds (the `bytes` of its F/B/W host spans)
+ * are a counter per rank, "activations held rank R", at each op's end, so
+ * the memory curve sits under the rank; left out for a trace that did not
+ * record them (every F/B/W at 0).
+ *
  * Each boundary tensor's SEND and RECV are joined by a flow (an arrow in
  * Perfetto): a flow start inside the SEND span, a flow end bound to the
  * RECV span (which starts early: it includes the wait). Both ends compute
@@ -274,6 +279,20 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
     sqlite3_finalize(st);
     st = NULL;
 
+    /* Held activation bytes recorded at all? Older traces have 0 or NULL. */
+    int held = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=? AND source='cpu'"
+                           " AND phase IN ('F','B','W') AND bytes > 0)",
+                           -1, &st, NULL) != SQLITE_OK) {
+        sql_fail(db, "reading events", err);
+        goto done;
+    }
+    sqlite3_bind_int64(st, 1, job);
+    if (sqlite3_step(st) == SQLITE_ROW) held = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+
     if (sqlite3_prepare_v2(db,
                            "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt, source"
                            " FROM events WHERE job_id=? ORDER BY rank, start_ns, end_ns DESC",
@@ -312,6 +331,11 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         if (sqlite3_column_type(st, 8) != SQLITE_NULL)
             fprintf(out, ",\"bytes\":%lld", (long long)sqlite3_column_int64(st, 8));
         fprintf(out, "}}");
+        if (held && !gpu && !comm && strcmp(phase, "OPT") != 0) {
+            fprintf(out, ",\n{\"ph\":\"C\",\"name\":\"activations held rank %d\",\"pid\":%d,\"ts\":", rank, r->node);
+            put_us(out, e - t0);
+            fprintf(out, ",\"args\":{\"bytes\":%lld}}", (long long)sqlite3_column_int64(st, 8));
+        }
         int64_t flow = gpu ? -1
                            : flow_of(phase, rank, sqlite3_column_type(st, 7) != SQLITE_NULL, sqlite3_column_int(st, 7),
                                      has_mb, mb, has_stage, stage, step, sqlite3_column_int(st, 9));

@@ -1,7 +1,7 @@
--- schema.sql: the trace database (DESIGN.md §7), version 2 (PRAGMA user_version).
+-- schema.sql: the trace database (DESIGN.md §7), version 3 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
--- events_by_time).
+-- events_by_time; 2 -> 3: step_stats.act_peak_bytes).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -116,7 +116,9 @@ CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);
 -- Per (job, step, rank): the step's span (first compute op start to last
 -- compute op end over all ranks of the step, so ranks share one span;
 -- compute = F/B/W/OPT host spans: source 'gpu' rows never count), the busy time (union of the rank's compute spans)
--- and the bubble (span - busy). Rules in detail: docs/schema.md.
+-- and the bubble (span - busy), and the most activation bytes the rank
+-- held (max `bytes` of its F/B/W host spans; 0: not recorded).
+-- Rules in detail: docs/schema.md.
 CREATE TABLE IF NOT EXISTS step_stats (
   job_id       INTEGER NOT NULL,
   step         INTEGER NOT NULL,
@@ -126,6 +128,7 @@ CREATE TABLE IF NOT EXISTS step_stats (
   busy_ns      INTEGER NOT NULL,
   bubble_ns    INTEGER NOT NULL,
   bubble_ratio REAL NOT NULL,
+  act_peak_bytes INTEGER NOT NULL DEFAULT 0, -- version 3; appended, as the migration adds it
   PRIMARY KEY (job_id, step, rank)
 ) WITHOUT ROWID;
 

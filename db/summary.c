@@ -82,6 +82,25 @@ int summary_plan_times(sqlite3 *db, int64_t job, int world, int64_t *busy, int64
     return simulated && n > 0;
 }
 
+int64_t summary_plan_peak_inflight(sqlite3 *db, int64_t job, int world, int64_t *peak, pp_err *err) {
+    for (int k = 0; k < world; k++) peak[k] = 0;
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT rank, phase FROM plan WHERE job_id=?1 ORDER BY rank, slot", job, &st, err) != 0) return -1;
+    int64_t rows = 0, inflight = 0;
+    int rank = -1, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        rows++;
+        int k = sqlite3_column_int(st, 0);
+        const char *ph = (const char *)sqlite3_column_text(st, 1);
+        if (k != rank) rank = k, inflight = 0;
+        if (!ph || k < 0 || k >= world) continue;
+        if (strcmp(ph, "F") == 0) inflight++;
+        else if (strcmp(ph, "W") == 0) inflight--;
+        if (inflight > peak[k]) peak[k] = inflight;
+    }
+    return finish(db, st, rc, err) == 0 ? rows : -1;
+}
+
 static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
     if (prepare(db, "SELECT world_size, status, (SELECT max(step) > 0 FROM step_stats WHERE job_id=?1) "
@@ -129,13 +148,17 @@ static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
     free(times.v);
     if (finish(db, st, rc, err) != 0) return -1;
 
-    if (prepare(db, "SELECT rank, avg(bubble_ratio) FROM step_stats WHERE job_id=?1 AND step>=?2 GROUP BY rank",
+    if (prepare(db, "SELECT rank, avg(bubble_ratio), max(act_peak_bytes) FROM step_stats WHERE job_id=?1 AND step>=?2"
+                    " GROUP BY rank",
                 s->job_id, &st, err) != 0)
         return -1;
     sqlite3_bind_int(st, 2, s->from_step);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int k = sqlite3_column_int(st, 0);
-        if (k >= 0 && k < s->world) s->bubble_by_rank[k] = sqlite3_column_double(st, 1);
+        if (k < 0 || k >= s->world) continue;
+        s->bubble_by_rank[k] = sqlite3_column_double(st, 1);
+        s->act_peak_by_rank[k] = sqlite3_column_int64(st, 2);
+        if (s->act_peak_by_rank[k] > s->act_peak) s->act_peak = s->act_peak_by_rank[k];
     }
     return finish(db, st, rc, err);
 }
@@ -150,7 +173,17 @@ static int read_plan(sqlite3 *db, job_summary *s, pp_err *err) {
         s->sim_bubble_ratio = sum / s->world;
     }
     free(busy);
-    return simulated < 0 ? -1 : 0;
+    if (simulated < 0) return -1;
+    if (!(s->plan_peak_inflight = malloc((size_t)s->world * sizeof *s->plan_peak_inflight)))
+        return pp_fail(err, "out of memory");
+    int64_t rows = summary_plan_peak_inflight(db, s->job_id, s->world, s->plan_peak_inflight, err);
+    if (rows < 0) return -1;
+    s->has_plan = rows > 0;
+    if (!s->has_plan) {
+        free(s->plan_peak_inflight);
+        s->plan_peak_inflight = NULL;
+    }
+    return 0;
 }
 
 static int read_gaps(sqlite3 *db, job_summary *s, pp_err *err) {
@@ -217,13 +250,15 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err) {
     memset(s, 0, sizeof *s);
     s->job_id = job;
-    s->step_time_ns = s->loss_step = -1;
+    s->step_time_ns = s->loss_step = s->act_peak = -1;
     s->bubble_ratio = s->sim_bubble_ratio = s->loss = NAN;
     for (int g = 0; g < 2; g++)
         for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) s->ops[g][ph].median_ns = s->ops[g][ph].max_ns = -1;
     if (read_job(db, s, err) != 0) return -1;
     if (!(s->bubble_by_rank = malloc((size_t)s->world * sizeof *s->bubble_by_rank))) return pp_fail(err, "out of memory");
-    for (int k = 0; k < s->world; k++) s->bubble_by_rank[k] = NAN;
+    if (!(s->act_peak_by_rank = malloc((size_t)s->world * sizeof *s->act_peak_by_rank)))
+        return pp_fail(err, "out of memory");
+    for (int k = 0; k < s->world; k++) s->bubble_by_rank[k] = NAN, s->act_peak_by_rank[k] = -1;
     if (read_steps(db, s, err) != 0 || read_plan(db, s, err) != 0 || read_gaps(db, s, err) != 0 ||
         read_loss(db, s, err) != 0)
         return -1;
@@ -233,5 +268,8 @@ int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *er
 
 void summary_free(job_summary *s) {
     free(s->bubble_by_rank);
+    free(s->act_peak_by_rank);
+    free(s->plan_peak_inflight);
     s->bubble_by_rank = NULL;
+    s->act_peak_by_rank = s->plan_peak_inflight = NULL;
 }

@@ -1,6 +1,7 @@
 /* summary.h: a job in a few numbers, read from its trace database: step
- * time, measured and planned bubble, idle time by cause, op durations, the
- * latest loss. One reading serves GET /api/jobs/{id}/summary, `pprun stats`
+ * time, measured and planned bubble, idle time by cause, op durations,
+ * activation memory (held bytes measured, microbatches in flight planned),
+ * the latest loss. One reading serves GET /api/jobs/{id}/summary, `pprun stats`
  * and the lines `pprun run` prints when a job ends, so the three agree. */
 #ifndef PP_DB_SUMMARY_H
 #define PP_DB_SUMMARY_H
@@ -41,6 +42,11 @@ typedef struct job_summary {
     double bubble_ratio;    /* their mean bubble ratio; NAN without steps */
     double *bubble_by_rank; /* world entries (owned): mean bubble ratio, NAN for a rank without stats */
     double sim_bubble_ratio; /* the plan's simulated bubble, mean over ranks; NAN without a simulated plan */
+    int64_t *act_peak_by_rank; /* world entries (owned): most activation bytes the rank held in a step from
+                                * from_step on; -1 for a rank without stats (0: not recorded) */
+    int64_t act_peak;        /* max over ranks; -1 when no rank has stats */
+    int64_t *plan_peak_inflight; /* world entries (owned) when has_plan, else NULL: summary_plan_peak_inflight */
+    int has_plan;            /* the job has plan rows */
     int64_t idle_ns_by_cause[CAUSE_COUNT];
     int64_t loss_step;      /* the latest step with losses; -1 when none */
     double loss;            /* its mean loss; NAN when none or not finite */
@@ -65,5 +71,12 @@ int summary_plan_times(sqlite3 *db, int64_t job, int world, int64_t *busy, int64
                        void (*row)(void *ctx, sqlite3_stmt *st), void *ctx, pp_err *err);
 /* 1 - busy/makespan, 0 for an empty plan. */
 double summary_sim_bubble(int64_t busy, int64_t makespan);
+
+/* The plan's activation memory in microbatch-stage units: per rank, the
+ * most microbatches between their F and their W at once, walking its
+ * actions in slot order (+1 at an F, -1 at a W) into peak[world] (zeroed
+ * here). Returns the number of plan rows (0: no plan), -1 on a database
+ * error (err filled). */
+int64_t summary_plan_peak_inflight(sqlite3 *db, int64_t job, int world, int64_t *peak, pp_err *err);
 
 #endif

@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/db.h"
+
 #define DEFAULT_ROWS 10000
 #define DEFAULT_TIME_NS (5ull * 1000000000ull)
 #define DEFAULT_BYTES (64u << 20)
@@ -148,18 +150,13 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, 1 << 20);
     sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
     sqlite3_busy_timeout(db, 2000);
-    /* A file written before schema version 2 has no ranks.cupti_dropped: a
-     * temp view of the same name (temp shadows main for unqualified names)
-     * adds it as 0, so readers need not know the version. The file
+    /* A file of an older schema version reads as the current one: the
+     * columns added since are 0 (ranks.cupti_dropped before version 2,
+     * step_stats.act_peak_bytes before 3), through temp views; the file
      * itself is never written. */
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK) {
-        int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
-        sqlite3_finalize(st);
-        if (v == 1)
-            sqlite3_exec(db,
-                         "CREATE TEMP VIEW ranks AS SELECT *, 0 AS cupti_dropped FROM main.ranks;",
-                         NULL, NULL, NULL);
+    if (db_compat_views(db, err) != 0) {
+        sqlite3_close(db);
+        return -1;
     }
     *out = db;
     return 0;

@@ -1,6 +1,6 @@
 /* stats_report.c: a job's summary as text (stats_report.h). Durations pick
- * their unit (ns, us, ms, s) so that columns stay short; percentages have
- * one decimal. */
+ * their unit (ns, us, ms, s) and sizes theirs (B, KiB, MiB, GiB) so that
+ * columns stay short; percentages have one decimal. */
 #include "runner/stats_report.h"
 
 #include <math.h>
@@ -12,6 +12,18 @@ static const char *fmt_ns(char *buf, size_t n, double ns) {
     else if (ns < 1e6) snprintf(buf, n, "%.2f us", ns / 1e3);
     else if (ns < 1e9) snprintf(buf, n, "%.2f ms", ns / 1e6);
     else snprintf(buf, n, "%.3f s", ns / 1e9);
+    return buf;
+}
+
+/* "512 B", "768 KiB", "1.5 MiB", "12 GiB" into buf: one decimal below 100
+ * units unless the value is whole. */
+static const char *fmt_bytes(char *buf, size_t n, int64_t bytes) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    if (u == 0 || v >= 100 || v == (double)(int64_t)v) snprintf(buf, n, "%.0f %s", v, units[u]);
+    else snprintf(buf, n, "%.1f %s", v, units[u]);
     return buf;
 }
 
@@ -87,6 +99,19 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
             fmt_pct(b, sizeof b, s->sim_bubble_ratio));
     fprintf(out, "  by rank");
     for (int k = 0; k < s->world; k++) fprintf(out, "  %d: %s", k, fmt_pct(a, sizeof a, s->bubble_by_rank[k]));
+    fputc('\n', out);
+
+    /* Activation memory: measured held bytes, and the plan's microbatches
+     * in flight (the schedule's promise, in microbatch-stage units). */
+    int recorded = 0;
+    for (int k = 0; k < s->world; k++) recorded |= s->act_peak_by_rank[k] > 0;
+    fprintf(out, "activations held (peak per rank):");
+    if (!recorded) fprintf(out, " not recorded");
+    for (int k = 0; recorded && k < s->world; k++)
+        fprintf(out, " %s", s->act_peak_by_rank[k] < 0 ? "-" : fmt_bytes(a, sizeof a, s->act_peak_by_rank[k]));
+    fprintf(out, "; planned in flight:");
+    if (!s->has_plan) fprintf(out, " -");
+    for (int k = 0; s->has_plan && k < s->world; k++) fprintf(out, " %lld", (long long)s->plan_peak_inflight[k]);
     fputc('\n', out);
 
     int64_t idle = idle_total(s);

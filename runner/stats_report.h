@@ -8,9 +8,11 @@
 
 #include "db/summary.h"
 
-/* Job line, steps, step time, bubble (measured, planned, per rank), idle
- * time by cause, op durations (when s has them) and the latest loss. db
- * supplies the job line (name, schedule, model...). */
+/* Job line, steps, step time, bubble (measured, planned, per rank),
+ * activation memory (peak held bytes per rank, the plan's peak in flight;
+ * "not recorded" for a trace without held bytes), idle time by cause, op
+ * durations (when s has them) and the latest loss. db supplies the job line
+ * (name, schedule, model...). */
 void report_full(FILE *out, sqlite3 *db, const job_summary *s);
 /* "median step ..; bubble ..% measured, ..% planned; idle mostly <cause>",
  * then where to look further. Nothing when the job has no complete step. */

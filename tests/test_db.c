@@ -8,6 +8,7 @@
 
 #include "db/analyze.h"
 #include "db/db.h"
+#include "db/usersql.h"
 #include "helpers/trace_fixture.h"
 
 static const char *q_text(sqlite3 *s, const char *sql, char *buf, size_t n) {
@@ -124,8 +125,11 @@ Test(db, events_losses_offsets_counters_and_job_end) {
     cr_assert_eq(tfix_q_int(s, "SELECT at_ns FROM losses WHERE microbatch=1"), 1000000 + 55 * TFIX_US);
     cr_assert_eq(
         tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND microbatch IS NULL AND stage IS NULL"), 2);
+    /* F/B carry the held activation bytes (0 here: the fixture holds none);
+     * OPT has none. */
     cr_assert_eq(
-        tfix_q_int(s, "SELECT count(*) FROM events WHERE phase IN ('F','B') AND peer IS NULL AND bytes IS NULL"), 8);
+        tfix_q_int(s, "SELECT count(*) FROM events WHERE phase IN ('F','B') AND peer IS NULL AND bytes = 0"), 8);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND bytes IS NULL"), 2);
     cr_assert_eq(tfix_q_int(s, "SELECT bytes FROM events WHERE phase='SEND_B'"), 4096);
     cr_assert_eq(tfix_q_int(s, "SELECT pid FROM ranks WHERE rank=1"), 202);
     cr_assert_eq(tfix_q_int(s, "SELECT clock_offset_ns FROM ranks WHERE rank=1"), 5000000000ll);
@@ -228,4 +232,121 @@ Test(db, phase_medians_of_a_step) {
     cr_assert_eq(med[1 * 3 + TRACE_F], 10 * TFIX_US);
     cr_assert_eq(med[1 * 3 + TRACE_B], 20 * TFIX_US);
     db_close(d);
+}
+
+/* ---- activation memory (schema version 3) -------------------------------- */
+
+static char *columns_of(sqlite3 *s, const char *table) {
+    static char buf[512];
+    char q[160];
+    snprintf(q, sizeof q, "SELECT group_concat(name || ':' || type || ':' || coalesce(dflt_value, '-')) FROM "
+             "pragma_table_info('%s')", table);
+    return (char *)q_text(s, q, buf, sizeof buf);
+}
+
+/* The fixture step with known held bytes after each F/B: rank 0 peaks at
+ * 2000, rank 1 at 600; its SEND_B's 4096 bytes (a message), OPT and a gpu
+ * span's bytes are not activations. */
+static size_t events_with_held_bytes(int step, int64_t base, trace_event *ev) {
+    size_t n = tfix_events(step, base, ev);
+    static const int64_t r0[] = {1000, 2000, 1500, 700}, r1[] = {500, 200, 600, 100};
+    int i0 = 0, i1 = 0;
+    for (size_t i = 0; i < n; i++) {
+        trace_event *e = &ev[i];
+        if (e->phase <= TRACE_W) e->bytes = (uint64_t)(e->rank == 0 ? r0[i0++] : r1[i1++]);
+        if (e->phase == TRACE_OPT) e->bytes = 99999;
+    }
+    trace_event g = ev[0]; /* rank 0's 0F0 as its gpu span */
+    g.source = TRACE_SRC_GPU;
+    g.reserved = 1;
+    g.bytes = 77777;
+    ev[n++] = g;
+    return n;
+}
+
+Test(db, a_new_file_has_step_stats_act_peak_bytes_last) {
+    db *d = open_fresh("v3.db");
+    cr_assert_eq(DB_SCHEMA_VERSION, 3);
+    cr_assert_str_eq(columns_of(db_sqlite(d), "step_stats"),
+                     "job_id:INTEGER:-,step:INTEGER:-,rank:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
+                     "busy_ns:INTEGER:-,bubble_ns:INTEGER:-,bubble_ratio:REAL:-,act_peak_bytes:INTEGER:0");
+    db_close(d);
+}
+
+Test(db, analysis_stores_the_most_activation_bytes_each_rank_held) {
+    db *d = open_fresh("act.db");
+    sqlite3 *s = db_sqlite(d);
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[64];
+    size_t n = events_with_held_bytes(0, 1000000, ev);
+    n += tfix_events(1, 2000000, ev + n); /* step 1 holds nothing: not recorded */
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND bytes IS NULL"), 1,
+                 "a gpu span's bytes are not stored");
+    cr_assert_eq(tfix_q_int(s, "SELECT bytes FROM events WHERE source='cpu' AND phase='F' AND rank=0 AND "
+                               "microbatch=1 AND step=0"), 2000, "held bytes stored as the worker sent them");
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, "SELECT group_concat(step || ':' || rank || ':' || act_peak_bytes, ' ') FROM "
+                               "(SELECT * FROM step_stats ORDER BY step, rank)", buf, sizeof buf),
+                     "0:0:2000 0:1:600 1:0:0 1:1:0");
+    /* The bubble analysis is unchanged by the new column. */
+    check_fixture_analysis(s, 0);
+    check_fixture_analysis(s, 1);
+    db_close(d);
+}
+
+/* A version 2 file (before act_peak_bytes): readers see the column as 0
+ * without writing the file; the writer migrates it in place, keeping every
+ * row, with the column where a new file has it. */
+Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
+    const char *path = tfix_path("v2.db");
+    db *d = open_fresh("v2.db");
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[64];
+    size_t n = events_with_held_bytes(0, 1000000, ev);
+    n += tfix_events(1, 2000000, ev + n);
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    db_close(d);
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; PRAGMA user_version=2;", NULL,
+                              NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(s));
+    int64_t bubble = tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats");
+    cr_assert_gt(bubble, 0);
+    sqlite3_close(s);
+
+    /* Readers: pprun query / serve (usersql), stats / export (read-only). */
+    for (int reader = 0; reader < 2; reader++) {
+        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+        cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE act_peak_bytes = 0"), 4, "reader %d", reader);
+        cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('step_stats')"), 9,
+                     "SELECT * has every column");
+        sqlite3_close(s);
+    }
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), 2, "readers never write the file");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('step_stats') WHERE name='act_peak_bytes'"), 0);
+    sqlite3_close(s);
+
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), 3);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE act_peak_bytes = 0"), 4,
+                 "steps analysed before: not recorded");
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats"), bubble, "rows kept");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), (int64_t)n - 4, "events kept (4 were losses)");
+    char cols[512];
+    snprintf(cols, sizeof cols, "%s", columns_of(s, "step_stats"));
+    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(act_peak_bytes) FROM step_stats WHERE step=0"), 2600);
+    db_close(d);
+    db *f = open_fresh("v3-fresh.db");
+    cr_assert_str_eq(cols, columns_of(db_sqlite(f), "step_stats"), "same columns, same order as a new file");
+    db_close(f);
 }

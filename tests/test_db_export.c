@@ -439,3 +439,72 @@ Test(db_export, each_transfer_is_a_flow_from_its_send_to_its_recv, .timeout = 12
     check_flows("interleaved-1f1b", "--virtual-stages 2");
     check_flows("zb-v", "");
 }
+
+/* Held activation bytes: a counter per rank, on the rank's node, at each
+ * F/B end; none for a trace that did not record them. */
+Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
+    const char *path = tfix_path("act.db");
+    db *d;
+    pp_err err;
+    remove(path);
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    size_t n = tfix_events(0, 1000000, ev);
+    /* after each op, in trace order: rank 0 0F0 0F1 0B0 0B1, rank 1 1F0 1B0 1F1 1B1 */
+    static const int64_t held[2][4] = {{1000, 2000, 1500, 700}, {500, 200, 600, 100}};
+    int k[2] = {0, 0};
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].phase <= TRACE_W) ev[i].bytes = (uint64_t)held[ev[i].rank][k[ev[i].rank]++];
+    n += tfix_events(1, 2000000, ev + n); /* step 1: 0 after every op */
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    db_close(d);
+
+    for (int recorded = 1; recorded >= 0; recorded--) {
+        if (!recorded) {
+            sqlite3 *s;
+            cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+            cr_assert_eq(sqlite3_exec(s, "UPDATE events SET bytes = 0 WHERE phase IN ('F','B','W')", NULL, NULL, NULL),
+                         SQLITE_OK);
+            sqlite3_close(s);
+        }
+        sqlite3 *s;
+        cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *out = open_memstream(&text, &len);
+        cr_assert_eq(db_export_chrome(s, job, out, &err), 0, "%s", err.msg);
+        fclose(out);
+        sqlite3_close(s);
+        cJSON *root = cJSON_Parse(text);
+        cr_assert_not_null(root, "the export is valid JSON");
+        int count[2] = {0, 0}, seen0 = 0;
+        cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+            const char *name = cJSON_GetObjectItem(e, "name")->valuestring;
+            if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "C") != 0 || strncmp(name, "activations held", 16))
+                continue;
+            int rank = name[strlen(name) - 1] - '0';
+            cr_assert(strcmp(name, rank ? "activations held rank 1" : "activations held rank 0") == 0, "%s", name);
+            cr_assert_eq(cJSON_GetObjectItem(e, "pid")->valueint, rank, "rank %d's node", rank);
+            double ts = cJSON_GetObjectItem(e, "ts")->valuedouble; /* us since t0 = 1 ms */
+            int64_t bytes = (int64_t)cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "bytes")->valuedouble;
+            if (ts < 1000) { /* step 0 ends by 100 us */
+                cr_assert_eq(bytes, held[rank][count[rank]], "rank %d op %d", rank, count[rank]);
+                if (rank == 0 && count[0] == 1) cr_assert_float_eq(ts, 20.0, 1e-9, "0F1 ends at 20 us");
+                seen0++;
+            } else {
+                cr_assert_eq(bytes, 0);
+            }
+            count[rank]++;
+        }
+        if (recorded) {
+            cr_assert_eq(count[0] + count[1], 16, "one per F/B of 2 steps: %d + %d", count[0], count[1]);
+            cr_assert_eq(seen0, 8);
+        } else {
+            cr_assert_eq(count[0] + count[1], 0, "no counter for a trace without held bytes");
+        }
+        cJSON_Delete(root);
+        free(text);
+    }
+}

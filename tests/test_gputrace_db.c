@@ -183,6 +183,7 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s,
                               "ALTER TABLE ranks DROP COLUMN cupti_dropped; DROP INDEX kernels_by_event;"
+                              "ALTER TABLE step_stats DROP COLUMN act_peak_bytes;"
                               "DROP INDEX events_by_time;"
                               "CREATE INDEX events_by_time ON events(job_id, rank, start_ns); PRAGMA user_version=1;",
                               NULL, NULL, NULL),
@@ -191,8 +192,11 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
 
     cr_assert_eq(usersql_open(path, &s, &err), 0, "%s", err.msg);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM ranks WHERE cupti_dropped = 0"), 2, "a reader sees 0 lost");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE act_peak_bytes = 0"), 0, "and both columns");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('step_stats') WHERE name='act_peak_bytes'"), 1);
     sqlite3_close(s);
     cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM ranks WHERE cupti_dropped = 0"), 2);
     sqlite3_close(s);
 
     cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
@@ -212,6 +216,7 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     cr_assert_eq(sqlite3_open(fresh, &f), SQLITE_OK);
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     const char *cols = "SELECT group_concat(name) FROM (SELECT name FROM pragma_table_info('ranks') UNION ALL "
+                       "SELECT '/' UNION ALL SELECT name FROM pragma_table_info('step_stats') UNION ALL "
                        "SELECT '/' UNION ALL SELECT name FROM pragma_table_info('job_counters') UNION ALL "
                        "SELECT '/' UNION ALL SELECT name FROM pragma_index_info('events_by_time'))";
     char *a = q_text(f, cols), *b = q_text(s, cols);

@@ -54,6 +54,8 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     assert_has(p.out, "  F                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
     assert_has(p.out, "  W                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
     cr_assert_null(strstr(p.out, "GPU spans"), "a CPU job has no GPU table");
+    /* the fixture's trace holds no activation bytes; its 1F1B plan holds 4 3 2 1 */
+    assert_has(p.out, "activations held (peak per rank): not recorded; planned in flight: 4 3 2 1\n");
     char loss[64];
     double want = 0;
     for (int m = 0; m < 8; m++) want += fixture_loss(2, m) / 8;
@@ -72,6 +74,35 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     p = stats(path, "1");
     assert_has(p.out, "job 1  ");
     lt_free(&p);
+    remove(path);
+}
+
+/* Held bytes in human units beside the plan's microbatches in flight:
+ * 384 KiB per microbatch, 1F1B holds 4, 3, 2, 1 of them. */
+Test(stats, activation_memory_per_rank, .timeout = 60) {
+    char path[256];
+    pp_err err;
+    fixture_tmp_path(path, sizeof path, "stats-act");
+    cr_assert_eq(fixture_create(path, 3, "succeeded", &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_activations(path, 384 * 1024, &err), 0, "%s", err.msg);
+    lt_proc p = stats(path, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_has(p.out, "activations held (peak per rank): 1.5 MiB 1.1 MiB 768 KiB 384 KiB; planned in flight: 4 3 2 1\n");
+    lt_free(&p);
+
+    /* A file from before schema version 3 has no act_peak_bytes: not recorded, and the file is left as it was. */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; PRAGMA user_version=2;", NULL,
+                              NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    p = stats(path, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_has(p.out, "activations held (peak per rank): not recorded; planned in flight: 4 3 2 1\n");
+    assert_has(p.out, "bubble     19.7% measured");
+    lt_free(&p);
+    cr_assert_eq(sql_double(path, "PRAGMA user_version"), 2);
     remove(path);
 }
 

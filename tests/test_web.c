@@ -1060,3 +1060,119 @@ Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "clean exit on SIGTERM");
     unlink(path);
 }
+
+/* ---- activation memory ---------------------------------------------------- */
+
+#define ACT_MB 65536 /* the fixture's timed model holds 64 KiB per microbatch in flight */
+
+static void int_array_is(const cJSON *o, const char *k, const int64_t *want, int n) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsArray(a), "member %s is an array", k);
+    cr_assert_eq(cJSON_GetArraySize(a), n, "%s has %d entries", k, n);
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(a, i);
+        if (want[i] < 0) cr_assert(cJSON_IsNull(v), "%s[%d] is null", k, i);
+        else cr_assert(cJSON_IsNumber(v) && v->valuedouble == (double)want[i], "%s[%d] = %lld", k, i, (long long)want[i]);
+    }
+}
+
+/* 1F1B with p = 4, m = 8: rank r holds at most 4 - r microbatches. */
+static const int64_t held_1f1b[4] = {4 * ACT_MB, 3 * ACT_MB, 2 * ACT_MB, ACT_MB}, inflight_1f1b[4] = {4, 3, 2, 1};
+
+static void setup_act(void) {
+    setup();
+    pp_err err;
+    cr_assert_eq(fixture_add_activations(dbpath, ACT_MB, &err), 0, "%s", err.msg);
+}
+
+Test(web_act, steps_plan_and_summary_give_activation_memory_per_rank, .init = setup_act, .fini = teardown) {
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    const cJSON *st;
+    int n = 0;
+    cJSON_ArrayForEach(st, cJSON_GetObjectItem(j, "steps")) {
+        int_array_is(st, "act_peak_bytes", held_1f1b, 4);
+        n++;
+    }
+    cr_assert_eq(n, 3);
+    cJSON_Delete(j);
+
+    j = get_json("/api/jobs/1/plan", 200);
+    int_array_is(j, "peak_inflight", inflight_1f1b, 4);
+    cJSON_Delete(j);
+
+    j = get_json("/api/jobs/1/summary", 200);
+    int_array_is(j, "act_peak_bytes_by_rank", held_1f1b, 4);
+    cr_assert_eq(num(j, "act_peak_bytes"), 4 * ACT_MB);
+    int_array_is(j, "plan_peak_inflight", inflight_1f1b, 4);
+    cJSON_Delete(j);
+
+    webclient_resp r;
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, "# TYPE pprun_activation_peak_bytes gauge\n"), "%s", r.body);
+    for (int k = 0; k < 4; k++) {
+        char want[96];
+        snprintf(want, sizeof want, "pprun_activation_peak_bytes{job=\"1\",rank=\"%d\"} %lld\n", k,
+                 (long long)held_1f1b[k]);
+        cr_assert(strstr(r.body, want), "want %s in %s", want, r.body);
+    }
+    webclient_free(&r);
+}
+
+/* The latest complete step is the one /metrics shows; the summary takes
+ * the most over its steps (from step 1 on). */
+Test(web_act, the_summary_takes_the_most_over_its_steps_and_metrics_the_latest, .init = setup_act,
+     .fini = teardown) {
+    exec_sql("UPDATE step_stats SET act_peak_bytes = 1000000 WHERE step = 1 AND rank = 2;"
+             "UPDATE step_stats SET act_peak_bytes = 9000000 WHERE step = 0 AND rank = 1;"
+             "UPDATE step_stats SET act_peak_bytes = 5 WHERE step = 2 AND rank = 3;");
+    cJSON *j = get_json("/api/jobs/1/summary", 200);
+    const int64_t want[4] = {4 * ACT_MB, 3 * ACT_MB, 1000000, ACT_MB};
+    int_array_is(j, "act_peak_bytes_by_rank", want, 4);
+    cr_assert_eq(num(j, "act_peak_bytes"), 1000000, "step 0 (start-up) is not in the summary");
+    cJSON_Delete(j);
+    webclient_resp r;
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert(strstr(r.body, "pprun_activation_peak_bytes{job=\"1\",rank=\"3\"} 5\n"), "%s", r.body);
+    cr_assert(strstr(r.body, "pprun_activation_peak_bytes{job=\"1\",rank=\"2\"} 131072\n"), "%s", r.body);
+    webclient_free(&r);
+}
+
+/* A trace without held bytes says 0 (not recorded); a rank without stats
+ * and a job without steps say null; a job without a plan has no peak. */
+Test(web_act, missing_data_is_0_null_or_empty, .init = setup, .fini = teardown) {
+    exec_sql("DELETE FROM step_stats WHERE step = 2 AND rank = 1");
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    const int64_t zeros[4] = {0, 0, 0, 0}, hole[4] = {0, -1, 0, 0};
+    int_array_is(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 0), "act_peak_bytes", zeros, 4);
+    int_array_is(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 2), "act_peak_bytes", hole, 4);
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/summary", 200);
+    int_array_is(j, "act_peak_bytes_by_rank", zeros, 4);
+    cr_assert_eq(num(j, "act_peak_bytes"), 0);
+    cJSON_Delete(j);
+
+    exec_sql("DELETE FROM step_stats; DELETE FROM plan;");
+    j = get_json("/api/jobs/1/summary", 200);
+    const int64_t nulls[4] = {-1, -1, -1, -1};
+    int_array_is(j, "act_peak_bytes_by_rank", nulls, 4);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "act_peak_bytes")));
+    int_array_is(j, "plan_peak_inflight", NULL, 0);
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/plan", 200);
+    int_array_is(j, "peak_inflight", NULL, 0);
+    cJSON_Delete(j);
+}
+
+/* The live stream's step messages carry the held bytes as /steps does. */
+Test(web_live, a_step_message_has_the_activation_bytes_per_rank, .timeout = 60) {
+    start_with(3, "running", (http_options){.live_poll_ms = 50});
+    pp_err err;
+    cr_assert_eq(fixture_add_activations(dbpath, ACT_MB, &err), 0, "%s", err.msg);
+    stream a;
+    stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
+    cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
+    cr_assert(stream_wait(&a, "\"act_peak_bytes\":[262144,196608,131072,65536]}"), "%s", a.buf);
+    stream_close(&a);
+    teardown();
+}

@@ -222,7 +222,8 @@ static void q_steps(tick *t, result *r, int64_t t0) {
                            "SELECT c.step, c.start_ns, c.end_ns, c.bubble_ratio_mean, " SQL_STEP_MEAN_LOSS("c.step")
                            " FROM (" SQL_COMPLETE_STEPS("AND step>?2") ") c ORDER BY c.step LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(t->db, "SELECT bubble_ratio FROM step_stats WHERE job_id=?1 AND step=?2 ORDER BY rank",
+        sqlite3_prepare_v2(t->db,
+                           "SELECT bubble_ratio, act_peak_bytes FROM step_stats WHERE job_id=?1 AND step=?2 ORDER BY rank",
                            -1, &ranks, NULL) != SQLITE_OK) {
         sqlite3_finalize(st);
         return;
@@ -252,6 +253,11 @@ static void q_steps(tick *t, result *r, int64_t t0) {
         sqlite3_bind_int64(ranks, 1, r->job);
         sqlite3_bind_int64(ranks, 2, step);
         while (sqlite3_step(ranks) == SQLITE_ROW) jw_num(w, sqlite3_column_double(ranks, 0));
+        jw_arr_end(w);
+        jw_key(w, "act_peak_bytes");
+        jw_arr(w);
+        sqlite3_reset(ranks);
+        while (sqlite3_step(ranks) == SQLITE_ROW) jw_int(w, sqlite3_column_int64(ranks, 1));
         jw_arr_end(w);
         jw_obj_end(w);
         if (w->oom || add_msg(r, off, step) != 0) break;

@@ -1,6 +1,6 @@
 /* metrics.c: GET /metrics in the Prometheus text exposition format
- * (version 0.0.4): per job the latest complete step's time and bubble ratio
- * per rank, the latest loss, events ingested and dropped; and the server's
+ * (version 0.0.4): per job the latest complete step's time, bubble ratio
+ * and activation bytes held at most per rank, the latest loss, events ingested and dropped; and the server's
  * own request counters. Values come from the database at scrape time. */
 #include <math.h>
 #include <sqlite3.h>
@@ -103,8 +103,10 @@ void metrics_render(http_server *s, http_reply *r) {
     /* The newest step whose stats every rank has. */
     sqlite3_stmt *last = NULL, *ranks = NULL, *loss = NULL;
     sqlite3_prepare_v2(db, SQL_COMPLETE_STEPS("") " ORDER BY step DESC LIMIT 1", -1, &last, NULL);
-    sqlite3_prepare_v2(db, "SELECT rank, bubble_ratio FROM step_stats WHERE job_id=?1 AND step=?2 ORDER BY rank", -1,
-                       &ranks, NULL);
+    sqlite3_prepare_v2(db,
+                       "SELECT rank, bubble_ratio, act_peak_bytes FROM step_stats WHERE job_id=?1 AND step=?2 "
+                       "ORDER BY rank",
+                       -1, &ranks, NULL);
     sqlite3_prepare_v2(db,
                        "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM "
                        "(SELECT max(step) AS step FROM losses WHERE job_id=?1) s",
@@ -139,6 +141,17 @@ void metrics_render(http_server *s, http_reply *r) {
             jw_rawf(&w, "pprun_bubble_ratio{job=\"%ld\",rank=\"%d\"} ", jobs[i].id, sqlite3_column_int(ranks, 0));
             value(&w, sqlite3_column_double(ranks, 1));
         }
+    }
+    help(&w, "pprun_activation_peak_bytes", "gauge",
+         "Most activation bytes each rank held during the latest complete step (0: not recorded).");
+    for (int i = 0; lstep && ranks && i < nj; i++) {
+        if (lstep[i] < 0) continue;
+        sqlite3_reset(ranks);
+        sqlite3_bind_int64(ranks, 1, jobs[i].id);
+        sqlite3_bind_int64(ranks, 2, lstep[i]);
+        while (sqlite3_step(ranks) == SQLITE_ROW)
+            jw_rawf(&w, "pprun_activation_peak_bytes{job=\"%ld\",rank=\"%d\"} %lld\n", jobs[i].id,
+                    sqlite3_column_int(ranks, 0), (long long)sqlite3_column_int64(ranks, 2));
     }
     help(&w, "pprun_loss", "gauge", "Mean loss over the microbatches of the latest step with losses.");
     for (int i = 0; loss && i < nj; i++) {

@@ -20,7 +20,8 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
                                    "SELECT step FROM losses WHERE job_id=?1 AND step>=?2 ORDER BY step LIMIT ?3) "
                                    "SELECT s.step, st.rank, st.start_ns, st.end_ns, st.bubble_ratio, st.busy_ns, "
                                    SQL_STEP_MEAN_LOSS("s.step") ", "
-                                   "(SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=s.step) "
+                                   "(SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=s.step), "
+                                   "st.act_peak_bytes "
                                    "FROM s LEFT JOIN step_stats st ON st.job_id=?1 AND st.step=s.step ORDER BY s.step, st.rank",
                                    r);
     if (!st) return;
@@ -28,9 +29,11 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
     sqlite3_bind_int64(st, 2, since);
     sqlite3_bind_int64(st, 3, limit);
     double *ratio = calloc((size_t)j->world, sizeof *ratio);
+    int64_t *act = calloc((size_t)j->world, sizeof *act);
     unsigned char *have = calloc((size_t)j->world, 1);
-    if (!ratio || !have) {
+    if (!ratio || !act || !have) {
         free(ratio);
+        free(act);
         free(have);
         sqlite3_finalize(st);
         http_error(r, 500, "out of memory");
@@ -62,6 +65,7 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
                 if (rank >= 0 && rank < j->world) {
                     have[rank] = 1;
                     ratio[rank] = sqlite3_column_double(st, 4);
+                    act[rank] = sqlite3_column_int64(st, 8);
                     sum += ratio[rank];
                     nranks++;
                 }
@@ -96,6 +100,12 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
         jw_key(&w, "bubble_ratio_mean");
         if (nranks) jw_num(&w, sum / nranks);
         else jw_null(&w);
+        jw_key(&w, "act_peak_bytes");
+        jw_arr(&w);
+        for (int k = 0; k < j->world; k++)
+            if (have[k]) jw_int(&w, act[k]);
+            else jw_null(&w);
+        jw_arr_end(&w);
         jw_key(&w, "complete");
         jw_bool(&w, nranks == j->world);
         jw_obj_end(&w);
@@ -103,6 +113,7 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
     jw_arr_end(&w);
     jw_obj_end(&w);
     free(ratio);
+    free(act);
     free(have);
     if (rc != SQLITE_DONE) {
         jw_free(&w);
@@ -141,7 +152,10 @@ static void plan_row(void *w, sqlite3_stmt *st) { routes_row_object(w, st); }
 
 void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
     int64_t *busy = calloc((size_t)j->world, sizeof *busy), makespan;
-    if (!busy) {
+    int64_t *peak = calloc((size_t)j->world, sizeof *peak);
+    if (!busy || !peak) {
+        free(busy);
+        free(peak);
         http_error(r, 500, "out of memory");
         return;
     }
@@ -165,9 +179,16 @@ void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
         for (int k = 0; k < j->world; k++) jw_num(&w, summary_sim_bubble(busy[k], makespan));
         jw_arr_end(&w);
     }
+    int64_t rows = simulated < 0 ? -1 : summary_plan_peak_inflight(db, j->id, j->world, peak, &err);
+    if (simulated >= 0 && rows < 0) http_error(r, 500, "%s", err.msg);
+    jw_key(&w, "peak_inflight");
+    jw_arr(&w);
+    for (int k = 0; rows > 0 && k < j->world; k++) jw_int(&w, peak[k]);
+    jw_arr_end(&w);
     jw_obj_end(&w);
     free(busy);
-    if (simulated >= 0) http_json(r, &w);
+    free(peak);
+    if (rows >= 0) http_json(r, &w);
     jw_free(&w); /* empty once sent */
 }
 
@@ -197,6 +218,19 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_arr_end(&w);
     jw_key(&w, "sim_bubble_ratio");
     jw_num(&w, s.sim_bubble_ratio);
+    jw_key(&w, "act_peak_bytes_by_rank");
+    jw_arr(&w);
+    for (int k = 0; k < s.world; k++)
+        if (s.act_peak_by_rank[k] >= 0) jw_int(&w, s.act_peak_by_rank[k]);
+        else jw_null(&w);
+    jw_arr_end(&w);
+    jw_key(&w, "act_peak_bytes");
+    if (s.act_peak >= 0) jw_int(&w, s.act_peak);
+    else jw_null(&w);
+    jw_key(&w, "plan_peak_inflight");
+    jw_arr(&w);
+    for (int k = 0; s.has_plan && k < s.world; k++) jw_int(&w, s.plan_peak_inflight[k]);
+    jw_arr_end(&w);
     jw_key(&w, "idle_ns_by_cause");
     jw_obj(&w);
     for (int k = 0; k < CAUSE_COUNT; k++) jw_kint(&w, analyze_causes[k], s.idle_ns_by_cause[k]);

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "db/db.h"
+
 char *fixture_read_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -154,7 +156,7 @@ static int write_steps(sqlite3 *db, int first, int n, int with_stats, pp_err *er
                            "peer,bytes,source) VALUES(1,0,?,?,?,?,?,?,?,?,?,'cpu')",
                            -1, &ev, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "INSERT INTO losses VALUES(1,?,?,?,?,?)", -1, &loss, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(db, "INSERT INTO step_stats VALUES(1,?,?,?,?,?,?,?)", -1, &stats, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,bubble_ratio) VALUES(1,?,?,?,?,?,?,?)", -1, &stats, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(db, "INSERT INTO gaps VALUES(1,?,?,?,?,?,?)", -1, &gap, NULL) != SQLITE_OK) {
         pp_fail(err, "fixture prepare: %s", sqlite3_errmsg(db));
         goto out;
@@ -298,7 +300,9 @@ int fixture_create(const char *db_path, int steps, const char *status, pp_err *e
     }
     int rc = exec(db, schema, err);
     free(schema);
-    if (rc == 0) rc = exec(db, "PRAGMA user_version=1", err);
+    char version[64];
+    snprintf(version, sizeof version, "PRAGMA user_version=%d", DB_SCHEMA_VERSION);
+    if (rc == 0) rc = exec(db, version, err);
     if (rc == 0)
         rc = exec(db,
                   "INSERT INTO jobs(id,name,created_at,status,nnodes,world_size,schedule,microbatches,"
@@ -397,7 +401,8 @@ int fixture_add_history(const char *db_path, int first, int n, pp_err *err) {
              "BEGIN;"
              "CREATE TEMP TABLE h AS WITH RECURSIVE s(step) AS (SELECT %d UNION ALL SELECT step + 1 FROM s WHERE step + 1 < %d) "
              "SELECT step, %lld + step * %lld AS base FROM s;"
-             "INSERT INTO step_stats SELECT 1, step, r.value, base, base + %lld, %lld, %lld, %.17g FROM h, "
+             "INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,bubble_ratio)"
+             " SELECT 1, step, r.value, base, base + %lld, %lld, %lld, %.17g FROM h, "
              "(SELECT 0 AS value UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3) r;"
              "INSERT INTO losses SELECT 1, step, mb.value, 5.0 / (1 + step / 1000.0) + mb.value * 0.001, 3, base + %lld FROM h, "
              "(WITH RECURSIVE m(value) AS (SELECT 0 UNION ALL SELECT value + 1 FROM m WHERE value + 1 < %d) SELECT value FROM m) mb;"
@@ -408,6 +413,29 @@ int fixture_add_history(const char *db_path, int first, int n, pp_err *err) {
              (long long)FIXTURE_STEP_SPAN_NS, (long long)BUSY_NS, (long long)(FIXTURE_STEP_SPAN_NS - BUSY_NS),
              (double)(FIXTURE_STEP_SPAN_NS - BUSY_NS) / (double)FIXTURE_STEP_SPAN_NS,
              (long long)FIXTURE_STEP_SPAN_NS, FIXTURE_MB, first + n);
+    int rc = exec(db, sql, err);
+    if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+    return rc;
+}
+
+int fixture_add_activations(const char *db_path, int64_t per_mb, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    /* What the timed model holds: F saves per_mb, its W frees it; so after
+     * each op, per_mb times the rank's F minus W so far in the step. */
+    char sql[1536];
+    snprintf(sql, sizeof sql,
+             "BEGIN;"
+             "UPDATE events SET bytes = %lld * (SELECT sum(CASE e.phase WHEN 'F' THEN 1 ELSE -1 END) FROM events e"
+             " WHERE e.job_id=1 AND e.rank=events.rank AND e.step=events.step AND e.source='cpu'"
+             " AND e.phase IN ('F','W') AND e.start_ns <= events.start_ns)"
+             " WHERE job_id=1 AND source='cpu' AND phase IN ('F','B','W');"
+             "UPDATE step_stats SET act_peak_bytes = coalesce((SELECT max(bytes) FROM events e WHERE e.job_id=1"
+             " AND e.rank=step_stats.rank AND e.step=step_stats.step AND e.source='cpu'"
+             " AND e.phase IN ('F','B','W')), 0) WHERE job_id=1;"
+             "COMMIT;",
+             (long long)per_mb);
     int rc = exec(db, sql, err);
     if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
     sqlite3_close(db);

@@ -50,6 +50,12 @@ int fixture_add_gpu_job(const char *db_path, pp_err *err);
  * no events (a long job's history), and sets the job's step count to
  * first + n. Returns 0 or -1. */
 int fixture_add_history(const char *db_path, int first, int n, pp_err *err);
+/* Gives job 1's host F/B/W the activation bytes the timed model would
+ * hold after each (per_mb per microbatch between its F and its W), and its
+ * step_stats the peak of them per (step, rank), as the analysis stores it:
+ * 1F1B on 4 ranks peaks at 4, 3, 2, 1 microbatches. Steps without events
+ * get 0. Returns 0 or -1. */
+int fixture_add_activations(const char *db_path, int64_t per_mb, pp_err *err);
 /* Sets job 1's status (and ended_at / exit_code when not running). */
 int fixture_set_status(const char *db_path, const char *status, pp_err *err);
 /* The expected loss of (step, microbatch). */
