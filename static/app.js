@@ -47,6 +47,12 @@ async function api(path, opts) {
 
 const $ = (id) => document.getElementById(id);
 const fmtMs = (ns) => (ns / 1e6).toFixed(ns < 1e7 ? 3 : ns < 1e9 ? 2 : 0) + ' ms';
+const fmtBytes = (b) => {
+  if (b < 1024) return b + ' B';
+  let k = 0;
+  for (; b >= 1024 && k < 4; k++) b /= 1024;
+  return b.toFixed(b < 10 ? 2 : b < 100 ? 1 : 0) + ' ' + ['B', 'KiB', 'MiB', 'GiB', 'TiB'][k];
+};
 
 // ---- state -----------------------------------------------------------------
 
@@ -70,6 +76,7 @@ EventStore.prototype.grow = function (cap) {
   this.rank = make(Int32Array, this.rank); this.phase = make(Int8Array, this.phase);
   this.mb = make(Int32Array, this.mb); this.stage = make(Int32Array, this.stage);
   this.step = make(Int32Array, this.step); this.peer = make(Int32Array, this.peer);
+  this.bytes = make(Float64Array, this.bytes); // F/B/W: activations the rank held after the op
   this.cap = cap;
 };
 EventStore.prototype.push = function (row) { // [id,rank,step,mb,stage,phase,start,end,peer,bytes]
@@ -78,7 +85,10 @@ EventStore.prototype.push = function (row) { // [id,rank,step,mb,stage,phase,sta
   if (this.n === this.cap) this.grow(this.cap * 2);
   const i = this.n++;
   this.id[i] = row[0]; this.rank[i] = row[1]; this.step[i] = row[2]; this.mb[i] = row[3]; this.stage[i] = row[4];
-  this.phase[i] = row[5]; this.start[i] = row[6]; this.end[i] = row[7]; this.peer[i] = row[8];
+  this.phase[i] = row[5]; this.start[i] = row[6]; this.end[i] = row[7]; this.peer[i] = row[8]; this.bytes[i] = row[9];
+};
+EventStore.prototype.row = function (i) {
+  return [this.id[i], this.rank[i], this.step[i], this.mb[i], this.stage[i], this.phase[i], this.start[i], this.end[i], this.peer[i], this.bytes[i]];
 };
 
 // ---- jobs ------------------------------------------------------------------
@@ -304,7 +314,7 @@ function followLatest(end) {
   // A long follow would grow the store without bound: keep what is near.
   if (S.ev.n > 200000) {
     const st = new EventStore(65536);
-    for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] >= S.view.from - span) st.push([S.ev.id[i], S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
+    for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] >= S.view.from - span) st.push(S.ev.row(i));
     S.ev = st;
   }
   setStep(null);
@@ -360,7 +370,7 @@ async function fetchWindow() {
     for (const row of r.events) st.push(row);
     // Keep live rows the window does not have yet.
     for (let i = 0; S.ev && i < S.ev.n; i++) {
-      if (S.ev.start[i] >= to) st.push([S.ev.id[i], S.ev.rank[i], S.ev.step[i], S.ev.mb[i], S.ev.stage[i], S.ev.phase[i], S.ev.start[i], S.ev.end[i], S.ev.peer[i], 0]);
+      if (S.ev.start[i] >= to) st.push(S.ev.row(i));
     }
     S.ev = st; S.gaps = r.gaps; S.bins = null;
   } else {
@@ -611,6 +621,7 @@ function drawPlan() {
   const t0 = anchor ? anchor.start : 0;
   g.fillStyle = '#888'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
   g.fillText(`makespan ${fmtMs(S.plan.sim_makespan_ns)} · bubble ${S.plan.sim_bubble_ratio.map((x) => (100 * x).toFixed(1) + '%').join(' ')}` +
+    (S.plan.peak_inflight && S.plan.peak_inflight.length ? ` · in flight at most ${S.plan.peak_inflight.join(' ')} microbatch-stages` : '') +
     (anchor ? ` · aligned to step ${anchor.step}` : ''), LABEL_W + 4, 4);
   g.textBaseline = 'middle'; g.textAlign = 'center';
   for (const a of S.plan.actions) {
@@ -707,7 +718,28 @@ function drawCharts() {
   const top = Math.min(1, done.reduce((m, s) => Math.max(m, s.bubble_ratio_mean), 0.05) * 1.2);
   series.push({ points: done.length ? [[done[0].step, 0], [done[0].step, top]] : [], color: 'rgba(0,0,0,0)' });
   lineChart($('bubble'), series, { y0: 0, fmt: (y) => (100 * y).toFixed(0) + '%' });
+  drawActChart(n);
   drawStepBars();
+}
+
+// Activations held, the peak of each step per rank (the model's own count of
+// what F saved for B and W). Older files and jobs without it have only 0s.
+function drawActChart(n) {
+  const done = S.steps.filter((s) => s.act_peak_bytes && s.act_peak_bytes.some((b) => b > 0));
+  const c = $('act');
+  if (!done.length) {
+    const { g, w, h } = sizeCanvas(c, 170);
+    g.clearRect(0, 0, w, h); g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
+    g.fillText(S.steps.some((s) => s.complete) ? 'not recorded for this job' : 'no data yet', 46, 30);
+    window.__pprun.actPoints = [];
+    return;
+  }
+  const series = [];
+  if (n <= 16) for (let r = 0; r < n; r++) {
+    series.push({ points: done.filter((s) => s.act_peak_bytes[r] != null).map((s) => [s.step, s.act_peak_bytes[r]]), color: RANK_COLORS[r % 10], width: 1.5 });
+  }
+  series.push({ points: done.map((s) => [s.step, s.act_peak_bytes.reduce((m, b) => Math.max(m, b || 0), 0)]), color: '#222', width: n <= 16 ? 0.5 : 2, dots: true });
+  window.__pprun.actPoints = lineChart(c, series, { y0: 0, fmt: fmtBytes });
 }
 
 // The step shown (null: none, a window or following live): the label and
@@ -763,6 +795,7 @@ function hitTest(x, y) {
     let text = `rank ${r} · ${ph}` + (ev.mb[i] >= 0 ? ` · microbatch ${ev.mb[i]}` : '') + (ev.stage[i] >= 0 ? ` · stage ${ev.stage[i]}` : '') +
       ` · step ${ev.step[i]}\nstart ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
     if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
+    if (ev.phase[i] <= 2 && ev.bytes[i] > 0) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
     return { text };
   }
   for (const gp of S.gaps || []) {
@@ -851,7 +884,7 @@ async function showJobs() {
   const sums = await Promise.all(jobs.map((j) => api(`/api/jobs/${j.id}/summary`).catch((e) => ({ error: e.message }))));
   const pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
   const cols = ['job', 'name', 'status', 'schedule', 'ranks', 'microbatches', 'device', 'steps', 'step time',
-    'bubble', 'planned', 'bubble vs plan', 'idle mostly', 'loss'];
+    'bubble', 'planned', 'bubble vs plan', 'idle mostly', 'activations', 'in flight', 'loss'];
   tbl.innerHTML = '';
   const head = tbl.createTHead().insertRow();
   for (const c of cols) { const th = document.createElement('th'); th.textContent = c; head.appendChild(th); }
@@ -865,7 +898,10 @@ async function showJobs() {
     const cells = [j.id, j.name, j.status, j.schedule + (j.virtual_stages > 1 ? ` (v=${j.virtual_stages})` : ''), j.world_size,
       j.microbatches, j.device, s.error ? s.error : s.steps, s.step_time_ns == null ? '–' : fmtMs(s.step_time_ns),
       pct(s.bubble_ratio), pct(s.sim_bubble_ratio), null,
-      total > 0 ? `${top} ${(100 * idle[top] / total).toFixed(0)}%` : '–', s.loss == null ? '–' : s.loss.toFixed(4)];
+      total > 0 ? `${top} ${(100 * idle[top] / total).toFixed(0)}%` : '–',
+      s.act_peak_bytes ? fmtBytes(s.act_peak_bytes) : '–',
+      s.plan_peak_inflight && s.plan_peak_inflight.length ? Math.max(...s.plan_peak_inflight) : '–',
+      s.loss == null ? '–' : s.loss.toFixed(4)];
     cells.forEach((v, k) => {
       const td = tr.insertCell();
       if (k === 11) {
@@ -908,7 +944,7 @@ async function runSql() {
 // ---- test hook -------------------------------------------------------------------
 
 window.__pprun = {
-  ready: false, drawn: null, lossPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null, jobsShown: null,
+  ready: false, drawn: null, lossPoints: [], actPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null, jobsShown: null,
   state: S,
   showStep: (s) => showStep(s),
   // Page coordinates of the centre of a drawn block, for hovering in tests.

@@ -371,5 +371,26 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
     cr_assert_eq(cJSON_GetArraySize(f), 4, "a row per rank");
     const cJSON *v;
     cJSON_ArrayForEach(v, f) cr_assert_gt(v->valueint, 0, "F blocks drawn on every rank");
+
+    /* Activations: the timed model holds F's copy of its 16 KiB input until
+     * W, and 1F1B keeps min(m, p - r) microbatches in flight on rank r. */
+    cr_assert_geq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "actPoints")), 2, "the activations chart fills live");
+    const cJSON *step_bytes;
+    cJSON_ArrayForEach(step_bytes, cJSON_GetObjectItem(j, "stepActBytes")) {
+        char *got = cJSON_PrintUnformatted(step_bytes);
+        cr_assert(cJSON_IsArray(step_bytes) && cJSON_GetArraySize(step_bytes) == 4, "%s", got);
+        for (int r = 0; r < 4; r++)
+            cr_assert_eq(cJSON_GetArrayItem(step_bytes, r)->valuedouble, (4 - r) * 16384.0, "rank %d: %s", r, got);
+        free(got);
+    }
+    const cJSON *head = cJSON_GetObjectItem(j, "jobsHead"), *row = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "jobsRows"), 0);
+    int act_col = -1, inflight_col = -1;
+    for (int c = 0; c < cJSON_GetArraySize(head); c++) {
+        if (strcmp(cJSON_GetArrayItem(head, c)->valuestring, "activations") == 0) act_col = c;
+        if (strcmp(cJSON_GetArrayItem(head, c)->valuestring, "in flight") == 0) inflight_col = c;
+    }
+    cr_assert(act_col >= 0 && inflight_col >= 0 && row, "the Jobs tab has activations and in-flight columns");
+    cr_assert_str_eq(cJSON_GetArrayItem(row, act_col)->valuestring, "64.0 KiB");
+    cr_assert_str_eq(cJSON_GetArrayItem(row, inflight_col)->valuestring, "4");
     cJSON_Delete(j);
 }

@@ -155,7 +155,16 @@ try {
     }
     out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
     out.drawn = await page.evaluate(() => window.__pprun.drawn);
+    // The activations chart fills from the live steps too.
+    await page.waitForFunction(() => window.__pprun.actPoints.length >= 2, null, { timeout: 30000 });
+    out.actPoints = await page.evaluate(() => window.__pprun.actPoints);
+    out.stepActBytes = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).map((s) => s.act_peak_bytes));
     await page.screenshot({ path: shot, fullPage: true });
+    // The Jobs tab: measured peak and the plan's in-flight count.
+    await page.click('button[data-tab=jobs]');
+    await page.waitForFunction(() => window.__pprun.jobsShown === 1, null, { timeout: 10000 });
+    out.jobsHead = await page.$$eval('#jobs-table thead th', (th) => th.map((t) => t.textContent));
+    out.jobsRows = await page.$$eval('#jobs-table tbody tr', (trs) => trs.map((tr) => [...tr.cells].map((td) => td.textContent)));
   } else {
     out.follow = await page.evaluate(() => document.getElementById('follow').checked);
     out.stepsBefore = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
