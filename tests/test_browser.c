@@ -105,6 +105,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     pp_err err;
     fixture_tmp_path(db, sizeof db, "browser");
     cr_assert_eq(fixture_create(db, 3, "succeeded", &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_activations(db, 64 << 10, &err), 0, "%s", err.msg);
     cJSON *j = browse(db, "finished", NULL);
 
     cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
@@ -128,6 +129,8 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     }
     const char *tip = cJSON_GetObjectItem(j, "tooltip")->valuestring;
     cr_assert(strstr(tip, "rank 1 · F · microbatch 3") && strstr(tip, "step 0") && strstr(tip, "duration 1.000 ms"), "%s", tip);
+    /* 1F1B on rank 1: F0 F1 F2 B0 W0 F3, so three microbatches of 64 KiB. */
+    cr_assert(strstr(tip, "activations held after it: 192 KiB"), "%s", tip);
     const char *gap = cJSON_GetObjectItem(j, "gapTooltip")->valuestring;
     cr_assert(strstr(gap, "rank 3 idle 3.000 ms") && strstr(gap, "warmup"), "%s", gap);
     cr_assert_gt(cJSON_GetObjectItem(j, "zoomedSpanRatio")->valuedouble, 2.0, "wheel zoom widened the window");
