@@ -263,13 +263,16 @@ static int lacks_column(sqlite3 *sql, const char *table, const char *column) {
 
 int db_compat_views(sqlite3 *sql, pp_err *err) {
     /* By column rather than by user_version: what readers need is the
-     * column, whatever wrote the file. */
+     * column, whatever wrote the file. A view made on a connection that
+     * outlives a writer's migration keeps working: `SELECT *` then shows
+     * the real column and the view's 0 side by side, and named columns
+     * resolve to the real one. */
     static const struct {
         const char *table, *column, *view;
     } added[] = {
-        {"ranks", "cupti_dropped", "CREATE TEMP VIEW ranks AS SELECT *, 0 AS cupti_dropped FROM main.ranks"},
+        {"ranks", "cupti_dropped", "CREATE TEMP VIEW IF NOT EXISTS ranks AS SELECT *, 0 AS cupti_dropped FROM main.ranks"},
         {"step_stats", "act_peak_bytes",
-         "CREATE TEMP VIEW step_stats AS SELECT *, 0 AS act_peak_bytes FROM main.step_stats"},
+         "CREATE TEMP VIEW IF NOT EXISTS step_stats AS SELECT *, 0 AS act_peak_bytes FROM main.step_stats"},
     };
     const char *file = sqlite3_db_filename(sql, "main");
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
@@ -557,8 +560,9 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
         else
             sqlite3_bind_null(ins, 10);
         /* F/B/W host spans carry the activation bytes the rank holds after
-         * the op (0 from producers that do not measure them); a gpu span's
-         * bytes mean nothing. */
+         * the op (0 from producers that do not measure them). A gpu span is
+         * a copy of its host span's fields (cupti_records.c): its bytes
+         * would be the same figure again. */
         int held = e->phase <= TRACE_W && e->source != TRACE_SRC_GPU;
         if (comm || held)
             sqlite3_bind_int64(ins, 11, (int64_t)e->bytes);

@@ -105,13 +105,13 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
      * in flight (the schedule's promise, in microbatch-stage units). */
     int recorded = 0;
     for (int k = 0; k < s->world; k++) recorded |= s->act_peak_by_rank[k] > 0;
-    fprintf(out, "activations held (peak per rank):");
-    if (!recorded) fprintf(out, " not recorded");
+    fprintf(out, "memory     activations held at peak");
+    if (!recorded) fprintf(out, ": not recorded");
     for (int k = 0; recorded && k < s->world; k++)
-        fprintf(out, " %s", s->act_peak_by_rank[k] < 0 ? "-" : fmt_bytes(a, sizeof a, s->act_peak_by_rank[k]));
-    fprintf(out, "; planned in flight:");
-    if (!s->has_plan) fprintf(out, " -");
-    for (int k = 0; s->has_plan && k < s->world; k++) fprintf(out, " %lld", (long long)s->plan_peak_inflight[k]);
+        fprintf(out, "  %d: %s", k, s->act_peak_by_rank[k] < 0 ? "-" : fmt_bytes(a, sizeof a, s->act_peak_by_rank[k]));
+    fprintf(out, "\n  planned  microbatch-stages in flight at most");
+    if (!s->has_plan) fprintf(out, ": no plan stored");
+    for (int k = 0; s->has_plan && k < s->world; k++) fprintf(out, "  %d: %lld", k, (long long)s->plan_peak_inflight[k]);
     fputc('\n', out);
 
     int64_t idle = idle_total(s);

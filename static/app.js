@@ -47,11 +47,11 @@ async function api(path, opts) {
 
 const $ = (id) => document.getElementById(id);
 const fmtMs = (ns) => (ns / 1e6).toFixed(ns < 1e7 ? 3 : ns < 1e9 ? 2 : 0) + ' ms';
+// As `pprun stats` writes them: "768 KiB", "1.5 MiB".
 const fmtBytes = (b) => {
-  if (b < 1024) return b + ' B';
   let k = 0;
   for (; b >= 1024 && k < 4; k++) b /= 1024;
-  return b.toFixed(b < 10 ? 2 : b < 100 ? 1 : 0) + ' ' + ['B', 'KiB', 'MiB', 'GiB', 'TiB'][k];
+  return (k === 0 || b >= 100 || Number.isInteger(b) ? b.toFixed(0) : b.toFixed(1)) + ' ' + ['B', 'KiB', 'MiB', 'GiB', 'TiB'][k];
 };
 
 // ---- state -----------------------------------------------------------------
@@ -61,7 +61,7 @@ const S = {
   steps: [], stepAt: new Map(), // steps sorted by number, and by number
   view: { from: 0, to: 1 }, follow: false, step: null,
   ev: null, gaps: null, bins: null, mode: 'events', binStep: false,
-  gpuLane: false, gpu: [], kernels: null, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
+  gpuLane: false, gpu: [], kernels: null, actRecorded: false, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
   stream: null, fetchSeq: 0,
 };
 
@@ -111,7 +111,7 @@ async function loadJobs() {
 
 async function openJob(id) {
   if (S.stream) S.stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null });
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false });
   $('job-select').value = String(id);
   // The stream first: its hello fixes the cursor, then the history is read;
   // whatever arrives twice is merged by id / step.
@@ -726,6 +726,7 @@ function drawCharts() {
 // what F saved for B and W). Older files and jobs without it have only 0s.
 function drawActChart(n) {
   const done = S.steps.filter((s) => s.act_peak_bytes && s.act_peak_bytes.some((b) => b > 0));
+  S.actRecorded = done.length > 0; // then a W that frees the last microbatch says 0 B, not nothing
   const c = $('act');
   if (!done.length) {
     const { g, w, h } = sizeCanvas(c, 170);
@@ -795,7 +796,7 @@ function hitTest(x, y) {
     let text = `rank ${r} · ${ph}` + (ev.mb[i] >= 0 ? ` · microbatch ${ev.mb[i]}` : '') + (ev.stage[i] >= 0 ? ` · stage ${ev.stage[i]}` : '') +
       ` · step ${ev.step[i]}\nstart ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
     if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
-    if (ev.phase[i] <= 2 && ev.bytes[i] > 0) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
+    if (['F', 'B', 'W'].includes(ph) && S.actRecorded) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
     return { text };
   }
   for (const gp of S.gaps || []) {

@@ -393,7 +393,7 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
         if (strcmp(cJSON_GetArrayItem(head, c)->valuestring, "in flight") == 0) inflight_col = c;
     }
     cr_assert(act_col >= 0 && inflight_col >= 0 && row, "the Jobs tab has activations and in-flight columns");
-    cr_assert_str_eq(cJSON_GetArrayItem(row, act_col)->valuestring, "64.0 KiB");
+    cr_assert_str_eq(cJSON_GetArrayItem(row, act_col)->valuestring, "64 KiB");
     cr_assert_str_eq(cJSON_GetArrayItem(row, inflight_col)->valuestring, "4");
     cJSON_Delete(j);
 }

@@ -55,7 +55,8 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     assert_has(p.out, "  W                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
     cr_assert_null(strstr(p.out, "GPU spans"), "a CPU job has no GPU table");
     /* the fixture's trace holds no activation bytes; its 1F1B plan holds 4 3 2 1 */
-    assert_has(p.out, "activations held (peak per rank): not recorded; planned in flight: 4 3 2 1\n");
+    assert_has(p.out, "memory     activations held at peak: not recorded\n"
+               "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     char loss[64];
     double want = 0;
     for (int m = 0; m < 8; m++) want += fixture_loss(2, m) / 8;
@@ -87,7 +88,8 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     cr_assert_eq(fixture_add_activations(path, 384 * 1024, &err), 0, "%s", err.msg);
     lt_proc p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.out, "activations held (peak per rank): 1.5 MiB 1.1 MiB 768 KiB 384 KiB; planned in flight: 4 3 2 1\n");
+    assert_has(p.out, "memory     activations held at peak  0: 1.5 MiB  1: 1.1 MiB  2: 768 KiB  3: 384 KiB\n"
+               "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     lt_free(&p);
 
     /* A file from before schema version 3 has no act_peak_bytes: not recorded, and the file is left as it was. */
@@ -99,7 +101,8 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     sqlite3_close(db);
     p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.out, "activations held (peak per rank): not recorded; planned in flight: 4 3 2 1\n");
+    assert_has(p.out, "memory     activations held at peak: not recorded\n"
+               "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     assert_has(p.out, "bubble     19.7% measured");
     lt_free(&p);
     cr_assert_eq(sql_double(path, "PRAGMA user_version"), 2);

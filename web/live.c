@@ -256,7 +256,7 @@ static void q_steps(tick *t, result *r, int64_t t0) {
         jw_arr_end(w);
         jw_key(w, "act_peak_bytes");
         jw_arr(w);
-        sqlite3_reset(ranks);
+        sqlite3_reset(ranks); /* the same few rows again: two arrays, no buffer */
         while (sqlite3_step(ranks) == SQLITE_ROW) jw_int(w, sqlite3_column_int64(ranks, 1));
         jw_arr_end(w);
         jw_obj_end(w);

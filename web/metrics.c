@@ -131,27 +131,26 @@ void metrics_render(http_server *s, http_reply *r) {
     help(&w, "pprun_step", "gauge", "Index of the latest complete step.");
     for (int i = 0; lstep && i < nj; i++)
         if (lstep[i] >= 0) jw_rawf(&w, "pprun_step{job=\"%ld\"} %ld\n", jobs[i].id, lstep[i]);
-    help(&w, "pprun_bubble_ratio", "gauge", "Idle share of the latest complete step, per rank.");
-    for (int i = 0; lstep && ranks && i < nj; i++) {
-        if (lstep[i] < 0) continue;
-        sqlite3_reset(ranks);
-        sqlite3_bind_int64(ranks, 1, jobs[i].id);
-        sqlite3_bind_int64(ranks, 2, lstep[i]);
-        while (sqlite3_step(ranks) == SQLITE_ROW) {
-            jw_rawf(&w, "pprun_bubble_ratio{job=\"%ld\",rank=\"%d\"} ", jobs[i].id, sqlite3_column_int(ranks, 0));
-            value(&w, sqlite3_column_double(ranks, 1));
+    /* Per-rank gauges of the latest complete step, one metric after the
+     * other (a metric's samples stay together): column 1 and column 2. */
+    static const char *const per_rank[2][2] = {
+        {"pprun_bubble_ratio", "Idle share of the latest complete step, per rank."},
+        {"pprun_activation_peak_bytes",
+         "Most activation bytes each rank held during the latest complete step (0: not recorded)."}};
+    for (int col = 1; col <= 2; col++) {
+        help(&w, per_rank[col - 1][0], "gauge", per_rank[col - 1][1]);
+        for (int i = 0; lstep && ranks && i < nj; i++) {
+            if (lstep[i] < 0) continue;
+            sqlite3_reset(ranks);
+            sqlite3_bind_int64(ranks, 1, jobs[i].id);
+            sqlite3_bind_int64(ranks, 2, lstep[i]);
+            while (sqlite3_step(ranks) == SQLITE_ROW) {
+                jw_rawf(&w, "%s{job=\"%ld\",rank=\"%d\"} ", per_rank[col - 1][0], jobs[i].id,
+                        sqlite3_column_int(ranks, 0));
+                if (col == 1) value(&w, sqlite3_column_double(ranks, 1));
+                else jw_rawf(&w, "%lld\n", (long long)sqlite3_column_int64(ranks, 2));
+            }
         }
-    }
-    help(&w, "pprun_activation_peak_bytes", "gauge",
-         "Most activation bytes each rank held during the latest complete step (0: not recorded).");
-    for (int i = 0; lstep && ranks && i < nj; i++) {
-        if (lstep[i] < 0) continue;
-        sqlite3_reset(ranks);
-        sqlite3_bind_int64(ranks, 1, jobs[i].id);
-        sqlite3_bind_int64(ranks, 2, lstep[i]);
-        while (sqlite3_step(ranks) == SQLITE_ROW)
-            jw_rawf(&w, "pprun_activation_peak_bytes{job=\"%ld\",rank=\"%d\"} %lld\n", jobs[i].id,
-                    sqlite3_column_int(ranks, 0), (long long)sqlite3_column_int64(ranks, 2));
     }
     help(&w, "pprun_loss", "gauge", "Mean loss over the microbatches of the latest step with losses.");
     for (int i = 0; loss && i < nj; i++) {

@@ -179,8 +179,9 @@ void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
         for (int k = 0; k < j->world; k++) jw_num(&w, summary_sim_bubble(busy[k], makespan));
         jw_arr_end(&w);
     }
-    int64_t rows = simulated < 0 ? -1 : summary_plan_peak_inflight(db, j->id, j->world, peak, &err);
-    if (simulated >= 0 && rows < 0) http_error(r, 500, "%s", err.msg);
+    int64_t rows = -1; /* stays -1 once an error was answered */
+    if (simulated >= 0 && (rows = summary_plan_peak_inflight(db, j->id, j->world, peak, &err)) < 0)
+        http_error(r, 500, "%s", err.msg);
     jw_key(&w, "peak_inflight");
     jw_arr(&w);
     for (int k = 0; rows > 0 && k < j->world; k++) jw_int(&w, peak[k]);

@@ -179,7 +179,7 @@ static int checkpoint_case(pp_err *err) {
  * 4 stages, 2 microbatches: F of both, B and W of mb 1, then of mb 0. */
 static int saved_bytes_case(pp_err *err) {
     model_device dev = {.cuda = 1};
-    h_pipe cpu, gpu;
+    h_pipe cpu, gpu = {0};
     const int cuts[] = {0, 1, 2, 3, 4};
     data_source *data;
     if (data_open(NULL, 64, &data, err) != 0) return -1;
