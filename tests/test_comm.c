@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "helpers/capture.h"
 #include "helpers/comm_file_exchange.h"
 #include "helpers/comm_world.h"
 #include "runner/comm/comm_int.h"  /* comm_shm_name: which /dev/shm name to look for */
@@ -519,24 +520,14 @@ static int token_fn(comm *c, int rank, void *arg, pp_err *rep) {
     return 0;
 }
 
-/* Runs token_fn with stderr in a file; returns what the ranks wrote there. */
-static char *run_with_tokens(const char *const *tokens, cw_result *r) {
-    char log[] = "/tmp/pprun-comm-log-XXXXXX";
-    int lfd = mkstemp(log);
-    cr_assert(lfd >= 0);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(lfd, 2);
+/* Runs token_fn with stderr in a file; returns what the ranks wrote there
+ * (capture_end's buffer). */
+static const char *run_with_tokens(const char *const *tokens, cw_result *r) {
+    capture log;
+    capture_start(&log);
     int rc = cw_run_tokens(3, tokens, token_fn, NULL, r);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
+    const char *text = capture_end(&log);
     cr_assert_eq(rc, 0);
-    static char text[8192];
-    ssize_t n = pread(lfd, text, sizeof text - 1, 0);
-    text[n > 0 ? n : 0] = '\0';
-    close(lfd);
-    unlink(log);
     return text;
 }
 

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "helpers/capture.h"
 #include "runner/store.h"
 
 static store_server *server;
@@ -278,24 +279,9 @@ static void tstop(void) { store_server_stop(tserver); }
 
 TestSuite(store_token, .init = tstart, .fini = tstop);
 
-/* Reads what the server wrote to stderr while fd 2 pointed at path. */
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f);
-    static char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
 Test(store_token, refuses_clients_without_or_with_a_wrong_token_and_keeps_serving) {
-    char log[] = "/tmp/pprun-store-log-XXXXXX";
-    int lfd = mkstemp(log);
-    cr_assert(lfd >= 0);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(lfd, 2);
+    capture log;
+    capture_start(&log);
 
     pp_err err;
     store_client *c;
@@ -333,17 +319,10 @@ Test(store_token, refuses_clients_without_or_with_a_wrong_token_and_keeps_servin
     free(val);
     store_close(c);
 
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    close(lfd);
-    const char *text = slurp(log);
-    unlink(log);
+    const char *text = capture_end(&log);
     /* One line per refused connection, naming its address, never the token. */
     cr_assert_eq(strstr(text, "pprun store: refused a connection from 127.0.0.1:") != NULL, 1, "%s", text);
-    int lines = 0;
-    for (const char *p = text; (p = strstr(p, "refused a connection")); p++) lines++;
-    cr_assert_eq(lines, 3, "%s", text);
+    cr_assert_eq(capture_count(text, "refused a connection"), 3, "%s", text);
     cr_assert(strstr(text, "no rendezvous token") && strstr(text, "wrong rendezvous token"), "%s", text);
     cr_assert_null(strstr(text, "9f86d081"), "the log shows the token: %s", text);
 }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "db/db.h"
+#include "helpers/capture.h"
 #include "helpers/trace_fixture.h"
 #include "tracer/clock.h"
 #include "tracer/collector.h"
@@ -369,12 +370,8 @@ Test(trace_collector, forwarders_without_the_token_are_refused_and_write_nothing
     pp_err err;
     cr_assert_eq(db_open(tfix_path("token.db"), &d, &err), 0, "%s", err.msg);
     int64_t job = tfix_job(d);
-    char log[] = "/tmp/pprun-coll-log-XXXXXX";
-    int lfd = mkstemp(log);
-    cr_assert(lfd >= 0);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(lfd, 2);
+    capture log;
+    capture_start(&log);
 
     collector *master, *node = NULL;
     collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1",
@@ -448,22 +445,13 @@ Test(trace_collector, forwarders_without_the_token_are_refused_and_write_nothing
     uint64_t rejected = collector_rejected(master);
     cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
 
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    char text[8192];
-    ssize_t n = pread(lfd, text, sizeof text - 1, 0);
-    text[n > 0 ? n : 0] = '\0';
-    close(lfd);
-    unlink(log);
+    const char *text = capture_end(&log);
     sqlite3 *s = db_sqlite(d);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 1, "only the forwarder with the token wrote");
     cr_assert_eq(tfix_q_int(s, "SELECT step FROM events"), 5);
     cr_assert_eq(rejected, 0, "records of refused connections were even looked at");
-    int lines = 0;
-    for (const char *p = text; (p = strstr(p, "pprun collector: refused a forwarding connection from 127.0.0.1:")); p++)
-        lines++;
-    cr_assert_eq(lines, 4, "one line per refused connection:\n%s", text);
+    cr_assert_eq(capture_count(text, "pprun collector: refused a forwarding connection from 127.0.0.1:"), 4,
+                 "one line per refused connection:\n%s", text);
     cr_assert_null(strstr(text, "token-012"), "the log shows a token: %s", text);
     db_close(d);
 }
