@@ -11,7 +11,9 @@
  * time out, a connection whose replies pile up unread is not read from
  * until they drain, and accept failing for lack of descriptors pauses the
  * listening socket instead of spinning on it. A peer that half-closes
- * still has every complete frame it sent handled and answered. */
+ * still has every complete frame it sent handled and answered. The table
+ * is capped in keys and bytes: a SET or ADD that would pass a cap is
+ * refused and changes nothing. */
 #include "runner/store.h"
 #include "runner/store_limits.h"
 #include "runner/store_wire.h"
@@ -76,11 +78,13 @@ struct store_server {
     size_t nconns, capconns;
     kv **buckets;
     size_t nbuckets, nkeys;
+    uint64_t nbytes; /* key + value lengths held (ADD may pass max_bytes by a few digits, see op_add) */
+    size_t nparked;  /* connections with a WAIT parked: wake_waiters scans only when some are */
     char token[PP_TOKEN_MAX + 1]; /* "" = none */
     store_limits lim;             /* every field set */
     uint64_t accept_paused_until; /* 0: the listening socket is polled */
     int accept_failing;           /* accept failed for lack of resources since the last success */
-    pp_ratelimit log_full, log_accept, log_peer; /* one per kind of stderr line */
+    pp_ratelimit log_full, log_accept, log_peer, log_table; /* one per kind of stderr line */
 };
 
 /* Writes "pprun store: MSG" to stderr unless burst lines of this kind were
@@ -153,6 +157,7 @@ static void kv_grow(store_server *s) {
 static int kv_put(store_server *s, const char *key, uint8_t *val, size_t len) {
     kv **p = kv_slot(s, key);
     if (*p) {
+        s->nbytes = s->nbytes - (*p)->len + len;
         free((*p)->val);
         (*p)->val = val;
         (*p)->len = len;
@@ -170,6 +175,7 @@ static int kv_put(store_server *s, const char *key, uint8_t *val, size_t len) {
     e->val = val;
     e->len = len;
     *p = e;
+    s->nbytes += strlen(key) + len;
     if (++s->nkeys > s->nbuckets) kv_grow(s);
     return 1;
 }
@@ -217,6 +223,33 @@ static void flush_out(conn *c) {
     }
 }
 
+/* --- caps --------------------------------------------------------------------- */
+
+/* Would storing a len-byte value at key (e: its entry, NULL if new) pass
+ * max_keys or max_bytes? If so, answers c BAD naming the cap (and what was
+ * refused), writes one line per burst to stderr, and returns 1: the caller
+ * changes nothing. A value not larger than the one it replaces always
+ * fits, so a full store still takes updates in place. */
+static int table_full(store_server *s, conn *c, const char *op, const char *key, const kv *e, size_t len) {
+    char msg[400];
+    size_t klen = strlen(key);
+    int shown = klen > 128 ? 128 : (int)klen; /* the message, not the key, is the point */
+    const char *more = klen > 128 ? "..." : "";
+    if (!e && s->nkeys >= s->lim.max_keys) {
+        snprintf(msg, sizeof msg, "store full: %zu keys held, limit %zu (STORE_MAX_KEYS); %s %.*s%s refused", s->nkeys,
+                 s->lim.max_keys, op, shown, key, more);
+    } else {
+        uint64_t grow = e ? (len > e->len ? len - e->len : 0) : klen + len;
+        if (grow == 0 || s->nbytes + grow <= s->lim.max_bytes) return 0;
+        snprintf(msg, sizeof msg,
+                 "store full: %" PRIu64 " bytes held, limit %" PRIu64 " (STORE_MAX_BYTES); %s %.*s%s of %zu bytes refused",
+                 s->nbytes, s->lim.max_bytes, op, shown, key, more, len);
+    }
+    log_limited(&s->log_table, 1, "refused a request from %s: %s", c->peer, msg);
+    reply_bad(c, msg);
+    return 1;
+}
+
 /* --- waits -------------------------------------------------------------------- */
 
 static void wait_clear(conn *c) {
@@ -233,23 +266,41 @@ static int wait_ready(store_server *s, const conn *c) {
     return 1;
 }
 
+/* Ends c's parked WAIT (c->wkeys is set only while one is parked). */
+static void unpark(store_server *s, conn *c) {
+    if (!c->wkeys) return;
+    wait_clear(c);
+    s->nparked--;
+}
+
 /* After a key appears: answer every parked WAIT that is now complete. (A
- * replaced key changes no WAIT: they ask only that keys exist.) */
+ * replaced key changes no WAIT: they ask only that keys exist.) Most new
+ * keys come when nobody waits (a rank publishing its address while the
+ * others still start): then this costs nothing instead of a scan of every
+ * connection. With waiters parked it is still a scan, stopped once all of
+ * them were seen; indexing waiters by key would make it O(waiters of that
+ * key), which a rendezvous of a few thousand ranks has not needed. */
 static void wake_waiters(store_server *s) {
-    for (size_t i = 0; i < s->nconns; i++) {
+    size_t left = s->nparked;
+    for (size_t i = 0; left && i < s->nconns; i++) {
         conn *c = s->conns[i];
-        if (c->wkeys && wait_ready(s, c)) {
-            wait_clear(c);
+        if (!c->wkeys) continue;
+        left--;
+        if (wait_ready(s, c)) {
+            unpark(s, c);
             reply(c, STORE_OK, NULL, 0);
         }
     }
 }
 
 static void expire_waiters(store_server *s, uint64_t now) {
-    for (size_t i = 0; i < s->nconns; i++) {
+    size_t left = s->nparked;
+    for (size_t i = 0; left && i < s->nconns; i++) {
         conn *c = s->conns[i];
-        if (c->wkeys && c->wdeadline && now >= c->wdeadline) {
-            wait_clear(c);
+        if (!c->wkeys) continue;
+        left--;
+        if (c->wdeadline && now >= c->wdeadline) {
+            unpark(s, c);
             reply(c, STORE_TIMEOUT, NULL, 0);
         }
     }
@@ -304,6 +355,10 @@ static void op_set(store_server *s, conn *c, rd *r) {
                  (unsigned)STORE_MAX_VALUE);
         return reply_bad(c, msg);
     }
+    if (table_full(s, c, "SET", key, *kv_slot(s, key), n)) {
+        free(key);
+        return;
+    }
     uint8_t *val = malloc(n ? n : 1);
     if (!val) {
         free(key);
@@ -357,6 +412,12 @@ static void op_add(store_server *s, conn *c, rd *r) {
     }
     char text[32];
     int len = snprintf(text, sizeof text, "%" PRId64, cur);
+    /* Only a new key is refused: a counter that gains a digit at the cap
+     * (at most 20 bytes a key) must not break a barrier in progress. */
+    if (!e && table_full(s, c, "ADD", key, NULL, (size_t)len)) {
+        free(key);
+        return;
+    }
     uint8_t *val = malloc((size_t)len + 1);
     int rc = val ? (memcpy(val, text, (size_t)len), kv_put(s, key, val, (size_t)len)) : -1;
     free(key);
@@ -382,6 +443,7 @@ static void op_del(store_server *s, conn *c, rd *r) {
     if (!*p) return reply(c, STORE_MISSING, NULL, 0);
     kv *e = *p;
     *p = e->next;
+    s->nbytes -= strlen(e->key) + e->len;
     free(e->key);
     free(e->val);
     free(e);
@@ -412,6 +474,7 @@ static void op_wait(store_server *s, conn *c, rd *r) {
         wait_clear(c);
         return reply(c, STORE_TIMEOUT, NULL, 0);
     }
+    s->nparked++;
     /* Over a year is forever; it would also overflow the deadline. */
     c->wdeadline = timeout_ms > 0 && timeout_ms < STORE_WAIT_FOREVER_MS ? pp_now_ns() + (uint64_t)timeout_ms * 1000000ull : 0;
 }
@@ -554,9 +617,9 @@ static void read_in(store_server *s, conn *c) {
     }
 }
 
-static void conn_free(conn *c) {
+static void conn_free(store_server *s, conn *c) {
     close(c->fd);
-    wait_clear(c);
+    unpark(s, c);
     free(c->in);
     free(c->out);
     free(c);
@@ -734,7 +797,7 @@ static void *server_main(void *arg) {
              * still parked is dropped: its peer hung up. */
             if (c->eof && drained && (c->wkeys || !frame_ready(c))) c->dead = 1;
             if (c->dead) {
-                conn_free(c);
+                conn_free(s, c);
                 s->conns[i] = s->conns[--s->nconns];
             } else {
                 i++;
@@ -808,6 +871,8 @@ int store_server_start_limits(const char *host, int port, const char *token, con
     if (!s->lim.auth_timeout_ns) s->lim.auth_timeout_ns = STORE_AUTH_TIMEOUT_MS * 1000000ull;
     if (!s->lim.out_high) s->lim.out_high = STORE_OUT_HIGH;
     if (!s->lim.accept_pause_ns) s->lim.accept_pause_ns = STORE_ACCEPT_PAUSE_MS * 1000000ull;
+    if (!s->lim.max_bytes) s->lim.max_bytes = STORE_MAX_BYTES;
+    if (!s->lim.max_keys) s->lim.max_keys = STORE_MAX_KEYS;
     /* Longer than a year is forever, and must not overflow a deadline. */
     const uint64_t year = 365ull * 24 * 3600 * 1000000000ull;
     if (s->lim.auth_timeout_ns > year) s->lim.auth_timeout_ns = year;
@@ -847,7 +912,7 @@ void store_server_stop(store_server *s) {
     while (write(s->wake[1], &b, 1) < 0 && errno == EINTR) {
     }
     pthread_join(s->thread, NULL);
-    for (size_t i = 0; i < s->nconns; i++) conn_free(s->conns[i]);
+    for (size_t i = 0; i < s->nconns; i++) conn_free(s, s->conns[i]);
     free(s->conns);
     for (size_t i = 0; i < s->nbuckets; i++) {
         for (kv *e = s->buckets[i], *next; e; e = next) {

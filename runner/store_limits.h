@@ -16,7 +16,12 @@
  *    at most out_high plus one reply.
  *  - accept_pause_ns: when accept fails for lack of file descriptors or
  *    memory, the listening socket is left alone this long (it stays
- *    readable, so polling it would spin), with one line on stderr. */
+ *    readable, so polling it would spin), with one line on stderr.
+ *  - max_bytes, max_keys: what the table holds. A SET or ADD that would
+ *    add a key over max_keys, or bytes (key + value lengths) over
+ *    max_bytes, is answered BAD "store full: ..." and changes nothing;
+ *    replacing a value with one not larger, GET, DEL and WAIT go on at
+ *    the cap. One line (at most every 10 s) says so on stderr. */
 #ifndef PP_STORE_LIMITS_H
 #define PP_STORE_LIMITS_H
 #include <stddef.h>
@@ -39,12 +44,28 @@
  * replies hold is STORE_OUT_HIGH + STORE_MAX_VALUE + 5. */
 #define STORE_OUT_HIGH (4u << 20)
 #define STORE_ACCEPT_PAUSE_MS 100u
+/* What a job stores: per rank and attempt its comm endpoint (~90 bytes),
+ * its device (~100) and its pipeline neighbours' NCCL ids (2 x ~170),
+ * about 5 keys and 600 bytes; per node and attempt a few launcher keys
+ * ("pprun/a/N/..."). A job of 8000 ranks (STORE_MAX_CONNS) thus adds about
+ * 40k keys and 5 MB per attempt, and the store keeps every attempt's keys
+ * until the job ends. The one key that grows with time is the last stage's
+ * "run/progress/<step>" (~45 bytes a step). 4 Mi keys hold 4 million steps
+ * plus an 8000-rank job's keys over dozens of restarts; 512 MiB holds what
+ * those keys carry several times over. At the caps the server holds at
+ * most about 1 GiB (512 MiB of keys and values, ~100 bytes of table and
+ * allocator overhead per key): a flood of SETs fails instead of taking
+ * the node's memory. */
+#define STORE_MAX_BYTES (512ull << 20)
+#define STORE_MAX_KEYS (4u << 20)
 
 typedef struct store_limits {
     size_t max_conns;         /* 0: STORE_MAX_CONNS */
     uint64_t auth_timeout_ns; /* 0: STORE_AUTH_TIMEOUT_MS */
     size_t out_high;          /* 0: STORE_OUT_HIGH */
     uint64_t accept_pause_ns; /* 0: STORE_ACCEPT_PAUSE_MS */
+    uint64_t max_bytes;       /* 0: STORE_MAX_BYTES (key + value lengths held) */
+    size_t max_keys;          /* 0: STORE_MAX_KEYS */
 } store_limits;
 
 /* store_server_start_token with these limits (lim NULL, or a field 0: the

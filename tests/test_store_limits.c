@@ -544,3 +544,137 @@ Test(store_limits, a_peer_reset_while_not_read_from_frees_its_slot) {
     cr_assert(ok, "the reset connection still holds the only slot");
     store_server_stop(s);
 }
+
+/* --- the table's caps --------------------------------------------------------- */
+
+static store_client *client(int port) {
+    store_client *c;
+    pp_err err;
+    cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &c, &err), 0, "%s", err.msg);
+    return c;
+}
+
+/* The value at key, which must be exactly want (len bytes). */
+static void holds(store_client *c, const char *key, const void *want, size_t len) {
+    void *v;
+    size_t got;
+    pp_err err;
+    int rc = store_get(c, key, &v, &got, &err);
+    cr_assert_neq(rc, 1, "%s is gone", key);
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    cr_assert(got == len && !memcmp(v, want, len), "%s changed: %zu bytes, want %zu", key, got, len);
+    free(v);
+}
+
+static void missing(store_client *c, const char *key) {
+    void *v;
+    size_t len;
+    pp_err err;
+    cr_assert_eq(store_get(c, key, &v, &len, &err), 1, "%s was stored", key);
+}
+
+Test(store_limits, a_set_past_the_byte_cap_is_refused_and_changes_nothing) {
+    store_limits lim = {.max_bytes = 1000};
+    int port;
+    store_server *s = start(NULL, &lim, &port);
+    capture cap;
+    capture_start(&cap);
+    store_client *c = client(port);
+    pp_err err;
+    static char a[600], b[600];
+    memset(a, 'a', sizeof a);
+    memset(b, 'b', sizeof b);
+    cr_assert_eq(store_set(c, "a", a, 500, &err), 0, "%s", err.msg); /* 501 bytes held */
+    cr_assert_eq(store_set(c, "bb", b, 497, &err), 0, "%s", err.msg); /* 1000: at the cap, not past it */
+
+    /* A new key, then a larger value for a held one: refused, with what
+     * and why, through the client's own error; nothing changes. */
+    char want[160];
+    snprintf(want, sizeof want, "store 127.0.0.1:%d: request refused: store full: 1000 bytes held, limit 1000", port);
+    cr_assert_eq(store_set(c, "c", "x", 1, &err), -1);
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    cr_assert(strstr(err.msg, "(STORE_MAX_BYTES); SET c of 1 bytes refused"), "%s", err.msg);
+    missing(c, "c");
+    cr_assert_eq(store_set(c, "a", b, 501, &err), -1);
+    cr_assert(strstr(err.msg, "SET a of 501 bytes refused"), "%s", err.msg);
+    holds(c, "a", a, 500);
+    /* ADD of a new counter is refused the same way. */
+    int64_t n = 0;
+    cr_assert_eq(store_add(c, "n", 1, &n, &err), -1);
+    cr_assert(strstr(err.msg, "store full: 1000 bytes held, limit 1000"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "ADD n of 1 bytes refused"), "%s", err.msg);
+    missing(c, "n");
+
+    /* At the cap: a value not larger replaces the old one, GET and WAIT
+     * go on; a DEL frees room that a SET then takes. */
+    cr_assert_eq(store_set(c, "a", b, 500, &err), 0, "%s", err.msg);
+    holds(c, "a", b, 500);
+    const char *both[] = {"a", "bb"};
+    cr_assert_eq(store_wait(c, both, 2, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_set(c, "a", a, 100, &err), 0, "%s", err.msg); /* 600 bytes held */
+    cr_assert_eq(store_set(c, "c", a, 399, &err), 0, "%s", err.msg);  /* 1000 */
+    cr_assert_eq(store_set(c, "d", "", 0, &err), -1);
+    cr_assert_eq(store_delete(c, "bb", &err), 0, "%s", err.msg);
+    cr_assert_eq(store_set(c, "d", b, 498, &err), 0, "%s", err.msg); /* 1000 again */
+    holds(c, "d", b, 498);
+    holds(c, "c", a, 399);
+
+    /* A burst of refusals is one line on the server's stderr. */
+    for (int i = 0; i < 50; i++) cr_assert_eq(store_set(c, "e", "x", 1, &err), -1);
+    store_close(c);
+    const char *log = capture_end(&cap);
+    cr_assert_eq(capture_count(log, "pprun store: refused a request from 127.0.0.1:"), 1, "want one line: %s", log);
+    cr_assert(strstr(log, "store full: 1000 bytes held, limit 1000 (STORE_MAX_BYTES); SET c of 1 bytes refused"),
+              "%s", log);
+    store_server_stop(s);
+}
+
+Test(store_limits, keys_past_the_key_cap_are_refused_by_set_and_add) {
+    store_limits lim = {.max_keys = 4};
+    int port;
+    store_server *s = start(NULL, &lim, &port);
+    capture cap;
+    capture_start(&cap);
+    store_client *c = client(port);
+    pp_err err;
+    int64_t n = 0;
+    cr_assert_eq(store_set(c, "k0", "zero", 4, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_set(c, "k1", "one", 3, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_set(c, "k2", "two", 3, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_add(c, "count", 1, &n, &err), 0, "%s", err.msg);
+
+    cr_assert_eq(store_set(c, "k3", "three", 5, &err), -1);
+    cr_assert(strstr(err.msg, "request refused: store full: 4 keys held, limit 4 (STORE_MAX_KEYS); SET k3 refused"),
+              "%s", err.msg);
+    missing(c, "k3");
+    cr_assert_eq(store_add(c, "other", 1, &n, &err), -1);
+    cr_assert(strstr(err.msg, "store full: 4 keys held, limit 4 (STORE_MAX_KEYS); ADD other refused"), "%s", err.msg);
+    missing(c, "other");
+
+    /* Keys already held go on: replaced by a larger value (no byte cap
+     * here), counted up, waited for. */
+    cr_assert_eq(store_set(c, "k0", "ZERO!", 5, &err), 0, "%s", err.msg);
+    holds(c, "k0", "ZERO!", 5);
+    cr_assert_eq(store_add(c, "count", 9, &n, &err), 0, "%s", err.msg);
+    cr_assert_eq(n, 10);
+    holds(c, "count", "10", 2);
+    const char *k1 = "k1";
+    cr_assert_eq(store_wait(c, &k1, 1, 0, &err), 0, "%s", err.msg);
+
+    /* A WAIT parked for a key that cannot be stored yet is answered once a
+     * DEL makes room and the key is set. */
+    int w = raw_connect(port);
+    send_wait_forever(w, "k3");
+    cr_assert_eq(store_set(c, "k3", "three", 5, &err), -1);
+    cr_assert_eq(store_delete(c, "k2", &err), 0, "%s", err.msg);
+    cr_assert_eq(store_set(c, "k3", "three", 5, &err), 0, "%s", err.msg);
+    cr_assert_eq(reply(w, NULL, NULL), STORE_OK, "the parked WAIT was not answered");
+    close(w);
+    holds(c, "k3", "three", 5);
+    missing(c, "k2");
+    store_close(c);
+    const char *log = capture_end(&cap);
+    cr_assert_eq(capture_count(log, "pprun store: refused a request from 127.0.0.1:"), 1, "want one line: %s", log);
+    cr_assert(strstr(log, "4 keys held, limit 4 (STORE_MAX_KEYS); SET k3 refused"), "%s", log);
+    store_server_stop(s);
+}
