@@ -138,6 +138,10 @@ static void poll_once(run_progress *p, store_client *store) {
         int ok = sscanf(val, "%lf %lf %lf", &loss, &ms, &tok) == 3;
         free(val);
         if (!ok) return;
+        /* Shown once, then gone: a long job keeps no key per step in the
+         * store (its caps, store_limits.h, would end a job of millions of
+         * steps). A restarted attempt publishes its steps again. */
+        if (store_delete(store, key, &err) < 0) return;
         p->last_step++;
         if (!p->quiet) show(p, p->last_step, loss, ms, tok);
         /* The step before the newest is complete on every rank. */

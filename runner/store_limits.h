@@ -49,10 +49,10 @@
  * about 5 keys and 600 bytes; per node and attempt a few launcher keys
  * ("pprun/a/N/..."). A job of 8000 ranks (STORE_MAX_CONNS) thus adds about
  * 40k keys and 5 MB per attempt, and the store keeps every attempt's keys
- * until the job ends. The one key that grows with time is the last stage's
- * "run/progress/<step>" (~45 bytes a step). 4 Mi keys hold 4 million steps
- * plus an 8000-rank job's keys over dozens of restarts; 512 MiB holds what
- * those keys carry several times over. At the caps the server holds at
+ * until the job ends. The last stage's "run/progress/<step>" (~45 bytes)
+ * lives only until `pprun run` has shown it (run_progress.c), so nothing
+ * grows with the steps. 4 Mi keys hold an 8000-rank job's keys over about
+ * a hundred restarts; 512 MiB holds what those keys carry many times over. At the caps the server holds at
  * most about 1 GiB (512 MiB of keys and values, ~100 bytes of table and
  * allocator overhead per key): a flood of SETs fails instead of taking
  * the node's memory. */
