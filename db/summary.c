@@ -54,20 +54,27 @@ double summary_sim_bubble(int64_t busy, int64_t makespan) {
     return makespan > 0 ? 1.0 - (double)busy / (double)makespan : 0;
 }
 
-int summary_plan_times(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *makespan,
-                       void (*row)(void *ctx, sqlite3_stmt *st), void *ctx, pp_err *err) {
+int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *peak, int64_t *makespan,
+                 void (*row)(void *ctx, sqlite3_stmt *st), void *ctx, pp_err *err) {
     sqlite3_stmt *st;
     if (prepare(db,
                 "SELECT rank, slot, action, stage, phase, microbatch, sim_start_ns AS sim_start, "
                 "sim_end_ns AS sim_end FROM plan WHERE job_id=?1 ORDER BY rank, slot",
                 job, &st, err) != 0)
         return -1;
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
-    int simulated = 1, n = 0, rc;
+    int64_t lo = INT64_MAX, hi = INT64_MIN, inflight = 0;
+    int simulated = 1, n = 0, rc, last_rank = -1;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (row) row(ctx, st);
         n++;
         int rank = sqlite3_column_int(st, 0);
+        const char *phase = (const char *)sqlite3_column_text(st, 4);
+        if (rank != last_rank) last_rank = rank, inflight = 0;
+        if (rank >= 0 && rank < world && phase) {
+            if (strcmp(phase, "F") == 0) inflight++;
+            else if (strcmp(phase, "W") == 0) inflight--;
+            if (inflight > peak[rank]) peak[rank] = inflight;
+        }
         if (sqlite3_column_type(st, 6) == SQLITE_NULL || sqlite3_column_type(st, 7) == SQLITE_NULL) {
             simulated = 0;
             continue;
@@ -80,25 +87,6 @@ int summary_plan_times(sqlite3 *db, int64_t job, int world, int64_t *busy, int64
     if (finish(db, st, rc, err) != 0) return -1;
     *makespan = simulated && n > 0 ? hi - lo : 0;
     return simulated && n > 0;
-}
-
-int64_t summary_plan_peak_inflight(sqlite3 *db, int64_t job, int world, int64_t *peak, pp_err *err) {
-    for (int k = 0; k < world; k++) peak[k] = 0;
-    sqlite3_stmt *st;
-    if (prepare(db, "SELECT rank, phase FROM plan WHERE job_id=?1 ORDER BY rank, slot", job, &st, err) != 0) return -1;
-    int64_t rows = 0, inflight = 0;
-    int rank = -1, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        rows++;
-        int k = sqlite3_column_int(st, 0);
-        const char *ph = (const char *)sqlite3_column_text(st, 1);
-        if (k != rank) rank = k, inflight = 0;
-        if (!ph || k < 0 || k >= world) continue;
-        if (strcmp(ph, "F") == 0) inflight++;
-        else if (strcmp(ph, "W") == 0) inflight--;
-        if (inflight > peak[k]) peak[k] = inflight;
-    }
-    return finish(db, st, rc, err) == 0 ? rows : -1;
 }
 
 static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
@@ -165,8 +153,12 @@ static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
 
 static int read_plan(sqlite3 *db, job_summary *s, pp_err *err) {
     int64_t *busy = calloc((size_t)s->world, sizeof *busy), makespan = 0;
-    if (!busy) return pp_fail(err, "out of memory");
-    int simulated = summary_plan_times(db, s->job_id, s->world, busy, &makespan, NULL, NULL, err);
+    s->plan_peak_inflight = calloc((size_t)s->world, sizeof *s->plan_peak_inflight);
+    if (!busy || !s->plan_peak_inflight) {
+        free(busy);
+        return pp_fail(err, "out of memory");
+    }
+    int simulated = summary_plan(db, s->job_id, s->world, busy, s->plan_peak_inflight, &makespan, NULL, NULL, err);
     if (simulated > 0) {
         double sum = 0;
         for (int k = 0; k < s->world; k++) sum += summary_sim_bubble(busy[k], makespan);
@@ -174,11 +166,7 @@ static int read_plan(sqlite3 *db, job_summary *s, pp_err *err) {
     }
     free(busy);
     if (simulated < 0) return -1;
-    if (!(s->plan_peak_inflight = malloc((size_t)s->world * sizeof *s->plan_peak_inflight)))
-        return pp_fail(err, "out of memory");
-    int64_t rows = summary_plan_peak_inflight(db, s->job_id, s->world, s->plan_peak_inflight, err);
-    if (rows < 0) return -1;
-    s->has_plan = rows > 0;
+    for (int k = 0; k < s->world; k++) s->has_plan |= s->plan_peak_inflight[k] > 0;
     if (!s->has_plan) {
         free(s->plan_peak_inflight);
         s->plan_peak_inflight = NULL;

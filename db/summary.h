@@ -45,7 +45,7 @@ typedef struct job_summary {
     int64_t *act_peak_by_rank; /* world entries (owned): most activation bytes the rank held in a step from
                                 * from_step on; -1 for a rank without stats (0: not recorded) */
     int64_t act_peak;        /* max over ranks; -1 when no rank has stats */
-    int64_t *plan_peak_inflight; /* world entries (owned) when has_plan, else NULL: summary_plan_peak_inflight */
+    int64_t *plan_peak_inflight; /* world entries (owned) when has_plan, else NULL: summary_plan's peak */
     int has_plan;            /* the job has plan rows */
     int64_t idle_ns_by_cause[CAUSE_COUNT];
     int64_t loss_step;      /* the latest step with losses; -1 when none */
@@ -62,21 +62,18 @@ typedef struct job_summary {
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err);
 void summary_free(job_summary *s);
 
-/* The plan's simulated times of job: each rank's busy time (busy[world],
- * zeroed by the caller) and the makespan. Returns 1 when every action has
- * simulated times, 0 when some or all lack them (or there is no plan), -1
- * on a database error (err filled). Each row also goes to row(ctx, st)
- * when row is not NULL. */
-int summary_plan_times(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *makespan,
-                       void (*row)(void *ctx, sqlite3_stmt *st), void *ctx, pp_err *err);
+/* One pass over job's plan. Its simulated times: each rank's busy time
+ * (busy[world]) and the makespan. Its activation memory in microbatch-stage
+ * units: per rank, the most microbatches between their F and their W at
+ * once, walking its actions in slot order (+1 at an F, -1 at a W) into
+ * peak[world]; a plan has an F somewhere, so a job has plan rows exactly
+ * when some peak is above 0. busy and peak are zeroed by the caller.
+ * Returns 1 when every action has simulated times, 0 when some or all lack
+ * them (or there is no plan), -1 on a database error (err filled). Each
+ * row also goes to row(ctx, st) when row is not NULL. */
+int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *peak, int64_t *makespan,
+                 void (*row)(void *ctx, sqlite3_stmt *st), void *ctx, pp_err *err);
 /* 1 - busy/makespan, 0 for an empty plan. */
 double summary_sim_bubble(int64_t busy, int64_t makespan);
-
-/* The plan's activation memory in microbatch-stage units: per rank, the
- * most microbatches between their F and their W at once, walking its
- * actions in slot order (+1 at an F, -1 at a W) into peak[world] (zeroed
- * here). Returns the number of plan rows (0: no plan), -1 on a database
- * error (err filled). */
-int64_t summary_plan_peak_inflight(sqlite3 *db, int64_t job, int world, int64_t *peak, pp_err *err);
 
 #endif

@@ -167,7 +167,7 @@ void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_key(&w, "actions");
     jw_arr(&w);
     pp_err err;
-    int simulated = summary_plan_times(db, j->id, j->world, busy, &makespan, plan_row, &w, &err);
+    int simulated = summary_plan(db, j->id, j->world, busy, peak, &makespan, plan_row, &w, &err);
     if (simulated < 0) http_error(r, 500, "%s", err.msg);
     jw_arr_end(&w);
     jw_key(&w, "simulated");
@@ -179,17 +179,16 @@ void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
         for (int k = 0; k < j->world; k++) jw_num(&w, summary_sim_bubble(busy[k], makespan));
         jw_arr_end(&w);
     }
-    int64_t rows = -1; /* stays -1 once an error was answered */
-    if (simulated >= 0 && (rows = summary_plan_peak_inflight(db, j->id, j->world, peak, &err)) < 0)
-        http_error(r, 500, "%s", err.msg);
+    int has_plan = 0; /* some rank has an F (summary_plan) */
+    for (int k = 0; k < j->world; k++) has_plan |= peak[k] > 0;
     jw_key(&w, "peak_inflight");
     jw_arr(&w);
-    for (int k = 0; rows > 0 && k < j->world; k++) jw_int(&w, peak[k]);
+    for (int k = 0; has_plan && k < j->world; k++) jw_int(&w, peak[k]);
     jw_arr_end(&w);
     jw_obj_end(&w);
     free(busy);
     free(peak);
-    if (rows >= 0) http_json(r, &w);
+    if (simulated >= 0) http_json(r, &w);
     jw_free(&w); /* empty once sent */
 }
 
