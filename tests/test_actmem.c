@@ -10,11 +10,11 @@
  * rank's own first F of the step. */
 #include <criterion/criterion.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include "helpers/trace_fixture.h"
 #include "runner/pipe/sched.h"
 
 #define ACT 65536
@@ -64,45 +64,32 @@ static sqlite3 *run_job(const char *schedule, int v, const char *model) {
     return s;
 }
 
-static long long q(sqlite3 *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static long long q(sqlite3 *db, const char *fmt, ...) {
-    char sql[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no row: %s", sql);
-    cr_assert_neq(sqlite3_column_type(st, 0), SQLITE_NULL, "NULL: %s", sql);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
-}
-
 #define OPS "job_id = 1 AND step = 1 AND source = 'cpu' AND phase IN ('F','B','W')"
 
 /* The rank's most held bytes in step 1, from its events; the analysis must
  * have stored the same figure in step_stats. */
 static long long peak(sqlite3 *db, int r) {
-    long long from_events = q(db, "SELECT max(bytes) FROM events WHERE " OPS " AND rank = %d", r);
-    long long stored = q(db, "SELECT act_peak_bytes FROM step_stats WHERE job_id = 1 AND step = 1 AND rank = %d", r);
-    cr_assert_eq(stored, from_events, "rank %d: step_stats.act_peak_bytes %lld, events say %lld", r, stored, from_events);
+    long long from_events = tfix_q_intf(db, "SELECT max(bytes) FROM events WHERE " OPS " AND rank = %d", r);
+    long long stored =
+        tfix_q_intf(db, "SELECT act_peak_bytes FROM step_stats WHERE job_id = 1 AND step = 1 AND rank = %d", r);
+    cr_assert_eq(stored, from_events, "rank %d: step_stats.act_peak_bytes %lld, events say %lld", r, stored,
+                 from_events);
     return from_events;
 }
 static long long first_f(sqlite3 *db, int r) {
-    return q(db, "SELECT bytes FROM events WHERE " OPS " AND rank = %d AND phase = 'F' ORDER BY start_ns LIMIT 1", r);
+    return tfix_q_intf(
+        db, "SELECT bytes FROM events WHERE " OPS " AND rank = %d AND phase = 'F' ORDER BY start_ns LIMIT 1", r);
 }
 static long long after_last_w(sqlite3 *db, int r) {
-    return q(db, "SELECT bytes FROM events WHERE " OPS " AND rank = %d AND phase = 'W' ORDER BY end_ns DESC LIMIT 1",
-             r);
+    return tfix_q_intf(
+        db, "SELECT bytes FROM events WHERE " OPS " AND rank = %d AND phase = 'W' ORDER BY end_ns DESC LIMIT 1", r);
 }
 
 /* Every op of the step has its bytes in the events table. */
 static void check_recorded(sqlite3 *db, const char *what) {
-    long long ops = q(db, "SELECT count(*) FROM events WHERE " OPS);
+    long long ops = tfix_q_intf(db, "SELECT count(*) FROM events WHERE " OPS);
     cr_assert_gt(ops, 0, "%s: no F/B/W events", what);
-    long long with = q(db, "SELECT count(*) FROM events WHERE " OPS " AND bytes IS NOT NULL");
+    long long with = tfix_q_intf(db, "SELECT count(*) FROM events WHERE " OPS " AND bytes IS NOT NULL");
     cr_assert_eq(with, ops, "%s: %lld of %lld F/B/W events without bytes", what, ops - with, ops);
 }
 

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/trace_fixture.h"
 #include "launch_testutil.h"
 #include "runner/pipe/sched.h"
 
@@ -56,22 +57,6 @@ static sqlite3 *open_db(const char *name) {
     sqlite3 *db;
     cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     return db;
-}
-
-/* The first column of the first row of a query, as an integer. */
-static long long scalar(sqlite3 *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static long long scalar(sqlite3 *db, const char *fmt, ...) {
-    char sql[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(sql, sizeof sql, fmt, ap);
-    va_end(ap);
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
-    long long v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    return v;
 }
 
 static double scalar_double(sqlite3 *db, const char *sql) {
@@ -150,16 +135,17 @@ Test(run_trace, every_schedule_is_traced_op_by_op_as_planned) {
         int stages = plan->stages;
 
         for (const char *ph = "FBW"; *ph; ph++)
-            cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE phase = '%c'", *ph), 2 * 8 * stages,
+            cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM events WHERE phase = '%c'", *ph), 2 * 8 * stages,
                          "%s: %c ops", s, *ph);
         /* Each (step, stage, microbatch, phase) exactly once, on its stage's rank. */
-        cr_assert_eq(scalar(db, "SELECT count(*) FROM (SELECT DISTINCT step, stage, microbatch, phase FROM events "
-                                "WHERE phase IN ('F','B','W'))"),
+        cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM (SELECT DISTINCT step, stage, microbatch, phase FROM events "
+                                     "WHERE phase IN ('F','B','W'))"),
                      2 * 8 * stages * 3, "%s: duplicated ops", s);
         for (int st = 0; st < stages; st++)
-            cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE stage = %d AND phase IN ('F','B','W') "
-                                    "AND rank != %d",
-                                st, plan->stage_rank[st]),
+            cr_assert_eq(tfix_q_intf(db,
+                                     "SELECT count(*) FROM events WHERE stage = %d AND phase IN ('F','B','W') "
+                                     "AND rank != %d",
+                                     st, plan->stage_rank[st]),
                          0, "%s: stage %d ran off its rank %d", s, st, plan->stage_rank[st]);
         check_order(db, plan, s);
 
@@ -184,10 +170,11 @@ Test(run_trace, every_schedule_is_traced_op_by_op_as_planned) {
                       "%s step %d: bubble ratio %.3f, simulator %.3f (allowed +%.2f)", s, step, measured,
                       sim->bubble_ratio, over);
         }
-        cr_assert_eq(scalar(db, "SELECT count(*) FROM losses WHERE job_id = 1"), 2 * 8, "%s: losses", s);
-        cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE phase = 'OPT'"), 2 * 4, "%s: optimizer steps", s);
-        cr_assert_eq(scalar(db, "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND exit_code = 0"), 1);
-        cr_assert_eq(scalar(db, "SELECT count(*) FROM plan WHERE job_id = 1 AND sim_start_ns IS NOT NULL"),
+        cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM losses WHERE job_id = 1"), 2 * 8, "%s: losses", s);
+        cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM events WHERE phase = 'OPT'"), 2 * 4, "%s: optimizer steps",
+                     s);
+        cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND exit_code = 0"), 1);
+        cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM plan WHERE job_id = 1 AND sim_start_ns IS NOT NULL"),
                      3 * 8 * stages, "%s: the planned timeline", s);
         sqlite3_close(db);
         sched_sim_free(sim);
@@ -203,19 +190,24 @@ Test(run_trace, a_crashed_rank_keeps_what_it_recorded) {
     sqlite3 *db = open_db("crash.db");
     /* Step 0 complete on every rank. */
     for (int r = 0; r < 4; r++)
-        cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE step = 0 AND rank = %d AND phase IN ('F','B','W')", r),
-                     24, "rank %d step 0", r);
+        cr_assert_eq(
+            tfix_q_intf(db, "SELECT count(*) FROM events WHERE step = 0 AND rank = %d AND phase IN ('F','B','W')", r),
+            24, "rank %d step 0", r);
     /* Rank 1 died at its B of microbatch 2 in step 1: in 1F1B it had run
      * F0..F3 (warm-up of rank 1 is p-1-1 = 2 forwards, then 1F1B pairs) and
      * everything before that B is there. */
-    long long before = scalar(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase IN ('F','B','W')");
+    long long before =
+        tfix_q_intf(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase IN ('F','B','W')");
     cr_assert_gt(before, 0, "nothing of rank 1's step 1 survived");
-    cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase = 'B' AND microbatch >= 2"),
-                 0);
-    cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase = 'B' AND microbatch = 1"), 1,
-                 "rank 1's last B before the crash is missing");
-    cr_assert_eq(scalar(db, "SELECT count(*) FROM jobs WHERE status = 'failed' AND exit_code = 1 AND failed_rank = 1 "
-                            "AND failure LIKE '%%SIGKILL%%'"),
+    cr_assert_eq(
+        tfix_q_intf(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase = 'B' AND microbatch >= 2"),
+        0);
+    cr_assert_eq(
+        tfix_q_intf(db, "SELECT count(*) FROM events WHERE step = 1 AND rank = 1 AND phase = 'B' AND microbatch = 1"),
+        1, "rank 1's last B before the crash is missing");
+    cr_assert_eq(tfix_q_intf(db,
+                             "SELECT count(*) FROM jobs WHERE status = 'failed' AND exit_code = 1 AND failed_rank = 1 "
+                             "AND failure LIKE '%%SIGKILL%%'"),
                  1, "the job is not marked failed by rank 1 with SIGKILL");
     sqlite3_close(db);
 }
@@ -234,21 +226,23 @@ static void two_nodes(const char *addr, const char *env) {
                 env, PPRUN_BIN, common, env, PPRUN_BIN, common);
     cr_assert_eq(rc, 0, "exit %d\n%s", rc, out_text());
     sqlite3 *db = open_db("nodes.db");
-    cr_assert_eq(scalar(db, "SELECT count(*) FROM events WHERE phase = 'F'"), 2 * 4 * 4);
-    cr_assert_eq(scalar(db, "SELECT count(DISTINCT rank) FROM events"), 4);
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM events WHERE phase = 'F'"), 2 * 4 * 4);
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(DISTINCT rank) FROM events"), 4);
     /* node 1's measured offset is about -3 s */
-    long long off = scalar(db, "SELECT clock_offset_ns FROM ranks WHERE job_id = 1 AND rank = 2");
+    long long off = tfix_q_intf(db, "SELECT clock_offset_ns FROM ranks WHERE job_id = 1 AND rank = 2");
     cr_assert(off < -2900000000LL && off > -3100000000LL, "rank 2's clock offset %lld ns", off);
     /* Stage s's forward of mb starts after stage s-1's forward of mb ended,
      * across the node boundary too (ranks 1 -> 2). */
-    long long bad = scalar(db, "SELECT count(*) FROM events a JOIN events b ON a.step = b.step AND "
-                               "a.microbatch = b.microbatch AND b.stage = a.stage + 1 AND a.phase = 'F' AND "
-                               "b.phase = 'F' WHERE b.start_ns < a.end_ns");
+    long long bad = tfix_q_intf(db, "SELECT count(*) FROM events a JOIN events b ON a.step = b.step AND "
+                                    "a.microbatch = b.microbatch AND b.stage = a.stage + 1 AND a.phase = 'F' AND "
+                                    "b.phase = 'F' WHERE b.start_ns < a.end_ns");
     cr_assert_eq(bad, 0, "%lld forwards start before their input was computed", bad);
     sqlite3_close(db);
 }
 
-Test(run_trace, two_nodes_with_skewed_clocks_land_on_one_timeline) { two_nodes("127.0.0.1", ""); }
+Test(run_trace, two_nodes_with_skewed_clocks_land_on_one_timeline) {
+    two_nodes("127.0.0.1", "");
+}
 
 /* The same on an address other machines could reach: the store, the
  * collector's ingest port and the ranks' TCP ports all need the token, and
@@ -289,7 +283,8 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
     for (int i = 0; i < 200; i++) {
         FILE *f = fopen(metrics, "r");
         int lines = 0, c;
-        while (f && (c = fgetc(f)) != EOF) lines += c == '\n';
+        while (f && (c = fgetc(f)) != EOF)
+            lines += c == '\n';
         if (f) fclose(f);
         if (lines >= 2) break;
         usleep(50000);
@@ -313,8 +308,8 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
     cr_assert_neq(system(cmd), 0, "a worker of the stopped job is still running");
 
     sqlite3 *d = open_db("stop.db");
-    cr_assert_eq(scalar(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143"), 1);
-    cr_assert_geq(scalar(d, "SELECT max(step) FROM events"), 1, "the steps that ran are in the database");
+    cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143"), 1);
+    cr_assert_geq(tfix_q_intf(d, "SELECT max(step) FROM events"), 1, "the steps that ran are in the database");
     sqlite3_stmt *q;
     cr_assert_eq(sqlite3_prepare_v2(d, "PRAGMA integrity_check", -1, &q, NULL), SQLITE_OK);
     cr_assert_eq(sqlite3_step(q), SQLITE_ROW);

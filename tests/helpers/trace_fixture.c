@@ -14,6 +14,7 @@
 #include "helpers/trace_fixture.h"
 
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +105,17 @@ int64_t tfix_q_int(sqlite3 *s, const char *sql) {
     sqlite3_stmt *st;
     cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    cr_assert_neq(sqlite3_column_type(st, 0), SQLITE_NULL, "NULL: %s", sql);
     int64_t v = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     return v;
+}
+
+int64_t tfix_q_intf(sqlite3 *s, const char *fmt, ...) {
+    char sql[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    return tfix_q_int(s, sql);
 }

@@ -20,7 +20,9 @@ int64_t tfix_job(db *d);
  * 8 results stay valid). */
 const char *tfix_path(const char *name);
 /* The first column of the first row of sql on s; the test fails (naming
- * the query) if it does not prepare or gives no row. */
+ * the query) if it does not prepare, gives no row or gives NULL. */
 int64_t tfix_q_int(sqlite3 *s, const char *sql);
+/* The same with the query formatted printf-style. */
+int64_t tfix_q_intf(sqlite3 *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif
