@@ -53,14 +53,7 @@ static collector *node_with_one_record(int64_t job, int world, int port, int ran
     cr_assert_eq(trace_ring_create(16, &r, err), 0, "%s", err->msg);
     cr_assert_eq(collector_add_ring(node, rank, r, err), 0, "%s", err->msg);
     cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, err), 0, "%s", err->msg);
-    trace_event e = {.version = TRACE_EVENT_VERSION,
-                     .phase = TRACE_F,
-                     .rank = rank,
-                     .step = 0,
-                     .stage = 0,
-                     .peer = -1,
-                     .start_ns = 2000000,
-                     .end_ns = 2001000};
+    trace_event e = tfix_one_f(rank, 0, 0);
     trace_ring_write(w, &e);
     trace_ring_close(w);
     return node;
@@ -114,13 +107,7 @@ Test(collector_limits, idle_strangers_lose_their_slot_at_the_hello_deadline, .ti
     cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
     cr_assert_eq(collector_add_ring(node, 1, r, &err), 0, "%s", err.msg);
     cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
-    trace_event e = {.version = TRACE_EVENT_VERSION,
-                     .phase = TRACE_F,
-                     .rank = 1,
-                     .stage = 1,
-                     .peer = -1,
-                     .start_ns = 2000000,
-                     .end_ns = 2001000};
+    trace_event e = tfix_one_f(1, 1, 0);
     trace_ring_write(w, &e);
     trace_ring_close(w);
     cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
@@ -211,14 +198,7 @@ Test(collector_limits, a_frame_left_half_sent_is_closed_and_earlier_frames_kept,
     cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
     int fd = dial(collector_listen_port(master));
     wire_hdr h = {0x57465050u, 1, 0, job, 1, 0};
-    trace_event ev = {.version = TRACE_EVENT_VERSION,
-                      .phase = TRACE_F,
-                      .rank = 1,
-                      .step = 0,
-                      .stage = 1,
-                      .peer = -1,
-                      .start_ns = 2000000,
-                      .end_ns = 2001000};
+    trace_event ev = tfix_one_f(1, 1, 0);
     cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
     cr_assert_eq(write(fd, &ev, sizeof ev), (ssize_t)sizeof ev);
     h.nrecords = 3; /* the second frame: its header and one record of three */
@@ -256,14 +236,7 @@ Test(collector_limits, a_frame_with_more_ranks_than_the_job_is_dropped, .timeout
         int64_t off;
         uint64_t dropped;
     } ranks[3] = {{0, 0, 0, 0}, {1, 0, 0, 0}, {1, 0, 0, 0}};
-    trace_event ev = {.version = TRACE_EVENT_VERSION,
-                      .phase = TRACE_F,
-                      .rank = 1,
-                      .step = 0,
-                      .stage = 1,
-                      .peer = -1,
-                      .start_ns = 2000000,
-                      .end_ns = 2001000};
+    trace_event ev = tfix_one_f(1, 1, 0);
     cr_assert_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
     cr_assert_eq(write(fd, ranks, sizeof ranks), (ssize_t)sizeof ranks);
     cr_assert_eq(write(fd, &ev, sizeof ev), (ssize_t)sizeof ev);

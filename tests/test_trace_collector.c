@@ -396,8 +396,7 @@ Test(trace_collector, forwarders_without_the_token_are_refused_and_write_nothing
         int64_t job_id;
         uint32_t nrecords, pad;
     } h = {0x57465050u, 1, 0, job, 1, 0};
-    trace_event ev = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = 1, .step = 0, .stage = 1, .peer = -1,
-                      .start_ns = 2000000, .end_ns = 2001000};
+    trace_event ev = tfix_one_f(1, 1, 0);
     for (int legacy = 0; legacy < 2; legacy++) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};

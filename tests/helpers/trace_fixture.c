@@ -42,6 +42,8 @@ static trace_event comm(trace_event e, int peer) {
     return e;
 }
 
+trace_event tfix_one_f(int rank, int stage, int step) { return mk(rank, TRACE_F, stage, 0, step, 2000000, 0, 1); }
+
 size_t tfix_events(int step, int64_t base, trace_event *ev) {
     size_t n = 0;
     ev[n++] = mk(0, TRACE_F, 0, 0, step, base, 0, 10);

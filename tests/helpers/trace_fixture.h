@@ -13,6 +13,9 @@
 /* Fills ev (room for 32) with one step's records starting at base, returns
  * the count (16, of which 2 LOSS). */
 size_t tfix_events(int step, int64_t base, trace_event *ev);
+/* One F record of microbatch 0, 2.000 to 2.001 ms: what a forwarder or a
+ * hand-made frame carries in the collector's tests. */
+trace_event tfix_one_f(int rank, int stage, int step);
 /* A fresh job (2 stages, rank 0 on node 0 "alpha", rank 1 on node 1 "beta");
  * returns its id. */
 int64_t tfix_job(db *d);
