@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "helpers/trace_fixture.h"
+#include "helpers/web_fixture.h"
 #include "runner/pipe/sched.h"
 
 #define ACT 65536
@@ -25,40 +26,19 @@
 #define RANKS 4
 #define MB 8
 
-static char tmpdir[256];
-
-static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/pprun-actmem-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-static const char *out_text(void) {
-    static char buf[8192];
-    char path[512];
-    snprintf(path, sizeof path, "%s/out.txt", tmpdir);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = '\0';
-    return buf;
-}
-
-/* Runs one job into tmpdir/NAME.db and opens it. */
+/* Runs one job into NAME.db in this test's directory (tfix_path) and opens it. */
 static sqlite3 *run_job(const char *schedule, int v, const char *model) {
-    char cmd[2048], db[512];
-    snprintf(db, sizeof db, "%s/%s.db", tmpdir, schedule);
+    char cmd[2048], name[64];
+    snprintf(name, sizeof name, "%s.db", schedule);
+    const char *db = tfix_path(name), *out = tfix_path("out.txt");
     snprintf(cmd, sizeof cmd,
              "(%s run --nproc-per-node %d --schedule %s --virtual-stages %d --microbatches %d --steps 2 "
-             "--model %s --progress off --db %s) >>'%s/out.txt' 2>&1 </dev/null",
-             PPRUN_BIN, RANKS, schedule, v, MB, model, db, tmpdir);
+             "--model %s --progress off --db %s) >>'%s' 2>&1 </dev/null",
+             PPRUN_BIN, RANKS, schedule, v, MB, model, db, out);
     int st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s failed\n%s", schedule, model, out_text());
+    char *text = fixture_read_file(out);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: %s failed\n%s", schedule, model, text ? text : "");
+    free(text);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     return s;
@@ -93,7 +73,7 @@ static void check_recorded(sqlite3 *db, const char *what) {
     cr_assert_eq(with, ops, "%s: %lld of %lld F/B/W events without bytes", what, ops - with, ops);
 }
 
-TestSuite(actmem, .init = setup, .fini = teardown, .timeout = 300);
+TestSuite(actmem, .timeout = 300);
 
 Test(actmem, gpipe_holds_every_microbatch_1f1b_holds_p_minus_rank) {
     sqlite3 *g = run_job("gpipe", 1, TIMED);
