@@ -340,7 +340,14 @@ static void ctrl_c_with_node_0_frozen(int node1_done) {
         cr_assert(lt_wait_file(pidfile), "rank %d never started", r);
     }
     if (node1_done) usleep(500000); /* node 1 reports its ranks done, then waits */
+    /* Frozen before the Ctrl-C: a stop signal reaches the store's thread
+     * only once the thread that took it has run, which a loaded machine
+     * can delay past node 1's report; the parent hears of the stop when
+     * every thread has stopped. */
     kill(n0.pid, SIGSTOP);
+    int st;
+    cr_assert_eq(waitpid(n0.pid, &st, WUNTRACED), n0.pid);
+    cr_assert(WIFSTOPPED(st), "node 0's launcher did not stop (status %d)", st);
     kill(n1.pid, SIGINT);
     int ended = lt_wait_within(&n1, 30);
     if (!ended) kill(n1.pid, SIGKILL);
