@@ -83,7 +83,13 @@ int cmd_stats(int argc, char **argv) {
         fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
     } else {
         report_full(stdout, db, &s);
-        rc = 0;
+        whatif_report w;
+        if (whatif_read(db, &s, &w, &err) != 0) {
+            fprintf(stderr, "pprun stats: %s: what-if: %s\n", dbpath, err.msg);
+        } else {
+            report_whatif(stdout, &w);
+            rc = 0;
+        }
     }
     summary_free(&s);
 out:

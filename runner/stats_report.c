@@ -133,6 +133,39 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     else fprintf(out, "loss       %.4f (mean of step %lld)\n", s->loss, (long long)s->loss_step);
 }
 
+void report_whatif(FILE *out, const whatif_report *r) {
+    char a[24], b[24], c[24], d[24];
+    if (!r->measured) {
+        fprintf(out, "what if    nothing to simulate yet: no complete step with F, B and W spans\n");
+        return;
+    }
+    fprintf(out, "what if    each schedule at this job's costs, simulated: F %s, B %s, W %s, send %s per op\n",
+            fmt_ns(a, sizeof a, r->in.costs.f), fmt_ns(b, sizeof b, r->in.costs.b), fmt_ns(c, sizeof c, r->in.costs.w),
+            fmt_ns(d, sizeof d, r->in.costs.comm));
+    fprintf(out, "  (medians of %s spans, steps %d-%d; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
+            r->first_step, r->last_step);
+    double own = NAN;
+    for (int k = 0; k < WHATIF_KINDS; k++)
+        if (r->rows[k].this_job && !r->rows[k].error[0]) own = r->rows[k].step_time_ns;
+    fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",
+            "activations", "in flight");
+    for (int k = 0; k < WHATIF_KINDS; k++) {
+        const whatif_row *w = &r->rows[k];
+        char name[40];
+        snprintf(name, sizeof name, "%s%s", w->schedule, w->this_job ? " *" : "");
+        if (w->error[0]) {
+            fprintf(out, "  %-18s %6d  %s\n", name, w->virtual_stages, w->error);
+            continue;
+        }
+        if (isfinite(own) && own > 0) snprintf(c, sizeof c, "%.2fx", w->step_time_ns / own);
+        else snprintf(c, sizeof c, "-");
+        if (w->act_peak_bytes >= 0) fmt_bytes(d, sizeof d, w->act_peak_bytes);
+        else snprintf(d, sizeof d, "-");
+        fprintf(out, "  %-18s %6d %10s %7s %8s %11s %9d\n", name, w->virtual_stages,
+                fmt_ns(a, sizeof a, w->step_time_ns), fmt_pct(b, sizeof b, w->bubble_ratio), c, d, w->peak_inflight);
+    }
+}
+
 void report_brief(FILE *out, const char *prefix, const job_summary *s, const char *db_path) {
     if (!s->steps) return;
     char t[24], m[24], p[24];

@@ -63,6 +63,7 @@ const S = {
   ev: null, gaps: null, bins: null, mode: 'events', binStep: false,
   gpuLane: false, gpu: [], kernels: null, actRecorded: false, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
   stream: null, fetchSeq: 0,
+  whatif: null, whatifAt: 0, // the latest /whatif answer, and when it was asked for
 };
 
 // A growable column store for events: parallel typed arrays.
@@ -111,7 +112,7 @@ async function loadJobs() {
 
 async function openJob(id) {
   if (S.stream) S.stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false });
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, whatif: null, whatifAt: 0 });
   $('job-select').value = String(id);
   // The stream first: its hello fixes the cursor, then the history is read;
   // whatever arrives twice is merged by id / step.
@@ -128,7 +129,52 @@ async function openJob(id) {
   else await showWindow(0, Math.max(info.timeline_end, 1));
   drawCharts();
   checkTraceLink(id);
+  loadWhatif(id);
   window.__pprun.ready = true;
+}
+
+// Every schedule at the job's measured costs (GET /whatif): read when a job
+// opens, then again as its steps come in, at most every WHATIF_EVERY_MS
+// (every second until there is something measured).
+const WHATIF_EVERY_MS = 10000;
+async function loadWhatif(id) {
+  S.whatifAt = Date.now();
+  let r;
+  try { r = await api(`/api/jobs/${id}/whatif`); } catch (e) { $('whatif-info').textContent = 'error: ' + e.message; return; }
+  if (S.job !== id) return; // another job opened meanwhile
+  const tbl = $('whatif-table'), pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
+  tbl.innerHTML = '';
+  if (!r.measured) {
+    $('whatif-info').textContent = '— nothing yet: no complete step with F, B and W';
+    S.whatif = window.__pprun.whatif = r;
+    return;
+  }
+  const c = r.costs_ns;
+  $('whatif-info').textContent = `— F ${fmtMs(c.f)} · B ${fmtMs(c.b)} · W ${fmtMs(c.w)} · send ${fmtMs(c.send)} per op, ` +
+    `medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
+    (r.fixed_op_costs ? ' (timed model: an op costs the same in any chunk)' : '');
+  const own = r.schedules.find((s) => s.this_job && !s.error);
+  const head = tbl.createTHead().insertRow();
+  for (const h of ['schedule', 'chunks per rank', 'step time', 'bubble', 'vs this job', 'activations (est.)', 'in flight']) {
+    const th = document.createElement('th'); th.textContent = h; head.appendChild(th);
+  }
+  const body = tbl.createTBody();
+  for (const s of r.schedules) {
+    const tr = body.insertRow();
+    tr.dataset.schedule = s.schedule;
+    if (s.this_job) tr.className = 'own';
+    const cells = [s.schedule + (s.this_job ? ' (this job)' : ''), s.virtual_stages];
+    if (s.error) cells.push(s.error);
+    else cells.push(fmtMs(s.step_time_ns), pct(s.bubble_ratio), own ? (s.step_time_ns / own.step_time_ns).toFixed(2) + '×' : '–',
+      s.act_peak_bytes == null ? '–' : fmtBytes(s.act_peak_bytes), s.peak_inflight);
+    cells.forEach((v, k) => {
+      const td = tr.insertCell();
+      td.textContent = String(v);
+      if (k > 0 && !s.error) td.className = 'num';
+      if (s.error && k === 2) td.colSpan = 5;
+    });
+  }
+  S.whatif = window.__pprun.whatif = r;
 }
 
 function updateHeader() {
@@ -282,6 +328,7 @@ function onEvents(rows) {
 function onStepDone(d) {
   d.complete = true;
   mergeStep(d);
+  if (Date.now() - S.whatifAt >= (S.whatif && S.whatif.measured ? WHATIF_EVERY_MS : 1000)) loadWhatif(S.job);
   if (S.follow) { followLatest(); fetchWindow(); } // the window brings the step's gaps
   updateHeader();
   drawCharts();

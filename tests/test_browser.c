@@ -84,7 +84,7 @@ static cJSON *browse(const char *db, const char *mode, const char *ready) {
     cJSON *j = run_node(mode, port, shot, ready, pid);
     kill(pid, SIGTERM);
     waitpid(pid, NULL, 0);
-    unlink(db);
+    fixture_remove(db);
     cr_assert_eq(access(shot, R_OK), 0, "screenshot kept at %s", shot);
     return j;
 }
@@ -139,6 +139,28 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_str_eq(cJSON_GetArrayItem(cells, 1)->valuestring, "24", "3 steps x 8 W on rank 0");
     cr_assert(strstr(cJSON_GetObjectItem(j, "sqlError")->valuestring, "DELETE"));
     cr_assert_gt(cJSON_GetObjectItem(j, "syntheticDrawn")->valueint, 1000, "100,000 synthetic events drawn");
+    /* What if: the fixture's costs (every op 1 ms, a send 50 us), each
+     * schedule's peak in flight times 64 KiB; this job's row marked. */
+    const char *info = cJSON_GetObjectItem(j, "whatifInfo")->valuestring;
+    cr_assert(strstr(info, "F 1.000 ms · B 1.000 ms · W 1.000 ms · send 0.050 ms per op") &&
+                  strstr(info, "host spans over steps 1–2"),
+              "%s", info);
+    static const char *const whatif[5][4] = {{"", "gpipe", "512 KiB", "8"},
+                                             {"own", "1f1b (this job)", "256 KiB", "4"},
+                                             {"", "interleaved-1f1b", "704 KiB", "11"},
+                                             {"", "zb-h1", "256 KiB", "4"},
+                                             {"", "zb-v", "512 KiB", "8"}};
+    cJSON *rows = cJSON_GetObjectItem(j, "whatifRows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 5);
+    for (int k = 0; k < 5; k++) {
+        cJSON *row = cJSON_GetArrayItem(rows, k);
+        cr_assert_eq(cJSON_GetArraySize(row), 8, "class and 7 cells");
+        cr_assert_str_eq(cJSON_GetArrayItem(row, 0)->valuestring, whatif[k][0]);
+        cr_assert_str_eq(cJSON_GetArrayItem(row, 1)->valuestring, whatif[k][1]);
+        cr_assert_str_eq(cJSON_GetArrayItem(row, 6)->valuestring, whatif[k][2], "%s", whatif[k][1]);
+        cr_assert_str_eq(cJSON_GetArrayItem(row, 7)->valuestring, whatif[k][3], "%s", whatif[k][1]);
+    }
+    cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(rows, 1), 5)->valuestring, "1.00×");
     /* No script errors; the only failed loads allowed are the refused SQL
      * (403) and the Chrome trace probe (404) until that route exists. */
     cJSON *e;
@@ -350,12 +372,7 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
     int st;
     waitpid(pid, &st, 0);
     unlink(log);
-    char path[300];
-    snprintf(path, sizeof path, "%s-wal", db);
-    unlink(path);
-    snprintf(path, sizeof path, "%s-shm", db);
-    unlink(path);
-    unlink(db);
+    fixture_remove(db);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun run exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 
     int before = cJSON_GetObjectItem(j, "stepsBefore")->valueint, after = cJSON_GetObjectItem(j, "stepsAfter")->valueint;
@@ -395,5 +412,14 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
     cr_assert(act_col >= 0 && inflight_col >= 0 && row, "the Jobs tab has activations and in-flight columns");
     cr_assert_str_eq(cJSON_GetArrayItem(row, act_col)->valuestring, "64 KiB");
     cr_assert_str_eq(cJSON_GetArrayItem(row, inflight_col)->valuestring, "4");
+
+    /* The what-if table filled in while the job ran: its own row (1f1b)
+     * marked, with the bytes it measured (4 microbatches of 16 KiB). */
+    cJSON *rows = cJSON_GetObjectItem(j, "whatifRows"), *own = cJSON_GetArrayItem(rows, 1);
+    cr_assert_eq(cJSON_GetArraySize(rows), 5);
+    cr_assert_str_eq(cJSON_GetArrayItem(own, 1)->valuestring, "1f1b (this job)");
+    cr_assert_str_eq(cJSON_GetArrayItem(own, 6)->valuestring, "64 KiB");
+    cr_assert(strstr(cJSON_GetObjectItem(j, "whatifInfo")->valuestring, "timed model"), "%s",
+              cJSON_GetObjectItem(j, "whatifInfo")->valuestring);
     cJSON_Delete(j);
 }

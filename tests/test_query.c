@@ -20,7 +20,7 @@ static void setup(void) {
     cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
 }
 
-static void teardown(void) { unlink(db); }
+static void teardown(void) { fixture_remove(db); }
 
 /* Runs pprun query with args (shell-quoted by the caller); returns the exit
  * status, stdout in *out and stderr in *errout (malloc'd). */

@@ -128,7 +128,7 @@ Test(soak, fifty_clients_and_ten_streams_while_a_job_writes, .timeout = 120) {
     kill(pid, SIGTERM);
     int st;
     waitpid(pid, &st, 0);
-    unlink(db);
+    fixture_remove(db);
     cr_assert(alive, "the server survived");
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "and stopped cleanly");
     cr_assert_eq(atomic_load(&fail_count), 0, "%ld failed requests, first: %s", atomic_load(&fail_count), fail_msg);

@@ -62,6 +62,12 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     for (int m = 0; m < 8; m++) want += fixture_loss(2, m) / 8;
     snprintf(loss, sizeof loss, "loss       %.4f (mean of step 2)", want);
     assert_has(p.out, loss);
+    /* every schedule at these costs; this job's own row is 1f1b */
+    assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 1.00 ms, B 1.00 ms, W 1.00 ms, "
+                      "send 50.00 us per op\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
+    assert_has(p.out, "  1f1b *                  1 ");
+    assert_has(p.out, "   1.00x           -         4\n");
+    assert_has(p.out, "  zb-v                    2 ");
     lt_free(&p);
 
     /* job 2: the same host trace plus CUPTI's spans, F/B/W 100 us shorter */
@@ -75,7 +81,7 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     p = stats(path, "1");
     assert_has(p.out, "job 1  ");
     lt_free(&p);
-    remove(path);
+    fixture_remove(path);
 }
 
 /* Held bytes in human units beside the plan's microbatches in flight:
@@ -90,6 +96,18 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     cr_assert_eq(p.status, 0, "%s", p.err);
     assert_has(p.out, "memory     activations held at peak  0: 1.5 MiB  1: 1.1 MiB  2: 768 KiB  3: 384 KiB\n"
                "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
+    /* what if: 384 KiB per microbatch-stage times each schedule's peak in
+     * flight (the fixture's timed model: a chunk holds a stage's bytes) */
+    static const char *const rows[][2] = {{"  gpipe ", "     3 MiB         8\n"},
+                                          {"  1f1b * ", "   1.5 MiB         4\n"},
+                                          {"  interleaved-1f1b ", "   4.1 MiB        11\n"},
+                                          {"  zb-h1 ", "   1.5 MiB         4\n"}};
+    for (int k = 0; k < 4; k++) {
+        const char *row = strstr(p.out, rows[k][0]), *eol = row ? strchr(row, '\n') : NULL;
+        cr_assert(row && eol, "no row %s in:\n%s", rows[k][0], p.out);
+        cr_assert(strstr(row, rows[k][1]) == eol + 1 - strlen(rows[k][1]), "row %s ends with %s:\n%s", rows[k][0],
+                  rows[k][1], p.out);
+    }
     lt_free(&p);
 
     /* A file from before schema version 3 has no act_peak_bytes: not recorded, and the file is left as it was. */
@@ -106,7 +124,7 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     assert_has(p.out, "bubble     19.7% measured");
     lt_free(&p);
     cr_assert_eq(sql_double(path, "PRAGMA user_version"), 2);
-    remove(path);
+    fixture_remove(path);
 }
 
 /* A running job before its first step: says so instead of printing zeros. */
@@ -121,8 +139,9 @@ Test(stats, a_job_without_steps_says_so, .timeout = 60) {
     assert_has(p.out, "step time  - (median)\n");
     assert_has(p.out, "bubble     - measured, 20.0% planned\n");
     assert_has(p.out, "loss       none yet\n");
+    assert_has(p.out, "what if    nothing to simulate yet: no complete step with F, B and W spans\n");
     lt_free(&p);
-    remove(path);
+    fixture_remove(path);
 }
 
 /* A real 4-rank job: its closing lines, `pprun stats` and SQL over the file agree. */
@@ -158,12 +177,7 @@ Test(stats, a_real_job_agrees_with_sql_and_its_closing_lines, .timeout = 240) {
     assert_has(p.out, want);
     lt_free(&p);
     lt_free(&run);
-    remove(db);
-    char wal[160];
-    snprintf(wal, sizeof wal, "%s-wal", db);
-    remove(wal);
-    snprintf(wal, sizeof wal, "%s-shm", db);
-    remove(wal);
+    fixture_remove(db);
     rmdir(dir);
 }
 
@@ -201,7 +215,7 @@ Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     cr_assert_eq(db_open(empty, &d, &err), 0, "%s", err.msg);
     db_close(d);
     bad((const char *[]){"stats", "--db", empty, NULL}, "no job in this database yet");
-    remove(path);
-    remove(junk);
-    remove(empty);
+    fixture_remove(path);
+    fixture_remove(junk);
+    fixture_remove(empty);
 }

@@ -43,7 +43,7 @@ static void setup(void) { start_with(3, "succeeded", (http_options){.conn_timeou
 static void teardown(void) {
     http_stop(srv);
     srv = NULL;
-    unlink(dbpath);
+    fixture_remove(dbpath);
 }
 
 static cJSON *get_json(const char *path, int want_status) {
@@ -788,7 +788,7 @@ Test(web_auth, non_loopback_without_token_refuses_to_start) {
     snprintf(cmd, sizeof cmd, "PPRUN_TOKEN= '%s' serve --db '%s' --listen 0.0.0.0:0 2>/dev/null", PPRUN_BIN, path);
     int st = system(cmd);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2);
-    unlink(path);
+    fixture_remove(path);
 }
 
 /* Without the token, a request is refused on its headers: the server does
@@ -1058,7 +1058,7 @@ Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {
     int st;
     waitpid(pid, &st, 0);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "clean exit on SIGTERM");
-    unlink(path);
+    fixture_remove(path);
 }
 
 /* ---- activation memory ---------------------------------------------------- */
@@ -1117,6 +1117,62 @@ Test(web_act, steps_plan_and_summary_give_activation_memory_per_rank, .init = se
         cr_assert(strstr(r.body, want), "want %s in %s", want, r.body);
     }
     webclient_free(&r);
+}
+
+/* Every built-in schedule at the fixture's measured costs (F, B, W 1 ms, a
+ * send 50 us; its timed model: two chunks per rank double a rank's work).
+ * The job's own row holds what the job measured; the others scale each
+ * rank's bytes per microbatch by their peak in flight. */
+Test(web_act, whatif_plays_every_schedule_at_the_jobs_costs, .init = setup_act, .fini = teardown) {
+    cJSON *j = get_json("/api/jobs/1/whatif", 200);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "measured")));
+    cr_assert_eq(num(j, "first_step"), 1);
+    cr_assert_eq(num(j, "last_step"), 2);
+    cr_assert_str_eq(str(j, "source"), "cpu");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "fixed_op_costs")), "the fixture's model is timed");
+    cJSON *costs = cJSON_GetObjectItem(j, "costs_ns");
+    cr_assert_eq(num(costs, "f"), 1e6);
+    cr_assert_eq(num(costs, "b"), 1e6);
+    cr_assert_eq(num(costs, "w"), 1e6);
+    cr_assert_eq(num(costs, "send"), 5e4);
+    static const struct {
+        const char *schedule;
+        int v, this_job, inflight;
+        double busy_ms;
+    } want[] = {{"gpipe", 1, 0, 8, 24},          {"1f1b", 1, 1, 4, 24}, {"interleaved-1f1b", 2, 0, 11, 48},
+                {"zb-h1", 1, 0, 4, 24},          {"zb-v", 2, 0, 8, 48}};
+    cJSON *rows = cJSON_GetObjectItem(j, "schedules");
+    cr_assert_eq(cJSON_GetArraySize(rows), 5);
+    for (int k = 0; k < 5; k++) {
+        cJSON *row = cJSON_GetArrayItem(rows, k);
+        cr_assert_str_eq(str(row, "schedule"), want[k].schedule);
+        cr_assert(cJSON_IsNull(cJSON_GetObjectItem(row, "error")), "%s", want[k].schedule);
+        cr_assert_eq(num(row, "virtual_stages"), want[k].v, "%s", want[k].schedule);
+        cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(row, "this_job")), want[k].this_job, "%s", want[k].schedule);
+        cr_assert_eq(num(row, "peak_inflight"), want[k].inflight, "%s", want[k].schedule);
+        cr_assert_eq(num(row, "act_peak_bytes"), want[k].inflight * ACT_MB, "%s", want[k].schedule);
+        /* each rank's busy time over its share of the step is what is not bubble */
+        double step = num(row, "step_time_ns"), bubble = num(row, "bubble_ratio");
+        cr_assert_float_eq(step * (1 - bubble), want[k].busy_ms * 1e6, 1, "%s: step %g bubble %g", want[k].schedule,
+                           step, bubble);
+    }
+    /* 1F1B at f=b=w: 30 ms without send time (docs/schedules.md), and each
+     * of the 6 hand-offs on its critical path adds at most one send. */
+    double own = num(cJSON_GetArrayItem(rows, 1), "step_time_ns");
+    cr_assert(own > 30e6 && own <= 30e6 + 6 * 5e4, "1f1b: %g ns", own);
+    cJSON_Delete(j);
+    cJSON_Delete(get_json("/api/jobs/9/whatif", 404));
+}
+
+/* Nothing measured yet: measured false and no rows, not an error. */
+Test(web_summary, whatif_before_the_first_step, .timeout = 60) {
+    start_with(0, "running", (http_options){.conn_timeout_s = 2});
+    cJSON *j = get_json("/api/jobs/1/whatif", 200);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "measured")));
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "schedules")), 0);
+    cr_assert_null(cJSON_GetObjectItem(j, "costs_ns"));
+    cJSON_Delete(j);
+    teardown();
 }
 
 /* The latest complete step is the one /metrics shows; the summary takes

@@ -310,7 +310,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
             }
         }
     }
-    static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "summary", "trace.json", NULL};
+    static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "summary", "whatif", "trace.json", NULL};
     if (!rest || index_of(known, what) < 0) {
         http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
         return;
@@ -334,6 +334,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         else if (!strcmp(what, "gaps")) route_gaps(db, c, &j, r);
         else if (!strcmp(what, "trace.json")) route_trace(db, &j, r);
         else if (!strcmp(what, "summary")) route_summary(db, &j, r);
+        else if (!strcmp(what, "whatif")) route_whatif(db, &j, r);
         else route_plan(db, &j, r);
     }
     dbpool_put(&s->pool, db);

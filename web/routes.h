@@ -29,10 +29,11 @@ int64_t routes_timeline_end(sqlite3 *db, const job_info *j);
 void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
 void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
 void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-/* GET /api/jobs/{id}/steps, plan, summary, trace.json (routes_steps.c) */
+/* GET /api/jobs/{id}/steps, plan, summary, whatif, trace.json (routes_steps.c) */
 void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
 void route_plan(sqlite3 *db, const job_info *j, http_reply *r);
 void route_summary(sqlite3 *db, const job_info *j, http_reply *r);
+void route_whatif(sqlite3 *db, const job_info *j, http_reply *r);
 void route_trace(sqlite3 *db, const job_info *j, http_reply *r);
 
 #endif

@@ -1,6 +1,7 @@
 /* routes_steps.c: the per-step API (docs/api.md): the steps with their
  * time, bubble and loss; the planned schedule and its simulated bubble; a
- * job's summary in a few numbers; and the Chrome/Perfetto trace export. */
+ * job's summary in a few numbers; every schedule simulated at the job's
+ * measured costs; and the Chrome/Perfetto trace export. */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include "db/analyze.h"
 #include "db/export.h"
 #include "db/summary.h"
+#include "db/whatif.h"
 #include "web/routes.h"
 
 void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
@@ -240,6 +242,63 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     else jw_null(&w);
     jw_key(&w, "loss");
     jw_num(&w, s.loss);
+    jw_obj_end(&w);
+    summary_free(&s);
+    http_json(r, &w);
+    jw_free(&w); /* empty once sent */
+}
+
+/* Each built-in schedule played out at the job's measured costs (db/whatif.h). */
+void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
+    job_summary s;
+    whatif_report wr;
+    pp_err err;
+    if (summary_read(db, j->id, 0, &s, &err) != 0 || whatif_read(db, &s, &wr, &err) != 0) {
+        summary_free(&s);
+        http_error(r, 500, "%s", err.msg);
+        return;
+    }
+    jw w;
+    jw_init(&w);
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    jw_key(&w, "measured");
+    jw_bool(&w, wr.measured);
+    if (wr.measured) {
+        jw_kint(&w, "first_step", wr.first_step);
+        jw_kint(&w, "last_step", wr.last_step);
+        jw_kstr(&w, "source", wr.gpu ? "gpu" : "cpu");
+        jw_key(&w, "costs_ns");
+        jw_obj(&w);
+        jw_knum(&w, "f", wr.in.costs.f);
+        jw_knum(&w, "b", wr.in.costs.b);
+        jw_knum(&w, "w", wr.in.costs.w);
+        jw_knum(&w, "send", wr.in.costs.comm);
+        jw_obj_end(&w);
+        jw_key(&w, "fixed_op_costs");
+        jw_bool(&w, wr.in.fixed_op_costs);
+    }
+    jw_key(&w, "schedules");
+    jw_arr(&w);
+    for (int k = 0; wr.measured && k < WHATIF_KINDS; k++) {
+        const whatif_row *row = &wr.rows[k];
+        jw_obj(&w);
+        jw_kstr(&w, "schedule", row->schedule);
+        jw_kint(&w, "virtual_stages", row->virtual_stages);
+        jw_key(&w, "this_job");
+        jw_bool(&w, row->this_job);
+        jw_kstr(&w, "error", row->error[0] ? row->error : NULL);
+        jw_knum(&w, "step_time_ns", row->step_time_ns);
+        jw_knum(&w, "bubble_ratio", row->bubble_ratio);
+        jw_key(&w, "peak_inflight");
+        if (row->error[0]) jw_null(&w);
+        else jw_int(&w, row->peak_inflight);
+        jw_key(&w, "act_peak_bytes");
+        if (row->act_peak_bytes >= 0) jw_int(&w, row->act_peak_bytes);
+        else jw_null(&w);
+        jw_obj_end(&w);
+    }
+    jw_arr_end(&w);
     jw_obj_end(&w);
     summary_free(&s);
     http_json(r, &w);

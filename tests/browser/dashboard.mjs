@@ -35,7 +35,16 @@ try {
   await page.goto(mode === 'gpu' ? url + '?job=2' : url);
   await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: mode === 'long' ? 60000 : 20000 });
 
+  // The what-if table: each schedule at the job's measured costs.
+  const whatifTable = async (measured) => {
+    await page.waitForFunction((m) => window.__pprun.whatif && window.__pprun.whatif.measured === m, measured, { timeout: 30000 });
+    out.whatifInfo = await page.textContent('#whatif-info');
+    out.whatifHead = await page.$$eval('#whatif-table thead th', (th) => th.map((t) => t.textContent));
+    out.whatifRows = await page.$$eval('#whatif-table tbody tr', (trs) => trs.map((tr) => [tr.className, ...[...tr.cells].map((td) => td.textContent)]));
+  };
+
   if (mode === 'finished') {
+    await whatifTable(true);
     await page.evaluate(() => window.__pprun.showStep(0));
     await page.waitForFunction(() => window.__pprun.drawn && window.__pprun.drawn.steps.length === 1 && window.__pprun.drawn.steps[0] === 0, null, { timeout: 10000 });
     out.drawn = await page.evaluate(() => window.__pprun.drawn);
@@ -159,6 +168,7 @@ try {
     await page.waitForFunction(() => window.__pprun.actPoints.length >= 2, null, { timeout: 30000 });
     out.actPoints = await page.evaluate(() => window.__pprun.actPoints);
     out.stepActBytes = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).map((s) => s.act_peak_bytes));
+    await whatifTable(true); // filled in once a step is complete, without a reload
     await page.screenshot({ path: shot, fullPage: true });
     // The Jobs tab: measured peak and the plan's in-flight count.
     await page.click('button[data-tab=jobs]');

@@ -30,11 +30,15 @@ char *fixture_read_file(const char *path) {
 
 void fixture_tmp_path(char *out, size_t n, const char *tag) {
     snprintf(out, n, "/tmp/pprun-test-%s-%d.db", tag, (int)getpid());
+    fixture_remove(out);
+}
+
+void fixture_remove(const char *db_path) {
     char x[600];
-    unlink(out);
-    snprintf(x, sizeof x, "%s-wal", out);
+    unlink(db_path);
+    snprintf(x, sizeof x, "%s-wal", db_path);
     unlink(x);
-    snprintf(x, sizeof x, "%s-shm", out);
+    snprintf(x, sizeof x, "%s-shm", db_path);
     unlink(x);
 }
 

@@ -62,6 +62,9 @@ int fixture_set_status(const char *db_path, const char *status, pp_err *err);
 double fixture_loss(int step, int mb);
 /* A fresh path under /tmp for a test database (removes leftovers). */
 void fixture_tmp_path(char *out, size_t n, const char *tag);
+/* Removes a database file with its -wal and -shm (a reader that opened it
+ * read-only leaves them behind). */
+void fixture_remove(const char *db_path);
 /* Reads the whole file into a malloc'd NUL-terminated string, or NULL. */
 char *fixture_read_file(const char *path);
 

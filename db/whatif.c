@@ -1,0 +1,216 @@
+/* whatif.c: every built-in schedule played out at a job's own measured
+ * costs (whatif.h). The simulator is the one `pprun schedule` and the
+ * planned timeline use; this file only chooses its inputs: which costs,
+ * how they scale with a chunk's size, and what memory they imply. */
+#include "db/whatif.h"
+
+#include "runner/model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const whatif_kinds[WHATIF_KINDS] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v"};
+
+/* Beyond this many actions (ranks x chunks x microbatches x 3) a schedule is
+ * not simulated: a request must stay quick, and jobs this large are rare. */
+#define WHATIF_MAX_ACTIONS 2000000
+
+static int whatif_default_v(const char *kind) {
+    return strcmp(kind, "interleaved-1f1b") == 0 || strcmp(kind, "zb-v") == 0 ? 2 : 1;
+}
+
+/* The most bytes any rank would hold: each rank keeps the bytes per
+ * microbatch-stage the job measured on it, times `scale` (the chunk's size
+ * against the job's), times the schedule's peak in flight there. -1 unless
+ * every rank's bytes and in-flight count are known. */
+static int64_t whatif_act_estimate(const whatif_input *in, const sched_sim *sim, double scale) {
+    if (!in->act_peak_by_rank || !in->inflight_by_rank) return -1;
+    double most = 0;
+    for (int r = 0; r < in->ranks; r++) {
+        if (in->act_peak_by_rank[r] <= 0 || in->inflight_by_rank[r] <= 0) return -1;
+        double per_unit = (double)in->act_peak_by_rank[r] / (double)in->inflight_by_rank[r];
+        double held = per_unit * scale * sim->peak_inflight[r];
+        if (held > most) most = held;
+    }
+    return llround(most);
+}
+
+static void whatif_one(const whatif_input *in, const char *kind, whatif_row *row) {
+    memset(row, 0, sizeof *row);
+    snprintf(row->schedule, sizeof row->schedule, "%s", kind);
+    row->this_job = strcmp(in->schedule, kind) == 0;
+    row->virtual_stages = row->this_job ? in->virtual_stages : whatif_default_v(kind);
+    row->step_time_ns = row->bubble_ratio = NAN;
+    row->act_peak_bytes = -1;
+    int p = in->ranks, m = in->microbatches, v = row->virtual_stages;
+    int64_t actions = (int64_t)p * v * m * 3;
+    if (actions > WHATIF_MAX_ACTIONS) {
+        snprintf(row->error, sizeof row->error, "not simulated: %lld actions, more than the %d simulated here",
+                 (long long)actions, WHATIF_MAX_ACTIONS);
+        return;
+    }
+    /* The same layers split into v chunks per rank instead of the job's. */
+    double scale = in->fixed_op_costs ? 1.0 : (double)in->virtual_stages / v;
+    sched_costs c = {in->costs.f * scale, in->costs.b * scale, in->costs.w * scale, in->costs.comm};
+    sched_plan *plan = NULL;
+    sched_sim *sim = NULL;
+    pp_err err;
+    if (sched_from_flag(kind, p, m, v, in->build_costs ? in->build_costs : &c, &plan, &err) != 0 ||
+        sched_simulate(plan, &c, &sim, &err) != 0) {
+        /* The first line: a validator's message goes on with the grid. */
+        int len = (int)strcspn(err.msg, "\n");
+        if (len > (int)sizeof row->error - 1) len = (int)sizeof row->error - 1;
+        memcpy(row->error, err.msg, (size_t)len);
+    } else {
+        row->step_time_ns = sim->step_time;
+        row->bubble_ratio = sim->bubble_ratio;
+        for (int r = 0; r < p; r++)
+            if (sim->peak_inflight[r] > row->peak_inflight) row->peak_inflight = sim->peak_inflight[r];
+        row->act_peak_bytes = whatif_act_estimate(in, sim, scale);
+    }
+    sched_sim_free(sim);
+    sched_free(plan);
+}
+
+int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_KINDS], pp_err *err) {
+    if (in->ranks < 1 || in->microbatches < 1 || in->virtual_stages < 1)
+        return pp_fail(err, "what-if: a job needs at least 1 rank, microbatch and chunk (got %d, %d, %d)", in->ranks,
+                       in->microbatches, in->virtual_stages);
+    const double cost[4] = {in->costs.f, in->costs.b, in->costs.w, in->costs.comm};
+    for (int k = 0; k < 4; k++)
+        if (!isfinite(cost[k]) || cost[k] < 0)
+            return pp_fail(err, "what-if: op costs must be finite and not negative (f=%g b=%g w=%g comm=%g)",
+                           in->costs.f, in->costs.b, in->costs.w, in->costs.comm);
+    for (int k = 0; k < WHATIF_KINDS; k++) whatif_one(in, whatif_kinds[k], &rows[k]);
+    return 0;
+}
+
+/* ---- reading a job's costs -------------------------------------------- */
+
+static int whatif_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pp_err *err) {
+    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK)
+        return pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+    return 0;
+}
+
+static int whatif_done(sqlite3 *db, sqlite3_stmt *st, int rc, pp_err *err) {
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+}
+
+/* The job's shape from its row, and how `pprun run` built its schedule
+ * (run_config_costs): a timed model's own costs, unit costs for gpt. */
+static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err) {
+    sqlite3_stmt *st;
+    if (whatif_prepare(db, "SELECT schedule, microbatches, virtual_stages, model FROM jobs WHERE id=?1", &st, err) != 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        sqlite3_finalize(st);
+        return pp_fail(err, "no job %lld in this database", (long long)job);
+    }
+    if (rc == SQLITE_ROW) {
+        const unsigned char *schedule = sqlite3_column_text(st, 0), *model = sqlite3_column_text(st, 3);
+        snprintf(r->in.schedule, sizeof r->in.schedule, "%s", schedule ? (const char *)schedule : "");
+        r->in.microbatches = sqlite3_column_int(st, 1);
+        r->in.virtual_stages = sqlite3_column_int(st, 2);
+        model_spec spec;
+        pp_err ignored;
+        if (model && model_parse_spec((const char *)model, &spec, &ignored) == 0) {
+            r->in.fixed_op_costs = spec.kind == MODEL_TIMED;
+            r->build = spec.kind == MODEL_TIMED
+                           ? (sched_costs){(double)spec.f_ns, (double)spec.b_ns, (double)spec.w_ns, 0}
+                           : (sched_costs){1, 1, 1, 0};
+            r->in.build_costs = &r->build;
+        }
+    }
+    return whatif_done(db, st, rc, err);
+}
+
+/* The latest complete step from `from` on, and whether its window has GPU
+ * spans; *last = -1 when there is no complete step. */
+static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
+    sqlite3_stmt *st;
+    if (whatif_prepare(db, "SELECT max(step) FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ")", &st, err) != 0) return -1;
+    sqlite3_bind_int64(st, 1, s->job_id);
+    sqlite3_bind_int(st, 2, s->from_step);
+    int rc = sqlite3_step(st);
+    r->last_step = rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL ? sqlite3_column_int(st, 0) : -1;
+    if (whatif_done(db, st, rc, err) != 0) return -1;
+    if (r->last_step < 0) return 0;
+    r->first_step = r->last_step - WHATIF_STEPS + 1;
+    if (r->first_step < s->from_step) r->first_step = s->from_step;
+    if (whatif_prepare(db,
+                       "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
+                       "source='gpu' AND phase='F')",
+                       &st, err) != 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, s->job_id);
+    sqlite3_bind_int(st, 2, r->first_step);
+    sqlite3_bind_int(st, 3, r->last_step);
+    rc = sqlite3_step(st);
+    r->gpu = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+    return whatif_done(db, st, rc, err);
+}
+
+/* Medians of F, B, W and send spans over the window into med[4], -1 where
+ * there is none; as `pprun stats`' ops table takes them (the mean of the
+ * middle two of an even count). Rows come sorted by key then duration. */
+static int whatif_read_medians(sqlite3 *db, const job_summary *s, const whatif_report *r, int64_t med[4], pp_err *err) {
+    for (int k = 0; k < 4; k++) med[k] = -1;
+    sqlite3_stmt *st;
+    if (whatif_prepare(db,
+                       "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 3 END AS k, "
+                       "end_ns - start_ns AS d FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 "
+                       "AND phase IN ('F','B','W','SEND_F','SEND_B') ORDER BY k, d",
+                       &st, err) != 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, s->job_id);
+    sqlite3_bind_int(st, 2, r->first_step);
+    sqlite3_bind_int(st, 3, r->last_step);
+    sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
+    int64_t *durs = NULL;
+    size_t n = 0, cap = 0;
+    int cur = -1, rc;
+    for (;;) {
+        rc = sqlite3_step(st);
+        int key = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+        if (key != cur) {
+            if (cur >= 0 && n > 0) med[cur] = n % 2 ? durs[n / 2] : (durs[n / 2 - 1] + durs[n / 2]) / 2;
+            cur = key, n = 0;
+        }
+        if (rc != SQLITE_ROW) break;
+        if (n == cap) {
+            size_t grown = cap ? 2 * cap : 256;
+            int64_t *t = realloc(durs, grown * sizeof *t);
+            if (!t) {
+                free(durs);
+                sqlite3_finalize(st);
+                return pp_fail(err, "out of memory");
+            }
+            durs = t, cap = grown;
+        }
+        durs[n++] = sqlite3_column_int64(st, 1);
+    }
+    free(durs);
+    return whatif_done(db, st, rc, err);
+}
+
+int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
+    memset(r, 0, sizeof *r);
+    if (whatif_read_job(db, s->job_id, r, err) != 0 || whatif_read_window(db, s, r, err) != 0) return -1;
+    if (r->last_step < 0) return 0;
+    int64_t med[4];
+    if (whatif_read_medians(db, s, r, med, err) != 0) return -1;
+    if (med[0] < 0 || med[1] < 0 || med[2] < 0) return 0;
+    r->in.ranks = s->world;
+    r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], med[3] > 0 ? (double)med[3] : 0};
+    r->in.act_peak_by_rank = s->act_peak_by_rank;
+    r->in.inflight_by_rank = s->plan_peak_inflight;
+    if (whatif_simulate(&r->in, r->rows, err) != 0) return -1;
+    r->measured = 1;
+    return 0;
+}

@@ -1,0 +1,71 @@
+/* whatif.h: "would another schedule do better on this job?" Takes a job's
+ * own op costs, measured (the medians of its F, B, W and send spans over its
+ * latest complete steps), plays every built-in schedule out with them for
+ * the same ranks and microbatches in the simulator, and estimates each
+ * one's activation memory from the bytes the job held per microbatch. One
+ * reading serves `pprun stats` and GET /api/jobs/{id}/whatif. */
+#ifndef PP_DB_WHATIF_H
+#define PP_DB_WHATIF_H
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "db/summary.h"
+#include "runner/base/pp.h"
+#include "runner/pipe/sched.h"
+
+#define WHATIF_KINDS 5  /* gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v */
+#define WHATIF_STEPS 20 /* ops are measured over at most the latest this many complete steps */
+
+/* What a simulation starts from: the job's shape and its costs. */
+typedef struct whatif_input {
+    int ranks, microbatches, virtual_stages; /* the job's p, m, v */
+    char schedule[64];                       /* the job's --schedule ("1f1b", "csv:FILE" ...) */
+    /* How op costs follow a chunk's size. 0 (gpt): a rank's layers are its
+     * work, so with v chunks per rank an op costs 1/v of a whole rank's
+     * layers. 1 (timed): every op costs what the model says, whatever v. */
+    int fixed_op_costs;
+    sched_costs costs; /* ns per op of one of the job's chunks; comm = a send */
+    /* What `pprun run` orders a schedule's actions by (ZB-V's greedy order
+     * depends on costs): f=b=w=1 for gpt, the model's own costs for timed.
+     * NULL: the measured costs. */
+    const sched_costs *build_costs;
+    /* [ranks] each, may be NULL: the most activation bytes a rank held in a
+     * step (<= 0: unknown) and the job's plan peak in flight on it. */
+    const int64_t *act_peak_by_rank;
+    const int64_t *inflight_by_rank;
+} whatif_input;
+
+typedef struct whatif_row {
+    char schedule[32];
+    int virtual_stages;
+    int this_job;           /* the job's own schedule and v */
+    char error[256];        /* non-empty: not possible for this p and m, and why */
+    double step_time_ns;    /* simulated */
+    double bubble_ratio;    /* simulated: idle / (ranks * step time) */
+    int peak_inflight;      /* most microbatch-stages held on a rank */
+    int64_t act_peak_bytes; /* estimated most bytes held on a rank; -1 unknown */
+} whatif_row;
+
+/* Fills rows[WHATIF_KINDS], one per built-in schedule at its default v (the
+ * job's v for the job's own kind). A schedule that cannot be built for these
+ * p and m gets its error in its row; only bad input fails (-1, err). The
+ * activation estimate keeps each rank's bytes per microbatch-stage as the
+ * job measured them, scaled like the op costs. */
+int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_KINDS], pp_err *err);
+
+typedef struct whatif_report {
+    int measured;              /* 0: no complete step with F, B and W yet (nothing below is set) */
+    int gpu;                   /* costs from GPU spans (CUPTI) rather than host spans */
+    int first_step, last_step; /* the steps whose ops were measured */
+    whatif_input in;
+    sched_costs build; /* in.build_costs points here when the job's model is known */
+    whatif_row rows[WHATIF_KINDS];
+} whatif_report;
+
+/* Measures job s->job_id's op costs in db and simulates (s from
+ * summary_read, without SUMMARY_OPS being needed; it must outlive r, which
+ * points into it). 0 with r->measured = 0 when there is nothing to measure
+ * yet; -1 with err on a database error. */
+int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err);
+
+#endif

@@ -1,0 +1,167 @@
+/* test_whatif.c: every schedule played out at a job's costs (db/whatif.h):
+ * the numbers of docs/schedules.md's theory table when costs are equal, how
+ * costs and memory follow a chunk's size, the job's own row, schedules that
+ * cannot be built, and bad input. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "db/whatif.h"
+
+#define MS 1e6 /* costs are in ns */
+
+/* A 1f1b job on 4 ranks, 8 microbatches, F = B = W = 1 ms, no send time,
+ * that held 4 KiB per microbatch-stage on every rank (1F1B's 4 3 2 1). */
+static const int64_t act_1f1b[4] = {4 * 4096, 3 * 4096, 2 * 4096, 1 * 4096};
+static const int64_t inflight_1f1b[4] = {4, 3, 2, 1};
+
+static whatif_input job_1f1b(void) {
+    whatif_input in = {.ranks = 4, .microbatches = 8, .virtual_stages = 1, .costs = {MS, MS, MS, 0}};
+    snprintf(in.schedule, sizeof in.schedule, "1f1b");
+    in.act_peak_by_rank = act_1f1b;
+    in.inflight_by_rank = inflight_1f1b;
+    return in;
+}
+
+static void simulate(const whatif_input *in, whatif_row rows[WHATIF_KINDS]) {
+    pp_err err = {{0}};
+    cr_assert_eq(whatif_simulate(in, rows, &err), 0, "%s", err.msg);
+}
+
+static const whatif_row *row_of(const whatif_row rows[WHATIF_KINDS], const char *schedule) {
+    for (int k = 0; k < WHATIF_KINDS; k++)
+        if (strcmp(rows[k].schedule, schedule) == 0) return &rows[k];
+    cr_assert_fail("no row for %s", schedule);
+    return NULL;
+}
+
+/* A gpt job: the same layers in v chunks per rank, each op 1/v of a rank's. */
+Test(whatif, equal_costs_give_the_theory_table_of_schedules_md) {
+    whatif_input in = job_1f1b();
+    whatif_row rows[WHATIF_KINDS];
+    simulate(&in, rows);
+    static const struct {
+        const char *schedule;
+        int v;
+        double bubble, step_ms;
+    } want[] = {
+        {"gpipe", 1, 0.2, 30},         {"1f1b", 1, 0.2, 30},  {"interleaved-1f1b", 2, 1.0 / 9, 27},
+        {"zb-h1", 1, 1.0 / 9, 27}, {"zb-v", 2, 1.0 / 17, 25.5},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const whatif_row *r = row_of(rows, want[i].schedule);
+        cr_assert_str_empty(r->error, "%s: %s", r->schedule, r->error);
+        cr_expect_eq(r->virtual_stages, want[i].v, "%s", r->schedule);
+        cr_expect_float_eq(r->bubble_ratio, want[i].bubble, 1e-4, "%s: bubble %g", r->schedule, r->bubble_ratio);
+        cr_expect_float_eq(r->step_time_ns, want[i].step_ms * MS, 1, "%s: step %g ns", r->schedule, r->step_time_ns);
+        cr_expect_eq(r->this_job, strcmp(r->schedule, "1f1b") == 0, "%s", r->schedule);
+    }
+}
+
+/* The job's own row repeats what it measured; the others scale each rank's
+ * bytes per microbatch-stage by the schedule's peak in flight there, and by
+ * the chunk's share of a rank's layers. */
+Test(whatif, activation_estimate_follows_in_flight_and_chunk_size) {
+    whatif_input in = job_1f1b();
+    whatif_row rows[WHATIF_KINDS];
+    simulate(&in, rows);
+    cr_expect_eq(row_of(rows, "1f1b")->act_peak_bytes, 4 * 4096);
+    cr_expect_eq(row_of(rows, "1f1b")->peak_inflight, 4);
+    cr_expect_eq(row_of(rows, "gpipe")->act_peak_bytes, 8 * 4096, "m microbatches on every rank");
+    cr_expect_eq(row_of(rows, "zb-h1")->act_peak_bytes, 4 * 4096, "1F1B's peak, on every rank");
+    /* interleaved: rank 0 holds 11 chunks of half a rank's layers */
+    cr_expect_eq(row_of(rows, "interleaved-1f1b")->peak_inflight, 11);
+    cr_expect_eq(row_of(rows, "interleaved-1f1b")->act_peak_bytes, 11 * 4096 / 2);
+    cr_expect_eq(row_of(rows, "zb-v")->act_peak_bytes, 8 * 4096 / 2);
+
+    in.act_peak_by_rank = NULL; /* a trace without held bytes */
+    simulate(&in, rows);
+    for (int k = 0; k < WHATIF_KINDS; k++) cr_expect_eq(rows[k].act_peak_bytes, -1, "%s", rows[k].schedule);
+    int64_t one_unknown[4] = {4 * 4096, 0, 2 * 4096, 4096};
+    in.act_peak_by_rank = one_unknown;
+    simulate(&in, rows);
+    cr_expect_eq(row_of(rows, "gpipe")->act_peak_bytes, -1, "a rank without bytes makes the estimate unknown");
+}
+
+/* timed: every op costs what the model says, whatever the chunk: two chunks
+ * per rank double a rank's work, and its bytes per chunk stay. */
+Test(whatif, fixed_op_costs_do_not_shrink_with_chunks) {
+    whatif_input in = job_1f1b();
+    in.fixed_op_costs = 1;
+    whatif_row rows[WHATIF_KINDS];
+    simulate(&in, rows);
+    const whatif_row *il = row_of(rows, "interleaved-1f1b");
+    cr_expect_float_eq(il->step_time_ns, 54 * MS, 1, "step %g", il->step_time_ns);
+    cr_expect_float_eq(il->bubble_ratio, 1.0 / 9, 1e-4);
+    cr_expect_eq(il->act_peak_bytes, 11 * 4096);
+    cr_expect_float_eq(row_of(rows, "1f1b")->step_time_ns, 30 * MS, 1);
+}
+
+/* The job's own kind keeps the job's v; a CSV job has no row of its own. */
+Test(whatif, own_row_keeps_the_jobs_chunks) {
+    whatif_input in = job_1f1b();
+    snprintf(in.schedule, sizeof in.schedule, "interleaved-1f1b");
+    in.virtual_stages = 4;
+    in.act_peak_by_rank = in.inflight_by_rank = NULL;
+    whatif_row rows[WHATIF_KINDS];
+    simulate(&in, rows);
+    const whatif_row *il = row_of(rows, "interleaved-1f1b");
+    cr_expect(il->this_job);
+    cr_expect_eq(il->virtual_stages, 4);
+    cr_expect_float_eq(il->bubble_ratio, 1.0 / 17, 1e-4, "the bubble over v=4: %g", il->bubble_ratio);
+    /* 1f1b's chunks hold 4 of the job's: its ops cost 4 ms each */
+    cr_expect_float_eq(row_of(rows, "1f1b")->step_time_ns, 4 * 30 * MS, 1);
+
+    snprintf(in.schedule, sizeof in.schedule, "csv:mine.csv");
+    in.virtual_stages = 1;
+    simulate(&in, rows);
+    for (int k = 0; k < WHATIF_KINDS; k++) cr_expect_not(rows[k].this_job, "%s", rows[k].schedule);
+}
+
+/* A schedule that cannot be built for p and m says why in its row; the
+ * others are still simulated. */
+Test(whatif, impossible_schedule_names_its_constraint) {
+    whatif_input in = job_1f1b();
+    in.microbatches = 5;
+    in.act_peak_by_rank = in.inflight_by_rank = NULL;
+    whatif_row rows[WHATIF_KINDS];
+    simulate(&in, rows);
+    const whatif_row *il = row_of(rows, "interleaved-1f1b");
+    cr_expect(strstr(il->error, "multiple of the pipeline ranks"), "error: %s", il->error);
+    cr_expect(isnan(il->step_time_ns));
+    cr_expect_str_empty(row_of(rows, "1f1b")->error);
+    cr_expect_float_eq(row_of(rows, "1f1b")->bubble_ratio, 6.0 / 21, 1e-4, "2(p-1)/(3m+2(p-1))");
+
+    in.ranks = 1000, in.microbatches = 1000; /* 3 M actions even at v = 1 */
+    simulate(&in, rows);
+    for (int k = 0; k < WHATIF_KINDS; k++)
+        cr_expect(strstr(rows[k].error, "not simulated"), "%s: %s", rows[k].schedule, rows[k].error);
+}
+
+/* Send time is a latency between ranks: it lengthens the step. */
+Test(whatif, send_time_lengthens_the_step) {
+    whatif_input in = job_1f1b();
+    whatif_row none[WHATIF_KINDS], some[WHATIF_KINDS];
+    simulate(&in, none);
+    in.costs.comm = 0.1 * MS;
+    simulate(&in, some);
+    for (int k = 0; k < WHATIF_KINDS; k++)
+        cr_expect_gt(some[k].step_time_ns, none[k].step_time_ns, "%s", some[k].schedule);
+}
+
+Test(whatif, bad_input_is_refused) {
+    whatif_row rows[WHATIF_KINDS];
+    pp_err err = {{0}};
+    whatif_input in = job_1f1b();
+    in.ranks = 0;
+    cr_expect_eq(whatif_simulate(&in, rows, &err), -1);
+    cr_expect(strstr(err.msg, "at least 1 rank"), "%s", err.msg);
+    in = job_1f1b();
+    in.costs.w = -1;
+    cr_expect_eq(whatif_simulate(&in, rows, &err), -1);
+    cr_expect(strstr(err.msg, "not negative"), "%s", err.msg);
+    in.costs.w = NAN;
+    cr_expect_eq(whatif_simulate(&in, rows, &err), -1);
+    cr_expect(strstr(err.msg, "finite"), "%s", err.msg);
+}
