@@ -95,6 +95,16 @@ static int whatif_prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, pp_er
     return 0;
 }
 
+/* Prepares sql over the window: ?1 the job, ?2 and ?3 its first and last step. */
+static int whatif_prepare_window(sqlite3 *db, const char *sql, const job_summary *s, const whatif_report *r,
+                                 sqlite3_stmt **st, pp_err *err) {
+    if (whatif_prepare(db, sql, st, err) != 0) return -1;
+    sqlite3_bind_int64(*st, 1, s->job_id);
+    sqlite3_bind_int(*st, 2, r->first_step);
+    sqlite3_bind_int(*st, 3, r->last_step);
+    return 0;
+}
+
 static int whatif_done(sqlite3 *db, sqlite3_stmt *st, int rc, pp_err *err) {
     sqlite3_finalize(st);
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
@@ -130,8 +140,9 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     return whatif_done(db, st, rc, err);
 }
 
-/* The latest complete step from `from` on, and whether its window has GPU
- * spans; *last = -1 when there is no complete step. */
+/* The window of steps to measure: the latest complete step from
+ * s->from_step on (r->last_step, -1 when there is none) and up to
+ * WHATIF_STEPS - 1 before it; r->gpu when it has GPU spans. */
 static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
     sqlite3_stmt *st;
     if (whatif_prepare(db, "SELECT max(step) FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ")", &st, err) != 0) return -1;
@@ -143,14 +154,11 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
     if (r->last_step < 0) return 0;
     r->first_step = r->last_step - WHATIF_STEPS + 1;
     if (r->first_step < s->from_step) r->first_step = s->from_step;
-    if (whatif_prepare(db,
-                       "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
-                       "source='gpu' AND phase='F')",
-                       &st, err) != 0)
+    if (whatif_prepare_window(db,
+                              "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
+                              "source='gpu' AND phase='F')",
+                              s, r, &st, err) != 0)
         return -1;
-    sqlite3_bind_int64(st, 1, s->job_id);
-    sqlite3_bind_int(st, 2, r->first_step);
-    sqlite3_bind_int(st, 3, r->last_step);
     rc = sqlite3_step(st);
     r->gpu = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
     return whatif_done(db, st, rc, err);
@@ -162,15 +170,12 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
 static int whatif_read_medians(sqlite3 *db, const job_summary *s, const whatif_report *r, int64_t med[4], pp_err *err) {
     for (int k = 0; k < 4; k++) med[k] = -1;
     sqlite3_stmt *st;
-    if (whatif_prepare(db,
-                       "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 3 END AS k, "
-                       "end_ns - start_ns AS d FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 "
-                       "AND phase IN ('F','B','W','SEND_F','SEND_B') ORDER BY k, d",
-                       &st, err) != 0)
+    if (whatif_prepare_window(db,
+                              "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 3 END AS k, "
+                              "end_ns - start_ns AS d FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
+                              "source=?4 AND phase IN ('F','B','W','SEND_F','SEND_B') ORDER BY k, d",
+                              s, r, &st, err) != 0)
         return -1;
-    sqlite3_bind_int64(st, 1, s->job_id);
-    sqlite3_bind_int(st, 2, r->first_step);
-    sqlite3_bind_int(st, 3, r->last_step);
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
     int64_t *durs = NULL;
     size_t n = 0, cap = 0;
@@ -205,7 +210,8 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     if (r->last_step < 0) return 0;
     int64_t med[4];
     if (whatif_read_medians(db, s, r, med, err) != 0) return -1;
-    if (med[0] < 0 || med[1] < 0 || med[2] < 0) return 0;
+    /* a job without a pipeline shape (`pprun launch`) has nothing to play */
+    if (med[0] < 0 || med[1] < 0 || med[2] < 0 || r->in.microbatches < 1 || r->in.virtual_stages < 1) return 0;
     r->in.ranks = s->world;
     r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], med[3] > 0 ? (double)med[3] : 0};
     r->in.act_peak_by_rank = s->act_peak_by_rank;

@@ -195,18 +195,25 @@ void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
 }
 
 /* The job in a few numbers (db/summary.h), to hold jobs side by side. */
+/* Reads job j's summary (and, with wr, its what-if) and opens the answer
+ * `{"job": ID` in w; or answers 500 naming the problem and returns -1. */
+static int summary_begin(sqlite3 *db, const job_info *j, job_summary *s, whatif_report *wr, jw *w, http_reply *r) {
+    pp_err err;
+    if (summary_read(db, j->id, 0, s, &err) != 0 || (wr && whatif_read(db, s, wr, &err) != 0)) {
+        summary_free(s);
+        http_error(r, 500, "%s", err.msg);
+        return -1;
+    }
+    jw_init(w);
+    jw_obj(w);
+    jw_kint(w, "job", j->id);
+    return 0;
+}
+
 void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     job_summary s;
-    pp_err err;
-    if (summary_read(db, j->id, 0, &s, &err) != 0) {
-        summary_free(&s);
-        http_error(r, 500, "%s", err.msg);
-        return;
-    }
     jw w;
-    jw_init(&w);
-    jw_obj(&w);
-    jw_kint(&w, "job", j->id);
+    if (summary_begin(db, j, &s, NULL, &w, r) != 0) return;
     jw_kint(&w, "from_step", s.from_step);
     jw_kint(&w, "steps", s.steps);
     jw_key(&w, "step_time_ns");
@@ -252,16 +259,8 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
 void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
     job_summary s;
     whatif_report wr;
-    pp_err err;
-    if (summary_read(db, j->id, 0, &s, &err) != 0 || whatif_read(db, &s, &wr, &err) != 0) {
-        summary_free(&s);
-        http_error(r, 500, "%s", err.msg);
-        return;
-    }
     jw w;
-    jw_init(&w);
-    jw_obj(&w);
-    jw_kint(&w, "job", j->id);
+    if (summary_begin(db, j, &s, &wr, &w, r) != 0) return;
     jw_key(&w, "measured");
     jw_bool(&w, wr.measured);
     if (wr.measured) {
