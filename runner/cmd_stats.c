@@ -1,7 +1,9 @@
 /* cmd_stats.c: `pprun stats --db FILE [--job ID]`: where a job's time went,
  * in a terminal (like `nsys stats`): step time, measured and planned
- * bubble, idle time by cause, op durations, loss. The same numbers as
- * GET /api/jobs/{id}/summary, read from the same code (db/summary.h). */
+ * bubble, idle time by cause, op durations, loss; then every schedule
+ * simulated at the job's measured costs. The same numbers as GET
+ * /api/jobs/{id}/summary and /whatif, read by the same code (db/summary.h,
+ * db/whatif.h). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,7 +15,8 @@
 static void usage(FILE *out) {
     fprintf(out, "usage: pprun stats --db FILE [--job ID]\n"
                  "  Where a job's time went: step time, measured and planned bubble, idle time\n"
-                 "  by cause, op durations, loss. Steps from 1 on (step 0 pays for start-up).\n"
+                 "  by cause, op durations, loss; then each schedule simulated at the job's\n"
+                 "  measured op costs (what if). Steps from 1 on (step 0 pays for start-up).\n"
                  "  --db FILE  trace database written by `pprun run`\n"
                  "  --job ID   job id (default: the newest job in the file)\n");
 }
