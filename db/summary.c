@@ -7,13 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A growable list of durations, to take a median of. */
-typedef struct durations {
-    int64_t *v;
-    size_t n, cap;
-} durations;
-
-static int durations_push(durations *d, int64_t x) {
+int durations_push(durations *d, int64_t x) {
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 256;
         int64_t *v = realloc(d->v, cap * sizeof *v);
@@ -30,8 +24,7 @@ static int cmp_i64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Sorts d and returns its median (the mean of the middle two), -1 if empty. */
-static int64_t durations_median(durations *d) {
+int64_t durations_median(durations *d) {
     if (!d->n) return -1;
     qsort(d->v, d->n, sizeof *d->v, cmp_i64);
     return d->n % 2 ? d->v[d->n / 2] : (d->v[d->n / 2 - 1] + d->v[d->n / 2]) / 2;

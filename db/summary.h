@@ -27,6 +27,15 @@
     "FROM step_stats WHERE job_id=?1 " where " GROUP BY step "                                            \
     "HAVING count(*) >= (SELECT world_size FROM jobs WHERE id=?1)"
 
+/* A growable list of durations (ns), to take a median of; the owner frees v. */
+typedef struct durations {
+    int64_t *v;
+    size_t n, cap;
+} durations;
+int durations_push(durations *d, int64_t x); /* 0, or -1 when out of memory */
+/* Sorts d and returns its median (the mean of the middle two), -1 if empty. */
+int64_t durations_median(durations *d);
+
 /* Durations of one kind of op (a phase, host or GPU span) from from_step on. */
 typedef struct summary_ops {
     int64_t count, total_ns, median_ns, max_ns; /* median and max -1 when count is 0 */

@@ -165,42 +165,28 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
 }
 
 /* Medians of F, B, W and send spans over the window into med[4], -1 where
- * there is none; as `pprun stats`' ops table takes them (the mean of the
- * middle two of an even count). Rows come sorted by key then duration. */
+ * there is none, taken as `pprun stats`' ops table takes them. */
 static int whatif_read_medians(sqlite3 *db, const job_summary *s, const whatif_report *r, int64_t med[4], pp_err *err) {
-    for (int k = 0; k < 4; k++) med[k] = -1;
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
-                              "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 3 END AS k, "
-                              "end_ns - start_ns AS d FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
-                              "source=?4 AND phase IN ('F','B','W','SEND_F','SEND_B') ORDER BY k, d",
+                              "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 3 END, "
+                              "end_ns - start_ns FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
+                              "source=?4 AND phase IN ('F','B','W','SEND_F','SEND_B')",
                               s, r, &st, err) != 0)
         return -1;
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
-    int64_t *durs = NULL;
-    size_t n = 0, cap = 0;
-    int cur = -1, rc;
-    for (;;) {
-        rc = sqlite3_step(st);
-        int key = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-        if (key != cur) {
-            if (cur >= 0 && n > 0) med[cur] = n % 2 ? durs[n / 2] : (durs[n / 2 - 1] + durs[n / 2]) / 2;
-            cur = key, n = 0;
-        }
-        if (rc != SQLITE_ROW) break;
-        if (n == cap) {
-            size_t grown = cap ? 2 * cap : 256;
-            int64_t *t = realloc(durs, grown * sizeof *t);
-            if (!t) {
-                free(durs);
-                sqlite3_finalize(st);
-                return pp_fail(err, "out of memory");
-            }
-            durs = t, cap = grown;
-        }
-        durs[n++] = sqlite3_column_int64(st, 1);
+    durations d[4] = {{0}};
+    int rc, oom = 0;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        oom = durations_push(&d[sqlite3_column_int(st, 0)], sqlite3_column_int64(st, 1)) != 0;
+    for (int k = 0; k < 4; k++) {
+        med[k] = durations_median(&d[k]);
+        free(d[k].v);
     }
-    free(durs);
+    if (oom) {
+        sqlite3_finalize(st);
+        return pp_fail(err, "out of memory");
+    }
     return whatif_done(db, st, rc, err);
 }
 
