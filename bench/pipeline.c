@@ -5,6 +5,11 @@
  *     the simulator's, as ratios.
  *  2. Tracing overhead: the same job with --trace on and --trace off, median
  *     step time as a ratio (goal: at most 1.01).
+ *  3. ZB-V ordered for measured costs: the default gpt job on 2 ranks, its
+ *     zb-v as `pprun run` orders it (f=b=w=1) and ordered for a 1f1b job's
+ *     measured costs (--schedule-costs DB:1), alternating: median step time
+ *     as a ratio (goal: below 1, as the what-if's "zb-v tuned" row
+ *     predicts) and each run's measured bubble.
  *
  *   bench_pipeline [--op-ms T] [--steps N]
  *
@@ -189,6 +194,35 @@ int main(int argc, char **argv) {
             }
             printf("%-6s %14.3f %14.3f %16.4f\n", on ? "on" : "off", l, t, t > 0 ? l / t : 0);
         }
+
+    /* 2 ranks on 2 cores: no rank waits for a core, so idle time is lost
+     * time (4 ranks on 2 cores fill one rank's bubble with another's work). */
+    printf("\nzb-v on the default gpt job, 2 ranks, %d steps: ordered for f=b=w=1 and for job 1's measured costs, "
+           "%d alternating pairs\n\n", steps * 5, REPS);
+    run("%s run --nproc-per-node 2 --steps %d --progress off --db %s/zbv.db >/dev/null 2>&1", PPRUN_BIN, steps * 5,
+        dir);
+    printf("%-6s %12s %12s %7s %9s %9s\n", "pair", "default ms", "tuned ms", "ratio", "bubble", "tuned");
+    double bubbles[REPS][2];
+    for (int rep = 0; rep < REPS; rep++) {
+        double t[2];
+        for (int tuned = 0; tuned < 2; tuned++) {
+            char costs[400] = "", path[512];
+            if (tuned) snprintf(costs, sizeof costs, "--schedule-costs %s/zbv.db:1", dir);
+            int k = rep * 2 + tuned;
+            run("%s run --nproc-per-node 2 --steps %d --progress off --schedule zb-v %s --db %s/zbv%d.db "
+                "--metrics %s/zbv%d.jsonl >/dev/null 2>&1",
+                PPRUN_BIN, steps * 5, costs, dir, k, dir, k);
+            snprintf(path, sizeof path, "%s/zbv%d.jsonl", dir, k);
+            t[tuned] = median_step_ms(path);
+            snprintf(path, sizeof path, "%s/zbv%d.db", dir, k);
+            bubbles[rep][tuned] = measured_bubble(path);
+        }
+        ratios[rep] = t[1] / t[0];
+        printf("%-6d %12.1f %12.1f %7.3f %9.3f %9.3f\n", rep, t[0], t[1], ratios[rep], bubbles[rep][0],
+               bubbles[rep][1]);
+    }
+    qsort(ratios, REPS, sizeof ratios[0], cmp_double);
+    printf("median ratio (tuned / default): %.3f   (goal: below 1; the what-if predicts it)\n", ratios[REPS / 2]);
     run("rm -rf '%s'", dir);
     return 0;
 }

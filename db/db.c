@@ -221,6 +221,16 @@ void db_close(db *d) {
 sqlite3 *db_sqlite(db *d) { return d->sql; }
 const char *db_path(const db *d) { return d->path; }
 
+int64_t db_newest_job(sqlite3 *sql, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(sql, "SELECT coalesce(max(id), 0) FROM jobs", -1, &st, NULL) != SQLITE_OK)
+        return pp_fail(err, "database error: %s", sqlite3_errmsg(sql));
+    int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    if (id < 0) pp_fail(err, "database error: %s", sqlite3_errmsg(sql));
+    sqlite3_finalize(st);
+    return id;
+}
+
 int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
     sqlite3 *sql = NULL;
     int rc = sqlite3_open_v2(path, &sql, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);

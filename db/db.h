@@ -33,6 +33,10 @@ const char *db_path(const db *d);
  * an older version the columns it lacks (db_compat_views). Close with
  * sqlite3_close. */
 int db_open_readonly(const char *path, sqlite3 **out, pp_err *err);
+/* The newest job's id in a pprun database (open either way), 0 when it
+ * has none, -1 with err on a database error. */
+int64_t db_newest_job(sqlite3 *sql, pp_err *err);
+
 /* For readers of a file written before the current schema version: temp
  * views, named like the tables they shadow (temp shadows main for
  * unqualified names), that add the columns added since as 0

@@ -37,10 +37,29 @@ static int64_t whatif_act_estimate(const whatif_input *in, const sched_sim *sim,
     return llround(most);
 }
 
-static void whatif_one(const whatif_input *in, const char *kind, whatif_row *row) {
+/* A chunk of v per rank against one of the job's: what its op costs and
+ * activations scale by (the same layers split into v chunks per rank). */
+static double whatif_scale(const whatif_input *in, int v) {
+    return in->fixed_op_costs ? 1.0 : (double)in->virtual_stages / v;
+}
+
+sched_costs whatif_chunk_costs(const whatif_input *in, int v) {
+    double scale = whatif_scale(in, v);
+    return (sched_costs){in->costs.f * scale, in->costs.b * scale, in->costs.w * scale, in->costs.comm};
+}
+
+void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size) {
+    sched_costs c = whatif_chunk_costs(in, 2);
+    snprintf(buf, size, "f=%.4gms,b=%.4gms,w=%.4gms,comm=%.4gms", c.f / 1e6, c.b / 1e6, c.w / 1e6, c.comm / 1e6);
+}
+
+/* One row: kind at its v, its order built as `pprun run` would build it,
+ * or (tuned) for the measured costs themselves. */
+static void whatif_one(const whatif_input *in, const char *kind, int tuned, whatif_row *row) {
     memset(row, 0, sizeof *row);
     snprintf(row->schedule, sizeof row->schedule, "%s", kind);
-    row->this_job = strcmp(in->schedule, kind) == 0;
+    row->tuned = tuned;
+    row->this_job = !tuned && strcmp(in->schedule, kind) == 0;
     row->virtual_stages = row->this_job ? in->virtual_stages : whatif_default_v(kind);
     row->step_time_ns = row->bubble_ratio = NAN;
     row->act_peak_bytes = -1;
@@ -51,13 +70,12 @@ static void whatif_one(const whatif_input *in, const char *kind, whatif_row *row
                  (long long)actions, WHATIF_MAX_ACTIONS);
         return;
     }
-    /* The same layers split into v chunks per rank instead of the job's. */
-    double scale = in->fixed_op_costs ? 1.0 : (double)in->virtual_stages / v;
-    sched_costs c = {in->costs.f * scale, in->costs.b * scale, in->costs.w * scale, in->costs.comm};
+    sched_costs c = whatif_chunk_costs(in, v);
+    double scale = whatif_scale(in, v);
     sched_plan *plan = NULL;
     sched_sim *sim = NULL;
     pp_err err;
-    if (sched_from_flag(kind, p, m, v, in->build_costs ? in->build_costs : &c, &plan, &err) != 0 ||
+    if (sched_from_flag(kind, p, m, v, in->build_costs && !tuned ? in->build_costs : &c, &plan, &err) != 0 ||
         sched_simulate(plan, &c, &sim, &err) != 0) {
         /* The first line: a validator's message goes on with the grid. */
         int len = (int)strcspn(err.msg, "\n");
@@ -74,7 +92,7 @@ static void whatif_one(const whatif_input *in, const char *kind, whatif_row *row
     sched_free(plan);
 }
 
-int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_KINDS], pp_err *err) {
+int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err) {
     if (in->ranks < 1 || in->microbatches < 1 || in->virtual_stages < 1)
         return pp_fail(err, "what-if: a job needs at least 1 rank, microbatch and chunk (got %d, %d, %d)", in->ranks,
                        in->microbatches, in->virtual_stages);
@@ -83,7 +101,8 @@ int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_KINDS], pp_er
         if (!isfinite(cost[k]) || cost[k] < 0)
             return pp_fail(err, "what-if: op costs must be finite and not negative (f=%g b=%g w=%g comm=%g)",
                            in->costs.f, in->costs.b, in->costs.w, in->costs.comm);
-    for (int k = 0; k < WHATIF_KINDS; k++) whatif_one(in, whatif_kinds[k], &rows[k]);
+    for (int k = 0; k < WHATIF_KINDS; k++) whatif_one(in, whatif_kinds[k], 0, &rows[k]);
+    whatif_one(in, "zb-v", 1, &rows[WHATIF_KINDS]);
     return 0;
 }
 
@@ -110,11 +129,15 @@ static int whatif_done(sqlite3 *db, sqlite3_stmt *st, int rc, pp_err *err) {
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
 }
 
-/* The job's shape from its row, and how `pprun run` built its schedule
- * (run_config_costs): a timed model's own costs, unit costs for gpt. */
+/* The job's shape from its row, and how `pprun run` built its schedule:
+ * its --schedule-costs (config_json), else run_config_costs (a timed
+ * model's own costs, unit costs for gpt). */
 static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err) {
     sqlite3_stmt *st;
-    if (whatif_prepare(db, "SELECT schedule, microbatches, virtual_stages, model FROM jobs WHERE id=?1", &st, err) != 0)
+    if (whatif_prepare(db,
+                       "SELECT schedule, microbatches, virtual_stages, model, json_extract(config_json, "
+                       "'$.schedule_costs') FROM jobs WHERE id=?1",
+                       &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
     int rc = sqlite3_step(st);
@@ -124,7 +147,9 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     }
     if (rc == SQLITE_ROW) {
         const unsigned char *schedule = sqlite3_column_text(st, 0), *model = sqlite3_column_text(st, 3);
+        const unsigned char *ordered_for = sqlite3_column_text(st, 4);
         snprintf(r->in.schedule, sizeof r->in.schedule, "%s", schedule ? (const char *)schedule : "");
+        snprintf(r->model, sizeof r->model, "%s", model ? (const char *)model : "");
         r->in.microbatches = sqlite3_column_int(st, 1);
         r->in.virtual_stages = sqlite3_column_int(st, 2);
         model_spec spec;
@@ -134,6 +159,11 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
             r->build = spec.kind == MODEL_TIMED
                            ? (sched_costs){(double)spec.f_ns, (double)spec.b_ns, (double)spec.w_ns, 0}
                            : (sched_costs){1, 1, 1, 0};
+            r->in.build_costs = &r->build;
+        }
+        sched_costs given = {0, 0, 0, 0};
+        if (ordered_for && sched_parse_costs((const char *)ordered_for, "schedule_costs", &given, &ignored) == 0) {
+            r->build = given;
             r->in.build_costs = &r->build;
         }
     }
@@ -205,4 +235,30 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     if (whatif_simulate(&r->in, r->rows, err) != 0) return -1;
     r->measured = 1;
     return 0;
+}
+
+int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int v, sched_costs *out, char *about,
+                     size_t about_size, pp_err *err) {
+    job_summary s;
+    whatif_report r;
+    int rc = -1;
+    if (summary_read(db, job, 0, &s, err) != 0 || whatif_read(db, &s, &r, err) != 0) goto out;
+    if (!r.measured) {
+        pp_fail(err, "job %lld has no complete step with F, B and W spans to measure yet", (long long)job);
+        goto out;
+    }
+    if (strcmp(r.model, model) != 0) {
+        pp_fail(err, "job %lld ran --model %s, this job --model %s: its op costs do not carry over", (long long)job,
+                r.model, model);
+        goto out;
+    }
+    /* a chunk here holds 1/(ranks*v) of the layers, there 1/(world*job_v) */
+    double scale = r.in.fixed_op_costs ? 1.0 : (double)s.world * r.in.virtual_stages / ((double)ranks * v);
+    *out = (sched_costs){r.in.costs.f * scale, r.in.costs.b * scale, r.in.costs.w * scale, r.in.costs.comm};
+    snprintf(about, about_size, "job %lld: medians of %s spans, steps %d-%d", (long long)job, r.gpu ? "GPU" : "host",
+             r.first_step, r.last_step);
+    rc = 0;
+out:
+    summary_free(&s);
+    return rc;
 }

@@ -14,6 +14,7 @@
 #include "runner/pipe/sched.h"
 
 #define WHATIF_KINDS 5  /* gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v */
+#define WHATIF_ROWS 6   /* the kinds, then zb-v again with its order tuned to the measured costs */
 #define WHATIF_STEPS 20 /* ops are measured over at most the latest this many complete steps */
 
 /* What a simulation starts from: the job's shape and its costs. */
@@ -26,8 +27,8 @@ typedef struct whatif_input {
     int fixed_op_costs;
     sched_costs costs; /* ns per op of one of the job's chunks; comm = a send */
     /* What `pprun run` orders a schedule's actions by (ZB-V's greedy order
-     * depends on costs): f=b=w=1 for gpt, the model's own costs for timed.
-     * NULL: the measured costs. */
+     * depends on costs): the job's --schedule-costs, else f=b=w=1 for gpt
+     * and the model's own costs for timed. NULL: the measured costs. */
     const sched_costs *build_costs;
     /* [ranks] each, may be NULL: the most activation bytes a rank held in a
      * step (<= 0: unknown) and the job's plan peak in flight on it. */
@@ -39,6 +40,7 @@ typedef struct whatif_row {
     char schedule[32];
     int virtual_stages;
     int this_job;           /* the job's own schedule and v */
+    int tuned;              /* zb-v with its order built for the measured costs (--schedule-costs) */
     char error[256];        /* non-empty: not possible for this p and m, and why */
     double step_time_ns;    /* simulated */
     double bubble_ratio;    /* simulated: idle / (ranks * step time) */
@@ -46,12 +48,23 @@ typedef struct whatif_row {
     int64_t act_peak_bytes; /* estimated most bytes held on a rank; -1 unknown */
 } whatif_row;
 
-/* Fills rows[WHATIF_KINDS], one per built-in schedule at its default v (the
- * job's v for the job's own kind). A schedule that cannot be built for these
- * p and m gets its error in its row; only bad input fails (-1, err). The
- * activation estimate keeps each rank's bytes per microbatch-stage as the
- * job measured them, scaled like the op costs. */
-int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_KINDS], pp_err *err);
+/* Fills rows[WHATIF_ROWS]: one per built-in schedule at its default v (the
+ * job's v for the job's own kind), ordered as `pprun run` would order it,
+ * then zb-v ordered for the measured costs. A schedule that cannot be built
+ * for these p and m gets its error in its row; only bad input fails (-1,
+ * err). The activation estimate keeps each rank's bytes per
+ * microbatch-stage as the job measured them, scaled like the op costs. */
+int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err);
+
+/* The measured costs of one op of a chunk when each rank holds v chunks:
+ * the job's scaled by job_v / v for gpt, the same for timed. What the tuned
+ * zb-v row (v = 2) was built for, and so what `--schedule-costs` would take
+ * to run it. */
+sched_costs whatif_chunk_costs(const whatif_input *in, int v);
+
+/* The tuned zb-v row's costs as `pprun run --schedule-costs` takes them
+ * ("f=3.851ms,b=3.53ms,w=1.62ms,comm=0.066ms") into buf. */
+void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size);
 
 typedef struct whatif_report {
     int measured;              /* 0: no complete step with F, B and W yet (nothing below is set) */
@@ -59,7 +72,8 @@ typedef struct whatif_report {
     int first_step, last_step; /* the steps whose ops were measured */
     whatif_input in;
     sched_costs build; /* in.build_costs points here when the job's model is known */
-    whatif_row rows[WHATIF_KINDS];
+    char model[256];   /* the job's canonical --model */
+    whatif_row rows[WHATIF_ROWS];
 } whatif_report;
 
 /* Measures job s->job_id's op costs in db and simulates (s from
@@ -67,5 +81,14 @@ typedef struct whatif_report {
  * points into it). 0 with r->measured = 0 when there is nothing to measure
  * yet; -1 with err on a database error. */
 int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err);
+
+/* The costs to order a new job's zb-v by (`pprun run --schedule-costs
+ * DB[:JOB]`), read off job `job` in db as whatif_read measures them: for a
+ * chunk of a job with `ranks` ranks of v chunks each, running `model` (a
+ * canonical spec, which must be the measured job's). gpt costs scale with
+ * the chunk's share of the layers, timed ones do not. `about` gets where
+ * they came from ("job 3: medians of host spans, steps 10-29"). */
+int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int v, sched_costs *out, char *about,
+                     size_t about_size, pp_err *err);
 
 #endif

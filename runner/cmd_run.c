@@ -24,6 +24,7 @@
 #include <cjson/cJSON.h>
 
 #include "db/db.h"
+#include "db/whatif.h"
 #include "runner/cli.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
@@ -67,6 +68,7 @@ typedef struct run_job {
     char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
     char *worker_args[RUN_CONFIG_MAX_ARGS + 1];
     int cuda_devices;       /* --device cuda: devices this node sees */
+    char costs_about[256];  /* --schedule-costs DB: which job and steps its numbers are from */
 } run_job;
 
 static void usage(FILE *out) {
@@ -78,6 +80,8 @@ static void usage(FILE *out) {
             "  --microbatches M      microbatches per step (default 8)\n"
             "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
             "  --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
+            "  --schedule-costs C    order zb-v for these op costs: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us,\n"
+            "                        or DB[:JOB] for a job's measured ones (default: the model's)\n"
             "  --steps N             training steps (default 20)\n"
             "  --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
             "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
@@ -211,11 +215,35 @@ static int check_cuda(run_job *job, pp_err *err) {
 #endif
 }
 
+/* --schedule-costs DB[:JOB]: a job's measured op costs, read once here, so
+ * that every worker builds the same order from the same numbers (they get
+ * them as --schedule-costs f=..,b=..,w=..,comm=..). */
+static int read_schedule_costs(run_job *job, int world, pp_err *err) {
+    run_config *cfg = &job->cfg;
+    const char *path = cfg->schedule_costs_db;
+    if (access(path, R_OK) != 0) return pp_fail(err, "--schedule-costs %s: cannot read it: %s", path, strerror(errno));
+    sqlite3 *sql;
+    if (db_open_readonly(path, &sql, err) != 0) return pp_wrap(err, "--schedule-costs %s", path);
+    int64_t id = cfg->schedule_costs_job ? cfg->schedule_costs_job : db_newest_job(sql, err);
+    char model[256];
+    model_spec_format(&cfg->model, model, sizeof model);
+    int rc = id < 0 ? -1
+             : id == 0
+                 ? pp_fail(err, "no job in it yet")
+                 : whatif_costs_for(sql, id, model, world, 2, &cfg->schedule_costs, job->costs_about,
+                                    sizeof job->costs_about, err);
+    sqlite3_close(sql);
+    if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
+    cfg->has_schedule_costs = 1;
+    return 0;
+}
+
 static int check_job(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
     if (run_config_finish(cfg, err) != 0) return -1;
     if (strcmp(cfg->device, "cuda") == 0 && check_cuda(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
+    if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
     int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
     if (!first) return pp_fail(err, "out of memory");
@@ -250,6 +278,16 @@ static char *config_json(const run_job *job) {
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "schedule", c->schedule);
+    if (c->has_schedule_costs) { /* what zb-v's order was built for (db/whatif.c reads it back) */
+        char text[1024];
+        snprintf(text, sizeof text, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->schedule_costs.f, c->schedule_costs.b,
+                 c->schedule_costs.w, c->schedule_costs.comm);
+        cJSON_AddStringToObject(o, "schedule_costs", text);
+        if (c->schedule_costs_db[0]) {
+            snprintf(text, sizeof text, "%s, %s", c->schedule_costs_db, job->costs_about);
+            cJSON_AddStringToObject(o, "schedule_costs_from", text);
+        }
+    }
     cJSON_AddNumberToObject(o, "microbatches", c->microbatches);
     cJSON_AddNumberToObject(o, "virtual_stages", job->plan->virtual_stages);
     cJSON_AddNumberToObject(o, "stages", job->plan->stages);
@@ -530,6 +568,11 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
         sched_free(job.plan);
         return 2;
+    }
+    if (job.costs_about[0]) {
+        const sched_costs *c = &job.cfg.schedule_costs;
+        fprintf(stderr, "pprun run: zb-v ordered for F %.3f ms, B %.3f ms, W %.3f ms, send %.3f ms per op (%s, %s)\n",
+                c->f / 1e6, c->b / 1e6, c->w / 1e6, c->comm / 1e6, job.cfg.schedule_costs_db, job.costs_about);
     }
     if (job.lo.node_rank == 0 && job.lo.run_id[0] == '\0')
         snprintf(job.lo.run_id, sizeof job.lo.run_id, "run-%llx-%d", (unsigned long long)(pp_wall_ns() / 1000000),

@@ -21,6 +21,7 @@ static const char usage_text[] =
     "  --microbatches M     microbatches per step\n"
     "  --virtual-stages V   chunks per rank (default 2 for interleaved-1f1b and zb-v, else 1)\n"
     "  --costs LIST         f=1,b=1,w=1,comm=0: time units of one F, B, W of a stage and of a send\n"
+    "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us)\n"
     "  --csv-in FILE        read the schedule from a CSV (same as --schedule csv:FILE)\n"
     "  --csv-out FILE       write the schedule as CSV\n"
     "  --notation N         CSV notation for --csv-out: pprun (F/B/W) | pytorch (F/I/W)\n"
@@ -31,19 +32,6 @@ typedef struct opts {
     long p, m, v;
     sched_costs costs;
 } opts;
-
-static int set_cost(void *ctx, const char *key, const char *value, pp_err *err) {
-    sched_costs *c = ctx;
-    double *slot = strcmp(key, "f") == 0      ? &c->f
-                   : strcmp(key, "b") == 0    ? &c->b
-                   : strcmp(key, "w") == 0    ? &c->w
-                   : strcmp(key, "comm") == 0 ? &c->comm
-                                              : NULL;
-    if (!slot) return pp_fail(err, "--costs: unknown key '%s'; accepted: f, b, w, comm (e.g. f=1,b=1,w=1,comm=0)", key);
-    char what[32];
-    snprintf(what, sizeof what, "--costs %s", key);
-    return pp_parse_double(value, 0, 1e9, what, slot, err);
-}
 
 static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
     for (int i = 1; i < argc; i++) {
@@ -71,11 +59,7 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         } else if (strcmp(name, "--virtual-stages") == 0) {
             if (pp_parse_long(val, 1, 64, "--virtual-stages", &o->v, err) != 0) return -1;
         } else if (strcmp(name, "--costs") == 0) {
-            char *copy = strdup(val);
-            if (!copy) return pp_fail(err, "out of memory");
-            int rc = pp_parse_kv_list(copy, set_cost, &o->costs, err);
-            free(copy);
-            if (rc != 0) return -1;
+            if (sched_parse_costs(val, "--costs", &o->costs, err) != 0) return -1;
         } else if (strcmp(name, "--csv-in") == 0) o->csv_in = val;
         else if (strcmp(name, "--csv-out") == 0) o->csv_out = val;
         else if (strcmp(name, "--notation") == 0) {

@@ -21,17 +21,6 @@ static void usage(FILE *out) {
                  "  --job ID   job id (default: the newest job in the file)\n");
 }
 
-/* The newest job's id, 0 when the file has none, -1 on a database error. */
-static int64_t newest_job(sqlite3 *db, pp_err *err) {
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT coalesce(max(id), 0) FROM jobs", -1, &st, NULL) != SQLITE_OK)
-        return pp_fail(err, "database error: %s", sqlite3_errmsg(db));
-    int64_t id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    if (id < 0) pp_fail(err, "database error: %s", sqlite3_errmsg(db));
-    sqlite3_finalize(st);
-    return id;
-}
-
 int cmd_stats(int argc, char **argv) {
     const char *dbpath = NULL, *job_s = NULL;
     for (int i = 1; i < argc; i++) {
@@ -74,7 +63,7 @@ int cmd_stats(int argc, char **argv) {
     }
     int rc = 2;
     if (!job_s) {
-        int64_t newest = newest_job(db, &err);
+        int64_t newest = db_newest_job(db, &err);
         if (newest <= 0) {
             fprintf(stderr, "pprun stats: %s\n", newest < 0 ? err.msg : "no job in this database yet");
             goto out;

@@ -1,6 +1,7 @@
 /* run_config.c: parsing, checking and forwarding the options of `pprun run`. */
 #include "runner/run_config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,11 +103,46 @@ static int parse_cuts(run_config *cfg, const char *value, pp_err *err) {
     return 0;
 }
 
+/* --schedule-costs f=..,b=..,w=..[,comm=..] or DB[:JOB] (run_config.h). */
+static int parse_schedule_costs(run_config *cfg, const char *value, pp_err *err) {
+    if (!value || !*value)
+        return pp_fail(err, "--schedule-costs: expected f=F,b=B,w=W[,comm=C] or a database DB[:JOB], got nothing");
+    cfg->has_schedule_costs = 0;
+    cfg->schedule_costs_db[0] = '\0';
+    cfg->schedule_costs_job = 0;
+    if (strchr(value, '=')) {
+        sched_costs c = {NAN, NAN, NAN, 0};
+        if (sched_parse_costs(value, "--schedule-costs", &c, err) != 0) return -1;
+        if (isnan(c.f) || isnan(c.b) || isnan(c.w))
+            return pp_fail(err, "--schedule-costs: '%s' needs f, b and w (comm is 0 when not given)", value);
+        if (c.f <= 0 || c.b <= 0)
+            return pp_fail(err, "--schedule-costs: f and b must be more than 0, got f=%g b=%g", c.f, c.b);
+        cfg->schedule_costs = c;
+        cfg->has_schedule_costs = 1;
+        return 0;
+    }
+    /* DB:JOB when what follows the last ':' is a job id, else all of it is DB */
+    const char *colon = strrchr(value, ':');
+    size_t path_len = strlen(value);
+    if (colon && colon[1] && strspn(colon + 1, "0123456789") == strlen(colon + 1)) {
+        if (pp_parse_long(colon + 1, 1, 0x7fffffffL, "--schedule-costs DB:JOB", &cfg->schedule_costs_job, err) != 0)
+            return -1;
+        path_len = (size_t)(colon - value);
+    }
+    if (path_len == 0) return pp_fail(err, "--schedule-costs: '%s' names no database before ':'", value);
+    if (path_len >= sizeof cfg->schedule_costs_db)
+        return pp_fail(err, "--schedule-costs: the database path is longer than %zu bytes",
+                       sizeof cfg->schedule_costs_db - 1);
+    memcpy(cfg->schedule_costs_db, value, path_len);
+    cfg->schedule_costs_db[path_len] = '\0';
+    return 0;
+}
+
 static const char *const value_options[] = {
     "--schedule", "--microbatches", "--virtual-stages", "--steps", "--model", "--data", "--device", "--seed",
     "--lr", "--optimizer", "--weight-decay", "--db", "--trace", "--token", "--checkpoint-dir",
     "--checkpoint-every", "--fail-at", "--metrics", "--pipeline-cuts", "--recv-timeout", "--transport",
-    "--progress", "--save-weights", "--dtype", "--cupti", NULL,
+    "--progress", "--save-weights", "--dtype", "--cupti", "--schedule-costs", NULL,
 };
 
 int run_config_takes_value(const char *opt) {
@@ -124,7 +160,9 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
             return pp_fail(err, "--schedule: '%s' is not accepted; accepted: gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE",
                            value ? value : "");
         rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
-    } else if (strcmp(opt, "--microbatches") == 0)
+    } else if (strcmp(opt, "--schedule-costs") == 0)
+        rc = parse_schedule_costs(cfg, value, err);
+    else if (strcmp(opt, "--microbatches") == 0)
         rc = parse_int(opt, value, 1, 4096, &cfg->microbatches, err);
     else if (strcmp(opt, "--virtual-stages") == 0)
         rc = parse_int(opt, value, 1, 64, &cfg->virtual_stages, err);
@@ -223,6 +261,9 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     if (strcmp(cfg->schedule, "zb-v") == 0 && cfg->virtual_stages && cfg->virtual_stages != 2)
         return pp_fail(err, "--schedule zb-v needs --virtual-stages 2 (two chunks per rank in V placement), got %d",
                        cfg->virtual_stages);
+    if ((cfg->has_schedule_costs || cfg->schedule_costs_db[0]) && strcmp(cfg->schedule, "zb-v") != 0)
+        return pp_fail(err, "--schedule-costs: only zb-v's order depends on op costs; --schedule %s is the same for "
+                            "any costs", cfg->schedule);
     if (strncmp(cfg->schedule, "csv:", 4) == 0 && cfg->virtual_stages)
         return pp_fail(err, "--virtual-stages does not apply to --schedule %s: the file defines the stages", cfg->schedule);
     int gpu_transport = strcmp(cfg->transport, "cuda-ipc") == 0 || strcmp(cfg->transport, "nccl") == 0;
@@ -267,8 +308,12 @@ int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan
 }
 
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err) {
+    if (cfg->schedule_costs_db[0] && !cfg->has_schedule_costs)
+        return pp_fail(err, "--schedule-costs %s: the launcher reads the database (pprun run), not a worker",
+                       cfg->schedule_costs_db);
     sched_costs costs;
     run_config_costs(cfg, &costs);
+    if (cfg->has_schedule_costs) costs = cfg->schedule_costs;
     if (sched_from_flag(cfg->schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out, err) != 0)
         return pp_wrap(err, "--schedule %s", cfg->schedule);
     return 0;
@@ -293,6 +338,9 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
         argc = push(argv, argc, storage, &ns, buf);                                                                    \
     } while (0)
     ARG("--schedule", "%s", cfg->schedule);
+    if (cfg->has_schedule_costs)
+        ARG("--schedule-costs", "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", cfg->schedule_costs.f, cfg->schedule_costs.b,
+            cfg->schedule_costs.w, cfg->schedule_costs.comm);
     ARG("--microbatches", "%d", cfg->microbatches);
     if (cfg->virtual_stages) ARG("--virtual-stages", "%d", cfg->virtual_stages);
     ARG("--steps", "%d", cfg->steps);

@@ -23,6 +23,14 @@ typedef struct run_fail_at {
 
 typedef struct run_config {
     char schedule[512]; /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | csv:FILE */
+    /* --schedule-costs: the op costs zb-v's order is built for (default: the
+     * timed model's, else f=b=w=1). Given as numbers, or as DB[:JOB], a
+     * database whose job's measured costs the launcher reads into
+     * schedule_costs (cmd_run.c) before any worker starts. */
+    int has_schedule_costs;
+    sched_costs schedule_costs;
+    char schedule_costs_db[512]; /* "" = none, or not yet read */
+    long schedule_costs_job;     /* 0 = the newest job there */
     int microbatches;   /* m */
     int virtual_stages; /* v (0 = the schedule's default) */
     int steps;
@@ -89,7 +97,8 @@ int run_config_device_boundaries(const run_config *cfg);
 int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan, int nproc_per_node, int devices,
                                    pp_err *err);
 
-/* Builds the job's schedule for `ranks` ranks, validated. */
+/* Builds the job's schedule for `ranks` ranks, validated; zb-v's order for
+ * --schedule-costs when given, else for run_config_costs. */
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err);
 
 #endif

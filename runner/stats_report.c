@@ -145,14 +145,14 @@ void report_whatif(FILE *out, const whatif_report *r) {
     fprintf(out, "  (medians of %s spans, steps %d-%d; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
             r->first_step, r->last_step);
     double own = NAN;
-    for (int k = 0; k < WHATIF_KINDS; k++)
+    for (int k = 0; k < WHATIF_ROWS; k++)
         if (r->rows[k].this_job && !r->rows[k].error[0]) own = r->rows[k].step_time_ns;
     fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",
             "activations", "in flight");
-    for (int k = 0; k < WHATIF_KINDS; k++) {
+    for (int k = 0; k < WHATIF_ROWS; k++) {
         const whatif_row *w = &r->rows[k];
         char name[40];
-        snprintf(name, sizeof name, "%s%s", w->schedule, w->this_job ? " *" : "");
+        snprintf(name, sizeof name, "%s%s", w->schedule, w->this_job ? " *" : w->tuned ? " tuned" : "");
         if (w->error[0]) {
             fprintf(out, "  %-18s %6d  %s\n", name, w->virtual_stages, w->error);
             continue;
@@ -164,6 +164,10 @@ void report_whatif(FILE *out, const whatif_report *r) {
         fprintf(out, "  %-18s %6d %10s %7s %8s %11s %9d\n", name, w->virtual_stages,
                 fmt_ns(a, sizeof a, w->step_time_ns), fmt_pct(b, sizeof b, w->bubble_ratio), c, d, w->peak_inflight);
     }
+    char flag[160];
+    whatif_tuned_flag(&r->in, flag, sizeof flag);
+    fprintf(out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs %s)\n",
+            flag);
 }
 
 void report_brief(FILE *out, const char *prefix, const job_summary *s, const char *db_path) {

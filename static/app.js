@@ -144,6 +144,7 @@ async function loadWhatif(id) {
   if (S.job !== id) return; // another job opened meanwhile
   const tbl = $('whatif-table'), pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
   tbl.innerHTML = '';
+  $('whatif-tuned').textContent = '';
   if (!r.measured) {
     $('whatif-info').textContent = '— nothing yet: no complete step with F, B and W';
     S.whatif = window.__pprun.whatif = r;
@@ -163,7 +164,7 @@ async function loadWhatif(id) {
     const tr = body.insertRow();
     tr.dataset.schedule = s.schedule;
     if (s.this_job) tr.className = 'own';
-    const cells = [s.schedule + (s.this_job ? ' (this job)' : ''), s.virtual_stages];
+    const cells = [s.schedule + (s.this_job ? ' (this job)' : s.tuned ? ' (ordered for these costs)' : ''), s.virtual_stages];
     if (s.error) cells.push(s.error);
     else cells.push(fmtMs(s.step_time_ns), pct(s.bubble_ratio), own ? (s.step_time_ns / own.step_time_ns).toFixed(2) + '×' : '–',
       s.act_peak_bytes == null ? '–' : fmtBytes(s.act_peak_bytes), s.peak_inflight);
@@ -174,6 +175,8 @@ async function loadWhatif(id) {
       if (s.error && k === 2) td.colSpan = 5;
     });
   }
+  $('whatif-tuned').textContent = 'zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs ' +
+    r.tuned_schedule_costs;
   S.whatif = window.__pprun.whatif = r;
 }
 

@@ -82,6 +82,10 @@ Test(sched_cli, costs_change_the_simulation) {
     cr_assert(strstr(out, "step time: 11\n"), "%s", out);
     cr_assert_eq(pprun("--schedule 1f1b --stages 2 --microbatches 2 --costs f=0.5,b=0.5,w=0.5"), 0, "%s", err_text);
     cr_assert(strstr(out, "one character = 0.5 time units"), "%s", out);
+    /* durations are ns: the same schedule as f=1,b=2,w=0,comm=1 in us */
+    cr_assert_eq(pprun("--schedule gpipe --stages 2 --microbatches 2 --costs f=1us,b=2us,w=0us,comm=1us"), 0, "%s",
+                 err_text);
+    cr_assert(strstr(out, "step time: 11000\n"), "%s", out);
 }
 
 Test(sched_cli, csv_out_and_back_in) {
@@ -115,6 +119,8 @@ Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
     cr_assert(strstr(err_text, "--costs") && strstr(err_text, "'x'"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --costs f=-1"), 2);
     cr_assert(strstr(err_text, "--costs f"), "%s", err_text);
+    cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --costs f=1ms,b=2"), 2);
+    cr_assert(strstr(err_text, "mixes durations and plain numbers"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --format yaml"), 2);
     cr_assert(strstr(err_text, "--format") && strstr(err_text, "text, json"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --frobnicate"), 2);

@@ -68,6 +68,9 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     assert_has(p.out, "  1f1b *                  1 ");
     assert_has(p.out, "   1.00x           -         4\n");
     assert_has(p.out, "  zb-v                    2 ");
+    assert_has(p.out, "  zb-v tuned              2 ");
+    assert_has(p.out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs "
+                      "f=1ms,b=1ms,w=1ms,comm=0.05ms)\n");
     lt_free(&p);
 
     /* job 2: the same host trace plus CUPTI's spans, F/B/W 100 us shorter */

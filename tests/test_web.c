@@ -1135,20 +1135,23 @@ Test(web_act, whatif_plays_every_schedule_at_the_jobs_costs, .init = setup_act, 
     cr_assert_eq(num(costs, "b"), 1e6);
     cr_assert_eq(num(costs, "w"), 1e6);
     cr_assert_eq(num(costs, "send"), 5e4);
+    /* the last row: zb-v again, ordered for the measured costs */
+    cr_assert_str_eq(str(j, "tuned_schedule_costs"), "f=1ms,b=1ms,w=1ms,comm=0.05ms");
     static const struct {
         const char *schedule;
-        int v, this_job, inflight;
+        int v, this_job, tuned, inflight;
         double busy_ms;
-    } want[] = {{"gpipe", 1, 0, 8, 24},          {"1f1b", 1, 1, 4, 24}, {"interleaved-1f1b", 2, 0, 11, 48},
-                {"zb-h1", 1, 0, 4, 24},          {"zb-v", 2, 0, 8, 48}};
+    } want[] = {{"gpipe", 1, 0, 0, 8, 24}, {"1f1b", 1, 1, 0, 4, 24}, {"interleaved-1f1b", 2, 0, 0, 11, 48},
+                {"zb-h1", 1, 0, 0, 4, 24}, {"zb-v", 2, 0, 0, 8, 48},  {"zb-v", 2, 0, 1, 8, 48}};
     cJSON *rows = cJSON_GetObjectItem(j, "schedules");
-    cr_assert_eq(cJSON_GetArraySize(rows), 5);
-    for (int k = 0; k < 5; k++) {
+    cr_assert_eq(cJSON_GetArraySize(rows), 6);
+    for (int k = 0; k < 6; k++) {
         cJSON *row = cJSON_GetArrayItem(rows, k);
         cr_assert_str_eq(str(row, "schedule"), want[k].schedule);
         cr_assert(cJSON_IsNull(cJSON_GetObjectItem(row, "error")), "%s", want[k].schedule);
         cr_assert_eq(num(row, "virtual_stages"), want[k].v, "%s", want[k].schedule);
         cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(row, "this_job")), want[k].this_job, "%s", want[k].schedule);
+        cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(row, "tuned")), want[k].tuned, "%s", want[k].schedule);
         cr_assert_eq(num(row, "peak_inflight"), want[k].inflight, "%s", want[k].schedule);
         cr_assert_eq(num(row, "act_peak_bytes"), want[k].inflight * ACT_MB, "%s", want[k].schedule);
         /* each rank's busy time over its share of the step is what is not bubble */

@@ -24,13 +24,13 @@ static whatif_input job_1f1b(void) {
     return in;
 }
 
-static void simulate(const whatif_input *in, whatif_row rows[WHATIF_KINDS]) {
+static void simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS]) {
     pp_err err = {{0}};
     cr_assert_eq(whatif_simulate(in, rows, &err), 0, "%s", err.msg);
 }
 
-static const whatif_row *row_of(const whatif_row rows[WHATIF_KINDS], const char *schedule) {
-    for (int k = 0; k < WHATIF_KINDS; k++)
+static const whatif_row *row_of(const whatif_row rows[WHATIF_ROWS], const char *schedule) {
+    for (int k = 0; k < WHATIF_ROWS; k++)
         if (strcmp(rows[k].schedule, schedule) == 0) return &rows[k];
     cr_assert_fail("no row for %s", schedule);
     return NULL;
@@ -39,7 +39,7 @@ static const whatif_row *row_of(const whatif_row rows[WHATIF_KINDS], const char 
 /* A gpt job: the same layers in v chunks per rank, each op 1/v of a rank's. */
 Test(whatif, equal_costs_give_the_theory_table_of_schedules_md) {
     whatif_input in = job_1f1b();
-    whatif_row rows[WHATIF_KINDS];
+    whatif_row rows[WHATIF_ROWS];
     simulate(&in, rows);
     static const struct {
         const char *schedule;
@@ -64,7 +64,7 @@ Test(whatif, equal_costs_give_the_theory_table_of_schedules_md) {
  * the chunk's share of a rank's layers. */
 Test(whatif, activation_estimate_follows_in_flight_and_chunk_size) {
     whatif_input in = job_1f1b();
-    whatif_row rows[WHATIF_KINDS];
+    whatif_row rows[WHATIF_ROWS];
     simulate(&in, rows);
     cr_expect_eq(row_of(rows, "1f1b")->act_peak_bytes, 4 * 4096);
     cr_expect_eq(row_of(rows, "1f1b")->peak_inflight, 4);
@@ -77,7 +77,7 @@ Test(whatif, activation_estimate_follows_in_flight_and_chunk_size) {
 
     in.act_peak_by_rank = NULL; /* a trace without held bytes */
     simulate(&in, rows);
-    for (int k = 0; k < WHATIF_KINDS; k++) cr_expect_eq(rows[k].act_peak_bytes, -1, "%s", rows[k].schedule);
+    for (int k = 0; k < WHATIF_ROWS; k++) cr_expect_eq(rows[k].act_peak_bytes, -1, "%s", rows[k].schedule);
     int64_t one_unknown[4] = {4 * 4096, 0, 2 * 4096, 4096};
     in.act_peak_by_rank = one_unknown;
     simulate(&in, rows);
@@ -89,7 +89,7 @@ Test(whatif, activation_estimate_follows_in_flight_and_chunk_size) {
 Test(whatif, fixed_op_costs_do_not_shrink_with_chunks) {
     whatif_input in = job_1f1b();
     in.fixed_op_costs = 1;
-    whatif_row rows[WHATIF_KINDS];
+    whatif_row rows[WHATIF_ROWS];
     simulate(&in, rows);
     const whatif_row *il = row_of(rows, "interleaved-1f1b");
     cr_expect_float_eq(il->step_time_ns, 54 * MS, 1, "step %g", il->step_time_ns);
@@ -104,7 +104,7 @@ Test(whatif, own_row_keeps_the_jobs_chunks) {
     snprintf(in.schedule, sizeof in.schedule, "interleaved-1f1b");
     in.virtual_stages = 4;
     in.act_peak_by_rank = in.inflight_by_rank = NULL;
-    whatif_row rows[WHATIF_KINDS];
+    whatif_row rows[WHATIF_ROWS];
     simulate(&in, rows);
     const whatif_row *il = row_of(rows, "interleaved-1f1b");
     cr_expect(il->this_job);
@@ -116,7 +116,7 @@ Test(whatif, own_row_keeps_the_jobs_chunks) {
     snprintf(in.schedule, sizeof in.schedule, "csv:mine.csv");
     in.virtual_stages = 1;
     simulate(&in, rows);
-    for (int k = 0; k < WHATIF_KINDS; k++) cr_expect_not(rows[k].this_job, "%s", rows[k].schedule);
+    for (int k = 0; k < WHATIF_ROWS; k++) cr_expect_not(rows[k].this_job, "%s", rows[k].schedule);
 }
 
 /* A schedule that cannot be built for p and m says why in its row; the
@@ -125,7 +125,7 @@ Test(whatif, impossible_schedule_names_its_constraint) {
     whatif_input in = job_1f1b();
     in.microbatches = 5;
     in.act_peak_by_rank = in.inflight_by_rank = NULL;
-    whatif_row rows[WHATIF_KINDS];
+    whatif_row rows[WHATIF_ROWS];
     simulate(&in, rows);
     const whatif_row *il = row_of(rows, "interleaved-1f1b");
     cr_expect(strstr(il->error, "multiple of the pipeline ranks"), "error: %s", il->error);
@@ -135,23 +135,58 @@ Test(whatif, impossible_schedule_names_its_constraint) {
 
     in.ranks = 1000, in.microbatches = 1000; /* 3 M actions even at v = 1 */
     simulate(&in, rows);
-    for (int k = 0; k < WHATIF_KINDS; k++)
+    for (int k = 0; k < WHATIF_ROWS; k++)
         cr_expect(strstr(rows[k].error, "not simulated"), "%s: %s", rows[k].schedule, rows[k].error);
+}
+
+/* gpt's measured costs on 2 cores (docs/schedules.md): W about half of F,
+ * a send about 1% of an op. ZB-V ordered for f=b=w=1 leaves W where equal
+ * costs would fit it; the last row, ordered for the measured costs, idles
+ * less. A job that ran zb-v with those costs (--schedule-costs) is its own
+ * row: the same order, the same step. */
+Test(whatif, zb_v_ordered_for_the_measured_costs_idles_less) {
+    whatif_input in = job_1f1b();
+    in.costs = (sched_costs){7.70 * MS, 7.06 * MS, 3.24 * MS, 0.066 * MS};
+    static const sched_costs unit = {1, 1, 1, 0};
+    in.build_costs = &unit; /* as `pprun run` builds a gpt job's */
+    whatif_row rows[WHATIF_ROWS];
+    simulate(&in, rows);
+    const whatif_row *plain = &rows[WHATIF_KINDS - 1], *tuned = &rows[WHATIF_KINDS];
+    cr_assert_str_eq(plain->schedule, "zb-v");
+    cr_assert_str_eq(tuned->schedule, "zb-v");
+    cr_expect(tuned->tuned && !plain->tuned && !tuned->this_job);
+    cr_expect_eq(tuned->virtual_stages, 2);
+    cr_expect_lt(tuned->bubble_ratio, plain->bubble_ratio - 0.05, "tuned %.3f, as built %.3f", tuned->bubble_ratio,
+                 plain->bubble_ratio);
+    cr_expect_lt(tuned->step_time_ns, plain->step_time_ns);
+    sched_costs chunk = whatif_chunk_costs(&in, 2);
+    cr_expect_float_eq(chunk.f, 3.85 * MS, 1, "half of a rank's layers: half its F");
+    cr_expect_float_eq(chunk.w, 1.62 * MS, 1);
+    cr_expect_float_eq(chunk.comm, 0.066 * MS, 1, "a send does not shrink with the chunk");
+
+    snprintf(in.schedule, sizeof in.schedule, "zb-v");
+    in.virtual_stages = 2;
+    in.costs = chunk;
+    in.build_costs = &chunk;
+    in.act_peak_by_rank = in.inflight_by_rank = NULL;
+    simulate(&in, rows);
+    cr_expect(rows[WHATIF_KINDS - 1].this_job);
+    cr_expect_float_eq(rows[WHATIF_KINDS - 1].step_time_ns, rows[WHATIF_KINDS].step_time_ns, 1e-6);
 }
 
 /* Send time is a latency between ranks: it lengthens the step. */
 Test(whatif, send_time_lengthens_the_step) {
     whatif_input in = job_1f1b();
-    whatif_row none[WHATIF_KINDS], some[WHATIF_KINDS];
+    whatif_row none[WHATIF_ROWS], some[WHATIF_ROWS];
     simulate(&in, none);
     in.costs.comm = 0.1 * MS;
     simulate(&in, some);
-    for (int k = 0; k < WHATIF_KINDS; k++)
+    for (int k = 0; k < WHATIF_ROWS; k++)
         cr_expect_gt(some[k].step_time_ns, none[k].step_time_ns, "%s", some[k].schedule);
 }
 
 Test(whatif, bad_input_is_refused) {
-    whatif_row rows[WHATIF_KINDS];
+    whatif_row rows[WHATIF_ROWS];
     pp_err err = {{0}};
     whatif_input in = job_1f1b();
     in.ranks = 0;

@@ -276,16 +276,21 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
         jw_obj_end(&w);
         jw_key(&w, "fixed_op_costs");
         jw_bool(&w, wr.in.fixed_op_costs);
+        char flag[160];
+        whatif_tuned_flag(&wr.in, flag, sizeof flag);
+        jw_kstr(&w, "tuned_schedule_costs", flag);
     }
     jw_key(&w, "schedules");
     jw_arr(&w);
-    for (int k = 0; wr.measured && k < WHATIF_KINDS; k++) {
+    for (int k = 0; wr.measured && k < WHATIF_ROWS; k++) {
         const whatif_row *row = &wr.rows[k];
         jw_obj(&w);
         jw_kstr(&w, "schedule", row->schedule);
         jw_kint(&w, "virtual_stages", row->virtual_stages);
         jw_key(&w, "this_job");
         jw_bool(&w, row->this_job);
+        jw_key(&w, "tuned");
+        jw_bool(&w, row->tuned);
         jw_kstr(&w, "error", row->error[0] ? row->error : NULL);
         jw_knum(&w, "step_time_ns", row->step_time_ns);
         jw_knum(&w, "bubble_ratio", row->bubble_ratio);

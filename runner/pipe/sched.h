@@ -147,4 +147,10 @@ char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double u
  * Caller frees with sched_free. */
 int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);
 
+/* Parses costs as a user writes them, "f=1,b=2,w=1,comm=0" (`what` names the
+ * flag in errors): plain numbers are time units, durations with a unit
+ * (3.85ms, 66us) are ns; one list uses one or the other. Keys not given
+ * keep *out's values; on an error *out is unchanged. */
+int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err);
+
 #endif

@@ -5,7 +5,9 @@
 #include "runner/pipe/sched.h"
 #include "runner/pipe/sched_internal.h"
 
+#include <ctype.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -377,5 +379,52 @@ int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *co
         return -1;
     }
     *out = plan;
+    return 0;
+}
+
+/* ---- costs as a user writes them ----------------------------------------- */
+
+typedef struct costs_parse {
+    sched_costs *out;
+    const char *what;
+    int with_unit, without_unit;
+} costs_parse;
+
+static int costs_set(void *ctx, const char *key, const char *value, pp_err *err) {
+    costs_parse *cp = ctx;
+    double *slot = strcmp(key, "f") == 0      ? &cp->out->f
+                   : strcmp(key, "b") == 0    ? &cp->out->b
+                   : strcmp(key, "w") == 0    ? &cp->out->w
+                   : strcmp(key, "comm") == 0 ? &cp->out->comm
+                                              : NULL;
+    if (!slot)
+        return pp_fail(err, "%s: unknown key '%s'; accepted: f, b, w, comm (e.g. f=1,b=1,w=1,comm=0)", cp->what, key);
+    char what[64];
+    snprintf(what, sizeof what, "%s %s", cp->what, key);
+    size_t n = strlen(value);
+    if (n && isalpha((unsigned char)value[n - 1])) { /* 3.85ms, 66us: a duration, in ns */
+        uint64_t ns;
+        if (pp_parse_duration_ns(value, what, &ns, err) != 0) return -1;
+        *slot = (double)ns;
+        cp->with_unit++;
+        return 0;
+    }
+    cp->without_unit++;
+    return pp_parse_double(value, 0, 1e13, what, slot, err);
+}
+
+int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err) {
+    char *copy = strdup(text ? text : "");
+    if (!copy) return pp_fail(err, "out of memory");
+    sched_costs c = *out;
+    costs_parse cp = {&c, what, 0, 0};
+    int rc = pp_parse_kv_list(copy, costs_set, &cp, err);
+    free(copy);
+    if (rc != 0) return -1;
+    /* "f=2,comm=66us" would weigh 2 time units against 66000 ns */
+    if (cp.with_unit && cp.without_unit)
+        return pp_fail(err, "%s: '%s' mixes durations and plain numbers; give every cost a unit (ns, us, ms, s) or none",
+                       what, text);
+    *out = c;
     return 0;
 }

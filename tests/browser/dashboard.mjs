@@ -41,6 +41,7 @@ try {
     out.whatifInfo = await page.textContent('#whatif-info');
     out.whatifHead = await page.$$eval('#whatif-table thead th', (th) => th.map((t) => t.textContent));
     out.whatifRows = await page.$$eval('#whatif-table tbody tr', (trs) => trs.map((tr) => [tr.className, ...[...tr.cells].map((td) => td.textContent)]));
+    out.whatifTuned = await page.textContent('#whatif-tuned');
   };
 
   if (mode === 'finished') {

@@ -1,0 +1,227 @@
+/* test_schedule_costs.c: `pprun run --schedule zb-v --schedule-costs`,
+ * ZB-V's order built for given op costs, or for a previous job's measured
+ * ones. Real jobs (the timed model keeps them short and their costs known):
+ * the order in the plan table is the one sched_build makes for the recorded
+ * costs, every rank ran that order, the costs read off a job are the
+ * what-if's, and every bad value exits 2 naming it with no job written. */
+#include <criterion/criterion.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/db.h"
+#include "db/whatif.h"
+#include "helpers/web_fixture.h"
+#include "launch_testutil.h"
+
+#define TIMED "timed:f=2ms,b=2ms,w=1ms,act=1KiB"
+
+#define assert_has(text, want) cr_assert(strstr((text), (want)), "missing \"%s\" in:\n%s", (want), (text))
+
+/* `pprun run` of a 4-rank, 8-microbatch job into db with extra arguments
+ * (NULL-terminated); returns the finished process. */
+static lt_proc run_job(const char *db, const char *const *extra) {
+    const char *args[32] = {"run", "--nproc-per-node", "4", "--microbatches", "8", "--steps", "3", "--db", db,
+                            "--progress", "off"};
+    int n = 11;
+    for (int i = 0; extra[i]; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    return p;
+}
+
+static sqlite3 *open_db(const char *path) {
+    sqlite3 *sql;
+    pp_err err;
+    cr_assert_eq(db_open_readonly(path, &sql, &err), 0, "%s", err.msg);
+    return sql;
+}
+
+static int64_t jobs_in(const char *path) {
+    sqlite3 *sql = open_db(path);
+    pp_err err;
+    int64_t n = db_newest_job(sql, &err);
+    sqlite3_close(sql);
+    return n;
+}
+
+/* The costs job `job` recorded its zb-v order was built for. */
+static sched_costs recorded_costs(const char *path, int64_t job) {
+    sqlite3 *sql = open_db(path);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(sql, "SELECT json_extract(config_json, '$.schedule_costs') FROM jobs WHERE id=?",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(st, 1, job);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    const char *text = (const char *)sqlite3_column_text(st, 0);
+    cr_assert_not_null(text, "job %lld recorded no schedule_costs", (long long)job);
+    sched_costs c = {0, 0, 0, 0};
+    pp_err err;
+    cr_assert_eq(sched_parse_costs(text, "schedule_costs", &c, &err), 0, "%s", err.msg);
+    sqlite3_finalize(st);
+    sqlite3_close(sql);
+    return c;
+}
+
+/* Rank r's actions as `pprun run` ran them: from the plan table (what the
+ * launcher built), or from rank r's F/B/W spans of step 1 in start order
+ * (what the worker built and executed). "0F0 1F0 ..." into buf. */
+static void actions_of(sqlite3 *sql, int64_t job, int r, int executed, char *buf, size_t size) {
+    const char *q = executed ? "SELECT stage || phase || microbatch FROM events WHERE job_id=?1 AND rank=?2 AND "
+                               "step=1 AND source='cpu' AND phase IN ('F','B','W') ORDER BY start_ns"
+                             : "SELECT action FROM plan WHERE job_id=?1 AND rank=?2 ORDER BY slot";
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(sql, q, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(sql));
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, r);
+    size_t n = 0;
+    buf[0] = '\0';
+    while (sqlite3_step(st) == SQLITE_ROW && n < size)
+        n += (size_t)snprintf(buf + n, size - n, "%s ", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+}
+
+/* The same, from sched_build's plan. */
+static void built_actions(const sched_plan *plan, int r, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < plan->len[r] && n < size; i++) {
+        char a[16];
+        n += (size_t)snprintf(buf + n, size - n, "%s ", sched_action_str(&plan->actions[r][i], a));
+    }
+}
+
+/* Job `job` of path ran, on every rank, the zb-v order sched_build makes
+ * for `costs`; and that order is not the one f=b=w=1 makes when `differs`. */
+static void assert_ran_order_for(const char *path, int64_t job, const sched_costs *costs, int differs) {
+    sched_plan *want = NULL, *unit = NULL;
+    pp_err err;
+    static const sched_costs one = {1, 1, 1, 0};
+    cr_assert_eq(sched_build("zb-v", 4, 8, 2, costs, &want, &err), 0, "%s", err.msg);
+    cr_assert_eq(sched_build("zb-v", 4, 8, 2, &one, &unit, &err), 0, "%s", err.msg);
+    sqlite3 *sql = open_db(path);
+    int same_as_unit = 1;
+    for (int r = 0; r < 4; r++) {
+        char expect[2048], planned[2048], executed[2048], plain[2048];
+        built_actions(want, r, expect, sizeof expect);
+        built_actions(unit, r, plain, sizeof plain);
+        actions_of(sql, job, r, 0, planned, sizeof planned);
+        actions_of(sql, job, r, 1, executed, sizeof executed);
+        cr_expect_str_eq(planned, expect, "rank %d: plan table", r);
+        cr_expect_str_eq(executed, expect, "rank %d: executed in step 1", r);
+        same_as_unit &= strcmp(expect, plain) == 0;
+    }
+    if (differs) cr_expect_not(same_as_unit, "these costs order zb-v as f=b=w=1 does: the test proves nothing");
+    sqlite3_close(sql);
+    sched_free(want);
+    sched_free(unit);
+}
+
+/* gpt's costs on 2 cores, in relative units (docs/schedules.md): the order
+ * differs from the default one, and every rank runs it. */
+Test(schedule_costs, numbers_order_zb_v_on_every_rank, .timeout = 120) {
+    char path[256];
+    fixture_tmp_path(path, sizeof path, "costs-numbers");
+    lt_proc p = run_job(path, (const char *[]){"--schedule", "zb-v", "--model", "timed:f=1ms,b=1ms,w=1ms,act=1KiB",
+                                               "--schedule-costs", "f=3.85,b=3.53,w=1.62,comm=0.066", NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    sched_costs c = recorded_costs(path, 1);
+    cr_expect(c.f == 3.85 && c.b == 3.53 && c.w == 1.62 && c.comm == 0.066, "recorded f=%g b=%g w=%g comm=%g", c.f,
+              c.b, c.w, c.comm);
+    assert_ran_order_for(path, 1, &c, 1);
+    fixture_remove(path);
+}
+
+/* DB[:JOB]: the next job's order comes from the medians a finished job
+ * measured, the numbers the what-if shows for it (timed: an op costs the
+ * same in any chunk). */
+Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
+    char path[256], from[300];
+    fixture_tmp_path(path, sizeof path, "costs-measured");
+    lt_proc p = run_job(path, (const char *[]){"--schedule", "1f1b", "--model", TIMED, NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+
+    p = run_job(path, (const char *[]){"--schedule", "zb-v", "--model", TIMED, "--schedule-costs", path, NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_has(p.err, "pprun run: zb-v ordered for F 2.");
+    assert_has(p.err, "job 1: medians of host spans, steps 1-2)");
+    lt_free(&p);
+
+    sqlite3 *sql = open_db(path);
+    job_summary s;
+    whatif_report w;
+    pp_err err;
+    cr_assert_eq(summary_read(sql, 1, 0, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(whatif_read(sql, &s, &w, &err), 0, "%s", err.msg);
+    cr_assert(w.measured);
+    sched_costs c = recorded_costs(path, 2);
+    cr_expect(c.f == w.in.costs.f && c.b == w.in.costs.b && c.w == w.in.costs.w && c.comm == w.in.costs.comm,
+              "recorded f=%g b=%g w=%g comm=%g, what-if f=%g b=%g w=%g comm=%g", c.f, c.b, c.w, c.comm, w.in.costs.f,
+              w.in.costs.b, w.in.costs.w, w.in.costs.comm);
+    cr_expect(c.f >= 2e6 && c.f < 3e6 && c.w >= 1e6 && c.w < 2e6, "f=%g w=%g ns: the model's 2 ms and 1 ms", c.f, c.w);
+    summary_free(&s);
+    sqlite3_close(sql);
+    assert_ran_order_for(path, 2, &c, 0);
+
+    /* DB:JOB names the job: job 2 measured its own costs in turn */
+    snprintf(from, sizeof from, "%s:2", path);
+    p = run_job(path, (const char *[]){"--schedule", "zb-v", "--model", TIMED, "--schedule-costs", from, NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    assert_has(p.err, "job 2: medians of host spans");
+    lt_free(&p);
+    fixture_remove(path);
+}
+
+/* Each bad value exits 2 with a message that names it, and writes no job. */
+Test(schedule_costs, bad_values_exit_2_naming_them, .timeout = 120) {
+    char path[256], junk[256], from[300], nojob[300];
+    fixture_tmp_path(path, sizeof path, "costs-bad");
+    fixture_tmp_path(junk, sizeof junk, "costs-junk");
+    FILE *f = fopen(junk, "w");
+    cr_assert_not_null(f);
+    fputs("not a database\n", f);
+    fclose(f);
+    /* job 1 failed in its first step, measuring nothing; job 2 measured */
+    lt_proc p = run_job(path, (const char *[]){"--model", TIMED, "--fail-at", "step=0,rank=1", NULL});
+    cr_assert_eq(p.status, 1, "%s", p.err);
+    lt_free(&p);
+    p = run_job(path, (const char *[]){"--model", TIMED, NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    snprintf(from, sizeof from, "%s:1", path);
+    snprintf(nojob, sizeof nojob, "%s:9", path);
+    static const char *const model_2 = "timed:f=3ms,b=2ms,w=1ms,act=1KiB";
+    const struct {
+        const char *schedule, *model, *costs, *want;
+    } cases[] = {
+        {"1f1b", TIMED, "f=1,b=1,w=1", "only zb-v's order depends on op costs; --schedule 1f1b"},
+        {"zb-v", TIMED, "f=1ms,b=2,w=1", "mixes durations and plain numbers"},
+        {"zb-v", TIMED, "f=1,b=1", "needs f, b and w"},
+        {"zb-v", TIMED, "f=0,b=1,w=1", "f and b must be more than 0"},
+        {"zb-v", TIMED, "f=1,b=1,w=1,x=2", "unknown key 'x'"},
+        {"zb-v", TIMED, "f=1,b=-1,w=1", "--schedule-costs b"},
+        {"zb-v", TIMED, "f=1ms,b=1ms,w=1parsec", "unknown duration unit"},
+        {"zb-v", TIMED, "", "expected f=F,b=B,w=W"},
+        {"zb-v", TIMED, ":3", "names no database"},
+        {"zb-v", TIMED, "/nonexistent/x.db", "--schedule-costs /nonexistent/x.db: cannot read it"},
+        {"zb-v", TIMED, junk, junk},
+        {"zb-v", TIMED, nojob, "no job 9"},
+        {"zb-v", TIMED, from, "job 1 has no complete step with F, B and W spans"},
+        {"zb-v", model_2, path, "do not carry over"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        p = run_job(path, (const char *[]){"--schedule", cases[i].schedule, "--model", cases[i].model,
+                                           "--schedule-costs", cases[i].costs, NULL});
+        cr_expect_eq(p.status, 2, "'%s': exit %d\n%s", cases[i].costs, p.status, p.err);
+        cr_expect(strstr(p.err, cases[i].want), "'%s': no \"%s\" in:\n%s", cases[i].costs, cases[i].want, p.err);
+        lt_free(&p);
+    }
+    cr_expect_eq(jobs_in(path), 2, "a refused run wrote a job");
+    fixture_remove(path);
+    fixture_remove(junk);
+}
