@@ -53,17 +53,44 @@ void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size) {
     snprintf(buf, size, "f=%.4gms,b=%.4gms,w=%.4gms,comm=%.4gms", c.f / 1e6, c.b / 1e6, c.w / 1e6, c.comm / 1e6);
 }
 
+/* Simulates plan at costs c into row (whose name and v are set); scale is
+ * the plan's chunk against the job's. The first line of an error goes into
+ * the row: a validator's message goes on with the grid. */
+static void whatif_play(const whatif_input *in, const sched_plan *plan, const pp_err *build_err, const sched_costs *c,
+                        double scale, whatif_row *row) {
+    sched_sim *sim = NULL;
+    pp_err err;
+    if (!plan) err = *build_err;
+    if (!plan || sched_simulate(plan, c, &sim, &err) != 0) {
+        int len = (int)strcspn(err.msg, "\n");
+        if (len > (int)sizeof row->error - 1) len = (int)sizeof row->error - 1;
+        memcpy(row->error, err.msg, (size_t)len);
+    } else {
+        row->step_time_ns = sim->step_time;
+        row->bubble_ratio = sim->bubble_ratio;
+        for (int r = 0; r < in->ranks; r++)
+            if (sim->peak_inflight[r] > row->peak_inflight) row->peak_inflight = sim->peak_inflight[r];
+        row->act_peak_bytes = whatif_act_estimate(in, sim, scale);
+    }
+    sched_sim_free(sim);
+}
+
+static void whatif_row_init(whatif_row *row, const char *name, int v) {
+    memset(row, 0, sizeof *row);
+    snprintf(row->schedule, sizeof row->schedule, "%s", name);
+    row->virtual_stages = v;
+    row->step_time_ns = row->bubble_ratio = NAN;
+    row->act_peak_bytes = -1;
+}
+
 /* One row: kind at its v, its order built as `pprun run` would build it,
  * or (tuned) for the measured costs themselves. */
 static void whatif_one(const whatif_input *in, const char *kind, int tuned, whatif_row *row) {
-    memset(row, 0, sizeof *row);
-    snprintf(row->schedule, sizeof row->schedule, "%s", kind);
+    int this_job = !tuned && strcmp(in->schedule, kind) == 0;
+    int p = in->ranks, m = in->microbatches, v = this_job ? in->virtual_stages : whatif_default_v(kind);
+    whatif_row_init(row, kind, v);
     row->tuned = tuned;
-    row->this_job = !tuned && strcmp(in->schedule, kind) == 0;
-    row->virtual_stages = row->this_job ? in->virtual_stages : whatif_default_v(kind);
-    row->step_time_ns = row->bubble_ratio = NAN;
-    row->act_peak_bytes = -1;
-    int p = in->ranks, m = in->microbatches, v = row->virtual_stages;
+    row->this_job = this_job;
     int64_t actions = (int64_t)p * v * m * 3;
     if (actions > WHATIF_MAX_ACTIONS) {
         snprintf(row->error, sizeof row->error, "not simulated: %lld actions, more than the %d simulated here",
@@ -71,25 +98,30 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
         return;
     }
     sched_costs c = whatif_chunk_costs(in, v);
-    double scale = whatif_scale(in, v);
     sched_plan *plan = NULL;
-    sched_sim *sim = NULL;
     pp_err err;
-    if (sched_from_flag(kind, p, m, v, in->build_costs && !tuned ? in->build_costs : &c, &plan, &err) != 0 ||
-        sched_simulate(plan, &c, &sim, &err) != 0) {
-        /* The first line: a validator's message goes on with the grid. */
-        int len = (int)strcspn(err.msg, "\n");
-        if (len > (int)sizeof row->error - 1) len = (int)sizeof row->error - 1;
-        memcpy(row->error, err.msg, (size_t)len);
-    } else {
-        row->step_time_ns = sim->step_time;
-        row->bubble_ratio = sim->bubble_ratio;
-        for (int r = 0; r < p; r++)
-            if (sim->peak_inflight[r] > row->peak_inflight) row->peak_inflight = sim->peak_inflight[r];
-        row->act_peak_bytes = whatif_act_estimate(in, sim, scale);
-    }
-    sched_sim_free(sim);
+    if (sched_from_flag(kind, p, m, v, in->build_costs && !tuned ? in->build_costs : &c, &plan, &err) != 0)
+        plan = NULL;
+    whatif_play(in, plan, &err, &c, whatif_scale(in, v), row);
     sched_free(plan);
+}
+
+/* The job's own plan, as it ran (a csv: job's), at the job's own costs. */
+static void whatif_own(const whatif_input *in, whatif_row *row) {
+    const char *name = in->schedule, *slash = strrchr(name, '/');
+    char shown[sizeof row->schedule];
+    if (strncmp(name, "csv:", 4) == 0 && slash) snprintf(shown, sizeof shown, "csv:%.59s", slash + 1);
+    else snprintf(shown, sizeof shown, "%.63s", name);
+    whatif_row_init(row, shown, in->virtual_stages);
+    row->this_job = 1;
+    int64_t actions = 0;
+    for (int r = 0; r < in->own_plan->ranks; r++) actions += in->own_plan->len[r];
+    if (actions > WHATIF_MAX_ACTIONS) {
+        snprintf(row->error, sizeof row->error, "not simulated: %lld actions, more than the %d simulated here",
+                 (long long)actions, WHATIF_MAX_ACTIONS);
+        return;
+    }
+    whatif_play(in, in->own_plan, NULL, &in->costs, 1.0, row);
 }
 
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err) {
@@ -101,9 +133,13 @@ int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err
         if (!isfinite(cost[k]) || cost[k] < 0)
             return pp_fail(err, "what-if: op costs must be finite and not negative (f=%g b=%g w=%g comm=%g)",
                            in->costs.f, in->costs.b, in->costs.w, in->costs.comm);
+    if (in->own_plan && in->own_plan->ranks != in->ranks)
+        return pp_fail(err, "what-if: the job's plan has %d ranks, the job %d", in->own_plan->ranks, in->ranks);
     for (int k = 0; k < WHATIF_KINDS; k++) whatif_one(in, whatif_kinds[k], 0, &rows[k]);
     whatif_one(in, "zb-v", 1, &rows[WHATIF_KINDS]);
-    return 0;
+    int n = WHATIF_KINDS + 1;
+    if (in->own_plan) whatif_own(in, &rows[n++]);
+    return n;
 }
 
 /* ---- reading a job's costs -------------------------------------------- */
@@ -136,7 +172,7 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     sqlite3_stmt *st;
     if (whatif_prepare(db,
                        "SELECT schedule, microbatches, virtual_stages, model, json_extract(config_json, "
-                       "'$.schedule_costs') FROM jobs WHERE id=?1",
+                       "'$.schedule_costs'), stages FROM jobs WHERE id=?1",
                        &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
@@ -152,6 +188,7 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         snprintf(r->model, sizeof r->model, "%s", model ? (const char *)model : "");
         r->in.microbatches = sqlite3_column_int(st, 1);
         r->in.virtual_stages = sqlite3_column_int(st, 2);
+        r->stages = sqlite3_column_int(st, 5);
         model_spec spec;
         pp_err ignored;
         if (model && model_parse_spec((const char *)model, &spec, &ignored) == 0) {
@@ -220,6 +257,65 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, const whatif_r
     return whatif_done(db, st, rc, err);
 }
 
+/* Pushes a onto rank r's growing list; -1 when out of memory. */
+static int whatif_push_action(sched_action **list, int *len, int *cap, sched_action a) {
+    if (*len == *cap) {
+        int want = *cap ? 2 * *cap : 64;
+        sched_action *grown = realloc(*list, (size_t)want * sizeof *grown);
+        if (!grown) return -1;
+        *list = grown, *cap = want;
+    }
+    (*list)[(*len)++] = a;
+    return 0;
+}
+
+/* The plan a job ran, from its plan table: each rank's actions in slot
+ * order (a csv: job's schedule is in no generator). *out stays NULL when
+ * the table does not hold a whole plan for the job's shape. */
+static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, sched_plan **out, pp_err *err) {
+    *out = NULL;
+    int p = s->world, stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
+    sqlite3_stmt *st;
+    if (!whole) return 0;
+    if (whatif_prepare(db, "SELECT rank, stage, phase, microbatch FROM plan WHERE job_id=?1 ORDER BY rank, slot", &st,
+                       err) != 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, s->job_id);
+    sched_action **lists = calloc((size_t)p, sizeof *lists);
+    int *lens = calloc((size_t)p, sizeof *lens), *caps = calloc((size_t)p, sizeof *caps);
+    int *stage_rank = malloc((size_t)stages * sizeof *stage_rank);
+    oom = !lists || !lens || !caps || !stage_rank;
+    for (int k = 0; !oom && k < stages; k++) stage_rank[k] = -1;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int rank = sqlite3_column_int(st, 0), stage = sqlite3_column_int(st, 1), mb = sqlite3_column_int(st, 3);
+        const char *phase = (const char *)sqlite3_column_text(st, 2), *op = phase ? strchr("FBW", phase[0]) : NULL;
+        if (rank < 0 || rank >= p || stage < 0 || stage >= stages || !op || !*op || mb < 0 || mb >= r->in.microbatches ||
+            (stage_rank[stage] >= 0 && stage_rank[stage] != rank)) {
+            whole = 0;
+            continue;
+        }
+        stage_rank[stage] = rank;
+        oom = whatif_push_action(&lists[rank], &lens[rank], &caps[rank],
+                                 (sched_action){stage, (int)(op - "FBW"), mb}) != 0;
+    }
+    int failed = whatif_done(db, st, rc, err) != 0 || (oom && pp_fail(err, "out of memory"));
+    for (int k = 0; whole && !failed && k < stages; k++) whole = stage_rank[k] >= 0;
+    pp_err ignored; /* a plan the table holds but that does not build: no row of its own */
+    if (whole && !failed &&
+        sched_plan_from_lists(r->in.schedule, p, stages, r->in.virtual_stages, r->in.microbatches, stage_rank,
+                              (sched_action *const *)lists, lens, out, &ignored) != 0)
+        *out = NULL;
+    for (int k = 0; lists && k < p; k++) free(lists[k]);
+    free(lists), free(lens), free(caps), free(stage_rank);
+    return failed ? -1 : 0;
+}
+
+static int whatif_is_built_in(const char *schedule) {
+    for (int k = 0; k < WHATIF_KINDS; k++)
+        if (strcmp(schedule, whatif_kinds[k]) == 0) return 1;
+    return 0;
+}
+
 int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
     memset(r, 0, sizeof *r);
     if (whatif_read_job(db, s->job_id, r, err) != 0 || whatif_read_window(db, s, r, err) != 0) return -1;
@@ -232,7 +328,13 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], med[3] > 0 ? (double)med[3] : 0};
     r->in.act_peak_by_rank = s->act_peak_by_rank;
     r->in.inflight_by_rank = s->plan_peak_inflight;
-    if (whatif_simulate(&r->in, r->rows, err) != 0) return -1;
+    sched_plan *own = NULL;
+    if (!whatif_is_built_in(r->in.schedule) && whatif_read_plan(db, s, r, &own, err) != 0) return -1;
+    r->in.own_plan = own;
+    r->nrows = whatif_simulate(&r->in, r->rows, err);
+    r->in.own_plan = NULL; /* freed here: r does not own it */
+    sched_free(own);
+    if (r->nrows < 0) return -1;
     r->measured = 1;
     return 0;
 }

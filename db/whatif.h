@@ -14,13 +14,13 @@
 #include "runner/pipe/sched.h"
 
 #define WHATIF_KINDS 5  /* gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v */
-#define WHATIF_ROWS 6   /* the kinds, then zb-v again with its order tuned to the measured costs */
+#define WHATIF_ROWS 7   /* the kinds, zb-v with its order tuned to the measured costs, a csv: job's own */
 #define WHATIF_STEPS 20 /* ops are measured over at most the latest this many complete steps */
 
 /* What a simulation starts from: the job's shape and its costs. */
 typedef struct whatif_input {
     int ranks, microbatches, virtual_stages; /* the job's p, m, v */
-    char schedule[64];                       /* the job's --schedule ("1f1b", "csv:FILE" ...) */
+    char schedule[512];                      /* the job's --schedule ("1f1b", "csv:FILE" ...) */
     /* How op costs follow a chunk's size. 0 (gpt): a rank's layers are its
      * work, so with v chunks per rank an op costs 1/v of a whole rank's
      * layers. 1 (timed): every op costs what the model says, whatever v. */
@@ -30,6 +30,9 @@ typedef struct whatif_input {
      * depends on costs): the job's --schedule-costs, else f=b=w=1 for gpt
      * and the model's own costs for timed. NULL: the measured costs. */
     const sched_costs *build_costs;
+    /* The plan the job ran when its schedule is none of the built-in kinds
+     * (csv:FILE), or NULL: it gets a row of its own, at the job's costs. */
+    const sched_plan *own_plan;
     /* [ranks] each, may be NULL: the most activation bytes a rank held in a
      * step (<= 0: unknown) and the job's plan peak in flight on it. */
     const int64_t *act_peak_by_rank;
@@ -37,7 +40,7 @@ typedef struct whatif_input {
 } whatif_input;
 
 typedef struct whatif_row {
-    char schedule[32];
+    char schedule[64];
     int virtual_stages;
     int this_job;           /* the job's own schedule and v */
     int tuned;              /* zb-v with its order built for the measured costs (--schedule-costs) */
@@ -48,11 +51,11 @@ typedef struct whatif_row {
     int64_t act_peak_bytes; /* estimated most bytes held on a rank; -1 unknown */
 } whatif_row;
 
-/* Fills rows[WHATIF_ROWS]: one per built-in schedule at its default v (the
- * job's v for the job's own kind), ordered as `pprun run` would order it,
- * then zb-v ordered for the measured costs. A schedule that cannot be built
- * for these p and m gets its error in its row; only bad input fails (-1,
- * err). The activation estimate keeps each rank's bytes per
+/* Fills rows[WHATIF_ROWS] and returns how many: one per built-in schedule
+ * at its default v (the job's v for the job's own kind), ordered as `pprun
+ * run` would order it, then zb-v ordered for the measured costs, then the
+ * job's own_plan when given. A schedule that cannot be built for these p
+ * and m gets its error in its row; only bad input fails (-1, err). The activation estimate keeps each rank's bytes per
  * microbatch-stage as the job measured them, scaled like the op costs. */
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err);
 
@@ -73,6 +76,8 @@ typedef struct whatif_report {
     whatif_input in;
     sched_costs build; /* in.build_costs points here when the job's model is known */
     char model[256];   /* the job's canonical --model */
+    int stages;        /* the job's stages (p * v) */
+    int nrows;         /* rows filled */
     whatif_row rows[WHATIF_ROWS];
 } whatif_report;
 

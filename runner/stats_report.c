@@ -145,13 +145,13 @@ void report_whatif(FILE *out, const whatif_report *r) {
     fprintf(out, "  (medians of %s spans, steps %d-%d; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
             r->first_step, r->last_step);
     double own = NAN;
-    for (int k = 0; k < WHATIF_ROWS; k++)
+    for (int k = 0; k < r->nrows; k++)
         if (r->rows[k].this_job && !r->rows[k].error[0]) own = r->rows[k].step_time_ns;
     fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",
             "activations", "in flight");
-    for (int k = 0; k < WHATIF_ROWS; k++) {
+    for (int k = 0; k < r->nrows; k++) {
         const whatif_row *w = &r->rows[k];
-        char name[40];
+        char name[sizeof w->schedule + 8];
         snprintf(name, sizeof name, "%s%s", w->schedule, w->this_job ? " *" : w->tuned ? " tuned" : "");
         if (w->error[0]) {
             fprintf(out, "  %-18s %6d  %s\n", name, w->virtual_stages, w->error);

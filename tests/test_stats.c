@@ -184,6 +184,49 @@ Test(stats, a_real_job_agrees_with_sql_and_its_closing_lines, .timeout = 240) {
     rmdir(dir);
 }
 
+/* The what-if row of a line of `pprun stats` (after its name), or "". */
+static void whatif_line(const char *out, const char *name, char *row, size_t size) {
+    char key[80];
+    snprintf(key, sizeof key, "\n  %-18s", name);
+    const char *at = strstr(out, key);
+    row[0] = '\0';
+    if (at) snprintf(row, size, "%.*s", (int)strcspn(at + strlen(key), "\n"), at + strlen(key));
+}
+
+/* A csv: job's schedule is in no generator: its own row plays the plan it
+ * ran (from the plan table), the same as the built-in schedule it was
+ * exported from. */
+Test(stats, a_csv_job_has_its_own_what_if_row, .timeout = 240) {
+    char dir[] = "/tmp/pprun-stats-XXXXXX", db[64], csv[64], spec[80], own[160], same[160];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(db, sizeof db, "%s/t.db", dir);
+    snprintf(csv, sizeof csv, "%s/mine.csv", dir);
+    snprintf(spec, sizeof spec, "csv:%s", csv);
+    lt_proc p;
+    lt_run(&p, (const char *[]){"schedule", "--schedule", "zb-h1", "--stages", "4", "--microbatches", "8", "--csv-out",
+                                csv, NULL},
+           NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    lt_run(&p,
+           (const char *[]){"run", "--schedule", spec, "--steps", "3", "--model", "timed:f=2ms,b=2ms,w=1ms,act=4KiB",
+                            "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    whatif_line(p.out, "csv:mine.csv *", own, sizeof own);
+    whatif_line(p.out, "zb-h1", same, sizeof same);
+    cr_assert(own[0] && same[0], "no csv or zb-h1 row in:\n%s", p.out);
+    cr_assert(strstr(own, "1.00x"), "%s", own);
+    cr_assert_str_eq(own, same, "the plan it ran is zb-h1's");
+    lt_free(&p);
+    unlink(csv);
+    fixture_remove(db);
+    rmdir(dir);
+}
+
 static void bad(const char *const *args, const char *message) {
     lt_proc p;
     lt_run(&p, args, NULL);

@@ -24,9 +24,13 @@ static whatif_input job_1f1b(void) {
     return in;
 }
 
-static void simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS]) {
+/* Returns the rows filled: all but the last unless the job has a plan of its own. */
+static int simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS]) {
     pp_err err = {{0}};
-    cr_assert_eq(whatif_simulate(in, rows, &err), 0, "%s", err.msg);
+    memset(rows, 0, WHATIF_ROWS * sizeof *rows);
+    int n = whatif_simulate(in, rows, &err);
+    cr_assert_eq(n, in->own_plan ? WHATIF_ROWS : WHATIF_ROWS - 1, "%s", err.msg);
+    return n;
 }
 
 static const whatif_row *row_of(const whatif_row rows[WHATIF_ROWS], const char *schedule) {
@@ -76,8 +80,8 @@ Test(whatif, activation_estimate_follows_in_flight_and_chunk_size) {
     cr_expect_eq(row_of(rows, "zb-v")->act_peak_bytes, 8 * 4096 / 2);
 
     in.act_peak_by_rank = NULL; /* a trace without held bytes */
-    simulate(&in, rows);
-    for (int k = 0; k < WHATIF_ROWS; k++) cr_expect_eq(rows[k].act_peak_bytes, -1, "%s", rows[k].schedule);
+    int n = simulate(&in, rows);
+    for (int k = 0; k < n; k++) cr_expect_eq(rows[k].act_peak_bytes, -1, "%s", rows[k].schedule);
     int64_t one_unknown[4] = {4 * 4096, 0, 2 * 4096, 4096};
     in.act_peak_by_rank = one_unknown;
     simulate(&in, rows);
@@ -98,7 +102,8 @@ Test(whatif, fixed_op_costs_do_not_shrink_with_chunks) {
     cr_expect_float_eq(row_of(rows, "1f1b")->step_time_ns, 30 * MS, 1);
 }
 
-/* The job's own kind keeps the job's v; a CSV job has no row of its own. */
+/* The job's own kind keeps the job's v; a CSV job has a row of its own
+ * only with its plan (own_plan, below). */
 Test(whatif, own_row_keeps_the_jobs_chunks) {
     whatif_input in = job_1f1b();
     snprintf(in.schedule, sizeof in.schedule, "interleaved-1f1b");
@@ -115,8 +120,32 @@ Test(whatif, own_row_keeps_the_jobs_chunks) {
 
     snprintf(in.schedule, sizeof in.schedule, "csv:mine.csv");
     in.virtual_stages = 1;
+    int n = simulate(&in, rows);
+    for (int k = 0; k < n; k++) cr_expect_not(rows[k].this_job, "%s", rows[k].schedule);
+}
+
+/* A csv: job's plan is played as it ran, at the job's costs, under the
+ * file's name: exported from 1F1B, it does what 1F1B does. */
+Test(whatif, a_csv_jobs_plan_gets_its_own_row) {
+    whatif_input in = job_1f1b();
+    snprintf(in.schedule, sizeof in.schedule, "csv:/some/where/mine.csv");
+    sched_plan *plan = NULL;
+    pp_err err;
+    cr_assert_eq(sched_build("1f1b", 4, 8, 1, NULL, &plan, &err), 0, "%s", err.msg);
+    in.own_plan = plan;
+    whatif_row rows[WHATIF_ROWS];
     simulate(&in, rows);
-    for (int k = 0; k < WHATIF_ROWS; k++) cr_expect_not(rows[k].this_job, "%s", rows[k].schedule);
+    const whatif_row *own = &rows[WHATIF_ROWS - 1], *same = row_of(rows, "1f1b");
+    cr_expect_str_eq(own->schedule, "csv:mine.csv");
+    cr_expect(own->this_job && !same->this_job);
+    cr_expect_float_eq(own->step_time_ns, same->step_time_ns, 1e-6);
+    cr_expect_eq(own->act_peak_bytes, 4 * 4096, "what the job measured");
+    sched_free(plan);
+    sched_build("1f1b", 2, 8, 1, NULL, &plan, &err);
+    in.own_plan = plan;
+    cr_expect_eq(whatif_simulate(&in, rows, &err), -1, "a plan of 2 ranks for a job of 4");
+    cr_expect(strstr(err.msg, "2 ranks"), "%s", err.msg);
+    sched_free(plan);
 }
 
 /* A schedule that cannot be built for p and m says why in its row; the
@@ -134,8 +163,8 @@ Test(whatif, impossible_schedule_names_its_constraint) {
     cr_expect_float_eq(row_of(rows, "1f1b")->bubble_ratio, 6.0 / 21, 1e-4, "2(p-1)/(3m+2(p-1))");
 
     in.ranks = 1000, in.microbatches = 1000; /* 3 M actions even at v = 1 */
-    simulate(&in, rows);
-    for (int k = 0; k < WHATIF_ROWS; k++)
+    int n = simulate(&in, rows);
+    for (int k = 0; k < n; k++)
         cr_expect(strstr(rows[k].error, "not simulated"), "%s: %s", rows[k].schedule, rows[k].error);
 }
 
@@ -180,8 +209,8 @@ Test(whatif, send_time_lengthens_the_step) {
     whatif_row none[WHATIF_ROWS], some[WHATIF_ROWS];
     simulate(&in, none);
     in.costs.comm = 0.1 * MS;
-    simulate(&in, some);
-    for (int k = 0; k < WHATIF_ROWS; k++)
+    int n = simulate(&in, some);
+    for (int k = 0; k < n; k++)
         cr_expect_gt(some[k].step_time_ns, none[k].step_time_ns, "%s", some[k].schedule);
 }
 

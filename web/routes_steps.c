@@ -282,7 +282,7 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
     }
     jw_key(&w, "schedules");
     jw_arr(&w);
-    for (int k = 0; wr.measured && k < WHATIF_ROWS; k++) {
+    for (int k = 0; wr.measured && k < wr.nrows; k++) {
         const whatif_row *row = &wr.rows[k];
         jw_obj(&w);
         jw_kstr(&w, "schedule", row->schedule);
