@@ -75,6 +75,14 @@ static void whatif_play(const whatif_input *in, const sched_plan *plan, const pp
     sched_sim_free(sim);
 }
 
+/* 1, with the reason in row, when a plan of this many actions is not simulated. */
+static int whatif_too_big(int64_t actions, whatif_row *row) {
+    if (actions <= WHATIF_MAX_ACTIONS) return 0;
+    snprintf(row->error, sizeof row->error, "not simulated: %lld actions, more than the %d simulated here",
+             (long long)actions, WHATIF_MAX_ACTIONS);
+    return 1;
+}
+
 static void whatif_row_init(whatif_row *row, const char *name, int v) {
     memset(row, 0, sizeof *row);
     snprintf(row->schedule, sizeof row->schedule, "%s", name);
@@ -92,11 +100,7 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
     row->tuned = tuned;
     row->this_job = this_job;
     int64_t actions = (int64_t)p * v * m * 3;
-    if (actions > WHATIF_MAX_ACTIONS) {
-        snprintf(row->error, sizeof row->error, "not simulated: %lld actions, more than the %d simulated here",
-                 (long long)actions, WHATIF_MAX_ACTIONS);
-        return;
-    }
+    if (whatif_too_big(actions, row)) return;
     sched_costs c = whatif_chunk_costs(in, v);
     sched_plan *plan = NULL;
     pp_err err;
@@ -116,11 +120,7 @@ static void whatif_own(const whatif_input *in, whatif_row *row) {
     row->this_job = 1;
     int64_t actions = 0;
     for (int r = 0; r < in->own_plan->ranks; r++) actions += in->own_plan->len[r];
-    if (actions > WHATIF_MAX_ACTIONS) {
-        snprintf(row->error, sizeof row->error, "not simulated: %lld actions, more than the %d simulated here",
-                 (long long)actions, WHATIF_MAX_ACTIONS);
-        return;
-    }
+    if (whatif_too_big(actions, row)) return;
     whatif_play(in, in->own_plan, NULL, &in->costs, 1.0, row);
 }
 
@@ -257,7 +257,7 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, const whatif_r
     return whatif_done(db, st, rc, err);
 }
 
-/* Pushes a onto rank r's growing list; -1 when out of memory. */
+/* Appends a to a growing list; -1 when out of memory. */
 static int whatif_push_action(sched_action **list, int *len, int *cap, sched_action a) {
     if (*len == *cap) {
         int want = *cap ? 2 * *cap : 64;
