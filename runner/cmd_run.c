@@ -227,11 +227,11 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
     int64_t id = cfg->schedule_costs_job ? cfg->schedule_costs_job : db_newest_job(sql, err);
     char model[256];
     model_spec_format(&cfg->model, model, sizeof model);
-    int rc = id < 0 ? -1
-             : id == 0
-                 ? pp_fail(err, "no job in it yet")
-                 : whatif_costs_for(sql, id, model, world, 2, &cfg->schedule_costs, job->costs_about,
-                                    sizeof job->costs_about, err);
+    int rc = -1;
+    if (id == 0) pp_fail(err, "no job in it yet");
+    else if (id > 0)
+        rc = whatif_costs_for(sql, id, model, world, 2, &cfg->schedule_costs, job->costs_about, sizeof job->costs_about,
+                              err);
     sqlite3_close(sql);
     if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
     cfg->has_schedule_costs = 1;

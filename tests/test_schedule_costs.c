@@ -179,9 +179,14 @@ Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
 
 /* Each bad value exits 2 with a message that names it, and writes no job. */
 Test(schedule_costs, bad_values_exit_2_naming_them, .timeout = 120) {
-    char path[256], junk[256], from[300], nojob[300];
+    char path[256], junk[256], empty[256], from[300], nojob[300];
     fixture_tmp_path(path, sizeof path, "costs-bad");
     fixture_tmp_path(junk, sizeof junk, "costs-junk");
+    fixture_tmp_path(empty, sizeof empty, "costs-empty");
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(empty, &d, &err), 0, "%s", err.msg);
+    db_close(d);
     FILE *f = fopen(junk, "w");
     cr_assert_not_null(f);
     fputs("not a database\n", f);
@@ -210,6 +215,7 @@ Test(schedule_costs, bad_values_exit_2_naming_them, .timeout = 120) {
         {"zb-v", TIMED, ":3", "names no database"},
         {"zb-v", TIMED, "/nonexistent/x.db", "--schedule-costs /nonexistent/x.db: cannot read it"},
         {"zb-v", TIMED, junk, junk},
+        {"zb-v", TIMED, empty, "no job in it yet"},
         {"zb-v", TIMED, nojob, "no job 9"},
         {"zb-v", TIMED, from, "job 1 has no complete step with F, B and W spans"},
         {"zb-v", model_2, path, "do not carry over"},
@@ -224,4 +230,5 @@ Test(schedule_costs, bad_values_exit_2_naming_them, .timeout = 120) {
     cr_expect_eq(jobs_in(path), 2, "a refused run wrote a job");
     fixture_remove(path);
     fixture_remove(junk);
+    fixture_remove(empty);
 }
