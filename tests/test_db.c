@@ -21,14 +21,7 @@ static const char *q_text(sqlite3 *s, const char *sql, char *buf, size_t n) {
     return buf;
 }
 
-static db *open_fresh(const char *name) {
-    db *d;
-    pp_err err;
-    const char *p = tfix_path(name);
-    remove(p);
-    cr_assert_eq(db_open(p, &d, &err), 0, "%s", err.msg);
-    return d;
-}
+static db *open_fresh(const char *name) { return tfix_open_fresh(tfix_path(name)); }
 
 Test(db, creates_the_schema_in_wal_with_version_1_and_reopens) {
     db *d = open_fresh("a.db");

@@ -17,10 +17,8 @@
 
 /* A database with two steps of the fixture, analysed; returns the job id. */
 static int64_t make_db(const char *path) {
-    db *d;
+    db *d = tfix_open_fresh(path);
     pp_err err;
-    remove(path);
-    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
     int64_t job = tfix_job(d);
     trace_event ev[64];
     size_t n = tfix_events(0, 1000000, ev);
@@ -188,10 +186,8 @@ Test(db_export, export_opens_the_database_read_only) {
 /* A diverged loss (stored as NULL) is null in the export, which stays JSON. */
 Test(db_export, a_loss_that_was_not_finite_is_null_and_the_export_parses) {
     const char *path = tfix_path("nan.db");
-    remove(path);
-    db *d;
+    db *d = tfix_open_fresh(path);
     pp_err err;
-    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
     int64_t job = tfix_job(d);
     trace_event ev[32];
     size_t n = tfix_events(0, 1000000, ev);
@@ -444,10 +440,8 @@ Test(db_export, each_transfer_is_a_flow_from_its_send_to_its_recv, .timeout = 12
  * F/B end; none for a trace that did not record them. */
 Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
     const char *path = tfix_path("act.db");
-    db *d;
+    db *d = tfix_open_fresh(path);
     pp_err err;
-    remove(path);
-    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
     int64_t job = tfix_job(d);
     trace_event ev[64];
     size_t n = tfix_events(0, 1000000, ev);

@@ -89,6 +89,14 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 /* Removes the directory when the test process exits normally. */
 static void rm_dir(void) { nftw(tfix_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
+db *tfix_open_fresh(const char *path) {
+    db *d = NULL;
+    pp_err err;
+    remove(path);
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    return d;
+}
+
 const char *tfix_path(const char *name) {
     static char paths[8][512];
     static int next;

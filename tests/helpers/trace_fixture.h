@@ -22,6 +22,9 @@ int64_t tfix_job(db *d);
 /* NAME inside a fresh temporary directory of this test process (the last
  * 8 results stay valid). */
 const char *tfix_path(const char *name);
+/* A new, empty pprun database at path (whatever was there is removed);
+ * the test fails if it does not open. */
+db *tfix_open_fresh(const char *path);
 /* The first column of the first row of sql on s; the test fails (naming
  * the query) if it does not prepare, gives no row or gives NULL. */
 int64_t tfix_q_int(sqlite3 *s, const char *sql);
