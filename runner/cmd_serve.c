@@ -19,7 +19,8 @@ static void usage(FILE *out) {
             "  --token    required for a non-loopback address (or set PPRUN_TOKEN); clients send\n"
             "             'Authorization: Bearer TOKEN'; the dashboard takes it from #token=TOKEN\n"
             "  --threads  HTTP worker threads (default 4)\n"
-            "  --timeout  idle connection timeout in seconds (default 30)\n");
+            "  --timeout  seconds a connection may sit idle, and a request may take to arrive\n"
+            "             whole, headers and body (default 30)\n");
 }
 
 int cmd_serve(int argc, char **argv) {

@@ -70,6 +70,16 @@ static const char *str(const cJSON *o, const char *k) {
     return v->valuestring;
 }
 
+/* A raw connection to the server, for what webclient cannot do (trickle,
+ * keep-alive, streams). */
+static int connect_server(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
 TestSuite(web, .init = setup, .fini = teardown, .timeout = 60);
 
 Test(web, jobs_lists_the_job_with_its_status_and_progress) {
@@ -645,10 +655,7 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
     /* chunked, without Content-Length, never ending: the server hangs up
      * once the cap is passed instead of reading on (16 MiB would all fit
      * through if it read to the end). */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int fd = connect_server();
     const char *head = "POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
     cr_assert_eq(send(fd, head, strlen(head), MSG_NOSIGNAL), (ssize_t)strlen(head));
     size_t n = 64 * 1024;
@@ -681,10 +688,7 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
 }
 
 Test(web, a_stalled_client_is_disconnected_by_the_timeout) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int fd = connect_server();
     send(fd, "GET /api/jobs HTTP/1.1\r\nHost: x\r\n", 33, 0); /* and never finish */
     struct timeval tv = {.tv_sec = 20};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -692,6 +696,46 @@ Test(web, a_stalled_client_is_disconnected_by_the_timeout) {
     ssize_t got = recv(fd, buf, sizeof buf, 0);
     cr_assert_eq(got, 0, "the server closed the idle connection (2 s timeout) instead of waiting forever");
     close(fd);
+}
+
+/* Sends head on connection fd, then one byte of drip every 200 ms, never
+ * idle long enough for the idle timeout, until the server closes the
+ * connection; closes fd. Returns how many seconds the server took; -1 if
+ * the connection was still open after 15 s. */
+static double trickle(int fd, const char *head, char drip) {
+    cr_assert_eq(send(fd, head, strlen(head), MSG_NOSIGNAL), (ssize_t)strlen(head));
+    uint64_t t0 = pp_now_ns();
+    int closed = 0;
+    for (int i = 0; i < 75 && !closed; i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        char buf[256];
+        if (poll(&p, 1, 200) == 1) {
+            ssize_t k = recv(fd, buf, sizeof buf - 1, 0);
+            if (k > 0) buf[k] = 0;
+            cr_assert_leq(k, 0, "the server answered an unfinished request: %s", buf);
+            closed = 1;
+        } else {
+            closed = send(fd, &drip, 1, MSG_NOSIGNAL) != 1;
+        }
+    }
+    close(fd);
+    return closed ? (double)(pp_now_ns() - t0) / 1e9 : -1;
+}
+
+/* The idle timeout alone would let a client that sends a byte every 200 ms
+ * hold a connection for ever (slowloris), and enough of them every
+ * connection the server allows: a request must arrive whole, headers and
+ * body, within the timeout (2 s here). */
+Test(web, a_request_that_arrives_too_slowly_is_cut_off) {
+    double headers = trickle(connect_server(), "GET /api/jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ", 'a');
+    double body = trickle(connect_server(), "POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          "Content-Length: 1000\r\n\r\n", ' ');
+    cr_assert(headers > 1.5 && headers < 10, "headers sent a byte at a time: closed after %.1f s (-1: never)", headers);
+    cr_assert(body > 1.5 && body < 10, "a body sent a byte at a time: closed after %.1f s (-1: never)", body);
+    webclient_resp r;
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert(strstr(r.body, "pprun_http_slow_requests_closed_total 2\n"), "%s", r.body);
+    webclient_free(&r);
 }
 
 Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
@@ -795,10 +839,7 @@ Test(web_auth, non_loopback_without_token_refuses_to_start) {
  * not wait for (or read) the body it announced. */
 Test(web_auth, a_request_without_the_token_is_refused_before_its_body, .init = NULL, .timeout = 60) {
     start_with(1, "running", (http_options){.token = "s3cret-token", .conn_timeout_s = 30});
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    int fd = connect_server();
     const char *req = "POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n";
     cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
     struct timeval tv = {.tv_sec = 10};
@@ -846,10 +887,7 @@ typedef struct stream {
 
 static void stream_open(stream *s, const char *extra) {
     memset(s, 0, sizeof *s);
-    s->fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(s->fd, (struct sockaddr *)&a, sizeof a), 0);
+    s->fd = connect_server();
     char req[512];
     int n = snprintf(req, sizeof req, "GET /api/jobs/1/live HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n", extra ? extra : "");
     cr_assert_eq(send(s->fd, req, (size_t)n, 0), n);
@@ -1232,6 +1270,56 @@ Test(web_live, a_step_message_has_the_activation_bytes_per_rank, .timeout = 60) 
     stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
     cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
     cr_assert(stream_wait(&a, "\"act_peak_bytes\":[262144,196608,131072,65536]}"), "%s", a.buf);
+    stream_close(&a);
+    teardown();
+}
+
+/* Reads one reply with a Content-Length off a keep-alive connection and
+ * returns its status. */
+static int read_reply(int fd) {
+    char buf[65536];
+    size_t len = 0;
+    char *end = NULL;
+    long body = -1;
+    while (len < sizeof buf - 1) {
+        ssize_t k = recv(fd, buf + len, sizeof buf - 1 - len, 0);
+        if (k <= 0) return 0;
+        len += (size_t)k;
+        buf[len] = 0;
+        if (!end && (end = strstr(buf, "\r\n\r\n"))) {
+            const char *cl = strcasestr(buf, "\r\nContent-Length:");
+            cr_assert(cl && cl < end, "%s", buf);
+            body = strtol(cl + 17, NULL, 10);
+        }
+        if (end && (long)(len - (size_t)(end + 4 - buf)) >= body) break;
+    }
+    int status = 0;
+    sscanf(buf, "HTTP/1.1 %d", &status);
+    return status;
+}
+
+/* The limit is on each request, not on the connection: a keep-alive
+ * connection's clock starts again after each reply (for a slow request as
+ * much as for a quick one), and a live stream,
+ * whose request is in, runs on past it. */
+Test(web_slow, the_limit_counts_each_request_and_spares_streams, .timeout = 60) {
+    start_with(1, "running", (http_options){.conn_timeout_s = 2, .live_poll_ms = 50, .live_heartbeat_ms = 500});
+    int fd = connect_server();
+    const char *get = "GET /api/jobs HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(send(fd, get, strlen(get), MSG_NOSIGNAL), (ssize_t)strlen(get), "request %d", i + 1);
+        cr_assert_eq(read_reply(fd), 200, "request %d on one connection, %.1f s after the first", i + 1, i * 1.2);
+        if (i < 3) usleep(1200000);
+    }
+    double slow = trickle(fd, "GET /api/jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ", 'a');
+    cr_assert(slow > 1.5 && slow < 10, "a slow 5th request: closed after %.1f s (-1: never)", slow);
+    stream a;
+    stream_open(&a, NULL);
+    cr_assert(stream_wait(&a, "event: hello\n"), "%s", a.buf);
+    usleep(3000000);
+    pp_err err;
+    cr_assert_eq(fixture_set_status(dbpath, "succeeded", &err), 0, "%s", err.msg);
+    cr_assert(stream_wait(&a, "\"status\":\"succeeded\""), "the stream outlived the limit: %s", a.buf);
     stream_close(&a);
     teardown();
 }

@@ -256,6 +256,24 @@ static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, http
     return ret;
 }
 
+/* The reaper's record of connection c (reaper.c), NULL if it has none. */
+static reaper_conn *conn_clock_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    http_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? reaper_conn_open(&s->reaper, ci->connect_fd) : NULL;
+    } else {
+        reaper_conn_closed(&s->reaper, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -294,6 +312,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0; /* the rest of a refused body is dropped */
         return MHD_YES;
     }
+    if (*upload_size == 0) reaper_conn_clock(&s->reaper, conn_clock_of(c), 0); /* the request is in whole */
     if (*upload_size > 0) {
         /* A body without Content-Length (chunked) that passes the cap: the
          * connection is closed at once rather than read to its end, which
@@ -346,9 +365,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
+    http_server *s = cls;
     (void)toe;
+    reaper_conn_clock(&s->reaper, conn_clock_of(c), 1); /* the next request's time starts */
     request *rq = *con_cls;
     if (!rq) return;
     free(rq->body);
@@ -388,26 +407,13 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     for (int i = 0; i < HTTP_CODES; i++) atomic_init(&s->requests[i], 0);
     atomic_init(&s->bytes_out, 0);
 
+    /* Each step that fails undoes the ones before it, in reverse. */
     int family = AF_INET;
     int fd = open_listener(opts, &family, s->url, sizeof s->url, &s->port, err);
-    if (fd < 0) {
-        free(s->token);
-        free(s);
-        return -1;
-    }
-    if (dbpool_init(&s->pool, opts->db_path, err) != 0) {
-        close(fd);
-        free(s->token);
-        free(s);
-        return -1;
-    }
-    if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) {
-        close(fd);
-        dbpool_close(&s->pool);
-        free(s->token);
-        free(s);
-        return -1;
-    }
+    if (fd < 0) goto no_listener;
+    if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
+    if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
+    if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(
@@ -415,17 +421,27 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
         s->o.threads, MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
         s->o.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->o.max_conns_per_ip,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->o.max_header_mem, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (!s->daemon) {
-        close(fd);
-        live_free(s->live);
-        dbpool_close(&s->pool);
-        free(s->token);
-        free(s);
-        return pp_fail(err, "cannot start the HTTP server (libmicrohttpd refused the options)");
+        pp_fail(err, "cannot start the HTTP server (libmicrohttpd refused the options)");
+        goto no_daemon;
     }
     *out = s;
     return 0;
+
+no_daemon:
+    reaper_stop(&s->reaper);
+    reaper_free(&s->reaper);
+no_reaper:
+    live_free(s->live);
+no_live:
+    dbpool_close(&s->pool);
+no_pool:
+    close(fd);
+no_listener:
+    free(s->token);
+    free(s);
+    return -1;
 }
 
 const char *http_url(const http_server *s) { return s->url; }
@@ -436,7 +452,9 @@ void http_stop(http_server *s) {
     /* Suspended stream connections must be resumed before the daemon stops
      * (libmicrohttpd's rule); live_end_all makes each one end its stream. */
     live_end_all(s->live);
+    reaper_stop(&s->reaper);
     MHD_stop_daemon(s->daemon);
+    reaper_free(&s->reaper);
     live_free(s->live);
     dbpool_close(&s->pool);
     free(s->token);

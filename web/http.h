@@ -2,8 +2,8 @@
  * Prometheus /metrics, over one trace database (DESIGN.md §8, docs/api.md).
  *
  * libmicrohttpd with an internal epoll thread pool; every limit is set
- * explicitly (connection timeout, total and per-IP connections, request body
- * and header memory). Loopback by default; a non-loopback address refuses
+ * explicitly (idle timeout, the time a request may take to arrive, total and
+ * per-IP connections, request body and header memory). Loopback by default; a non-loopback address refuses
  * to start without a token, and with a token every /api and /metrics request
  * must carry `Authorization: Bearer TOKEN`.
  *
@@ -24,7 +24,7 @@ typedef struct http_options {
     const char *token;          /* NULL or "" = no token (then only loopback is allowed) */
     const char *db_path;        /* the trace database (required) */
     unsigned threads;           /* MHD thread pool size; 0 = 4 */
-    unsigned conn_timeout_s;    /* idle connection timeout; 0 = 30 */
+    unsigned conn_timeout_s;    /* idle timeout, and the most a request may take to arrive whole; 0 = 30 */
     unsigned max_conns;         /* 0 = 512 */
     unsigned max_conns_per_ip;  /* 0 = 128 */
     size_t max_body;            /* request body cap in bytes; 0 = 64 KiB */

@@ -174,6 +174,9 @@ void metrics_render(http_server *s, http_reply *r) {
         unsigned long long n = atomic_load(&s->requests[code]);
         if (n) jw_rawf(&w, "pprun_http_requests_total{code=\"%d\"} %llu\n", code, n);
     }
+    help(&w, "pprun_http_slow_requests_closed_total", "counter",
+         "Connections closed because a request did not arrive whole within the timeout.");
+    jw_rawf(&w, "pprun_http_slow_requests_closed_total %llu\n", atomic_load(&s->reaper.closed));
     help(&w, "pprun_live_streams", "gauge", "Open live (SSE) streams.");
     jw_rawf(&w, "pprun_live_streams %d\n", live_count(s->live));
     size_t len;
