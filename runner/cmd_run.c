@@ -416,18 +416,35 @@ static int start_forwarding_collector(run_job *job, const launch_info *info, sto
     return collector_start(&cc, &job->coll, err);
 }
 
+/* Several nodes: every node must run the job node 0 runs. Node 0
+ * publishes its options (run_config_node_text); each other node compares
+ * its own with them and refuses to start on a difference, naming it, rather
+ * than run ranks that disagree: a hang, or, worse, a job that succeeds with
+ * another schedule on some ranks than the one the database records. */
+static int agree_with_node0(const run_job *job, const launch_info *info, store_client *store, pp_err *err) {
+    char mine[8192];
+    if (run_config_node_text(&job->cfg, info->nproc_per_node, mine, sizeof mine) != 0)
+        return pp_fail(err, "the job's options do not fit in %zu bytes", sizeof mine);
+    if (info->node_rank == 0) return store_set(store, "run/options", mine, strlen(mine), err);
+    const char *keys[] = {"run/options"};
+    int rc = store_wait(store, keys, 1, 60000, err);
+    if (rc == 1) return pp_fail(err, "node rank 0 never published its job options");
+    void *node0;
+    size_t len;
+    if (rc != 0 || store_get(store, keys[0], &node0, &len, err) != 0) return -1;
+    rc = run_config_node_diff(mine, node0, err);
+    free(node0);
+    if (rc != 0)
+        return pp_wrap(err, "this node's job options differ from node rank 0's (start every node with the same "
+                            "`pprun run` options; only --node-rank may differ)");
+    return 0;
+}
+
 /* The collector and one trace ring per local rank (the collector owns the
  * rings; the workers inherit their fds). */
-static int start_tracing(run_job *job, const launch_info *info, pp_err *err) {
-    store_client *store = NULL;
-    char host[256];
-    int port;
-    if (store_parse_addr(info->store_addr, host, sizeof host, &port, err) != 0 ||
-        store_connect_token(host, port, info->rdzv_token, 30ull * 1000000000ull, &store, err) != 0)
-        return -1;
+static int start_tracing(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
     int rc = info->node_rank == 0 ? start_master_collector(job, info, store, err)
                                   : start_forwarding_collector(job, info, store, err);
-    store_close(store);
     if (rc != 0) return -1;
     job->rings = calloc((size_t)info->nproc_per_node, sizeof *job->rings);
     if (!job->rings) return pp_fail(err, "out of memory");
@@ -452,7 +469,18 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
         run_progress_start(info->store_addr, info->rdzv_token, job->cfg.steps, job->progress_next, job->cfg.progress,
                            job->db ? job->cfg.db : NULL, job->job_id, job->plan, &job->cfg, &job->progress, err) != 0)
         return -1;
-    return info->attempt == 0 && job->cfg.trace ? start_tracing(job, info, err) : 0;
+    if (info->attempt > 0 || (info->nnodes == 1 && !job->cfg.trace)) return 0;
+    store_client *store = NULL;
+    char host[256];
+    int port;
+    if (store_parse_addr(info->store_addr, host, sizeof host, &port, err) != 0 ||
+        store_connect_token(host, port, info->rdzv_token, 30ull * 1000000000ull, &store, err) != 0)
+        return -1;
+    int rc = 0;
+    if (info->nnodes > 1) rc = agree_with_node0(job, info, store, err);
+    if (rc == 0 && job->cfg.trace) rc = start_tracing(job, info, store, err);
+    store_close(store);
+    return rc;
 }
 
 static int rank_env(void *ctx, const launch_info *info, int local_rank, int global_rank, launch_env *env, pp_err *err) {
@@ -524,7 +552,14 @@ static const char *job_status(const launch_result *res) {
 
 static void failure_text(const launch_result *res, char *buf, size_t n) {
     char sigbuf[16];
-    if (res->status == LAUNCH_FAILED && res->failure.signal)
+    const launch_failure *f = &res->failure;
+    if (res->status == LAUNCH_FAILED && f->global_rank < 0 && f->signal)
+        snprintf(buf, n, "the launcher of node rank %d (on %s) got %s", f->node_rank, f->host,
+                 launch_signal_name(f->signal, sigbuf));
+    else if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
+        snprintf(buf, n, "the launcher of node rank %d (on %s) failed: %.*s", f->node_rank, f->host,
+                 (int)strcspn(f->stderr_tail, "\n"), f->stderr_tail);
+    else if (res->status == LAUNCH_FAILED && res->failure.signal)
         snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", res->failure.global_rank,
                  res->failure.local_rank, res->failure.host, launch_signal_name(res->failure.signal, sigbuf));
     else if (res->status == LAUNCH_FAILED)

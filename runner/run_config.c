@@ -387,3 +387,54 @@ void run_config_free_args(char **storage) {
     for (int i = 0; storage[i]; i++)
         free(storage[i]);
 }
+
+int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, size_t n) {
+    static const char *const per_node[] = {"--data", "--checkpoint-dir", "--metrics", "--save-weights", NULL};
+    char *argv[RUN_CONFIG_MAX_ARGS + 1], *storage[RUN_CONFIG_MAX_ARGS + 1];
+    int argc = run_config_to_args(cfg, argv, 0, storage);
+    if (argc < 0) return -1;
+    size_t len = (size_t)snprintf(buf, n, "--nproc-per-node %d\n", nproc_per_node);
+    for (int i = 0; i < argc && len < n; i++) {
+        const char *flag = argv[i];
+        const char *value = run_config_takes_value(flag) && i + 1 < argc ? argv[++i] : "";
+        if (!in_list(flag, per_node)) len += (size_t)snprintf(buf + len, n - len, "%s %s\n", flag, value);
+    }
+    run_config_free_args(storage);
+    return len < n ? 0 : -1;
+}
+
+/* The line of `flag` (flen bytes) in a run_config_node_text, without its
+ * newline, and its length; NULL when the text has no such flag. */
+static const char *node_line(const char *text, const char *flag, size_t flen, int *len) {
+    for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+        const char *end = strchr(line, '\n');
+        if (!end) return NULL;
+        if (strncmp(line, flag, flen) == 0 && line[flen] == ' ') {
+            *len = (int)(end - line);
+            return line;
+        }
+    }
+    return NULL;
+}
+
+/* "--microbatches 8", or "--resume" for a flag without a value. */
+static int shown_len(const char *line, int len) { return line[len - 1] == ' ' ? len - 1 : len; }
+
+int run_config_node_diff(const char *mine, const char *node0, pp_err *err) {
+    for (int pass = 0; pass < 2; pass++) {
+        /* Pass 0: each of my flags against node 0's; pass 1: node 0's flags I lack. */
+        const char *text = pass == 0 ? mine : node0, *other = pass == 0 ? node0 : mine;
+        for (const char *line = text; *line; line = strchr(line, '\n') + 1) {
+            const char *sp = strchr(line, ' '), *end = strchr(line, '\n');
+            if (!sp || !end || sp > end) return pp_fail(err, "malformed options from node rank 0");
+            int len = (int)(end - line), olen = 0;
+            const char *o = node_line(other, line, (size_t)(sp - line), &olen);
+            if (o && olen == len && memcmp(o, line, (size_t)len) == 0) continue;
+            if (pass == 1) return pp_fail(err, "node rank 0 has %.*s, this node does not", shown_len(line, len), line);
+            if (!o) return pp_fail(err, "this node has %.*s, node rank 0 does not", shown_len(line, len), line);
+            return pp_fail(err, "this node has %.*s, node rank 0 has %.*s", shown_len(line, len), line,
+                           shown_len(o, olen), o);
+        }
+    }
+    return 0;
+}

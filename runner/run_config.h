@@ -80,6 +80,18 @@ int run_config_finish(run_config *cfg, pp_err *err);
 int run_config_to_args(const run_config *cfg, char **argv, int argc, char **storage);
 void run_config_free_args(char **storage);
 
+/* What every node of a job started on several nodes must agree on: the
+ * workers' options (run_config_to_args) but those naming a file or folder
+ * each node may keep elsewhere (--data, --checkpoint-dir, --metrics,
+ * --save-weights), and the ranks per node. One "FLAG VALUE" line each, into
+ * buf; -1 when out of memory or buf is too small. Node 0 publishes its
+ * text through the store, the others compare theirs with it. */
+int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, size_t n);
+/* 0 when mine and node0's texts agree; else -1 with err naming the first
+ * option that differs, e.g. "this node has --microbatches 8, node rank 0 has
+ * --microbatches 4". */
+int run_config_node_diff(const char *mine, const char *node0, pp_err *err);
+
 /* The schedule's op costs: the timed model's (ns; returns 1), else unit
  * costs (returns 0: the real costs are known only once a step ran). */
 int run_config_costs(const run_config *cfg, sched_costs *costs);

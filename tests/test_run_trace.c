@@ -263,6 +263,62 @@ Test(run_trace, two_nodes_on_a_non_loopback_address_with_the_token) {
     cr_assert_null(strstr(out_text(), "refused"), "%s", out_text());
 }
 
+/* Two nodes started with different job options would run ranks that
+ * disagree (with 1f1b on one node and zb-h1 on the other the job even
+ * succeeds, recorded as 1f1b). Node 1 refuses before any worker starts,
+ * naming the option; node 0 fails with it; the database says why. Options
+ * naming a path may differ (each node may keep its files elsewhere). */
+Test(run_trace, nodes_started_with_different_options_refuse_naming_the_option) {
+    static const struct {
+        const char *node0, *node1, *said;
+    } cases[] = {
+        {"--schedule 1f1b", "--schedule zb-h1", "this node has --schedule zb-h1, node rank 0 has --schedule 1f1b"},
+        {"", "--checkpoint-every 1 --checkpoint-dir CKPT", "this node has --checkpoint-every 1, node rank 0 does not"},
+        {"--schedule zb-v --schedule-costs f=2,b=2,w=1", "--schedule zb-v",
+         "node rank 0 has --schedule-costs f=2,b=2,w=1,comm=0, this node does not"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char common[1024], node1[256];
+        snprintf(common, sizeof common,
+                 "--nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port %d --microbatches 4 "
+                 "--steps 2 --model " TIMED " --progress off --rdzv-timeout 30",
+                 lt_free_port());
+        snprintf(node1, sizeof node1, "%s", cases[i].node1);
+        char *ck = strstr(node1, "CKPT"); /* last in the line */
+        if (ck) snprintf(ck, sizeof node1 - (size_t)(ck - node1), "%s/ckpt", tmpdir);
+        int rc = sh("rm -f %s/d%zu.db; %s run --node-rank 0 %s %s --db %s/d%zu.db > %s/n0.txt 2>&1 & "
+                    "%s run --node-rank 1 %s %s --db %s/n1.db > %s/n1.txt 2>&1; s1=$?; wait %%1; s0=$?; "
+                    "echo \"exit $s0 $s1\"; cat %s/n1.txt",
+                    tmpdir, i, PPRUN_BIN, common, cases[i].node0, tmpdir, i, tmpdir, PPRUN_BIN, common, node1, tmpdir,
+                    tmpdir, tmpdir);
+        cr_assert_eq(rc, 0);
+        cr_assert(strstr(out_text(), "exit 1 1\npprun run: this node's job options differ from node rank 0's"),
+                  "case %zu: %s", i, out_text());
+        cr_assert(strstr(out_text(), cases[i].said), "case %zu: want '%s' in\n%s", i, cases[i].said, out_text());
+        char name[32];
+        snprintf(name, sizeof name, "d%zu.db", i);
+        sqlite3 *db = open_db(name);
+        cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM events"), 0, "case %zu: no worker ran", i);
+        cr_assert_eq(tfix_q_intf(db,
+                                 "SELECT count(*) FROM jobs WHERE status = 'failed' AND failure LIKE 'the launcher of "
+                                 "node rank 1 (on %%) failed: this node''s job options differ%%%s'",
+                                 cases[i].said),
+                     1, "case %zu: the job's failure does not say why", i);
+        sqlite3_close(db);
+        sh("rm -f %s/out.txt", tmpdir);
+    }
+    /* Paths may differ: the same job with other --metrics files runs. */
+    char common[1024];
+    snprintf(common, sizeof common,
+             "--nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port %d --microbatches 4 "
+             "--steps 2 --model " TIMED " --progress off --rdzv-timeout 30 --trace off",
+             lt_free_port());
+    int rc = sh("%s run --node-rank 0 %s --metrics %s/m0.jsonl & %s run --node-rank 1 %s --metrics %s/m1.jsonl; "
+                "s1=$?; wait %%1; s0=$?; exit $((s0 | s1))",
+                PPRUN_BIN, common, tmpdir, PPRUN_BIN, common, tmpdir);
+    cr_assert_eq(rc, 0, "%s", out_text());
+}
+
 /* SIGTERM to `pprun run` mid-job: every worker goes, pprun exits 143, and
  * the database says the job was stopped, with what ran until then intact. */
 Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
