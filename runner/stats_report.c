@@ -302,7 +302,7 @@ void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_
         chunks_differ |= strcmp(c->diffs[k].what, "virtual stages") == 0;
     }
     if (chunks_differ && !jw->in.fixed_op_costs)
-        fprintf(out, "           (a gpt op is one chunk's: more chunks per rank, shorter ops; compare step times)\n");
+        fprintf(out, "           (an op is one chunk's: more chunks per rank, shorter ops; compare step times)\n");
 
     /* "→" is one column in three bytes: pad the header by two more */
     snprintf(a, sizeof a, "job %lld", (long long)c->other);
