@@ -41,7 +41,8 @@ typedef struct compare_config {
 static int compare_read_config(sqlite3 *db, int64_t job, compare_config *cfg, pp_err *err) {
     char sql[2048];
     size_t n = (size_t)snprintf(sql, sizeof sql, "SELECT json_extract(cj, '$.schedule_costs') IS NOT NULL");
-    for (int k = 0; k < COMPARE_FIELDS; k++) n += (size_t)snprintf(sql + n, sizeof sql - n, ", %s", compare_fields[k].sql);
+    for (int k = 0; k < COMPARE_FIELDS; k++)
+        n += (size_t)snprintf(sql + n, sizeof sql - n, ", %s", compare_fields[k].sql);
     snprintf(sql + n, sizeof sql - n,
              " FROM (SELECT *, CASE WHEN json_valid(config_json) THEN config_json ELSE '{}' END AS cj "
              "FROM jobs WHERE id=?1)");

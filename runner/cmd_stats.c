@@ -36,7 +36,8 @@ static int compare(FILE *out, sqlite3 *db, const char *dbpath, long job, long vs
     pp_err err;
     int rc = 2, read_s = summary_read(db, job, SUMMARY_OPS, &s, &err) == 0;
     if (!read_s) fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
-    else if (summary_read(db, vs, SUMMARY_OPS, &o, &err) != 0) fprintf(stderr, "pprun stats: --vs %ld: %s\n", vs, err.msg);
+    else if (summary_read(db, vs, SUMMARY_OPS, &o, &err) != 0)
+        fprintf(stderr, "pprun stats: --vs %ld: %s\n", vs, err.msg);
     else if (whatif_read(db, &s, &w[0], &err) != 0 || whatif_read(db, &o, &w[1], &err) != 0 ||
              compare_read(db, &s, &w[0], &o, &w[1], &c, &err) != 0)
         fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);

@@ -274,6 +274,12 @@ static const char *fmt_loss(char *buf, size_t n, double loss, const char *format
     return buf;
 }
 
+/* A job's latest mean loss and its step: "4.7083 @9", or "-". */
+static void fmt_latest_loss(char *buf, size_t n, const job_summary *s) {
+    if (s->loss_step >= 0 && isfinite(s->loss)) snprintf(buf, n, "%.4f @%lld", s->loss, (long long)s->loss_step);
+    else snprintf(buf, n, "-");
+}
+
 static void cmp_loss(FILE *out, const job_compare *c) {
     char a[40], b[40];
     if (c->loss_step < 0) fprintf(out, "loss       no step has every microbatch's loss in both jobs\n");
@@ -316,7 +322,8 @@ void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_
     cmp_row(out, "bubble measured", fmt_pct(a, sizeof a, os->bubble_ratio), fmt_pct(b, sizeof b, js->bubble_ratio),
             fmt_points(d, sizeof d, js->bubble_ratio, os->bubble_ratio));
     cmp_row(out, "bubble planned", fmt_pct(a, sizeof a, os->sim_bubble_ratio),
-            fmt_pct(b, sizeof b, js->sim_bubble_ratio), fmt_points(d, sizeof d, js->sim_bubble_ratio, os->sim_bubble_ratio));
+            fmt_pct(b, sizeof b, js->sim_bubble_ratio),
+            fmt_points(d, sizeof d, js->sim_bubble_ratio, os->sim_bubble_ratio));
     /* 0 is "not recorded", -1 no statistics: neither is a peak */
     double ap = os->act_peak > 0 ? (double)os->act_peak : NAN, bp = js->act_peak > 0 ? (double)js->act_peak : NAN;
     cmp_row(out, "activations at peak (rank)", isfinite(ap) ? fmt_bytes(a, sizeof a, os->act_peak) : "-",
@@ -333,10 +340,8 @@ void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_
         cmp_ops(out, js, os, 0);
         if (has_gpu_ops(js) && has_gpu_ops(os)) cmp_ops(out, js, os, 1);
     }
-    if (os->loss_step >= 0 && isfinite(os->loss)) snprintf(a, sizeof a, "%.4f @%lld", os->loss, (long long)os->loss_step);
-    else snprintf(a, sizeof a, "-");
-    if (js->loss_step >= 0 && isfinite(js->loss)) snprintf(b, sizeof b, "%.4f @%lld", js->loss, (long long)js->loss_step);
-    else snprintf(b, sizeof b, "-");
+    fmt_latest_loss(a, sizeof a, os);
+    fmt_latest_loss(b, sizeof b, js);
     if (os->loss_step == js->loss_step && isfinite(os->loss) && isfinite(js->loss))
         snprintf(d, sizeof d, "%+.4f", js->loss - os->loss);
     else snprintf(d, sizeof d, "-");

@@ -306,8 +306,9 @@ Test(compare, fixture_numbers_exactly, .timeout = 60) {
     cr_assert_eq(fixture_create(path, 3, "succeeded", &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_gpu_job(path, &err), 0, "%s", err.msg);
     lt_proc p = stats(path, NULL, "1");
-    assert_has(p.out, "differs    model: timed:f=1ms,b=1ms,w=1ms,act=64KiB in job 1, mlp:layers=8,hidden=1024 in job 2\n"
-                      "differs    device: cpu in job 1, cuda in job 2\n");
+    assert_has(p.out,
+               "differs    model: timed:f=1ms,b=1ms,w=1ms,act=64KiB in job 1, mlp:layers=8,hidden=1024 in job 2\n"
+               "differs    device: cpu in job 1, cuda in job 2\n");
     assert_has(p.out, "  step time (median)             30.50 ms     30.50 ms      1.00x\n");
     assert_has(p.out, "  bubble measured                   19.7%        19.7%    +0.0 pp\n");
     assert_has(p.out, "  bubble planned                    20.0%        20.0%    +0.0 pp\n");
