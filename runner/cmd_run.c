@@ -304,6 +304,7 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
     cJSON_AddStringToObject(o, "transport", c->transport);
     cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
+    cJSON_AddStringToObject(o, "dtype", c->dtype);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;

@@ -1,9 +1,10 @@
-/* cmd_stats.c: `pprun stats --db FILE [--job ID]`: where a job's time went,
- * in a terminal (like `nsys stats`): step time, measured and planned
- * bubble, idle time by cause, op durations, loss; then every schedule
- * simulated at the job's measured costs. The same numbers as GET
+/* cmd_stats.c: `pprun stats --db FILE [--job ID] [--vs OTHER]`: where a
+ * job's time went, in a terminal (like `nsys stats`): step time, measured
+ * and planned bubble, idle time by cause, op durations, loss; then every
+ * schedule simulated at the job's measured costs. The same numbers as GET
  * /api/jobs/{id}/summary and /whatif, read by the same code (db/summary.h,
- * db/whatif.h). */
+ * db/whatif.h). With --vs, the job beside another one instead
+ * (db/compare.h): did the schedule change help, and was the what-if right. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,23 +14,54 @@
 #include "runner/stats_report.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: pprun stats --db FILE [--job ID]\n"
+    fprintf(out, "usage: pprun stats --db FILE [--job ID] [--vs OTHER]\n"
                  "  Where a job's time went: step time, measured and planned bubble, idle time\n"
                  "  by cause, op durations, loss; then each schedule simulated at the job's\n"
                  "  measured op costs (what if). Steps from 1 on (step 0 pays for start-up).\n"
-                 "  --db FILE  trace database written by `pprun run`\n"
-                 "  --job ID   job id (default: the newest job in the file)\n");
+                 "  --db FILE    trace database written by `pprun run`\n"
+                 "  --job ID     job id (default: the newest job in the file)\n"
+                 "  --vs OTHER   instead, the job beside job OTHER of the same file: what differs\n"
+                 "               in their configurations, their numbers side by side with the\n"
+                 "               change from OTHER to the job (x: ratio, pp: percentage points),\n"
+                 "               OTHER's what-if for the job's schedule against what the job\n"
+                 "               measured, and whether their losses are bitwise equal\n");
+}
+
+/* Job `job` beside job `vs` (both in db) on out; 0, or 2 with the reason on
+ * stderr and nothing on out. */
+static int compare(FILE *out, sqlite3 *db, const char *dbpath, long job, long vs) {
+    job_summary s, o;
+    whatif_report w[2];
+    job_compare c;
+    pp_err err;
+    int rc = 2, read_s = summary_read(db, job, SUMMARY_OPS, &s, &err) == 0;
+    if (!read_s) fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
+    else if (summary_read(db, vs, SUMMARY_OPS, &o, &err) != 0)
+        fprintf(stderr, "pprun stats: --vs %ld: %s\n", vs, err.msg);
+    else if (whatif_read(db, &s, &w[0], &err) != 0 || whatif_read(db, &o, &w[1], &err) != 0 ||
+             compare_read(db, &s, &w[0], &o, &w[1], &c, &err) != 0)
+        fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
+    else {
+        report_compare(out, db, &s, &w[0], &o, &w[1], &c);
+        rc = 0;
+    }
+    if (read_s) summary_free(&o);
+    summary_free(&s);
+    return rc;
 }
 
 int cmd_stats(int argc, char **argv) {
-    const char *dbpath = NULL, *job_s = NULL;
+    const char *dbpath = NULL, *job_s = NULL, *vs_s = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             usage(stdout);
             return 0;
         }
-        const char **slot = strcmp(a, "--db") == 0 ? &dbpath : strcmp(a, "--job") == 0 ? &job_s : NULL;
+        const char **slot = strcmp(a, "--db") == 0    ? &dbpath
+                            : strcmp(a, "--job") == 0 ? &job_s
+                            : strcmp(a, "--vs") == 0  ? &vs_s
+                                                      : NULL;
         if (!slot) {
             fprintf(stderr, "pprun stats: unknown option '%s'\n", a);
             usage(stderr);
@@ -47,9 +79,14 @@ int cmd_stats(int argc, char **argv) {
         return 2;
     }
     pp_err err;
-    long job = 0;
-    if (job_s && pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) {
+    long job = 0, vs = 0;
+    if ((job_s && pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) ||
+        (vs_s && pp_parse_long(vs_s, 1, 0x7fffffffL, "--vs", &vs, &err) != 0)) {
         fprintf(stderr, "pprun stats: %s\n", err.msg);
+        return 2;
+    }
+    if (job_s && vs == job) {
+        fprintf(stderr, "pprun stats: --vs %ld is --job %ld itself: nothing to compare\n", vs, job);
         return 2;
     }
     if (access(dbpath, R_OK) != 0) {
@@ -69,6 +106,15 @@ int cmd_stats(int argc, char **argv) {
             goto out;
         }
         job = (long)newest;
+        if (vs == job) {
+            fprintf(stderr, "pprun stats: --vs %ld is the job itself (without --job, the newest: job %ld): "
+                            "nothing to compare\n", vs, job);
+            goto out;
+        }
+    }
+    if (vs) {
+        rc = compare(stdout, db, dbpath, job, vs);
+        goto out;
     }
     job_summary s;
     if (summary_read(db, job, SUMMARY_OPS, &s, &err) != 0) {

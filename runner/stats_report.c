@@ -4,6 +4,7 @@
 #include "runner/stats_report.h"
 
 #include <math.h>
+#include <string.h>
 
 /* "812 ns", "3.40 us", "245.1 ms", "1.204 s" into buf. */
 static const char *fmt_ns(char *buf, size_t n, double ns) {
@@ -49,7 +50,7 @@ static int top_cause(const job_summary *s, const int *done) {
     return best;
 }
 
-static void job_line(FILE *out, sqlite3 *db, const job_summary *s) {
+void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db,
                            "SELECT name, schedule, microbatches, model, device, exit_code FROM jobs WHERE id=?1", -1,
@@ -89,7 +90,7 @@ static void ops_table(FILE *out, const job_summary *s, int gpu) {
 
 void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     char a[24], b[24];
-    job_line(out, db, s);
+    report_job_line(out, db, s);
     if (!s->steps) fprintf(out, "steps      none complete yet\n");
     else
         fprintf(out, "steps      %lld complete from step %d%s\n", (long long)s->steps, s->from_step,
@@ -181,4 +182,170 @@ void report_brief(FILE *out, const char *prefix, const job_summary *s, const cha
         fprintf(out, "; idle mostly %s (%s)", analyze_causes[k],
                 fmt_pct(t, sizeof t, (double)s->idle_ns_by_cause[k] / (double)idle_total(s)));
     fprintf(out, "\n%s: more: pprun stats --db %s --job %lld\n", prefix, db_path, (long long)s->job_id);
+}
+
+/* ---- two jobs side by side (pprun stats --vs) ------------------------- */
+
+/* The change from other to job: "0.86x", or "-" when either is missing. */
+static const char *fmt_times(char *buf, size_t n, double job, double other) {
+    if (isfinite(job) && isfinite(other) && job >= 0 && other > 0) snprintf(buf, n, "%.2fx", job / other);
+    else snprintf(buf, n, "-");
+    return buf;
+}
+
+/* The change of a ratio in percentage points: "-19.9 pp". */
+static const char *fmt_points(char *buf, size_t n, double job, double other) {
+    if (isfinite(job) && isfinite(other)) snprintf(buf, n, "%+.1f pp", 100 * (job - other));
+    else snprintf(buf, n, "-");
+    return buf;
+}
+
+/* A row of the table: the other job's value, this job's, the change. */
+static void cmp_row(FILE *out, const char *label, const char *other, const char *job, const char *change) {
+    fprintf(out, "  %-26s %12s %12s", label, other, job);
+    if (change[0]) fprintf(out, " %10s", change);
+    fputc('\n', out);
+}
+
+/* A duration row: both values and their ratio; -1 for none. */
+static void cmp_ns_row(FILE *out, const char *label, double other, double job) {
+    char a[24], b[24], c[24];
+    cmp_row(out, label, fmt_ns(a, sizeof a, other), fmt_ns(b, sizeof b, job), fmt_times(c, sizeof c, job, other));
+}
+
+static double per_step(int64_t ns, const job_summary *s) {
+    return s->steps > 0 ? (double)ns / (double)s->steps : -1;
+}
+
+/* The op medians of one kind of span, a row per phase either job ran. */
+static void cmp_ops(FILE *out, const job_summary *js, const job_summary *os, int gpu) {
+    fprintf(out, "  op medians (%s spans)\n", gpu ? "GPU" : "host");
+    for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) {
+        if (!js->ops[gpu][ph].count && !os->ops[gpu][ph].count) continue;
+        char label[32];
+        snprintf(label, sizeof label, "  %s", trace_phase_name(ph));
+        cmp_ns_row(out, label, (double)os->ops[gpu][ph].median_ns, (double)js->ops[gpu][ph].median_ns);
+    }
+}
+
+static int has_gpu_ops(const job_summary *s) {
+    int any = 0;
+    for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) any |= s->ops[1][ph].count > 0;
+    return any;
+}
+
+/* "differs    microbatches: 8 in job 1, 16 in job 2", on three lines when
+ * that is wider than a terminal. */
+static void cmp_diff(FILE *out, const compare_diff *d, const job_compare *c) {
+    char line[640];
+    int n = snprintf(line, sizeof line, "differs    %s: %s in job %lld, %s in job %lld", d->what, d->other,
+                     (long long)c->other, d->job, (long long)c->job);
+    if (n <= 100) fprintf(out, "%s\n", line);
+    else
+        fprintf(out, "differs    %s\n             job %lld  %s\n             job %lld  %s\n", d->what,
+                (long long)c->other, d->other, (long long)c->job, d->job);
+}
+
+static void cmp_prediction(FILE *out, const job_summary *js, const job_summary *os, const whatif_report *ow,
+                           const job_compare *c) {
+    char a[24], b[24], o[24];
+    if (c->predicted < 0) {
+        fprintf(out, "what if    no prediction: %s\n", c->why_not);
+        return;
+    }
+    const whatif_row *row = &ow->rows[c->predicted];
+    fprintf(out, "what if    job %lld predicted %s%s at %s", (long long)c->other, row->schedule,
+            row->tuned ? " tuned" : "", fmt_ns(a, sizeof a, row->step_time_ns));
+    if (c->own >= 0)
+        fprintf(out, ", %s of its own %s", fmt_times(b, sizeof b, row->step_time_ns, ow->rows[c->own].step_time_ns),
+                ow->rows[c->own].schedule);
+    fprintf(out, " (simulated)\n");
+    if (js->steps > 0 && os->steps > 0)
+        fprintf(out, "           job %lld measured %s, %s of job %lld's %s (median steps)\n", (long long)c->job,
+                fmt_ns(a, sizeof a, (double)js->step_time_ns),
+                fmt_times(b, sizeof b, (double)js->step_time_ns, (double)os->step_time_ns), (long long)c->other,
+                fmt_ns(o, sizeof o, (double)os->step_time_ns));
+    else fprintf(out, "           job %lld has no complete step to hold it against yet\n", (long long)c->job);
+}
+
+static const char *fmt_loss(char *buf, size_t n, double loss, const char *format) {
+    if (isfinite(loss)) snprintf(buf, n, format, loss);
+    else snprintf(buf, n, "not finite");
+    return buf;
+}
+
+/* A job's latest mean loss and its step: "4.7083 @9", or "-". */
+static void fmt_latest_loss(char *buf, size_t n, const job_summary *s) {
+    if (s->loss_step >= 0 && isfinite(s->loss)) snprintf(buf, n, "%.4f @%lld", s->loss, (long long)s->loss_step);
+    else snprintf(buf, n, "-");
+}
+
+static void cmp_loss(FILE *out, const job_compare *c) {
+    char a[40], b[40];
+    if (c->loss_step < 0) fprintf(out, "loss       no step has every microbatch's loss in both jobs\n");
+    else if (c->loss_bitwise)
+        fprintf(out, "loss       step %lld: %s in both (bitwise equal)\n", (long long)c->loss_step,
+                fmt_loss(a, sizeof a, c->loss_job, "%.6f"));
+    else {
+        fprintf(out, "loss       step %lld: %s (job %lld), %s (job %lld): not bitwise equal\n", (long long)c->loss_step,
+                fmt_loss(a, sizeof a, c->loss_other, "%.9g"), (long long)c->other,
+                fmt_loss(b, sizeof b, c->loss_job, "%.9g"), (long long)c->job);
+        if (c->loss_n_job != c->loss_n_other)
+            fprintf(out, "           %d microbatches in job %lld, %d in job %lld\n", c->loss_n_other,
+                    (long long)c->other, c->loss_n_job, (long long)c->job);
+        else fprintf(out, "           %d of %d microbatches differ\n", c->loss_differing, c->loss_n_job);
+    }
+}
+
+void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_report *jw, const job_summary *os,
+                    const whatif_report *ow, const job_compare *c) {
+    char a[32], b[32], d[32], head[48];
+    report_job_line(out, db, os);
+    report_job_line(out, db, js);
+    int chunks_differ = 0;
+    for (int k = 0; k < c->ndiffs; k++) {
+        cmp_diff(out, &c->diffs[k], c);
+        chunks_differ |= strcmp(c->diffs[k].what, "virtual stages") == 0;
+    }
+    if (chunks_differ && !jw->in.fixed_op_costs)
+        fprintf(out, "           (an op is one chunk's: more chunks per rank, shorter ops; compare step times)\n");
+
+    /* "→" is one column in three bytes: pad the header by two more */
+    snprintf(a, sizeof a, "job %lld", (long long)c->other);
+    snprintf(b, sizeof b, "job %lld", (long long)c->job);
+    snprintf(head, sizeof head, "%lld→%lld", (long long)c->other, (long long)c->job);
+    fprintf(out, "  %-26s %12s %12s %12s\n", "", a, b, head);
+    snprintf(a, sizeof a, "%lld", (long long)os->steps);
+    snprintf(b, sizeof b, "%lld", (long long)js->steps);
+    cmp_row(out, "steps compared", a, b, "");
+    cmp_ns_row(out, "step time (median)", (double)os->step_time_ns, (double)js->step_time_ns);
+    cmp_row(out, "bubble measured", fmt_pct(a, sizeof a, os->bubble_ratio), fmt_pct(b, sizeof b, js->bubble_ratio),
+            fmt_points(d, sizeof d, js->bubble_ratio, os->bubble_ratio));
+    cmp_row(out, "bubble planned", fmt_pct(a, sizeof a, os->sim_bubble_ratio),
+            fmt_pct(b, sizeof b, js->sim_bubble_ratio),
+            fmt_points(d, sizeof d, js->sim_bubble_ratio, os->sim_bubble_ratio));
+    /* 0 is "not recorded", -1 no statistics: neither is a peak */
+    double ap = os->act_peak > 0 ? (double)os->act_peak : NAN, bp = js->act_peak > 0 ? (double)js->act_peak : NAN;
+    cmp_row(out, "activations at peak (rank)", isfinite(ap) ? fmt_bytes(a, sizeof a, os->act_peak) : "-",
+            isfinite(bp) ? fmt_bytes(b, sizeof b, js->act_peak) : "-", fmt_times(d, sizeof d, bp, ap));
+
+    cmp_ns_row(out, "idle per step, all ranks", per_step(idle_total(os), os), per_step(idle_total(js), js));
+    for (int k = 0; k < CAUSE_COUNT; k++) {
+        if (!os->idle_ns_by_cause[k] && !js->idle_ns_by_cause[k]) continue;
+        char label[40];
+        snprintf(label, sizeof label, "  %s", analyze_causes[k]);
+        cmp_ns_row(out, label, per_step(os->idle_ns_by_cause[k], os), per_step(js->idle_ns_by_cause[k], js));
+    }
+    if (js->has_ops && os->has_ops) {
+        cmp_ops(out, js, os, 0);
+        if (has_gpu_ops(js) && has_gpu_ops(os)) cmp_ops(out, js, os, 1);
+    }
+    fmt_latest_loss(a, sizeof a, os);
+    fmt_latest_loss(b, sizeof b, js);
+    if (os->loss_step == js->loss_step && isfinite(os->loss) && isfinite(js->loss))
+        snprintf(d, sizeof d, "%+.4f", js->loss - os->loss);
+    else snprintf(d, sizeof d, "-");
+    cmp_row(out, "loss (latest step's mean)", a, b, d);
+    cmp_prediction(out, js, os, ow, c);
+    cmp_loss(out, c);
 }

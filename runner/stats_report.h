@@ -6,9 +6,13 @@
 #include <sqlite3.h>
 #include <stdio.h>
 
+#include "db/compare.h"
 #include "db/summary.h"
 #include "db/whatif.h"
 
+/* "job 3  NAME  SCHEDULE  4 ranks  8 microbatches  model ..  device ..
+ * STATUS (exit N)": the job's row in db, nothing when it has none. */
+void report_job_line(FILE *out, sqlite3 *db, const job_summary *s);
 /* Job line, steps, step time, bubble (measured, planned, per rank),
  * activation memory (peak held bytes per rank, the plan's peak in flight;
  * "not recorded" for a trace without held bytes), idle time by cause, op
@@ -20,6 +24,14 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s);
  * estimated activation peak, microbatch-stages in flight), or why there is
  * nothing to simulate yet. */
 void report_whatif(FILE *out, const whatif_report *r);
+/* Job js (whatif jw) against other job os (ow), c from compare_read: both
+ * job lines, what differs in their configurations, a table of their
+ * numbers (a column each, then the change from the other to this one: a
+ * ratio, or percentage points for a ratio such as bubble), the other's
+ * prediction for this job's schedule against what this job measured, and
+ * whether their losses agree bit for bit. */
+void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_report *jw, const job_summary *os,
+                    const whatif_report *ow, const job_compare *c);
 /* "median step ..; bubble ..% measured, ..% planned; idle mostly <cause>",
  * then where to look further. Nothing when the job has no complete step. */
 void report_brief(FILE *out, const char *prefix, const job_summary *s, const char *db_path);

@@ -1,0 +1,49 @@
+/* compare.h: two jobs of one trace database side by side (`pprun stats
+ * --vs`): what differs in their configurations, which row of the other
+ * job's what-if predicted this job's schedule (or why none did), and
+ * whether their losses at the latest step both reached agree bit for bit.
+ * The numbers themselves are each job's summary (summary.h) and what-if
+ * (whatif.h), read by their own code. */
+#ifndef PP_DB_COMPARE_H
+#define PP_DB_COMPARE_H
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "db/summary.h"
+#include "db/whatif.h"
+#include "runner/base/pp.h"
+
+#define COMPARE_FIELDS 14 /* configuration values compared (compare.c's table) */
+
+/* A configuration value the two jobs do not share. */
+typedef struct compare_diff {
+    const char *what;          /* "microbatches", "model", ... (static) */
+    char job[256], other[256]; /* each job's value as text */
+} compare_diff;
+
+typedef struct job_compare {
+    int64_t job, other;
+    int ndiffs;
+    compare_diff diffs[COMPARE_FIELDS];
+    /* The other job's what-if row that played this job's schedule (an index
+     * into its rows), or -1 with the reason in why_not. own: the other's
+     * row for its own schedule, -1 when it has none without an error. */
+    int predicted, own;
+    char why_not[320];
+    /* The latest step at which both jobs have every microbatch's loss, or
+     * -1 (then nothing below is set). Means are taken in microbatch order,
+     * NAN when a loss was not finite. */
+    int64_t loss_step;
+    double loss_job, loss_other;
+    int loss_n_job, loss_n_other; /* microbatches with a loss at loss_step */
+    int loss_bitwise;   /* same microbatches, each loss bitwise the same */
+    int loss_differing; /* microbatches whose losses differ (or one job lacks) */
+} job_compare;
+
+/* Compares job (js, jw) with other (os, ow): each from summary_read and
+ * whatif_read on db. 0, or -1 with err on a database error. c holds no
+ * pointers and needs no freeing. */
+int compare_read(sqlite3 *db, const job_summary *js, const whatif_report *jw, const job_summary *os,
+                 const whatif_report *ow, job_compare *c, pp_err *err);
+
+#endif
