@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "db/alive.h"
 #include "runner/base/embed.h"
 
 extern const pp_embedded_file pp_schema_files[];
@@ -180,6 +181,10 @@ int db_open(const char *path, db **out, pp_err *err) {
         exec(d, "PRAGMA foreign_keys=OFF", "setting foreign keys", err) != 0)
         goto fail;
     if (migrate(d, version, err) != 0) goto fail;
+    if (alive_register(d->sql) != 0) {
+        db_fail(d, SQLITE_ERROR, "registering pprun_job_status", err);
+        goto fail;
+    }
     if (prepare(d,
                 "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)"
                 " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
@@ -221,6 +226,17 @@ void db_close(db *d) {
 sqlite3 *db_sqlite(db *d) { return d->sql; }
 const char *db_path(const db *d) { return d->path; }
 
+int db_mark_lost(db *d, int *nlost, pp_err *err) {
+    *nlost = 0;
+    if (exec(d,
+             "UPDATE jobs SET status = 'lost', failure = pprun_job_failure(status, config_json, failure) "
+             "WHERE status = 'running' AND pprun_job_status(status, config_json) = 'lost'",
+             "marking jobs whose launcher is gone", err) != 0)
+        return -1;
+    *nlost = sqlite3_changes(d->sql);
+    return 0;
+}
+
 int64_t db_newest_job(sqlite3 *sql, pp_err *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(sql, "SELECT coalesce(max(id), 0) FROM jobs", -1, &st, NULL) != SQLITE_OK)
@@ -249,7 +265,7 @@ int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
         sqlite3_close(sql);
         return pp_fail(err, "%s: empty file, not a pprun trace database", path);
     }
-    if (db_compat_views(sql, err) != 0) {
+    if (db_reader_init(sql, err) != 0) {
         sqlite3_close(sql);
         return -1;
     }
@@ -271,7 +287,7 @@ static int lacks_column(sqlite3 *sql, const char *table, const char *column) {
     return n;
 }
 
-int db_compat_views(sqlite3 *sql, pp_err *err) {
+int db_reader_init(sqlite3 *sql, pp_err *err) {
     /* By column rather than by user_version: what readers need is the
      * column, whatever wrote the file. A view made on a connection that
      * outlives a writer's migration keeps working: `SELECT *` then shows
@@ -292,6 +308,7 @@ int db_compat_views(sqlite3 *sql, pp_err *err) {
             return pp_fail(err, "%s: cannot add %s.%s for reading: %s", file, added[i].table, added[i].column,
                            sqlite3_errmsg(sql));
     }
+    if (alive_register(sql) != 0) return pp_fail(err, "%s: cannot register pprun_job_status: %s", file, sqlite3_errmsg(sql));
     return 0;
 }
 

@@ -30,19 +30,21 @@ const char *db_path(const db *d);
 
 /* Read-only connection for readers (export, serve): checks the file is a
  * pprun database of a version this build understands, and gives a file of
- * an older version the columns it lacks (db_compat_views). Close with
+ * an older version the columns it lacks (db_reader_init). Close with
  * sqlite3_close. */
 int db_open_readonly(const char *path, sqlite3 **out, pp_err *err);
 /* The newest job's id in a pprun database (open either way), 0 when it
  * has none, -1 with err on a database error. */
 int64_t db_newest_job(sqlite3 *sql, pp_err *err);
 
-/* For readers of a file written before the current schema version: temp
- * views, named like the tables they shadow (temp shadows main for
- * unqualified names), that add the columns added since as 0
- * (ranks.cupti_dropped, step_stats.act_peak_bytes), so readers need not know
- * the version. The file itself is never written. Returns 0 or -1. */
-int db_compat_views(sqlite3 *sql, pp_err *err);
+/* What every reading connection gets. For a file written before the
+ * current schema version: temp views, named like the tables they shadow
+ * (temp shadows main for unqualified names), that add the columns added
+ * since as 0 (ranks.cupti_dropped, step_stats.act_peak_bytes), so readers
+ * need not know the version. And the SQL functions pprun_job_status and
+ * pprun_job_failure (db/alive.h), which tell a job whose launcher is gone.
+ * The file itself is never written. Returns 0 or -1. */
+int db_reader_init(sqlite3 *sql, pp_err *err);
 
 typedef struct db_job_info {
     const char *name;        /* run id */
@@ -102,6 +104,11 @@ typedef struct db_plan_row {
 
 /* Replaces the job's whole plan (one transaction). */
 int db_insert_plan(db *d, int64_t job_id, const db_plan_row *rows, size_t n, pp_err *err);
+
+/* Stores status 'lost' (and why, in failure) for each job still 'running'
+ * whose launcher this machine can tell is gone (db/alive.h): killed before
+ * it recorded how the job ended. *nlost: how many. 0 or -1. */
+int db_mark_lost(db *d, int *nlost, pp_err *err);
 
 /* status: "succeeded" | "failed" | "stopped"; failed_rank < 0 and failure
  * NULL mean none. ended_at is now (UTC). */

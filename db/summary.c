@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/alive.h"
+
 int durations_push(durations *d, int64_t x) {
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 256;
@@ -84,7 +86,7 @@ int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *pe
 
 static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT world_size, status, (SELECT max(step) > 0 FROM step_stats WHERE job_id=?1) "
+    if (prepare(db, "SELECT world_size, " SQL_JOB_STATUS("") ", (SELECT max(step) > 0 FROM step_stats WHERE job_id=?1) "
                     "FROM jobs WHERE id=?1",
                 s->job_id, &st, err) != 0)
         return -1;

@@ -154,7 +154,7 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
      * columns added since are 0 (ranks.cupti_dropped before version 2,
      * step_stats.act_peak_bytes before 3), through temp views; the file
      * itself is never written. */
-    if (db_compat_views(db, err) != 0) {
+    if (db_reader_init(db, err) != 0) {
         sqlite3_close(db);
         return -1;
     }

@@ -23,6 +23,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "db/alive.h"
 #include "db/db.h"
 #include "db/whatif.h"
 #include "runner/cli.h"
@@ -304,6 +305,7 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
     cJSON_AddStringToObject(o, "transport", c->transport);
     cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
+    alive_identity(o); /* who to ask whether the job still runs; without /proc, nobody */
     cJSON_AddStringToObject(o, "dtype", c->dtype);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -639,10 +641,14 @@ int cmd_run(int argc, char **argv) {
         }
         fprintf(stderr, "pprun run: dashboard at %s\n", http_url(job.web));
     }
-    if (job.db && write_job(&job, &err) != 0) {
+    int nlost = 0;
+    if (job.db && (db_mark_lost(job.db, &nlost, &err) != 0 || write_job(&job, &err) != 0)) {
         fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, err.msg);
         goto out;
     }
+    if (nlost)
+        fprintf(stderr, "pprun run: --db %s: %d earlier job%s still said running, but %s launcher is gone: marked lost\n",
+                job.cfg.db, nlost, nlost > 1 ? "s" : "", nlost > 1 ? "their" : "its");
 
     launch_hooks hooks = {
         .ctx = &job, .before_attempt = before_attempt, .rank_env = rank_env, .after_attempt = after_attempt};

@@ -6,6 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "db/alive.h"
+
 /* "812 ns", "3.40 us", "245.1 ms", "1.204 s" into buf. */
 static const char *fmt_ns(char *buf, size_t n, double ns) {
     if (ns < 0 || !isfinite(ns)) snprintf(buf, n, "-");
@@ -53,7 +55,7 @@ static int top_cause(const job_summary *s, const int *done) {
 void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db,
-                           "SELECT name, schedule, microbatches, model, device, exit_code FROM jobs WHERE id=?1", -1,
+                           "SELECT name, schedule, microbatches, model, device, exit_code, " SQL_JOB_FAILURE("") " FROM jobs WHERE id=?1", -1,
                            &st, NULL) != SQLITE_OK)
         return;
     sqlite3_bind_int64(st, 1, s->job_id);
@@ -67,6 +69,8 @@ void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
                 t[1], s->world, t[2], t[3], t[4], s->status);
         if (sqlite3_column_type(st, 5) != SQLITE_NULL) fprintf(out, " (exit %d)", sqlite3_column_int(st, 5));
         fputc('\n', out);
+        const unsigned char *failure = sqlite3_column_text(st, 6);
+        if (failure) fprintf(out, "failure    %s\n", (const char *)failure);
     }
     sqlite3_finalize(st);
 }

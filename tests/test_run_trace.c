@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "helpers/trace_fixture.h"
+#include "helpers/web_client.h"
 #include "launch_testutil.h"
 #include "runner/pipe/sched.h"
 
@@ -321,11 +322,9 @@ Test(run_trace, nodes_started_with_different_options_refuse_naming_the_option) {
 
 /* SIGTERM to `pprun run` mid-job: every worker goes, pprun exits 143, and
  * the database says the job was stopped, with what ran until then intact. */
-Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
-    char db[512], metrics[512], errpath[512];
-    snprintf(db, sizeof db, "%s/stop.db", tmpdir);
-    snprintf(metrics, sizeof metrics, "%s/stop-metrics.jsonl", tmpdir);
-    snprintf(errpath, sizeof errpath, "%s/stop-stderr.txt", tmpdir);
+/* Starts `pprun run` of 500 steps into db (stderr to errpath, a metrics
+ * line per step to metrics) and returns its pid once two steps ran. */
+static pid_t start_long_run(const char *db, const char *metrics, const char *errpath) {
     pid_t pid = fork();
     cr_assert_neq(pid, -1);
     if (pid == 0) {
@@ -345,6 +344,32 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
         if (lines >= 2) break;
         usleep(50000);
     }
+    return pid;
+}
+
+/* Whether a process whose command line holds `text` (a path of the job)
+ * still runs; "[/]tmp/..." matches the workers' command lines but not the
+ * shell's running pgrep. */
+static int job_process_left(const char *text) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "pgrep -f '[%c]%s' >/dev/null", text[0], text + 1);
+    return system(cmd) == 0;
+}
+
+static void assert_integrity_ok(sqlite3 *d) {
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(d, "PRAGMA integrity_check", -1, &q, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(q, 0), "ok");
+    sqlite3_finalize(q);
+}
+
+Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
+    char db[512], metrics[512], errpath[512];
+    snprintf(db, sizeof db, "%s/stop.db", tmpdir);
+    snprintf(metrics, sizeof metrics, "%s/stop-metrics.jsonl", tmpdir);
+    snprintf(errpath, sizeof errpath, "%s/stop-stderr.txt", tmpdir);
+    pid_t pid = start_long_run(db, metrics, errpath);
     kill(pid, SIGTERM);
     int st;
     waitpid(pid, &st, 0);
@@ -357,19 +382,63 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
     snprintf(want, sizeof want, "pprun run: stopped by SIGTERM; what ran is in %s (job 1)", db);
     cr_assert(strstr(said, want), "want '%s' in:\n%s", want, said);
 
-    /* "[/]tmp/..." matches the workers' command lines but not the shell's
-     * running pgrep. */
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "pgrep -f '[%c]%s' >/dev/null", metrics[0], metrics + 1);
-    cr_assert_neq(system(cmd), 0, "a worker of the stopped job is still running");
+    cr_assert_not(job_process_left(metrics), "a worker of the stopped job is still running");
 
     sqlite3 *d = open_db("stop.db");
     cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143"), 1);
     cr_assert_geq(tfix_q_intf(d, "SELECT max(step) FROM events"), 1, "the steps that ran are in the database");
-    sqlite3_stmt *q;
-    cr_assert_eq(sqlite3_prepare_v2(d, "PRAGMA integrity_check", -1, &q, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
-    cr_assert_str_eq((const char *)sqlite3_column_text(q, 0), "ok");
-    sqlite3_finalize(q);
+    assert_integrity_ok(d);
+    sqlite3_close(d);
+}
+
+/* SIGKILL (or the OOM killer) gives the launcher no chance to record how
+ * the job ended: its workers go (PR_SET_PDEATHSIG), the database stays
+ * consistent, and readers on this machine see the job `lost`, saying why,
+ * rather than `running` for ever; the next `pprun run` on the file stores
+ * it so. */
+Test(run_trace, a_killed_launcher_leaves_a_lost_job) {
+    char db[512], metrics[512], errpath[512];
+    snprintf(db, sizeof db, "%s/kill.db", tmpdir);
+    snprintf(metrics, sizeof metrics, "%s/kill-metrics.jsonl", tmpdir);
+    snprintf(errpath, sizeof errpath, "%s/kill-stderr.txt", tmpdir);
+    pid_t pid = start_long_run(db, metrics, errpath);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    for (int i = 0; i < 100 && job_process_left(metrics); i++) usleep(50000);
+    cr_assert_not(job_process_left(metrics), "a worker of the killed job is still running");
+    char why[160];
+    snprintf(why, sizeof why, "its launcher (pid %d on ", (int)pid);
+
+    /* Readers: pprun stats, the API, and SQL through pprun_job_status. */
+    cr_assert_eq(sh("%s stats --db %s", PPRUN_BIN, db), 0, "%s", out_text());
+    cr_assert(strstr(out_text(), "device cpu  lost\nfailure    its launcher (pid"), "%s", out_text());
+    cr_assert(strstr(out_text(), why), "%s", out_text());
+    int port;
+    pid_t serve = webclient_start_serve(db, "", &port);
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs", NULL, NULL, &r), 0);
+    kill(serve, SIGTERM);
+    waitpid(serve, NULL, 0);
+    cr_assert(strstr(r.body, "\"status\":\"lost\""), "%s", r.body);
+    cr_assert(strstr(r.body, why), "%s", r.body);
+    webclient_free(&r);
+    sqlite3 *d = open_db("kill.db");
+    cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE status = 'running' AND exit_code IS NULL"), 1,
+                 "the file itself is only read");
+    assert_integrity_ok(d);
+    sqlite3_close(d);
+
+    /* The next job on the file stores it, and says so. */
+    cr_assert_eq(sh("%s run --db %s --steps 1 --model " TIMED " --progress off", PPRUN_BIN, db), 0, "%s", out_text());
+    char said[700];
+    snprintf(said, sizeof said, "pprun run: --db %s: 1 earlier job still said running, but its launcher is gone: "
+             "marked lost", db);
+    cr_assert(strstr(out_text(), said), "%s", out_text());
+    d = open_db("kill.db");
+    cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'lost' AND exit_code IS NULL "
+                                "AND failure LIKE '%%%s%%'", why),
+                 1);
+    cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE id = 2 AND status = 'succeeded'"), 1);
+    assert_integrity_ok(d);
     sqlite3_close(d);
 }

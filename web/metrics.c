@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/alive.h"
 #include "web/internal.h"
 
 /* Label values escape backslash, double quote and newline. */
@@ -51,7 +52,7 @@ void metrics_render(http_server *s, http_reply *r) {
     job_row *jobs = calloc(50, sizeof *jobs);
     int nj = 0;
     if (jobs && sqlite3_prepare_v2(db,
-                                   "SELECT j.id, j.name, j.status, j.schedule, "
+                                   "SELECT j.id, j.name, " SQL_JOB_STATUS("j.") ", j.schedule, "
                                    "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id),0), "
                                    "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id),0), "
                                    "coalesce((SELECT sum(dropped_events) FROM ranks k WHERE k.job_id=j.id),0)), "

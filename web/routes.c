@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/alive.h"
 #include "db/usersql.h"
 #include "web/routes.h"
 
@@ -49,7 +50,7 @@ void routes_row_object(jw *w, sqlite3_stmt *st) {
 
 /* Loads the job or fills a 404. */
 static int load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
-    sqlite3_stmt *st = routes_prep(db, "SELECT t0_ns, world_size, status FROM jobs WHERE id=?", r);
+    sqlite3_stmt *st = routes_prep(db, "SELECT t0_ns, world_size, " SQL_JOB_STATUS("") " FROM jobs WHERE id=?", r);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
@@ -69,9 +70,9 @@ static int load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
 }
 
 #define JOB_COLUMNS                                                                                            \
-    "j.id, j.name, j.created_at, j.status, j.nnodes, j.world_size, j.schedule, j.microbatches, "               \
+    "j.id, j.name, j.created_at, " SQL_JOB_STATUS("j.") " AS status, j.nnodes, j.world_size, j.schedule, j.microbatches, "               \
     "j.virtual_stages, j.stages, j.steps, j.model, j.device, j.t0_ns, j.ended_at, j.exit_code, "               \
-    "j.failed_rank, j.failure, "                                                                               \
+    "j.failed_rank, " SQL_JOB_FAILURE("j.") " AS failure, "                                                                             \
     "(SELECT count(DISTINCT step) FROM step_stats s WHERE s.job_id=j.id) AS steps_done, "                      \
     "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id), 0) AS events_ingested, "      \
     "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id), 0), "                      \
