@@ -124,6 +124,19 @@ static inline void lt_run(lt_proc *p, const char *const *args, const char *const
     lt_wait(p);
 }
 
+#define lt_assert_has(text, want) cr_assert(strstr((text), (want)), "missing \"%s\" in:\n%s", (want), (text))
+
+/* Runs pprun with args and checks it refused them as bad input: exit 2, a
+ * message on stderr containing `message`, nothing on stdout. */
+static inline void lt_expect_refusal(const char *const *args, const char *message) {
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 2, "%s: exit %d", message, p.status);
+    lt_assert_has(p.err, message);
+    cr_assert_eq(p.out_len, 0, "nothing on stdout for bad input:\n%s", p.out);
+    lt_free(&p);
+}
+
 static inline size_t lt_count(const char *hay, const char *needle) {
     size_t n = 0;
     for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;

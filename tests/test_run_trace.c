@@ -322,9 +322,19 @@ Test(run_trace, nodes_started_with_different_options_refuse_naming_the_option) {
 
 /* SIGTERM to `pprun run` mid-job: every worker goes, pprun exits 143, and
  * the database says the job was stopped, with what ran until then intact. */
-/* Starts `pprun run` of 500 steps into db (stderr to errpath, a metrics
- * line per step to metrics) and returns its pid once two steps ran. */
-static pid_t start_long_run(const char *db, const char *metrics, const char *errpath) {
+/* A `pprun run` of 500 steps into NAME.db in tmpdir, its stderr in
+ * NAME-stderr.txt and a metrics line per step in NAME-metrics.jsonl. */
+typedef struct long_run {
+    char db[512], metrics[512], errpath[512];
+    pid_t pid;
+} long_run;
+
+/* Starts it and returns once two steps ran. */
+static void start_long_run(const char *name, long_run *r) {
+    snprintf(r->db, sizeof r->db, "%s/%s.db", tmpdir, name);
+    snprintf(r->metrics, sizeof r->metrics, "%s/%s-metrics.jsonl", tmpdir, name);
+    snprintf(r->errpath, sizeof r->errpath, "%s/%s-stderr.txt", tmpdir, name);
+    const char *db = r->db, *metrics = r->metrics, *errpath = r->errpath;
     pid_t pid = fork();
     cr_assert_neq(pid, -1);
     if (pid == 0) {
@@ -344,14 +354,14 @@ static pid_t start_long_run(const char *db, const char *metrics, const char *err
         if (lines >= 2) break;
         usleep(50000);
     }
-    return pid;
+    r->pid = pid;
 }
 
 /* Whether a process whose command line holds `text` (a path of the job)
  * still runs; "[/]tmp/..." matches the workers' command lines but not the
  * shell's running pgrep. */
 static int job_process_left(const char *text) {
-    char cmd[700];
+    char cmd[1200];
     snprintf(cmd, sizeof cmd, "pgrep -f '[%c]%s' >/dev/null", text[0], text + 1);
     return system(cmd) == 0;
 }
@@ -365,24 +375,21 @@ static void assert_integrity_ok(sqlite3 *d) {
 }
 
 Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
-    char db[512], metrics[512], errpath[512];
-    snprintf(db, sizeof db, "%s/stop.db", tmpdir);
-    snprintf(metrics, sizeof metrics, "%s/stop-metrics.jsonl", tmpdir);
-    snprintf(errpath, sizeof errpath, "%s/stop-stderr.txt", tmpdir);
-    pid_t pid = start_long_run(db, metrics, errpath);
-    kill(pid, SIGTERM);
+    long_run run;
+    start_long_run("stop", &run);
+    kill(run.pid, SIGTERM);
     int st;
-    waitpid(pid, &st, 0);
+    waitpid(run.pid, &st, 0);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 143, "pprun run exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
     char said[4096] = "", want[600];
-    FILE *ef = fopen(errpath, "r");
+    FILE *ef = fopen(run.errpath, "r");
     cr_assert_not_null(ef);
     said[fread(said, 1, sizeof said - 1, ef)] = '\0';
     fclose(ef);
-    snprintf(want, sizeof want, "pprun run: stopped by SIGTERM; what ran is in %s (job 1)", db);
+    snprintf(want, sizeof want, "pprun run: stopped by SIGTERM; what ran is in %s (job 1)", run.db);
     cr_assert(strstr(said, want), "want '%s' in:\n%s", want, said);
 
-    cr_assert_not(job_process_left(metrics), "a worker of the stopped job is still running");
+    cr_assert_not(job_process_left(run.metrics), "a worker of the stopped job is still running");
 
     sqlite3 *d = open_db("stop.db");
     cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143"), 1);
@@ -397,17 +404,15 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
  * rather than `running` for ever; the next `pprun run` on the file stores
  * it so. */
 Test(run_trace, a_killed_launcher_leaves_a_lost_job) {
-    char db[512], metrics[512], errpath[512];
-    snprintf(db, sizeof db, "%s/kill.db", tmpdir);
-    snprintf(metrics, sizeof metrics, "%s/kill-metrics.jsonl", tmpdir);
-    snprintf(errpath, sizeof errpath, "%s/kill-stderr.txt", tmpdir);
-    pid_t pid = start_long_run(db, metrics, errpath);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
-    for (int i = 0; i < 100 && job_process_left(metrics); i++) usleep(50000);
-    cr_assert_not(job_process_left(metrics), "a worker of the killed job is still running");
+    long_run run;
+    start_long_run("kill", &run);
+    const char *db = run.db;
+    kill(run.pid, SIGKILL);
+    waitpid(run.pid, NULL, 0);
+    for (int i = 0; i < 100 && job_process_left(run.metrics); i++) usleep(50000);
+    cr_assert_not(job_process_left(run.metrics), "a worker of the killed job is still running");
     char why[160];
-    snprintf(why, sizeof why, "its launcher (pid %d on ", (int)pid);
+    snprintf(why, sizeof why, "its launcher (pid %d on ", (int)run.pid);
 
     /* Readers: pprun stats, the API, and SQL through pprun_job_status. */
     cr_assert_eq(sh("%s stats --db %s", PPRUN_BIN, db), 0, "%s", out_text());

@@ -17,7 +17,6 @@
 
 #define TIMED "timed:f=2ms,b=2ms,w=1ms,act=1KiB"
 
-#define assert_has(text, want) cr_assert(strstr((text), (want)), "missing \"%s\" in:\n%s", (want), (text))
 
 /* `pprun run` of a 4-rank, 8-microbatch job into db with extra arguments
  * (NULL-terminated); returns the finished process. */
@@ -148,8 +147,8 @@ Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
 
     p = run_job(path, (const char *[]){"--schedule", "zb-v", "--model", TIMED, "--schedule-costs", path, NULL});
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.err, "pprun run: zb-v ordered for F 2.");
-    assert_has(p.err, "job 1: medians of host spans, steps 1-2)");
+    lt_assert_has(p.err, "pprun run: zb-v ordered for F 2.");
+    lt_assert_has(p.err, "job 1: medians of host spans, steps 1-2)");
     lt_free(&p);
 
     sqlite3 *sql = open_db(path);
@@ -172,7 +171,7 @@ Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
     snprintf(from, sizeof from, "%s:2", path);
     p = run_job(path, (const char *[]){"--schedule", "zb-v", "--model", TIMED, "--schedule-costs", from, NULL});
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.err, "job 2: medians of host spans");
+    lt_assert_has(p.err, "job 2: medians of host spans");
     lt_free(&p);
     fixture_remove(path);
 }

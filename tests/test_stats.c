@@ -19,7 +19,6 @@ static lt_proc stats(const char *db, const char *job) {
     return p;
 }
 
-#define assert_has(text, want) cr_assert(strstr((text), (want)), "missing \"%s\" in:\n%s", (want), (text))
 
 static double sql_double(const char *path, const char *sql) {
     sqlite3 *db;
@@ -41,35 +40,35 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     cr_assert_eq(fixture_create(path, 3, "succeeded", &err), 0, "%s", err.msg);
     lt_proc p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.out, "job 1  ");
-    assert_has(p.out, "1f1b  4 ranks  8 microbatches");
-    assert_has(p.out, "steps      2 complete from step 1");
-    assert_has(p.out, "step time  30.50 ms (median)");
-    assert_has(p.out, "bubble     19.7% measured, 20.0% planned"); /* 6/30.5 and 6/30 */
-    assert_has(p.out, "by rank  0: 19.7%  1: 19.7%  2: 19.7%  3: 19.7%\n");
+    lt_assert_has(p.out, "job 1  ");
+    lt_assert_has(p.out, "1f1b  4 ranks  8 microbatches");
+    lt_assert_has(p.out, "steps      2 complete from step 1");
+    lt_assert_has(p.out, "step time  30.50 ms (median)");
+    lt_assert_has(p.out, "bubble     19.7% measured, 20.0% planned"); /* 6/30.5 and 6/30 */
+    lt_assert_has(p.out, "by rank  0: 19.7%  1: 19.7%  2: 19.7%  3: 19.7%\n");
     /* 2 steps x 4 ranks x 6 ms of idle: half waiting for gradients, then warm-up and cool-down */
-    assert_has(p.out, "  wait_gradient       24.00 ms  50.0%\n  warmup              12.00 ms  25.0%\n"
+    lt_assert_has(p.out, "  wait_gradient       24.00 ms  50.0%\n  warmup              12.00 ms  25.0%\n"
                       "  cooldown            12.00 ms  25.0%\n");
     /* 2 steps x 4 ranks x 8 microbatches of 1 ms each */
-    assert_has(p.out, "  F                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
-    assert_has(p.out, "  W                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
+    lt_assert_has(p.out, "  F                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
+    lt_assert_has(p.out, "  W                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
     cr_assert_null(strstr(p.out, "GPU spans"), "a CPU job has no GPU table");
     /* the fixture's trace holds no activation bytes; its 1F1B plan holds 4 3 2 1 */
-    assert_has(p.out, "memory     activations held at peak: not recorded\n"
+    lt_assert_has(p.out, "memory     activations held at peak: not recorded\n"
                "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     char loss[64];
     double want = 0;
     for (int m = 0; m < 8; m++) want += fixture_loss(2, m) / 8;
     snprintf(loss, sizeof loss, "loss       %.4f (mean of step 2)", want);
-    assert_has(p.out, loss);
+    lt_assert_has(p.out, loss);
     /* every schedule at these costs; this job's own row is 1f1b */
-    assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 1.00 ms, B 1.00 ms, W 1.00 ms, "
+    lt_assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 1.00 ms, B 1.00 ms, W 1.00 ms, "
                       "send 50.00 us per op\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
-    assert_has(p.out, "  1f1b *                  1 ");
-    assert_has(p.out, "   1.00x           -         4\n");
-    assert_has(p.out, "  zb-v                    2 ");
-    assert_has(p.out, "  zb-v tuned              2 ");
-    assert_has(p.out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs "
+    lt_assert_has(p.out, "  1f1b *                  1 ");
+    lt_assert_has(p.out, "   1.00x           -         4\n");
+    lt_assert_has(p.out, "  zb-v                    2 ");
+    lt_assert_has(p.out, "  zb-v tuned              2 ");
+    lt_assert_has(p.out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs "
                       "f=1ms,b=1ms,w=1ms,comm=0.05ms)\n");
     lt_free(&p);
 
@@ -77,12 +76,12 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     cr_assert_eq(fixture_add_gpu_job(path, &err), 0, "%s", err.msg);
     p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.out, "job 2  fixture-1f1b-gpu");
-    assert_has(p.out, "ops (GPU spans)");
-    assert_has(p.out, "  B                     64  900.00 us  900.00 us  900.00 us   57.60 ms\n");
+    lt_assert_has(p.out, "job 2  fixture-1f1b-gpu");
+    lt_assert_has(p.out, "ops (GPU spans)");
+    lt_assert_has(p.out, "  B                     64  900.00 us  900.00 us  900.00 us   57.60 ms\n");
     lt_free(&p);
     p = stats(path, "1");
-    assert_has(p.out, "job 1  ");
+    lt_assert_has(p.out, "job 1  ");
     lt_free(&p);
     fixture_remove(path);
 }
@@ -97,7 +96,7 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     cr_assert_eq(fixture_add_activations(path, 384 * 1024, &err), 0, "%s", err.msg);
     lt_proc p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.out, "memory     activations held at peak  0: 1.5 MiB  1: 1.1 MiB  2: 768 KiB  3: 384 KiB\n"
+    lt_assert_has(p.out, "memory     activations held at peak  0: 1.5 MiB  1: 1.1 MiB  2: 768 KiB  3: 384 KiB\n"
                "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     /* what if: 384 KiB per microbatch-stage times each schedule's peak in
      * flight (the fixture's timed model: a chunk holds a stage's bytes) */
@@ -122,9 +121,9 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     sqlite3_close(db);
     p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.out, "memory     activations held at peak: not recorded\n"
+    lt_assert_has(p.out, "memory     activations held at peak: not recorded\n"
                "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
-    assert_has(p.out, "bubble     19.7% measured");
+    lt_assert_has(p.out, "bubble     19.7% measured");
     lt_free(&p);
     cr_assert_eq(sql_double(path, "PRAGMA user_version"), 2);
     fixture_remove(path);
@@ -138,11 +137,11 @@ Test(stats, a_job_without_steps_says_so, .timeout = 60) {
     cr_assert_eq(fixture_create(path, 0, "running", &err), 0, "%s", err.msg);
     lt_proc p = stats(path, "1");
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.out, "steps      none complete yet\n");
-    assert_has(p.out, "step time  - (median)\n");
-    assert_has(p.out, "bubble     - measured, 20.0% planned\n");
-    assert_has(p.out, "loss       none yet\n");
-    assert_has(p.out, "what if    nothing to simulate yet: no complete step with F, B and W spans\n");
+    lt_assert_has(p.out, "steps      none complete yet\n");
+    lt_assert_has(p.out, "step time  - (median)\n");
+    lt_assert_has(p.out, "bubble     - measured, 20.0% planned\n");
+    lt_assert_has(p.out, "loss       none yet\n");
+    lt_assert_has(p.out, "what if    nothing to simulate yet: no complete step with F, B and W spans\n");
     lt_free(&p);
     fixture_remove(path);
 }
@@ -160,24 +159,24 @@ Test(stats, a_real_job_agrees_with_sql_and_its_closing_lines, .timeout = 240) {
     cr_assert_eq(run.status, 0, "%s", run.err);
     lt_proc p = stats(db, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
-    assert_has(p.out, "steps      2 complete from step 1");
+    lt_assert_has(p.out, "steps      2 complete from step 1");
 
     double bubble = sql_double(db, "SELECT avg(b) FROM (SELECT avg(bubble_ratio) AS b FROM step_stats "
                                    "WHERE job_id=1 AND step>=1 GROUP BY step HAVING count(*)=4)");
     snprintf(want, sizeof want, "bubble     %.1f%% measured", 100 * bubble);
-    assert_has(p.out, want);
+    lt_assert_has(p.out, want);
     snprintf(want, sizeof want, "bubble %.1f%% measured", 100 * bubble);
-    assert_has(run.err, want);
+    lt_assert_has(run.err, want);
     snprintf(want, sizeof want, "pprun run: more: pprun stats --db %s --job 1\n", db);
-    assert_has(run.err, want);
+    lt_assert_has(run.err, want);
 
     long f = (long)sql_double(db, "SELECT count(*) FROM events WHERE job_id=1 AND step>=1 AND phase='F'");
     cr_assert_eq(f, 2 * 4 * 8, "gpipe: every rank runs every microbatch's F");
     snprintf(want, sizeof want, "  %-15s %8ld ", "F", f);
-    assert_has(p.out, want);
+    lt_assert_has(p.out, want);
     double loss = sql_double(db, "SELECT avg(loss) FROM losses WHERE job_id=1 AND step=2");
     snprintf(want, sizeof want, "loss       %.4f (mean of step 2)", loss);
-    assert_has(p.out, want);
+    lt_assert_has(p.out, want);
     lt_free(&p);
     lt_free(&run);
     fixture_remove(db);
@@ -227,40 +226,31 @@ Test(stats, a_csv_job_has_its_own_what_if_row, .timeout = 240) {
     rmdir(dir);
 }
 
-static void bad(const char *const *args, const char *message) {
-    lt_proc p;
-    lt_run(&p, args, NULL);
-    cr_assert_eq(p.status, 2, "%s: exit %d", message, p.status);
-    assert_has(p.err, message);
-    cr_assert_eq(p.out_len, 0, "nothing on stdout for bad input");
-    lt_free(&p);
-}
-
 Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     char path[256], junk[256], empty[256];
     pp_err err;
     fixture_tmp_path(path, sizeof path, "stats-bad");
     cr_assert_eq(fixture_create(path, 1, "succeeded", &err), 0, "%s", err.msg);
-    bad((const char *[]){"stats", NULL}, "--db is required");
-    bad((const char *[]){"stats", "--db", NULL}, "--db needs a value");
-    bad((const char *[]){"stats", "--db", path, "--steps", "3", NULL}, "unknown option '--steps'");
-    bad((const char *[]){"stats", "--db", "/nonexistent/x.db", NULL}, "cannot read '/nonexistent/x.db'");
-    bad((const char *[]){"stats", "--db", path, "--job", "abc", NULL}, "--job");
-    bad((const char *[]){"stats", "--db", path, "--job", "0", NULL}, "--job");
-    bad((const char *[]){"stats", "--db", path, "--job", "9", NULL}, "no job 9 in this database");
+    lt_expect_refusal((const char *[]){"stats", NULL}, "--db is required");
+    lt_expect_refusal((const char *[]){"stats", "--db", NULL}, "--db needs a value");
+    lt_expect_refusal((const char *[]){"stats", "--db", path, "--steps", "3", NULL}, "unknown option '--steps'");
+    lt_expect_refusal((const char *[]){"stats", "--db", "/nonexistent/x.db", NULL}, "cannot read '/nonexistent/x.db'");
+    lt_expect_refusal((const char *[]){"stats", "--db", path, "--job", "abc", NULL}, "--job");
+    lt_expect_refusal((const char *[]){"stats", "--db", path, "--job", "0", NULL}, "--job");
+    lt_expect_refusal((const char *[]){"stats", "--db", path, "--job", "9", NULL}, "no job 9 in this database");
 
     fixture_tmp_path(junk, sizeof junk, "stats-junk");
     FILE *f = fopen(junk, "w");
     cr_assert_not_null(f);
     fputs("not a database\n", f);
     fclose(f);
-    bad((const char *[]){"stats", "--db", junk, NULL}, junk);
+    lt_expect_refusal((const char *[]){"stats", "--db", junk, NULL}, junk);
 
     fixture_tmp_path(empty, sizeof empty, "stats-nojobs");
     db *d;
     cr_assert_eq(db_open(empty, &d, &err), 0, "%s", err.msg);
     db_close(d);
-    bad((const char *[]){"stats", "--db", empty, NULL}, "no job in this database yet");
+    lt_expect_refusal((const char *[]){"stats", "--db", empty, NULL}, "no job in this database yet");
     fixture_remove(path);
     fixture_remove(junk);
     fixture_remove(empty);
