@@ -562,12 +562,12 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
     else if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
         snprintf(buf, n, "the launcher of node rank %d (on %s) failed: %.*s", f->node_rank, f->host,
                  (int)strcspn(f->stderr_tail, "\n"), f->stderr_tail);
-    else if (res->status == LAUNCH_FAILED && res->failure.signal)
-        snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", res->failure.global_rank,
-                 res->failure.local_rank, res->failure.host, launch_signal_name(res->failure.signal, sigbuf));
+    else if (res->status == LAUNCH_FAILED && f->signal)
+        snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", f->global_rank, f->local_rank, f->host,
+                 launch_signal_name(f->signal, sigbuf));
     else if (res->status == LAUNCH_FAILED)
-        snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d", res->failure.global_rank,
-                 res->failure.local_rank, res->failure.host, res->failure.exit_code);
+        snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d", f->global_rank, f->local_rank, f->host,
+                 f->exit_code);
     else if (res->status == LAUNCH_SIGNALED)
         snprintf(buf, n, "pprun was stopped by %s", launch_signal_name(res->signal, sigbuf));
     else
