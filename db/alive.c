@@ -19,6 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
+/* This boot of this machine: a new id at each boot. */
+#define BOOT_ID "/proc/sys/kernel/random/boot_id"
+
 /* The first line of a small file, without its newline; 0 or -1. */
 static int read_line(const char *path, char *buf, size_t n) {
     FILE *f = fopen(path, "r");
@@ -64,7 +67,7 @@ static int pid_namespace(char *buf, size_t n) {
 int alive_identity(cJSON *config) {
     char host[256], boot[64], ns[64], state;
     unsigned long long start;
-    if (this_host(host, sizeof host) != 0 || read_line("/proc/sys/kernel/random/boot_id", boot, sizeof boot) != 0 ||
+    if (this_host(host, sizeof host) != 0 || read_line(BOOT_ID, boot, sizeof boot) != 0 ||
         pid_namespace(ns, sizeof ns) != 0 || proc_start("self", &state, &start) != 0)
         return -1;
     cJSON *l = cJSON_AddObjectToObject(config, "launcher");
@@ -84,14 +87,15 @@ int alive_check(const char *config_json, char *why, size_t n) {
     if (why && n) why[0] = 0;
     cJSON *o = config_json ? cJSON_Parse(config_json) : NULL;
     const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "launcher");
-    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(l, "pid"), *start = cJSON_GetObjectItemCaseSensitive(l, "start");
+    const cJSON *pid = cJSON_GetObjectItemCaseSensitive(l, "pid");
+    const cJSON *start = cJSON_GetObjectItemCaseSensitive(l, "start");
     const char *host = member(l, "host"), *boot = member(l, "boot_id"), *ns = member(l, "pid_ns");
     char my_host[256], my_boot[64], my_ns[64], pidtext[32], state = 0;
     unsigned long long now_start = 0;
     int verdict = ALIVE_UNKNOWN;
     if (!host || !boot || !ns || !cJSON_IsNumber(pid) || !cJSON_IsNumber(start) || pid->valuedouble < 1 ||
         this_host(my_host, sizeof my_host) != 0 || strcmp(host, my_host) != 0 ||
-        read_line("/proc/sys/kernel/random/boot_id", my_boot, sizeof my_boot) != 0)
+        read_line(BOOT_ID, my_boot, sizeof my_boot) != 0)
         goto out; /* written by an older pprun, or on another machine */
     snprintf(pidtext, sizeof pidtext, "%.0f", pid->valuedouble);
     if (strcmp(boot, my_boot) != 0) {
@@ -115,14 +119,19 @@ out:
     return verdict;
 }
 
+/* Whether a job row (status, config_json) is a running job whose launcher
+ * is gone; why, when not NULL, says how we know. */
+static int sql_lost(sqlite3_value **argv, char *why, size_t n) {
+    const char *status = (const char *)sqlite3_value_text(argv[0]);
+    return status && strcmp(status, "running") == 0 &&
+           alive_check((const char *)sqlite3_value_text(argv[1]), why, n) == ALIVE_GONE;
+}
+
 /* pprun_job_status(status, config_json): 'lost' for a 'running' job whose
  * launcher is gone, else status. */
 static void sql_status(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     (void)argc;
-    const char *status = (const char *)sqlite3_value_text(argv[0]);
-    int lost = status && strcmp(status, "running") == 0 &&
-               alive_check((const char *)sqlite3_value_text(argv[1]), NULL, 0) == ALIVE_GONE;
-    if (lost) sqlite3_result_text(ctx, "lost", -1, SQLITE_STATIC);
+    if (sql_lost(argv, NULL, 0)) sqlite3_result_text(ctx, "lost", -1, SQLITE_STATIC);
     else sqlite3_result_value(ctx, argv[0]);
 }
 
@@ -130,11 +139,8 @@ static void sql_status(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
  * else failure. */
 static void sql_failure(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     (void)argc;
-    const char *status = (const char *)sqlite3_value_text(argv[0]);
     char why[512];
-    if (status && strcmp(status, "running") == 0 &&
-        alive_check((const char *)sqlite3_value_text(argv[1]), why, sizeof why) == ALIVE_GONE)
-        sqlite3_result_text(ctx, why, -1, SQLITE_TRANSIENT);
+    if (sql_lost(argv, why, sizeof why)) sqlite3_result_text(ctx, why, -1, SQLITE_TRANSIENT);
     else sqlite3_result_value(ctx, argv[2]);
 }
 

@@ -70,9 +70,8 @@ static void compare_predict(const job_summary *js, const whatif_report *jw, cons
                             const whatif_report *ow, int schedule_costs, job_compare *c) {
     long long job = (long long)js->job_id, other = (long long)os->job_id;
     const char *schedule = jw->in.schedule;
-    c->predicted = c->own = -1;
-    for (int k = 0; k < ow->nrows; k++)
-        if (ow->rows[k].this_job && !ow->rows[k].error[0]) c->own = k;
+    c->predicted = -1;
+    c->own = whatif_own_row(ow);
     if (!ow->measured) {
         snprintf(c->why_not, sizeof c->why_not, "job %lld has no complete step with F, B and W spans to simulate from",
                  other);

@@ -308,7 +308,8 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
             return pp_fail(err, "%s: cannot add %s.%s for reading: %s", file, added[i].table, added[i].column,
                            sqlite3_errmsg(sql));
     }
-    if (alive_register(sql) != 0) return pp_fail(err, "%s: cannot register pprun_job_status: %s", file, sqlite3_errmsg(sql));
+    if (alive_register(sql) != 0)
+        return pp_fail(err, "%s: cannot register pprun_job_status: %s", file, sqlite3_errmsg(sql));
     return 0;
 }
 

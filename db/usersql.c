@@ -153,7 +153,8 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     /* A file of an older schema version reads as the current one: the
      * columns added since are 0 (ranks.cupti_dropped before version 2,
      * step_stats.act_peak_bytes before 3), through temp views; the file
-     * itself is never written. */
+     * itself is never written. pprun_job_status and pprun_job_failure
+     * (db/alive.h) are there for user SQL too. */
     if (db_reader_init(db, err) != 0) {
         sqlite3_close(db);
         return -1;

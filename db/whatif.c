@@ -339,6 +339,13 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     return 0;
 }
 
+int whatif_own_row(const whatif_report *r) {
+    int own = -1;
+    for (int k = 0; k < r->nrows; k++)
+        if (r->rows[k].this_job && !r->rows[k].error[0]) own = k;
+    return own;
+}
+
 int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int v, sched_costs *out, char *about,
                      size_t about_size, pp_err *err) {
     job_summary s;

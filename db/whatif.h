@@ -86,6 +86,9 @@ typedef struct whatif_report {
  * points into it). 0 with r->measured = 0 when there is nothing to measure
  * yet; -1 with err on a database error. */
 int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err);
+/* The index of r's row for the job's own schedule that simulated, -1 when
+ * there is none (or it could not be built). */
+int whatif_own_row(const whatif_report *r);
 
 /* The costs to order a new job's zb-v by (`pprun run --schedule-costs
  * DB[:JOB]`), read off job `job` in db as whatif_read measures them: for a

@@ -55,8 +55,9 @@ static int top_cause(const job_summary *s, const int *done) {
 void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db,
-                           "SELECT name, schedule, microbatches, model, device, exit_code, " SQL_JOB_FAILURE("") " FROM jobs WHERE id=?1", -1,
-                           &st, NULL) != SQLITE_OK)
+                           "SELECT name, schedule, microbatches, model, device, exit_code, " SQL_JOB_FAILURE("")
+                           " FROM jobs WHERE id=?1",
+                           -1, &st, NULL) != SQLITE_OK)
         return;
     sqlite3_bind_int64(st, 1, s->job_id);
     if (sqlite3_step(st) == SQLITE_ROW) {
@@ -149,9 +150,8 @@ void report_whatif(FILE *out, const whatif_report *r) {
             fmt_ns(d, sizeof d, r->in.costs.comm));
     fprintf(out, "  (medians of %s spans, steps %d-%d; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
             r->first_step, r->last_step);
-    double own = NAN;
-    for (int k = 0; k < r->nrows; k++)
-        if (r->rows[k].this_job && !r->rows[k].error[0]) own = r->rows[k].step_time_ns;
+    int own_row = whatif_own_row(r);
+    double own = own_row >= 0 ? r->rows[own_row].step_time_ns : NAN;
     fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",
             "activations", "in flight");
     for (int k = 0; k < r->nrows; k++) {

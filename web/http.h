@@ -3,9 +3,10 @@
  *
  * libmicrohttpd with an internal epoll thread pool; every limit is set
  * explicitly (idle timeout, the time a request may take to arrive, total and
- * per-IP connections, request body and header memory). Loopback by default; a non-loopback address refuses
- * to start without a token, and with a token every /api and /metrics request
- * must carry `Authorization: Bearer TOKEN`.
+ * per-IP connections, request body and header memory). Loopback by
+ * default; a non-loopback address refuses to start without a token, and
+ * with a token every /api and /metrics request must carry
+ * `Authorization: Bearer TOKEN`.
  *
  * Threads: http_start starts the MHD pool and one live-stream thread that
  * polls the database; http_stop ends the streams, stops both and frees

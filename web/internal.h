@@ -31,7 +31,7 @@ typedef struct live_hub live_hub;
 
 /* The time limit on receiving a request (reaper.c): a connection's clock
  * runs from its start, and again from the end of each reply, until its
- * next request is in whole; past limit_s the reaper thread shuts the
+ * next request is in whole; past the limit the reaper thread shuts the
  * socket down. Every reaper_conn_* call may come from any MHD thread. */
 typedef struct reaper_conn reaper_conn;
 typedef struct reaper {

@@ -111,8 +111,10 @@ static int add_msg(result *r, size_t off, int64_t cursor) {
 
 static void q_status(tick *t, result *r) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(t->db, "SELECT " SQL_JOB_STATUS("") ", exit_code, failed_rank, " SQL_JOB_FAILURE("") ", t0_ns FROM jobs WHERE id=?", -1,
-                           &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(t->db,
+                           "SELECT " SQL_JOB_STATUS("") ", exit_code, failed_rank, " SQL_JOB_FAILURE("")
+                           ", t0_ns FROM jobs WHERE id=?",
+                           -1, &st, NULL) != SQLITE_OK)
         return;
     sqlite3_bind_int64(st, 1, r->job);
     if (sqlite3_step(st) == SQLITE_ROW) {

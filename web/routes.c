@@ -70,9 +70,9 @@ static int load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
 }
 
 #define JOB_COLUMNS                                                                                            \
-    "j.id, j.name, j.created_at, " SQL_JOB_STATUS("j.") " AS status, j.nnodes, j.world_size, j.schedule, j.microbatches, "               \
-    "j.virtual_stages, j.stages, j.steps, j.model, j.device, j.t0_ns, j.ended_at, j.exit_code, "               \
-    "j.failed_rank, " SQL_JOB_FAILURE("j.") " AS failure, "                                                                             \
+    "j.id, j.name, j.created_at, " SQL_JOB_STATUS("j.") " AS status, j.nnodes, j.world_size, j.schedule, "     \
+    "j.microbatches, j.virtual_stages, j.stages, j.steps, j.model, j.device, j.t0_ns, j.ended_at, j.exit_code, " \
+    "j.failed_rank, " SQL_JOB_FAILURE("j.") " AS failure, "                                                    \
     "(SELECT count(DISTINCT step) FROM step_stats s WHERE s.job_id=j.id) AS steps_done, "                      \
     "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id), 0) AS events_ingested, "      \
     "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id), 0), "                      \
