@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "helpers/capture.h"
@@ -505,30 +506,41 @@ Test(comm, bad_configuration_and_bad_peers_are_clear_errors) {
 
 /* ---- the job token ----------------------------------------------------------- */
 
-/* Rank 0 (right token) and rank 2 (a wrong one, or none) both send to rank 1. */
+/* Rank 0 (right token) and rank 2 (a wrong one, or none) both send to rank
+ * 1. arg: a file rank 2 creates once its flush has its answer. */
 static int token_fn(comm *c, int rank, void *arg, pp_err *rep) {
-    (void)arg;
+    const char *rank2_done = arg;
     int v = rank == 0 ? 42 : 99;
     if (rank != 1) {
-        if (comm_send(c, 1, 7, &v, sizeof v, rep) < 0 || comm_flush(c, 10000, rep) < 0) return -1;
-        return 0;
+        int rc = comm_send(c, 1, 7, &v, sizeof v, rep) < 0 || comm_flush(c, 10000, rep) < 0 ? -1 : 0;
+        if (rank == 2) close(open(rank2_done, O_WRONLY | O_CREAT, 0600));
+        return rc;
     }
     if (comm_recv(c, 0, 7, &v, sizeof v, 10000, rep) < 0) return -1;
     if (v != 42) return pp_fail(rep, "rank 0 sent 42, got %d", v);
+    /* Stay until rank 2 has its answer. Waiting on comm for rank 2 to go is
+     * not enough: this rank's own connection to rank 2 is refused too (the
+     * tokens differ both ways), which ends that wait at once, and a slow
+     * rank 2 then connects after rank 1 left and sees "gone", not
+     * "refused". */
+    for (int i = 0; i < 3000 && access(rank2_done, F_OK) != 0; i++) usleep(10000);
     pp_err e;
-    /* until rank 2 is gone (refused, it exits): a fixed wait let a slow
-     * rank 2 connect after rank 1 had left, and see "gone", not "refused" */
-    if (comm_recv(c, 2, 7, &v, sizeof v, 30000, &e) == 0) return pp_fail(rep, "rank 2's message got through: %d", v);
+    if (comm_recv(c, 2, 7, &v, sizeof v, 100, &e) == 0) return pp_fail(rep, "rank 2's message got through: %d", v);
     return 0;
 }
 
 /* Runs token_fn with stderr in a file; returns what the ranks wrote there
  * (capture_end's buffer). */
 static const char *run_with_tokens(const char *const *tokens, cw_result *r) {
+    char dir[] = "/tmp/pprun-commtok-XXXXXX", done[64];
+    cr_assert(mkdtemp(dir));
+    snprintf(done, sizeof done, "%s/rank2-done", dir);
     capture log;
     capture_start(&log);
-    int rc = cw_run_tokens(3, tokens, token_fn, NULL, r);
+    int rc = cw_run_tokens(3, tokens, token_fn, done, r);
     const char *text = capture_end(&log);
+    unlink(done);
+    rmdir(dir);
     cr_assert_eq(rc, 0);
     return text;
 }
