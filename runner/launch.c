@@ -294,6 +294,31 @@ static int connect_store(job *j, const char *host, int port, uint64_t timeout_ns
     }
 }
 
+/* Global ranks are node_rank * nproc_per_node + local rank, so every node
+ * must have node 0's --nnodes and --nproc-per-node ('auto' may count
+ * differently per machine). A node that differs refuses to join, naming
+ * the difference, and calls attempt 0 off so that the others say why at
+ * once instead of waiting for it until --rdzv-timeout. */
+static int agree_on_shape(job *j, const char *mine, pp_err *err) {
+    void *node0;
+    size_t len;
+    int g = store_get(j->ctl, "pprun/shape", &node0, &len, err);
+    if (g < 0) return -1;
+    if (g == 1) return pp_fail(err, "rendezvous: node rank 0 published no --nnodes and --nproc-per-node");
+    int same = strcmp(mine, node0) == 0;
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "this node has %s, node rank 0 has %s: start every node with the same --nnodes and "
+             "--nproc-per-node", mine, (char *)node0);
+    free(node0);
+    if (same) return 0;
+    char go[128], text[sizeof why + 32];
+    key(go, sizeof go, 0, "go");
+    snprintf(text, sizeof text, "refused %d %s", j->c.o->node_rank, why);
+    pp_err serr;
+    store_set(j->ctl, go, text, strlen(text), &serr); /* best effort: the refusal below stands either way */
+    return pp_fail(err, "%s", why);
+}
+
 static int setup_store(job *j, pp_err *err) {
     const launch_options *o = j->c.o;
     int port = o->master_port;
@@ -321,8 +346,10 @@ static int setup_store(job *j, pp_err *err) {
         /* launch_attempt reads the self-pipe itself while it watches. */
         store_set_interrupt(j->c.watch, -1, NULL, NULL);
     }
-    /* The run id: node 0's, whatever the others were told. So is the
-     * workers' MASTER_PORT, published before it. */
+    /* The run id: node 0's, whatever the others were told. So are the
+     * workers' MASTER_PORT and the job's shape, published before it. */
+    char shape[64];
+    snprintf(shape, sizeof shape, "--nnodes %d --nproc-per-node %d", o->nnodes, o->nproc_per_node);
     if (o->node_rank == 0) {
         if (o->run_id[0]) snprintf(j->run_id, sizeof j->run_id, "%s", o->run_id);
         else snprintf(j->run_id, sizeof j->run_id, "%" PRIx64 "-%d", (uint64_t)(pp_wall_ns() / 1000000u), (int)getpid());
@@ -330,6 +357,7 @@ static int setup_store(job *j, pp_err *err) {
         char mp[16];
         snprintf(mp, sizeof mp, "%d", j->c.info.master_port);
         if (store_set(j->ctl, "pprun/master_port", mp, strlen(mp), err) != 0) return -1;
+        if (store_set(j->ctl, "pprun/shape", shape, strlen(shape), err) != 0) return -1;
         if (store_set(j->ctl, "pprun/run_id", j->run_id, strlen(j->run_id), err) != 0) return -1;
     } else {
         const char *k = "pprun/run_id";
@@ -345,18 +373,36 @@ static int setup_store(job *j, pp_err *err) {
         if (store_get(j->ctl, "pprun/master_port", &v, &len, err) != 0) return -1;
         j->c.info.master_port = atoi(v);
         free(v);
+        if (agree_on_shape(j, shape, err) != 0) return -1;
     }
     return 0;
 }
 
 /* Every node joins attempt K; the last one opens it. On timeout, names the
  * node ranks that never came. 3 (err says who) when a node stopped by a
- * signal after attempt K-1 called the restart off. */
+ * signal after attempt K-1 called the restart off. 4 when another launcher
+ * holds this node rank: this one is no node of the job and leaves without
+ * counting itself out. */
 static int rendezvous(job *j, int attempt, pp_err *err) {
     const launch_options *o = j->c.o;
     char k[128], go[128];
-    int64_t count;
+    int64_t count, claims;
+    /* Two launchers with one --node-rank would start one set of ranks
+     * twice: the first to claim it is that node, a later one is refused
+     * (the job goes on without it, or names the node rank nobody gave). */
+    snprintf(k, sizeof k, "pprun/a/%d/claim/%d", attempt, o->node_rank);
+    if (store_add(j->ctl, k, 1, &claims, err) != 0) return -1;
     snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, o->node_rank);
+    if (claims > 1) {
+        void *v = NULL;
+        size_t len;
+        int g = store_get(j->ctl, k, &v, &len, err);
+        if (g < 0) return -1;
+        pp_fail(err, "node rank %d has joined already (from %s): give every node its own --node-rank", o->node_rank,
+                g == 0 ? (char *)v : "another launcher");
+        free(v);
+        return 4;
+    }
     if (store_set(j->ctl, k, j->host, strlen(j->host), err) != 0) return -1;
     key(k, sizeof k, attempt, "count");
     if (store_add(j->ctl, k, 1, &count, err) != 0) return -1;
@@ -369,9 +415,12 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
         size_t len;
         int g = store_get(j->ctl, go, &v, &len, err);
         if (g < 0) return -1;
-        int node = -1, sig = 0;
+        int node = -1, sig = 0, at = 0;
         int called_off = g == 0 && sscanf(v, "stop %d %d", &node, &sig) == 2;
+        int refused = g == 0 && sscanf(v, "refused %d %n", &node, &at) == 1 && at > 0;
+        if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, (char *)v + at);
         if (g == 0) free(v);
+        if (refused) return -1;
         if (!called_off) return 0;
         char name[16];
         pp_fail(err, "node rank %d was stopped by %s: attempt %d is not started", node, launch_signal_name(sig, name),
@@ -458,6 +507,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         key(k_done, sizeof k_done, attempt, "done");
         j->c.info.attempt = attempt;
         if (multi && (rc = rendezvous(j, attempt, err)) != 0) {
+            if (rc == 4) store_ok = 0, rc = -1;
             if (rc < 0 && j->c.stop_signal) rc = 2;
             break;
         }

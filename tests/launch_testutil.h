@@ -19,7 +19,7 @@
 
 typedef struct lt_proc {
     pid_t pid;
-    char dir[64];      /* temp dir with out.txt / err.txt */
+    char dir[64];      /* temp dir with out.txt / err.txt until lt_collect */
     int status;        /* exit code, or 128+signal */
     char *out, *err;   /* NUL-terminated contents after lt_wait (freed by lt_free) */
     size_t out_len, err_len;
@@ -76,14 +76,18 @@ static inline void lt_start(lt_proc *p, const char *const *args, const char *con
     }
 }
 
-/* Records how the reaped process ended and reads what it wrote. */
+/* Records how the reaped process ended and reads what it wrote; the files
+ * go at once, so a test that fails after this leaves nothing in /tmp. */
 static inline void lt_collect(lt_proc *p, int st) {
     p->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     char path[128];
     snprintf(path, sizeof path, "%s/out.txt", p->dir);
     p->out = lt_slurp(path, &p->out_len);
+    unlink(path);
     snprintf(path, sizeof path, "%s/err.txt", p->dir);
     p->err = lt_slurp(path, &p->err_len);
+    unlink(path);
+    rmdir(p->dir);
 }
 
 static inline void lt_wait(lt_proc *p) {
@@ -108,12 +112,6 @@ static inline int lt_wait_within(lt_proc *p, int seconds) {
 }
 
 static inline void lt_free(lt_proc *p) {
-    char path[128];
-    snprintf(path, sizeof path, "%s/out.txt", p->dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/err.txt", p->dir);
-    unlink(path);
-    rmdir(p->dir);
     free(p->out);
     free(p->err);
 }

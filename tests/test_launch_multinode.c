@@ -8,6 +8,7 @@
 #include <net/if.h>
 
 #include "runner/base/pp.h"
+#include "helpers/trace_fixture.h"
 
 static const char *env_line =
     "echo \"R=$RANK L=$LOCAL_RANK W=$WORLD_SIZE G=$GROUP_RANK ID=$PPRUN_RUN_ID ST=$PPRUN_STORE MA=$MASTER_ADDR MP=$MASTER_PORT\"";
@@ -124,6 +125,85 @@ Test(launch_multinode, node_0_that_never_comes_is_named_after_the_timeout) {
     cr_assert_eq(n1.status, 1, "%s", n1.err);
     cr_assert(strstr(n1.err, "node rank 0 never came up"), "%s", n1.err);
     lt_free(&n1);
+}
+
+/* Global ranks are node-major, so a node with another --nproc-per-node
+ * (or --nnodes) than node 0's would overlap or leave out ranks: it refuses,
+ * naming the difference, and node 0 says why at once, not after the
+ * rendezvous timeout. */
+static void node_1_differs(const char *flag, const char *node1_value, const char *want) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *nnodes1 = strcmp(flag, "--nnodes") == 0 ? node1_value : "2";
+    const char *nproc1 = strcmp(flag, "--nproc-per-node") == 0 ? node1_value : "2";
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--nproc-per-node", "2",
+                        "--rdzv-timeout", "60", "--", "true", NULL};
+    const char *a1[] = {"launch", "--nnodes", nnodes1, "--node-rank", "1", "--master-port", port, "--nproc-per-node",
+                        nproc1, "--rdzv-timeout", "60", "--", "true", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    cr_assert(lt_wait_within(&n1, 30), "node 1 never refused");
+    cr_assert(lt_wait_within(&n0, 30), "node 0 waited for the node that refused");
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    lt_assert_has(n1.err, want);
+    lt_assert_has(n1.err, "start every node with the same --nnodes and --nproc-per-node");
+    cr_assert_eq(n1.out_len, 0, "no rank ran on node 1:\n%s", n1.out);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    lt_assert_has(n0.err, "node rank 1 refused to join the job");
+    lt_assert_has(n0.err, want);
+    cr_assert_eq(n0.out_len, 0, "no rank ran on node 0:\n%s", n0.out);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+Test(launch_multinode, a_node_with_another_nproc_per_node_is_refused_and_named) {
+    node_1_differs("--nproc-per-node", "3",
+                   "this node has --nnodes 2 --nproc-per-node 3, node rank 0 has --nnodes 2 --nproc-per-node 2");
+}
+
+Test(launch_multinode, a_node_with_another_nnodes_is_refused_and_named) {
+    node_1_differs("--nnodes", "3",
+                   "this node has --nnodes 3 --nproc-per-node 2, node rank 0 has --nnodes 2 --nproc-per-node 2");
+}
+
+/* A second launcher with a node rank already taken is refused; the job
+ * runs with the first. Its ranks wait for a file, so the second one comes
+ * while the attempt runs. */
+Test(launch_multinode, a_second_launcher_with_a_taken_node_rank_is_refused) {
+    char port[16], script[256];
+    const char *dir = tfix_path("dup"); /* removed when the test process exits */
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    snprintf(script, sizeof script,
+             "touch %s/ran-$RANK; while [ ! -e %s/go ]; do sleep 0.05; done; echo \"R=$RANK\"", dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c",
+                        script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c",
+                        script, NULL};
+    lt_proc n0, n1, dup;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    char ran[300];
+    snprintf(ran, sizeof ran, "%s/ran-1", dir);
+    cr_assert(lt_wait_file(ran), "node 1's rank never started");
+    lt_start(&dup, a1, NULL);
+    cr_assert(lt_wait_within(&dup, 30), "the second node rank 1 was not refused");
+    cr_assert_eq(dup.status, 1, "%s", dup.err);
+    lt_assert_has(dup.err, "node rank 1 has joined already");
+    lt_assert_has(dup.err, "give every node its own --node-rank");
+    cr_assert_eq(dup.out_len, 0, "%s", dup.out);
+    char go[300];
+    snprintf(go, sizeof go, "touch %s/go", dir);
+    cr_assert_eq(system(go), 0);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 0, "%s", n0.err);
+    cr_assert_eq(n1.status, 0, "%s", n1.err);
+    lt_assert_has(n1.out, "R=1");
+    lt_free(&n0);
+    lt_free(&n1);
+    lt_free(&dup);
 }
 
 /* Under srun, one launcher per node: nnodes, node rank and master address
