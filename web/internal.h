@@ -39,6 +39,7 @@ typedef struct reaper {
     pthread_cond_t cv;
     pthread_t thread;
     int stop;
+    int idle; /* the thread sleeps until a clock starts (no deadline) */
     uint64_t limit_ns;
     reaper_conn *conns; /* every open connection, under mu */
     atomic_ullong closed; /* connections shut down for a slow request, for /metrics */

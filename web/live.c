@@ -2,9 +2,10 @@
  * database, so it works the same for a job this process runs and for a
  * database another process writes (WAL readers never block the writer).
  *
- * One hub thread polls every poll_ms. Each tick it takes a snapshot of the
- * open streams under the lock, then runs the SQL without the lock (stream
- * readers, live_open and /metrics never wait on a query), and finally moves
+ * One hub thread polls every poll_ms while a stream is open (and sleeps
+ * while none is). Each tick it takes a snapshot of the open streams under
+ * the lock, then runs the SQL without the lock (stream readers, live_open
+ * and /metrics never wait on a query), and finally moves
  * each stream's new frames into its buffer under the lock. Streams of one
  * job with the same cursor share one query per tick: those following a job
  * live all sit at the newest row, so that is one query per job per tick.
@@ -417,7 +418,7 @@ static void *hub_main(void *arg) {
         }
         /* Only this thread frees streams, so the snapshot stays valid. */
         pthread_mutex_unlock(&h->mu);
-        run_tick(h, snap, n);
+        if (n > 0) run_tick(h, snap, n);
         pthread_mutex_lock(&h->mu);
         for (int i = 0; i < n; i++) {
             live_sub *s = snap[i];
@@ -431,12 +432,10 @@ static void *hub_main(void *arg) {
             s->stage.len = 0;
         }
         if (h->stop) break;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)h->poll_ms * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
-        pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+        /* With no stream open there is nothing to poll for: sleep until
+         * one opens (live_open signals) or the hub stops. */
+        if (!h->subs) pthread_cond_wait(&h->cv, &h->mu);
+        else pp_cond_wait_until(&h->cv, &h->mu, pp_now_ns() + (uint64_t)h->poll_ms * 1000000ull);
     }
     pthread_mutex_unlock(&h->mu);
     return NULL;
@@ -452,7 +451,11 @@ int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned h
     h->poll_ms = poll_ms;
     h->heartbeat_ms = heartbeat_ms;
     pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->cv, NULL);
+    pthread_condattr_t ca; /* pp_cond_wait_until's deadlines are CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&h->thread, NULL, hub_main, h) != 0) {
         sqlite3_close(h->db);
         free(h);

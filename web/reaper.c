@@ -26,30 +26,43 @@ struct reaper_conn {
     uint64_t since_ns; /* when its current request began to arrive; 0 = answering */
 };
 
-/* How often the reaper looks: a slow request is closed between the limit
- * and the limit plus this. */
-#define REAPER_TICK_NS 250000000ull
-
+/* Sleeps until the earliest running clock reaches the limit, or, with none
+ * running, until one starts (reaper_conn_open and reaper_conn_clock wake
+ * it): an idle server's reaper does not wake at all. A clock that starts
+ * while it sleeps ends no earlier than those it sleeps for, since every
+ * clock has the same limit and this one started last. */
 static void *reaper_main(void *arg) {
     reaper *r = arg;
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
-        uint64_t now = pp_now_ns();
+        uint64_t now = pp_now_ns(), next = 0;
         for (reaper_conn *c = r->conns; c; c = c->next) {
-            if (c->since_ns == 0 || now - c->since_ns < r->limit_ns) continue;
-            shutdown(c->fd, SHUT_RDWR);
-            c->since_ns = 0; /* once */
-            atomic_fetch_add(&r->closed, 1);
+            if (c->since_ns == 0) continue;
+            if (now - c->since_ns >= r->limit_ns) {
+                shutdown(c->fd, SHUT_RDWR);
+                c->since_ns = 0; /* once */
+                atomic_fetch_add(&r->closed, 1);
+            } else if (next == 0 || c->since_ns + r->limit_ns < next) {
+                next = c->since_ns + r->limit_ns;
+            }
         }
-        pp_cond_wait_until(&r->cv, &r->mu, pp_now_ns() + REAPER_TICK_NS);
+        r->idle = next == 0;
+        if (r->idle) pthread_cond_wait(&r->cv, &r->mu);
+        else pp_cond_wait_until(&r->cv, &r->mu, next);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
+/* Under mu: a clock started; wake a reaper that sleeps with none running. */
+static void clock_started(reaper *r) {
+    if (r->idle) pthread_cond_signal(&r->cv);
+}
+
 int reaper_start(reaper *r, unsigned limit_s, pp_err *err) {
     r->conns = NULL;
     r->stop = 0;
+    r->idle = 0;
     r->limit_ns = (uint64_t)limit_s * 1000000000ull;
     atomic_init(&r->closed, 0);
     pthread_condattr_t ca;
@@ -92,6 +105,7 @@ reaper_conn *reaper_conn_open(reaper *r, int fd) {
     c->next = r->conns;
     if (r->conns) r->conns->prev = c;
     r->conns = c;
+    clock_started(r);
     pthread_mutex_unlock(&r->mu);
     return c;
 }
@@ -110,5 +124,6 @@ void reaper_conn_clock(reaper *r, reaper_conn *c, int running) {
     if (!c) return;
     pthread_mutex_lock(&r->mu);
     c->since_ns = running ? pp_now_ns() : 0;
+    if (running) clock_started(r);
     pthread_mutex_unlock(&r->mu);
 }
