@@ -588,10 +588,11 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
         else
             sqlite3_bind_null(ins, 10);
         /* F/B/W host spans carry the activation bytes the rank holds after
-         * the op (0 from producers that do not measure them). A gpu span is
+         * the op, OPT the bytes of its weights, gradients and optimizer
+         * state (0 from producers that do not measure them). A gpu span is
          * a copy of its host span's fields (cupti_records.c): its bytes
          * would be the same figure again. */
-        int held = e->phase <= TRACE_W && e->source != TRACE_SRC_GPU;
+        int held = (e->phase <= TRACE_W || e->phase == TRACE_OPT) && e->source != TRACE_SRC_GPU;
         if (comm || held)
             sqlite3_bind_int64(ins, 11, (int64_t)e->bytes);
         else

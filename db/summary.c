@@ -1,5 +1,6 @@
 /* summary.c: a job in a few numbers (summary.h), read with a handful of
- * queries over step_stats, gaps, plan, losses and, when asked, events. */
+ * queries over step_stats, gaps, plan, losses, one step's OPT events and,
+ * when asked, all events. */
 #include "db/summary.h"
 
 #include <math.h>
@@ -146,6 +147,28 @@ static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
     return finish(db, st, rc, err);
 }
 
+/* Weights, gradients and optimizer state do not change during a job: one
+ * step's OPT spans tell them (the latest analysed, found by events_by_step).
+ * Then each rank's peak memory: that plus its activations at peak. */
+static int read_state(sqlite3 *db, job_summary *s, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT rank, max(bytes) FROM events WHERE job_id=?1 AND phase='OPT' AND source='cpu' AND bytes>0"
+                    " AND step=(SELECT max(step) FROM step_stats WHERE job_id=?1) GROUP BY rank",
+                s->job_id, &st, err) != 0)
+        return -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int k = sqlite3_column_int(st, 0);
+        if (k >= 0 && k < s->world) s->state_by_rank[k] = sqlite3_column_int64(st, 1);
+    }
+    for (int k = 0; k < s->world; k++) {
+        if (s->state_by_rank[k] < 0) continue;
+        int64_t held = s->state_by_rank[k] + (s->act_peak_by_rank[k] > 0 ? s->act_peak_by_rank[k] : 0);
+        if (held > s->mem_peak) s->mem_peak = held, s->mem_peak_rank = k;
+    }
+    return finish(db, st, rc, err);
+}
+
 static int read_plan(sqlite3 *db, job_summary *s, pp_err *err) {
     int64_t *busy = calloc((size_t)s->world, sizeof *busy), makespan = 0;
     s->plan_peak_inflight = calloc((size_t)s->world, sizeof *s->plan_peak_inflight);
@@ -233,16 +256,18 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err) {
     memset(s, 0, sizeof *s);
     s->job_id = job;
-    s->step_time_ns = s->loss_step = s->act_peak = -1;
+    s->step_time_ns = s->loss_step = s->act_peak = s->mem_peak = -1;
+    s->mem_peak_rank = -1;
     s->bubble_ratio = s->sim_bubble_ratio = s->loss = NAN;
     for (int g = 0; g < 2; g++)
         for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) s->ops[g][ph].median_ns = s->ops[g][ph].max_ns = -1;
     if (read_job(db, s, err) != 0) return -1;
     if (!(s->bubble_by_rank = malloc((size_t)s->world * sizeof *s->bubble_by_rank))) return pp_fail(err, "out of memory");
-    if (!(s->act_peak_by_rank = malloc((size_t)s->world * sizeof *s->act_peak_by_rank)))
+    if (!(s->act_peak_by_rank = malloc((size_t)s->world * sizeof *s->act_peak_by_rank)) ||
+        !(s->state_by_rank = malloc((size_t)s->world * sizeof *s->state_by_rank)))
         return pp_fail(err, "out of memory");
-    for (int k = 0; k < s->world; k++) s->bubble_by_rank[k] = NAN, s->act_peak_by_rank[k] = -1;
-    if (read_steps(db, s, err) != 0 || read_plan(db, s, err) != 0 || read_gaps(db, s, err) != 0 ||
+    for (int k = 0; k < s->world; k++) s->bubble_by_rank[k] = NAN, s->act_peak_by_rank[k] = s->state_by_rank[k] = -1;
+    if (read_steps(db, s, err) != 0 || read_state(db, s, err) != 0 || read_plan(db, s, err) != 0 || read_gaps(db, s, err) != 0 ||
         read_loss(db, s, err) != 0)
         return -1;
     s->has_ops = (flags & SUMMARY_OPS) != 0;
@@ -252,7 +277,8 @@ int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *er
 void summary_free(job_summary *s) {
     free(s->bubble_by_rank);
     free(s->act_peak_by_rank);
+    free(s->state_by_rank);
     free(s->plan_peak_inflight);
     s->bubble_by_rank = NULL;
-    s->act_peak_by_rank = s->plan_peak_inflight = NULL;
+    s->act_peak_by_rank = s->state_by_rank = s->plan_peak_inflight = NULL;
 }

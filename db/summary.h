@@ -1,6 +1,7 @@
 /* summary.h: a job in a few numbers, read from its trace database: step
  * time, measured and planned bubble, idle time by cause, op durations,
- * activation memory (held bytes measured, microbatches in flight planned),
+ * memory (activations held and weights/gradients/optimizer state measured,
+ * microbatches in flight planned),
  * the latest loss. One reading serves GET /api/jobs/{id}/summary, `pprun stats`
  * and the lines `pprun run` prints when a job ends, so the three agree. */
 #ifndef PP_DB_SUMMARY_H
@@ -54,6 +55,10 @@ typedef struct job_summary {
     int64_t *act_peak_by_rank; /* world entries (owned): most activation bytes the rank held in a step from
                                 * from_step on; -1 for a rank without stats (0: not recorded) */
     int64_t act_peak;        /* max over ranks; -1 when no rank has stats */
+    int64_t *state_by_rank;  /* world entries (owned): bytes of the rank's weights, gradients and optimizer
+                              * state (its OPT span's `bytes` at the latest step with stats); -1: not recorded */
+    int64_t mem_peak;        /* max over ranks of state + activations at peak; -1 when no state is recorded */
+    int mem_peak_rank;       /* the rank of mem_peak, -1 with it */
     int64_t *plan_peak_inflight; /* world entries (owned) when has_plan, else NULL: summary_plan's peak */
     int has_plan;            /* the job has plan rows */
     int64_t idle_ns_by_cause[CAUSE_COUNT];

@@ -350,8 +350,9 @@ static int run_step(engine *e, step_state *st, pp_err *err) {
     for (int i = 0; i < e->nlocal; i++)
         if (model_stage_step(e->stages[e->local_stage[i]], &e->cfg->optim, st->step, err) != 0)
             return pp_wrap(err, "rank %d: optimizer step %d", e->rank, st->step);
-    uint64_t t_end = pp_now_ns();
-    trace(e, TRACE_OPT, st->step, -1, -1, -1, 0, t0, t_end, 0);
+    uint64_t t_end = pp_now_ns(), state = 0;
+    for (int i = 0; i < e->nlocal; i++) state += model_stage_state_bytes(e->stages[e->local_stage[i]]);
+    trace(e, TRACE_OPT, st->step, -1, -1, -1, state, t0, t_end, 0);
     if (gputrace_step_end(e->gpu, st->step, err) != 0) return -1; /* CUPTI: the step's gpu spans and kernels */
 
     if (plan->stage_rank[plan->stages - 1] == e->rank && e->hooks.on_step) {

@@ -115,6 +115,13 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     if (!recorded) fprintf(out, ": not recorded");
     for (int k = 0; recorded && k < s->world; k++)
         fprintf(out, "  %d: %s", k, s->act_peak_by_rank[k] < 0 ? "-" : fmt_bytes(a, sizeof a, s->act_peak_by_rank[k]));
+    int have_state = s->mem_peak >= 0;
+    fprintf(out, "\n  state    weights, gradients, optimizer");
+    if (!have_state) fprintf(out, ": not recorded");
+    for (int k = 0; have_state && k < s->world; k++)
+        fprintf(out, "  %d: %s", k, s->state_by_rank[k] < 0 ? "-" : fmt_bytes(a, sizeof a, s->state_by_rank[k]));
+    if (have_state)
+        fprintf(out, "\n  at peak  both, most on rank %d: %s", s->mem_peak_rank, fmt_bytes(a, sizeof a, s->mem_peak));
     fprintf(out, "\n  planned  microbatch-stages in flight at most");
     if (!s->has_plan) fprintf(out, ": no plan stored");
     for (int k = 0; s->has_plan && k < s->world; k++) fprintf(out, "  %d: %lld", k, (long long)s->plan_peak_inflight[k]);
@@ -332,6 +339,11 @@ void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_
     double ap = os->act_peak > 0 ? (double)os->act_peak : NAN, bp = js->act_peak > 0 ? (double)js->act_peak : NAN;
     cmp_row(out, "activations at peak (rank)", isfinite(ap) ? fmt_bytes(a, sizeof a, os->act_peak) : "-",
             isfinite(bp) ? fmt_bytes(b, sizeof b, js->act_peak) : "-", fmt_times(d, sizeof d, bp, ap));
+    if (os->mem_peak >= 0 || js->mem_peak >= 0) {
+        double om = os->mem_peak >= 0 ? (double)os->mem_peak : NAN, jm = js->mem_peak >= 0 ? (double)js->mem_peak : NAN;
+        cmp_row(out, "  with weights and optimizer", isfinite(om) ? fmt_bytes(a, sizeof a, os->mem_peak) : "-",
+                isfinite(jm) ? fmt_bytes(b, sizeof b, js->mem_peak) : "-", fmt_times(d, sizeof d, jm, om));
+    }
 
     cmp_ns_row(out, "idle per step, all ranks", per_step(idle_total(os), os), per_step(idle_total(js), js));
     for (int k = 0; k < CAUSE_COUNT; k++) {

@@ -9,8 +9,11 @@
 #include <string.h>
 
 #include "db/db.h"
+#include "helpers/trace_fixture.h"
 #include "helpers/web_fixture.h"
 #include "launch_testutil.h"
+#include "runner/model/model.h"
+#include "runner/pipe/sched.h"
 
 static lt_proc stats(const char *db, const char *job) {
     lt_proc p;
@@ -53,8 +56,9 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(p.out, "  F                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
     lt_assert_has(p.out, "  W                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
     cr_assert_null(strstr(p.out, "GPU spans"), "a CPU job has no GPU table");
-    /* the fixture's trace holds no activation bytes; its 1F1B plan holds 4 3 2 1 */
+    /* the fixture's trace holds no activation or state bytes; its 1F1B plan holds 4 3 2 1 */
     lt_assert_has(p.out, "memory     activations held at peak: not recorded\n"
+               "  state    weights, gradients, optimizer: not recorded\n"
                "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     char loss[64];
     double want = 0;
@@ -94,9 +98,14 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     fixture_tmp_path(path, sizeof path, "stats-act");
     cr_assert_eq(fixture_create(path, 3, "succeeded", &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_activations(path, 384 * 1024, &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_state(path, 512 * 1024, &err), 0, "%s", err.msg);
     lt_proc p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
+    /* With weights and optimizer the most is on rank 3 (2 MiB + 384 KiB),
+     * not rank 0, where activations peak (512 KiB + 1.5 MiB). */
     lt_assert_has(p.out, "memory     activations held at peak  0: 1.5 MiB  1: 1.1 MiB  2: 768 KiB  3: 384 KiB\n"
+               "  state    weights, gradients, optimizer  0: 512 KiB  1: 1 MiB  2: 1.5 MiB  3: 2 MiB\n"
+               "  at peak  both, most on rank 3: 2.4 MiB\n"
                "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     /* what if: 384 KiB per microbatch-stage times each schedule's peak in
      * flight (the fixture's timed model: a chunk holds a stage's bytes) */
@@ -122,6 +131,8 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.out, "memory     activations held at peak: not recorded\n"
+               "  state    weights, gradients, optimizer  0: 512 KiB  1: 1 MiB  2: 1.5 MiB  3: 2 MiB\n"
+               "  at peak  both, most on rank 3: 2 MiB\n"
                "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     lt_assert_has(p.out, "bubble     19.7% measured");
     lt_free(&p);
@@ -181,6 +192,50 @@ Test(stats, a_real_job_agrees_with_sql_and_its_closing_lines, .timeout = 240) {
     lt_free(&run);
     fixture_remove(db);
     rmdir(dir);
+}
+
+/* A real zb-v job on 2 ranks holds two stages per rank (0 and 3, 1 and 2):
+ * each rank's OPT spans record four floats per weight of both its stages,
+ * counted here from the model itself, and `pprun stats` prints them. */
+Test(stats, a_real_zb_v_job_records_each_ranks_weights_and_optimizer_state, .timeout = 240) {
+    const char *db = tfix_path("zbv.db"), *model = "gpt:layers=4,dim=32,heads=2,seq=16,batch=2";
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--schedule", "zb-v", "--nproc-per-node", "2", "--microbatches", "4", "--steps",
+                            "2", "--model", model, "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    model_spec spec;
+    pp_err err;
+    cr_assert_eq(model_parse_spec(model, &spec, &err), 0, "%s", err.msg);
+    int first[5];
+    cr_assert_eq(sched_partition(spec.layers, 4, NULL, 0, first, &err), 0, "%s", err.msg);
+    int64_t want[2] = {0, 0};
+    for (int stage = 0; stage < 4; stage++) {
+        model_stage *m;
+        cr_assert_eq(model_stage_create(&spec, first[stage], first[stage + 1], stage == 0, stage == 3, 1, 4, &m, &err),
+                     0, "%s", err.msg);
+        char sql[160];
+        snprintf(sql, sizeof sql, "SELECT DISTINCT rank FROM plan WHERE job_id=1 AND stage=%d", stage);
+        want[(int)sql_double(db, sql)] += 16 * (int64_t)model_stage_weight_count(m);
+        model_stage_free(m);
+    }
+    char sql[160], line[160];
+    for (int rank = 0; rank < 2; rank++) {
+        snprintf(sql, sizeof sql, "SELECT min(bytes) = max(bytes) AND count(*) = 2 AND min(bytes) FROM events "
+                 "WHERE job_id=1 AND rank=%d AND phase='OPT'", rank);
+        cr_assert_eq((int64_t)sql_double(db, sql), 1, "rank %d: one OPT per step, the same bytes", rank);
+        snprintf(sql, sizeof sql, "SELECT bytes FROM events WHERE job_id=1 AND rank=%d AND phase='OPT'", rank);
+        cr_assert_eq((int64_t)sql_double(db, sql), want[rank], "rank %d", rank);
+    }
+    lt_proc p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert(want[0] >= 100 * 1024 && want[1] >= 100 * 1024 && want[0] < 1024 * 1024 && want[1] < 1024 * 1024);
+    snprintf(line, sizeof line, "  state    weights, gradients, optimizer  0: %.0f KiB  1: %.0f KiB\n", /* 100 KiB up: whole */
+             (double)want[0] / 1024, (double)want[1] / 1024);
+    lt_assert_has(p.out, line);
+    lt_free(&p);
+    lt_free(&run);
 }
 
 /* The what-if row of a line of `pprun stats` (after its name), or "". */

@@ -59,7 +59,8 @@ typedef struct trace_event {
             int32_t peer;       /* the other rank of SEND/RECV, else -1 */
             int32_t reserved;   /* source gpu: the span's number (> 0), which its TRACE_KERNELs carry */
             uint64_t start_ns, end_ns;
-            uint64_t bytes;     /* SEND/RECV payload; F/B/W: activation bytes the rank holds after the op */
+            uint64_t bytes;     /* SEND/RECV payload; F/B/W: activation bytes the rank holds after the op;
+                                * OPT: the rank's weights, gradients and optimizer state */
             double value;       /* LOSS: the loss */
         };
         struct {                /* TRACE_KERNEL_NAME only */

@@ -131,6 +131,14 @@ model_gemm_stats model_stage_gemm_stats(const model_stage *stage);
  * so after the W of every microbatch of a step. O(1). */
 size_t model_stage_saved_bytes(const model_stage *stage);
 
+/* Memory the stage holds for the whole job, whatever the schedule: its
+ * weights, the step's gradient and the optimizer's two moments (allocated
+ * for SGD too), four floats per weight; on the device for a GPU stage (its
+ * host copies not counted). Beside model_stage_saved_bytes it makes the
+ * stage's memory at a point of the step (scratch, pools and boundary
+ * tensors aside). */
+size_t model_stage_state_bytes(const model_stage *stage);
+
 /* Bytes of the training data (the corpus or the file). */
 size_t data_size(const data_source *data);
 

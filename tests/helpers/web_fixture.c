@@ -446,6 +446,17 @@ int fixture_add_activations(const char *db_path, int64_t per_mb, pp_err *err) {
     return rc;
 }
 
+int fixture_add_state(const char *db_path, int64_t per_rank, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    char sql[256];
+    snprintf(sql, sizeof sql, "UPDATE events SET bytes = %lld * (rank + 1) WHERE job_id=1 AND source='cpu' AND phase='OPT'",
+             (long long)per_rank);
+    int rc = exec(db, sql, err);
+    sqlite3_close(db);
+    return rc;
+}
+
 int fixture_set_status(const char *db_path, const char *status, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;

@@ -56,6 +56,9 @@ int fixture_add_history(const char *db_path, int first, int n, pp_err *err);
  * 1F1B on 4 ranks peaks at 4, 3, 2, 1 microbatches. Steps without events
  * get 0. Returns 0 or -1. */
 int fixture_add_activations(const char *db_path, int64_t per_mb, pp_err *err);
+/* Gives job 1's host OPT spans the bytes of weights, gradients and
+ * optimizer state the engine records: per_rank * (rank + 1). Returns 0 or -1. */
+int fixture_add_state(const char *db_path, int64_t per_rank, pp_err *err);
 /* Sets job 1's status (and ended_at / exit_code when not running). */
 int fixture_set_status(const char *db_path, const char *status, pp_err *err);
 /* The expected loss of (step, microbatch). */
