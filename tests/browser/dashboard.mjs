@@ -190,19 +190,6 @@ try {
     await page.waitForFunction(() => window.__pprun.jobsShown === 1, null, { timeout: 10000 });
     out.jobsHead = await page.$$eval('#jobs-table thead th', (th) => th.map((t) => t.textContent));
     out.jobsRows = await page.$$eval('#jobs-table tbody tr', (trs) => trs.map((tr) => [...tr.cells].map((td) => td.textContent)));
-    // Tick both jobs: the Compare panel holds job 2 against job 1.
-    await page.check('#jobs-table tbody tr[data-job="1"] td.pick input');
-    await page.check('#jobs-table tbody tr[data-job="2"] td.pick input');
-    await page.waitForFunction(() => window.__pprun.compare && window.__pprun.compare.job === 2, null, { timeout: 10000 });
-    out.compare = await page.evaluate(() => { const c = window.__pprun.compare; return { job: c.job, other: c.other, differs: c.differs, rows: c.rows, prediction: c.prediction, loss: c.loss }; });
-    out.compareDom = {
-      differs: await page.$$eval('#compare-differs li', (li) => li.map((x) => x.textContent)),
-      rows: await page.$$eval('#compare-table tbody tr', (trs) => trs.map((tr) => [...tr.cells].map((td) => td.textContent))),
-      prediction: await page.textContent('#compare-prediction'),
-      loss: await page.textContent('#compare-loss'),
-      stillOnJobs: await page.evaluate(() => !document.getElementById('tab-jobs').hidden),
-    };
-    await page.locator('#compare').screenshot({ path: shot.replace(/\.png$/, '-compare.png') });
   } else {
     out.follow = await page.evaluate(() => document.getElementById('follow').checked);
     out.stepsBefore = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
