@@ -10,6 +10,7 @@
 // rank's row gets a thin GPU lane under it: the gpu spans of the window
 // (events?gpu=1) in lighter F/B/W colours and, zoomed in to a few hundred
 // spans, the kernels themselves (/kernels) along its lower half.
+// The Jobs tab compares two ticked jobs (/api/jobs/{id}/compare?vs=M).
 // window.__pprun exposes what was fetched and drawn, for tests.
 'use strict';
 
@@ -64,6 +65,7 @@ const S = {
   gpuLane: false, gpu: [], kernels: null, actRecorded: false, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
   stream: null, fetchSeq: 0,
   whatif: null, whatifAt: 0, // the latest /whatif answer, and when it was asked for
+  picked: [], // the jobs ticked in the Jobs table to compare, at most two
 };
 
 // A growable column store for events: parallel typed arrays.
@@ -934,7 +936,7 @@ async function showJobs() {
   info.textContent = 'loading…';
   const sums = await Promise.all(jobs.map((j) => api(`/api/jobs/${j.id}/summary`).catch((e) => ({ error: e.message }))));
   const pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
-  const cols = ['job', 'name', 'status', 'schedule', 'ranks', 'microbatches', 'device', 'steps', 'step time',
+  const cols = ['compare', 'job', 'name', 'status', 'schedule', 'ranks', 'microbatches', 'device', 'steps', 'step time',
     'bubble', 'planned', 'bubble vs plan', 'idle mostly', 'activations', 'in flight', 'loss'];
   tbl.innerHTML = '';
   const head = tbl.createTHead().insertRow();
@@ -946,7 +948,7 @@ async function showJobs() {
     tr.onclick = () => { document.querySelector('.tab[data-tab=timeline]').click(); openJob(j.id); };
     const idle = s.idle_ns_by_cause || {}, total = Object.values(idle).reduce((a, b) => a + b, 0);
     const top = Object.keys(idle).reduce((a, k) => (a == null || idle[k] > idle[a] ? k : a), null);
-    const cells = [j.id, j.name, j.status, j.schedule + (j.virtual_stages > 1 ? ` (v=${j.virtual_stages})` : ''), j.world_size,
+    const cells = [null, j.id, j.name, j.status, j.schedule + (j.virtual_stages > 1 ? ` (v=${j.virtual_stages})` : ''), j.world_size,
       j.microbatches, j.device, s.error ? s.error : s.steps, s.step_time_ns == null ? '–' : fmtMs(s.step_time_ns),
       pct(s.bubble_ratio), pct(s.sim_bubble_ratio), null,
       total > 0 ? `${top} ${(100 * idle[top] / total).toFixed(0)}%` : '–',
@@ -955,7 +957,14 @@ async function showJobs() {
       s.loss == null ? '–' : s.loss.toFixed(4)];
     cells.forEach((v, k) => {
       const td = tr.insertCell();
-      if (k === 11) {
+      if (k === 0) {
+        td.className = 'pick';
+        td.onclick = (e) => e.stopPropagation(); // ticking is not opening
+        const box = document.createElement('input');
+        box.type = 'checkbox'; box.title = 'compare'; box.checked = S.picked.includes(j.id);
+        box.onchange = () => pickJob(j.id, box.checked);
+        td.appendChild(box);
+      } else if (k === 12) {
         td.className = 'bars';
         for (const [x, cls] of [[s.bubble_ratio, ''], [s.sim_bubble_ratio, 'plan']]) {
           const bar = document.createElement('i');
@@ -970,6 +979,88 @@ async function showJobs() {
   });
   info.textContent = `${jobs.length} job${jobs.length === 1 ? '' : 's'}` + (S.jobs.length > jobs.length ? ` (the newest ${jobs.length})` : '');
   window.__pprun.jobsShown = jobs.length;
+}
+
+// ---- two jobs compared (GET /compare: `pprun stats --vs` in the page) --------------
+
+// Ticks a job in the Jobs table; with two ticked, the newer is compared
+// with the older (as `pprun stats --vs OLDER` does with the newest job).
+function pickJob(id, on) {
+  S.picked = S.picked.filter((x) => x !== id);
+  if (on) S.picked.push(id);
+  if (S.picked.length > 2) S.picked.shift(); // the earliest tick gives way
+  document.querySelectorAll('#jobs-table td.pick input').forEach((b) => { b.checked = S.picked.includes(Number(b.closest('tr').dataset.job)); });
+  showCompare().catch((e) => { $('compare-error').textContent = e.message; $('compare-error').hidden = false; });
+}
+
+async function showCompare() {
+  const panel = $('compare'), err = $('compare-error');
+  window.__pprun.compare = null;
+  if (S.picked.length < 2) { panel.hidden = true; return; }
+  const job = Math.max(...S.picked), other = Math.min(...S.picked);
+  const r = await api(`/api/jobs/${job}/compare?vs=${other}`);
+  if (Math.max(...S.picked) !== job || Math.min(...S.picked) !== other) return; // ticks changed meanwhile
+  err.hidden = true; panel.hidden = false;
+  const o = r.numbers.other, n = r.numbers.job, ch = r.numbers.change;
+  const pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
+  const ms = (x) => (x == null ? '–' : fmtMs(x));
+  const times = (x) => (x == null ? '–' : x.toFixed(2) + '×');
+  const pp = (x) => (x == null ? '–' : (x >= 0 ? '+' : '') + x.toFixed(1) + ' pp');
+  const bytes = (x) => (x ? fmtBytes(x) : '–');
+  const lossOf = (s) => (s.loss == null ? '–' : `${s.loss.toFixed(4)} @${s.loss_step}`);
+  $('compare-title').textContent = `job ${other} (${o.schedule}) → job ${job} (${n.schedule}): the change from job ${other} to job ${job}`;
+  const differs = r.differs.map((d) => `${d.what}: ${d.other} in job ${other}, ${d.job} in job ${job}`);
+  if (r.op_sizes_differ) differs.push('an op is one chunk\'s: more chunks per rank, shorter ops; compare step times');
+  if (!r.differs.length) differs.push('nothing else differs in their configurations');
+  const ul = $('compare-differs');
+  ul.innerHTML = '';
+  for (const t of differs) { const li = document.createElement('li'); li.textContent = t; ul.appendChild(li); }
+
+  const rows = [['steps compared', o.steps, n.steps, ''],
+    ['step time (median)', ms(o.step_time_ns), ms(n.step_time_ns), times(ch.step_time)],
+    ['bubble measured', pct(o.bubble_ratio), pct(n.bubble_ratio), pp(ch.bubble_ratio_pp)],
+    ['bubble planned', pct(o.sim_bubble_ratio), pct(n.sim_bubble_ratio), pp(ch.sim_bubble_ratio_pp)],
+    ['activations at peak (rank)', bytes(o.act_peak_bytes), bytes(n.act_peak_bytes), times(ch.act_peak_bytes)],
+    ['idle per step, all ranks', ms(o.idle_ns_per_step), ms(n.idle_ns_per_step), times(ch.idle_ns_per_step)]];
+  for (const [cause, x] of Object.entries(ch.idle_ns_per_step_by_cause))
+    rows.push(['  ' + cause, ms(o.idle_ns_per_step_by_cause[cause]), ms(n.idle_ns_per_step_by_cause[cause]), times(x), 'sub']);
+  for (const src of ['host', 'gpu']) {
+    if (!ch.op_median_ns[src]) continue;
+    rows.push([`op medians (${src === 'gpu' ? 'GPU' : 'host'} spans)`, '', '', '']);
+    for (const [ph, x] of Object.entries(ch.op_median_ns[src]))
+      rows.push(['  ' + ph, ms(o.op_median_ns[src][ph]), ms(n.op_median_ns[src][ph]), times(x), 'sub']);
+  }
+  rows.push(["loss (latest step's mean)", lossOf(o), lossOf(n), ch.loss == null ? '–' : (ch.loss >= 0 ? '+' : '') + ch.loss.toFixed(4)]);
+  const tbl = $('compare-table');
+  tbl.innerHTML = '';
+  const head = tbl.createTHead().insertRow();
+  for (const h of ['', `job ${other}`, `job ${job}`, `${other}→${job}`]) { const th = document.createElement('th'); th.textContent = h; head.appendChild(th); }
+  const body = tbl.createTBody();
+  for (const row of rows) {
+    const tr = body.insertRow();
+    if (row[4]) tr.className = row[4];
+    for (let k = 0; k < 4; k++) { const td = tr.insertCell(); td.textContent = String(row[k]); if (k) td.className = 'num'; }
+  }
+
+  const p = r.prediction;
+  const prediction = p.why_not ? `what if: no prediction: ${p.why_not}`
+    : `what if: job ${other} predicted ${p.schedule}${p.tuned ? ' (ordered for its costs)' : ''} at ${ms(p.predicted_step_time_ns)}` +
+      (p.own_schedule ? `, ${times(p.predicted_over_own)} of its own ${p.own_schedule}` : '') + ' (simulated); ' +
+      (p.measured_step_time_ns == null ? `job ${job} has no complete step to hold it against yet`
+        : `job ${job} measured ${ms(p.measured_step_time_ns)}: ${times(p.measured_over_predicted)} of the prediction, ` +
+          `${times(p.measured_over_other)} of job ${other}'s ${ms(o.step_time_ns)}`);
+  $('compare-prediction').textContent = prediction;
+  const l = r.loss_check, lossEl = $('compare-loss');
+  const mean = (x) => (x == null ? 'not finite' : x.toFixed(6));
+  let loss;
+  if (!l) loss = "loss: no step has every microbatch's loss in both jobs";
+  else if (l.bitwise) loss = `loss at step ${l.step}: ${mean(l.job)} in both: bitwise equal`;
+  else loss = `loss at step ${l.step}: ${mean(l.other)} (job ${other}), ${mean(l.job)} (job ${job}): not bitwise equal: ` +
+    (l.microbatches_job !== l.microbatches_other ? `${l.microbatches_other} microbatches in job ${other}, ${l.microbatches_job} in job ${job}`
+      : `${l.differing} microbatch${l.differing === 1 ? '' : 'es'} differ`);
+  lossEl.textContent = loss;
+  lossEl.className = !l ? '' : l.bitwise ? 'equal' : 'differ';
+  window.__pprun.compare = { job, other, differs, rows: rows.map((x) => x.slice(0, 4).map(String)), prediction, loss, reply: r };
 }
 
 async function runSql() {
@@ -995,7 +1086,7 @@ async function runSql() {
 // ---- test hook -------------------------------------------------------------------
 
 window.__pprun = {
-  ready: false, drawn: null, lossPoints: [], actPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null, jobsShown: null,
+  ready: false, drawn: null, lossPoints: [], actPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null, jobsShown: null, compare: null,
   state: S,
   showStep: (s) => showStep(s),
   // Page coordinates of the centre of a drawn block, for hovering in tests.

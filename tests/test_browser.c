@@ -4,7 +4,8 @@
  * the tooltip, the loss chart has a point per step, the SQL tab shows rows;
  * for a running job, steps appended by another writer appear without a
  * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none; the
- * Jobs tab holds both side by side; a job of 30,000 steps opens with thinned
+ * Jobs tab holds both side by side, and ticking both compares them (the
+ * Compare panel, GET /compare); a job of 30,000 steps opens with thinned
  * charts. Screenshots are kept in the
  * build directory. */
 #include <cjson/cJSON.h>
@@ -186,6 +187,10 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
     cJSON *j = browse(db, "gpu", NULL);
+    char shot[PATH_MAX + 64];
+    build_dir(shot, PATH_MAX);
+    strcat(shot, "/browser-gpu-compare.png");
+    cr_assert_eq(access(shot, R_OK), 0, "the Compare panel's screenshot kept at %s", shot);
 
     cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(drawn, "gpuLane")));
@@ -246,6 +251,36 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert_float_eq(atof(CELL(r1, 6)), loss, 5e-5);
 #undef CELL
     cr_assert_eq(jnum(j, "openedFromJobs"), 2, "a click on a row opens the job");
+    /* Both ticked: job 2 against job 1, as `pprun stats --vs 1` has it */
+    cJSON *cmp = cJSON_GetObjectItem(j, "compare"), *dom = cJSON_GetObjectItem(j, "compareDom");
+    cr_assert_eq(jnum(cmp, "job"), 2);
+    cr_assert_eq(jnum(cmp, "other"), 1);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(dom, "stillOnJobs")), "ticking a job does not open it");
+    static const char *const differs[] = {"model: timed:f=1ms,b=1ms,w=1ms,act=64KiB in job 1, mlp:layers=8,hidden=1024 in job 2",
+                                          "device: cpu in job 1, cuda in job 2"};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(cmp, "differs"), k)->valuestring, differs[k]);
+        cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(dom, "differs"), k)->valuestring, differs[k]);
+    }
+    static const char *const table[][4] = {{"step time (median)", "30.50 ms", "30.50 ms", "1.00×"},
+                                           {"bubble measured", "19.7%", "19.7%", "+0.0 pp"},
+                                           {"  wait_gradient", "12.00 ms", "12.00 ms", "1.00×"}};
+    cJSON *rows_shown = cJSON_GetObjectItem(dom, "rows"), *row;
+    cr_assert(cJSON_Compare(rows_shown, cJSON_GetObjectItem(cmp, "rows"), 1), "the table shows what __pprun.compare says");
+    for (int k = 0; k < 3; k++) {
+        int found = 0;
+        cJSON_ArrayForEach(row, rows_shown) if (!strcmp(cJSON_GetArrayItem(row, 0)->valuestring, table[k][0])) {
+            found = 1;
+            for (int c = 1; c < 4; c++) cr_assert_str_eq(cJSON_GetArrayItem(row, c)->valuestring, table[k][c], "%s", table[k][0]);
+        }
+        cr_assert(found, "a row %s", table[k][0]);
+    }
+    const char *text = cJSON_GetObjectItem(dom, "prediction")->valuestring;
+    cr_assert_str_eq(text, "what if: no prediction: job 1's what-if plays its own shape only; job 2 has another model");
+    char verdict[96];
+    snprintf(verdict, sizeof verdict, "loss at step 1: %.6f in both: bitwise equal", loss);
+    cr_assert_str_eq(cJSON_GetObjectItem(dom, "loss")->valuestring, verdict);
+    cr_assert_str_eq(cJSON_GetObjectItem(cmp, "loss")->valuestring, verdict);
     cJSON_Delete(j);
 }
 

@@ -1,6 +1,7 @@
 /* routes.c: the JSON API (DESIGN.md §8, docs/api.md): the dispatch, the
  * job list, one job, and POST /api/sql. The timeline's routes are in
- * routes_timeline.c, the per-step ones in routes_steps.c.
+ * routes_timeline.c, the per-step ones in routes_steps.c, the comparison
+ * of two jobs in routes_compare.c.
  *
  * Every time in a response is nanoseconds since the job's start (jobs.t0_ns):
  * small integers that a browser holds exactly in a double. Big arrays are
@@ -311,7 +312,8 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
             }
         }
     }
-    static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "summary", "whatif", "trace.json", NULL};
+    static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "summary", "whatif", "compare",
+                                        "trace.json", NULL};
     if (!rest || index_of(known, what) < 0) {
         http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
         return;
@@ -336,6 +338,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         else if (!strcmp(what, "trace.json")) route_trace(db, &j, r);
         else if (!strcmp(what, "summary")) route_summary(db, &j, r);
         else if (!strcmp(what, "whatif")) route_whatif(db, &j, r);
+        else if (!strcmp(what, "compare")) route_compare(db, c, &j, r);
         else route_plan(db, &j, r);
     }
     dbpool_put(&s->pool, db);

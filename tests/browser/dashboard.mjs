@@ -5,7 +5,8 @@
 //   node dashboard.mjs finished URL SCREENSHOT.png
 //   node dashboard.mjs live URL SCREENSHOT.png READY_FILE
 //   node dashboard.mjs job URL SCREENSHOT.png      (a real running job)
-//   node dashboard.mjs gpu URL SCREENSHOT.png      (fixture job 2 with gpu spans, then CPU job 1)
+//   node dashboard.mjs gpu URL SCREENSHOT.png      (fixture job 2 with gpu spans, then CPU job 1, then
+//                                                  the Jobs tab and the two compared: SCREENSHOT-compare.png)
 //   node dashboard.mjs long URL SCREENSHOT.png     (a job with 30,000 steps)
 //
 // "live": after the page is ready it creates READY_FILE; the test then
@@ -131,6 +132,19 @@ try {
     await page.waitForFunction(() => window.__pprun.jobsShown === 2, null, { timeout: 10000 });
     out.jobsHead = await page.$$eval('#jobs-table thead th', (th) => th.map((t) => t.textContent));
     out.jobsRows = await page.$$eval('#jobs-table tbody tr', (trs) => trs.map((tr) => [...tr.cells].map((td) => td.textContent)));
+    // Tick both jobs: the Compare panel holds job 2 against job 1.
+    await page.check('#jobs-table tbody tr[data-job="1"] td.pick input');
+    await page.check('#jobs-table tbody tr[data-job="2"] td.pick input');
+    await page.waitForFunction(() => window.__pprun.compare && window.__pprun.compare.job === 2, null, { timeout: 10000 });
+    out.compare = await page.evaluate(() => { const c = window.__pprun.compare; return { job: c.job, other: c.other, differs: c.differs, rows: c.rows, prediction: c.prediction, loss: c.loss }; });
+    out.compareDom = {
+      differs: await page.$$eval('#compare-differs li', (li) => li.map((x) => x.textContent)),
+      rows: await page.$$eval('#compare-table tbody tr', (trs) => trs.map((tr) => [...tr.cells].map((td) => td.textContent))),
+      prediction: await page.textContent('#compare-prediction'),
+      loss: await page.textContent('#compare-loss'),
+      stillOnJobs: await page.evaluate(() => !document.getElementById('tab-jobs').hidden),
+    };
+    await page.locator('#compare').screenshot({ path: shot.replace(/\.png$/, '-compare.png') });
     await page.click('#jobs-table tbody tr[data-job="2"]');
     await page.waitForFunction(() => window.__pprun.state.info && window.__pprun.state.info.job.id === 2 &&
       !document.getElementById('tab-timeline').hidden, null, { timeout: 10000 });
