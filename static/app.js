@@ -849,6 +849,7 @@ function hitTest(x, y) {
       ` · step ${ev.step[i]}\nstart ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
     if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
     if (['F', 'B', 'W'].includes(ph) && S.actRecorded) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
+    if (ph === 'OPT' && ev.bytes[i] > 0) text += `\nweights, gradients, optimizer state: ${fmtBytes(ev.bytes[i])}`;
     return { text };
   }
   for (const gp of S.gaps || []) {
@@ -937,7 +938,7 @@ async function showJobs() {
   const sums = await Promise.all(jobs.map((j) => api(`/api/jobs/${j.id}/summary`).catch((e) => ({ error: e.message }))));
   const pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
   const cols = ['compare', 'job', 'name', 'status', 'schedule', 'ranks', 'microbatches', 'device', 'steps', 'step time',
-    'bubble', 'planned', 'bubble vs plan', 'idle mostly', 'activations', 'in flight', 'loss'];
+    'bubble', 'planned', 'bubble vs plan', 'idle mostly', 'activations', 'with weights', 'in flight', 'loss'];
   tbl.innerHTML = '';
   const head = tbl.createTHead().insertRow();
   for (const c of cols) { const th = document.createElement('th'); th.textContent = c; head.appendChild(th); }
@@ -953,6 +954,7 @@ async function showJobs() {
       pct(s.bubble_ratio), pct(s.sim_bubble_ratio), null,
       total > 0 ? `${top} ${(100 * idle[top] / total).toFixed(0)}%` : '–',
       s.act_peak_bytes ? fmtBytes(s.act_peak_bytes) : '–',
+      s.mem_peak_bytes == null ? '–' : `${fmtBytes(s.mem_peak_bytes)} (rank ${s.mem_peak_rank})`,
       s.plan_peak_inflight && s.plan_peak_inflight.length ? Math.max(...s.plan_peak_inflight) : '–',
       s.loss == null ? '–' : s.loss.toFixed(4)];
     cells.forEach((v, k) => {
@@ -1021,6 +1023,7 @@ async function showCompare() {
     ['bubble measured', pct(o.bubble_ratio), pct(n.bubble_ratio), pp(ch.bubble_ratio_pp)],
     ['bubble planned', pct(o.sim_bubble_ratio), pct(n.sim_bubble_ratio), pp(ch.sim_bubble_ratio_pp)],
     ['activations at peak (rank)', bytes(o.act_peak_bytes), bytes(n.act_peak_bytes), times(ch.act_peak_bytes)],
+    ['  with weights and optimizer', bytes(o.mem_peak_bytes), bytes(n.mem_peak_bytes), times(ch.mem_peak_bytes), 'sub'],
     ['idle per step, all ranks', ms(o.idle_ns_per_step), ms(n.idle_ns_per_step), times(ch.idle_ns_per_step)]];
   for (const [cause, x] of Object.entries(ch.idle_ns_per_step_by_cause))
     rows.push(['  ' + cause, ms(o.idle_ns_per_step_by_cause[cause]), ms(n.idle_ns_per_step_by_cause[cause]), times(x), 'sub']);

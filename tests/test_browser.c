@@ -107,6 +107,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     fixture_tmp_path(db, sizeof db, "browser");
     cr_assert_eq(fixture_create(db, 3, "succeeded", &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_activations(db, 64 << 10, &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_state(db, 512 << 10, &err), 0, "%s", err.msg);
     cJSON *j = browse(db, "finished", NULL);
 
     cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
@@ -132,6 +133,8 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert(strstr(tip, "rank 1 · F · microbatch 3") && strstr(tip, "step 0") && strstr(tip, "duration 1.000 ms"), "%s", tip);
     /* 1F1B on rank 1: F0 F1 F2 B0 W0 F3, so three microbatches of 64 KiB. */
     cr_assert(strstr(tip, "activations held after it: 192 KiB"), "%s", tip);
+    tip = cJSON_GetObjectItem(j, "optTooltip")->valuestring;
+    cr_assert(strstr(tip, "rank 2 · OPT · step 0") && strstr(tip, "weights, gradients, optimizer state: 1.5 MiB"), "%s", tip);
     const char *gap = cJSON_GetObjectItem(j, "gapTooltip")->valuestring;
     cr_assert(strstr(gap, "rank 3 idle 3.000 ms") && strstr(gap, "warmup"), "%s", gap);
     cr_assert_gt(cJSON_GetObjectItem(j, "zoomedSpanRatio")->valuedouble, 2.0, "wheel zoom widened the window");
@@ -443,13 +446,18 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
         free(got);
     }
     const cJSON *head = cJSON_GetObjectItem(j, "jobsHead"), *row = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "jobsRows"), 0);
-    int act_col = -1, inflight_col = -1;
+    int act_col = -1, mem_col = -1, inflight_col = -1;
     for (int c = 0; c < cJSON_GetArraySize(head); c++) {
         if (strcmp(cJSON_GetArrayItem(head, c)->valuestring, "activations") == 0) act_col = c;
+        if (strcmp(cJSON_GetArrayItem(head, c)->valuestring, "with weights") == 0) mem_col = c;
         if (strcmp(cJSON_GetArrayItem(head, c)->valuestring, "in flight") == 0) inflight_col = c;
     }
-    cr_assert(act_col >= 0 && inflight_col >= 0 && row, "the Jobs tab has activations and in-flight columns");
+    cr_assert(act_col >= 0 && mem_col >= 0 && inflight_col >= 0 && row,
+              "the Jobs tab has activations, with-weights and in-flight columns");
     cr_assert_str_eq(cJSON_GetArrayItem(row, act_col)->valuestring, "64 KiB");
+    /* the timed model's 8 layers per stage hold a weight each: 4 floats of
+     * state per weight, 128 B beside rank 0's 64 KiB */
+    cr_assert_str_eq(cJSON_GetArrayItem(row, mem_col)->valuestring, "64.1 KiB (rank 0)");
     cr_assert_str_eq(cJSON_GetArrayItem(row, inflight_col)->valuestring, "4");
 
     /* The what-if table filled in while the job ran: its own row (1f1b)

@@ -1121,6 +1121,7 @@ static void setup_act(void) {
     setup();
     pp_err err;
     cr_assert_eq(fixture_add_activations(dbpath, ACT_MB, &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_state(dbpath, 2 * ACT_MB, &err), 0, "%s", err.msg); /* rank r: 2 (r + 1) ACT_MB */
 }
 
 Test(web_act, steps_plan_and_summary_give_activation_memory_per_rank, .init = setup_act, .fini = teardown) {
@@ -1141,6 +1142,12 @@ Test(web_act, steps_plan_and_summary_give_activation_memory_per_rank, .init = se
     j = get_json("/api/jobs/1/summary", 200);
     int_array_is(j, "act_peak_bytes_by_rank", held_1f1b, 4);
     cr_assert_eq(num(j, "act_peak_bytes"), 4 * ACT_MB);
+    /* with weights, gradients and optimizer state the most is on rank 3
+     * (8 + 1), not on rank 0 (2 + 4), where activations peak */
+    const int64_t state[4] = {2 * ACT_MB, 4 * ACT_MB, 6 * ACT_MB, 8 * ACT_MB};
+    int_array_is(j, "state_bytes_by_rank", state, 4);
+    cr_assert_eq(num(j, "mem_peak_bytes"), 9 * ACT_MB);
+    cr_assert_eq(num(j, "mem_peak_rank"), 3);
     int_array_is(j, "plan_peak_inflight", inflight_1f1b, 4);
     cJSON_Delete(j);
 
@@ -1254,6 +1261,9 @@ Test(web_act, missing_data_is_0_null_or_empty, .init = setup, .fini = teardown) 
     const int64_t nulls[4] = {-1, -1, -1, -1};
     int_array_is(j, "act_peak_bytes_by_rank", nulls, 4);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "act_peak_bytes")));
+    int_array_is(j, "state_bytes_by_rank", nulls, 4); /* the fixture's OPT spans record none */
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "mem_peak_bytes")));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "mem_peak_rank")));
     int_array_is(j, "plan_peak_inflight", NULL, 0);
     cJSON_Delete(j);
     j = get_json("/api/jobs/1/plan", 200);

@@ -84,7 +84,7 @@ static void side_is_summary(const cJSON *side, long job) {
     cJSON *s = get_json(200, "/api/jobs/%ld/summary", job);
     cr_assert_eq(num(side, "id"), job);
     static const char *const same[] = {"from_step", "steps", "step_time_ns", "bubble_ratio", "sim_bubble_ratio",
-                                       "act_peak_bytes", "loss_step", "loss"};
+                                       "act_peak_bytes", "mem_peak_bytes", "loss_step", "loss"};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++)
         cr_assert(cJSON_Compare(at(side, same[k]), at(s, same[k]), 1), "job %ld: %s as in /summary", job, same[k]);
     const cJSON *c;
@@ -158,6 +158,14 @@ Test(web_compare, real_jobs_give_the_numbers_pprun_stats_prints, .timeout = 120)
     cr_assert_eq(num(c, "numbers.change.op_median_ns.host.F"),
                  num(c, "numbers.job.op_median_ns.host.F") / num(c, "numbers.other.op_median_ns.host.F"));
     cr_assert_null(cJSON_GetObjectItem(at(c, "numbers.job.op_median_ns"), "gpu"), "a CPU job has no GPU spans");
+    /* one model, one layout: the same weights, so the memory with them
+     * changes as the activations do, and the terminal says so too */
+    cr_assert_gt(num(c, "numbers.job.mem_peak_bytes"), num(c, "numbers.job.act_peak_bytes"));
+    cr_assert_eq(num(c, "numbers.change.mem_peak_bytes"),
+                 num(c, "numbers.job.mem_peak_bytes") / num(c, "numbers.other.mem_peak_bytes"));
+    stats_line(p.out, "    with weights and optimizer", line, sizeof line);
+    snprintf(want, sizeof want, " %.2fx", num(c, "numbers.change.mem_peak_bytes"));
+    lt_assert_has(line, want);
 
     cJSON *w = get_json(200, "/api/jobs/1/whatif"), *row;
     double zbh1 = -1;
@@ -267,6 +275,8 @@ Test(web_compare, fixture_numbers_exactly_and_nulls_without_steps, .timeout = 60
     cr_assert_null(cJSON_GetObjectItem(at(c, "numbers.change.op_median_ns"), "gpu"), "job 1 has no GPU spans");
     cr_assert_eq(num(c, "numbers.job.act_peak_bytes"), 0, "the fixture records no held bytes (0, as in /summary)");
     is_null(c, "numbers.change.act_peak_bytes");
+    is_null(c, "numbers.job.mem_peak_bytes"); /* nor weights and optimizer state */
+    is_null(c, "numbers.change.mem_peak_bytes");
     cr_assert_str_eq(str(c, "prediction.why_not"), "job 1's what-if plays its own shape only; job 2 has another model");
     double loss = 0;
     for (int m = 0; m < FIXTURE_MB; m++) loss += fixture_loss(2, m);

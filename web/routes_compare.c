@@ -75,6 +75,7 @@ static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
     jw_knum(w, "bubble_ratio", s->bubble_ratio);
     jw_knum(w, "sim_bubble_ratio", s->sim_bubble_ratio);
     kint_or_null(w, "act_peak_bytes", s->act_peak); /* 0: not recorded, as in /summary */
+    kint_or_null(w, "mem_peak_bytes", s->mem_peak); /* with weights, gradients and optimizer state */
     jw_knum(w, "idle_ns_per_step", per_step((int64_t)idle_total(s), s));
     jw_key(w, "idle_ns_per_step_by_cause");
     jw_obj(w);
@@ -107,6 +108,8 @@ static void change(jw *w, const job_summary *js, const job_summary *os) {
     /* 0 is "not recorded", -1 no statistics: neither is a peak */
     jw_knum(w, "act_peak_bytes", js->act_peak > 0 && os->act_peak > 0 ? ratio((double)js->act_peak, (double)os->act_peak)
                                                                        : NAN);
+    jw_knum(w, "mem_peak_bytes", js->mem_peak >= 0 && os->mem_peak >= 0 ? ratio((double)js->mem_peak, (double)os->mem_peak)
+                                                                          : NAN);
     jw_knum(w, "idle_ns_per_step", ratio(per_step((int64_t)idle_total(js), js), per_step((int64_t)idle_total(os), os)));
     jw_key(w, "idle_ns_per_step_by_cause"); /* the causes either job has */
     jw_obj(w);

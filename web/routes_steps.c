@@ -236,6 +236,18 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_key(&w, "act_peak_bytes");
     if (s.act_peak >= 0) jw_int(&w, s.act_peak);
     else jw_null(&w);
+    jw_key(&w, "state_bytes_by_rank");
+    jw_arr(&w);
+    for (int k = 0; k < s.world; k++)
+        if (s.state_by_rank[k] >= 0) jw_int(&w, s.state_by_rank[k]);
+        else jw_null(&w);
+    jw_arr_end(&w);
+    jw_key(&w, "mem_peak_bytes");
+    if (s.mem_peak >= 0) jw_int(&w, s.mem_peak);
+    else jw_null(&w);
+    jw_key(&w, "mem_peak_rank");
+    if (s.mem_peak_rank >= 0) jw_int(&w, s.mem_peak_rank);
+    else jw_null(&w);
     jw_key(&w, "plan_peak_inflight");
     jw_arr(&w);
     for (int k = 0; s.has_plan && k < s.world; k++) jw_int(&w, s.plan_peak_inflight[k]);

@@ -57,6 +57,10 @@ try {
     await page.mouse.move(c.x, c.y);
     await page.waitForSelector('#tooltip:not([hidden])', { timeout: 5000 });
     out.tooltip = await page.textContent('#tooltip');
+    const o = await page.evaluate(() => window.__pprun.blockCenter(2, 'OPT', -1, 0));
+    await page.mouse.move(o.x, o.y);
+    await page.waitForFunction(() => /OPT/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
+    out.optTooltip = await page.textContent('#tooltip');
     // A gap: rank 3 idles 3 ms before its first forward (warm-up).
     const g = await page.evaluate(() => {
       const f = window.__pprun.blockCenter(3, 'F', 0, 0);
