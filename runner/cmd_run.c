@@ -512,6 +512,28 @@ static void after_attempt(void *ctx, const launch_info *info, const launch_resul
     comm_cleanup(job_key, info->world_size);
 }
 
+/* A job too short for the live refresh (its steps reached the database
+ * after the progress display saw them) still gets its planned timeline at
+ * its measured costs, from the latest step with statistics. */
+static void plan_at_the_end(run_job *job) {
+    if (job->cfg.model.kind == MODEL_TIMED) return; /* planned at the model's own costs from the start */
+    sqlite3 *sql = db_sqlite(job->db);
+    sqlite3_stmt *st;
+    int simulated = 1, step = -1;
+    if (sqlite3_prepare_v2(sql, "SELECT (SELECT count(sim_start_ns) FROM plan WHERE job_id=?1),"
+                                " (SELECT max(step) FROM step_stats WHERE job_id=?1)", -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, job->job_id);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        simulated = sqlite3_column_int(st, 0) > 0;
+        if (sqlite3_column_type(st, 1) != SQLITE_NULL) step = sqlite3_column_int(st, 1);
+    }
+    sqlite3_finalize(st);
+    pp_err err;
+    if (!simulated && step >= 0 && run_progress_resimulate(job->db, job->job_id, job->plan, &job->cfg, step, &err) < 0)
+        fprintf(stderr, "pprun run: planned timeline not written: %s\n", err.msg);
+}
+
 /* --- main ------------------------------------------------------------------------- */
 
 static int build_worker_argv(run_job *job, pp_err *err) {
@@ -675,6 +697,7 @@ int cmd_run(int argc, char **argv) {
         job.coll = NULL;
     }
     if (job.db) {
+        plan_at_the_end(&job);
         char failure[sizeof err.msg + 64] = "";
         if (lrc != 0)
             snprintf(failure, sizeof failure, "%s", err.msg);

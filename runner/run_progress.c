@@ -77,33 +77,40 @@ int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const
     return rc;
 }
 
-/* The plan, re-simulated with the measured F/B/W medians (the mean over
- * stages of each phase's median) of `step`. Tried again at the next step
- * until every stage has all three (the collector may not have written the
- * step yet). Its own connection: SQLite serialises it with the collector. */
+int run_progress_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
+                            pp_err *err) {
+    int stages = plan->stages;
+    int64_t *med = calloc((size_t)stages * 3, sizeof *med);
+    if (!med) return pp_fail(err, "out of memory");
+    int rc = db_phase_medians(d, job_id, step, stages, med, err);
+    double sum[3] = {0};
+    int complete = rc == 0;
+    for (int s = 0; complete && s < stages; s++)
+        for (int ph = 0; ph < 3; ph++) {
+            complete &= med[s * 3 + ph] >= 0;
+            sum[ph] += (double)med[s * 3 + ph];
+        }
+    free(med);
+    if (rc != 0) return -1;
+    if (!complete) return 0;
+    sched_costs c = {sum[0] / stages, sum[1] / stages, sum[2] / stages, 0};
+    return run_progress_write_plan(d, job_id, plan, cfg, &c, err) == 0 ? 1 : -1;
+}
+
+/* Live: the plan re-simulated at `step`, tried again at the next step
+ * until every stage has all three medians (the collector may not have
+ * written the step yet). Its own connection: SQLite serialises it with the
+ * collector. */
 static void refresh_plan(run_progress *p, int step) {
     if (!p->db_path[0] || p->plan_refreshed || p->cfg->model.kind == MODEL_TIMED) return;
     db *d = NULL;
     pp_err err;
-    int stages = p->plan->stages;
-    int64_t *med = calloc((size_t)stages * 3, sizeof *med);
-    if (med && db_open(p->db_path, &d, &err) == 0 && db_phase_medians(d, p->job_id, step, stages, med, &err) == 0) {
-        double sum[3] = {0};
-        int complete = 1;
-        for (int s = 0; s < stages; s++)
-            for (int ph = 0; ph < 3; ph++) {
-                complete &= med[s * 3 + ph] >= 0;
-                sum[ph] += (double)med[s * 3 + ph];
-            }
-        if (complete) {
-            sched_costs c = {sum[0] / stages, sum[1] / stages, sum[2] / stages, 0};
-            if (run_progress_write_plan(d, p->job_id, p->plan, p->cfg, &c, &err) != 0)
-                fprintf(stderr, "pprun run: planned timeline not updated: %s\n", err.msg);
-            p->plan_refreshed = 1;
-        }
+    if (db_open(p->db_path, &d, &err) == 0) {
+        int rc = run_progress_resimulate(d, p->job_id, p->plan, p->cfg, step, &err);
+        if (rc < 0) fprintf(stderr, "pprun run: planned timeline not updated: %s\n", err.msg);
+        p->plan_refreshed = rc != 0;
     }
     db_close(d);
-    free(med);
 }
 
 static void show(run_progress *p, int step, double loss, double step_ms, double tok_s) {

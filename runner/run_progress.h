@@ -6,7 +6,9 @@
  * launcher polls it and prints a progress bar on a terminal (step/steps,
  * loss, step time, tokens/s, ETA) or plain lines otherwise. Once the first
  * step is in, it re-simulates the plan with the measured F/B/W medians and
- * rewrites the `plan` table (the planned timeline beside the measured one). */
+ * rewrites the `plan` table (the planned timeline beside the measured one);
+ * `pprun run` calls run_progress_resimulate itself at the end of a job too
+ * short for that. */
 #ifndef PP_RUN_PROGRESS_H
 #define PP_RUN_PROGRESS_H
 #include <stdint.h>
@@ -29,6 +31,13 @@ int run_progress_start(const char *store_addr, const char *store_token, int step
  * while the store is still up. Returns the next step it would have shown
  * (where the next attempt's display picks up). */
 int run_progress_stop(run_progress *p);
+
+/* The plan re-simulated with the F/B/W medians measured at `step` (the mean
+ * over stages of each phase's median), written to the plan table: 1. 0 when
+ * some stage lacks a phase at that step (nothing written), -1 with err on
+ * a database error. */
+int run_progress_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
+                            pp_err *err);
 
 /* Writes the plan table: each rank's grid and, with costs (time units = ns),
  * the simulated timeline. costs NULL: the timed model's costs, or no
