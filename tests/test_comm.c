@@ -475,7 +475,7 @@ Test(comm_tcp, close_joins_threads_and_closes_sockets) {
 /* ---- bad input ---------------------------------------------------------------- */
 
 Test(comm, bad_configuration_and_bad_peers_are_clear_errors) {
-    const char *dir = tfix_mkdir("exchange"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("bad-config"); /* removed when the test process exits */
     int nodes[2] = {0, 1};
     comm_config cfg = {.rank = 0, .world = 2, .job_key = "bad", .exchange = fx_exchange(dir), .transport = "udp"};
     comm *c = NULL;
@@ -563,7 +563,7 @@ Test(comm_tcp, a_peer_without_a_token_is_refused) {
 }
 
 Test(comm, a_bad_token_is_a_clear_error) {
-    const char *dir = tfix_mkdir("exchange"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("bad-token"); /* removed when the test process exits */
     comm_config cfg = {.rank = 0, .world = 2, .job_key = "tok", .exchange = fx_exchange(dir), .token = "has space"};
     comm *c = NULL;
     pp_err e;

@@ -36,7 +36,7 @@ static comm *open_host(const char *dir, const int *nodes) {
  * bus ids) would look like one GPU: open refuses, naming what is missing
  * (the host comm carries the nodes), before touching CUDA. */
 Test(devcomm, open_requires_the_node_of_every_rank) {
-    const char *dir = tfix_mkdir("devopen"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("open-nodes"); /* removed when the test process exits */
     devcomm *d = (devcomm *)1;
     pp_err err = {{0}};
     comm *c = open_host(dir, NULL);
@@ -55,7 +55,7 @@ Test(devcomm, open_requires_the_node_of_every_rank) {
 
 #ifndef PPRUN_HAVE_CUDA
 Test(devcomm, open_says_it_is_not_built) {
-    const char *dir = tfix_mkdir("devopen"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("open-not-built"); /* removed when the test process exits */
     devcomm *d = (devcomm *)1;
     pp_err err = {{0}};
     int nodes[2] = {0, 0};

@@ -156,7 +156,7 @@ Test(launch_output, no_prefix) {
 }
 
 Test(launch_output, log_dir_redirects_and_filter) {
-    const char *dir = tfix_mkdir("logs"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("logs-filter"); /* removed when the test process exits */
     /* stdout of every rank only into files; stderr on the console, but
      * only local rank 1's. */
     const char *args[] = {"launch", "--nproc-per-node", "2", "--log-dir", dir, "--redirects", "1",
@@ -185,7 +185,7 @@ Test(launch_output, log_dir_redirects_and_filter) {
 }
 
 Test(launch_output, per_rank_redirects) {
-    const char *dir = tfix_mkdir("logs"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("logs-per-rank"); /* removed when the test process exits */
     /* torchrun's per-rank form: rank 0 keeps stdout off the console, rank 1
      * its stderr; --tee is accepted with the same forms. */
     const char *args[] = {"launch", "--nproc-per-node", "2", "--log-dir", dir, "--redirects", "0:1,1:2", "--tee", "3",

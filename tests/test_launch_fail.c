@@ -90,7 +90,7 @@ Test(launch_fail, rank_failing_once_then_succeeding_succeeds) {
 
 /* SIGTERM to pprun reaches every rank; pprun exits 128+15. */
 Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
-    const char *dir = tfix_mkdir("signal"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("sigterm"); /* removed when the test process exits */
     char script[512];
     snprintf(script, sizeof script,
              "trap 'echo got-TERM-$RANK; exit 0' TERM; touch %s/ready-$RANK; while :; do sleep 0.02; done", dir);
@@ -115,7 +115,7 @@ Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
 
 /* A rank that ignores the forwarded signal is killed after the grace. */
 Test(launch_fail, sigint_then_sigkill_after_the_grace) {
-    const char *dir = tfix_mkdir("signal"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("sigint-grace"); /* removed when the test process exits */
     char script[512];
     snprintf(script, sizeof script, "trap '' INT; touch %s/ready; while :; do sleep 0.02; done", dir);
     const char *args[] = {"launch", "--shutdown-timeout", "0.2", "--", "sh", "-c", script, NULL};
@@ -133,7 +133,7 @@ Test(launch_fail, sigint_then_sigkill_after_the_grace) {
 /* Ctrl-C while a failed attempt is torn down: the failure is the result and
  * nothing restarts, however many restarts are left. */
 Test(launch_fail, sigint_during_a_failures_teardown_stops_the_restarts, .timeout = 60) {
-    const char *dir = tfix_mkdir("signal"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("sigint-teardown"); /* removed when the test process exits */
     char script[768];
     snprintf(script, sizeof script,
              "a=$PPRUN_RESTART_COUNT; if [ $RANK = 0 ]; then while [ ! -f %s/ready-$a ]; do sleep 0.02; done; exit 1; fi; "

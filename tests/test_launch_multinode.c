@@ -231,7 +231,7 @@ Test(launch_multinode, slurm_environment_gives_nodes_ranks_and_master) {
 /* A failure on one node restarts the whole job on every node. */
 Test(launch_multinode, restarts_happen_on_every_node_together) {
     char port[16], s0[256], s1[512];
-    const char *dir = tfix_mkdir("mn"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("restarts"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
     /* Node 1 fails attempt 0 once node 0's rank has spoken (no race). */
     snprintf(s0, sizeof s0, "echo a=$PPRUN_RESTART_COUNT; touch %s/n0-$PPRUN_RESTART_COUNT; sleep 0.2", dir);
@@ -261,7 +261,7 @@ Test(launch_multinode, restarts_happen_on_every_node_together) {
  * at the next rendezvous until --rdzv-timeout). */
 Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every_node) {
     char port[16], s1[512], path[300];
-    const char *dir = tfix_mkdir("mn"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("ctrl-c-teardown"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
     /* Local rank 0 of node 1 ignores SIGTERM, so the teardown of local rank
      * 1's failure lasts --shutdown-timeout. */
@@ -299,7 +299,7 @@ Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every
  * rendezvous until --rdzv-timeout. */
 Test(launch_multinode, a_node_stopped_after_another_nodes_failure_calls_the_restart_off) {
     char port[16], s0[512], s1[256], path[300];
-    const char *dir = tfix_mkdir("mn"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("stopped-after-failure"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
     snprintf(s0, sizeof s0,
              "if [ $PPRUN_RESTART_COUNT = 0 ]; then while [ ! -e %s/r1 ]; do sleep 0.01; done; touch %s/failed; "
@@ -362,7 +362,7 @@ Test(launch_multinode, ctrl_c_acts_while_a_frozen_node_0_holds_the_tokens_answer
  * their ranks and fail. */
 Test(launch_multinode, losing_node_0_tears_down_the_others) {
     char port[16], script[256], ready[300];
-    const char *dir = tfix_mkdir("mn"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("lost-node-0"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
     snprintf(script, sizeof script, "touch %s/ready-$RANK; exec sleep 120", dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c", script, NULL};
@@ -390,7 +390,7 @@ Test(launch_multinode, losing_node_0_tears_down_the_others) {
  * else they run. */
 static void ctrl_c_with_node_0_frozen(int node1_done) {
     char port[16], run[300], done[300], pidfile[300];
-    const char *dir = tfix_mkdir("mn"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("frozen-node-0"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
     snprintf(run, sizeof run, "echo $$ > %s/pid-$RANK; touch %s/ready-$RANK; exec sleep 120", dir, dir);
     snprintf(done, sizeof done, "touch %s/ready-$RANK", dir);
