@@ -14,6 +14,7 @@
 #include "helpers/capture.h"
 #include "helpers/comm_file_exchange.h"
 #include "helpers/comm_world.h"
+#include "helpers/trace_fixture.h"
 #include "runner/comm/comm_int.h"  /* comm_shm_name: which /dev/shm name to look for */
 
 /* Deterministic bytes for message i: the receiver can regenerate them. */
@@ -474,8 +475,7 @@ Test(comm_tcp, close_joins_threads_and_closes_sockets) {
 /* ---- bad input ---------------------------------------------------------------- */
 
 Test(comm, bad_configuration_and_bad_peers_are_clear_errors) {
-    char dir[] = "/tmp/pprun-commtest-XXXXXX";
-    cr_assert(mkdtemp(dir));
+    const char *dir = tfix_mkdir("bad-config"); /* removed when the test process exits */
     int nodes[2] = {0, 1};
     comm_config cfg = {.rank = 0, .world = 2, .job_key = "bad", .exchange = fx_exchange(dir), .transport = "udp"};
     comm *c = NULL;
@@ -499,9 +499,6 @@ Test(comm, bad_configuration_and_bad_peers_are_clear_errors) {
     cr_assert_eq(comm_recv(c, 0, 1, &v, sizeof v, 10, &e), -1);
     cr_assert(strstr(e.msg, "this rank itself"), "%s", e.msg);
     comm_close(c);
-    char cmd[100];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
 }
 
 /* ---- the job token ----------------------------------------------------------- */
@@ -532,15 +529,12 @@ static int token_fn(comm *c, int rank, void *arg, pp_err *rep) {
 /* Runs token_fn with stderr in a file; returns what the ranks wrote there
  * (capture_end's buffer). */
 static const char *run_with_tokens(const char *const *tokens, cw_result *r) {
-    char dir[] = "/tmp/pprun-commtok-XXXXXX", done[64];
-    cr_assert(mkdtemp(dir));
-    snprintf(done, sizeof done, "%s/rank2-done", dir);
+    char done[256]; /* removed when the test process exits (tfix_path) */
+    snprintf(done, sizeof done, "%s", tfix_path("rank2-done"));
     capture log;
     capture_start(&log);
     int rc = cw_run_tokens(3, tokens, token_fn, done, r);
     const char *text = capture_end(&log);
-    unlink(done);
-    rmdir(dir);
     cr_assert_eq(rc, 0);
     return text;
 }
@@ -569,15 +563,13 @@ Test(comm_tcp, a_peer_without_a_token_is_refused) {
 }
 
 Test(comm, a_bad_token_is_a_clear_error) {
-    char dir[] = "/tmp/pprun-commtest-XXXXXX";
-    cr_assert(mkdtemp(dir));
+    const char *dir = tfix_mkdir("bad-token"); /* removed when the test process exits */
     comm_config cfg = {.rank = 0, .world = 2, .job_key = "tok", .exchange = fx_exchange(dir), .token = "has space"};
     comm *c = NULL;
     pp_err e;
     cr_assert_eq(comm_open(&cfg, &c, &e), -1);
     cr_assert(strstr(e.msg, "comm") && strstr(e.msg, "space"), "%s", e.msg);
     cr_assert_null(c);
-    rmdir(dir);
 }
 
 Test(comm, tags_follow_the_documented_layout) {

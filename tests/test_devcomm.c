@@ -18,6 +18,7 @@
 
 #include "helpers/comm_file_exchange.h"
 #include "helpers/comm_world.h"
+#include "helpers/trace_fixture.h"
 #include "runner/comm/devcomm.h"
 #include "runner/comm/devcomm_int.h"
 
@@ -31,18 +32,11 @@ static comm *open_host(const char *dir, const int *nodes) {
     return c;
 }
 
-static void rm_tree(const char *dir) {
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
 /* Without every rank's node, ranks on two homogeneous servers (same PCI
  * bus ids) would look like one GPU: open refuses, naming what is missing
  * (the host comm carries the nodes), before touching CUDA. */
 Test(devcomm, open_requires_the_node_of_every_rank) {
-    char dir[] = "/tmp/pprun-devopen-XXXXXX";
-    cr_assert(mkdtemp(dir));
+    const char *dir = tfix_mkdir("open-nodes"); /* removed when the test process exits */
     devcomm *d = (devcomm *)1;
     pp_err err = {{0}};
     comm *c = open_host(dir, NULL);
@@ -57,13 +51,11 @@ Test(devcomm, open_requires_the_node_of_every_rank) {
     cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
     cr_assert(strstr(err.msg, "rank_node[1] is -1"), "%s", err.msg);
     comm_close(c);
-    rm_tree(dir);
 }
 
 #ifndef PPRUN_HAVE_CUDA
 Test(devcomm, open_says_it_is_not_built) {
-    char dir[] = "/tmp/pprun-devopen-XXXXXX";
-    cr_assert(mkdtemp(dir));
+    const char *dir = tfix_mkdir("open-not-built"); /* removed when the test process exits */
     devcomm *d = (devcomm *)1;
     pp_err err = {{0}};
     int nodes[2] = {0, 0};
@@ -76,7 +68,6 @@ Test(devcomm, open_says_it_is_not_built) {
     cr_assert_eq(devcomm_open(&cfg, &d, &err), -1);
     cr_assert(strstr(err.msg, "unknown transport 'udp'"), "%s", err.msg);
     comm_close(c);
-    rm_tree(dir);
 }
 #else
 /* Runs devcomm_check SCENARIO (built next to pprun); its output comes back in out. */
@@ -206,12 +197,8 @@ static void gpu_world(const char *transport, int two_gpus) {
                      transport);
     cw_result res;
     gpu_arg a = {.transport = transport, .two_gpus = two_gpus, .res = &res};
-    snprintf(a.dir, sizeof a.dir, "/tmp/pprun-devgpu-XXXXXX");
-    cr_assert_not_null(mkdtemp(a.dir));
+    snprintf(a.dir, sizeof a.dir, "%s", tfix_mkdir("devgpu")); /* removed when the test process exits */
     cr_assert_eq(cw_run(2, (const int[]){0, 0}, NULL, gpu_rank, &a, &res), 0);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", a.dir);
-    cr_assert_eq(system(cmd), 0);
     for (int r = 0; r < 2; r++)
         cr_assert(res.exited[r] && res.code[r] == 0, "rank %d: %s", r, res.report[r]);
 }

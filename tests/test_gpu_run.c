@@ -80,8 +80,9 @@ static void job_result(const char *dir, const char *name, int stages, char **los
 /* Every schedule on `count` GPUs with GEMM operands in dtype; env is put in
  * front of each command. */
 static void every_schedule(int count, const char *env, const char *dtype) {
-    char dir[] = "/tmp/pprun-test-gpu-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    char dir[256], name[64]; /* removed when the test process exits (tfix_path) */
+    snprintf(name, sizeof name, "schedules-%d-%s", count, dtype); /* a test may run several */
+    snprintf(dir, sizeof dir, "%s", tfix_mkdir(name));
     /* says: what rank 1's first line must say about rank 0 (NULL: the
      * transport auto picks, which depends on the device count) */
     static const struct { const char *name, *schedule, *extra; int ranks, stages; const char *says; } jobs[] = {
@@ -104,7 +105,7 @@ static void every_schedule(int count, const char *env, const char *dtype) {
                  env, BIN, dtype, jobs[j].ranks, jobs[j].schedule, jobs[j].extra, j == 1 ? "on" : "off", dir, n,
                  dir, n, dir, n, dir, n);
         int status = system(cmd);
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { /* the log's end in the message: the dir may go */
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) { /* the log's end in the message: the dir goes at exit */
             char path[512];
             snprintf(path, sizeof path, "%s/%s.log", dir, n);
             char *log = slurp_all(path, NULL);
@@ -148,9 +149,6 @@ static void every_schedule(int count, const char *env, const char *dtype) {
         free(losses), free(w);
     }
     free(ref_losses), free(ref_w);
-    char rm[128];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", dir);
-    cr_assert_eq(system(rm), 0);
 }
 
 /* Two ranks on one GPU, CUPTI on by default: every F/B/W has a gpu span
@@ -158,8 +156,8 @@ static void every_schedule(int count, const char *env, const char *dtype) {
  * GPU stage synchronises at the end of each op), kernels rows carry names
  * and point at gpu spans, and the analyses see the host spans only. */
 static void cupti_job(const char *env) {
-    char dir[] = "/tmp/pprun-test-cupti-XXXXXX", cmd[1024], path[128];
-    cr_assert_not_null(mkdtemp(dir));
+    char dir[256], cmd[1024], path[512]; /* dir: removed when the test process exits (tfix_path) */
+    snprintf(dir, sizeof dir, "%s", tfix_mkdir("cupti"));
     snprintf(cmd, sizeof cmd,
              "%s %s run --device cuda --nproc-per-node 2 --steps 2 --microbatches 4 "
              "--model gpt:layers=2,dim=64,heads=2,seq=32,batch=2 --db %s/job.db --progress off >%s/job.log 2>&1",
@@ -194,8 +192,6 @@ static void cupti_job(const char *env) {
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4, "2 steps x 2 ranks analysed");
     cr_assert_eq(tfix_q_int(s, "SELECT sum(cupti_dropped) FROM ranks"), 0, "CUPTI records lost");
     sqlite3_close(s);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
 }
 
 #ifdef GPU_EMULATED

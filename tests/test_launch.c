@@ -1,6 +1,7 @@
 /* test_launch.c: `pprun launch` on one node, through the real binary: the
  * environment each rank sees, prefixed output, log files. */
 #include "launch_testutil.h"
+#include "helpers/trace_fixture.h"
 
 #include <sys/resource.h>
 
@@ -155,8 +156,7 @@ Test(launch_output, no_prefix) {
 }
 
 Test(launch_output, log_dir_redirects_and_filter) {
-    char dir[] = "/tmp/pprun-logs-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    const char *dir = tfix_mkdir("logs-filter"); /* removed when the test process exits */
     /* stdout of every rank only into files; stderr on the console, but
      * only local rank 1's. */
     const char *args[] = {"launch", "--nproc-per-node", "2", "--log-dir", dir, "--redirects", "1",
@@ -181,15 +181,11 @@ Test(launch_output, log_dir_redirects_and_filter) {
         cr_assert_str_eq(text, want, "%s", path);
         free(text);
     }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&p);
 }
 
 Test(launch_output, per_rank_redirects) {
-    char dir[] = "/tmp/pprun-logs-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    const char *dir = tfix_mkdir("logs-per-rank"); /* removed when the test process exits */
     /* torchrun's per-rank form: rank 0 keeps stdout off the console, rank 1
      * its stderr; --tee is accepted with the same forms. */
     const char *args[] = {"launch", "--nproc-per-node", "2", "--log-dir", dir, "--redirects", "0:1,1:2", "--tee", "3",
@@ -199,9 +195,6 @@ Test(launch_output, per_rank_redirects) {
     cr_assert_eq(p.status, 0, "%s", p.err);
     cr_assert_str_eq(p.out, "[1]: out-1\n");
     cr_assert_str_eq(p.err, "[0]: err-0\n");
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&p);
 }
 

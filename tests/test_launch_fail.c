@@ -1,6 +1,7 @@
 /* test_launch_fail.c: failures, teardown, restarts and signals of
  * `pprun launch`, through the real binary. */
 #include "launch_testutil.h"
+#include "helpers/trace_fixture.h"
 
 Test(launch_fail, rank_exiting_3_is_named_in_the_summary) {
     const char *args[] = {"launch", "--nproc-per-node", "4", "--", "sh", "-c",
@@ -32,8 +33,7 @@ Test(launch_fail, sigkilled_rank_is_reported_as_sigkill) {
 /* A rank forks a grandchild that leaves the process group (setsid) and
  * ignores SIGTERM; another keeps running. After pprun exits, neither is. */
 Test(launch_fail, grandchild_that_ignores_sigterm_is_gone_after_teardown) {
-    char dir[] = "/tmp/pprun-gc-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    const char *dir = tfix_mkdir("gc"); /* removed when the test process exits */
     char script[1024];
     snprintf(script, sizeof script,
              "if [ $RANK = 0 ]; then "
@@ -54,9 +54,6 @@ Test(launch_fail, grandchild_that_ignores_sigterm_is_gone_after_teardown) {
     cr_assert(gpid > 1, "grandchild never wrote its pid");
     cr_assert(!lt_pid_alive(gpid), "grandchild %d survived the teardown", (int)gpid);
     free(gc);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&p);
 }
 
@@ -93,8 +90,7 @@ Test(launch_fail, rank_failing_once_then_succeeding_succeeds) {
 
 /* SIGTERM to pprun reaches every rank; pprun exits 128+15. */
 Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
-    char dir[] = "/tmp/pprun-sig-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    const char *dir = tfix_mkdir("sigterm"); /* removed when the test process exits */
     char script[512];
     snprintf(script, sizeof script,
              "trap 'echo got-TERM-$RANK; exit 0' TERM; touch %s/ready-$RANK; while :; do sleep 0.02; done", dir);
@@ -114,16 +110,12 @@ Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
         snprintf(want, sizeof want, "[%d]: got-TERM-%d\n", r, r);
         cr_assert(strstr(p.out, want), "rank %d did not get SIGTERM:\n%s", r, p.out);
     }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&p);
 }
 
 /* A rank that ignores the forwarded signal is killed after the grace. */
 Test(launch_fail, sigint_then_sigkill_after_the_grace) {
-    char dir[] = "/tmp/pprun-sig-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    const char *dir = tfix_mkdir("sigint-grace"); /* removed when the test process exits */
     char script[512];
     snprintf(script, sizeof script, "trap '' INT; touch %s/ready; while :; do sleep 0.02; done", dir);
     const char *args[] = {"launch", "--shutdown-timeout", "0.2", "--", "sh", "-c", script, NULL};
@@ -135,17 +127,13 @@ Test(launch_fail, sigint_then_sigkill_after_the_grace) {
     kill(p.pid, SIGINT);
     lt_wait(&p);
     cr_assert_eq(p.status, 130, "exit %d: %s", p.status, p.err);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&p);
 }
 
 /* Ctrl-C while a failed attempt is torn down: the failure is the result and
  * nothing restarts, however many restarts are left. */
 Test(launch_fail, sigint_during_a_failures_teardown_stops_the_restarts, .timeout = 60) {
-    char dir[] = "/tmp/pprun-sig-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
+    const char *dir = tfix_mkdir("sigint-teardown"); /* removed when the test process exits */
     char script[768];
     snprintf(script, sizeof script,
              "a=$PPRUN_RESTART_COUNT; if [ $RANK = 0 ]; then while [ ! -f %s/ready-$a ]; do sleep 0.02; done; exit 1; fi; "
@@ -164,9 +152,6 @@ Test(launch_fail, sigint_during_a_failures_teardown_stops_the_restarts, .timeout
     cr_assert_null(strstr(p.err, "restarting"), "%s", p.err);
     snprintf(path, sizeof path, "%s/ready-1", dir);
     cr_assert_neq(access(path, F_OK), 0, "a second attempt started");
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&p);
 }
 

@@ -172,9 +172,8 @@ Test(launch_multinode, a_node_with_another_nnodes_is_refused_and_named) {
  * while the attempt runs. */
 Test(launch_multinode, a_second_launcher_with_a_taken_node_rank_is_refused) {
     char port[16], script[256];
-    const char *dir = tfix_path("dup"); /* removed when the test process exits */
+    const char *dir = tfix_mkdir("dup"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
-    cr_assert_eq(mkdir(dir, 0700), 0);
     snprintf(script, sizeof script,
              "touch %s/ran-$RANK; while [ ! -e %s/go ]; do sleep 0.05; done; echo \"R=$RANK\"", dir, dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c",
@@ -231,9 +230,9 @@ Test(launch_multinode, slurm_environment_gives_nodes_ranks_and_master) {
 
 /* A failure on one node restarts the whole job on every node. */
 Test(launch_multinode, restarts_happen_on_every_node_together) {
-    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", s0[256], s1[512];
+    char port[16], s0[256], s1[512];
+    const char *dir = tfix_mkdir("restarts"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
-    cr_assert_not_null(mkdtemp(dir));
     /* Node 1 fails attempt 0 once node 0's rank has spoken (no race). */
     snprintf(s0, sizeof s0, "echo a=$PPRUN_RESTART_COUNT; touch %s/n0-$PPRUN_RESTART_COUNT; sleep 0.2", dir);
     snprintf(s1, sizeof s1,
@@ -253,9 +252,6 @@ Test(launch_multinode, restarts_happen_on_every_node_together) {
     cr_assert_eq(n1.status, 0, "%s", n1.err);
     cr_assert_str_eq(n0.out, "[0]: a=0\n[0]: a=1\n");
     cr_assert_str_eq(n1.out, "[1]: a=0\n[1]: a=1\n");
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&n0);
     lt_free(&n1);
 }
@@ -264,9 +260,9 @@ Test(launch_multinode, restarts_happen_on_every_node_together) {
  * the outcome, and node 0 does not restart either (it would wait for node 1
  * at the next rendezvous until --rdzv-timeout). */
 Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every_node) {
-    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", s1[512], path[300];
+    char port[16], s1[512], path[300];
+    const char *dir = tfix_mkdir("ctrl-c-teardown"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
-    cr_assert_not_null(mkdtemp(dir));
     /* Local rank 0 of node 1 ignores SIGTERM, so the teardown of local rank
      * 1's failure lasts --shutdown-timeout. */
     snprintf(s1, sizeof s1,
@@ -293,9 +289,6 @@ Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every
     cr_assert_eq(n1.status, 1, "%s", n1.err);
     cr_assert(!strstr(n0.err, "restarting") && !strstr(n1.err, "restarting"), "%s\n%s", n0.err, n1.err);
     cr_assert(strstr(n0.err, "rank      : 3 (local_rank: 1)"), "node 0 names the root cause: %s", n0.err);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&n0);
     lt_free(&n1);
 }
@@ -305,9 +298,9 @@ Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every
  * calls the next attempt off, so node 0 does not wait for it at the next
  * rendezvous until --rdzv-timeout. */
 Test(launch_multinode, a_node_stopped_after_another_nodes_failure_calls_the_restart_off) {
-    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", s0[512], s1[256], path[300];
+    char port[16], s0[512], s1[256], path[300];
+    const char *dir = tfix_mkdir("stopped-after-failure"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
-    cr_assert_not_null(mkdtemp(dir));
     snprintf(s0, sizeof s0,
              "if [ $PPRUN_RESTART_COUNT = 0 ]; then while [ ! -e %s/r1 ]; do sleep 0.01; done; touch %s/failed; "
              "exit 3; fi; exec sleep 30",
@@ -333,9 +326,6 @@ Test(launch_multinode, a_node_stopped_after_another_nodes_failure_calls_the_rest
     cr_assert(strstr(n0.err, "not restarting: node rank 1 was stopped by SIGINT"), "%s", n0.err);
     cr_assert(strstr(n0.err, "exitcode  : 3"), "the failure that ended attempt 0 is the outcome: %s", n0.err);
     cr_assert_eq(n1.status, 1, "%s", n1.err);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&n0);
     lt_free(&n1);
 }
@@ -371,9 +361,9 @@ Test(launch_multinode, ctrl_c_acts_while_a_frozen_node_0_holds_the_tokens_answer
 /* Node 0 dies without a word (SIGKILL): the others lose its store, stop
  * their ranks and fail. */
 Test(launch_multinode, losing_node_0_tears_down_the_others) {
-    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", script[256], ready[300];
+    char port[16], script[256], ready[300];
+    const char *dir = tfix_mkdir("lost-node-0"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
-    cr_assert_not_null(mkdtemp(dir));
     snprintf(script, sizeof script, "touch %s/ready-$RANK; exec sleep 120", dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c", script, NULL};
     const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c", script, NULL};
@@ -389,9 +379,6 @@ Test(launch_multinode, losing_node_0_tears_down_the_others) {
     lt_wait(&n1);
     cr_assert_eq(n1.status, 1, "%s", n1.err);
     cr_assert(strstr(n1.err, "lost the store of node rank 0"), "%s", n1.err);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&n0);
     lt_free(&n1);
 }
@@ -402,9 +389,9 @@ Test(launch_multinode, losing_node_0_tears_down_the_others) {
  * told. node1_done: node 1's ranks have finished and it waits for node 0's;
  * else they run. */
 static void ctrl_c_with_node_0_frozen(int node1_done) {
-    char port[16], dir[] = "/tmp/pprun-mn-XXXXXX", run[300], done[300], pidfile[300];
+    char port[16], run[300], done[300], pidfile[300];
+    const char *dir = tfix_mkdir("frozen-node-0"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
-    cr_assert_not_null(mkdtemp(dir));
     snprintf(run, sizeof run, "echo $$ > %s/pid-$RANK; touch %s/ready-$RANK; exec sleep 120", dir, dir);
     snprintf(done, sizeof done, "touch %s/ready-$RANK", dir);
     /* Node 0 waits --shutdown-timeout for node 1 to say goodbye at the end. */
@@ -458,9 +445,6 @@ static void ctrl_c_with_node_0_frozen(int node1_done) {
         cr_assert(atoi(pid) > 0 && !lt_pid_alive(atoi(pid)), "rank 1 (pid %s) outlived its launcher", pid);
         free(pid);
     }
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
     lt_free(&n0);
     lt_free(&n1);
 }
@@ -531,11 +515,12 @@ Test(launch_multinode, a_non_loopback_master_address_without_a_token_exits_2_bef
  * node from the environment, the other from a file) they meet; a node with
  * a different token is refused by the store, saying so, and fails. */
 Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_others_are_refused) {
-    char addr[64], port[16], file[] = "/tmp/pprun-token-XXXXXX";
+    char addr[64], port[16];
     if (!local_address(addr, sizeof addr)) cr_skip_test("this machine has no non-loopback IPv4 address");
     snprintf(port, sizeof port, "%d", lt_free_port());
-    int fd = mkstemp(file);
-    cr_assert(fd >= 0);
+    const char *file = tfix_path("token"); /* removed when the test process exits */
+    int fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    cr_assert(fd >= 0, "%s", file);
     cr_assert_eq(write(fd, "4e07408562bedb8b60ce05c1decfe3ad\n", 33), 33);
     close(fd);
     const char *line = "echo \"R=$RANK ST=$PPRUN_STORE T=$PPRUN_RDZV_TOKEN\"";
@@ -583,5 +568,4 @@ Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_o
     cr_assert_str_eq(n1.out, "");
     lt_free(&n0);
     lt_free(&n1);
-    unlink(file);
 }

@@ -1,6 +1,7 @@
 /* test_launch_opts.c: every bad flag of `pprun launch` exits 2 naming the
  * option and what it accepts; the parser API that `pprun run` reuses. */
 #include "launch_testutil.h"
+#include "helpers/trace_fixture.h"
 
 #include "runner/launch.h"
 
@@ -156,11 +157,10 @@ Test(launch_opts, slurm_fills_what_flags_do_not_say) {
  * each checked; too long, empty, both flags are exit 2 naming the source;
  * nothing shows the token. */
 Test(launch_opts, the_rdzv_token_is_checked_wherever_it_comes_from) {
-    char dir[] = "/tmp/pprun-tok-XXXXXX", file[128], empty[128], longf[128];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(file, sizeof file, "%s/token", dir);
-    snprintf(empty, sizeof empty, "%s/empty", dir);
-    snprintf(longf, sizeof longf, "%s/long", dir);
+    char file[256], empty[256], longf[256]; /* removed when the test process exits (tfix_path) */
+    snprintf(file, sizeof file, "%s", tfix_path("token"));
+    snprintf(empty, sizeof empty, "%s", tfix_path("empty"));
+    snprintf(longf, sizeof longf, "%s", tfix_path("long"));
     FILE *f = fopen(file, "w");
     fputs("s3cret-from-file\r\nsecond line ignored\n", f);
     fclose(f);
@@ -222,7 +222,4 @@ Test(launch_opts, the_rdzv_token_is_checked_wherever_it_comes_from) {
     char *a10[] = {"launch", "--master-addr", "192.0.2.77", "--", "true", NULL};
     cr_assert_eq(launch_parse(5, a10, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(launch_check_token(&o, &err), 0, "one node keeps its store on loopback: %s", err.msg);
-    char cmd[160];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
 }

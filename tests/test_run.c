@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/trace_fixture.h"
 #include "runner/pipe/sched.h"
 
 /* Small enough that a 3-step run of 4 ranks takes well under a second. */
@@ -19,15 +20,9 @@
 
 static char tmpdir[256];
 
+/* Removed with everything in it when the test process exits (tfix_path). */
 static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/pprun-test-run-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void remove_tmpdir(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
+    snprintf(tmpdir, sizeof tmpdir, "%s", tfix_mkdir("run"));
 }
 
 /* Runs a shell command line; returns its exit status; output (stdout+stderr)
@@ -128,7 +123,7 @@ static int run_job(const char *name, int ranks, const char *schedule, int v, int
               PPRUN_BIN, ranks, schedule, vflag, m, tmpdir, name, tmpdir, name, extra ? extra : "");
 }
 
-TestSuite(run, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600);
+TestSuite(run, .init = make_tmpdir, .timeout = 600);
 
 Test(run, every_schedule_matches_the_one_stage_run_bit_for_bit) {
     static const struct {

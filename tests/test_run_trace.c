@@ -29,15 +29,9 @@
 
 static char tmpdir[256];
 
+/* Removed with everything in it when the test process exits (tfix_path). */
 static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/pprun-run-trace-XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
-}
-
-static void teardown(void) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
+    snprintf(tmpdir, sizeof tmpdir, "%s", tfix_mkdir("run"));
 }
 
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -110,7 +104,7 @@ static void check_order(sqlite3 *db, const sched_plan *plan, const char *schedul
         }
 }
 
-TestSuite(run_trace, .init = setup, .fini = teardown, .timeout = 600);
+TestSuite(run_trace, .init = setup, .timeout = 600);
 
 Test(run_trace, every_schedule_is_traced_op_by_op_as_planned) {
     static const struct {

@@ -7,21 +7,17 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "helpers/trace_fixture.h"
+
 static char dir[64];
 static char out[1 << 17], err_text[1 << 14];
 
+/* Removed with everything in it when the test process exits (tfix_path). */
 static void make_dir(void) {
-    strcpy(dir, "/tmp/pprun-sched-cli-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    snprintf(dir, sizeof dir, "%s", tfix_mkdir("sched"));
 }
 
-static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(sched_cli, .init = make_dir, .fini = remove_dir);
+TestSuite(sched_cli, .init = make_dir);
 
 static void slurp(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "r");

@@ -1,34 +1,14 @@
 /* test_sched_csv.c: schedules as CSV files: round trips in both notations,
- * PyTorch's older and newer files, and malformed input. Real files in a
- * temporary folder. */
+ * PyTorch's older and newer files, and malformed input. Real files in the
+ * test process's temporary folder (tfix_path). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "helpers/trace_fixture.h"
 #include "runner/pipe/sched.h"
-
-static char dir[64];
-
-static void make_dir(void) {
-    strcpy(dir, "/tmp/pprun-sched-csv-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-}
-
-static void remove_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-TestSuite(sched_csv, .init = make_dir, .fini = remove_dir);
-
-static char *path_in_dir(const char *name) {
-    static char path[256];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return path;
-}
 
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -100,7 +80,7 @@ Test(sched_csv, every_schedule_round_trips_in_both_notations) {
             sched_plan *plan = NULL, *back;
             pp_err err = {{0}};
             cr_assert_eq(sched_build(kinds[k].kind, 4, 8, kinds[k].v, NULL, &plan, &err), 0, "%s", err.msg);
-            char *path = path_in_dir("plan.csv");
+            const char *path = tfix_path("plan.csv");
             cr_assert_eq(sched_write_csv(plan, path, notations[n], &err), 0, "%s", err.msg);
             back = load(path);
             assert_same_plan(plan, back, 1);
@@ -114,7 +94,7 @@ Test(sched_csv, the_two_notations_on_disk) {
     sched_plan *plan = NULL;
     pp_err err = {{0}};
     cr_assert_eq(sched_build("1f1b", 2, 2, 1, NULL, &plan, &err), 0, "%s", err.msg);
-    char *path = path_in_dir("ours.csv");
+    const char *path = tfix_path("ours.csv");
     cr_assert_eq(sched_write_csv(plan, path, "pprun", &err), 0);
     cr_assert_str_eq(read_file(path), "0F0,0F1,,0B0,0W0,,0B1,0W1\n,1F0,1B0,1W0,1F1,1B1,1W1\n");
     cr_assert_eq(sched_write_csv(plan, path, "pytorch", &err), 0);
@@ -143,7 +123,7 @@ Test(sched_csv, an_old_pytorch_file_has_b_and_w_without_i_and_bw_for_full) {
 Test(sched_csv, a_new_pytorch_file_has_i_for_input_and_b_for_full) {
     /* newer PyTorch: I = input gradient, W = weight gradient, B = both;
      * communication actions are implied by our engine (idle cells here) */
-    char *path = path_in_dir("torch.csv");
+    const char *path = tfix_path("torch.csv");
     write_file(path, "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0I0,0W0,0B1\r\n"
                      ",1RECV_F0,1F0,1I0,1W0,1F1,1B1\r\n");
     sched_plan *plan = load(path);
@@ -213,7 +193,7 @@ Test(sched_csv, malformed_files_name_the_line_column_and_cell) {
 Test(sched_csv, a_missing_file_is_named) {
     sched_plan *plan = NULL;
     pp_err err = {{0}};
-    cr_assert_eq(sched_load_csv(path_in_dir("nope.csv"), &plan, &err), -1);
+    cr_assert_eq(sched_load_csv(tfix_path("nope.csv"), &plan, &err), -1);
     cr_assert(strstr(err.msg, "nope.csv") && strstr(err.msg, "cannot open"), "%s", err.msg);
 }
 
@@ -236,7 +216,7 @@ Test(sched_csv, the_schedule_flag_takes_a_name_or_a_validated_csv) {
     pp_err err = {{0}};
     cr_assert_eq(sched_from_flag("zb-v", 4, 8, 0, NULL, &plan, &err), 0, "%s", err.msg);
     cr_assert_eq(plan->virtual_stages, 2);
-    char *path = path_in_dir("zbv.csv");
+    const char *path = tfix_path("zbv.csv");
     cr_assert_eq(sched_write_csv(plan, path, "pytorch", &err), 0, "%s", err.msg);
     sched_free(plan);
     char spec[300];

@@ -14,11 +14,13 @@
 #include "helpers/trace_fixture.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static trace_event mk(int rank, int phase, int stage, int mb, int step, int64_t base, int a, int b) {
@@ -80,14 +82,19 @@ int64_t tfix_job(db *d) {
 }
 
 static char tfix_dir[256];
+static pid_t tfix_owner; /* the process that made tfix_dir */
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     return remove(path);
 }
 
-/* Removes the directory when the test process exits normally. */
-static void rm_dir(void) { nftw(tfix_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+/* Removes the directory when the test process exits (Criterion's worker
+ * exits normally after a failed assertion too). A forked child that exits
+ * through exit() inherits the handler: only the owner removes. */
+static void rm_dir(void) {
+    if (getpid() == tfix_owner) nftw(tfix_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 db *tfix_open_fresh(const char *path) {
     db *d = NULL;
@@ -104,10 +111,18 @@ const char *tfix_path(const char *name) {
     if (!dir[0]) {
         snprintf(dir, sizeof tfix_dir, "/tmp/pprun-trace-test-XXXXXX");
         if (!mkdtemp(dir)) return NULL;
+        tfix_owner = getpid();
         atexit(rm_dir);
     }
     char *p = paths[next++ % 8];
     snprintf(p, sizeof paths[0], "%s/%s", dir, name);
+    return p;
+}
+
+const char *tfix_mkdir(const char *name) {
+    const char *p = tfix_path(name);
+    cr_assert_not_null(p, "no temporary directory for %s", name);
+    cr_assert_eq(mkdir(p, 0700), 0, "mkdir %s: %s", p, strerror(errno));
     return p;
 }
 

@@ -20,8 +20,13 @@ trace_event tfix_one_f(int rank, int stage, int step);
  * returns its id. */
 int64_t tfix_job(db *d);
 /* NAME inside a fresh temporary directory of this test process (the last
- * 8 results stay valid). */
+ * 8 results stay valid: copy one kept for long). That directory and all in
+ * it is removed when the test process exits, a failed assertion included;
+ * tests never remove it by hand. */
 const char *tfix_path(const char *name);
+/* tfix_path(name) made as a new empty directory (the test fails if it
+ * cannot be); the same lifetime and ring of 8 as tfix_path. */
+const char *tfix_mkdir(const char *name);
 /* A new, empty pprun database at path (whatever was there is removed);
  * the test fails if it does not open. */
 db *tfix_open_fresh(const char *path);
