@@ -202,6 +202,21 @@ void jw_kint(jw *w, const char *k, int64_t v) {
     jw_int(w, v);
 }
 
+void jw_kint_or_null(jw *w, const char *k, int64_t v) {
+    jw_key(w, k);
+    if (v < 0) jw_null(w);
+    else jw_int(w, v);
+}
+
+void jw_kints_or_null(jw *w, const char *k, const int64_t *v, int n) {
+    jw_key(w, k);
+    jw_arr(w);
+    for (int i = 0; i < n; i++)
+        if (v[i] < 0) jw_null(w);
+        else jw_int(w, v[i]);
+    jw_arr_end(w);
+}
+
 void jw_knum(jw *w, const char *k, double v) {
     jw_key(w, k);
     jw_num(w, v);

@@ -48,6 +48,10 @@ void jw_json(jw *w, const char *s, size_t n);
 void jw_kstr(jw *w, const char *k, const char *s);
 void jw_kint(jw *w, const char *k, int64_t v);
 void jw_knum(jw *w, const char *k, double v);
+/* A count, size or index where a negative value means "none": null. */
+void jw_kint_or_null(jw *w, const char *k, int64_t v);
+/* n of those as an array. */
+void jw_kints_or_null(jw *w, const char *k, const int64_t *v, int n);
 
 
 

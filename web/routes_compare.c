@@ -41,13 +41,6 @@ static int has_ops(const job_summary *s, int gpu) {
     return 0;
 }
 
-/* An int64 that means "none" when negative. */
-static void kint_or_null(jw *w, const char *k, int64_t v) {
-    jw_key(w, k);
-    if (v < 0) jw_null(w);
-    else jw_int(w, v);
-}
-
 /* One job's numbers: the jobs row's name and schedule, then its summary
  * as `pprun stats --vs` tabulates it. */
 static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
@@ -71,11 +64,11 @@ static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
     jw_kint(w, "world_size", s->world);
     jw_kint(w, "from_step", s->from_step);
     jw_kint(w, "steps", s->steps);
-    kint_or_null(w, "step_time_ns", s->steps ? s->step_time_ns : -1);
+    jw_kint_or_null(w, "step_time_ns", s->steps ? s->step_time_ns : -1);
     jw_knum(w, "bubble_ratio", s->bubble_ratio);
     jw_knum(w, "sim_bubble_ratio", s->sim_bubble_ratio);
-    kint_or_null(w, "act_peak_bytes", s->act_peak); /* 0: not recorded, as in /summary */
-    kint_or_null(w, "mem_peak_bytes", s->mem_peak); /* with weights, gradients and optimizer state */
+    jw_kint_or_null(w, "act_peak_bytes", s->act_peak); /* 0: not recorded, as in /summary */
+    jw_kint_or_null(w, "mem_peak_bytes", s->mem_peak); /* with weights, gradients and optimizer state */
     jw_knum(w, "idle_ns_per_step", per_step((int64_t)idle_total(s), s));
     jw_key(w, "idle_ns_per_step_by_cause");
     jw_obj(w);
@@ -92,7 +85,7 @@ static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
         jw_obj_end(w);
     }
     jw_obj_end(w);
-    kint_or_null(w, "loss_step", s->loss_step);
+    jw_kint_or_null(w, "loss_step", s->loss_step);
     jw_knum(w, "loss", s->loss);
     jw_obj_end(w);
     return 0;

@@ -227,27 +227,11 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_arr_end(&w);
     jw_key(&w, "sim_bubble_ratio");
     jw_num(&w, s.sim_bubble_ratio);
-    jw_key(&w, "act_peak_bytes_by_rank");
-    jw_arr(&w);
-    for (int k = 0; k < s.world; k++)
-        if (s.act_peak_by_rank[k] >= 0) jw_int(&w, s.act_peak_by_rank[k]);
-        else jw_null(&w);
-    jw_arr_end(&w);
-    jw_key(&w, "act_peak_bytes");
-    if (s.act_peak >= 0) jw_int(&w, s.act_peak);
-    else jw_null(&w);
-    jw_key(&w, "state_bytes_by_rank");
-    jw_arr(&w);
-    for (int k = 0; k < s.world; k++)
-        if (s.state_by_rank[k] >= 0) jw_int(&w, s.state_by_rank[k]);
-        else jw_null(&w);
-    jw_arr_end(&w);
-    jw_key(&w, "mem_peak_bytes");
-    if (s.mem_peak >= 0) jw_int(&w, s.mem_peak);
-    else jw_null(&w);
-    jw_key(&w, "mem_peak_rank");
-    if (s.mem_peak_rank >= 0) jw_int(&w, s.mem_peak_rank);
-    else jw_null(&w);
+    jw_kints_or_null(&w, "act_peak_bytes_by_rank", s.act_peak_by_rank, s.world);
+    jw_kint_or_null(&w, "act_peak_bytes", s.act_peak);
+    jw_kints_or_null(&w, "state_bytes_by_rank", s.state_by_rank, s.world);
+    jw_kint_or_null(&w, "mem_peak_bytes", s.mem_peak);
+    jw_kint_or_null(&w, "mem_peak_rank", s.mem_peak_rank);
     jw_key(&w, "plan_peak_inflight");
     jw_arr(&w);
     for (int k = 0; s.has_plan && k < s.world; k++) jw_int(&w, s.plan_peak_inflight[k]);
@@ -256,11 +240,8 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_obj(&w);
     for (int k = 0; k < CAUSE_COUNT; k++) jw_kint(&w, analyze_causes[k], s.idle_ns_by_cause[k]);
     jw_obj_end(&w);
-    jw_key(&w, "loss_step");
-    if (s.loss_step >= 0) jw_int(&w, s.loss_step);
-    else jw_null(&w);
-    jw_key(&w, "loss");
-    jw_num(&w, s.loss);
+    jw_kint_or_null(&w, "loss_step", s.loss_step);
+    jw_knum(&w, "loss", s.loss);
     jw_obj_end(&w);
     summary_free(&s);
     http_json(r, &w);
@@ -309,9 +290,7 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
         jw_key(&w, "peak_inflight");
         if (row->error[0]) jw_null(&w);
         else jw_int(&w, row->peak_inflight);
-        jw_key(&w, "act_peak_bytes");
-        if (row->act_peak_bytes >= 0) jw_int(&w, row->act_peak_bytes);
-        else jw_null(&w);
+        jw_kint_or_null(&w, "act_peak_bytes", row->act_peak_bytes);
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
