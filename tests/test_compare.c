@@ -270,16 +270,8 @@ Test(compare, differences_are_named_and_no_prediction_says_why, .timeout = 120) 
     lt_free(&p);
 
     /* job 4: a copy of job 1's row, just started (no step yet) */
-    sqlite3 *sql;
-    cr_assert_eq(sqlite3_open(db, &sql), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(sql,
-                              "INSERT INTO jobs (name, created_at, status, nnodes, world_size, schedule, microbatches, "
-                              "virtual_stages, stages, steps, model, device, config_json, t0_ns) SELECT 'starting', "
-                              "created_at, 'running', nnodes, world_size, schedule, microbatches, virtual_stages, "
-                              "stages, steps, model, device, config_json, t0_ns FROM jobs WHERE id=1",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(sql));
-    sqlite3_close(sql);
+    pp_err err;
+    cr_assert_eq(fixture_add_starting_copy(db, &err), 0, "%s", err.msg);
     p = stats(db, NULL, "1");
     lt_assert_has(p.out, "\njob 4  starting  1f1b  4 ranks  8 microbatches");
     lt_assert_has(p.out, "  steps compared                        2            0\n");

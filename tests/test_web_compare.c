@@ -243,16 +243,7 @@ Test(web_compare, fixture_numbers_exactly_and_nulls_without_steps, .timeout = 60
     fixture_tmp_path(dbpath, sizeof dbpath, "web-compare-fixture");
     cr_assert_eq(fixture_create(dbpath, 3, "succeeded", &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_gpu_job(dbpath, &err), 0, "%s", err.msg);
-    sqlite3 *sql;
-    cr_assert_eq(sqlite3_open(dbpath, &sql), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(sql,
-                              "INSERT INTO jobs (name, created_at, status, nnodes, world_size, schedule, microbatches, "
-                              "virtual_stages, stages, steps, model, device, config_json, t0_ns) SELECT 'starting', "
-                              "created_at, 'running', nnodes, world_size, schedule, microbatches, virtual_stages, "
-                              "stages, steps, model, device, config_json, t0_ns FROM jobs WHERE id=1",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(sql));
-    sqlite3_close(sql);
+    cr_assert_eq(fixture_add_starting_copy(dbpath, &err), 0, "%s", err.msg);
     serve();
 
     cJSON *c = get_json(200, "/api/jobs/2/compare?vs=1");

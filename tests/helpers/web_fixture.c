@@ -457,6 +457,19 @@ int fixture_add_state(const char *db_path, int64_t per_rank, pp_err *err) {
     return rc;
 }
 
+int fixture_add_starting_copy(const char *db_path, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    int rc = exec(db,
+                  "INSERT INTO jobs (name, created_at, status, nnodes, world_size, schedule, microbatches, "
+                  "virtual_stages, stages, steps, model, device, config_json, t0_ns) SELECT 'starting', "
+                  "created_at, 'running', nnodes, world_size, schedule, microbatches, virtual_stages, "
+                  "stages, steps, model, device, config_json, t0_ns FROM jobs WHERE id=1",
+                  err);
+    sqlite3_close(db);
+    return rc;
+}
+
 int fixture_set_status(const char *db_path, const char *status, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;

@@ -59,6 +59,9 @@ int fixture_add_activations(const char *db_path, int64_t per_mb, pp_err *err);
 /* Gives job 1's host OPT spans the bytes of weights, gradients and
  * optimizer state the engine records: per_rank * (rank + 1). Returns 0 or -1. */
 int fixture_add_state(const char *db_path, int64_t per_rank, pp_err *err);
+/* Adds a copy of job 1's jobs row named "starting", running and without
+ * any step, trace or plan (a job that has just begun). Returns 0 or -1. */
+int fixture_add_starting_copy(const char *db_path, pp_err *err);
 /* Sets job 1's status (and ended_at / exit_code when not running). */
 int fixture_set_status(const char *db_path, const char *status, pp_err *err);
 /* The expected loss of (step, microbatch). */
