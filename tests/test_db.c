@@ -109,8 +109,10 @@ Test(db, events_losses_offsets_counters_and_job_end) {
     cr_assert_eq(db_update_rank(d, job, 1, 202, 5000000000ll, &err), 0, "%s", err.msg);
     trace_event ev[32];
     size_t n = tfix_events(0, 1000000, ev);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if (ev[i].rank == 1) ev[i].start_ns -= 5000000000ull, ev[i].end_ns -= 5000000000ull;
+        if (ev[i].phase == TRACE_OPT) ev[i].bytes = 1 << 20; /* the rank's weights and optimizer state */
+    }
     cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 14);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses"), 2);
@@ -118,11 +120,11 @@ Test(db, events_losses_offsets_counters_and_job_end) {
     cr_assert_eq(tfix_q_int(s, "SELECT at_ns FROM losses WHERE microbatch=1"), 1000000 + 55 * TFIX_US);
     cr_assert_eq(
         tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND microbatch IS NULL AND stage IS NULL"), 2);
-    /* F/B carry the held activation bytes (0 here: the fixture holds none);
-     * OPT has none. */
+    /* F/B carry the held activation bytes (0 here: the fixture holds none),
+     * OPT the bytes of weights, gradients and optimizer state. */
     cr_assert_eq(
         tfix_q_int(s, "SELECT count(*) FROM events WHERE phase IN ('F','B') AND peer IS NULL AND bytes = 0"), 8);
-    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND bytes IS NULL"), 2);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND bytes = 1048576"), 2);
     cr_assert_eq(tfix_q_int(s, "SELECT bytes FROM events WHERE phase='SEND_B'"), 4096);
     cr_assert_eq(tfix_q_int(s, "SELECT pid FROM ranks WHERE rank=1"), 202);
     cr_assert_eq(tfix_q_int(s, "SELECT clock_offset_ns FROM ranks WHERE rank=1"), 5000000000ll);
