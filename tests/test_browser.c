@@ -104,8 +104,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     require_playwright();
     char db[256];
     pp_err err;
-    fixture_tmp_path(db, sizeof db, "browser");
-    cr_assert_eq(fixture_create(db, 3, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(db, sizeof db, "browser", 3, "succeeded");
     cr_assert_eq(fixture_add_activations(db, 64 << 10, &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_state(db, 512 << 10, &err), 0, "%s", err.msg);
     cJSON *j = browse(db, "finished", NULL);
@@ -186,8 +185,7 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     require_playwright();
     char db[256];
     pp_err err;
-    fixture_tmp_path(db, sizeof db, "browser-gpu");
-    cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(db, sizeof db, "browser-gpu", 2, "succeeded");
     cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
     cJSON *j = browse(db, "gpu", NULL);
     char shot[PATH_MAX + 64];
@@ -311,9 +309,7 @@ static void *writer(void *p) {
 Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     require_playwright();
     char db[256], ready[300];
-    pp_err err;
-    fixture_tmp_path(db, sizeof db, "browser-live");
-    cr_assert_eq(fixture_create(db, 2, "running", &err), 0, "%s", err.msg);
+    fixture_fresh(db, sizeof db, "browser-live", 2, "running");
     snprintf(ready, sizeof ready, "/tmp/pprun-browser-ready-%d", (int)getpid());
     unlink(ready);
     writer_arg a = {db, ready, 0};
@@ -346,8 +342,7 @@ Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240)
     require_playwright();
     char db[256];
     pp_err err;
-    fixture_tmp_path(db, sizeof db, "browser-long");
-    cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(db, sizeof db, "browser-long", 2, "succeeded");
     cr_assert_eq(fixture_add_history(db, 2, 29998, &err), 0, "%s", err.msg);
     sqlite3 *h;
     cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);

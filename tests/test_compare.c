@@ -293,8 +293,7 @@ Test(compare, differences_are_named_and_no_prediction_says_why, .timeout = 120) 
 Test(compare, fixture_numbers_exactly, .timeout = 60) {
     char path[256];
     pp_err err;
-    fixture_tmp_path(path, sizeof path, "compare-fixture");
-    cr_assert_eq(fixture_create(path, 3, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(path, sizeof path, "compare-fixture", 3, "succeeded");
     cr_assert_eq(fixture_add_gpu_job(path, &err), 0, "%s", err.msg);
     lt_proc p = stats(path, NULL, "1");
     lt_assert_has(p.out,
@@ -321,9 +320,7 @@ Test(compare, fixture_numbers_exactly, .timeout = 60) {
 
 Test(compare, bad_vs_exits_2_naming_it, .timeout = 60) {
     char path[256];
-    pp_err err;
-    fixture_tmp_path(path, sizeof path, "compare-bad");
-    cr_assert_eq(fixture_create(path, 1, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(path, sizeof path, "compare-bad", 1, "succeeded");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--vs", NULL}, "--vs needs a value");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--vs", "0", NULL}, "--vs: 0 is out of range");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--vs", "-1", NULL}, "--vs: -1 is out of range");

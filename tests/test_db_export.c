@@ -250,8 +250,7 @@ static int nests(cJSON *evs, int pid, int tid) {
 Test(db_export, kernels_get_a_thread_per_rank_and_stream_with_their_op) {
     char db[256];
     pp_err err;
-    fixture_tmp_path(db, sizeof db, "export-gpu");
-    cr_assert_eq(fixture_create(db, 1, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(db, sizeof db, "export-gpu", 1, "succeeded");
     cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
     char args[1024];
     const char *out = tfix_path("gpu-trace.json"), *errf = tfix_path("gpu-err.txt");

@@ -15,9 +15,7 @@
 static char db[256];
 
 static void setup(void) {
-    pp_err err;
-    fixture_tmp_path(db, sizeof db, "query");
-    cr_assert_eq(fixture_create(db, 2, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(db, sizeof db, "query", 2, "succeeded");
 }
 
 static void teardown(void) { fixture_remove(db); }

@@ -96,8 +96,7 @@ static void *stream(void *arg) {
 
 Test(soak, fifty_clients_and_ten_streams_while_a_job_writes, .timeout = 120) {
     pp_err err;
-    fixture_tmp_path(db, sizeof db, "soak");
-    cr_assert_eq(fixture_create(db, STEPS_BEFORE, "running", &err), 0, "%s", err.msg);
+    fixture_fresh(db, sizeof db, "soak", STEPS_BEFORE, "running");
 #ifdef __SANITIZE_ADDRESS__
     /* ASan keeps freed memory in quarantine (256 MB): RSS would measure
      * that, not the server. A small quarantine keeps the check meaningful. */

@@ -39,8 +39,7 @@ static double sql_double(const char *path, const char *sql) {
 Test(stats, fixture_numbers_exactly, .timeout = 60) {
     char path[256];
     pp_err err;
-    fixture_tmp_path(path, sizeof path, "stats-fixture");
-    cr_assert_eq(fixture_create(path, 3, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(path, sizeof path, "stats-fixture", 3, "succeeded");
     lt_proc p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.out, "job 1  ");
@@ -95,8 +94,7 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
 Test(stats, activation_memory_per_rank, .timeout = 60) {
     char path[256];
     pp_err err;
-    fixture_tmp_path(path, sizeof path, "stats-act");
-    cr_assert_eq(fixture_create(path, 3, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(path, sizeof path, "stats-act", 3, "succeeded");
     cr_assert_eq(fixture_add_activations(path, 384 * 1024, &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_state(path, 512 * 1024, &err), 0, "%s", err.msg);
     lt_proc p = stats(path, NULL);
@@ -143,9 +141,7 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
 /* A running job before its first step: says so instead of printing zeros. */
 Test(stats, a_job_without_steps_says_so, .timeout = 60) {
     char path[256];
-    pp_err err;
-    fixture_tmp_path(path, sizeof path, "stats-empty");
-    cr_assert_eq(fixture_create(path, 0, "running", &err), 0, "%s", err.msg);
+    fixture_fresh(path, sizeof path, "stats-empty", 0, "running");
     lt_proc p = stats(path, "1");
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.out, "steps      none complete yet\n");
@@ -290,8 +286,7 @@ Test(stats, a_csv_job_has_its_own_what_if_row, .timeout = 240) {
 Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     char path[256], junk[256], empty[256];
     pp_err err;
-    fixture_tmp_path(path, sizeof path, "stats-bad");
-    cr_assert_eq(fixture_create(path, 1, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(path, sizeof path, "stats-bad", 1, "succeeded");
     lt_expect_refusal((const char *[]){"stats", NULL}, "--db is required");
     lt_expect_refusal((const char *[]){"stats", "--db", NULL}, "--db needs a value");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--steps", "3", NULL}, "unknown option '--steps'");

@@ -30,8 +30,7 @@ static int port;
 
 static void start_with(int steps, const char *status, http_options o) {
     pp_err err;
-    fixture_tmp_path(dbpath, sizeof dbpath, "web");
-    cr_assert_eq(fixture_create(dbpath, steps, status, &err), 0, "%s", err.msg);
+    fixture_fresh(dbpath, sizeof dbpath, "web", steps, status);
     o.db_path = dbpath;
     if (!o.listen) o.listen = "127.0.0.1:0";
     cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
@@ -46,17 +45,7 @@ static void teardown(void) {
     fixture_remove(dbpath);
 }
 
-static cJSON *get_json(const char *path, int want_status) {
-    webclient_resp r;
-    cr_assert_eq(webclient_request(port, "GET", path, NULL, NULL, &r), 0);
-    cr_assert_eq(r.status, want_status, "GET %s: %d %s", path, r.status, r.body);
-    const char *ct = webclient_header(&r, "Content-Type");
-    cr_assert(ct && strstr(ct, "application/json"), "%s", ct ? ct : "no content type");
-    cJSON *j = cJSON_Parse(r.body);
-    cr_assert(j, "GET %s: not JSON: %.200s", path, r.body);
-    webclient_free(&r);
-    return j;
-}
+static cJSON *get_json(const char *path, int want_status) { return webclient_get_json(port, path, want_status); }
 
 static double num(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -814,8 +803,7 @@ Test(web, a_loss_that_was_not_finite_is_null_in_json_and_nan_in_metrics) {
 Test(web_auth, non_loopback_without_token_refuses_to_start) {
     char path[256];
     pp_err err;
-    fixture_tmp_path(path, sizeof path, "auth");
-    cr_assert_eq(fixture_create(path, 1, "running", &err), 0, "%s", err.msg);
+    fixture_fresh(path, sizeof path, "auth", 1, "running");
     http_server *s;
     http_options o = {.listen = "0.0.0.0:0", .db_path = path};
     cr_assert_eq(http_start(&o, &s, &err), -1);
@@ -1080,9 +1068,7 @@ Test(web_live, the_257th_stream_is_refused, .timeout = 60) {
 
 Test(web_serve, pprun_serve_prints_the_url_and_stops_on_sigterm) {
     char path[256];
-    pp_err err;
-    fixture_tmp_path(path, sizeof path, "serve");
-    cr_assert_eq(fixture_create(path, 1, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(path, sizeof path, "serve", 1, "succeeded");
     int p;
     int pid = webclient_start_serve(path, NULL, &p);
     cr_assert_gt(pid, 0);

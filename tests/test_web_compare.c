@@ -46,13 +46,7 @@ static cJSON *get_json(int want_status, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(path, sizeof path, fmt, ap);
     va_end(ap);
-    webclient_resp r;
-    cr_assert_eq(webclient_request(port, "GET", path, NULL, NULL, &r), 0);
-    cr_assert_eq(r.status, want_status, "GET %s: %d %s", path, r.status, r.body);
-    cJSON *j = cJSON_Parse(r.body);
-    cr_assert(j, "GET %s: not JSON: %.200s", path, r.body);
-    webclient_free(&r);
-    return j;
+    return webclient_get_json(port, path, want_status);
 }
 
 static const cJSON *at(const cJSON *o, const char *path) { /* "a.b.c" */
@@ -240,8 +234,7 @@ Test(web_compare, real_jobs_give_the_numbers_pprun_stats_prints, .timeout = 120)
  * model on cuda; job 3 a copy of job 1's row without any step. */
 Test(web_compare, fixture_numbers_exactly_and_nulls_without_steps, .timeout = 60) {
     pp_err err;
-    fixture_tmp_path(dbpath, sizeof dbpath, "web-compare-fixture");
-    cr_assert_eq(fixture_create(dbpath, 3, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(dbpath, sizeof dbpath, "web-compare-fixture", 3, "succeeded");
     cr_assert_eq(fixture_add_gpu_job(dbpath, &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_starting_copy(dbpath, &err), 0, "%s", err.msg);
     serve();
@@ -295,9 +288,7 @@ Test(web_compare, fixture_numbers_exactly_and_nulls_without_steps, .timeout = 60
 
 /* Each refusal of `pprun stats --vs`, as a status and a message. */
 Test(web_compare, a_bad_vs_gets_its_status_and_says_why, .timeout = 60) {
-    pp_err err;
-    fixture_tmp_path(dbpath, sizeof dbpath, "web-compare-bad");
-    cr_assert_eq(fixture_create(dbpath, 2, "succeeded", &err), 0, "%s", err.msg);
+    fixture_fresh(dbpath, sizeof dbpath, "web-compare-bad", 2, "succeeded");
     serve();
     static const struct {
         const char *path;

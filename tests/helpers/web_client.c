@@ -2,6 +2,8 @@
 #include "helpers/web_client.h"
 
 #include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -146,4 +148,16 @@ int webclient_start_serve(const char *db, const char *extra_args, int *port) {
         return -1;
     }
     return pid;
+}
+
+cJSON *webclient_get_json(int port, const char *path, int want_status) {
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", path, NULL, NULL, &r), 0);
+    cr_assert_eq(r.status, want_status, "GET %s: %d %s", path, r.status, r.body);
+    const char *ct = webclient_header(&r, "Content-Type");
+    cr_assert(ct && strstr(ct, "application/json"), "GET %s: %s", path, ct ? ct : "no content type");
+    cJSON *j = cJSON_Parse(r.body);
+    cr_assert(j, "GET %s: not JSON: %.200s", path, r.body);
+    webclient_free(&r);
+    return j;
 }

@@ -19,6 +19,10 @@ int webclient_request(int port, const char *method, const char *path, const char
 /* A header's value in head (static buffer), or NULL. */
 const char *webclient_header(const webclient_resp *r, const char *name);
 void webclient_free(webclient_resp *r);
+/* GET path, which must answer want_status with a JSON body (Content-Type
+ * application/json); the test fails naming what it got otherwise. The
+ * caller frees the result with cJSON_Delete. */
+struct cJSON *webclient_get_json(int port, const char *path, int want_status);
 /* Starts `pprun serve` on a free port; returns its pid and fills *port. */
 int webclient_start_serve(const char *db, const char *extra_args, int *port);
 

@@ -3,6 +3,7 @@
  * so the blocks, gaps and stats are consistent the way a real trace is. */
 #include "helpers/web_fixture.h"
 
+#include <criterion/criterion.h>
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -31,6 +32,12 @@ char *fixture_read_file(const char *path) {
 void fixture_tmp_path(char *out, size_t n, const char *tag) {
     snprintf(out, n, "/tmp/pprun-test-%s-%d.db", tag, (int)getpid());
     fixture_remove(out);
+}
+
+void fixture_fresh(char *out, size_t n, const char *tag, int steps, const char *status) {
+    pp_err err;
+    fixture_tmp_path(out, n, tag);
+    cr_assert_eq(fixture_create(out, steps, status, &err), 0, "%s", err.msg);
 }
 
 void fixture_remove(const char *db_path) {

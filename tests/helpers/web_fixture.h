@@ -68,6 +68,9 @@ int fixture_set_status(const char *db_path, const char *status, pp_err *err);
 double fixture_loss(int step, int mb);
 /* A fresh path under /tmp for a test database (removes leftovers). */
 void fixture_tmp_path(char *out, size_t n, const char *tag);
+/* fixture_tmp_path, then fixture_create there; the test fails naming the
+ * error if it cannot be made. */
+void fixture_fresh(char *out, size_t n, const char *tag, int steps, const char *status);
 /* Removes a database file with its -wal and -shm (a reader that opened it
  * read-only leaves them behind). */
 void fixture_remove(const char *db_path);
