@@ -274,6 +274,18 @@ int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *er
     return s->has_ops ? read_ops(db, s, err) : 0;
 }
 
+int64_t summary_idle_total(const job_summary *s) {
+    int64_t t = 0;
+    for (int k = 0; k < CAUSE_COUNT; k++) t += s->idle_ns_by_cause[k];
+    return t;
+}
+
+int summary_has_ops(const job_summary *s, int gpu) {
+    for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++)
+        if (s->ops[gpu][ph].count > 0) return 1;
+    return 0;
+}
+
 void summary_free(job_summary *s) {
     free(s->bubble_by_rank);
     free(s->act_peak_by_rank);

@@ -75,6 +75,10 @@ typedef struct job_summary {
  * Free s with summary_free, after either result. */
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err);
 void summary_free(job_summary *s);
+/* Idle time of every cause together (ns, all ranks, from from_step on). */
+int64_t summary_idle_total(const job_summary *s);
+/* Whether s has op durations of one kind: host (gpu 0) or GPU spans (1). */
+int summary_has_ops(const job_summary *s, int gpu);
 
 /* One pass over job's plan. Its simulated times: each rank's busy time
  * (busy[world]) and the makespan. Its activation memory in microbatch-stage

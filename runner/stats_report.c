@@ -36,12 +36,6 @@ static const char *fmt_pct(char *buf, size_t n, double ratio) {
     return buf;
 }
 
-static int64_t idle_total(const job_summary *s) {
-    int64_t t = 0;
-    for (int k = 0; k < CAUSE_COUNT; k++) t += s->idle_ns_by_cause[k];
-    return t;
-}
-
 /* The cause with the most idle time, or -1 when there is none. */
 static int top_cause(const job_summary *s, const int *done) {
     int best = -1;
@@ -77,9 +71,7 @@ void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
 }
 
 static void ops_table(FILE *out, const job_summary *s, int gpu) {
-    int any = 0;
-    for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) any |= s->ops[gpu][ph].count > 0;
-    if (!any) return;
+    if (!summary_has_ops(s, gpu)) return;
     fprintf(out, "%-17s %8s %10s %10s %10s %10s\n", gpu ? "ops (GPU spans)" : "ops (host spans)", "count", "median",
             "mean", "max", "total");
     for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) {
@@ -127,7 +119,7 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     for (int k = 0; s->has_plan && k < s->world; k++) fprintf(out, "  %d: %lld", k, (long long)s->plan_peak_inflight[k]);
     fputc('\n', out);
 
-    int64_t idle = idle_total(s);
+    int64_t idle = summary_idle_total(s);
     if (idle > 0) {
         fprintf(out, "idle time by cause, from step %d, all ranks\n", s->from_step);
         int done[CAUSE_COUNT] = {0}, k;
@@ -191,7 +183,7 @@ void report_brief(FILE *out, const char *prefix, const job_summary *s, const cha
     int k = top_cause(s, NULL);
     if (k >= 0)
         fprintf(out, "; idle mostly %s (%s)", analyze_causes[k],
-                fmt_pct(t, sizeof t, (double)s->idle_ns_by_cause[k] / (double)idle_total(s)));
+                fmt_pct(t, sizeof t, (double)s->idle_ns_by_cause[k] / (double)summary_idle_total(s)));
     fprintf(out, "\n%s: more: pprun stats --db %s --job %lld\n", prefix, db_path, (long long)s->job_id);
 }
 
@@ -237,12 +229,6 @@ static void cmp_ops(FILE *out, const job_summary *js, const job_summary *os, int
         snprintf(label, sizeof label, "  %s", trace_phase_name(ph));
         cmp_ns_row(out, label, (double)os->ops[gpu][ph].median_ns, (double)js->ops[gpu][ph].median_ns);
     }
-}
-
-static int has_gpu_ops(const job_summary *s) {
-    int any = 0;
-    for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) any |= s->ops[1][ph].count > 0;
-    return any;
 }
 
 /* "differs    microbatches: 8 in job 1, 16 in job 2", on three lines when
@@ -345,7 +331,8 @@ void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_
                 isfinite(jm) ? fmt_bytes(b, sizeof b, js->mem_peak) : "-", fmt_times(d, sizeof d, jm, om));
     }
 
-    cmp_ns_row(out, "idle per step, all ranks", per_step(idle_total(os), os), per_step(idle_total(js), js));
+    cmp_ns_row(out, "idle per step, all ranks", per_step(summary_idle_total(os), os),
+               per_step(summary_idle_total(js), js));
     for (int k = 0; k < CAUSE_COUNT; k++) {
         if (!os->idle_ns_by_cause[k] && !js->idle_ns_by_cause[k]) continue;
         char label[40];
@@ -354,7 +341,7 @@ void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_
     }
     if (js->has_ops && os->has_ops) {
         cmp_ops(out, js, os, 0);
-        if (has_gpu_ops(js) && has_gpu_ops(os)) cmp_ops(out, js, os, 1);
+        if (summary_has_ops(js, 1) && summary_has_ops(os, 1)) cmp_ops(out, js, os, 1);
     }
     fmt_latest_loss(a, sizeof a, os);
     fmt_latest_loss(b, sizeof b, js);

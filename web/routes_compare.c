@@ -29,18 +29,6 @@ static double per_step(int64_t ns, const job_summary *s) {
     return s->steps > 0 ? (double)ns / (double)s->steps : NAN;
 }
 
-static double idle_total(const job_summary *s) {
-    int64_t t = 0;
-    for (int k = 0; k < CAUSE_COUNT; k++) t += s->idle_ns_by_cause[k];
-    return (double)t;
-}
-
-static int has_ops(const job_summary *s, int gpu) {
-    for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++)
-        if (s->ops[gpu][ph].count > 0) return 1;
-    return 0;
-}
-
 /* One job's numbers: the jobs row's name and schedule, then its summary
  * as `pprun stats --vs` tabulates it. */
 static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
@@ -69,7 +57,7 @@ static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
     jw_knum(w, "sim_bubble_ratio", s->sim_bubble_ratio);
     jw_kint_or_null(w, "act_peak_bytes", s->act_peak); /* 0: not recorded, as in /summary */
     jw_kint_or_null(w, "mem_peak_bytes", s->mem_peak); /* with weights, gradients and optimizer state */
-    jw_knum(w, "idle_ns_per_step", per_step((int64_t)idle_total(s), s));
+    jw_knum(w, "idle_ns_per_step", per_step(summary_idle_total(s), s));
     jw_key(w, "idle_ns_per_step_by_cause");
     jw_obj(w);
     for (int k = 0; k < CAUSE_COUNT; k++) jw_knum(w, analyze_causes[k], per_step(s->idle_ns_by_cause[k], s));
@@ -77,7 +65,7 @@ static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
     jw_key(w, "op_median_ns"); /* the phases the job ran, host spans and (--cupti on) GPU spans */
     jw_obj(w);
     for (int gpu = 0; gpu < 2; gpu++) {
-        if (gpu && !has_ops(s, 1)) continue;
+        if (gpu && !summary_has_ops(s, 1)) continue;
         jw_key(w, gpu ? "gpu" : "host");
         jw_obj(w);
         for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++)
@@ -103,7 +91,7 @@ static void change(jw *w, const job_summary *js, const job_summary *os) {
                                                                        : NAN);
     jw_knum(w, "mem_peak_bytes", js->mem_peak >= 0 && os->mem_peak >= 0 ? ratio((double)js->mem_peak, (double)os->mem_peak)
                                                                           : NAN);
-    jw_knum(w, "idle_ns_per_step", ratio(per_step((int64_t)idle_total(js), js), per_step((int64_t)idle_total(os), os)));
+    jw_knum(w, "idle_ns_per_step", ratio(per_step(summary_idle_total(js), js), per_step(summary_idle_total(os), os)));
     jw_key(w, "idle_ns_per_step_by_cause"); /* the causes either job has */
     jw_obj(w);
     for (int k = 0; k < CAUSE_COUNT; k++)
@@ -113,7 +101,7 @@ static void change(jw *w, const job_summary *js, const job_summary *os) {
     jw_key(w, "op_median_ns"); /* the phases either ran; GPU spans only when both have them */
     jw_obj(w);
     for (int gpu = 0; gpu < 2; gpu++) {
-        if (gpu && !(has_ops(js, 1) && has_ops(os, 1))) continue;
+        if (gpu && !(summary_has_ops(js, 1) && summary_has_ops(os, 1))) continue;
         jw_key(w, gpu ? "gpu" : "host");
         jw_obj(w);
         for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++)
