@@ -6,7 +6,12 @@
  * that drains them, optionally serves the dashboard, then runs the workers
  * (`pprun worker`) through the same supervisor as `pprun launch`, so every
  * failure, signal and restart rule holds. At the end the job's outcome is
- * written and, with --serve, the dashboard stays up until Ctrl-C. */
+ * written and, with --serve, the dashboard stays up until Ctrl-C.
+ *
+ * `pprun run [options] -- PROGRAM [ARGS]` runs the user's own program in
+ * place of the built-in worker: the same job, rings and dashboard, with the
+ * schedule in the program's environment (program_env) and its ops recorded
+ * through libpprun_trace (tracer/pprun_trace.h, docs/trace-api.md). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -70,44 +75,62 @@ typedef struct run_job {
     char *worker_args[RUN_CONFIG_MAX_ARGS + 1];
     int cuda_devices;       /* --device cuda: devices this node sees */
     char costs_about[256];  /* --schedule-costs DB: which job and steps its numbers are from */
+    int program;            /* 1: `-- PROGRAM` runs instead of the built-in worker */
+    char worker_flag[32];   /* the first option given that only the built-in worker takes */
+    char model[256];        /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
 } run_job;
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: pprun run [job options] [launcher options]\n\n"
-            "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n\n"
+            "usage: pprun run [job options] [launcher options] [-- PROGRAM [ARGS...]]\n\n"
+            "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n"
+            "With -- PROGRAM, your own program runs on every rank instead of pprun's worker,\n"
+            "gets the schedule in its environment and records its ops with libpprun_trace\n"
+            "(docs/trace-api.md); the job options marked * configure pprun's worker only.\n\n"
             "job options:\n"
             "  --schedule S          gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE (default 1f1b)\n"
             "  --microbatches M      microbatches per step (default 8)\n"
             "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
-            "  --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
+            "* --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
             "  --schedule-costs C    order zb-v for these op costs: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us,\n"
             "                        or DB[:JOB] for a job's measured ones (default: the model's)\n"
             "  --steps N             training steps (default 20)\n"
-            "  --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
+            "* --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
             "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
-            "  --data FILE           train on this text file (default: the built-in corpus)\n"
+            "* --data FILE           train on this text file (default: the built-in corpus)\n"
             "  --device cpu|cuda     (default cpu)\n"
-            "  --dtype fp32|bf16     GEMM operands (default fp32; bf16 needs --device cuda)\n"
-            "  --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
+            "* --dtype fp32|bf16     GEMM operands (default fp32; bf16 needs --device cuda)\n"
+            "* --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
             "  --db FILE             trace database (default ./pprun.db)\n"
             "  --trace on|off        (default on)\n"
-            "  --cupti on|off        GPU spans and kernels from CUPTI (default on with --device cuda\n"
+            "* --cupti on|off        GPU spans and kernels from CUPTI (default on with --device cuda\n"
             "                        and --trace on; needs both)\n"
             "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
             "                        the job until Ctrl-C\n"
             "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
-            "  --checkpoint-dir D  --checkpoint-every K  --resume\n"
-            "  --metrics FILE        JSON lines, one per step\n"
-            "  --save-weights DIR    every stage's final weights (raw float32)\n"
-            "  --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
-            "  --recv-timeout T      (default 120s)\n"
-            "  --transport T         auto|shm|tcp|cuda-ipc|nccl (default auto: with --device cuda,\n"
+            "* --checkpoint-dir D  --checkpoint-every K  --resume\n"
+            "* --metrics FILE        JSON lines, one per step\n"
+            "* --save-weights DIR    every stage's final weights (raw float32)\n"
+            "* --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
+            "* --recv-timeout T      (default 120s)\n"
+            "* --transport T         auto|shm|tcp|cuda-ipc|nccl (default auto: with --device cuda,\n"
             "                        boundary tensors stay in GPU memory, cuda-ipc between ranks\n"
             "                        on one GPU, nccl otherwise; shm|tcp stage them through the host)\n"
             "  --progress auto|on|off\n\n"
             "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
     launch_usage(out);
+}
+
+/* The options marked * in the usage: they configure pprun's own worker,
+ * and mean nothing to a user's program (`-- PROGRAM`). */
+static int worker_only(const char *opt) {
+    static const char *const names[] = {"--pipeline-cuts", "--model", "--data", "--dtype", "--seed", "--lr",
+                                        "--optimizer", "--weight-decay", "--cupti", "--checkpoint-dir",
+                                        "--checkpoint-every", "--resume", "--metrics", "--save-weights", "--fail-at",
+                                        "--recv-timeout", "--transport", NULL};
+    for (int i = 0; names[i]; i++)
+        if (strcmp(opt, names[i]) == 0) return 1;
+    return 0;
 }
 
 /* The launcher's parser hands us every option it does not know. */
@@ -117,6 +140,7 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
         usage(stdout);
         return 1;
     }
+    if (worker_only(opt) && !job->worker_flag[0]) snprintf(job->worker_flag, sizeof job->worker_flag, "%s", opt);
     if (strcmp(opt, "--serve") == 0) {
         /* An optional value: the next argument, unless it is another option
          * (pprun run takes no positional arguments). A bare port means
@@ -226,12 +250,10 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
     sqlite3 *sql;
     if (db_open_readonly(path, &sql, err) != 0) return pp_wrap(err, "--schedule-costs %s", path);
     int64_t id = cfg->schedule_costs_job ? cfg->schedule_costs_job : db_newest_job(sql, err);
-    char model[256];
-    model_spec_format(&cfg->model, model, sizeof model);
     int rc = -1;
     if (id == 0) pp_fail(err, "no job in it yet");
     else if (id > 0)
-        rc = whatif_costs_for(sql, id, model, world, 2, &cfg->schedule_costs, job->costs_about, sizeof job->costs_about,
+        rc = whatif_costs_for(sql, id, job->model, world, 2, &cfg->schedule_costs, job->costs_about, sizeof job->costs_about,
                               err);
     sqlite3_close(sql);
     if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
@@ -239,13 +261,33 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
     return 0;
 }
 
+/* `-- PROGRAM`: the job is the schedule; the program is the model, and
+ * jobs.model names it ("program:python3 train.py --lr 3e-4"). --device
+ * only labels the job: the program picks its own device. */
+static void name_program(run_job *job) {
+    int n = snprintf(job->model, sizeof job->model, "program:");
+    for (int i = 0; i < job->lo.prog_argc && n < (int)sizeof job->model; i++)
+        n += snprintf(job->model + n, sizeof job->model - (size_t)n, i ? " %s" : "%s", job->lo.prog_argv[i]);
+}
+
 static int check_job(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
+    if (job->program && job->worker_flag[0])
+        return pp_fail(err, "%s configures pprun's built-in worker; with -- PROGRAM your program is the model "
+                            "(give it its own options after PROGRAM)", job->worker_flag);
     if (run_config_finish(cfg, err) != 0) return -1;
-    if (strcmp(cfg->device, "cuda") == 0 && check_cuda(job, err) != 0) return -1;
+    if (job->program) {
+        name_program(job);
+        cfg->cupti = 0;
+    } else {
+        model_spec_format(&cfg->model, job->model, sizeof job->model);
+    }
+    if (!job->program && strcmp(cfg->device, "cuda") == 0 && check_cuda(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
     if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
+    if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
+    if (job->program) return 0;
     int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
     if (!first) return pp_fail(err, "out of memory");
     int rc =
@@ -261,7 +303,6 @@ static int check_job(run_job *job, pp_err *err) {
             return pp_wrap(err, "--data");
         data_close(data);
     }
-    if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
     if (check_fail_at(job, world, err) != 0) return -1;
     if (cfg->metrics[0] && check_writable("--metrics", cfg->metrics, 0, err) != 0) return -1;
     if (cfg->save_weights[0] && check_writable("--save-weights", cfg->save_weights, 1, err) != 0) return -1;
@@ -274,8 +315,6 @@ static int check_job(run_job *job, pp_err *err) {
 /* Every option of the run, as JSON (jobs.config_json). Caller frees. */
 static char *config_json(const run_job *job) {
     const run_config *c = &job->cfg;
-    char model[256];
-    model_spec_format(&c->model, model, sizeof model);
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "schedule", c->schedule);
@@ -293,20 +332,26 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "virtual_stages", job->plan->virtual_stages);
     cJSON_AddNumberToObject(o, "stages", job->plan->stages);
     cJSON_AddNumberToObject(o, "steps", c->steps);
-    cJSON_AddStringToObject(o, "model", model);
-    cJSON_AddStringToObject(o, "data", c->data[0] ? c->data : "(built-in corpus)");
-    cJSON_AddNumberToObject(o, "seed", (double)c->seed);
-    cJSON_AddNumberToObject(o, "lr", c->optim.lr);
-    cJSON_AddStringToObject(o, "optimizer", c->optim.kind == MODEL_SGD ? "sgd" : "adamw");
-    /* where boundary tensors live; the per-peer transport is each worker's first line */
-    cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");
+    cJSON_AddStringToObject(o, "model", job->model);
     cJSON_AddNumberToObject(o, "nproc_per_node", job->lo.nproc_per_node);
     cJSON_AddNumberToObject(o, "nnodes", job->lo.nnodes);
     cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
-    cJSON_AddStringToObject(o, "transport", c->transport);
-    cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
     alive_identity(o); /* who to ask whether the job still runs; without /proc, nobody */
-    cJSON_AddStringToObject(o, "dtype", c->dtype);
+    if (job->program) {
+        cJSON *argv = cJSON_AddArrayToObject(o, "program");
+        for (int i = 0; argv && i < job->lo.prog_argc; i++)
+            cJSON_AddItemToArray(argv, cJSON_CreateString(job->lo.prog_argv[i]));
+    } else {
+        cJSON_AddStringToObject(o, "data", c->data[0] ? c->data : "(built-in corpus)");
+        cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+        cJSON_AddNumberToObject(o, "lr", c->optim.lr);
+        cJSON_AddStringToObject(o, "optimizer", c->optim.kind == MODEL_SGD ? "sgd" : "adamw");
+        /* where boundary tensors live; the per-peer transport is each worker's first line */
+        cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");
+        cJSON_AddStringToObject(o, "transport", c->transport);
+        cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
+        cJSON_AddStringToObject(o, "dtype", c->dtype);
+    }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;
@@ -314,8 +359,6 @@ static char *config_json(const run_job *job) {
 
 static int write_job(run_job *job, pp_err *err) {
     const sched_plan *plan = job->plan;
-    char model[256];
-    model_spec_format(&job->cfg.model, model, sizeof model);
     char *json = config_json(job);
     if (!json) return pp_fail(err, "out of memory");
     db_job_info info = {
@@ -327,7 +370,7 @@ static int write_job(run_job *job, pp_err *err) {
         .virtual_stages = plan->virtual_stages,
         .stages = plan->stages,
         .steps = job->cfg.steps,
-        .model = model,
+        .model = job->model,
         .device = job->cfg.device,
         .config_json = json,
         .t0_ns = (int64_t)pp_now_ns(),
@@ -486,10 +529,44 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     return rc;
 }
 
+/* What a user's program needs to run the job's schedule on its rank
+ * (docs/trace-api.md): the job's shape, which rank holds each stage, and
+ * this rank's actions in order ("0F0 0F1 0B0 0W0 ..."). */
+static int program_env(const sched_plan *plan, const run_config *cfg, int rank, launch_env *env, pp_err *err) {
+    char num[32];
+    const struct {
+        const char *name;
+        int value;
+    } nums[] = {{"PPRUN_MICROBATCHES", plan->microbatches}, {"PPRUN_VIRTUAL_STAGES", plan->virtual_stages},
+                {"PPRUN_NUM_STAGES", plan->stages}, {"PPRUN_STEPS", cfg->steps}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        snprintf(num, sizeof num, "%d", nums[i].value);
+        if (launch_env_set(env, nums[i].name, num, err) != 0) return -1;
+    }
+    if (launch_env_set(env, "PPRUN_SCHEDULE", cfg->schedule, err) != 0) return -1;
+    /* 12 bytes hold any "S,", and any "{stage}{op}{mb} " of a valid plan */
+    size_t size = (size_t)(plan->stages > plan->len[rank] ? plan->stages : plan->len[rank]) * 24 + 1;
+    char *text = malloc(size);
+    if (!text) return pp_fail(err, "out of memory");
+    size_t n = 0;
+    for (int s = 0; s < plan->stages; s++) n += (size_t)snprintf(text + n, size - n, s ? ",%d" : "%d", plan->stage_rank[s]);
+    int rc = launch_env_set(env, "PPRUN_STAGE_RANKS", text, err);
+    n = 0;
+    text[0] = '\0';
+    for (int i = 0; i < plan->len[rank]; i++) {
+        char action[16];
+        n += (size_t)snprintf(text + n, size - n, i ? " %s" : "%s", sched_action_str(&plan->actions[rank][i], action));
+    }
+    if (rc == 0) rc = launch_env_set(env, "PPRUN_ACTIONS", text, err);
+    free(text);
+    return rc;
+}
+
 static int rank_env(void *ctx, const launch_info *info, int local_rank, int global_rank, launch_env *env, pp_err *err) {
     run_job *job = ctx;
-    (void)info, (void)global_rank;
+    (void)info;
     if (launch_env_set(env, "PPRUN_NODE_ADDR", job->node_addr, err) != 0) return -1;
+    if (job->program && program_env(job->plan, &job->cfg, global_rank, env, err) != 0) return -1;
     if (job->rings && job->rings[local_rank]) {
         int fd = trace_ring_fd(job->rings[local_rank]);
         char text[16];
@@ -537,6 +614,7 @@ static void plan_at_the_end(run_job *job) {
 /* --- main ------------------------------------------------------------------------- */
 
 static int build_worker_argv(run_job *job, pp_err *err) {
+    if (job->program) return 0; /* the user's, as parsed */
     ssize_t n = readlink("/proc/self/exe", job->self_exe, sizeof job->self_exe - 1);
     if (n <= 0) return pp_fail(err, "cannot find the pprun executable (/proc/self/exe): %s", strerror(errno));
     job->self_exe[n] = '\0';
@@ -601,14 +679,17 @@ int cmd_run(int argc, char **argv) {
     pp_err err;
     run_config_default(&job.cfg);
 
-    /* The launcher's parser wants "-- PROGRAM": the program is this binary's
-     * worker, whatever the user wrote. */
+    /* The launcher's parser wants "-- PROGRAM": the user's program when they
+     * wrote one, else this binary's worker. */
+    for (int i = 1; i < argc && !job.program; i++) job.program = strcmp(argv[i], "--") == 0;
     char **args = calloc((size_t)argc + 3, sizeof *args);
     if (!args) return 1;
     memcpy(args, argv, (size_t)argc * sizeof *args);
     args[argc] = "--";
     args[argc + 1] = "worker";
-    int prc = launch_parse(argc + 2, args, &job.lo, job_option, &job, &err);
+    /* the program's argv stays in main's argv (launch_parse points into it) */
+    int prc = job.program ? launch_parse(argc, argv, &job.lo, job_option, &job, &err)
+                          : launch_parse(argc + 2, args, &job.lo, job_option, &job, &err);
     free(args);
     if (prc == 1) return 0;
     if (prc != 0) {
@@ -619,7 +700,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
         return 2;
     }
-    if (job.lo.prog_argc != 1) {
+    if (!job.program && job.lo.prog_argc != 1) {
         fprintf(stderr, "pprun run: unexpected argument '%s' (pprun run takes options only)\n", job.lo.prog_argv[0]);
         return 2;
     }

@@ -3,8 +3,9 @@
 # test. Works as root or through sudo; does nothing when all are present.
 set -euo pipefail
 
+# python3: test_program runs examples/pipeline_demo.py, a traced Python program.
 packages=(build-essential cmake pkg-config libmicrohttpd-dev libsqlite3-dev libcjson-dev
-          libcriterion-dev libopenblas-dev sqlite3)
+          libcriterion-dev libopenblas-dev sqlite3 python3)
 # The browser tests drive Debian's chromium with playwright-core from npm.
 if [ "${PPRUN_NO_BROWSER:-0}" != 1 ]; then
   packages+=(chromium)

@@ -1,0 +1,323 @@
+/* test_program.c: a user's own program traced by pprun (docs/trace-api.md).
+ *
+ * libpprun_trace on its own (records in the ring with the environment's
+ * rank and attempt; every bad argument refused, naming it; a no-op outside
+ * pprun), then `pprun run -- PROGRAM` end to end with examples/pipeline_demo:
+ * the program follows each schedule's actions as the plan has them, its
+ * losses do not depend on the schedule, a crashed rank's ops are kept, and
+ * options of the built-in worker are refused. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers/trace_fixture.h"
+#include "launch_testutil.h"
+#include "tracer/pprun_trace.h"
+#include "tracer/ring.h"
+
+/* ---- the library, in this process ------------------------------------------ */
+
+/* A ring as the launcher makes one, and the environment it gives a rank. */
+static trace_ring *ring_in_env(size_t capacity) {
+    trace_ring *ring;
+    pp_err err;
+    cr_assert_eq(trace_ring_create(capacity, &ring, &err), 0, "%s", err.msg);
+    char fd[16];
+    snprintf(fd, sizeof fd, "%d", trace_ring_fd(ring));
+    setenv("PPRUN_TRACE_FD", fd, 1);
+    setenv("RANK", "2", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("PPRUN_RESTART_COUNT", "1", 1);
+    setenv("PPRUN_STEPS", "3", 1);
+    setenv("PPRUN_MICROBATCHES", "4", 1);
+    setenv("PPRUN_NUM_STAGES", "4", 1);
+    return ring;
+}
+
+Test(program_lib, outside_pprun_every_call_is_a_no_op) {
+    unsetenv("PPRUN_TRACE_FD");
+    cr_assert_eq(pprun_trace_init(), 0);
+    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 0);
+    cr_assert_eq(pprun_trace_loss(0, 0, 0, 1.5), 0);
+    /* a misspelt phase is still an error: the program has a bug either way */
+    cr_assert_eq(pprun_trace_op("FWD", 0, 0, 0, -1, 0, 1, 2), -1);
+    lt_assert_has(pprun_trace_error(), "phase 'FWD': expected F, B, W");
+}
+
+Test(program_lib, records_carry_the_environments_rank_and_attempt) {
+    trace_ring *ring = ring_in_env(64);
+    cr_assert_eq(pprun_trace_init(), 1, "%s", pprun_trace_error());
+    uint64_t t0 = pprun_trace_now_ns();
+    cr_assert_eq(pprun_trace_op("F", 1, 3, 2, -1, 4096, t0, t0 + 100), 1);
+    cr_assert_eq(pprun_trace_op("SEND_F", 1, 3, 2, 3, 1024, t0 + 100, t0 + 150), 1);
+    cr_assert_eq(pprun_trace_loss(2, 0, 3, 2.25), 1);
+    cr_assert_eq(pprun_trace_op("OPT", 2, -1, -1, -1, 77, t0 + 200, t0 + 300), 1);
+    trace_event ev[8];
+    cr_assert_eq(trace_ring_read(ring, ev, 8), 4);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(ev[i].rank, 2);
+        cr_assert_eq(ev[i].attempt, 1);
+        cr_assert_eq(ev[i].source, TRACE_SRC_CPU);
+    }
+    cr_assert(ev[0].phase == TRACE_F && ev[0].step == 1 && ev[0].microbatch == 3 && ev[0].stage == 2);
+    cr_assert(ev[0].start_ns == t0 && ev[0].end_ns == t0 + 100 && ev[0].bytes == 4096 && ev[0].peer == -1);
+    cr_assert(ev[1].phase == TRACE_SEND_F && ev[1].peer == 3 && ev[1].bytes == 1024);
+    cr_assert(ev[2].phase == TRACE_LOSS && ev[2].value == 2.25 && ev[2].stage == 3 && ev[2].start_ns == ev[2].end_ns);
+    cr_assert(ev[3].phase == TRACE_OPT && ev[3].microbatch == -1 && ev[3].stage == -1 && ev[3].bytes == 77);
+    pprun_trace_close();
+    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 1, "after close, the next call initialises again");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
+Test(program_lib, bad_arguments_are_refused_naming_them_and_record_nothing) {
+    trace_ring *ring = ring_in_env(64);
+    cr_assert_eq(pprun_trace_init(), 1, "%s", pprun_trace_error());
+    const struct {
+        const char *phase;
+        int step, mb, stage, peer;
+        uint64_t start, end;
+        const char *message;
+    } bad[] = {
+        {"F", 3, 0, 0, -1, 1, 2, "pprun_trace F: step 3: out of range 0..2 (PPRUN_STEPS=3)"},
+        {"F", -1, 0, 0, -1, 1, 2, "step -1: must be 0 or more"},
+        {"B", 0, 4, 0, -1, 1, 2, "microbatch 4: out of range 0..3 (PPRUN_MICROBATCHES=4)"},
+        {"W", 0, 0, 4, -1, 1, 2, "stage 4: out of range 0..3 (PPRUN_NUM_STAGES=4)"},
+        {"F", 0, -1, 0, -1, 1, 2, "microbatch -1: must be 0 or more"},
+        {"RECV_F", 0, 0, 1, 4, 1, 2, "peer 4: out of range 0..3 (WORLD_SIZE=4)"},
+        {"SEND_B", 0, 0, 1, -1, 1, 2, "peer -1: must be 0 or more"},
+        {"F", 0, 0, 0, 1, 1, 2, "peer 1: only SEND and RECV have a peer"},
+        {"F", 0, 0, 0, -1, 5, 4, "ends (4 ns) before it starts (5 ns)"},
+        {"LOSS", 0, 0, 0, -1, 1, 2, "phase 'LOSS': expected"},
+        {NULL, 0, 0, 0, -1, 1, 2, "phase '(null)'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(pprun_trace_op(bad[i].phase, bad[i].step, bad[i].mb, bad[i].stage, bad[i].peer, 0, bad[i].start,
+                                    bad[i].end),
+                     -1, "%s", bad[i].message);
+        lt_assert_has(pprun_trace_error(), bad[i].message);
+    }
+    cr_assert_eq(pprun_trace_loss(0, 9, 3, 1.0), -1);
+    lt_assert_has(pprun_trace_error(), "pprun_trace LOSS: microbatch 9");
+    cr_assert_eq(trace_ring_pending(ring), 0, "a refused op records nothing");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
+Test(program_lib, a_full_ring_counts_drops_and_never_blocks) {
+    trace_ring *ring = ring_in_env(4);
+    int recorded = 0, dropped = 0;
+    for (int i = 0; i < 10; i++) {
+        int rc = pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2);
+        cr_assert(rc == 0 || rc == 1);
+        recorded += rc, dropped += !rc;
+    }
+    cr_assert_eq(recorded, (int)trace_ring_capacity(ring));
+    cr_assert_eq(trace_ring_dropped(ring), (uint64_t)dropped);
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
+Test(program_lib, a_broken_environment_says_what_is_wrong) {
+    setenv("PPRUN_TRACE_FD", "abc", 1);
+    cr_assert_eq(pprun_trace_init(), -1);
+    lt_assert_has(pprun_trace_error(), "PPRUN_TRACE_FD");
+    cr_assert_eq(pprun_trace_init(), -1, "the same answer again");
+    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 0, "nothing recorded, nothing thrown");
+    pprun_trace_close();
+    setenv("PPRUN_TRACE_FD", "1000", 1);
+    cr_assert_eq(pprun_trace_init(), -1);
+    lt_assert_has(pprun_trace_error(), "fd 1000 is not open");
+    pprun_trace_close();
+}
+
+/* ---- pprun run -- PROGRAM ---------------------------------------------------- */
+
+/* Runs `pprun run --db DB --steps 3 --microbatches 4 --progress off EXTRA
+ * -- pipeline_demo --op-ms 1 DEMO_EXTRA`; returns the finished process. */
+static void run_demo(lt_proc *p, const char *db, const char *extra, const char *demo_extra) {
+    const char *args[32] = {"run", "--db", db, "--steps", "3", "--microbatches", "4", "--progress", "off"};
+    int n = 9;
+    char words[512];
+    snprintf(words, sizeof words, "%s", extra ? extra : "");
+    for (char *w = strtok(words, " "); w; w = strtok(NULL, " ")) args[n++] = w;
+    args[n++] = "--";
+    args[n++] = PPRUN_DEMO_BIN;
+    args[n++] = "--op-ms";
+    args[n++] = "1";
+    char more[128];
+    snprintf(more, sizeof more, "%s", demo_extra ? demo_extra : "");
+    for (char *w = strtok(more, " "); w; w = strtok(NULL, " ")) args[n++] = w;
+    args[n] = NULL;
+    lt_run(p, args, NULL);
+}
+
+static sqlite3 *open_db(const char *path) {
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    return s;
+}
+
+/* One text value of a query (the test fails when there is no row). */
+static char *q_text(sqlite3 *s, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "no row: %s", sql);
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    char *out = strdup(t ? (const char *)t : "");
+    sqlite3_finalize(st);
+    return out;
+}
+
+Test(program_run, every_schedule_runs_the_program_as_planned, .timeout = 240) {
+    const char *db = tfix_path("program.db");
+    const char *schedules[] = {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "zb-v"};
+    for (int k = 0; k < 5; k++) {
+        char extra[64];
+        snprintf(extra, sizeof extra, "--schedule %s", schedules[k]);
+        lt_proc p;
+        run_demo(&p, db, extra, NULL);
+        cr_assert_eq(p.status, 0, "%s: exit %d\n%s", schedules[k], p.status, p.err);
+        lt_free(&p);
+    }
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM jobs WHERE status='succeeded' AND model LIKE "
+                               "'program:%pipeline_demo --op-ms 1'"), 5);
+    for (int job = 1; job <= 5; job++) {
+        int v = job >= 4 ? 2 : 1;
+        /* every F, B and W of every step, on the rank the plan gives its stage */
+        for (int r = 0; r < 4; r++)
+            cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM events WHERE job_id=%d AND rank=%d AND phase='F'",
+                                     job, r), 3 * 4 * v, "job %d rank %d", job, r);
+        cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM events e JOIN plan p ON p.job_id=e.job_id AND "
+                                    "p.stage=e.stage AND p.phase=e.phase AND p.microbatch=e.microbatch "
+                                    "WHERE e.job_id=%d AND e.rank<>p.rank", job), 0, "job %d", job);
+        /* each rank ran its actions in the plan's order */
+        for (int r = 0; r < 4; r++) {
+            char sql[1024];
+            snprintf(sql, sizeof sql, "SELECT group_concat(a, ' ') FROM (SELECT action a FROM plan WHERE job_id=%d "
+                     "AND rank=%d ORDER BY slot)", job, r);
+            char *planned = q_text(s, sql);
+            snprintf(sql, sizeof sql, "SELECT group_concat(a, ' ') FROM (SELECT stage || phase || microbatch a "
+                     "FROM events WHERE job_id=%d AND rank=%d AND step=1 AND phase IN ('F','B','W') ORDER BY "
+                     "start_ns)", job, r);
+            char *ran = q_text(s, sql);
+            cr_assert_str_eq(ran, planned, "job %d rank %d", job, r);
+            free(planned), free(ran);
+        }
+        cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM step_stats WHERE job_id=%d", job), 3 * 4);
+        cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM losses WHERE job_id=%d", job), 3 * 4);
+    }
+    /* the losses are the model's, not the schedule's: bitwise equal for the
+     * same stages, and falling */
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses a JOIN losses b ON a.step=b.step AND "
+                               "a.microbatch=b.microbatch AND ((a.job_id=1 AND b.job_id IN (2,3)) OR "
+                               "(a.job_id=4 AND b.job_id=5)) WHERE a.loss IS NOT b.loss"), 0);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses a JOIN losses b ON a.job_id=b.job_id AND "
+                               "a.microbatch=b.microbatch AND b.step=a.step+1 WHERE b.loss >= a.loss"), 0);
+    sqlite3_close(s);
+
+    /* pprun stats reads it like any job */
+    const char *args[] = {"stats", "--db", db, "--job", "2", NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "1f1b  4 ranks  4 microbatches  model program:");
+    lt_assert_has(p.out, "bubble ");
+    lt_assert_has(p.out, "loss ");
+    lt_free(&p);
+}
+
+Test(program_run, a_crashed_program_keeps_its_trace_and_is_named, .timeout = 120) {
+    const char *db = tfix_path("crash.db");
+    lt_proc p;
+    run_demo(&p, db, NULL, "--fail-at 2");
+    cr_assert_eq(p.status, 1, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "pipeline_demo: rank 3 fails at step 2");
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    char *failure = q_text(s, "SELECT status || ' ' || failed_rank || ': ' || failure FROM jobs WHERE id=1");
+    lt_assert_has(failure, "failed 3: rank 3 (local rank 3 on ");
+    lt_assert_has(failure, ") exited with code 3");
+    free(failure);
+    /* rank 3 started step 2, so every rank had finished step 0 and rank 3
+     * step 1: all of it is kept */
+    for (int r = 0; r < 4; r++)
+        cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM events WHERE job_id=1 AND rank=%d AND step=0 AND "
+                                    "phase IN ('F','B','W')", r), 3 * 4, "rank %d", r);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE job_id=1 AND rank=3 AND step=1 AND "
+                               "phase IN ('F','B','W')"), 3 * 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE job_id=1 AND step=0"), 4);
+    sqlite3_close(s);
+}
+
+Test(program_run, options_of_the_built_in_worker_are_refused) {
+    const char *db = tfix_path("refused.db");
+    const char *flags[] = {"--model gpt", "--fail-at step=1,rank=0", "--data /etc/hostname", "--lr 0.1",
+                           "--checkpoint-dir /tmp", "--transport tcp", "--resume"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        lt_proc p;
+        run_demo(&p, db, flags[i], NULL);
+        cr_assert_eq(p.status, 2, "%s: exit %d", flags[i], p.status);
+        char want[128];
+        snprintf(want, sizeof want, "pprun run: %.*s configures pprun's built-in worker; with -- PROGRAM your program "
+                 "is the model", (int)strcspn(flags[i], " "), flags[i]);
+        lt_assert_has(p.err, want);
+        lt_free(&p);
+        cr_assert_neq(access(db, F_OK), 0, "%s: no database written", flags[i]);
+    }
+}
+
+Test(program_run, with_trace_off_the_program_runs_untraced) {
+    const char *db = tfix_path("untraced.db");
+    lt_proc p;
+    run_demo(&p, db, "--trace off", NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    cr_assert_neq(access(db, F_OK), 0, "no database written");
+}
+
+Test(program_run, the_program_is_told_it_is_not_under_pprun) {
+    /* pipeline_demo straight from a shell: it says how to run it */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "env -u RANK -u PPRUN_TRACE_FD %s 2>&1", PPRUN_DEMO_BIN);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    char out[512] = "";
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    cr_assert_eq(WEXITSTATUS(pclose(f)), 2);
+    lt_assert_has(out, "RANK is not set: run me as `pprun run [options] -- pipeline_demo`");
+}
+
+Test(program_run, a_python_program_traces_through_ctypes, .timeout = 120) {
+    cr_assert_eq(system("command -v python3 >/dev/null"), 0, "python3 is missing: scripts/install-deps.sh installs it");
+    const char *db = tfix_path("python.db");
+    const char *args[] = {"run", "--db", db, "--steps", "3", "--microbatches", "4", "--progress", "off", "--schedule",
+                          "zb-v", "--", "python3", PPRUN_EXAMPLES_DIR "/pipeline_demo.py", "--op-ms", "1", "--lib",
+                          PPRUN_TRACE_LIB, NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    for (int r = 0; r < 4; r++) {
+        cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM events WHERE rank=%d AND phase='F'", r), 3 * 4 * 2);
+        char sql[512];
+        snprintf(sql, sizeof sql, "SELECT group_concat(a, ' ') FROM (SELECT action a FROM plan WHERE rank=%d ORDER "
+                 "BY slot)", r);
+        char *planned = q_text(s, sql);
+        snprintf(sql, sizeof sql, "SELECT group_concat(a, ' ') FROM (SELECT stage || phase || microbatch a FROM events "
+                 "WHERE rank=%d AND step=2 AND phase IN ('F','B','W') ORDER BY start_ns)", r);
+        char *ran = q_text(s, sql);
+        cr_assert_str_eq(ran, planned, "rank %d", r);
+        free(planned), free(ran);
+    }
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses"), 3 * 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses a JOIN losses b ON a.microbatch=b.microbatch AND "
+                               "b.step=a.step+1 WHERE b.loss >= a.loss"), 0, "the loss falls");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 3 * 4);
+    sqlite3_close(s);
+}

@@ -1,0 +1,67 @@
+/* pprun_trace.h: trace your own training program's pipeline ops into
+ * pprun's database, the same way pprun's built-in worker does.
+ *
+ * Run your program under `pprun run [job options] -- PROGRAM [ARGS]`: pprun
+ * starts it once per rank (torchrun's environment, plus the job's schedule,
+ * see docs/trace-api.md), and every op it records through this library lands
+ * in the job's trace: the dashboard, `pprun stats`, `pprun query` and the
+ * Chrome export see it like a built-in job's. Link with -lpprun_trace, or
+ * load libpprun_trace.so from any language (Python: ctypes).
+ *
+ * Outside `pprun run` (no trace ring in the environment, or --trace off)
+ * pprun_trace_init returns 0 and every other call does nothing, so a
+ * program keeps its tracing calls whether or not pprun runs it.
+ *
+ * Timestamps are pprun_trace_now_ns() (the host's CLOCK_MONOTONIC); pprun
+ * maps them onto the job clock. Records go into a shared-memory ring that
+ * the launcher holds, so what a rank recorded before it crashed is kept. A
+ * full ring never blocks: the record is counted as dropped and shown. Every
+ * call is thread-safe. */
+#ifndef PPRUN_TRACE_H
+#define PPRUN_TRACE_H
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1: recording (under `pprun run -- PROGRAM` with --trace on); 0: not
+ * under pprun, every other call is a no-op; -1: the environment pprun set is
+ * broken (pprun_trace_error says how). Calling it again returns the same. */
+int pprun_trace_init(void);
+
+/* The clock of every timestamp below, in nanoseconds. */
+uint64_t pprun_trace_now_ns(void);
+
+/* Records one op that ran from start_ns to end_ns.
+ *   phase       "F", "B", "W" (forward, input gradient, weight gradient),
+ *               "SEND_F", "RECV_F", "SEND_B", "RECV_B" (activations and
+ *               gradients between stages), or "OPT" (the optimizer step)
+ *   step        0 .. PPRUN_STEPS-1
+ *   microbatch  0 .. PPRUN_MICROBATCHES-1, or -1 for OPT
+ *   stage       0 .. PPRUN_NUM_STAGES-1, or -1 for OPT
+ *   peer        the other rank of a SEND or RECV, else -1
+ *   bytes       SEND/RECV: the payload; F/B/W: the activation bytes this
+ *               rank holds after the op; OPT: its weights, gradients and
+ *               optimizer state; 0 when you don't know
+ * Returns 1 recorded, 0 not recording (or the ring was full: counted as
+ * dropped), -1 bad arguments (nothing recorded; pprun_trace_error names
+ * the argument and the accepted range). */
+int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
+                   uint64_t start_ns, uint64_t end_ns);
+
+/* Records the loss of one microbatch (on the last stage), as the dashboard's
+ * loss curve shows it. Returns as pprun_trace_op. */
+int pprun_trace_loss(int step, int microbatch, int stage, double loss);
+
+/* The reason for the latest -1 on this thread ("" when none). */
+const char *pprun_trace_error(void);
+
+/* Unmaps the ring; later calls are no-ops until pprun_trace_init. Records
+ * already written stay with the launcher. */
+void pprun_trace_close(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
