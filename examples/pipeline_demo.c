@@ -16,7 +16,8 @@
  * after the run, the attempt and the rank (nothing to clean up).
  *
  * Options: --op-ms MS (default 2), --fail-at STEP (exit 3 at the start of
- * that step on the last rank: a crashed rank), --lr X (default 0.5). */
+ * that step on the last rank, in the first attempt only: a crashed rank
+ * that `--max-restarts` recovers from), --lr X (default 0.5). */
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -233,7 +234,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (int step = 0; step < d.steps; step++) {
-        if (step == d.fail_at && d.rank == d.world - 1) {
+        if (step == d.fail_at && d.rank == d.world - 1 && d.attempt == 0) {
             fprintf(stderr, "pipeline_demo: rank %d fails at step %d (--fail-at)\n", d.rank, step);
             return 3;
         }

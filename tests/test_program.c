@@ -253,6 +253,23 @@ Test(program_run, a_crashed_program_keeps_its_trace_and_is_named, .timeout = 120
     sqlite3_close(s);
 }
 
+Test(program_run, a_restarted_program_records_its_new_attempt, .timeout = 120) {
+    const char *db = tfix_path("restart.db");
+    lt_proc p;
+    run_demo(&p, db, "--max-restarts 1", "--fail-at 2");
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM jobs WHERE status='succeeded'"), 1);
+    /* attempt 1 ran the whole job again on every rank; attempt 0 stopped in step 2 */
+    for (int r = 0; r < 4; r++)
+        cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM events WHERE attempt=1 AND rank=%d AND phase='F'", r), 3 * 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE attempt=0 AND step=2 AND rank=3"), 0);
+    cr_assert(tfix_q_int(s, "SELECT count(*) FROM events WHERE attempt=0") > 0, "the failed attempt's ops are kept");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 3 * 4);
+    sqlite3_close(s);
+}
+
 Test(program_run, options_of_the_built_in_worker_are_refused) {
     const char *db = tfix_path("refused.db");
     const char *flags[] = {"--model gpt", "--fail-at step=1,rank=0", "--data /etc/hostname", "--lr 0.1",
