@@ -68,6 +68,10 @@ static void sock_name(int rank, struct sockaddr_un *a, socklen_t *len) {
     memset(a, 0, sizeof *a);
     a->sun_family = AF_UNIX;
     int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "pprun-demo/%s/%d/%d", d.run_id, d.attempt, rank);
+    if (n < 0 || (size_t)n >= sizeof a->sun_path - 1) {
+        fprintf(stderr, "pipeline_demo: the run id '%s' is too long for a socket name\n", d.run_id);
+        exit(2);
+    }
     *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
@@ -95,7 +99,8 @@ static void send_msg(int to, const demo_msg *m) {
 static void recv_msg(int kind, int stage, int mb, int step, demo_msg *out) {
     for (;;) {
         for (int i = 0; i < d.nearly; i++)
-            if (d.early[i].kind == kind && d.early[i].stage == stage && d.early[i].mb == mb && d.early[i].step == step) {
+            if (d.early[i].kind == kind && d.early[i].stage == stage && d.early[i].mb == mb &&
+                d.early[i].step == step) {
                 *out = d.early[i];
                 d.early[i] = d.early[--d.nearly];
                 return;
@@ -188,7 +193,11 @@ static void backward_weight(int step, int s, int mb) {
 
 int main(int argc, char **argv) {
     d.op_ms = 2, d.lr = 0.5, d.fail_at = -1;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 == argc) {
+            fprintf(stderr, "pipeline_demo: %s needs a value\n", argv[i]);
+            return 2;
+        }
         if (strcmp(argv[i], "--op-ms") == 0) d.op_ms = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--lr") == 0) d.lr = atof(argv[i + 1]);
         else if (strcmp(argv[i], "--fail-at") == 0) d.fail_at = atoi(argv[i + 1]);

@@ -13,10 +13,14 @@ pprun binary's build, then the loader's search path).
 import ctypes
 import math
 import os
-import pickle
 import socket
+import struct
 import sys
 import time
+
+DIM = 64
+# A message: kind (b"F" activation, b"B" gradient), stage, microbatch, step, then DIM doubles.
+MSG = struct.Struct("=c3i%dd" % DIM)
 
 
 def load_tracer(path):
@@ -57,17 +61,23 @@ def main():
     early = {}
 
     def send(to, key, vec):
+        kind, s, mb, step = key
+        msg = MSG.pack(kind.encode(), s, mb, step, *vec)
         for _ in range(30000):  # the peer may not have bound its socket yet
             try:
-                return sock.sendto(pickle.dumps((key, vec)), "\0pprun-demo-py/%s/%d" % (run, to))
+                return sock.sendto(msg, "\0pprun-demo-py/%s/%d" % (run, to))
             except (ConnectionRefusedError, FileNotFoundError):
                 time.sleep(0.001)
         sys.exit("pipeline_demo.py: rank %d cannot reach rank %d" % (rank, to))
 
     def recv(key):
+        # Plain numbers, never pickle: anyone on this machine can send to an abstract socket.
         while key not in early:
-            k, vec = pickle.loads(sock.recv(1 << 20))
-            early[k] = vec
+            data = sock.recv(MSG.size + 1)
+            if len(data) != MSG.size:
+                continue  # not ours
+            kind, s, mb, step, *vec = MSG.unpack(data)
+            early[kind.decode(), s, mb, step] = list(vec)
         return early.pop(key)
 
     w = [0.9 + 0.05 * s for s in range(stages)]
@@ -79,7 +89,7 @@ def main():
             t0 = now()
             if op == "F":
                 if s == 0:
-                    x[s, mb] = [math.sin(0.1 * i + 0.37 * mb + 0.011 * step) for i in range(64)]
+                    x[s, mb] = [math.sin(0.1 * i + 0.37 * mb + 0.011 * step) for i in range(DIM)]
                 elif stage_rank[s - 1] != rank:
                     x[s, mb] = recv(("F", s, mb, step))
                     t.pprun_trace_op(b"RECV_F", step, mb, s, stage_rank[s - 1], 512, t0, now())

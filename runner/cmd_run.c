@@ -116,7 +116,7 @@ static void usage(FILE *out) {
             "* --transport T         auto|shm|tcp|cuda-ipc|nccl (default auto: with --device cuda,\n"
             "                        boundary tensors stay in GPU memory, cuda-ipc between ranks\n"
             "                        on one GPU, nccl otherwise; shm|tcp stage them through the host)\n"
-            "  --progress auto|on|off\n\n"
+            "* --progress auto|on|off  the progress line (its numbers come from pprun's worker)\n\n"
             "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
     launch_usage(out);
 }
@@ -127,7 +127,7 @@ static int worker_only(const char *opt) {
     static const char *const names[] = {"--pipeline-cuts", "--model", "--data", "--dtype", "--seed", "--lr",
                                         "--optimizer", "--weight-decay", "--cupti", "--checkpoint-dir",
                                         "--checkpoint-every", "--resume", "--metrics", "--save-weights", "--fail-at",
-                                        "--recv-timeout", "--transport", NULL};
+                                        "--recv-timeout", "--transport", "--progress", NULL};
     for (int i = 0; names[i]; i++)
         if (strcmp(opt, names[i]) == 0) return 1;
     return 0;
@@ -253,7 +253,8 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
     int rc = -1;
     if (id == 0) pp_fail(err, "no job in it yet");
     else if (id > 0)
-        rc = whatif_costs_for(sql, id, job->model, world, 2, &cfg->schedule_costs, job->costs_about, sizeof job->costs_about,
+        rc = whatif_costs_for(sql, id, job->model, world, 2, &cfg->schedule_costs, job->costs_about,
+                              sizeof job->costs_about,
                               err);
     sqlite3_close(sql);
     if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
@@ -270,6 +271,22 @@ static void name_program(run_job *job) {
         n += snprintf(job->model + n, sizeof job->model - (size_t)n, i ? " %s" : "%s", job->lo.prog_argv[i]);
 }
 
+/* Linux refuses to start a program with one environment string over 128
+ * KiB (MAX_ARG_STRLEN): a long PPRUN_ACTIONS is refused here, naming it,
+ * rather than every rank failing to start. */
+#define RUN_ENV_STRING_MAX (128 * 1024 - 1)
+static int check_program_env(const sched_plan *plan, pp_err *err) {
+    for (int r = 0; r < plan->ranks; r++) {
+        size_t bytes = strlen("PPRUN_ACTIONS=");
+        char action[16];
+        for (int i = 0; i < plan->len[r]; i++) bytes += strlen(sched_action_str(&plan->actions[r][i], action)) + 1;
+        if (bytes > RUN_ENV_STRING_MAX)
+            return pp_fail(err, "rank %d's PPRUN_ACTIONS would be %zu bytes, more than the %d an environment variable "
+                                "may hold; use fewer --microbatches or --virtual-stages", r, bytes, RUN_ENV_STRING_MAX);
+    }
+    return 0;
+}
+
 static int check_job(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
     if (job->program && job->worker_flag[0])
@@ -279,6 +296,7 @@ static int check_job(run_job *job, pp_err *err) {
     if (job->program) {
         name_program(job);
         cfg->cupti = 0;
+        snprintf(cfg->progress, sizeof cfg->progress, "off"); /* its numbers come from pprun's worker */
     } else {
         model_spec_format(&cfg->model, job->model, sizeof job->model);
     }
@@ -287,7 +305,7 @@ static int check_job(run_job *job, pp_err *err) {
     if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
     if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
-    if (job->program) return 0;
+    if (job->program) return check_program_env(job->plan, err);
     int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
     if (!first) return pp_fail(err, "out of memory");
     int rc =
@@ -471,6 +489,11 @@ static int agree_with_node0(const run_job *job, const launch_info *info, store_c
     char mine[8192];
     if (run_config_node_text(&job->cfg, info->nproc_per_node, mine, sizeof mine) != 0)
         return pp_fail(err, "the job's options do not fit in %zu bytes", sizeof mine);
+    /* and the same program (a node without one would run pprun's worker) */
+    size_t used = strlen(mine);
+    if (job->program && snprintf(mine + used, sizeof mine - used, "-- %s\n", job->model + strlen("program:")) >=
+                            (int)(sizeof mine - used))
+        return pp_fail(err, "the job's options do not fit in %zu bytes", sizeof mine);
     if (info->node_rank == 0) return store_set(store, "run/options", mine, strlen(mine), err);
     const char *keys[] = {"run/options"};
     int rc = store_wait(store, keys, 1, 60000, err);
@@ -544,12 +567,13 @@ static int program_env(const sched_plan *plan, const run_config *cfg, int rank, 
         if (launch_env_set(env, nums[i].name, num, err) != 0) return -1;
     }
     if (launch_env_set(env, "PPRUN_SCHEDULE", cfg->schedule, err) != 0) return -1;
-    /* 12 bytes hold any "S,", and any "{stage}{op}{mb} " of a valid plan */
+    /* 24 bytes hold any "S," (at most 12) and any "{stage}{op}{mb} " (at most 16) */
     size_t size = (size_t)(plan->stages > plan->len[rank] ? plan->stages : plan->len[rank]) * 24 + 1;
     char *text = malloc(size);
     if (!text) return pp_fail(err, "out of memory");
     size_t n = 0;
-    for (int s = 0; s < plan->stages; s++) n += (size_t)snprintf(text + n, size - n, s ? ",%d" : "%d", plan->stage_rank[s]);
+    for (int s = 0; s < plan->stages; s++)
+        n += (size_t)snprintf(text + n, size - n, s ? ",%d" : "%d", plan->stage_rank[s]);
     int rc = launch_env_set(env, "PPRUN_STAGE_RANKS", text, err);
     n = 0;
     text[0] = '\0';

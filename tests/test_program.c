@@ -120,12 +120,32 @@ Test(program_lib, a_full_ring_counts_drops_and_never_blocks) {
     trace_ring_close(ring);
 }
 
+Test(program_lib, a_forked_child_may_not_write_its_parents_ring) {
+    trace_ring *ring = ring_in_env(64);
+    cr_assert_eq(pprun_trace_init(), 1, "%s", pprun_trace_error());
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) { /* exit status: 0 when refused with the reason */
+        int rc = pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2);
+        _exit(rc == -1 && strstr(pprun_trace_error(), "one process per rank records") ? 0 : 1);
+    }
+    int st;
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's record was not refused");
+    cr_assert_eq(trace_ring_pending(ring), 0);
+    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 1, "the parent still records");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
 Test(program_lib, a_broken_environment_says_what_is_wrong) {
     setenv("PPRUN_TRACE_FD", "abc", 1);
     cr_assert_eq(pprun_trace_init(), -1);
     lt_assert_has(pprun_trace_error(), "PPRUN_TRACE_FD");
     cr_assert_eq(pprun_trace_init(), -1, "the same answer again");
-    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 0, "nothing recorded, nothing thrown");
+    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), -1, "every record fails the same way");
+    lt_assert_has(pprun_trace_error(), "pprun_trace_init: ");
+    lt_assert_has(pprun_trace_error(), "PPRUN_TRACE_FD");
     pprun_trace_close();
     setenv("PPRUN_TRACE_FD", "1000", 1);
     cr_assert_eq(pprun_trace_init(), -1);
@@ -135,11 +155,11 @@ Test(program_lib, a_broken_environment_says_what_is_wrong) {
 
 /* ---- pprun run -- PROGRAM ---------------------------------------------------- */
 
-/* Runs `pprun run --db DB --steps 3 --microbatches 4 --progress off EXTRA
- * -- pipeline_demo --op-ms 1 DEMO_EXTRA`; returns the finished process. */
+/* Runs `pprun run --db DB --steps 3 --microbatches 4 EXTRA -- pipeline_demo
+ * --op-ms 1 DEMO_EXTRA`; returns the finished process. */
 static void run_demo(lt_proc *p, const char *db, const char *extra, const char *demo_extra) {
-    const char *args[32] = {"run", "--db", db, "--steps", "3", "--microbatches", "4", "--progress", "off"};
-    int n = 9;
+    const char *args[32] = {"run", "--db", db, "--steps", "3", "--microbatches", "4"};
+    int n = 7;
     char words[512];
     snprintf(words, sizeof words, "%s", extra ? extra : "");
     for (char *w = strtok(words, " "); w; w = strtok(NULL, " ")) args[n++] = w;
@@ -273,7 +293,7 @@ Test(program_run, a_restarted_program_records_its_new_attempt, .timeout = 120) {
 Test(program_run, options_of_the_built_in_worker_are_refused) {
     const char *db = tfix_path("refused.db");
     const char *flags[] = {"--model gpt", "--fail-at step=1,rank=0", "--data /etc/hostname", "--lr 0.1",
-                           "--checkpoint-dir /tmp", "--transport tcp", "--resume"};
+                           "--checkpoint-dir /tmp", "--transport tcp", "--resume", "--progress on"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         lt_proc p;
         run_demo(&p, db, flags[i], NULL);
@@ -285,6 +305,38 @@ Test(program_run, options_of_the_built_in_worker_are_refused) {
         lt_free(&p);
         cr_assert_neq(access(db, F_OK), 0, "%s: no database written", flags[i]);
     }
+}
+
+Test(program_run, every_node_must_run_the_same_program, .timeout = 120) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *db0 = tfix_path("node0.db"), *db1 = tfix_path("node1.db");
+    const char *node0[] = {"run", "--db", db0, "--nnodes", "2", "--node-rank", "0", "--master-port", port,
+                           "--nproc-per-node", "2", "--steps", "2", "--rdzv-timeout", "30", "--", PPRUN_DEMO_BIN,
+                           "--op-ms", "1", NULL};
+    const char *node1[] = {"run", "--db", db1, "--nnodes", "2", "--node-rank", "1", "--master-port", port,
+                           "--nproc-per-node", "2", "--steps", "2", "--rdzv-timeout", "30", "--", PPRUN_DEMO_BIN,
+                           "--op-ms", "2", NULL};
+    lt_proc p0, p1;
+    lt_start(&p0, node0, NULL);
+    lt_run(&p1, node1, NULL);
+    lt_wait(&p0);
+    cr_assert_eq(p1.status, 1, "exit %d\n%s", p1.status, p1.err);
+    lt_assert_has(p1.err, "this node has -- " PPRUN_DEMO_BIN " --op-ms 2, node rank 0 has -- " PPRUN_DEMO_BIN
+                          " --op-ms 1");
+    cr_assert_eq(p0.status, 1, "node 0 fails too: exit %d\n%s", p0.status, p0.err);
+    lt_free(&p0), lt_free(&p1);
+}
+
+Test(program_run, a_schedule_too_long_for_the_environment_is_refused) {
+    const char *db = tfix_path("long.db");
+    lt_proc p;
+    run_demo(&p, db, "--nproc-per-node 2 --schedule interleaved-1f1b --microbatches 4096", NULL);
+    cr_assert_eq(p.status, 2, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "rank 0's PPRUN_ACTIONS would be ");
+    lt_assert_has(p.err, "bytes, more than the 131071 an environment variable may hold");
+    lt_free(&p);
+    cr_assert_neq(access(db, F_OK), 0, "no database written");
 }
 
 Test(program_run, with_trace_off_the_program_runs_untraced) {
@@ -312,9 +364,9 @@ Test(program_run, the_program_is_told_it_is_not_under_pprun) {
 Test(program_run, a_python_program_traces_through_ctypes, .timeout = 120) {
     cr_assert_eq(system("command -v python3 >/dev/null"), 0, "python3 is missing: scripts/install-deps.sh installs it");
     const char *db = tfix_path("python.db");
-    const char *args[] = {"run", "--db", db, "--steps", "3", "--microbatches", "4", "--progress", "off", "--schedule",
-                          "zb-v", "--", "python3", PPRUN_EXAMPLES_DIR "/pipeline_demo.py", "--op-ms", "1", "--lib",
-                          PPRUN_TRACE_LIB, NULL};
+    const char *args[] = {"run", "--db", db, "--steps", "3", "--microbatches", "4", "--schedule", "zb-v", "--",
+                          "python3", PPRUN_EXAMPLES_DIR "/pipeline_demo.py", "--op-ms", "1", "--lib", PPRUN_TRACE_LIB,
+                          NULL};
     lt_proc p;
     lt_run(&p, args, NULL);
     cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);

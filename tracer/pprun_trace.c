@@ -6,11 +6,13 @@
  * visible (CMakeLists.txt). */
 #include "tracer/pprun_trace.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runner/base/pp.h"
 #include "tracer/event.h"
@@ -18,21 +20,20 @@
 
 #define PPRUN_TRACE_API __attribute__((visibility("default")))
 
-/* The process's one tracer. `state` 0: not initialised yet, 1: recording,
- * 2: not under pprun, 3: a broken environment. */
+/* The process's one tracer, every field under mu. `state` 0: not
+ * initialised yet, 1: recording, 2: not under pprun, 3: a broken
+ * environment. */
 static struct {
     pthread_mutex_t mu;
     int state;
     char init_error[256];
     trace_ring *ring;
+    pid_t pid; /* the process that attached: the ring takes one writer */
     int rank, attempt;
     long steps, microbatches, stages, world; /* bounds from the environment; 0 = not given */
 } pt = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local char pt_error[320];
-
-/* Written under pt.mu; read without it by pt_recording's fast path. */
-static void pt_set_state(int state) { __atomic_store_n(&pt.state, state, __ATOMIC_RELEASE); }
 
 static int pt_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int pt_fail(const char *fmt, ...) {
@@ -55,7 +56,7 @@ static void pt_init_locked(void) {
     pp_err err;
     const char *fd_text = getenv("PPRUN_TRACE_FD");
     if (!fd_text) {
-        pt_set_state(2);
+        pt.state = 2;
         return;
     }
     long fd = 0, rank = 0, attempt = 0;
@@ -65,14 +66,18 @@ static void pt_init_locked(void) {
         pt_env_long("PPRUN_STEPS", 1, 1L << 30, &pt.steps, &err) != 0 ||
         pt_env_long("PPRUN_MICROBATCHES", 1, 1L << 30, &pt.microbatches, &err) != 0 ||
         pt_env_long("PPRUN_NUM_STAGES", 1, 1L << 30, &pt.stages, &err) != 0 ||
-        pt_env_long("WORLD_SIZE", 1, 1L << 30, &pt.world, &err) != 0 || trace_ring_attach((int)fd, &pt.ring, &err) != 0) {
+        pt_env_long("WORLD_SIZE", 1, 1L << 30, &pt.world, &err) != 0 ||
+        trace_ring_attach((int)fd, &pt.ring, &err) != 0) {
         snprintf(pt.init_error, sizeof pt.init_error, "pprun_trace_init: %.200s", err.msg);
-        pt_set_state(3);
+        pt.state = 3;
         return;
     }
+    /* A program the rank starts must not write the same ring too. */
+    fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    pt.pid = getpid();
     pt.rank = (int)rank;
     pt.attempt = (int)attempt;
-    pt_set_state(1);
+    pt.state = 1;
 }
 
 PPRUN_TRACE_API int pprun_trace_init(void) {
@@ -92,7 +97,7 @@ PPRUN_TRACE_API void pprun_trace_close(void) {
     pthread_mutex_lock(&pt.mu);
     trace_ring_close(pt.ring);
     pt.ring = NULL;
-    pt_set_state(0);
+    pt.state = 0;
     pthread_mutex_unlock(&pt.mu);
 }
 
@@ -125,30 +130,37 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
                  (unsigned long long)ev->start_ns);
 }
 
-/* Checks and writes one record; `ev` has phase, value and the op's fields. */
+/* Checks and writes one record (initialising first, so a program may skip
+ * pprun_trace_init); `ev` has phase, value and the op's fields. Returns as
+ * pprun_trace_op. */
 static int pt_write(trace_event *ev, const char *phase_name) {
-    char why[200];
-    pt_why(ev, why, sizeof why);
-    if (why[0]) return pt_fail("pprun_trace %s: %s", phase_name, why);
+    char why[320] = "";
     pthread_mutex_lock(&pt.mu);
+    if (pt.state == 0) pt_init_locked();
     int rc = 0;
-    if (pt.state == 1) {
-        ev->version = TRACE_EVENT_VERSION;
-        ev->source = TRACE_SRC_CPU;
-        ev->rank = pt.rank;
-        ev->attempt = pt.attempt;
-        rc = trace_ring_write(pt.ring, ev);
+    if (pt.state == 3) {
+        snprintf(why, sizeof why, "%s", pt.init_error);
+        rc = -1;
+    } else if (pt.state == 1 && getpid() != pt.pid) {
+        snprintf(why, sizeof why, "pprun_trace %s: process %d records for a rank that process %d traces; one process "
+                 "per rank records (a forked child must not)", phase_name, (int)getpid(), (int)pt.pid);
+        rc = -1;
+    } else if (pt.state == 1) {
+        char bad[200];
+        pt_why(ev, bad, sizeof bad);
+        if (bad[0]) {
+            snprintf(why, sizeof why, "pprun_trace %s: %s", phase_name, bad);
+            rc = -1;
+        } else {
+            ev->version = TRACE_EVENT_VERSION;
+            ev->source = TRACE_SRC_CPU;
+            ev->rank = pt.rank;
+            ev->attempt = pt.attempt;
+            rc = trace_ring_write(pt.ring, ev);
+        }
     }
     pthread_mutex_unlock(&pt.mu);
-    return rc;
-}
-
-/* Not initialised yet: initialise now, so a program may skip pprun_trace_init.
- * Returns 1 when recording. */
-static int pt_recording(void) {
-    int state = __atomic_load_n(&pt.state, __ATOMIC_ACQUIRE);
-    if (state == 0) return pprun_trace_init() == 1;
-    return state == 1;
+    return rc < 0 ? pt_fail("%s", why) : rc;
 }
 
 PPRUN_TRACE_API int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
@@ -161,14 +173,12 @@ PPRUN_TRACE_API int pprun_trace_op(const char *phase, int step, int microbatch, 
     if (kind < 0)
         return pt_fail("pprun_trace_op: phase '%.40s': expected F, B, W, SEND_F, RECV_F, SEND_B, RECV_B or OPT",
                        phase ? phase : "(null)");
-    if (!pt_recording()) return 0;
     trace_event ev = {.phase = (uint8_t)kind, .step = step, .microbatch = microbatch, .stage = stage, .peer = peer,
                       .start_ns = start_ns, .end_ns = end_ns, .bytes = bytes};
     return pt_write(&ev, phase);
 }
 
 PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double loss) {
-    if (!pt_recording()) return 0;
     uint64_t now = pp_now_ns();
     trace_event ev = {.phase = TRACE_LOSS, .step = step, .microbatch = microbatch, .stage = stage, .peer = -1,
                       .start_ns = now, .end_ns = now, .value = loss};

@@ -9,14 +9,17 @@
  * load libpprun_trace.so from any language (Python: ctypes).
  *
  * Outside `pprun run` (no trace ring in the environment, or --trace off)
- * pprun_trace_init returns 0 and every other call does nothing, so a
- * program keeps its tracing calls whether or not pprun runs it.
+ * pprun_trace_init returns 0 and every other call does nothing (only a
+ * phase name that does not exist is still an error), so a program keeps
+ * its tracing calls whether or not pprun runs it.
  *
  * Timestamps are pprun_trace_now_ns() (the host's CLOCK_MONOTONIC); pprun
  * maps them onto the job clock. Records go into a shared-memory ring that
  * the launcher holds, so what a rank recorded before it crashed is kept. A
  * full ring never blocks: the record is counted as dropped and shown. Every
- * call is thread-safe. */
+ * call is thread-safe; one process per rank records (the ring takes one
+ * writer): a forked child's records are refused, and the ring's fd is not
+ * passed on to programs the rank starts. */
 #ifndef PPRUN_TRACE_H
 #define PPRUN_TRACE_H
 #include <stdint.h>
@@ -27,7 +30,8 @@ extern "C" {
 
 /* 1: recording (under `pprun run -- PROGRAM` with --trace on); 0: not
  * under pprun, every other call is a no-op; -1: the environment pprun set is
- * broken (pprun_trace_error says how). Calling it again returns the same. */
+ * broken (pprun_trace_error says how; every record then fails the same way).
+ * Calling it again returns the same. The first record initialises too. */
 int pprun_trace_init(void);
 
 /* The clock of every timestamp below, in nanoseconds. */
@@ -46,7 +50,8 @@ uint64_t pprun_trace_now_ns(void);
  *               optimizer state; 0 when you don't know
  * Returns 1 recorded, 0 not recording (or the ring was full: counted as
  * dropped), -1 bad arguments (nothing recorded; pprun_trace_error names
- * the argument and the accepted range). */
+ * the argument and the accepted range), a broken environment, or a call
+ * from another process than the one that initialised. */
 int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
                    uint64_t start_ns, uint64_t end_ns);
 
@@ -57,8 +62,8 @@ int pprun_trace_loss(int step, int microbatch, int stage, double loss);
 /* The reason for the latest -1 on this thread ("" when none). */
 const char *pprun_trace_error(void);
 
-/* Unmaps the ring; later calls are no-ops until pprun_trace_init. Records
- * already written stay with the launcher. */
+/* Unmaps the ring; the next call initialises again, from the environment.
+ * Records already written stay with the launcher. */
 void pprun_trace_close(void);
 
 #ifdef __cplusplus
