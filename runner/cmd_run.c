@@ -254,8 +254,7 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
     if (id == 0) pp_fail(err, "no job in it yet");
     else if (id > 0)
         rc = whatif_costs_for(sql, id, job->model, world, 2, &cfg->schedule_costs, job->costs_about,
-                              sizeof job->costs_about,
-                              err);
+                              sizeof job->costs_about, err);
     sqlite3_close(sql);
     if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
     cfg->has_schedule_costs = 1;
