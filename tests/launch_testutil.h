@@ -122,6 +122,17 @@ static inline void lt_run(lt_proc *p, const char *const *args, const char *const
     lt_wait(p);
 }
 
+/* Writes schedule `kind` for 4 stages and 8 microbatches to path as CSV
+ * (`pprun schedule --csv-out`), for a job to run as csv:PATH. */
+static inline void lt_schedule_csv(const char *kind, const char *path) {
+    lt_proc p;
+    lt_run(&p, (const char *[]){"schedule", "--schedule", kind, "--stages", "4", "--microbatches", "8", "--csv-out",
+                                path, NULL},
+           NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+}
+
 #define lt_assert_has(text, want) cr_assert(strstr((text), (want)), "missing \"%s\" in:\n%s", (want), (text))
 
 /* Runs pprun with args and checks it refused them as bad input: exit 2, a

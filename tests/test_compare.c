@@ -249,11 +249,7 @@ Test(compare, differences_are_named_and_no_prediction_says_why, .timeout = 120) 
     run_job(db, "4", "8", TIMED, (const char *[]){"--schedule", "1f1b", NULL});
     run_job(db, "4", "16", TIMED, (const char *[]){"--schedule", "1f1b", NULL});
     lt_proc p;
-    lt_run(&p, (const char *[]){"schedule", "--schedule", "zb-h1", "--stages", "4", "--microbatches", "8", "--csv-out",
-                                csv, NULL},
-           NULL);
-    cr_assert_eq(p.status, 0, "%s", p.err);
-    lt_free(&p);
+    lt_schedule_csv("zb-h1", csv);
     run_job(db, "4", "8", TIMED, (const char *[]){"--schedule", spec, NULL});
 
     p = stats(db, "2", "1");

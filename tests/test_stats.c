@@ -259,11 +259,7 @@ Test(stats, a_csv_job_has_its_own_what_if_row, .timeout = 240) {
     snprintf(csv, sizeof csv, "%s/mine.csv", dir);
     snprintf(spec, sizeof spec, "csv:%s", csv);
     lt_proc p;
-    lt_run(&p, (const char *[]){"schedule", "--schedule", "zb-h1", "--stages", "4", "--microbatches", "8", "--csv-out",
-                                csv, NULL},
-           NULL);
-    cr_assert_eq(p.status, 0, "%s", p.err);
-    lt_free(&p);
+    lt_schedule_csv("zb-h1", csv);
     lt_run(&p,
            (const char *[]){"run", "--schedule", spec, "--steps", "3", "--model", "timed:f=2ms,b=2ms,w=1ms,act=4KiB",
                             "--progress", "off", "--db", db, NULL},
