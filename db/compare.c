@@ -28,6 +28,7 @@ static const struct {
     {"data", "json_extract(cj, '$.data')"},
     {"optimizer", "json_extract(cj, '$.optimizer')"},
     {"lr", "CASE WHEN json_extract(cj, '$.lr') IS NOT NULL THEN printf('%g', json_extract(cj, '$.lr')) END"},
+    {"pipeline cuts", "json_extract(cj, '$.pipeline_cuts')"},
 };
 
 /* A job's compare_fields as text (NULL: not recorded) and whether its
@@ -114,6 +115,22 @@ static void compare_predict(const job_summary *js, const whatif_report *jw, cons
         snprintf(c->why_not, sizeof c->why_not, "job %lld's what-if could not play %s: %.200s", other, row->schedule,
                  row->error);
         return;
+    }
+    c->predicted_ns = row->step_time_ns;
+    const balance_profile *a = &jw->profile, *b = &ow->profile;
+    int S = a->stages;
+    if (a->layers_known && b->layers_known && S == b->stages &&
+        memcmp(a->bound, b->bound, sizeof(int) * (size_t)(S + 1)) != 0) {
+        char mine[BALANCE_MAX_STAGES * 6], theirs[BALANCE_MAX_STAGES * 6];
+        balance_cuts_text(a->bound + 1, S - 1, mine, sizeof mine);
+        balance_cuts_text(b->bound + 1, S - 1, theirs, sizeof theirs);
+        if (!row->this_job || ow->ncuts != S - 1 || memcmp(ow->cuts, a->bound + 1, sizeof(int) * (size_t)(S - 1))) {
+            snprintf(c->why_not, sizeof c->why_not,
+                     "job %lld split the layers at %.60s, job %lld at %.60s: a what-if plays its own split, and its "
+                     "own schedule at the cuts it suggests", job, mine, other, theirs);
+            return;
+        }
+        c->predicted_ns = ow->cuts_step_ns, c->by_cuts = 1;
     }
     c->predicted = named;
 }

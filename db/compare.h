@@ -13,7 +13,7 @@
 #include "db/whatif.h"
 #include "runner/base/pp.h"
 
-#define COMPARE_FIELDS 14 /* configuration values compared (compare.c's table) */
+#define COMPARE_FIELDS 15 /* configuration values compared (compare.c's table) */
 
 /* A configuration value the two jobs do not share. */
 typedef struct compare_diff {
@@ -29,6 +29,8 @@ typedef struct job_compare {
      * into its rows), or -1 with the reason in why_not. own: the other's
      * row for its own schedule, -1 when it has none without an error. */
     int predicted, own;
+    double predicted_ns; /* the predicted step time: the row's, or with by_cuts the suggested cuts' */
+    int by_cuts;         /* the job ran the cuts the other's stage balance suggested (ow->cuts) */
     char why_not[320];
     /* The latest step at which both jobs have every microbatch's loss, or
      * -1 (then nothing below is set). Means are taken in microbatch order,

@@ -57,11 +57,11 @@ void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size) {
  * the plan's chunk against the job's. The first line of an error goes into
  * the row: a validator's message goes on with the grid. */
 static void whatif_play(const whatif_input *in, const sched_plan *plan, const pp_err *build_err, const sched_costs *c,
-                        double scale, whatif_row *row) {
+                        const sched_costs *each, double scale, whatif_row *row) {
     sched_sim *sim = NULL;
     pp_err err;
     if (!plan) err = *build_err;
-    if (!plan || sched_simulate(plan, c, &sim, &err) != 0) {
+    if (!plan || (each ? sched_simulate_stages(plan, each, &sim, &err) : sched_simulate(plan, c, &sim, &err)) != 0) {
         int len = (int)strcspn(err.msg, "\n");
         if (len > (int)sizeof row->error - 1) len = (int)sizeof row->error - 1;
         memcpy(row->error, err.msg, (size_t)len);
@@ -73,6 +73,21 @@ static void whatif_play(const whatif_input *in, const sched_plan *plan, const pp
         row->act_peak_bytes = whatif_act_estimate(in, sim, scale);
     }
     sched_sim_free(sim);
+}
+
+static int whatif_profiled(const whatif_input *in) { return in->profile && !in->fixed_op_costs; }
+
+/* Each chunk's costs when the job's layers are split into `chunks`, from
+ * the profile; malloc'd (caller frees), NULL with err when they cannot be
+ * split so finely or memory ran out. */
+static sched_costs *whatif_profile_costs(const whatif_input *in, int chunks, pp_err *err) {
+    sched_costs *each = malloc(sizeof *each * (size_t)chunks);
+    double *bound = malloc(sizeof *bound * (size_t)(chunks + 1));
+    int rc = each && bound ? balance_split(in->profile, chunks, bound, err) : pp_fail(err, "out of memory");
+    if (rc == 0) balance_chunk_costs(in->profile, bound, chunks, each);
+    free(bound);
+    if (rc != 0) free(each), each = NULL;
+    return each;
 }
 
 /* 1, with the reason in row, when a plan of this many actions is not simulated. */
@@ -101,12 +116,17 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
     row->this_job = this_job;
     int64_t actions = (int64_t)p * v * m * 3;
     if (whatif_too_big(actions, row)) return;
-    sched_costs c = whatif_chunk_costs(in, v);
+    sched_costs c = whatif_chunk_costs(in, v), *each = NULL;
     sched_plan *plan = NULL;
     pp_err err;
     if (sched_from_flag(kind, p, m, v, in->build_costs && !tuned ? in->build_costs : &c, &plan, &err) != 0)
         plan = NULL;
-    whatif_play(in, plan, &err, &c, whatif_scale(in, v), row);
+    if (plan && whatif_profiled(in) && !(each = whatif_profile_costs(in, plan->stages, &err))) {
+        sched_free(plan);
+        plan = NULL;
+    }
+    whatif_play(in, plan, &err, &c, each, whatif_scale(in, v), row);
+    free(each);
     sched_free(plan);
 }
 
@@ -121,7 +141,11 @@ static void whatif_own(const whatif_input *in, whatif_row *row) {
     int64_t actions = 0;
     for (int r = 0; r < in->own_plan->ranks; r++) actions += in->own_plan->len[r];
     if (whatif_too_big(actions, row)) return;
-    whatif_play(in, in->own_plan, NULL, &in->costs, 1.0, row);
+    pp_err err;
+    sched_costs *each = whatif_profiled(in) ? whatif_profile_costs(in, in->own_plan->stages, &err) : NULL;
+    if (whatif_profiled(in) && !each) whatif_play(in, NULL, &err, NULL, NULL, 1.0, row);
+    else whatif_play(in, in->own_plan, NULL, &in->costs, each, 1.0, row);
+    free(each);
 }
 
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err) {
@@ -165,6 +189,29 @@ static int whatif_done(sqlite3 *db, sqlite3_stmt *st, int rc, pp_err *err) {
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
 }
 
+/* Which layers each of the job's stages held, into r->profile: `layers`
+ * split as `pprun run` split them (cuts_text: config_json's pipeline_cuts,
+ * "even" or NULL for the even split), or, layers 0 or a split that does not
+ * fit, each stage one unit of its own. */
+static void whatif_stage_layers(whatif_report *r, int layers, const char *cuts_text) {
+    balance_profile *bp = &r->profile;
+    int S = r->stages;
+    if (S < 1 || S > BALANCE_MAX_STAGES) return;
+    bp->stages = bp->layers = S;
+    for (int k = 0; k <= S; k++) bp->bound[k] = k;
+    int *cuts = NULL, ncuts = 0;
+    pp_err ignored;
+    if (layers < 1 || (cuts_text && strcmp(cuts_text, "even") != 0 &&
+                       sched_parse_cuts(cuts_text, &cuts, &ncuts, &ignored) != 0))
+        return;
+    int first[BALANCE_MAX_STAGES + 1];
+    if (sched_partition(layers, S, cuts, ncuts, first, &ignored) == 0) {
+        bp->layers = layers, bp->layers_known = 1;
+        memcpy(bp->bound, first, sizeof(int) * (size_t)(S + 1));
+    }
+    free(cuts);
+}
+
 /* The job's shape from its row, and how `pprun run` built its schedule:
  * its --schedule-costs (config_json), else run_config_costs (a timed
  * model's own costs, unit costs for gpt). */
@@ -172,7 +219,8 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     sqlite3_stmt *st;
     if (whatif_prepare(db,
                        "SELECT schedule, microbatches, virtual_stages, model, json_extract(config_json, "
-                       "'$.schedule_costs'), stages FROM jobs WHERE id=?1",
+                       "'$.schedule_costs'), stages, json_extract(config_json, '$.pipeline_cuts') FROM jobs "
+                       "WHERE id=?1",
                        &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
@@ -191,11 +239,16 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         r->stages = sqlite3_column_int(st, 5);
         model_spec spec;
         pp_err ignored;
-        if (model && model_parse_spec((const char *)model, &spec, &ignored) == 0) {
-            r->in.fixed_op_costs = spec.kind == MODEL_TIMED;
-            r->build = spec.kind == MODEL_TIMED
-                           ? (sched_costs){(double)spec.f_ns, (double)spec.b_ns, (double)spec.w_ns, 0}
-                           : (sched_costs){1, 1, 1, 0};
+        int parsed = model && model_parse_spec((const char *)model, &spec, &ignored) == 0;
+        if (parsed) {
+            /* timed per=layer costs follow a chunk's layers, as gpt's do */
+            r->in.fixed_op_costs = spec.kind == MODEL_TIMED && !spec.per_layer;
+            int v = r->in.virtual_stages > 0 ? r->in.virtual_stages : 1, zbv_chunks = 2 * (r->stages / v);
+            /* as run_config_costs orders zb-v: at its mean chunk's costs */
+            double layers = spec.per_layer && zbv_chunks > 0 ? (double)spec.layers / zbv_chunks : 1;
+            r->build = spec.kind == MODEL_TIMED ? (sched_costs){(double)spec.f_ns * layers, (double)spec.b_ns * layers,
+                                                                (double)spec.w_ns * layers, 0}
+                                                : (sched_costs){1, 1, 1, 0};
             r->in.build_costs = &r->build;
         }
         sched_costs given = {0, 0, 0, 0};
@@ -203,6 +256,8 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
             r->build = given;
             r->in.build_costs = &r->build;
         }
+        int layered = parsed && (spec.kind == MODEL_GPT || spec.per_layer);
+        whatif_stage_layers(r, layered ? spec.layers : 0, (const char *)sqlite3_column_text(st, 6));
     }
     return whatif_done(db, st, rc, err);
 }
@@ -253,6 +308,49 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, const whatif_r
     if (oom) {
         sqlite3_finalize(st);
         return pp_fail(err, "out of memory");
+    }
+    return whatif_done(db, st, rc, err);
+}
+
+/* Each stage's medians of F, B and W over the window and the rank that
+ * ran it, into r->profile, with the send median as every stage's comm;
+ * r->has_profile when every stage has all three. */
+static int whatif_read_stages(sqlite3 *db, const job_summary *s, whatif_report *r, double send_ns, pp_err *err) {
+    balance_profile *bp = &r->profile;
+    int S = bp->stages, rc = SQLITE_DONE, oom = 0;
+    if (S < 1) return 0;
+    sqlite3_stmt *st;
+    if (whatif_prepare_window(db,
+                              "SELECT stage, rank, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 ELSE 2 END, "
+                              "end_ns - start_ns FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
+                              "source=?4 AND phase IN ('F','B','W') AND stage BETWEEN 0 AND ?5",
+                              s, r, &st, err) != 0)
+        return -1;
+    sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, S - 1);
+    durations *d = calloc((size_t)S * 3, sizeof *d);
+    oom = !d;
+    for (int k = 0; k < S; k++) bp->rank[k] = -1;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int stage = sqlite3_column_int(st, 0);
+        bp->rank[stage] = sqlite3_column_int(st, 1);
+        oom = durations_push(&d[stage * 3 + sqlite3_column_int(st, 2)], sqlite3_column_int64(st, 3)) != 0;
+    }
+    int complete = !oom;
+    for (int k = 0; d && k < S; k++) {
+        int64_t f = durations_median(&d[k * 3]), b = durations_median(&d[k * 3 + 1]), w = durations_median(&d[k * 3 + 2]);
+        complete &= f >= 0 && b >= 0 && w >= 0;
+        bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, send_ns};
+        free(d[k * 3].v), free(d[k * 3 + 1].v), free(d[k * 3 + 2].v);
+    }
+    free(d);
+    if (oom) {
+        sqlite3_finalize(st);
+        return pp_fail(err, "out of memory");
+    }
+    if (complete) {
+        balance_fit(bp);
+        r->has_profile = 1;
     }
     return whatif_done(db, st, rc, err);
 }
@@ -310,6 +408,68 @@ static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_repo
     return failed ? -1 : 0;
 }
 
+/* The job's schedule simulated with each stage at each[stage]: its step
+ * time, NAN when it does not play. */
+static double whatif_step_at(const sched_plan *plan, const sched_costs *each) {
+    sched_sim *sim = NULL;
+    pp_err ignored;
+    double step = sched_simulate_stages(plan, each, &sim, &ignored) == 0 ? sim->step_time : NAN;
+    sched_sim_free(sim);
+    return step;
+}
+
+/* Stage balance: the job's schedule at its stages' own costs and with all
+ * of them at their mean, and the cuts that would even them out. */
+static void whatif_balance(whatif_report *r) {
+    const balance_profile *bp = &r->profile;
+    const whatif_input *in = &r->in;
+    int S = bp->stages;
+    r->own_step_ns = r->equal_step_ns = r->cuts_bottleneck_ns = r->cuts_step_ns = NAN;
+    r->bottleneck_ns = balance_bottleneck(bp->stage, S);
+    sched_plan *built = NULL;
+    const sched_plan *plan = in->own_plan;
+    pp_err err;
+    sched_costs c = whatif_chunk_costs(in, in->virtual_stages);
+    if (!plan && sched_from_flag(in->schedule, in->ranks, in->microbatches, in->virtual_stages,
+                                 in->build_costs ? in->build_costs : &c, &built, &err) == 0)
+        plan = built;
+    if (!plan || plan->stages != S) {
+        snprintf(r->no_cuts, sizeof r->no_cuts, "the job's schedule could not be rebuilt to simulate");
+        sched_free(built);
+        return;
+    }
+    sched_costs equal[BALANCE_MAX_STAGES], mean = {0, 0, 0, bp->stage[0].comm};
+    for (int k = 0; k < S; k++) mean.f += bp->stage[k].f / S, mean.b += bp->stage[k].b / S, mean.w += bp->stage[k].w / S;
+    for (int k = 0; k < S; k++) equal[k] = mean;
+    r->own_step_ns = whatif_step_at(plan, bp->stage);
+    r->equal_step_ns = whatif_step_at(plan, equal);
+    int cuts[BALANCE_MAX_STAGES - 1];
+    if (!bp->layers_known) {
+        snprintf(r->no_cuts, sizeof r->no_cuts, "%s",
+                 in->fixed_op_costs ? "the model's op costs do not depend on a stage's layers"
+                                    : "the job does not say which layers each stage held");
+    } else if (S < 2) {
+        snprintf(r->no_cuts, sizeof r->no_cuts, "one stage: nothing to cut");
+    } else if (balance_best_cuts(bp, cuts, &err) != 0) {
+        snprintf(r->no_cuts, sizeof r->no_cuts, "%.199s", err.msg);
+    } else {
+        double bound[BALANCE_MAX_STAGES + 1] = {0};
+        for (int k = 1; k < S; k++) bound[k] = cuts[k - 1];
+        bound[S] = bp->layers;
+        balance_chunk_costs(bp, bound, S, equal);
+        r->cuts_bottleneck_ns = balance_bottleneck(equal, S);
+        /* a split no better than 1% on its slowest stage is not worth a run */
+        if (r->cuts_bottleneck_ns < 0.99 * r->bottleneck_ns) {
+            r->ncuts = S - 1;
+            memcpy(r->cuts, cuts, sizeof(int) * (size_t)(S - 1));
+            r->cuts_step_ns = whatif_step_at(plan, equal);
+        } else {
+            snprintf(r->no_cuts, sizeof r->no_cuts, "the job's split is already as even as whole layers allow");
+        }
+    }
+    sched_free(built);
+}
+
 static int whatif_is_built_in(const char *schedule) {
     for (int k = 0; k < WHATIF_KINDS; k++)
         if (strcmp(schedule, whatif_kinds[k]) == 0) return 1;
@@ -328,10 +488,13 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], med[3] > 0 ? (double)med[3] : 0};
     r->in.act_peak_by_rank = s->act_peak_by_rank;
     r->in.inflight_by_rank = s->plan_peak_inflight;
+    if (whatif_read_stages(db, s, r, r->in.costs.comm, err) != 0) return -1;
+    r->in.profile = r->has_profile ? &r->profile : NULL;
     sched_plan *own = NULL;
     if (!whatif_is_built_in(r->in.schedule) && whatif_read_plan(db, s, r, &own, err) != 0) return -1;
     r->in.own_plan = own;
     r->nrows = whatif_simulate(&r->in, r->rows, err);
+    if (r->nrows >= 0 && r->has_profile) whatif_balance(r);
     r->in.own_plan = NULL; /* freed here: r does not own it */
     sched_free(own);
     if (r->nrows < 0) return -1;

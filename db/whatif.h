@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
+#include "db/balance.h"
 #include "db/summary.h"
 #include "runner/base/pp.h"
 #include "runner/pipe/sched.h"
@@ -30,6 +31,11 @@ typedef struct whatif_input {
      * depends on costs): the job's --schedule-costs, else f=b=w=1 for gpt
      * and the model's own costs for timed. NULL: the measured costs. */
     const sched_costs *build_costs;
+    /* Each stage's own costs and the layers it held (balance.h), or NULL:
+     * every chunk costs `costs` (scaled). With it a schedule plays each
+     * chunk at its layers' share of the measured stage costs (the job's own
+     * split at its own stage costs); ignored with fixed_op_costs. */
+    const balance_profile *profile;
     /* The plan the job ran when its schedule is none of the built-in kinds
      * (csv:FILE), or NULL: it gets a row of its own, at the job's costs. */
     const sched_plan *own_plan;
@@ -79,6 +85,17 @@ typedef struct whatif_report {
     int stages;        /* the job's stages (p * v) */
     int nrows;         /* rows filled */
     whatif_row rows[WHATIF_ROWS];
+    /* Stage balance, when every stage has F, B and W spans in the window
+     * (has_profile; in.profile points at profile): */
+    int has_profile;
+    balance_profile profile;
+    double bottleneck_ns;    /* the slowest stage's F + B + W */
+    double own_step_ns;      /* the job's schedule simulated at its stages' own costs; NAN if not */
+    double equal_step_ns;    /* the same with every stage at their mean; NAN if not */
+    int ncuts;               /* > 0: cuts[] even the stages out better than the job's (layers known) */
+    int cuts[BALANCE_MAX_STAGES - 1];
+    double cuts_bottleneck_ns, cuts_step_ns; /* the slowest stage and the simulated step with cuts */
+    char no_cuts[200];       /* why no cuts are suggested */
 } whatif_report;
 
 /* Measures job s->job_id's op costs in db and simulates (s from

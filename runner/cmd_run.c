@@ -359,6 +359,9 @@ static char *config_json(const run_job *job) {
         for (int i = 0; argv && i < job->lo.prog_argc; i++)
             cJSON_AddItemToArray(argv, cJSON_CreateString(job->lo.prog_argv[i]));
     } else {
+        char cuts[RUN_MAX_CUTS * 8]; /* which layers each stage holds (db/whatif.c reads it back) */
+        run_config_cuts_text(c, cuts, sizeof cuts);
+        cJSON_AddStringToObject(o, "pipeline_cuts", cuts);
         cJSON_AddStringToObject(o, "data", c->data[0] ? c->data : "(built-in corpus)");
         cJSON_AddNumberToObject(o, "seed", (double)c->seed);
         cJSON_AddNumberToObject(o, "lr", c->optim.lr);

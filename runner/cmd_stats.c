@@ -125,6 +125,7 @@ int cmd_stats(int argc, char **argv) {
         if (whatif_read(db, &s, &w, &err) != 0) {
             fprintf(stderr, "pprun stats: %s: what-if: %s\n", dbpath, err.msg);
         } else {
+            report_balance(stdout, &w);
             report_whatif(stdout, &w);
             rc = 0;
         }

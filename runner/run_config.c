@@ -277,13 +277,37 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     return 0;
 }
 
-int run_config_costs(const run_config *cfg, sched_costs *costs) {
-    if (cfg->model.kind != MODEL_TIMED) {
+void run_config_cuts_text(const run_config *cfg, char *buf, size_t size) {
+    int n = snprintf(buf, size, "%s", cfg->ncuts ? "" : "even");
+    for (int i = 0; i < cfg->ncuts && n < (int)size - 16; i++)
+        n += snprintf(buf + n, size - (size_t)n, i ? ",%d" : "%d", cfg->cuts[i]);
+}
+
+int run_config_costs(const run_config *cfg, int stages, sched_costs *costs) {
+    const model_spec *m = &cfg->model;
+    if (m->kind != MODEL_TIMED) {
         *costs = (sched_costs){1, 1, 1, 0};
         return 0;
     }
-    *costs = (sched_costs){(double)cfg->model.f_ns, (double)cfg->model.b_ns, (double)cfg->model.w_ns, 0};
+    /* per=layer: the mean stage, which an even split gives within a layer */
+    double layers = m->per_layer && stages > 0 ? (double)m->layers / stages : 1;
+    *costs = (sched_costs){(double)m->f_ns * layers, (double)m->b_ns * layers, (double)m->w_ns * layers, 0};
     return 1;
+}
+
+int run_config_stage_costs(const run_config *cfg, int stages, sched_costs *each, pp_err *err) {
+    if (cfg->model.kind != MODEL_TIMED) return 0;
+    int *first = malloc(sizeof *first * (size_t)(stages + 1));
+    if (!first) return pp_fail(err, "out of memory");
+    int rc = sched_partition(cfg->model.layers, stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
+    for (int s = 0; rc == 0 && s < stages; s++) {
+        int layers = first[s + 1] - first[s];
+        each[s] = (sched_costs){(double)model_timed_op_ns(&cfg->model, 0, layers),
+                                (double)model_timed_op_ns(&cfg->model, 1, layers),
+                                (double)model_timed_op_ns(&cfg->model, 2, layers), 0};
+    }
+    free(first);
+    return rc == 0 ? 1 : -1;
 }
 
 int run_config_device_boundaries(const run_config *cfg) {
@@ -312,7 +336,7 @@ int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *
         return pp_fail(err, "--schedule-costs %s: the launcher reads the database (pprun run), not a worker",
                        cfg->schedule_costs_db);
     sched_costs costs;
-    run_config_costs(cfg, &costs);
+    run_config_costs(cfg, ranks * 2, &costs); /* only zb-v's order depends on costs, and zb-v has 2 chunks */
     if (cfg->has_schedule_costs) costs = cfg->schedule_costs;
     if (sched_from_flag(cfg->schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out, err) != 0)
         return pp_wrap(err, "--schedule %s", cfg->schedule);
@@ -367,10 +391,7 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     if (cfg->metrics[0]) ARG("--metrics", "%s", cfg->metrics);
     if (cfg->save_weights[0]) ARG("--save-weights", "%s", cfg->save_weights);
     if (cfg->ncuts) {
-        int n = 0;
-        buf[0] = '\0';
-        for (int i = 0; i < cfg->ncuts && n < (int)sizeof buf - 16; i++)
-            n += snprintf(buf + n, sizeof buf - n, i ? ",%d" : "%d", cfg->cuts[i]);
+        run_config_cuts_text(cfg, buf, sizeof buf);
         argc = push(argv, argc, storage, &ns, "--pipeline-cuts");
         argc = push(argv, argc, storage, &ns, buf);
     }

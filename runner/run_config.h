@@ -92,9 +92,18 @@ int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, s
  * --microbatches 4". */
 int run_config_node_diff(const char *mine, const char *node0, pp_err *err);
 
-/* The schedule's op costs: the timed model's (ns; returns 1), else unit
- * costs (returns 0: the real costs are known only once a step ran). */
-int run_config_costs(const run_config *cfg, sched_costs *costs);
+/* --pipeline-cuts as text ("2,4,6"), "even" without them. size >= 16;
+ * 8 * RUN_MAX_CUTS holds any. */
+void run_config_cuts_text(const run_config *cfg, char *buf, size_t size);
+/* The schedule's op costs over `stages` stages: the timed model's (ns; a
+ * mean stage's with per=layer; returns 1), else unit costs (returns 0: the
+ * real costs are known only once a step ran). */
+int run_config_costs(const run_config *cfg, int stages, sched_costs *costs);
+/* Each stage's own costs, each[stages], for the timed model (returns 1;
+ * with per=layer they follow the partition, --pipeline-cuts or the even
+ * split); 0 for gpt, whose costs are known once a step ran; -1 with err
+ * when the cuts do not fit. */
+int run_config_stage_costs(const run_config *cfg, int stages, sched_costs *each, pp_err *err);
 
 /* 1 when boundary tensors stay in GPU memory and travel over devcomm:
  * --device cuda with --transport auto, cuda-ipc or nccl. --device cuda with

@@ -33,11 +33,21 @@ struct run_progress {
 };
 
 int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg,
-                            const sched_costs *costs, pp_err *err) {
-    sched_costs timed;
-    if (!costs && run_config_costs(cfg, &timed)) costs = &timed;
+                            const sched_costs *stage_costs, pp_err *err) {
+    sched_costs *timed = NULL;
+    if (!stage_costs) {
+        if (!(timed = malloc(sizeof *timed * (size_t)plan->stages))) return pp_fail(err, "out of memory");
+        int known = run_config_stage_costs(cfg, plan->stages, timed, err);
+        if (known < 0) {
+            free(timed);
+            return -1;
+        }
+        if (known) stage_costs = timed;
+    }
     sched_sim *sim = NULL;
-    if (costs && sched_simulate(plan, costs, &sim, err) != 0) return -1;
+    int simulated = stage_costs ? sched_simulate_stages(plan, stage_costs, &sim, err) : 0;
+    free(timed);
+    if (simulated != 0) return -1;
     size_t total = 0;
     for (int r = 0; r < plan->ranks; r++)
         total += (size_t)plan->len[r];
@@ -82,19 +92,16 @@ int run_progress_resimulate(db *d, int64_t job_id, const sched_plan *plan, const
     int stages = plan->stages;
     int64_t *med = calloc((size_t)stages * 3, sizeof *med);
     if (!med) return pp_fail(err, "out of memory");
-    int rc = db_phase_medians(d, job_id, step, stages, med, err);
-    double sum[3] = {0};
+    sched_costs *each = malloc(sizeof *each * (size_t)stages);
+    int rc = !each ? pp_fail(err, "out of memory") : db_phase_medians(d, job_id, step, stages, med, err);
     int complete = rc == 0;
-    for (int s = 0; complete && s < stages; s++)
-        for (int ph = 0; ph < 3; ph++) {
-            complete &= med[s * 3 + ph] >= 0;
-            sum[ph] += (double)med[s * 3 + ph];
-        }
-    free(med);
-    if (rc != 0) return -1;
-    if (!complete) return 0;
-    sched_costs c = {sum[0] / stages, sum[1] / stages, sum[2] / stages, 0};
-    return run_progress_write_plan(d, job_id, plan, cfg, &c, err) == 0 ? 1 : -1;
+    for (int s = 0; complete && s < stages; s++) {
+        for (int ph = 0; ph < 3; ph++) complete &= med[s * 3 + ph] >= 0;
+        each[s] = (sched_costs){(double)med[s * 3], (double)med[s * 3 + 1], (double)med[s * 3 + 2], 0};
+    }
+    if (complete) rc = run_progress_write_plan(d, job_id, plan, cfg, each, err) == 0 ? 1 : -1;
+    free(med), free(each);
+    return rc;
 }
 
 /* Live: the plan re-simulated at `step`, tried again at the next step

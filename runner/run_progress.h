@@ -32,17 +32,18 @@ int run_progress_start(const char *store_addr, const char *store_token, int step
  * (where the next attempt's display picks up). */
 int run_progress_stop(run_progress *p);
 
-/* The plan re-simulated with the F/B/W medians measured at `step` (the mean
- * over stages of each phase's median), written to the plan table: 1. 0 when
+/* The plan re-simulated with the F/B/W medians measured at `step`, each
+ * stage at its own, written to the plan table: 1. 0 when
  * some stage lacks a phase at that step (nothing written), -1 with err on
  * a database error. */
 int run_progress_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
                             pp_err *err);
 
-/* Writes the plan table: each rank's grid and, with costs (time units = ns),
- * the simulated timeline. costs NULL: the timed model's costs, or no
- * simulated times for models whose costs are not known yet. */
+/* Writes the plan table: each rank's grid and, with stage_costs
+ * ([plan->stages], ns), the simulated timeline. stage_costs NULL: the timed
+ * model's costs, or no simulated times for models whose costs are not known
+ * yet. */
 int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg,
-                            const sched_costs *costs, pp_err *err);
+                            const sched_costs *stage_costs, pp_err *err);
 
 #endif

@@ -138,6 +138,74 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     else fprintf(out, "loss       %.4f (mean of step %lld)\n", s->loss, (long long)s->loss_step);
 }
 
+/* The stages to show: all of up to 16, else the 4 slowest (in stage order). */
+static int balance_shown(const balance_profile *bp, int *shown) {
+    if (bp->stages <= 16) {
+        for (int k = 0; k < bp->stages; k++) shown[k] = k;
+        return bp->stages;
+    }
+    int n = 0;
+    for (int k = 0; k < bp->stages; k++) {
+        double t = bp->stage[k].f + bp->stage[k].b + bp->stage[k].w;
+        int faster = 0; /* stages slower than k, or as slow and earlier */
+        for (int j = 0; j < bp->stages; j++) {
+            double u = bp->stage[j].f + bp->stage[j].b + bp->stage[j].w;
+            faster += u > t || (u == t && j < k);
+        }
+        if (faster < 4) shown[n++] = k;
+    }
+    return n;
+}
+
+/* "F 2.01 ms, B 2.10 ms, W 1.00 ms" into buf. */
+static const char *fmt_fbw(char *buf, size_t n, const sched_costs *c) {
+    char f[24], b[24], w[24];
+    snprintf(buf, n, "F %s, B %s, W %s", fmt_ns(f, sizeof f, c->f), fmt_ns(b, sizeof b, c->b), fmt_ns(w, sizeof w, c->w));
+    return buf;
+}
+
+void report_balance(FILE *out, const whatif_report *r) {
+    if (!r->measured || !r->has_profile) return;
+    const balance_profile *bp = &r->profile;
+    int S = bp->stages, shown[BALANCE_MAX_STAGES], n = balance_shown(bp, shown);
+    double mean = 0;
+    for (int k = 0; k < S; k++) mean += (bp->stage[k].f + bp->stage[k].b + bp->stage[k].w) / S;
+    fprintf(out, "stage balance  one microbatch's ops per stage, medians of %s spans, steps %d-%d%s\n",
+            r->gpu ? "GPU" : "host", r->first_step, r->last_step, n < S ? " (the 4 slowest stages)" : "");
+    fprintf(out, "  %-5s %4s %-9s %10s %10s %10s %10s %7s\n", "stage", "rank", "layers", "F", "B", "W", "F+B+W",
+            "vs mean");
+    for (int i = 0; i < n; i++) {
+        const sched_costs *c = &bp->stage[shown[i]];
+        double t = c->f + c->b + c->w;
+        char layers[24], f[24], b[24], w[24], all[24];
+        if (bp->layers_known) snprintf(layers, sizeof layers, "%d-%d", bp->bound[shown[i]], bp->bound[shown[i] + 1] - 1);
+        else snprintf(layers, sizeof layers, "-");
+        fprintf(out, "  %-5d %4d %-9s %10s %10s %10s %10s %6.2fx%s\n", shown[i], bp->rank[shown[i]], layers,
+                fmt_ns(f, sizeof f, c->f), fmt_ns(b, sizeof b, c->b), fmt_ns(w, sizeof w, c->w),
+                fmt_ns(all, sizeof all, t), mean > 0 ? t / mean : 0, t >= r->bottleneck_ns ? "  slowest" : "");
+    }
+    char a[24], b[24], c[80], d[80], e[80];
+    if (isfinite(r->own_step_ns) && isfinite(r->equal_step_ns))
+        fprintf(out, "  %s simulated: %s a step at these stage costs, %s with every stage at their mean (%s)\n",
+                r->in.schedule, fmt_ns(a, sizeof a, r->own_step_ns), fmt_ns(b, sizeof b, r->equal_step_ns),
+                r->own_step_ns > r->equal_step_ns
+                    ? (snprintf(c, sizeof c, "the unevenness costs %.1f%%",
+                                100 * (r->own_step_ns - r->equal_step_ns) / r->own_step_ns), c)
+                    : "even");
+    if (bp->layers_known)
+        fprintf(out, "  one layer  %s; the first stage adds %s; the last adds %s\n", fmt_fbw(c, sizeof c, &bp->per_layer),
+                fmt_fbw(d, sizeof d, &bp->first_adds), fmt_fbw(e, sizeof e, &bp->last_adds));
+    if (r->ncuts > 0) {
+        char cuts[BALANCE_MAX_STAGES * 6];
+        balance_cuts_text(r->cuts, r->ncuts, cuts, sizeof cuts);
+        fprintf(out, "  cuts       --pipeline-cuts %s: slowest stage %s instead of %s; %s simulated %s a step (%.2fx)\n",
+                cuts, fmt_ns(a, sizeof a, r->cuts_bottleneck_ns), fmt_ns(b, sizeof b, r->bottleneck_ns), r->in.schedule,
+                fmt_ns(c, sizeof c, r->cuts_step_ns), r->cuts_step_ns / r->own_step_ns);
+    } else {
+        fprintf(out, "  cuts       none suggested: %s\n", r->no_cuts);
+    }
+}
+
 void report_whatif(FILE *out, const whatif_report *r) {
     char a[24], b[24], c[24], d[24];
     if (!r->measured) {
@@ -147,8 +215,9 @@ void report_whatif(FILE *out, const whatif_report *r) {
     fprintf(out, "what if    each schedule at this job's costs, simulated: F %s, B %s, W %s, send %s per op\n",
             fmt_ns(a, sizeof a, r->in.costs.f), fmt_ns(b, sizeof b, r->in.costs.b), fmt_ns(c, sizeof c, r->in.costs.w),
             fmt_ns(d, sizeof d, r->in.costs.comm));
-    fprintf(out, "  (medians of %s spans, steps %d-%d; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
-            r->first_step, r->last_step);
+    fprintf(out, "  (medians of %s spans, steps %d-%d%s; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
+            r->first_step, r->last_step,
+            r->has_profile && !r->in.fixed_op_costs ? "; each chunk at its layers' share of its stage's costs" : "");
     int own_row = whatif_own_row(r);
     double own = own_row >= 0 ? r->rows[own_row].step_time_ns : NAN;
     fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",
@@ -251,10 +320,15 @@ static void cmp_prediction(FILE *out, const job_summary *js, const job_summary *
         return;
     }
     const whatif_row *row = &ow->rows[c->predicted];
-    fprintf(out, "what if    job %lld predicted %s%s at %s", (long long)c->other, row->schedule,
-            row->tuned ? " tuned" : "", fmt_ns(a, sizeof a, row->step_time_ns));
+    char cuts[BALANCE_MAX_STAGES * 6 + 20] = "";
+    if (c->by_cuts) {
+        snprintf(cuts, sizeof cuts, " --pipeline-cuts ");
+        balance_cuts_text(ow->cuts, ow->ncuts, cuts + strlen(cuts), sizeof cuts - strlen(cuts));
+    }
+    fprintf(out, "what if    job %lld predicted %s%s%s at %s", (long long)c->other, row->schedule,
+            row->tuned ? " tuned" : "", cuts, fmt_ns(a, sizeof a, c->predicted_ns));
     if (c->own >= 0)
-        fprintf(out, ", %s of its own %s", fmt_times(b, sizeof b, row->step_time_ns, ow->rows[c->own].step_time_ns),
+        fprintf(out, ", %s of its own %s", fmt_times(b, sizeof b, c->predicted_ns, ow->rows[c->own].step_time_ns),
                 ow->rows[c->own].schedule);
     fprintf(out, " (simulated)\n");
     if (js->steps > 0 && os->steps > 0)

@@ -24,6 +24,12 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s);
  * estimated activation peak, microbatch-stages in flight), or why there is
  * nothing to simulate yet. */
 void report_whatif(FILE *out, const whatif_report *r);
+/* Stage balance (r->has_profile, else nothing): each stage's F, B, W and
+ * their sum against the mean stage (the 4 slowest of more than 16), the
+ * job's schedule simulated at these costs and with even stages, one layer's
+ * costs and what the first and last stage add, and the --pipeline-cuts
+ * that would even the stages out, or why none are suggested. */
+void report_balance(FILE *out, const whatif_report *r);
 /* Job js (whatif jw) against other job os (ow), c from compare_read: both
  * job lines, what differs in their configurations, a table of their
  * numbers (a column each, then the change from the other to this one: a

@@ -9,6 +9,13 @@
 
 #include "model_harness.h"
 
+/* Every field equal (memcmp would also compare the struct's padding). */
+static int same_spec(const model_spec *a, const model_spec *b) {
+    return a->kind == b->kind && a->layers == b->layers && a->dim == b->dim && a->heads == b->heads &&
+           a->seq == b->seq && a->batch == b->batch && a->f_ns == b->f_ns && a->b_ns == b->b_ns &&
+           a->w_ns == b->w_ns && a->act_bytes == b->act_bytes && a->per_layer == b->per_layer;
+}
+
 static void expect_spec_error(const char *text, const char *needle) {
     model_spec sp;
     pp_err err;
@@ -30,7 +37,7 @@ Test(model_io, specs_parse_with_defaults_and_round_trip) {
     model_spec_format(&sp, buf, sizeof buf);
     cr_assert_str_eq(buf, "gpt:layers=12,dim=96,heads=6,seq=64,batch=4");
     cr_assert_eq(model_parse_spec(buf, &back, &err), 0, "%s", err.msg);
-    cr_assert(memcmp(&sp, &back, sizeof sp) == 0);
+    cr_assert(same_spec(&sp, &back));
 
     cr_assert_eq(model_parse_spec("timed:f=2ms,b=500us,w=1ms,act=64KiB", &sp, &err), 0, "%s", err.msg);
     cr_assert(sp.kind == MODEL_TIMED && sp.f_ns == 2000000 && sp.b_ns == 500000 && sp.w_ns == 1000000);
@@ -39,10 +46,24 @@ Test(model_io, specs_parse_with_defaults_and_round_trip) {
     cr_assert_eq(model_tokens_per_microbatch(&sp), 0u);
     model_spec_format(&sp, buf, sizeof buf);
     cr_assert_eq(model_parse_spec(buf, &back, &err), 0, "%s: %s", buf, err.msg);
-    cr_assert(memcmp(&sp, &back, sizeof sp) == 0, "%s does not round-trip", buf);
+    cr_assert(same_spec(&sp, &back), "%s does not round-trip", buf);
+    cr_assert(strstr(buf, "per=") == NULL, "per=stage, the default, stays out of the canonical text: %s", buf);
+    cr_assert_eq(model_timed_op_ns(&sp, 0, 3), 2000000u);
+
+    cr_assert_eq(model_parse_spec("timed:f=1ms,b=2ms,w=500us,layers=8,per=layer", &sp, &err), 0, "%s", err.msg);
+    cr_assert(sp.per_layer);
+    cr_assert_eq(model_timed_op_ns(&sp, 0, 3), 3000000u);
+    cr_assert_eq(model_timed_op_ns(&sp, 1, 3), 6000000u);
+    cr_assert_eq(model_timed_op_ns(&sp, 2, 3), 1500000u);
+    model_spec_format(&sp, buf, sizeof buf);
+    cr_assert_str_eq(buf, "timed:f=1000000ns,b=2000000ns,w=500000ns,act=65536,layers=8,per=layer");
+    cr_assert_eq(model_parse_spec(buf, &back, &err), 0, "%s: %s", buf, err.msg);
+    cr_assert(same_spec(&sp, &back), "%s does not round-trip", buf);
 }
 
 Test(model_io, bad_specs_name_the_key) {
+    expect_spec_error("timed:per=block", "'block' is not a unit; accepted: stage");
+    expect_spec_error("timed:unit=layer", "accepted: f, b, w, act, layers, per");
     expect_spec_error("gpt:layers=0", "layers");
     expect_spec_error("gpt:dim=64x", "dim");
     expect_spec_error("gpt:depth=3", "depth");

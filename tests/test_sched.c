@@ -429,3 +429,49 @@ Test(sched, grid_and_timeline_text) {
     sched_sim_free(sim);
     sched_free(plan);
 }
+
+/* Stages of their own costs: 1F1B on 2 ranks, 2 microbatches, stage 1 twice
+ * as slow as stage 0, sends out of stage 0 costing 0.5 and out of stage 1
+ * 0.25. By hand: rank 1 runs F0 [1.5,3.5] B0 [3.5,5.5] W0 [5.5,7.5] F1
+ * [7.5,9.5] B1 [9.5,11.5] W1 [11.5,13.5]; rank 0 ends with B1 (ready at
+ * 11.75) and W1 at 13.75. */
+Test(sched, stages_of_different_costs_play_out_as_worked_by_hand) {
+    sched_plan *plan = build("1f1b", 2, 2, 1, NULL);
+    sched_costs each[2] = {{1, 1, 1, 0.5}, {2, 2, 2, 0.25}};
+    sched_sim *sim = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_simulate_stages(plan, each, &sim, &err), 0, "%s", err.msg);
+    cr_assert_float_eq(sim->step_time, 13.75, 1e-12);
+    cr_assert_float_eq(sim->spans[1][0].start, 1.5, 1e-12);   /* 1F0 after 0F0's send */
+    cr_assert_float_eq(sim->spans[1][3].start, 7.5, 1e-12);   /* 1F1 waits for rank 1, not for the input */
+    cr_assert_float_eq(sim->spans[0][4].start, 11.75, 1e-12); /* 0B1 after 1B1's send */
+    cr_assert_float_eq(sim->bubble_ratio, (2 * 13.75 - 6 - 12) / (2 * 13.75), 1e-12);
+    sched_sim_free(sim);
+    /* a bad cost names its stage, and nothing is simulated */
+    each[1].w = -1;
+    cr_assert_eq(sched_simulate_stages(plan, each, &sim, &err), -1);
+    cr_assert_null(sim);
+    cr_assert(strstr(err.msg, "stage 1: f=2 b=2 w=-1"), "%s", err.msg);
+    each[1].w = NAN;
+    cr_assert_eq(sched_simulate_stages(plan, each, &sim, &err), -1);
+    sched_free(plan);
+}
+
+/* Equal stage costs are the uniform simulation, span for span. */
+Test(sched, equal_stage_costs_are_the_uniform_simulation) {
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        int v = k == 2 || k == 4 ? 2 : 1;
+        sched_plan *plan = build(kinds[k], 4, 8, v, NULL);
+        sched_costs c = {1.5, 1.25, 0.75, 0.1}, each[8];
+        for (int s = 0; s < plan->stages; s++) each[s] = c;
+        sched_sim *a = simulate(plan, c.f, c.b, c.w, c.comm), *b = NULL;
+        pp_err err = {{0}};
+        cr_assert_eq(sched_simulate_stages(plan, each, &b, &err), 0, "%s", err.msg);
+        cr_assert_eq(a->step_time, b->step_time, "%s", kinds[k]);
+        for (int r = 0; r < 4; r++)
+            for (int i = 0; i < a->nspans[r]; i++)
+                cr_assert(a->spans[r][i].start == b->spans[r][i].start && a->spans[r][i].end == b->spans[r][i].end,
+                          "%s rank %d span %d", kinds[k], r, i);
+        sched_sim_free(a), sched_sim_free(b), sched_free(plan);
+    }
+}

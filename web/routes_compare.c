@@ -132,15 +132,19 @@ static void prediction(jw *w, const job_summary *js, const job_summary *os, cons
     jw_key(w, "tuned");
     jw_bool(w, row->tuned);
     jw_kint(w, "virtual_stages", row->virtual_stages);
-    jw_knum(w, "predicted_step_time_ns", row->step_time_ns);
+    if (c->by_cuts) {
+        char cuts[BALANCE_MAX_STAGES * 6];
+        jw_kstr(w, "pipeline_cuts", balance_cuts_text(ow->cuts, ow->ncuts, cuts, sizeof cuts));
+    }
+    jw_knum(w, "predicted_step_time_ns", c->predicted_ns);
     if (c->own >= 0) {
         jw_kstr(w, "own_schedule", ow->rows[c->own].schedule);
         jw_knum(w, "own_step_time_ns", ow->rows[c->own].step_time_ns);
-        jw_knum(w, "predicted_over_own", ratio(row->step_time_ns, ow->rows[c->own].step_time_ns));
+        jw_knum(w, "predicted_over_own", ratio(c->predicted_ns, ow->rows[c->own].step_time_ns));
     }
     double measured = js->steps > 0 ? (double)js->step_time_ns : NAN;
     jw_knum(w, "measured_step_time_ns", measured);
-    jw_knum(w, "measured_over_predicted", ratio(measured, row->step_time_ns));
+    jw_knum(w, "measured_over_predicted", ratio(measured, c->predicted_ns));
     jw_knum(w, "measured_over_other", os->steps > 0 ? ratio(measured, (double)os->step_time_ns) : NAN);
     jw_obj_end(w);
 }

@@ -3,6 +3,7 @@
  * job's summary in a few numbers; every schedule simulated at the job's
  * measured costs; and the Chrome/Perfetto trace export. */
 #include <sqlite3.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,52 @@ void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_free(&w); /* empty once sent */
 }
 
+static void costs_json(jw *w, const char *key, const sched_costs *c) {
+    jw_key(w, key);
+    jw_obj(w);
+    jw_knum(w, "f", c->f);
+    jw_knum(w, "b", c->b);
+    jw_knum(w, "w", c->w);
+    jw_obj_end(w);
+}
+
+/* Stage balance (db/balance.h): each stage's costs, what their unevenness
+ * costs the job's schedule, and the cuts that would even them out. */
+static void whatif_balance_json(jw *w, const whatif_report *wr) {
+    const balance_profile *bp = &wr->profile;
+    jw_obj(w);
+    jw_key(w, "stages");
+    jw_arr(w);
+    for (int k = 0; k < bp->stages; k++) {
+        jw_obj(w);
+        jw_kint(w, "stage", k);
+        jw_kint(w, "rank", bp->rank[k]);
+        if (bp->layers_known) {
+            jw_kint(w, "first_layer", bp->bound[k]);
+            jw_kint(w, "layers", bp->bound[k + 1] - bp->bound[k]);
+        }
+        costs_json(w, "costs_ns", &bp->stage[k]);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_key(w, "layers_known");
+    jw_bool(w, bp->layers_known);
+    if (bp->layers_known) {
+        costs_json(w, "per_layer_ns", &bp->per_layer);
+        costs_json(w, "first_stage_adds_ns", &bp->first_adds);
+        costs_json(w, "last_stage_adds_ns", &bp->last_adds);
+    }
+    jw_knum(w, "slowest_stage_ns", wr->bottleneck_ns);
+    jw_knum(w, "step_time_ns", wr->own_step_ns);
+    jw_knum(w, "even_step_time_ns", wr->equal_step_ns);
+    char cuts[BALANCE_MAX_STAGES * 6];
+    jw_kstr(w, "suggested_cuts", wr->ncuts ? balance_cuts_text(wr->cuts, wr->ncuts, cuts, sizeof cuts) : NULL);
+    jw_knum(w, "suggested_slowest_stage_ns", wr->ncuts ? wr->cuts_bottleneck_ns : NAN);
+    jw_knum(w, "suggested_step_time_ns", wr->ncuts ? wr->cuts_step_ns : NAN);
+    jw_kstr(w, "no_cuts", wr->ncuts ? NULL : wr->no_cuts);
+    jw_obj_end(w);
+}
+
 /* Each built-in schedule played out at the job's measured costs (db/whatif.h). */
 void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
     job_summary s;
@@ -294,6 +341,9 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
         jw_obj_end(&w);
     }
     jw_arr_end(&w);
+    jw_key(&w, "balance");
+    if (wr.measured && wr.has_profile) whatif_balance_json(&w, &wr);
+    else jw_null(&w);
     jw_obj_end(&w);
     summary_free(&s);
     http_json(r, &w);

@@ -6,7 +6,8 @@
  *   gpt:layers=L,dim=D,heads=H,seq=T,batch=N  a byte-level decoder-only
  *       transformer (llm.c style) on OpenBLAS, single-threaded;
  *   timed:f=2ms,b=2ms,w=2ms,act=64KiB        ops that sleep and move real
- *       buffers of `act` bytes, to check schedules against their theory.
+ *       buffers of `act` bytes, to check schedules against their theory
+ *       (per=layer: the times are one layer's, so cuts unbalance stages).
  *
  * Partition: the L transformer blocks are what is split across stages
  * (layer index 0..L-1). The first stage also holds the token and position
@@ -36,6 +37,7 @@ typedef struct model_spec {
     int layers, dim, heads, seq, batch; /* batch: sequences per microbatch */
     /* timed (layers is also set, so that any partition is possible) */
     uint64_t f_ns, b_ns, w_ns, act_bytes;
+    int per_layer; /* timed, per=layer: f, b, w are one layer's; a stage's ops cost them times its layers */
 } model_spec;
 
 /* Parses "gpt:..." or "timed:..." (missing keys take defaults; "gpt" alone is
@@ -45,6 +47,9 @@ int model_parse_spec(const char *text, model_spec *out, pp_err *err);
 void model_spec_format(const model_spec *spec, char *buf, size_t n);
 /* Bytes of the activation (and of its gradient) between two stages, per microbatch. */
 size_t model_boundary_bytes(const model_spec *spec);
+/* What one F, B or W (op 0, 1, 2) of a timed stage of `layers` layers
+ * sleeps, in ns: the spec's, times layers with per=layer. */
+uint64_t model_timed_op_ns(const model_spec *spec, int op, int layers);
 /* Tokens per microbatch (batch * seq for gpt; 0 for timed). */
 size_t model_tokens_per_microbatch(const model_spec *spec);
 

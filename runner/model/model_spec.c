@@ -8,8 +8,8 @@
 
 /* Defaults: one step of the default job (4 ranks on 2 cores, 8 microbatches)
  * costs about 0.5 s; see docs/model.md. */
-static const model_spec gpt_defaults = {MODEL_GPT, 8, 64, 4, 64, 4, 0, 0, 0, 0};
-static const model_spec timed_defaults = {MODEL_TIMED, 32, 0, 0, 0, 0, 2000000, 2000000, 2000000, 65536};
+static const model_spec gpt_defaults = {MODEL_GPT, 8, 64, 4, 64, 4, 0, 0, 0, 0, 0};
+static const model_spec timed_defaults = {MODEL_TIMED, 32, 0, 0, 0, 0, 2000000, 2000000, 2000000, 65536, 0};
 
 static int gpt_key(void *ctx, const char *key, const char *value, pp_err *err) {
     model_spec *sp = ctx;
@@ -48,7 +48,14 @@ static int timed_key(void *ctx, const char *key, const char *value, pp_err *err)
         sp->layers = (int)v;
         return 0;
     }
-    return pp_fail(err, "--model timed: unknown key '%s'; accepted: f, b, w, act, layers", key);
+    if (!strcmp(key, "per")) {
+        if (strcmp(value, "stage") != 0 && strcmp(value, "layer") != 0)
+            return pp_fail(err, "%s: '%s' is not a unit; accepted: stage (f, b, w are a stage's), layer (one "
+                                "layer's: a stage's ops cost them times its layers)", what, value);
+        sp->per_layer = value[0] == 'l';
+        return 0;
+    }
+    return pp_fail(err, "--model timed: unknown key '%s'; accepted: f, b, w, act, layers, per", key);
 }
 
 int model_parse_spec(const char *text, model_spec *out, pp_err *err) {
@@ -63,7 +70,7 @@ int model_parse_spec(const char *text, model_spec *out, pp_err *err) {
         sp = timed_defaults, fn = timed_key;
     } else {
         return pp_fail(err, "--model: unknown model '%.*s'; accepted: gpt[:layers=L,dim=D,heads=H,seq=T,batch=N], "
-                            "timed[:f=2ms,b=2ms,w=2ms,act=64KiB,layers=K]",
+                            "timed[:f=2ms,b=2ms,w=2ms,act=64KiB,layers=K,per=stage|layer]",
                        (int)kind_len, text);
     }
     if (colon) {
@@ -84,9 +91,16 @@ void model_spec_format(const model_spec *sp, char *buf, size_t n) {
         snprintf(buf, n, "gpt:layers=%d,dim=%d,heads=%d,seq=%d,batch=%d", sp->layers, sp->dim, sp->heads, sp->seq,
                  sp->batch);
     else
-        snprintf(buf, n, "timed:f=%lluns,b=%lluns,w=%lluns,act=%llu,layers=%d", (unsigned long long)sp->f_ns,
+        /* per=stage, the default, is left out: the text of jobs recorded
+         * before per= existed stays the canonical text of the same model */
+        snprintf(buf, n, "timed:f=%lluns,b=%lluns,w=%lluns,act=%llu,layers=%d%s", (unsigned long long)sp->f_ns,
                  (unsigned long long)sp->b_ns, (unsigned long long)sp->w_ns, (unsigned long long)sp->act_bytes,
-                 sp->layers);
+                 sp->layers, sp->per_layer ? ",per=layer" : "");
+}
+
+uint64_t model_timed_op_ns(const model_spec *sp, int op, int layers) {
+    uint64_t ns = op == 0 ? sp->f_ns : op == 1 ? sp->b_ns : sp->w_ns;
+    return sp->per_layer ? ns * (uint64_t)layers : ns;
 }
 
 size_t model_boundary_bytes(const model_spec *sp) {

@@ -73,6 +73,10 @@ typedef struct sched_sim {
 } sched_sim;
 
 int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim **out, pp_err *err);
+/* The same with costs of their own per stage: stage_costs[plan->stages],
+ * stage s's F, B and W, and its comm the cost of each send out of stage s
+ * (pipelines whose stages differ: a slow last stage, uneven cuts). */
+int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs, sched_sim **out, pp_err *err);
 void sched_sim_free(sched_sim *sim);
 
 /* Releases a plan from sched_build or sched_load_csv. NULL is fine. */

@@ -25,9 +25,22 @@ int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim *
     static const sched_costs unit = {1, 1, 1, 0};
     if (!costs) costs = &unit;
     *out = NULL;
-    if (costs->f < 0 || costs->b < 0 || costs->w < 0 || costs->comm < 0)
-        return pp_fail(err, "simulate %s: costs must not be negative (f=%g b=%g w=%g comm=%g)", plan->name, costs->f,
-                       costs->b, costs->w, costs->comm);
+    sched_costs *each = malloc(sizeof *each * (size_t)(plan->stages > 0 ? plan->stages : 1));
+    if (!each) return pp_fail(err, "simulate %s: out of memory", plan->name);
+    for (int s = 0; s < plan->stages; s++) each[s] = *costs;
+    int rc = sched_simulate_stages(plan, each, out, err);
+    free(each);
+    return rc;
+}
+
+int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs, sched_sim **out, pp_err *err) {
+    *out = NULL;
+    for (int s = 0; s < plan->stages; s++) {
+        const sched_costs *c = &stage_costs[s];
+        if (!(c->f >= 0 && c->b >= 0 && c->w >= 0 && c->comm >= 0)) /* NaN fails too */
+            return pp_fail(err, "simulate %s: costs must not be negative (stage %d: f=%g b=%g w=%g comm=%g)",
+                           plan->name, s, c->f, c->b, c->w, c->comm);
+    }
     int p = plan->ranks;
     size_t nkeys = (size_t)plan->stages * (size_t)plan->microbatches * 3;
     double *end = malloc(sizeof(double) * (nkeys ? nkeys : 1));
@@ -89,16 +102,16 @@ int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim *
                 if (dep_stage >= 0) {
                     size_t k = sched_key(plan, dep_stage, mb, dep_op);
                     if (where[k] < 0) break;
-                    ready = end[k] + (where[k] != r ? costs->comm : 0);
+                    ready = end[k] + (where[k] != r ? stage_costs[dep_stage].comm : 0);
                 }
                 if (own_op >= 0) {
                     size_t k = sched_key(plan, s, mb, own_op);
                     if (where[k] < 0) break;
-                    double t = end[k] + (where[k] != r ? costs->comm : 0);
+                    double t = end[k] + (where[k] != r ? stage_costs[s].comm : 0);
                     if (t > ready) ready = t;
                 }
                 double start = clock[r] > ready ? clock[r] : ready;
-                double stop = start + op_cost(costs, a->op);
+                double stop = start + op_cost(&stage_costs[s], a->op);
                 size_t k = sched_key(plan, s, mb, a->op);
                 end[k] = stop;
                 where[k] = r;

@@ -1,0 +1,133 @@
+/* balance.c: a job's cost profile along its layers, other splits of them,
+ * and the cuts that even its stages out (balance.h). */
+#include "db/balance.h"
+
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Beyond this many steps of the cut search (stages x layers x layers) no
+ * cuts are suggested: a request must stay quick. */
+#define BALANCE_MAX_SEARCH 50000000.0
+
+static sched_costs costs_minus_layers(sched_costs stage, sched_costs per_layer, int layers) {
+    sched_costs c = {stage.f - per_layer.f * layers, stage.b - per_layer.b * layers, stage.w - per_layer.w * layers, 0};
+    c.f = c.f > 0 ? c.f : 0, c.b = c.b > 0 ? c.b : 0, c.w = c.w > 0 ? c.w : 0;
+    return c;
+}
+
+void balance_fit(balance_profile *p) {
+    int S = p->stages;
+    memset(&p->first_adds, 0, sizeof p->first_adds);
+    memset(&p->last_adds, 0, sizeof p->last_adds);
+    /* the middle stages hold layers and nothing else; with fewer than three
+     * stages the first one stands in for them */
+    int from = S >= 3 ? 1 : 0, to = S >= 3 ? S - 1 : 1;
+    double f = 0, b = 0, w = 0, n = 0;
+    for (int s = from; s < to; s++) {
+        f += p->stage[s].f, b += p->stage[s].b, w += p->stage[s].w;
+        n += p->bound[s + 1] - p->bound[s];
+    }
+    p->per_layer = n > 0 ? (sched_costs){f / n, b / n, w / n, 0} : (sched_costs){0, 0, 0, 0};
+    if (!p->layers_known) return;
+    if (S >= 3) p->first_adds = costs_minus_layers(p->stage[0], p->per_layer, p->bound[1] - p->bound[0]);
+    if (S >= 2) p->last_adds = costs_minus_layers(p->stage[S - 1], p->per_layer, p->bound[S] - p->bound[S - 1]);
+}
+
+int balance_split(const balance_profile *p, int chunks, double *bound, pp_err *err) {
+    if (chunks == p->stages) {
+        for (int c = 0; c <= chunks; c++) bound[c] = p->bound[c];
+        return 0;
+    }
+    if (!p->layers_known) {
+        for (int c = 0; c <= chunks; c++) bound[c] = (double)c * p->layers / chunks;
+        return 0;
+    }
+    int *first = malloc(sizeof *first * (size_t)(chunks + 1));
+    if (!first) return pp_fail(err, "out of memory");
+    int rc = sched_partition(p->layers, chunks, NULL, 0, first, err);
+    for (int c = 0; rc == 0 && c <= chunks; c++) bound[c] = first[c];
+    free(first);
+    return rc;
+}
+
+/* Stage s's cost of one of its layers (its additions left out). */
+static sched_costs balance_density(const balance_profile *p, int s) {
+    sched_costs c = p->stage[s];
+    const sched_costs *adds = s == 0 ? &p->first_adds : s == p->stages - 1 ? &p->last_adds : NULL;
+    double layers = p->bound[s + 1] - p->bound[s];
+    if (adds) c.f -= adds->f, c.b -= adds->b, c.w -= adds->w;
+    return (sched_costs){c.f / layers, c.b / layers, c.w / layers, 0};
+}
+
+void balance_chunk_costs(const balance_profile *p, const double *bound, int chunks, sched_costs *out) {
+    for (int c = 0; c < chunks; c++) {
+        sched_costs sum = {0, 0, 0, p->stage[0].comm};
+        for (int s = 0; s < p->stages; s++) {
+            double lo = bound[c] > p->bound[s] ? bound[c] : p->bound[s];
+            double hi = bound[c + 1] < p->bound[s + 1] ? bound[c + 1] : p->bound[s + 1];
+            if (hi <= lo) continue;
+            sched_costs d = balance_density(p, s);
+            sum.f += d.f * (hi - lo), sum.b += d.b * (hi - lo), sum.w += d.w * (hi - lo);
+        }
+        out[c] = sum;
+    }
+    out[0].f += p->first_adds.f, out[0].b += p->first_adds.b, out[0].w += p->first_adds.w;
+    out[chunks - 1].f += p->last_adds.f, out[chunks - 1].b += p->last_adds.b, out[chunks - 1].w += p->last_adds.w;
+}
+
+double balance_bottleneck(const sched_costs *each, int chunks) {
+    double most = 0;
+    for (int c = 0; c < chunks; c++)
+        if (each[c].f + each[c].b + each[c].w > most) most = each[c].f + each[c].b + each[c].w;
+    return most;
+}
+
+int balance_best_cuts(const balance_profile *p, int *cuts, pp_err *err) {
+    int S = p->stages, L = p->layers;
+    if (!p->layers_known) return pp_fail(err, "the model does not say which layers each stage held");
+    if ((double)S * L * L > BALANCE_MAX_SEARCH)
+        return pp_fail(err, "%d stages over %d layers: too many splits to search here", S, L);
+    double *prefix = malloc(sizeof *prefix * (size_t)(L + 1));
+    double *best = malloc(sizeof *best * (size_t)S * (size_t)(L + 1));
+    int *from = malloc(sizeof *from * (size_t)S * (size_t)(L + 1));
+    if (!prefix || !best || !from) {
+        free(prefix), free(best), free(from);
+        return pp_fail(err, "out of memory");
+    }
+    prefix[0] = 0;
+    for (int s = 0; s < S; s++) {
+        sched_costs d = balance_density(p, s);
+        for (int l = p->bound[s]; l < p->bound[s + 1]; l++) prefix[l + 1] = prefix[l] + d.f + d.b + d.w;
+    }
+    double first = p->first_adds.f + p->first_adds.b + p->first_adds.w;
+    double last = p->last_adds.f + p->last_adds.b + p->last_adds.w;
+    /* best[c * (L+1) + e]: the least slowest-stage cost of stages 0..c over
+     * layers [0, e), stage c ending at e; from[]: where stage c begins */
+#define AT(c, e) ((size_t)(c) * (size_t)(L + 1) + (size_t)(e))
+    for (int c = 0; c < S; c++)
+        for (int e = c + 1; e <= L - (S - 1 - c); e++) {
+            double adds = (c == 0 ? first : 0) + (c == S - 1 ? last : 0);
+            if (c == 0) {
+                best[AT(0, e)] = prefix[e] + adds, from[AT(0, e)] = 0;
+                continue;
+            }
+            best[AT(c, e)] = DBL_MAX;
+            for (int a = c; a < e; a++) {
+                double own = prefix[e] - prefix[a] + adds, worst = best[AT(c - 1, a)] > own ? best[AT(c - 1, a)] : own;
+                if (worst < best[AT(c, e)]) best[AT(c, e)] = worst, from[AT(c, e)] = a;
+            }
+        }
+    for (int c = S - 1, e = L; c > 0; c--) e = cuts[c - 1] = from[AT(c, e)];
+#undef AT
+    free(prefix), free(best), free(from);
+    return 0;
+}
+
+const char *balance_cuts_text(const int *cuts, int ncuts, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < ncuts && n < size; k++) n += (size_t)snprintf(buf + n, size - n, k ? ",%d" : "%d", cuts[k]);
+    return buf;
+}

@@ -1,0 +1,236 @@
+/* test_balance.c: stage balance (db/balance.h, and what db/whatif.c and
+ * `pprun stats` make of it): the fit of a layer's cost and of what the
+ * first and last stage add, other splits of the same layers, the cuts that
+ * even the stages out, and the loop a user runs: a job with uneven cuts,
+ * the cuts `pprun stats` suggests, a second job with them that measures
+ * what was predicted, and `--vs` holding one against the other. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "db/balance.h"
+#include "db/whatif.h"
+#include "helpers/trace_fixture.h"
+#include "helpers/web_fixture.h"
+#include "launch_testutil.h"
+
+#define MS 1e6
+
+/* A gpt-like job: 4 stages of 2 layers each, a layer costing F 1 ms, B 2 ms,
+ * W 1 ms; the first stage adds 0.5 ms to F, the last 3 ms to F and 3 ms to
+ * B (the LM head and the loss). */
+static balance_profile gpt_like(void) {
+    balance_profile p = {.stages = 4, .layers = 8, .layers_known = 1};
+    for (int s = 0; s < 4; s++) {
+        p.rank[s] = s;
+        p.bound[s] = 2 * s;
+        p.stage[s] = (sched_costs){2 * MS, 4 * MS, 2 * MS, 0.1 * MS};
+    }
+    p.bound[4] = 8;
+    p.stage[0].f += 0.5 * MS;
+    p.stage[3].f += 3 * MS, p.stage[3].b += 3 * MS;
+    balance_fit(&p);
+    return p;
+}
+
+static void expect_costs(const sched_costs *got, double f, double b, double w, const char *what) {
+    cr_expect_float_eq(got->f, f, 1e-6, "%s: f %g, expected %g", what, got->f, f);
+    cr_expect_float_eq(got->b, b, 1e-6, "%s: b %g, expected %g", what, got->b, b);
+    cr_expect_float_eq(got->w, w, 1e-6, "%s: w %g, expected %g", what, got->w, w);
+}
+
+Test(balance, the_fit_finds_a_layers_cost_and_what_the_ends_add) {
+    balance_profile p = gpt_like();
+    expect_costs(&p.per_layer, 1 * MS, 2 * MS, 1 * MS, "one layer");
+    expect_costs(&p.first_adds, 0.5 * MS, 0, 0, "first stage adds");
+    expect_costs(&p.last_adds, 3 * MS, 3 * MS, 0, "last stage adds");
+    /* the job's own split gives back what it measured */
+    double bound[10];
+    sched_costs each[8];
+    pp_err err = {{0}};
+    cr_assert_eq(balance_split(&p, 4, bound, &err), 0, "%s", err.msg);
+    balance_chunk_costs(&p, bound, 4, each);
+    for (int s = 0; s < 4; s++) expect_costs(&each[s], p.stage[s].f, p.stage[s].b, p.stage[s].w, "own split");
+    cr_expect_float_eq(each[0].comm, 0.1 * MS, 1e-6);
+    cr_expect_float_eq(balance_bottleneck(each, 4), 14 * MS, 1e-6, "the last stage: 2+3 + 4+3 + 2");
+    /* 8 chunks of one layer: the ends keep what they add */
+    cr_assert_eq(balance_split(&p, 8, bound, &err), 0, "%s", err.msg);
+    balance_chunk_costs(&p, bound, 8, each);
+    expect_costs(&each[0], 1.5 * MS, 2 * MS, 1 * MS, "chunk 0");
+    expect_costs(&each[3], 1 * MS, 2 * MS, 1 * MS, "chunk 3");
+    expect_costs(&each[7], 4 * MS, 5 * MS, 1 * MS, "chunk 7");
+    /* more chunks than layers cannot be split, and says so */
+    cr_assert_eq(balance_split(&p, 9, bound, &err), -1);
+    cr_assert(strstr(err.msg, "more stages (9) than layers (8)"), "%s", err.msg);
+}
+
+/* With two stages the first adds nothing: its layers set the layer's cost. */
+Test(balance, two_stages_put_the_difference_on_the_last) {
+    balance_profile p = {.stages = 2, .layers = 4, .layers_known = 1, .bound = {0, 2, 4}};
+    p.stage[0] = (sched_costs){2 * MS, 2 * MS, 2 * MS, 0};
+    p.stage[1] = (sched_costs){5 * MS, 2 * MS, 1 * MS, 0};
+    balance_fit(&p);
+    expect_costs(&p.per_layer, 1 * MS, 1 * MS, 1 * MS, "one layer");
+    expect_costs(&p.first_adds, 0, 0, 0, "first stage adds");
+    expect_costs(&p.last_adds, 3 * MS, 0, 0, "last stage adds (never below 0)");
+}
+
+/* The head makes the last stage the slowest: the best cuts give it fewer
+ * layers. Layers cost 4 ms (F+B+W), the first stage adds 0.5, the last 6:
+ * the last stage takes one layer (10 ms), and the other seven split 2, 2, 3
+ * or 2, 3, 2 (8.5, 8, 12 ms): 12 ms is the least slowest stage whole layers
+ * allow (the even split's last stage is 14 ms). */
+Test(balance, the_best_cuts_unload_the_slowest_stage) {
+    balance_profile p = gpt_like();
+    int cuts[3];
+    pp_err err = {{0}};
+    cr_assert_eq(balance_best_cuts(&p, cuts, &err), 0, "%s", err.msg);
+    double bound[5] = {0, cuts[0], cuts[1], cuts[2], 8};
+    sched_costs each[4];
+    balance_chunk_costs(&p, bound, 4, each);
+    cr_expect_float_eq(balance_bottleneck(each, 4), 12 * MS, 1e-6, "cuts %d,%d,%d", cuts[0], cuts[1], cuts[2]);
+    cr_expect(cuts[0] == 2 && cuts[2] == 7, "cuts %d,%d,%d", cuts[0], cuts[1], cuts[2]);
+    /* exhaustively: no split of 8 layers into 4 stages does better */
+    double least = INFINITY;
+    for (int a = 1; a < 8; a++)
+        for (int b = a + 1; b < 8; b++)
+            for (int c = b + 1; c < 8; c++) {
+                double at[5] = {0, a, b, c, 8};
+                balance_chunk_costs(&p, at, 4, each);
+                if (balance_bottleneck(each, 4) < least) least = balance_bottleneck(each, 4);
+            }
+    cr_expect_float_eq(least, 12 * MS, 1e-6);
+    char text[64];
+    cr_expect_str_eq(balance_cuts_text((int[]){3, 5, 7}, 3, text, sizeof text), "3,5,7");
+
+    p.layers_known = 0;
+    cr_assert_eq(balance_best_cuts(&p, cuts, &err), -1);
+    cr_assert(strstr(err.msg, "does not say which layers"), "%s", err.msg);
+}
+
+/* A program's stages are units of their own: two chunks per stage halve it. */
+Test(balance, a_programs_stages_split_in_equal_fractions) {
+    balance_profile p = {.stages = 2, .layers = 2, .bound = {0, 1, 2}};
+    p.stage[0] = (sched_costs){2 * MS, 2 * MS, 2 * MS, 0};
+    p.stage[1] = (sched_costs){6 * MS, 4 * MS, 2 * MS, 0};
+    balance_fit(&p);
+    expect_costs(&p.last_adds, 0, 0, 0, "nothing is fitted without layers");
+    double bound[5];
+    sched_costs each[4];
+    pp_err err = {{0}};
+    cr_assert_eq(balance_split(&p, 4, bound, &err), 0, "%s", err.msg);
+    balance_chunk_costs(&p, bound, 4, each);
+    expect_costs(&each[1], 1 * MS, 1 * MS, 1 * MS, "chunk 1");
+    expect_costs(&each[2], 3 * MS, 2 * MS, 1 * MS, "chunk 2");
+}
+
+/* The what-if with a profile plays each chunk at its own costs: 1F1B at
+ * the gpt-like job's costs is the simulator's at those per-stage costs, and
+ * slower than at the median costs that it played before stages had costs
+ * of their own. */
+Test(balance, the_what_if_plays_each_stage_at_its_own_costs) {
+    balance_profile p = gpt_like();
+    whatif_input in = {.ranks = 4, .microbatches = 8, .virtual_stages = 1, .costs = {2 * MS, 4 * MS, 2 * MS, 0.1 * MS}};
+    snprintf(in.schedule, sizeof in.schedule, "1f1b");
+    whatif_row flat[WHATIF_ROWS], staged[WHATIF_ROWS];
+    pp_err err = {{0}};
+    cr_assert_geq(whatif_simulate(&in, flat, &err), 0, "%s", err.msg);
+    in.profile = &p;
+    cr_assert_geq(whatif_simulate(&in, staged, &err), 0, "%s", err.msg);
+    sched_plan *plan = NULL;
+    sched_sim *sim = NULL;
+    cr_assert_eq(sched_build("1f1b", 4, 8, 1, NULL, &plan, &err), 0, "%s", err.msg);
+    cr_assert_eq(sched_simulate_stages(plan, p.stage, &sim, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(staged[1].step_time_ns, sim->step_time, 1e-3, "1f1b row");
+    cr_expect_gt(staged[1].step_time_ns, flat[1].step_time_ns + 8 * MS, "the last stage's 5 ms more per microbatch");
+    sched_sim_free(sim), sched_free(plan);
+    /* with more chunks than layers (interleaved on 4 ranks x 3 chunks of 8
+     * layers) the row says why it cannot play */
+    in.virtual_stages = 3;
+    snprintf(in.schedule, sizeof in.schedule, "interleaved-1f1b");
+    cr_assert_geq(whatif_simulate(&in, staged, &err), 0, "%s", err.msg);
+    cr_expect(strstr(staged[2].error, "more stages (12) than layers (8)"), "%s", staged[2].error);
+}
+
+static lt_proc stats_of(const char *db, const char *const *more) {
+    const char *args[8] = {"stats", "--db", db};
+    int n = 3;
+    while (more && *more) args[n++] = *more++;
+    args[n] = NULL;
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    return p;
+}
+
+/* The number after `key` in text, NAN when key is absent. */
+static double number_after(const char *text, const char *key) {
+    const char *at = strstr(text, key);
+    return at ? strtod(at + strlen(key), NULL) : NAN;
+}
+
+/* Layers of 1 ms each op (timed per=layer), 8 layers cut 1,2,3: the last
+ * stage has 5 of them. pprun stats names it, says what it costs, suggests
+ * 2,4,6 and predicts the step; a job with those cuts measures about that,
+ * and --vs holds the one against the other. */
+Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted, .timeout = 240) {
+    const char *db = tfix_path("balance.db"), *model = "timed:f=1ms,b=1ms,w=1ms,layers=8,per=layer,act=4KiB";
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--model", model, "--pipeline-cuts", "1,2,3", "--steps", "5", "--progress", "off",
+                            "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_free(&run);
+    lt_proc p = stats_of(db, NULL);
+    lt_assert_has(p.out, "\nstage balance ");
+    lt_assert_has(p.out, "\n  3        3 3-7 ");
+    lt_assert_has(p.out, "slowest\n");
+    lt_assert_has(p.out, "(the unevenness costs ");
+    lt_assert_has(p.out, "  cuts       --pipeline-cuts 2,4,6: slowest stage ");
+    double predicted = number_after(p.out, "1f1b simulated ");
+    /* 1F1B, 4 stages of 6 ms per microbatch, 8 microbatches: (8 + 3) x 6 ms */
+    cr_assert(predicted > 60 && predicted < 72, "predicted %g ms:\n%s", predicted, p.out);
+    cr_assert(number_after(p.out, "the unevenness costs ") > 40, "%s", p.out);
+    lt_free(&p);
+
+    lt_run(&run,
+           (const char *[]){"run", "--model", model, "--pipeline-cuts", "2,4,6", "--steps", "5", "--progress", "off",
+                            "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_free(&run);
+    p = stats_of(db, NULL);
+    lt_assert_has(p.out, "  cuts       none suggested: the job's split is already as even as whole layers allow");
+    double measured = number_after(p.out, "step time  ");
+    cr_assert(measured > predicted * 0.9 && measured < predicted * 1.25, "measured %g ms, predicted %g ms", measured,
+              predicted);
+    lt_free(&p);
+
+    p = stats_of(db, (const char *[]){"--vs", "1", NULL});
+    lt_assert_has(p.out, "differs    pipeline cuts: 1,2,3 in job 1, 2,4,6 in job 2\n");
+    lt_assert_has(p.out, "what if    job 1 predicted 1f1b --pipeline-cuts 2,4,6 at ");
+    lt_free(&p);
+    fixture_remove(db);
+}
+
+/* A timed model with per=stage costs: stages cost the same whatever their
+ * layers, so no cuts are suggested, and the stage table is still there. */
+Test(balance, per_stage_costs_suggest_no_cuts, .timeout = 120) {
+    const char *db = tfix_path("balance_fixed.db");
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--model", "timed:f=1ms,b=1ms,w=1ms,layers=8,act=4KiB", "--pipeline-cuts", "3",
+                            "--steps", "3", "--nproc-per-node", "2", "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_free(&run);
+    lt_proc p = stats_of(db, NULL);
+    lt_assert_has(p.out, "\nstage balance ");
+    lt_assert_has(p.out, "  cuts       none suggested: the model's op costs do not depend on a stage's layers\n");
+    lt_free(&p);
+    fixture_remove(db);
+}
