@@ -1194,6 +1194,22 @@ Test(web_act, whatif_plays_every_schedule_at_the_jobs_costs, .init = setup_act, 
      * of the 6 hand-offs on its critical path adds at most one send. */
     double own = num(cJSON_GetArrayItem(rows, 1), "step_time_ns");
     cr_assert(own > 30e6 && own <= 30e6 + 6 * 5e4, "1f1b: %g ns", own);
+    /* stage balance: four even stages, each on its own rank; a timed
+     * (per=stage) model's costs do not follow its layers, so no cuts */
+    cJSON *bal = cJSON_GetObjectItem(j, "balance"), *stages = cJSON_GetObjectItem(bal, "stages");
+    cr_assert_eq(cJSON_GetArraySize(stages), 4);
+    for (int k = 0; k < 4; k++) {
+        cJSON *st = cJSON_GetArrayItem(stages, k), *c = cJSON_GetObjectItem(st, "costs_ns");
+        cr_assert(num(st, "stage") == k && num(st, "rank") == k, "stage %d", k);
+        cr_assert(num(c, "f") == 1e6 && num(c, "b") == 1e6 && num(c, "w") == 1e6, "stage %d", k);
+        cr_assert_null(cJSON_GetObjectItem(st, "layers"), "stage %d: layers not known", k);
+    }
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(bal, "layers_known")));
+    cr_assert_eq(num(bal, "slowest_stage_ns"), 3e6);
+    cr_assert_eq(num(bal, "step_time_ns"), own, "the job's own row");
+    cr_assert_eq(num(bal, "even_step_time_ns"), own, "even already");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(bal, "suggested_cuts")));
+    cr_assert_str_eq(str(bal, "no_cuts"), "the model's op costs do not depend on a stage's layers");
     cJSON_Delete(j);
     cJSON_Delete(get_json("/api/jobs/9/whatif", 404));
 }
@@ -1205,6 +1221,7 @@ Test(web_summary, whatif_before_the_first_step, .timeout = 60) {
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "measured")));
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "schedules")), 0);
     cr_assert_null(cJSON_GetObjectItem(j, "costs_ns"));
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "balance")));
     cJSON_Delete(j);
     teardown();
 }
