@@ -338,7 +338,8 @@ static int whatif_read_stages(sqlite3 *db, const job_summary *s, whatif_report *
     }
     int complete = !oom;
     for (int k = 0; d && k < S; k++) {
-        int64_t f = durations_median(&d[k * 3]), b = durations_median(&d[k * 3 + 1]), w = durations_median(&d[k * 3 + 2]);
+        int64_t f = durations_median(&d[k * 3]), b = durations_median(&d[k * 3 + 1]);
+        int64_t w = durations_median(&d[k * 3 + 2]);
         complete &= f >= 0 && b >= 0 && w >= 0;
         bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, send_ns};
         free(d[k * 3].v), free(d[k * 3 + 1].v), free(d[k * 3 + 2].v);
@@ -439,7 +440,8 @@ static void whatif_balance(whatif_report *r) {
         return;
     }
     sched_costs equal[BALANCE_MAX_STAGES], mean = {0, 0, 0, bp->stage[0].comm};
-    for (int k = 0; k < S; k++) mean.f += bp->stage[k].f / S, mean.b += bp->stage[k].b / S, mean.w += bp->stage[k].w / S;
+    for (int k = 0; k < S; k++)
+        mean.f += bp->stage[k].f / S, mean.b += bp->stage[k].b / S, mean.w += bp->stage[k].w / S;
     for (int k = 0; k < S; k++) equal[k] = mean;
     r->own_step_ns = whatif_step_at(plan, bp->stage);
     r->equal_step_ns = whatif_step_at(plan, equal);
@@ -456,13 +458,14 @@ static void whatif_balance(whatif_report *r) {
         double bound[BALANCE_MAX_STAGES + 1] = {0};
         for (int k = 1; k < S; k++) bound[k] = cuts[k - 1];
         bound[S] = bp->layers;
-        balance_chunk_costs(bp, bound, S, equal);
-        r->cuts_bottleneck_ns = balance_bottleneck(equal, S);
+        sched_costs *at_cuts = equal; /* the mean's simulation is done: reuse its array */
+        balance_chunk_costs(bp, bound, S, at_cuts);
+        r->cuts_bottleneck_ns = balance_bottleneck(at_cuts, S);
         /* a split no better than 1% on its slowest stage is not worth a run */
         if (r->cuts_bottleneck_ns < 0.99 * r->bottleneck_ns) {
             r->ncuts = S - 1;
             memcpy(r->cuts, cuts, sizeof(int) * (size_t)(S - 1));
-            r->cuts_step_ns = whatif_step_at(plan, equal);
+            r->cuts_step_ns = whatif_step_at(plan, at_cuts);
         } else {
             snprintf(r->no_cuts, sizeof r->no_cuts, "the job's split is already as even as whole layers allow");
         }

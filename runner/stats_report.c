@@ -147,12 +147,12 @@ static int balance_shown(const balance_profile *bp, int *shown) {
     int n = 0;
     for (int k = 0; k < bp->stages; k++) {
         double t = bp->stage[k].f + bp->stage[k].b + bp->stage[k].w;
-        int faster = 0; /* stages slower than k, or as slow and earlier */
+        int ahead = 0; /* stages slower than k, or as slow and earlier */
         for (int j = 0; j < bp->stages; j++) {
             double u = bp->stage[j].f + bp->stage[j].b + bp->stage[j].w;
-            faster += u > t || (u == t && j < k);
+            ahead += u > t || (u == t && j < k);
         }
-        if (faster < 4) shown[n++] = k;
+        if (ahead < 4) shown[n++] = k;
     }
     return n;
 }
@@ -160,7 +160,8 @@ static int balance_shown(const balance_profile *bp, int *shown) {
 /* "F 2.01 ms, B 2.10 ms, W 1.00 ms" into buf. */
 static const char *fmt_fbw(char *buf, size_t n, const sched_costs *c) {
     char f[24], b[24], w[24];
-    snprintf(buf, n, "F %s, B %s, W %s", fmt_ns(f, sizeof f, c->f), fmt_ns(b, sizeof b, c->b), fmt_ns(w, sizeof w, c->w));
+    snprintf(buf, n, "F %s, B %s, W %s", fmt_ns(f, sizeof f, c->f), fmt_ns(b, sizeof b, c->b),
+             fmt_ns(w, sizeof w, c->w));
     return buf;
 }
 
@@ -178,27 +179,31 @@ void report_balance(FILE *out, const whatif_report *r) {
         const sched_costs *c = &bp->stage[shown[i]];
         double t = c->f + c->b + c->w;
         char layers[24], f[24], b[24], w[24], all[24];
-        if (bp->layers_known) snprintf(layers, sizeof layers, "%d-%d", bp->bound[shown[i]], bp->bound[shown[i] + 1] - 1);
+        if (bp->layers_known)
+            snprintf(layers, sizeof layers, "%d-%d", bp->bound[shown[i]], bp->bound[shown[i] + 1] - 1);
         else snprintf(layers, sizeof layers, "-");
         fprintf(out, "  %-5d %4d %-9s %10s %10s %10s %10s %6.2fx%s\n", shown[i], bp->rank[shown[i]], layers,
                 fmt_ns(f, sizeof f, c->f), fmt_ns(b, sizeof b, c->b), fmt_ns(w, sizeof w, c->w),
                 fmt_ns(all, sizeof all, t), mean > 0 ? t / mean : 0, t >= r->bottleneck_ns ? "  slowest" : "");
     }
     char a[24], b[24], c[80], d[80], e[80];
-    if (isfinite(r->own_step_ns) && isfinite(r->equal_step_ns))
+    if (isfinite(r->own_step_ns) && isfinite(r->equal_step_ns)) {
+        if (r->own_step_ns > r->equal_step_ns)
+            snprintf(c, sizeof c, "the unevenness costs %.1f%%",
+                     100 * (r->own_step_ns - r->equal_step_ns) / r->own_step_ns);
+        else snprintf(c, sizeof c, "even");
         fprintf(out, "  %s simulated: %s a step at these stage costs, %s with every stage at their mean (%s)\n",
-                r->in.schedule, fmt_ns(a, sizeof a, r->own_step_ns), fmt_ns(b, sizeof b, r->equal_step_ns),
-                r->own_step_ns > r->equal_step_ns
-                    ? (snprintf(c, sizeof c, "the unevenness costs %.1f%%",
-                                100 * (r->own_step_ns - r->equal_step_ns) / r->own_step_ns), c)
-                    : "even");
+                r->in.schedule, fmt_ns(a, sizeof a, r->own_step_ns), fmt_ns(b, sizeof b, r->equal_step_ns), c);
+    }
     if (bp->layers_known)
-        fprintf(out, "  one layer  %s; the first stage adds %s; the last adds %s\n", fmt_fbw(c, sizeof c, &bp->per_layer),
-                fmt_fbw(d, sizeof d, &bp->first_adds), fmt_fbw(e, sizeof e, &bp->last_adds));
+        fprintf(out, "  one layer  %s; the first stage adds %s; the last adds %s\n",
+                fmt_fbw(c, sizeof c, &bp->per_layer), fmt_fbw(d, sizeof d, &bp->first_adds),
+                fmt_fbw(e, sizeof e, &bp->last_adds));
     if (r->ncuts > 0) {
         char cuts[BALANCE_MAX_STAGES * 6];
         balance_cuts_text(r->cuts, r->ncuts, cuts, sizeof cuts);
-        fprintf(out, "  cuts       --pipeline-cuts %s: slowest stage %s instead of %s; %s simulated %s a step (%.2fx)\n",
+        fprintf(out,
+                "  cuts       --pipeline-cuts %s: slowest stage %s instead of %s; %s simulated %s a step (%.2fx)\n",
                 cuts, fmt_ns(a, sizeof a, r->cuts_bottleneck_ns), fmt_ns(b, sizeof b, r->bottleneck_ns), r->in.schedule,
                 fmt_ns(c, sizeof c, r->cuts_step_ns), r->cuts_step_ns / r->own_step_ns);
     } else {
