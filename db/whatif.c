@@ -286,65 +286,46 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
     return whatif_done(db, st, rc, err);
 }
 
-/* Medians of F, B, W and send spans over the window into med[4], -1 where
- * there is none, taken as `pprun stats`' ops table takes them. */
-static int whatif_read_medians(sqlite3 *db, const job_summary *s, const whatif_report *r, int64_t med[4], pp_err *err) {
+/* Medians over the window, taken as `pprun stats`' ops table takes them:
+ * of the F, B, W and send spans into med[4] (-1 where there is none), and
+ * of each stage's F, B and W into r->profile, with the send median as every
+ * stage's comm (r->has_profile when every stage has all three). */
+static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[4], pp_err *err) {
+    balance_profile *bp = &r->profile;
+    int S = bp->stages, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
                               "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 3 END, "
-                              "end_ns - start_ns FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
-                              "source=?4 AND phase IN ('F','B','W','SEND_F','SEND_B')",
+                              "end_ns - start_ns, stage, rank FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 "
+                              "AND source=?4 AND phase IN ('F','B','W','SEND_F','SEND_B')",
                               s, r, &st, err) != 0)
         return -1;
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
-    durations d[4] = {{0}};
-    int rc, oom = 0;
-    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW)
-        oom = durations_push(&d[sqlite3_column_int(st, 0)], sqlite3_column_int64(st, 1)) != 0;
+    durations d[4] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 3, sizeof *by_stage) : NULL;
+    int oom = S > 0 && !by_stage;
+    for (int k = 0; k < S; k++) bp->rank[k] = -1;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int k = sqlite3_column_int(st, 0), stage = sqlite3_column_int(st, 2);
+        int64_t ns = sqlite3_column_int64(st, 1);
+        oom = durations_push(&d[k], ns) != 0;
+        if (oom || k == 3 || !by_stage || sqlite3_column_type(st, 2) == SQLITE_NULL || stage < 0 || stage >= S)
+            continue;
+        bp->rank[stage] = sqlite3_column_int(st, 3);
+        oom = durations_push(&by_stage[stage * 3 + k], ns) != 0;
+    }
     for (int k = 0; k < 4; k++) {
         med[k] = durations_median(&d[k]);
         free(d[k].v);
     }
-    if (oom) {
-        sqlite3_finalize(st);
-        return pp_fail(err, "out of memory");
-    }
-    return whatif_done(db, st, rc, err);
-}
-
-/* Each stage's medians of F, B and W over the window and the rank that
- * ran it, into r->profile, with the send median as every stage's comm;
- * r->has_profile when every stage has all three. */
-static int whatif_read_stages(sqlite3 *db, const job_summary *s, whatif_report *r, double send_ns, pp_err *err) {
-    balance_profile *bp = &r->profile;
-    int S = bp->stages, rc = SQLITE_DONE, oom = 0;
-    if (S < 1) return 0;
-    sqlite3_stmt *st;
-    if (whatif_prepare_window(db,
-                              "SELECT stage, rank, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 ELSE 2 END, "
-                              "end_ns - start_ns FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND "
-                              "source=?4 AND phase IN ('F','B','W') AND stage BETWEEN 0 AND ?5",
-                              s, r, &st, err) != 0)
-        return -1;
-    sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 5, S - 1);
-    durations *d = calloc((size_t)S * 3, sizeof *d);
-    oom = !d;
-    for (int k = 0; k < S; k++) bp->rank[k] = -1;
-    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int stage = sqlite3_column_int(st, 0);
-        bp->rank[stage] = sqlite3_column_int(st, 1);
-        oom = durations_push(&d[stage * 3 + sqlite3_column_int(st, 2)], sqlite3_column_int64(st, 3)) != 0;
-    }
-    int complete = !oom;
-    for (int k = 0; d && k < S; k++) {
-        int64_t f = durations_median(&d[k * 3]), b = durations_median(&d[k * 3 + 1]);
-        int64_t w = durations_median(&d[k * 3 + 2]);
+    int complete = !oom && by_stage;
+    for (int k = 0; by_stage && k < S; k++) {
+        int64_t f = durations_median(&by_stage[k * 3]), b = durations_median(&by_stage[k * 3 + 1]);
+        int64_t w = durations_median(&by_stage[k * 3 + 2]);
         complete &= f >= 0 && b >= 0 && w >= 0;
-        bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, send_ns};
-        free(d[k * 3].v), free(d[k * 3 + 1].v), free(d[k * 3 + 2].v);
+        bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, med[3] > 0 ? (double)med[3] : 0};
+        free(by_stage[k * 3].v), free(by_stage[k * 3 + 1].v), free(by_stage[k * 3 + 2].v);
     }
-    free(d);
+    free(by_stage);
     if (oom) {
         sqlite3_finalize(st);
         return pp_fail(err, "out of memory");
@@ -491,7 +472,6 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], med[3] > 0 ? (double)med[3] : 0};
     r->in.act_peak_by_rank = s->act_peak_by_rank;
     r->in.inflight_by_rank = s->plan_peak_inflight;
-    if (whatif_read_stages(db, s, r, r->in.costs.comm, err) != 0) return -1;
     r->in.profile = r->has_profile ? &r->profile : NULL;
     sched_plan *own = NULL;
     if (!whatif_is_built_in(r->in.schedule) && whatif_read_plan(db, s, r, &own, err) != 0) return -1;
