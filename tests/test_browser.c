@@ -133,17 +133,18 @@ static void check_balance(const cJSON *bal, const char *stats, int stages, int s
         const cJSON *row = cJSON_GetArrayItem(rows, k);
         int stage = -1, rank = -1;
         double times = -1;
-        cr_assert_eq(sscanf(line, "%d %d %*s %*s %*s %*s %*s %*s %*s %*s %*s %lfx", &stage, &rank, &times), 3, "%s", line);
+        int len = (int)strcspn(line, "\n");
+        cr_assert_eq(sscanf(line, "%d %d %*s %*s %*s %*s %*s %*s %*s %*s %*s %lfx", &stage, &rank, &times), 3, "%.*s", len, line);
         cr_assert_eq(cJSON_GetArraySize(row), 10, "class and 9 cells");
         cr_assert_eq(atoi(cJSON_GetArrayItem(row, 1)->valuestring), stage);
         cr_assert_eq(atoi(cJSON_GetArrayItem(row, 2)->valuestring), rank);
-        int marked = strstr(line, "slowest") && strstr(line, "slowest") < strchr(line, '\n');
+        int marked = strstr(line, "slowest") && strstr(line, "slowest") < line + len;
         slowest += marked;
-        cr_assert_str_eq(cJSON_GetArrayItem(row, 0)->valuestring, marked ? "slowest" : "", "stage %d: %s", k, line);
+        cr_assert_str_eq(cJSON_GetArrayItem(row, 0)->valuestring, marked ? "slowest" : "", "stage %d: %.*s", k, len, line);
         cr_assert_str_eq(cJSON_GetArrayItem(row, 9)->valuestring, marked ? "slowest" : "", "stage %d", k);
         if (same_window) {
             snprintf(want, sizeof want, "%.2f×", times);
-            cr_assert_str_eq(cJSON_GetArrayItem(row, 8)->valuestring, want, "stage %d: %s", k, line);
+            cr_assert_str_eq(cJSON_GetArrayItem(row, 8)->valuestring, want, "stage %d: %.*s", k, len, line);
         }
     }
     cr_assert_geq(slowest, 1, "the slowest stage is marked");
