@@ -147,6 +147,7 @@ async function loadWhatif(id) {
   const tbl = $('whatif-table'), pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
   tbl.innerHTML = '';
   $('whatif-tuned').textContent = '';
+  showBalance(r);
   if (!r.measured) {
     $('whatif-info').textContent = '— nothing yet: no complete step with F, B and W';
     S.whatif = window.__pprun.whatif = r;
@@ -180,6 +181,60 @@ async function loadWhatif(id) {
   $('whatif-tuned').textContent = 'zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs ' +
     r.tuned_schedule_costs;
   S.whatif = window.__pprun.whatif = r;
+}
+
+// Stage balance (the /whatif answer's `balance`, as `pprun stats` prints it):
+// each stage's F, B, W against the mean of the stages, the job's schedule
+// simulated at these costs and with every stage at the mean, and the
+// --pipeline-cuts that would even them out (or why there are none).
+const BALANCE_ALL_UP_TO = 16; // more stages: the 4 slowest, as the terminal does
+function showBalance(r) {
+  const b = r.balance, tbl = $('balance-table');
+  tbl.innerHTML = '';
+  for (const id of ['balance-info', 'balance-sim', 'balance-layer', 'balance-cuts']) $(id).textContent = '';
+  $('balance').hidden = !b;
+  if (!b) return;
+  const total = (c) => c.f + c.b + c.w, n = b.stages.length;
+  const mean = b.stages.reduce((m, s) => m + total(s.costs_ns) / n, 0);
+  let shown = b.stages;
+  if (n > BALANCE_ALL_UP_TO) // the 4 slowest (ties: the earlier stage), in stage order
+    shown = b.stages.filter((s) => b.stages.filter((u) => total(u.costs_ns) > total(s.costs_ns) ||
+      (total(u.costs_ns) === total(s.costs_ns) && u.stage < s.stage)).length < 4);
+  $('balance-info').textContent = `— medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
+    (shown.length < n ? `; the 4 slowest of ${n} stages` : '');
+  const head = tbl.createTHead().insertRow();
+  for (const h of ['stage', 'rank', 'layers', 'F', 'B', 'W', 'F+B+W', 'vs mean', '']) {
+    const th = document.createElement('th'); th.textContent = h; head.appendChild(th);
+  }
+  const body = tbl.createTBody();
+  for (const s of shown) {
+    const c = s.costs_ns, t = total(c), slowest = t >= b.slowest_stage_ns;
+    const tr = body.insertRow();
+    tr.dataset.stage = s.stage;
+    if (slowest) tr.className = 'slowest';
+    const layers = b.layers_known ? `${s.first_layer}–${s.first_layer + s.layers - 1}` : '–';
+    [s.stage, s.rank, layers, fmtMs(c.f), fmtMs(c.b), fmtMs(c.w), fmtMs(t), mean > 0 ? (t / mean).toFixed(2) + '×' : '–',
+      slowest ? 'slowest' : ''].forEach((v, k) => {
+      const td = tr.insertCell();
+      td.textContent = String(v);
+      if (k !== 2 && k < 8) td.className = 'num';
+    });
+  }
+  const sched = (S.info && S.info.job.schedule) || ((r.schedules.find((s) => s.this_job) || {}).schedule) || 'this job';
+  if (b.step_time_ns != null && b.even_step_time_ns != null)
+    $('balance-sim').textContent = `${sched} simulated: ${fmtMs(b.step_time_ns)} a step at these stage costs, ` +
+      `${fmtMs(b.even_step_time_ns)} with every stage at their mean (` +
+      (b.step_time_ns > b.even_step_time_ns
+        ? `the unevenness costs ${(100 * (b.step_time_ns - b.even_step_time_ns) / b.step_time_ns).toFixed(1)}%)` : 'even)');
+  const fbw = (c) => `F ${fmtMs(c.f)}, B ${fmtMs(c.b)}, W ${fmtMs(c.w)}`;
+  if (b.layers_known)
+    $('balance-layer').textContent = `one layer: ${fbw(b.per_layer_ns)}; the first stage adds ${fbw(b.first_stage_adds_ns)}; ` +
+      `the last adds ${fbw(b.last_stage_adds_ns)}`;
+  $('balance-cuts').textContent = b.suggested_cuts != null
+    ? `suggested --pipeline-cuts ${b.suggested_cuts}: slowest stage ${fmtMs(b.suggested_slowest_stage_ns)} instead of ` +
+      `${fmtMs(b.slowest_stage_ns)}; ${sched} simulated ${fmtMs(b.suggested_step_time_ns)} a step ` +
+      `(${b.step_time_ns > 0 ? (b.suggested_step_time_ns / b.step_time_ns).toFixed(2) + '×' : '–'})`
+    : `no cuts suggested: ${b.no_cuts}`;
 }
 
 function updateHeader() {

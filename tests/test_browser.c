@@ -6,8 +6,8 @@
  * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none; the
  * Jobs tab holds both side by side, and ticking both compares them (the
  * Compare panel, GET /compare); a job of 30,000 steps opens with thinned
- * charts. Screenshots are kept in the
- * build directory. */
+ * charts; the what-if panel's stage balance says what `pprun stats` says.
+ * Screenshots are kept in the build directory. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <libgen.h>
@@ -90,6 +90,92 @@ static cJSON *browse(const char *db, const char *mode, const char *ready) {
     return j;
 }
 
+/* `pprun stats --db db` as a terminal shows it (malloc'd, the caller frees). */
+static char *stats_text(const char *db) {
+    char cmd[1024], path[256];
+    snprintf(path, sizeof path, "/tmp/pprun-browser-stats-%d.txt", (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' stats --db '%s' >'%s' 2>&1", PPRUN_BIN, db, path);
+    int st = system(cmd);
+    char *text = fixture_read_file(path);
+    unlink(path);
+    cr_assert(text && WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun stats failed: %s", text ? text : "");
+    return text;
+}
+
+/* Into out: the text of s after the first `from`, up to `to`; fails the
+ * test when either is missing. */
+static const char *between(const char *s, const char *from, const char *to, char *out, size_t n) {
+    const char *a = strstr(s, from), *b = a ? strstr(a + strlen(from), to) : NULL;
+    cr_assert(a && b, "no '%s' ... '%s' in: %s", from, to, s);
+    a += strlen(from);
+    snprintf(out, n, "%.*s", (int)(b - a), a);
+    return out;
+}
+
+/* The dashboard's stage balance block (the script's `balance`) says what
+ * `pprun stats` says for the same job: a row per stage, the same stages
+ * marked slowest, the same multiple of the mean, the same verdict on cuts;
+ * with same_window (the page read a finished job), the same simulated
+ * unevenness too. */
+static void check_balance(const cJSON *bal, const char *stats, int stages, int same_window) {
+    char *shown = cJSON_PrintUnformatted(bal), want[256];
+    cr_assert(bal && cJSON_IsFalse(cJSON_GetObjectItem(bal, "hidden")), "the stage balance block is shown: %s", shown);
+    static const char *const head[] = {"stage", "rank", "layers", "F", "B", "W", "F+B+W", "vs mean", ""};
+    for (int k = 0; k < 9; k++)
+        cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(bal, "head"), k)->valuestring, head[k]);
+    const cJSON *rows = cJSON_GetObjectItem(bal, "rows");
+    cr_assert_eq(cJSON_GetArraySize(rows), stages, "a row per stage: %s", shown);
+    const char *line = strstr(stats, "F+B+W vs mean\n");
+    cr_assert(line, "pprun stats printed no stage balance: %s", stats);
+    int slowest = 0;
+    for (int k = 0; k < stages; k++) {
+        line = strchr(line, '\n') + 1;
+        const cJSON *row = cJSON_GetArrayItem(rows, k);
+        int stage = -1, rank = -1;
+        double times = -1;
+        int len = (int)strcspn(line, "\n");
+        cr_assert_eq(sscanf(line, "%d %d %*s %*s %*s %*s %*s %*s %*s %*s %*s %lfx", &stage, &rank, &times), 3, "%.*s", len, line);
+        cr_assert_eq(cJSON_GetArraySize(row), 10, "class and 9 cells");
+        cr_assert_eq(atoi(cJSON_GetArrayItem(row, 1)->valuestring), stage);
+        cr_assert_eq(atoi(cJSON_GetArrayItem(row, 2)->valuestring), rank);
+        int marked = strstr(line, "slowest") && strstr(line, "slowest") < line + len;
+        slowest += marked;
+        cr_assert_str_eq(cJSON_GetArrayItem(row, 0)->valuestring, marked ? "slowest" : "", "stage %d: %.*s", k, len, line);
+        cr_assert_str_eq(cJSON_GetArrayItem(row, 9)->valuestring, marked ? "slowest" : "", "stage %d", k);
+        if (same_window) {
+            snprintf(want, sizeof want, "%.2f×", times);
+            cr_assert_str_eq(cJSON_GetArrayItem(row, 8)->valuestring, want, "stage %d: %.*s", k, len, line);
+        }
+    }
+    cr_assert_geq(slowest, 1, "the slowest stage is marked");
+    /* "1f1b simulated: X a step at these stage costs, Y with every stage at
+     * their mean (the unevenness costs Z%)" */
+    const char *sim = cJSON_GetObjectItem(bal, "sim")->valuestring;
+    char verdict[128];
+    cr_assert(strstr(sim, "simulated: ") && strstr(sim, "a step at these stage costs, ") &&
+                  strstr(sim, "with every stage at their mean ("),
+              "%s", sim);
+    if (same_window) {
+        snprintf(want, sizeof want, "(%s)", between(stats, "with every stage at their mean (", ")\n", verdict, sizeof verdict));
+        cr_assert(strstr(sim, want), "the dashboard: %s\npprun stats: %s", sim, want);
+    }
+    const char *cuts = cJSON_GetObjectItem(bal, "cuts")->valuestring;
+    if (strstr(stats, "cuts       --pipeline-cuts ")) {
+        char list[64], ratio[16];
+        between(stats, "cuts       --pipeline-cuts ", ":", list, sizeof list);
+        snprintf(want, sizeof want, "suggested --pipeline-cuts %s: slowest stage ", list);
+        cr_assert(!strncmp(cuts, want, strlen(want)), "the dashboard: %s\npprun stats: %s", cuts, list);
+        if (same_window) {
+            snprintf(want, sizeof want, "a step (%s×)", between(strstr(stats, "cuts       --pipeline-cuts "), "a step (", "x)\n", ratio, sizeof ratio));
+            cr_assert(strstr(cuts, want), "the dashboard: %s\npprun stats: (%sx)", cuts, ratio);
+        }
+    } else {
+        snprintf(want, sizeof want, "no cuts suggested: %s", between(stats, "cuts       none suggested: ", "\n", verdict, sizeof verdict));
+        cr_assert_str_eq(cuts, want, "as pprun stats says");
+    }
+    free(shown);
+}
+
 static int ints_all(const cJSON *arr, int want) {
     const cJSON *v;
     int n = 0;
@@ -107,6 +193,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     fixture_fresh(db, sizeof db, "browser", 3, "succeeded");
     cr_assert_eq(fixture_add_activations(db, 64 << 10, &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_state(db, 512 << 10, &err), 0, "%s", err.msg);
+    char *stats = stats_text(db);
     cJSON *j = browse(db, "finished", NULL);
 
     cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
@@ -168,6 +255,24 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
         cr_assert_str_eq(cJSON_GetArrayItem(row, 7)->valuestring, whatif[k][3], "%s", whatif[k][1]);
     }
     cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(rows, 1), 5)->valuestring, "1.00×");
+    /* Stage balance: the fixture's four stages cost the same (3 ms a
+     * microbatch), so each is as slow as the slowest, the simulated step is
+     * the even one, and a timed model's costs do not follow its layers. */
+    cJSON *bal = cJSON_GetObjectItem(j, "balance");
+    check_balance(bal, stats, 4, 1);
+    free(stats);
+    cJSON *brow;
+    cJSON_ArrayForEach(brow, cJSON_GetObjectItem(bal, "rows")) {
+        cr_assert_str_eq(cJSON_GetArrayItem(brow, 3)->valuestring, "–", "the timed model says no layers per stage");
+        cr_assert_str_eq(cJSON_GetArrayItem(brow, 7)->valuestring, "3.000 ms");
+        cr_assert_str_eq(cJSON_GetArrayItem(brow, 8)->valuestring, "1.00×");
+        cr_assert_str_eq(cJSON_GetArrayItem(brow, 9)->valuestring, "slowest", "four stages as slow as the slowest");
+    }
+    cr_assert_str_eq(cJSON_GetObjectItem(bal, "sim")->valuestring,
+                     "1f1b simulated: 30.30 ms a step at these stage costs, 30.30 ms with every stage at their mean (even)");
+    cr_assert_str_eq(cJSON_GetObjectItem(bal, "layer")->valuestring, "");
+    cr_assert_str_eq(cJSON_GetObjectItem(bal, "cuts")->valuestring,
+                     "no cuts suggested: the model's op costs do not depend on a stage's layers");
     /* No script errors; the only failed loads allowed are the refused SQL
      * (403) and the Chrome trace probe (404) until that route exists. */
     cJSON *e;
@@ -282,6 +387,48 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     snprintf(verdict, sizeof verdict, "loss at step 1: %.6f in both: bitwise equal", loss);
     cr_assert_str_eq(cJSON_GetObjectItem(dom, "loss")->valuestring, verdict);
     cr_assert_str_eq(cJSON_GetObjectItem(cmp, "loss")->valuestring, verdict);
+    cJSON_Delete(j);
+}
+
+/* A layered job (gpt, 8 layers, 2 a stage) whose first stage takes twice
+ * as long as the others: the stage balance block marks it, says what the
+ * unevenness costs and which --pipeline-cuts even it out, as `pprun stats`
+ * does for the same database. */
+Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) {
+    require_playwright();
+    char db[256];
+    fixture_fresh(db, sizeof db, "browser-balance", 3, "succeeded");
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h,
+                              "UPDATE jobs SET model = 'gpt:layers=8' WHERE id = 1;"
+                              "UPDATE events SET end_ns = end_ns + (end_ns - start_ns)"
+                              " WHERE job_id = 1 AND rank = 0 AND phase IN ('F', 'B', 'W')",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(h));
+    sqlite3_close(h);
+    char *stats = stats_text(db);
+    cr_assert(strstr(stats, "cuts       --pipeline-cuts "), "pprun stats suggests cuts: %s", stats);
+    cJSON *j = browse(db, "balance", NULL);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors");
+    cJSON *bal = cJSON_GetObjectItem(j, "balance");
+    check_balance(bal, stats, 4, 1);
+    free(stats);
+    static const char *const rows[4][10] = {
+        {"slowest", "0", "0", "0–1", "2.000 ms", "2.000 ms", "2.000 ms", "6.000 ms", "1.60×", "slowest"},
+        {"", "1", "1", "2–3", "1.000 ms", "1.000 ms", "1.000 ms", "3.000 ms", "0.80×", ""},
+        {"", "2", "2", "4–5", "1.000 ms", "1.000 ms", "1.000 ms", "3.000 ms", "0.80×", ""},
+        {"", "3", "3", "6–7", "1.000 ms", "1.000 ms", "1.000 ms", "3.000 ms", "0.80×", ""}};
+    for (int k = 0; k < 4; k++)
+        for (int c = 0; c < 10; c++)
+            cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(bal, "rows"), k), c)->valuestring,
+                             rows[k][c], "stage %d, column %d", k, c);
+    const char *sim = cJSON_GetObjectItem(bal, "sim")->valuestring;
+    cr_assert(strstr(sim, "(the unevenness costs ") && strstr(sim, "1f1b simulated: "), "%s", sim);
+    cr_assert(strstr(cJSON_GetObjectItem(bal, "layer")->valuestring, "one layer: F 0.500 ms, B 0.500 ms, W 0.500 ms; "),
+              "%s", cJSON_GetObjectItem(bal, "layer")->valuestring);
+    cr_assert(strstr(cJSON_GetObjectItem(bal, "cuts")->valuestring, "instead of 6.000 ms; 1f1b simulated "), "%s",
+              cJSON_GetObjectItem(bal, "cuts")->valuestring);
     cJSON_Delete(j);
 }
 
@@ -409,6 +556,7 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
     int st;
     waitpid(pid, &st, 0);
     unlink(log);
+    char *stats = stats_text(db);
     fixture_remove(db);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun run exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 
@@ -463,5 +611,9 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 180) {
     cr_assert_str_eq(cJSON_GetArrayItem(own, 6)->valuestring, "64 KiB");
     cr_assert(strstr(cJSON_GetObjectItem(j, "whatifInfo")->valuestring, "timed model"), "%s",
               cJSON_GetObjectItem(j, "whatifInfo")->valuestring);
+    /* Stage balance, read while the job ran: a row per rank's stage, the
+     * same verdict on cuts as `pprun stats` gives once it has finished. */
+    check_balance(cJSON_GetObjectItem(j, "balance"), stats, 4, 0);
+    free(stats);
     cJSON_Delete(j);
 }

@@ -8,6 +8,7 @@
 //   node dashboard.mjs gpu URL SCREENSHOT.png      (fixture job 2 with gpu spans, then CPU job 1, then
 //                                                  the Jobs tab and the two compared: SCREENSHOT-compare.png)
 //   node dashboard.mjs long URL SCREENSHOT.png     (a job with 30,000 steps)
+//   node dashboard.mjs balance URL SCREENSHOT.png  (the what-if panel's stage balance; SCREENSHOT is of that panel)
 //
 // "live": after the page is ready it creates READY_FILE; the test then
 // appends steps to the database and this script waits for them to appear;
@@ -43,6 +44,16 @@ try {
     out.whatifHead = await page.$$eval('#whatif-table thead th', (th) => th.map((t) => t.textContent));
     out.whatifRows = await page.$$eval('#whatif-table tbody tr', (trs) => trs.map((tr) => [tr.className, ...[...tr.cells].map((td) => td.textContent)]));
     out.whatifTuned = await page.textContent('#whatif-tuned');
+    // Stage balance, filled from the same answer.
+    out.balance = {
+      hidden: await page.evaluate(() => document.getElementById('balance').hidden),
+      info: await page.textContent('#balance-info'),
+      head: await page.$$eval('#balance-table thead th', (th) => th.map((t) => t.textContent)),
+      rows: await page.$$eval('#balance-table tbody tr', (trs) => trs.map((tr) => [tr.className, ...[...tr.cells].map((td) => td.textContent)])),
+      sim: await page.textContent('#balance-sim'),
+      layer: await page.textContent('#balance-layer'),
+      cuts: await page.textContent('#balance-cuts'),
+    };
   };
 
   if (mode === 'finished') {
@@ -100,6 +111,10 @@ try {
       await page.waitForFunction((b) => document.getElementById('step-label').textContent !== b, before, { timeout: 5000 });
       out.stepping.push([await page.textContent('#step-label'), await page.textContent('#bubble-step-label')]);
     }
+  } else if (mode === 'balance') {
+    // A layered job with an uneven first stage: the stage balance block.
+    await whatifTable(true);
+    await page.locator('.whatif').screenshot({ path: shot });
   } else if (mode === 'gpu') {
     await page.evaluate(() => window.__pprun.showStep(0));
     await page.waitForFunction(() => window.__pprun.drawn && window.__pprun.drawn.steps.length === 1 &&
