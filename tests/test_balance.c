@@ -104,7 +104,7 @@ Test(balance, the_best_cuts_unload_the_slowest_stage) {
             }
     cr_expect_float_eq(least, 12 * MS, 1e-6);
     char text[64];
-    cr_expect_str_eq(balance_cuts_text((int[]){3, 5, 7}, 3, text, sizeof text), "3,5,7");
+    cr_expect_str_eq(sched_cuts_text((int[]){3, 5, 7}, 3, text, sizeof text), "3,5,7");
 
     p.layers_known = 0;
     cr_assert_eq(balance_best_cuts(&p, cuts, &err), -1);
@@ -166,6 +166,17 @@ static lt_proc stats_of(const char *db, const char *const *more) {
     return p;
 }
 
+/* A job of `model` cut at `cuts`, on `ranks` ranks, into db; it must succeed. */
+static void run_job(const char *db, const char *model, const char *cuts, const char *ranks, const char *steps) {
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--model", model, "--pipeline-cuts", cuts, "--nproc-per-node", ranks, "--steps",
+                            steps, "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_free(&run);
+}
+
 /* The number after `key` in text, NAN when key is absent. */
 static double number_after(const char *text, const char *key) {
     const char *at = strstr(text, key);
@@ -178,13 +189,7 @@ static double number_after(const char *text, const char *key) {
  * and --vs holds the one against the other. */
 Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted, .timeout = 240) {
     const char *db = tfix_path("balance.db"), *model = "timed:f=1ms,b=1ms,w=1ms,layers=8,per=layer,act=4KiB";
-    lt_proc run;
-    lt_run(&run,
-           (const char *[]){"run", "--model", model, "--pipeline-cuts", "1,2,3", "--steps", "5", "--progress", "off",
-                            "--db", db, NULL},
-           NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
-    lt_free(&run);
+    run_job(db, model, "1,2,3", "4", "5");
     lt_proc p = stats_of(db, NULL);
     lt_assert_has(p.out, "\nstage balance ");
     lt_assert_has(p.out, "\n  3        3 3-7 ");
@@ -197,12 +202,7 @@ Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted,
     cr_assert(number_after(p.out, "the unevenness costs ") > 40, "%s", p.out);
     lt_free(&p);
 
-    lt_run(&run,
-           (const char *[]){"run", "--model", model, "--pipeline-cuts", "2,4,6", "--steps", "5", "--progress", "off",
-                            "--db", db, NULL},
-           NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
-    lt_free(&run);
+    run_job(db, model, "2,4,6", "4", "5");
     p = stats_of(db, NULL);
     lt_assert_has(p.out, "  cuts       none suggested: the job's split is already as even as whole layers allow");
     double measured = number_after(p.out, "step time  ");
@@ -221,13 +221,7 @@ Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted,
  * layers, so no cuts are suggested, and the stage table is still there. */
 Test(balance, per_stage_costs_suggest_no_cuts, .timeout = 120) {
     const char *db = tfix_path("balance_fixed.db");
-    lt_proc run;
-    lt_run(&run,
-           (const char *[]){"run", "--model", "timed:f=1ms,b=1ms,w=1ms,layers=8,act=4KiB", "--pipeline-cuts", "3",
-                            "--steps", "3", "--nproc-per-node", "2", "--progress", "off", "--db", db, NULL},
-           NULL);
-    cr_assert_eq(run.status, 0, "%s", run.err);
-    lt_free(&run);
+    run_job(db, "timed:f=1ms,b=1ms,w=1ms,layers=8,act=4KiB", "3", "2", "3");
     lt_proc p = stats_of(db, NULL);
     lt_assert_has(p.out, "\nstage balance ");
     lt_assert_has(p.out, "  cuts       none suggested: the model's op costs do not depend on a stage's layers\n");
