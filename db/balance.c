@@ -3,7 +3,6 @@
 #include "db/balance.h"
 
 #include <float.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,11 +122,4 @@ int balance_best_cuts(const balance_profile *p, int *cuts, pp_err *err) {
 #undef AT
     free(prefix), free(best), free(from);
     return 0;
-}
-
-const char *balance_cuts_text(const int *cuts, int ncuts, char *buf, size_t size) {
-    size_t n = 0;
-    buf[0] = '\0';
-    for (int k = 0; k < ncuts && n < size; k++) n += (size_t)snprintf(buf + n, size - n, k ? ",%d" : "%d", cuts[k]);
-    return buf;
 }

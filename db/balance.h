@@ -11,8 +11,6 @@
 #ifndef PP_DB_BALANCE_H
 #define PP_DB_BALANCE_H
 
-#include <stddef.h>
-
 #include "runner/base/pp.h"
 #include "runner/pipe/sched.h"
 
@@ -55,8 +53,5 @@ double balance_bottleneck(const sched_costs *each, int chunks);
  * the profile. 0; -1 with err when the layers are not known, or too many to
  * search here. */
 int balance_best_cuts(const balance_profile *p, int *cuts, pp_err *err);
-
-/* "2,4,6" into buf (BALANCE_MAX_STAGES * 6 bytes hold any). */
-const char *balance_cuts_text(const int *cuts, int ncuts, char *buf, size_t size);
 
 #endif

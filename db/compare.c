@@ -122,8 +122,8 @@ static void compare_predict(const job_summary *js, const whatif_report *jw, cons
     if (a->layers_known && b->layers_known && S == b->stages &&
         memcmp(a->bound, b->bound, sizeof(int) * (size_t)(S + 1)) != 0) {
         char mine[BALANCE_MAX_STAGES * 6], theirs[BALANCE_MAX_STAGES * 6];
-        balance_cuts_text(a->bound + 1, S - 1, mine, sizeof mine);
-        balance_cuts_text(b->bound + 1, S - 1, theirs, sizeof theirs);
+        sched_cuts_text(a->bound + 1, S - 1, mine, sizeof mine);
+        sched_cuts_text(b->bound + 1, S - 1, theirs, sizeof theirs);
         if (!row->this_job || ow->ncuts != S - 1 || memcmp(ow->cuts, a->bound + 1, sizeof(int) * (size_t)(S - 1))) {
             snprintf(c->why_not, sizeof c->why_not,
                      "job %lld split the layers at %.60s, job %lld at %.60s: a what-if plays its own split, and its "

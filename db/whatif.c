@@ -106,6 +106,14 @@ static void whatif_row_init(whatif_row *row, const char *name, int v) {
     row->act_peak_bytes = -1;
 }
 
+/* kind at v chunks per rank, its actions in the order `pprun run` gives
+ * them, or (tuned) ordered for the measured costs themselves. */
+static int whatif_build(const whatif_input *in, const char *kind, int v, int tuned, sched_plan **plan, pp_err *err) {
+    sched_costs c = whatif_chunk_costs(in, v);
+    return sched_from_flag(kind, in->ranks, in->microbatches, v, in->build_costs && !tuned ? in->build_costs : &c, plan,
+                           err);
+}
+
 /* One row: kind at its v, its order built as `pprun run` would build it,
  * or (tuned) for the measured costs themselves. */
 static void whatif_one(const whatif_input *in, const char *kind, int tuned, whatif_row *row) {
@@ -119,8 +127,7 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
     sched_costs c = whatif_chunk_costs(in, v), *each = NULL;
     sched_plan *plan = NULL;
     pp_err err;
-    if (sched_from_flag(kind, p, m, v, in->build_costs && !tuned ? in->build_costs : &c, &plan, &err) != 0)
-        plan = NULL;
+    if (whatif_build(in, kind, v, tuned, &plan, &err) != 0) plan = NULL;
     if (plan && whatif_profiled(in) && !(each = whatif_profile_costs(in, plan->stages, &err))) {
         sched_free(plan);
         plan = NULL;
@@ -245,10 +252,11 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
             r->in.fixed_op_costs = spec.kind == MODEL_TIMED && !spec.per_layer;
             int v = r->in.virtual_stages > 0 ? r->in.virtual_stages : 1, zbv_chunks = 2 * (r->stages / v);
             /* as run_config_costs orders zb-v: at its mean chunk's costs */
-            double layers = spec.per_layer && zbv_chunks > 0 ? (double)spec.layers / zbv_chunks : 1;
-            r->build = spec.kind == MODEL_TIMED ? (sched_costs){(double)spec.f_ns * layers, (double)spec.b_ns * layers,
-                                                                (double)spec.w_ns * layers, 0}
-                                                : (sched_costs){1, 1, 1, 0};
+            double layers = zbv_chunks > 0 ? (double)spec.layers / zbv_chunks : 1;
+            r->build = spec.kind == MODEL_TIMED
+                           ? (sched_costs){model_timed_op_ns(&spec, 0, layers), model_timed_op_ns(&spec, 1, layers),
+                                           model_timed_op_ns(&spec, 2, layers), 0}
+                           : (sched_costs){1, 1, 1, 0};
             r->in.build_costs = &r->build;
         }
         sched_costs given = {0, 0, 0, 0};
@@ -411,10 +419,7 @@ static void whatif_balance(whatif_report *r) {
     sched_plan *built = NULL;
     const sched_plan *plan = in->own_plan;
     pp_err err;
-    sched_costs c = whatif_chunk_costs(in, in->virtual_stages);
-    if (!plan && sched_from_flag(in->schedule, in->ranks, in->microbatches, in->virtual_stages,
-                                 in->build_costs ? in->build_costs : &c, &built, &err) == 0)
-        plan = built;
+    if (!plan && whatif_build(in, in->schedule, in->virtual_stages, 0, &built, &err) == 0) plan = built;
     if (!plan || plan->stages != S) {
         snprintf(r->no_cuts, sizeof r->no_cuts, "the job's schedule could not be rebuilt to simulate");
         sched_free(built);

@@ -278,9 +278,8 @@ int run_config_finish(run_config *cfg, pp_err *err) {
 }
 
 void run_config_cuts_text(const run_config *cfg, char *buf, size_t size) {
-    int n = snprintf(buf, size, "%s", cfg->ncuts ? "" : "even");
-    for (int i = 0; i < cfg->ncuts && n < (int)size - 16; i++)
-        n += snprintf(buf + n, size - (size_t)n, i ? ",%d" : "%d", cfg->cuts[i]);
+    if (cfg->ncuts) sched_cuts_text(cfg->cuts, cfg->ncuts, buf, size);
+    else snprintf(buf, size, "even");
 }
 
 int run_config_costs(const run_config *cfg, int stages, sched_costs *costs) {
@@ -289,9 +288,10 @@ int run_config_costs(const run_config *cfg, int stages, sched_costs *costs) {
         *costs = (sched_costs){1, 1, 1, 0};
         return 0;
     }
-    /* per=layer: the mean stage, which an even split gives within a layer */
-    double layers = m->per_layer && stages > 0 ? (double)m->layers / stages : 1;
-    *costs = (sched_costs){(double)m->f_ns * layers, (double)m->b_ns * layers, (double)m->w_ns * layers, 0};
+    /* the mean stage (per=layer: an even split gives it within a layer) */
+    double layers = stages > 0 ? (double)m->layers / stages : 1;
+    *costs = (sched_costs){model_timed_op_ns(m, 0, layers), model_timed_op_ns(m, 1, layers),
+                           model_timed_op_ns(m, 2, layers), 0};
     return 1;
 }
 
@@ -302,9 +302,8 @@ int run_config_stage_costs(const run_config *cfg, int stages, sched_costs *each,
     int rc = sched_partition(cfg->model.layers, stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
     for (int s = 0; rc == 0 && s < stages; s++) {
         int layers = first[s + 1] - first[s];
-        each[s] = (sched_costs){(double)model_timed_op_ns(&cfg->model, 0, layers),
-                                (double)model_timed_op_ns(&cfg->model, 1, layers),
-                                (double)model_timed_op_ns(&cfg->model, 2, layers), 0};
+        each[s] = (sched_costs){model_timed_op_ns(&cfg->model, 0, layers), model_timed_op_ns(&cfg->model, 1, layers),
+                                model_timed_op_ns(&cfg->model, 2, layers), 0};
     }
     free(first);
     return rc == 0 ? 1 : -1;

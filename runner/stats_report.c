@@ -201,7 +201,7 @@ void report_balance(FILE *out, const whatif_report *r) {
                 fmt_fbw(e, sizeof e, &bp->last_adds));
     if (r->ncuts > 0) {
         char cuts[BALANCE_MAX_STAGES * 6];
-        balance_cuts_text(r->cuts, r->ncuts, cuts, sizeof cuts);
+        sched_cuts_text(r->cuts, r->ncuts, cuts, sizeof cuts);
         fprintf(out,
                 "  cuts       --pipeline-cuts %s: slowest stage %s instead of %s; %s simulated %s a step (%.2fx)\n",
                 cuts, fmt_ns(a, sizeof a, r->cuts_bottleneck_ns), fmt_ns(b, sizeof b, r->bottleneck_ns), r->in.schedule,
@@ -328,7 +328,7 @@ static void cmp_prediction(FILE *out, const job_summary *js, const job_summary *
     char cuts[BALANCE_MAX_STAGES * 6 + 20] = "";
     if (c->by_cuts) {
         snprintf(cuts, sizeof cuts, " --pipeline-cuts ");
-        balance_cuts_text(ow->cuts, ow->ncuts, cuts + strlen(cuts), sizeof cuts - strlen(cuts));
+        sched_cuts_text(ow->cuts, ow->ncuts, cuts + strlen(cuts), sizeof cuts - strlen(cuts));
     }
     fprintf(out, "what if    job %lld predicted %s%s%s at %s", (long long)c->other, row->schedule,
             row->tuned ? " tuned" : "", cuts, fmt_ns(a, sizeof a, c->predicted_ns));

@@ -48,13 +48,13 @@ Test(model_io, specs_parse_with_defaults_and_round_trip) {
     cr_assert_eq(model_parse_spec(buf, &back, &err), 0, "%s: %s", buf, err.msg);
     cr_assert(same_spec(&sp, &back), "%s does not round-trip", buf);
     cr_assert(strstr(buf, "per=") == NULL, "per=stage, the default, stays out of the canonical text: %s", buf);
-    cr_assert_eq(model_timed_op_ns(&sp, 0, 3), 2000000u);
+    cr_assert_eq(model_timed_op_ns(&sp, 0, 3), 2e6);
 
     cr_assert_eq(model_parse_spec("timed:f=1ms,b=2ms,w=500us,layers=8,per=layer", &sp, &err), 0, "%s", err.msg);
     cr_assert(sp.per_layer);
-    cr_assert_eq(model_timed_op_ns(&sp, 0, 3), 3000000u);
-    cr_assert_eq(model_timed_op_ns(&sp, 1, 3), 6000000u);
-    cr_assert_eq(model_timed_op_ns(&sp, 2, 3), 1500000u);
+    cr_assert_eq(model_timed_op_ns(&sp, 0, 3), 3e6);
+    cr_assert_eq(model_timed_op_ns(&sp, 1, 3), 6e6);
+    cr_assert_eq(model_timed_op_ns(&sp, 2, 3), 1.5e6);
     model_spec_format(&sp, buf, sizeof buf);
     cr_assert_str_eq(buf, "timed:f=1000000ns,b=2000000ns,w=500000ns,act=65536,layers=8,per=layer");
     cr_assert_eq(model_parse_spec(buf, &back, &err), 0, "%s: %s", buf, err.msg);

@@ -134,7 +134,7 @@ static void prediction(jw *w, const job_summary *js, const job_summary *os, cons
     jw_kint(w, "virtual_stages", row->virtual_stages);
     if (c->by_cuts) {
         char cuts[BALANCE_MAX_STAGES * 6];
-        jw_kstr(w, "pipeline_cuts", balance_cuts_text(ow->cuts, ow->ncuts, cuts, sizeof cuts));
+        jw_kstr(w, "pipeline_cuts", sched_cuts_text(ow->cuts, ow->ncuts, cuts, sizeof cuts));
     }
     jw_knum(w, "predicted_step_time_ns", c->predicted_ns);
     if (c->own >= 0) {

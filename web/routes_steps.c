@@ -288,7 +288,7 @@ static void whatif_balance_json(jw *w, const whatif_report *wr) {
     jw_knum(w, "step_time_ns", wr->own_step_ns);
     jw_knum(w, "even_step_time_ns", wr->equal_step_ns);
     char cuts[BALANCE_MAX_STAGES * 6];
-    jw_kstr(w, "suggested_cuts", wr->ncuts ? balance_cuts_text(wr->cuts, wr->ncuts, cuts, sizeof cuts) : NULL);
+    jw_kstr(w, "suggested_cuts", wr->ncuts ? sched_cuts_text(wr->cuts, wr->ncuts, cuts, sizeof cuts) : NULL);
     jw_knum(w, "suggested_slowest_stage_ns", wr->ncuts ? wr->cuts_bottleneck_ns : NAN);
     jw_knum(w, "suggested_step_time_ns", wr->ncuts ? wr->cuts_step_ns : NAN);
     jw_kstr(w, "no_cuts", wr->ncuts ? NULL : wr->no_cuts);

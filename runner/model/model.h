@@ -48,8 +48,9 @@ void model_spec_format(const model_spec *spec, char *buf, size_t n);
 /* Bytes of the activation (and of its gradient) between two stages, per microbatch. */
 size_t model_boundary_bytes(const model_spec *spec);
 /* What one F, B or W (op 0, 1, 2) of a timed stage of `layers` layers
- * sleeps, in ns: the spec's, times layers with per=layer. */
-uint64_t model_timed_op_ns(const model_spec *spec, int op, int layers);
+ * sleeps, in ns: the spec's, times layers with per=layer (a mean stage may
+ * hold a fraction of a layer more). */
+double model_timed_op_ns(const model_spec *spec, int op, double layers);
 /* Tokens per microbatch (batch * seq for gpt; 0 for timed). */
 size_t model_tokens_per_microbatch(const model_spec *spec);
 

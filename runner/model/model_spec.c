@@ -98,9 +98,9 @@ void model_spec_format(const model_spec *sp, char *buf, size_t n) {
                  sp->layers, sp->per_layer ? ",per=layer" : "");
 }
 
-uint64_t model_timed_op_ns(const model_spec *sp, int op, int layers) {
-    uint64_t ns = op == 0 ? sp->f_ns : op == 1 ? sp->b_ns : sp->w_ns;
-    return sp->per_layer ? ns * (uint64_t)layers : ns;
+double model_timed_op_ns(const model_spec *sp, int op, double layers) {
+    double ns = (double)(op == 0 ? sp->f_ns : op == 1 ? sp->b_ns : sp->w_ns);
+    return sp->per_layer ? ns * layers : ns;
 }
 
 size_t model_boundary_bytes(const model_spec *sp) {

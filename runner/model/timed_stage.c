@@ -86,7 +86,7 @@ int timed_stage_forward(model_stage *s, int mb, const uint8_t *in, uint8_t *out,
     t->saved[mb] = x;
     t->nsaved++;
     uint64_t spent = pp_now_ns() - t0;
-    uint64_t want = model_timed_op_ns(&s->spec, 0, layers);
+    uint64_t want = (uint64_t)model_timed_op_ns(&s->spec, 0, layers);
     if (spent < want) pp_sleep_ns(want - spent);
     return 0;
 }
@@ -104,7 +104,7 @@ int timed_stage_backward_input(model_stage *s, int mb, const uint8_t *grad_out, 
         for (size_t i = 0; i < n; i++)
             grad_in[i] = (uint8_t)((s->is_last ? bwd_pattern(mb, i) : grad_out[i]) + layers);
     uint64_t spent = pp_now_ns() - t0;
-    uint64_t want = model_timed_op_ns(&s->spec, 1, layers);
+    uint64_t want = (uint64_t)model_timed_op_ns(&s->spec, 1, layers);
     if (spent < want) pp_sleep_ns(want - spent);
     return 0;
 }
@@ -117,7 +117,7 @@ int timed_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err)
     free(s->timed->saved[mb]);
     s->timed->saved[mb] = NULL;
     uint64_t spent = pp_now_ns() - t0;
-    uint64_t want = model_timed_op_ns(&s->spec, 2, s->last_layer - s->first_layer);
+    uint64_t want = (uint64_t)model_timed_op_ns(&s->spec, 2, s->last_layer - s->first_layer);
     if (spent < want) pp_sleep_ns(want - spent);
     return 0;
 }

@@ -110,6 +110,9 @@ int sched_place(sched_placement how, int stage, int p);
 int sched_partition(int layers, int stages, const int *cuts, int ncuts, int *first, pp_err *err);
 /* Parses "--pipeline-cuts 3,6,9" into a malloc'd array (caller frees). */
 int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err);
+/* The inverse: "3,6,9" into buf, cut short when buf is full (a cut of up
+ * to 5 digits takes at most 6 bytes); returns buf. */
+const char *sched_cuts_text(const int *cuts, int ncuts, char *buf, size_t size);
 
 /* Parses one action in our notation ("0F3"; op F, B or W). */
 int sched_action_parse(const char *s, sched_action *out, pp_err *err);

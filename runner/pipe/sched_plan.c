@@ -111,6 +111,13 @@ int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err) {
     return 0;
 }
 
+const char *sched_cuts_text(const int *cuts, int ncuts, char *buf, size_t size) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < ncuts && n < size; k++) n += (size_t)snprintf(buf + n, size - n, k ? ",%d" : "%d", cuts[k]);
+    return buf;
+}
+
 /* ---- plan object ---------------------------------------------------------- */
 
 void sched_free(sched_plan *plan) {
