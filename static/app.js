@@ -411,13 +411,20 @@ function onLosses(rows) {
 }
 
 // Follow mode: the view is the latest step's length, ending at the newest event.
+// The newest events, about a step and a bit wide; a step that runs longer
+// than the last one widens the view to keep its start (and the plan aligned
+// to it) in view.
 function followLatest(end) {
-  let e = end || 0;
-  for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] > e) e = S.ev.end[i];
+  let e = end || 0, newest = -1;
+  for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] >= e) { e = S.ev.end[i]; newest = S.ev.step[i]; }
+  let newestStart = e;
+  for (let i = 0; i < S.ev.n; i++) if (S.ev.step[i] === newest && S.ev.start[i] < newestStart) newestStart = S.ev.start[i];
+  const known = S.stepAt.get(newest);
+  if (known && known.start != null) newestStart = Math.min(newestStart, known.start);
   const last = lastStep((s) => s.time_ns);
   const span = last ? last.time_ns * 1.15 : 50e6;
   if (!e && S.info) e = S.info.timeline_end;
-  S.view = { from: Math.max(0, e - span), to: Math.max(e, span) + span * 0.02 };
+  S.view = { from: Math.max(0, Math.min(e - span, newestStart - span * 0.02)), to: Math.max(e, span) + span * 0.02 };
   // A long follow would grow the store without bound: keep what is near.
   if (S.ev.n > 200000) {
     const st = new EventStore(65536);
@@ -475,9 +482,10 @@ async function fetchWindow() {
   if (r.mode === 'events') {
     const st = new EventStore(Math.max(1024, r.events.length));
     for (const row of r.events) st.push(row);
-    // Keep live rows the window does not have yet.
+    // Keep live rows the window does not have: those that reached the page
+    // while it was asked for (the store skips ids it holds).
     for (let i = 0; S.ev && i < S.ev.n; i++) {
-      if (S.ev.start[i] >= to) st.push(S.ev.row(i));
+      if (S.ev.end[i] >= from) st.push(S.ev.row(i));
     }
     S.ev = st; S.gaps = r.gaps; S.bins = null;
   } else {
