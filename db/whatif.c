@@ -226,8 +226,9 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     sqlite3_stmt *st;
     if (whatif_prepare(db,
                        "SELECT schedule, microbatches, virtual_stages, model, json_extract(config_json, "
-                       "'$.schedule_costs'), stages, json_extract(config_json, '$.pipeline_cuts') FROM jobs "
-                       "WHERE id=?1",
+                       "'$.schedule_costs'), stages, json_extract(config_json, '$.pipeline_cuts'), device, "
+                       "json_extract(config_json, '$.nproc_per_node'), json_extract(config_json, '$.cpu_cores') "
+                       "FROM jobs WHERE id=?1",
                        &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
@@ -266,6 +267,11 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         }
         int layered = parsed && (spec.kind == MODEL_GPT || spec.per_layer);
         whatif_stage_layers(r, layered ? spec.layers : 0, (const char *)sqlite3_column_text(st, 6));
+        const unsigned char *device = sqlite3_column_text(st, 7);
+        int node_ranks = sqlite3_column_int(st, 8), cores = sqlite3_column_int(st, 9); /* 0: not recorded */
+        if (parsed && spec.kind == MODEL_GPT && device && strcmp((const char *)device, "cpu") == 0 && cores > 0 &&
+            node_ranks > cores)
+            r->shared_ranks = node_ranks, r->shared_cores = cores;
     }
     return whatif_done(db, st, rc, err);
 }
@@ -432,7 +438,12 @@ static void whatif_balance(whatif_report *r) {
     r->own_step_ns = whatif_step_at(plan, bp->stage);
     r->equal_step_ns = whatif_step_at(plan, equal);
     int cuts[BALANCE_MAX_STAGES - 1];
-    if (!bp->layers_known) {
+    if (r->shared_ranks > 0) {
+        snprintf(r->no_cuts, sizeof r->no_cuts,
+                 "%d ranks shared %d core%s: a stage's op times include its waits for a core, so they do not tell "
+                 "which stage is slowest; measure with a core per rank",
+                 r->shared_ranks, r->shared_cores, r->shared_cores == 1 ? "" : "s");
+    } else if (!bp->layers_known) {
         snprintf(r->no_cuts, sizeof r->no_cuts, "%s",
                  in->fixed_op_costs ? "the model's op costs do not depend on a stage's layers"
                                     : "the job does not say which layers each stage held");

@@ -96,6 +96,10 @@ typedef struct whatif_report {
     int cuts[BALANCE_MAX_STAGES - 1];
     double cuts_bottleneck_ns, cuts_step_ns; /* the slowest stage and the simulated step with cuts */
     char no_cuts[200];       /* why no cuts are suggested */
+    /* > 0 when the job computed on the CPU (gpt) with more ranks on a node
+     * than the node had cores: its op times include waiting for a core, so
+     * they say less about the ops than about the OS's scheduler. */
+    int shared_ranks, shared_cores;
 } whatif_report;
 
 /* Measures job s->job_id's op costs in db and simulates (s from

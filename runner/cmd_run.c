@@ -351,6 +351,8 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "steps", c->steps);
     cJSON_AddStringToObject(o, "model", job->model);
     cJSON_AddNumberToObject(o, "nproc_per_node", job->lo.nproc_per_node);
+    /* more ranks than cores: op times include waiting for one (db/whatif.c) */
+    cJSON_AddNumberToObject(o, "cpu_cores", pp_cpu_count());
     cJSON_AddNumberToObject(o, "nnodes", job->lo.nnodes);
     cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
     alive_identity(o); /* who to ask whether the job still runs; without /proc, nobody */

@@ -205,8 +205,8 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
     switch (id) {
     case OPT_NPROC:
         if (val && (strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0)) {
-            long n = sysconf(_SC_NPROCESSORS_ONLN);
-            o->nproc_per_node = (int)(n < 1 ? 1 : n > LAUNCH_MAX_NPROC ? LAUNCH_MAX_NPROC : n);
+            int n = pp_cpu_count();
+            o->nproc_per_node = n > LAUNCH_MAX_NPROC ? LAUNCH_MAX_NPROC : n;
         } else {
             if (pp_parse_long(val, 1, LAUNCH_MAX_NPROC, name, &v, err) != 0)
                 return pp_wrap(err, "%s takes a worker count (or 'cpu', 'auto')", name);

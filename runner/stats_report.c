@@ -223,6 +223,11 @@ void report_whatif(FILE *out, const whatif_report *r) {
     fprintf(out, "  (medians of %s spans, steps %d-%d%s; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
             r->first_step, r->last_step,
             r->has_profile && !r->in.fixed_op_costs ? "; each chunk at its layers' share of its stage's costs" : "");
+    if (r->shared_ranks > 0)
+        fprintf(out,
+                "  (%d ranks shared %d core%s: these op times include waiting for a core, and each schedule is "
+                "simulated with a core per rank)\n",
+                r->shared_ranks, r->shared_cores, r->shared_cores == 1 ? "" : "s");
     int own_row = whatif_own_row(r);
     double own = own_row >= 0 ? r->rows[own_row].step_time_ns : NAN;
     fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",

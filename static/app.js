@@ -156,7 +156,9 @@ async function loadWhatif(id) {
   const c = r.costs_ns;
   $('whatif-info').textContent = `— F ${fmtMs(c.f)} · B ${fmtMs(c.b)} · W ${fmtMs(c.w)} · send ${fmtMs(c.send)} per op, ` +
     `medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
-    (r.fixed_op_costs ? ' (timed model: an op costs the same in any chunk)' : '');
+    (r.fixed_op_costs ? ' (timed model: an op costs the same in any chunk)' : '') +
+    (r.shared_cores ? ` · ${r.shared_cores.ranks} ranks shared ${r.shared_cores.cores} core${r.shared_cores.cores === 1 ? '' : 's'}: these op times include ` +
+      'waiting for a core, and each schedule is simulated with a core per rank' : '');
   const own = r.schedules.find((s) => s.this_job && !s.error);
   const head = tbl.createTHead().insertRow();
   for (const h of ['schedule', 'chunks per rank', 'step time', 'bubble', 'vs this job', 'activations (est.)', 'in flight']) {

@@ -4,16 +4,21 @@
  * even the stages out, and the loop a user runs: a job with uneven cuts,
  * the cuts `pprun stats` suggests, a second job with them that measures
  * what was predicted, and `--vs` holding one against the other. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "db/balance.h"
 #include "db/whatif.h"
 #include "helpers/trace_fixture.h"
+#include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 #include "launch_testutil.h"
 
@@ -185,8 +190,10 @@ static double number_after(const char *text, const char *key) {
 
 /* Layers of 1 ms each op (timed per=layer), 8 layers cut 1,2,3: the last
  * stage has 5 of them. pprun stats names it, says what it costs, suggests
- * 2,4,6 and predicts the step; a job with those cuts measures about that,
- * and --vs holds the one against the other. */
+ * 2,4,6 and predicts the step; a job with those cuts runs much faster, at
+ * about that, and --vs holds the one against the other. "About": a sleep
+ * of 2 ms overshoots by a fraction of a millisecond on a quiet machine and
+ * by several on a busy virtual one, and a step waits on many of them. */
 Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted, .timeout = 240) {
     const char *db = tfix_path("balance.db"), *model = "timed:f=1ms,b=1ms,w=1ms,layers=8,per=layer,act=4KiB";
     run_job(db, model, "1,2,3", "4", "5");
@@ -200,13 +207,15 @@ Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted,
     /* 1F1B, 4 stages of 6 ms per microbatch, 8 microbatches: (8 + 3) x 6 ms */
     cr_assert(predicted > 60 && predicted < 72, "predicted %g ms:\n%s", predicted, p.out);
     cr_assert(number_after(p.out, "the unevenness costs ") > 40, "%s", p.out);
+    double uneven = number_after(p.out, "step time  ");
     lt_free(&p);
 
     run_job(db, model, "2,4,6", "4", "5");
     p = stats_of(db, NULL);
     lt_assert_has(p.out, "  cuts       none suggested: the job's split is already as even as whole layers allow");
     double measured = number_after(p.out, "step time  ");
-    cr_assert(measured > predicted * 0.9 && measured < predicted * 1.25, "measured %g ms, predicted %g ms", measured,
+    cr_assert(measured < uneven * 0.75, "cut 2,4,6 measured %g ms, cut 1,2,3 %g ms", measured, uneven);
+    cr_assert(measured > predicted * 0.9 && measured < predicted * 1.6, "measured %g ms, predicted %g ms", measured,
               predicted);
     lt_free(&p);
 
@@ -214,6 +223,51 @@ Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted,
     lt_assert_has(p.out, "differs    pipeline cuts: 1,2,3 in job 1, 2,4,6 in job 2\n");
     lt_assert_has(p.out, "what if    job 1 predicted 1f1b --pipeline-cuts 2,4,6 at ");
     lt_free(&p);
+    fixture_remove(db);
+}
+
+/* gpt on the CPU with more ranks than cores (2 ranks held to one CPU):
+ * the op times include waiting for a core, so they cannot say which stage
+ * is slowest. The job records its cores; pprun stats says why it suggests
+ * no cuts and qualifies the what-if, and /whatif says the same. */
+Test(balance, ranks_sharing_a_core_get_no_cuts, .timeout = 180) {
+    cpu_set_t all, one;
+    cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
+        if (CPU_ISSET(c, &all)) CPU_SET(c, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0); /* pprun run and its ranks inherit it */
+    const char *db = tfix_path("balance_shared.db");
+    run_job(db, "gpt", "4", "2", "3");
+    cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
+
+    lt_proc p;
+    lt_run(&p,
+           (const char *[]){"query", "--db", db, "--format", "csv",
+                            "SELECT json_extract(config_json, '$.cpu_cores') AS cores FROM jobs", NULL},
+           NULL);
+    lt_assert_has(p.out, "cores\r\n1\r\n");
+    lt_free(&p);
+    p = stats_of(db, NULL);
+    lt_assert_has(p.out, "\n  cuts       none suggested: 2 ranks shared 1 core: a stage's op times include its waits");
+    lt_assert_has(p.out, "\n  (2 ranks shared 1 core: these op times include waiting for a core");
+    lt_free(&p);
+
+    int port;
+    pid_t serve = webclient_start_serve(db, NULL, &port);
+    cr_assert_gt(serve, 0);
+    cJSON *j = webclient_get_json(port, "/api/jobs/1/whatif", 200);
+    kill(serve, SIGTERM);
+    waitpid(serve, NULL, 0);
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON *shared = cJSON_GetObjectItem(j, "shared_cores"), *bal = cJSON_GetObjectItem(j, "balance");
+    cr_assert(cJSON_IsObject(shared) && cJSON_IsObject(bal), "%s", body);
+    cr_assert_eq(cJSON_GetObjectItem(shared, "ranks")->valueint, 2, "%s", body);
+    cr_assert_eq(cJSON_GetObjectItem(shared, "cores")->valueint, 1, "%s", body);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(bal, "suggested_cuts")), "%s", body);
+    cr_assert(strstr(cJSON_GetObjectItem(bal, "no_cuts")->valuestring, "2 ranks shared 1 core"), "%s", body);
+    free(body);
+    cJSON_Delete(j);
     fixture_remove(db);
 }
 

@@ -319,6 +319,15 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
         char flag[160];
         whatif_tuned_flag(&wr.in, flag, sizeof flag);
         jw_kstr(&w, "tuned_schedule_costs", flag);
+        jw_key(&w, "shared_cores");
+        if (wr.shared_ranks > 0) {
+            jw_obj(&w);
+            jw_kint(&w, "ranks", wr.shared_ranks);
+            jw_kint(&w, "cores", wr.shared_cores);
+            jw_obj_end(&w);
+        } else {
+            jw_null(&w);
+        }
     }
     jw_key(&w, "schedules");
     jw_arr(&w);

@@ -25,6 +25,9 @@ uint64_t pp_now_ns(void);
 uint64_t pp_wall_ns(void);
 /* Sleeps the whole duration, resuming after signals. */
 void pp_sleep_ns(uint64_t ns);
+/* The CPUs this process may run on (its affinity mask, as a cgroup cpuset
+ * or taskset leaves it; else the CPUs online), at least 1. */
+int pp_cpu_count(void);
 /* Deadlines on the pp_now_ns clock for "timeout_ms, negative = no limit":
  * the deadline timeout_ms from now (UINT64_MAX if timeout_ms < 0); the
  * milliseconds left until it, rounded up (-1 for UINT64_MAX, 0 once passed);
