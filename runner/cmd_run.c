@@ -91,7 +91,7 @@ static void usage(FILE *out) {
             "  --schedule S          gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE (default 1f1b)\n"
             "  --microbatches M      microbatches per step (default 8)\n"
             "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
-            "* --pipeline-cuts L,..  first layer of stages 1..S-1 (default: even split)\n"
+            "* --pipeline-cuts L,..  first layer of stages 1..S-1, or even (the default)\n"
             "  --schedule-costs C    order zb-v for these op costs: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us,\n"
             "                        or DB[:JOB] for a job's measured ones (default: the model's)\n"
             "  --steps N             training steps (default 20)\n"

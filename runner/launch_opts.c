@@ -321,6 +321,8 @@ int launch_parse(int argc, char **argv, launch_options *o,
                  int (*extra)(void *ctx, const char *opt, const char *val, pp_err *err), void *ctx, pp_err *err) {
     launch_options_default(o);
     const char *redir = NULL, *tee = NULL, *filter = NULL;
+    /* argv[0] is the command ("run" or "launch"), for the messages */
+    const char *cmd = argc > 0 && argv[0] && strcmp(argv[0], "run") == 0 ? "run" : "launch";
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -332,7 +334,7 @@ int launch_parse(int argc, char **argv, launch_options *o,
         char name[128];
         const char *eq = strchr(a, '=');
         size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) return pp_fail(err, "unknown option '%.40s...'; see pprun launch --help", a);
+        if (nl >= sizeof name) return pp_fail(err, "unknown option '%.40s...'; see pprun %s --help", a, cmd);
         memcpy(name, a, nl);
         name[nl] = '\0';
         size_t k = 0;
@@ -350,7 +352,8 @@ int launch_parse(int argc, char **argv, launch_options *o,
                 if (took == 2 && !val) return pp_fail(err, "%s needs a value", kname);
                 if (took == 2 && !eq) i++;
             }
-            if (took == 0) return pp_fail(err, "unknown option '%s'; see pprun launch --help for the accepted options", name);
+            if (took == 0)
+                return pp_fail(err, "unknown option '%s'; see pprun %s --help for the accepted options", name, cmd);
             continue;
         }
         const char *canon = opts[k].name;
@@ -372,7 +375,7 @@ int launch_parse(int argc, char **argv, launch_options *o,
         }
         if (set_option(o, opts[k].id, canon, val, &redir, &tee, &filter, err) != 0) return -1;
     }
-    if (i >= argc) return pp_fail(err, "missing PROGRAM: pprun launch [options] -- PROGRAM [ARGS...]");
+    if (i >= argc) return pp_fail(err, "missing PROGRAM: pprun %s [options] -- PROGRAM [ARGS...]", cmd);
     o->prog_argv = argv + i;
     o->prog_argc = argc - i;
 

@@ -114,13 +114,14 @@ async function loadJobs() {
 
 async function openJob(id) {
   if (S.stream) S.stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, whatif: null, whatifAt: 0 });
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, planAt: 0, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, whatif: null, whatifAt: 0 });
   $('job-select').value = String(id);
   // The stream first: its hello fixes the cursor, then the history is read;
   // whatever arrives twice is merged by id / step.
   await new Promise((resolve) => { S.stream = openStream(id, resolve); });
   const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
+  window.__pprun.planLoads = [plan.simulated];
   S.gpuLane = !!info.gpu_spans;
   $('legend-gpu').hidden = !S.gpuLane;
   updateHeader();
@@ -183,6 +184,19 @@ async function loadWhatif(id) {
   $('whatif-tuned').textContent = 'zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs ' +
     r.tuned_schedule_costs;
   S.whatif = window.__pprun.whatif = r;
+}
+
+// A gpt job's plan gets simulated times once its first steps are measured
+// (runner/run_progress.c): a page opened before that asks again as steps
+// complete, at most every second (a program's plan never gets them).
+async function reloadPlan(id) {
+  S.planAt = Date.now();
+  let plan;
+  try { plan = await api(`/api/jobs/${id}/plan`); } catch (e) { return; } // the next step asks again
+  if (S.job !== id) return;
+  S.plan = plan;
+  window.__pprun.planLoads.push(plan.simulated);
+  scheduleDraw();
 }
 
 // Stage balance (the /whatif answer's `balance`, as `pprun stats` prints it):
@@ -391,6 +405,7 @@ function onStepDone(d) {
   d.complete = true;
   mergeStep(d);
   if (Date.now() - S.whatifAt >= (S.whatif && S.whatif.measured ? WHATIF_EVERY_MS : 1000)) loadWhatif(S.job);
+  if (S.plan && !S.plan.simulated && Date.now() - S.planAt >= 1000) reloadPlan(S.job);
   if (S.follow) { followLatest(); fetchWindow(); } // the window brings the step's gaps
   updateHeader();
   drawCharts();
@@ -1154,7 +1169,7 @@ async function runSql() {
 // ---- test hook -------------------------------------------------------------------
 
 window.__pprun = {
-  ready: false, drawn: null, lossPoints: [], actPoints: [], planDrawn: 0, liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null, jobsShown: null, compare: null,
+  ready: false, drawn: null, lossPoints: [], actPoints: [], planDrawn: 0, planLoads: [], liveEvents: 0, lastWindow: null, sqlRows: 0, lastKernels: null, jobsShown: null, compare: null,
   state: S,
   showStep: (s) => showStep(s),
   // Page coordinates of the centre of a drawn block, for hovering in tests.

@@ -238,7 +238,7 @@ Test(balance, ranks_sharing_a_core_get_no_cuts, .timeout = 180) {
         if (CPU_ISSET(c, &all)) CPU_SET(c, &one);
     cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0); /* pprun run and its ranks inherit it */
     const char *db = tfix_path("balance_shared.db");
-    run_job(db, "gpt", "4", "2", "3");
+    run_job(db, "gpt", "even", "2", "3"); /* the default split, by the name pprun stats --vs gives it */
     cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
 
     lt_proc p;

@@ -443,7 +443,8 @@ static void *writer(void *p) {
     writer_arg *a = p;
     for (int i = 0; i < 600 && access(a->ready, F_OK) != 0; i++) usleep(50000);
     pp_err err;
-    a->ok = fixture_append_steps(a->db, 2, 1, &err) == 0;
+    /* the plan gets its simulated times as the job's steps are measured */
+    a->ok = fixture_set_plan_simulated(a->db, 1, &err) == 0 && fixture_append_steps(a->db, 2, 1, &err) == 0;
     usleep(400000);
     a->ok = a->ok && fixture_append_steps(a->db, 3, 1, &err) == 0;
     /* The page has counted steps 2 and 3 when it writes ready.2. */
@@ -459,6 +460,8 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     require_playwright();
     char db[256], ready[300];
     fixture_fresh(db, sizeof db, "browser-live", 2, "running");
+    pp_err err;
+    cr_assert_eq(fixture_set_plan_simulated(db, 0, &err), 0, "%s", err.msg);
     snprintf(ready, sizeof ready, "/tmp/pprun-browser-ready-%d", (int)getpid());
     unlink(ready);
     writer_arg a = {db, ready, 0};
@@ -481,6 +484,9 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     cJSON *plan = cJSON_GetObjectItem(j, "plan");
     cr_assert_eq(jnum(plan, "anchor"), 4, "the plan is aligned to the running step in view");
     cr_assert_eq(jnum(plan, "drawn"), 96, "all of its 96 actions are drawn");
+    char *loads = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "planLoads"));
+    cr_assert_str_eq(loads, "[false,true]", "the plan opened without simulated times and got them without a reload");
+    free(loads);
     cJSON_Delete(j);
 }
 

@@ -223,6 +223,7 @@ try {
     fs.writeFileSync(readyFile + '.2', 'ready\n');
     await page.waitForFunction(() => window.__pprun.drawn.steps.includes(4), null, { timeout: 30000 });
     out.plan = await page.evaluate(() => ({ drawn: window.__pprun.planDrawn, anchor: window.__pprun.planAnchor }));
+    out.planLoads = await page.evaluate(() => window.__pprun.planLoads);
     await page.screenshot({ path: shot, fullPage: true });
   }
   out.errors = errors;

@@ -477,6 +477,18 @@ int fixture_add_starting_copy(const char *db_path, pp_err *err) {
     return rc;
 }
 
+int fixture_set_plan_simulated(const char *db_path, int simulated, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    int rc = simulated ? exec(db, "BEGIN; DELETE FROM plan WHERE job_id=1", err)
+                       : exec(db, "UPDATE plan SET sim_start_ns=NULL, sim_end_ns=NULL WHERE job_id=1", err);
+    if (rc == 0 && simulated) rc = write_plan(db, err);
+    if (rc == 0 && simulated) rc = exec(db, "COMMIT", err);
+    if (rc != 0 && simulated) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(db);
+    return rc;
+}
+
 int fixture_set_status(const char *db_path, const char *status, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;

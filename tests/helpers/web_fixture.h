@@ -62,6 +62,10 @@ int fixture_add_state(const char *db_path, int64_t per_rank, pp_err *err);
 /* Adds a copy of job 1's jobs row named "starting", running and without
  * any step, trace or plan (a job that has just begun). Returns 0 or -1. */
 int fixture_add_starting_copy(const char *db_path, pp_err *err);
+/* Job 1's plan without simulated times (simulated 0), as a gpt job's is
+ * until its first steps are measured, or with them (1), as it is after.
+ * Returns 0 or -1. */
+int fixture_set_plan_simulated(const char *db_path, int simulated, pp_err *err);
 /* Sets job 1's status (and ended_at / exit_code when not running). */
 int fixture_set_status(const char *db_path, const char *status, pp_err *err);
 /* The expected loss of (step, microbatch). */
