@@ -263,12 +263,12 @@ Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every
     char port[16], s1[512], path[300];
     const char *dir = tfix_mkdir("ctrl-c-teardown"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
-    /* Local rank 0 of node 1 ignores SIGTERM, so the teardown of local rank
-     * 1's failure lasts --shutdown-timeout. */
+    /* Local rank 0 of node 1 outlives SIGTERM (noting it in `tearing`), so the
+     * teardown of local rank 1's failure lasts --shutdown-timeout. */
     snprintf(s1, sizeof s1,
              "if [ $LOCAL_RANK = 1 ]; then while [ ! -e %s/r0 ]; do sleep 0.01; done; touch %s/failed; exit 3; fi; "
-             "trap '' TERM; touch %s/r0; exec sleep 30",
-             dir, dir, dir);
+             "trap 'touch %s/tearing' TERM; touch %s/r0; while :; do sleep 0.05; done",
+             dir, dir, dir, dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", port,
                         "--max-restarts", "2", "--", "sleep", "30", NULL};
     const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
@@ -276,9 +276,8 @@ Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
     lt_start(&n1, a1, NULL);
-    snprintf(path, sizeof path, "%s/failed", dir);
-    cr_assert(lt_wait_file(path), "rank 3 never failed");
-    usleep(300000);
+    snprintf(path, sizeof path, "%s/tearing", dir);
+    cr_assert(lt_wait_file(path), "node 1 never tore rank 2 down after rank 3 failed");
     kill(n1.pid, SIGINT);
     int ended0 = lt_wait_within(&n0, 30);
     if (!ended0) kill(n0.pid, SIGINT);
@@ -298,14 +297,14 @@ Test(launch_multinode, ctrl_c_during_a_failures_teardown_stops_restarts_on_every
  * calls the next attempt off, so node 0 does not wait for it at the next
  * rendezvous until --rdzv-timeout. */
 Test(launch_multinode, a_node_stopped_after_another_nodes_failure_calls_the_restart_off) {
-    char port[16], s0[512], s1[256], path[300];
+    char port[16], s0[512], s1[512], path[300];
     const char *dir = tfix_mkdir("stopped-after-failure"); /* removed when the test process exits */
     snprintf(port, sizeof port, "%d", lt_free_port());
     snprintf(s0, sizeof s0,
              "if [ $PPRUN_RESTART_COUNT = 0 ]; then while [ ! -e %s/r1 ]; do sleep 0.01; done; touch %s/failed; "
              "exit 3; fi; exec sleep 30",
              dir, dir);
-    snprintf(s1, sizeof s1, "trap '' TERM; touch %s/r1; exec sleep 30", dir);
+    snprintf(s1, sizeof s1, "trap 'touch %s/tearing' TERM; touch %s/r1; while :; do sleep 0.05; done", dir, dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "2",
                         "--", "sh", "-c", s0, NULL};
     const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "2",
@@ -313,9 +312,8 @@ Test(launch_multinode, a_node_stopped_after_another_nodes_failure_calls_the_rest
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
     lt_start(&n1, a1, NULL);
-    snprintf(path, sizeof path, "%s/failed", dir);
-    cr_assert(lt_wait_file(path), "rank 0 never failed");
-    usleep(300000); /* node 1 tears down its rank, which ignores SIGTERM */
+    snprintf(path, sizeof path, "%s/tearing", dir);
+    cr_assert(lt_wait_file(path), "node 1 never tore its rank down after rank 0 failed"); /* it outlives SIGTERM */
     kill(n1.pid, SIGINT);
     int ended0 = lt_wait_within(&n0, 30);
     if (!ended0) kill(n0.pid, SIGINT);

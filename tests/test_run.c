@@ -5,6 +5,7 @@
  * a checkpoint equals the uninterrupted run. Plus failures, bad input and the
  * timed model against the simulator. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,15 +295,17 @@ Test(run, a_refused_serve_leaves_the_database_as_it_was) {
 }
 
 /* The timed model makes op costs exact; the measured step time must follow
- * the simulator (a generous bound: the tight comparison is in bench/). */
+ * the simulator (a generous bound: the tight comparison is in bench/). A
+ * busy machine stalls some steps, never speeds one up: the fastest of the
+ * steps after step 0 is held to it. */
 Test(run, timed_model_step_time_follows_the_simulator) {
     static const char *schedules[] = {"gpipe", "1f1b", "zb-h1"};
     for (size_t i = 0; i < 3; i++) {
         char *out = NULL, path[512];
         int rc = sh(&out,
-                    "%s run --nproc-per-node 4 --schedule %s --microbatches 8 --steps 3 "
-                    "--model timed:f=5ms,b=5ms,w=5ms,act=16KiB --trace off --progress off --metrics %s/t.jsonl",
-                    PPRUN_BIN, schedules[i], tmpdir);
+                    "%s run --nproc-per-node 4 --schedule %s --microbatches 8 --steps 4 "
+                    "--model timed:f=5ms,b=5ms,w=5ms,act=16KiB --trace off --progress off --metrics %s/%s.jsonl",
+                    PPRUN_BIN, schedules[i], tmpdir, schedules[i]);
         cr_assert_eq(rc, 0, "%s", out);
         free(out);
         sched_plan *plan = NULL;
@@ -311,13 +314,13 @@ Test(run, timed_model_step_time_follows_the_simulator) {
         sched_costs costs = {5, 5, 5, 0};
         cr_assert_eq(sched_build(schedules[i], 4, 8, 1, &costs, &plan, &err), 0, "%s", err.msg);
         cr_assert_eq(sched_simulate(plan, &costs, &sim, &err), 0, "%s", err.msg);
-        snprintf(path, sizeof path, "%s/t.jsonl", tmpdir);
+        snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, schedules[i]);
         char *text = read_file(path, NULL);
-        /* The last step: the pipeline is warm. */
-        char *p = NULL;
-        for (char *q = strstr(text, "\"step_ms\":"); q; q = strstr(q + 1, "\"step_ms\":")) p = q;
-        cr_assert_not_null(p, "%s", text);
-        double measured = atof(p + 10), predicted = sim->step_time;
+        double measured = INFINITY, predicted = sim->step_time;
+        int steps = 0;
+        for (char *q = strstr(text, "\"step_ms\":"); q; q = strstr(q + 1, "\"step_ms\":"))
+            if (steps++ > 0 && atof(q + 10) < measured) measured = atof(q + 10); /* step 0 warms up */
+        cr_assert_eq(steps, 4, "%s", text);
         cr_assert(measured > predicted * 0.9 && measured < predicted * 1.6,
                   "%s: measured step %.1f ms, simulator %.1f ms", schedules[i], measured, predicted);
         free(text);

@@ -167,7 +167,7 @@ Test(run_trace, every_schedule_is_traced_op_by_op_as_planned) {
             cr_assert(measured > sim->bubble_ratio - 0.08, "%s step %d: bubble ratio %.3f, simulator %.3f", s, step,
                       measured, sim->bubble_ratio);
             if (step == 0)
-                cr_assert(measured < sim->bubble_ratio + 0.25, "%s step 0: bubble ratio %.3f, simulator %.3f", s,
+                cr_assert(measured < sim->bubble_ratio + 0.35, "%s step 0: bubble ratio %.3f, simulator %.3f", s,
                           measured, sim->bubble_ratio);
             else if (measured < least) least = measured;
         }
