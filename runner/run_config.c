@@ -91,11 +91,11 @@ static int parse_fail_at(run_fail_at *f, const char *value, pp_err *err) {
 static int parse_cuts(run_config *cfg, const char *value, pp_err *err) {
     char buf[2048];
     if (copy_text(buf, sizeof buf, "--pipeline-cuts", value, err) != 0) return -1;
-    int n = 0;
     if (strcmp(buf, "even") == 0) { /* the default, as config_json and pprun stats --vs name it */
         cfg->ncuts = 0;
         return 0;
     }
+    int n = 0;
     char *rest = buf;
     for (char *tok; (tok = strsep(&rest, ",")) != NULL;) {
         if (!*tok) return pp_fail(err, "--pipeline-cuts: empty item in '%s'; expected layer indices like 2,4,6", value);

@@ -427,10 +427,9 @@ function onLosses(rows) {
   drawCharts();
 }
 
-// Follow mode: the view is the latest step's length, ending at the newest event.
-// The newest events, about a step and a bit wide; a step that runs longer
-// than the last one widens the view to keep its start (and the plan aligned
-// to it) in view.
+// Follow mode: the view ends at the newest event and is the last step's
+// length and a bit; a step that runs longer than the last one widens it to
+// keep its start (and the plan aligned to it) in view.
 function followLatest(end) {
   let e = end || 0, newest = -1;
   for (let i = 0; i < S.ev.n; i++) if (S.ev.end[i] >= e) { e = S.ev.end[i]; newest = S.ev.step[i]; }

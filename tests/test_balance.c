@@ -3,7 +3,8 @@
  * first and last stage add, other splits of the same layers, the cuts that
  * even the stages out, and the loop a user runs: a job with uneven cuts,
  * the cuts `pprun stats` suggests, a second job with them that measures
- * what was predicted, and `--vs` holding one against the other. */
+ * what was predicted, and `--vs` holding one against the other; a gpt job
+ * whose ranks shared a core gets no cuts, and says why. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>

@@ -5,11 +5,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
