@@ -198,8 +198,8 @@ static int whatif_done(sqlite3 *db, sqlite3_stmt *st, int rc, pp_err *err) {
 
 /* Which layers each of the job's stages held, into r->profile: `layers`
  * split as `pprun run` split them (cuts_text: config_json's pipeline_cuts,
- * "even" or NULL for the even split), or, layers 0 or a split that does not
- * fit, each stage one unit of its own. */
+ * NULL for the even split), or, layers 0 or a split that does not fit, each
+ * stage one unit of its own. */
 static void whatif_stage_layers(whatif_report *r, int layers, const char *cuts_text) {
     balance_profile *bp = &r->profile;
     int S = r->stages;
@@ -208,9 +208,7 @@ static void whatif_stage_layers(whatif_report *r, int layers, const char *cuts_t
     for (int k = 0; k <= S; k++) bp->bound[k] = k;
     int *cuts = NULL, ncuts = 0;
     pp_err ignored;
-    if (layers < 1 || (cuts_text && strcmp(cuts_text, "even") != 0 &&
-                       sched_parse_cuts(cuts_text, &cuts, &ncuts, &ignored) != 0))
-        return;
+    if (layers < 1 || (cuts_text && sched_parse_cuts(cuts_text, &cuts, &ncuts, &ignored) != 0)) return;
     int first[BALANCE_MAX_STAGES + 1];
     if (sched_partition(layers, S, cuts, ncuts, first, &ignored) == 0) {
         bp->layers = layers, bp->layers_known = 1;

@@ -362,7 +362,7 @@ static char *config_json(const run_job *job) {
             cJSON_AddItemToArray(argv, cJSON_CreateString(job->lo.prog_argv[i]));
     } else {
         char cuts[RUN_MAX_CUTS * 8]; /* which layers each stage holds (db/whatif.c reads it back) */
-        run_config_cuts_text(c, cuts, sizeof cuts);
+        sched_cuts_text(c->cuts, c->ncuts, cuts, sizeof cuts);
         cJSON_AddStringToObject(o, "pipeline_cuts", cuts);
         cJSON_AddStringToObject(o, "data", c->data[0] ? c->data : "(built-in corpus)");
         cJSON_AddNumberToObject(o, "seed", (double)c->seed);

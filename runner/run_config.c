@@ -89,22 +89,15 @@ static int parse_fail_at(run_fail_at *f, const char *value, pp_err *err) {
 }
 
 static int parse_cuts(run_config *cfg, const char *value, pp_err *err) {
-    char buf[2048];
-    if (copy_text(buf, sizeof buf, "--pipeline-cuts", value, err) != 0) return -1;
-    if (strcmp(buf, "even") == 0) { /* the default, as config_json and pprun stats --vs name it */
-        cfg->ncuts = 0;
-        return 0;
+    int *cuts, n;
+    if (sched_parse_cuts(value, &cuts, &n, err) != 0) return -1;
+    int rc = n > RUN_MAX_CUTS ? pp_fail(err, "--pipeline-cuts: at most %d cuts", RUN_MAX_CUTS) : 0;
+    if (rc == 0) {
+        if (n) memcpy(cfg->cuts, cuts, sizeof *cuts * (size_t)n);
+        cfg->ncuts = n;
     }
-    int n = 0;
-    char *rest = buf;
-    for (char *tok; (tok = strsep(&rest, ",")) != NULL;) {
-        if (!*tok) return pp_fail(err, "--pipeline-cuts: empty item in '%s'; expected layer indices like 2,4,6", value);
-        if (n == RUN_MAX_CUTS) return pp_fail(err, "--pipeline-cuts: at most %d cuts", RUN_MAX_CUTS);
-        if (parse_int("--pipeline-cuts", tok, 1, 1 << 20, &cfg->cuts[n], err) != 0) return -1;
-        n++;
-    }
-    cfg->ncuts = n;
-    return 0;
+    free(cuts);
+    return rc;
 }
 
 /* --schedule-costs f=..,b=..,w=..[,comm=..] or DB[:JOB] (run_config.h). */
@@ -281,11 +274,6 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     return 0;
 }
 
-void run_config_cuts_text(const run_config *cfg, char *buf, size_t size) {
-    if (cfg->ncuts) sched_cuts_text(cfg->cuts, cfg->ncuts, buf, size);
-    else snprintf(buf, size, "even");
-}
-
 int run_config_costs(const run_config *cfg, int stages, sched_costs *costs) {
     const model_spec *m = &cfg->model;
     if (m->kind != MODEL_TIMED) {
@@ -394,7 +382,7 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     if (cfg->metrics[0]) ARG("--metrics", "%s", cfg->metrics);
     if (cfg->save_weights[0]) ARG("--save-weights", "%s", cfg->save_weights);
     if (cfg->ncuts) {
-        run_config_cuts_text(cfg, buf, sizeof buf);
+        sched_cuts_text(cfg->cuts, cfg->ncuts, buf, sizeof buf);
         argc = push(argv, argc, storage, &ns, "--pipeline-cuts");
         argc = push(argv, argc, storage, &ns, buf);
     }

@@ -92,9 +92,6 @@ int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, s
  * --microbatches 4". */
 int run_config_node_diff(const char *mine, const char *node0, pp_err *err);
 
-/* --pipeline-cuts as text ("2,4,6"), "even" without them; 8 * RUN_MAX_CUTS
- * bytes hold any. */
-void run_config_cuts_text(const run_config *cfg, char *buf, size_t size);
 /* The schedule's op costs over `stages` stages: the timed model's (ns; a
  * mean stage's with per=layer; returns 1), else unit costs (returns 0: the
  * real costs are known only once a step ran). */

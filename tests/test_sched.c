@@ -143,6 +143,14 @@ Test(sched, explicit_cuts_and_their_errors) {
     free(cuts);
     cr_assert_eq(sched_parse_cuts("3,x", &cuts, &n, &err), -1);
     cr_assert(strstr(err.msg, "--pipeline-cuts") && strstr(err.msg, "3,x"), "%s", err.msg);
+    cr_assert_eq(sched_parse_cuts("0,3", &cuts, &n, &err), -1);
+    cr_assert(strstr(err.msg, "0 is out of range; accepted: 1 to"), "%s", err.msg);
+    /* "even" is no cuts, both ways (config_json and pprun stats --vs write it) */
+    char text[16];
+    cr_assert_eq(sched_parse_cuts("even", &cuts, &n, &err), 0, "%s", err.msg);
+    cr_assert(cuts == NULL && n == 0);
+    cr_assert_str_eq(sched_cuts_text(NULL, 0, text, sizeof text), "even");
+    cr_assert_str_eq(sched_cuts_text((const int[]){2, 4, 6}, 3, text, sizeof text), "2,4,6");
     cr_assert_eq(sched_partition(6, 8, NULL, 0, first, &err), -1);
     cr_assert(strstr(err.msg, "more stages (8) than layers (6)"), "%s", err.msg);
 }

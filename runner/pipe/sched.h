@@ -108,10 +108,11 @@ int sched_place(sched_placement how, int stage, int p);
  * of stages 1..stages-1 (ncuts == stages-1, strictly increasing, in
  * [1, layers-1]). Errors name the constraint and the values. */
 int sched_partition(int layers, int stages, const int *cuts, int ncuts, int *first, pp_err *err);
-/* Parses "--pipeline-cuts 3,6,9" into a malloc'd array (caller frees). */
+/* Parses "--pipeline-cuts 3,6,9" into a malloc'd array (caller frees);
+ * "even" is no cuts (*cuts NULL, *ncuts 0): the even split. */
 int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err);
-/* The inverse: "3,6,9" into buf, cut short when buf is full (a cut of up
- * to 5 digits takes at most 6 bytes); returns buf. */
+/* The inverse: "3,6,9" into buf ("even" for no cuts), cut short when buf
+ * is full (a cut of up to 5 digits takes at most 6 bytes); returns buf. */
 const char *sched_cuts_text(const int *cuts, int ncuts, char *buf, size_t size);
 
 /* Parses one action in our notation ("0F3"; op F, B or W). */

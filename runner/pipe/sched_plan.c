@@ -90,6 +90,7 @@ int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err) {
     *cuts = NULL;
     *ncuts = 0;
     if (!text || !*text) return pp_fail(err, "--pipeline-cuts: expected layer indices like 3,6,9, got nothing");
+    if (strcmp(text, "even") == 0) return 0; /* no cuts: the even split */
     int n = 1;
     for (const char *c = text; *c; c++) n += *c == ',';
     int *out = malloc(sizeof *out * (size_t)n);
@@ -99,9 +100,13 @@ int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err) {
         char *end;
         errno = 0;
         long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > 1000000 || (*end != ',' && *end != '\0')) {
+        if (end == p || errno || (*end != ',' && *end != '\0')) {
             free(out);
             return pp_fail(err, "--pipeline-cuts: expected layer indices like 3,6,9, got '%s'", text);
+        }
+        if (v < 1 || v > 1000000) {
+            free(out);
+            return pp_fail(err, "--pipeline-cuts: %ld is out of range; accepted: 1 to 1000000", v);
         }
         out[i] = (int)v;
         p = end + 1;
@@ -113,7 +118,8 @@ int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err) {
 
 const char *sched_cuts_text(const int *cuts, int ncuts, char *buf, size_t size) {
     size_t n = 0;
-    buf[0] = '\0';
+    if (ncuts == 0) snprintf(buf, size, "even");
+    else buf[0] = '\0';
     for (int k = 0; k < ncuts && n < size; k++) n += (size_t)snprintf(buf + n, size - n, k ? ",%d" : "%d", cuts[k]);
     return buf;
 }
