@@ -238,14 +238,13 @@ Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted,
     lt_assert_has(p.out, "  cuts       --pipeline-cuts 2,4,6: slowest stage ");
     double predicted = number_after(p.out, "1f1b simulated ");
     /* 1F1B over 4 stages of two layers: at least what it takes at the 1 ms
-     * the model sleeps, and about what it takes at the fitted layer's cost
-     * (1 ms and what the sleeps overshoot) */
-    const char *layer = strstr(p.out, "one layer  F ");
-    cr_assert(layer, "%s", p.out);
-    double op = 2 * (number_after(layer, "F ") + number_after(layer, ", B ") + number_after(layer, ", W ")) / 3;
-    cr_assert(predicted > 0.99 * simulated_1f1b_ms(2) && fabs(predicted - simulated_1f1b_ms(op)) < 0.1 * predicted,
-              "predicted %g ms; 1f1b simulated %g ms at 2 ms an op, %g ms at the fitted %g ms:\n%s", predicted,
-              simulated_1f1b_ms(2), simulated_1f1b_ms(op), op, p.out);
+     * a layer's op sleeps, and less than 8 + 3 rounds of the slowest stage
+     * at the cuts (each chunk plays its layers' share of its stage's
+     * measured costs, which the sleeps' overshoot makes uneven) */
+    double slowest = number_after(strstr(p.out, "  cuts       --pipeline-cuts 2,4,6: "), "slowest stage ");
+    cr_assert(predicted > 0.99 * simulated_1f1b_ms(2) && predicted < 11 * slowest,
+              "predicted %g ms; 1f1b simulated %g ms at 2 ms an op; the slowest stage at the cuts %g ms:\n%s",
+              predicted, simulated_1f1b_ms(2), slowest, p.out);
     cr_assert(number_after(p.out, "the unevenness costs ") > 40, "%s", p.out);
     lt_free(&p);
 
