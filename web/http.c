@@ -22,8 +22,14 @@
 typedef struct request {
     char *body;
     size_t len, cap;
-    int answered; /* a reply was queued before the body (401, 413) */
+    int answered;     /* a reply was queued before the body (401, 413) */
+    size_t discarded; /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
+
+/* How much of a chunked body past the cap is read and dropped so that its
+ * sender still gets a 413 (libmicrohttpd can only answer once the body is
+ * in); past this the connection is closed: the body could be endless. */
+#define HTTP_DISCARD_FACTOR 16
 
 void http_error(http_reply *r, int status, const char *fmt, ...) {
     char msg[1024];
@@ -314,11 +320,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     if (*upload_size == 0) reaper_conn_clock(&s->reaper, conn_clock_of(c), 0); /* the request is in whole */
     if (*upload_size > 0) {
-        /* A body without Content-Length (chunked) that passes the cap: the
-         * connection is closed at once rather than read to its end, which
-         * could be never. No 413 can be sent: libmicrohttpd refuses a reply
-         * while the body is still coming in. */
-        if (rq->len + *upload_size > s->o.max_body) return MHD_NO;
+        /* A body without Content-Length (chunked) that passes the cap. */
+        if (rq->discarded || rq->len + *upload_size > s->o.max_body) {
+            rq->discarded += *upload_size;
+            *upload_size = 0;
+            return rq->discarded > HTTP_DISCARD_FACTOR * s->o.max_body ? MHD_NO : MHD_YES;
+        }
         if (rq->len + *upload_size + 1 > rq->cap) {
             size_t ncap = rq->len + *upload_size + 1;
             char *b = realloc(rq->body, ncap);
@@ -331,6 +338,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq->body[rq->len] = 0; /* NUL-terminated copy, for cJSON */
         *upload_size = 0;
         return MHD_YES;
+    }
+    if (rq->discarded) {
+        http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
+        return send_reply(s, c, &r);
     }
     int head = strcmp(method, "HEAD") == 0;
     int get = head || strcmp(method, "GET") == 0;
