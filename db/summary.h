@@ -34,7 +34,7 @@ typedef struct durations {
     size_t n, cap;
 } durations;
 int durations_push(durations *d, int64_t x); /* 0, or -1 when out of memory */
-/* Sorts d and returns its median (the mean of the middle two), -1 if empty. */
+/* d's median (the mean of the middle two), -1 if empty; reorders d->v. */
 int64_t durations_median(durations *d);
 
 /* Durations of one kind of op (a phase, host or GPU span) from from_step on. */

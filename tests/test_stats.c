@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "db/db.h"
+#include "db/summary.h"
 #include "helpers/trace_fixture.h"
 #include "helpers/web_fixture.h"
 #include "launch_testutil.h"
@@ -36,6 +37,35 @@ static double sql_double(const char *path, const char *sql) {
 }
 
 /* Steps 1 and 2 of the fixture (step 0 pays for start-up): every number exact. */
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The ops table's medians: the middle of the sorted durations (the mean of
+ * the middle two), for odd and even counts, runs of equal values and
+ * already sorted or reversed input. */
+Test(stats, op_medians_are_the_middle_of_the_sorted_durations) {
+    cr_assert_eq(durations_median(&(durations){0}), -1, "no durations: no median");
+    srand(7);
+    for (int trial = 0; trial < 2000; trial++) {
+        size_t n = 1 + (size_t)(trial % 97);
+        int spread = trial % 3 == 0 ? 3 : 1000000; /* few distinct values, or many */
+        durations d = {0};
+        int64_t *sorted = malloc(n * sizeof *sorted);
+        for (size_t i = 0; i < n; i++) {
+            int64_t x = trial % 5 == 1 ? (int64_t)i : trial % 5 == 2 ? (int64_t)(n - i) : rand() % spread;
+            cr_assert_eq(durations_push(&d, x), 0);
+            sorted[i] = x;
+        }
+        qsort(sorted, n, sizeof *sorted, cmp_i64);
+        int64_t want = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+        cr_assert_eq(durations_median(&d), want, "trial %d: %zu durations", trial, n);
+        free(sorted);
+        free(d.v);
+    }
+}
+
 Test(stats, fixture_numbers_exactly, .timeout = 60) {
     char path[256];
     pp_err err;
