@@ -346,6 +346,14 @@ Test(program_run, with_trace_off_the_program_runs_untraced) {
     cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
     lt_free(&p);
     cr_assert_neq(access(db, F_OK), 0, "no database written");
+    /* it did run its steps: told to fail at step 2, it gets there, and the
+     * failure is reported as with tracing on */
+    run_demo(&p, db, "--trace off", "--fail-at 2");
+    cr_assert_eq(p.status, 1, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "fails at step 2 (--fail-at)");
+    lt_assert_has(p.err, "Root Cause (first observed failure)");
+    lt_free(&p);
+    cr_assert_neq(access(db, F_OK), 0, "still no database written");
 }
 
 Test(program_run, the_program_is_told_it_is_not_under_pprun) {
