@@ -121,18 +121,6 @@ static void usage(FILE *out) {
     launch_usage(out);
 }
 
-/* The options marked * in the usage: they configure pprun's own worker,
- * and mean nothing to a user's program (`-- PROGRAM`). */
-static int worker_only(const char *opt) {
-    static const char *const names[] = {"--pipeline-cuts", "--model", "--data", "--dtype", "--seed", "--lr",
-                                        "--optimizer", "--weight-decay", "--cupti", "--checkpoint-dir",
-                                        "--checkpoint-every", "--resume", "--metrics", "--save-weights", "--fail-at",
-                                        "--recv-timeout", "--transport", "--progress", NULL};
-    for (int i = 0; names[i]; i++)
-        if (strcmp(opt, names[i]) == 0) return 1;
-    return 0;
-}
-
 /* The launcher's parser hands us every option it does not know. */
 static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) {
     run_job *job = ctx;
@@ -140,7 +128,7 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
         usage(stdout);
         return 1;
     }
-    if (worker_only(opt) && !job->worker_flag[0]) snprintf(job->worker_flag, sizeof job->worker_flag, "%s", opt);
+    if (run_config_worker_only(opt) && !job->worker_flag[0]) snprintf(job->worker_flag, sizeof job->worker_flag, "%s", opt);
     if (strcmp(opt, "--serve") == 0) {
         /* An optional value: the next argument, unless it is another option
          * (pprun run takes no positional arguments). A bare port means

@@ -135,16 +135,52 @@ static int parse_schedule_costs(run_config *cfg, const char *value, pp_err *err)
     return 0;
 }
 
-static const char *const value_options[] = {
-    "--schedule", "--microbatches", "--virtual-stages", "--steps", "--model", "--data", "--device", "--seed",
-    "--lr", "--optimizer", "--weight-decay", "--db", "--trace", "--token", "--checkpoint-dir",
-    "--checkpoint-every", "--fail-at", "--metrics", "--pipeline-cuts", "--recv-timeout", "--transport",
-    "--progress", "--save-weights", "--dtype", "--cupti", "--schedule-costs", NULL,
+/* The options run_config_option reads: whether each takes a value, and
+ * whether it configures pprun's own worker only (marked * in pprun run's
+ * usage: meaningless to a user's program). --serve is cmd_run's (its value
+ * is optional). */
+static const struct {
+    const char *name;
+    int takes_value, worker_only;
+} options[] = {
+    {"--schedule", 1, 0},
+    {"--microbatches", 1, 0},
+    {"--virtual-stages", 1, 0},
+    {"--steps", 1, 0},
+    {"--device", 1, 0},
+    {"--db", 1, 0},
+    {"--trace", 1, 0},
+    {"--token", 1, 0},
+    {"--schedule-costs", 1, 0},
+    {"--model", 1, 1},
+    {"--data", 1, 1},
+    {"--seed", 1, 1},
+    {"--lr", 1, 1},
+    {"--optimizer", 1, 1},
+    {"--weight-decay", 1, 1},
+    {"--checkpoint-dir", 1, 1},
+    {"--checkpoint-every", 1, 1},
+    {"--fail-at", 1, 1},
+    {"--metrics", 1, 1},
+    {"--pipeline-cuts", 1, 1},
+    {"--recv-timeout", 1, 1},
+    {"--transport", 1, 1},
+    {"--progress", 1, 1},
+    {"--save-weights", 1, 1},
+    {"--dtype", 1, 1},
+    {"--cupti", 1, 1},
+    {"--resume", 0, 1},
 };
 
 int run_config_takes_value(const char *opt) {
-    for (int i = 0; value_options[i]; i++)
-        if (strcmp(opt, value_options[i]) == 0) return 1;
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+        if (strcmp(opt, options[i].name) == 0) return options[i].takes_value;
+    return 0;
+}
+
+int run_config_worker_only(const char *opt) {
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
+        if (strcmp(opt, options[i].name) == 0) return options[i].worker_only;
     return 0;
 }
 

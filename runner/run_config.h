@@ -68,6 +68,9 @@ void run_config_default(run_config *cfg);
 int run_config_option(run_config *cfg, const char *opt, const char *value, pp_err *err);
 /* Whether `opt` is a job option that takes a value (for the parser). */
 int run_config_takes_value(const char *opt);
+/* Whether `opt` configures pprun's own worker only (marked * in pprun run's
+ * usage): meaningless to a user's program (`-- PROGRAM`). */
+int run_config_worker_only(const char *opt);
 
 /* Cross-option checks, and the derived fields (model spec). */
 int run_config_finish(run_config *cfg, pp_err *err);
