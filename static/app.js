@@ -788,8 +788,26 @@ function thinPoints(points, x0, x1, columns) {
   return out;
 }
 
-// Series of [x, y] points sorted by x; returns the points drawn of the
-// series with dots (a dot each while there is room, else the thinned line).
+// The mean of each pixel column, in x order: a long job's trend, which the
+// lowest and highest points of thinPoints bury under step-to-step noise.
+function columnMeans(points, x0, x1, columns) {
+  const out = [];
+  let col = -1, sx = 0, sy = 0, n = 0;
+  const flush = () => { if (n) out.push([sx / n, sy / n]); };
+  for (const p of points) {
+    const c = Math.min(columns - 1, Math.floor((p[0] - x0) / (x1 - x0) * columns));
+    if (c !== col) { flush(); col = c; sx = sy = n = 0; }
+    sx += p[0]; sy += p[1]; n++;
+  }
+  flush();
+  return out;
+}
+
+// Series of [x, y] points sorted by x. Returns, for the series with dots,
+// the points drawn (a dot each while there is room, else the thinned line)
+// and its trend: when it had to be thinned, the faded band of its lowest
+// and highest points gets the mean of each pixel column drawn over it
+// (else the trend is empty).
 function lineChart(canvas, series, opts) {
   const { g, w, h } = sizeCanvas(canvas, 170);
   g.clearRect(0, 0, w, h);
@@ -799,7 +817,7 @@ function lineChart(canvas, series, opts) {
     if (p[0] < x0) x0 = p[0]; if (p[0] > x1) x1 = p[0];
     if (p[1] < y0) y0 = p[1]; if (p[1] > y1) y1 = p[1];
   }
-  if (x0 === Infinity) { g.fillStyle = '#888'; g.fillText('no data yet', pad.l, 30); return []; }
+  if (x0 === Infinity) { g.fillStyle = '#888'; g.fillText('no data yet', pad.l, 30); return { drawn: [], trend: [] }; }
   if (opts.y0 != null) y0 = opts.y0;
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) y1 = y0 + 1;
@@ -816,29 +834,40 @@ function lineChart(canvas, series, opts) {
   g.textAlign = 'right';
   g.fillText(String(x1), w - pad.r, h - pad.b + 4);
   g.textAlign = 'left';
-  let drawnPts = [];
+  let drawn = [], trend = [];
   const columns = Math.max(1, Math.round(w - pad.l - pad.r));
-  for (const s of series) {
-    const pts = thinPoints(s.points, x0, x1, columns);
-    g.strokeStyle = s.color; g.lineWidth = s.width || 1.5; g.beginPath();
+  const stroke = (pts) => {
+    g.beginPath();
     pts.forEach((p, i) => (i ? g.lineTo(X(p[0]), Y(p[1])) : g.moveTo(X(p[0]), Y(p[1]))));
     g.stroke();
-    if (s.dots) {
-      drawnPts = pts;
-      if (pts.length > columns / 6) continue; // dots would merge into a band
+  };
+  for (const s of series) {
+    const pts = thinPoints(s.points, x0, x1, columns), thinned = pts !== s.points;
+    g.strokeStyle = s.color; g.lineWidth = s.width || 1.5;
+    g.globalAlpha = s.dots && thinned ? 0.3 : 1;
+    stroke(pts);
+    g.globalAlpha = 1;
+    if (!s.dots) continue;
+    drawn = pts;
+    if (thinned) {
+      trend = columnMeans(s.points, x0, x1, columns);
+      stroke(trend);
+    } else if (pts.length <= columns / 6) { // else dots would merge into a band
       g.fillStyle = s.color;
       for (const p of pts) { g.beginPath(); g.arc(X(p[0]), Y(p[1]), 2.5, 0, 7); g.fill(); }
     }
   }
   g.lineWidth = 1;
-  return drawnPts;
+  return { drawn, trend };
 }
 
 const RANK_COLORS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
 
 function drawCharts() {
   const loss = S.steps.filter((s) => s.loss != null).map((s) => [s.step, s.loss]);
-  window.__pprun.lossPoints = lineChart($('loss'), [{ points: loss, color: '#e15759', dots: true }], {});
+  const lossChart = lineChart($('loss'), [{ points: loss, color: '#e15759', dots: true }], {});
+  window.__pprun.lossPoints = lossChart.drawn;
+  window.__pprun.lossTrend = lossChart.trend;
   const done = S.steps.filter((s) => s.bubble_ratio_mean != null);
   const series = [];
   const n = world();
@@ -871,7 +900,7 @@ function drawActChart(n) {
     series.push({ points: done.filter((s) => s.act_peak_bytes[r] != null).map((s) => [s.step, s.act_peak_bytes[r]]), color: RANK_COLORS[r % 10], width: 1.5 });
   }
   series.push({ points: done.map((s) => [s.step, s.act_peak_bytes.reduce((m, b) => Math.max(m, b || 0), 0)]), color: '#222', width: n <= 16 ? 0.5 : 2, dots: true });
-  window.__pprun.actPoints = lineChart(c, series, { y0: 0, fmt: fmtBytes });
+  window.__pprun.actPoints = lineChart(c, series, { y0: 0, fmt: fmtBytes }).drawn;
 }
 
 // The step shown (null: none, a window or following live): the label and

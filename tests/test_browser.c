@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -492,7 +493,7 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
 
 /* A long job: 30,000 steps of history open without error, every step is
  * loaded, the charts draw at most two points per pixel column and keep the
- * spike, the per-rank bars show a step. */
+ * spike, with the trend over them, the per-rank bars show a step. */
 Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240) {
     require_playwright();
     char db[256];
@@ -513,6 +514,14 @@ Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240)
     cr_assert_eq(jnum(drawn, "hi"), 50.0, "the spike is drawn: %s", text);
     cr_assert_eq(jnum(drawn, "hiStep"), 12345, "at its step: %s", text);
     cr_assert_eq(jnum(drawn, "lo"), jnum(all, "lo"), "the lowest loss is drawn: %s", text);
+    /* over that faded band, the trend: the mean of each pixel column, so the
+     * one spike moves its column's point by a fraction of its height, and the
+     * trend's points average to the mean loss (columns hold equal counts of
+     * steps, to one step in 45) */
+    const cJSON *trend = cJSON_GetObjectItem(j, "lossTrend");
+    cr_assert(jnum(trend, "n") > width / 2 && jnum(trend, "n") <= width, "a trend point per column: %s", text);
+    cr_assert(jnum(trend, "hi") < 25 && jnum(trend, "hi") > jnum(all, "lo"), "the spike is averaged: %s", text);
+    cr_assert(fabs(jnum(trend, "mean") / jnum(trend, "all") - 1) < 0.03, "the trend is a mean: %s", text);
     cr_assert_str_eq(cJSON_GetObjectItem(j, "barsLabel")->valuestring, "step 0", "the bars show the step in view");
     cr_assert(strstr(cJSON_GetObjectItem(j, "meta")->valuestring, "30000/30000 steps"), "%s", text);
     free(text);

@@ -177,6 +177,10 @@ try {
       { lo: Infinity, hi: -Infinity, hiStep: null });
     out.drawnLoss = await page.evaluate(`(${ext})(window.__pprun.lossPoints)`);
     out.allLoss = await page.evaluate(`(${ext})(window.__pprun.state.steps.filter((s) => s.loss != null).map((s) => [s.step, s.loss]))`);
+    const mean = (ys) => ys.reduce((a, y) => a + y, 0) / ys.length;
+    out.lossTrend = await page.evaluate(`((mean) => { const t = window.__pprun.lossTrend;
+      return { n: t.length, hi: Math.max(...t.map((p) => p[1])), mean: mean(t.map((p) => p[1])),
+        all: mean(window.__pprun.state.steps.filter((s) => s.loss != null).map((s) => s.loss)) }; })(${mean})`);
     out.barsLabel = await page.textContent('#bubble-step-label');
     out.meta = await page.textContent('#job-meta');
     await page.screenshot({ path: shot, fullPage: true });
