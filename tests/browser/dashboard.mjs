@@ -216,16 +216,20 @@ try {
   } else {
     out.follow = await page.evaluate(() => document.getElementById('follow').checked);
     out.stepsBefore = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
+    // The writer adds step 2, then steps 3-26 at once (test_browser.c's LIVE_BURST).
+    const fetches = await page.evaluate(() => window.__pprun.windowFetches), t0 = Date.now();
     fs.writeFileSync(readyFile, 'ready\n');
-    await page.waitForFunction(() => window.__pprun.state.steps.filter((s) => s.complete).length >= 4 &&
-      window.__pprun.drawn.steps.includes(3), null, { timeout: 30000 });
+    await page.waitForFunction(() => window.__pprun.state.steps.filter((s) => s.complete).length >= 27 &&
+      window.__pprun.drawn.steps.includes(26), null, { timeout: 30000 });
+    out.burstFetches = await page.evaluate((f) => window.__pprun.windowFetches - f, fetches);
+    out.burstMs = Date.now() - t0;
     out.stepsAfter = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
     out.liveEvents = await page.evaluate(() => window.__pprun.liveEvents);
     out.drawnSteps = await page.evaluate(() => window.__pprun.drawn.steps);
     out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
-    // Then step 4 starts (events, no stats yet): the plan follows it.
+    // Then step 27 starts (events, no stats yet): the plan follows it.
     fs.writeFileSync(readyFile + '.2', 'ready\n');
-    await page.waitForFunction(() => window.__pprun.drawn.steps.includes(4), null, { timeout: 30000 });
+    await page.waitForFunction(() => window.__pprun.drawn.steps.includes(27), null, { timeout: 30000 });
     out.plan = await page.evaluate(() => ({ drawn: window.__pprun.planDrawn, anchor: window.__pprun.planAnchor }));
     out.planLoads = await page.evaluate(() => window.__pprun.planLoads);
     await page.screenshot({ path: shot, fullPage: true });
