@@ -128,7 +128,8 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
         usage(stdout);
         return 1;
     }
-    if (run_config_worker_only(opt) && !job->worker_flag[0]) snprintf(job->worker_flag, sizeof job->worker_flag, "%s", opt);
+    if (run_config_worker_only(opt) && !job->worker_flag[0])
+        snprintf(job->worker_flag, sizeof job->worker_flag, "%s", opt);
     if (strcmp(opt, "--serve") == 0) {
         /* An optional value: the next argument, unless it is another option
          * (pprun run takes no positional arguments). A bare port means

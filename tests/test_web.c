@@ -659,7 +659,8 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
     ssize_t got = recv(fd, reply, sizeof reply - 1, 0);
     cr_assert_gt(got, 0, "a reply came");
     reply[got] = 0;
-    cr_assert(strstr(reply, " 413 ") && strstr(reply, "request body larger than the limit of 65536 bytes"), "%s", reply);
+    cr_assert(strstr(reply, " 413 ") && strstr(reply, "request body larger than the limit of 65536 bytes"), "%s",
+              reply);
     close(fd);
     /* never ending: the server hangs up once it has dropped 16 times the cap
      * instead of reading on (16 MiB would all fit through if it read to the end) */
