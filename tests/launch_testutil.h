@@ -174,4 +174,26 @@ static inline int lt_wait_file(const char *path) {
 
 static inline int lt_pid_alive(pid_t pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 
+/* 1 once some socket of this machine listens on TCP `port` (IPv4 or IPv6),
+ * read from /proc/net/tcp{,6} without connecting (a probe connection would
+ * be a client the listener sees); 0 after 30 s. How a test knows node 0's
+ * store is up before it starts a node that must meet it. */
+static inline int lt_wait_listening(int port) {
+    for (int i = 0; i < 3000; i++) {
+        for (int v6 = 0; v6 < 2; v6++) {
+            FILE *f = fopen(v6 ? "/proc/net/tcp6" : "/proc/net/tcp", "r");
+            char line[512];
+            unsigned lport, st;
+            int found = 0;
+            while (f && !found && fgets(line, sizeof line, f))
+                found = sscanf(line, " %*d: %*[0-9A-Fa-f]:%x %*[0-9A-Fa-f]:%*x %x", &lport, &st) == 2 &&
+                        lport == (unsigned)port && st == 0x0A; /* TCP_LISTEN */
+            if (f) fclose(f);
+            if (found) return 1;
+        }
+        usleep(10000);
+    }
+    return 0;
+}
+
 #endif

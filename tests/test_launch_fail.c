@@ -139,7 +139,9 @@ Test(launch_fail, sigint_during_a_failures_teardown_stops_the_restarts, .timeout
              "a=$PPRUN_RESTART_COUNT; if [ $RANK = 0 ]; then while [ ! -f %s/ready-$a ]; do sleep 0.02; done; exit 1; fi; "
              "trap 'touch %s/tearing-$a' TERM; touch %s/ready-$a; while :; do sleep 0.02; done",
              dir, dir, dir);
-    const char *args[] = {"launch", "--nproc-per-node", "2", "--max-restarts", "3", "--shutdown-timeout", "1",
+    /* The teardown lasts --shutdown-timeout (rank 1 outlives SIGTERM): the
+     * Ctrl-C must land within it, so it is not tight for a busy machine. */
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--max-restarts", "3", "--shutdown-timeout", "3",
                           "--", "sh", "-c", script, NULL};
     lt_proc p;
     lt_start(&p, args, NULL);

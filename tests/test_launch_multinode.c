@@ -6,8 +6,10 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <poll.h>
 
 #include "runner/base/pp.h"
+#include "runner/store.h"
 #include "helpers/trace_fixture.h"
 
 static const char *env_line =
@@ -342,14 +344,21 @@ Test(launch_multinode, ctrl_c_acts_while_a_frozen_node_0_holds_the_tokens_answer
                         "a-job-token-0123456789", "--", "true", NULL};
     lt_proc n1;
     lt_start(&n1, a1, NULL);
-    usleep(500000); /* connected; AUTH sent; no answer comes */
-    kill(n1.pid, SIGINT);
-    int ended = lt_wait_within(&n1, 5); /* the answer's own deadline is 10 s */
+    /* Connected and AUTH sent (its first bytes are here); no answer comes. */
+    struct pollfd pl = {.fd = lfd, .events = POLLIN};
+    int conn = poll(&pl, 1, 30000) == 1 ? accept(lfd, NULL, NULL) : -1;
+    struct pollfd pc = {.fd = conn, .events = POLLIN};
+    char auth[64];
+    int sent = conn >= 0 && poll(&pc, 1, 30000) == 1 && recv(conn, auth, sizeof auth, MSG_PEEK) > 0;
+    if (sent) kill(n1.pid, SIGINT);
+    int ended = sent && lt_wait_within(&n1, 5); /* the answer's own deadline is 10 s */
     if (!ended) {
         kill(n1.pid, SIGKILL);
         lt_wait(&n1);
     }
+    if (conn >= 0) close(conn);
     close(lfd);
+    cr_assert(sent, "node 1 never connected and sent its token within 30 s: %s", n1.err);
     cr_assert(ended, "Ctrl-C waited for the token's answer: %s", n1.err);
     cr_assert_eq(n1.status, 128 + SIGINT, "%s", n1.err);
     cr_assert(strstr(n1.err, "no rank had started"), "%s", n1.err);
@@ -381,6 +390,27 @@ Test(launch_multinode, losing_node_0_tears_down_the_others) {
     lt_free(&n1);
 }
 
+/* 1 once `key` of the store on 127.0.0.1:port holds `want`; 0 after 30 s. */
+static int store_key_becomes(const char *port, const char *key, const char *want) {
+    store_client *c;
+    pp_err err;
+    if (store_connect("127.0.0.1", atoi(port), 30000000000ull, &c, &err) != 0) return 0;
+    int found = 0;
+    for (int i = 0; i < 3000 && !found; i++) {
+        void *v;
+        size_t len;
+        int g = store_get(c, key, &v, &len, &err);
+        if (g < 0) break;
+        if (g == 0) {
+            found = strcmp(v, want) == 0;
+            free(v);
+        }
+        if (!found) usleep(10000);
+    }
+    store_close(c);
+    return found;
+}
+
 /* Node 0's launcher stops answering without closing its store (stopped,
  * frozen, cut off): Ctrl-C on node 1 still ends node 1, within the time
  * node 0 gets to answer once stopped (5 s), saying the others were not
@@ -404,7 +434,14 @@ static void ctrl_c_with_node_0_frozen(int node1_done) {
         snprintf(pidfile, sizeof pidfile, "%s/ready-%d", dir, r);
         cr_assert(lt_wait_file(pidfile), "rank %d never started", r);
     }
-    if (node1_done) usleep(500000); /* node 1 reports its ranks done, then waits */
+    /* Node 1 has reported its ranks done (the store counts it) and waits. */
+    if (node1_done && !store_key_becomes(port, "pprun/a/0/done", "1")) {
+        kill(n1.pid, SIGINT);
+        kill(n0.pid, SIGINT);
+        lt_wait(&n1);
+        lt_wait(&n0);
+        cr_assert_fail("node 1 never reported its ranks done within 30 s: %s", n1.err);
+    }
     /* Frozen before the Ctrl-C: a stop signal reaches the store's thread
      * only once the thread that took it has run, which a loaded machine
      * can delay past node 1's report; the parent hears of the stop when
@@ -543,14 +580,19 @@ Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_o
     lt_free(&n1);
 
     /* Node 1 with another token: refused at once, naming the store; node 0
-     * waits for it until --rdzv-timeout. */
+     * waits for it until --rdzv-timeout (4 s: node 1 is started once node
+     * 0's store listens, and must be refused before that runs out). */
     const char *a0b[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-addr", addr, "--master-port", port,
-                         "--rdzv-timeout", "2", "--", "echo", "started", NULL};
+                         "--rdzv-timeout", "4", "--", "echo", "started", NULL};
     const char *a1b[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-addr", addr, "--master-port", port,
                          "--rdzv-timeout", "20", "--", "echo", "started", NULL};
     const char *e1b[] = {"PPRUN_RDZV_TOKEN=not-the-same-token", NULL};
     lt_start(&n0, a0b, e0);
-    usleep(200000);
+    if (!lt_wait_listening(atoi(port))) {
+        kill(n0.pid, SIGINT);
+        lt_wait(&n0);
+        cr_assert_fail("node 0's store never listened on port %s: %s", port, n0.err);
+    }
     uint64_t t0 = pp_now_ns();
     lt_start(&n1, a1b, e1b);
     lt_wait(&n1);

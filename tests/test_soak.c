@@ -2,7 +2,13 @@
  * writer appends steps, as during a job: 50 API clients in a loop over every
  * route and 10 live streams. No request may fail, the server must not
  * crash, every stream must see every new step, and the server's RSS must
- * stay flat (after warm-up) within a margin. */
+ * stay flat (after warm-up) within a margin.
+ *
+ * Nothing here waits a fixed time for something to happen: the first step
+ * is appended once every stream has its hello (its cursor is set, so a new
+ * step must reach it), and the load runs for at least SECONDS and until
+ * every stream has its steps, with a hang guard (HANG_GUARD_S) past which
+ * the assertions below report what is missing. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
@@ -12,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -25,6 +32,7 @@
 #define SECONDS 8
 #define STEPS_BEFORE 4
 #define STEPS_ADDED 8
+#define HANG_GUARD_S 60
 
 static int port;
 static atomic_int stop;
@@ -63,9 +71,23 @@ static void *client(void *arg) {
 }
 
 typedef struct stream_result {
-    int steps_seen;
+    atomic_int hello;      /* the server's hello came: this stream is subscribed */
+    atomic_int steps_seen;
     long bytes;
 } stream_result;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Every stream has counted at least `want` of the counter `which` picks. */
+static int streams_all(stream_result *sr, int hello, int want) {
+    for (int i = 0; i < STREAMS; i++)
+        if (atomic_load(hello ? &sr[i].hello : &sr[i].steps_seen) < want) return 0;
+    return 1;
+}
 
 static void *stream(void *arg) {
     stream_result *res = arg;
@@ -75,7 +97,7 @@ static void *stream(void *arg) {
     if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) return NULL;
     const char *req = "GET /api/jobs/1/live HTTP/1.1\r\nHost: x\r\n\r\n";
     send(fd, req, strlen(req), 0);
-    char buf[65536], carry[32] = "";
+    char buf[65536], carry[32] = "", head[4096] = "";
     while (!atomic_load(&stop)) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (poll(&p, 1, 100) != 1) continue;
@@ -86,7 +108,16 @@ static void *stream(void *arg) {
         /* count "event: step\n" even when split across reads */
         char joined[sizeof carry + sizeof buf];
         snprintf(joined, sizeof joined, "%s%s", carry, buf);
-        for (const char *q = joined; (q = strstr(q, "event: step\n")); q++) res->steps_seen++;
+        for (const char *q = joined; (q = strstr(q, "event: step\n")); q++) atomic_fetch_add(&res->steps_seen, 1);
+        /* the hello is one message; a carry one byte shorter than the
+         * step marker cannot hold it whole, so it is looked for in all
+         * that came before it (the headers and the hello are small) */
+        if (!atomic_load(&res->hello)) {
+            size_t h = strlen(head), add = (size_t)n < sizeof head - 1 - h ? (size_t)n : sizeof head - 1 - h;
+            memcpy(head + h, buf, add);
+            head[h + add] = 0;
+            if (strstr(head, "event: hello\n")) atomic_store(&res->hello, 1);
+        }
         size_t k = strlen(joined);
         snprintf(carry, sizeof carry, "%s", joined + (k > 11 ? k - 11 : 0));
     }
@@ -108,17 +139,26 @@ Test(soak, fifty_clients_and_ten_streams_while_a_job_writes, .timeout = 120) {
     int pid = webclient_start_serve(db, NULL, &port);
     cr_assert_gt(pid, 0);
     pthread_t c[CLIENTS], s[STREAMS];
-    stream_result sr[STREAMS] = {{0}};
+    stream_result sr[STREAMS];
+    memset(sr, 0, sizeof sr);
     for (int i = 0; i < STREAMS; i++) pthread_create(&s[i], NULL, stream, &sr[i]);
     for (long i = 0; i < CLIENTS; i++) pthread_create(&c[i], NULL, client, (void *)i);
-    /* the job: a step every 0.75 s */
+    double t0 = now_s();
+    /* a step appended before a stream's hello would not be new to it */
+    while (!streams_all(sr, 1, 1) && now_s() - t0 < HANG_GUARD_S) usleep(10000);
+    int hellos = streams_all(sr, 1, 1);
+    /* the job: a step every 0.75 s (pacing only; nothing depends on it) */
     long rss_warm = 0;
-    for (int k = 0; k < STEPS_ADDED; k++) {
+    for (int k = 0; hellos && k < STEPS_ADDED; k++) {
         usleep(750000);
         cr_assert_eq(fixture_append_steps(db, STEPS_BEFORE + k, 1, &err), 0, "%s", err.msg);
         if (k == 2) rss_warm = rss_kb(pid);
     }
-    usleep((SECONDS * 1000000) - STEPS_ADDED * 750000 + 500000);
+    /* at least SECONDS of load, and until the streams and clients have what
+     * the assertions check, or the hang guard */
+    while (hellos && now_s() - t0 < HANG_GUARD_S &&
+           (now_s() - t0 < SECONDS || !streams_all(sr, 0, STEPS_ADDED) || atomic_load(&ok_count) <= 1000))
+        usleep(50000);
     long rss_end = rss_kb(pid);
     atomic_store(&stop, 1);
     for (int i = 0; i < CLIENTS; i++) pthread_join(c[i], NULL);
@@ -128,12 +168,14 @@ Test(soak, fifty_clients_and_ten_streams_while_a_job_writes, .timeout = 120) {
     int st;
     waitpid(pid, &st, 0);
     fixture_remove(db);
+    cr_assert(hellos, "every stream got its hello within %d s", HANG_GUARD_S);
     cr_assert(alive, "the server survived");
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "and stopped cleanly");
     cr_assert_eq(atomic_load(&fail_count), 0, "%ld failed requests, first: %s", atomic_load(&fail_count), fail_msg);
     cr_assert_gt(atomic_load(&ok_count), 1000, "the clients got answers (%ld)", atomic_load(&ok_count));
     for (int i = 0; i < STREAMS; i++)
-        cr_assert_eq(sr[i].steps_seen, STEPS_ADDED, "stream %d saw %d of %d new steps", i, sr[i].steps_seen, STEPS_ADDED);
+        cr_assert_eq(atomic_load(&sr[i].steps_seen), STEPS_ADDED, "stream %d saw %d of %d new steps", i,
+                     atomic_load(&sr[i].steps_seen), STEPS_ADDED);
     cr_assert(rss_warm > 0 && rss_end > 0);
     cr_assert_leq(rss_end, rss_warm + rss_warm / 4 + 8192, "RSS grew from %ld kB to %ld kB", rss_warm, rss_end);
     fprintf(stderr, "soak: %ld requests ok, RSS %ld kB -> %ld kB\n", atomic_load(&ok_count), rss_warm, rss_end);
