@@ -172,16 +172,20 @@ static const struct {
     {"--resume", 0, 1},
 };
 
-int run_config_takes_value(const char *opt) {
+static int option_index(const char *opt) {
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-        if (strcmp(opt, options[i].name) == 0) return options[i].takes_value;
-    return 0;
+        if (strcmp(opt, options[i].name) == 0) return (int)i;
+    return -1;
+}
+
+int run_config_takes_value(const char *opt) {
+    int i = option_index(opt);
+    return i >= 0 && options[i].takes_value;
 }
 
 int run_config_worker_only(const char *opt) {
-    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-        if (strcmp(opt, options[i].name) == 0) return options[i].worker_only;
-    return 0;
+    int i = option_index(opt);
+    return i >= 0 && options[i].worker_only;
 }
 
 int run_config_option(run_config *cfg, const char *opt, const char *value, pp_err *err) {

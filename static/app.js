@@ -788,6 +788,11 @@ function drawPlan() {
 
 // ---- charts ------------------------------------------------------------------
 
+// The pixel column (0 .. columns-1) that x falls in.
+function columnOf(x, x0, x1, columns) {
+  return Math.min(columns - 1, Math.floor((x - x0) / (x1 - x0) * columns));
+}
+
 // At most the lowest and the highest point of each pixel column, in x
 // order: a long job draws in bounded time and its spikes stay visible.
 function thinPoints(points, x0, x1, columns) {
@@ -796,7 +801,7 @@ function thinPoints(points, x0, x1, columns) {
   let col = -1, lo = null, hi = null;
   const flush = () => { if (lo) out.push(...(lo === hi ? [lo] : lo[0] < hi[0] ? [lo, hi] : [hi, lo])); };
   for (const p of points) {
-    const c = Math.min(columns - 1, Math.floor((p[0] - x0) / (x1 - x0) * columns));
+    const c = columnOf(p[0], x0, x1, columns);
     if (c !== col) { flush(); col = c; lo = hi = p; }
     else { if (p[1] < lo[1]) lo = p; if (p[1] > hi[1]) hi = p; }
   }
@@ -811,7 +816,7 @@ function columnMeans(points, x0, x1, columns) {
   let col = -1, sx = 0, sy = 0, n = 0;
   const flush = () => { if (n) out.push([sx / n, sy / n]); };
   for (const p of points) {
-    const c = Math.min(columns - 1, Math.floor((p[0] - x0) / (x1 - x0) * columns));
+    const c = columnOf(p[0], x0, x1, columns);
     if (c !== col) { flush(); col = c; sx = sy = n = 0; }
     sx += p[0]; sy += p[1]; n++;
   }

@@ -18,7 +18,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -26,6 +25,7 @@
 
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
+#include "runner/base/pp.h"
 
 #define CLIENTS 50
 #define STREAMS 10
@@ -76,13 +76,9 @@ typedef struct stream_result {
     long bytes;
 } stream_result;
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
+static double now_s(void) { return (double)pp_now_ns() / 1e9; }
 
-/* Every stream has counted at least `want` of the counter `which` picks. */
+/* Every stream has counted at least `want` hellos (hello != 0) or steps. */
 static int streams_all(stream_result *sr, int hello, int want) {
     for (int i = 0; i < STREAMS; i++)
         if (atomic_load(hello ? &sr[i].hello : &sr[i].steps_seen) < want) return 0;

@@ -280,6 +280,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
+/* 413 for a body over max_body, announced (Content-Length) or chunked. */
+static enum MHD_Result send_too_big(http_server *s, struct MHD_Connection *c) {
+    http_reply r = {0};
+    http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
+    return send_reply(s, c, &r);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -309,8 +316,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         if (too_big) {
             rq->answered = 1;
-            http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
-            return send_reply(s, c, &r);
+            return send_too_big(s, c);
         }
         return MHD_YES;
     }
@@ -339,10 +345,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    if (rq->discarded) {
-        http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
-        return send_reply(s, c, &r);
-    }
+    if (rq->discarded) return send_too_big(s, c);
     int head = strcmp(method, "HEAD") == 0;
     int get = head || strcmp(method, "GET") == 0;
     if (is_metrics) {
