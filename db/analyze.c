@@ -13,11 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct op {
-    int rank, phase, stage, microbatch;
-    int64_t start, end;
-    int64_t bytes; /* F/B/W: activation bytes held after it (0: not recorded) */
-} op;
+typedef analyze_op op;
 
 const char *const analyze_causes[CAUSE_COUNT + 1] = {"warmup", "cooldown", "wait_activation", "wait_gradient",
                                                      "comm",   "other",    NULL};
@@ -34,7 +30,7 @@ int analyze_cause_of(const char *s) {
     return -1;
 }
 
-static int is_compute(int p) { return p == TRACE_F || p == TRACE_B || p == TRACE_W || p == TRACE_OPT; }
+int analyze_is_compute(int p) { return p == TRACE_F || p == TRACE_B || p == TRACE_W || p == TRACE_OPT; }
 
 /* Length of [a, b) covered by the union of the comm ops that count as
  * communication for a gap ending in `next` (the recv that feeds `next` is
@@ -141,11 +137,11 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
     return rc;
 }
 
-static int load_ops(sqlite3 *sql, int64_t job, int step, op **out, size_t *n_out, int *max_stage) {
+int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage) {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(sql,
                                 "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns,"
-                                " coalesce(bytes,0)"
+                                " coalesce(bytes,0), id"
                                 " FROM events WHERE job_id=?1 AND step=?2 AND source='cpu' AND attempt="
                                 " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)",
                                 -1, &st, NULL);
@@ -174,6 +170,7 @@ static int load_ops(sqlite3 *sql, int64_t job, int step, op **out, size_t *n_out
         o->start = sqlite3_column_int64(st, 4);
         o->end = sqlite3_column_int64(st, 5);
         o->bytes = sqlite3_column_int64(st, 6);
+        o->id = sqlite3_column_int64(st, 7);
         if (o->stage > *max_stage) *max_stage = o->stage;
     }
     sqlite3_finalize(st);
@@ -186,7 +183,7 @@ static int load_ops(sqlite3 *sql, int64_t job, int step, op **out, size_t *n_out
     return SQLITE_OK;
 }
 
-static int job_stages(sqlite3 *sql, int64_t job) {
+int analyze_job_stages(sqlite3 *sql, int64_t job) {
     sqlite3_stmt *st;
     int stages = 0;
     if (sqlite3_prepare_v2(sql, "SELECT stages FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK) return 0;
@@ -203,14 +200,14 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
     op *ops = NULL;
     size_t n = 0;
     int max_stage = -1;
-    int rc = load_ops(sql, job, step, &ops, &n, &max_stage);
+    int rc = analyze_load_step(sql, job, step, &ops, &n, &max_stage);
     if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
-    int stages = job_stages(sql, job);
+    int stages = analyze_job_stages(sql, job);
     if (stages <= max_stage) stages = max_stage + 1;
     /* Compute ops first (sorted by rank, start), then comm ops likewise. */
     size_t ncompute = 0;
     for (size_t i = 0; i < n; i++)
-        if (is_compute(ops[i].phase)) {
+        if (analyze_is_compute(ops[i].phase)) {
             op t = ops[ncompute];
             ops[ncompute++] = ops[i];
             ops[i] = t;

@@ -26,6 +26,23 @@ int analyze_phase_of(const char *name);
 /* The analyze_cause of a stored cause name, or -1. */
 int analyze_cause_of(const char *name);
 
+/* One host span (events row, source 'cpu') as the analyses read it. */
+typedef struct analyze_op {
+    int64_t id; /* events.id */
+    int rank, phase, stage, microbatch; /* stage and microbatch -1 where NULL (OPT) */
+    int64_t start, end;
+    int64_t bytes; /* F/B/W: activation bytes held after it (0: not recorded) */
+} analyze_op;
+
+/* Whether a trace_phase is compute (F, B, W, OPT) rather than communication. */
+int analyze_is_compute(int phase);
+/* The host spans of the step's latest attempt, LOSS records left out, into
+ * *out (the caller frees it) and *n; raises *max_stage to the highest stage
+ * seen. An SQLite result code. */
+int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, size_t *n, int *max_stage);
+/* jobs.stages of the job, 0 when unknown. */
+int analyze_job_stages(sqlite3 *sql, int64_t job_id);
+
 /* One transaction. A step without compute events gets no rows. */
 int db_analyze_step(db *d, int64_t job_id, int step, pp_err *err);
 /* Every step that has events. */

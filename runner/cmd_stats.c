@@ -117,19 +117,24 @@ int cmd_stats(int argc, char **argv) {
         goto out;
     }
     job_summary s;
+    critpath_report cp = {0};
     if (summary_read(db, job, SUMMARY_OPS, &s, &err) != 0) {
         fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
     } else {
         report_full(stdout, db, &s);
         whatif_report w;
-        if (whatif_read(db, &s, &w, &err) != 0) {
+        if (critpath_read(db, &s, &cp, &err) != 0) {
+            fprintf(stderr, "pprun stats: %s: critical path: %s\n", dbpath, err.msg);
+        } else if (whatif_read(db, &s, &w, &err) != 0) {
             fprintf(stderr, "pprun stats: %s: what-if: %s\n", dbpath, err.msg);
         } else {
+            report_critpath(stdout, &cp);
             report_balance(stdout, &w);
             report_whatif(stdout, &w);
             rc = 0;
         }
     }
+    critpath_report_free(&cp);
     summary_free(&s);
 out:
     sqlite3_close(db);

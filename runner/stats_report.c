@@ -4,6 +4,7 @@
 #include "runner/stats_report.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "db/alive.h"
@@ -209,6 +210,62 @@ void report_balance(FILE *out, const whatif_report *r) {
     } else {
         fprintf(out, "  cuts       none suggested: %s\n", r->no_cuts);
     }
+}
+
+/* The ranks to show: every rank with time on the path, up to 16; else the
+ * 8 with the most (in rank order). */
+static int critpath_shown(const critpath_totals *t, int *shown) {
+    int n = 0, on_path = 0;
+    for (int k = 0; k < t->ranks; k++) on_path += critpath_rank_ns(t, k) > 0;
+    for (int k = 0; k < t->ranks; k++) {
+        int64_t mine = critpath_rank_ns(t, k);
+        if (mine <= 0) continue;
+        int ahead = 0; /* ranks with more time, or as much and earlier */
+        for (int j = 0; on_path > 16 && j < t->ranks; j++) {
+            int64_t other = critpath_rank_ns(t, j);
+            ahead += other > mine || (other == mine && j < k);
+        }
+        if (ahead < 8) shown[n++] = k;
+    }
+    return n;
+}
+
+void report_critpath(FILE *out, const critpath_report *r) {
+    if (!r->steps) return;
+    const critpath_totals *t = &r->t;
+    double steps = r->steps, span = (double)t->span_ns;
+    char a[24], b[24], c[24], d[24], e[24], f[24];
+    fprintf(out, "critical path  the ops each step waited on, steps %d-%d (%s a step, mean)\n", r->first_step,
+            r->last_step, fmt_ns(a, sizeof a, span / steps));
+    fprintf(out, "  %-4s %10s %10s %10s %10s %10s %6s\n", "rank", "F", "B", "W", "OPT", "all", "share");
+    int *shown = malloc((t->ranks > 0 ? (size_t)t->ranks : 1) * sizeof *shown);
+    int n = shown ? critpath_shown(t, shown) : 0;
+    int64_t listed = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t *ns = t->op_ns[shown[i]];
+        int64_t all = critpath_rank_ns(t, shown[i]);
+        listed += all;
+        fprintf(out, "  %-4d %10s %10s %10s %10s %10s %6s\n", shown[i], fmt_ns(a, sizeof a, ns[0] / steps),
+                fmt_ns(b, sizeof b, ns[1] / steps), fmt_ns(c, sizeof c, ns[2] / steps),
+                fmt_ns(d, sizeof d, ns[3] / steps), fmt_ns(e, sizeof e, all / steps),
+                fmt_pct(f, sizeof f, all / span));
+    }
+    free(shown);
+    int64_t ops = 0;
+    for (int k = 0; k < t->ranks; k++) ops += critpath_rank_ns(t, k);
+    if (ops > listed)
+        fprintf(out, "  %-48s %10s %6s\n", "the other ranks", fmt_ns(a, sizeof a, (ops - listed) / steps),
+                fmt_pct(b, sizeof b, (ops - listed) / span));
+    const struct {
+        const char *what;
+        int64_t ns;
+    } waits[] = {{"hand-offs: an output crossing to the next rank", t->handoff_ns},
+                 {"on a rank between its ops, sending or receiving", t->comm_ns},
+                 {"on a rank between its ops, the rest", t->other_ns}};
+    for (int k = 0; k < 3; k++)
+        fprintf(out, "  %-48s %10s %6s\n", waits[k].what, fmt_ns(a, sizeof a, waits[k].ns / steps),
+                fmt_pct(b, sizeof b, waits[k].ns / span));
+    fprintf(out, "  (an op on this path done t sooner ends the step at most t sooner; an op off it, not at all)\n");
 }
 
 void report_whatif(FILE *out, const whatif_report *r) {

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "db/compare.h"
+#include "db/critpath.h"
 #include "db/summary.h"
 #include "db/whatif.h"
 
@@ -30,6 +31,11 @@ void report_whatif(FILE *out, const whatif_report *r);
  * costs and what the first and last stage add, and the --pipeline-cuts
  * that would even the stages out, or why none are suggested. */
 void report_balance(FILE *out, const whatif_report *r);
+/* The critical path (r->steps > 0, else nothing): per rank its F, B, W
+ * and OPT time on the path a step (every rank on it, up to 16; else the 8
+ * with the most), then the waits between path ops: hand-offs to another
+ * rank, a rank's own sends and receives, the rest. */
+void report_critpath(FILE *out, const critpath_report *r);
 /* Job js (whatif jw) against other job os (ow), c from compare_read: both
  * job lines, what differs in their configurations, a table of their
  * numbers (a column each, then the change from the other to this one: a

@@ -94,6 +94,14 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     for (int m = 0; m < 8; m++) want += fixture_loss(2, m) / 8;
     snprintf(loss, sizeof loss, "loss       %.4f (mean of step 2)", want);
     lt_assert_has(p.out, loss);
+    /* the first F down, rank 3 never idle from then on, microbatch 7's gradient back up, rank 0's W and OPT */
+    lt_assert_has(p.out, "critical path  the ops each step waited on, steps 1-2 (30.50 ms a step, mean)\n"
+                         "  rank          F          B          W        OPT        all  share\n"
+                         "  0       1.00 ms    1.00 ms    1.00 ms  500.00 us    3.50 ms  11.5%\n"
+                         "  1       1.00 ms    1.00 ms       0 ns       0 ns    2.00 ms   6.6%\n"
+                         "  2       1.00 ms    1.00 ms       0 ns       0 ns    2.00 ms   6.6%\n"
+                         "  3       8.00 ms    8.00 ms    7.00 ms       0 ns   23.00 ms  75.4%\n"
+                         "  hand-offs: an output crossing to the next rank         0 ns   0.0%\n");
     /* every schedule at these costs; this job's own row is 1f1b */
     lt_assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 1.00 ms, B 1.00 ms, W 1.00 ms, "
                       "send 50.00 us per op\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
@@ -218,6 +226,40 @@ Test(stats, a_real_job_agrees_with_sql_and_its_closing_lines, .timeout = 240) {
     lt_free(&run);
     fixture_remove(db);
     rmdir(dir);
+}
+
+/* A real job whose last stage holds 5 of 8 layers (ops sleep 1 ms per
+ * layer): 1F1B's last stage never idles once it starts, so almost the
+ * whole step waits on rank 3, and the shares of the path add up to the
+ * step. */
+Test(stats, a_slow_stage_holds_the_critical_path, .timeout = 240) {
+    const char *db = tfix_path("critpath.db");
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--model", "timed:f=1ms,b=1ms,w=1ms,layers=8,per=layer,act=4KiB", "--pipeline-cuts",
+                            "1,2,3", "--steps", "4", "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_proc p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "critical path  the ops each step waited on, steps 1-3 (");
+    const char *line = strstr(p.out, "  rank          F          B          W        OPT        all  share\n");
+    cr_assert_not_null(line, "%s", p.out);
+    double total = 0, share[4] = {0};
+    for (int i = 0; i < 7; i++) {
+        line = strchr(line, '\n') + 1;
+        const char *pct = strchr(line, '%');
+        cr_assert_not_null(pct);
+        const char *num = pct;
+        while (num > line && num[-1] != ' ') num--;
+        double v = strtod(num, NULL);
+        if (i < 4) share[line[2] - '0'] = v; /* "  R ..." */
+        total += v;
+    }
+    cr_assert_float_eq(total, 100, 0.4, "ranks and waits add up to the step (each rounded to 0.1)\n%s", p.out);
+    cr_assert_geq(share[3], 80, "rank 3 holds the path\n%s", p.out);
+    lt_free(&p);
+    lt_free(&run);
 }
 
 /* A real zb-v job on 2 ranks holds two stages per rank (0 and 3, 1 and 2):

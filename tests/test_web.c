@@ -442,6 +442,54 @@ Test(web, summary_holds_a_job_in_a_few_numbers) {
     cJSON_Delete(get_json("/api/jobs/9/summary", 404));
 }
 
+/* The fixture's critical path (test_critpath.c has it op by op): steps 1
+ * and 2 together, then step 1 with its ops in time order. */
+Test(web, critpath_gives_each_ranks_time_on_the_path_and_a_steps_ops) {
+    cJSON *j = get_json("/api/jobs/1/critpath", 200);
+    cr_assert_eq(num(j, "steps"), 2);
+    cr_assert_eq(num(j, "first_step"), 1);
+    cr_assert_eq(num(j, "last_step"), 2);
+    cr_assert_eq(num(j, "span_ns"), 2 * FIXTURE_STEP_SPAN_NS);
+    cJSON *ranks = cJSON_GetObjectItem(j, "ranks");
+    cr_assert_eq(cJSON_GetArraySize(ranks), 4);
+    cJSON *r3 = cJSON_GetArrayItem(ranks, 3);
+    cr_assert_eq(num(r3, "rank"), 3);
+    cr_assert_eq(num(r3, "F"), 16e6);
+    cr_assert_eq(num(r3, "W"), 14e6);
+    cr_assert_eq(num(cJSON_GetArrayItem(ranks, 0), "OPT"), 1e6);
+    cr_assert_eq(num(j, "handoff_ns") + num(j, "comm_ns") + num(j, "other_ns"), 0);
+    cJSON_Delete(j);
+
+    j = get_json("/api/jobs/1/critpath?step=1", 200);
+    cr_assert_eq(num(j, "step"), 1);
+    double start = num(j, "start"), t = start;
+    cr_assert_eq(start, FIXTURE_STEP_OFFSET_NS + FIXTURE_STEP_PERIOD_NS, "ns since the job's start");
+    cr_assert_eq(num(j, "end") - start, FIXTURE_STEP_SPAN_NS);
+    cJSON *ops = cJSON_GetObjectItem(j, "ops"), *o;
+    cr_assert_eq(cJSON_GetArraySize(ops), 31);
+    cJSON_ArrayForEach(o, ops) {
+        cr_assert_eq(num(o, "start"), t + num(o, "lead_ns"), "each op starts where the one before it released it");
+        t = num(o, "end");
+    }
+    cr_assert_eq(t, num(j, "end"));
+    o = cJSON_GetArrayItem(ops, 0);
+    cr_assert_str_eq(str(o, "phase"), "F");
+    cr_assert_str_eq(str(o, "via"), "first");
+    cr_assert_gt(num(o, "id"), 0);
+    o = cJSON_GetArrayItem(ops, 30);
+    cr_assert_str_eq(str(o, "phase"), "OPT");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "stage")), "OPT has no stage");
+    cr_assert_str_eq(str(cJSON_GetArrayItem(ops, 1), "via"), "data");
+    cJSON_Delete(j);
+
+    j = get_json("/api/jobs/1/critpath?step=7", 404);
+    cr_assert_str_eq(str(j, "error"), "job 1 has no compute op in step 7");
+    cJSON_Delete(j);
+    cJSON_Delete(get_json("/api/jobs/1/critpath?step=-1", 400));
+    cJSON_Delete(get_json("/api/jobs/1/critpath?step=x", 400));
+    cJSON_Delete(get_json("/api/jobs/9/critpath", 404));
+}
+
 /* No step yet: nulls, not zeros; one step: step 0 is all there is. */
 Test(web_summary, a_job_without_steps_then_with_only_step_0, .timeout = 60) {
     start_with(0, "running", (http_options){.conn_timeout_s = 2});
@@ -452,12 +500,21 @@ Test(web_summary, a_job_without_steps_then_with_only_step_0, .timeout = 60) {
     cr_assert(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "bubble_ratio_by_rank"), 0)));
     cr_assert_float_eq(num(j, "sim_bubble_ratio"), 6.0 / 30, 1e-12, "the plan is there before any step");
     cJSON_Delete(j);
+    j = get_json("/api/jobs/1/critpath", 200);
+    cr_assert_eq(num(j, "steps"), 0);
+    cr_assert_eq(num(j, "span_ns"), 0);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "first_step")));
+    cJSON_Delete(j);
     teardown();
     start_with(1, "running", (http_options){.conn_timeout_s = 2});
     j = get_json("/api/jobs/1/summary", 200);
     cr_assert_eq(num(j, "from_step"), 0);
     cr_assert_eq(num(j, "steps"), 1);
     cr_assert_eq(num(j, "loss_step"), 0);
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/critpath", 200);
+    cr_assert_eq(num(j, "steps"), 1, "step 0, when it is all there is");
+    cr_assert_eq(num(j, "last_step"), 0);
     cJSON_Delete(j);
     teardown();
 }

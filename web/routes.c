@@ -313,7 +313,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         }
     }
     static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "summary", "whatif", "compare",
-                                        "trace.json", NULL};
+                                        "critpath", "trace.json", NULL};
     if (!rest || index_of(known, what) < 0) {
         http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
         return;
@@ -339,6 +339,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         else if (!strcmp(what, "summary")) route_summary(db, &j, r);
         else if (!strcmp(what, "whatif")) route_whatif(db, &j, r);
         else if (!strcmp(what, "compare")) route_compare(db, c, &j, r);
+        else if (!strcmp(what, "critpath")) route_critpath(db, c, &j, r);
         else route_plan(db, &j, r);
     }
     dbpool_put(&s->pool, db);

@@ -1,6 +1,7 @@
 /* routes.h: what the route files of web/ share (routes.c dispatches;
  * routes_timeline.c serves the events window, kernels and gaps;
- * routes_steps.c the steps, plan, summary and Chrome trace;
+ * routes_steps.c the steps, plan, summary, what-if, critical path and
+ * Chrome trace;
  * routes_compare.c two jobs side by side). Not for use outside web/. */
 #ifndef PP_WEB_ROUTES_H
 #define PP_WEB_ROUTES_H
@@ -35,6 +36,8 @@ void route_plan(sqlite3 *db, const job_info *j, http_reply *r);
 void route_summary(sqlite3 *db, const job_info *j, http_reply *r);
 void route_whatif(sqlite3 *db, const job_info *j, http_reply *r);
 void route_trace(sqlite3 *db, const job_info *j, http_reply *r);
+/* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c) */
+void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
 /* GET /api/jobs/{id}/compare?vs=M (routes_compare.c) */
 void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
 

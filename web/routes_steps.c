@@ -1,7 +1,8 @@
 /* routes_steps.c: the per-step API (docs/api.md): the steps with their
  * time, bubble and loss; the planned schedule and its simulated bubble; a
  * job's summary in a few numbers; every schedule simulated at the job's
- * measured costs; and the Chrome/Perfetto trace export. */
+ * measured costs; the critical path; and the Chrome/Perfetto trace
+ * export. */
 #include <sqlite3.h>
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "db/analyze.h"
+#include "db/critpath.h"
 #include "db/export.h"
 #include "db/summary.h"
 #include "db/whatif.h"
@@ -357,4 +359,92 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
     summary_free(&s);
     http_json(r, &w);
     jw_free(&w); /* empty once sent */
+}
+
+/* Where t's time went: per rank its ops' time on the path, and the waits. */
+static void critpath_totals_json(jw *w, const critpath_totals *t) {
+    static const char *const phases[4] = {"F", "B", "W", "OPT"};
+    jw_kint(w, "span_ns", t->span_ns);
+    jw_key(w, "ranks");
+    jw_arr(w);
+    for (int k = 0; k < t->ranks; k++) {
+        jw_obj(w);
+        jw_kint(w, "rank", k);
+        for (int p = 0; p < 4; p++) jw_kint(w, phases[p], t->op_ns[k][p]);
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_kint(w, "handoff_ns", t->handoff_ns);
+    jw_kint(w, "comm_ns", t->comm_ns);
+    jw_kint(w, "other_ns", t->other_ns);
+}
+
+/* One step's path, op by op (?step=N), or the latest complete steps'
+ * totals (db/critpath.h). */
+void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+    long step = -1;
+    if (arg_long(c, "step", 0, 1l << 30, &step, r) < 0) return;
+    pp_err err;
+    jw w;
+    if (step < 0) {
+        job_summary s;
+        critpath_report cr;
+        if (summary_begin(db, j, &s, NULL, &w, r) != 0) return;
+        if (critpath_read(db, &s, &cr, &err) != 0) {
+            jw_free(&w);
+            http_error(r, 500, "%s", err.msg);
+        } else {
+            jw_kint(&w, "steps", cr.steps);
+            jw_kint_or_null(&w, "first_step", cr.steps ? cr.first_step : -1);
+            jw_kint_or_null(&w, "last_step", cr.steps ? cr.last_step : -1);
+            critpath_totals_json(&w, &cr.t);
+            jw_obj_end(&w);
+            http_json(r, &w);
+        }
+        critpath_report_free(&cr);
+        summary_free(&s);
+        jw_free(&w); /* empty once sent */
+        return;
+    }
+    critpath_path p;
+    critpath_totals t = {.ranks = j->world};
+    if (critpath_step(db, j->id, (int)step, &p, &err) != 0) {
+        http_error(r, 500, "%s", err.msg);
+    } else if (p.n == 0) {
+        http_error(r, 404, "job %ld has no compute op in step %ld", j->id, step);
+    } else if (!(t.op_ns = calloc(j->world > 0 ? (size_t)j->world : 1, sizeof *t.op_ns))) {
+        http_error(r, 500, "out of memory");
+    } else {
+        critpath_add(&t, &p);
+        jw_init(&w);
+        jw_obj(&w);
+        jw_kint(&w, "job", j->id);
+        jw_kint(&w, "step", step);
+        jw_kint(&w, "start", p.start_ns - j->t0);
+        jw_kint(&w, "end", p.end_ns - j->t0);
+        critpath_totals_json(&w, &t);
+        jw_key(&w, "ops");
+        jw_arr(&w);
+        for (size_t i = 0; i < p.n; i++) {
+            const critpath_op *o = &p.ops[i];
+            jw_obj(&w);
+            jw_kint(&w, "id", o->op.id);
+            jw_kint(&w, "rank", o->op.rank);
+            jw_kstr(&w, "phase", trace_phase_name(o->op.phase));
+            jw_kint_or_null(&w, "stage", o->op.stage);
+            jw_kint_or_null(&w, "microbatch", o->op.microbatch);
+            jw_kint(&w, "start", o->op.start - j->t0);
+            jw_kint(&w, "end", o->op.end - j->t0);
+            jw_kstr(&w, "via", critpath_via_names[o->via]);
+            jw_kint(&w, "lead_ns", o->lead_ns);
+            jw_kint(&w, "lead_comm_ns", o->lead_comm_ns);
+            jw_obj_end(&w);
+        }
+        jw_arr_end(&w);
+        jw_obj_end(&w);
+        http_json(r, &w);
+        jw_free(&w); /* empty once sent */
+    }
+    free(t.op_ns);
+    critpath_free(&p);
 }

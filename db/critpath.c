@@ -1,0 +1,260 @@
+/* critpath.c: the critical path of a step (critpath.h).
+ *
+ * The walk visits each op at most once: every predecessor starts strictly
+ * before the op it released, so starts fall along the path. Finding the
+ * rank's previous op is a binary search over the rank's ops by start plus a
+ * running "latest end so far" per rank; finding the op whose output an op
+ * took is a binary search over (phase, stage, microbatch). */
+#include "db/critpath.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *const critpath_via_names[3] = {"first", "rank", "data"};
+
+#define NONE ((size_t)-1)
+
+static int by_rank_start(const void *a, const void *b) {
+    const analyze_op *x = a, *y = b;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    if (x->start != y->start) return x->start < y->start ? -1 : 1;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+/* An F or B by what another rank's op looks it up by. */
+typedef struct data_key {
+    int phase, stage, microbatch;
+    size_t index; /* into the compute ops */
+} data_key;
+
+static int by_key(const void *a, const void *b) {
+    const data_key *x = a, *y = b;
+    if (x->phase != y->phase) return x->phase < y->phase ? -1 : 1;
+    if (x->stage != y->stage) return x->stage < y->stage ? -1 : 1;
+    return (x->microbatch > y->microbatch) - (x->microbatch < y->microbatch);
+}
+
+/* What the walk reads: compute ops sorted by (rank, start), and per op the
+ * first index of its rank and the latest-ending op of its rank up to it. */
+typedef struct walk {
+    analyze_op *ops;
+    size_t n;
+    size_t *rank_first, *latest_end;
+    data_key *keys;
+    size_t nkeys;
+} walk;
+
+/* The rank's op that released ops[i] latest among those that started
+ * before it, or NONE. */
+static size_t rank_predecessor(const walk *w, size_t i) {
+    size_t lo = w->rank_first[i], hi = i; /* first op of [lo, i] starting at or after ops[i] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (w->ops[mid].start < w->ops[i].start) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo > w->rank_first[i] ? w->latest_end[lo - 1] : NONE;
+}
+
+/* The op of another rank whose output ops[i] took, or NONE. */
+static size_t data_predecessor(const walk *w, size_t i) {
+    const analyze_op *c = &w->ops[i];
+    if (c->stage < 0 || c->microbatch < 0 || (c->phase != TRACE_F && c->phase != TRACE_B)) return NONE;
+    data_key k = {c->phase, c->phase == TRACE_F ? c->stage - 1 : c->stage + 1, c->microbatch, 0};
+    const data_key *hit = k.stage < 0 ? NULL : bsearch(&k, w->keys, w->nkeys, sizeof k, by_key);
+    if (!hit) return NONE;
+    const analyze_op *p = &w->ops[hit->index];
+    return p->rank != c->rank && p->start < c->start ? hit->index : NONE;
+}
+
+static int64_t released_at(const analyze_op *p, const analyze_op *c) { return p->end < c->start ? p->end : c->start; }
+
+/* How much of [a, b) the spans comm[0..n) (sorted by start) cover. */
+static int64_t covered(const analyze_op *comm, size_t n, int64_t a, int64_t b) {
+    int64_t total = 0, cursor = a;
+    for (size_t i = 0; i < n && comm[i].start < b; i++) {
+        int64_t s = comm[i].start > cursor ? comm[i].start : cursor, e = comm[i].end < b ? comm[i].end : b;
+        if (e > s) total += e - s, cursor = e;
+    }
+    return total;
+}
+
+static int walk_init(walk *w, const analyze_op *spans, size_t n) {
+    memset(w, 0, sizeof *w);
+    for (size_t i = 0; i < n; i++) w->n += analyze_is_compute(spans[i].phase);
+    size_t cap = w->n ? w->n : 1;
+    w->ops = malloc(cap * sizeof *w->ops);
+    w->rank_first = malloc(cap * sizeof *w->rank_first);
+    w->latest_end = malloc(cap * sizeof *w->latest_end);
+    w->keys = malloc(cap * sizeof *w->keys);
+    if (!w->ops || !w->rank_first || !w->latest_end || !w->keys) return -1;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (analyze_is_compute(spans[i].phase)) w->ops[k++] = spans[i];
+    qsort(w->ops, w->n, sizeof *w->ops, by_rank_start);
+    for (size_t i = 0; i < w->n; i++) {
+        int same = i > 0 && w->ops[i - 1].rank == w->ops[i].rank;
+        w->rank_first[i] = same ? w->rank_first[i - 1] : i;
+        w->latest_end[i] = same && w->ops[w->latest_end[i - 1]].end >= w->ops[i].end ? w->latest_end[i - 1] : i;
+        const analyze_op *o = &w->ops[i];
+        if ((o->phase == TRACE_F || o->phase == TRACE_B) && o->stage >= 0 && o->microbatch >= 0)
+            w->keys[w->nkeys++] = (data_key){o->phase, o->stage, o->microbatch, i};
+    }
+    qsort(w->keys, w->nkeys, sizeof *w->keys, by_key);
+    return 0;
+}
+
+static void walk_free(walk *w) {
+    free(w->ops);
+    free(w->rank_first);
+    free(w->latest_end);
+    free(w->keys);
+}
+
+/* The communication spans, sorted by (rank, start), into *out (owned). */
+static analyze_op *comm_spans(const analyze_op *spans, size_t n, size_t *ncomm) {
+    analyze_op *comm = malloc((n ? n : 1) * sizeof *comm);
+    if (!comm) return NULL;
+    *ncomm = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!analyze_is_compute(spans[i].phase)) comm[(*ncomm)++] = spans[i];
+    qsort(comm, *ncomm, sizeof *comm, by_rank_start);
+    return comm;
+}
+
+/* Fills the lead and path times along p (in time order); comm: the step's
+ * communication spans sorted by (rank, start). */
+static void critpath_times(critpath_path *p, const analyze_op *comm, size_t ncomm) {
+    for (size_t i = 0; i < p->n; i++) {
+        critpath_op *o = &p->ops[i];
+        int64_t prev_end = i == 0 ? p->start_ns : released_at(&p->ops[i - 1].op, &o->op);
+        o->lead_ns = o->op.start - prev_end;
+        o->path_ns = (i + 1 < p->n ? released_at(&o->op, &p->ops[i + 1].op) : o->op.end) - o->op.start;
+        o->lead_comm_ns = 0;
+        if (o->via != CRITPATH_RANK || o->lead_ns <= 0) continue;
+        size_t lo = 0;
+        while (lo < ncomm && comm[lo].rank < o->op.rank) lo++;
+        size_t hi = lo;
+        while (hi < ncomm && comm[hi].rank == o->op.rank) hi++;
+        o->lead_comm_ns = covered(comm + lo, hi - lo, prev_end, o->op.start);
+    }
+}
+
+int critpath_build(const analyze_op *spans, size_t n, critpath_path *out, pp_err *err) {
+    memset(out, 0, sizeof *out);
+    walk w;
+    size_t ncomm = 0, *path = NULL;
+    int *via = NULL, rc = -1;
+    analyze_op *comm = NULL;
+    if (walk_init(&w, spans, n) != 0 || !(comm = comm_spans(spans, n, &ncomm)) ||
+        !(path = malloc((w.n ? w.n : 1) * sizeof *path)) || !(via = malloc((w.n ? w.n : 1) * sizeof *via)) ||
+        !(out->ops = malloc((w.n ? w.n : 1) * sizeof *out->ops))) {
+        pp_fail(err, "out of memory finding the critical path");
+        goto done;
+    }
+    rc = 0;
+    if (w.n == 0) goto done;
+    size_t cur = 0;
+    out->start_ns = w.ops[0].start;
+    for (size_t i = 0; i < w.n; i++) {
+        if (w.ops[i].end > w.ops[cur].end) cur = i;
+        if (w.ops[i].start < out->start_ns) out->start_ns = w.ops[i].start;
+    }
+    out->end_ns = w.ops[cur].end;
+    size_t len = 0;
+    for (;;) {
+        size_t p1 = rank_predecessor(&w, cur), p2 = data_predecessor(&w, cur);
+        const analyze_op *c = &w.ops[cur];
+        path[len] = cur;
+        if (p2 != NONE && (p1 == NONE || released_at(&w.ops[p2], c) > released_at(&w.ops[p1], c))) {
+            via[len++] = CRITPATH_DATA;
+            cur = p2;
+        } else if (p1 != NONE) {
+            via[len++] = CRITPATH_RANK;
+            cur = p1;
+        } else {
+            via[len++] = CRITPATH_FIRST;
+            break;
+        }
+    }
+    for (size_t i = 0; i < len; i++) {
+        out->ops[i].op = w.ops[path[len - 1 - i]];
+        out->ops[i].via = via[len - 1 - i];
+    }
+    out->n = len;
+    critpath_times(out, comm, ncomm);
+done:
+    walk_free(&w);
+    free(comm);
+    free(path);
+    free(via);
+    return rc;
+}
+
+void critpath_free(critpath_path *p) {
+    free(p->ops);
+    memset(p, 0, sizeof *p);
+}
+
+int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err *err) {
+    memset(out, 0, sizeof *out);
+    analyze_op *spans = NULL;
+    size_t n = 0;
+    int max_stage = -1;
+    int rc = analyze_load_step(db, job, step, &spans, &n, &max_stage);
+    if (rc != SQLITE_OK)
+        return pp_fail(err, "reading step %d of job %lld: %s", step, (long long)job, sqlite3_errstr(rc));
+    rc = critpath_build(spans, n, out, err);
+    free(spans);
+    return rc;
+}
+
+int64_t critpath_rank_ns(const critpath_totals *t, int rank) {
+    const int64_t *ns = t->op_ns[rank];
+    return ns[0] + ns[1] + ns[2] + ns[3];
+}
+
+void critpath_add(critpath_totals *t, const critpath_path *p) {
+    t->span_ns += p->end_ns - p->start_ns;
+    for (size_t i = 0; i < p->n; i++) {
+        const critpath_op *o = &p->ops[i];
+        int k = o->op.phase == TRACE_F ? 0 : o->op.phase == TRACE_B ? 1 : o->op.phase == TRACE_W ? 2 : 3;
+        if (o->op.rank >= 0 && o->op.rank < t->ranks) t->op_ns[o->op.rank][k] += o->path_ns;
+        else t->other_ns += o->path_ns;
+        if (o->via == CRITPATH_DATA) t->handoff_ns += o->lead_ns;
+        else t->comm_ns += o->lead_comm_ns, t->other_ns += o->lead_ns - o->lead_comm_ns;
+    }
+}
+
+int critpath_read(sqlite3 *db, const job_summary *s, critpath_report *r, pp_err *err) {
+    memset(r, 0, sizeof *r);
+    r->t.ranks = s->world;
+    if (!(r->t.op_ns = calloc(s->world > 0 ? (size_t)s->world : 1, sizeof *r->t.op_ns)))
+        return pp_fail(err, "out of memory reading the critical path");
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ") ORDER BY step DESC LIMIT ?3",
+                           -1, &st, NULL) != SQLITE_OK)
+        return pp_fail(err, "reading the critical path: %s", sqlite3_errmsg(db));
+    sqlite3_bind_int64(st, 1, s->job_id);
+    sqlite3_bind_int(st, 2, s->from_step);
+    sqlite3_bind_int(st, 3, CRITPATH_STEPS);
+    int steps[CRITPATH_STEPS], n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < CRITPATH_STEPS) steps[n++] = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return pp_fail(err, "reading the critical path: %s", sqlite3_errstr(rc));
+    for (int i = 0; i < n; i++) {
+        critpath_path p;
+        if (critpath_step(db, s->job_id, steps[i], &p, err) != 0) return -1;
+        critpath_add(&r->t, &p);
+        critpath_free(&p);
+    }
+    r->steps = n;
+    if (n > 0) r->first_step = steps[n - 1], r->last_step = steps[0];
+    return 0;
+}
+
+void critpath_report_free(critpath_report *r) {
+    free(r->t.op_ns);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,83 @@
+/* critpath.h: the critical path of a step, the chain of ops the step's end
+ * waited on. Walking back from the compute op that ended last, each op's
+ * predecessor is whichever of its two dependencies released it later: the
+ * rank's previous op, or the op of another rank whose output it took (the F
+ * of the previous stage for an F, the B of the next stage for a B, same
+ * microbatch). The time between the two is a hand-off (the output crossing
+ * to the other rank) or time on the rank between its ops (split into its
+ * sends and receives and the rest). The path's ops and those waits add up
+ * to the step's span exactly, so "rank 3's B is 40% of the path" means a B
+ * of rank 3 twice as fast would shorten the step by up to 20%; an op off
+ * the path shortens it by nothing. The rules are in docs/schema.md. One
+ * reading serves `pprun stats` and GET /api/jobs/{id}/critpath. */
+#ifndef PP_DB_CRITPATH_H
+#define PP_DB_CRITPATH_H
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "db/analyze.h"
+#include "db/summary.h"
+#include "runner/base/pp.h"
+
+#define CRITPATH_STEPS 20 /* the report reads at most the latest this many complete steps, as whatif.h */
+
+/* How the path came to an op from the one before it on the path. */
+typedef enum critpath_via {
+    CRITPATH_FIRST, /* the path's first op: nothing before it in the step */
+    CRITPATH_RANK,  /* the rank's previous op */
+    CRITPATH_DATA   /* the op of another rank whose output it took */
+} critpath_via;
+extern const char *const critpath_via_names[3]; /* "first", "rank", "data" */
+
+typedef struct critpath_op {
+    analyze_op op;        /* the host span, as stored */
+    int via;              /* critpath_via */
+    int64_t lead_ns;      /* on the path before the op: from the previous path op's end (the step's start for
+                           * the first) to this op's start */
+    int64_t lead_comm_ns; /* via CRITPATH_RANK: the part of lead_ns inside the rank's own SEND/RECV spans */
+    int64_t path_ns;      /* the op's own time on the path: its span, cut at the next path op's start where
+                           * the two overlap (clocks of two nodes) */
+} critpath_op;
+
+typedef struct critpath_path {
+    int64_t start_ns, end_ns; /* the step's span: first compute op start to last compute op end */
+    critpath_op *ops;         /* in time order, owned */
+    size_t n;                 /* 0: the step has no compute op */
+} critpath_path;
+
+/* The path through spans[0..n) (one step's host spans, compute and
+ * communication, any order). 0, or -1 with err when out of memory. Free out
+ * with critpath_free, after either result. */
+int critpath_build(const analyze_op *spans, size_t n, critpath_path *out, pp_err *err);
+/* The path of step `step` of job `job` (its latest attempt). */
+int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err *err);
+void critpath_free(critpath_path *p);
+
+/* Where paths' time went, summed over steps. */
+typedef struct critpath_totals {
+    int ranks;
+    int64_t span_ns;          /* the steps' spans; the sum of everything below */
+    int64_t (*op_ns)[4];      /* [ranks] owned: F, B, W, OPT time on the path */
+    int64_t handoff_ns;       /* via CRITPATH_DATA: outputs crossing to another rank */
+    int64_t comm_ns;          /* via CRITPATH_RANK, inside the rank's sends and receives */
+    int64_t other_ns;         /* via CRITPATH_RANK outside them, and before the first op */
+} critpath_totals;
+
+/* A rank's F + B + W + OPT time on the path. */
+int64_t critpath_rank_ns(const critpath_totals *t, int rank);
+/* Adds p to t (t->ranks wide; ops of other ranks count in other_ns). */
+void critpath_add(critpath_totals *t, const critpath_path *p);
+
+typedef struct critpath_report {
+    int steps;                 /* 0: no complete step yet (nothing below is set) */
+    int first_step, last_step; /* the steps read: the latest CRITPATH_STEPS complete ones from from_step on */
+    critpath_totals t;
+} critpath_report;
+
+/* Reads job s->job_id's paths (s from summary_read; s->world wide). 0, or
+ * -1 with err on a database error; free r with critpath_report_free after
+ * either. */
+int critpath_read(sqlite3 *db, const job_summary *s, critpath_report *r, pp_err *err);
+void critpath_report_free(critpath_report *r);
+
+#endif

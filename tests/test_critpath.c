@@ -1,0 +1,246 @@
+/* test_critpath.c: the critical path (db/critpath.h). Hand-made steps for
+ * each rule (a hand-off binds, the rank's previous op binds, ties, an F's
+ * and a B's producers, skewed clocks, ops without a producer), random steps
+ * for what must always hold (the path adds up to the span, starts rise
+ * along it, each data edge names the right producer), and the synthetic
+ * fixture's 1F1B step read from a real SQLite file, op by op. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/critpath.h"
+#include "db/db.h"
+#include "db/summary.h"
+#include "helpers/web_fixture.h"
+
+static analyze_op span(int rank, int phase, int stage, int mb, int64_t start, int64_t end) {
+    static int64_t next_id = 1;
+    return (analyze_op){.id = next_id++, .rank = rank, .phase = phase, .stage = stage, .microbatch = mb,
+                        .start = start, .end = end};
+}
+
+static critpath_path build(const analyze_op *spans, size_t n) {
+    critpath_path p;
+    pp_err err;
+    cr_assert_eq(critpath_build(spans, n, &p, &err), 0, "%s", err.msg);
+    return p;
+}
+
+/* Every part of the path together: the step's span, exactly. */
+static int64_t path_total(const critpath_path *p) {
+    int64_t t = 0;
+    for (size_t i = 0; i < p->n; i++) t += p->ops[i].lead_ns + p->ops[i].path_ns;
+    return t;
+}
+
+static void assert_op(const critpath_path *p, size_t i, int rank, int phase, int stage, int via) {
+    cr_assert_lt(i, p->n);
+    const critpath_op *o = &p->ops[i];
+    cr_assert(o->op.rank == rank && o->op.phase == phase && o->op.stage == stage && o->via == via,
+              "path op %zu: rank %d %s stage %d via %s, expected rank %d %s stage %d via %s", i, o->op.rank,
+              trace_phase_name(o->op.phase), o->op.stage, critpath_via_names[o->via], rank, trace_phase_name(phase),
+              stage, critpath_via_names[via]);
+}
+
+/* Rank 1 was free at 4 but its input came at 12: the path goes back to
+ * rank 0's F, and the 2 between its end and rank 1's F is a hand-off. */
+Test(critpath, a_hand_off_binds_when_the_input_comes_after_the_rank_is_free) {
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10), span(0, TRACE_SEND_F, 0, 0, 10, 11),
+                      span(1, TRACE_W, 1, 5, 0, 4), span(1, TRACE_RECV_F, 1, 0, 4, 12),
+                      span(1, TRACE_F, 1, 0, 12, 20)};
+    critpath_path p = build(s, 5);
+    cr_assert_eq(p.n, 2);
+    assert_op(&p, 0, 0, TRACE_F, 0, CRITPATH_FIRST);
+    assert_op(&p, 1, 1, TRACE_F, 1, CRITPATH_DATA);
+    cr_assert_eq(p.ops[1].lead_ns, 2);
+    cr_assert_eq(p.ops[1].lead_comm_ns, 0, "a hand-off is not split");
+    cr_assert_eq(p.start_ns, 0);
+    cr_assert_eq(p.end_ns, 20);
+    critpath_totals t = {.ranks = 2, .op_ns = calloc(2, sizeof *t.op_ns)};
+    critpath_add(&t, &p);
+    cr_assert_eq(t.span_ns, 20);
+    cr_assert_eq(t.op_ns[0][0], 10);
+    cr_assert_eq(t.op_ns[1][0], 8);
+    cr_assert_eq(t.op_ns[1][2], 0, "rank 1's W is off the path");
+    cr_assert_eq(t.handoff_ns, 2);
+    cr_assert_eq(t.comm_ns + t.other_ns, 0);
+    free(t.op_ns);
+    critpath_free(&p);
+}
+
+/* Rank 1's W ended at 10, after its input came (5): the W released the F,
+ * and of the 2 between them 1.5 was rank 1's own send. */
+Test(critpath, the_ranks_previous_op_binds_when_it_ends_later) {
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 5), span(1, TRACE_W, 1, 3, 0, 10),
+                      span(1, TRACE_SEND_B, 1, 3, 10, 11), span(1, TRACE_SEND_B, 1, 4, 10, 11), /* overlapping */
+                      span(1, TRACE_RECV_F, 1, 0, 11, 11), span(1, TRACE_SEND_F, 1, 7, 15, 16),
+                      span(1, TRACE_F, 1, 0, 12, 20)};
+    critpath_path p = build(s, 7);
+    cr_assert_eq(p.n, 2);
+    assert_op(&p, 0, 1, TRACE_W, 1, CRITPATH_FIRST);
+    assert_op(&p, 1, 1, TRACE_F, 1, CRITPATH_RANK);
+    cr_assert_eq(p.ops[1].lead_ns, 2);
+    cr_assert_eq(p.ops[1].lead_comm_ns, 1, "overlapping sends count once; a send after the gap not at all");
+    cr_assert_eq(path_total(&p), 20);
+    critpath_free(&p);
+}
+
+Test(critpath, when_both_release_at_once_the_rank_wins) {
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10), span(1, TRACE_W, 1, 3, 2, 10), span(1, TRACE_F, 1, 0, 10, 20)};
+    critpath_path p = build(s, 3);
+    cr_assert_eq(p.n, 2);
+    assert_op(&p, 0, 1, TRACE_W, 1, CRITPATH_FIRST);
+    assert_op(&p, 1, 1, TRACE_F, 1, CRITPATH_RANK);
+    cr_assert_eq(p.ops[0].lead_ns, 2, "the step started with rank 0's F at 0");
+    cr_assert_eq(path_total(&p), 20);
+    critpath_free(&p);
+}
+
+/* A B takes the gradient of the next stage's B, of the same microbatch; a B
+ * of another microbatch or an F of the next stage is no producer. */
+Test(critpath, a_b_waits_for_the_next_stages_b_of_its_microbatch) {
+    analyze_op t[] = {span(1, TRACE_B, 1, 0, 0, 5), span(1, TRACE_B, 1, 1, 5, 6), span(1, TRACE_F, 1, 0, 6, 7),
+                      span(0, TRACE_W, 0, 4, 0, 3), span(0, TRACE_B, 0, 0, 7, 9)};
+    critpath_path p = build(t, 5);
+    cr_assert_eq(p.n, 2);
+    assert_op(&p, 0, 1, TRACE_B, 1, CRITPATH_FIRST);
+    cr_assert_eq(p.ops[0].op.microbatch, 0, "microbatch 0's B, not microbatch 1's, which ended later");
+    assert_op(&p, 1, 0, TRACE_B, 0, CRITPATH_DATA);
+    cr_assert_eq(p.ops[1].lead_ns, 2);
+    cr_assert_eq(path_total(&p), 9);
+    critpath_free(&p);
+}
+
+/* Two nodes' clocks disagree by a little: the producer seems to end after
+ * its consumer started. The path still adds up: the producer's time is cut
+ * where the consumer starts. */
+Test(critpath, a_producer_ending_after_its_consumer_started_is_cut_there) {
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10), span(1, TRACE_F, 1, 0, 9, 15)};
+    critpath_path p = build(s, 2);
+    cr_assert_eq(p.n, 2);
+    assert_op(&p, 1, 1, TRACE_F, 1, CRITPATH_DATA);
+    cr_assert_eq(p.ops[0].path_ns, 9);
+    cr_assert_eq(p.ops[1].lead_ns, 0);
+    cr_assert_eq(path_total(&p), 15);
+    critpath_free(&p);
+}
+
+/* A "producer" that started after its consumer cannot have released it;
+ * OPT, W and a program's spans without a stage or microbatch have none. */
+Test(critpath, ops_without_a_producer_start_the_path) {
+    analyze_op s[] = {span(1, TRACE_F, 1, 0, 5, 20), span(0, TRACE_F, 0, 0, 10, 12)};
+    critpath_path p = build(s, 2);
+    cr_assert_eq(p.n, 1);
+    assert_op(&p, 0, 1, TRACE_F, 1, CRITPATH_FIRST);
+    cr_assert_eq(p.start_ns, 5);
+    cr_assert_eq(path_total(&p), 15);
+    critpath_free(&p);
+    analyze_op t[] = {span(0, TRACE_F, -1, -1, 0, 10), span(1, TRACE_F, -1, -1, 11, 12), span(2, TRACE_OPT, -1, -1, 0, 13)};
+    p = build(t, 3);
+    cr_assert_eq(p.n, 1, "no stage, no producer");
+    assert_op(&p, 0, 2, TRACE_OPT, -1, CRITPATH_FIRST);
+    cr_assert_eq(path_total(&p), 13);
+    critpath_free(&p);
+    analyze_op u[] = {span(0, TRACE_SEND_F, 0, 0, 0, 10)};
+    p = build(u, 1);
+    cr_assert_eq(p.n, 0, "a step of communication only has no path");
+    critpath_free(&p);
+    p = build(NULL, 0);
+    cr_assert_eq(p.n, 0);
+    critpath_free(&p);
+}
+
+/* Random steps: whatever the spans, the path adds up to the span, begins
+ * at an op with no predecessor, ends at the op that ended last, its starts
+ * rise, and each data edge links an op to its stage neighbour's op of the
+ * same phase and microbatch on another rank. */
+Test(critpath, random_steps_keep_the_invariants) {
+    srand(11);
+    for (int trial = 0; trial < 3000; trial++) {
+        int ranks = 1 + rand() % 5, n = 1 + rand() % 60;
+        analyze_op *s = malloc((size_t)n * sizeof *s);
+        int64_t last_end = INT64_MIN;
+        for (int i = 0; i < n; i++) {
+            int phase = rand() % 8 == 0 ? TRACE_OPT : rand() % TRACE_OPT; /* F .. RECV_B, sometimes OPT */
+            int64_t start = rand() % 1000, len = rand() % 4 ? rand() % 100 : 0;
+            s[i] = span(rand() % ranks, phase, phase == TRACE_OPT ? -1 : rand() % 4, phase == TRACE_OPT ? -1 : rand() % 3,
+                        start, start + len);
+            if (analyze_is_compute(phase) && s[i].end > last_end) last_end = s[i].end;
+        }
+        critpath_path p = build(s, (size_t)n);
+        if (last_end == INT64_MIN) {
+            cr_assert_eq(p.n, 0);
+        } else {
+            cr_assert_gt(p.n, 0);
+            cr_assert_eq(p.end_ns, last_end);
+            cr_assert_eq(p.ops[p.n - 1].op.end, last_end);
+            cr_assert_eq(path_total(&p), p.end_ns - p.start_ns, "trial %d", trial);
+            cr_assert_eq(p.ops[0].via, CRITPATH_FIRST);
+            for (size_t i = 0; i < p.n; i++) {
+                const critpath_op *o = &p.ops[i];
+                cr_assert_geq(o->lead_ns, 0);
+                cr_assert_geq(o->path_ns, 0);
+                cr_assert(o->lead_comm_ns >= 0 && o->lead_comm_ns <= o->lead_ns);
+                if (i == 0) continue;
+                const analyze_op *prev = &p.ops[i - 1].op;
+                cr_assert_lt(prev->start, o->op.start, "trial %d: starts rise along the path", trial);
+                cr_assert_neq(o->via, CRITPATH_FIRST);
+                if (o->via == CRITPATH_RANK) cr_assert_eq(prev->rank, o->op.rank);
+                if (o->via == CRITPATH_DATA) {
+                    cr_assert_neq(prev->rank, o->op.rank);
+                    cr_assert(prev->phase == o->op.phase && (o->op.phase == TRACE_F || o->op.phase == TRACE_B));
+                    cr_assert_eq(prev->stage, o->op.stage + (o->op.phase == TRACE_F ? -1 : 1));
+                    cr_assert_eq(prev->microbatch, o->op.microbatch);
+                }
+            }
+        }
+        critpath_free(&p);
+        free(s);
+    }
+}
+
+/* The fixture's 1F1B step (4 ranks, 8 microbatches, every F, B, W 1 ms, W
+ * right after its B, OPT 0.5 ms on every rank at once): the first F goes
+ * down the pipeline, then rank 3 works without a break (the last stage of
+ * 1F1B is never idle once it starts), then microbatch 7's gradient goes
+ * back up, and rank 0 (the lowest of the ranks whose OPT ends last) ends
+ * the step with its last W and its OPT. */
+Test(critpath, the_fixtures_1f1b_step_op_by_op, .timeout = 60) {
+    char path[256];
+    fixture_fresh(path, sizeof path, "critpath", 3, "succeeded");
+    sqlite3 *db;
+    critpath_path p;
+    pp_err err;
+    cr_assert_eq(db_open_readonly(path, &db, &err), 0, "%s", err.msg);
+    cr_assert_eq(critpath_step(db, 1, 1, &p, &err), 0, "%s", err.msg);
+    cr_assert_eq(p.n, 3 + 23 + 3 + 2);
+    for (int s = 0; s < 3; s++) assert_op(&p, (size_t)s, s, TRACE_F, s, s == 0 ? CRITPATH_FIRST : CRITPATH_DATA);
+    assert_op(&p, 3, 3, TRACE_F, 3, CRITPATH_DATA);
+    for (size_t i = 4; i < 26; i++) cr_assert(p.ops[i].op.rank == 3 && p.ops[i].via == CRITPATH_RANK);
+    assert_op(&p, 25, 3, TRACE_B, 3, CRITPATH_RANK);
+    cr_assert_eq(p.ops[25].op.microbatch, 7);
+    for (int k = 0; k < 3; k++) assert_op(&p, 26 + (size_t)k, 2 - k, TRACE_B, 2 - k, CRITPATH_DATA);
+    assert_op(&p, 29, 0, TRACE_W, 0, CRITPATH_RANK);
+    assert_op(&p, 30, 0, TRACE_OPT, -1, CRITPATH_RANK);
+    cr_assert_eq(p.end_ns - p.start_ns, FIXTURE_STEP_SPAN_NS);
+    critpath_free(&p);
+
+    job_summary s;
+    critpath_report r;
+    cr_assert_eq(summary_read(db, 1, 0, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(critpath_read(db, &s, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(r.steps, 2, "steps 1 and 2: step 0 pays for start-up");
+    cr_assert_eq(r.first_step, 1);
+    cr_assert_eq(r.last_step, 2);
+    cr_assert_eq(r.t.span_ns, 2 * FIXTURE_STEP_SPAN_NS);
+    const int64_t ms = FIXTURE_MS, want[4][4] = {{ms, ms, ms, ms / 2}, {ms, ms, 0, 0}, {ms, ms, 0, 0},
+                                                 {8 * ms, 8 * ms, 7 * ms, 0}};
+    for (int k = 0; k < 4; k++)
+        for (int ph = 0; ph < 4; ph++)
+            cr_assert_eq(r.t.op_ns[k][ph], 2 * want[k][ph], "rank %d, phase %d", k, ph);
+    cr_assert_eq(r.t.handoff_ns + r.t.comm_ns + r.t.other_ns, 0, "the fixture's outputs arrive as they are made");
+    critpath_report_free(&r);
+    summary_free(&s);
+    sqlite3_close(db);
+    fixture_remove(path);
+}
