@@ -259,7 +259,7 @@ void report_critpath(FILE *out, const critpath_report *r) {
     const struct {
         const char *what;
         int64_t ns;
-    } waits[] = {{"hand-offs: an output crossing to the next rank", t->handoff_ns},
+    } waits[] = {{"hand-offs: an output crossing to another rank", t->handoff_ns},
                  {"on a rank between its ops, sending or receiving", t->comm_ns},
                  {"on a rank between its ops, the rest", t->other_ns}};
     for (int k = 0; k < 3; k++)

@@ -101,7 +101,7 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
                          "  1       1.00 ms    1.00 ms       0 ns       0 ns    2.00 ms   6.6%\n"
                          "  2       1.00 ms    1.00 ms       0 ns       0 ns    2.00 ms   6.6%\n"
                          "  3       8.00 ms    8.00 ms    7.00 ms       0 ns   23.00 ms  75.4%\n"
-                         "  hand-offs: an output crossing to the next rank         0 ns   0.0%\n");
+                         "  hand-offs: an output crossing to another rank          0 ns   0.0%\n");
     /* every schedule at these costs; this job's own row is 1f1b */
     lt_assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 1.00 ms, B 1.00 ms, W 1.00 ms, "
                       "send 50.00 us per op\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
