@@ -69,6 +69,7 @@ typedef struct run_job {
     http_server *web;
     run_progress *progress;
     int progress_next; /* the next step the display shows, across attempts */
+    int plan_refreshed; /* the plan has simulated times at measured costs (the collector's thread) */
     char node_addr[INET6_ADDRSTRLEN];
     char self_exe[4096];
     char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
@@ -425,12 +426,26 @@ static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) {
     return store_time(ctx, remote_ns, err);
 }
 
+/* On the collector's thread, after each step it analyses while the job
+ * runs: the plan re-simulated at the first step that has every stage's F,
+ * B and W medians, so the dashboard's planned timeline is at measured
+ * costs from then on (a timed model's plan has its costs from the start). */
+static void refresh_plan(void *ctx, db *d, int step) {
+    run_job *job = ctx;
+    if (job->plan_refreshed) return;
+    pp_err err;
+    int rc = run_progress_resimulate(d, job->job_id, job->plan, &job->cfg, step, &err);
+    if (rc < 0) fprintf(stderr, "pprun run: planned timeline not updated: %s\n", err.msg);
+    job->plan_refreshed = rc != 0;
+}
+
 /* Master: the collector writes into the database and, with several nodes,
  * listens for the other nodes' forwarded batches. */
 static int start_master_collector(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
     collector_config cc = {
         .db = job->db, .job_id = job->job_id, .world_size = info->world_size, .steps = job->cfg.steps,
-        .interval_ns = RUN_COLLECT_INTERVAL_NS, .token = info->rdzv_token};
+        .interval_ns = RUN_COLLECT_INTERVAL_NS, .token = info->rdzv_token,
+        .step_analyzed = job->cfg.model.kind == MODEL_TIMED ? NULL : refresh_plan, .step_analyzed_ctx = job};
     /* Forwarding nodes connect to the master address: listen there only
      * (collector_start falls back to every interface when this machine
      * cannot bind that address, as the store does). */
@@ -529,7 +544,7 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
      * only while launch_job runs. */
     if (info->node_rank == 0 &&
         run_progress_start(info->store_addr, info->rdzv_token, job->cfg.steps, job->progress_next, job->cfg.progress,
-                           job->db ? job->cfg.db : NULL, job->job_id, job->plan, &job->cfg, &job->progress, err) != 0)
+                           &job->progress, err) != 0)
         return -1;
     if (info->attempt > 0 || (info->nnodes == 1 && !job->cfg.trace)) return 0;
     store_client *store = NULL;

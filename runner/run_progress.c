@@ -21,14 +21,9 @@ struct run_progress {
     char host[256];
     int port;
     char token[PP_TOKEN_MAX + 1];
-    int steps, bar, quiet; /* bar: a bar (terminal) instead of lines; quiet: neither */
-    char db_path[512];
-    int64_t job_id;
-    const sched_plan *plan;
-    const run_config *cfg;
+    int steps, bar; /* bar: a bar (terminal) instead of lines */
     int first_step; /* the first step this display shows */
     int last_step;  /* last step shown */
-    int plan_refreshed;
     uint64_t t_start;
 };
 
@@ -104,22 +99,6 @@ int run_progress_resimulate(db *d, int64_t job_id, const sched_plan *plan, const
     return rc;
 }
 
-/* Live: the plan re-simulated at `step`, tried again at the next step
- * until every stage has all three medians (the collector may not have
- * written the step yet). Its own connection: SQLite serialises it with the
- * collector. */
-static void refresh_plan(run_progress *p, int step) {
-    if (!p->db_path[0] || p->plan_refreshed || p->cfg->model.kind == MODEL_TIMED) return;
-    db *d = NULL;
-    pp_err err;
-    if (db_open(p->db_path, &d, &err) == 0) {
-        int rc = run_progress_resimulate(d, p->job_id, p->plan, p->cfg, step, &err);
-        if (rc < 0) fprintf(stderr, "pprun run: planned timeline not updated: %s\n", err.msg);
-        p->plan_refreshed = rc != 0;
-    }
-    db_close(d);
-}
-
 static void show(run_progress *p, int step, double loss, double step_ms, double tok_s) {
     int done = step + 1, run_here = step + 1 - p->first_step;
     double elapsed = (double)(pp_now_ns() - p->t_start) / 1e9;
@@ -157,9 +136,7 @@ static void poll_once(run_progress *p, store_client *store) {
          * steps). A restarted attempt publishes its steps again. */
         if (store_delete(store, key, &err) < 0) return;
         p->last_step++;
-        if (!p->quiet) show(p, p->last_step, loss, ms, tok);
-        /* The step before the newest is complete on every rank. */
-        if (p->last_step > p->first_step) refresh_plan(p, p->last_step - 1);
+        show(p, p->last_step, loss, ms, tok);
     }
 }
 
@@ -189,11 +166,10 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-int run_progress_start(const char *store_addr, const char *store_token, int steps, int first_step, const char *mode, const char *db_path,
-                       int64_t job_id, const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err) {
+int run_progress_start(const char *store_addr, const char *store_token, int steps, int first_step, const char *mode,
+                       run_progress **out, pp_err *err) {
     *out = NULL;
-    int show_anything = strcmp(mode, "off") != 0;
-    if (!show_anything && !db_path) return 0;
+    if (strcmp(mode, "off") == 0) return 0;
     run_progress *p = calloc(1, sizeof *p);
     if (!p) return pp_fail(err, "out of memory");
     if (store_parse_addr(store_addr, p->host, sizeof p->host, &p->port, err) != 0) {
@@ -203,10 +179,6 @@ int run_progress_start(const char *store_addr, const char *store_token, int step
     if (store_token) snprintf(p->token, sizeof p->token, "%s", store_token);
     p->steps = steps;
     p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(STDERR_FILENO));
-    if (db_path) snprintf(p->db_path, sizeof p->db_path, "%s", db_path);
-    p->job_id = job_id;
-    p->plan = plan;
-    p->cfg = cfg;
     p->first_step = first_step;
     p->last_step = first_step - 1;
     p->t_start = pp_now_ns();
@@ -216,8 +188,6 @@ int run_progress_start(const char *store_addr, const char *store_token, int step
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&p->wake, &ca);
     pthread_condattr_destroy(&ca);
-    p->quiet = !show_anything;
-    if (p->quiet) p->bar = 0;
     if (pthread_create(&p->thread, NULL, progress_main, p) != 0) {
         free(p);
         return pp_fail(err, "cannot start the progress thread");

@@ -4,11 +4,10 @@
  * The rank holding the last stage publishes each finished step in the job's
  * store ("run/progress": step, loss, step ms, tokens/s). A thread of the
  * launcher polls it and prints a progress bar on a terminal (step/steps,
- * loss, step time, tokens/s, ETA) or plain lines otherwise. Once the first
- * step is in, it re-simulates the plan with the measured F/B/W medians and
- * rewrites the `plan` table (the planned timeline beside the measured one);
- * `pprun run` calls run_progress_resimulate itself at the end of a job too
- * short for that. */
+ * loss, step time, tokens/s, ETA) or plain lines otherwise. The plan is
+ * re-simulated with the measured F/B/W medians as soon as the collector
+ * has analysed a step with all of them (run_progress_resimulate, from the
+ * collector's thread), and at the end of a job too short for that. */
 #ifndef PP_RUN_PROGRESS_H
 #define PP_RUN_PROGRESS_H
 #include <stdint.h>
@@ -21,12 +20,11 @@
 typedef struct run_progress run_progress;
 
 /* store_token: the job token (NULL = none), copied.
- * mode: "auto" (bar on a terminal, lines otherwise), "on", "off". db_path
- * NULL: no plan refresh. first_step: the first step to show (a restarted
- * attempt resumes after its checkpoint). plan and cfg must outlive the
- * thread. */
-int run_progress_start(const char *store_addr, const char *store_token, int steps, int first_step, const char *mode, const char *db_path,
-                       int64_t job_id, const sched_plan *plan, const run_config *cfg, run_progress **out, pp_err *err);
+ * mode: "auto" (bar on a terminal, lines otherwise), "on", "off" (no
+ * thread: *out NULL). first_step: the first step to show (a restarted
+ * attempt resumes after its checkpoint). */
+int run_progress_start(const char *store_addr, const char *store_token, int steps, int first_step, const char *mode,
+                       run_progress **out, pp_err *err);
 /* Shows what is left to show, stops and frees; NULL is fine. Call it
  * while the store is still up. Returns the next step it would have shown
  * (where the next attempt's display picks up). */

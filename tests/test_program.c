@@ -7,9 +7,12 @@
  * losses do not depend on the schedule, a crashed rank's ops are kept, and
  * options of the built-in worker are refused. */
 #include <criterion/criterion.h>
+#include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers/trace_fixture.h"
@@ -247,6 +250,43 @@ Test(program_run, every_schedule_runs_the_program_as_planned, .timeout = 240) {
     lt_assert_has(p.out, "1f1b  4 ranks  4 microbatches  model program:");
     lt_assert_has(p.out, "bubble ");
     lt_assert_has(p.out, "loss ");
+    lt_free(&p);
+}
+
+/* A program sends pprun no progress reports, yet its plan is re-simulated
+ * at its measured op costs while it runs, once the collector has analysed
+ * a step (the dashboard's planned row at the program's own costs), not
+ * only when the job ends. The query reads the job's status and its plan in
+ * one snapshot. */
+Test(program_run, the_plan_gets_the_programs_costs_while_it_runs, .timeout = 120) {
+    const char *db = tfix_path("live-plan.db");
+    lt_proc p;
+    lt_start(&p,
+             (const char *[]){"run", "--db", db, "--steps", "1000", "--microbatches", "4", "--", PPRUN_DEMO_BIN,
+                              "--op-ms", "1", NULL},
+             NULL);
+    int seen = 0, ended = 0;
+    for (int i = 0; i < 6000 && !seen && !ended; i++) {
+        sqlite3 *s;
+        if (access(db, F_OK) == 0 && sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+            sqlite3_busy_timeout(s, 1000);
+            sqlite3_stmt *st;
+            if (sqlite3_prepare_v2(s, "SELECT (SELECT status FROM jobs WHERE id=1)='running' AND "
+                                      "(SELECT max(sim_end_ns) FROM plan WHERE job_id=1) > 1000000", -1, &st,
+                                   NULL) == SQLITE_OK &&
+                sqlite3_step(st) == SQLITE_ROW)
+                seen = sqlite3_column_int(st, 0);
+            sqlite3_finalize(st);
+            sqlite3_close(s);
+        }
+        int status;
+        if (waitpid(p.pid, &status, WNOHANG) == p.pid) lt_collect(&p, status), ended = 1;
+        if (!seen) usleep(10000);
+    }
+    cr_assert(!ended, "the job ended (exit %d) before its plan had measured costs\n%s", p.status, p.err);
+    kill(p.pid, SIGINT);
+    cr_assert(lt_wait_within(&p, 60), "pprun run did not stop on SIGINT");
+    cr_assert(seen, "no simulated plan at the program's costs (over 1 ms) while the job ran\n%s", p.err);
     lt_free(&p);
 }
 

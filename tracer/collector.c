@@ -132,6 +132,7 @@ static void analyze_ready_steps(collector *c) {
     for (; c->analyzed < lo && !has_failed(c); c->analyzed++) {
         pp_err e;
         if (db_analyze_step(c->cfg.db, c->cfg.job_id, c->analyzed, &e) != 0) set_error(c, &e);
+        else if (c->cfg.step_analyzed) c->cfg.step_analyzed(c->cfg.step_analyzed_ctx, c->cfg.db, c->analyzed);
     }
 }
 

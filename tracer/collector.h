@@ -81,6 +81,12 @@ typedef struct collector_config {
     uint64_t hello_timeout_ns; /* accept to complete hello: 10 s */
     uint64_t frame_timeout_ns; /* a frame's first byte to its last: 60 s */
     int max_forwarders;        /* forwarding connections served at once: 4096 */
+    /* Master: called on the collector's thread after each step it analyses
+     * while the job runs, with the writer (db), which only that thread uses
+     * until collector_stop; NULL: nothing. Not called for the final pass of
+     * collector_stop. */
+    void (*step_analyzed)(void *ctx, db *d, int step);
+    void *step_analyzed_ctx;
 } collector_config;
 
 /* Starts the thread (and connects or listens). Free with collector_stop.
