@@ -69,6 +69,17 @@ static size_t data_predecessor(const walk *w, size_t i) {
 
 static int64_t released_at(const analyze_op *p, const analyze_op *c) { return p->end < c->start ? p->end : c->start; }
 
+/* The first of spans[0..n) (sorted by rank) of rank `rank` or a later one. */
+static size_t first_of_rank(const analyze_op *spans, size_t n, int rank) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (spans[mid].rank < rank) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 /* How much of [a, b) the spans comm[0..n) (sorted by start) cover. */
 static int64_t covered(const analyze_op *comm, size_t n, int64_t a, int64_t b) {
     int64_t total = 0, cursor = a;
@@ -132,10 +143,7 @@ static void critpath_times(critpath_path *p, const analyze_op *comm, size_t ncom
         o->path_ns = (i + 1 < p->n ? released_at(&o->op, &p->ops[i + 1].op) : o->op.end) - o->op.start;
         o->lead_comm_ns = 0;
         if (o->via != CRITPATH_RANK || o->lead_ns <= 0) continue;
-        size_t lo = 0;
-        while (lo < ncomm && comm[lo].rank < o->op.rank) lo++;
-        size_t hi = lo;
-        while (hi < ncomm && comm[hi].rank == o->op.rank) hi++;
+        size_t lo = first_of_rank(comm, ncomm, o->op.rank), hi = first_of_rank(comm, ncomm, o->op.rank + 1);
         o->lead_comm_ns = covered(comm + lo, hi - lo, prev_end, o->op.start);
     }
 }
@@ -226,28 +234,30 @@ void critpath_add(critpath_totals *t, const critpath_path *p) {
     }
 }
 
-int critpath_read(sqlite3 *db, const job_summary *s, critpath_report *r, pp_err *err) {
+int critpath_read(sqlite3 *db, int64_t job, int ranks, critpath_report *r, pp_err *err) {
     memset(r, 0, sizeof *r);
-    r->t.ranks = s->world;
-    if (!(r->t.op_ns = calloc(s->world > 0 ? (size_t)s->world : 1, sizeof *r->t.op_ns)))
+    r->t.ranks = ranks;
+    if (!(r->t.op_ns = calloc(ranks > 0 ? (size_t)ranks : 1, sizeof *r->t.op_ns)))
         return pp_fail(err, "out of memory reading the critical path");
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ") ORDER BY step DESC LIMIT ?3",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("") ") ORDER BY step DESC LIMIT ?2", -1, &st,
+                           NULL) != SQLITE_OK)
         return pp_fail(err, "reading the critical path: %s", sqlite3_errmsg(db));
-    sqlite3_bind_int64(st, 1, s->job_id);
-    sqlite3_bind_int(st, 2, s->from_step);
-    sqlite3_bind_int(st, 3, CRITPATH_STEPS);
-    int steps[CRITPATH_STEPS], n = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < CRITPATH_STEPS) steps[n++] = sqlite3_column_int(st, 0);
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, CRITPATH_STEPS + 1);
+    int steps[CRITPATH_STEPS + 1], n = 0, rc;
+    while (n <= CRITPATH_STEPS && (rc = sqlite3_step(st)) == SQLITE_ROW) steps[n++] = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+    if (n <= CRITPATH_STEPS && rc != SQLITE_DONE)
         return pp_fail(err, "reading the critical path: %s", sqlite3_errstr(rc));
+    if (n > 1 && steps[n - 1] == 0) n--; /* step 0 pays for start-up: only when it is all there is */
+    if (n > CRITPATH_STEPS) n = CRITPATH_STEPS;
     for (int i = 0; i < n; i++) {
         critpath_path p;
-        if (critpath_step(db, s->job_id, steps[i], &p, err) != 0) return -1;
-        critpath_add(&r->t, &p);
+        int failed = critpath_step(db, job, steps[i], &p, err) != 0;
+        if (!failed) critpath_add(&r->t, &p);
         critpath_free(&p);
+        if (failed) return -1;
     }
     r->steps = n;
     if (n > 0) r->first_step = steps[n - 1], r->last_step = steps[0];

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "db/analyze.h"
-#include "db/summary.h"
+#include "db/summary.h" /* SQL_COMPLETE_STEPS */
 #include "runner/base/pp.h"
 
 #define CRITPATH_STEPS 20 /* the report reads at most the latest this many complete steps, as whatif.h */
@@ -70,14 +70,14 @@ void critpath_add(critpath_totals *t, const critpath_path *p);
 
 typedef struct critpath_report {
     int steps;                 /* 0: no complete step yet (nothing below is set) */
-    int first_step, last_step; /* the steps read: the latest CRITPATH_STEPS complete ones from from_step on */
+    int first_step, last_step; /* the steps read: the latest CRITPATH_STEPS complete ones from step 1 on
+                                * (step 0 only when it is the only one) */
     critpath_totals t;
 } critpath_report;
 
-/* Reads job s->job_id's paths (s from summary_read; s->world wide). 0, or
- * -1 with err on a database error; free r with critpath_report_free after
- * either. */
-int critpath_read(sqlite3 *db, const job_summary *s, critpath_report *r, pp_err *err);
+/* Reads job `job`'s paths (`ranks` wide: jobs.world_size). 0, or -1 with
+ * err on a database error; free r with critpath_report_free after either. */
+int critpath_read(sqlite3 *db, int64_t job, int ranks, critpath_report *r, pp_err *err);
 void critpath_report_free(critpath_report *r);
 
 #endif

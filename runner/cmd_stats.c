@@ -123,7 +123,7 @@ int cmd_stats(int argc, char **argv) {
     } else {
         report_full(stdout, db, &s);
         whatif_report w;
-        if (critpath_read(db, &s, &cp, &err) != 0) {
+        if (critpath_read(db, s.job_id, s.world, &cp, &err) != 0) {
             fprintf(stderr, "pprun stats: %s: critical path: %s\n", dbpath, err.msg);
         } else if (whatif_read(db, &s, &w, &err) != 0) {
             fprintf(stderr, "pprun stats: %s: what-if: %s\n", dbpath, err.msg);

@@ -10,7 +10,6 @@
 
 #include "db/critpath.h"
 #include "db/db.h"
-#include "db/summary.h"
 #include "helpers/web_fixture.h"
 
 static analyze_op span(int rank, int phase, int stage, int mb, int64_t start, int64_t end) {
@@ -135,7 +134,8 @@ Test(critpath, ops_without_a_producer_start_the_path) {
     cr_assert_eq(p.start_ns, 5);
     cr_assert_eq(path_total(&p), 15);
     critpath_free(&p);
-    analyze_op t[] = {span(0, TRACE_F, -1, -1, 0, 10), span(1, TRACE_F, -1, -1, 11, 12), span(2, TRACE_OPT, -1, -1, 0, 13)};
+    analyze_op t[] = {span(0, TRACE_F, -1, -1, 0, 10), span(1, TRACE_F, -1, -1, 11, 12),
+                      span(2, TRACE_OPT, -1, -1, 0, 13)};
     p = build(t, 3);
     cr_assert_eq(p.n, 1, "no stage, no producer");
     assert_op(&p, 0, 2, TRACE_OPT, -1, CRITPATH_FIRST);
@@ -163,8 +163,8 @@ Test(critpath, random_steps_keep_the_invariants) {
         for (int i = 0; i < n; i++) {
             int phase = rand() % 8 == 0 ? TRACE_OPT : rand() % TRACE_OPT; /* F .. RECV_B, sometimes OPT */
             int64_t start = rand() % 1000, len = rand() % 4 ? rand() % 100 : 0;
-            s[i] = span(rand() % ranks, phase, phase == TRACE_OPT ? -1 : rand() % 4, phase == TRACE_OPT ? -1 : rand() % 3,
-                        start, start + len);
+            int stage = phase == TRACE_OPT ? -1 : rand() % 4, mb = phase == TRACE_OPT ? -1 : rand() % 3;
+            s[i] = span(rand() % ranks, phase, stage, mb, start, start + len);
             if (analyze_is_compute(phase) && s[i].end > last_end) last_end = s[i].end;
         }
         critpath_path p = build(s, (size_t)n);
@@ -225,10 +225,8 @@ Test(critpath, the_fixtures_1f1b_step_op_by_op, .timeout = 60) {
     cr_assert_eq(p.end_ns - p.start_ns, FIXTURE_STEP_SPAN_NS);
     critpath_free(&p);
 
-    job_summary s;
     critpath_report r;
-    cr_assert_eq(summary_read(db, 1, 0, &s, &err), 0, "%s", err.msg);
-    cr_assert_eq(critpath_read(db, &s, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(critpath_read(db, 1, FIXTURE_RANKS, &r, &err), 0, "%s", err.msg);
     cr_assert_eq(r.steps, 2, "steps 1 and 2: step 0 pays for start-up");
     cr_assert_eq(r.first_step, 1);
     cr_assert_eq(r.last_step, 2);
@@ -240,7 +238,6 @@ Test(critpath, the_fixtures_1f1b_step_op_by_op, .timeout = 60) {
             cr_assert_eq(r.t.op_ns[k][ph], 2 * want[k][ph], "rank %d, phase %d", k, ph);
     cr_assert_eq(r.t.handoff_ns + r.t.comm_ns + r.t.other_ns, 0, "the fixture's outputs arrive as they are made");
     critpath_report_free(&r);
-    summary_free(&s);
     sqlite3_close(db);
     fixture_remove(path);
 }

@@ -387,23 +387,22 @@ void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, ht
     pp_err err;
     jw w;
     if (step < 0) {
-        job_summary s;
         critpath_report cr;
-        if (summary_begin(db, j, &s, NULL, &w, r) != 0) return;
-        if (critpath_read(db, &s, &cr, &err) != 0) {
-            jw_free(&w);
+        if (critpath_read(db, j->id, j->world, &cr, &err) != 0) {
             http_error(r, 500, "%s", err.msg);
         } else {
+            jw_init(&w);
+            jw_obj(&w);
+            jw_kint(&w, "job", j->id);
             jw_kint(&w, "steps", cr.steps);
             jw_kint_or_null(&w, "first_step", cr.steps ? cr.first_step : -1);
             jw_kint_or_null(&w, "last_step", cr.steps ? cr.last_step : -1);
             critpath_totals_json(&w, &cr.t);
             jw_obj_end(&w);
             http_json(r, &w);
+            jw_free(&w); /* empty once sent */
         }
         critpath_report_free(&cr);
-        summary_free(&s);
-        jw_free(&w); /* empty once sent */
         return;
     }
     critpath_path p;
