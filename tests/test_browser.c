@@ -518,7 +518,9 @@ Test(browser, critical_path_outlined_and_its_totals_as_pprun_stats_prints, .time
     const char *line = strstr(stats, "  rank          F          B          W        OPT        all  share\n");
     cr_assert(line, "%s", stats);
     for (int r = 0; r < 4; r++) {
-        line = strchr(line, '\n') + 1;
+        line = strchr(line, '\n');
+        cr_assert(line, "pprun stats printed a row per rank: %s", stats);
+        line++;
         const cJSON *row = cJSON_GetArrayItem(rows, r);
         int rank = -1;
         double v[5];
