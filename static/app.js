@@ -11,6 +11,8 @@
 // (events?gpu=1) in lighter F/B/W colours and, zoomed in to a few hundred
 // spans, the kernels themselves (/kernels) along its lower half.
 // The Jobs tab compares two ticked jobs (/api/jobs/{id}/compare?vs=M).
+// The critical path (/api/jobs/{id}/critpath) is outlined over the step the
+// timeline shows, and its totals over the latest steps sit under the what-if.
 // window.__pprun exposes what was fetched and drawn, for tests.
 'use strict';
 
@@ -65,6 +67,7 @@ const S = {
   gpuLane: false, gpu: [], kernels: null, actRecorded: false, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
   stream: null, fetchSeq: 0,
   whatif: null, whatifAt: 0, // the latest /whatif answer, and when it was asked for
+  crit: null, // the critical path overlay: newCrit()
   picked: [], // the jobs ticked in the Jobs table to compare, at most two
 };
 
@@ -114,7 +117,7 @@ async function loadJobs() {
 
 async function openJob(id) {
   if (S.stream) S.stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, planAt: 0, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, whatif: null, whatifAt: 0 });
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, planAt: 0, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, whatif: null, whatifAt: 0, crit: newCrit() });
   $('job-select').value = String(id);
   // The stream first: its hello fixes the cursor, then the history is read;
   // whatever arrives twice is merged by id / step.
@@ -142,6 +145,7 @@ async function openJob(id) {
 const WHATIF_EVERY_MS = 10000;
 async function loadWhatif(id) {
   S.whatifAt = Date.now();
+  loadCritTotals(id); // the critical path's totals come at the same cadence
   let r;
   try { r = await api(`/api/jobs/${id}/whatif`); } catch (e) { $('whatif-info').textContent = 'error: ' + e.message; return; }
   if (S.job !== id) return; // another job opened meanwhile
@@ -640,12 +644,14 @@ function draw() {
     g.fillText(String(ev.mb[i]), (x0 + x1) / 2, rowY(ev.rank[i]) + (ROW_H - 8) / 2);
   }
   g.textAlign = 'left';
+  const anchor = viewAnchor();
+  drawCritpath(g, w, h, n, anchor);
   drawRowLabels(g, n, 'rank ');
   window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b),
     gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels };
   $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? ev.n + ' events' : 'aggregated (' + S.mode + ')'}` +
     (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (window.__pprun.lastKernels && window.__pprun.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
-  drawPlan();
+  drawPlan(anchor);
 }
 
 // The GPU lanes: a light track, the gpu spans in lighter phase colours over
@@ -750,8 +756,17 @@ function planAnchor(makespan) {
   return s ? { step: s.step, start: s.start } : null;
 }
 
-// The plan's simulated timeline, aligned to the start of a step in view.
-function drawPlan() {
+// The step the timeline shows, for the plan and the critical path: the
+// plan's anchor, with the last step's time standing in for the makespan of
+// a plan without simulated times.
+function viewAnchor() {
+  const last = S.plan && S.plan.simulated ? null : lastStep((s) => s.time_ns);
+  return planAnchor(S.plan && S.plan.simulated ? S.plan.sim_makespan_ns : last ? last.time_ns : 0);
+}
+
+// The plan's simulated timeline, aligned to the start of the step in view
+// (anchor: viewAnchor()).
+function drawPlan(anchor) {
   const c = $('plan');
   const n = world();
   const { g, w, h } = sizeCanvas(c, AXIS_H + n * (ROW_H + ROW_GAP) + 4);
@@ -763,7 +778,6 @@ function drawPlan() {
     g.fillText(S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
     return;
   }
-  const anchor = planAnchor(S.plan.sim_makespan_ns);
   window.__pprun.planAnchor = anchor ? anchor.step : null;
   const t0 = anchor ? anchor.start : 0;
   g.fillStyle = '#888'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
@@ -784,6 +798,189 @@ function drawPlan() {
   }
   g.textAlign = 'left';
   drawRowLabels(g, n, 'rank ', planY, false);
+}
+
+// ---- critical path -------------------------------------------------------------
+
+// The path of the step the timeline shows (GET /critpath?step=N), drawn
+// over the measured rows: each op on it outlined, each hand-off from another
+// rank (via "data") a line from the producer's end to the consumer's start.
+// One answer per step is kept, so stepping back and forth asks nothing
+// again. A step is asked for only once it is complete (a running step's
+// path changes with each op), and through a throttle: following a fast
+// job, the step in view changes faster than the page should send requests.
+const CRIT_KEEP = 64;          // answers kept per job; a long follow drops the oldest
+const CRIT_COLOR = '#111';     // the outline: dark on every phase colour
+const CRIT_EDGE = '#d62728';   // the hand-offs: apart from the outlines and the row colours
+
+function newCrit() {
+  return { on: $('critpath-on').checked, byStep: new Map(), want: null, shown: null };
+}
+
+const critFetchSoon = throttled(() => fetchCritpath(), LIVE_REDRAW_MS);
+
+async function fetchCritpath() {
+  const crit = S.crit, job = S.job, step = crit && crit.want;
+  if (step == null || crit.byStep.has(step)) return;
+  crit.byStep.set(step, { pending: true }); // asked once, whatever comes back
+  window.__pprun.critFetches++;
+  let r;
+  try { r = await api(`/api/jobs/${job}/critpath?step=${step}`); } catch (e) { r = { error: e.message }; }
+  if (S.crit !== crit) return; // another job opened meanwhile
+  if (r.ops) r.byId = new Map(r.ops.map((o, i) => [o.id, i]));
+  crit.byStep.delete(step); // re-inserted last: the Map's order is the age to drop by
+  crit.byStep.set(step, r);
+  for (const k of crit.byStep.keys()) { if (crit.byStep.size <= CRIT_KEEP) break; crit.byStep.delete(k); }
+  scheduleDraw();
+}
+
+// The answer for the step in view: undefined while there is none to draw
+// (asking for it when it can be asked for).
+function critFor(anchor) {
+  const crit = S.crit;
+  if (!crit || !crit.on || S.mode !== 'events' || !anchor) return undefined;
+  const s = S.stepAt.get(anchor.step);
+  if (!s || s.complete === false || s.start == null) return undefined; // running: no path yet
+  const got = crit.byStep.get(anchor.step);
+  if (!got) { crit.want = anchor.step; critFetchSoon(); return undefined; }
+  return got.ops ? got : undefined; // pending, no compute op (404) or an error
+}
+
+function blockY(rank, phase) { // top and height of a compute block, as draw() fills it
+  return phase === 'OPT' ? [rowY(rank) + 4, ROW_H - 12] : [rowY(rank), ROW_H - 8];
+}
+function critMidY(rank) { return rowY(rank) + (ROW_H - 8) / 2; }
+
+// The data hand-offs of a path: [producer, consumer] pairs of its ops.
+function critEdges(path) {
+  const out = [];
+  for (let i = 1; i < path.ops.length; i++) if (path.ops[i].via === 'data') out.push([path.ops[i - 1], path.ops[i]]);
+  return out;
+}
+
+function drawCritpath(g, w, h, n, anchor) {
+  const path = critFor(anchor);
+  const out = { on: !!(S.crit && S.crit.on), step: path ? path.step : null, ops: 0, outlined: 0, edges: 0, dataEdges: 0 };
+  if (S.crit) S.crit.shown = path || null; // what the tooltips describe
+  window.__pprun.critpath = out;
+  if (!path) return;
+  out.ops = path.ops.length;
+  g.save();
+  g.beginPath(); g.rect(LABEL_W, 0, w - LABEL_W, h); g.clip(); // the row labels stay clear
+  g.strokeStyle = CRIT_COLOR; g.lineWidth = 2;
+  for (const o of path.ops) {
+    if (o.rank < 0 || o.rank >= n || o.end < S.view.from || o.start > S.view.to) continue;
+    const x0 = xOf(o.start, w), x1 = xOf(o.end, w), [y, bh] = blockY(o.rank, o.phase);
+    g.strokeRect(x0 + 1, y + 1, Math.max(0, x1 - x0 - 2), bh - 2); // inside the block: neighbours keep their edges
+    out.outlined++;
+  }
+  g.strokeStyle = g.fillStyle = CRIT_EDGE; g.lineWidth = 1.5;
+  for (const [p, o] of critEdges(path)) {
+    out.dataEdges++;
+    if (p.rank < 0 || p.rank >= n || o.rank < 0 || o.rank >= n) continue;
+    const xa = xOf(p.end, w), xb = xOf(o.start, w), ya = critMidY(p.rank), yb = critMidY(o.rank);
+    if (Math.max(xa, xb) < LABEL_W || Math.min(xa, xb) > w) continue;
+    g.beginPath(); g.moveTo(xa, ya); g.lineTo(xb, yb); g.stroke();
+    g.beginPath(); g.arc(xa, ya, 2.5, 0, 7); g.fill(); // where it left
+    const a = Math.atan2(yb - ya, xb - xa); // the arrowhead: where it arrived
+    g.beginPath(); g.moveTo(xb, yb);
+    g.lineTo(xb - 7 * Math.cos(a - 0.4), yb - 7 * Math.sin(a - 0.4));
+    g.lineTo(xb - 7 * Math.cos(a + 0.4), yb - 7 * Math.sin(a + 0.4));
+    g.closePath(); g.fill();
+    out.edges++;
+  }
+  g.restore();
+}
+
+// The tooltip's line for a block on the drawn path ('' off it).
+function critNote(id) {
+  const path = S.crit && S.crit.shown, i = path ? path.byId.get(id) : undefined;
+  if (i === undefined) return '';
+  const o = path.ops[i], p = path.ops[i - 1];
+  if (o.via === 'data') return `\non the critical path: waited ${fmtMs(o.lead_ns)} for rank ${p.rank}'s ${p.phase}`;
+  if (o.via === 'first') return "\non the critical path: the step's first op";
+  return "\non the critical path: after the rank's previous op" + (o.lead_ns > 0 ? `, ${fmtMs(o.lead_ns)} later` +
+    (o.lead_comm_ns > 0 ? ` (${fmtMs(o.lead_comm_ns)} of it sending or receiving)` : '') : '');
+}
+
+// Hover on a hand-off line (within 4 px of it).
+function critEdgeHit(x, y, w) {
+  const path = S.crit && S.crit.shown;
+  if (!path) return null;
+  for (const [p, o] of critEdges(path)) {
+    const xa = xOf(p.end, w), xb = xOf(o.start, w), ya = critMidY(p.rank), yb = critMidY(o.rank);
+    const dx = xb - xa, dy = yb - ya, len2 = dx * dx + dy * dy;
+    const k = len2 ? Math.max(0, Math.min(1, ((x - xa) * dx + (y - ya) * dy) / len2)) : 0;
+    if (Math.hypot(x - xa - k * dx, y - ya - k * dy) > 4) continue;
+    return { text: `critical path · step ${path.step}: rank ${o.rank}'s ${o.phase} of microbatch ${o.microbatch}\n` +
+      `waited ${fmtMs(o.lead_ns)} for rank ${p.rank}'s ${p.phase}` };
+  }
+  return null;
+}
+
+// The critical path over the latest complete steps (GET /critpath), as
+// `pprun stats` prints it: per rank its F, B, W and OPT on the path, the
+// mean per step, and its share of the step; then where the rest of the
+// step went; hidden until a step is complete.
+const CRIT_ALL_UP_TO = 16; // more ranks on the path: the 8 with most, as the terminal does
+async function loadCritTotals(id) {
+  let r;
+  try { r = await api(`/api/jobs/${id}/critpath`); } catch (e) {
+    $('critpath').hidden = false; $('critpath-table').innerHTML = ''; $('critpath-info').textContent = '— error: ' + e.message;
+    return;
+  }
+  if (S.job !== id) return;
+  showCritTotals(r);
+}
+
+function critRankNs(x) { return x.F + x.B + x.W + x.OPT; }
+
+// The ranks with time on the path, in rank order; past CRIT_ALL_UP_TO of
+// them, the 8 with the most (ties: the earlier rank).
+function critShownRanks(ranks) {
+  const on = ranks.filter((x) => critRankNs(x) > 0);
+  if (on.length <= CRIT_ALL_UP_TO) return on;
+  return on.filter((x) => on.filter((u) => critRankNs(u) > critRankNs(x) ||
+    (critRankNs(u) === critRankNs(x) && u.rank < x.rank)).length < 8);
+}
+
+function showCritTotals(r) {
+  const box = $('critpath'), tbl = $('critpath-table');
+  tbl.innerHTML = '';
+  $('critpath-info').textContent = '';
+  box.hidden = !r.steps;
+  window.__pprun.critTable = null;
+  if (!r.steps) return;
+  const per = (ns) => fmtMs(ns / r.steps), share = (ns) => (r.span_ns > 0 ? (100 * ns / r.span_ns).toFixed(1) + '%' : '–');
+  $('critpath-info').textContent = `— steps ${r.first_step}–${r.last_step}, ${fmtMs(r.span_ns / r.steps)} a step (mean)`;
+  const head = tbl.createTHead().insertRow();
+  for (const h of ['rank', 'F', 'B', 'W', 'OPT', 'all', 'share']) { const th = document.createElement('th'); th.textContent = h; head.appendChild(th); }
+  const body = tbl.createTBody(), rows = [];
+  const add = (cls, cells, span) => { // span: the first cell runs over the op columns
+    const tr = body.insertRow();
+    if (cls) tr.className = cls;
+    cells.forEach((v, k) => {
+      const td = tr.insertCell();
+      td.textContent = String(v);
+      if (span && k === 0) td.colSpan = 5;
+      else if (k > 0 || !span) td.className = 'num';
+    });
+    rows.push([cls, ...cells.map(String)]);
+  };
+  const shown = critShownRanks(r.ranks), most = Math.max(0, ...r.ranks.map(critRankNs));
+  let listed = 0;
+  for (const x of shown) {
+    const all = critRankNs(x);
+    listed += all;
+    add(all === most ? 'most' : '', [x.rank, per(x.F), per(x.B), per(x.W), per(x.OPT), per(all), share(all)]);
+  }
+  const ops = r.ranks.reduce((a, x) => a + critRankNs(x), 0);
+  if (ops > listed) add('', ['the other ranks', per(ops - listed), share(ops - listed)], true);
+  for (const [what, ns] of [['hand-offs: an output crossing to the next rank', r.handoff_ns],
+    ['on a rank between its ops, sending or receiving', r.comm_ns], ['on a rank between its ops, the rest', r.other_ns]])
+    add('wait', [what, per(ns), share(ns)], true);
+  window.__pprun.critTable = { steps: r.steps, first_step: r.first_step, last_step: r.last_step,
+    info: $('critpath-info').textContent, rows };
 }
 
 // ---- charts ------------------------------------------------------------------
@@ -954,15 +1151,27 @@ function drawStepBars() {
 
 // ---- interaction ---------------------------------------------------------------
 
+// What the pointer is on: an op's block first, then a hand-off line of the
+// critical path (it runs across rows and over the thin send/receive marks
+// where it leaves), then a mark, a gap or a bin.
 function hitTest(x, y) {
   const w = $('timeline').clientWidth;
   if (x < LABEL_W) return null;
+  const hit = rowHit(x, y, w);
+  if (hit && hit.op) return hit;
+  return critEdgeHit(x, y, w) || hit;
+}
+
+function rowHit(x, y, w) {
   const n = world();
   const r = Math.floor((y - AXIS_H) / rowPitch());
   if (r < 0 || r >= n) return null;
   const t = tOf(x, w), yin = y - rowY(r);
   const tol = (S.view.to - S.view.from) / (w - LABEL_W) * 2; // 2 px for thin marks
-  if (S.gpuLane && y >= gpuY(r) && y < gpuY(r) + GPU_H) return gpuHit(r, t, y - gpuY(r), tol / 2);
+  if (S.gpuLane && y >= gpuY(r) && y < gpuY(r) + GPU_H) {
+    const hit = gpuHit(r, t, y - gpuY(r), tol / 2);
+    return hit && Object.assign(hit, { op: true });
+  }
   if (yin > ROW_H) return null;
   const ev = S.ev;
   let best = null;
@@ -979,7 +1188,8 @@ function hitTest(x, y) {
     if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
     if (['F', 'B', 'W'].includes(ph) && S.actRecorded) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
     if (ph === 'OPT' && ev.bytes[i] > 0) text += `\nweights, gradients, optimizer state: ${fmtBytes(ev.bytes[i])}`;
-    return { text };
+    text += critNote(ev.id[i]);
+    return { text, op: ev.phase[i] < 3 || ev.phase[i] > 6 }; // a send/receive mark yields to a hand-off line
   }
   for (const gp of S.gaps || []) {
     if (gp[0] === r && t >= gp[2] && t <= gp[3])
@@ -1029,6 +1239,7 @@ function setupInteraction() {
   $('step-next').onclick = () => stepBy(1);
   $('step-all').onclick = () => { S.follow = $('follow').checked = false; setStep(null); showWindow(0, Math.max(1, lastEnd())); };
   $('follow').onchange = (e) => { S.follow = e.target.checked; if (S.follow) { followLatest(); fetchWindow(); } };
+  $('critpath-on').onchange = (e) => { if (S.crit) S.crit.on = e.target.checked; scheduleDraw(); };
   $('job-select').onchange = (e) => openJob(Number(e.target.value));
   window.addEventListener('resize', () => { scheduleDraw(); drawCharts(); });
   document.querySelectorAll('.tab').forEach((b) => b.onclick = () => {
@@ -1041,6 +1252,7 @@ function setupInteraction() {
   $('sql-text').addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) runSql(); });
   $('legend').innerHTML = ['F', 'B', 'W', 'SEND', 'RECV', 'OPT'].map((p, i) => `<span><i style="background:${[PHASE_COLOR[0], PHASE_COLOR[1], PHASE_COLOR[2], PHASE_COLOR[3], PHASE_COLOR[4], PHASE_COLOR[7]][i]}"></i>${p}</span>`).join('') +
     ['warm/cooldown', 'wait activation', 'wait gradient'].map((p, i) => `<span><i style="background:${CAUSE_COLOR[[0, 2, 3][i]]}; border:1px solid #ccc"></i>${p}</span>`).join('') +
+    `<span><i style="border:2px solid ${CRIT_COLOR}"></i>critical path</span>` +
     `<span id="legend-gpu" hidden><i style="background:${PHASE_COLOR[0]}; opacity:0.45"></i>GPU (lane under each rank)</span>`;
 }
 
@@ -1219,6 +1431,7 @@ async function runSql() {
 
 window.__pprun = {
   ready: false, drawn: null, lossPoints: [], actPoints: [], planDrawn: 0, planLoads: [], liveEvents: 0, windowFetches: 0, lastWindow: null, sqlRows: 0, lastKernels: null, jobsShown: null, compare: null,
+  critpath: null, critFetches: 0, critTable: null, // the overlay drawn, /critpath?step requests, the totals table
   state: S,
   showStep: (s) => showStep(s),
   // Page coordinates of the centre of a drawn block, for hovering in tests.
@@ -1231,6 +1444,13 @@ window.__pprun = {
       }
     }
     return null;
+  },
+  // Page coordinates of the middle of the k-th hand-off line drawn (null: none).
+  critEdgeCenter(k) {
+    const path = S.crit && S.crit.shown, e = path ? critEdges(path)[k] : null;
+    if (!e) return null;
+    const c = $('timeline'), rect = c.getBoundingClientRect(), w = c.clientWidth;
+    return { x: rect.left + (xOf(e[0].end, w) + xOf(e[1].start, w)) / 2, y: rect.top + (critMidY(e[0].rank) + critMidY(e[1].rank)) / 2 };
   },
   // Page coordinates of time t on a rank's GPU lane (upper half: spans,
   // lower half: kernels), for hovering in tests; null without a lane.

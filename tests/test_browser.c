@@ -6,7 +6,9 @@
  * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none; the
  * Jobs tab holds both side by side, and ticking both compares them (the
  * Compare panel, GET /compare); a job of 30,000 steps opens with thinned
- * charts; the what-if panel's stage balance says what `pprun stats` says.
+ * charts; the what-if panel's stage balance says what `pprun stats` says;
+ * the critical path is outlined over the step shown, and its totals table
+ * says what `pprun stats` says.
  * Screenshots are kept in the build directory. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -435,6 +437,127 @@ Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) 
     cJSON_Delete(j);
 }
 
+/* ns from "8.00 ms", "500.00 us", "0 ns" (pprun stats) or "8.000 ms" (the
+ * dashboard). */
+static double to_ns(double v, const char *unit) {
+    return v * (!strcmp(unit, "s") ? 1e9 : !strcmp(unit, "ms") ? 1e6 : !strcmp(unit, "us") ? 1e3 : 1);
+}
+
+/* The string in cell k of a row of the script's table. */
+static const char *cell(const cJSON *row, int k) {
+    const cJSON *v = cJSON_GetArrayItem(row, k);
+    cr_assert(cJSON_IsString(v), "no cell %d", k);
+    return v->valuestring;
+}
+
+/* The fixture's critical path (tests/helpers/web_fixture.h): step 1's 31
+ * ops (0F0 1F0 2F0 3F0 down, 22 more of rank 3, microbatch 7's B up ranks
+ * 2, 1, 0, then rank 0's W and OPT) outlined over the timeline with the 6
+ * hand-offs between ranks drawn, as GET /critpath?step=1 has them; hover
+ * says which ops are on it and what a hand-off waited; unticking the box
+ * takes it away; the totals table says what `pprun stats` says. */
+Test(browser, critical_path_outlined_and_its_totals_as_pprun_stats_prints, .timeout = 180) {
+    require_playwright();
+    char db[256];
+    pp_err err;
+    fixture_fresh(db, sizeof db, "browser-critpath", 3, "succeeded");
+    /* more events than one window holds (20,000), so that "all steps" aggregates */
+    cr_assert_eq(fixture_append_steps(db, 3, 110, &err), 0, "%s", err.msg);
+    char *stats = stats_text(db);
+    cJSON *j = browse(db, "critpath", NULL);
+    char *text = cJSON_PrintUnformatted(j);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors: %s", text);
+
+    const cJSON *api = cJSON_GetObjectItem(j, "api"), *cp = cJSON_GetObjectItem(j, "critpath");
+    cr_assert_eq(jnum(api, "ops"), 31, "the API's path of step 1: %s", text);
+    cr_assert_eq(jnum(api, "data"), 6, "3 hand-offs down (F), 3 up (B): %s", text);
+    cr_assert_eq(jnum(cp, "step"), 1);
+    cr_assert_eq(jnum(cp, "ops"), 31);
+    cr_assert_eq(jnum(cp, "outlined"), 31, "every op of the path outlined: %s", text);
+    cr_assert_eq(jnum(cp, "edges"), 6, "every hand-off drawn: %s", text);
+
+    const cJSON *tips = cJSON_GetObjectItem(j, "tooltips");
+    const char *tip = cJSON_GetObjectItem(tips, "data")->valuestring;
+    cr_assert(strstr(tip, "\non the critical path: waited 0.000 ms for rank 2's F"), "%s", tip);
+    tip = cJSON_GetObjectItem(tips, "rank")->valuestring;
+    cr_assert(strstr(tip, "\non the critical path: after the rank's previous op"), "%s", tip);
+    tip = cJSON_GetObjectItem(tips, "off")->valuestring;
+    cr_assert(strstr(tip, "rank 1 · W · microbatch 0") && !strstr(tip, "critical path"), "off the path: %s", tip);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "edgeTooltip")->valuestring,
+                     "critical path · step 1: rank 0's B of microbatch 7\nwaited 0.000 ms for rank 1's B");
+
+    const cJSON *off = cJSON_GetObjectItem(j, "off");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(off, "on")));
+    cr_assert_eq(jnum(off, "outlined") + jnum(off, "edges"), 0, "unticked, nothing drawn: %s", text);
+    tip = cJSON_GetObjectItem(j, "offTooltip")->valuestring;
+    cr_assert(!strstr(tip, "critical path"), "unticked, the tooltip says nothing of it: %s", tip);
+    const cJSON *again = cJSON_GetObjectItem(j, "again");
+    cr_assert_eq(jnum(again, "outlined"), 31, "ticked again: %s", text);
+    cr_assert_eq(jnum(j, "refetched"), 0, "drawn again from the step's kept answer");
+    const cJSON *agg = cJSON_GetObjectItem(j, "aggregated"), *aggcp = cJSON_GetObjectItem(agg, "critpath");
+    cr_assert_str_neq(cJSON_GetObjectItem(agg, "mode")->valuestring, "events");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(aggcp, "step")) && jnum(aggcp, "outlined") == 0, "aggregated: %s", text);
+
+    /* The table: a row per rank as `pprun stats` prints it (the mean per
+     * step; rank 3 holds most of the path), then the waits (none here). */
+    const cJSON *tbl = cJSON_GetObjectItem(j, "table");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(tbl, "hidden")));
+    cr_assert_str_eq(cJSON_GetObjectItem(tbl, "info")->valuestring, "— steps 93–112, 30.50 ms a step (mean)",
+                     "the latest 20 complete steps");
+    cr_assert(strstr(stats, "critical path  the ops each step waited on, steps 93-112 (30.50 ms a step, mean)"), "%s",
+              stats);
+    static const char *const head[] = {"rank", "F", "B", "W", "OPT", "all", "share"};
+    for (int k = 0; k < 7; k++)
+        cr_assert_str_eq(cell(cJSON_GetObjectItem(tbl, "head"), k), head[k]);
+    const cJSON *rows = cJSON_GetObjectItem(tbl, "rows");
+    cr_assert_eq(cJSON_GetArraySize(rows), 4 + 3, "4 ranks and 3 waits: %s", text);
+    char *exposed = cJSON_PrintUnformatted(cJSON_GetObjectItem(tbl, "exposed")), *dom = cJSON_PrintUnformatted(rows);
+    cr_assert_str_eq(exposed, dom, "window.__pprun.critTable holds the rows shown");
+    free(exposed);
+    free(dom);
+    const char *line = strstr(stats, "  rank          F          B          W        OPT        all  share\n");
+    cr_assert(line, "%s", stats);
+    for (int r = 0; r < 4; r++) {
+        line = strchr(line, '\n');
+        cr_assert(line, "pprun stats printed a row per rank: %s", stats);
+        line++;
+        const cJSON *row = cJSON_GetArrayItem(rows, r);
+        int rank = -1;
+        double v[5];
+        char u[5][8], share[16];
+        cr_assert_eq(sscanf(line, "%d %lf %7s %lf %7s %lf %7s %lf %7s %lf %7s %15s", &rank, &v[0], u[0], &v[1], u[1],
+                            &v[2], u[2], &v[3], u[3], &v[4], u[4], share),
+                     12, "%s", line);
+        cr_assert_eq(atoi(cell(row, 1)), rank);
+        for (int k = 0; k < 5; k++) {
+            double got, want = to_ns(v[k], u[k]);
+            char unit[8];
+            cr_assert_eq(sscanf(cell(row, 2 + k), "%lf %7s", &got, unit), 2, "%s", cell(row, 2 + k));
+            cr_assert_float_eq(to_ns(got, unit), want, 0.005e6, "rank %d, %s: %s on the page, %.2f %s from pprun stats",
+                               rank, head[1 + k], cell(row, 2 + k), v[k], u[k]);
+        }
+        cr_assert_str_eq(cell(row, 7), share, "rank %d's share", rank);
+        cr_assert_str_eq(cell(row, 0), rank == 3 ? "most" : "", "rank %d", rank);
+    }
+    const cJSON *r3 = cJSON_GetArrayItem(rows, 3);
+    static const char *const rank3[] = {"3", "8.000 ms", "8.000 ms", "7.000 ms", "0.000 ms", "23.00 ms", "75.4%"};
+    for (int k = 0; k < 7; k++)
+        cr_assert_str_eq(cell(r3, 1 + k), rank3[k], "rank 3, column %d", k);
+    static const char *const waits[] = {"hand-offs: an output crossing to the next rank",
+                                        "on a rank between its ops, sending or receiving",
+                                        "on a rank between its ops, the rest"};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *row = cJSON_GetArrayItem(rows, 4 + k);
+        cr_assert_str_eq(cell(row, 0), "wait");
+        cr_assert_str_eq(cell(row, 1), waits[k]);
+        cr_assert_str_eq(cell(row, 2), "0.000 ms");
+        cr_assert_str_eq(cell(row, 3), "0.0%");
+    }
+    free(text);
+    free(stats);
+    cJSON_Delete(j);
+}
+
 typedef struct writer_arg {
     const char *db, *ready;
     int ok;
@@ -491,6 +614,9 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     double fetches = jnum(j, "burstFetches"), ms = jnum(j, "burstMs");
     cr_assert(fetches >= 1 && fetches <= 2 + ms / 250, "%.0f window requests for %d steps in %.0f ms", fetches,
               1 + LIVE_BURST, ms);
+    /* the critical path of the step in view: asked for as seldom */
+    double crit = jnum(j, "burstCritFetches");
+    cr_assert(crit <= 2 + ms / 250, "%.0f critical path requests for %d steps in %.0f ms", crit, 1 + LIVE_BURST, ms);
     cJSON *plan = cJSON_GetObjectItem(j, "plan");
     cr_assert_eq(jnum(plan, "anchor"), 3 + LIVE_BURST, "the plan is aligned to the running step in view");
     cr_assert_eq(jnum(plan, "drawn"), 96, "all of its 96 actions are drawn");

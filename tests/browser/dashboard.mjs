@@ -9,6 +9,7 @@
 //                                                  the Jobs tab and the two compared: SCREENSHOT-compare.png)
 //   node dashboard.mjs long URL SCREENSHOT.png     (a job with 30,000 steps)
 //   node dashboard.mjs balance URL SCREENSHOT.png  (the what-if panel's stage balance; SCREENSHOT is of that panel)
+//   node dashboard.mjs critpath URL SCREENSHOT.png (step 1's critical path over the timeline, its totals table)
 //
 // "live": after the page is ready it creates READY_FILE; the test then
 // appends steps to the database and this script waits for them to appear;
@@ -111,6 +112,63 @@ try {
       await page.waitForFunction((b) => document.getElementById('step-label').textContent !== b, before, { timeout: 5000 });
       out.stepping.push([await page.textContent('#step-label'), await page.textContent('#bubble-step-label')]);
     }
+  } else if (mode === 'critpath') {
+    // Step 1's path outlined, its hand-offs drawn; the API's answer beside it.
+    await page.evaluate(() => window.__pprun.showStep(1));
+    await page.waitForFunction(() => window.__pprun.critpath && window.__pprun.critpath.step === 1 &&
+      window.__pprun.critpath.outlined > 0, null, { timeout: 10000 });
+    out.critpath = await page.evaluate(() => window.__pprun.critpath);
+    out.api = await page.evaluate(async () => {
+      const r = await (await fetch('/api/jobs/1/critpath?step=1')).json();
+      return { ops: r.ops.length, data: r.ops.filter((o) => o.via === 'data').length };
+    });
+    // Hover: rank 3's F of microbatch 0 took rank 2's output; rank 3's F
+    // of microbatch 4 came after rank 3's previous op; rank 1's W of
+    // microbatch 0 is off the path.
+    out.tooltips = {};
+    for (const [key, rank, phase, mb] of [['data', 3, 'F', 0], ['rank', 3, 'F', 4], ['off', 1, 'W', 0]]) {
+      const c = await page.evaluate(([r, p, m]) => window.__pprun.blockCenter(r, p, m, 1), [rank, phase, mb]);
+      await page.mouse.move(c.x, c.y);
+      await page.waitForFunction((want) => !document.getElementById('tooltip').hidden &&
+        document.getElementById('tooltip').textContent.startsWith(want), `rank ${rank} · ${phase} · microbatch ${mb}`, { timeout: 5000 });
+      out.tooltips[key] = await page.textContent('#tooltip');
+    }
+    // A hand-off line itself: the last one, microbatch 7's B from rank 1 up to rank 0.
+    const e = await page.evaluate(() => window.__pprun.critEdgeCenter(window.__pprun.critpath.edges - 1));
+    await page.mouse.move(e.x, e.y);
+    await page.waitForFunction(() => /^critical path/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
+    out.edgeTooltip = await page.textContent('#tooltip');
+    await page.mouse.move(5, 5);
+    // The totals table, read with the what-if.
+    await page.waitForFunction(() => window.__pprun.critTable, null, { timeout: 10000 });
+    out.table = {
+      hidden: await page.evaluate(() => document.getElementById('critpath').hidden),
+      info: await page.textContent('#critpath-info'),
+      head: await page.$$eval('#critpath-table thead th', (th) => th.map((t) => t.textContent)),
+      rows: await page.$$eval('#critpath-table tbody tr', (trs) => trs.map((tr) => [tr.className, ...[...tr.cells].map((td) => td.textContent)])),
+      exposed: await page.evaluate(() => window.__pprun.critTable.rows),
+    };
+    await page.screenshot({ path: shot, fullPage: true });
+    // Unticked: nothing drawn, nothing on the tooltips.
+    const fetches = await page.evaluate(() => window.__pprun.critFetches);
+    await page.uncheck('#critpath-on');
+    await page.waitForFunction(() => window.__pprun.critpath.on === false, null, { timeout: 5000 });
+    out.off = await page.evaluate(() => window.__pprun.critpath);
+    const c = await page.evaluate(() => window.__pprun.blockCenter(3, 'F', 0, 1));
+    await page.mouse.move(c.x, c.y);
+    await page.waitForFunction(() => /^rank 3 · F · microbatch 0/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
+    out.offTooltip = await page.textContent('#tooltip');
+    // Ticked again: drawn from what was fetched, no new request.
+    await page.check('#critpath-on');
+    await page.waitForFunction(() => window.__pprun.critpath.on && window.__pprun.critpath.step === 1, null, { timeout: 5000 });
+    out.again = await page.evaluate(() => window.__pprun.critpath);
+    out.refetched = await page.evaluate((f) => window.__pprun.critFetches - f, fetches);
+    // The whole job: more events than a window holds, so the server
+    // aggregates; no blocks, no path.
+    await page.click('#step-all');
+    await page.waitForFunction(() => window.__pprun.lastWindow && window.__pprun.lastWindow.mode !== 'events' &&
+      window.__pprun.drawn.bins > 0, null, { timeout: 10000 });
+    out.aggregated = await page.evaluate(() => ({ mode: window.__pprun.lastWindow.mode, critpath: window.__pprun.critpath }));
   } else if (mode === 'balance') {
     // A layered job with an uneven first stage: the stage balance block.
     await whatifTable(true);
@@ -218,10 +276,12 @@ try {
     out.stepsBefore = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
     // The writer adds step 2, then steps 3-26 at once (test_browser.c's LIVE_BURST).
     const fetches = await page.evaluate(() => window.__pprun.windowFetches), t0 = Date.now();
+    const critFetches = await page.evaluate(() => window.__pprun.critFetches);
     fs.writeFileSync(readyFile, 'ready\n');
     await page.waitForFunction(() => window.__pprun.state.steps.filter((s) => s.complete).length >= 27 &&
       window.__pprun.drawn.steps.includes(26), null, { timeout: 30000 });
     out.burstFetches = await page.evaluate((f) => window.__pprun.windowFetches - f, fetches);
+    out.burstCritFetches = await page.evaluate((f) => window.__pprun.critFetches - f, critFetches);
     out.burstMs = Date.now() - t0;
     out.stepsAfter = await page.evaluate(() => window.__pprun.state.steps.filter((s) => s.complete).length);
     out.liveEvents = await page.evaluate(() => window.__pprun.liveEvents);
