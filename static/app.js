@@ -976,7 +976,7 @@ function showCritTotals(r) {
   }
   const ops = r.ranks.reduce((a, x) => a + critRankNs(x), 0);
   if (ops > listed) add('', ['the other ranks', per(ops - listed), share(ops - listed)], true);
-  for (const [what, ns] of [['hand-offs: an output crossing to the next rank', r.handoff_ns],
+  for (const [what, ns] of [['hand-offs: an output crossing to another rank', r.handoff_ns],
     ['on a rank between its ops, sending or receiving', r.comm_ns], ['on a rank between its ops, the rest', r.other_ns]])
     add('wait', [what, per(ns), share(ns)], true);
   window.__pprun.critTable = { steps: r.steps, first_step: r.first_step, last_step: r.last_step,

@@ -543,7 +543,7 @@ Test(browser, critical_path_outlined_and_its_totals_as_pprun_stats_prints, .time
     static const char *const rank3[] = {"3", "8.000 ms", "8.000 ms", "7.000 ms", "0.000 ms", "23.00 ms", "75.4%"};
     for (int k = 0; k < 7; k++)
         cr_assert_str_eq(cell(r3, 1 + k), rank3[k], "rank 3, column %d", k);
-    static const char *const waits[] = {"hand-offs: an output crossing to the next rank",
+    static const char *const waits[] = {"hand-offs: an output crossing to another rank",
                                         "on a rank between its ops, sending or receiving",
                                         "on a rank between its ops, the rest"};
     for (int k = 0; k < 3; k++) {
