@@ -32,27 +32,22 @@ int analyze_cause_of(const char *s) {
 
 int analyze_is_compute(int p) { return p == TRACE_F || p == TRACE_B || p == TRACE_W || p == TRACE_OPT; }
 
-/* Length of [a, b) covered by the union of the comm ops that count as
- * communication for a gap ending in `next` (the recv that feeds `next` is
- * waiting, not communication). Spans are few per gap; O(n^2) is fine. */
+int64_t analyze_covered(const op *spans, size_t n, int64_t a, int64_t b, int skip) {
+    int64_t total = 0, cursor = a;
+    for (size_t i = 0; i < n && spans[i].start < b; i++) {
+        if (spans[i].phase == skip) continue;
+        int64_t s = spans[i].start > cursor ? spans[i].start : cursor, e = spans[i].end < b ? spans[i].end : b;
+        if (e > s) total += e - s, cursor = e;
+    }
+    return total;
+}
+
+/* Length of [a, b) covered by the comm ops that count as communication for
+ * a gap ending in `next`: the receive that feeds `next` is waiting, not
+ * communication. */
 static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const op *next) {
     int skip = next->phase == TRACE_F ? TRACE_RECV_F : next->phase == TRACE_B ? TRACE_RECV_B : -1;
-    int64_t covered = 0, cursor = a;
-    for (;;) {
-        /* The clipped span starting earliest at or after... cursor sweep. */
-        int64_t best_s = INT64_MAX, best_e = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (comm[i].phase == skip) continue;
-            int64_t s = comm[i].start > cursor ? comm[i].start : cursor;
-            int64_t e = comm[i].end < b ? comm[i].end : b;
-            if (e <= s) continue;
-            if (s < best_s || (s == best_s && e > best_e)) best_s = s, best_e = e;
-        }
-        if (best_s == INT64_MAX) break;
-        covered += best_e - best_s;
-        cursor = best_e;
-    }
-    return covered;
+    return analyze_covered(comm, n, a, b, skip);
 }
 
 static const char *gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
@@ -69,7 +64,7 @@ static void action_str(const op *o, char buf[48]) {
         snprintf(buf, 48, "%d%s%d", o->stage, trace_phase_name(o->phase), o->microbatch);
 }
 
-static int by_start(const void *a, const void *b) {
+int analyze_by_rank_start(const void *a, const void *b) {
     const op *x = a, *y = b;
     if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
     if (x->start != y->start) return x->start < y->start ? -1 : 1;
@@ -212,8 +207,8 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
             ops[ncompute++] = ops[i];
             ops[i] = t;
         }
-    qsort(ops, ncompute, sizeof *ops, by_start);
-    qsort(ops + ncompute, n - ncompute, sizeof *ops, by_start);
+    qsort(ops, ncompute, sizeof *ops, analyze_by_rank_start);
+    qsort(ops + ncompute, n - ncompute, sizeof *ops, analyze_by_rank_start);
     int64_t s0 = INT64_MAX, s1 = INT64_MIN;
     for (size_t i = 0; i < ncompute; i++) {
         if (ops[i].start < s0) s0 = ops[i].start;

@@ -34,6 +34,11 @@ typedef struct analyze_op {
     int64_t bytes; /* F/B/W: activation bytes held after it (0: not recorded) */
 } analyze_op;
 
+/* qsort order of analyze_ops: by rank, then start, then end. */
+int analyze_by_rank_start(const void *a, const void *b);
+/* How much of [a, b) the union of spans[0..n) (sorted by start) covers,
+ * leaving out spans of phase `skip` (-1: none). */
+int64_t analyze_covered(const analyze_op *spans, size_t n, int64_t a, int64_t b, int skip);
 /* Whether a trace_phase is compute (F, B, W, OPT) rather than communication. */
 int analyze_is_compute(int phase);
 /* The host spans of the step's latest attempt, LOSS records left out, into

@@ -14,13 +14,6 @@ const char *const critpath_via_names[3] = {"first", "rank", "data"};
 
 #define NONE ((size_t)-1)
 
-static int by_rank_start(const void *a, const void *b) {
-    const analyze_op *x = a, *y = b;
-    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
-    if (x->start != y->start) return x->start < y->start ? -1 : 1;
-    return (x->end > y->end) - (x->end < y->end);
-}
-
 /* An F or B by what another rank's op looks it up by. */
 typedef struct data_key {
     int phase, stage, microbatch;
@@ -80,16 +73,6 @@ static size_t first_of_rank(const analyze_op *spans, size_t n, int rank) {
     return lo;
 }
 
-/* How much of [a, b) the spans comm[0..n) (sorted by start) cover. */
-static int64_t covered(const analyze_op *comm, size_t n, int64_t a, int64_t b) {
-    int64_t total = 0, cursor = a;
-    for (size_t i = 0; i < n && comm[i].start < b; i++) {
-        int64_t s = comm[i].start > cursor ? comm[i].start : cursor, e = comm[i].end < b ? comm[i].end : b;
-        if (e > s) total += e - s, cursor = e;
-    }
-    return total;
-}
-
 static int walk_init(walk *w, const analyze_op *spans, size_t n) {
     memset(w, 0, sizeof *w);
     for (size_t i = 0; i < n; i++) w->n += analyze_is_compute(spans[i].phase);
@@ -102,7 +85,7 @@ static int walk_init(walk *w, const analyze_op *spans, size_t n) {
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (analyze_is_compute(spans[i].phase)) w->ops[k++] = spans[i];
-    qsort(w->ops, w->n, sizeof *w->ops, by_rank_start);
+    qsort(w->ops, w->n, sizeof *w->ops, analyze_by_rank_start);
     for (size_t i = 0; i < w->n; i++) {
         int same = i > 0 && w->ops[i - 1].rank == w->ops[i].rank;
         w->rank_first[i] = same ? w->rank_first[i - 1] : i;
@@ -129,7 +112,7 @@ static analyze_op *comm_spans(const analyze_op *spans, size_t n, size_t *ncomm) 
     *ncomm = 0;
     for (size_t i = 0; i < n; i++)
         if (!analyze_is_compute(spans[i].phase)) comm[(*ncomm)++] = spans[i];
-    qsort(comm, *ncomm, sizeof *comm, by_rank_start);
+    qsort(comm, *ncomm, sizeof *comm, analyze_by_rank_start);
     return comm;
 }
 
@@ -144,7 +127,7 @@ static void critpath_times(critpath_path *p, const analyze_op *comm, size_t ncom
         o->lead_comm_ns = 0;
         if (o->via != CRITPATH_RANK || o->lead_ns <= 0) continue;
         size_t lo = first_of_rank(comm, ncomm, o->op.rank), hi = first_of_rank(comm, ncomm, o->op.rank + 1);
-        o->lead_comm_ns = covered(comm + lo, hi - lo, prev_end, o->op.start);
+        o->lead_comm_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, -1);
     }
 }
 
