@@ -178,7 +178,7 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
     return SQLITE_OK;
 }
 
-int analyze_job_stages(sqlite3 *sql, int64_t job) {
+static int job_stages(sqlite3 *sql, int64_t job) {
     sqlite3_stmt *st;
     int stages = 0;
     if (sqlite3_prepare_v2(sql, "SELECT stages FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK) return 0;
@@ -197,7 +197,7 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
     int max_stage = -1;
     int rc = analyze_load_step(sql, job, step, &ops, &n, &max_stage);
     if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
-    int stages = analyze_job_stages(sql, job);
+    int stages = job_stages(sql, job);
     if (stages <= max_stage) stages = max_stage + 1;
     /* Compute ops first (sorted by rank, start), then comm ops likewise. */
     size_t ncompute = 0;

@@ -45,8 +45,6 @@ int analyze_is_compute(int phase);
  * *out (the caller frees it) and *n; raises *max_stage to the highest stage
  * seen. An SQLite result code. */
 int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, size_t *n, int *max_stage);
-/* jobs.stages of the job, 0 when unknown. */
-int analyze_job_stages(sqlite3 *sql, int64_t job_id);
 
 /* One transaction. A step without compute events gets no rows. */
 int db_analyze_step(db *d, int64_t job_id, int step, pp_err *err);
