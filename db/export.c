@@ -20,13 +20,21 @@
  * Each boundary tensor's SEND and RECV are joined by a flow (an arrow in
  * Perfetto): a flow start inside the SEND span, a flow end bound to the
  * RECV span (which starts early: it includes the wait). Both ends compute
- * the flow's id from what they share, so the export stays one pass. */
+ * the flow's id from what they share, so the export stays one pass.
+ *
+ * Each complete step's critical path (db/critpath.c) is marked the way
+ * HTA overlays it on a PyTorch trace: its ops carry "critical_path" args
+ * (how the path reached them and the wait before), and a "critical path"
+ * flow joins each op to the next one on the path, so selecting one op in
+ * Perfetto shows the chain and Perfetto's SQL finds it by its args. The
+ * paths are read first, then looked up by event id as the ops stream out. */
 #include "db/export.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/critpath.h"
 #include "tracer/event.h"
 
 #define LANES 8      /* per kind: compute lanes 0..7, comm lanes 8..15, gpu lanes 16..23 */
@@ -147,6 +155,61 @@ static int64_t flow_of(const char *phase, int rank, int has_peer, int peer, int 
     return (int64_t)(h >> 1); /* never -1 */
 }
 
+/* One op of a step's critical path, as the export marks it. */
+typedef struct path_mark {
+    int64_t id, next_id; /* events.id of the op and of the next op on the path (-1: the path's last) */
+    int via;             /* critpath_via */
+    int64_t lead_ns;     /* the wait before it on the path */
+} path_mark;
+
+static int by_mark_id(const void *a, const void *b) {
+    int64_t x = ((const path_mark *)a)->id, y = ((const path_mark *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* The ops on every complete step's critical path, sorted by event id
+ * (*marks malloc'd, the caller frees it after either result). */
+static int read_paths(sqlite3 *db, int64_t job, path_mark **marks, size_t *n, pp_err *err) {
+    *marks = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("") ") ORDER BY step", -1, &st, NULL) !=
+        SQLITE_OK)
+        return sql_fail(db, "reading steps", err);
+    sqlite3_bind_int64(st, 1, job);
+    size_t cap = 0;
+    int rc, ret = 0;
+    while (ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        critpath_path p;
+        ret = critpath_step(db, job, sqlite3_column_int(st, 0), &p, err);
+        if (ret == 0 && *n + p.n > cap) {
+            cap = 2 * cap > *n + p.n ? 2 * cap : *n + p.n;
+            path_mark *m = realloc(*marks, cap * sizeof *m);
+            if (m) *marks = m;
+            else ret = pp_fail(err, "export: out of memory");
+        }
+        for (size_t i = 0; ret == 0 && i < p.n; i++)
+            (*marks)[(*n)++] = (path_mark){p.ops[i].op.id, i + 1 < p.n ? p.ops[i + 1].op.id : -1, p.ops[i].via,
+                                           p.ops[i].lead_ns};
+        critpath_free(&p);
+    }
+    if (ret == 0 && rc != SQLITE_DONE) ret = sql_fail(db, "reading steps", err);
+    sqlite3_finalize(st);
+    if (ret == 0) qsort(*marks, *n, sizeof **marks, by_mark_id);
+    return ret;
+}
+
+/* A flow of the critical path, from (s) or into (f) the op being written,
+ * at its middle; its id is the event id of the op it leads to, in hex
+ * (Perfetto reads a string id as hex and keys flows by id and category). */
+static void put_path_flow(FILE *out, int into, int64_t to_id, int pid, int tid, int64_t s, int64_t e, int64_t t0) {
+    fprintf(out, ",\n{\"ph\":\"%s\",%s\"id\":\"%llx\",\"cat\":\"critical_path\",\"name\":\"critical path\","
+            "\"pid\":%d,\"tid\":%d,\"ts\":", into ? "f" : "s", into ? "\"bp\":\"e\"," : "", (unsigned long long)to_id,
+            pid, tid);
+    put_us(out, s + (e - s) / 2 - t0);
+    fputc('}', out);
+}
+
 static int lane_tid(int rank, int ln) {
     return ln < 2 * LANES ? rank * 2 * LANES + ln : GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
 }
@@ -223,7 +286,8 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
     sqlite3_stmt *st = NULL;
     rank_info *ranks = NULL;
     stream_track *tracks = NULL;
-    size_t nranks = 0, ntracks = 0;
+    path_mark *marks = NULL;
+    size_t nranks = 0, ntracks = 0, nmarks = 0;
     int ret = -1;
     if (sqlite3_prepare_v2(db, "SELECT t0_ns, name, schedule FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK)
         return sql_fail(db, "reading the job", err);
@@ -292,10 +356,11 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
     if (sqlite3_step(st) == SQLITE_ROW) held = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     st = NULL;
+    if (read_paths(db, job, &marks, &nmarks, err) != 0) goto done;
 
     if (sqlite3_prepare_v2(db,
-                           "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt, source"
-                           " FROM events WHERE job_id=? ORDER BY rank, start_ns, end_ns DESC",
+                           "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt, source,"
+                           " id FROM events WHERE job_id=? ORDER BY rank, start_ns, end_ns DESC",
                            -1, &st, NULL) != SQLITE_OK) {
         sql_fail(db, "reading events", err);
         goto done;
@@ -323,14 +388,24 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         put_us(out, s - t0);
         fprintf(out, ",\"dur\":");
         put_us(out, e - s);
-        fprintf(out, ",\"args\":{\"phase\":\"%s\",\"step\":%d,\"attempt\":%d,\"source\":\"%s\"", phase, step,
-                sqlite3_column_int(st, 9), (const char *)sqlite3_column_text(st, 10));
+        int64_t id = sqlite3_column_int64(st, 11);
+        fprintf(out, ",\"args\":{\"event_id\":%lld,\"phase\":\"%s\",\"step\":%d,\"attempt\":%d,\"source\":\"%s\"",
+                (long long)id, phase, step, sqlite3_column_int(st, 9), (const char *)sqlite3_column_text(st, 10));
         if (has_mb) fprintf(out, ",\"microbatch\":%d", mb);
         if (has_stage) fprintf(out, ",\"stage\":%d", stage);
         if (sqlite3_column_type(st, 7) != SQLITE_NULL) fprintf(out, ",\"peer\":%d", sqlite3_column_int(st, 7));
         if (sqlite3_column_type(st, 8) != SQLITE_NULL)
             fprintf(out, ",\"bytes\":%lld", (long long)sqlite3_column_int64(st, 8));
+        const path_mark key = {.id = id},
+                        *mark = gpu || !nmarks ? NULL : bsearch(&key, marks, nmarks, sizeof *marks, by_mark_id);
+        if (mark) {
+            fprintf(out, ",\"critical_path\":\"%s\",\"critical_wait_us\":", critpath_via_names[mark->via]);
+            put_us(out, mark->lead_ns);
+        }
         fprintf(out, "}}");
+        if (mark && mark->via != CRITPATH_FIRST) put_path_flow(out, 1, id, r->node, lane_tid(rank, ln), s, e, t0);
+        if (mark && mark->next_id >= 0)
+            put_path_flow(out, 0, mark->next_id, r->node, lane_tid(rank, ln), s, e, t0);
         if (held && !gpu && !comm && strcmp(phase, "OPT") != 0) {
             fprintf(out, ",\n{\"ph\":\"C\",\"name\":\"activations held rank %d\",\"pid\":%d,\"ts\":", rank, r->node);
             put_us(out, e - t0);
@@ -455,5 +530,6 @@ done:
     sqlite3_finalize(st);
     free(ranks);
     free(tracks);
+    free(marks);
     return ret;
 }

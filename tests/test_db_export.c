@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "db/analyze.h"
+#include "db/critpath.h"
 #include "db/db.h"
 #include "db/export.h"
 #include "helpers/trace_fixture.h"
@@ -341,6 +342,11 @@ Test(db_export, kernels_get_a_thread_per_rank_and_stream_with_their_op) {
     unlink(db);
 }
 
+static int is_cat(cJSON *e, const char *cat) {
+    cJSON *c = cJSON_GetObjectItem(e, "cat");
+    return cJSON_IsString(c) && strcmp(c->valuestring, cat) == 0;
+}
+
 /* One end of a transfer: the X event of a SEND or RECV span. */
 typedef struct comm_span {
     int pid, tid, send, fwd, step, mb, stage, peer;
@@ -394,7 +400,7 @@ static void check_flows(const char *sched, const char *extra) {
     int starts = 0, ends = 0;
     cJSON_ArrayForEach(e, evs) {
         const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
-        if (strcmp(ph, "s") != 0) continue;
+        if (strcmp(ph, "s") != 0 || !is_cat(e, "flow")) continue;
         starts++;
         const char *id = cJSON_GetObjectItem(e, "id")->valuestring;
         const comm_span *s = enclosing(c, n, cJSON_GetObjectItem(e, "pid")->valueint,
@@ -404,7 +410,7 @@ static void check_flows(const char *sched, const char *extra) {
         int matches = 0;
         cJSON *f;
         cJSON_ArrayForEach(f, evs) {
-            if (strcmp(cJSON_GetObjectItem(f, "ph")->valuestring, "f") != 0 ||
+            if (strcmp(cJSON_GetObjectItem(f, "ph")->valuestring, "f") != 0 || !is_cat(f, "flow") ||
                 strcmp(cJSON_GetObjectItem(f, "id")->valuestring, id) != 0)
                 continue;
             matches++;
@@ -420,7 +426,7 @@ static void check_flows(const char *sched, const char *extra) {
         cr_assert_eq(r->peer, s->tid / 16, "%s: the RECV's peer sent", sched);
         cr_assert_eq(r->stage, s->stage + (s->fwd ? 1 : -1), "%s: the next stage receives", sched);
     }
-    cJSON_ArrayForEach(e, evs) ends += strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "f") == 0;
+    cJSON_ArrayForEach(e, evs) ends += strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "f") == 0 && is_cat(e, "flow");
     cr_assert_eq(starts, sends, "%s: a flow per transfer", sched);
     cr_assert_eq(ends, recvs);
     cJSON_Delete(root);
@@ -500,4 +506,96 @@ Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
         cJSON_Delete(root);
         free(text);
     }
+}
+
+/* The X event with args.event_id == id, or NULL. */
+static cJSON *x_of(cJSON *evs, int64_t id) {
+    cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "event_id");
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") == 0 && cJSON_IsNumber(v) &&
+            (int64_t)v->valuedouble == id)
+            return e;
+    }
+    return NULL;
+}
+
+/* The one flow event of phase ph ("s" or "f") and category critical_path
+ * with the given id; it must lie inside x (same thread, within its time). */
+static void assert_path_flow(cJSON *evs, const char *ph, int64_t to_id, cJSON *x) {
+    char id[32];
+    snprintf(id, sizeof id, "%llx", (unsigned long long)to_id);
+    int found = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, evs) {
+        if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, ph) != 0 || !is_cat(e, "critical_path") ||
+            strcmp(cJSON_GetObjectItem(e, "id")->valuestring, id) != 0)
+            continue;
+        found++;
+        double ts = cJSON_GetObjectItem(e, "ts")->valuedouble, x0 = cJSON_GetObjectItem(x, "ts")->valuedouble;
+        cr_assert_eq(cJSON_GetObjectItem(e, "pid")->valueint, cJSON_GetObjectItem(x, "pid")->valueint);
+        cr_assert_eq(cJSON_GetObjectItem(e, "tid")->valueint, cJSON_GetObjectItem(x, "tid")->valueint);
+        cr_assert(ts >= x0 && ts <= x0 + cJSON_GetObjectItem(x, "dur")->valuedouble, "flow %s %s inside its op", ph, id);
+        if (*ph == 'f') cr_assert_str_eq(cJSON_GetObjectItem(e, "bp")->valuestring, "e");
+    }
+    cr_assert_eq(found, 1, "one '%s' end of flow %s", ph, id);
+}
+
+/* Every complete step's critical path, as db/critpath.c finds it, is
+ * marked in the export: its ops and no others carry args.critical_path
+ * (how the path reached them) and the wait before them, and a
+ * "critical path" flow runs from each op to the next on the path, so a
+ * Perfetto user who selects one op sees the chain. */
+Test(db_export, each_steps_critical_path_is_marked_and_chained_by_flows, .timeout = 60) {
+    char path[256], json[300], cmd[1024];
+    fixture_fresh(path, sizeof path, "export-critpath", 3, "succeeded");
+    snprintf(json, sizeof json, "%s.json", path);
+    snprintf(cmd, sizeof cmd, "%s export --db %s --job 1 --out %s", PPRUN_BIN, path, json);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char *text = slurp(json);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *evs = cJSON_GetObjectItem(root, "traceEvents"), *e;
+    sqlite3 *db;
+    pp_err err;
+    cr_assert_eq(db_open_readonly(path, &db, &err), 0, "%s", err.msg);
+    size_t on_path = 0;
+    for (int step = 0; step < 3; step++) {
+        critpath_path p;
+        cr_assert_eq(critpath_step(db, 1, step, &p, &err), 0, "%s", err.msg);
+        int handoffs = 0;
+        for (size_t i = 0; i < p.n; i++) {
+            const critpath_op *o = &p.ops[i];
+            cJSON *x = x_of(evs, o->op.id), *a = cJSON_GetObjectItem(x, "args");
+            cr_assert_not_null(x, "step %d: path op %lld is exported", step, (long long)o->op.id);
+            cr_assert_str_eq(cJSON_GetObjectItem(a, "critical_path")->valuestring, critpath_via_names[o->via]);
+            cr_assert_float_eq(cJSON_GetObjectItem(a, "critical_wait_us")->valuedouble, o->lead_ns / 1e3, 1e-9);
+            if (i + 1 < p.n) {
+                assert_path_flow(evs, "s", p.ops[i + 1].op.id, x);
+                assert_path_flow(evs, "f", p.ops[i + 1].op.id, x_of(evs, p.ops[i + 1].op.id));
+            }
+            handoffs += o->via == CRITPATH_DATA;
+        }
+        if (step == 1) {
+            cr_assert_eq(p.n, 31, "the fixture's step: 3 F down, 23 ops of rank 3, 3 B up, a W and an OPT");
+            cr_assert_eq(handoffs, 6, "microbatch 0's F going down, microbatch 7's B going up");
+        }
+        on_path += p.n;
+        critpath_free(&p);
+    }
+    size_t marked = 0, starts = 0, ends = 0;
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        marked += *ph == 'X' && cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "critical_path") != NULL;
+        starts += *ph == 's' && is_cat(e, "critical_path");
+        ends += *ph == 'f' && is_cat(e, "critical_path");
+    }
+    cr_assert_eq(marked, on_path, "only the paths' ops are marked");
+    cr_assert_eq(starts, on_path - 3, "a flow between consecutive ops of each step's path");
+    cr_assert_eq(ends, starts);
+    sqlite3_close(db);
+    cJSON_Delete(root);
+    free(text);
+    unlink(json);
+    fixture_remove(path);
 }
