@@ -1,6 +1,7 @@
 /* compare.c: two jobs side by side (compare.h): their configurations
- * value by value, the other job's what-if row for this job's schedule, and
- * their losses at the latest step both have, microbatch by microbatch. */
+ * value by value, the other job's what-if row for this job's schedule,
+ * their losses at the latest step both have, microbatch by microbatch, and
+ * their critical paths. */
 #include "db/compare.h"
 
 #include <math.h>
@@ -231,8 +232,15 @@ int compare_read(sqlite3 *db, const job_summary *js, const whatif_report *jw, co
         snprintf(d->other, sizeof d->other, "%s", b->value[k]);
     }
     compare_predict(js, jw, os, ow, a->schedule_costs, c);
-    rc = compare_read_loss(db, c, err);
+    if (compare_read_loss(db, c, err) == 0 && critpath_read(db, c->job, js->world, &c->path_job, err) == 0 &&
+        critpath_read(db, c->other, os->world, &c->path_other, err) == 0)
+        rc = 0;
 out:
     free(a);
     return rc;
+}
+
+void compare_free(job_compare *c) {
+    critpath_report_free(&c->path_job);
+    critpath_report_free(&c->path_other);
 }

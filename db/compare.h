@@ -2,13 +2,14 @@
  * --vs`): what differs in their configurations, which row of the other
  * job's what-if predicted this job's schedule (or why none did), and
  * whether their losses at the latest step both reached agree bit for bit.
- * The numbers themselves are each job's summary (summary.h) and what-if
- * (whatif.h), read by their own code. */
+ * The numbers themselves are each job's summary (summary.h), what-if
+ * (whatif.h) and critical path (critpath.h), read by their own code. */
 #ifndef PP_DB_COMPARE_H
 #define PP_DB_COMPARE_H
 #include <sqlite3.h>
 #include <stdint.h>
 
+#include "db/critpath.h"
 #include "db/summary.h"
 #include "db/whatif.h"
 #include "runner/base/pp.h"
@@ -40,12 +41,16 @@ typedef struct job_compare {
     int loss_n_job, loss_n_other; /* microbatches with a loss at loss_step */
     int loss_bitwise;   /* same microbatches, each loss bitwise the same */
     int loss_differing; /* microbatches whose losses differ (or one job lacks) */
+    /* Each job's critical path over its latest complete steps (critpath_read,
+     * as `pprun stats` prints it for the job alone), owned. */
+    critpath_report path_job, path_other;
 } job_compare;
 
 /* Compares job (js, jw) with other (os, ow): each from summary_read and
- * whatif_read on db. 0, or -1 with err on a database error. c holds no
- * pointers and needs no freeing. */
+ * whatif_read on db. 0, or -1 with err on a database error; free c with
+ * compare_free after either. */
 int compare_read(sqlite3 *db, const job_summary *js, const whatif_report *jw, const job_summary *os,
                  const whatif_report *ow, job_compare *c, pp_err *err);
+void compare_free(job_compare *c);
 
 #endif

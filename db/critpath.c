@@ -7,6 +7,7 @@
  * took is a binary search over (phase, stage, microbatch). */
 #include "db/critpath.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -245,6 +246,12 @@ int critpath_read(sqlite3 *db, int64_t job, int ranks, critpath_report *r, pp_er
     r->steps = n;
     if (n > 0) r->first_step = steps[n - 1], r->last_step = steps[0];
     return 0;
+}
+
+double critpath_per_step(const critpath_report *r, int64_t ns) { return r->steps ? (double)ns / r->steps : NAN; }
+
+double critpath_rank_per_step(const critpath_report *r, int k) {
+    return k >= 0 && k < r->t.ranks ? critpath_per_step(r, critpath_rank_ns(&r->t, k)) : NAN;
 }
 
 void critpath_report_free(critpath_report *r) {

@@ -75,6 +75,11 @@ typedef struct critpath_report {
     critpath_totals t;
 } critpath_report;
 
+/* An amount of r's totals (one of r->t's ns) per step read, and rank k's
+ * ops on the path per step: NAN without steps or for a rank r lacks. */
+double critpath_per_step(const critpath_report *r, int64_t ns);
+double critpath_rank_per_step(const critpath_report *r, int k);
+
 /* Reads job `job`'s paths (`ranks` wide: jobs.world_size). 0, or -1 with
  * err on a database error; free r with critpath_report_free after either. */
 int critpath_read(sqlite3 *db, int64_t job, int ranks, critpath_report *r, pp_err *err);

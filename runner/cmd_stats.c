@@ -32,7 +32,7 @@ static void usage(FILE *out) {
 static int compare(FILE *out, sqlite3 *db, const char *dbpath, long job, long vs) {
     job_summary s, o;
     whatif_report w[2];
-    job_compare c;
+    job_compare c = {0}; /* compare_free needs it zeroed when compare_read is not reached */
     pp_err err;
     int rc = 2, read_s = summary_read(db, job, SUMMARY_OPS, &s, &err) == 0;
     if (!read_s) fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
@@ -45,6 +45,7 @@ static int compare(FILE *out, sqlite3 *db, const char *dbpath, long job, long vs
         report_compare(out, db, &s, &w[0], &o, &w[1], &c);
         rc = 0;
     }
+    compare_free(&c);
     if (read_s) summary_free(&o);
     summary_free(&s);
     return rc;

@@ -367,6 +367,42 @@ static void cmp_ops(FILE *out, const job_summary *js, const job_summary *os, int
     }
 }
 
+/* Each job's critical path per step: its span, each rank's ops on it (the
+ * ranks either job has on it, up to 16; else their sum), the waits. */
+static void cmp_critpath(FILE *out, const critpath_report *j, const critpath_report *o) {
+    if (!j->steps && !o->steps) return;
+    const struct {
+        const char *label;
+        int64_t job, other;
+    } rows[] = {{"critical path per step", j->t.span_ns, o->t.span_ns},
+                {"  hand-offs", j->t.handoff_ns, o->t.handoff_ns},
+                {"  sends and receives", j->t.comm_ns, o->t.comm_ns},
+                {"  the rest", j->t.other_ns, o->t.other_ns}};
+    cmp_ns_row(out, rows[0].label, critpath_per_step(o, rows[0].other), critpath_per_step(j, rows[0].job));
+    int ranks = j->t.ranks > o->t.ranks ? j->t.ranks : o->t.ranks, on = 0;
+    double ops[2] = {0, 0}; /* other, job: the ranks' sum, for more than 16 */
+    for (int k = 0; k < ranks; k++) {
+        double a = critpath_rank_per_step(o, k), b = critpath_rank_per_step(j, k);
+        if (!(a > 0) && !(b > 0)) continue;
+        ops[0] += isfinite(a) ? a : 0;
+        ops[1] += isfinite(b) ? b : 0;
+        on++;
+    }
+    char label[40];
+    for (int k = 0; on <= 16 && k < ranks; k++) {
+        double a = critpath_rank_per_step(o, k), b = critpath_rank_per_step(j, k);
+        if (!(a > 0) && !(b > 0)) continue;
+        snprintf(label, sizeof label, "  rank %d's ops", k);
+        cmp_ns_row(out, label, a, b);
+    }
+    if (on > 16) {
+        snprintf(label, sizeof label, "  ops of %d ranks", on);
+        cmp_ns_row(out, label, o->steps ? ops[0] : NAN, j->steps ? ops[1] : NAN);
+    }
+    for (int k = 1; k < 4; k++)
+        cmp_ns_row(out, rows[k].label, critpath_per_step(o, rows[k].other), critpath_per_step(j, rows[k].job));
+}
+
 /* "differs    microbatches: 8 in job 1, 16 in job 2", on three lines when
  * that is wider than a terminal. */
 static void cmp_diff(FILE *out, const compare_diff *d, const job_compare *c) {
@@ -480,6 +516,7 @@ void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_
         snprintf(label, sizeof label, "  %s", analyze_causes[k]);
         cmp_ns_row(out, label, per_step(os->idle_ns_by_cause[k], os), per_step(js->idle_ns_by_cause[k], js));
     }
+    cmp_critpath(out, &c->path_job, &c->path_other);
     if (js->has_ops && os->has_ops) {
         cmp_ops(out, js, os, 0);
         if (summary_has_ops(js, 1) && summary_has_ops(os, 1)) cmp_ops(out, js, os, 1);

@@ -1368,6 +1368,23 @@ async function showCompare() {
     ['idle per step, all ranks', ms(o.idle_ns_per_step), ms(n.idle_ns_per_step), times(ch.idle_ns_per_step)]];
   for (const [cause, x] of Object.entries(ch.idle_ns_per_step_by_cause))
     rows.push(['  ' + cause, ms(o.idle_ns_per_step_by_cause[cause]), ms(n.idle_ns_per_step_by_cause[cause]), times(x), 'sub']);
+  // each job's critical path per step, the rows `pprun stats --vs` prints
+  const pathO = o.critical_path_per_step, pathN = n.critical_path_per_step, pathC = ch.critical_path_per_step;
+  if (pathO || pathN) {
+    const of = (path, key) => (path ? path[key] : null), rankOf = (path, k) => (path ? path.rank_ops_ns[k] : null);
+    rows.push(['critical path per step', ms(of(pathO, 'span_ns')), ms(of(pathN, 'span_ns')), times(pathC.span_ns)]);
+    const on = pathC.rank_ops_ns.map((_, k) => k).filter((k) => rankOf(pathO, k) > 0 || rankOf(pathN, k) > 0);
+    if (on.length <= 16) {
+      for (const k of on)
+        rows.push([`  rank ${k}'s ops`, ms(rankOf(pathO, k)), ms(rankOf(pathN, k)), times(pathC.rank_ops_ns[k]), 'sub']);
+    } else {
+      const sum = (path) => (path ? on.reduce((a, k) => a + (path.rank_ops_ns[k] || 0), 0) : null);
+      rows.push([`  ops of ${on.length} ranks`, ms(sum(pathO)), ms(sum(pathN)),
+        pathO && pathN ? times(sum(pathN) / sum(pathO)) : '–', 'sub']);
+    }
+    for (const [label, key] of [['  hand-offs', 'handoff_ns'], ['  sends and receives', 'comm_ns'], ['  the rest', 'other_ns']])
+      rows.push([label, ms(of(pathO, key)), ms(of(pathN, key)), times(pathC[key]), 'sub']);
+  }
   for (const src of ['host', 'gpu']) {
     if (!ch.op_median_ns[src]) continue;
     rows.push([`op medians (${src === 'gpu' ? 'GPU' : 'host'} spans)`, '', '', '']);

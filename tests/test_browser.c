@@ -375,10 +375,13 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     }
     static const char *const table[][4] = {{"step time (median)", "30.50 ms", "30.50 ms", "1.00×"},
                                            {"bubble measured", "19.7%", "19.7%", "+0.0 pp"},
-                                           {"  wait_gradient", "12.00 ms", "12.00 ms", "1.00×"}};
+                                           {"  wait_gradient", "12.00 ms", "12.00 ms", "1.00×"},
+                                           {"critical path per step", "30.50 ms", "30.50 ms", "1.00×"},
+                                           {"  rank 3's ops", "23.00 ms", "23.00 ms", "1.00×"},
+                                           {"  hand-offs", "0.000 ms", "0.000 ms", "–"}};
     cJSON *rows_shown = cJSON_GetObjectItem(dom, "rows"), *row;
     cr_assert(cJSON_Compare(rows_shown, cJSON_GetObjectItem(cmp, "rows"), 1), "the table shows what __pprun.compare says");
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 6; k++) {
         int found = 0;
         cJSON_ArrayForEach(row, rows_shown) if (!strcmp(cJSON_GetArrayItem(row, 0)->valuestring, table[k][0])) {
             found = 1;

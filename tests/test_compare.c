@@ -303,6 +303,18 @@ Test(compare, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(p.out, "    wait_gradient                12.00 ms     12.00 ms      1.00x\n");
     lt_assert_has(p.out, "    F                             1.00 ms      1.00 ms      1.00x\n");
     lt_assert_has(p.out, "  activations at peak (rank)            -            -          -\n");
+    /* each job's path per step (the same host spans): rank 3 runs 8 F, 8 B
+     * and 7 W of it, rank 0 the first F, the last B and W and its OPT; the
+     * outputs cross over at once (no wait, so no ratio) */
+    lt_assert_has(p.out, "  critical path per step         30.50 ms     30.50 ms      1.00x\n"
+                         "    rank 0's ops                  3.50 ms      3.50 ms      1.00x\n"
+                         "    rank 1's ops                  2.00 ms      2.00 ms      1.00x\n"
+                         "    rank 2's ops                  2.00 ms      2.00 ms      1.00x\n"
+                         "    rank 3's ops                 23.00 ms     23.00 ms      1.00x\n"
+                         "    hand-offs                        0 ns         0 ns          -\n"
+                         "    sends and receives               0 ns         0 ns          -\n"
+                         "    the rest                         0 ns         0 ns          -\n"
+                         "  op medians (host spans)\n");
     cr_assert_null(strstr(p.out, "GPU spans"), "job 1 has no GPU spans:\n%s", p.out);
     lt_assert_has(p.out, "what if    no prediction: job 1's what-if plays its own shape only; job 2 has another model\n");
     char want[96];

@@ -160,6 +160,26 @@ Test(web_compare, real_jobs_give_the_numbers_pprun_stats_prints, .timeout = 120)
     stats_line(p.out, "    with weights and optimizer", line, sizeof line);
     snprintf(want, sizeof want, " %.2fx", num(c, "numbers.change.mem_peak_bytes"));
     lt_assert_has(line, want);
+    /* each job's critical path per step is /critpath's totals over its
+     * steps, and the terminal's row says the same change */
+    cJSON *cp = get_json(200, "/api/jobs/2/critpath");
+    double steps = num(cp, "steps");
+    cr_assert_eq(num(c, "numbers.job.critical_path_per_step.steps"), steps);
+    cr_assert_eq(num(c, "numbers.job.critical_path_per_step.span_ns"), num(cp, "span_ns") / steps);
+    cr_assert_eq(num(c, "numbers.job.critical_path_per_step.handoff_ns"), num(cp, "handoff_ns") / steps);
+    for (int k = 0; k < 2; k++) {
+        const cJSON *r = cJSON_GetArrayItem(at(cp, "ranks"), k);
+        double ops = num(r, "F") + num(r, "B") + num(r, "W") + num(r, "OPT");
+        cr_assert_eq(cJSON_GetArrayItem(at(c, "numbers.job.critical_path_per_step.rank_ops_ns"), k)->valuedouble,
+                     ops / steps, "rank %d", k);
+    }
+    cJSON_Delete(cp);
+    double r1 = cJSON_GetArrayItem(at(c, "numbers.change.critical_path_per_step.rank_ops_ns"), 1)->valuedouble;
+    cr_assert_eq(r1, cJSON_GetArrayItem(at(c, "numbers.job.critical_path_per_step.rank_ops_ns"), 1)->valuedouble /
+                         cJSON_GetArrayItem(at(c, "numbers.other.critical_path_per_step.rank_ops_ns"), 1)->valuedouble);
+    stats_line(p.out, "    rank 1's ops", line, sizeof line);
+    snprintf(want, sizeof want, " %.2fx", r1);
+    lt_assert_has(line, want);
 
     cJSON *w = get_json(200, "/api/jobs/1/whatif"), *row;
     double zbh1 = -1;
@@ -262,6 +282,18 @@ Test(web_compare, fixture_numbers_exactly_and_nulls_without_steps, .timeout = 60
     is_null(c, "numbers.job.mem_peak_bytes"); /* nor weights and optimizer state */
     is_null(c, "numbers.change.mem_peak_bytes");
     cr_assert_str_eq(str(c, "prediction.why_not"), "job 1's what-if plays its own shape only; job 2 has another model");
+    /* the path of steps 1 and 2 (the same host spans in both jobs): rank
+     * 3's 8 F, 8 B and 7 W; the outputs cross over at once */
+    cr_assert_eq(num(c, "numbers.job.critical_path_per_step.first_step"), 1);
+    cr_assert_eq(num(c, "numbers.job.critical_path_per_step.steps"), 2);
+    cr_assert_eq(num(c, "numbers.job.critical_path_per_step.span_ns"), FIXTURE_STEP_SPAN_NS);
+    cr_assert_eq(cJSON_GetArrayItem(at(c, "numbers.other.critical_path_per_step.rank_ops_ns"), 3)->valuedouble,
+                 23 * FIXTURE_MS);
+    cr_assert_eq(num(c, "numbers.other.critical_path_per_step.handoff_ns"), 0);
+    cr_assert_eq(num(c, "numbers.change.critical_path_per_step.span_ns"), 1);
+    cr_assert_eq(cJSON_GetArraySize(at(c, "numbers.change.critical_path_per_step.rank_ops_ns")), FIXTURE_RANKS);
+    cr_assert_eq(cJSON_GetArrayItem(at(c, "numbers.change.critical_path_per_step.rank_ops_ns"), 3)->valuedouble, 1);
+    is_null(c, "numbers.change.critical_path_per_step.handoff_ns"); /* 0 against 0: no ratio */
     double loss = 0;
     for (int m = 0; m < FIXTURE_MB; m++) loss += fixture_loss(2, m);
     cr_assert_float_eq(num(c, "loss_check.job"), loss / FIXTURE_MB, 1e-12);
@@ -274,7 +306,9 @@ Test(web_compare, fixture_numbers_exactly_and_nulls_without_steps, .timeout = 60
     static const char *const nulls[] = {"numbers.job.step_time_ns", "numbers.job.bubble_ratio",
                                         "numbers.job.idle_ns_per_step", "numbers.job.loss_step", "numbers.job.loss",
                                         "numbers.change.step_time", "numbers.change.bubble_ratio_pp", "numbers.change.idle_ns_per_step",
-                                        "numbers.change.loss", "prediction.measured_step_time_ns",
+                                        "numbers.change.loss", "numbers.job.critical_path_per_step",
+                                        "numbers.change.critical_path_per_step.span_ns",
+                                        "prediction.measured_step_time_ns",
                                         "prediction.measured_over_predicted", "loss_check"};
     for (size_t k = 0; k < sizeof nulls / sizeof *nulls; k++) is_null(c, nulls[k]);
     cr_assert_str_eq(str(c, "prediction.schedule"), "1f1b");

@@ -3,8 +3,8 @@
  * jobs' configurations, their numbers side by side with the change from M
  * to the job, M's what-if prediction for the job's schedule against what
  * the job measured, and whether their losses agree bit for bit. The
- * comparison itself is db/compare.c's, the numbers db/summary.c's and
- * db/whatif.c's, so the page and the terminal agree; here they only become
+ * comparison itself is db/compare.c's, the numbers db/summary.c's,
+ * db/whatif.c's and db/critpath.c's, so the page and the terminal agree; here they only become
  * JSON (the changes as numbers, where the terminal formats them). */
 #include <math.h>
 #include <sqlite3.h>
@@ -29,9 +29,31 @@ static double per_step(int64_t ns, const job_summary *s) {
     return s->steps > 0 ? (double)ns / (double)s->steps : NAN;
 }
 
+/* A job's critical path per step, as the terminal's rows: its span, each
+ * rank's ops on it, the three waits; null without a complete step. */
+static void path_json(jw *w, const critpath_report *p) {
+    if (!p->steps) {
+        jw_null(w);
+        return;
+    }
+    jw_obj(w);
+    jw_kint(w, "steps", p->steps);
+    jw_kint(w, "first_step", p->first_step);
+    jw_kint(w, "last_step", p->last_step);
+    jw_knum(w, "span_ns", critpath_per_step(p, p->t.span_ns));
+    jw_key(w, "rank_ops_ns");
+    jw_arr(w);
+    for (int k = 0; k < p->t.ranks; k++) jw_num(w, critpath_rank_per_step(p, k));
+    jw_arr_end(w);
+    jw_knum(w, "handoff_ns", critpath_per_step(p, p->t.handoff_ns));
+    jw_knum(w, "comm_ns", critpath_per_step(p, p->t.comm_ns));
+    jw_knum(w, "other_ns", critpath_per_step(p, p->t.other_ns));
+    jw_obj_end(w);
+}
+
 /* One job's numbers: the jobs row's name and schedule, then its summary
- * as `pprun stats --vs` tabulates it. */
-static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
+ * and critical path as `pprun stats --vs` tabulates them. */
+static int side(sqlite3 *db, jw *w, const job_summary *s, const critpath_report *path, http_reply *r) {
     sqlite3_stmt *st = routes_prep(db, "SELECT name, schedule, virtual_stages, microbatches, " SQL_JOB_STATUS("")
                                        " FROM jobs WHERE id=?1", r);
     if (!st) return -1;
@@ -75,13 +97,15 @@ static int side(sqlite3 *db, jw *w, const job_summary *s, http_reply *r) {
     jw_obj_end(w);
     jw_kint_or_null(w, "loss_step", s->loss_step);
     jw_knum(w, "loss", s->loss);
+    jw_key(w, "critical_path_per_step");
+    path_json(w, path);
     jw_obj_end(w);
     return 0;
 }
 
 /* The terminal table's last column as numbers: ratios job/other, and for
  * the bubbles the difference in percentage points. */
-static void change(jw *w, const job_summary *js, const job_summary *os) {
+static void change(jw *w, const job_summary *js, const job_summary *os, const job_compare *c) {
     jw_obj(w);
     jw_knum(w, "step_time", js->steps && os->steps ? ratio((double)js->step_time_ns, (double)os->step_time_ns) : NAN);
     jw_knum(w, "bubble_ratio_pp", 100 * (js->bubble_ratio - os->bubble_ratio));
@@ -113,6 +137,24 @@ static void change(jw *w, const job_summary *js, const job_summary *os) {
     jw_obj_end(w);
     int same_step = js->loss_step >= 0 && js->loss_step == os->loss_step;
     jw_knum(w, "loss", same_step ? js->loss - os->loss : NAN);
+    const critpath_report *pj = &c->path_job, *po = &c->path_other;
+    jw_key(w, "critical_path_per_step"); /* rank_ops_ns: the ranks either job has */
+    jw_obj(w);
+    const struct {
+        const char *key;
+        int64_t job, other;
+    } sums[] = {{"span_ns", pj->t.span_ns, po->t.span_ns},
+                {"handoff_ns", pj->t.handoff_ns, po->t.handoff_ns},
+                {"comm_ns", pj->t.comm_ns, po->t.comm_ns},
+                {"other_ns", pj->t.other_ns, po->t.other_ns}};
+    for (size_t k = 0; k < sizeof sums / sizeof *sums; k++)
+        jw_knum(w, sums[k].key, ratio(critpath_per_step(pj, sums[k].job), critpath_per_step(po, sums[k].other)));
+    jw_key(w, "rank_ops_ns");
+    jw_arr(w);
+    for (int k = 0; k < pj->t.ranks || k < po->t.ranks; k++)
+        jw_num(w, ratio(critpath_rank_per_step(pj, k), critpath_rank_per_step(po, k)));
+    jw_arr_end(w);
+    jw_obj_end(w);
     jw_obj_end(w);
 }
 
@@ -205,11 +247,11 @@ static int compare_json(sqlite3 *db, jw *w, const job_summary *s, const job_summ
     jw_key(w, "numbers");
     jw_obj(w);
     jw_key(w, "job");
-    if (side(db, w, s, r) != 0) return -1;
+    if (side(db, w, s, &cmp->path_job, r) != 0) return -1;
     jw_key(w, "other");
-    if (side(db, w, o, r) != 0) return -1;
+    if (side(db, w, o, &cmp->path_other, r) != 0) return -1;
     jw_key(w, "change");
-    change(w, s, o);
+    change(w, s, o, cmp);
     jw_obj_end(w);
     jw_key(w, "prediction");
     prediction(w, s, o, &wr[1], cmp);
@@ -238,7 +280,7 @@ void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, htt
         job_summary s, o;
         whatif_report w[2];
         job_compare c;
-    } *t = malloc(sizeof *t);
+    } *t = calloc(1, sizeof *t); /* zeroed: compare_free runs whether or not compare_read did */
     if (!t) {
         http_error(r, 500, "out of memory");
         return;
@@ -256,6 +298,7 @@ void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, htt
     } else {
         http_error(r, 500, "%s", err.msg);
     }
+    compare_free(&t->c);
     if (read_o) summary_free(&t->o);
     summary_free(&t->s);
     free(t);
