@@ -195,7 +195,7 @@ static int read_paths(sqlite3 *db, int64_t job, path_mark **marks, size_t *n, pp
     }
     if (ret == 0 && rc != SQLITE_DONE) ret = sql_fail(db, "reading steps", err);
     sqlite3_finalize(st);
-    if (ret == 0) qsort(*marks, *n, sizeof **marks, by_mark_id);
+    if (ret == 0 && *n) qsort(*marks, *n, sizeof **marks, by_mark_id);
     return ret;
 }
 
