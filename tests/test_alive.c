@@ -60,7 +60,7 @@ Test(alive, a_running_launcher_then_a_zombie_then_a_reaped_one) {
     cr_assert_eq(alive_check(json, why, sizeof why), ALIVE_YES, "%s", json);
     close(release);
     /* exited, not yet reaped: dead all the same */
-    for (int i = 0; i < 200 && alive_check(json, NULL, 0) == ALIVE_YES; i++) usleep(10000);
+    for (int i = 0; i < 1000 && alive_check(json, NULL, 0) == ALIVE_YES; i++) usleep(10000);
     cr_assert_eq(alive_check(json, why, sizeof why), ALIVE_GONE);
     char want[128];
     snprintf(want, sizeof want, "its launcher (pid %d on ", (int)pid);

@@ -667,9 +667,11 @@ Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240)
 }
 
 /* The real thing: `pprun run --serve` on a free port, a job slow enough to
- * watch (timed model, ~0.35 s a step, 24 of them: still running once a
- * slow machine has started Chromium); the page shows new steps as they
- * finish, without a reload; after the job pprun keeps serving until SIGINT. */
+ * watch (timed model, ~0.3 s a step, 60 of them: still running once a
+ * slow machine has started Chromium; a loaded 2-core machine took 9 steps
+ * to show a cold one's first page, and the page needs two more steps after
+ * that); the page shows new steps as they finish, without a reload; after
+ * the job pprun keeps serving until SIGINT. */
 Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
     require_playwright();
     char dir[PATH_MAX], shot[PATH_MAX + 64], db[256], log[256];
@@ -681,7 +683,7 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
     if (pid == 0) {
         FILE *f = freopen(log, "w", stderr);
         (void)f;
-        execl(PPRUN_BIN, PPRUN_BIN, "run", "--serve", "127.0.0.1:0", "--db", db, "--steps", "24", "--microbatches", "4",
+        execl(PPRUN_BIN, PPRUN_BIN, "run", "--serve", "127.0.0.1:0", "--db", db, "--steps", "60", "--microbatches", "4",
               "--model", "timed:f=15ms,b=15ms,w=15ms,act=16KiB", "--progress", "off", (char *)NULL);
         _exit(127);
     }

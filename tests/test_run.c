@@ -295,9 +295,13 @@ Test(run, a_refused_serve_leaves_the_database_as_it_was) {
 }
 
 /* The timed model makes op costs exact; the measured step time must follow
- * the simulator (a generous bound: the tight comparison is in bench/). A
- * busy machine stalls some steps, never speeds one up: the fastest of the
- * steps after step 0 is held to it. */
+ * the simulator. A busy machine stalls some steps, never speeds one up: the
+ * fastest of the steps after step 0 is held to it, from below by the
+ * simulator's (less timer noise) and from above by the rule, not by a
+ * quiet machine's numbers: the ranks overlap, the step nearer the
+ * simulator's than to every op of every stage one after another (a loaded
+ * sanitizer run measured gpipe at 1.19 times the simulator's, where that
+ * bound is 2.1). The tight comparison is bench/pipeline.c's. */
 Test(run, timed_model_step_time_follows_the_simulator) {
     static const char *schedules[] = {"gpipe", "1f1b", "zb-h1"};
     for (size_t i = 0; i < 3; i++) {
@@ -321,8 +325,10 @@ Test(run, timed_model_step_time_follows_the_simulator) {
         for (char *q = strstr(text, "\"step_ms\":"); q; q = strstr(q + 1, "\"step_ms\":"))
             if (steps++ > 0 && atof(q + 10) < measured) measured = atof(q + 10); /* step 0 warms up */
         cr_assert_eq(steps, 4, "%s", text);
-        cr_assert(measured > predicted * 0.9 && measured < predicted * 1.6,
-                  "%s: measured step %.1f ms, simulator %.1f ms", schedules[i], measured, predicted);
+        double serial = 4 * 8 * (costs.f + costs.b + costs.w); /* 4 stages, 8 microbatches */
+        cr_assert(measured > predicted * 0.9 && measured < (predicted + serial) / 2,
+                  "%s: measured step %.1f ms, simulator %.1f ms, one op at a time %.1f ms", schedules[i], measured,
+                  predicted, serial);
         free(text);
         sched_sim_free(sim);
         sched_free(plan);
