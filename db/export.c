@@ -359,8 +359,8 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
     if (read_paths(db, job, &marks, &nmarks, err) != 0) goto done;
 
     if (sqlite3_prepare_v2(db,
-                           "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt, source,"
-                           " id FROM events WHERE job_id=? ORDER BY rank, start_ns, end_ns DESC",
+                           "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
+                           " source, id FROM events WHERE job_id=? ORDER BY rank, start_ns, end_ns DESC",
                            -1, &st, NULL) != SQLITE_OK) {
         sql_fail(db, "reading events", err);
         goto done;

@@ -535,7 +535,8 @@ static void assert_path_flow(cJSON *evs, const char *ph, int64_t to_id, cJSON *x
         double ts = cJSON_GetObjectItem(e, "ts")->valuedouble, x0 = cJSON_GetObjectItem(x, "ts")->valuedouble;
         cr_assert_eq(cJSON_GetObjectItem(e, "pid")->valueint, cJSON_GetObjectItem(x, "pid")->valueint);
         cr_assert_eq(cJSON_GetObjectItem(e, "tid")->valueint, cJSON_GetObjectItem(x, "tid")->valueint);
-        cr_assert(ts >= x0 && ts <= x0 + cJSON_GetObjectItem(x, "dur")->valuedouble, "flow %s %s inside its op", ph, id);
+        cr_assert(ts >= x0 && ts <= x0 + cJSON_GetObjectItem(x, "dur")->valuedouble, "flow %s %s inside its op", ph,
+                  id);
         if (*ph == 'f') cr_assert_str_eq(cJSON_GetObjectItem(e, "bp")->valuestring, "e");
     }
     cr_assert_eq(found, 1, "one '%s' end of flow %s", ph, id);

@@ -261,7 +261,8 @@ Test(stats, a_slow_stage_holds_the_critical_path, .timeout = 240) {
      * too (79.7% once under the sanitizers), so ask for what a user reads
      * off the table: rank 3 holds most of every step. */
     cr_assert_gt(share[3], 50, "rank 3 holds most of the path\n%s", p.out);
-    for (int r = 0; r < 3; r++) cr_assert_gt(share[3], 4 * share[r], "rank 3 holds far more than rank %d\n%s", r, p.out);
+    for (int r = 0; r < 3; r++)
+        cr_assert_gt(share[3], 4 * share[r], "rank 3 holds far more than rank %d\n%s", r, p.out);
     lt_free(&p);
     lt_free(&run);
 }
