@@ -64,6 +64,19 @@ static void action_str(const op *o, char buf[48]) {
         snprintf(buf, 48, "%d%s%d", o->stage, trace_phase_name(o->phase), o->microbatch);
 }
 
+size_t analyze_split(op *spans, size_t n) {
+    size_t ncompute = 0;
+    for (size_t i = 0; i < n; i++)
+        if (analyze_is_compute(spans[i].phase)) {
+            op t = spans[ncompute];
+            spans[ncompute++] = spans[i];
+            spans[i] = t;
+        }
+    qsort(spans, ncompute, sizeof *spans, analyze_by_rank_start);
+    qsort(spans + ncompute, n - ncompute, sizeof *spans, analyze_by_rank_start);
+    return ncompute;
+}
+
 int analyze_by_rank_start(const void *a, const void *b) {
     const op *x = a, *y = b;
     if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
@@ -199,16 +212,7 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
     if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
     int stages = job_stages(sql, job);
     if (stages <= max_stage) stages = max_stage + 1;
-    /* Compute ops first (sorted by rank, start), then comm ops likewise. */
-    size_t ncompute = 0;
-    for (size_t i = 0; i < n; i++)
-        if (analyze_is_compute(ops[i].phase)) {
-            op t = ops[ncompute];
-            ops[ncompute++] = ops[i];
-            ops[i] = t;
-        }
-    qsort(ops, ncompute, sizeof *ops, analyze_by_rank_start);
-    qsort(ops + ncompute, n - ncompute, sizeof *ops, analyze_by_rank_start);
+    size_t ncompute = analyze_split(ops, n);
     int64_t s0 = INT64_MAX, s1 = INT64_MIN;
     for (size_t i = 0; i < ncompute; i++) {
         if (ops[i].start < s0) s0 = ops[i].start;

@@ -36,6 +36,9 @@ typedef struct analyze_op {
 
 /* qsort order of analyze_ops: by rank, then start, then end. */
 int analyze_by_rank_start(const void *a, const void *b);
+/* Puts spans' compute ops first and the communication spans after them,
+ * each part sorted by analyze_by_rank_start; returns the compute ops' count. */
+size_t analyze_split(analyze_op *spans, size_t n);
 /* How much of [a, b) the union of spans[0..n) (sorted by start) covers,
  * leaving out spans of phase `skip` (-1: none). */
 int64_t analyze_covered(const analyze_op *spans, size_t n, int64_t a, int64_t b, int skip);

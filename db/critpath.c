@@ -28,11 +28,14 @@ static int by_key(const void *a, const void *b) {
     return (x->microbatch > y->microbatch) - (x->microbatch < y->microbatch);
 }
 
-/* What the walk reads: compute ops sorted by (rank, start), and per op the
- * first index of its rank and the latest-ending op of its rank up to it. */
+/* What the walk reads: the step's spans split by analyze_split (compute
+ * ops, then communication, each sorted by (rank, start)), and per compute
+ * op the first index of its rank and the latest-ending op of its rank up to
+ * it. */
 typedef struct walk {
-    analyze_op *ops;
-    size_t n;
+    analyze_op *ops; /* owned: the n compute ops, then the ncomm communication spans */
+    size_t n, ncomm;
+    const analyze_op *comm; /* ops + n */
     size_t *rank_first, *latest_end;
     data_key *keys;
     size_t nkeys;
@@ -76,17 +79,16 @@ static size_t first_of_rank(const analyze_op *spans, size_t n, int rank) {
 
 static int walk_init(walk *w, const analyze_op *spans, size_t n) {
     memset(w, 0, sizeof *w);
-    for (size_t i = 0; i < n; i++) w->n += analyze_is_compute(spans[i].phase);
-    size_t cap = w->n ? w->n : 1;
+    size_t cap = n ? n : 1;
     w->ops = malloc(cap * sizeof *w->ops);
     w->rank_first = malloc(cap * sizeof *w->rank_first);
     w->latest_end = malloc(cap * sizeof *w->latest_end);
     w->keys = malloc(cap * sizeof *w->keys);
     if (!w->ops || !w->rank_first || !w->latest_end || !w->keys) return -1;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (analyze_is_compute(spans[i].phase)) w->ops[k++] = spans[i];
-    qsort(w->ops, w->n, sizeof *w->ops, analyze_by_rank_start);
+    if (n) memcpy(w->ops, spans, n * sizeof *spans);
+    w->n = analyze_split(w->ops, n);
+    w->comm = w->ops + w->n;
+    w->ncomm = n - w->n;
     for (size_t i = 0; i < w->n; i++) {
         int same = i > 0 && w->ops[i - 1].rank == w->ops[i].rank;
         w->rank_first[i] = same ? w->rank_first[i - 1] : i;
@@ -104,17 +106,6 @@ static void walk_free(walk *w) {
     free(w->rank_first);
     free(w->latest_end);
     free(w->keys);
-}
-
-/* The communication spans, sorted by (rank, start), into *out (owned). */
-static analyze_op *comm_spans(const analyze_op *spans, size_t n, size_t *ncomm) {
-    analyze_op *comm = malloc((n ? n : 1) * sizeof *comm);
-    if (!comm) return NULL;
-    *ncomm = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!analyze_is_compute(spans[i].phase)) comm[(*ncomm)++] = spans[i];
-    qsort(comm, *ncomm, sizeof *comm, analyze_by_rank_start);
-    return comm;
 }
 
 /* Fills the lead and path times along p (in time order); comm: the step's
@@ -135,12 +126,10 @@ static void critpath_times(critpath_path *p, const analyze_op *comm, size_t ncom
 int critpath_build(const analyze_op *spans, size_t n, critpath_path *out, pp_err *err) {
     memset(out, 0, sizeof *out);
     walk w;
-    size_t ncomm = 0, *path = NULL;
+    size_t *path = NULL;
     int *via = NULL, rc = -1;
-    analyze_op *comm = NULL;
-    if (walk_init(&w, spans, n) != 0 || !(comm = comm_spans(spans, n, &ncomm)) ||
-        !(path = malloc((w.n ? w.n : 1) * sizeof *path)) || !(via = malloc((w.n ? w.n : 1) * sizeof *via)) ||
-        !(out->ops = malloc((w.n ? w.n : 1) * sizeof *out->ops))) {
+    if (walk_init(&w, spans, n) != 0 || !(path = malloc((w.n ? w.n : 1) * sizeof *path)) ||
+        !(via = malloc((w.n ? w.n : 1) * sizeof *via)) || !(out->ops = malloc((w.n ? w.n : 1) * sizeof *out->ops))) {
         pp_fail(err, "out of memory finding the critical path");
         goto done;
     }
@@ -174,10 +163,9 @@ int critpath_build(const analyze_op *spans, size_t n, critpath_path *out, pp_err
         out->ops[i].via = via[len - 1 - i];
     }
     out->n = len;
-    critpath_times(out, comm, ncomm);
+    critpath_times(out, w.comm, w.ncomm);
 done:
     walk_free(&w);
-    free(comm);
     free(path);
     free(via);
     return rc;
