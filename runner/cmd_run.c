@@ -39,6 +39,7 @@
 #include "runner/engine.h"
 #include "runner/launch.h"
 #include "runner/run_config.h"
+#include "runner/run_plan.h"
 #include "runner/run_progress.h"
 #include "runner/stats_report.h"
 #include "runner/store.h"
@@ -417,7 +418,7 @@ static int write_job(run_job *job, pp_err *err) {
     int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)plan->ranks, err);
     free(ranks), free(stages), free(hosts), free(devices);
     if (rc != 0) return -1;
-    return run_progress_write_plan(job->db, job->job_id, plan, &job->cfg, NULL, err);
+    return run_plan_write(job->db, job->job_id, plan, &job->cfg, NULL, err);
 }
 
 /* --- launcher hooks --------------------------------------------------------------- */
@@ -434,7 +435,7 @@ static void refresh_plan(void *ctx, db *d, int step) {
     run_job *job = ctx;
     if (job->plan_refreshed) return;
     pp_err err;
-    int rc = run_progress_resimulate(d, job->job_id, job->plan, &job->cfg, step, &err);
+    int rc = run_plan_resimulate(d, job->job_id, job->plan, &job->cfg, step, &err);
     if (rc < 0) fprintf(stderr, "pprun run: planned timeline not updated: %s\n", err.msg);
     job->plan_refreshed = rc != 0;
 }
@@ -639,7 +640,7 @@ static void plan_at_the_end(run_job *job) {
     }
     sqlite3_finalize(st);
     pp_err err;
-    if (!simulated && step >= 0 && run_progress_resimulate(job->db, job->job_id, job->plan, &job->cfg, step, &err) < 0)
+    if (!simulated && step >= 0 && run_plan_resimulate(job->db, job->job_id, job->plan, &job->cfg, step, &err) < 0)
         fprintf(stderr, "pprun run: planned timeline not written: %s\n", err.msg);
 }
 

@@ -1,4 +1,4 @@
-/* run_progress.c: progress display and planned timeline of `pprun run`. */
+/* run_progress.c: the progress display of `pprun run` (run_progress.h). */
 #include "runner/run_progress.h"
 
 #include <pthread.h>
@@ -7,7 +7,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "db/analyze.h"
 #include "runner/base/token.h"
 #include "runner/store.h"
 
@@ -26,78 +25,6 @@ struct run_progress {
     int last_step;  /* last step shown */
     uint64_t t_start;
 };
-
-int run_progress_write_plan(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg,
-                            const sched_costs *stage_costs, pp_err *err) {
-    sched_costs *timed = NULL;
-    if (!stage_costs) {
-        if (!(timed = malloc(sizeof *timed * (size_t)plan->stages))) return pp_fail(err, "out of memory");
-        int known = run_config_stage_costs(cfg, plan->stages, timed, err);
-        if (known < 0) {
-            free(timed);
-            return -1;
-        }
-        if (known) stage_costs = timed;
-    }
-    sched_sim *sim = NULL;
-    int simulated = stage_costs ? sched_simulate_stages(plan, stage_costs, &sim, err) : 0;
-    free(timed);
-    if (simulated != 0) return -1;
-    size_t total = 0;
-    for (int r = 0; r < plan->ranks; r++)
-        total += (size_t)plan->len[r];
-    db_plan_row *rows = calloc(total ? total : 1, sizeof *rows);
-    char(*names)[16] = calloc(total ? total : 1, sizeof *names);
-    if (!rows || !names) {
-        free(rows), free(names), sched_sim_free(sim);
-        return pp_fail(err, "out of memory");
-    }
-    static const char *phase[] = {"F", "B", "W"};
-    size_t n = 0;
-    for (int r = 0; r < plan->ranks; r++) {
-        int k = 0; /* index into actions[r] (and the simulator's spans) */
-        for (int slot = 0; slot < plan->nslots; slot++) {
-            const sched_action *a = &plan->slots[r][slot];
-            if (a->stage < 0) continue;
-            sched_action_str(a, names[n]);
-            rows[n] = (db_plan_row){
-                .rank = r,
-                .slot = slot,
-                .action = names[n],
-                .stage = a->stage,
-                .phase = phase[a->op],
-                .microbatch = a->mb,
-                .sim_start_ns = -1,
-                .sim_end_ns = -1,
-            };
-            if (sim && k < sim->nspans[r]) {
-                rows[n].sim_start_ns = (int64_t)sim->spans[r][k].start;
-                rows[n].sim_end_ns = (int64_t)sim->spans[r][k].end;
-            }
-            k++, n++;
-        }
-    }
-    int rc = db_insert_plan(d, job_id, rows, n, err);
-    free(rows), free(names), sched_sim_free(sim);
-    return rc;
-}
-
-int run_progress_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
-                            pp_err *err) {
-    int stages = plan->stages;
-    int64_t *med = calloc((size_t)stages * 3, sizeof *med);
-    if (!med) return pp_fail(err, "out of memory");
-    sched_costs *each = malloc(sizeof *each * (size_t)stages);
-    int rc = !each ? pp_fail(err, "out of memory") : db_phase_medians(d, job_id, step, stages, med, err);
-    int complete = rc == 0;
-    for (int s = 0; complete && s < stages; s++) {
-        for (int ph = 0; ph < 3; ph++) complete &= med[s * 3 + ph] >= 0;
-        each[s] = (sched_costs){(double)med[s * 3], (double)med[s * 3 + 1], (double)med[s * 3 + 2], 0};
-    }
-    if (complete) rc = run_progress_write_plan(d, job_id, plan, cfg, each, err) == 0 ? 1 : -1;
-    free(med), free(each);
-    return rc;
-}
 
 static void show(run_progress *p, int step, double loss, double step_ms, double tok_s) {
     int done = step + 1, run_here = step + 1 - p->first_step;

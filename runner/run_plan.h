@@ -1,0 +1,30 @@
+/* run_plan.h: the planned timeline `pprun run` keeps in the database: each
+ * rank's schedule grid in the plan table, with the simulator's times. A
+ * timed model's costs are known from the start; other models' plans are
+ * re-simulated with the measured F/B/W medians as soon as the collector
+ * has analysed a step with all of them (from the collector's thread), or at
+ * the end of a job too short for that. */
+#ifndef PP_RUN_PLAN_H
+#define PP_RUN_PLAN_H
+#include <stdint.h>
+
+#include "db/db.h"
+#include "runner/base/pp.h"
+#include "runner/pipe/sched.h"
+#include "runner/run_config.h"
+
+/* The plan re-simulated with the F/B/W medians measured at `step`, each
+ * stage at its own, written to the plan table: 1. 0 when
+ * some stage lacks a phase at that step (nothing written), -1 with err on
+ * a database error. */
+int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
+                        pp_err *err);
+
+/* Writes the plan table: each rank's grid and, with stage_costs
+ * ([plan->stages], ns), the simulated timeline. stage_costs NULL: the timed
+ * model's costs, or no simulated times for models whose costs are not known
+ * yet. */
+int run_plan_write(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg,
+                   const sched_costs *stage_costs, pp_err *err);
+
+#endif
