@@ -76,6 +76,22 @@ void balance_chunk_costs(const balance_profile *p, const double *bound, int chun
     out[chunks - 1].f += p->last_adds.f, out[chunks - 1].b += p->last_adds.b, out[chunks - 1].w += p->last_adds.w;
 }
 
+static double stage_total(const balance_profile *p, int k) { return p->stage[k].f + p->stage[k].b + p->stage[k].w; }
+
+double balance_mean_stage(const balance_profile *p) {
+    double mean = 0;
+    for (int k = 0; k < p->stages; k++) mean += stage_total(p, k) / p->stages;
+    return mean;
+}
+
+int balance_listed(const balance_profile *p, int k) {
+    if (p->stages <= BALANCE_LIST_ALL) return 1;
+    double mine = stage_total(p, k);
+    int ahead = 0; /* stages slower than k, or as slow and earlier */
+    for (int j = 0; j < p->stages; j++) ahead += stage_total(p, j) > mine || (stage_total(p, j) == mine && j < k);
+    return ahead < BALANCE_LIST_SLOWEST;
+}
+
 double balance_bottleneck(const sched_costs *each, int chunks) {
     double most = 0;
     for (int c = 0; c < chunks; c++)

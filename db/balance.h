@@ -45,6 +45,16 @@ int balance_split(const balance_profile *p, int chunks, double *bound, pp_err *e
  * first and last stage's additions on the first and last chunk. */
 void balance_chunk_costs(const balance_profile *p, const double *bound, int chunks, sched_costs *out);
 
+/* The mean of the stages' F + B + W, what a stage table's "vs mean" is
+ * against. */
+double balance_mean_stage(const balance_profile *p);
+/* Whether a stage table (pprun stats, the dashboard) lists stage k: every
+ * stage of up to BALANCE_LIST_ALL, else the BALANCE_LIST_SLOWEST slowest
+ * (ties: the earlier stage). */
+#define BALANCE_LIST_ALL 16
+#define BALANCE_LIST_SLOWEST 4
+int balance_listed(const balance_profile *p, int k);
+
 /* One microbatch's F + B + W of the slowest chunk at these costs. */
 double balance_bottleneck(const sched_costs *each, int chunks);
 

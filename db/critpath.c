@@ -194,6 +194,18 @@ int64_t critpath_rank_ns(const critpath_totals *t, int rank) {
     return ns[0] + ns[1] + ns[2] + ns[3];
 }
 
+int critpath_listed(const critpath_totals *t, int k) {
+    int64_t mine = critpath_rank_ns(t, k);
+    if (mine <= 0) return 0;
+    int on_path = 0, ahead = 0; /* ahead: ranks with more time, or as much and lower */
+    for (int j = 0; j < t->ranks; j++) {
+        int64_t other = critpath_rank_ns(t, j);
+        on_path += other > 0;
+        ahead += other > mine || (other == mine && j < k);
+    }
+    return on_path <= CRITPATH_LIST_ALL || ahead < CRITPATH_LIST_MOST;
+}
+
 void critpath_add(critpath_totals *t, const critpath_path *p) {
     t->span_ns += p->end_ns - p->start_ns;
     for (size_t i = 0; i < p->n; i++) {
@@ -240,6 +252,13 @@ double critpath_per_step(const critpath_report *r, int64_t ns) { return r->steps
 
 double critpath_rank_per_step(const critpath_report *r, int k) {
     return k >= 0 && k < r->t.ranks ? critpath_per_step(r, critpath_rank_ns(&r->t, k)) : NAN;
+}
+
+int critpath_ranks_on_either(const critpath_report *a, const critpath_report *b, int *on) {
+    int n = 0;
+    for (int k = 0; k < a->t.ranks || k < b->t.ranks; k++)
+        if (critpath_rank_per_step(a, k) > 0 || critpath_rank_per_step(b, k) > 0) on[n++] = k;
+    return n;
 }
 
 void critpath_report_free(critpath_report *r) {

@@ -65,6 +65,12 @@ typedef struct critpath_totals {
 
 /* A rank's F + B + W + OPT time on the path. */
 int64_t critpath_rank_ns(const critpath_totals *t, int rank);
+/* Whether a table of t (pprun stats, the dashboard) lists rank k: every
+ * rank with time on the path while there are at most CRITPATH_LIST_ALL of
+ * them, else the CRITPATH_LIST_MOST with the most (ties: the lower rank). */
+#define CRITPATH_LIST_ALL 16
+#define CRITPATH_LIST_MOST 8
+int critpath_listed(const critpath_totals *t, int k);
 /* Adds p to t (t->ranks wide; ops of other ranks count in other_ns). */
 void critpath_add(critpath_totals *t, const critpath_path *p);
 
@@ -79,6 +85,11 @@ typedef struct critpath_report {
  * ops on the path per step: NAN without steps or for a rank r lacks. */
 double critpath_per_step(const critpath_report *r, int64_t ns);
 double critpath_rank_per_step(const critpath_report *r, int k);
+/* Two jobs side by side (pprun stats --vs, /compare): the ranks either has
+ * time on its path, in rank order, into on[] (room for the wider job's
+ * ranks); returns their count. A table gives each its own row while there
+ * are at most CRITPATH_LIST_ALL, else one row with their sum. */
+int critpath_ranks_on_either(const critpath_report *a, const critpath_report *b, int *on);
 
 /* Reads job `job`'s paths (`ranks` wide: jobs.world_size). 0, or -1 with
  * err on a database error; free r with critpath_report_free after either. */

@@ -1,20 +1,24 @@
-/* cmd_stats.c: `pprun stats --db FILE [--job ID] [--vs OTHER]`: where a
+/* cmd_stats.c: `pprun stats --db FILE [--job ID] [--vs OTHER] [--format
+ * text|json]`: where a
  * job's time went, in a terminal (like `nsys stats`): step time, measured
  * and planned bubble, idle time by cause, op durations, loss; then every
  * schedule simulated at the job's measured costs. The same numbers as GET
  * /api/jobs/{id}/summary and /whatif, read by the same code (db/summary.h,
  * db/whatif.h). With --vs, the job beside another one instead
- * (db/compare.h): did the schedule change help, and was the what-if right. */
+ * (db/compare.h): did the schedule change help, and was the what-if right.
+ * --format json prints the API's bodies instead (web/http.h), for scripts. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "db/db.h"
 #include "runner/cli.h"
 #include "runner/stats_report.h"
+#include "web/http.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: pprun stats --db FILE [--job ID] [--vs OTHER]\n"
+    fprintf(out, "usage: pprun stats --db FILE [--job ID] [--vs OTHER] [--format text|json]\n"
                  "  Where a job's time went: step time, measured and planned bubble, idle time\n"
                  "  by cause, op durations, loss; then each schedule simulated at the job's\n"
                  "  measured op costs (what if). Steps from 1 on (step 0 pays for start-up).\n"
@@ -24,7 +28,9 @@ static void usage(FILE *out) {
                  "               in their configurations, their numbers side by side with the\n"
                  "               change from OTHER to the job (x: ratio, pp: percentage points),\n"
                  "               OTHER's what-if for the job's schedule against what the job\n"
-                 "               measured, and whether their losses are bitwise equal\n");
+                 "               measured, and whether their losses are bitwise equal\n"
+                 "  --format F   text (default), or json: the API's bodies (docs/api.md), one object\n"
+                 "               {job, summary, whatif, critpath}, or /compare's with --vs\n");
 }
 
 /* Job `job` beside job `vs` (both in db) on out; 0, or 2 with the reason on
@@ -52,7 +58,7 @@ static int compare(FILE *out, sqlite3 *db, const char *dbpath, long job, long vs
 }
 
 int cmd_stats(int argc, char **argv) {
-    const char *dbpath = NULL, *job_s = NULL, *vs_s = NULL;
+    const char *dbpath = NULL, *job_s = NULL, *vs_s = NULL, *format = "text";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -62,6 +68,7 @@ int cmd_stats(int argc, char **argv) {
         const char **slot = strcmp(a, "--db") == 0    ? &dbpath
                             : strcmp(a, "--job") == 0 ? &job_s
                             : strcmp(a, "--vs") == 0  ? &vs_s
+                            : strcmp(a, "--format") == 0 ? &format
                                                       : NULL;
         if (!slot) {
             fprintf(stderr, "pprun stats: unknown option '%s'\n", a);
@@ -77,6 +84,10 @@ int cmd_stats(int argc, char **argv) {
     if (!dbpath) {
         fprintf(stderr, "pprun stats: --db is required\n");
         usage(stderr);
+        return 2;
+    }
+    if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0) {
+        fprintf(stderr, "pprun stats: --format '%s': expected text or json\n", format);
         return 2;
     }
     pp_err err;
@@ -112,6 +123,19 @@ int cmd_stats(int argc, char **argv) {
                             "nothing to compare\n", vs, job);
             goto out;
         }
+    }
+    if (strcmp(format, "json") == 0) {
+        char *json;
+        size_t len;
+        if (http_stats_json(db, job, vs, &json, &len, &err) != 0) {
+            fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
+        } else {
+            fwrite(json, 1, len, stdout);
+            fputc('\n', stdout);
+            rc = 0;
+        }
+        free(json);
+        goto out;
     }
     if (vs) {
         rc = compare(stdout, db, dbpath, job, vs);

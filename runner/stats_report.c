@@ -139,25 +139,6 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     else fprintf(out, "loss       %.4f (mean of step %lld)\n", s->loss, (long long)s->loss_step);
 }
 
-/* The stages to show: all of up to 16, else the 4 slowest (in stage order). */
-static int balance_shown(const balance_profile *bp, int *shown) {
-    if (bp->stages <= 16) {
-        for (int k = 0; k < bp->stages; k++) shown[k] = k;
-        return bp->stages;
-    }
-    int n = 0;
-    for (int k = 0; k < bp->stages; k++) {
-        double t = bp->stage[k].f + bp->stage[k].b + bp->stage[k].w;
-        int ahead = 0; /* stages slower than k, or as slow and earlier */
-        for (int j = 0; j < bp->stages; j++) {
-            double u = bp->stage[j].f + bp->stage[j].b + bp->stage[j].w;
-            ahead += u > t || (u == t && j < k);
-        }
-        if (ahead < 4) shown[n++] = k;
-    }
-    return n;
-}
-
 /* "F 2.01 ms, B 2.10 ms, W 1.00 ms" into buf. */
 static const char *fmt_fbw(char *buf, size_t n, const sched_costs *c) {
     char f[24], b[24], w[24];
@@ -169,11 +150,14 @@ static const char *fmt_fbw(char *buf, size_t n, const sched_costs *c) {
 void report_balance(FILE *out, const whatif_report *r) {
     if (!r->measured || !r->has_profile) return;
     const balance_profile *bp = &r->profile;
-    int S = bp->stages, shown[BALANCE_MAX_STAGES], n = balance_shown(bp, shown);
-    double mean = 0;
-    for (int k = 0; k < S; k++) mean += (bp->stage[k].f + bp->stage[k].b + bp->stage[k].w) / S;
+    int S = bp->stages, shown[BALANCE_MAX_STAGES], n = 0;
+    for (int k = 0; k < S; k++)
+        if (balance_listed(bp, k)) shown[n++] = k;
+    double mean = balance_mean_stage(bp);
+    char slowest[40] = "";
+    if (n < S) snprintf(slowest, sizeof slowest, " (the %d slowest stages)", n);
     fprintf(out, "stage balance  one microbatch's ops per stage, medians of %s spans, steps %d-%d%s\n",
-            r->gpu ? "GPU" : "host", r->first_step, r->last_step, n < S ? " (the 4 slowest stages)" : "");
+            r->gpu ? "GPU" : "host", r->first_step, r->last_step, slowest);
     fprintf(out, "  %-5s %4s %-9s %10s %10s %10s %10s %7s\n", "stage", "rank", "layers", "F", "B", "W", "F+B+W",
             "vs mean");
     for (int i = 0; i < n; i++) {
@@ -212,24 +196,6 @@ void report_balance(FILE *out, const whatif_report *r) {
     }
 }
 
-/* The ranks to show: every rank with time on the path, up to 16; else the
- * 8 with the most (in rank order). */
-static int critpath_shown(const critpath_totals *t, int *shown) {
-    int n = 0, on_path = 0;
-    for (int k = 0; k < t->ranks; k++) on_path += critpath_rank_ns(t, k) > 0;
-    for (int k = 0; k < t->ranks; k++) {
-        int64_t mine = critpath_rank_ns(t, k);
-        if (mine <= 0) continue;
-        int ahead = 0; /* ranks with more time, or as much and earlier */
-        for (int j = 0; on_path > 16 && j < t->ranks; j++) {
-            int64_t other = critpath_rank_ns(t, j);
-            ahead += other > mine || (other == mine && j < k);
-        }
-        if (ahead < 8) shown[n++] = k;
-    }
-    return n;
-}
-
 void report_critpath(FILE *out, const critpath_report *r) {
     if (!r->steps) return;
     const critpath_totals *t = &r->t;
@@ -238,19 +204,17 @@ void report_critpath(FILE *out, const critpath_report *r) {
     fprintf(out, "critical path  the ops each step waited on, steps %d-%d (%s a step, mean)\n", r->first_step,
             r->last_step, fmt_ns(a, sizeof a, span / steps));
     fprintf(out, "  %-4s %10s %10s %10s %10s %10s %6s\n", "rank", "F", "B", "W", "OPT", "all", "share");
-    int *shown = malloc((t->ranks > 0 ? (size_t)t->ranks : 1) * sizeof *shown);
-    int n = shown ? critpath_shown(t, shown) : 0;
     int64_t listed = 0;
-    for (int i = 0; i < n; i++) {
-        const int64_t *ns = t->op_ns[shown[i]];
-        int64_t all = critpath_rank_ns(t, shown[i]);
+    for (int k = 0; k < t->ranks; k++) {
+        if (!critpath_listed(t, k)) continue;
+        const int64_t *ns = t->op_ns[k];
+        int64_t all = critpath_rank_ns(t, k);
         listed += all;
-        fprintf(out, "  %-4d %10s %10s %10s %10s %10s %6s\n", shown[i], fmt_ns(a, sizeof a, ns[0] / steps),
+        fprintf(out, "  %-4d %10s %10s %10s %10s %10s %6s\n", k, fmt_ns(a, sizeof a, ns[0] / steps),
                 fmt_ns(b, sizeof b, ns[1] / steps), fmt_ns(c, sizeof c, ns[2] / steps),
                 fmt_ns(d, sizeof d, ns[3] / steps), fmt_ns(e, sizeof e, all / steps),
                 fmt_pct(f, sizeof f, all / span));
     }
-    free(shown);
     int64_t ops = 0;
     for (int k = 0; k < t->ranks; k++) ops += critpath_rank_ns(t, k);
     if (ops > listed)
@@ -368,7 +332,8 @@ static void cmp_ops(FILE *out, const job_summary *js, const job_summary *os, int
 }
 
 /* Each job's critical path per step: its span, each rank's ops on it (the
- * ranks either job has on it, up to 16; else their sum), the waits. */
+ * ranks either job has on it, or their sum when there are too many), the
+ * waits. */
 static void cmp_critpath(FILE *out, const critpath_report *j, const critpath_report *o) {
     if (!j->steps && !o->steps) return;
     const struct {
@@ -379,25 +344,23 @@ static void cmp_critpath(FILE *out, const critpath_report *j, const critpath_rep
                 {"  sends and receives", j->t.comm_ns, o->t.comm_ns},
                 {"  the rest", j->t.other_ns, o->t.other_ns}};
     cmp_ns_row(out, rows[0].label, critpath_per_step(o, rows[0].other), critpath_per_step(j, rows[0].job));
-    int ranks = j->t.ranks > o->t.ranks ? j->t.ranks : o->t.ranks, on = 0;
-    double ops[2] = {0, 0}; /* other, job: the ranks' sum, for more than 16 */
-    for (int k = 0; k < ranks; k++) {
-        double a = critpath_rank_per_step(o, k), b = critpath_rank_per_step(j, k);
-        if (!(a > 0) && !(b > 0)) continue;
-        ops[0] += isfinite(a) ? a : 0;
-        ops[1] += isfinite(b) ? b : 0;
-        on++;
-    }
+    int wide = j->t.ranks > o->t.ranks ? j->t.ranks : o->t.ranks;
+    int *on = malloc((wide > 0 ? (size_t)wide : 1) * sizeof *on);
+    int n = on ? critpath_ranks_on_either(j, o, on) : 0;
     char label[40];
-    for (int k = 0; on <= 16 && k < ranks; k++) {
-        double a = critpath_rank_per_step(o, k), b = critpath_rank_per_step(j, k);
-        if (!(a > 0) && !(b > 0)) continue;
-        snprintf(label, sizeof label, "  rank %d's ops", k);
+    double sum[2] = {0, 0}; /* other, job: the ranks' ops, for more than CRITPATH_LIST_ALL */
+    for (int i = 0; i < n; i++) {
+        double a = critpath_rank_per_step(o, on[i]), b = critpath_rank_per_step(j, on[i]);
+        sum[0] += isfinite(a) ? a : 0;
+        sum[1] += isfinite(b) ? b : 0;
+        if (n > CRITPATH_LIST_ALL) continue;
+        snprintf(label, sizeof label, "  rank %d's ops", on[i]);
         cmp_ns_row(out, label, a, b);
     }
-    if (on > 16) {
-        snprintf(label, sizeof label, "  ops of %d ranks", on);
-        cmp_ns_row(out, label, o->steps ? ops[0] : NAN, j->steps ? ops[1] : NAN);
+    free(on);
+    if (n > CRITPATH_LIST_ALL) {
+        snprintf(label, sizeof label, "  ops of %d ranks", n);
+        cmp_ns_row(out, label, o->steps ? sum[0] : NAN, j->steps ? sum[1] : NAN);
     }
     for (int k = 1; k < 4; k++)
         cmp_ns_row(out, rows[k].label, critpath_per_step(o, rows[k].other), critpath_per_step(j, rows[k].job));

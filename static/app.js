@@ -207,21 +207,16 @@ async function reloadPlan(id) {
 // each stage's F, B, W against the mean of the stages, the job's schedule
 // simulated at these costs and with every stage at the mean, and the
 // --pipeline-cuts that would even them out (or why there are none).
-const BALANCE_ALL_UP_TO = 16; // more stages: the 4 slowest, as the terminal does
 function showBalance(r) {
   const b = r.balance, tbl = $('balance-table');
   tbl.innerHTML = '';
   for (const id of ['balance-info', 'balance-sim', 'balance-layer', 'balance-cuts']) $(id).textContent = '';
   $('balance').hidden = !b;
   if (!b) return;
-  const total = (c) => c.f + c.b + c.w, n = b.stages.length;
-  const mean = b.stages.reduce((m, s) => m + total(s.costs_ns) / n, 0);
-  let shown = b.stages;
-  if (n > BALANCE_ALL_UP_TO) // the 4 slowest (ties: the earlier stage), in stage order
-    shown = b.stages.filter((s) => b.stages.filter((u) => total(u.costs_ns) > total(s.costs_ns) ||
-      (total(u.costs_ns) === total(s.costs_ns) && u.stage < s.stage)).length < 4);
+  const total = (c) => c.f + c.b + c.w, n = b.stages.length, mean = b.mean_stage_ns;
+  const shown = b.stages.filter((s) => s.listed); // all, or the slowest of many (the server's choice, as the terminal's)
   $('balance-info').textContent = `— medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
-    (shown.length < n ? `; the 4 slowest of ${n} stages` : '');
+    (shown.length < n ? `; the ${shown.length} slowest of ${n} stages` : '');
   const head = tbl.createTHead().insertRow();
   for (const h of ['stage', 'rank', 'layers', 'F', 'B', 'W', 'F+B+W', 'vs mean', '']) {
     const th = document.createElement('th'); th.textContent = h; head.appendChild(th);
@@ -922,7 +917,6 @@ function critEdgeHit(x, y, w) {
 // `pprun stats` prints it: per rank its F, B, W and OPT on the path, the
 // mean per step, and its share of the step; then where the rest of the
 // step went; hidden until a step is complete.
-const CRIT_ALL_UP_TO = 16; // more ranks on the path: the 8 with most, as the terminal does
 async function loadCritTotals(id) {
   let r;
   try { r = await api(`/api/jobs/${id}/critpath`); } catch (e) {
@@ -935,14 +929,6 @@ async function loadCritTotals(id) {
 
 function critRankNs(x) { return x.F + x.B + x.W + x.OPT; }
 
-// The ranks with time on the path, in rank order; past CRIT_ALL_UP_TO of
-// them, the 8 with the most (ties: the earlier rank).
-function critShownRanks(ranks) {
-  const on = ranks.filter((x) => critRankNs(x) > 0);
-  if (on.length <= CRIT_ALL_UP_TO) return on;
-  return on.filter((x) => on.filter((u) => critRankNs(u) > critRankNs(x) ||
-    (critRankNs(u) === critRankNs(x) && u.rank < x.rank)).length < 8);
-}
 
 function showCritTotals(r) {
   const box = $('critpath'), tbl = $('critpath-table');
@@ -967,7 +953,7 @@ function showCritTotals(r) {
     });
     rows.push([cls, ...cells.map(String)]);
   };
-  const shown = critShownRanks(r.ranks), most = Math.max(0, ...r.ranks.map(critRankNs));
+  const shown = r.ranks.filter((x) => x.listed), most = Math.max(0, ...r.ranks.map(critRankNs));
   let listed = 0;
   for (const x of shown) {
     const all = critRankNs(x);
@@ -1373,11 +1359,10 @@ async function showCompare() {
   if (pathO || pathN) {
     const of = (path, key) => (path ? path[key] : null), rankOf = (path, k) => (path ? path.rank_ops_ns[k] : null);
     rows.push(['critical path per step', ms(of(pathO, 'span_ns')), ms(of(pathN, 'span_ns')), times(pathC.span_ns)]);
-    const on = pathC.rank_ops_ns.map((_, k) => k).filter((k) => rankOf(pathO, k) > 0 || rankOf(pathN, k) > 0);
-    if (on.length <= 16) {
-      for (const k of on)
-        rows.push([`  rank ${k}'s ops`, ms(rankOf(pathO, k)), ms(rankOf(pathN, k)), times(pathC.rank_ops_ns[k]), 'sub']);
-    } else {
+    for (const k of pathC.listed_ranks)
+      rows.push([`  rank ${k}'s ops`, ms(rankOf(pathO, k)), ms(rankOf(pathN, k)), times(pathC.rank_ops_ns[k]), 'sub']);
+    const on = pathC.ranks_on_path;
+    if (on.length > pathC.listed_ranks.length) { // too many for a row each: their sum
       const sum = (path) => (path ? on.reduce((a, k) => a + (path.rank_ops_ns[k] || 0), 0) : null);
       rows.push([`  ops of ${on.length} ranks`, ms(sum(pathO)), ms(sum(pathN)),
         pathO && pathN ? times(sum(pathN) / sum(pathO)) : '–', 'sub']);

@@ -1,6 +1,7 @@
 /* test_balance.c: stage balance (db/balance.h, and what db/whatif.c and
  * `pprun stats` make of it): the fit of a layer's cost and of what the
- * first and last stage add, other splits of the same layers, the cuts that
+ * first and last stage add, other splits of the same layers, which stages
+ * a table lists and their mean, the cuts that
  * even the stages out, and the loop a user runs: a job with uneven cuts,
  * the cuts `pprun stats` suggests, a second job with them that measures
  * what was predicted, and `--vs` holding one against the other; a gpt job
@@ -89,6 +90,19 @@ Test(balance, two_stages_put_the_difference_on_the_last) {
  * the last stage takes one layer (10 ms), and the other seven split 2, 2, 3
  * or 2, 3, 2 (8.5, 8, 12 ms): 12 ms is the least slowest stage whole layers
  * allow (the even split's last stage is 14 ms). */
+/* A stage table lists all of 16 stages, against their mean; of 20, the 4
+ * slowest (ties: the earlier stage). */
+Test(balance, a_table_lists_every_stage_of_16_else_the_4_slowest) {
+    balance_profile p = {.stages = 16};
+    for (int s = 0; s < 16; s++) p.stage[s] = (sched_costs){(s + 1) * MS, 0.5 * MS, 0.5 * MS, 0};
+    cr_assert_float_eq(balance_mean_stage(&p), 9.5 * MS, 1e-3, "(1 + ... + 16) / 16 + 1 ms");
+    for (int s = 0; s < 16; s++) cr_expect(balance_listed(&p, s), "16 stages: stage %d", s);
+    p.stages = 20;
+    for (int s = 16; s < 19; s++) p.stage[s] = (sched_costs){MS, 0, 0, 0};
+    p.stage[19] = (sched_costs){14 * MS, 0, 0, 0}; /* as slow as stage 12 */
+    for (int s = 0; s < 20; s++) cr_expect_eq(balance_listed(&p, s), s >= 12 && s < 16, "20 stages: stage %d", s);
+}
+
 Test(balance, the_best_cuts_unload_the_slowest_stage) {
     balance_profile p = gpt_like();
     int cuts[3];

@@ -3,7 +3,8 @@
  * and a B's producers, skewed clocks, ops without a producer), random steps
  * for what must always hold (the path adds up to the span, starts rise
  * along it, each data edge names the right producer), and the synthetic
- * fixture's 1F1B step read from a real SQLite file, op by op. */
+ * fixture's 1F1B step read from a real SQLite file, op by op; and which
+ * ranks a table of the totals lists. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,4 +241,31 @@ Test(critpath, the_fixtures_1f1b_step_op_by_op, .timeout = 60) {
     critpath_report_free(&r);
     sqlite3_close(db);
     fixture_remove(path);
+}
+
+/* A table lists every rank on the path while there are at most 16; of 20,
+ * the 8 with the most time on it (ties: the lower rank). */
+Test(critpath, a_table_lists_the_ranks_on_the_path_or_the_8_with_the_most) {
+    int64_t ns[20][4] = {{0}};
+    critpath_totals t = {.ranks = 20, .op_ns = ns};
+    for (int k = 0; k < 16; k++) ns[k][k % 4] = (k + 1) * 1000; /* rank k: k + 1 us, in one of F, B, W, OPT */
+    for (int k = 0; k < 20; k++) cr_expect_eq(critpath_listed(&t, k), k < 16, "16 on the path: rank %d", k);
+    ns[16][0] = ns[17][1] = ns[18][2] = 5000;
+    ns[19][3] = 9000; /* as much as rank 8 */
+    for (int k = 0; k < 20; k++) cr_expect_eq(critpath_listed(&t, k), k >= 8 && k < 16, "20 on the path: rank %d", k);
+}
+
+/* Two jobs side by side: the ranks either has on its path, in rank order;
+ * a job without a complete step has none, and a job's missing ranks none. */
+Test(critpath, two_jobs_list_the_ranks_either_has_on_its_path) {
+    int64_t a_ns[3][4] = {{0}, {0, 7, 0, 0}, {0}}, b_ns[5][4] = {{0}, {0}, {0}, {2, 0, 0, 0}, {0}};
+    critpath_report a = {.steps = 1, .t = {.ranks = 3, .op_ns = a_ns}};
+    critpath_report b = {.steps = 2, .t = {.ranks = 5, .op_ns = b_ns}};
+    int on[5];
+    cr_assert_eq(critpath_ranks_on_either(&a, &b, on), 2);
+    cr_assert(on[0] == 1 && on[1] == 3, "ranks %d and %d", on[0], on[1]);
+    cr_assert_eq(critpath_ranks_on_either(&b, &a, on), 2, "either order");
+    b.steps = 0;
+    cr_assert_eq(critpath_ranks_on_either(&a, &b, on), 1);
+    cr_assert_eq(on[0], 1);
 }

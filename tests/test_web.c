@@ -458,6 +458,12 @@ Test(web, critpath_gives_each_ranks_time_on_the_path_and_a_steps_ops) {
     cr_assert_eq(num(r3, "W"), 14e6);
     cr_assert_eq(num(cJSON_GetArrayItem(ranks, 0), "OPT"), 1e6);
     cr_assert_eq(num(j, "handoff_ns") + num(j, "comm_ns") + num(j, "other_ns"), 0);
+    for (int k = 0; k < 4; k++) { /* four ranks: a table lists each with time on the path */
+        cJSON *x = cJSON_GetArrayItem(ranks, k);
+        int on = num(x, "F") + num(x, "B") + num(x, "W") + num(x, "OPT") > 0;
+        cr_assert(cJSON_IsBool(cJSON_GetObjectItem(x, "listed")), "rank %d", k);
+        cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(x, "listed")), on, "rank %d", k);
+    }
     cJSON_Delete(j);
 
     j = get_json("/api/jobs/1/critpath?step=1", 200);
@@ -1275,7 +1281,9 @@ Test(web_act, whatif_plays_every_schedule_at_the_jobs_costs, .init = setup_act, 
         cr_assert(num(st, "stage") == k && num(st, "rank") == k, "stage %d", k);
         cr_assert(num(c, "f") == 1e6 && num(c, "b") == 1e6 && num(c, "w") == 1e6, "stage %d", k);
         cr_assert_null(cJSON_GetObjectItem(st, "layers"), "stage %d: layers not known", k);
+        cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(st, "listed")), "stage %d: a table lists all of 4", k);
     }
+    cr_assert_eq(num(bal, "mean_stage_ns"), 3e6);
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(bal, "layers_known")));
     cr_assert_eq(num(bal, "slowest_stage_ns"), 3e6);
     cr_assert_eq(num(bal, "step_time_ns"), own, "the job's own row");

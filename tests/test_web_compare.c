@@ -5,7 +5,8 @@
  * and zb-h1 lose bitwise the same and another seed does not, and a shape
  * no what-if plays gets `pprun stats`'s reason. On the synthetic fixture:
  * exact numbers, GPU op medians only where both jobs have them, and a job
- * without steps gives nulls. Every bad `vs` gets its status and message. */
+ * without steps gives nulls. Every bad `vs` gets its status and message.
+ * `pprun stats --format json` prints the same bodies the server gives. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <sqlite3.h>
@@ -293,6 +294,13 @@ Test(web_compare, fixture_numbers_exactly_and_nulls_without_steps, .timeout = 60
     cr_assert_eq(num(c, "numbers.change.critical_path_per_step.span_ns"), 1);
     cr_assert_eq(cJSON_GetArraySize(at(c, "numbers.change.critical_path_per_step.rank_ops_ns")), FIXTURE_RANKS);
     cr_assert_eq(cJSON_GetArrayItem(at(c, "numbers.change.critical_path_per_step.rank_ops_ns"), 3)->valuedouble, 1);
+    /* the path runs through all four ranks (the fill and the drain), few
+     * enough for a row each */
+    const cJSON *on = at(c, "numbers.change.critical_path_per_step.ranks_on_path");
+    const cJSON *listed = at(c, "numbers.change.critical_path_per_step.listed_ranks");
+    cr_assert(cJSON_GetArraySize(on) == FIXTURE_RANKS && cJSON_GetArraySize(listed) == FIXTURE_RANKS);
+    for (int k = 0; k < FIXTURE_RANKS; k++)
+        cr_assert(cJSON_GetArrayItem(on, k)->valueint == k && cJSON_GetArrayItem(listed, k)->valueint == k, "%d", k);
     is_null(c, "numbers.change.critical_path_per_step.handoff_ns"); /* 0 against 0: no ratio */
     double loss = 0;
     for (int m = 0; m < FIXTURE_MB; m++) loss += fixture_loss(2, m);
@@ -349,5 +357,79 @@ Test(web_compare, a_bad_vs_gets_its_status_and_says_why, .timeout = 60) {
     cr_assert_eq(webclient_request(port, "POST", "/api/jobs/1/compare?vs=1", NULL, "", &r), 0);
     cr_assert_eq(r.status, 405, "%s", r.body);
     webclient_free(&r);
+    stop();
+}
+
+/* `pprun stats ... --format json` (args end with NULL), which must exit
+ * with want; its stdout parsed when it is 0 (the caller frees). */
+static cJSON *stats_json(lt_proc *p, int want, const char *const *args) {
+    const char *argv[16] = {"stats", "--db", dbpath, "--format", "json"};
+    size_t n = 5;
+    for (; *args && n < 15; args++) argv[n++] = *args;
+    argv[n] = NULL;
+    lt_run(p, argv, NULL);
+    cr_assert_eq(p->status, want, "pprun stats exited %d:\n%s", p->status, p->err);
+    if (want != 0) return NULL;
+    cJSON *j = cJSON_Parse(p->out);
+    cr_assert_not_null(j, "not JSON:\n%s", p->out);
+    return j;
+}
+
+/* The member `key` of j is what GET path answers, member for member. */
+static void same_as_api(const cJSON *j, const char *key, const char *path) {
+    cJSON *api = get_json(200, "%s", path);
+    const cJSON *got = key ? at(j, key) : j;
+    char *text = cJSON_PrintUnformatted(got);
+    cr_assert(cJSON_Compare(got, api, 1), "%s differs from GET %s:\n%.2000s", key ? key : "the output", path, text);
+    free(text);
+    cJSON_Delete(api);
+}
+
+/* For scripts: the job's /summary, /whatif and /critpath in one object,
+ * or /compare's body with --vs, exactly as the server gives them; the
+ * newest job by default; bad input exits 2, names it and prints nothing. */
+Test(web_compare, stats_format_json_prints_the_apis_bodies, .timeout = 60) {
+    pp_err err;
+    fixture_fresh(dbpath, sizeof dbpath, "web-compare-json", 3, "succeeded");
+    cr_assert_eq(fixture_add_gpu_job(dbpath, &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_add_starting_copy(dbpath, &err), 0, "%s", err.msg);
+    serve();
+    lt_proc p;
+    cJSON *j = stats_json(&p, 0, (const char *[]){"--job", "2", NULL});
+    lt_free(&p);
+    cr_assert_eq(num(j, "job"), 2);
+    same_as_api(j, "summary", "/api/jobs/2/summary");
+    same_as_api(j, "whatif", "/api/jobs/2/whatif");
+    same_as_api(j, "critpath", "/api/jobs/2/critpath");
+    cr_assert_eq(num(j, "critpath.steps"), 2, "the fixture's two complete steps");
+    cJSON_Delete(j);
+
+    j = stats_json(&p, 0, (const char *[]){"--job", "2", "--vs", "1", NULL});
+    lt_free(&p);
+    same_as_api(j, NULL, "/api/jobs/2/compare?vs=1");
+    cJSON_Delete(j);
+
+    j = stats_json(&p, 0, (const char *[]){NULL}); /* the newest: job 3, not started */
+    lt_free(&p);
+    cr_assert_eq(num(j, "job"), 3);
+    cr_assert_eq(num(j, "critpath.steps"), 0);
+    same_as_api(j, "summary", "/api/jobs/3/summary");
+    cJSON_Delete(j);
+
+    static const struct {
+        const char *args[5];
+        const char *message;
+    } bad[] = {
+        {{"--job", "9", NULL}, "no job 9 in this database"},
+        {{"--job", "1", "--vs", "9", NULL}, "no job 9 in this database"},
+        {{"--job", "1", "--vs", "1", NULL}, "--vs 1 is --job 1 itself: nothing to compare"},
+        {{"--format", "xml", NULL}, "--format 'xml': expected text or json"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        stats_json(&p, 2, bad[k].args);
+        cr_assert(strstr(p.err, bad[k].message), "case %zu: %s", k, p.err);
+        cr_assert_str_eq(p.out, "", "case %zu prints nothing on stdout", k);
+        lt_free(&p);
+    }
     stop();
 }

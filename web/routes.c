@@ -49,8 +49,7 @@ void routes_row_object(jw *w, sqlite3_stmt *st) {
     jw_obj_end(w);
 }
 
-/* Loads the job or fills a 404. */
-static int load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
+int routes_load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
     sqlite3_stmt *st = routes_prep(db, "SELECT t0_ns, world_size, " SQL_JOB_STATUS("") " FROM jobs WHERE id=?", r);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, id);
@@ -329,7 +328,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
     }
     job_info j;
     if (id < 0) route_jobs(db, r);
-    else if (load_job(db, id, &j, r) == 0) {
+    else if (routes_load_job(db, id, &j, r) == 0) {
         if (!what[0]) route_job(db, &j, r);
         else if (!strcmp(what, "events")) route_events(s, db, c, &j, r);
         else if (!strcmp(what, "kernels")) route_kernels(db, c, &j, r);

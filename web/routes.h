@@ -18,6 +18,9 @@ typedef struct job_info {
     char status[32];
 } job_info;
 
+/* Loads job `id` into j: 0, or -1 with r filled (404 when there is no
+ * such job, 500 on a database error). */
+int routes_load_job(sqlite3 *db, long id, job_info *j, http_reply *r);
 /* A prepared statement or a 500 naming SQLite's complaint. */
 sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, http_reply *r);
 /* The current row as an object, keys from the column names. */
@@ -36,9 +39,13 @@ void route_plan(sqlite3 *db, const job_info *j, http_reply *r);
 void route_summary(sqlite3 *db, const job_info *j, http_reply *r);
 void route_whatif(sqlite3 *db, const job_info *j, http_reply *r);
 void route_trace(sqlite3 *db, const job_info *j, http_reply *r);
-/* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c) */
+/* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c); routes_critpath
+ * answers it for step (-1: the latest complete steps' totals). */
 void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-/* GET /api/jobs/{id}/compare?vs=M (routes_compare.c) */
+void routes_critpath(sqlite3 *db, const job_info *j, long step, http_reply *r);
+/* GET /api/jobs/{id}/compare?vs=M (routes_compare.c); routes_compare
+ * answers it for vs. */
 void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
+void routes_compare(sqlite3 *db, const job_info *j, long vs, http_reply *r);
 
 #endif

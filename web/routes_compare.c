@@ -154,6 +154,17 @@ static void change(jw *w, const job_summary *js, const job_summary *os, const jo
     for (int k = 0; k < pj->t.ranks || k < po->t.ranks; k++)
         jw_num(w, ratio(critpath_rank_per_step(pj, k), critpath_rank_per_step(po, k)));
     jw_arr_end(w);
+    int wide = pj->t.ranks > po->t.ranks ? pj->t.ranks : po->t.ranks;
+    int *on = malloc((wide > 0 ? (size_t)wide : 1) * sizeof *on);
+    int n = on ? critpath_ranks_on_either(pj, po, on) : 0;
+    const char *keys[2] = {"ranks_on_path", "listed_ranks"}; /* listed: a row each (too many: their sum) */
+    for (int list = 0; list < 2; list++) {
+        jw_key(w, keys[list]);
+        jw_arr(w);
+        for (int i = 0; i < n && (!list || n <= CRITPATH_LIST_ALL); i++) jw_int(w, on[i]);
+        jw_arr_end(w);
+    }
+    free(on);
     jw_obj_end(w);
     jw_obj_end(w);
 }
@@ -269,6 +280,10 @@ void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, htt
         http_error(r, 400, "missing query parameter vs: the job to compare job %ld with (compare?vs=ID)", j->id);
         return;
     }
+    routes_compare(db, j, vs, r);
+}
+
+void routes_compare(sqlite3 *db, const job_info *j, long vs, http_reply *r) {
     if (vs == j->id) {
         http_error(r, 400, "vs=%ld is job %ld itself: nothing to compare", vs, j->id);
         return;

@@ -276,9 +276,12 @@ static void whatif_balance_json(jw *w, const whatif_report *wr) {
             jw_kint(w, "layers", bp->bound[k + 1] - bp->bound[k]);
         }
         costs_json(w, "costs_ns", &bp->stage[k]);
+        jw_key(w, "listed");
+        jw_bool(w, balance_listed(bp, k));
         jw_obj_end(w);
     }
     jw_arr_end(w);
+    jw_knum(w, "mean_stage_ns", balance_mean_stage(bp));
     jw_key(w, "layers_known");
     jw_bool(w, bp->layers_known);
     if (bp->layers_known) {
@@ -371,6 +374,8 @@ static void critpath_totals_json(jw *w, const critpath_totals *t) {
         jw_obj(w);
         jw_kint(w, "rank", k);
         for (int p = 0; p < 4; p++) jw_kint(w, phases[p], t->op_ns[k][p]);
+        jw_key(w, "listed");
+        jw_bool(w, critpath_listed(t, k));
         jw_obj_end(w);
     }
     jw_arr_end(w);
@@ -383,7 +388,10 @@ static void critpath_totals_json(jw *w, const critpath_totals *t) {
  * totals (db/critpath.h). */
 void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
     long step = -1;
-    if (arg_long(c, "step", 0, 1l << 30, &step, r) < 0) return;
+    if (arg_long(c, "step", 0, 1l << 30, &step, r) >= 0) routes_critpath(db, j, step, r);
+}
+
+void routes_critpath(sqlite3 *db, const job_info *j, long step, http_reply *r) {
     pp_err err;
     jw w;
     if (step < 0) {
