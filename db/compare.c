@@ -29,6 +29,8 @@ static const struct {
     {"data", "json_extract(cj, '$.data')"},
     {"optimizer", "json_extract(cj, '$.optimizer')"},
     {"lr", "CASE WHEN json_extract(cj, '$.lr') IS NOT NULL THEN printf('%g', json_extract(cj, '$.lr')) END"},
+    {"weight decay", "CASE WHEN json_extract(cj, '$.weight_decay') IS NOT NULL"
+                     " THEN printf('%g', json_extract(cj, '$.weight_decay')) END"},
     {"pipeline cuts", "json_extract(cj, '$.pipeline_cuts')"},
 };
 

@@ -269,6 +269,13 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
         fail_why(why, USERSQL_EDENIED);
         goto out;
     }
+    if (sqlite3_bind_parameter_count(st) > 0) { /* unbound, each would read as NULL: an empty answer, silently */
+        const char *name = sqlite3_bind_parameter_name(st, 1);
+        pp_fail(err, "SQL error: the statement has a parameter (%s) and nothing binds one: write the value into the SQL",
+                name ? name : "?");
+        fail_why(why, USERSQL_EBADSQL);
+        goto out;
+    }
 
     r = calloc(1, sizeof *r);
     if (!r) goto oom;

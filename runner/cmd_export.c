@@ -1,4 +1,4 @@
-/* cmd_export.c: `pprun export --db FILE --job ID --format chrome [--out FILE]`:
+/* cmd_export.c: `pprun export --db FILE [--job ID] [--format chrome] [--out FILE]`:
  * a job's trace as Chrome trace JSON (opens in Perfetto, chrome://tracing).
  * The database is opened read-only; with --out the file appears only when
  * complete (written next to it, then renamed). */
@@ -11,10 +11,10 @@
 #include "runner/cli.h"
 
 static void export_usage(FILE *out) {
-    fprintf(out, "usage: pprun export --db FILE --job ID --format chrome [--out FILE]\n"
+    fprintf(out, "usage: pprun export --db FILE [--job ID] [--format chrome] [--out FILE]\n"
                  "  --db FILE      trace database written by `pprun run`\n"
-                 "  --job ID       job id (jobs.id; `pprun query \"SELECT id, name FROM jobs\"`)\n"
-                 "  --format NAME  chrome: Chrome trace JSON for Perfetto / chrome://tracing\n"
+                 "  --job ID       job id (default: the newest; `pprun query --db FILE \"SELECT id, name FROM jobs\"`)\n"
+                 "  --format NAME  chrome (the default): Chrome trace JSON for Perfetto / chrome://tracing\n"
                  "  --out FILE     write there instead of stdout\n");
 }
 
@@ -42,8 +42,8 @@ int cmd_export(int argc, char **argv) {
         }
         *slot = argv[++i];
     }
-    if (!dbpath || !job_s) {
-        fprintf(stderr, "pprun export: %s is required\n", !dbpath ? "--db" : "--job");
+    if (!dbpath) {
+        fprintf(stderr, "pprun export: --db is required\n");
         export_usage(stderr);
         return 2;
     }
@@ -53,8 +53,8 @@ int cmd_export(int argc, char **argv) {
         return 2;
     }
     pp_err err;
-    long job;
-    if (pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) {
+    long job = 0;
+    if (job_s && pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
         return 2;
     }
@@ -66,6 +66,15 @@ int cmd_export(int argc, char **argv) {
     if (db_open_readonly(dbpath, &sql, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
         return 2;
+    }
+    if (!job_s) {
+        int64_t newest = db_newest_job(sql, &err);
+        if (newest <= 0) {
+            fprintf(stderr, "pprun export: %s: %s\n", dbpath, newest < 0 ? err.msg : "no job in this database yet");
+            sqlite3_close(sql);
+            return 2;
+        }
+        job = (long)newest;
     }
     FILE *out = stdout;
     char tmp[4096];

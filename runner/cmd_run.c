@@ -98,7 +98,7 @@ static void usage(FILE *out) {
             "                        or DB[:JOB] for a job's measured ones (default: the model's)\n"
             "  --steps N             training steps (default 20)\n"
             "* --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
-            "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB (default gpt)\n"
+            "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB[,layers=K,per=layer] (default gpt)\n"
             "* --data FILE           train on this text file (default: the built-in corpus)\n"
             "  --device cpu|cuda     (default cpu)\n"
             "* --dtype fp32|bf16     GEMM operands (default fp32; bf16 needs --device cuda)\n"
@@ -310,6 +310,8 @@ static int check_job(run_job *job, pp_err *err) {
         if (data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &data, err) != 0)
             return pp_wrap(err, "--data");
         data_close(data);
+    } else if (cfg->data[0]) {
+        return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);
     }
     if (check_fail_at(job, world, err) != 0) return -1;
     if (cfg->metrics[0] && check_writable("--metrics", cfg->metrics, 0, err) != 0) return -1;
@@ -320,7 +322,8 @@ static int check_job(run_job *job, pp_err *err) {
 
 /* --- the database: job, ranks, plan ---------------------------------------------- */
 
-/* Every option of the run, as JSON (jobs.config_json). Caller frees. */
+/* The options that shape the run, as JSON (jobs.config_json; not, say,
+ * --recv-timeout or the checkpoint flags). Caller frees. */
 static char *config_json(const run_job *job) {
     const run_config *c = &job->cfg;
     cJSON *o = cJSON_CreateObject();
@@ -358,6 +361,7 @@ static char *config_json(const run_job *job) {
         cJSON_AddStringToObject(o, "data", c->data[0] ? c->data : "(built-in corpus)");
         cJSON_AddNumberToObject(o, "seed", (double)c->seed);
         cJSON_AddNumberToObject(o, "lr", c->optim.lr);
+        cJSON_AddNumberToObject(o, "weight_decay", c->optim.weight_decay);
         cJSON_AddStringToObject(o, "optimizer", c->optim.kind == MODEL_SGD ? "sgd" : "adamw");
         /* where boundary tensors live; the per-peer transport is each worker's first line */
         cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");

@@ -198,7 +198,7 @@ Test(compare, step_times_and_the_prediction_they_check, .timeout = 120) {
 }
 
 /* One gpt model, one device: 1f1b, zb-h1 and zb-v lose bitwise the same;
- * another seed does not, and says so. */
+ * another seed or weight decay does not, and says so. */
 Test(compare, same_device_losses_are_bitwise_equal_across_schedules, .timeout = 120) {
     char dir[] = "/tmp/pprun-compare-XXXXXX", db[64], want[200];
     make_dir(dir, db, sizeof db);
@@ -206,6 +206,7 @@ Test(compare, same_device_losses_are_bitwise_equal_across_schedules, .timeout = 
     run_job(db, "2", "4", GPT, (const char *[]){"--schedule", "zb-h1", NULL});
     run_job(db, "2", "4", GPT, (const char *[]){"--schedule", "1f1b", "--seed", "7", NULL});
     run_job(db, "2", "4", GPT, (const char *[]){"--schedule", "zb-v", NULL});
+    run_job(db, "2", "4", GPT, (const char *[]){"--schedule", "1f1b", "--weight-decay", "0.1", NULL});
     sqlite3 *sql = open_db(db);
     const char *same = "SELECT count(*) FROM losses a JOIN losses b ON a.step=b.step AND a.microbatch=b.microbatch "
                        "WHERE a.job_id=1 AND b.job_id=%d AND a.step=2 AND a.loss=b.loss";
@@ -234,6 +235,11 @@ Test(compare, same_device_losses_are_bitwise_equal_across_schedules, .timeout = 
              sql_double(sql, "SELECT avg(loss) FROM losses WHERE job_id=1 AND step=2"),
              sql_double(sql, "SELECT avg(loss) FROM losses WHERE job_id=3 AND step=2"), 4 - equal);
     lt_assert_has(p.out, want);
+    lt_free(&p);
+    /* weight decay changes the losses too: named, so "not bitwise equal" has its reason */
+    p = stats(db, "5", "1");
+    lt_assert_has(p.out, "differs    weight decay: 0 in job 1, 0.1 in job 5\n");
+    lt_assert_has(p.out, "not bitwise equal");
     lt_free(&p);
     sqlite3_close(sql);
     remove_dir(dir, db);

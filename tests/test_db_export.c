@@ -166,6 +166,34 @@ Test(db_export, pprun_export_errors_name_the_problem_and_exit_2) {
     free(m);
 }
 
+/* Without --job, the newest job, as `pprun stats`; a file without jobs
+ * exits 2 saying so. */
+Test(db_export, without_job_the_newest_is_exported) {
+    const char *path = tfix_path("newest.db"), *out = tfix_path("newest.json"), *errf = tfix_path("err.txt");
+    make_db(path);
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    int64_t second = tfix_job(d);
+    db_close(d);
+    char args[1024];
+    snprintf(args, sizeof args, "--db %s --out %s", path, out);
+    cr_assert_eq(run(args, errf), 0);
+    char *text = slurp(out);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "otherData"), "job")->valueint, second);
+    cJSON_Delete(root);
+    free(text);
+
+    const char *empty = tfix_path("empty.db");
+    db_close(tfix_open_fresh(empty));
+    snprintf(args, sizeof args, "--db %s", empty);
+    cr_assert_eq(run(args, errf), 2);
+    char *m = slurp(errf);
+    cr_assert(strstr(m, "empty.db") && strstr(m, "no job in this database yet"), "%s", m);
+    free(m);
+}
+
 Test(db_export, export_opens_the_database_read_only) {
     const char *path = tfix_path("ro.db"), *errf = tfix_path("err.txt");
     int64_t job = make_db(path);

@@ -1,5 +1,7 @@
 /* test_query.c: `pprun query` and the read-only guard under it (db/usersql):
- * formats, exit codes, and every way SQL could try to write or escape. */
+ * formats, exit codes, and every way SQL could try to write or escape; and
+ * --flag=value for the commands that read a database; and every SQL
+ * example of docs/schema.md, which must run as written. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -20,12 +22,12 @@ static void setup(void) {
 
 static void teardown(void) { fixture_remove(db); }
 
-/* Runs pprun query with args (shell-quoted by the caller); returns the exit
+/* Runs pprun with args (shell-quoted by the caller); returns the exit
  * status, stdout in *out and stderr in *errout (malloc'd). */
-static int run(const char *args, char **out, char **errout) {
+static int run_pprun(const char *args, char **out, char **errout) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "'%s' query --db '%s' %s >/tmp/pprun-q-%d.out 2>/tmp/pprun-q-%d.err", PPRUN_BIN, db, args,
-             (int)getpid(), (int)getpid());
+    snprintf(cmd, sizeof cmd, "'%s' %s >/tmp/pprun-q-%d.out 2>/tmp/pprun-q-%d.err", PPRUN_BIN, args, (int)getpid(),
+             (int)getpid());
     int st = system(cmd);
     char p[64];
     snprintf(p, sizeof p, "/tmp/pprun-q-%d.out", (int)getpid());
@@ -35,6 +37,13 @@ static int run(const char *args, char **out, char **errout) {
     *errout = fixture_read_file(p);
     unlink(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* pprun query --db DB with args. */
+static int run(const char *args, char **out, char **errout) {
+    char all[4096];
+    snprintf(all, sizeof all, "query --db '%s' %s", db, args);
+    return run_pprun(all, out, errout);
 }
 
 TestSuite(query, .init = setup, .fini = teardown, .timeout = 60);
@@ -141,6 +150,21 @@ Test(query, bad_usage_names_the_flag) {
     cr_assert_eq(system("'" PPRUN_BIN "' query --db /nonexistent/x.db 'SELECT 1' 2>/dev/null") >> 8, 2);
 }
 
+/* A parameter would read as NULL and answer nothing, silently: refused,
+ * naming it (schema.md's examples write their values in). */
+Test(query, a_parameter_nothing_binds_is_refused_naming_it) {
+    static const char *const bad[][2] = {{"'SELECT id FROM events WHERE start_ns BETWEEN :from AND :to'", "(:from)"},
+                                         {"'SELECT ?'", "(?)"},
+                                         {"'SELECT $x, ?2'", "($x)"}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        char *out, *err;
+        cr_assert_eq(run(bad[k][0], &out, &err), 2, "%s", bad[k][0]);
+        cr_assert(strstr(err, bad[k][1]) && strstr(err, "write the value into the SQL"), "%s: %s", bad[k][0], err);
+        cr_assert_str_eq(out, "");
+        free(out), free(err);
+    }
+}
+
 Test(query, runaway_recursion_is_interrupted_by_the_time_limit) {
     char *out, *err;
     int rc = run("--timeout 300ms \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c\"",
@@ -235,4 +259,53 @@ Test(query, table_valued_functions_are_allowed_and_schema_writes_are_not) {
     cr_assert(strstr(err.msg, "sqlite_master may not be modified"), "%s", err.msg);
     cr_assert_eq(usersql_run(db, "PRAGMA journal_mode", NULL, &r, &why, &err), -1);
     cr_assert_eq(why, USERSQL_EDENIED);
+}
+
+/* docs/cli.md: every flag takes "--flag=value" as well as "--flag value";
+ * query, stats, export and serve parse the second form, and main splits
+ * the first for them, leaving an SQL text with '=' in it alone. */
+Test(query, the_reading_commands_take_flag_equals_value) {
+    char args[1024], *out, *err;
+    snprintf(args, sizeof args, "query --db='%s' --format=csv 'SELECT 1=1 AS \"a=b\"'", db);
+    cr_assert_eq(run_pprun(args, &out, &err), 0, "%s", err);
+    cr_assert_str_eq(out, "a=b\r\n1\r\n"); /* RFC 4180 line ends */
+    free(out), free(err);
+    snprintf(args, sizeof args, "stats --db='%s' --job=1 --format=json", db);
+    cr_assert_eq(run_pprun(args, &out, &err), 0, "%s", err);
+    cr_assert(strncmp(out, "{\"job\":1,", 9) == 0, "%.200s", out);
+    free(out), free(err);
+    char trace[300];
+    snprintf(trace, sizeof trace, "%s.trace.json", db);
+    snprintf(args, sizeof args, "export --db='%s' --job=1 --format=chrome --out='%s'", db, trace);
+    cr_assert_eq(run_pprun(args, &out, &err), 0, "%s", err);
+    free(out), free(err);
+    char *json = fixture_read_file(trace);
+    cJSON *parsed = cJSON_Parse(json);
+    cr_assert(cJSON_IsArray(cJSON_GetObjectItem(parsed, "traceEvents")), "the export is a Chrome trace");
+    cJSON_Delete(parsed), free(json), unlink(trace);
+    snprintf(args, sizeof args, "serve --db='%s' --listen=no-port-here", db);
+    cr_assert_eq(run_pprun(args, &out, &err), 2);
+    cr_assert(strstr(err, "--listen"), "the value reached --listen: %s", err);
+    free(out), free(err);
+}
+
+/* Each ```sql block of docs/schema.md runs as written: a renamed column or
+ * table there fails here, not in a user's terminal. */
+Test(query, the_schema_docs_sql_examples_run) {
+    char *doc = fixture_read_file(PPRUN_TEST_DIR "/../docs/schema.md");
+    cr_assert_not_null(doc, "docs/schema.md");
+    int blocks = 0;
+    for (char *p = doc; (p = strstr(p, "```sql\n")) != NULL; blocks++) {
+        p += 7;
+        char *end = strstr(p, "```");
+        cr_assert_not_null(end, "an unclosed sql block");
+        *end = '\0';
+        usersql_result *r;
+        pp_err err;
+        cr_assert_eq(usersql_run(db, p, NULL, &r, NULL, &err), 0, "%s\nin:\n%s", err.msg, p);
+        usersql_free(r);
+        p = end + 3;
+    }
+    cr_assert_geq(blocks, 9, "the examples were found (%d)", blocks);
+    free(doc);
 }

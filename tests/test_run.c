@@ -251,6 +251,7 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
         {"--model gpt:layers=2 --nproc-per-node 4", "layers"},
         {"--schedule interleaved-1f1b --microbatches 6", "6"},
         {"--data /nonexistent/file.txt", "/nonexistent/file.txt"},
+        {"--model timed:f=1ms,b=1ms,w=1ms --data /etc/hostname", "a timed model trains on no data"},
         {"--fail-at step=1", "rank"},
         {"--no-such-flag", "unknown option '--no-such-flag'; see pprun run --help"},
         {"--", "missing PROGRAM: pprun run [options] -- PROGRAM"},

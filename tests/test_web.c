@@ -152,7 +152,12 @@ Test(web, zoomed_out_windows_are_aggregated_and_keep_the_busy_time) {
     cr_assert_eq(num(j, "count"), 3 * FIXTURE_EVENTS_PER_STEP);
     double busy[4] = {0};
     cJSON *row;
-    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) busy[cJSON_GetArrayItem(row, 0)->valueint] += cJSON_GetArrayItem(row, 3)->valuedouble;
+    int columns = cJSON_GetArraySize(cJSON_GetObjectItem(j, "bin_columns"));
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) {
+        busy[cJSON_GetArrayItem(row, 0)->valueint] += cJSON_GetArrayItem(row, 3)->valuedouble;
+        cr_assert_eq(cJSON_GetArraySize(row), columns, "a value for each of bin_columns");
+        cr_assert(cJSON_IsNull(cJSON_GetArrayItem(row, 9)), "a bucket is of no one step");
+    }
     for (int r = 0; r < 4; r++) cr_assert_eq(busy[r], 3 * 24.5e6, "rank %d busy %f", r, busy[r]);
     cJSON_Delete(j);
 }
@@ -171,6 +176,7 @@ Test(web, very_zoomed_out_windows_use_step_statistics) {
     cJSON *row;
     cJSON_ArrayForEach(row, bins) {
         cr_assert_eq(cJSON_GetArrayItem(row, 3)->valuedouble, 24.5e6, "busy per rank and step");
+        cr_assert_eq(cJSON_GetArraySize(row), cJSON_GetArraySize(cJSON_GetObjectItem(j, "bin_columns")));
         cr_assert_eq(cJSON_GetArrayItem(row, 2)->valuedouble - cJSON_GetArrayItem(row, 1)->valuedouble, FIXTURE_STEP_SPAN_NS);
     }
     cJSON_Delete(j);

@@ -258,7 +258,7 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
             int64_t *a = &acc[((size_t)rank * (size_t)nbuckets + (size_t)b) * 5];
             if (!(a[0] | a[1] | a[2] | a[3] | a[4])) continue;
             int64_t bs = from + b * width;
-            jw_rawf(w, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld]", n++ ? "," : "", rank, (long long)bs,
+            jw_rawf(w, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,null]", n++ ? "," : "", rank, (long long)bs,
                     (long long)(bs + width), (long long)(a[0] + a[1] + a[2] + a[4]), (long long)a[0],
                     (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4]);
         }
