@@ -271,7 +271,8 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     }
     if (sqlite3_bind_parameter_count(st) > 0) { /* unbound, each would read as NULL: an empty answer, silently */
         const char *name = sqlite3_bind_parameter_name(st, 1);
-        pp_fail(err, "SQL error: the statement has a parameter (%s) and nothing binds one: write the value into the SQL",
+        pp_fail(err,
+                "SQL error: the statement has a parameter (%s) and nothing binds one: write the value into the SQL",
                 name ? name : "?");
         fail_why(why, USERSQL_EBADSQL);
         goto out;

@@ -13,7 +13,8 @@
 static void export_usage(FILE *out) {
     fprintf(out, "usage: pprun export --db FILE [--job ID] [--format chrome] [--out FILE]\n"
                  "  --db FILE      trace database written by `pprun run`\n"
-                 "  --job ID       job id (default: the newest; `pprun query --db FILE \"SELECT id, name FROM jobs\"`)\n"
+                 "  --job ID       job id (default: the newest; `pprun query --db FILE\n"
+                 "                 \"SELECT id, name FROM jobs\"` lists them)\n"
                  "  --format NAME  chrome (the default): Chrome trace JSON for Perfetto / chrome://tracing\n"
                  "  --out FILE     write there instead of stdout\n");
 }
