@@ -235,8 +235,12 @@ int compare_read(sqlite3 *db, const job_summary *js, const whatif_report *jw, co
     }
     compare_predict(js, jw, os, ow, a->schedule_costs, c);
     if (compare_read_loss(db, c, err) == 0 && critpath_read(db, c->job, js->world, &c->path_job, err) == 0 &&
-        critpath_read(db, c->other, os->world, &c->path_other, err) == 0)
-        rc = 0;
+        critpath_read(db, c->other, os->world, &c->path_other, err) == 0) {
+        int wide = js->world > os->world ? js->world : os->world;
+        if (!(c->path_ranks = malloc((wide > 0 ? (size_t)wide : 1) * sizeof *c->path_ranks)))
+            pp_fail(err, "out of memory comparing critical paths");
+        else c->npath_ranks = critpath_ranks_on_either(&c->path_job, &c->path_other, c->path_ranks), rc = 0;
+    }
 out:
     free(a);
     return rc;
@@ -245,4 +249,7 @@ out:
 void compare_free(job_compare *c) {
     critpath_report_free(&c->path_job);
     critpath_report_free(&c->path_other);
+    free(c->path_ranks);
+    c->path_ranks = NULL;
+    c->npath_ranks = 0;
 }

@@ -44,6 +44,8 @@ typedef struct job_compare {
     /* Each job's critical path over its latest complete steps (critpath_read,
      * as `pprun stats` prints it for the job alone), owned. */
     critpath_report path_job, path_other;
+    int *path_ranks; /* [npath_ranks] owned: the ranks either path has time on (critpath_ranks_on_either) */
+    int npath_ranks;
 } job_compare;
 
 /* Compares job (js, jw) with other (os, ow): each from summary_read and

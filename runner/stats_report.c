@@ -334,7 +334,8 @@ static void cmp_ops(FILE *out, const job_summary *js, const job_summary *os, int
 /* Each job's critical path per step: its span, each rank's ops on it (the
  * ranks either job has on it, or their sum when there are too many), the
  * waits. */
-static void cmp_critpath(FILE *out, const critpath_report *j, const critpath_report *o) {
+static void cmp_critpath(FILE *out, const job_compare *c) {
+    const critpath_report *j = &c->path_job, *o = &c->path_other;
     if (!j->steps && !o->steps) return;
     const struct {
         const char *label;
@@ -344,9 +345,7 @@ static void cmp_critpath(FILE *out, const critpath_report *j, const critpath_rep
                 {"  sends and receives", j->t.comm_ns, o->t.comm_ns},
                 {"  the rest", j->t.other_ns, o->t.other_ns}};
     cmp_ns_row(out, rows[0].label, critpath_per_step(o, rows[0].other), critpath_per_step(j, rows[0].job));
-    int wide = j->t.ranks > o->t.ranks ? j->t.ranks : o->t.ranks;
-    int *on = malloc((wide > 0 ? (size_t)wide : 1) * sizeof *on);
-    int n = on ? critpath_ranks_on_either(j, o, on) : 0;
+    const int *on = c->path_ranks, n = c->npath_ranks;
     char label[40];
     double sum[2] = {0, 0}; /* other, job: the ranks' ops, for more than CRITPATH_LIST_ALL */
     for (int i = 0; i < n; i++) {
@@ -357,7 +356,6 @@ static void cmp_critpath(FILE *out, const critpath_report *j, const critpath_rep
         snprintf(label, sizeof label, "  rank %d's ops", on[i]);
         cmp_ns_row(out, label, a, b);
     }
-    free(on);
     if (n > CRITPATH_LIST_ALL) {
         snprintf(label, sizeof label, "  ops of %d ranks", n);
         cmp_ns_row(out, label, o->steps ? sum[0] : NAN, j->steps ? sum[1] : NAN);
@@ -479,7 +477,7 @@ void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_
         snprintf(label, sizeof label, "  %s", analyze_causes[k]);
         cmp_ns_row(out, label, per_step(os->idle_ns_by_cause[k], os), per_step(js->idle_ns_by_cause[k], js));
     }
-    cmp_critpath(out, &c->path_job, &c->path_other);
+    cmp_critpath(out, c);
     if (js->has_ops && os->has_ops) {
         cmp_ops(out, js, os, 0);
         if (summary_has_ops(js, 1) && summary_has_ops(os, 1)) cmp_ops(out, js, os, 1);

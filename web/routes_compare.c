@@ -154,9 +154,7 @@ static void change(jw *w, const job_summary *js, const job_summary *os, const jo
     for (int k = 0; k < pj->t.ranks || k < po->t.ranks; k++)
         jw_num(w, ratio(critpath_rank_per_step(pj, k), critpath_rank_per_step(po, k)));
     jw_arr_end(w);
-    int wide = pj->t.ranks > po->t.ranks ? pj->t.ranks : po->t.ranks;
-    int *on = malloc((wide > 0 ? (size_t)wide : 1) * sizeof *on);
-    int n = on ? critpath_ranks_on_either(pj, po, on) : 0;
+    const int *on = c->path_ranks, n = c->npath_ranks;
     const char *keys[2] = {"ranks_on_path", "listed_ranks"}; /* listed: a row each (too many: their sum) */
     for (int list = 0; list < 2; list++) {
         jw_key(w, keys[list]);
@@ -164,7 +162,6 @@ static void change(jw *w, const job_summary *js, const job_summary *os, const jo
         for (int i = 0; i < n && (!list || n <= CRITPATH_LIST_ALL); i++) jw_int(w, on[i]);
         jw_arr_end(w);
     }
-    free(on);
     jw_obj_end(w);
     jw_obj_end(w);
 }
