@@ -130,8 +130,14 @@ async function openJob(id) {
   updateHeader();
   const running = info.job.status === 'running';
   $('follow').checked = S.follow = running;
+  // A finished job opens at its last step with events: step 0 carries the
+  // warm-up (first allocations, cold caches) and is the least typical; a
+  // failed job's last step is where it failed.
   if (running) followLatest();
-  else if (S.steps.length) await showStep(S.steps[0].step);
+  else if (S.steps.length) {
+    const traced = lastStep((s) => s.start != null && s.start <= info.timeline_end);
+    await showStep((traced || S.steps[S.steps.length - 1]).step);
+  }
   else await showWindow(0, Math.max(info.timeline_end, 1));
   drawCharts();
   checkTraceLink(id);

@@ -201,6 +201,11 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     char *stats = stats_text(db);
     cJSON *j = browse(db, "finished", NULL);
 
+    /* A finished job opens at its last step, not at step 0's warm-up. */
+    cJSON *opened = cJSON_GetObjectItem(j, "openedAt");
+    cr_assert_str_eq(cJSON_GetArrayItem(opened, 0)->valuestring, "step 2 / 2");
+    cr_assert_str_eq(cJSON_GetArrayItem(opened, 1)->valuestring, "step 2");
+
     cJSON *drawn = cJSON_GetObjectItem(j, "drawn");
     cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "F"), 8), 4, "8 F blocks on each of the 4 ranks");
     cr_assert_eq(ints_all(cJSON_GetObjectItem(drawn, "B"), 8), 4);
@@ -631,7 +636,8 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
 
 /* A long job: 30,000 steps of history open without error, every step is
  * loaded, the charts draw at most two points per pixel column and keep the
- * spike, with the trend over them, the per-rank bars show a step. */
+ * spike, with the trend over them, the per-rank bars show the step in view:
+ * the last with events (steps 2.. are statistics only). */
 Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240) {
     require_playwright();
     char db[256];
@@ -660,7 +666,7 @@ Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240)
     cr_assert(jnum(trend, "n") > width / 2 && jnum(trend, "n") <= width, "a trend point per column: %s", text);
     cr_assert(jnum(trend, "hi") < 25 && jnum(trend, "hi") > jnum(all, "lo"), "the spike is averaged: %s", text);
     cr_assert(fabs(jnum(trend, "mean") / jnum(trend, "all") - 1) < 0.03, "the trend is a mean: %s", text);
-    cr_assert_str_eq(cJSON_GetObjectItem(j, "barsLabel")->valuestring, "step 0", "the bars show the step in view");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "barsLabel")->valuestring, "step 1", "%s", text);
     cr_assert(strstr(cJSON_GetObjectItem(j, "meta")->valuestring, "30000/30000 steps"), "%s", text);
     free(text);
     cJSON_Delete(j);

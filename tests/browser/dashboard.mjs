@@ -58,6 +58,7 @@ try {
   };
 
   if (mode === 'finished') {
+    out.openedAt = [await page.textContent('#step-label'), await page.textContent('#bubble-step-label')];
     await whatifTable(true);
     await page.evaluate(() => window.__pprun.showStep(0));
     await page.waitForFunction(() => window.__pprun.drawn && window.__pprun.drawn.steps.length === 1 && window.__pprun.drawn.steps[0] === 0, null, { timeout: 10000 });
