@@ -14,6 +14,9 @@
 #include "db/alive.h"
 #include "runner/base/embed.h"
 
+/* How long a writer waits for another process's lock on the file. */
+#define DB_BUSY_TIMEOUT_MS 5000
+
 extern const pp_embedded_file pp_schema_files[];
 
 /* A kernel name arriving in chunks. */
@@ -74,19 +77,6 @@ static int prepare(db *d, const char *sql, sqlite3_stmt **st, pp_err *err) {
     return rc == SQLITE_OK ? 0 : db_fail(d, rc, "preparing a statement", err);
 }
 
-static int query_int(sqlite3 *sql, const char *q, int64_t *out) {
-    sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(sql, q, -1, &st, NULL);
-    if (rc != SQLITE_OK) return rc;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *out = sqlite3_column_int64(st, 0);
-        rc = SQLITE_OK;
-    }
-    sqlite3_finalize(st);
-    return rc;
-}
-
 static const char *schema_sql(void) {
     const pp_embedded_file *f = pp_embed_find(pp_schema_files, "db/schema.sql");
     return f ? (const char *)f->data : NULL;
@@ -96,8 +86,20 @@ static const char *schema_sql(void) {
  * its user_version (0: empty file). Shared by writers and readers. */
 static int check_version(sqlite3 *sql, const char *path, int64_t *version, pp_err *err) {
     int64_t v = 0, tables = 0;
-    int rc = query_int(sql, "PRAGMA user_version", &v);
-    if (rc == SQLITE_OK) rc = query_int(sql, "SELECT count(*) FROM sqlite_master", &tables);
+    /* One statement, so one read transaction: read apart, another process
+     * creating the file between the two reads makes it look foreign. */
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(sql, "SELECT (SELECT user_version FROM pragma_user_version),"
+                                     " (SELECT count(*) FROM sqlite_master)", -1, &st, NULL);
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            v = sqlite3_column_int64(st, 0);
+            tables = sqlite3_column_int64(st, 1);
+            rc = SQLITE_OK;
+        }
+        sqlite3_finalize(st);
+    }
     if (rc != SQLITE_OK) {
         if (rc == SQLITE_NOTADB) return pp_fail(err, "%s: not an SQLite database", path);
         return pp_fail(err, "%s: cannot read the file: %s", path, sqlite3_errmsg(sql));
@@ -150,6 +152,34 @@ static int migrate(db *d, int64_t from, pp_err *err) {
     return 0;
 }
 
+/* Brings the file to our version under the write lock: two writers that
+ * opened the same old (or new) file at once both saw its old version, and
+ * the second must not apply a step the first already did (ALTER TABLE ADD
+ * COLUMN twice fails). */
+static int upgrade(db *d, int64_t seen, pp_err *err) {
+    if (seen == DB_SCHEMA_VERSION) return 0;
+    if (exec(d, "BEGIN IMMEDIATE", "locking the file to bring its schema up to date", err) != 0) return -1;
+    int64_t now;
+    int rc = check_version(d->sql, d->path, &now, err);
+    sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+    return rc != 0 ? -1 : migrate(d, now, err);
+}
+
+/* PRAGMA journal_mode=WAL on a file another process is creating or
+ * switching at the same moment gets SQLITE_BUSY without SQLite's busy
+ * handler (it holds a read lock while it asks for the write lock), so it
+ * is retried here for as long as the busy timeout would have waited. */
+static int switch_to_wal(db *d, pp_err *err) {
+    for (int waited_ms = 0;; waited_ms += 10) {
+        int rc = sqlite3_exec(d->sql, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+        if (rc == SQLITE_OK) return 0;
+        if ((rc & 0xff) != SQLITE_BUSY || waited_ms >= DB_BUSY_TIMEOUT_MS)
+            return db_fail(d, rc, "switching to WAL", err);
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int db_open(const char *path, db **out, pp_err *err) {
     db *d = calloc(1, sizeof *d);
     if (!d || !(d->path = strdup(path))) {
@@ -172,15 +202,15 @@ int db_open(const char *path, db **out, pp_err *err) {
         pp_fail(err, "%s: file is read-only, cannot write the trace there (choose another --db)", path);
         goto fail;
     }
-    sqlite3_busy_timeout(d->sql, 5000);
+    sqlite3_busy_timeout(d->sql, DB_BUSY_TIMEOUT_MS);
     int64_t version;
     if (check_version(d->sql, path, &version, err) != 0) goto fail;
-    if (exec(d, "PRAGMA journal_mode=WAL", "switching to WAL", err) != 0 ||
+    if (switch_to_wal(d, err) != 0 ||
         exec(d, "PRAGMA synchronous=NORMAL", "setting synchronous", err) != 0 ||
         exec(d, "PRAGMA cache_size=-32768", "setting the cache size", err) != 0 ||
         exec(d, "PRAGMA foreign_keys=OFF", "setting foreign keys", err) != 0)
         goto fail;
-    if (migrate(d, version, err) != 0) goto fail;
+    if (upgrade(d, version, err) != 0) goto fail;
     if (alive_register(d->sql) != 0) {
         db_fail(d, SQLITE_ERROR, "registering pprun_job_status", err);
         goto fail;

@@ -476,7 +476,10 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         return -1;
     }
     snprintf(j->c.notfound_msg, sizeof j->c.notfound_msg, "pprun launch: cannot execute '%s'\n", o->prog_argv[0]);
+    /* Before the subreaper is set: the guard must not stay our descendant. */
+    j->c.guard_fd = launch_guard_start();
     if (install_signals(j, err) != 0) {
+        launch_guard_stop(j->c.guard_fd);
         launch_paths_free(j->c.paths);
         free(j);
         return -1;
@@ -667,6 +670,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     store_server_stop(j->server);
     restore_open_file_limit(j);
     restore_signals(j);
+    launch_guard_stop(j->c.guard_fd);
     launch_paths_free(j->c.paths);
     free(j);
     return rc == 0 ? 0 : -1;

@@ -124,6 +124,7 @@ static int start_rank(launch_ctx *c, int lr, slot *s, pp_err *err) {
     close(pe[1]);
     if (null_in >= 0) close(null_in);
     if (s->pid < 0) return -1;
+    launch_guard_note(c->guard_fd, s->pid);
     s->alive = 1;
     return 0;
 fail:
@@ -282,6 +283,7 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
                 if (slots[i].pid != pid || !slots[i].alive) continue;
                 slots[i].alive = 0;
                 slots[i].status = st;
+                launch_guard_note(c->guard_fd, -pid);
                 if (!tearing && failed(st) &&
                     (chosen < 0 || (!WIFSIGNALED(slots[chosen].status) && WIFSIGNALED(st))))
                     chosen = i;

@@ -1,4 +1,5 @@
-/* launch_proc.c: starting workers and finding every process they left.
+/* launch_proc.c: starting workers, finding every process they left, and
+ * the guard that kills their process groups if the launcher is SIGKILLed.
  *
  * Between fork and exec the child makes only async-signal-safe calls (the
  * launcher may run other threads): everything it needs, the PATH lookup
@@ -14,7 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int executable_file(const char *path) {
@@ -214,4 +218,92 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip) {
     }
     free(rows);
     return live;
+}
+
+/* ---- the guard ------------------------------------------------------------ */
+
+/* In the guard: every group the launcher announced and did not retire.
+ * Only async-signal-safe calls here (the launcher may have threads). */
+static pid_t guard_groups[LAUNCH_MAX_NPROC];
+
+static void guard_loop(int fd) {
+    size_t n = 0;
+    int clean = 0;
+    int32_t msg[256];
+    for (;;) {
+        ssize_t got = read(fd, msg, sizeof msg);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break; /* EOF: the launcher is gone */
+        for (ssize_t i = 0; i < got / (ssize_t)sizeof msg[0]; i++) {
+            pid_t v = msg[i];
+            if (v == 0) {
+                clean = 1;
+            } else if (v > 0 && n < LAUNCH_MAX_NPROC) {
+                guard_groups[n++] = v;
+            } else {
+                for (size_t k = 0; k < n; k++)
+                    if (guard_groups[k] == -v) {
+                        guard_groups[k] = guard_groups[--n];
+                        break;
+                    }
+            }
+        }
+    }
+    if (!clean)
+        for (size_t k = 0; k < n; k++) kill(-guard_groups[k], SIGKILL);
+}
+
+int launch_guard_start(void) {
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0) return -1;
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pid_t mid = fork();
+    if (mid == 0) {
+        /* The middle child exits at once, so the guard is re-parented away
+         * from the launcher: its descendant walks and waitpid(-1) never see
+         * it. A new session: the terminal's Ctrl-C and hangup do not reach
+         * it, its pipe's EOF does. */
+        setsid();
+        if (fork() != 0) _exit(0);
+        if (dup2(p[0], 3) != 3) _exit(1);
+        if (syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
+            struct rlimit rl;
+            rlim_t top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? rl.rlim_cur : 65536;
+            for (rlim_t f = 4; f < top; f++) close((int)f);
+        }
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_IGN;
+        sigaction(SIGINT, &dfl, NULL);
+        sigaction(SIGHUP, &dfl, NULL);
+        sigaction(SIGPIPE, &dfl, NULL);
+        guard_loop(3);
+        _exit(0);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(p[0]);
+    if (mid < 0) {
+        close(p[1]);
+        return -1;
+    }
+    while (waitpid(mid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    /* The guard drains it continuously; a note never blocks the launcher. */
+    fcntl(p[1], F_SETFL, O_NONBLOCK);
+    return p[1];
+}
+
+void launch_guard_note(int fd, pid_t pgid) {
+    if (fd < 0) return;
+    int32_t v = (int32_t)pgid;
+    ssize_t w = write(fd, &v, sizeof v); /* at most PIPE_BUF: whole or not at all */
+    (void)w;
+}
+
+void launch_guard_stop(int fd) {
+    if (fd < 0) return;
+    launch_guard_note(fd, 0);
+    close(fd);
 }

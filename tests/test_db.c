@@ -5,6 +5,8 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "db/analyze.h"
 #include "db/db.h"
@@ -344,4 +346,62 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
     db *f = open_fresh("v3-fresh.db");
     cr_assert_str_eq(cols, columns_of(db_sqlite(f), "step_stats"), "same columns, same order as a new file");
     db_close(f);
+}
+
+/* n processes (real ones: SQLite's locks are per process) open path for
+ * writing at the same moment; returns how many failed, printing why. */
+static int open_at_once(const char *path, int n) {
+    int go[2];
+    cr_assert_eq(pipe(go), 0);
+    fflush(NULL);
+    for (int i = 0; i < n; i++) {
+        pid_t pid = fork();
+        cr_assert_geq(pid, 0);
+        if (pid == 0) {
+            close(go[1]);
+            char c;
+            (void)!read(go[0], &c, 1); /* EOF: everyone starts */
+            db *d;
+            pp_err err;
+            if (db_open(path, &d, &err) != 0) {
+                fprintf(stderr, "writer %d: %s\n", i, err.msg);
+                _exit(1);
+            }
+            db_close(d);
+            _exit(0);
+        }
+    }
+    close(go[0]);
+    close(go[1]);
+    int failed = 0, status;
+    while (wait(&status) > 0) failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    return failed;
+}
+
+/* Two `pprun run` into one new --db (or an older one) at once: each
+ * creates or migrates the file, neither is told it is locked or foreign. */
+Test(db, writers_opening_one_file_at_once_all_succeed) {
+    for (int round = 0; round < 10; round++) {
+        const char *path = tfix_path("race.db");
+        char side[600];
+        remove(path);
+        snprintf(side, sizeof side, "%s-wal", path);
+        remove(side);
+        snprintf(side, sizeof side, "%s-shm", path);
+        remove(side);
+        cr_assert_eq(open_at_once(path, 8), 0, "round %d: a writer of a new file failed (stderr)", round);
+        /* the same file one version back: each writer would migrate it */
+        sqlite3 *s;
+        cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+        cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; PRAGMA user_version=2;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK, "%s", sqlite3_errmsg(s));
+        sqlite3_close(s);
+        cr_assert_eq(open_at_once(path, 8), 0, "round %d: a writer migrating the file failed (stderr)", round);
+        cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+        cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), DB_SCHEMA_VERSION);
+        cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('step_stats') WHERE name='act_peak_bytes'"),
+                     1);
+        sqlite3_close(s);
+    }
 }

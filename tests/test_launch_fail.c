@@ -165,3 +165,51 @@ Test(launch_fail, missing_program_is_bad_usage) {
     cr_assert(strstr(p.err, "pprun-no-such-program") && strstr(p.err, "not found"), "%s", p.err);
     lt_free(&p);
 }
+
+/* Gone: no such process, or a zombie waiting for whoever inherited it. */
+static int pid_gone(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return !lt_pid_alive(pid);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+/* pprun launch killed by SIGKILL (or the OOM killer) runs no teardown: the
+ * ranks go by PR_SET_PDEATHSIG, and what they started goes with them (the
+ * guard kills the ranks' process groups). */
+Test(launch_fail, sigkilled_launcher_leaves_no_grandchild_behind, .timeout = 90) {
+    const char *dir = tfix_mkdir("sigkill-launcher"); /* removed when the test process exits */
+    char script[512];
+    snprintf(script, sizeof script, "sleep 300 & echo $! > %s/gc.tmp-$RANK; mv %s/gc.tmp-$RANK %s/gc-$RANK; wait", dir,
+             dir, dir);
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--", "sh", "-c", script, NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    pid_t gc[2];
+    for (int r = 0; r < 2; r++) {
+        char path[256];
+        size_t len;
+        snprintf(path, sizeof path, "%s/gc-%d", dir, r);
+        cr_assert(lt_wait_file(path), "rank %d never started", r);
+        char *text = lt_slurp(path, &len);
+        gc[r] = (pid_t)atoi(text);
+        free(text);
+        cr_assert_gt(gc[r], 1);
+    }
+    kill(p.pid, SIGKILL);
+    lt_wait(&p);
+    cr_assert_eq(p.status, 128 + SIGKILL);
+    int gone = 0;
+    for (int i = 0; i < 2000 && !gone; i++) { /* up to 20 s; it takes milliseconds */
+        gone = pid_gone(gc[0]) && pid_gone(gc[1]);
+        if (!gone) usleep(10000);
+    }
+    for (int r = 0; r < 2; r++) kill(gc[r], SIGKILL); /* whatever the outcome, nothing stays */
+    cr_assert(gone, "a rank's child outlived its SIGKILLed launcher (pids %d %d)", (int)gc[0], (int)gc[1]);
+    lt_free(&p);
+}
