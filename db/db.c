@@ -131,13 +131,22 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "ALTER TABLE step_stats ADD COLUMN act_peak_bytes INTEGER NOT NULL DEFAULT 0;",
 };
 
-/* Runs sql and sets user_version to `to` in one transaction. */
-static int apply(db *d, const char *sql, int64_t to, pp_err *err) {
+/* Runs sql and sets user_version to `to` in one transaction, if the file
+ * is still at `from` once the write lock is held: several writers that
+ * opened one new (or old) file at once all saw `from`, and only the first
+ * may apply the step (ALTER TABLE ADD COLUMN twice fails). */
+static int apply(db *d, const char *sql, int64_t from, int64_t to, pp_err *err) {
     if (!sql) return pp_fail(err, "%s: the schema is not compiled into this binary", d->path);
     char what[64], pragma[64];
     snprintf(what, sizeof what, "migrating the schema to version %lld", (long long)to);
     snprintf(pragma, sizeof pragma, "PRAGMA user_version = %lld", (long long)to);
     if (exec(d, "BEGIN IMMEDIATE", what, err) != 0) return -1;
+    int64_t now = from;
+    int rc = check_version(d->sql, d->path, &now, err);
+    if (rc != 0 || now != from) {
+        sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+        return rc; /* 0: another writer got there first */
+    }
     if (exec(d, sql, what, err) != 0 || exec(d, pragma, what, err) != 0) {
         sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
         return -1;
@@ -146,23 +155,10 @@ static int apply(db *d, const char *sql, int64_t to, pp_err *err) {
 }
 
 static int migrate(db *d, int64_t from, pp_err *err) {
-    if (from == 0) return apply(d, schema_sql(), DB_SCHEMA_VERSION, err);
+    if (from == 0) return apply(d, schema_sql(), 0, DB_SCHEMA_VERSION, err);
     for (int64_t v = from; v < DB_SCHEMA_VERSION; v++)
-        if (apply(d, migrations[v], v + 1, err) != 0) return -1;
+        if (apply(d, migrations[v], v, v + 1, err) != 0) return -1;
     return 0;
-}
-
-/* Brings the file to our version under the write lock: two writers that
- * opened the same old (or new) file at once both saw its old version, and
- * the second must not apply a step the first already did (ALTER TABLE ADD
- * COLUMN twice fails). */
-static int upgrade(db *d, int64_t seen, pp_err *err) {
-    if (seen == DB_SCHEMA_VERSION) return 0;
-    if (exec(d, "BEGIN IMMEDIATE", "locking the file to bring its schema up to date", err) != 0) return -1;
-    int64_t now;
-    int rc = check_version(d->sql, d->path, &now, err);
-    sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
-    return rc != 0 ? -1 : migrate(d, now, err);
 }
 
 /* PRAGMA journal_mode=WAL on a file another process is creating or
@@ -210,7 +206,7 @@ int db_open(const char *path, db **out, pp_err *err) {
         exec(d, "PRAGMA cache_size=-32768", "setting the cache size", err) != 0 ||
         exec(d, "PRAGMA foreign_keys=OFF", "setting foreign keys", err) != 0)
         goto fail;
-    if (upgrade(d, version, err) != 0) goto fail;
+    if (migrate(d, version, err) != 0) goto fail;
     if (alive_register(d->sql) != 0) {
         db_fail(d, SQLITE_ERROR, "registering pprun_job_status", err);
         goto fail;

@@ -268,17 +268,24 @@ int launch_guard_start(void) {
         setsid();
         if (fork() != 0) _exit(0);
         if (dup2(p[0], 3) != 3) _exit(1);
+        /* It never prints: holding the launcher's stdout or stderr open would
+         * keep whoever reads them (a pipe, a terminal) waiting for it. */
+        int null_fd = open("/dev/null", O_RDWR);
+        for (int std = 0; std < 3 && null_fd >= 0; std++) dup2(null_fd, std);
         if (syscall(SYS_close_range, 4u, ~0u, 0u) != 0) {
             struct rlimit rl;
             rlim_t top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? rl.rlim_cur : 65536;
             for (rlim_t f = 4; f < top; f++) close((int)f);
         }
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_IGN;
-        sigaction(SIGINT, &dfl, NULL);
-        sigaction(SIGHUP, &dfl, NULL);
-        sigaction(SIGPIPE, &dfl, NULL);
+        struct sigaction ign;
+        memset(&ign, 0, sizeof ign);
+        ign.sa_handler = SIG_IGN;
+        sigaction(SIGINT, &ign, NULL);
+        sigaction(SIGHUP, &ign, NULL);
+        sigaction(SIGPIPE, &ign, NULL);
+        sigset_t none; /* SIGTERM still ends it, as it ends any process */
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         guard_loop(3);
         _exit(0);
     }
