@@ -690,9 +690,22 @@ static const char *job_status(const launch_result *res) {
     return res->status == LAUNCH_OK ? "succeeded" : res->status == LAUNCH_SIGNALED ? "stopped" : "failed";
 }
 
+/* The last non-empty line of a rank's stderr tail: the error it died
+ * with, as a rule (a worker's message, a Python exception). */
+static int last_line(const char *tail, const char **line) {
+    int end = (int)strlen(tail);
+    while (end > 0 && (tail[end - 1] == '\n' || tail[end - 1] == ' ')) end--;
+    int start = end;
+    while (start > 0 && tail[start - 1] != '\n') start--;
+    *line = tail + start;
+    return end - start;
+}
+
 static void failure_text(const launch_result *res, char *buf, size_t n) {
     char sigbuf[16];
     const launch_failure *f = &res->failure;
+    const char *line;
+    int len = last_line(f->stderr_tail, &line);
     if (res->status == LAUNCH_FAILED && f->global_rank < 0 && f->signal)
         snprintf(buf, n, "the launcher of node rank %d (on %s) got %s", f->node_rank, f->host,
                  launch_signal_name(f->signal, sigbuf));
@@ -703,8 +716,8 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
         snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", f->global_rank, f->local_rank, f->host,
                  launch_signal_name(f->signal, sigbuf));
     else if (res->status == LAUNCH_FAILED)
-        snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d", f->global_rank, f->local_rank, f->host,
-                 f->exit_code);
+        snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%.*s", f->global_rank, f->local_rank,
+                 f->host, f->exit_code, len ? ": " : "", len, line);
     else if (res->status == LAUNCH_SIGNALED)
         snprintf(buf, n, "pprun was stopped by %s", launch_signal_name(res->signal, sigbuf));
     else

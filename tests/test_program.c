@@ -300,7 +300,7 @@ Test(program_run, a_crashed_program_keeps_its_trace_and_is_named, .timeout = 120
     sqlite3 *s = open_db(db);
     char *failure = q_text(s, "SELECT status || ' ' || failed_rank || ': ' || failure FROM jobs WHERE id=1");
     lt_assert_has(failure, "failed 3: rank 3 (local rank 3 on ");
-    lt_assert_has(failure, ") exited with code 3");
+    lt_assert_has(failure, ") exited with code 3: pipeline_demo: rank 3 fails at step 2"); /* its last stderr line */
     free(failure);
     /* rank 3 started step 2, so every rank had finished step 0 and rank 3
      * step 1: all of it is kept */
