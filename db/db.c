@@ -5,11 +5,13 @@
  * DB_SCHEMA_VERSION, one version per step, each in its own transaction. */
 #include "db/db.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "db/alive.h"
 #include "runner/base/embed.h"
@@ -273,14 +275,44 @@ int64_t db_newest_job(sqlite3 *sql, pp_err *err) {
     return id;
 }
 
-int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
+/* sqlite3_open_v2 read-only, or NULL with err. */
+static sqlite3 *open_readonly(const char *name, int flags, pp_err *err) {
     sqlite3 *sql = NULL;
-    int rc = sqlite3_open_v2(path, &sql, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        pp_fail(err, "%s: cannot open the database: %s", path, sql ? sqlite3_errmsg(sql) : sqlite3_errstr(rc));
+    int rc = sqlite3_open_v2(name, &sql, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | flags, NULL);
+    if (rc == SQLITE_OK) return sql;
+    pp_fail(err, "cannot open the database: %s", sql ? sqlite3_errmsg(sql) : sqlite3_errstr(rc));
+    sqlite3_close(sql);
+    return NULL;
+}
+
+int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
+    sqlite3 *sql = open_readonly(path, 0, err);
+    if (!sql) return -1;
+    /* A WAL file is read through its -shm index, which a reader creates when
+     * the last writer has gone (and removed it): in a directory it may not
+     * write (a read-only mount, another user's results) the first read fails
+     * with SQLITE_CANTOPEN. With no -wal file there is nothing outside the
+     * database file to read, and no writer: it is read as immutable. */
+    char wal[4096];
+    int rc = sqlite3_exec(sql, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    if ((rc & 0xff) == SQLITE_CANTOPEN && snprintf(wal, sizeof wal, "%s-wal", path) < (int)sizeof wal &&
+        access(wal, F_OK) != 0 && errno == ENOENT) {
         sqlite3_close(sql);
-        return -1;
+        char uri[3 * 4096 + 32];
+        size_t n = (size_t)snprintf(uri, sizeof uri, "file:");
+        for (const unsigned char *c = (const unsigned char *)path; *c && n + 4 < sizeof uri; c++)
+            n += (size_t)(*c == '%' || *c == '?' || *c == '#' ? snprintf(uri + n, 4, "%%%02X", *c)
+                                                             : snprintf(uri + n, 2, "%c", *c));
+        snprintf(uri + n, sizeof uri - n, "?immutable=1");
+        if (!(sql = open_readonly(uri, SQLITE_OPEN_URI, err))) return -1;
     }
+    *out = sql;
+    return 0;
+}
+
+int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
+    sqlite3 *sql;
+    if (db_connect_readonly(path, &sql, err) != 0) return pp_wrap(err, "%s", path);
     sqlite3_busy_timeout(sql, 5000);
     int64_t version;
     if (check_version(sql, path, &version, err) != 0) {

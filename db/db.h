@@ -33,6 +33,11 @@ const char *db_path(const db *d);
  * an older version the columns it lacks (db_reader_init). Close with
  * sqlite3_close. */
 int db_open_readonly(const char *path, sqlite3 **out, pp_err *err);
+/* Only the read-only connection, for readers that check the file their own
+ * way (usersql): a database in a directory this process may not write, with
+ * no -wal file beside it, is opened immutable (nothing else can be writing
+ * it). Close with sqlite3_close. */
+int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err);
 /* The newest job's id in a pprun database (open either way), 0 when it
  * has none, -1 with err on a database error. */
 int64_t db_newest_job(sqlite3 *sql, pp_err *err);

@@ -135,14 +135,8 @@ static const char *skip_trailer(const char *p) {
 }
 
 int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
-    sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        pp_fail(err, "cannot open database %s read-only: %s", db_path,
-                db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-        sqlite3_close(db);
-        return -1;
-    }
+    sqlite3 *db;
+    if (db_connect_readonly(db_path, &db, err) != 0) return pp_wrap(err, "%s", db_path);
     sqlite3_db_config(db, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)0);
     sqlite3_db_config(db, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)0);
     sqlite3_db_config(db, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)0);

@@ -4,7 +4,9 @@
  * step (tests/helpers/trace_fixture.c). */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +14,7 @@
 #include "db/db.h"
 #include "db/usersql.h"
 #include "helpers/trace_fixture.h"
+#include "helpers/web_fixture.h"
 
 static const char *q_text(sqlite3 *s, const char *sql, char *buf, size_t n) {
     sqlite3_stmt *st;
@@ -404,4 +407,50 @@ Test(db, writers_opening_one_file_at_once_all_succeed) {
                      1);
         sqlite3_close(s);
     }
+}
+
+/* Runs a shell command; its exit status, or -1. */
+static int sh(const char *cmd) {
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Results shared read-only (a read-only mount, another user's directory):
+ * SQLite cannot create the -shm index of a WAL file there, and the readers
+ * read it all the same, writing nothing. Root, whom mode bits do not stop,
+ * gets a read-only bind mount in a mount namespace of its own. */
+Test(db, readers_read_a_database_in_a_read_only_directory) {
+    const char *dir = tfix_mkdir("readonly");
+    char path[512], readonly[1024], cmd[4096], errpath[600];
+    snprintf(errpath, sizeof errpath, "%s/err.txt", tfix_mkdir("readonly-out"));
+    snprintf(path, sizeof path, "%s/shared.db", dir);
+    pp_err err;
+    cr_assert_eq(fixture_create(path, 2, "succeeded", &err), 0, "%s", err.msg);
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    char *mode = NULL;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_step(st) == SQLITE_ROW) mode = strdup((const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+    cr_assert_str_eq(mode, "wal", "a pprun database is a WAL file");
+    free(mode);
+    if (geteuid() == 0)
+        snprintf(readonly, sizeof readonly,
+                 "unshare -m sh -c 'mount --bind %s %s && mount -o remount,ro,bind %s && ! touch %s/probe 2>/dev/null",
+                 dir, dir, dir, dir);
+    else
+        snprintf(readonly, sizeof readonly, "sh -c 'chmod 0555 %s && ! touch %s/probe 2>/dev/null", dir, dir);
+    snprintf(cmd, sizeof cmd, "%s'", readonly);
+    if (sh(cmd) != 0) cr_skip_test("no read-only directory can be made here (%s)", readonly);
+    snprintf(cmd, sizeof cmd,
+             "%s && %s stats --db %s >/dev/null && %s query --db %s \"SELECT count(*) FROM jobs\" >/dev/null"
+             " && %s export --db %s >/dev/null' 2>%s",
+             readonly, PPRUN_BIN, path, PPRUN_BIN, path, PPRUN_BIN, path, errpath);
+    int rc = sh(cmd);
+    if (geteuid() != 0) chmod(dir, 0755); /* the test directory is removed when the test process exits */
+    char *text = fixture_read_file(errpath);
+    cr_assert_eq(rc, 0, "stats, query and export of a read-only directory's database: %s", text ? text : "");
+    free(text);
 }
