@@ -421,6 +421,8 @@ int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_e
     int rc = pp_parse_kv_list(copy, costs_set, &cp, err);
     free(copy);
     if (rc != 0) return -1;
+    if (cp.with_unit + cp.without_unit == 0) /* "" or ",," would leave the defaults in silently */
+        return pp_fail(err, "%s: expected costs like f=1,b=1,w=1,comm=0, got '%s'", what, text ? text : "");
     /* "f=2,comm=66us" would weigh 2 time units against 66000 ns */
     if (cp.with_unit && cp.without_unit)
         return pp_fail(err, "%s: '%s' mixes durations and plain numbers; give every cost a unit (ns, us, ms, s) or none",
