@@ -227,6 +227,8 @@ Test(sched_csv, the_schedule_flag_takes_a_name_or_a_validated_csv) {
     sched_free(plan);
     cr_assert_eq(sched_from_flag(spec, 2, 8, 0, NULL, &plan, &err), -1);
     cr_assert(strstr(err.msg, "4 ranks (rows)") && strstr(err.msg, "but 2 ranks"), "%s", err.msg);
+    /* pprun run asks for its defaults unless told: the message says what the file needs */
+    cr_assert(strstr(err.msg, "run it on 4 ranks with --microbatches 8"), "%s", err.msg);
     /* a CSV the validator refuses never reaches the caller */
     write_file(path, "0F0,0B0,0W0,0F1,0B1,0W1\n1F1,1B1,1W1,1F0,1B0,1W0\n");
     cr_assert_eq(sched_from_flag(spec, 0, 0, 0, NULL, &plan, &err), -1);
