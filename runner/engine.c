@@ -68,11 +68,11 @@ int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n,
     text[len] = '\0';
     /* exactly what engine_checkpoint_mark_latest writes: "STEP RUN_ID\n";
      * a step past what --steps allows would overflow step + 1 */
-    char *end, *id;
+    char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
-    size_t idlen = strcspn(end + (*end == ' '), " \t\r\n");
-    id = end + (*end == ' ');
+    const char *id = end + (*end == ' ');
+    size_t idlen = strcspn(id, " \t\r\n");
     int ok = end != text && text[0] >= '0' && text[0] <= '9' && !errno && v <= (1L << 24) && *end == ' ' &&
              idlen > 0 && idlen < 256 && strlen(text) == len && strcmp(id + idlen, "\n") == 0;
     if (!ok) return pp_fail(err, "%s is not 'STEP RUN_ID' with a step from 0 to %ld (a damaged file?)", path, 1L << 24);
@@ -142,8 +142,9 @@ int engine_init(engine *e, pp_err *err) {
     e->start_step = 0;
     int latest;
     char writer[256];
+    pp_err *why = e->cfg->resume ? err : NULL; /* without --resume, no latest just means a fresh start */
     if (!e->cfg->checkpoint_dir[0] ||
-        engine_checkpoint_latest(e->cfg->checkpoint_dir, &latest, writer, sizeof writer, e->cfg->resume ? err : NULL) != 0) {
+        engine_checkpoint_latest(e->cfg->checkpoint_dir, &latest, writer, sizeof writer, why) != 0) {
         if (e->cfg->resume) return pp_wrap(err, "--resume: no complete checkpoint in %s", e->cfg->checkpoint_dir);
         return 0;
     }

@@ -188,8 +188,8 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
         trim(&c);
         if (rows == 0 || rows <= line - 1) {
             if (line > CSV_MAX_RANKS) {
-                pp_fail(err, "%s: line %d: more than %d rows; a schedule has at most %d ranks, one row each", what, line,
-                        CSV_MAX_RANKS, CSV_MAX_RANKS);
+                pp_fail(err, "%s: line %d: more than %d rows; a schedule has at most %d ranks, one row each", what,
+                        line, CSV_MAX_RANKS, CSV_MAX_RANKS);
                 goto done;
             }
             if (line > row_cap) { /* doubling: one row at a time is quadratic */
