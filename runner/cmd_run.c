@@ -196,8 +196,8 @@ static int check_resume(run_job *job, pp_err *err) {
     const run_config *cfg = &job->cfg;
     int step;
     char writer[256];
-    if (engine_checkpoint_latest(cfg->checkpoint_dir, &step, writer, sizeof writer) != 0)
-        return pp_fail(err, "--resume: no complete checkpoint in %s (no readable 'latest' file)", cfg->checkpoint_dir);
+    if (engine_checkpoint_latest(cfg->checkpoint_dir, &step, writer, sizeof writer, err) != 0)
+        return pp_wrap(err, "--resume: no complete checkpoint in %s", cfg->checkpoint_dir);
     if (step + 1 >= cfg->steps)
         return pp_fail(err, "--resume: the checkpoint in %s is at step %d; --steps %d leaves nothing to run",
                        cfg->checkpoint_dir, step, cfg->steps);

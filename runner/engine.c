@@ -58,15 +58,27 @@ static void checkpoint_path(const engine *e, int step, int stage, char *buf, siz
     snprintf(buf, n, "%s/step_%d/stage_%d.ckpt", e->cfg->checkpoint_dir, step, stage);
 }
 
-int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n) {
-    char path[1024], id[256];
+int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n, pp_err *err) {
+    char path[1024], text[300];
     snprintf(path, sizeof path, "%s/latest", dir);
     FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    int ok = fscanf(f, "%d %255s", step, id) == 2 && *step >= 0;
+    if (!f) return pp_fail(err, "no 'latest' file (%s: %s)", path, strerror(errno));
+    size_t len = fread(text, 1, sizeof text - 1, f);
     fclose(f);
-    if (ok) snprintf(run_id, n, "%s", id);
-    return ok ? 0 : -1;
+    text[len] = '\0';
+    /* exactly what engine_checkpoint_mark_latest writes: "STEP RUN_ID\n";
+     * a step past what --steps allows would overflow step + 1 */
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    const char *id = end + (*end == ' ');
+    size_t idlen = strcspn(id, " \t\r\n");
+    int ok = end != text && text[0] >= '0' && text[0] <= '9' && !errno && v <= (1L << 24) && *end == ' ' &&
+             idlen > 0 && idlen < 256 && strlen(text) == len && strcmp(id + idlen, "\n") == 0;
+    if (!ok) return pp_fail(err, "%s is not 'STEP RUN_ID' with a step from 0 to %ld (a damaged file?)", path, 1L << 24);
+    *step = (int)v;
+    snprintf(run_id, n, "%.*s", (int)idlen, id);
+    return 0;
 }
 
 int engine_checkpoint_mark_latest(const char *dir, int step, const char *run_id, pp_err *err) {
@@ -130,9 +142,10 @@ int engine_init(engine *e, pp_err *err) {
     e->start_step = 0;
     int latest;
     char writer[256];
-    if (!e->cfg->checkpoint_dir[0] || engine_checkpoint_latest(e->cfg->checkpoint_dir, &latest, writer, sizeof writer) != 0) {
-        if (e->cfg->resume)
-            return pp_fail(err, "--resume: no complete checkpoint in %s (no 'latest' file)", e->cfg->checkpoint_dir);
+    pp_err *why = e->cfg->resume ? err : NULL; /* without --resume, no latest just means a fresh start */
+    if (!e->cfg->checkpoint_dir[0] ||
+        engine_checkpoint_latest(e->cfg->checkpoint_dir, &latest, writer, sizeof writer, why) != 0) {
+        if (e->cfg->resume) return pp_wrap(err, "--resume: no complete checkpoint in %s", e->cfg->checkpoint_dir);
         return 0;
     }
     if (e->cfg->resume || strcmp(writer, e->run_id) == 0) return load_checkpoint(e, latest, err);

@@ -80,8 +80,9 @@ void engine_stage_neighbours(const sched_plan *plan, int s, int self, int nb[2])
 
 /* Checkpoints: DIR/step_N/stage_S.ckpt, and DIR/latest = "N RUN_ID", the
  * last step every rank saved and the run that saved it. Returns 0 and fills
- * step and run_id, or -1 when there is no (readable) latest. */
-int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n);
+ * step and run_id, or -1 with err saying why (no latest, or not "N RUN_ID"
+ * with N a step --steps allows). */
+int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n, pp_err *err);
 /* Writes DIR/latest atomically (write, fsync, rename). */
 int engine_checkpoint_mark_latest(const char *dir, int step, const char *run_id, pp_err *err);
 

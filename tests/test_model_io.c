@@ -203,6 +203,30 @@ Test(model_io, checkpoint_resume_equals_uninterrupted_run) {
     fclose(f);
     cr_assert(strstr(err.msg, "checksum"), "%s", err.msg);
 
+    /* a header whose step count is damaged, and bytes after the checksum:
+     * named, and the stage is left as it was */
+    FILE *good = fopen(path[1], "w+b");
+    cr_assert_eq(model_stage_save(b.st[1], good, &err), 0, "%s", err.msg);
+    fclose(good);
+    f = fopen(path[1], "r+b");
+    fseek(f, 28, SEEK_SET); /* magic, version, first/last layer, is_first/is_last */
+    int32_t bad_steps = -5;
+    fwrite(&bad_steps, sizeof bad_steps, 1, f);
+    fclose(f);
+    f = fopen(path[1], "rb");
+    cr_assert_eq(model_stage_load(b.st[1], f, &err), -1);
+    fclose(f);
+    cr_assert(strstr(err.msg, "step count -5 is out of range"), "%s", err.msg);
+    good = fopen(path[1], "w+b");
+    cr_assert_eq(model_stage_save(b.st[1], good, &err), 0, "%s", err.msg);
+    fputs("extra", good);
+    fclose(good);
+    f = fopen(path[1], "rb");
+    cr_assert_eq(model_stage_load(b.st[1], f, &err), -1, "a checkpoint with bytes after it was loaded");
+    fclose(f);
+    cr_assert(strstr(err.msg, "bytes after the checksum"), "%s", err.msg);
+    cr_assert_eq(model_stage_steps_done(b.st[1]), 5);
+
     f = fopen(SPEC_FILE_NOT_CKPT, "rb");
     cr_assert_eq(model_stage_load(b.st[1], f, &err), -1);
     fclose(f);

@@ -274,6 +274,29 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
     }
 }
 
+/* A damaged checkpoint-dir/latest is named as such: a step past what --steps
+ * allows (it overflowed an int, then step + 1) and stray text are refused
+ * before anything starts, not read as another step or as no file. */
+Test(run, a_damaged_latest_file_is_refused_by_name) {
+    static const char *const bad[] = {"99999999999 run-x\n", "-1 run-x\n", "1\n", "garbage\n", "1 run-x trailing\n",
+                                      "1 run-x"};
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/latest_ckpt", tmpdir);
+    mkdir(dir, 0777);
+    snprintf(path, sizeof path, "%s/latest", dir);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(path, "w");
+        cr_assert_not_null(f);
+        fputs(bad[i], f);
+        fclose(f);
+        char *out = NULL;
+        int rc = sh(&out, "%s run --trace off --progress off --steps 3 --checkpoint-dir %s --resume", PPRUN_BIN, dir);
+        cr_assert_eq(rc, 2, "latest '%s' gave exit %d:\n%s", bad[i], rc, out);
+        cr_assert(strstr(out, "latest is not 'STEP RUN_ID'"), "latest '%s':\n%s", bad[i], out);
+        free(out);
+    }
+}
+
 /* --serve refused (no token for a public address): exit 2 and no trace of
  * the run: no new database, and an existing one keeps only its jobs. */
 Test(run, a_refused_serve_leaves_the_database_as_it_was) {

@@ -117,6 +117,11 @@ Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
     cr_assert(strstr(err_text, "--costs f"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --costs f=1ms,b=2"), 2);
     cr_assert(strstr(err_text, "mixes durations and plain numbers"), "%s", err_text);
+    /* an empty --costs would leave the defaults in without a word */
+    cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --costs=,"), 2);
+    cr_assert(strstr(err_text, "--costs: expected costs like f=1"), "%s", err_text);
+    cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --costs="), 2);
+    cr_assert(strstr(err_text, "--costs: expected costs like f=1") && strstr(err_text, "got ''"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --format yaml"), 2);
     cr_assert(strstr(err_text, "--format") && strstr(err_text, "text, json"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --frobnicate"), 2);

@@ -227,6 +227,8 @@ Test(sched_csv, the_schedule_flag_takes_a_name_or_a_validated_csv) {
     sched_free(plan);
     cr_assert_eq(sched_from_flag(spec, 2, 8, 0, NULL, &plan, &err), -1);
     cr_assert(strstr(err.msg, "4 ranks (rows)") && strstr(err.msg, "but 2 ranks"), "%s", err.msg);
+    /* pprun run asks for its defaults unless told: the message says what the file needs */
+    cr_assert(strstr(err.msg, "run it on 4 ranks with --microbatches 8"), "%s", err.msg);
     /* a CSV the validator refuses never reaches the caller */
     write_file(path, "0F0,0B0,0W0,0F1,0B1,0W1\n1F1,1B1,1W1,1F0,1B0,1W0\n");
     cr_assert_eq(sched_from_flag(spec, 0, 0, 0, NULL, &plan, &err), -1);
@@ -234,4 +236,52 @@ Test(sched_csv, the_schedule_flag_takes_a_name_or_a_validated_csv) {
     cr_assert(strstr(err.msg, "no deadlock"), "%s", err.msg);
     cr_assert_eq(sched_from_flag("csv:", 4, 8, 0, NULL, &plan, &err), -1);
     cr_assert(strstr(err.msg, "file name is missing"), "%s", err.msg);
+}
+
+Test(sched_csv, hostile_files_are_refused_with_what_is_wrong) {
+    /* a NUL byte would end the cell there and drop what follows */
+    const char nul[] = "0F0,0B0\0junk,0W0\n";
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_csv(nul, sizeof nul - 1, "bad.csv", &plan, &err), -1, "a NUL byte was accepted");
+    cr_assert_null(plan);
+    cr_assert(strstr(err.msg, "bad.csv: line 1: a NUL byte"), "%s", err.msg);
+    /* a blank line inside the file is not a rank that runs nothing */
+    assert_bad("0F0,0B0,0W0\n\n1F0,1B0,1W0\n", "line 2", "no actions");
+    assert_bad("0F0,0B0,0W0\n,,\n1F0,1B0,1W0\n", "line 2", "no actions");
+    /* an action whose numbers are too large is named as such, not as "not an action" */
+    assert_bad("0F0,0F99999999999\n", "line 1, column 2", "a stage or microbatch over 100000");
+    assert_bad("100001F0\n", "'100001F0'", "over 100000");
+    assert_bad("0F99999999999x\n", "'0F99999999999x'", "is not an action");
+}
+
+Test(sched_csv, more_rows_than_ranks_are_refused_at_the_row) {
+    /* as many ranks as --stages accepts; one more row is refused where it is,
+     * before anything is sized by rows x cells */
+    size_t n = 0, cap = 1025 * 24;
+    char *csv = malloc(cap);
+    cr_assert_not_null(csv);
+    for (int r = 0; r < 1025; r++) n += (size_t)snprintf(csv + n, cap - n, "%dF0,%dB0,%dW0\n", r, r, r);
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_csv(csv, n, "big.csv", &plan, &err), -1, "1025 rows accepted");
+    cr_assert(strstr(err.msg, "big.csv: line 1025: more than 1024 rows"), "%s", err.msg);
+    /* 1024 rows are a schedule */
+    n = (size_t)(strrchr(csv, '1') - csv); /* the last row starts "1024F0" */
+    while (n > 0 && csv[n - 1] != '\n') n--;
+    cr_assert_eq(sched_parse_csv(csv, n, "big.csv", &plan, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan->ranks, 1024);
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+    free(csv);
+}
+
+Test(sched_csv, a_byte_order_mark_and_trailing_blanks_are_not_cells) {
+    sched_plan *plan = parse("\xef\xbb\xbf" "0F0,0F1,,0B0,0W0,,0B1,0W1\r\n,1F0,1B0,1W0,1F1,1B1,1W1\r\n\t\r\n \n");
+    cr_assert_eq(plan->ranks, 2);
+    cr_assert_eq(plan->stages, 2);
+    char text[256];
+    actions_text(plan, 0, text, sizeof text);
+    cr_assert_str_eq(text, "0F0 0F1 0B0 0W0 0B1 0W1");
+    sched_free(plan);
 }

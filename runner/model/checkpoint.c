@@ -77,9 +77,12 @@ int model_stage_load(model_stage *s, FILE *f, pp_err *err) {
         return pp_fail(err, "checkpoint load: written for a stage %s the embeddings and %s the head, this stage %s and %s",
                        h.is_first ? "with" : "without", h.is_last ? "with" : "without",
                        s->is_first ? "has them" : "has no embeddings", s->is_last ? "has the head" : "has no head");
-    if (h.nparams != s->nparams || h.steps_done < 0)
+    if (h.nparams != s->nparams)
         return pp_fail(err, "checkpoint load: holds %llu weights, this stage has %zu", (unsigned long long)h.nparams,
                        s->nparams);
+    if (h.steps_done < 0 || h.steps_done > (1 << 24))
+        return pp_fail(err, "checkpoint load: its step count %d is out of range; accepted: 0 to %d (the header is "
+                            "corrupted)", h.steps_done, 1 << 24);
     size_t n = s->nparams;
     float *buf = malloc(sizeof(float) * 3 * (n ? n : 1));
     if (!buf) return pp_fail(err, "checkpoint load: out of memory");
@@ -87,6 +90,10 @@ int model_stage_load(model_stage *s, FILE *f, pp_err *err) {
     if (fread(buf, sizeof(float), 3 * n, f) != 3 * n || fread(&stored, sizeof stored, 1, f) != 1) {
         free(buf);
         return pp_fail(err, "checkpoint load: file is truncated");
+    }
+    if (fgetc(f) != EOF) {
+        free(buf);
+        return pp_fail(err, "checkpoint load: bytes after the checksum (the file is longer than one checkpoint)");
     }
     sum = fnv(sum, buf, sizeof(float) * 3 * n);
     if (sum != stored) {

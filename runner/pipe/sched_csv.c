@@ -8,6 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A file has at most as many rows (ranks) as a generated schedule has
+ * ranks (--stages); stages and microbatches at most CSV_MAX_INDEX + 1. */
+#define CSV_MAX_RANKS 1024
+#define CSV_MAX_INDEX 100000
+
 /* Raw op letters as written in a file, before the notation is known. */
 enum { RAW_F, RAW_I, RAW_B, RAW_W, RAW_BW };
 
@@ -37,14 +42,16 @@ static int add_cell(reader *rd, int row, int stage, int raw, int mb, pp_err *err
 
 /* One action token: {stage}{F|I|B|W|BW}{mb}. Returns 1 when it is one of
  * PyTorch's communication or resharding actions (no cell for us), 0 for
- * a compute action, -1 when it is not an action. */
+ * a compute action, -1 when it is not an action, -2 when it is one whose
+ * stage or microbatch is over CSV_MAX_INDEX. */
 static int parse_token(const char *t, int *stage, int *raw, int *mb) {
     static const char *const comm_ops[] = {"SEND_F", "RECV_F", "SEND_B", "RECV_B", "UNSHARD", "RESHARD", "REDUCE_GRAD"};
     const char *p = t;
     long s = 0, b = 0;
+    int big = 0; /* saturate rather than stop, so the rest of the token is still checked */
     if (*p < '0' || *p > '9') return -1;
     while (*p >= '0' && *p <= '9')
-        if ((s = s * 10 + (*p++ - '0')) > 100000) return -1;
+        if ((s = s * 10 + (*p++ - '0')) > CSV_MAX_INDEX) s = CSV_MAX_INDEX + 1, big = 1;
     for (size_t i = 0; i < sizeof comm_ops / sizeof comm_ops[0]; i++) {
         size_t n = strlen(comm_ops[i]);
         if (strncmp(p, comm_ops[i], n) == 0) {
@@ -61,14 +68,18 @@ static int parse_token(const char *t, int *stage, int *raw, int *mb) {
     else return -1;
     if (*p < '0' || *p > '9') return -1;
     while (*p >= '0' && *p <= '9')
-        if ((b = b * 10 + (*p++ - '0')) > 100000) return -1;
+        if ((b = b * 10 + (*p++ - '0')) > CSV_MAX_INDEX) b = CSV_MAX_INDEX + 1, big = 1;
     if (*p) return -1;
+    if (big) return -2;
     *stage = (int)s;
     *mb = (int)b;
     return 0;
 }
 
-static int bad_cell(reader *rd, int line, int col, const char *text, pp_err *err) {
+static int bad_cell(reader *rd, int line, int col, const char *text, int kind, pp_err *err) {
+    if (kind == -2)
+        return pp_fail(err, "%s: line %d, column %d: cell '%.60s': a stage or microbatch over %d", rd->what, line,
+                       col, text, CSV_MAX_INDEX);
     return pp_fail(err,
                    "%s: line %d, column %d: cell '%.60s' is not an action; expected {stage}{op}{microbatch} with op "
                    "F, B, W (pprun), I, W, B (PyTorch) or BW (older PyTorch), e.g. 0F3, or an empty cell for idle",
@@ -87,21 +98,21 @@ static int read_cell(reader *rd, int row, int line, int col, char *text, pp_err 
         /* PyTorch's compound cell "(0F1;1B0)OVERLAP_F_B": a forward and a
          * backward it overlaps; here they run one after the other. */
         char *open = strchr(text, '('), *close = strrchr(text, ')');
-        if (!open || !close || close < open || close > ov) return bad_cell(rd, line, col, text, err);
+        if (!open || !close || close < open || close > ov) return bad_cell(rd, line, col, text, -1, err);
         *close = '\0';
         int any = 0;
         char *save = NULL;
         for (char *t = strtok_r(open + 1, ";, ", &save); t; t = strtok_r(NULL, ";, ", &save)) {
             k = parse_token(t, &stage, &raw, &mb);
-            if (k < 0) return bad_cell(rd, line, col, t, err);
+            if (k < 0) return bad_cell(rd, line, col, t, k, err);
             if (k == 0 && add_cell(rd, row, stage, raw, mb, err) != 0) return -1;
             any = 1;
         }
-        if (!any) return bad_cell(rd, line, col, text, err);
+        if (!any) return bad_cell(rd, line, col, text, -1, err);
         return 0;
     }
     k = parse_token(text, &stage, &raw, &mb);
-    if (k < 0) return bad_cell(rd, line, col, text, err);
+    if (k < 0) return bad_cell(rd, line, col, text, k, err);
     if (k == 1) {
         rd->row_slots++;
         return 0;
@@ -120,13 +131,24 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
     reader rd = {what, NULL, 0, 0, 0};
     char *cellbuf = malloc(len + 1);
     int *row_slots = NULL;
-    int rows = 0, rc = -1, line = 1, col = 1;
+    int rows = 0, row_cap = 0, rc = -1, line = 1, col = 1;
     size_t i = 0;
     if (!cellbuf) return pp_fail(err, "%s: out of memory", what);
-    /* Rows: every line, but trailing empty lines are not ranks. */
+    /* A text file has no NUL byte: cells would end at it and silently drop
+     * what follows. */
+    const char *nul = memchr(text, '\0', len);
+    if (nul) {
+        for (const char *q = text; q < nul; q++) line += *q == '\n';
+        pp_fail(err, "%s: line %d: a NUL byte; expected a text file with one row per rank", what, line);
+        goto done;
+    }
+    /* A UTF-8 byte order mark (spreadsheets write one) is not part of a cell. */
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) i = 3;
+    /* Rows: every line, but trailing blank lines are not ranks. */
     size_t end = len;
-    while (end > 0 && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ')) end--;
-    if (end == 0) {
+    while (end > i && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ' || text[end - 1] == '\t'))
+        end--;
+    if (end == i) {
         pp_fail(err, "%s: no rows; expected one row per rank with actions like 0F3", what);
         goto done;
     }
@@ -165,12 +187,21 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
         char *c = cellbuf;
         trim(&c);
         if (rows == 0 || rows <= line - 1) {
-            int *rs = realloc(row_slots, sizeof(int) * (size_t)line);
-            if (!rs) {
-                pp_fail(err, "%s: out of memory", what);
+            if (line > CSV_MAX_RANKS) {
+                pp_fail(err, "%s: line %d: more than %d rows; a schedule has at most %d ranks, one row each", what,
+                        line, CSV_MAX_RANKS, CSV_MAX_RANKS);
                 goto done;
             }
-            row_slots = rs;
+            if (line > row_cap) { /* doubling: one row at a time is quadratic */
+                int cap = row_cap ? 2 * row_cap : 64;
+                int *rs = realloc(row_slots, sizeof(int) * (size_t)cap);
+                if (!rs) {
+                    pp_fail(err, "%s: out of memory", what);
+                    goto done;
+                }
+                row_slots = rs;
+                row_cap = cap;
+            }
             row_slots[line - 1] = 0;
             rows = line;
         }
@@ -234,8 +265,19 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
     sched_action **lists = calloc((size_t)p, sizeof *lists);
     sched_plan *plan = NULL;
     if (!lens || !stage_rank || !lists) goto oom;
+    /* each rank's list holds its own cells, a full backward two actions:
+     * one list of every cell per rank would be ranks x cells */
+    for (int k = 0; k < rd.n; k++) lens[rd.cells[k].row] += 2;
     for (int r = 0; r < p; r++)
-        if (!(lists[r] = malloc(sizeof(sched_action) * (size_t)(2 * rd.n)))) goto oom;
+        if (!lens[r]) {
+            /* a blank line inside the file would otherwise be a rank that runs nothing */
+            pp_fail(err, "%s: line %d: no actions; every row is a rank and needs at least one action", what, r + 1);
+            goto fail;
+        }
+    for (int r = 0; r < p; r++) {
+        if (!(lists[r] = malloc(sizeof(sched_action) * (size_t)(lens[r] ? lens[r] : 1)))) goto oom;
+        lens[r] = 0;
+    }
     for (int s = 0; s < S; s++) stage_rank[s] = -1;
     int *shift = calloc((size_t)p, sizeof(int)), nslots = 0;
     if (!shift) goto oom;
@@ -320,6 +362,7 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
     goto done;
 oom:
     pp_fail(err, "%s: out of memory", what);
+fail:
     if (lists)
         for (int r = 0; r < p; r++) free(lists[r]);
     free(lists);

@@ -365,8 +365,11 @@ int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *co
         if (!spec[4]) return pp_fail(err, "--schedule csv:FILE: the file name is missing");
         if (sched_load_csv(spec + 4, &plan, err) != 0) return -1;
         if ((p > 0 && p != plan->ranks) || (m > 0 && m != plan->microbatches)) {
-            pp_fail(err, "%s has %d ranks (rows) and %d microbatches, but %d ranks and %d microbatches were asked for",
-                    spec + 4, plan->ranks, plan->microbatches, p > 0 ? p : plan->ranks, m > 0 ? m : plan->microbatches);
+            /* pprun run asks for its default 8 microbatches and 4 ranks unless told: say what the file needs */
+            pp_fail(err, "%s has %d ranks (rows) and %d microbatches, but %d ranks and %d microbatches were asked for; "
+                         "the file sets both: run it on %d ranks with --microbatches %d",
+                    spec + 4, plan->ranks, plan->microbatches, p > 0 ? p : plan->ranks, m > 0 ? m : plan->microbatches,
+                    plan->ranks, plan->microbatches);
             sched_free(plan);
             return -1;
         }
@@ -421,6 +424,8 @@ int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_e
     int rc = pp_parse_kv_list(copy, costs_set, &cp, err);
     free(copy);
     if (rc != 0) return -1;
+    if (cp.with_unit + cp.without_unit == 0) /* "" or ",," would leave the defaults in silently */
+        return pp_fail(err, "%s: expected costs like f=1,b=1,w=1,comm=0, got '%s'", what, text ? text : "");
     /* "f=2,comm=66us" would weigh 2 time units against 66000 ns */
     if (cp.with_unit && cp.without_unit)
         return pp_fail(err, "%s: '%s' mixes durations and plain numbers; give every cost a unit (ns, us, ms, s) or none",
