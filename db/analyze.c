@@ -65,6 +65,7 @@ static void action_str(const op *o, char buf[48]) {
 }
 
 size_t analyze_split(op *spans, size_t n) {
+    if (n == 0) return 0; /* spans may be NULL, which qsort must not get even for 0 */
     size_t ncompute = 0;
     for (size_t i = 0; i < n; i++)
         if (analyze_is_compute(spans[i].phase)) {

@@ -196,9 +196,15 @@ Test(run, resume_flag_continues_a_finished_checkpoint) {
     int rc = sh(&out,
                 "%s run --nproc-per-node 2 --microbatches 4 --steps 2 --model " SMALL_MODEL
                 " --trace off --progress off %s && %s run --nproc-per-node 2 --microbatches 4 --steps 3 --model " SMALL_MODEL
-                " --trace off --progress off %s --resume --save-weights %s/resumed.w",
-                PPRUN_BIN, extra, PPRUN_BIN, extra, tmpdir);
+                " --db %s/resumed.db --progress off %s --resume --save-weights %s/resumed.w",
+                PPRUN_BIN, extra, PPRUN_BIN, tmpdir, extra, tmpdir);
     cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    /* traced: the resumed job's trace starts at the step it resumed at */
+    rc = sh(&out, "%s query --db %s/resumed.db --format csv 'SELECT min(step), max(step) FROM events'", PPRUN_BIN,
+            tmpdir);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "2,2"), "%s", out);
     free(out);
     rc = sh(&out,
             "%s run --nproc-per-node 2 --microbatches 4 --steps 3 --model " SMALL_MODEL
