@@ -6,7 +6,10 @@
  * statement must be sqlite3_stmt_readonly; and nothing but whitespace and
  * comments may follow the one statement. A progress handler enforces the time
  * limit, so a runaway recursive CTE is interrupted, and the row cap and byte
- * cap keep the result bounded. */
+ * cap keep the result bounded. A memory cap bounds what SQLite itself holds
+ * for the statement: a row of many large values (`SELECT zeroblob(16e6)||x'01',
+ * ...` a few hundred times, from a 2 KB request) would otherwise take GiBs
+ * before the first row is seen. */
 #include "db/usersql.h"
 
 #include <sqlite3.h>
@@ -19,6 +22,7 @@
 #define DEFAULT_ROWS 10000
 #define DEFAULT_TIME_NS (5ull * 1000000000ull)
 #define DEFAULT_BYTES (64u << 20)
+#define DEFAULT_MEM (256u << 20)
 
 typedef struct guard {
     const char *denied;      /* first refused action, for the message */
@@ -33,6 +37,67 @@ static const char *const read_pragmas[] = {
     "foreign_key_list", "user_version", "schema_version", "application_id", "page_count",
     "page_size", "freelist_count", "encoding", "collation_list",
     "function_list", "pragma_list", "compile_options", NULL};
+
+/* ---- memory cap ------------------------------------------------------------
+ *
+ * SQLite's allocator is wrapped, process-wide, before SQLite initialises (a
+ * constructor: any SQLite use in main comes after it). While a thread runs
+ * user SQL, what SQLite allocates on that thread, less what it frees there,
+ * is counted, and an allocation that would take the count past the cap
+ * fails: SQLite answers SQLITE_NOMEM and frees the statement's memory, and
+ * the connection stays usable. Other threads (the collector writing the
+ * trace, the server's own queries) are never counted nor refused. */
+static sqlite3_mem_methods mem_orig;
+static int mem_wrapped;
+static _Thread_local struct {
+    int on, hit;
+    int64_t used, cap;
+} mem_tl;
+
+static void *mem_malloc(int n) {
+    if (mem_tl.on && mem_tl.used + n > mem_tl.cap) {
+        mem_tl.hit = 1;
+        return NULL;
+    }
+    void *p = mem_orig.xMalloc(n);
+    if (p && mem_tl.on) mem_tl.used += mem_orig.xSize(p);
+    return p;
+}
+
+static void mem_free(void *p) {
+    if (p && mem_tl.on) mem_tl.used -= mem_orig.xSize(p);
+    mem_orig.xFree(p);
+}
+
+static void *mem_realloc(void *p, int n) {
+    if (!mem_tl.on) return mem_orig.xRealloc(p, n);
+    int64_t old = p ? mem_orig.xSize(p) : 0;
+    if (mem_tl.used - old + n > mem_tl.cap) {
+        mem_tl.hit = 1;
+        return NULL;
+    }
+    void *q = mem_orig.xRealloc(p, n);
+    if (q) mem_tl.used += mem_orig.xSize(q) - old;
+    return q;
+}
+
+__attribute__((constructor)) static void mem_wrap(void) {
+    if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &mem_orig) != SQLITE_OK || !mem_orig.xMalloc) return;
+    sqlite3_mem_methods m = mem_orig;
+    m.xMalloc = mem_malloc;
+    m.xFree = mem_free;
+    m.xRealloc = mem_realloc;
+    mem_wrapped = sqlite3_config(SQLITE_CONFIG_MALLOC, &m) == SQLITE_OK;
+}
+
+int usersql_mem_capped(void) { return mem_wrapped; }
+
+static void mem_count(int64_t cap) {
+    mem_tl.used = 0;
+    mem_tl.hit = 0;
+    mem_tl.cap = cap;
+    mem_tl.on = cap > 0;
+}
 
 static int pragma_is_read_only(const char *name, const char *value) {
     if (!name) return 0;
@@ -177,7 +242,17 @@ static int fail_why(usersql_error *why, usersql_error w) {
     return -1;
 }
 
-static int copy_row(sqlite3_stmt *st, usersql_result *r, size_t *cap, size_t *bytes) {
+static void mem_refused(size_t max_mem, usersql_error *why, pp_err *err) {
+    pp_fail(err,
+            "refused: the query needed more than the memory limit of %zu MiB; add a LIMIT or select fewer or "
+            "smaller values",
+            max_mem >> 20);
+    fail_why(why, USERSQL_ETOOBIG);
+}
+
+/* Returns 0, -1 out of memory, or 1 when the row would take the result past
+ * max_bytes. */
+static int copy_row(sqlite3_stmt *st, usersql_result *r, size_t *cap, size_t *bytes, size_t max_bytes) {
     if (r->nrows == *cap) {
         size_t ncap = *cap ? *cap * 2 : 64;
         usersql_cell *n = realloc(r->cells, ncap * (size_t)r->ncols * sizeof *n);
@@ -204,6 +279,8 @@ static int copy_row(sqlite3_stmt *st, usersql_result *r, size_t *cap, size_t *by
             int is_text = sqlite3_column_type(st, c) == SQLITE_TEXT;
             const void *p = is_text ? (const void *)sqlite3_column_text(st, c) : sqlite3_column_blob(st, c);
             size_t n = (size_t)sqlite3_column_bytes(st, c);
+            if (!p && n) return -1; /* SQLite could not expand a zeroblob: out of (capped) memory */
+            if (*bytes + n > max_bytes) return 1; /* before copying: a row may hold hundreds of MiB */
             cell->s = malloc(n + 1);
             if (!cell->s) return -1;
             if (n) memcpy(cell->s, p, n);
@@ -226,6 +303,7 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     size_t max_rows = limits && limits->max_rows ? limits->max_rows : DEFAULT_ROWS;
     uint64_t tl = limits && limits->time_limit_ns ? limits->time_limit_ns : DEFAULT_TIME_NS;
     size_t max_bytes = limits && limits->max_bytes ? limits->max_bytes : DEFAULT_BYTES;
+    size_t max_mem = limits && limits->max_mem ? limits->max_mem : DEFAULT_MEM;
     *out = NULL;
     if (why) *why = USERSQL_OK;
 
@@ -237,9 +315,12 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     const char *tail = NULL;
     usersql_result *r = NULL;
     int ret = -1;
+    mem_count((int64_t)max_mem);
     int rc = sqlite3_prepare_v3(db, sql, -1, 0, &st, &tail);
     if (rc != SQLITE_OK) {
-        if (g.denied) {
+        if (mem_tl.hit) {
+            mem_refused(max_mem, why, err);
+        } else if (g.denied) {
             pp_fail(err, "refused: %s%s%s is not allowed (read-only SQL: SELECT and WITH only)", g.denied,
                     g.denied_arg[0] ? " " : "", g.denied_arg);
             fail_why(why, USERSQL_EDENIED);
@@ -293,7 +374,9 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
         rc = sqlite3_step(st);
         if (rc == SQLITE_DONE) break;
         if (rc != SQLITE_ROW) {
-            if (g.timed_out) {
+            if (mem_tl.hit) {
+                mem_refused(max_mem, why, err);
+            } else if (g.timed_out) {
                 pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
                 fail_why(why, USERSQL_ETIMEOUT);
             } else {
@@ -307,8 +390,9 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             break;
         }
         if (r->ncols == 0) continue;
-        if (copy_row(st, r, &cap, &bytes) != 0) goto oom;
-        if (bytes > max_bytes) {
+        int cr = copy_row(st, r, &cap, &bytes, max_bytes);
+        if (cr < 0) goto oom;
+        if (cr > 0 || bytes > max_bytes) {
             pp_fail(err, "refused: the result is larger than %zu bytes; add a LIMIT or select fewer columns",
                     max_bytes);
             fail_why(why, USERSQL_ETOOBIG);
@@ -320,9 +404,14 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     ret = 0;
     goto out;
 oom:
-    pp_fail(err, "out of memory reading the query result");
-    fail_why(why, USERSQL_ETOOBIG);
+    if (mem_tl.hit) {
+        mem_refused(max_mem, why, err);
+    } else {
+        pp_fail(err, "out of memory reading the query result");
+        fail_why(why, USERSQL_ETOOBIG);
+    }
 out:
+    mem_tl.on = 0;
     usersql_free(r);
     sqlite3_finalize(st);
     sqlite3_progress_handler(db, 0, NULL, NULL);

@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "db/usersql.h"
 #include "helpers/web_fixture.h"
 
@@ -237,6 +239,46 @@ Test(query, usersql_api_reports_the_kind_of_failure) {
     cr_assert_eq(usersql_cell_at(r, 0, 1)->r, 2.5);
     cr_assert_eq(usersql_cell_at(r, 0, 2)->type, USERSQL_NULL);
     usersql_free(r);
+}
+
+/* SQLite's own memory for a statement is capped, not only the result: a row
+ * of a few large values (each under SQLite's 16 MiB value limit) is refused
+ * naming the memory limit, through the CLI with exit 2 at the default 256
+ * MiB, and the connection answers the next query. Without the cap, 20
+ * values of 16 MB were held (and copied) before any limit looked; 2,000 of
+ * them, from one 50 KB request, took the machine's memory. */
+Test(query, a_row_of_huge_values_is_refused_by_the_memory_limit) {
+    cr_assert(usersql_mem_capped(), "SQLite's allocator was not wrapped before SQLite started");
+    sqlite3 *conn;
+    pp_err err;
+    cr_assert_eq(usersql_open(db, &conn, &err), 0, "%s", err.msg);
+    usersql_result *r;
+    usersql_error why;
+    usersql_limits lim = {.max_mem = 8u << 20};
+    const char *wide = "SELECT zeroblob(4000000) || x'01' AS a, zeroblob(4000000) || x'02' AS b, "
+                       "zeroblob(4000000) || x'03' AS c";
+    cr_assert_eq(usersql_run_on(conn, wide, &lim, &r, &why, &err), -1, "12 MB held under an 8 MiB cap");
+    cr_assert_eq(why, USERSQL_ETOOBIG);
+    cr_assert(strstr(err.msg, "memory limit of 8 MiB"), "%s", err.msg);
+    cr_assert_eq(usersql_run_on(conn, "SELECT count(*) FROM events", &lim, &r, &why, &err), 0, "%s", err.msg);
+    cr_assert_eq(usersql_cell_at(r, 0, 0)->i, 2 * FIXTURE_EVENTS_PER_STEP);
+    usersql_free(r);
+    /* Within the cap the same kind of row comes back whole. */
+    lim.max_mem = 32u << 20;
+    cr_assert_eq(usersql_run_on(conn, wide, &lim, &r, &why, &err), 0, "%s", err.msg);
+    cr_assert_eq(usersql_cell_at(r, 0, 2)->len, 4000001);
+    usersql_free(r);
+    sqlite3_close(conn);
+
+    char sql[1024] = "\"SELECT 0";
+    for (int i = 0; i < 20; i++) strcat(sql, ", zeroblob(16000000) || x'01'");
+    strcat(sql, "\"");
+    char *out, *errout;
+    int rc = run(sql, &out, &errout);
+    cr_assert_eq(rc, 2, "%s", errout);
+    cr_assert(strstr(errout, "memory limit of 256 MiB"), "%s", errout);
+    free(out);
+    free(errout);
 }
 
 /* Table-valued functions only read, yet SQLite asks the authorizer to
