@@ -9,7 +9,9 @@
  * cap keep the result bounded. A memory cap bounds what SQLite itself holds
  * for the statement: a row of many large values (`SELECT zeroblob(16e6)||x'01',
  * ...` a few hundred times, from a 2 KB request) would otherwise take GiBs
- * before the first row is seen. */
+ * before the first row is seen. The functions whose one call can outlast
+ * the time limit (LIKE, GLOB, trim, instr, replace) are gated by their
+ * operands' size. */
 #include "db/usersql.h"
 
 #include <sqlite3.h>
@@ -52,6 +54,8 @@ static int mem_wrapped;
 static _Thread_local struct {
     int on, hit;
     int64_t used, cap;
+    int costly;          /* a function call was refused for its operands' size (costly_call) */
+    char costly_msg[256];
 } mem_tl;
 
 static void *mem_malloc(int n) {
@@ -95,8 +99,120 @@ int usersql_mem_capped(void) { return mem_wrapped; }
 static void mem_count(int64_t cap) {
     mem_tl.used = 0;
     mem_tl.hit = 0;
+    mem_tl.costly = 0;
     mem_tl.cap = cap;
     mem_tl.on = cap > 0;
+}
+
+/* ---- functions the time limit cannot stop ----------------------------------
+ *
+ * The progress handler runs between VDBE instructions, never inside one
+ * function call, and LIKE, GLOB, trim(X,Y), instr and replace take time in
+ * the product of their operands' lengths: `printf('%.*c', 2e6, 'a') LIKE '%'
+ * || printf('%.*c', 2e4, 'a') || 'b'` ran for minutes in one call, holding a
+ * server thread past any limit. On user connections these names are
+ * replaced by a gate: a call whose operands' lengths multiply past a budget
+ * (well under a second of work) is refused naming the function and the
+ * sizes; any other is handed to SQLite's own function on a private
+ * in-memory connection, so that results are SQLite's exactly. */
+#define PAIRS_CHARWISE 1e8   /* like, glob, trim: about 0.5 s at this many (byte x byte) steps */
+#define PAIRS_MEMCMP 1e10    /* instr, replace: a first-byte test and memcmp per position */
+
+static const struct costly_fn {
+    const char *name;
+    int nargs;
+    double budget;
+    const char *sql;
+} costly_fns[] = {
+    {"like", 2, PAIRS_CHARWISE, "SELECT like(?1, ?2)"},  {"like", 3, PAIRS_CHARWISE, "SELECT like(?1, ?2, ?3)"},
+    {"glob", 2, PAIRS_CHARWISE, "SELECT glob(?1, ?2)"},  {"trim", 2, PAIRS_CHARWISE, "SELECT trim(?1, ?2)"},
+    {"ltrim", 2, PAIRS_CHARWISE, "SELECT ltrim(?1, ?2)"}, {"rtrim", 2, PAIRS_CHARWISE, "SELECT rtrim(?1, ?2)"},
+    {"instr", 2, PAIRS_MEMCMP, "SELECT instr(?1, ?2)"},   {"replace", 3, PAIRS_MEMCMP, "SELECT replace(?1, ?2, ?3)"},
+};
+#define NCOSTLY (sizeof costly_fns / sizeof costly_fns[0])
+
+/* One per user connection (its functions' user data), freed with it. */
+typedef struct costly_aux {
+    sqlite3 *db; /* opened at the first call that needs it */
+    sqlite3_stmt *st[NCOSTLY];
+    struct costly_slot {
+        struct costly_aux *aux;
+        int fn;
+    } slot[NCOSTLY];
+} costly_aux;
+
+static void costly_free(costly_aux *a) {
+    for (size_t i = 0; i < NCOSTLY; i++) sqlite3_finalize(a->st[i]);
+    sqlite3_close(a->db);
+    free(a);
+}
+
+/* SQLite's destructor for the last registration's user data, its slot. */
+static void costly_destroy(void *slot) { costly_free(((struct costly_slot *)slot)->aux); }
+
+static void costly_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    struct costly_slot *sl = sqlite3_user_data(ctx);
+    const struct costly_fn *f = &costly_fns[sl->fn];
+    costly_aux *a = sl->aux;
+    double n0 = sqlite3_value_bytes(argv[0]), n1 = sqlite3_value_bytes(argv[1]);
+    if ((n0 + 1) * (n1 + 1) > f->budget) {
+        snprintf(mem_tl.costly_msg, sizeof mem_tl.costly_msg,
+                 "refused: %s() of a %.0f-byte and a %.0f-byte value could run past the time limit, which cannot "
+                 "stop one function call (the lengths may multiply to %.0e at most)",
+                 f->name, n0, n1, f->budget);
+        mem_tl.costly = 1;
+        sqlite3_result_error(ctx, mem_tl.costly_msg, -1);
+        return;
+    }
+    sqlite3 *user = sqlite3_context_db_handle(ctx);
+    if (!a->db) {
+        if (sqlite3_open_v2(":memory:", &a->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+            sqlite3_close(a->db);
+            a->db = NULL;
+            sqlite3_result_error_nomem(ctx);
+            return;
+        }
+        sqlite3_limit(a->db, SQLITE_LIMIT_LENGTH, sqlite3_limit(user, SQLITE_LIMIT_LENGTH, -1));
+        int like_max = sqlite3_limit(user, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, -1);
+        sqlite3_limit(a->db, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, like_max);
+    }
+    sqlite3_stmt *st = a->st[sl->fn];
+    if (!st && sqlite3_prepare_v2(a->db, f->sql, -1, &a->st[sl->fn], NULL) != SQLITE_OK) {
+        sqlite3_result_error(ctx, sqlite3_errmsg(a->db), -1);
+        return;
+    }
+    st = a->st[sl->fn];
+    for (int i = 0; i < argc; i++) sqlite3_bind_value(st, i + 1, argv[i]);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        sqlite3_result_value(ctx, sqlite3_column_value(st, 0)); /* a copy: the statement is reset below */
+    } else {
+        rc = sqlite3_reset(st);
+        if (rc == SQLITE_NOMEM) sqlite3_result_error_nomem(ctx);
+        else if (rc == SQLITE_TOOBIG) sqlite3_result_error_toobig(ctx);
+        else sqlite3_result_error(ctx, sqlite3_errmsg(a->db), -1);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+/* Puts the gate in front of each costly function of db. */
+static int costly_register(sqlite3 *db) {
+    costly_aux *a = calloc(1, sizeof *a);
+    if (!a) return -1;
+    for (size_t i = 0; i < NCOSTLY; i++) {
+        a->slot[i] = (struct costly_slot){a, (int)i};
+        /* The last registration owns a: SQLite destroys it when the
+         * connection closes (or at once if registering fails). */
+        int last = i + 1 == NCOSTLY;
+        if (sqlite3_create_function_v2(db, costly_fns[i].name, costly_fns[i].nargs,
+                                       SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, &a->slot[i], costly_call,
+                                       NULL, NULL, last ? costly_destroy : NULL) != SQLITE_OK) {
+            if (!last) costly_free(a);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 static int pragma_is_read_only(const char *name, const char *value) {
@@ -215,6 +331,11 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, 1 << 20);
     sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
     sqlite3_busy_timeout(db, 2000);
+    if (costly_register(db) != 0) {
+        pp_fail(err, "cannot open database %s read-only: out of memory", db_path);
+        sqlite3_close(db);
+        return -1;
+    }
     /* A file of an older schema version reads as the current one: the
      * columns added since are 0 (ranks.cupti_dropped before version 2,
      * step_stats.act_peak_bytes before 3), through temp views; the file
@@ -320,6 +441,9 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     if (rc != SQLITE_OK) {
         if (mem_tl.hit) {
             mem_refused(max_mem, why, err);
+        } else if (mem_tl.costly) { /* a constant operand is folded while preparing */
+            pp_fail(err, "%s", mem_tl.costly_msg);
+            fail_why(why, USERSQL_ETOOBIG);
         } else if (g.denied) {
             pp_fail(err, "refused: %s%s%s is not allowed (read-only SQL: SELECT and WITH only)", g.denied,
                     g.denied_arg[0] ? " " : "", g.denied_arg);
@@ -376,6 +500,9 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
         if (rc != SQLITE_ROW) {
             if (mem_tl.hit) {
                 mem_refused(max_mem, why, err);
+            } else if (mem_tl.costly) {
+                pp_fail(err, "%s", mem_tl.costly_msg);
+                fail_why(why, USERSQL_ETOOBIG);
             } else if (g.timed_out) {
                 pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
                 fail_why(why, USERSQL_ETIMEOUT);

@@ -50,7 +50,8 @@ typedef enum usersql_error {
     USERSQL_EBADSQL,   /* syntax error, unknown table, more than one statement */
     USERSQL_EDENIED,   /* writes, ATTACH, PRAGMA, transactions */
     USERSQL_ETIMEOUT,  /* interrupted by the time limit */
-    USERSQL_ETOOBIG,   /* result larger than max_bytes, or SQLite needed more than max_mem */
+    USERSQL_ETOOBIG,   /* result larger than max_bytes, SQLite needed more than max_mem, or one call of
+                        * LIKE, GLOB, trim, instr or replace had operands too long for the time limit */
     USERSQL_EDB        /* the database file cannot be opened or read */
 } usersql_error;
 
@@ -66,7 +67,8 @@ struct sqlite3;
 int usersql_run_on(struct sqlite3 *db, const char *sql, const usersql_limits *limits,
                    usersql_result **out, usersql_error *why, pp_err *err);
 
-/* Opens db_path read-only for user SQL (no extension loading, defensive). */
+/* Opens db_path read-only for user SQL (no extension loading, defensive;
+ * LIKE, GLOB, trim, instr and replace gated by their operands' size). */
 int usersql_open(const char *db_path, struct sqlite3 **out, pp_err *err);
 
 void usersql_free(usersql_result *r);

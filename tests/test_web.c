@@ -636,6 +636,21 @@ Test(web, sql_memory_limit_stops_a_row_of_huge_values) {
     webclient_free(&r);
 }
 
+/* One call of LIKE over a 2 MB string and a 20 KB pattern ran for minutes
+ * on a server thread, past the 2 s limit: refused now, naming it; the
+ * connection then answers the next query. */
+Test(web, sql_a_function_call_too_big_for_the_time_limit_is_refused) {
+    webclient_resp r = post_sql("{\"sql\": \"SELECT printf('%.*c', 2000000, 'a') LIKE '%' || "
+                                "printf('%.*c', 20000, 'a') || 'b'\"}");
+    cr_assert_eq(r.status, 413, "%d %.300s", r.status, r.body);
+    cr_assert(strstr(r.body, "like()") && strstr(r.body, "time limit"), "%s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT count(*) FROM events WHERE phase LIKE 'F'\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "[[96]]"), "%s", r.body);
+    webclient_free(&r);
+}
+
 /* The result cap counts the JSON, not the raw bytes: control characters
  * are 6 bytes each once escaped. Table-valued functions work; text after
  * the JSON body is an error. */
