@@ -25,6 +25,11 @@
 #define DEFAULT_TIME_NS (5ull * 1000000000ull)
 #define DEFAULT_BYTES (64u << 20)
 #define DEFAULT_MEM (256u << 20)
+/* How often (in VDBE instructions) the time limit is checked: an
+ * instruction can be a function call of several milliseconds (substr or
+ * length of a 16 MiB text), so every 1000 let a query run seconds past it;
+ * a check costs a clock read. */
+#define PROGRESS_OPS 100
 
 typedef struct guard {
     const char *denied;      /* first refused action, for the message */
@@ -55,6 +60,8 @@ static _Thread_local struct {
     int on, hit;
     int64_t used, cap;
     int costly;          /* a function call was refused for its operands' size (costly_call) */
+    int late;            /* a costly function was called past the deadline */
+    uint64_t deadline_ns; /* the running statement's time limit; 0: none */
     char costly_msg[256];
 } mem_tl;
 
@@ -96,7 +103,11 @@ __attribute__((constructor)) static void mem_wrap(void) {
 
 int usersql_mem_capped(void) { return mem_wrapped; }
 
-static void mem_count(int64_t cap) {
+/* Starts counting for a statement of this thread (and its deadline, which
+ * costly_call also keeps). */
+static void mem_count(int64_t cap, uint64_t deadline_ns) {
+    mem_tl.deadline_ns = deadline_ns;
+    mem_tl.late = 0;
     mem_tl.used = 0;
     mem_tl.hit = 0;
     mem_tl.costly = 0;
@@ -162,6 +173,13 @@ static void costly_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                  f->name, n0, n1, f->budget);
         mem_tl.costly = 1;
         sqlite3_result_error(ctx, mem_tl.costly_msg, -1);
+        return;
+    }
+    /* Between two runs of the progress handler (every PROGRESS_OPS
+     * instructions) there may be many such calls, each up to the budget. */
+    if (mem_tl.deadline_ns && pp_now_ns() > mem_tl.deadline_ns) {
+        mem_tl.late = 1;
+        sqlite3_result_error(ctx, "interrupted", -1);
         return;
     }
     sqlite3 *user = sqlite3_context_db_handle(ctx);
@@ -430,13 +448,13 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
 
     guard g = {.deadline_ns = pp_now_ns() + tl};
     sqlite3_set_authorizer(db, authorize, &g);
-    sqlite3_progress_handler(db, 1000, progress, &g);
+    sqlite3_progress_handler(db, PROGRESS_OPS, progress, &g);
 
     sqlite3_stmt *st = NULL;
     const char *tail = NULL;
     usersql_result *r = NULL;
     int ret = -1;
-    mem_count((int64_t)max_mem);
+    mem_count((int64_t)max_mem, g.deadline_ns);
     int rc = sqlite3_prepare_v3(db, sql, -1, 0, &st, &tail);
     if (rc != SQLITE_OK) {
         if (mem_tl.hit) {
@@ -448,7 +466,7 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             pp_fail(err, "refused: %s%s%s is not allowed (read-only SQL: SELECT and WITH only)", g.denied,
                     g.denied_arg[0] ? " " : "", g.denied_arg);
             fail_why(why, USERSQL_EDENIED);
-        } else if (g.timed_out) {
+        } else if (g.timed_out || mem_tl.late) {
             pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
             fail_why(why, USERSQL_ETIMEOUT);
         } else {
@@ -503,7 +521,7 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             } else if (mem_tl.costly) {
                 pp_fail(err, "%s", mem_tl.costly_msg);
                 fail_why(why, USERSQL_ETOOBIG);
-            } else if (g.timed_out) {
+            } else if (g.timed_out || mem_tl.late) {
                 pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
                 fail_why(why, USERSQL_ETIMEOUT);
             } else {
@@ -539,6 +557,7 @@ oom:
     }
 out:
     mem_tl.on = 0;
+    mem_tl.deadline_ns = 0;
     usersql_free(r);
     sqlite3_finalize(st);
     sqlite3_progress_handler(db, 0, NULL, NULL);
