@@ -6,7 +6,12 @@
  * statement must be sqlite3_stmt_readonly; and nothing but whitespace and
  * comments may follow the one statement. A progress handler enforces the time
  * limit, so a runaway recursive CTE is interrupted, and the row cap and byte
- * cap keep the result bounded. */
+ * cap keep the result bounded. A memory cap bounds what SQLite itself holds
+ * for the statement: a row of many large values (`SELECT zeroblob(16e6)||x'01',
+ * ...` a few hundred times, from a 2 KB request) would otherwise take GiBs
+ * before the first row is seen. The functions whose one call can outlast
+ * the time limit (LIKE, GLOB, trim, instr, replace) are gated by their
+ * operands' size. */
 #include "db/usersql.h"
 
 #include <sqlite3.h>
@@ -19,6 +24,12 @@
 #define DEFAULT_ROWS 10000
 #define DEFAULT_TIME_NS (5ull * 1000000000ull)
 #define DEFAULT_BYTES (64u << 20)
+#define DEFAULT_MEM (256u << 20)
+/* How often (in VDBE instructions) the time limit is checked: an
+ * instruction can be a function call of several milliseconds (substr or
+ * length of a 16 MiB text), so every 1000 let a query run seconds past it;
+ * a check costs a clock read. */
+#define PROGRESS_OPS 100
 
 typedef struct guard {
     const char *denied;      /* first refused action, for the message */
@@ -33,6 +44,194 @@ static const char *const read_pragmas[] = {
     "foreign_key_list", "user_version", "schema_version", "application_id", "page_count",
     "page_size", "freelist_count", "encoding", "collation_list",
     "function_list", "pragma_list", "compile_options", NULL};
+
+/* ---- memory cap ------------------------------------------------------------
+ *
+ * SQLite's allocator is wrapped, process-wide, before SQLite initialises (a
+ * constructor: any SQLite use in main comes after it). While a thread runs
+ * user SQL, what SQLite allocates on that thread, less what it frees there,
+ * is counted, and an allocation that would take the count past the cap
+ * fails: SQLite answers SQLITE_NOMEM and frees the statement's memory, and
+ * the connection stays usable. Other threads (the collector writing the
+ * trace, the server's own queries) are never counted nor refused. */
+static sqlite3_mem_methods mem_orig;
+static int mem_wrapped;
+static _Thread_local struct {
+    int on, hit;
+    int64_t used, cap;
+    int costly;          /* a function call was refused for its operands' size (costly_call) */
+    int late;            /* a costly function was called past the deadline */
+    uint64_t deadline_ns; /* the running statement's time limit; 0: none */
+    char costly_msg[256];
+} mem_tl;
+
+static void *mem_malloc(int n) {
+    if (mem_tl.on && mem_tl.used + n > mem_tl.cap) {
+        mem_tl.hit = 1;
+        return NULL;
+    }
+    void *p = mem_orig.xMalloc(n);
+    if (p && mem_tl.on) mem_tl.used += mem_orig.xSize(p);
+    return p;
+}
+
+static void mem_free(void *p) {
+    if (p && mem_tl.on) mem_tl.used -= mem_orig.xSize(p);
+    mem_orig.xFree(p);
+}
+
+static void *mem_realloc(void *p, int n) {
+    if (!mem_tl.on) return mem_orig.xRealloc(p, n);
+    int64_t old = p ? mem_orig.xSize(p) : 0;
+    if (mem_tl.used - old + n > mem_tl.cap) {
+        mem_tl.hit = 1;
+        return NULL;
+    }
+    void *q = mem_orig.xRealloc(p, n);
+    if (q) mem_tl.used += mem_orig.xSize(q) - old;
+    return q;
+}
+
+__attribute__((constructor)) static void mem_wrap(void) {
+    if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &mem_orig) != SQLITE_OK || !mem_orig.xMalloc) return;
+    sqlite3_mem_methods m = mem_orig;
+    m.xMalloc = mem_malloc;
+    m.xFree = mem_free;
+    m.xRealloc = mem_realloc;
+    mem_wrapped = sqlite3_config(SQLITE_CONFIG_MALLOC, &m) == SQLITE_OK;
+}
+
+int usersql_mem_capped(void) { return mem_wrapped; }
+
+/* Starts counting for a statement of this thread (and its deadline, which
+ * costly_call also keeps). */
+static void mem_count(int64_t cap, uint64_t deadline_ns) {
+    mem_tl.deadline_ns = deadline_ns;
+    mem_tl.late = 0;
+    mem_tl.used = 0;
+    mem_tl.hit = 0;
+    mem_tl.costly = 0;
+    mem_tl.cap = cap;
+    mem_tl.on = cap > 0;
+}
+
+/* ---- functions the time limit cannot stop ----------------------------------
+ *
+ * The progress handler runs between VDBE instructions, never inside one
+ * function call, and LIKE, GLOB, trim(X,Y), instr and replace take time in
+ * the product of their operands' lengths: `printf('%.*c', 2e6, 'a') LIKE '%'
+ * || printf('%.*c', 2e4, 'a') || 'b'` ran for minutes in one call, holding a
+ * server thread past any limit. On user connections these names are
+ * replaced by a gate: a call whose operands' lengths multiply past a budget
+ * (well under a second of work) is refused naming the function and the
+ * sizes; any other is handed to SQLite's own function on a private
+ * in-memory connection, so that results are SQLite's exactly. */
+#define PAIRS_CHARWISE 1e8   /* like, glob, trim: about 0.5 s at this many (byte x byte) steps */
+#define PAIRS_MEMCMP 1e10    /* instr, replace: a first-byte test and memcmp per position */
+
+static const struct costly_fn {
+    const char *name;
+    int nargs;
+    double budget;
+    const char *sql;
+} costly_fns[] = {
+    {"like", 2, PAIRS_CHARWISE, "SELECT like(?1, ?2)"},  {"like", 3, PAIRS_CHARWISE, "SELECT like(?1, ?2, ?3)"},
+    {"glob", 2, PAIRS_CHARWISE, "SELECT glob(?1, ?2)"},  {"trim", 2, PAIRS_CHARWISE, "SELECT trim(?1, ?2)"},
+    {"ltrim", 2, PAIRS_CHARWISE, "SELECT ltrim(?1, ?2)"}, {"rtrim", 2, PAIRS_CHARWISE, "SELECT rtrim(?1, ?2)"},
+    {"instr", 2, PAIRS_MEMCMP, "SELECT instr(?1, ?2)"},   {"replace", 3, PAIRS_MEMCMP, "SELECT replace(?1, ?2, ?3)"},
+};
+#define NCOSTLY (sizeof costly_fns / sizeof costly_fns[0])
+
+/* One per user connection (its functions' user data), freed with it. */
+typedef struct costly_aux {
+    sqlite3 *db; /* opened at the first call that needs it */
+    sqlite3_stmt *st[NCOSTLY];
+    struct costly_slot {
+        struct costly_aux *aux;
+        int fn;
+    } slot[NCOSTLY];
+} costly_aux;
+
+static void costly_free(costly_aux *a) {
+    for (size_t i = 0; i < NCOSTLY; i++) sqlite3_finalize(a->st[i]);
+    sqlite3_close(a->db);
+    free(a);
+}
+
+/* SQLite's destructor for the last registration's user data, its slot. */
+static void costly_destroy(void *slot) { costly_free(((struct costly_slot *)slot)->aux); }
+
+static void costly_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    struct costly_slot *sl = sqlite3_user_data(ctx);
+    const struct costly_fn *f = &costly_fns[sl->fn];
+    costly_aux *a = sl->aux;
+    double n0 = sqlite3_value_bytes(argv[0]), n1 = sqlite3_value_bytes(argv[1]);
+    if ((n0 + 1) * (n1 + 1) > f->budget) {
+        snprintf(mem_tl.costly_msg, sizeof mem_tl.costly_msg,
+                 "refused: %s() of a %.0f-byte and a %.0f-byte value could run past the time limit, which cannot "
+                 "stop one function call (the lengths may multiply to %.0e at most)",
+                 f->name, n0, n1, f->budget);
+        mem_tl.costly = 1;
+        sqlite3_result_error(ctx, mem_tl.costly_msg, -1);
+        return;
+    }
+    /* Between two runs of the progress handler (every PROGRESS_OPS
+     * instructions) there may be many such calls, each up to the budget. */
+    if (mem_tl.deadline_ns && pp_now_ns() > mem_tl.deadline_ns) {
+        mem_tl.late = 1;
+        sqlite3_result_error(ctx, "interrupted", -1);
+        return;
+    }
+    sqlite3 *user = sqlite3_context_db_handle(ctx);
+    if (!a->db) {
+        if (sqlite3_open_v2(":memory:", &a->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+            sqlite3_close(a->db);
+            a->db = NULL;
+            sqlite3_result_error_nomem(ctx);
+            return;
+        }
+        sqlite3_limit(a->db, SQLITE_LIMIT_LENGTH, sqlite3_limit(user, SQLITE_LIMIT_LENGTH, -1));
+        int like_max = sqlite3_limit(user, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, -1);
+        sqlite3_limit(a->db, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, like_max);
+    }
+    sqlite3_stmt *st = a->st[sl->fn];
+    if (!st && sqlite3_prepare_v2(a->db, f->sql, -1, &a->st[sl->fn], NULL) != SQLITE_OK) {
+        sqlite3_result_error(ctx, sqlite3_errmsg(a->db), -1);
+        return;
+    }
+    st = a->st[sl->fn];
+    for (int i = 0; i < argc; i++) sqlite3_bind_value(st, i + 1, argv[i]);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        sqlite3_result_value(ctx, sqlite3_column_value(st, 0)); /* a copy: the statement is reset below */
+    } else {
+        rc = sqlite3_reset(st);
+        if (rc == SQLITE_NOMEM) sqlite3_result_error_nomem(ctx);
+        else if (rc == SQLITE_TOOBIG) sqlite3_result_error_toobig(ctx);
+        else sqlite3_result_error(ctx, sqlite3_errmsg(a->db), -1);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+}
+
+/* Puts the gate in front of each costly function of db. */
+static int costly_register(sqlite3 *db) {
+    costly_aux *a = calloc(1, sizeof *a);
+    if (!a) return -1;
+    for (size_t i = 0; i < NCOSTLY; i++) {
+        a->slot[i] = (struct costly_slot){a, (int)i};
+        /* The last registration owns a: SQLite destroys it when the
+         * connection closes (or at once if registering fails). */
+        int last = i + 1 == NCOSTLY;
+        if (sqlite3_create_function_v2(db, costly_fns[i].name, costly_fns[i].nargs,
+                                       SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, &a->slot[i], costly_call,
+                                       NULL, NULL, last ? costly_destroy : NULL) != SQLITE_OK) {
+            if (!last) costly_free(a);
+            return -1;
+        }
+    }
+    return 0;
+}
 
 static int pragma_is_read_only(const char *name, const char *value) {
     if (!name) return 0;
@@ -144,6 +343,11 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, 1 << 20);
     sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
     sqlite3_busy_timeout(db, 2000);
+    if (costly_register(db) != 0) {
+        pp_fail(err, "cannot open database %s read-only: out of memory", db_path);
+        sqlite3_close(db);
+        return -1;
+    }
     /* A file of an older schema version reads as the current one: the
      * columns added since are 0 (ranks.cupti_dropped before version 2,
      * step_stats.act_peak_bytes before 3), through temp views; the file
@@ -171,7 +375,17 @@ static int fail_why(usersql_error *why, usersql_error w) {
     return -1;
 }
 
-static int copy_row(sqlite3_stmt *st, usersql_result *r, size_t *cap, size_t *bytes) {
+static void mem_refused(size_t max_mem, usersql_error *why, pp_err *err) {
+    pp_fail(err,
+            "refused: the query needed more than the memory limit of %zu MiB; add a LIMIT or select fewer or "
+            "smaller values",
+            max_mem >> 20);
+    fail_why(why, USERSQL_ETOOBIG);
+}
+
+/* Returns 0, -1 out of memory, or 1 when the row would take the result past
+ * max_bytes. */
+static int copy_row(sqlite3_stmt *st, usersql_result *r, size_t *cap, size_t *bytes, size_t max_bytes) {
     if (r->nrows == *cap) {
         size_t ncap = *cap ? *cap * 2 : 64;
         usersql_cell *n = realloc(r->cells, ncap * (size_t)r->ncols * sizeof *n);
@@ -198,6 +412,8 @@ static int copy_row(sqlite3_stmt *st, usersql_result *r, size_t *cap, size_t *by
             int is_text = sqlite3_column_type(st, c) == SQLITE_TEXT;
             const void *p = is_text ? (const void *)sqlite3_column_text(st, c) : sqlite3_column_blob(st, c);
             size_t n = (size_t)sqlite3_column_bytes(st, c);
+            if (!p && n) return -1; /* SQLite could not expand a zeroblob: out of (capped) memory */
+            if (*bytes + n > max_bytes) return 1; /* before copying: a row may hold hundreds of MiB */
             cell->s = malloc(n + 1);
             if (!cell->s) return -1;
             if (n) memcpy(cell->s, p, n);
@@ -220,24 +436,31 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     size_t max_rows = limits && limits->max_rows ? limits->max_rows : DEFAULT_ROWS;
     uint64_t tl = limits && limits->time_limit_ns ? limits->time_limit_ns : DEFAULT_TIME_NS;
     size_t max_bytes = limits && limits->max_bytes ? limits->max_bytes : DEFAULT_BYTES;
+    size_t max_mem = limits && limits->max_mem ? limits->max_mem : DEFAULT_MEM;
     *out = NULL;
     if (why) *why = USERSQL_OK;
 
     guard g = {.deadline_ns = pp_now_ns() + tl};
     sqlite3_set_authorizer(db, authorize, &g);
-    sqlite3_progress_handler(db, 1000, progress, &g);
+    sqlite3_progress_handler(db, PROGRESS_OPS, progress, &g);
 
     sqlite3_stmt *st = NULL;
     const char *tail = NULL;
     usersql_result *r = NULL;
     int ret = -1;
+    mem_count((int64_t)max_mem, g.deadline_ns);
     int rc = sqlite3_prepare_v3(db, sql, -1, 0, &st, &tail);
     if (rc != SQLITE_OK) {
-        if (g.denied) {
+        if (mem_tl.hit) {
+            mem_refused(max_mem, why, err);
+        } else if (mem_tl.costly) { /* a constant operand is folded while preparing */
+            pp_fail(err, "%s", mem_tl.costly_msg);
+            fail_why(why, USERSQL_ETOOBIG);
+        } else if (g.denied) {
             pp_fail(err, "refused: %s%s%s is not allowed (read-only SQL: SELECT and WITH only)", g.denied,
                     g.denied_arg[0] ? " " : "", g.denied_arg);
             fail_why(why, USERSQL_EDENIED);
-        } else if (g.timed_out) {
+        } else if (g.timed_out || mem_tl.late) {
             pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
             fail_why(why, USERSQL_ETIMEOUT);
         } else {
@@ -287,7 +510,12 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
         rc = sqlite3_step(st);
         if (rc == SQLITE_DONE) break;
         if (rc != SQLITE_ROW) {
-            if (g.timed_out) {
+            if (mem_tl.hit) {
+                mem_refused(max_mem, why, err);
+            } else if (mem_tl.costly) {
+                pp_fail(err, "%s", mem_tl.costly_msg);
+                fail_why(why, USERSQL_ETOOBIG);
+            } else if (g.timed_out || mem_tl.late) {
                 pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
                 fail_why(why, USERSQL_ETIMEOUT);
             } else {
@@ -301,8 +529,9 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             break;
         }
         if (r->ncols == 0) continue;
-        if (copy_row(st, r, &cap, &bytes) != 0) goto oom;
-        if (bytes > max_bytes) {
+        int cr = copy_row(st, r, &cap, &bytes, max_bytes);
+        if (cr < 0) goto oom;
+        if (cr > 0 || bytes > max_bytes) {
             pp_fail(err, "refused: the result is larger than %zu bytes; add a LIMIT or select fewer columns",
                     max_bytes);
             fail_why(why, USERSQL_ETOOBIG);
@@ -314,9 +543,15 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     ret = 0;
     goto out;
 oom:
-    pp_fail(err, "out of memory reading the query result");
-    fail_why(why, USERSQL_ETOOBIG);
+    if (mem_tl.hit) {
+        mem_refused(max_mem, why, err);
+    } else {
+        pp_fail(err, "out of memory reading the query result");
+        fail_why(why, USERSQL_ETOOBIG);
+    }
 out:
+    mem_tl.on = 0;
+    mem_tl.deadline_ns = 0;
     usersql_free(r);
     sqlite3_finalize(st);
     sqlite3_progress_handler(db, 0, NULL, NULL);

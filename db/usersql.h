@@ -40,6 +40,7 @@ typedef struct usersql_limits {
     size_t max_rows;          /* 0 = 10000 */
     uint64_t time_limit_ns;   /* 0 = 5 s */
     size_t max_bytes;         /* total cell bytes kept, 0 = 64 MiB */
+    size_t max_mem;           /* what SQLite may allocate for the statement, 0 = 256 MiB */
 } usersql_limits;
 
 /* Why a query failed: the user's SQL (syntax, refused by the guard, stopped
@@ -49,7 +50,8 @@ typedef enum usersql_error {
     USERSQL_EBADSQL,   /* syntax error, unknown table, more than one statement */
     USERSQL_EDENIED,   /* writes, ATTACH, PRAGMA, transactions */
     USERSQL_ETIMEOUT,  /* interrupted by the time limit */
-    USERSQL_ETOOBIG,   /* result larger than max_bytes */
+    USERSQL_ETOOBIG,   /* result larger than max_bytes, SQLite needed more than max_mem, or one call of
+                        * LIKE, GLOB, trim, instr or replace had operands too long for the time limit */
     USERSQL_EDB        /* the database file cannot be opened or read */
 } usersql_error;
 
@@ -65,10 +67,15 @@ struct sqlite3;
 int usersql_run_on(struct sqlite3 *db, const char *sql, const usersql_limits *limits,
                    usersql_result **out, usersql_error *why, pp_err *err);
 
-/* Opens db_path read-only for user SQL (no extension loading, defensive). */
+/* Opens db_path read-only for user SQL (no extension loading, defensive;
+ * LIKE, GLOB, trim, instr and replace gated by their operands' size). */
 int usersql_open(const char *db_path, struct sqlite3 **out, pp_err *err);
 
 void usersql_free(usersql_result *r);
+
+/* 1 when SQLite's allocator is wrapped so that max_mem holds (it is, in any
+ * program that links this file: the wrapping is done before main). */
+int usersql_mem_capped(void);
 
 static inline const usersql_cell *usersql_cell_at(const usersql_result *r, size_t row, int col) {
     return &r->cells[row * (size_t)r->ncols + (size_t)col];

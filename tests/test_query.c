@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "db/usersql.h"
 #include "helpers/web_fixture.h"
 
@@ -237,6 +239,92 @@ Test(query, usersql_api_reports_the_kind_of_failure) {
     cr_assert_eq(usersql_cell_at(r, 0, 1)->r, 2.5);
     cr_assert_eq(usersql_cell_at(r, 0, 2)->type, USERSQL_NULL);
     usersql_free(r);
+}
+
+/* SQLite's own memory for a statement is capped, not only the result: a row
+ * of a few large values (each under SQLite's 16 MiB value limit) is refused
+ * naming the memory limit, through the CLI with exit 2 at the default 256
+ * MiB, and the connection answers the next query. Without the cap, 20
+ * values of 16 MB were held (and copied) before any limit looked; 2,000 of
+ * them, from one 50 KB request, took the machine's memory. */
+Test(query, a_row_of_huge_values_is_refused_by_the_memory_limit) {
+    cr_assert(usersql_mem_capped(), "SQLite's allocator was not wrapped before SQLite started");
+    sqlite3 *conn;
+    pp_err err;
+    cr_assert_eq(usersql_open(db, &conn, &err), 0, "%s", err.msg);
+    usersql_result *r;
+    usersql_error why;
+    usersql_limits lim = {.max_mem = 8u << 20};
+    const char *wide = "SELECT zeroblob(4000000) || x'01' AS a, zeroblob(4000000) || x'02' AS b, "
+                       "zeroblob(4000000) || x'03' AS c";
+    cr_assert_eq(usersql_run_on(conn, wide, &lim, &r, &why, &err), -1, "12 MB held under an 8 MiB cap");
+    cr_assert_eq(why, USERSQL_ETOOBIG);
+    cr_assert(strstr(err.msg, "memory limit of 8 MiB"), "%s", err.msg);
+    cr_assert_eq(usersql_run_on(conn, "SELECT count(*) FROM events", &lim, &r, &why, &err), 0, "%s", err.msg);
+    cr_assert_eq(usersql_cell_at(r, 0, 0)->i, 2 * FIXTURE_EVENTS_PER_STEP);
+    usersql_free(r);
+    /* Within the cap the same kind of row comes back whole. */
+    lim.max_mem = 32u << 20;
+    cr_assert_eq(usersql_run_on(conn, wide, &lim, &r, &why, &err), 0, "%s", err.msg);
+    cr_assert_eq(usersql_cell_at(r, 0, 2)->len, 4000001);
+    usersql_free(r);
+    sqlite3_close(conn);
+
+    char sql[1024] = "\"SELECT 0";
+    for (int i = 0; i < 20; i++) strcat(sql, ", zeroblob(16000000) || x'01'");
+    strcat(sql, "\"");
+    char *out, *errout;
+    int rc = run(sql, &out, &errout);
+    cr_assert_eq(rc, 2, "%s", errout);
+    cr_assert(strstr(errout, "memory limit of 256 MiB"), "%s", errout);
+    free(out);
+    free(errout);
+}
+
+/* LIKE, GLOB, trim(X,Y), instr and replace work inside one VDBE instruction,
+ * where the time limit's progress handler never runs, in time that grows
+ * with the product of their operands' lengths: each such call over a
+ * budget is refused naming the function, before any of the work (without
+ * the gate the LIKE below ran for minutes past a 200 ms limit). Within it,
+ * the answers are SQLite's own. */
+Test(query, a_function_call_the_time_limit_cannot_stop_is_refused_by_its_size) {
+    static const struct { const char *sql, *fn; } big[] = {
+        {"SELECT printf('%.*c', 2000000, 'a') LIKE '%' || printf('%.*c', 20000, 'a') || 'b'", "like()"},
+        {"SELECT printf('%.*c', 2000000, 'a') NOT GLOB '*' || printf('%.*c', 20000, 'a') || 'b'", "glob()"},
+        {"SELECT length(rtrim(printf('%.*c', 2000000, 'a'), printf('%.*c', 20000, 'b') || 'a'))", "rtrim()"},
+        {"SELECT instr(printf('%.*c', 16000000, 'a'), printf('%.*c', 100000, 'a') || 'b')", "instr()"},
+        {"SELECT replace(printf('%.*c', 16000000, 'a'), printf('%.*c', 100000, 'a') || 'b', '')", "replace()"},
+    };
+    usersql_limits lim = {.time_limit_ns = 200000000ull};
+    usersql_result *r;
+    usersql_error why;
+    pp_err err;
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) {
+        cr_assert_eq(usersql_run(db, big[i].sql, &lim, &r, &why, &err), -1, "%s ran", big[i].sql);
+        cr_assert_eq(why, USERSQL_ETOOBIG, "%s: %s", big[i].sql, err.msg);
+        cr_assert(strstr(err.msg, big[i].fn) && strstr(err.msg, "time limit"), "%s", err.msg);
+    }
+    /* Not constant: a row's value past the budget is refused while it runs. */
+    cr_assert_eq(usersql_run(db, "SELECT count(*) FROM events WHERE printf('%.*c', 2000000, phase) LIKE '%' || "
+                                 "printf('%.*c', 20000, 'F') || 'x'", &lim, &r, &why, &err), -1);
+    cr_assert(strstr(err.msg, "like()"), "%s", err.msg);
+
+    const char *sql = "SELECT 'abc' LIKE 'A%', 'abc' GLOB 'A*', 'a_c' LIKE 'a\\_c' ESCAPE '\\', trim('xxhixx', 'x'), "
+                      "instr('h\xc3\xa9llo', 'l'), instr(x'0102', x'02'), replace('aaa', 'a', 'bb'), "
+                      "'x' LIKE NULL, (SELECT count(*) FROM events WHERE phase LIKE 'send%' OR phase LIKE 'recv%')";
+    cr_assert_eq(usersql_run(db, sql, &lim, &r, &why, &err), 0, "%s", err.msg);
+    cr_assert_eq(usersql_cell_at(r, 0, 0)->i, 1);
+    cr_assert_eq(usersql_cell_at(r, 0, 1)->i, 0);
+    cr_assert_eq(usersql_cell_at(r, 0, 2)->i, 1);
+    cr_assert_str_eq(usersql_cell_at(r, 0, 3)->s, "hi");
+    cr_assert_eq(usersql_cell_at(r, 0, 4)->i, 3, "instr counts characters in text");
+    cr_assert_eq(usersql_cell_at(r, 0, 5)->i, 2);
+    cr_assert_str_eq(usersql_cell_at(r, 0, 6)->s, "bbbbbb");
+    cr_assert_eq(usersql_cell_at(r, 0, 7)->type, USERSQL_NULL);
+    cr_assert_eq(usersql_cell_at(r, 0, 8)->i, 2 * 96, "every SEND/RECV of 2 steps");
+    usersql_free(r);
+    cr_assert_eq(usersql_run(db, "SELECT 'a' LIKE 'b' ESCAPE 'xy'", &lim, &r, &why, &err), -1);
+    cr_assert(strstr(err.msg, "ESCAPE expression must be a single character"), "%s", err.msg);
 }
 
 /* Table-valued functions only read, yet SQLite asks the authorizer to

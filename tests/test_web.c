@@ -617,6 +617,40 @@ Test(web, sql_time_limit_and_row_cap) {
     webclient_free(&r);
 }
 
+/* A row of 20 values of 16 MB each (a 600-byte request) is refused by the
+ * server's 256 MiB cap on SQLite's memory for a query, named as such, and
+ * the pooled connection answers the next query. Without the cap the server
+ * held each such row whole before the result cap looked; 2,000 columns fit
+ * in a 64 KiB body, 32 GB. */
+Test(web, sql_memory_limit_stops_a_row_of_huge_values) {
+    char body[1024] = "{\"sql\": \"SELECT 0";
+    for (int i = 0; i < 20; i++) strcat(body, ", zeroblob(16000000) || x'01'");
+    strcat(body, "\"}");
+    webclient_resp r = post_sql(body);
+    cr_assert_eq(r.status, 413, "%d %.300s", r.status, r.body);
+    cr_assert(strstr(r.body, "memory limit of 256 MiB"), "%s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT count(*) FROM events\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "[[588]]"), "%s", r.body);
+    webclient_free(&r);
+}
+
+/* One call of LIKE over a 2 MB string and a 20 KB pattern ran for minutes
+ * on a server thread, past the 2 s limit: refused now, naming it; the
+ * connection then answers the next query. */
+Test(web, sql_a_function_call_too_big_for_the_time_limit_is_refused) {
+    webclient_resp r = post_sql("{\"sql\": \"SELECT printf('%.*c', 2000000, 'a') LIKE '%' || "
+                                "printf('%.*c', 20000, 'a') || 'b'\"}");
+    cr_assert_eq(r.status, 413, "%d %.300s", r.status, r.body);
+    cr_assert(strstr(r.body, "like()") && strstr(r.body, "time limit"), "%s", r.body);
+    webclient_free(&r);
+    r = post_sql("{\"sql\": \"SELECT count(*) FROM events WHERE phase LIKE 'F'\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "[[96]]"), "%s", r.body);
+    webclient_free(&r);
+}
+
 /* The result cap counts the JSON, not the raw bytes: control characters
  * are 6 bytes each once escaped. Table-valued functions work; text after
  * the JSON body is an error. */

@@ -404,6 +404,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (!s->o.sql_time_limit_ns) s->o.sql_time_limit_ns = 2000000000ull;
     if (!s->o.sql_max_rows) s->o.sql_max_rows = 10000;
     if (!s->o.sql_max_bytes) s->o.sql_max_bytes = 32u << 20;
+    if (!s->o.sql_max_mem) s->o.sql_max_mem = 256u << 20;
     if (!s->o.live_poll_ms) s->o.live_poll_ms = 200;
     if (!s->o.live_heartbeat_ms) s->o.live_heartbeat_ms = 10000;
     if (!s->o.events_scan_budget) s->o.events_scan_budget = 60000;

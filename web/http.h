@@ -34,6 +34,7 @@ typedef struct http_options {
     uint64_t sql_time_limit_ns; /* POST /api/sql; 0 = 2 s */
     size_t sql_max_rows;        /* POST /api/sql; 0 = 10000 */
     size_t sql_max_bytes;       /* POST /api/sql: most bytes of the result, raw and as JSON; 0 = 32 MiB */
+    size_t sql_max_mem;         /* POST /api/sql: what SQLite may allocate for one query; 0 = 256 MiB */
     unsigned live_poll_ms;      /* how often live streams poll the db; 0 = 200 */
     unsigned live_heartbeat_ms; /* keep-alive comment on idle streams; 0 = 10000 */
     unsigned events_scan_budget; /* /events: most events aggregated per bucket, beyond that per step; 0 = 60000 */

@@ -232,7 +232,7 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
     /* The raw result is capped as it is read, the JSON as it is written:
      * escaping makes it up to 6 times larger (a control char is \u00XX). */
     usersql_limits lim = {.max_rows = s->o.sql_max_rows, .time_limit_ns = s->o.sql_time_limit_ns,
-                          .max_bytes = s->o.sql_max_bytes};
+                          .max_bytes = s->o.sql_max_bytes, .max_mem = s->o.sql_max_mem};
     if (mr) {
         if (!cJSON_IsNumber(mr) || mr->valuedouble < 1 || mr->valuedouble > (double)s->o.sql_max_rows) {
             cJSON_Delete(req);
