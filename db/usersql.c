@@ -344,7 +344,7 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
     sqlite3_busy_timeout(db, 2000);
     if (costly_register(db) != 0) {
-        pp_fail(err, "cannot open database %s read-only: out of memory", db_path);
+        pp_fail(err, "%s: out of memory", db_path);
         sqlite3_close(db);
         return -1;
     }
