@@ -56,6 +56,8 @@ static const char *const read_pragmas[] = {
  * trace, the server's own queries) are never counted nor refused. */
 static sqlite3_mem_methods mem_orig;
 static int mem_wrapped;
+/* The user query this thread runs: its memory count, and what its gated
+ * calls (below) found. */
 static _Thread_local struct {
     int on, hit;
     int64_t used, cap;
@@ -63,32 +65,32 @@ static _Thread_local struct {
     int late;            /* a costly function was called past the deadline */
     uint64_t deadline_ns; /* the running statement's time limit; 0: none */
     char costly_msg[256];
-} mem_tl;
+} this_query;
 
 static void *mem_malloc(int n) {
-    if (mem_tl.on && mem_tl.used + n > mem_tl.cap) {
-        mem_tl.hit = 1;
+    if (this_query.on && this_query.used + n > this_query.cap) {
+        this_query.hit = 1;
         return NULL;
     }
     void *p = mem_orig.xMalloc(n);
-    if (p && mem_tl.on) mem_tl.used += mem_orig.xSize(p);
+    if (p && this_query.on) this_query.used += mem_orig.xSize(p);
     return p;
 }
 
 static void mem_free(void *p) {
-    if (p && mem_tl.on) mem_tl.used -= mem_orig.xSize(p);
+    if (p && this_query.on) this_query.used -= mem_orig.xSize(p);
     mem_orig.xFree(p);
 }
 
 static void *mem_realloc(void *p, int n) {
-    if (!mem_tl.on) return mem_orig.xRealloc(p, n);
+    if (!this_query.on) return mem_orig.xRealloc(p, n);
     int64_t old = p ? mem_orig.xSize(p) : 0;
-    if (mem_tl.used - old + n > mem_tl.cap) {
-        mem_tl.hit = 1;
+    if (this_query.used - old + n > this_query.cap) {
+        this_query.hit = 1;
         return NULL;
     }
     void *q = mem_orig.xRealloc(p, n);
-    if (q) mem_tl.used += mem_orig.xSize(q) - old;
+    if (q) this_query.used += mem_orig.xSize(q) - old;
     return q;
 }
 
@@ -106,13 +108,13 @@ int usersql_mem_capped(void) { return mem_wrapped; }
 /* Starts counting for a statement of this thread (and its deadline, which
  * costly_call also keeps). */
 static void mem_count(int64_t cap, uint64_t deadline_ns) {
-    mem_tl.deadline_ns = deadline_ns;
-    mem_tl.late = 0;
-    mem_tl.used = 0;
-    mem_tl.hit = 0;
-    mem_tl.costly = 0;
-    mem_tl.cap = cap;
-    mem_tl.on = cap > 0;
+    this_query.deadline_ns = deadline_ns;
+    this_query.late = 0;
+    this_query.used = 0;
+    this_query.hit = 0;
+    this_query.costly = 0;
+    this_query.cap = cap;
+    this_query.on = cap > 0;
 }
 
 /* ---- functions the time limit cannot stop ----------------------------------
@@ -167,18 +169,18 @@ static void costly_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     costly_aux *a = sl->aux;
     double n0 = sqlite3_value_bytes(argv[0]), n1 = sqlite3_value_bytes(argv[1]);
     if ((n0 + 1) * (n1 + 1) > f->budget) {
-        snprintf(mem_tl.costly_msg, sizeof mem_tl.costly_msg,
+        snprintf(this_query.costly_msg, sizeof this_query.costly_msg,
                  "refused: %s() of a %.0f-byte and a %.0f-byte value could run past the time limit, which cannot "
                  "stop one function call (the lengths may multiply to %.0e at most)",
                  f->name, n0, n1, f->budget);
-        mem_tl.costly = 1;
-        sqlite3_result_error(ctx, mem_tl.costly_msg, -1);
+        this_query.costly = 1;
+        sqlite3_result_error(ctx, this_query.costly_msg, -1);
         return;
     }
     /* Between two runs of the progress handler (every PROGRESS_OPS
      * instructions) there may be many such calls, each up to the budget. */
-    if (mem_tl.deadline_ns && pp_now_ns() > mem_tl.deadline_ns) {
-        mem_tl.late = 1;
+    if (this_query.deadline_ns && pp_now_ns() > this_query.deadline_ns) {
+        this_query.late = 1;
         sqlite3_result_error(ctx, "interrupted", -1);
         return;
     }
@@ -451,16 +453,16 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     mem_count((int64_t)max_mem, g.deadline_ns);
     int rc = sqlite3_prepare_v3(db, sql, -1, 0, &st, &tail);
     if (rc != SQLITE_OK) {
-        if (mem_tl.hit) {
+        if (this_query.hit) {
             mem_refused(max_mem, why, err);
-        } else if (mem_tl.costly) { /* a constant operand is folded while preparing */
-            pp_fail(err, "%s", mem_tl.costly_msg);
+        } else if (this_query.costly) { /* a constant operand is folded while preparing */
+            pp_fail(err, "%s", this_query.costly_msg);
             fail_why(why, USERSQL_ETOOBIG);
         } else if (g.denied) {
             pp_fail(err, "refused: %s%s%s is not allowed (read-only SQL: SELECT and WITH only)", g.denied,
                     g.denied_arg[0] ? " " : "", g.denied_arg);
             fail_why(why, USERSQL_EDENIED);
-        } else if (g.timed_out || mem_tl.late) {
+        } else if (g.timed_out || this_query.late) {
             pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
             fail_why(why, USERSQL_ETIMEOUT);
         } else {
@@ -510,12 +512,12 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
         rc = sqlite3_step(st);
         if (rc == SQLITE_DONE) break;
         if (rc != SQLITE_ROW) {
-            if (mem_tl.hit) {
+            if (this_query.hit) {
                 mem_refused(max_mem, why, err);
-            } else if (mem_tl.costly) {
-                pp_fail(err, "%s", mem_tl.costly_msg);
+            } else if (this_query.costly) {
+                pp_fail(err, "%s", this_query.costly_msg);
                 fail_why(why, USERSQL_ETOOBIG);
-            } else if (g.timed_out || mem_tl.late) {
+            } else if (g.timed_out || this_query.late) {
                 pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
                 fail_why(why, USERSQL_ETIMEOUT);
             } else {
@@ -543,15 +545,15 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
     ret = 0;
     goto out;
 oom:
-    if (mem_tl.hit) {
+    if (this_query.hit) {
         mem_refused(max_mem, why, err);
     } else {
         pp_fail(err, "out of memory reading the query result");
         fail_why(why, USERSQL_ETOOBIG);
     }
 out:
-    mem_tl.on = 0;
-    mem_tl.deadline_ns = 0;
+    this_query.on = 0;
+    this_query.deadline_ns = 0;
     usersql_free(r);
     sqlite3_finalize(st);
     sqlite3_progress_handler(db, 0, NULL, NULL);

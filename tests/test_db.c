@@ -386,12 +386,7 @@ static int open_at_once(const char *path, int n) {
 Test(db, writers_opening_one_file_at_once_all_succeed) {
     for (int round = 0; round < 10; round++) {
         const char *path = tfix_path("race.db");
-        char side[600];
-        remove(path);
-        snprintf(side, sizeof side, "%s-wal", path);
-        remove(side);
-        snprintf(side, sizeof side, "%s-shm", path);
-        remove(side);
+        fixture_remove(path);
         cr_assert_eq(open_at_once(path, 8), 0, "round %d: a writer of a new file failed (stderr)", round);
         /* the same file one version back: each writer would migrate it */
         sqlite3 *s;
