@@ -12,6 +12,7 @@
 #include <string.h>
 
 const char *const critpath_via_names[3] = {"first", "rank", "data"};
+const char *const critpath_wait_keys[CRITPATH_WAITS] = {"handoff_ns", "comm_ns", "other_ns"};
 
 #define NONE ((size_t)-1)
 
@@ -211,10 +212,17 @@ void critpath_add(critpath_totals *t, const critpath_path *p) {
     for (size_t i = 0; i < p->n; i++) {
         const critpath_op *o = &p->ops[i];
         int k = o->op.phase == TRACE_F ? 0 : o->op.phase == TRACE_B ? 1 : o->op.phase == TRACE_W ? 2 : 3;
-        if (o->op.rank >= 0 && o->op.rank < t->ranks) t->op_ns[o->op.rank][k] += o->path_ns;
-        else t->other_ns += o->path_ns;
-        if (o->via == CRITPATH_DATA) t->handoff_ns += o->lead_ns;
-        else t->comm_ns += o->lead_comm_ns, t->other_ns += o->lead_ns - o->lead_comm_ns;
+        if (o->op.rank >= 0 && o->op.rank < t->ranks) {
+            t->op_ns[o->op.rank][k] += o->path_ns;
+        } else {
+            t->wait_ns[CRITPATH_OTHER] += o->path_ns;
+        }
+        if (o->via == CRITPATH_DATA) {
+            t->wait_ns[CRITPATH_HANDOFF] += o->lead_ns;
+        } else {
+            t->wait_ns[CRITPATH_COMM] += o->lead_comm_ns;
+            t->wait_ns[CRITPATH_OTHER] += o->lead_ns - o->lead_comm_ns;
+        }
     }
 }
 

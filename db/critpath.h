@@ -53,14 +53,22 @@ int critpath_build(const analyze_op *spans, size_t n, critpath_path *out, pp_err
 int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err *err);
 void critpath_free(critpath_path *p);
 
+/* The path's time between ops, in the order every table lists it. */
+typedef enum critpath_wait {
+    CRITPATH_HANDOFF, /* via CRITPATH_DATA: outputs crossing to another rank */
+    CRITPATH_COMM,    /* via CRITPATH_RANK, inside the rank's sends and receives */
+    CRITPATH_OTHER,   /* via CRITPATH_RANK outside them, before the first op, and ops of unknown ranks */
+    CRITPATH_WAITS
+} critpath_wait;
+/* "handoff_ns", "comm_ns", "other_ns": their keys in the API's JSON. */
+extern const char *const critpath_wait_keys[CRITPATH_WAITS];
+
 /* Where paths' time went, summed over steps. */
 typedef struct critpath_totals {
     int ranks;
-    int64_t span_ns;          /* the steps' spans; the sum of everything below */
-    int64_t (*op_ns)[4];      /* [ranks] owned: F, B, W, OPT time on the path */
-    int64_t handoff_ns;       /* via CRITPATH_DATA: outputs crossing to another rank */
-    int64_t comm_ns;          /* via CRITPATH_RANK, inside the rank's sends and receives */
-    int64_t other_ns;         /* via CRITPATH_RANK outside them, and before the first op */
+    int64_t span_ns;                 /* the steps' spans; the sum of everything below */
+    int64_t (*op_ns)[4];             /* [ranks] owned: F, B, W, OPT time on the path */
+    int64_t wait_ns[CRITPATH_WAITS]; /* critpath_wait */
 } critpath_totals;
 
 /* A rank's F + B + W + OPT time on the path. */
@@ -71,7 +79,7 @@ int64_t critpath_rank_ns(const critpath_totals *t, int rank);
 #define CRITPATH_LIST_ALL 16
 #define CRITPATH_LIST_MOST 8
 int critpath_listed(const critpath_totals *t, int k);
-/* Adds p to t (t->ranks wide; ops of other ranks count in other_ns). */
+/* Adds p to t (t->ranks wide; ops of other ranks count in CRITPATH_OTHER). */
 void critpath_add(critpath_totals *t, const critpath_path *p);
 
 typedef struct critpath_report {

@@ -197,6 +197,9 @@ void report_balance(FILE *out, const whatif_report *r) {
 }
 
 void report_critpath(FILE *out, const critpath_report *r) {
+    static const char *const wait_labels[CRITPATH_WAITS] = {"hand-offs: an output crossing to another rank",
+                                                            "on a rank between its ops, sending or receiving",
+                                                            "on a rank between its ops, the rest"};
     if (!r->steps) return;
     const critpath_totals *t = &r->t;
     double steps = r->steps, span = (double)t->span_ns;
@@ -220,15 +223,9 @@ void report_critpath(FILE *out, const critpath_report *r) {
     if (ops > listed)
         fprintf(out, "  %-48s %10s %6s\n", "the other ranks", fmt_ns(a, sizeof a, (ops - listed) / steps),
                 fmt_pct(b, sizeof b, (ops - listed) / span));
-    const struct {
-        const char *what;
-        int64_t ns;
-    } waits[] = {{"hand-offs: an output crossing to another rank", t->handoff_ns},
-                 {"on a rank between its ops, sending or receiving", t->comm_ns},
-                 {"on a rank between its ops, the rest", t->other_ns}};
-    for (int k = 0; k < 3; k++)
-        fprintf(out, "  %-48s %10s %6s\n", waits[k].what, fmt_ns(a, sizeof a, waits[k].ns / steps),
-                fmt_pct(b, sizeof b, waits[k].ns / span));
+    for (int k = 0; k < CRITPATH_WAITS; k++)
+        fprintf(out, "  %-48s %10s %6s\n", wait_labels[k], fmt_ns(a, sizeof a, t->wait_ns[k] / steps),
+                fmt_pct(b, sizeof b, t->wait_ns[k] / span));
     fprintf(out, "  (an op on this path done t sooner ends the step at most t sooner; an op off it, not at all)\n");
 }
 
@@ -337,14 +334,8 @@ static void cmp_ops(FILE *out, const job_summary *js, const job_summary *os, int
 static void cmp_critpath(FILE *out, const job_compare *c) {
     const critpath_report *j = &c->path_job, *o = &c->path_other;
     if (!j->steps && !o->steps) return;
-    const struct {
-        const char *label;
-        int64_t job, other;
-    } rows[] = {{"critical path per step", j->t.span_ns, o->t.span_ns},
-                {"  hand-offs", j->t.handoff_ns, o->t.handoff_ns},
-                {"  sends and receives", j->t.comm_ns, o->t.comm_ns},
-                {"  the rest", j->t.other_ns, o->t.other_ns}};
-    cmp_ns_row(out, rows[0].label, critpath_per_step(o, rows[0].other), critpath_per_step(j, rows[0].job));
+    static const char *const wait_labels[CRITPATH_WAITS] = {"  hand-offs", "  sends and receives", "  the rest"};
+    cmp_ns_row(out, "critical path per step", critpath_per_step(o, o->t.span_ns), critpath_per_step(j, j->t.span_ns));
     const int *on = c->path_ranks, n = c->npath_ranks;
     char label[40];
     double sum[2] = {0, 0}; /* other, job: the ranks' ops, for more than CRITPATH_LIST_ALL */
@@ -360,8 +351,8 @@ static void cmp_critpath(FILE *out, const job_compare *c) {
         snprintf(label, sizeof label, "  ops of %d ranks", n);
         cmp_ns_row(out, label, o->steps ? sum[0] : NAN, j->steps ? sum[1] : NAN);
     }
-    for (int k = 1; k < 4; k++)
-        cmp_ns_row(out, rows[k].label, critpath_per_step(o, rows[k].other), critpath_per_step(j, rows[k].job));
+    for (int k = 0; k < CRITPATH_WAITS; k++)
+        cmp_ns_row(out, wait_labels[k], critpath_per_step(o, o->t.wait_ns[k]), critpath_per_step(j, j->t.wait_ns[k]));
 }
 
 /* "differs    microbatches: 8 in job 1, 16 in job 2", on three lines when

@@ -62,8 +62,8 @@ Test(critpath, a_hand_off_binds_when_the_input_comes_after_the_rank_is_free) {
     cr_assert_eq(t.op_ns[0][0], 10);
     cr_assert_eq(t.op_ns[1][0], 8);
     cr_assert_eq(t.op_ns[1][2], 0, "rank 1's W is off the path");
-    cr_assert_eq(t.handoff_ns, 2);
-    cr_assert_eq(t.comm_ns + t.other_ns, 0);
+    cr_assert_eq(t.wait_ns[CRITPATH_HANDOFF], 2);
+    cr_assert_eq(t.wait_ns[CRITPATH_COMM] + t.wait_ns[CRITPATH_OTHER], 0);
     free(t.op_ns);
     critpath_free(&p);
 }
@@ -237,7 +237,8 @@ Test(critpath, the_fixtures_1f1b_step_op_by_op, .timeout = 60) {
     for (int k = 0; k < 4; k++)
         for (int ph = 0; ph < 4; ph++)
             cr_assert_eq(r.t.op_ns[k][ph], 2 * want[k][ph], "rank %d, phase %d", k, ph);
-    cr_assert_eq(r.t.handoff_ns + r.t.comm_ns + r.t.other_ns, 0, "the fixture's outputs arrive as they are made");
+    cr_assert_eq(r.t.wait_ns[CRITPATH_HANDOFF] + r.t.wait_ns[CRITPATH_COMM] + r.t.wait_ns[CRITPATH_OTHER], 0,
+                 "the fixture's outputs arrive as they are made");
     critpath_report_free(&r);
     sqlite3_close(db);
     fixture_remove(path);

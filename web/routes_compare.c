@@ -45,9 +45,8 @@ static void path_json(jw *w, const critpath_report *p) {
     jw_arr(w);
     for (int k = 0; k < p->t.ranks; k++) jw_num(w, critpath_rank_per_step(p, k));
     jw_arr_end(w);
-    jw_knum(w, "handoff_ns", critpath_per_step(p, p->t.handoff_ns));
-    jw_knum(w, "comm_ns", critpath_per_step(p, p->t.comm_ns));
-    jw_knum(w, "other_ns", critpath_per_step(p, p->t.other_ns));
+    for (int k = 0; k < CRITPATH_WAITS; k++)
+        jw_knum(w, critpath_wait_keys[k], critpath_per_step(p, p->t.wait_ns[k]));
     jw_obj_end(w);
 }
 
@@ -140,15 +139,10 @@ static void change(jw *w, const job_summary *js, const job_summary *os, const jo
     const critpath_report *pj = &c->path_job, *po = &c->path_other;
     jw_key(w, "critical_path_per_step"); /* rank_ops_ns: the ranks either job has */
     jw_obj(w);
-    const struct {
-        const char *key;
-        int64_t job, other;
-    } sums[] = {{"span_ns", pj->t.span_ns, po->t.span_ns},
-                {"handoff_ns", pj->t.handoff_ns, po->t.handoff_ns},
-                {"comm_ns", pj->t.comm_ns, po->t.comm_ns},
-                {"other_ns", pj->t.other_ns, po->t.other_ns}};
-    for (size_t k = 0; k < sizeof sums / sizeof *sums; k++)
-        jw_knum(w, sums[k].key, ratio(critpath_per_step(pj, sums[k].job), critpath_per_step(po, sums[k].other)));
+    jw_knum(w, "span_ns", ratio(critpath_per_step(pj, pj->t.span_ns), critpath_per_step(po, po->t.span_ns)));
+    for (int k = 0; k < CRITPATH_WAITS; k++)
+        jw_knum(w, critpath_wait_keys[k],
+                ratio(critpath_per_step(pj, pj->t.wait_ns[k]), critpath_per_step(po, po->t.wait_ns[k])));
     jw_key(w, "rank_ops_ns");
     jw_arr(w);
     for (int k = 0; k < pj->t.ranks || k < po->t.ranks; k++)

@@ -379,9 +379,8 @@ static void critpath_totals_json(jw *w, const critpath_totals *t) {
         jw_obj_end(w);
     }
     jw_arr_end(w);
-    jw_kint(w, "handoff_ns", t->handoff_ns);
-    jw_kint(w, "comm_ns", t->comm_ns);
-    jw_kint(w, "other_ns", t->other_ns);
+    for (int k = 0; k < CRITPATH_WAITS; k++)
+        jw_kint(w, critpath_wait_keys[k], t->wait_ns[k]);
 }
 
 /* One step's path, op by op (?step=N), or the latest complete steps'
