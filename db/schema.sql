@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   id             INTEGER PRIMARY KEY,
   name           TEXT NOT NULL,          -- run id
   created_at     TEXT NOT NULL,          -- ISO 8601 UTC wall clock
-  status         TEXT NOT NULL,          -- running | succeeded | failed | stopped
+  status         TEXT NOT NULL,          -- running | succeeded | failed | stopped | lost (docs/schema.md)
   nnodes         INTEGER NOT NULL,
   world_size     INTEGER NOT NULL,
   schedule       TEXT NOT NULL,          -- 1f1b, zb-v, csv:FILE ...

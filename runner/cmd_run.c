@@ -308,7 +308,7 @@ static int check_job(run_job *job, pp_err *err) {
     if (cfg->model.kind == MODEL_GPT) {
         data_source *data = NULL;
         if (data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &data, err) != 0)
-            return pp_wrap(err, "--data");
+            return -1; /* its messages name --data */
         data_close(data);
     } else if (cfg->data[0]) {
         return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);

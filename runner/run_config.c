@@ -282,7 +282,7 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
 }
 
 int run_config_finish(run_config *cfg, pp_err *err) {
-    if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0) return pp_wrap(err, "--model");
+    if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0) return -1; /* its messages name --model */
     if (strcmp(cfg->dtype, "bf16") == 0 && strcmp(cfg->device, "cuda") != 0)
         return pp_fail(err, "--dtype bf16 needs --device cuda (the CPU backend computes in fp32)");
     int cuda = strcmp(cfg->device, "cuda") == 0;

@@ -20,13 +20,13 @@ static const char *fmt_ns(char *buf, size_t n, double ns) {
 }
 
 /* "512 B", "768 KiB", "1.5 MiB", "12 GiB" into buf: one decimal below 100
- * units unless the value is whole. */
+ * units unless it would be .0 ("16 KiB" for 16.02 KiB, as for 16). */
 static const char *fmt_bytes(char *buf, size_t n, int64_t bytes) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)bytes;
     int u = 0;
     while (v >= 1024 && u < 4) v /= 1024, u++;
-    if (u == 0 || v >= 100 || v == (double)(int64_t)v) snprintf(buf, n, "%.0f %s", v, units[u]);
+    if (u == 0 || v >= 100 || fmod(round(v * 10), 10) == 0) snprintf(buf, n, "%.0f %s", v, units[u]);
     else snprintf(buf, n, "%.1f %s", v, units[u]);
     return buf;
 }

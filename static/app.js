@@ -54,7 +54,7 @@ const fmtMs = (ns) => (ns / 1e6).toFixed(ns < 1e7 ? 3 : ns < 1e9 ? 2 : 0) + ' ms
 const fmtBytes = (b) => {
   let k = 0;
   for (; b >= 1024 && k < 4; k++) b /= 1024;
-  return (k === 0 || b >= 100 || Number.isInteger(b) ? b.toFixed(0) : b.toFixed(1)) + ' ' + ['B', 'KiB', 'MiB', 'GiB', 'TiB'][k];
+  return (k === 0 || b >= 100 || Math.round(b * 10) % 10 === 0 ? b.toFixed(0) : b.toFixed(1)) + ' ' + ['B', 'KiB', 'MiB', 'GiB', 'TiB'][k];
 };
 
 // ---- state -----------------------------------------------------------------

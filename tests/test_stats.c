@@ -263,6 +263,8 @@ Test(stats, a_slow_stage_holds_the_critical_path, .timeout = 240) {
     cr_assert_gt(share[3], 50, "rank 3 holds most of the path\n%s", p.out);
     for (int r = 0; r < 3; r++)
         cr_assert_gt(share[3], 4 * share[r], "rank 3 holds far more than rank %d\n%s", r, p.out);
+    /* 16 KiB of activations and a few bytes of weights: "16 KiB" both, not "16.0 KiB" beside "16 KiB" */
+    cr_assert_null(strstr(p.out, ".0 KiB"), "%s", p.out);
     lt_free(&p);
     lt_free(&run);
 }
