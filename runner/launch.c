@@ -7,7 +7,10 @@
  *   pprun/a/K/node/R         node R joined attempt K (value: its host)
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
  *                            ("", or "stop R SIG": node R, stopped by SIG
- *                            after attempt K-1, calls attempt K off)
+ *                            after attempt K-1, calls attempt K off;
+ *                            "refused R WHY": node R is of another shape;
+ *                            "timeout N WHY": node 0 gave up, N had joined)
+ *   pprun/a/K/left, left_all nodes that read node 0's timeout; the last sets left_all
  *   pprun/a/K/failcount      the first node to fail (count 1) writes
  *   pprun/a/K/fail           the root cause (launch_failure as text), then
  *   pprun/a/K/end            the attempt is over for everyone
@@ -378,6 +381,31 @@ static int setup_store(job *j, pp_err *err) {
     return 0;
 }
 
+/* Node 0's rendezvous timeout ends it on the nodes that came too, with
+ * node 0's reason: it serves the store, and they would otherwise see only
+ * the store go away. It keeps the store up until they have read it (each
+ * adds to pprun/a/K/left, the last sets left_all), 5 s at most. */
+static void tell_the_timeout(job *j, int attempt, int joined, const char *why) {
+    pp_err serr;
+    char k[128], text[sizeof serr.msg + 24];
+    key(k, sizeof k, attempt, "go");
+    snprintf(text, sizeof text, "timeout %d %s", joined, why);
+    if (store_set(j->ctl, k, text, strlen(text), &serr) != 0 || joined < 2) return;
+    key(k, sizeof k, attempt, "left_all");
+    const char *keys[1] = {k};
+    wait_keys(j, keys, 1, 5000, &serr); /* best effort: a node that never reads it is not waited for longer */
+}
+
+static void read_the_timeout(job *j, int attempt, int joined) {
+    char k[128];
+    int64_t left;
+    pp_err serr;
+    key(k, sizeof k, attempt, "left");
+    if (store_add(j->ctl, k, 1, &left, &serr) != 0 || left != joined - 1) return;
+    key(k, sizeof k, attempt, "left_all");
+    store_set(j->ctl, k, "", 0, &serr);
+}
+
 /* Every node joins attempt K; the last one opens it. On timeout, names the
  * node ranks that never came. 3 (err says who) when a node stopped by a
  * signal after attempt K-1 called the restart off. 4 when another launcher
@@ -415,12 +443,15 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
         size_t len;
         int g = store_get(j->ctl, go, &v, &len, err);
         if (g < 0) return -1;
-        int node = -1, sig = 0, at = 0;
+        int node = -1, sig = 0, at = 0, joined = 0;
         int called_off = g == 0 && sscanf(v, "stop %d %d", &node, &sig) == 2;
         int refused = g == 0 && sscanf(v, "refused %d %n", &node, &at) == 1 && at > 0;
+        int timed_out = g == 0 && sscanf(v, "timeout %d %n", &joined, &at) == 1 && at > 0;
         if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, (char *)v + at);
+        if (timed_out) pp_fail(err, "node rank 0: %s", (char *)v + at);
         if (g == 0) free(v);
-        if (refused) return -1;
+        if (timed_out) read_the_timeout(j, attempt, joined);
+        if (refused || timed_out) return -1;
         if (!called_off) return 0;
         char name[16];
         pp_fail(err, "node rank %d was stopped by %s: attempt %d is not started", node, launch_signal_name(sig, name),
@@ -442,9 +473,13 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
         }
         if (nmiss++ < 32 && m + 16 < sizeof missing) m += (size_t)snprintf(missing + m, sizeof missing - m, "%s%d", m ? ", " : "", r);
     }
-    return pp_fail(err, "rendezvous timed out after %.0fs (--rdzv-timeout): node rank%s %s%s never joined (store at %s, %d of %d nodes joined)",
-                   (double)o->rdzv_timeout_ns / 1e9, nmiss > 1 ? "s" : "", missing, nmiss > 32 ? ", ..." : "",
-                   j->store_addr, o->nnodes - (int)nmiss, o->nnodes);
+    pp_fail(err,
+            "rendezvous timed out after %.0fs (--rdzv-timeout): node rank%s %s%s never joined (store at %s, %d of %d "
+            "nodes joined)",
+            (double)o->rdzv_timeout_ns / 1e9, nmiss > 1 ? "s" : "", missing, nmiss > 32 ? ", ..." : "", j->store_addr,
+            o->nnodes - (int)nmiss, o->nnodes);
+    if (o->node_rank == 0) tell_the_timeout(j, attempt, o->nnodes - (int)nmiss, err->msg);
+    return -1;
 }
 
 /* --- the job ---------------------------------------------------------------------- */
