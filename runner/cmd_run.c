@@ -545,6 +545,14 @@ static int start_tracing(run_job *job, const launch_info *info, store_client *st
 
 static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     run_job *job = ctx;
+    if (info->attempt > 0) {
+        /* A restarted attempt runs again from its checkpoint, or from step
+         * 0 without one: the display shows those steps again. */
+        int latest;
+        pp_err ignored;
+        job->progress_next =
+            engine_checkpoint_to_load(&job->cfg, info->run_id, &latest, &ignored) == 0 ? latest + 1 : 0;
+    }
     /* The display lives for one attempt: it reads the store, which is up
      * only while launch_job runs. */
     if (info->node_rank == 0 &&

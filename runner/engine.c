@@ -137,19 +137,20 @@ int engine_init(engine *e, pp_err *err) {
             return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
                            "transport (devcomm) is open", e->rank, s, nb[0] != e->rank ? nb[0] : nb[1]);
     }
-    /* A checkpoint is loaded when the user asked to --resume, or when this
-     * run wrote it (a restarted attempt); never one another run left. */
     e->start_step = 0;
-    int latest;
+    int latest, rc = engine_checkpoint_to_load(e->cfg, e->run_id, &latest, err);
+    return rc == 0 ? load_checkpoint(e, latest, err) : rc < 0 ? -1 : 0;
+}
+
+int engine_checkpoint_to_load(const run_config *cfg, const char *run_id, int *step, pp_err *err) {
     char writer[256];
-    pp_err *why = e->cfg->resume ? err : NULL; /* without --resume, no latest just means a fresh start */
-    if (!e->cfg->checkpoint_dir[0] ||
-        engine_checkpoint_latest(e->cfg->checkpoint_dir, &latest, writer, sizeof writer, why) != 0) {
-        if (e->cfg->resume) return pp_wrap(err, "--resume: no complete checkpoint in %s", e->cfg->checkpoint_dir);
-        return 0;
+    pp_err *why = cfg->resume ? err : NULL; /* without --resume, no latest just means a fresh start */
+    if (!cfg->checkpoint_dir[0] ||
+        engine_checkpoint_latest(cfg->checkpoint_dir, step, writer, sizeof writer, why) != 0) {
+        if (cfg->resume) return pp_wrap(err, "--resume: no complete checkpoint in %s", cfg->checkpoint_dir);
+        return 1;
     }
-    if (e->cfg->resume || strcmp(writer, e->run_id) == 0) return load_checkpoint(e, latest, err);
-    return 0;
+    return cfg->resume || strcmp(writer, run_id) == 0 ? 0 : 1;
 }
 
 void engine_free(engine *e) {

@@ -83,6 +83,11 @@ void engine_stage_neighbours(const sched_plan *plan, int s, int self, int nb[2])
  * step and run_id, or -1 with err saying why (no latest, or not "N RUN_ID"
  * with N a step --steps allows). */
 int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n, pp_err *err);
+/* The checkpoint a rank of run `run_id` starts from: DIR/latest when the
+ * user asked to --resume, or when this run wrote it (a restarted attempt);
+ * never one another run left. 0 with *step set; 1: none, a fresh start;
+ * -1 with err: --resume without a complete checkpoint. */
+int engine_checkpoint_to_load(const run_config *cfg, const char *run_id, int *step, pp_err *err);
 /* Writes DIR/latest atomically (write, fsync, rename). */
 int engine_checkpoint_mark_latest(const char *dir, int step, const char *run_id, pp_err *err);
 

@@ -190,6 +190,21 @@ Test(run, a_restarted_job_resumes_from_its_checkpoint_bit_for_bit) {
     free(text);
 }
 
+/* A restart without a checkpoint runs steps 0 and 1 again: the progress
+ * lines show them again rather than going quiet until step 2. */
+Test(run, a_restart_shows_the_steps_it_runs_again) {
+    char *out = NULL;
+    int rc = run_job("reshown", 2, "1f1b", 0, 4, "--fail-at step=2,rank=1 --max-restarts 1 --progress auto", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    int shown[3] = {0, 0, 0};
+    for (const char *p = out; (p = strstr(p, "step ")); p++) {
+        int done, steps;
+        if (sscanf(p, "step %d/%d loss", &done, &steps) == 2 && steps == 3 && done >= 1 && done <= 3) shown[done - 1]++;
+    }
+    cr_assert(shown[0] == 2 && shown[1] == 2 && shown[2] == 1, "steps 1 and 2 twice, 3 once:\n%s", out);
+    free(out);
+}
+
 Test(run, resume_flag_continues_a_finished_checkpoint) {
     char *out = NULL, extra[512];
     snprintf(extra, sizeof extra, "--checkpoint-dir %s/ck --checkpoint-every 1", tmpdir);
