@@ -1,9 +1,10 @@
 /* test_disk_full.c: the trace database on a disk that fills up, on real
  * files. A db_open that fails leaves no file it created behind (and never
- * removes one that was there). Files are made to fill up two ways:
- * RLIMIT_FSIZE (writes past it fail, for any user) and, as root, a small
- * tmpfs mounted in a mount namespace of the test's own (`unshare -m`), a
- * real full disk. */
+ * removes one that was there); a trace that fills the disk during a run
+ * stops, the training goes on, and the launcher and the readers say what
+ * happened. Files are made to fill up two ways: RLIMIT_FSIZE (writes past
+ * it fail, for any user) and, as root, a small tmpfs mounted in a mount
+ * namespace of the test's own (`unshare -m`), a real full disk. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "db/alive.h"
 #include "db/db.h"
 #include "helpers/trace_fixture.h"
 
@@ -106,6 +108,34 @@ Test(disk_full, a_failed_open_never_removes_a_file_that_was_there) {
     sqlite3_close(s);
 }
 
+/* A reader of a job whose launcher ended without writing its end cannot
+ * tell a SIGKILL from a database it could no longer write: it names both. */
+Test(disk_full, a_lost_job_says_its_database_may_have_been_full) {
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        cJSON *o = cJSON_CreateObject();
+        char *text = alive_identity(o) == 0 ? cJSON_PrintUnformatted(o) : NULL;
+        if (text) (void)!write(fds[1], text, strlen(text));
+        _exit(0);
+    }
+    close(fds[1]);
+    char json[2048];
+    size_t len = 0;
+    ssize_t k;
+    while (len + 1 < sizeof json && (k = read(fds[0], json + len, sizeof json - 1 - len)) > 0) len += (size_t)k;
+    json[len] = 0;
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    char why[512];
+    cr_assert_eq(alive_check(json, why, sizeof why), ALIVE_GONE, "%s", json);
+    cr_assert(strstr(why, "ended without recording how the job ended") && strstr(why, "SIGKILL") &&
+                  strstr(why, "could not write the database (e.g. disk full)"),
+              "%s", why);
+}
+
 /* ---- a real full disk: a small tmpfs (root, a mount namespace) ------------ */
 
 /* Runs cmd with sh; its exit status. */
@@ -159,4 +189,42 @@ Test(disk_full, pprun_run_on_a_full_disk_leaves_no_database_behind) {
     cr_assert(strstr(slurp(out, "err.txt"), want), "want '%s' in\n%s", want, slurp(out, "err.txt"));
     cr_assert_str_eq(slurp(out, "rc.txt"), "2\n");
     cr_assert_str_eq(slurp(out, "ls.txt"), "fill\n", "the failed run left a file behind");
+}
+
+/* The trace fills the disk partway: the collector stops writing, the
+ * training goes on to its last step, pprun exits 1 naming the file and the
+ * full disk, and the readers say so too: the job's end is recorded with
+ * the trace's failure as a rule (the transaction that failed gave its room
+ * back); where even that could not be written, the job reads as lost, with
+ * a full disk among the causes. */
+Test(disk_full, a_trace_that_fills_the_disk_stops_and_the_training_goes_on) {
+    const char *mnt = tfix_mkdir("mnt");
+    char out[512];
+    snprintf(out, sizeof out, "%s", tfix_mkdir("out"));
+    need_tmpfs(mnt);
+    int steps = 200;
+    int rc = sh("unshare -m sh -c 'mount -t tmpfs -o size=1m tmpfs %s && "
+                "%s run --db %s/t.db --steps %d --nproc-per-node 2 --model " TIMED " --progress off "
+                "--metrics %s/m.jsonl >%s/out.txt 2>%s/err.txt; echo $? >%s/rc.txt; "
+                "%s stats --db %s/t.db >%s/stats.txt 2>&1'",
+                mnt, PPRUN_BIN, mnt, steps, out, out, out, out, PPRUN_BIN, mnt, out);
+    cr_assert_eq(rc, 0);
+    const char *err = slurp(out, "err.txt"), *stats = slurp(out, "stats.txt");
+    cr_assert_str_eq(slurp(out, "rc.txt"), "1\n", "%s", err);
+    char want[600];
+    snprintf(want, sizeof want, "pprun collector: %s/t.db: disk full while", mnt);
+    cr_assert(strstr(err, want) && strstr(err, "no more trace records are written, the training goes on"),
+              "want '%s' in\n%s", want, err);
+    int lines = 0;
+    for (const char *p = slurp(out, "m.jsonl"); (p = strchr(p, '\n')); p++) lines++;
+    cr_assert_eq(lines, steps, "every step trained:\n%s", err);
+    if (strstr(err, "the job's end (succeeded) could not be recorded")) {
+        cr_assert(strstr(stats, "device cpu  lost\n") &&
+                      strstr(stats, "could not write the database (e.g. disk full)"),
+                  "%s", stats);
+    } else {
+        snprintf(want, sizeof want, "succeeded (exit 1)\nfailure    the trace stopped early: %s/t.db: disk full while",
+                 mnt);
+        cr_assert(strstr(stats, want), "want '%s' in\n%s\n%s", want, stats, err);
+    }
 }
