@@ -59,8 +59,6 @@ int db_fail(db *d, int rc, const char *what, pp_err *err) {
     int sys = d && d->sql ? sqlite3_system_errno(d->sql) : 0;
     if ((rc & 0xff) == SQLITE_IOERR && (sys == ENOSPC || sys == EDQUOT))
         return pp_fail(err, "%s: disk full while %s (%s: %s)", path, what, msg, strerror(sys));
-    if ((rc & 0xff) == SQLITE_IOERR && sys)
-        return pp_fail(err, "%s: I/O error while %s (%s: %s)", path, what, msg, strerror(sys));
     switch (rc & 0xff) {
     case SQLITE_FULL:
         return pp_fail(err, "%s: disk full while %s (SQLITE_FULL: %s)", path, what, msg);
@@ -197,8 +195,11 @@ static const char *side_file(const char *path, const char *suffix, char *buf, si
 
 /* Creates path when nothing is there: 1 when this call made it (O_EXCL
  * says so exactly, whoever else opens the path at the same moment), else
- * 0 (it was there, or cannot be made: SQLite's open then says why). */
+ * 0 (it was there, or cannot be made: SQLite's open then says why). Names
+ * that SQLite does not take for a file of that name (in-memory, a
+ * temporary file, a URI where this SQLite reads them) are left to it. */
 static int create_new(const char *path) {
+    if (!path[0] || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0) return 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644); /* SQLite's own mode for a new file */
     if (fd < 0) return 0;
     close(fd);
