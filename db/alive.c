@@ -1,6 +1,7 @@
 /* alive.c: is a job's launcher still there? A job's row says `running`
  * until its launcher records how the job ended, and a launcher killed by
- * SIGKILL or the OOM killer, or whose machine went down, never does. So
+ * SIGKILL or the OOM killer, or whose machine went down, never does (nor
+ * one that cannot write the database any more: a full disk). So
  * `pprun run` records who its launcher is (config_json "launcher": host,
  * boot id, pid namespace, pid and the process's start time), and a reader
  * on the same machine can tell when that process is gone: the job is then
@@ -111,8 +112,8 @@ int alive_check(const char *config_json, char *why, size_t n) {
     verdict = ALIVE_GONE;
     if (why)
         snprintf(why, n,
-                 "its launcher (pid %s on %s) ended without recording how the job ended (killed, e.g. by SIGKILL or "
-                 "the OOM killer)",
+                 "its launcher (pid %s on %s) ended without recording how the job ended: it was killed (e.g. by "
+                 "SIGKILL or the OOM killer), or it could not write the database (e.g. disk full)",
                  pidtext, host);
 out:
     cJSON_Delete(o);

@@ -6,6 +6,7 @@
 #include "db/db.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,11 @@ struct db {
 int db_fail(db *d, int rc, const char *what, pp_err *err) {
     const char *path = d ? d->path : "database";
     const char *msg = d && d->sql ? sqlite3_errmsg(d->sql) : sqlite3_errstr(rc);
+    /* SQLite says SQLITE_FULL only where it checks for ENOSPC itself; a
+     * full disk met while growing the -shm index is a plain I/O error. */
+    int sys = d && d->sql ? sqlite3_system_errno(d->sql) : 0;
+    if ((rc & 0xff) == SQLITE_IOERR && (sys == ENOSPC || sys == EDQUOT))
+        return pp_fail(err, "%s: disk full while %s (%s: %s)", path, what, msg, strerror(sys));
     switch (rc & 0xff) {
     case SQLITE_FULL:
         return pp_fail(err, "%s: disk full while %s (SQLITE_FULL: %s)", path, what, msg);
@@ -140,7 +146,10 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
 static int apply(db *d, const char *sql, int64_t from, int64_t to, pp_err *err) {
     if (!sql) return pp_fail(err, "%s: the schema is not compiled into this binary", d->path);
     char what[64], pragma[64];
-    snprintf(what, sizeof what, "migrating the schema to version %lld", (long long)to);
+    if (from == 0)
+        snprintf(what, sizeof what, "creating the schema");
+    else
+        snprintf(what, sizeof what, "migrating the schema to version %lld", (long long)to);
     snprintf(pragma, sizeof pragma, "PRAGMA user_version = %lld", (long long)to);
     if (exec(d, "BEGIN IMMEDIATE", what, err) != 0) return -1;
     int64_t now = from;
@@ -178,7 +187,49 @@ static int switch_to_wal(db *d, pp_err *err) {
     }
 }
 
+/* path + suffix in buf, or "" when it does not fit. */
+static const char *side_file(const char *path, const char *suffix, char *buf, size_t n) {
+    if (snprintf(buf, n, "%s%s", path, suffix) >= (int)n) buf[0] = 0;
+    return buf;
+}
+
+/* Creates path when nothing is there: 1 when this call made it (O_EXCL
+ * says so exactly, whoever else opens the path at the same moment), else
+ * 0 (it was there, or cannot be made: SQLite's open then says why). Names
+ * that SQLite does not take for a file of that name (in-memory, a
+ * temporary file, a URI where this SQLite reads them) are left to it. */
+static int create_new(const char *path) {
+    if (!path[0] || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0) return 0;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644); /* SQLite's own mode for a new file */
+    if (fd < 0) return 0;
+    close(fd);
+    return 1;
+}
+
+static int open_file(const char *path, db **out, pp_err *err);
+
+/* A db_open that fails leaves the file as it found it: a file it created
+ * (and the -wal and -shm beside it that were not there before) is
+ * removed, so a full disk or a failed first step leaves no empty or
+ * half-made database for the next run or a reader to stumble on. A file
+ * that was there is never removed. */
 int db_open(const char *path, db **out, pp_err *err) {
+    char wal[4096], shm[4096];
+    int had_wal = access(side_file(path, "-wal", wal, sizeof wal), F_OK) == 0;
+    int had_shm = access(side_file(path, "-shm", shm, sizeof shm), F_OK) == 0;
+    int created = create_new(path);
+    if (open_file(path, out, err) == 0) return 0;
+    if (created) {
+        /* Another run starting on the same new path at this moment may
+         * have opened it too; it is failing on the same disk as a rule. */
+        unlink(path);
+        if (!had_wal && wal[0]) unlink(wal);
+        if (!had_shm && shm[0]) unlink(shm);
+    }
+    return -1;
+}
+
+static int open_file(const char *path, db **out, pp_err *err) {
     db *d = calloc(1, sizeof *d);
     if (!d || !(d->path = strdup(path))) {
         free(d);

@@ -828,25 +828,34 @@ int cmd_run(int argc, char **argv) {
     }
 
     /* Everything the ranks recorded reaches the database, dead ranks too. */
+    pp_err trace_err = {""};
     if (job.coll) {
-        if (collector_stop(job.coll, &err) != 0) {
-            fprintf(stderr, "pprun run: trace collector: %s\n", err.msg);
+        if (collector_stop(job.coll, &trace_err) != 0) {
+            fprintf(stderr, "pprun run: trace collector: %s\n", trace_err.msg);
             if (exit_code == 0) exit_code = 1;
         }
         job.coll = NULL;
     }
     if (job.db) {
-        plan_at_the_end(&job);
+        /* After a failed write (a full disk) what room is left goes to the
+         * job's end, not to the plan. */
+        if (!trace_err.msg[0]) plan_at_the_end(&job);
         char failure[sizeof err.msg + 64] = "";
         if (lrc != 0)
             snprintf(failure, sizeof failure, "%s", err.msg);
         else if (res.status != LAUNCH_OK)
             failure_text(&res, failure, sizeof failure);
+        else if (trace_err.msg[0]) /* the training succeeded, its trace did not: why pprun exits 1 */
+            snprintf(failure, sizeof failure, "the trace stopped early: %s", trace_err.msg);
         pp_err ferr;
         int failed_rank = lrc == 0 && res.status == LAUNCH_FAILED ? res.failure.global_rank : -1;
-        if (db_finish_job(job.db, job.job_id, lrc != 0 ? "failed" : job_status(&res), exit_code, failed_rank,
-                          failure[0] ? failure : NULL, &ferr) != 0) {
-            fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, ferr.msg);
+        const char *status = lrc != 0 ? "failed" : job_status(&res);
+        if (db_finish_job(job.db, job.job_id, status, exit_code, failed_rank, failure[0] ? failure : NULL, &ferr) !=
+            0) {
+            fprintf(stderr,
+                    "pprun run: --db %s: the job's end (%s) could not be recorded: %s; readers on this machine "
+                    "will show job %lld as lost\n",
+                    job.cfg.db, status, ferr.msg, (long long)job.job_id);
             if (exit_code == 0) exit_code = 1;
         }
         if (exit_code == 0) { /* where the time went, in two lines */

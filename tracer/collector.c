@@ -105,12 +105,14 @@ struct collector {
     pp_err err;
 };
 
+/* The first failure stops the trace, never the training (a full disk
+ * under the database must not kill a job that can finish). */
 static void set_error(collector *c, const pp_err *e) {
     pthread_mutex_lock(&c->err_mu);
     if (!c->failed) {
         c->failed = 1;
         c->err = *e;
-        fprintf(stderr, "pprun collector: %s\n", e->msg);
+        fprintf(stderr, "pprun collector: %s; no more trace records are written, the training goes on\n", e->msg);
     }
     pthread_mutex_unlock(&c->err_mu);
 }
@@ -466,9 +468,13 @@ static int ingest_frames(collector *c, conn *k) {
                           c->cfg.world_size);
                 return -1;
             }
-            int rc = !c->offset_recorded[fr.rank]
-                         ? db_update_rank(c->cfg.db, c->cfg.job_id, fr.rank, 0, fr.clock_offset_ns, &e)
-                         : db_set_clock_offset(c->cfg.db, c->cfg.job_id, fr.rank, fr.clock_offset_ns, &e);
+            /* Once a write failed nothing more is written (what room the
+             * rolled-back transaction left goes to the job's end). */
+            int rc = 0;
+            if (!c->offset_recorded[fr.rank] && !has_failed(c))
+                rc = db_update_rank(c->cfg.db, c->cfg.job_id, fr.rank, 0, fr.clock_offset_ns, &e);
+            else if (c->offset_recorded[fr.rank])
+                rc = db_set_clock_offset(c->cfg.db, c->cfg.job_id, fr.rank, fr.clock_offset_ns, &e);
             if (rc != 0) {
                 set_error(c, &e);
                 return -1;
