@@ -622,6 +622,13 @@ static int rank_env(void *ctx, const launch_info *info, int local_rank, int glob
     return 0;
 }
 
+/* db's messages start with the file's name; the lines that print them
+ * name it already, after --db. */
+static const char *without_path(const char *msg, const char *path) {
+    size_t n = strlen(path);
+    return strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0 ? msg + n + 2 : msg;
+}
+
 /* Shared-memory rings a rank created before a peer attached (the peer died
  * first) are removed once the attempt's workers are gone. */
 static void after_attempt(void *ctx, const launch_info *info, const launch_result *res) {
@@ -786,7 +793,7 @@ int cmd_run(int argc, char **argv) {
      * it must exist first). */
     int db_existed = access(job.cfg.db, F_OK) == 0;
     if (job.cfg.trace && job.lo.node_rank == 0 && db_open(job.cfg.db, &job.db, &err) != 0) {
-        fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, err.msg);
+        fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, without_path(err.msg, job.cfg.db));
         goto out;
     }
     if (job.cfg.serve && job.lo.node_rank == 0) {
@@ -804,7 +811,7 @@ int cmd_run(int argc, char **argv) {
     }
     int nlost = 0;
     if (job.db && (db_mark_lost(job.db, &nlost, &err) != 0 || write_job(&job, &err) != 0)) {
-        fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, err.msg);
+        fprintf(stderr, "pprun run: --db %s: %s\n", job.cfg.db, without_path(err.msg, job.cfg.db));
         goto out;
     }
     if (nlost)
@@ -855,7 +862,7 @@ int cmd_run(int argc, char **argv) {
             fprintf(stderr,
                     "pprun run: --db %s: the job's end (%s) could not be recorded: %s; readers on this machine "
                     "will show job %lld as lost\n",
-                    job.cfg.db, status, ferr.msg, (long long)job.job_id);
+                    job.cfg.db, status, without_path(ferr.msg, job.cfg.db), (long long)job.job_id);
             if (exit_code == 0) exit_code = 1;
         }
         if (exit_code == 0) { /* where the time went, in two lines */

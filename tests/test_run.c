@@ -296,6 +296,16 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
     }
 }
 
+/* A database that cannot be made is named once, after --db, with why. */
+Test(run, an_impossible_database_is_named_once) {
+    char *out = NULL;
+    int rc = sh(&out, "%s run --progress off --steps 1 --db /nonexistent/dir/t.db", PPRUN_BIN);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "pprun run: --db /nonexistent/dir/t.db: cannot open the file while"), "%s", out);
+    cr_assert_null(strstr(out, "t.db: /nonexistent"), "%s", out);
+    free(out);
+}
+
 /* A damaged checkpoint-dir/latest is named as such: a step past what --steps
  * allows (it overflowed an int, then step + 1) and stray text are refused
  * before anything starts, not read as another step or as no file. */
