@@ -598,6 +598,30 @@ Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {
     webclient_free(&r);
 }
 
+/* CREATE TEMP TABLE and its kin get a 403 that says what is wrong and
+ * what to write instead, not the INSERT into sqlite_temp_master SQLite asks
+ * about first; the server's pooled connections are left as they were. */
+Test(web, sql_refuses_temporary_objects_naming_the_problem) {
+    static const char *const bad[] = {
+        "{\"sql\": \"CREATE TEMP TABLE t(x)\"}",
+        "{\"sql\": \"CREATE TEMP VIEW v AS SELECT 1\"}",
+        "{\"sql\": \"CREATE TEMP TRIGGER tr AFTER INSERT ON jobs BEGIN SELECT 1; END\"}",
+        "{\"sql\": \"DROP TABLE IF EXISTS temp.t\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        webclient_resp r = post_sql(bad[i]);
+        cr_assert_eq(r.status, 403, "%s -> %d %s", bad[i], r.status, r.body);
+        cr_assert(strstr(r.body, "temporary"), "%s -> %s", bad[i], r.body);
+        cr_assert(strstr(r.body, "WITH name AS (SELECT ...)"), "%s -> %s", bad[i], r.body);
+        cr_assert_null(strstr(r.body, "sqlite_temp_master"), "%s -> %s", bad[i], r.body);
+        webclient_free(&r);
+    }
+    webclient_resp r = post_sql("{\"sql\": \"SELECT count(*) FROM sqlite_temp_master\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "[[0]]"), "no temporary object was made: %s", r.body);
+    webclient_free(&r);
+}
+
 Test(web, sql_time_limit_and_row_cap) {
     http_stop(srv);
     pp_err err;
