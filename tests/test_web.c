@@ -1006,6 +1006,40 @@ Test(web_auth, with_a_token_every_api_request_must_carry_it, .init = NULL) {
     teardown();
 }
 
+/* RFC 7235 2.1: the scheme is case-insensitive ("bearer" from curl users
+ * and proxies), and spaces or tabs may repeat before the token; anything
+ * else around the scheme is still refused. */
+Test(web_auth, the_bearer_scheme_in_any_case_and_repeated_blanks_are_accepted, .init = NULL) {
+    start_with(1, "running", (http_options){.token = "s3cret-token"});
+    static const char *const good[] = {
+        "Authorization: bearer s3cret-token\r\n", "Authorization: BEARER s3cret-token\r\n",
+        "Authorization: BeArEr s3cret-token\r\n", "Authorization: Bearer   s3cret-token\r\n",
+        "Authorization: Bearer\ts3cret-token\r\n", "Authorization: bearer \t s3cret-token\r\n",
+    };
+    static const char *const bad[] = {
+        "Authorization: Bearers3cret-token\r\n",   "Authorization: Bearer-s3cret-token\r\n",
+        "Authorization: Beare s3cret-token\r\n",   "Authorization: Basic s3cret-token\r\n",
+        "Authorization: xBearer s3cret-token\r\n", "Authorization: Bearer S3CRET-TOKEN\r\n",
+        "Authorization: Bearer\r\n",               "Authorization: bearer s3cret-token s3cret-token\r\n",
+    };
+    const char *paths[] = {"/api/jobs", "/metrics"};
+    for (int p = 0; p < 2; p++) {
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+            webclient_resp r;
+            cr_assert_eq(webclient_request(port, "GET", paths[p], good[i], NULL, &r), 0);
+            cr_assert_eq(r.status, 200, "%s with %s: %d %s", paths[p], good[i], r.status, r.body);
+            webclient_free(&r);
+        }
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            webclient_resp r;
+            cr_assert_eq(webclient_request(port, "GET", paths[p], bad[i], NULL, &r), 0);
+            cr_assert_eq(r.status, 401, "%s with %s: %d", paths[p], bad[i], r.status);
+            webclient_free(&r);
+        }
+    }
+    teardown();
+}
+
 /* ---- live stream ------------------------------------------------------------ */
 
 typedef struct stream {
