@@ -1087,6 +1087,23 @@ static long events_delivered(const char *buf) {
     return total;
 }
 
+/* Reads until `want` events have arrived (or 30 s pass without them: then
+ * 0); by the clock, since a fast stream gives many reads a second. */
+static int stream_wait_events(stream *s, long want) {
+    uint64_t deadline = pp_now_ns() + 30ull * 1000000000ull;
+    while (events_delivered(s->buf) < want && pp_now_ns() < deadline) {
+        struct pollfd p = {.fd = s->fd, .events = POLLIN};
+        if (poll(&p, 1, 10) == 1) {
+            if (s->len == s->cap) s->buf = realloc(s->buf, (s->cap *= 2) + 1);
+            ssize_t n = recv(s->fd, s->buf + s->len, s->cap - s->len, 0);
+            if (n <= 0) break;
+            s->len += (size_t)n;
+            s->buf[s->len] = 0;
+        }
+    }
+    return events_delivered(s->buf) == want;
+}
+
 static void *append_later(void *arg) {
     (void)arg;
     pp_err err;
@@ -1238,6 +1255,64 @@ Test(web_live, the_257th_stream_is_refused, .timeout = 60) {
     webclient_free(&r);
     cr_assert(stream_wait(&s[255], "event: hello\n"), "%s", s[255].buf);
     for (int i = 0; i < 256; i++) stream_close(&s[i]);
+    teardown();
+}
+
+/* The server's unsent stream bytes, as /metrics reports them. */
+static double unsent_bytes(void) {
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/metrics", NULL, NULL, &r), 0);
+    const char *p = strstr(r.body, "\npprun_live_unsent_bytes ");
+    cr_assert(p, "%s", r.body);
+    double v = strtod(p + 25, NULL);
+    webclient_free(&r);
+    return v;
+}
+
+/* Clients that open streams replaying a long job and never read: the
+ * server holds at most 64 MiB of unsent messages for all of them (plus one
+ * poll's, about 2 MiB), not 8 MiB each; a client that then reads gets its
+ * whole stream, exactly. */
+Test(web_live, streams_whose_clients_never_read_hold_64_mib_in_all, .timeout = 240) {
+    enum { NSTREAMS = 256, STEPS = 800 };
+    start_with(STEPS, "running", (http_options){.live_poll_ms = 20, .max_conns_per_ip = 400, .max_conns = 600});
+    static stream s[NSTREAMS];
+    for (int i = 0; i < NSTREAMS; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        s[i].fd = socket(AF_INET, SOCK_STREAM, 0);
+        int small = 4096; /* before connect: the window stays small, the kernel holds little for us */
+        setsockopt(s[i].fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        cr_assert_eq(connect(s[i].fd, (struct sockaddr *)&a, sizeof a), 0);
+        const char *req = "GET /api/jobs/1/live HTTP/1.1\r\nHost: x\r\nLast-Event-ID: 0.-1.-1.-1\r\n\r\n";
+        cr_assert_eq(send(s[i].fd, req, strlen(req), 0), (ssize_t)strlen(req));
+        s[i].cap = 1 << 20;
+        s[i].buf = malloc(s[i].cap + 1);
+        s[i].buf[0] = 0;
+    }
+    /* Until the buffers stop growing: the same value for 2 s running. */
+    double most = 0, prev = -1;
+    for (int still = 0, k = 0; still < 40 && k < 3000; k++) {
+        double v = unsent_bytes();
+        if (v > most) most = v;
+        still = v == prev ? still + 1 : 0;
+        prev = v;
+        usleep(50000);
+    }
+    const double mib = 1024.0 * 1024.0;
+    cr_assert_leq(most, 68 * mib, "%.1f MiB unsent: past 64 MiB and one poll's messages", most / mib);
+    /* 256 streams, a few MiB each to send: the budget is reached. */
+    cr_assert_geq(most, 48 * mib, "only %.1f MiB unsent: the streams did not fill, the test shows nothing",
+                  most / mib);
+
+    /* A client that reads again gets the whole job, nothing lost nor twice. */
+    char last_step[32];
+    snprintf(last_step, sizeof last_step, "\"step\":%d,", STEPS - 1);
+    cr_assert(stream_wait_events(&s[0], (long)STEPS * FIXTURE_EVENTS_PER_STEP), "%ld events",
+              events_delivered(s[0].buf));
+    cr_assert(stream_wait(&s[0], last_step), "%.200s", s[0].buf);
+    for (int i = 0; i < NSTREAMS; i++) stream_close(&s[i]);
     teardown();
 }
 
