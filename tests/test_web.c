@@ -1087,10 +1087,10 @@ static long events_delivered(const char *buf) {
     return total;
 }
 
-/* Reads until `want` events have arrived (or 30 s pass without them: then
+/* Reads until `want` events have arrived (or 60 s pass without them: then
  * 0); by the clock, since a fast stream gives many reads a second. */
 static int stream_wait_events(stream *s, long want) {
-    uint64_t deadline = pp_now_ns() + 30ull * 1000000000ull;
+    uint64_t deadline = pp_now_ns() + 60ull * 1000000000ull;
     while (events_delivered(s->buf) < want && pp_now_ns() < deadline) {
         struct pollfd p = {.fd = s->fd, .events = POLLIN};
         if (poll(&p, 1, 10) == 1) {
