@@ -34,6 +34,7 @@
 typedef struct guard {
     const char *denied;      /* first refused action, for the message */
     char denied_arg[128];
+    const char *hint;        /* what to do instead, if anything; ends the message */
     uint64_t deadline_ns;
     int timed_out;
 } guard;
@@ -248,9 +249,50 @@ static int pragma_is_read_only(const char *name, const char *value) {
     return 0;
 }
 
+/* The end of every refusal of CREATE, DROP or ALTER: what to write instead. */
+#define SCHEMA_HINT "; for a named intermediate result use WITH name AS (SELECT ...) SELECT ..."
+
+/* Whether the action creates, drops or changes a schema object: SQLite asks
+ * for the write to the schema table (sqlite_master, or sqlite_temp_master
+ * for a TEMP object) before the CREATE or DROP itself, so the first refusal
+ * of `CREATE TEMP TABLE t(x)` is an INSERT into sqlite_temp_master. Returns
+ * 2 for a temporary object, 1 for one of the file, 0 for anything else. */
+static int schema_change(int action, const char *a1, const char *db) {
+    int temp_db = db && strcmp(db, "temp") == 0;
+    if (action == SQLITE_INSERT || action == SQLITE_UPDATE || action == SQLITE_DELETE) {
+        if (a1 && (strcmp(a1, "sqlite_temp_master") == 0 || strcmp(a1, "sqlite_temp_schema") == 0)) return 2;
+        if (a1 && (strcmp(a1, "sqlite_master") == 0 || strcmp(a1, "sqlite_schema") == 0)) return temp_db ? 2 : 1;
+        return 0;
+    }
+    switch (action) {
+    case SQLITE_CREATE_TEMP_INDEX:
+    case SQLITE_CREATE_TEMP_TABLE:
+    case SQLITE_CREATE_TEMP_TRIGGER:
+    case SQLITE_CREATE_TEMP_VIEW:
+    case SQLITE_DROP_TEMP_INDEX:
+    case SQLITE_DROP_TEMP_TABLE:
+    case SQLITE_DROP_TEMP_TRIGGER:
+    case SQLITE_DROP_TEMP_VIEW:
+        return 2;
+    case SQLITE_CREATE_INDEX:
+    case SQLITE_CREATE_TABLE:
+    case SQLITE_CREATE_TRIGGER:
+    case SQLITE_CREATE_VIEW:
+    case SQLITE_DROP_INDEX:
+    case SQLITE_DROP_TABLE:
+    case SQLITE_DROP_TRIGGER:
+    case SQLITE_DROP_VIEW:
+    case SQLITE_CREATE_VTABLE:
+    case SQLITE_DROP_VTABLE:
+    case SQLITE_ALTER_TABLE:
+        return temp_db ? 2 : 1;
+    default:
+        return 0;
+    }
+}
+
 static int authorize(void *ctx, int action, const char *a1, const char *a2, const char *db,
                      const char *trigger) {
-    (void)db;
     (void)trigger;
     guard *g = ctx;
     switch (action) {
@@ -287,6 +329,14 @@ static int authorize(void *ctx, int action, const char *a1, const char *a2, cons
         return SQLITE_DENY;
     default:
         break;
+    }
+    int schema = schema_change(action, a1, db);
+    if (!g->denied && schema) {
+        /* Named for what the user wrote, not for SQLite's internal write. */
+        g->denied = schema == 2 ? "creating or dropping a temporary table, view, trigger or index"
+                                : "a schema change (CREATE, DROP, ALTER)";
+        g->denied_arg[0] = 0;
+        g->hint = SCHEMA_HINT;
     }
     if (!g->denied) {
         const char *what = "a write";
@@ -333,6 +383,17 @@ static const char *skip_trailer(const char *p) {
             return p;
         }
     }
+}
+
+/* "CREATE", "DROP" or "ALTER" when the statement starts with it, else NULL. */
+static const char *schema_verb(const char *sql) {
+    static const char *const verbs[] = {"CREATE", "DROP", "ALTER"};
+    const char *p = skip_trailer(sql);
+    size_t n = 0;
+    while ((p[n] >= 'a' && p[n] <= 'z') || (p[n] >= 'A' && p[n] <= 'Z')) n++;
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++)
+        if (n == strlen(verbs[i]) && sqlite3_strnicmp(p, verbs[i], (int)n) == 0) return verbs[i];
+    return NULL;
 }
 
 int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
@@ -459,8 +520,8 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             pp_fail(err, "%s", this_query.costly_msg);
             fail_why(why, USERSQL_ETOOBIG);
         } else if (g.denied) {
-            pp_fail(err, "refused: %s%s%s is not allowed (read-only SQL: SELECT and WITH only)", g.denied,
-                    g.denied_arg[0] ? " " : "", g.denied_arg);
+            pp_fail(err, "refused: %s%s%s is not allowed (user SQL is read-only: SELECT and WITH only%s)",
+                    g.denied, g.denied_arg[0] ? " " : "", g.denied_arg, g.hint ? g.hint : "");
             fail_why(why, USERSQL_EDENIED);
         } else if (g.timed_out || this_query.late) {
             pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
@@ -483,8 +544,17 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
         fail_why(why, USERSQL_EBADSQL);
         goto out;
     }
+    const char *verb = schema_verb(sql);
+    if (verb) { /* DROP ... IF EXISTS of nothing prepares without asking the authorizer */
+        pp_fail(err,
+                "refused: %s of a table, view, trigger or index, temporary or not, is not allowed (user SQL is "
+                "read-only: SELECT and WITH only" SCHEMA_HINT ")",
+                verb);
+        fail_why(why, USERSQL_EDENIED);
+        goto out;
+    }
     if (!sqlite3_stmt_readonly(st)) {
-        pp_fail(err, "refused: the statement would write (read-only SQL: SELECT and WITH only)");
+        pp_fail(err, "refused: the statement would write (user SQL is read-only: SELECT and WITH only)");
         fail_why(why, USERSQL_EDENIED);
         goto out;
     }

@@ -350,6 +350,70 @@ Test(query, table_valued_functions_are_allowed_and_schema_writes_are_not) {
     cr_assert_eq(why, USERSQL_EDENIED);
 }
 
+/* CREATE TEMP ... is refused saying what is wrong and what to write
+ * instead, not with the INSERT into sqlite_temp_master SQLite asks about
+ * first; so is every CREATE, DROP or ALTER, a DROP ... IF EXISTS of
+ * nothing included, and nothing changes. */
+Test(query, temporary_objects_and_schema_changes_are_refused_naming_the_problem) {
+    static const char *const temp[] = {
+        "CREATE TEMP TABLE t(x)",
+        "CREATE TEMPORARY TABLE t AS SELECT * FROM jobs",
+        "CREATE TABLE temp.t(x)",
+        "CREATE TEMP VIEW v AS SELECT 1",
+        "CREATE TEMP TRIGGER tr AFTER INSERT ON jobs BEGIN SELECT 1; END",
+    };
+    for (size_t i = 0; i < sizeof temp / sizeof temp[0]; i++) {
+        char arg[256], *out, *err;
+        snprintf(arg, sizeof arg, "\"%s\"", temp[i]);
+        cr_assert_eq(run(arg, &out, &err), 2, "%s", temp[i]);
+        cr_assert(strstr(err, "temporary table, view, trigger or index is not allowed"), "%s -> %s", temp[i], err);
+        cr_assert(strstr(err, "read-only") && strstr(err, "WITH name AS (SELECT ...)"), "%s -> %s", temp[i], err);
+        cr_assert_null(strstr(err, "sqlite_temp_master"), "%s -> %s", temp[i], err);
+        cr_assert_str_eq(out, "");
+        free(out);
+        free(err);
+    }
+    static const char *const schema[][2] = {
+        {"CREATE TABLE t(x)", "a schema change (CREATE, DROP, ALTER)"},
+        {"CREATE INDEX i ON jobs(id)", "a schema change (CREATE, DROP, ALTER)"},
+        {"DROP TABLE jobs", "a schema change (CREATE, DROP, ALTER)"},
+        {"ALTER TABLE jobs ADD COLUMN y", "a schema change (CREATE, DROP, ALTER)"},
+        {"DROP TRIGGER IF EXISTS temp.tr", "DROP of a table, view, trigger or index, temporary or not"},
+        {"/* c */ drop view if exists nope", "DROP of a table, view, trigger or index, temporary or not"},
+        {"DROP TABLE IF EXISTS temp.t", "DROP of a table, view, trigger or index, temporary or not"},
+    };
+    for (size_t i = 0; i < sizeof schema / sizeof schema[0]; i++) {
+        usersql_result *r = NULL;
+        usersql_error why;
+        pp_err err;
+        cr_assert_eq(usersql_run(db, schema[i][0], NULL, &r, &why, &err), -1, "%s ran", schema[i][0]);
+        cr_assert_eq(why, USERSQL_EDENIED, "%s", schema[i][0]);
+        cr_assert(strstr(err.msg, schema[i][1]) && strstr(err.msg, "read-only"), "%s -> %s", schema[i][0], err.msg);
+        cr_assert_null(strstr(err.msg, "sqlite_master"), "%s -> %s", schema[i][0], err.msg);
+    }
+
+    /* A file from before act_peak_bytes reads through a temp view: a user
+     * cannot drop it from under the connection's later queries. */
+    sqlite3 *w;
+    cr_assert_eq(sqlite3_open(db, &w), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(w, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes", NULL, NULL, NULL), SQLITE_OK,
+                 "%s", sqlite3_errmsg(w));
+    sqlite3_close(w);
+    sqlite3 *conn;
+    pp_err err;
+    cr_assert_eq(usersql_open(db, &conn, &err), 0, "%s", err.msg);
+    usersql_result *r = NULL;
+    usersql_error why;
+    cr_assert_eq(usersql_run_on(conn, "DROP VIEW temp.step_stats", NULL, &r, &why, &err), -1);
+    cr_assert_eq(why, USERSQL_EDENIED);
+    cr_assert(strstr(err.msg, "temporary table, view, trigger or index is not allowed"), "%s", err.msg);
+    cr_assert_eq(usersql_run_on(conn, "SELECT max(act_peak_bytes) FROM step_stats", NULL, &r, &why, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(usersql_cell_at(r, 0, 0)->i, 0);
+    usersql_free(r);
+    sqlite3_close(conn);
+}
+
 /* docs/cli.md: every flag takes "--flag=value" as well as "--flag value";
  * query, stats, export and serve parse the second form, and main splits
  * the first for them, leaving an SQL text with '=' in it alone. */

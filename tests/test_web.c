@@ -598,6 +598,30 @@ Test(web, sql_returns_rows_and_refuses_writes_with_sqlites_message) {
     webclient_free(&r);
 }
 
+/* CREATE TEMP TABLE and its kin get a 403 that says what is wrong and
+ * what to write instead, not the INSERT into sqlite_temp_master SQLite asks
+ * about first; the server's pooled connections are left as they were. */
+Test(web, sql_refuses_temporary_objects_naming_the_problem) {
+    static const char *const bad[] = {
+        "{\"sql\": \"CREATE TEMP TABLE t(x)\"}",
+        "{\"sql\": \"CREATE TEMP VIEW v AS SELECT 1\"}",
+        "{\"sql\": \"CREATE TEMP TRIGGER tr AFTER INSERT ON jobs BEGIN SELECT 1; END\"}",
+        "{\"sql\": \"DROP TABLE IF EXISTS temp.t\"}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        webclient_resp r = post_sql(bad[i]);
+        cr_assert_eq(r.status, 403, "%s -> %d %s", bad[i], r.status, r.body);
+        cr_assert(strstr(r.body, "temporary"), "%s -> %s", bad[i], r.body);
+        cr_assert(strstr(r.body, "WITH name AS (SELECT ...)"), "%s -> %s", bad[i], r.body);
+        cr_assert_null(strstr(r.body, "sqlite_temp_master"), "%s -> %s", bad[i], r.body);
+        webclient_free(&r);
+    }
+    webclient_resp r = post_sql("{\"sql\": \"SELECT count(*) FROM sqlite_temp_master\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_assert(strstr(r.body, "[[0]]"), "no temporary object was made: %s", r.body);
+    webclient_free(&r);
+}
+
 Test(web, sql_time_limit_and_row_cap) {
     http_stop(srv);
     pp_err err;
@@ -982,6 +1006,40 @@ Test(web_auth, with_a_token_every_api_request_must_carry_it, .init = NULL) {
     teardown();
 }
 
+/* RFC 7235 2.1: the scheme is case-insensitive ("bearer" from curl users
+ * and proxies), and spaces or tabs may repeat before the token; anything
+ * else around the scheme is still refused. */
+Test(web_auth, the_bearer_scheme_in_any_case_and_repeated_blanks_are_accepted, .init = NULL) {
+    start_with(1, "running", (http_options){.token = "s3cret-token"});
+    static const char *const good[] = {
+        "Authorization: bearer s3cret-token\r\n", "Authorization: BEARER s3cret-token\r\n",
+        "Authorization: BeArEr s3cret-token\r\n", "Authorization: Bearer   s3cret-token\r\n",
+        "Authorization: Bearer\ts3cret-token\r\n", "Authorization: bearer \t s3cret-token\r\n",
+    };
+    static const char *const bad[] = {
+        "Authorization: Bearers3cret-token\r\n",   "Authorization: Bearer-s3cret-token\r\n",
+        "Authorization: Beare s3cret-token\r\n",   "Authorization: Basic s3cret-token\r\n",
+        "Authorization: xBearer s3cret-token\r\n", "Authorization: Bearer S3CRET-TOKEN\r\n",
+        "Authorization: Bearer\r\n",               "Authorization: bearer s3cret-token s3cret-token\r\n",
+    };
+    const char *paths[] = {"/api/jobs", "/metrics"};
+    for (int p = 0; p < 2; p++) {
+        for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+            webclient_resp r;
+            cr_assert_eq(webclient_request(port, "GET", paths[p], good[i], NULL, &r), 0);
+            cr_assert_eq(r.status, 200, "%s with %s: %d %s", paths[p], good[i], r.status, r.body);
+            webclient_free(&r);
+        }
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            webclient_resp r;
+            cr_assert_eq(webclient_request(port, "GET", paths[p], bad[i], NULL, &r), 0);
+            cr_assert_eq(r.status, 401, "%s with %s: %d", paths[p], bad[i], r.status);
+            webclient_free(&r);
+        }
+    }
+    teardown();
+}
+
 /* ---- live stream ------------------------------------------------------------ */
 
 typedef struct stream {
@@ -1027,6 +1085,23 @@ static long events_delivered(const char *buf) {
     const char *needle = "event: events\ndata: {\"count\":";
     for (const char *p = buf; (p = strstr(p, needle)); p++) total += strtol(p + strlen(needle), NULL, 10);
     return total;
+}
+
+/* Reads until `want` events have arrived (or 60 s pass without them: then
+ * 0); by the clock, since a fast stream gives many reads a second. */
+static int stream_wait_events(stream *s, long want) {
+    uint64_t deadline = pp_now_ns() + 60ull * 1000000000ull;
+    while (events_delivered(s->buf) < want && pp_now_ns() < deadline) {
+        struct pollfd p = {.fd = s->fd, .events = POLLIN};
+        if (poll(&p, 1, 10) == 1) {
+            if (s->len == s->cap) s->buf = realloc(s->buf, (s->cap *= 2) + 1);
+            ssize_t n = recv(s->fd, s->buf + s->len, s->cap - s->len, 0);
+            if (n <= 0) break;
+            s->len += (size_t)n;
+            s->buf[s->len] = 0;
+        }
+    }
+    return events_delivered(s->buf) == want;
 }
 
 static void *append_later(void *arg) {
@@ -1180,6 +1255,66 @@ Test(web_live, the_257th_stream_is_refused, .timeout = 60) {
     webclient_free(&r);
     cr_assert(stream_wait(&s[255], "event: hello\n"), "%s", s[255].buf);
     for (int i = 0; i < 256; i++) stream_close(&s[i]);
+    teardown();
+}
+
+/* The server's unsent stream bytes, as /metrics reports them. */
+static double unsent_bytes(void) {
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/metrics", NULL, NULL, &r), 0);
+    const char *p = strstr(r.body, "\npprun_live_unsent_bytes ");
+    cr_assert(p, "%s", r.body);
+    double v = strtod(p + 25, NULL);
+    webclient_free(&r);
+    return v;
+}
+
+/* Clients that open streams replaying a long job and never read: the
+ * server holds at most 64 MiB of unsent messages for all of them (plus one
+ * poll's, about 2 MiB), not 8 MiB each; a client that then reads gets its
+ * whole stream, exactly. */
+Test(web_live, streams_whose_clients_never_read_hold_64_mib_in_all, .timeout = 240) {
+    enum { NSTREAMS = 256, STEPS = 800 };
+    /* The idle timeout must not close the streams that never read meanwhile. */
+    start_with(STEPS, "running",
+               (http_options){.live_poll_ms = 20, .max_conns_per_ip = 400, .max_conns = 600, .conn_timeout_s = 300});
+    static stream s[NSTREAMS];
+    for (int i = 0; i < NSTREAMS; i++) {
+        memset(&s[i], 0, sizeof s[i]);
+        s[i].fd = socket(AF_INET, SOCK_STREAM, 0);
+        int small = 4096; /* before connect: the window stays small, the kernel holds little for us */
+        setsockopt(s[i].fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        cr_assert_eq(connect(s[i].fd, (struct sockaddr *)&a, sizeof a), 0);
+        const char *req = "GET /api/jobs/1/live HTTP/1.1\r\nHost: x\r\nLast-Event-ID: 0.-1.-1.-1\r\n\r\n";
+        cr_assert_eq(send(s[i].fd, req, strlen(req), 0), (ssize_t)strlen(req));
+        s[i].cap = 1 << 20;
+        s[i].buf = malloc(s[i].cap + 1);
+        s[i].buf[0] = 0;
+    }
+    /* Until the buffers stop growing: no new most for 2 s running. */
+    double most = 0;
+    for (int still = 0, k = 0; still < 40 && k < 3000; k++) {
+        double v = unsent_bytes();
+        still = v > most ? 0 : still + 1;
+        if (v > most) most = v;
+        usleep(50000);
+    }
+    const double mib = 1024.0 * 1024.0;
+    cr_assert_leq(most, 68 * mib, "%.1f MiB unsent: past 64 MiB and one poll's messages", most / mib);
+    /* Each stream stops at its share (32 MiB over 256) and its last poll's
+     * messages, and the kernel holds some; unbounded, they held 1.3 GiB. */
+    cr_assert_geq(most, 16 * mib, "only %.1f MiB unsent: the streams did not fill, the test shows nothing",
+                  most / mib);
+
+    /* A client that reads again gets the whole job, nothing lost nor twice. */
+    char last_step[32];
+    snprintf(last_step, sizeof last_step, "\"step\":%d,", STEPS - 1);
+    cr_assert(stream_wait_events(&s[0], (long)STEPS * FIXTURE_EVENTS_PER_STEP), "%ld events",
+              events_delivered(s[0].buf));
+    cr_assert(stream_wait(&s[0], last_step), "%.200s", s[0].buf);
+    for (int i = 0; i < NSTREAMS; i++) stream_close(&s[i]);
     teardown();
 }
 

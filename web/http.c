@@ -176,12 +176,28 @@ static int open_listener(const http_options *o, int *family, char *url, size_t u
 
 /* ---- auth ---------------------------------------------------------------- */
 
+/* The credentials of "Authorization: Bearer TOKEN": the scheme in any case
+ * (RFC 7235 2.1: curl users and proxies write "bearer"), then one or more
+ * spaces or tabs; anything else before the token is no match. NULL if none. */
+static const char *bearer_token(const char *h) {
+    static const char scheme[] = "bearer";
+    if (!h) return NULL;
+    for (size_t i = 0; i < sizeof scheme - 1; i++) {
+        char ch = h[i];
+        if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a'); /* ASCII only: not the locale's idea of case */
+        if (ch != scheme[i]) return NULL;
+    }
+    h += sizeof scheme - 1;
+    if (*h != ' ' && *h != '\t') return NULL;
+    while (*h == ' ' || *h == '\t') h++;
+    return h;
+}
+
 /* Constant time in the length of the expected token: no early exit on the
  * first differing byte, nor on a length mismatch. */
 static int token_ok(const http_server *s, struct MHD_Connection *c) {
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
-    const char *got = h + 7;
+    const char *got = bearer_token(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
+    if (!got) return 0;
     size_t glen = strlen(got);
     unsigned char diff = (unsigned char)(glen != s->token_len);
     for (size_t i = 0; i < s->token_len; i++) diff |= (unsigned char)(s->token[i] ^ (i < glen ? got[i] : 0));

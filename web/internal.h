@@ -101,6 +101,8 @@ enum MHD_Result live_open(http_server *s, struct MHD_Connection *c, long job, ht
 void live_end_all(live_hub *h);
 void live_free(live_hub *h);
 int live_count(live_hub *h);
+/* Bytes of stream messages not yet taken by their clients, all streams. */
+size_t live_unsent(live_hub *h);
 
 /* SQL shared by the routes, the live stream and /metrics:
  * SQL_STEP_MEAN_LOSS and SQL_COMPLETE_STEPS are in db/summary.h. */

@@ -16,6 +16,19 @@
  * the latest with a keep-alive comment every heartbeat_ms, which is also how
  * a closed client is noticed (a suspended connection sees no disconnect).
  *
+ * Unsent bytes are bounded server-wide: a client that opens streams and
+ * never reads must not make the server buffer 8 MiB for each of them. A
+ * stream is polled only while the bytes its client has not read are under
+ * its share (half of LIVE_UNSENT_MAX over the open streams, at most
+ * MAX_PENDING), so a client that reads is polled and one that does not
+ * stops at its share. And each tick the hub polls streams only until what
+ * it produced reaches what is left of LIVE_UNSENT_MAX (the unsent bytes of
+ * every stream), those whose clients have read the most first (so a reader
+ * is not starved by streams nobody reads), and among those a different one
+ * first each tick; past the budget nothing is polled until clients read.
+ * So the streams never hold more than LIVE_UNSENT_MAX plus one poll's
+ * messages, which each query caps in rows and in bytes (POLL_BYTES).
+ *
  * Messages: hello (the cursor to resume from), status, events, losses, step.
  * Every message carries `id: E.LS.LM.SS` (last event id, last loss
  * step.microbatch, last complete step); a client reconnecting with
@@ -37,7 +50,15 @@
 #define EVENTS_PER_TICK 5000
 #define LOSSES_PER_TICK 5000
 #define STEPS_PER_TICK 1000
-#define MAX_PENDING (8u << 20) /* a slow client stops being polled */
+#define MAX_PENDING ((size_t)8 << 20) /* the most a stream's share can be */
+/* The server-wide budget of unsent bytes (docs/api.md, "Limits"). */
+#define LIVE_UNSENT_MAX ((size_t)64 << 20)
+/* What one query of a tick may produce for its message, past its row limit:
+ * rows stop once the message passes it (a step message is never cut). */
+#define POLL_BYTES ((size_t)512 << 10)
+/* A stream's staging buffer larger than this is freed after each tick
+ * rather than kept at its high-water mark. */
+#define KEEP_BYTES ((size_t)64 << 10)
 
 typedef struct live_sub {
     struct live_sub *next;
@@ -67,6 +88,7 @@ struct live_hub {
     unsigned poll_ms, heartbeat_ms;
     live_sub *subs;       /* under mu; freed only by the hub thread (or live_free) */
     int nsubs;
+    unsigned ticks;       /* the hub thread's: where a tick starts polling */
 };
 
 /* ---- one tick's query results, shared by streams asking the same -------- */
@@ -155,17 +177,19 @@ static void q_events(tick *t, result *r, int64_t t0) {
     jw_init(&rows);
     int n = 0, rc;
     int64_t last = r->k1;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int full = 0; /* stopped at POLL_BYTES: the rows after `last` come next tick */
+    while (!full && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         last = sqlite3_column_int64(st, 0);
         jw_rawf(&rows, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld,%d,%lld]", n++ ? "," : "", (long long)last,
                 sqlite3_column_int(st, 1), sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
                 sqlite3_column_int(st, 4), analyze_phase_of((const char *)sqlite3_column_text(st, 5)),
                 (long long)sqlite3_column_int64(st, 6), (long long)sqlite3_column_int64(st, 7),
                 sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 9));
+        full = rows.len >= POLL_BYTES;
     }
     sqlite3_finalize(st);
-    if (rc == SQLITE_DONE && !rows.oom) {
-        r->n1 = n < EVENTS_PER_TICK && t->hi > last ? t->hi : last;
+    if ((full || rc == SQLITE_DONE) && !rows.oom) {
+        r->n1 = !full && n < EVENTS_PER_TICK && t->hi > last ? t->hi : last;
         if (n > 0) {
             jw_rawf(&r->text, "{\"count\":%d,\"events\":[", n);
             jw_raw(&r->text, rows.buf, rows.len);
@@ -194,7 +218,8 @@ static void q_losses(tick *t, result *r) {
     jw_arr(w);
     int n = 0, rc;
     int64_t ls = r->k1, lm = r->k2;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int full = 0; /* stopped at POLL_BYTES */
+    while (!full && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         ls = sqlite3_column_int(st, 0);
         lm = sqlite3_column_int(st, 1);
         jw_arr(w);
@@ -204,11 +229,12 @@ static void q_losses(tick *t, result *r) {
         else jw_num(w, sqlite3_column_double(st, 2));
         jw_arr_end(w);
         n++;
+        full = w->len >= POLL_BYTES;
     }
     jw_arr_end(w);
     jw_raw(w, "}", 1);
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE || w->oom || n == 0) {
+    if ((!full && rc != SQLITE_DONE) || w->oom || n == 0) {
         r->text.len = 0;
         return;
     }
@@ -236,7 +262,7 @@ static void q_steps(tick *t, result *r, int64_t t0) {
     sqlite3_bind_int64(st, 2, r->k1);
     sqlite3_bind_int(st, 3, STEPS_PER_TICK);
     jw *w = &r->text;
-    while (sqlite3_step(st) == SQLITE_ROW) {
+    while (w->len < POLL_BYTES && sqlite3_step(st) == SQLITE_ROW) {
         int64_t step = sqlite3_column_int64(st, 0);
         int64_t start = sqlite3_column_int64(st, 1) - t0, end = sqlite3_column_int64(st, 2) - t0;
         size_t off = w->len;
@@ -376,7 +402,24 @@ static void poll_sub(live_hub *h, tick *t, live_sub *s) {
     if (s->stage.len) s->last_write_ns = now;
 }
 
-static void run_tick(live_hub *h, live_sub **subs, int n) {
+/* A stream of a tick's snapshot, in the order it is polled. */
+typedef struct snap_ent {
+    live_sub *s;
+    size_t unsent; /* bytes its client had not read at the snapshot */
+    unsigned order; /* its place from this tick's first stream on */
+} snap_ent;
+
+/* The streams whose clients have read the most come first; among equals
+ * the first is a different one each tick. */
+static int by_unsent(const void *a, const void *b) {
+    const snap_ent *x = a, *y = b;
+    if (x->unsent != y->unsent) return x->unsent < y->unsent ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Polls streams in order until they have been given `room` bytes (the
+ * rest of LIVE_UNSENT_MAX); the others wait for a later tick. */
+static void run_tick(live_hub *h, snap_ent *subs, int n, size_t room) {
     tick t = {.db = h->db};
     /* One read transaction: every query of the tick sees one snapshot, so
      * no event id at or below `hi` can appear later. */
@@ -386,7 +429,11 @@ static void run_tick(live_hub *h, live_sub **subs, int n) {
         if (sqlite3_step(st) == SQLITE_ROW) t.hi = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
     }
-    for (int i = 0; i < n; i++) poll_sub(h, &t, subs[i]);
+    size_t given = 0;
+    for (int i = 0; i < n && given < room; i++) {
+        poll_sub(h, &t, subs[i].s);
+        given += subs[i].s->stage.len;
+    }
     sqlite3_exec(h->db, "COMMIT", NULL, NULL, NULL);
     tick_free(&t);
 }
@@ -399,12 +446,18 @@ static void sub_free(live_sub *s) {
 
 static void *hub_main(void *arg) {
     live_hub *h = arg;
-    live_sub *snap[MAX_STREAMS];
+    snap_ent snap[MAX_STREAMS];
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         /* Streams whose connection is gone are freed here, the one place
          * that also walks the list. */
         int n = 0;
+        size_t unsent = 0;
+        /* A stream's share: half the budget over the open streams, so that
+         * clients that never read fill at most half of it and those that
+         * read still find room. */
+        size_t share = LIVE_UNSENT_MAX / 2 / (size_t)(h->nsubs > 0 ? h->nsubs : 1);
+        if (share > MAX_PENDING) share = MAX_PENDING;
         for (live_sub **pp = &h->subs; *pp;) {
             live_sub *s = *pp;
             if (s->gone) {
@@ -413,16 +466,30 @@ static void *hub_main(void *arg) {
                 sub_free(s);
                 continue;
             }
-            if (!s->ending && s->out.len - s->off < MAX_PENDING && n < MAX_STREAMS) snap[n++] = s;
+            size_t mine = s->out.len - s->off;
+            unsent += mine;
+            if (!s->ending && mine < share && n < MAX_STREAMS) snap[n++] = (snap_ent){s, mine, 0};
             pp = &s->next;
         }
+        unsigned first = n > 0 ? h->ticks++ % (unsigned)n : 0;
+        for (int i = 0; i < n; i++) snap[i].order = ((unsigned)i + (unsigned)n - first) % (unsigned)n;
+        qsort(snap, (size_t)n, sizeof *snap, by_unsent);
+        /* Until the merge below clients only take bytes away (a new stream
+         * brings 13): the room measured now is not too large. */
+        size_t room = unsent < LIVE_UNSENT_MAX ? LIVE_UNSENT_MAX - unsent : 0;
         /* Only this thread frees streams, so the snapshot stays valid. */
         pthread_mutex_unlock(&h->mu);
-        if (n > 0) run_tick(h, snap, n);
+        if (n > 0 && room > 0) run_tick(h, snap, n, room);
         pthread_mutex_lock(&h->mu);
         for (int i = 0; i < n; i++) {
-            live_sub *s = snap[i];
+            live_sub *s = snap[i].s;
             if (s->stage.len && !s->gone && !s->ending) {
+                if (s->off) { /* what was sent goes: a client that reads a little less than it is given
+                                 would otherwise grow the buffer without end */
+                    memmove(s->out.buf, s->out.buf + s->off, s->out.len - s->off);
+                    s->out.len -= s->off;
+                    s->off = 0;
+                }
                 jw_raw(&s->out, s->stage.buf, s->stage.len);
                 if (s->suspended) {
                     s->suspended = 0;
@@ -430,6 +497,10 @@ static void *hub_main(void *arg) {
                 }
             }
             s->stage.len = 0;
+            if (s->stage.cap > KEEP_BYTES) {
+                jw_free(&s->stage);
+                jw_init(&s->stage);
+            }
         }
         if (h->stop) break;
         /* With no stream open there is nothing to poll for: sleep until
@@ -476,7 +547,13 @@ static ssize_t sub_read(void *cls, uint64_t pos, char *buf, size_t max) {
         size_t n = avail < max ? avail : max;
         memcpy(buf, s->out.buf + s->off, n);
         s->off += n;
-        if (s->off == s->out.len) s->off = s->out.len = 0;
+        if (s->off == s->out.len) {
+            s->off = s->out.len = 0;
+            if (s->out.cap > KEEP_BYTES) { /* a stream that caught up keeps no MiB-sized buffer */
+                jw_free(&s->out);
+                jw_init(&s->out);
+            }
+        }
         pthread_mutex_unlock(&h->mu);
         return (ssize_t)n;
     }
@@ -625,6 +702,14 @@ void live_free(live_hub *h) {
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
+}
+
+size_t live_unsent(live_hub *h) {
+    pthread_mutex_lock(&h->mu);
+    size_t n = 0;
+    for (live_sub *s = h->subs; s; s = s->next) n += s->out.len - s->off;
+    pthread_mutex_unlock(&h->mu);
+    return n;
 }
 
 int live_count(live_hub *h) {

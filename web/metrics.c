@@ -180,6 +180,9 @@ void metrics_render(http_server *s, http_reply *r) {
     jw_rawf(&w, "pprun_http_slow_requests_closed_total %llu\n", atomic_load(&s->reaper.closed));
     help(&w, "pprun_live_streams", "gauge", "Open live (SSE) streams.");
     jw_rawf(&w, "pprun_live_streams %d\n", live_count(s->live));
+    help(&w, "pprun_live_unsent_bytes", "gauge",
+         "Bytes of live-stream messages their clients have not read yet, all streams (bounded: docs/api.md).");
+    jw_rawf(&w, "pprun_live_unsent_bytes %zu\n", live_unsent(s->live));
     size_t len;
     char *body = jw_take(&w, &len);
     if (!body) {
