@@ -797,9 +797,10 @@ int cmd_run(int argc, char **argv) {
         goto out;
     }
     if (job.cfg.serve && job.lo.node_rank == 0) {
-        http_options ho = {.listen = job.cfg.serve_addr, .token = job.cfg.token, .db_path = job.cfg.db};
+        http_options ho = {
+            .listen = job.cfg.serve_addr, .listen_flag = "--serve", .token = job.cfg.token, .db_path = job.cfg.db};
         if (http_start(&ho, &job.web, &err) != 0) {
-            fprintf(stderr, "pprun run: --serve %s: %s\n", job.cfg.serve_addr, err.msg);
+            fprintf(stderr, "pprun run: %s\n", err.msg); /* it names --serve */
             if (job.db && !db_existed) {
                 db_close(job.db);
                 job.db = NULL;

@@ -337,7 +337,8 @@ Test(run, a_refused_serve_leaves_the_database_as_it_was) {
     const char *job = "--steps 1 --model timed:f=1ms,b=1ms,w=1ms,act=1KiB --progress off";
     int rc = sh(&out, "PPRUN_TOKEN= %s run %s --db %s --serve 0.0.0.0:0", PPRUN_BIN, job, db);
     cr_assert_eq(rc, 2, "exit %d:\n%s", rc, out);
-    cr_assert(strstr(out, "--serve 0.0.0.0:0"), "%s", out);
+    cr_assert(strstr(out, "pprun run: --serve 0.0.0.0 is not a loopback address"), "%s", out);
+    cr_assert_null(strstr(out, "--listen"), "run has no --listen: %s", out);
     cr_assert_neq(access(db, F_OK), 0, "%s was created", db);
     free(out);
     cr_assert_eq(sh(&out, "%s run %s --db %s", PPRUN_BIN, job, db), 0, "%s", out);

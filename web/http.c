@@ -75,33 +75,35 @@ int arg_long(struct MHD_Connection *c, const char *name, long min, long max, lon
 
 /* ---- listen address ------------------------------------------------------ */
 
-int http_parse_listen(const char *listen, char *host, size_t hostsz, uint16_t *port, pp_err *err) {
+int http_parse_listen(const char *flag, const char *listen, char *host, size_t hostsz, uint16_t *port, pp_err *err) {
     const char *colon;
     const char *h = listen;
     size_t hlen;
     if (listen[0] == '[') {
         const char *close = strchr(listen, ']');
         if (!close || close[1] != ':')
-            return pp_fail(err, "--listen '%s': expected [IPv6]:PORT, e.g. [::1]:8080", listen);
+            return pp_fail(err, "%s '%s': expected [IPv6]:PORT, e.g. [::1]:8080", flag, listen);
         h = listen + 1;
         hlen = (size_t)(close - h);
         colon = close + 1;
     } else {
         colon = strrchr(listen, ':');
-        if (!colon) return pp_fail(err, "--listen '%s': expected HOST:PORT, e.g. 127.0.0.1:8080", listen);
+        if (!colon) return pp_fail(err, "%s '%s': expected HOST:PORT, e.g. 127.0.0.1:8080", flag, listen);
         if (memchr(listen, ':', (size_t)(colon - listen)))
-            return pp_fail(err, "--listen '%s': put an IPv6 address in brackets, e.g. [::1]:8080", listen);
+            return pp_fail(err, "%s '%s': put an IPv6 address in brackets, e.g. [::1]:8080", flag, listen);
         hlen = (size_t)(colon - listen);
     }
     if (hlen == 0) {
         h = "127.0.0.1";
         hlen = strlen(h);
     }
-    if (hlen + 1 > hostsz) return pp_fail(err, "--listen '%s': host name too long", listen);
+    if (hlen + 1 > hostsz) return pp_fail(err, "%s '%s': host name too long", flag, listen);
     memcpy(host, h, hlen);
     host[hlen] = 0;
     long p;
-    if (pp_parse_long(colon + 1, 0, 65535, "--listen port", &p, err) != 0) return -1;
+    char what[64];
+    snprintf(what, sizeof what, "%s port", flag);
+    if (pp_parse_long(colon + 1, 0, 65535, what, &p, err) != 0) return -1;
     *port = (uint16_t)p;
     return 0;
 }
@@ -122,21 +124,23 @@ static int open_listener(const http_options *o, int *family, char *url, size_t u
                          pp_err *err) {
     char host[256];
     uint16_t port;
-    if (http_parse_listen(o->listen ? o->listen : "127.0.0.1:8080", host, sizeof host, &port, err) != 0) return -1;
+    const char *flag = o->listen_flag ? o->listen_flag : "--listen";
+    if (http_parse_listen(flag, o->listen ? o->listen : "127.0.0.1:8080", host, sizeof host, &port, err) != 0)
+        return -1;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *res = NULL;
     char portstr[8];
     snprintf(portstr, sizeof portstr, "%u", port);
     int gai = getaddrinfo(host, portstr, &hints, &res);
-    if (gai != 0) return pp_fail(err, "--listen: cannot resolve '%s': %s", host, gai_strerror(gai));
+    if (gai != 0) return pp_fail(err, "%s: cannot resolve '%s': %s", flag, host, gai_strerror(gai));
     int loop = 1;
     for (struct addrinfo *a = res; a; a = a->ai_next) loop = loop && is_loopback(a->ai_addr);
     if (!loop && !(o->token && *o->token)) {
         freeaddrinfo(res);
         return pp_fail(err,
-                       "--listen %s is not a loopback address: refusing to serve the trace without a token "
+                       "%s %s is not a loopback address: refusing to serve the trace without a token "
                        "(give --token TOKEN or set PPRUN_TOKEN; clients send 'Authorization: Bearer TOKEN')",
-                       host);
+                       flag, host);
     }
     int fd = -1;
     int last_errno = 0;
@@ -157,7 +161,7 @@ static int open_listener(const http_options *o, int *family, char *url, size_t u
         *family = a->ai_family;
     }
     freeaddrinfo(res);
-    if (fd < 0) return pp_fail(err, "--listen %s:%u: %s", host, port, strerror(last_errno));
+    if (fd < 0) return pp_fail(err, "%s %s:%u: %s", flag, host, port, strerror(last_errno));
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     getsockname(fd, (struct sockaddr *)&ss, &sl);

@@ -23,6 +23,7 @@
 
 typedef struct http_options {
     const char *listen;         /* "HOST:PORT", "[::1]:PORT" or ":PORT"; NULL = 127.0.0.1:8080; port 0 = a free port */
+    const char *listen_flag;    /* the option that gave listen, as errors name it; NULL = "--listen" */
     const char *token;          /* NULL or "" = no token (then only loopback is allowed) */
     const char *db_path;        /* the trace database (required) */
     unsigned threads;           /* MHD thread pool size; 0 = 4 */
@@ -55,7 +56,7 @@ void http_stop(http_server *s);
 
 /* Parses "HOST:PORT" as --listen takes it. host gets the address text
  * (brackets removed). Returns 0 or -1 naming the flag. */
-int http_parse_listen(const char *listen, char *host, size_t hostsz, uint16_t *port, pp_err *err);
+int http_parse_listen(const char *flag, const char *listen, char *host, size_t hostsz, uint16_t *port, pp_err *err);
 
 /* `pprun stats --format json`: without a server, the API's bodies for job
  * `job`: {"job": ID, "summary": /summary, "whatif": /whatif, "critpath":
