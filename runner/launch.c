@@ -9,7 +9,9 @@
  *                            ("", or "stop R SIG": node R, stopped by SIG
  *                            after attempt K-1, calls attempt K off;
  *                            "refused R WHY": node R is of another shape;
- *                            "timeout N WHY": node 0 gave up, N had joined)
+ *                            "timeout N WHY": node 0 gave up, N had joined;
+ *                            it first adds nnodes to count, so no node
+ *                            coming later can complete it)
  *   pprun/a/K/left, left_all nodes that read node 0's timeout; the last sets left_all
  *   pprun/a/K/failcount      the first node to fail (count 1) writes
  *   pprun/a/K/fail           the root cause (launch_failure as text), then
@@ -438,6 +440,17 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
     if (count == o->nnodes && store_set(j->ctl, go, "", 0, err) != 0) return -1;
     const char *keys[1] = {go};
     int rc = wait_keys(j, keys, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
+    int64_t joined_in_time = 0;
+    if (rc == 1 && o->node_rank == 0) {
+        /* Closing the count before calling the rendezvous off: a node that
+         * arrives while node 0 tells the others cannot complete it, open go
+         * and start its ranks alone. One that completed it just before was
+         * in time: its go is on the way. */
+        int64_t total;
+        if (store_add(j->ctl, k, o->nnodes, &total, err) != 0) return -1;
+        joined_in_time = total - o->nnodes;
+        if (joined_in_time == o->nnodes) rc = wait_keys(j, keys, 1, 5000, err);
+    }
     if (rc == 0) {
         void *v;
         size_t len;
@@ -450,7 +463,7 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
         if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, (char *)v + at);
         if (timed_out) pp_fail(err, "node rank 0: %s", (char *)v + at);
         if (g == 0) free(v);
-        if (timed_out) read_the_timeout(j, attempt, joined);
+        if (timed_out && count <= o->nnodes) read_the_timeout(j, attempt, joined); /* a late node is not waited for */
         if (refused || timed_out) return -1;
         if (!called_off) return 0;
         char name[16];
@@ -478,7 +491,7 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
             "nodes joined)",
             (double)o->rdzv_timeout_ns / 1e9, nmiss > 1 ? "s" : "", missing, nmiss > 32 ? ", ..." : "", j->store_addr,
             o->nnodes - (int)nmiss, o->nnodes);
-    if (o->node_rank == 0) tell_the_timeout(j, attempt, o->nnodes - (int)nmiss, err->msg);
+    if (o->node_rank == 0) tell_the_timeout(j, attempt, (int)joined_in_time, err->msg);
     return -1;
 }
 

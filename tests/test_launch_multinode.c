@@ -393,7 +393,7 @@ Test(launch_multinode, losing_node_0_tears_down_the_others) {
     lt_free(&n1);
 }
 
-/* 1 once `key` of the store on 127.0.0.1:port holds `want`; 0 after 30 s. */
+/* 1 once `key` of the store on 127.0.0.1:port begins with `want`; 0 after 30 s. */
 static int store_key_becomes(const char *port, const char *key, const char *want) {
     store_client *c;
     pp_err err;
@@ -405,13 +405,51 @@ static int store_key_becomes(const char *port, const char *key, const char *want
         int g = store_get(c, key, &v, &len, &err);
         if (g < 0) break;
         if (g == 0) {
-            found = strcmp(v, want) == 0;
+            found = strncmp(v, want, strlen(want)) == 0;
             free(v);
         }
         if (!found) usleep(10000);
     }
     store_close(c);
     return found;
+}
+
+/* A node that arrives while node 0 tells the others of its rendezvous
+ * timeout must hear of it too, not complete the count and start its ranks
+ * alone. Node 1 is frozen once it has joined, so node 0 waits for it to read
+ * the timeout (5 s at most); node 2 comes in that time. */
+Test(launch_multinode, a_node_arriving_after_node_0_gave_up_hears_why_and_starts_nothing) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "3",    "--node-rank", "0", "--master-port", port, "--rdzv-timeout",
+                        "3",      "--",       "echo", "started",     NULL};
+    const char *a1[] = {"launch", "--nnodes", "3",    "--node-rank", "1", "--master-port", port, "--rdzv-timeout",
+                        "60",     "--",       "echo", "started",     NULL};
+    const char *a2[] = {"launch", "--nnodes", "3",    "--node-rank", "2", "--master-port", port, "--rdzv-timeout",
+                        "60",     "--",       "echo", "started",     NULL};
+    lt_proc n0, n1, n2;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    int joined = store_key_becomes(port, "pprun/a/0/count", "2");
+    kill(n1.pid, SIGSTOP);
+    int st;
+    cr_assert_eq(waitpid(n1.pid, &st, WUNTRACED), n1.pid);
+    int gave_up = joined && store_key_becomes(port, "pprun/a/0/go", "timeout 2 ");
+    if (gave_up) lt_start(&n2, a2, NULL);
+    if (gave_up) lt_wait(&n2);
+    kill(n1.pid, SIGCONT);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert(joined, "node 1 never joined: %s", n1.err);
+    cr_assert(gave_up, "node 0 never wrote its timeout for the others: %s", n0.err);
+    cr_assert_str_eq(n2.out, "", "node 2 started its ranks alone: %s", n2.err);
+    cr_assert_eq(n2.status, 1, "%s", n2.err);
+    lt_assert_has(n2.err, "node rank 0: rendezvous timed out after 3s (--rdzv-timeout): node rank 2 never joined");
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    cr_assert_str_eq(n0.out, "");
+    lt_free(&n0);
+    lt_free(&n1);
+    lt_free(&n2);
 }
 
 /* Node 0's launcher stops answering without closing its store (stopped,
