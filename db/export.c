@@ -30,6 +30,8 @@
  * paths are read first, then looked up by event id as the ops stream out. */
 #include "db/export.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +125,39 @@ static int sql_fail(sqlite3 *db, const char *what, pp_err *err) {
     return pp_fail(err, "%s: %s: %s", sqlite3_db_filename(db, "main"), what, sqlite3_errmsg(db));
 }
 
+/* Prepares sql with filter (NULL: none) in place of its "%s"; binds ?1 to
+ * the job and ?2, ?3 to lo, hi, which the filter may use. */
+static int prepare_in(sqlite3 *db, const char *sql, const char *filter, int64_t job, int64_t lo, int64_t hi,
+                      sqlite3_stmt **st) {
+    char *text = sqlite3_mprintf(sql, filter ? filter : "");
+    if (!text) return SQLITE_NOMEM;
+    int rc = sqlite3_prepare_v2(db, text, -1, st, NULL);
+    sqlite3_free(text);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_int64(*st, 1, job);
+    if (filter) {
+        sqlite3_bind_int64(*st, 2, lo);
+        sqlite3_bind_int64(*st, 3, hi);
+    }
+    return SQLITE_OK;
+}
+
+#define STEP_FILTER(col) " AND " col " BETWEEN ?2 AND ?3"
+
+int db_export_parse_steps(const char *text, db_export_steps *out, pp_err *err) {
+    long first, last;
+    char *end;
+    errno = 0;
+    first = strtol(text, &end, 10);
+    last = first;
+    if (end != text && *end == '-' && end[1] >= '0' && end[1] <= '9') last = strtol(end + 1, &end, 10);
+    if (end == text || *end || errno || text[0] < '0' || text[0] > '9' || first > INT_MAX || last > INT_MAX)
+        return pp_fail(err, "'%s' is not a step or a range of steps: give N or FIRST-LAST, e.g. 100-120", text);
+    if (last < first) return pp_fail(err, "'%s': the last step comes before the first", text);
+    *out = (db_export_steps){(int)first, (int)last};
+    return 0;
+}
+
 /* The op name of a span, as the X events show it: 0F3, SEND_F 3 to r1, OPT. */
 static void op_name(char *name, size_t n, const char *phase, int has_mb, int mb, int has_stage, int stage, int peer) {
     int comm = strncmp(phase, "SEND", 4) == 0 || strncmp(phase, "RECV", 4) == 0;
@@ -167,16 +202,17 @@ static int by_mark_id(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The ops on every complete step's critical path, sorted by event id
+/* The ops on the critical path of every complete step (of steps), sorted by event id
  * (*marks malloc'd, the caller frees it after either result). */
-static int read_paths(sqlite3 *db, int64_t job, path_mark **marks, size_t *n, pp_err *err) {
+static int read_paths(sqlite3 *db, int64_t job, const db_export_steps *steps, path_mark **marks, size_t *n,
+                      pp_err *err) {
     *marks = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("") ") ORDER BY step", -1, &st, NULL) !=
-        SQLITE_OK)
+    if (prepare_in(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("%s") ") ORDER BY step",
+                   steps ? STEP_FILTER("step") : NULL, job, steps ? steps->first : 0, steps ? steps->last : 0,
+                   &st) != SQLITE_OK)
         return sql_fail(db, "reading steps", err);
-    sqlite3_bind_int64(st, 1, job);
     size_t cap = 0;
     int rc, ret = 0;
     while (ret == 0 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -218,18 +254,19 @@ static int lane_tid(int rank, int ln) {
 static int kernel_tid(int rank, int index, int ln) { return KERNEL_TID_BASE + (rank * STREAMS + index) * LANES + ln; }
 
 /* Kernels on per-rank per-stream threads; rows come ordered by rank,
- * stream, start. *tracks (malloc'd, the caller frees) lists the tracks for
- * the thread names. */
-static int export_kernels(sqlite3 *db, int64_t job, int64_t t0, rank_info *ranks, size_t nranks, FILE *out,
-                          const char **sep, stream_track **tracks, size_t *ntracks, pp_err *err) {
+ * stream, start. window: NULL for all, else the ones overlapping
+ * [window[0], window[1]) (kernels need not belong to an op, so not by step).
+ * *tracks (malloc'd, the caller frees) lists the tracks for the thread names. */
+static int export_kernels(sqlite3 *db, int64_t job, const int64_t *window, int64_t t0, rank_info *ranks, size_t nranks,
+                          FILE *out, const char **sep, stream_track **tracks, size_t *ntracks, pp_err *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
-                           " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
-                           " WHERE k.job_id=? ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (prepare_in(db,
+                   "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
+                   " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
+                   " WHERE k.job_id=?1%s ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
+                   window ? " AND k.end_ns > ?2 AND k.start_ns < ?3" : NULL, job, window ? window[0] : 0,
+                   window ? window[1] : 0, &st) != SQLITE_OK)
         return sql_fail(db, "reading kernels", err);
-    sqlite3_bind_int64(st, 1, job);
     stream_track *cur = NULL;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -281,14 +318,47 @@ static int export_kernels(sqlite3 *db, int64_t job, int64_t t0, rank_info *ranks
     return 0;
 }
 
-int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
+/* The time span of steps' events in window; 1 (err names the steps the job
+ * has) when there is none. */
+static int steps_window(sqlite3 *db, int64_t job, const db_export_steps *steps, int64_t window[2], pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare_in(db, "SELECT min(start_ns), max(end_ns), count(*) FROM events WHERE job_id=?1%s", STEP_FILTER("step"),
+                   job, steps->first, steps->last, &st) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return sql_fail(db, "reading events", err);
+    }
+    window[0] = sqlite3_column_int64(st, 0);
+    window[1] = sqlite3_column_int64(st, 1);
+    int found = sqlite3_column_int64(st, 2) > 0;
+    sqlite3_finalize(st);
+    if (found) return 0;
+    if (prepare_in(db, "SELECT min(step), max(step) FROM events WHERE job_id=?1%s", NULL, job, 0, 0, &st) !=
+            SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return sql_fail(db, "reading events", err);
+    }
+    char range[32] = "";
+    if (steps->first != steps->last) snprintf(range, sizeof range, "-%d", steps->last);
+    if (sqlite3_column_type(st, 0) == SQLITE_NULL)
+        pp_fail(err, "job %lld has no traced step yet", (long long)job);
+    else
+        pp_fail(err, "job %lld has no traced step in %d%s: its steps are %d-%d", (long long)job, steps->first, range,
+                sqlite3_column_int(st, 0), sqlite3_column_int(st, 1));
+    sqlite3_finalize(st);
+    return 1;
+}
+
+int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FILE *out, pp_err *err) {
     const char *file = sqlite3_db_filename(db, "main");
     sqlite3_stmt *st = NULL;
     rank_info *ranks = NULL;
     stream_track *tracks = NULL;
     path_mark *marks = NULL;
     size_t nranks = 0, ntracks = 0, nmarks = 0;
-    int ret = -1;
+    int64_t window[2] = {0, 0};
+    int first = steps ? steps->first : 0, last = steps ? steps->last : 0, ret = -1;
     if (sqlite3_prepare_v2(db, "SELECT t0_ns, name, schedule FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK)
         return sql_fail(db, "reading the job", err);
     sqlite3_bind_int64(st, 1, job);
@@ -296,18 +366,28 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         sqlite3_finalize(st);
         return pp_fail(err, "%s: no job %lld in this database", file, (long long)job);
     }
+    int found = steps ? steps_window(db, job, steps, window, err) : 0;
+    if (found != 0) {
+        sqlite3_finalize(st);
+        return found;
+    }
     int64_t t0 = sqlite3_column_int64(st, 0);
     fprintf(out, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"job\":%lld,\"name\":", (long long)job);
     json_str(out, (const char *)sqlite3_column_text(st, 1));
     fprintf(out, ",\"schedule\":");
     json_str(out, (const char *)sqlite3_column_text(st, 2));
+    if (steps) fprintf(out, ",\"first_step\":%d,\"last_step\":%d", steps->first, steps->last);
     fprintf(out, "},\n\"traceEvents\":[\n");
     sqlite3_finalize(st);
 
-    /* Ranks: from the ranks table, and any rank that only has events. */
+    /* Ranks: from the ranks table, and any rank that only has events (found
+     * one index lookup per rank: DISTINCT would read every event's entry). */
     if (sqlite3_prepare_v2(db,
-                           "SELECT rank, max(node), max(host) FROM (SELECT rank, node, host FROM ranks WHERE job_id=?1"
-                           " UNION ALL SELECT DISTINCT rank, 0, NULL FROM events WHERE job_id=?1)"
+                           "WITH RECURSIVE er(rank) AS (SELECT min(rank) FROM events WHERE job_id=?1 UNION ALL"
+                           " SELECT (SELECT min(rank) FROM events WHERE job_id=?1 AND rank > er.rank) FROM er"
+                           " WHERE er.rank IS NOT NULL)"
+                           " SELECT rank, max(node), max(host) FROM (SELECT rank, node, host FROM ranks WHERE job_id=?1"
+                           " UNION ALL SELECT rank, 0, NULL FROM er WHERE rank IS NOT NULL)"
                            " GROUP BY rank ORDER BY rank",
                            -1, &st, NULL) != SQLITE_OK) {
         sql_fail(db, "reading ranks", err);
@@ -356,16 +436,15 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
     if (sqlite3_step(st) == SQLITE_ROW) held = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     st = NULL;
-    if (read_paths(db, job, &marks, &nmarks, err) != 0) goto done;
+    if (read_paths(db, job, steps, &marks, &nmarks, err) != 0) goto done;
 
-    if (sqlite3_prepare_v2(db,
-                           "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
-                           " source, id FROM events WHERE job_id=? ORDER BY rank, start_ns, end_ns DESC",
-                           -1, &st, NULL) != SQLITE_OK) {
+    if (prepare_in(db,
+                   "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
+                   " source, id FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
+                   steps ? STEP_FILTER("step") : NULL, job, first, last, &st) != SQLITE_OK) {
         sql_fail(db, "reading events", err);
         goto done;
     }
-    sqlite3_bind_int64(st, 1, job);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int rank = sqlite3_column_int(st, 0);
@@ -432,7 +511,8 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         goto done;
     }
 
-    if (export_kernels(db, job, t0, ranks, nranks, out, &sep, &tracks, &ntracks, err) != 0) goto done;
+    if (export_kernels(db, job, steps ? window : NULL, t0, ranks, nranks, out, &sep, &tracks, &ntracks, err) != 0)
+        goto done;
 
     /* Thread names for the lanes that were used. */
     for (size_t i = 0; i < nranks; i++)
@@ -473,15 +553,14 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
 
     /* Counters: the loss on the last stage's node, the bubble ratio of each
      * step per rank on each rank's node (one track per rank). */
-    if (sqlite3_prepare_v2(db,
-                           "SELECT l.step, l.microbatch, l.loss, l.at_ns, coalesce(r.node,0) FROM losses l"
-                           " LEFT JOIN ranks r ON r.job_id=l.job_id AND r.rank=l.rank"
-                           " WHERE l.job_id=? ORDER BY l.at_ns",
-                           -1, &st, NULL) != SQLITE_OK) {
+    if (prepare_in(db,
+                   "SELECT l.step, l.microbatch, l.loss, l.at_ns, coalesce(r.node,0) FROM losses l"
+                   " LEFT JOIN ranks r ON r.job_id=l.job_id AND r.rank=l.rank"
+                   " WHERE l.job_id=?1%s ORDER BY l.at_ns",
+                   steps ? STEP_FILTER("l.step") : NULL, job, first, last, &st) != SQLITE_OK) {
         sql_fail(db, "reading losses", err);
         goto done;
     }
-    sqlite3_bind_int64(st, 1, job);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         fprintf(out, "%s{\"ph\":\"C\",\"name\":\"loss\",\"pid\":%d,\"ts\":", sep, sqlite3_column_int(st, 4));
         put_us(out, sqlite3_column_int64(st, 3) - t0);
@@ -496,15 +575,14 @@ int db_export_chrome(sqlite3 *db, int64_t job, FILE *out, pp_err *err) {
         sql_fail(db, "reading losses", err);
         goto done;
     }
-    if (sqlite3_prepare_v2(db,
-                           "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
-                           " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
-                           " WHERE s.job_id=? ORDER BY s.rank, s.step",
-                           -1, &st, NULL) != SQLITE_OK) {
+    if (prepare_in(db,
+                   "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
+                   " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
+                   " WHERE s.job_id=?1%s ORDER BY s.rank, s.step",
+                   steps ? STEP_FILTER("s.step") : NULL, job, first, last, &st) != SQLITE_OK) {
         sql_fail(db, "reading step_stats", err);
         goto done;
     }
-    sqlite3_bind_int64(st, 1, job);
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         fprintf(out, "%s{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":", sep,
                 sqlite3_column_int(st, 1), sqlite3_column_int(st, 4));

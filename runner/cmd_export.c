@@ -1,4 +1,4 @@
-/* cmd_export.c: `pprun export --db FILE [--job ID] [--format chrome] [--out FILE]`:
+/* cmd_export.c: `pprun export --db FILE [--job ID] [--steps A-B] [--format chrome] [--out FILE]`:
  * a job's trace as Chrome trace JSON (opens in Perfetto, chrome://tracing).
  * The database is opened read-only; with --out the file appears only when
  * complete (written next to it, then renamed). */
@@ -11,16 +11,18 @@
 #include "runner/cli.h"
 
 static void export_usage(FILE *out) {
-    fprintf(out, "usage: pprun export --db FILE [--job ID] [--format chrome] [--out FILE]\n"
+    fprintf(out, "usage: pprun export --db FILE [--job ID] [--steps A-B] [--format chrome] [--out FILE]\n"
                  "  --db FILE      trace database written by `pprun run`\n"
                  "  --job ID       job id (default: the newest; `pprun query --db FILE\n"
                  "                 \"SELECT id, name FROM jobs\"` lists them)\n"
+                 "  --steps A-B    only steps A to B (or one step, N): a long job's whole trace\n"
+                 "                 is more than Perfetto's UI can open\n"
                  "  --format NAME  chrome (the default): Chrome trace JSON for Perfetto / chrome://tracing\n"
                  "  --out FILE     write there instead of stdout\n");
 }
 
 int cmd_export(int argc, char **argv) {
-    const char *dbpath = NULL, *job_s = NULL, *format = NULL, *outpath = NULL;
+    const char *dbpath = NULL, *job_s = NULL, *steps_s = NULL, *format = NULL, *outpath = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -29,6 +31,7 @@ int cmd_export(int argc, char **argv) {
         }
         const char **slot = strcmp(a, "--db") == 0       ? &dbpath
                             : strcmp(a, "--job") == 0    ? &job_s
+                            : strcmp(a, "--steps") == 0  ? &steps_s
                             : strcmp(a, "--format") == 0 ? &format
                             : strcmp(a, "--out") == 0    ? &outpath
                                                          : NULL;
@@ -57,6 +60,11 @@ int cmd_export(int argc, char **argv) {
     long job = 0;
     if (job_s && pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
+        return 2;
+    }
+    db_export_steps steps;
+    if (steps_s && db_export_parse_steps(steps_s, &steps, &err) != 0) {
+        fprintf(stderr, "pprun export: --steps: %s\n", err.msg);
         return 2;
     }
     if (access(dbpath, R_OK) != 0) {
@@ -92,7 +100,7 @@ int cmd_export(int argc, char **argv) {
             return 2;
         }
     }
-    int rc = db_export_chrome(sql, job, out, &err);
+    int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, out, &err);
     sqlite3_close(sql);
     if (outpath) {
         if (fclose(out) != 0 && rc == 0) rc = pp_fail(&err, "%s: write failed (disk full?)", outpath);

@@ -269,6 +269,19 @@ function updateHeader() {
     (j.failure ? ` — ${j.failure}` : '');
 }
 
+// The steps the timeline shows, [first, last], or null when it shows them
+// all: a long job's whole trace is more than Perfetto can open. A step
+// counts when its middle is in view (the margin around a step shown shows
+// bits of its neighbours), or, zoomed in between two, when any of it is.
+function stepsInView() {
+  const { from, to } = S.view;
+  const seen = S.steps.filter((s) => s.start != null && s.end != null && s.end >= from && s.start <= to);
+  const mostly = seen.filter((s) => (s.start + s.end) / 2 >= from && (s.start + s.end) / 2 <= to);
+  const shown = mostly.length ? mostly : seen;
+  if (!shown.length || shown.length === S.steps.length) return null;
+  return [shown[0].step, shown[shown.length - 1].step];
+}
+
 function checkTraceLink(id) {
   // A plain link would be fetched without the Authorization header (a 401
   // with a token): fetch with it, hand the browser the bytes as a blob.
@@ -277,13 +290,15 @@ function checkTraceLink(id) {
   a.href = '#';
   a.removeAttribute('download');
   a.textContent = 'Chrome trace';
+  a.title = 'Chrome trace JSON (Perfetto) of the steps in the timeline';
   a.onclick = async (ev) => {
     ev.preventDefault();
     if (a.dataset.busy) return;
     a.dataset.busy = '1';
     a.textContent = 'Chrome trace…';
+    const steps = stepsInView(), range = steps ? `${steps[0]}-${steps[1]}` : '';
     try {
-      const r = await fetch(`/api/jobs/${id}/trace.json`, { headers: headers() });
+      const r = await fetch(`/api/jobs/${id}/trace.json` + (steps ? `?steps=${range}` : ''), { headers: headers() });
       if (!r.ok) {
         let msg = 'HTTP ' + r.status;
         try { msg = (await r.json()).error || msg; } catch (e) { /* not JSON */ }
@@ -292,7 +307,7 @@ function checkTraceLink(id) {
       const url = URL.createObjectURL(await r.blob());
       const d = document.createElement('a');
       d.href = url;
-      d.download = `pprun-job-${id}.trace.json`;
+      d.download = `pprun-job-${id}` + (steps ? `-steps-${range}` : '') + '.trace.json';
       document.body.appendChild(d);
       d.click();
       d.remove();

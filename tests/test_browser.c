@@ -233,6 +233,10 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert(strstr(tip, "rank 2 · OPT · step 0") && strstr(tip, "weights, gradients, optimizer state: 1.5 MiB"), "%s", tip);
     const char *gap = cJSON_GetObjectItem(j, "gapTooltip")->valuestring;
     cr_assert(strstr(gap, "rank 3 idle 3.000 ms") && strstr(gap, "warmup"), "%s", gap);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "traceFile")->valuestring, "pprun-job-1-steps-0-0.trace.json");
+    cJSON *trace_steps = cJSON_GetObjectItem(j, "traceSteps");
+    cr_assert(cJSON_GetArraySize(trace_steps) == 1 && cJSON_GetArrayItem(trace_steps, 0)->valueint == 0,
+              "the Chrome trace of step 0 holds step 0's ops only");
     cr_assert_gt(cJSON_GetObjectItem(j, "zoomedSpanRatio")->valuedouble, 2.0, "wheel zoom widened the window");
     cJSON *cells = cJSON_GetObjectItem(j, "sqlCells");
     cr_assert_eq(cJSON_GetArraySize(cells), 8);

@@ -227,7 +227,7 @@ Test(db_export, a_loss_that_was_not_finite_is_null_and_the_export_parses) {
     char *buf = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&buf, &len);
-    cr_assert_eq(db_export_chrome(db_sqlite(d), job, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_export_chrome(db_sqlite(d), job, NULL, out, &err), 0, "%s", err.msg);
     fclose(out);
     db_close(d);
     cJSON *root = cJSON_Parse(buf);
@@ -500,7 +500,7 @@ Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
         char *text = NULL;
         size_t len = 0;
         FILE *out = open_memstream(&text, &len);
-        cr_assert_eq(db_export_chrome(s, job, out, &err), 0, "%s", err.msg);
+        cr_assert_eq(db_export_chrome(s, job, NULL, out, &err), 0, "%s", err.msg);
         fclose(out);
         sqlite3_close(s);
         cJSON *root = cJSON_Parse(text);
@@ -626,5 +626,102 @@ Test(db_export, each_steps_critical_path_is_marked_and_chained_by_flows, .timeou
     cJSON_Delete(root);
     free(text);
     unlink(json);
+    fixture_remove(path);
+}
+
+static int count_rows(sqlite3 *db, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* --steps 1-2 of a 3-step job: those steps' ops, losses, bubble ratios and
+ * critical paths, nothing of step 0, every thread still named. */
+Test(db_export, steps_exports_only_those_steps, .timeout = 60) {
+    char path[256], json[300], cmd[1024];
+    fixture_fresh(path, sizeof path, "export-steps", 3, "succeeded");
+    snprintf(json, sizeof json, "%s.json", path);
+    snprintf(cmd, sizeof cmd, "%s export --db %s --steps 1-2 --out %s", PPRUN_BIN, path, json);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char *text = slurp(json);
+    cJSON *root = cJSON_Parse(text), *e;
+    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *other = cJSON_GetObjectItem(root, "otherData"), *evs = cJSON_GetObjectItem(root, "traceEvents");
+    cr_assert_eq(cJSON_GetObjectItem(other, "first_step")->valueint, 1);
+    cr_assert_eq(cJSON_GetObjectItem(other, "last_step")->valueint, 2);
+    sqlite3 *db;
+    pp_err err;
+    cr_assert_eq(db_open_readonly(path, &db, &err), 0, "%s", err.msg);
+    int want_x = count_rows(db, "SELECT count(*) FROM events WHERE job_id=1 AND step BETWEEN 1 AND 2");
+    int want_loss = count_rows(db, "SELECT count(*) FROM losses WHERE job_id=1 AND step BETWEEN 1 AND 2");
+    int want_bubble = count_rows(db, "SELECT count(*) FROM step_stats WHERE job_id=1 AND step BETWEEN 1 AND 2");
+    cr_assert_lt(want_x, count_rows(db, "SELECT count(*) FROM events WHERE job_id=1"), "step 0 has events");
+    size_t on_path = 0;
+    for (int step = 1; step <= 2; step++) {
+        critpath_path p;
+        cr_assert_eq(critpath_step(db, 1, step, &p, &err), 0, "%s", err.msg);
+        on_path += p.n;
+        critpath_free(&p);
+    }
+    int x = 0, loss = 0, bubble = 0, marked = 0;
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring, *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        cJSON *a = cJSON_GetObjectItem(e, "args");
+        if (*ph == 'X' && !is_cat(e, "kernel")) {
+            x++;
+            int step = cJSON_GetObjectItem(a, "step")->valueint;
+            cr_assert(step >= 1 && step <= 2, "%s of step %d exported", name, step);
+            marked += cJSON_GetObjectItem(a, "critical_path") != NULL;
+            int pid = cJSON_GetObjectItem(e, "pid")->valueint, tid = cJSON_GetObjectItem(e, "tid")->valueint;
+            cr_assert_not_null(find_meta(evs, "thread_name", pid, tid), "thread %d of process %d is named", tid, pid);
+        }
+        loss += *ph == 'C' && strcmp(name, "loss") == 0;
+        bubble += *ph == 'C' && strncmp(name, "bubble ratio", 12) == 0;
+    }
+    cr_assert_eq(x, want_x);
+    cr_assert_eq(loss, want_loss);
+    cr_assert_eq(bubble, want_bubble);
+    cr_assert_eq((size_t)marked, on_path, "the critical paths of steps 1 and 2");
+    sqlite3_close(db);
+    cJSON_Delete(root);
+    free(text);
+    unlink(json);
+
+    /* One step; then steps the job does not have, and bad ranges: exit 2,
+     * no file. */
+    snprintf(cmd, sizeof cmd, "--db %s --steps 2 --out %s", path, json);
+    cr_assert_eq(run(cmd, tfix_path("err.txt")), 0);
+    text = slurp(json);
+    root = cJSON_Parse(text);
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+        if (*cJSON_GetObjectItem(e, "ph")->valuestring == 'X')
+            cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "step")->valueint, 2);
+    }
+    cJSON_Delete(root);
+    free(text);
+    unlink(json);
+    static const struct {
+        const char *steps, *says;
+    } bad[] = {
+        {"5-9", "job 1 has no traced step in 5-9: its steps are 0-2"},
+        {"7", "job 1 has no traced step in 7: its steps are 0-2"},
+        {"2-1", "--steps: '2-1': the last step comes before the first"},
+        {"1-", "--steps: '1-' is not a step or a range of steps: give N or FIRST-LAST"},
+        {"-1", "--steps: '-1' is not a step"},
+        {"1-x", "--steps: '1-x' is not a step"},
+        {"1-2-3", "--steps: '1-2-3' is not a step"},
+        {"99999999999", "--steps: '99999999999' is not a step"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "--db %s --steps '%s' --out %s", path, bad[i].steps, json);
+        cr_assert_eq(run(cmd, tfix_path("err.txt")), 2, "--steps %s", bad[i].steps);
+        char *m = slurp(tfix_path("err.txt"));
+        cr_assert(strstr(m, bad[i].says), "--steps %s: %s", bad[i].steps, m);
+        free(m);
+        cr_assert_neq(access(json, F_OK), 0, "--steps %s left %s behind", bad[i].steps, json);
+    }
     fixture_remove(path);
 }

@@ -554,6 +554,27 @@ Test(web, trace_json_has_one_complete_event_per_traced_op) {
     cJSON_Delete(get_json("/api/jobs/7/trace.json", 404));
 }
 
+/* ?steps=A-B: the dashboard's "Chrome trace" of the steps in view. */
+Test(web, trace_json_of_some_steps_has_their_ops_only) {
+    cJSON *j = get_json("/api/jobs/1/trace.json?steps=1-1", 200);
+    int complete = 0;
+    const cJSON *ev;
+    cJSON_ArrayForEach(ev, cJSON_GetObjectItem(j, "traceEvents")) {
+        if (strcmp(str(ev, "ph"), "X") != 0) continue;
+        complete++;
+        cr_assert_eq(num(cJSON_GetObjectItem(ev, "args"), "step"), 1);
+    }
+    cr_assert_gt(complete, 0);
+    cr_assert_eq(num(cJSON_GetObjectItem(j, "otherData"), "first_step"), 1);
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/trace.json?steps=50-60", 404);
+    cr_assert(strstr(str(j, "error"), "no traced step in 50-60: its steps are 0-2"), "%s", str(j, "error"));
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/trace.json?steps=2-1", 400);
+    cr_assert(strstr(str(j, "error"), "steps: '2-1': the last step comes before the first"), "%s", str(j, "error"));
+    cJSON_Delete(j);
+}
+
 static webclient_resp post_sql(const char *body) {
     webclient_resp r;
     cr_assert_eq(webclient_request(port, "POST", "/api/sql", NULL, body, &r), 0);

@@ -265,11 +265,18 @@ static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, co
 /* ---- request life cycle --------------------------------------------------- */
 
 static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, http_reply *r) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(r->body);
-        return MHD_NO;
+    struct MHD_Response *resp;
+    if (r->file) { /* MHD reads the file as the client takes it, and closes its fd */
+        int fd = dup(fileno(r->file));
+        fclose(r->file);
+        r->file = NULL;
+        resp = fd < 0 ? NULL : MHD_create_response_from_fd64(r->len, fd);
+        if (!resp && fd >= 0) close(fd);
+    } else {
+        resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) free(r->body);
     }
+    if (!resp) return MHD_NO;
     r->body = NULL;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->type ? r->type : "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache ? r->cache : "no-store");
@@ -440,7 +447,6 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     s->o.listen = NULL; /* not kept: the caller owns the string */
     s->o.db_path = NULL;
     for (int i = 0; i < HTTP_CODES; i++) atomic_init(&s->requests[i], 0);
-    atomic_init(&s->bytes_out, 0);
 
     /* Each step that fails undoes the ones before it, in reverse. */
     int family = AF_INET;

@@ -6,6 +6,7 @@
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "db/summary.h"
 #include "web/http.h"
@@ -69,7 +70,6 @@ struct http_server {
     live_hub *live;
     reaper reaper;
     atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
-    atomic_ullong bytes_out;
 };
 
 /* A response to send: status, content type and body (owned, freed by MHD). */
@@ -78,6 +78,7 @@ typedef struct http_reply {
     const char *type;
     char *body;
     size_t len;
+    FILE *file;         /* owned; instead of body when set: its len bytes from the start (a big export) */
     const char *cache;  /* Cache-Control; NULL = no-store */
 } http_reply;
 

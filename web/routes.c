@@ -334,7 +334,7 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         else if (!strcmp(what, "kernels")) route_kernels(db, c, &j, r);
         else if (!strcmp(what, "steps")) route_steps(db, c, &j, r);
         else if (!strcmp(what, "gaps")) route_gaps(db, c, &j, r);
-        else if (!strcmp(what, "trace.json")) route_trace(db, &j, r);
+        else if (!strcmp(what, "trace.json")) route_trace(db, c, &j, r);
         else if (!strcmp(what, "summary")) route_summary(db, &j, r);
         else if (!strcmp(what, "whatif")) route_whatif(db, &j, r);
         else if (!strcmp(what, "compare")) route_compare(db, c, &j, r);

@@ -38,7 +38,7 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
 void route_plan(sqlite3 *db, const job_info *j, http_reply *r);
 void route_summary(sqlite3 *db, const job_info *j, http_reply *r);
 void route_whatif(sqlite3 *db, const job_info *j, http_reply *r);
-void route_trace(sqlite3 *db, const job_info *j, http_reply *r);
+void route_trace(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
 /* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c); routes_critpath
  * answers it for step (-1: the latest complete steps' totals). */
 void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);

@@ -84,6 +84,11 @@ try {
     out.gapTooltip = await page.textContent('#tooltip');
     await page.mouse.move(5, 5);
     await page.screenshot({ path: shot, fullPage: true });
+    // "Chrome trace" downloads the step in view.
+    const [dl] = await Promise.all([page.waitForEvent('download', { timeout: 20000 }), page.click('#trace-link')]);
+    out.traceFile = dl.suggestedFilename();
+    const trace = JSON.parse(fs.readFileSync(await dl.path(), 'utf8'));
+    out.traceSteps = [...new Set(trace.traceEvents.filter((e) => e.ph === 'X').map((e) => e.args.step))];
     // Zoom out with the wheel: a new window is fetched.
     const box = await page.locator('#timeline').boundingBox();
     await page.mouse.move(box.x + box.width / 2, box.y + 40);
