@@ -125,24 +125,23 @@ static int sql_fail(sqlite3 *db, const char *what, pp_err *err) {
     return pp_fail(err, "%s: %s: %s", sqlite3_db_filename(db, "main"), what, sqlite3_errmsg(db));
 }
 
-/* Prepares sql with filter (NULL: none) in place of its "%s"; binds ?1 to
- * the job and ?2, ?3 to lo, hi, which the filter may use. */
-static int prepare_in(sqlite3 *db, const char *sql, const char *filter, int64_t job, int64_t lo, int64_t hi,
-                      sqlite3_stmt **st) {
-    char *text = sqlite3_mprintf(sql, filter ? filter : "");
+/* Prepares sql with filter (numbers and names only) in place of its "%s",
+ * and binds ?1 to the job. */
+static int prepare_in(sqlite3 *db, const char *sql, const char *filter, int64_t job, sqlite3_stmt **st) {
+    char *text = sqlite3_mprintf(sql, filter);
     if (!text) return SQLITE_NOMEM;
     int rc = sqlite3_prepare_v2(db, text, -1, st, NULL);
     sqlite3_free(text);
-    if (rc != SQLITE_OK) return rc;
-    sqlite3_bind_int64(*st, 1, job);
-    if (filter) {
-        sqlite3_bind_int64(*st, 2, lo);
-        sqlite3_bind_int64(*st, 3, hi);
-    }
-    return SQLITE_OK;
+    if (rc == SQLITE_OK) sqlite3_bind_int64(*st, 1, job);
+    return rc;
 }
 
-#define STEP_FILTER(col) " AND " col " BETWEEN ?2 AND ?3"
+/* " AND col BETWEEN first AND last", or "" for every step (steps NULL). */
+static const char *step_filter(char *buf, size_t cap, const char *col, const db_export_steps *steps) {
+    if (!steps) return "";
+    snprintf(buf, cap, " AND %s BETWEEN %d AND %d", col, steps->first, steps->last);
+    return buf;
+}
 
 int db_export_parse_steps(const char *text, db_export_steps *out, pp_err *err) {
     long first, last;
@@ -209,9 +208,9 @@ static int read_paths(sqlite3 *db, int64_t job, const db_export_steps *steps, pa
     *marks = NULL;
     *n = 0;
     sqlite3_stmt *st;
+    char f[96];
     if (prepare_in(db, "SELECT step FROM (" SQL_COMPLETE_STEPS("%s") ") ORDER BY step",
-                   steps ? STEP_FILTER("step") : NULL, job, steps ? steps->first : 0, steps ? steps->last : 0,
-                   &st) != SQLITE_OK)
+                   step_filter(f, sizeof f, "step", steps), job, &st) != SQLITE_OK)
         return sql_fail(db, "reading steps", err);
     size_t cap = 0;
     int rc, ret = 0;
@@ -254,18 +253,22 @@ static int lane_tid(int rank, int ln) {
 static int kernel_tid(int rank, int index, int ln) { return KERNEL_TID_BASE + (rank * STREAMS + index) * LANES + ln; }
 
 /* Kernels on per-rank per-stream threads; rows come ordered by rank,
- * stream, start. window: NULL for all, else the ones overlapping
- * [window[0], window[1]) (kernels need not belong to an op, so not by step).
- * *tracks (malloc'd, the caller frees) lists the tracks for the thread names. */
-static int export_kernels(sqlite3 *db, int64_t job, const int64_t *window, int64_t t0, rank_info *ranks, size_t nranks,
-                          FILE *out, const char **sep, stream_track **tracks, size_t *ntracks, pp_err *err) {
+ * stream, start. With steps, the kernels of their ops, and those of no op
+ * (an optimizer's, say) overlapping window, the steps' span. *tracks
+ * (malloc'd, the caller frees) lists the tracks for the thread names. */
+static int export_kernels(sqlite3 *db, int64_t job, const db_export_steps *steps, const int64_t window[2], int64_t t0,
+                          rank_info *ranks, size_t nranks, FILE *out, const char **sep, stream_track **tracks,
+                          size_t *ntracks, pp_err *err) {
     sqlite3_stmt *st;
+    char f[256] = "";
+    if (steps)
+        snprintf(f, sizeof f, " AND (e.id IS NULL AND k.end_ns > %lld AND k.start_ns < %lld OR e.step BETWEEN %d AND %d)",
+                 (long long)window[0], (long long)window[1], steps->first, steps->last);
     if (prepare_in(db,
                    "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
                    " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
                    " WHERE k.job_id=?1%s ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
-                   window ? " AND k.end_ns > ?2 AND k.start_ns < ?3" : NULL, job, window ? window[0] : 0,
-                   window ? window[1] : 0, &st) != SQLITE_OK)
+                   f, job, &st) != SQLITE_OK)
         return sql_fail(db, "reading kernels", err);
     stream_track *cur = NULL;
     int rc;
@@ -322,8 +325,9 @@ static int export_kernels(sqlite3 *db, int64_t job, const int64_t *window, int64
  * has) when there is none. */
 static int steps_window(sqlite3 *db, int64_t job, const db_export_steps *steps, int64_t window[2], pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare_in(db, "SELECT min(start_ns), max(end_ns), count(*) FROM events WHERE job_id=?1%s", STEP_FILTER("step"),
-                   job, steps->first, steps->last, &st) != SQLITE_OK ||
+    char f[96];
+    if (prepare_in(db, "SELECT min(start_ns), max(end_ns), count(*) FROM events WHERE job_id=?1%s",
+                   step_filter(f, sizeof f, "step", steps), job, &st) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW) {
         sqlite3_finalize(st);
         return sql_fail(db, "reading events", err);
@@ -333,8 +337,7 @@ static int steps_window(sqlite3 *db, int64_t job, const db_export_steps *steps, 
     int found = sqlite3_column_int64(st, 2) > 0;
     sqlite3_finalize(st);
     if (found) return 0;
-    if (prepare_in(db, "SELECT min(step), max(step) FROM events WHERE job_id=?1%s", NULL, job, 0, 0, &st) !=
-            SQLITE_OK ||
+    if (prepare_in(db, "SELECT min(step), max(step) FROM events WHERE job_id=?1%s", "", job, &st) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW) {
         sqlite3_finalize(st);
         return sql_fail(db, "reading events", err);
@@ -358,7 +361,8 @@ int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FIL
     path_mark *marks = NULL;
     size_t nranks = 0, ntracks = 0, nmarks = 0;
     int64_t window[2] = {0, 0};
-    int first = steps ? steps->first : 0, last = steps ? steps->last : 0, ret = -1;
+    char f[96];
+    int ret = -1;
     if (sqlite3_prepare_v2(db, "SELECT t0_ns, name, schedule FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK)
         return sql_fail(db, "reading the job", err);
     sqlite3_bind_int64(st, 1, job);
@@ -441,7 +445,7 @@ int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FIL
     if (prepare_in(db,
                    "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
                    " source, id FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
-                   steps ? STEP_FILTER("step") : NULL, job, first, last, &st) != SQLITE_OK) {
+                   step_filter(f, sizeof f, "step", steps), job, &st) != SQLITE_OK) {
         sql_fail(db, "reading events", err);
         goto done;
     }
@@ -511,8 +515,7 @@ int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FIL
         goto done;
     }
 
-    if (export_kernels(db, job, steps ? window : NULL, t0, ranks, nranks, out, &sep, &tracks, &ntracks, err) != 0)
-        goto done;
+    if (export_kernels(db, job, steps, window, t0, ranks, nranks, out, &sep, &tracks, &ntracks, err) != 0) goto done;
 
     /* Thread names for the lanes that were used. */
     for (size_t i = 0; i < nranks; i++)
@@ -557,7 +560,7 @@ int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FIL
                    "SELECT l.step, l.microbatch, l.loss, l.at_ns, coalesce(r.node,0) FROM losses l"
                    " LEFT JOIN ranks r ON r.job_id=l.job_id AND r.rank=l.rank"
                    " WHERE l.job_id=?1%s ORDER BY l.at_ns",
-                   steps ? STEP_FILTER("l.step") : NULL, job, first, last, &st) != SQLITE_OK) {
+                   step_filter(f, sizeof f, "l.step", steps), job, &st) != SQLITE_OK) {
         sql_fail(db, "reading losses", err);
         goto done;
     }
@@ -579,7 +582,7 @@ int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FIL
                    "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
                    " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
                    " WHERE s.job_id=?1%s ORDER BY s.rank, s.step",
-                   steps ? STEP_FILTER("s.step") : NULL, job, first, last, &st) != SQLITE_OK) {
+                   step_filter(f, sizeof f, "s.step", steps), job, &st) != SQLITE_OK) {
         sql_fail(db, "reading step_stats", err);
         goto done;
     }

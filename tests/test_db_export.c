@@ -725,3 +725,34 @@ Test(db_export, steps_exports_only_those_steps, .timeout = 60) {
     }
     fixture_remove(path);
 }
+
+/* A GPU job's --steps 1: the kernels of step 1's ops and the optimizer's
+ * (no op) of step 1, none of steps 0 and 2. */
+Test(db_export, steps_keeps_the_kernels_of_those_steps) {
+    char db[256];
+    pp_err err;
+    fixture_fresh(db, sizeof db, "export-gpu-steps", 3, "succeeded");
+    cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
+    char args[1024];
+    const char *out = tfix_path("gpu-steps.json"), *errf = tfix_path("gpu-steps-err.txt");
+    snprintf(args, sizeof args, "--db %s --job %d --steps 1 --out %s", db, FIXTURE_GPU_JOB, out);
+    cr_assert_eq(run(args, errf), 0);
+    char *text = slurp(out);
+    cJSON *root = cJSON_Parse(text), *e;
+    cr_assert_not_null(root, "the export is valid JSON");
+    int kernels = 0, of_no_op = 0;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+        if (!is_cat(e, "kernel")) continue;
+        kernels++;
+        cJSON *a = cJSON_GetObjectItem(e, "args");
+        if (cJSON_IsNull(cJSON_GetObjectItem(a, "op")))
+            of_no_op++;
+        else
+            cr_assert_eq(cJSON_GetObjectItem(a, "step")->valueint, 1);
+    }
+    cr_assert_eq(kernels, FIXTURE_KERNELS_PER_STEP, "%d kernels", kernels);
+    cr_assert_eq(of_no_op, 4, "one optimizer kernel per rank");
+    cJSON_Delete(root);
+    free(text);
+    fixture_remove(db);
+}
