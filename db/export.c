@@ -262,7 +262,8 @@ static int export_kernels(sqlite3 *db, int64_t job, const db_export_steps *steps
     sqlite3_stmt *st;
     char f[256] = "";
     if (steps)
-        snprintf(f, sizeof f, " AND (e.id IS NULL AND k.end_ns > %lld AND k.start_ns < %lld OR e.step BETWEEN %d AND %d)",
+        snprintf(f, sizeof f,
+                 " AND (e.id IS NULL AND k.end_ns > %lld AND k.start_ns < %lld OR e.step BETWEEN %d AND %d)",
                  (long long)window[0], (long long)window[1], steps->first, steps->last);
     if (prepare_in(db,
                    "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
