@@ -290,8 +290,8 @@ int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *er
         !(s->state_by_rank = malloc((size_t)s->world * sizeof *s->state_by_rank)))
         return pp_fail(err, "out of memory");
     for (int k = 0; k < s->world; k++) s->bubble_by_rank[k] = NAN, s->act_peak_by_rank[k] = s->state_by_rank[k] = -1;
-    if (read_steps(db, s, err) != 0 || read_state(db, s, err) != 0 || read_plan(db, s, err) != 0 || read_gaps(db, s, err) != 0 ||
-        read_loss(db, s, err) != 0)
+    if (read_steps(db, s, err) != 0 || read_state(db, s, err) != 0 || read_plan(db, s, err) != 0 ||
+        (!(flags & SUMMARY_NO_IDLE) && read_gaps(db, s, err) != 0) || read_loss(db, s, err) != 0)
         return -1;
     s->has_ops = (flags & SUMMARY_OPS) != 0;
     return s->has_ops ? read_ops(db, s, err) : 0;

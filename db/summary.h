@@ -69,6 +69,8 @@ typedef struct job_summary {
 } job_summary;
 
 #define SUMMARY_OPS 1 /* also read op durations: a pass over the job's events */
+#define SUMMARY_NO_IDLE 2 /* leave idle_ns_by_cause at 0: no pass over every gap of the job (two million on a
+                           * 20,000-step job: most of a summary's time), for readers that do not show it */
 
 /* Fills s for job `job` of db (read-only is enough). Returns 0, or -1 with
  * err naming the problem ("no job 7 in this database", a database error).

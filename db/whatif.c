@@ -511,7 +511,7 @@ int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int
     job_summary s;
     whatif_report r;
     int rc = -1;
-    if (summary_read(db, job, 0, &s, err) != 0 || whatif_read(db, &s, &r, err) != 0) goto out;
+    if (summary_read(db, job, SUMMARY_NO_IDLE, &s, err) != 0 || whatif_read(db, &s, &r, err) != 0) goto out;
     if (!r.measured) {
         pp_fail(err, "job %lld has no complete step with F, B and W spans to measure yet", (long long)job);
         goto out;

@@ -19,6 +19,9 @@
 #include <arpa/inet.h>
 #include <unistd.h>
 
+#include "db/db.h"
+#include "db/summary.h"
+#include "db/whatif.h"
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 #include "web/http.h"
@@ -1489,6 +1492,40 @@ Test(web_act, whatif_plays_every_schedule_at_the_jobs_costs, .init = setup_act, 
     cr_assert_str_eq(str(bal, "no_cuts"), "the model's op costs do not depend on a stage's layers");
     cJSON_Delete(j);
     cJSON_Delete(get_json("/api/jobs/9/whatif", 404));
+}
+
+/* /whatif reads its summary without the pass over every gap of the job
+ * (SUMMARY_NO_IDLE: most of its time on a 20,000-step job, paid every 10 s
+ * by a dashboard following a run): the numbers it plays from are the full
+ * summary's, so every schedule's row is the same. */
+Test(web_act, whatif_without_idle_times_plays_the_same_rows, .init = setup_act, .fini = teardown) {
+    sqlite3 *db;
+    pp_err err;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(db_reader_init(db, &err), 0, "%s", err.msg);
+    job_summary full, lean;
+    whatif_report a, b;
+    cr_assert_eq(summary_read(db, 1, 0, &full, &err), 0, "%s", err.msg);
+    cr_assert_eq(summary_read(db, 1, SUMMARY_NO_IDLE, &lean, &err), 0, "%s", err.msg);
+    cr_assert(summary_idle_total(&full) > 0, "the fixture's steps have gaps");
+    cr_assert_eq(summary_idle_total(&lean), 0, "no idle time read");
+    cr_assert_eq(lean.steps, full.steps);
+    cr_assert_eq(lean.step_time_ns, full.step_time_ns);
+    cr_assert_eq(lean.act_peak, full.act_peak);
+    cr_assert_eq(lean.has_plan, full.has_plan);
+    cr_assert_eq(whatif_read(db, &full, &a, &err), 0, "%s", err.msg);
+    cr_assert_eq(whatif_read(db, &lean, &b, &err), 0, "%s", err.msg);
+    cr_assert(a.measured && b.measured);
+    cr_assert_eq(a.nrows, b.nrows);
+    for (int k = 0; k < a.nrows; k++) {
+        cr_assert_str_eq(a.rows[k].schedule, b.rows[k].schedule);
+        cr_assert_eq(a.rows[k].step_time_ns, b.rows[k].step_time_ns, "%s", a.rows[k].schedule);
+        cr_assert_eq(a.rows[k].act_peak_bytes, b.rows[k].act_peak_bytes, "%s", a.rows[k].schedule);
+        cr_assert_eq(a.rows[k].peak_inflight, b.rows[k].peak_inflight, "%s", a.rows[k].schedule);
+    }
+    summary_free(&full);
+    summary_free(&lean);
+    sqlite3_close(db);
 }
 
 /* Nothing measured yet: measured false and no rows, not an error. */

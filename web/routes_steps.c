@@ -210,7 +210,9 @@ void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
  * `{"job": ID` in w; or answers 500 naming the problem and returns -1. */
 static int summary_begin(sqlite3 *db, const job_info *j, job_summary *s, whatif_report *wr, jw *w, http_reply *r) {
     pp_err err;
-    if (summary_read(db, j->id, 0, s, &err) != 0 || (wr && whatif_read(db, s, wr, &err) != 0)) {
+    /* the what-if shows no idle times: it skips the pass over every gap, which
+     * the dashboard would pay every 10 s while following a long job */
+    if (summary_read(db, j->id, wr ? SUMMARY_NO_IDLE : 0, s, &err) != 0 || (wr && whatif_read(db, s, wr, &err) != 0)) {
         summary_free(s);
         http_error(r, 500, "%s", err.msg);
         return -1;
