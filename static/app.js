@@ -1221,6 +1221,7 @@ function setupInteraction() {
     const f = (t - S.view.from) / (S.view.to - S.view.from);
     S.view = { from: Math.max(0, t - f * span), to: Math.max(0, t - f * span) + span };
     S.follow = $('follow').checked = false;
+    tip.hidden = true; // it described what was under the pointer before the zoom
     setStep(null); scheduleDraw(); scheduleFetch();
   }, { passive: false });
   c.addEventListener('mousedown', (e) => { drag = { x: e.clientX, view: Object.assign({}, S.view) }; c.classList.add('dragging'); });
@@ -1231,6 +1232,7 @@ function setupInteraction() {
       const from = Math.max(0, drag.view.from - dt);
       S.view = { from, to: from + (drag.view.to - drag.view.from) };
       S.follow = $('follow').checked = false;
+      tip.hidden = true;
       setStep(null); scheduleDraw();
       return;
     }

@@ -237,6 +237,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cJSON *trace_steps = cJSON_GetObjectItem(j, "traceSteps");
     cr_assert(cJSON_GetArraySize(trace_steps) == 1 && cJSON_GetArrayItem(trace_steps, 0)->valueint == 0,
               "the Chrome trace of step 0 holds step 0's ops only");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "tooltipAfterWheel")->valuestring, "hidden");
     cr_assert_gt(cJSON_GetObjectItem(j, "zoomedSpanRatio")->valuedouble, 2.0, "wheel zoom widened the window");
     cJSON *cells = cJSON_GetObjectItem(j, "sqlCells");
     cr_assert_eq(cJSON_GetArraySize(cells), 8);

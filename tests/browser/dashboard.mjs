@@ -89,6 +89,12 @@ try {
     out.traceFile = dl.suggestedFilename();
     const trace = JSON.parse(fs.readFileSync(await dl.path(), 'utf8'));
     out.traceSteps = [...new Set(trace.traceEvents.filter((e) => e.ph === 'X').map((e) => e.args.step))];
+    // A tooltip does not outlive a zoom (it described what was under the pointer).
+    const f3 = await page.evaluate(() => window.__pprun.blockCenter(1, 'F', 3, 0));
+    await page.mouse.move(f3.x, f3.y);
+    await page.waitForSelector('#tooltip:not([hidden])', { timeout: 5000 });
+    await page.mouse.wheel(0, -100);
+    out.tooltipAfterWheel = await page.waitForSelector('#tooltip[hidden]', { state: 'attached', timeout: 5000 }).then(() => 'hidden', () => 'shown');
     // Zoom out with the wheel: a new window is fetched.
     const box = await page.locator('#timeline').boundingBox();
     await page.mouse.move(box.x + box.width / 2, box.y + 40);
