@@ -137,8 +137,13 @@ static void j_flush(jout *o) {
     o->len = 0;
 }
 
-static void j_mem(jout *o, const char *s, size_t n) {
-    if (o->len + n > sizeof o->buf) j_flush(o);
+static inline void j_mem(jout *o, const char *s, size_t n) {
+    if (o->len + n <= sizeof o->buf) {
+        memcpy(o->buf + o->len, s, n);
+        o->len += n;
+        return;
+    }
+    j_flush(o);
     if (n > sizeof o->buf) {
         if (fwrite(s, 1, n, o->f) != n) o->failed = 1;
         return;
@@ -239,12 +244,14 @@ static void j_action(jout *o, const sched_action *a) {
     j_mem(o, p, (size_t)(end - p));
 }
 
-/* `,\n` unless first, then `"key":\t` at depth tabs. */
+/* `,\n` unless first, then `"key":\t` at depth tabs; keys are ours, plain
+ * ASCII with nothing to escape. */
 static void j_key(jout *o, int depth, const char *key, int first) {
     if (!first) j_mem(o, ",\n", 2);
     j_tabs(o, depth);
-    j_qstr(o, key);
-    j_mem(o, ":\t", 2);
+    j_mem(o, "\"", 1);
+    j_str(o, key);
+    j_mem(o, "\":\t", 3);
 }
 
 static void j_key_num(jout *o, int depth, const char *key, double v) {
