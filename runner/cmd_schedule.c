@@ -385,6 +385,12 @@ int cmd_schedule(int argc, char **argv) {
         }
     } else {
         print_text(plan, sim, &o.costs);
+        errno = 0;
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            fprintf(stderr, "pprun schedule: writing the schedule: %s\n", errno ? strerror(errno) : "write error");
+            rc = 1;
+            goto done;
+        }
     }
     rc = 0;
 done:

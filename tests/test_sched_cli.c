@@ -166,6 +166,24 @@ Test(sched_cli, json_names_any_csv_path) {
     cJSON_Delete(root);
 }
 
+/* A schedule that could not be written is not a success: a script that
+ * checks the exit status would go on with a cut file. */
+Test(sched_cli, output_that_cannot_be_written_exits_1) {
+    if (access("/dev/full", W_OK) != 0) cr_skip_test("no /dev/full");
+    for (int json = 0; json < 2; json++) {
+        char cmd[1024], path[128];
+        snprintf(cmd, sizeof cmd,
+                 "'%s' schedule --schedule 1f1b --stages 4 --microbatches 8 --format %s >/dev/full 2>'%s/err'",
+                 PPRUN_BIN, json ? "json" : "text", dir);
+        int st = system(cmd);
+        cr_assert(WIFEXITED(st), "%s", cmd);
+        snprintf(path, sizeof path, "%s/err", dir);
+        slurp(path, err_text, sizeof err_text);
+        cr_assert_eq(WEXITSTATUS(st), 1, "%s: %s", cmd, err_text);
+        cr_assert(strstr(err_text, "No space left on device"), "%s", err_text);
+    }
+}
+
 Test(sched_cli, costs_change_the_simulation) {
     cr_assert_eq(pprun("--schedule gpipe --stages 2 --microbatches 2 --costs f=1,b=2,w=0,comm=1"), 0, "%s", err_text);
     /* F F, comm 1, then B+send chain: (m+p-1)(f+b) + 2 comms = 9 + 2 */
