@@ -232,16 +232,12 @@ static void j_qstr(jout *o, const char *s) {
     j_mem(o, "\"", 1);
 }
 
-/* "0F3" with its quotes; sched_action_str's text without a printf per cell. */
+/* "0F3" with its quotes. */
 static void j_action(jout *o, const sched_action *a) {
-    char buf[48], *end = buf + sizeof buf;
-    char *p = end;
-    *--p = '"';
-    p = j_itoa(a->mb, p);
-    *--p = (a->op >= 0 && a->op <= 2) ? "FBW"[a->op] : '?';
-    p = j_itoa(a->stage, p);
-    *--p = '"';
-    j_mem(o, p, (size_t)(end - p));
+    char buf[34];
+    size_t n = sched_action_fmt(a, buf + 1);
+    buf[0] = buf[n + 1] = '"';
+    j_mem(o, buf, n + 2);
 }
 
 /* `,\n` unless first, then `"key":\t` at depth tabs; keys are ours, plain

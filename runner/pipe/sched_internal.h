@@ -17,10 +17,6 @@ void sched_sb_add(sched_sbuf *b, const char *fmt, ...) __attribute__((format(pri
 /* Appends n bytes of s (no format: a big grid's cells). */
 void sched_sb_mem(sched_sbuf *b, const char *s, size_t n);
 
-/* Writes sched_action_str's text into buf (room for 32) uncut, without
- * printf; returns its length. */
-size_t sched_action_fmt(const sched_action *a, char *buf);
-
 /* Index of (stage, mb, op) into a flat array of stages * m * 3 entries. */
 static inline size_t sched_key(const sched_plan *plan, int stage, int mb, int op) {
     return ((size_t)stage * (size_t)plan->microbatches + (size_t)mb) * 3 + (size_t)op;
