@@ -2,7 +2,10 @@
  * it, simulates it from F/B/W/comm costs and prints the grid, the
  * timeline, the step time, the bubble ratio and the peak memory; imports
  * and exports CSV. Nothing runs: it is the planner's view of a job. */
-#include <cjson/cJSON.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,64 +120,224 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
     printf("\n");
 }
 
-static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_costs *c) {
-    char buf[32];
-    cJSON *root = cJSON_CreateObject();
-    if (!root) return -1;
-    cJSON_AddStringToObject(root, "schedule", plan->name);
-    cJSON_AddNumberToObject(root, "num_ranks", plan->ranks);
-    cJSON_AddNumberToObject(root, "stages", plan->stages);
-    cJSON_AddNumberToObject(root, "virtual_stages", plan->virtual_stages);
-    cJSON_AddNumberToObject(root, "microbatches", plan->microbatches);
-    cJSON *costs = cJSON_AddObjectToObject(root, "costs");
-    if (costs) {
-        cJSON_AddNumberToObject(costs, "f", c->f);
-        cJSON_AddNumberToObject(costs, "b", c->b);
-        cJSON_AddNumberToObject(costs, "w", c->w);
-        cJSON_AddNumberToObject(costs, "comm", c->comm);
+/* ---- JSON -------------------------------------------------------------------
+ * Written as a stream: a tree of every span (cJSON) took 10x the plan's memory
+ * and most of the time on a big grid. The bytes are what cJSON_Print wrote
+ * (same layout, same numbers), so scripts that read the old output still do. */
+
+typedef struct jout {
+    FILE *f;
+    size_t len;
+    int failed; /* a write failed: sticky */
+    char buf[1 << 16];
+} jout;
+
+static void j_flush(jout *o) {
+    if (o->len && fwrite(o->buf, 1, o->len, o->f) != o->len) o->failed = 1;
+    o->len = 0;
+}
+
+static inline void j_mem(jout *o, const char *s, size_t n) {
+    if (o->len + n <= sizeof o->buf) {
+        memcpy(o->buf + o->len, s, n);
+        o->len += n;
+        return;
     }
-    cJSON_AddStringToObject(root, "placement", placement_name(plan));
-    cJSON *sr = cJSON_AddArrayToObject(root, "stage_rank");
-    for (int s = 0; sr && s < plan->stages; s++) cJSON_AddItemToArray(sr, cJSON_CreateNumber(plan->stage_rank[s]));
-    cJSON_AddBoolToObject(root, "valid", 1);
-    cJSON_AddNumberToObject(root, "step_time", sim->step_time);
-    cJSON_AddNumberToObject(root, "bubble_ratio", sim->bubble_ratio);
-    cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
-    for (int r = 0; ranks && r < plan->ranks; r++) {
-        cJSON *o = cJSON_CreateObject();
-        if (!o) break;
-        cJSON_AddItemToArray(ranks, o);
-        cJSON_AddNumberToObject(o, "rank", r);
-        cJSON *acts = cJSON_AddArrayToObject(o, "actions");
-        for (int i = 0; acts && i < plan->len[r]; i++)
-            cJSON_AddItemToArray(acts, cJSON_CreateString(sched_action_str(&plan->actions[r][i], buf)));
-        cJSON *slots = cJSON_AddArrayToObject(o, "slots");
-        for (int i = 0; slots && i < plan->nslots; i++)
-            cJSON_AddItemToArray(slots, plan->slots[r][i].stage < 0
-                                            ? cJSON_CreateNull()
-                                            : cJSON_CreateString(sched_action_str(&plan->slots[r][i], buf)));
-        cJSON *spans = cJSON_AddArrayToObject(o, "spans");
+    j_flush(o);
+    if (n > sizeof o->buf) {
+        if (fwrite(s, 1, n, o->f) != n) o->failed = 1;
+        return;
+    }
+    memcpy(o->buf + o->len, s, n);
+    o->len += n;
+}
+
+static void j_str(jout *o, const char *s) { j_mem(o, s, strlen(s)); }
+
+static void j_tabs(jout *o, int depth) {
+    static const char tabs[] = "\t\t\t\t\t\t\t\t";
+    j_mem(o, tabs, (size_t)depth);
+}
+
+/* Decimal digits of v into the end of buf; returns the first digit. */
+static char *j_itoa(long long v, char *end) {
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    char *p = end;
+    do *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0) *--p = '-';
+    return p;
+}
+
+static int j_same_double(double a, double b) {
+    double max = fabs(a) > fabs(b) ? fabs(a) : fabs(b);
+    return fabs(a - b) <= max * DBL_EPSILON;
+}
+
+/* A number as cJSON prints it: null for NaN and infinities, an integer in int
+ * range as one, else 15 significant digits when they read back as the value
+ * (within an epsilon, cJSON's test), 17 otherwise. */
+static void j_num(jout *o, double d) {
+    char buf[64];
+    if (isnan(d) || isinf(d)) {
+        j_str(o, "null");
+        return;
+    }
+    int vi = d >= (double)INT_MAX ? INT_MAX : d <= (double)INT_MIN ? INT_MIN : (int)d;
+    if (d == (double)vi) {
+        char *p = j_itoa(vi, buf + sizeof buf);
+        j_mem(o, p, (size_t)(buf + sizeof buf - p));
+        return;
+    }
+    snprintf(buf, sizeof buf, "%1.15g", d);
+    if (!j_same_double(strtod(buf, NULL), d)) snprintf(buf, sizeof buf, "%1.17g", d);
+    j_str(o, buf);
+}
+
+/* Length of the valid UTF-8 sequence at s (1..4), 0 when it is not one. */
+static int j_utf8_len(const unsigned char *s) {
+    if (s[0] < 0x80) return 1;
+    int n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    /* overlong forms, surrogates, past U+10FFFF */
+    if (n == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0;
+    if (n == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
+    return n;
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped as cJSON
+ * does; a byte that is not UTF-8 (a file name's, or a name cut short in the
+ * middle of a character) is U+FFFD, so the document stays valid JSON. */
+static void j_qstr(jout *o, const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    j_mem(o, "\"", 1);
+    while (*p) {
+        char esc[8];
+        int n = j_utf8_len(p);
+        if (n == 0) {
+            j_str(o, "\\ufffd");
+            p++;
+        } else if (n > 1 || (*p >= 0x20 && *p != '"' && *p != '\\')) {
+            j_mem(o, (const char *)p, (size_t)n);
+            p += n;
+        } else {
+            const char *named = *p == '"' ? "\\\"" : *p == '\\' ? "\\\\" : *p == '\b' ? "\\b" : *p == '\f' ? "\\f"
+                                : *p == '\n' ? "\\n" : *p == '\r' ? "\\r" : *p == '\t' ? "\\t" : NULL;
+            if (!named) snprintf(esc, sizeof esc, "\\u%04x", *p);
+            j_str(o, named ? named : esc);
+            p++;
+        }
+    }
+    j_mem(o, "\"", 1);
+}
+
+/* "0F3" with its quotes. */
+static void j_action(jout *o, const sched_action *a) {
+    char buf[34];
+    size_t n = sched_action_fmt(a, buf + 1);
+    buf[0] = buf[n + 1] = '"';
+    j_mem(o, buf, n + 2);
+}
+
+/* `,\n` unless first, then `"key":\t` at depth tabs; keys are ours, plain
+ * ASCII with nothing to escape. */
+static void j_key(jout *o, int depth, const char *key, int first) {
+    if (!first) j_mem(o, ",\n", 2);
+    j_tabs(o, depth);
+    j_mem(o, "\"", 1);
+    j_str(o, key);
+    j_mem(o, "\":\t", 3);
+}
+
+static void j_key_num(jout *o, int depth, const char *key, double v) {
+    j_key(o, depth, key, 0);
+    j_num(o, v);
+}
+
+/* Writes the plan, its simulation and the costs to f; memory stays one
+ * buffer whatever the grid's size. Returns -1 when out of memory or when a
+ * write fails (errno says why). */
+static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, FILE *f) {
+    jout *o = malloc(sizeof *o);
+    if (!o) return -1;
+    o->f = f;
+    o->len = 0;
+    o->failed = 0;
+    j_str(o, "{\n");
+    j_key(o, 1, "schedule", 1);
+    j_qstr(o, plan->name);
+    j_key_num(o, 1, "num_ranks", plan->ranks);
+    j_key_num(o, 1, "stages", plan->stages);
+    j_key_num(o, 1, "virtual_stages", plan->virtual_stages);
+    j_key_num(o, 1, "microbatches", plan->microbatches);
+    j_key(o, 1, "costs", 0);
+    j_str(o, "{\n");
+    j_key(o, 2, "f", 1);
+    j_num(o, c->f);
+    j_key_num(o, 2, "b", c->b);
+    j_key_num(o, 2, "w", c->w);
+    j_key_num(o, 2, "comm", c->comm);
+    j_str(o, "\n\t}");
+    j_key(o, 1, "placement", 0);
+    j_qstr(o, placement_name(plan));
+    j_key(o, 1, "stage_rank", 0);
+    j_str(o, "[");
+    for (int s = 0; s < plan->stages; s++) {
+        if (s) j_mem(o, ", ", 2);
+        j_num(o, plan->stage_rank[s]);
+    }
+    j_str(o, "]");
+    j_key(o, 1, "valid", 0);
+    j_str(o, "true");
+    j_key_num(o, 1, "step_time", sim->step_time);
+    j_key_num(o, 1, "bubble_ratio", sim->bubble_ratio);
+    j_key(o, 1, "ranks", 0);
+    j_str(o, plan->ranks ? "[" : "[]");
+    for (int r = 0; r < plan->ranks; r++) {
+        j_str(o, r ? ", {\n" : "{\n");
+        j_key(o, 3, "rank", 1);
+        j_num(o, r);
+        j_key(o, 3, "actions", 0);
+        j_str(o, "[");
+        for (int i = 0; i < plan->len[r]; i++) {
+            if (i) j_mem(o, ", ", 2);
+            j_action(o, &plan->actions[r][i]);
+        }
+        j_str(o, "]");
+        j_key(o, 3, "slots", 0);
+        j_str(o, "[");
+        for (int i = 0; i < plan->nslots; i++) {
+            if (i) j_mem(o, ", ", 2);
+            if (plan->slots[r][i].stage < 0) j_str(o, "null");
+            else j_action(o, &plan->slots[r][i]);
+        }
+        j_str(o, "]");
+        j_key(o, 3, "spans", 0);
+        j_str(o, sim->nspans[r] ? "[" : "[]");
         double busy = 0;
-        for (int i = 0; spans && i < sim->nspans[r]; i++) {
+        for (int i = 0; i < sim->nspans[r]; i++) {
             const sched_span *sp = &sim->spans[r][i];
-            cJSON *s = cJSON_CreateObject();
-            if (!s) break;
-            cJSON_AddItemToArray(spans, s);
-            cJSON_AddStringToObject(s, "action", sched_action_str(&sp->action, buf));
-            cJSON_AddNumberToObject(s, "start", sp->start);
-            cJSON_AddNumberToObject(s, "end", sp->end);
+            j_str(o, i ? ", {\n" : "{\n");
+            j_key(o, 5, "action", 1);
+            j_action(o, &sp->action);
+            j_key_num(o, 5, "start", sp->start);
+            j_key_num(o, 5, "end", sp->end);
+            j_str(o, "\n\t\t\t\t}");
             busy += sp->end - sp->start;
         }
-        cJSON_AddNumberToObject(o, "busy", busy);
-        cJSON_AddNumberToObject(o, "idle", sim->step_time - busy);
-        cJSON_AddNumberToObject(o, "peak", sim->peak_inflight[r]);
+        if (sim->nspans[r]) j_str(o, "]");
+        j_key_num(o, 3, "busy", busy);
+        j_key_num(o, 3, "idle", sim->step_time - busy);
+        j_key_num(o, 3, "peak", sim->peak_inflight[r]);
+        j_str(o, "\n\t\t}");
     }
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!text) return -1;
-    printf("%s\n", text);
-    free(text);
-    return 0;
+    if (plan->ranks) j_str(o, "]");
+    j_str(o, "\n}\n");
+    j_flush(o);
+    int rc = o->failed || fflush(f) != 0 || ferror(f) ? -1 : 0;
+    free(o);
+    return rc;
 }
 
 int cmd_schedule(int argc, char **argv) {
@@ -210,13 +373,20 @@ int cmd_schedule(int argc, char **argv) {
         goto done;
     }
     if (strcmp(o.format, "json") == 0) {
-        if (print_json(plan, sim, &o.costs) != 0) {
-            fprintf(stderr, "pprun schedule: out of memory writing JSON\n");
+        errno = 0;
+        if (print_json(plan, sim, &o.costs, stdout) != 0) {
+            fprintf(stderr, "pprun schedule: writing JSON: %s\n", errno ? strerror(errno) : "out of memory");
             rc = 1;
             goto done;
         }
     } else {
         print_text(plan, sim, &o.costs);
+        errno = 0;
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            fprintf(stderr, "pprun schedule: writing the schedule: %s\n", errno ? strerror(errno) : "write error");
+            rc = 1;
+            goto done;
+        }
     }
     rc = 0;
 done:

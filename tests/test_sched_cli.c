@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "helpers/trace_fixture.h"
 
@@ -70,6 +73,115 @@ Test(sched_cli, json_output_has_bubble_step_and_ranks) {
     cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(ranks, 3), "actions"), 0)->valuestring,
                      "3F0");
     cJSON_Delete(root);
+}
+
+/* Runs `pprun schedule --schedule 1f1b --stages P --microbatches M --format FMT`
+ * with stdout in path; returns the run's peak resident memory in KiB. */
+static long run_big(int p, int m, const char *fmt, const char *path) {
+    char ps[16], ms[16];
+    snprintf(ps, sizeof ps, "%d", p);
+    snprintf(ms, sizeof ms, "%d", m);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || dup2(fd, 1) < 0) _exit(127);
+        execl(PPRUN_BIN, PPRUN_BIN, "schedule", "--schedule", "1f1b", "--stages", ps, "--microbatches", ms, "--format",
+              fmt, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    struct rusage ru;
+    cr_assert_eq(wait4(pid, &st, 0, &ru), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun schedule %dx%d --format %s failed", p, m, fmt);
+    return ru.ru_maxrss;
+}
+
+/* A big grid's JSON is written as it goes: it needs no more memory than the
+ * text form (both hold the plan and its simulation), and it is the plan the
+ * text form shows. */
+Test(sched_cli, a_big_grid_json_takes_the_memory_of_the_text_form) {
+    enum { P = 64, M = 1024 };
+    char path[128], tpath[128];
+    snprintf(path, sizeof path, "%s/big.json", dir);
+    snprintf(tpath, sizeof tpath, "%s/big.txt", dir);
+    long text_kb = run_big(P, M, "text", tpath);
+    long json_kb = run_big(P, M, "json", path);
+    /* Building the document as a tree took 7 times the text form's. */
+    cr_assert_leq(json_kb, text_kb * 3 / 2, "json peak %ld KiB, text %ld KiB", json_kb, text_kb);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    rewind(f);
+    char *json = malloc((size_t)size + 1);
+    cr_assert_not_null(json);
+    cr_assert_eq(fread(json, 1, (size_t)size, f), (size_t)size);
+    json[size] = '\0';
+    fclose(f);
+    cJSON *root = cJSON_Parse(json);
+    free(json);
+    cr_assert_not_null(root, "%s is not JSON", path);
+    cJSON *ranks = cJSON_GetObjectItem(root, "ranks");
+    cr_assert_eq(cJSON_GetArraySize(ranks), P);
+    /* The last rank's row of the text grid, cell by cell, is its JSON slots. */
+    f = fopen(tpath, "r");
+    cr_assert_not_null(f);
+    char *line = NULL, prefix[32];
+    size_t cap = 0;
+    snprintf(prefix, sizeof prefix, "rank %d |", P - 1);
+    while (getline(&line, &cap, f) > 0 && strncmp(line, prefix, strlen(prefix)) != 0) continue;
+    fclose(f);
+    cr_assert(line && strncmp(line, prefix, strlen(prefix)) == 0, "no '%s' row in %s", prefix, tpath);
+    cJSON *slots = cJSON_GetObjectItem(cJSON_GetArrayItem(ranks, P - 1), "slots");
+    int n = 0;
+    for (char *save = NULL, *cell = strtok_r(line + strlen(prefix), " \n", &save); cell;
+         cell = strtok_r(NULL, " \n", &save), n++) {
+        cJSON *slot = cJSON_GetArrayItem(slots, n);
+        cr_assert_not_null(slot, "slot %d", n);
+        if (strcmp(cell, ".") == 0) cr_assert(cJSON_IsNull(slot), "slot %d", n);
+        else cr_assert_str_eq(slot->valuestring, cell, "slot %d", n);
+    }
+    cr_assert_eq(n, cJSON_GetArraySize(slots));
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetArrayItem(ranks, P - 1), "spans")), 3 * M);
+    free(line);
+    cJSON_Delete(root);
+}
+
+/* The schedule's name is its CSV's path: whatever bytes the path has, the
+ * document is valid JSON (UTF-8), a byte that is not UTF-8 read as U+FFFD. */
+Test(sched_cli, json_names_any_csv_path) {
+    /* relative, so the name ("csv:" and the path, cut at 63 bytes) is whole */
+    cr_assert_eq(chdir(dir), 0);
+    const char *name = "we\"ird\\\t\xc3\xa4\xff.csv";
+    char args[512];
+    snprintf(args, sizeof args, "--schedule 1f1b --stages 2 --microbatches 2 --csv-out '%s'", name);
+    cr_assert_eq(pprun(args), 0, "%s", err_text);
+    snprintf(args, sizeof args, "--schedule 'csv:%s' --format json", name);
+    cr_assert_eq(pprun(args), 0, "%s", err_text);
+    cr_assert_null(strchr(out, '\xff'), "not UTF-8: %s", out);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    cr_assert_str_eq(cJSON_GetObjectItem(root, "schedule")->valuestring, "csv:we\"ird\\\t\xc3\xa4\xef\xbf\xbd.csv");
+    cJSON_Delete(root);
+}
+
+/* A schedule that could not be written is not a success: a script that
+ * checks the exit status would go on with a cut file. */
+Test(sched_cli, output_that_cannot_be_written_exits_1) {
+    if (access("/dev/full", W_OK) != 0) cr_skip_test("no /dev/full");
+    for (int json = 0; json < 2; json++) {
+        char cmd[1024], path[128];
+        snprintf(cmd, sizeof cmd,
+                 "'%s' schedule --schedule 1f1b --stages 4 --microbatches 8 --format %s >/dev/full 2>'%s/err'",
+                 PPRUN_BIN, json ? "json" : "text", dir);
+        int st = system(cmd);
+        cr_assert(WIFEXITED(st), "%s", cmd);
+        snprintf(path, sizeof path, "%s/err", dir);
+        slurp(path, err_text, sizeof err_text);
+        cr_assert_eq(WEXITSTATUS(st), 1, "%s: %s", cmd, err_text);
+        cr_assert(strstr(err_text, "No space left on device"), "%s", err_text);
+    }
 }
 
 Test(sched_cli, costs_change_the_simulation) {

@@ -84,6 +84,9 @@ void sched_free(sched_plan *plan);
 
 /* Writes "0F3" style text for an action into buf (size >= 16). */
 const char *sched_action_str(const sched_action *a, char *buf);
+/* The same text into buf (room for 32) uncut, without printf (a big grid
+ * formats millions); returns its length. */
+size_t sched_action_fmt(const sched_action *a, char *buf);
 
 /* ---- additions (schedules module) ------------------------------------- */
 

@@ -118,6 +118,50 @@ typedef struct zbv {
 
 static double *zend(zbv *z, int s, int mb, int op) { return &z->end[((size_t)s * (size_t)z->m + (size_t)mb) * 3 + (size_t)op]; }
 
+/* The ranks that still have work, by clock (the lowest rank first on a tie):
+ * gen_zbv takes the earliest at every action, which a scan made
+ * O(ranks x actions). An indexed binary heap; pos[r] = -1 when r is out. */
+typedef struct rank_heap {
+    int *h, *pos, n;
+    const double *clock;
+} rank_heap;
+
+static int rh_before(const rank_heap *q, int a, int b) {
+    return q->clock[a] < q->clock[b] || (q->clock[a] == q->clock[b] && a < b);
+}
+
+static void rh_swap(rank_heap *q, int i, int j) {
+    int a = q->h[i], b = q->h[j];
+    q->h[i] = b, q->h[j] = a;
+    q->pos[b] = i, q->pos[a] = j;
+}
+
+/* Restores the order around rank r after its clock changed. */
+static void rh_fix(rank_heap *q, int r) {
+    int i = q->pos[r];
+    while (i > 0 && rh_before(q, q->h[i], q->h[(i - 1) / 2])) {
+        rh_swap(q, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= q->n) break;
+        if (c + 1 < q->n && rh_before(q, q->h[c + 1], q->h[c])) c++;
+        if (!rh_before(q, q->h[c], q->h[i])) break;
+        rh_swap(q, i, c);
+        i = c;
+    }
+}
+
+static void rh_remove(rank_heap *q, int r) {
+    int i = q->pos[r], last = q->h[--q->n];
+    q->pos[r] = -1;
+    if (last == r) return;
+    q->h[i] = last;
+    q->pos[last] = i;
+    rh_fix(q, last);
+}
+
 static int gen_zbv(lists *l, int p, int m, const sched_costs *c, int wait_for_sooner) {
     int S = 2 * p;
     zbv z = {p, m, c, malloc(sizeof(double) * (size_t)S * (size_t)m * 3)};
@@ -127,18 +171,19 @@ static int gen_zbv(lists *l, int p, int m, const sched_costs *c, int wait_for_so
     int *wh = calloc((size_t)p, sizeof(int)), *wt = calloc((size_t)p, sizeof(int));
     int *held = calloc((size_t)p, sizeof(int)), *left = malloc(sizeof(int) * (size_t)p);
     int *waiting = calloc((size_t)p, sizeof(int));
+    rank_heap free_at = {malloc(sizeof(int) * (size_t)p), malloc(sizeof(int) * (size_t)p), p, clock};
     size_t nkeys = (size_t)S * (size_t)m * 3;
     int rc = -1;
-    if (!z.end || !clock || !nf || !nb || !wq || !wh || !wt || !held || !left || !waiting) goto done;
+    if (!z.end || !clock || !nf || !nb || !wq || !wh || !wt || !held || !left || !waiting || !free_at.h ||
+        !free_at.pos)
+        goto done;
     for (size_t i = 0; i < nkeys; i++) z.end[i] = -1;
-    for (int r = 0; r < p; r++) left[r] = 6 * m;
+    for (int r = 0; r < p; r++) left[r] = 6 * m, free_at.h[r] = r, free_at.pos[r] = r; /* all clocks 0: in order */
     int limit = 2 * p;
     for (;;) {
         /* the free rank with the earliest clock that still has work */
-        int r = -1;
-        for (int i = 0; i < p; i++)
-            if (left[i] > 0 && (r < 0 || clock[i] < clock[r])) r = i;
-        if (r < 0) break;
+        if (free_at.n == 0) break;
+        int r = free_at.h[0];
         if (clock[r] == HUGE_VAL) goto done; /* all asleep: reported by the caller */
         double t = clock[r];
         int st[2] = {r, S - 1 - r};
@@ -207,28 +252,22 @@ static int gen_zbv(lists *l, int p, int m, const sched_costs *c, int wait_for_so
                 if (soon[k] >= 0 && (first < 0 || soon[k] < first)) first = soon[k];
             if (first >= 0 && first < t + cost / 2) {
                 clock[r] = first;
+                rh_fix(&free_at, r);
                 continue;
             }
         }
         if (best_op == SCHED_W) wh[r]++;
         if (best_op < 0) {
-            /* Nothing to do yet: sleep until the next arrival we know of
-             * (a result finishing on any rank, plus comm); a result that
-             * another rank schedules later wakes us earlier (below). With
-             * none in sight, sleep until woken. */
-            double wake = next;
-            for (int q = 0; q < p; q++) {
-                if (q == r) continue;
-                /* ends on a rank only grow: look back while they still arrive after t */
-                for (int k = l->n[q] - 1; k >= 0; k--) {
-                    const sched_action *a = &l->a[q][k];
-                    double arr = *zend(&z, a->stage, a->mb, a->op) + c->comm;
-                    if (arr <= t) break;
-                    if (wake < 0 || arr < wake) wake = arr;
-                }
-            }
-            clock[r] = wake < 0 ? HUGE_VAL : wake;
+            /* Nothing to do yet: sleep until the first of our inputs we know
+             * of arrives; one that another rank schedules later wakes us
+             * earlier (below). With none in sight, sleep until woken. Only
+             * an input can make an action ready (W never waits, and F's
+             * memory limit only moves when we run), so waking at any other
+             * rank's result, as this did, only to sleep again, changed
+             * nothing but cost ranks x actions. */
+            clock[r] = next < 0 ? HUGE_VAL : next;
             waiting[r] = 1;
+            rh_fix(&free_at, r);
             continue;
         }
         double cost = best_op == SCHED_F ? c->f : best_op == SCHED_B ? c->b : c->w;
@@ -236,8 +275,17 @@ static int gen_zbv(lists *l, int p, int m, const sched_costs *c, int wait_for_so
         clock[r] = t + cost;
         left[r]--;
         waiting[r] = 0;
-        for (int q = 0; q < p; q++) /* the new result may be what a sleeper waits for */
-            if (waiting[q] && q != r && t + cost + c->comm < clock[q]) clock[q] = t + cost + c->comm;
+        if (left[r] == 0) rh_remove(&free_at, r);
+        else rh_fix(&free_at, r);
+        /* the new result may be what the rank of the stage that takes it waits for */
+        int to = best_op == SCHED_F ? best_stage + 1 : best_op == SCHED_B ? best_stage - 1 : -1;
+        if (to >= 0 && to < S) {
+            int q = sched_place(SCHED_PLACE_V, to, p);
+            if (waiting[q] && q != r && t + cost + c->comm < clock[q]) {
+                clock[q] = t + cost + c->comm;
+                rh_fix(&free_at, q);
+            }
+        }
         int ch = best_stage == r ? 0 : 1;
         if (best_op == SCHED_F) {
             nf[r * 2 + ch]++;
@@ -265,6 +313,8 @@ done:
     free(held);
     free(left);
     free(waiting);
+    free(free_at.h);
+    free(free_at.pos);
     return rc;
 }
 

@@ -14,6 +14,8 @@ typedef struct sched_sbuf {
 } sched_sbuf;
 
 void sched_sb_add(sched_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends n bytes of s (no format: a big grid's cells). */
+void sched_sb_mem(sched_sbuf *b, const char *s, size_t n);
 
 /* Index of (stage, mb, op) into a flat array of stages * m * 3 entries. */
 static inline size_t sched_key(const sched_plan *plan, int stage, int mb, int op) {

@@ -11,13 +11,37 @@
 
 static const char op_chars[] = "FBW";
 
-const char *sched_action_str(const sched_action *a, char *buf) {
+/* Decimal digits of v ending at end; returns the first character. */
+static char *put_int(int v, char *end) {
+    unsigned u = v < 0 ? 0U - (unsigned)v : (unsigned)v;
+    do *--end = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0) *--end = '-';
+    return end;
+}
+
+/* sched_action_str's text without printf: the grid and the validator format
+ * every cell of a big grid. */
+size_t sched_action_fmt(const sched_action *a, char *buf) {
     if (a->stage < 0) {
         strcpy(buf, ".");
-        return buf;
+        return 1;
     }
-    char op = (a->op >= 0 && a->op <= 2) ? op_chars[a->op] : '?';
-    snprintf(buf, 16, "%d%c%d", a->stage, op, a->mb);
+    char tmp[32], *end = tmp + sizeof tmp, *p = put_int(a->mb, end);
+    *--p = (a->op >= 0 && a->op <= 2) ? op_chars[a->op] : '?';
+    p = put_int(a->stage, p);
+    size_t n = (size_t)(end - p);
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    return n;
+}
+
+const char *sched_action_str(const sched_action *a, char *buf) {
+    char tmp[32];
+    size_t n = sched_action_fmt(a, tmp);
+    if (n > 15) n = 15; /* buf holds 16, as snprintf(buf, 16, ...) cut it */
+    memcpy(buf, tmp, n);
+    buf[n] = '\0';
     return buf;
 }
 
@@ -242,12 +266,29 @@ void sched_sb_add(sched_sbuf *b, const char *fmt, ...) {
     }
 }
 
+void sched_sb_mem(sched_sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (!b->s || b->len + n >= b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 256) + n;
+        char *t = realloc(b->s, cap);
+        if (!t) {
+            b->oom = 1;
+            return;
+        }
+        b->s = t;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
 char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, int max_rows) {
     int width = 1;
     char buf[32];
     for (int r = 0; r < plan->ranks; r++)
         for (int i = 0; i < plan->nslots; i++) {
-            int n = (int)strlen(sched_action_str(&plan->slots[r][i], buf));
+            int n = (int)sched_action_fmt(&plan->slots[r][i], buf);
             if (n > width) width = n;
         }
     int c0 = 0, c1 = plan->nslots, r0 = 0, r1 = plan->ranks;
@@ -275,15 +316,15 @@ char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, in
     if (r0 > 0) sched_sb_add(&b, "  (%d ranks above not shown)\n", r0);
     for (int r = r0; r < r1; r++) {
         sched_sb_add(&b, "rank %*d |%s", label, r, c0 > 0 ? " ..." : "");
+        char cell[64];
         for (int i = c0; i < c1; i++) {
-            sched_action_str(&plan->slots[r][i], buf);
-            if (marks && marks[r] == i) {
-                char cell[40];
-                snprintf(cell, sizeof cell, "[%s]", buf);
-                sched_sb_add(&b, "%-*s", width + 2, cell);
-            } else {
-                sched_sb_add(&b, " %-*s ", width, buf);
-            }
+            /* " 0F3 " padded to width + 2; a mark "[0F3]" padded likewise */
+            int mark = marks && marks[r] == i;
+            size_t n = sched_action_fmt(&plan->slots[r][i], cell + 1);
+            cell[0] = mark ? '[' : ' ';
+            cell[n + 1] = mark ? ']' : ' ';
+            for (n += 2; n < (size_t)width + 2; n++) cell[n] = ' ';
+            sched_sb_mem(&b, cell, n);
         }
         if (c1 < plan->nslots) sched_sb_add(&b, " ...");
         /* No trailing blanks: output is meant to be diffed and pasted. */

@@ -75,9 +75,9 @@ int sched_validate(const sched_plan *plan, pp_err *err) {
     for (int r = 0; r < p; r++)
         for (int i = 0; i < plan->len[r]; i++) {
             const sched_action *a = &plan->actions[r][i];
-            sched_action_str(a, a1);
             if (!sched_action_ok(plan, a)) {
                 marks[r] = slot_of(plan, r, i);
+                sched_action_str(a, a1);
                 snprintf(detail, sizeof detail, "rank %d runs %s, outside %d stages x %d microbatches", r, a1, S, m);
                 reject(plan, err, marks, "actions name a stage and microbatch of the schedule", detail);
                 goto done;
@@ -85,6 +85,7 @@ int sched_validate(const sched_plan *plan, pp_err *err) {
             if (plan->stage_rank[a->stage] != r) {
                 marks[r] = slot_of(plan, r, i);
                 int owner = plan->stage_rank[a->stage];
+                sched_action_str(a, a1);
                 snprintf(detail, sizeof detail, "rank %d runs %s but stage %d lives on rank %d", r, a1, a->stage,
                          owner);
                 if (owner >= 0 && owner < p) {
@@ -100,7 +101,7 @@ int sched_validate(const sched_plan *plan, pp_err *err) {
             size_t k = sched_key(plan, a->stage, a->mb, a->op);
             if (where[k] >= 0) {
                 marks[r] = slot_of(plan, r, i);
-                snprintf(detail, sizeof detail, "rank %d runs %s a second time", r, a1);
+                snprintf(detail, sizeof detail, "rank %d runs %s a second time", r, sched_action_str(a, a1));
                 reject(plan, err, marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
                 goto done;
             }
