@@ -128,6 +128,7 @@ static int sql_fail(sqlite3 *db, const char *what, pp_err *err) {
 /* Prepares sql with filter (numbers and names only) in place of its "%s",
  * and binds ?1 to the job. */
 static int prepare_in(sqlite3 *db, const char *sql, const char *filter, int64_t job, sqlite3_stmt **st) {
+    *st = NULL;
     char *text = sqlite3_mprintf(sql, filter);
     if (!text) return SQLITE_NOMEM;
     int rc = sqlite3_prepare_v2(db, text, -1, st, NULL);
