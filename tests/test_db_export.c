@@ -44,6 +44,16 @@ static char *slurp(const char *path) {
     return b;
 }
 
+/* An export written to path, parsed: fails the test unless it is JSON. */
+static cJSON *read_json(const char *path) {
+    char *text = slurp(path);
+    cr_assert_not_null(text, "%s was not written", path);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(root, "the export in %s is not valid JSON", path);
+    return root;
+}
+
 static int run(const char *args, const char *errfile) {
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "%s export %s >/dev/null 2>%s", PPRUN_BIN, args, errfile);
@@ -69,10 +79,7 @@ Test(db_export, chrome_json_has_one_x_event_per_op_names_and_counters) {
     const char *out = tfix_path("trace.json"), *errf = tfix_path("err.txt");
     snprintf(args, sizeof args, "--db %s --job %lld --format chrome --out %s", path, (long long)job, out);
     cr_assert_eq(run(args, errf), 0);
-    char *text = slurp(out);
-    cr_assert_not_null(text);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *root = read_json(out);
     cJSON *evs = cJSON_GetObjectItem(root, "traceEvents");
     cr_assert(cJSON_IsArray(evs));
     int x = 0, c_loss = 0, c_bubble = 0, comm_on_compute_tid = 0;
@@ -114,7 +121,6 @@ Test(db_export, chrome_json_has_one_x_event_per_op_names_and_counters) {
     cr_assert_not_null(find_meta(evs, "process_sort_index", 1, -1));
     cr_assert_not_null(find_meta(evs, "thread_sort_index", 1, 16));
     cJSON_Delete(root);
-    free(text);
 }
 
 Test(db_export, pprun_export_errors_name_the_problem_and_exit_2) {
@@ -179,11 +185,9 @@ Test(db_export, without_job_the_newest_is_exported) {
     char args[1024];
     snprintf(args, sizeof args, "--db %s --out %s", path, out);
     cr_assert_eq(run(args, errf), 0);
-    char *text = slurp(out);
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = read_json(out);
     cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "otherData"), "job")->valueint, second);
     cJSON_Delete(root);
-    free(text);
 
     const char *empty = tfix_path("empty.db");
     db_close(tfix_open_fresh(empty));
@@ -285,10 +289,7 @@ Test(db_export, kernels_get_a_thread_per_rank_and_stream_with_their_op) {
     const char *out = tfix_path("gpu-trace.json"), *errf = tfix_path("gpu-err.txt");
     snprintf(args, sizeof args, "--db %s --job %d --format chrome --out %s", db, FIXTURE_GPU_JOB, out);
     cr_assert_eq(run(args, errf), 0);
-    char *text = slurp(out);
-    cr_assert_not_null(text);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *root = read_json(out);
     cJSON *evs = cJSON_GetObjectItem(root, "traceEvents");
     int kernels = 0, gpu_spans = 0, host = 0, first_fwd = 0, nccl_ops = 0, no_op = 0;
     int tids[64][2], ntids = 0; /* (pid, tid) of kernel threads */
@@ -366,7 +367,6 @@ Test(db_export, kernels_get_a_thread_per_rank_and_stream_with_their_op) {
     cr_assert_gt(ks, cJSON_GetObjectItem(cJSON_GetObjectItem(g0, "args"), "sort_index")->valueint);
     cr_assert_lt(ks, cJSON_GetObjectItem(cJSON_GetObjectItem(r1, "args"), "sort_index")->valueint);
     cJSON_Delete(root);
-    free(text);
     unlink(db);
 }
 
@@ -401,9 +401,7 @@ static void check_flows(const char *sched, const char *extra) {
              "--format chrome --out %s",
              PPRUN_BIN, sched, extra, db, PPRUN_BIN, db, json);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    char *text = slurp(json);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root, "the export with flows is valid JSON");
+    cJSON *root = read_json(json);
     cJSON *evs = cJSON_GetObjectItem(root, "traceEvents"), *e;
     static comm_span c[512];
     int n = 0, sends = 0, recvs = 0;
@@ -458,7 +456,6 @@ static void check_flows(const char *sched, const char *extra) {
     cr_assert_eq(starts, sends, "%s: a flow per transfer", sched);
     cr_assert_eq(ends, recvs);
     cJSON_Delete(root);
-    free(text);
     unlink(json);
     fixture_tmp_path(db, sizeof db, "export-flows"); /* removes the database */
 }
@@ -581,9 +578,7 @@ Test(db_export, each_steps_critical_path_is_marked_and_chained_by_flows, .timeou
     snprintf(json, sizeof json, "%s.json", path);
     snprintf(cmd, sizeof cmd, "%s export --db %s --job 1 --out %s", PPRUN_BIN, path, json);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    char *text = slurp(json);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *root = read_json(json);
     cJSON *evs = cJSON_GetObjectItem(root, "traceEvents"), *e;
     sqlite3 *db;
     pp_err err;
@@ -624,7 +619,6 @@ Test(db_export, each_steps_critical_path_is_marked_and_chained_by_flows, .timeou
     cr_assert_eq(ends, starts);
     sqlite3_close(db);
     cJSON_Delete(root);
-    free(text);
     unlink(json);
     fixture_remove(path);
 }
@@ -646,9 +640,7 @@ Test(db_export, steps_exports_only_those_steps, .timeout = 60) {
     snprintf(json, sizeof json, "%s.json", path);
     snprintf(cmd, sizeof cmd, "%s export --db %s --steps 1-2 --out %s", PPRUN_BIN, path, json);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
-    char *text = slurp(json);
-    cJSON *root = cJSON_Parse(text), *e;
-    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *root = read_json(json), *e;
     cJSON *other = cJSON_GetObjectItem(root, "otherData"), *evs = cJSON_GetObjectItem(root, "traceEvents");
     cr_assert_eq(cJSON_GetObjectItem(other, "first_step")->valueint, 1);
     cr_assert_eq(cJSON_GetObjectItem(other, "last_step")->valueint, 2);
@@ -687,21 +679,18 @@ Test(db_export, steps_exports_only_those_steps, .timeout = 60) {
     cr_assert_eq((size_t)marked, on_path, "the critical paths of steps 1 and 2");
     sqlite3_close(db);
     cJSON_Delete(root);
-    free(text);
     unlink(json);
 
     /* One step; then steps the job does not have, and bad ranges: exit 2,
      * no file. */
     snprintf(cmd, sizeof cmd, "--db %s --steps 2 --out %s", path, json);
     cr_assert_eq(run(cmd, tfix_path("err.txt")), 0);
-    text = slurp(json);
-    root = cJSON_Parse(text);
+    root = read_json(json);
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
         if (*cJSON_GetObjectItem(e, "ph")->valuestring == 'X')
             cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "step")->valueint, 2);
     }
     cJSON_Delete(root);
-    free(text);
     unlink(json);
     static const struct {
         const char *steps, *says;
@@ -737,9 +726,7 @@ Test(db_export, steps_keeps_the_kernels_of_those_steps) {
     const char *out = tfix_path("gpu-steps.json"), *errf = tfix_path("gpu-steps-err.txt");
     snprintf(args, sizeof args, "--db %s --job %d --steps 1 --out %s", db, FIXTURE_GPU_JOB, out);
     cr_assert_eq(run(args, errf), 0);
-    char *text = slurp(out);
-    cJSON *root = cJSON_Parse(text), *e;
-    cr_assert_not_null(root, "the export is valid JSON");
+    cJSON *root = read_json(out), *e;
     int kernels = 0, of_no_op = 0;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
         if (!is_cat(e, "kernel")) continue;
@@ -753,6 +740,5 @@ Test(db_export, steps_keeps_the_kernels_of_those_steps) {
     cr_assert_eq(kernels, FIXTURE_KERNELS_PER_STEP, "%d kernels", kernels);
     cr_assert_eq(of_no_op, 4, "one optimizer kernel per rank");
     cJSON_Delete(root);
-    free(text);
     fixture_remove(db);
 }
