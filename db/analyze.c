@@ -50,11 +50,11 @@ static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const 
     return analyze_covered(comm, n, a, b, skip);
 }
 
-static const char *gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
-    if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return analyze_causes[CAUSE_COMM];
-    if (next->phase == TRACE_F && next->stage > 0) return analyze_causes[CAUSE_WAIT_ACTIVATION];
-    if (next->phase == TRACE_B && next->stage < stages - 1) return analyze_causes[CAUSE_WAIT_GRADIENT];
-    return analyze_causes[CAUSE_OTHER];
+static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
+    if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return CAUSE_COMM;
+    if (next->phase == TRACE_F && next->stage > 0) return CAUSE_WAIT_ACTIVATION;
+    if (next->phase == TRACE_B && next->stage < stages - 1) return CAUSE_WAIT_GRADIENT;
+    return CAUSE_OTHER;
 }
 
 static void action_str(const op *o, char buf[48]) {
@@ -86,24 +86,42 @@ int analyze_by_rank_start(const void *a, const void *b) {
 }
 
 typedef struct writer {
-    sqlite3_stmt *stat, *gap;
+    sqlite3_stmt *stat, *gap, *idle;
     int64_t job;
     int step;
+    int64_t idle_ns[CAUSE_COUNT]; /* the rank's gaps so far, by cause */
 } writer;
 
-static int put_gap(writer *w, int rank, int64_t a, int64_t b, const char *cause, const char *next) {
+static int put_gap(writer *w, int rank, int64_t a, int64_t b, int cause, const char *next) {
+    w->idle_ns[cause] += b - a;
     sqlite3_bind_int64(w->gap, 1, w->job);
     sqlite3_bind_int(w->gap, 2, w->step);
     sqlite3_bind_int(w->gap, 3, rank);
     sqlite3_bind_int64(w->gap, 4, a);
     sqlite3_bind_int64(w->gap, 5, b);
-    sqlite3_bind_text(w->gap, 6, cause, -1, SQLITE_STATIC);
+    sqlite3_bind_text(w->gap, 6, analyze_causes[cause], -1, SQLITE_STATIC);
     if (next)
         sqlite3_bind_text(w->gap, 7, next, -1, SQLITE_TRANSIENT);
     else
         sqlite3_bind_null(w->gap, 7);
     int rc = sqlite3_step(w->gap);
     sqlite3_reset(w->gap);
+    return rc;
+}
+
+/* The rank's step_idle rows: one per cause it was idle for. */
+static int put_idle(writer *w, int rank) {
+    int rc = SQLITE_DONE;
+    for (int k = 0; k < CAUSE_COUNT && rc == SQLITE_DONE; k++) {
+        if (w->idle_ns[k] == 0) continue;
+        sqlite3_bind_int64(w->idle, 1, w->job);
+        sqlite3_bind_int(w->idle, 2, w->step);
+        sqlite3_bind_int(w->idle, 3, rank);
+        sqlite3_bind_text(w->idle, 4, analyze_causes[k], -1, SQLITE_STATIC);
+        sqlite3_bind_int64(w->idle, 5, w->idle_ns[k]);
+        rc = sqlite3_step(w->idle);
+        sqlite3_reset(w->idle);
+    }
     return rc;
 }
 
@@ -114,13 +132,13 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
     int64_t busy = 0, cursor = s0, act_peak = 0;
     int rc = SQLITE_DONE;
     char next[48];
+    memset(w->idle_ns, 0, sizeof w->idle_ns);
     for (size_t i = 0; i < n; i++)
         if (ops[i].phase != TRACE_OPT && ops[i].bytes > act_peak) act_peak = ops[i].bytes;
     for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
         if (ops[i].start > cursor) {
             action_str(&ops[i], next);
-            const char *cause =
-                i == 0 ? analyze_causes[CAUSE_WARMUP] : gap_cause(comm, ncomm, cursor, ops[i].start, &ops[i], stages);
+            int cause = i == 0 ? CAUSE_WARMUP : gap_cause(comm, ncomm, cursor, ops[i].start, &ops[i], stages);
             rc = put_gap(w, rank, cursor, ops[i].start, cause, next);
         }
         int64_t from = ops[i].start > cursor ? ops[i].start : cursor;
@@ -129,7 +147,8 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
             cursor = ops[i].end;
         }
     }
-    if (rc == SQLITE_DONE && s1 > cursor) rc = put_gap(w, rank, cursor, s1, analyze_causes[CAUSE_COOLDOWN], NULL);
+    if (rc == SQLITE_DONE && s1 > cursor) rc = put_gap(w, rank, cursor, s1, CAUSE_COOLDOWN, NULL);
+    if (rc == SQLITE_DONE) rc = put_idle(w, rank);
     if (rc != SQLITE_DONE) return rc;
     int64_t span = s1 - s0;
     sqlite3_bind_int64(w->stat, 1, w->job);
@@ -224,9 +243,12 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
         free(ops);
         return db_fail(d, sqlite3_errcode(sql), what, err);
     }
-    char del[160];
-    snprintf(del, sizeof del, "DELETE FROM step_stats WHERE job_id=%lld AND step=%d;"
-             "DELETE FROM gaps WHERE job_id=%lld AND step=%d", (long long)job, step, (long long)job, step);
+    char del[240];
+    snprintf(del, sizeof del,
+             "DELETE FROM step_stats WHERE job_id=%1$lld AND step=%2$d;"
+             "DELETE FROM gaps WHERE job_id=%1$lld AND step=%2$d;"
+             "DELETE FROM step_idle WHERE job_id=%1$lld AND step=%2$d",
+             (long long)job, step);
     rc = sqlite3_exec(sql, del, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(sql, "INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,"
@@ -234,6 +256,9 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(sql, "INSERT INTO gaps(job_id,step,rank,start_ns,end_ns,cause,next_action)"
                                 " VALUES(?,?,?,?,?,?,?)", -1, &w.gap, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(sql, "INSERT INTO step_idle(job_id,step,rank,cause,idle_ns) VALUES(?,?,?,?,?)", -1,
+                                &w.idle, NULL);
     if (rc == SQLITE_OK) rc = SQLITE_DONE;
     size_t c = ncompute;
     for (size_t i = 0; i < ncompute && rc == SQLITE_DONE;) {
@@ -249,6 +274,7 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
     }
     sqlite3_finalize(w.stat);
     sqlite3_finalize(w.gap);
+    sqlite3_finalize(w.idle);
     free(ops);
     if (rc != SQLITE_DONE) {
         db_fail(d, rc, what, err);

@@ -1,5 +1,6 @@
 /* analyze.h: per-step analyses written by the collector: step_stats (span,
- * busy, bubble, most activation bytes held, per rank) and gaps (each idle gap and its cause). The rules
+ * busy, bubble, most activation bytes held, per rank), gaps (each idle gap
+ * and its cause) and step_idle (a rank's gaps summed by cause). The rules
  * are in docs/schema.md. Idempotent: re-running a step replaces its rows.
  * Only the step's latest attempt is analysed. */
 #ifndef PP_DB_ANALYZE_H

@@ -137,6 +137,12 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     /* 2 -> 3: the most activation bytes a rank held in a step (steps
      * analysed before read 0: not recorded) */
     "ALTER TABLE step_stats ADD COLUMN act_peak_bytes INTEGER NOT NULL DEFAULT 0;",
+    /* 3 -> 4: idle time by step, rank and cause, summed from the gaps
+     * already analysed (a pass over them, once) */
+    "CREATE TABLE step_idle (job_id INTEGER NOT NULL, step INTEGER NOT NULL, rank INTEGER NOT NULL,"
+    " cause TEXT NOT NULL, idle_ns INTEGER NOT NULL, PRIMARY KEY (job_id, step, rank, cause)) WITHOUT ROWID;"
+    "INSERT INTO step_idle SELECT job_id, step, rank, cause, sum(end_ns - start_ns) FROM gaps"
+    " GROUP BY job_id, step, rank, cause;",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
@@ -382,15 +388,15 @@ int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
     return 0;
 }
 
-/* 1 when table lacks column (and exists), 0 when not, -1 on error. */
-static int lacks_column(sqlite3 *sql, const char *table, const char *column) {
+int db_file_lacks(sqlite3 *sql, const char *table, const char *column) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(sql, "SELECT count(*) > 0 AND coalesce(sum(name=?2), 0) = 0"
-                                " FROM pragma_table_info(?1, 'main')",
+    if (sqlite3_prepare_v2(sql, column ? "SELECT count(*) > 0 AND coalesce(sum(name=?2), 0) = 0"
+                                         " FROM pragma_table_info(?1, 'main')"
+                                       : "SELECT count(*) = 0 FROM pragma_table_info(?1, 'main')",
                            -1, &st, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_text(st, 1, table, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
+    if (column) sqlite3_bind_text(st, 2, column, -1, SQLITE_STATIC);
     int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
     sqlite3_finalize(st);
     return n;
@@ -401,21 +407,25 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
      * column, whatever wrote the file. A view made on a connection that
      * outlives a writer's migration keeps working: `SELECT *` then shows
      * the real column and the view's 0 side by side, and named columns
-     * resolve to the real one. */
+     * resolve to the real one. A table added since (column NULL) is a view
+     * computing it from what the file has: same rows, read slower. */
     static const struct {
         const char *table, *column, *view;
     } added[] = {
         {"ranks", "cupti_dropped", "CREATE TEMP VIEW IF NOT EXISTS ranks AS SELECT *, 0 AS cupti_dropped FROM main.ranks"},
         {"step_stats", "act_peak_bytes",
          "CREATE TEMP VIEW IF NOT EXISTS step_stats AS SELECT *, 0 AS act_peak_bytes FROM main.step_stats"},
+        {"step_idle", NULL,
+         "CREATE TEMP VIEW IF NOT EXISTS step_idle AS SELECT job_id, step, rank, cause,"
+         " sum(end_ns - start_ns) AS idle_ns FROM main.gaps GROUP BY job_id, step, rank, cause"},
     };
     const char *file = sqlite3_db_filename(sql, "main");
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
-        int lacks = lacks_column(sql, added[i].table, added[i].column);
+        int lacks = db_file_lacks(sql, added[i].table, added[i].column);
         if (lacks < 0) return pp_fail(err, "%s: cannot read the schema: %s", file, sqlite3_errmsg(sql));
         if (lacks && sqlite3_exec(sql, added[i].view, NULL, NULL, NULL) != SQLITE_OK)
-            return pp_fail(err, "%s: cannot add %s.%s for reading: %s", file, added[i].table, added[i].column,
-                           sqlite3_errmsg(sql));
+            return pp_fail(err, "%s: cannot add %s%s%s for reading: %s", file, added[i].table,
+                           added[i].column ? "." : "", added[i].column ? added[i].column : "", sqlite3_errmsg(sql));
     }
     if (alive_register(sql) != 0)
         return pp_fail(err, "%s: cannot register pprun_job_status: %s", file, sqlite3_errmsg(sql));

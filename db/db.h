@@ -16,7 +16,8 @@
 #include "runner/base/pp.h"
 #include "tracer/event.h"
 
-#define DB_SCHEMA_VERSION 3 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes */
+/* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle */
+#define DB_SCHEMA_VERSION 4
 
 typedef struct db db;
 
@@ -45,11 +46,16 @@ int64_t db_newest_job(sqlite3 *sql, pp_err *err);
 /* What every reading connection gets. For a file written before the
  * current schema version: temp views, named like the tables they shadow
  * (temp shadows main for unqualified names), that add the columns added
- * since as 0 (ranks.cupti_dropped, step_stats.act_peak_bytes), so readers
- * need not know the version. And the SQL functions pprun_job_status and
- * pprun_job_failure (db/alive.h), which tell a job whose launcher is gone.
- * The file itself is never written. Returns 0 or -1. */
+ * since as 0 (ranks.cupti_dropped, step_stats.act_peak_bytes) and the
+ * tables added since as computed from the file (step_idle from gaps), so
+ * readers need not know the version. And the SQL functions
+ * pprun_job_status and pprun_job_failure (db/alive.h), which tell a job
+ * whose launcher is gone. The file itself is never written. Returns 0 or -1. */
 int db_reader_init(sqlite3 *sql, pp_err *err);
+/* 1 when the file's own table lacks column (and exists), or when column is
+ * NULL and the file has no such table; 0 when not, -1 on error. Temp views
+ * (db_reader_init) do not count: this is about the file. */
+int db_file_lacks(sqlite3 *sql, const char *table, const char *column);
 
 typedef struct db_job_info {
     const char *name;        /* run id */

@@ -1,7 +1,7 @@
--- schema.sql: the trace database (DESIGN.md §7), version 3 (PRAGMA user_version).
+-- schema.sql: the trace database (DESIGN.md §7), version 4 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
--- events_by_time; 2 -> 3: step_stats.act_peak_bytes).
+-- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -149,6 +149,19 @@ CREATE TABLE IF NOT EXISTS gaps (
   cause       TEXT NOT NULL,
   next_action TEXT,                      -- "1F4" the op that ended the gap, NULL for cooldown
   PRIMARY KEY (job_id, step, rank, start_ns)
+) WITHOUT ROWID;
+
+-- Per rank and step, its idle time by cause: the sum of its gaps of that
+-- cause (a cause it was never idle for has no row). Written with the gaps;
+-- a job's idle time by cause reads these, a few rows a step, rather than
+-- every gap (version 4).
+CREATE TABLE IF NOT EXISTS step_idle (
+  job_id  INTEGER NOT NULL,
+  step    INTEGER NOT NULL,
+  rank    INTEGER NOT NULL,
+  cause   TEXT NOT NULL,
+  idle_ns INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step, rank, cause)
 ) WITHOUT ROWID;
 
 -- Counters the collector keeps up to date (ingest rate, drops) for /metrics.

@@ -12,6 +12,7 @@
 
 #include "db/analyze.h"
 #include "db/db.h"
+#include "db/summary.h"
 #include "db/usersql.h"
 #include "helpers/trace_fixture.h"
 #include "helpers/web_fixture.h"
@@ -34,7 +35,7 @@ Test(db, creates_the_schema_in_wal_with_version_1_and_reopens) {
     cr_assert_eq(tfix_q_int(db_sqlite(d), "PRAGMA user_version"), DB_SCHEMA_VERSION);
     cr_assert_str_eq(q_text(db_sqlite(d), "PRAGMA journal_mode", buf, sizeof buf), "wal");
     cr_assert_eq(tfix_q_int(db_sqlite(d), "PRAGMA synchronous"), 1, "NORMAL");
-    const char *tables[] = {"jobs", "ranks", "events", "losses", "plan", "kernels", "step_stats", "gaps",
+    const char *tables[] = {"jobs", "ranks", "events", "losses", "plan", "kernels", "step_stats", "gaps", "step_idle",
                             "job_counters"};
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
         char q[128];
@@ -173,6 +174,11 @@ static void check_fixture_analysis(sqlite3 *s, int step) {
                      "1 0-10 warmup 1F0, 1 40-45 wait_activation 1F1, 1 75-85 comm OPT, 1 90-100 cooldown -");
     snprintf(q, sizeof q, "SELECT round(bubble_ratio, 4) * 10000 FROM step_stats WHERE step=%d AND rank=0", step);
     cr_assert_eq(tfix_q_int(s, q), 3600);
+    /* the same gaps summed by rank and cause (the causes never idle for have no row) */
+    snprintf(q, sizeof q, "SELECT group_concat(rank||' '||cause||' '||idle_ns, ', ')"
+             " FROM (SELECT * FROM step_idle WHERE step=%d ORDER BY rank, cause)", step);
+    cr_assert_str_eq(q_text(s, q, buf, sizeof buf), "0 other 1000, 0 wait_gradient 35000, 1 comm 10000, "
+                     "1 cooldown 10000, 1 wait_activation 5000, 1 warmup 10000");
 }
 
 Test(db, step_analysis_of_a_known_1f1b_step) {
@@ -266,7 +272,7 @@ static size_t events_with_held_bytes(int step, int64_t base, trace_event *ev) {
 
 Test(db, a_new_file_has_step_stats_act_peak_bytes_last) {
     db *d = open_fresh("v3.db");
-    cr_assert_eq(DB_SCHEMA_VERSION, 3);
+    cr_assert_eq(DB_SCHEMA_VERSION, 4);
     cr_assert_str_eq(columns_of(db_sqlite(d), "step_stats"),
                      "job_id:INTEGER:-,step:INTEGER:-,rank:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
                      "busy_ns:INTEGER:-,bubble_ns:INTEGER:-,bubble_ratio:REAL:-,act_peak_bytes:INTEGER:0");
@@ -313,8 +319,8 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
     db_close(d);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; PRAGMA user_version=2;", NULL,
-                              NULL, NULL),
+    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
+                                 "PRAGMA user_version=2;", NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     int64_t bubble = tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats");
     cr_assert_gt(bubble, 0);
@@ -336,7 +342,7 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
 
     cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
     s = db_sqlite(d);
-    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), 3);
+    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), DB_SCHEMA_VERSION);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats WHERE act_peak_bytes = 0"), 4,
                  "steps analysed before: not recorded");
     cr_assert_eq(tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats"), bubble, "rows kept");
@@ -349,6 +355,60 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
     db *f = open_fresh("v3-fresh.db");
     cr_assert_str_eq(cols, columns_of(db_sqlite(f), "step_stats"), "same columns, same order as a new file");
     db_close(f);
+}
+
+/* A version 3 file (before step_idle): readers see step_idle computed
+ * from the gaps, without writing the file, and the job's idle time by
+ * cause is the same; the writer migrates it, filling step_idle from the
+ * gaps, and analyses steps into it from then on. */
+Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates) {
+    const char *path = tfix_path("v3-idle.db");
+    db *d = open_fresh("v3-idle.db");
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[64];
+    size_t n = tfix_events(0, 1000000, ev);
+    n += tfix_events(1, 2000000, ev + n);
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    char want[512], got[512];
+    const char *rows = "SELECT group_concat(step||' '||rank||' '||cause||' '||idle_ns, ', ')"
+                       " FROM (SELECT * FROM step_idle ORDER BY step, rank, cause)";
+    q_text(db_sqlite(d), rows, want, sizeof want);
+    cr_assert_str_neq(want, "");
+    job_summary v4;
+    cr_assert_eq(summary_read(db_sqlite(d), job, 0, &v4, &err), 0, "%s", err.msg);
+    db_close(d);
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(s, "DROP TABLE step_idle; PRAGMA user_version=3;", NULL, NULL, NULL), SQLITE_OK, "%s",
+                 sqlite3_errmsg(s));
+    sqlite3_close(s);
+
+    for (int reader = 0; reader < 2; reader++) {
+        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+        cr_assert_str_eq(q_text(s, rows, got, sizeof got), want, "reader %d", reader);
+        job_summary v3;
+        cr_assert_eq(summary_read(s, job, 0, &v3, &err), 0, "%s", err.msg);
+        for (int k = 0; k < CAUSE_COUNT; k++)
+            cr_assert_eq(v3.idle_ns_by_cause[k], v4.idle_ns_by_cause[k], "%s", analyze_causes[k]);
+        summary_free(&v3);
+        sqlite3_close(s);
+    }
+    summary_free(&v4);
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), 3, "readers never write the file");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM sqlite_master WHERE name='step_idle'"), 0);
+    sqlite3_close(s);
+
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    cr_assert_str_eq(q_text(s, rows, got, sizeof got), want, "step_idle filled from the gaps");
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(q_text(s, rows, got, sizeof got), want, "and analysed into, the same");
+    db_close(d);
 }
 
 /* n processes (real ones: SQLite's locks are per process) open path for
@@ -388,11 +448,11 @@ Test(db, writers_opening_one_file_at_once_all_succeed) {
         const char *path = tfix_path("race.db");
         fixture_remove(path);
         cr_assert_eq(open_at_once(path, 8), 0, "round %d: a writer of a new file failed (stderr)", round);
-        /* the same file one version back: each writer would migrate it */
+        /* the same file two versions back: each writer would migrate it */
         sqlite3 *s;
         cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-        cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; PRAGMA user_version=2;",
-                                  NULL, NULL, NULL),
+        cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
+                                     "PRAGMA user_version=2;", NULL, NULL, NULL),
                      SQLITE_OK, "%s", sqlite3_errmsg(s));
         sqlite3_close(s);
         cr_assert_eq(open_at_once(path, 8), 0, "round %d: a writer migrating the file failed (stderr)", round);
@@ -400,6 +460,7 @@ Test(db, writers_opening_one_file_at_once_all_succeed) {
         cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), DB_SCHEMA_VERSION);
         cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('step_stats') WHERE name='act_peak_bytes'"),
                      1);
+        cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM sqlite_master WHERE name='step_idle'"), 1);
         sqlite3_close(s);
     }
 }

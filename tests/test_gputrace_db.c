@@ -183,7 +183,7 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s,
                               "ALTER TABLE ranks DROP COLUMN cupti_dropped; DROP INDEX kernels_by_event;"
-                              "ALTER TABLE step_stats DROP COLUMN act_peak_bytes;"
+                              "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
                               "DROP INDEX events_by_time;"
                               "CREATE INDEX events_by_time ON events(job_id, rank, start_ns); PRAGMA user_version=1;",
                               NULL, NULL, NULL),
@@ -218,6 +218,7 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
     const char *cols = "SELECT group_concat(name) FROM (SELECT name FROM pragma_table_info('ranks') UNION ALL "
                        "SELECT '/' UNION ALL SELECT name FROM pragma_table_info('step_stats') UNION ALL "
                        "SELECT '/' UNION ALL SELECT name FROM pragma_table_info('job_counters') UNION ALL "
+                       "SELECT '/' UNION ALL SELECT name FROM pragma_table_info('step_idle') UNION ALL "
                        "SELECT '/' UNION ALL SELECT name FROM pragma_index_info('events_by_time'))";
     char *a = q_text(f, cols), *b = q_text(s, cols);
     cr_assert_str_eq(a, b);

@@ -155,13 +155,18 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
         cr_assert(strstr(row, rows[k][1]) == eol + 1 - strlen(rows[k][1]), "row %s ends with %s:\n%s", rows[k][0],
                   rows[k][1], p.out);
     }
+    const char *idle = strstr(p.out, "idle time by cause"), *idle_end = idle ? strstr(idle, "ops (") : NULL;
+    cr_assert(idle && idle_end && idle_end - idle > 60, "%s", p.out);
+    char idle_v4[1024];
+    snprintf(idle_v4, sizeof idle_v4, "%.*s", (int)(idle_end - idle), idle);
     lt_free(&p);
 
-    /* A file from before schema version 3 has no act_peak_bytes: not recorded, and the file is left as it was. */
+    /* A file from before schema version 3 has no act_peak_bytes: not recorded, and the file is left as it was;
+     * nor step_idle (version 4): the idle time by cause comes from the gaps, the same. */
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; PRAGMA user_version=2;", NULL,
-                              NULL, NULL),
+    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
+                                  "PRAGMA user_version=2;", NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(db));
     sqlite3_close(db);
     p = stats(path, NULL);
@@ -171,6 +176,7 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
                "  at peak  both, most on rank 3: 2 MiB\n"
                "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     lt_assert_has(p.out, "bubble     19.7% measured");
+    lt_assert_has(p.out, idle_v4);
     lt_free(&p);
     cr_assert_eq(sql_double(path, "PRAGMA user_version"), 2);
     fixture_remove(path);

@@ -399,6 +399,61 @@ Test(web, steps_give_time_loss_and_bubble_ratio_per_rank) {
     cJSON_Delete(j);
 }
 
+/* The steps of a running job: a step some ranks have finished, a step with
+ * only losses so far, a step with stats and no loss yet; `since` and
+ * `limit` count steps whichever table they come from. */
+Test(web, steps_of_a_running_job_include_partial_steps_in_order) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db,
+                              "DELETE FROM step_stats WHERE step = 2 AND rank = 3;"
+                              "INSERT INTO losses SELECT job_id, 3, microbatch, loss, rank, at_ns FROM losses"
+                              " WHERE step = 2 AND microbatch < 5;"
+                              "INSERT INTO step_stats SELECT job_id, 4, rank, start_ns, end_ns, busy_ns, bubble_ns,"
+                              " bubble_ratio, act_peak_bytes FROM step_stats WHERE step = 1 AND rank = 0;",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    cJSON *steps = cJSON_GetObjectItem(j, "steps");
+    cr_assert_eq(cJSON_GetArraySize(steps), 5);
+    static const struct {
+        int losses, ranks, complete;
+    } want[5] = {{8, 4, 1}, {8, 4, 1}, {8, 3, 0}, {5, 0, 0}, {0, 1, 0}};
+    for (int s = 0; s < 5; s++) {
+        cJSON *st = cJSON_GetArrayItem(steps, s);
+        cr_assert_eq(num(st, "step"), s);
+        cr_assert_eq(num(st, "losses"), want[s].losses, "step %d", s);
+        cr_assert_eq(cJSON_IsNull(cJSON_GetObjectItem(st, "loss")), want[s].losses == 0, "step %d", s);
+        cr_assert_eq(cJSON_IsTrue(cJSON_GetObjectItem(st, "complete")), want[s].complete, "step %d", s);
+        cr_assert_eq(cJSON_IsNull(cJSON_GetObjectItem(st, "time_ns")), want[s].ranks == 0, "step %d", s);
+        int ranks = 0;
+        const cJSON *v;
+        cJSON_ArrayForEach(v, cJSON_GetObjectItem(st, "bubble_ratio")) ranks += cJSON_IsNumber(v);
+        cr_assert_eq(ranks, want[s].ranks, "step %d", s);
+        cJSON_ArrayForEach(v, cJSON_GetObjectItem(st, "act_peak_bytes")) ranks -= cJSON_IsNumber(v);
+        cr_assert_eq(ranks, 0, "step %d: activations where bubble ratios are", s);
+    }
+    cr_assert(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetArrayItem(steps, 2), "bubble_ratio"), 3)));
+    cr_assert_float_eq(num(cJSON_GetArrayItem(steps, 2), "bubble_ratio_mean"), 6.0 / 30.5, 1e-12, "of the 3 ranks");
+    cJSON_Delete(j);
+    static const struct {
+        const char *query;
+        int first, n;
+    } windows[] = {{"?since=2&limit=2", 2, 2}, {"?since=3", 3, 2}, {"?since=4", 4, 1}, {"?limit=1", 0, 1},
+                   {"?since=5", 0, 0}};
+    for (size_t k = 0; k < sizeof windows / sizeof windows[0]; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "/api/jobs/1/steps%s", windows[k].query);
+        j = get_json(path, 200);
+        steps = cJSON_GetObjectItem(j, "steps");
+        cr_assert_eq(cJSON_GetArraySize(steps), windows[k].n, "%s", path);
+        for (int s = 0; s < windows[k].n; s++)
+            cr_assert_eq(num(cJSON_GetArrayItem(steps, s), "step"), windows[k].first + s, "%s", path);
+        cJSON_Delete(j);
+    }
+}
+
 Test(web, gaps_of_a_step_add_up_to_the_bubble) {
     cJSON *j = get_json("/api/jobs/1/gaps?step=0", 200);
     cJSON *by = cJSON_GetObjectItem(j, "idle_ns_by_cause");

@@ -5,6 +5,7 @@
  * export. */
 #include <sqlite3.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,118 +18,133 @@
 #include "db/whatif.h"
 #include "web/routes.h"
 
+/* One step's line of /steps: its stats rows (any ranks so far) and its
+ * losses (any microbatches so far). */
+typedef struct steps_line {
+    int nranks;
+    int64_t start, end;
+    double *ratio;       /* world entries, valid where have[rank] */
+    int64_t *act;        /* world entries, valid where have[rank] */
+    unsigned char *have; /* world entries */
+    int nloss, has_loss; /* has_loss: the mean is a number (every loss finite) */
+    double loss;
+} steps_line;
+
+static void steps_write(jw *w, long step, const steps_line *l, const job_info *j) {
+    jw_obj(w);
+    jw_kint(w, "step", step);
+    if (l->nranks) {
+        jw_kint(w, "start", l->start - j->t0);
+        jw_kint(w, "end", l->end - j->t0);
+        jw_kint(w, "time_ns", l->end - l->start);
+    } else {
+        jw_kint_or_null(w, "start", -1);
+        jw_kint_or_null(w, "end", -1);
+        jw_kint_or_null(w, "time_ns", -1);
+    }
+    jw_key(w, "loss");
+    if (l->has_loss) jw_num(w, l->loss);
+    else jw_null(w);
+    jw_kint(w, "losses", l->nloss);
+    double sum = 0;
+    jw_key(w, "bubble_ratio");
+    jw_arr(w);
+    for (int k = 0; k < j->world; k++)
+        if (l->have[k]) jw_num(w, l->ratio[k]), sum += l->ratio[k];
+        else jw_null(w);
+    jw_arr_end(w);
+    jw_key(w, "bubble_ratio_mean");
+    if (l->nranks) jw_num(w, sum / l->nranks);
+    else jw_null(w);
+    jw_key(w, "act_peak_bytes");
+    jw_arr(w);
+    for (int k = 0; k < j->world; k++)
+        if (l->have[k]) jw_int(w, l->act[k]);
+        else jw_null(w);
+    jw_arr_end(w);
+    jw_key(w, "complete");
+    jw_bool(w, l->nranks == j->world);
+    jw_obj_end(w);
+}
+
+/* Steps with stats, and steps that only have losses so far (running): two
+ * cursors in step order, merged here. One SQL query joining them ran the
+ * loss subqueries once per rank and sorted a UNION of both tables' steps
+ * (0.27 s on a 20,000-step job, against 0.07 s). */
 void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
     long since = 0, limit = 100000;
     if (arg_long(c, "since", 0, 1l << 40, &since, r) < 0 || arg_long(c, "limit", 1, 100000, &limit, r) < 0) return;
-    /* Steps with stats, and steps that only have losses so far (running). */
-    sqlite3_stmt *st = routes_prep(db,
-                                   "WITH s AS (SELECT step FROM step_stats WHERE job_id=?1 AND step>=?2 UNION "
-                                   "SELECT step FROM losses WHERE job_id=?1 AND step>=?2 ORDER BY step LIMIT ?3) "
-                                   "SELECT s.step, st.rank, st.start_ns, st.end_ns, st.bubble_ratio, st.busy_ns, "
-                                   SQL_STEP_MEAN_LOSS("s.step") ", "
-                                   "(SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=s.step), "
-                                   "st.act_peak_bytes "
-                                   "FROM s LEFT JOIN step_stats st ON st.job_id=?1 AND st.step=s.step ORDER BY s.step, st.rank",
-                                   r);
-    if (!st) return;
-    sqlite3_bind_int64(st, 1, j->id);
-    sqlite3_bind_int64(st, 2, since);
-    sqlite3_bind_int64(st, 3, limit);
-    double *ratio = calloc((size_t)j->world, sizeof *ratio);
-    int64_t *act = calloc((size_t)j->world, sizeof *act);
-    unsigned char *have = calloc((size_t)j->world, 1);
-    if (!ratio || !act || !have) {
-        free(ratio);
-        free(act);
-        free(have);
-        sqlite3_finalize(st);
-        http_error(r, 500, "out of memory");
-        return;
-    }
+    sqlite3_stmt *stats = routes_prep(db,
+                                      "SELECT step, rank, start_ns, end_ns, bubble_ratio, act_peak_bytes FROM step_stats "
+                                      "WHERE job_id=?1 AND step>=?2 ORDER BY step, rank",
+                                      r);
+    if (!stats) return;
+    sqlite3_stmt *losses = routes_prep(db,
+                                       "SELECT step, CASE WHEN count(loss) = count(*) THEN avg(loss) END, count(*) "
+                                       "FROM losses WHERE job_id=?1 AND step>=?2 GROUP BY step ORDER BY step",
+                                       r);
+    steps_line l = {.ratio = calloc((size_t)j->world, sizeof *l.ratio),
+                    .act = calloc((size_t)j->world, sizeof *l.act),
+                    .have = calloc((size_t)j->world, 1)};
+    int rs = SQLITE_DONE, rl = SQLITE_DONE;
     jw w;
     jw_init(&w);
+    if (!losses) goto out;
+    if (!l.ratio || !l.act || !l.have) {
+        http_error(r, 500, "out of memory");
+        goto out;
+    }
+    for (sqlite3_stmt *st = stats; st; st = st == stats ? losses : NULL) {
+        sqlite3_bind_int64(st, 1, j->id);
+        sqlite3_bind_int64(st, 2, since);
+    }
     jw_obj(&w);
     jw_kint(&w, "job", j->id);
     jw_kint(&w, "world_size", j->world);
     jw_key(&w, "steps");
     jw_arr(&w);
-    int rc = sqlite3_step(st);
-    while (rc == SQLITE_ROW) {
-        long step = sqlite3_column_int(st, 0);
-        int64_t start = INT64_MAX, end = INT64_MIN;
-        memset(have, 0, (size_t)j->world);
-        int nranks = 0;
-        double sum = 0, loss = sqlite3_column_double(st, 6);
-        int has_loss = sqlite3_column_type(st, 6) != SQLITE_NULL;
-        int nloss = sqlite3_column_int(st, 7);
-        int64_t busy_max = 0;
-        while (rc == SQLITE_ROW && sqlite3_column_int(st, 0) == step) {
-            if (sqlite3_column_type(st, 1) != SQLITE_NULL) {
-                int rank = sqlite3_column_int(st, 1);
-                int64_t s = sqlite3_column_int64(st, 2), e = sqlite3_column_int64(st, 3);
-                if (s < start) start = s;
-                if (e > end) end = e;
-                if (rank >= 0 && rank < j->world) {
-                    have[rank] = 1;
-                    ratio[rank] = sqlite3_column_double(st, 4);
-                    act[rank] = sqlite3_column_int64(st, 8);
-                    sum += ratio[rank];
-                    nranks++;
-                }
-                if (sqlite3_column_int64(st, 5) > busy_max) busy_max = sqlite3_column_int64(st, 5);
-            }
-            rc = sqlite3_step(st);
+    rs = sqlite3_step(stats);
+    rl = sqlite3_step(losses);
+    for (long n = 0; n < limit && (rs == SQLITE_ROW || rl == SQLITE_ROW); n++) {
+        long step = rs == SQLITE_ROW ? sqlite3_column_int(stats, 0) : LONG_MAX;
+        if (rl == SQLITE_ROW && sqlite3_column_int(losses, 0) < step) step = sqlite3_column_int(losses, 0);
+        l.nranks = 0;
+        l.start = INT64_MAX;
+        l.end = INT64_MIN;
+        memset(l.have, 0, (size_t)j->world);
+        for (; rs == SQLITE_ROW && sqlite3_column_int(stats, 0) == step; rs = sqlite3_step(stats)) {
+            int rank = sqlite3_column_int(stats, 1);
+            int64_t s = sqlite3_column_int64(stats, 2), e = sqlite3_column_int64(stats, 3);
+            if (rank < 0 || rank >= j->world) continue;
+            if (s < l.start) l.start = s;
+            if (e > l.end) l.end = e;
+            l.have[rank] = 1;
+            l.ratio[rank] = sqlite3_column_double(stats, 4);
+            l.act[rank] = sqlite3_column_int64(stats, 5);
+            l.nranks++;
         }
-        jw_obj(&w);
-        jw_kint(&w, "step", step);
-        if (nranks) {
-            jw_kint(&w, "start", start - j->t0);
-            jw_kint(&w, "end", end - j->t0);
-            jw_kint(&w, "time_ns", end - start);
-        } else {
-            jw_key(&w, "start");
-            jw_null(&w);
-            jw_key(&w, "end");
-            jw_null(&w);
-            jw_key(&w, "time_ns");
-            jw_null(&w);
+        l.nloss = l.has_loss = 0;
+        if (rl == SQLITE_ROW && sqlite3_column_int(losses, 0) == step) {
+            l.has_loss = sqlite3_column_type(losses, 1) != SQLITE_NULL;
+            l.loss = sqlite3_column_double(losses, 1);
+            l.nloss = sqlite3_column_int(losses, 2);
+            rl = sqlite3_step(losses);
         }
-        jw_key(&w, "loss");
-        if (has_loss) jw_num(&w, loss);
-        else jw_null(&w);
-        jw_kint(&w, "losses", nloss);
-        jw_key(&w, "bubble_ratio");
-        jw_arr(&w);
-        for (int k = 0; k < j->world; k++)
-            if (have[k]) jw_num(&w, ratio[k]);
-            else jw_null(&w);
-        jw_arr_end(&w);
-        jw_key(&w, "bubble_ratio_mean");
-        if (nranks) jw_num(&w, sum / nranks);
-        else jw_null(&w);
-        jw_key(&w, "act_peak_bytes");
-        jw_arr(&w);
-        for (int k = 0; k < j->world; k++)
-            if (have[k]) jw_int(&w, act[k]);
-            else jw_null(&w);
-        jw_arr_end(&w);
-        jw_key(&w, "complete");
-        jw_bool(&w, nranks == j->world);
-        jw_obj_end(&w);
+        steps_write(&w, step, &l, j);
     }
     jw_arr_end(&w);
     jw_obj_end(&w);
-    free(ratio);
-    free(act);
-    free(have);
-    if (rc != SQLITE_DONE) {
-        jw_free(&w);
+    if ((rs != SQLITE_ROW && rs != SQLITE_DONE) || (rl != SQLITE_ROW && rl != SQLITE_DONE))
         http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
-        sqlite3_finalize(st);
-        return;
-    }
-    sqlite3_finalize(st);
-    http_json(r, &w);
+    else
+        http_json(r, &w);
+out:
+    jw_free(&w);
+    free(l.ratio);
+    free(l.act);
+    free(l.have);
+    sqlite3_finalize(stats);
+    sqlite3_finalize(losses);
 }
 
 /* Written to a temporary file, not to memory: a long job's whole trace runs

@@ -250,6 +250,11 @@ static int write_steps(sqlite3 *db, int first, int n, int with_stats, pp_err *er
         }
     }
     char sql[512];
+    /* step_idle as db_analyze_step writes it: the gaps summed by cause */
+    snprintf(sql, sizeof sql,
+             "INSERT OR REPLACE INTO step_idle SELECT job_id, step, rank, cause, sum(end_ns - start_ns) FROM gaps"
+             " WHERE job_id=1 AND step>=%d AND step<%d GROUP BY job_id, step, rank, cause", first, first + n);
+    if (exec(db, sql, err) != 0) goto out;
     snprintf(sql, sizeof sql,
              "INSERT INTO job_counters(job_id,events_ingested,events_dropped,updated_at_ns) VALUES(1,%d,0,%lld) ON CONFLICT(job_id) DO UPDATE SET "
              "events_ingested=events_ingested+excluded.events_ingested, updated_at_ns=excluded.updated_at_ns",
@@ -374,6 +379,7 @@ int fixture_add_gpu_job(const char *db_path, pp_err *err) {
         "INSERT INTO step_stats SELECT * FROM s;"
         "CREATE TEMP TABLE g AS SELECT * FROM gaps WHERE job_id=1; UPDATE g SET job_id=2;"
         "INSERT INTO gaps SELECT * FROM g;"
+        "INSERT INTO step_idle SELECT 2, step, rank, cause, idle_ns FROM step_idle WHERE job_id=1;"
         "INSERT INTO job_counters(job_id,events_ingested,events_dropped,updated_at_ns)"
         " SELECT 2, events_ingested, 0, updated_at_ns FROM job_counters WHERE job_id=1;"
         /* gpu spans inside their host ops */
