@@ -6,7 +6,9 @@
  * reload; a job with gpu spans gets a GPU lane per rank, a CPU job none; the
  * Jobs tab holds both side by side, and ticking both compares them (the
  * Compare panel, GET /compare); a job of 30,000 steps opens with thinned
- * charts; the what-if panel's stage balance says what `pprun stats` says;
+ * charts; a loss chart whose first loss is 1000 scales to the rest, marks
+ * that point on its edge and has a log scale (none for losses <= 0); the
+ * what-if panel's stage balance says what `pprun stats` says;
  * the critical path is outlined over the step shown, and its totals table
  * says what `pprun stats` says.
  * Screenshots are kept in the build directory. */
@@ -639,10 +641,89 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     cJSON_Delete(j);
 }
 
+/* The first point off the scale and its mark (the script's `clipped` and
+ * the canvas pixel beside it): step 0's loss of 1000, above the chart, in
+ * the loss line's red (#e15759). */
+static void check_clipped_mark(const cJSON *chart, const cJSON *pixel, const char *text) {
+    const cJSON *clipped = cJSON_GetObjectItem(chart, "clipped"), *first = cJSON_GetArrayItem(clipped, 0);
+    cr_assert_eq(cJSON_GetArraySize(clipped), 1, "one point off the scale: %s", text);
+    cr_assert(jnum(first, "x") == 0 && jnum(first, "y") == 1000 && cJSON_IsTrue(cJSON_GetObjectItem(first, "above")),
+              "step 0's loss of 1000, above: %s", text);
+    cr_assert(cJSON_GetArraySize(pixel) == 4, "%s", text);
+    int r = cJSON_GetArrayItem(pixel, 0)->valueint, g = cJSON_GetArrayItem(pixel, 1)->valueint;
+    cr_assert(r > 150 && g < 150 && cJSON_GetArrayItem(pixel, 3)->valueint > 100,
+              "its mark is drawn on the chart's top edge (rgba %d,%d,...): %s", r, g, text);
+}
+
+/* Step 0 of a real run often has a loss far above the rest. A job of 200
+ * steps whose first loss is 1000 and the others 0.5 .. 2: the loss chart's
+ * y range ignores the outlier (as TensorBoard does by default), so the later
+ * losses span most of its height, and the point is marked on the edge with
+ * its true value in the note; on a log scale too; with outliers not ignored,
+ * nothing is off the scale. Job 2 (a copy with a loss of -0.25) has no log
+ * scale and says why; job 1 again: the log scale chosen before. */
+Test(browser, loss_chart_ignores_an_outlier_marks_it_and_has_a_log_scale, .timeout = 180) {
+    require_playwright();
+    char db[256];
+    pp_err err;
+    fixture_fresh(db, sizeof db, "browser-outliers", 2, "succeeded");
+    cr_assert_eq(fixture_add_history(db, 2, 198, &err), 0, "%s", err.msg);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h, "UPDATE losses SET loss = CASE WHEN step = 0 THEN 1000"
+                                 " ELSE 0.5 + 1.5 * ((step * 37) % 101) / 100.0 END", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(h);
+    cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
+    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(h, "UPDATE losses SET loss = -0.25 WHERE job_id = 2 AND step = 5", NULL, NULL, NULL),
+                 SQLITE_OK);
+    sqlite3_close(h);
+    cJSON *j = browse(db, "outliers", NULL);
+    char *text = cJSON_PrintUnformatted(j);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no script errors: %s", text);
+
+    const cJSON *lin = cJSON_GetObjectItem(j, "linear"), *scale = cJSON_GetObjectItem(lin, "scale");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(lin, "outliersBox")) &&
+                  cJSON_IsFalse(cJSON_GetObjectItem(lin, "logBox")),
+              "outliers ignored, linear, by default: %s", text);
+    cr_assert(jnum(lin, "spread") > 0.6, "the losses after step 0 span most of the chart's height: %s", text);
+    cr_assert(jnum(scale, "lo") <= 0.5 && jnum(scale, "hi") >= 2 && jnum(scale, "hi") < 3, "%s", text);
+    check_clipped_mark(lin, cJSON_GetObjectItem(j, "linearMark"), text);
+    const char *note = cJSON_GetObjectItem(lin, "note")->valuestring;
+    cr_assert(strstr(note, "off the scale") && strstr(note, "1000") && strstr(note, "step 0"), "the note: %s", note);
+
+    const cJSON *lg = cJSON_GetObjectItem(j, "log");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(lg, "scale"), "log")), "log scale: %s", text);
+    cr_assert(jnum(lg, "spread") > 0.6, "on a log scale too: %s", text);
+    check_clipped_mark(lg, cJSON_GetObjectItem(j, "logMark"), text);
+
+    const cJSON *all = cJSON_GetObjectItem(j, "logAll");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(all, "clipped")), 0, "outliers not ignored: %s", text);
+    cr_assert_eq(jnum(cJSON_GetObjectItem(all, "scale"), "hi"), 1000, "%s", text);
+    cr_assert_str_eq(cJSON_GetObjectItem(all, "note")->valuestring, "", "%s", text);
+
+    const cJSON *j2 = cJSON_GetObjectItem(j, "job2");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j2, "logDisabled")) &&
+                  cJSON_IsFalse(cJSON_GetObjectItem(j2, "logBox")) &&
+                  cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(j2, "scale"), "log")),
+              "no log scale with a loss below 0: %s", text);
+    note = cJSON_GetObjectItem(j2, "note")->valuestring;
+    cr_assert(strstr(note, "no log scale") && strstr(note, "-0.25") && strstr(note, "step 5"), "says why: %s", note);
+    cr_assert(strstr(cJSON_GetObjectItem(j2, "logTitle")->valuestring, "above 0"), "%s", text);
+
+    const cJSON *back = cJSON_GetObjectItem(j, "back");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(back, "logBox")) &&
+                  cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(back, "scale"), "log")),
+              "the log scale is kept while the page is open: %s", text);
+    free(text);
+    cJSON_Delete(j);
+}
+
 /* A long job: 30,000 steps of history open without error, every step is
  * loaded, the charts draw at most two points per pixel column and keep the
  * spike, with the trend over them, the per-rank bars show the step in view:
- * the last with events (steps 2.. are statistics only). */
+ * the last with events (steps 2.. are statistics only); a redraw reads only
+ * the steps that are new or changed. */
 Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240) {
     require_playwright();
     char db[256];
@@ -673,6 +754,19 @@ Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240)
     cr_assert(fabs(jnum(trend, "mean") / jnum(trend, "all") - 1) < 0.03, "the trend is a mean: %s", text);
     cr_assert_str_eq(cJSON_GetObjectItem(j, "barsLabel")->valuestring, "step 1", "%s", text);
     cr_assert(strstr(cJSON_GetObjectItem(j, "meta")->valuestring, "30000/30000 steps"), "%s", text);
+    /* Redrawing does not read all 30,000 steps again: with nothing new the
+     * charts are not drawn at all; a new step is read alone (and drawn); a
+     * step changed in the middle, from there on. */
+    const cJSON *re = cJSON_GetObjectItem(j, "redraws");
+    const cJSON *same = cJSON_GetObjectItem(re, "unchanged"), *fresh = cJSON_GetObjectItem(re, "newStep");
+    const cJSON *mid = cJSON_GetObjectItem(re, "middle");
+    cr_assert(jnum(same, "read") == 0 && jnum(same, "draws") == 0, "nothing new, nothing redrawn: %s", text);
+    cr_assert(jnum(fresh, "read") == 1 && jnum(fresh, "draws") == 1, "a new step is read alone: %s", text);
+    const cJSON *newest = cJSON_GetObjectItem(re, "newStepDrawn");
+    cr_assert(cJSON_GetArrayItem(newest, 0)->valuedouble == 30000 && cJSON_GetArrayItem(newest, 1)->valuedouble == 0.25,
+              "and drawn: %s", text);
+    cr_assert(jnum(mid, "read") == 30001 - 12345 && jnum(mid, "draws") == 1, "a changed step, from there on: %s", text);
+    cr_assert(jnum(cJSON_GetObjectItem(re, "middleLoss"), "hi") == 60, "its new loss drawn: %s", text);
     free(text);
     cJSON_Delete(j);
 }

@@ -10,6 +10,8 @@
 //   node dashboard.mjs long URL SCREENSHOT.png     (a job with 30,000 steps)
 //   node dashboard.mjs balance URL SCREENSHOT.png  (the what-if panel's stage balance; SCREENSHOT is of that panel)
 //   node dashboard.mjs critpath URL SCREENSHOT.png (step 1's critical path over the timeline, its totals table)
+//   node dashboard.mjs outliers URL SCREENSHOT.png (job 1's loss chart with an outlier, linear and log
+//                                                  (SCREENSHOT-log.png); then job 2, a loss <= 0; then job 1 again)
 //
 // "live": after the page is ready it creates READY_FILE; the test then
 // appends steps to the database and this script waits for them to appear;
@@ -35,7 +37,7 @@ try {
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
-  await page.goto(mode === 'gpu' ? url + '?job=2' : url);
+  await page.goto(mode === 'gpu' ? url + '?job=2' : mode === 'outliers' ? url + '?job=1' : url);
   await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: mode === 'long' ? 60000 : 20000 });
 
   // The what-if table: each schedule at the job's measured costs.
@@ -181,6 +183,47 @@ try {
     await page.waitForFunction(() => window.__pprun.lastWindow && window.__pprun.lastWindow.mode !== 'events' &&
       window.__pprun.drawn.bins > 0, null, { timeout: 10000 });
     out.aggregated = await page.evaluate(() => ({ mode: window.__pprun.lastWindow.mode, critpath: window.__pprun.critpath }));
+  } else if (mode === 'outliers') {
+    // The loss chart as window.__pprun.lossChart has it, the boxes, and the
+    // part of the chart's height the losses after step 0 span.
+    const chart = () => page.evaluate(() => {
+      const c = window.__pprun.lossChart, T = c.scale.log ? Math.log10 : (y) => y, box = (id) => document.getElementById(id);
+      const later = window.__pprun.state.steps.filter((s) => s.step > 0 && s.loss != null).map((s) => T(s.loss));
+      return { scale: c.scale, clipped: c.clipped, logAvailable: c.logAvailable, note: c.note,
+        spread: (Math.max(...later) - Math.min(...later)) / (T(c.scale.hi) - T(c.scale.lo)),
+        outliersBox: box('loss-outliers').checked, logBox: box('loss-log').checked, logDisabled: box('loss-log').disabled,
+        logTitle: box('loss-log').parentNode.title };
+    });
+    // The colour on the canvas just left of where the first point off the
+    // scale has its mark (the line to that point runs to its right).
+    const markPixel = () => page.evaluate(() => {
+      const c = window.__pprun.lossChart.clipped[0], cv = document.getElementById('loss'), d = window.devicePixelRatio || 1;
+      if (!c) return null;
+      const dy = c.above ? 4.5 : -4.5;
+      return [...cv.getContext('2d').getImageData(Math.round((c.px - 2.5) * d), Math.round((c.py + dy) * d), 1, 1).data];
+    });
+    out.linear = await chart();
+    out.linearMark = await markPixel();
+    await page.locator('.charts').screenshot({ path: shot });
+    await page.check('#loss-log');
+    await page.waitForFunction(() => window.__pprun.lossChart.scale.log, null, { timeout: 5000 });
+    out.log = await chart();
+    out.logMark = await markPixel();
+    await page.locator('.charts').screenshot({ path: shot.replace(/\.png$/, '-log.png') });
+    await page.uncheck('#loss-outliers');
+    await page.waitForFunction(() => window.__pprun.lossChart.clipped.length === 0, null, { timeout: 5000 });
+    out.logAll = await chart();
+    await page.check('#loss-outliers');
+    // Job 2 has a loss below 0: no log scale there, and the page says why.
+    await page.selectOption('#job-select', '2');
+    await page.waitForFunction(() => window.__pprun.state.info && window.__pprun.state.info.job.id === 2 &&
+      window.__pprun.lossChart.logAvailable === false, null, { timeout: 10000 });
+    out.job2 = await chart();
+    // Back to job 1: the log scale chosen before.
+    await page.selectOption('#job-select', '1');
+    await page.waitForFunction(() => window.__pprun.state.info && window.__pprun.state.info.job.id === 1 &&
+      window.__pprun.lossChart.logAvailable === true, null, { timeout: 10000 });
+    out.back = await chart();
   } else if (mode === 'balance') {
     // A layered job with an uneven first stage: the stage balance block.
     await whatifTable(true);
@@ -254,6 +297,19 @@ try {
     out.barsLabel = await page.textContent('#bubble-step-label');
     out.meta = await page.textContent('#job-meta');
     await page.screenshot({ path: shot, fullPage: true });
+    // Redrawn with nothing new, then with a new step at the end, then with
+    // a step in the middle changed: the steps the charts read again, and
+    // whether they were drawn.
+    out.redraws = await page.evaluate(`((ext) => {
+      const p = window.__pprun, steps = p.state.steps, out = {};
+      const since = (f) => { const r = p.chartSync.read, d = p.chartSync.draws; f(); return { read: p.chartSync.read - r, draws: p.chartSync.draws - d }; };
+      out.unchanged = since(() => window.dispatchEvent(new Event('resize')));
+      const last = steps[steps.length - 1];
+      out.newStep = since(() => p.mergeStep(Object.assign(JSON.parse(JSON.stringify(last)), { step: last.step + 1, loss: 0.25 })));
+      out.newStepDrawn = p.lossPoints[p.lossPoints.length - 1];
+      out.middle = since(() => p.mergeStep({ step: 12345, loss: 60 }));
+      out.middleLoss = ext(p.lossPoints);
+      return out; })(${ext})`);
   } else if (mode === 'job') {
     // A real `pprun run --serve` job: steps appear while it runs.
     const complete = () => (window.__pprun && window.__pprun.state && window.__pprun.state.steps
