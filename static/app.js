@@ -1055,18 +1055,6 @@ Series.prototype.range = function (i, j) {
   this.qlo = lo; this.qhi = hi; this.qsx = sx; this.qsy = sy;
 };
 
-// The first point of s past column c, where its points from i (in column c)
-// on are every step (the common case): found without a search; else -1.
-function nextColumn(s, i, c, x0, x1, columns) {
-  if (c === columns - 1) return s.n;
-  let xb = Math.ceil(x0 + (c + 1) * (x1 - x0) / columns); // the first step past c, to a rounding
-  while (columnOf(xb, x0, x1, columns) <= c) xb++;
-  while (xb - 1 > s.x[i] && columnOf(xb - 1, x0, x1, columns) > c) xb--;
-  const g = i + (xb - s.x[i]);
-  if (g >= s.n) return s.x[s.n - 1] < xb ? s.n : -1;
-  return s.x[g] >= xb && s.x[g - 1] < xb ? g : -1;
-}
-
 // What a series draws: each point while there are at most two per pixel
 // column, else the lowest and the highest point of each column in x order
 // (a long job draws in bounded time and its spikes stay visible) and, with
@@ -1081,12 +1069,8 @@ function thinSeries(s, x0, x1, columns, trend) {
   const most = Math.ceil((x1 - x0) / columns) + 1;
   for (let i = 0; i < s.n;) {
     const c = columnOf(s.x[i], x0, x1, columns);
-    let j = nextColumn(s, i, c, x0, x1, columns), k;
-    if (j < 0) { // j: the first point past column c
-      for (j = i + 1, k = Math.min(s.n, i + most + 1); j < k;) {
-        const m = (j + k) >> 1; if (columnOf(s.x[m], x0, x1, columns) > c) k = m; else j = m + 1;
-      }
-    }
+    let j = i + 1, k = Math.min(s.n, i + most + 1); // j: the first point past column c
+    while (j < k) { const m = (j + k) >> 1; if (columnOf(s.x[m], x0, x1, columns) > c) k = m; else j = m + 1; }
     s.range(i, j);
     const a = Math.min(s.qlo, s.qhi), b = Math.max(s.qlo, s.qhi);
     pts.push([s.x[a], s.y[a]]);
