@@ -306,17 +306,27 @@ Test(db, analysis_stores_the_most_activation_bytes_each_rank_held) {
 /* A version 2 file (before act_peak_bytes): readers see the column as 0
  * without writing the file; the writer migrates it in place, keeping every
  * row, with the column where a new file has it. */
-Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
-    const char *path = tfix_path("v2.db");
-    db *d = open_fresh("v2.db");
+/* A new file `name` with one job of the two fixture steps, analysed (step 0
+ * with held bytes); *n gets the events sent. */
+static int64_t analysed_file(const char *name, size_t *n) {
+    db *d = open_fresh(name);
     int64_t job = tfix_job(d);
     pp_err err;
     trace_event ev[64];
-    size_t n = events_with_held_bytes(0, 1000000, ev);
-    n += tfix_events(1, 2000000, ev + n);
-    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    *n = events_with_held_bytes(0, 1000000, ev);
+    *n += tfix_events(1, 2000000, ev + *n);
+    cr_assert_eq(db_insert_events(d, job, ev, *n, &err), 0, "%s", err.msg);
     cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
     db_close(d);
+    return job;
+}
+
+Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
+    const char *path = tfix_path("v2.db");
+    size_t n;
+    int64_t job = analysed_file("v2.db", &n);
+    db *d;
+    pp_err err;
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
@@ -363,14 +373,11 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
  * gaps, and analyses steps into it from then on. */
 Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates) {
     const char *path = tfix_path("v3-idle.db");
-    db *d = open_fresh("v3-idle.db");
-    int64_t job = tfix_job(d);
+    size_t n;
+    int64_t job = analysed_file("v3-idle.db", &n);
     pp_err err;
-    trace_event ev[64];
-    size_t n = tfix_events(0, 1000000, ev);
-    n += tfix_events(1, 2000000, ev + n);
-    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
-    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    db *d;
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
     char want[512], got[512];
     const char *rows = "SELECT group_concat(step||' '||rank||' '||cause||' '||idle_ns, ', ')"
                        " FROM (SELECT * FROM step_idle ORDER BY step, rank, cause)";
