@@ -1650,3 +1650,118 @@ Test(web_slow, the_limit_counts_each_request_and_spares_streams, .timeout = 60) 
     stream_close(&a);
     teardown();
 }
+
+/* ---- hardening: what an attacker or a careless client sends ----------------- */
+
+/* Sends a POST /api/sql of `sql` on a new raw connection and returns it
+ * without reading the reply. */
+static int post_sql_async(const char *sql) {
+    char body[512], req[1024];
+    snprintf(body, sizeof body, "{\"sql\": \"%s\"}", sql);
+    snprintf(req, sizeof req, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(body), body);
+    int fd = connect_server();
+    cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    return fd;
+}
+
+/* Asks for a quick query until the server says every SQL worker is busy
+ * (the long ones sent before have started); returns the 503 reply. */
+static webclient_resp sql_until_busy(void) {
+    webclient_resp r = {0};
+    for (int i = 0; i < 100; i++) {
+        webclient_free(&r);
+        r = post_sql("{\"sql\": \"SELECT 1\"}");
+        if (r.status != 200) break;
+        usleep(20000);
+    }
+    return r;
+}
+
+/* Whether fd has something to read (a reply, or the server's close) now. */
+static int readable_now(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1;
+}
+
+#define LONG_SQL "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c"
+
+/* A user query may run for the whole time limit. It ran on a server
+ * thread, holding up every connection that thread had taken: two clients
+ * sending long queries to a 2-thread server stopped the dashboard until
+ * they ended. Queries run on workers of their own now; one more than
+ * there are workers is refused at once with a 503 that says why, and the
+ * dashboard is answered while they run. */
+Test(web_harden, long_sql_queries_do_not_hold_up_the_dashboard, .timeout = 60) {
+    start_with(1, "succeeded", (http_options){.threads = 2, .sql_time_limit_ns = 8000000000ull});
+    int slow[2] = {post_sql_async(LONG_SQL), post_sql_async(LONG_SQL)};
+    webclient_resp r = sql_until_busy();
+    cr_assert_eq(r.status, 503, "a third query while two run: %d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "busy: 2 SQL queries are running"), "%s", r.body);
+    cr_assert_str_eq(webclient_header(&r, "Retry-After"), "1");
+    webclient_free(&r);
+    cJSON_Delete(get_json("/api/jobs", 200));
+    cJSON_Delete(get_json("/api/jobs/1/steps", 200));
+    memset(&r, 0, sizeof r);
+    webclient_request(port, "GET", "/", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    webclient_free(&r);
+    for (int i = 0; i < 2; i++)
+        cr_assert(!readable_now(slow[i]), "the dashboard was answered while the long queries still ran (8 s limit)");
+    /* They end at their time limit and free their workers. */
+    for (int i = 0; i < 2; i++) {
+        struct timeval tv = {.tv_sec = 30};
+        setsockopt(slow[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char buf[512] = "";
+        ssize_t k = recv(slow[i], buf, sizeof buf - 1, 0);
+        cr_assert_gt(k, 0);
+        buf[k] = 0;
+        cr_assert(strstr(buf, " 408 ") && strstr(buf, "time limit"), "%s", buf);
+        close(slow[i]);
+    }
+    r = post_sql("{\"sql\": \"SELECT 1\"}");
+    cr_assert_eq(r.status, 200, "%d %s", r.status, r.body);
+    webclient_free(&r);
+    teardown();
+}
+
+/* Stopping the server does not wait for a running query's time limit: the
+ * query is interrupted and its client told why. */
+Test(web_harden, stopping_the_server_interrupts_a_running_query, .timeout = 30) {
+    start_with(1, "succeeded", (http_options){.sql_workers = 1, .sql_time_limit_ns = 120000000000ull});
+    int slow = post_sql_async(LONG_SQL);
+    webclient_resp r = sql_until_busy();
+    cr_assert_eq(r.status, 503, "%d %s", r.status, r.body);
+    webclient_free(&r);
+    teardown(); /* returns well before the query's 120 s */
+    char buf[512] = "";
+    ssize_t k = recv(slow, buf, sizeof buf - 1, 0);
+    cr_assert_gt(k, 0, "an answer before the connection closed");
+    buf[k] = 0;
+    cr_assert(strstr(buf, " 503 ") && strstr(buf, "the server is stopping"), "%s", buf);
+    close(slow);
+}
+
+/* What the guard refuses while the statement runs, not while it is
+ * prepared (a table-valued PRAGMA function prepares its PRAGMA then), was
+ * a 400 "SQL error: not authorized"; load_extension too. A 403 naming
+ * what was refused now, like every other refusal. */
+Test(web, sql_refusals_while_running_are_403_naming_what) {
+    struct { const char *sql, *named; } cases[] = {
+        {"SELECT * FROM pragma_database_list", "database_list"},
+        {"SELECT * FROM pragma_journal_mode", "journal_mode"},
+        {"SELECT * FROM pragma_module_list", "module_list"},
+        {"SELECT load_extension('/tmp/nope.so')", "load_extension"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"sql\": \"%s\"}", cases[i].sql);
+        webclient_resp r = post_sql(body);
+        cr_assert_eq(r.status, 403, "%s -> %d %s", cases[i].sql, r.status, r.body);
+        cr_assert(strstr(r.body, "refused: ") && strstr(r.body, cases[i].named), "%s -> %s", cases[i].sql, r.body);
+        webclient_free(&r);
+    }
+    webclient_resp r = post_sql("{\"sql\": \"SELECT name FROM pragma_table_info('jobs') WHERE name = 'id'\"}");
+    cr_assert_eq(r.status, 200, "a read-only one still runs: %s", r.body);
+    webclient_free(&r);
+}

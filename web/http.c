@@ -23,6 +23,7 @@ typedef struct request {
     char *body;
     size_t len, cap;
     int answered;     /* a reply was queued before the body (401, 413) */
+    sql_task *sql;    /* POST /api/sql: its query, on a worker while the connection is suspended */
     size_t discarded; /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
 
@@ -283,6 +284,7 @@ static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, http
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"pprun\"");
     if (r->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST");
+    if (r->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     if (r->status > 0 && r->status < HTTP_CODES) atomic_fetch_add(&s->requests[r->status], 1);
@@ -373,6 +375,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (rq->discarded) return send_too_big(s, c);
+    if (rq->sql) { /* called again once the worker resumed the connection */
+        sqlpool_take(rq->sql, &r);
+        rq->sql = NULL;
+        return send_reply(s, c, &r);
+    }
     int head = strcmp(method, "HEAD") == 0;
     int get = head || strcmp(method, "GET") == 0;
     if (is_metrics) {
@@ -391,7 +398,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             if (queued) return ret;
             return send_reply(s, c, &r);
         }
-        routes_api(s, c, method, url, rq->body ? rq->body : "", rq->len, &r);
+        if (strcmp(url, "/api/sql") == 0 && strcmp(method, "POST") == 0) {
+            if (sqlpool_submit(s, c, rq->body ? rq->body : "", rq->len, &rq->sql, &r)) return MHD_YES;
+            return send_reply(s, c, &r);
+        }
+        routes_api(s, c, method, url, &r);
         return send_reply(s, c, &r);
     }
     if (!get) {
@@ -411,6 +422,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     reaper_conn_clock(&s->reaper, conn_clock_of(c), 1); /* the next request's time starts */
     request *rq = *con_cls;
     if (!rq) return;
+    sqlpool_take(rq->sql, NULL); /* a client gone before its answer */
     free(rq->body);
     free(rq);
     *con_cls = NULL;
@@ -432,6 +444,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (!s->o.sql_max_rows) s->o.sql_max_rows = 10000;
     if (!s->o.sql_max_bytes) s->o.sql_max_bytes = 32u << 20;
     if (!s->o.sql_max_mem) s->o.sql_max_mem = 256u << 20;
+    if (!s->o.sql_workers) s->o.sql_workers = 2;
     if (!s->o.live_poll_ms) s->o.live_poll_ms = 200;
     if (!s->o.live_heartbeat_ms) s->o.live_heartbeat_ms = 10000;
     if (!s->o.events_scan_budget) s->o.events_scan_budget = 60000;
@@ -454,6 +467,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (fd < 0) goto no_listener;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
+    if (sqlpool_start(s, err) != 0) goto no_sql;
     if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -474,6 +488,9 @@ no_daemon:
     reaper_stop(&s->reaper);
     reaper_free(&s->reaper);
 no_reaper:
+    sqlpool_stop(s);
+    sqlpool_free(s);
+no_sql:
     live_free(s->live);
 no_live:
     dbpool_close(&s->pool);
@@ -493,8 +510,10 @@ void http_stop(http_server *s) {
     /* Suspended stream connections must be resumed before the daemon stops
      * (libmicrohttpd's rule); live_end_all makes each one end its stream. */
     live_end_all(s->live);
+    sqlpool_stop(s); /* the same rule for connections waiting on a query */
     reaper_stop(&s->reaper);
     MHD_stop_daemon(s->daemon);
+    sqlpool_free(s);
     reaper_free(&s->reaper);
     live_free(s->live);
     dbpool_close(&s->pool);

@@ -8,6 +8,7 @@
  * rows of numbers, not objects, so a window of 20,000 events stays under
  * 1 MB. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -271,25 +272,179 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
     http_json(r, &w);
 }
 
+/* ---- POST /api/sql on threads of its own -----------------------------------
+ *
+ * A query may run for the whole time limit. On an MHD thread it held up
+ * every other connection that thread had accepted: with a few clients
+ * sending long queries, the dashboard's requests waited seconds behind
+ * them. Each query runs on a worker instead, its connection suspended;
+ * when every worker is busy, the request is refused at once (503), since a
+ * queue would only move the wait. */
+
+struct sql_task {
+    http_server *s;
+    struct MHD_Connection *c;
+    const char *body; /* the request's own copy, alive while c is suspended */
+    size_t len;
+    http_reply reply;
+};
+
+typedef struct sql_worker {
+    sql_pool *pool;
+    pthread_t thread;
+    int started;
+    sql_task *task; /* under pool->mu; NULL: idle */
+    sqlite3 *db;    /* under pool->mu: the connection its query runs on, for sqlite3_interrupt */
+} sql_worker;
+
+struct sql_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    unsigned n;
+    sql_worker *w;
+};
+
+static void sql_task_run(sql_worker *w, sql_task *t) {
+    sql_pool *p = w->pool;
+    pp_err err;
+    sqlite3 *db = dbpool_get(&t->s->pool, &err);
+    if (!db) {
+        http_error(&t->reply, 503, "%s", err.msg);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    w->db = db;
+    int stop = p->stop;
+    pthread_mutex_unlock(&p->mu);
+    if (!stop) route_sql(t->s, db, t->body, t->len, &t->reply);
+    pthread_mutex_lock(&p->mu);
+    w->db = NULL;
+    stop = p->stop;
+    pthread_mutex_unlock(&p->mu);
+    /* Interrupted by sqlpool_stop: the answer is the server's, not the query's. */
+    if (stop) http_error(&t->reply, 503, "the server is stopping");
+    dbpool_put(&t->s->pool, db);
+}
+
+static void *sql_worker_main(void *arg) {
+    sql_worker *w = arg;
+    sql_pool *p = w->pool;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!w->task && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+        sql_task *t = w->task;
+        if (!t) break;
+        pthread_mutex_unlock(&p->mu);
+        sql_task_run(w, t);
+        pthread_mutex_lock(&p->mu);
+        w->task = NULL;
+        pthread_mutex_unlock(&p->mu);
+        /* From here on t belongs to the connection's thread (sqlpool_take). */
+        MHD_resume_connection(t->c);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+int sqlpool_start(http_server *s, pp_err *err) {
+    sql_pool *p = calloc(1, sizeof *p);
+    if (!p) return pp_fail(err, "out of memory");
+    p->w = calloc(s->o.sql_workers, sizeof *p->w);
+    if (!p->w) {
+        free(p);
+        return pp_fail(err, "out of memory");
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    s->sql = p;
+    for (unsigned i = 0; i < s->o.sql_workers; i++) {
+        p->w[i].pool = p;
+        if (pthread_create(&p->w[i].thread, NULL, sql_worker_main, &p->w[i]) != 0) {
+            sqlpool_stop(s);
+            sqlpool_free(s);
+            return pp_fail(err, "cannot start the SQL worker threads");
+        }
+        p->w[i].started = 1;
+        p->n = i + 1;
+    }
+    return 0;
+}
+
+void sqlpool_stop(http_server *s) {
+    sql_pool *p = s->sql;
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    for (unsigned i = 0; i < p->n; i++)
+        if (p->w[i].db) sqlite3_interrupt(p->w[i].db);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (unsigned i = 0; i < p->n; i++) {
+        if (p->w[i].started) pthread_join(p->w[i].thread, NULL);
+        p->w[i].started = 0;
+    }
+}
+
+void sqlpool_free(http_server *s) {
+    sql_pool *p = s->sql;
+    if (!p) return;
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->w);
+    free(p);
+    s->sql = NULL;
+}
+
+int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, size_t len, sql_task **task,
+                   http_reply *r) {
+    sql_pool *p = s->sql;
+    sql_task *t = calloc(1, sizeof *t);
+    if (!t) {
+        http_error(r, 500, "out of memory");
+        return 0;
+    }
+    *t = (sql_task){.s = s, .c = c, .body = body, .len = len};
+    pthread_mutex_lock(&p->mu);
+    sql_worker *w = NULL;
+    for (unsigned i = 0; i < p->n && !w && !p->stop; i++)
+        if (!p->w[i].task) w = &p->w[i];
+    if (w) {
+        /* Suspended before any worker can see the task, so the resume
+         * always comes after. */
+        MHD_suspend_connection(c);
+        *task = t;
+        w->task = t;
+        pthread_cond_broadcast(&p->cv);
+    }
+    int stop = p->stop;
+    pthread_mutex_unlock(&p->mu);
+    if (w) return 1;
+    free(t);
+    if (stop) http_error(r, 503, "the server is stopping");
+    else
+        http_error(r, 503,
+                   "busy: %u SQL queries are running, the most at once; try again when one has finished "
+                   "(the dashboard's other requests are served meanwhile)",
+                   p->n);
+    return 0;
+}
+
+void sqlpool_take(sql_task *t, http_reply *r) {
+    if (!t) return;
+    if (r) *r = t->reply;
+    else free(t->reply.body);
+    free(t);
+}
+
 /* ---- dispatch -------------------------------------------------------------- */
 
-void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, const char *body,
-                size_t body_len, http_reply *r) {
+void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, http_reply *r) {
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
-    int post = strcmp(method, "POST") == 0;
     pp_err err;
-    if (strcmp(url, "/api/sql") == 0) {
-        if (!post) {
-            http_error(r, 405, "%s not allowed on /api/sql (use POST with {\"sql\": ...})", method);
-            return;
-        }
-        sqlite3 *db = dbpool_get(&s->pool, &err);
-        if (!db) {
-            http_error(r, 503, "%s", err.msg);
-            return;
-        }
-        route_sql(s, db, body, body_len, r);
-        dbpool_put(&s->pool, db);
+    if (strcmp(url, "/api/sql") == 0) { /* a POST went to sqlpool_submit */
+        http_error(r, 405, "%s not allowed on /api/sql (use POST with {\"sql\": ...})", method);
         return;
     }
     /* /api/jobs, /api/jobs/{id}, /api/jobs/{id}/{what} */
