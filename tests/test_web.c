@@ -1765,3 +1765,31 @@ Test(web, sql_refusals_while_running_are_403_naming_what) {
     cr_assert_eq(r.status, 200, "a read-only one still runs: %s", r.body);
     webclient_free(&r);
 }
+
+/* A parameter given twice used its first value silently, a %00 cut a
+ * value short silently ("limit=5%00abc" was limit 5), and " 5", "+5" and a
+ * trailing comma in ranks passed: each is a 400 naming the parameter. */
+Test(web, query_parameters_are_read_strictly) {
+    struct { const char *path, *named; } bad[] = {
+        {"/api/jobs/1/events?limit=5&limit=abc", "query parameter 'limit' is given more than once"},
+        {"/api/jobs/1/steps?since=0&since=0", "query parameter 'since' is given more than once"},
+        {"/api/jobs/1/trace.json?steps=0&steps=1", "query parameter 'steps' is given more than once"},
+        {"/metrics?a=1&a=2", "query parameter 'a' is given more than once"},
+        {"/api/jobs/1/events?limit=5%00abc", "query parameter 'limit' holds a NUL character"},
+        {"/api/jobs/1/trace.json?steps=0%00-2", "query parameter 'steps' holds a NUL character"},
+        {"/api/jobs/1/events?limit=%2B5", "limit: expected an integer in [1, 25000], got '+5'"},
+        {"/api/jobs/1/gaps?step=%200", "step: expected an integer in [0, 1099511627776], got ' 0'"},
+        {"/api/jobs/1/events?ranks=1,", "ranks='1,' must list ranks 0..3"},
+        {"/api/jobs/1/kernels?ranks=%201", "ranks=' 1' must list ranks 0..3"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        webclient_resp r;
+        cr_assert_eq(webclient_request(port, "GET", bad[i].path, NULL, NULL, &r), 0);
+        cr_assert_eq(r.status, 400, "%s -> %d %.200s", bad[i].path, r.status, r.body);
+        cr_assert(strstr(r.body, bad[i].named), "%s -> %s", bad[i].path, r.body);
+        webclient_free(&r);
+    }
+    cJSON *j = get_json("/api/jobs/1/events?&ranks=1,3&limit=5", 200); /* an empty "&" is nothing */
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "ranks")), 2);
+    cJSON_Delete(j);
+}

@@ -66,12 +66,58 @@ void http_json(http_reply *r, jw *w) {
 int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r) {
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
     if (!v || !*v) return 0;
+    /* Digits only: strtol would also take " 5" and "+5". */
+    const char *d = v + (v[0] == '-');
+    if (!*d || strspn(d, "0123456789") != strlen(d)) {
+        http_error(r, 400, "bad query parameter: %s: expected an integer in [%ld, %ld], got '%.64s'", name, min, max,
+                   v);
+        return -1;
+    }
     pp_err err;
     if (pp_parse_long(v, min, max, name, out, &err) != 0) {
         http_error(r, 400, "bad query parameter: %s", err.msg);
         return -1;
     }
     return 1;
+}
+
+/* The query's parameters, checked before any route reads one: a name
+ * given twice (which value would count?) and a name or value holding a
+ * NUL (%00: everything after it was silently dropped) are refused. */
+typedef struct args_check {
+    const char *seen[32];
+    size_t nseen;
+    char bad[160];
+} args_check;
+
+static enum MHD_Result args_check_one(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                      const char *value, size_t value_size) {
+    (void)kind;
+    args_check *a = cls;
+    if (key_size == 0 && !value) return MHD_YES; /* "?&limit=5": nothing given */
+    if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+        snprintf(a->bad, sizeof a->bad, "query parameter '%.64s' holds a NUL character (%%00)", key);
+        return MHD_NO;
+    }
+    for (size_t i = 0; i < a->nseen; i++)
+        if (strcmp(a->seen[i], key) == 0) {
+            snprintf(a->bad, sizeof a->bad, "query parameter '%.64s' is given more than once", key);
+            return MHD_NO;
+        }
+    if (a->nseen == sizeof a->seen / sizeof a->seen[0]) {
+        snprintf(a->bad, sizeof a->bad, "more than %zu query parameters", a->nseen);
+        return MHD_NO;
+    }
+    a->seen[a->nseen++] = key;
+    return MHD_YES;
+}
+
+static int args_ok(struct MHD_Connection *c, http_reply *r) {
+    args_check a = {.nseen = 0};
+    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, args_check_one, &a);
+    if (!a.bad[0]) return 1;
+    http_error(r, 400, "bad query: %s", a.bad);
+    return 0;
 }
 
 /* ---- listen address ------------------------------------------------------ */
@@ -333,6 +379,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if ((is_api || is_metrics) && s->token && !token_ok(s, c)) {
             rq->answered = 1;
             http_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
+            return send_reply(s, c, &r);
+        }
+        if ((is_api || is_metrics) && !args_ok(c, &r)) {
+            rq->answered = 1;
             return send_reply(s, c, &r);
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
