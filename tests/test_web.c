@@ -1793,3 +1793,34 @@ Test(web, query_parameters_are_read_strictly) {
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "ranks")), 2);
     cJSON_Delete(j);
 }
+
+/* A stream whose client closed was noticed only at its next write (the
+ * keep-alive comment, every 10 s): until then its connection counted
+ * against the per-IP limit, so a client opening and closing 128 streams
+ * kept every request from its address out, the dashboard's on loopback
+ * too. Closed streams end within a poll now; here with 8 connections per
+ * address and a keep-alive only every 120 s. */
+Test(web_harden, streams_closed_by_their_clients_free_their_connections, .timeout = 60) {
+    start_with(1, "running",
+               (http_options){.max_conns_per_ip = 8, .live_poll_ms = 50, .live_heartbeat_ms = 120000});
+    for (int round = 0; round < 2; round++) {
+        stream st[8];
+        for (int i = 0; i < 8; i++) {
+            stream_open(&st[i], NULL);
+            cr_assert(stream_wait(&st[i], "event: hello\n"), "round %d stream %d: %s", round, i, st[i].buf);
+        }
+        for (int i = 0; i < 8; i++) stream_close(&st[i]);
+        /* Refused (closed without a reply) while the 8 closed streams still
+         * hold their places: asked again until answered, for at most 20 s. */
+        int status = 0;
+        for (int i = 0; i < 100 && status != 200; i++) {
+            webclient_resp r;
+            webclient_request(port, "GET", "/api/jobs", NULL, NULL, &r);
+            status = r.status;
+            webclient_free(&r);
+            if (status != 200) usleep(200000);
+        }
+        cr_assert_eq(status, 200, "round %d: the closed streams still hold the address's 8 connections", round);
+    }
+    teardown();
+}
