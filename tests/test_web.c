@@ -1665,23 +1665,32 @@ static int post_sql_async(const char *sql) {
     return fd;
 }
 
-/* Asks for a quick query until the server says every SQL worker is busy
- * (the long ones sent before have started); returns the 503 reply. */
-static webclient_resp sql_until_busy(void) {
-    webclient_resp r = {0};
-    for (int i = 0; i < 100; i++) {
-        webclient_free(&r);
-        r = post_sql("{\"sql\": \"SELECT 1\"}");
-        if (r.status != 200) break;
-        usleep(20000);
-    }
-    return r;
-}
-
 /* Whether fd has something to read (a reply, or the server's close) now. */
 static int readable_now(int fd) {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     return poll(&p, 1, 0) == 1;
+}
+
+/* Waits (at most 15 s) until the server has `running` user queries on its
+ * workers and `queued` waiting for one. */
+static void sql_wait_for(unsigned running, unsigned queued) {
+    unsigned r = 0, q = 0;
+    for (int i = 0; i < 1500; i++) {
+        sqlpool_count(srv, &r, &q);
+        if (r == running && q == queued) return;
+        usleep(10000);
+    }
+    cr_assert_fail("SQL queries: %u running, %u waiting; wanted %u and %u", r, q, running, queued);
+}
+
+/* The reply on fd (read until the server closes; 30 s at most). */
+static void read_all(int fd, char *buf, size_t n) {
+    struct timeval tv = {.tv_sec = 30};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t len = 0;
+    ssize_t k;
+    while (len < n - 1 && (k = recv(fd, buf + len, n - 1 - len, 0)) > 0) len += (size_t)k;
+    buf[len] = 0;
 }
 
 #define LONG_SQL "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c"
@@ -1689,34 +1698,31 @@ static int readable_now(int fd) {
 /* A user query may run for the whole time limit. It ran on a server
  * thread, holding up every connection that thread had taken: two clients
  * sending long queries to a 2-thread server stopped the dashboard until
- * they ended. Queries run on workers of their own now; one more than
- * there are workers is refused at once with a 503 that says why, and the
- * dashboard is answered while they run. */
+ * they ended. Queries run on workers of their own now (2), more wait their
+ * turn (1 here), and past those a query is refused at once with a 503 that
+ * says why; the dashboard is answered while they run. */
 Test(web_harden, long_sql_queries_do_not_hold_up_the_dashboard, .timeout = 60) {
-    start_with(1, "succeeded", (http_options){.threads = 2, .sql_time_limit_ns = 8000000000ull});
-    int slow[2] = {post_sql_async(LONG_SQL), post_sql_async(LONG_SQL)};
-    webclient_resp r = sql_until_busy();
-    cr_assert_eq(r.status, 503, "a third query while two run: %d %s", r.status, r.body);
-    cr_assert(strstr(r.body, "busy: 2 SQL queries are running"), "%s", r.body);
+    start_with(1, "succeeded", (http_options){.threads = 2, .sql_queue = 1, .sql_time_limit_ns = 5000000000ull});
+    int slow[3];
+    for (int i = 0; i < 3; i++) slow[i] = post_sql_async(LONG_SQL);
+    sql_wait_for(2, 1);
+    webclient_resp r = post_sql("{\"sql\": \"SELECT 1\"}");
+    cr_assert_eq(r.status, 503, "a fourth query while two run and one waits: %d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "busy: 2 SQL queries are running and 1 waiting"), "%s", r.body);
     cr_assert_str_eq(webclient_header(&r, "Retry-After"), "1");
     webclient_free(&r);
     cJSON_Delete(get_json("/api/jobs", 200));
     cJSON_Delete(get_json("/api/jobs/1/steps", 200));
-    memset(&r, 0, sizeof r);
     webclient_request(port, "GET", "/", NULL, NULL, &r);
     cr_assert_eq(r.status, 200);
     webclient_free(&r);
-    for (int i = 0; i < 2; i++)
-        cr_assert(!readable_now(slow[i]), "the dashboard was answered while the long queries still ran (8 s limit)");
-    /* They end at their time limit and free their workers. */
-    for (int i = 0; i < 2; i++) {
-        struct timeval tv = {.tv_sec = 30};
-        setsockopt(slow[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        char buf[512] = "";
-        ssize_t k = recv(slow[i], buf, sizeof buf - 1, 0);
-        cr_assert_gt(k, 0);
-        buf[k] = 0;
-        cr_assert(strstr(buf, " 408 ") && strstr(buf, "time limit"), "%s", buf);
+    for (int i = 0; i < 3; i++)
+        cr_assert(!readable_now(slow[i]), "the dashboard was answered while the long queries ran (5 s limit)");
+    /* Each ends at its time limit, the waiting one after the others. */
+    for (int i = 0; i < 3; i++) {
+        char buf[1024];
+        read_all(slow[i], buf, sizeof buf);
+        cr_assert(strstr(buf, " 408 ") && strstr(buf, "time limit"), "query %d: %s", i, buf);
         close(slow[i]);
     }
     r = post_sql("{\"sql\": \"SELECT 1\"}");
@@ -1726,20 +1732,21 @@ Test(web_harden, long_sql_queries_do_not_hold_up_the_dashboard, .timeout = 60) {
 }
 
 /* Stopping the server does not wait for a running query's time limit: the
- * query is interrupted and its client told why. */
+ * query is interrupted, and it and the one waiting are told why. */
 Test(web_harden, stopping_the_server_interrupts_a_running_query, .timeout = 30) {
     start_with(1, "succeeded", (http_options){.sql_workers = 1, .sql_time_limit_ns = 120000000000ull});
-    int slow = post_sql_async(LONG_SQL);
-    webclient_resp r = sql_until_busy();
-    cr_assert_eq(r.status, 503, "%d %s", r.status, r.body);
-    webclient_free(&r);
+    int running = post_sql_async(LONG_SQL);
+    sql_wait_for(1, 0);
+    int waiting = post_sql_async("SELECT 1");
+    sql_wait_for(1, 1);
     teardown(); /* returns well before the query's 120 s */
-    char buf[512] = "";
-    ssize_t k = recv(slow, buf, sizeof buf - 1, 0);
-    cr_assert_gt(k, 0, "an answer before the connection closed");
-    buf[k] = 0;
-    cr_assert(strstr(buf, " 503 ") && strstr(buf, "the server is stopping"), "%s", buf);
-    close(slow);
+    int fds[2] = {running, waiting};
+    for (int i = 0; i < 2; i++) {
+        char buf[1024];
+        read_all(fds[i], buf, sizeof buf);
+        cr_assert(strstr(buf, " 503 ") && strstr(buf, "the server is stopping"), "%s", buf);
+        close(fds[i]);
+    }
 }
 
 /* What the guard refuses while the statement runs, not while it is

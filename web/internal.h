@@ -95,11 +95,11 @@ void http_json(http_reply *r, jw *w);
 
 /* GET /api/... (POST /api/sql: sqlpool_submit). c: the connection, for query parameters. */
 void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, http_reply *r);
-/* POST /api/sql: hands the request's query to an idle worker and
- * suspends c (1: the caller returns MHD_YES and is called again once the
- * reply is ready, with *task set), or fills r (0: every worker busy, the
- * server stopping). body (NUL-terminated, len bytes) must live until the
- * task is taken. */
+/* POST /api/sql: queues the request's query for a worker and suspends c
+ * (1: the caller returns MHD_YES and is called again once the reply is
+ * ready, with *task set), or fills r (0: the queue is full, the server is
+ * stopping). body (NUL-terminated, len bytes) must live until the task is
+ * taken. */
 int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, size_t len, sql_task **task,
                    http_reply *r);
 /* Moves a finished task's reply into r and frees the task (r NULL: only frees it). */
@@ -109,6 +109,8 @@ int sqlpool_start(http_server *s, pp_err *err);
  * connection is resumed. Before MHD_stop_daemon. */
 void sqlpool_stop(http_server *s);
 void sqlpool_free(http_server *s); /* after MHD_stop_daemon */
+/* Queries running on a worker now, and waiting for one. */
+void sqlpool_count(http_server *s, unsigned *running, unsigned *queued);
 
 /* GET /metrics */
 void metrics_render(http_server *s, http_reply *r);

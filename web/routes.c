@@ -277,11 +277,13 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
  * A query may run for the whole time limit. On an MHD thread it held up
  * every other connection that thread had accepted: with a few clients
  * sending long queries, the dashboard's requests waited seconds behind
- * them. Each query runs on a worker instead, its connection suspended;
- * when every worker is busy, the request is refused at once (503), since a
- * queue would only move the wait. */
+ * them. Each query runs on a worker instead, its connection suspended
+ * (a waiting query holds no thread either); past the workers a bounded
+ * number wait their turn, in order, and past those the request is refused
+ * at once (503). */
 
 struct sql_task {
+    sql_task *next; /* in the pool's queue */
     http_server *s;
     struct MHD_Connection *c;
     const char *body; /* the request's own copy, alive while c is suspended */
@@ -293,15 +295,15 @@ typedef struct sql_worker {
     sql_pool *pool;
     pthread_t thread;
     int started;
-    sql_task *task; /* under pool->mu; NULL: idle */
-    sqlite3 *db;    /* under pool->mu: the connection its query runs on, for sqlite3_interrupt */
+    sqlite3 *db; /* under pool->mu: the connection its query runs on, for sqlite3_interrupt */
 } sql_worker;
 
 struct sql_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
-    unsigned n;
+    unsigned n, running, queued, max_queued;
+    sql_task *head, *tail; /* waiting for a worker, oldest first */
     sql_worker *w;
 };
 
@@ -332,17 +334,19 @@ static void *sql_worker_main(void *arg) {
     sql_pool *p = w->pool;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!w->task && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
-        sql_task *t = w->task;
-        if (!t) break;
+        while (!p->head && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop) break; /* sqlpool_stop answers what still waits */
+        sql_task *t = p->head;
+        p->head = t->next;
+        if (!p->head) p->tail = NULL;
+        p->queued--;
+        p->running++;
         pthread_mutex_unlock(&p->mu);
         sql_task_run(w, t);
         pthread_mutex_lock(&p->mu);
-        w->task = NULL;
-        pthread_mutex_unlock(&p->mu);
+        p->running--;
         /* From here on t belongs to the connection's thread (sqlpool_take). */
         MHD_resume_connection(t->c);
-        pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -356,6 +360,7 @@ int sqlpool_start(http_server *s, pp_err *err) {
         free(p);
         return pp_fail(err, "out of memory");
     }
+    p->max_queued = s->o.sql_queue;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     s->sql = p;
@@ -385,6 +390,16 @@ void sqlpool_stop(http_server *s) {
         if (p->w[i].started) pthread_join(p->w[i].thread, NULL);
         p->w[i].started = 0;
     }
+    /* No worker left: what still waits is answered here. */
+    pthread_mutex_lock(&p->mu);
+    for (sql_task *t = p->head, *next; t; t = next) {
+        next = t->next;
+        http_error(&t->reply, 503, "the server is stopping");
+        MHD_resume_connection(t->c);
+    }
+    p->head = p->tail = NULL;
+    p->queued = 0;
+    pthread_mutex_unlock(&p->mu);
 }
 
 void sqlpool_free(http_server *s) {
@@ -407,27 +422,28 @@ int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, s
     }
     *t = (sql_task){.s = s, .c = c, .body = body, .len = len};
     pthread_mutex_lock(&p->mu);
-    sql_worker *w = NULL;
-    for (unsigned i = 0; i < p->n && !w && !p->stop; i++)
-        if (!p->w[i].task) w = &p->w[i];
-    if (w) {
-        /* Suspended before any worker can see the task, so the resume
+    int stop = p->stop, room = p->running + p->queued < p->n + p->max_queued;
+    unsigned running = p->running, queued = p->queued;
+    if (!stop && room) {
+        /* Suspended before a worker can see the task, so the resume
          * always comes after. */
         MHD_suspend_connection(c);
         *task = t;
-        w->task = t;
-        pthread_cond_broadcast(&p->cv);
+        if (p->tail) p->tail->next = t;
+        else p->head = t;
+        p->tail = t;
+        p->queued++;
+        pthread_cond_signal(&p->cv);
     }
-    int stop = p->stop;
     pthread_mutex_unlock(&p->mu);
-    if (w) return 1;
+    if (!stop && room) return 1;
     free(t);
     if (stop) http_error(r, 503, "the server is stopping");
     else
         http_error(r, 503,
-                   "busy: %u SQL queries are running, the most at once; try again when one has finished "
-                   "(the dashboard's other requests are served meanwhile)",
-                   p->n);
+                   "busy: %u SQL queries are running and %u waiting, the most the server takes; try again when "
+                   "one has finished",
+                   running, queued);
     return 0;
 }
 
@@ -436,6 +452,14 @@ void sqlpool_take(sql_task *t, http_reply *r) {
     if (r) *r = t->reply;
     else free(t->reply.body);
     free(t);
+}
+
+void sqlpool_count(http_server *s, unsigned *running, unsigned *queued) {
+    sql_pool *p = s->sql;
+    pthread_mutex_lock(&p->mu);
+    *running = p->running;
+    *queued = p->queued;
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* ---- dispatch -------------------------------------------------------------- */
