@@ -24,6 +24,7 @@ typedef struct request {
     size_t len, cap;
     int answered;     /* a reply was queued before the body (401, 413) */
     sql_task *sql;    /* POST /api/sql: its query, on a worker while the connection is suspended */
+    int sql_submitted; /* sqlpool_submit took it: sqlpool_done when it completes */
     size_t discarded; /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
 
@@ -449,7 +450,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return send_reply(s, c, &r);
         }
         if (strcmp(url, "/api/sql") == 0 && strcmp(method, "POST") == 0) {
-            if (sqlpool_submit(s, c, rq->body ? rq->body : "", rq->len, &rq->sql, &r)) return MHD_YES;
+            if (sqlpool_submit(s, c, rq->body ? rq->body : "", rq->len, &rq->sql, &r)) {
+                rq->sql_submitted = 1;
+                return MHD_YES;
+            }
             return send_reply(s, c, &r);
         }
         routes_api(s, c, method, url, &r);
@@ -473,6 +477,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     request *rq = *con_cls;
     if (!rq) return;
     sqlpool_take(rq->sql, NULL); /* a client gone before its answer */
+    if (rq->sql_submitted) sqlpool_done(s);
     free(rq->body);
     free(rq);
     *con_cls = NULL;

@@ -106,9 +106,12 @@ int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, s
 void sqlpool_take(sql_task *t, http_reply *r);
 int sqlpool_start(http_server *s, pp_err *err);
 /* Interrupts the running queries and joins the workers; every suspended
- * connection is resumed. Before MHD_stop_daemon. */
+ * connection is resumed, and answered (2 s at most). Before
+ * MHD_stop_daemon. */
 void sqlpool_stop(http_server *s);
 void sqlpool_free(http_server *s); /* after MHD_stop_daemon */
+/* A request sqlpool_submit took has completed (answered, or its client gone). */
+void sqlpool_done(http_server *s);
 /* Queries running on a worker now, and waiting for one. */
 void sqlpool_count(http_server *s, unsigned *running, unsigned *queued);
 

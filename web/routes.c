@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "db/alive.h"
 #include "db/usersql.h"
@@ -303,6 +304,7 @@ struct sql_pool {
     pthread_cond_t cv;
     int stop;
     unsigned n, running, queued, max_queued;
+    unsigned pending; /* submitted and not yet completed (sqlpool_done): what sqlpool_stop waits for */
     sql_task *head, *tail; /* waiting for a worker, oldest first */
     sql_worker *w;
 };
@@ -362,7 +364,11 @@ int sqlpool_start(http_server *s, pp_err *err) {
     }
     p->max_queued = s->o.sql_queue;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
+    pthread_condattr_t ca; /* pp_cond_wait_until's deadlines are CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
     s->sql = p;
     for (unsigned i = 0; i < s->o.sql_workers; i++) {
         p->w[i].pool = p;
@@ -399,6 +405,18 @@ void sqlpool_stop(http_server *s) {
     }
     p->head = p->tail = NULL;
     p->queued = 0;
+    /* A resumed connection is answered on its MHD thread's next turn;
+     * stopping the daemon before that would close it without a word. */
+    uint64_t deadline = pp_now_ns() + 2000000000ull;
+    while (p->pending > 0 && pp_now_ns() < deadline) pp_cond_wait_until(&p->cv, &p->mu, deadline);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void sqlpool_done(http_server *s) {
+    sql_pool *p = s->sql;
+    pthread_mutex_lock(&p->mu);
+    p->pending--;
+    pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -433,6 +451,7 @@ int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, s
         else p->head = t;
         p->tail = t;
         p->queued++;
+        p->pending++;
         pthread_cond_signal(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
