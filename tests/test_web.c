@@ -1831,3 +1831,33 @@ Test(web_harden, streams_closed_by_their_clients_free_their_connections, .timeou
     }
     teardown();
 }
+
+/* The SQL of a body with a NUL in it (\u0000, or a raw NUL byte inside the
+ * string) ran cut short at the NUL; a second "sql" member, a misspelt
+ * "max_row" and a max_rows of 1.5 were ignored or rounded: each is a 400
+ * naming it now, and nothing ran. */
+Test(web, sql_bodies_are_read_strictly) {
+    struct { const char *body; size_t len; const char *named; } bad[] = {
+        {"{\"sql\": \"SELECT 1\\u0000; DELETE FROM jobs\"}", 0, "\\\\u0000 (NUL)"},
+        {"{\"sql\": \"SELECT 1\0 trailing\"}", 30, "NUL byte at byte 17"},
+        {"{\"sql\": \"SELECT 1\", \"sql\": \"SELECT 2\"}", 0, "\\\"sql\\\" is given twice"},
+        {"{\"sql\": \"SELECT 1\", \"max_row\": 5}", 0, "unknown member \\\"max_row\\\""},
+        {"{\"sql\": \"SELECT 1\", \"max_rows\": 1.5}", 0, "\\\"max_rows\\\" must be an integer from 1 to 10000"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t len = bad[i].len ? bad[i].len : strlen(bad[i].body);
+        char req[512];
+        int n = snprintf(req, sizeof req, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         "Content-Length: %zu\r\n\r\n", len);
+        memcpy(req + n, bad[i].body, len);
+        webclient_resp r;
+        cr_assert_eq(webclient_raw(port, req, (size_t)n + len, &r), 0);
+        cr_assert_eq(r.status, 400, "%s -> %d %s", bad[i].body, r.status, r.body);
+        cr_assert(strstr(r.body, bad[i].named), "%s -> %s", bad[i].body, r.body);
+        webclient_free(&r);
+    }
+    webclient_resp r = post_sql("{\"sql\": \"SELECT 'a\\\\u0000b' AS x\", \"max_rows\": 5}");
+    cr_assert_eq(r.status, 200, "an escaped backslash before u0000 is text: %s", r.body);
+    cr_assert(strstr(r.body, "[[\"a\\\\u0000b\"]]"), "%s", r.body);
+    webclient_free(&r);
+}

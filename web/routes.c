@@ -210,17 +210,58 @@ static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
 
 /* ---- POST /api/sql --------------------------------------------------------- */
 
+/* What is wrong with the members of a parsed body (an object), or NULL:
+ * a member given twice (cJSON would use the first silently), one that is
+ * neither "sql" nor "max_rows" (a misspelt "max_row" would be ignored), or
+ * a \u0000 in a string (cJSON's copy ends there: the SQL would be cut short
+ * unseen). body is valid JSON here, so every backslash starts an escape. */
+static const char *body_members_bad(const cJSON *req, const char *body, size_t len, char *msg, size_t msgsz) {
+    if (!cJSON_IsObject(req)) return NULL; /* answered below */
+    const cJSON *m;
+    cJSON_ArrayForEach(m, req) {
+        if (strcmp(m->string, "sql") != 0 && strcmp(m->string, "max_rows") != 0) {
+            snprintf(msg, msgsz, "unknown member \"%.40s\" in the body: it takes \"sql\" and \"max_rows\"", m->string);
+            return msg;
+        }
+        for (const cJSON *o = req->child; o != m; o = o->next)
+            if (strcmp(o->string, m->string) == 0) {
+                snprintf(msg, msgsz, "\"%s\" is given twice in the body", m->string);
+                return msg;
+            }
+    }
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (body[i] != '\\') continue;
+        if (body[i + 1] == 'u' && i + 5 < len && strncmp(body + i + 2, "0000", 4) == 0)
+            return "the body holds a \\u0000 (NUL) character: SQL cannot contain one";
+        i++; /* the escaped character */
+    }
+    return NULL;
+}
+
 static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_reply *r) {
     /* body is our own NUL-terminated copy of exactly len bytes: the NUL is
      * part of what cJSON may read, so that it can require it right after the
      * value (and whitespace); a NUL inside the body ends it early, caught by
      * the end check. */
+    const char *nul = memchr(body, 0, len);
+    if (nul) { /* inside a string cJSON would take it, and the SQL would end there unseen */
+        http_error(r, 400, "the body holds a NUL byte at byte %zu: send {\"sql\": \"SELECT ...\"}",
+                   (size_t)(nul - body));
+        return;
+    }
     const char *end = NULL;
     cJSON *req = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
     if (!req || end != body + len) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
         if (req) http_error(r, 400, "unexpected text after the JSON body at byte %zu: send one {\"sql\": ...} object", at);
         else http_error(r, 400, "malformed JSON body near byte %zu: send {\"sql\": \"SELECT ...\"}", at);
+        cJSON_Delete(req);
+        return;
+    }
+    char msg[160];
+    const char *bad = body_members_bad(req, body, len, msg, sizeof msg);
+    if (bad) {
+        http_error(r, 400, "%s", bad);
         cJSON_Delete(req);
         return;
     }
@@ -236,9 +277,10 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
     usersql_limits lim = {.max_rows = s->o.sql_max_rows, .time_limit_ns = s->o.sql_time_limit_ns,
                           .max_bytes = s->o.sql_max_bytes, .max_mem = s->o.sql_max_mem};
     if (mr) {
-        if (!cJSON_IsNumber(mr) || mr->valuedouble < 1 || mr->valuedouble > (double)s->o.sql_max_rows) {
+        if (!cJSON_IsNumber(mr) || mr->valuedouble < 1 || mr->valuedouble > (double)s->o.sql_max_rows ||
+            mr->valuedouble != (double)(size_t)mr->valuedouble) {
             cJSON_Delete(req);
-            http_error(r, 400, "\"max_rows\" must be a number from 1 to %zu", s->o.sql_max_rows);
+            http_error(r, 400, "\"max_rows\" must be an integer from 1 to %zu", s->o.sql_max_rows);
             return;
         }
         lim.max_rows = (size_t)mr->valuedouble;
