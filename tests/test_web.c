@@ -1861,3 +1861,35 @@ Test(web, sql_bodies_are_read_strictly) {
     cr_assert(strstr(r.body, "[[\"a\\\\u0000b\"]]"), "%s", r.body);
     webclient_free(&r);
 }
+
+/* A blank after the token (`-H "Authorization: Bearer $T "`) is not part
+ * of the header's value, but libmicrohttpd keeps it: such a request was
+ * refused. A token no header could carry (blanks at its ends, a control
+ * character) is refused at start, naming the problem. */
+Test(web_harden, the_token_with_blanks_after_it_matches_and_unsendable_tokens_are_refused, .timeout = 30) {
+    start_with(1, "running", (http_options){.token = "s3cret-token"});
+    static const char *const good[] = {"Authorization: Bearer s3cret-token \r\n",
+                                       "Authorization: Bearer s3cret-token\t \r\n"};
+    for (size_t i = 0; i < 2; i++) {
+        webclient_resp r;
+        cr_assert_eq(webclient_request(port, "GET", "/api/jobs", good[i], NULL, &r), 0);
+        cr_assert_eq(r.status, 200, "%s: %d %s", good[i], r.status, r.body);
+        webclient_free(&r);
+    }
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs", "Authorization: Bearer s3cret-toke \r\n", NULL, &r), 0);
+    cr_assert_eq(r.status, 401);
+    webclient_free(&r);
+    teardown();
+    static const char *const bad[] = {" s3cret", "s3cret ", "s3c\x01ret", "s3cret\t"};
+    char path[256];
+    fixture_fresh(path, sizeof path, "tok", 1, "running");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http_server *s;
+        pp_err err;
+        http_options o = {.listen = "127.0.0.1:0", .db_path = path, .token = bad[i]};
+        cr_assert_eq(http_start(&o, &s, &err), -1, "token %zu accepted", i);
+        cr_assert(strstr(err.msg, "token") && strstr(err.msg, "blank or holds a control character"), "%s", err.msg);
+    }
+    fixture_remove(path);
+}

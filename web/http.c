@@ -251,6 +251,9 @@ static int token_ok(const http_server *s, struct MHD_Connection *c) {
     const char *got = bearer_token(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
     if (!got) return 0;
     size_t glen = strlen(got);
+    /* Blanks after the value are not part of it (RFC 7230 3.2.4), and
+     * libmicrohttpd keeps them: `-H "Authorization: Bearer $T "` matches. */
+    while (glen > 0 && (got[glen - 1] == ' ' || got[glen - 1] == '\t')) glen--;
     unsigned char diff = (unsigned char)(glen != s->token_len);
     for (size_t i = 0; i < s->token_len; i++) diff |= (unsigned char)(s->token[i] ^ (i < glen ? got[i] : 0));
     return diff == 0;
@@ -505,6 +508,17 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (!s->o.live_heartbeat_ms) s->o.live_heartbeat_ms = 10000;
     if (!s->o.events_scan_budget) s->o.events_scan_budget = 60000;
     if (opts->token && *opts->token) {
+        /* What a client cannot send: blanks at either end are dropped from
+         * a header's value, control characters end or break it. */
+        const char *t = opts->token;
+        size_t tl = strlen(t);
+        int bad = t[0] == ' ' || t[0] == '\t' || t[tl - 1] == ' ' || t[tl - 1] == '\t';
+        for (size_t i = 0; i < tl && !bad; i++) bad = (unsigned char)t[i] < 0x20 || t[i] == 0x7f;
+        if (bad) {
+            free(s);
+            return pp_fail(err, "the token (--token or PPRUN_TOKEN) begins or ends with a blank or holds a control "
+                                "character: no client could send it in an Authorization header");
+        }
         s->token = strdup(opts->token);
         if (!s->token) {
             free(s);
