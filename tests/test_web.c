@@ -1893,3 +1893,35 @@ Test(web_harden, the_token_with_blanks_after_it_matches_and_unsendable_tokens_ar
     }
     fixture_remove(path);
 }
+
+/* A query waiting for a worker held its place, and its connection, until
+ * it ran, though its client had given up: a full queue of clients gone
+ * refused the next query, and their connections counted against the
+ * per-address limit meanwhile. A waiting query whose client closed is
+ * dropped: here the one waiting place is taken again at once. */
+Test(web_harden, a_waiting_query_whose_client_left_gives_up_its_place, .timeout = 60) {
+    start_with(1, "succeeded", (http_options){.sql_workers = 1, .sql_queue = 1, .sql_time_limit_ns = 5000000000ull});
+    int running = post_sql_async(LONG_SQL);
+    sql_wait_for(1, 0);
+    close(post_sql_async("SELECT 1")); /* waits, and its client leaves */
+    /* Refused at once (a 503) while the gone one still holds the place;
+     * asked again until a query is not refused: it waits for the worker
+     * (no answer within 1 s; the long one runs 5 s), so it took the place. */
+    char buf[1024] = "";
+    int queued_while_running = 0;
+    for (int i = 0; i < 100; i++) {
+        int fd = post_sql_async("SELECT 2 AS two");
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int answered = poll(&p, 1, 1000) == 1;
+        queued_while_running = !answered && !readable_now(running);
+        read_all(fd, buf, sizeof buf);
+        close(fd);
+        if (!strstr(buf, " 503 ")) break;
+    }
+    cr_assert(queued_while_running, "the place of the query whose client left was not given to another: %s", buf);
+    cr_assert(strstr(buf, " 200 ") && strstr(buf, "\"rows\":[[2]]"), "%s", buf);
+    read_all(running, buf, sizeof buf);
+    cr_assert(strstr(buf, " 408 "), "%s", buf);
+    close(running);
+    teardown();
+}

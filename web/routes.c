@@ -8,11 +8,13 @@
  * rows of numbers, not objects, so a window of 20,000 events stays under
  * 1 MB. */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "db/alive.h"
@@ -321,14 +323,17 @@ static void route_sql(http_server *s, sqlite3 *db, const char *body, size_t len,
  * every other connection that thread had accepted: with a few clients
  * sending long queries, the dashboard's requests waited seconds behind
  * them. Each query runs on a worker instead, its connection suspended
- * (a waiting query holds no thread either); past the workers a bounded
- * number wait their turn, in order, and past those the request is refused
- * at once (503). */
+ * (a waiting query holds no thread either); past the workers a few wait
+ * their turn, in order, and past those the request is refused at once
+ * (503). The queue is short: each place may cost a time limit of waiting,
+ * and a waiting connection still counts against its client's connection
+ * limit, so one whose client has gone is dropped from it. */
 
 struct sql_task {
     sql_task *next; /* in the pool's queue */
     http_server *s;
     struct MHD_Connection *c;
+    int fd;           /* c's socket (-1 unknown): MHD keeps it open while c is suspended */
     const char *body; /* the request's own copy, alive while c is suspended */
     size_t len;
     http_reply reply;
@@ -373,6 +378,34 @@ static void sql_task_run(sql_worker *w, sql_task *t) {
     dbpool_put(&t->s->pool, db);
 }
 
+/* Whether the client of a waiting task has closed its end (or reset it):
+ * its query need not run, nor its place be kept. */
+static int sql_client_gone(const sql_task *t) {
+    if (t->fd < 0) return 0;
+    char b;
+    ssize_t k = recv(t->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* Drops the waiting tasks whose clients have gone (under p->mu): resumed,
+ * MHD closes their connections. */
+static void sql_drop_gone(sql_pool *p) {
+    sql_task *prev = NULL;
+    for (sql_task *t = p->head, *next; t; t = next) {
+        next = t->next;
+        if (!sql_client_gone(t)) {
+            prev = t;
+            continue;
+        }
+        if (prev) prev->next = next;
+        else p->head = next;
+        if (p->tail == t) p->tail = prev;
+        p->queued--;
+        http_error(&t->reply, 503, "the client closed the connection before its query ran");
+        MHD_resume_connection(t->c);
+    }
+}
+
 static void *sql_worker_main(void *arg) {
     sql_worker *w = arg;
     sql_pool *p = w->pool;
@@ -380,6 +413,8 @@ static void *sql_worker_main(void *arg) {
     for (;;) {
         while (!p->head && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
         if (p->stop) break; /* sqlpool_stop answers what still waits */
+        sql_drop_gone(p);
+        if (!p->head) continue;
         sql_task *t = p->head;
         p->head = t->next;
         if (!p->head) p->tail = NULL;
@@ -480,8 +515,10 @@ int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, s
         http_error(r, 500, "out of memory");
         return 0;
     }
-    *t = (sql_task){.s = s, .c = c, .body = body, .len = len};
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    *t = (sql_task){.s = s, .c = c, .fd = ci ? ci->connect_fd : -1, .body = body, .len = len};
     pthread_mutex_lock(&p->mu);
+    if (p->running + p->queued >= p->n + p->max_queued) sql_drop_gone(p); /* places clients gave up */
     int stop = p->stop, room = p->running + p->queued < p->n + p->max_queued;
     unsigned running = p->running, queued = p->queued;
     if (!stop && room) {
