@@ -424,8 +424,10 @@ static void *sql_worker_main(void *arg) {
         sql_task_run(w, t);
         pthread_mutex_lock(&p->mu);
         p->running--;
+        pthread_mutex_unlock(&p->mu);
         /* From here on t belongs to the connection's thread (sqlpool_take). */
         MHD_resume_connection(t->c);
+        pthread_mutex_lock(&p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
