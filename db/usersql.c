@@ -302,9 +302,11 @@ static int authorize(void *ctx, int action, const char *a1, const char *a2, cons
         return SQLITE_OK;
     case SQLITE_FUNCTION:
         /* fts3_tokenizer('simple') returns a pointer of this process: an
-         * address for whoever can send SQL over HTTP. Every other function
-         * only computes. */
-        if (a2 && sqlite3_stricmp(a2, "fts3_tokenizer") == 0) {
+         * address for whoever can send SQL over HTTP. load_extension is
+         * off on these connections anyway (its call fails as "not
+         * authorized"); refused here so the answer names it. Every other
+         * function only computes. */
+        if (a2 && (sqlite3_stricmp(a2, "fts3_tokenizer") == 0 || sqlite3_stricmp(a2, "load_extension") == 0)) {
             if (!g->denied) {
                 g->denied = "the function";
                 snprintf(g->denied_arg, sizeof g->denied_arg, "%s", a2);
@@ -438,6 +440,13 @@ static int fail_why(usersql_error *why, usersql_error w) {
     return -1;
 }
 
+/* The refusal of what the authorizer denied first. */
+static void refused(const guard *g, usersql_error *why, pp_err *err) {
+    pp_fail(err, "refused: %s%s%s is not allowed (user SQL is read-only: SELECT and WITH only%s)", g->denied,
+            g->denied_arg[0] ? " " : "", g->denied_arg, g->hint ? g->hint : "");
+    fail_why(why, USERSQL_EDENIED);
+}
+
 static void mem_refused(size_t max_mem, usersql_error *why, pp_err *err) {
     pp_fail(err,
             "refused: the query needed more than the memory limit of %zu MiB; add a LIMIT or select fewer or "
@@ -520,9 +529,7 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             pp_fail(err, "%s", this_query.costly_msg);
             fail_why(why, USERSQL_ETOOBIG);
         } else if (g.denied) {
-            pp_fail(err, "refused: %s%s%s is not allowed (user SQL is read-only: SELECT and WITH only%s)",
-                    g.denied, g.denied_arg[0] ? " " : "", g.denied_arg, g.hint ? g.hint : "");
-            fail_why(why, USERSQL_EDENIED);
+            refused(&g, why, err);
         } else if (g.timed_out || this_query.late) {
             pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
             fail_why(why, USERSQL_ETIMEOUT);
@@ -587,6 +594,10 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             } else if (this_query.costly) {
                 pp_fail(err, "%s", this_query.costly_msg);
                 fail_why(why, USERSQL_ETOOBIG);
+            } else if (g.denied) {
+                /* Asked while running: a table-valued PRAGMA function
+                 * (pragma_database_list) prepares its PRAGMA then. */
+                refused(&g, why, err);
             } else if (g.timed_out || this_query.late) {
                 pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
                 fail_why(why, USERSQL_ETIMEOUT);

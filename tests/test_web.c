@@ -1705,3 +1705,278 @@ Test(web_slow, the_limit_counts_each_request_and_spares_streams, .timeout = 60) 
     stream_close(&a);
     teardown();
 }
+
+/* ---- hardening: what an attacker or a careless client sends ----------------- */
+
+/* Sends a POST /api/sql of `sql` on a new raw connection and returns it
+ * without reading the reply. */
+static int post_sql_async(const char *sql) {
+    char body[512], req[1024];
+    snprintf(body, sizeof body, "{\"sql\": \"%s\"}", sql);
+    snprintf(req, sizeof req, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(body), body);
+    int fd = connect_server();
+    cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    return fd;
+}
+
+/* Whether fd has something to read (a reply, or the server's close) now. */
+static int readable_now(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 1;
+}
+
+/* Waits (at most 15 s) until the server has `running` user queries on its
+ * workers and `queued` waiting for one. */
+static void sql_wait_for(unsigned running, unsigned queued) {
+    unsigned r = 0, q = 0;
+    for (int i = 0; i < 1500; i++) {
+        sqlpool_count(srv, &r, &q);
+        if (r == running && q == queued) return;
+        usleep(10000);
+    }
+    cr_assert_fail("SQL queries: %u running, %u waiting; wanted %u and %u", r, q, running, queued);
+}
+
+/* The reply on fd (read until the server closes; 30 s at most). */
+static void read_all(int fd, char *buf, size_t n) {
+    struct timeval tv = {.tv_sec = 30};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t len = 0;
+    ssize_t k;
+    while (len < n - 1 && (k = recv(fd, buf + len, n - 1 - len, 0)) > 0) len += (size_t)k;
+    buf[len] = 0;
+}
+
+#define LONG_SQL "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c"
+
+/* A user query may run for the whole time limit. It ran on a server
+ * thread, holding up every connection that thread had taken: two clients
+ * sending long queries to a 2-thread server stopped the dashboard until
+ * they ended. Queries run on workers of their own now (2), more wait their
+ * turn (1 here), and past those a query is refused at once with a 503 that
+ * says why; the dashboard is answered while they run. */
+Test(web_harden, long_sql_queries_do_not_hold_up_the_dashboard, .timeout = 60) {
+    start_with(1, "succeeded", (http_options){.threads = 2, .sql_queue = 1, .sql_time_limit_ns = 5000000000ull});
+    int slow[3];
+    for (int i = 0; i < 3; i++) slow[i] = post_sql_async(LONG_SQL);
+    sql_wait_for(2, 1);
+    webclient_resp r = post_sql("{\"sql\": \"SELECT 1\"}");
+    cr_assert_eq(r.status, 503, "a fourth query while two run and one waits: %d %s", r.status, r.body);
+    cr_assert(strstr(r.body, "busy: 2 SQL queries are running and 1 waiting"), "%s", r.body);
+    cr_assert_str_eq(webclient_header(&r, "Retry-After"), "1");
+    webclient_free(&r);
+    cJSON_Delete(get_json("/api/jobs", 200));
+    cJSON_Delete(get_json("/api/jobs/1/steps", 200));
+    webclient_request(port, "GET", "/", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    webclient_free(&r);
+    for (int i = 0; i < 3; i++)
+        cr_assert(!readable_now(slow[i]), "the dashboard was answered while the long queries ran (5 s limit)");
+    /* Each ends at its time limit, the waiting one after the others. */
+    for (int i = 0; i < 3; i++) {
+        char buf[1024];
+        read_all(slow[i], buf, sizeof buf);
+        cr_assert(strstr(buf, " 408 ") && strstr(buf, "time limit"), "query %d: %s", i, buf);
+        close(slow[i]);
+    }
+    r = post_sql("{\"sql\": \"SELECT 1\"}");
+    cr_assert_eq(r.status, 200, "%d %s", r.status, r.body);
+    webclient_free(&r);
+    teardown();
+}
+
+/* Stopping the server does not wait for a running query's time limit: the
+ * query is interrupted, and it and the one waiting are told why. */
+Test(web_harden, stopping_the_server_interrupts_a_running_query, .timeout = 30) {
+    start_with(1, "succeeded", (http_options){.sql_workers = 1, .sql_time_limit_ns = 120000000000ull});
+    int running = post_sql_async(LONG_SQL);
+    sql_wait_for(1, 0);
+    int waiting = post_sql_async("SELECT 1");
+    sql_wait_for(1, 1);
+    teardown(); /* returns well before the query's 120 s */
+    int fds[2] = {running, waiting};
+    for (int i = 0; i < 2; i++) {
+        char buf[1024];
+        read_all(fds[i], buf, sizeof buf);
+        cr_assert(strstr(buf, " 503 ") && strstr(buf, "the server is stopping"), "%s", buf);
+        close(fds[i]);
+    }
+}
+
+/* What the guard refuses while the statement runs, not while it is
+ * prepared (a table-valued PRAGMA function prepares its PRAGMA then), was
+ * a 400 "SQL error: not authorized"; load_extension too. A 403 naming
+ * what was refused now, like every other refusal. */
+Test(web, sql_refusals_while_running_are_403_naming_what) {
+    struct { const char *sql, *named; } cases[] = {
+        {"SELECT * FROM pragma_database_list", "database_list"},
+        {"SELECT * FROM pragma_journal_mode", "journal_mode"},
+        {"SELECT * FROM pragma_module_list", "module_list"},
+        {"SELECT load_extension('/tmp/nope.so')", "load_extension"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"sql\": \"%s\"}", cases[i].sql);
+        webclient_resp r = post_sql(body);
+        cr_assert_eq(r.status, 403, "%s -> %d %s", cases[i].sql, r.status, r.body);
+        cr_assert(strstr(r.body, "refused: ") && strstr(r.body, cases[i].named), "%s -> %s", cases[i].sql, r.body);
+        webclient_free(&r);
+    }
+    webclient_resp r = post_sql("{\"sql\": \"SELECT name FROM pragma_table_info('jobs') WHERE name = 'id'\"}");
+    cr_assert_eq(r.status, 200, "a read-only one still runs: %s", r.body);
+    webclient_free(&r);
+}
+
+/* A parameter given twice used its first value silently, a %00 cut a
+ * value short silently ("limit=5%00abc" was limit 5), and " 5", "+5" and a
+ * trailing comma in ranks passed: each is a 400 naming the parameter. */
+Test(web, query_parameters_are_read_strictly) {
+    struct { const char *path, *named; } bad[] = {
+        {"/api/jobs/1/events?limit=5&limit=abc", "query parameter 'limit' is given more than once"},
+        {"/api/jobs/1/steps?since=0&since=0", "query parameter 'since' is given more than once"},
+        {"/api/jobs/1/trace.json?steps=0&steps=1", "query parameter 'steps' is given more than once"},
+        {"/metrics?a=1&a=2", "query parameter 'a' is given more than once"},
+        {"/api/jobs/1/events?limit=5%00abc", "query parameter 'limit' holds a NUL character"},
+        {"/api/jobs/1/trace.json?steps=0%00-2", "query parameter 'steps' holds a NUL character"},
+        {"/api/jobs/1/events?limit=%2B5", "limit: expected an integer in [1, 25000], got '+5'"},
+        {"/api/jobs/1/gaps?step=%200", "step: expected an integer in [0, 1099511627776], got ' 0'"},
+        {"/api/jobs/1/events?ranks=1,", "ranks='1,' must list ranks 0..3"},
+        {"/api/jobs/1/kernels?ranks=%201", "ranks=' 1' must list ranks 0..3"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        webclient_resp r;
+        cr_assert_eq(webclient_request(port, "GET", bad[i].path, NULL, NULL, &r), 0);
+        cr_assert_eq(r.status, 400, "%s -> %d %.200s", bad[i].path, r.status, r.body);
+        cr_assert(strstr(r.body, bad[i].named), "%s -> %s", bad[i].path, r.body);
+        webclient_free(&r);
+    }
+    cJSON *j = get_json("/api/jobs/1/events?&ranks=1,3&limit=5", 200); /* an empty "&" is nothing */
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "ranks")), 2);
+    cJSON_Delete(j);
+}
+
+/* A stream whose client closed was noticed only at its next write (the
+ * keep-alive comment, every 10 s): until then its connection counted
+ * against the per-IP limit, so a client opening and closing 128 streams
+ * kept every request from its address out, the dashboard's on loopback
+ * too. Closed streams end within a poll now; here with 8 connections per
+ * address and a keep-alive only every 120 s. */
+Test(web_harden, streams_closed_by_their_clients_free_their_connections, .timeout = 60) {
+    start_with(1, "running",
+               (http_options){.max_conns_per_ip = 8, .live_poll_ms = 50, .live_heartbeat_ms = 120000});
+    for (int round = 0; round < 2; round++) {
+        stream st[8];
+        for (int i = 0; i < 8; i++) {
+            stream_open(&st[i], NULL);
+            cr_assert(stream_wait(&st[i], "event: hello\n"), "round %d stream %d: %s", round, i, st[i].buf);
+        }
+        for (int i = 0; i < 8; i++) stream_close(&st[i]);
+        /* Refused (closed without a reply) while the 8 closed streams still
+         * hold their places: asked again until answered, for at most 20 s. */
+        int status = 0;
+        for (int i = 0; i < 100 && status != 200; i++) {
+            webclient_resp r;
+            webclient_request(port, "GET", "/api/jobs", NULL, NULL, &r);
+            status = r.status;
+            webclient_free(&r);
+            if (status != 200) usleep(200000);
+        }
+        cr_assert_eq(status, 200, "round %d: the closed streams still hold the address's 8 connections", round);
+    }
+    teardown();
+}
+
+/* The SQL of a body with a NUL in it (\u0000, or a raw NUL byte inside the
+ * string) ran cut short at the NUL; a second "sql" member, a misspelt
+ * "max_row" and a max_rows of 1.5 were ignored or rounded: each is a 400
+ * naming it now, and nothing ran. */
+Test(web, sql_bodies_are_read_strictly) {
+    struct { const char *body; size_t len; const char *named; } bad[] = {
+        {"{\"sql\": \"SELECT 1\\u0000; DELETE FROM jobs\"}", 0, "\\\\u0000 (NUL)"},
+        {"{\"sql\": \"SELECT 1\0 trailing\"}", 30, "NUL byte at byte 17"},
+        {"{\"sql\": \"SELECT 1\", \"sql\": \"SELECT 2\"}", 0, "\\\"sql\\\" is given twice"},
+        {"{\"sql\": \"SELECT 1\", \"max_row\": 5}", 0, "unknown member \\\"max_row\\\""},
+        {"{\"sql\": \"SELECT 1\", \"max_rows\": 1.5}", 0, "\\\"max_rows\\\" must be an integer from 1 to 10000"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t len = bad[i].len ? bad[i].len : strlen(bad[i].body);
+        char req[512];
+        int n = snprintf(req, sizeof req, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                         "Content-Length: %zu\r\n\r\n", len);
+        memcpy(req + n, bad[i].body, len);
+        webclient_resp r;
+        cr_assert_eq(webclient_raw(port, req, (size_t)n + len, &r), 0);
+        cr_assert_eq(r.status, 400, "%s -> %d %s", bad[i].body, r.status, r.body);
+        cr_assert(strstr(r.body, bad[i].named), "%s -> %s", bad[i].body, r.body);
+        webclient_free(&r);
+    }
+    webclient_resp r = post_sql("{\"sql\": \"SELECT 'a\\\\u0000b' AS x\", \"max_rows\": 5}");
+    cr_assert_eq(r.status, 200, "an escaped backslash before u0000 is text: %s", r.body);
+    cr_assert(strstr(r.body, "[[\"a\\\\u0000b\"]]"), "%s", r.body);
+    webclient_free(&r);
+}
+
+/* A blank after the token (`-H "Authorization: Bearer $T "`) is not part
+ * of the header's value, but libmicrohttpd keeps it: such a request was
+ * refused. A token no header could carry (blanks at its ends, a control
+ * character) is refused at start, naming the problem. */
+Test(web_harden, the_token_with_blanks_after_it_matches_and_unsendable_tokens_are_refused, .timeout = 30) {
+    start_with(1, "running", (http_options){.token = "s3cret-token"});
+    static const char *const good[] = {"Authorization: Bearer s3cret-token \r\n",
+                                       "Authorization: Bearer s3cret-token\t \r\n"};
+    for (size_t i = 0; i < 2; i++) {
+        webclient_resp r;
+        cr_assert_eq(webclient_request(port, "GET", "/api/jobs", good[i], NULL, &r), 0);
+        cr_assert_eq(r.status, 200, "%s: %d %s", good[i], r.status, r.body);
+        webclient_free(&r);
+    }
+    webclient_resp r;
+    cr_assert_eq(webclient_request(port, "GET", "/api/jobs", "Authorization: Bearer s3cret-toke \r\n", NULL, &r), 0);
+    cr_assert_eq(r.status, 401);
+    webclient_free(&r);
+    teardown();
+    static const char *const bad[] = {" s3cret", "s3cret ", "s3c\x01ret", "s3cret\t"};
+    char path[256];
+    fixture_fresh(path, sizeof path, "tok", 1, "running");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        http_server *s;
+        pp_err err;
+        http_options o = {.listen = "127.0.0.1:0", .db_path = path, .token = bad[i]};
+        cr_assert_eq(http_start(&o, &s, &err), -1, "token %zu accepted", i);
+        cr_assert(strstr(err.msg, "token") && strstr(err.msg, "blank or holds a control character"), "%s", err.msg);
+    }
+    fixture_remove(path);
+}
+
+/* A query waiting for a worker held its place, and its connection, until
+ * it ran, though its client had given up: a full queue of clients gone
+ * refused the next query, and their connections counted against the
+ * per-address limit meanwhile. A waiting query whose client closed is
+ * dropped: here the one waiting place is taken again at once. */
+Test(web_harden, a_waiting_query_whose_client_left_gives_up_its_place, .timeout = 60) {
+    start_with(1, "succeeded", (http_options){.sql_workers = 1, .sql_queue = 1, .sql_time_limit_ns = 5000000000ull});
+    int running = post_sql_async(LONG_SQL);
+    sql_wait_for(1, 0);
+    close(post_sql_async("SELECT 1")); /* waits, and its client leaves */
+    /* Refused at once (a 503) while the gone one still holds the place;
+     * asked again until a query is not refused: it waits for the worker
+     * (no answer within 1 s; the long one runs 5 s), so it took the place. */
+    char buf[1024] = "";
+    int queued_while_running = 0;
+    for (int i = 0; i < 100; i++) {
+        int fd = post_sql_async("SELECT 2 AS two");
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int answered = poll(&p, 1, 1000) == 1;
+        queued_while_running = !answered && !readable_now(running);
+        read_all(fd, buf, sizeof buf);
+        close(fd);
+        if (!strstr(buf, " 503 ")) break;
+    }
+    cr_assert(queued_while_running, "the place of the query whose client left was not given to another: %s", buf);
+    cr_assert(strstr(buf, " 200 ") && strstr(buf, "\"rows\":[[2]]"), "%s", buf);
+    read_all(running, buf, sizeof buf);
+    cr_assert(strstr(buf, " 408 "), "%s", buf);
+    close(running);
+    teardown();
+}

@@ -23,6 +23,8 @@ typedef struct request {
     char *body;
     size_t len, cap;
     int answered;     /* a reply was queued before the body (401, 413) */
+    sql_task *sql;    /* POST /api/sql: its query, on a worker while the connection is suspended */
+    int sql_submitted; /* sqlpool_submit took it: sqlpool_done when it completes */
     size_t discarded; /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
 
@@ -65,12 +67,58 @@ void http_json(http_reply *r, jw *w) {
 int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r) {
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
     if (!v || !*v) return 0;
+    /* Digits only: strtol would also take " 5" and "+5". */
+    const char *d = v + (v[0] == '-');
+    if (!*d || strspn(d, "0123456789") != strlen(d)) {
+        http_error(r, 400, "bad query parameter: %s: expected an integer in [%ld, %ld], got '%.64s'", name, min, max,
+                   v);
+        return -1;
+    }
     pp_err err;
     if (pp_parse_long(v, min, max, name, out, &err) != 0) {
         http_error(r, 400, "bad query parameter: %s", err.msg);
         return -1;
     }
     return 1;
+}
+
+/* The query's parameters, checked before any route reads one: a name
+ * given twice (which value would count?) and a name or value holding a
+ * NUL (%00: everything after it was silently dropped) are refused. */
+typedef struct args_check {
+    const char *seen[32];
+    size_t nseen;
+    char bad[160];
+} args_check;
+
+static enum MHD_Result args_check_one(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                      const char *value, size_t value_size) {
+    (void)kind;
+    args_check *a = cls;
+    if (key_size == 0 && !value) return MHD_YES; /* "?&limit=5": nothing given */
+    if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
+        snprintf(a->bad, sizeof a->bad, "query parameter '%.64s' holds a NUL character (%%00)", key);
+        return MHD_NO;
+    }
+    for (size_t i = 0; i < a->nseen; i++)
+        if (strcmp(a->seen[i], key) == 0) {
+            snprintf(a->bad, sizeof a->bad, "query parameter '%.64s' is given more than once", key);
+            return MHD_NO;
+        }
+    if (a->nseen == sizeof a->seen / sizeof a->seen[0]) {
+        snprintf(a->bad, sizeof a->bad, "more than %zu query parameters", a->nseen);
+        return MHD_NO;
+    }
+    a->seen[a->nseen++] = key;
+    return MHD_YES;
+}
+
+static int args_ok(struct MHD_Connection *c, http_reply *r) {
+    args_check a = {.nseen = 0};
+    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, args_check_one, &a);
+    if (!a.bad[0]) return 1;
+    http_error(r, 400, "bad query: %s", a.bad);
+    return 0;
 }
 
 /* ---- listen address ------------------------------------------------------ */
@@ -203,6 +251,9 @@ static int token_ok(const http_server *s, struct MHD_Connection *c) {
     const char *got = bearer_token(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
     if (!got) return 0;
     size_t glen = strlen(got);
+    /* Blanks after the value are not part of it (RFC 7230 3.2.4), and
+     * libmicrohttpd keeps them: `-H "Authorization: Bearer $T "` matches. */
+    while (glen > 0 && (got[glen - 1] == ' ' || got[glen - 1] == '\t')) glen--;
     unsigned char diff = (unsigned char)(glen != s->token_len);
     for (size_t i = 0; i < s->token_len; i++) diff |= (unsigned char)(s->token[i] ^ (i < glen ? got[i] : 0));
     return diff == 0;
@@ -283,6 +334,7 @@ static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, http
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"pprun\"");
     if (r->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST");
+    if (r->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     if (r->status > 0 && r->status < HTTP_CODES) atomic_fetch_add(&s->requests[r->status], 1);
@@ -333,6 +385,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             http_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
             return send_reply(s, c, &r);
         }
+        if ((is_api || is_metrics) && !args_ok(c, &r)) {
+            rq->answered = 1;
+            return send_reply(s, c, &r);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int too_big = 0;
         if (cl) {
@@ -373,6 +429,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (rq->discarded) return send_too_big(s, c);
+    if (rq->sql) { /* called again once the worker resumed the connection */
+        sqlpool_take(rq->sql, &r);
+        rq->sql = NULL;
+        return send_reply(s, c, &r);
+    }
     int head = strcmp(method, "HEAD") == 0;
     int get = head || strcmp(method, "GET") == 0;
     if (is_metrics) {
@@ -391,7 +452,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             if (queued) return ret;
             return send_reply(s, c, &r);
         }
-        routes_api(s, c, method, url, rq->body ? rq->body : "", rq->len, &r);
+        if (strcmp(url, "/api/sql") == 0 && strcmp(method, "POST") == 0) {
+            if (sqlpool_submit(s, c, rq->body ? rq->body : "", rq->len, &rq->sql, &r)) {
+                rq->sql_submitted = 1;
+                return MHD_YES;
+            }
+            return send_reply(s, c, &r);
+        }
+        routes_api(s, c, method, url, &r);
         return send_reply(s, c, &r);
     }
     if (!get) {
@@ -411,6 +479,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     reaper_conn_clock(&s->reaper, conn_clock_of(c), 1); /* the next request's time starts */
     request *rq = *con_cls;
     if (!rq) return;
+    sqlpool_take(rq->sql, NULL); /* a client gone before its answer */
+    if (rq->sql_submitted) sqlpool_done(s);
     free(rq->body);
     free(rq);
     *con_cls = NULL;
@@ -432,10 +502,23 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (!s->o.sql_max_rows) s->o.sql_max_rows = 10000;
     if (!s->o.sql_max_bytes) s->o.sql_max_bytes = 32u << 20;
     if (!s->o.sql_max_mem) s->o.sql_max_mem = 256u << 20;
+    if (!s->o.sql_workers) s->o.sql_workers = 2;
+    if (!s->o.sql_queue) s->o.sql_queue = 8;
     if (!s->o.live_poll_ms) s->o.live_poll_ms = 200;
     if (!s->o.live_heartbeat_ms) s->o.live_heartbeat_ms = 10000;
     if (!s->o.events_scan_budget) s->o.events_scan_budget = 60000;
     if (opts->token && *opts->token) {
+        /* What a client cannot send: blanks at either end are dropped from
+         * a header's value, control characters end or break it. */
+        const char *t = opts->token;
+        size_t tl = strlen(t);
+        int bad = t[0] == ' ' || t[0] == '\t' || t[tl - 1] == ' ' || t[tl - 1] == '\t';
+        for (size_t i = 0; i < tl && !bad; i++) bad = (unsigned char)t[i] < 0x20 || t[i] == 0x7f;
+        if (bad) {
+            free(s);
+            return pp_fail(err, "the token (--token or PPRUN_TOKEN) begins or ends with a blank or holds a control "
+                                "character: no client could send it in an Authorization header");
+        }
         s->token = strdup(opts->token);
         if (!s->token) {
             free(s);
@@ -454,6 +537,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (fd < 0) goto no_listener;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
+    if (sqlpool_start(s, err) != 0) goto no_sql;
     if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -474,6 +558,9 @@ no_daemon:
     reaper_stop(&s->reaper);
     reaper_free(&s->reaper);
 no_reaper:
+    sqlpool_stop(s);
+    sqlpool_free(s);
+no_sql:
     live_free(s->live);
 no_live:
     dbpool_close(&s->pool);
@@ -493,8 +580,10 @@ void http_stop(http_server *s) {
     /* Suspended stream connections must be resumed before the daemon stops
      * (libmicrohttpd's rule); live_end_all makes each one end its stream. */
     live_end_all(s->live);
+    sqlpool_stop(s); /* the same rule for connections waiting on a query */
     reaper_stop(&s->reaper);
     MHD_stop_daemon(s->daemon);
+    sqlpool_free(s);
     reaper_free(&s->reaper);
     live_free(s->live);
     dbpool_close(&s->pool);

@@ -8,9 +8,11 @@
  * with a token every /api and /metrics request must carry
  * `Authorization: Bearer TOKEN`.
  *
- * Threads: http_start starts the MHD pool and one live-stream thread that
- * polls the database; http_stop ends the streams, stops both and frees
- * everything. The server only reads the database (read-only connections),
+ * Threads: http_start starts the MHD pool, one live-stream thread that
+ * polls the database and the user SQL workers (a query may run for its
+ * whole time limit: on an MHD thread it would hold up every connection
+ * that thread serves); http_stop ends the streams and queries, stops them
+ * all and frees everything. The server only reads the database (read-only connections),
  * so it can run inside `pprun run` beside the collector or over a database
  * another process writes. */
 #ifndef PP_WEB_HTTP_H
@@ -36,6 +38,8 @@ typedef struct http_options {
     size_t sql_max_rows;        /* POST /api/sql; 0 = 10000 */
     size_t sql_max_bytes;       /* POST /api/sql: most bytes of the result, raw and as JSON; 0 = 32 MiB */
     size_t sql_max_mem;         /* POST /api/sql: what SQLite may allocate for one query; 0 = 256 MiB */
+    unsigned sql_workers;       /* POST /api/sql: queries at once, each on a thread of its own; 0 = 2 */
+    unsigned sql_queue;         /* POST /api/sql: queries that may wait for a worker, the rest 503; 0 = 8 */
     unsigned live_poll_ms;      /* how often live streams poll the db; 0 = 200 */
     unsigned live_heartbeat_ms; /* keep-alive comment on idle streams; 0 = 10000 */
     unsigned events_scan_budget; /* /events: most events aggregated per bucket, beyond that per step; 0 = 60000 */

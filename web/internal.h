@@ -59,6 +59,11 @@ void reaper_conn_clock(reaper *r, reaper_conn *c, int running);
 
 #define HTTP_CODES 600
 
+/* POST /api/sql on threads of their own (routes.c): the request's
+ * connection is suspended while its query runs, so no MHD thread waits. */
+typedef struct sql_pool sql_pool;
+typedef struct sql_task sql_task;
+
 struct http_server {
     http_options o;
     struct MHD_Daemon *daemon;
@@ -68,6 +73,7 @@ struct http_server {
     size_t token_len;
     dbpool pool;
     live_hub *live;
+    sql_pool *sql;
     reaper reaper;
     atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
 };
@@ -87,9 +93,28 @@ void http_error(http_reply *r, int status, const char *fmt, ...) __attribute__((
 /* Takes w's bytes as a JSON body with status 200 (500 if w ran out of memory). */
 void http_json(http_reply *r, jw *w);
 
-/* GET /api/... and POST /api/sql. args: the connection, for query parameters. */
-void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url,
-                const char *body, size_t body_len, http_reply *r);
+/* GET /api/... (POST /api/sql: sqlpool_submit). c: the connection, for query parameters. */
+void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, http_reply *r);
+/* POST /api/sql: queues the request's query for a worker and suspends c
+ * (1: the caller returns MHD_YES and is called again once the reply is
+ * ready, with *task set), or fills r (0: the queue is full, the server is
+ * stopping). body (NUL-terminated, len bytes) must live until the task is
+ * taken. */
+int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, size_t len, sql_task **task,
+                   http_reply *r);
+/* Moves a finished task's reply into r and frees the task (r NULL: only frees it). */
+void sqlpool_take(sql_task *t, http_reply *r);
+int sqlpool_start(http_server *s, pp_err *err);
+/* Interrupts the running queries and joins the workers; every suspended
+ * connection is resumed, and answered (2 s at most). Before
+ * MHD_stop_daemon. */
+void sqlpool_stop(http_server *s);
+void sqlpool_free(http_server *s); /* after MHD_stop_daemon */
+/* A request sqlpool_submit took has completed (answered, or its client gone). */
+void sqlpool_done(http_server *s);
+/* Queries running on a worker now, and waiting for one. */
+void sqlpool_count(http_server *s, unsigned *running, unsigned *queued);
+
 /* GET /metrics */
 void metrics_render(http_server *s, http_reply *r);
 

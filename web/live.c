@@ -13,8 +13,13 @@
  * A stream's content reader hands out what is buffered; with nothing
  * buffered it suspends its connection (returning 0 without suspending would
  * make libmicrohttpd spin) and the hub resumes it when it has something, at
- * the latest with a keep-alive comment every heartbeat_ms, which is also how
- * a closed client is noticed (a suspended connection sees no disconnect).
+ * the latest with a keep-alive comment every heartbeat_ms. A suspended
+ * connection sees no disconnect, so each tick the hub also peeks at the
+ * socket of every suspended stream: a client that closed its end is ended
+ * then, not at the next heartbeat (until then its connection counted
+ * against the per-IP limit: a client opening and closing 128 streams kept
+ * every request from its address, the dashboard's on loopback too, out
+ * for 10 s).
  *
  * Unsent bytes are bounded server-wide: a client that opens streams and
  * never reads must not make the server buffer 8 MiB for each of them. A
@@ -39,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "db/alive.h"
@@ -63,6 +69,7 @@
 typedef struct live_sub {
     struct live_sub *next;
     struct MHD_Connection *conn;
+    int fd; /* the connection's socket, -1 unknown: peeked at only while suspended (MHD keeps it open) */
     live_hub *hub;
     long job;
     /* The hub thread's alone (no lock): cursors and this tick's frames. */
@@ -444,6 +451,16 @@ static void sub_free(live_sub *s) {
     free(s);
 }
 
+/* Whether the client of a suspended stream has closed its end (or reset
+ * it): end of file, or an error other than "nothing to read yet". Bytes it
+ * sent (another request) are left where they are. */
+static int client_closed(const live_sub *s) {
+    if (s->fd < 0) return 0;
+    char b;
+    ssize_t k = recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static void *hub_main(void *arg) {
     live_hub *h = arg;
     snap_ent snap[MAX_STREAMS];
@@ -465,6 +482,11 @@ static void *hub_main(void *arg) {
                 h->nsubs--;
                 sub_free(s);
                 continue;
+            }
+            if (s->suspended && !s->ending && client_closed(s)) {
+                s->ending = 1; /* its reader ends the stream, and MHD closes the connection */
+                s->suspended = 0;
+                MHD_resume_connection(s->conn);
             }
             size_t mine = s->out.len - s->off;
             unsent += mine;
@@ -623,6 +645,8 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
         return MHD_NO;
     }
     s->conn = c;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    s->fd = ci ? ci->connect_fd : -1;
     s->hub = h;
     s->job = job;
     jw_init(&s->out);

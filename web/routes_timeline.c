@@ -31,17 +31,19 @@ static unsigned char *ranks_mask(struct MHD_Connection *c, const job_info *j, ht
     }
     memset(mask, 0, (size_t)j->world);
     const char *p = v;
-    while (*p) {
-        char *end;
-        long k = strtol(p, &end, 10);
-        if (end == p || (*end && *end != ',') || k < 0 || k >= j->world) {
+    for (;;) {
+        char *end = (char *)p;
+        /* A digit first: strtol would also take " 1", "+1" and "-0". */
+        long k = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
+        if (k < 0 || (*end && *end != ',') || k >= j->world || (*end == ',' && !end[1])) {
             http_error(r, 400, "bad query parameter: ranks='%.64s' must list ranks 0..%d separated by commas", v,
                        j->world - 1);
             free(mask);
             return NULL;
         }
         mask[k] = 1;
-        p = *end ? end + 1 : end;
+        if (!*end) break;
+        p = end + 1;
     }
     return mask;
 }
