@@ -1761,6 +1761,12 @@ Test(web_harden, long_sql_queries_do_not_hold_up_the_dashboard, .timeout = 60) {
     int slow[3];
     for (int i = 0; i < 3; i++) slow[i] = post_sql_async(LONG_SQL);
     sql_wait_for(2, 1);
+    webclient_resp m;
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &m);
+    cr_assert_eq(m.status, 200);
+    cr_assert(strstr(m.body, "\npprun_sql_queries_running 2\n") && strstr(m.body, "\npprun_sql_queries_waiting 1\n"),
+              "%s", m.body);
+    webclient_free(&m);
     webclient_resp r = post_sql("{\"sql\": \"SELECT 1\"}");
     cr_assert_eq(r.status, 503, "a fourth query while two run and one waits: %d %s", r.status, r.body);
     cr_assert(strstr(r.body, "busy: 2 SQL queries are running and 1 waiting"), "%s", r.body);

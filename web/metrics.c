@@ -183,6 +183,13 @@ void metrics_render(http_server *s, http_reply *r) {
     help(&w, "pprun_live_unsent_bytes", "gauge",
          "Bytes of live-stream messages their clients have not read yet, all streams (bounded: docs/api.md).");
     jw_rawf(&w, "pprun_live_unsent_bytes %zu\n", live_unsent(s->live));
+    unsigned sql_running, sql_waiting;
+    sqlpool_count(s, &sql_running, &sql_waiting);
+    help(&w, "pprun_sql_queries_running", "gauge", "POST /api/sql queries running on the SQL workers.");
+    jw_rawf(&w, "pprun_sql_queries_running %u\n", sql_running);
+    help(&w, "pprun_sql_queries_waiting", "gauge",
+         "POST /api/sql queries waiting for a worker (past the queue: 503 busy).");
+    jw_rawf(&w, "pprun_sql_queries_waiting %u\n", sql_waiting);
     size_t len;
     char *body = jw_take(&w, &len);
     if (!body) {
