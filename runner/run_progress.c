@@ -110,11 +110,7 @@ int run_progress_start(const char *store_addr, const char *store_token, int step
     p->last_step = first_step - 1;
     p->t_start = pp_now_ns();
     pthread_mutex_init(&p->lock, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    pp_cond_init_monotonic(&p->wake);
     if (pthread_create(&p->thread, NULL, progress_main, p) != 0) {
         free(p);
         return pp_fail(err, "cannot start the progress thread");

@@ -544,11 +544,7 @@ int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned h
     h->poll_ms = poll_ms;
     h->heartbeat_ms = heartbeat_ms;
     pthread_mutex_init(&h->mu, NULL);
-    pthread_condattr_t ca; /* pp_cond_wait_until's deadlines are CLOCK_MONOTONIC */
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pp_cond_init_monotonic(&h->cv);
     if (pthread_create(&h->thread, NULL, hub_main, h) != 0) {
         sqlite3_close(h->db);
         free(h);

@@ -65,11 +65,7 @@ int reaper_start(reaper *r, unsigned limit_s, pp_err *err) {
     r->idle = 0;
     r->limit_ns = (uint64_t)limit_s * 1000000000ull;
     atomic_init(&r->closed, 0);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pp_cond_init_monotonic(&r->cv);
     pthread_mutex_init(&r->mu, NULL);
     int e = pthread_create(&r->thread, NULL, reaper_main, r);
     if (e != 0) {

@@ -443,11 +443,7 @@ int sqlpool_start(http_server *s, pp_err *err) {
     }
     p->max_queued = s->o.sql_queue;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_condattr_t ca; /* pp_cond_wait_until's deadlines are CLOCK_MONOTONIC */
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pp_cond_init_monotonic(&p->cv);
     s->sql = p;
     for (unsigned i = 0; i < s->o.sql_workers; i++) {
         p->w[i].pool = p;

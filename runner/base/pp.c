@@ -90,6 +90,14 @@ int pp_ratelimit_allow(pp_ratelimit *rl, unsigned burst, uint64_t window_ns, uns
     return 1;
 }
 
+void pp_cond_init_monotonic(pthread_cond_t *cv) {
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
 void pp_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns) {
     if (deadline_ns == UINT64_MAX) {
         pthread_cond_wait(cv, mu);

@@ -36,6 +36,9 @@ int pp_cpu_count(void);
 uint64_t pp_deadline_ns(int timeout_ms);
 int pp_ms_left(uint64_t deadline_ns);
 void pp_cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, uint64_t deadline_ns);
+/* pthread_cond_init for a cv that pp_cond_wait_until waits on: its clock is
+ * CLOCK_MONOTONIC, pp_now_ns's. */
+void pp_cond_init_monotonic(pthread_cond_t *cv);
 
 /* A rate limit for one kind of log line: at most `burst` lines per
  * window_ns, so a flood of misbehaving peers cannot fill the log. 1: write

@@ -554,9 +554,6 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
 
     for (int r = 0; r < c->world; r++) c->peers[r].pidfd = c->peers[r].out_fd = c->peers[r].in_fd = -1;
     int need_tcp = 0;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     for (int r = 0; r < c->world; r++) {
         comm_peer *p = &c->peers[r];
         p->c = c;
@@ -565,12 +562,11 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
         p->kind = force ? force : p->same_node ? COMM_SHM : COMM_TCP;
         pthread_mutex_init(&p->mu, NULL);
         pthread_mutex_init(&p->setup_mu, NULL);
-        pthread_cond_init(&p->cv_in, &ca);
-        pthread_cond_init(&p->cv_out, &ca);
-        pthread_cond_init(&p->cv_flush, &ca);
+        pp_cond_init_monotonic(&p->cv_in);
+        pp_cond_init_monotonic(&p->cv_out);
+        pp_cond_init_monotonic(&p->cv_flush);
         if (r == c->rank) continue;
         if (force == COMM_SHM && !p->same_node) {
-            pthread_condattr_destroy(&ca);
             pp_fail(err, "comm: transport shm requested, but rank %d is on node %d and rank %d on node %d", r,
                     c->node[r], c->rank, c->node[c->rank]);
             comm_close(c);
@@ -578,7 +574,6 @@ int comm_open(const comm_config *cfg, comm **out, pp_err *err) {
         }
         if (p->kind == COMM_TCP) need_tcp = 1;
     }
-    pthread_condattr_destroy(&ca);
 
     c->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (c->wake_fd < 0) {

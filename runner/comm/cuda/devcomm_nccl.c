@@ -59,12 +59,8 @@ static npair *pair_new(dc_nccl *t, int peer, int out) {
     p->t = t;
     p->peer = peer;
     p->out = out;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* pp_now_ns's clock */
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    pp_cond_init_monotonic(&p->cv);
     return p;
 }
 
