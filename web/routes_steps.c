@@ -94,10 +94,10 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
         http_error(r, 500, "out of memory");
         goto out;
     }
-    for (sqlite3_stmt *st = stats; st; st = st == stats ? losses : NULL) {
-        sqlite3_bind_int64(st, 1, j->id);
-        sqlite3_bind_int64(st, 2, since);
-    }
+    sqlite3_bind_int64(stats, 1, j->id);
+    sqlite3_bind_int64(stats, 2, since);
+    sqlite3_bind_int64(losses, 1, j->id);
+    sqlite3_bind_int64(losses, 2, since);
     jw_obj(&w);
     jw_kint(&w, "job", j->id);
     jw_kint(&w, "world_size", j->world);
