@@ -19,7 +19,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -418,15 +417,13 @@ Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) 
     require_playwright();
     char db[256];
     fixture_fresh(db, sizeof db, "browser-balance", 3, "succeeded");
-    sqlite3 *h;
-    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(h,
+    pp_err err;
+    cr_assert_eq(fixture_exec(db,
                               "UPDATE jobs SET model = 'gpt:layers=8' WHERE id = 1;"
                               "UPDATE events SET end_ns = end_ns + (end_ns - start_ns)"
                               " WHERE job_id = 1 AND rank = 0 AND phase IN ('F', 'B', 'W')",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(h));
-    sqlite3_close(h);
+                              &err),
+                 0, "%s", err.msg);
     char *stats = stats_text(db);
     cr_assert(strstr(stats, "cuts       --pipeline-cuts "), "pprun stats suggests cuts: %s", stats);
     cJSON *j = browse(db, "balance", NULL);
@@ -668,16 +665,11 @@ Test(browser, loss_chart_ignores_an_outlier_marks_it_and_has_a_log_scale, .timeo
     pp_err err;
     fixture_fresh(db, sizeof db, "browser-outliers", 2, "succeeded");
     cr_assert_eq(fixture_add_history(db, 2, 198, &err), 0, "%s", err.msg);
-    sqlite3 *h;
-    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(h, "UPDATE losses SET loss = CASE WHEN step = 0 THEN 1000"
-                                 " ELSE 0.5 + 1.5 * ((step * 37) % 101) / 100.0 END", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(h);
+    cr_assert_eq(fixture_exec(db, "UPDATE losses SET loss = CASE WHEN step = 0 THEN 1000"
+                                  " ELSE 0.5 + 1.5 * ((step * 37) % 101) / 100.0 END", &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
-    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(h, "UPDATE losses SET loss = -0.25 WHERE job_id = 2 AND step = 5", NULL, NULL, NULL),
-                 SQLITE_OK);
-    sqlite3_close(h);
+    cr_assert_eq(fixture_exec(db, "UPDATE losses SET loss = -0.25 WHERE job_id = 2 AND step = 5", &err), 0, "%s",
+                 err.msg);
     cJSON *j = browse(db, "outliers", NULL);
     char *text = cJSON_PrintUnformatted(j);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no script errors: %s", text);
@@ -730,10 +722,7 @@ Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240)
     pp_err err;
     fixture_fresh(db, sizeof db, "browser-long", 2, "succeeded");
     cr_assert_eq(fixture_add_history(db, 2, 29998, &err), 0, "%s", err.msg);
-    sqlite3 *h;
-    cr_assert_eq(sqlite3_open(db, &h), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(h, "UPDATE losses SET loss = 50 WHERE step = 12345", NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(h);
+    cr_assert_eq(fixture_exec(db, "UPDATE losses SET loss = 50 WHERE step = 12345", &err), 0, "%s", err.msg);
     cJSON *j = browse(db, "long", NULL);
     char *text = cJSON_PrintUnformatted(j);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no script errors: %s", text);

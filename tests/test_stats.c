@@ -163,12 +163,9 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
 
     /* A file from before schema version 3 has no act_peak_bytes: not recorded, and the file is left as it was;
      * nor step_idle (version 4): the idle time by cause comes from the gaps, the same. */
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                  "PRAGMA user_version=2;", NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(db));
-    sqlite3_close(db);
+    cr_assert_eq(fixture_exec(path, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
+                                    "PRAGMA user_version=2;", &err),
+                 0, "%s", err.msg);
     p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.out, "memory     activations held at peak: not recorded\n"

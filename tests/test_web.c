@@ -50,6 +50,12 @@ static void teardown(void) {
 
 static cJSON *get_json(const char *path, int want_status) { return webclient_get_json(port, path, want_status); }
 
+/* Changes the served file: sql, run on it (the test fails if SQLite refuses). */
+static void exec_sql(const char *sql) {
+    pp_err err;
+    cr_assert_eq(fixture_exec(dbpath, sql, &err), 0, "%s: %s", sql, err.msg);
+}
+
 static double num(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     cr_assert(cJSON_IsNumber(v), "member %s missing", k);
@@ -403,17 +409,11 @@ Test(web, steps_give_time_loss_and_bubble_ratio_per_rank) {
  * only losses so far, a step with stats and no loss yet; `since` and
  * `limit` count steps whichever table they come from. */
 Test(web, steps_of_a_running_job_include_partial_steps_in_order) {
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db,
-                              "DELETE FROM step_stats WHERE step = 2 AND rank = 3;"
-                              "INSERT INTO losses SELECT job_id, 3, microbatch, loss, rank, at_ns FROM losses"
-                              " WHERE step = 2 AND microbatch < 5;"
-                              "INSERT INTO step_stats SELECT job_id, 4, rank, start_ns, end_ns, busy_ns, bubble_ns,"
-                              " bubble_ratio, act_peak_bytes FROM step_stats WHERE step = 1 AND rank = 0;",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(db));
-    sqlite3_close(db);
+    exec_sql("DELETE FROM step_stats WHERE step = 2 AND rank = 3;"
+             "INSERT INTO losses SELECT job_id, 3, microbatch, loss, rank, at_ns FROM losses"
+             " WHERE step = 2 AND microbatch < 5;"
+             "INSERT INTO step_stats SELECT job_id, 4, rank, start_ns, end_ns, busy_ns, bubble_ns,"
+             " bubble_ratio, act_peak_bytes FROM step_stats WHERE step = 1 AND rank = 0;");
     cJSON *j = get_json("/api/jobs/1/steps", 200);
     cJSON *steps = cJSON_GetObjectItem(j, "steps");
     cr_assert_eq(cJSON_GetArraySize(steps), 5);
@@ -987,11 +987,7 @@ Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
 /* Diverged training: a loss stored as NULL (it was NaN or Inf) is null in
  * every JSON answer, the step's mean with it, and NaN on /metrics. */
 Test(web, a_loss_that_was_not_finite_is_null_in_json_and_nan_in_metrics) {
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db, "UPDATE losses SET loss = NULL WHERE step = 2 AND microbatch = 3", NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(db));
-    sqlite3_close(db);
+    exec_sql("UPDATE losses SET loss = NULL WHERE step = 2 AND microbatch = 3");
     cJSON *j = get_json("/api/jobs/1/steps", 200);
     cJSON *steps = cJSON_GetObjectItem(j, "steps");
     cr_assert(cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetArrayItem(steps, 1), "loss")));
@@ -1261,12 +1257,6 @@ Test(web_live, stopping_the_server_ends_open_streams, .timeout = 30) {
     stream_close(&a);
 }
 
-static void exec_sql(const char *sql) {
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
-    sqlite3_close(db);
-}
 
 /* A step one rank never finishes (no stats for it) must not hold back the
  * steps after it; a loss that was not finite arrives as null. */

@@ -483,6 +483,14 @@ int fixture_add_starting_copy(const char *db_path, pp_err *err) {
     return rc;
 }
 
+int fixture_exec(const char *db_path, const char *sql, pp_err *err) {
+    sqlite3 *db;
+    if (open_rw(db_path, &db, err) != 0) return -1;
+    int rc = exec(db, sql, err);
+    sqlite3_close(db);
+    return rc;
+}
+
 int fixture_set_plan_simulated(const char *db_path, int simulated, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;

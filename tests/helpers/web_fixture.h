@@ -68,6 +68,9 @@ int fixture_add_starting_copy(const char *db_path, pp_err *err);
 int fixture_set_plan_simulated(const char *db_path, int simulated, pp_err *err);
 /* Sets job 1's status (and ended_at / exit_code when not running). */
 int fixture_set_status(const char *db_path, const char *status, pp_err *err);
+/* Runs sql (statements separated by ';') on the file. Returns 0, or -1 with
+ * err saying what SQLite said. */
+int fixture_exec(const char *db_path, const char *sql, pp_err *err);
 /* The expected loss of (step, microbatch). */
 double fixture_loss(int step, int mb);
 /* A fresh path under /tmp for a test database (removes leftovers). */
