@@ -64,6 +64,18 @@ void http_json(http_reply *r, jw *w) {
     r->cache = NULL;
 }
 
+int http_conn_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+int http_client_gone(int fd) {
+    if (fd < 0) return 0;
+    char b;
+    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r) {
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
     if (!v || !*v) return 0;
@@ -351,8 +363,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode code) {
     http_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = ci ? reaper_conn_open(&s->reaper, ci->connect_fd) : NULL;
+        int fd = http_conn_fd(c);
+        *socket_context = fd >= 0 ? reaper_conn_open(&s->reaper, fd) : NULL;
     } else {
         reaper_conn_closed(&s->reaper, *socket_context);
         *socket_context = NULL;

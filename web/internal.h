@@ -90,11 +90,21 @@ typedef struct http_reply {
 
 /* Fills r with {"error": msg} and the status. */
 void http_error(http_reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The socket of connection c, -1 when libmicrohttpd does not say. */
+int http_conn_fd(struct MHD_Connection *c);
+/* Whether the client on fd (a suspended connection's socket: libmicrohttpd
+ * reads nothing from it meanwhile, and sees no disconnect) has closed its
+ * end or reset it: end of file, or an error other than "nothing to read
+ * yet". Bytes it sent are left where they are. 0 for fd -1. */
+int http_client_gone(int fd);
 /* Takes w's bytes as a JSON body with status 200 (500 if w ran out of memory). */
 void http_json(http_reply *r, jw *w);
 
 /* GET /api/... (POST /api/sql: sqlpool_submit). c: the connection, for query parameters. */
 void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, http_reply *r);
+/* POST /api/sql, run on a worker (sqlpool.c): body (NUL-terminated, len
+ * bytes) is the request's JSON; its query runs on db, the answer into r. */
+void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_reply *r);
 /* POST /api/sql: queues the request's query for a worker and suspends c
  * (1: the caller returns MHD_YES and is called again once the reply is
  * ready, with *task set), or fills r (0: the queue is full, the server is

@@ -44,7 +44,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #include "db/alive.h"
@@ -451,16 +450,6 @@ static void sub_free(live_sub *s) {
     free(s);
 }
 
-/* Whether the client of a suspended stream has closed its end (or reset
- * it): end of file, or an error other than "nothing to read yet". Bytes it
- * sent (another request) are left where they are. */
-static int client_closed(const live_sub *s) {
-    if (s->fd < 0) return 0;
-    char b;
-    ssize_t k = recv(s->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 static void *hub_main(void *arg) {
     live_hub *h = arg;
     snap_ent snap[MAX_STREAMS];
@@ -483,7 +472,7 @@ static void *hub_main(void *arg) {
                 sub_free(s);
                 continue;
             }
-            if (s->suspended && !s->ending && client_closed(s)) {
+            if (s->suspended && !s->ending && http_client_gone(s->fd)) {
                 s->ending = 1; /* its reader ends the stream, and MHD closes the connection */
                 s->suspended = 0;
                 MHD_resume_connection(s->conn);
@@ -641,8 +630,7 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
         return MHD_NO;
     }
     s->conn = c;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    s->fd = ci ? ci->connect_fd : -1;
+    s->fd = http_conn_fd(c);
     s->hub = h;
     s->job = job;
     jw_init(&s->out);
