@@ -141,9 +141,19 @@ void sqlpool_stop(http_server *s) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
-    for (unsigned i = 0; i < p->n; i++)
-        if (p->w[i].db) sqlite3_interrupt(p->w[i].db);
     pthread_cond_broadcast(&p->cv);
+    /* Interrupted again until no worker holds a connection: an interrupt
+     * that comes before its query's statement starts is lost (SQLite clears
+     * it when a connection's first statement begins), and the query would
+     * then run its whole time limit. A worker that takes its connection
+     * from here on sees stop and runs nothing. */
+    for (;;) {
+        int busy = 0;
+        for (unsigned i = 0; i < p->n; i++)
+            if (p->w[i].db) sqlite3_interrupt(p->w[i].db), busy = 1;
+        if (!busy) break;
+        pp_cond_wait_until(&p->cv, &p->mu, pp_now_ns() + 10000000ull);
+    }
     pthread_mutex_unlock(&p->mu);
     for (unsigned i = 0; i < p->n; i++) {
         if (p->w[i].started) pthread_join(p->w[i].thread, NULL);
