@@ -515,7 +515,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (!s->o.sql_max_bytes) s->o.sql_max_bytes = 32u << 20;
     if (!s->o.sql_max_mem) s->o.sql_max_mem = 256u << 20;
     if (!s->o.sql_workers) s->o.sql_workers = 2;
-    if (!s->o.sql_queue) s->o.sql_queue = 8;
+    if (!s->o.sql_queue) s->o.sql_queue = 64;
     if (!s->o.live_poll_ms) s->o.live_poll_ms = 200;
     if (!s->o.live_heartbeat_ms) s->o.live_heartbeat_ms = 10000;
     if (!s->o.events_scan_budget) s->o.events_scan_budget = 60000;

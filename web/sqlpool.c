@@ -5,11 +5,14 @@
  * every other connection that thread had accepted: with a few clients
  * sending long queries, the dashboard's requests waited seconds behind
  * them. Each query runs on a worker instead, its connection suspended
- * (a waiting query holds no thread either); past the workers a few wait
+ * (a waiting query holds no thread either); past the workers some wait
  * their turn, in order, and past those the request is refused at once
- * (503). The queue is short: each place may cost a time limit of waiting,
- * and a waiting connection still counts against its client's connection
- * limit, so one whose client has gone is dropped from it. */
+ * (503). The queue (64) is longer than a crowd of clients that each send a
+ * short query at the same moment: a queue of 8 refused queries of a few
+ * milliseconds when 50 clients sent them together (test_soak, on a busy
+ * machine where the workers had not yet been scheduled). A waiting
+ * connection still counts against its client's connection limit, so one
+ * whose client has gone is dropped from the queue. */
 #include <pthread.h>
 #include <sqlite3.h>
 #include <stdlib.h>
