@@ -92,7 +92,7 @@ static const char *schema_sql(void) {
 
 /* Checks that the file is ours and at most at our version; *version gets
  * its user_version (0: empty file). Shared by writers and readers. */
-static int check_version(sqlite3 *sql, const char *path, int64_t *version, pp_err *err) {
+int db_check_version(sqlite3 *sql, const char *path, int64_t *version, pp_err *err) {
     int64_t v = 0, tables = 0;
     /* One statement, so one read transaction: read apart, another process
      * creating the file between the two reads makes it look foreign. */
@@ -159,7 +159,7 @@ static int apply(db *d, const char *sql, int64_t from, int64_t to, pp_err *err) 
     snprintf(pragma, sizeof pragma, "PRAGMA user_version = %lld", (long long)to);
     if (exec(d, "BEGIN IMMEDIATE", what, err) != 0) return -1;
     int64_t now = from;
-    int rc = check_version(d->sql, d->path, &now, err);
+    int rc = db_check_version(d->sql, d->path, &now, err);
     if (rc != 0 || now != from) {
         sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
         return rc; /* 0: another writer got there first */
@@ -259,7 +259,7 @@ static int open_file(const char *path, db **out, pp_err *err) {
     }
     sqlite3_busy_timeout(d->sql, DB_BUSY_TIMEOUT_MS);
     int64_t version;
-    if (check_version(d->sql, path, &version, err) != 0) goto fail;
+    if (db_check_version(d->sql, path, &version, err) != 0) goto fail;
     if (switch_to_wal(d, err) != 0 ||
         exec(d, "PRAGMA synchronous=NORMAL", "setting synchronous", err) != 0 ||
         exec(d, "PRAGMA cache_size=-32768", "setting the cache size", err) != 0 ||
@@ -372,7 +372,7 @@ int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
     if (db_connect_readonly(path, &sql, err) != 0) return pp_wrap(err, "%s", path);
     sqlite3_busy_timeout(sql, 5000);
     int64_t version;
-    if (check_version(sql, path, &version, err) != 0) {
+    if (db_check_version(sql, path, &version, err) != 0) {
         sqlite3_close(sql);
         return -1;
     }

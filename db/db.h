@@ -39,6 +39,10 @@ int db_open_readonly(const char *path, sqlite3 **out, pp_err *err);
  * no -wal file beside it, is opened immutable (nothing else can be writing
  * it). Close with sqlite3_close. */
 int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err);
+/* The file's schema version in *version (0: an empty file); -1 with err
+ * naming path when it is newer than this build's, or an SQLite file that is
+ * not a pprun database, or unreadable. */
+int db_check_version(sqlite3 *sql, const char *path, int64_t *version, pp_err *err);
 /* The newest job's id in a pprun database (open either way), 0 when it
  * has none, -1 with err on a database error. */
 int64_t db_newest_job(sqlite3 *sql, pp_err *err);

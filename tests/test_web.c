@@ -1014,6 +1014,29 @@ Test(web, a_loss_that_was_not_finite_is_null_in_json_and_nan_in_metrics) {
     webclient_free(&r);
 }
 
+/* The routes read pprun's tables: the server refuses at start, naming the
+ * file and why, what pprun stats and export refuse. */
+Test(web, refuses_to_start_on_a_file_it_cannot_show) {
+    static const struct {
+        const char *sql, *says;
+    } files[] = {
+        {"", "empty file"},
+        {"CREATE TABLE t(x); INSERT INTO t VALUES(1);", "not a pprun trace database"},
+        {"CREATE TABLE jobs(id); PRAGMA user_version=99;", "schema version 99, newer than this pprun"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[256];
+        pp_err err;
+        fixture_tmp_path(path, sizeof path, "refused");
+        cr_assert_eq(fixture_exec(path, files[i].sql, &err), 0, "%s", err.msg);
+        http_server *s = NULL;
+        http_options o = {.listen = "127.0.0.1:0", .db_path = path};
+        cr_assert_eq(http_start(&o, &s, &err), -1, "file %zu served", i);
+        cr_assert(strstr(err.msg, path) && strstr(err.msg, files[i].says), "%s", err.msg);
+        fixture_remove(path);
+    }
+}
+
 /* ---- auth ------------------------------------------------------------------ */
 
 Test(web_auth, non_loopback_without_token_refuses_to_start) {

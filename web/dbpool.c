@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/db.h"
 #include "db/usersql.h"
 #include "web/internal.h"
 
@@ -18,9 +19,12 @@ int dbpool_init(dbpool *p, const char *path, pp_err *err) {
         dbpool_close(p);
         return -1;
     }
-    int rc = sqlite3_exec(db, "SELECT count(*) FROM jobs", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) {
-        pp_fail(err, "%s is not a pprun trace database: %s", path, sqlite3_errmsg(db));
+    /* The routes read pprun's tables: a newer schema or another SQLite
+     * file is refused as pprun stats and export refuse it. */
+    int64_t version;
+    int rc = db_check_version(db, path, &version, err);
+    if (rc == 0 && version == 0) rc = pp_fail(err, "%s: empty file, not a pprun trace database", path);
+    if (rc != 0) {
         sqlite3_close(db);
         dbpool_close(p);
         return -1;
