@@ -9,6 +9,16 @@
  * stream and closes it. The clock stands still while the server answers,
  * so a live stream may last hours.
  *
+ * A client that closes in the middle of its request's body is shut down
+ * here too, within about a second: libmicrohttpd, having seen the end of
+ * the stream, waits out its timeout for the rest of the body (in the
+ * headers it closes at once), and meanwhile the
+ * connection counts against its address's limit (a client that did that
+ * 128 times kept every request from its address out, the dashboard's on
+ * loopback too). A socket with nothing unread and the end of the stream
+ * whose clock has run a second holds no request that can still complete:
+ * libmicrohttpd reads and parses on the same turn, and stops the clock.
+ *
  * Why shutdown() is safe on a socket libmicrohttpd owns: a connection is
  * unlinked here (under the mutex) by its "closed" notification, which
  * libmicrohttpd sends before it closes the descriptor, so the reaper never
@@ -26,7 +36,10 @@ struct reaper_conn {
     uint64_t since_ns; /* when its current request began to arrive; 0 = answering */
 };
 
-/* Sleeps until the earliest running clock reaches the limit, or, with none
+#define REAPER_PEEK_NS 1000000000ull /* how often a running clock's socket is looked at for its end */
+
+/* Sleeps until the earliest running clock reaches the limit, at most a
+ * second while any runs (to look for clients that closed), or, with none
  * running, until one starts (reaper_conn_open and reaper_conn_clock wake
  * it): an idle server's reaper does not wake at all. A clock that starts
  * while it sleeps ends no earlier than those it sleeps for, since every
@@ -38,15 +51,17 @@ static void *reaper_main(void *arg) {
         uint64_t now = pp_now_ns(), next = 0;
         for (reaper_conn *c = r->conns; c; c = c->next) {
             if (c->since_ns == 0) continue;
-            if (now - c->since_ns >= r->limit_ns) {
+            int slow = now - c->since_ns >= r->limit_ns;
+            if (slow || (now - c->since_ns >= REAPER_PEEK_NS && http_client_gone(c->fd))) {
                 shutdown(c->fd, SHUT_RDWR);
                 c->since_ns = 0; /* once */
-                atomic_fetch_add(&r->closed, 1);
+                if (slow) atomic_fetch_add(&r->closed, 1);
             } else if (next == 0 || c->since_ns + r->limit_ns < next) {
                 next = c->since_ns + r->limit_ns;
             }
         }
         r->idle = next == 0;
+        if (next > now + REAPER_PEEK_NS) next = now + REAPER_PEEK_NS;
         if (r->idle) pthread_cond_wait(&r->cv, &r->mu);
         else pp_cond_wait_until(&r->cv, &r->mu, next);
     }
