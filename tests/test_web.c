@@ -1744,7 +1744,7 @@ static int readable_now(int fd) {
 static void sql_wait_for(unsigned running, unsigned queued) {
     unsigned r = 0, q = 0;
     for (int i = 0; i < 1500; i++) {
-        sqlpool_count(srv, &r, &q);
+        sqlpool_count(srv->sql, &r, &q);
         if (r == running && q == queued) return;
         usleep(10000);
     }
@@ -1782,7 +1782,7 @@ Test(web_harden, long_sql_queries_do_not_hold_up_the_dashboard, .timeout = 60) {
     webclient_free(&m);
     webclient_resp r = post_sql("{\"sql\": \"SELECT 1\"}");
     cr_assert_eq(r.status, 503, "a fourth query while two run and one waits: %d %s", r.status, r.body);
-    cr_assert(strstr(r.body, "busy: 2 SQL queries are running and 1 waiting"), "%s", r.body);
+    cr_assert(strstr(r.body, "busy: 2 SQL queries are running, 1 waiting and 0 being sent"), "%s", r.body);
     cr_assert_str_eq(webclient_header(&r, "Retry-After"), "1");
     webclient_free(&r);
     cJSON_Delete(get_json("/api/jobs", 200));
@@ -1933,6 +1933,71 @@ Test(web_harden, requests_whose_clients_closed_halfway_free_their_connections, .
     webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
     cr_assert(strstr(r.body, "pprun_http_slow_requests_closed_total 0\n"), "not counted as slow: %s", r.body);
     webclient_free(&r);
+    teardown();
+}
+
+#define TRACE_STEPS 200 /* a trace of 12 MB: three times what a socket buffers at most (Linux: tcp_wmem, 4 MB) */
+
+/* A client that asks for the whole trace and reads nothing of it (a small
+ * receive buffer, so the rest waits on the server's side). */
+static int trace_client(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *req = "GET /api/jobs/1/trace.json HTTP/1.1\r\nHost: x\r\n\r\n";
+    cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    return fd;
+}
+
+/* A long job's whole trace takes minutes to write (1.4 GB for 20,000
+ * steps: 90 s). Written on an HTTP thread, it held up every connection
+ * that thread had taken: the dashboard's requests waited, and were cut off
+ * at the request timeout. Exports run on workers of their own now (2), two
+ * more wait, past those a request is refused (503); a trace being sent
+ * keeps its place, so at most four temporary files exist. Here the server
+ * has one HTTP thread: /metrics is answered while an export runs. */
+Test(web_harden, trace_exports_run_beside_the_dashboard_four_at_most, .timeout = 120) {
+    start_with(TRACE_STEPS, "succeeded", (http_options){.threads = 1});
+    int fd[4], seen_running = 0;
+    for (int i = 0; i < 4; i++) fd[i] = trace_client();
+    /* Until every export has started its answer, the one HTTP thread
+     * answers /metrics, an export running meanwhile. */
+    for (int i = 0; i < 4; i++) {
+        while (!readable_now(fd[i])) {
+            webclient_resp m;
+            cr_assert_eq(webclient_request(port, "GET", "/metrics", NULL, NULL, &m), 0);
+            cr_assert_eq(m.status, 200);
+            const char *running = strstr(m.body, "\npprun_trace_exports_running ");
+            seen_running |= running && atoi(running + strlen("\npprun_trace_exports_running ")) > 0;
+            webclient_free(&m);
+        }
+    }
+    cr_assert(seen_running, "/metrics was answered while an export ran");
+    webclient_resp r;
+    webclient_request(port, "GET", "/api/jobs/1/trace.json", NULL, NULL, &r);
+    cr_assert_eq(r.status, 503, "a fifth trace while four are being sent: %d", r.status);
+    cr_assert(strstr(r.body, "busy: 0 trace exports are running, 0 waiting and 4 being sent"), "%s", r.body);
+    cr_assert_str_eq(webclient_header(&r, "Retry-After"), "1");
+    webclient_free(&r);
+    cJSON_Delete(get_json("/api/jobs", 200));
+    /* A client that leaves frees its place (once the server notices). */
+    close(fd[0]);
+    int status = 0;
+    for (int i = 0; i < 100 && status != 200; i++) {
+        webclient_request(port, "GET", "/api/jobs/1/trace.json", NULL, NULL, &r);
+        status = r.status;
+        if (status == 200) {
+            cJSON *j = cJSON_ParseWithLength(r.body, r.len);
+            cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "traceEvents")) > 1000, 1, "%zu bytes", r.len);
+            cJSON_Delete(j);
+        }
+        webclient_free(&r);
+        if (status != 200) usleep(200000);
+    }
+    cr_assert_eq(status, 200, "the closed client's place was freed");
+    for (int i = 1; i < 4; i++) close(fd[i]);
     teardown();
 }
 

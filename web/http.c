@@ -22,10 +22,11 @@
 typedef struct request {
     char *body;
     size_t len, cap;
-    int answered;     /* a reply was queued before the body (401, 413) */
-    sql_task *sql;    /* POST /api/sql: its query, on a worker while the connection is suspended */
-    int sql_submitted; /* sqlpool_submit took it: sqlpool_done when it completes */
-    size_t discarded; /* bytes of a chunked body dropped past max_body; answered 413 at its end */
+    int answered;        /* a reply was queued before the body (401, 413) */
+    sql_task *task;      /* on a worker (sqlpool.c) while the connection is suspended */
+    sql_pool *pool;      /* the pool that took the request: sqlpool_done when it completes */
+    trace_request trace; /* GET .../trace.json: what the trace pool exports */
+    size_t discarded;    /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
 
 /* How much of a chunked body past the cap is read and dropped so that its
@@ -378,6 +379,21 @@ static enum MHD_Result send_too_big(http_server *s, struct MHD_Connection *c) {
     return send_reply(s, c, &r);
 }
 
+static void run_sql(http_server *s, sqlite3 *db, const void *arg, http_reply *r) {
+    const request *rq = arg;
+    routes_sql(s, db, rq->body ? rq->body : "", rq->len, r);
+}
+
+/* Hands the request to pool p: answered later, once a worker has run it
+ * (MHD_YES, the connection suspended meanwhile), or now (the pool is full
+ * or stopping). arg must live as long as rq. */
+static enum MHD_Result submit(http_server *s, struct MHD_Connection *c, request *rq, sql_pool *p, sqlpool_fn *run,
+                              const void *arg, http_reply *r) {
+    if (!sqlpool_submit(p, s, c, run, arg, &rq->task, r)) return send_reply(s, c, r);
+    rq->pool = p;
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -441,9 +457,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (rq->discarded) return send_too_big(s, c);
-    if (rq->sql) { /* called again once the worker resumed the connection */
-        sqlpool_take(rq->sql, &r);
-        rq->sql = NULL;
+    if (rq->task) { /* called again once the worker resumed the connection */
+        sqlpool_take(rq->task, &r);
+        rq->task = NULL;
         return send_reply(s, c, &r);
     }
     int head = strcmp(method, "HEAD") == 0;
@@ -464,14 +480,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             if (queued) return ret;
             return send_reply(s, c, &r);
         }
-        if (strcmp(url, "/api/sql") == 0 && strcmp(method, "POST") == 0) {
-            if (sqlpool_submit(s, c, rq->body ? rq->body : "", rq->len, &rq->sql, &r)) {
-                rq->sql_submitted = 1;
-                return MHD_YES;
-            }
-            return send_reply(s, c, &r);
-        }
-        routes_api(s, c, method, url, &r);
+        if (strcmp(url, "/api/sql") == 0 && strcmp(method, "POST") == 0)
+            return submit(s, c, rq, s->sql, run_sql, rq, &r);
+        if (routes_api(s, c, method, url, &rq->trace, &r))
+            return submit(s, c, rq, s->traces, routes_trace, &rq->trace, &r);
         return send_reply(s, c, &r);
     }
     if (!get) {
@@ -491,8 +503,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     reaper_conn_clock(&s->reaper, conn_clock_of(c), 1); /* the next request's time starts */
     request *rq = *con_cls;
     if (!rq) return;
-    sqlpool_take(rq->sql, NULL); /* a client gone before its answer */
-    if (rq->sql_submitted) sqlpool_done(s);
+    sqlpool_take(rq->task, NULL); /* a client gone before its answer */
+    if (rq->pool) sqlpool_done(rq->pool);
     free(rq->body);
     free(rq);
     *con_cls = NULL;
@@ -549,7 +561,11 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (fd < 0) goto no_listener;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
-    if (sqlpool_start(s, err) != 0) goto no_sql;
+    if (sqlpool_start(&s->sql, "SQL queries", s->o.sql_workers, s->o.sql_queue, err) != 0) goto no_sql;
+    /* Two exports at once (a long job's whole trace is minutes of disk and
+     * CPU; a second worker keeps a few steps' trace from waiting behind it),
+     * two waiting: at most four trace files exist at once. */
+    if (sqlpool_start(&s->traces, "trace exports", 2, 2, err) != 0) goto no_traces;
     if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (family == AF_INET6) flags |= MHD_USE_IPv6;
@@ -570,8 +586,11 @@ no_daemon:
     reaper_stop(&s->reaper);
     reaper_free(&s->reaper);
 no_reaper:
-    sqlpool_stop(s);
-    sqlpool_free(s);
+    sqlpool_stop(s->traces);
+    sqlpool_free(&s->traces);
+no_traces:
+    sqlpool_stop(s->sql);
+    sqlpool_free(&s->sql);
 no_sql:
     live_free(s->live);
 no_live:
@@ -592,10 +611,12 @@ void http_stop(http_server *s) {
     /* Suspended stream connections must be resumed before the daemon stops
      * (libmicrohttpd's rule); live_end_all makes each one end its stream. */
     live_end_all(s->live);
-    sqlpool_stop(s); /* the same rule for connections waiting on a query */
+    sqlpool_stop(s->sql); /* the same rule for connections waiting on a worker */
+    sqlpool_stop(s->traces);
     reaper_stop(&s->reaper);
     MHD_stop_daemon(s->daemon);
-    sqlpool_free(s);
+    sqlpool_free(&s->sql);
+    sqlpool_free(&s->traces);
     reaper_free(&s->reaper);
     live_free(s->live);
     dbpool_close(&s->pool);

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
+#include "db/export.h"
 #include "db/summary.h"
 #include "web/http.h"
 #include "web/json.h"
@@ -59,8 +60,9 @@ void reaper_conn_clock(reaper *r, reaper_conn *c, int running);
 
 #define HTTP_CODES 600
 
-/* POST /api/sql on threads of their own (routes.c): the request's
- * connection is suspended while its query runs, so no MHD thread waits. */
+/* Long reads on threads of their own (sqlpool.c): POST /api/sql and the
+ * trace export. The request's connection is suspended meanwhile, so no MHD
+ * thread waits. */
 typedef struct sql_pool sql_pool;
 typedef struct sql_task sql_task;
 
@@ -73,7 +75,7 @@ struct http_server {
     size_t token_len;
     dbpool pool;
     live_hub *live;
-    sql_pool *sql;
+    sql_pool *sql, *traces; /* POST /api/sql; GET .../trace.json */
     reaper reaper;
     atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
 };
@@ -100,30 +102,50 @@ int http_client_gone(int fd);
 /* Takes w's bytes as a JSON body with status 200 (500 if w ran out of memory). */
 void http_json(http_reply *r, jw *w);
 
-/* GET /api/... (POST /api/sql: sqlpool_submit). c: the connection, for query parameters. */
-void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, http_reply *r);
+/* GET /api/jobs/{id}/trace.json, read on the HTTP thread, run on the
+ * trace pool (routes_trace). */
+typedef struct trace_request {
+    long job;
+    int has_steps; /* ?steps=: only steps */
+    db_export_steps steps;
+} trace_request;
+
+/* GET /api/... (POST /api/sql: sqlpool_submit). c: the connection, for
+ * query parameters. 0: r holds the answer; 1: a trace export, described in
+ * *trace, for the trace pool. */
+int routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, trace_request *trace,
+               http_reply *r);
 /* POST /api/sql, run on a worker (sqlpool.c): body (NUL-terminated, len
  * bytes) is the request's JSON; its query runs on db, the answer into r. */
 void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_reply *r);
-/* POST /api/sql: queues the request's query for a worker and suspends c
- * (1: the caller returns MHD_YES and is called again once the reply is
- * ready, with *task set), or fills r (0: the queue is full, the server is
- * stopping). body (NUL-terminated, len bytes) must live until the task is
- * taken. */
-int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, size_t len, sql_task **task,
-                   http_reply *r);
-/* Moves a finished task's reply into r and frees the task (r NULL: only frees it). */
+
+/* What a pool's worker does for a task: answers r from db (a connection of
+ * s's dbpool). arg is the submitter's. */
+typedef void sqlpool_fn(http_server *s, sqlite3 *db, const void *arg, http_reply *r);
+/* GET .../trace.json on the trace pool: arg is a trace_request. */
+sqlpool_fn routes_trace;
+/* A pool of `workers` threads; past them max_waiting requests wait, the
+ * rest are refused (503 naming `what`, a static string). */
+int sqlpool_start(sql_pool **p, const char *what, unsigned workers, unsigned max_waiting, pp_err *err);
+/* Queues run(s, db, arg, reply) for a worker and suspends c (1: the caller
+ * returns MHD_YES and is called again once the reply is ready, with *task
+ * set), or fills r (0: the pool is full, the server is stopping). arg must
+ * live until the task is taken. */
+int sqlpool_submit(sql_pool *p, http_server *s, struct MHD_Connection *c, sqlpool_fn *run, const void *arg,
+                   sql_task **task, http_reply *r);
+/* Moves a finished task's reply into r and frees the task (r NULL: only
+ * frees it and its reply). */
 void sqlpool_take(sql_task *t, http_reply *r);
-int sqlpool_start(http_server *s, pp_err *err);
-/* Interrupts the running queries and joins the workers; every suspended
+/* Interrupts the running tasks and joins the workers; every suspended
  * connection is resumed, and answered (2 s at most). Before
  * MHD_stop_daemon. */
-void sqlpool_stop(http_server *s);
-void sqlpool_free(http_server *s); /* after MHD_stop_daemon */
-/* A request sqlpool_submit took has completed (answered, or its client gone). */
-void sqlpool_done(http_server *s);
-/* Queries running on a worker now, and waiting for one. */
-void sqlpool_count(http_server *s, unsigned *running, unsigned *queued);
+void sqlpool_stop(sql_pool *p);
+void sqlpool_free(sql_pool **p); /* after MHD_stop_daemon */
+/* A request sqlpool_submit took has completed (answered, or its client
+ * gone): its place is free. */
+void sqlpool_done(sql_pool *p);
+/* Tasks running on a worker now, and waiting for one. */
+void sqlpool_count(sql_pool *p, unsigned *running, unsigned *queued);
 
 /* GET /metrics */
 void metrics_render(http_server *s, http_reply *r);

@@ -183,13 +183,19 @@ void metrics_render(http_server *s, http_reply *r) {
     help(&w, "pprun_live_unsent_bytes", "gauge",
          "Bytes of live-stream messages their clients have not read yet, all streams (bounded: docs/api.md).");
     jw_rawf(&w, "pprun_live_unsent_bytes %zu\n", live_unsent(s->live));
-    unsigned sql_running, sql_waiting;
-    sqlpool_count(s, &sql_running, &sql_waiting);
+    unsigned running, waiting;
+    sqlpool_count(s->sql, &running, &waiting);
     help(&w, "pprun_sql_queries_running", "gauge", "POST /api/sql queries running on the SQL workers.");
-    jw_rawf(&w, "pprun_sql_queries_running %u\n", sql_running);
+    jw_rawf(&w, "pprun_sql_queries_running %u\n", running);
     help(&w, "pprun_sql_queries_waiting", "gauge",
          "POST /api/sql queries waiting for a worker (past the queue: 503 busy).");
-    jw_rawf(&w, "pprun_sql_queries_waiting %u\n", sql_waiting);
+    jw_rawf(&w, "pprun_sql_queries_waiting %u\n", waiting);
+    sqlpool_count(s->traces, &running, &waiting);
+    help(&w, "pprun_trace_exports_running", "gauge", "GET trace.json exports being written (two at a time).");
+    jw_rawf(&w, "pprun_trace_exports_running %u\n", running);
+    help(&w, "pprun_trace_exports_waiting", "gauge",
+         "GET trace.json exports waiting for a worker (past them: 503 busy).");
+    jw_rawf(&w, "pprun_trace_exports_waiting %u\n", waiting);
     size_t len;
     char *body = jw_take(&w, &len);
     if (!body) {

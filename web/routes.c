@@ -315,12 +315,13 @@ void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_
 
 /* ---- dispatch -------------------------------------------------------------- */
 
-void routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, http_reply *r) {
+int routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, trace_request *trace,
+               http_reply *r) {
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     pp_err err;
     if (strcmp(url, "/api/sql") == 0) { /* a POST went to sqlpool_submit */
         http_error(r, 405, "%s not allowed on /api/sql (use POST with {\"sql\": ...})", method);
-        return;
+        return 0;
     }
     /* /api/jobs, /api/jobs/{id}, /api/jobs/{id}/{what} */
     const char *rest = NULL;
@@ -345,16 +346,17 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
                                         "critpath", "trace.json", NULL};
     if (!rest || index_of(known, what) < 0) {
         http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
-        return;
+        return 0;
     }
     if (!get) {
         http_error(r, 405, "%s not allowed on %.200s (use GET)", method, url);
-        return;
+        return 0;
     }
+    if (!strcmp(what, "trace.json")) return routes_trace_request(c, id, trace, r);
     sqlite3 *db = dbpool_get(&s->pool, &err);
     if (!db) {
         http_error(r, 503, "%s", err.msg);
-        return;
+        return 0;
     }
     job_info j;
     if (id < 0) route_jobs(db, r);
@@ -364,7 +366,6 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         else if (!strcmp(what, "kernels")) route_kernels(db, c, &j, r);
         else if (!strcmp(what, "steps")) route_steps(db, c, &j, r);
         else if (!strcmp(what, "gaps")) route_gaps(db, c, &j, r);
-        else if (!strcmp(what, "trace.json")) route_trace(db, c, &j, r);
         else if (!strcmp(what, "summary")) route_summary(db, &j, r);
         else if (!strcmp(what, "whatif")) route_whatif(db, &j, r);
         else if (!strcmp(what, "compare")) route_compare(db, c, &j, r);
@@ -372,4 +373,5 @@ void routes_api(http_server *s, struct MHD_Connection *c, const char *method, co
         else route_plan(db, &j, r);
     }
     dbpool_put(&s->pool, db);
+    return 0;
 }

@@ -147,22 +147,31 @@ out:
     sqlite3_finalize(losses);
 }
 
+int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, http_reply *r) {
+    const char *steps_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "steps");
+    pp_err err;
+    *t = (trace_request){.job = job, .has_steps = steps_s != NULL};
+    if (steps_s && db_export_parse_steps(steps_s, &t->steps, &err) != 0) {
+        http_error(r, 400, "steps: %s", err.msg);
+        return 0;
+    }
+    return 1;
+}
+
 /* Written to a temporary file, not to memory: a long job's whole trace runs
  * to gigabytes (about 70 kB a step of 4 ranks and 8 microbatches). */
-void route_trace(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
-    const char *steps_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "steps");
-    db_export_steps steps;
-    pp_err err;
-    if (steps_s && db_export_parse_steps(steps_s, &steps, &err) != 0) {
-        http_error(r, 400, "steps: %s", err.msg);
-        return;
-    }
+void routes_trace(http_server *s, sqlite3 *db, const void *arg, http_reply *r) {
+    (void)s;
+    const trace_request *t = arg;
+    job_info j;
+    if (routes_load_job(db, t->job, &j, r) != 0) return;
     FILE *out = tmpfile();
     if (!out) {
         http_error(r, 500, "cannot make a temporary file for the trace: %s", strerror(errno));
         return;
     }
-    int rc = db_export_chrome(db, j->id, steps_s ? &steps : NULL, out, &err);
+    pp_err err;
+    int rc = db_export_chrome(db, j.id, t->has_steps ? &t->steps : NULL, out, &err);
     off_t len = ftello(out);
     if (rc != 0 || len < 0) {
         fclose(out);

@@ -1,31 +1,37 @@
-/* sqlpool.c: POST /api/sql on threads of its own (docs/api.md, "Limits").
- * The query itself is routes_sql's; this file runs it off the HTTP threads.
+/* sqlpool.c: long reads on threads of their own: POST /api/sql and the
+ * Chrome trace export (docs/api.md, "Limits"). What each runs is its
+ * route's (routes_sql, routes_trace); this file runs it off the HTTP threads.
  *
- * A query may run for the whole time limit. On an MHD thread it held up
- * every other connection that thread had accepted: with a few clients
- * sending long queries, the dashboard's requests waited seconds behind
- * them. Each query runs on a worker instead, its connection suspended
- * (a waiting query holds no thread either); past the workers some wait
- * their turn, in order, and past those the request is refused at once
- * (503). The queue (64) is longer than a crowd of clients that each send a
- * short query at the same moment: a queue of 8 refused queries of a few
- * milliseconds when 50 clients sent them together (test_soak, on a busy
+ * A query may run for the whole time limit, and a long job's trace takes a
+ * minute and more to write (1.4 GB for 20,000 steps: 90 s). On an MHD
+ * thread either held up every other connection that thread had accepted:
+ * the dashboard's requests waited behind them, and were cut off by the
+ * request timeout. Each runs on a worker instead, its connection suspended
+ * (a waiting task holds no thread either); past the workers some wait their
+ * turn, in order, and past those the request is refused at once (503). A
+ * pool counts a request from its submission until its answer is sent
+ * (sqlpool_done), so the trace pool's limit also bounds the temporary files
+ * being sent. The SQL pool's places (64) are more than a crowd of clients
+ * that each send a short query at the same moment: 8 refused queries of a
+ * few milliseconds when 50 clients sent them together (test_soak, on a busy
  * machine where the workers had not yet been scheduled). A waiting
  * connection still counts against its client's connection limit, so one
  * whose client has gone is dropped from the queue. */
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "web/routes.h"
 
 struct sql_task {
     sql_task *next; /* in the pool's queue */
+    sql_pool *pool;
     http_server *s;
     struct MHD_Connection *c;
-    int fd;           /* c's socket (-1 unknown): MHD keeps it open while c is suspended */
-    const char *body; /* the request's own copy, alive while c is suspended */
-    size_t len;
+    int fd; /* c's socket (-1 unknown): MHD keeps it open while c is suspended */
+    sqlpool_fn *run;
+    const void *arg; /* the submitter's, alive while c is suspended */
     http_reply reply;
 };
 
@@ -33,18 +39,26 @@ typedef struct sql_worker {
     sql_pool *pool;
     pthread_t thread;
     int started;
-    sqlite3 *db; /* under pool->mu: the connection its query runs on, for sqlite3_interrupt */
+    sqlite3 *db; /* under pool->mu: the connection its task runs on, for sqlite3_interrupt */
 } sql_worker;
 
 struct sql_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    const char *what; /* "SQL queries", for the busy message */
     int stop;
-    unsigned n, running, queued, max_queued;
-    unsigned pending; /* submitted and not yet completed (sqlpool_done): what sqlpool_stop waits for */
-    sql_task *head, *tail; /* waiting for a worker, oldest first */
+    unsigned n, running, queued;
+    unsigned pending, max_pending; /* submitted and not yet done (sqlpool_done, the answer sent), and the limit */
+    unsigned untaken;              /* submitted and not yet taken (sqlpool_take): what stop waits for */
+    sql_task *head, *tail;         /* waiting for a worker, oldest first */
     sql_worker *w;
 };
+
+static void reply_clear(http_reply *r) {
+    if (r->file) fclose(r->file);
+    free(r->body);
+    *r = (http_reply){0};
+}
 
 static void sql_task_run(sql_worker *w, sql_task *t) {
     sql_pool *p = w->pool;
@@ -58,16 +72,18 @@ static void sql_task_run(sql_worker *w, sql_task *t) {
     w->db = db;
     int stop = p->stop;
     pthread_mutex_unlock(&p->mu);
-    if (!stop) routes_sql(t->s, db, t->body, t->len, &t->reply);
+    if (!stop) t->run(t->s, db, t->arg, &t->reply);
     pthread_mutex_lock(&p->mu);
     w->db = NULL;
     stop = p->stop;
     pthread_mutex_unlock(&p->mu);
-    /* Interrupted by sqlpool_stop: the answer is the server's, not the query's. */
-    if (stop) http_error(&t->reply, 503, "the server is stopping");
+    /* Interrupted by sqlpool_stop: the answer is the server's, not the task's. */
+    if (stop) {
+        reply_clear(&t->reply);
+        http_error(&t->reply, 503, "the server is stopping");
+    }
     dbpool_put(&t->s->pool, db);
 }
-
 /* Drops the waiting tasks whose clients have gone (under p->mu): resumed,
  * MHD closes their connections. */
 static void sql_drop_gone(sql_pool *p) {
@@ -114,24 +130,25 @@ static void *sql_worker_main(void *arg) {
     return NULL;
 }
 
-int sqlpool_start(http_server *s, pp_err *err) {
+int sqlpool_start(sql_pool **out, const char *what, unsigned workers, unsigned max_waiting, pp_err *err) {
     sql_pool *p = calloc(1, sizeof *p);
     if (!p) return pp_fail(err, "out of memory");
-    p->w = calloc(s->o.sql_workers, sizeof *p->w);
+    p->w = calloc(workers, sizeof *p->w);
     if (!p->w) {
         free(p);
         return pp_fail(err, "out of memory");
     }
-    p->max_queued = s->o.sql_queue;
+    p->what = what;
+    p->max_pending = workers + max_waiting;
     pthread_mutex_init(&p->mu, NULL);
     pp_cond_init_monotonic(&p->cv);
-    s->sql = p;
-    for (unsigned i = 0; i < s->o.sql_workers; i++) {
+    *out = p;
+    for (unsigned i = 0; i < workers; i++) {
         p->w[i].pool = p;
         if (pthread_create(&p->w[i].thread, NULL, sql_worker_main, &p->w[i]) != 0) {
-            sqlpool_stop(s);
-            sqlpool_free(s);
-            return pp_fail(err, "cannot start the SQL worker threads");
+            sqlpool_stop(p);
+            sqlpool_free(out);
+            return pp_fail(err, "cannot start the worker threads for %s", what);
         }
         p->w[i].started = 1;
         p->n = i + 1;
@@ -139,17 +156,16 @@ int sqlpool_start(http_server *s, pp_err *err) {
     return 0;
 }
 
-void sqlpool_stop(http_server *s) {
-    sql_pool *p = s->sql;
+void sqlpool_stop(sql_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
     pthread_cond_broadcast(&p->cv);
     /* Interrupted again until no worker holds a connection: an interrupt
-     * that comes before its query's statement starts is lost (SQLite clears
-     * it when a connection's first statement begins), and the query would
-     * then run its whole time limit. A worker that takes its connection
-     * from here on sees stop and runs nothing. */
+     * that comes before its task's statement starts is lost (SQLite clears
+     * it when a connection's first statement begins), and the task would
+     * then run to its end. A worker that takes its connection from here on
+     * sees stop and runs nothing. */
     for (;;) {
         int busy = 0;
         for (unsigned i = 0; i < p->n; i++)
@@ -172,43 +188,41 @@ void sqlpool_stop(http_server *s) {
     p->head = p->tail = NULL;
     p->queued = 0;
     /* A resumed connection is answered on its MHD thread's next turn;
-     * stopping the daemon before that would close it without a word. */
+     * stopping the daemon before that would close it without a word. An
+     * answer being sent is not waited for (a trace may take minutes). */
     uint64_t deadline = pp_now_ns() + 2000000000ull;
-    while (p->pending > 0 && pp_now_ns() < deadline) pp_cond_wait_until(&p->cv, &p->mu, deadline);
+    while (p->untaken > 0 && pp_now_ns() < deadline) pp_cond_wait_until(&p->cv, &p->mu, deadline);
     pthread_mutex_unlock(&p->mu);
 }
 
-void sqlpool_done(http_server *s) {
-    sql_pool *p = s->sql;
+void sqlpool_done(sql_pool *p) {
     pthread_mutex_lock(&p->mu);
     p->pending--;
-    pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
-void sqlpool_free(http_server *s) {
-    sql_pool *p = s->sql;
+void sqlpool_free(sql_pool **pp) {
+    sql_pool *p = *pp;
     if (!p) return;
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
     free(p->w);
     free(p);
-    s->sql = NULL;
+    *pp = NULL;
 }
 
-int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, size_t len, sql_task **task,
-                   http_reply *r) {
-    sql_pool *p = s->sql;
+int sqlpool_submit(sql_pool *p, http_server *s, struct MHD_Connection *c, sqlpool_fn *run, const void *arg,
+                   sql_task **task, http_reply *r) {
     sql_task *t = calloc(1, sizeof *t);
     if (!t) {
         http_error(r, 500, "out of memory");
         return 0;
     }
-    *t = (sql_task){.s = s, .c = c, .fd = http_conn_fd(c), .body = body, .len = len};
+    *t = (sql_task){.pool = p, .s = s, .c = c, .fd = http_conn_fd(c), .run = run, .arg = arg};
     pthread_mutex_lock(&p->mu);
-    if (p->running + p->queued >= p->n + p->max_queued) sql_drop_gone(p); /* places clients gave up */
-    int stop = p->stop, room = p->running + p->queued < p->n + p->max_queued;
-    unsigned running = p->running, queued = p->queued;
+    if (p->pending >= p->max_pending) sql_drop_gone(p); /* places clients gave up */
+    int stop = p->stop, room = p->pending < p->max_pending;
+    unsigned running = p->running, queued = p->queued, sending = p->pending - p->running - p->queued;
     if (!stop && room) {
         /* Suspended before a worker can see the task, so the resume
          * always comes after. */
@@ -219,6 +233,7 @@ int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, s
         p->tail = t;
         p->queued++;
         p->pending++;
+        p->untaken++;
         pthread_cond_signal(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -227,21 +242,25 @@ int sqlpool_submit(http_server *s, struct MHD_Connection *c, const char *body, s
     if (stop) http_error(r, 503, "the server is stopping");
     else
         http_error(r, 503,
-                   "busy: %u SQL queries are running and %u waiting, the most the server takes; try again when "
-                   "one has finished",
-                   running, queued);
+                   "busy: %u %s are running, %u waiting and %u being sent, the most the server takes; try again "
+                   "when one has finished",
+                   running, p->what, queued, sending);
     return 0;
 }
 
 void sqlpool_take(sql_task *t, http_reply *r) {
     if (!t) return;
+    sql_pool *p = t->pool;
+    pthread_mutex_lock(&p->mu);
+    p->untaken--;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
     if (r) *r = t->reply;
-    else free(t->reply.body);
+    else reply_clear(&t->reply);
     free(t);
 }
 
-void sqlpool_count(http_server *s, unsigned *running, unsigned *queued) {
-    sql_pool *p = s->sql;
+void sqlpool_count(sql_pool *p, unsigned *running, unsigned *queued) {
     pthread_mutex_lock(&p->mu);
     *running = p->running;
     *queued = p->queued;
