@@ -222,7 +222,7 @@ static int read_paths(sqlite3 *db, int64_t job, const db_export_steps *steps, pa
             cap = 2 * cap > *n + p.n ? 2 * cap : *n + p.n;
             path_mark *m = realloc(*marks, cap * sizeof *m);
             if (m) *marks = m;
-            else ret = pp_fail(err, "export: out of memory");
+            else ret = pp_fail(err, "out of memory while exporting");
         }
         for (size_t i = 0; ret == 0 && i < p.n; i++)
             (*marks)[(*n)++] = (path_mark){p.ops[i].op.id, i + 1 < p.n ? p.ops[i + 1].op.id : -1, p.ops[i].via,
@@ -287,7 +287,7 @@ static int export_kernels(sqlite3 *db, int64_t job, const db_export_steps *steps
                 stream_track *t = realloc(*tracks, (*ntracks + 1) * sizeof *t);
                 if (!t) {
                     sqlite3_finalize(st);
-                    return pp_fail(err, "export: out of memory");
+                    return pp_fail(err, "out of memory while exporting");
                 }
                 *tracks = t;
                 cur = &t[(*ntracks)++];
@@ -405,7 +405,7 @@ int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FIL
     while (sqlite3_step(st) == SQLITE_ROW) {
         rank_info *r = realloc(ranks, (nranks + 1) * sizeof *r);
         if (!r) {
-            pp_fail(err, "export: out of memory");
+            pp_fail(err, "out of memory while exporting");
             goto done;
         }
         ranks = r;
@@ -605,7 +605,7 @@ int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FIL
     }
     fprintf(out, "\n]}\n");
     if (fflush(out) != 0 || ferror(out)) {
-        pp_fail(err, "export: writing the trace failed (disk full?)");
+        pp_fail(err, "writing the trace failed (disk full?)");
         goto done;
     }
     ret = 0;

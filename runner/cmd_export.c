@@ -67,10 +67,6 @@ int cmd_export(int argc, char **argv) {
         fprintf(stderr, "pprun export: --steps: %s\n", err.msg);
         return 2;
     }
-    if (access(dbpath, R_OK) != 0) {
-        fprintf(stderr, "pprun export: --db: cannot read '%s'\n", dbpath);
-        return 2;
-    }
     sqlite3 *sql;
     if (db_open_readonly(dbpath, &sql, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
@@ -102,14 +98,18 @@ int cmd_export(int argc, char **argv) {
     }
     int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, out, &err);
     sqlite3_close(sql);
+    /* A job or steps that are not there are bad input (2); output that
+     * could not be written is a failure (1), as for pprun query. */
+    int status = rc != 0 && ferror(out) ? 1 : 2;
     if (outpath) {
-        if (fclose(out) != 0 && rc == 0) rc = pp_fail(&err, "%s: write failed (disk full?)", outpath);
-        if (rc == 0 && rename(tmp, outpath) != 0) rc = pp_fail(&err, "%s: cannot rename %s into place: %m", outpath, tmp);
+        if (fclose(out) != 0 && rc == 0) rc = pp_fail(&err, "%s: write failed (disk full?)", outpath), status = 1;
+        if (rc == 0 && rename(tmp, outpath) != 0)
+            rc = pp_fail(&err, "%s: cannot rename %s into place: %m", outpath, tmp), status = 1;
         if (rc != 0) remove(tmp);
     }
     if (rc != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
-        return 2;
+        return status;
     }
     return 0;
 }

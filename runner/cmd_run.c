@@ -119,8 +119,8 @@ static void usage(FILE *out) {
             "                        boundary tensors stay in GPU memory, cuda-ipc between ranks\n"
             "                        on one GPU, nccl otherwise; shm|tcp stage them through the host)\n"
             "* --progress auto|on|off  the progress line (its numbers come from pprun's worker)\n\n"
-            "launcher options (as `pprun launch`; --nproc-per-node defaults to 4):\n");
-    launch_usage(out);
+            "launcher options (as `pprun launch`):\n");
+    launch_usage(out, 4);
 }
 
 /* The launcher's parser hands us every option it does not know. */
@@ -148,6 +148,7 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
     }
     if (strcmp(opt, "--resume") == 0) return run_config_option(&job->cfg, opt, NULL, err) < 0 ? -1 : 1;
     if (!run_config_takes_value(opt)) return 0;
+    if (!val) return pp_fail(err, "%s needs a value", opt);
     int rc = run_config_option(&job->cfg, opt, val, err);
     return rc < 0 ? -1 : rc == 1 ? 2 : 0;
 }
@@ -295,6 +296,7 @@ static int check_job(run_job *job, pp_err *err) {
     if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
     if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
+    if (cfg->trace && job->lo.node_rank == 0 && check_writable("--db", cfg->db, 0, err) != 0) return -1;
     if (job->program) return check_program_env(job->plan, err);
     int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
     if (!first) return pp_fail(err, "out of memory");
@@ -770,7 +772,8 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (!(job.lo.given & LAUNCH_GIVEN_NPROC)) job.lo.nproc_per_node = 4;
-    if (check_job(&job, &err) != 0 || build_worker_argv(&job, &err) != 0) {
+    if (check_job(&job, &err) != 0 || build_worker_argv(&job, &err) != 0 ||
+        (job.program && launch_check_program(&job.lo, &err) != 0)) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
         sched_free(job.plan);
         return 2;

@@ -59,10 +59,6 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "pprun serve: --db FILE is required\n");
         return 2;
     }
-    if (access(o.db_path, R_OK) != 0) {
-        fprintf(stderr, "pprun serve: --db %s: cannot read the file\n", o.db_path);
-        return 2;
-    }
     if (!o.token) o.token = getenv("PPRUN_TOKEN");
     /* Block the signals in every thread; this one waits for them. */
     sigset_t set;

@@ -101,10 +101,6 @@ int cmd_stats(int argc, char **argv) {
         fprintf(stderr, "pprun stats: --vs %ld is --job %ld itself: nothing to compare\n", vs, job);
         return 2;
     }
-    if (access(dbpath, R_OK) != 0) {
-        fprintf(stderr, "pprun stats: --db: cannot read '%s'\n", dbpath);
-        return 2;
-    }
     sqlite3 *db;
     if (db_open_readonly(dbpath, &db, &err) != 0) {
         fprintf(stderr, "pprun stats: %s\n", err.msg);

@@ -106,8 +106,13 @@ void launch_options_default(launch_options *o);
  * flags and the variable that give one. launch_job checks it too. (A
  * one-node job keeps its store on 127.0.0.1 whatever --master-addr says.) */
 int launch_check_token(const launch_options *o, pp_err *err);
-/* The option list, for --help of `pprun launch` and of commands reusing it. */
-void launch_usage(FILE *out);
+/* 0 when PROGRAM (o->prog_argv[0]) is an executable file here (a path, or
+ * found in PATH), else -1 naming it: for a command that refuses before it
+ * writes anything. launch_job looks it up too. */
+int launch_check_program(const launch_options *o, pp_err *err);
+/* The option list, for --help of `pprun launch` (nproc_default 1: with its
+ * usage line) and of commands reusing it (their own default, no usage line). */
+void launch_usage(FILE *out, int nproc_default);
 
 /* --- running a job ------------------------------------------------------------ */
 

@@ -21,7 +21,7 @@ static const struct {
     int has_value;
     const char *arg, *help;
 } opts[] = {
-    {"--nproc-per-node", "--nproc_per_node", OPT_NPROC, 1, "N", "workers on this node: 1-1024, or 'cpu'/'auto' = one per CPU (default 1)"},
+    {"--nproc-per-node", "--nproc_per_node", OPT_NPROC, 1, "N", "workers on this node: 1-1024, or 'cpu'/'auto' = one per CPU"},
     {"--nnodes", NULL, OPT_NNODES, 1, "N", "number of nodes (launchers), 1-4096 (default 1)"},
     {"--node-rank", "--node_rank", OPT_NODE_RANK, 1, "R", "this node's rank, 0 to nnodes-1 (default 0)"},
     {"--master-addr", "--master_addr", OPT_MASTER_ADDR, 1, "A", "host of node 0, which runs the store (default 127.0.0.1)"},
@@ -43,15 +43,18 @@ static const struct {
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
 
-void launch_usage(FILE *out) {
-    fprintf(out, "usage: pprun launch [options] [--] PROGRAM [ARGS...]\n\n"
-                 "Runs PROGRAM once per rank with torchrun's environment (RANK, LOCAL_RANK,\n"
-                 "WORLD_SIZE, ...). Options also accept torchrun's snake_case spellings and\n"
-                 "--opt=value.\n\n");
+void launch_usage(FILE *out, int nproc_default) {
+    if (nproc_default == 1)
+        fprintf(out, "usage: pprun launch [options] [--] PROGRAM [ARGS...]\n\n"
+                     "Runs PROGRAM once per rank with torchrun's environment (RANK, LOCAL_RANK,\n"
+                     "WORLD_SIZE, ...). Options also accept torchrun's snake_case spellings and\n"
+                     "--opt=value.\n\n");
     for (size_t i = 0; i < NOPTS; i++) {
         char left[64];
         snprintf(left, sizeof left, "%s%s%s", opts[i].name, opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
-        fprintf(out, "  %-24s %s\n", left, opts[i].help);
+        fprintf(out, "  %-24s %s", left, opts[i].help);
+        if (opts[i].id == OPT_NPROC) fprintf(out, " (default %d)", nproc_default);
+        fprintf(out, "\n");
     }
     fprintf(out, "\nExit status: 0 success, 1 the job failed, 2 bad usage, 128+N stopped by signal N.\n"
                  "docs/cli.md describes the environment, Slurm use and log layout.\n");
@@ -345,7 +348,9 @@ int launch_parse(int argc, char **argv, launch_options *o,
             kebab(name, kname, sizeof kname);
             int took = 0;
             if (extra) {
-                const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+                /* "--" ends the options: never a value (pprun run appends
+                 * "-- worker", so a last flag would have taken it). */
+                const char *val = eq ? eq + 1 : (i + 1 < argc && strcmp(argv[i + 1], "--") != 0 ? argv[i + 1] : NULL);
                 took = extra(ctx, kname, val, err);
                 if (took < 0) return -1;
                 if (took == 1 && eq) return pp_fail(err, "%s takes no value, got '%s'", kname, a);
@@ -359,7 +364,7 @@ int launch_parse(int argc, char **argv, launch_options *o,
         const char *canon = opts[k].name;
         if (opts[k].id == OPT_HELP) {
             /* A caller with its own flags prints its own usage. */
-            if (!extra || extra(ctx, "--help", NULL, err) != 1) launch_usage(stdout);
+            if (!extra || extra(ctx, "--help", NULL, err) != 1) launch_usage(stdout, 1);
             return 1;
         }
         const char *val = NULL;
@@ -367,7 +372,8 @@ int launch_parse(int argc, char **argv, launch_options *o,
             if (eq) {
                 val = eq + 1;
             } else {
-                if (i + 1 >= argc) return pp_fail(err, "%s needs a value (%s): %s", canon, opts[k].arg, opts[k].help);
+                if (i + 1 >= argc || strcmp(argv[i + 1], "--") == 0)
+                    return pp_fail(err, "%s needs a value (%s): %s", canon, opts[k].arg, opts[k].help);
                 val = argv[++i];
             }
         } else if (eq) {

@@ -78,6 +78,13 @@ int launch_find_program(const char *prog, char ***out, pp_err *err) {
     return 0;
 }
 
+int launch_check_program(const launch_options *o, pp_err *err) {
+    char **paths;
+    if (launch_find_program(o->prog_argc > 0 ? o->prog_argv[0] : NULL, &paths, err) != 0) return -1;
+    launch_paths_free(paths);
+    return 0;
+}
+
 pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
     /* Prepared here: the child must not allocate. */
     pid_t parent = getpid();

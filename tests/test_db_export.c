@@ -172,6 +172,21 @@ Test(db_export, pprun_export_errors_name_the_problem_and_exit_2) {
     free(m);
 }
 
+/* Output that cannot be written (a full disk) is a failure, exit 1 as for
+ * pprun query, not bad usage; the message says so once. */
+Test(db_export, a_failed_write_exits_1_saying_so) {
+    if (access("/dev/full", W_OK) != 0) cr_skip_test("no /dev/full");
+    const char *path = tfix_path("full.db"), *errf = tfix_path("full-err.txt");
+    make_db(path);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s export --db %s --job 1 >/dev/full 2>%s", PPRUN_BIN, path, errf);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit %d", WEXITSTATUS(st));
+    char *m = slurp(errf);
+    cr_assert(strstr(m, "pprun export: writing the trace failed (disk full?)"), "%s", m);
+    free(m);
+}
+
 /* Without --job, the newest job, as `pprun stats`; a file without jobs
  * exits 2 saying so. */
 Test(db_export, without_job_the_newest_is_exported) {

@@ -301,9 +301,46 @@ Test(run, an_impossible_database_is_named_once) {
     char *out = NULL;
     int rc = sh(&out, "%s run --progress off --steps 1 --db /nonexistent/dir/t.db", PPRUN_BIN);
     cr_assert_eq(rc, 2, "%s", out);
-    cr_assert(strstr(out, "pprun run: --db /nonexistent/dir/t.db: cannot open the file while"), "%s", out);
+    cr_assert(strstr(out, "pprun run: --db /nonexistent/dir/t.db: cannot create it in /nonexistent/dir: No such"), "%s",
+              out);
     cr_assert_null(strstr(out, "t.db: /nonexistent"), "%s", out);
     free(out);
+    rc = sh(&out, "%s run --progress off --steps 1 --db /tmp", PPRUN_BIN);
+    cr_assert_eq(rc, 2, "%s", out);
+    cr_assert(strstr(out, "pprun run: --db /tmp: is a directory"), "%s", out);
+    free(out);
+}
+
+/* A value flag given last took the "--" that pprun run appends before its
+ * worker as its value: `pprun run --db` ran the whole job into a file named
+ * "--". A program that is not there was found out only once the job was
+ * recorded (a failed job in the database). Both are bad usage now, refused
+ * before anything is written. */
+Test(run, a_flag_without_its_value_or_a_missing_program_writes_nothing) {
+    static const struct {
+        const char *args, *expect;
+    } cases[] = {
+        {"--db", "pprun run: --db needs a value"},
+        {"--metrics", "pprun run: --metrics needs a value"},
+        {"--model", "pprun run: --model needs a value"},
+        {"--nproc-per-node", "pprun run: --nproc-per-node needs a value"},
+        {"--db x.db -- /nonexistent/prog", "pprun run: PROGRAM '/nonexistent/prog': no such file"},
+        {"--db x.db -- no-such-program-pprun", "pprun run: PROGRAM 'no-such-program-pprun' not found in PATH"},
+    };
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/novalue", tmpdir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *out = NULL;
+        int rc = sh(&out, "cd '%s' && %s run %s", dir, PPRUN_BIN, cases[i].args);
+        cr_assert_eq(rc, 2, "'%s' gave exit %d:\n%s", cases[i].args, rc, out);
+        cr_assert(strstr(out, cases[i].expect), "'%s': message does not name '%s':\n%s", cases[i].args,
+                  cases[i].expect, out);
+        free(out);
+        rc = sh(&out, "ls -A '%s'", dir);
+        cr_assert_str_eq(out, "", "'%s' wrote files", cases[i].args);
+        free(out);
+    }
 }
 
 /* A damaged checkpoint-dir/latest is named as such: a step past what --steps

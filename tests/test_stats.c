@@ -368,7 +368,7 @@ Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     lt_expect_refusal((const char *[]){"stats", NULL}, "--db is required");
     lt_expect_refusal((const char *[]){"stats", "--db", NULL}, "--db needs a value");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--steps", "3", NULL}, "unknown option '--steps'");
-    lt_expect_refusal((const char *[]){"stats", "--db", "/nonexistent/x.db", NULL}, "cannot read '/nonexistent/x.db'");
+    lt_expect_refusal((const char *[]){"stats", "--db", "/nonexistent/x.db", NULL}, "/nonexistent/x.db: no such file");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--job", "abc", NULL}, "--job");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--job", "0", NULL}, "--job");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--job", "9", NULL}, "no job 9 in this database");

@@ -1035,6 +1035,24 @@ Test(web, refuses_to_start_on_a_file_it_cannot_show) {
         cr_assert(strstr(err.msg, path) && strstr(err.msg, files[i].says), "%s", err.msg);
         fixture_remove(path);
     }
+    /* what SQLite calls "disk I/O error" and "file is not a database" */
+    char text[256];
+    fixture_tmp_path(text, sizeof text, "text");
+    FILE *f = fopen(text, "w");
+    cr_assert(f && fputs("not a database\n", f) >= 0 && fclose(f) == 0);
+    const struct {
+        const char *path, *says;
+    } others[] = {{"/tmp", "/tmp: is a directory, not a database file"},
+                  {text, "not an SQLite database"},
+                  {"/nonexistent/x.db", "/nonexistent/x.db: no such file"}};
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        pp_err err;
+        http_server *s = NULL;
+        http_options o = {.listen = "127.0.0.1:0", .db_path = others[i].path};
+        cr_assert_eq(http_start(&o, &s, &err), -1, "%s served", others[i].path);
+        cr_assert(strstr(err.msg, others[i].path) && strstr(err.msg, others[i].says), "%s", err.msg);
+    }
+    fixture_remove(text);
 }
 
 /* ---- auth ------------------------------------------------------------------ */
