@@ -36,8 +36,8 @@ int cmd_export(int argc, char **argv) {
                             : strcmp(a, "--out") == 0    ? &outpath
                                                          : NULL;
         if (!slot) {
-            fprintf(stderr, "pprun export: unknown option '%s'\n", a);
-            export_usage(stderr);
+            if (a[0] == '-') fprintf(stderr, "pprun export: unknown option '%s'; see pprun export --help\n", a);
+            else fprintf(stderr, "pprun export: unexpected argument '%s' (pprun export takes options only)\n", a);
             return 2;
         }
         if (i + 1 >= argc) {
@@ -53,7 +53,7 @@ int cmd_export(int argc, char **argv) {
     }
     if (!format) format = "chrome";
     if (strcmp(format, "chrome") != 0) {
-        fprintf(stderr, "pprun export: --format: unknown format '%s'; accepted: chrome\n", format);
+        fprintf(stderr, "pprun export: --format '%s': expected one of chrome\n", format);
         return 2;
     }
     pp_err err;

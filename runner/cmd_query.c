@@ -268,7 +268,7 @@ int cmd_query(int argc, char **argv) {
                 return 2;
             }
         } else if (a[0] == '-' && a[1] == '-') {
-            fprintf(stderr, "pprun query: unknown option '%s' (accepted: --db --format --max-rows --timeout)\n", a);
+            fprintf(stderr, "pprun query: unknown option '%s'; see pprun query --help\n", a);
             return 2;
         } else if (!sql) sql = a;
         else {
@@ -285,7 +285,7 @@ int cmd_query(int argc, char **argv) {
         return 2;
     }
     if (strcmp(format, "table") != 0 && strcmp(format, "csv") != 0 && strcmp(format, "json") != 0) {
-        fprintf(stderr, "pprun query: --format '%s' is not one of table, csv, json\n", format);
+        fprintf(stderr, "pprun query: --format '%s': expected one of table, csv, json\n", format);
         return 2;
     }
     usersql_limits lim = {.max_rows = (size_t)max_rows, .time_limit_ns = timeout_ns};

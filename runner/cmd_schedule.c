@@ -43,14 +43,14 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         char name[64];
         char *eq = strchr(arg, '=');
         size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (n >= sizeof name) return pp_fail(err, "unknown flag '%s' (see pprun schedule --help)", arg);
+        if (n >= sizeof name) return pp_fail(err, "unknown option '%s'; see pprun schedule --help", arg);
         memcpy(name, arg, n);
         name[n] = '\0';
         static const char *const flags[] = {"--schedule", "--stages", "--microbatches", "--virtual-stages", "--costs",
                                             "--csv-in", "--csv-out", "--notation", "--format"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= strcmp(name, flags[k]) == 0;
-        if (!known) return pp_fail(err, "unknown flag '%s' (see pprun schedule --help)", name);
+        if (!known) return pp_fail(err, "unknown option '%s'; see pprun schedule --help", name);
         if (eq) val = eq + 1;
         else if (i + 1 < argc) val = argv[++i];
         else return pp_fail(err, "%s needs a value (see pprun schedule --help)", name);
@@ -71,7 +71,7 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
             o->notation = val;
         } else if (strcmp(name, "--format") == 0) {
             if (strcmp(val, "text") && strcmp(val, "json"))
-                return pp_fail(err, "--format: unknown format '%s'; accepted: text, json", val);
+                return pp_fail(err, "--format '%s': expected one of text, json", val);
             o->format = val;
         }
     }

@@ -36,7 +36,7 @@ int cmd_serve(int argc, char **argv) {
         int takes = !strcmp(a, "--db") || !strcmp(a, "--listen") || !strcmp(a, "--token") ||
                     !strcmp(a, "--threads") || !strcmp(a, "--timeout");
         if (!takes) {
-            fprintf(stderr, "pprun serve: unknown option '%s' (accepted: --db --listen --token --threads --timeout)\n", a);
+            fprintf(stderr, "pprun serve: unknown option '%s'; see pprun serve --help\n", a);
             return 2;
         }
         if (i + 1 >= argc) {

@@ -71,8 +71,8 @@ int cmd_stats(int argc, char **argv) {
                             : strcmp(a, "--format") == 0 ? &format
                                                       : NULL;
         if (!slot) {
-            fprintf(stderr, "pprun stats: unknown option '%s'\n", a);
-            usage(stderr);
+            if (a[0] == '-') fprintf(stderr, "pprun stats: unknown option '%s'; see pprun stats --help\n", a);
+            else fprintf(stderr, "pprun stats: unexpected argument '%s' (pprun stats takes options only)\n", a);
             return 2;
         }
         if (i + 1 >= argc) {
@@ -87,7 +87,7 @@ int cmd_stats(int argc, char **argv) {
         return 2;
     }
     if (strcmp(format, "text") != 0 && strcmp(format, "json") != 0) {
-        fprintf(stderr, "pprun stats: --format '%s': expected text or json\n", format);
+        fprintf(stderr, "pprun stats: --format '%s': expected one of text, json\n", format);
         return 2;
     }
     pp_err err;

@@ -358,7 +358,7 @@ int launch_parse(int argc, char **argv, launch_options *o,
                 if (took == 2 && !eq) i++;
             }
             if (took == 0)
-                return pp_fail(err, "unknown option '%s'; see pprun %s --help for the accepted options", name, cmd);
+                return pp_fail(err, "unknown option '%s'; see pprun %s --help", name, cmd);
             continue;
         }
         const char *canon = opts[k].name;

@@ -367,7 +367,11 @@ Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     fixture_fresh(path, sizeof path, "stats-bad", 1, "succeeded");
     lt_expect_refusal((const char *[]){"stats", NULL}, "--db is required");
     lt_expect_refusal((const char *[]){"stats", "--db", NULL}, "--db needs a value");
-    lt_expect_refusal((const char *[]){"stats", "--db", path, "--steps", "3", NULL}, "unknown option '--steps'");
+    lt_expect_refusal((const char *[]){"stats", "--db", path, "--steps", "3", NULL},
+                      "unknown option '--steps'; see pprun stats --help");
+    lt_expect_refusal((const char *[]){"stats", "--db", path, "extra", NULL},
+                      "unexpected argument 'extra' (pprun stats takes options only)");
+    lt_expect_refusal((const char *[]){"stats", "--db", "/tmp", NULL}, "/tmp: is a directory, not a database file");
     lt_expect_refusal((const char *[]){"stats", "--db", "/nonexistent/x.db", NULL}, "/nonexistent/x.db: no such file");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--job", "abc", NULL}, "--job");
     lt_expect_refusal((const char *[]){"stats", "--db", path, "--job", "0", NULL}, "--job");

@@ -423,7 +423,7 @@ Test(web_compare, stats_format_json_prints_the_apis_bodies, .timeout = 60) {
         {{"--job", "9", NULL}, "no job 9 in this database"},
         {{"--job", "1", "--vs", "9", NULL}, "no job 9 in this database"},
         {{"--job", "1", "--vs", "1", NULL}, "--vs 1 is --job 1 itself: nothing to compare"},
-        {{"--format", "xml", NULL}, "--format 'xml': expected text or json"},
+        {{"--format", "xml", NULL}, "--format 'xml': expected one of text, json"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         stats_json(&p, 2, bad[k].args);
