@@ -259,12 +259,10 @@ int cmd_query(int argc, char **argv) {
             double seconds;
             const char *v = argv[++i];
             if (pp_parse_double(v, 0, 1e6, "--timeout", &seconds, &err) == 0) timeout_ns = (uint64_t)(seconds * 1e9);
-            else if (pp_parse_duration_ns(v, "--timeout", &timeout_ns, &err) != 0) {
-                fprintf(stderr, "pprun query: --timeout: expected seconds (30, 0.5) or a duration (500ms), got '%s'\n", v);
-                return 2;
-            }
+            else if (pp_parse_duration_ns(v, "--timeout", &timeout_ns, &err) != 0) timeout_ns = 0;
             if (timeout_ns == 0) {
-                fprintf(stderr, "pprun query: --timeout must be > 0\n");
+                fprintf(stderr, "pprun query: --timeout: expected seconds > 0 (30, 0.5) or a duration (500ms), got '%s'\n",
+                        v);
                 return 2;
             }
         } else if (a[0] == '-' && a[1] == '-') {

@@ -72,7 +72,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "pprun serve: %s\n", err.msg);
         return 2;
     }
-    printf("pprun: serving %s at %s\n", o.db_path, http_url(s));
+    printf("pprun serve: serving %s at %s\n", o.db_path, http_url(s));
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
