@@ -4,8 +4,10 @@
 #include "runner/cli.h"
 
 int cmd_version(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+    if (argc > 1) {
+        fprintf(stderr, "pprun version: unexpected argument '%s' (pprun version takes none)\n", argv[1]);
+        return 2;
+    }
     printf("pprun %s\n", PPRUN_VERSION);
     return 0;
 }

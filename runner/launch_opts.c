@@ -212,7 +212,8 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
             o->nproc_per_node = n > LAUNCH_MAX_NPROC ? LAUNCH_MAX_NPROC : n;
         } else {
             if (pp_parse_long(val, 1, LAUNCH_MAX_NPROC, name, &v, err) != 0)
-                return pp_wrap(err, "%s takes a worker count (or 'cpu', 'auto')", name);
+                return pp_fail(err, "%s: expected a worker count from 1 to %d, or 'cpu'/'auto', got '%s'", name,
+                               LAUNCH_MAX_NPROC, val ? val : "");
             o->nproc_per_node = (int)v;
         }
         o->given |= LAUNCH_GIVEN_NPROC;

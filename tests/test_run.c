@@ -296,6 +296,16 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
     }
 }
 
+Test(run, version_prints_the_version_and_takes_no_argument) {
+    char *out = NULL;
+    cr_assert_eq(sh(&out, "%s version && %s --version", PPRUN_BIN, PPRUN_BIN), 0, "%s", out);
+    cr_assert_str_eq(out, "pprun " PPRUN_VERSION "\npprun " PPRUN_VERSION "\n");
+    free(out);
+    cr_assert_eq(sh(&out, "%s version extra", PPRUN_BIN), 2, "%s", out);
+    cr_assert_str_eq(out, "pprun version: unexpected argument 'extra' (pprun version takes none)\n");
+    free(out);
+}
+
 /* A database that cannot be made is named once, after --db, with why. */
 Test(run, an_impossible_database_is_named_once) {
     char *out = NULL;
