@@ -110,7 +110,7 @@ int cmd_stats(int argc, char **argv) {
     if (!job_s) {
         int64_t newest = db_newest_job(db, &err);
         if (newest <= 0) {
-            fprintf(stderr, "pprun stats: %s\n", newest < 0 ? err.msg : "no job in this database yet");
+            fprintf(stderr, "pprun stats: %s: %s\n", dbpath, newest < 0 ? err.msg : "no job in this database yet");
             goto out;
         }
         job = (long)newest;

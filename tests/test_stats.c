@@ -388,7 +388,9 @@ Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     db *d;
     cr_assert_eq(db_open(empty, &d, &err), 0, "%s", err.msg);
     db_close(d);
-    lt_expect_refusal((const char *[]){"stats", "--db", empty, NULL}, "no job in this database yet");
+    char nojobs[512];
+    snprintf(nojobs, sizeof nojobs, "%s: no job in this database yet", empty);
+    lt_expect_refusal((const char *[]){"stats", "--db", empty, NULL}, nojobs);
     fixture_remove(path);
     fixture_remove(junk);
     fixture_remove(empty);
