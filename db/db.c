@@ -347,8 +347,10 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
     /* SQLite says "unable to open database file" or "disk I/O error" for
      * these; the user's words are better. */
     struct stat st;
-    if (stat(path, &st) != 0 && errno == ENOENT) return pp_fail(err, "no such file");
-    if (stat(path, &st) != 0) return pp_fail(err, "cannot read it: %s", strerror(errno));
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT) return pp_fail(err, "no such file");
+        return pp_fail(err, "cannot read it: %s", strerror(errno));
+    }
     if (S_ISDIR(st.st_mode)) return pp_fail(err, "is a directory, not a database file");
     if (access(path, R_OK) != 0) return pp_fail(err, "cannot read it: %s", strerror(errno));
     sqlite3 *sql = open_readonly(path, 0, err);
