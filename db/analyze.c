@@ -285,13 +285,16 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
     return rc == SQLITE_OK ? 0 : db_fail(d, rc, what, err);
 }
 
-int db_analyze_job(db *d, int64_t job, pp_err *err) {
+int db_analyze_job(db *d, int64_t job, pp_err *err) { return db_analyze_steps_below(d, job, INT32_MAX, err); }
+
+int db_analyze_steps_below(db *d, int64_t job, int below, pp_err *err) {
     sqlite3_stmt *st;
     /* Steps come off the events_by_step index without reading events. */
-    if (sqlite3_prepare_v2(db_sqlite(d), "SELECT DISTINCT step FROM events WHERE job_id=? ORDER BY step", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db_sqlite(d), "SELECT DISTINCT step FROM events WHERE job_id=?1 AND step < ?2 ORDER BY step",
+                           -1, &st, NULL) != SQLITE_OK)
         return db_fail(d, sqlite3_errcode(db_sqlite(d)), "listing steps", err);
     sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, below);
     int *steps = NULL;
     size_t n = 0, cap = 0;
     int rc;

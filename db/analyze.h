@@ -54,6 +54,8 @@ int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, 
 int db_analyze_step(db *d, int64_t job_id, int step, pp_err *err);
 /* Every step that has events. */
 int db_analyze_job(db *d, int64_t job_id, pp_err *err);
+/* Every step below `below` that has events. */
+int db_analyze_steps_below(db *d, int64_t job_id, int below, pp_err *err);
 
 /* Measured costs of a step, to re-simulate the plan with: the median
  * duration (ns) of F, B and W per stage, over the step's latest attempt,

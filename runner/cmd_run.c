@@ -631,6 +631,14 @@ static const char *without_path(const char *msg, const char *path) {
     return strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0 ? msg + n + 2 : msg;
 }
 
+/* Each rank's pid, for ranks.pid (the latest attempt's). */
+static void started(void *ctx, const launch_info *info, const pid_t *pids) {
+    run_job *job = ctx;
+    if (!job->coll) return;
+    for (int l = 0; l < info->nproc_per_node; l++)
+        collector_set_pid(job->coll, info->node_rank * info->nproc_per_node + l, (int)pids[l]);
+}
+
 /* Shared-memory rings a rank created before a peer attached (the peer died
  * first) are removed once the attempt's workers are gone. */
 static void after_attempt(void *ctx, const launch_info *info, const launch_result *res) {
@@ -823,7 +831,8 @@ int cmd_run(int argc, char **argv) {
                 job.cfg.db, nlost, nlost > 1 ? "s" : "", nlost > 1 ? "their" : "its");
 
     launch_hooks hooks = {
-        .ctx = &job, .before_attempt = before_attempt, .rank_env = rank_env, .after_attempt = after_attempt};
+        .ctx = &job, .before_attempt = before_attempt, .rank_env = rank_env, .started = started,
+        .after_attempt = after_attempt};
     launch_result res;
     int lrc = launch_job(&job.lo, &hooks, &res, &err);
     exit_code = res.exit_code;
@@ -841,6 +850,7 @@ int cmd_run(int argc, char **argv) {
     /* Everything the ranks recorded reaches the database, dead ranks too. */
     pp_err trace_err = {""};
     if (job.coll) {
+        if (lrc != 0 || res.status != LAUNCH_OK) collector_last_step_cut(job.coll);
         if (collector_stop(job.coll, &trace_err) != 0) {
             fprintf(stderr, "pprun run: trace collector: %s\n", trace_err.msg);
             if (exit_code == 0) exit_code = 1;

@@ -217,6 +217,13 @@ Test(run_trace, a_crashed_rank_keeps_what_it_recorded) {
                              "SELECT count(*) FROM jobs WHERE status = 'failed' AND exit_code = 1 AND failed_rank = 1 "
                              "AND failure LIKE '%%SIGKILL%%'"),
                  1, "the job is not marked failed by rank 1 with SIGKILL");
+    /* Step 1 was cut short: its events stay, but no statistics describe
+     * part of a step as a whole one (the dashboard showed it as complete,
+     * its partial loss and its short wall time in the totals). */
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM step_stats WHERE step = 0"), 4, "step 0 is analysed");
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM step_stats WHERE step = 1"), 0, "the cut step has statistics");
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM step_idle WHERE step = 1"), 0);
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(DISTINCT pid) FROM ranks WHERE pid > 0"), 4, "every rank's pid");
     sqlite3_close(db);
 }
 
@@ -236,6 +243,8 @@ static void two_nodes(const char *addr, const char *env) {
     sqlite3 *db = open_db("nodes.db");
     cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM events WHERE phase = 'F'"), 2 * 4 * 4);
     cr_assert_eq(tfix_q_intf(db, "SELECT count(DISTINCT rank) FROM events"), 4);
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(DISTINCT pid) FROM ranks WHERE pid > 0"), 4,
+                 "every rank's pid, node 1's forwarded");
     /* node 1's measured offset is about -3 s */
     long long off = tfix_q_intf(db, "SELECT clock_offset_ns FROM ranks WHERE job_id = 1 AND rank = 2");
     cr_assert(off < -2900000000LL && off > -3100000000LL, "rank 2's clock offset %lld ns", off);

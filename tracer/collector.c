@@ -53,7 +53,7 @@ typedef struct hello_hdr {
 } hello_hdr;
 
 typedef struct frame_rank {
-    int32_t rank, pad;
+    int32_t rank, pid; /* pid: of the rank's latest attempt, 0 not known (a forwarder that predates it) */
     int64_t clock_offset_ns;
     uint64_t dropped;
 } frame_rank;
@@ -98,7 +98,10 @@ struct collector {
     int *max_step;
     uint64_t *dropped;
     char *offset_recorded; /* the rank's forwarded clock offset is in `ranks` */
-    int analyzed; /* steps below this were analysed */
+    int *pid;              /* under mu: the pid of the rank's latest attempt on this node (collector_set_pid) */
+    int *pid_recorded;     /* the pid in `ranks` (master), or the last forwarded (other nodes) */
+    int analyzed;          /* steps below this were analysed */
+    atomic_int last_step_cut; /* collector_last_step_cut: the steps no rank moved past are not analysed at the end */
     size_t next_ring; /* where the next drain starts: no ring starves the others */
     atomic_uint_fast64_t count, rejected;
     int failed;
@@ -174,6 +177,16 @@ static void store_events(collector *c, trace_event *ev, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (ev[i].step > c->max_step[ev[i].rank]) c->max_step[ev[i].rank] = ev[i].step;
     analyze_ready_steps(c);
+}
+
+/* Records rank's pid (its latest attempt) where users look for it. */
+static void store_pid(collector *c, int rank, int pid, int64_t clock_offset_ns) {
+    if (pid <= 0 || c->pid_recorded[rank] == pid || has_failed(c)) return;
+    pp_err e;
+    if (db_update_rank(c->cfg.db, c->cfg.job_id, rank, pid, clock_offset_ns, &e) != 0)
+        set_error(c, &e);
+    else
+        c->pid_recorded[rank] = pid;
 }
 
 static void store_dropped(collector *c, int rank, uint64_t dropped) {
@@ -260,7 +273,11 @@ static void drain_rings(collector *c) {
             n += trace_ring_read(c->rings[(first + k) % c->nrings].ring, c->buf + n, BATCH_MAX - n);
         if (c->cfg.db) {
             store_events(c, c->buf, n);
-            for (size_t i = 0; i < c->nrings; i++) store_dropped(c, c->rings[i].rank, rank_dropped(c, c->rings[i].rank));
+            for (size_t i = 0; i < c->nrings; i++) {
+                int r = c->rings[i].rank;
+                store_dropped(c, r, rank_dropped(c, r));
+                store_pid(c, r, c->pid[r], 0); /* the master's clock is the job's */
+            }
         } else {
             /* Every frame carries the clock offset and drop counter of each
              * local rank. */
@@ -274,7 +291,9 @@ static void drain_rings(collector *c) {
                 uint64_t d = rank_dropped(c, r);
                 changed |= d != c->dropped[r];
                 c->dropped[r] = d;
-                fr[nfr++] = (frame_rank){r, 0, c->cfg.clock_offset_ns, d};
+                changed |= c->pid[r] != c->pid_recorded[r]; /* forwarded once a frame carried it */
+                c->pid_recorded[r] = c->pid[r];
+                fr[nfr++] = (frame_rank){r, c->pid[r], c->cfg.clock_offset_ns, d};
             }
             if (n > 0 || changed) forward(c, c->buf, n, fr, nfr);
         }
@@ -481,6 +500,7 @@ static int ingest_frames(collector *c, conn *k) {
             }
             c->offset_recorded[fr.rank] = 1;
             store_dropped(c, fr.rank, fr.dropped);
+            store_pid(c, fr.rank, fr.pid, fr.clock_offset_ns);
         }
         /* Records are copied out (the buffer has no alignment promise); a
          * frame holds at most BATCH_MAX, which c->buf holds. */
@@ -616,7 +636,10 @@ static void *collector_main(void *arg) {
         while (forwarders_left(c) && pp_now_ns() < until) poll_net(c, 10);
         while (c->nconns > 0) close_conn(c, c->nconns - 1);
         pp_err e;
-        if (!has_failed(c) && db_analyze_job(c->cfg.db, c->cfg.job_id, &e) != 0) set_error(c, &e);
+        /* Again with every record in (a restart ran some steps twice);
+         * a cut job's last steps keep their events only. */
+        int below = atomic_load(&c->last_step_cut) ? c->analyzed : INT32_MAX;
+        if (!has_failed(c) && db_analyze_steps_below(c->cfg.db, c->cfg.job_id, below, &e) != 0) set_error(c, &e);
     }
     if (c->log.held)
         fprintf(stderr, "pprun collector: %lu more lines about forwarding connections were left out\n", c->log.held);
@@ -721,6 +744,8 @@ static void collector_free(collector *c) {
     free(c->max_step);
     free(c->offset_recorded);
     free(c->dropped);
+    free(c->pid);
+    free(c->pid_recorded);
     free(c);
 }
 
@@ -754,7 +779,9 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     c->max_step = malloc((size_t)cfg->world_size * sizeof *c->max_step);
     c->offset_recorded = calloc((size_t)cfg->world_size, 1);
     c->dropped = calloc((size_t)cfg->world_size, sizeof *c->dropped);
-    if (!c->buf || !c->max_step || !c->dropped || !c->offset_recorded) {
+    c->pid = calloc((size_t)cfg->world_size, sizeof *c->pid);
+    c->pid_recorded = calloc((size_t)cfg->world_size, sizeof *c->pid_recorded);
+    if (!c->buf || !c->max_step || !c->dropped || !c->offset_recorded || !c->pid || !c->pid_recorded) {
         pp_fail(err, "collector: out of memory");
         goto fail;
     }
@@ -840,6 +867,15 @@ int collector_error(collector *c, pp_err *err) {
     pthread_mutex_unlock(&c->err_mu);
     return f ? -1 : 0;
 }
+
+void collector_set_pid(collector *c, int rank, int pid) {
+    if (rank < 0 || rank >= c->cfg.world_size) return;
+    pthread_mutex_lock(&c->mu);
+    c->pid[rank] = pid;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void collector_last_step_cut(collector *c) { atomic_store(&c->last_step_cut, 1); }
 
 int collector_stop(collector *c, pp_err *err) {
     atomic_store(&c->stop, 1);

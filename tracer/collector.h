@@ -29,8 +29,8 @@
  * a hello {u32 magic "PPHI", u16 version 1, u16 token_len, token bytes},
  * answered by one byte (1 accepted, 0 refused, then closed); then one frame
  * per batch: header {u32 magic "PPFW", u16 version 1, u16 nranks, i64
- * job_id, u32 nrecords, u32 0}, then nranks x {i32 rank, i32 0, i64
- * clock_offset_ns, u64 dropped}, then nrecords x trace_event. A master
+ * job_id, u32 nrecords, u32 0}, then nranks x {i32 rank, i32 pid (0: not
+ * known), i64 clock_offset_ns, u64 dropped}, then nrecords x trace_event. A master
  * without a token also takes frames without a hello (forwarders that
  * predate it). The answer 2 means the master cannot take another
  * forwarding connection (see Limits); the forwarder fails at
@@ -107,10 +107,19 @@ uint64_t collector_count(const collector *c);
 uint64_t collector_rejected(const collector *c);
 /* 0 while all is well; -1 with the first error (disk full, master gone). */
 int collector_error(collector *c, pp_err *err);
+/* The pid of rank's latest attempt (the launcher's `started` hook): the
+ * master records it in ranks.pid, another node forwards it. */
+void collector_set_pid(collector *c, int rank, int pid);
+/* The job did not run to its end (failed, stopped): the steps no rank
+ * moved past were cut short, and collector_stop does not analyse them
+ * (their statistics would describe part of a step as a whole one); their
+ * events stay. */
+void collector_last_step_cut(collector *c);
 /* Drains every ring to the end, waits for forwarders to close (master; up
  * to stop_grace_ns, and not for connections that never sent a byte),
- * runs the final analyses of every step, joins and frees. Returns -1 with
- * the first error met during the whole run, if any. */
+ * runs the final analyses of every step (but those collector_last_step_cut
+ * leaves out), joins and frees. Returns -1 with the first error met during
+ * the whole run, if any. */
 int collector_stop(collector *c, pp_err *err);
 
 #endif
