@@ -792,13 +792,42 @@ Test(web, sql_caps_the_encoded_answer_and_reads_exactly_one_json_body) {
 Test(web, unknown_routes_and_methods_get_json_errors) {
     const char *paths[] = {"/api/nope", "/api/jobs/1/nope", "/api/jobs/abc", "/api/jobs/1/events/x", "/nope.html"};
     for (size_t i = 0; i < 5; i++) cJSON_Delete(get_json(paths[i], 404));
-    webclient_resp r;
-    webclient_request(port, "DELETE", "/api/jobs/1", NULL, NULL, &r);
-    cr_assert_eq(r.status, 405);
-    webclient_free(&r);
-    webclient_request(port, "GET", "/api/sql", NULL, NULL, &r);
-    cr_assert_eq(r.status, 405);
-    webclient_free(&r);
+    /* A 405's Allow names what the route takes (it said "GET, HEAD, POST"
+     * everywhere); the live stream is a route too (it was a 404), and a page
+     * that is not there is a 404 whatever the method (it was a 405). */
+    static const struct {
+        const char *method, *path;
+        int status;
+        const char *allow;
+    } cases[] = {
+        {"DELETE", "/api/jobs/1", 405, "GET, HEAD"},     {"POST", "/api/jobs", 405, "GET, HEAD"},
+        {"GET", "/api/sql", 405, "POST"},                {"POST", "/api/jobs/1/live", 405, "GET, HEAD"},
+        {"POST", "/metrics", 405, "GET, HEAD"},          {"POST", "/app.js", 405, "GET, HEAD"},
+        {"POST", "/nonexistent", 404, NULL},             {"PUT", "/api/jobs/1/trace.json", 405, "GET, HEAD"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        webclient_resp r;
+        webclient_request(port, cases[i].method, cases[i].path, NULL, NULL, &r);
+        cr_assert_eq(r.status, cases[i].status, "%s %s: %d %s", cases[i].method, cases[i].path, r.status, r.body);
+        const char *allow = webclient_header(&r, "Allow");
+        if (cases[i].allow) cr_assert(allow && !strcmp(allow, cases[i].allow), "%s: Allow %s", cases[i].path, allow);
+        else cr_assert_null(allow);
+        webclient_free(&r);
+    }
+}
+
+/* A %00 in the path ended the decoded path early: /api/jobs/1%00/events
+ * was answered as /api/jobs/1, /app.js%00.png as /app.js. */
+Test(web, a_nul_in_the_path_is_refused) {
+    const char *paths[] = {"/api/jobs/1%00/events", "/app.js%00.png", "/api/jobs%00/../x", "/%00"};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        webclient_resp r;
+        cr_assert_eq(webclient_request(port, "GET", paths[i], NULL, NULL, &r), 0);
+        cr_assert_eq(r.status, 400, "%s: %d", paths[i], r.status);
+        cr_assert(strstr(r.body, "the URL's path holds a NUL character (%00)"), "%s", r.body);
+        webclient_free(&r);
+    }
+    cJSON_Delete(get_json("/api/jobs/1/events?limit=5%00abc", 400)); /* in a parameter, as before */
 }
 
 Test(web, traversal_attempts_never_return_a_file) {

@@ -22,6 +22,8 @@
 typedef struct request {
     char *body;
     size_t len, cap;
+    int started;         /* on_request has seen the headers */
+    int path_nul;        /* the path as sent holds %00 (on_uri) */
     int answered;        /* a reply was queued before the body (401, 413) */
     sql_task *task;      /* on a worker (sqlpool.c) while the connection is suspended */
     sql_pool *pool;      /* the pool that took the request: sqlpool_done when it completes */
@@ -290,19 +292,20 @@ static const char *content_type(const char *name) {
 
 /* Looks the path up in the embedded table; nothing else is ever consulted.
  * Only plain names are looked up at all, so a traversal attempt is a 404
- * without touching the table's neighbours either. */
-static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, const char *url) {
-    (void)s;
-    char name[256];
+ * without touching the table's neighbours either. NULL: no such file. */
+static const pp_embedded_file *static_file(const char *url, char name[256]) {
     int plain = url[0] == '/' && strlen(url) < 200 && !strstr(url, "..") && !strstr(url, "//");
     for (const char *p = url; plain && *p; p++)
         plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '/' ||
                 *p == '.' || *p == '-' || *p == '_';
-    const pp_embedded_file *f = NULL;
-    if (plain) {
-        snprintf(name, sizeof name, "static%s", strcmp(url, "/") == 0 ? "/index.html" : url);
-        f = pp_embed_find(pp_static_files, name);
-    }
+    if (!plain) return NULL;
+    snprintf(name, 256, "static%s", strcmp(url, "/") == 0 ? "/index.html" : url);
+    return pp_embed_find(pp_static_files, name);
+}
+
+static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, const char *url) {
+    char name[256];
+    const pp_embedded_file *f = static_file(url, name);
     if (!f) return MHD_NO; /* the caller answers 404 */
     char etag[32];
     snprintf(etag, sizeof etag, "\"%016llx\"", (unsigned long long)pp_hash(f->data, f->size)); /* so reloads get 304s */
@@ -346,7 +349,7 @@ static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, http
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache ? r->cache : "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"pprun\"");
-    if (r->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST");
+    if (r->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow ? r->allow : "GET, HEAD");
     if (r->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
@@ -394,6 +397,20 @@ static enum MHD_Result submit(http_server *s, struct MHD_Connection *c, request 
     return MHD_YES;
 }
 
+/* The request line's URL before libmicrohttpd decodes it: a %00 in the
+ * path would end the decoded path early (/api/jobs/1%00/x read as
+ * /api/jobs/1), so it is noted here and refused. The request's record
+ * starts here (NULL if out of memory: on_request makes it). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls;
+    (void)c;
+    request *rq = calloc(1, sizeof *rq);
+    size_t path_len = strcspn(uri, "?");
+    for (size_t i = 0; rq && i + 3 <= path_len; i++)
+        if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') rq->path_nul = 1;
+    return rq;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -402,10 +419,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_reply r = {0};
     int is_api = strncmp(url, "/api/", 5) == 0 || strcmp(url, "/api") == 0;
     int is_metrics = strcmp(url, "/metrics") == 0;
-    if (!rq) {
-        rq = calloc(1, sizeof *rq);
-        if (!rq) return MHD_NO;
+    if (!rq || !rq->started) {
+        if (!rq && !(rq = calloc(1, sizeof *rq))) return MHD_NO;
         *con_cls = rq;
+        rq->started = 1;
+        if (rq->path_nul) {
+            rq->answered = 1;
+            http_error(&r, 400, "the URL's path holds a NUL character (%%00)");
+            return send_reply(s, c, &r);
+        }
         /* The first call has the headers only: a stranger is refused before
          * a byte of its body is read, and so is an announced oversized body. */
         if ((is_api || is_metrics) && s->token && !token_ok(s, c)) {
@@ -486,12 +508,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return submit(s, c, rq, s->traces, routes_trace, &rq->trace, &r);
         return send_reply(s, c, &r);
     }
-    if (!get) {
+    char name[256];
+    if (!get && static_file(url, name)) {
         http_error(&r, 405, "%s not allowed on %s", method, url);
         return send_reply(s, c, &r);
     }
     /* HEAD: libmicrohttpd sends the headers of the full response, no body. */
-    enum MHD_Result ret = serve_static(s, c, url);
+    enum MHD_Result ret = get ? serve_static(s, c, url) : MHD_NO;
     if (ret == MHD_YES) return ret;
     http_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
     return send_reply(s, c, &r);
@@ -574,7 +597,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
         s->o.threads, MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
         s->o.max_conns, MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->o.max_conns_per_ip,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, s->o.max_header_mem, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri, s, MHD_OPTION_END);
     if (!s->daemon) {
         pp_fail(err, "cannot start the HTTP server (libmicrohttpd refused the options)");
         goto no_daemon;

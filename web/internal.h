@@ -88,6 +88,7 @@ typedef struct http_reply {
     size_t len;
     FILE *file;         /* owned; instead of body when set: its len bytes from the start (a big export) */
     const char *cache;  /* Cache-Control; NULL = no-store */
+    const char *allow;  /* a 405's Allow; NULL = "GET, HEAD" */
 } http_reply;
 
 /* Fills r with {"error": msg} and the status. */

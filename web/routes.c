@@ -321,6 +321,7 @@ int routes_api(http_server *s, struct MHD_Connection *c, const char *method, con
     pp_err err;
     if (strcmp(url, "/api/sql") == 0) { /* a POST went to sqlpool_submit */
         http_error(r, 405, "%s not allowed on /api/sql (use POST with {\"sql\": ...})", method);
+        r->allow = "POST";
         return 0;
     }
     /* /api/jobs, /api/jobs/{id}, /api/jobs/{id}/{what} */
@@ -343,7 +344,7 @@ int routes_api(http_server *s, struct MHD_Connection *c, const char *method, con
         }
     }
     static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "summary", "whatif", "compare",
-                                        "critpath", "trace.json", NULL};
+                                        "critpath", "trace.json", "live", NULL};
     if (!rest || index_of(known, what) < 0) {
         http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
         return 0;
@@ -370,7 +371,8 @@ int routes_api(http_server *s, struct MHD_Connection *c, const char *method, con
         else if (!strcmp(what, "whatif")) route_whatif(db, &j, r);
         else if (!strcmp(what, "compare")) route_compare(db, c, &j, r);
         else if (!strcmp(what, "critpath")) route_critpath(db, c, &j, r);
-        else route_plan(db, &j, r);
+        else if (!strcmp(what, "plan")) route_plan(db, &j, r);
+        else http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url); /* a stream of no job */
     }
     dbpool_put(&s->pool, db);
     return 0;
