@@ -206,6 +206,16 @@ Test(web, events_reject_bad_parameters) {
     cJSON_Delete(get_json("/api/jobs/1/events?step=99", 404));
 }
 
+/* A client polling from where the job ended last time asks past its end:
+ * an empty window (it was a 400 about a `to` it never sent). */
+Test(web, events_from_past_the_end_are_an_empty_window) {
+    cJSON *j = get_json("/api/jobs/1/events?from=2000000000", 200);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "mode")->valuestring, "events");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "events")), 0);
+    cr_assert_eq(num(j, "from"), 2000000000);
+    cJSON_Delete(j);
+}
+
 /* ---- GPU job: gpu spans and kernels (fixture job 2) ---------------------- */
 
 static void setup_gpu(void) {
@@ -467,6 +477,15 @@ Test(web, gaps_of_a_step_add_up_to_the_bubble) {
     cJSON *g;
     cJSON_ArrayForEach(g, cJSON_GetObjectItem(j, "gaps")) cr_assert_eq(num(g, "step"), 0);
     cJSON_Delete(j);
+    /* The sums are the step's whatever `limit` keeps (they were the rows
+     * returned); a step the job does not have is a 404, as on /events. */
+    j = get_json("/api/jobs/1/gaps?step=0&limit=1", 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "gaps")), 1);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "truncated")));
+    cr_assert_eq(num(cJSON_GetObjectItem(j, "idle_ns_by_cause"), "warmup"), 6e6);
+    cr_assert_eq(num(cJSON_GetObjectItem(j, "idle_ns_by_cause"), "cooldown"), 6e6);
+    cJSON_Delete(j);
+    cJSON_Delete(get_json("/api/jobs/1/gaps?step=99", 404));
 }
 
 Test(web, plan_has_every_action_and_the_simulated_bubble) {

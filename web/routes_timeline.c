@@ -382,6 +382,9 @@ void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const j
     }
     if (from >= 0) wf = from;
     if (to >= 0) wt = to;
+    /* A client polling from where the job ended last time asks past its
+     * end: nothing new yet, not an error about a `to` it never sent. */
+    if (to < 0 && wt <= wf) wt = wf + 1;
     if (wt <= wf) {
         http_error(r, 400, "bad window: to (%lld) must be greater than from (%lld)", (long long)wt, (long long)wf);
         free(mask);
@@ -521,7 +524,26 @@ void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, htt
 void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
     long step = -1, limit = 20000;
     if (arg_long(c, "step", 0, 1l << 40, &step, r) < 0 || arg_long(c, "limit", 1, 100000, &limit, r) < 0) return;
+    int64_t span_from, span_to;
+    if (step >= 0 && step_span(db, j, step, &span_from, &span_to) != 0) {
+        http_error(r, 404, "job %ld has no step %ld (yet)", j->id, step);
+        return;
+    }
+    /* Per cause over the step (or the job) whatever `limit` keeps. */
+    int64_t by_cause[CAUSE_COUNT] = {0};
     sqlite3_stmt *st = routes_prep(db,
+                                   "SELECT cause, sum(idle_ns) FROM step_idle WHERE job_id=?1 AND (?2 < 0 OR step=?2)"
+                                   " GROUP BY cause",
+                                   r);
+    if (!st) return;
+    sqlite3_bind_int64(st, 1, j->id);
+    sqlite3_bind_int64(st, 2, step);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int k = analyze_cause_of((const char *)sqlite3_column_text(st, 0));
+        if (k >= 0) by_cause[k] = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    st = routes_prep(db,
                                    step >= 0 ? "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
                                         "FROM gaps WHERE job_id=?1 AND step=?3 ORDER BY step, rank, start_ns LIMIT ?4"
                                       : "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
@@ -532,7 +554,6 @@ void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_r
     sqlite3_bind_int64(st, 2, j->t0);
     sqlite3_bind_int64(st, 3, step);
     sqlite3_bind_int64(st, 4, limit + 1);
-    int64_t by_cause[CAUSE_COUNT + 1] = {0}; /* the last: unknown causes */
     jw w;
     jw_init(&w);
     jw_obj(&w);
@@ -548,8 +569,6 @@ void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_r
             break;
         }
         routes_row_object(&w, st);
-        int k = analyze_cause_of((const char *)sqlite3_column_text(st, 4));
-        by_cause[k < 0 ? CAUSE_COUNT : k] += sqlite3_column_int64(st, 3) - sqlite3_column_int64(st, 2);
         n++;
     }
     sqlite3_finalize(st);
