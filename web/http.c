@@ -303,6 +303,20 @@ static const pp_embedded_file *static_file(const char *url, char name[256]) {
     return pp_embed_find(pp_static_files, name);
 }
 
+/* If-None-Match's weak comparison (RFC 9110 13.1.2): "*", or any tag of
+ * the comma-separated list equal to etag, with or without W/. */
+static int etag_matches(const char *list, const char *etag) {
+    size_t n = strlen(etag);
+    for (const char *p = list; *p;) {
+        p += strspn(p, " \t,");
+        if (*p == '*') return 1;
+        if (p[0] == 'W' && p[1] == '/') p += 2;
+        if (strncmp(p, etag, n) == 0 && (p[n] == 0 || p[n] == ',' || p[n] == ' ' || p[n] == '\t')) return 1;
+        p += strcspn(p, ",");
+    }
+    return 0;
+}
+
 static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, const char *url) {
     char name[256];
     const pp_embedded_file *f = static_file(url, name);
@@ -310,7 +324,7 @@ static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, co
     char etag[32];
     snprintf(etag, sizeof etag, "\"%016llx\"", (unsigned long long)pp_hash(f->data, f->size)); /* so reloads get 304s */
     const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
-    int not_modified = inm && strcmp(inm, etag) == 0;
+    int not_modified = inm && etag_matches(inm, etag);
     struct MHD_Response *resp =
         not_modified ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
             : MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);

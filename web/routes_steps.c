@@ -150,8 +150,8 @@ out:
 int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, http_reply *r) {
     const char *steps_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "steps");
     pp_err err;
-    *t = (trace_request){.job = job, .has_steps = steps_s != NULL};
-    if (steps_s && db_export_parse_steps(steps_s, &t->steps, &err) != 0) {
+    *t = (trace_request){.job = job, .has_steps = steps_s && *steps_s}; /* empty: as absent */
+    if (t->has_steps && db_export_parse_steps(steps_s, &t->steps, &err) != 0) {
         http_error(r, 400, "steps: %s", err.msg);
         return 0;
     }
