@@ -285,6 +285,19 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
     return rc == SQLITE_OK ? 0 : db_fail(d, rc, what, err);
 }
 
+int db_step_finished(db *d, int64_t job, int step, int ranks) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db_sqlite(d),
+                           "SELECT count(DISTINCT rank) FROM events WHERE job_id=?1 AND step=?2 AND phase='OPT'", -1,
+                           &st, NULL) != SQLITE_OK)
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, step);
+    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n < 0 ? -1 : n == ranks;
+}
+
 int db_analyze_job(db *d, int64_t job, pp_err *err) { return db_analyze_steps_below(d, job, INT32_MAX, err); }
 
 int db_analyze_steps_below(db *d, int64_t job, int below, pp_err *err) {

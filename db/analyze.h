@@ -56,6 +56,10 @@ int db_analyze_step(db *d, int64_t job_id, int step, pp_err *err);
 int db_analyze_job(db *d, int64_t job_id, pp_err *err);
 /* Every step below `below` that has events. */
 int db_analyze_steps_below(db *d, int64_t job_id, int below, pp_err *err);
+/* 1 when each of the job's `ranks` ranks recorded its OPT of step (the
+ * built-in worker's last op of a step: the step is whole even though no
+ * rank went on to the next), 0 when not, -1 on a database error. */
+int db_step_finished(db *d, int64_t job_id, int step, int ranks);
 
 /* Measured costs of a step, to re-simulate the plan with: the median
  * duration (ns) of F, B and W per stage, over the step's latest attempt,

@@ -222,6 +222,24 @@ Test(db, analysis_uses_the_latest_attempt_of_a_step) {
     db_close(d);
 }
 
+/* A job cut between steps: the step is whole when every rank recorded its
+ * OPT, which is what collector_stop asks before it analyses it. */
+Test(db, a_step_is_finished_once_every_rank_recorded_its_opt) {
+    db *d = open_fresh("fin.db");
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event opt = tfix_one_f(0, 0, 3);
+    opt.phase = TRACE_OPT;
+    cr_assert_eq(db_step_finished(d, job, 3, 2), 0, "no rank has finished step 3");
+    cr_assert_eq(db_insert_events(d, job, &opt, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_step_finished(d, job, 3, 2), 0, "rank 1 has not");
+    opt.rank = 1;
+    cr_assert_eq(db_insert_events(d, job, &opt, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_step_finished(d, job, 3, 2), 1);
+    cr_assert_eq(db_step_finished(d, job, 4, 2), 0);
+    db_close(d);
+}
+
 Test(db, phase_medians_of_a_step) {
     db *d = open_fresh("med.db");
     int64_t job = tfix_job(d);

@@ -637,8 +637,12 @@ static void *collector_main(void *arg) {
         while (c->nconns > 0) close_conn(c, c->nconns - 1);
         pp_err e;
         /* Again with every record in (a restart ran some steps twice);
-         * a cut job's last steps keep their events only. */
-        int below = atomic_load(&c->last_step_cut) ? c->analyzed : INT32_MAX;
+         * a cut job's last steps keep their events only, but for those
+         * every rank finished (a rank died between steps). */
+        int below = INT32_MAX;
+        if (atomic_load(&c->last_step_cut))
+            for (below = c->analyzed; db_step_finished(c->cfg.db, c->cfg.job_id, below, c->cfg.world_size) == 1;)
+                below++;
         if (!has_failed(c) && db_analyze_steps_below(c->cfg.db, c->cfg.job_id, below, &e) != 0) set_error(c, &e);
     }
     if (c->log.held)
