@@ -413,9 +413,32 @@ function openStream(id, onHello) {
 
 function onStatus(d) {
   if (!S.info) return;
+  const was = S.info.job.status;
   Object.assign(S.info.job, d);
   updateHeader();
   loadJobs();
+  if (was === 'running' && d.status !== 'running') onJobEnded(S.job);
+}
+
+// The job has ended: the what-if, the stage balance and the critical path
+// totals are read once more (their throttle would leave them at whatever
+// steps they last read, "steps 1-9" of 60), and a page that followed it
+// stops following and shows its last step, as a finished job opens. The
+// status frame comes before the last steps' frames: those are read here.
+async function onJobEnded(id) {
+  loadWhatif(id);
+  const follow = S.follow, done = lastStep((s) => s.complete);
+  S.follow = $('follow').checked = false;
+  updateStepLabel();
+  try {
+    const r = await api(`/api/jobs/${id}/steps?since=${done ? done.step + 1 : 0}&limit=${STEPS_PAGE}`);
+    if (S.job !== id) return;
+    for (const s of r.steps) mergeStep(s);
+  } catch (e) { /* the stream brings them */ }
+  updateHeader();
+  drawCharts();
+  const traced = lastStep((s) => s.start != null);
+  if (follow && traced && S.step == null) await showStep(traced.step);
 }
 
 function onEvents(rows) {

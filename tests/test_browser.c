@@ -593,6 +593,12 @@ static void *writer(void *p) {
     for (int i = 0; i < 600 && access(ready2, F_OK) != 0; i++) usleep(50000);
     unlink(ready2);
     a->ok = a->ok && fixture_append_running_step(a->db, 3 + LIVE_BURST, &err) == 0;
+    /* Then the job ends. */
+    char ready3[320];
+    snprintf(ready3, sizeof ready3, "%s.3", a->ready);
+    for (int i = 0; i < 600 && access(ready3, F_OK) != 0; i++) usleep(50000);
+    unlink(ready3);
+    a->ok = a->ok && fixture_set_status(a->db, "succeeded", &err) == 0;
     return NULL;
 }
 
@@ -635,6 +641,20 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     char *loads = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "planLoads"));
     cr_assert_str_eq(loads, "[false,true]", "the plan opened without simulated times and got them without a reload");
     free(loads);
+    /* The job ends: the what-if, the stage balance and the critical path
+     * totals are read again, over the last complete step (they kept the
+     * steps of their last throttled read), and following stops at its last
+     * step with events. */
+    const cJSON *ended = cJSON_GetObjectItem(j, "ended");
+    char *text = cJSON_PrintUnformatted(ended);
+    cr_assert_eq(jnum(ended, "whatifLast"), 2 + LIVE_BURST, "the what-if read again: %s", text);
+    cr_assert_eq(jnum(ended, "critLast"), 2 + LIVE_BURST, "the critical path totals read again: %s", text);
+    cr_assert(strstr(cJSON_GetObjectItem(ended, "balance")->valuestring, "–26"), "%s", text);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(ended, "follow")), "following stops: %s", text);
+    cr_assert(!strncmp(cJSON_GetObjectItem(ended, "stepLabel")->valuestring, "step 27 / ", 10) ||
+                  !strncmp(cJSON_GetObjectItem(ended, "stepLabel")->valuestring, "step 26 / ", 10),
+              "at the last step with events: %s", text);
+    free(text);
     cJSON_Delete(j);
 }
 

@@ -15,7 +15,8 @@
 //
 // "live": after the page is ready it creates READY_FILE; the test then
 // appends steps to the database and this script waits for them to appear;
-// then it creates READY_FILE.2, and the test appends a running step.
+// then it creates READY_FILE.2, and the test appends a running step; then
+// READY_FILE.3, and the test marks the job succeeded.
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -361,6 +362,18 @@ try {
     out.plan = await page.evaluate(() => ({ drawn: window.__pprun.planDrawn, anchor: window.__pprun.planAnchor }));
     out.planLoads = await page.evaluate(() => window.__pprun.planLoads);
     await page.screenshot({ path: shot, fullPage: true });
+    // Then the job ends (READY_FILE.3: the test marks it succeeded): the
+    // what-if and the critical path totals are read again, following stops.
+    fs.writeFileSync(readyFile + '.3', 'ready\n');
+    await page.waitForFunction(() => document.getElementById('job-status').textContent === 'succeeded', null, { timeout: 30000 });
+    await page.waitForFunction(() => window.__pprun.whatif && window.__pprun.whatif.last_step === 26 &&
+      window.__pprun.critTable && window.__pprun.critTable.last_step === 26, null, { timeout: 10000 }).catch(() => {});
+    await page.waitForFunction(() => !/following/.test(document.getElementById('step-label').textContent), null, { timeout: 10000 }).catch(() => {});
+    out.ended = await page.evaluate(() => ({ follow: document.getElementById('follow').checked,
+      stepLabel: document.getElementById('step-label').textContent, whatif: document.getElementById('whatif-info').textContent,
+      whatifLast: window.__pprun.whatif && window.__pprun.whatif.last_step,
+      critLast: window.__pprun.critTable && window.__pprun.critTable.last_step,
+      balance: document.getElementById('balance-info').textContent }));
   }
   out.errors = errors;
 } catch (e) {
