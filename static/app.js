@@ -544,7 +544,9 @@ async function fetchWindow() {
   const seq = ++S.fetchSeq;
   window.__pprun.windowFetches++;
   const w = $('timeline').clientWidth || 1000;
-  const from = Math.max(0, Math.floor(S.view.from)), to = Math.ceil(S.view.to);
+  // Whole ns in the range the server takes, whatever the view holds.
+  const ns = (x) => Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, Number.isFinite(x) ? x : 0));
+  const from = Math.floor(ns(S.view.from)), to = Math.ceil(ns(S.view.to));
   const gpu = S.gpuLane;
   const r = await api(`/api/jobs/${S.job}/events?from=${from}&to=${Math.max(to, from + 1)}&buckets=${Math.min(4000, Math.max(10, Math.floor(w)))}` + (gpu ? '&gpu=1' : ''));
   if (seq !== S.fetchSeq) return; // a newer view was asked for
@@ -1406,10 +1408,12 @@ function setupInteraction() {
     e.preventDefault();
     const w = c.clientWidth, rect = c.getBoundingClientRect();
     const t = tOf(e.clientX - rect.left, w), k = Math.exp(e.deltaY * 0.0015);
-    let span = (S.view.to - S.view.from) * k;
-    span = Math.max(1e4, span);
+    // Out no further than the whole job and a margin (unbounded, 40 notches
+    // asked the server for a window of 7e24 ns).
+    const end = jobExtent(), span = Math.min(end * (1 + 2 * VIEW_MARGIN), Math.max(1e4, (S.view.to - S.view.from) * k));
     const f = (t - S.view.from) / (S.view.to - S.view.from);
-    S.view = { from: Math.max(0, t - f * span), to: Math.max(0, t - f * span) + span };
+    const from = Math.max(0, Math.min(t - f * span, end * (1 + VIEW_MARGIN) - span));
+    S.view = { from, to: from + span };
     S.follow = $('follow').checked = false;
     tip.hidden = true; // it described what was under the pointer before the zoom
     setStep(null); scheduleDraw(); scheduleFetch();
@@ -1419,8 +1423,9 @@ function setupInteraction() {
   window.addEventListener('mousemove', (e) => {
     if (drag) {
       const w = c.clientWidth, dt = (e.clientX - drag.x) / (w - LABEL_W) * (drag.view.to - drag.view.from);
-      const from = Math.max(0, drag.view.from - dt);
-      S.view = { from, to: from + (drag.view.to - drag.view.from) };
+      const span = drag.view.to - drag.view.from;
+      const from = Math.max(0, Math.min(drag.view.from - dt, Math.max(drag.view.from, jobExtent() * (1 + VIEW_MARGIN) - span)));
+      S.view = { from, to: from + span };
       S.follow = $('follow').checked = false;
       tip.hidden = true;
       setStep(null); scheduleDraw();
@@ -1462,10 +1467,28 @@ function lastEnd() {
   return Math.max(s ? s.end : 0, S.info ? S.info.timeline_end : 0);
 }
 
+// How far the job's time runs: its last step's end or the newest event the
+// page holds (a running job's), at least 1 ms.
+const VIEW_MARGIN = 0.05; // the view may run this share of the job past its end
+function jobExtent() {
+  let e = Math.max(1e6, lastEnd());
+  for (let i = 0; S.ev && i < S.ev.n; i++) if (S.ev.end[i] > e) e = S.ev.end[i];
+  return e;
+}
+
+// ◀ ▶: from the step shown, else from the step at the view's centre (zoomed,
+// panned, "all steps", following live): the next after it, or, before it,
+// that step itself when the centre is past its end.
 function stepBy(d) {
   if (!S.steps.length) return;
-  const cur = S.step != null ? S.step : S.steps[0].step - d;
-  const s = S.stepAt.get(cur + d);
+  let target;
+  if (S.step != null) target = S.step + d;
+  else {
+    const mid = (S.view.from + S.view.to) / 2, s = lastStep((x) => x.start != null && x.start <= mid);
+    if (!s) target = d > 0 ? (S.steps.find((x) => x.start != null) || {}).step : null;
+    else target = d > 0 ? s.step + 1 : s.end != null && mid > s.end ? s.step : s.step - 1;
+  }
+  const s = target != null && S.stepAt.get(target);
   if (s && s.start != null) showStep(s.step);
 }
 
@@ -1641,6 +1664,8 @@ async function runSql() {
     window.__pprun.sqlRows = r.rows.length;
   } catch (e) {
     err.textContent = e.message; err.hidden = false; info.textContent = '';
+    tbl.innerHTML = ''; // the previous query's rows would read as this one's
+    window.__pprun.sqlRows = 0;
   }
 }
 
@@ -1653,6 +1678,8 @@ window.__pprun = {
   chartSync: { read: 0, draws: 0 }, // steps read into the charts' series, and times the step charts were drawn
   state: S,
   showStep: (s) => showStep(s),
+  // A window of the timeline, as zooming or panning to it leaves it.
+  showWindow: (from, to) => { S.follow = $('follow').checked = false; setStep(null); return showWindow(from, to); },
   // A step as the live stream merges it, and the charts redrawn.
   mergeStep: (s) => { mergeStep(s); drawCharts(); },
   // Page coordinates of the centre of a drawn block, for hovering in tests.

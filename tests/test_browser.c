@@ -217,11 +217,14 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(cJSON_GetObjectItem(drawn, "gaps")->valueint, 15, "every idle gap of the step shaded (4 + 5 + 4 + 2)");
     cr_assert_eq(cJSON_GetObjectItem(j, "planDrawn")->valueint, 96, "the planned timeline beside it");
     cr_assert_eq(cJSON_GetObjectItem(j, "lossPoints")->valueint, 3, "a loss point per step");
-    /* ▶ ▶ "all steps": the bars show the step shown, then the latest. */
-    static const char *const stepping[3][2] = {{"step 0 / 2", "step 0"}, {"step 1 / 2", "step 1"}, {"custom window", "step 2"}};
+    /* From a window zoomed in on step 1, ▶ ◀ "all steps" ▶: ◀ ▶ step from the
+     * step at the view's centre (they jumped to step 0 from any view that was
+     * not a step); the bars show the step shown, then the latest. */
+    static const char *const stepping[4][2] = {
+        {"step 2 / 2", "step 2"}, {"step 1 / 2", "step 1"}, {"custom window", "step 2"}, {"step 2 / 2", "step 2"}};
     cJSON *st = cJSON_GetObjectItem(j, "stepping");
-    cr_assert_eq(cJSON_GetArraySize(st), 3);
-    for (int i = 0; i < 3; i++) {
+    cr_assert_eq(cJSON_GetArraySize(st), 4);
+    for (int i = 0; i < 4; i++) {
         cJSON *pair = cJSON_GetArrayItem(st, i);
         cr_assert_str_eq(cJSON_GetArrayItem(pair, 0)->valuestring, stepping[i][0]);
         cr_assert_str_eq(cJSON_GetArrayItem(pair, 1)->valuestring, stepping[i][1], "the bars of %s", stepping[i][0]);
@@ -244,6 +247,14 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(cJSON_GetArraySize(cells), 8);
     cr_assert_str_eq(cJSON_GetArrayItem(cells, 1)->valuestring, "24", "3 steps x 8 W on rank 0");
     cr_assert(strstr(cJSON_GetObjectItem(j, "sqlError")->valuestring, "DELETE"));
+    cr_assert_eq(jnum(j, "sqlRowsAfterError"), 0, "a refused query leaves no earlier rows under its error");
+    /* 60 notches out: the view stops at the whole job and a margin, and the
+     * window asked for is that (it grew without bound to a refused 7e24 ns) */
+    const cJSON *zo = cJSON_GetObjectItem(j, "zoomedOut"), *zw = cJSON_GetObjectItem(zo, "window");
+    double job_end = jnum(zo, "jobEnd");
+    cr_assert(jnum(zo, "from") >= 0 && jnum(zo, "to") <= job_end * 1.1 + 1 && jnum(zo, "to") >= job_end,
+              "zoomed out to %.0f..%.0f ns, the job ends at %.0f", jnum(zo, "from"), jnum(zo, "to"), job_end);
+    cr_assert(jnum(zw, "to") <= job_end * 1.1 + 1, "the window asked for ends at %.0f ns", jnum(zw, "to"));
     cr_assert_gt(cJSON_GetObjectItem(j, "syntheticDrawn")->valueint, 1000, "100,000 synthetic events drawn");
     /* What if: the fixture's costs (every op 1 ms, a send 50 us), each
      * schedule's peak in flight times 64 KiB; this job's row marked. */

@@ -105,6 +105,13 @@ try {
     await page.mouse.wheel(0, 1200);
     await page.waitForFunction((b) => window.__pprun.lastWindow.to - window.__pprun.lastWindow.from > b * 2, before, { timeout: 10000 });
     out.zoomedSpanRatio = await page.evaluate((b) => (window.__pprun.lastWindow.to - window.__pprun.lastWindow.from) / b, before);
+    // Far out (60 notches): the view stops at the whole job and a margin; every
+    // window asked for is answered (no 400, no uncaught error).
+    for (let i = 0; i < 60; i++) await page.mouse.wheel(0, 300);
+    await page.waitForFunction(() => window.__pprun.lastWindow.from === Math.floor(window.__pprun.state.view.from) &&
+      window.__pprun.lastWindow.to === Math.ceil(window.__pprun.state.view.to), null, { timeout: 10000 }).catch(() => {});
+    out.zoomedOut = await page.evaluate(() => ({ from: window.__pprun.state.view.from, to: window.__pprun.state.view.to,
+      window: window.__pprun.lastWindow, jobEnd: Math.max(...window.__pprun.state.steps.map((s) => s.end)) }));
     // SQL tab.
     await page.click('button[data-tab=sql]');
     await page.fill('#sql-text', "SELECT rank, count(*) AS n FROM events WHERE phase = 'W' GROUP BY rank");
@@ -115,13 +122,17 @@ try {
     await page.click('#sql-run');
     await page.waitForSelector('#sql-error:not([hidden])', { timeout: 5000 });
     out.sqlError = await page.textContent('#sql-error');
+    out.sqlRowsAfterError = await page.$$eval('#sql-result tr', (trs) => trs.length);
     // 100,000 events in view: drawn from typed arrays in one frame.
     await page.click('button[data-tab=timeline]');
     out.synthetic100kMs = await page.evaluate(() => window.__pprun.loadSynthetic(100000));
     out.syntheticDrawn = await page.evaluate(() => window.__pprun.drawn.F.reduce((a, b) => a + b, 0) + window.__pprun.drawn.B.reduce((a, b) => a + b, 0) + window.__pprun.drawn.W.reduce((a, b) => a + b, 0));
     // Step through with the buttons: the per-rank bars follow the step shown.
     out.stepping = [];
-    for (const button of ['#step-next', '#step-next', '#step-all']) {
+    // From a zoomed window around the middle of step 1: ▶ ◀ "all steps" ▶.
+    await page.evaluate(() => { const s = window.__pprun.state.stepAt.get(1), m = (s.start + s.end) / 2;
+      window.__pprun.showWindow(m - 5e6, m + 5e6); });
+    for (const button of ['#step-next', '#step-prev', '#step-all', '#step-next']) {
       const before = await page.textContent('#step-label');
       await page.click(button);
       await page.waitForFunction((b) => document.getElementById('step-label').textContent !== b, before, { timeout: 5000 });
