@@ -22,7 +22,10 @@ const PHASES = ['F', 'B', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B', 'OPT'];
 const PHASE_COLOR = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#b07aa1', '#76b7b2', '#9c755f'];
 const CAUSES = ['warmup', 'cooldown', 'wait_activation', 'wait_gradient', 'comm', 'other'];
 const CAUSE_COLOR = ['rgba(150,150,150,0.22)', 'rgba(150,150,150,0.22)', 'rgba(225,87,89,0.22)',
-  'rgba(237,201,72,0.32)', 'rgba(176,122,161,0.25)', 'rgba(120,120,120,0.15)'];
+  'rgba(237,201,72,0.32)', 'rgba(176,122,161,0.4)', 'rgba(64,160,200,0.2)'];
+// The legend's entries for the causes: [label, index into CAUSES] (warm-up and cool-down share a colour).
+const CAUSE_LEGEND = [['warm-up/cool-down', 0], ['wait activation', 2], ['wait gradient', 3], ['comm (sending/receiving)', 4],
+  ['other idle', 5]];
 const ROW_H = 34, ROW_GAP = 6, AXIS_H = 22, LABEL_W = 64;
 const GPU_H = 12;           // the GPU lane under a rank's row: spans on it, kernels on its lower half
 const KERNEL_SPANS = 400;   // kernels are fetched when at most this many gpu spans are in the window
@@ -1457,7 +1460,7 @@ function setupInteraction() {
   $('sql-run').onclick = runSql;
   $('sql-text').addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) runSql(); });
   $('legend').innerHTML = ['F', 'B', 'W', 'SEND', 'RECV', 'OPT'].map((p, i) => `<span><i style="background:${[PHASE_COLOR[0], PHASE_COLOR[1], PHASE_COLOR[2], PHASE_COLOR[3], PHASE_COLOR[4], PHASE_COLOR[7]][i]}"></i>${p}</span>`).join('') +
-    ['warm/cooldown', 'wait activation', 'wait gradient'].map((p, i) => `<span><i style="background:${CAUSE_COLOR[[0, 2, 3][i]]}; border:1px solid #ccc"></i>${p}</span>`).join('') +
+    CAUSE_LEGEND.map(([p, k]) => `<span data-cause="${CAUSES[k]}"><i style="background:${CAUSE_COLOR[k]}; border:1px solid #ccc"></i>${p}</span>`).join('') +
     `<span><i style="border:2px solid ${CRIT_COLOR}"></i>critical path</span>` +
     `<span id="legend-gpu" hidden><i style="background:${PHASE_COLOR[0]}; opacity:0.45"></i>GPU (lane under each rank)</span>`;
 }

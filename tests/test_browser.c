@@ -76,6 +76,13 @@ static double jnum(const cJSON *o, const char *key) {
     return v->valuedouble;
 }
 
+/* The string in cell k of a row of the script's table. */
+static const char *cell(const cJSON *row, int k) {
+    const cJSON *v = cJSON_GetArrayItem(row, k);
+    cr_assert(cJSON_IsString(v), "no cell %d", k);
+    return v->valuestring;
+}
+
 /* Serves db (`pprun serve`), runs the browser script's mode against it with
  * the screenshot browser-<mode>.png in the build directory, stops the
  * server and removes db; returns the script's JSON. */
@@ -248,6 +255,17 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_str_eq(cJSON_GetArrayItem(cells, 1)->valuestring, "24", "3 steps x 8 W on rank 0");
     cr_assert(strstr(cJSON_GetObjectItem(j, "sqlError")->valuestring, "DELETE"));
     cr_assert_eq(jnum(j, "sqlRowsAfterError"), 0, "a refused query leaves no earlier rows under its error");
+    /* The legend has every idle cause, each its own colour but warm-up and
+     * cool-down's (comm, often the biggest, and other had none). */
+    static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "comm", "other"};
+    const cJSON *legend = cJSON_GetObjectItem(j, "legendCauses");
+    cr_assert_eq(cJSON_GetArraySize(legend), 5, "a legend entry per cause colour");
+    for (int k = 0; k < 5; k++) {
+        cr_assert_str_eq(cell(cJSON_GetArrayItem(legend, k), 0), causes[k]);
+        for (int m = 0; m < k; m++)
+            cr_assert_str_neq(cell(cJSON_GetArrayItem(legend, k), 2), cell(cJSON_GetArrayItem(legend, m), 2),
+                              "%s and %s share a colour", causes[k], causes[m]);
+    }
     /* 60 notches out: the view stops at the whole job and a margin, and the
      * window asked for is that (it grew without bound to a refused 7e24 ns) */
     const cJSON *zo = cJSON_GetObjectItem(j, "zoomedOut"), *zw = cJSON_GetObjectItem(zo, "window");
@@ -464,13 +482,6 @@ Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) 
  * dashboard). */
 static double to_ns(double v, const char *unit) {
     return v * (!strcmp(unit, "s") ? 1e9 : !strcmp(unit, "ms") ? 1e6 : !strcmp(unit, "us") ? 1e3 : 1);
-}
-
-/* The string in cell k of a row of the script's table. */
-static const char *cell(const cJSON *row, int k) {
-    const cJSON *v = cJSON_GetArrayItem(row, k);
-    cr_assert(cJSON_IsString(v), "no cell %d", k);
-    return v->valuestring;
 }
 
 /* The fixture's critical path (tests/helpers/web_fixture.h): step 1's 31

@@ -77,6 +77,9 @@ try {
     await page.mouse.move(o.x, o.y);
     await page.waitForFunction(() => /OPT/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
     out.optTooltip = await page.textContent('#tooltip');
+    // The legend: an entry per idle cause, each in its own colour.
+    out.legendCauses = await page.$$eval('#legend span[data-cause]', (ss) => ss.map((x) => [x.dataset.cause, x.textContent,
+      getComputedStyle(x.querySelector('i')).backgroundColor]));
     // A gap: rank 3 idles 3 ms before its first forward (warm-up).
     const g = await page.evaluate(() => {
       const f = window.__pprun.blockCenter(3, 'F', 0, 0);
