@@ -122,10 +122,15 @@ async function loadJobs() {
   return r.jobs;
 }
 
+let sqlExample = null; // the SQL tab's example query as last written, for the job open
+
 async function openJob(id) {
   if (S.stream) S.stream.abort();
   Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, planAt: 0, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, whatif: null, whatifAt: 0, crit: newCrit(), charts: null, stepsDirty: 0 });
   $('job-select').value = String(id);
+  // The SQL tab's example query, about this job (unless it was edited).
+  const sql = $('sql-text');
+  if (sql.value === sqlExample) sqlExample = sql.value = sql.defaultValue.replace(/job_id = \d+/, `job_id = ${Number(id)}`);
   // The stream first: its hello fixes the cursor, then the history is read;
   // whatever arrives twice is merged by id / step.
   await new Promise((resolve) => { S.stream = openStream(id, resolve); });
@@ -572,7 +577,12 @@ async function fetchWindow() {
     for (let i = 0; S.ev && i < S.ev.n; i++) {
       if (S.ev.end[i] >= from) st.push(S.ev.row(i));
     }
-    S.ev = st; S.gaps = r.gaps; S.bins = null;
+    S.ev = st; S.bins = null;
+    // Following, the view has moved on since this window was asked for: the
+    // gaps the page held that are still in view stay (else the newest
+    // steps' shading blinks out until the next answer).
+    const seen = new Set(r.gaps.map((x) => x[0] + ':' + x[2]));
+    S.gaps = S.follow ? r.gaps.concat((S.gaps || []).filter((x) => x[3] >= S.view.from && !seen.has(x[0] + ':' + x[2]))) : r.gaps;
   } else {
     S.bins = r.bins; S.binStep = r.mode === 'steps'; S.gaps = [];
     S.ev = new EventStore();
@@ -618,10 +628,16 @@ function drawAxis(g, w, h) {
   const raw = span / 8, p = Math.pow(10, Math.floor(Math.log10(raw)));
   const stepNs = [1, 2, 5, 10].map((k) => k * p).find((v) => v >= raw) || raw;
   g.fillStyle = '#888'; g.strokeStyle = '#eee'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
+  let prevEnd = -Infinity;
   for (let t = Math.ceil(S.view.from / stepNs) * stepNs; t <= S.view.to; t += stepNs) {
     const x = xOf(t, w);
     g.beginPath(); g.moveTo(x, AXIS_H - 4); g.lineTo(x, h); g.stroke();
-    g.fillText(fmtMs(t), x + 2, 4);
+    // The last label moves left to stay inside the canvas; where it would then
+    // run into the one before, it is left out.
+    const label = fmtMs(t), lw = g.measureText(label).width, lx = Math.min(x + 2, w - 2 - lw);
+    if (lx < prevEnd + 4) continue;
+    g.fillText(label, lx, 4);
+    prevEnd = lx + lw;
   }
 }
 
@@ -660,12 +676,14 @@ function draw() {
   const ev = S.ev;
   // One pass per phase: no fillStyle churn; sub-pixel blocks merged.
   const lastPx = new Float64Array(n * 8).fill(-1);
+  let inView = 0; // events in the view (the store keeps some from earlier windows)
   for (let ph = 0; ph < 8; ph++) {
     g.fillStyle = PHASE_COLOR[ph];
     const comm = ph >= 3 && ph <= 6;
     for (let i = 0; i < ev.n; i++) {
       if (ev.phase[i] !== ph) continue;
       if (ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+      inView++;
       const r = ev.rank[i];
       if (r < 0 || r >= n) continue;
       let x0 = xOf(ev.start[i], w), x1 = xOf(ev.end[i], w);
@@ -696,9 +714,9 @@ function draw() {
   const anchor = viewAnchor();
   drawCritpath(g, w, h, n, anchor);
   drawRowLabels(g, n, 'rank ');
-  window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b),
+  window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b), inView,
     gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels };
-  $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? ev.n + ' events' : 'aggregated (' + S.mode + ')'}` +
+  $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? inView + ' events' : 'aggregated (' + S.mode + ')'}` +
     (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (window.__pprun.lastKernels && window.__pprun.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan(anchor);
 }
@@ -1404,8 +1422,20 @@ function rowHit(x, y, w) {
   return null;
 }
 
+// Beside the pointer, flipped to its other side where it would leave the
+// window (a block near the right edge), and never off it.
+function placeTooltip(tip, x, y) {
+  const w = tip.offsetWidth, h = tip.offsetHeight, vw = document.documentElement.clientWidth, vh = window.innerHeight;
+  let left = x + 14, top = y + 12;
+  if (left + w > vw - 4) left = x - 14 - w;
+  if (top + h > vh - 4) top = y - 12 - h;
+  tip.style.left = Math.max(4, Math.min(left, vw - 4 - w)) + 'px';
+  tip.style.top = Math.max(4, Math.min(top, vh - 4 - h)) + 'px';
+}
+
 function setupInteraction() {
   const c = $('timeline'), tip = $('tooltip');
+  sqlExample = $('sql-text').value;
   let drag = null;
   c.addEventListener('wheel', (e) => {
     e.preventDefault();
@@ -1439,7 +1469,7 @@ function setupInteraction() {
     const hit = hitTest(e.clientX - rect.left, e.clientY - rect.top);
     if (!hit) { tip.hidden = true; return; }
     tip.textContent = hit.text; tip.hidden = false;
-    tip.style.left = (e.clientX + 14) + 'px'; tip.style.top = (e.clientY + 12) + 'px';
+    placeTooltip(tip, e.clientX, e.clientY);
   });
   c.addEventListener('mouseleave', () => { tip.hidden = true; });
   $('step-prev').onclick = () => stepBy(-1);

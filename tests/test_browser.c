@@ -206,6 +206,9 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     fixture_fresh(db, sizeof db, "browser", 3, "succeeded");
     cr_assert_eq(fixture_add_activations(db, 64 << 10, &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_state(db, 512 << 10, &err), 0, "%s", err.msg);
+    /* a name as long as a real run's, for the header at 700 px */
+    cr_assert_eq(fixture_exec(db, "UPDATE jobs SET name = 'gpt-layers-8-zb-h1-microbatches-8-seed-1234'", &err), 0, "%s",
+                 err.msg);
     char *stats = stats_text(db);
     cJSON *j = browse(db, "finished", NULL);
 
@@ -255,6 +258,11 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_str_eq(cJSON_GetArrayItem(cells, 1)->valuestring, "24", "3 steps x 8 W on rank 0");
     cr_assert(strstr(cJSON_GetObjectItem(j, "sqlError")->valuestring, "DELETE"));
     cr_assert_eq(jnum(j, "sqlRowsAfterError"), 0, "a refused query leaves no earlier rows under its error");
+    /* A tooltip near the right edge is kept inside the window. */
+    const cJSON *et = cJSON_GetObjectItem(j, "edgeTip");
+    cr_assert(jnum(et, "left") >= 0 && jnum(et, "right") <= jnum(et, "width") && jnum(et, "bottom") <= jnum(et, "height"),
+              "the tooltip of the block at x %.0f spans %.0f..%.0f of %.0f px", jnum(et, "x"), jnum(et, "left"),
+              jnum(et, "right"), jnum(et, "width"));
     /* The legend has every idle cause, each its own colour but warm-up and
      * cool-down's (comm, often the biggest, and other had none). */
     static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "comm", "other"};
@@ -266,6 +274,18 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
             cr_assert_str_neq(cell(cJSON_GetArrayItem(legend, k), 2), cell(cJSON_GetArrayItem(legend, m), 2),
                               "%s and %s share a colour", causes[k], causes[m]);
     }
+    /* Zoomed in, the label counts the events in view (it counted every one kept from earlier windows). */
+    const cJSON *zi = cJSON_GetObjectItem(j, "zoomedIn");
+    char count[32];
+    snprintf(count, sizeof count, " · %d events", (int)jnum(zi, "inView"));
+    cr_assert(strstr(cJSON_GetObjectItem(zi, "label")->valuestring, count) && jnum(zi, "inView") < jnum(zi, "kept"),
+              "%s: %d in view of %d kept", cJSON_GetObjectItem(zi, "label")->valuestring, (int)jnum(zi, "inView"),
+              (int)jnum(zi, "kept"));
+    /* 700 px wide: the header wraps; the tabs and the Chrome trace link stay on the page. */
+    const cJSON *nw = cJSON_GetObjectItem(j, "narrow");
+    cr_assert(jnum(nw, "pageWidth") <= 700 && jnum(nw, "traceRight") <= 700 && jnum(nw, "sqlTabRight") <= 700,
+              "at 700 px: page %.0f px wide, the trace link ends at %.0f", jnum(nw, "pageWidth"), jnum(nw, "traceRight"));
+    cr_assert(strstr(cJSON_GetObjectItem(j, "sqlExample")->valuestring, "WHERE job_id = 1 "), "the example query is job 1's");
     /* 60 notches out: the view stops at the whole job and a margin, and the
      * window asked for is that (it grew without bound to a refused 7e24 ns) */
     const cJSON *zo = cJSON_GetObjectItem(j, "zoomedOut"), *zw = cJSON_GetObjectItem(zo, "window");
@@ -377,7 +397,9 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuLane")));
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuKernels")), "and asks for no kernels");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors");
-    /* The Jobs tab: newest first; job 1's numbers from step 1 on. */
+    cr_assert(strstr(cJSON_GetObjectItem(j, "sqlExample")->valuestring, "WHERE job_id = 2 "),
+              "opened at job 2, the SQL tab's example query is about job 2 (it said job 1 whatever job was open): %s",
+              cJSON_GetObjectItem(j, "sqlExample")->valuestring);
     cJSON *head = cJSON_GetObjectItem(j, "jobsHead"), *rows = cJSON_GetObjectItem(j, "jobsRows");
     cr_assert_eq(cJSON_GetArraySize(rows), 2, "a row per job");
     static const char *const names[] = {"job", "steps", "step time", "bubble", "planned", "idle mostly", "loss", NULL};

@@ -40,6 +40,7 @@ try {
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
   await page.goto(mode === 'gpu' ? url + '?job=2' : mode === 'outliers' ? url + '?job=1' : url);
   await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: mode === 'long' ? 60000 : 20000 });
+  out.sqlExample = await page.inputValue('#sql-text'); // the SQL tab's example query, about the job open
 
   // The what-if table: each schedule at the job's measured costs.
   const whatifTable = async (measured) => {
@@ -77,6 +78,16 @@ try {
     await page.mouse.move(o.x, o.y);
     await page.waitForFunction(() => /OPT/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
     out.optTooltip = await page.textContent('#tooltip');
+    // The rightmost block's tooltip stays inside the window.
+    const right = await page.evaluate(() => {
+      let best = null;
+      for (const r of [0, 1, 2, 3]) { const c = window.__pprun.blockCenter(r, 'OPT', -1, 0); if (c && (!best || c.x > best.x)) best = c; }
+      return best;
+    });
+    await page.mouse.move(right.x, right.y);
+    await page.waitForFunction(() => /OPT/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
+    out.edgeTip = await page.evaluate((x) => { const b = document.getElementById('tooltip').getBoundingClientRect();
+      return { x, left: b.left, right: b.right, top: b.top, bottom: b.bottom, width: window.innerWidth, height: window.innerHeight }; }, right.x);
     // The legend: an entry per idle cause, each in its own colour.
     out.legendCauses = await page.$$eval('#legend span[data-cause]', (ss) => ss.map((x) => [x.dataset.cause, x.textContent,
       getComputedStyle(x.querySelector('i')).backgroundColor]));
@@ -101,6 +112,12 @@ try {
     await page.waitForSelector('#tooltip:not([hidden])', { timeout: 5000 });
     await page.mouse.wheel(0, -100);
     out.tooltipAfterWheel = await page.waitForSelector('#tooltip[hidden]', { state: 'attached', timeout: 5000 }).then(() => 'hidden', () => 'shown');
+    // Zoomed in, the window label counts the events in view, not every one the page keeps.
+    await page.waitForFunction(() => window.__pprun.lastWindow.to - window.__pprun.lastWindow.from < 30e6 &&
+      window.__pprun.lastWindow.to === Math.ceil(window.__pprun.state.view.to), null, { timeout: 10000 });
+    await page.waitForFunction(() => window.__pprun.drawn.inView > 0, null, { timeout: 5000 });
+    out.zoomedIn = await page.evaluate(() => ({ label: document.getElementById('window-label').textContent,
+      inView: window.__pprun.drawn.inView, kept: window.__pprun.state.ev.n }));
     // Zoom out with the wheel: a new window is fetched.
     const box = await page.locator('#timeline').boundingBox();
     await page.mouse.move(box.x + box.width / 2, box.y + 40);
@@ -141,6 +158,13 @@ try {
       await page.waitForFunction((b) => document.getElementById('step-label').textContent !== b, before, { timeout: 5000 });
       out.stepping.push([await page.textContent('#step-label'), await page.textContent('#bubble-step-label')]);
     }
+    // 700 px wide: the header wraps, nothing is off to the right.
+    await page.setViewportSize({ width: 700, height: 900 });
+    await page.waitForTimeout(100);
+    out.narrow = await page.evaluate(() => ({ pageWidth: document.documentElement.scrollWidth,
+      traceRight: document.getElementById('trace-link').getBoundingClientRect().right,
+      sqlTabRight: document.querySelector('button[data-tab=sql]').getBoundingClientRect().right }));
+    await page.screenshot({ path: shot.replace(/\.png$/, '-700.png') });
   } else if (mode === 'critpath') {
     // Step 1's path outlined, its hand-offs drawn; the API's answer beside it.
     await page.evaluate(() => window.__pprun.showStep(1));
