@@ -260,7 +260,8 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(jnum(j, "sqlRowsAfterError"), 0, "a refused query leaves no earlier rows under its error");
     /* A tooltip near the right edge is kept inside the window. */
     const cJSON *et = cJSON_GetObjectItem(j, "edgeTip");
-    cr_assert(jnum(et, "left") >= 0 && jnum(et, "right") <= jnum(et, "width") && jnum(et, "bottom") <= jnum(et, "height"),
+    cr_assert(jnum(et, "left") >= 0 && jnum(et, "right") <= jnum(et, "width") &&
+                  jnum(et, "bottom") <= jnum(et, "height"),
               "the tooltip of the block at x %.0f spans %.0f..%.0f of %.0f px", jnum(et, "x"), jnum(et, "left"),
               jnum(et, "right"), jnum(et, "width"));
     /* The legend has every idle cause, each its own colour but warm-up and
@@ -284,8 +285,10 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     /* 700 px wide: the header wraps; the tabs and the Chrome trace link stay on the page. */
     const cJSON *nw = cJSON_GetObjectItem(j, "narrow");
     cr_assert(jnum(nw, "pageWidth") <= 700 && jnum(nw, "traceRight") <= 700 && jnum(nw, "sqlTabRight") <= 700,
-              "at 700 px: page %.0f px wide, the trace link ends at %.0f", jnum(nw, "pageWidth"), jnum(nw, "traceRight"));
-    cr_assert(strstr(cJSON_GetObjectItem(j, "sqlExample")->valuestring, "WHERE job_id = 1 "), "the example query is job 1's");
+              "at 700 px: page %.0f px wide, the trace link ends at %.0f", jnum(nw, "pageWidth"),
+              jnum(nw, "traceRight"));
+    cr_assert(strstr(cJSON_GetObjectItem(j, "sqlExample")->valuestring, "WHERE job_id = 1 "),
+              "the example query is job 1's");
     /* 60 notches out: the view stops at the whole job and a margin, and the
      * window asked for is that (it grew without bound to a refused 7e24 ns) */
     const cJSON *zo = cJSON_GetObjectItem(j, "zoomedOut"), *zw = cJSON_GetObjectItem(zo, "window");
