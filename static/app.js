@@ -22,7 +22,10 @@ const PHASES = ['F', 'B', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B', 'OPT'];
 const PHASE_COLOR = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#b07aa1', '#76b7b2', '#9c755f'];
 const CAUSES = ['warmup', 'cooldown', 'wait_activation', 'wait_gradient', 'comm', 'other'];
 const CAUSE_COLOR = ['rgba(150,150,150,0.22)', 'rgba(150,150,150,0.22)', 'rgba(225,87,89,0.22)',
-  'rgba(237,201,72,0.32)', 'rgba(176,122,161,0.25)', 'rgba(120,120,120,0.15)'];
+  'rgba(237,201,72,0.32)', 'rgba(176,122,161,0.4)', 'rgba(64,160,200,0.2)'];
+// The legend's entries for the causes: [label, index into CAUSES] (warm-up and cool-down share a colour).
+const CAUSE_LEGEND = [['warm-up/cool-down', 0], ['wait activation', 2], ['wait gradient', 3], ['comm (sending/receiving)', 4],
+  ['other idle', 5]];
 const ROW_H = 34, ROW_GAP = 6, AXIS_H = 22, LABEL_W = 64;
 const GPU_H = 12;           // the GPU lane under a rank's row: spans on it, kernels on its lower half
 const KERNEL_SPANS = 400;   // kernels are fetched when at most this many gpu spans are in the window
@@ -119,10 +122,15 @@ async function loadJobs() {
   return r.jobs;
 }
 
+let sqlExample = null; // the SQL tab's example query as last written, for the job open
+
 async function openJob(id) {
   if (S.stream) S.stream.abort();
   Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, planAt: 0, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, whatif: null, whatifAt: 0, crit: newCrit(), charts: null, stepsDirty: 0 });
   $('job-select').value = String(id);
+  // The SQL tab's example query, about this job (unless it was edited).
+  const sql = $('sql-text');
+  if (sql.value === sqlExample) sqlExample = sql.value = sql.defaultValue.replace(/job_id = \d+/, `job_id = ${Number(id)}`);
   // The stream first: its hello fixes the cursor, then the history is read;
   // whatever arrives twice is merged by id / step.
   await new Promise((resolve) => { S.stream = openStream(id, resolve); });
@@ -413,9 +421,32 @@ function openStream(id, onHello) {
 
 function onStatus(d) {
   if (!S.info) return;
+  const was = S.info.job.status;
   Object.assign(S.info.job, d);
   updateHeader();
   loadJobs();
+  if (was === 'running' && d.status !== 'running') onJobEnded(S.job);
+}
+
+// The job has ended: the what-if, the stage balance and the critical path
+// totals are read once more (their throttle would leave them at whatever
+// steps they last read, "steps 1-9" of 60), and a page that followed it
+// stops following and shows its last step, as a finished job opens. The
+// status frame comes before the last steps' frames: those are read here.
+async function onJobEnded(id) {
+  loadWhatif(id);
+  const follow = S.follow, done = lastStep((s) => s.complete);
+  S.follow = $('follow').checked = false;
+  updateStepLabel();
+  try {
+    const r = await api(`/api/jobs/${id}/steps?since=${done ? done.step + 1 : 0}&limit=${STEPS_PAGE}`);
+    if (S.job !== id) return;
+    for (const s of r.steps) mergeStep(s);
+  } catch (e) { /* the stream brings them */ }
+  updateHeader();
+  drawCharts();
+  const traced = lastStep((s) => s.start != null);
+  if (follow && traced && S.step == null) await showStep(traced.step);
 }
 
 function onEvents(rows) {
@@ -521,7 +552,9 @@ async function fetchWindow() {
   const seq = ++S.fetchSeq;
   window.__pprun.windowFetches++;
   const w = $('timeline').clientWidth || 1000;
-  const from = Math.max(0, Math.floor(S.view.from)), to = Math.ceil(S.view.to);
+  // Whole ns in the range the server takes, whatever the view holds.
+  const ns = (x) => Math.min(Number.MAX_SAFE_INTEGER, Math.max(0, Number.isFinite(x) ? x : 0));
+  const from = Math.floor(ns(S.view.from)), to = Math.ceil(ns(S.view.to));
   const gpu = S.gpuLane;
   const r = await api(`/api/jobs/${S.job}/events?from=${from}&to=${Math.max(to, from + 1)}&buckets=${Math.min(4000, Math.max(10, Math.floor(w)))}` + (gpu ? '&gpu=1' : ''));
   if (seq !== S.fetchSeq) return; // a newer view was asked for
@@ -544,7 +577,12 @@ async function fetchWindow() {
     for (let i = 0; S.ev && i < S.ev.n; i++) {
       if (S.ev.end[i] >= from) st.push(S.ev.row(i));
     }
-    S.ev = st; S.gaps = r.gaps; S.bins = null;
+    S.ev = st; S.bins = null;
+    // Following, the view has moved on since this window was asked for: the
+    // gaps the page held that are still in view stay (else the newest
+    // steps' shading blinks out until the next answer).
+    const seen = new Set(r.gaps.map((x) => x[0] + ':' + x[2]));
+    S.gaps = S.follow ? r.gaps.concat((S.gaps || []).filter((x) => x[3] >= S.view.from && !seen.has(x[0] + ':' + x[2]))) : r.gaps;
   } else {
     S.bins = r.bins; S.binStep = r.mode === 'steps'; S.gaps = [];
     S.ev = new EventStore();
@@ -590,10 +628,16 @@ function drawAxis(g, w, h) {
   const raw = span / 8, p = Math.pow(10, Math.floor(Math.log10(raw)));
   const stepNs = [1, 2, 5, 10].map((k) => k * p).find((v) => v >= raw) || raw;
   g.fillStyle = '#888'; g.strokeStyle = '#eee'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
+  let prevEnd = -Infinity;
   for (let t = Math.ceil(S.view.from / stepNs) * stepNs; t <= S.view.to; t += stepNs) {
     const x = xOf(t, w);
     g.beginPath(); g.moveTo(x, AXIS_H - 4); g.lineTo(x, h); g.stroke();
-    g.fillText(fmtMs(t), x + 2, 4);
+    // The last label moves left to stay inside the canvas; where it would then
+    // run into the one before, it is left out.
+    const label = fmtMs(t), lw = g.measureText(label).width, lx = Math.min(x + 2, w - 2 - lw);
+    if (lx < prevEnd + 4) continue;
+    g.fillText(label, lx, 4);
+    prevEnd = lx + lw;
   }
 }
 
@@ -632,12 +676,14 @@ function draw() {
   const ev = S.ev;
   // One pass per phase: no fillStyle churn; sub-pixel blocks merged.
   const lastPx = new Float64Array(n * 8).fill(-1);
+  let inView = 0; // events in the view (the store keeps some from earlier windows)
   for (let ph = 0; ph < 8; ph++) {
     g.fillStyle = PHASE_COLOR[ph];
     const comm = ph >= 3 && ph <= 6;
     for (let i = 0; i < ev.n; i++) {
       if (ev.phase[i] !== ph) continue;
       if (ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+      inView++;
       const r = ev.rank[i];
       if (r < 0 || r >= n) continue;
       let x0 = xOf(ev.start[i], w), x1 = xOf(ev.end[i], w);
@@ -668,9 +714,9 @@ function draw() {
   const anchor = viewAnchor();
   drawCritpath(g, w, h, n, anchor);
   drawRowLabels(g, n, 'rank ');
-  window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b),
+  window.__pprun.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b), inView,
     gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels };
-  $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? ev.n + ' events' : 'aggregated (' + S.mode + ')'}` +
+  $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? inView + ' events' : 'aggregated (' + S.mode + ')'}` +
     (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (window.__pprun.lastKernels && window.__pprun.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan(anchor);
 }
@@ -1376,17 +1422,31 @@ function rowHit(x, y, w) {
   return null;
 }
 
+// Beside the pointer, flipped to its other side where it would leave the
+// window (a block near the right edge), and never off it.
+function placeTooltip(tip, x, y) {
+  const w = tip.offsetWidth, h = tip.offsetHeight, vw = document.documentElement.clientWidth, vh = window.innerHeight;
+  let left = x + 14, top = y + 12;
+  if (left + w > vw - 4) left = x - 14 - w;
+  if (top + h > vh - 4) top = y - 12 - h;
+  tip.style.left = Math.max(4, Math.min(left, vw - 4 - w)) + 'px';
+  tip.style.top = Math.max(4, Math.min(top, vh - 4 - h)) + 'px';
+}
+
 function setupInteraction() {
   const c = $('timeline'), tip = $('tooltip');
+  sqlExample = $('sql-text').value;
   let drag = null;
   c.addEventListener('wheel', (e) => {
     e.preventDefault();
     const w = c.clientWidth, rect = c.getBoundingClientRect();
     const t = tOf(e.clientX - rect.left, w), k = Math.exp(e.deltaY * 0.0015);
-    let span = (S.view.to - S.view.from) * k;
-    span = Math.max(1e4, span);
+    // Out no further than the whole job and a margin (unbounded, 40 notches
+    // asked the server for a window of 7e24 ns).
+    const end = jobExtent(), span = Math.min(end * (1 + 2 * VIEW_MARGIN), Math.max(1e4, (S.view.to - S.view.from) * k));
     const f = (t - S.view.from) / (S.view.to - S.view.from);
-    S.view = { from: Math.max(0, t - f * span), to: Math.max(0, t - f * span) + span };
+    const from = Math.max(0, Math.min(t - f * span, end * (1 + VIEW_MARGIN) - span));
+    S.view = { from, to: from + span };
     S.follow = $('follow').checked = false;
     tip.hidden = true; // it described what was under the pointer before the zoom
     setStep(null); scheduleDraw(); scheduleFetch();
@@ -1396,8 +1456,9 @@ function setupInteraction() {
   window.addEventListener('mousemove', (e) => {
     if (drag) {
       const w = c.clientWidth, dt = (e.clientX - drag.x) / (w - LABEL_W) * (drag.view.to - drag.view.from);
-      const from = Math.max(0, drag.view.from - dt);
-      S.view = { from, to: from + (drag.view.to - drag.view.from) };
+      const span = drag.view.to - drag.view.from;
+      const from = Math.max(0, Math.min(drag.view.from - dt, Math.max(drag.view.from, jobExtent() * (1 + VIEW_MARGIN) - span)));
+      S.view = { from, to: from + span };
       S.follow = $('follow').checked = false;
       tip.hidden = true;
       setStep(null); scheduleDraw();
@@ -1408,7 +1469,7 @@ function setupInteraction() {
     const hit = hitTest(e.clientX - rect.left, e.clientY - rect.top);
     if (!hit) { tip.hidden = true; return; }
     tip.textContent = hit.text; tip.hidden = false;
-    tip.style.left = (e.clientX + 14) + 'px'; tip.style.top = (e.clientY + 12) + 'px';
+    placeTooltip(tip, e.clientX, e.clientY);
   });
   c.addEventListener('mouseleave', () => { tip.hidden = true; });
   $('step-prev').onclick = () => stepBy(-1);
@@ -1429,7 +1490,7 @@ function setupInteraction() {
   $('sql-run').onclick = runSql;
   $('sql-text').addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) runSql(); });
   $('legend').innerHTML = ['F', 'B', 'W', 'SEND', 'RECV', 'OPT'].map((p, i) => `<span><i style="background:${[PHASE_COLOR[0], PHASE_COLOR[1], PHASE_COLOR[2], PHASE_COLOR[3], PHASE_COLOR[4], PHASE_COLOR[7]][i]}"></i>${p}</span>`).join('') +
-    ['warm/cooldown', 'wait activation', 'wait gradient'].map((p, i) => `<span><i style="background:${CAUSE_COLOR[[0, 2, 3][i]]}; border:1px solid #ccc"></i>${p}</span>`).join('') +
+    CAUSE_LEGEND.map(([p, k]) => `<span data-cause="${CAUSES[k]}"><i style="background:${CAUSE_COLOR[k]}; border:1px solid #ccc"></i>${p}</span>`).join('') +
     `<span><i style="border:2px solid ${CRIT_COLOR}"></i>critical path</span>` +
     `<span id="legend-gpu" hidden><i style="background:${PHASE_COLOR[0]}; opacity:0.45"></i>GPU (lane under each rank)</span>`;
 }
@@ -1439,10 +1500,28 @@ function lastEnd() {
   return Math.max(s ? s.end : 0, S.info ? S.info.timeline_end : 0);
 }
 
+// How far the job's time runs: its last step's end or the newest event the
+// page holds (a running job's), at least 1 ms.
+const VIEW_MARGIN = 0.05; // the view may run this share of the job past its end
+function jobExtent() {
+  let e = Math.max(1e6, lastEnd());
+  for (let i = 0; S.ev && i < S.ev.n; i++) if (S.ev.end[i] > e) e = S.ev.end[i];
+  return e;
+}
+
+// ◀ ▶: from the step shown, else from the step at the view's centre (zoomed,
+// panned, "all steps", following live): the next after it, or, before it,
+// that step itself when the centre is past its end.
 function stepBy(d) {
   if (!S.steps.length) return;
-  const cur = S.step != null ? S.step : S.steps[0].step - d;
-  const s = S.stepAt.get(cur + d);
+  let target;
+  if (S.step != null) target = S.step + d;
+  else {
+    const mid = (S.view.from + S.view.to) / 2, s = lastStep((x) => x.start != null && x.start <= mid);
+    if (!s) target = d > 0 ? (S.steps.find((x) => x.start != null) || {}).step : null;
+    else target = d > 0 ? s.step + 1 : s.end != null && mid > s.end ? s.step : s.step - 1;
+  }
+  const s = target != null && S.stepAt.get(target);
   if (s && s.start != null) showStep(s.step);
 }
 
@@ -1618,6 +1697,8 @@ async function runSql() {
     window.__pprun.sqlRows = r.rows.length;
   } catch (e) {
     err.textContent = e.message; err.hidden = false; info.textContent = '';
+    tbl.innerHTML = ''; // the previous query's rows would read as this one's
+    window.__pprun.sqlRows = 0;
   }
 }
 
@@ -1630,6 +1711,8 @@ window.__pprun = {
   chartSync: { read: 0, draws: 0 }, // steps read into the charts' series, and times the step charts were drawn
   state: S,
   showStep: (s) => showStep(s),
+  // A window of the timeline, as zooming or panning to it leaves it.
+  showWindow: (from, to) => { S.follow = $('follow').checked = false; setStep(null); return showWindow(from, to); },
   // A step as the live stream merges it, and the charts redrawn.
   mergeStep: (s) => { mergeStep(s); drawCharts(); },
   // Page coordinates of the centre of a drawn block, for hovering in tests.

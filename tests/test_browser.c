@@ -76,6 +76,13 @@ static double jnum(const cJSON *o, const char *key) {
     return v->valuedouble;
 }
 
+/* The string in cell k of a row of the script's table. */
+static const char *cell(const cJSON *row, int k) {
+    const cJSON *v = cJSON_GetArrayItem(row, k);
+    cr_assert(cJSON_IsString(v), "no cell %d", k);
+    return v->valuestring;
+}
+
 /* Serves db (`pprun serve`), runs the browser script's mode against it with
  * the screenshot browser-<mode>.png in the build directory, stops the
  * server and removes db; returns the script's JSON. */
@@ -199,6 +206,9 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     fixture_fresh(db, sizeof db, "browser", 3, "succeeded");
     cr_assert_eq(fixture_add_activations(db, 64 << 10, &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_state(db, 512 << 10, &err), 0, "%s", err.msg);
+    /* a name as long as a real run's, for the header at 700 px */
+    cr_assert_eq(fixture_exec(db, "UPDATE jobs SET name = 'gpt-layers-8-zb-h1-microbatches-8-seed-1234'", &err), 0, "%s",
+                 err.msg);
     char *stats = stats_text(db);
     cJSON *j = browse(db, "finished", NULL);
 
@@ -217,11 +227,14 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(cJSON_GetObjectItem(drawn, "gaps")->valueint, 15, "every idle gap of the step shaded (4 + 5 + 4 + 2)");
     cr_assert_eq(cJSON_GetObjectItem(j, "planDrawn")->valueint, 96, "the planned timeline beside it");
     cr_assert_eq(cJSON_GetObjectItem(j, "lossPoints")->valueint, 3, "a loss point per step");
-    /* ▶ ▶ "all steps": the bars show the step shown, then the latest. */
-    static const char *const stepping[3][2] = {{"step 0 / 2", "step 0"}, {"step 1 / 2", "step 1"}, {"custom window", "step 2"}};
+    /* From a window zoomed in on step 1, ▶ ◀ "all steps" ▶: ◀ ▶ step from the
+     * step at the view's centre (they jumped to step 0 from any view that was
+     * not a step); the bars show the step shown, then the latest. */
+    static const char *const stepping[4][2] = {
+        {"step 2 / 2", "step 2"}, {"step 1 / 2", "step 1"}, {"custom window", "step 2"}, {"step 2 / 2", "step 2"}};
     cJSON *st = cJSON_GetObjectItem(j, "stepping");
-    cr_assert_eq(cJSON_GetArraySize(st), 3);
-    for (int i = 0; i < 3; i++) {
+    cr_assert_eq(cJSON_GetArraySize(st), 4);
+    for (int i = 0; i < 4; i++) {
         cJSON *pair = cJSON_GetArrayItem(st, i);
         cr_assert_str_eq(cJSON_GetArrayItem(pair, 0)->valuestring, stepping[i][0]);
         cr_assert_str_eq(cJSON_GetArrayItem(pair, 1)->valuestring, stepping[i][1], "the bars of %s", stepping[i][0]);
@@ -244,6 +257,45 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(cJSON_GetArraySize(cells), 8);
     cr_assert_str_eq(cJSON_GetArrayItem(cells, 1)->valuestring, "24", "3 steps x 8 W on rank 0");
     cr_assert(strstr(cJSON_GetObjectItem(j, "sqlError")->valuestring, "DELETE"));
+    cr_assert_eq(jnum(j, "sqlRowsAfterError"), 0, "a refused query leaves no earlier rows under its error");
+    /* A tooltip near the right edge is kept inside the window. */
+    const cJSON *et = cJSON_GetObjectItem(j, "edgeTip");
+    cr_assert(jnum(et, "left") >= 0 && jnum(et, "right") <= jnum(et, "width") &&
+                  jnum(et, "bottom") <= jnum(et, "height"),
+              "the tooltip of the block at x %.0f spans %.0f..%.0f of %.0f px", jnum(et, "x"), jnum(et, "left"),
+              jnum(et, "right"), jnum(et, "width"));
+    /* The legend has every idle cause, each its own colour but warm-up and
+     * cool-down's (comm, often the biggest, and other had none). */
+    static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "comm", "other"};
+    const cJSON *legend = cJSON_GetObjectItem(j, "legendCauses");
+    cr_assert_eq(cJSON_GetArraySize(legend), 5, "a legend entry per cause colour");
+    for (int k = 0; k < 5; k++) {
+        cr_assert_str_eq(cell(cJSON_GetArrayItem(legend, k), 0), causes[k]);
+        for (int m = 0; m < k; m++)
+            cr_assert_str_neq(cell(cJSON_GetArrayItem(legend, k), 2), cell(cJSON_GetArrayItem(legend, m), 2),
+                              "%s and %s share a colour", causes[k], causes[m]);
+    }
+    /* Zoomed in, the label counts the events in view (it counted every one kept from earlier windows). */
+    const cJSON *zi = cJSON_GetObjectItem(j, "zoomedIn");
+    char count[32];
+    snprintf(count, sizeof count, " · %d events", (int)jnum(zi, "inView"));
+    cr_assert(strstr(cJSON_GetObjectItem(zi, "label")->valuestring, count) && jnum(zi, "inView") < jnum(zi, "kept"),
+              "%s: %d in view of %d kept", cJSON_GetObjectItem(zi, "label")->valuestring, (int)jnum(zi, "inView"),
+              (int)jnum(zi, "kept"));
+    /* 700 px wide: the header wraps; the tabs and the Chrome trace link stay on the page. */
+    const cJSON *nw = cJSON_GetObjectItem(j, "narrow");
+    cr_assert(jnum(nw, "pageWidth") <= 700 && jnum(nw, "traceRight") <= 700 && jnum(nw, "sqlTabRight") <= 700,
+              "at 700 px: page %.0f px wide, the trace link ends at %.0f", jnum(nw, "pageWidth"),
+              jnum(nw, "traceRight"));
+    cr_assert(strstr(cJSON_GetObjectItem(j, "sqlExample")->valuestring, "WHERE job_id = 1 "),
+              "the example query is job 1's");
+    /* 60 notches out: the view stops at the whole job and a margin, and the
+     * window asked for is that (it grew without bound to a refused 7e24 ns) */
+    const cJSON *zo = cJSON_GetObjectItem(j, "zoomedOut"), *zw = cJSON_GetObjectItem(zo, "window");
+    double job_end = jnum(zo, "jobEnd");
+    cr_assert(jnum(zo, "from") >= 0 && jnum(zo, "to") <= job_end * 1.1 + 1 && jnum(zo, "to") >= job_end,
+              "zoomed out to %.0f..%.0f ns, the job ends at %.0f", jnum(zo, "from"), jnum(zo, "to"), job_end);
+    cr_assert(jnum(zw, "to") <= job_end * 1.1 + 1, "the window asked for ends at %.0f ns", jnum(zw, "to"));
     cr_assert_gt(cJSON_GetObjectItem(j, "syntheticDrawn")->valueint, 1000, "100,000 synthetic events drawn");
     /* What if: the fixture's costs (every op 1 ms, a send 50 us), each
      * schedule's peak in flight times 64 KiB; this job's row marked. */
@@ -348,7 +400,9 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuLane")));
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "cpuKernels")), "and asks for no kernels");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no page errors");
-    /* The Jobs tab: newest first; job 1's numbers from step 1 on. */
+    cr_assert(strstr(cJSON_GetObjectItem(j, "sqlExample")->valuestring, "WHERE job_id = 2 "),
+              "opened at job 2, the SQL tab's example query is about job 2 (it said job 1 whatever job was open): %s",
+              cJSON_GetObjectItem(j, "sqlExample")->valuestring);
     cJSON *head = cJSON_GetObjectItem(j, "jobsHead"), *rows = cJSON_GetObjectItem(j, "jobsRows");
     cr_assert_eq(cJSON_GetArraySize(rows), 2, "a row per job");
     static const char *const names[] = {"job", "steps", "step time", "bubble", "planned", "idle mostly", "loss", NULL};
@@ -453,13 +507,6 @@ Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) 
  * dashboard). */
 static double to_ns(double v, const char *unit) {
     return v * (!strcmp(unit, "s") ? 1e9 : !strcmp(unit, "ms") ? 1e6 : !strcmp(unit, "us") ? 1e3 : 1);
-}
-
-/* The string in cell k of a row of the script's table. */
-static const char *cell(const cJSON *row, int k) {
-    const cJSON *v = cJSON_GetArrayItem(row, k);
-    cr_assert(cJSON_IsString(v), "no cell %d", k);
-    return v->valuestring;
 }
 
 /* The fixture's critical path (tests/helpers/web_fixture.h): step 1's 31
@@ -593,6 +640,12 @@ static void *writer(void *p) {
     for (int i = 0; i < 600 && access(ready2, F_OK) != 0; i++) usleep(50000);
     unlink(ready2);
     a->ok = a->ok && fixture_append_running_step(a->db, 3 + LIVE_BURST, &err) == 0;
+    /* Then the job ends. */
+    char ready3[320];
+    snprintf(ready3, sizeof ready3, "%s.3", a->ready);
+    for (int i = 0; i < 600 && access(ready3, F_OK) != 0; i++) usleep(50000);
+    unlink(ready3);
+    a->ok = a->ok && fixture_set_status(a->db, "succeeded", &err) == 0;
     return NULL;
 }
 
@@ -635,6 +688,20 @@ Test(browser, running_job_shows_new_steps_without_reload, .timeout = 180) {
     char *loads = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "planLoads"));
     cr_assert_str_eq(loads, "[false,true]", "the plan opened without simulated times and got them without a reload");
     free(loads);
+    /* The job ends: the what-if, the stage balance and the critical path
+     * totals are read again, over the last complete step (they kept the
+     * steps of their last throttled read), and following stops at its last
+     * step with events. */
+    const cJSON *ended = cJSON_GetObjectItem(j, "ended");
+    char *text = cJSON_PrintUnformatted(ended);
+    cr_assert_eq(jnum(ended, "whatifLast"), 2 + LIVE_BURST, "the what-if read again: %s", text);
+    cr_assert_eq(jnum(ended, "critLast"), 2 + LIVE_BURST, "the critical path totals read again: %s", text);
+    cr_assert(strstr(cJSON_GetObjectItem(ended, "balance")->valuestring, "–26"), "%s", text);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(ended, "follow")), "following stops: %s", text);
+    cr_assert(!strncmp(cJSON_GetObjectItem(ended, "stepLabel")->valuestring, "step 27 / ", 10) ||
+                  !strncmp(cJSON_GetObjectItem(ended, "stepLabel")->valuestring, "step 26 / ", 10),
+              "at the last step with events: %s", text);
+    free(text);
     cJSON_Delete(j);
 }
 

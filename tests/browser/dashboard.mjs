@@ -15,7 +15,8 @@
 //
 // "live": after the page is ready it creates READY_FILE; the test then
 // appends steps to the database and this script waits for them to appear;
-// then it creates READY_FILE.2, and the test appends a running step.
+// then it creates READY_FILE.2, and the test appends a running step; then
+// READY_FILE.3, and the test marks the job succeeded.
 import { chromium } from 'playwright-core';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -39,6 +40,7 @@ try {
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
   await page.goto(mode === 'gpu' ? url + '?job=2' : mode === 'outliers' ? url + '?job=1' : url);
   await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: mode === 'long' ? 60000 : 20000 });
+  out.sqlExample = await page.inputValue('#sql-text'); // the SQL tab's example query, about the job open
 
   // The what-if table: each schedule at the job's measured costs.
   const whatifTable = async (measured) => {
@@ -76,6 +78,19 @@ try {
     await page.mouse.move(o.x, o.y);
     await page.waitForFunction(() => /OPT/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
     out.optTooltip = await page.textContent('#tooltip');
+    // The rightmost block's tooltip stays inside the window.
+    const right = await page.evaluate(() => {
+      let best = null;
+      for (const r of [0, 1, 2, 3]) { const c = window.__pprun.blockCenter(r, 'OPT', -1, 0); if (c && (!best || c.x > best.x)) best = c; }
+      return best;
+    });
+    await page.mouse.move(right.x, right.y);
+    await page.waitForFunction(() => /OPT/.test(document.getElementById('tooltip').textContent), null, { timeout: 5000 });
+    out.edgeTip = await page.evaluate((x) => { const b = document.getElementById('tooltip').getBoundingClientRect();
+      return { x, left: b.left, right: b.right, top: b.top, bottom: b.bottom, width: window.innerWidth, height: window.innerHeight }; }, right.x);
+    // The legend: an entry per idle cause, each in its own colour.
+    out.legendCauses = await page.$$eval('#legend span[data-cause]', (ss) => ss.map((x) => [x.dataset.cause, x.textContent,
+      getComputedStyle(x.querySelector('i')).backgroundColor]));
     // A gap: rank 3 idles 3 ms before its first forward (warm-up).
     const g = await page.evaluate(() => {
       const f = window.__pprun.blockCenter(3, 'F', 0, 0);
@@ -97,6 +112,12 @@ try {
     await page.waitForSelector('#tooltip:not([hidden])', { timeout: 5000 });
     await page.mouse.wheel(0, -100);
     out.tooltipAfterWheel = await page.waitForSelector('#tooltip[hidden]', { state: 'attached', timeout: 5000 }).then(() => 'hidden', () => 'shown');
+    // Zoomed in, the window label counts the events in view, not every one the page keeps.
+    await page.waitForFunction(() => window.__pprun.lastWindow.to - window.__pprun.lastWindow.from < 30e6 &&
+      window.__pprun.lastWindow.to === Math.ceil(window.__pprun.state.view.to), null, { timeout: 10000 });
+    await page.waitForFunction(() => window.__pprun.drawn.inView > 0, null, { timeout: 5000 });
+    out.zoomedIn = await page.evaluate(() => ({ label: document.getElementById('window-label').textContent,
+      inView: window.__pprun.drawn.inView, kept: window.__pprun.state.ev.n }));
     // Zoom out with the wheel: a new window is fetched.
     const box = await page.locator('#timeline').boundingBox();
     await page.mouse.move(box.x + box.width / 2, box.y + 40);
@@ -104,6 +125,13 @@ try {
     await page.mouse.wheel(0, 1200);
     await page.waitForFunction((b) => window.__pprun.lastWindow.to - window.__pprun.lastWindow.from > b * 2, before, { timeout: 10000 });
     out.zoomedSpanRatio = await page.evaluate((b) => (window.__pprun.lastWindow.to - window.__pprun.lastWindow.from) / b, before);
+    // Far out (60 notches): the view stops at the whole job and a margin; every
+    // window asked for is answered (no 400, no uncaught error).
+    for (let i = 0; i < 60; i++) await page.mouse.wheel(0, 300);
+    await page.waitForFunction(() => window.__pprun.lastWindow.from === Math.floor(window.__pprun.state.view.from) &&
+      window.__pprun.lastWindow.to === Math.ceil(window.__pprun.state.view.to), null, { timeout: 10000 }).catch(() => {});
+    out.zoomedOut = await page.evaluate(() => ({ from: window.__pprun.state.view.from, to: window.__pprun.state.view.to,
+      window: window.__pprun.lastWindow, jobEnd: Math.max(...window.__pprun.state.steps.map((s) => s.end)) }));
     // SQL tab.
     await page.click('button[data-tab=sql]');
     await page.fill('#sql-text', "SELECT rank, count(*) AS n FROM events WHERE phase = 'W' GROUP BY rank");
@@ -114,18 +142,29 @@ try {
     await page.click('#sql-run');
     await page.waitForSelector('#sql-error:not([hidden])', { timeout: 5000 });
     out.sqlError = await page.textContent('#sql-error');
+    out.sqlRowsAfterError = await page.$$eval('#sql-result tr', (trs) => trs.length);
     // 100,000 events in view: drawn from typed arrays in one frame.
     await page.click('button[data-tab=timeline]');
     out.synthetic100kMs = await page.evaluate(() => window.__pprun.loadSynthetic(100000));
     out.syntheticDrawn = await page.evaluate(() => window.__pprun.drawn.F.reduce((a, b) => a + b, 0) + window.__pprun.drawn.B.reduce((a, b) => a + b, 0) + window.__pprun.drawn.W.reduce((a, b) => a + b, 0));
     // Step through with the buttons: the per-rank bars follow the step shown.
     out.stepping = [];
-    for (const button of ['#step-next', '#step-next', '#step-all']) {
+    // From a zoomed window around the middle of step 1: ▶ ◀ "all steps" ▶.
+    await page.evaluate(() => { const s = window.__pprun.state.stepAt.get(1), m = (s.start + s.end) / 2;
+      window.__pprun.showWindow(m - 5e6, m + 5e6); });
+    for (const button of ['#step-next', '#step-prev', '#step-all', '#step-next']) {
       const before = await page.textContent('#step-label');
       await page.click(button);
       await page.waitForFunction((b) => document.getElementById('step-label').textContent !== b, before, { timeout: 5000 });
       out.stepping.push([await page.textContent('#step-label'), await page.textContent('#bubble-step-label')]);
     }
+    // 700 px wide: the header wraps, nothing is off to the right.
+    await page.setViewportSize({ width: 700, height: 900 });
+    await page.waitForTimeout(100);
+    out.narrow = await page.evaluate(() => ({ pageWidth: document.documentElement.scrollWidth,
+      traceRight: document.getElementById('trace-link').getBoundingClientRect().right,
+      sqlTabRight: document.querySelector('button[data-tab=sql]').getBoundingClientRect().right }));
+    await page.screenshot({ path: shot.replace(/\.png$/, '-700.png') });
   } else if (mode === 'critpath') {
     // Step 1's path outlined, its hand-offs drawn; the API's answer beside it.
     await page.evaluate(() => window.__pprun.showStep(1));
@@ -361,6 +400,18 @@ try {
     out.plan = await page.evaluate(() => ({ drawn: window.__pprun.planDrawn, anchor: window.__pprun.planAnchor }));
     out.planLoads = await page.evaluate(() => window.__pprun.planLoads);
     await page.screenshot({ path: shot, fullPage: true });
+    // Then the job ends (READY_FILE.3: the test marks it succeeded): the
+    // what-if and the critical path totals are read again, following stops.
+    fs.writeFileSync(readyFile + '.3', 'ready\n');
+    await page.waitForFunction(() => document.getElementById('job-status').textContent === 'succeeded', null, { timeout: 30000 });
+    await page.waitForFunction(() => window.__pprun.whatif && window.__pprun.whatif.last_step === 26 &&
+      window.__pprun.critTable && window.__pprun.critTable.last_step === 26, null, { timeout: 10000 }).catch(() => {});
+    await page.waitForFunction(() => !/following/.test(document.getElementById('step-label').textContent), null, { timeout: 10000 }).catch(() => {});
+    out.ended = await page.evaluate(() => ({ follow: document.getElementById('follow').checked,
+      stepLabel: document.getElementById('step-label').textContent, whatif: document.getElementById('whatif-info').textContent,
+      whatifLast: window.__pprun.whatif && window.__pprun.whatif.last_step,
+      critLast: window.__pprun.critTable && window.__pprun.critTable.last_step,
+      balance: document.getElementById('balance-info').textContent }));
   }
   out.errors = errors;
 } catch (e) {
