@@ -84,6 +84,7 @@ static void sql_task_run(sql_worker *w, sql_task *t) {
     }
     dbpool_put(&t->s->pool, db);
 }
+
 /* Drops the waiting tasks whose clients have gone (under p->mu): resumed,
  * MHD closes their connections. */
 static void sql_drop_gone(sql_pool *p) {
