@@ -143,12 +143,16 @@ async function openJob(id) {
   const running = info.job.status === 'running';
   $('follow').checked = S.follow = running;
   // A finished job opens at its last step with events: step 0 carries the
-  // warm-up (first allocations, cold caches) and is the least typical; a
-  // failed job's last step is where it failed.
+  // warm-up (first allocations, cold caches) and is the least typical. A job
+  // cut short (failed, stopped) opens at its last whole step and what ran
+  // after it until the end: the step it was cut in has events but no
+  // statistics (docs/schema.md), so it is no step to show on its own.
   if (running) followLatest();
   else if (S.steps.length) {
     const traced = lastStep((s) => s.start != null && s.start <= info.timeline_end);
-    await showStep((traced || S.steps[S.steps.length - 1]).step);
+    const cut = traced && traced.end != null && info.job.status !== 'succeeded' && info.timeline_end > traced.end;
+    if (cut) await showWindow(traced.start, info.timeline_end + (info.timeline_end - traced.start) * 0.02);
+    else await showStep((traced || S.steps[S.steps.length - 1]).step);
   }
   else await showWindow(0, Math.max(info.timeline_end, 1));
   drawCharts();
@@ -435,6 +439,7 @@ function onStatus(d) {
 // status frame comes before the last steps' frames: those are read here.
 async function onJobEnded(id) {
   loadWhatif(id);
+  S.stepsDirty = 0; // the charts read every step again: a cut job's last loss goes (syncCharts)
   const follow = S.follow, done = lastStep((s) => s.complete);
   S.follow = $('follow').checked = false;
   updateStepLabel();
@@ -1262,10 +1267,13 @@ function syncCharts() {
   if (from >= S.steps.length) return false;
   for (const s of [C.loss, C.bubbleMean, C.actMax, ...C.bubble, ...C.act]) s.cut(S.steps[from].step);
   window.__pprun.chartSync.read += S.steps.length - from;
+  // A job cut short: the losses of the step it was cut in (no statistics
+  // after whole ones) are some of its microbatches', not the step's.
+  const ended = S.info && ['failed', 'stopped', 'lost'].includes(S.info.job.status);
   for (let i = from; i < S.steps.length; i++) {
     const st = S.steps[i], a = st.act_peak_bytes;
     if (st.complete) C.anyComplete = true;
-    if (st.loss != null) C.loss.push(st.step, st.loss);
+    if (st.loss != null && !(ended && !st.complete && C.anyComplete)) C.loss.push(st.step, st.loss);
     if (st.bubble_ratio_mean != null) {
       C.bubbleMean.push(st.step, st.bubble_ratio_mean);
       C.bubble.forEach((s, r) => { if (st.bubble_ratio && st.bubble_ratio[r] != null) s.push(st.step, st.bubble_ratio[r]); });

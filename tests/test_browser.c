@@ -833,6 +833,37 @@ Test(browser, long_job_of_30000_steps_opens_with_thinned_charts, .timeout = 240)
  * to show a cold one's first page, and the page needs two more steps after
  * that); the page shows new steps as they finish, without a reload; after
  * the job pprun keeps serving until SIGINT. */
+/* A rank killed in the middle of step 2: the step it was cut in has events
+ * but no statistics, and the page opens at the last whole step (1) and what
+ * ran after it to the end, where the job failed (it opened at a complete
+ * looking step, the failure nowhere in view). */
+Test(browser, a_failed_job_opens_where_it_failed, .timeout = 180) {
+    require_playwright();
+    char db[256], cmd[1024];
+    fixture_tmp_path(db, sizeof db, "browser-failed");
+    snprintf(cmd, sizeof cmd,
+             "'%s' run --db '%s' --steps 4 --microbatches 4 --model timed:f=2ms,b=2ms,w=2ms,act=4KiB "
+             "--progress off --fail-at step=2,rank=1,phase=B,mb=2 >/dev/null 2>&1",
+             PPRUN_BIN, db);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the job was to fail (exit %d)", WEXITSTATUS(st));
+    cJSON *j = browse(db, "failed", NULL);
+    cJSON *o = cJSON_GetObjectItem(j, "opened"), *view = cJSON_GetObjectItem(o, "view");
+    char *text = cJSON_PrintUnformatted(o);
+    cr_assert_str_eq(cJSON_GetObjectItem(o, "status")->valuestring, "failed", "%s", text);
+    cr_assert_eq(jnum(o, "lastWhole"), 1, "step 2 was cut: no statistics: %s", text);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "step")), "a window, not one step: %s", text);
+    cr_assert_leq(jnum(view, "from"), jnum(o, "lastStart"), "%s", text);
+    cr_assert_geq(jnum(view, "to"), jnum(o, "timelineEnd"), "the end of the job is in view: %s", text);
+    cr_assert_gt(jnum(o, "cutEvents"), 0, "the cut step's events are in view: %s", text);
+    /* the cut step's loss is some microbatches' (it was plotted as step 2's) */
+    const cJSON *ls = cJSON_GetObjectItem(o, "lossSteps");
+    cr_assert_eq(cJSON_GetArraySize(ls), 2, "losses of steps 0 and 1 only: %s", text);
+    cr_assert_eq(cJSON_GetArrayItem(ls, 1)->valueint, 1, "%s", text);
+    free(text);
+    cJSON_Delete(j);
+}
+
 Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
     require_playwright();
     char dir[PATH_MAX], shot[PATH_MAX + 64], db[256], log[256];

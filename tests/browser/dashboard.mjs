@@ -349,6 +349,19 @@ try {
       out.middle = since(() => p.mergeStep({ step: 12345, loss: 60 }));
       out.middleLoss = ext(p.lossPoints);
       return out; })(${ext})`);
+  } else if (mode === 'failed') {
+    // A job killed in the middle of a step: where it opens.
+    out.opened = await page.evaluate(() => {
+      const S = window.__pprun.state, whole = S.steps.filter((s) => s.start != null);
+      const last = whole[whole.length - 1];
+      let cut = 0; // events drawn after the last whole step: the step the job was cut in
+      for (let i = 0; i < S.ev.n; i++) if (S.ev.start[i] >= last.end && S.ev.start[i] <= S.view.to) cut++;
+      return { view: S.view, step: S.step, lastWhole: last.step, lastStart: last.start, lastEnd: last.end,
+        timelineEnd: S.info.timeline_end, cutEvents: cut, status: S.info.job.status,
+        label: document.getElementById('step-label').textContent,
+        lossSteps: window.__pprun.lossPoints.map((p) => p[0]) };
+    });
+    await page.screenshot({ path: shot, fullPage: false });
   } else if (mode === 'job') {
     // A real `pprun run --serve` job: steps appear while it runs.
     const complete = () => (window.__pprun && window.__pprun.state && window.__pprun.state.steps
