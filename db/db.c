@@ -359,9 +359,14 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
      * the last writer has gone (and removed it): in a directory it may not
      * write (a read-only mount, another user's results) the first read fails
      * with SQLITE_CANTOPEN. With no -wal file there is nothing outside the
-     * database file to read, and no writer: it is read as immutable. */
+     * database file to read, and no writer: it is read as immutable. The
+     * same first read finds a file that is not SQLite at all. */
     char wal[4096];
     int rc = sqlite3_exec(sql, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    if ((rc & 0xff) == SQLITE_NOTADB) {
+        sqlite3_close(sql);
+        return pp_fail(err, "not an SQLite database");
+    }
     if ((rc & 0xff) == SQLITE_CANTOPEN && snprintf(wal, sizeof wal, "%s-wal", path) < (int)sizeof wal &&
         access(wal, F_OK) != 0 && errno == ENOENT) {
         sqlite3_close(sql);

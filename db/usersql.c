@@ -413,11 +413,6 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
         sqlite3_close(db);
         return -1;
     }
-    if (sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL) == SQLITE_NOTADB) {
-        pp_fail(err, "%s: not an SQLite database", db_path);
-        sqlite3_close(db);
-        return -1;
-    }
     /* A file of an older schema version reads as the current one: the
      * columns added since are 0 (ranks.cupti_dropped before version 2,
      * step_stats.act_peak_bytes before 3), through temp views; the file
