@@ -124,6 +124,10 @@ async function loadJobs() {
 
 let sqlExample = null; // the SQL tab's example query as last written, for the job open
 
+// A job that ended before its last step: its last steps were cut short
+// (events, no statistics: docs/schema.md, "When the analyses run").
+function cutShort(job) { return ['failed', 'stopped', 'lost'].includes(job.status); }
+
 async function openJob(id) {
   if (S.stream) S.stream.abort();
   Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, planAt: 0, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, whatif: null, whatifAt: 0, crit: newCrit(), charts: null, stepsDirty: 0 });
@@ -150,7 +154,7 @@ async function openJob(id) {
   if (running) followLatest();
   else if (S.steps.length) {
     const traced = lastStep((s) => s.start != null && s.start <= info.timeline_end);
-    const cut = traced && traced.end != null && info.job.status !== 'succeeded' && info.timeline_end > traced.end;
+    const cut = traced && traced.end != null && cutShort(info.job) && info.timeline_end > traced.end;
     if (cut) await showWindow(traced.start, info.timeline_end + (info.timeline_end - traced.start) * 0.02);
     else await showStep((traced || S.steps[S.steps.length - 1]).step);
   }
@@ -1269,11 +1273,11 @@ function syncCharts() {
   window.__pprun.chartSync.read += S.steps.length - from;
   // A job cut short: the losses of the step it was cut in (no statistics
   // after whole ones) are some of its microbatches', not the step's.
-  const ended = S.info && ['failed', 'stopped', 'lost'].includes(S.info.job.status);
+  const cut = S.info && cutShort(S.info.job);
   for (let i = from; i < S.steps.length; i++) {
     const st = S.steps[i], a = st.act_peak_bytes;
     if (st.complete) C.anyComplete = true;
-    if (st.loss != null && !(ended && !st.complete && C.anyComplete)) C.loss.push(st.step, st.loss);
+    if (st.loss != null && !(cut && !st.complete && C.anyComplete)) C.loss.push(st.step, st.loss);
     if (st.bubble_ratio_mean != null) {
       C.bubbleMean.push(st.step, st.bubble_ratio_mean);
       C.bubble.forEach((s, r) => { if (st.bubble_ratio && st.bubble_ratio[r] != null) s.push(st.step, st.bubble_ratio[r]); });
