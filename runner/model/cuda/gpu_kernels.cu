@@ -71,17 +71,39 @@ __global__ static void k_layernorm_backward_input(float *dinp, const float *dout
     }
 }
 
+/* Column sums of [N][C] arrays (the gain and bias gradients of the W ops)
+ * run on blocks of 32 columns x 32 row lanes: each warp reads 32 adjacent
+ * columns of one row (one 128-byte line), 32 rows are in flight per
+ * column, and a column's 32 lane sums are added in lane order, so the
+ * result has the same bits on every run. One thread per column summing all
+ * N rows left most of the GPU idle: LayerNorm's W took 218 us at 1024 x
+ * 256, the largest kernel of a 4-rank job (docs/gpu.md, "Measured"). */
+#define COL_TILE 32
+
+/* The column's total in the threads of lane 0 (threadIdx.y == 0). */
+__device__ static float column_total(float lane_sum) {
+    __shared__ float part[COL_TILE][COL_TILE];
+    part[threadIdx.y][threadIdx.x] = lane_sum;
+    __syncthreads();
+    float s = 0.0f;
+    if (threadIdx.y == 0)
+        for (int l = 0; l < COL_TILE; l++) s += part[l][threadIdx.x];
+    __syncthreads(); /* the next call writes part again */
+    return s;
+}
+
 __global__ static void k_layernorm_backward_weight(float *dg, float *db, const float *dout, const float *inp,
                                                    const float *mean, const float *rstd, int N, int C) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= C) return;
+    int i = blockIdx.x * COL_TILE + threadIdx.x;
     float sg = 0.0f, sb = 0.0f;
-    for (int n = 0; n < N; n++) {
-        float d = dout[(size_t)n * C + i];
-        sg += (inp[(size_t)n * C + i] - mean[n]) * rstd[n] * d;
-        sb += d;
-    }
-    dg[i] = sg, db[i] = sb;
+    if (i < C)
+        for (int n = threadIdx.y; n < N; n += COL_TILE) {
+            float d = dout[(size_t)n * C + i];
+            sg += (inp[(size_t)n * C + i] - mean[n]) * rstd[n] * d;
+            sb += d;
+        }
+    sg = column_total(sg), sb = column_total(sb);
+    if (threadIdx.y == 0 && i < C) dg[i] = sg, db[i] = sb;
 }
 
 extern "C" int gpu_layernorm_forward(gpu_ctx *ctx, float *out, float *mean, float *rstd, const float *inp,
@@ -98,8 +120,9 @@ extern "C" int gpu_layernorm_backward_input(gpu_ctx *ctx, float *dinp, const flo
 }
 extern "C" int gpu_layernorm_backward_weight(gpu_ctx *ctx, float *dg, float *db, const float *dout, const float *inp,
                                              const float *mean, const float *rstd, int N, int C, pp_err *err) {
-    k_layernorm_backward_weight<<<blocks_for((size_t)C, THREADS), THREADS, 0, ctx->stream>>>(dg, db, dout, inp,
-                                                                                             mean, rstd, N, C);
+    dim3 tile(COL_TILE, COL_TILE);
+    k_layernorm_backward_weight<<<blocks_for((size_t)C, COL_TILE), tile, 0, ctx->stream>>>(dg, db, dout, inp, mean,
+                                                                                           rstd, N, C);
     return launched(err, "LayerNorm W");
 }
 
@@ -208,11 +231,12 @@ __global__ static void k_bias_add(float *out, const float *bias, int N, int OC) 
     if (idx < (size_t)N * OC) out[idx] += bias[idx % OC];
 }
 __global__ static void k_bias_grad(float *dbias, const float *dout, int N, int OC) {
-    int o = blockIdx.x * blockDim.x + threadIdx.x;
-    if (o >= OC) return;
+    int o = blockIdx.x * COL_TILE + threadIdx.x;
     float s = 0.0f;
-    for (int n = 0; n < N; n++) s += dout[(size_t)n * OC + o];
-    dbias[o] = s;
+    if (o < OC)
+        for (int n = threadIdx.y; n < N; n += COL_TILE) s += dout[(size_t)n * OC + o];
+    s = column_total(s);
+    if (threadIdx.y == 0 && o < OC) dbias[o] = s;
 }
 extern "C" int gpu_k_bias_add(gpu_ctx *ctx, float *out, const float *bias, int N, int OC, pp_err *err) {
     size_t n = (size_t)N * OC;
@@ -221,7 +245,8 @@ extern "C" int gpu_k_bias_add(gpu_ctx *ctx, float *out, const float *bias, int N
     return launched(err, "bias add");
 }
 extern "C" int gpu_k_bias_grad(gpu_ctx *ctx, float *dbias, const float *dout, int N, int OC, pp_err *err) {
-    k_bias_grad<<<blocks_for((size_t)OC, THREADS), THREADS, 0, ctx->stream>>>(dbias, dout, N, OC);
+    dim3 tile(COL_TILE, COL_TILE);
+    k_bias_grad<<<blocks_for((size_t)OC, COL_TILE), tile, 0, ctx->stream>>>(dbias, dout, N, OC);
     return launched(err, "bias gradient");
 }
 
