@@ -36,6 +36,9 @@ static int idle(const model_stage *s, const char *what, pp_err *err) {
 }
 
 int model_stage_save(const model_stage *s, FILE *f, pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu && gpu_stage_fetch_state(s, err) != 0) return pp_wrap(err, "checkpoint save");
+#endif
     if (idle(s, "save", err) != 0) return -1;
     ckpt_header h;
     memset(&h, 0, sizeof h);

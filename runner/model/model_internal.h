@@ -80,7 +80,10 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
 int gpu_stage_backward_weight(model_stage *s, int mb, pp_err *err); /* also marks mb done and commits */
 int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err);
 int gpu_stage_upload(model_stage *s, pp_err *err);
-void gpu_stage_import(model_stage *s);       /* an upload failure is reported by the next F */
+int gpu_stage_fetch_state(const model_stage *s, pp_err *err); /* host copies of params, adam_m, adam_v */
+/* Failures of these void calls are reported by the next F. */
+void gpu_stage_import(model_stage *s, const float *weights);
+void gpu_stage_export_weights(const model_stage *s, float *dst);
 void gpu_stage_export_grads(const model_stage *s, float *dst);
 /* Device boundary buffers from and back to the stage's pool of device memory. */
 void *gpu_stage_boundary_alloc(model_stage *s, size_t bytes, pp_err *err);

@@ -180,6 +180,12 @@ int model_stage_backward_weight(model_stage *s, int mb, pp_err *err) {
 
 size_t model_stage_weight_count(const model_stage *s) { return s->nparams; }
 void model_stage_export_weights(const model_stage *s, float *dst) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) {
+        gpu_stage_export_weights(s, dst);
+        return;
+    }
+#endif
     memcpy(dst, s->params, sizeof(float) * s->nparams);
 }
 void model_stage_export_grads(const model_stage *s, float *dst) {
@@ -192,10 +198,13 @@ void model_stage_export_grads(const model_stage *s, float *dst) {
     memcpy(dst, s->grad, sizeof(float) * s->nparams);
 }
 void model_stage_import_weights(model_stage *s, const float *src) {
-    memcpy(s->params, src, sizeof(float) * s->nparams);
 #ifdef PPRUN_HAVE_CUDA
-    if (s->gpu) gpu_stage_import(s);
+    if (s->gpu) {
+        gpu_stage_import(s, src);
+        return;
+    }
 #endif
+    memcpy(s->params, src, sizeof(float) * s->nparams);
 }
 int model_stage_steps_done(const model_stage *s) { return s->steps_done; }
 model_gemm_stats model_stage_gemm_stats(const model_stage *s) { return s->gemm; }
