@@ -167,6 +167,7 @@ static int run_worker(worker *w, pp_err *err) {
     comm *c = NULL;
     devcomm *dc = NULL;
     int *rank_node = NULL;
+    int device = -1; /* the GPU of devcomm's boundary tensors, if any */
     engine e = {0};
     int rc = -1;
 
@@ -220,7 +221,6 @@ static int run_worker(worker *w, pp_err *err) {
         int device_boundaries = run_config_device_boundaries(&w->cfg);
         if (device_boundaries) cc.transport = "auto"; /* the host comm carries devcomm's control messages */
         if (comm_open(&cc, &c, err) != 0) goto out;
-        int device = -1;
         if (device_boundaries) {
             if (worker_device(w->rank % w->local_world, &device, err) != 0) goto out;
             devcomm_config dcfg = {.host = c, .device = device, .transport = w->cfg.transport};
@@ -259,6 +259,9 @@ out:
     if (dc) devcomm_close(dc);
     gputrace_close(gpu);
     engine_free(&e);
+#ifdef PPRUN_HAVE_CUDA
+    if (device >= 0) gpu_device_release(device); /* after every CUDA user above */
+#endif
     comm_close(c);
     free(rank_node);
     if (ring) trace_ring_close(ring);

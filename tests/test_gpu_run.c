@@ -18,6 +18,7 @@
  * (worker, engine, GPU stage, devcomm, CUPTI tracing into the database);
  * the GPU run adds the hardware. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,17 @@ static void job_result(const char *dir, const char *name, int stages, char **los
     }
 }
 
+/* The CUDA driver's per-process files in /dev/shm (cuda.shm.*): a worker
+ * that used an interprocess event leaves one behind unless it resets its
+ * device before exiting (gpu_device_release). */
+static int cuda_shm_files(void) {
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strncmp(e->d_name, "cuda.shm.", 9) == 0;
+    if (d) closedir(d);
+    return n;
+}
+
 /* Every schedule on `count` GPUs with GEMM operands in dtype; env is put in
  * front of each command. */
 static void every_schedule(int count, const char *env, const char *dtype) {
@@ -96,6 +108,7 @@ static void every_schedule(int count, const char *env, const char *dtype) {
     };
     char *ref_losses = NULL, *ref_w = NULL;
     size_t ref_len = 0;
+    int shm_before = cuda_shm_files();
     for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
         char cmd[2048];
         const char *n = jobs[j].name;
@@ -149,6 +162,7 @@ static void every_schedule(int count, const char *env, const char *dtype) {
         free(losses), free(w);
     }
     free(ref_losses), free(ref_w);
+    cr_expect_eq(cuda_shm_files(), shm_before, "the jobs left files of the CUDA driver in /dev/shm (cuda.shm.*)");
 }
 
 /* Two ranks on one GPU, CUPTI on by default: every F/B/W has a gpu span

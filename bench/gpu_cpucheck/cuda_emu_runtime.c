@@ -37,6 +37,7 @@ cudaError_t cudaGetDeviceCount(int *count) {
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
     (void)flags;
     static char token;

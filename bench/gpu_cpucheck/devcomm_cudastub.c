@@ -142,6 +142,9 @@ cudaError_t cudaSetDevice(int device) {
     return cudaSuccess;
 }
 
+/* The emulated device keeps nothing per process. */
+cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
+
 cudaError_t cudaGetDeviceCount(int *count) {
     *count = device_count();
     return cudaSuccess;

@@ -54,6 +54,9 @@ static inline int gpu_device_pick(int local_rank, int *device, int *count, pp_er
 typedef struct gpu_ctx gpu_ctx;
 /* Makes `device` current for the calling thread, creates a stream and a
  * cuBLAS handle on it. Freed with gpu_ctx_free (NULL is fine). */
+/* The process's last CUDA call on `device`: frees everything it still holds there. */
+void gpu_device_release(int device);
+
 int gpu_ctx_create(int device, gpu_dtype dtype, gpu_ctx **out, pp_err *err);
 void gpu_ctx_free(gpu_ctx *ctx);
 gpu_dtype gpu_ctx_dtype(const gpu_ctx *ctx);
