@@ -13,9 +13,12 @@
 #    schedule, and 1F1B with them staged through the host (shm);
 # 4. checks that every job's per-microbatch losses are the same bits;
 # 5. compares CUPTI's gpu spans with the host spans of the same ops;
-# 6. measures the tracing overhead: step time with tracing + CUPTI, with
+# 6. kills one worker of a running job (kill -9): the job must end within
+#    10 s naming that rank, leaving no process; and a clean job must leave
+#    nothing in /dev/shm (the CUDA driver's cuda.shm.* files included);
+# 7. measures the tracing overhead: step time with tracing + CUPTI, with
 #    tracing only, and without tracing, alternating;
-# 7. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
+# 8. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
 #    of the same shape in the same run);
 # and prints a table. Exits 1 at once, saying so, without a GPU; exits 1
 # when a check failed.
@@ -138,6 +141,42 @@ done
 [ -n "${result[parity]:-}" ] || result[parity]="PASS: every job's per-microbatch losses are gpipe's, bit for bit"
 [ -n "${result[cupti]:-}" ] || result[cupti]="PASS: every F/B/W has a gpu span inside its host op (table above)"
 
+echo "== a clean job leaves nothing in /dev/shm; kill -9 of one worker ends the job"
+before=$(ls /dev/shm | wc -l)
+if job shm-clean --schedule 1f1b; then
+  after=$(ls /dev/shm | wc -l)
+  if [ "$after" -ne "$before" ]; then fail shm "$before entries in /dev/shm before a cuda-ipc job, $after after: $(ls /dev/shm | head -5 | tr '\n' ' ')"
+  else result[shm]="PASS: /dev/shm has $after entries before and after a cuda-ipc job"; fi
+else fail shm "the job failed (see $dir/shm-clean.log)"; fi
+rm -f "$dir"/kill.db*
+"$pprun" run --device cuda --nproc-per-node 4 --microbatches 8 --steps 100000 --model "$model" --progress off \
+  --db "$dir/kill.db" >"$dir/kill.log" 2>&1 &
+kjob=$!
+victim=""
+for _ in $(seq 1 300); do # until rank 1 has finished a step (30 s at most)
+  sleep 0.1
+  [ "$(q "$dir/kill.db" "SELECT count(*) FROM events WHERE rank=1 AND phase='OPT'" 2>/dev/null)" -ge 1 ] 2>/dev/null || continue
+  victim=$(q "$dir/kill.db" "SELECT pid FROM ranks WHERE rank=1")
+  break
+done
+if [ -z "$victim" ]; then
+  kill -INT $kjob; wait $kjob
+  fail kill "rank 1 never finished a step (see $dir/kill.log)"
+else
+  t0=$(date +%s%N)
+  kill -9 "$victim"
+  timeout 30 tail --pid=$kjob -f /dev/null
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  wait $kjob
+  krc=$?
+  sleep 1 # the launcher's guard process leaves just after it
+  left=$(pgrep -f "$pprun" | wc -l)
+  named=$(q "$dir/kill.db" "SELECT status || ' ' || failed_rank FROM jobs")
+  if [ "$krc" -ne 1 ] || [ "$ms" -gt 10000 ] || [ "$named" != "failed 1" ] || [ "$left" -ne 0 ]; then
+    fail kill "exit $krc after $ms ms, job '$named', $left pprun processes left (see $dir/kill.log)"
+  else result[kill]="PASS: the job ended $ms ms after kill -9 of rank 1 (exit 1, failed_rank 1), no process left"; fi
+fi
+
 echo "== tracing overhead (1f1b, cuda-ipc; median step ms of steps 1-5; 3 alternating rounds)"
 printf '%-6s %10s %10s %10s\n' round cupti trace off
 declare -a r_cupti r_trace
@@ -159,6 +198,6 @@ if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail bench_gpu "exit status (see $dir/benc
 
 echo
 printf '%-18s %s\n' check result
-for k in "${tests[@]}" schedules parity cupti overhead bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
+for k in "${tests[@]}" schedules parity cupti shm kill overhead bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
 printf '%-18s %s\n' NCCL "needs one GPU per rank: test_devcomm and test_gpu_run run it where there are two GPUs"
 exit $status
