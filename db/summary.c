@@ -169,19 +169,25 @@ static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
     return finish(db, st, rc, err);
 }
 
-/* Weights, gradients and optimizer state do not change during a job: one
- * step's OPT spans tell them (the latest analysed, found by events_by_step).
- * Then each rank's peak memory: that plus its activations at peak. */
+/* Weights, gradients and optimizer state do not change during a job: each
+ * rank's latest OPT span tells them (walked back from its last event; a
+ * rank killed in its optimizer step still has the step before). Then each
+ * rank's peak memory: that plus its activations at peak. */
 static int read_state(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT rank, max(bytes) FROM events WHERE job_id=?1 AND phase='OPT' AND source='cpu' AND bytes>0"
-                    " AND step=(SELECT max(step) FROM step_stats WHERE job_id=?1) GROUP BY rank",
+    if (prepare(db, "SELECT bytes FROM events WHERE job_id=?1 AND rank=?2 AND phase='OPT' AND source='cpu'"
+                    " ORDER BY start_ns DESC LIMIT 1",
                 s->job_id, &st, err) != 0)
         return -1;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int k = sqlite3_column_int(st, 0);
-        if (k >= 0 && k < s->world) s->state_by_rank[k] = sqlite3_column_int64(st, 1);
+    int rc = SQLITE_DONE;
+    for (int k = 0; k < s->world && rc == SQLITE_DONE; k++) {
+        sqlite3_bind_int(st, 2, k);
+        if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            int64_t bytes = sqlite3_column_int64(st, 0);
+            if (bytes > 0) s->state_by_rank[k] = bytes; /* 0: the model reports none */
+            rc = sqlite3_step(st);
+        }
+        sqlite3_reset(st);
     }
     for (int k = 0; k < s->world; k++) {
         if (s->state_by_rank[k] < 0) continue;

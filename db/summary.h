@@ -56,7 +56,7 @@ typedef struct job_summary {
                                 * from_step on; -1 for a rank without stats (0: not recorded) */
     int64_t act_peak;        /* max over ranks; -1 when no rank has stats */
     int64_t *state_by_rank;  /* world entries (owned): bytes of the rank's weights, gradients and optimizer
-                              * state (its OPT span's `bytes` at the latest step with stats); -1: not recorded */
+                              * state (its latest OPT span's `bytes`); -1: not recorded */
     int64_t mem_peak;        /* max over ranks of state + activations at peak; -1 when no state is recorded */
     int mem_peak_rank;       /* the rank of mem_peak, -1 with it */
     int64_t *plan_peak_inflight; /* world entries (owned) when has_plan, else NULL: summary_plan's peak */

@@ -1571,6 +1571,18 @@ Test(web_act, steps_plan_and_summary_give_activation_memory_per_rank, .init = se
     webclient_free(&r);
 }
 
+/* A rank killed in its optimizer step has no OPT span in its last step:
+ * its weights and optimizer state still count, from the step before. */
+Test(web_act, a_rank_without_its_last_opt_still_counts_its_state, .init = setup_act, .fini = teardown) {
+    exec_sql("DELETE FROM events WHERE job_id=1 AND rank=3 AND phase='OPT' AND step=(SELECT max(step) FROM events)");
+    cJSON *j = get_json("/api/jobs/1/summary", 200);
+    const int64_t state[4] = {2 * ACT_MB, 4 * ACT_MB, 6 * ACT_MB, 8 * ACT_MB};
+    int_array_is(j, "state_bytes_by_rank", state, 4);
+    cr_assert_eq(num(j, "mem_peak_bytes"), 9 * ACT_MB);
+    cr_assert_eq(num(j, "mem_peak_rank"), 3);
+    cJSON_Delete(j);
+}
+
 /* Every built-in schedule at the fixture's measured costs (F, B, W 1 ms, a
  * send 50 us; its timed model: two chunks per rank double a rank's work).
  * The job's own row holds what the job measured; the others scale each
