@@ -274,6 +274,24 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     return whatif_done(db, st, rc, err);
 }
 
+/* The most ranks of one node that ran on one GPU (ranks.device), into
+ * r->shared_gpu_ranks and r->shared_gpu when more than one did. */
+static int whatif_read_gpu_sharing(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err) {
+    sqlite3_stmt *st;
+    if (whatif_prepare(db,
+                       "SELECT count(*) AS n, device FROM ranks WHERE job_id=?1 AND device LIKE 'cuda:%' "
+                       "GROUP BY node, device ORDER BY n DESC LIMIT 1",
+                       &st, err) != 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && sqlite3_column_int(st, 0) > 1) {
+        r->shared_gpu_ranks = sqlite3_column_int(st, 0);
+        snprintf(r->shared_gpu, sizeof r->shared_gpu, "%s", (const char *)sqlite3_column_text(st, 1));
+    }
+    return whatif_done(db, st, rc, err);
+}
+
 /* The window of steps to measure: the latest complete step from
  * s->from_step on (r->last_step, -1 when there is none) and up to
  * WHATIF_STEPS - 1 before it; r->gpu when it has GPU spans. */
@@ -441,6 +459,11 @@ static void whatif_balance(whatif_report *r) {
                  "%d ranks shared %d core%s: a stage's op times include its waits for a core, so they do not tell "
                  "which stage is slowest; measure with a core per rank",
                  r->shared_ranks, r->shared_cores, r->shared_cores == 1 ? "" : "s");
+    } else if (r->shared_gpu_ranks > 0) {
+        snprintf(r->no_cuts, sizeof r->no_cuts,
+                 "%d ranks shared one GPU (%s): a stage's op times include its waits for the GPU, so they do not "
+                 "tell which stage is slowest; measure with a GPU per rank",
+                 r->shared_gpu_ranks, r->shared_gpu);
     } else if (!bp->layers_known) {
         snprintf(r->no_cuts, sizeof r->no_cuts, "%s",
                  in->fixed_op_costs ? "the model's op costs do not depend on a stage's layers"
@@ -476,7 +499,9 @@ static int whatif_is_built_in(const char *schedule) {
 
 int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
     memset(r, 0, sizeof *r);
-    if (whatif_read_job(db, s->job_id, r, err) != 0 || whatif_read_window(db, s, r, err) != 0) return -1;
+    if (whatif_read_job(db, s->job_id, r, err) != 0 || whatif_read_gpu_sharing(db, s->job_id, r, err) != 0 ||
+        whatif_read_window(db, s, r, err) != 0)
+        return -1;
     if (r->last_step < 0) return 0;
     int64_t med[4];
     if (whatif_read_medians(db, s, r, med, err) != 0) return -1;

@@ -100,6 +100,11 @@ typedef struct whatif_report {
      * than the node had cores: its op times include waiting for a core, so
      * they say less about the ops than about the OS's scheduler. */
     int shared_ranks, shared_cores;
+    /* > 1 when ranks of one node computed on one GPU (shared_gpu, "cuda:0"):
+     * without MPS a GPU runs one process's kernels at a time, so their op
+     * times include waiting for the others' (docs/gpu.md, "Measured"). */
+    int shared_gpu_ranks;
+    char shared_gpu[24];
 } whatif_report;
 
 /* Measures job s->job_id's op costs in db and simulates (s from

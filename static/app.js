@@ -189,7 +189,9 @@ async function loadWhatif(id) {
     `medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
     (r.fixed_op_costs ? ' (timed model: an op costs the same in any chunk)' : '') +
     (r.shared_cores ? ` · ${r.shared_cores.ranks} ranks shared ${r.shared_cores.cores} core${r.shared_cores.cores === 1 ? '' : 's'}: these op times include ` +
-      'waiting for a core, and each schedule is simulated with a core per rank' : '');
+      'waiting for a core, and each schedule is simulated with a core per rank' : '') +
+    (r.shared_gpu ? ` · ${r.shared_gpu.ranks} ranks shared one GPU (${r.shared_gpu.device}): these op times include ` +
+      'waiting for the GPU, and each schedule is simulated with a GPU per rank' : '');
   const own = r.schedules.find((s) => s.this_job && !s.error);
   const head = tbl.createTHead().insertRow();
   for (const h of ['schedule', 'chunks per rank', 'step time', 'bubble', 'vs this job', 'activations (est.)', 'in flight']) {

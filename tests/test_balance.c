@@ -326,6 +326,36 @@ Test(balance, ranks_sharing_a_core_get_no_cuts, .timeout = 180) {
     fixture_remove(db);
 }
 
+/* Ranks that shared one GPU took turns on it: the same as sharing a core.
+ * A CPU job whose ranks table is made to say cuda:0 stands in for a
+ * --device cuda job (the note reads ranks.device only). */
+Test(balance, ranks_sharing_a_gpu_get_no_cuts, .timeout = 180) {
+    const char *db = tfix_path("balance_gpu.db");
+    run_job(db, "gpt", "even", "2", "3");
+    pp_err err;
+    cr_assert_eq(fixture_exec(db, "UPDATE ranks SET device='cuda:0'", &err), 0, "%s", err.msg);
+    lt_proc p = stats_of(db, NULL);
+    lt_assert_has(p.out, "\n  cuts       none suggested: 2 ranks shared one GPU (cuda:0): a stage's op times include");
+    lt_assert_has(p.out, "\n  (2 ranks shared one GPU (cuda:0): these op times include waiting for the GPU");
+    lt_free(&p);
+
+    int port;
+    pid_t serve = webclient_start_serve(db, NULL, &port);
+    cr_assert_gt(serve, 0);
+    cJSON *j = webclient_get_json(port, "/api/jobs/1/whatif", 200);
+    kill(serve, SIGTERM);
+    waitpid(serve, NULL, 0);
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON *shared = cJSON_GetObjectItem(j, "shared_gpu");
+    cr_assert(cJSON_IsObject(shared), "%s", body);
+    cr_assert_eq(cJSON_GetObjectItem(shared, "ranks")->valueint, 2, "%s", body);
+    cr_assert_str_eq(cJSON_GetObjectItem(shared, "device")->valuestring, "cuda:0", "%s", body);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "shared_cores")), "%s", body);
+    free(body);
+    cJSON_Delete(j);
+    fixture_remove(db);
+}
+
 /* A timed model with per=stage costs: stages cost the same whatever their
  * layers, so no cuts are suggested, and the stage table is still there. */
 Test(balance, per_stage_costs_suggest_no_cuts, .timeout = 120) {

@@ -1595,6 +1595,7 @@ Test(web_act, whatif_plays_every_schedule_at_the_jobs_costs, .init = setup_act, 
     cr_assert_str_eq(str(j, "source"), "cpu");
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "fixed_op_costs")), "the fixture's model is timed");
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "shared_cores")), "a timed model sleeps: no cores shared");
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, "shared_gpu")), "a CPU job: no GPU shared");
     cJSON *costs = cJSON_GetObjectItem(j, "costs_ns");
     cr_assert_eq(num(costs, "f"), 1e6);
     cr_assert_eq(num(costs, "b"), 1e6);

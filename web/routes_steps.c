@@ -368,6 +368,15 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
         } else {
             jw_null(&w);
         }
+        jw_key(&w, "shared_gpu");
+        if (wr.shared_gpu_ranks > 0) {
+            jw_obj(&w);
+            jw_kint(&w, "ranks", wr.shared_gpu_ranks);
+            jw_kstr(&w, "device", wr.shared_gpu);
+            jw_obj_end(&w);
+        } else {
+            jw_null(&w);
+        }
     }
     jw_key(&w, "schedules");
     jw_arr(&w);
