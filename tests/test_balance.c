@@ -186,6 +186,17 @@ static lt_proc stats_of(const char *db, const char *const *more) {
     return p;
 }
 
+/* Job 1's GET /api/jobs/1/whatif, from a pprun serve of db. */
+static cJSON *whatif_of(const char *db) {
+    int port;
+    pid_t serve = webclient_start_serve(db, NULL, &port);
+    cr_assert_gt(serve, 0);
+    cJSON *j = webclient_get_json(port, "/api/jobs/1/whatif", 200);
+    kill(serve, SIGTERM);
+    waitpid(serve, NULL, 0);
+    return j;
+}
+
 /* A job of `model` cut at `cuts`, on `ranks` ranks, into db; it must succeed. */
 static void run_job(const char *db, const char *model, const char *cuts, const char *ranks, const char *steps) {
     lt_proc run;
@@ -308,12 +319,7 @@ Test(balance, ranks_sharing_a_core_get_no_cuts, .timeout = 180) {
     lt_assert_has(p.out, "\n  (2 ranks shared 1 core: these op times include waiting for a core");
     lt_free(&p);
 
-    int port;
-    pid_t serve = webclient_start_serve(db, NULL, &port);
-    cr_assert_gt(serve, 0);
-    cJSON *j = webclient_get_json(port, "/api/jobs/1/whatif", 200);
-    kill(serve, SIGTERM);
-    waitpid(serve, NULL, 0);
+    cJSON *j = whatif_of(db);
     char *body = cJSON_PrintUnformatted(j);
     cJSON *shared = cJSON_GetObjectItem(j, "shared_cores"), *bal = cJSON_GetObjectItem(j, "balance");
     cr_assert(cJSON_IsObject(shared) && cJSON_IsObject(bal), "%s", body);
@@ -339,12 +345,7 @@ Test(balance, ranks_sharing_a_gpu_get_no_cuts, .timeout = 180) {
     lt_assert_has(p.out, "\n  (2 ranks shared one GPU (cuda:0): these op times include waiting for the GPU");
     lt_free(&p);
 
-    int port;
-    pid_t serve = webclient_start_serve(db, NULL, &port);
-    cr_assert_gt(serve, 0);
-    cJSON *j = webclient_get_json(port, "/api/jobs/1/whatif", 200);
-    kill(serve, SIGTERM);
-    waitpid(serve, NULL, 0);
+    cJSON *j = whatif_of(db);
     char *body = cJSON_PrintUnformatted(j);
     cJSON *shared = cJSON_GetObjectItem(j, "shared_gpu");
     cr_assert(cJSON_IsObject(shared), "%s", body);
