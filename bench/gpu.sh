@@ -167,6 +167,11 @@ else
   kill -9 "$victim"
   timeout 30 tail --pid=$kjob -f /dev/null
   ms=$((($(date +%s%N) - t0) / 1000000))
+  if kill -0 $kjob 2>/dev/null; then # hung: stop it as Ctrl-C would, then for good
+    kill -INT $kjob
+    timeout 10 tail --pid=$kjob -f /dev/null
+    kill -KILL $kjob 2>/dev/null
+  fi
   wait $kjob
   krc=$?
   sleep 1 # the launcher's guard process leaves just after it
