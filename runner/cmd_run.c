@@ -881,8 +881,10 @@ int cmd_run(int argc, char **argv) {
         }
         if (exit_code == 0) { /* where the time went, in two lines */
             job_summary s;
+            whatif_report w;
             if (summary_read(db_sqlite(job.db), job.job_id, 0, &s, &ferr) == 0)
-                report_brief(stderr, "pprun run", &s, job.cfg.db);
+                report_brief(stderr, "pprun run", &s, whatif_read(db_sqlite(job.db), &s, &w, &ferr) == 0 ? &w : NULL,
+                             job.cfg.db);
             summary_free(&s);
         }
         db_close(job.db);

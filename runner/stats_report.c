@@ -276,12 +276,16 @@ void report_whatif(FILE *out, const whatif_report *r) {
             flag);
 }
 
-void report_brief(FILE *out, const char *prefix, const job_summary *s, const char *db_path) {
+void report_brief(FILE *out, const char *prefix, const job_summary *s, const whatif_report *w, const char *db_path) {
     if (!s->steps) return;
     char t[24], m[24], p[24];
     fprintf(out, "%s: job %lld: median step %s; bubble %s measured, %s planned", prefix, (long long)s->job_id,
             fmt_ns(t, sizeof t, (double)s->step_time_ns), fmt_pct(m, sizeof m, s->bubble_ratio),
             fmt_pct(p, sizeof p, s->sim_bubble_ratio));
+    if (w && w->shared_ranks > 0)
+        fprintf(out, " (%d ranks shared %d core%s)", w->shared_ranks, w->shared_cores, w->shared_cores == 1 ? "" : "s");
+    else if (w && w->shared_gpu_ranks > 0)
+        fprintf(out, " (%d ranks shared one GPU)", w->shared_gpu_ranks);
     int k = top_cause(s, NULL);
     if (k >= 0)
         fprintf(out, "; idle mostly %s (%s)", analyze_causes[k],

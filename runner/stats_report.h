@@ -45,7 +45,9 @@ void report_critpath(FILE *out, const critpath_report *r);
 void report_compare(FILE *out, sqlite3 *db, const job_summary *js, const whatif_report *jw, const job_summary *os,
                     const whatif_report *ow, const job_compare *c);
 /* "median step ..; bubble ..% measured, ..% planned; idle mostly <cause>",
- * then where to look further. Nothing when the job has no complete step. */
-void report_brief(FILE *out, const char *prefix, const job_summary *s, const char *db_path);
+ * then where to look further. Nothing when the job has no complete step.
+ * w (NULL: unknown) adds why measured and planned may differ: ranks that
+ * shared cores or a GPU. */
+void report_brief(FILE *out, const char *prefix, const job_summary *s, const whatif_report *w, const char *db_path);
 
 #endif

@@ -139,6 +139,14 @@ static void every_schedule(int count, const char *env, const char *dtype) {
             cr_expect(strstr(log, want) != NULL, "%s: rank 1 should say '%s'; log:\n%s", n, want, log);
             free(log);
         }
+        if (j == 1) { /* the traced job's last lines say why its bubble is above the plan */
+            char path[512], want[64];
+            snprintf(path, sizeof path, "%s/%s.log", dir, n);
+            snprintf(want, sizeof want, " planned (%d ranks shared one GPU)", 4 / count);
+            char *log = slurp_all(path, NULL);
+            cr_expect(strstr(log, want) != NULL, "%s: want '%s' in:\n%s", n, want, log);
+            free(log);
+        }
         if (j == 1 && count == 1) { /* the ranks table (a traced job's) names each rank's device */
             snprintf(cmd, sizeof cmd, "%s query --db %s/%s.db --format csv \"SELECT group_concat(device, ' ') FROM ranks\"",
                      BIN, dir, n);
