@@ -225,19 +225,21 @@ static int read_plan(sqlite3 *db, job_summary *s, pp_err *err) {
  * view grouping every gap, which SQLite sorts (1.5 s for 2 million gaps,
  * ten times this pass). Summed here, not by GROUP BY cause, for the same
  * reason. */
-static int read_idle(sqlite3 *db, job_summary *s, pp_err *err) {
+int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t last_step,
+                          int64_t by_cause[CAUSE_COUNT], pp_err *err) {
     int old_file = db_file_lacks(db, "step_idle", NULL);
     if (old_file < 0) return pp_fail(err, "reading the schema: %s", sqlite3_errmsg(db));
     sqlite3_stmt *st;
-    if (prepare(db, old_file ? "SELECT cause, end_ns - start_ns FROM gaps WHERE job_id=?1 AND step>=?2"
-                             : "SELECT cause, idle_ns FROM step_idle WHERE job_id=?1 AND step>=?2",
-                s->job_id, &st, err) != 0)
+    if (prepare(db, old_file ? "SELECT cause, end_ns - start_ns FROM gaps WHERE job_id=?1 AND step BETWEEN ?2 AND ?3"
+                             : "SELECT cause, idle_ns FROM step_idle WHERE job_id=?1 AND step BETWEEN ?2 AND ?3",
+                job, &st, err) != 0)
         return -1;
-    sqlite3_bind_int(st, 2, s->from_step);
+    sqlite3_bind_int64(st, 2, first_step);
+    sqlite3_bind_int64(st, 3, last_step < 0 ? INT64_MAX : last_step);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int k = analyze_cause_of((const char *)sqlite3_column_text(st, 0));
-        if (k >= 0) s->idle_ns_by_cause[k] += sqlite3_column_int64(st, 1);
+        if (k >= 0) by_cause[k] += sqlite3_column_int64(st, 1);
     }
     return finish(db, st, rc, err);
 }
@@ -304,7 +306,8 @@ int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *er
         return pp_fail(err, "out of memory");
     for (int k = 0; k < s->world; k++) s->bubble_by_rank[k] = NAN, s->act_peak_by_rank[k] = s->state_by_rank[k] = -1;
     if (read_steps(db, s, err) != 0 || read_state(db, s, err) != 0 || read_plan(db, s, err) != 0 ||
-        (!(flags & SUMMARY_NO_IDLE) && read_idle(db, s, err) != 0) || read_loss(db, s, err) != 0)
+        (!(flags & SUMMARY_NO_IDLE) &&
+         summary_idle_by_cause(db, s->job_id, s->from_step, -1, s->idle_ns_by_cause, err) != 0) || read_loss(db, s, err) != 0)
         return -1;
     s->has_ops = (flags & SUMMARY_OPS) != 0;
     return s->has_ops ? read_ops(db, s, err) : 0;

@@ -77,6 +77,10 @@ typedef struct job_summary {
  * Free s with summary_free, after either result. */
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err);
 void summary_free(job_summary *s);
+/* Adds job's idle time per cause (ns, all ranks) of steps first_step to
+ * last_step (-1: the last) into by_cause; -1 with err on a database error. */
+int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t last_step,
+                          int64_t by_cause[CAUSE_COUNT], pp_err *err);
 /* Idle time of every cause together (ns, all ranks, from from_step on). */
 int64_t summary_idle_total(const job_summary *s);
 /* Whether s has op durations of one kind: host (gpu 0) or GPU spans (1). */

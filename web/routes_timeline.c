@@ -531,19 +531,12 @@ void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_r
     }
     /* Per cause over the step (or the job) whatever `limit` keeps. */
     int64_t by_cause[CAUSE_COUNT] = {0};
-    sqlite3_stmt *st = routes_prep(db,
-                                   "SELECT cause, sum(idle_ns) FROM step_idle WHERE job_id=?1 AND (?2 < 0 OR step=?2)"
-                                   " GROUP BY cause",
-                                   r);
-    if (!st) return;
-    sqlite3_bind_int64(st, 1, j->id);
-    sqlite3_bind_int64(st, 2, step);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        int k = analyze_cause_of((const char *)sqlite3_column_text(st, 0));
-        if (k >= 0) by_cause[k] = sqlite3_column_int64(st, 1);
+    pp_err err;
+    if (summary_idle_by_cause(db, j->id, step >= 0 ? step : 0, step, by_cause, &err) != 0) {
+        http_error(r, 500, "%s", err.msg);
+        return;
     }
-    sqlite3_finalize(st);
-    st = routes_prep(db,
+    sqlite3_stmt *st = routes_prep(db,
                                    step >= 0 ? "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
                                         "FROM gaps WHERE job_id=?1 AND step=?3 ORDER BY step, rank, start_ns LIMIT ?4"
                                       : "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
