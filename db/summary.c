@@ -1,5 +1,5 @@
 /* summary.c: a job in a few numbers (summary.h), read with a handful of
- * queries over step_stats, step_idle, plan, losses, one step's OPT events and,
+ * queries over step_stats, step_idle, plan, losses, each rank's latest OPT event and,
  * when asked, all events. */
 #include "db/summary.h"
 
