@@ -1,5 +1,5 @@
 /* dl.c: dlopen over a list of paths and dlsym over a table (dl.h). */
-#include "runner/base/dl.h"
+#include "base/dl.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* json.c: the response buffer and JSON writer (see json.h). */
-#include "web/json.h"
+#include "base/json.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -222,60 +222,14 @@ void jw_knum(jw *w, const char *k, double v) {
     jw_num(w, v);
 }
 
-#include "db/usersql.h"
-
-static void usersql_cell_json(jw *w, const usersql_cell *c) {
+void jw_hex(jw *w, const void *bytes, size_t n) {
     static const char hex[] = "0123456789abcdef";
-    switch (c->type) {
-    case USERSQL_INT: jw_int(w, c->i); break;
-    case USERSQL_REAL: jw_num(w, c->r); break;
-    case USERSQL_TEXT: jw_strn(w, c->s, c->len); break;
-    case USERSQL_BLOB: {
-        value_sep(w);
-        jw_raw(w, "\"", 1);
-        for (size_t i = 0; i < c->len; i++) {
-            unsigned char b = (unsigned char)c->s[i];
-            char h[2] = {hex[b >> 4], hex[b & 15]};
-            jw_raw(w, h, 2);
-        }
-        jw_raw(w, "\"", 1);
-        break;
+    value_sep(w);
+    jw_raw(w, "\"", 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = ((const unsigned char *)bytes)[i];
+        char h[2] = {hex[b >> 4], hex[b & 15]};
+        jw_raw(w, h, 2);
     }
-    default: jw_null(w);
-    }
-}
-
-void jw_usersql_objects(jw *w, const usersql_result *r) {
-    jw_arr(w);
-    for (size_t i = 0; i < r->nrows; i++) {
-        jw_obj(w);
-        for (int c = 0; c < r->ncols; c++) {
-            jw_key(w, r->cols[c]);
-            usersql_cell_json(w, usersql_cell_at(r, i, c));
-        }
-        jw_obj_end(w);
-    }
-    jw_arr_end(w);
-}
-
-int jw_usersql_table(jw *w, const usersql_result *r, size_t max_len) {
-    jw_obj(w);
-    jw_key(w, "columns");
-    jw_arr(w);
-    for (int c = 0; c < r->ncols; c++) jw_str(w, r->cols[c]);
-    jw_arr_end(w);
-    jw_key(w, "rows");
-    jw_arr(w);
-    for (size_t i = 0; i < r->nrows; i++) {
-        jw_arr(w);
-        for (int c = 0; c < r->ncols; c++) usersql_cell_json(w, usersql_cell_at(r, i, c));
-        jw_arr_end(w);
-        if (max_len && w->len > max_len) return -1;
-    }
-    jw_arr_end(w);
-    jw_kint(w, "row_count", (int64_t)r->nrows);
-    jw_key(w, "truncated");
-    jw_bool(w, r->truncated);
-    jw_obj_end(w);
-    return 0;
+    jw_raw(w, "\"", 1);
 }

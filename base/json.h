@@ -8,8 +8,8 @@
  * Ownership: the buffer owns its bytes; jw_take hands them to the caller
  * (free()), jw_free releases them. An allocation failure sets `oom` and
  * turns every later call into a no-op, so callers check once at the end. */
-#ifndef PP_WEB_JSON_H
-#define PP_WEB_JSON_H
+#ifndef PP_BASE_JSON_H
+#define PP_BASE_JSON_H
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,14 +52,6 @@ void jw_knum(jw *w, const char *k, double v);
 void jw_kint_or_null(jw *w, const char *k, int64_t v);
 /* n of those as an array. */
 void jw_kints_or_null(jw *w, const char *k, const int64_t *v, int n);
-
-
-
-/* A user SQL result (db/usersql.h) as JSON: either an array of row objects
- * (`pprun query --format json`) or {"columns":[...],"rows":[[...]],...}. */
-struct usersql_result;
-void jw_usersql_objects(jw *w, const struct usersql_result *r);
-/* The table form stops and returns -1 once the text passes max_len bytes
- * (0: no limit); 0 otherwise. */
-int jw_usersql_table(jw *w, const struct usersql_result *r, size_t max_len);
+/* bytes as one JSON string of lower-case hex digits (a BLOB). */
+void jw_hex(jw *w, const void *bytes, size_t n);
 #endif

@@ -1,6 +1,6 @@
 /* pp.c: errors, clocks and strict parsing shared by every module. */
-#include "runner/base/pp.h"
-#include "runner/base/embed.h"
+#include "base/pp.h"
+#include "base/embed.h"
 
 #include <errno.h>
 #include <limits.h>

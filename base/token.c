@@ -1,6 +1,6 @@
 /* token.c: checking, reading and comparing the job token; loopback tests
  * (see token.h). */
-#include "runner/base/token.h"
+#include "base/token.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -12,7 +12,7 @@
 #define PP_TOKEN_H
 #include <stddef.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 /* Longest token, in bytes (a 64-hex-digit secret fits four times over). */
 #define PP_TOKEN_MAX 256

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #ifdef PPRUN_HAVE_CUDA
 #include <cublas_v2.h>
 

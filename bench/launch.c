@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 #define RUNS 5
 

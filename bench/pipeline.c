@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runner/pipe/sched.h"
+#include "sched/sched.h"
 
 static char dir[256];
 

@@ -1,6 +1,6 @@
 /* model_spec.c: the --model text ("gpt:layers=8,dim=64" or "timed:f=2ms"),
  * its defaults, its canonical form and the sizes that follow from it. */
-#include "runner/model/model.h"
+#include "config/model_spec.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,4 +110,13 @@ size_t model_boundary_bytes(const model_spec *sp) {
 
 size_t model_tokens_per_microbatch(const model_spec *sp) {
     return sp->kind == MODEL_GPT ? (size_t)sp->batch * sp->seq : 0;
+}
+
+void model_optim_default(model_optim *opt) {
+    opt->kind = MODEL_ADAMW;
+    opt->lr = 1e-3f;
+    opt->beta1 = 0.9f;
+    opt->beta2 = 0.95f;
+    opt->eps = 1e-8f;
+    opt->weight_decay = 0.0f;
 }

@@ -1,5 +1,5 @@
 /* run_config.c: parsing, checking and forwarding the options of `pprun run`. */
-#include "runner/run_config.h"
+#include "config/run_config.h"
 
 #include <math.h>
 #include <stdio.h>

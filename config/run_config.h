@@ -8,9 +8,9 @@
 #define PP_RUN_CONFIG_H
 #include <stdint.h>
 
-#include "runner/base/pp.h"
-#include "runner/model/model.h"
-#include "runner/pipe/sched.h"
+#include "base/pp.h"
+#include "config/model_spec.h"
+#include "sched/sched.h"
 
 #define RUN_MAX_CUTS 256
 

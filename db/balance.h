@@ -11,8 +11,8 @@
 #ifndef PP_DB_BALANCE_H
 #define PP_DB_BALANCE_H
 
-#include "runner/base/pp.h"
-#include "runner/pipe/sched.h"
+#include "base/pp.h"
+#include "sched/sched.h"
 
 #define BALANCE_MAX_STAGES 256 /* a job with more stages gets no profile (the what-if plays one cost for all) */
 

@@ -12,7 +12,7 @@
 #include "db/critpath.h"
 #include "db/summary.h"
 #include "db/whatif.h"
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 #define COMPARE_FIELDS 16 /* configuration values compared (compare.c's table) */
 

@@ -17,7 +17,7 @@
 
 #include "db/analyze.h"
 #include "db/summary.h" /* SQL_COMPLETE_STEPS */
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 #define CRITPATH_STEPS 20 /* the report reads at most the latest this many complete steps, as whatif.h */
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "db/alive.h"
-#include "runner/base/embed.h"
+#include "base/embed.h"
 
 /* How long a writer waits for another process's lock on the file. */
 #define DB_BUSY_TIMEOUT_MS 5000

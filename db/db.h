@@ -1,4 +1,4 @@
-/* db.h: the trace database writer (DESIGN.md §7; tables in db/schema.sql,
+/* db.h: the trace database writer (docs/design.md §7; tables in db/schema.sql,
  * documented in docs/schema.md).
  *
  * One writer per file: the master launcher's collector. A db handle is not
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "tracer/event.h"
 
 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle */

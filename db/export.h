@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 /* The steps to export, first to last (inclusive). */
 typedef struct db_export_steps {

@@ -1,4 +1,4 @@
--- schema.sql: the trace database (DESIGN.md §7), version 4 (PRAGMA user_version).
+-- schema.sql: the trace database (docs/design.md §7), version 4 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
 -- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle).

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "db/analyze.h"
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "tracer/event.h"
 
 /* A step's mean loss over job ?1: NULL when any microbatch's loss was not

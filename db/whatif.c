@@ -4,7 +4,7 @@
  * how they scale with a chunk's size, and what memory they imply. */
 #include "db/whatif.h"
 
-#include "runner/model/model.h"
+#include "config/model_spec.h"
 
 #include <math.h>
 #include <stdio.h>

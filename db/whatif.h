@@ -11,8 +11,8 @@
 
 #include "db/balance.h"
 #include "db/summary.h"
-#include "runner/base/pp.h"
-#include "runner/pipe/sched.h"
+#include "base/pp.h"
+#include "sched/sched.h"
 
 #define WHATIF_KINDS 5  /* gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v */
 #define WHATIF_ROWS 7   /* the kinds, zb-v with its order tuned to the measured costs, a csv: job's own */

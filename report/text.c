@@ -1,7 +1,7 @@
 /* stats_report.c: a job's summary as text (stats_report.h). Durations pick
  * their unit (ns, us, ms, s) and sizes theirs (B, KiB, MiB, GiB) so that
  * columns stay short; percentages have one decimal. */
-#include "runner/stats_report.h"
+#include "report/text.h"
 
 #include <math.h>
 #include <stdlib.h>

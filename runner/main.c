@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/cli.h"
+#include "runner/cmd/cli.h"
 
 static const struct {
     const char *name;

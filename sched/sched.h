@@ -1,4 +1,4 @@
-/* sched.h: pipeline schedules as per-rank action lists (DESIGN.md §4).
+/* sched.h: pipeline schedules as per-rank action lists (docs/design.md §4).
  *
  * A schedule says, for every rank, which actions it runs and in which order:
  * `{stage}{F|B|W}{mb}` (0F3 = stage 0, forward, microbatch 3). B is the
@@ -6,13 +6,13 @@
  * Generators, the CSV reader, the validator and the simulator all work on
  * sched_plan; the engine executes plan->actions[rank] in order.
  *
- * CONTRACT: the engine (runner/engine.c) relies on the fields and functions
+ * CONTRACT: the engine (runner/worker/engine.c) relies on the fields and functions
  * below; extend, do not change them. */
 #ifndef PP_SCHED_H
 #define PP_SCHED_H
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 typedef enum sched_op { SCHED_F = 0, SCHED_B = 1, SCHED_W = 2 } sched_op;
 
@@ -52,7 +52,7 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
 /* Reads a schedule CSV (our notation or PyTorch's, detected). */
 int sched_load_csv(const char *path, sched_plan **out, pp_err *err);
 
-/* Checks every rule of DESIGN.md §4; a rejection names the rule, the rank and
+/* Checks every rule of docs/design.md §4; a rejection names the rule, the rank and
  * the action, and (in err) prints the grid with the offending cell marked. */
 int sched_validate(const sched_plan *plan, pp_err *err);
 

@@ -1,8 +1,8 @@
 /* sched_csv.c: schedules as CSV files: one row per rank, one action per
  * cell, an empty cell is idle. Reads our notation and both of PyTorch's
  * (detected per file), writes ours or PyTorch's newer one. */
-#include "runner/pipe/sched.h"
-#include "runner/pipe/sched_internal.h"
+#include "sched/sched.h"
+#include "sched/sched_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

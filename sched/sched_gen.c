@@ -2,8 +2,8 @@
  * zb-h1, zb-v): each writes per-rank action lists; sched_plan_from_lists
  * turns them into a plan with its display grid. docs/schedules.md explains
  * each one. */
-#include "runner/pipe/sched.h"
-#include "runner/pipe/sched_internal.h"
+#include "sched/sched.h"
+#include "sched/sched_internal.h"
 
 #include <ctype.h>
 #include <math.h>

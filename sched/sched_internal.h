@@ -4,7 +4,7 @@
 #define PP_SCHED_INTERNAL_H
 #include <stddef.h>
 
-#include "runner/pipe/sched.h"
+#include "sched/sched.h"
 
 /* Growing, always NUL-terminated string; oom is sticky. Owner frees s. */
 typedef struct sched_sbuf {

@@ -1,7 +1,7 @@
 /* sched_plan.c: the plan object (allocation, freeing, action text), the
  * layer partition and stage placement, and the grid as text. */
-#include "runner/pipe/sched.h"
-#include "runner/pipe/sched_internal.h"
+#include "sched/sched.h"
+#include "sched/sched_internal.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,8 +1,8 @@
 /* sched_sim.c: the simulator: one step of a plan played out from F/B/W/comm
  * costs, as the engine runs it (sends asynchronous, receives blocking), and
  * the resulting timeline as text. */
-#include "runner/pipe/sched.h"
-#include "runner/pipe/sched_internal.h"
+#include "sched/sched.h"
+#include "sched/sched_internal.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* sched_validate.c: the validator: checks a plan against the rules of
- * DESIGN.md §4 before anything runs it, and explains a rejection with the
+ * docs/design.md §4 before anything runs it, and explains a rejection with the
  * grid, the offending cells marked. */
-#include "runner/pipe/sched.h"
-#include "runner/pipe/sched_internal.h"
+#include "sched/sched.h"
+#include "sched/sched_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -219,7 +219,7 @@ async function loadWhatif(id) {
 }
 
 // A gpt job's plan gets simulated times once its first steps are measured
-// (runner/run_progress.c): a page opened before that asks again as steps
+// (runner/job/run_progress.c): a page opened before that asks again as steps
 // complete, at most every second (a program's plan never gets them).
 async function reloadPlan(id) {
   S.planAt = Date.now();

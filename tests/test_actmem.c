@@ -16,7 +16,7 @@
 
 #include "helpers/trace_fixture.h"
 #include "helpers/web_fixture.h"
-#include "runner/pipe/sched.h"
+#include "sched/sched.h"
 
 #define ACT 65536
 #define TIMED "timed:f=1ms,b=1ms,w=1ms,act=64KiB,layers=8"

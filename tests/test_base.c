@@ -2,8 +2,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "runner/base/pp.h"
-#include "runner/base/embed.h"
+#include "base/pp.h"
+#include "base/embed.h"
 
 Test(base, sizes_parse_with_binary_and_decimal_units) {
     uint64_t v;
@@ -74,7 +74,7 @@ Test(base, the_default_corpus_is_embedded) {
     size_t total = 0;
     for (const pp_embedded_file *f = pp_corpus_files; f->name; f++) total += f->size;
     cr_assert_gt(total, 10000, "corpus has only %zu bytes", total);
-    cr_assert_not_null(pp_embed_find(pp_corpus_files, "runner/base/pp.c"));
+    cr_assert_not_null(pp_embed_find(pp_corpus_files, "base/pp.c"));
 }
 
 Test(base, a_key_given_twice_is_an_error) {

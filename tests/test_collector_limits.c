@@ -21,7 +21,7 @@
 #include "db/db.h"
 #include "helpers/capture.h"
 #include "helpers/trace_fixture.h"
-#include "tracer/collector.h"
+#include "runner/job/collector.h"
 
 static int dial(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -1,4 +1,4 @@
-/* test_cuda_emu.cu: the CUDA emulator (bench/gpu_cpucheck/cuda_emu.h) keeps
+/* test_cuda_emu.cu: the CUDA emulator (tests/gpu_emu/cuda_emu.h) keeps
  * CUDA's semantics, so that a kernel passing test_gpu_kernels_emu means
  * something: every thread sees its own coordinates in 1-3 D grids, shared
  * memory is shared within a block after __syncthreads, a warp shuffle sums

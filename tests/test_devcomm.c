@@ -1,7 +1,7 @@
 /* test_devcomm.c: devcomm (runner/comm/devcomm.h), GPU point-to-point.
  *
  * Without the toolkit devcomm is not built: devcomm_open says so.  With it,
- * the transports' protocol runs on the CPU in devcomm_check (bench/gpu_cpucheck/:
+ * the transports' protocol runs on the CPU in devcomm_check (tests/gpu_emu/:
  * CUDA runtime and NCCL played by stand-ins, real processes, a real host
  * comm), one scenario per test.  What needs a GPU (two processes on one
  * GPU over cuda-ipc; nccl between two GPUs: the real runtime and NCCL)

@@ -12,7 +12,7 @@
 
 #include "helpers/trace_fixture.h"
 #include "launch_testutil.h"
-#include "runner/run_config.h"
+#include "config/run_config.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu_internal.h"
 #endif
@@ -176,7 +176,7 @@ static int run_sibling(const char *name) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* The GPU code's logic, checked on the CPU (bench/gpu_cpucheck/):
+/* The GPU code's logic, checked on the CPU (tests/gpu_emu/):
  * gpu_stage.c's wiring with the CPU kernels standing in for gpu.h, bit for
  * bit against the CPU stage over partitions, orders, a checkpoint and
  * device-resident boundary tensors; the engine's device-boundary path.
@@ -188,7 +188,7 @@ Test(gpu_cli, gpu_stage_wiring_matches_the_cpu_stage) {
     cr_assert_eq(rc, 0, "gpu_stagecheck exited %d: run it to see which case", rc);
 }
 
-/* The engine's GPU path on forked ranks (bench/gpu_cpucheck/enginecheck.c):
+/* The engine's GPU path on forked ranks (tests/gpu_emu/enginecheck.c):
  * device boundaries through a devcomm stand-in, local handoffs, host
  * staging with --transport shm, all equal to one rank bit for bit. */
 Test(gpu_cli, engine_device_boundaries_match_one_rank) {

@@ -12,7 +12,7 @@
  * Built twice (CMakeLists.txt): test_gpu_kernels on the CUDA runtime and
  * cuBLAS, and test_gpu_kernels_emu (GPU_EMULATED, suite
  * gpu_kernels_emulated), where the same kernels run on the CPU's CUDA
- * emulator (bench/gpu_cpucheck/cuda_emu.h: every CUDA thread a fiber, a
+ * emulator (tests/gpu_emu/cuda_emu.h: every CUDA thread a fiber, a
  * random order between barriers) and cuBLAS is a stand-in on OpenBLAS. The
  * emulated run proves the kernels' indexing, barriers and shuffles and
  * gpu_layers.c's cuBLAS arguments on every machine with the toolkit; the

@@ -9,8 +9,8 @@
  * The same for bf16 GEMM operands. Built twice (CMakeLists.txt). test_gpu_run runs pprun on the GPUs of the
  * machine and skips without one. test_gpu_run_emu (GPU_EMULATED) runs
  * pprun_emu: the same pprun with its kernels on the CUDA emulator
- * (bench/gpu_cpucheck/cuda_emu.h) and the CUDA runtime, cuBLAS and NCCL
- * played by the CPU stand-ins of bench/gpu_cpucheck/, which share "device"
+ * (tests/gpu_emu/cuda_emu.h) and the CUDA runtime, cuBLAS and NCCL
+ * played by the CPU stand-ins of tests/gpu_emu/, which share "device"
  * memory between the rank processes as CUDA IPC does; it runs the layout
  * twice, on one stand-in GPU (cuda-ipc) and on two (nccl), with a smaller
  * model, and CUPTI played by its stand-in (cupti_standin.c: records from

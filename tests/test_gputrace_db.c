@@ -14,7 +14,7 @@
 #include "db/export.h"
 #include "db/usersql.h"
 #include "helpers/trace_fixture.h"
-#include "tracer/collector.h"
+#include "runner/job/collector.h"
 
 /* Every row of a query as one text, to compare two databases. */
 static char *q_text(sqlite3 *s, const char *sql) {

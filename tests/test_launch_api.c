@@ -10,8 +10,8 @@
 #include <unistd.h>
 
 #include "launch_testutil.h"
-#include "runner/launch.h"
-#include "runner/store.h"
+#include "runner/launch/launch.h"
+#include "runner/store/store.h"
 
 typedef struct {
     int before, started, after;

@@ -8,8 +8,8 @@
 #include <net/if.h>
 #include <poll.h>
 
-#include "runner/base/pp.h"
-#include "runner/store.h"
+#include "base/pp.h"
+#include "runner/store/store.h"
 #include "helpers/trace_fixture.h"
 
 static const char *env_line =

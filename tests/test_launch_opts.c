@@ -3,7 +3,7 @@
 #include "launch_testutil.h"
 #include "helpers/trace_fixture.h"
 
-#include "runner/launch.h"
+#include "runner/launch/launch.h"
 
 static const struct {
     const char *args[8];

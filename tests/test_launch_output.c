@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runner/launch_int.h"
+#include "runner/launch/launch_int.h"
 
 /* Pumps `n` bytes of `data` through a stream whose pipe holds them all at
  * once (one read returns them together), into a file; returns its text. */

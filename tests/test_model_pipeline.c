@@ -1,4 +1,4 @@
-/* test_model_pipeline.c: the numerics contract (DESIGN.md §5) inside one
+/* test_model_pipeline.c: the numerics contract (docs/design.md §5) inside one
  * process: any partition of the gpt model into stages, run in any legal
  * order of F, B and W, gives bit for bit the losses and weights of the
  * one-stage run. Also the timed workload's intact buffers and sleeps, and

@@ -1,6 +1,6 @@
 /* test_run.c: `pprun run` end to end, with real worker processes.
  *
- * The numerics contract (DESIGN.md §5): every schedule gives bitwise the same
+ * The numerics contract (docs/design.md §5): every schedule gives bitwise the same
  * per-microbatch losses and final weights as the one-stage run; resuming from
  * a checkpoint equals the uninterrupted run. Plus failures, bad input and the
  * timed model against the simulator. */
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "helpers/trace_fixture.h"
-#include "runner/pipe/sched.h"
+#include "sched/sched.h"
 
 /* Small enough that a 3-step run of 4 ranks takes well under a second. */
 #define SMALL_MODEL "gpt:layers=8,dim=32,heads=2,seq=16,batch=2"

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "helpers/capture.h"
-#include "runner/run_progress.h"
-#include "runner/store.h"
+#include "runner/job/run_progress.h"
+#include "runner/store/store.h"
 
 Test(run_progress, shows_every_published_step_in_order_and_deletes_its_key, .timeout = 60) {
     pp_err err;

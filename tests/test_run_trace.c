@@ -22,7 +22,7 @@
 #include "helpers/trace_fixture.h"
 #include "helpers/web_client.h"
 #include "launch_testutil.h"
-#include "runner/pipe/sched.h"
+#include "sched/sched.h"
 
 #define OP_MS 4
 #define STEPS 4 /* of each schedule's job: step 0 and three steady ones */

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "helpers/trace_fixture.h"
-#include "runner/pipe/sched.h"
+#include "sched/sched.h"
 
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");

@@ -25,7 +25,7 @@
 
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 #define CLIENTS 50
 #define STREAMS 10

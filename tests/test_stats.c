@@ -14,7 +14,7 @@
 #include "helpers/web_fixture.h"
 #include "launch_testutil.h"
 #include "runner/model/model.h"
-#include "runner/pipe/sched.h"
+#include "sched/sched.h"
 
 static lt_proc stats(const char *db, const char *job) {
     lt_proc p;

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "helpers/capture.h"
-#include "runner/store.h"
+#include "runner/store/store.h"
 
 static store_server *server;
 static int port;

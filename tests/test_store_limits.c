@@ -21,9 +21,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runner/store.h"
-#include "runner/store_limits.h"
-#include "runner/store_wire.h"
+#include "runner/store/store.h"
+#include "runner/store/store_limits.h"
+#include "runner/store/store_wire.h"
 #include "helpers/capture.h"
 
 #define TOKEN "9f86d081884c7d659a2feaa0c55ad015"

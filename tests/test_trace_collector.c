@@ -17,7 +17,7 @@
 #include "helpers/capture.h"
 #include "helpers/trace_fixture.h"
 #include "tracer/clock.h"
-#include "tracer/collector.h"
+#include "runner/job/collector.h"
 
 /* A worker: attaches to its ring, writes rank's part of steps 0..steps-1 of
  * the fixture plus `extra` F records of step `steps`, then kills itself. */

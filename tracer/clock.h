@@ -10,7 +10,7 @@
 #define PP_TRACE_CLOCK_H
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 /* This host's trace clock: pp_now_ns() plus the test-only skew of env
  * PPRUN_TEST_CLOCK_SKEW_NS (signed ns, 0 when unset). trace_ring_write adds

@@ -1,4 +1,4 @@
-/* event.h: the trace record every rank writes, one per traced op (DESIGN.md §6).
+/* event.h: the trace record every rank writes, one per traced op (docs/design.md §6).
  *
  * Fixed size (64 bytes, one cache line), versioned, plain old data: the
  * worker writes it into a shared-memory ring and the launcher's collector

@@ -1,5 +1,5 @@
 /* gputrace.h: CUPTI activity tracing of a --device cuda worker
- * (DESIGN.md §6, docs/gpu.md "CUPTI tracing").
+ * (docs/design.md §6, docs/gpu.md "CUPTI tracing").
  *
  * The worker opens it before its first CUDA call (--cupti on). CUPTI then
  * records every kernel and memcpy with device start/end times on the host's
@@ -32,7 +32,7 @@
 #define PP_GPUTRACE_H
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "tracer/event.h"
 #include "tracer/ring.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "tracer/event.h"
 #include "tracer/ring.h"
 

@@ -1,4 +1,4 @@
-/* ring.h: the per-rank trace ring in shared memory (DESIGN.md §1, §6).
+/* ring.h: the per-rank trace ring in shared memory (docs/design.md §1, §6).
  *
  * The launcher creates one ring per local rank (an anonymous memfd, so nothing
  * is left in /dev/shm when it dies) and keeps it mapped; the worker maps the
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "tracer/event.h"
 
 typedef struct trace_ring trace_ring;

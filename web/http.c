@@ -14,8 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "runner/base/embed.h"
-#include "runner/base/pp.h"
+#include "base/embed.h"
+#include "base/pp.h"
 #include "web/internal.h"
 
 /* Per request: the body as it arrives, bounded by max_body. */

@@ -1,5 +1,5 @@
 /* http.h: the embedded web server: dashboard, JSON API, live stream (SSE),
- * Prometheus /metrics, over one trace database (DESIGN.md §8, docs/api.md).
+ * Prometheus /metrics, over one trace database (docs/design.md §8, docs/api.md).
  *
  * libmicrohttpd with an internal epoll thread pool; every limit is set
  * explicitly (idle timeout, the time a request may take to arrive, total and
@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 typedef struct http_options {
     const char *listen;         /* "HOST:PORT", "[::1]:PORT" or ":PORT"; NULL = 127.0.0.1:8080; port 0 = a free port */

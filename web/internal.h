@@ -11,7 +11,7 @@
 #include "db/export.h"
 #include "db/summary.h"
 #include "web/http.h"
-#include "web/json.h"
+#include "base/json.h"
 
 struct sqlite3;
 

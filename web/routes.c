@@ -1,4 +1,4 @@
-/* routes.c: the JSON API (DESIGN.md §8, docs/api.md): the dispatch, the
+/* routes.c: the JSON API (docs/design.md §8, docs/api.md): the dispatch, the
  * job list, one job, and POST /api/sql (run on sqlpool.c's workers). The timeline's routes are in
  * routes_timeline.c, the per-step ones in routes_steps.c, the comparison
  * of two jobs in routes_compare.c.
@@ -15,6 +15,7 @@
 
 #include "db/alive.h"
 #include "db/usersql.h"
+#include "report/sql.h"
 #include "web/routes.h"
 
 static int index_of(const char *const *names, const char *s) {
@@ -297,7 +298,7 @@ void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_
     }
     jw w;
     jw_init(&w);
-    if (jw_usersql_table(&w, res, s->o.sql_max_bytes) != 0) {
+    if (report_sql_table(&w, res, s->o.sql_max_bytes) != 0) {
         jw_free(&w);
         usersql_free(res);
         http_error(r, 413, "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns",

@@ -1,5 +1,5 @@
 /* cli.h: the subcommands of `pprun`. Each returns the process exit status:
- * 0 success, 2 bad usage or bad input, 1 the job failed (DESIGN.md §3). */
+ * 0 success, 2 bad usage or bad input, 1 the job failed (docs/design.md §3). */
 #ifndef PP_CLI_H
 #define PP_CLI_H
 

@@ -8,7 +8,7 @@
 
 #include "db/db.h"
 #include "db/export.h"
-#include "runner/cli.h"
+#include "runner/cmd/cli.h"
 
 static void export_usage(FILE *out) {
     fprintf(out, "usage: pprun export --db FILE [--job ID] [--steps A-B] [--format chrome] [--out FILE]\n"

@@ -2,8 +2,8 @@
  * compatible launcher for any program (docs/cli.md). */
 #include <stdio.h>
 
-#include "runner/cli.h"
-#include "runner/launch.h"
+#include "runner/cmd/cli.h"
+#include "runner/launch/launch.h"
 
 int cmd_launch(int argc, char **argv) {
     static launch_options o; /* large (per-rank tables): keep it off the stack */

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "db/usersql.h"
-#include "runner/cli.h"
-#include "web/json.h"
+#include "runner/cmd/cli.h"
+#include "report/sql.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -216,7 +216,7 @@ static void print_csv(const usersql_result *r) {
 static int print_json(const usersql_result *r) {
     jw w;
     jw_init(&w);
-    jw_usersql_objects(&w, r);
+    report_sql_objects(&w, r);
     size_t n;
     char *s = jw_take(&w, &n);
     if (!s) {

@@ -1,4 +1,4 @@
-/* cmd_run.c: `pprun run`: a pipeline training job on this node (DESIGN.md §1, §3).
+/* cmd_run.c: `pprun run`: a pipeline training job on this node (docs/design.md §1, §3).
  *
  * The launcher side of a job: parses and checks the job's options (bad input
  * exits 2 before anything starts), writes the job, its ranks and its plan
@@ -31,20 +31,20 @@
 #include "db/alive.h"
 #include "db/db.h"
 #include "db/whatif.h"
-#include "runner/cli.h"
+#include "runner/cmd/cli.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
 #endif
 #include "runner/comm/comm.h"
-#include "runner/engine.h"
-#include "runner/launch.h"
-#include "runner/run_config.h"
-#include "runner/run_plan.h"
-#include "runner/run_progress.h"
-#include "runner/stats_report.h"
-#include "runner/store.h"
+#include "runner/worker/engine.h"
+#include "runner/launch/launch.h"
+#include "config/run_config.h"
+#include "runner/job/run_plan.h"
+#include "runner/job/run_progress.h"
+#include "report/text.h"
+#include "runner/store/store.h"
 #include "tracer/clock.h"
-#include "tracer/collector.h"
+#include "runner/job/collector.h"
 #include "tracer/ring.h"
 #include "web/http.h"
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/cli.h"
-#include "runner/pipe/sched.h"
+#include "runner/cmd/cli.h"
+#include "sched/sched.h"
 
 static const char usage_text[] =
     "usage: pprun schedule --schedule S --stages P --microbatches M [options]\n"

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runner/cli.h"
+#include "runner/cmd/cli.h"
 #include "web/http.h"
 
 static void usage(FILE *out) {

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "db/db.h"
-#include "runner/cli.h"
-#include "runner/stats_report.h"
+#include "runner/cmd/cli.h"
+#include "report/text.h"
 #include "web/http.h"
 
 static void usage(FILE *out) {

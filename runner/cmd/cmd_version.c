@@ -1,7 +1,7 @@
 /* cmd_version.c: `pprun version`. */
 #include <stdio.h>
 
-#include "runner/cli.h"
+#include "runner/cmd/cli.h"
 
 int cmd_version(int argc, char **argv) {
     if (argc > 1) {

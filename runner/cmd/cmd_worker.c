@@ -18,16 +18,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runner/base/token.h"
-#include "runner/cli.h"
+#include "base/token.h"
+#include "runner/cmd/cli.h"
 #include "runner/comm/comm.h"
 #include "runner/comm/devcomm.h"
-#include "runner/engine.h"
+#include "runner/worker/engine.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
 #endif
-#include "runner/run_config.h"
-#include "runner/store.h"
+#include "config/run_config.h"
+#include "runner/store/store.h"
 #include "tracer/gputrace.h"
 #include "tracer/ring.h"
 

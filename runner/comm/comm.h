@@ -1,4 +1,4 @@
-/* comm.h: point-to-point messages between ranks (DESIGN.md §1).
+/* comm.h: point-to-point messages between ranks (docs/design.md §1).
  *
  * One interface, two transports picked per peer: shared memory between
  * processes on one node (a ring per directed pair, futex wake-ups, no busy
@@ -10,13 +10,13 @@
  * Endpoints are exchanged through a key/value service the caller provides
  * (the launcher's store in production, anything in tests).
  *
- * CONTRACT: the engine (runner/engine.c) relies on everything below. */
+ * CONTRACT: the engine (runner/worker/engine.c) relies on everything below. */
 #ifndef PP_COMM_H
 #define PP_COMM_H
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 typedef struct comm_exchange {
     void *ctx;
@@ -35,7 +35,7 @@ typedef struct comm_config {
     int connect_timeout_ms;
     const char *transport; /* "auto" (default if NULL), "shm" or "tcp" (tcp also on one node) */
     const char *tcp_host;  /* address other nodes reach this rank at; NULL = 127.0.0.1 */
-    /* Addition: the job token (runner/base/token.h; NULL or "" = none),
+    /* Addition: the job token (base/token.h; NULL or "" = none),
      * copied. Presented on every TCP connection this rank opens; when set,
      * required of every TCP connection it accepts (one without it is
      * closed before anything else is read, and a line naming its address

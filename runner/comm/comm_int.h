@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 #include <sys/types.h>
 
-#include "runner/base/token.h"
+#include "base/token.h"
 #include "runner/comm/comm.h"
 
 enum { COMM_SHM = 1, COMM_TCP = 2 };

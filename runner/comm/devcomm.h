@@ -1,4 +1,4 @@
-/* devcomm.h: point-to-point messages between ranks in GPU memory (DESIGN.md §1).
+/* devcomm.h: point-to-point messages between ranks in GPU memory (docs/design.md §1).
  *
  * The device-memory twin of comm.h, with the same semantics so the engine
  * treats both alike: sends are asynchronous and buffered (the call takes its
@@ -50,7 +50,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "runner/comm/comm.h"
 
 typedef struct devcomm_config {

@@ -1,7 +1,7 @@
 /* collector.c: the thread that empties the trace rings into the database
  * (master) or over TCP to the master (other nodes), and the master's ingest
  * side of that TCP forwarding. See collector.h for the frame format. */
-#include "tracer/collector.h"
+#include "runner/job/collector.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "db/analyze.h"
-#include "runner/base/token.h"
+#include "base/token.h"
 
 #define FRAME_MAGIC 0x57465050u /* "PPFW" */
 #define FRAME_VERSION 1

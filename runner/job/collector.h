@@ -1,4 +1,4 @@
-/* collector.h: the launcher's trace collector (DESIGN.md §1, §6).
+/* collector.h: the launcher's trace collector (docs/design.md §1, §6).
  *
  * One thread per launcher. Every interval it drains every ring it was given
  * and hands the records on:
@@ -15,7 +15,7 @@
  * collector_start until collector_stop returns (don't use it meanwhile).
  *
  * The ingest listener is guarded by the job token (cfg.token, see
- * runner/base/token.h) when it has one: a forwarder first sends a hello
+ * base/token.h) when it has one: a forwarder first sends a hello
  * with the token and waits for the answer; a connection without the right
  * token is closed before anything else is read from it, with one line on
  * stderr naming its address, and no record of it reaches the database.
@@ -57,7 +57,7 @@
 #include <stdint.h>
 
 #include "db/db.h"
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "tracer/ring.h"
 
 typedef struct collector collector;

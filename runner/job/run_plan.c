@@ -1,6 +1,6 @@
 /* run_plan.c: the planned timeline `pprun run` keeps in the plan table
  * (run_plan.h). */
-#include "runner/run_plan.h"
+#include "runner/job/run_plan.h"
 
 #include <stdlib.h>
 

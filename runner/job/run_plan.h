@@ -9,9 +9,9 @@
 #include <stdint.h>
 
 #include "db/db.h"
-#include "runner/base/pp.h"
-#include "runner/pipe/sched.h"
-#include "runner/run_config.h"
+#include "base/pp.h"
+#include "sched/sched.h"
+#include "config/run_config.h"
 
 /* The plan re-simulated with the F/B/W medians measured at `step`, each
  * stage at its own, written to the plan table: 1. 0 when

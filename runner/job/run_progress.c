@@ -1,5 +1,5 @@
 /* run_progress.c: the progress display of `pprun run` (run_progress.h). */
-#include "runner/run_progress.h"
+#include "runner/job/run_progress.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runner/base/token.h"
-#include "runner/store.h"
+#include "base/token.h"
+#include "runner/store/store.h"
 
 #define PROGRESS_POLL_NS (200ull * 1000000ull)
 

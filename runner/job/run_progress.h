@@ -6,7 +6,7 @@
  * loss, step time, tokens/s, ETA) or plain lines otherwise. */
 #ifndef PP_RUN_PROGRESS_H
 #define PP_RUN_PROGRESS_H
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 typedef struct run_progress run_progress;
 

@@ -20,8 +20,8 @@
  *   pprun/exit, pprun/exit_all  node 0 keeps the store up until all left
  * Every launcher keeps a WAIT on pprun/a/K/end while its ranks run: when it
  * fires, another node failed; when the connection breaks, node 0 is gone. */
-#include "runner/launch_int.h"
-#include "runner/store.h"
+#include "runner/launch/launch_int.h"
+#include "runner/store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>

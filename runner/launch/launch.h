@@ -5,7 +5,7 @@
  * torchrun environment, prefixes and logs their output, tears the whole
  * local job down (grandchildren included) when a rank fails or a signal
  * comes, restarts it up to --max-restarts times, and with --nnodes > 1 meets
- * the other launchers through the store (runner/store.h) that node 0 runs.
+ * the other launchers through the store (runner/store/store.h) that node 0 runs.
  *
  * Threads, fds and signals (for callers that run other threads):
  *  - launch_job runs the whole job on the calling thread; call it from a
@@ -31,8 +31,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "runner/base/pp.h"
-#include "runner/base/token.h"
+#include "base/pp.h"
+#include "base/token.h"
 
 #define LAUNCH_MAX_NPROC 1024
 #define LAUNCH_MAX_NNODES 4096
@@ -61,7 +61,7 @@ typedef struct launch_options {
     int prog_argc;
     /* Which flags were given on the command line (Slurm fills the others). */
     unsigned given;
-    /* The job token (runner/base/token.h): --rdzv-token, --rdzv-token-file
+    /* The job token (base/token.h): --rdzv-token, --rdzv-token-file
      * or $PPRUN_RDZV_TOKEN; "" = none. Guards the store and, under
      * `pprun run`, the trace and data ports; workers get it as
      * PPRUN_RDZV_TOKEN in their environment, never on a command line. */

@@ -3,8 +3,8 @@
  * attempt on another node, and tear everything down: SIGTERM (or the
  * forwarded signal) to every rank's process group and every other
  * descendant, SIGKILL after --shutdown-timeout, until nothing is left. */
-#include "runner/launch_int.h"
-#include "runner/store.h"
+#include "runner/launch/launch_int.h"
+#include "runner/store/store.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -79,7 +79,7 @@ static int build_env(launch_ctx *c, int lr, launch_env *env, pp_err *err) {
         return -1;
     /* The token goes by the environment: a command line shows in ps. */
     if (o->rdzv_token[0] && launch_env_set(env, PP_TOKEN_ENV, o->rdzv_token, err)) return -1;
-    /* One BLAS thread per rank unless the user asked otherwise (DESIGN §5). */
+    /* One BLAS thread per rank unless the user asked otherwise (docs/design.md §5). */
     if (!user_omp && launch_env_set(env, "OMP_NUM_THREADS", "1", err)) return -1;
     if (!user_blas && launch_env_set(env, "OPENBLAS_NUM_THREADS", "1", err)) return -1;
     if (c->hooks && c->hooks->rank_env && c->hooks->rank_env(c->hooks->ctx, in, lr, gr, env, err) != 0) return -1;

@@ -1,6 +1,6 @@
 /* launch_env.c: a worker's environment, built in the launcher before fork:
  * the launcher's own environment plus the torchrun variables. */
-#include "runner/launch_int.h"
+#include "runner/launch/launch_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
-#include "runner/launch.h"
+#include "runner/launch/launch.h"
 
 /* --- output (launch_output.c) ------------------------------------------------ */
 

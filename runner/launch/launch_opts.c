@@ -1,6 +1,6 @@
 /* launch_opts.c: `pprun launch` options: parsing (kebab and torchrun's
  * snake_case spellings), defaults, Slurm, and the usage text. */
-#include "runner/launch.h"
+#include "runner/launch/launch.h"
 
 #include <ctype.h>
 #include <stdio.h>

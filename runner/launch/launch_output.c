@@ -3,7 +3,7 @@
  * with one write() per batch of whole lines, so lines of different ranks
  * never mix inside a line; the raw bytes also go to the rank's log file; the
  * last stderr lines are kept for the failure summary. */
-#include "runner/launch_int.h"
+#include "runner/launch/launch_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

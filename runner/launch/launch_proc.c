@@ -4,7 +4,7 @@
  * Between fork and exec the child makes only async-signal-safe calls (the
  * launcher may run other threads): everything it needs, the PATH lookup
  * included, is prepared before fork. */
-#include "runner/launch_int.h"
+#include "runner/launch/launch_int.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* launch_summary.c: the failure report printed when a job fails, laid out
  * like torchrun's so people who know it find things where they expect. */
-#include "runner/launch.h"
+#include "runner/launch/launch.h"
 
 #include <signal.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/base/embed.h"
+#include "base/embed.h"
 
 struct data_source {
     uint8_t *bytes; /* owned */

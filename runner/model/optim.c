@@ -5,15 +5,6 @@
 #include <math.h>
 #include <string.h>
 
-void model_optim_default(model_optim *opt) {
-    opt->kind = MODEL_ADAMW;
-    opt->lr = 1e-3f;
-    opt->beta1 = 0.9f;
-    opt->beta2 = 0.95f;
-    opt->eps = 1e-8f;
-    opt->weight_decay = 0.0f;
-}
-
 int model_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
     if (step < 0) return pp_fail(err, "model: optimizer step %d: steps count from 0", step);
     if (s->next_acc != s->microbatches)

@@ -14,9 +14,9 @@
  * still has every complete frame it sent handled and answered. The table
  * is capped in keys and bytes: a SET or ADD that would pass a cap is
  * refused and changes nothing. */
-#include "runner/store.h"
-#include "runner/store_limits.h"
-#include "runner/store_wire.h"
+#include "runner/store/store.h"
+#include "runner/store/store_limits.h"
+#include "runner/store/store_wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -11,7 +11,7 @@
  * with the attempt (PPRUN_RESTART_COUNT) in them, since the store outlives
  * an attempt and keeps every key until the job ends.
  *
- * The job token (runner/base/token.h): a server started with one answers a
+ * The job token (base/token.h): a server started with one answers a
  * connection only once it presented that token (store_connect_token does
  * it first thing); anything else is refused, the connection closed and one
  * line naming the remote address written to stderr.
@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 /* Largest value the server accepts (a bigger SET is refused). */
 #define STORE_MAX_VALUE (64u << 20)

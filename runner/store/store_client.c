@@ -1,8 +1,8 @@
 /* store_client.c: the store client: one blocking TCP connection, one request
  * at a time (see store_wire.h for the format), which presents the job token
  * first when there is one. */
-#include "runner/store.h"
-#include "runner/store_wire.h"
+#include "runner/store/store.h"
+#include "runner/store/store_wire.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -1,6 +1,6 @@
 /* store_limits.h: the store server's resource limits, and a start function
  * that takes other values for them. pprun itself starts the server with
- * store_server_start{,_token} (runner/store.h), which use the defaults
+ * store_server_start{,_token} (runner/store/store.h), which use the defaults
  * below; the tests use small limits to reach them in a few milliseconds.
  *
  * What each limit protects (docs/launch.md, "Limits"):
@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/store.h"
+#include "runner/store/store.h"
 
 /* 16384: a worker holds two connections (its own client and its comm
  * exchange's), a launcher two (its client and the watch), so this serves a

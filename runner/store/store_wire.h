@@ -23,8 +23,8 @@
 #define PP_STORE_WIRE_H
 #include <stdint.h>
 
-#include "runner/base/token.h"
-#include "runner/store.h"
+#include "base/token.h"
+#include "runner/store/store.h"
 
 enum { STORE_OP_SET = 1, STORE_OP_GET, STORE_OP_ADD, STORE_OP_DEL, STORE_OP_WAIT, STORE_OP_TIME, STORE_OP_AUTH };
 enum { STORE_OK = 0, STORE_MISSING = 1, STORE_TIMEOUT = 2, STORE_BAD = 3 };

@@ -1,5 +1,5 @@
 /* engine.c: one rank's pipeline loop (see engine.h). */
-#include "runner/engine.h"
+#include "runner/worker/engine.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -18,12 +18,12 @@
 #define PP_ENGINE_H
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "runner/comm/comm.h"
 #include "runner/comm/devcomm.h"
 #include "runner/model/model.h"
-#include "runner/pipe/sched.h"
-#include "runner/run_config.h"
+#include "sched/sched.h"
+#include "config/run_config.h"
 #include "tracer/gputrace.h"
 #include "tracer/ring.h"
 

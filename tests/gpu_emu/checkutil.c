@@ -1,6 +1,6 @@
 /* checkutil.c: see checkutil.h. */
 #define _XOPEN_SOURCE 700 /* nftw */
-#include "bench/gpu_cpucheck/checkutil.h"
+#include "tests/gpu_emu/checkutil.h"
 
 #include <ftw.h>
 #include <stdio.h>

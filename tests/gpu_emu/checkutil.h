@@ -1,4 +1,4 @@
-/* checkutil.h: chores the CPU-check programs of bench/gpu_cpucheck/ share
+/* checkutil.h: chores the CPU-check programs of tests/gpu_emu/ share
  * (devcomm_check, gpu_enginecheck): finding the NCCL stand-in library and
  * removing a check's temporary directory. */
 #ifndef PP_GPU_CHECKUTIL_H

@@ -12,7 +12,7 @@
  * the launch fails. The order is a fresh random permutation per round,
  * seeded by EMU_SEED or the clock and reported by emu_seed() so that a
  * failing order can be replayed. */
-#include "bench/gpu_cpucheck/cuda_emu.h"
+#include "tests/gpu_emu/cuda_emu.h"
 
 #include <atomic>
 #include <pthread.h>

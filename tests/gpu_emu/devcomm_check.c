@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench/gpu_cpucheck/checkutil.h"
+#include "tests/gpu_emu/checkutil.h"
 #include "helpers/comm_file_exchange.h"
 #include "helpers/comm_world.h"
 #include "runner/comm/devcomm.h"

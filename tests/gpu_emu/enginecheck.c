@@ -1,4 +1,4 @@
-/* enginecheck.c: runs the engine's GPU path (runner/engine.c with
+/* enginecheck.c: runs the engine's GPU path (runner/worker/engine.c with
  * --device cuda) without a GPU: forked ranks, the real host comm (shm)
  * between them, the GPU stage (gpu_stage.c) on the stand-ins of standins.c,
  * and devcomm replaced by a stand-in that carries "device" buffers over the
@@ -34,11 +34,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench/gpu_cpucheck/checkutil.h"
-#include "bench/gpu_cpucheck/standins.h"
+#include "tests/gpu_emu/checkutil.h"
+#include "tests/gpu_emu/standins.h"
 #include "helpers/comm_file_exchange.h"
 #include "runner/comm/devcomm.h"
-#include "runner/engine.h"
+#include "runner/worker/engine.h"
 
 #ifndef ENGINECHECK_DEVCOMM
 /* --- devcomm stand-in: "device" buffers over the host comm ------------------- */

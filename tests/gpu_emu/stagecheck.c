@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/gpu_cpucheck/standins.h"
+#include "tests/gpu_emu/standins.h"
 #include "runner/model/model_internal.h"
 #include "tests/model_harness.h"
 

@@ -1,5 +1,5 @@
 /* standins.c: the CPU stand-ins for the GPU backend that the CPU checks of
- * bench/gpu_cpucheck/ link in place of CUDA: every gpu.h function is its CPU
+ * tests/gpu_emu/ link in place of CUDA: every gpu.h function is its CPU
  * reference (gpu_layernorm_forward -> gpt_layernorm_forward, ...), device
  * memory is malloc, and the two runtime calls gpu_stage.c makes are memcpy
  * and nothing. Device memory is host memory here, but the stand-ins know
@@ -13,14 +13,14 @@
  * gets one of its streams (a thread that runs queued device-to-device
  * copies), and every stand-in kernel, upload and download waits for the
  * stream first, as work queued on one stream would. */
-#include "bench/gpu_cpucheck/standins.h"
+#include "tests/gpu_emu/standins.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/base/embed.h"
+#include "base/embed.h"
 #include "runner/model/cuda/gpu_internal.h"
 #include "runner/model/gpt_layers.h"
 

@@ -1,4 +1,4 @@
-/* standins.h: what the CPU checks of bench/gpu_cpucheck/ learn from the
+/* standins.h: what the CPU checks of tests/gpu_emu/ learn from the
  * stand-ins (standins.c) that replace CUDA: which pointers are "device"
  * memory, and the first copy that crossed sides wrongly. */
 #ifndef PP_GPU_STANDINS_H

@@ -27,7 +27,7 @@ typedef struct cw_result {
  * as arg gives fn the job key.  Returns -1 if the ranks could not be started. */
 int cw_run(int world, const int *nodes, const char *transport, cw_fn fn, void *arg, cw_result *res);
 /* The same, all on one node, but the exchange is the job's real store
- * (runner/store.h): a server in a process of its own, one client per rank, as pprun
+ * (runner/store/store.h): a server in a process of its own, one client per rank, as pprun
  * workers have.  A client is not thread-safe, so this catches comm calling
  * the exchange from two threads at once.  A rank whose fn fails exits at
  * once (its comm may be wedged), without flushing or closing. */

@@ -15,7 +15,7 @@
 #define PP_TEST_WEB_FIXTURE_H
 #include <stdint.h>
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 #define FIXTURE_RANKS 4
 #define FIXTURE_MB 8

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runner/base/dl.h"
+#include "base/dl.h"
 #include "tracer/cuda/cupti_records.h"
 #include "tracer/gputrace.h"
 

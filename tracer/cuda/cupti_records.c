@@ -2,7 +2,7 @@
  * cupti_records.h). */
 #include "tracer/cuda/cupti_records.h"
 
-#include "runner/base/pp.h"
+#include "base/pp.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "runner/base/dl.h"
+#include "base/dl.h"
 #include "runner/comm/cuda/devcomm_nccl_int.h"
 
 #define STR_(x) #x

@@ -10,7 +10,7 @@
  * errors inside a kernel at the next gpu_sync / gpu_download. No kernel uses
  * atomics: the same inputs give bitwise the same outputs on the same GPU
  * (cuBLAS is deterministic on one stream), which the numerics contract
- * (DESIGN §5) needs across schedules.
+ * (docs/design.md §5) needs across schedules.
  *
  * Row-major float32 tensors, N = batch*seq rows of C columns, linear weights
  * w[OC][C], out = inp @ w^T + bias, as on the CPU. B functions overwrite
@@ -23,7 +23,7 @@
 #ifdef __cplusplus
 extern "C" { /* pp.h and model.h are C headers without guards of their own */
 #endif
-#include "runner/base/pp.h"
+#include "base/pp.h"
 #include "runner/model/model.h"
 
 /* GEMM operand precision: fp32, or bf16 operands with fp32 accumulation and

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "runner/base/dl.h"
+#include "base/dl.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)

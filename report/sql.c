@@ -1,0 +1,48 @@
+/* sql.c: a user SQL result (db/usersql.h) as JSON, for `pprun query
+ * --format json` and POST /api/sql. */
+#include "report/sql.h"
+
+static void cell_json(jw *w, const usersql_cell *c) {
+    switch (c->type) {
+    case USERSQL_INT: jw_int(w, c->i); break;
+    case USERSQL_REAL: jw_num(w, c->r); break;
+    case USERSQL_TEXT: jw_strn(w, c->s, c->len); break;
+    case USERSQL_BLOB: jw_hex(w, c->s, c->len); break;
+    default: jw_null(w);
+    }
+}
+
+void report_sql_objects(jw *w, const usersql_result *r) {
+    jw_arr(w);
+    for (size_t i = 0; i < r->nrows; i++) {
+        jw_obj(w);
+        for (int c = 0; c < r->ncols; c++) {
+            jw_key(w, r->cols[c]);
+            cell_json(w, usersql_cell_at(r, i, c));
+        }
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+}
+
+int report_sql_table(jw *w, const usersql_result *r, size_t max_len) {
+    jw_obj(w);
+    jw_key(w, "columns");
+    jw_arr(w);
+    for (int c = 0; c < r->ncols; c++) jw_str(w, r->cols[c]);
+    jw_arr_end(w);
+    jw_key(w, "rows");
+    jw_arr(w);
+    for (size_t i = 0; i < r->nrows; i++) {
+        jw_arr(w);
+        for (int c = 0; c < r->ncols; c++) cell_json(w, usersql_cell_at(r, i, c));
+        jw_arr_end(w);
+        if (max_len && w->len > max_len) return -1;
+    }
+    jw_arr_end(w);
+    jw_kint(w, "row_count", (int64_t)r->nrows);
+    jw_key(w, "truncated");
+    jw_bool(w, r->truncated);
+    jw_obj_end(w);
+    return 0;
+}

@@ -1,0 +1,14 @@
+/* sql.h: a user SQL result (db/usersql.h) as JSON. */
+#ifndef PP_REPORT_SQL_H
+#define PP_REPORT_SQL_H
+#include "base/json.h"
+#include "db/usersql.h"
+
+/* An array of row objects (`pprun query --format json`). */
+void report_sql_objects(jw *w, const usersql_result *r);
+/* {"columns":[...],"rows":[[...]],"row_count":N,"truncated":B} (POST
+ * /api/sql); stops and returns -1 once the text passes max_len bytes (0: no
+ * limit); 0 otherwise. */
+int report_sql_table(jw *w, const usersql_result *r, size_t max_len);
+
+#endif
