@@ -10,7 +10,7 @@ import { scheduleDraw, blockCenter, gpuLaneAt, loadSynthetic } from './timeline.
 import { showCritpath, critEdgeCenter } from './critpath.js';
 import { drawCharts, lossOptions } from './charts.js';
 import { fillLegend } from './toolbar.js';
-import { followLatest, showStep, showWindow, fetchWindow, setStep, stepBy, lastEnd, setupTimelineMouse } from './view.js';
+import { followLatest, showStep, showCustomWindow, fetchWindow, stepBy, lastEnd, setupTimelineMouse } from './view.js';
 import { setupSql } from './sql-tab.js';
 import { showJobs } from './jobs-tab.js';
 import { loadJobs, openJob } from './job.js';
@@ -20,7 +20,7 @@ function setupControls() {
   setupTimelineMouse();
   $('step-prev').onclick = () => stepBy(-1);
   $('step-next').onclick = () => stepBy(1);
-  $('step-all').onclick = () => { S.follow = $('follow').checked = false; setStep(null); showWindow(0, Math.max(1, lastEnd())); };
+  $('step-all').onclick = () => showCustomWindow(0, Math.max(1, lastEnd()));
   $('follow').onchange = (e) => { S.follow = e.target.checked; if (S.follow) { followLatest(); fetchWindow(); } };
   $('critpath-on').onchange = (e) => { showCritpath(e.target.checked); scheduleDraw(); };
   $('job-select').onchange = (e) => openJob(Number(e.target.value));
@@ -41,8 +41,7 @@ function setupControls() {
 Object.assign(probe, {
   state: S,
   showStep,
-  // A window of the timeline, as zooming or panning to it leaves it.
-  showWindow: (from, to) => { S.follow = $('follow').checked = false; setStep(null); return showWindow(from, to); },
+  showWindow: showCustomWindow,
   // A step as the live stream merges it, and the charts redrawn.
   mergeStep: (s) => { mergeStep(s); drawCharts(); },
   // Each alone, for tests/browser/charts-bench.mjs to time the redraw.

@@ -6,7 +6,7 @@
 import { S, world, cutShort, lastStep } from './state.js';
 import { $, fmtBytes, sizeCanvas } from './util.js';
 import { probe } from './probe.js';
-import { Series, lineChart } from './linechart.js';
+import { Series, lineChart, CHART_H } from './linechart.js';
 import { updateStepLabel } from './toolbar.js';
 
 const RANK_COLORS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
@@ -111,7 +111,7 @@ function drawActChart(C, n) {
   S.actRecorded = C.actMax.n > 0; // then a W that frees the last microbatch says 0 B, not nothing
   const c = $('act');
   if (!C.actMax.n) {
-    const { g, w, h } = sizeCanvas(c, 170);
+    const { g, w, h } = sizeCanvas(c, CHART_H);
     g.clearRect(0, 0, w, h); g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
     g.fillText(C.anyComplete ? 'not recorded for this job' : 'no data yet', 46, 30);
     probe.actPoints = [];
@@ -128,7 +128,7 @@ export function drawStepBars() {
   const shown = S.step != null && S.stepAt.get(S.step);
   const st = (shown && shown.bubble_ratio ? shown : null) || lastStep((s) => s.bubble_ratio_mean != null);
   const c = $('bubble-ranks');
-  const { g, w, h } = sizeCanvas(c, 170);
+  const { g, w, h } = sizeCanvas(c, CHART_H);
   g.clearRect(0, 0, w, h);
   $('bubble-step-label').textContent = st ? 'step ' + st.step : 'no complete step yet';
   if (st && st.bubble_ratio) {

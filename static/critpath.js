@@ -4,9 +4,9 @@
 // latest complete steps (GET /critpath), as `pprun stats` prints them.
 import { S } from './state.js';
 import { api } from './api.js';
-import { $, fmtMs } from './util.js';
+import { $, fmtMs, headerRow } from './util.js';
 import { probe } from './probe.js';
-import { ROW_H, LABEL_W, rowY, xOf } from './geometry.js';
+import { LABEL_W, xOf, blockY, blockMidY } from './geometry.js';
 
 // ---- over the timeline -------------------------------------------------------
 
@@ -57,11 +57,6 @@ function critStep(anchor) {
   return s && s.complete !== false && s.start != null ? anchor.step : null; // running: no path yet
 }
 
-function blockY(rank, phase) { // top and height of a compute block, as draw() fills it
-  return phase === 'OPT' ? [rowY(rank) + 4, ROW_H - 12] : [rowY(rank), ROW_H - 8];
-}
-function critMidY(rank) { return rowY(rank) + (ROW_H - 8) / 2; }
-
 // The data hand-offs of a path: [producer, consumer] pairs of its ops.
 function critEdges(path) {
   const out = [];
@@ -94,7 +89,7 @@ export function drawCritpath(g, w, h, n, anchor) {
   for (const [p, o] of critEdges(path)) {
     out.dataEdges++;
     if (p.rank < 0 || p.rank >= n || o.rank < 0 || o.rank >= n) continue;
-    const xa = xOf(p.end, w), xb = xOf(o.start, w), ya = critMidY(p.rank), yb = critMidY(o.rank);
+    const xa = xOf(p.end, w), xb = xOf(o.start, w), ya = blockMidY(p.rank), yb = blockMidY(o.rank);
     if (Math.max(xa, xb) < LABEL_W || Math.min(xa, xb) > w) continue;
     g.beginPath(); g.moveTo(xa, ya); g.lineTo(xb, yb); g.stroke();
     g.beginPath(); g.arc(xa, ya, 2.5, 0, 7); g.fill(); // where it left
@@ -125,7 +120,7 @@ export function critEdgeHit(x, y, w) {
   const path = overlay && overlay.shown;
   if (!path) return null;
   for (const [p, o] of critEdges(path)) {
-    const xa = xOf(p.end, w), xb = xOf(o.start, w), ya = critMidY(p.rank), yb = critMidY(o.rank);
+    const xa = xOf(p.end, w), xb = xOf(o.start, w), ya = blockMidY(p.rank), yb = blockMidY(o.rank);
     const dx = xb - xa, dy = yb - ya, len2 = dx * dx + dy * dy;
     const k = len2 ? Math.max(0, Math.min(1, ((x - xa) * dx + (y - ya) * dy) / len2)) : 0;
     if (Math.hypot(x - xa - k * dx, y - ya - k * dy) > 4) continue;
@@ -140,7 +135,7 @@ export function critEdgeCenter(k) {
   const path = overlay && overlay.shown, e = path ? critEdges(path)[k] : null;
   if (!e) return null;
   const c = $('timeline'), rect = c.getBoundingClientRect(), w = c.clientWidth;
-  return { x: rect.left + (xOf(e[0].end, w) + xOf(e[1].start, w)) / 2, y: rect.top + (critMidY(e[0].rank) + critMidY(e[1].rank)) / 2 };
+  return { x: rect.left + (xOf(e[0].end, w) + xOf(e[1].start, w)) / 2, y: rect.top + (blockMidY(e[0].rank) + blockMidY(e[1].rank)) / 2 };
 }
 
 // ---- totals ----------------------------------------------------------------------
@@ -170,8 +165,7 @@ function showCritTotals(r) {
   if (!r.steps) return;
   const per = (ns) => fmtMs(ns / r.steps), share = (ns) => (r.span_ns > 0 ? (100 * ns / r.span_ns).toFixed(1) + '%' : '–');
   $('critpath-info').textContent = `— steps ${r.first_step}–${r.last_step}, ${fmtMs(r.span_ns / r.steps)} a step (mean)`;
-  const head = tbl.createTHead().insertRow();
-  for (const h of ['rank', 'F', 'B', 'W', 'OPT', 'all', 'share']) { const th = document.createElement('th'); th.textContent = h; head.appendChild(th); }
+  headerRow(tbl, ['rank', 'F', 'B', 'W', 'OPT', 'all', 'share']);
   const body = tbl.createTBody(), rows = [];
   const add = (cls, cells, span) => { // span: the first cell runs over the op columns
     const tr = body.insertRow();

@@ -42,8 +42,8 @@ function rowHit(x, y, w) {
   }
   if (best != null) {
     const i = best, ph = PHASES[ev.phase[i]];
-    let text = `rank ${r} · ${ph}` + (ev.mb[i] >= 0 ? ` · microbatch ${ev.mb[i]}` : '') + (ev.stage[i] >= 0 ? ` · stage ${ev.stage[i]}` : '') +
-      ` · step ${ev.step[i]}\nstart ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
+    let text = `rank ${r} · ${opLabel(ev.phase[i], ev.mb[i], ev.stage[i], ev.step[i])}\n` +
+      `start ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
     if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
     if (['F', 'B', 'W'].includes(ph) && S.actRecorded) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
     if (ph === 'OPT' && ev.bytes[i] > 0) text += `\nweights, gradients, optimizer state: ${fmtBytes(ev.bytes[i])}`;
@@ -81,7 +81,7 @@ function gpuHit(r, t, yin, tol) {
       if (k[0] !== r || t < k[1] - tol || t > k[2] + tol) continue;
       const span = k[4] != null ? S.gpu.find((x) => x[0] === k[4]) : null;
       return { text: `rank ${r} · kernel ${k[5]}\nduration ${fmtMs(k[2] - k[1])} · stream ${k[3]}` +
-        (span ? `\nin ${opLabel(span)}` : '\noutside any op (optimizer or set-up)') };
+        (span ? `\nin ${opLabel(span[5], span[3], span[4], span[2])}` : '\noutside any op (optimizer or set-up)') };
     }
   }
   for (const x of S.gpu) {
@@ -92,13 +92,15 @@ function gpuHit(r, t, yin, tol) {
       if (ev.rank[i] === r && ev.step[i] === x[2] && ev.mb[i] === x[3] && ev.stage[i] === x[4] && ev.phase[i] === x[5] &&
           ev.start[i] <= x[7] && ev.end[i] >= x[6]) { host = i; break; }
     }
-    let text = `rank ${r} · GPU · ${opLabel(x)}\nGPU ${fmtMs(x[7] - x[6])} (first kernel start to last end)`;
+    let text = `rank ${r} · GPU · ${opLabel(x[5], x[3], x[4], x[2])}\nGPU ${fmtMs(x[7] - x[6])} (first kernel start to last end)`;
     if (host >= 0) text += ` · host ${fmtMs(ev.end[host] - ev.start[host])}\nGPU starts ${fmtMs(x[6] - ev.start[host])} after the host op`;
     return { text };
   }
   return null;
 }
 
-function opLabel(x) { // a gpu span row: phase, microbatch, stage, step
-  return PHASES[x[5]] + (x[3] >= 0 ? ` · microbatch ${x[3]}` : '') + (x[4] >= 0 ? ` · stage ${x[4]}` : '') + ` · step ${x[2]}`;
+// An op as the tooltips name it: its phase, its microbatch and stage when it
+// has them, its step.
+function opLabel(phase, mb, stage, step) {
+  return PHASES[phase] + (mb >= 0 ? ` · microbatch ${mb}` : '') + (stage >= 0 ? ` · stage ${stage}` : '') + ` · step ${step}`;
 }

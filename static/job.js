@@ -10,7 +10,7 @@ import { scheduleDraw } from './timeline.js';
 import { resetCritpath } from './critpath.js';
 import { drawCharts, resetCharts } from './charts.js';
 import { updateStepLabel } from './toolbar.js';
-import { followLatest, showStep, showWindow, fetchWindow, stepsInView } from './view.js';
+import { setFollow, followLatest, showStep, showWindow, fetchWindow, stepsInView } from './view.js';
 import { loadWhatif, whatifDue, resetWhatif } from './whatif.js';
 import { showSqlExample } from './sql-tab.js';
 
@@ -55,7 +55,7 @@ export async function openJob(id) {
   $('legend-gpu').hidden = !S.gpuLane;
   updateHeader();
   const running = info.job.status === 'running';
-  $('follow').checked = S.follow = running;
+  setFollow(running);
   // A finished job opens at its last step with events: step 0 carries the
   // warm-up (first allocations, cold caches) and is the least typical. A job
   // cut short (failed, stopped) opens at its last whole step and what ran
@@ -139,14 +139,15 @@ function checkTraceLink(id) {
   };
 }
 
-// Every step, a page at a time (the server sends at most STEPS_PAGE a call).
+// The steps from since on, a page at a time (the server sends at most
+// STEPS_PAGE a call); false when another job opened meanwhile.
 const STEPS_PAGE = 100000;
-async function loadSteps(id) {
-  for (let since = 0; ;) {
+async function loadSteps(id, since = 0) {
+  for (;;) {
     const r = await api(`/api/jobs/${id}/steps?since=${since}&limit=${STEPS_PAGE}`);
-    if (S.job !== id) return;
+    if (S.job !== id) return false;
     for (const s of r.steps) mergeStep(s);
-    if (r.steps.length < STEPS_PAGE) return;
+    if (r.steps.length < STEPS_PAGE) return true;
     since = r.steps[r.steps.length - 1].step + 1;
   }
 }
@@ -172,12 +173,10 @@ async function onJobEnded(id) {
   loadWhatif(id);
   S.stepsDirty = 0; // the charts read every step again: a cut job's last loss goes (syncCharts)
   const follow = S.follow, done = lastStep((s) => s.complete);
-  S.follow = $('follow').checked = false;
+  setFollow(false);
   updateStepLabel();
   try {
-    const r = await api(`/api/jobs/${id}/steps?since=${done ? done.step + 1 : 0}&limit=${STEPS_PAGE}`);
-    if (S.job !== id) return;
-    for (const s of r.steps) mergeStep(s);
+    if (!await loadSteps(id, done ? done.step + 1 : 0)) return; // another job opened meanwhile
   } catch (e) { /* the stream brings them */ }
   updateHeader();
   drawCharts();

@@ -4,7 +4,7 @@
 // terminal (/api/jobs/{id}/compare?vs=M).
 import { S } from './state.js';
 import { api } from './api.js';
-import { $, fmtMs, fmtBytes } from './util.js';
+import { $, fmtMs, fmtBytes, fmtPct, headerRow } from './util.js';
 import { probe } from './probe.js';
 import { openJob } from './job.js';
 
@@ -16,12 +16,10 @@ export async function showJobs() {
   const jobs = S.jobs.slice(0, JOBS_COMPARED);
   info.textContent = 'loading…';
   const sums = await Promise.all(jobs.map((j) => api(`/api/jobs/${j.id}/summary`).catch((e) => ({ error: e.message }))));
-  const pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
   const cols = ['compare', 'job', 'name', 'status', 'schedule', 'ranks', 'microbatches', 'device', 'steps', 'step time',
     'bubble', 'planned', 'bubble vs plan', 'idle mostly', 'activations', 'with weights', 'in flight', 'loss'];
   tbl.innerHTML = '';
-  const head = tbl.createTHead().insertRow();
-  for (const c of cols) { const th = document.createElement('th'); th.textContent = c; head.appendChild(th); }
+  headerRow(tbl, cols);
   const body = tbl.createTBody();
   jobs.forEach((j, i) => {
     const s = sums[i], tr = body.insertRow();
@@ -31,7 +29,7 @@ export async function showJobs() {
     const top = Object.keys(idle).reduce((a, k) => (a == null || idle[k] > idle[a] ? k : a), null);
     const cells = [null, j.id, j.name, j.status, j.schedule + (j.virtual_stages > 1 ? ` (v=${j.virtual_stages})` : ''), j.world_size,
       j.microbatches, j.device, s.error ? s.error : s.steps, s.step_time_ns == null ? '–' : fmtMs(s.step_time_ns),
-      pct(s.bubble_ratio), pct(s.sim_bubble_ratio), null,
+      fmtPct(s.bubble_ratio), fmtPct(s.sim_bubble_ratio), null,
       total > 0 ? `${top} ${(100 * idle[top] / total).toFixed(0)}%` : '–',
       s.act_peak_bytes ? fmtBytes(s.act_peak_bytes) : '–',
       s.mem_peak_bytes == null ? '–' : `${fmtBytes(s.mem_peak_bytes)} (rank ${s.mem_peak_rank})`,
@@ -84,7 +82,6 @@ async function showCompare() {
   if (Math.max(...picked) !== job || Math.min(...picked) !== other) return; // ticks changed meanwhile
   err.hidden = true; panel.hidden = false;
   const o = r.numbers.other, n = r.numbers.job, ch = r.numbers.change;
-  const pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
   const ms = (x) => (x == null ? '–' : fmtMs(x));
   const times = (x) => (x == null ? '–' : x.toFixed(2) + '×');
   const pp = (x) => (x == null ? '–' : (x >= 0 ? '+' : '') + x.toFixed(1) + ' pp');
@@ -100,8 +97,8 @@ async function showCompare() {
 
   const rows = [['steps compared', o.steps, n.steps, ''],
     ['step time (median)', ms(o.step_time_ns), ms(n.step_time_ns), times(ch.step_time)],
-    ['bubble measured', pct(o.bubble_ratio), pct(n.bubble_ratio), pp(ch.bubble_ratio_pp)],
-    ['bubble planned', pct(o.sim_bubble_ratio), pct(n.sim_bubble_ratio), pp(ch.sim_bubble_ratio_pp)],
+    ['bubble measured', fmtPct(o.bubble_ratio), fmtPct(n.bubble_ratio), pp(ch.bubble_ratio_pp)],
+    ['bubble planned', fmtPct(o.sim_bubble_ratio), fmtPct(n.sim_bubble_ratio), pp(ch.sim_bubble_ratio_pp)],
     ['activations at peak (rank)', bytes(o.act_peak_bytes), bytes(n.act_peak_bytes), times(ch.act_peak_bytes)],
     ['  with weights and optimizer', bytes(o.mem_peak_bytes), bytes(n.mem_peak_bytes), times(ch.mem_peak_bytes), 'sub'],
     ['idle per step, all ranks', ms(o.idle_ns_per_step), ms(n.idle_ns_per_step), times(ch.idle_ns_per_step)]];
@@ -132,8 +129,7 @@ async function showCompare() {
   rows.push(["loss (latest step's mean)", lossOf(o), lossOf(n), ch.loss == null ? '–' : (ch.loss >= 0 ? '+' : '') + ch.loss.toFixed(4)]);
   const tbl = $('compare-table');
   tbl.innerHTML = '';
-  const head = tbl.createTHead().insertRow();
-  for (const h of ['', `job ${other}`, `job ${job}`, `${other}→${job}`]) { const th = document.createElement('th'); th.textContent = h; head.appendChild(th); }
+  headerRow(tbl, ['', `job ${other}`, `job ${job}`, `${other}→${job}`]);
   const body = tbl.createTBody();
   for (const row of rows) {
     const tr = body.insertRow();

@@ -110,6 +110,8 @@ function bulkRange(vals) {
   return [lo, hi];
 }
 
+export const CHART_H = 170; // a chart's height in CSS pixels
+
 // Draws series ({ s: a Series, color, width, dots }) on canvas. opts: y0 (the
 // bottom of the y axis), ymax (the top at least), fmt (tick labels), robust
 // (ignore outliers in the y range), log (a log10 y axis; every y > 0).
@@ -120,7 +122,7 @@ function bulkRange(vals) {
 // (scale: lo, hi and log), and the points drawn off it (clipped: x and the
 // true y, above or below, and where their mark is, in CSS pixels).
 export function lineChart(canvas, series, opts) {
-  const { g, w, h } = sizeCanvas(canvas, 170);
+  const { g, w, h } = sizeCanvas(canvas, CHART_H);
   g.clearRect(0, 0, w, h);
   const pad = { l: 46, r: 8, t: 8, b: 20 };
   let x0 = Infinity, x1 = -Infinity;

@@ -2,7 +2,7 @@
 // /api/sql), its rows as a table, SQLite's error message when refused. Its
 // example query is about the job open, until it is edited.
 import { api } from './api.js';
-import { $ } from './util.js';
+import { $, headerRow } from './util.js';
 import { probe } from './probe.js';
 
 let sqlExample = null; // the example query as last written, for the job open
@@ -26,8 +26,7 @@ async function runSql() {
   try {
     const r = await api('/api/sql', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ sql: $('sql-text').value }) });
     tbl.innerHTML = '';
-    const head = tbl.createTHead().insertRow();
-    for (const c of r.columns) { const th = document.createElement('th'); th.textContent = c; head.appendChild(th); }
+    headerRow(tbl, r.columns);
     const body = tbl.createTBody();
     for (const row of r.rows) {
       const tr = body.insertRow();

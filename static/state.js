@@ -14,7 +14,7 @@ export const S = {
   // The window fetched for the view (/api/jobs/{id}/events): its events (an
   // EventStore) and idle gaps, or, zoomed out, bins; mode: the server's
   // ('events', 'buckets' or 'steps').
-  ev: null, gaps: null, bins: null, mode: 'events', binStep: false,
+  ev: null, gaps: null, bins: null, mode: 'events',
   gpuLane: false, gpu: [], kernels: null, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
   actRecorded: false, // the steps record the activations held (charts.js): a W's 0 B is then worth saying
 };

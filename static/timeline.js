@@ -12,7 +12,7 @@ import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
 import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
 import { PHASES, PHASE_COLOR, CAUSE_COLOR } from './phases.js';
-import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, rowPitch, rowY, gpuY, xOf } from './geometry.js';
+import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, rowPitch, rowY, gpuY, xOf, blockMidY } from './geometry.js';
 import { drawCritpath, fetchCritpath } from './critpath.js';
 
 let drawPending = false;
@@ -112,7 +112,7 @@ function draw() {
     if (ph > 2 || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
     const x0 = Math.max(left, xOf(ev.start[i], w)), x1 = Math.min(right, xOf(ev.end[i], w));
     if (x1 - x0 < 14) continue;
-    g.fillText(String(ev.mb[i]), (x0 + x1) / 2, rowY(ev.rank[i]) + (ROW_H - 8) / 2);
+    g.fillText(String(ev.mb[i]), (x0 + x1) / 2, blockMidY(ev.rank[i]));
   }
   g.textAlign = 'left';
   const anchor = viewAnchor();
@@ -249,7 +249,7 @@ export function blockCenter(rank, phase, mb, step) {
   for (let i = 0; i < ev.n; i++) {
     if (ev.rank[i] === rank && ev.phase[i] === ph && ev.mb[i] === mb && ev.step[i] === step) {
       const x = (Math.max(LABEL_W, xOf(ev.start[i], c.clientWidth)) + Math.min(c.clientWidth, xOf(ev.end[i], c.clientWidth))) / 2;
-      return { x: rect.left + x, y: rect.top + rowY(rank) + (ROW_H - 8) / 2 };
+      return { x: rect.left + x, y: rect.top + blockMidY(rank) };
     }
   }
   return null;

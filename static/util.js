@@ -1,6 +1,7 @@
 // util.js: the small helpers every part of the dashboard uses: an element by
-// id, times and sizes written as `pprun stats` writes them, a canvas sized
-// for the screen, and a throttle for what a live job would do too often.
+// id, times, sizes and shares written as `pprun stats` writes them, a
+// table's header row, a canvas sized for the screen, and a throttle for what
+// a live job would do too often.
 
 export const $ = (id) => document.getElementById(id);
 export const fmtMs = (ns) => (ns / 1e6).toFixed(ns < 1e7 ? 3 : ns < 1e9 ? 2 : 0) + ' ms';
@@ -10,6 +11,14 @@ export const fmtBytes = (b) => {
   for (; b >= 1024 && k < 4; k++) b /= 1024;
   return (k === 0 || b >= 100 || Math.round(b * 10) % 10 === 0 ? b.toFixed(0) : b.toFixed(1)) + ' ' + ['B', 'KiB', 'MiB', 'GiB', 'TiB'][k];
 };
+// A share as a percentage, "–" when there is none.
+export const fmtPct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
+
+// A table's header row: a th per name.
+export function headerRow(tbl, names) {
+  const head = tbl.createTHead().insertRow();
+  for (const h of names) { const th = document.createElement('th'); th.textContent = h; head.appendChild(th); }
+}
 
 // The canvas cssH pixels high and as wide as its box, at the screen's pixel
 // density; its context drawn on in CSS pixels.

@@ -37,10 +37,13 @@ export function followLatest(end) {
   scheduleDraw();
 }
 
+// Following live, or not: the state and the toolbar's box.
+export function setFollow(on) { S.follow = $('follow').checked = on; }
+
 export async function showStep(step) {
   const s = S.stepAt.get(step);
   setStep(step);
-  S.follow = $('follow').checked = false;
+  setFollow(false);
   if (s && s.start != null) {
     const pad = (s.end - s.start) * 0.02;
     S.view = { from: Math.max(0, s.start - pad), to: s.end + pad };
@@ -51,6 +54,14 @@ export async function showStep(step) {
 export async function showWindow(from, to) {
   S.view = { from, to };
   await fetchWindow();
+}
+
+// A window of the timeline, as zooming or panning to it leaves it: no step
+// shown, not following.
+export function showCustomWindow(from, to) {
+  setFollow(false);
+  setStep(null);
+  return showWindow(from, to);
 }
 
 // The window for a view the pointer is still moving: once it rests 120 ms.
@@ -99,7 +110,7 @@ export async function fetchWindow() {
     const seen = new Set(r.gaps.map((x) => x[0] + ':' + x[2]));
     S.gaps = S.follow ? r.gaps.concat((S.gaps || []).filter((x) => x[3] >= S.view.from && !seen.has(x[0] + ':' + x[2]))) : r.gaps;
   } else {
-    S.bins = r.bins; S.binStep = r.mode === 'steps'; S.gaps = [];
+    S.bins = r.bins; S.gaps = [];
     S.ev = new EventStore();
   }
   scheduleDraw();
@@ -107,7 +118,7 @@ export async function fetchWindow() {
 
 // The step shown (null: none, a window or following live): the label and
 // the per-rank bars follow it.
-export function setStep(step) {
+function setStep(step) {
   S.step = step;
   drawStepBars();
 }
@@ -169,7 +180,7 @@ export function setupTimelineMouse() {
     const f = (t - S.view.from) / (S.view.to - S.view.from);
     const from = Math.max(0, Math.min(t - f * span, end * (1 + VIEW_MARGIN) - span));
     S.view = { from, to: from + span };
-    S.follow = $('follow').checked = false;
+    setFollow(false);
     tip.hidden = true; // it described what was under the pointer before the zoom
     setStep(null); scheduleDraw(); scheduleFetch();
   }, { passive: false });
@@ -181,7 +192,7 @@ export function setupTimelineMouse() {
       const span = drag.view.to - drag.view.from;
       const from = Math.max(0, Math.min(drag.view.from - dt, Math.max(drag.view.from, jobExtent() * (1 + VIEW_MARGIN) - span)));
       S.view = { from, to: from + span };
-      S.follow = $('follow').checked = false;
+      setFollow(false);
       tip.hidden = true;
       setStep(null); scheduleDraw();
       return;

@@ -5,7 +5,7 @@
 // cadence (critpath.js).
 import { S } from './state.js';
 import { api } from './api.js';
-import { $, fmtMs, fmtBytes } from './util.js';
+import { $, fmtMs, fmtBytes, fmtPct, headerRow } from './util.js';
 import { probe } from './probe.js';
 import { loadCritTotals } from './critpath.js';
 
@@ -27,7 +27,7 @@ export async function loadWhatif(id) {
   let r;
   try { r = await api(`/api/jobs/${id}/whatif`); } catch (e) { $('whatif-info').textContent = 'error: ' + e.message; return; }
   if (S.job !== id) return; // another job opened meanwhile
-  const tbl = $('whatif-table'), pct = (x) => (x == null ? '–' : (100 * x).toFixed(1) + '%');
+  const tbl = $('whatif-table');
   tbl.innerHTML = '';
   $('whatif-tuned').textContent = '';
   showBalance(r);
@@ -45,10 +45,7 @@ export async function loadWhatif(id) {
     (r.shared_gpu ? ` · ${r.shared_gpu.ranks} ranks shared one GPU (${r.shared_gpu.device}): these op times include ` +
       'waiting for the GPU, and each schedule is simulated with a GPU per rank' : '');
   const own = r.schedules.find((s) => s.this_job && !s.error);
-  const head = tbl.createTHead().insertRow();
-  for (const h of ['schedule', 'chunks per rank', 'step time', 'bubble', 'vs this job', 'activations (est.)', 'in flight']) {
-    const th = document.createElement('th'); th.textContent = h; head.appendChild(th);
-  }
+  headerRow(tbl, ['schedule', 'chunks per rank', 'step time', 'bubble', 'vs this job', 'activations (est.)', 'in flight']);
   const body = tbl.createTBody();
   for (const s of r.schedules) {
     const tr = body.insertRow();
@@ -56,7 +53,7 @@ export async function loadWhatif(id) {
     if (s.this_job) tr.className = 'own';
     const cells = [s.schedule + (s.this_job ? ' (this job)' : s.tuned ? ' (ordered for these costs)' : ''), s.virtual_stages];
     if (s.error) cells.push(s.error);
-    else cells.push(fmtMs(s.step_time_ns), pct(s.bubble_ratio), own ? (s.step_time_ns / own.step_time_ns).toFixed(2) + '×' : '–',
+    else cells.push(fmtMs(s.step_time_ns), fmtPct(s.bubble_ratio), own ? (s.step_time_ns / own.step_time_ns).toFixed(2) + '×' : '–',
       s.act_peak_bytes == null ? '–' : fmtBytes(s.act_peak_bytes), s.peak_inflight);
     cells.forEach((v, k) => {
       const td = tr.insertCell();
@@ -84,10 +81,7 @@ function showBalance(r) {
   const shown = b.stages.filter((s) => s.listed); // all, or the slowest of many (the server's choice, as the terminal's)
   $('balance-info').textContent = `— medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
     (shown.length < n ? `; the ${shown.length} slowest of ${n} stages` : '');
-  const head = tbl.createTHead().insertRow();
-  for (const h of ['stage', 'rank', 'layers', 'F', 'B', 'W', 'F+B+W', 'vs mean', '']) {
-    const th = document.createElement('th'); th.textContent = h; head.appendChild(th);
-  }
+  headerRow(tbl, ['stage', 'rank', 'layers', 'F', 'B', 'W', 'F+B+W', 'vs mean', '']);
   const body = tbl.createTBody();
   for (const s of shown) {
     const c = s.costs_ns, t = total(c), slowest = t >= b.slowest_stage_ns;
