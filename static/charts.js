@@ -1,0 +1,145 @@
+// charts.js: the step charts under the timeline: loss per step, bubble
+// ratio per step (the mean and each rank's), bubble ratio per rank for the
+// step shown, and the activations held. Each series is appended as steps
+// arrive (linechart.js), so a redraw while following a job costs about the
+// same at any length.
+import { S, world, cutShort, lastStep } from './state.js';
+import { $, fmtBytes, sizeCanvas } from './util.js';
+import { probe } from './probe.js';
+import { Series, lineChart, CHART_H } from './linechart.js';
+import { updateStepLabel } from './toolbar.js';
+
+const RANK_COLORS = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1', '#ff9da7', '#9c755f', '#bab0ac'];
+
+let charts = null; // the job open's series: newCharts()
+// The loss chart's options, as last chosen: they last while the page is
+// open, across jobs, not across a reload.
+export const lossOptions = { outliers: true, log: false };
+
+// A job opens: its series are made anew at the next draw.
+export function resetCharts() { charts = null; }
+
+// The step charts' series, kept with the steps: before a redraw,
+// syncCharts() drops from each series the points from the first step
+// mergeStep added or changed since (S.stepsDirty, an index into S.steps) on
+// and appends them again from the steps; following a job, that is the
+// newest step or two, not the whole job.
+function newCharts(n) {
+  const C = { world: n, key: null, anyComplete: false, loss: new Series(), bubbleMean: new Series(), bubble: [],
+    actMax: new Series(), act: [] };
+  if (n <= 16) for (let r = 0; r < n; r++) { C.bubble.push(new Series()); C.act.push(new Series()); }
+  return C;
+}
+
+// Brings the series up to S.steps; returns whether anything changed.
+function syncCharts() {
+  const n = world();
+  if (!charts || charts.world !== n) { charts = newCharts(n); S.stepsDirty = 0; }
+  const C = charts, from = S.stepsDirty;
+  S.stepsDirty = Infinity;
+  if (from >= S.steps.length) return false;
+  for (const s of [C.loss, C.bubbleMean, C.actMax, ...C.bubble, ...C.act]) s.cut(S.steps[from].step);
+  probe.chartSync.read += S.steps.length - from;
+  // A job cut short: the losses of the step it was cut in (no statistics
+  // after whole ones) are some of its microbatches', not the step's.
+  const cut = S.info && cutShort(S.info.job);
+  for (let i = from; i < S.steps.length; i++) {
+    const st = S.steps[i], a = st.act_peak_bytes;
+    if (st.complete) C.anyComplete = true;
+    if (st.loss != null && !(cut && !st.complete && C.anyComplete)) C.loss.push(st.step, st.loss);
+    if (st.bubble_ratio_mean != null) {
+      C.bubbleMean.push(st.step, st.bubble_ratio_mean);
+      C.bubble.forEach((s, r) => { if (st.bubble_ratio && st.bubble_ratio[r] != null) s.push(st.step, st.bubble_ratio[r]); });
+    }
+    if (a && a.some((b) => b > 0)) {
+      C.actMax.push(st.step, a.reduce((m, b) => Math.max(m, b || 0), 0));
+      C.act.forEach((s, r) => { if (a[r] != null) s.push(st.step, a[r]); });
+    }
+  }
+  return true;
+}
+
+// A step's loss as the note under the chart shows it: its true value.
+const fmtLoss = (s, i) => `${s.y[i].toPrecision(4)} at step ${s.x[i]}`;
+
+// Redraws the step charts; with no new or changed step since the last
+// time, and the same widths and options, only the per-rank bars.
+export function drawCharts() {
+  const changed = syncCharts(), C = charts;
+  const key = [$('loss').clientWidth, $('bubble').clientWidth, $('act').clientWidth, window.devicePixelRatio,
+    lossOptions.log, lossOptions.outliers].join();
+  if (changed || key !== C.key) {
+    C.key = key;
+    probe.chartSync.draws++;
+    drawLossChart(C);
+    const n = world(), series = C.bubble.map((s, r) => ({ s, color: RANK_COLORS[r % 10] + '80', width: 1 }));
+    series.push({ s: C.bubbleMean, color: '#222', width: 2, dots: true });
+    let top = 0.05;
+    if (C.bubbleMean.n) { C.bubbleMean.range(0, C.bubbleMean.n); top = Math.max(top, C.bubbleMean.y[C.bubbleMean.qhi]); }
+    lineChart($('bubble'), series, { y0: 0, ymax: Math.min(1, top * 1.2), fmt: (y) => (100 * y).toFixed(0) + '%' });
+    drawActChart(C, n);
+  }
+  drawStepBars();
+}
+
+// Loss per step: outliers off the scale (lossOptions.outliers) and a log y
+// axis (lossOptions.log) while every loss is above 0, both as last chosen while the
+// page is open. The note says what is off the scale, or why there is no log
+// scale, with true values.
+function drawLossChart(C) {
+  const s = C.loss, box = $('loss-log'), notes = [];
+  if (s.n) s.range(0, s.n);
+  const logOk = !s.n || s.y[s.qlo] > 0, log = lossOptions.log && logOk;
+  const lowest = s.n ? s.qlo : -1, highest = s.n ? s.qhi : -1;
+  box.disabled = !logOk; box.checked = log;
+  box.parentNode.title = logOk ? 'loss on a log scale' : 'a log scale needs every loss above 0';
+  $('loss-outliers').checked = lossOptions.outliers;
+  const chart = lineChart($('loss'), [{ s, color: '#e15759', dots: true }], { robust: lossOptions.outliers, log });
+  if (chart.clipped.some((c) => c.above)) notes.push('▲ off the scale: highest ' + fmtLoss(s, highest));
+  if (chart.clipped.some((c) => !c.above)) notes.push('▼ off the scale: lowest ' + fmtLoss(s, lowest));
+  if (!logOk) notes.push('no log scale: a loss of ' + fmtLoss(s, lowest));
+  $('loss-note').textContent = notes.join(' · ');
+  probe.lossPoints = chart.drawn;
+  probe.lossTrend = chart.trend;
+  probe.lossChart = { scale: chart.scale, clipped: chart.clipped, logAvailable: logOk,
+    note: $('loss-note').textContent };
+}
+
+// Activations held, the peak of each step per rank (the model's own count of
+// what F saved for B and W). Older files and jobs without it have only 0s.
+function drawActChart(C, n) {
+  S.actRecorded = C.actMax.n > 0; // then a W that frees the last microbatch says 0 B, not nothing
+  const c = $('act');
+  if (!C.actMax.n) {
+    const { g, w, h } = sizeCanvas(c, CHART_H);
+    g.clearRect(0, 0, w, h); g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
+    g.fillText(C.anyComplete ? 'not recorded for this job' : 'no data yet', 46, 30);
+    probe.actPoints = [];
+    return;
+  }
+  const series = C.act.map((s, r) => ({ s, color: RANK_COLORS[r % 10], width: 1.5 }));
+  series.push({ s: C.actMax, color: '#222', width: n <= 16 ? 0.5 : 2, dots: true });
+  probe.actPoints = lineChart(c, series, { y0: 0, fmt: fmtBytes }).drawn;
+}
+
+// Per rank bars for the step shown, else the latest complete one; and the
+// toolbar's step label, which names the last step too.
+export function drawStepBars() {
+  const shown = S.step != null && S.stepAt.get(S.step);
+  const st = (shown && shown.bubble_ratio ? shown : null) || lastStep((s) => s.bubble_ratio_mean != null);
+  const c = $('bubble-ranks');
+  const { g, w, h } = sizeCanvas(c, CHART_H);
+  g.clearRect(0, 0, w, h);
+  $('bubble-step-label').textContent = st ? 'step ' + st.step : 'no complete step yet';
+  if (st && st.bubble_ratio) {
+    const k = st.bubble_ratio.length, bw = Math.min(40, (w - 50) / k - 6);
+    g.font = '10px system-ui, sans-serif';
+    st.bubble_ratio.forEach((v, r) => {
+      const x = 40 + r * (bw + 6), bh = (h - 40) * (v || 0);
+      g.fillStyle = RANK_COLORS[r % 10]; g.fillRect(x, h - 20 - bh, bw, bh);
+      g.fillStyle = '#444'; g.fillText((100 * (v || 0)).toFixed(1) + '%', x, h - 24 - bh);
+      g.fillText('r' + r, x + bw / 2 - 5, h - 8);
+    });
+  }
+  updateStepLabel();
+}

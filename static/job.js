@@ -1,0 +1,225 @@
+// job.js: the job open: the header's list of jobs and its line about the
+// job, opening a job (its steps, plan and stream, and where its timeline
+// opens), the live stream's frames while it runs, and its end. The
+// "Chrome trace" link downloads the steps in view.
+import { S, EventStore, cutShort, mergeStep, lastStep } from './state.js';
+import { api, headers, openStream } from './api.js';
+import { $, throttled, LIVE_REDRAW_MS } from './util.js';
+import { probe } from './probe.js';
+import { scheduleDraw } from './timeline.js';
+import { resetCritpath } from './critpath.js';
+import { drawCharts, resetCharts } from './charts.js';
+import { updateStepLabel } from './toolbar.js';
+import { setFollow, followLatest, showStep, showWindow, fetchWindow, stepsInView } from './view.js';
+import { loadWhatif, whatifDue, resetWhatif } from './whatif.js';
+import { showSqlExample } from './sql-tab.js';
+
+let stream = null;  // the open job's live stream (an AbortController)
+let planAt = 0;     // when the plan was last asked for
+
+// The header's list of jobs, the job chosen kept chosen; S.jobs for the Jobs tab.
+export async function loadJobs() {
+  const r = await api('/api/jobs');
+  S.jobs = r.jobs;
+  const sel = $('job-select');
+  const cur = sel.value;
+  sel.innerHTML = '';
+  for (const j of r.jobs) {
+    const o = document.createElement('option');
+    o.value = j.id;
+    o.textContent = `#${j.id} ${j.name} · ${j.schedule} · ${j.world_size} ranks · ${j.status}`;
+    sel.appendChild(o);
+  }
+  if (cur) sel.value = cur;
+  return r.jobs;
+}
+
+export async function openJob(id) {
+  if (stream) stream.abort();
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, stepsDirty: 0 });
+  planAt = 0;
+  resetWhatif();
+  resetCritpath();
+  resetCharts();
+  $('job-select').value = String(id);
+  showSqlExample(id);
+  // The stream first: its hello fixes the cursor, then the history is read;
+  // whatever arrives twice is merged by id / step.
+  await new Promise((resolve) => {
+    stream = openStream(id, { hello: resolve, status: onStatus, events: onEvents, step: onStepDone, losses: onLosses });
+  });
+  const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id), api(`/api/jobs/${id}/plan`)]);
+  S.info = info; S.plan = plan;
+  probe.planLoads = [plan.simulated];
+  S.gpuLane = !!info.gpu_spans;
+  $('legend-gpu').hidden = !S.gpuLane;
+  updateHeader();
+  const running = info.job.status === 'running';
+  setFollow(running);
+  // A finished job opens at its last step with events: step 0 carries the
+  // warm-up (first allocations, cold caches) and is the least typical. A job
+  // cut short (failed, stopped) opens at its last whole step and what ran
+  // after it until the end: the step it was cut in has events but no
+  // statistics (docs/schema.md), so it is no step to show on its own.
+  if (running) followLatest();
+  else if (S.steps.length) {
+    const traced = lastStep((s) => s.start != null && s.start <= info.timeline_end);
+    const cut = traced && traced.end != null && cutShort(info.job) && info.timeline_end > traced.end;
+    if (cut) await showWindow(traced.start, info.timeline_end + (info.timeline_end - traced.start) * 0.02);
+    else await showStep((traced || S.steps[S.steps.length - 1]).step);
+  }
+  else await showWindow(0, Math.max(info.timeline_end, 1));
+  drawCharts();
+  checkTraceLink(id);
+  loadWhatif(id);
+  probe.ready = true;
+}
+
+// A gpt job's plan gets simulated times once its first steps are measured
+// (runner/job/run_progress.c): a page opened before that asks again as steps
+// complete, at most every second (a program's plan never gets them).
+async function reloadPlan(id) {
+  planAt = Date.now();
+  let plan;
+  try { plan = await api(`/api/jobs/${id}/plan`); } catch (e) { return; } // the next step asks again
+  if (S.job !== id) return;
+  S.plan = plan;
+  probe.planLoads.push(plan.simulated);
+  scheduleDraw();
+}
+
+// The header's line about the job open: status, progress, drops, failure.
+function updateHeader() {
+  if (!S.info) return;
+  const j = S.info.job;
+  const b = $('job-status');
+  b.textContent = j.status; b.className = 'badge ' + j.status;
+  const done = S.steps.filter((s) => s.complete !== false).length;
+  $('job-meta').textContent = `${j.schedule}, ${j.world_size} ranks, ${j.microbatches} microbatches, ` +
+    `${done}/${j.steps} steps, ${j.device}` + (j.events_dropped ? `, ${j.events_dropped} events dropped` : '') + (j.cupti_dropped ? `, ${j.cupti_dropped} CUPTI records dropped` : '') +
+    (j.failure ? ` — ${j.failure}` : '');
+}
+
+function checkTraceLink(id) {
+  // A plain link would be fetched without the Authorization header (a 401
+  // with a token): fetch with it, hand the browser the bytes as a blob.
+  const a = $('trace-link');
+  a.hidden = false;
+  a.href = '#';
+  a.removeAttribute('download');
+  a.textContent = 'Chrome trace';
+  a.title = 'Chrome trace JSON (Perfetto) of the steps in the timeline';
+  a.onclick = async (ev) => {
+    ev.preventDefault();
+    if (a.dataset.busy) return;
+    a.dataset.busy = '1';
+    a.textContent = 'Chrome trace…';
+    const steps = stepsInView(), range = steps ? `${steps[0]}-${steps[1]}` : '';
+    try {
+      const r = await fetch(`/api/jobs/${id}/trace.json` + (steps ? `?steps=${range}` : ''), { headers: headers() });
+      if (!r.ok) {
+        let msg = 'HTTP ' + r.status;
+        try { msg = (await r.json()).error || msg; } catch (e) { /* not JSON */ }
+        throw new Error(msg);
+      }
+      const url = URL.createObjectURL(await r.blob());
+      const d = document.createElement('a');
+      d.href = url;
+      d.download = `pprun-job-${id}` + (steps ? `-steps-${range}` : '') + '.trace.json';
+      document.body.appendChild(d);
+      d.click();
+      d.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+      a.textContent = 'Chrome trace';
+    } catch (e) {
+      a.textContent = 'Chrome trace (failed: ' + e.message + ')';
+    } finally {
+      delete a.dataset.busy;
+    }
+  };
+}
+
+// The steps from since on, a page at a time (the server sends at most
+// STEPS_PAGE a call); false when another job opened meanwhile.
+const STEPS_PAGE = 100000;
+async function loadSteps(id, since = 0) {
+  for (;;) {
+    const r = await api(`/api/jobs/${id}/steps?since=${since}&limit=${STEPS_PAGE}`);
+    if (S.job !== id) return false;
+    for (const s of r.steps) mergeStep(s);
+    if (r.steps.length < STEPS_PAGE) return true;
+    since = r.steps[r.steps.length - 1].step + 1;
+  }
+}
+
+// ---- while it runs: the live stream's frames ----------------------------------
+
+// A job's status (and its counts) changed.
+function onStatus(d) {
+  if (!S.info) return;
+  const was = S.info.job.status;
+  Object.assign(S.info.job, d);
+  updateHeader();
+  loadJobs();
+  if (was === 'running' && d.status !== 'running') onJobEnded(S.job);
+}
+
+// The job has ended: the what-if, the stage balance and the critical path
+// totals are read once more (their throttle would leave them at whatever
+// steps they last read, "steps 1-9" of 60), and a page that followed it
+// stops following and shows its last step, as a finished job opens. The
+// status frame comes before the last steps' frames: those are read here.
+async function onJobEnded(id) {
+  loadWhatif(id);
+  S.stepsDirty = 0; // the charts read every step again: a cut job's last loss goes (syncCharts)
+  const follow = S.follow, done = lastStep((s) => s.complete);
+  setFollow(false);
+  updateStepLabel();
+  try {
+    if (!await loadSteps(id, done ? done.step + 1 : 0)) return; // another job opened meanwhile
+  } catch (e) { /* the stream brings them */ }
+  updateHeader();
+  drawCharts();
+  const traced = lastStep((s) => s.start != null);
+  if (follow && traced && S.step == null) await showStep(traced.step);
+}
+
+// New events: drawn, or followed.
+function onEvents(rows) {
+  let maxEnd = 0;
+  for (const r of rows) { S.ev.push(r); if (r[7] > maxEnd) maxEnd = r[7]; }
+  probe.liveEvents += rows.length;
+  if (S.follow && S.mode === 'events') followLatest(maxEnd);
+  else scheduleDraw();
+}
+
+const followWindowSoon = throttled(() => { if (S.follow) fetchWindow(); }, LIVE_REDRAW_MS);
+const drawChartsSoon = throttled(() => drawCharts(), LIVE_REDRAW_MS);
+
+// A step completed, with its statistics.
+function onStepDone(d) {
+  d.complete = true;
+  mergeStep(d);
+  if (whatifDue()) loadWhatif(S.job);
+  if (S.plan && !S.plan.simulated && Date.now() - planAt >= 1000) reloadPlan(S.job);
+  if (S.follow) { followLatest(); followWindowSoon(); } // the window brings the step's gaps
+  updateHeader();
+  drawChartsSoon();
+}
+
+// Microbatches' losses of steps still running.
+function onLosses(rows) {
+  // Per-step mean of what has arrived, for steps without stats yet.
+  const by = new Map();
+  for (const [step, , loss] of rows) { const a = by.get(step) || []; a.push(loss); by.set(step, a); }
+  for (const [step, a] of by) {
+    const s = S.stepAt.get(step);
+    if (s && s.complete) continue;
+    const prev = s && s._losses ? s._losses : [];
+    const all = prev.concat(a);
+    // A loss that was not finite arrives as null: the step's mean is null too.
+    const mean = all.some((x) => x == null) ? null : all.reduce((x, y) => x + y, 0) / all.length;
+    mergeStep({ step, loss: mean, _losses: all, complete: false });
+  }
+  drawChartsSoon();
+}

@@ -1,0 +1,276 @@
+// timeline.js: draws the timeline: the measured rows (a row per rank, its
+// ops coloured by phase, idle gaps shaded by cause, a GPU lane under it for
+// a job with gpu spans; zoomed out, bars of busy share), the critical path
+// over them (critpath.js), and the plan's simulated rows aligned to the
+// step in view. What is drawn is the window in state.js; view.js moves the
+// view and fetches the window.
+//
+// Drawing keeps the window in typed arrays (EventStore) and draws one pass
+// per colour, blocks narrower than a pixel merged per pixel column and
+// everything off-screen skipped, so 100,000 visible events stay interactive.
+import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
+import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
+import { probe } from './probe.js';
+import { PHASES, PHASE_COLOR, CAUSE_COLOR } from './phases.js';
+import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, rowPitch, rowY, gpuY, xOf, blockMidY } from './geometry.js';
+import { drawCritpath, fetchCritpath } from './critpath.js';
+
+let drawPending = false;
+export function scheduleDraw() {
+  if (drawPending) return;
+  drawPending = true;
+  requestAnimationFrame(() => { drawPending = false; draw(); });
+}
+
+// The critical path of the step in view is asked for through a throttle
+// (following a fast job, that step changes faster than the page should send
+// requests), and drawn when its answer comes.
+const critFetchSoon = throttled(async () => { if (await fetchCritpath()) scheduleDraw(); }, LIVE_REDRAW_MS);
+
+function drawAxis(g, w, h) {
+  const span = S.view.to - S.view.from;
+  const raw = span / 8, p = Math.pow(10, Math.floor(Math.log10(raw)));
+  const stepNs = [1, 2, 5, 10].map((k) => k * p).find((v) => v >= raw) || raw;
+  g.fillStyle = '#888'; g.strokeStyle = '#eee'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
+  let prevEnd = -Infinity;
+  for (let t = Math.ceil(S.view.from / stepNs) * stepNs; t <= S.view.to; t += stepNs) {
+    const x = xOf(t, w);
+    g.beginPath(); g.moveTo(x, AXIS_H - 4); g.lineTo(x, h); g.stroke();
+    // The last label moves left to stay inside the canvas; where it would then
+    // run into the one before, it is left out.
+    const label = fmtMs(t), lw = g.measureText(label).width, lx = Math.min(x + 2, w - 2 - lw);
+    if (lx < prevEnd + 4) continue;
+    g.fillText(label, lx, 4);
+    prevEnd = lx + lw;
+  }
+}
+
+function drawRowLabels(g, n, prefix, ry = rowY, lanes = S.gpuLane) {
+  g.fillStyle = '#444'; g.font = '12px system-ui, sans-serif'; g.textBaseline = 'middle';
+  for (let r = 0; r < n; r++) {
+    g.fillStyle = '#fff'; g.fillRect(0, ry(r) - 2, LABEL_W - 2, ROW_H + 4);
+    g.fillStyle = '#444'; g.fillText(prefix + r, 6, ry(r) + ROW_H / 2);
+    if (lanes) {
+      g.fillStyle = '#fff'; g.fillRect(0, gpuY(r), LABEL_W - 2, GPU_H);
+      g.fillStyle = '#888'; g.font = '10px system-ui, sans-serif'; g.fillText('gpu', 22, gpuY(r) + GPU_H / 2);
+      g.font = '12px system-ui, sans-serif';
+    }
+  }
+}
+
+function draw() {
+  if (!S.info) return;
+  const n = world();
+  const c = $('timeline');
+  const { g, w, h } = sizeCanvas(c, AXIS_H + n * rowPitch() + 4);
+  g.clearRect(0, 0, w, h);
+  drawAxis(g, w, h);
+  const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0, bins: 0, steps: new Set(),
+    gpu: new Array(n).fill(0), kernels: 0 };
+  const left = LABEL_W, right = w;
+  // Idle gaps, shaded by cause.
+  for (const gp of S.gaps || []) {
+    const x0 = Math.max(left, xOf(gp[2], w)), x1 = Math.min(right, xOf(gp[3], w));
+    if (x1 <= x0) continue;
+    g.fillStyle = CAUSE_COLOR[gp[4]] || CAUSE_COLOR[5];
+    g.fillRect(x0, rowY(gp[0]), x1 - x0, ROW_H);
+    drawn.gaps++;
+  }
+  if (S.bins) drawBins(g, w, drawn);
+  const ev = S.ev;
+  // One pass per phase: no fillStyle churn; sub-pixel blocks merged.
+  const lastPx = new Float64Array(n * 8).fill(-1);
+  let inView = 0; // events in the view (the store keeps some from earlier windows)
+  for (let ph = 0; ph < 8; ph++) {
+    g.fillStyle = PHASE_COLOR[ph];
+    const comm = ph >= 3 && ph <= 6;
+    for (let i = 0; i < ev.n; i++) {
+      if (ev.phase[i] !== ph) continue;
+      if (ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+      inView++;
+      const r = ev.rank[i];
+      if (r < 0 || r >= n) continue;
+      let x0 = xOf(ev.start[i], w), x1 = xOf(ev.end[i], w);
+      if (x0 < left) x0 = left;
+      if (x1 > right) x1 = right;
+      if (x1 - x0 < 1) {
+        const px = Math.floor(x0);
+        if (lastPx[r * 8 + ph] === px) continue;
+        lastPx[r * 8 + ph] = px; x1 = x0 + 1;
+      }
+      const y = rowY(r);
+      if (comm) { g.fillRect(x0, y + ROW_H - (ph === 3 || ph === 5 ? 3 : 6), x1 - x0, 3); drawn.comm++; }
+      else if (ph === 7) { g.fillRect(x0, y + 4, x1 - x0, ROW_H - 12); drawn.opt++; }
+      else { g.fillRect(x0, y, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0), ROW_H - 8); drawn[PHASES[ph]][r]++; drawn.steps.add(ev.step[i]); }
+    }
+  }
+  if (S.gpuLane) drawGpu(g, w, n, drawn);
+  // Microbatch labels where they fit.
+  g.fillStyle = '#fff'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'middle'; g.textAlign = 'center';
+  for (let i = 0; i < ev.n; i++) {
+    const ph = ev.phase[i];
+    if (ph > 2 || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+    const x0 = Math.max(left, xOf(ev.start[i], w)), x1 = Math.min(right, xOf(ev.end[i], w));
+    if (x1 - x0 < 14) continue;
+    g.fillText(String(ev.mb[i]), (x0 + x1) / 2, blockMidY(ev.rank[i]));
+  }
+  g.textAlign = 'left';
+  const anchor = viewAnchor();
+  if (drawCritpath(g, w, h, n, anchor)) critFetchSoon();
+  drawRowLabels(g, n, 'rank ');
+  probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b), inView,
+    gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels };
+  $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? inView + ' events' : 'aggregated (' + S.mode + ')'}` +
+    (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (probe.lastKernels && probe.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
+  drawPlan(anchor);
+}
+
+// The GPU lanes: a light track, the gpu spans in lighter phase colours over
+// its full height, the kernels (when fetched) darker on its lower half.
+function drawGpu(g, w, n, drawn) {
+  const left = LABEL_W, right = w;
+  g.fillStyle = '#f3f3f3';
+  for (let r = 0; r < n; r++) g.fillRect(left, gpuY(r), right - left, GPU_H);
+  const phaseOf = new Map();
+  g.globalAlpha = 0.45;
+  for (const x of S.gpu) {
+    phaseOf.set(x[0], x[5]);
+    const r = x[1];
+    if (r < 0 || r >= n || x[7] < S.view.from || x[6] > S.view.to) continue;
+    const x0 = Math.max(left, xOf(x[6], w)), x1 = Math.min(right, xOf(x[7], w));
+    g.fillStyle = PHASE_COLOR[x[5]] || '#999';
+    g.fillRect(x0, gpuY(r), Math.max(1, x1 - x0), GPU_H);
+    drawn.gpu[r]++;
+  }
+  g.globalAlpha = 1;
+  if (!S.kernels) return;
+  for (const k of S.kernels) {
+    const r = k[0];
+    if (r < 0 || r >= n || k[2] < S.view.from || k[1] > S.view.to) continue;
+    const x0 = Math.max(left, xOf(k[1], w)), x1 = Math.min(right, xOf(k[2], w));
+    const ph = k[4] != null ? phaseOf.get(k[4]) : undefined;
+    g.fillStyle = ph != null ? PHASE_COLOR[ph] : '#777';
+    g.fillRect(x0, gpuY(r) + GPU_H / 2, Math.max(1, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0)), GPU_H / 2);
+    drawn.kernels++;
+  }
+}
+
+function drawBins(g, w, drawn) {
+  // Aggregated: a bar per bin, its height the busy share, coloured by the
+  // dominant phase (grey when the split is unknown: per-step bins).
+  for (const b of S.bins) {
+    const x0 = Math.max(LABEL_W, xOf(b[1], w)), x1 = Math.min(w, xOf(b[2], w));
+    if (x1 <= x0) continue;
+    const frac = Math.min(1, b[3] / Math.max(1, b[2] - b[1]));
+    let ph = -1, best = -1;
+    for (let k = 0; k < 3; k++) if (b[4 + k] != null && b[4 + k] > best) { best = b[4 + k]; ph = k; }
+    g.fillStyle = ph >= 0 ? PHASE_COLOR[ph] : '#6b8bb0';
+    const hh = (ROW_H - 8) * frac;
+    g.fillRect(x0, rowY(b[0]) + (ROW_H - 8) - hh, Math.max(1, x1 - x0 - 0.3), hh);
+    drawn.bins++;
+  }
+}
+
+// The step the plan is aligned to: the one shown; else, of the steps with
+// events in the window, the one whose planned span covers most of the view
+// (the newest on a tie). A running step has no stats yet: it starts at its
+// first event. Zoomed out (no events), the step that started last before
+// the middle of the view.
+function planAnchor(makespan) {
+  const shown = S.step != null && S.stepAt.get(S.step);
+  if (shown && shown.start != null) return { step: shown.step, start: shown.start };
+  const first = new Map();
+  for (let i = 0; i < S.ev.n; i++) {
+    const st = S.ev.step[i], t = S.ev.start[i];
+    if (!(first.get(st) <= t)) first.set(st, t);
+  }
+  let best = null, bestCover = 0;
+  for (const [step, t] of first) {
+    const known = S.stepAt.get(step), start = known && known.start != null ? known.start : t;
+    const cover = Math.min(S.view.to, start + makespan) - Math.max(S.view.from, start);
+    if (cover > bestCover || (cover === bestCover && best && step > best.step)) { best = { step, start }; bestCover = cover; }
+  }
+  if (best) return best;
+  const mid = (S.view.from + S.view.to) / 2;
+  const s = lastStep((x) => x.start != null && x.start <= mid);
+  return s ? { step: s.step, start: s.start } : null;
+}
+
+// The step the timeline shows, for the plan and the critical path: the
+// plan's anchor, with the last step's time standing in for the makespan of
+// a plan without simulated times.
+function viewAnchor() {
+  const last = S.plan && S.plan.simulated ? null : lastStep((s) => s.time_ns);
+  return planAnchor(S.plan && S.plan.simulated ? S.plan.sim_makespan_ns : last ? last.time_ns : 0);
+}
+
+// The plan's simulated timeline, aligned to the start of the step in view
+// (anchor: viewAnchor()).
+function drawPlan(anchor) {
+  const c = $('plan');
+  const n = world();
+  const { g, w, h } = sizeCanvas(c, AXIS_H + n * (ROW_H + ROW_GAP) + 4);
+  g.clearRect(0, 0, w, h);
+  probe.planDrawn = 0;
+  const planY = (rank) => AXIS_H + rank * (ROW_H + ROW_GAP); // the plan has no GPU lanes
+  if (!S.plan || !S.plan.simulated) {
+    g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
+    g.fillText(S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
+    return;
+  }
+  probe.planAnchor = anchor ? anchor.step : null;
+  const t0 = anchor ? anchor.start : 0;
+  g.fillStyle = '#888'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'top';
+  g.fillText(`makespan ${fmtMs(S.plan.sim_makespan_ns)} · bubble ${S.plan.sim_bubble_ratio.map((x) => (100 * x).toFixed(1) + '%').join(' ')}` +
+    (S.plan.peak_inflight && S.plan.peak_inflight.length ? ` · in flight at most ${S.plan.peak_inflight.join(' ')} microbatch-stages` : '') +
+    (anchor ? ` · aligned to step ${anchor.step}` : ''), LABEL_W + 4, 4);
+  g.textBaseline = 'middle'; g.textAlign = 'center';
+  for (const a of S.plan.actions) {
+    const ph = PHASES.indexOf(a.phase);
+    const x0 = Math.max(LABEL_W, xOf(t0 + a.sim_start, w)), x1 = Math.min(w, xOf(t0 + a.sim_end, w));
+    if (x1 <= x0) continue;
+    g.fillStyle = PHASE_COLOR[ph] || '#999';
+    g.globalAlpha = 0.75;
+    g.fillRect(x0, planY(a.rank), x1 - x0 - 0.5, ROW_H - 8);
+    g.globalAlpha = 1;
+    if (x1 - x0 >= 14) { g.fillStyle = '#fff'; g.fillText(String(a.microbatch), (x0 + x1) / 2, planY(a.rank) + (ROW_H - 8) / 2); }
+    probe.planDrawn++;
+  }
+  g.textAlign = 'left';
+  drawRowLabels(g, n, 'rank ', planY, false);
+}
+
+
+// ---- for the tests ---------------------------------------------------------------
+
+// Page coordinates of the centre of a drawn block, for hovering in tests.
+export function blockCenter(rank, phase, mb, step) {
+  const ev = S.ev, ph = PHASES.indexOf(phase), c = $('timeline'), rect = c.getBoundingClientRect();
+  for (let i = 0; i < ev.n; i++) {
+    if (ev.rank[i] === rank && ev.phase[i] === ph && ev.mb[i] === mb && ev.step[i] === step) {
+      const x = (Math.max(LABEL_W, xOf(ev.start[i], c.clientWidth)) + Math.min(c.clientWidth, xOf(ev.end[i], c.clientWidth))) / 2;
+      return { x: rect.left + x, y: rect.top + blockMidY(rank) };
+    }
+  }
+  return null;
+}
+
+// Page coordinates of time t on a rank's GPU lane (upper half: spans,
+// lower half: kernels), for hovering in tests; null without a lane.
+export function gpuLaneAt(rank, t, lower) {
+  if (!S.gpuLane) return null;
+  const c = $('timeline'), rect = c.getBoundingClientRect();
+  return { x: rect.left + xOf(t, c.clientWidth), y: rect.top + gpuY(rank) + (lower ? GPU_H * 3 / 4 : GPU_H / 4) };
+}
+
+// Synthetic load for interactivity checks: n events over the view; returns
+// the milliseconds one draw took.
+export function loadSynthetic(n) {
+  const st = new EventStore(n), span = S.view.to - S.view.from, k = world();
+  for (let i = 0; i < n; i++) {
+    const r = i % k, t = S.view.from + (Math.floor(i / k) / (n / k)) * span;
+    st.push([1e12 + i, r, 0, i % 64, r, i % 3, t, t + span / (n / k) * 0.8, -1, 0]);
+  }
+  S.ev = st; S.gaps = []; S.bins = null; S.mode = 'events';
+  const t = performance.now(); draw(); return performance.now() - t;
+}
