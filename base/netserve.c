@@ -28,13 +28,17 @@
 #define NETSERVE_MAX_STEP_NS 1000000000ull
 
 void netserve_log(const netserve *ns, pp_ratelimit *rl, unsigned burst, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    netserve_vlog(ns, rl, burst, fmt, ap);
+    va_end(ap);
+}
+
+void netserve_vlog(const netserve *ns, pp_ratelimit *rl, unsigned burst, const char *fmt, va_list ap) {
     unsigned long held;
     if (!pp_ratelimit_allow(rl, burst, NETSERVE_LOG_WINDOW_NS, &held)) return;
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (held) fprintf(stderr, "%s: %s (%lu more like it held back)\n", ns->cfg.name, msg, held);
     else fprintf(stderr, "%s: %s\n", ns->cfg.name, msg);
 }

@@ -47,6 +47,7 @@
 #ifndef PP_NETSERVE_H
 #define PP_NETSERVE_H
 #include <poll.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -164,6 +165,8 @@ void netserve_sweep(netserve *ns);
  * counts those still held. */
 void netserve_log(const netserve *ns, pp_ratelimit *rl, unsigned burst, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+void netserve_vlog(const netserve *ns, pp_ratelimit *rl, unsigned burst, const char *fmt, va_list ap)
+    __attribute__((format(printf, 4, 0)));
 /* Why a connection was refused, for log lines (not for NETSERVE_FULL,
  * which each server words with its own limit). */
 const char *netserve_refusal_why(netserve_refusal why);
