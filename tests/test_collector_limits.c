@@ -225,6 +225,15 @@ Test(collector_limits, a_frame_left_half_sent_is_closed_and_earlier_frames_kept,
     db_close(d);
 }
 
+/* Under AddressSanitizer freed memory waits in a quarantine and every byte
+ * has shadow bytes: resident memory says nothing about what the master
+ * holds, so it is checked only without. */
+#ifdef __SANITIZE_ADDRESS__
+#define RSS_SAYS_WHAT_IS_HELD 0
+#else
+#define RSS_SAYS_WHAT_IS_HELD 1
+#endif
+
 /* The peak of this process's resident memory (VmHWM): it runs the master,
  * which may read what it was sent some time after the send returned. */
 static uint64_t peak_rss_bytes(void) {
@@ -320,8 +329,9 @@ Test(collector_limits, frames_in_progress_are_capped_and_wait_for_room, .timeout
     /* Every hog was read as far as it will be (and closed): the peak holds
      * whatever the master ever buffered. */
     uint64_t grew = peak_rss_bytes() - before;
-    cr_assert_lt(grew, (uint64_t)HOGS * SENT / 2, "%d unfinished frames of 3 MiB grew the master by %" PRIu64 " MiB",
-                 HOGS, grew >> 20);
+    if (RSS_SAYS_WHAT_IS_HELD)
+        cr_assert_lt(grew, (uint64_t)HOGS * SENT / 2, "%d unfinished frames of 3 MiB grew the master by %" PRIu64
+                     " MiB", HOGS, grew >> 20);
     cr_assert_eq(collector_stop(node, &err), 0, "%s", err.msg);
     cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
     const char *text = capture_end(&cap);

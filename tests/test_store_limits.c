@@ -514,6 +514,15 @@ Test(store_limits, malformed_frames_are_clear_errors) {
     store_server_stop(s);
 }
 
+/* Under AddressSanitizer freed memory waits in a quarantine and every byte
+ * has shadow bytes: resident memory says nothing about what the server
+ * holds, so it is checked only without. */
+#ifdef __SANITIZE_ADDRESS__
+#define RSS_SAYS_WHAT_IS_HELD 0
+#else
+#define RSS_SAYS_WHAT_IS_HELD 1
+#endif
+
 /* VmRSS of this process, which runs the server, in bytes. */
 static uint64_t rss_bytes(void) {
     FILE *f = fopen("/proc/self/status", "r");
@@ -585,8 +594,9 @@ Test(store_limits, unfinished_frames_cannot_grow_the_store_without_bound, .timeo
     int fd = raw_connect(port);
     served(fd); /* a small request still gets through */
     uint64_t grew = grown_since(before);
-    cr_assert_lt(grew, (uint64_t)HOGS * PARTIAL / 2, "%d unfinished frames of 60 MiB grew the store by %" PRIu64 " MiB", HOGS,
-                 grew >> 20);
+    if (RSS_SAYS_WHAT_IS_HELD)
+        cr_assert_lt(grew, (uint64_t)HOGS * PARTIAL / 2, "%d unfinished frames of 60 MiB grew the store by %" PRIu64
+                     " MiB", HOGS, grew >> 20);
     cr_assert_gt(whole, 0, "no SET of the largest value was taken at all");
     cr_assert_lt(whole, HOGS);
     const char *log = capture_end(&cap);
@@ -596,17 +606,25 @@ Test(store_limits, unfinished_frames_cannot_grow_the_store_without_bound, .timeo
              (unsigned long long)STORE_MAX_BUFFERED);
     cr_assert(strstr(log, want), "%s", log);
 
-    /* The hogs gone, their memory goes back (the server frees their
-     * buffers once it sees them close), and a large SET fits again. */
+    /* The hogs gone, the server frees their buffers once it sees them
+     * close, and a large SET fits again (until it has seen them, the SET
+     * may still meet the cap: it is closed, and tried again). */
     for (int i = 0; i < HOGS; i++) close(hogs[i]);
-    for (int tries = 0; tries < 1000 && grown_since(before) > (16u << 20); tries++) usleep(10000);
-    grew = grown_since(before);
-    cr_assert_lt(grew, 16u << 20, "the store still holds %" PRIu64 " MiB after the hogs closed", grew >> 20);
-    store_client *c;
-    pp_err err;
-    cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &c, &err), 0, "%s", err.msg);
-    cr_assert_eq(store_set(c, "big", val, 32u << 20, &err), 0, "%s", err.msg);
-    store_close(c);
+    if (RSS_SAYS_WHAT_IS_HELD) {
+        for (int tries = 0; tries < 1000 && grown_since(before) > (16u << 20); tries++) usleep(10000);
+        grew = grown_since(before);
+        cr_assert_lt(grew, 16u << 20, "the store still holds %" PRIu64 " MiB after the hogs closed", grew >> 20);
+    }
+    int stored = 0;
+    for (int tries = 0; tries < 500 && !stored; tries++) {
+        store_client *c;
+        pp_err err;
+        cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &c, &err), 0, "%s", err.msg);
+        stored = store_set(c, "big", val, 32u << 20, &err) == 0;
+        store_close(c);
+        if (!stored) usleep(20000);
+    }
+    cr_assert(stored, "a SET of 32 MiB never fit after the hogs closed");
     close(fd);
     free(val);
     store_server_stop(s);
