@@ -123,14 +123,20 @@ static int make_room(netserve *ns, netserve_conn *c) {
     return 1;
 }
 
-/* May c's input be read now? Grows its buffer if that is what it takes. */
+static int may_read(const netserve *ns, const netserve_conn *c) {
+    return !c->dead && !c->closing && !c->eof && netserve_may_answer(ns, c);
+}
+
+/* Should poll watch c for input? A connection that holds nothing has no
+ * buffer yet (an idle one costs no memory): read_input makes one. One
+ * that holds part of a frame gets room for the rest here, if it can. */
 static int wants_input(netserve *ns, netserve_conn *c) {
-    if (c->dead || c->closing || c->eof || !netserve_may_answer(ns, c)) return 0;
-    return make_room(ns, c) == 1;
+    if (!may_read(ns, c)) return 0;
+    return !c->in_cap || make_room(ns, c) == 1;
 }
 
 static void read_input(netserve *ns, netserve_conn *c) {
-    while (wants_input(ns, c)) {
+    while (may_read(ns, c) && make_room(ns, c) == 1) {
         ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
         if (n > 0) {
             if (c->in_len == 0) c->frame_ns = ns->clock;

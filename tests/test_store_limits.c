@@ -630,6 +630,39 @@ Test(store_limits, unfinished_frames_cannot_grow_the_store_without_bound, .timeo
     store_server_stop(s);
 }
 
+/* Connections that never sent a byte cost the server no input buffer (a
+ * flood of them is bounded by STORE_MAX_CONNS at a few MiB, not 8 KiB
+ * each): 1000 of them grow it by less than 2 MiB (8 KiB each would
+ * touch about 4). */
+Test(store_limits, idle_connections_hold_no_buffer, .timeout = 60) {
+    enum { IDLE = 1000 };
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < 2 * IDLE + 64 && rl.rlim_max >= 2 * IDLE + 64) {
+        rl.rlim_cur = 2 * IDLE + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < 2 * IDLE + 64) cr_skip_test("needs %d open files (ulimit -n is %llu)", 2 * IDLE + 64,
+                                                   (unsigned long long)rl.rlim_cur);
+    int port;
+    store_server *s = start(NULL, NULL, &port);
+    int *fds = malloc(IDLE * sizeof *fds);
+    cr_assert_not_null(fds);
+    int fd = raw_connect(port);
+    served(fd); /* the server's own tables are set up */
+    uint64_t before = rss_bytes();
+    for (int i = 0; i < IDLE; i++) fds[i] = raw_connect(port);
+    served(fd); /* after a round trip every one was accepted */
+    uint64_t grew = grown_since(before);
+    if (RSS_SAYS_WHAT_IS_HELD)
+        cr_assert_lt(grew, 2u << 20, "%d idle connections grew the store by %" PRIu64 " KiB", IDLE, grew >> 10);
+    for (int i = 0; i < IDLE; i++) served(fds[i]); /* and each is served */
+    for (int i = 0; i < IDLE; i++) close(fds[i]);
+    free(fds);
+    close(fd);
+    store_server_stop(s);
+}
+
 /* A peer that resets its connection while the server is not reading from
  * it (a WAIT parked, frames queued behind it) is dropped at once, freeing
  * its slot: poll reports the reset whether or not input is wanted. */
