@@ -100,7 +100,7 @@ static int make_room(netserve *ns, netserve_conn *c) {
         }
         netserve_log(ns, &ns->log_room, 10,
                      "closed the connection from %s: a frame of %zu bytes would take the input held for frames in "
-                     "progress past %" PRIu64 " bytes (%" PRIu64 " held, the limit)",
+                     "progress past %" PRIu64 " bytes, the limit (%" PRIu64 " held now)",
                      c->peer, need, ns->cfg.max_buffered, ns->buffered);
         c->dead = 1;
         return -1;
