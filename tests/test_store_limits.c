@@ -4,12 +4,14 @@
  * process out of descriptors does not spin on accept, a client that
  * pipelines GETs without reading the replies is no longer read from (and
  * gets every reply right once it reads), frames sent before a half-close
- * are all answered, and malformed frames are clear errors. Clients here
+ * are all answered, unfinished frames cannot grow the server without bound,
+ * and malformed frames are clear errors. Clients here
  * speak the wire format (store_wire.h) by hand where the real client never
  * would misbehave like that. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
@@ -509,6 +511,155 @@ Test(store_limits, malformed_frames_are_clear_errors) {
     close(fd);
     const char *log = capture_end(&cap);
     cr_assert_eq(capture_count(log, "closed the connection from 127.0.0.1:"), 2, "%s", log);
+    store_server_stop(s);
+}
+
+/* Under AddressSanitizer freed memory waits in a quarantine and every byte
+ * has shadow bytes: resident memory says nothing about what the server
+ * holds, so it is checked only without. */
+#ifdef __SANITIZE_ADDRESS__
+#define RSS_SAYS_WHAT_IS_HELD 0
+#else
+#define RSS_SAYS_WHAT_IS_HELD 1
+#endif
+
+/* VmRSS of this process, which runs the server, in bytes. */
+static uint64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    cr_assert_not_null(f);
+    char line[256];
+    uint64_t kb = 0;
+    while (fgets(line, sizeof line, f) && sscanf(line, "VmRSS: %" SCNu64 " kB", &kb) != 1) {
+    }
+    fclose(f);
+    cr_assert_gt(kb, 0, "no VmRSS in /proc/self/status");
+    return kb << 10;
+}
+
+/* How much VmRSS grew since `before` (0 if it shrank). */
+static uint64_t grown_since(uint64_t before) {
+    uint64_t now = rss_bytes();
+    return now > before ? now - before : 0;
+}
+
+/* Sends n bytes unless the server closes the connection first: 1 if all
+ * went, 0 if it was closed. Fails if the server neither reads nor closes
+ * for 10 s. */
+static int send_unless_closed(int fd, const void *buf, size_t n) {
+    const uint8_t *p = buf;
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p += w, n -= (size_t)w;
+        } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+            cr_assert_eq(poll(&pfd, 1, 10000), 1, "the server neither reads nor closes the connection");
+        } else {
+            cr_assert(w < 0 && (errno == EPIPE || errno == ECONNRESET), "send: %s", strerror(errno));
+            return 0;
+        }
+    }
+    return 1;
+}
+
+#define PARTIAL (60u << 20)
+#define HOGS 10
+
+/* Ten SETs of a 64 MiB value, each stopped after 60 MiB, on ten
+ * connections of the same client: once grew the store by all 600 MiB.
+ * Now the frames in progress are capped together (STORE_MAX_BUFFERED,
+ * two of the largest frames): the ones past the cap are closed as their length arrives, with
+ * a line naming the peer, small requests go on being served meanwhile, and
+ * the room is given back when the hogs go. */
+Test(store_limits, unfinished_frames_cannot_grow_the_store_without_bound, .timeout = 120) {
+    int port;
+    store_server *s = start(NULL, NULL, &port); /* the limits pprun runs with */
+    capture cap;
+    capture_start(&cap);
+    uint8_t *val = malloc(PARTIAL);
+    cr_assert_not_null(val);
+    memset(val, 'v', PARTIAL); /* resident before the baseline */
+    uint8_t head[16];
+    store_put_u32(head, 1 + 4 + 1 + 4 + STORE_MAX_VALUE);
+    head[4] = STORE_OP_SET;
+    store_put_u32(head + 5, 1);
+    head[9] = 'k';
+    store_put_u32(head + 10, STORE_MAX_VALUE);
+    uint64_t before = rss_bytes();
+    int hogs[HOGS], whole = 0;
+    for (int i = 0; i < HOGS; i++) {
+        hogs[i] = raw_connect(port);
+        whole += send_unless_closed(hogs[i], head, 14) && send_unless_closed(hogs[i], val, PARTIAL);
+    }
+    int fd = raw_connect(port);
+    served(fd); /* a small request still gets through */
+    uint64_t grew = grown_since(before);
+    if (RSS_SAYS_WHAT_IS_HELD)
+        cr_assert_lt(grew, (uint64_t)HOGS * PARTIAL / 2, "%d unfinished frames of 60 MiB grew the store by %" PRIu64
+                     " MiB", HOGS, grew >> 20);
+    cr_assert_gt(whole, 0, "no SET of the largest value was taken at all");
+    cr_assert_lt(whole, HOGS);
+    const char *log = capture_end(&cap);
+    cr_assert_geq(capture_count(log, "pprun store: closed the connection from 127.0.0.1:"), 1, "%s", log);
+    char want[128];
+    snprintf(want, sizeof want, "would take the input held for frames in progress past %llu bytes",
+             (unsigned long long)STORE_MAX_BUFFERED);
+    cr_assert(strstr(log, want), "%s", log);
+
+    /* The hogs gone, the server frees their buffers once it sees them
+     * close, and a large SET fits again (until it has seen them, the SET
+     * may still meet the cap: it is closed, and tried again). */
+    for (int i = 0; i < HOGS; i++) close(hogs[i]);
+    if (RSS_SAYS_WHAT_IS_HELD) {
+        for (int tries = 0; tries < 1000 && grown_since(before) > (16u << 20); tries++) usleep(10000);
+        grew = grown_since(before);
+        cr_assert_lt(grew, 16u << 20, "the store still holds %" PRIu64 " MiB after the hogs closed", grew >> 20);
+    }
+    int stored = 0;
+    for (int tries = 0; tries < 500 && !stored; tries++) {
+        store_client *c;
+        pp_err err;
+        cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &c, &err), 0, "%s", err.msg);
+        stored = store_set(c, "big", val, 32u << 20, &err) == 0;
+        store_close(c);
+        if (!stored) usleep(20000);
+    }
+    cr_assert(stored, "a SET of 32 MiB never fit after the hogs closed");
+    close(fd);
+    free(val);
+    store_server_stop(s);
+}
+
+/* Connections that never sent a byte cost the server no input buffer (a
+ * flood of them is bounded by STORE_MAX_CONNS at a few MiB, not 8 KiB
+ * each): 1000 of them grow it by less than 2 MiB (8 KiB each would
+ * touch about 4). */
+Test(store_limits, idle_connections_hold_no_buffer, .timeout = 60) {
+    enum { IDLE = 1000 };
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < 2 * IDLE + 64 && rl.rlim_max >= 2 * IDLE + 64) {
+        rl.rlim_cur = 2 * IDLE + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur < 2 * IDLE + 64) cr_skip_test("needs %d open files (ulimit -n is %llu)", 2 * IDLE + 64,
+                                                   (unsigned long long)rl.rlim_cur);
+    int port;
+    store_server *s = start(NULL, NULL, &port);
+    int *fds = malloc(IDLE * sizeof *fds);
+    cr_assert_not_null(fds);
+    int fd = raw_connect(port);
+    served(fd); /* the server's own tables are set up */
+    uint64_t before = rss_bytes();
+    for (int i = 0; i < IDLE; i++) fds[i] = raw_connect(port);
+    served(fd); /* after a round trip every one was accepted */
+    uint64_t grew = grown_since(before);
+    if (RSS_SAYS_WHAT_IS_HELD)
+        cr_assert_lt(grew, 2u << 20, "%d idle connections grew the store by %" PRIu64 " KiB", IDLE, grew >> 10);
+    for (int i = 0; i < IDLE; i++) served(fds[i]); /* and each is served */
+    for (int i = 0; i < IDLE; i++) close(fds[i]);
+    free(fds);
+    close(fd);
     store_server_stop(s);
 }
 

@@ -15,21 +15,23 @@
  * connector does not wait for a peer that may be stopped): a listener that
  * has a token closes it, which the connector sees as the peer closing.
  * Frames are comm_hdr (tag, length; host byte order, which the hello magic
- * checks) followed by the payload.  TCP_NODELAY on every socket. */
+ * checks) followed by the payload.  Sockets come from base/net.h:
+ * close-on-exec, TCP_NODELAY, and every wait during set-up (connect, hello,
+ * answer) bounded by a deadline instead of socket timeouts. */
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "base/net.h"
+
 #define TCP_MAGIC 0x70707463u  /* "pptc" */
 #define TCP_VERSION 2u     /* 2: the token and the answer byte */
+#define TCP_HELLO_WAIT_MS 2000 /* a connector that never says hello must not stall the monitor */
 
 typedef struct hello {
     uint32_t magic, version;
@@ -39,131 +41,73 @@ typedef struct hello {
 } hello;
 
 int comm_tcp_listen(comm *c, pp_err *err) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
-    int e = getaddrinfo(c->host, "0", &hints, &ai);
-    if (e) return pp_fail(err, "comm: cannot resolve tcp host '%s': %s", c->host, gai_strerror(e));
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        freeaddrinfo(ai);
-        return pp_fail(err, "comm: socket: %s", strerror(errno));
-    }
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-        /* The published name is not an address of this machine (NAT, a DNS
-         * alias): listen on every address of its family instead. */
-        struct sockaddr_storage any = {0};
-        any.ss_family = (sa_family_t)ai->ai_family;
-        if (errno != EADDRNOTAVAIL || bind(fd, (struct sockaddr *)&any, ai->ai_addrlen) < 0) {
-            int be = errno;
-            freeaddrinfo(ai);
-            close(fd);
-            return pp_fail(err, "comm: cannot listen on %s: %s", c->host, strerror(be));
-        }
-    }
-    freeaddrinfo(ai);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    if (listen(fd, 128) < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
-        int le = errno;
-        close(fd);
-        return pp_fail(err, "comm: listen on %s: %s", c->host, strerror(le));
-    }
-    c->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                             : ((struct sockaddr_in *)&ss)->sin_port);
+    /* The published name may not be an address of this machine (NAT, a DNS
+     * alias): then every address of its family. */
+    int fd = net_listen(c->host, 0, 128, NET_NONBLOCK | NET_ANY_IF_NOT_LOCAL, err);
+    if (fd < 0) return pp_wrap(err, "comm");
+    c->port = net_local_port(fd);
     c->listen_fd = fd;
     return 0;
 }
 
-static void set_opts(int fd, int timeout_ms) {
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-}
-
-static int send_all(int fd, const void *buf, size_t n) {
-    const char *s = buf;
-    while (n) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        s += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
+/* The peer that published this endpoint has exited (or is exiting). */
+static int peer_gone(int e) { return e == ECONNREFUSED || e == ECONNRESET || e == EPIPE; }
 
 int comm_tcp_connect(comm_peer *p, const char *host, int port, pp_err *err) {
     comm *c = p->c;
     if (port <= 0) return pp_fail(err, "comm: rank %d published no tcp port (it has no tcp peers)", p->rank);
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai;
-    int e = getaddrinfo(host, ps, &hints, &ai);
-    if (e) return pp_fail(err, "comm: cannot resolve %s (rank %d): %s", host, p->rank, gai_strerror(e));
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* connect_timeout_ms bounds the whole set-up: connect, hello, answer. */
+    uint64_t deadline = pp_deadline_ns(c->connect_timeout_ms);
+    int fd = net_connect(host, port, c->connect_timeout_ms, 0, err);
     if (fd < 0) {
-        freeaddrinfo(ai);
-        return pp_fail(err, "comm: socket: %s", strerror(errno));
+        int e = errno;
+        pp_wrap(err, "comm: rank %d", p->rank);
+        return peer_gone(e) ? -2 : -1;
     }
-    set_opts(fd, c->connect_timeout_ms);  /* SO_SNDTIMEO bounds connect() too */
-    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-    int ce = errno;
-    freeaddrinfo(ai);
     size_t tl = strlen(c->token);
     unsigned char msg[sizeof(hello) + PP_TOKEN_MAX];
     hello h = {TCP_MAGIC, TCP_VERSION, c->job_hash, c->rank, c->world, (uint32_t)tl, 0};
     memcpy(msg, &h, sizeof h);
     memcpy(msg + sizeof h, c->token, tl);
-    unsigned char ok = 0;
-    ssize_t k = -1;
-    if (rc == 0 && send_all(fd, msg, sizeof h + tl) == 0) {
-        /* The answer (only to a token): SO_RCVTIMEO (connect_timeout_ms)
-         * bounds the wait. */
-        if (tl == 0) k = 1, ok = 1;
-        while (tl && (k = recv(fd, &ok, 1, 0)) < 0 && errno == EINTR) {
-        }
-        if (k == 0) errno = ECONNRESET;  /* closed unanswered: the peer is going away */
-    }
+    int rc = net_write_all(fd, msg, sizeof h + tl, deadline);
+    int e = errno;
     memset(msg, 0, sizeof msg);
-    if (k == 1 && ok == 0) {
+    unsigned char ok = 1; /* a hello without a token gets no answer */
+    if (rc == 0 && tl) {
+        ssize_t k = net_read_all(fd, &ok, 1, deadline);
+        if (k != 1) rc = -1;
+        e = k == 0 ? ECONNRESET : errno; /* closed unanswered: the peer is going away */
+    }
+    if (rc == 0 && !ok) {
         close(fd);
         return pp_fail(err, "comm: rank %d at %s:%d refused this rank's job token (%s): every node needs the same "
                             "--rdzv-token / PPRUN_RDZV_TOKEN", p->rank, host, port, tl ? "a different one" : "none was given");
     }
-    if (k != 1) {
-        if (rc == 0) ce = errno;
+    if (rc != 0) {
         close(fd);
-        if (rc == 0 && (ce == EAGAIN || ce == EWOULDBLOCK))
+        if (e == ETIMEDOUT)
             return pp_fail(err, "comm: rank %d at %s:%d did not answer the hello within %d ms", p->rank, host, port,
                            c->connect_timeout_ms);
-        pp_fail(err, "comm: cannot connect to rank %d at %s:%d: %s", p->rank, host, port, strerror(ce));
-        return ce == ECONNREFUSED || ce == ECONNRESET || ce == EPIPE ? -2 : -1;
+        char where[320];
+        net_format_addr(host, port, where, sizeof where);
+        pp_fail(err, "comm: rank %d: cannot connect to %s: %s", p->rank, where, strerror(e));
+        return peer_gone(e) ? -2 : -1;
     }
-    set_opts(fd, 0);  /* from now on sends block as long as they must */
     p->out_fd = fd;
     return 0;
 }
 
 static int tcp_read(comm_peer *p, void *dst, size_t n, char *why, size_t cap) {
-    char *d = dst;
-    while (n) {
-        ssize_t k = recv(p->in_fd, d, n, MSG_WAITALL);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) {
-            int e = errno;
-            if (atomic_load(&p->c->stopping))
-                snprintf(why, cap, "comm was closed");
-            else if (k == 0)
-                snprintf(why, cap, "closed its connection (process exited or called comm_close)");
-            else
-                snprintf(why, cap, "broke its connection: %s", strerror(e));
-            return -1;
-        }
-        d += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    ssize_t k = net_read_all(p->in_fd, dst, n, UINT64_MAX);
+    if (k == (ssize_t)n) return 0;
+    int e = errno;
+    if (atomic_load(&p->c->stopping))
+        snprintf(why, cap, "comm was closed");
+    else if (k >= 0)
+        snprintf(why, cap, "closed its connection (process exited or called comm_close)");
+    else
+        snprintf(why, cap, "broke its connection: %s", strerror(e));
+    return -1;
 }
 
 static void *tcp_reader_main(void *arg) {
@@ -174,16 +118,15 @@ static void *tcp_reader_main(void *arg) {
 void comm_tcp_accept(comm *c) {
     pthread_mutex_lock(&c->accept_mu);
     for (;;) {
-        int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        int fd = net_accept(c->listen_fd, 0);
         if (fd < 0) break;  /* EAGAIN: none pending */
-        set_opts(fd, 2000);  /* a connector that never says hello must not stall the monitor */
+        uint64_t deadline = pp_deadline_ns(TCP_HELLO_WAIT_MS);
         hello h;
         unsigned char tok[PP_TOKEN_MAX];
-        ssize_t k = recv(fd, &h, sizeof h, MSG_WAITALL);
-        if (k != (ssize_t)sizeof h || h.magic != TCP_MAGIC || h.version != TCP_VERSION || h.job_hash != c->job_hash ||
-            h.world != c->world || h.rank < 0 || h.rank >= c->world || h.rank == c->rank ||
-            h.token_len > PP_TOKEN_MAX ||
-            (h.token_len && recv(fd, tok, h.token_len, MSG_WAITALL) != (ssize_t)h.token_len)) {
+        if (net_read_all(fd, &h, sizeof h, deadline) != (ssize_t)sizeof h || h.magic != TCP_MAGIC ||
+            h.version != TCP_VERSION || h.job_hash != c->job_hash || h.world != c->world || h.rank < 0 ||
+            h.rank >= c->world || h.rank == c->rank || h.token_len > PP_TOKEN_MAX ||
+            (h.token_len && net_read_all(fd, tok, h.token_len, deadline) != (ssize_t)h.token_len)) {
             close(fd);
             continue;
         }
@@ -194,7 +137,7 @@ void comm_tcp_accept(comm *c) {
             pp_peer_name(fd, peer, sizeof peer);
             fprintf(stderr, "pprun comm (rank %d): refused a connection from %s (saying it is rank %d): %s job token\n",
                     c->rank, peer, h.rank, h.token_len ? "wrong" : "no");
-            if (h.token_len) send_all(fd, &ok, 1);
+            if (h.token_len) (void)net_write_all(fd, &ok, 1, deadline);
             close(fd);
             continue;
         }
@@ -203,11 +146,10 @@ void comm_tcp_accept(comm *c) {
             close(fd);
             continue;
         }
-        if (h.token_len && send_all(fd, &ok, 1) < 0) {
+        if (h.token_len && net_write_all(fd, &ok, 1, deadline) < 0) {
             close(fd);
             continue;
         }
-        set_opts(fd, 0);
         p->in_fd = fd;
         if (comm_start_reader(p, tcp_reader_main) < 0) {
             p->in_fd = -1;
@@ -227,7 +169,7 @@ size_t comm_tcp_try_write(comm_peer *p, const void *a, size_t na, const void *b,
 }
 
 int comm_tcp_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap) {
-    if (send_all(p->out_fd, buf, n) == 0) return 0;
+    if (net_write_all(p->out_fd, buf, n, UINT64_MAX) == 0) return 0;
     int e = errno;
     if (atomic_load(&p->c->stopping)) {
         snprintf(why, cap, "comm was closed");

@@ -1,13 +1,10 @@
 /* collector.c: the thread that empties the trace rings into the database
  * (master) or over TCP to the master (other nodes), and the master's ingest
- * side of that TCP forwarding. See collector.h for the frame format. */
+ * side of that TCP forwarding: its protocol (hello, frames) on
+ * base/netserve.h's connections. See collector.h for the frame format. */
 #include "runner/job/collector.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -16,17 +13,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
-#include "db/analyze.h"
+#include "base/net.h"
+#include "base/netserve.h"
 #include "base/token.h"
+#include "db/analyze.h"
 
 #define FRAME_MAGIC 0x57465050u /* "PPFW" */
 #define FRAME_VERSION 1
 #define HELLO_MAGIC 0x49485050u /* "PPHI" */
 #define HELLO_VERSION 1
-#define HELLO_WAIT_S 10         /* a forwarder waits this long for the master's answer */
+#define HELLO_WAIT_S 10         /* a forwarder waits this long for the master to accept, then to answer */
 #define HELLO_ACCEPTED 1        /* the master's answers to a hello */
 #define HELLO_REFUSED 0
 #define HELLO_FULL 2            /* no room for another forwarding connection */
@@ -35,10 +33,9 @@
 #define MAX_CONNS_DEFAULT 4096  /* forwarding connections the master serves at once */
 #define HELLO_DEADLINE_NS 10000000000ull /* accept to complete hello (or first frame magic) */
 #define FRAME_DEADLINE_NS 60000000000ull /* first byte of a frame to its last */
-#define CONN_BUF_MIN (128u << 10)        /* a connection's buffer starts here, freed when empty */
-#define READS_PER_ROUND 16      /* recv calls per connection per round: one sender cannot starve the rest */
-#define LOG_WINDOW_NS 10000000000ull     /* per-connection lines: at most LOG_BURST per window */
-#define LOG_BURST 10
+#define MAX_BUFFERED_DEFAULT (256ull << 20) /* frames in progress, all forwarders together */
+#define ACCEPT_PAUSE_NS 100000000ull     /* the listener rests this long when accept fails */
+#define LOG_BURST 10            /* lines about forwarding connections per 10 s */
 
 typedef struct frame_hdr {
     uint32_t magic;
@@ -63,14 +60,6 @@ typedef struct ring_slot {
     trace_ring *ring;
 } ring_slot;
 
-typedef struct conn {
-    int fd;
-    int authed;     /* said hello with the token (or the master has none) */
-    uint64_t since; /* ingest clock: accepted (before the hello), else the partial frame's first byte */
-    unsigned char *buf;
-    size_t len, cap;
-} conn;
-
 struct collector {
     collector_config cfg;
     char *forward_host, *listen_host;
@@ -82,17 +71,17 @@ struct collector {
     frame_rank *frame_ranks; /* forwarder: each frame's per-rank part, ringcap entries */
     size_t nrings, ringcap;
     atomic_int stop;
-    int fwd_fd, listen_fd, port;
-    conn *conns;          /* master: forwarding connections, grown up to max_conns */
-    struct pollfd *pfds;  /* conncap + 1 entries */
-    size_t nconns, conncap, max_conns;
-    int spare_fd;         /* /dev/null, given up to answer a forwarder when out of fds */
-    /* The ingest clock counts the time the master spends listening: a round
-     * that took long (a slow disk under SQLite) counts at most ~1 s, so the
-     * deadlines below never cut senders the master was not reading. */
-    uint64_t net_clock, net_last, hello_ns, frame_ns;
-    uint64_t accept_after; /* net_clock: accept failed for want of resources, the listener rests till then */
-    pp_ratelimit log;      /* conn_note's lines */
+    int fwd_fd, port;
+    /* Master: the ingest listener and its forwarding connections (NULL:
+     * not listening). Its deadlines run on a clock that counts at most
+     * ~1 s of a round the master spent on its own work (a slow disk under
+     * SQLite), so they never cut senders the master was not reading. */
+    netserve *net;
+    /* Lines about forwarding connections (a stranger, a refusal, a
+     * deadline): at most LOG_BURST per 10 s, so a port scanner or a flood
+     * of bad hellos cannot fill the launcher's log; those left out are
+     * counted in the next line, and at the end. */
+    pp_ratelimit log;
     trace_event *buf;
     /* Per rank of the job (master): highest step seen, drops reported. */
     int *max_step;
@@ -303,178 +292,139 @@ static void drain_rings(collector *c) {
 
 /* ---- master: ingest listener ------------------------------------------ */
 
-/* One line on stderr about one connection (a stranger, a refusal, a
- * deadline), at most LOG_BURST per LOG_WINDOW_NS: a port scanner or a flood
- * of bad hellos cannot fill the launcher's log. The lines left out are
- * counted in the next window's first line. */
+/* A line about a forwarding connection, through c->log (see there). */
 __attribute__((format(printf, 2, 3))) static void conn_note(collector *c, const char *fmt, ...) {
-    unsigned long held;
-    if (!pp_ratelimit_allow(&c->log, LOG_BURST, LOG_WINDOW_NS, &held)) return;
-    if (held) fprintf(stderr, "pprun collector: %lu more lines about forwarding connections were left out\n", held);
-    char line[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    netserve_vlog(c->net, &c->log, LOG_BURST, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "pprun collector: %s\n", line);
 }
 
-static void close_conn(collector *c, size_t i) {
-    close(c->conns[i].fd);
-    free(c->conns[i].buf);
-    c->conns[i] = c->conns[--c->nconns];
+static size_t unread(const netserve_conn *k) { return k->in_len - k->in_off; }
+
+/* Is h a frame of this job that the master can take? A forwarder sends
+ * each of its ranks once per frame: never more than the job has. */
+static int frame_ok(const collector *c, const frame_hdr *h) {
+    return h->magic == FRAME_MAGIC && h->version == FRAME_VERSION && h->job_id == c->cfg.job_id &&
+           h->nrecords <= BATCH_MAX && h->nranks <= c->cfg.world_size;
 }
 
-/* Room for one more connection: the table doubles up to max_conns. */
-static int conn_room(collector *c) {
-    if (c->nconns < c->conncap) return 1;
-    if (c->conncap >= c->max_conns) return 0;
-    size_t cap = c->conncap ? 2 * c->conncap : 16;
-    if (cap > c->max_conns) cap = c->max_conns;
-    conn *k = realloc(c->conns, cap * sizeof *k);
-    if (!k) return 0;
-    c->conns = k;
-    struct pollfd *p = realloc(c->pfds, (cap + 1) * sizeof *p);
-    if (!p) return 0;
-    c->pfds = p;
-    c->conncap = cap;
-    return 1;
+static size_t frame_size(const frame_hdr *h) {
+    return sizeof *h + (size_t)h->nranks * sizeof(frame_rank) + (size_t)h->nrecords * sizeof(trace_event);
+}
+
+/* The length of what starts at p: the hello (before it was accepted),
+ * else a frame. What is not one of ours is refused as soon as its first
+ * bytes tell, and a master without a token takes a frame without a hello
+ * (forwarders that predate it): ingest decides at once. */
+static size_t ingest_frame_len(void *ctx, const netserve_conn *k, const uint8_t *p, size_t n) {
+    const collector *c = ctx;
+    uint32_t magic;
+    if (n < sizeof magic) return 0;
+    memcpy(&magic, p, sizeof magic);
+    if (!k->authed) {
+        if (magic != HELLO_MAGIC) return NETSERVE_HANDLE_NOW;
+        hello_hdr h;
+        if (n < sizeof h) return 0;
+        memcpy(&h, p, sizeof h);
+        if (h.version != HELLO_VERSION || h.token_len > PP_TOKEN_MAX) return NETSERVE_HANDLE_NOW;
+        return sizeof h + h.token_len;
+    }
+    if (magic != FRAME_MAGIC) return NETSERVE_HANDLE_NOW;
+    frame_hdr h;
+    if (n < sizeof h) return 0;
+    memcpy(&h, p, sizeof h);
+    return frame_ok(c, &h) ? frame_size(&h) : NETSERVE_HANDLE_NOW;
 }
 
 /* A forwarder that cannot be served is told so (HELLO_FULL) before its
  * hello is read; the hello already here is read away first, so that the
  * close does not reset the connection ahead of the answer. */
-static void refuse_full(collector *c, int fd, const char *why) {
-    char peer[80], junk[512];
-    pp_peer_name(fd, peer, sizeof peer);
+static void refuse_forwarder(void *ctx, int fd, const char *peer, netserve_refusal why) {
+    collector *c = ctx;
+    char junk[512], text[96];
+    if (why == NETSERVE_FULL)
+        snprintf(text, sizeof text, "already serving %zu forwarding connections, the most it takes", c->net->nconns);
+    else
+        snprintf(text, sizeof text, "%s", netserve_refusal_why(why));
     unsigned char full = HELLO_FULL;
     (void)!send(fd, &full, 1, MSG_NOSIGNAL);
     shutdown(fd, SHUT_WR);
     for (int i = 0; i < 16 && recv(fd, junk, sizeof junk, MSG_DONTWAIT) > 0; i++) {
     }
-    close(fd);
-    conn_note(c, "refused a forwarding connection from %s: %s", peer, why);
+    conn_note(c, "refused a forwarding connection from %s: %s", peer, text);
 }
 
-static void accept_conns(collector *c) {
-    for (;;) {
-        int fd = accept4(c->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0 && errno == EINTR) continue;
-        if (fd < 0 && (errno == EMFILE || errno == ENFILE) && c->spare_fd >= 0) {
-            /* Out of descriptors: the pending connection would keep the
-             * listener readable (poll would spin) and its forwarder waiting
-             * for an answer. Give up the spare to answer and close it. */
-            int e = errno;
-            close(c->spare_fd);
-            fd = accept4(c->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-            if (fd >= 0)
-                refuse_full(c, fd, e == EMFILE ? "this process is out of file descriptors (raise ulimit -n)"
-                                               : "the system is out of file descriptors");
-            c->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-            if (fd >= 0) continue;
-        }
-        if (fd < 0) {
-            int e = errno;
-            if (e == ECONNABORTED) continue;
-            if (e != EAGAIN && e != EWOULDBLOCK) {
-                /* The pending connection keeps the listener readable: look
-                 * again in a while rather than spin. */
-                conn_note(c, "cannot accept forwarding connections: %s", strerror(e));
-                c->accept_after = c->net_clock + 100000000ull;
-            }
-            return;
-        }
-        if (!conn_room(c)) {
-            char why[96];
-            if (c->nconns < c->max_conns)
-                snprintf(why, sizeof why, "out of memory for its connection table");
-            else
-                snprintf(why, sizeof why, "already serving %zu forwarding connections, the most it takes",
-                         c->nconns);
-            refuse_full(c, fd, why);
-            continue;
-        }
-        c->conns[c->nconns++] = (conn){fd, 0, c->net_clock, NULL, 0, 0};
-    }
-}
-
-/* A connection's first bytes: the hello with the token. Returns 1 once
- * accepted, 0 while incomplete, -1 when refused (nothing after it is
- * read). */
-static int check_hello(collector *c, conn *k) {
+/* A connection's first bytes: the hello with the token, answered. Returns
+ * 1 once accepted, 0 while incomplete, -1 when refused or dropped (the
+ * connection then closes, nothing after it read). */
+static int check_hello(collector *c, netserve_conn *k) {
+    const unsigned char *p = k->in + k->in_off;
     uint32_t magic;
-    if (k->len < sizeof magic) return 0;
-    memcpy(&magic, k->buf, sizeof magic);
-    char peer[80];
+    if (unread(k) < sizeof magic) return 0;
+    memcpy(&magic, p, sizeof magic);
     if (magic == FRAME_MAGIC && !c->token[0]) return 1; /* a forwarder from before the hello */
     if (magic != HELLO_MAGIC) {
-        pp_peer_name(k->fd, peer, sizeof peer);
         if (magic == FRAME_MAGIC)
-            conn_note(c, "refused a forwarding connection from %s: no rendezvous token", peer);
+            conn_note(c, "refused a forwarding connection from %s: no rendezvous token", k->peer);
         else
-            conn_note(c, "dropping a connection from %s that is not a pprun forwarder", peer);
+            conn_note(c, "dropping a connection from %s that is not a pprun forwarder", k->peer);
+        k->dead = 1;
         return -1;
     }
     hello_hdr h;
-    if (k->len < sizeof h) return 0;
-    memcpy(&h, k->buf, sizeof h);
+    if (unread(k) < sizeof h) return 0;
+    memcpy(&h, p, sizeof h);
     if (h.version != HELLO_VERSION || h.token_len > PP_TOKEN_MAX) {
-        pp_peer_name(k->fd, peer, sizeof peer);
-        conn_note(c, "dropping a forwarding connection from %s: bad hello (version %u, token of %u bytes)", peer,
+        conn_note(c, "dropping a forwarding connection from %s: bad hello (version %u, token of %u bytes)", k->peer,
                   h.version, h.token_len);
+        k->dead = 1;
         return -1;
     }
-    if (k->len < sizeof h + h.token_len) return 0;
-    unsigned char ok = !c->token[0] || pp_token_equal(c->token, k->buf + sizeof h, h.token_len) ? HELLO_ACCEPTED
-                                                                                                : HELLO_REFUSED;
-    /* One byte into an empty socket buffer: it goes at once. */
-    ssize_t w = send(k->fd, &ok, 1, MSG_NOSIGNAL);
+    if (unread(k) < sizeof h + h.token_len) return 0;
+    unsigned char ok = !c->token[0] || pp_token_equal(c->token, p + sizeof h, h.token_len) ? HELLO_ACCEPTED
+                                                                                           : HELLO_REFUSED;
+    netserve_send(k, &ok, 1, NULL, 0);
     if (ok != HELLO_ACCEPTED) {
-        pp_peer_name(k->fd, peer, sizeof peer);
-        conn_note(c, "refused a forwarding connection from %s: %s rendezvous token", peer,
+        conn_note(c, "refused a forwarding connection from %s: %s rendezvous token", k->peer,
                   h.token_len ? "wrong" : "no");
+        netserve_hang_up(k); /* the answer goes, then the close */
         return -1;
     }
-    if (w != 1) return -1;
-    memmove(k->buf, k->buf + sizeof h + h.token_len, k->len - sizeof h - h.token_len);
-    k->len -= sizeof h + h.token_len;
+    netserve_consume(c->net, k, sizeof h + h.token_len);
     return 1;
 }
 
-/* Handles every complete frame in k's buffer. Returns the count of frames
- * handled, or -1 for a bad one (the connection is then closed: the peer is
- * not a pprun of ours). */
-static int ingest_frames(collector *c, conn *k) {
-    size_t off = 0;
-    int frames = 0;
-    uint32_t magic;
-    char peer[80];
+/* Handles every whole frame in k's input; a bad one drops the connection
+ * (the peer is not a pprun of ours). */
+static void ingest_frames(collector *c, netserve_conn *k) {
+    if (k->dead || k->closing) return;
     if (!k->authed) {
-        int h = check_hello(c, k);
-        if (h <= 0) return h;
+        if (check_hello(c, k) <= 0) return;
         k->authed = 1;
     }
-    /* A stranger is told apart by its first bytes, before a whole header. */
-    if (k->len >= sizeof magic && (memcpy(&magic, k->buf, sizeof magic), magic != FRAME_MAGIC)) {
-        pp_peer_name(k->fd, peer, sizeof peer);
-        conn_note(c, "dropping a connection from %s that is not a pprun forwarder", peer);
-        return -1;
-    }
-    while (k->len - off >= sizeof(frame_hdr)) {
-        frame_hdr h;
-        memcpy(&h, k->buf + off, sizeof h);
-        /* A forwarder sends each of its ranks once per frame: never more
-         * than the job has. */
-        if (h.magic != FRAME_MAGIC || h.version != FRAME_VERSION || h.job_id != c->cfg.job_id ||
-            h.nrecords > BATCH_MAX || h.nranks > c->cfg.world_size) {
-            pp_peer_name(k->fd, peer, sizeof peer);
-            conn_note(c, "dropping a forwarding connection from %s: bad frame (magic %08x, version %u, job %lld, "
-                      "%u ranks, %u records)", peer, h.magic, h.version, (long long)h.job_id, h.nranks, h.nrecords);
-            return -1;
+    uint32_t magic;
+    while (unread(k) >= sizeof magic) {
+        const unsigned char *p = k->in + k->in_off;
+        /* A stranger is told apart by its first bytes, before a whole header. */
+        memcpy(&magic, p, sizeof magic);
+        if (magic != FRAME_MAGIC) {
+            conn_note(c, "dropping a connection from %s that is not a pprun forwarder", k->peer);
+            k->dead = 1;
+            return;
         }
-        size_t need = sizeof h + (size_t)h.nranks * sizeof(frame_rank) + (size_t)h.nrecords * sizeof(trace_event);
-        if (k->len - off < need) break;
-        const unsigned char *p = k->buf + off + sizeof h;
+        frame_hdr h;
+        if (unread(k) < sizeof h) break;
+        memcpy(&h, p, sizeof h);
+        if (!frame_ok(c, &h)) {
+            conn_note(c, "dropping a forwarding connection from %s: bad frame (magic %08x, version %u, job %lld, "
+                      "%u ranks, %u records)", k->peer, h.magic, h.version, (long long)h.job_id, h.nranks, h.nrecords);
+            k->dead = 1;
+            return;
+        }
+        size_t need = frame_size(&h);
+        if (unread(k) < need) break;
+        p += sizeof h;
         for (unsigned i = 0; i < h.nranks; i++, p += sizeof(frame_rank)) {
             frame_rank fr;
             memcpy(&fr, p, sizeof fr);
@@ -482,10 +432,10 @@ static int ingest_frames(collector *c, conn *k) {
             /* The first frame of a rank also records its offset where users
              * look for it (ranks.clock_offset_ns). */
             if (fr.rank < 0 || fr.rank >= c->cfg.world_size) {
-                pp_peer_name(k->fd, peer, sizeof peer);
-                conn_note(c, "dropping a forwarding connection from %s: frame for rank %d of %d", peer, fr.rank,
+                conn_note(c, "dropping a forwarding connection from %s: frame for rank %d of %d", k->peer, fr.rank,
                           c->cfg.world_size);
-                return -1;
+                k->dead = 1;
+                return;
             }
             /* Once a write failed nothing more is written (what room the
              * rolled-back transaction left goes to the job's end). */
@@ -496,7 +446,8 @@ static int ingest_frames(collector *c, conn *k) {
                 rc = db_set_clock_offset(c->cfg.db, c->cfg.job_id, fr.rank, fr.clock_offset_ns, &e);
             if (rc != 0) {
                 set_error(c, &e);
-                return -1;
+                k->dead = 1;
+                return;
             }
             c->offset_recorded[fr.rank] = 1;
             store_dropped(c, fr.rank, fr.dropped);
@@ -506,116 +457,59 @@ static int ingest_frames(collector *c, conn *k) {
          * frame holds at most BATCH_MAX, which c->buf holds. */
         memcpy(c->buf, p, (size_t)h.nrecords * sizeof(trace_event));
         store_events(c, c->buf, h.nrecords);
-        off += need;
-        frames++;
+        netserve_consume(c->net, k, need);
     }
-    memmove(k->buf, k->buf + off, k->len - off);
-    k->len -= off;
-    return frames;
-}
-
-/* Reads what conn i has (a bounded number of times), handling frames as
- * they complete so that its buffer holds at most one frame and a read.
- * Returns -1 when it closed the connection. */
-static int read_conn(collector *c, size_t i) {
-    conn *k = &c->conns[i];
-    char peer[80];
-    for (int reads = 0; reads < READS_PER_ROUND; reads++) {
-        if (k->cap - k->len < 65536) {
-            size_t cap = k->cap ? 2 * k->cap : CONN_BUF_MIN;
-            unsigned char *b = realloc(k->buf, cap);
-            if (!b) {
-                pp_peer_name(k->fd, peer, sizeof peer);
-                conn_note(c, "out of memory for the frame of %s: dropping its connection", peer);
-                close_conn(c, i);
-                return -1;
-            }
-            k->buf = b;
-            k->cap = cap;
-        }
-        int fresh = !k->authed || k->len == 0; /* the next byte starts a frame */
-        ssize_t r = recv(k->fd, k->buf + k->len, k->cap - k->len, 0);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        if (r <= 0) {
-            /* Complete frames were handled as they came: what is left is
-             * one incomplete hello or frame. */
-            if (k->len > 0) {
-                pp_peer_name(k->fd, peer, sizeof peer);
-                conn_note(c, "%s closed its connection mid-%s (%zu bytes lost)", peer, k->authed ? "frame" : "hello",
-                          k->len);
-            }
-            close_conn(c, i);
-            return -1;
-        }
-        k->len += (size_t)r;
-        int was_authed = k->authed;
-        int frames = ingest_frames(c, k);
-        if (frames < 0) {
-            close_conn(c, i);
-            return -1;
-        }
-        /* Before the hello the deadline runs from the accept; after it from
-         * the first byte of the frame now incomplete. */
-        if (k->authed && (fresh || frames > 0 || !was_authed)) k->since = c->net_clock;
+    /* Whole frames were handled as they came: what is left after the
+     * peer's EOF is one incomplete hello or frame. */
+    if (k->eof && unread(k) > 0) {
+        conn_note(c, "%s closed its connection mid-%s (%zu bytes lost)", k->peer, k->authed ? "frame" : "hello",
+                  unread(k));
+        k->dead = 1;
     }
-    /* An idle connection keeps no buffer: thousands of them cost little. */
-    if (k->len == 0 && k->cap > CONN_BUF_MIN) {
-        free(k->buf);
-        k->buf = NULL;
-        k->cap = 0;
-    }
-    return 0;
 }
 
 /* Closes the connections past their deadline: no hello (an idle stranger
  * holding a slot) or a frame begun and not finished (a sender that stopped
- * mid-frame). Frames already complete were stored when they arrived. */
+ * mid-frame). Frames already whole were stored when they arrived. */
 static void expire_conns(collector *c) {
-    char peer[80];
-    for (size_t i = c->nconns; i-- > 0;) {
-        conn *k = &c->conns[i];
-        uint64_t age = c->net_clock - k->since;
-        if (!k->authed && age > c->hello_ns) {
-            pp_peer_name(k->fd, peer, sizeof peer);
-            conn_note(c, "closed a connection from %s: no hello within %.3g s (%zu bytes of one)", peer,
-                      (double)c->hello_ns / 1e9, k->len);
-            close_conn(c, i);
-        } else if (k->authed && k->len > 0 && age > c->frame_ns) {
-            pp_peer_name(k->fd, peer, sizeof peer);
+    for (size_t i = 0; i < c->net->nconns; i++) {
+        netserve_conn *k = c->net->conns[i];
+        uint64_t age;
+        switch (netserve_late(c->net, k, &age)) {
+        case NETSERVE_AUTH_LATE:
+            conn_note(c, "closed a connection from %s: no hello within %.3g s (%zu bytes of one)", k->peer,
+                      (double)c->net->cfg.auth_ns / 1e9, unread(k));
+            k->dead = 1;
+            break;
+        case NETSERVE_FRAME_LATE:
             conn_note(c, "closed a connection from %s: a frame begun %.3g s ago is still incomplete (%zu bytes "
-                      "dropped; the frames before it are kept)", peer, (double)age / 1e9, k->len);
-            close_conn(c, i);
+                      "dropped; the frames before it are kept)", k->peer, (double)age / 1e9, unread(k));
+            k->dead = 1;
+            break;
+        case NETSERVE_ON_TIME: break;
         }
     }
 }
 
+/* One round of the ingest listener, or a sleep for a collector without
+ * one. */
 static void poll_net(collector *c, int timeout_ms) {
-    struct pollfd *pf = c->pfds;
-    nfds_t n = 0;
-    int lis = c->listen_fd >= 0 && c->net_clock >= c->accept_after;
-    if (lis) pf[n++] = (struct pollfd){c->listen_fd, POLLIN, 0};
-    for (size_t i = 0; i < c->nconns; i++) pf[n++] = (struct pollfd){c->conns[i].fd, POLLIN, 0};
-    int ready = poll(pf, n, timeout_ms);
-    uint64_t now = pp_now_ns(), step = now - c->net_last, most = 1000000000ull + c->cfg.interval_ns;
-    c->net_clock += step < most ? step : most;
-    c->net_last = now;
-    if (ready > 0) {
-        size_t nc = c->nconns;
-        /* Walk connections backwards: close_conn moves the last into the hole. */
-        for (size_t i = nc; i-- > 0;)
-            if (pf[lis + i].revents) read_conn(c, i);
-        if (lis && pf[0].revents) accept_conns(c);
+    if (!c->net) {
+        poll(NULL, 0, timeout_ms);
+        return;
     }
+    netserve_poll(c->net, -1, timeout_ms);
+    for (size_t i = 0; i < c->net->nconns; i++) ingest_frames(c, c->net->conns[i]);
     expire_conns(c);
+    netserve_sweep(c->net);
 }
 
 /* At the end: is a connection left that may still bring records? One
  * that never sent a byte (a port scanner, an idle stranger) does not hold
  * the launcher's exit for the grace. */
 static int forwarders_left(const collector *c) {
-    for (size_t i = 0; i < c->nconns; i++)
-        if (c->conns[i].authed || c->conns[i].len > 0) return 1;
+    for (size_t i = 0; c->net && i < c->net->nconns; i++)
+        if (c->net->conns[i]->authed || unread(c->net->conns[i]) > 0) return 1;
     return 0;
 }
 
@@ -631,10 +525,11 @@ static void *collector_main(void *arg) {
     if (c->cfg.db) {
         /* Forwarders stop first: their connections are established, maybe
          * still in the listen backlog, and closed once their data is sent. */
-        if (c->listen_fd >= 0) accept_conns(c);
+        if (c->net) netserve_accept(c->net);
         uint64_t until = pp_now_ns() + c->cfg.stop_grace_ns;
         while (forwarders_left(c) && pp_now_ns() < until) poll_net(c, 10);
-        while (c->nconns > 0) close_conn(c, c->nconns - 1);
+        netserve_stop(c->net);
+        c->net = NULL;
         pp_err e;
         /* Again with every record in (a restart ran some steps twice);
          * a cut job's last steps keep their events only, but for those
@@ -654,44 +549,6 @@ static void *collector_main(void *arg) {
 
 /* ---- setup ------------------------------------------------------------ */
 
-/* On failure errno says why (EADDRNOTAVAIL: not an address of this host). */
-static int tcp_socket(const char *host, int port, int listening, pp_err *err) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = listening ? AI_PASSIVE : 0};
-    struct addrinfo *ai;
-    char ps[16];
-    snprintf(ps, sizeof ps, "%d", port);
-    int rc = getaddrinfo(host, ps, &hints, &ai);
-    if (rc != 0) {
-        errno = 0;
-        return pp_fail(err, "collector: cannot resolve '%s': %s", host ? host : "*", gai_strerror(rc));
-    }
-    int fd = -1, e = 0;
-    for (struct addrinfo *a = ai; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) continue;
-        int one = 1;
-        if (listening) {
-            setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-            /* Every node of a big job connects at once at start. */
-            if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) break;
-        } else {
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-            if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
-        }
-        e = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(ai);
-    if (fd < 0) {
-        pp_fail(err, "collector: cannot %s %s:%d: %s", listening ? "listen on" : "connect to the master at",
-                host ? host : "*", port,
-                strerror(e));
-        errno = e;
-    }
-    return fd;
-}
-
 /* Forwarder: the hello with the token, and the master's answer. */
 static int say_hello(collector *c, pp_err *err) {
     size_t n = strlen(c->token);
@@ -704,14 +561,9 @@ static int say_hello(collector *c, pp_err *err) {
     if (wrc != 0)
         return pp_fail(err, "collector: sending the hello to the master at %s:%d failed: %s", c->forward_host,
                        c->cfg.forward_port, strerror(errno));
-    struct timeval tv = {HELLO_WAIT_S, 0}, none = {0, 0};
-    setsockopt(c->fwd_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     unsigned char ok = 0;
-    ssize_t r;
-    while ((r = recv(c->fwd_fd, &ok, 1, 0)) < 0 && errno == EINTR) {
-    }
+    ssize_t r = net_read_all(c->fwd_fd, &ok, 1, pp_deadline_ns(HELLO_WAIT_S * 1000));
     int e = errno;
-    setsockopt(c->fwd_fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
     if (r == 1 && ok == HELLO_ACCEPTED) return 0;
     if (r == 1 && ok == HELLO_FULL)
         return pp_fail(err, "collector: the trace collector at %s:%d cannot take another forwarding node: it "
@@ -725,7 +577,7 @@ static int say_hello(collector *c, pp_err *err) {
     if (r < 0)
         return pp_fail(err, "collector: no answer from the trace collector at %s:%d: %s", c->forward_host,
                        c->cfg.forward_port,
-                       e == EAGAIN || e == EWOULDBLOCK ? "timed out after 10s" : strerror(e));
+                       e == ETIMEDOUT ? "timed out after 10s" : strerror(e));
     return pp_fail(err, "the trace collector at %s:%d refused the rendezvous token (%s): every node needs the same "
                         "--rdzv-token / PPRUN_RDZV_TOKEN",
                    c->forward_host, c->cfg.forward_port, n ? "a different one" : "none was given");
@@ -733,10 +585,7 @@ static int say_hello(collector *c, pp_err *err) {
 
 /* Everything but the forwarding socket (closed politely by collector_stop). */
 static void collector_free(collector *c) {
-    if (c->listen_fd >= 0) close(c->listen_fd);
-    if (c->spare_fd >= 0) close(c->spare_fd);
-    free(c->conns);
-    free(c->pfds);
+    netserve_stop(c->net);
     for (size_t i = 0; i < c->nrings; i++) trace_ring_close(c->rings[i].ring);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->err_mu);
@@ -772,11 +621,7 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     }
     if (!c->cfg.interval_ns) c->cfg.interval_ns = 5000000;
     if (!c->cfg.stop_grace_ns) c->cfg.stop_grace_ns = 5000000000ull;
-    c->fwd_fd = c->listen_fd = c->spare_fd = -1;
-    c->hello_ns = cfg->hello_timeout_ns ? cfg->hello_timeout_ns : HELLO_DEADLINE_NS;
-    c->frame_ns = cfg->frame_timeout_ns ? cfg->frame_timeout_ns : FRAME_DEADLINE_NS;
-    c->max_conns = cfg->max_forwarders > 0 ? (size_t)cfg->max_forwarders : MAX_CONNS_DEFAULT;
-    c->net_last = pp_now_ns();
+    c->fwd_fd = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->err_mu, NULL);
     c->buf = malloc(BATCH_MAX * sizeof *c->buf);
@@ -792,29 +637,39 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     for (int r = 0; r < cfg->world_size; r++) c->max_step[r] = -1;
     if (cfg->forward_host) {
         c->forward_host = strdup(cfg->forward_host);
-        if ((c->fwd_fd = tcp_socket(cfg->forward_host, cfg->forward_port, 0, err)) < 0) goto fail;
+        if ((c->fwd_fd = net_connect(cfg->forward_host, cfg->forward_port, HELLO_WAIT_S * 1000, 0, err)) < 0) {
+            pp_wrap(err, "collector: forwarding to the master");
+            goto fail;
+        }
         if (say_hello(c, err) != 0) goto fail;
     }
     if (cfg->listen_host) {
         c->listen_host = strdup(cfg->listen_host);
-        c->listen_fd = tcp_socket(cfg->listen_host, cfg->listen_port, 1, err);
+        netserve_config nc = {
+            .name = "pprun collector",
+            .conn_size = sizeof(netserve_conn),
+            .max_conns = cfg->max_forwarders > 0 ? (size_t)cfg->max_forwarders : MAX_CONNS_DEFAULT,
+            .max_buffered = cfg->max_buffered ? cfg->max_buffered : MAX_BUFFERED_DEFAULT,
+            /* A forwarder's frames are the job's trace: one that does not
+             * fit waits (its sender blocks) rather than being lost. */
+            .overflow = NETSERVE_WAIT,
+            .auth_ns = cfg->hello_timeout_ns ? cfg->hello_timeout_ns : HELLO_DEADLINE_NS,
+            .frame_ns = cfg->frame_timeout_ns ? cfg->frame_timeout_ns : FRAME_DEADLINE_NS,
+            .accept_pause_ns = ACCEPT_PAUSE_NS,
+            .answer_when_out_of_fds = 1,
+            .frame_len = ingest_frame_len,
+            .refuse = refuse_forwarder,
+            .ctx = c,
+        };
         /* The master address may name this machine by an address it
          * cannot bind (NAT): listen everywhere then, like the store, and
          * only with a token (without one the address was loopback). */
-        if (c->listen_fd < 0 && errno == EADDRNOTAVAIL && c->token[0])
-            c->listen_fd = tcp_socket(NULL, cfg->listen_port, 1, err);
-        if (c->listen_fd < 0) goto fail;
-        fcntl(c->listen_fd, F_SETFL, fcntl(c->listen_fd, F_GETFL) | O_NONBLOCK);
-        c->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (!(c->pfds = malloc(sizeof *c->pfds))) {
-            pp_fail(err, "collector: out of memory");
+        if (netserve_start(cfg->listen_host, cfg->listen_port, c->token[0] ? NET_ANY_IF_NOT_LOCAL : 0, &nc, &c->net,
+                           err) != 0) {
+            pp_wrap(err, "collector");
             goto fail;
         }
-        struct sockaddr_storage sa;
-        socklen_t sl = sizeof sa;
-        getsockname(c->listen_fd, (struct sockaddr *)&sa, &sl);
-        c->port = ntohs(sa.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&sa)->sin6_port
-                                                 : ((struct sockaddr_in *)&sa)->sin_port);
+        c->port = c->net->port;
     }
     c->cfg.forward_host = c->forward_host;
     c->cfg.listen_host = c->listen_host;

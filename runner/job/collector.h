@@ -50,8 +50,17 @@
  *    connection accepted when the process is out of file descriptors (the
  *    launcher needs one per node: raise ulimit -n for big jobs);
  *  - a frame holds at most 65536 records and as many ranks as the job has;
- *    a connection buffers at most one frame (about 5.6 MB) plus one read,
- *    and keeps no buffer while idle. */
+ *    a connection buffers at most one frame (about 5.6 MB) and 4 KiB, and
+ *    frees a large buffer once it is empty;
+ *  - the frames in progress of all connections together hold at most
+ *    max_buffered (256 MiB; every connection's first 8 KiB are not
+ *    counted): a frame that would pass it is not read until room frees,
+ *    its sender held back as by a slow master (its frame deadline counts
+ *    from then), so a flood of large unfinished frames cannot grow the
+ *    launcher without bound and no forwarder's records are lost to it.
+ * The listener and its connections are base/netserve.h's: sockets are
+ * close-on-exec with keep-alive (a forwarder whose machine vanished frees
+ * its slot after about 2 min). */
 #ifndef PP_TRACE_COLLECTOR_H
 #define PP_TRACE_COLLECTOR_H
 #include <stdint.h>
@@ -81,6 +90,7 @@ typedef struct collector_config {
     uint64_t hello_timeout_ns; /* accept to complete hello: 10 s */
     uint64_t frame_timeout_ns; /* a frame's first byte to its last: 60 s */
     int max_forwarders;        /* forwarding connections served at once: 4096 */
+    uint64_t max_buffered;     /* bytes of frames in progress, all connections: 256 MiB */
     /* Master: called on the collector's thread after each step it analyses
      * while the job runs, with the writer (db), which only that thread uses
      * until collector_stop; NULL: nothing. Not called for the final pass of

@@ -1,40 +1,40 @@
 /* store.c: the store server: one thread, poll() over every connection.
  *
- * Each connection has an input buffer (frames are handled once complete) and
- * an output buffer (written when the socket takes it). A WAIT whose keys are
- * not all present parks the connection: it is answered when a SET or ADD
- * completes the set, or when its deadline passes. Keys live in a chained
- * hash table that doubles when full. With a job token, a connection is
- * served only after its first frame, AUTH, presented it (store_wire.h).
+ * The connections are base/netserve.h's: each has an input buffer (frames
+ * are handled once whole) and an output buffer (written when the socket
+ * takes it), and netserve enforces the limits below. This file is the
+ * protocol: the frames of store_wire.h, the key table, and WAITs. A WAIT
+ * whose keys are not all present parks the connection: it is answered
+ * when a SET or ADD completes the set, or when its deadline passes. Keys
+ * live in a chained hash table that doubles when full. With a job token, a
+ * connection is served only after its first frame, AUTH, presented it
+ * (store_wire.h).
  *
  * Limits (store_limits.h): connections are capped, unauthenticated ones
  * time out, a connection whose replies pile up unread is not read from
- * until they drain, and accept failing for lack of descriptors pauses the
- * listening socket instead of spinning on it. A peer that half-closes
- * still has every complete frame it sent handled and answered. The table
- * is capped in keys and bytes: a SET or ADD that would pass a cap is
- * refused and changes nothing. */
+ * until they drain, input held for frames in progress is capped in total,
+ * and accept failing for lack of descriptors pauses the listening socket
+ * instead of spinning on it. A peer that half-closes still has every
+ * complete frame it sent handled and answered. The table is capped in
+ * keys and bytes: a SET or ADD that would pass a cap is refused and
+ * changes nothing. */
 #include "runner/store/store.h"
 #include "runner/store/store_limits.h"
 #include "runner/store/store_wire.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/net.h"
+#include "base/netserve.h"
 
 typedef struct kv {
     struct kv *next;
@@ -43,88 +43,49 @@ typedef struct kv {
     size_t len;
 } kv;
 
-/* Buffers bigger than these are freed once empty: one large SET or GET
- * must not pin its size for the rest of the connection's life. */
-#define STORE_IN_KEEP (64u << 10)
-#define STORE_OUT_KEEP (1u << 20)
-/* Log lines about misbehaving peers: at most this many per window. */
-#define STORE_LOG_WINDOW_NS 10000000000ull
-
 typedef struct conn {
-    int fd;
-    uint8_t *in; /* frames not handled yet start at in_off */
-    size_t in_len, in_off, in_cap;
-    uint8_t *out;
-    size_t out_len, out_off, out_cap;
-    int dead;
-    int authed;  /* presented the token (or the server has none) */
-    int closing; /* refused: close once the refusal is sent, read nothing more */
-    int eof;     /* the peer sent everything it will: handle what is buffered, then close */
-    uint64_t born_ns; /* accepted at (the AUTH deadline counts from here) */
-    char peer[80];
+    netserve_conn net; /* first: netserve allocates and frees the whole */
     /* A parked WAIT: the keys (copied), and when it gives up (0 = never). */
     char **wkeys;
     size_t wn;
     uint64_t wdeadline;
 } conn;
 
-
 struct store_server {
-    int lfd;
+    netserve *net;
     int wake[2];
-    int port;
     pthread_t thread;
-    conn **conns;
-    size_t nconns, capconns;
     kv **buckets;
     size_t nbuckets, nkeys;
     uint64_t nbytes; /* key + value lengths held (ADD may pass max_bytes by a few digits, see op_add) */
     size_t nparked;  /* connections with a WAIT parked: wake_waiters scans only when some are */
     char token[PP_TOKEN_MAX + 1]; /* "" = none */
     store_limits lim;             /* every field set */
-    uint64_t accept_paused_until; /* 0: the listening socket is polled */
-    int accept_failing;           /* accept failed for lack of resources since the last success */
-    pp_ratelimit log_full, log_accept, log_peer, log_table; /* one per kind of stderr line */
+    pp_ratelimit log_full, log_peer, log_table; /* one per kind of stderr line */
 };
 
-/* Writes "pprun store: MSG" to stderr unless burst lines of this kind were
- * written in the last STORE_LOG_WINDOW_NS; the next line written says how
- * many were held back. */
-__attribute__((format(printf, 3, 4))) static void log_limited(pp_ratelimit *l, unsigned burst, const char *fmt,
-                                                               ...) {
-    unsigned long held;
-    if (!pp_ratelimit_allow(l, burst, STORE_LOG_WINDOW_NS, &held)) return;
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (held) fprintf(stderr, "pprun store: %s (%lu more like it held back)\n", msg, held);
-    else fprintf(stderr, "pprun store: %s\n", msg);
+/* Connection i of the server (netserve allocated it as a conn). */
+static conn *conn_at(const store_server *s, size_t i) { return (conn *)s->net->conns[i]; }
+
+/* The length of the frame that starts at p: its u32 length and itself. A
+ * length no frame may have is refused at once (handle_one says why), as
+ * is, before the token, anything but an AUTH frame. */
+static size_t frame_len(void *ctx, const netserve_conn *nc, const uint8_t *p, size_t n) {
+    (void)ctx;
+    if (n < 4) return 0;
+    uint32_t len = store_get_u32(p);
+    if (!nc->authed && (len == 0 || len > STORE_MAX_AUTH_FRAME || (n > 4 && p[4] != STORE_OP_AUTH)))
+        return NETSERVE_HANDLE_NOW;
+    if (len == 0 || len > STORE_MAX_FRAME) return NETSERVE_HANDLE_NOW;
+    return 4 + (size_t)len;
 }
 
-static size_t out_pending(const conn *c) { return c->out_len - c->out_off; }
-
-/* Is the first buffered frame complete (or its length bad, which
- * handle_one deals with at once)? */
-static int frame_ready(const conn *c) {
-    size_t avail = c->in_len - c->in_off;
-    if (avail < 4) return 0;
-    uint32_t len = store_get_u32(c->in + c->in_off);
-    return len == 0 || len > STORE_MAX_FRAME || avail >= 4 + (size_t)len;
-}
-
-/* Can handle_one make progress on c now? */
+/* Can handle_one make progress on c now? Nothing is handled while a WAIT
+ * is parked (requests are answered in order) or while the replies already
+ * queued exceed out_high. */
 static int runnable(const store_server *s, const conn *c) {
-    return !c->wkeys && !c->dead && !c->closing && out_pending(c) <= s->lim.out_high && frame_ready(c);
-}
-
-/* Should the server read from c? Not while its replies pile up unread
- * (backpressure), and not when the buffer is full of frames that wait
- * (behind a WAIT): those are handled first. */
-static int wants_input(const store_server *s, const conn *c) {
-    if (c->closing || c->eof || c->dead || out_pending(c) > s->lim.out_high) return 0;
-    return !(frame_ready(c) && c->in_cap - (c->in_len - c->in_off) < 4096);
+    return !c->wkeys && !c->net.dead && !c->net.closing && netserve_may_answer(s->net, &c->net) &&
+           netserve_frame_ready(s->net, &c->net);
 }
 
 /* --- key table -------------------------------------------------------------- */
@@ -182,46 +143,15 @@ static int kv_put(store_server *s, const char *key, uint8_t *val, size_t len) {
 
 /* --- replies ---------------------------------------------------------------- */
 
-static int out_reserve(conn *c, size_t n) {
-    if (c->out_off > 0 && c->out_off == c->out_len) c->out_off = c->out_len = 0;
-    if (c->out_len + n <= c->out_cap) return 0;
-    size_t cap = c->out_cap ? c->out_cap : 256;
-    while (cap < c->out_len + n) cap *= 2;
-    uint8_t *p = realloc(c->out, cap);
-    if (!p) return -1;
-    c->out = p;
-    c->out_cap = cap;
-    return 0;
-}
-
 /* Queues a reply: status then `len` bytes of data. */
 static void reply(conn *c, uint8_t status, const void *data, size_t len) {
-    if (out_reserve(c, 5 + len) != 0) {
-        c->dead = 1;
-        return;
-    }
-    uint8_t *p = c->out + c->out_len;
-    store_put_u32(p, (uint32_t)(1 + len));
-    p[4] = status;
-    if (len) memcpy(p + 5, data, len);
-    c->out_len += 5 + len;
+    uint8_t hdr[5];
+    store_put_u32(hdr, (uint32_t)(1 + len));
+    hdr[4] = status;
+    netserve_send(&c->net, hdr, 5, data, len); /* on failure c is dead: nothing more to do */
 }
 
 static void reply_bad(conn *c, const char *msg) { reply(c, STORE_BAD, msg, strlen(msg)); }
-
-static void flush_out(conn *c) {
-    while (c->out_off < c->out_len) {
-        ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
-        if (n > 0) {
-            c->out_off += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        c->dead = 1;
-        return;
-    }
-}
 
 /* --- caps --------------------------------------------------------------------- */
 
@@ -245,7 +175,7 @@ static int table_full(store_server *s, conn *c, const char *op, const char *key,
                  "store full: %" PRIu64 " bytes held, limit %" PRIu64 " (STORE_MAX_BYTES); %s %.*s%s of %zu bytes refused",
                  s->nbytes, s->lim.max_bytes, op, shown, key, more, len);
     }
-    log_limited(&s->log_table, 1, "refused a request from %s: %s", c->peer, msg);
+    netserve_log(s->net, &s->log_table, 1, "refused a request from %s: %s", c->net.peer, msg);
     reply_bad(c, msg);
     return 1;
 }
@@ -282,8 +212,8 @@ static void unpark(store_server *s, conn *c) {
  * key), which a rendezvous of a few thousand ranks has not needed. */
 static void wake_waiters(store_server *s) {
     size_t left = s->nparked;
-    for (size_t i = 0; left && i < s->nconns; i++) {
-        conn *c = s->conns[i];
+    for (size_t i = 0; left && i < s->net->nconns; i++) {
+        conn *c = conn_at(s, i);
         if (!c->wkeys) continue;
         left--;
         if (wait_ready(s, c)) {
@@ -295,8 +225,8 @@ static void wake_waiters(store_server *s) {
 
 static void expire_waiters(store_server *s, uint64_t now) {
     size_t left = s->nparked;
-    for (size_t i = 0; left && i < s->nconns; i++) {
-        conn *c = s->conns[i];
+    for (size_t i = 0; left && i < s->net->nconns; i++) {
+        conn *c = conn_at(s, i);
         if (!c->wkeys) continue;
         left--;
         if (c->wdeadline && now >= c->wdeadline) {
@@ -483,66 +413,64 @@ static void op_wait(store_server *s, conn *c, rd *r) {
  * sent, reading nothing more from it. */
 static void close_with(conn *c, const char *msg) {
     reply_bad(c, msg);
-    c->closing = 1;
-    c->in_len = c->in_off = 0;
+    netserve_hang_up(&c->net);
 }
 
 /* Refuses a connection that did not present the token: one line on stderr
  * (never the token), a BAD reply, then it is closed unread. */
 static void refuse(store_server *s, conn *c, const char *why) {
-    log_limited(&s->log_peer, 10, "refused a connection from %s: %s", c->peer, why);
+    netserve_log(s->net, &s->log_peer, 10, "refused a connection from %s: %s", c->net.peer, why);
     close_with(c, !strcmp(why, "wrong rendezvous token")
                       ? "wrong rendezvous token: every node needs the same --rdzv-token / PPRUN_RDZV_TOKEN"
                       : "this store needs the rendezvous token: give --rdzv-token-file, --rdzv-token or "
                         "PPRUN_RDZV_TOKEN (the same on every node)");
 }
 
-/* A connection's first frame on a token-guarded server. Returns 1 if the
- * frame was handled (accepted or refused), 0 if it is not complete yet. */
-static int handle_auth(store_server *s, conn *c) {
-    const uint8_t *f = c->in + c->in_off;
-    size_t avail = c->in_len - c->in_off;
+/* A connection's first frame on a token-guarded server (whole, or refused
+ * by frame_len as soon as its first bytes told). */
+static void handle_auth(store_server *s, conn *c) {
+    const uint8_t *f = c->net.in + c->net.in_off;
+    size_t avail = c->net.in_len - c->net.in_off;
     uint32_t len = store_get_u32(f);
     if (len == 0 || len > STORE_MAX_AUTH_FRAME) {
         refuse(s, c,
                len > STORE_MAX_AUTH_FRAME && avail > 4 && f[4] == STORE_OP_AUTH ? "wrong rendezvous token"
                                                                                  : "no rendezvous token");
-        return 1;
+        return;
     }
-    if (avail >= 5 && f[4] != STORE_OP_AUTH) {
+    if (f[4] != STORE_OP_AUTH) {
         refuse(s, c, "no rendezvous token");
-        return 1;
+        return;
     }
-    if (avail < 4 + (size_t)len) return 0;
     rd r = {f + 5, len - 1, 0};
     uint32_t n = rd_u32(&r);
     if (r.bad || n != r.left || !pp_token_equal(s->token, r.p, n)) {
         refuse(s, c, "wrong rendezvous token");
-        return 1;
+        return;
     }
-    c->authed = 1;
+    c->net.authed = 1;
     reply(c, STORE_OK, NULL, 0);
-    c->in_off += 4 + (size_t)len;
-    return 1;
+    netserve_consume(s->net, &c->net, 4 + (size_t)len);
 }
 
-/* Handles the first complete frame in c->in, if any. Returns 1 if it did.
- * Nothing is handled while a WAIT is parked (requests are answered in
- * order) or while the replies already queued exceed out_high. */
+/* Handles the first whole frame of c's input, if it can (runnable).
+ * Returns 1 if it did. */
 static int handle_one(store_server *s, conn *c) {
-    if (c->wkeys || c->dead || c->closing || out_pending(c) > s->lim.out_high || c->in_len - c->in_off < 4) return 0;
-    if (!c->authed) return handle_auth(s, c);
-    const uint8_t *f = c->in + c->in_off;
+    if (!runnable(s, c)) return 0;
+    if (!c->net.authed) {
+        handle_auth(s, c);
+        return 1;
+    }
+    const uint8_t *f = c->net.in + c->net.in_off;
     uint32_t len = store_get_u32(f);
     if (len == 0 || len > STORE_MAX_FRAME) {
         char msg[128];
         snprintf(msg, sizeof msg, "a frame of %" PRIu32 " bytes: frames are 1 to %u bytes", len,
                  (unsigned)STORE_MAX_FRAME);
-        log_limited(&s->log_peer, 10, "closed the connection from %s: %s", c->peer, msg);
+        netserve_log(s->net, &s->log_peer, 10, "closed the connection from %s: %s", c->net.peer, msg);
         close_with(c, msg);
         return 1;
     }
-    if (c->in_len - c->in_off < 4 + (size_t)len) return 0;
     rd r = {f + 5, len - 1, 0};
     switch (f[4]) {
     case STORE_OP_SET: op_set(s, c, &r); break;
@@ -559,191 +487,56 @@ static int handle_one(store_server *s, conn *c) {
     case STORE_OP_AUTH: reply(c, STORE_OK, NULL, 0); break; /* no token, or presented already */
     default: reply_bad(c, "unknown operation"); break;
     }
-    /* Frames are consumed by moving in_off; read_in compacts once per read,
-     * so a buffer of many small pipelined frames costs one memmove, not one
-     * per frame. */
-    c->in_off += 4 + (size_t)len;
-    if (c->in_off == c->in_len) {
-        c->in_off = c->in_len = 0;
-        if (c->in_cap > STORE_IN_KEEP) {
-            free(c->in);
-            c->in = NULL;
-            c->in_cap = 0;
-        }
-    }
+    netserve_consume(s->net, &c->net, 4 + (size_t)len);
     return 1;
 }
 
-static void read_in(store_server *s, conn *c) {
-    if (!wants_input(s, c)) return;
-    if (c->in_off) {
-        memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
-        c->in_len -= c->in_off;
-        c->in_off = 0;
-    }
-    for (;;) {
-        /* Before the token, no more than an AUTH frame is worth holding. */
-        if (!c->authed && c->in_len >= 4 + STORE_MAX_AUTH_FRAME) return;
-        if (c->in_cap - c->in_len < 4096) {
-            /* Grow only for a frame still incomplete: complete ones are
-             * handled first, so a pipelining peer is buffered at most one
-             * frame (up to STORE_MAX_FRAME) and a few KiB ahead. */
-            if (frame_ready(c)) return;
-            size_t cap = c->in_cap ? c->in_cap * 2 : 8192;
-            if (cap > (size_t)STORE_MAX_FRAME * 2 + 8192) {
-                c->dead = 1;
-                return;
-            }
-            uint8_t *p = realloc(c->in, cap);
-            if (!p) {
-                c->dead = 1;
-                return;
-            }
-            c->in = p;
-            c->in_cap = cap;
-        }
-        ssize_t n = recv(c->fd, c->in + c->in_len, c->in_cap - c->in_len, 0);
-        if (n > 0) {
-            c->in_len += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        /* EOF: what came before it is still answered (SET then close must
-         * land); an error: the peer is gone. */
-        if (n == 0) c->eof = 1;
-        else c->dead = 1;
-        return;
-    }
-}
+static void on_close(void *ctx, netserve_conn *nc) { unpark(ctx, (conn *)nc); }
 
-static void conn_free(store_server *s, conn *c) {
-    close(c->fd);
-    unpark(s, c);
-    free(c->in);
-    free(c->out);
-    free(c);
-}
-
-/* Over the connection limit: a best-effort BAD reply saying so (the peer
- * may read it before the close), then the close. */
-static void turn_away(store_server *s, int fd) {
-    char peer[80], msg[160];
-    pp_peer_name(fd, peer, sizeof peer);
-    int len = snprintf(msg, sizeof msg, "the store is at its connection limit (%zu, STORE_MAX_CONNS)", s->lim.max_conns);
+/* A connection netserve cannot take: a best-effort BAD reply saying why
+ * (the peer may read it before the close), and a line on stderr. */
+static void turn_away(void *ctx, int fd, const char *peer, netserve_refusal why) {
+    store_server *s = ctx;
+    char msg[160];
+    int len = why == NETSERVE_FULL
+                  ? snprintf(msg, sizeof msg, "the store is at its connection limit (%zu, STORE_MAX_CONNS)",
+                             s->lim.max_conns)
+                  : snprintf(msg, sizeof msg, "the store cannot take another connection: %s",
+                             netserve_refusal_why(why));
     uint8_t frame[5 + sizeof msg];
     store_put_u32(frame, (uint32_t)(1 + len));
     frame[4] = STORE_BAD;
     memcpy(frame + 5, msg, (size_t)len);
-    ssize_t w = send(fd, frame, 5 + (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
-    (void)w;
-    close(fd);
-    log_limited(&s->log_full, 1, "turned away a connection from %s: %zu connections open, the limit (STORE_MAX_CONNS)",
-                peer, s->nconns);
-}
-
-/* Accepts what waits, at most STORE_ACCEPTS_PER_ROUND at a time so that a
- * flood of connections cannot starve the ones being served. */
-#define STORE_ACCEPTS_PER_ROUND 64
-static void accept_all(store_server *s) {
-    for (int k = 0; k < STORE_ACCEPTS_PER_ROUND; k++) {
-        int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            int e = errno;
-            if (e == EAGAIN || e == EWOULDBLOCK) return;
-            /* One connection's trouble (it was reset, or its network went
-             * away while it waited): the next one may be fine. */
-            if (e == EINTR || e == ECONNABORTED || e == EPROTO || e == ENETDOWN || e == ENOPROTOOPT ||
-                e == EHOSTDOWN || e == ENONET || e == EHOSTUNREACH || e == EOPNOTSUPP || e == ENETUNREACH)
-                continue;
-            /* Out of descriptors or memory (or worse): the listening socket
-             * stays readable, so polling it again at once would spin. */
-            s->accept_paused_until = pp_now_ns() + s->lim.accept_pause_ns;
-            if (!s->accept_failing)
-                log_limited(&s->log_accept, 1,
-                            "cannot accept connections: %s%s; trying again every %" PRIu64 " ms until one closes",
-                            strerror(e), e == EMFILE ? " (the process's descriptor limit, ulimit -n)" : "",
-                            s->lim.accept_pause_ns / 1000000);
-            s->accept_failing = 1;
-            return;
-        }
-        s->accept_failing = 0;
-        if (s->nconns >= s->lim.max_conns) {
-            turn_away(s, fd);
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conn *c = calloc(1, sizeof *c);
-        if (c && s->nconns == s->capconns) {
-            size_t cap = s->capconns ? s->capconns * 2 : 16;
-            conn **p = realloc(s->conns, cap * sizeof *p);
-            if (!p) {
-                free(c);
-                c = NULL;
-            } else {
-                s->conns = p;
-                s->capconns = cap;
-            }
-        }
-        if (!c) {
-            close(fd);
-            continue;
-        }
-        c->fd = fd;
-        c->authed = !s->token[0];
-        c->born_ns = pp_now_ns();
-        pp_peer_name(fd, c->peer, sizeof c->peer);
-        s->conns[s->nconns++] = c;
-    }
-}
-
-static uint64_t auth_deadline(const store_server *s, const conn *c) {
-    return c->authed || c->closing ? 0 : c->born_ns + s->lim.auth_timeout_ns;
+    (void)!send(fd, frame, 5 + (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (why == NETSERVE_FULL)
+        netserve_log(s->net, &s->log_full, 1,
+                    "turned away a connection from %s: %zu connections open, the limit (STORE_MAX_CONNS)", peer,
+                    s->net->nconns);
+    else
+        netserve_log(s->net, &s->log_full, 1, "turned away a connection from %s: %s", peer, netserve_refusal_why(why));
 }
 
 /* Token-guarded: a connection that has not presented the token in time is
  * told so and closed (it would hold a slot forever). */
-static void expire_auth(store_server *s, uint64_t now) {
-    for (size_t i = 0; i < s->nconns; i++) {
-        conn *c = s->conns[i];
-        uint64_t d = auth_deadline(s, c);
-        if (!d || now < d || c->dead) continue;
+static void expire_auth(store_server *s) {
+    for (size_t i = 0; i < s->net->nconns; i++) {
+        conn *c = conn_at(s, i);
+        uint64_t age;
+        if (netserve_late(s->net, &c->net, &age) != NETSERVE_AUTH_LATE) continue;
         char msg[96];
         snprintf(msg, sizeof msg, "no rendezvous token within %.1f s", (double)s->lim.auth_timeout_ns / 1e9);
-        log_limited(&s->log_peer, 10, "closed a connection from %s: %s", c->peer, msg);
+        netserve_log(s->net, &s->log_peer, 10, "closed a connection from %s: %s", c->net.peer, msg);
         close_with(c, msg);
     }
 }
 
 static void *server_main(void *arg) {
     store_server *s = arg;
-    struct pollfd *pfds = NULL;
-    size_t pcap = 0;
     for (;;) {
-        if (pcap < s->nconns + 2) {
-            size_t cap = (s->nconns + 2) * 2;
-            struct pollfd *p = realloc(pfds, cap * sizeof *p);
-            if (!p) {
-                pp_sleep_ns(10000000);
-                continue;
-            }
-            pfds = p;
-            pcap = cap;
-        }
         uint64_t now = pp_now_ns(), next = 0;
         int now_runnable = 0;
-        if (s->accept_paused_until && now >= s->accept_paused_until) s->accept_paused_until = 0;
-        pfds[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-        /* poll skips a negative fd: that is how the listening socket rests. */
-        pfds[1] = (struct pollfd){.fd = s->accept_paused_until ? -1 : s->lfd, .events = POLLIN};
-        next = s->accept_paused_until;
-        for (size_t i = 0; i < s->nconns; i++) {
-            conn *c = s->conns[i];
-            pfds[i + 2] = (struct pollfd){.fd = c->fd, .events = wants_input(s, c) ? POLLIN : 0};
-            if (out_pending(c)) pfds[i + 2].events |= POLLOUT;
-            uint64_t d = auth_deadline(s, c);
-            if (d && (!next || d < next)) next = d;
+        for (size_t i = 0; i < s->net->nconns; i++) {
+            conn *c = conn_at(s, i);
             if (c->wkeys && c->wdeadline && (!next || c->wdeadline < next)) next = c->wdeadline;
             /* Frames held back while replies drained: serve them now. */
             if (runnable(s, c)) now_runnable = 1;
@@ -755,90 +548,28 @@ static void *server_main(void *arg) {
             uint64_t ms = next <= now ? 0 : (next - now) / 1000000ull + 1;
             timeout = ms > INT_MAX ? INT_MAX : (int)ms;
         }
-        int n = poll(pfds, s->nconns + 2, timeout);
-        if (n < 0 && errno != EINTR) break;
-        if (n > 0 && pfds[0].revents) break; /* store_server_stop */
-        size_t polled = s->nconns;
-        if (n > 0) {
-            for (size_t i = 0; i < polled; i++) {
-                conn *c = s->conns[i];
-                short re = pfds[i + 2].revents;
-                /* A peer gone (reset) while we do not read from it must be
-                 * dropped here: read_in would not look, and poll would
-                 * report it again at once, forever. */
-                if ((re & (POLLERR | POLLNVAL)) || ((re & POLLHUP) && (c->closing || !(pfds[i + 2].events & POLLIN))))
-                    c->dead = 1;
-                else if (re & (POLLIN | POLLHUP)) read_in(s, c);
-                if (re & POLLOUT) flush_out(c);
-            }
-            if (pfds[1].revents) accept_all(s);
-        }
-        now = pp_now_ns();
-        expire_waiters(s, now);
-        if (s->token[0]) expire_auth(s, now);
+        if (netserve_poll(s->net, s->wake[0], timeout) != 0) break; /* store_server_stop, or poll failed */
+        expire_waiters(s, pp_now_ns());
+        expire_auth(s);
         /* Handle frames until nobody can go on: an answered WAIT unblocks
          * that connection's next requests. */
         for (int progress = 1; progress;) {
             progress = 0;
-            for (size_t i = 0; i < s->nconns; i++)
-                while (handle_one(s, s->conns[i])) progress = 1;
+            for (size_t i = 0; i < s->net->nconns; i++)
+                while (handle_one(s, conn_at(s, i))) progress = 1;
         }
-        for (size_t i = 0; i < s->nconns;) {
-            conn *c = s->conns[i];
-            if (!c->dead) flush_out(c);
-            int drained = out_pending(c) == 0;
-            if (drained && c->out_cap > STORE_OUT_KEEP) {
-                free(c->out);
-                c->out = NULL;
-                c->out_cap = c->out_len = c->out_off = 0;
-            }
-            if (c->closing && drained) c->dead = 1;
-            /* After EOF: close once every complete frame is answered. A WAIT
-             * still parked is dropped: its peer hung up. */
-            if (c->eof && drained && (c->wkeys || !frame_ready(c))) c->dead = 1;
-            if (c->dead) {
-                conn_free(s, c);
-                s->conns[i] = s->conns[--s->nconns];
-            } else {
-                i++;
-            }
+        /* After EOF a WAIT still parked is dropped, and the frames behind
+         * it with it: its peer hung up. */
+        for (size_t i = 0; i < s->net->nconns; i++) {
+            conn *c = conn_at(s, i);
+            if (c->net.eof && c->wkeys) netserve_hang_up(&c->net);
         }
+        netserve_sweep(s->net);
     }
-    free(pfds);
     return NULL;
 }
 
 /* --- start / stop ----------------------------------------------------------------- */
-
-/* Returns a listening socket, or -1 with *eno set (0: the name did not
- * resolve, and err says so). */
-static int listen_on(const char *host, int port, int *eno, pp_err *err) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    struct addrinfo *res = NULL;
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    *eno = 0;
-    int gai = getaddrinfo(host && *host ? host : NULL, portstr, &hints, &res);
-    if (gai != 0) return pp_fail(err, "store: cannot resolve '%s': %s", host, gai_strerror(gai));
-    int fd = -1;
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            *eno = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
-        *eno = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0 && *eno)
-        pp_fail(err, "store: cannot listen on %s:%d: %s", host && *host ? host : "*", port, strerror(*eno));
-    return fd;
-}
 
 int store_server_start(const char *host, int port, store_server **out, pp_err *err) {
     return store_server_start_token(host, port, NULL, out, err);
@@ -853,19 +584,8 @@ int store_server_start_limits(const char *host, int port, const char *token, con
     *out = NULL;
     if (port < 0 || port > 65535) return pp_fail(err, "store: port %d is out of range 0-65535", port);
     if (token && *token && pp_token_check(token, "store", err) != 0) return -1;
-    int eno;
-    int fd = listen_on(host, port, &eno, err);
-    /* MASTER_ADDR may name this machine by an address it cannot bind (NAT,
-     * a load balancer): listen everywhere then, but only with a token:
-     * without one the address was loopback, which must stay loopback. */
-    if (fd < 0 && eno == EADDRNOTAVAIL && token && *token) fd = listen_on(NULL, port, &eno, err);
-    if (fd < 0) return -1;
     store_server *s = calloc(1, sizeof *s);
-    if (!s) {
-        close(fd);
-        return pp_fail(err, "store: out of memory");
-    }
-    s->lfd = fd;
+    if (!s) return pp_fail(err, "store: out of memory");
     if (lim) s->lim = *lim;
     if (!s->lim.max_conns) s->lim.max_conns = STORE_MAX_CONNS;
     if (!s->lim.auth_timeout_ns) s->lim.auth_timeout_ns = STORE_AUTH_TIMEOUT_MS * 1000000ull;
@@ -873,30 +593,48 @@ int store_server_start_limits(const char *host, int port, const char *token, con
     if (!s->lim.accept_pause_ns) s->lim.accept_pause_ns = STORE_ACCEPT_PAUSE_MS * 1000000ull;
     if (!s->lim.max_bytes) s->lim.max_bytes = STORE_MAX_BYTES;
     if (!s->lim.max_keys) s->lim.max_keys = STORE_MAX_KEYS;
+    if (!s->lim.max_buffered) s->lim.max_buffered = STORE_MAX_BUFFERED;
     /* Longer than a year is forever, and must not overflow a deadline. */
     const uint64_t year = 365ull * 24 * 3600 * 1000000000ull;
     if (s->lim.auth_timeout_ns > year) s->lim.auth_timeout_ns = year;
     if (s->lim.accept_pause_ns > year) s->lim.accept_pause_ns = year;
     if (token) snprintf(s->token, sizeof s->token, "%s", token);
+    netserve_config cfg = {
+        .name = "pprun store",
+        .conn_size = sizeof(conn),
+        .max_conns = s->lim.max_conns,
+        .max_buffered = s->lim.max_buffered,
+        .overflow = NETSERVE_CLOSE, /* a store client waits for no one: it is told at once */
+        .out_high = s->lim.out_high,
+        .auth_ns = s->token[0] ? s->lim.auth_timeout_ns : 0,
+        .accept_pause_ns = s->lim.accept_pause_ns,
+        .frame_len = frame_len,
+        .refuse = turn_away,
+        .on_close = on_close,
+        .ctx = s,
+    };
+    /* MASTER_ADDR may name this machine by an address it cannot bind (NAT,
+     * a load balancer): listen everywhere then, but only with a token:
+     * without one the address was loopback, which must stay loopback. */
+    if (netserve_start(host, port, s->token[0] ? NET_ANY_IF_NOT_LOCAL : 0, &cfg, &s->net, err) != 0) {
+        free(s);
+        return pp_wrap(err, "store");
+    }
     s->nbuckets = 256;
     s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                             : ((struct sockaddr_in *)&ss)->sin_port);
     if (!s->buckets || pipe2(s->wake, O_CLOEXEC) != 0) {
+        pp_fail(err, "store: cannot set up the server: %s", strerror(errno));
         free(s->buckets);
-        close(fd);
+        netserve_stop(s->net);
         free(s);
-        return pp_fail(err, "store: cannot set up the server: %s", strerror(errno));
+        return -1;
     }
     int rc = pthread_create(&s->thread, NULL, server_main, s);
     if (rc != 0) {
         close(s->wake[0]);
         close(s->wake[1]);
         free(s->buckets);
-        close(fd);
+        netserve_stop(s->net);
         free(s);
         return pp_fail(err, "store: cannot start the server thread: %s", strerror(rc));
     }
@@ -904,7 +642,7 @@ int store_server_start_limits(const char *host, int port, const char *token, con
     return 0;
 }
 
-int store_server_port(const store_server *s) { return s->port; }
+int store_server_port(const store_server *s) { return s->net->port; }
 
 void store_server_stop(store_server *s) {
     if (!s) return;
@@ -912,8 +650,7 @@ void store_server_stop(store_server *s) {
     while (write(s->wake[1], &b, 1) < 0 && errno == EINTR) {
     }
     pthread_join(s->thread, NULL);
-    for (size_t i = 0; i < s->nconns; i++) conn_free(s, s->conns[i]);
-    free(s->conns);
+    netserve_stop(s->net);
     for (size_t i = 0; i < s->nbuckets; i++) {
         for (kv *e = s->buckets[i], *next; e; e = next) {
             next = e->next;
@@ -923,7 +660,6 @@ void store_server_stop(store_server *s) {
         }
     }
     free(s->buckets);
-    close(s->lfd);
     close(s->wake[0]);
     close(s->wake[1]);
     free(s);

@@ -5,15 +5,18 @@
 #include "runner/store/store_wire.h"
 
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "base/net.h"
+
+/* The most one connection attempt of a store_connect with timeout 0 takes. */
+#define STORE_CONNECT_TRY_NS 5000000000ull
 
 struct store_client {
     int fd;
@@ -29,52 +32,7 @@ struct store_client {
 };
 
 int store_parse_addr(const char *addr, char *host, size_t hostcap, int *port, pp_err *err) {
-    const char *colon = strrchr(addr ? addr : "", ':');
-    if (!addr || !colon || colon == addr)
-        return pp_fail(err, "store address '%s': expected HOST:PORT", addr ? addr : "");
-    const char *h = addr;
-    size_t hl = (size_t)(colon - addr);
-    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') h++, hl -= 2;
-    if (hl + 1 > hostcap) return pp_fail(err, "store address '%s': host name too long", addr);
-    long p;
-    if (pp_parse_long(colon + 1, 1, 65535, "store port", &p, err) != 0)
-        return pp_wrap(err, "store address '%s'", addr);
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    *port = (int)p;
-    return 0;
-}
-
-static int try_connect(const char *host, int port, int *eno, pp_err *err) {
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    char portstr[16];
-    snprintf(portstr, sizeof portstr, "%d", port);
-    int gai = getaddrinfo(host, portstr, &hints, &res);
-    if (gai != 0) {
-        *eno = 0;
-        return pp_fail(err, "store: cannot resolve '%s': %s", host, gai_strerror(gai));
-    }
-    int fd = -1;
-    for (struct addrinfo *a = res; a; a = a->ai_next) {
-        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            *eno = errno;
-            continue;
-        }
-        int rc;
-        while ((rc = connect(fd, a->ai_addr, a->ai_addrlen)) != 0 && errno == EINTR) {
-        }
-        if (rc == 0) break;
-        *eno = errno;
-        close(fd);
-        fd = -1;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) return pp_fail(err, "store: cannot connect to %s:%d: %s", host, port, strerror(*eno));
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    return fd;
+    return net_parse_addr("store address", addr, 1, host, hostcap, port, err);
 }
 
 /* --- framing ------------------------------------------------------------------ */
@@ -213,10 +171,16 @@ int store_connect_token(const char *host, int port, const char *token, uint64_t 
     *out = NULL;
     if (token && *token && pp_token_check(token, "store", err) != 0) return -1; /* before connecting */
     uint64_t deadline = pp_now_ns() + timeout_ns;
-    int fd, eno = 0;
+    int fd;
     for (;;) {
-        fd = try_connect(host, port, &eno, err);
+        /* One try alone (timeout_ns 0) still has a limit: an unreachable
+         * host must not hold a caller that polls for a stop signal. */
+        uint64_t now = pp_now_ns();
+        uint64_t left = !timeout_ns ? STORE_CONNECT_TRY_NS : deadline > now ? deadline - now : 1000000;
+        uint64_t ms = (left + 999999) / 1000000;
+        fd = net_connect(host, port, ms > INT_MAX ? INT_MAX : (int)ms, 0, err);
         if (fd >= 0) break;
+        pp_wrap(err, "store");
         /* Refused (or not resolvable yet): the server may not be up. */
         if (pp_now_ns() >= deadline)
             return timeout_ns ? pp_wrap(err, "gave up after %.1fs", (double)timeout_ns / 1e9) : -1;
@@ -230,7 +194,7 @@ int store_connect_token(const char *host, int port, const char *token, uint64_t 
     c->fd = fd;
     c->deadline = UINT64_MAX;
     c->stop_fd = -1;
-    snprintf(c->peer, sizeof c->peer, "%s:%d", host, port);
+    net_format_addr(host, port, c->peer, sizeof c->peer);
     int rc = store_authenticate(c, token, err);
     if (rc != 0) {
         store_close(c);

@@ -21,13 +21,21 @@
  *    add a key over max_keys, or bytes (key + value lengths) over
  *    max_bytes, is answered BAD "store full: ..." and changes nothing;
  *    replacing a value with one not larger, GET, DEL and WAIT go on at
- *    the cap. One line (at most every 10 s) says so on stderr. */
+ *    the cap. One line (at most every 10 s) says so on stderr.
+ *  - max_buffered: what the connections hold of frames still arriving,
+ *    together (base/netserve.h: beyond 8 KiB each, which every connection
+ *    has). A frame, announced by its length, that would take more is not
+ *    read: its connection is closed at once, with a line on stderr naming
+ *    the peer. So partial frames sent and never finished (a frame may be
+ *    up to STORE_MAX_FRAME, 64 MiB) cannot grow the process without
+ *    bound; one connection alone holds at most one frame and 4 KiB. */
 #ifndef PP_STORE_LIMITS_H
 #define PP_STORE_LIMITS_H
 #include <stddef.h>
 #include <stdint.h>
 
 #include "runner/store/store.h"
+#include "runner/store/store_wire.h"
 
 /* 16384: a worker holds two connections (its own client and its comm
  * exchange's), a launcher two (its client and the watch), so this serves a
@@ -58,6 +66,10 @@
  * the node's memory. */
 #define STORE_MAX_BYTES (512ull << 20)
 #define STORE_MAX_KEYS (4u << 20)
+/* Two frames of the largest size (a SET of STORE_MAX_VALUE, 64 MiB)
+ * arriving at once, so about 128 MiB; a job's own requests are a few
+ * hundred bytes and never count against it. */
+#define STORE_MAX_BUFFERED (2ull * (4 + STORE_MAX_FRAME))
 
 typedef struct store_limits {
     size_t max_conns;         /* 0: STORE_MAX_CONNS */
@@ -66,6 +78,7 @@ typedef struct store_limits {
     uint64_t accept_pause_ns; /* 0: STORE_ACCEPT_PAUSE_MS */
     uint64_t max_bytes;       /* 0: STORE_MAX_BYTES (key + value lengths held) */
     size_t max_keys;          /* 0: STORE_MAX_KEYS */
+    uint64_t max_buffered;    /* 0: STORE_MAX_BUFFERED */
 } store_limits;
 
 /* store_server_start_token with these limits (lim NULL, or a field 0: the

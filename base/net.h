@@ -1,0 +1,80 @@
+/* net.h: TCP sockets, set up in one place (in the spirit of Redis's anet.c).
+ *
+ * Every port pprun opens (the rendezvous store, the trace collector's
+ * ingest port, the workers' TCP data plane) listens, accepts and connects
+ * through these, so each rule is written once: every socket is
+ * close-on-exec (a worker spawned while the launcher holds a connection
+ * must not inherit it), every connection has TCP_NODELAY (pprun's requests
+ * and frames are small and someone waits for each), a listener reuses its
+ * address (a launcher restarted at once gets its port back), and a
+ * connect gives up at its deadline instead of the kernel's minutes of SYN
+ * retries. Errors name HOST:PORT and say why.
+ *
+ * Deadlines are on the pp_now_ns clock; UINT64_MAX is none (pp_deadline_ns
+ * makes one from "timeout_ms, negative = none"). Functions that fail leave
+ * errno saying why, for callers that act on it (ECONNREFUSED: the peer is
+ * not up yet; EADDRNOTAVAIL: not an address of this machine; ETIMEDOUT: the
+ * deadline passed); errno 0 means the name did not resolve. */
+#ifndef PP_NET_H
+#define PP_NET_H
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "base/pp.h"
+
+enum {
+    NET_NONBLOCK = 1, /* the socket returned is non-blocking */
+    /* net_listen: when HOST is not an address of this machine (NAT, a
+     * DNS alias for a load balancer), listen on every address of its
+     * family instead. Only for a port guarded by a token: a loopback
+     * address must stay loopback. */
+    NET_ANY_IF_NOT_LOCAL = 2,
+};
+
+/* Splits "HOST:PORT" into host (at most hostcap - 1 bytes) and *port. HOST
+ * is a name, an IPv4 address or an IPv6 address in brackets ("[::1]:29500");
+ * an IPv6 address without brackets is read up to its last ':' when that
+ * leaves a valid address ("::1:29500", as "%s:%d" prints it). PORT is
+ * min_port (0 or 1) to 65535. Errors start with "WHAT 'ADDR':". */
+int net_parse_addr(const char *what, const char *addr, int min_port, char *host, size_t hostcap, int *port,
+                   pp_err *err);
+/* "HOST:PORT", with brackets around an IPv6 HOST: what error messages and
+ * PPRUN_STORE-like variables show. */
+void net_format_addr(const char *host, int port, char *buf, size_t cap);
+
+/* A listening socket on host:port (host NULL or "" = every interface; port
+ * 0 = one the kernel picks, see net_local_port), close-on-exec, with
+ * SO_REUSEADDR and the given backlog. flags: NET_NONBLOCK,
+ * NET_ANY_IF_NOT_LOCAL. Returns the fd, or -1 with err "cannot listen on
+ * HOST:PORT: why" (or "cannot resolve 'HOST': why"). */
+int net_listen(const char *host, int port, int backlog, int flags, pp_err *err);
+/* The port a socket is bound to, or -1. */
+int net_local_port(int fd);
+
+/* Connects to host:port, trying each of its addresses until one answers or
+ * timeout_ms has passed (negative: the kernel's own limit). The socket is
+ * close-on-exec, has TCP_NODELAY, and blocks unless flags has
+ * NET_NONBLOCK. Returns the fd, or -1 with err "cannot connect to
+ * HOST:PORT: why" ("timed out after N ms" with errno ETIMEDOUT). */
+int net_connect(const char *host, int port, int timeout_ms, int flags, pp_err *err);
+
+/* accept4 on a listening socket: close-on-exec, TCP_NODELAY, non-blocking
+ * if flags has NET_NONBLOCK. EINTR is retried. Returns the fd, or -1 with
+ * errno (EAGAIN: none waiting). */
+int net_accept(int lfd, int flags);
+
+/* TCP keep-alive: after idle_s without traffic the kernel probes the peer
+ * every idle_s / 3 s, and after 3 unanswered probes the connection fails
+ * (a reader sees ETIMEDOUT): a peer whose machine vanished without a FIN
+ * stops holding the connection. 0, or -1 with errno. */
+int net_set_keepalive(int fd, int idle_s);
+
+/* Writes all n bytes (never raising SIGPIPE). 0, or -1 with errno
+ * (ETIMEDOUT once deadline_ns passed). */
+int net_write_all(int fd, const void *buf, size_t n, uint64_t deadline_ns);
+/* Reads n bytes: returns n, fewer if the peer closed first, or -1 with errno
+ * (ETIMEDOUT once deadline_ns passed). */
+ssize_t net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ns);
+
+#endif
