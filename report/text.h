@@ -1,5 +1,6 @@
 /* text.h: a job's analyses (db/) as text for a terminal: the full report
- * of `pprun stats`, and the two lines `pprun run` prints when its job ends. */
+ * of `pprun stats`, and the two lines `pprun run` prints when its job ends.
+ * Their JSON, for the API and `pprun stats --format json`, is json.h's. */
 #ifndef PP_REPORT_TEXT_H
 #define PP_REPORT_TEXT_H
 #include <sqlite3.h>

@@ -33,23 +33,6 @@ sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, http_reply *r) {
     return st;
 }
 
-void routes_row_object(jw *w, sqlite3_stmt *st) {
-    jw_obj(w);
-    int n = sqlite3_column_count(st);
-    for (int c = 0; c < n; c++) {
-        jw_key(w, sqlite3_column_name(st, c));
-        switch (sqlite3_column_type(st, c)) {
-        case SQLITE_INTEGER: jw_int(w, sqlite3_column_int64(st, c)); break;
-        case SQLITE_FLOAT: jw_num(w, sqlite3_column_double(st, c)); break;
-        case SQLITE_TEXT:
-            jw_strn(w, (const char *)sqlite3_column_text(st, c), (size_t)sqlite3_column_bytes(st, c));
-            break;
-        default: jw_null(w);
-        }
-    }
-    jw_obj_end(w);
-}
-
 int routes_load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
     sqlite3_stmt *st = routes_prep(db, "SELECT t0_ns, world_size, " SQL_JOB_STATUS("") " FROM jobs WHERE id=?", r);
     if (!st) return -1;
@@ -89,7 +72,7 @@ static void route_jobs(sqlite3 *db, http_reply *r) {
     jw_key(&w, "jobs");
     jw_arr(&w);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) routes_row_object(&w, st);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) report_sql_row(&w, st);
     jw_arr_end(&w);
     jw_obj_end(&w);
     sqlite3_finalize(st);
@@ -174,7 +157,7 @@ static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
         return;
     }
     sqlite3_bind_int64(st, 1, j->id);
-    while (sqlite3_step(st) == SQLITE_ROW) routes_row_object(&w, st);
+    while (sqlite3_step(st) == SQLITE_ROW) report_sql_row(&w, st);
     sqlite3_finalize(st);
     jw_arr_end(&w);
     jw_kint(&w, "timeline_end", routes_timeline_end(db, j));

@@ -23,8 +23,6 @@ typedef struct job_info {
 int routes_load_job(sqlite3 *db, long id, job_info *j, http_reply *r);
 /* A prepared statement or a 500 naming SQLite's complaint. */
 sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, http_reply *r);
-/* The current row as an object, keys from the column names. */
-void routes_row_object(jw *w, sqlite3_stmt *st);
 /* Where the job's timeline ends so far (ns since t0): the last event of
  * each rank. */
 int64_t routes_timeline_end(sqlite3 *db, const job_info *j);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "db/analyze.h"
+#include "report/sql.h"
 #include "web/routes.h"
 
 #define EVENTS_DEFAULT_LIMIT 20000
@@ -561,7 +562,7 @@ void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_r
             truncated = 1;
             break;
         }
-        routes_row_object(&w, st);
+        report_sql_row(&w, st);
         n++;
     }
     sqlite3_finalize(st);
