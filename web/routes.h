@@ -39,13 +39,9 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r);
 /* GET /api/jobs/{job}/trace.json: its parameters into t (1), or a 400 in
  * r (0). The export itself is routes_trace's, on the trace pool. */
 int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, http_reply *r);
-/* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c); routes_critpath
- * answers it for step (-1: the latest complete steps' totals). */
+/* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c) */
 void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void routes_critpath(sqlite3 *db, const job_info *j, long step, http_reply *r);
-/* GET /api/jobs/{id}/compare?vs=M (routes_compare.c); routes_compare
- * answers it for vs. */
+/* GET /api/jobs/{id}/compare?vs=M (routes_compare.c) */
 void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void routes_compare(sqlite3 *db, const job_info *j, long vs, http_reply *r);
 
 #endif

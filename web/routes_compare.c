@@ -36,10 +36,6 @@ void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, htt
         http_error(r, 400, "missing query parameter vs: the job to compare job %ld with (compare?vs=ID)", j->id);
         return;
     }
-    routes_compare(db, j, vs, r);
-}
-
-void routes_compare(sqlite3 *db, const job_info *j, long vs, http_reply *r) {
     if (vs == j->id) {
         http_error(r, 400, "vs=%ld is job %ld itself: nothing to compare", vs, j->id);
         return;

@@ -231,10 +231,7 @@ void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
  * totals (db/critpath.h). */
 void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
     long step = -1;
-    if (arg_long(c, "step", 0, 1l << 30, &step, r) >= 0) routes_critpath(db, j, step, r);
-}
-
-void routes_critpath(sqlite3 *db, const job_info *j, long step, http_reply *r) {
+    if (arg_long(c, "step", 0, 1l << 30, &step, r) < 0) return;
     pp_err err;
     jw w;
     jw_init(&w);
