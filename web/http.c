@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,106 +34,6 @@ typedef struct request {
  * sender still gets a 413 (libmicrohttpd can only answer once the body is
  * in); past this the connection is closed: the body could be endless. */
 #define HTTP_DISCARD_FACTOR 16
-
-void http_error(http_reply *r, int status, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    jw w;
-    jw_init(&w);
-    jw_obj(&w);
-    jw_kstr(&w, "error", msg);
-    jw_kint(&w, "status", status);
-    jw_obj_end(&w);
-    free(r->body);
-    r->body = jw_take(&w, &r->len);
-    r->status = r->body ? status : 500;
-    r->type = "application/json";
-    r->cache = NULL;
-}
-
-void http_json(http_reply *r, jw *w) {
-    free(r->body);
-    r->body = jw_take(w, &r->len);
-    if (!r->body) {
-        http_error(r, 500, "out of memory building the response");
-        return;
-    }
-    r->status = 200;
-    r->type = "application/json";
-    r->cache = NULL;
-}
-
-int http_conn_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? ci->connect_fd : -1;
-}
-
-int http_client_gone(int fd) {
-    if (fd < 0) return 0;
-    char b;
-    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r) {
-    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
-    if (!v || !*v) return 0;
-    /* Digits only: strtol would also take " 5" and "+5". */
-    const char *d = v + (v[0] == '-');
-    if (!*d || strspn(d, "0123456789") != strlen(d)) {
-        http_error(r, 400, "bad query parameter: %s: expected an integer in [%ld, %ld], got '%.64s'", name, min, max,
-                   v);
-        return -1;
-    }
-    pp_err err;
-    if (pp_parse_long(v, min, max, name, out, &err) != 0) {
-        http_error(r, 400, "bad query parameter: %s", err.msg);
-        return -1;
-    }
-    return 1;
-}
-
-/* The query's parameters, checked before any route reads one: a name
- * given twice (which value would count?) and a name or value holding a
- * NUL (%00: everything after it was silently dropped) are refused. */
-typedef struct args_check {
-    const char *seen[32];
-    size_t nseen;
-    char bad[160];
-} args_check;
-
-static enum MHD_Result args_check_one(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                      const char *value, size_t value_size) {
-    (void)kind;
-    args_check *a = cls;
-    if (key_size == 0 && !value) return MHD_YES; /* "?&limit=5": nothing given */
-    if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
-        snprintf(a->bad, sizeof a->bad, "query parameter '%.64s' holds a NUL character (%%00)", key);
-        return MHD_NO;
-    }
-    for (size_t i = 0; i < a->nseen; i++)
-        if (strcmp(a->seen[i], key) == 0) {
-            snprintf(a->bad, sizeof a->bad, "query parameter '%.64s' is given more than once", key);
-            return MHD_NO;
-        }
-    if (a->nseen == sizeof a->seen / sizeof a->seen[0]) {
-        snprintf(a->bad, sizeof a->bad, "more than %zu query parameters", a->nseen);
-        return MHD_NO;
-    }
-    a->seen[a->nseen++] = key;
-    return MHD_YES;
-}
-
-static int args_ok(struct MHD_Connection *c, http_reply *r) {
-    args_check a = {.nseen = 0};
-    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, args_check_one, &a);
-    if (!a.bad[0]) return 1;
-    http_error(r, 400, "bad query: %s", a.bad);
-    return 0;
-}
 
 /* ---- listen address ------------------------------------------------------ */
 
@@ -345,7 +244,7 @@ static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, co
 
 /* ---- request life cycle --------------------------------------------------- */
 
-static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, http_reply *r) {
+static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, reply *r) {
     struct MHD_Response *resp;
     if (r->file) { /* MHD reads the file as the client takes it, and closes its fd */
         int fd = dup(fileno(r->file));
@@ -381,7 +280,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode code) {
     http_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        int fd = http_conn_fd(c);
+        int fd = conn_fd(c);
         *socket_context = fd >= 0 ? reaper_conn_open(&s->reaper, fd) : NULL;
     } else {
         reaper_conn_closed(&s->reaper, *socket_context);
@@ -391,12 +290,12 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 
 /* 413 for a body over max_body, announced (Content-Length) or chunked. */
 static enum MHD_Result send_too_big(http_server *s, struct MHD_Connection *c) {
-    http_reply r = {0};
-    http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
+    reply r = {0};
+    reply_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
     return send_reply(s, c, &r);
 }
 
-static void run_sql(http_server *s, sqlite3 *db, const void *arg, http_reply *r) {
+static void run_sql(http_server *s, sqlite3 *db, const void *arg, reply *r) {
     const request *rq = arg;
     routes_sql(s, db, rq->body ? rq->body : "", rq->len, r);
 }
@@ -405,7 +304,7 @@ static void run_sql(http_server *s, sqlite3 *db, const void *arg, http_reply *r)
  * (MHD_YES, the connection suspended meanwhile), or now (the pool is full
  * or stopping). arg must live as long as rq. */
 static enum MHD_Result submit(http_server *s, struct MHD_Connection *c, request *rq, sql_pool *p, sqlpool_fn *run,
-                              const void *arg, http_reply *r) {
+                              const void *arg, reply *r) {
     if (!sqlpool_submit(p, s, c, run, arg, &rq->task, r)) return send_reply(s, c, r);
     rq->pool = p;
     return MHD_YES;
@@ -430,7 +329,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     http_server *s = cls;
     request *rq = *con_cls;
-    http_reply r = {0};
+    reply r = {0};
     int is_api = strncmp(url, "/api/", 5) == 0 || strcmp(url, "/api") == 0;
     int is_metrics = strcmp(url, "/metrics") == 0;
     if (!rq || !rq->started) {
@@ -439,17 +338,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq->started = 1;
         if (rq->path_nul) {
             rq->answered = 1;
-            http_error(&r, 400, "the URL's path holds a NUL character (%%00)");
+            reply_error(&r, 400, "the URL's path holds a NUL character (%%00)");
             return send_reply(s, c, &r);
         }
         /* The first call has the headers only: a stranger is refused before
          * a byte of its body is read, and so is an announced oversized body. */
         if ((is_api || is_metrics) && s->token && !token_ok(s, c)) {
             rq->answered = 1;
-            http_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
+            reply_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
             return send_reply(s, c, &r);
         }
-        if ((is_api || is_metrics) && !args_ok(c, &r)) {
+        if ((is_api || is_metrics) && query_check(c, &r) != 0) {
             rq->answered = 1;
             return send_reply(s, c, &r);
         }
@@ -501,7 +400,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     int head = strcmp(method, "HEAD") == 0;
     int get = head || strcmp(method, "GET") == 0;
     if (is_metrics) {
-        if (!get) http_error(&r, 405, "%s not allowed on /metrics (use GET)", method);
+        if (!get) reply_error(&r, 405, "%s not allowed on /metrics (use GET)", method);
         else metrics_render(s, &r);
         return send_reply(s, c, &r);
     }
@@ -524,13 +423,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     char name[256];
     if (!get && static_file(url, name)) {
-        http_error(&r, 405, "%s not allowed on %s", method, url);
+        reply_error(&r, 405, "%s not allowed on %s", method, url);
         return send_reply(s, c, &r);
     }
     /* HEAD: libmicrohttpd sends the headers of the full response, no body. */
     enum MHD_Result ret = get ? serve_static(s, c, url) : MHD_NO;
     if (ret == MHD_YES) return ret;
-    http_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
+    reply_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
     return send_reply(s, c, &r);
 }
 

@@ -10,8 +10,11 @@
 
 #include "db/export.h"
 #include "db/summary.h"
-#include "web/http.h"
 #include "base/json.h"
+#include "web/conn.h"
+#include "web/http.h"
+#include "web/query.h"
+#include "web/reply.h"
 
 struct sqlite3;
 
@@ -80,29 +83,6 @@ struct http_server {
     atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
 };
 
-/* A response to send: status, content type and body (owned, freed by MHD). */
-typedef struct http_reply {
-    int status;
-    const char *type;
-    char *body;
-    size_t len;
-    FILE *file;         /* owned; instead of body when set: its len bytes from the start (a big export) */
-    const char *cache;  /* Cache-Control; NULL = no-store */
-    const char *allow;  /* a 405's Allow; NULL = "GET, HEAD" */
-} http_reply;
-
-/* Fills r with {"error": msg} and the status. */
-void http_error(http_reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* The socket of connection c, -1 when libmicrohttpd does not say. */
-int http_conn_fd(struct MHD_Connection *c);
-/* Whether the client on fd (a suspended connection's socket: libmicrohttpd
- * reads nothing from it meanwhile, and sees no disconnect) has closed its
- * end or reset it: end of file, or an error other than "nothing to read
- * yet". Bytes it sent are left where they are. 0 for fd -1. */
-int http_client_gone(int fd);
-/* Takes w's bytes as a JSON body with status 200 (500 if w ran out of memory). */
-void http_json(http_reply *r, jw *w);
-
 /* GET /api/jobs/{id}/trace.json, read on the HTTP thread, run on the
  * trace pool (routes_trace). */
 typedef struct trace_request {
@@ -115,14 +95,14 @@ typedef struct trace_request {
  * query parameters. 0: r holds the answer; 1: a trace export, described in
  * *trace, for the trace pool. */
 int routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, trace_request *trace,
-               http_reply *r);
+               reply *r);
 /* POST /api/sql, run on a worker (sqlpool.c): body (NUL-terminated, len
  * bytes) is the request's JSON; its query runs on db, the answer into r. */
-void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_reply *r);
+void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, reply *r);
 
 /* What a pool's worker does for a task: answers r from db (a connection of
  * s's dbpool). arg is the submitter's. */
-typedef void sqlpool_fn(http_server *s, sqlite3 *db, const void *arg, http_reply *r);
+typedef void sqlpool_fn(http_server *s, sqlite3 *db, const void *arg, reply *r);
 /* GET .../trace.json on the trace pool: arg is a trace_request. */
 sqlpool_fn routes_trace;
 /* A pool of `workers` threads; past them max_waiting requests wait, the
@@ -133,10 +113,10 @@ int sqlpool_start(sql_pool **p, const char *what, unsigned workers, unsigned max
  * set), or fills r (0: the pool is full, the server is stopping). arg must
  * live until the task is taken. */
 int sqlpool_submit(sql_pool *p, http_server *s, struct MHD_Connection *c, sqlpool_fn *run, const void *arg,
-                   sql_task **task, http_reply *r);
+                   sql_task **task, reply *r);
 /* Moves a finished task's reply into r and frees the task (r NULL: only
  * frees it and its reply). */
-void sqlpool_take(sql_task *t, http_reply *r);
+void sqlpool_take(sql_task *t, reply *r);
 /* Interrupts the running tasks and joins the workers; every suspended
  * connection is resumed, and answered (2 s at most). Before
  * MHD_stop_daemon. */
@@ -149,13 +129,13 @@ void sqlpool_done(sql_pool *p);
 void sqlpool_count(sql_pool *p, unsigned *running, unsigned *queued);
 
 /* GET /metrics */
-void metrics_render(http_server *s, http_reply *r);
+void metrics_render(http_server *s, reply *r);
 
 /* Live streams (SSE) */
 int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned heartbeat_ms, pp_err *err);
 /* Queues the stream response for GET /api/jobs/{id}/live, or fills r with
  * an error. Returns MHD_YES/MHD_NO like MHD_queue_response. */
-enum MHD_Result live_open(http_server *s, struct MHD_Connection *c, long job, http_reply *r, int *queued);
+enum MHD_Result live_open(http_server *s, struct MHD_Connection *c, long job, reply *r, int *queued);
 /* Ends every stream (resumes suspended connections); call before MHD_stop_daemon. */
 void live_end_all(live_hub *h);
 void live_free(live_hub *h);
@@ -175,9 +155,5 @@ size_t live_unsent(live_hub *h);
     "coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE id > ?2 AND id <= ?3 AND +job_id = ?1 "          \
     "AND source = 'cpu' "                                                                                  \
     "ORDER BY id LIMIT ?5"
-
-/* Strict query parameter parsing: returns 0 when absent (leaves *out),
- * 1 when parsed, -1 on a bad value (r filled with a 400). */
-int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r);
 
 #endif

@@ -472,7 +472,7 @@ static void *hub_main(void *arg) {
                 sub_free(s);
                 continue;
             }
-            if (s->suspended && !s->ending && http_client_gone(s->fd)) {
+            if (s->suspended && !s->ending && conn_client_gone(s->fd)) {
                 s->ending = 1; /* its reader ends the stream, and MHD closes the connection */
                 s->suspended = 0;
                 MHD_resume_connection(s->conn);
@@ -602,14 +602,14 @@ static int parse_cursor(const char *v, live_sub *s) {
     return 0;
 }
 
-enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, http_reply *r, int *queued) {
+enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, reply *r, int *queued) {
     live_hub *h = srv->live;
     *queued = 0;
     /* The job must exist; checked through the pool, not the hub's connection. */
     pp_err err;
     sqlite3 *db = dbpool_get(&srv->pool, &err);
     if (!db) {
-        http_error(r, 503, "%s", err.msg);
+        reply_error(r, 503, "%s", err.msg);
         return MHD_NO;
     }
     sqlite3_stmt *st = NULL;
@@ -621,16 +621,16 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
     sqlite3_finalize(st);
     dbpool_put(&srv->pool, db);
     if (!exists) {
-        http_error(r, 404, "no job %ld in this database", job);
+        reply_error(r, 404, "no job %ld in this database", job);
         return MHD_NO;
     }
     live_sub *s = calloc(1, sizeof *s);
     if (!s) {
-        http_error(r, 500, "out of memory");
+        reply_error(r, 500, "out of memory");
         return MHD_NO;
     }
     s->conn = c;
-    s->fd = http_conn_fd(c);
+    s->fd = conn_fd(c);
     s->hub = h;
     s->job = job;
     jw_init(&s->out);
@@ -640,7 +640,7 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
     if (last && *last) {
         if (parse_cursor(last, s) != 0) {
             sub_free(s);
-            http_error(r, 400, "bad Last-Event-ID '%.60s': expected the id of a message of this stream", last);
+            reply_error(r, 400, "bad Last-Event-ID '%.60s': expected the id of a message of this stream", last);
             return MHD_NO;
         }
         s->initialised = 1;
@@ -660,14 +660,14 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
     pthread_mutex_unlock(&h->mu);
     if (stopping || full) {
         sub_free(s);
-        if (stopping) http_error(r, 503, "the server is stopping");
-        else http_error(r, 503, "too many live streams open (%d)", MAX_STREAMS);
+        if (stopping) reply_error(r, 503, "the server is stopping");
+        else reply_error(r, 503, "too many live streams open (%d)", MAX_STREAMS);
         return MHD_NO;
     }
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sub_read, s, sub_release);
     if (!resp) {
         sub_release(s); /* the hub frees it */
-        http_error(r, 500, "cannot create the stream response");
+        reply_error(r, 500, "cannot create the stream response");
         return MHD_NO;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");

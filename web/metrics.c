@@ -40,11 +40,11 @@ typedef struct job_row {
     long steps_done;
 } job_row;
 
-void metrics_render(http_server *s, http_reply *r) {
+void metrics_render(http_server *s, reply *r) {
     pp_err err;
     sqlite3 *db = dbpool_get(&s->pool, &err);
     if (!db) {
-        http_error(r, 503, "%s", err.msg);
+        reply_error(r, 503, "%s", err.msg);
         return;
     }
     /* The 50 newest jobs: a scrape stays small whatever the file holds. */
@@ -199,7 +199,7 @@ void metrics_render(http_server *s, http_reply *r) {
     size_t len;
     char *body = jw_take(&w, &len);
     if (!body) {
-        http_error(r, 500, "out of memory");
+        reply_error(r, 500, "out of memory");
         return;
     }
     free(r->body);

@@ -24,23 +24,23 @@ static int index_of(const char *const *names, const char *s) {
     return -1;
 }
 
-sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, http_reply *r) {
+sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, reply *r) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK) {
-        http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
         return NULL;
     }
     return st;
 }
 
-int routes_load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
+int routes_load_job(sqlite3 *db, long id, job_info *j, reply *r) {
     sqlite3_stmt *st = routes_prep(db, "SELECT t0_ns, world_size, " SQL_JOB_STATUS("") " FROM jobs WHERE id=?", r);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, id);
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
-        if (rc == SQLITE_DONE) http_error(r, 404, "no job %ld in this database", id);
-        else http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        if (rc == SQLITE_DONE) reply_error(r, 404, "no job %ld in this database", id);
+        else reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
         sqlite3_finalize(st);
         return -1;
     }
@@ -63,7 +63,7 @@ int routes_load_job(sqlite3 *db, long id, job_info *j, http_reply *r) {
     "    coalesce((SELECT sum(dropped_events) FROM ranks r WHERE r.job_id=j.id), 0)) AS events_dropped, "         \
     "coalesce((SELECT sum(cupti_dropped) FROM ranks r WHERE r.job_id=j.id), 0) AS cupti_dropped"
 
-static void route_jobs(sqlite3 *db, http_reply *r) {
+static void route_jobs(sqlite3 *db, reply *r) {
     sqlite3_stmt *st = routes_prep(db, "SELECT " JOB_COLUMNS " FROM jobs j ORDER BY j.id DESC LIMIT 1000", r);
     if (!st) return;
     jw w;
@@ -78,10 +78,10 @@ static void route_jobs(sqlite3 *db, http_reply *r) {
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
         jw_free(&w);
-        http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
         return;
     }
-    http_json(r, &w);
+    reply_json(r, &w);
 }
 
 int64_t routes_timeline_end(sqlite3 *db, const job_info *j) {
@@ -105,12 +105,12 @@ int64_t routes_timeline_end(sqlite3 *db, const job_info *j) {
     return end;
 }
 
-static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
+static void route_job(sqlite3 *db, const job_info *j, reply *r) {
     sqlite3_stmt *st = routes_prep(db, "SELECT " JOB_COLUMNS ", j.config_json FROM jobs j WHERE j.id=?", r);
     if (!st) return;
     sqlite3_bind_int64(st, 1, j->id);
     if (sqlite3_step(st) != SQLITE_ROW) {
-        http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
         sqlite3_finalize(st);
         return;
     }
@@ -187,7 +187,7 @@ static void route_job(sqlite3 *db, const job_info *j, http_reply *r) {
     jw_kint(&w, "last_event_id", sqlite3_column_int64(st, 0));
     sqlite3_finalize(st);
     jw_obj_end(&w);
-    http_json(r, &w);
+    reply_json(r, &w);
 }
 
 /* ---- POST /api/sql --------------------------------------------------------- */
@@ -220,14 +220,14 @@ static const char *body_members_bad(const cJSON *req, const char *body, size_t l
     return NULL;
 }
 
-void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_reply *r) {
+void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, reply *r) {
     /* body is our own NUL-terminated copy of exactly len bytes: the NUL is
      * part of what cJSON may read, so that it can require it right after the
      * value (and whitespace); a NUL inside the body ends it early, caught by
      * the end check. */
     const char *nul = memchr(body, 0, len);
     if (nul) { /* inside a string cJSON would take it, and the SQL would end there unseen */
-        http_error(r, 400, "the body holds a NUL byte at byte %zu: send {\"sql\": \"SELECT ...\"}",
+        reply_error(r, 400, "the body holds a NUL byte at byte %zu: send {\"sql\": \"SELECT ...\"}",
                    (size_t)(nul - body));
         return;
     }
@@ -235,15 +235,15 @@ void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_
     cJSON *req = cJSON_ParseWithLengthOpts(body, len + 1, &end, 1);
     if (!req || end != body + len) {
         size_t at = end && end >= body && end <= body + len ? (size_t)(end - body) : 0;
-        if (req) http_error(r, 400, "unexpected text after the JSON body at byte %zu: send one {\"sql\": ...} object", at);
-        else http_error(r, 400, "malformed JSON body near byte %zu: send {\"sql\": \"SELECT ...\"}", at);
+        if (req) reply_error(r, 400, "unexpected text after the JSON body at byte %zu: send one {\"sql\": ...} object", at);
+        else reply_error(r, 400, "malformed JSON body near byte %zu: send {\"sql\": \"SELECT ...\"}", at);
         cJSON_Delete(req);
         return;
     }
     char msg[160];
     const char *bad = body_members_bad(req, body, len, msg, sizeof msg);
     if (bad) {
-        http_error(r, 400, "%s", bad);
+        reply_error(r, 400, "%s", bad);
         cJSON_Delete(req);
         return;
     }
@@ -251,7 +251,7 @@ void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_
     const cJSON *mr = cJSON_IsObject(req) ? cJSON_GetObjectItemCaseSensitive(req, "max_rows") : NULL;
     if (!cJSON_IsString(sql) || !sql->valuestring) {
         cJSON_Delete(req);
-        http_error(r, 400, "the body must be a JSON object with a string member \"sql\"");
+        reply_error(r, 400, "the body must be a JSON object with a string member \"sql\"");
         return;
     }
     /* The raw result is capped as it is read, the JSON as it is written:
@@ -262,7 +262,7 @@ void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_
         if (!cJSON_IsNumber(mr) || mr->valuedouble < 1 || mr->valuedouble > (double)s->o.sql_max_rows ||
             mr->valuedouble != (double)(size_t)mr->valuedouble) {
             cJSON_Delete(req);
-            http_error(r, 400, "\"max_rows\" must be an integer from 1 to %zu", s->o.sql_max_rows);
+            reply_error(r, 400, "\"max_rows\" must be an integer from 1 to %zu", s->o.sql_max_rows);
             return;
         }
         lim.max_rows = (size_t)mr->valuedouble;
@@ -276,7 +276,7 @@ void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_
     if (rc != 0) {
         int status = why == USERSQL_EDENIED ? 403 : why == USERSQL_ETIMEOUT ? 408 : why == USERSQL_ETOOBIG ? 413
                      : why == USERSQL_EDB ? 503 : 400;
-        http_error(r, status, "%s", err.msg);
+        reply_error(r, status, "%s", err.msg);
         return;
     }
     jw w;
@@ -284,7 +284,7 @@ void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_
     if (report_sql_table(&w, res, s->o.sql_max_bytes) != 0) {
         jw_free(&w);
         usersql_free(res);
-        http_error(r, 413, "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns",
+        reply_error(r, 413, "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns",
                    s->o.sql_max_bytes);
         return;
     }
@@ -294,17 +294,17 @@ void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, http_
         jw_rawf(&w, ",\"elapsed_ms\":%.3f}", (double)(pp_now_ns() - t) / 1e6);
     }
     usersql_free(res);
-    http_json(r, &w);
+    reply_json(r, &w);
 }
 
 /* ---- dispatch -------------------------------------------------------------- */
 
 int routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, trace_request *trace,
-               http_reply *r) {
+               reply *r) {
     int get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
     pp_err err;
     if (strcmp(url, "/api/sql") == 0) { /* a POST went to sqlpool_submit */
-        http_error(r, 405, "%s not allowed on /api/sql (use POST with {\"sql\": ...})", method);
+        reply_error(r, 405, "%s not allowed on /api/sql (use POST with {\"sql\": ...})", method);
         r->allow = "POST";
         return 0;
     }
@@ -330,17 +330,17 @@ int routes_api(http_server *s, struct MHD_Connection *c, const char *method, con
     static const char *const known[] = {"", "events", "kernels", "steps", "gaps", "plan", "summary", "whatif", "compare",
                                         "critpath", "trace.json", "live", NULL};
     if (!rest || index_of(known, what) < 0) {
-        http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
+        reply_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url);
         return 0;
     }
     if (!get) {
-        http_error(r, 405, "%s not allowed on %.200s (use GET)", method, url);
+        reply_error(r, 405, "%s not allowed on %.200s (use GET)", method, url);
         return 0;
     }
     if (!strcmp(what, "trace.json")) return routes_trace_request(c, id, trace, r);
     sqlite3 *db = dbpool_get(&s->pool, &err);
     if (!db) {
-        http_error(r, 503, "%s", err.msg);
+        reply_error(r, 503, "%s", err.msg);
         return 0;
     }
     job_info j;
@@ -356,7 +356,7 @@ int routes_api(http_server *s, struct MHD_Connection *c, const char *method, con
         else if (!strcmp(what, "compare")) route_compare(db, c, &j, r);
         else if (!strcmp(what, "critpath")) route_critpath(db, c, &j, r);
         else if (!strcmp(what, "plan")) route_plan(db, &j, r);
-        else http_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url); /* a stream of no job */
+        else reply_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", url); /* a stream of no job */
     }
     dbpool_put(&s->pool, db);
     return 0;

@@ -20,28 +20,28 @@ typedef struct job_info {
 
 /* Loads job `id` into j: 0, or -1 with r filled (404 when there is no
  * such job, 500 on a database error). */
-int routes_load_job(sqlite3 *db, long id, job_info *j, http_reply *r);
+int routes_load_job(sqlite3 *db, long id, job_info *j, reply *r);
 /* A prepared statement or a 500 naming SQLite's complaint. */
-sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, http_reply *r);
+sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, reply *r);
 /* Where the job's timeline ends so far (ns since t0): the last event of
  * each rank. */
 int64_t routes_timeline_end(sqlite3 *db, const job_info *j);
 
 /* GET /api/jobs/{id}/events, kernels, gaps (routes_timeline.c) */
-void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
+void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
+void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
+void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
 /* GET /api/jobs/{id}/steps, plan, summary, whatif (routes_steps.c) */
-void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void route_plan(sqlite3 *db, const job_info *j, http_reply *r);
-void route_summary(sqlite3 *db, const job_info *j, http_reply *r);
-void route_whatif(sqlite3 *db, const job_info *j, http_reply *r);
+void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
+void route_plan(sqlite3 *db, const job_info *j, reply *r);
+void route_summary(sqlite3 *db, const job_info *j, reply *r);
+void route_whatif(sqlite3 *db, const job_info *j, reply *r);
 /* GET /api/jobs/{job}/trace.json: its parameters into t (1), or a 400 in
  * r (0). The export itself is routes_trace's, on the trace pool. */
-int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, http_reply *r);
+int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, reply *r);
 /* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c) */
-void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
+void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
 /* GET /api/jobs/{id}/compare?vs=M (routes_compare.c) */
-void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
+void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
 
 #endif

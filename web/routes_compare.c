@@ -16,28 +16,28 @@
 #include "web/routes.h"
 
 /* 0 when job vs is in db, else fills r (404, or 500) and returns -1. */
-static int vs_exists(sqlite3 *db, long vs, http_reply *r) {
+static int vs_exists(sqlite3 *db, long vs, reply *r) {
     sqlite3_stmt *st = routes_prep(db, "SELECT 1 FROM jobs WHERE id=?1", r);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, vs);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc == SQLITE_ROW) return 0;
-    if (rc == SQLITE_DONE) http_error(r, 404, "vs=%ld: no job %ld in this database", vs, vs);
-    else http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+    if (rc == SQLITE_DONE) reply_error(r, 404, "vs=%ld: no job %ld in this database", vs, vs);
+    else reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
     return -1;
 }
 
-void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
     long vs = 0;
-    int got = arg_long(c, "vs", 1, 0x7fffffffL, &vs, r); /* `pprun stats --vs`'s range */
+    int got = query_long(c, "vs", 1, 0x7fffffffL, &vs, r); /* `pprun stats --vs`'s range */
     if (got < 0) return;
     if (got == 0) {
-        http_error(r, 400, "missing query parameter vs: the job to compare job %ld with (compare?vs=ID)", j->id);
+        reply_error(r, 400, "missing query parameter vs: the job to compare job %ld with (compare?vs=ID)", j->id);
         return;
     }
     if (vs == j->id) {
-        http_error(r, 400, "vs=%ld is job %ld itself: nothing to compare", vs, j->id);
+        reply_error(r, 400, "vs=%ld is job %ld itself: nothing to compare", vs, j->id);
         return;
     }
     if (vs_exists(db, vs, r) != 0) return;
@@ -49,7 +49,7 @@ void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, htt
         job_compare c;
     } *t = calloc(1, sizeof *t); /* zeroed: compare_free runs whether or not compare_read did */
     if (!t) {
-        http_error(r, 500, "out of memory");
+        reply_error(r, 500, "out of memory");
         return;
     }
     pp_err err;
@@ -60,11 +60,11 @@ void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, htt
         compare_read(db, &t->s, &t->w[0], &t->o, &t->w[1], &t->c, &err) == 0) {
         jw w;
         jw_init(&w);
-        if (report_compare_json(&w, db, &t->s, &t->w[0], &t->o, &t->w[1], &t->c, &err) == 0) http_json(r, &w);
-        else http_error(r, 500, "%s", err.msg);
+        if (report_compare_json(&w, db, &t->s, &t->w[0], &t->o, &t->w[1], &t->c, &err) == 0) reply_json(r, &w);
+        else reply_error(r, 500, "%s", err.msg);
         jw_free(&w); /* empty once sent; what an error left */
     } else {
-        http_error(r, 500, "%s", err.msg);
+        reply_error(r, 500, "%s", err.msg);
     }
     compare_free(&t->c);
     if (read_o) summary_free(&t->o);

@@ -70,9 +70,9 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
  * cursors in step order, merged here. One SQL query joining them ran the
  * loss subqueries once per rank and sorted a UNION of both tables' steps
  * (0.27 s on a 20,000-step job, against 0.07 s). */
-void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
     long since = 0, limit = 100000;
-    if (arg_long(c, "since", 0, 1l << 40, &since, r) < 0 || arg_long(c, "limit", 1, 100000, &limit, r) < 0) return;
+    if (query_long(c, "since", 0, 1l << 40, &since, r) < 0 || query_long(c, "limit", 1, 100000, &limit, r) < 0) return;
     sqlite3_stmt *stats = routes_prep(db,
                                       "SELECT step, rank, start_ns, end_ns, bubble_ratio, act_peak_bytes FROM step_stats "
                                       "WHERE job_id=?1 AND step>=?2 ORDER BY step, rank",
@@ -90,7 +90,7 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
     jw_init(&w);
     if (!losses) goto out;
     if (!l.ratio || !l.act || !l.have) {
-        http_error(r, 500, "out of memory");
+        reply_error(r, 500, "out of memory");
         goto out;
     }
     sqlite3_bind_int64(stats, 1, j->id);
@@ -134,9 +134,9 @@ void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_
     jw_arr_end(&w);
     jw_obj_end(&w);
     if ((rs != SQLITE_ROW && rs != SQLITE_DONE) || (rl != SQLITE_ROW && rl != SQLITE_DONE))
-        http_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
     else
-        http_json(r, &w);
+        reply_json(r, &w);
 out:
     jw_free(&w);
     free(l.ratio);
@@ -146,12 +146,12 @@ out:
     sqlite3_finalize(losses);
 }
 
-int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, http_reply *r) {
-    const char *steps_s = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "steps");
+int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, reply *r) {
+    const char *steps_s = query_str(c, "steps");
     pp_err err;
-    *t = (trace_request){.job = job, .has_steps = steps_s && *steps_s}; /* empty: as absent */
+    *t = (trace_request){.job = job, .has_steps = steps_s != NULL};
     if (t->has_steps && db_export_parse_steps(steps_s, &t->steps, &err) != 0) {
-        http_error(r, 400, "steps: %s", err.msg);
+        reply_error(r, 400, "steps: %s", err.msg);
         return 0;
     }
     return 1;
@@ -159,14 +159,14 @@ int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, h
 
 /* Written to a temporary file, not to memory: a long job's whole trace runs
  * to gigabytes (about 70 kB a step of 4 ranks and 8 microbatches). */
-void routes_trace(http_server *s, sqlite3 *db, const void *arg, http_reply *r) {
+void routes_trace(http_server *s, sqlite3 *db, const void *arg, reply *r) {
     (void)s;
     const trace_request *t = arg;
     job_info j;
     if (routes_load_job(db, t->job, &j, r) != 0) return;
     FILE *out = tmpfile();
     if (!out) {
-        http_error(r, 500, "cannot make a temporary file for the trace: %s", strerror(errno));
+        reply_error(r, 500, "cannot make a temporary file for the trace: %s", strerror(errno));
         return;
     }
     pp_err err;
@@ -174,7 +174,7 @@ void routes_trace(http_server *s, sqlite3 *db, const void *arg, http_reply *r) {
     off_t len = ftello(out);
     if (rc != 0 || len < 0) {
         fclose(out);
-        http_error(r, rc == 1 ? 404 : 500, "%s", rc == 0 ? "cannot measure the trace's temporary file" : err.msg);
+        reply_error(r, rc == 1 ? 404 : 500, "%s", rc == 0 ? "cannot measure the trace's temporary file" : err.msg);
         return;
     }
     free(r->body);
@@ -185,72 +185,72 @@ void routes_trace(http_server *s, sqlite3 *db, const void *arg, http_reply *r) {
     r->len = (size_t)len;
 }
 
-void route_plan(sqlite3 *db, const job_info *j, http_reply *r) {
+void route_plan(sqlite3 *db, const job_info *j, reply *r) {
     pp_err err;
     jw w;
     jw_init(&w);
-    if (report_plan_json(&w, db, j->id, j->world, &err) != 0) http_error(r, 500, "%s", err.msg);
-    else http_json(r, &w);
+    if (report_plan_json(&w, db, j->id, j->world, &err) != 0) reply_error(r, 500, "%s", err.msg);
+    else reply_json(r, &w);
     jw_free(&w); /* empty once sent */
 }
 
 /* The job in a few numbers (db/summary.h), to hold jobs side by side. */
-void route_summary(sqlite3 *db, const job_info *j, http_reply *r) {
+void route_summary(sqlite3 *db, const job_info *j, reply *r) {
     job_summary s;
     pp_err err;
     if (summary_read(db, j->id, 0, &s, &err) != 0) {
-        http_error(r, 500, "%s", err.msg);
+        reply_error(r, 500, "%s", err.msg);
     } else {
         jw w;
         jw_init(&w);
         report_summary_json(&w, &s);
-        http_json(r, &w);
+        reply_json(r, &w);
     }
     summary_free(&s);
 }
 
 /* Each built-in schedule played out at the job's measured costs (db/whatif.h). */
-void route_whatif(sqlite3 *db, const job_info *j, http_reply *r) {
+void route_whatif(sqlite3 *db, const job_info *j, reply *r) {
     job_summary s;
     whatif_report wr;
     pp_err err;
     /* the what-if shows no idle times: it skips the pass over every gap, which
      * the dashboard would pay every 10 s while following a long job */
     if (summary_read(db, j->id, SUMMARY_NO_IDLE, &s, &err) != 0 || whatif_read(db, &s, &wr, &err) != 0) {
-        http_error(r, 500, "%s", err.msg);
+        reply_error(r, 500, "%s", err.msg);
     } else {
         jw w;
         jw_init(&w);
         report_whatif_json(&w, j->id, &wr);
-        http_json(r, &w);
+        reply_json(r, &w);
     }
     summary_free(&s);
 }
 
 /* One step's path, op by op (?step=N), or the latest complete steps'
  * totals (db/critpath.h). */
-void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
     long step = -1;
-    if (arg_long(c, "step", 0, 1l << 30, &step, r) < 0) return;
+    if (query_long(c, "step", 0, 1l << 30, &step, r) < 0) return;
     pp_err err;
     jw w;
     jw_init(&w);
     if (step < 0) {
         critpath_report cr;
         if (critpath_read(db, j->id, j->world, &cr, &err) != 0) {
-            http_error(r, 500, "%s", err.msg);
+            reply_error(r, 500, "%s", err.msg);
         } else {
             report_critpath_json(&w, j->id, &cr);
-            http_json(r, &w);
+            reply_json(r, &w);
         }
         critpath_report_free(&cr);
     } else {
         critpath_path p;
-        if (critpath_step(db, j->id, (int)step, &p, &err) != 0) http_error(r, 500, "%s", err.msg);
-        else if (p.n == 0) http_error(r, 404, "job %ld has no compute op in step %ld", j->id, step);
+        if (critpath_step(db, j->id, (int)step, &p, &err) != 0) reply_error(r, 500, "%s", err.msg);
+        else if (p.n == 0) reply_error(r, 404, "job %ld has no compute op in step %ld", j->id, step);
         else if (report_critpath_step_json(&w, j->id, j->t0, j->world, step, &p, &err) != 0)
-            http_error(r, 500, "%s", err.msg);
-        else http_json(r, &w);
+            reply_error(r, 500, "%s", err.msg);
+        else reply_json(r, &w);
         critpath_free(&p);
     }
     jw_free(&w); /* empty once sent; what an error left */
