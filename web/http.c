@@ -216,51 +216,71 @@ static int etag_matches(const char *list, const char *etag) {
     return 0;
 }
 
-static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, const char *url) {
+/* GET and HEAD of a dashboard file: r filled (200, or 304 when the client
+ * has it: If-None-Match), or 0 when url names none. HEAD: libmicrohttpd
+ * sends the headers of the full response, no body. */
+static int static_reply(struct MHD_Connection *c, const char *url, reply *r) {
     char name[256];
     const pp_embedded_file *f = static_file(url, name);
-    if (!f) return MHD_NO; /* the caller answers 404 */
-    char etag[32];
-    snprintf(etag, sizeof etag, "\"%016llx\"", (unsigned long long)pp_hash(f->data, f->size)); /* so reloads get 304s */
+    if (!f) return 0;
+    /* so that reloads get 304s */
+    snprintf(r->etag, sizeof r->etag, "\"%016llx\"", (unsigned long long)pp_hash(f->data, f->size));
     const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
-    int not_modified = inm && etag_matches(inm, etag);
-    struct MHD_Response *resp =
-        not_modified ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
-            : MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type(name));
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    int not_modified = inm && etag_matches(inm, r->etag);
+    r->status = not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK;
+    r->data = not_modified ? (const void *)"" : (const void *)f->data;
+    r->len = not_modified ? 0 : f->size;
+    r->type = content_type(name);
     /* Revalidate every time: the binary (and so the files) can change
      * between runs on the same port. */
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(resp, "Content-Security-Policy",
-                            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
-    enum MHD_Result ret = MHD_queue_response(c, not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    atomic_fetch_add(&s->requests[not_modified ? 304 : 200], 1);
-    return ret;
+    r->cache = "no-cache";
+    r->dashboard = 1;
+    return 1;
 }
 
 /* ---- request life cycle --------------------------------------------------- */
 
-static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, reply *r) {
+/* The libmicrohttpd response for r's body, NULL when out of memory. Takes
+ * what r owns (body, file, stream) either way. */
+static struct MHD_Response *response_of(reply *r) {
     struct MHD_Response *resp;
-    if (r->file) { /* MHD reads the file as the client takes it, and closes its fd */
+    if (r->stream) {
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, r->stream, r->stream_arg, r->stream_end);
+        if (!resp) r->stream_end(r->stream_arg); /* never to be read: its end is ours to call */
+        r->stream = NULL;
+    } else if (r->file) { /* MHD reads the file as the client takes it, and closes its fd */
         int fd = dup(fileno(r->file));
         fclose(r->file);
         r->file = NULL;
         resp = fd < 0 ? NULL : MHD_create_response_from_fd64(r->len, fd);
         if (!resp && fd >= 0) close(fd);
+    } else if (r->data) {
+        resp = MHD_create_response_from_buffer(r->len, (void *)r->data, MHD_RESPMEM_PERSISTENT);
     } else {
         resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
         if (!resp) free(r->body);
     }
-    if (!resp) return MHD_NO;
     r->body = NULL;
+    return resp;
+}
+
+static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, reply *r) {
+    int stream = r->stream != NULL;
+    struct MHD_Response *resp = response_of(r);
+    if (!resp && stream) { /* a 500 in its place */
+        stream = 0;
+        reply_error(r, 500, "cannot create the stream response");
+        resp = response_of(r);
+    }
+    if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->type ? r->type : "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache ? r->cache : "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (stream) MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* a proxy passes each message on at once */
+    if (r->etag[0]) MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, r->etag);
+    if (r->dashboard)
+        MHD_add_response_header(resp, "Content-Security-Policy",
+                                "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
     if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"pprun\"");
     if (r->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow ? r->allow : "GET, HEAD");
     if (r->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
@@ -410,9 +430,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         int n = 0;
         if (get && sscanf(url, "/api/jobs/%ld/live%n", &job, &n) == 1 && url[n] == 0 && job > 0 &&
             strspn(url + 10, "0123456789") + 10 + 5 == strlen(url)) {
-            int queued = 0;
-            enum MHD_Result ret = live_open(s, c, job, &r, &queued);
-            if (queued) return ret;
+            live_open(s->live, &s->pool, c, job, &r);
             return send_reply(s, c, &r);
         }
         if (strcmp(url, "/api/sql") == 0 && strcmp(method, "POST") == 0)
@@ -426,10 +444,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         reply_error(&r, 405, "%s not allowed on %s", method, url);
         return send_reply(s, c, &r);
     }
-    /* HEAD: libmicrohttpd sends the headers of the full response, no body. */
-    enum MHD_Result ret = get ? serve_static(s, c, url) : MHD_NO;
-    if (ret == MHD_YES) return ret;
-    reply_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
+    if (!get || !static_reply(c, url, &r))
+        reply_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
     return send_reply(s, c, &r);
 }
 

@@ -133,9 +133,9 @@ void metrics_render(http_server *s, reply *r);
 
 /* Live streams (SSE) */
 int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned heartbeat_ms, pp_err *err);
-/* Queues the stream response for GET /api/jobs/{id}/live, or fills r with
- * an error. Returns MHD_YES/MHD_NO like MHD_queue_response. */
-enum MHD_Result live_open(http_server *s, struct MHD_Connection *c, long job, reply *r, int *queued);
+/* GET /api/jobs/{id}/live: fills r with the stream of job's new rows for
+ * c, or with an error (no such job: checked through pool). */
+void live_open(live_hub *h, dbpool *pool, struct MHD_Connection *c, long job, reply *r);
 /* Ends every stream (resumes suspended connections); call before MHD_stop_daemon. */
 void live_end_all(live_hub *h);
 void live_free(live_hub *h);

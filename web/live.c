@@ -602,15 +602,13 @@ static int parse_cursor(const char *v, live_sub *s) {
     return 0;
 }
 
-enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, reply *r, int *queued) {
-    live_hub *h = srv->live;
-    *queued = 0;
+void live_open(live_hub *h, dbpool *pool, struct MHD_Connection *c, long job, reply *r) {
     /* The job must exist; checked through the pool, not the hub's connection. */
     pp_err err;
-    sqlite3 *db = dbpool_get(&srv->pool, &err);
+    sqlite3 *db = dbpool_get(pool, &err);
     if (!db) {
         reply_error(r, 503, "%s", err.msg);
-        return MHD_NO;
+        return;
     }
     sqlite3_stmt *st = NULL;
     int exists = 0;
@@ -619,15 +617,15 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
         exists = sqlite3_step(st) == SQLITE_ROW;
     }
     sqlite3_finalize(st);
-    dbpool_put(&srv->pool, db);
+    dbpool_put(pool, db);
     if (!exists) {
         reply_error(r, 404, "no job %ld in this database", job);
-        return MHD_NO;
+        return;
     }
     live_sub *s = calloc(1, sizeof *s);
     if (!s) {
         reply_error(r, 500, "out of memory");
-        return MHD_NO;
+        return;
     }
     s->conn = c;
     s->fd = conn_fd(c);
@@ -641,7 +639,7 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
         if (parse_cursor(last, s) != 0) {
             sub_free(s);
             reply_error(r, 400, "bad Last-Event-ID '%.60s': expected the id of a message of this stream", last);
-            return MHD_NO;
+            return;
         }
         s->initialised = 1;
         jw_raw(&s->out, "retry: 2000\n\n", 13);
@@ -662,22 +660,13 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
         sub_free(s);
         if (stopping) reply_error(r, 503, "the server is stopping");
         else reply_error(r, 503, "too many live streams open (%d)", MAX_STREAMS);
-        return MHD_NO;
+        return;
     }
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sub_read, s, sub_release);
-    if (!resp) {
-        sub_release(s); /* the hub frees it */
-        reply_error(r, 500, "cannot create the stream response");
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp); /* sub_release runs when MHD is done with it */
-    atomic_fetch_add(&srv->requests[200], 1);
-    *queued = 1;
-    return ret;
+    r->status = MHD_HTTP_OK;
+    r->type = "text/event-stream; charset=utf-8";
+    r->stream = sub_read;
+    r->stream_end = sub_release; /* the hub frees the stream once it is released */
+    r->stream_arg = s;
 }
 
 void live_end_all(live_hub *h) {

@@ -36,6 +36,7 @@ void reply_json(reply *r, jw *w) {
 }
 
 void reply_clear(reply *r) {
+    if (r->stream) r->stream_end(r->stream_arg);
     if (r->file) fclose(r->file);
     free(r->body);
     *r = (reply){0};
