@@ -25,7 +25,7 @@
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 #include "web/http.h"
-#include "web/internal.h"
+#include "web/server.h"
 
 static char dbpath[256];
 static http_server *srv;

@@ -15,10 +15,15 @@
 
 #include "base/embed.h"
 #include "base/pp.h"
-#include "web/internal.h"
+#include "web/conn.h"
+#include "web/query.h"
+#include "web/reply.h"
+#include "web/routes.h"
+#include "web/server.h"
 
 /* Per request: the body as it arrives, bounded by max_body. */
 typedef struct request {
+    http_server *server;
     char *body;
     size_t len, cap;
     int started;         /* on_request has seen the headers */
@@ -315,17 +320,17 @@ static enum MHD_Result send_too_big(http_server *s, struct MHD_Connection *c) {
     return send_reply(s, c, &r);
 }
 
-static void run_sql(http_server *s, sqlite3 *db, const void *arg, reply *r) {
+static void run_sql(sqlite3 *db, void *arg, reply *r) {
     const request *rq = arg;
-    routes_sql(s, db, rq->body ? rq->body : "", rq->len, r);
+    routes_sql(rq->server, db, rq->body ? rq->body : "", rq->len, r);
 }
 
 /* Hands the request to pool p: answered later, once a worker has run it
  * (MHD_YES, the connection suspended meanwhile), or now (the pool is full
  * or stopping). arg must live as long as rq. */
 static enum MHD_Result submit(http_server *s, struct MHD_Connection *c, request *rq, sql_pool *p, sqlpool_fn *run,
-                              const void *arg, reply *r) {
-    if (!sqlpool_submit(p, s, c, run, arg, &rq->task, r)) return send_reply(s, c, r);
+                              void *arg, reply *r) {
+    if (!sqlpool_submit(p, c, run, arg, &rq->task, r)) return send_reply(s, c, r);
     rq->pool = p;
     return MHD_YES;
 }
@@ -356,6 +361,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!rq && !(rq = calloc(1, sizeof *rq))) return MHD_NO;
         *con_cls = rq;
         rq->started = 1;
+        rq->server = s;
         if (rq->path_nul) {
             rq->answered = 1;
             reply_error(&r, 400, "the URL's path holds a NUL character (%%00)");
@@ -513,11 +519,11 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (fd < 0) goto no_listener;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
-    if (sqlpool_start(&s->sql, "SQL queries", s->o.sql_workers, s->o.sql_queue, err) != 0) goto no_sql;
+    if (sqlpool_start(&s->sql, "SQL queries", &s->pool, s->o.sql_workers, s->o.sql_queue, err) != 0) goto no_sql;
     /* Two exports at once (a long job's whole trace is minutes of disk and
      * CPU; a second worker keeps a few steps' trace from waiting behind it),
      * two waiting: at most four trace files exist at once. */
-    if (sqlpool_start(&s->traces, "trace exports", 2, 2, err) != 0) goto no_traces;
+    if (sqlpool_start(&s->traces, "trace exports", &s->pool, 2, 2, err) != 0) goto no_traces;
     if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (family == AF_INET6) flags |= MHD_USE_IPv6;

@@ -48,8 +48,10 @@
 
 #include "db/alive.h"
 #include "db/analyze.h"
+#include "db/summary.h"
 #include "db/usersql.h"
-#include "web/internal.h"
+#include "web/conn.h"
+#include "web/live.h"
 
 #define MAX_STREAMS 256
 #define EVENTS_PER_TICK 5000

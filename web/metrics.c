@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "db/alive.h"
-#include "web/internal.h"
+#include "db/summary.h"
+#include "web/routes.h"
 
 /* Label values escape backslash, double quote and newline. */
 static void label(jw *w, const char *s) {

@@ -28,7 +28,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "web/internal.h"
+#include "web/conn.h"
+#include "web/reaper.h"
 
 struct reaper_conn {
     reaper_conn *prev, *next;

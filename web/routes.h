@@ -8,7 +8,32 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
-#include "web/internal.h"
+#include "db/export.h"
+#include "web/query.h"
+#include "web/reply.h"
+#include "web/server.h"
+
+/* GET /api/jobs/{id}/trace.json, read on the HTTP thread, run on the
+ * trace pool (routes_trace). */
+typedef struct trace_request {
+    long job;
+    int has_steps; /* ?steps=: only steps */
+    db_export_steps steps;
+} trace_request;
+
+/* GET /api/... (POST /api/sql: sqlpool_submit). c: the connection, for
+ * query parameters. 0: r holds the answer; 1: a trace export, described in
+ * *trace, for the trace pool. */
+int routes_api(http_server *s, struct MHD_Connection *c, const char *method, const char *url, trace_request *trace,
+               reply *r);
+/* POST /api/sql, run on a worker (sqlpool.c): body (NUL-terminated, len
+ * bytes) is the request's JSON; its query runs on db (limits from s), the
+ * answer into r. */
+void routes_sql(http_server *s, sqlite3 *db, const char *body, size_t len, reply *r);
+/* GET .../trace.json on the trace pool: arg is a trace_request. */
+sqlpool_fn routes_trace;
+/* GET /metrics */
+void metrics_render(http_server *s, reply *r);
 
 /* The job a /api/jobs/{id}/... request is about, loaded once by routes.c. */
 typedef struct job_info {

@@ -159,8 +159,7 @@ int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, r
 
 /* Written to a temporary file, not to memory: a long job's whole trace runs
  * to gigabytes (about 70 kB a step of 4 ranks and 8 microbatches). */
-void routes_trace(http_server *s, sqlite3 *db, const void *arg, reply *r) {
-    (void)s;
+void routes_trace(sqlite3 *db, void *arg, reply *r) {
     const trace_request *t = arg;
     job_info j;
     if (routes_load_job(db, t->job, &j, r) != 0) return;

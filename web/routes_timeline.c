@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "db/analyze.h"
+#include "db/summary.h"
 #include "report/sql.h"
 #include "web/routes.h"
 

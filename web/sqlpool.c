@@ -22,16 +22,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "web/routes.h"
+#include "web/conn.h"
+#include "web/sqlpool.h"
 
 struct sql_task {
     sql_task *next; /* in the pool's queue */
     sql_pool *pool;
-    http_server *s;
     struct MHD_Connection *c;
     int fd; /* c's socket (-1 unknown): MHD keeps it open while c is suspended */
     sqlpool_fn *run;
-    const void *arg; /* the submitter's, alive while c is suspended */
+    void *arg; /* the submitter's, alive while c is suspended */
     reply answer;
 };
 
@@ -46,6 +46,7 @@ struct sql_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     const char *what; /* "SQL queries", for the busy message */
+    dbpool *conns;    /* where a worker takes its connection for a task */
     int stop;
     unsigned n, running, queued;
     unsigned pending, max_pending; /* submitted and not yet done (sqlpool_done, the answer sent), and the limit */
@@ -57,7 +58,7 @@ struct sql_pool {
 static void sql_task_run(sql_worker *w, sql_task *t) {
     sql_pool *p = w->pool;
     pp_err err;
-    sqlite3 *db = dbpool_get(&t->s->pool, &err);
+    sqlite3 *db = dbpool_get(p->conns, &err);
     if (!db) {
         reply_error(&t->answer, 503, "%s", err.msg);
         return;
@@ -66,7 +67,7 @@ static void sql_task_run(sql_worker *w, sql_task *t) {
     w->db = db;
     int stop = p->stop;
     pthread_mutex_unlock(&p->mu);
-    if (!stop) t->run(t->s, db, t->arg, &t->answer);
+    if (!stop) t->run(db, t->arg, &t->answer);
     pthread_mutex_lock(&p->mu);
     w->db = NULL;
     stop = p->stop;
@@ -76,7 +77,7 @@ static void sql_task_run(sql_worker *w, sql_task *t) {
         reply_clear(&t->answer);
         reply_error(&t->answer, 503, "the server is stopping");
     }
-    dbpool_put(&t->s->pool, db);
+    dbpool_put(p->conns, db);
 }
 
 /* Drops the waiting tasks whose clients have gone (under p->mu): resumed,
@@ -125,7 +126,8 @@ static void *sql_worker_main(void *arg) {
     return NULL;
 }
 
-int sqlpool_start(sql_pool **out, const char *what, unsigned workers, unsigned max_waiting, pp_err *err) {
+int sqlpool_start(sql_pool **out, const char *what, dbpool *conns, unsigned workers, unsigned max_waiting,
+                  pp_err *err) {
     sql_pool *p = calloc(1, sizeof *p);
     if (!p) return pp_fail(err, "out of memory");
     p->w = calloc(workers, sizeof *p->w);
@@ -134,6 +136,7 @@ int sqlpool_start(sql_pool **out, const char *what, unsigned workers, unsigned m
         return pp_fail(err, "out of memory");
     }
     p->what = what;
+    p->conns = conns;
     p->max_pending = workers + max_waiting;
     pthread_mutex_init(&p->mu, NULL);
     pp_cond_init_monotonic(&p->cv);
@@ -206,14 +209,13 @@ void sqlpool_free(sql_pool **pp) {
     *pp = NULL;
 }
 
-int sqlpool_submit(sql_pool *p, http_server *s, struct MHD_Connection *c, sqlpool_fn *run, const void *arg,
-                   sql_task **task, reply *r) {
+int sqlpool_submit(sql_pool *p, struct MHD_Connection *c, sqlpool_fn *run, void *arg, sql_task **task, reply *r) {
     sql_task *t = calloc(1, sizeof *t);
     if (!t) {
         reply_error(r, 500, "out of memory");
         return 0;
     }
-    *t = (sql_task){.pool = p, .s = s, .c = c, .fd = conn_fd(c), .run = run, .arg = arg};
+    *t = (sql_task){.pool = p, .c = c, .fd = conn_fd(c), .run = run, .arg = arg};
     pthread_mutex_lock(&p->mu);
     if (p->pending >= p->max_pending) sql_drop_gone(p); /* places clients gave up */
     int stop = p->stop, room = p->pending < p->max_pending;
