@@ -56,17 +56,18 @@ int64_t routes_timeline_end(sqlite3 *db, const job_info *j);
 void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
 void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
 void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
-/* GET /api/jobs/{id}/steps, plan, summary, whatif (routes_steps.c) */
+/* GET /api/jobs/{id}/steps (routes_steps.c) */
 void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
+/* GET /api/jobs/{id}/plan, summary, whatif (routes_analyses.c) */
 void route_plan(sqlite3 *db, const job_info *j, reply *r);
 void route_summary(sqlite3 *db, const job_info *j, reply *r);
 void route_whatif(sqlite3 *db, const job_info *j, reply *r);
 /* GET /api/jobs/{job}/trace.json: its parameters into t (1), or a 400 in
  * r (0). The export itself is routes_trace's, on the trace pool. */
 int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, reply *r);
-/* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c) */
+/* GET /api/jobs/{id}/critpath[?step=N] (routes_analyses.c) */
 void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
-/* GET /api/jobs/{id}/compare?vs=M (routes_compare.c) */
+/* GET /api/jobs/{id}/compare?vs=M (routes_analyses.c) */
 void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r);
 
 #endif

@@ -1,19 +1,91 @@
-/* routes_compare.c: GET /api/jobs/{id}/compare?vs=M, the dashboard's twin
- * of `pprun stats --job ID --vs M` (docs/api.md): what differs in the two
- * jobs' configurations, their numbers side by side with the change from M
- * to the job, M's what-if prediction for the job's schedule against what
- * the job measured, and whether their losses agree bit for bit. The
- * comparison itself is db/compare.c's, the numbers db/summary.c's,
- * db/whatif.c's and db/critpath.c's, and their JSON report/json.c's, so
- * the page and the terminal agree. */
+/* routes_analyses.c: the analyses of a job (docs/api.md): its planned
+ * schedule and simulated bubble, its summary in a few numbers, every
+ * schedule simulated at its measured costs, its critical path, and the
+ * job beside another (GET /api/jobs/{id}/compare?vs=M, the dashboard's
+ * twin of `pprun stats --job ID --vs M`). The numbers are db/'s
+ * (summary.c, whatif.c, critpath.c, compare.c), their JSON report/json.c's,
+ * as for `pprun stats --format json`, so the page and the terminal agree;
+ * here they are only read, and a failure becomes a status. */
 #include <sqlite3.h>
 #include <stdlib.h>
 
 #include "db/compare.h"
+#include "db/critpath.h"
 #include "db/summary.h"
 #include "db/whatif.h"
 #include "report/json.h"
 #include "web/routes.h"
+
+void route_plan(sqlite3 *db, const job_info *j, reply *r) {
+    pp_err err;
+    jw w;
+    jw_init(&w);
+    if (report_plan_json(&w, db, j->id, j->world, &err) != 0) reply_error(r, 500, "%s", err.msg);
+    else reply_json(r, &w);
+    jw_free(&w); /* empty once sent */
+}
+
+/* The job in a few numbers (db/summary.h), to hold jobs side by side. */
+void route_summary(sqlite3 *db, const job_info *j, reply *r) {
+    job_summary s;
+    pp_err err;
+    if (summary_read(db, j->id, 0, &s, &err) != 0) {
+        reply_error(r, 500, "%s", err.msg);
+    } else {
+        jw w;
+        jw_init(&w);
+        report_summary_json(&w, &s);
+        reply_json(r, &w);
+    }
+    summary_free(&s);
+}
+
+/* Each built-in schedule played out at the job's measured costs (db/whatif.h). */
+void route_whatif(sqlite3 *db, const job_info *j, reply *r) {
+    job_summary s;
+    whatif_report wr;
+    pp_err err;
+    /* the what-if shows no idle times: it skips the pass over every gap, which
+     * the dashboard would pay every 10 s while following a long job */
+    if (summary_read(db, j->id, SUMMARY_NO_IDLE, &s, &err) != 0 || whatif_read(db, &s, &wr, &err) != 0) {
+        reply_error(r, 500, "%s", err.msg);
+    } else {
+        jw w;
+        jw_init(&w);
+        report_whatif_json(&w, j->id, &wr);
+        reply_json(r, &w);
+    }
+    summary_free(&s);
+}
+
+/* One step's path, op by op (?step=N), or the latest complete steps'
+ * totals (db/critpath.h). */
+void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
+    long step = -1;
+    if (query_long(c, "step", 0, 1l << 30, &step, r) < 0) return;
+    pp_err err;
+    jw w;
+    jw_init(&w);
+    if (step < 0) {
+        critpath_report cr;
+        if (critpath_read(db, j->id, j->world, &cr, &err) != 0) {
+            reply_error(r, 500, "%s", err.msg);
+        } else {
+            report_critpath_json(&w, j->id, &cr);
+            reply_json(r, &w);
+        }
+        critpath_report_free(&cr);
+    } else {
+        critpath_path p;
+        if (critpath_step(db, j->id, (int)step, &p, &err) != 0) reply_error(r, 500, "%s", err.msg);
+        else if (p.n == 0) reply_error(r, 404, "job %ld has no compute op in step %ld", j->id, step);
+        else if (report_critpath_step_json(&w, j->id, j->t0, j->world, step, &p, &err) != 0)
+            reply_error(r, 500, "%s", err.msg);
+        else reply_json(r, &w);
+        critpath_free(&p);
+    }
+    jw_free(&w); /* empty once sent; what an error left */
+}
 
 /* 0 when job vs is in db, else fills r (404, or 500) and returns -1. */
 static int vs_exists(sqlite3 *db, long vs, reply *r) {

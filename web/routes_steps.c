@@ -1,8 +1,5 @@
 /* routes_steps.c: the per-step API (docs/api.md): the steps with their
- * time, bubble and loss; the planned schedule and its simulated bubble; a
- * job's summary in a few numbers; every schedule simulated at the job's
- * measured costs; the critical path; and the Chrome/Perfetto trace
- * export. The analyses' JSON is report/json.c's. */
+ * time, bubble and loss, and the Chrome/Perfetto trace export. */
 #include <sqlite3.h>
 #include <errno.h>
 #include <limits.h>
@@ -10,11 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "db/critpath.h"
 #include "db/export.h"
-#include "db/summary.h"
-#include "db/whatif.h"
-#include "report/json.h"
 #include "web/routes.h"
 
 /* One step's line of /steps: its stats rows (any ranks so far) and its
@@ -182,75 +175,4 @@ void routes_trace(sqlite3 *db, void *arg, reply *r) {
     r->type = "application/json";
     r->file = out;
     r->len = (size_t)len;
-}
-
-void route_plan(sqlite3 *db, const job_info *j, reply *r) {
-    pp_err err;
-    jw w;
-    jw_init(&w);
-    if (report_plan_json(&w, db, j->id, j->world, &err) != 0) reply_error(r, 500, "%s", err.msg);
-    else reply_json(r, &w);
-    jw_free(&w); /* empty once sent */
-}
-
-/* The job in a few numbers (db/summary.h), to hold jobs side by side. */
-void route_summary(sqlite3 *db, const job_info *j, reply *r) {
-    job_summary s;
-    pp_err err;
-    if (summary_read(db, j->id, 0, &s, &err) != 0) {
-        reply_error(r, 500, "%s", err.msg);
-    } else {
-        jw w;
-        jw_init(&w);
-        report_summary_json(&w, &s);
-        reply_json(r, &w);
-    }
-    summary_free(&s);
-}
-
-/* Each built-in schedule played out at the job's measured costs (db/whatif.h). */
-void route_whatif(sqlite3 *db, const job_info *j, reply *r) {
-    job_summary s;
-    whatif_report wr;
-    pp_err err;
-    /* the what-if shows no idle times: it skips the pass over every gap, which
-     * the dashboard would pay every 10 s while following a long job */
-    if (summary_read(db, j->id, SUMMARY_NO_IDLE, &s, &err) != 0 || whatif_read(db, &s, &wr, &err) != 0) {
-        reply_error(r, 500, "%s", err.msg);
-    } else {
-        jw w;
-        jw_init(&w);
-        report_whatif_json(&w, j->id, &wr);
-        reply_json(r, &w);
-    }
-    summary_free(&s);
-}
-
-/* One step's path, op by op (?step=N), or the latest complete steps'
- * totals (db/critpath.h). */
-void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
-    long step = -1;
-    if (query_long(c, "step", 0, 1l << 30, &step, r) < 0) return;
-    pp_err err;
-    jw w;
-    jw_init(&w);
-    if (step < 0) {
-        critpath_report cr;
-        if (critpath_read(db, j->id, j->world, &cr, &err) != 0) {
-            reply_error(r, 500, "%s", err.msg);
-        } else {
-            report_critpath_json(&w, j->id, &cr);
-            reply_json(r, &w);
-        }
-        critpath_report_free(&cr);
-    } else {
-        critpath_path p;
-        if (critpath_step(db, j->id, (int)step, &p, &err) != 0) reply_error(r, 500, "%s", err.msg);
-        else if (p.n == 0) reply_error(r, 404, "job %ld has no compute op in step %ld", j->id, step);
-        else if (report_critpath_step_json(&w, j->id, j->t0, j->world, step, &p, &err) != 0)
-            reply_error(r, 500, "%s", err.msg);
-        else reply_json(r, &w);
-        critpath_free(&p);
-    }
-    jw_free(&w); /* empty once sent; what an error left */
 }
