@@ -1,6 +1,8 @@
 /* http.c: the server: listening socket, libmicrohttpd daemon and its limits,
- * the request life cycle (body cap, auth), static files from the embedded
- * table, and dispatch to the API, live streams and /metrics. */
+ * and the request life cycle: the route of its URL looked up in the table
+ * (routes.h) as its headers arrive, the token and the query checked as its
+ * route's flags ask, the body read up to its cap, then the route's handler
+ * run (on a pool's worker when its route says so) and its reply sent. */
 #include "web/http.h"
 
 #include <arpa/inet.h>
@@ -13,7 +15,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "base/embed.h"
 #include "base/pp.h"
 #include "web/conn.h"
 #include "web/query.h"
@@ -21,17 +22,19 @@
 #include "web/routes.h"
 #include "web/server.h"
 
-/* Per request: the body as it arrives, bounded by max_body. */
+/* Per request: its route, the body as it arrives (bounded by max_body),
+ * and what its handler is given. */
 typedef struct request {
-    http_server *server;
+    const route *route;  /* its URL's row of the table, found on its headers */
+    long id;             /* the route's {id} */
     char *body;
     size_t len, cap;
     int started;         /* on_request has seen the headers */
     int path_nul;        /* the path as sent holds %00 (on_uri) */
     int answered;        /* a reply was queued before the body (401, 413) */
+    route_req q;         /* its handler's; read by a pool's worker while the connection is suspended */
     sql_task *task;      /* on a worker (sqlpool.c) while the connection is suspended */
     sql_pool *pool;      /* the pool that took the request: sqlpool_done when it completes */
-    trace_request trace; /* GET .../trace.json: what the trace pool exports */
     size_t discarded;    /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
 
@@ -178,71 +181,6 @@ static int token_ok(const http_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-/* ---- static files --------------------------------------------------------- */
-
-static const char *content_type(const char *name) {
-    const char *dot = strrchr(name, '.');
-    if (!dot) return "application/octet-stream";
-    if (!strcmp(dot, ".html")) return "text/html; charset=utf-8";
-    if (!strcmp(dot, ".js")) return "text/javascript; charset=utf-8";
-    if (!strcmp(dot, ".css")) return "text/css; charset=utf-8";
-    if (!strcmp(dot, ".svg")) return "image/svg+xml";
-    if (!strcmp(dot, ".png")) return "image/png";
-    if (!strcmp(dot, ".ico")) return "image/x-icon";
-    if (!strcmp(dot, ".json")) return "application/json";
-    if (!strcmp(dot, ".txt")) return "text/plain; charset=utf-8";
-    return "application/octet-stream";
-}
-
-/* Looks the path up in the embedded table; nothing else is ever consulted.
- * Only plain names are looked up at all, so a traversal attempt is a 404
- * without touching the table's neighbours either. NULL: no such file. */
-static const pp_embedded_file *static_file(const char *url, char name[256]) {
-    int plain = url[0] == '/' && strlen(url) < 200 && !strstr(url, "..") && !strstr(url, "//");
-    for (const char *p = url; plain && *p; p++)
-        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '/' ||
-                *p == '.' || *p == '-' || *p == '_';
-    if (!plain) return NULL;
-    snprintf(name, 256, "static%s", strcmp(url, "/") == 0 ? "/index.html" : url);
-    return pp_embed_find(pp_static_files, name);
-}
-
-/* If-None-Match's weak comparison (RFC 9110 13.1.2): "*", or any tag of
- * the comma-separated list equal to etag, with or without W/. */
-static int etag_matches(const char *list, const char *etag) {
-    size_t n = strlen(etag);
-    for (const char *p = list; *p;) {
-        p += strspn(p, " \t,");
-        if (*p == '*') return 1;
-        if (p[0] == 'W' && p[1] == '/') p += 2;
-        if (strncmp(p, etag, n) == 0 && (p[n] == 0 || p[n] == ',' || p[n] == ' ' || p[n] == '\t')) return 1;
-        p += strcspn(p, ",");
-    }
-    return 0;
-}
-
-/* GET and HEAD of a dashboard file: r filled (200, or 304 when the client
- * has it: If-None-Match), or 0 when url names none. HEAD: libmicrohttpd
- * sends the headers of the full response, no body. */
-static int static_reply(struct MHD_Connection *c, const char *url, reply *r) {
-    char name[256];
-    const pp_embedded_file *f = static_file(url, name);
-    if (!f) return 0;
-    /* so that reloads get 304s */
-    snprintf(r->etag, sizeof r->etag, "\"%016llx\"", (unsigned long long)pp_hash(f->data, f->size));
-    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
-    int not_modified = inm && etag_matches(inm, r->etag);
-    r->status = not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK;
-    r->data = not_modified ? (const void *)"" : (const void *)f->data;
-    r->len = not_modified ? 0 : f->size;
-    r->type = content_type(name);
-    /* Revalidate every time: the binary (and so the files) can change
-     * between runs on the same port. */
-    r->cache = "no-cache";
-    r->dashboard = 1;
-    return 1;
-}
-
 /* ---- request life cycle --------------------------------------------------- */
 
 /* The libmicrohttpd response for r's body, NULL when out of memory. Takes
@@ -279,10 +217,10 @@ static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, repl
     }
     if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->type ? r->type : "application/json");
+    if (r->etag[0]) MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, r->etag);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache ? r->cache : "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (stream) MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* a proxy passes each message on at once */
-    if (r->etag[0]) MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, r->etag);
     if (r->dashboard)
         MHD_add_response_header(resp, "Content-Security-Policy",
                                 "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
@@ -320,19 +258,55 @@ static enum MHD_Result send_too_big(http_server *s, struct MHD_Connection *c) {
     return send_reply(s, c, &r);
 }
 
-static void run_sql(sqlite3 *db, void *arg, reply *r) {
-    const request *rq = arg;
-    routes_sql(rq->server, db, rq->body ? rq->body : "", rq->len, r);
+/* Runs fn for q on db: with ROUTE_JOB only once job {id} is loaded into
+ * q->job (a 404 in r when there is none). */
+static void run_with_db(route_req *q, unsigned flags, route_fn *fn, sqlite3 *db, reply *r) {
+    q->db = db;
+    if (!(flags & ROUTE_JOB) || routes_load_job(db, q->id, &q->job, r) == 0) fn(q, r);
+    q->db = NULL;
 }
 
-/* Hands the request to pool p: answered later, once a worker has run it
- * (MHD_YES, the connection suspended meanwhile), or now (the pool is full
- * or stopping). arg must live as long as rq. */
-static enum MHD_Result submit(http_server *s, struct MHD_Connection *c, request *rq, sql_pool *p, sqlpool_fn *run,
-                              void *arg, reply *r) {
-    if (!sqlpool_submit(p, c, run, arg, &rq->task, r)) return send_reply(s, c, r);
-    rq->pool = p;
-    return MHD_YES;
+/* On a pool's worker: the rest of a request its handler handed on. */
+static void run_then(sqlite3 *db, void *arg, reply *r) {
+    request *rq = arg;
+    run_with_db(&rq->q, rq->route->flags, rq->q.then, db, r);
+}
+
+/* The request's route answers it, its body in: at once, or (its handler
+ * asking for it) once a worker of its pool has (MHD_YES, the connection
+ * suspended meanwhile). */
+static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, request *rq, const char *url,
+                                const char *method) {
+    const route *rt = rq->route;
+    reply r = {0};
+    if (!route_takes(rt, method)) {
+        reply_error(&r, 405, "%s not allowed on %.200s (use %s)", method, url, rt->use ? rt->use : rt->method);
+        r.allow = strcmp(rt->method, "GET") == 0 ? NULL : rt->method;
+        return send_reply(s, c, &r);
+    }
+    rq->q = (route_req){.s = s, .c = c, .method = method, .url = url, .body = rq->body ? rq->body : "",
+                        .len = rq->len, .id = rq->id};
+    sql_pool *pool = rt->flags & ROUTE_SQL_POOL ? s->sql : rt->flags & ROUTE_TRACE_POOL ? s->traces : NULL;
+    if (pool) {
+        rt->handler(&rq->q, &r);
+        if (!rq->q.then) return send_reply(s, c, &r);
+        if (!sqlpool_submit(pool, c, run_then, rq, &rq->task, &r)) return send_reply(s, c, &r);
+        rq->pool = pool;
+        return MHD_YES;
+    }
+    if (rt->flags & (ROUTE_DB | ROUTE_JOB)) {
+        pp_err err;
+        sqlite3 *db = dbpool_get(&s->pool, &err);
+        if (!db) {
+            reply_error(&r, 503, "%s", err.msg);
+        } else {
+            run_with_db(&rq->q, rt->flags, rt->handler, db, &r);
+            dbpool_put(&s->pool, db);
+        }
+    } else {
+        rt->handler(&rq->q, &r);
+    }
+    return send_reply(s, c, &r);
 }
 
 /* The request line's URL before libmicrohttpd decodes it: a %00 in the
@@ -355,13 +329,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_server *s = cls;
     request *rq = *con_cls;
     reply r = {0};
-    int is_api = strncmp(url, "/api/", 5) == 0 || strcmp(url, "/api") == 0;
-    int is_metrics = strcmp(url, "/metrics") == 0;
     if (!rq || !rq->started) {
         if (!rq && !(rq = calloc(1, sizeof *rq))) return MHD_NO;
         *con_cls = rq;
         rq->started = 1;
-        rq->server = s;
+        rq->route = route_find(url, &rq->id);
         if (rq->path_nul) {
             rq->answered = 1;
             reply_error(&r, 400, "the URL's path holds a NUL character (%%00)");
@@ -369,12 +341,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         /* The first call has the headers only: a stranger is refused before
          * a byte of its body is read, and so is an announced oversized body. */
-        if ((is_api || is_metrics) && s->token && !token_ok(s, c)) {
+        if ((rq->route->flags & ROUTE_TOKEN) && s->token && !token_ok(s, c)) {
             rq->answered = 1;
             reply_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
             return send_reply(s, c, &r);
         }
-        if ((is_api || is_metrics) && query_check(c, &r) != 0) {
+        if ((rq->route->flags & ROUTE_QUERY) && query_check(c, &r) != 0) {
             rq->answered = 1;
             return send_reply(s, c, &r);
         }
@@ -423,36 +395,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq->task = NULL;
         return send_reply(s, c, &r);
     }
-    int head = strcmp(method, "HEAD") == 0;
-    int get = head || strcmp(method, "GET") == 0;
-    if (is_metrics) {
-        if (!get) reply_error(&r, 405, "%s not allowed on /metrics (use GET)", method);
-        else metrics_render(s, &r);
-        return send_reply(s, c, &r);
-    }
-    if (is_api) {
-        /* /api/jobs/{id}/live is a stream; everything else one reply. */
-        long job;
-        int n = 0;
-        if (get && sscanf(url, "/api/jobs/%ld/live%n", &job, &n) == 1 && url[n] == 0 && job > 0 &&
-            strspn(url + 10, "0123456789") + 10 + 5 == strlen(url)) {
-            live_open(s->live, &s->pool, c, job, &r);
-            return send_reply(s, c, &r);
-        }
-        if (strcmp(url, "/api/sql") == 0 && strcmp(method, "POST") == 0)
-            return submit(s, c, rq, s->sql, run_sql, rq, &r);
-        if (routes_api(s, c, method, url, &rq->trace, &r))
-            return submit(s, c, rq, s->traces, routes_trace, &rq->trace, &r);
-        return send_reply(s, c, &r);
-    }
-    char name[256];
-    if (!get && static_file(url, name)) {
-        reply_error(&r, 405, "%s not allowed on %s", method, url);
-        return send_reply(s, c, &r);
-    }
-    if (!get || !static_reply(c, url, &r))
-        reply_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
-    return send_reply(s, c, &r);
+    return dispatch(s, c, rq, url, method);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -463,6 +406,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!rq) return;
     sqlpool_take(rq->task, NULL); /* a client gone before its answer */
     if (rq->pool) sqlpool_done(rq->pool);
+    free(rq->q.arg);
     free(rq->body);
     free(rq);
     *con_cls = NULL;

@@ -6,7 +6,6 @@
 #include <stddef.h>
 
 #include "base/pp.h"
-#include "web/dbpool.h"
 #include "web/reply.h"
 
 typedef struct live_hub live_hub;
@@ -16,8 +15,8 @@ typedef struct live_hub live_hub;
  * a stream idle for heartbeat_ms. */
 int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned heartbeat_ms, pp_err *err);
 /* GET /api/jobs/{id}/live: fills r with the stream of job's new rows for
- * c, or with an error (no such job: checked through pool). */
-void live_open(live_hub *h, dbpool *pool, struct MHD_Connection *c, long job, reply *r);
+ * c (job is in the database: its route checked), or with an error. */
+void live_open(live_hub *h, struct MHD_Connection *c, long job, reply *r);
 /* Ends every stream (resumes suspended connections); call before MHD_stop_daemon. */
 void live_end_all(live_hub *h);
 void live_free(live_hub *h);

@@ -41,13 +41,9 @@ typedef struct job_row {
     long steps_done;
 } job_row;
 
-void metrics_render(http_server *s, reply *r) {
-    pp_err err;
-    sqlite3 *db = dbpool_get(&s->pool, &err);
-    if (!db) {
-        reply_error(r, 503, "%s", err.msg);
-        return;
-    }
+void route_metrics(route_req *q, reply *r) {
+    http_server *s = q->s;
+    sqlite3 *db = q->db;
     /* The 50 newest jobs: a scrape stays small whatever the file holds. */
     sqlite3_stmt *st = NULL;
     job_row *jobs = calloc(50, sizeof *jobs);
@@ -169,7 +165,6 @@ void metrics_render(http_server *s, reply *r) {
     free(lstep);
     free(ltime);
     free(jobs);
-    dbpool_put(&s->pool, db);
 
     help(&w, "pprun_http_requests_total", "counter", "HTTP requests answered by this server, by status code.");
     for (int code = 100; code < HTTP_CODES; code++) {

@@ -16,7 +16,9 @@
 #include "report/json.h"
 #include "web/routes.h"
 
-void route_plan(sqlite3 *db, const job_info *j, reply *r) {
+void route_plan(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    const job_info *j = &q->job;
     pp_err err;
     jw w;
     jw_init(&w);
@@ -26,7 +28,9 @@ void route_plan(sqlite3 *db, const job_info *j, reply *r) {
 }
 
 /* The job in a few numbers (db/summary.h), to hold jobs side by side. */
-void route_summary(sqlite3 *db, const job_info *j, reply *r) {
+void route_summary(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    const job_info *j = &q->job;
     job_summary s;
     pp_err err;
     if (summary_read(db, j->id, 0, &s, &err) != 0) {
@@ -41,7 +45,9 @@ void route_summary(sqlite3 *db, const job_info *j, reply *r) {
 }
 
 /* Each built-in schedule played out at the job's measured costs (db/whatif.h). */
-void route_whatif(sqlite3 *db, const job_info *j, reply *r) {
+void route_whatif(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    const job_info *j = &q->job;
     job_summary s;
     whatif_report wr;
     pp_err err;
@@ -60,9 +66,11 @@ void route_whatif(sqlite3 *db, const job_info *j, reply *r) {
 
 /* One step's path, op by op (?step=N), or the latest complete steps'
  * totals (db/critpath.h). */
-void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
+void route_critpath(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    const job_info *j = &q->job;
     long step = -1;
-    if (query_long(c, "step", 0, 1l << 30, &step, r) < 0) return;
+    if (query_long(q->c, "step", 0, 1l << 30, &step, r) < 0) return;
     pp_err err;
     jw w;
     jw_init(&w);
@@ -100,9 +108,11 @@ static int vs_exists(sqlite3 *db, long vs, reply *r) {
     return -1;
 }
 
-void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
+void route_compare(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    const job_info *j = &q->job;
     long vs = 0;
-    int got = query_long(c, "vs", 1, 0x7fffffffL, &vs, r); /* `pprun stats --vs`'s range */
+    int got = query_long(q->c, "vs", 1, 0x7fffffffL, &vs, r); /* `pprun stats --vs`'s range */
     if (got < 0) return;
     if (got == 0) {
         reply_error(r, 400, "missing query parameter vs: the job to compare job %ld with (compare?vs=ID)", j->id);

@@ -63,7 +63,10 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
  * cursors in step order, merged here. One SQL query joining them ran the
  * loss subqueries once per rank and sorted a UNION of both tables' steps
  * (0.27 s on a 20,000-step job, against 0.07 s). */
-void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
+void route_steps(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    struct MHD_Connection *c = q->c;
+    const job_info *j = &q->job;
     long since = 0, limit = 100000;
     if (query_long(c, "since", 0, 1l << 40, &since, r) < 0 || query_long(c, "limit", 1, 100000, &limit, r) < 0) return;
     sqlite3_stmt *stats = routes_prep(db,
@@ -139,40 +142,44 @@ out:
     sqlite3_finalize(losses);
 }
 
-int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, reply *r) {
-    const char *steps_s = query_str(c, "steps");
-    pp_err err;
-    *t = (trace_request){.job = job, .has_steps = steps_s != NULL};
-    if (t->has_steps && db_export_parse_steps(steps_s, &t->steps, &err) != 0) {
-        reply_error(r, 400, "steps: %s", err.msg);
-        return 0;
-    }
-    return 1;
-}
-
 /* Written to a temporary file, not to memory: a long job's whole trace runs
- * to gigabytes (about 70 kB a step of 4 ranks and 8 microbatches). */
-void routes_trace(sqlite3 *db, void *arg, reply *r) {
-    const trace_request *t = arg;
-    job_info j;
-    if (routes_load_job(db, t->job, &j, r) != 0) return;
+ * to gigabytes (about 70 kB a step of 4 ranks and 8 microbatches). On the
+ * trace pool: q->arg the steps to export, NULL for the whole job. */
+static void trace_export(route_req *q, reply *r) {
     FILE *out = tmpfile();
     if (!out) {
         reply_error(r, 500, "cannot make a temporary file for the trace: %s", strerror(errno));
         return;
     }
     pp_err err;
-    int rc = db_export_chrome(db, j.id, t->has_steps ? &t->steps : NULL, out, &err);
+    int rc = db_export_chrome(q->db, q->job.id, q->arg, out, &err);
     off_t len = ftello(out);
     if (rc != 0 || len < 0) {
         fclose(out);
         reply_error(r, rc == 1 ? 404 : 500, "%s", rc == 0 ? "cannot measure the trace's temporary file" : err.msg);
         return;
     }
-    free(r->body);
-    r->body = NULL;
     r->status = 200;
     r->type = "application/json";
     r->file = out;
     r->len = (size_t)len;
+}
+
+/* GET /api/jobs/{id}/trace.json[?steps=N or FIRST-LAST]: the steps are
+ * checked here, the job and the export on the trace pool. */
+void route_trace(route_req *q, reply *r) {
+    const char *steps = query_str(q->c, "steps");
+    db_export_steps *only = NULL;
+    pp_err err;
+    if (steps && !(only = malloc(sizeof *only))) {
+        reply_error(r, 500, "out of memory");
+        return;
+    }
+    if (steps && db_export_parse_steps(steps, only, &err) != 0) {
+        free(only);
+        reply_error(r, 400, "steps: %s", err.msg);
+        return;
+    }
+    q->arg = only;
+    q->then = trace_export;
 }

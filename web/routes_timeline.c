@@ -360,10 +360,13 @@ static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char 
     return total;
 }
 
-void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
+void route_events(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    struct MHD_Connection *c = q->c;
+    const job_info *j = &q->job;
     /* Rows scanned to aggregate per bucket cost ~3 us each; beyond the
      * budget the window is answered per step from step_stats. */
-    const int64_t budget = s->o.events_scan_budget;
+    const int64_t budget = q->s->o.events_scan_budget;
     long from = -1, to = -1, step = -1, limit = EVENTS_DEFAULT_LIMIT, buckets = 1000, gpu = 0;
     const long tmax = 4611686018427387903l;
     if (query_long(c, "from", 0, tmax, &from, r) < 0 || query_long(c, "to", 0, tmax, &to, r) < 0 ||
@@ -474,7 +477,10 @@ static int kernel_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ct
     return 0;
 }
 
-void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
+void route_kernels(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    struct MHD_Connection *c = q->c;
+    const job_info *j = &q->job;
     const long tmax = 4611686018427387903l;
     long from = 0, to = tmax, limit = KERNELS_DEFAULT_LIMIT; /* no `to`: every kernel from `from` on */
     if (query_long(c, "from", 0, tmax, &from, r) < 0 || query_long(c, "to", 1, tmax, &to, r) < 0 ||
@@ -523,7 +529,10 @@ void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, rep
 
 /* ---- gaps ------------------------------------------------------------------- */
 
-void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, reply *r) {
+void route_gaps(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    struct MHD_Connection *c = q->c;
+    const job_info *j = &q->job;
     long step = -1, limit = 20000;
     if (query_long(c, "step", 0, 1l << 40, &step, r) < 0 || query_long(c, "limit", 1, 100000, &limit, r) < 0) return;
     int64_t span_from, span_to;

@@ -1,6 +1,7 @@
 /* sqlpool.c: long reads on threads of their own: POST /api/sql and the
  * Chrome trace export (docs/api.md, "Limits"). What each runs is its
- * route's (routes_sql, routes_trace); this file runs it off the HTTP threads.
+ * route's (the `then` of route_sql and route_trace, routes.h); this file
+ * runs it off the HTTP threads.
  *
  * A query may run for the whole time limit, and a long job's trace takes a
  * minute and more to write (1.4 GB for 20,000 steps: 90 s). On an MHD
