@@ -49,7 +49,7 @@ static void sql_query(route_req *q, reply *r) {
     const char *nul = memchr(body, 0, len);
     if (nul) { /* inside a string cJSON would take it, and the SQL would end there unseen */
         reply_error(r, 400, "the body holds a NUL byte at byte %zu: send {\"sql\": \"SELECT ...\"}",
-                   (size_t)(nul - body));
+                    (size_t)(nul - body));
         return;
     }
     const char *end = NULL;
@@ -106,7 +106,7 @@ static void sql_query(route_req *q, reply *r) {
         jw_free(&w);
         usersql_free(res);
         reply_error(r, 413, "refused: the result is larger than %zu bytes as JSON; add a LIMIT or select fewer columns",
-                   o->sql_max_bytes);
+                    o->sql_max_bytes);
         return;
     }
     /* Splice elapsed time in before the closing brace. */

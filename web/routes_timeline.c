@@ -39,7 +39,7 @@ static unsigned char *ranks_mask(struct MHD_Connection *c, const job_info *j, re
         long k = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
         if (k < 0 || (*end && *end != ',') || k >= j->world || (*end == ',' && !end[1])) {
             reply_error(r, 400, "bad query parameter: ranks='%.64s' must list ranks 0..%d separated by commas", v,
-                       j->world - 1);
+                        j->world - 1);
             free(mask);
             return NULL;
         }

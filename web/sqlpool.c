@@ -240,9 +240,9 @@ int sqlpool_submit(sql_pool *p, struct MHD_Connection *c, sqlpool_fn *run, void 
     if (stop) reply_error(r, 503, "the server is stopping");
     else
         reply_error(r, 503,
-                   "busy: %u %s are running, %u waiting and %u being sent, the most the server takes; try again "
-                   "when one has finished",
-                   running, p->what, queued, sending);
+                    "busy: %u %s are running, %u waiting and %u being sent, the most the server takes; try again "
+                    "when one has finished",
+                    running, p->what, queued, sending);
     return 0;
 }
 
