@@ -20,6 +20,8 @@ static void route_no_such_api(route_req *q, reply *r) {
     reply_error(r, 404, "no such API route: %.200s (docs/api.md lists them)", q->url);
 }
 
+#define SQL_USE "POST with {\"sql\": ...}"
+
 static const route route_table[] = {
     /* method pattern                     handler            flags                                     use, for a 405 */
     {"GET",  "/api/jobs",                 route_jobs,        ROUTE_API | ROUTE_DB,                     NULL},
@@ -37,7 +39,7 @@ static const route route_table[] = {
     {"GET",  "/api/jobs/{id}/compare",    route_compare,     ROUTE_API | ROUTE_JOB,                    NULL},
     {"GET",  "/api/jobs/{id}/trace.json", route_trace,       ROUTE_API | ROUTE_JOB | ROUTE_TRACE_POOL, NULL},
     {"GET",  "/api/jobs/{id}/live",       route_live,        ROUTE_API | ROUTE_JOB,                    NULL},
-    {"POST", "/api/sql",                  route_sql,         ROUTE_API | ROUTE_SQL_POOL,               "POST with {\"sql\": ...}"},
+    {"POST", "/api/sql",                  route_sql,         ROUTE_API | ROUTE_SQL_POOL,               SQL_USE},
     {"*",    "/api",                      route_no_such_api, ROUTE_API,                                NULL},
     {"*",    "/api/*",                    route_no_such_api, ROUTE_API,                                NULL},
     {"GET",  "/metrics",                  route_metrics,     ROUTE_API | ROUTE_DB,                     NULL},
