@@ -23,7 +23,7 @@ void reply_error(reply *r, int status, const char *fmt, ...) {
     r->cache = NULL;
 }
 
-void reply_json(reply *r, jw *w) {
+void reply_body(reply *r, jw *w, const char *type) {
     free(r->body);
     r->body = jw_take(w, &r->len);
     if (!r->body) {
@@ -31,9 +31,11 @@ void reply_json(reply *r, jw *w) {
         return;
     }
     r->status = 200;
-    r->type = "application/json";
+    r->type = type;
     r->cache = NULL;
 }
+
+void reply_json(reply *r, jw *w) { reply_body(r, w, "application/json"); }
 
 void reply_clear(reply *r) {
     if (r->stream) r->stream_end(r->stream_arg);

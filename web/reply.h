@@ -33,8 +33,10 @@ typedef struct reply {
 
 /* Fills r with {"error": msg, "status": status}. */
 void reply_error(reply *r, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Takes w's bytes as a JSON body with status 200 (500 if w ran out of
- * memory); w is left empty. */
+/* Takes w's bytes as a body of Content-Type `type` with status 200 (500
+ * if w ran out of memory); w is left empty. */
+void reply_body(reply *r, jw *w, const char *type);
+/* reply_body as application/json. */
 void reply_json(reply *r, jw *w);
 /* Frees what r holds (body, file, stream) and empties it. */
 void reply_clear(reply *r);
