@@ -38,6 +38,8 @@ static const char *body_members_bad(const cJSON *req, const char *body, size_t l
     return NULL;
 }
 
+/* On a worker of the SQL pool: the query of q's body ({"sql": ...,
+ * "max_rows": N}) run on q->db under the server's limits. */
 static void sql_query(route_req *q, reply *r) {
     const http_options *o = &q->s->o;
     const char *body = q->body;
