@@ -1,6 +1,7 @@
 /* reply.h: what a request is answered with: a status, a content type and a
- * body, and the ways a handler fills one. The lowest file of web/: the
- * routes fill replies, the server (http.c) sends them. */
+ * body, and the ways a handler fills one. At the bottom of web/ (it
+ * includes nothing of it): the routes, the live streams and the pools fill
+ * replies, the server (http.c) sends them. */
 #ifndef PP_WEB_REPLY_H
 #define PP_WEB_REPLY_H
 #include <microhttpd.h>
