@@ -1,5 +1,6 @@
-/* sql.c: a user SQL result (db/usersql.h) as JSON, for `pprun query
- * --format json` and POST /api/sql. */
+/* sql.c: SQL results as JSON (sql.h): a user's query for `pprun query
+ * --format json` and POST /api/sql; a statement's row for the API's lists
+ * (jobs, ranks, gaps, the plan's actions). */
 #include "report/sql.h"
 
 static void cell_json(jw *w, const usersql_cell *c) {
@@ -45,4 +46,21 @@ int report_sql_table(jw *w, const usersql_result *r, size_t max_len) {
     jw_bool(w, r->truncated);
     jw_obj_end(w);
     return 0;
+}
+
+void report_sql_row(jw *w, sqlite3_stmt *st) {
+    jw_obj(w);
+    int n = sqlite3_column_count(st);
+    for (int c = 0; c < n; c++) {
+        jw_key(w, sqlite3_column_name(st, c));
+        switch (sqlite3_column_type(st, c)) {
+        case SQLITE_INTEGER: jw_int(w, sqlite3_column_int64(st, c)); break;
+        case SQLITE_FLOAT: jw_num(w, sqlite3_column_double(st, c)); break;
+        case SQLITE_TEXT:
+            jw_strn(w, (const char *)sqlite3_column_text(st, c), (size_t)sqlite3_column_bytes(st, c));
+            break;
+        default: jw_null(w);
+        }
+    }
+    jw_obj_end(w);
 }

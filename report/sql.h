@@ -1,6 +1,9 @@
-/* sql.h: a user SQL result (db/usersql.h) as JSON. */
+/* sql.h: SQL results as JSON: a user's query (db/usersql.h), and a row of
+ * a statement as it steps. */
 #ifndef PP_REPORT_SQL_H
 #define PP_REPORT_SQL_H
+#include <sqlite3.h>
+
 #include "base/json.h"
 #include "db/usersql.h"
 
@@ -10,5 +13,7 @@ void report_sql_objects(jw *w, const usersql_result *r);
  * /api/sql); stops and returns -1 once the text passes max_len bytes (0: no
  * limit); 0 otherwise. */
 int report_sql_table(jw *w, const usersql_result *r, size_t max_len);
+/* The current row of st as an object, its keys the columns' names. */
+void report_sql_row(jw *w, sqlite3_stmt *st);
 
 #endif

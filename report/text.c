@@ -1,4 +1,4 @@
-/* stats_report.c: a job's summary as text (stats_report.h). Durations pick
+/* text.c: a job's analyses as text (text.h). Durations pick
  * their unit (ns, us, ms, s) and sizes theirs (B, KiB, MiB, GiB) so that
  * columns stay short; percentages have one decimal. */
 #include "report/text.h"

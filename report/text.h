@@ -1,8 +1,8 @@
-/* stats_report.h: a job's summary (db/summary.h) as text for a terminal:
- * the full report of `pprun stats`, and the two lines `pprun run` prints
- * when its job ends. */
-#ifndef PP_STATS_REPORT_H
-#define PP_STATS_REPORT_H
+/* text.h: a job's analyses (db/) as text for a terminal: the full report
+ * of `pprun stats`, and the two lines `pprun run` prints when its job ends.
+ * Their JSON, for the API and `pprun stats --format json`, is json.h's. */
+#ifndef PP_REPORT_TEXT_H
+#define PP_REPORT_TEXT_H
 #include <sqlite3.h>
 #include <stdio.h>
 

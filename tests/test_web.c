@@ -25,7 +25,7 @@
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 #include "web/http.h"
-#include "web/internal.h"
+#include "web/server.h"
 
 static char dbpath[256];
 static http_server *srv;
@@ -816,16 +816,22 @@ Test(web, unknown_routes_and_methods_get_json_errors) {
     for (size_t i = 0; i < 5; i++) cJSON_Delete(get_json(paths[i], 404));
     /* A 405's Allow names what the route takes (it said "GET, HEAD, POST"
      * everywhere); the live stream is a route too (it was a 404), and a page
-     * that is not there is a 404 whatever the method (it was a 405). */
+     * that is not there is a 404 whatever the method (it was a 405). Each
+     * says how to call the route, from its row of the route table. */
     static const struct {
         const char *method, *path;
         int status;
-        const char *allow;
+        const char *allow, *says;
     } cases[] = {
-        {"DELETE", "/api/jobs/1", 405, "GET, HEAD"},     {"POST", "/api/jobs", 405, "GET, HEAD"},
-        {"GET", "/api/sql", 405, "POST"},                {"POST", "/api/jobs/1/live", 405, "GET, HEAD"},
-        {"POST", "/metrics", 405, "GET, HEAD"},          {"POST", "/app.js", 405, "GET, HEAD"},
-        {"POST", "/nonexistent", 404, NULL},             {"PUT", "/api/jobs/1/trace.json", 405, "GET, HEAD"},
+        {"DELETE", "/api/jobs/1", 405, "GET, HEAD", "DELETE not allowed on /api/jobs/1 (use GET)"},
+        {"POST", "/api/jobs", 405, "GET, HEAD", "POST not allowed on /api/jobs (use GET)"},
+        {"GET", "/api/sql", 405, "POST", "GET not allowed on /api/sql (use POST with {\\\"sql\\\": ...})"},
+        {"POST", "/api/jobs/1/live", 405, "GET, HEAD", "(use GET)"},
+        {"POST", "/metrics", 405, "GET, HEAD", "POST not allowed on /metrics (use GET)"},
+        {"POST", "/app.js", 405, "GET, HEAD", "POST not allowed on /app.js"},
+        {"POST", "/nonexistent", 404, NULL, "no such page"},
+        {"PUT", "/api/jobs/1/trace.json", 405, "GET, HEAD", "(use GET)"},
+        {"DELETE", "/api/nope", 404, NULL, "no such API route: /api/nope"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         webclient_resp r;
@@ -834,6 +840,7 @@ Test(web, unknown_routes_and_methods_get_json_errors) {
         const char *allow = webclient_header(&r, "Allow");
         if (cases[i].allow) cr_assert(allow && !strcmp(allow, cases[i].allow), "%s: Allow %s", cases[i].path, allow);
         else cr_assert_null(allow);
+        cr_assert(strstr(r.body, cases[i].says), "%s %s: %s", cases[i].method, cases[i].path, r.body);
         webclient_free(&r);
     }
 }

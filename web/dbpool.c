@@ -6,7 +6,7 @@
 
 #include "db/db.h"
 #include "db/usersql.h"
-#include "web/internal.h"
+#include "web/dbpool.h"
 
 int dbpool_init(dbpool *p, const char *path, pp_err *err) {
     memset(p, 0, sizeof *p);

@@ -1,33 +1,40 @@
 /* http.c: the server: listening socket, libmicrohttpd daemon and its limits,
- * the request life cycle (body cap, auth), static files from the embedded
- * table, and dispatch to the API, live streams and /metrics. */
+ * and the request life cycle: the route of its URL looked up in the table
+ * (routes.h) as its headers arrive, the token and the query checked as its
+ * route's flags ask, the body read up to its cap, then the route's handler
+ * run (on a pool's worker when its route says so) and its reply sent. */
 #include "web/http.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "base/embed.h"
 #include "base/pp.h"
-#include "web/internal.h"
+#include "web/conn.h"
+#include "web/query.h"
+#include "web/reply.h"
+#include "web/routes.h"
+#include "web/server.h"
 
-/* Per request: the body as it arrives, bounded by max_body. */
+/* Per request: its route, the body as it arrives (bounded by max_body),
+ * and what its handler is given. */
 typedef struct request {
+    const route *route;  /* its URL's row of the table, found on its headers */
+    long id;             /* the route's {id} */
     char *body;
     size_t len, cap;
     int started;         /* on_request has seen the headers */
     int path_nul;        /* the path as sent holds %00 (on_uri) */
     int answered;        /* a reply was queued before the body (401, 413) */
+    route_req q;         /* its handler's; read by a pool's worker while the connection is suspended */
     sql_task *task;      /* on a worker (sqlpool.c) while the connection is suspended */
     sql_pool *pool;      /* the pool that took the request: sqlpool_done when it completes */
-    trace_request trace; /* GET .../trace.json: what the trace pool exports */
     size_t discarded;    /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
 
@@ -35,106 +42,6 @@ typedef struct request {
  * sender still gets a 413 (libmicrohttpd can only answer once the body is
  * in); past this the connection is closed: the body could be endless. */
 #define HTTP_DISCARD_FACTOR 16
-
-void http_error(http_reply *r, int status, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    jw w;
-    jw_init(&w);
-    jw_obj(&w);
-    jw_kstr(&w, "error", msg);
-    jw_kint(&w, "status", status);
-    jw_obj_end(&w);
-    free(r->body);
-    r->body = jw_take(&w, &r->len);
-    r->status = r->body ? status : 500;
-    r->type = "application/json";
-    r->cache = NULL;
-}
-
-void http_json(http_reply *r, jw *w) {
-    free(r->body);
-    r->body = jw_take(w, &r->len);
-    if (!r->body) {
-        http_error(r, 500, "out of memory building the response");
-        return;
-    }
-    r->status = 200;
-    r->type = "application/json";
-    r->cache = NULL;
-}
-
-int http_conn_fd(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return ci ? ci->connect_fd : -1;
-}
-
-int http_client_gone(int fd) {
-    if (fd < 0) return 0;
-    char b;
-    ssize_t k = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
-int arg_long(struct MHD_Connection *c, const char *name, long min, long max, long *out, http_reply *r) {
-    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
-    if (!v || !*v) return 0;
-    /* Digits only: strtol would also take " 5" and "+5". */
-    const char *d = v + (v[0] == '-');
-    if (!*d || strspn(d, "0123456789") != strlen(d)) {
-        http_error(r, 400, "bad query parameter: %s: expected an integer in [%ld, %ld], got '%.64s'", name, min, max,
-                   v);
-        return -1;
-    }
-    pp_err err;
-    if (pp_parse_long(v, min, max, name, out, &err) != 0) {
-        http_error(r, 400, "bad query parameter: %s", err.msg);
-        return -1;
-    }
-    return 1;
-}
-
-/* The query's parameters, checked before any route reads one: a name
- * given twice (which value would count?) and a name or value holding a
- * NUL (%00: everything after it was silently dropped) are refused. */
-typedef struct args_check {
-    const char *seen[32];
-    size_t nseen;
-    char bad[160];
-} args_check;
-
-static enum MHD_Result args_check_one(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
-                                      const char *value, size_t value_size) {
-    (void)kind;
-    args_check *a = cls;
-    if (key_size == 0 && !value) return MHD_YES; /* "?&limit=5": nothing given */
-    if (strlen(key) != key_size || (value && strlen(value) != value_size)) {
-        snprintf(a->bad, sizeof a->bad, "query parameter '%.64s' holds a NUL character (%%00)", key);
-        return MHD_NO;
-    }
-    for (size_t i = 0; i < a->nseen; i++)
-        if (strcmp(a->seen[i], key) == 0) {
-            snprintf(a->bad, sizeof a->bad, "query parameter '%.64s' is given more than once", key);
-            return MHD_NO;
-        }
-    if (a->nseen == sizeof a->seen / sizeof a->seen[0]) {
-        snprintf(a->bad, sizeof a->bad, "more than %zu query parameters", a->nseen);
-        return MHD_NO;
-    }
-    a->seen[a->nseen++] = key;
-    return MHD_YES;
-}
-
-static int args_ok(struct MHD_Connection *c, http_reply *r) {
-    args_check a = {.nseen = 0};
-    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, args_check_one, &a);
-    if (!a.bad[0]) return 1;
-    http_error(r, 400, "bad query: %s", a.bad);
-    return 0;
-}
 
 /* ---- listen address ------------------------------------------------------ */
 
@@ -274,94 +181,49 @@ static int token_ok(const http_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-/* ---- static files --------------------------------------------------------- */
-
-static const char *content_type(const char *name) {
-    const char *dot = strrchr(name, '.');
-    if (!dot) return "application/octet-stream";
-    if (!strcmp(dot, ".html")) return "text/html; charset=utf-8";
-    if (!strcmp(dot, ".js")) return "text/javascript; charset=utf-8";
-    if (!strcmp(dot, ".css")) return "text/css; charset=utf-8";
-    if (!strcmp(dot, ".svg")) return "image/svg+xml";
-    if (!strcmp(dot, ".png")) return "image/png";
-    if (!strcmp(dot, ".ico")) return "image/x-icon";
-    if (!strcmp(dot, ".json")) return "application/json";
-    if (!strcmp(dot, ".txt")) return "text/plain; charset=utf-8";
-    return "application/octet-stream";
-}
-
-/* Looks the path up in the embedded table; nothing else is ever consulted.
- * Only plain names are looked up at all, so a traversal attempt is a 404
- * without touching the table's neighbours either. NULL: no such file. */
-static const pp_embedded_file *static_file(const char *url, char name[256]) {
-    int plain = url[0] == '/' && strlen(url) < 200 && !strstr(url, "..") && !strstr(url, "//");
-    for (const char *p = url; plain && *p; p++)
-        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '/' ||
-                *p == '.' || *p == '-' || *p == '_';
-    if (!plain) return NULL;
-    snprintf(name, 256, "static%s", strcmp(url, "/") == 0 ? "/index.html" : url);
-    return pp_embed_find(pp_static_files, name);
-}
-
-/* If-None-Match's weak comparison (RFC 9110 13.1.2): "*", or any tag of
- * the comma-separated list equal to etag, with or without W/. */
-static int etag_matches(const char *list, const char *etag) {
-    size_t n = strlen(etag);
-    for (const char *p = list; *p;) {
-        p += strspn(p, " \t,");
-        if (*p == '*') return 1;
-        if (p[0] == 'W' && p[1] == '/') p += 2;
-        if (strncmp(p, etag, n) == 0 && (p[n] == 0 || p[n] == ',' || p[n] == ' ' || p[n] == '\t')) return 1;
-        p += strcspn(p, ",");
-    }
-    return 0;
-}
-
-static enum MHD_Result serve_static(http_server *s, struct MHD_Connection *c, const char *url) {
-    char name[256];
-    const pp_embedded_file *f = static_file(url, name);
-    if (!f) return MHD_NO; /* the caller answers 404 */
-    char etag[32];
-    snprintf(etag, sizeof etag, "\"%016llx\"", (unsigned long long)pp_hash(f->data, f->size)); /* so reloads get 304s */
-    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
-    int not_modified = inm && etag_matches(inm, etag);
-    struct MHD_Response *resp =
-        not_modified ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
-            : MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
-    if (!resp) return MHD_NO;
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type(name));
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
-    /* Revalidate every time: the binary (and so the files) can change
-     * between runs on the same port. */
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(resp, "Content-Security-Policy",
-                            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
-    enum MHD_Result ret = MHD_queue_response(c, not_modified ? MHD_HTTP_NOT_MODIFIED : MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    atomic_fetch_add(&s->requests[not_modified ? 304 : 200], 1);
-    return ret;
-}
-
 /* ---- request life cycle --------------------------------------------------- */
 
-static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, http_reply *r) {
+/* The libmicrohttpd response for r's body, NULL when out of memory. Takes
+ * what r owns (body, file, stream) either way. */
+static struct MHD_Response *response_of(reply *r) {
     struct MHD_Response *resp;
-    if (r->file) { /* MHD reads the file as the client takes it, and closes its fd */
+    if (r->stream) {
+        resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, r->stream, r->stream_arg, r->stream_end);
+        if (!resp) r->stream_end(r->stream_arg); /* never to be read: its end is ours to call */
+        r->stream = NULL;
+    } else if (r->file) { /* MHD reads the file as the client takes it, and closes its fd */
         int fd = dup(fileno(r->file));
         fclose(r->file);
         r->file = NULL;
         resp = fd < 0 ? NULL : MHD_create_response_from_fd64(r->len, fd);
         if (!resp && fd >= 0) close(fd);
+    } else if (r->data) {
+        resp = MHD_create_response_from_buffer(r->len, (void *)r->data, MHD_RESPMEM_PERSISTENT);
     } else {
         resp = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
         if (!resp) free(r->body);
     }
-    if (!resp) return MHD_NO;
     r->body = NULL;
+    return resp;
+}
+
+static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, reply *r) {
+    int stream = r->stream != NULL;
+    struct MHD_Response *resp = response_of(r);
+    if (!resp && stream) { /* a 500 in its place */
+        stream = 0;
+        reply_error(r, 500, "cannot create the stream response");
+        resp = response_of(r);
+    }
+    if (!resp) return MHD_NO;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->type ? r->type : "application/json");
+    if (r->etag[0]) MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, r->etag);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, r->cache ? r->cache : "no-store");
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (stream) MHD_add_response_header(resp, "X-Accel-Buffering", "no"); /* a proxy passes each message on at once */
+    if (r->dashboard)
+        MHD_add_response_header(resp, "Content-Security-Policy",
+                                "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:");
     if (r->status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"pprun\"");
     if (r->status == 405) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow ? r->allow : "GET, HEAD");
     if (r->status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
@@ -381,7 +243,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
                           enum MHD_ConnectionNotificationCode code) {
     http_server *s = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        int fd = http_conn_fd(c);
+        int fd = conn_fd(c);
         *socket_context = fd >= 0 ? reaper_conn_open(&s->reaper, fd) : NULL;
     } else {
         reaper_conn_closed(&s->reaper, *socket_context);
@@ -391,24 +253,60 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 
 /* 413 for a body over max_body, announced (Content-Length) or chunked. */
 static enum MHD_Result send_too_big(http_server *s, struct MHD_Connection *c) {
-    http_reply r = {0};
-    http_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
+    reply r = {0};
+    reply_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
     return send_reply(s, c, &r);
 }
 
-static void run_sql(http_server *s, sqlite3 *db, const void *arg, http_reply *r) {
-    const request *rq = arg;
-    routes_sql(s, db, rq->body ? rq->body : "", rq->len, r);
+/* Runs fn for q on db: with ROUTE_JOB only once job {id} is loaded into
+ * q->job (a 404 in r when there is none). */
+static void run_with_db(route_req *q, unsigned flags, route_fn *fn, sqlite3 *db, reply *r) {
+    q->db = db;
+    if (!(flags & ROUTE_JOB) || routes_load_job(db, q->id, &q->job, r) == 0) fn(q, r);
+    q->db = NULL;
 }
 
-/* Hands the request to pool p: answered later, once a worker has run it
- * (MHD_YES, the connection suspended meanwhile), or now (the pool is full
- * or stopping). arg must live as long as rq. */
-static enum MHD_Result submit(http_server *s, struct MHD_Connection *c, request *rq, sql_pool *p, sqlpool_fn *run,
-                              const void *arg, http_reply *r) {
-    if (!sqlpool_submit(p, s, c, run, arg, &rq->task, r)) return send_reply(s, c, r);
-    rq->pool = p;
-    return MHD_YES;
+/* On a pool's worker: the rest of a request its handler handed on. */
+static void run_then(sqlite3 *db, void *arg, reply *r) {
+    request *rq = arg;
+    run_with_db(&rq->q, rq->route->flags, rq->q.then, db, r);
+}
+
+/* The request's route answers it, its body in: at once, or (its handler
+ * asking for it) once a worker of its pool has (MHD_YES, the connection
+ * suspended meanwhile). */
+static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, request *rq, const char *url,
+                                const char *method) {
+    const route *rt = rq->route;
+    reply r = {0};
+    if (!route_takes(rt, method)) {
+        reply_error(&r, 405, "%s not allowed on %.200s (use %s)", method, url, rt->use ? rt->use : rt->method);
+        r.allow = strcmp(rt->method, "GET") == 0 ? NULL : rt->method;
+        return send_reply(s, c, &r);
+    }
+    rq->q = (route_req){.s = s, .c = c, .method = method, .url = url, .body = rq->body ? rq->body : "",
+                        .len = rq->len, .id = rq->id};
+    sql_pool *pool = rt->flags & ROUTE_SQL_POOL ? s->sql : rt->flags & ROUTE_TRACE_POOL ? s->traces : NULL;
+    if (pool) {
+        rt->handler(&rq->q, &r);
+        if (!rq->q.then) return send_reply(s, c, &r);
+        if (!sqlpool_submit(pool, c, run_then, rq, &rq->task, &r)) return send_reply(s, c, &r);
+        rq->pool = pool;
+        return MHD_YES;
+    }
+    if (rt->flags & (ROUTE_DB | ROUTE_JOB)) {
+        pp_err err;
+        sqlite3 *db = dbpool_get(&s->pool, &err);
+        if (!db) {
+            reply_error(&r, 503, "%s", err.msg);
+        } else {
+            run_with_db(&rq->q, rt->flags, rt->handler, db, &r);
+            dbpool_put(&s->pool, db);
+        }
+    } else {
+        rt->handler(&rq->q, &r);
+    }
+    return send_reply(s, c, &r);
 }
 
 /* The request line's URL before libmicrohttpd decodes it: a %00 in the
@@ -430,26 +328,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     (void)version;
     http_server *s = cls;
     request *rq = *con_cls;
-    http_reply r = {0};
-    int is_api = strncmp(url, "/api/", 5) == 0 || strcmp(url, "/api") == 0;
-    int is_metrics = strcmp(url, "/metrics") == 0;
+    reply r = {0};
     if (!rq || !rq->started) {
         if (!rq && !(rq = calloc(1, sizeof *rq))) return MHD_NO;
         *con_cls = rq;
         rq->started = 1;
+        rq->route = route_find(url, &rq->id);
         if (rq->path_nul) {
             rq->answered = 1;
-            http_error(&r, 400, "the URL's path holds a NUL character (%%00)");
+            reply_error(&r, 400, "the URL's path holds a NUL character (%%00)");
             return send_reply(s, c, &r);
         }
         /* The first call has the headers only: a stranger is refused before
          * a byte of its body is read, and so is an announced oversized body. */
-        if ((is_api || is_metrics) && s->token && !token_ok(s, c)) {
+        if ((rq->route->flags & ROUTE_TOKEN) && s->token && !token_ok(s, c)) {
             rq->answered = 1;
-            http_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
+            reply_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
             return send_reply(s, c, &r);
         }
-        if ((is_api || is_metrics) && !args_ok(c, &r)) {
+        if ((rq->route->flags & ROUTE_QUERY) && query_check(c, &r) != 0) {
             rq->answered = 1;
             return send_reply(s, c, &r);
         }
@@ -498,40 +395,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         rq->task = NULL;
         return send_reply(s, c, &r);
     }
-    int head = strcmp(method, "HEAD") == 0;
-    int get = head || strcmp(method, "GET") == 0;
-    if (is_metrics) {
-        if (!get) http_error(&r, 405, "%s not allowed on /metrics (use GET)", method);
-        else metrics_render(s, &r);
-        return send_reply(s, c, &r);
-    }
-    if (is_api) {
-        /* /api/jobs/{id}/live is a stream; everything else one reply. */
-        long job;
-        int n = 0;
-        if (get && sscanf(url, "/api/jobs/%ld/live%n", &job, &n) == 1 && url[n] == 0 && job > 0 &&
-            strspn(url + 10, "0123456789") + 10 + 5 == strlen(url)) {
-            int queued = 0;
-            enum MHD_Result ret = live_open(s, c, job, &r, &queued);
-            if (queued) return ret;
-            return send_reply(s, c, &r);
-        }
-        if (strcmp(url, "/api/sql") == 0 && strcmp(method, "POST") == 0)
-            return submit(s, c, rq, s->sql, run_sql, rq, &r);
-        if (routes_api(s, c, method, url, &rq->trace, &r))
-            return submit(s, c, rq, s->traces, routes_trace, &rq->trace, &r);
-        return send_reply(s, c, &r);
-    }
-    char name[256];
-    if (!get && static_file(url, name)) {
-        http_error(&r, 405, "%s not allowed on %s", method, url);
-        return send_reply(s, c, &r);
-    }
-    /* HEAD: libmicrohttpd sends the headers of the full response, no body. */
-    enum MHD_Result ret = get ? serve_static(s, c, url) : MHD_NO;
-    if (ret == MHD_YES) return ret;
-    http_error(&r, 404, "no such page: the dashboard is at /, the API under /api/ (docs/api.md)");
-    return send_reply(s, c, &r);
+    return dispatch(s, c, rq, url, method);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -542,6 +406,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!rq) return;
     sqlpool_take(rq->task, NULL); /* a client gone before its answer */
     if (rq->pool) sqlpool_done(rq->pool);
+    free(rq->q.arg);
     free(rq->body);
     free(rq);
     *con_cls = NULL;
@@ -598,11 +463,11 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     if (fd < 0) goto no_listener;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
-    if (sqlpool_start(&s->sql, "SQL queries", s->o.sql_workers, s->o.sql_queue, err) != 0) goto no_sql;
+    if (sqlpool_start(&s->sql, "SQL queries", &s->pool, s->o.sql_workers, s->o.sql_queue, err) != 0) goto no_sql;
     /* Two exports at once (a long job's whole trace is minutes of disk and
      * CPU; a second worker keeps a few steps' trace from waiting behind it),
      * two waiting: at most four trace files exist at once. */
-    if (sqlpool_start(&s->traces, "trace exports", 2, 2, err) != 0) goto no_traces;
+    if (sqlpool_start(&s->traces, "trace exports", &s->pool, 2, 2, err) != 0) goto no_traces;
     if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
     if (family == AF_INET6) flags |= MHD_USE_IPv6;

@@ -17,7 +17,6 @@
  * another process writes. */
 #ifndef PP_WEB_HTTP_H
 #define PP_WEB_HTTP_H
-#include <sqlite3.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,12 +60,5 @@ void http_stop(http_server *s);
 /* Parses "HOST:PORT" as --listen takes it. host gets the address text
  * (brackets removed). Returns 0 or -1 naming the flag. */
 int http_parse_listen(const char *flag, const char *listen, char *host, size_t hostsz, uint16_t *port, pp_err *err);
-
-/* `pprun stats --format json`: without a server, the API's bodies for job
- * `job`: {"job": ID, "summary": /summary, "whatif": /whatif, "critpath":
- * /critpath}; with vs > 0, the body of /compare?vs=VS. 0 with *json
- * (malloc'd, the caller frees), or -1 with the API's error message in err
- * (no such job, a database error). */
-int http_stats_json(sqlite3 *db, long job, long vs, char **json, size_t *len, pp_err *err);
 
 #endif

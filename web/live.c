@@ -48,8 +48,10 @@
 
 #include "db/alive.h"
 #include "db/analyze.h"
+#include "db/summary.h"
 #include "db/usersql.h"
-#include "web/internal.h"
+#include "web/conn.h"
+#include "web/live.h"
 
 #define MAX_STREAMS 256
 #define EVENTS_PER_TICK 5000
@@ -472,7 +474,7 @@ static void *hub_main(void *arg) {
                 sub_free(s);
                 continue;
             }
-            if (s->suspended && !s->ending && http_client_gone(s->fd)) {
+            if (s->suspended && !s->ending && conn_client_gone(s->fd)) {
                 s->ending = 1; /* its reader ends the stream, and MHD closes the connection */
                 s->suspended = 0;
                 MHD_resume_connection(s->conn);
@@ -602,35 +604,14 @@ static int parse_cursor(const char *v, live_sub *s) {
     return 0;
 }
 
-enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, http_reply *r, int *queued) {
-    live_hub *h = srv->live;
-    *queued = 0;
-    /* The job must exist; checked through the pool, not the hub's connection. */
-    pp_err err;
-    sqlite3 *db = dbpool_get(&srv->pool, &err);
-    if (!db) {
-        http_error(r, 503, "%s", err.msg);
-        return MHD_NO;
-    }
-    sqlite3_stmt *st = NULL;
-    int exists = 0;
-    if (sqlite3_prepare_v2(db, "SELECT 1 FROM jobs WHERE id=?", -1, &st, NULL) == SQLITE_OK) {
-        sqlite3_bind_int64(st, 1, job);
-        exists = sqlite3_step(st) == SQLITE_ROW;
-    }
-    sqlite3_finalize(st);
-    dbpool_put(&srv->pool, db);
-    if (!exists) {
-        http_error(r, 404, "no job %ld in this database", job);
-        return MHD_NO;
-    }
+void live_open(live_hub *h, struct MHD_Connection *c, long job, reply *r) {
     live_sub *s = calloc(1, sizeof *s);
     if (!s) {
-        http_error(r, 500, "out of memory");
-        return MHD_NO;
+        reply_error(r, 500, "out of memory");
+        return;
     }
     s->conn = c;
-    s->fd = http_conn_fd(c);
+    s->fd = conn_fd(c);
     s->hub = h;
     s->job = job;
     jw_init(&s->out);
@@ -640,8 +621,8 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
     if (last && *last) {
         if (parse_cursor(last, s) != 0) {
             sub_free(s);
-            http_error(r, 400, "bad Last-Event-ID '%.60s': expected the id of a message of this stream", last);
-            return MHD_NO;
+            reply_error(r, 400, "bad Last-Event-ID '%.60s': expected the id of a message of this stream", last);
+            return;
         }
         s->initialised = 1;
         jw_raw(&s->out, "retry: 2000\n\n", 13);
@@ -660,24 +641,15 @@ enum MHD_Result live_open(http_server *srv, struct MHD_Connection *c, long job, 
     pthread_mutex_unlock(&h->mu);
     if (stopping || full) {
         sub_free(s);
-        if (stopping) http_error(r, 503, "the server is stopping");
-        else http_error(r, 503, "too many live streams open (%d)", MAX_STREAMS);
-        return MHD_NO;
+        if (stopping) reply_error(r, 503, "the server is stopping");
+        else reply_error(r, 503, "too many live streams open (%d)", MAX_STREAMS);
+        return;
     }
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sub_read, s, sub_release);
-    if (!resp) {
-        sub_release(s); /* the hub frees it */
-        http_error(r, 500, "cannot create the stream response");
-        return MHD_NO;
-    }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream; charset=utf-8");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp); /* sub_release runs when MHD is done with it */
-    atomic_fetch_add(&srv->requests[200], 1);
-    *queued = 1;
-    return ret;
+    r->status = MHD_HTTP_OK;
+    r->type = "text/event-stream; charset=utf-8";
+    r->stream = sub_read;
+    r->stream_end = sub_release; /* the hub frees the stream once it is released */
+    r->stream_arg = s;
 }
 
 void live_end_all(live_hub *h) {

@@ -28,7 +28,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "web/internal.h"
+#include "web/conn.h"
+#include "web/reaper.h"
 
 struct reaper_conn {
     reaper_conn *prev, *next;
@@ -52,7 +53,7 @@ static void *reaper_main(void *arg) {
         for (reaper_conn *c = r->conns; c; c = c->next) {
             if (c->since_ns == 0) continue;
             int slow = now - c->since_ns >= r->limit_ns;
-            if (slow || (now - c->since_ns >= REAPER_PEEK_NS && http_client_gone(c->fd))) {
+            if (slow || (now - c->since_ns >= REAPER_PEEK_NS && conn_client_gone(c->fd))) {
                 shutdown(c->fd, SHUT_RDWR);
                 c->since_ns = 0; /* once */
                 if (slow) atomic_fetch_add(&r->closed, 1);

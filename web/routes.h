@@ -1,16 +1,25 @@
-/* routes.h: what the route files of web/ share (routes.c dispatches;
- * routes_timeline.c serves the events window, kernels and gaps;
- * routes_steps.c the steps, plan, summary, what-if, critical path and
- * Chrome trace;
- * routes_compare.c two jobs side by side). Not for use outside web/. */
+/* routes.h: the route table and what its handlers are given. Every URL the
+ * server answers is a row of route_table (routes.c): the method, the path
+ * pattern, the handler that answers it, and flags for what the server does
+ * around the handler (the token, the query check, a database connection,
+ * the job of the path, a pool of worker threads). http.c looks each
+ * request up in the table and does what its row says; no other file knows
+ * a URL. The handlers: routes_jobs.c (the job list, one job, its live
+ * stream), routes_timeline.c (events, kernels, gaps), routes_steps.c
+ * (steps, the trace export), routes_analyses.c (plan, summary, what-if,
+ * critical path, compare), routes_sql.c (POST /api/sql), metrics.c
+ * (/metrics), routes_static.c (the dashboard's files). */
 #ifndef PP_WEB_ROUTES_H
 #define PP_WEB_ROUTES_H
+#include <microhttpd.h>
 #include <sqlite3.h>
 #include <stdint.h>
 
-#include "web/internal.h"
+#include "web/query.h"
+#include "web/reply.h"
+#include "web/server.h"
 
-/* The job a /api/jobs/{id}/... request is about, loaded once by routes.c. */
+/* The job a /api/jobs/{id}/... request is about (ROUTE_JOB). */
 typedef struct job_info {
     long id;
     int64_t t0;
@@ -18,36 +27,74 @@ typedef struct job_info {
     char status[32];
 } job_info;
 
+typedef struct route_req route_req;
+/* A handler: answers q in r (any status; r starts empty). */
+typedef void route_fn(route_req *q, reply *r);
+
+/* What a handler is given. It lives as long as the request. */
+struct route_req {
+    http_server *s;
+    struct MHD_Connection *c; /* for its headers and query parameters (query.h) */
+    const char *method, *url;
+    const char *body; /* the request's body, NUL-terminated, len bytes ("" without one) */
+    size_t len;
+    long id;          /* the {id} of the route's pattern; -1 without one */
+    sqlite3 *db;      /* ROUTE_DB, ROUTE_JOB: a read-only connection while the handler runs */
+    job_info job;     /* ROUTE_JOB: job {id} */
+    /* On a route with a pool (ROUTE_SQL_POOL, ROUTE_TRACE_POOL), a handler
+     * that sets `then` has it answer the request on a worker of that pool,
+     * its connection suspended meanwhile: the handler checks what it can at
+     * once, `then` does the long read (db and job are `then`'s, not the
+     * handler's, on such a route). arg is for `then`: malloc'd, freed with
+     * the request. */
+    route_fn *then;
+    void *arg;
+};
+
+enum {
+    ROUTE_TOKEN = 1 << 0,      /* with a token set, only with `Authorization: Bearer TOKEN`: a 401 on the
+                                * request's headers, before any of its body is read */
+    ROUTE_QUERY = 1 << 1,      /* the query checked before the handler reads any of it (query_check): a 400 */
+    ROUTE_API = ROUTE_TOKEN | ROUTE_QUERY, /* every /api route and /metrics */
+    ROUTE_DB = 1 << 2,         /* a connection of the server's pool (a 503 when none can be opened) */
+    ROUTE_JOB = 1 << 3,        /* ROUTE_DB, and {id} a job of the database (a 404 when it is not) */
+    ROUTE_SQL_POOL = 1 << 4,   /* `then` runs on the user SQL pool (s->sql) */
+    ROUTE_TRACE_POOL = 1 << 5, /* `then` runs on the trace export pool (s->traces) */
+};
+
+typedef struct route {
+    const char *method;  /* "GET" (which takes HEAD too), "POST", or "*": any, the handler's to check */
+    const char *pattern; /* the path: literal text; {id} 1 to 15 digits; a last * anything, or nothing */
+    route_fn *handler;
+    unsigned flags;      /* ROUTE_* */
+    const char *use;     /* how to call it, as a 405 says: "(use GET)"; NULL = its method */
+} route;
+
+/* The first row of the table whose pattern matches url, with its {id} in
+ * *id (-1 without one). The table's last row matches any URL, so there is
+ * always one. */
+const route *route_find(const char *url, long *id);
+/* Whether rt takes method (GET routes take HEAD too: libmicrohttpd sends
+ * the headers of the full answer, without its body). */
+int route_takes(const route *rt, const char *method);
+
+/* Helpers the handlers share (routes.c). */
 /* Loads job `id` into j: 0, or -1 with r filled (404 when there is no
  * such job, 500 on a database error). */
-int routes_load_job(sqlite3 *db, long id, job_info *j, http_reply *r);
+int routes_load_job(sqlite3 *db, long id, job_info *j, reply *r);
 /* A prepared statement or a 500 naming SQLite's complaint. */
-sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, http_reply *r);
-/* The current row as an object, keys from the column names. */
-void routes_row_object(jw *w, sqlite3_stmt *st);
+sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, reply *r);
 /* Where the job's timeline ends so far (ns since t0): the last event of
  * each rank. */
 int64_t routes_timeline_end(sqlite3 *db, const job_info *j);
 
-/* GET /api/jobs/{id}/events, kernels, gaps (routes_timeline.c) */
-void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-/* GET /api/jobs/{id}/steps, plan, summary, whatif (routes_steps.c) */
-void route_steps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void route_plan(sqlite3 *db, const job_info *j, http_reply *r);
-void route_summary(sqlite3 *db, const job_info *j, http_reply *r);
-void route_whatif(sqlite3 *db, const job_info *j, http_reply *r);
-/* GET /api/jobs/{job}/trace.json: its parameters into t (1), or a 400 in
- * r (0). The export itself is routes_trace's, on the trace pool. */
-int routes_trace_request(struct MHD_Connection *c, long job, trace_request *t, http_reply *r);
-/* GET /api/jobs/{id}/critpath[?step=N] (routes_steps.c); routes_critpath
- * answers it for step (-1: the latest complete steps' totals). */
-void route_critpath(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void routes_critpath(sqlite3 *db, const job_info *j, long step, http_reply *r);
-/* GET /api/jobs/{id}/compare?vs=M (routes_compare.c); routes_compare
- * answers it for vs. */
-void route_compare(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r);
-void routes_compare(sqlite3 *db, const job_info *j, long vs, http_reply *r);
+/* The handlers, by file. */
+route_fn route_jobs, route_job, route_live;                                      /* routes_jobs.c */
+route_fn route_events, route_kernels, route_gaps;                                /* routes_timeline.c */
+route_fn route_steps, route_trace;                                               /* routes_steps.c */
+route_fn route_plan, route_summary, route_whatif, route_critpath, route_compare; /* routes_analyses.c */
+route_fn route_sql;                                                              /* routes_sql.c */
+route_fn route_metrics;                                                          /* metrics.c */
+route_fn route_static;                                                           /* routes_static.c */
 
 #endif

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "db/analyze.h"
+#include "db/summary.h"
+#include "report/sql.h"
 #include "web/routes.h"
 
 #define EVENTS_DEFAULT_LIMIT 20000
@@ -18,14 +20,14 @@
 /* The ranks=0,2,5 argument as a 0/1 mask of world entries (all ranks when
  * absent), malloc'd: the caller frees it. NULL with r filled on bad input
  * or out of memory. */
-static unsigned char *ranks_mask(struct MHD_Connection *c, const job_info *j, http_reply *r) {
+static unsigned char *ranks_mask(struct MHD_Connection *c, const job_info *j, reply *r) {
     unsigned char *mask = malloc((size_t)j->world);
     if (!mask) {
-        http_error(r, 500, "out of memory");
+        reply_error(r, 500, "out of memory");
         return NULL;
     }
-    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "ranks");
-    if (!v || !*v) {
+    const char *v = query_str(c, "ranks");
+    if (!v) {
         memset(mask, 1, (size_t)j->world);
         return mask;
     }
@@ -36,8 +38,8 @@ static unsigned char *ranks_mask(struct MHD_Connection *c, const job_info *j, ht
         /* A digit first: strtol would also take " 1", "+1" and "-0". */
         long k = *p >= '0' && *p <= '9' ? strtol(p, &end, 10) : -1;
         if (k < 0 || (*end && *end != ',') || k >= j->world || (*end == ',' && !end[1])) {
-            http_error(r, 400, "bad query parameter: ranks='%.64s' must list ranks 0..%d separated by commas", v,
-                       j->world - 1);
+            reply_error(r, 400, "bad query parameter: ranks='%.64s' must list ranks 0..%d separated by commas", v,
+                        j->world - 1);
             free(mask);
             return NULL;
         }
@@ -59,7 +61,7 @@ typedef int (*window_row_fn)(sqlite3_stmt *st, int rank, int64_t start, int64_t 
  * a WHERE that binds ?1 job and ?2 rank. Returns -1 with r filled when a
  * query cannot be prepared. */
 static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
-                       const char *select, int tcol, window_row_fn row, void *ctx, http_reply *r) {
+                       const char *select, int tcol, window_row_fn row, void *ctx, reply *r) {
     char sql[2][1024];
     snprintf(sql[0], sizeof sql[0], "%s AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8", select);
     snprintf(sql[1], sizeof sql[1], "%s AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns", select);
@@ -137,7 +139,7 @@ static int gpu_span_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *
  * events: those that start in it and the few per rank that run into it.
  * There is at most one per host op, so there are no more than the events. */
 static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
-                            jw *w, http_reply *r) {
+                            jw *w, reply *r) {
     static const char columns[] = "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\"]";
     jw_key(w, "gpu_columns");
     jw_json(w, columns, sizeof columns - 1);
@@ -166,7 +168,7 @@ static int event_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx
 }
 
 static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
-                              jw *w, http_reply *r) {
+                              jw *w, reply *r) {
     /* Events that start in the window, and the few per rank that started
      * before it and still run into it. */
     jw_key(w, "events");
@@ -214,7 +216,7 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
 
 /* Zoomed out: per rank and per pixel-sized bucket, busy time by class. */
 static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
-                              long nbuckets, jw *w, http_reply *r) {
+                              long nbuckets, jw *w, reply *r) {
     int64_t span = to - from;
     int64_t width = (span + nbuckets - 1) / nbuckets;
     if (width < 1) width = 1;
@@ -227,7 +229,7 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     if (!acc || !st) {
         free(acc);
         sqlite3_finalize(st);
-        if (!acc) http_error(r, 500, "out of memory");
+        if (!acc) reply_error(r, 500, "out of memory");
         return;
     }
     for (int rank = 0; rank < j->world; rank++) {
@@ -273,7 +275,7 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
  * step's busy time spread over the buckets it overlaps), so the answer
  * stays as small as the bucket mode's. */
 static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
-                            long nbuckets, jw *w, http_reply *r) {
+                            long nbuckets, jw *w, reply *r) {
     sqlite3_stmt *st = routes_prep(db,
                                    "SELECT rank, start_ns, end_ns, busy_ns, step FROM step_stats WHERE job_id=?1 AND "
                                    "end_ns>?2 AND start_ns<?3",
@@ -327,7 +329,7 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
                 jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,null]", out++ ? "," : "", rank,
                         (long long)bs, (long long)(bs + width), (long long)(v + 0.5));
             }
-        if (!acc) http_error(r, 500, "out of memory");
+        if (!acc) reply_error(r, 500, "out of memory");
         free(acc);
     }
     jw_arr_end(w);
@@ -358,22 +360,25 @@ static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char 
     return total;
 }
 
-void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+void route_events(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    struct MHD_Connection *c = q->c;
+    const job_info *j = &q->job;
     /* Rows scanned to aggregate per bucket cost ~3 us each; beyond the
      * budget the window is answered per step from step_stats. */
-    const int64_t budget = s->o.events_scan_budget;
+    const int64_t budget = q->s->o.events_scan_budget;
     long from = -1, to = -1, step = -1, limit = EVENTS_DEFAULT_LIMIT, buckets = 1000, gpu = 0;
     const long tmax = 4611686018427387903l;
-    if (arg_long(c, "from", 0, tmax, &from, r) < 0 || arg_long(c, "to", 0, tmax, &to, r) < 0 ||
-        arg_long(c, "step", 0, 1l << 40, &step, r) < 0 || arg_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
-        arg_long(c, "buckets", 1, 4000, &buckets, r) < 0 || arg_long(c, "gpu", 0, 1, &gpu, r) < 0)
+    if (query_long(c, "from", 0, tmax, &from, r) < 0 || query_long(c, "to", 0, tmax, &to, r) < 0 ||
+        query_long(c, "step", 0, 1l << 40, &step, r) < 0 || query_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
+        query_long(c, "buckets", 1, 4000, &buckets, r) < 0 || query_long(c, "gpu", 0, 1, &gpu, r) < 0)
         return;
     unsigned char *mask = ranks_mask(c, j, r);
     if (!mask) return;
     int64_t wf = 0, wt = 0;
     if (step >= 0) {
         if (step_span(db, j, step, &wf, &wt) != 0) {
-            http_error(r, 404, "job %ld has no step %ld (yet)", j->id, step);
+            reply_error(r, 404, "job %ld has no step %ld (yet)", j->id, step);
             free(mask);
             return;
         }
@@ -386,7 +391,7 @@ void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const j
      * end: nothing new yet, not an error about a `to` it never sent. */
     if (to < 0 && wt <= wf) wt = wf + 1;
     if (wt <= wf) {
-        http_error(r, 400, "bad window: to (%lld) must be greater than from (%lld)", (long long)wt, (long long)wf);
+        reply_error(r, 400, "bad window: to (%lld) must be greater than from (%lld)", (long long)wt, (long long)wf);
         free(mask);
         return;
     }
@@ -439,7 +444,7 @@ void route_events(http_server *s, sqlite3 *db, struct MHD_Connection *c, const j
         jw_free(&w);
         return;
     }
-    http_json(r, &w);
+    reply_json(r, &w);
 }
 
 /* ---- kernels ---------------------------------------------------------------- */
@@ -472,14 +477,17 @@ static int kernel_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ct
     return 0;
 }
 
-void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+void route_kernels(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    struct MHD_Connection *c = q->c;
+    const job_info *j = &q->job;
     const long tmax = 4611686018427387903l;
     long from = 0, to = tmax, limit = KERNELS_DEFAULT_LIMIT; /* no `to`: every kernel from `from` on */
-    if (arg_long(c, "from", 0, tmax, &from, r) < 0 || arg_long(c, "to", 1, tmax, &to, r) < 0 ||
-        arg_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0)
+    if (query_long(c, "from", 0, tmax, &from, r) < 0 || query_long(c, "to", 1, tmax, &to, r) < 0 ||
+        query_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0)
         return;
     if (to <= from) {
-        http_error(r, 400, "bad window: to (%ld) must be greater than from (%ld)", to, from);
+        reply_error(r, 400, "bad window: to (%ld) must be greater than from (%ld)", to, from);
         return;
     }
     unsigned char *mask = ranks_mask(c, j, r);
@@ -516,24 +524,27 @@ void route_kernels(sqlite3 *db, struct MHD_Connection *c, const job_info *j, htt
     jw_key(&w, "truncated");
     jw_bool(&w, o.truncated);
     jw_obj_end(&w);
-    http_json(r, &w);
+    reply_json(r, &w);
 }
 
 /* ---- gaps ------------------------------------------------------------------- */
 
-void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_reply *r) {
+void route_gaps(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    struct MHD_Connection *c = q->c;
+    const job_info *j = &q->job;
     long step = -1, limit = 20000;
-    if (arg_long(c, "step", 0, 1l << 40, &step, r) < 0 || arg_long(c, "limit", 1, 100000, &limit, r) < 0) return;
+    if (query_long(c, "step", 0, 1l << 40, &step, r) < 0 || query_long(c, "limit", 1, 100000, &limit, r) < 0) return;
     int64_t span_from, span_to;
     if (step >= 0 && step_span(db, j, step, &span_from, &span_to) != 0) {
-        http_error(r, 404, "job %ld has no step %ld (yet)", j->id, step);
+        reply_error(r, 404, "job %ld has no step %ld (yet)", j->id, step);
         return;
     }
     /* Per cause over the step (or the job) whatever `limit` keeps. */
     int64_t by_cause[CAUSE_COUNT] = {0};
     pp_err err;
     if (summary_idle_by_cause(db, j->id, step >= 0 ? step : 0, step, by_cause, &err) != 0) {
-        http_error(r, 500, "%s", err.msg);
+        reply_error(r, 500, "%s", err.msg);
         return;
     }
     sqlite3_stmt *st = routes_prep(db,
@@ -561,7 +572,7 @@ void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_r
             truncated = 1;
             break;
         }
-        routes_row_object(&w, st);
+        report_sql_row(&w, st);
         n++;
     }
     sqlite3_finalize(st);
@@ -573,7 +584,7 @@ void route_gaps(sqlite3 *db, struct MHD_Connection *c, const job_info *j, http_r
     for (int k = 0; k < CAUSE_COUNT; k++) jw_kint(&w, analyze_causes[k], by_cause[k]);
     jw_obj_end(&w);
     jw_obj_end(&w);
-    http_json(r, &w);
+    reply_json(r, &w);
 }
 
 /* The job as Chrome trace JSON (db/export.c), offered as a download. */

@@ -1,6 +1,7 @@
 /* sqlpool.c: long reads on threads of their own: POST /api/sql and the
  * Chrome trace export (docs/api.md, "Limits"). What each runs is its
- * route's (routes_sql, routes_trace); this file runs it off the HTTP threads.
+ * route's (the `then` of route_sql and route_trace, routes.h); this file
+ * runs it off the HTTP threads.
  *
  * A query may run for the whole time limit, and a long job's trace takes a
  * minute and more to write (1.4 GB for 20,000 steps: 90 s). On an MHD
@@ -22,17 +23,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "web/routes.h"
+#include "web/conn.h"
+#include "web/sqlpool.h"
 
 struct sql_task {
     sql_task *next; /* in the pool's queue */
     sql_pool *pool;
-    http_server *s;
     struct MHD_Connection *c;
     int fd; /* c's socket (-1 unknown): MHD keeps it open while c is suspended */
     sqlpool_fn *run;
-    const void *arg; /* the submitter's, alive while c is suspended */
-    http_reply reply;
+    void *arg; /* the submitter's, alive while c is suspended */
+    reply answer;
 };
 
 typedef struct sql_worker {
@@ -46,6 +47,7 @@ struct sql_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     const char *what; /* "SQL queries", for the busy message */
+    dbpool *conns;    /* where a worker takes its connection for a task */
     int stop;
     unsigned n, running, queued;
     unsigned pending, max_pending; /* submitted and not yet done (sqlpool_done, the answer sent), and the limit */
@@ -54,35 +56,29 @@ struct sql_pool {
     sql_worker *w;
 };
 
-static void reply_clear(http_reply *r) {
-    if (r->file) fclose(r->file);
-    free(r->body);
-    *r = (http_reply){0};
-}
-
 static void sql_task_run(sql_worker *w, sql_task *t) {
     sql_pool *p = w->pool;
     pp_err err;
-    sqlite3 *db = dbpool_get(&t->s->pool, &err);
+    sqlite3 *db = dbpool_get(p->conns, &err);
     if (!db) {
-        http_error(&t->reply, 503, "%s", err.msg);
+        reply_error(&t->answer, 503, "%s", err.msg);
         return;
     }
     pthread_mutex_lock(&p->mu);
     w->db = db;
     int stop = p->stop;
     pthread_mutex_unlock(&p->mu);
-    if (!stop) t->run(t->s, db, t->arg, &t->reply);
+    if (!stop) t->run(db, t->arg, &t->answer);
     pthread_mutex_lock(&p->mu);
     w->db = NULL;
     stop = p->stop;
     pthread_mutex_unlock(&p->mu);
     /* Interrupted by sqlpool_stop: the answer is the server's, not the task's. */
     if (stop) {
-        reply_clear(&t->reply);
-        http_error(&t->reply, 503, "the server is stopping");
+        reply_clear(&t->answer);
+        reply_error(&t->answer, 503, "the server is stopping");
     }
-    dbpool_put(&t->s->pool, db);
+    dbpool_put(p->conns, db);
 }
 
 /* Drops the waiting tasks whose clients have gone (under p->mu): resumed,
@@ -91,7 +87,7 @@ static void sql_drop_gone(sql_pool *p) {
     sql_task *prev = NULL;
     for (sql_task *t = p->head, *next; t; t = next) {
         next = t->next;
-        if (!http_client_gone(t->fd)) {
+        if (!conn_client_gone(t->fd)) {
             prev = t;
             continue;
         }
@@ -99,7 +95,7 @@ static void sql_drop_gone(sql_pool *p) {
         else p->head = next;
         if (p->tail == t) p->tail = prev;
         p->queued--;
-        http_error(&t->reply, 503, "the client closed the connection before its query ran");
+        reply_error(&t->answer, 503, "the client closed the connection before its query ran");
         MHD_resume_connection(t->c);
     }
 }
@@ -131,7 +127,8 @@ static void *sql_worker_main(void *arg) {
     return NULL;
 }
 
-int sqlpool_start(sql_pool **out, const char *what, unsigned workers, unsigned max_waiting, pp_err *err) {
+int sqlpool_start(sql_pool **out, const char *what, dbpool *conns, unsigned workers, unsigned max_waiting,
+                  pp_err *err) {
     sql_pool *p = calloc(1, sizeof *p);
     if (!p) return pp_fail(err, "out of memory");
     p->w = calloc(workers, sizeof *p->w);
@@ -140,6 +137,7 @@ int sqlpool_start(sql_pool **out, const char *what, unsigned workers, unsigned m
         return pp_fail(err, "out of memory");
     }
     p->what = what;
+    p->conns = conns;
     p->max_pending = workers + max_waiting;
     pthread_mutex_init(&p->mu, NULL);
     pp_cond_init_monotonic(&p->cv);
@@ -183,7 +181,7 @@ void sqlpool_stop(sql_pool *p) {
     pthread_mutex_lock(&p->mu);
     for (sql_task *t = p->head, *next; t; t = next) {
         next = t->next;
-        http_error(&t->reply, 503, "the server is stopping");
+        reply_error(&t->answer, 503, "the server is stopping");
         MHD_resume_connection(t->c);
     }
     p->head = p->tail = NULL;
@@ -212,14 +210,13 @@ void sqlpool_free(sql_pool **pp) {
     *pp = NULL;
 }
 
-int sqlpool_submit(sql_pool *p, http_server *s, struct MHD_Connection *c, sqlpool_fn *run, const void *arg,
-                   sql_task **task, http_reply *r) {
+int sqlpool_submit(sql_pool *p, struct MHD_Connection *c, sqlpool_fn *run, void *arg, sql_task **task, reply *r) {
     sql_task *t = calloc(1, sizeof *t);
     if (!t) {
-        http_error(r, 500, "out of memory");
+        reply_error(r, 500, "out of memory");
         return 0;
     }
-    *t = (sql_task){.pool = p, .s = s, .c = c, .fd = http_conn_fd(c), .run = run, .arg = arg};
+    *t = (sql_task){.pool = p, .c = c, .fd = conn_fd(c), .run = run, .arg = arg};
     pthread_mutex_lock(&p->mu);
     if (p->pending >= p->max_pending) sql_drop_gone(p); /* places clients gave up */
     int stop = p->stop, room = p->pending < p->max_pending;
@@ -240,24 +237,24 @@ int sqlpool_submit(sql_pool *p, http_server *s, struct MHD_Connection *c, sqlpoo
     pthread_mutex_unlock(&p->mu);
     if (!stop && room) return 1;
     free(t);
-    if (stop) http_error(r, 503, "the server is stopping");
+    if (stop) reply_error(r, 503, "the server is stopping");
     else
-        http_error(r, 503,
-                   "busy: %u %s are running, %u waiting and %u being sent, the most the server takes; try again "
-                   "when one has finished",
-                   running, p->what, queued, sending);
+        reply_error(r, 503,
+                    "busy: %u %s are running, %u waiting and %u being sent, the most the server takes; try again "
+                    "when one has finished",
+                    running, p->what, queued, sending);
     return 0;
 }
 
-void sqlpool_take(sql_task *t, http_reply *r) {
+void sqlpool_take(sql_task *t, reply *r) {
     if (!t) return;
     sql_pool *p = t->pool;
     pthread_mutex_lock(&p->mu);
     p->untaken--;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    if (r) *r = t->reply;
-    else reply_clear(&t->reply);
+    if (r) *r = t->answer;
+    else reply_clear(&t->answer);
     free(t);
 }
 

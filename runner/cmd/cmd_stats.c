@@ -6,16 +6,17 @@
  * /api/jobs/{id}/summary and /whatif, read by the same code (db/summary.h,
  * db/whatif.h). With --vs, the job beside another one instead
  * (db/compare.h): did the schedule change help, and was the what-if right.
- * --format json prints the API's bodies instead (web/http.h), for scripts. */
+ * --format json prints the API's bodies instead, written by the code the
+ * routes call (report/json.h), for scripts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "db/db.h"
-#include "runner/cmd/cli.h"
+#include "report/json.h"
 #include "report/text.h"
-#include "web/http.h"
+#include "runner/cmd/cli.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: pprun stats --db FILE [--job ID] [--vs OTHER] [--format text|json]\n"
@@ -33,9 +34,25 @@ static void usage(FILE *out) {
                  "               {job, summary, whatif, critpath}, or /compare's with --vs\n");
 }
 
-/* Job `job` beside job `vs` (both in db) on out; 0, or 2 with the reason on
- * stderr and nothing on out. */
-static int compare(FILE *out, sqlite3 *db, const char *dbpath, long job, long vs) {
+/* Prints w's bytes and a newline on stdout (what --format json prints);
+ * 0, or 2 with the reason on stderr when w ran out of memory. */
+static int print_json(jw *w) {
+    size_t len;
+    char *json = jw_take(w, &len);
+    if (!json) {
+        fprintf(stderr, "pprun stats: out of memory\n");
+        return 2;
+    }
+    fwrite(json, 1, len, stdout);
+    fputc('\n', stdout);
+    free(json);
+    return 0;
+}
+
+/* Job `job` beside job `vs` (both in db) on stdout, as text or (json) as
+ * the body of GET /api/jobs/{job}/compare?vs={vs}; 0, or 2 with the
+ * reason on stderr and nothing on stdout. */
+static int compare(sqlite3 *db, const char *dbpath, long job, long vs, int json) {
     job_summary s, o;
     whatif_report w[2];
     job_compare c = {0}; /* compare_free needs it zeroed when compare_read is not reached */
@@ -47,12 +64,53 @@ static int compare(FILE *out, sqlite3 *db, const char *dbpath, long job, long vs
     else if (whatif_read(db, &s, &w[0], &err) != 0 || whatif_read(db, &o, &w[1], &err) != 0 ||
              compare_read(db, &s, &w[0], &o, &w[1], &c, &err) != 0)
         fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
-    else {
-        report_compare(out, db, &s, &w[0], &o, &w[1], &c);
+    else if (!json) {
+        report_compare(stdout, db, &s, &w[0], &o, &w[1], &c);
         rc = 0;
+    } else {
+        jw out;
+        jw_init(&out);
+        if (report_compare_json(&out, db, &s, &w[0], &o, &w[1], &c, &err) != 0)
+            fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
+        else rc = print_json(&out);
+        jw_free(&out); /* empty once printed; what an error left */
     }
     compare_free(&c);
     if (read_s) summary_free(&o);
+    summary_free(&s);
+    return rc;
+}
+
+/* Job `job`'s summary, critical path, stage balance and what-if on stdout,
+ * as text or (json) as {"job", "summary", "whatif", "critpath"}; 0, or 2
+ * with the reason on stderr (the text may have begun). */
+static int stats(sqlite3 *db, const char *dbpath, long job, int json) {
+    job_summary s;
+    critpath_report cp = {0};
+    pp_err err;
+    int rc = 2;
+    if (summary_read(db, job, SUMMARY_OPS, &s, &err) != 0) {
+        fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
+    } else {
+        if (!json) report_full(stdout, db, &s);
+        whatif_report w;
+        if (critpath_read(db, s.job_id, s.world, &cp, &err) != 0) {
+            fprintf(stderr, "pprun stats: %s: critical path: %s\n", dbpath, err.msg);
+        } else if (whatif_read(db, &s, &w, &err) != 0) {
+            fprintf(stderr, "pprun stats: %s: what-if: %s\n", dbpath, err.msg);
+        } else if (!json) {
+            report_critpath(stdout, &cp);
+            report_balance(stdout, &w);
+            report_whatif(stdout, &w);
+            rc = 0;
+        } else {
+            jw out;
+            jw_init(&out);
+            report_stats_json(&out, &s, &w, &cp);
+            rc = print_json(&out);
+        }
+    }
+    critpath_report_free(&cp);
     summary_free(&s);
     return rc;
 }
@@ -90,6 +148,7 @@ int cmd_stats(int argc, char **argv) {
         fprintf(stderr, "pprun stats: --format '%s': expected one of text, json\n", format);
         return 2;
     }
+    int json = strcmp(format, "json") == 0;
     pp_err err;
     long job = 0, vs = 0;
     if ((job_s && pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) ||
@@ -120,43 +179,7 @@ int cmd_stats(int argc, char **argv) {
             goto out;
         }
     }
-    if (strcmp(format, "json") == 0) {
-        char *json;
-        size_t len;
-        if (http_stats_json(db, job, vs, &json, &len, &err) != 0) {
-            fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
-        } else {
-            fwrite(json, 1, len, stdout);
-            fputc('\n', stdout);
-            rc = 0;
-        }
-        free(json);
-        goto out;
-    }
-    if (vs) {
-        rc = compare(stdout, db, dbpath, job, vs);
-        goto out;
-    }
-    job_summary s;
-    critpath_report cp = {0};
-    if (summary_read(db, job, SUMMARY_OPS, &s, &err) != 0) {
-        fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
-    } else {
-        report_full(stdout, db, &s);
-        whatif_report w;
-        if (critpath_read(db, s.job_id, s.world, &cp, &err) != 0) {
-            fprintf(stderr, "pprun stats: %s: critical path: %s\n", dbpath, err.msg);
-        } else if (whatif_read(db, &s, &w, &err) != 0) {
-            fprintf(stderr, "pprun stats: %s: what-if: %s\n", dbpath, err.msg);
-        } else {
-            report_critpath(stdout, &cp);
-            report_balance(stdout, &w);
-            report_whatif(stdout, &w);
-            rc = 0;
-        }
-    }
-    critpath_report_free(&cp);
-    summary_free(&s);
+    rc = vs ? compare(db, dbpath, job, vs, json) : stats(db, dbpath, job, json);
 out:
     sqlite3_close(db);
     return rc;

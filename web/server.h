@@ -1,0 +1,33 @@
+/* server.h: what a running server holds (http_start makes it, http_stop
+ * frees it): its options, the database connections, the live-stream hub,
+ * the pools for long reads, the request reaper and the counters /metrics
+ * reports. The routes read it; only http.c starts, changes and stops it. */
+#ifndef PP_WEB_SERVER_H
+#define PP_WEB_SERVER_H
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "web/dbpool.h"
+#include "web/http.h"
+#include "web/live.h"
+#include "web/reaper.h"
+#include "web/sqlpool.h"
+
+#define HTTP_CODES 600
+
+struct http_server {
+    http_options o;
+    struct MHD_Daemon *daemon;
+    char url[128];
+    uint16_t port;
+    char *token;
+    size_t token_len;
+    dbpool pool;
+    live_hub *live;
+    sql_pool *sql, *traces; /* POST /api/sql; GET .../trace.json */
+    reaper reaper;
+    atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
+};
+
+#endif
