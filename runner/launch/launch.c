@@ -410,18 +410,14 @@ static void read_the_timeout(job *j, int attempt, int joined) {
     store_set(j->ctl, k, "", 0, &serr);
 }
 
-/* Every node joins attempt K; the last one opens it. On timeout, names the
- * node ranks that never came. 3 (err says who) when a node stopped by a
- * signal after attempt K-1 called the restart off. 4 when another launcher
- * holds this node rank: this one is no node of the job and leaves without
- * counting itself out. */
-static int rendezvous(job *j, int attempt, pp_err *err) {
+/* Two launchers with one --node-rank would start one set of ranks twice:
+ * the first to claim it is that node, a later one is refused, 4 (the job
+ * goes on without it, or names the node rank nobody gave). The node's key
+ * holds its host. */
+static int claim_node_rank(job *j, int attempt, pp_err *err) {
     const launch_options *o = j->c.o;
-    char k[128], go[128];
-    int64_t count, claims;
-    /* Two launchers with one --node-rank would start one set of ranks
-     * twice: the first to claim it is that node, a later one is refused
-     * (the job goes on without it, or names the node rank nobody gave). */
+    char k[128];
+    int64_t claims;
     snprintf(k, sizeof k, "pprun/a/%d/claim/%d", attempt, o->node_rank);
     if (store_add(j->ctl, k, 1, &claims, err) != 0) return -1;
     snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, o->node_rank);
@@ -435,13 +431,73 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
         free(v);
         return 4;
     }
-    if (store_set(j->ctl, k, j->host, strlen(j->host), err) != 0) return -1;
+    return store_set(j->ctl, k, j->host, strlen(j->host), err) != 0 ? -1 : 0;
+}
+
+/* Attempt K's go key is set: "" opens the attempt; "refused" and
+ * "timeout" end the job (-1), "stop" calls the attempt off (3); err says
+ * why. count: this node's place in the count (past nnodes: it came after
+ * node 0 closed it, and is not waited for). */
+static int read_go(job *j, int attempt, const char *go, int64_t count, pp_err *err) {
+    void *v;
+    size_t len;
+    int g = store_get(j->ctl, go, &v, &len, err);
+    if (g < 0) return -1;
+    int node = -1, sig = 0, at = 0, joined = 0;
+    int called_off = g == 0 && sscanf(v, "stop %d %d", &node, &sig) == 2;
+    int refused = g == 0 && sscanf(v, "refused %d %n", &node, &at) == 1 && at > 0;
+    int timed_out = g == 0 && sscanf(v, "timeout %d %n", &joined, &at) == 1 && at > 0;
+    if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, (char *)v + at);
+    if (timed_out) pp_fail(err, "node rank 0: %s", (char *)v + at);
+    if (g == 0) free(v);
+    if (timed_out && count <= j->c.o->nnodes) read_the_timeout(j, attempt, joined);
+    if (refused || timed_out) return -1;
+    if (!called_off) return 0;
+    char name[16];
+    pp_fail(err, "node rank %d was stopped by %s: attempt %d is not started", node, launch_signal_name(sig, name),
+            attempt);
+    return 3;
+}
+
+/* The node ranks that never joined attempt K, as "1, 3" in missing (the
+ * first 32), and how many. */
+static int missing_nodes(job *j, int attempt, char *missing, size_t cap, size_t *nmiss, pp_err *err) {
+    size_t m = 0;
+    *nmiss = 0;
+    missing[0] = '\0';
+    for (int r = 0; r < j->c.o->nnodes; r++) {
+        char k[128];
+        void *v;
+        size_t len;
+        snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, r);
+        int g = store_get(j->ctl, k, &v, &len, err);
+        if (g < 0) return -1;
+        if (g == 0) {
+            free(v);
+            continue;
+        }
+        if ((*nmiss)++ < 32 && m + 16 < cap) m += (size_t)snprintf(missing + m, cap - m, "%s%d", m ? ", " : "", r);
+    }
+    return 0;
+}
+
+/* Every node joins attempt K; the last one opens it. On timeout, names the
+ * node ranks that never came. 3 (err says who) when a node stopped by a
+ * signal after attempt K-1 called the restart off. 4 when another launcher
+ * holds this node rank: this one is no node of the job and leaves without
+ * counting itself out. */
+static int rendezvous(job *j, int attempt, pp_err *err) {
+    const launch_options *o = j->c.o;
+    char k[128], go[128];
+    int64_t count;
+    int rc = claim_node_rank(j, attempt, err);
+    if (rc != 0) return rc;
     key(k, sizeof k, attempt, "count");
     if (store_add(j->ctl, k, 1, &count, err) != 0) return -1;
     key(go, sizeof go, attempt, "go");
     if (count == o->nnodes && store_set(j->ctl, go, "", 0, err) != 0) return -1;
     const char *keys[1] = {go};
-    int rc = wait_keys(j, keys, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
+    rc = wait_keys(j, keys, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
     int64_t joined_in_time = 0;
     if (rc == 1 && o->node_rank == 0) {
         /* Closing the count before calling the rendezvous off: a node that
@@ -453,41 +509,11 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
         joined_in_time = total - o->nnodes;
         if (joined_in_time == o->nnodes) rc = wait_keys(j, keys, 1, 5000, err);
     }
-    if (rc == 0) {
-        void *v;
-        size_t len;
-        int g = store_get(j->ctl, go, &v, &len, err);
-        if (g < 0) return -1;
-        int node = -1, sig = 0, at = 0, joined = 0;
-        int called_off = g == 0 && sscanf(v, "stop %d %d", &node, &sig) == 2;
-        int refused = g == 0 && sscanf(v, "refused %d %n", &node, &at) == 1 && at > 0;
-        int timed_out = g == 0 && sscanf(v, "timeout %d %n", &joined, &at) == 1 && at > 0;
-        if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, (char *)v + at);
-        if (timed_out) pp_fail(err, "node rank 0: %s", (char *)v + at);
-        if (g == 0) free(v);
-        if (timed_out && count <= o->nnodes) read_the_timeout(j, attempt, joined); /* a late node is not waited for */
-        if (refused || timed_out) return -1;
-        if (!called_off) return 0;
-        char name[16];
-        pp_fail(err, "node rank %d was stopped by %s: attempt %d is not started", node, launch_signal_name(sig, name),
-                attempt);
-        return 3;
-    }
+    if (rc == 0) return read_go(j, attempt, go, count, err);
     if (rc != 1) return rc;
-    char missing[512] = "";
-    size_t m = 0, nmiss = 0;
-    for (int r = 0; r < o->nnodes; r++) {
-        void *v;
-        size_t len;
-        snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, r);
-        int g = store_get(j->ctl, k, &v, &len, err);
-        if (g < 0) return -1;
-        if (g == 0) {
-            free(v);
-            continue;
-        }
-        if (nmiss++ < 32 && m + 16 < sizeof missing) m += (size_t)snprintf(missing + m, sizeof missing - m, "%s%d", m ? ", " : "", r);
-    }
+    char missing[512];
+    size_t nmiss;
+    if (missing_nodes(j, attempt, missing, sizeof missing, &nmiss, err) != 0) return -1;
     pp_fail(err,
             "rendezvous timed out after %.0fs (--rdzv-timeout): node rank%s %s%s never joined (store at %s, %d of %d "
             "nodes joined)",
