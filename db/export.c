@@ -253,73 +253,107 @@ static int lane_tid(int rank, int ln) {
 /* A rank's stream tracks take STREAMS * LANES tids each. */
 static int kernel_tid(int rank, int index, int ln) { return KERNEL_TID_BASE + (rank * STREAMS + index) * LANES + ln; }
 
+/* One export as it goes: what the phases share. The output is one JSON
+ * array; sep goes before each element ("" before the first). */
+typedef struct chrome_export {
+    sqlite3 *db;
+    int64_t job;
+    const db_export_steps *steps; /* NULL: every step */
+    FILE *out;
+    const char *sep;
+    int64_t t0;        /* the job's, subtracted from every timestamp */
+    int64_t window[2]; /* the span of steps' events (steps only) */
+    int held;          /* the trace recorded the activation bytes held */
+    rank_info *ranks;  /* owned; ordered by rank */
+    size_t nranks;
+    stream_track *tracks; /* owned */
+    size_t ntracks;
+    path_mark *marks; /* owned; sorted by event id */
+    size_t nmarks;
+} chrome_export;
+
+/* Starts the next element of the traceEvents array. */
+static void next_event(chrome_export *x) {
+    fputs(x->sep, x->out);
+    x->sep = ",\n";
+}
+
+/* The track of a kernel on (rank, stream), given the track of the previous
+ * row (rows come ordered by rank, stream); a rank's streams past STREAMS
+ * share its last track. NULL when out of memory. */
+static stream_track *track_for(chrome_export *x, stream_track *cur, const rank_info *r, int64_t stream) {
+    if (cur && cur->rank == r->rank && cur->stream == stream) return cur;
+    int index = cur && cur->rank == r->rank ? cur->index + 1 : 0;
+    if (index >= STREAMS) {
+        index = STREAMS - 1; /* beyond: share the last track (its lanes keep nesting valid) */
+    } else {
+        stream_track *t = realloc(x->tracks, (x->ntracks + 1) * sizeof *t);
+        if (!t) return NULL;
+        x->tracks = t;
+        cur = &t[x->ntracks++];
+        memset(cur, 0, sizeof *cur);
+        cur->rank = r->rank;
+        cur->node = r->node;
+        cur->index = index;
+    }
+    cur->stream = stream;
+    return cur;
+}
+
+/* One kernel row (see export_kernels' query) as an X event on its track. */
+static void put_kernel(chrome_export *x, sqlite3_stmt *st, stream_track *t, int64_t stream) {
+    int64_t s = sqlite3_column_int64(st, 3), e = sqlite3_column_int64(st, 4);
+    int ln = lane_in(t->lanes, s, e);
+    next_event(x);
+    fprintf(x->out, "{\"ph\":\"X\",\"name\":");
+    json_str(x->out, (const char *)sqlite3_column_text(st, 2));
+    fprintf(x->out, ",\"cat\":\"kernel\",\"pid\":%d,\"tid\":%d,\"ts\":", t->node, kernel_tid(t->rank, t->index, ln));
+    put_us(x->out, s - x->t0);
+    fprintf(x->out, ",\"dur\":");
+    put_us(x->out, e - s);
+    fprintf(x->out, ",\"args\":{\"stream\":%lld", (long long)stream);
+    if (sqlite3_column_type(st, 5) != SQLITE_NULL) {
+        char name[96];
+        op_name(name, sizeof name, (const char *)sqlite3_column_text(st, 5), sqlite3_column_type(st, 6) != SQLITE_NULL,
+                sqlite3_column_int(st, 6), sqlite3_column_type(st, 7) != SQLITE_NULL, sqlite3_column_int(st, 7),
+                sqlite3_column_int(st, 8));
+        fprintf(x->out, ",\"op\":\"%s\",\"step\":%d}}", name, sqlite3_column_int(st, 9));
+    } else {
+        fprintf(x->out, ",\"op\":null}}");
+    }
+}
+
 /* Kernels on per-rank per-stream threads; rows come ordered by rank,
  * stream, start. With steps, the kernels of their ops, and those of no op
- * (an optimizer's, say) overlapping window, the steps' span. *tracks
- * (malloc'd, the caller frees) lists the tracks for the thread names. */
-static int export_kernels(sqlite3 *db, int64_t job, const db_export_steps *steps, const int64_t window[2], int64_t t0,
-                          rank_info *ranks, size_t nranks, FILE *out, const char **sep, stream_track **tracks,
-                          size_t *ntracks, pp_err *err) {
+ * (an optimizer's, say) overlapping window, the steps' span. x->tracks
+ * lists the tracks for the thread names. */
+static int export_kernels(chrome_export *x, pp_err *err) {
     sqlite3_stmt *st;
     char f[256] = "";
-    if (steps)
+    if (x->steps)
         snprintf(f, sizeof f,
                  " AND (e.id IS NULL AND k.end_ns > %lld AND k.start_ns < %lld OR e.step BETWEEN %d AND %d)",
-                 (long long)window[0], (long long)window[1], steps->first, steps->last);
-    if (prepare_in(db,
+                 (long long)x->window[0], (long long)x->window[1], x->steps->first, x->steps->last);
+    if (prepare_in(x->db,
                    "SELECT k.rank, k.stream, k.name, k.start_ns, k.end_ns, e.phase, e.microbatch, e.stage,"
                    " e.peer, e.step FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
                    " WHERE k.job_id=?1%s ORDER BY k.rank, k.stream, k.start_ns, k.end_ns DESC",
-                   f, job, &st) != SQLITE_OK)
-        return sql_fail(db, "reading kernels", err);
+                   f, x->job, &st) != SQLITE_OK)
+        return sql_fail(x->db, "reading kernels", err);
     stream_track *cur = NULL;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int rank = sqlite3_column_int(st, 0);
         int64_t stream = sqlite3_column_type(st, 1) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 1);
-        rank_info *r = find_rank(ranks, nranks, rank);
+        const rank_info *r = find_rank(x->ranks, x->nranks, sqlite3_column_int(st, 0));
         if (!r) continue; /* a rank with kernels and no row or event: nowhere to put it */
-        if (!cur || cur->rank != rank || cur->stream != stream) {
-            int index = cur && cur->rank == rank ? cur->index + 1 : 0;
-            if (index >= STREAMS) {
-                index = STREAMS - 1; /* beyond: share the last track (its lanes keep nesting valid) */
-            } else {
-                stream_track *t = realloc(*tracks, (*ntracks + 1) * sizeof *t);
-                if (!t) {
-                    sqlite3_finalize(st);
-                    return pp_fail(err, "out of memory while exporting");
-                }
-                *tracks = t;
-                cur = &t[(*ntracks)++];
-                memset(cur, 0, sizeof *cur);
-                cur->rank = rank;
-                cur->node = r->node;
-                cur->index = index;
-            }
-            cur->stream = stream;
+        if (!(cur = track_for(x, cur, r, stream))) {
+            sqlite3_finalize(st);
+            return pp_fail(err, "out of memory while exporting");
         }
-        int64_t s = sqlite3_column_int64(st, 3), e = sqlite3_column_int64(st, 4);
-        int ln = lane_in(cur->lanes, s, e);
-        fprintf(out, "%s{\"ph\":\"X\",\"name\":", *sep);
-        *sep = ",\n";
-        json_str(out, (const char *)sqlite3_column_text(st, 2));
-        fprintf(out, ",\"cat\":\"kernel\",\"pid\":%d,\"tid\":%d,\"ts\":", r->node, kernel_tid(rank, cur->index, ln));
-        put_us(out, s - t0);
-        fprintf(out, ",\"dur\":");
-        put_us(out, e - s);
-        fprintf(out, ",\"args\":{\"stream\":%lld", (long long)stream);
-        if (sqlite3_column_type(st, 5) != SQLITE_NULL) {
-            char name[96];
-            op_name(name, sizeof name, (const char *)sqlite3_column_text(st, 5),
-                    sqlite3_column_type(st, 6) != SQLITE_NULL, sqlite3_column_int(st, 6),
-                    sqlite3_column_type(st, 7) != SQLITE_NULL, sqlite3_column_int(st, 7), sqlite3_column_int(st, 8));
-            fprintf(out, ",\"op\":\"%s\",\"step\":%d}}", name, sqlite3_column_int(st, 9));
-        } else {
-            fprintf(out, ",\"op\":null}}");
-        }
+        put_kernel(x, st, cur, stream);
     }
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) return sql_fail(db, "reading kernels", err);
+    if (rc != SQLITE_DONE) return sql_fail(x->db, "reading kernels", err);
     return 0;
 }
 
@@ -355,264 +389,332 @@ static int steps_window(sqlite3 *db, int64_t job, const db_export_steps *steps, 
     return 1;
 }
 
-int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FILE *out, pp_err *err) {
-    const char *file = sqlite3_db_filename(db, "main");
-    sqlite3_stmt *st = NULL;
-    rank_info *ranks = NULL;
-    stream_track *tracks = NULL;
-    path_mark *marks = NULL;
-    size_t nranks = 0, ntracks = 0, nmarks = 0;
-    int64_t window[2] = {0, 0};
-    char f[96];
-    int ret = -1;
-    if (sqlite3_prepare_v2(db, "SELECT t0_ns, name, schedule FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK)
-        return sql_fail(db, "reading the job", err);
-    sqlite3_bind_int64(st, 1, job);
+/* The job's row and, with steps, their window; then the JSON up to the
+ * opening of traceEvents. -1 for an unknown job or a failed read, 1 (from
+ * steps_window) when no event lies in steps: nothing written then. */
+static int write_header(chrome_export *x, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(x->db, "SELECT t0_ns, name, schedule FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(x->db, "reading the job", err);
+    sqlite3_bind_int64(st, 1, x->job);
     if (sqlite3_step(st) != SQLITE_ROW) {
         sqlite3_finalize(st);
-        return pp_fail(err, "%s: no job %lld in this database", file, (long long)job);
+        return pp_fail(err, "%s: no job %lld in this database", sqlite3_db_filename(x->db, "main"), (long long)x->job);
     }
-    int found = steps ? steps_window(db, job, steps, window, err) : 0;
+    int found = x->steps ? steps_window(x->db, x->job, x->steps, x->window, err) : 0;
     if (found != 0) {
         sqlite3_finalize(st);
         return found;
     }
-    int64_t t0 = sqlite3_column_int64(st, 0);
-    fprintf(out, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"job\":%lld,\"name\":", (long long)job);
-    json_str(out, (const char *)sqlite3_column_text(st, 1));
-    fprintf(out, ",\"schedule\":");
-    json_str(out, (const char *)sqlite3_column_text(st, 2));
-    if (steps) fprintf(out, ",\"first_step\":%d,\"last_step\":%d", steps->first, steps->last);
-    fprintf(out, "},\n\"traceEvents\":[\n");
+    x->t0 = sqlite3_column_int64(st, 0);
+    fprintf(x->out, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"job\":%lld,\"name\":", (long long)x->job);
+    json_str(x->out, (const char *)sqlite3_column_text(st, 1));
+    fprintf(x->out, ",\"schedule\":");
+    json_str(x->out, (const char *)sqlite3_column_text(st, 2));
+    if (x->steps) fprintf(x->out, ",\"first_step\":%d,\"last_step\":%d", x->steps->first, x->steps->last);
+    fprintf(x->out, "},\n\"traceEvents\":[\n");
     sqlite3_finalize(st);
+    return 0;
+}
 
-    /* Ranks: from the ranks table, and any rank that only has events (found
-     * one index lookup per rank: DISTINCT would read every event's entry). */
-    if (sqlite3_prepare_v2(db,
+/* A node's process: its name (with the host, when known) and sort order. */
+static void put_process(chrome_export *x, int node, const char *host) {
+    char name[300];
+    snprintf(name, sizeof name, "node %d%s%s%s", node, host ? " (" : "", host ? host : "", host ? ")" : "");
+    next_event(x);
+    fprintf(x->out, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", node);
+    json_str(x->out, name);
+    fprintf(x->out, "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
+            "\"args\":{\"sort_index\":%d}}", node, node);
+}
+
+/* Ranks: from the ranks table, and any rank that only has events (found
+ * one index lookup per rank: DISTINCT would read every event's entry).
+ * Each new node gets its process. */
+static int read_ranks(chrome_export *x, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(x->db,
                            "WITH RECURSIVE er(rank) AS (SELECT min(rank) FROM events WHERE job_id=?1 UNION ALL"
                            " SELECT (SELECT min(rank) FROM events WHERE job_id=?1 AND rank > er.rank) FROM er"
                            " WHERE er.rank IS NOT NULL)"
                            " SELECT rank, max(node), max(host) FROM (SELECT rank, node, host FROM ranks WHERE job_id=?1"
                            " UNION ALL SELECT rank, 0, NULL FROM er WHERE rank IS NOT NULL)"
                            " GROUP BY rank ORDER BY rank",
-                           -1, &st, NULL) != SQLITE_OK) {
-        sql_fail(db, "reading ranks", err);
-        goto done;
-    }
-    sqlite3_bind_int64(st, 1, job);
-    const char *sep = "";
-    int last_node = -1;
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(x->db, "reading ranks", err);
+    sqlite3_bind_int64(st, 1, x->job);
+    int last_node = -1, ret = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {
-        rank_info *r = realloc(ranks, (nranks + 1) * sizeof *r);
+        rank_info *r = realloc(x->ranks, (x->nranks + 1) * sizeof *r);
         if (!r) {
-            pp_fail(err, "out of memory while exporting");
-            goto done;
+            ret = pp_fail(err, "out of memory while exporting");
+            break;
         }
-        ranks = r;
-        r = &ranks[nranks++];
+        x->ranks = r;
+        r = &x->ranks[x->nranks++];
         memset(r, 0, sizeof *r);
         r->rank = sqlite3_column_int(st, 0);
         r->node = sqlite3_column_int(st, 1);
-        const char *host = (const char *)sqlite3_column_text(st, 2);
         if (r->node != last_node) { /* ranks are ordered by rank; nodes may repeat: harmless duplicates */
-            char name[300];
-            snprintf(name, sizeof name, "node %d%s%s%s", r->node, host ? " (" : "", host ? host : "", host ? ")" : "");
-            fprintf(out, "%s{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":", sep,
-                    r->node);
-            json_str(out, name);
-            fprintf(out, "}},\n{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
-                    "\"args\":{\"sort_index\":%d}}", r->node, r->node);
-            sep = ",\n";
+            put_process(x, r->node, (const char *)sqlite3_column_text(st, 2));
             last_node = r->node;
         }
     }
     sqlite3_finalize(st);
-    st = NULL;
+    return ret;
+}
 
-    /* Held activation bytes recorded at all? Older traces have 0 or NULL. */
-    int held = 0;
-    if (sqlite3_prepare_v2(db,
+/* Held activation bytes recorded at all? Older traces have 0 or NULL. */
+static int read_held(chrome_export *x, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(x->db,
                            "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=? AND source='cpu'"
                            " AND phase IN ('F','B','W') AND bytes > 0)",
-                           -1, &st, NULL) != SQLITE_OK) {
-        sql_fail(db, "reading events", err);
-        goto done;
-    }
-    sqlite3_bind_int64(st, 1, job);
-    if (sqlite3_step(st) == SQLITE_ROW) held = sqlite3_column_int(st, 0);
+                           -1, &st, NULL) != SQLITE_OK)
+        return sql_fail(x->db, "reading events", err);
+    sqlite3_bind_int64(st, 1, x->job);
+    if (sqlite3_step(st) == SQLITE_ROW) x->held = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
-    st = NULL;
-    if (read_paths(db, job, steps, &marks, &nmarks, err) != 0) goto done;
+    return 0;
+}
 
-    if (prepare_in(db,
+/* One row of write_ops' query: a traced span. */
+typedef struct op_row {
+    int rank, step, attempt, mb, stage, peer;
+    int has_mb, has_stage, has_peer, has_bytes;
+    const char *phase, *source; /* the statement's, valid until its next step */
+    int64_t start, end, bytes, id;
+    int comm, gpu; /* a SEND or RECV; a span from CUPTI (source 'gpu') */
+} op_row;
+
+static op_row read_op(sqlite3_stmt *st) {
+    op_row o = {
+        .rank = sqlite3_column_int(st, 0),
+        .phase = (const char *)sqlite3_column_text(st, 1),
+        .step = sqlite3_column_int(st, 2),
+        .has_mb = sqlite3_column_type(st, 3) != SQLITE_NULL,
+        .has_stage = sqlite3_column_type(st, 4) != SQLITE_NULL,
+        .has_peer = sqlite3_column_type(st, 7) != SQLITE_NULL,
+        .has_bytes = sqlite3_column_type(st, 8) != SQLITE_NULL,
+    };
+    o.mb = sqlite3_column_int(st, 3);
+    o.stage = sqlite3_column_int(st, 4);
+    o.start = sqlite3_column_int64(st, 5);
+    o.end = sqlite3_column_int64(st, 6);
+    o.peer = sqlite3_column_int(st, 7);
+    o.bytes = sqlite3_column_int64(st, 8);
+    o.attempt = sqlite3_column_int(st, 9);
+    o.source = (const char *)sqlite3_column_text(st, 10);
+    o.id = sqlite3_column_int64(st, 11);
+    o.comm = strncmp(o.phase, "SEND", 4) == 0 || strncmp(o.phase, "RECV", 4) == 0;
+    o.gpu = strcmp(o.source, "gpu") == 0;
+    return o;
+}
+
+/* The span as an X event on thread tid, its critical-path args if mark. */
+static void put_op(chrome_export *x, const op_row *o, int pid, int tid, const path_mark *mark) {
+    char name[96];
+    op_name(name, sizeof name, o->phase, o->has_mb, o->mb, o->has_stage, o->stage, o->peer);
+    next_event(x);
+    fprintf(x->out, "{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":", name,
+            o->gpu ? "gpu" : o->comm ? "comm" : strcmp(o->phase, "OPT") == 0 ? "optimizer" : "compute", pid, tid);
+    put_us(x->out, o->start - x->t0);
+    fprintf(x->out, ",\"dur\":");
+    put_us(x->out, o->end - o->start);
+    fprintf(x->out, ",\"args\":{\"event_id\":%lld,\"phase\":\"%s\",\"step\":%d,\"attempt\":%d,\"source\":\"%s\"",
+            (long long)o->id, o->phase, o->step, o->attempt, o->source);
+    if (o->has_mb) fprintf(x->out, ",\"microbatch\":%d", o->mb);
+    if (o->has_stage) fprintf(x->out, ",\"stage\":%d", o->stage);
+    if (o->has_peer) fprintf(x->out, ",\"peer\":%d", o->peer);
+    if (o->has_bytes) fprintf(x->out, ",\"bytes\":%lld", (long long)o->bytes);
+    if (mark) {
+        fprintf(x->out, ",\"critical_path\":\"%s\",\"critical_wait_us\":", critpath_via_names[mark->via]);
+        put_us(x->out, mark->lead_ns);
+    }
+    fprintf(x->out, "}}");
+}
+
+/* The flow of o's transfer, if it is one: inside the span, at its middle
+ * (SEND) or its last ns (RECV: the data is there when it ends). */
+static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int tid) {
+    int64_t flow = o->gpu ? -1
+                          : flow_of(o->phase, o->rank, o->has_peer, o->peer, o->has_mb, o->mb, o->has_stage, o->stage,
+                                    o->step, o->attempt);
+    if (flow < 0) return;
+    int64_t s = o->start, e = o->end;
+    int send = o->phase[0] == 'S';
+    fprintf(x->out,
+            ",\n{\"ph\":\"%s\",%s\"id\":\"%llx\",\"cat\":\"flow\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
+            send ? "s" : "f", send ? "" : "\"bp\":\"e\",", (unsigned long long)flow,
+            o->phase[5] == 'F' ? "activation" : "gradient", pid, tid);
+    put_us(x->out, (send ? s + (e - s) / 2 : e > s ? e - 1 : s) - x->t0);
+    fputc('}', x->out);
+}
+
+/* The critical-path mark of event id, or NULL: it is on no path. */
+static const path_mark *find_mark(const chrome_export *x, int64_t id) {
+    const path_mark key = {.id = id};
+    return x->nmarks ? bsearch(&key, x->marks, x->nmarks, sizeof *x->marks, by_mark_id) : NULL;
+}
+
+/* One span with what hangs on it: its critical-path flows, the activation
+ * bytes its rank holds after it (host F/B/W), its transfer's flow. */
+static void write_op(chrome_export *x, const op_row *o, rank_info *r) {
+    int tid = lane_tid(o->rank, lane_for(r, o->gpu ? 2 : o->comm, o->start, o->end));
+    const path_mark *mark = o->gpu ? NULL : find_mark(x, o->id);
+    put_op(x, o, r->node, tid, mark);
+    if (mark && mark->via != CRITPATH_FIRST) put_path_flow(x->out, 1, o->id, r->node, tid, o->start, o->end, x->t0);
+    if (mark && mark->next_id >= 0)
+        put_path_flow(x->out, 0, mark->next_id, r->node, tid, o->start, o->end, x->t0);
+    if (x->held && !o->gpu && !o->comm && strcmp(o->phase, "OPT") != 0) {
+        fprintf(x->out, ",\n{\"ph\":\"C\",\"name\":\"activations held rank %d\",\"pid\":%d,\"ts\":", o->rank, r->node);
+        put_us(x->out, o->end - x->t0);
+        fprintf(x->out, ",\"args\":{\"bytes\":%lld}}", (long long)o->bytes);
+    }
+    put_transfer_flow(x, o, r->node, tid);
+}
+
+/* Every traced span of steps, by rank and start (an enclosing span first). */
+static int write_ops(chrome_export *x, pp_err *err) {
+    sqlite3_stmt *st;
+    char f[96];
+    if (prepare_in(x->db,
                    "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
                    " source, id FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
-                   step_filter(f, sizeof f, "step", steps), job, &st) != SQLITE_OK) {
-        sql_fail(db, "reading events", err);
-        goto done;
-    }
+                   step_filter(f, sizeof f, "step", x->steps), x->job, &st) != SQLITE_OK)
+        return sql_fail(x->db, "reading events", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int rank = sqlite3_column_int(st, 0);
-        const char *phase = (const char *)sqlite3_column_text(st, 1);
-        int step = sqlite3_column_int(st, 2);
-        int has_mb = sqlite3_column_type(st, 3) != SQLITE_NULL, has_stage = sqlite3_column_type(st, 4) != SQLITE_NULL;
-        int mb = sqlite3_column_int(st, 3), stage = sqlite3_column_int(st, 4);
-        int64_t s = sqlite3_column_int64(st, 5), e = sqlite3_column_int64(st, 6);
-        int comm = strncmp(phase, "SEND", 4) == 0 || strncmp(phase, "RECV", 4) == 0;
-        int gpu = strcmp((const char *)sqlite3_column_text(st, 10), "gpu") == 0;
-        rank_info *r = find_rank(ranks, nranks, rank);
-        if (!r) continue; /* cannot happen: every event rank is listed */
-        int ln = lane_for(r, gpu ? 2 : comm, s, e);
-        char name[96];
-        op_name(name, sizeof name, phase, has_mb, mb, has_stage, stage, sqlite3_column_int(st, 7));
-        fprintf(out, "%s{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":", sep, name,
-                gpu ? "gpu" : comm ? "comm" : strcmp(phase, "OPT") == 0 ? "optimizer" : "compute", r->node,
-                lane_tid(rank, ln));
-        sep = ",\n";
-        put_us(out, s - t0);
-        fprintf(out, ",\"dur\":");
-        put_us(out, e - s);
-        int64_t id = sqlite3_column_int64(st, 11);
-        fprintf(out, ",\"args\":{\"event_id\":%lld,\"phase\":\"%s\",\"step\":%d,\"attempt\":%d,\"source\":\"%s\"",
-                (long long)id, phase, step, sqlite3_column_int(st, 9), (const char *)sqlite3_column_text(st, 10));
-        if (has_mb) fprintf(out, ",\"microbatch\":%d", mb);
-        if (has_stage) fprintf(out, ",\"stage\":%d", stage);
-        if (sqlite3_column_type(st, 7) != SQLITE_NULL) fprintf(out, ",\"peer\":%d", sqlite3_column_int(st, 7));
-        if (sqlite3_column_type(st, 8) != SQLITE_NULL)
-            fprintf(out, ",\"bytes\":%lld", (long long)sqlite3_column_int64(st, 8));
-        const path_mark key = {.id = id},
-                        *mark = gpu || !nmarks ? NULL : bsearch(&key, marks, nmarks, sizeof *marks, by_mark_id);
-        if (mark) {
-            fprintf(out, ",\"critical_path\":\"%s\",\"critical_wait_us\":", critpath_via_names[mark->via]);
-            put_us(out, mark->lead_ns);
-        }
-        fprintf(out, "}}");
-        if (mark && mark->via != CRITPATH_FIRST) put_path_flow(out, 1, id, r->node, lane_tid(rank, ln), s, e, t0);
-        if (mark && mark->next_id >= 0)
-            put_path_flow(out, 0, mark->next_id, r->node, lane_tid(rank, ln), s, e, t0);
-        if (held && !gpu && !comm && strcmp(phase, "OPT") != 0) {
-            fprintf(out, ",\n{\"ph\":\"C\",\"name\":\"activations held rank %d\",\"pid\":%d,\"ts\":", rank, r->node);
-            put_us(out, e - t0);
-            fprintf(out, ",\"args\":{\"bytes\":%lld}}", (long long)sqlite3_column_int64(st, 8));
-        }
-        int64_t flow = gpu ? -1
-                           : flow_of(phase, rank, sqlite3_column_type(st, 7) != SQLITE_NULL, sqlite3_column_int(st, 7),
-                                     has_mb, mb, has_stage, stage, step, sqlite3_column_int(st, 9));
-        if (flow >= 0) {
-            /* Inside the span: its middle (SEND), its last ns (RECV: the
-             * data is there when it ends). */
-            int send = phase[0] == 'S';
-            fprintf(out, ",\n{\"ph\":\"%s\",%s\"id\":\"%llx\",\"cat\":\"flow\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
-                    send ? "s" : "f", send ? "" : "\"bp\":\"e\",", (unsigned long long)flow,
-                    phase[5] == 'F' ? "activation" : "gradient", r->node, lane_tid(rank, ln));
-            put_us(out, (send ? s + (e - s) / 2 : e > s ? e - 1 : s) - t0);
-            fputc('}', out);
-        }
+        op_row o = read_op(st);
+        rank_info *r = find_rank(x->ranks, x->nranks, o.rank);
+        if (r) write_op(x, &o, r); /* never NULL: every event rank is listed */
     }
     sqlite3_finalize(st);
-    st = NULL;
-    if (rc != SQLITE_DONE) {
-        sql_fail(db, "reading events", err);
-        goto done;
-    }
+    return rc == SQLITE_DONE ? 0 : sql_fail(x->db, "reading events", err);
+}
 
-    if (export_kernels(db, job, steps, window, t0, ranks, nranks, out, &sep, &tracks, &ntracks, err) != 0) goto done;
+/* A thread's name and its place among the node's threads. */
+static void put_thread(chrome_export *x, int pid, int tid, const char *name, int sort) {
+    next_event(x);
+    fprintf(x->out, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n"
+            "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
+            pid, tid, name, pid, tid, sort);
+}
 
-    /* Thread names for the lanes that were used. */
-    for (size_t i = 0; i < nranks; i++)
+/* Names for the rank lanes that were used (lane 0 always): a rank's
+ * threads sort together, compute, comm, then gpu. */
+static void write_rank_threads(chrome_export *x) {
+    static const char *const kinds[] = {"compute", "comm", "gpu"};
+    for (size_t i = 0; i < x->nranks; i++) {
+        const rank_info *r = &x->ranks[i];
         for (int ln = 0; ln < 3 * LANES; ln++) {
-            if (!ranks[i].lanes[ln].used && ln != 0) continue;
-            int tid = lane_tid(ranks[i].rank, ln);
+            if (!r->lanes[ln].used && ln != 0) continue;
             char tname[64];
-            static const char *const kinds[] = {"compute", "comm", "gpu"};
             if (ln == 0)
-                snprintf(tname, sizeof tname, "rank %d", ranks[i].rank);
+                snprintf(tname, sizeof tname, "rank %d", r->rank);
             else if (ln % LANES == 0)
-                snprintf(tname, sizeof tname, "rank %d %s", ranks[i].rank, kinds[ln / LANES]);
+                snprintf(tname, sizeof tname, "rank %d %s", r->rank, kinds[ln / LANES]);
             else
-                snprintf(tname, sizeof tname, "rank %d %s %d", ranks[i].rank, kinds[ln / LANES], ln % LANES);
-            /* a rank's threads sort together: compute, comm, then gpu */
-            fprintf(out, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n"
-                    "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-                    sep, ranks[i].node, tid, tname, ranks[i].node, tid, ranks[i].rank * RANK_SORT + ln);
-            sep = ",\n";
+                snprintf(tname, sizeof tname, "rank %d %s %d", r->rank, kinds[ln / LANES], ln % LANES);
+            put_thread(x, r->node, lane_tid(r->rank, ln), tname, r->rank * RANK_SORT + ln);
         }
-    for (size_t i = 0; i < ntracks; i++)
+    }
+}
+
+/* Names for the stream lanes that were used: after the rank's gpu thread,
+ * before the next rank. */
+static void write_stream_threads(chrome_export *x) {
+    for (size_t i = 0; i < x->ntracks; i++) {
+        const stream_track *t = &x->tracks[i];
         for (int ln = 0; ln < LANES; ln++) {
-            const stream_track *t = &tracks[i];
             if (!t->lanes[ln].used) continue;
-            int tid = kernel_tid(t->rank, t->index, ln);
             char tname[96];
             if (t->index == STREAMS - 1)
                 snprintf(tname, sizeof tname, "rank %d streams %d+", t->rank, STREAMS - 1);
             else
                 snprintf(tname, sizeof tname, "rank %d stream %lld", t->rank, (long long)t->stream);
             if (ln) snprintf(tname + strlen(tname), sizeof tname - strlen(tname), " %d", ln);
-            /* after the rank's gpu thread, before the next rank */
-            fprintf(out, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n"
-                    "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,\"tid\":%d,\"args\":{\"sort_index\":%d}}",
-                    sep, t->node, tid, tname, t->node, tid, RANK_SORT * t->rank + 3 * LANES + t->index * LANES + ln);
-            sep = ",\n";
+            put_thread(x, t->node, kernel_tid(t->rank, t->index, ln), tname,
+                       RANK_SORT * t->rank + 3 * LANES + t->index * LANES + ln);
         }
+    }
+}
 
-    /* Counters: the loss on the last stage's node, the bubble ratio of each
-     * step per rank on each rank's node (one track per rank). */
-    if (prepare_in(db,
+/* The loss as a counter on the node of the rank that computed it. */
+static int write_losses(chrome_export *x, pp_err *err) {
+    sqlite3_stmt *st;
+    char f[96];
+    if (prepare_in(x->db,
                    "SELECT l.step, l.microbatch, l.loss, l.at_ns, coalesce(r.node,0) FROM losses l"
                    " LEFT JOIN ranks r ON r.job_id=l.job_id AND r.rank=l.rank"
                    " WHERE l.job_id=?1%s ORDER BY l.at_ns",
-                   step_filter(f, sizeof f, "l.step", steps), job, &st) != SQLITE_OK) {
-        sql_fail(db, "reading losses", err);
-        goto done;
-    }
+                   step_filter(f, sizeof f, "l.step", x->steps), x->job, &st) != SQLITE_OK)
+        return sql_fail(x->db, "reading losses", err);
+    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        fprintf(out, "%s{\"ph\":\"C\",\"name\":\"loss\",\"pid\":%d,\"ts\":", sep, sqlite3_column_int(st, 4));
-        put_us(out, sqlite3_column_int64(st, 3) - t0);
-        fprintf(out, ",\"args\":{\"loss\":");
-        put_num(out, sqlite3_column_type(st, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2), "%.9g");
-        fputs("}}", out);
-        sep = ",\n";
+        next_event(x);
+        fprintf(x->out, "{\"ph\":\"C\",\"name\":\"loss\",\"pid\":%d,\"ts\":", sqlite3_column_int(st, 4));
+        put_us(x->out, sqlite3_column_int64(st, 3) - x->t0);
+        fprintf(x->out, ",\"args\":{\"loss\":");
+        put_num(x->out, sqlite3_column_type(st, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2), "%.9g");
+        fputs("}}", x->out);
     }
     sqlite3_finalize(st);
-    st = NULL;
-    if (rc != SQLITE_DONE) {
-        sql_fail(db, "reading losses", err);
-        goto done;
-    }
-    if (prepare_in(db,
+    return rc == SQLITE_DONE ? 0 : sql_fail(x->db, "reading losses", err);
+}
+
+/* Each step's bubble ratio per rank, one counter track per rank on its node. */
+static int write_bubbles(chrome_export *x, pp_err *err) {
+    sqlite3_stmt *st;
+    char f[96];
+    if (prepare_in(x->db,
                    "SELECT s.step, s.rank, s.start_ns, s.bubble_ratio, coalesce(r.node,0) FROM step_stats s"
                    " LEFT JOIN ranks r ON r.job_id=s.job_id AND r.rank=s.rank"
                    " WHERE s.job_id=?1%s ORDER BY s.rank, s.step",
-                   step_filter(f, sizeof f, "s.step", steps), job, &st) != SQLITE_OK) {
-        sql_fail(db, "reading step_stats", err);
-        goto done;
-    }
+                   step_filter(f, sizeof f, "s.step", x->steps), x->job, &st) != SQLITE_OK)
+        return sql_fail(x->db, "reading step_stats", err);
+    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        fprintf(out, "%s{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":", sep,
+        next_event(x);
+        fprintf(x->out, "{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":",
                 sqlite3_column_int(st, 1), sqlite3_column_int(st, 4));
-        put_us(out, sqlite3_column_int64(st, 2) - t0);
-        fprintf(out, ",\"args\":{\"bubble\":");
-        put_num(out, sqlite3_column_double(st, 3), "%.6f");
-        fputs("}}", out);
-        sep = ",\n";
+        put_us(x->out, sqlite3_column_int64(st, 2) - x->t0);
+        fprintf(x->out, ",\"args\":{\"bubble\":");
+        put_num(x->out, sqlite3_column_double(st, 3), "%.6f");
+        fputs("}}", x->out);
     }
     sqlite3_finalize(st);
-    st = NULL;
-    if (rc != SQLITE_DONE) {
-        sql_fail(db, "reading step_stats", err);
-        goto done;
-    }
-    fprintf(out, "\n]}\n");
-    if (fflush(out) != 0 || ferror(out)) {
-        pp_fail(err, "writing the trace failed (disk full?)");
-        goto done;
-    }
-    ret = 0;
-done:
-    sqlite3_finalize(st);
-    free(ranks);
-    free(tracks);
-    free(marks);
+    return rc == SQLITE_DONE ? 0 : sql_fail(x->db, "reading step_stats", err);
+}
+
+/* Closes the JSON; a write error anywhere shows here. */
+static int write_end(chrome_export *x, pp_err *err) {
+    fprintf(x->out, "\n]}\n");
+    if (fflush(x->out) != 0 || ferror(x->out)) return pp_fail(err, "writing the trace failed (disk full?)");
+    return 0;
+}
+
+/* The sections in order, each after the one before succeeded: processes
+ * and ranks, the spans (critical paths read first), kernels, thread names
+ * for the lanes the spans and kernels used, counters. */
+static int write_body(chrome_export *x, pp_err *err) {
+    if (read_ranks(x, err) != 0 || read_held(x, err) != 0 ||
+        read_paths(x->db, x->job, x->steps, &x->marks, &x->nmarks, err) != 0 || write_ops(x, err) != 0 ||
+        export_kernels(x, err) != 0)
+        return -1;
+    write_rank_threads(x);
+    write_stream_threads(x);
+    if (write_losses(x, err) != 0 || write_bubbles(x, err) != 0) return -1;
+    return write_end(x, err);
+}
+
+int db_export_chrome(sqlite3 *db, int64_t job, const db_export_steps *steps, FILE *out, pp_err *err) {
+    chrome_export x = {.db = db, .job = job, .steps = steps, .out = out, .sep = ""};
+    int found = write_header(&x, err);
+    if (found != 0) return found;
+    int ret = write_body(&x, err);
+    free(x.ranks);
+    free(x.tracks);
+    free(x.marks);
     return ret;
 }

@@ -1,6 +1,10 @@
 /* sched_csv.c: schedules as CSV files: one row per rank, one action per
  * cell, an empty cell is idle. Reads our notation and both of PyTorch's
- * (detected per file), writes ours or PyTorch's newer one. */
+ * (detected per file), writes ours or PyTorch's newer one.
+ *
+ * Reading goes in steps: find the rows, split them into cells (a reader),
+ * tell the notation, expand each cell into its actions on its rank's list
+ * and in the grid (an expansion), then make the plan. */
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
@@ -17,18 +21,22 @@
 enum { RAW_F, RAW_I, RAW_B, RAW_W, RAW_BW };
 
 typedef struct cell {
-    int row, slot; /* rank and grid column after expansion */
+    int row, slot; /* rank, and grid column as in the file (fill shifts it past full backwards) */
     int stage, raw, mb;
 } cell;
 
 typedef struct reader {
     const char *what;
-    cell *cells;
+    char *cellbuf; /* one cell's text, unquoted (owned; room for the whole file) */
+    int line, col; /* where the cell being read is; its row is line - 1 */
+    cell *cells;   /* owned */
     int n, cap;
-    int row_slots; /* slots used so far on the current row */
+    int row_slots;  /* slots used so far on the current row */
+    int *row_width; /* [rows]: the slots each row takes, before expansion (owned) */
+    int rows, row_cap;
 } reader;
 
-static int add_cell(reader *rd, int row, int stage, int raw, int mb, pp_err *err) {
+static int add_cell(reader *rd, int stage, int raw, int mb, pp_err *err) {
     if (rd->n == rd->cap) {
         int cap = rd->cap ? rd->cap * 2 : 256;
         cell *c = realloc(rd->cells, sizeof *c * (size_t)cap);
@@ -36,7 +44,7 @@ static int add_cell(reader *rd, int row, int stage, int raw, int mb, pp_err *err
         rd->cells = c;
         rd->cap = cap;
     }
-    rd->cells[rd->n++] = (cell){row, rd->row_slots++, stage, raw, mb};
+    rd->cells[rd->n++] = (cell){rd->line - 1, rd->row_slots++, stage, raw, mb};
     return 0;
 }
 
@@ -76,48 +84,52 @@ static int parse_token(const char *t, int *stage, int *raw, int *mb) {
     return 0;
 }
 
-static int bad_cell(reader *rd, int line, int col, const char *text, int kind, pp_err *err) {
+static int bad_cell(const reader *rd, const char *text, int kind, pp_err *err) {
     if (kind == -2)
-        return pp_fail(err, "%s: line %d, column %d: cell '%.60s': a stage or microbatch over %d", rd->what, line,
-                       col, text, CSV_MAX_INDEX);
+        return pp_fail(err, "%s: line %d, column %d: cell '%.60s': a stage or microbatch over %d", rd->what, rd->line,
+                       rd->col, text, CSV_MAX_INDEX);
     return pp_fail(err,
                    "%s: line %d, column %d: cell '%.60s' is not an action; expected {stage}{op}{microbatch} with op "
                    "F, B, W (pprun), I, W, B (PyTorch) or BW (older PyTorch), e.g. 0F3, or an empty cell for idle",
-                   rd->what, line, col, text);
+                   rd->what, rd->line, rd->col, text);
+}
+
+/* PyTorch's compound cell "(0F1;1B0)OVERLAP_F_B" (ov points at its
+ * OVERLAP_F_B): a forward and a backward it overlaps; here they run one
+ * after the other. */
+static int read_overlap_cell(reader *rd, char *text, const char *ov, pp_err *err) {
+    int stage, raw, mb, k;
+    char *open = strchr(text, '('), *close = strrchr(text, ')');
+    if (!open || !close || close < open || close > ov) return bad_cell(rd, text, -1, err);
+    *close = '\0';
+    int any = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(open + 1, ";, ", &save); t; t = strtok_r(NULL, ";, ", &save)) {
+        k = parse_token(t, &stage, &raw, &mb);
+        if (k < 0) return bad_cell(rd, t, k, err);
+        if (k == 0 && add_cell(rd, stage, raw, mb, err) != 0) return -1;
+        any = 1;
+    }
+    if (!any) return bad_cell(rd, text, -1, err);
+    return 0;
 }
 
 /* One cell's text (unquoted, trimmed). */
-static int read_cell(reader *rd, int row, int line, int col, char *text, pp_err *err) {
+static int read_cell(reader *rd, char *text, pp_err *err) {
     int stage, raw, mb, k;
     if (!*text) {
         rd->row_slots++;
         return 0;
     }
     char *ov = strstr(text, "OVERLAP_F_B");
-    if (ov) {
-        /* PyTorch's compound cell "(0F1;1B0)OVERLAP_F_B": a forward and a
-         * backward it overlaps; here they run one after the other. */
-        char *open = strchr(text, '('), *close = strrchr(text, ')');
-        if (!open || !close || close < open || close > ov) return bad_cell(rd, line, col, text, -1, err);
-        *close = '\0';
-        int any = 0;
-        char *save = NULL;
-        for (char *t = strtok_r(open + 1, ";, ", &save); t; t = strtok_r(NULL, ";, ", &save)) {
-            k = parse_token(t, &stage, &raw, &mb);
-            if (k < 0) return bad_cell(rd, line, col, t, k, err);
-            if (k == 0 && add_cell(rd, row, stage, raw, mb, err) != 0) return -1;
-            any = 1;
-        }
-        if (!any) return bad_cell(rd, line, col, text, -1, err);
-        return 0;
-    }
+    if (ov) return read_overlap_cell(rd, text, ov, err);
     k = parse_token(text, &stage, &raw, &mb);
-    if (k < 0) return bad_cell(rd, line, col, text, k, err);
+    if (k < 0) return bad_cell(rd, text, k, err);
     if (k == 1) {
         rd->row_slots++;
         return 0;
     }
-    return add_cell(rd, row, stage, raw, mb, err);
+    return add_cell(rd, stage, raw, mb, err);
 }
 
 static void trim(char **s) {
@@ -126,253 +138,302 @@ static void trim(char **s) {
     while (n > 0 && ((*s)[n - 1] == ' ' || (*s)[n - 1] == '\t')) (*s)[--n] = '\0';
 }
 
-int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan **out, pp_err *err) {
-    *out = NULL;
-    reader rd = {what, NULL, 0, 0, 0};
-    char *cellbuf = malloc(len + 1);
-    int *row_slots = NULL;
-    int rows = 0, row_cap = 0, rc = -1, line = 1, col = 1;
-    size_t i = 0;
-    if (!cellbuf) return pp_fail(err, "%s: out of memory", what);
-    /* A text file has no NUL byte: cells would end at it and silently drop
-     * what follows. */
+/* The part of text that holds rows, [*begin, *end): after a UTF-8 byte
+ * order mark (spreadsheets write one), before trailing blank lines (not
+ * ranks). A text file has no NUL byte: cells would end at it and silently
+ * drop what follows. */
+static int find_rows(const char *what, const char *text, size_t len, size_t *begin, size_t *end, pp_err *err) {
+    *begin = *end = 0;
     const char *nul = memchr(text, '\0', len);
     if (nul) {
+        int line = 1;
         for (const char *q = text; q < nul; q++) line += *q == '\n';
-        pp_fail(err, "%s: line %d: a NUL byte; expected a text file with one row per rank", what, line);
-        goto done;
+        return pp_fail(err, "%s: line %d: a NUL byte; expected a text file with one row per rank", what, line);
     }
-    /* A UTF-8 byte order mark (spreadsheets write one) is not part of a cell. */
-    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) i = 3;
-    /* Rows: every line, but trailing blank lines are not ranks. */
-    size_t end = len;
-    while (end > i && (text[end - 1] == '\n' || text[end - 1] == '\r' || text[end - 1] == ' ' || text[end - 1] == '\t'))
-        end--;
-    if (end == i) {
-        pp_fail(err, "%s: no rows; expected one row per rank with actions like 0F3", what);
-        goto done;
+    *begin = len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0 ? 3 : 0;
+    *end = len;
+    while (*end > *begin && (text[*end - 1] == '\n' || text[*end - 1] == '\r' || text[*end - 1] == ' ' ||
+                             text[*end - 1] == '\t'))
+        (*end)--;
+    if (*end == *begin) return pp_fail(err, "%s: no rows; expected one row per rank with actions like 0F3", what);
+    return 0;
+}
+
+/* A quoted cell from the opening quote at text[*i] to its closing one
+ * ("" is a quote inside), appended to the cell's text at *n. */
+static int scan_quoted(reader *rd, const char *text, size_t *i, size_t end, size_t *n, pp_err *err) {
+    size_t k = *i + 1;
+    for (;;) {
+        if (k >= end)
+            return pp_fail(err, "%s: line %d, column %d: unterminated quoted cell", rd->what, rd->line, rd->col);
+        if (text[k] == '"') {
+            if (k + 1 < end && text[k + 1] == '"') {
+                rd->cellbuf[(*n)++] = '"';
+                k += 2;
+                continue;
+            }
+            *i = k + 1;
+            return 0;
+        }
+        rd->cellbuf[(*n)++] = text[k++];
     }
-    while (i <= end) {
-        /* one cell */
-        size_t n = 0;
-        int quoted = 0;
-        if (i < end && text[i] == '"') {
-            quoted = 1;
+}
+
+/* The cell at text[*i], up to a ',' or the end of its line (where *i is
+ * left), into rd->cellbuf: unquoted, then trimmed at *cell. After a quoted
+ * cell only blanks may follow. */
+static int scan_cell(reader *rd, const char *text, size_t *i, size_t end, char **cell, pp_err *err) {
+    size_t n = 0;
+    *cell = rd->cellbuf;
+    int quoted = *i < end && text[*i] == '"';
+    if (quoted && scan_quoted(rd, text, i, end, &n, err) != 0) return -1;
+    while (*i < end && text[*i] != ',' && text[*i] != '\n' && text[*i] != '\r') {
+        if (quoted && text[*i] != ' ' && text[*i] != '\t')
+            return pp_fail(err, "%s: line %d, column %d: text after a quoted cell", rd->what, rd->line, rd->col);
+        rd->cellbuf[n++] = text[(*i)++];
+    }
+    rd->cellbuf[n] = '\0';
+    trim(cell);
+    return 0;
+}
+
+/* The first cell of line rd->line opens its row: at most CSV_MAX_RANKS,
+ * refused where the one too many is, before anything is sized by rows. */
+static int open_row(reader *rd, pp_err *err) {
+    if (rd->line <= rd->rows) return 0;
+    if (rd->line > CSV_MAX_RANKS)
+        return pp_fail(err, "%s: line %d: more than %d rows; a schedule has at most %d ranks, one row each", rd->what,
+                       rd->line, CSV_MAX_RANKS, CSV_MAX_RANKS);
+    if (rd->line > rd->row_cap) { /* doubling: one row at a time is quadratic */
+        int cap = rd->row_cap ? 2 * rd->row_cap : 64;
+        int *w = realloc(rd->row_width, sizeof(int) * (size_t)cap);
+        if (!w) return pp_fail(err, "%s: out of memory", rd->what);
+        rd->row_width = w;
+        rd->row_cap = cap;
+    }
+    rd->row_width[rd->line - 1] = 0;
+    rd->rows = rd->line;
+    return 0;
+}
+
+/* Every cell of text[i, end), row by row: rd's cells, rows and widths. */
+static int read_rows(reader *rd, const char *text, size_t i, size_t end, pp_err *err) {
+    rd->line = rd->col = 1;
+    for (;;) {
+        char *cell;
+        if (scan_cell(rd, text, &i, end, &cell, err) != 0 || open_row(rd, err) != 0 || read_cell(rd, cell, err) != 0)
+            return -1;
+        if (i < end && text[i] == ',') {
             i++;
-            for (;;) {
-                if (i >= end) {
-                    pp_fail(err, "%s: line %d, column %d: unterminated quoted cell", what, line, col);
-                    goto done;
-                }
-                if (text[i] == '"') {
-                    if (i + 1 < end && text[i + 1] == '"') {
-                        cellbuf[n++] = '"';
-                        i += 2;
-                        continue;
-                    }
-                    i++;
-                    break;
-                }
-                cellbuf[n++] = text[i++];
-            }
-        }
-        while (i < end && text[i] != ',' && text[i] != '\n' && text[i] != '\r') {
-            if (quoted && text[i] != ' ' && text[i] != '\t') {
-                pp_fail(err, "%s: line %d, column %d: text after a quoted cell", what, line, col);
-                goto done;
-            }
-            cellbuf[n++] = text[i++];
-        }
-        cellbuf[n] = '\0';
-        char *c = cellbuf;
-        trim(&c);
-        if (rows == 0 || rows <= line - 1) {
-            if (line > CSV_MAX_RANKS) {
-                pp_fail(err, "%s: line %d: more than %d rows; a schedule has at most %d ranks, one row each", what,
-                        line, CSV_MAX_RANKS, CSV_MAX_RANKS);
-                goto done;
-            }
-            if (line > row_cap) { /* doubling: one row at a time is quadratic */
-                int cap = row_cap ? 2 * row_cap : 64;
-                int *rs = realloc(row_slots, sizeof(int) * (size_t)cap);
-                if (!rs) {
-                    pp_fail(err, "%s: out of memory", what);
-                    goto done;
-                }
-                row_slots = rs;
-                row_cap = cap;
-            }
-            row_slots[line - 1] = 0;
-            rows = line;
-        }
-        if (read_cell(&rd, line - 1, line, col, c, err) != 0) goto done;
-        if (i >= end) {
-            row_slots[line - 1] = rd.row_slots;
-            break;
-        }
-        if (text[i] == ',') {
-            i++;
-            col++;
+            rd->col++;
             continue;
         }
-        /* end of line */
-        row_slots[line - 1] = rd.row_slots;
+        rd->row_width[rd->line - 1] = rd->row_slots; /* the row ends */
+        if (i >= end) return 0;
         if (text[i] == '\r' && i + 1 < end && text[i + 1] == '\n') i++;
         i++;
-        line++;
-        col = 1;
-        rd.row_slots = 0;
-        if (i > end) break;
+        rd->line++;
+        rd->col = 1;
+        rd->row_slots = 0;
     }
-    if (rd.n == 0) {
-        pp_fail(err, "%s: no actions in %d rows; expected actions like 0F3", what, rows);
-        goto done;
-    }
+}
 
-    /* Which notation? A file with I is PyTorch's newer one (B = full
-     * backward). Without I, a B and a W of the same (stage, mb) mean B is
-     * the input gradient (ours, PyTorch's older one, where BW is full). A
-     * file with only F and B has full backwards. */
-    int S = 0, m = 0, has_i = 0, split = 0;
-    for (int k = 0; k < rd.n; k++) {
-        if (rd.cells[k].stage + 1 > S) S = rd.cells[k].stage + 1;
-        if (rd.cells[k].mb + 1 > m) m = rd.cells[k].mb + 1;
-        has_i |= rd.cells[k].raw == RAW_I;
+/* Stages and microbatches: the highest numbers in the file, plus one. */
+static int file_shape(const reader *rd, int *S, int *m, pp_err *err) {
+    *S = *m = 0;
+    for (int k = 0; k < rd->n; k++) {
+        if (rd->cells[k].stage + 1 > *S) *S = rd->cells[k].stage + 1;
+        if (rd->cells[k].mb + 1 > *m) *m = rd->cells[k].mb + 1;
     }
-    if ((long)S * m * 3 > 10000000L) {
-        pp_fail(err, "%s: %d stages x %d microbatches x 3 ops is over 10 million actions", what, S, m);
-        goto done;
-    }
+    if ((long)*S * *m * 3 > 10000000L)
+        return pp_fail(err, "%s: %d stages x %d microbatches x 3 ops is over 10 million actions", rd->what, *S, *m);
+    return 0;
+}
+
+/* Which notation? A file with I is PyTorch's newer one (B = full
+ * backward). Without I, a B and a W of the same (stage, mb) mean B is the
+ * input gradient (ours, PyTorch's older one, where BW is full). A file
+ * with only F and B has full backwards. *full_b: does a bare B mean B then
+ * W? */
+static int bare_b_is_full(const reader *rd, int S, int m, int *full_b, pp_err *err) {
+    int has_i = 0, split = 0;
+    for (int k = 0; k < rd->n; k++) has_i |= rd->cells[k].raw == RAW_I;
     if (!has_i) {
         unsigned char *seen = calloc((size_t)S * (size_t)m, 1);
-        if (!seen) {
-            pp_fail(err, "%s: out of memory", what);
-            goto done;
-        }
-        for (int k = 0; k < rd.n; k++) {
-            size_t key = (size_t)rd.cells[k].stage * (size_t)m + (size_t)rd.cells[k].mb;
-            if (rd.cells[k].raw == RAW_B) seen[key] |= 1;
-            if (rd.cells[k].raw == RAW_W) seen[key] |= 2;
+        if (!seen) return pp_fail(err, "%s: out of memory", rd->what);
+        for (int k = 0; k < rd->n; k++) {
+            size_t key = (size_t)rd->cells[k].stage * (size_t)m + (size_t)rd->cells[k].mb;
+            if (rd->cells[k].raw == RAW_B) seen[key] |= 1;
+            if (rd->cells[k].raw == RAW_W) seen[key] |= 2;
         }
         for (size_t k = 0; k < (size_t)S * (size_t)m && !split; k++) split = seen[k] == 3;
         free(seen);
     }
-    int full_b = has_i || !split; /* does a bare B mean B then W? */
+    *full_b = has_i || !split;
+    return 0;
+}
 
-    /* Expand into rows: a full backward takes two cells (B, W). */
-    int p = rows, v = (S + p - 1) / p;
-    int *lens = calloc((size_t)p, sizeof(int)), *stage_rank = malloc(sizeof(int) * (size_t)S);
-    sched_action **lists = calloc((size_t)p, sizeof *lists);
-    sched_plan *plan = NULL;
-    if (!lens || !stage_rank || !lists) goto oom;
-    /* each rank's list holds its own cells, a full backward two actions:
-     * one list of every cell per rank would be ranks x cells */
-    for (int k = 0; k < rd.n; k++) lens[rd.cells[k].row] += 2;
-    for (int r = 0; r < p; r++)
-        if (!lens[r]) {
-            /* a blank line inside the file would otherwise be a rank that runs nothing */
-            pp_fail(err, "%s: line %d: no actions; every row is a rank and needs at least one action", what, r + 1);
-            goto fail;
-        }
-    for (int r = 0; r < p; r++) {
-        if (!(lists[r] = malloc(sizeof(sched_action) * (size_t)(lens[r] ? lens[r] : 1)))) goto oom;
-        lens[r] = 0;
+/* The actions each raw op stands for: BW is a full backward, B then W. */
+static const struct {
+    int n;
+    int ops[2];
+} raw_ops[] = {
+    [RAW_F] = {1, {SCHED_F}},
+    [RAW_I] = {1, {SCHED_B}},
+    [RAW_B] = {1, {SCHED_B}}, /* the input gradient, unless the file's B are full */
+    [RAW_W] = {1, {SCHED_W}},
+    [RAW_BW] = {2, {SCHED_B, SCHED_W}},
+};
+
+/* The actions of a cell (*ops) and how many: a bare B that is full is BW. */
+static int cell_ops(int raw, int full_b, const int **ops) {
+    if (raw == RAW_B && full_b) raw = RAW_BW;
+    *ops = raw_ops[raw].ops;
+    return raw_ops[raw].n;
+}
+
+/* The file's schedule as per-rank lists and its grid, before it is a plan.
+ * Owns every array (expansion_free). */
+typedef struct expansion {
+    int p, S, v, m, full_b;
+    int *lens;            /* [p]: actions in each list */
+    sched_action **lists; /* [p][lens[r]]: each rank's actions in order */
+    int *stage_rank;      /* [S] */
+    sched_action **slots; /* [p][nslots]: the file's grid, idle cells stage -1 */
+    int nslots, used;     /* used: the grid's width up to its last action */
+} expansion;
+
+static void expansion_free(expansion *ex) {
+    for (int r = 0; r < ex->p; r++) {
+        if (ex->lists) free(ex->lists[r]);
+        if (ex->slots) free(ex->slots[r]);
     }
-    for (int s = 0; s < S; s++) stage_rank[s] = -1;
-    int *shift = calloc((size_t)p, sizeof(int)), nslots = 0;
-    if (!shift) goto oom;
-    for (int r = 0; r < p; r++) nslots = row_slots[r] > nslots ? row_slots[r] : nslots;
-    /* grid: slot of each cell, shifted right on its row by earlier expansions */
-    sched_action **slots = calloc((size_t)p, sizeof *slots);
-    if (!slots) {
-        free(shift);
-        goto oom;
+    free(ex->lists);
+    free(ex->slots);
+    free(ex->lens);
+    free(ex->stage_rank);
+}
+
+/* Room for each rank's list: its own cells, a full backward two actions
+ * (one list of every cell per rank would be ranks x cells). A blank line
+ * inside the file would be a rank that runs nothing: refused. */
+static int alloc_lists(const reader *rd, expansion *ex, pp_err *err) {
+    ex->lens = calloc((size_t)ex->p, sizeof(int));
+    ex->stage_rank = malloc(sizeof(int) * (size_t)ex->S);
+    ex->lists = calloc((size_t)ex->p, sizeof *ex->lists);
+    if (!ex->lens || !ex->stage_rank || !ex->lists) return pp_fail(err, "%s: out of memory", rd->what);
+    for (int k = 0; k < rd->n; k++) ex->lens[rd->cells[k].row] += 2;
+    for (int r = 0; r < ex->p; r++)
+        if (!ex->lens[r])
+            return pp_fail(err, "%s: line %d: no actions; every row is a rank and needs at least one action", rd->what,
+                           r + 1);
+    for (int r = 0; r < ex->p; r++) {
+        if (!(ex->lists[r] = malloc(sizeof(sched_action) * (size_t)ex->lens[r])))
+            return pp_fail(err, "%s: out of memory", rd->what);
+        ex->lens[r] = 0;
     }
-    int extra = 0;
-    for (int k = 0; k < rd.n; k++) {
-        int raw = rd.cells[k].raw;
-        extra += (raw == RAW_BW || (raw == RAW_B && full_b));
+    return 0;
+}
+
+/* The grid, every cell idle: as wide as the widest row plus a cell for
+ * each full backward's W. */
+static int alloc_grid(const reader *rd, expansion *ex, pp_err *err) {
+    const int *ops;
+    ex->nslots = 0;
+    for (int r = 0; r < ex->p; r++) ex->nslots = rd->row_width[r] > ex->nslots ? rd->row_width[r] : ex->nslots;
+    for (int k = 0; k < rd->n; k++) ex->nslots += cell_ops(rd->cells[k].raw, ex->full_b, &ops) - 1;
+    if (!(ex->slots = calloc((size_t)ex->p, sizeof *ex->slots))) return pp_fail(err, "%s: out of memory", rd->what);
+    for (int r = 0; r < ex->p; r++) {
+        if (!(ex->slots[r] = malloc(sizeof(sched_action) * (size_t)(ex->nslots > 0 ? ex->nslots : 1))))
+            return pp_fail(err, "%s: out of memory", rd->what);
+        for (int c = 0; c < ex->nslots; c++) ex->slots[r][c] = (sched_action){-1, 0, 0};
     }
-    nslots += extra;
-    for (int r = 0; r < p; r++) {
-        if (!(slots[r] = malloc(sizeof(sched_action) * (size_t)(nslots > 0 ? nslots : 1)))) {
-            for (int q = 0; q < r; q++) free(slots[q]);
-            free(slots);
-            free(shift);
-            goto oom;
-        }
-        for (int c = 0; c < nslots; c++) slots[r][c] = (sched_action){-1, 0, 0};
+    return 0;
+}
+
+/* A stage lives on the rank that runs most of its actions (the first such
+ * rank on a tie); the validator then names any stray action elsewhere. */
+static int place_stages(const reader *rd, expansion *ex, pp_err *err) {
+    size_t p = (size_t)ex->p;
+    int *count = calloc((size_t)ex->S * p, sizeof(int));
+    if (!count) return pp_fail(err, "%s: out of memory", rd->what);
+    for (int k = 0; k < rd->n; k++) count[(size_t)rd->cells[k].stage * p + (size_t)rd->cells[k].row]++;
+    for (int s = 0; s < ex->S; s++) {
+        const int *of_s = &count[(size_t)s * p];
+        ex->stage_rank[s] = -1;
+        for (int r = 0; r < ex->p; r++)
+            if (of_s[r] > 0 && (ex->stage_rank[s] < 0 || of_s[r] > of_s[ex->stage_rank[s]])) ex->stage_rank[s] = r;
     }
-    int used = 0;
-    /* A stage lives on the rank that runs most of its actions; the
-     * validator then names any stray action elsewhere. */
-    int *count = calloc((size_t)S * (size_t)p, sizeof(int));
-    if (!count) {
-        for (int r = 0; r < p; r++) free(slots[r]);
-        free(slots);
-        free(shift);
-        goto oom;
-    }
-    for (int k = 0; k < rd.n; k++) count[(size_t)rd.cells[k].stage * (size_t)p + (size_t)rd.cells[k].row]++;
-    for (int s = 0; s < S; s++)
-        for (int r = 0; r < p; r++)
-            if (count[(size_t)s * (size_t)p + (size_t)r] > 0 &&
-                (stage_rank[s] < 0 || count[(size_t)s * (size_t)p + (size_t)r] >
-                                          count[(size_t)s * (size_t)p + (size_t)stage_rank[s]]))
-                stage_rank[s] = r;
     free(count);
-    for (int k = 0; k < rd.n; k++) {
-        const cell *c = &rd.cells[k];
-        int r = c->row, raw = c->raw;
-        int ops[2], nops = 0;
-        if (raw == RAW_F) ops[nops++] = SCHED_F;
-        else if (raw == RAW_I) ops[nops++] = SCHED_B;
-        else if (raw == RAW_W) ops[nops++] = SCHED_W;
-        else if (raw == RAW_BW || full_b) ops[nops++] = SCHED_B, ops[nops++] = SCHED_W;
-        else ops[nops++] = SCHED_B;
+    return 0;
+}
+
+/* Each cell's actions onto its rank's list and into the grid at its slot,
+ * shifted right on its row by the expansions before it. */
+static int fill(const reader *rd, expansion *ex, pp_err *err) {
+    int *shift = calloc((size_t)ex->p, sizeof(int));
+    if (!shift) return pp_fail(err, "%s: out of memory", rd->what);
+    ex->used = 0;
+    for (int k = 0; k < rd->n; k++) {
+        const cell *c = &rd->cells[k];
+        const int *ops;
+        int r = c->row, nops = cell_ops(c->raw, ex->full_b, &ops);
         for (int j = 0; j < nops; j++) {
             sched_action a = {c->stage, ops[j], c->mb};
-            lists[r][lens[r]++] = a;
+            ex->lists[r][ex->lens[r]++] = a;
             int slot = c->slot + shift[r] + j;
-            slots[r][slot] = a;
-            if (slot + 1 > used) used = slot + 1;
+            ex->slots[r][slot] = a;
+            if (slot + 1 > ex->used) ex->used = slot + 1;
         }
         shift[r] += nops - 1;
     }
     free(shift);
+    return 0;
+}
+
+/* The plan of the expansion, with the file's own grid (its idle cells
+ * included) in place of the simulated one; the grid's rows move into it. */
+static int make_plan(const char *what, expansion *ex, sched_plan **out, pp_err *err) {
     char name[64];
     snprintf(name, sizeof name, "csv:%s", what);
-    rc = sched_plan_from_lists(name, p, S, v, m, stage_rank, lists, lens, &plan, err);
-    if (rc == 0) {
-        /* The file's own grid, with its idle cells, replaces the simulated one. */
-        for (int r = 0; r < p; r++) {
-            free(plan->slots[r]);
-            plan->slots[r] = slots[r];
-        }
-        plan->nslots = used;
-        *out = plan;
-    } else {
-        for (int r = 0; r < p; r++) free(slots[r]);
+    sched_plan *plan;
+    if (sched_plan_from_lists(name, ex->p, ex->S, ex->v, ex->m, ex->stage_rank, ex->lists, ex->lens, &plan, err) != 0)
+        return -1;
+    for (int r = 0; r < ex->p; r++) {
+        free(plan->slots[r]);
+        plan->slots[r] = ex->slots[r];
+        ex->slots[r] = NULL;
     }
-    free(slots);
-    for (int r = 0; r < p; r++) free(lists[r]);
-    free(lists);
-    free(lens);
-    free(stage_rank);
-    goto done;
-oom:
-    pp_fail(err, "%s: out of memory", what);
-fail:
-    if (lists)
-        for (int r = 0; r < p; r++) free(lists[r]);
-    free(lists);
-    free(lens);
-    free(stage_rank);
-    rc = -1;
-done:
+    plan->nslots = ex->used;
+    *out = plan;
+    return 0;
+}
+
+/* The steps of sched_parse_csv; rd and ex keep what they allocate. */
+static int parse(reader *rd, expansion *ex, const char *text, size_t len, sched_plan **out, pp_err *err) {
+    size_t begin, end;
+    if (find_rows(rd->what, text, len, &begin, &end, err) != 0 || read_rows(rd, text, begin, end, err) != 0) return -1;
+    if (rd->n == 0) return pp_fail(err, "%s: no actions in %d rows; expected actions like 0F3", rd->what, rd->rows);
+    ex->p = rd->rows;
+    if (file_shape(rd, &ex->S, &ex->m, err) != 0 || bare_b_is_full(rd, ex->S, ex->m, &ex->full_b, err) != 0)
+        return -1;
+    ex->v = (ex->S + ex->p - 1) / ex->p;
+    if (alloc_lists(rd, ex, err) != 0 || alloc_grid(rd, ex, err) != 0 || place_stages(rd, ex, err) != 0 ||
+        fill(rd, ex, err) != 0)
+        return -1;
+    return make_plan(rd->what, ex, out, err);
+}
+
+int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan **out, pp_err *err) {
+    *out = NULL;
+    reader rd = {.what = what, .cellbuf = malloc(len + 1)};
+    if (!rd.cellbuf) return pp_fail(err, "%s: out of memory", what);
+    expansion ex = {0};
+    int rc = parse(&rd, &ex, text, len, out, err);
+    expansion_free(&ex);
     free(rd.cells);
-    free(cellbuf);
-    free(row_slots);
+    free(rd.row_width);
+    free(rd.cellbuf);
     return rc;
 }
 

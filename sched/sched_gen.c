@@ -101,23 +101,6 @@ static void gen_interleaved(lists *l, int p, int m, int v) {
     }
 }
 
-/* ZB-V: two chunks per rank in V placement (rank r holds stages r and
- * 2p-1-r), scheduled greedily from the costs like the zero-bubble paper's
- * ZB-V: every rank, whenever it is free, runs the first of
- *   1. a ready B (oldest microbatch first; it unblocks the rank upstream),
- *   2. a ready F, the second chunk first, if the memory limit allows,
- *   3. a pending W (fills what would be a bubble),
- * and otherwise waits for the next arrival. The limit is 1F1B's peak: 2p
- * chunk activations (p microbatches of a whole rank's layers); F of the
- * second chunk is always allowed so a microbatch that entered can leave. */
-typedef struct zbv {
-    int p, m;
-    const sched_costs *c;
-    double *end; /* [2p][m][3] end time, <0 = not scheduled */
-} zbv;
-
-static double *zend(zbv *z, int s, int mb, int op) { return &z->end[((size_t)s * (size_t)z->m + (size_t)mb) * 3 + (size_t)op]; }
-
 /* The ranks that still have work, by clock (the lowest rank first on a tie):
  * gen_zbv takes the earliest at every action, which a scan made
  * O(ranks x actions). An indexed binary heap; pos[r] = -1 when r is out. */
@@ -162,159 +145,236 @@ static void rh_remove(rank_heap *q, int r) {
     rh_fix(q, last);
 }
 
-static int gen_zbv(lists *l, int p, int m, const sched_costs *c, int wait_for_sooner) {
+/* ZB-V: two chunks per rank in V placement (rank r holds stages r and
+ * 2p-1-r), scheduled greedily from the costs like the zero-bubble paper's
+ * ZB-V: every rank, whenever it is free, runs the first of
+ *   1. a ready B (oldest microbatch first; it unblocks the rank upstream),
+ *   2. a ready F, the second chunk first, if the memory limit allows,
+ *   3. a pending W (fills what would be a bubble),
+ * and otherwise waits for the next arrival. The limit is 1F1B's peak: 2p
+ * chunk activations (p microbatches of a whole rank's layers); F of the
+ * second chunk is always allowed so a microbatch that entered can leave. */
+
+/* The greedy run's state. Owns every array (zbv_free). */
+typedef struct zbv {
+    int p, m, S;
+    const sched_costs *c;
+    int wait_for_sooner; /* see wait_for_sooner */
+    double *end;         /* [2p][m][3] end time, <0 = not scheduled */
+    double *clock;       /* [p]: when each rank is free; HUGE_VAL: asleep until woken */
+    int *nf, *nb;        /* [p][2]: F and B run so far per rank and chunk */
+    int *wq, *wh, *wt;   /* per rank FIFO of the (stage, mb) of pending Ws: [p][2m][2], head, tail */
+    int *held;           /* [p]: chunk activations held (F run, W not yet) */
+    int *left;           /* [p]: actions still to run */
+    int *waiting;        /* [p]: asleep until an input arrives */
+    rank_heap free_at;   /* the ranks with actions left, by clock */
+} zbv;
+
+static double *zend(zbv *z, int s, int mb, int op) {
+    return &z->end[((size_t)s * (size_t)z->m + (size_t)mb) * 3 + (size_t)op];
+}
+
+static int zbv_init(zbv *z, int p, int m, const sched_costs *c, int wait_for_sooner) {
     int S = 2 * p;
-    zbv z = {p, m, c, malloc(sizeof(double) * (size_t)S * (size_t)m * 3)};
-    double *clock = calloc((size_t)p, sizeof(double));
-    int *nf = calloc((size_t)p * 2, sizeof(int)), *nb = calloc((size_t)p * 2, sizeof(int));
-    int *wq = malloc(sizeof(int) * (size_t)p * (size_t)(2 * m) * 2); /* per rank FIFO of (stage, mb) */
-    int *wh = calloc((size_t)p, sizeof(int)), *wt = calloc((size_t)p, sizeof(int));
-    int *held = calloc((size_t)p, sizeof(int)), *left = malloc(sizeof(int) * (size_t)p);
-    int *waiting = calloc((size_t)p, sizeof(int));
-    rank_heap free_at = {malloc(sizeof(int) * (size_t)p), malloc(sizeof(int) * (size_t)p), p, clock};
-    size_t nkeys = (size_t)S * (size_t)m * 3;
-    int rc = -1;
-    if (!z.end || !clock || !nf || !nb || !wq || !wh || !wt || !held || !left || !waiting || !free_at.h ||
-        !free_at.pos)
-        goto done;
-    for (size_t i = 0; i < nkeys; i++) z.end[i] = -1;
-    for (int r = 0; r < p; r++) left[r] = 6 * m, free_at.h[r] = r, free_at.pos[r] = r; /* all clocks 0: in order */
-    int limit = 2 * p;
-    for (;;) {
-        /* the free rank with the earliest clock that still has work */
-        if (free_at.n == 0) break;
-        int r = free_at.h[0];
-        if (clock[r] == HUGE_VAL) goto done; /* all asleep: reported by the caller */
-        double t = clock[r];
-        int st[2] = {r, S - 1 - r};
-        int best_stage = -1, best_op = -1, best_mb = -1, best_class = 3;
-        double next = -1;           /* earliest future arrival among candidates */
-        double soon[3] = {-1, -1, -1}; /* earliest future arrival per class: 0 B, 1 F of chunk 1, 2 F of chunk 0 */
-#define CONSIDER(time)                                              \
-    do {                                                            \
-        double tt_ = (time);                                        \
-        if (tt_ > t && (next < 0 || tt_ < next)) next = tt_;        \
-    } while (0)
-        /* 1. B, oldest microbatch first, the chunk nearer the loss first */
-        for (int ch = 1; ch >= 0; ch--) {
-            int s = st[ch], mb = nb[r * 2 + ch];
-            if (mb >= m || mb >= nf[r * 2 + ch]) continue;
-            double ready;
-            if (s == S - 1) {
-                ready = *zend(&z, s, mb, SCHED_F);
-            } else {
-                double e = *zend(&z, s + 1, mb, SCHED_B);
-                if (e < 0) continue;
-                ready = e + (sched_place(SCHED_PLACE_V, s + 1, p) != r ? c->comm : 0);
-            }
-            if (ready < 0) continue;
-            if (ready > t) {
-                CONSIDER(ready);
-                if (soon[0] < 0 || ready < soon[0]) soon[0] = ready;
-                continue;
-            }
-            if (best_op < 0 || mb < best_mb) best_stage = s, best_op = SCHED_B, best_mb = mb, best_class = 0;
-        }
-        /* 2. F, second chunk first */
-        for (int ch = 1; ch >= 0 && best_op < 0; ch--) {
-            int s = st[ch], mb = nf[r * 2 + ch];
-            if (mb >= m) continue;
-            /* chunk 0 leaves one slot free so the oldest microbatch can
-             * always come back through chunk 1 and leave */
-            if (held[r] + (ch == 0 ? 2 : 1) > limit) continue;
-            double ready = 0;
-            if (s > 0) {
-                double e = *zend(&z, s - 1, mb, SCHED_F);
-                if (e < 0) continue;
-                ready = e + (sched_place(SCHED_PLACE_V, s - 1, p) != r ? c->comm : 0);
-            }
-            if (ready > t) {
-                CONSIDER(ready);
-                soon[2 - ch] = ready;
-                continue;
-            }
-            best_stage = s, best_op = SCHED_F, best_mb = mb, best_class = 2 - ch;
-        }
-        /* 3. W */
-        if (best_op < 0 && wh[r] < wt[r]) {
-            int *q = &wq[((size_t)r * (size_t)(2 * m) + (size_t)wh[r]) * 2];
-            best_stage = q[0], best_op = SCHED_W, best_mb = q[1];
-        }
-#undef CONSIDER
-        /* wait_for_sooner: an action of a higher class whose input arrives
-         * within half the chosen one's cost is waited for (the idle is
-         * shorter than the delay starting the other would cause it). With
-         * send time (comm > 0) the ties the order relies on at comm = 0
-         * become near misses, and each one a wrong turn. */
-        if (wait_for_sooner && best_op >= 0) {
-            double cost = best_op == SCHED_F ? c->f : best_op == SCHED_B ? c->b : c->w, first = -1;
-            for (int k = 0; k < best_class; k++)
-                if (soon[k] >= 0 && (first < 0 || soon[k] < first)) first = soon[k];
-            if (first >= 0 && first < t + cost / 2) {
-                clock[r] = first;
-                rh_fix(&free_at, r);
-                continue;
-            }
-        }
-        if (best_op == SCHED_W) wh[r]++;
-        if (best_op < 0) {
-            /* Nothing to do yet: sleep until the first of our inputs we know
-             * of arrives; one that another rank schedules later wakes us
-             * earlier (below). With none in sight, sleep until woken. Only
-             * an input can make an action ready (W never waits, and F's
-             * memory limit only moves when we run), so waking at any other
-             * rank's result, as this did, only to sleep again, changed
-             * nothing but cost ranks x actions. */
-            clock[r] = next < 0 ? HUGE_VAL : next;
-            waiting[r] = 1;
-            rh_fix(&free_at, r);
+    *z = (zbv){.p = p, .m = m, .S = S, .c = c, .wait_for_sooner = wait_for_sooner};
+    z->end = malloc(sizeof(double) * (size_t)S * (size_t)m * 3);
+    z->clock = calloc((size_t)p, sizeof(double));
+    z->nf = calloc((size_t)p * 2, sizeof(int));
+    z->nb = calloc((size_t)p * 2, sizeof(int));
+    z->wq = malloc(sizeof(int) * (size_t)p * (size_t)(2 * m) * 2);
+    z->wh = calloc((size_t)p, sizeof(int));
+    z->wt = calloc((size_t)p, sizeof(int));
+    z->held = calloc((size_t)p, sizeof(int));
+    z->left = malloc(sizeof(int) * (size_t)p);
+    z->waiting = calloc((size_t)p, sizeof(int));
+    z->free_at = (rank_heap){malloc(sizeof(int) * (size_t)p), malloc(sizeof(int) * (size_t)p), p, z->clock};
+    if (!z->end || !z->clock || !z->nf || !z->nb || !z->wq || !z->wh || !z->wt || !z->held || !z->left ||
+        !z->waiting || !z->free_at.h || !z->free_at.pos)
+        return -1;
+    for (size_t i = 0; i < (size_t)S * (size_t)m * 3; i++) z->end[i] = -1;
+    for (int r = 0; r < p; r++) /* all clocks 0: in order */
+        z->left[r] = 6 * m, z->free_at.h[r] = r, z->free_at.pos[r] = r;
+    return 0;
+}
+
+static void zbv_free(zbv *z) {
+    free(z->end);
+    free(z->clock);
+    free(z->nf);
+    free(z->nb);
+    free(z->wq);
+    free(z->wh);
+    free(z->wt);
+    free(z->held);
+    free(z->left);
+    free(z->waiting);
+    free(z->free_at.h);
+    free(z->free_at.pos);
+}
+
+static double zbv_cost(const zbv *z, int op) { return op == SCHED_F ? z->c->f : op == SCHED_B ? z->c->b : z->c->w; }
+
+/* The pending W at the head (i = wh) or the tail (i = wt) of rank r's FIFO. */
+static int *zbv_wq(zbv *z, int r, int i) { return &z->wq[((size_t)r * (size_t)(2 * z->m) + (size_t)i) * 2]; }
+
+/* What a free rank could run now, and the arrivals it might wait for. */
+typedef struct choice {
+    int stage, op, mb; /* op < 0: nothing is ready */
+    int cls;           /* 0 B, 1 F of chunk 1, 2 F of chunk 0, 3 W */
+    double next;       /* earliest future arrival among the candidates, -1 none */
+    double soon[3];    /* earliest future arrival per class, -1 none */
+} choice;
+
+/* An input arriving after t: the rank may sleep until the earliest. */
+static void note_arrival(choice *ch, double at, double t) {
+    if (at > t && (ch->next < 0 || at < ch->next)) ch->next = at;
+}
+
+/* When the result (stage s, mb, op) is at rank r: its end, plus a send
+ * from another rank. 0 while it has not been scheduled. */
+static int arrival(zbv *z, int r, int s, int mb, int op, double *at) {
+    double e = *zend(z, s, mb, op);
+    if (e < 0) return 0;
+    *at = e + (sched_place(SCHED_PLACE_V, s, z->p) != r ? z->c->comm : 0);
+    return 1;
+}
+
+/* 1. A ready B, oldest microbatch first, the chunk nearer the loss first.
+ * The last stage's B takes its own F (on this rank: no send). */
+static void pick_b(zbv *z, int r, double t, choice *ch) {
+    int st[2] = {r, z->S - 1 - r};
+    for (int k = 1; k >= 0; k--) {
+        int s = st[k], mb = z->nb[r * 2 + k];
+        double ready;
+        if (mb >= z->m || mb >= z->nf[r * 2 + k]) continue;
+        if (!(s == z->S - 1 ? arrival(z, r, s, mb, SCHED_F, &ready) : arrival(z, r, s + 1, mb, SCHED_B, &ready)))
+            continue;
+        if (ready > t) {
+            note_arrival(ch, ready, t);
+            if (ch->soon[0] < 0 || ready < ch->soon[0]) ch->soon[0] = ready;
             continue;
         }
-        double cost = best_op == SCHED_F ? c->f : best_op == SCHED_B ? c->b : c->w;
-        *zend(&z, best_stage, best_mb, best_op) = t + cost;
-        clock[r] = t + cost;
-        left[r]--;
-        waiting[r] = 0;
-        if (left[r] == 0) rh_remove(&free_at, r);
-        else rh_fix(&free_at, r);
-        /* the new result may be what the rank of the stage that takes it waits for */
-        int to = best_op == SCHED_F ? best_stage + 1 : best_op == SCHED_B ? best_stage - 1 : -1;
-        if (to >= 0 && to < S) {
-            int q = sched_place(SCHED_PLACE_V, to, p);
-            if (waiting[q] && q != r && t + cost + c->comm < clock[q]) {
-                clock[q] = t + cost + c->comm;
-                rh_fix(&free_at, q);
-            }
-        }
-        int ch = best_stage == r ? 0 : 1;
-        if (best_op == SCHED_F) {
-            nf[r * 2 + ch]++;
-            held[r]++;
-        } else if (best_op == SCHED_B) {
-            nb[r * 2 + ch]++;
-            int *q = &wq[((size_t)r * (size_t)(2 * m) + (size_t)wt[r]) * 2];
-            q[0] = best_stage;
-            q[1] = best_mb;
-            wt[r]++;
-        } else {
-            held[r]--;
-        }
-        put(l, r, best_stage, best_op, best_mb);
+        if (ch->op < 0 || mb < ch->mb) ch->stage = s, ch->op = SCHED_B, ch->mb = mb, ch->cls = 0;
     }
-    rc = 0;
-done:
-    free(z.end);
-    free(clock);
-    free(nf);
-    free(nb);
-    free(wq);
-    free(wh);
-    free(wt);
-    free(held);
-    free(left);
-    free(waiting);
-    free(free_at.h);
-    free(free_at.pos);
+}
+
+/* 2. A ready F, the second chunk first, within the memory limit (1F1B's
+ * peak, 2p chunk activations): chunk 0 leaves one slot free so the oldest
+ * microbatch can always come back through chunk 1 and leave. */
+static void pick_f(zbv *z, int r, double t, choice *ch) {
+    int st[2] = {r, z->S - 1 - r}, limit = 2 * z->p;
+    for (int k = 1; k >= 0 && ch->op < 0; k--) {
+        int s = st[k], mb = z->nf[r * 2 + k];
+        double ready = 0;
+        if (mb >= z->m) continue;
+        if (z->held[r] + (k == 0 ? 2 : 1) > limit) continue;
+        if (s > 0 && !arrival(z, r, s - 1, mb, SCHED_F, &ready)) continue;
+        if (ready > t) {
+            note_arrival(ch, ready, t);
+            ch->soon[2 - k] = ready;
+            continue;
+        }
+        ch->stage = s, ch->op = SCHED_F, ch->mb = mb, ch->cls = 2 - k;
+    }
+}
+
+/* What rank r, free at t, runs: a ready B, else a ready F, else its oldest
+ * pending W (3: fills what would be a bubble). */
+static choice pick(zbv *z, int r, double t) {
+    choice ch = {-1, -1, -1, 3, -1, {-1, -1, -1}};
+    pick_b(z, r, t, &ch);
+    if (ch.op < 0) pick_f(z, r, t, &ch);
+    if (ch.op < 0 && z->wh[r] < z->wt[r]) {
+        const int *q = zbv_wq(z, r, z->wh[r]);
+        ch.stage = q[0], ch.op = SCHED_W, ch.mb = q[1];
+    }
+    return ch;
+}
+
+/* wait_for_sooner: an action of a higher class whose input arrives
+ * within half the chosen one's cost is waited for (the idle is shorter
+ * than the delay starting the other would cause it). With send time
+ * (comm > 0) the ties the order relies on at comm = 0 become near misses,
+ * and each one a wrong turn. 1 when rank r waits (its clock moved). */
+static int wait_for_sooner(zbv *z, int r, double t, const choice *ch) {
+    double cost = zbv_cost(z, ch->op), first = -1;
+    for (int k = 0; k < ch->cls; k++)
+        if (ch->soon[k] >= 0 && (first < 0 || ch->soon[k] < first)) first = ch->soon[k];
+    if (first < 0 || first >= t + cost / 2) return 0;
+    z->clock[r] = first;
+    rh_fix(&z->free_at, r);
+    return 1;
+}
+
+/* Nothing to do yet: sleep until the first of our inputs we know of
+ * arrives; one that another rank schedules later wakes us earlier
+ * (wake_receiver). With none in sight, sleep until woken. Only an input
+ * can make an action ready (W never waits, and F's memory limit only moves
+ * when we run), so waking at any other rank's result, only to sleep
+ * again, would change nothing but cost ranks x actions. */
+static void sleep_until(zbv *z, int r, double next) {
+    z->clock[r] = next < 0 ? HUGE_VAL : next;
+    z->waiting[r] = 1;
+    rh_fix(&z->free_at, r);
+}
+
+/* The result of (stage, op) at done may be what the rank of the stage that
+ * takes it sleeps for: it wakes when the result arrives. */
+static void wake_receiver(zbv *z, int r, int stage, int op, double done) {
+    int to = op == SCHED_F ? stage + 1 : op == SCHED_B ? stage - 1 : -1;
+    if (to < 0 || to >= z->S) return;
+    int q = sched_place(SCHED_PLACE_V, to, z->p);
+    if (z->waiting[q] && q != r && done + z->c->comm < z->clock[q]) {
+        z->clock[q] = done + z->c->comm;
+        rh_fix(&z->free_at, q);
+    }
+}
+
+/* Rank r runs the chosen action from t: its end, the rank's clock and
+ * place in the heap, the receiver woken, the counts, the pending Ws. */
+static void run_choice(zbv *z, lists *l, int r, double t, const choice *ch) {
+    double done = t + zbv_cost(z, ch->op);
+    *zend(z, ch->stage, ch->mb, ch->op) = done;
+    z->clock[r] = done;
+    z->left[r]--;
+    z->waiting[r] = 0;
+    if (z->left[r] == 0) rh_remove(&z->free_at, r);
+    else rh_fix(&z->free_at, r);
+    wake_receiver(z, r, ch->stage, ch->op, done);
+    int k = ch->stage == r ? 0 : 1;
+    if (ch->op == SCHED_F) {
+        z->nf[r * 2 + k]++;
+        z->held[r]++;
+    } else if (ch->op == SCHED_B) {
+        z->nb[r * 2 + k]++;
+        int *q = zbv_wq(z, r, z->wt[r]++);
+        q[0] = ch->stage;
+        q[1] = ch->mb;
+    } else {
+        z->wh[r]++;
+        z->held[r]--;
+    }
+    put(l, r, ch->stage, ch->op, ch->mb);
+}
+
+/* Until every rank ran all its actions, the free rank with the earliest
+ * clock runs what pick chooses. -1 when every rank is asleep (stuck). */
+static int zbv_run(zbv *z, lists *l) {
+    while (z->free_at.n > 0) {
+        int r = z->free_at.h[0];
+        double t = z->clock[r];
+        if (t == HUGE_VAL) return -1; /* all asleep: reported by the caller */
+        choice ch = pick(z, r, t);
+        if (ch.op < 0) sleep_until(z, r, ch.next);
+        else if (!(z->wait_for_sooner && wait_for_sooner(z, r, t, &ch))) run_choice(z, l, r, t, &ch);
+    }
+    return 0;
+}
+
+static int gen_zbv(lists *l, int p, int m, const sched_costs *c, int wait_for_sooner) {
+    zbv z;
+    int rc = zbv_init(&z, p, m, c, wait_for_sooner) == 0 ? zbv_run(&z, l) : -1;
+    zbv_free(&z);
     return rc;
 }
 

@@ -33,105 +33,140 @@ int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim *
     return rc;
 }
 
-int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs, sched_sim **out, pp_err *err) {
-    *out = NULL;
+/* Costs cannot be negative (nor NaN: the comparisons fail for it too). */
+static int check_costs(const sched_plan *plan, const sched_costs *stage_costs, pp_err *err) {
     for (int s = 0; s < plan->stages; s++) {
         const sched_costs *c = &stage_costs[s];
-        if (!(c->f >= 0 && c->b >= 0 && c->w >= 0 && c->comm >= 0)) /* NaN fails too */
+        if (!(c->f >= 0 && c->b >= 0 && c->w >= 0 && c->comm >= 0))
             return pp_fail(err, "simulate %s: costs must not be negative (stage %d: f=%g b=%g w=%g comm=%g)",
                            plan->name, s, c->f, c->b, c->w, c->comm);
     }
+    return 0;
+}
+
+/* Every action names a stage and microbatch of the plan. */
+static int check_ranges(const sched_plan *plan, pp_err *err) {
+    for (int r = 0; r < plan->ranks; r++)
+        for (int i = 0; i < plan->len[r]; i++)
+            if (!sched_action_ok(plan, &plan->actions[r][i])) {
+                char buf[32];
+                return pp_fail(err, "simulate %s: rank %d action %s is outside %d stages x %d microbatches",
+                               plan->name, r, sched_action_str(&plan->actions[r][i], buf), plan->stages,
+                               plan->microbatches);
+            }
+    return 0;
+}
+
+/* A sim with room for a span per action of each rank. */
+static sched_sim *sim_new(const sched_plan *plan) {
     int p = plan->ranks;
-    size_t nkeys = (size_t)plan->stages * (size_t)plan->microbatches * 3;
-    double *end = malloc(sizeof(double) * (nkeys ? nkeys : 1));
-    int *where = malloc(sizeof(int) * (nkeys ? nkeys : 1)); /* rank that ran it, -1 = not yet */
-    int *pos = calloc((size_t)p, sizeof(int));
-    double *clock = calloc((size_t)p, sizeof(double));
     sched_sim *sim = calloc(1, sizeof *sim);
-    int rc = -1;
-    if (!end || !where || !pos || !clock || !sim) {
-        pp_fail(err, "simulate %s: out of memory", plan->name);
-        goto done;
-    }
+    if (!sim) return NULL;
     sim->ranks = p;
     sim->nspans = calloc((size_t)p, sizeof(int));
     sim->spans = calloc((size_t)p, sizeof(sched_span *));
     sim->peak_inflight = calloc((size_t)p, sizeof(int));
-    if (!sim->nspans || !sim->spans || !sim->peak_inflight) {
-        pp_fail(err, "simulate %s: out of memory", plan->name);
-        goto done;
+    if (!sim->nspans || !sim->spans || !sim->peak_inflight) goto oom;
+    for (int r = 0; r < p; r++)
+        if (!(sim->spans[r] = malloc(sizeof(sched_span) * (size_t)(plan->len[r] > 0 ? plan->len[r] : 1)))) goto oom;
+    return sim;
+oom:
+    sched_sim_free(sim);
+    return NULL;
+}
+
+/* One simulation as it runs; owns the arrays but sim. */
+typedef struct player {
+    const sched_plan *plan;
+    const sched_costs *cost; /* [stages] */
+    double *end;             /* [stages * m * 3]: when each action ended */
+    int *where;              /* [stages * m * 3]: the rank that ran it, -1 = not yet */
+    int *pos;                /* [ranks]: each rank's next action */
+    double *clock;           /* [ranks]: when each rank is free */
+    sched_sim *sim;
+} player;
+
+/* When the input of (stage s) has arrived at rank r: the end of the
+ * action at key k, plus the send's cost from another rank. 0 if it has not
+ * run yet. */
+static int arrival(const player *pl, size_t k, int s, int r, double *t) {
+    if (pl->where[k] < 0) return 0;
+    *t = pl->end[k] + (pl->where[k] != r ? pl->cost[s].comm : 0);
+    return 1;
+}
+
+/* When action a of rank r may start, once its inputs are there: the input
+ * from another stage (F(s-1) for F, B(s+1) for B but the last stage's) and
+ * this stage's own earlier op (F for B, B for W). 0 while one is missing. */
+static int ready_at(const player *pl, int r, const sched_action *a, double *ready) {
+    const sched_plan *plan = pl->plan;
+    int s = a->stage, mb = a->mb, dep_stage = -1, dep_op = 0, own_op = -1;
+    if (a->op == SCHED_F) {
+        if (s > 0) dep_stage = s - 1, dep_op = SCHED_F;
+    } else if (a->op == SCHED_B) {
+        own_op = SCHED_F;
+        if (s < plan->stages - 1) dep_stage = s + 1, dep_op = SCHED_B;
+    } else {
+        own_op = SCHED_B;
     }
-    for (size_t i = 0; i < nkeys; i++) where[i] = -1;
-    int total = 0;
-    for (int r = 0; r < p; r++) {
-        total += plan->len[r];
-        sim->spans[r] = malloc(sizeof(sched_span) * (size_t)(plan->len[r] > 0 ? plan->len[r] : 1));
-        if (!sim->spans[r]) {
-            pp_fail(err, "simulate %s: out of memory", plan->name);
-            goto done;
-        }
-        for (int i = 0; i < plan->len[r]; i++)
-            if (!sched_action_ok(plan, &plan->actions[r][i])) {
-                char buf[32];
-                pp_fail(err, "simulate %s: rank %d action %s is outside %d stages x %d microbatches", plan->name, r,
-                        sched_action_str(&plan->actions[r][i], buf), plan->stages, plan->microbatches);
-                goto done;
-            }
+    double t;
+    *ready = 0;
+    if (dep_stage >= 0 && !arrival(pl, sched_key(plan, dep_stage, mb, dep_op), dep_stage, r, ready)) return 0;
+    if (own_op >= 0) {
+        if (!arrival(pl, sched_key(plan, s, mb, own_op), s, r, &t)) return 0;
+        if (t > *ready) *ready = t;
     }
-    /* Start times only depend on the producers' end times, so running the
-     * ranks round-robin until nothing moves gives the same timeline as any
-     * other order. */
-    int ran = 0;
+    return 1;
+}
+
+/* Runs rank r's list from pos[r] while each action's inputs are there;
+ * returns how many ran. */
+static int play_rank(player *pl, int r) {
+    const sched_plan *plan = pl->plan;
+    int moved = 0;
+    double ready;
+    while (pl->pos[r] < plan->len[r]) {
+        const sched_action *a = &plan->actions[r][pl->pos[r]];
+        if (!ready_at(pl, r, a, &ready)) break;
+        double start = pl->clock[r] > ready ? pl->clock[r] : ready;
+        double stop = start + op_cost(&pl->cost[a->stage], a->op);
+        size_t k = sched_key(plan, a->stage, a->mb, a->op);
+        pl->end[k] = stop;
+        pl->where[k] = r;
+        pl->clock[r] = stop;
+        pl->sim->spans[r][pl->pos[r]] = (sched_span){*a, start, stop};
+        pl->pos[r]++;
+        moved++;
+    }
+    return moved;
+}
+
+/* Start times only depend on the producers' end times, so running the
+ * ranks round-robin until nothing moves gives the same timeline as any
+ * other order. */
+static int play(player *pl, pp_err *err) {
+    const sched_plan *plan = pl->plan;
+    int total = 0, ran = 0;
+    for (int r = 0; r < plan->ranks; r++) total += plan->len[r];
     for (;;) {
         int moved = 0;
-        for (int r = 0; r < p; r++) {
-            while (pos[r] < plan->len[r]) {
-                const sched_action *a = &plan->actions[r][pos[r]];
-                int s = a->stage, mb = a->mb;
-                /* deps: the input from another stage, and this stage's own earlier op */
-                int dep_stage = -1, dep_op = 0, own_op = -1;
-                if (a->op == SCHED_F) {
-                    if (s > 0) dep_stage = s - 1, dep_op = SCHED_F;
-                } else if (a->op == SCHED_B) {
-                    own_op = SCHED_F;
-                    if (s < plan->stages - 1) dep_stage = s + 1, dep_op = SCHED_B;
-                } else {
-                    own_op = SCHED_B;
-                }
-                double ready = 0;
-                if (dep_stage >= 0) {
-                    size_t k = sched_key(plan, dep_stage, mb, dep_op);
-                    if (where[k] < 0) break;
-                    ready = end[k] + (where[k] != r ? stage_costs[dep_stage].comm : 0);
-                }
-                if (own_op >= 0) {
-                    size_t k = sched_key(plan, s, mb, own_op);
-                    if (where[k] < 0) break;
-                    double t = end[k] + (where[k] != r ? stage_costs[s].comm : 0);
-                    if (t > ready) ready = t;
-                }
-                double start = clock[r] > ready ? clock[r] : ready;
-                double stop = start + op_cost(&stage_costs[s], a->op);
-                size_t k = sched_key(plan, s, mb, a->op);
-                end[k] = stop;
-                where[k] = r;
-                clock[r] = stop;
-                sim->spans[r][pos[r]] = (sched_span){*a, start, stop};
-                pos[r]++;
-                moved++;
-            }
-        }
+        for (int r = 0; r < plan->ranks; r++) moved += play_rank(pl, r);
         ran += moved;
-        if (ran == total) break;
+        if (ran == total) return 0;
         if (!moved) {
             char buf[32];
             int r = 0;
-            while (pos[r] >= plan->len[r]) r++;
-            pp_fail(err, "simulate %s: the schedule deadlocks (rank %d waits forever at %s); sched_validate says why",
-                    plan->name, r, sched_action_str(&plan->actions[r][pos[r]], buf));
-            goto done;
+            while (pl->pos[r] >= plan->len[r]) r++;
+            return pp_fail(err, "simulate %s: the schedule deadlocks (rank %d waits forever at %s); sched_validate "
+                                "says why", plan->name, r, sched_action_str(&plan->actions[r][pl->pos[r]], buf));
         }
     }
+}
+
+/* The step time, the bubble and each rank's peak of held activations
+ * (a unit is held from its F to the end of its W), from the spans. */
+static void summarize(sched_sim *sim, const sched_plan *plan) {
+    int p = plan->ranks;
     double step = 0, busy = 0;
     for (int r = 0; r < p; r++) {
         sim->nspans[r] = plan->len[r];
@@ -148,15 +183,35 @@ int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs
     sim->step_time = step;
     sim->bubble_ratio = step > 0 ? (p * step - busy) / (p * step) : 0;
     if (sim->bubble_ratio < 0) sim->bubble_ratio = 0; /* rounding */
-    *out = sim;
-    sim = NULL;
-    rc = 0;
-done:
-    sched_sim_free(sim);
-    free(end);
-    free(where);
-    free(pos);
-    free(clock);
+}
+
+int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs, sched_sim **out, pp_err *err) {
+    *out = NULL;
+    if (check_costs(plan, stage_costs, err) != 0) return -1;
+    size_t nkeys = (size_t)plan->stages * (size_t)plan->microbatches * 3;
+    player pl = {.plan = plan, .cost = stage_costs};
+    pl.end = malloc(sizeof(double) * (nkeys ? nkeys : 1));
+    pl.where = malloc(sizeof(int) * (nkeys ? nkeys : 1));
+    pl.pos = calloc((size_t)plan->ranks, sizeof(int));
+    pl.clock = calloc((size_t)plan->ranks, sizeof(double));
+    pl.sim = sim_new(plan);
+    int rc = -1;
+    if (!pl.end || !pl.where || !pl.pos || !pl.clock || !pl.sim) {
+        pp_fail(err, "simulate %s: out of memory", plan->name);
+    } else if (check_ranges(plan, err) == 0) {
+        for (size_t i = 0; i < nkeys; i++) pl.where[i] = -1;
+        rc = play(&pl, err);
+    }
+    if (rc == 0) {
+        summarize(pl.sim, plan);
+        *out = pl.sim;
+        pl.sim = NULL;
+    }
+    sched_sim_free(pl.sim);
+    free(pl.end);
+    free(pl.where);
+    free(pl.pos);
+    free(pl.clock);
     return rc;
 }
 

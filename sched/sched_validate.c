@@ -49,155 +49,192 @@ static int reject(const sched_plan *plan, pp_err *err, const int *marks, const c
 
 static const char *const op_name[] = {"F", "B", "W"};
 
-int sched_validate(const sched_plan *plan, pp_err *err) {
-    int p = plan->ranks, S = plan->stages, m = plan->microbatches;
-    char a1[32], a2[32], detail[512];
-    size_t nkeys = (size_t)S * (size_t)m * 3;
-    int *marks = malloc(sizeof(int) * (size_t)p);
-    int *where = malloc(sizeof(int) * (nkeys ? nkeys : 1)); /* rank of the action */
-    int *at = malloc(sizeof(int) * (nkeys ? nkeys : 1));    /* its index in the rank's list */
-    int *pos = calloc((size_t)p, sizeof(int));
-    int rc = -1;
-    if (!marks || !where || !at || !pos) {
-        pp_fail(err, "validate %s: out of memory", plan->name);
-        goto done;
-    }
-    for (int r = 0; r < p; r++) marks[r] = -1;
-    for (size_t k = 0; k < nkeys; k++) where[k] = -1;
-    if (p < 1 || S < 1 || m < 1) {
-        pp_fail(err, "schedule %s rejected: it needs at least one rank, stage and microbatch (ranks=%d, stages=%d, "
-                     "microbatches=%d)", plan->name, p, S, m);
-        goto done;
-    }
+/* What the rules share: the plan, where each (stage, mb, op) runs, and the
+ * cells a rejection marks (one per row). Owns the arrays. */
+typedef struct checker {
+    const sched_plan *plan;
+    size_t nkeys; /* stages * microbatches * 3 */
+    int *marks;   /* [ranks]: the slot marked on each row, -1 for none */
+    int *where;   /* [nkeys]: the rank that runs the action, -1 for none */
+    int *at;      /* [nkeys]: its index in that rank's list */
+} checker;
 
-    /* Rules 1-3: every action names a real (stage, mb), its stage lives on
-     * this rank, and nothing runs twice. */
-    for (int r = 0; r < p; r++)
-        for (int i = 0; i < plan->len[r]; i++) {
-            const sched_action *a = &plan->actions[r][i];
-            if (!sched_action_ok(plan, a)) {
-                marks[r] = slot_of(plan, r, i);
-                sched_action_str(a, a1);
-                snprintf(detail, sizeof detail, "rank %d runs %s, outside %d stages x %d microbatches", r, a1, S, m);
-                reject(plan, err, marks, "actions name a stage and microbatch of the schedule", detail);
-                goto done;
-            }
-            if (plan->stage_rank[a->stage] != r) {
-                marks[r] = slot_of(plan, r, i);
-                int owner = plan->stage_rank[a->stage];
-                sched_action_str(a, a1);
-                snprintf(detail, sizeof detail, "rank %d runs %s but stage %d lives on rank %d", r, a1, a->stage,
-                         owner);
-                if (owner >= 0 && owner < p) {
-                    for (int j = 0; j < plan->len[owner]; j++)
-                        if (plan->actions[owner][j].stage == a->stage) {
-                            marks[owner] = slot_of(plan, owner, j);
-                            break;
-                        }
+/* Marks actions[r][i] (its grid slot) for the rejection. */
+static void mark(checker *ck, int r, int i) { ck->marks[r] = slot_of(ck->plan, r, i); }
+
+/* Rules 1-3 for actions[r][i]: it names a real (stage, mb), its stage
+ * lives on this rank, and it does not run twice. */
+static int check_action(checker *ck, int r, int i, pp_err *err) {
+    const sched_plan *plan = ck->plan;
+    const sched_action *a = &plan->actions[r][i];
+    char a1[32], detail[512];
+    if (!sched_action_ok(plan, a)) {
+        mark(ck, r, i);
+        sched_action_str(a, a1);
+        snprintf(detail, sizeof detail, "rank %d runs %s, outside %d stages x %d microbatches", r, a1, plan->stages,
+                 plan->microbatches);
+        return reject(plan, err, ck->marks, "actions name a stage and microbatch of the schedule", detail);
+    }
+    int owner = plan->stage_rank[a->stage];
+    if (owner != r) {
+        mark(ck, r, i);
+        sched_action_str(a, a1);
+        snprintf(detail, sizeof detail, "rank %d runs %s but stage %d lives on rank %d", r, a1, a->stage, owner);
+        if (owner >= 0 && owner < plan->ranks) /* mark the owner's first action of the stage too */
+            for (int j = 0; j < plan->len[owner]; j++)
+                if (plan->actions[owner][j].stage == a->stage) {
+                    mark(ck, owner, j);
+                    break;
                 }
-                reject(plan, err, marks, "each stage lives on one rank", detail);
-                goto done;
-            }
-            size_t k = sched_key(plan, a->stage, a->mb, a->op);
-            if (where[k] >= 0) {
-                marks[r] = slot_of(plan, r, i);
-                snprintf(detail, sizeof detail, "rank %d runs %s a second time", r, sched_action_str(a, a1));
-                reject(plan, err, marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
-                goto done;
-            }
-            where[k] = r;
-            at[k] = i;
-        }
-    for (int s = 0; s < S; s++)
-        for (int mb = 0; mb < m; mb++)
+        return reject(plan, err, ck->marks, "each stage lives on one rank", detail);
+    }
+    size_t k = sched_key(plan, a->stage, a->mb, a->op);
+    if (ck->where[k] >= 0) {
+        mark(ck, r, i);
+        snprintf(detail, sizeof detail, "rank %d runs %s a second time", r, sched_action_str(a, a1));
+        return reject(plan, err, ck->marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
+    }
+    ck->where[k] = r;
+    ck->at[k] = i;
+    return 0;
+}
+
+/* Rule 3's other half: every (stage, mb, op) runs somewhere. */
+static int check_complete(checker *ck, pp_err *err) {
+    const sched_plan *plan = ck->plan;
+    char a1[32], detail[512];
+    for (int s = 0; s < plan->stages; s++)
+        for (int mb = 0; mb < plan->microbatches; mb++)
             for (int op = 0; op < 3; op++) {
-                if (where[sched_key(plan, s, mb, op)] >= 0) continue;
+                if (ck->where[sched_key(plan, s, mb, op)] >= 0) continue;
                 sched_action miss = {s, op, mb};
                 int owner = plan->stage_rank[s];
-                if (owner >= 0 && owner < p)
+                if (owner >= 0 && owner < plan->ranks)
                     snprintf(detail, sizeof detail, "rank %d never runs %s (stage %d, %s of microbatch %d)", owner,
                              sched_action_str(&miss, a1), s, op_name[op], mb);
                 else
                     snprintf(detail, sizeof detail, "no rank runs %s: stage %d has no actions at all",
                              sched_action_str(&miss, a1), s);
-                reject(plan, err, marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
-                goto done;
+                return reject(plan, err, ck->marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
             }
+    return 0;
+}
 
-    /* Rule 4: on its rank, F before B before W (a B needs the stored
-     * activations, a W the B's output gradient). */
-    for (int r = 0; r < p; r++)
+/* Rule 4: on its rank, F before B before W (a B needs the stored
+ * activations, a W the B's output gradient). */
+static int check_order(checker *ck, pp_err *err) {
+    const sched_plan *plan = ck->plan;
+    char a1[32], a2[32], detail[512];
+    for (int r = 0; r < plan->ranks; r++)
         for (int i = 0; i < plan->len[r]; i++) {
             const sched_action *a = &plan->actions[r][i];
             if (a->op == SCHED_F) continue;
             sched_action before = {a->stage, a->op - 1, a->mb};
-            if (at[sched_key(plan, a->stage, a->mb, a->op - 1)] > i) {
-                marks[r] = slot_of(plan, r, i);
+            if (ck->at[sched_key(plan, a->stage, a->mb, a->op - 1)] > i) {
+                mark(ck, r, i);
                 snprintf(detail, sizeof detail, "rank %d runs %s before %s", r, sched_action_str(a, a1),
                          sched_action_str(&before, a2));
-                reject(plan, err, marks, "on its rank, F before B before W", detail);
-                goto done;
+                return reject(plan, err, ck->marks, "on its rank, F before B before W", detail);
             }
         }
+    return 0;
+}
 
-    /* Rule 5: no deadlock. Sends never block; a receive waits for its
-     * producer. Play the lists out in order: F(s) needs F(s-1), B(s) needs
-     * B(s+1) (the last stage's B its own F), W its B. */
-    unsigned char *done_k = calloc(nkeys, 1);
-    if (!done_k) {
-        pp_fail(err, "validate %s: out of memory", plan->name);
-        goto done;
+/* The action a waits for: F(s) needs F(s-1), B(s) needs B(s+1) (the last
+ * stage's B its own F), W its B. 0 when it needs nothing (stage 0's F). */
+static int input_of(const sched_plan *plan, const sched_action *a, sched_action *need) {
+    if (a->op == SCHED_F) *need = (sched_action){a->stage - 1, SCHED_F, a->mb};
+    else if (a->op == SCHED_B && a->stage < plan->stages - 1) *need = (sched_action){a->stage + 1, SCHED_B, a->mb};
+    else if (a->op == SCHED_B) *need = (sched_action){a->stage, SCHED_F, a->mb};
+    else *need = (sched_action){a->stage, SCHED_B, a->mb};
+    return need->stage >= 0;
+}
+
+/* Rule 5's rejection: what each rank still waiting waits for. */
+static int reject_deadlock(checker *ck, const int *pos, pp_err *err) {
+    const sched_plan *plan = ck->plan;
+    char a1[32], a2[32], detail[512];
+    size_t off = 0;
+    off += (size_t)snprintf(detail, sizeof detail, "every waiting rank waits for another:");
+    for (int r = 0; r < plan->ranks; r++) {
+        if (pos[r] >= plan->len[r]) continue;
+        const sched_action *a = &plan->actions[r][pos[r]];
+        sched_action need;
+        input_of(plan, a, &need);
+        mark(ck, r, pos[r]);
+        if (off < sizeof detail)
+            off += (size_t)snprintf(detail + off, sizeof detail - off, " rank %d at %s waits for %s (rank %d);", r,
+                                    sched_action_str(a, a1), sched_action_str(&need, a2),
+                                    plan->stage_rank[need.stage]);
     }
-    int total = 0, ran = 0;
-    for (int r = 0; r < p; r++) total += plan->len[r];
-    for (;;) {
+    if (off < sizeof detail && off > 0 && detail[off - 1] == ';') detail[off - 1] = '\0';
+    return reject(plan, err, ck->marks, "no deadlock with asynchronous sends and blocking receives", detail);
+}
+
+/* Runs rank r's list from pos[r] while each action's input is done;
+ * returns how many ran. */
+static int run_rank(const sched_plan *plan, int r, int *pos, unsigned char *done) {
+    int moved = 0;
+    while (pos[r] < plan->len[r]) {
+        const sched_action *a = &plan->actions[r][pos[r]];
+        sched_action need;
+        if (input_of(plan, a, &need) && !done[sched_key(plan, need.stage, need.mb, need.op)]) break;
+        done[sched_key(plan, a->stage, a->mb, a->op)] = 1;
+        pos[r]++;
+        moved++;
+    }
+    return moved;
+}
+
+/* Rule 5: no deadlock. Sends never block; a receive waits for its
+ * producer. Play the lists out in order until all ran or none can move. */
+static int check_no_deadlock(checker *ck, pp_err *err) {
+    const sched_plan *plan = ck->plan;
+    unsigned char *done = calloc(ck->nkeys, 1);
+    int *pos = calloc((size_t)plan->ranks, sizeof(int));
+    int total = 0, ran = 0, rc = 0;
+    if (!done || !pos) rc = pp_fail(err, "validate %s: out of memory", plan->name);
+    for (int r = 0; r < plan->ranks; r++) total += plan->len[r];
+    while (rc == 0 && ran < total) {
         int moved = 0;
-        for (int r = 0; r < p; r++)
-            while (pos[r] < plan->len[r]) {
-                const sched_action *a = &plan->actions[r][pos[r]];
-                int ds = -1, dop = 0;
-                if (a->op == SCHED_F && a->stage > 0) ds = a->stage - 1, dop = SCHED_F;
-                if (a->op == SCHED_B) {
-                    if (a->stage < S - 1) ds = a->stage + 1, dop = SCHED_B;
-                    else ds = a->stage, dop = SCHED_F;
-                }
-                if (a->op == SCHED_W) ds = a->stage, dop = SCHED_B;
-                if (ds >= 0 && !done_k[sched_key(plan, ds, a->mb, dop)]) break;
-                done_k[sched_key(plan, a->stage, a->mb, a->op)] = 1;
-                pos[r]++;
-                moved++;
-            }
+        for (int r = 0; r < plan->ranks; r++) moved += run_rank(plan, r, pos, done);
         ran += moved;
-        if (ran == total) break;
-        if (!moved) {
-            size_t off = 0;
-            off += (size_t)snprintf(detail, sizeof detail, "every waiting rank waits for another:");
-            for (int r = 0; r < p; r++) {
-                if (pos[r] >= plan->len[r]) continue;
-                const sched_action *a = &plan->actions[r][pos[r]];
-                sched_action need = {a->stage, SCHED_B, a->mb}; /* W waits for its B */
-                if (a->op == SCHED_F) need = (sched_action){a->stage - 1, SCHED_F, a->mb};
-                if (a->op == SCHED_B)
-                    need = a->stage < S - 1 ? (sched_action){a->stage + 1, SCHED_B, a->mb}
-                                            : (sched_action){a->stage, SCHED_F, a->mb};
-                marks[r] = slot_of(plan, r, pos[r]);
-                if (off < sizeof detail)
-                    off += (size_t)snprintf(detail + off, sizeof detail - off, " rank %d at %s waits for %s (rank %d);",
-                                            r, sched_action_str(a, a1), sched_action_str(&need, a2),
-                                            plan->stage_rank[need.stage]);
-            }
-            if (off < sizeof detail && off > 0 && detail[off - 1] == ';') detail[off - 1] = '\0';
-            reject(plan, err, marks, "no deadlock with asynchronous sends and blocking receives", detail);
-            free(done_k);
-            goto done;
-        }
+        if (!moved && ran < total) rc = reject_deadlock(ck, pos, err);
     }
-    free(done_k);
-    rc = 0;
-done:
-    free(marks);
-    free(where);
-    free(at);
+    free(done);
     free(pos);
+    return rc;
+}
+
+/* Every rule in order; the first broken one rejects the plan. */
+static int check_rules(checker *ck, pp_err *err) {
+    const sched_plan *plan = ck->plan;
+    int p = plan->ranks, S = plan->stages, m = plan->microbatches;
+    if (p < 1 || S < 1 || m < 1)
+        return pp_fail(err, "schedule %s rejected: it needs at least one rank, stage and microbatch (ranks=%d, "
+                            "stages=%d, microbatches=%d)", plan->name, p, S, m);
+    for (int r = 0; r < p; r++)
+        for (int i = 0; i < plan->len[r]; i++)
+            if (check_action(ck, r, i, err) != 0) return -1;
+    if (check_complete(ck, err) != 0 || check_order(ck, err) != 0) return -1;
+    return check_no_deadlock(ck, err);
+}
+
+int sched_validate(const sched_plan *plan, pp_err *err) {
+    checker ck = {.plan = plan, .nkeys = (size_t)plan->stages * (size_t)plan->microbatches * 3};
+    ck.marks = malloc(sizeof(int) * (size_t)plan->ranks);
+    ck.where = malloc(sizeof(int) * (ck.nkeys ? ck.nkeys : 1));
+    ck.at = malloc(sizeof(int) * (ck.nkeys ? ck.nkeys : 1));
+    int rc = -1;
+    if (!ck.marks || !ck.where || !ck.at) {
+        pp_fail(err, "validate %s: out of memory", plan->name);
+    } else {
+        for (int r = 0; r < plan->ranks; r++) ck.marks[r] = -1;
+        for (size_t k = 0; k < ck.nkeys; k++) ck.where[k] = -1;
+        rc = check_rules(&ck, err);
+    }
+    free(ck.marks);
+    free(ck.where);
+    free(ck.at);
     return rc;
 }

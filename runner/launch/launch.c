@@ -69,6 +69,8 @@ typedef struct job {
     store_client *ctl;
     struct sigaction old[NCAUGHT];
     int old_subreaper;
+    int store_ok; /* the store may still be used */
+    int ran;      /* an attempt reached its outcome on every node */
 } job;
 
 static int install_signals(job *j, pp_err *err) {
@@ -408,18 +410,14 @@ static void read_the_timeout(job *j, int attempt, int joined) {
     store_set(j->ctl, k, "", 0, &serr);
 }
 
-/* Every node joins attempt K; the last one opens it. On timeout, names the
- * node ranks that never came. 3 (err says who) when a node stopped by a
- * signal after attempt K-1 called the restart off. 4 when another launcher
- * holds this node rank: this one is no node of the job and leaves without
- * counting itself out. */
-static int rendezvous(job *j, int attempt, pp_err *err) {
+/* Two launchers with one --node-rank would start one set of ranks twice:
+ * the first to claim it is that node, a later one is refused, 4 (the job
+ * goes on without it, or names the node rank nobody gave). The node's key
+ * holds its host. */
+static int claim_node_rank(job *j, int attempt, pp_err *err) {
     const launch_options *o = j->c.o;
-    char k[128], go[128];
-    int64_t count, claims;
-    /* Two launchers with one --node-rank would start one set of ranks
-     * twice: the first to claim it is that node, a later one is refused
-     * (the job goes on without it, or names the node rank nobody gave). */
+    char k[128];
+    int64_t claims;
     snprintf(k, sizeof k, "pprun/a/%d/claim/%d", attempt, o->node_rank);
     if (store_add(j->ctl, k, 1, &claims, err) != 0) return -1;
     snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, o->node_rank);
@@ -433,13 +431,73 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
         free(v);
         return 4;
     }
-    if (store_set(j->ctl, k, j->host, strlen(j->host), err) != 0) return -1;
+    return store_set(j->ctl, k, j->host, strlen(j->host), err) != 0 ? -1 : 0;
+}
+
+/* Attempt K's go key is set: "" opens the attempt; "refused" and
+ * "timeout" end the job (-1), "stop" calls the attempt off (3); err says
+ * why. count: this node's place in the count (past nnodes: it came after
+ * node 0 closed it, and is not waited for). */
+static int read_go(job *j, int attempt, const char *go, int64_t count, pp_err *err) {
+    void *v;
+    size_t len;
+    int g = store_get(j->ctl, go, &v, &len, err);
+    if (g < 0) return -1;
+    int node = -1, sig = 0, at = 0, joined = 0;
+    int called_off = g == 0 && sscanf(v, "stop %d %d", &node, &sig) == 2;
+    int refused = g == 0 && sscanf(v, "refused %d %n", &node, &at) == 1 && at > 0;
+    int timed_out = g == 0 && sscanf(v, "timeout %d %n", &joined, &at) == 1 && at > 0;
+    if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, (char *)v + at);
+    if (timed_out) pp_fail(err, "node rank 0: %s", (char *)v + at);
+    if (g == 0) free(v);
+    if (timed_out && count <= j->c.o->nnodes) read_the_timeout(j, attempt, joined);
+    if (refused || timed_out) return -1;
+    if (!called_off) return 0;
+    char name[16];
+    pp_fail(err, "node rank %d was stopped by %s: attempt %d is not started", node, launch_signal_name(sig, name),
+            attempt);
+    return 3;
+}
+
+/* The node ranks that never joined attempt K, as "1, 3" in missing (the
+ * first 32), and how many. */
+static int missing_nodes(job *j, int attempt, char *missing, size_t cap, size_t *nmiss, pp_err *err) {
+    size_t m = 0;
+    *nmiss = 0;
+    missing[0] = '\0';
+    for (int r = 0; r < j->c.o->nnodes; r++) {
+        char k[128];
+        void *v;
+        size_t len;
+        snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, r);
+        int g = store_get(j->ctl, k, &v, &len, err);
+        if (g < 0) return -1;
+        if (g == 0) {
+            free(v);
+            continue;
+        }
+        if ((*nmiss)++ < 32 && m + 16 < cap) m += (size_t)snprintf(missing + m, cap - m, "%s%d", m ? ", " : "", r);
+    }
+    return 0;
+}
+
+/* Every node joins attempt K; the last one opens it. On timeout, names the
+ * node ranks that never came. 3 (err says who) when a node stopped by a
+ * signal after attempt K-1 called the restart off. 4 when another launcher
+ * holds this node rank: this one is no node of the job and leaves without
+ * counting itself out. */
+static int rendezvous(job *j, int attempt, pp_err *err) {
+    const launch_options *o = j->c.o;
+    char k[128], go[128];
+    int64_t count;
+    int rc = claim_node_rank(j, attempt, err);
+    if (rc != 0) return rc;
     key(k, sizeof k, attempt, "count");
     if (store_add(j->ctl, k, 1, &count, err) != 0) return -1;
     key(go, sizeof go, attempt, "go");
     if (count == o->nnodes && store_set(j->ctl, go, "", 0, err) != 0) return -1;
     const char *keys[1] = {go};
-    int rc = wait_keys(j, keys, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
+    rc = wait_keys(j, keys, 1, (int64_t)(o->rdzv_timeout_ns / 1000000ull), err);
     int64_t joined_in_time = 0;
     if (rc == 1 && o->node_rank == 0) {
         /* Closing the count before calling the rendezvous off: a node that
@@ -451,41 +509,11 @@ static int rendezvous(job *j, int attempt, pp_err *err) {
         joined_in_time = total - o->nnodes;
         if (joined_in_time == o->nnodes) rc = wait_keys(j, keys, 1, 5000, err);
     }
-    if (rc == 0) {
-        void *v;
-        size_t len;
-        int g = store_get(j->ctl, go, &v, &len, err);
-        if (g < 0) return -1;
-        int node = -1, sig = 0, at = 0, joined = 0;
-        int called_off = g == 0 && sscanf(v, "stop %d %d", &node, &sig) == 2;
-        int refused = g == 0 && sscanf(v, "refused %d %n", &node, &at) == 1 && at > 0;
-        int timed_out = g == 0 && sscanf(v, "timeout %d %n", &joined, &at) == 1 && at > 0;
-        if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, (char *)v + at);
-        if (timed_out) pp_fail(err, "node rank 0: %s", (char *)v + at);
-        if (g == 0) free(v);
-        if (timed_out && count <= o->nnodes) read_the_timeout(j, attempt, joined); /* a late node is not waited for */
-        if (refused || timed_out) return -1;
-        if (!called_off) return 0;
-        char name[16];
-        pp_fail(err, "node rank %d was stopped by %s: attempt %d is not started", node, launch_signal_name(sig, name),
-                attempt);
-        return 3;
-    }
+    if (rc == 0) return read_go(j, attempt, go, count, err);
     if (rc != 1) return rc;
-    char missing[512] = "";
-    size_t m = 0, nmiss = 0;
-    for (int r = 0; r < o->nnodes; r++) {
-        void *v;
-        size_t len;
-        snprintf(k, sizeof k, "pprun/a/%d/node/%d", attempt, r);
-        int g = store_get(j->ctl, k, &v, &len, err);
-        if (g < 0) return -1;
-        if (g == 0) {
-            free(v);
-            continue;
-        }
-        if (nmiss++ < 32 && m + 16 < sizeof missing) m += (size_t)snprintf(missing + m, sizeof missing - m, "%s%d", m ? ", " : "", r);
-    }
+    char missing[512];
+    size_t nmiss;
+    if (missing_nodes(j, attempt, missing, sizeof missing, &nmiss, err) != 0) return -1;
     pp_fail(err,
             "rendezvous timed out after %.0fs (--rdzv-timeout): node rank%s %s%s never joined (store at %s, %d of %d "
             "nodes joined)",
@@ -502,9 +530,11 @@ static void finish_result(launch_result *res, int status, int code) {
     res->exit_code = code;
 }
 
-int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result *res, pp_err *err) {
-    memset(res, 0, sizeof *res);
-    finish_result(res, LAUNCH_ERROR, 1);
+/* The job before its store: this host, the program found, the guard, the
+ * signal handlers, the descriptor limit. A bad token or a program not
+ * found is a usage error (exit code 2). */
+static int job_start(const launch_options *o, const launch_hooks *hooks, launch_result *res, job **out, pp_err *err) {
+    *out = NULL;
     job *j = calloc(1, sizeof *j);
     if (!j) return pp_fail(err, "out of memory");
     j->c.o = o;
@@ -512,13 +542,7 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     if (gethostname(j->host, sizeof j->host) != 0) snprintf(j->host, sizeof j->host, "localhost");
     j->host[sizeof j->host - 1] = '\0';
     res->world_size = o->nnodes * o->nproc_per_node;
-    if (launch_check_token(o, err) != 0) {
-        res->exit_code = 2;
-        free(j);
-        return -1;
-    }
-
-    if (launch_find_program(o->prog_argv[0], &j->c.paths, err) != 0) {
+    if (launch_check_token(o, err) != 0 || launch_find_program(o->prog_argv[0], &j->c.paths, err) != 0) {
         res->exit_code = 2;
         free(j);
         return -1;
@@ -533,186 +557,248 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
         return -1;
     }
     raise_open_file_limit(j);
+    *out = j;
+    return 0;
+}
 
-    int rc = setup_store(j, err);
-    if (rc < 0 && j->c.stop_signal) rc = 2; /* a stop signal cut a store request short */
-    if (rc == 0) {
-        launch_info *in = &j->c.info;
-        in->run_id = j->run_id;
-        in->host = j->host;
-        in->store_addr = j->store_addr;
-        in->rdzv_token = o->rdzv_token[0] ? o->rdzv_token : NULL;
-        in->nnodes = o->nnodes;
-        in->node_rank = o->node_rank;
-        in->nproc_per_node = o->nproc_per_node;
-        in->world_size = res->world_size;
-        snprintf(res->run_id, sizeof res->run_id, "%s", j->run_id);
+/* What the workers and the hooks are told of the job, once the store is up. */
+static void describe_job(job *j, launch_result *res) {
+    const launch_options *o = j->c.o;
+    launch_info *in = &j->c.info;
+    in->run_id = j->run_id;
+    in->host = j->host;
+    in->store_addr = j->store_addr;
+    in->rdzv_token = o->rdzv_token[0] ? o->rdzv_token : NULL;
+    in->nnodes = o->nnodes;
+    in->node_rank = o->node_rank;
+    in->nproc_per_node = o->nproc_per_node;
+    in->world_size = res->world_size;
+    snprintf(res->run_id, sizeof res->run_id, "%s", j->run_id);
+}
+
+/* This node's WAIT on attempt K's end key, answered when any node ends it. */
+static int watch_attempt_end(job *j, int attempt, pp_err *err) {
+    char k_end[128];
+    key(k_end, sizeof k_end, attempt, "end");
+    const char *keys[1] = {k_end};
+    if (store_wait_send(j->c.watch, keys, 1, -1, err) != 0) return -1;
+    j->c.watch_pending = 1;
+    return 0;
+}
+
+/* The attempt could not run here (err says why), or lost node 0's store:
+ * an error, no restart. The other nodes must not wait for this launcher;
+ * the hooks still clean up after the attempt (its workers are gone). */
+static void attempt_broke(job *j, int attempt, int out, launch_failure *fail, launch_result *res, pp_err *err) {
+    const launch_hooks *hooks = j->c.hooks;
+    if (out == LAUNCH_ATTEMPT_STORE_LOST) {
+        j->store_ok = 0;
+        pp_wrap(err, "lost the store of node rank 0 at %s (node 0 gone?)", j->store_addr);
+    } else if (j->c.o->nnodes > 1) {
+        pp_err ignored;
+        launcher_failure(j, err->msg, fail);
+        report_failure(j, attempt, fail, 1, &ignored);
     }
-    int multi = o->nnodes > 1;
-    int store_ok = rc == 0; /* whether the store may still be used */
-    int ran = 0;            /* an attempt reached its outcome on every node */
-    for (int attempt = 0; rc == 0 && attempt <= o->max_restarts; attempt++) {
-        char k_end[128], k_fail[128], k_done[128];
-        key(k_end, sizeof k_end, attempt, "end");
-        key(k_fail, sizeof k_fail, attempt, "fail");
-        key(k_done, sizeof k_done, attempt, "done");
-        j->c.info.attempt = attempt;
-        if (multi && (rc = rendezvous(j, attempt, err)) != 0) {
-            if (rc == 4) store_ok = 0, rc = -1;
-            if (rc < 0 && j->c.stop_signal) rc = 2;
-            break;
-        }
-        if (attempt > 0) {
-            /* A restart: the failure before it no longer stands. */
-            memset(&res->failure, 0, sizeof res->failure);
-            res->failure_remote = 0;
-            res->status = LAUNCH_ERROR;
-        }
-        res->attempts = attempt + 1;
-        if (multi) {
-            const char *keys[1] = {k_end};
-            if (store_wait_send(j->c.watch, keys, 1, -1, err) != 0) {
-                rc = -1;
-                break;
-            }
-            j->c.watch_pending = 1;
-        }
-        launch_failure fail;
-        memset(&fail, 0, sizeof fail);
-        int out = LAUNCH_ATTEMPT_ERROR;
-        if (!hooks || !hooks->before_attempt || hooks->before_attempt(hooks->ctx, &j->c.info, err) == 0)
-            out = launch_attempt(&j->c, &fail, err);
-        int stop = 0;
-        store_set_timeout(j->ctl, store_answer_ns(j)); /* the attempt may have seen a stop signal */
-        if (out == LAUNCH_ATTEMPT_ERROR || out == LAUNCH_ATTEMPT_STORE_LOST) {
-            if (out == LAUNCH_ATTEMPT_STORE_LOST) {
-                store_ok = 0;
-                pp_wrap(err, "lost the store of node rank 0 at %s (node 0 gone?)", j->store_addr);
-            } else if (multi) {
-                /* This launcher cannot go on: the other nodes must not wait. */
-                pp_err ignored;
-                launcher_failure(j, err->msg, &fail);
-                report_failure(j, attempt, &fail, 1, &ignored);
-            }
-            rc = -1;
-            /* The hooks still clean up after the attempt (its workers are gone). */
-            finish_result(res, LAUNCH_ERROR, 1);
-            if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
-            break;
-        }
-        if (out == LAUNCH_ATTEMPT_SIGNAL) {
-            /* Stopped by the user: no restart, here or elsewhere. */
-            launcher_failure(j, NULL, &fail);
-            stop = 1;
-        }
-        /* A stop signal while a failure was torn down: the failure is the
-         * outcome, and no node restarts. */
-        if (j->c.stop_signal) stop = 1;
-        if (out == LAUNCH_ATTEMPT_FAILED) {
+    finish_result(res, LAUNCH_ERROR, 1);
+    if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
+}
+
+/* Tells the other nodes how attempt K ended here: a failure (the first
+ * one is the root cause), or one more node done (the last ends it). */
+static int tell_outcome(job *j, int attempt, int out, const launch_failure *fail, int stop, pp_err *serr) {
+    if (out == LAUNCH_ATTEMPT_FAILED || out == LAUNCH_ATTEMPT_SIGNAL)
+        return report_failure(j, attempt, fail, stop, serr);
+    if (out != LAUNCH_ATTEMPT_OK) return 0;
+    char k[128];
+    int64_t done;
+    key(k, sizeof k, attempt, "done");
+    int sr = store_add(j->ctl, k, 1, &done, serr);
+    if (sr != 0 || done != j->c.o->nnodes) return sr;
+    key(k, sizeof k, attempt, "end");
+    return store_set(j->ctl, k, "", 0, serr);
+}
+
+/* The root cause as every node agreed on it (attempt K's fail key, when a
+ * node failed) becomes the result; an attempt that went well here was
+ * ended by another node. */
+static void read_root_cause(job *j, int attempt, int *out, int *stop, launch_result *res) {
+    char k[128];
+    void *v;
+    size_t len;
+    pp_err serr;
+    key(k, sizeof k, attempt, "fail");
+    int g = store_get(j->ctl, k, &v, &len, &serr);
+    if (g < 0) j->store_ok = 0;
+    if (g != 0) return;
+    launch_failure f;
+    int fstop = 0;
+    if (failure_decode(v, &f, &fstop) == 0) {
+        *stop |= fstop;
+        if (f.global_rank >= 0) {
+            res->failure = f;
+            res->failure_remote = f.node_rank != j->c.o->node_rank;
             finish_result(res, LAUNCH_FAILED, 1);
-            res->failure = fail;
-        }
-        if (multi) {
-            pp_err serr;
-            int sr = 0;
-            if (out == LAUNCH_ATTEMPT_FAILED || out == LAUNCH_ATTEMPT_SIGNAL) {
-                sr = report_failure(j, attempt, &fail, stop, &serr);
-            } else if (out == LAUNCH_ATTEMPT_OK) {
-                int64_t done;
-                sr = store_add(j->ctl, k_done, 1, &done, &serr);
-                if (sr == 0 && done == o->nnodes) sr = store_set(j->ctl, k_end, "", 0, &serr);
-            }
-            /* Wait for the attempt's end everywhere (our own WAIT answers). */
-            if (sr == 0 && j->c.watch_pending) sr = await_attempt_end(j, attempt, &out, &stop, &fail, &serr);
-            if (sr != 0) {
-                store_ok = 0;
-                if (j->c.stop_signal && out == LAUNCH_ATTEMPT_OK) out = LAUNCH_ATTEMPT_SIGNAL; /* it cut the report short */
-                if (out == LAUNCH_ATTEMPT_OK || out == LAUNCH_ATTEMPT_REMOTE) {
-                    rc = pp_fail(err, "lost the store of node rank 0 at %s: %s", j->store_addr, serr.msg);
-                    break;
-                }
-                /* This node's outcome stands; the others may not know it. */
-                fprintf(stderr, "pprun launch: could not tell the other nodes: %s\n", serr.msg);
-            } else {
-                /* The root cause as every node agreed on it. */
-                void *v;
-                size_t len;
-                int g = store_get(j->ctl, k_fail, &v, &len, &serr);
-                if (g == 0) {
-                    launch_failure f;
-                    int fstop = 0;
-                    if (failure_decode(v, &f, &fstop) == 0) {
-                        stop |= fstop;
-                        if (f.global_rank >= 0) {
-                            res->failure = f;
-                            res->failure_remote = f.node_rank != o->node_rank;
-                            finish_result(res, LAUNCH_FAILED, 1);
-                        } else if (out != LAUNCH_ATTEMPT_SIGNAL) {
-                            /* Another node's launcher was stopped by a signal. */
-                            res->failure = f;
-                            res->failure_remote = 1;
-                            finish_result(res, LAUNCH_FAILED, 1);
-                        }
-                    }
-                    free(v);
-                    if (out == LAUNCH_ATTEMPT_OK) out = LAUNCH_ATTEMPT_REMOTE;
-                } else if (g < 0) {
-                    store_ok = 0;
-                }
-            }
-        }
-        if (out == LAUNCH_ATTEMPT_SIGNAL) {
-            res->signal = j->c.stop_signal;
-            finish_result(res, LAUNCH_SIGNALED, 128 + j->c.stop_signal);
-        } else if (out == LAUNCH_ATTEMPT_OK) {
-            finish_result(res, LAUNCH_OK, 0);
-        } else if (res->status != LAUNCH_FAILED) {
+        } else if (*out != LAUNCH_ATTEMPT_SIGNAL) {
+            /* Another node's launcher was stopped by a signal. */
+            res->failure = f;
+            res->failure_remote = 1;
             finish_result(res, LAUNCH_FAILED, 1);
         }
-        ran = 1;
-        if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
-        /* A stop signal while a failure was being torn down: the failure
-         * is the result, and the user asked for no restart. */
-        if (res->status != LAUNCH_FAILED || stop || j->c.stop_signal || !store_ok) break;
-        if (attempt < o->max_restarts)
-            fprintf(stderr, "pprun launch: attempt %d failed (rank %d); restarting (%d of %d restarts)\n", attempt,
-                    res->failure.global_rank, attempt + 1, o->max_restarts);
     }
+    free(v);
+    if (*out == LAUNCH_ATTEMPT_OK) *out = LAUNCH_ATTEMPT_REMOTE;
+}
+
+/* With other nodes: tells them this node's outcome, waits for the
+ * attempt's end everywhere (our own WAIT answers) and takes the root cause
+ * they agreed on. Without node 0's store this node's outcome stands when
+ * it is one (a failure, a signal); -1 (err) when it finished well, or was
+ * ended from elsewhere, and cannot know how the attempt went. */
+static int agree_on_outcome(job *j, int attempt, int *out, int *stop, launch_failure *fail, launch_result *res,
+                            pp_err *err) {
+    pp_err serr;
+    int sr = tell_outcome(j, attempt, *out, fail, *stop, &serr);
+    if (sr == 0 && j->c.watch_pending) sr = await_attempt_end(j, attempt, out, stop, fail, &serr);
+    if (sr == 0) {
+        read_root_cause(j, attempt, out, stop, res);
+        return 0;
+    }
+    j->store_ok = 0;
+    if (j->c.stop_signal && *out == LAUNCH_ATTEMPT_OK) *out = LAUNCH_ATTEMPT_SIGNAL; /* it cut the report short */
+    if (*out == LAUNCH_ATTEMPT_OK || *out == LAUNCH_ATTEMPT_REMOTE)
+        return pp_fail(err, "lost the store of node rank 0 at %s: %s", j->store_addr, serr.msg);
+    /* This node's outcome stands; the others may not know it. */
+    fprintf(stderr, "pprun launch: could not tell the other nodes: %s\n", serr.msg);
+    return 0;
+}
+
+/* The result of an attempt that reached its outcome (a failure is already
+ * in res). */
+static void settle_result(const job *j, int out, launch_result *res) {
+    if (out == LAUNCH_ATTEMPT_SIGNAL) {
+        res->signal = j->c.stop_signal;
+        finish_result(res, LAUNCH_SIGNALED, 128 + j->c.stop_signal);
+    } else if (out == LAUNCH_ATTEMPT_OK) {
+        finish_result(res, LAUNCH_OK, 0);
+    } else if (res->status != LAUNCH_FAILED) {
+        finish_result(res, LAUNCH_FAILED, 1);
+    }
+}
+
+/* The local ranks of the attempt, unless the before_attempt hook refuses
+ * it (err): LAUNCH_ATTEMPT_*. */
+static int run_local_ranks(job *j, launch_failure *fail, pp_err *err) {
+    const launch_hooks *hooks = j->c.hooks;
+    int out = LAUNCH_ATTEMPT_ERROR;
+    if (!hooks || !hooks->before_attempt || hooks->before_attempt(hooks->ctx, &j->c.info, err) == 0)
+        out = launch_attempt(&j->c, fail, err);
+    store_set_timeout(j->ctl, store_answer_ns(j)); /* the attempt may have seen a stop signal */
+    return out;
+}
+
+/* 1 when the job goes on after attempt K: it failed, nobody asked to stop
+ * (a stop signal while a failure was being torn down: the failure is the
+ * result, and the user asked for no restart) and the store is still
+ * there. Says so while restarts are left. */
+static int restarts(const job *j, int attempt, int stop, const launch_result *res) {
+    const launch_options *o = j->c.o;
+    if (res->status != LAUNCH_FAILED || stop || j->c.stop_signal || !j->store_ok) return 0;
+    if (attempt < o->max_restarts)
+        fprintf(stderr, "pprun launch: attempt %d failed (rank %d); restarting (%d of %d restarts)\n", attempt,
+                res->failure.global_rank, attempt + 1, o->max_restarts);
+    return 1;
+}
+
+/* Attempt K on this node, to its outcome everywhere. Returns 0 with
+ * *again when the job restarts, else 0 (the result is in res), -1 (err), 2
+ * (a stop signal before the ranks ran) or 3 (another node was stopped:
+ * err says which). */
+static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_err *err) {
+    const launch_options *o = j->c.o;
+    const launch_hooks *hooks = j->c.hooks;
+    int multi = o->nnodes > 1, rc;
+    *again = 0;
+    j->c.info.attempt = attempt;
+    if (multi && (rc = rendezvous(j, attempt, err)) != 0) {
+        if (rc == 4) j->store_ok = 0, rc = -1;
+        return rc < 0 && j->c.stop_signal ? 2 : rc;
+    }
+    if (attempt > 0) {
+        /* A restart: the failure before it no longer stands. */
+        memset(&res->failure, 0, sizeof res->failure);
+        res->failure_remote = 0;
+        res->status = LAUNCH_ERROR;
+    }
+    res->attempts = attempt + 1;
+    if (multi && watch_attempt_end(j, attempt, err) != 0) return -1;
+    launch_failure fail;
+    memset(&fail, 0, sizeof fail);
+    int out = run_local_ranks(j, &fail, err);
+    if (out == LAUNCH_ATTEMPT_ERROR || out == LAUNCH_ATTEMPT_STORE_LOST) {
+        attempt_broke(j, attempt, out, &fail, res, err);
+        return -1;
+    }
+    /* Stopped by the user: no restart, here or elsewhere. A stop signal
+     * while a failure was torn down: the failure is the outcome, and no
+     * node restarts. */
+    if (out == LAUNCH_ATTEMPT_SIGNAL) launcher_failure(j, NULL, &fail);
+    int stop = out == LAUNCH_ATTEMPT_SIGNAL || j->c.stop_signal;
+    if (out == LAUNCH_ATTEMPT_FAILED) {
+        finish_result(res, LAUNCH_FAILED, 1);
+        res->failure = fail;
+    }
+    if (multi && agree_on_outcome(j, attempt, &out, &stop, &fail, res, err) != 0) return -1;
+    settle_result(j, out, res);
+    j->ran = 1;
+    if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
+    *again = restarts(j, attempt, stop, res);
+    return 0;
+}
+
+/* The result when the attempts stopped on rc (run_attempt's or the
+ * store's set-up); returns rc as launch_job returns it. */
+static int conclude(job *j, int rc, launch_result *res, pp_err *err) {
     if (rc == 3) {
         /* Another node was stopped: the last attempt's failure is the outcome. */
         fprintf(stderr, "pprun launch: not restarting: %s\n", err->msg);
-        rc = 0;
-    } else if (rc == 2) {
+        return 0;
+    }
+    if (rc == 2) {
         /* A signal during set-up or rendezvous: nothing was running. */
         res->signal = j->c.stop_signal;
         finish_result(res, LAUNCH_SIGNALED, 128 + j->c.stop_signal);
-        rc = 0;
-    } else if (rc != 0) {
-        finish_result(res, LAUNCH_ERROR, 1);
+        return 0;
     }
+    if (rc != 0) finish_result(res, LAUNCH_ERROR, 1);
+    return rc;
+}
 
-    /* Node 0 serves the store until every node has read the outcome. */
-    if (multi && j->ctl && store_ok) {
-        pp_err serr;
-        int64_t left;
-        if (j->c.stop_signal && ran) {
-            /* The others may have decided to restart before they heard of
-             * the stop: call the next attempt off, or they would wait for
-             * this node at its rendezvous until --rdzv-timeout. */
-            char go[128], text[64];
-            key(go, sizeof go, res->attempts, "go");
-            snprintf(text, sizeof text, "stop %d %d", o->node_rank, j->c.stop_signal);
-            store_set(j->ctl, go, text, strlen(text), &serr);
-        }
-        if (store_add(j->ctl, "pprun/exit", 1, &left, &serr) == 0) {
-            if (left == o->nnodes) store_set(j->ctl, "pprun/exit_all", "", 0, &serr);
-            if (o->node_rank == 0 && ran && !j->c.watch_pending) {
-                const char *k = "pprun/exit_all";
-                store_set_interrupt(j->c.watch, j->c.sig_r, stop_requested, j);
-                store_wait(j->c.watch, &k, 1, (int64_t)(o->shutdown_timeout_ns / 1000000ull) + 1000, &serr);
-            }
-        }
+/* Node 0 serves the store until every node has read the outcome. */
+static void say_goodbye(job *j, const launch_result *res) {
+    const launch_options *o = j->c.o;
+    if (o->nnodes <= 1 || !j->ctl || !j->store_ok) return;
+    pp_err serr;
+    int64_t left;
+    if (j->c.stop_signal && j->ran) {
+        /* The others may have decided to restart before they heard of
+         * the stop: call the next attempt off, or they would wait for
+         * this node at its rendezvous until --rdzv-timeout. */
+        char go[128], text[64];
+        key(go, sizeof go, res->attempts, "go");
+        snprintf(text, sizeof text, "stop %d %d", o->node_rank, j->c.stop_signal);
+        store_set(j->ctl, go, text, strlen(text), &serr);
     }
+    if (store_add(j->ctl, "pprun/exit", 1, &left, &serr) != 0) return;
+    if (left == o->nnodes) store_set(j->ctl, "pprun/exit_all", "", 0, &serr);
+    if (o->node_rank == 0 && j->ran && !j->c.watch_pending) {
+        const char *k = "pprun/exit_all";
+        store_set_interrupt(j->c.watch, j->c.sig_r, stop_requested, j);
+        store_wait(j->c.watch, &k, 1, (int64_t)(o->shutdown_timeout_ns / 1000000ull) + 1000, &serr);
+    }
+}
+
+/* Undoes job_start and closes the store. */
+static void job_end(job *j) {
     store_close(j->c.watch);
     store_close(j->ctl);
     store_server_stop(j->server);
@@ -721,5 +807,21 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
     launch_guard_stop(j->c.guard_fd);
     launch_paths_free(j->c.paths);
     free(j);
+}
+
+int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result *res, pp_err *err) {
+    memset(res, 0, sizeof *res);
+    finish_result(res, LAUNCH_ERROR, 1);
+    job *j;
+    if (job_start(o, hooks, res, &j, err) != 0) return -1;
+    int rc = setup_store(j, err);
+    if (rc < 0 && j->c.stop_signal) rc = 2; /* a stop signal cut a store request short */
+    if (rc == 0) describe_job(j, res);
+    j->store_ok = rc == 0;
+    for (int attempt = 0, again = 1; rc == 0 && again && attempt <= o->max_restarts; attempt++)
+        rc = run_attempt(j, attempt, res, &again, err);
+    rc = conclude(j, rc, res, err);
+    say_goodbye(j, res);
+    job_end(j);
     return rc == 0 ? 0 : -1;
 }

@@ -152,179 +152,233 @@ static void signal_all(slot *slots, int n, int sig) {
 
 static int failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
 
-int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
-    const launch_options *o = c->o;
-    int n = c->info.nproc_per_node;
-    slot *slots = calloc((size_t)n, sizeof *slots);
-    struct pollfd *pfds = calloc((size_t)(2 * n + 2), sizeof *pfds);
-    slot **owner = calloc((size_t)(2 * n + 2), sizeof *owner);
-    if (!slots || !pfds || !owner) {
-        free(slots);
-        free(pfds);
-        free(owner);
-        return pp_fail(err, "out of memory for %d ranks", n), LAUNCH_ATTEMPT_ERROR;
-    }
-    for (int i = 0; i < n; i++) slots[i].out.fd = slots[i].err.fd = slots[i].out.log_fd = slots[i].err.log_fd = -1;
+/* One attempt as it runs: the local ranks, what the last poll watched,
+ * and how far the teardown has gone. */
+typedef struct attempt {
+    launch_ctx *c;
+    int n;                   /* local ranks */
+    slot *slots;             /* [n], owned */
+    struct pollfd *pfds;     /* [2n + 2], owned: the self-pipe, the watch, the ranks' streams */
+    slot **owner;            /* [2n + 2], owned: the slot of each stream in pfds */
+    size_t np, first_stream; /* pfds in use; the first stream's */
+    int watch_idx;           /* the watch's index in pfds, or -1 */
+    int outcome;             /* LAUNCH_ATTEMPT_* so far */
+    int tearing, killed;     /* the teardown began; SIGKILL was sent */
+    uint64_t kill_at;        /* when the teardown escalates to SIGKILL */
+    launch_failure *failure; /* the caller's: the root cause, once a rank failed */
+} attempt;
 
-    int outcome = LAUNCH_ATTEMPT_OK, tearing = 0, killed = 0;
-    uint64_t kill_at = 0;
-    int started = 0;
-    for (; started < n; started++) {
-        if (start_rank(c, started, &slots[started], err) != 0) {
-            outcome = LAUNCH_ATTEMPT_ERROR;
-            break;
-        }
+static int attempt_alloc(attempt *a) {
+    a->slots = calloc((size_t)a->n, sizeof *a->slots);
+    a->pfds = calloc((size_t)(2 * a->n + 2), sizeof *a->pfds);
+    a->owner = calloc((size_t)(2 * a->n + 2), sizeof *a->owner);
+    if (!a->slots || !a->pfds || !a->owner) return -1;
+    for (int i = 0; i < a->n; i++) {
+        slot *s = &a->slots[i];
+        s->out.fd = s->err.fd = s->out.log_fd = s->err.log_fd = -1;
     }
-    if (outcome == LAUNCH_ATTEMPT_ERROR) {
-        tearing = 1;
-        signal_all(slots, n, SIGKILL);
-        killed = 1;
-    } else if (c->hooks && c->hooks->started) {
+    return 0;
+}
+
+static void attempt_free(attempt *a) {
+    for (int i = 0; a->slots && i < a->n; i++) launch_env_free(&a->slots[i].env);
+    free(a->slots);
+    free(a->pfds);
+    free(a->owner);
+}
+
+/* The signal to every rank, then SIGKILL once --shutdown-timeout is up. */
+static void begin_teardown(attempt *a, int sig) {
+    a->tearing = 1;
+    signal_all(a->slots, a->n, sig);
+    a->kill_at = pp_now_ns() + a->c->o->shutdown_timeout_ns;
+}
+
+/* Starts every local rank; when one cannot start, those that did are
+ * killed (err says why). The started hook sees them all running. */
+static void start_ranks(attempt *a, pp_err *err) {
+    launch_ctx *c = a->c;
+    for (int i = 0; i < a->n; i++)
+        if (start_rank(c, i, &a->slots[i], err) != 0) {
+            a->outcome = LAUNCH_ATTEMPT_ERROR;
+            a->tearing = 1;
+            signal_all(a->slots, a->n, SIGKILL);
+            a->killed = 1;
+            return;
+        }
+    if (c->hooks && c->hooks->started) {
         pid_t pids[LAUNCH_MAX_NPROC];
-        for (int i = 0; i < n; i++) pids[i] = slots[i].pid;
+        for (int i = 0; i < a->n; i++) pids[i] = a->slots[i].pid;
         c->hooks->started(c->hooks->ctx, &c->info, pids);
     }
+}
 
-#define BEGIN_TEARDOWN(sig)                                                  \
-    do {                                                                     \
-        tearing = 1;                                                         \
-        signal_all(slots, n, (sig));                                         \
-        kill_at = pp_now_ns() + o->shutdown_timeout_ns;                      \
-    } while (0)
-
-    for (;;) {
-        /* --- wait for something to happen -------------------------------- */
-        size_t np = 0;
-        pfds[np++] = (struct pollfd){.fd = c->sig_r, .events = POLLIN};
-        int watch_idx = -1;
-        if (c->watch && c->watch_pending && !tearing) {
-            watch_idx = (int)np;
-            pfds[np++] = (struct pollfd){.fd = store_fd(c->watch), .events = POLLIN};
+/* What the next poll watches: the self-pipe, the end of the attempt on
+ * another node (until the teardown), every open stream. */
+static void gather_fds(attempt *a) {
+    launch_ctx *c = a->c;
+    a->np = 0;
+    a->pfds[a->np++] = (struct pollfd){.fd = c->sig_r, .events = POLLIN};
+    a->watch_idx = -1;
+    if (c->watch && c->watch_pending && !a->tearing) {
+        a->watch_idx = (int)a->np;
+        a->pfds[a->np++] = (struct pollfd){.fd = store_fd(c->watch), .events = POLLIN};
+    }
+    a->first_stream = a->np;
+    for (int i = 0; i < a->n; i++) {
+        slot *s = &a->slots[i];
+        if (s->out.fd >= 0) {
+            a->owner[a->np] = s;
+            a->pfds[a->np++] = (struct pollfd){.fd = s->out.fd, .events = POLLIN};
         }
-        size_t first_stream = np;
-        for (int i = 0; i < n; i++) {
-            if (slots[i].out.fd >= 0) {
-                owner[np] = &slots[i];
-                pfds[np++] = (struct pollfd){.fd = slots[i].out.fd, .events = POLLIN};
-            }
-            if (slots[i].err.fd >= 0) {
-                owner[np] = &slots[i];
-                pfds[np++] = (struct pollfd){.fd = slots[i].err.fd, .events = POLLIN};
-            }
-        }
-        uint64_t now = pp_now_ns();
-        int timeout = (int)(o->monitor_interval_ns / 1000000ull);
-        if (tearing) {
-            /* Sweep for new descendants and escalate on time. */
-            int until_kill = killed ? 20 : (int)((kill_at > now ? kill_at - now : 0) / 1000000ull + 1);
-            timeout = until_kill < 20 ? until_kill : 20;
-        }
-        if (timeout < 1) timeout = 1;
-        int pr = poll(pfds, np, timeout);
-        if (pr < 0 && errno != EINTR) {
-            pp_fail(err, "poll: %s", strerror(errno));
-            if (!tearing) BEGIN_TEARDOWN(SIGKILL);
-            killed = 1;
-        }
-
-        /* --- signals ------------------------------------------------------- */
-        if (pr > 0 && pfds[0].revents) {
-            unsigned char sigs[64];
-            ssize_t got = read(c->sig_r, sigs, sizeof sigs);
-            for (ssize_t k = 0; k < got; k++) {
-                int sig = sigs[k];
-                if (sig == SIGCHLD) continue; /* reaped below */
-                if (!c->stop_signal) {
-                    c->stop_signal = sig;
-                    if (outcome == LAUNCH_ATTEMPT_OK) outcome = LAUNCH_ATTEMPT_SIGNAL;
-                    /* Forward the very signal, then the usual grace; a
-                     * teardown under way (a failure) keeps its deadline. */
-                    if (!tearing) BEGIN_TEARDOWN(sig);
-                    else signal_all(slots, n, sig);
-                } else if (!killed) {
-                    /* A second signal: the user is impatient. */
-                    signal_all(slots, n, SIGKILL);
-                    killed = 1;
-                }
-            }
-        }
-
-        /* --- the end of the attempt on another node ----------------------- */
-        if (pr > 0 && watch_idx >= 0 && pfds[watch_idx].revents) {
-            pp_err werr;
-            int r = store_wait_recv(c->watch, &werr);
-            c->watch_pending = 0;
-            if (r < 0) {
-                /* Node 0's store is gone: nothing can go on. */
-                if (outcome == LAUNCH_ATTEMPT_OK) outcome = LAUNCH_ATTEMPT_STORE_LOST;
-                snprintf(err->msg, sizeof err->msg, "%s", werr.msg);
-            } else if (outcome == LAUNCH_ATTEMPT_OK) {
-                outcome = LAUNCH_ATTEMPT_REMOTE;
-            }
-            if (!tearing) BEGIN_TEARDOWN(SIGTERM);
-        }
-
-        /* --- output -------------------------------------------------------- */
-        for (size_t k = first_stream; pr > 0 && k < np; k++) {
-            if (!pfds[k].revents) continue;
-            slot *s = owner[k];
-            launch_stream_pump(pfds[k].fd == s->out.fd ? &s->out : &s->err);
-        }
-
-        /* --- exits --------------------------------------------------------- */
-        /* The root cause among the failures reaped in one round: a rank
-         * killed by a signal before one that exited with an error, since a
-         * rank often exits with an error because a peer died (its transport
-         * noticed within a millisecond), never the other way round. */
-        int st, chosen = -1;
-        pid_t pid;
-        while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
-            for (int i = 0; i < n; i++) {
-                if (slots[i].pid != pid || !slots[i].alive) continue;
-                slots[i].alive = 0;
-                slots[i].status = st;
-                launch_guard_note(c->guard_fd, -pid);
-                if (!tearing && failed(st) &&
-                    (chosen < 0 || (!WIFSIGNALED(slots[chosen].status) && WIFSIGNALED(st))))
-                    chosen = i;
-            }
-        }
-        if (chosen >= 0) {
-            int cst = slots[chosen].status;
-            outcome = LAUNCH_ATTEMPT_FAILED;
-            memset(failure, 0, sizeof *failure);
-            failure->node_rank = c->info.node_rank;
-            failure->local_rank = chosen;
-            failure->global_rank = c->info.node_rank * n + chosen;
-            snprintf(failure->host, sizeof failure->host, "%s", c->info.host);
-            failure->exit_code = WIFEXITED(cst) ? WEXITSTATUS(cst) : -1;
-            failure->signal = WIFSIGNALED(cst) ? WTERMSIG(cst) : 0;
-            failure->pid = slots[chosen].pid;
-            failure->wall_ns = pp_wall_ns();
-            BEGIN_TEARDOWN(SIGTERM);
-        }
-
-        int all_exited = 1;
-        for (int i = 0; i < n; i++) all_exited &= !slots[i].alive;
-        if (all_exited && !tearing) {
-            /* Every rank is done; anything they left behind goes too. */
-            if (launch_signal_descendants(0, NULL, 0) == 0) break;
-            BEGIN_TEARDOWN(SIGTERM);
-        }
-        if (tearing) {
-            if (!killed && pp_now_ns() >= kill_at) {
-                killed = 1;
-                signal_all(slots, n, SIGKILL);
-            } else if (killed) {
-                signal_all(slots, n, SIGKILL); /* anything forked since */
-            }
-            if (all_exited && launch_signal_descendants(0, NULL, 0) == 0) break;
+        if (s->err.fd >= 0) {
+            a->owner[a->np] = s;
+            a->pfds[a->np++] = (struct pollfd){.fd = s->err.fd, .events = POLLIN};
         }
     }
-#undef BEGIN_TEARDOWN
+}
 
-    /* Killed descendants may still be zombies (or on their way): reap them
-     * here, or they would outlive us as entries in the process table. */
+/* How long the next poll may wait: --monitor-interval; while tearing
+ * down, 20 ms at most (to sweep for new descendants) and not past the
+ * SIGKILL deadline. */
+static int poll_timeout(const attempt *a) {
+    uint64_t now = pp_now_ns();
+    int timeout = (int)(a->c->o->monitor_interval_ns / 1000000ull);
+    if (a->tearing) {
+        int until_kill = a->killed ? 20 : (int)((a->kill_at > now ? a->kill_at - now : 0) / 1000000ull + 1);
+        timeout = until_kill < 20 ? until_kill : 20;
+    }
+    return timeout < 1 ? 1 : timeout;
+}
+
+/* Waits for something to happen; returns what poll did (> 0: pfds have
+ * events). A failed poll kills the ranks: nothing can be watched. */
+static int wait_for_events(attempt *a, pp_err *err) {
+    gather_fds(a);
+    int pr = poll(a->pfds, a->np, poll_timeout(a));
+    if (pr < 0 && errno != EINTR) {
+        pp_fail(err, "poll: %s", strerror(errno));
+        if (!a->tearing) begin_teardown(a, SIGKILL);
+        a->killed = 1;
+    }
+    return pr;
+}
+
+/* The signals on the self-pipe: the first stop signal is the outcome
+ * (unless a rank failed first) and goes on to the ranks; a second one
+ * kills them. */
+static void on_signals(attempt *a) {
+    launch_ctx *c = a->c;
+    unsigned char sigs[64];
+    ssize_t got = read(c->sig_r, sigs, sizeof sigs);
+    for (ssize_t k = 0; k < got; k++) {
+        int sig = sigs[k];
+        if (sig == SIGCHLD) continue; /* reaped below */
+        if (!c->stop_signal) {
+            c->stop_signal = sig;
+            if (a->outcome == LAUNCH_ATTEMPT_OK) a->outcome = LAUNCH_ATTEMPT_SIGNAL;
+            /* Forward the very signal, then the usual grace; a
+             * teardown under way (a failure) keeps its deadline. */
+            if (!a->tearing) begin_teardown(a, sig);
+            else signal_all(a->slots, a->n, sig);
+        } else if (!a->killed) {
+            /* A second signal: the user is impatient. */
+            signal_all(a->slots, a->n, SIGKILL);
+            a->killed = 1;
+        }
+    }
+}
+
+/* The answer to the WAIT on the attempt's end key: another node ended the
+ * attempt, or node 0's store is gone (err says how) and nothing can go on. */
+static void on_attempt_end(attempt *a, pp_err *err) {
+    pp_err werr;
+    int r = store_wait_recv(a->c->watch, &werr);
+    a->c->watch_pending = 0;
+    if (r < 0) {
+        if (a->outcome == LAUNCH_ATTEMPT_OK) a->outcome = LAUNCH_ATTEMPT_STORE_LOST;
+        snprintf(err->msg, sizeof err->msg, "%s", werr.msg);
+    } else if (a->outcome == LAUNCH_ATTEMPT_OK) {
+        a->outcome = LAUNCH_ATTEMPT_REMOTE;
+    }
+    if (!a->tearing) begin_teardown(a, SIGTERM);
+}
+
+static void pump_output(attempt *a) {
+    for (size_t k = a->first_stream; k < a->np; k++) {
+        if (!a->pfds[k].revents) continue;
+        slot *s = a->owner[k];
+        launch_stream_pump(a->pfds[k].fd == s->out.fd ? &s->out : &s->err);
+    }
+}
+
+/* Local rank i as the attempt's failure. */
+static void note_failure(attempt *a, int i) {
+    const launch_info *in = &a->c->info;
+    int st = a->slots[i].status;
+    launch_failure *f = a->failure;
+    memset(f, 0, sizeof *f);
+    f->node_rank = in->node_rank;
+    f->local_rank = i;
+    f->global_rank = in->node_rank * a->n + i;
+    snprintf(f->host, sizeof f->host, "%s", in->host);
+    f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    f->signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+    f->pid = a->slots[i].pid;
+    f->wall_ns = pp_wall_ns();
+}
+
+/* Reaps every child that exited. Before the teardown, a failed rank is
+ * the attempt's failure and tears the others down. The root cause among
+ * the failures reaped in one round: a rank killed by a signal before one
+ * that exited with an error, since a rank often exits with an error
+ * because a peer died (its transport noticed within a millisecond), never
+ * the other way round. */
+static void reap_ranks(attempt *a) {
+    int st, chosen = -1;
+    pid_t pid;
+    while ((pid = waitpid(-1, &st, WNOHANG)) > 0) {
+        for (int i = 0; i < a->n; i++) {
+            slot *s = &a->slots[i];
+            if (s->pid != pid || !s->alive) continue;
+            s->alive = 0;
+            s->status = st;
+            launch_guard_note(a->c->guard_fd, -pid);
+            if (!a->tearing && failed(st) &&
+                (chosen < 0 || (!WIFSIGNALED(a->slots[chosen].status) && WIFSIGNALED(st))))
+                chosen = i;
+        }
+    }
+    if (chosen >= 0) {
+        a->outcome = LAUNCH_ATTEMPT_FAILED;
+        note_failure(a, chosen);
+        begin_teardown(a, SIGTERM);
+    }
+}
+
+/* 1 when the attempt is over: every rank reaped and no descendant left.
+ * Ranks done with descendants left begin the teardown; a teardown goes on
+ * to SIGKILL on time, and again for anything forked since. */
+static int attempt_over(attempt *a) {
+    int all_exited = 1;
+    for (int i = 0; i < a->n; i++) all_exited &= !a->slots[i].alive;
+    if (all_exited && !a->tearing) {
+        if (launch_signal_descendants(0, NULL, 0) == 0) return 1;
+        begin_teardown(a, SIGTERM);
+    }
+    if (!a->tearing) return 0;
+    if (!a->killed && pp_now_ns() >= a->kill_at) {
+        a->killed = 1;
+        signal_all(a->slots, a->n, SIGKILL);
+    } else if (a->killed) {
+        signal_all(a->slots, a->n, SIGKILL); /* anything forked since */
+    }
+    return all_exited && launch_signal_descendants(0, NULL, 0) == 0;
+}
+
+/* Killed descendants may still be zombies (or on their way): reap them
+ * here, or they would outlive us as entries in the process table. */
+static void reap_leftovers(void) {
     for (int tries = 0; tries < 2000; tries++) {
         pid_t r = waitpid(-1, NULL, WNOHANG);
         if (r > 0) continue;
@@ -332,17 +386,38 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
         if (r < 0) break; /* ECHILD: no child left */
         usleep(1000);     /* a child is still exiting */
     }
+}
 
-    /* Every writer is gone: drain the pipes and flush partial lines. */
-    for (int i = 0; i < n; i++) {
-        launch_stream_finish(&slots[i].out);
-        launch_stream_finish(&slots[i].err);
+/* Every writer is gone: drain the pipes and flush partial lines. The
+ * failed rank's last stderr lines go with its failure. */
+static void finish_output(attempt *a) {
+    for (int i = 0; i < a->n; i++) {
+        launch_stream_finish(&a->slots[i].out);
+        launch_stream_finish(&a->slots[i].err);
     }
-    if (outcome == LAUNCH_ATTEMPT_FAILED)
-        launch_tail_text(&slots[failure->local_rank].tail, failure->stderr_tail, sizeof failure->stderr_tail);
-    for (int i = 0; i < n; i++) launch_env_free(&slots[i].env);
-    free(slots);
-    free(pfds);
-    free(owner);
+    if (a->outcome == LAUNCH_ATTEMPT_FAILED)
+        launch_tail_text(&a->slots[a->failure->local_rank].tail, a->failure->stderr_tail,
+                         sizeof a->failure->stderr_tail);
+}
+
+int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
+    attempt a = {.c = c, .n = c->info.nproc_per_node, .outcome = LAUNCH_ATTEMPT_OK, .failure = failure};
+    if (attempt_alloc(&a) != 0) {
+        attempt_free(&a);
+        return pp_fail(err, "out of memory for %d ranks", a.n), LAUNCH_ATTEMPT_ERROR;
+    }
+    start_ranks(&a, err);
+    for (;;) {
+        int pr = wait_for_events(&a, err);
+        if (pr > 0 && a.pfds[0].revents) on_signals(&a);
+        if (pr > 0 && a.watch_idx >= 0 && a.pfds[a.watch_idx].revents) on_attempt_end(&a, err);
+        if (pr > 0) pump_output(&a);
+        reap_ranks(&a);
+        if (attempt_over(&a)) break;
+    }
+    reap_leftovers();
+    finish_output(&a);
+    int outcome = a.outcome;
+    attempt_free(&a);
     return outcome;
 }

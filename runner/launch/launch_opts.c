@@ -202,111 +202,138 @@ static void kebab(const char *in, char *out, size_t cap) {
     out[i] = '\0';
 }
 
-static int set_option(launch_options *o, int id, const char *name, const char *val, const char **redir,
-                      const char **tee, const char **filter, pp_err *err) {
+/* The command line as launch_parse walks it, and the stream flags as
+ * given: they are checked once every flag is read (they need
+ * --nproc-per-node and --log-dir, which may come later). */
+typedef struct cmdline {
+    int argc;
+    char **argv;
+    int i;           /* the argument being read */
+    const char *cmd; /* "run" or "launch", for the messages */
+    int (*extra)(void *ctx, const char *opt, const char *val, pp_err *err);
+    void *ctx;
+    const char *redir, *tee, *filter;
+} cmdline;
+
+/* An integer flag in [min, max] into *field, and the given bit (0: none). */
+static int set_int(launch_options *o, const char *name, const char *val, long min, long max, int *field,
+                   unsigned given, pp_err *err) {
     long v;
-    switch (id) {
-    case OPT_NPROC:
-        if (val && (strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0)) {
-            int n = pp_cpu_count();
-            o->nproc_per_node = n > LAUNCH_MAX_NPROC ? LAUNCH_MAX_NPROC : n;
-        } else {
-            if (pp_parse_long(val, 1, LAUNCH_MAX_NPROC, name, &v, err) != 0)
-                return pp_fail(err, "%s: expected a worker count from 1 to %d, or 'cpu'/'auto', got '%s'", name,
-                               LAUNCH_MAX_NPROC, val ? val : "");
-            o->nproc_per_node = (int)v;
-        }
+    if (pp_parse_long(val, min, max, name, &v, err) != 0) return -1;
+    *field = (int)v;
+    o->given |= given;
+    return 0;
+}
+
+static int set_nproc(launch_options *o, const char *name, const char *val, pp_err *err) {
+    if (val && (strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0)) {
+        int n = pp_cpu_count();
+        o->nproc_per_node = n > LAUNCH_MAX_NPROC ? LAUNCH_MAX_NPROC : n;
         o->given |= LAUNCH_GIVEN_NPROC;
         return 0;
-    case OPT_NNODES: {
-        /* torchrun's elastic "MIN:MAX" only in its static form N:N. */
-        const char *colon = val ? strchr(val, ':') : NULL;
-        char first[32];
-        if (colon) {
-            size_t n = (size_t)(colon - val);
-            if (n >= sizeof first || strcmp(colon + 1, (snprintf(first, sizeof first, "%.*s", (int)n, val), first)) != 0)
-                return pp_fail(err, "%s: '%s': only static rendezvous is supported; accepted: N or N:N", name, val);
-            val = first;
-        }
-        if (pp_parse_long(val, 1, LAUNCH_MAX_NNODES, name, &v, err) != 0) return -1;
-        o->nnodes = (int)v;
-        o->given |= LAUNCH_GIVEN_NNODES;
-        return 0;
     }
+    if (set_int(o, name, val, 1, LAUNCH_MAX_NPROC, &o->nproc_per_node, LAUNCH_GIVEN_NPROC, err) != 0)
+        return pp_fail(err, "%s: expected a worker count from 1 to %d, or 'cpu'/'auto', got '%s'", name,
+                       LAUNCH_MAX_NPROC, val ? val : "");
+    return 0;
+}
+
+/* torchrun's elastic "MIN:MAX" only in its static form N:N. */
+static int set_nnodes(launch_options *o, const char *name, const char *val, pp_err *err) {
+    const char *colon = val ? strchr(val, ':') : NULL;
+    char first[32];
+    if (colon) {
+        size_t n = (size_t)(colon - val);
+        if (n >= sizeof first || strcmp(colon + 1, (snprintf(first, sizeof first, "%.*s", (int)n, val), first)) != 0)
+            return pp_fail(err, "%s: '%s': only static rendezvous is supported; accepted: N or N:N", name, val);
+        val = first;
+    }
+    return set_int(o, name, val, 1, LAUNCH_MAX_NNODES, &o->nnodes, LAUNCH_GIVEN_NNODES, err);
+}
+
+static int set_master_addr(launch_options *o, const char *name, const char *val, pp_err *err) {
+    if (!val || !*val || strlen(val) >= sizeof o->master_addr)
+        return pp_fail(err, "%s: expected a host name or address, got '%s'", name, val ? val : "");
+    snprintf(o->master_addr, sizeof o->master_addr, "%s", val);
+    o->given |= LAUNCH_GIVEN_MASTER_ADDR;
+    return 0;
+}
+
+/* --redirects or --tee into mask; *given keeps the text for the checks. */
+static int set_streams(const char *val, const char *what, unsigned char *mask, const char **given, pp_err *err) {
+    if (parse_std(val, what, mask, err) != 0) return -1;
+    *given = val;
+    return 0;
+}
+
+static int set_run_id(launch_options *o, const char *name, const char *val, pp_err *err) {
+    size_t n = val ? strlen(val) : 0;
+    if (n == 0 || n >= sizeof o->run_id)
+        return pp_fail(err, "%s: expected 1-%zu characters from [A-Za-z0-9._-], got '%s'", name,
+                       sizeof o->run_id - 1, val ? val : "");
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)val[i]) && !strchr("._-", val[i]))
+            return pp_fail(err, "%s: '%s' has '%c'; accepted characters: A-Z a-z 0-9 . _ -", name, val, val[i]);
+    snprintf(o->run_id, sizeof o->run_id, "%s", val);
+    return 0;
+}
+
+static int set_token(launch_options *o, const char *name, const char *val, pp_err *err) {
+    if (pp_token_check(val, name, err) != 0) return -1;
+    snprintf(o->rdzv_token, sizeof o->rdzv_token, "%s", val);
+    o->given |= LAUNCH_GIVEN_RDZV_TOKEN;
+    return 0;
+}
+
+static int set_token_file(launch_options *o, const char *name, const char *val, pp_err *err) {
+    if (!val || !*val) return pp_fail(err, "%s: expected a file holding the token, got nothing", name);
+    if (pp_token_read_file(val, name, o->rdzv_token, err) != 0) return -1;
+    o->given |= LAUNCH_GIVEN_RDZV_TOKEN_FILE;
+    return 0;
+}
+
+/* torchrun's --standalone: one node, a free port. */
+static int set_standalone(launch_options *o) {
+    o->nnodes = 1;
+    o->node_rank = 0;
+    o->master_port = 0;
+    o->given |= LAUNCH_GIVEN_NNODES | LAUNCH_GIVEN_NODE_RANK | LAUNCH_GIVEN_MASTER_PORT;
+    return 0;
+}
+
+/* Option id (not OPT_HELP) takes val; name is its canonical spelling. */
+static int set_option(launch_options *o, int id, const char *name, const char *val, cmdline *cl, pp_err *err) {
+    switch (id) {
+    case OPT_NPROC: return set_nproc(o, name, val, err);
+    case OPT_NNODES: return set_nnodes(o, name, val, err);
     case OPT_NODE_RANK:
-        if (pp_parse_long(val, 0, LAUNCH_MAX_NNODES - 1, name, &v, err) != 0) return -1;
-        o->node_rank = (int)v;
-        o->given |= LAUNCH_GIVEN_NODE_RANK;
-        return 0;
-    case OPT_MASTER_ADDR:
-        if (!val || !*val || strlen(val) >= sizeof o->master_addr)
-            return pp_fail(err, "%s: expected a host name or address, got '%s'", name, val ? val : "");
-        snprintf(o->master_addr, sizeof o->master_addr, "%s", val);
-        o->given |= LAUNCH_GIVEN_MASTER_ADDR;
-        return 0;
-    case OPT_MASTER_PORT:
-        if (pp_parse_long(val, 0, 65535, name, &v, err) != 0) return -1;
-        o->master_port = (int)v;
-        o->given |= LAUNCH_GIVEN_MASTER_PORT;
-        return 0;
-    case OPT_MAX_RESTARTS:
-        if (pp_parse_long(val, 0, 1000000, name, &v, err) != 0) return -1;
-        o->max_restarts = (int)v;
-        return 0;
+        return set_int(o, name, val, 0, LAUNCH_MAX_NNODES - 1, &o->node_rank, LAUNCH_GIVEN_NODE_RANK, err);
+    case OPT_MASTER_ADDR: return set_master_addr(o, name, val, err);
+    case OPT_MASTER_PORT: return set_int(o, name, val, 0, 65535, &o->master_port, LAUNCH_GIVEN_MASTER_PORT, err);
+    case OPT_MAX_RESTARTS: return set_int(o, name, val, 0, 1000000, &o->max_restarts, 0, err);
     case OPT_MONITOR:
         if (parse_seconds(val, name, &o->monitor_interval_ns, err) != 0) return -1;
         if (o->monitor_interval_ns < 1000000 || o->monitor_interval_ns > 60000000000ull)
             return pp_fail(err, "%s: '%s' is out of range; accepted: 0.001 to 60 seconds", name, val);
         return 0;
-    case OPT_SHUTDOWN:
-        return parse_seconds(val, name, &o->shutdown_timeout_ns, err);
+    case OPT_SHUTDOWN: return parse_seconds(val, name, &o->shutdown_timeout_ns, err);
     case OPT_RDZV_TIMEOUT:
         if (parse_seconds(val, name, &o->rdzv_timeout_ns, err) != 0) return -1;
-        if (o->rdzv_timeout_ns < 1000000) return pp_fail(err, "%s: '%s' is too short; accepted: at least 1ms", name, val);
+        if (o->rdzv_timeout_ns < 1000000)
+            return pp_fail(err, "%s: '%s' is too short; accepted: at least 1ms", name, val);
         return 0;
     case OPT_LOG_DIR:
         if (!val || !*val) return pp_fail(err, "%s: expected a directory, got nothing", name);
         o->log_dir = val;
         return 0;
-    case OPT_REDIRECTS:
-        if (parse_std(val, "--redirects", o->redirects, err) != 0) return -1;
-        *redir = val;
-        return 0;
-    case OPT_TEE:
-        if (parse_std(val, "--tee", o->tee, err) != 0) return -1;
-        *tee = val;
-        return 0;
-    case OPT_FILTER:
-        *filter = val ? val : "";
-        return 0;
-    case OPT_RUN_ID: {
-        size_t n = val ? strlen(val) : 0;
-        if (n == 0 || n >= sizeof o->run_id)
-            return pp_fail(err, "%s: expected 1-%zu characters from [A-Za-z0-9._-], got '%s'", name,
-                           sizeof o->run_id - 1, val ? val : "");
-        for (size_t i = 0; i < n; i++)
-            if (!isalnum((unsigned char)val[i]) && !strchr("._-", val[i]))
-                return pp_fail(err, "%s: '%s' has '%c'; accepted characters: A-Z a-z 0-9 . _ -", name, val, val[i]);
-        snprintf(o->run_id, sizeof o->run_id, "%s", val);
-        return 0;
-    }
+    case OPT_REDIRECTS: return set_streams(val, "--redirects", o->redirects, &cl->redir, err);
+    case OPT_TEE: return set_streams(val, "--tee", o->tee, &cl->tee, err);
+    case OPT_FILTER: cl->filter = val ? val : ""; return 0;
+    case OPT_RUN_ID: return set_run_id(o, name, val, err);
     case OPT_NO_PREFIX: o->prefix = 0; return 0;
-    case OPT_RDZV_TOKEN:
-        if (pp_token_check(val, name, err) != 0) return -1;
-        snprintf(o->rdzv_token, sizeof o->rdzv_token, "%s", val);
-        o->given |= LAUNCH_GIVEN_RDZV_TOKEN;
-        return 0;
-    case OPT_RDZV_TOKEN_FILE:
-        if (!val || !*val) return pp_fail(err, "%s: expected a file holding the token, got nothing", name);
-        if (pp_token_read_file(val, name, o->rdzv_token, err) != 0) return -1;
-        o->given |= LAUNCH_GIVEN_RDZV_TOKEN_FILE;
-        return 0;
-    case OPT_STANDALONE:
-        o->nnodes = 1;
-        o->node_rank = 0;
-        o->master_port = 0;
-        o->given |= LAUNCH_GIVEN_NNODES | LAUNCH_GIVEN_NODE_RANK | LAUNCH_GIVEN_MASTER_PORT;
-        return 0;
+    case OPT_RDZV_TOKEN: return set_token(o, name, val, err);
+    case OPT_RDZV_TOKEN_FILE: return set_token_file(o, name, val, err);
+    case OPT_STANDALONE: return set_standalone(o);
     }
     return pp_fail(err, "%s: internal error", name);
 }
@@ -321,80 +348,85 @@ int launch_check_token(const launch_options *o, pp_err *err) {
                    o->master_addr, o->nnodes);
 }
 
-int launch_parse(int argc, char **argv, launch_options *o,
-                 int (*extra)(void *ctx, const char *opt, const char *val, pp_err *err), void *ctx, pp_err *err) {
-    launch_options_default(o);
-    const char *redir = NULL, *tee = NULL, *filter = NULL;
-    /* argv[0] is the command ("run" or "launch"), for the messages */
-    const char *cmd = argc > 0 && argv[0] && strcmp(argv[0], "run") == 0 ? "run" : "launch";
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--") == 0) {
-            i++;
-            break;
-        }
-        if (a[0] != '-' || a[1] == '\0') break; /* the program, torchrun-style without "--" */
-        char name[128];
-        const char *eq = strchr(a, '=');
-        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) return pp_fail(err, "unknown option '%.40s...'; see pprun %s --help", a, cmd);
-        memcpy(name, a, nl);
-        name[nl] = '\0';
-        size_t k = 0;
-        for (; k < NOPTS; k++)
-            if (strcmp(name, opts[k].name) == 0 || (opts[k].alias && strcmp(name, opts[k].alias) == 0)) break;
-        if (k == NOPTS) {
-            char kname[128];
-            kebab(name, kname, sizeof kname);
-            int took = 0;
-            if (extra) {
-                /* "--" ends the options: never a value (pprun run appends
-                 * "-- worker", so a last flag would have taken it). */
-                const char *val = eq ? eq + 1 : (i + 1 < argc && strcmp(argv[i + 1], "--") != 0 ? argv[i + 1] : NULL);
-                took = extra(ctx, kname, val, err);
-                if (took < 0) return -1;
-                if (took == 1 && eq) return pp_fail(err, "%s takes no value, got '%s'", kname, a);
-                if (took == 2 && !val) return pp_fail(err, "%s needs a value", kname);
-                if (took == 2 && !eq) i++;
-            }
-            if (took == 0)
-                return pp_fail(err, "unknown option '%s'; see pprun %s --help", name, cmd);
-            continue;
-        }
-        const char *canon = opts[k].name;
-        if (opts[k].id == OPT_HELP) {
-            /* A caller with its own flags prints its own usage. */
-            if (!extra || extra(ctx, "--help", NULL, err) != 1) launch_usage(stdout, 1);
-            return 1;
-        }
-        const char *val = NULL;
-        if (opts[k].has_value) {
-            if (eq) {
-                val = eq + 1;
-            } else {
-                if (i + 1 >= argc || strcmp(argv[i + 1], "--") == 0)
-                    return pp_fail(err, "%s needs a value (%s): %s", canon, opts[k].arg, opts[k].help);
-                val = argv[++i];
-            }
-        } else if (eq) {
-            return pp_fail(err, "%s takes no value, got '%s'", canon, a);
-        }
-        if (set_option(o, opts[k].id, canon, val, &redir, &tee, &filter, err) != 0) return -1;
-    }
-    if (i >= argc) return pp_fail(err, "missing PROGRAM: pprun %s [options] -- PROGRAM [ARGS...]", cmd);
-    o->prog_argv = argv + i;
-    o->prog_argc = argc - i;
+/* The index in opts of a flag by either spelling, or -1. */
+static int find_option(const char *name) {
+    for (size_t k = 0; k < NOPTS; k++)
+        if (strcmp(name, opts[k].name) == 0 || (opts[k].alias && strcmp(name, opts[k].alias) == 0)) return (int)k;
+    return -1;
+}
 
-    if (slurm_fill(o, err) != 0) return -1;
+/* A flag none of ours: the caller's extra may take it (1), with its value
+ * (2: after '=' or the next argument), else it is unknown. */
+static int parse_extra(cmdline *cl, const char *name, const char *eq, pp_err *err) {
+    const char *a = cl->argv[cl->i];
+    char kname[128];
+    kebab(name, kname, sizeof kname);
+    int took = 0;
+    if (cl->extra) {
+        /* "--" ends the options: never a value (pprun run appends
+         * "-- worker", so a last flag would have taken it). */
+        const char *next = cl->i + 1 < cl->argc && strcmp(cl->argv[cl->i + 1], "--") != 0 ? cl->argv[cl->i + 1] : NULL;
+        const char *val = eq ? eq + 1 : next;
+        took = cl->extra(cl->ctx, kname, val, err);
+        if (took < 0) return -1;
+        if (took == 1 && eq) return pp_fail(err, "%s takes no value, got '%s'", kname, a);
+        if (took == 2 && !val) return pp_fail(err, "%s needs a value", kname);
+        if (took == 2 && !eq) cl->i++;
+    }
+    if (took == 0) return pp_fail(err, "unknown option '%s'; see pprun %s --help", name, cl->cmd);
+    return 0;
+}
+
+/* The value of option k: after '=', or the next argument ("--" is none). */
+static int option_value(cmdline *cl, int k, const char *eq, const char **val, pp_err *err) {
+    *val = NULL;
+    if (!opts[k].has_value)
+        return eq ? pp_fail(err, "%s takes no value, got '%s'", opts[k].name, cl->argv[cl->i]) : 0;
+    if (eq) {
+        *val = eq + 1;
+        return 0;
+    }
+    if (cl->i + 1 >= cl->argc || strcmp(cl->argv[cl->i + 1], "--") == 0)
+        return pp_fail(err, "%s needs a value (%s): %s", opts[k].name, opts[k].arg, opts[k].help);
+    *val = cl->argv[++cl->i];
+    return 0;
+}
+
+/* The flag at cl->i ("--name", "--name=value" or "--name value"). 1 after
+ * --help (the usage is printed). */
+static int parse_flag(cmdline *cl, launch_options *o, pp_err *err) {
+    const char *a = cl->argv[cl->i];
+    char name[128];
+    const char *eq = strchr(a, '=');
+    size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+    if (nl >= sizeof name) return pp_fail(err, "unknown option '%.40s...'; see pprun %s --help", a, cl->cmd);
+    memcpy(name, a, nl);
+    name[nl] = '\0';
+    int k = find_option(name);
+    if (k < 0) return parse_extra(cl, name, eq, err);
+    if (opts[k].id == OPT_HELP) {
+        /* A caller with its own flags prints its own usage. */
+        if (!cl->extra || cl->extra(cl->ctx, "--help", NULL, err) != 1) launch_usage(stdout, 1);
+        return 1;
+    }
+    const char *val;
+    if (option_value(cl, k, eq, &val, err) != 0) return -1;
+    return set_option(o, opts[k].id, opts[k].name, val, cl, err);
+}
+
+/* One token, from one of its flags or else from PPRUN_RDZV_TOKEN. */
+static int take_token(launch_options *o, pp_err *err) {
     if ((o->given & LAUNCH_GIVEN_RDZV_TOKEN) && (o->given & LAUNCH_GIVEN_RDZV_TOKEN_FILE))
         return pp_fail(err, "--rdzv-token and --rdzv-token-file: give the token one way, not both");
     const char *env_token = getenv(PP_TOKEN_ENV);
-    if (!(o->given & (LAUNCH_GIVEN_RDZV_TOKEN | LAUNCH_GIVEN_RDZV_TOKEN_FILE)) && env_token) {
-        if (pp_token_check(env_token, PP_TOKEN_ENV, err) != 0) return -1;
-        snprintf(o->rdzv_token, sizeof o->rdzv_token, "%s", env_token);
-    }
-    if (!(o->given & LAUNCH_GIVEN_MASTER_PORT)) o->master_port = o->nnodes > 1 ? 29500 : 0;
+    if ((o->given & (LAUNCH_GIVEN_RDZV_TOKEN | LAUNCH_GIVEN_RDZV_TOKEN_FILE)) || !env_token) return 0;
+    if (pp_token_check(env_token, PP_TOKEN_ENV, err) != 0) return -1;
+    snprintf(o->rdzv_token, sizeof o->rdzv_token, "%s", env_token);
+    return 0;
+}
+
+/* The nodes agree on a port, this node is one of them, the world fits. */
+static int check_world(const launch_options *o, pp_err *err) {
     if (o->nnodes > 1 && o->master_port == 0)
         return pp_fail(err, "--master-port 0 (pick a free port) works only with --nnodes 1: the other nodes must "
                             "know the port; accepted with --nnodes %d: 1 to 65535", o->nnodes);
@@ -404,6 +436,13 @@ int launch_parse(int argc, char **argv, launch_options *o,
     if ((long)o->nnodes * o->nproc_per_node > (1L << 20))
         return pp_fail(err, "--nnodes x --nproc-per-node: world size %ld is over the limit of %ld",
                        (long)o->nnodes * o->nproc_per_node, 1L << 20);
+    return 0;
+}
+
+/* --redirects and --tee write log files, for local ranks that exist;
+ * --local-ranks-filter names local ranks that exist. */
+static int check_streams(launch_options *o, const cmdline *cl, pp_err *err) {
+    const char *redir = cl->redir, *tee = cl->tee;
     if ((redir || tee) && !o->log_dir)
         return pp_fail(err, "%s needs --log-dir (the streams go to log files there)", redir ? "--redirects" : "--tee");
     for (int r = o->nproc_per_node; r < LAUNCH_MAX_NPROC; r++) {
@@ -412,12 +451,37 @@ int launch_parse(int argc, char **argv, launch_options *o,
                            o->redirects[r] && redir && strchr(redir, ':') ? "--redirects" : "--tee", r,
                            o->nproc_per_node - 1, o->nproc_per_node);
     }
-    if (filter) {
-        int max_rank = -1;
-        if (parse_filter(filter, o, &max_rank, err) != 0) return -1;
-        if (max_rank >= o->nproc_per_node)
-            return pp_fail(err, "--local-ranks-filter: local rank %d does not exist; accepted: 0 to %d", max_rank,
-                           o->nproc_per_node - 1);
-    }
+    if (!cl->filter) return 0;
+    int max_rank = -1;
+    if (parse_filter(cl->filter, o, &max_rank, err) != 0) return -1;
+    if (max_rank >= o->nproc_per_node)
+        return pp_fail(err, "--local-ranks-filter: local rank %d does not exist; accepted: 0 to %d", max_rank,
+                       o->nproc_per_node - 1);
     return 0;
+}
+
+int launch_parse(int argc, char **argv, launch_options *o,
+                 int (*extra)(void *ctx, const char *opt, const char *val, pp_err *err), void *ctx, pp_err *err) {
+    launch_options_default(o);
+    /* argv[0] is the command ("run" or "launch"), for the messages */
+    cmdline cl = {.argc = argc, .argv = argv, .i = 1, .extra = extra, .ctx = ctx};
+    cl.cmd = argc > 0 && argv[0] && strcmp(argv[0], "run") == 0 ? "run" : "launch";
+    for (; cl.i < argc; cl.i++) {
+        const char *a = argv[cl.i];
+        if (strcmp(a, "--") == 0) {
+            cl.i++;
+            break;
+        }
+        if (a[0] != '-' || a[1] == '\0') break; /* the program, torchrun-style without "--" */
+        int rc = parse_flag(&cl, o, err);
+        if (rc != 0) return rc;
+    }
+    if (cl.i >= argc) return pp_fail(err, "missing PROGRAM: pprun %s [options] -- PROGRAM [ARGS...]", cl.cmd);
+    o->prog_argv = argv + cl.i;
+    o->prog_argc = argc - cl.i;
+    /* Slurm fills what the flags did not say; then what needs every flag. */
+    if (slurm_fill(o, err) != 0 || take_token(o, err) != 0) return -1;
+    if (!(o->given & LAUNCH_GIVEN_MASTER_PORT)) o->master_port = o->nnodes > 1 ? 29500 : 0;
+    if (check_world(o, err) != 0) return -1;
+    return check_streams(o, &cl, err);
 }
