@@ -3,7 +3,7 @@
  * Responses are written straight into one buffer (a timeline window is tens
  * of thousands of numbers; building a cJSON tree for it would cost more than
  * the query). The writer tracks where commas go. Request bodies are parsed
- * with cJSON instead (see routes.c), never with this.
+ * with cJSON instead (see web/routes_sql.c), never with this.
  *
  * Ownership: the buffer owns its bytes; jw_take hands them to the caller
  * (free()), jw_free releases them. An allocation failure sets `oom` and

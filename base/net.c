@@ -10,6 +10,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -273,4 +274,45 @@ ssize_t net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ns) {
         }
     }
     return (ssize_t)got;
+}
+
+static int addr_is_loopback(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(a)) return 1;
+        if (IN6_IS_ADDR_V4MAPPED(a)) return a->s6_addr[12] == 127;
+    }
+    return 0;
+}
+
+int net_host_is_loopback(const char *host) {
+    if (!host || !*host) return 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return -1;
+    int loop = res != NULL;
+    for (struct addrinfo *a = res; a; a = a->ai_next) loop = loop && addr_is_loopback(a->ai_addr);
+    freeaddrinfo(res);
+    return loop;
+}
+
+void net_peer_name(int fd, char *buf, size_t cap) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char host[INET6_ADDRSTRLEN + 1] = "?", port[16] = "?";
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV);
+    snprintf(buf, cap, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+}
+
+int net_local_name(int fd, char *host, size_t cap, int *family) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char port[16];
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0 ||
+        getnameinfo((struct sockaddr *)&ss, sl, host, (socklen_t)cap, port, sizeof port,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        return -1;
+    *family = ss.ss_family;
+    return atoi(port);
 }

@@ -77,4 +77,14 @@ int net_write_all(int fd, const void *buf, size_t n, uint64_t deadline_ns);
  * (ETIMEDOUT once deadline_ns passed). */
 ssize_t net_read_all(int fd, void *buf, size_t n, uint64_t deadline_ns);
 
+/* 1 if host is a loopback address or a name whose every address is one
+ * (127.0.0.0/8, ::1, "localhost"); 0 otherwise; -1 when it does not
+ * resolve. */
+int net_host_is_loopback(const char *host);
+/* "ADDR:PORT" of the far end of a connected socket, for log lines. */
+void net_peer_name(int fd, char *buf, size_t cap);
+/* The numeric address a socket is bound to into host (INET6_ADDRSTRLEN
+ * fits), its family (AF_INET, AF_INET6) into *family; returns its port, or
+ * -1 with errno. */
+int net_local_name(int fd, char *host, size_t cap, int *family);
 #endif

@@ -251,7 +251,7 @@ static void conn_free(netserve *ns, netserve_conn *c) {
 
 static void refuse_fd(netserve *ns, int fd, netserve_refusal why) {
     char peer[80];
-    pp_peer_name(fd, peer, sizeof peer);
+    net_peer_name(fd, peer, sizeof peer);
     ns->cfg.refuse(ns->cfg.ctx, fd, peer, why);
     close(fd);
 }
@@ -276,7 +276,7 @@ static int add_conn(netserve *ns, int fd) {
     c->fd = fd;
     c->authed = !ns->cfg.auth_ns;
     c->born_ns = c->frame_ns = ns->clock;
-    pp_peer_name(fd, c->peer, sizeof c->peer);
+    net_peer_name(fd, c->peer, sizeof c->peer);
     (void)net_set_keepalive(fd, NETSERVE_KEEPALIVE_S); /* best effort: the connection works without */
     ns->conns[ns->nconns++] = c;
     return 0;

@@ -2,14 +2,10 @@
  * (see token.h). */
 #include "base/token.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 int pp_token_check(const char *tok, const char *what, pp_err *err) {
     size_t n = tok ? strlen(tok) : 0;
@@ -54,33 +50,4 @@ int pp_token_equal(const char *want, const void *got, size_t got_len) {
         diff |= a ^ b;
     }
     return diff == 0;
-}
-
-static int addr_is_loopback(const struct sockaddr *sa) {
-    if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-    if (sa->sa_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(a)) return 1;
-        if (IN6_IS_ADDR_V4MAPPED(a)) return a->s6_addr[12] == 127;
-    }
-    return 0;
-}
-
-int pp_host_is_loopback(const char *host) {
-    if (!host || !*host) return 0;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
-    int loop = res != NULL;
-    for (struct addrinfo *a = res; a; a = a->ai_next) loop = loop && addr_is_loopback(a->ai_addr);
-    freeaddrinfo(res);
-    return loop;
-}
-
-void pp_peer_name(int fd, char *buf, size_t cap) {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char host[INET6_ADDRSTRLEN + 1] = "?", port[16] = "?";
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
-        getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port, NI_NUMERICHOST | NI_NUMERICSERV);
-    snprintf(buf, cap, ss.ss_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
 }

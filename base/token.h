@@ -29,11 +29,6 @@ int pp_token_read_file(const char *path, const char *what, char *out, pp_err *er
 /* 1 if got[0, got_len) is the token want, else 0. The time taken does not
  * depend on where the two differ. want NULL or "" matches nothing. */
 int pp_token_equal(const char *want, const void *got, size_t got_len);
-/* 1 if host is a loopback address or a name whose every address is one
- * (127.0.0.0/8, ::1, "localhost"); 0 otherwise, or when it does not
- * resolve. */
-int pp_host_is_loopback(const char *host);
-/* "ADDR:PORT" of the far end of a connected socket, for log lines. */
-void pp_peer_name(int fd, char *buf, size_t cap);
+
 
 #endif

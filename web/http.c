@@ -5,9 +5,7 @@
  * run (on a pool's worker when its route says so) and its reply sent. */
 #include "web/http.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/net.h"
 #include "base/pp.h"
 #include "web/conn.h"
 #include "web/query.h"
@@ -78,18 +77,8 @@ int http_parse_listen(const char *flag, const char *listen, char *host, size_t h
     return 0;
 }
 
-static int is_loopback(const struct sockaddr *sa) {
-    if (sa->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
-    if (sa->sa_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(a)) return 1;
-        if (IN6_IS_ADDR_V4MAPPED(a)) return a->s6_addr[12] == 127;
-    }
-    return 0;
-}
-
-/* Resolves, checks the token rule, binds and listens. Returns the fd. */
+/* The listening socket for o->listen, after the one rule the dashboard adds
+ * to net_listen's: an address that is not loopback needs a token. */
 static int open_listener(const http_options *o, int *family, char *url, size_t urlsz, uint16_t *bound,
                          pp_err *err) {
     char host[256];
@@ -97,54 +86,22 @@ static int open_listener(const http_options *o, int *family, char *url, size_t u
     const char *flag = o->listen_flag ? o->listen_flag : "--listen";
     if (http_parse_listen(flag, o->listen ? o->listen : "127.0.0.1:8080", host, sizeof host, &port, err) != 0)
         return -1;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
-    struct addrinfo *res = NULL;
-    char portstr[8];
-    snprintf(portstr, sizeof portstr, "%u", port);
-    int gai = getaddrinfo(host, portstr, &hints, &res);
-    if (gai != 0) return pp_fail(err, "%s: cannot resolve '%s': %s", flag, host, gai_strerror(gai));
-    int loop = 1;
-    for (struct addrinfo *a = res; a; a = a->ai_next) loop = loop && is_loopback(a->ai_addr);
-    if (!loop && !(o->token && *o->token)) {
-        freeaddrinfo(res);
+    if (net_host_is_loopback(host) == 0 && !(o->token && *o->token))
         return pp_fail(err,
                        "%s %s is not a loopback address: refusing to serve the trace without a token "
                        "(give --token TOKEN or set PPRUN_TOKEN; clients send 'Authorization: Bearer TOKEN')",
                        flag, host);
+    pp_err why;
+    int fd = net_listen(host, port, 128, 0, &why);
+    if (fd < 0) return pp_fail(err, "%s: %s", flag, why.msg);
+    char addr[INET6_ADDRSTRLEN];
+    int p = net_local_name(fd, addr, sizeof addr, family);
+    if (p < 0) {
+        close(fd);
+        return pp_fail(err, "%s: cannot read the address it listens on: %s", flag, strerror(errno));
     }
-    int fd = -1;
-    int last_errno = 0;
-    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-        fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            last_errno = errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 128) != 0) {
-            last_errno = errno;
-            close(fd);
-            fd = -1;
-            continue;
-        }
-        *family = a->ai_family;
-    }
-    freeaddrinfo(res);
-    if (fd < 0) return pp_fail(err, "%s %s:%u: %s", flag, host, port, strerror(last_errno));
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    char addr[INET6_ADDRSTRLEN] = "?";
-    if (ss.ss_family == AF_INET) {
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, addr, sizeof addr);
-        *bound = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        snprintf(url, urlsz, "http://%s:%u/", addr, *bound);
-    } else {
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, addr, sizeof addr);
-        *bound = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
-        snprintf(url, urlsz, "http://[%s]:%u/", addr, *bound);
-    }
+    *bound = (uint16_t)p;
+    snprintf(url, urlsz, *family == AF_INET6 ? "http://[%s]:%u/" : "http://%s:%u/", addr, *bound);
     return fd;
 }
 

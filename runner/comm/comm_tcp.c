@@ -134,7 +134,7 @@ void comm_tcp_accept(comm *c) {
         memset(tok, 0, sizeof tok);
         if (!ok) {
             char peer[80];
-            pp_peer_name(fd, peer, sizeof peer);
+            net_peer_name(fd, peer, sizeof peer);
             fprintf(stderr, "pprun comm (rank %d): refused a connection from %s (saying it is rank %d): %s job token\n",
                     c->rank, peer, h.rank, h.token_len ? "wrong" : "no");
             if (h.token_len) (void)net_write_all(fd, &ok, 1, deadline);

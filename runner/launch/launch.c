@@ -25,18 +25,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <arpa/inet.h>
 #include <inttypes.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "base/net.h"
 
 /* The self-pipe's write end: the only state a signal handler touches. */
 static volatile int sig_pipe_w = -1;
@@ -261,17 +260,12 @@ static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_fa
 /* The workers' MASTER_PORT: a port that is free on node 0 now. Not the
  * store's: PyTorch's env:// init makes rank 0 listen on MASTER_PORT. */
 static int pick_free_port(int *port, pp_err *err) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    socklen_t l = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &l) != 0) {
-        if (fd >= 0) close(fd);
-        return pp_fail(err, "cannot find a free port for MASTER_PORT: %s", strerror(errno));
-    }
-    close(fd);
-    *port = ntohs(a.sin_port);
+    pp_err why;
+    int fd = net_listen(NULL, 0, 1, 0, &why);
+    *port = fd < 0 ? -1 : net_local_port(fd);
+    if (fd >= 0) close(fd);
+    if (*port < 0)
+        return pp_fail(err, "cannot find a free port for MASTER_PORT: %s", fd < 0 ? why.msg : strerror(errno));
     return 0;
 }
 

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/net.h"
+
 enum {
     OPT_NPROC, OPT_NNODES, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_MAX_RESTARTS,
     OPT_MONITOR, OPT_SHUTDOWN, OPT_RDZV_TIMEOUT, OPT_LOG_DIR, OPT_REDIRECTS, OPT_TEE, OPT_FILTER,
@@ -339,7 +341,7 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
 }
 
 int launch_check_token(const launch_options *o, pp_err *err) {
-    if (o->nnodes <= 1 || o->rdzv_token[0] || pp_host_is_loopback(o->master_addr)) return 0;
+    if (o->nnodes <= 1 || o->rdzv_token[0] || net_host_is_loopback(o->master_addr) == 1) return 0;
     return pp_fail(err,
                    "--master-addr %s is not a loopback address: with --nnodes %d the rendezvous store (and, under "
                    "pprun run, the trace and data ports) would take orders from anyone who can reach them; give every "
