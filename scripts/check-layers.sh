@@ -24,7 +24,7 @@ runner/store   base
 runner/launch  base runner/store
 runner/job     base sched config tracer db report web runner/model runner/comm runner/worker runner/store runner/launch
 runner/cmd     base sched config tracer db report web runner/model runner/comm runner/worker runner/store runner/launch runner/job
-runner         runner/cmd
+runner         base db runner/cmd
 '
 
 # The layer a path belongs to: its longest listed folder prefix.
