@@ -287,11 +287,11 @@ static int check_job(run_job *job, pp_err *err) {
     if (job->program) {
         name_program(job);
         cfg->cupti = 0;
-        snprintf(cfg->progress, sizeof cfg->progress, "off"); /* its numbers come from pprun's worker */
+        cfg->progress = RUN_PROGRESS_OFF; /* its numbers come from pprun's worker */
     } else {
         model_spec_format(&cfg->model, job->model, sizeof job->model);
     }
-    if (!job->program && strcmp(cfg->device, "cuda") == 0 && check_cuda(job, err) != 0) return -1;
+    if (!job->program && cfg->device == RUN_DEVICE_CUDA && check_cuda(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
     if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
@@ -304,7 +304,7 @@ static int check_job(run_job *job, pp_err *err) {
         sched_partition(cfg->model.layers, job->plan->stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
     free(first);
     if (rc != 0) return pp_wrap(err, "--model %s with %d stages", cfg->model_text, job->plan->stages);
-    if (strcmp(cfg->device, "cuda") == 0 &&
+    if (cfg->device == RUN_DEVICE_CUDA &&
         run_config_check_gpu_transport(cfg, job->plan, job->lo.nproc_per_node, job->cuda_devices, err) != 0)
         return -1;
     if (cfg->model.kind == MODEL_GPT) {
@@ -330,7 +330,8 @@ static char *config_json(const run_job *job) {
     const run_config *c = &job->cfg;
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
-    cJSON_AddStringToObject(o, "schedule", c->schedule);
+    char schedule[RUN_SCHEDULE_TEXT_MAX];
+    cJSON_AddStringToObject(o, "schedule", run_schedule_text(c, schedule, sizeof schedule));
     if (c->has_schedule_costs) { /* what zb-v's order was built for (db/whatif.c reads it back) */
         char text[1024];
         snprintf(text, sizeof text, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->schedule_costs.f, c->schedule_costs.b,
@@ -364,12 +365,12 @@ static char *config_json(const run_job *job) {
         cJSON_AddNumberToObject(o, "seed", (double)c->seed);
         cJSON_AddNumberToObject(o, "lr", c->optim.lr);
         cJSON_AddNumberToObject(o, "weight_decay", c->optim.weight_decay);
-        cJSON_AddStringToObject(o, "optimizer", c->optim.kind == MODEL_SGD ? "sgd" : "adamw");
+        cJSON_AddStringToObject(o, "optimizer", run_optimizer_name(c->optim.kind));
         /* where boundary tensors live; the per-peer transport is each worker's first line */
         cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");
-        cJSON_AddStringToObject(o, "transport", c->transport);
+        cJSON_AddStringToObject(o, "transport", run_transport_name(c->transport));
         cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
-        cJSON_AddStringToObject(o, "dtype", c->dtype);
+        cJSON_AddStringToObject(o, "dtype", run_dtype_name(c->dtype));
     }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -380,17 +381,18 @@ static int write_job(run_job *job, pp_err *err) {
     const sched_plan *plan = job->plan;
     char *json = config_json(job);
     if (!json) return pp_fail(err, "out of memory");
+    char schedule[RUN_SCHEDULE_TEXT_MAX];
     db_job_info info = {
         .name = job->lo.run_id,
         .nnodes = job->lo.nnodes,
         .world_size = plan->ranks,
-        .schedule = job->cfg.schedule,
+        .schedule = run_schedule_text(&job->cfg, schedule, sizeof schedule),
         .microbatches = plan->microbatches,
         .virtual_stages = plan->virtual_stages,
         .stages = plan->stages,
         .steps = job->cfg.steps,
         .model = job->model,
-        .device = job->cfg.device,
+        .device = run_device_name(job->cfg.device),
         .config_json = json,
         .t0_ns = (int64_t)pp_now_ns(),
     };
@@ -418,7 +420,7 @@ static int write_job(run_job *job, pp_err *err) {
         if (job->cuda_devices > 0)
             snprintf(devices[r], sizeof devices[r], "cuda:%d", (r % job->lo.nproc_per_node) % job->cuda_devices);
         else
-            snprintf(devices[r], sizeof devices[r], "%s", job->cfg.device);
+            snprintf(devices[r], sizeof devices[r], "%s", run_device_name(job->cfg.device));
         ranks[r] = (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = devices[r], .stages = stages[r]};
     }
     int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)plan->ranks, err);
@@ -589,7 +591,8 @@ static int program_env(const sched_plan *plan, const run_config *cfg, int rank, 
         snprintf(num, sizeof num, "%d", nums[i].value);
         if (launch_env_set(env, nums[i].name, num, err) != 0) return -1;
     }
-    if (launch_env_set(env, "PPRUN_SCHEDULE", cfg->schedule, err) != 0) return -1;
+    char schedule[RUN_SCHEDULE_TEXT_MAX];
+    if (launch_env_set(env, "PPRUN_SCHEDULE", run_schedule_text(cfg, schedule, sizeof schedule), err) != 0) return -1;
     /* 24 bytes hold any "S," (at most 12) and any "{stage}{op}{mb} " (at most 16) */
     size_t size = (size_t)(plan->stages > plan->len[rank] ? plan->stages : plan->len[rank]) * 24 + 1;
     char *text = malloc(size);

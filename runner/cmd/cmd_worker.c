@@ -93,7 +93,7 @@ static void say_transports(const worker *w, const sched_plan *plan, const comm *
     char line[1024];
     int n = dc ? snprintf(line, sizeof line, "boundary tensors in GPU memory (cuda:%d)", device)
                : snprintf(line, sizeof line, "boundary tensors staged through host memory (--transport %s)",
-                          w->cfg.transport);
+                          run_transport_name(w->cfg.transport));
     char *seen = calloc((size_t)plan->ranks, 1);
     for (int s = 0; seen && s < plan->stages; s++) {
         if (plan->stage_rank[s] != w->rank) continue;
@@ -214,7 +214,7 @@ static int run_worker(worker *w, pp_err *err) {
             .job_key = job_key,
             .exchange = {w->comm_store, exchange_put, exchange_get},
             .connect_timeout_ms = 60000,
-            .transport = w->cfg.transport,
+            .transport = run_transport_name(w->cfg.transport),
             .tcp_host = getenv("PPRUN_NODE_ADDR"),
             .token = getenv(PP_TOKEN_ENV), /* checked by store_connect_env */
         };
@@ -223,13 +223,14 @@ static int run_worker(worker *w, pp_err *err) {
         if (comm_open(&cc, &c, err) != 0) goto out;
         if (device_boundaries) {
             if (worker_device(w->rank % w->local_world, &device, err) != 0) goto out;
-            devcomm_config dcfg = {.host = c, .device = device, .transport = w->cfg.transport};
+            devcomm_config dcfg = {.host = c, .device = device, .transport = run_transport_name(w->cfg.transport)};
             if (devcomm_open(&dcfg, &dc, err) != 0) {
-                pp_wrap(err, "opening the GPU transport (--transport %s) on cuda:%d", w->cfg.transport, device);
+                pp_wrap(err, "opening the GPU transport (--transport %s) on cuda:%d",
+                        run_transport_name(w->cfg.transport), device);
                 goto out;
             }
         }
-        if (strcmp(w->cfg.device, "cuda") == 0) say_transports(w, plan, c, dc, device);
+        if (w->cfg.device == RUN_DEVICE_CUDA) say_transports(w, plan, c, dc, device);
     }
     e = (engine){
         .cfg = &w->cfg,

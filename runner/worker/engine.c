@@ -118,8 +118,8 @@ int engine_init(engine *e, pp_err *err) {
     for (int s = 0; s < plan->stages; s++) {
         if (plan->stage_rank[s] != e->rank) continue;
         e->local_stage[e->nlocal++] = s;
-        model_device dev = {.cuda = strcmp(e->cfg->device, "cuda") == 0, .local_rank = e->local_rank,
-                            .bf16 = strcmp(e->cfg->dtype, "bf16") == 0};
+        model_device dev = {.cuda = e->cfg->device == RUN_DEVICE_CUDA, .local_rank = e->local_rank,
+                            .bf16 = e->cfg->dtype == RUN_DTYPE_BF16};
         if (model_stage_create_on(&e->cfg->model, e->first_layer[s], e->first_layer[s + 1], s == 0,
                                   s == plan->stages - 1, e->cfg->seed, plan->microbatches, &dev, &e->stages[s],
                                   err) != 0)
