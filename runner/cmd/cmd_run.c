@@ -36,7 +36,8 @@
 #include "runner/model/cuda/gpu.h"
 #endif
 #include "runner/comm/comm.h"
-#include "runner/worker/engine.h"
+#include "runner/model/model.h"
+#include "runner/worker/checkpoint_dir.h"
 #include "runner/launch/launch.h"
 #include "config/run_config.h"
 #include "runner/job/run_plan.h"
@@ -197,7 +198,7 @@ static int check_resume(run_job *job, pp_err *err) {
     const run_config *cfg = &job->cfg;
     int step;
     char writer[256];
-    if (engine_checkpoint_latest(cfg->checkpoint_dir, &step, writer, sizeof writer, err) != 0)
+    if (checkpoint_dir_latest(cfg->checkpoint_dir, &step, writer, sizeof writer, err) != 0)
         return pp_wrap(err, "--resume: no complete checkpoint in %s", cfg->checkpoint_dir);
     if (step + 1 >= cfg->steps)
         return pp_fail(err, "--resume: the checkpoint in %s is at step %d; --steps %d leaves nothing to run",
@@ -555,7 +556,7 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
         int latest;
         pp_err ignored;
         job->progress_next =
-            engine_checkpoint_to_load(&job->cfg, info->run_id, &latest, &ignored) == 0 ? latest + 1 : 0;
+            checkpoint_dir_to_load(&job->cfg, info->run_id, &latest, &ignored) == 0 ? latest + 1 : 0;
     }
     /* The display lives for one attempt: it reads the store, which is up
      * only while launch_job runs. */

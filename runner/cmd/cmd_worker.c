@@ -22,6 +22,7 @@
 #include "runner/cmd/cli.h"
 #include "runner/comm/comm.h"
 #include "runner/comm/devcomm.h"
+#include "runner/worker/checkpoint_dir.h"
 #include "runner/worker/engine.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
@@ -139,7 +140,7 @@ static int checkpoint_done(void *ctx, int step, pp_err *err) {
     int64_t count = 0;
     if (store_add(w->store, key, 1, &count, err) != 0) return -1;
     if (count != w->world) return 0;
-    return engine_checkpoint_mark_latest(w->cfg.checkpoint_dir, step, w->run_id, err);
+    return checkpoint_dir_mark_latest(w->cfg.checkpoint_dir, step, w->run_id, err);
 }
 
 /* --- main ---------------------------------------------------------------------- */
@@ -232,10 +233,11 @@ static int run_worker(worker *w, pp_err *err) {
         }
         if (w->cfg.device == RUN_DEVICE_CUDA) say_transports(w, plan, c, dc, device);
     }
+    int latest, from = checkpoint_dir_to_load(&w->cfg, w->run_id, &latest, err);
+    if (from < 0) goto out;
     e = (engine){
         .cfg = &w->cfg,
         .plan = plan,
-        .run_id = w->run_id,
         .rank = w->rank,
         .attempt = w->attempt,
         .local_rank = w->rank % w->local_world, /* global ranks are node-major */
@@ -245,6 +247,7 @@ static int run_worker(worker *w, pp_err *err) {
         .gpu = gpu,
         .data = data,
         .hooks = {w, on_step, checkpoint_done},
+        .start_step = from == 0 ? latest + 1 : 0,
     };
     if (engine_init(&e, err) != 0 || engine_run(&e, err) != 0) goto out;
     /* Nothing in flight may be lost when this rank exits first; devcomm
