@@ -19,7 +19,7 @@ report         base sched config tracer db
 web            base sched config tracer db report
 runner/model   base config
 runner/comm    base config
-runner/worker  base sched config tracer runner/model runner/comm
+runner/worker  base sched config tracer runner/model runner/comm runner/store
 runner/store   base
 runner/launch  base runner/store
 runner/job     base sched config tracer db report web runner/model runner/comm runner/worker runner/store runner/launch

@@ -22,8 +22,8 @@ int checkpoint_dir_latest(const char *dir, int *step, char *run_id, size_t n, pp
     long v = strtol(text, &end, 10);
     const char *id = end + (*end == ' ');
     size_t idlen = strcspn(id, " \t\r\n");
-    int ok = end != text && text[0] >= '0' && text[0] <= '9' && !errno && v <= (1L << 24) && *end == ' ' &&
-             idlen > 0 && idlen < 256 && strlen(text) == len && strcmp(id + idlen, "\n") == 0;
+    int ok = end != text && text[0] >= '0' && text[0] <= '9' && !errno && v <= (1L << 24) && *end == ' ' && idlen > 0 &&
+             idlen < 256 && strlen(text) == len && strcmp(id + idlen, "\n") == 0;
     if (!ok) return pp_fail(err, "%s is not 'STEP RUN_ID' with a step from 0 to %ld (a damaged file?)", path, 1L << 24);
     *step = (int)v;
     snprintf(run_id, n, "%.*s", (int)idlen, id);
@@ -33,8 +33,7 @@ int checkpoint_dir_latest(const char *dir, int *step, char *run_id, size_t n, pp
 int checkpoint_dir_to_load(const run_config *cfg, const char *run_id, int *step, pp_err *err) {
     char writer[256];
     pp_err *why = cfg->resume ? err : NULL; /* without --resume, no latest just means a fresh start */
-    if (!cfg->checkpoint_dir[0] ||
-        checkpoint_dir_latest(cfg->checkpoint_dir, step, writer, sizeof writer, why) != 0) {
+    if (!cfg->checkpoint_dir[0] || checkpoint_dir_latest(cfg->checkpoint_dir, step, writer, sizeof writer, why) != 0) {
         if (cfg->resume) return pp_wrap(err, "--resume: no complete checkpoint in %s", cfg->checkpoint_dir);
         return 1;
     }
