@@ -10,21 +10,14 @@
  *
  * `pprun run [options] -- PROGRAM [ARGS]` runs the user's own program in
  * place of the built-in worker: the same job, rings and dashboard, with the
- * schedule in the program's environment (program_env) and its ops recorded
+ * schedule in the program's environment (job_program_env.h) and its ops recorded
  * through libpprun_trace (tracer/pprun_trace.h, docs/trace-api.md). */
-#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <sys/stat.h>
-
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <cjson/cJSON.h>
 
@@ -32,14 +25,15 @@
 #include "db/db.h"
 #include "db/whatif.h"
 #include "runner/cmd/cli.h"
-#ifdef PPRUN_HAVE_CUDA
-#include "runner/model/cuda/gpu.h"
-#endif
 #include "runner/comm/comm.h"
-#include "runner/model/model.h"
 #include "runner/worker/checkpoint_dir.h"
 #include "runner/launch/launch.h"
 #include "config/run_config.h"
+#include "runner/job/job.h"
+#include "runner/job/job_checks.h"
+#include "runner/job/job_nodes.h"
+#include "runner/job/job_options.h"
+#include "runner/job/job_program_env.h"
 #include "runner/job/run_plan.h"
 #include "runner/job/run_progress.h"
 #include "report/text.h"
@@ -60,268 +54,6 @@
  * job's CPU, bench/pipeline). */
 #define RUN_COLLECT_INTERVAL_NS (50ull * 1000000ull)
 
-typedef struct run_job {
-    run_config cfg;
-    launch_options lo;
-    sched_plan *plan;
-    db *db; /* the job's writer; only the collector thread writes while it runs */
-    int64_t job_id;
-    collector *coll;
-    trace_ring **rings; /* [nproc_per_node], owned by the collector once added */
-    http_server *web;
-    run_progress *progress;
-    int progress_next; /* the next step the display shows, across attempts */
-    int plan_refreshed; /* the plan has simulated times at measured costs (the collector's thread) */
-    char node_addr[INET6_ADDRSTRLEN];
-    char self_exe[4096];
-    char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
-    char *worker_args[RUN_CONFIG_MAX_ARGS + 1];
-    int cuda_devices;       /* --device cuda: devices this node sees */
-    char costs_about[256];  /* --schedule-costs DB: which job and steps its numbers are from */
-    int program;            /* 1: `-- PROGRAM` runs instead of the built-in worker */
-    char worker_flag[32];   /* the first option given that only the built-in worker takes */
-    char model[256];        /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
-} run_job;
-
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: pprun run [job options] [launcher options] [-- PROGRAM [ARGS...]]\n\n"
-            "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n"
-            "With -- PROGRAM, your own program runs on every rank instead of pprun's worker,\n"
-            "gets the schedule in its environment and records its ops with libpprun_trace\n"
-            "(docs/trace-api.md); the job options marked * configure pprun's worker only.\n\n"
-            "job options:\n"
-            "  --schedule S          gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE (default 1f1b)\n"
-            "  --microbatches M      microbatches per step (default 8)\n"
-            "  --virtual-stages V    model chunks per rank (interleaved-1f1b, zb-v: 2)\n"
-            "* --pipeline-cuts L,..  first layer of stages 1..S-1, or even (the default)\n"
-            "  --schedule-costs C    order zb-v for these op costs: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us,\n"
-            "                        or DB[:JOB] for a job's measured ones (default: the model's)\n"
-            "  --steps N             training steps (default 20)\n"
-            "* --model SPEC          gpt[:layers=L,dim=D,heads=H,seq=T,batch=N] or\n"
-            "                        timed:f=2ms,b=2ms,w=2ms,act=64KiB[,layers=K,per=layer] (default gpt)\n"
-            "* --data FILE           train on this text file (default: the built-in corpus)\n"
-            "  --device cpu|cuda     (default cpu)\n"
-            "* --dtype fp32|bf16     GEMM operands (default fp32; bf16 needs --device cuda)\n"
-            "* --seed N  --lr X  --optimizer adamw|sgd  --weight-decay X\n"
-            "  --db FILE             trace database (default ./pprun.db)\n"
-            "  --trace on|off        (default on)\n"
-            "* --cupti on|off        GPU spans and kernels from CUPTI (default on with --device cuda\n"
-            "                        and --trace on; needs both)\n"
-            "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
-            "                        the job until Ctrl-C\n"
-            "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
-            "* --checkpoint-dir D  --checkpoint-every K  --resume\n"
-            "* --metrics FILE        JSON lines, one per step\n"
-            "* --save-weights DIR    every stage's final weights (raw float32)\n"
-            "* --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
-            "* --recv-timeout T      (default 120s)\n"
-            "* --transport T         auto|shm|tcp|cuda-ipc|nccl (default auto: with --device cuda,\n"
-            "                        boundary tensors stay in GPU memory, cuda-ipc between ranks\n"
-            "                        on one GPU, nccl otherwise; shm|tcp stage them through the host)\n"
-            "* --progress auto|on|off  the progress line (its numbers come from pprun's worker)\n\n"
-            "launcher options (as `pprun launch`):\n");
-    launch_usage(out, 4);
-}
-
-/* The launcher's parser hands us every option it does not know. */
-static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) {
-    run_job *job = ctx;
-    if (strcmp(opt, "--help") == 0) {
-        usage(stdout);
-        return 1;
-    }
-    if (run_config_worker_only(opt) && !job->worker_flag[0])
-        snprintf(job->worker_flag, sizeof job->worker_flag, "%s", opt);
-    if (strcmp(opt, "--serve") == 0) {
-        /* An optional value: the next argument, unless it is another option
-         * (pprun run takes no positional arguments). A bare port means
-         * 127.0.0.1:PORT. */
-        if (!val || val[0] == '-') return run_config_option(&job->cfg, opt, NULL, err) < 0 ? -1 : 1;
-        char addr[128];
-        if (val[0] && strspn(val, "0123456789") == strlen(val)) {
-            snprintf(addr, sizeof addr, "127.0.0.1:%.16s", val);
-            val = addr;
-        } else if (!strchr(val, ':')) {
-            return pp_fail(err, "--serve: expected HOST:PORT or a port, got '%s'", val);
-        }
-        return run_config_option(&job->cfg, opt, val, err) < 0 ? -1 : 2;
-    }
-    if (strcmp(opt, "--resume") == 0) return run_config_option(&job->cfg, opt, NULL, err) < 0 ? -1 : 1;
-    if (!run_config_takes_value(opt)) return 0;
-    if (!val) return pp_fail(err, "%s needs a value", opt);
-    int rc = run_config_option(&job->cfg, opt, val, err);
-    return rc < 0 ? -1 : rc == 1 ? 2 : 0;
-}
-
-/* The address this node uses to reach the master: what other nodes' ranks
- * connect to for TCP transport. */
-static void node_address(const char *master, char *out, size_t n) {
-    snprintf(out, n, "127.0.0.1");
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
-    if (getaddrinfo(master, "9", &hints, &ai) != 0) return;
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in local;
-    socklen_t len = sizeof local;
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, (struct sockaddr *)&local, &len) == 0)
-        inet_ntop(AF_INET, &local.sin_addr, out, (socklen_t)n);
-    if (fd >= 0) close(fd);
-    freeaddrinfo(ai);
-}
-
-/* --- checks before anything starts --------------------------------------------- */
-
-/* Where `flag` will write: `path` itself when it exists (a directory when
- * want_dir), else the folder that will hold it. */
-static int check_writable(const char *flag, const char *path, int want_dir, pp_err *err) {
-    struct stat st;
-    if (stat(path, &st) == 0) {
-        if (want_dir && !S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: not a directory", flag, path);
-        if (!want_dir && S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: is a directory", flag, path);
-        if (access(path, W_OK) != 0) return pp_fail(err, "%s %s: not writable: %s", flag, path, strerror(errno));
-        return 0;
-    }
-    char parent[1024];
-    snprintf(parent, sizeof parent, "%s", path);
-    char *slash = strrchr(parent, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else if (slash == parent) parent[1] = '\0';
-    else *slash = '\0';
-    if (access(parent, W_OK) != 0)
-        return pp_fail(err, "%s %s: cannot create it in %s: %s", flag, path, parent, strerror(errno));
-    return 0;
-}
-
-/* --resume: the checkpoint must be there and leave steps to run. */
-static int check_resume(run_job *job, pp_err *err) {
-    const run_config *cfg = &job->cfg;
-    int step;
-    char writer[256];
-    if (checkpoint_dir_latest(cfg->checkpoint_dir, &step, writer, sizeof writer, err) != 0)
-        return pp_wrap(err, "--resume: no complete checkpoint in %s", cfg->checkpoint_dir);
-    if (step + 1 >= cfg->steps)
-        return pp_fail(err, "--resume: the checkpoint in %s is at step %d; --steps %d leaves nothing to run",
-                       cfg->checkpoint_dir, step, cfg->steps);
-    job->progress_next = step + 1;
-    return 0;
-}
-
-/* --fail-at must name a point the job reaches, or the test it serves would
- * pass for the wrong reason. */
-static int check_fail_at(const run_job *job, int world, pp_err *err) {
-    const run_fail_at *f = &job->cfg.fail_at;
-    if (!f->enabled) return 0;
-    if (f->rank >= world) return pp_fail(err, "--fail-at rank=%d: the job has ranks 0..%d", f->rank, world - 1);
-    if (f->step >= job->cfg.steps) return pp_fail(err, "--fail-at step=%d: the job runs steps 0..%d", f->step, job->cfg.steps - 1);
-    if (f->mb >= job->cfg.microbatches)
-        return pp_fail(err, "--fail-at mb=%d: the job has microbatches 0..%d", f->mb, job->cfg.microbatches - 1);
-    return 0;
-}
-
-/* --device cuda is checked here, before any worker starts: no toolkit at build
- * time, or no device now (the workers would all fail the same way). */
-static int check_cuda(run_job *job, pp_err *err) {
-    const run_config *cfg = &job->cfg;
-    if (cfg->model.kind != MODEL_GPT)
-        return pp_fail(err, "--device cuda runs the gpt model only; --model %s runs on --device cpu", cfg->model_text);
-#ifdef PPRUN_HAVE_CUDA
-    if (gpu_device_count(&job->cuda_devices, err) != 0) return pp_wrap(err, "--device cuda");
-    return 0;
-#else
-    return pp_fail(err, "--device cuda: this pprun was built without the GPU backend; use --device cpu");
-#endif
-}
-
-/* --schedule-costs DB[:JOB]: a job's measured op costs, read once here, so
- * that every worker builds the same order from the same numbers (they get
- * them as --schedule-costs f=..,b=..,w=..,comm=..). */
-static int read_schedule_costs(run_job *job, int world, pp_err *err) {
-    run_config *cfg = &job->cfg;
-    const char *path = cfg->schedule_costs_db;
-    if (access(path, R_OK) != 0) return pp_fail(err, "--schedule-costs %s: cannot read it: %s", path, strerror(errno));
-    sqlite3 *sql;
-    if (db_open_readonly(path, &sql, err) != 0) return pp_wrap(err, "--schedule-costs %s", path);
-    int64_t id = cfg->schedule_costs_job ? cfg->schedule_costs_job : db_newest_job(sql, err);
-    int rc = -1;
-    if (id == 0) pp_fail(err, "no job in it yet");
-    else if (id > 0)
-        rc = whatif_costs_for(sql, id, job->model, world, 2, &cfg->schedule_costs, job->costs_about,
-                              sizeof job->costs_about, err);
-    sqlite3_close(sql);
-    if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
-    cfg->has_schedule_costs = 1;
-    return 0;
-}
-
-/* `-- PROGRAM`: the job is the schedule; the program is the model, and
- * jobs.model names it ("program:python3 train.py --lr 3e-4"). --device
- * only labels the job: the program picks its own device. */
-static void name_program(run_job *job) {
-    int n = snprintf(job->model, sizeof job->model, "program:");
-    for (int i = 0; i < job->lo.prog_argc && n < (int)sizeof job->model; i++)
-        n += snprintf(job->model + n, sizeof job->model - (size_t)n, i ? " %s" : "%s", job->lo.prog_argv[i]);
-}
-
-/* Linux refuses to start a program with one environment string over 128
- * KiB (MAX_ARG_STRLEN): a long PPRUN_ACTIONS is refused here, naming it,
- * rather than every rank failing to start. */
-#define RUN_ENV_STRING_MAX (128 * 1024 - 1)
-static int check_program_env(const sched_plan *plan, pp_err *err) {
-    for (int r = 0; r < plan->ranks; r++) {
-        size_t bytes = strlen("PPRUN_ACTIONS=");
-        char action[16];
-        for (int i = 0; i < plan->len[r]; i++) bytes += strlen(sched_action_str(&plan->actions[r][i], action)) + 1;
-        if (bytes > RUN_ENV_STRING_MAX)
-            return pp_fail(err, "rank %d's PPRUN_ACTIONS would be %zu bytes, more than the %d an environment variable "
-                                "may hold; use fewer --microbatches or --virtual-stages", r, bytes, RUN_ENV_STRING_MAX);
-    }
-    return 0;
-}
-
-static int check_job(run_job *job, pp_err *err) {
-    run_config *cfg = &job->cfg;
-    if (job->program && job->worker_flag[0])
-        return pp_fail(err, "%s configures pprun's built-in worker; with -- PROGRAM your program is the model "
-                            "(give it its own options after PROGRAM)", job->worker_flag);
-    if (run_config_finish(cfg, err) != 0) return -1;
-    if (job->program) {
-        name_program(job);
-        cfg->cupti = 0;
-        cfg->progress = RUN_PROGRESS_OFF; /* its numbers come from pprun's worker */
-    } else {
-        model_spec_format(&cfg->model, job->model, sizeof job->model);
-    }
-    if (!job->program && cfg->device == RUN_DEVICE_CUDA && check_cuda(job, err) != 0) return -1;
-    int world = job->lo.nproc_per_node * job->lo.nnodes;
-    if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
-    if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
-    if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
-    if (cfg->trace && job->lo.node_rank == 0 && check_writable("--db", cfg->db, 0, err) != 0) return -1;
-    if (job->program) return check_program_env(job->plan, err);
-    int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
-    if (!first) return pp_fail(err, "out of memory");
-    int rc =
-        sched_partition(cfg->model.layers, job->plan->stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
-    free(first);
-    if (rc != 0) return pp_wrap(err, "--model %s with %d stages", cfg->model_text, job->plan->stages);
-    if (cfg->device == RUN_DEVICE_CUDA &&
-        run_config_check_gpu_transport(cfg, job->plan, job->lo.nproc_per_node, job->cuda_devices, err) != 0)
-        return -1;
-    if (cfg->model.kind == MODEL_GPT) {
-        data_source *data = NULL;
-        if (data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &data, err) != 0)
-            return -1; /* its messages name --data */
-        data_close(data);
-    } else if (cfg->data[0]) {
-        return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);
-    }
-    if (check_fail_at(job, world, err) != 0) return -1;
-    if (cfg->metrics[0] && check_writable("--metrics", cfg->metrics, 0, err) != 0) return -1;
-    if (cfg->save_weights[0] && check_writable("--save-weights", cfg->save_weights, 1, err) != 0) return -1;
-    if (cfg->checkpoint_dir[0] && check_writable("--checkpoint-dir", cfg->checkpoint_dir, 1, err) != 0) return -1;
-    return cfg->resume ? check_resume(job, err) : 0;
-}
 
 /* --- the database: job, ranks, plan ---------------------------------------------- */
 
@@ -498,35 +230,6 @@ static int start_forwarding_collector(run_job *job, const launch_info *info, sto
     return collector_start(&cc, &job->coll, err);
 }
 
-/* Several nodes: every node must run the job node 0 runs. Node 0
- * publishes its options (run_config_node_text); each other node compares
- * its own with them and refuses to start on a difference, naming it, rather
- * than run ranks that disagree: a hang, or, worse, a job that succeeds with
- * another schedule on some ranks than the one the database records. */
-static int agree_with_node0(const run_job *job, const launch_info *info, store_client *store, pp_err *err) {
-    char mine[8192];
-    if (run_config_node_text(&job->cfg, info->nproc_per_node, mine, sizeof mine) != 0)
-        return pp_fail(err, "the job's options do not fit in %zu bytes", sizeof mine);
-    /* and the same program (a node without one would run pprun's worker) */
-    size_t used = strlen(mine);
-    if (job->program && snprintf(mine + used, sizeof mine - used, "-- %s\n", job->model + strlen("program:")) >=
-                            (int)(sizeof mine - used))
-        return pp_fail(err, "the job's options do not fit in %zu bytes", sizeof mine);
-    if (info->node_rank == 0) return store_set(store, "run/options", mine, strlen(mine), err);
-    const char *keys[] = {"run/options"};
-    int rc = store_wait(store, keys, 1, 60000, err);
-    if (rc == 1) return pp_fail(err, "node rank 0 never published its job options");
-    void *node0;
-    size_t len;
-    if (rc != 0 || store_get(store, keys[0], &node0, &len, err) != 0) return -1;
-    rc = run_config_node_diff(mine, node0, err);
-    free(node0);
-    if (rc != 0)
-        return pp_wrap(err, "this node's job options differ from node rank 0's (start every node with the same "
-                            "`pprun run` options; only --node-rank may differ)");
-    return 0;
-}
-
 /* The collector and one trace ring per local rank (the collector owns the
  * rings; the workers inherit their fds). */
 static int start_tracing(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
@@ -572,44 +275,9 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
         store_connect_token(host, port, info->rdzv_token, 30ull * 1000000000ull, &store, err) != 0)
         return -1;
     int rc = 0;
-    if (info->nnodes > 1) rc = agree_with_node0(job, info, store, err);
+    if (info->nnodes > 1) rc = job_nodes_agree(job, info, store, err);
     if (rc == 0 && job->cfg.trace) rc = start_tracing(job, info, store, err);
     store_close(store);
-    return rc;
-}
-
-/* What a user's program needs to run the job's schedule on its rank
- * (docs/trace-api.md): the job's shape, which rank holds each stage, and
- * this rank's actions in order ("0F0 0F1 0B0 0W0 ..."). */
-static int program_env(const sched_plan *plan, const run_config *cfg, int rank, launch_env *env, pp_err *err) {
-    char num[32];
-    const struct {
-        const char *name;
-        int value;
-    } nums[] = {{"PPRUN_MICROBATCHES", plan->microbatches}, {"PPRUN_VIRTUAL_STAGES", plan->virtual_stages},
-                {"PPRUN_NUM_STAGES", plan->stages}, {"PPRUN_STEPS", cfg->steps}};
-    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
-        snprintf(num, sizeof num, "%d", nums[i].value);
-        if (launch_env_set(env, nums[i].name, num, err) != 0) return -1;
-    }
-    char schedule[RUN_SCHEDULE_TEXT_MAX];
-    if (launch_env_set(env, "PPRUN_SCHEDULE", run_schedule_text(cfg, schedule, sizeof schedule), err) != 0) return -1;
-    /* 24 bytes hold any "S," (at most 12) and any "{stage}{op}{mb} " (at most 16) */
-    size_t size = (size_t)(plan->stages > plan->len[rank] ? plan->stages : plan->len[rank]) * 24 + 1;
-    char *text = malloc(size);
-    if (!text) return pp_fail(err, "out of memory");
-    size_t n = 0;
-    for (int s = 0; s < plan->stages; s++)
-        n += (size_t)snprintf(text + n, size - n, s ? ",%d" : "%d", plan->stage_rank[s]);
-    int rc = launch_env_set(env, "PPRUN_STAGE_RANKS", text, err);
-    n = 0;
-    text[0] = '\0';
-    for (int i = 0; i < plan->len[rank]; i++) {
-        char action[16];
-        n += (size_t)snprintf(text + n, size - n, i ? " %s" : "%s", sched_action_str(&plan->actions[rank][i], action));
-    }
-    if (rc == 0) rc = launch_env_set(env, "PPRUN_ACTIONS", text, err);
-    free(text);
     return rc;
 }
 
@@ -617,7 +285,7 @@ static int rank_env(void *ctx, const launch_info *info, int local_rank, int glob
     run_job *job = ctx;
     (void)info;
     if (launch_env_set(env, "PPRUN_NODE_ADDR", job->node_addr, err) != 0) return -1;
-    if (job->program && program_env(job->plan, &job->cfg, global_rank, env, err) != 0) return -1;
+    if (job->program && job_program_env_set(job->plan, &job->cfg, global_rank, env, err) != 0) return -1;
     if (job->rings && job->rings[local_rank]) {
         int fd = trace_ring_fd(job->rings[local_rank]);
         char text[16];
@@ -678,20 +346,6 @@ static void plan_at_the_end(run_job *job) {
 }
 
 /* --- main ------------------------------------------------------------------------- */
-
-static int build_worker_argv(run_job *job, pp_err *err) {
-    if (job->program) return 0; /* the user's, as parsed */
-    ssize_t n = readlink("/proc/self/exe", job->self_exe, sizeof job->self_exe - 1);
-    if (n <= 0) return pp_fail(err, "cannot find the pprun executable (/proc/self/exe): %s", strerror(errno));
-    job->self_exe[n] = '\0';
-    job->worker_argv[0] = job->self_exe;
-    job->worker_argv[1] = "worker";
-    int argc = run_config_to_args(&job->cfg, job->worker_argv, 2, job->worker_args);
-    if (argc < 0) return pp_fail(err, "out of memory");
-    job->lo.prog_argv = job->worker_argv;
-    job->lo.prog_argc = argc;
-    return 0;
-}
 
 /* The database file and SQLite's WAL and shared-memory files beside it. */
 static void remove_db_files(const char *path) {
@@ -756,50 +410,15 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
 int cmd_run(int argc, char **argv) {
     static run_job job; /* large: keep it off the stack */
     pp_err err;
-    run_config_default(&job.cfg);
-
-    /* The launcher's parser wants "-- PROGRAM": the user's program when they
-     * wrote one, else this binary's worker. */
-    for (int i = 1; i < argc && !job.program; i++) job.program = strcmp(argv[i], "--") == 0;
-    char **args = calloc((size_t)argc + 3, sizeof *args);
-    if (!args) return 1;
-    memcpy(args, argv, (size_t)argc * sizeof *args);
-    args[argc] = "--";
-    args[argc + 1] = "worker";
-    /* the program's argv stays in main's argv (launch_parse points into it) */
-    int prc = job.program ? launch_parse(argc, argv, &job.lo, job_option, &job, &err)
-                          : launch_parse(argc + 2, args, &job.lo, job_option, &job, &err);
-    free(args);
-    if (prc == 1) return 0;
-    if (prc != 0) {
+    int prc = job_options_parse(&job, argc, argv, &err);
+    if (prc == 1) return 0; /* --help */
+    if (prc != 0 || job_check(&job, &err) != 0 || job_options_worker_argv(&job, &err) != 0) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
+        job_free(&job);
         return 2;
     }
-    if (launch_check_token(&job.lo, &err) != 0) {
-        fprintf(stderr, "pprun run: %s\n", err.msg);
-        return 2;
-    }
-    if (!job.program && job.lo.prog_argc != 1) {
-        fprintf(stderr, "pprun run: unexpected argument '%s' (pprun run takes options only)\n", job.lo.prog_argv[0]);
-        return 2;
-    }
-    if (!(job.lo.given & LAUNCH_GIVEN_NPROC)) job.lo.nproc_per_node = 4;
-    if (check_job(&job, &err) != 0 || build_worker_argv(&job, &err) != 0 ||
-        (job.program && launch_check_program(&job.lo, &err) != 0)) {
-        fprintf(stderr, "pprun run: %s\n", err.msg);
-        sched_free(job.plan);
-        return 2;
-    }
-    if (job.costs_about[0]) {
-        const sched_costs *c = &job.cfg.schedule_costs;
-        fprintf(stderr, "pprun run: zb-v ordered for F %.3f ms, B %.3f ms, W %.3f ms, send %.3f ms per op (%s, %s)\n",
-                c->f / 1e6, c->b / 1e6, c->w / 1e6, c->comm / 1e6, job.cfg.schedule_costs_db, job.costs_about);
-    }
-    if (job.lo.node_rank == 0 && job.lo.run_id[0] == '\0')
-        snprintf(job.lo.run_id, sizeof job.lo.run_id, "run-%llx-%d", (unsigned long long)(pp_wall_ns() / 1000000),
-                 (int)getpid());
-    /* One node: the ranks' TCP ports (--transport tcp) stay on loopback. */
-    node_address(job.lo.nnodes > 1 ? job.lo.master_addr : "127.0.0.1", job.node_addr, sizeof job.node_addr);
+    job_checks_say_costs(&job);
+    job_nodes_address(&job);
 
     int exit_code = 2;
     /* The server starts before the job is written: a refused --serve (a
@@ -900,12 +519,6 @@ int cmd_run(int argc, char **argv) {
         job.web = NULL;
     }
 out:
-    if (job.web) http_stop(job.web);
-    run_progress_stop(job.progress);
-    if (job.coll) collector_stop(job.coll, &err);
-    free(job.rings); /* the rings themselves belonged to the collector */
-    if (job.db) db_close(job.db);
-    run_config_free_args(job.worker_args);
-    sched_free(job.plan);
+    job_free(&job);
     return exit_code;
 }
