@@ -6,6 +6,10 @@
  *   job_options      the command line; the workers' command line
  *   job_checks       every check before anything starts (bad input exits 2)
  *   job_nodes        this node's address; with several nodes, agreeing with node 0
+ *   job_rows         the job in the database: its rows at the start and at the end
+ *   job_serve        --serve: the dashboard, kept up after the job until Ctrl-C
+ *   job_attempts     the workers' attempts, through the supervisor (runner/launch)
+ *   job_tracing      the trace collector and each rank's ring
  *   job_program_env  `-- PROGRAM`: the schedule in the program's environment
  *
  * The job owns everything it points to; job_free releases what is left. */
@@ -29,6 +33,7 @@ typedef struct run_job {
     launch_options lo;
     sched_plan *plan;
     db *db;         /* the job's writer; only the collector thread writes while it runs */
+    int db_created; /* this run created --db (a refused --serve removes it again) */
     int64_t job_id;
     collector *coll;
     trace_ring **rings; /* [nproc_per_node], owned by the collector once added */
@@ -46,6 +51,16 @@ typedef struct run_job {
     char worker_flag[32];  /* the first option given that only the built-in worker takes */
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
 } run_job;
+
+/* How the workers' attempts ended (job_attempts_run), and the trace with
+ * them (job_tracing_stop). */
+typedef struct job_outcome {
+    int launch_rc;     /* launch_job's: -1 when the launcher could not run the job */
+    pp_err launch_err; /* why, when launch_rc is -1 */
+    launch_result res;
+    pp_err trace_err; /* "" unless the trace stopped early */
+    int exit_code;    /* what pprun run exits with */
+} job_outcome;
 
 /* Releases what the job still holds, whichever step it stopped at. */
 void job_free(run_job *job);
