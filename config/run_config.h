@@ -55,7 +55,7 @@ typedef struct run_config {
     /* --schedule-costs: the op costs zb-v's order is built for (default: the
      * timed model's, else f=b=w=1). Given as numbers, or as DB[:JOB], a
      * database whose job's measured costs the launcher reads into
-     * schedule_costs (cmd_run.c) before any worker starts. */
+     * schedule_costs (runner/job/job_checks.c) before any worker starts. */
     int has_schedule_costs;
     sched_costs schedule_costs;
     char schedule_costs_db[512]; /* "" = none, or not yet read */
