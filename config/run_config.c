@@ -1,4 +1,5 @@
-/* run_config.c: parsing, checking and forwarding the options of `pprun run`. */
+/* run_config.c: parsing, checking and forwarding the options of `pprun run`;
+ * the names of its enums, each spelt once in its table. */
 #include "config/run_config.h"
 
 #include <math.h>
@@ -8,12 +9,12 @@
 
 void run_config_default(run_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    snprintf(cfg->schedule, sizeof cfg->schedule, "1f1b");
+    cfg->schedule = RUN_SCHEDULE_1F1B;
     cfg->microbatches = 8;
     cfg->steps = 20;
     snprintf(cfg->model_text, sizeof cfg->model_text, "gpt");
-    snprintf(cfg->device, sizeof cfg->device, "cpu");
-    snprintf(cfg->dtype, sizeof cfg->dtype, "fp32");
+    cfg->device = RUN_DEVICE_CPU;
+    cfg->dtype = RUN_DTYPE_FP32;
     cfg->seed = 1234;
     model_optim_default(&cfg->optim);
     snprintf(cfg->db, sizeof cfg->db, "pprun.db");
@@ -21,8 +22,8 @@ void run_config_default(run_config *cfg) {
     cfg->cupti = -1;
     snprintf(cfg->serve_addr, sizeof cfg->serve_addr, "127.0.0.1:8080");
     cfg->recv_timeout_ms = 120000;
-    snprintf(cfg->transport, sizeof cfg->transport, "auto");
-    snprintf(cfg->progress, sizeof cfg->progress, "auto");
+    cfg->transport = RUN_TRANSPORT_AUTO;
+    cfg->progress = RUN_PROGRESS_AUTO;
     cfg->fail_at.phase = -1;
     cfg->fail_at.mb = -1;
 }
@@ -40,14 +41,93 @@ static int in_list(const char *value, const char *const *list) {
     return 0;
 }
 
-static int one_of(const char *value, const char *const *accepted, const char *opt, pp_err *err) {
-    if (in_list(value, accepted)) return 0;
-    char list[256] = "";
-    for (int i = 0; accepted[i]; i++) {
-        strncat(list, accepted[i], sizeof list - strlen(list) - 1);
-        if (accepted[i + 1]) strncat(list, "|", sizeof list - strlen(list) - 1);
-    }
+/* ---- the enums' names --------------------------------------------------------
+ *
+ * One table per enum (run_config.h), in the order an error lists them. */
+typedef struct enum_name {
+    int value;
+    const char *name;
+} enum_name;
+
+/* csv:FILE is the one kind without a name of its own (parse_schedule) */
+static const enum_name schedule_names[] = {
+    {RUN_SCHEDULE_GPIPE, "gpipe"}, {RUN_SCHEDULE_1F1B, "1f1b"}, {RUN_SCHEDULE_INTERLEAVED_1F1B, "interleaved-1f1b"},
+    {RUN_SCHEDULE_ZB_H1, "zb-h1"}, {RUN_SCHEDULE_ZB_V, "zb-v"}, {0, NULL}};
+static const enum_name device_names[] = {{RUN_DEVICE_CPU, "cpu"}, {RUN_DEVICE_CUDA, "cuda"}, {0, NULL}};
+static const enum_name transport_names[] = {{RUN_TRANSPORT_AUTO, "auto"}, {RUN_TRANSPORT_SHM, "shm"},
+                                            {RUN_TRANSPORT_TCP, "tcp"},   {RUN_TRANSPORT_CUDA_IPC, "cuda-ipc"},
+                                            {RUN_TRANSPORT_NCCL, "nccl"}, {0, NULL}};
+static const enum_name dtype_names[] = {{RUN_DTYPE_FP32, "fp32"}, {RUN_DTYPE_BF16, "bf16"}, {0, NULL}};
+static const enum_name progress_names[] = {
+    {RUN_PROGRESS_AUTO, "auto"}, {RUN_PROGRESS_ON, "on"}, {RUN_PROGRESS_OFF, "off"}, {0, NULL}};
+static const enum_name optimizer_names[] = {{MODEL_ADAMW, "adamw"}, {MODEL_SGD, "sgd"}, {0, NULL}};
+/* --fail-at phase= */
+static const enum_name phase_names[] = {{SCHED_F, "F"}, {SCHED_B, "B"}, {SCHED_W, "W"}, {0, NULL}};
+/* --trace and --cupti */
+static const enum_name on_off_names[] = {{1, "on"}, {0, "off"}, {0, NULL}};
+
+static const char *name_of(const enum_name *table, int value) {
+    for (int i = 0; table[i].name; i++)
+        if (table[i].value == value) return table[i].name;
+    return "?"; /* not a value of the table's enum */
+}
+
+/* "a|b|c", for an error */
+static void names_list(const enum_name *table, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; table[i].name && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, i ? "|%s" : "%s", table[i].name);
+}
+
+/* 1 with *out the value named `value`; 0 when the table has no such name. */
+static int find_name(const enum_name *table, const char *value, int *out) {
+    for (int i = 0; value && table[i].name; i++)
+        if (strcmp(value, table[i].name) == 0) {
+            *out = table[i].value;
+            return 1;
+        }
+    return 0;
+}
+
+static int parse_name(const enum_name *table, const char *opt, const char *value, int *out, pp_err *err) {
+    if (find_name(table, value, out)) return 0;
+    char list[256];
+    names_list(table, list, sizeof list);
     return pp_fail(err, "%s: '%s' is not accepted; accepted: %s", opt, value ? value : "", list);
+}
+
+const char *run_device_name(run_device device) { return name_of(device_names, device); }
+const char *run_transport_name(run_transport transport) { return name_of(transport_names, transport); }
+const char *run_dtype_name(run_dtype dtype) { return name_of(dtype_names, dtype); }
+const char *run_optimizer_name(model_optim_kind kind) { return name_of(optimizer_names, kind); }
+
+const char *run_schedule_text(const run_config *cfg, char *buf, size_t n) {
+    if (cfg->schedule == RUN_SCHEDULE_CSV)
+        snprintf(buf, n, "csv:%s", cfg->schedule_csv);
+    else
+        snprintf(buf, n, "%s", name_of(schedule_names, cfg->schedule));
+    return buf;
+}
+
+/* --schedule NAME or csv:FILE */
+static int parse_schedule(run_config *cfg, const char *value, pp_err *err) {
+    int kind;
+    if (value && strncmp(value, "csv:", 4) == 0 && value[4]) {
+        if (strlen(value) >= RUN_SCHEDULE_TEXT_MAX)
+            return pp_fail(err, "--schedule: value is too long (at most %d characters)", RUN_SCHEDULE_TEXT_MAX - 1);
+        memcpy(cfg->schedule_csv, value + 4, strlen(value + 4) + 1);
+        cfg->schedule = RUN_SCHEDULE_CSV;
+        return 0;
+    }
+    if (!find_name(schedule_names, value, &kind)) {
+        char list[256];
+        names_list(schedule_names, list, sizeof list);
+        return pp_fail(err, "--schedule: '%s' is not accepted; accepted: %s|csv:FILE", value ? value : "", list);
+    }
+    cfg->schedule = (run_schedule_kind)kind;
+    cfg->schedule_csv[0] = '\0';
+    return 0;
 }
 
 static int parse_int(const char *opt, const char *value, long min, long max, int *out, pp_err *err) {
@@ -63,17 +143,7 @@ static int fail_at_pair(void *ctx, const char *key, const char *value, pp_err *e
     if (strcmp(key, "step") == 0) return parse_int("--fail-at step", value, 0, 1 << 30, &f->step, err);
     if (strcmp(key, "rank") == 0) return parse_int("--fail-at rank", value, 0, 1 << 20, &f->rank, err);
     if (strcmp(key, "mb") == 0) return parse_int("--fail-at mb", value, 0, 1 << 20, &f->mb, err);
-    if (strcmp(key, "phase") == 0) {
-        if (strcmp(value, "F") == 0)
-            f->phase = SCHED_F;
-        else if (strcmp(value, "B") == 0)
-            f->phase = SCHED_B;
-        else if (strcmp(value, "W") == 0)
-            f->phase = SCHED_W;
-        else
-            return pp_fail(err, "--fail-at phase: '%s' is not accepted; accepted: F|B|W", value);
-        return 0;
-    }
+    if (strcmp(key, "phase") == 0) return parse_name(phase_names, "--fail-at phase", value, &f->phase, err);
     return pp_fail(err, "--fail-at: unknown key '%s'; accepted: step, rank, phase, mb", key);
 }
 
@@ -189,15 +259,10 @@ int run_config_worker_only(const char *opt) {
 }
 
 int run_config_option(run_config *cfg, const char *opt, const char *value, pp_err *err) {
-    static const char *const schedules[] = {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", NULL};
-    int rc = 0;
-    if (strcmp(opt, "--schedule") == 0) {
-        int csv = value && strncmp(value, "csv:", 4) == 0 && value[4];
-        if (!csv && !in_list(value, schedules))
-            return pp_fail(err, "--schedule: '%s' is not accepted; accepted: gpipe|1f1b|interleaved-1f1b|zb-h1|zb-v|csv:FILE",
-                           value ? value : "");
-        rc = copy_text(cfg->schedule, sizeof cfg->schedule, opt, value, err);
-    } else if (strcmp(opt, "--schedule-costs") == 0)
+    int rc = 0, v;
+    if (strcmp(opt, "--schedule") == 0)
+        rc = parse_schedule(cfg, value, err);
+    else if (strcmp(opt, "--schedule-costs") == 0)
         rc = parse_schedule_costs(cfg, value, err);
     else if (strcmp(opt, "--microbatches") == 0)
         rc = parse_int(opt, value, 1, 4096, &cfg->microbatches, err);
@@ -210,39 +275,29 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
     else if (strcmp(opt, "--data") == 0)
         rc = copy_text(cfg->data, sizeof cfg->data, opt, value, err);
     else if (strcmp(opt, "--dtype") == 0) {
-        static const char *const dtypes[] = {"fp32", "bf16", NULL};
-        rc = one_of(value, dtypes, opt, err);
-        if (rc == 0) rc = copy_text(cfg->dtype, sizeof cfg->dtype, opt, value, err);
+        if ((rc = parse_name(dtype_names, opt, value, &v, err)) == 0) cfg->dtype = (run_dtype)v;
     } else if (strcmp(opt, "--device") == 0) {
-        static const char *const devices[] = {"cpu", "cuda", NULL};
-        rc = one_of(value, devices, opt, err);
-        if (rc == 0) rc = copy_text(cfg->device, sizeof cfg->device, opt, value, err);
+        if ((rc = parse_name(device_names, opt, value, &v, err)) == 0) cfg->device = (run_device)v;
     } else if (strcmp(opt, "--seed") == 0) {
-        long v;
-        rc = pp_parse_long(value, 0, 0x7fffffffffffffffL, opt, &v, err);
-        if (rc == 0) cfg->seed = (uint64_t)v;
+        long seed;
+        rc = pp_parse_long(value, 0, 0x7fffffffffffffffL, opt, &seed, err);
+        if (rc == 0) cfg->seed = (uint64_t)seed;
     } else if (strcmp(opt, "--lr") == 0) {
-        double v;
-        rc = pp_parse_double(value, 0.0, 10.0, opt, &v, err);
-        if (rc == 0) cfg->optim.lr = (float)v;
+        double lr;
+        rc = pp_parse_double(value, 0.0, 10.0, opt, &lr, err);
+        if (rc == 0) cfg->optim.lr = (float)lr;
     } else if (strcmp(opt, "--weight-decay") == 0) {
-        double v;
-        rc = pp_parse_double(value, 0.0, 1.0, opt, &v, err);
-        if (rc == 0) cfg->optim.weight_decay = (float)v;
+        double wd;
+        rc = pp_parse_double(value, 0.0, 1.0, opt, &wd, err);
+        if (rc == 0) cfg->optim.weight_decay = (float)wd;
     } else if (strcmp(opt, "--optimizer") == 0) {
-        static const char *const optims[] = {"adamw", "sgd", NULL};
-        rc = one_of(value, optims, opt, err);
-        if (rc == 0) cfg->optim.kind = strcmp(value, "sgd") == 0 ? MODEL_SGD : MODEL_ADAMW;
+        if ((rc = parse_name(optimizer_names, opt, value, &v, err)) == 0) cfg->optim.kind = (model_optim_kind)v;
     } else if (strcmp(opt, "--db") == 0)
         rc = copy_text(cfg->db, sizeof cfg->db, opt, value, err);
     else if (strcmp(opt, "--trace") == 0) {
-        static const char *const onoff[] = {"on", "off", NULL};
-        rc = one_of(value, onoff, opt, err);
-        if (rc == 0) cfg->trace = strcmp(value, "on") == 0;
+        if ((rc = parse_name(on_off_names, opt, value, &v, err)) == 0) cfg->trace = v;
     } else if (strcmp(opt, "--cupti") == 0) {
-        static const char *const onoff[] = {"on", "off", NULL};
-        rc = one_of(value, onoff, opt, err);
-        if (rc == 0) cfg->cupti = strcmp(value, "on") == 0;
+        if ((rc = parse_name(on_off_names, opt, value, &v, err)) == 0) cfg->cupti = v;
     } else if (strcmp(opt, "--serve") == 0) {
         cfg->serve = 1;
         if (value) rc = copy_text(cfg->serve_addr, sizeof cfg->serve_addr, opt, value, err);
@@ -269,13 +324,9 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
             rc = pp_fail(err, "--recv-timeout: accepted: 1ms to 24h, got '%s'", value);
         if (rc == 0) cfg->recv_timeout_ms = (int)(ns / 1000000);
     } else if (strcmp(opt, "--transport") == 0) {
-        static const char *const transports[] = {"auto", "shm", "tcp", "cuda-ipc", "nccl", NULL};
-        rc = one_of(value, transports, opt, err);
-        if (rc == 0) rc = copy_text(cfg->transport, sizeof cfg->transport, opt, value, err);
+        if ((rc = parse_name(transport_names, opt, value, &v, err)) == 0) cfg->transport = (run_transport)v;
     } else if (strcmp(opt, "--progress") == 0) {
-        static const char *const modes[] = {"auto", "on", "off", NULL};
-        rc = one_of(value, modes, opt, err);
-        if (rc == 0) rc = copy_text(cfg->progress, sizeof cfg->progress, opt, value, err);
+        if ((rc = parse_name(progress_names, opt, value, &v, err)) == 0) cfg->progress = (run_progress_mode)v;
     } else
         return 0;
     return rc == 0 ? 1 : -1;
@@ -283,30 +334,32 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
 
 int run_config_finish(run_config *cfg, pp_err *err) {
     if (model_parse_spec(cfg->model_text, &cfg->model, err) != 0) return -1; /* its messages name --model */
-    if (strcmp(cfg->dtype, "bf16") == 0 && strcmp(cfg->device, "cuda") != 0)
+    int cuda = cfg->device == RUN_DEVICE_CUDA;
+    if (cfg->dtype == RUN_DTYPE_BF16 && !cuda)
         return pp_fail(err, "--dtype bf16 needs --device cuda (the CPU backend computes in fp32)");
-    int cuda = strcmp(cfg->device, "cuda") == 0;
     if (cfg->cupti == 1 && !cuda)
         return pp_fail(err, "--cupti on needs --device cuda (CUPTI traces GPU kernels; this job runs on --device %s)",
-                       cfg->device);
+                       run_device_name(cfg->device));
     if (cfg->cupti == 1 && !cfg->trace)
         return pp_fail(err, "--cupti on needs --trace on (GPU spans go into the trace; --trace off keeps none)");
     if (cfg->cupti < 0) cfg->cupti = cuda && cfg->trace;
     if (cfg->resume && !cfg->checkpoint_dir[0]) return pp_fail(err, "--resume needs --checkpoint-dir DIR");
     if (cfg->checkpoint_every && !cfg->checkpoint_dir[0])
         return pp_fail(err, "--checkpoint-every needs --checkpoint-dir DIR");
-    if (strcmp(cfg->schedule, "zb-v") == 0 && cfg->virtual_stages && cfg->virtual_stages != 2)
+    char schedule[RUN_SCHEDULE_TEXT_MAX];
+    run_schedule_text(cfg, schedule, sizeof schedule);
+    if (cfg->schedule == RUN_SCHEDULE_ZB_V && cfg->virtual_stages && cfg->virtual_stages != 2)
         return pp_fail(err, "--schedule zb-v needs --virtual-stages 2 (two chunks per rank in V placement), got %d",
                        cfg->virtual_stages);
-    if ((cfg->has_schedule_costs || cfg->schedule_costs_db[0]) && strcmp(cfg->schedule, "zb-v") != 0)
+    if ((cfg->has_schedule_costs || cfg->schedule_costs_db[0]) && cfg->schedule != RUN_SCHEDULE_ZB_V)
         return pp_fail(err, "--schedule-costs: only zb-v's order depends on op costs; --schedule %s is the same for "
-                            "any costs", cfg->schedule);
-    if (strncmp(cfg->schedule, "csv:", 4) == 0 && cfg->virtual_stages)
-        return pp_fail(err, "--virtual-stages does not apply to --schedule %s: the file defines the stages", cfg->schedule);
-    int gpu_transport = strcmp(cfg->transport, "cuda-ipc") == 0 || strcmp(cfg->transport, "nccl") == 0;
-    if (gpu_transport && strcmp(cfg->device, "cuda") != 0)
+                            "any costs", schedule);
+    if (cfg->schedule == RUN_SCHEDULE_CSV && cfg->virtual_stages)
+        return pp_fail(err, "--virtual-stages does not apply to --schedule %s: the file defines the stages", schedule);
+    int gpu_transport = cfg->transport == RUN_TRANSPORT_CUDA_IPC || cfg->transport == RUN_TRANSPORT_NCCL;
+    if (gpu_transport && !cuda)
         return pp_fail(err, "--transport %s moves tensors in GPU memory: it needs --device cuda (with --device %s use "
-                       "--transport auto, shm or tcp)", cfg->transport, cfg->device);
+                       "--transport auto, shm or tcp)", run_transport_name(cfg->transport), run_device_name(cfg->device));
     if (cfg->token[0] == '\0') {
         const char *env = getenv("PPRUN_TOKEN");
         if (env && strlen(env) < sizeof cfg->token) snprintf(cfg->token, sizeof cfg->token, "%s", env);
@@ -342,14 +395,13 @@ int run_config_stage_costs(const run_config *cfg, int stages, sched_costs *each,
 }
 
 int run_config_device_boundaries(const run_config *cfg) {
-    return strcmp(cfg->device, "cuda") == 0 && strcmp(cfg->transport, "shm") != 0 &&
-           strcmp(cfg->transport, "tcp") != 0;
+    return cfg->device == RUN_DEVICE_CUDA && cfg->transport != RUN_TRANSPORT_SHM && cfg->transport != RUN_TRANSPORT_TCP;
 }
 
 int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan, int nproc_per_node, int devices,
                                    pp_err *err) {
-    int ipc = strcmp(cfg->transport, "cuda-ipc") == 0, nccl = strcmp(cfg->transport, "nccl") == 0;
-    if ((!ipc && !nccl) || strcmp(cfg->device, "cuda") != 0 || nproc_per_node < 1 || devices < 1) return 0;
+    int ipc = cfg->transport == RUN_TRANSPORT_CUDA_IPC, nccl = cfg->transport == RUN_TRANSPORT_NCCL;
+    if ((!ipc && !nccl) || cfg->device != RUN_DEVICE_CUDA || nproc_per_node < 1 || devices < 1) return 0;
     /* Every pair of the job, as devcomm_open checks them: NCCL's communicator
      * spans all ranks, and CUDA IPC handles open only within a node. */
     if (ipc && plan->ranks > nproc_per_node)
@@ -369,8 +421,10 @@ int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *
     sched_costs costs;
     run_config_costs(cfg, ranks * 2, &costs); /* only zb-v's order depends on costs, and zb-v has 2 chunks */
     if (cfg->has_schedule_costs) costs = cfg->schedule_costs;
-    if (sched_from_flag(cfg->schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out, err) != 0)
-        return pp_wrap(err, "--schedule %s", cfg->schedule);
+    char schedule[RUN_SCHEDULE_TEXT_MAX];
+    run_schedule_text(cfg, schedule, sizeof schedule);
+    if (sched_from_flag(schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out, err) != 0)
+        return pp_wrap(err, "--schedule %s", schedule);
     return 0;
 }
 
@@ -385,14 +439,14 @@ static int push(char **argv, int argc, char **storage, int *nstore, const char *
 
 int run_config_to_args(const run_config *cfg, char **argv, int argc, char **storage) {
     int ns = 0;
-    char buf[4096];
+    char buf[4096], schedule[RUN_SCHEDULE_TEXT_MAX];
 #define ARG(flag, ...)                                                                                                 \
     do {                                                                                                               \
         argc = push(argv, argc, storage, &ns, flag);                                                                   \
         snprintf(buf, sizeof buf, __VA_ARGS__);                                                                        \
         argc = push(argv, argc, storage, &ns, buf);                                                                    \
     } while (0)
-    ARG("--schedule", "%s", cfg->schedule);
+    ARG("--schedule", "%s", run_schedule_text(cfg, schedule, sizeof schedule));
     if (cfg->has_schedule_costs)
         ARG("--schedule-costs", "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", cfg->schedule_costs.f, cfg->schedule_costs.b,
             cfg->schedule_costs.w, cfg->schedule_costs.comm);
@@ -401,20 +455,21 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     ARG("--steps", "%d", cfg->steps);
     ARG("--model", "%s", cfg->model_text);
     if (cfg->data[0]) ARG("--data", "%s", cfg->data);
-    ARG("--device", "%s", cfg->device);
-    ARG("--dtype", "%s", cfg->dtype);
+    ARG("--device", "%s", run_device_name(cfg->device));
+    ARG("--dtype", "%s", run_dtype_name(cfg->dtype));
     ARG("--seed", "%llu", (unsigned long long)cfg->seed);
     ARG("--lr", "%.9g", (double)cfg->optim.lr);
     ARG("--weight-decay", "%.9g", (double)cfg->optim.weight_decay);
-    ARG("--optimizer", "%s", cfg->optim.kind == MODEL_SGD ? "sgd" : "adamw");
-    ARG("--trace", "%s", cfg->trace ? "on" : "off");
-    ARG("--cupti", "%s", cfg->cupti > 0 ? "on" : "off");
+    ARG("--optimizer", "%s", run_optimizer_name(cfg->optim.kind));
+    ARG("--trace", "%s", name_of(on_off_names, cfg->trace));
+    ARG("--cupti", "%s", name_of(on_off_names, cfg->cupti > 0));
     if (cfg->checkpoint_dir[0]) ARG("--checkpoint-dir", "%s", cfg->checkpoint_dir);
     if (cfg->checkpoint_every) ARG("--checkpoint-every", "%d", cfg->checkpoint_every);
     if (cfg->resume) argc = push(argv, argc, storage, &ns, "--resume");
     if (cfg->fail_at.enabled) {
         int n = snprintf(buf, sizeof buf, "step=%d,rank=%d", cfg->fail_at.step, cfg->fail_at.rank);
-        if (cfg->fail_at.phase >= 0) n += snprintf(buf + n, sizeof buf - n, ",phase=%c", "FBW"[cfg->fail_at.phase]);
+        if (cfg->fail_at.phase >= 0)
+            n += snprintf(buf + n, sizeof buf - n, ",phase=%s", name_of(phase_names, cfg->fail_at.phase));
         if (cfg->fail_at.mb >= 0) snprintf(buf + n, sizeof buf - n, ",mb=%d", cfg->fail_at.mb);
         argc = push(argv, argc, storage, &ns, "--fail-at");
         argc = push(argv, argc, storage, &ns, buf);
@@ -427,7 +482,7 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
         argc = push(argv, argc, storage, &ns, buf);
     }
     ARG("--recv-timeout", "%dms", cfg->recv_timeout_ms);
-    ARG("--transport", "%s", cfg->transport);
+    ARG("--transport", "%s", run_transport_name(cfg->transport));
 #undef ARG
     storage[ns] = NULL;
     if (argc < 0) return -1;

@@ -14,6 +14,34 @@
 
 #define RUN_MAX_CUTS 256
 
+/* The options that take one of a few names are enums, parsed once here;
+ * run_config.c maps each enum's names and values in one table, which parses
+ * the option, lists the accepted names in its error and writes the value
+ * back (the workers' flags, the database, PPRUN_* for a user's program). */
+typedef enum run_schedule_kind {
+    RUN_SCHEDULE_GPIPE,
+    RUN_SCHEDULE_1F1B,
+    RUN_SCHEDULE_INTERLEAVED_1F1B,
+    RUN_SCHEDULE_ZB_H1,
+    RUN_SCHEDULE_ZB_V,
+    RUN_SCHEDULE_CSV, /* csv:FILE, FILE in run_config.schedule_csv */
+} run_schedule_kind;
+typedef enum run_device { RUN_DEVICE_CPU, RUN_DEVICE_CUDA } run_device;
+/* cuda-ipc and nccl: --device cuda only */
+typedef enum run_transport {
+    RUN_TRANSPORT_AUTO,
+    RUN_TRANSPORT_SHM,
+    RUN_TRANSPORT_TCP,
+    RUN_TRANSPORT_CUDA_IPC,
+    RUN_TRANSPORT_NCCL,
+} run_transport;
+typedef enum run_dtype { RUN_DTYPE_FP32, RUN_DTYPE_BF16 } run_dtype;
+typedef enum run_progress_mode { RUN_PROGRESS_AUTO, RUN_PROGRESS_ON, RUN_PROGRESS_OFF } run_progress_mode;
+
+/* Bytes that hold any --schedule text (run_schedule_text) with its NUL:
+ * csv:FILE may be 511 characters long. */
+#define RUN_SCHEDULE_TEXT_MAX 512
+
 typedef struct run_fail_at {
     int enabled;
     int step, rank;
@@ -22,11 +50,12 @@ typedef struct run_fail_at {
 } run_fail_at;
 
 typedef struct run_config {
-    char schedule[512]; /* gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | csv:FILE */
+    run_schedule_kind schedule;                   /* --schedule */
+    char schedule_csv[RUN_SCHEDULE_TEXT_MAX - 4]; /* its FILE with csv:FILE, else "" */
     /* --schedule-costs: the op costs zb-v's order is built for (default: the
      * timed model's, else f=b=w=1). Given as numbers, or as DB[:JOB], a
      * database whose job's measured costs the launcher reads into
-     * schedule_costs (cmd_run.c) before any worker starts. */
+     * schedule_costs (runner/job/job_checks.c) before any worker starts. */
     int has_schedule_costs;
     sched_costs schedule_costs;
     char schedule_costs_db[512]; /* "" = none, or not yet read */
@@ -37,7 +66,7 @@ typedef struct run_config {
     char model_text[256];
     model_spec model;
     char data[512];  /* "" = the embedded default corpus */
-    char device[16]; /* cpu | cuda */
+    run_device device;
     uint64_t seed;
     model_optim optim;
     char db[512];
@@ -54,13 +83,23 @@ typedef struct run_config {
     int ncuts;
     int cuts[RUN_MAX_CUTS];
     int recv_timeout_ms;
-    char transport[16];    /* auto | shm | tcp | cuda-ipc | nccl (the last two: --device cuda) */
-    char progress[8];      /* auto | on | off */
-    char dtype[8];         /* fp32 | bf16 (GEMM operands; bf16 only with --device cuda) */
+    run_transport transport;
+    run_progress_mode progress;
+    run_dtype dtype;       /* GEMM operands; bf16 only with --device cuda */
     int cupti;             /* --cupti: 1 on, 0 off; -1 (not given) becomes on with --device cuda and --trace on */
 } run_config;
 
 void run_config_default(run_config *cfg);
+
+/* Each value's name, as the options spell it ("cuda", "cuda-ipc", "bf16",
+ * "sgd"). */
+const char *run_device_name(run_device device);
+const char *run_transport_name(run_transport transport);
+const char *run_dtype_name(run_dtype dtype);
+const char *run_optimizer_name(model_optim_kind kind);
+/* --schedule as given: the generator's name ("zb-v") or "csv:FILE"; into
+ * buf (RUN_SCHEDULE_TEXT_MAX bytes hold any), which it returns. */
+const char *run_schedule_text(const run_config *cfg, char *buf, size_t n);
 
 /* Offers one option to the job's parser. `value` is the option's argument
  * (NULL for flags that take none). Returns 1 if consumed, 0 if not a job

@@ -48,8 +48,8 @@ static const char *const read_pragmas[] = {
 
 /* ---- memory cap ------------------------------------------------------------
  *
- * SQLite's allocator is wrapped, process-wide, before SQLite initialises (a
- * constructor: any SQLite use in main comes after it). While a thread runs
+ * SQLite's allocator is wrapped, process-wide, before SQLite initialises
+ * (usersql_init, which main calls first thing). While a thread runs
  * user SQL, what SQLite allocates on that thread, less what it frees there,
  * is counted, and an allocation that would take the count past the cap
  * fails: SQLite answers SQLITE_NOMEM and frees the statement's memory, and
@@ -95,13 +95,19 @@ static void *mem_realloc(void *p, int n) {
     return q;
 }
 
-__attribute__((constructor)) static void mem_wrap(void) {
-    if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &mem_orig) != SQLITE_OK || !mem_orig.xMalloc) return;
+int usersql_init(pp_err *err) {
+    if (mem_wrapped) return 0; /* wrapping twice would make the wrapper its own original */
+    if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &mem_orig) != SQLITE_OK || !mem_orig.xMalloc)
+        return pp_fail(err, "user SQL's memory cap cannot be set: SQLite is already in use (usersql_init must come "
+                            "before any other SQLite call)");
     sqlite3_mem_methods m = mem_orig;
     m.xMalloc = mem_malloc;
     m.xFree = mem_free;
     m.xRealloc = mem_realloc;
-    mem_wrapped = sqlite3_config(SQLITE_CONFIG_MALLOC, &m) == SQLITE_OK;
+    if (sqlite3_config(SQLITE_CONFIG_MALLOC, &m) != SQLITE_OK)
+        return pp_fail(err, "user SQL's memory cap cannot be set: SQLite refused its allocator");
+    mem_wrapped = 1;
+    return 0;
 }
 
 int usersql_mem_capped(void) { return mem_wrapped; }

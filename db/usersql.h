@@ -73,8 +73,16 @@ int usersql_open(const char *db_path, struct sqlite3 **out, pp_err *err);
 
 void usersql_free(usersql_result *r);
 
-/* 1 when SQLite's allocator is wrapped so that max_mem holds (it is, in any
- * program that links this file: the wrapping is done before main). */
+/* Wraps SQLite's allocator, process-wide, so that usersql_limits.max_mem
+ * holds. SQLite takes a new allocator only before it initialises, which the
+ * first SQLite call of the process does (any sqlite3_open, here or in
+ * db/db.h): call this before any other SQLite call and before any thread
+ * starts. runner/main.c does, first thing; a test or a program that runs
+ * user SQL itself (usersql_run, a web/ server) must too, or its queries run
+ * with no memory cap. -1 with err when SQLite has started already; once it
+ * worked, calling it again does nothing. */
+int usersql_init(pp_err *err);
+/* 1 once usersql_init wrapped SQLite's allocator (max_mem holds). */
 int usersql_mem_capped(void);
 
 static inline const usersql_cell *usersql_cell_at(const usersql_result *r, size_t row, int col) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/usersql.h"
 #include "runner/cmd/cli.h"
 
 static const struct {
@@ -65,6 +66,14 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    /* Before any SQLite call, and before any thread: user SQL (query,
+     * serve, run --serve) holds its memory cap only on SQLite's allocator
+     * as usersql_init wraps it. */
+    pp_err err;
+    if (usersql_init(&err) != 0) {
+        fprintf(stderr, "pprun: %s\n", err.msg);
+        return 1;
+    }
     if (argc < 2) {
         usage(stderr);
         return 2;

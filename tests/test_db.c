@@ -339,7 +339,14 @@ static int64_t analysed_file(const char *name, size_t *n) {
     return job;
 }
 
-Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
+/* Tests that read through usersql (as pprun query and serve do) start as
+ * pprun does: usersql_init before any SQLite call. */
+static void usersql_first(void) {
+    pp_err err;
+    cr_assert_eq(usersql_init(&err), 0, "%s", err.msg);
+}
+
+Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data, .init = usersql_first) {
     const char *path = tfix_path("v2.db");
     size_t n;
     int64_t job = analysed_file("v2.db", &n);
@@ -389,7 +396,7 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data) {
  * from the gaps, without writing the file, and the job's idle time by
  * cause is the same; the writer migrates it, filling step_idle from the
  * gaps, and analyses steps into it from then on. */
-Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates) {
+Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates, .init = usersql_first) {
     const char *path = tfix_path("v3-idle.db");
     size_t n;
     int64_t job = analysed_file("v3-idle.db", &n);

@@ -172,7 +172,14 @@ Test(gputrace_db, kernels_get_names_and_their_gpu_span_and_analyses_ignore_gpu_r
 /* A file from before schema version 2 (no cupti_dropped) is migrated by
  * the writer, and readable as is by readers (the dashboard's queries name
  * the new column). */
-Test(gputrace_db, version_1_files_migrate_and_stay_readable) {
+/* Tests that read through usersql (as pprun query and serve do) start as
+ * pprun does: usersql_init before any SQLite call. */
+static void usersql_first(void) {
+    pp_err err;
+    cr_assert_eq(usersql_init(&err), 0, "%s", err.msg);
+}
+
+Test(gputrace_db, version_1_files_migrate_and_stay_readable, .init = usersql_first) {
     const char *path = tfix_path("v1.db");
     db *d;
     pp_err err;

@@ -19,6 +19,8 @@
 static char db[256];
 
 static void setup(void) {
+    pp_err err;
+    cr_assert_eq(usersql_init(&err), 0, "%s", err.msg); /* before the fixture's SQLite calls */
     fixture_fresh(db, sizeof db, "query", 2, "succeeded");
 }
 
@@ -248,7 +250,7 @@ Test(query, usersql_api_reports_the_kind_of_failure) {
  * values of 16 MB were held (and copied) before any limit looked; 2,000 of
  * them, from one 50 KB request, took the machine's memory. */
 Test(query, a_row_of_huge_values_is_refused_by_the_memory_limit) {
-    cr_assert(usersql_mem_capped(), "SQLite's allocator was not wrapped before SQLite started");
+    cr_assert(usersql_mem_capped(), "usersql_init did not wrap SQLite's allocator");
     sqlite3 *conn;
     pp_err err;
     cr_assert_eq(usersql_open(db, &conn, &err), 0, "%s", err.msg);

@@ -23,7 +23,7 @@ Test(run_progress, shows_every_published_step_in_order_and_deletes_its_key, .tim
     capture log;
     capture_start(&log); /* not a terminal: plain lines */
     run_progress *p;
-    int rc = run_progress_start(addr, NULL, 3, 0, "auto", &p, &err);
+    int rc = run_progress_start(addr, NULL, 3, 0, RUN_PROGRESS_AUTO, &p, &err);
     /* Published out of order: shown in order all the same. */
     static const char *const text[3] = {"2.500000 10.000 100.0", "2.250000 11.000 110.0", "2.000000 12.000 120.0"};
     int order[3] = {1, 0, 2};

@@ -21,6 +21,7 @@
 
 #include "db/db.h"
 #include "db/summary.h"
+#include "db/usersql.h"
 #include "db/whatif.h"
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
@@ -33,6 +34,8 @@ static int port;
 
 static void start_with(int steps, const char *status, http_options o) {
     pp_err err;
+    /* before the fixture's SQLite calls: the server's user SQL is capped as pprun's is */
+    cr_assert_eq(usersql_init(&err), 0, "%s", err.msg);
     fixture_fresh(dbpath, sizeof dbpath, "web", steps, status);
     o.db_path = dbpath;
     if (!o.listen) o.listen = "127.0.0.1:0";

@@ -255,6 +255,48 @@ static void j_key_num(jout *o, int depth, const char *key, double v) {
     j_num(o, v);
 }
 
+/* Rank r's object in "ranks": its actions in order, its grid row (null
+ * where it idles), its simulated spans, its busy and idle time and its
+ * peak of microbatches in flight. */
+static void j_rank(jout *o, const sched_plan *plan, const sched_sim *sim, int r) {
+    j_str(o, r ? ", {\n" : "{\n");
+    j_key(o, 3, "rank", 1);
+    j_num(o, r);
+    j_key(o, 3, "actions", 0);
+    j_str(o, "[");
+    for (int i = 0; i < plan->len[r]; i++) {
+        if (i) j_mem(o, ", ", 2);
+        j_action(o, &plan->actions[r][i]);
+    }
+    j_str(o, "]");
+    j_key(o, 3, "slots", 0);
+    j_str(o, "[");
+    for (int i = 0; i < plan->nslots; i++) {
+        if (i) j_mem(o, ", ", 2);
+        if (plan->slots[r][i].stage < 0) j_str(o, "null");
+        else j_action(o, &plan->slots[r][i]);
+    }
+    j_str(o, "]");
+    j_key(o, 3, "spans", 0);
+    j_str(o, sim->nspans[r] ? "[" : "[]");
+    double busy = 0;
+    for (int i = 0; i < sim->nspans[r]; i++) {
+        const sched_span *sp = &sim->spans[r][i];
+        j_str(o, i ? ", {\n" : "{\n");
+        j_key(o, 5, "action", 1);
+        j_action(o, &sp->action);
+        j_key_num(o, 5, "start", sp->start);
+        j_key_num(o, 5, "end", sp->end);
+        j_str(o, "\n\t\t\t\t}");
+        busy += sp->end - sp->start;
+    }
+    if (sim->nspans[r]) j_str(o, "]");
+    j_key_num(o, 3, "busy", busy);
+    j_key_num(o, 3, "idle", sim->step_time - busy);
+    j_key_num(o, 3, "peak", sim->peak_inflight[r]);
+    j_str(o, "\n\t\t}");
+}
+
 /* Writes the plan, its simulation and the costs to f; memory stays one
  * buffer whatever the grid's size. Returns -1 when out of memory or when a
  * write fails (errno says why). */
@@ -294,44 +336,7 @@ static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_
     j_key_num(o, 1, "bubble_ratio", sim->bubble_ratio);
     j_key(o, 1, "ranks", 0);
     j_str(o, plan->ranks ? "[" : "[]");
-    for (int r = 0; r < plan->ranks; r++) {
-        j_str(o, r ? ", {\n" : "{\n");
-        j_key(o, 3, "rank", 1);
-        j_num(o, r);
-        j_key(o, 3, "actions", 0);
-        j_str(o, "[");
-        for (int i = 0; i < plan->len[r]; i++) {
-            if (i) j_mem(o, ", ", 2);
-            j_action(o, &plan->actions[r][i]);
-        }
-        j_str(o, "]");
-        j_key(o, 3, "slots", 0);
-        j_str(o, "[");
-        for (int i = 0; i < plan->nslots; i++) {
-            if (i) j_mem(o, ", ", 2);
-            if (plan->slots[r][i].stage < 0) j_str(o, "null");
-            else j_action(o, &plan->slots[r][i]);
-        }
-        j_str(o, "]");
-        j_key(o, 3, "spans", 0);
-        j_str(o, sim->nspans[r] ? "[" : "[]");
-        double busy = 0;
-        for (int i = 0; i < sim->nspans[r]; i++) {
-            const sched_span *sp = &sim->spans[r][i];
-            j_str(o, i ? ", {\n" : "{\n");
-            j_key(o, 5, "action", 1);
-            j_action(o, &sp->action);
-            j_key_num(o, 5, "start", sp->start);
-            j_key_num(o, 5, "end", sp->end);
-            j_str(o, "\n\t\t\t\t}");
-            busy += sp->end - sp->start;
-        }
-        if (sim->nspans[r]) j_str(o, "]");
-        j_key_num(o, 3, "busy", busy);
-        j_key_num(o, 3, "idle", sim->step_time - busy);
-        j_key_num(o, 3, "peak", sim->peak_inflight[r]);
-        j_str(o, "\n\t\t}");
-    }
+    for (int r = 0; r < plan->ranks; r++) j_rank(o, plan, sim, r);
     if (plan->ranks) j_str(o, "]");
     j_str(o, "\n}\n");
     j_flush(o);

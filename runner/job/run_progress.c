@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 #include "base/token.h"
@@ -93,10 +92,10 @@ static void *progress_main(void *arg) {
     return NULL;
 }
 
-int run_progress_start(const char *store_addr, const char *store_token, int steps, int first_step, const char *mode,
-                       run_progress **out, pp_err *err) {
+int run_progress_start(const char *store_addr, const char *store_token, int steps, int first_step,
+                       run_progress_mode mode, run_progress **out, pp_err *err) {
     *out = NULL;
-    if (strcmp(mode, "off") == 0) return 0;
+    if (mode == RUN_PROGRESS_OFF) return 0;
     run_progress *p = calloc(1, sizeof *p);
     if (!p) return pp_fail(err, "out of memory");
     if (store_parse_addr(store_addr, p->host, sizeof p->host, &p->port, err) != 0) {
@@ -105,7 +104,7 @@ int run_progress_start(const char *store_addr, const char *store_token, int step
     }
     if (store_token) snprintf(p->token, sizeof p->token, "%s", store_token);
     p->steps = steps;
-    p->bar = strcmp(mode, "on") == 0 || (strcmp(mode, "auto") == 0 && isatty(STDERR_FILENO));
+    p->bar = mode == RUN_PROGRESS_ON || (mode == RUN_PROGRESS_AUTO && isatty(STDERR_FILENO));
     p->first_step = first_step;
     p->last_step = first_step - 1;
     p->t_start = pp_now_ns();

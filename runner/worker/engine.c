@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runner/worker/checkpoint_dir.h"
+
 /* Timestamps are pp_now_ns(); the ring adds the test-only clock skew
  * itself (tracer/clock.h). */
 
@@ -54,58 +56,17 @@ static int partition(engine *e, pp_err *err) {
                            err);
 }
 
-static void checkpoint_path(const engine *e, int step, int stage, char *buf, size_t n) {
-    snprintf(buf, n, "%s/step_%d/stage_%d.ckpt", e->cfg->checkpoint_dir, step, stage);
-}
-
-int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n, pp_err *err) {
-    char path[1024], text[300];
-    snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return pp_fail(err, "no 'latest' file (%s: %s)", path, strerror(errno));
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
-    /* exactly what engine_checkpoint_mark_latest writes: "STEP RUN_ID\n";
-     * a step past what --steps allows would overflow step + 1 */
-    char *end;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    const char *id = end + (*end == ' ');
-    size_t idlen = strcspn(id, " \t\r\n");
-    int ok = end != text && text[0] >= '0' && text[0] <= '9' && !errno && v <= (1L << 24) && *end == ' ' &&
-             idlen > 0 && idlen < 256 && strlen(text) == len && strcmp(id + idlen, "\n") == 0;
-    if (!ok) return pp_fail(err, "%s is not 'STEP RUN_ID' with a step from 0 to %ld (a damaged file?)", path, 1L << 24);
-    *step = (int)v;
-    snprintf(run_id, n, "%.*s", (int)idlen, id);
-    return 0;
-}
-
-int engine_checkpoint_mark_latest(const char *dir, int step, const char *run_id, pp_err *err) {
-    char path[1024], tmp[1100];
-    snprintf(path, sizeof path, "%s/latest", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return pp_fail(err, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "%d %s\n", step, run_id);
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) return pp_fail(err, "checkpoint: cannot write %s: %s", path, strerror(errno));
-    return 0;
-}
-
 static int load_checkpoint(engine *e, int step, pp_err *err) {
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
         char path[1024];
-        checkpoint_path(e, step, s, path, sizeof path);
+        checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
         FILE *f = fopen(path, "rb");
         if (!f) return pp_fail(err, "cannot open checkpoint %s: %s", path, strerror(errno));
         int rc = model_stage_load(e->stages[s], f, err);
         fclose(f);
         if (rc != 0) return pp_wrap(err, "checkpoint %s", path);
     }
-    e->start_step = step + 1;
     return 0;
 }
 
@@ -118,8 +79,8 @@ int engine_init(engine *e, pp_err *err) {
     for (int s = 0; s < plan->stages; s++) {
         if (plan->stage_rank[s] != e->rank) continue;
         e->local_stage[e->nlocal++] = s;
-        model_device dev = {.cuda = strcmp(e->cfg->device, "cuda") == 0, .local_rank = e->local_rank,
-                            .bf16 = strcmp(e->cfg->dtype, "bf16") == 0};
+        model_device dev = {.cuda = e->cfg->device == RUN_DEVICE_CUDA, .local_rank = e->local_rank,
+                            .bf16 = e->cfg->dtype == RUN_DTYPE_BF16};
         if (model_stage_create_on(&e->cfg->model, e->first_layer[s], e->first_layer[s + 1], s == 0,
                                   s == plan->stages - 1, e->cfg->seed, plan->microbatches, &dev, &e->stages[s],
                                   err) != 0)
@@ -137,20 +98,7 @@ int engine_init(engine *e, pp_err *err) {
             return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
                            "transport (devcomm) is open", e->rank, s, nb[0] != e->rank ? nb[0] : nb[1]);
     }
-    e->start_step = 0;
-    int latest, rc = engine_checkpoint_to_load(e->cfg, e->run_id, &latest, err);
-    return rc == 0 ? load_checkpoint(e, latest, err) : rc < 0 ? -1 : 0;
-}
-
-int engine_checkpoint_to_load(const run_config *cfg, const char *run_id, int *step, pp_err *err) {
-    char writer[256];
-    pp_err *why = cfg->resume ? err : NULL; /* without --resume, no latest just means a fresh start */
-    if (!cfg->checkpoint_dir[0] ||
-        engine_checkpoint_latest(cfg->checkpoint_dir, step, writer, sizeof writer, why) != 0) {
-        if (cfg->resume) return pp_wrap(err, "--resume: no complete checkpoint in %s", cfg->checkpoint_dir);
-        return 1;
-    }
-    return cfg->resume || strcmp(writer, run_id) == 0 ? 0 : 1;
+    return e->start_step > 0 ? load_checkpoint(e, e->start_step - 1, err) : 0;
 }
 
 void engine_free(engine *e) {
@@ -317,14 +265,14 @@ static int run_backward_weight(engine *e, step_state *st, int s, int mb, pp_err 
 
 static int save_checkpoint(engine *e, int step, pp_err *err) {
     char dir[1024], path[1024], tmp[1100];
-    snprintf(dir, sizeof dir, "%s/step_%d", e->cfg->checkpoint_dir, step);
+    checkpoint_dir_step_path(e->cfg->checkpoint_dir, step, dir, sizeof dir);
     if (mkdir(e->cfg->checkpoint_dir, 0777) != 0 && errno != EEXIST)
         return pp_fail(err, "--checkpoint-dir %s: %s", e->cfg->checkpoint_dir, strerror(errno));
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return pp_fail(err, "checkpoint: cannot create %s: %s", dir, strerror(errno));
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
-        checkpoint_path(e, step, s, path, sizeof path);
+        checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
         FILE *f = fopen(tmp, "wb");
         if (!f) return pp_fail(err, "checkpoint: cannot write %s: %s", tmp, strerror(errno));

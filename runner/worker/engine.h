@@ -12,6 +12,10 @@
  * device buffers of the stages (model_stage_set_boundary_device) and travel
  * to other ranks over devcomm; local stages hand them over as before.
  *
+ * After the steps --checkpoint-every names, and after the last, with
+ * --checkpoint-dir, the rank's stages are saved into the checkpoint
+ * directory (checkpoint_dir.h) before hooks.checkpoint_done.
+ *
  * The engine owns nothing it is given (plan, comm, ring, data); it owns the
  * model stages it creates. */
 #ifndef PP_ENGINE_H
@@ -48,7 +52,6 @@ typedef struct engine_hooks {
 typedef struct engine {
     const run_config *cfg;
     const sched_plan *plan;
-    const char *run_id;  /* names this run's checkpoints */
     int rank, attempt;
     int local_rank;      /* picks the CUDA device with --device cuda */
     comm *comm;          /* NULL only when the job has one rank */
@@ -57,18 +60,19 @@ typedef struct engine {
     gputrace *gpu;       /* CUPTI (--cupti on); NULL when off or unavailable */
     data_source *data;   /* needed on the ranks holding the first or last stage */
     engine_hooks hooks;
+    int start_step;      /* the first step to run: 0, or the step after the checkpoint to start from */
 
     /* owned */
     int nlocal;           /* stages on this rank */
     int *local_stage;     /* [nlocal] stage index */
     model_stage **stages; /* [plan->stages], NULL where not local */
     int *first_layer;     /* [plan->stages + 1] partition of the blocks */
-    int start_step;       /* first step to run (after a resume) */
     int device_boundaries; /* 1: boundary tensors live in device memory (set by engine_init) */
 } engine;
 
-/* Partitions the model, creates this rank's stages and loads the last
- * complete checkpoint with --resume, or on a restart when this run wrote it. */
+/* Partitions the model, creates this rank's stages and, when start_step > 0,
+ * loads them from checkpoint start_step - 1 (checkpoint_dir_to_load says
+ * which, if any, a rank starts from). */
 int engine_init(engine *e, pp_err *err);
 /* Runs steps start_step .. cfg->steps-1. */
 int engine_run(engine *e, pp_err *err);
@@ -77,18 +81,5 @@ void engine_free(engine *e);
 /* The ranks of stage s's neighbours, the stages s-1 (nb[0]) and s+1
  * (nb[1]); `self` where there is none (the first and the last stage). */
 void engine_stage_neighbours(const sched_plan *plan, int s, int self, int nb[2]);
-
-/* Checkpoints: DIR/step_N/stage_S.ckpt, and DIR/latest = "N RUN_ID", the
- * last step every rank saved and the run that saved it. Returns 0 and fills
- * step and run_id, or -1 with err saying why (no latest, or not "N RUN_ID"
- * with N a step --steps allows). */
-int engine_checkpoint_latest(const char *dir, int *step, char *run_id, size_t n, pp_err *err);
-/* The checkpoint a rank of run `run_id` starts from: DIR/latest when the
- * user asked to --resume, or when this run wrote it (a restarted attempt);
- * never one another run left. 0 with *step set; 1: none, a fresh start;
- * -1 with err: --resume without a complete checkpoint. */
-int engine_checkpoint_to_load(const run_config *cfg, const char *run_id, int *step, pp_err *err);
-/* Writes DIR/latest atomically (write, fsync, rename). */
-int engine_checkpoint_mark_latest(const char *dir, int step, const char *run_id, pp_err *err);
 
 #endif

@@ -156,12 +156,12 @@ static int run_rank(const job *j, const char *dir, int rank, pp_err *err) {
     if (j->ranks > 1) {
         comm_config cc = {.rank = rank, .world = j->ranks, .rank_node = nodes, .job_key = job_key,
                           .exchange = fx_exchange(dir), .connect_timeout_ms = 30000,
-                          .transport = run_config_device_boundaries(&cfg) ? "auto" : cfg.transport};
+                          .transport = run_config_device_boundaries(&cfg) ? "auto" : run_transport_name(cfg.transport)};
         if (comm_open(&cc, &c, err) != 0) goto out;
-        devcomm_config dcfg = {.host = c, .transport = cfg.transport};
+        devcomm_config dcfg = {.host = c, .transport = run_transport_name(cfg.transport)};
         if (run_config_device_boundaries(&cfg) && devcomm_open(&dcfg, &dc, err) != 0) goto out;
     }
-    e = (engine){.cfg = &cfg, .plan = plan, .run_id = "enginecheck", .rank = rank, .local_rank = rank,
+    e = (engine){.cfg = &cfg, .plan = plan, .rank = rank, .local_rank = rank,
                  .comm = c, .devcomm = dc, .data = data, .hooks = {&ctx, on_step, NULL}};
     if (engine_init(&e, err) != 0 || engine_run(&e, err) != 0) goto out;
     if (dc && devcomm_flush(dc, 30000, err) != 0) goto out;

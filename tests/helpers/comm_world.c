@@ -36,7 +36,7 @@ static int store_put(void *ctx, const char *key, const void *value, size_t len, 
     return store_set(ctx, key, value, len, err);
 }
 
-/* As the worker's exchange (runner/cmd/cmd_worker.c): wait for the key, then get it. */
+/* As the worker's exchange (runner/worker/worker.c): wait for the key, then get it. */
 static int store_get_wait(void *ctx, const char *key, void *value, size_t cap, size_t *len, int timeout_ms,
                           pp_err *err) {
     const char *keys[] = {key};

@@ -1,0 +1,15 @@
+/* job.c: releasing a `pprun run` job (job.h). */
+#include "runner/job/job.h"
+
+#include <stdlib.h>
+
+void job_free(run_job *job) {
+    pp_err ignored;
+    if (job->web) http_stop(job->web);
+    run_progress_stop(job->progress);
+    if (job->coll) collector_stop(job->coll, &ignored);
+    free(job->rings); /* the rings themselves belonged to the collector */
+    if (job->db) db_close(job->db);
+    run_config_free_args(job->worker_args);
+    sched_free(job->plan);
+}

@@ -1,0 +1,68 @@
+/* job.h: a `pprun run` job as its launcher holds it, from the command line
+ * to the job's end (docs/design.md §1, §3).
+ *
+ * One module of runner/job/ per part of running it, in the order
+ * runner/cmd/cmd_run.c calls them:
+ *   job_options      the command line; the workers' command line
+ *   job_checks       every check before anything starts (bad input exits 2)
+ *   job_nodes        this node's address; with several nodes, agreeing with node 0
+ *   job_rows         the job in the database: its rows at the start and at the end
+ *   job_serve        --serve: the dashboard, kept up after the job until Ctrl-C
+ *   job_attempts     the workers' attempts, through the supervisor (runner/launch)
+ *   job_tracing      the trace collector and each rank's ring
+ *   job_program_env  `-- PROGRAM`: the schedule in the program's environment
+ *
+ * The job owns everything it points to; job_free releases what is left. */
+#ifndef PP_JOB_H
+#define PP_JOB_H
+#include <netinet/in.h>
+#include <stdint.h>
+
+#include "base/pp.h"
+#include "config/run_config.h"
+#include "db/db.h"
+#include "runner/job/collector.h"
+#include "runner/job/run_progress.h"
+#include "runner/launch/launch.h"
+#include "sched/sched.h"
+#include "tracer/ring.h"
+#include "web/http.h"
+
+typedef struct run_job {
+    run_config cfg;
+    launch_options lo;
+    sched_plan *plan;
+    db *db;         /* the job's writer; only the collector thread writes while it runs */
+    int db_created; /* this run created --db (a refused --serve removes it again) */
+    int64_t job_id;
+    collector *coll;
+    trace_ring **rings; /* [nproc_per_node], owned by the collector once added */
+    http_server *web;
+    run_progress *progress;
+    int progress_next;  /* the next step the display shows, across attempts */
+    int plan_refreshed; /* the plan has simulated times at measured costs (the collector's thread) */
+    char node_addr[INET6_ADDRSTRLEN];
+    char self_exe[4096];
+    char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];
+    char *worker_args[RUN_CONFIG_MAX_ARGS + 1];
+    int cuda_devices;      /* --device cuda: devices this node sees */
+    char costs_about[256]; /* --schedule-costs DB: which job and steps its numbers are from */
+    int program;           /* 1: `-- PROGRAM` runs instead of the built-in worker */
+    char worker_flag[32];  /* the first option given that only the built-in worker takes */
+    char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
+} run_job;
+
+/* How the workers' attempts ended (job_attempts_run), and the trace with
+ * them (job_tracing_stop). */
+typedef struct job_outcome {
+    int launch_rc;     /* launch_job's: -1 when the launcher could not run the job */
+    pp_err launch_err; /* why, when launch_rc is -1 */
+    launch_result res;
+    pp_err trace_err; /* "" unless the trace stopped early */
+    int exit_code;    /* what pprun run exits with */
+} job_outcome;
+
+/* Releases what the job still holds, whichever step it stopped at. */
+void job_free(run_job *job);
+
+#endif

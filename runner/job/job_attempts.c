@@ -1,0 +1,101 @@
+/* job_attempts.c: the workers' attempts of a `pprun run` job
+ * (job_attempts.h). */
+#include "runner/job/job_attempts.h"
+
+#include <stdio.h>
+
+#include "runner/comm/comm.h"
+#include "runner/job/job_nodes.h"
+#include "runner/job/job_program_env.h"
+#include "runner/job/job_tracing.h"
+#include "runner/store/store.h"
+#include "runner/worker/checkpoint_dir.h"
+
+/* Before each attempt: its progress display; before the first, with
+ * several nodes or a trace, the agreement with node 0 and the trace, over
+ * one connection to the job's store. */
+static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
+    run_job *job = ctx;
+    if (info->attempt > 0) {
+        /* A restarted attempt runs again from its checkpoint, or from step
+         * 0 without one: the display shows those steps again. */
+        int latest;
+        pp_err ignored;
+        job->progress_next =
+            checkpoint_dir_to_load(&job->cfg, info->run_id, &latest, &ignored) == 0 ? latest + 1 : 0;
+    }
+    /* The display lives for one attempt: it reads the store, which is up
+     * only while launch_job runs. */
+    if (info->node_rank == 0 &&
+        run_progress_start(info->store_addr, info->rdzv_token, job->cfg.steps, job->progress_next, job->cfg.progress,
+                           &job->progress, err) != 0)
+        return -1;
+    if (info->attempt > 0 || (info->nnodes == 1 && !job->cfg.trace)) return 0;
+    store_client *store = NULL;
+    char host[256];
+    int port;
+    if (store_parse_addr(info->store_addr, host, sizeof host, &port, err) != 0 ||
+        store_connect_token(host, port, info->rdzv_token, 30ull * 1000000000ull, &store, err) != 0)
+        return -1;
+    int rc = 0;
+    if (info->nnodes > 1) rc = job_nodes_agree(job, info, store, err);
+    if (rc == 0 && job->cfg.trace) rc = job_tracing_start(job, info, store, err);
+    store_close(store);
+    return rc;
+}
+
+/* Each rank's environment: this node's address for TCP, a user's program's
+ * schedule, and the fd of the rank's trace ring. */
+static int rank_env(void *ctx, const launch_info *info, int local_rank, int global_rank, launch_env *env, pp_err *err) {
+    run_job *job = ctx;
+    (void)info;
+    if (launch_env_set(env, "PPRUN_NODE_ADDR", job->node_addr, err) != 0) return -1;
+    if (job->program && job_program_env_set(job->plan, &job->cfg, global_rank, env, err) != 0) return -1;
+    if (job->rings && job->rings[local_rank]) {
+        int fd = trace_ring_fd(job->rings[local_rank]);
+        char text[16];
+        snprintf(text, sizeof text, "%d", fd);
+        if (launch_env_pass_fd(env, fd, err) != 0) return -1;
+        return launch_env_set(env, "PPRUN_TRACE_FD", text, err);
+    }
+    return 0;
+}
+
+/* Each rank's pid, for ranks.pid (the latest attempt's). */
+static void started(void *ctx, const launch_info *info, const pid_t *pids) {
+    run_job *job = ctx;
+    if (!job->coll) return;
+    for (int l = 0; l < info->nproc_per_node; l++)
+        collector_set_pid(job->coll, info->node_rank * info->nproc_per_node + l, (int)pids[l]);
+}
+
+/* The attempt's progress display stops (the next picks up where it
+ * left off). Shared-memory rings a rank created before a peer attached (the
+ * peer died first) are removed once the attempt's workers are gone. */
+static void after_attempt(void *ctx, const launch_info *info, const launch_result *res) {
+    run_job *job = ctx;
+    (void)res;
+    job->progress_next = run_progress_stop(job->progress);
+    job->progress = NULL;
+    char job_key[192];
+    snprintf(job_key, sizeof job_key, "%s-a%d", info->run_id, info->attempt);
+    comm_cleanup(job_key, info->world_size);
+}
+
+void job_attempts_run(run_job *job, job_outcome *end) {
+    launch_hooks hooks = {
+        .ctx = job, .before_attempt = before_attempt, .rank_env = rank_env, .started = started,
+        .after_attempt = after_attempt};
+    end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);
+    end->exit_code = end->res.exit_code;
+    if (end->launch_rc != 0)
+        fprintf(stderr, "pprun run: %s\n", end->launch_err.msg);
+    else if (end->res.status == LAUNCH_FAILED)
+        launch_print_summary(stderr, &job->lo, &end->res);
+    else if (end->res.status == LAUNCH_SIGNALED) {
+        char sigbuf[16];
+        fprintf(stderr, "pprun run: stopped by %s", launch_signal_name(end->res.signal, sigbuf));
+        if (job->db) fprintf(stderr, "; what ran is in %s (job %lld)", job->cfg.db, (long long)job->job_id);
+        fputc('\n', stderr);
+    }
+}

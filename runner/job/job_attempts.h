@@ -1,0 +1,17 @@
+/* job_attempts.h: the workers of a `pprun run` job, run through the same
+ * supervisor as `pprun launch` (runner/launch/launch.h), so that every
+ * failure, signal and restart rule holds. Its hooks do the job's part of
+ * each attempt: the progress display (one per attempt, from where a
+ * restarted attempt resumes), before the first one the agreement between
+ * nodes and the trace; each rank's environment (its trace ring, this
+ * node's address, a user's program's schedule); each rank's pid for the
+ * database; what a dead attempt leaves in shared memory. */
+#ifndef PP_JOB_ATTEMPTS_H
+#define PP_JOB_ATTEMPTS_H
+#include "runner/job/job.h"
+
+/* Runs every attempt to the job's outcome, into *end, and says on stderr
+ * how it ended unless it succeeded. */
+void job_attempts_run(run_job *job, job_outcome *end);
+
+#endif

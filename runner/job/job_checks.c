@@ -1,0 +1,177 @@
+/* job_checks.c: the checks of a `pprun run` job before anything starts
+ * (job_checks.h). */
+#include "runner/job/job_checks.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/stat.h>
+
+#include <sqlite3.h>
+
+#include "db/whatif.h"
+#ifdef PPRUN_HAVE_CUDA
+#include "runner/model/cuda/gpu.h"
+#endif
+#include "runner/job/job_program_env.h"
+#include "runner/model/model.h"
+#include "runner/worker/checkpoint_dir.h"
+
+/* Where `flag` will write: `path` itself when it exists (a directory when
+ * want_dir), else the folder that will hold it. */
+static int check_writable(const char *flag, const char *path, int want_dir, pp_err *err) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (want_dir && !S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: not a directory", flag, path);
+        if (!want_dir && S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: is a directory", flag, path);
+        if (access(path, W_OK) != 0) return pp_fail(err, "%s %s: not writable: %s", flag, path, strerror(errno));
+        return 0;
+    }
+    char parent[1024];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == parent) parent[1] = '\0';
+    else *slash = '\0';
+    if (access(parent, W_OK) != 0)
+        return pp_fail(err, "%s %s: cannot create it in %s: %s", flag, path, parent, strerror(errno));
+    return 0;
+}
+
+/* --resume: the checkpoint must be there and leave steps to run. */
+static int check_resume(run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    int step;
+    char writer[256];
+    if (checkpoint_dir_latest(cfg->checkpoint_dir, &step, writer, sizeof writer, err) != 0)
+        return pp_wrap(err, "--resume: no complete checkpoint in %s", cfg->checkpoint_dir);
+    if (step + 1 >= cfg->steps)
+        return pp_fail(err, "--resume: the checkpoint in %s is at step %d; --steps %d leaves nothing to run",
+                       cfg->checkpoint_dir, step, cfg->steps);
+    job->progress_next = step + 1;
+    return 0;
+}
+
+/* --fail-at must name a point the job reaches, or the test it serves would
+ * pass for the wrong reason. */
+static int check_fail_at(const run_job *job, int world, pp_err *err) {
+    const run_fail_at *f = &job->cfg.fail_at;
+    if (!f->enabled) return 0;
+    if (f->rank >= world) return pp_fail(err, "--fail-at rank=%d: the job has ranks 0..%d", f->rank, world - 1);
+    if (f->step >= job->cfg.steps) return pp_fail(err, "--fail-at step=%d: the job runs steps 0..%d", f->step, job->cfg.steps - 1);
+    if (f->mb >= job->cfg.microbatches)
+        return pp_fail(err, "--fail-at mb=%d: the job has microbatches 0..%d", f->mb, job->cfg.microbatches - 1);
+    return 0;
+}
+
+/* --device cuda is checked here, before any worker starts: no toolkit at build
+ * time, or no device now (the workers would all fail the same way). */
+static int check_cuda(run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    if (cfg->model.kind != MODEL_GPT)
+        return pp_fail(err, "--device cuda runs the gpt model only; --model %s runs on --device cpu", cfg->model_text);
+#ifdef PPRUN_HAVE_CUDA
+    if (gpu_device_count(&job->cuda_devices, err) != 0) return pp_wrap(err, "--device cuda");
+    return 0;
+#else
+    return pp_fail(err, "--device cuda: this pprun was built without the GPU backend; use --device cpu");
+#endif
+}
+
+/* --schedule-costs DB[:JOB]: a job's measured op costs, read once here, so
+ * that every worker builds the same order from the same numbers (they get
+ * them as --schedule-costs f=..,b=..,w=..,comm=..). */
+static int read_schedule_costs(run_job *job, int world, pp_err *err) {
+    run_config *cfg = &job->cfg;
+    const char *path = cfg->schedule_costs_db;
+    if (access(path, R_OK) != 0) return pp_fail(err, "--schedule-costs %s: cannot read it: %s", path, strerror(errno));
+    sqlite3 *sql;
+    if (db_open_readonly(path, &sql, err) != 0) return pp_wrap(err, "--schedule-costs %s", path);
+    int64_t id = cfg->schedule_costs_job ? cfg->schedule_costs_job : db_newest_job(sql, err);
+    int rc = -1;
+    if (id == 0) pp_fail(err, "no job in it yet");
+    else if (id > 0)
+        rc = whatif_costs_for(sql, id, job->model, world, 2, &cfg->schedule_costs, job->costs_about,
+                              sizeof job->costs_about, err);
+    sqlite3_close(sql);
+    if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
+    cfg->has_schedule_costs = 1;
+    return 0;
+}
+
+/* `-- PROGRAM`: the job is the schedule; the program is the model, and
+ * jobs.model names it ("program:python3 train.py --lr 3e-4"). --device
+ * only labels the job: the program picks its own device. */
+static void name_program(run_job *job) {
+    int n = snprintf(job->model, sizeof job->model, "program:");
+    for (int i = 0; i < job->lo.prog_argc && n < (int)sizeof job->model; i++)
+        n += snprintf(job->model + n, sizeof job->model - (size_t)n, i ? " %s" : "%s", job->lo.prog_argv[i]);
+}
+
+/* The options against each other and this machine; jobs.model. */
+static int check_options(run_job *job, pp_err *err) {
+    run_config *cfg = &job->cfg;
+    if (job->program && job->worker_flag[0])
+        return pp_fail(err, "%s configures pprun's built-in worker; with -- PROGRAM your program is the model "
+                            "(give it its own options after PROGRAM)", job->worker_flag);
+    if (run_config_finish(cfg, err) != 0) return -1;
+    if (job->program) {
+        name_program(job);
+        cfg->cupti = 0;
+        cfg->progress = RUN_PROGRESS_OFF; /* its numbers come from pprun's worker */
+    } else {
+        model_spec_format(&cfg->model, job->model, sizeof job->model);
+    }
+    if (!job->program && cfg->device == RUN_DEVICE_CUDA && check_cuda(job, err) != 0) return -1;
+    return 0;
+}
+
+/* pprun's own worker: the model over the plan's stages, the GPU transport,
+ * the data, and what the worker will read and write. */
+static int check_worker_job(run_job *job, int world, pp_err *err) {
+    run_config *cfg = &job->cfg;
+    int *first = calloc((size_t)job->plan->stages + 1, sizeof *first);
+    if (!first) return pp_fail(err, "out of memory");
+    int rc =
+        sched_partition(cfg->model.layers, job->plan->stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
+    free(first);
+    if (rc != 0) return pp_wrap(err, "--model %s with %d stages", cfg->model_text, job->plan->stages);
+    if (cfg->device == RUN_DEVICE_CUDA &&
+        run_config_check_gpu_transport(cfg, job->plan, job->lo.nproc_per_node, job->cuda_devices, err) != 0)
+        return -1;
+    if (cfg->model.kind == MODEL_GPT) {
+        data_source *data = NULL;
+        if (data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &data, err) != 0)
+            return -1; /* its messages name --data */
+        data_close(data);
+    } else if (cfg->data[0]) {
+        return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);
+    }
+    if (check_fail_at(job, world, err) != 0) return -1;
+    if (cfg->metrics[0] && check_writable("--metrics", cfg->metrics, 0, err) != 0) return -1;
+    if (cfg->save_weights[0] && check_writable("--save-weights", cfg->save_weights, 1, err) != 0) return -1;
+    if (cfg->checkpoint_dir[0] && check_writable("--checkpoint-dir", cfg->checkpoint_dir, 1, err) != 0) return -1;
+    return cfg->resume ? check_resume(job, err) : 0;
+}
+
+int job_check(run_job *job, pp_err *err) {
+    run_config *cfg = &job->cfg;
+    if (check_options(job, err) != 0) return -1;
+    int world = job->lo.nproc_per_node * job->lo.nnodes;
+    if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
+    if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
+    if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
+    if (cfg->trace && job->lo.node_rank == 0 && check_writable("--db", cfg->db, 0, err) != 0) return -1;
+    if (!job->program) return check_worker_job(job, world, err);
+    if (job_program_env_check(job->plan, err) != 0) return -1;
+    return launch_check_program(&job->lo, err);
+}
+
+void job_checks_say_costs(const run_job *job) {
+    if (!job->costs_about[0]) return;
+    const sched_costs *c = &job->cfg.schedule_costs;
+    fprintf(stderr, "pprun run: zb-v ordered for F %.3f ms, B %.3f ms, W %.3f ms, send %.3f ms per op (%s, %s)\n",
+            c->f / 1e6, c->b / 1e6, c->w / 1e6, c->comm / 1e6, job->cfg.schedule_costs_db, job->costs_about);
+}

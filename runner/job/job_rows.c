@@ -1,0 +1,283 @@
+/* job_rows.c: a `pprun run` job in its trace database (job_rows.h). */
+#include "runner/job/job_rows.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <sqlite3.h>
+
+#include "db/alive.h"
+#include "db/summary.h"
+#include "db/whatif.h"
+#include "report/text.h"
+#include "runner/job/run_plan.h"
+
+/* db's messages start with the file's name; the lines that print them
+ * name it already, after --db. */
+static const char *without_path(const char *msg, const char *path) {
+    size_t n = strlen(path);
+    return strncmp(msg, path, n) == 0 && strncmp(msg + n, ": ", 2) == 0 ? msg + n + 2 : msg;
+}
+
+static void say_db_error(const run_job *job, const pp_err *err) {
+    fprintf(stderr, "pprun run: --db %s: %s\n", job->cfg.db, without_path(err->msg, job->cfg.db));
+}
+
+/* --- the start --------------------------------------------------------------- */
+
+/* The options that shape the run, as JSON (jobs.config_json; not, say,
+ * --recv-timeout or the checkpoint flags). Caller frees. */
+static char *config_json(const run_job *job) {
+    const run_config *c = &job->cfg;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    char schedule[RUN_SCHEDULE_TEXT_MAX];
+    cJSON_AddStringToObject(o, "schedule", run_schedule_text(c, schedule, sizeof schedule));
+    if (c->has_schedule_costs) { /* what zb-v's order was built for (db/whatif.c reads it back) */
+        char text[1024];
+        snprintf(text, sizeof text, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->schedule_costs.f, c->schedule_costs.b,
+                 c->schedule_costs.w, c->schedule_costs.comm);
+        cJSON_AddStringToObject(o, "schedule_costs", text);
+        if (c->schedule_costs_db[0]) {
+            snprintf(text, sizeof text, "%s, %s", c->schedule_costs_db, job->costs_about);
+            cJSON_AddStringToObject(o, "schedule_costs_from", text);
+        }
+    }
+    cJSON_AddNumberToObject(o, "microbatches", c->microbatches);
+    cJSON_AddNumberToObject(o, "virtual_stages", job->plan->virtual_stages);
+    cJSON_AddNumberToObject(o, "stages", job->plan->stages);
+    cJSON_AddNumberToObject(o, "steps", c->steps);
+    cJSON_AddStringToObject(o, "model", job->model);
+    cJSON_AddNumberToObject(o, "nproc_per_node", job->lo.nproc_per_node);
+    /* more ranks than cores: op times include waiting for one (db/whatif.c) */
+    cJSON_AddNumberToObject(o, "cpu_cores", pp_cpu_count());
+    cJSON_AddNumberToObject(o, "nnodes", job->lo.nnodes);
+    cJSON_AddNumberToObject(o, "max_restarts", job->lo.max_restarts);
+    alive_identity(o); /* who to ask whether the job still runs; without /proc, nobody */
+    if (job->program) {
+        cJSON *argv = cJSON_AddArrayToObject(o, "program");
+        for (int i = 0; argv && i < job->lo.prog_argc; i++)
+            cJSON_AddItemToArray(argv, cJSON_CreateString(job->lo.prog_argv[i]));
+    } else {
+        char cuts[RUN_MAX_CUTS * 8]; /* which layers each stage holds (db/whatif.c reads it back) */
+        sched_cuts_text(c->cuts, c->ncuts, cuts, sizeof cuts);
+        cJSON_AddStringToObject(o, "pipeline_cuts", cuts);
+        cJSON_AddStringToObject(o, "data", c->data[0] ? c->data : "(built-in corpus)");
+        cJSON_AddNumberToObject(o, "seed", (double)c->seed);
+        cJSON_AddNumberToObject(o, "lr", c->optim.lr);
+        cJSON_AddNumberToObject(o, "weight_decay", c->optim.weight_decay);
+        cJSON_AddStringToObject(o, "optimizer", run_optimizer_name(c->optim.kind));
+        /* where boundary tensors live; the per-peer transport is each worker's first line */
+        cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");
+        cJSON_AddStringToObject(o, "transport", run_transport_name(c->transport));
+        cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
+        cJSON_AddStringToObject(o, "dtype", run_dtype_name(c->dtype));
+    }
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* The jobs row: job->job_id. */
+static int write_job_row(run_job *job, pp_err *err) {
+    const sched_plan *plan = job->plan;
+    char *json = config_json(job);
+    if (!json) return pp_fail(err, "out of memory");
+    char schedule[RUN_SCHEDULE_TEXT_MAX];
+    db_job_info info = {
+        .name = job->lo.run_id,
+        .nnodes = job->lo.nnodes,
+        .world_size = plan->ranks,
+        .schedule = run_schedule_text(&job->cfg, schedule, sizeof schedule),
+        .microbatches = plan->microbatches,
+        .virtual_stages = plan->virtual_stages,
+        .stages = plan->stages,
+        .steps = job->cfg.steps,
+        .model = job->model,
+        .device = run_device_name(job->cfg.device),
+        .config_json = json,
+        .t0_ns = (int64_t)pp_now_ns(),
+    };
+    int rc = db_create_job(job->db, &info, &job->job_id, err);
+    free(json);
+    return rc;
+}
+
+/* One row per rank: its node, host, device and stages. */
+static int write_ranks(run_job *job, pp_err *err) {
+    const sched_plan *plan = job->plan;
+    char host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    db_rank_info *ranks = calloc((size_t)plan->ranks, sizeof *ranks);
+    char (*stages)[256] = calloc((size_t)plan->ranks, sizeof *stages);
+    char (*hosts)[272] = calloc((size_t)plan->ranks, sizeof *hosts);
+    char (*devices)[32] = calloc((size_t)plan->ranks, sizeof *devices);
+    if (!ranks || !stages || !hosts || !devices) {
+        free(ranks), free(stages), free(hosts), free(devices);
+        return pp_fail(err, "out of memory");
+    }
+    for (int r = 0; r < plan->ranks; r++) {
+        int node = r / job->lo.nproc_per_node;
+        for (int s = 0, n = 0; s < plan->stages; s++)
+            if (plan->stage_rank[s] == r && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
+        if (node == job->lo.node_rank) snprintf(hosts[r], sizeof hosts[r], "%s", host);
+        else snprintf(hosts[r], sizeof hosts[r], "node%d", node);
+        /* the worker's choice (LOCAL_RANK mod count), assuming every node sees as many devices as this one */
+        if (job->cuda_devices > 0)
+            snprintf(devices[r], sizeof devices[r], "cuda:%d", (r % job->lo.nproc_per_node) % job->cuda_devices);
+        else
+            snprintf(devices[r], sizeof devices[r], "%s", run_device_name(job->cfg.device));
+        ranks[r] = (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = devices[r], .stages = stages[r]};
+    }
+    int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)plan->ranks, err);
+    free(ranks), free(stages), free(hosts), free(devices);
+    return rc;
+}
+
+int job_rows_open(run_job *job) {
+    job->db_created = access(job->cfg.db, F_OK) != 0;
+    if (!job->cfg.trace || job->lo.node_rank != 0) return 0;
+    pp_err err;
+    if (db_open(job->cfg.db, &job->db, &err) == 0) return 0;
+    say_db_error(job, &err);
+    return -1;
+}
+
+/* The database file and SQLite's WAL and shared-memory files beside it. */
+static void remove_db_files(const char *path) {
+    char side[sizeof ((run_config *)0)->db + 8];
+    remove(path);
+    snprintf(side, sizeof side, "%s-wal", path);
+    remove(side);
+    snprintf(side, sizeof side, "%s-shm", path);
+    remove(side);
+}
+
+void job_rows_discard(run_job *job) {
+    if (!job->db || !job->db_created) return;
+    db_close(job->db);
+    job->db = NULL;
+    remove_db_files(job->cfg.db);
+}
+
+int job_rows_start(run_job *job) {
+    if (!job->db) return 0;
+    pp_err err;
+    int nlost = 0;
+    if (db_mark_lost(job->db, &nlost, &err) != 0 || write_job_row(job, &err) != 0 || write_ranks(job, &err) != 0 ||
+        run_plan_write(job->db, job->job_id, job->plan, &job->cfg, NULL, &err) != 0) {
+        say_db_error(job, &err);
+        return -1;
+    }
+    if (nlost)
+        fprintf(stderr, "pprun run: --db %s: %d earlier job%s still said running, but %s launcher is gone: marked lost\n",
+                job->cfg.db, nlost, nlost > 1 ? "s" : "", nlost > 1 ? "their" : "its");
+    return 0;
+}
+
+/* --- the end ------------------------------------------------------------------ */
+
+/* A job too short for the live refresh (its steps reached the database
+ * after the progress display saw them) still gets its planned timeline at
+ * its measured costs, from the latest step with statistics. */
+static void plan_at_the_end(run_job *job) {
+    if (job->cfg.model.kind == MODEL_TIMED) return; /* planned at the model's own costs from the start */
+    sqlite3 *sql = db_sqlite(job->db);
+    sqlite3_stmt *st;
+    int simulated = 1, step = -1;
+    if (sqlite3_prepare_v2(sql, "SELECT (SELECT count(sim_start_ns) FROM plan WHERE job_id=?1),"
+                                " (SELECT max(step) FROM step_stats WHERE job_id=?1)", -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, job->job_id);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        simulated = sqlite3_column_int(st, 0) > 0;
+        if (sqlite3_column_type(st, 1) != SQLITE_NULL) step = sqlite3_column_int(st, 1);
+    }
+    sqlite3_finalize(st);
+    pp_err err;
+    if (!simulated && step >= 0 && run_plan_resimulate(job->db, job->job_id, job->plan, &job->cfg, step, &err) < 0)
+        fprintf(stderr, "pprun run: planned timeline not written: %s\n", err.msg);
+}
+
+static const char *job_status(const launch_result *res) {
+    return res->status == LAUNCH_OK ? "succeeded" : res->status == LAUNCH_SIGNALED ? "stopped" : "failed";
+}
+
+/* The last non-empty line of a rank's stderr tail: the error it died
+ * with, as a rule (a worker's message, a Python exception). */
+static int last_line(const char *tail, const char **line) {
+    int end = (int)strlen(tail);
+    while (end > 0 && (tail[end - 1] == '\n' || tail[end - 1] == ' ')) end--;
+    int start = end;
+    while (start > 0 && tail[start - 1] != '\n') start--;
+    *line = tail + start;
+    return end - start;
+}
+
+static void failure_text(const launch_result *res, char *buf, size_t n) {
+    char sigbuf[16];
+    const launch_failure *f = &res->failure;
+    const char *line;
+    int len = last_line(f->stderr_tail, &line);
+    if (res->status == LAUNCH_FAILED && f->global_rank < 0 && f->signal)
+        snprintf(buf, n, "the launcher of node rank %d (on %s) got %s", f->node_rank, f->host,
+                 launch_signal_name(f->signal, sigbuf));
+    else if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
+        snprintf(buf, n, "the launcher of node rank %d (on %s) failed: %.*s", f->node_rank, f->host,
+                 (int)strcspn(f->stderr_tail, "\n"), f->stderr_tail);
+    else if (res->status == LAUNCH_FAILED && f->signal)
+        snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", f->global_rank, f->local_rank, f->host,
+                 launch_signal_name(f->signal, sigbuf));
+    else if (res->status == LAUNCH_FAILED)
+        snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%.*s", f->global_rank, f->local_rank,
+                 f->host, f->exit_code, len ? ": " : "", len, line);
+    else if (res->status == LAUNCH_SIGNALED)
+        snprintf(buf, n, "pprun was stopped by %s", launch_signal_name(res->signal, sigbuf));
+    else
+        snprintf(buf, n, "the launcher failed");
+}
+
+/* What jobs.failure says: why the launcher failed, how the job ended, or,
+ * after a success, why its trace is short; "" for none. */
+static void failure_of(const job_outcome *end, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (end->launch_rc != 0)
+        snprintf(buf, n, "%s", end->launch_err.msg);
+    else if (end->res.status != LAUNCH_OK)
+        failure_text(&end->res, buf, n);
+    else if (end->trace_err.msg[0]) /* the training succeeded, its trace did not: why pprun exits 1 */
+        snprintf(buf, n, "the trace stopped early: %s", end->trace_err.msg);
+}
+
+void job_rows_finish(run_job *job, job_outcome *end) {
+    if (!job->db) return;
+    /* After a failed write (a full disk) what room is left goes to the
+     * job's end, not to the plan. */
+    if (!end->trace_err.msg[0]) plan_at_the_end(job);
+    char failure[sizeof end->launch_err.msg + 64];
+    failure_of(end, failure, sizeof failure);
+    pp_err ferr;
+    int failed_rank = end->launch_rc == 0 && end->res.status == LAUNCH_FAILED ? end->res.failure.global_rank : -1;
+    const char *status = end->launch_rc != 0 ? "failed" : job_status(&end->res);
+    if (db_finish_job(job->db, job->job_id, status, end->exit_code, failed_rank, failure[0] ? failure : NULL, &ferr) !=
+        0) {
+        fprintf(stderr,
+                "pprun run: --db %s: the job's end (%s) could not be recorded: %s; readers on this machine "
+                "will show job %lld as lost\n",
+                job->cfg.db, status, without_path(ferr.msg, job->cfg.db), (long long)job->job_id);
+        if (end->exit_code == 0) end->exit_code = 1;
+    }
+    if (end->exit_code == 0) { /* where the time went, in two lines */
+        job_summary s;
+        whatif_report w;
+        if (summary_read(db_sqlite(job->db), job->job_id, 0, &s, &ferr) == 0)
+            report_brief(stderr, "pprun run", &s, whatif_read(db_sqlite(job->db), &s, &w, &ferr) == 0 ? &w : NULL,
+                         job->cfg.db);
+        summary_free(&s);
+    }
+    db_close(job->db);
+    job->db = NULL;
+}

@@ -1,0 +1,23 @@
+/* job_rows.h: a `pprun run` job in its trace database (--db, written by
+ * node 0 with --trace on): when it starts, earlier jobs whose launcher is
+ * gone marked lost, then its jobs row (the options that shape the run as
+ * config_json), its ranks and its plan; when it ends, its status, exit
+ * code and failure in one line, the planned timeline at measured costs if
+ * the live refresh missed it, and, after a success, where the time went in
+ * two lines on stderr. Each function says on stderr why it failed. */
+#ifndef PP_JOB_ROWS_H
+#define PP_JOB_ROWS_H
+#include "runner/job/job.h"
+
+/* job->db, on the node that writes it; 0 on the others and with --trace off. */
+int job_rows_open(run_job *job);
+/* A job that will not start leaves no database behind that this run
+ * created (job->db closed, the file and its WAL removed). */
+void job_rows_discard(run_job *job);
+/* The job's rows, with job->db. */
+int job_rows_start(run_job *job);
+/* The job's end, with job->db, which it closes; a failure to record it
+ * makes a succeeded job's end->exit_code 1. */
+void job_rows_finish(run_job *job, job_outcome *end);
+
+#endif

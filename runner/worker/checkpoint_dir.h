@@ -1,0 +1,41 @@
+/* checkpoint_dir.h: a job's checkpoint directory (--checkpoint-dir DIR),
+ * which the workers write and the launcher reads.
+ *
+ *   DIR/step_N/stage_S.ckpt   stage S after step N (model_stage_save),
+ *                             saved by the rank that holds the stage
+ *   DIR/latest                "N RUN_ID\n": the last step every rank saved,
+ *                             and the run that saved it
+ *
+ * Each rank saves its stages (engine.c), then counts itself in through the
+ * job's store; the rank that completes the count writes DIR/latest
+ * (worker.c). Every rank starts from DIR/latest when the job resumes or an
+ * attempt restarts (checkpoint_dir_to_load), and the launcher reads it to
+ * check --resume and to show a restarted attempt's steps. */
+#ifndef PP_CHECKPOINT_DIR_H
+#define PP_CHECKPOINT_DIR_H
+#include <stddef.h>
+#include <stdio.h>
+
+#include "base/pp.h"
+#include "config/run_config.h"
+
+/* DIR/latest: 0 with step and run_id filled, or -1 with err saying why (no
+ * latest, or not "N RUN_ID" with N a step --steps allows). */
+int checkpoint_dir_latest(const char *dir, int *step, char *run_id, size_t n, pp_err *err);
+/* The checkpoint a rank of run `run_id` starts from: DIR/latest when the
+ * user asked to --resume, or when this run wrote it (a restarted attempt);
+ * never one another run left. 0 with *step set; 1: none, a fresh start;
+ * -1 with err: --resume without a complete checkpoint. */
+int checkpoint_dir_to_load(const run_config *cfg, const char *run_id, int *step, pp_err *err);
+/* Writes DIR/latest atomically (write, fsync, rename). */
+int checkpoint_dir_mark_latest(const char *dir, int step, const char *run_id, pp_err *err);
+
+/* DIR/step_N and DIR/step_N/stage_S.ckpt */
+static inline void checkpoint_dir_step_path(const char *dir, int step, char *buf, size_t n) {
+    snprintf(buf, n, "%s/step_%d", dir, step);
+}
+static inline void checkpoint_dir_stage_path(const char *dir, int step, int stage, char *buf, size_t n) {
+    snprintf(buf, n, "%s/step_%d/stage_%d.ckpt", dir, step, stage);
+}
+
+#endif
