@@ -316,3 +316,24 @@ int net_local_name(int fd, char *host, size_t cap, int *family) {
     *family = ss.ss_family;
     return atoi(port);
 }
+
+/* One family: the source address of a UDP socket connected to host (a
+ * connect on a datagram socket only picks the route; nothing is sent). */
+static int route_source(const char *host, int family, char *out, size_t cap) {
+    struct addrinfo hints = {.ai_family = family, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+    if (getaddrinfo(host, "9", &hints, &ai) != 0) return -1;
+    int fd = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0), ok = 0;
+    struct sockaddr_storage local;
+    socklen_t len = sizeof local;
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        getsockname(fd, (struct sockaddr *)&local, &len) == 0)
+        ok = getnameinfo((struct sockaddr *)&local, len, out, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) == 0;
+    if (fd >= 0) close(fd);
+    freeaddrinfo(ai);
+    return ok ? 0 : -1;
+}
+
+int net_route_source(const char *host, char *out, size_t cap) {
+    return route_source(host, AF_INET, out, cap) == 0 || route_source(host, AF_INET6, out, cap) == 0 ? 0 : -1;
+}
+

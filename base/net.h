@@ -87,4 +87,8 @@ void net_peer_name(int fd, char *buf, size_t cap);
  * fits), its family (AF_INET, AF_INET6) into *family; returns its port, or
  * -1 with errno. */
 int net_local_name(int fd, char *host, size_t cap, int *family);
+/* The address of this machine that traffic to host leaves from (IPv4 when
+ * host has one, else IPv6), numeric, into out: what other nodes can reach
+ * this one at. 0, or -1 when host does not resolve or has no route. */
+int net_route_source(const char *host, char *out, size_t cap);
 #endif

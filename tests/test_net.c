@@ -276,3 +276,23 @@ Test(net, a_foreign_address_falls_back_to_every_interface_only_when_asked) {
     close(c);
     close(lfd);
 }
+
+/* What a node tells the others to connect to, and what the dashboard checks
+ * before it serves without a token. */
+Test(net, local_addresses_and_loopback_names) {
+    char out[64];
+    cr_assert_eq(net_route_source("127.0.0.1", out, sizeof out), 0);
+    cr_assert_str_eq(out, "127.0.0.1");
+    cr_assert_eq(net_route_source("no-such-host.invalid", out, sizeof out), -1);
+    cr_assert_eq(net_host_is_loopback("127.0.0.1"), 1);
+    cr_assert_eq(net_host_is_loopback("localhost"), 1);
+    cr_assert_eq(net_host_is_loopback("192.0.2.1"), 0);
+    cr_assert_eq(net_host_is_loopback("no-such-host.invalid"), -1);
+    pp_err err;
+    int lfd = net_listen("127.0.0.1", 0, 8, 0, &err), family = 0;
+    cr_assert(lfd >= 0, "%s", err.msg);
+    cr_assert_eq(net_local_name(lfd, out, sizeof out, &family), net_local_port(lfd));
+    cr_assert_str_eq(out, "127.0.0.1");
+    cr_assert_eq(family, AF_INET);
+    close(lfd);
+}

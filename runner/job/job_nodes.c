@@ -4,31 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
+#include "base/net.h"
 
 /* The address this node uses to reach the master: what other nodes' ranks
  * connect to for TCP transport. */
-static void node_address(const char *master, char *out, size_t n) {
-    snprintf(out, n, "127.0.0.1");
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
-    if (getaddrinfo(master, "9", &hints, &ai) != 0) return;
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in local;
-    socklen_t len = sizeof local;
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        getsockname(fd, (struct sockaddr *)&local, &len) == 0)
-        inet_ntop(AF_INET, &local.sin_addr, out, (socklen_t)n);
-    if (fd >= 0) close(fd);
-    freeaddrinfo(ai);
-}
-
 void job_nodes_address(run_job *job) {
-    node_address(job->lo.nnodes > 1 ? job->lo.master_addr : "127.0.0.1", job->node_addr, sizeof job->node_addr);
+    const char *master = job->lo.nnodes > 1 ? job->lo.master_addr : "127.0.0.1";
+    if (net_route_source(master, job->node_addr, sizeof job->node_addr) != 0)
+        snprintf(job->node_addr, sizeof job->node_addr, "127.0.0.1");
 }
 
 int job_nodes_agree(const run_job *job, const launch_info *info, store_client *store, pp_err *err) {
