@@ -19,12 +19,12 @@ report         base sched config tracer db
 web            base sched config tracer db report
 runner/model   base config
 runner/comm    base config
-runner/worker  base sched config tracer runner/model runner/comm runner/store
 runner/store   base
+runner/worker  base sched config tracer runner/model runner/comm runner/store
 runner/launch  base runner/store
-runner/job     base sched config tracer db report web runner/model runner/comm runner/worker runner/store runner/launch
-runner/cmd     base sched config tracer db report web runner/model runner/comm runner/worker runner/store runner/launch runner/job
-runner         base db runner/cmd
+runner/job     base sched config tracer db report web runner/model runner/comm runner/store runner/worker runner/launch
+runner/cmd     base sched config tracer db report web runner/model runner/comm runner/store runner/worker runner/launch runner/job
+runner         base sched config tracer db report web runner/model runner/comm runner/store runner/worker runner/launch runner/job runner/cmd
 '
 
 # The layer a path belongs to: its longest listed folder prefix.
