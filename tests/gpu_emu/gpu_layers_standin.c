@@ -1,182 +1,28 @@
-/* standins.c: the CPU stand-ins for the GPU backend that the CPU checks of
- * tests/gpu_emu/ link in place of CUDA: every gpu.h function is its CPU
- * reference (gpu_layernorm_forward -> gpt_layernorm_forward, ...), device
- * memory is malloc, and the two runtime calls gpu_stage.c makes are memcpy
- * and nothing. Device memory is host memory here, but the stand-ins know
- * which is which: every gpu_alloc is recorded, and each copy checks that its
- * source and destination lie on the sides its kind says (standins.h). Also
- * the training text the checks use (the real corpus is generated into the
- * core library's build, which these programs do not link).
+/* gpu_layers_standin.c: the compute functions of gpu.h (those of
+ * gpu_layers.c and gpu_kernels.cu) as their CPU references
+ * (gpu_layernorm_forward -> gpt_layernorm_forward, ...), for the checks of
+ * tests/gpu_emu/ that hold gpu_stage.c and the engine's GPU path to the CPU
+ * stage bit for bit (stagecheck.c, enginecheck.c). Everything else of the
+ * GPU backend is the emulated model layer's as written: gpu_device.c's
+ * context, memory and copies over cudart_standin.c, which checks that each
+ * copy reads and writes the sides its kind says.
  *
- * With STANDINS_CUDART the program also links a stand-in of the CUDA runtime
- * itself (devcomm_cudastub.c): device memory is its cudaMalloc, each context
- * gets one of its streams (a thread that runs queued device-to-device
- * copies), and every stand-in kernel, upload and download waits for the
- * stream first, as work queued on one stream would. */
-#include "tests/gpu_emu/standins.h"
-
+ * Linked ahead of the emulated model layer, this file defines every
+ * function the linker would otherwise take gpu_layers.c's and
+ * gpu_kernels.cu's objects from the library for, so it takes neither (one
+ * left out here would bring its object and fail the link with duplicate
+ * definitions). Each function first waits for the context's stream, as
+ * work queued behind the stage's device-to-device copies would. */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stddef.h>
 
-#include "base/embed.h"
-#include "runner/model/cuda/gpu_internal.h"
+#include "runner/model/cuda/gpu.h"
 #include "runner/model/gpt_layers.h"
 
-/* --- stand-ins: device, memory, the two runtime calls gpu_stage.c makes --- */
-
-/* Live "device" allocations, and the first copy that crossed sides wrongly. */
-#define DEV_HEADER 64
-static struct dev_block { const char *p; size_t n; } *dev_blocks;
-static size_t dev_count, dev_cap;
-int side_errors;
-char side_error[256];
-
-int is_device(const void *p) {
-    for (size_t i = 0; i < dev_count; i++)
-        if ((const char *)p >= dev_blocks[i].p && (const char *)p < dev_blocks[i].p + dev_blocks[i].n) return 1;
-    return 0;
-}
-void want_side(const void *p, int device, const char *what) {
-    if (is_device(p) == device) return;
-    if (side_errors++ == 0)
-        snprintf(side_error, sizeof side_error, "%s is %s memory, expected %s memory", what,
-                 device ? "host" : "device", device ? "device" : "host");
-}
-
-int gpu_cuda_fail(pp_err *err, cudaError_t e, const char *what) { return pp_fail(err, "%s: error %d", what, (int)e); }
-int gpu_device_count(int *count, pp_err *err) {
-    (void)err;
-    *count = 1;
-    return 0;
-}
-int gpu_device_for_rank(int local_rank, int count) { return local_rank % count; }
-/* Stand-in device memory comes from here: malloc past a poisoned header, so
- * that host free() of it aborts (glibc finds no chunk there) instead of
- * passing unnoticed; or, with STANDINS_CUDART, the CUDA runtime stand-in's
- * cudaMalloc (shared memfd mappings), which host free() cannot take either. */
-static void *raw_alloc(size_t bytes) {
-#ifdef STANDINS_CUDART
-    void *p = NULL;
-    return cudaMalloc(&p, bytes) == cudaSuccess ? p : NULL;
-#else
-    unsigned char *base = malloc(DEV_HEADER + bytes);
-    if (base) memset(base, 0xA5, DEV_HEADER);
-    return base ? base + DEV_HEADER : NULL;
-#endif
-}
-static void raw_free(void *p) {
-#ifdef STANDINS_CUDART
-    cudaFree(p);
-#else
-    free((unsigned char *)p - DEV_HEADER);
-#endif
-}
-
-int gpu_ctx_create(int device, gpu_dtype dtype, gpu_ctx **out, pp_err *err) {
-    if (!(*out = calloc(1, sizeof **out))) return pp_fail(err, "out of memory");
-    (*out)->device = device, (*out)->dtype = dtype;
-#ifdef STANDINS_CUDART
-    cudaError_t e = cudaSetDevice(device);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&(*out)->stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess) {
-        free(*out);
-        *out = NULL;
-        return gpu_cuda_fail(err, e, "stand-in stream");
-    }
-#endif
-    return 0;
-}
-void gpu_ctx_free(gpu_ctx *ctx) {
-#ifdef STANDINS_CUDART
-    if (ctx && ctx->stream) cudaStreamDestroy(ctx->stream);
-#endif
-    free(ctx);
-}
-/* With STANDINS_CUDART the stage's device-to-device copies run on the
- * stand-in stream's thread: everything below waits for them first. */
-int gpu_sync(gpu_ctx *ctx, pp_err *err) {
-#ifdef STANDINS_CUDART
-    cudaError_t e = ctx && ctx->stream ? cudaStreamSynchronize(ctx->stream) : cudaSuccess;
-    if (e != cudaSuccess) return gpu_cuda_fail(err, e, "stand-in stream");
-#else
-    (void)ctx, (void)err;
-#endif
-    return 0;
-}
 #define SYNC(c)                                                                                                        \
     do {                                                                                                               \
         if (gpu_sync((c), e) != 0) return -1;                                                                          \
     } while (0)
-void *gpu_alloc(gpu_ctx *ctx, size_t bytes, pp_err *err) {
-    (void)ctx;
-    if (dev_count == dev_cap) {
-        size_t cap = dev_cap ? 2 * dev_cap : 256;
-        struct dev_block *nb = realloc(dev_blocks, cap * sizeof *nb);
-        if (!nb) {
-            pp_fail(err, "out of memory");
-            return NULL;
-        }
-        dev_blocks = nb, dev_cap = cap;
-    }
-    void *p = raw_alloc(bytes ? bytes : 1);
-    if (!p) {
-        pp_fail(err, "out of (stand-in device) memory for %zu bytes", bytes);
-        return NULL;
-    }
-    dev_blocks[dev_count++] = (struct dev_block){p, bytes ? bytes : 1};
-    return p;
-}
-void gpu_free(gpu_ctx *ctx, void *p) {
-    (void)ctx;
-    if (!p) return;
-    for (size_t i = 0; i < dev_count; i++)
-        if (dev_blocks[i].p == p) {
-            dev_blocks[i] = dev_blocks[--dev_count];
-            raw_free(p);
-            return;
-        }
-    want_side(p, 1, "gpu_free's pointer");
-    free(p);
-}
-int gpu_upload(gpu_ctx *ctx, void *dst, const void *src, size_t bytes, pp_err *err) {
-    want_side(src, 0, "an upload's source");
-    want_side(dst, 1, "an upload's destination");
-    if (gpu_sync(ctx, err) != 0) return -1;
-    memcpy(dst, src, bytes);
-    return 0;
-}
-int gpu_download(gpu_ctx *ctx, void *dst, const void *src, size_t bytes, pp_err *err) {
-    want_side(src, 1, "a download's source");
-    want_side(dst, 0, "a download's destination");
-    if (gpu_sync(ctx, err) != 0) return -1;
-    memcpy(dst, src, bytes);
-    return 0;
-}
-int gpu_memset(gpu_ctx *ctx, void *p, int byte, size_t bytes, pp_err *err) {
-    want_side(p, 1, "gpu_memset's pointer");
-    if (gpu_sync(ctx, err) != 0) return -1;
-    memset(p, byte, bytes);
-    return 0;
-}
-#ifndef STANDINS_CUDART /* else the CUDA runtime stand-in has them */
-cudaError_t cudaSetDevice(int device) {
-    (void)device;
-    return cudaSuccess;
-}
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
-    (void)stream;
-    int from_dev = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyDeviceToHost;
-    int to_dev = kind == cudaMemcpyDeviceToDevice || kind == cudaMemcpyHostToDevice;
-    want_side(src, from_dev, "cudaMemcpyAsync's source");
-    want_side(dst, to_dev, "cudaMemcpyAsync's destination");
-    memcpy(dst, src, count);
-    return cudaSuccess;
-}
-#endif
-
-/* --- stand-ins: the kernels are their CPU references ------------------------ */
 
 int gpu_linear_forward(gpu_ctx *c, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
                        pp_err *e) {
@@ -287,10 +133,3 @@ int gpu_optim_step(gpu_ctx *c, float *w, const float *grad, float *am, float *av
     }
     return 0;
 }
-
-/* The training text of the checks. */
-static const unsigned char corpus_text[] =
-    "A pipeline stage is an object with separate forward, input-gradient and weight-gradient calls, an optimizer "
-    "step and checkpoints. The stage on a GPU keeps every tensor on the device and adds each microbatch's weight "
-    "gradient into the step's gradient in microbatch order, so that every schedule gives the same bits.";
-const pp_embedded_file pp_corpus_files[] = {{"stagecheck", corpus_text, sizeof corpus_text - 1}, {NULL, NULL, 0}};
