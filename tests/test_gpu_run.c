@@ -41,6 +41,7 @@
 #endif
 #endif
 
+#ifdef PPRUN_HAVE_CUDA /* the jobs: without the GPU backend every test skips */
 static char *slurp_all(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "missing %s", path);
@@ -216,6 +217,7 @@ static void cupti_job(const char *env) {
     cr_assert_eq(tfix_q_int(s, "SELECT sum(cupti_dropped) FROM ranks"), 0, "CUPTI records lost");
     sqlite3_close(s);
 }
+#endif
 
 #ifdef GPU_EMULATED
 Test(SUITE, every_schedule_on_one_gpu_over_cuda_ipc_matches_one_rank_bit_for_bit, .timeout = 600) {
