@@ -7,7 +7,7 @@
  * some threads skip and a full-mask shuffle after lanes returned fail the
  * launch, as does an impossible launch configuration.
  *
- * Compiled like gpu_kernels.cu for the emulator (CMakeLists.txt:
+ * Compiled like gpu_kernels.cu for the emulator (tests/gpu_emu/CMakeLists.txt:
  * cuda_emu_translate.pl, then g++ with cuda_emu.h in front); never by nvcc. */
 #include <criterion/criterion.h>
 #include <string.h>

@@ -9,8 +9,8 @@
  * Without a GPU every test skips with the reason (cudaGetDeviceCount's
  * error); without the CUDA toolkit at build time, saying so.
  *
- * Built twice (CMakeLists.txt): test_gpu_kernels on the CUDA runtime and
- * cuBLAS, and test_gpu_kernels_emu (GPU_EMULATED, suite
+ * Built twice: test_gpu_kernels on the CUDA runtime and cuBLAS, and
+ * test_gpu_kernels_emu (tests/gpu_emu/CMakeLists.txt: GPU_EMULATED, suite
  * gpu_kernels_emulated), where the same kernels run on the CPU's CUDA
  * emulator (tests/gpu_emu/cuda_emu.h: every CUDA thread a fiber, a
  * random order between barriers) and cuBLAS is a stand-in on OpenBLAS. The

@@ -6,8 +6,9 @@
  * names each rank's device. With CUPTI on, every F/B/W has a gpu span
  * inside its host span and the kernels table names each kernel.
  *
- * The same for bf16 GEMM operands. Built twice (CMakeLists.txt). test_gpu_run runs pprun on the GPUs of the
- * machine and skips without one. test_gpu_run_emu (GPU_EMULATED) runs
+ * The same for bf16 GEMM operands. Built twice. test_gpu_run runs pprun on
+ * the GPUs of the machine and skips without one. test_gpu_run_emu
+ * (tests/gpu_emu/CMakeLists.txt, GPU_EMULATED) runs
  * pprun_emu: the same pprun with its kernels on the CUDA emulator
  * (tests/gpu_emu/cuda_emu.h) and the CUDA runtime, cuBLAS and NCCL
  * played by the CPU stand-ins of tests/gpu_emu/, which share "device"
@@ -40,6 +41,7 @@
 #endif
 #endif
 
+#ifdef PPRUN_HAVE_CUDA /* the jobs: without the GPU backend every test skips */
 static char *slurp_all(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "missing %s", path);
@@ -215,13 +217,14 @@ static void cupti_job(const char *env) {
     cr_assert_eq(tfix_q_int(s, "SELECT sum(cupti_dropped) FROM ranks"), 0, "CUPTI records lost");
     sqlite3_close(s);
 }
+#endif
 
 #ifdef GPU_EMULATED
 Test(SUITE, every_schedule_on_one_gpu_over_cuda_ipc_matches_one_rank_bit_for_bit, .timeout = 600) {
     every_schedule(1, "PPRUN_STUB_DEVICES=1", "fp32");
 }
 Test(SUITE, every_schedule_on_two_gpus_over_nccl_matches_one_rank_bit_for_bit, .timeout = 600) {
-    every_schedule(2, "PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STUB, "fp32");
+    every_schedule(2, "PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, "fp32");
 }
 Test(SUITE, bf16_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
     every_schedule(1, "PPRUN_STUB_DEVICES=1", "bf16");

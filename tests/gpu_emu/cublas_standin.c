@@ -9,7 +9,7 @@
  * differs from the GPU. A call is queued work on the handle's stream, so it
  * first waits for that stream (the program's CUDA runtime stand-in, found
  * at load time: the programs export it). Built into <build>/emu/, where the
- * emulated gpu_blas.c looks first (CMakeLists.txt). */
+ * emulated gpu_blas.c looks first (tests/gpu_emu/CMakeLists.txt). */
 #include <cblas.h>
 #include <cublas_v2.h>
 #include <stdint.h>

@@ -1,9 +1,9 @@
 /* cuda_emu.cpp: the CPU side of cuda_emu.h. A block's CUDA threads are
  * fibers that one OS thread schedules between barriers. The CUDA runtime
- * around the kernels comes from elsewhere: cuda_emu_runtime.c (host memory,
- * everything at once) for the emulated tests, devcomm_cudastub.c (streams as
- * threads, memory shared between processes) for pprun_emu. A launch first
- * waits for its stream, so it sees every copy queued before it.
+ * around the kernels is cudart_standin.c (streams as threads, memory shared
+ * between processes). A launch first waits for its stream, so it sees every
+ * copy queued before it; a failed one is reported to the runtime, whose
+ * cudaGetLastError returns it, and its reason goes to stderr.
  *
  * Scheduling: every runnable fiber of the block runs (in this round's
  * order) until it returns or waits at a barrier. Then a warp whose lanes
@@ -14,6 +14,8 @@
  * failing order can be replayed. */
 #include "tests/gpu_emu/cuda_emu.h"
 
+#include "tests/gpu_emu/cudart_standin.h"
+
 #include <atomic>
 #include <pthread.h>
 #include <stdint.h>
@@ -23,7 +25,7 @@
 #include <time.h>
 
 #if !defined(__x86_64__)
-#error "cuda_emu.cpp switches fibers with x86-64 code; CMakeLists.txt builds it on x86-64 only"
+#error "cuda_emu.cpp switches fibers with x86-64 code; tests/gpu_emu/CMakeLists.txt builds it on x86-64 only"
 #endif
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -55,7 +57,7 @@ static void *emu_scheduler_sp;
 static emu_body_fn emu_fn;
 static void *emu_body;
 static const char *emu_where;
-static char emu_error[512]; /* the first failed launch, until cudaGetLastError */
+static char emu_error[512]; /* why the launch under way failed (the first reason) */
 static uint64_t emu_rng;
 static int emu_seeded;
 /* One launch at a time in a process: the state above is the launch's. */
@@ -288,22 +290,17 @@ extern "C" void emu_observe(const char *what, cudaStream_t stream, int begin) {
     if (fn) fn(what, stream, begin);
 }
 
+/* A failed launch's reason goes to stderr (cudaGetErrorString cannot say
+ * which launch) and its error to the runtime's cudaGetLastError. */
 void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where) {
     pthread_mutex_lock(&emu_launch_mu);
     emu_observe(where, stream, 1);
     emu_run_locked(fn, body, grid, block, stream, where);
     emu_observe(where, stream, 0);
+    if (emu_error[0]) {
+        fprintf(stderr, "cuda_emu: %s\n", emu_error);
+        emu_error[0] = '\0';
+        cudart_standin_launch_failed();
+    }
     pthread_mutex_unlock(&emu_launch_mu);
-}
-
-/* The emulator's error, as cudaGetLastError reports CUDA's: returned once,
- * then cleared. The reason goes to stderr (cudaGetErrorString cannot say
- * which launch). The runtime stand-ins' cudaGetLastError returns it. */
-extern "C" cudaError_t emu_take_launch_error(void) {
-    pthread_mutex_lock(&emu_launch_mu);
-    int failed = emu_error[0] != '\0';
-    if (failed) fprintf(stderr, "cuda_emu: %s\n", emu_error);
-    emu_error[0] = '\0';
-    pthread_mutex_unlock(&emu_launch_mu);
-    return failed ? cudaErrorLaunchFailure : cudaSuccess;
 }

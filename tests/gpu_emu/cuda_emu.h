@@ -16,7 +16,9 @@
  * another lane's data without a barrier give different bits from run to run.
  * A barrier that can never be passed (threads of one block waiting at
  * different barriers, a full-mask shuffle after some lanes returned) fails
- * the launch: cudaGetLastError then says which kernel line was stuck.
+ * the launch: cudaGetLastError (cudart_standin.c, the CUDA runtime on the
+ * CPU) then returns cudaErrorLaunchFailure, and stderr says which kernel
+ * line was stuck.
  *
  * Shared memory is a function-static array (one block runs at a time).
  * A launch waits for its stream's earlier work, then runs to completion
@@ -59,9 +61,6 @@ static inline int __shfl_xor_sync(unsigned mask, int v, int xor_mask) { return (
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 
-/* The failed launch's error, once (cudaGetLastError of the runtime
- * stand-ins: cuda_emu_runtime.c, devcomm_cudastub.c). */
-extern "C" cudaError_t emu_take_launch_error(void);
 /* Device work as a profiler sees it: what is "kernel (file:line)" for a
  * launch, a library's name for its call (the cuBLAS stand-in's GEMMs);
  * called with begin = 1 just before the work and 0 just after, on the

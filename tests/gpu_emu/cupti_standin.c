@@ -16,8 +16,8 @@
  * layout wrong fails here as on a GPU only if it disagrees with the header
  * (what this cannot catch: CUPTI's own conventions beyond the header).
  *
- * Built into <build>/emu/ next to the cuBLAS stand-in, where pprun_emu's
- * cupti.c looks first (CMakeLists.txt). */
+ * Built into <build>/emu/ next to the cuBLAS stand-in, where the emulated
+ * cupti.c looks first (tests/gpu_emu/CMakeLists.txt). */
 #include <cupti.h>
 #include <dlfcn.h>
 #include <pthread.h>

@@ -1,7 +1,7 @@
 /* devcomm_check.c: devcomm (runner/comm/devcomm.c and cuda/devcomm_*.c, as
  * written) run on the CPU: real rank processes, a real host comm over
  * shared memory (or TCP between "nodes"), the CUDA runtime played by
- * devcomm_cudastub.c and NCCL by the stand-in library devcomm_ncclstub.c
+ * cudart_standin.c and NCCL by the stand-in library nccl_standin.c
  * (loaded through PPRUN_NCCL_LIB).  It proves devcomm's protocol (matching
  * by tag in any order, unbounded buffered sends, pool reuse, the order NCCL
  * needs, failure naming the peer without hanging), nothing about CUDA IPC
@@ -10,7 +10,7 @@
  *   ./build/devcomm_check SCENARIO   (exit 0 if devcomm behaved as expected)
  *   ./build/devcomm_check list
  *
- * Built (CMakeLists.txt) without pprun_core or the CUDA runtime; run by
+ * Built by tests/gpu_emu/CMakeLists.txt on the emulated comm layer; run by
  * tests/test_devcomm.c. */
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/gpu_emu/checkutil.h"
+#include "tests/gpu_emu/cudart_standin.h"
 #include "helpers/comm_file_exchange.h"
 #include "helpers/comm_world.h"
 #include "runner/comm/devcomm.h"
@@ -35,13 +35,10 @@
 #define MAXW 4
 #define RECV_MS 20000
 
-extern _Atomic long devstub_allocs; /* devcomm_cudastub.c */
-extern const char *devstub_busid;   /* devcomm_cudastub.c */
-extern const char *devstub_uuid;    /* devcomm_cudastub.c */
 
 typedef struct world {
     int n;
-    const char *bus[MAXW]; /* PCI bus id device 0 of each rank reports (devcomm_cudastub.c) */
+    const char *bus[MAXW]; /* PCI bus id device 0 of each rank reports (cudart_standin.c) */
     const char *uuid[MAXW]; /* NULL: the UUID follows the bus id; else a MIG instance's */
     const char *raw_device[MAXW]; /* set: the rank only publishes this as its device (another pprun version) */
     int device;            /* every rank's device; needs PPRUN_STUB_DEVICES > device */
@@ -161,8 +158,6 @@ static int recv_many(rank_ctx *r, int peer, int n, pp_err *rep) {
 
 /* ---- the harness: fork ranks, open comm and devcomm, run, report ------------------ */
 
-static char stub_lib[4200];
-
 typedef struct world_arg {
     const world *w;
     rank_fn fn;
@@ -174,8 +169,8 @@ typedef struct world_arg {
 static int rank_main(comm *host, int rank, void *argp, pp_err *rep) {
     const world_arg *a = argp;
     const world *w = a->w;
-    devstub_busid = w->bus[rank];
-    devstub_uuid = w->uuid[rank];
+    cudart_standin_busid = w->bus[rank];
+    cudart_standin_uuid = w->uuid[rank];
     rank_device = w->device;
     rank_ctx r = {.rank = rank, .n = w->n, .host = host};
     r.cfg = (devcomm_config){.host = host, .device = w->device, .transport = w->transport};
@@ -238,13 +233,13 @@ static void expect_all_ok(const char *scenario, const world *w, const result *re
 static int all_to_all(rank_ctx *r, pp_err *rep) {
     for (int p = 0; p < r->n; p++)
         if (p != r->rank && send_many(r, p, MANY, rep) < 0) return -1;
-    long grown = devstub_allocs;
+    long grown = cudart_standin_allocs();
     for (int p = 0; p < r->n; p++)
         if (p != r->rank && recv_many(r, p, MANY, rep) < 0) return -1;
     pp_err e;
     if (devcomm_flush(r->d, RECV_MS, &e) < 0) return pp_fail(rep, "flush after phase 1: %s", e.msg);
     /* ping-pong between 0 and 1: buffers come back, so nothing new is allocated */
-    long before = devstub_allocs;
+    long before = cudart_standin_allocs();
     void *buf = dev_alloc(300001);
     for (int i = 0; i < 40 && r->rank < 2 && r->n >= 2; i++) {
         int peer = 1 - r->rank;
@@ -258,7 +253,7 @@ static int all_to_all(rank_ctx *r, pp_err *rep) {
     }
     if (devcomm_flush(r->d, RECV_MS, &e) < 0) return pp_fail(rep, "flush after phase 2: %s", e.msg);
     cudaFree(buf);
-    long extra = devstub_allocs - before - 1;
+    long extra = cudart_standin_allocs() - before - 1;
     if (extra > 0) return pp_fail(rep, "ping-pong allocated %ld new device buffers: pools are not reused", extra);
     pp_fail(rep, "%ld device buffers after phase 1, none more in the ping-pong", grown); /* shown on success */
     return 0;
@@ -483,8 +478,8 @@ static int mutant_tag_order(rank_ctx *r, pp_err *rep) {
         r->no_flush = 1;
         return 0;
     }
-    void *lib = dlopen(stub_lib, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return pp_fail(rep, "cannot load %s", stub_lib);
+    void *lib = dlopen(PPRUN_NCCL_STANDIN, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return pp_fail(rep, "cannot load %s", PPRUN_NCCL_STANDIN);
     ncclResult_t (*init)(ncclComm_t *, int, ncclUniqueId, int, ncclConfig_t *);
     ncclResult_t (*aerr)(ncclComm_t, ncclResult_t *);
     ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
@@ -857,7 +852,7 @@ static void sc_nccl_errors(const char *name) {
     const char *m = res.rep[1];
     /* Which receive fails depends on timing: once NCCL failed, no message not yet taken is trusted. */
     expect(res.code[1] == 1 && strstr(m, "NCCL error") && strstr(m, "injected failure") && strstr(m, "from rank 0") &&
-               strstr(m, "cannot receive tag 0x") && strstr(m, "[NCCL 2.") && strstr(m, "libdevcomm_ncclstub.so"),
+               strstr(m, "cannot receive tag 0x") && strstr(m, "[NCCL 2.") && strstr(m, "libnccl_standin.so"),
            name, "rank 1's receive under an NCCL error names it, the peer, the tag and the NCCL loaded: %s", m);
     setenv("PPRUN_NCCLSTUB_RECV_DELAY_MS", "3000", 1);
     run_world(&w, recv_timeouts, &res);
@@ -892,11 +887,7 @@ static const scenario scenarios[] = {
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (check_stub_lib(stub_lib, sizeof stub_lib) < 0) {
-        fprintf(stderr, "devcomm_check: cannot find libdevcomm_ncclstub.so (no /proc/self/exe)\n");
-        return 2;
-    }
-    setenv("PPRUN_NCCL_LIB", stub_lib, 1); /* before any rank forks: setenv is unsafe once threads run */
+    setenv("PPRUN_NCCL_LIB", PPRUN_NCCL_STANDIN, 1); /* before any rank forks: setenv is unsafe once threads run */
     int ran = 0;
     for (size_t i = 0; i < sizeof scenarios / sizeof *scenarios; i++) {
         if (argc > 1 && !strcmp(argv[1], "list")) {

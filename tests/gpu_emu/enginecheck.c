@@ -1,41 +1,41 @@
 /* enginecheck.c: runs the engine's GPU path (runner/worker/engine.c with
  * --device cuda) without a GPU: forked ranks, the real host comm (shm)
- * between them, the GPU stage (gpu_stage.c) on the stand-ins of standins.c,
- * and devcomm replaced by a stand-in that carries "device" buffers over the
- * host comm. It checks what the engine does with device boundaries: every
- * stage switched to device buffers, boundary tensors allocated by the stage
- * that writes them, handed between stages of one rank in the mailbox,
- * sent and received through devcomm (never comm) as device memory, and
- * released into the reading stage's pool; and that the losses and final
- * weights equal the one-rank run's bit for bit, over devcomm and with
- * --transport shm (host staging). The stand-ins count any buffer used on the
- * wrong side (a host buffer given to devcomm, a device buffer uploaded).
- * It proves the engine's wiring, nothing about CUDA IPC, NCCL or kernels.
+ * between them, the GPU stage (gpu_stage.c) with the CPU references for
+ * kernels (gpu_layers_standin.c) on the CUDA runtime stand-in
+ * (cudart_standin.c), and devcomm replaced by a stand-in that carries
+ * "device" buffers over the host comm. It checks what the engine does with
+ * device boundaries: every stage switched to device buffers, boundary
+ * tensors allocated by the stage that writes them, handed between stages of
+ * one rank in the mailbox, sent and received through devcomm (never comm)
+ * as device memory, and released into the reading stage's pool; and that
+ * the losses and final weights equal the one-rank run's bit for bit, over
+ * devcomm and with --transport shm (host staging). A buffer used on the
+ * wrong side (a host buffer given to devcomm, a device buffer uploaded)
+ * fails the rank. It proves the engine's wiring, nothing about CUDA IPC,
+ * NCCL or kernels.
  *
  * Built a second time with ENGINECHECK_DEVCOMM (gpu_enginecheck_devcomm),
  * it runs the real devcomm instead of the stand-in: runner/comm/devcomm.c
- * and its cuda-ipc and nccl transports, over devcomm's own CPU stand-ins of
- * the CUDA runtime (devcomm_cudastub.c: device memory in shared memfd
- * mappings, streams as threads) and of libnccl (libdevcomm_ncclstub.so);
- * the GPU stage's device-to-device copies then run on stand-in streams too
- * (standins.c with STANDINS_CUDART). Ranks "share one GPU" or "have their
- * own" through the PCI bus id the stand-in reports (PPRUN_STUB_BUSID), and
- * the check asks devcomm which transport each neighbour got.
+ * and its cuda-ipc and nccl transports, over the same CUDA runtime stand-in
+ * (device memory in shared memfd mappings, streams as threads) and the
+ * NCCL stand-in (nccl_standin.c, loaded through PPRUN_NCCL_LIB). Ranks
+ * "share one GPU" or "have their own" through the PCI bus id the stand-in
+ * reports (PPRUN_STUB_BUSID), and the check asks devcomm which transport
+ * each neighbour got.
  *
  *   ./build/gpu_enginecheck          (one line per job; exit 1 on any failure)
  *   ./build/gpu_enginecheck_devcomm
  *
- * Built (CMakeLists.txt) from this file, standins.c, the engine, schedule,
- * host comm and model sources with PPRUN_HAVE_CUDA defined, without
- * pprun_core or the CUDA runtime; run by test_gpu_cli. */
+ * Built by tests/gpu_emu/CMakeLists.txt; run by test_gpu_cli. */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <cuda_runtime_api.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tests/gpu_emu/checkutil.h"
-#include "tests/gpu_emu/standins.h"
 #include "helpers/comm_file_exchange.h"
 #include "runner/comm/devcomm.h"
 #include "runner/worker/engine.h"
@@ -48,18 +48,26 @@ struct devcomm {
     long sends, recvs;
 };
 
+/* devcomm takes device memory only (cudart_standin.c knows which is). */
+static int device_buffer(const void *p, const char *what, pp_err *err) {
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess || a.type != cudaMemoryTypeDevice)
+        return pp_fail(err, "%s is host memory, expected device memory", what);
+    return 0;
+}
+
 int devcomm_open(const devcomm_config *cfg, devcomm **out, pp_err *err) {
     if (!(*out = calloc(1, sizeof **out))) return pp_fail(err, "out of memory");
     (*out)->host = cfg->host;
     return 0;
 }
 int devcomm_send(devcomm *d, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
-    want_side(dev, 1, "devcomm_send's buffer");
+    if (device_buffer(dev, "devcomm_send's buffer", err) != 0) return -1;
     d->sends++;
     return comm_send(d->host, peer, tag, dev, len, err);
 }
 int devcomm_recv(devcomm *d, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
-    want_side(dev, 1, "devcomm_recv's buffer");
+    if (device_buffer(dev, "devcomm_recv's buffer", err) != 0) return -1;
     d->recvs++;
     return comm_recv(d->host, peer, tag, dev, len, timeout_ms, err);
 }
@@ -75,18 +83,7 @@ static long dc_recvs(const devcomm *d) { return d ? d->recvs : 0; }
 /* the real devcomm counts nothing for us */
 static long dc_sends(const devcomm *d) { return d ? -1 : 0; }
 static long dc_recvs(const devcomm *d) { return d ? -1 : 0; }
-static char stub_lib[4200]; /* libdevcomm_ncclstub.so next to this program */
 #endif
-
-/* --- CUPTI is not part of this check: the engine runs without a tracer --- */
-
-void gputrace_op_begin(gputrace *g) { (void)g; }
-void gputrace_host_span(gputrace *g, const trace_event *host) { (void)g, (void)host; }
-void gputrace_op_end(gputrace *g) { (void)g; }
-int gputrace_step_end(gputrace *g, int step, pp_err *err) {
-    (void)g, (void)step, (void)err;
-    return 0;
-}
 
 /* --- one rank ---------------------------------------------------------------- */
 
@@ -123,13 +120,13 @@ static int set(run_config *cfg, const char *opt, const char *val, pp_err *err) {
 }
 
 /* Runs rank `rank` of the job; writes DIR/rank_R.txt ("sends recvs
- * side_errors device_boundaries transport") and returns 0, or -1 with err. */
+ * device_boundaries transport") and returns 0, or -1 with err. */
 static int run_rank(const job *j, const char *dir, int rank, pp_err *err) {
 #ifdef ENGINECHECK_DEVCOMM
     char bus[32];
     snprintf(bus, sizeof bus, "0000:%02x:00.0", j->gpus == 1 ? 0x10 : 0x20 + rank);
     setenv("PPRUN_STUB_BUSID", bus, 1);
-    setenv("PPRUN_NCCL_LIB", stub_lib, 1);
+    setenv("PPRUN_NCCL_LIB", PPRUN_NCCL_STANDIN, 1);
 #endif
     run_config cfg;
     char vs[16], wdir[512];
@@ -174,9 +171,8 @@ static int run_rank(const job *j, const char *dir, int rank, pp_err *err) {
         goto out;
     }
     int peer = plan->stage_rank[0] != rank ? plan->stage_rank[0] : plan->stage_rank[1 % plan->stages];
-    fprintf(f, "%ld %ld %d %d %s\n", dc_sends(dc), dc_recvs(dc), side_errors, e.device_boundaries,
+    fprintf(f, "%ld %ld %d %s\n", dc_sends(dc), dc_recvs(dc), e.device_boundaries,
             dc && peer != rank ? devcomm_transport_name(dc, peer) : "-");
-    if (side_errors) fprintf(f, "%s\n", side_error);
     fclose(f);
     rc = 0;
 out:
@@ -218,6 +214,14 @@ static char *result_bytes(const char *dir, int stages, size_t *len) {
     return all;
 }
 
+static int rm_one(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st, (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) == 0 ? 0 : -1;
+}
+
+/* Removes dir and everything under it (links are removed, not followed). */
+static int rm_tree(const char *dir) { return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
+
 /* Forks the job's ranks in a fresh directory; 0 when every rank succeeded,
  * else -1 with the first rank's error in msg. */
 static int run_job(const job *j, char *dir, size_t dircap, char *msg, size_t msgcap) {
@@ -254,7 +258,7 @@ static int run_job(const job *j, char *dir, size_t dircap, char *msg, size_t msg
     size_t n;
     snprintf(path, sizeof path, "%s/rank_%d.err", dir, failed);
     char *why = slurp(path, &n);
-    if (WIFSIGNALED(failed_status)) /* e.g. SIGABRT: host free() of "device" memory (standins.c) */
+    if (WIFSIGNALED(failed_status)) /* e.g. SIGABRT: host free() of "device" memory (a memfd mapping) */
         snprintf(msg, msgcap, "rank %d was killed by signal %d", failed, WTERMSIG(failed_status));
     else
         snprintf(msg, msgcap, "rank %d failed: %s", failed, why ? why : "(no message)");
@@ -283,10 +287,6 @@ int main(void) {
         {"2 ranks on 2 GPUs, interleaved, nccl + mailbox", "interleaved-1f1b", "cuda", "nccl", 2, 2, 1, 2, "nccl"},
         {"4 ranks on one GPU, 1f1b, --transport shm", "1f1b", "cuda", "shm", 4, 0, 0, 1, "-"},
     };
-    if (check_stub_lib(stub_lib, sizeof stub_lib) < 0) {
-        fprintf(stderr, "gpu_enginecheck: cannot find libdevcomm_ncclstub.so (no /proc/self/exe)\n");
-        return 2;
-    }
 #endif
     char *ref = NULL;
     size_t ref_len = 0;
@@ -297,19 +297,16 @@ int main(void) {
         int stages = j->ranks * (j->virtual_stages ? j->virtual_stages : 1);
         int ok = run_job(j, dir, sizeof dir, msg, sizeof msg) == 0;
         long sends = 0, recvs = 0;
-        for (int r = 0; ok && r < j->ranks; r++) { /* every rank's counts and side errors */
+        for (int r = 0; ok && r < j->ranks; r++) { /* every rank's counts */
             char path[512];
             size_t n;
             snprintf(path, sizeof path, "%s/rank_%d.txt", dir, r);
             char *text = slurp(path, &n);
             long s = 0, v = 0;
-            int side = 0, dev = 0;
+            int dev = 0;
             char used[32] = "";
-            if (!text || sscanf(text, "%ld %ld %d %d %31s", &s, &v, &side, &dev, used) != 5) {
+            if (!text || sscanf(text, "%ld %ld %d %31s", &s, &v, &dev, used) != 4) {
                 snprintf(msg, sizeof msg, "rank %d left no counts", r);
-                ok = 0;
-            } else if (side) {
-                snprintf(msg, sizeof msg, "rank %d: %d wrong-side uses, first: %s", r, side, strchr(text, '\n') + 1);
                 ok = 0;
             } else if (dev != j->device_boundaries) {
                 snprintf(msg, sizeof msg, "rank %d: device boundaries %d, expected %d", r, dev, j->device_boundaries);
@@ -344,7 +341,7 @@ int main(void) {
                      j->ranks > 1 ? j->expect : "");
         printf("%-48s %s%s\n", j->what, ok ? "" : "FAIL: ", msg);
         failed |= !ok;
-        if (check_rm_tree(dir) < 0) failed = 1;
+        if (rm_tree(dir) < 0) failed = 1;
     }
     free(ref);
     printf("%s\n", failed ? "FAIL" : "ok");

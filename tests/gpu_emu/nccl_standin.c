@@ -1,6 +1,8 @@
-/* devcomm_ncclstub.c: a stand-in libnccl.so.2 for devcomm_check, loaded by
- * devcomm_nccl.c through PPRUN_NCCL_LIB.  Only what devcomm uses, with
- * NCCL's point-to-point semantics between the two ranks of a communicator:
+/* nccl_standin.c: a stand-in libnccl.so.2 for the programs of
+ * tests/gpu_emu/ (devcomm_check, gpu_enginecheck_devcomm, pprun_emu),
+ * loaded by devcomm_nccl_lib.c through PPRUN_NCCL_LIB.  Only what devcomm
+ * uses, with NCCL's point-to-point semantics between the two ranks of a
+ * communicator:
  *
  *   ncclGetUniqueId        a listening unix socket (abstract name in the id)
  *                          in the calling process, like NCCL's bootstrap root
@@ -9,14 +11,14 @@
  *                          (as in NCCL); two ranks with one PCI bus id fail
  *                          as NCCL 2.28 does ("Duplicate GPU detected")
  *   ncclSend / ncclRecv    transfers run as host functions on the caller's
- *                          stream (CUDA stand-in), so they block that stream
- *                          until matched, as NCCL kernels do; they match in
- *                          issue order, whatever the data (a FIFO per
- *                          communicator); a send completes only when the
- *                          receiver took it; a size mismatch is an async
- *                          error naming both sizes
- *                          (a call on a failed communicator returns its
- *                          error, as NCCL's ncclCommEnsureReady does)
+ *                          stream (cudart_standin.c), so they block that
+ *                          stream until matched, as NCCL kernels do; they
+ *                          match in issue order, whatever the data (a FIFO
+ *                          per communicator); a send completes only when
+ *                          the receiver took it; a size mismatch is an
+ *                          async error naming both sizes (a call on a
+ *                          failed communicator returns its error, as
+ *                          NCCL's ncclCommEnsureReady does)
  *   ncclCommAbort          ends the transfers in flight; local; frees the
  *                          communicator (no ncclCommDestroy after it)
  *   ncclGetVersion         the version of the nccl.h it was built with

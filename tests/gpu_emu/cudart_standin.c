@@ -1,42 +1,58 @@
-/* devcomm_cudastub.c: the CUDA runtime calls of runner/comm/cuda/devcomm_*.c
- * and of the rest of the GPU backend (gpu_device.c, gpu_stage.c, cupti.c),
- * played on the CPU (no GPU, no driver, no cudart) for devcomm_check,
- * gpu_enginecheck_devcomm and pprun_emu (the whole pprun on the CUDA
- * emulator, whose kernels read and write this memory directly).
+/* cudart_standin.c: the CUDA runtime, played on the CPU (no GPU, no driver,
+ * no cudart) for every program of tests/gpu_emu/: the emulated layers'
+ * CUDA calls (gpu_device.c, gpu_stage.c, devcomm's transports, cupti.c),
+ * the CUDA emulator's kernels (cuda_emu.h: they read and write this
+ * memory directly) and the NCCL, cuBLAS and CUPTI stand-ins, which call
+ * back into the program that loaded them (hence ENABLE_EXPORTS there).
  *
  *   device memory   a memfd mapped shared; an IPC memory handle names the
  *                   owner's pid and fd, and cudaIpcOpenMemHandle maps
- *                   /proc/PID/fd/FD, so a second process sees the same bytes
+ *                   /proc/PID/fd/FD, so a second process (another rank)
+ *                   sees the same bytes.  Past each allocation's end the
+ *                   mapping has a few bytes more, poisoned for
+ *                   AddressSanitizer, so that the sanitizer build reports a
+ *                   kernel's out-of-bounds access
  *   events          two counters (recorded, completed); interprocess events
  *                   keep them in a shared memfd page, handles as above
  *   streams         a worker thread each, running its ops in order: copies,
- *                   event records and waits, host functions (the NCCL
- *                   stand-in's transfers are host functions that block the
- *                   stream until matched, as NCCL kernels do).  A copy into
- *                   memory exported with cudaIpcGetMemHandle lands
- *                   STUB_LATE_MS (or PPRUN_STUB_LATE_MS) after it was
- *                   queued, as a GPU may be busy:
- *                   a receiver that reads an announced buffer without
- *                   waiting on its event then reads the old bytes
+ *                   memsets, frees (cudaFreeAsync), event records and
+ *                   waits, host functions (the NCCL stand-in's transfers
+ *                   are host functions that block the stream until
+ *                   matched, as NCCL kernels do).  A kernel launch waits
+ *                   for its stream, then runs to completion on the
+ *                   launching thread (cuda_emu.cpp).  A copy into memory
+ *                   exported with cudaIpcGetMemHandle lands STUB_LATE_MS
+ *                   (or PPRUN_STUB_LATE_MS) after it was queued, as a GPU
+ *                   may be busy: a receiver that reads an announced buffer
+ *                   without waiting on its event then reads the old bytes
+ *   errors          each call returns its own; cudaGetLastError returns
+ *                   (once) the emulator's failed launch
  *
- * Strict where devcomm could go wrong: copies must stay inside device
- * allocations (own or opened), a handle is exported from a base pointer
- * only and of an allocation whose size is a multiple of 2 MiB (CUDA may
- * sub-allocate smaller ones from a larger block, which the handle would
- * then stand for), a process cannot open its own handle (as in CUDA), the
- * device must exist.  Stricter than CUDA: memory, events and streams
- * belong to the device current when they were made (cudaMallocAsync: the
- * stream's), and a copy, event record or wait on a stream must be made
- * with the stream's device current, on memory and events of that device.
- * What is refused is also said on stderr.  The bus id of device 0 is
- * devstub_busid if set, else PPRUN_STUB_BUSID (the checks set one per rank
- * to put ranks on one GPU or on several); device d > 0 has that id with "+d"
- * appended. The UUID (cudaGetDeviceProperties) follows the bus id, or
- * devstub_uuid / PPRUN_STUB_UUID when set (two "MIG instances" on one bus). */
+ * Strict where the callers could go wrong: a copy's or memset's device side
+ * must lie inside a device allocation (own or opened) and its host side
+ * outside, a handle is exported from a base pointer only and of an
+ * allocation whose size is a multiple of 2 MiB (CUDA may sub-allocate
+ * smaller ones from a larger block, which the handle would then stand for),
+ * a process cannot open its own handle (as in CUDA), the device must exist.
+ * Stricter than CUDA: memory, events and streams belong to the device
+ * current when they were made (cudaMallocAsync: the stream's), and a copy,
+ * event record or wait on a stream must be made with the stream's device
+ * current, on memory and events of that device; the legacy stream (0)
+ * takes no work.  What is refused is also said on stderr.
+ *
+ * Devices: PPRUN_STUB_DEVICES of them (default 1).  The bus id of device 0
+ * is cudart_standin_busid if set, else PPRUN_STUB_BUSID (the checks set one
+ * per rank to put ranks on one GPU or on several); device d > 0 has that id
+ * with "+d" appended.  The UUID (cudaGetDeviceProperties) follows the bus
+ * id, or cudart_standin_uuid / PPRUN_STUB_UUID when set (two "MIG
+ * instances" on one bus). */
+#include "tests/gpu_emu/cudart_standin.h"
+
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sanitizer/asan_interface.h> /* ASAN_(UN)POISON_MEMORY_REGION: nothing without ASan */
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -49,20 +65,20 @@
 
 #define STUB_MAGIC 0x70707275u /* "pprun" */
 
-/* What the check reads back: device allocations made so far. */
-_Atomic long devstub_allocs;
-/* Set by a rank of devcomm_check before it opens devcomm (its comm's
- * threads run by then, so no setenv). */
-const char *devstub_busid;
-const char *devstub_uuid;
+static _Atomic long allocs_made;
+const char *cudart_standin_busid;
+const char *cudart_standin_uuid;
+
+long cudart_standin_allocs(void) { return allocs_made; }
 
 typedef struct alloc {
     struct alloc *next;
     char *base;
-    size_t size;
-    int fd;       /* -1 for an opened (foreign) mapping */
-    int dev;      /* the device it is on (opened: the opener's) */
-    int exported; /* cudaIpcGetMemHandle'd: copies into it land late */
+    size_t size;   /* as asked (at least 1) */
+    size_t mapped; /* the mapping's length: size and a poisoned tail */
+    int fd;        /* -1 for an opened (foreign) mapping */
+    int dev;       /* the device it is on (opened: the opener's) */
+    int exported;  /* cudaIpcGetMemHandle'd: copies into it land late */
 } alloc;
 
 static pthread_mutex_t allocs_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -71,19 +87,20 @@ static alloc *allocs;
 typedef struct stub_handle {
     uint32_t magic;
     int32_t pid, fd;
-    uint64_t size;
+    uint64_t size, mapped;
 } stub_handle;
 
 static _Thread_local int cur_device; /* as CUDA: device 0 until a thread sets another */
 
 #define IPC_GRAIN ((size_t)2 << 20)
 #define STUB_LATE_MS 10
+#define TAIL 64 /* poisoned bytes at least, past every allocation's end */
 
 static cudaError_t refuse(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static cudaError_t refuse(cudaError_t e, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "devcomm_cudastub (pid %d): ", (int)getpid());
+    fprintf(stderr, "cudart_standin (pid %d): ", (int)getpid());
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
@@ -96,45 +113,43 @@ static int device_count(void) {
     return n > 0 ? n : 1;
 }
 
-const char *cudaGetErrorString(cudaError_t e) {
-    switch (e) {
-    case cudaSuccess:
-        return "no error";
-    case cudaErrorInvalidValue:
-        return "invalid argument";
-    case cudaErrorMemoryAllocation:
-        return "out of memory";
-    case cudaErrorInvalidDevice:
-        return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle:
-        return "invalid resource handle";
-    case cudaErrorNotReady:
-        return "device not ready";
-    case cudaErrorMapBufferObjectFailed:
-        return "mapping of buffer object failed";
-    default:
-        return "stand-in error";
-    }
-}
+/* ---- errors ------------------------------------------------------------------- */
+
+/* The errors this runtime and the emulator return, as CUDA names them. */
+static const struct {
+    cudaError_t e;
+    const char *name, *text;
+} errors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+    {cudaErrorMapBufferObjectFailed, "cudaErrorMapBufferObjectFailed", "mapping of buffer object failed"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "the emulated launch failed (the reason is on stderr)"},
+};
 
 const char *cudaGetErrorName(cudaError_t e) {
-    switch (e) {
-    case cudaSuccess:
-        return "cudaSuccess";
-    case cudaErrorInvalidValue:
-        return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation:
-        return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidDevice:
-        return "cudaErrorInvalidDevice";
-    case cudaErrorInvalidResourceHandle:
-        return "cudaErrorInvalidResourceHandle";
-    case cudaErrorNotReady:
-        return "cudaErrorNotReady";
-    default:
-        return "cudaErrorUnknown";
-    }
+    for (size_t i = 0; i < sizeof errors / sizeof *errors; i++)
+        if (errors[i].e == e) return errors[i].name;
+    return "cudaErrorUnknown";
 }
+
+const char *cudaGetErrorString(cudaError_t e) {
+    for (size_t i = 0; i < sizeof errors / sizeof *errors; i++)
+        if (errors[i].e == e) return errors[i].text;
+    return "unknown error (stand-in)";
+}
+
+static _Atomic int launch_error = cudaSuccess;
+
+void cudart_standin_launch_failed(void) { launch_error = cudaErrorLaunchFailure; }
+
+/* As CUDA's: returned once, then cleared. */
+cudaError_t cudaGetLastError(void) { return (cudaError_t)atomic_exchange(&launch_error, cudaSuccess); }
+
+/* ---- devices ------------------------------------------------------------------ */
 
 cudaError_t cudaSetDevice(int device) {
     if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
@@ -157,7 +172,7 @@ cudaError_t cudaGetDevice(int *device) {
 
 cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
     if (device < 0 || device >= device_count() || len < 16) return cudaErrorInvalidDevice;
-    const char *s = devstub_busid ? devstub_busid : getenv("PPRUN_STUB_BUSID");
+    const char *s = cudart_standin_busid ? cudart_standin_busid : getenv("PPRUN_STUB_BUSID");
     if (s && device == 0)
         snprintf(bus, (size_t)len, "%s", s);
     else if (s)
@@ -167,14 +182,15 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
     return cudaSuccess;
 }
 
-/* Only the UUID is filled: a hash of devstub_uuid (else PPRUN_STUB_UUID)
- * and the device index when set, else of the bus id, so that by default one
- * bus id is one GPU and a check can put two "MIG instances" on one bus. */
+/* Only the UUID is filled: a hash of cudart_standin_uuid (else
+ * PPRUN_STUB_UUID) and the device index when set, else of the bus id, so
+ * that by default one bus id is one GPU and a check can put two "MIG
+ * instances" on one bus. */
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     char bus[64], name[128];
     cudaError_t e = cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device);
     if (e != cudaSuccess) return e;
-    const char *u = devstub_uuid ? devstub_uuid : getenv("PPRUN_STUB_UUID");
+    const char *u = cudart_standin_uuid ? cudart_standin_uuid : getenv("PPRUN_STUB_UUID");
     if (u)
         snprintf(name, sizeof name, "%s/%d", u, device);
     else
@@ -190,26 +206,57 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
 
 /* ---- memory ------------------------------------------------------------------- */
 
-static void add_alloc(char *base, size_t size, int fd, int dev) {
+/* Maps a fresh memfd of len bytes, shared; its fd in *fd_out. */
+static cudaError_t map_new(void **out, size_t len, int *fd_out) {
+    int fd = memfd_create("pprun-stub-devmem", MFD_CLOEXEC);
+    if (fd < 0) return cudaErrorMemoryAllocation;
+    if (ftruncate(fd, (off_t)len) < 0) {
+        close(fd);
+        return cudaErrorMemoryAllocation;
+    }
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        close(fd);
+        return cudaErrorMemoryAllocation;
+    }
+    *out = p;
+    *fd_out = fd;
+    return cudaSuccess;
+}
+
+/* Records a mapping as device memory: [base, base+size) to use, the rest
+ * of the mapping poisoned. */
+static void add_alloc(char *base, size_t size, size_t mapped, int fd, int dev) {
     alloc *a = malloc(sizeof *a);
     if (!a) abort();
-    *a = (alloc){NULL, base, size, fd, dev, 0};
+    *a = (alloc){NULL, base, size, mapped, fd, dev, 0};
+    ASAN_POISON_MEMORY_REGION(base + size, mapped - size);
     pthread_mutex_lock(&allocs_mu);
     a->next = allocs;
     allocs = a;
     pthread_mutex_unlock(&allocs_mu);
 }
 
-/* Removes the allocation starting at base; returns its record (caller frees). */
-static alloc *take_alloc(const void *base) {
+/* Takes the record of the allocation starting at base out of the list:
+ * one made here (own = 1) or an opened IPC handle (own = 0); NULL if there
+ * is none. */
+static alloc *take_alloc(const void *base, int own) {
     pthread_mutex_lock(&allocs_mu);
     alloc **ap = &allocs;
-    while (*ap && (*ap)->base != base)
+    while (*ap && ((*ap)->base != base || ((*ap)->fd >= 0) != own))
         ap = &(*ap)->next;
     alloc *a = *ap;
     if (a) *ap = a->next;
     pthread_mutex_unlock(&allocs_mu);
     return a;
+}
+
+/* Unmaps an allocation whose record was taken. */
+static void drop_alloc(alloc *a) {
+    ASAN_UNPOISON_MEMORY_REGION(a->base, a->mapped); /* the addresses may be mapped again */
+    munmap(a->base, a->mapped);
+    if (a->fd >= 0) close(a->fd);
+    free(a);
 }
 
 /* The device of the allocation holding [p, p+n), or -1 if none does. */
@@ -238,29 +285,13 @@ static int in_exported_memory(const void *p, size_t n) {
     return yes;
 }
 
-static cudaError_t map_new(void **out, size_t size, int *fd_out) {
-    int fd = memfd_create("pprun-stub-devmem", MFD_CLOEXEC);
-    if (fd < 0) return cudaErrorMemoryAllocation;
-    if (ftruncate(fd, (off_t)(size ? size : 1)) < 0) {
-        close(fd);
-        return cudaErrorMemoryAllocation;
-    }
-    void *p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        close(fd);
-        return cudaErrorMemoryAllocation;
-    }
-    *out = p;
-    *fd_out = fd;
-    return cudaSuccess;
-}
-
 static cudaError_t alloc_on(void **p, size_t size, int dev) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), mapped = (size + TAIL + page - 1) / page * page;
     int fd;
-    cudaError_t e = map_new(p, size, &fd);
+    cudaError_t e = map_new(p, mapped, &fd);
     if (e != cudaSuccess) return e;
-    add_alloc(*p, size ? size : 1, fd, dev);
-    devstub_allocs++;
+    add_alloc(*p, size ? size : 1, mapped, fd, dev);
+    allocs_made++;
     return cudaSuccess;
 }
 
@@ -270,20 +301,21 @@ cudaError_t cudaMalloc(void **p, size_t size) {
 
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
-    alloc *a = take_alloc(p);
-    if (!a || a->fd < 0) {
-        if (a) add_alloc(a->base, a->size, a->fd, a->dev), free(a);
-        return cudaErrorInvalidValue;
-    }
-    munmap(a->base, a->size);
-    close(a->fd);
-    free(a);
+    alloc *a = take_alloc(p, 1);
+    if (!a) return refuse(cudaErrorInvalidValue, "cudaFree of %p: not the base of a cudaMalloc", p);
+    drop_alloc(a);
     return cudaSuccess;
 }
 
-cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-    (void)s;
-    return cudaFree(p);
+/* Device memory: the device it is on; anything else is unregistered host
+ * memory (as CUDA 11 and later say). */
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *p) {
+    int dev = device_of(p, 1);
+    memset(attr, 0, sizeof *attr);
+    attr->type = dev >= 0 ? cudaMemoryTypeDevice : cudaMemoryTypeUnregistered;
+    attr->device = dev >= 0 ? dev : 0;
+    attr->devicePointer = dev >= 0 ? (void *)p : NULL;
+    return cudaSuccess;
 }
 
 cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
@@ -298,7 +330,7 @@ cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
                       "cudaIpcGetMemHandle of a %zu-byte allocation: not a multiple of 2 MiB (CUDA may have "
                       "sub-allocated it from a larger block, which the handle would stand for)",
                       a->size);
-    stub_handle sh = {STUB_MAGIC, (int32_t)getpid(), a->fd, a->size};
+    stub_handle sh = {STUB_MAGIC, (int32_t)getpid(), a->fd, a->size, a->mapped};
     memset(h, 0, sizeof *h);
     memcpy(h, &sh, sizeof sh);
     pthread_mutex_lock(&allocs_mu);
@@ -321,24 +353,18 @@ cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned int fl
     if (sh.pid == getpid()) return cudaErrorInvalidResourceHandle; /* as CUDA: not in the exporting process */
     int fd = open_foreign(&sh);
     if (fd < 0) return cudaErrorMapBufferObjectFailed;
-    void *m = mmap(NULL, sh.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *m = mmap(NULL, sh.mapped, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (m == MAP_FAILED) return cudaErrorMapBufferObjectFailed;
-    add_alloc(m, sh.size, -1, cur_device);
+    add_alloc(m, sh.size, sh.mapped, -1, cur_device);
     *p = m;
     return cudaSuccess;
 }
 
 cudaError_t cudaIpcCloseMemHandle(void *p) {
-    alloc *a = take_alloc(p);
+    alloc *a = take_alloc(p, 0);
     if (!a) return cudaErrorInvalidValue;
-    if (a->fd >= 0) {
-        add_alloc(a->base, a->size, a->fd, a->dev);
-        free(a);
-        return cudaErrorInvalidValue;
-    }
-    munmap(a->base, a->size);
-    free(a);
+    drop_alloc(a);
     return cudaSuccess;
 }
 
@@ -394,7 +420,7 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
 
 cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t e) {
     if (!e || e->fd < 0) return cudaErrorInvalidResourceHandle;
-    stub_handle sh = {STUB_MAGIC, (int32_t)getpid(), e->fd, sizeof(ev_state)};
+    stub_handle sh = {STUB_MAGIC, (int32_t)getpid(), e->fd, sizeof(ev_state), sizeof(ev_state)};
     memset(h, 0, sizeof *h);
     memcpy(h, &sh, sizeof sh);
     return cudaSuccess;
@@ -419,23 +445,13 @@ cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h) {
     return cudaSuccess;
 }
 
-/* The stand-in keeps no last error of its own (every call returns its
- * own); the CUDA emulator's failed launch is one, in pprun_emu, whose
- * cuda_emu.cpp replaces this weak definition. */
-__attribute__((weak)) cudaError_t emu_take_launch_error(void) {
-    return cudaSuccess;
-}
-cudaError_t cudaGetLastError(void) {
-    return emu_take_launch_error();
-}
-
 cudaError_t cudaEventQuery(cudaEvent_t e) {
     return atomic_load(&e->st->completed) >= atomic_load(&e->st->recorded) ? cudaSuccess : cudaErrorNotReady;
 }
 
 /* ---- streams ------------------------------------------------------------------ */
 
-enum { OP_COPY, OP_SET, OP_RECORD, OP_WAIT, OP_HOST };
+enum { OP_COPY, OP_SET, OP_FREE, OP_RECORD, OP_WAIT, OP_HOST };
 
 typedef struct op {
     struct op *next;
@@ -447,6 +463,7 @@ typedef struct op {
     uint64_t target;
     cudaHostFn_t fn;
     void *arg;
+    alloc *freed; /* OP_FREE: its record, already out of the list */
     struct timespec not_before; /* OP_COPY into exported memory: lands then (CLOCK_MONOTONIC) */
 } op;
 
@@ -482,6 +499,9 @@ static void *stream_main(void *arg) {
             break;
         case OP_SET:
             memset(o->dst, (int)o->target, o->n);
+            break;
+        case OP_FREE:
+            drop_alloc(o->freed);
             break;
         case OP_RECORD: {
             uint64_t c = atomic_load(&o->ev->completed);
@@ -530,7 +550,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags) {
 }
 
 static cudaError_t enqueue(cudaStream_t s, op o) {
-    if (!s) return cudaErrorInvalidResourceHandle; /* devcomm never uses the legacy stream */
+    if (!s) return cudaErrorInvalidResourceHandle; /* the legacy stream takes no work here */
     op *n = malloc(sizeof *n);
     if (!n) return cudaErrorMemoryAllocation;
     *n = o;
@@ -597,6 +617,16 @@ cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s) {
     return alloc_on(p, size, s->dev); /* ready at once, so ready for every later op of s */
 }
 
+/* Stream-ordered: the memory goes once the work queued before on s is
+ * done; work queued after may not use it (it is no device memory then). */
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+    if (!s) return cudaErrorInvalidResourceHandle;
+    if (!p) return cudaSuccess;
+    alloc *a = take_alloc(p, 1);
+    if (!a) return refuse(cudaErrorInvalidValue, "cudaFreeAsync of %p: not the base of a cudaMalloc", p);
+    return enqueue(s, (op){.kind = OP_FREE, .freed = a});
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind, cudaStream_t s) {
     int ok = kind == cudaMemcpyHostToDevice   ? in_device_memory(dst, n) && !in_device_memory(src, n)
              : kind == cudaMemcpyDeviceToHost ? in_device_memory(src, n) && !in_device_memory(dst, n)
@@ -650,7 +680,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg) {
     return enqueue(s, (op){.kind = OP_HOST, .fn = fn, .arg = arg});
 }
 
-/* ---- for the check itself ------------------------------------------------------- */
+/* ---- for devcomm_check's own buffers ----------------------------------------------- */
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     int ok = kind == cudaMemcpyHostToDevice   ? in_device_memory(dst, n)
