@@ -11,7 +11,11 @@ InterleavedZeroBubble (--stages-per-rank stages per rank, placed in a loop:
 stage s on rank s mod p), ZBVZeroBubble (two per rank, placed in a V), or
 pprun: the schedule `pprun run --schedule KIND` planned, run by PyTorch
 through pprun.torch.schedule (the one mode that imports pprun). --spans
-wraps each step's batch making in pprun.span("data") (imports pprun too).
+records spans of its own (imports pprun too): each step's batch making as
+pprun.span("data", step=...), and the line it prints after each step in a
+function decorated with @pprun.span("log"). --crash-at STEP: the rank of
+the last stage kills itself (SIGKILL) computing microbatch 1's loss of
+step STEP, a rank dying mid-step.
 
 Every rank builds the whole model from one seed and keeps its stages, so
 the weights do not depend on the schedule. The rank of the last stage
@@ -22,6 +26,7 @@ Options: --steps N (3), --microbatches M (4), --stages-per-rank V (2),
 --lr X (0.05), --seed S (0)."""
 import argparse
 import os
+import signal
 
 import torch
 import torch.distributed as dist
@@ -168,7 +173,8 @@ def main():
     p.add_argument("--microbatch-size", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--spans", action="store_true", help="wrap batch making in pprun.span('data')")
+    p.add_argument("--spans", action="store_true", help="spans of its own: 'data' and 'log'")
+    p.add_argument("--crash-at", type=int, default=-1, metavar="STEP")
     args = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -192,7 +198,12 @@ def main():
         stages.append(PipelineStage(module, s, nstages, torch.device("cpu"), input_args=x, output_args=y))
         modules.append(module)
 
+    step_now, losses_now = [0], [0]
+
     def loss_fn(logits, target):
+        losses_now[0] += 1
+        if step_now[0] == args.crash_at and losses_now[0] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
         return F.cross_entropy(logits.reshape(-1, VOCAB), target.reshape(-1))
 
     if args.schedule == "pprun":
@@ -209,25 +220,31 @@ def main():
 
     params = [q for m in modules for q in m.parameters()]
     opt = torch.optim.SGD(params, lr=args.lr)
-    span = None
+    has_first, has_last = 0 in mine, nstages - 1 in mine
+
+    def log(step, losses):
+        for i, loss in enumerate(losses):
+            print("loss step=%d microbatch=%d value=%r" % (step, i, loss.item()), flush=True)
+
+    data = None
     if args.spans:
         import pprun
 
-        span = pprun.span
+        log = pprun.span("log")(log)
+        data = pprun.span
     for step in range(args.steps):
+        step_now[0], losses_now[0] = step, 0
         opt.zero_grad()
-        if span:
-            with span("data"):
+        if data:
+            with data("data", step=step):
                 tokens, targets = batch(args, step)
         else:
             tokens, targets = batch(args, step)
         losses = []
-        has_first, has_last = 0 in mine, nstages - 1 in mine
         inputs = (tokens,) if has_first else ()
         schedule.step(*inputs, target=targets if has_last else None, losses=losses if has_last else None)
         opt.step()
-        for i, loss in enumerate(losses):
-            print("loss step=%d microbatch=%d value=%r" % (step, i, loss.item()), flush=True)
+        log(step, losses)
     dist.destroy_process_group()
 
 

@@ -2,7 +2,8 @@
 
 Under `pprun run -- python3 train.py` a program that uses
 torch.distributed.pipelining is traced without a change (pprun.torch,
-installed by the import hook). What a program may add itself:
+installed by the import hook in ../sitecustomize.py). What a program may
+add itself:
 
     import pprun
     with pprun.span("data"):
@@ -11,8 +12,10 @@ installed by the import hook). What a program may add itself:
     @pprun.span("allreduce", peer=1, bytes=4 << 20)
     def sync(): ...
 
-A span is stored with its name under its rank, at the current step (the
-pipeline schedule's step() calls counted, or step=N). Outside pprun every
+A span is stored with its name under its rank, at the current step: the
+step of the schedule's latest step() call (0 before the first), so a span
+between two steps takes the one before (the optimizer step, a log line);
+give step=N for one that belongs to the next (its batch). Outside pprun every
 call does nothing and costs next to nothing. Standard library only; the
 torch part is pprun.torch."""
 import functools
@@ -33,8 +36,8 @@ def tracing():
 
 
 def current_step():
-    """The step records are stamped with: the pipeline schedule's step()
-    calls counted from 0 (0 before the first)."""
+    """The step records are stamped with: that of the schedule's latest
+    step() call, counted from 0 (0 before the first)."""
     return _step[0]
 
 
