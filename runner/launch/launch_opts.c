@@ -1,8 +1,11 @@
 /* launch_opts.c: `pprun launch` options: parsing (kebab and torchrun's
- * snake_case spellings), defaults, Slurm, and the usage text. */
+ * snake_case spellings, and torchrun's habits: --rdzv-endpoint,
+ * --rdzv-backend, --nproc-per-node gpu, -m, --no-python), defaults, Slurm,
+ * and the usage text. */
 #include "runner/launch/launch.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +14,8 @@
 enum {
     OPT_NPROC, OPT_NNODES, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_MAX_RESTARTS,
     OPT_MONITOR, OPT_SHUTDOWN, OPT_RDZV_TIMEOUT, OPT_LOG_DIR, OPT_REDIRECTS, OPT_TEE, OPT_FILTER,
-    OPT_RUN_ID, OPT_NO_PREFIX, OPT_STANDALONE, OPT_RDZV_TOKEN, OPT_RDZV_TOKEN_FILE, OPT_HELP,
+    OPT_RUN_ID, OPT_NO_PREFIX, OPT_STANDALONE, OPT_RDZV_TOKEN, OPT_RDZV_TOKEN_FILE, OPT_RDZV_ENDPOINT,
+    OPT_RDZV_BACKEND, OPT_MODULE, OPT_NO_PYTHON, OPT_HELP,
 };
 
 static const struct {
@@ -21,7 +25,7 @@ static const struct {
     int has_value;
     const char *arg, *help;
 } opts[] = {
-    {"--nproc-per-node", "--nproc_per_node", OPT_NPROC, 1, "N", "workers on this node: 1-1024, or 'cpu'/'auto' = one per CPU"},
+    {"--nproc-per-node", "--nproc_per_node", OPT_NPROC, 1, "N", "workers on this node: 1-1024, 'cpu'/'auto' = one per CPU, or 'gpu' = one per GPU"},
     {"--nnodes", NULL, OPT_NNODES, 1, "N", "number of nodes (launchers), 1-4096 (default 1)"},
     {"--node-rank", "--node_rank", OPT_NODE_RANK, 1, "R", "this node's rank, 0 to nnodes-1 (default 0)"},
     {"--master-addr", "--master_addr", OPT_MASTER_ADDR, 1, "A", "host of node 0, which runs the store (default 127.0.0.1)"},
@@ -39,6 +43,10 @@ static const struct {
     {"--standalone", NULL, OPT_STANDALONE, 0, NULL, "single node, free port (torchrun's --standalone)"},
     {"--rdzv-token-file", "--rdzv_token_file", OPT_RDZV_TOKEN_FILE, 1, "F", "job secret (first line of F), the same on every node: needed with --nnodes > 1 and a non-loopback --master-addr (or set PPRUN_RDZV_TOKEN)"},
     {"--rdzv-token", "--rdzv_token", OPT_RDZV_TOKEN, 1, "T", "the job secret itself (other users can see it in ps: prefer the file or PPRUN_RDZV_TOKEN)"},
+    {"--rdzv-endpoint", "--rdzv_endpoint", OPT_RDZV_ENDPOINT, 1, "H:P", "torchrun's spelling of --master-addr H --master-port P"},
+    {"--rdzv-backend", "--rdzv_backend", OPT_RDZV_BACKEND, 1, "B", "static or c10d: node 0's store meets the nodes either way"},
+    {"--module", "-m", OPT_MODULE, 0, NULL, "PROGRAM is a Python module: runs python3 -m PROGRAM ARGS"},
+    {"--no-python", "--no_python", OPT_NO_PYTHON, 0, NULL, "run PROGRAM itself (what pprun always does without -m)"},
     {"--help", "-h", OPT_HELP, 0, NULL, "this help"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -202,17 +210,81 @@ static void kebab(const char *in, char *out, size_t cap) {
     out[i] = '\0';
 }
 
+/* GPUs this node's workers may use: CUDA_VISIBLE_DEVICES' entries up to
+ * the first that is not a device (as CUDA reads it) when it is set, else
+ * the NVIDIA driver's GPUs (/proc/driver/nvidia/gpus). */
+static int gpu_count(void) {
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (visible) {
+        int n = 0;
+        for (const char *p = visible; *p;) {
+            size_t len = strcspn(p, ",");
+            int device = len > 0 && (isdigit((unsigned char)p[0]) || p[0] == 'G' || p[0] == 'M');
+            if (!device) break;
+            n++;
+            p += len + (p[len] == ',');
+        }
+        return n;
+    }
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* torchrun's --rdzv-endpoint: HOST:PORT, [IPV6]:PORT, or HOST alone. */
+static int set_endpoint(launch_options *o, const char *name, const char *val, pp_err *err) {
+    static const char *accepts = "accepted: HOST:PORT, [IPV6]:PORT or HOST";
+    char host[sizeof o->master_addr];
+    const char *port = NULL;
+    size_t n;
+    if (!val || !*val) return pp_fail(err, "%s: got nothing; %s", name, accepts);
+    if (val[0] == '[') {
+        const char *close = strchr(val, ']');
+        if (!close || (close[1] && close[1] != ':')) return pp_fail(err, "%s: '%s'; %s", name, val, accepts);
+        n = (size_t)(close - val - 1);
+        val++;
+        port = close[1] ? close + 2 : NULL;
+    } else {
+        const char *colon = strrchr(val, ':');
+        if (colon && strchr(val, ':') != colon) return pp_fail(err, "%s: '%s': put an IPv6 address in []; %s", name, val,
+                                                                accepts);
+        n = colon ? (size_t)(colon - val) : strlen(val);
+        port = colon ? colon + 1 : NULL;
+    }
+    if (n == 0 || n >= sizeof host) return pp_fail(err, "%s: '%s'; %s", name, val, accepts);
+    snprintf(host, sizeof host, "%.*s", (int)n, val);
+    long v;
+    if (port && pp_parse_long(port, 1, 65535, name, &v, err) != 0)
+        return pp_fail(err, "%s: port '%s' is not 1 to 65535; %s", name, port, accepts);
+    snprintf(o->master_addr, sizeof o->master_addr, "%s", host);
+    o->given |= LAUNCH_GIVEN_MASTER_ADDR;
+    if (port) {
+        o->master_port = (int)v;
+        o->given |= LAUNCH_GIVEN_MASTER_PORT;
+    }
+    return 0;
+}
+
 static int set_option(launch_options *o, int id, const char *name, const char *val, const char **redir,
                       const char **tee, const char **filter, pp_err *err) {
     long v;
     switch (id) {
     case OPT_NPROC:
-        if (val && (strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0)) {
+        if (val && strcmp(val, "gpu") == 0) {
+            int n = gpu_count();
+            if (n == 0)
+                return pp_fail(err, "%s gpu: this node has no GPU (none in CUDA_VISIBLE_DEVICES, or no "
+                                    "/proc/driver/nvidia/gpus); give a number", name);
+            o->nproc_per_node = n > LAUNCH_MAX_NPROC ? LAUNCH_MAX_NPROC : n;
+        } else if (val && (strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0)) {
             int n = pp_cpu_count();
             o->nproc_per_node = n > LAUNCH_MAX_NPROC ? LAUNCH_MAX_NPROC : n;
         } else {
             if (pp_parse_long(val, 1, LAUNCH_MAX_NPROC, name, &v, err) != 0)
-                return pp_fail(err, "%s: expected a worker count from 1 to %d, or 'cpu'/'auto', got '%s'", name,
+                return pp_fail(err, "%s: expected a worker count from 1 to %d, or 'cpu'/'auto'/'gpu', got '%s'", name,
                                LAUNCH_MAX_NPROC, val ? val : "");
             o->nproc_per_node = (int)v;
         }
@@ -301,6 +373,16 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
         if (pp_token_read_file(val, name, o->rdzv_token, err) != 0) return -1;
         o->given |= LAUNCH_GIVEN_RDZV_TOKEN_FILE;
         return 0;
+    case OPT_RDZV_ENDPOINT:
+        return set_endpoint(o, name, val, err);
+    case OPT_RDZV_BACKEND:
+        if (!val || (strcmp(val, "static") != 0 && strcmp(val, "c10d") != 0))
+            return pp_fail(err, "%s: '%s' is not supported; accepted: static, c10d (node 0's store meets the nodes; "
+                                "etcd is not used)", name, val ? val : "");
+        return 0;
+    case OPT_MODULE:
+    case OPT_NO_PYTHON:
+        return 0; /* launch_parse uses them */
     case OPT_STANDALONE:
         o->nnodes = 1;
         o->node_rank = 0;
@@ -327,7 +409,7 @@ int launch_parse(int argc, char **argv, launch_options *o,
     const char *redir = NULL, *tee = NULL, *filter = NULL;
     /* argv[0] is the command ("run" or "launch"), for the messages */
     const char *cmd = argc > 0 && argv[0] && strcmp(argv[0], "run") == 0 ? "run" : "launch";
-    int i = 1;
+    int i = 1, module = 0, no_python = 0;
     for (; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) {
@@ -381,8 +463,24 @@ int launch_parse(int argc, char **argv, launch_options *o,
             return pp_fail(err, "%s takes no value, got '%s'", canon, a);
         }
         if (set_option(o, opts[k].id, canon, val, &redir, &tee, &filter, err) != 0) return -1;
+        module |= opts[k].id == OPT_MODULE;
+        no_python |= opts[k].id == OPT_NO_PYTHON;
+        if (module) { /* torchrun's -m: the rest is the module and its arguments */
+            i++;
+            break;
+        }
     }
-    if (i >= argc) return pp_fail(err, "missing PROGRAM: pprun %s [options] -- PROGRAM [ARGS...]", cmd);
+    if (module && no_python) return pp_fail(err, "-m and --no-python: a module runs in python3; give one of them");
+    if (i >= argc)
+        return pp_fail(err, module ? "-m needs a module: pprun %s [options] -m MODULE [ARGS...]"
+                                   : "missing PROGRAM: pprun %s [options] -- PROGRAM [ARGS...]", cmd);
+    if (module) {
+        /* "python3 -m MODULE ARGS" in the two slots before MODULE, which
+         * the options took (argv[0] is the command, no longer read). */
+        argv[i - 2] = (char *)"python3";
+        argv[i - 1] = (char *)"-m";
+        i -= 2;
+    }
     o->prog_argv = argv + i;
     o->prog_argc = argc - i;
 
