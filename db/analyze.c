@@ -1,7 +1,7 @@
 /* analyze.c: bubbles and their causes, from one step's events.
  *
  * span  = first compute op start to last compute op end over all ranks of
- *         the step (compute = F, B, W, OPT), shared by every rank;
+ *         the step (compute = F, B, W, BW, OPT), shared by every rank;
  * busy  = length of the union of the rank's compute spans;
  * gaps  = the holes of that union inside the span, each with a cause
  *         (rules in docs/schema.md, in the order they are tried);
@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "db/progplan.h"
 
 typedef analyze_op op;
 
@@ -30,7 +32,11 @@ int analyze_cause_of(const char *s) {
     return -1;
 }
 
-int analyze_is_compute(int p) { return p == TRACE_F || p == TRACE_B || p == TRACE_W || p == TRACE_OPT; }
+int analyze_is_compute(int p) {
+    return p == TRACE_F || p == TRACE_B || p == TRACE_W || p == TRACE_BW || p == TRACE_OPT;
+}
+
+int analyze_is_backward(int p) { return p == TRACE_B || p == TRACE_BW; }
 
 int64_t analyze_covered(const op *spans, size_t n, int64_t a, int64_t b, int skip) {
     int64_t total = 0, cursor = a;
@@ -46,14 +52,14 @@ int64_t analyze_covered(const op *spans, size_t n, int64_t a, int64_t b, int ski
  * a gap ending in `next`: the receive that feeds `next` is waiting, not
  * communication. */
 static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const op *next) {
-    int skip = next->phase == TRACE_F ? TRACE_RECV_F : next->phase == TRACE_B ? TRACE_RECV_B : -1;
+    int skip = next->phase == TRACE_F ? TRACE_RECV_F : analyze_is_backward(next->phase) ? TRACE_RECV_B : -1;
     return analyze_covered(comm, n, a, b, skip);
 }
 
 static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
     if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return CAUSE_COMM;
     if (next->phase == TRACE_F && next->stage > 0) return CAUSE_WAIT_ACTIVATION;
-    if (next->phase == TRACE_B && next->stage < stages - 1) return CAUSE_WAIT_GRADIENT;
+    if (analyze_is_backward(next->phase) && next->stage < stages - 1) return CAUSE_WAIT_GRADIENT;
     return CAUSE_OTHER;
 }
 
@@ -180,7 +186,7 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
     size_t n = 0, cap = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int p = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
-        if (p < 0 || p == TRACE_LOSS) continue;
+        if (p < 0 || p == TRACE_LOSS || p == TRACE_SPAN) continue; /* a program's own spans are not the pipeline's */
         if (n == cap) {
             cap = cap ? 2 * cap : 256;
             op *o = realloc(ops, cap * sizeof *o);
@@ -282,7 +288,19 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
         return -1;
     }
     rc = sqlite3_exec(sql, "COMMIT", NULL, NULL, NULL);
-    return rc == SQLITE_OK ? 0 : db_fail(d, rc, what, err);
+    if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
+    /* A program's own plan: its timeline at the first step that measured
+     * every op it runs. A plan the simulator refuses stays without one. */
+    if (db_program_plan_pending(d, job)) {
+        pp_err why = {{0}};
+        int done = progplan_simulate(d, job, step, &why);
+        if (done < 0) {
+            *err = why;
+            return -1;
+        }
+        if (done == 1 || why.msg[0]) db_program_plan_settled(d, job);
+    }
+    return 0;
 }
 
 int db_step_finished(db *d, int64_t job, int step, int ranks) {
@@ -335,12 +353,22 @@ int db_analyze_steps_below(db *d, int64_t job, int below, pp_err *err) {
 }
 
 int db_phase_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err *err) {
-    for (int i = 0; i < 3 * stages; i++) med[i] = -1;
+    int64_t *four = malloc(sizeof *four * 4 * (size_t)(stages > 0 ? stages : 1));
+    if (!four) return pp_fail(err, "out of memory");
+    int rc = db_op_medians(d, job, step, stages, four, err);
+    for (int s = 0; rc == 0 && s < stages; s++)
+        for (int k = 0; k < 3; k++) med[s * 3 + k] = four[s * 4 + k];
+    free(four);
+    return rc;
+}
+
+int db_op_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err *err) {
+    for (int i = 0; i < 4 * stages; i++) med[i] = -1;
     sqlite3_stmt *st;
     /* Ordered by (stage, phase, duration): each group's middle row is its median. */
     if (sqlite3_prepare_v2(db_sqlite(d),
                            "SELECT stage, phase, end_ns - start_ns AS dur FROM events"
-                           " WHERE job_id=?1 AND step=?2 AND phase IN ('F','B','W') AND stage IS NOT NULL"
+                           " WHERE job_id=?1 AND step=?2 AND phase IN ('F','B','W','BW') AND stage IS NOT NULL"
                            " AND source='cpu'"
                            " AND attempt=(SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
                            " ORDER BY stage, phase, dur",
@@ -357,8 +385,9 @@ int db_phase_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_
         int64_t dur = 0;
         if (rc == SQLITE_ROW) {
             int stage = sqlite3_column_int(st, 0), phase = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
-            if (stage < 0 || stage >= stages || phase < 0 || phase > TRACE_W) continue;
-            key = stage * 3 + phase;
+            int k = phase == TRACE_BW ? 3 : phase;
+            if (stage < 0 || stage >= stages || k < 0 || k > 3) continue;
+            key = stage * 4 + k;
             dur = sqlite3_column_int64(st, 2);
         }
         if (key != cur) {

@@ -43,14 +43,20 @@ size_t analyze_split(analyze_op *spans, size_t n);
 /* How much of [a, b) the union of spans[0..n) (sorted by start) covers,
  * leaving out spans of phase `skip` (-1: none). */
 int64_t analyze_covered(const analyze_op *spans, size_t n, int64_t a, int64_t b, int skip);
-/* Whether a trace_phase is compute (F, B, W, OPT) rather than communication. */
+/* Whether a trace_phase is compute (F, B, W, BW, OPT) rather than communication. */
 int analyze_is_compute(int phase);
-/* The host spans of the step's latest attempt, LOSS records left out, into
+/* Whether it is a backward that waits for the next stage's gradient: B, or
+ * BW (PyTorch's full backward, B and W in one op). */
+int analyze_is_backward(int phase);
+/* The host spans of the step's latest attempt, LOSS records and a
+ * program's own SPANs left out, into
  * *out (the caller frees it) and *n; raises *max_stage to the highest stage
  * seen. An SQLite result code. */
 int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, size_t *n, int *max_stage);
 
-/* One transaction. A step without compute events gets no rows. */
+/* One transaction. A step without compute events gets no rows. Then, for
+ * a job whose program declared its own plan (progplan.h), that plan's
+ * timeline at this step's costs if it has them and none was written yet. */
 int db_analyze_step(db *d, int64_t job_id, int step, pp_err *err);
 /* Every step that has events. */
 int db_analyze_job(db *d, int64_t job_id, pp_err *err);
@@ -66,5 +72,7 @@ int db_step_finished(db *d, int64_t job_id, int step, int ranks);
  * into med[stage * 3 + phase] (phase TRACE_F/B/W) for stage < stages;
  * -1 where the step has no such op. */
 int db_phase_medians(db *d, int64_t job_id, int step, int stages, int64_t *med, pp_err *err);
+/* The same with BW: med[stage * 4 + k], k 0 F, 1 B, 2 W, 3 BW. */
+int db_op_medians(db *d, int64_t job_id, int step, int stages, int64_t *med, pp_err *err);
 
 #endif

@@ -16,7 +16,8 @@ const char *const critpath_wait_keys[CRITPATH_WAITS] = {"handoff_ns", "comm_ns",
 
 #define NONE ((size_t)-1)
 
-/* An F or B by what another rank's op looks it up by. */
+/* An F or a backward (B or BW) by what another rank's op looks it up by:
+ * phase is TRACE_F or TRACE_B (a BW is keyed as the B it contains). */
 typedef struct data_key {
     int phase, stage, microbatch;
     size_t index; /* into the compute ops */
@@ -57,8 +58,9 @@ static size_t rank_predecessor(const walk *w, size_t i) {
 /* The op of another rank whose output ops[i] took, or NONE. */
 static size_t data_predecessor(const walk *w, size_t i) {
     const analyze_op *c = &w->ops[i];
-    if (c->stage < 0 || c->microbatch < 0 || (c->phase != TRACE_F && c->phase != TRACE_B)) return NONE;
-    data_key k = {c->phase, c->phase == TRACE_F ? c->stage - 1 : c->stage + 1, c->microbatch, 0};
+    if (c->stage < 0 || c->microbatch < 0 || (c->phase != TRACE_F && !analyze_is_backward(c->phase))) return NONE;
+    data_key k = {c->phase == TRACE_F ? TRACE_F : TRACE_B, c->phase == TRACE_F ? c->stage - 1 : c->stage + 1,
+                  c->microbatch, 0};
     const data_key *hit = k.stage < 0 ? NULL : bsearch(&k, w->keys, w->nkeys, sizeof k, by_key);
     if (!hit) return NONE;
     const analyze_op *p = &w->ops[hit->index];
@@ -95,8 +97,8 @@ static int walk_init(walk *w, const analyze_op *spans, size_t n) {
         w->rank_first[i] = same ? w->rank_first[i - 1] : i;
         w->latest_end[i] = same && w->ops[w->latest_end[i - 1]].end >= w->ops[i].end ? w->latest_end[i - 1] : i;
         const analyze_op *o = &w->ops[i];
-        if ((o->phase == TRACE_F || o->phase == TRACE_B) && o->stage >= 0 && o->microbatch >= 0)
-            w->keys[w->nkeys++] = (data_key){o->phase, o->stage, o->microbatch, i};
+        if ((o->phase == TRACE_F || analyze_is_backward(o->phase)) && o->stage >= 0 && o->microbatch >= 0)
+            w->keys[w->nkeys++] = (data_key){o->phase == TRACE_F ? TRACE_F : TRACE_B, o->stage, o->microbatch, i};
     }
     qsort(w->keys, w->nkeys, sizeof *w->keys, by_key);
     return 0;
@@ -192,7 +194,7 @@ int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err
 
 int64_t critpath_rank_ns(const critpath_totals *t, int rank) {
     const int64_t *ns = t->op_ns[rank];
-    return ns[0] + ns[1] + ns[2] + ns[3];
+    return ns[0] + ns[1] + ns[2] + ns[3] + ns[4];
 }
 
 int critpath_listed(const critpath_totals *t, int k) {
@@ -211,7 +213,8 @@ void critpath_add(critpath_totals *t, const critpath_path *p) {
     t->span_ns += p->end_ns - p->start_ns;
     for (size_t i = 0; i < p->n; i++) {
         const critpath_op *o = &p->ops[i];
-        int k = o->op.phase == TRACE_F ? 0 : o->op.phase == TRACE_B ? 1 : o->op.phase == TRACE_W ? 2 : 3;
+        int ph = o->op.phase;
+        int k = ph == TRACE_F ? 0 : ph == TRACE_B ? 1 : ph == TRACE_W ? 2 : ph == TRACE_BW ? 4 : 3;
         if (o->op.rank >= 0 && o->op.rank < t->ranks) {
             t->op_ns[o->op.rank][k] += o->path_ns;
         } else {

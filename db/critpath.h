@@ -2,8 +2,9 @@
  * waited on. Walking back from the compute op that ended last, each op's
  * predecessor is whichever of its two dependencies released it later: the
  * rank's previous op, or the op of another rank whose output it took (the F
- * of the previous stage for an F, the B of the next stage for a B, same
- * microbatch). The time between the two is a hand-off (the output crossing
+ * of the previous stage for an F, the backward of the next stage for a
+ * backward, same microbatch; a backward is a B, or a BW: PyTorch's full
+ * backward, B and W in one op). The time between the two is a hand-off (the output crossing
  * to the other rank) or time on the rank between its ops (split into its
  * sends and receives and the rest). The path's ops and those waits add up
  * to the step's span exactly, so "rank 3's B is 40% of the path" means a B
@@ -67,11 +68,12 @@ extern const char *const critpath_wait_keys[CRITPATH_WAITS];
 typedef struct critpath_totals {
     int ranks;
     int64_t span_ns;                 /* the steps' spans; the sum of everything below */
-    int64_t (*op_ns)[4];             /* [ranks] owned: F, B, W, OPT time on the path */
+    int64_t (*op_ns)[5];             /* [ranks] owned: F, B, W, OPT, BW time on the path (BW last:
+                                      * PyTorch's full backward, added after the first four) */
     int64_t wait_ns[CRITPATH_WAITS]; /* critpath_wait */
 } critpath_totals;
 
-/* A rank's F + B + W + OPT time on the path. */
+/* A rank's F + B + W + OPT + BW time on the path. */
 int64_t critpath_rank_ns(const critpath_totals *t, int rank);
 /* Whether a table of t (pprun stats, the dashboard) lists rank k: every
  * rank with time on the path while there are at most CRITPATH_LIST_ALL of

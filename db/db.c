@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "db/alive.h"
+#include "db/progplan.h"
 #include "base/embed.h"
 
 /* How long a writer waits for another process's lock on the file. */
@@ -29,12 +30,15 @@ typedef struct gpu_name {
     uint16_t have, need; /* bytes received, and the name's length */
 } gpu_name;
 
-/* Per rank of the job being written: what its GPU records refer to. */
+/* Per rank of the job being written: what its GPU records, its spans and
+ * its schedule refer to. */
 typedef struct gpu_rank {
     int attempt;
     int64_t span_seq, span_id; /* the last gpu span: its number and events.id */
-    gpu_name *names;           /* [nnames] by name id */
+    gpu_name *names;           /* [nnames] kernel names by name id */
     size_t nnames;
+    gpu_name *span_names;      /* [nspan_names] span and schedule names by name id */
+    size_t nspan_names;
 } gpu_rank;
 
 static void gpu_reset(db *d, int64_t job_id);
@@ -50,6 +54,10 @@ struct db {
     int64_t offsets_job;
     int64_t *offsets;
     size_t noffsets;
+    /* The job whose program declared its own plan (-1: none), and whether
+     * its timeline still waits to be simulated. */
+    int64_t prog_job;
+    int prog_pending;
 };
 
 int db_fail(db *d, int rc, const char *what, pp_err *err) {
@@ -144,6 +152,9 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     " cause TEXT NOT NULL, idle_ns INTEGER NOT NULL, PRIMARY KEY (job_id, step, rank, cause)) WITHOUT ROWID;"
     "INSERT INTO step_idle SELECT job_id, step, rank, cause, sum(end_ns - start_ns) FROM gaps"
     " GROUP BY job_id, step, rank, cause;",
+    /* 4 -> 5: the name of a program's own span (phase SPAN); every row
+     * before has none */
+    "ALTER TABLE events ADD COLUMN name TEXT;",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
@@ -243,6 +254,7 @@ static int open_file(const char *path, db **out, pp_err *err) {
         return pp_fail(err, "%s: out of memory", path);
     }
     d->offsets_job = -1;
+    d->prog_job = -1;
     /* SQLite's per-allocation statistics take a global mutex on every
      * malloc: about a quarter of the insert rate; nothing in pprun reads
      * them. Takes effect only before SQLite initialises (the first open in
@@ -272,8 +284,8 @@ static int open_file(const char *path, db **out, pp_err *err) {
         goto fail;
     }
     if (prepare(d,
-                "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)"
-                " VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)",
+                "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,"
+                "name) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
                 &d->ins_event, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
                 &d->ins_loss, err) != 0 ||
@@ -433,6 +445,7 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
         {"step_idle", NULL,
          "CREATE TEMP VIEW IF NOT EXISTS step_idle AS SELECT job_id, step, rank, cause,"
          " sum(end_ns - start_ns) AS idle_ns FROM main.gaps GROUP BY job_id, step, rank, cause"},
+        {"events", "name", "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS name FROM main.events"},
     };
     const char *file = sqlite3_db_filename(sql, "main");
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
@@ -572,6 +585,8 @@ static const char *const source_names[] = {"cpu", "gpu"};
 static void gpu_rank_clear(gpu_rank *g) {
     for (size_t i = 0; i < g->nnames; i++) free(g->names[i].text);
     free(g->names);
+    for (size_t i = 0; i < g->nspan_names; i++) free(g->span_names[i].text);
+    free(g->span_names);
     memset(g, 0, sizeof *g);
 }
 
@@ -605,21 +620,25 @@ static gpu_rank *gpu_of(db *d, int64_t job_id, const trace_event *e) {
     return g;
 }
 
-/* One chunk of a name. Out of memory or a chunk out of order loses the name
- * (its kernels say so), never the batch. */
+/* One chunk of a name (a kernel's, or a span's or schedule's with
+ * TRACE_SPAN_NAME). Out of memory or a chunk out of order loses the name
+ * (its kernels or spans say so), never the batch. */
 static void gpu_name_chunk(db *d, int64_t job_id, const trace_event *e) {
     gpu_rank *g = gpu_of(d, job_id, e);
     uint32_t id = e->kname.id;
     if (!g || id > (1u << 24) || e->kname.off > e->kname.len) return;
-    if (id >= g->nnames) {
-        size_t n = id + 1 > 2 * g->nnames ? id + 1 : 2 * g->nnames;
-        gpu_name *names = realloc(g->names, n * sizeof *names);
+    int span = e->phase == TRACE_SPAN_NAME;
+    gpu_name **table = span ? &g->span_names : &g->names;
+    size_t *count = span ? &g->nspan_names : &g->nnames;
+    if (id >= *count) {
+        size_t n = id + 1 > 2 * *count ? id + 1 : 2 * *count;
+        gpu_name *names = realloc(*table, n * sizeof *names);
         if (!names) return;
-        memset(names + g->nnames, 0, (n - g->nnames) * sizeof *names);
-        g->names = names;
-        g->nnames = n;
+        memset(names + *count, 0, (n - *count) * sizeof *names);
+        *table = names;
+        *count = n;
     }
-    gpu_name *nm = &g->names[id];
+    gpu_name *nm = &(*table)[id];
     if (e->kname.off == 0) {
         free(nm->text);
         nm->text = calloc((size_t)e->kname.len + 1, 1);
@@ -652,6 +671,29 @@ static int gpu_kernel(db *d, int64_t job_id, const trace_event *e, int64_t off) 
     int rc = sqlite3_step(st);
     sqlite3_reset(st);
     return rc;
+}
+
+/* A span's or schedule's name by its id, as the rank sent it this attempt. */
+static const char *span_name_of(db *d, int64_t job_id, const trace_event *e, uint64_t id) {
+    gpu_rank *g = gpu_of(d, job_id, e);
+    if (g && id < g->nspan_names && g->span_names[id].text && g->span_names[id].have == g->span_names[id].need)
+        return g->span_names[id].text;
+    return "(name lost)";
+}
+
+/* A program's TRACE_SCHEDULE: its plan replaces the launcher's, from its
+ * first declaration on. */
+static int program_schedule(db *d, int64_t job_id, const trace_event *e) {
+    int first = d->prog_job != job_id;
+    d->prog_job = job_id;
+    d->prog_pending = 1;
+    return progplan_declare(d->sql, job_id, e->rank, span_name_of(d, job_id, e, e->sched.name), e, first);
+}
+
+int db_program_plan_pending(const db *d, int64_t job_id) { return d->prog_job == job_id && d->prog_pending; }
+
+void db_program_plan_settled(db *d, int64_t job_id) {
+    if (d->prog_job == job_id) d->prog_pending = 0;
 }
 
 static int gpu_dropped(db *d, int64_t job_id, const trace_event *e) {
@@ -688,8 +730,16 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
             sqlite3_reset(loss);
             continue;
         }
-        if (e->phase == TRACE_KERNEL_NAME) {
+        if (e->phase == TRACE_KERNEL_NAME || e->phase == TRACE_SPAN_NAME) {
             gpu_name_chunk(d, job_id, e);
+            continue;
+        }
+        if (e->phase == TRACE_SCHEDULE) {
+            rc = program_schedule(d, job_id, e);
+            continue;
+        }
+        if (e->phase == TRACE_PLAN) {
+            rc = progplan_action(d->sql, job_id, e->rank, e);
             continue;
         }
         if (e->phase == TRACE_KERNEL) {
@@ -716,22 +766,27 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
         sqlite3_bind_text(ins, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
         sqlite3_bind_int64(ins, 8, (int64_t)e->start_ns + off);
         sqlite3_bind_int64(ins, 9, (int64_t)e->end_ns + off);
-        int comm = e->phase >= TRACE_SEND_F && e->phase <= TRACE_RECV_B;
-        if (comm && e->peer >= 0)
+        int comm = e->phase >= TRACE_SEND_F && e->phase <= TRACE_RECV_B, span = e->phase == TRACE_SPAN;
+        if ((comm || span) && e->peer >= 0)
             sqlite3_bind_int(ins, 10, e->peer);
         else
             sqlite3_bind_null(ins, 10);
-        /* F/B/W host spans carry the activation bytes the rank holds after
-         * the op, OPT the bytes of its weights, gradients and optimizer
-         * state (0 from producers that do not measure them). A gpu span is
-         * a copy of its host span's fields (cupti_records.c): its bytes
-         * would be the same figure again. */
-        int held = (e->phase <= TRACE_W || e->phase == TRACE_OPT) && e->source != TRACE_SRC_GPU;
-        if (comm || held)
+        /* F/B/W/BW host spans carry the activation bytes the rank holds
+         * after the op, OPT the bytes of its weights, gradients and
+         * optimizer state (0 from producers that do not measure them), a
+         * SPAN what the program gave. A gpu span is a copy of its host
+         * span's fields (cupti_records.c): its bytes would be the same
+         * figure again. */
+        int held = (e->phase <= TRACE_W || e->phase == TRACE_BW || e->phase == TRACE_OPT) && e->source != TRACE_SRC_GPU;
+        if (comm || held || span)
             sqlite3_bind_int64(ins, 11, (int64_t)e->bytes);
         else
             sqlite3_bind_null(ins, 11);
         sqlite3_bind_text(ins, 12, source_names[e->source == TRACE_SRC_GPU], -1, SQLITE_STATIC);
+        if (span)
+            sqlite3_bind_text(ins, 13, span_name_of(d, job_id, e, e->name), -1, SQLITE_TRANSIENT);
+        else
+            sqlite3_bind_null(ins, 13);
         rc = sqlite3_step(ins);
         sqlite3_reset(ins);
         if (rc == SQLITE_DONE && e->source == TRACE_SRC_GPU && e->reserved > 0) {
@@ -777,6 +832,7 @@ int db_set_dropped(db *d, int64_t job_id, int rank, uint64_t dropped, pp_err *er
 }
 
 int db_insert_plan(db *d, int64_t job_id, const db_plan_row *r, size_t n, pp_err *err) {
+    if (d->prog_job == job_id) return 0; /* the program runs its own plan */
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(d->sql,
                            "INSERT INTO plan(job_id,rank,slot,action,stage,phase,microbatch,sim_start_ns,sim_end_ns)"

@@ -16,8 +16,9 @@
 #include "base/pp.h"
 #include "tracer/event.h"
 
-/* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle */
-#define DB_SCHEMA_VERSION 4
+/* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle;
+ * 5: events.name (a program's named spans) */
+#define DB_SCHEMA_VERSION 5
 
 typedef struct db db;
 
@@ -91,9 +92,13 @@ int db_update_rank(db *d, int64_t job_id, int rank, int pid, int64_t clock_offse
 /* Sets the offset used for rank's events from now on, without writing. */
 int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t clock_offset_ns, pp_err *err);
 
-/* One transaction: F/B/W/SEND/RECV/OPT records into events (bytes: the
+/* One transaction: F/B/W/BW/SEND/RECV/OPT records into events (bytes: the
  * payload of a SEND/RECV, the rank's held activation bytes after a host
- * F/B/W, NULL otherwise), LOSS records
+ * F/B/W/BW, NULL otherwise), SPAN records into events with their name
+ * (TRACE_SPAN_NAME chunks assembled per rank and attempt; "(name lost)"
+ * when the ring dropped them), TRACE_SCHEDULE and TRACE_PLAN records into
+ * jobs and plan (db/progplan.h: the program's plan replaces the
+ * launcher's), LOSS records
  * into losses (a repeated (step, microbatch), e.g. from a restarted attempt,
  * replaces the older loss); job_counters.events_ingested += n.
  * GPU records (tracer/event.h): gpu spans go into events (source 'gpu');
@@ -117,8 +122,19 @@ typedef struct db_plan_row {
     int64_t sim_start_ns, sim_end_ns; /* < 0: NULL (not simulated) */
 } db_plan_row;
 
-/* Replaces the job's whole plan (one transaction). */
+/* Replaces the job's whole plan (one transaction). A job whose program
+ * declared its own plan (TRACE_SCHEDULE through this handle) keeps that
+ * one: the launcher's plan, which the program does not run, is not
+ * written (returns 0). */
 int db_insert_plan(db *d, int64_t job_id, const db_plan_row *rows, size_t n, pp_err *err);
+
+/* The job's plan is its program's own (a TRACE_SCHEDULE arrived through
+ * this handle): 1 while its timeline still waits to be simulated
+ * (progplan_simulate), 0 when not the program's or done. */
+int db_program_plan_pending(const db *d, int64_t job_id);
+/* progplan_simulate wrote the timeline, or cannot (not tried again until
+ * the program declares its plan anew). */
+void db_program_plan_settled(db *d, int64_t job_id);
 
 /* Stores status 'lost' (and why, in failure) for each job still 'running'
  * whose launcher this machine can tell is gone (db/alive.h): killed before

@@ -1,7 +1,8 @@
--- schema.sql: the trace database (docs/design.md §7), version 4 (PRAGMA user_version).
+-- schema.sql: the trace database (docs/design.md §7), version 5 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
--- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle).
+-- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle;
+-- 4 -> 5: events.name).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -19,7 +20,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   status         TEXT NOT NULL,          -- running | succeeded | failed | stopped | lost (docs/schema.md)
   nnodes         INTEGER NOT NULL,
   world_size     INTEGER NOT NULL,
-  schedule       TEXT NOT NULL,          -- 1f1b, zb-v, csv:FILE ...
+  schedule       TEXT NOT NULL,          -- 1f1b, zb-v, csv:FILE ..., or the program's own (ScheduleGPipe)
   microbatches   INTEGER NOT NULL,
   virtual_stages INTEGER NOT NULL,
   stages         INTEGER NOT NULL,
@@ -56,12 +57,13 @@ CREATE TABLE IF NOT EXISTS events (
   step        INTEGER NOT NULL,
   microbatch  INTEGER,                   -- NULL for OPT
   stage       INTEGER,                   -- NULL for OPT
-  phase       TEXT NOT NULL,             -- F B W SEND_F RECV_F SEND_B RECV_B OPT
+  phase       TEXT NOT NULL,             -- F B W BW SEND_F RECV_F SEND_B RECV_B OPT SPAN
   start_ns    INTEGER NOT NULL,
   end_ns      INTEGER NOT NULL,
-  peer        INTEGER,                   -- the other rank of a SEND/RECV
+  peer        INTEGER,                   -- the other rank of a SEND/RECV (or of a SPAN that names one)
   bytes       INTEGER,
-  source      TEXT NOT NULL              -- cpu (host span) | gpu (CUPTI: the op's first kernel start to last kernel end)
+  source      TEXT NOT NULL,             -- cpu (host span) | gpu (CUPTI: the op's first kernel start to last kernel end)
+  name        TEXT                       -- SPAN: its name ("data", "allreduce"); NULL for every other phase (version 5)
 );
 -- Timeline readers ask for one source (host spans, or the GPU lane's gpu
 -- spans) of a rank's window: with source in the index they filter without
@@ -82,14 +84,16 @@ CREATE TABLE IF NOT EXISTS losses (
 
 -- The schedule that was meant: each rank's grid (idle cells omitted), and the
 -- simulator's timeline for it (sim_start_ns/sim_end_ns from the job's costs:
--- the timed model's, or measured F/B/W medians once a step is done).
+-- the timed model's, or measured F/B/W medians once a step is done). A
+-- program that runs its own schedule (PyTorch's) declares its plan, which
+-- replaces the launcher's: a BW action (phase BW) is its full backward.
 CREATE TABLE IF NOT EXISTS plan (
   job_id       INTEGER NOT NULL,
   rank         INTEGER NOT NULL,
   slot         INTEGER NOT NULL,         -- column of the grid
-  action       TEXT NOT NULL,            -- "0F3"
+  action       TEXT NOT NULL,            -- "0F3", "1BW0"
   stage        INTEGER NOT NULL,
-  phase        TEXT NOT NULL,            -- F B W
+  phase        TEXT NOT NULL,            -- F B W BW
   microbatch   INTEGER NOT NULL,
   sim_start_ns INTEGER,
   sim_end_ns   INTEGER,
@@ -115,7 +119,8 @@ CREATE INDEX IF NOT EXISTS kernels_by_event ON kernels(event_id);
 -- replaces a step's rows. Only the step's latest attempt counts.
 -- Per (job, step, rank): the step's span (first compute op start to last
 -- compute op end over all ranks of the step, so ranks share one span;
--- compute = F/B/W/OPT host spans: source 'gpu' rows never count), the busy time (union of the rank's compute spans)
+-- compute = F/B/W/BW/OPT host spans: source 'gpu' rows and a program's own
+-- SPANs never count), the busy time (union of the rank's compute spans)
 -- and the bubble (span - busy), and the most activation bytes the rank
 -- held (max `bytes` of its F/B/W host spans; 0: not recorded).
 -- Rules in detail: docs/schema.md.
@@ -137,8 +142,8 @@ CREATE TABLE IF NOT EXISTS step_stats (
 -- warmup (before the rank's first op), cooldown (after its last op),
 -- comm (at least half the gap is covered by the rank's sends/receives,
 -- not counting the receive the next op waits for: RECV_F before an F,
--- RECV_B before a B), wait_activation (the next op is an F of a stage > 0,
--- waiting for its input), wait_gradient (the next op is a B of a stage
+-- RECV_B before a B or BW), wait_activation (the next op is an F of a stage > 0,
+-- waiting for its input), wait_gradient (the next op is a B or BW of a stage
 -- other than the last, waiting for its output gradient), other.
 CREATE TABLE IF NOT EXISTS gaps (
   job_id      INTEGER NOT NULL,

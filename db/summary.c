@@ -90,7 +90,7 @@ int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *pe
         if (rank != last_rank) last_rank = rank, inflight = 0;
         if (rank >= 0 && rank < world && phase) {
             if (strcmp(phase, "F") == 0) inflight++;
-            else if (strcmp(phase, "W") == 0) inflight--;
+            else if (strcmp(phase, "W") == 0 || strcmp(phase, "BW") == 0) inflight--; /* its activations go */
             if (inflight > peak[rank]) peak[rank] = inflight;
         }
         if (sqlite3_column_type(st, 6) == SQLITE_NULL || sqlite3_column_type(st, 7) == SQLITE_NULL) {
@@ -272,7 +272,7 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int gpu = sqlite3_column_int(st, 0) != 0, ph = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
         int64_t ns = sqlite3_column_int64(st, 2);
-        if (ph < 0) continue;
+        if (ph < 0 || ph == TRACE_SPAN) continue; /* by name: summary_spans */
         summary_ops *o = &s->ops[gpu][ph];
         o->count++;
         o->total_ns += ns;
@@ -289,6 +289,69 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
         return pp_fail(err, "out of memory");
     }
     return finish(db, st, rc, err);
+}
+
+static int by_total(const void *a, const void *b) {
+    const summary_span *x = a, *y = b;
+    if (x->total_ns != y->total_ns) return x->total_ns > y->total_ns ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **out, size_t *n_out, pp_err *err) {
+    *out = NULL;
+    *n_out = 0;
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT coalesce(name, ''), end_ns - start_ns AS dur FROM events WHERE job_id=?1 AND step>=?2"
+                    " AND phase='SPAN' AND source='cpu' ORDER BY 1, dur", job, &st, err) != 0)
+        return -1;
+    sqlite3_bind_int64(st, 2, from_step);
+    summary_span *v = NULL;
+    size_t n = 0, cap = 0;
+    durations d = {0};
+    int rc, oom = 0;
+    for (;;) {
+        rc = sqlite3_step(st);
+        const char *name = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+        if (n > 0 && (!name || strncmp(name, v[n - 1].name, sizeof v[n - 1].name - 1) != 0)) {
+            v[n - 1].median_ns = durations_median(&d); /* the name before is whole */
+            d.n = 0;
+        }
+        if (rc != SQLITE_ROW) break;
+        if (n == 0 || strncmp(name, v[n - 1].name, sizeof v[n - 1].name - 1) != 0) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 8;
+                summary_span *grown = realloc(v, cap * sizeof *grown);
+                if (!grown) {
+                    oom = 1;
+                    break;
+                }
+                v = grown;
+            }
+            summary_span *s = &v[n++];
+            memset(s, 0, sizeof *s);
+            snprintf(s->name, sizeof s->name, "%s", name);
+        }
+        int64_t ns = sqlite3_column_int64(st, 1);
+        summary_span *s = &v[n - 1];
+        s->count++;
+        s->total_ns += ns;
+        if (ns > s->max_ns) s->max_ns = ns;
+        if ((oom = durations_push(&d, ns) != 0)) break;
+    }
+    free(d.v);
+    if (oom) {
+        free(v);
+        sqlite3_finalize(st);
+        return pp_fail(err, "out of memory");
+    }
+    if (finish(db, st, rc, err) != 0) {
+        free(v);
+        return -1;
+    }
+    if (n) qsort(v, n, sizeof *v, by_total);
+    *out = v;
+    *n_out = n;
+    return 0;
 }
 
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err) {

@@ -37,7 +37,8 @@ int durations_push(durations *d, int64_t x); /* 0, or -1 when out of memory */
 /* d's median (the mean of the middle two), -1 if empty; reorders d->v. */
 int64_t durations_median(durations *d);
 
-/* Durations of one kind of op (a phase, host or GPU span) from from_step on. */
+/* Durations of one kind of op (a phase, host or GPU span) from from_step on;
+ * SPAN, the program's own named spans, has none here (summary_spans). */
 typedef struct summary_ops {
     int64_t count, total_ns, median_ns, max_ns; /* median and max -1 when count is 0 */
 } summary_ops;
@@ -85,6 +86,18 @@ int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t 
 int64_t summary_idle_total(const job_summary *s);
 /* Whether s has op durations of one kind: host (gpu 0) or GPU spans (1). */
 int summary_has_ops(const job_summary *s, int gpu);
+
+/* A program's own spans of one name (events with phase SPAN, host spans)
+ * from from_step on. */
+typedef struct summary_span {
+    char name[256];
+    int64_t count, total_ns, median_ns, max_ns;
+} summary_span;
+/* The job's spans by name, most time first, into *out (the caller frees
+ * it; NULL when none) and *n: `pprun stats` and the dashboard's time by
+ * name. -1 with err on a database error. (The ops of summary_read leave
+ * spans out: they are not the pipeline's.) */
+int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **out, size_t *n, pp_err *err);
 
 /* One pass over job's plan. Its simulated times: each rank's busy time
  * (busy[world]) and the makespan. Its activation memory in microbatch-stage

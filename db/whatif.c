@@ -319,19 +319,22 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
 /* Medians over the window, taken as `pprun stats`' ops table takes them:
  * of the F, B, W and send spans into med[4] (-1 where there is none), and
  * of each stage's F, B and W into r->profile, with the send median as every
- * stage's comm (r->has_profile when every stage has all three). */
+ * stage's comm (r->has_profile when every stage has all three). A job whose
+ * backward is PyTorch's full backward (BW: B and W in one op, never timed
+ * apart) has half of its BW median as B and half as W, where the stage (or
+ * the job) has no B and W of their own. */
 static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[4], pp_err *err) {
     balance_profile *bp = &r->profile;
     int S = bp->stages, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
-                              "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 3 END, "
-                              "end_ns - start_ns, stage, rank FROM events WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 "
-                              "AND source=?4 AND phase IN ('F','B','W','SEND_F','SEND_B')",
+                              "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 4 "
+                              "ELSE 3 END, end_ns - start_ns, stage, rank FROM events WHERE job_id=?1 AND step "
+                              "BETWEEN ?2 AND ?3 AND source=?4 AND phase IN ('F','B','W','BW','SEND_F','SEND_B')",
                               s, r, &st, err) != 0)
         return -1;
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
-    durations d[4] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 3, sizeof *by_stage) : NULL;
+    durations d[5] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 4, sizeof *by_stage) : NULL;
     int oom = S > 0 && !by_stage;
     for (int k = 0; k < S; k++) bp->rank[k] = -1;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -341,19 +344,22 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         if (oom || k == 3 || !by_stage || sqlite3_column_type(st, 2) == SQLITE_NULL || stage < 0 || stage >= S)
             continue;
         bp->rank[stage] = sqlite3_column_int(st, 3);
-        oom = durations_push(&by_stage[stage * 3 + k], ns) != 0;
+        oom = durations_push(&by_stage[stage * 4 + (k == 4 ? 3 : k)], ns) != 0;
     }
-    for (int k = 0; k < 4; k++) {
-        med[k] = durations_median(&d[k]);
+    int64_t bw = durations_median(&d[4]);
+    for (int k = 0; k < 5; k++) {
+        if (k < 4) med[k] = durations_median(&d[k]);
         free(d[k].v);
     }
+    if (med[1] < 0 && med[2] < 0 && bw >= 0) med[1] = med[2] = bw / 2;
     int complete = !oom && by_stage;
     for (int k = 0; by_stage && k < S; k++) {
-        int64_t f = durations_median(&by_stage[k * 3]), b = durations_median(&by_stage[k * 3 + 1]);
-        int64_t w = durations_median(&by_stage[k * 3 + 2]);
+        int64_t f = durations_median(&by_stage[k * 4]), b = durations_median(&by_stage[k * 4 + 1]);
+        int64_t w = durations_median(&by_stage[k * 4 + 2]), sb = durations_median(&by_stage[k * 4 + 3]);
+        if (b < 0 && w < 0 && sb >= 0) b = w = sb / 2;
         complete &= f >= 0 && b >= 0 && w >= 0;
         bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, med[3] > 0 ? (double)med[3] : 0};
-        free(by_stage[k * 3].v), free(by_stage[k * 3 + 1].v), free(by_stage[k * 3 + 2].v);
+        for (int j = 0; j < 4; j++) free(by_stage[k * 4 + j].v);
     }
     free(by_stage);
     if (oom) {
@@ -380,8 +386,11 @@ static int whatif_push_action(sched_action **list, int *len, int *cap, sched_act
 }
 
 /* The plan a job ran, from its plan table: each rank's actions in slot
- * order (a csv: job's schedule is in no generator). *out stays NULL when
- * the table does not hold a whole plan for the job's shape. */
+ * order (a csv: job's schedule is in no generator, nor is a program's own:
+ * PyTorch's). A BW (PyTorch's full backward) plays as its B and its W one
+ * after the other: the simulator has no fused op, so the input gradient
+ * leaves after the B part (docs/torch.md). *out stays NULL when the table
+ * does not hold a whole plan for the job's shape. */
 static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, sched_plan **out, pp_err *err) {
     *out = NULL;
     int p = s->world, stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
@@ -398,15 +407,18 @@ static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_repo
     for (int k = 0; !oom && k < stages; k++) stage_rank[k] = -1;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int rank = sqlite3_column_int(st, 0), stage = sqlite3_column_int(st, 1), mb = sqlite3_column_int(st, 3);
-        const char *phase = (const char *)sqlite3_column_text(st, 2), *op = phase ? strchr("FBW", phase[0]) : NULL;
-        if (rank < 0 || rank >= p || stage < 0 || stage >= stages || !op || !*op || mb < 0 || mb >= r->in.microbatches ||
-            (stage_rank[stage] >= 0 && stage_rank[stage] != rank)) {
+        const char *phase = (const char *)sqlite3_column_text(st, 2);
+        int op = phase ? analyze_phase_of(phase) : -1, fused = op == TRACE_BW;
+        if (rank < 0 || rank >= p || stage < 0 || stage >= stages || (op > TRACE_W && !fused) || op < 0 || mb < 0 ||
+            mb >= r->in.microbatches || (stage_rank[stage] >= 0 && stage_rank[stage] != rank)) {
             whole = 0;
             continue;
         }
         stage_rank[stage] = rank;
         oom = whatif_push_action(&lists[rank], &lens[rank], &caps[rank],
-                                 (sched_action){stage, (int)(op - "FBW"), mb}) != 0;
+                                 (sched_action){stage, fused ? SCHED_B : op, mb}) != 0;
+        if (!oom && fused)
+            oom = whatif_push_action(&lists[rank], &lens[rank], &caps[rank], (sched_action){stage, SCHED_W, mb}) != 0;
     }
     int failed = whatif_done(db, st, rc, err) != 0 || (oom && pp_fail(err, "out of memory"));
     for (int k = 0; whole && !failed && k < stages; k++) whole = stage_rank[k] >= 0;

@@ -6,6 +6,9 @@ set -euo pipefail
 # python3: test_program runs examples/pipeline_demo.py, a traced Python program.
 packages=(build-essential cmake pkg-config libmicrohttpd-dev libsqlite3-dev libcjson-dev
           libcriterion-dev libopenblas-dev sqlite3 python3)
+# The PyTorch tests run torch 2.6 in a Debian trixie root made by
+# mmdebstrap (scripts/torch-root.sh); PPRUN_NO_TORCH=1 leaves it out.
+[ "${PPRUN_NO_TORCH:-0}" != 1 ] && packages+=(mmdebstrap)
 # The browser tests drive Debian's chromium with playwright-core from npm.
 if [ "${PPRUN_NO_BROWSER:-0}" != 1 ]; then
   packages+=(chromium)
@@ -30,9 +33,21 @@ install_browser_driver() {
   fi
 }
 
+# The PyTorch root, made once at a fixed path outside the clone (about 2
+# minutes and 1.2 GB the first time; reused after, made again when broken).
+install_torch_root() {
+  [ "${PPRUN_NO_TORCH:-0}" = 1 ] && return 0
+  local here
+  here="$(cd "$(dirname "$0")/.." && pwd)"
+  local sudo=()
+  [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo=(sudo)
+  "${sudo[@]}" "$here/scripts/torch-root.sh" ensure >/dev/null
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all packages present"
   install_browser_driver
+  install_torch_root
   exit 0
 fi
 
@@ -48,4 +63,5 @@ echo "install-deps: installing ${missing[*]}"
 "${as_root[@]}" apt-get update -qq
 DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 install_browser_driver
+install_torch_root
 echo "install-deps: done"

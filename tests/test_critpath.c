@@ -247,7 +247,7 @@ Test(critpath, the_fixtures_1f1b_step_op_by_op, .timeout = 60) {
 /* A table lists every rank on the path while there are at most 16; of 20,
  * the 8 with the most time on it (ties: the lower rank). */
 Test(critpath, a_table_lists_the_ranks_on_the_path_or_the_8_with_the_most) {
-    int64_t ns[20][4] = {{0}};
+    int64_t ns[20][5] = {{0}};
     critpath_totals t = {.ranks = 20, .op_ns = ns};
     for (int k = 0; k < 16; k++) ns[k][k % 4] = (k + 1) * 1000; /* rank k: k + 1 us, in one of F, B, W, OPT */
     for (int k = 0; k < 20; k++) cr_expect_eq(critpath_listed(&t, k), k < 16, "16 on the path: rank %d", k);
@@ -259,7 +259,7 @@ Test(critpath, a_table_lists_the_ranks_on_the_path_or_the_8_with_the_most) {
 /* Two jobs side by side: the ranks either has on its path, in rank order;
  * a job without a complete step has none, and a job's missing ranks none. */
 Test(critpath, two_jobs_list_the_ranks_either_has_on_its_path) {
-    int64_t a_ns[3][4] = {{0}, {0, 7, 0, 0}, {0}}, b_ns[5][4] = {{0}, {0}, {0}, {2, 0, 0, 0}, {0}};
+    int64_t a_ns[3][5] = {{0}, {0, 7, 0, 0}, {0}}, b_ns[5][5] = {{0}, {0}, {0}, {2, 0, 0, 0}, {0}};
     critpath_report a = {.steps = 1, .t = {.ranks = 3, .op_ns = a_ns}};
     critpath_report b = {.steps = 2, .t = {.ranks = 5, .op_ns = b_ns}};
     int on[5];

@@ -290,7 +290,7 @@ static size_t events_with_held_bytes(int step, int64_t base, trace_event *ev) {
 
 Test(db, a_new_file_has_step_stats_act_peak_bytes_last) {
     db *d = open_fresh("v3.db");
-    cr_assert_eq(DB_SCHEMA_VERSION, 4);
+    cr_assert_eq(DB_SCHEMA_VERSION, 5);
     cr_assert_str_eq(columns_of(db_sqlite(d), "step_stats"),
                      "job_id:INTEGER:-,step:INTEGER:-,rank:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
                      "busy_ns:INTEGER:-,bubble_ns:INTEGER:-,bubble_ratio:REAL:-,act_peak_bytes:INTEGER:0");
@@ -355,7 +355,7 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data, .init = user
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                 "PRAGMA user_version=2;", NULL, NULL, NULL),
+                                 "ALTER TABLE events DROP COLUMN name; PRAGMA user_version=2;", NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     int64_t bubble = tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats");
     cr_assert_gt(bubble, 0);
@@ -413,8 +413,9 @@ Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates, .init = us
     db_close(d);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "DROP TABLE step_idle; PRAGMA user_version=3;", NULL, NULL, NULL), SQLITE_OK, "%s",
-                 sqlite3_errmsg(s));
+    cr_assert_eq(sqlite3_exec(s, "DROP TABLE step_idle; ALTER TABLE events DROP COLUMN name; PRAGMA user_version=3;",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
 
     for (int reader = 0; reader < 2; reader++) {
@@ -484,7 +485,7 @@ Test(db, writers_opening_one_file_at_once_all_succeed) {
         sqlite3 *s;
         cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
         cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                     "PRAGMA user_version=2;", NULL, NULL, NULL),
+                                     "ALTER TABLE events DROP COLUMN name; PRAGMA user_version=2;", NULL, NULL, NULL),
                      SQLITE_OK, "%s", sqlite3_errmsg(s));
         sqlite3_close(s);
         cr_assert_eq(open_at_once(path, 8), 0, "round %d: a writer migrating the file failed (stderr)", round);
@@ -493,8 +494,55 @@ Test(db, writers_opening_one_file_at_once_all_succeed) {
         cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('step_stats') WHERE name='act_peak_bytes'"),
                      1);
         cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM sqlite_master WHERE name='step_idle'"), 1);
+        cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM pragma_table_info('events') WHERE name='name'"), 1);
         sqlite3_close(s);
     }
+}
+
+/* A version 4 file (before events.name): readers see every event with no
+ * name, without writing the file; the writer migrates it, the column last
+ * as in a new file, and stores a span's name from then on. */
+Test(db, a_version_4_file_reads_events_without_names_and_migrates) {
+    const char *path = tfix_path("v4.db");
+    size_t n;
+    int64_t job = analysed_file("v4.db", &n);
+    sqlite3 *s;
+    pp_err err;
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE events DROP COLUMN name; PRAGMA user_version=4;", NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(s));
+    sqlite3_close(s);
+    for (int reader = 0; reader < 2; reader++) {
+        int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
+        cr_assert_eq(rc, 0, "%s", err.msg);
+        cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE name IS NULL"), (int64_t)n - 4, "reader %d",
+                     reader);
+        cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE rank = 1 AND step = 0 AND start_ns > 0"),
+                     tfix_q_int(s, "SELECT count(*) FROM main.events WHERE rank = 1 AND step = 0 AND start_ns > 0"),
+                     "the same rows through the view");
+        sqlite3_close(s);
+    }
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), 4, "readers never write the file");
+    sqlite3_close(s);
+
+    db *d;
+    cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
+    s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    char cols[1024];
+    snprintf(cols, sizeof cols, "%s", columns_of(s, "events"));
+    trace_event ev[4] = {{0}};
+    uint64_t t0 = 3000000;
+    size_t k = trace_name_records_of(TRACE_SPAN_NAME, &(trace_event){.rank = 1}, 1, "data", ev);
+    ev[k] = (trace_event){.version = TRACE_EVENT_VERSION, .phase = TRACE_SPAN, .rank = 1, .step = 1, .microbatch = -1,
+                          .stage = -1, .peer = -1, .start_ns = t0, .end_ns = t0 + 10, .name = 1};
+    cr_assert_eq(db_insert_events(d, job, ev, k + 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='SPAN' AND name='data' AND rank=1"), 1);
+    db_close(d);
+    db *f = open_fresh("v5-fresh.db");
+    cr_assert_str_eq(cols, columns_of(db_sqlite(f), "events"), "same columns, same order as a new file");
+    db_close(f);
 }
 
 /* Runs a shell command; its exit status, or -1. */

@@ -39,6 +39,12 @@ static const struct {
     {{"--rdzv_token=two words"}, {"--rdzv-token", "space"}},
     {{"--rdzv-token-file", "/nonexistent/pprun-token"}, {"--rdzv-token-file", "cannot open"}},
     {{"--rdzv-token-file="}, {"--rdzv-token-file", "file holding the token"}},
+    {{"--rdzv-endpoint", "node0:99999"}, {"--rdzv-endpoint", "1 to 65535"}},
+    {{"--rdzv_endpoint=::1:29400"}, {"--rdzv-endpoint", "IPv6 address in []"}},
+    {{"--rdzv-endpoint", "[::1"}, {"--rdzv-endpoint", "HOST:PORT"}},
+    {{"--rdzv-backend", "etcd"}, {"--rdzv-backend", "static, c10d"}},
+    {{"--nproc-per-node", "gpus"}, {"--nproc-per-node", "'cpu'/'auto'/'gpu'"}},
+    {{"--no-python", "-m"}, {"-m and --no-python", "python3"}},
 };
 
 Test(launch_opts, every_bad_flag_exits_2_naming_the_option) {
@@ -111,6 +117,48 @@ Test(launch_opts, parser_takes_both_spellings_and_callers_flags) {
     char *bad_argv[] = {"run", "--serve=1", "--", "prog", NULL};
     cr_assert_eq(launch_parse(4, bad_argv, &o, run_extra, &f, &err), -1);
     cr_assert(strstr(err.msg, "--serve") && strstr(err.msg, "no value"), "%s", err.msg);
+}
+
+/* torchrun's habits: --rdzv-endpoint HOST:PORT, --rdzv-backend,
+ * --nproc-per-node gpu, -m MODULE (python3 -m), --no-python. */
+Test(launch_opts, torchruns_habits_are_taken) {
+    static launch_options o;
+    pp_err err;
+    setenv("CUDA_VISIBLE_DEVICES", "0,2,5", 1);
+    char *argv[] = {"launch", "--rdzv_endpoint=node0:29400", "--rdzv-backend", "c10d", "--nproc-per-node", "gpu",
+                    "-m", "trainer.main", "--lr", "3", NULL};
+    cr_assert_eq(launch_parse(10, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nproc_per_node, 3, "one worker per visible GPU");
+    cr_assert_str_eq(o.master_addr, "node0");
+    cr_assert_eq(o.master_port, 29400);
+    cr_assert_eq(o.prog_argc, 5);
+    const char *want[] = {"python3", "-m", "trainer.main", "--lr", "3"};
+    for (int i = 0; i < 5; i++) cr_assert_str_eq(o.prog_argv[i], want[i]);
+
+    setenv("CUDA_VISIBLE_DEVICES", "1,-1,3", 1); /* CUDA stops at the first entry that is not a device */
+    char *v6[] = {"launch", "--rdzv-endpoint", "[::1]:1234", "--rdzv-backend=static", "--nproc_per_node=gpu",
+                  "--no-python", "./train", NULL};
+    cr_assert_eq(launch_parse(7, v6, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nproc_per_node, 1);
+    cr_assert_str_eq(o.master_addr, "::1");
+    cr_assert_eq(o.master_port, 1234);
+    cr_assert(o.prog_argc == 1 && strcmp(o.prog_argv[0], "./train") == 0);
+
+    setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+    char *none[] = {"launch", "--nproc-per-node", "gpu", "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, none, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "no GPU"), "%s", err.msg);
+    char *bare[] = {"launch", "-m", NULL};
+    cr_assert_eq(launch_parse(2, bare, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "-m needs a module"), "%s", err.msg);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+
+    lt_proc p;
+    const char *args[] = {"launch", "--nproc-per-node", "2", "-m", "platform", NULL};
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_eq(lt_count(p.out, "Linux"), 2, "python3 -m platform on each rank: %s", p.out);
+    lt_free(&p);
 }
 
 Test(launch_opts, slurm_fills_what_flags_do_not_say) {

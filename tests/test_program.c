@@ -44,6 +44,8 @@ Test(program_lib, outside_pprun_every_call_is_a_no_op) {
     cr_assert_eq(pprun_trace_init(), 0);
     cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 0);
     cr_assert_eq(pprun_trace_loss(0, 0, 0, 1.5), 0);
+    cr_assert_eq(pprun_trace_span("data", 0, -1, -1, -1, 0, 1, 2), 0);
+    cr_assert_eq(pprun_trace_schedule("ScheduleGPipe", 2, 2, 4, "0F0 0BW0"), 0);
     /* a misspelt phase is still an error: the program has a bug either way */
     cr_assert_eq(pprun_trace_op("FWD", 0, 0, 0, -1, 0, 1, 2), -1);
     lt_assert_has(pprun_trace_error(), "phase 'FWD': expected F, B, W");
@@ -154,6 +156,117 @@ Test(program_lib, a_broken_environment_says_what_is_wrong) {
     cr_assert_eq(pprun_trace_init(), -1);
     lt_assert_has(pprun_trace_error(), "fd 1000 is not open");
     pprun_trace_close();
+}
+
+/* The name a rank's TRACE_SPAN_NAME records among ev[0..n) give id. */
+static const char *span_name(const trace_event *ev, size_t n, uint32_t id, char *buf) {
+    buf[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].phase == TRACE_SPAN_NAME && ev[i].kname.id == id) {
+            size_t k = ev[i].kname.len - ev[i].kname.off;
+            memcpy(buf + ev[i].kname.off, ev[i].kname.text, k < TRACE_NAME_CHUNK ? k : TRACE_NAME_CHUNK);
+            buf[ev[i].kname.len] = '\0';
+        }
+    return buf;
+}
+
+Test(program_lib, a_span_carries_its_name_sent_once) {
+    trace_ring *ring = ring_in_env(64);
+    uint64_t t0 = pprun_trace_now_ns();
+    const char *long_name = "a data loader's prefetch of the next batch, longer than one record";
+    cr_assert_eq(pprun_trace_span("data", 1, -1, -1, -1, 0, t0, t0 + 5), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_span("data", 2, 3, 1, -1, 0, t0 + 5, t0 + 9), 1);
+    cr_assert_eq(pprun_trace_span("allreduce", 2, -1, -1, 3, 1 << 20, t0 + 9, t0 + 20), 1);
+    cr_assert_eq(pprun_trace_span(long_name, 0, -1, -1, -1, 0, t0, t0), 1);
+    trace_event ev[16];
+    size_t n = trace_ring_read(ring, ev, 16);
+    cr_assert_eq(n, 1 + 2 + 1 + 1 + 2 + 1, "a name's records once, before its first span");
+    cr_assert(ev[0].phase == TRACE_SPAN_NAME && ev[1].phase == TRACE_SPAN && ev[2].phase == TRACE_SPAN);
+    cr_assert(ev[3].phase == TRACE_SPAN_NAME && ev[4].phase == TRACE_SPAN);
+    char buf[TRACE_SPAN_NAME_MAX + 1];
+    cr_assert_str_eq(span_name(ev, n, (uint32_t)ev[1].name, buf), "data");
+    cr_assert_eq(ev[2].name, ev[1].name);
+    cr_assert(ev[1].step == 1 && ev[1].microbatch == -1 && ev[1].stage == -1 && ev[1].peer == -1);
+    cr_assert(ev[2].microbatch == 3 && ev[2].stage == 1 && ev[2].end_ns == t0 + 9);
+    cr_assert_str_eq(span_name(ev, n, (uint32_t)ev[4].name, buf), "allreduce");
+    cr_assert(ev[4].peer == 3 && ev[4].bytes == 1 << 20 && ev[4].rank == 2 && ev[4].attempt == 1);
+    cr_assert(ev[5].phase == TRACE_SPAN_NAME && ev[6].phase == TRACE_SPAN_NAME && ev[7].phase == TRACE_SPAN);
+    cr_assert_str_eq(span_name(ev, n, (uint32_t)ev[7].name, buf), long_name);
+
+    char huge[TRACE_SPAN_NAME_MAX + 2];
+    memset(huge, 'x', sizeof huge - 1);
+    huge[sizeof huge - 1] = '\0';
+    const struct {
+        const char *name;
+        int mb, stage, peer;
+        const char *message;
+    } bad[] = {
+        {"", -1, -1, -1, "pprun_trace_span: the name is empty"},
+        {NULL, -1, -1, -1, "pprun_trace_span: the name is empty"},
+        {huge, -1, -1, -1, "is 256 bytes, more than 255"},
+        {"data", -2, -1, -1, "span 'data': microbatch -2: must be -1 or more"},
+        {"data", -1, 4, -1, "stage 4: out of range 0..3 (PPRUN_NUM_STAGES=4)"},
+        {"data", -1, -1, 4, "peer 4: out of range 0..3 (WORLD_SIZE=4)"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(pprun_trace_span(bad[i].name, 0, bad[i].mb, bad[i].stage, bad[i].peer, 0, 1, 2), -1, "%s",
+                     bad[i].message);
+        lt_assert_has(pprun_trace_error(), bad[i].message);
+    }
+    cr_assert_eq(trace_ring_pending(ring), 0, "a refused span records nothing, not even its name");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
+Test(program_lib, a_declared_schedule_bounds_the_records_and_carries_the_plan) {
+    trace_ring *ring = ring_in_env(64); /* 4 stages, 4 microbatches in the environment */
+    cr_assert_eq(pprun_trace_op("BW", 0, 5, 0, -1, 0, 1, 2), -1, "the environment's bounds first");
+    lt_assert_has(pprun_trace_error(), "microbatch 5: out of range 0..3");
+    const struct {
+        const char *name;
+        int ranks, stages, mb;
+        const char *actions, *message;
+    } bad[] = {
+        {"X", 0, 4, 4, "", "0 ranks, 4 stages, 4 microbatches: needs ranks >= 1"},
+        {"X", 4, 2, 4, "", "stages >= ranks"},
+        {"", 2, 4, 4, "", "pprun_trace_schedule: the name is empty"},
+        {"X", 2, 4, 4, "0F0 0X1", "action '0X1': expected {stage}{F|B|W|BW}{microbatch}"},
+        {"X", 2, 4, 4, "0F0 -1F0", "action '-1F0'"},
+        {"X", 2, 4, 4, "0F", "action '0F'"},
+        {"X", 2, 4, 4, "4F0", "action '4F0': stage must be below 4, microbatch below 4"},
+        {"X", 2, 4, 4, "0BW4", "action '0BW4': stage must be below 4"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(pprun_trace_schedule(bad[i].name, bad[i].ranks, bad[i].stages, bad[i].mb, bad[i].actions), -1,
+                     "%s", bad[i].message);
+        lt_assert_has(pprun_trace_error(), bad[i].message);
+    }
+    cr_assert_eq(trace_ring_pending(ring), 0, "a refused schedule records nothing");
+
+    cr_assert_eq(pprun_trace_schedule("ScheduleGPipe", 2, 8, 6, "0F0 . 0BW0  7W5 ."), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("BW", 0, 5, 7, -1, 0, 1, 2), 1, "the program's bounds now: %s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("F", 0, 6, 0, -1, 0, 1, 2), -1);
+    lt_assert_has(pprun_trace_error(), "microbatch 6: out of range 0..5");
+    trace_event ev[16];
+    size_t n = trace_ring_read(ring, ev, 16);
+    cr_assert_eq(n, 1 + 1 + 3 + 1);
+    char buf[TRACE_SPAN_NAME_MAX + 1];
+    cr_assert(ev[0].phase == TRACE_SPAN_NAME && ev[1].phase == TRACE_SCHEDULE);
+    cr_assert_str_eq(span_name(ev, n, ev[1].sched.name, buf), "ScheduleGPipe");
+    cr_assert(ev[1].sched.ranks == 2 && ev[1].sched.stages == 8 && ev[1].sched.microbatches == 6);
+    cr_assert_eq(ev[1].sched.slots, 5, "idle slots count in the grid's width");
+    const int slot[] = {0, 2, 3}, stage[] = {0, 0, 7}, op[] = {TRACE_F, TRACE_BW, TRACE_W}, mb[] = {0, 0, 5};
+    for (int i = 0; i < 3; i++) {
+        const trace_event *e = &ev[2 + i];
+        cr_assert_eq(e->phase, TRACE_PLAN);
+        cr_assert(e->plan.slot == slot[i] && e->plan.stage == stage[i] && e->plan.op == op[i] &&
+                      e->plan.microbatch == mb[i] && e->rank == 2 && e->attempt == 1,
+                  "action %d: slot %d stage %d op %d mb %d", i, e->plan.slot, e->plan.stage, e->plan.op,
+                  e->plan.microbatch);
+    }
+    cr_assert(ev[5].phase == TRACE_BW && ev[5].stage == 7);
+    pprun_trace_close();
+    trace_ring_close(ring);
 }
 
 /* ---- pprun run -- PROGRAM ---------------------------------------------------- */

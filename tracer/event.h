@@ -12,8 +12,12 @@
 #include <stdint.h>
 
 /* 2: the GPU record kinds (TRACE_KERNEL, TRACE_KERNEL_NAME, TRACE_GPU_DROPPED)
- * and the name union; the layout of version 1's fields is unchanged. */
-#define TRACE_EVENT_VERSION 2
+ * and the name union; the layout of version 1's fields is unchanged.
+ * 3: TRACE_BW and TRACE_SPAN (spans, numbered before TRACE_LOSS as every
+ * span phase is), TRACE_SPAN_NAME, TRACE_SCHEDULE and TRACE_PLAN (records
+ * of a user's program, libpprun_trace); the kinds from TRACE_LOSS on moved
+ * up by two. Records carry phase numbers, the database phase names. */
+#define TRACE_EVENT_VERSION 3
 
 typedef enum trace_phase {
     TRACE_F = 0,
@@ -24,7 +28,17 @@ typedef enum trace_phase {
     TRACE_SEND_B = 5,
     TRACE_RECV_B = 6,
     TRACE_OPT = 7,
-    TRACE_LOSS = 8, /* one per microbatch on the last stage; value = loss; start == end */
+    /* PyTorch's full backward (backward_one_chunk with full_backward, as
+     * GPipe, 1F1B and interleaved 1F1B run it): B and W of one microbatch
+     * and stage in one op, its input gradient ready only at its end. */
+    TRACE_BW = 8,
+    /* A span of the user's own (pprun.span("data")), named: `name` is the
+     * id of its name (TRACE_SPAN_NAME); microbatch, stage, peer -1 when
+     * not given. Stored as phase 'SPAN' with events.name. Neither compute
+     * nor pipeline communication for the analyses. */
+    TRACE_SPAN = 9,
+    /* The phases below are records, never spans of `events`. */
+    TRACE_LOSS = 10, /* one per microbatch on the last stage; value = loss; start == end */
     /* CUPTI (--cupti on, tracer/gputrace.h); never rows of `events`:
      * TRACE_KERNEL: one kernel or memcpy on the device: start_ns/end_ns,
      *   reserved = number of the gpu span it belongs to (0: none),
@@ -34,16 +48,29 @@ typedef enum trace_phase {
      *   sent once per rank and attempt, before the first kernel using it.
      * TRACE_GPU_DROPPED: bytes = CUPTI activity records this rank lost so
      *   far (absolute), start == end. */
-    TRACE_KERNEL = 9,
-    TRACE_KERNEL_NAME = 10,
-    TRACE_GPU_DROPPED = 11,
+    TRACE_KERNEL = 11,
+    TRACE_KERNEL_NAME = 12,
+    TRACE_GPU_DROPPED = 13,
+    /* A user's program (libpprun_trace):
+     * TRACE_SPAN_NAME: a chunk of a span's or a schedule's name (kname
+     *   below); a name is sent once per rank and attempt, before the first
+     *   record using its id. Kernel names have ids of their own.
+     * TRACE_SCHEDULE: the schedule the rank runs when it is the program's
+     *   own (a PyTorch schedule), `sched` below: the job's schedule, stages
+     *   and microbatches from then on, and this rank's plan is the
+     *   TRACE_PLAN records that follow (replacing the launcher's).
+     * TRACE_PLAN: one action of the rank's plan, `plan` below. */
+    TRACE_SPAN_NAME = 14,
+    TRACE_SCHEDULE = 15,
+    TRACE_PLAN = 16,
     TRACE_PHASE_COUNT
 } trace_phase;
 
 typedef enum trace_source { TRACE_SRC_CPU = 0, TRACE_SRC_GPU = 1 } trace_source;
 
-#define TRACE_NAME_CHUNK 40 /* name bytes per TRACE_KERNEL_NAME record */
+#define TRACE_NAME_CHUNK 40 /* name bytes per TRACE_KERNEL_NAME or TRACE_SPAN_NAME record */
 #define TRACE_NAME_MAX 4095 /* longer kernel names are cut there */
+#define TRACE_SPAN_NAME_MAX 255 /* span and schedule names: longer ones are refused */
 
 typedef struct trace_event {
     uint16_t version;   /* TRACE_EVENT_VERSION */
@@ -59,15 +86,31 @@ typedef struct trace_event {
             int32_t peer;       /* the other rank of SEND/RECV, else -1 */
             int32_t reserved;   /* source gpu: the span's number (> 0), which its TRACE_KERNELs carry */
             uint64_t start_ns, end_ns;
-            uint64_t bytes;     /* SEND/RECV payload; F/B/W: activation bytes the rank holds after the op;
-                                * OPT: the rank's weights, gradients and optimizer state */
-            double value;       /* LOSS: the loss */
+            uint64_t bytes;     /* SEND/RECV payload; F/B/W/BW: activation bytes the rank holds after the op;
+                                * OPT: the rank's weights, gradients and optimizer state; SPAN: the user's */
+            union {
+                double value;   /* LOSS: the loss */
+                uint64_t name;  /* SPAN: its name's id (TRACE_SPAN_NAME) */
+            };
         };
-        struct {                /* TRACE_KERNEL_NAME only */
-            uint32_t id;        /* the name's id (TRACE_KERNEL's bytes) */
+        struct {                /* TRACE_KERNEL_NAME and TRACE_SPAN_NAME */
+            uint32_t id;        /* the name's id (TRACE_KERNEL's bytes, TRACE_SPAN's name) */
             uint16_t off, len;  /* this chunk is bytes [off, off + n) of a name of len bytes */
             char text[TRACE_NAME_CHUNK]; /* n = min(40, len - off) bytes, not NUL-terminated */
         } kname;
+        struct {                /* TRACE_SCHEDULE */
+            uint32_t name;      /* its name's id (TRACE_SPAN_NAME): "ScheduleGPipe" */
+            int32_t ranks;      /* ranks of the pipeline */
+            int32_t stages;     /* stages in all (ranks x stages per rank) */
+            int32_t microbatches;
+            int32_t slots;      /* the TRACE_PLAN records of this rank that follow (its grid's width) */
+        } sched;
+        struct {                /* TRACE_PLAN */
+            int32_t slot;       /* column of the rank's grid, 0 .. slots-1 (idle columns have no record) */
+            int32_t stage;
+            int32_t op;         /* TRACE_F, TRACE_B, TRACE_W or TRACE_BW */
+            int32_t microbatch;
+        } plan;
     };
 } trace_event;
 
@@ -81,5 +124,8 @@ const char *trace_phase_name(int phase);
  * count (at most TRACE_NAME_MAX / TRACE_NAME_CHUNK + 1; out must hold that). */
 #define TRACE_NAME_RECORDS_MAX (TRACE_NAME_MAX / TRACE_NAME_CHUNK + 1)
 size_t trace_name_records(const trace_event *base, uint32_t id, const char *name, trace_event *out);
+/* The same for a name of phase TRACE_KERNEL_NAME or TRACE_SPAN_NAME, with
+ * base's source. */
+size_t trace_name_records_of(int phase, const trace_event *base, uint32_t id, const char *name, trace_event *out);
 
 #endif

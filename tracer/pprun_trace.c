@@ -2,8 +2,9 @@
  * (pprun_trace.h). It writes the same records as the built-in worker's
  * engine into the ring the launcher passed (PPRUN_TRACE_FD), stamped with
  * the rank and attempt of the environment; the launcher's collector does the
- * rest. Built as a shared library with only the pprun_trace_* symbols
- * visible (CMakeLists.txt). */
+ * rest. Span and schedule names travel once each, as TRACE_SPAN_NAME
+ * records ahead of the first record that uses their id. Built as a shared
+ * library with only the pprun_trace_* symbols visible (CMakeLists.txt). */
 #include "tracer/pprun_trace.h"
 
 #include <fcntl.h>
@@ -30,7 +31,10 @@ static struct {
     trace_ring *ring;
     pid_t pid; /* the process that attached: the ring takes one writer */
     int rank, attempt;
-    long steps, microbatches, stages, world; /* bounds from the environment; 0 = not given */
+    long steps, microbatches, stages, world; /* bounds from the environment (or the program's
+                                              * schedule, pprun_trace_schedule); 0 = not given */
+    char **names;   /* span and schedule names sent so far; id = index + 1 */
+    size_t nnames, capnames;
 } pt = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local char pt_error[320];
@@ -98,6 +102,11 @@ PPRUN_TRACE_API void pprun_trace_close(void) {
     trace_ring_close(pt.ring);
     pt.ring = NULL;
     pt.state = 0;
+    pt.steps = pt.microbatches = pt.stages = pt.world = 0;
+    for (size_t i = 0; i < pt.nnames; i++) free(pt.names[i]);
+    free(pt.names);
+    pt.names = NULL;
+    pt.nnames = pt.capnames = 0;
     pthread_mutex_unlock(&pt.mu);
 }
 
@@ -115,63 +124,109 @@ static int pt_range(const char *what, long value, long lowest, long bound, const
 
 /* What is wrong with ev's fields, into why (empty when nothing is). */
 static void pt_why(const trace_event *ev, char *why, size_t n) {
-    int per_op = ev->phase != TRACE_OPT; /* OPT is per step, not per microbatch or stage */
+    /* OPT is per step, not per microbatch or stage; a span may be either */
+    int per_op = ev->phase != TRACE_OPT && ev->phase != TRACE_SPAN;
     int comm = ev->phase >= TRACE_SEND_F && ev->phase <= TRACE_RECV_B;
+    int span = ev->phase == TRACE_SPAN;
     why[0] = '\0';
     if (pt_range("step", ev->step, 0, pt.steps, "PPRUN_STEPS", why, n) ||
         pt_range("microbatch", ev->microbatch, per_op ? 0 : -1, pt.microbatches, "PPRUN_MICROBATCHES", why, n) ||
         pt_range("stage", ev->stage, per_op ? 0 : -1, pt.stages, "PPRUN_NUM_STAGES", why, n) ||
-        (comm && pt_range("peer", ev->peer, 0, pt.world, "WORLD_SIZE", why, n)))
+        ((comm || span) && pt_range("peer", ev->peer, comm ? 0 : -1, pt.world, "WORLD_SIZE", why, n)))
         return;
-    if (!comm && ev->peer != -1)
+    if (!comm && !span && ev->peer != -1)
         snprintf(why, n, "peer %d: only SEND and RECV have a peer (give -1)", ev->peer);
     else if (ev->end_ns < ev->start_ns)
         snprintf(why, n, "ends (%llu ns) before it starts (%llu ns)", (unsigned long long)ev->end_ns,
                  (unsigned long long)ev->start_ns);
 }
 
+/* Stamps ev with this process's rank and attempt and writes it (under mu,
+ * recording). Returns as trace_ring_write. */
+static int pt_put_locked(trace_event *ev) {
+    ev->version = TRACE_EVENT_VERSION;
+    ev->source = TRACE_SRC_CPU;
+    ev->rank = pt.rank;
+    ev->attempt = pt.attempt;
+    return trace_ring_write(pt.ring, ev);
+}
+
+/* Under mu: 1 when this process records, 0 when it does not (not under
+ * pprun), -1 with the reason in why (a broken environment, a forked child). */
+static int pt_ready_locked(const char *what, char *why, size_t n) {
+    if (pt.state == 0) pt_init_locked();
+    if (pt.state == 3) {
+        snprintf(why, n, "%s", pt.init_error);
+        return -1;
+    }
+    if (pt.state == 1 && getpid() != pt.pid) {
+        snprintf(why, n, "pprun_trace %s: process %d records for a rank that process %d traces; one process "
+                 "per rank records (a forked child must not)", what, (int)getpid(), (int)pt.pid);
+        return -1;
+    }
+    return pt.state == 1;
+}
+
+/* The id of a span or schedule name (under mu, recording), sending its
+ * TRACE_SPAN_NAME records the first time; 0 when out of memory. A name
+ * whose records the full ring dropped stays lost: its spans are stored
+ * with "(name lost)". */
+static uint32_t pt_name_id_locked(const char *name) {
+    for (size_t i = 0; i < pt.nnames; i++)
+        if (strcmp(pt.names[i], name) == 0) return (uint32_t)i + 1;
+    if (pt.nnames == pt.capnames) {
+        size_t cap = pt.capnames ? 2 * pt.capnames : 16;
+        char **grown = realloc(pt.names, cap * sizeof *grown);
+        if (!grown) return 0;
+        pt.names = grown;
+        pt.capnames = cap;
+    }
+    char *copy = strdup(name);
+    if (!copy) return 0;
+    pt.names[pt.nnames++] = copy;
+    uint32_t id = (uint32_t)pt.nnames;
+    trace_event base = {.source = TRACE_SRC_CPU, .rank = pt.rank, .attempt = pt.attempt};
+    trace_event recs[TRACE_SPAN_NAME_MAX / TRACE_NAME_CHUNK + 1];
+    size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, id, name, recs);
+    for (size_t i = 0; i < n; i++) pt_put_locked(&recs[i]);
+    return id;
+}
+
 /* Checks and writes one record (initialising first, so a program may skip
- * pprun_trace_init); `ev` has phase, value and the op's fields. Returns as
- * pprun_trace_op. */
-static int pt_write(trace_event *ev, const char *phase_name) {
+ * pprun_trace_init); `ev` has phase, value and the op's fields; a span's
+ * name (name non-NULL) gets its id. Returns as pprun_trace_op. */
+static int pt_write_named(trace_event *ev, const char *phase_name, const char *name) {
     char why[320] = "";
     pthread_mutex_lock(&pt.mu);
-    if (pt.state == 0) pt_init_locked();
-    int rc = 0;
-    if (pt.state == 3) {
-        snprintf(why, sizeof why, "%s", pt.init_error);
-        rc = -1;
-    } else if (pt.state == 1 && getpid() != pt.pid) {
-        snprintf(why, sizeof why, "pprun_trace %s: process %d records for a rank that process %d traces; one process "
-                 "per rank records (a forked child must not)", phase_name, (int)getpid(), (int)pt.pid);
-        rc = -1;
-    } else if (pt.state == 1) {
+    int rc = pt_ready_locked(phase_name, why, sizeof why);
+    if (rc == 1) {
         char bad[200];
         pt_why(ev, bad, sizeof bad);
         if (bad[0]) {
             snprintf(why, sizeof why, "pprun_trace %s: %s", phase_name, bad);
             rc = -1;
+        } else if (name && !(ev->name = pt_name_id_locked(name))) {
+            snprintf(why, sizeof why, "pprun_trace %s: out of memory", phase_name);
+            rc = -1;
         } else {
-            ev->version = TRACE_EVENT_VERSION;
-            ev->source = TRACE_SRC_CPU;
-            ev->rank = pt.rank;
-            ev->attempt = pt.attempt;
-            rc = trace_ring_write(pt.ring, ev);
+            rc = pt_put_locked(ev);
         }
     }
     pthread_mutex_unlock(&pt.mu);
     return rc < 0 ? pt_fail("%s", why) : rc;
 }
 
+static int pt_write(trace_event *ev, const char *phase_name) { return pt_write_named(ev, phase_name, NULL); }
+
 PPRUN_TRACE_API int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
                                    uint64_t start_ns, uint64_t end_ns) {
-    static const int recordable[] = {TRACE_F,      TRACE_B,      TRACE_W,      TRACE_SEND_F,
+    static const int recordable[] = {TRACE_F,      TRACE_B,      TRACE_W,      TRACE_BW,  TRACE_SEND_F,
                                      TRACE_RECV_F, TRACE_SEND_B, TRACE_RECV_B, TRACE_OPT};
     int kind = -1;
     for (size_t i = 0; phase && i < sizeof recordable / sizeof recordable[0]; i++)
         if (strcmp(phase, trace_phase_name(recordable[i])) == 0) kind = recordable[i];
     if (kind < 0)
-        return pt_fail("pprun_trace_op: phase '%.40s': expected F, B, W, SEND_F, RECV_F, SEND_B, RECV_B or OPT",
+        return pt_fail("pprun_trace_op: phase '%.40s': expected F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B or OPT",
                        phase ? phase : "(null)");
     trace_event ev = {.phase = (uint8_t)kind, .step = step, .microbatch = microbatch, .stage = stage, .peer = peer,
                       .start_ns = start_ns, .end_ns = end_ns, .bytes = bytes};
@@ -183,4 +238,111 @@ PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double
     trace_event ev = {.phase = TRACE_LOSS, .step = step, .microbatch = microbatch, .stage = stage, .peer = -1,
                       .start_ns = now, .end_ns = now, .value = loss};
     return pt_write(&ev, "LOSS");
+}
+
+/* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes. 0, or -1 with
+ * the reason. */
+static int pt_check_name(const char *what, const char *name) {
+    if (!name || !*name) return pt_fail("%s: the name is empty", what);
+    size_t len = strlen(name);
+    if (len > TRACE_SPAN_NAME_MAX)
+        return pt_fail("%s: name '%.40s...' is %zu bytes, more than %d", what, name, len, TRACE_SPAN_NAME_MAX);
+    return 0;
+}
+
+PPRUN_TRACE_API int pprun_trace_span(const char *name, int step, int microbatch, int stage, int peer, uint64_t bytes,
+                                     uint64_t start_ns, uint64_t end_ns) {
+    if (pt_check_name("pprun_trace_span", name) != 0) return -1;
+    trace_event ev = {.phase = TRACE_SPAN, .step = step, .microbatch = microbatch, .stage = stage, .peer = peer,
+                      .start_ns = start_ns, .end_ns = end_ns, .bytes = bytes};
+    char what[80];
+    snprintf(what, sizeof what, "span '%.40s'", name);
+    return pt_write_named(&ev, what, name);
+}
+
+/* One action of `actions` ("0F3", "1BW0"; "." an idle slot) into *a;
+ * *end past it. 1 an action, 0 an idle slot, -1 not one. */
+static int pt_parse_action(const char *text, const char **end, trace_event *a) {
+    const char *p = text;
+    if (*p == '.') {
+        *end = p + 1;
+        return 0;
+    }
+    char *after;
+    if (*p < '0' || *p > '9') return -1;
+    long stage = strtol(p, &after, 10);
+    p = after;
+    int op = p[0] == 'B' && p[1] == 'W' ? TRACE_BW : p[0] == 'F' ? TRACE_F : p[0] == 'B' ? TRACE_B
+           : p[0] == 'W' ? TRACE_W : -1;
+    if (op < 0) return -1;
+    p += op == TRACE_BW ? 2 : 1;
+    if (*p < '0' || *p > '9') return -1;
+    long mb = strtol(p, &after, 10);
+    if (*after && *after != ' ') return -1;
+    if (stage > 1L << 30 || mb > 1L << 30) return -1;
+    a->plan.stage = (int32_t)stage;
+    a->plan.op = op;
+    a->plan.microbatch = (int32_t)mb;
+    *end = after;
+    return 1;
+}
+
+PPRUN_TRACE_API int pprun_trace_schedule(const char *name, int ranks, int stages, int microbatches,
+                                         const char *actions) {
+    if (pt_check_name("pprun_trace_schedule", name) != 0) return -1;
+    if (ranks < 1 || stages < ranks || microbatches < 1)
+        return pt_fail("pprun_trace_schedule: %d ranks, %d stages, %d microbatches: needs ranks >= 1, "
+                       "stages >= ranks, microbatches >= 1", ranks, stages, microbatches);
+    if (!actions) actions = "";
+    /* Parsed whole first: a bad action records nothing. */
+    size_t cap = strlen(actions) / 3 + 1, n = 0;
+    int slots = 0;
+    trace_event *plan = calloc(cap, sizeof *plan);
+    if (!plan) return pt_fail("pprun_trace_schedule: out of memory");
+    for (const char *p = actions; *p;) {
+        if (*p == ' ') {
+            p++;
+            continue;
+        }
+        const char *end;
+        trace_event a = {.phase = TRACE_PLAN};
+        int kind = pt_parse_action(p, &end, &a);
+        if (kind < 0 || (kind == 1 && (a.plan.stage >= stages || a.plan.microbatch >= microbatches))) {
+            int len = (int)strcspn(p, " ");
+            free(plan);
+            if (kind < 0)
+                return pt_fail("pprun_trace_schedule: action '%.*s': expected {stage}{F|B|W|BW}{microbatch} "
+                               "(0F3, 1BW0) or . (idle)", len > 40 ? 40 : len, p);
+            return pt_fail("pprun_trace_schedule: action '%.*s': stage must be below %d, microbatch below %d",
+                           len > 40 ? 40 : len, p, stages, microbatches);
+        }
+        if (kind == 1) {
+            a.plan.slot = slots;
+            plan[n++] = a;
+        }
+        slots++;
+        p = end;
+    }
+    char why[320] = "";
+    pthread_mutex_lock(&pt.mu);
+    int rc = pt_ready_locked("schedule", why, sizeof why);
+    if (rc == 1) {
+        uint32_t id = pt_name_id_locked(name);
+        if (!id) {
+            snprintf(why, sizeof why, "pprun_trace_schedule: out of memory");
+            rc = -1;
+        } else {
+            /* From now on the program's shape bounds its records. */
+            pt.stages = stages;
+            pt.microbatches = microbatches;
+            trace_event head = {.phase = TRACE_SCHEDULE,
+                                .sched = {.name = id, .ranks = ranks, .stages = stages,
+                                          .microbatches = microbatches, .slots = slots}};
+            rc = pt_put_locked(&head);
+            for (size_t i = 0; i < n && rc == 1; i++) rc = pt_put_locked(&plan[i]);
+        }
+    }
+    pthread_mutex_unlock(&pt.mu);
+    free(plan);
+    return rc < 0 ? pt_fail("%s", why) : rc;
 }

@@ -39,8 +39,10 @@ uint64_t pprun_trace_now_ns(void);
 
 /* Records one op that ran from start_ns to end_ns.
  *   phase       "F", "B", "W" (forward, input gradient, weight gradient),
- *               "SEND_F", "RECV_F", "SEND_B", "RECV_B" (activations and
- *               gradients between stages), or "OPT" (the optimizer step)
+ *               "BW" (a backward that computes both gradients in one op:
+ *               PyTorch's full backward), "SEND_F", "RECV_F", "SEND_B",
+ *               "RECV_B" (activations and gradients between stages), or
+ *               "OPT" (the optimizer step)
  *   step        0 .. PPRUN_STEPS-1
  *   microbatch  0 .. PPRUN_MICROBATCHES-1, or -1 for OPT
  *   stage       0 .. PPRUN_NUM_STAGES-1, or -1 for OPT
@@ -58,6 +60,34 @@ int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int p
 /* Records the loss of one microbatch (on the last stage), as the dashboard's
  * loss curve shows it. Returns as pprun_trace_op. */
 int pprun_trace_loss(int step, int microbatch, int stage, double loss);
+
+/* Records a span of your own, named: data loading, an all-reduce, a
+ * checkpoint ("data", "allreduce"). It is stored with its name (events:
+ * phase 'SPAN', name), shown under its rank, and summed by name; the
+ * pipeline analyses (bubble, gaps, critical path) leave it out.
+ *   name        1..255 bytes of text
+ *   step        as pprun_trace_op
+ *   microbatch, stage   -1 when the span is not of one
+ *   peer        the other rank (an exchange with one), else -1
+ *   bytes       what it moved or read, 0 when you don't know
+ * Returns as pprun_trace_op. */
+int pprun_trace_span(const char *name, int step, int microbatch, int stage, int peer, uint64_t bytes,
+                     uint64_t start_ns, uint64_t end_ns);
+
+/* Declares the schedule this rank runs when it is the program's own rather
+ * than PPRUN_ACTIONS (a PyTorch schedule): the job's schedule name
+ * (jobs.schedule, "ScheduleGPipe"), its shape, and this rank's plan, which
+ * replaces the launcher's in the plan table. Call it once, before or after
+ * the first step's records; every rank declares its own plan.
+ *   ranks, stages, microbatches   the pipeline's; stage and microbatch of
+ *               this process's later records are checked against these
+ *               instead of PPRUN_NUM_STAGES and PPRUN_MICROBATCHES
+ *   actions     this rank's actions for one step in order, space-separated,
+ *               PPRUN_ACTIONS' notation plus BW: "0F0 0F1 0BW0 0BW1"; "."
+ *               is an idle slot of the grid; "" for no plan
+ * Returns as pprun_trace_op (-1: a bad name, shape or action, naming it;
+ * nothing is recorded then). */
+int pprun_trace_schedule(const char *name, int ranks, int stages, int microbatches, const char *actions);
 
 /* The reason for the latest -1 on this thread ("" when none). */
 const char *pprun_trace_error(void);

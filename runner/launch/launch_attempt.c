@@ -82,6 +82,7 @@ static int build_env(launch_ctx *c, int lr, launch_env *env, pp_err *err) {
     /* One BLAS thread per rank unless the user asked otherwise (docs/design.md §5). */
     if (!user_omp && launch_env_set(env, "OMP_NUM_THREADS", "1", err)) return -1;
     if (!user_blas && launch_env_set(env, "OPENBLAS_NUM_THREADS", "1", err)) return -1;
+    if (launch_env_python(env, err) != 0) return -1; /* pprun's Python package (docs/torch.md) */
     if (c->hooks && c->hooks->rank_env && c->hooks->rank_env(c->hooks->ctx, in, lr, gr, env, err) != 0) return -1;
     return 0;
 }

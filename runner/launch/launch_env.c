@@ -1,10 +1,12 @@
 /* launch_env.c: a worker's environment, built in the launcher before fork:
- * the launcher's own environment plus the torchrun variables. */
+ * the launcher's own environment plus the torchrun variables, and where a
+ * Python program finds pprun's package and libpprun_trace. */
 #include "runner/launch/launch_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern char **environ;
 
@@ -69,4 +71,35 @@ void launch_env_free(launch_env *env) {
     for (size_t i = 0; i < env->n; i++) free(env->v[i]);
     free(env->v);
     memset(env, 0, sizeof *env);
+}
+
+/* Beside the pprun executable: the build puts python/ (pprun's package and
+ * the sitecustomize.py that instruments torch.distributed.pipelining) and
+ * libpprun_trace.so next to it. Found from /proc/self/exe at each call (a
+ * few syscalls per rank), so a moved build tree still works. */
+int launch_env_python(launch_env *env, pp_err *err) {
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0; /* no /proc: the program runs without the package */
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return 0;
+    *slash = '\0';
+    char pkg[4200], lib[4200], init[4300];
+    snprintf(pkg, sizeof pkg, "%s/python", exe);
+    snprintf(lib, sizeof lib, "%s/libpprun_trace.so", exe);
+    snprintf(init, sizeof init, "%s/pprun/__init__.py", pkg);
+    if (access(init, R_OK) != 0 || access(lib, R_OK) != 0) return 0; /* a pprun built without them */
+    /* First on the path: Python imports the first sitecustomize.py it
+     * finds, and pprun's runs the one it shadows. */
+    ssize_t i = env_find(env, "PYTHONPATH");
+    const char *user = i >= 0 ? env->v[i] + strlen("PYTHONPATH=") : "";
+    size_t len = strlen(pkg) + strlen(user) + 2;
+    char *path = malloc(len);
+    if (!path) return pp_fail(err, "out of memory building the environment");
+    snprintf(path, len, "%s%s%s", pkg, *user ? ":" : "", user);
+    int rc = launch_env_set(env, "PYTHONPATH", path, err);
+    free(path);
+    if (rc == 0 && !launch_env_has(env, "PPRUN_TRACE_LIB")) rc = launch_env_set(env, "PPRUN_TRACE_LIB", lib, err);
+    return rc;
 }

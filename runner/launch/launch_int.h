@@ -90,6 +90,10 @@ struct launch_env {
 };
 int launch_env_from_environ(launch_env *env, pp_err *err);
 int launch_env_has(const launch_env *env, const char *name);
+/* PYTHONPATH starts with pprun's Python package (DIR/python) and
+ * PPRUN_TRACE_LIB is DIR/libpprun_trace.so, DIR the pprun executable's
+ * folder, when both are there (else nothing is set). docs/torch.md. */
+int launch_env_python(launch_env *env, pp_err *err);
 void launch_env_free(launch_env *env);
 
 /* --- one attempt (launch_attempt.c) ----------------------------------------- */

@@ -1,8 +1,11 @@
 /* launch_opts.c: `pprun launch` options: parsing (kebab and torchrun's
- * snake_case spellings), defaults, Slurm, and the usage text. */
+ * snake_case spellings, and torchrun's habits: --rdzv-endpoint,
+ * --rdzv-backend, --nproc-per-node gpu, -m, --no-python), defaults, Slurm,
+ * and the usage text. */
 #include "runner/launch/launch.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +16,8 @@
 enum {
     OPT_NPROC, OPT_NNODES, OPT_NODE_RANK, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_MAX_RESTARTS,
     OPT_MONITOR, OPT_SHUTDOWN, OPT_RDZV_TIMEOUT, OPT_LOG_DIR, OPT_REDIRECTS, OPT_TEE, OPT_FILTER,
-    OPT_RUN_ID, OPT_NO_PREFIX, OPT_STANDALONE, OPT_RDZV_TOKEN, OPT_RDZV_TOKEN_FILE, OPT_HELP,
+    OPT_RUN_ID, OPT_NO_PREFIX, OPT_STANDALONE, OPT_RDZV_TOKEN, OPT_RDZV_TOKEN_FILE, OPT_RDZV_ENDPOINT,
+    OPT_RDZV_BACKEND, OPT_MODULE, OPT_NO_PYTHON, OPT_HELP,
 };
 
 static const struct {
@@ -23,7 +27,7 @@ static const struct {
     int has_value;
     const char *arg, *help;
 } opts[] = {
-    {"--nproc-per-node", "--nproc_per_node", OPT_NPROC, 1, "N", "workers on this node: 1-1024, or 'cpu'/'auto' = one per CPU"},
+    {"--nproc-per-node", "--nproc_per_node", OPT_NPROC, 1, "N", "workers on this node: 1-1024, 'cpu'/'auto' = one per CPU, or 'gpu' = one per GPU"},
     {"--nnodes", NULL, OPT_NNODES, 1, "N", "number of nodes (launchers), 1-4096 (default 1)"},
     {"--node-rank", "--node_rank", OPT_NODE_RANK, 1, "R", "this node's rank, 0 to nnodes-1 (default 0)"},
     {"--master-addr", "--master_addr", OPT_MASTER_ADDR, 1, "A", "host of node 0, which runs the store (default 127.0.0.1)"},
@@ -41,6 +45,10 @@ static const struct {
     {"--standalone", NULL, OPT_STANDALONE, 0, NULL, "single node, free port (torchrun's --standalone)"},
     {"--rdzv-token-file", "--rdzv_token_file", OPT_RDZV_TOKEN_FILE, 1, "F", "job secret (first line of F), the same on every node: needed with --nnodes > 1 and a non-loopback --master-addr (or set PPRUN_RDZV_TOKEN)"},
     {"--rdzv-token", "--rdzv_token", OPT_RDZV_TOKEN, 1, "T", "the job secret itself (other users can see it in ps: prefer the file or PPRUN_RDZV_TOKEN)"},
+    {"--rdzv-endpoint", "--rdzv_endpoint", OPT_RDZV_ENDPOINT, 1, "H:P", "torchrun's spelling of --master-addr H --master-port P"},
+    {"--rdzv-backend", "--rdzv_backend", OPT_RDZV_BACKEND, 1, "B", "static or c10d: node 0's store meets the nodes either way"},
+    {"--module", "-m", OPT_MODULE, 0, NULL, "PROGRAM is a Python module: runs python3 -m PROGRAM ARGS"},
+    {"--no-python", "--no_python", OPT_NO_PYTHON, 0, NULL, "run PROGRAM itself (what pprun always does without -m)"},
     {"--help", "-h", OPT_HELP, 0, NULL, "this help"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
@@ -215,6 +223,7 @@ typedef struct cmdline {
     int (*extra)(void *ctx, const char *opt, const char *val, pp_err *err);
     void *ctx;
     const char *redir, *tee, *filter;
+    int module, no_python; /* -m, --no-python */
 } cmdline;
 
 /* An integer flag in [min, max] into *field, and the given bit (0: none). */
@@ -227,15 +236,43 @@ static int set_int(launch_options *o, const char *name, const char *val, long mi
     return 0;
 }
 
+/* GPUs this node's workers may use: CUDA_VISIBLE_DEVICES' entries up to
+ * the first that is not a device (as CUDA reads it) when it is set, else
+ * the NVIDIA driver's GPUs (/proc/driver/nvidia/gpus). */
+static int gpu_count(void) {
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    if (visible) {
+        int n = 0;
+        for (const char *p = visible; *p;) {
+            size_t len = strcspn(p, ",");
+            int device = len > 0 && (isdigit((unsigned char)p[0]) || p[0] == 'G' || p[0] == 'M');
+            if (!device) break;
+            n++;
+            p += len + (p[len] == ',');
+        }
+        return n;
+    }
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 static int set_nproc(launch_options *o, const char *name, const char *val, pp_err *err) {
-    if (val && (strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0)) {
-        int n = pp_cpu_count();
+    int gpu = val && strcmp(val, "gpu") == 0;
+    if (gpu || (val && (strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0))) {
+        int n = gpu ? gpu_count() : pp_cpu_count();
+        if (n == 0)
+            return pp_fail(err, "%s gpu: this node has no GPU (none in CUDA_VISIBLE_DEVICES, or no "
+                                "/proc/driver/nvidia/gpus); give a number", name);
         o->nproc_per_node = n > LAUNCH_MAX_NPROC ? LAUNCH_MAX_NPROC : n;
         o->given |= LAUNCH_GIVEN_NPROC;
         return 0;
     }
     if (set_int(o, name, val, 1, LAUNCH_MAX_NPROC, &o->nproc_per_node, LAUNCH_GIVEN_NPROC, err) != 0)
-        return pp_fail(err, "%s: expected a worker count from 1 to %d, or 'cpu'/'auto', got '%s'", name,
+        return pp_fail(err, "%s: expected a worker count from 1 to %d, or 'cpu'/'auto'/'gpu', got '%s'", name,
                        LAUNCH_MAX_NPROC, val ? val : "");
     return 0;
 }
@@ -294,6 +331,49 @@ static int set_token_file(launch_options *o, const char *name, const char *val, 
     return 0;
 }
 
+/* torchrun's --rdzv-endpoint: HOST:PORT, [IPV6]:PORT, or HOST alone. */
+static int set_endpoint(launch_options *o, const char *name, const char *val, pp_err *err) {
+    static const char *accepts = "accepted: HOST:PORT, [IPV6]:PORT or HOST";
+    char host[sizeof o->master_addr];
+    const char *port = NULL;
+    size_t n;
+    if (!val || !*val) return pp_fail(err, "%s: got nothing; %s", name, accepts);
+    if (val[0] == '[') {
+        const char *close = strchr(val, ']');
+        if (!close || (close[1] && close[1] != ':')) return pp_fail(err, "%s: '%s'; %s", name, val, accepts);
+        n = (size_t)(close - val - 1);
+        val++;
+        port = close[1] ? close + 2 : NULL;
+    } else {
+        const char *colon = strrchr(val, ':');
+        if (colon && strchr(val, ':') != colon)
+            return pp_fail(err, "%s: '%s': put an IPv6 address in []; %s", name, val, accepts);
+        n = colon ? (size_t)(colon - val) : strlen(val);
+        port = colon ? colon + 1 : NULL;
+    }
+    if (n == 0 || n >= sizeof host) return pp_fail(err, "%s: '%s'; %s", name, val, accepts);
+    snprintf(host, sizeof host, "%.*s", (int)n, val);
+    long v = 0;
+    if (port && pp_parse_long(port, 1, 65535, name, &v, err) != 0)
+        return pp_fail(err, "%s: port '%s' is not 1 to 65535; %s", name, port, accepts);
+    snprintf(o->master_addr, sizeof o->master_addr, "%s", host);
+    o->given |= LAUNCH_GIVEN_MASTER_ADDR;
+    if (port) {
+        o->master_port = (int)v;
+        o->given |= LAUNCH_GIVEN_MASTER_PORT;
+    }
+    return 0;
+}
+
+/* torchrun's --rdzv-backend: both kinds it would use on one cluster meet at
+ * node 0's store here. */
+static int set_backend(const char *name, const char *val, pp_err *err) {
+    if (!val || (strcmp(val, "static") != 0 && strcmp(val, "c10d") != 0))
+        return pp_fail(err, "%s: '%s' is not supported; accepted: static, c10d (node 0's store meets the nodes; "
+                            "etcd is not used)", name, val ? val : "");
+    return 0;
+}
+
 /* torchrun's --standalone: one node, a free port. */
 static int set_standalone(launch_options *o) {
     o->nnodes = 1;
@@ -336,6 +416,10 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
     case OPT_RDZV_TOKEN: return set_token(o, name, val, err);
     case OPT_RDZV_TOKEN_FILE: return set_token_file(o, name, val, err);
     case OPT_STANDALONE: return set_standalone(o);
+    case OPT_RDZV_ENDPOINT: return set_endpoint(o, name, val, err);
+    case OPT_RDZV_BACKEND: return set_backend(name, val, err);
+    case OPT_MODULE: cl->module = 1; return 0;
+    case OPT_NO_PYTHON: cl->no_python = 1; return 0;
     }
     return pp_fail(err, "%s: internal error", name);
 }
@@ -462,6 +546,24 @@ static int check_streams(launch_options *o, const cmdline *cl, pp_err *err) {
     return 0;
 }
 
+/* What follows the options: the program and its arguments; after -m, a
+ * Python module run as "python3 -m MODULE ARGS", in the two slots before
+ * MODULE, which the options took (argv[0], the command, is read no more). */
+static int take_program(cmdline *cl, launch_options *o, pp_err *err) {
+    if (cl->module && cl->no_python) return pp_fail(err, "-m and --no-python: a module runs in python3; give one of them");
+    if (cl->i >= cl->argc)
+        return pp_fail(err, cl->module ? "-m needs a module: pprun %s [options] -m MODULE [ARGS...]"
+                                       : "missing PROGRAM: pprun %s [options] -- PROGRAM [ARGS...]", cl->cmd);
+    if (cl->module) {
+        cl->argv[cl->i - 2] = (char *)"python3";
+        cl->argv[cl->i - 1] = (char *)"-m";
+        cl->i -= 2;
+    }
+    o->prog_argv = cl->argv + cl->i;
+    o->prog_argc = cl->argc - cl->i;
+    return 0;
+}
+
 int launch_parse(int argc, char **argv, launch_options *o,
                  int (*extra)(void *ctx, const char *opt, const char *val, pp_err *err), void *ctx, pp_err *err) {
     launch_options_default(o);
@@ -477,10 +579,12 @@ int launch_parse(int argc, char **argv, launch_options *o,
         if (a[0] != '-' || a[1] == '\0') break; /* the program, torchrun-style without "--" */
         int rc = parse_flag(&cl, o, err);
         if (rc != 0) return rc;
+        if (cl.module) { /* torchrun's -m: the rest is the module and its arguments */
+            cl.i++;
+            break;
+        }
     }
-    if (cl.i >= argc) return pp_fail(err, "missing PROGRAM: pprun %s [options] -- PROGRAM [ARGS...]", cl.cmd);
-    o->prog_argv = argv + cl.i;
-    o->prog_argc = argc - cl.i;
+    if (take_program(&cl, o, err) != 0) return -1;
     /* Slurm fills what the flags did not say; then what needs every flag. */
     if (slurm_fill(o, err) != 0 || take_token(o, err) != 0) return -1;
     if (!(o->given & LAUNCH_GIVEN_MASTER_PORT)) o->master_port = o->nnodes > 1 ? 29500 : 0;

@@ -1,0 +1,216 @@
+/* progplan.c: a program's own schedule into jobs and plan, and its
+ * simulated timeline (progplan.h). */
+#include "db/progplan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db/analyze.h"
+#include "sched/sched.h"
+
+/* Runs one statement with its integer and text bindings (NULL text: none). */
+static int run(sqlite3 *sql, const char *text, const int64_t *ints, int nints, const char *const *texts, int ntexts) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(sql, text, -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    for (int i = 0; i < nints; i++) sqlite3_bind_int64(st, i + 1, ints[i]);
+    for (int i = 0; i < ntexts; i++) sqlite3_bind_text(st, nints + i + 1, texts[i], -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+int progplan_declare(sqlite3 *sql, int64_t job, int rank, const char *name, const trace_event *e, int first) {
+    int ranks = e->sched.ranks, stages = e->sched.stages;
+    int v = ranks > 0 && stages % ranks == 0 ? stages / ranks : 1;
+    int64_t ints[] = {job, stages, e->sched.microbatches, v};
+    const char *texts[] = {name};
+    int rc = run(sql, "UPDATE jobs SET stages=?2, microbatches=?3, virtual_stages=?4, schedule=?5 WHERE id=?1", ints, 4,
+                 texts, 1);
+    if (rc != SQLITE_DONE) return rc;
+    int64_t which[] = {job, rank};
+    return first ? run(sql, "DELETE FROM plan WHERE job_id=?1", which, 1, NULL, 0)
+                 : run(sql, "DELETE FROM plan WHERE job_id=?1 AND rank=?2", which, 2, NULL, 0);
+}
+
+static const char *op_name(int op) {
+    return op == TRACE_BW ? "BW" : op == TRACE_B ? "B" : op == TRACE_W ? "W" : "F";
+}
+
+int progplan_action(sqlite3 *sql, int64_t job, int rank, const trace_event *e) {
+    char action[48];
+    snprintf(action, sizeof action, "%d%s%d", e->plan.stage, op_name(e->plan.op), e->plan.microbatch);
+    int64_t ints[] = {job, rank, e->plan.slot, e->plan.stage, e->plan.microbatch};
+    const char *texts[] = {action, op_name(e->plan.op)};
+    return run(sql,
+               "INSERT OR REPLACE INTO plan(job_id,rank,slot,stage,microbatch,action,phase,sim_start_ns,sim_end_ns)"
+               " VALUES(?1,?2,?3,?4,?5,?6,?7,NULL,NULL)",
+               ints, 5, texts, 2);
+}
+
+/* ---- simulation ------------------------------------------------------------ */
+
+/* One plan row, and where its span is among the simulator's actions. */
+typedef struct row {
+    int rank, slot, stage, op, mb; /* op: TRACE_F, B, W or BW */
+    int index;                     /* its (first) action in the rank's list */
+} row;
+
+typedef struct rows {
+    row *v;
+    size_t n, cap;
+} rows;
+
+static int rows_read(sqlite3 *sql, int64_t job, rows *out) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(sql, "SELECT rank, slot, stage, phase, microbatch FROM plan WHERE job_id=?1"
+                                     " ORDER BY rank, slot", -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_int64(st, 1, job);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (out->n == out->cap) {
+            size_t cap = out->cap ? 2 * out->cap : 256;
+            row *v = realloc(out->v, cap * sizeof *v);
+            if (!v) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            out->v = v, out->cap = cap;
+        }
+        const char *ph = (const char *)sqlite3_column_text(st, 3);
+        out->v[out->n++] = (row){.rank = sqlite3_column_int(st, 0), .slot = sqlite3_column_int(st, 1),
+                                 .stage = sqlite3_column_int(st, 2), .op = analyze_phase_of(ph),
+                                 .mb = sqlite3_column_int(st, 4)};
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+static int write_times(sqlite3 *sql, int64_t job, const rows *rs, const sched_sim *sim) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(sql, "UPDATE plan SET sim_start_ns=?4, sim_end_ns=?5 WHERE job_id=?1 AND rank=?2"
+                                     " AND slot=?3", -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    rc = sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    for (size_t i = 0; i < rs->n && rc == SQLITE_OK; i++) {
+        const row *r = &rs->v[i];
+        const sched_span *sp = &sim->spans[r->rank][r->index];
+        sqlite3_bind_int64(st, 1, job);
+        sqlite3_bind_int(st, 2, r->rank);
+        sqlite3_bind_int(st, 3, r->slot);
+        sqlite3_bind_int64(st, 4, (int64_t)sp->start);
+        sqlite3_bind_int64(st, 5, (int64_t)sp->end);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(sql);
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK) {
+        sqlite3_exec(sql, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    return sqlite3_exec(sql, "COMMIT", NULL, NULL, NULL);
+}
+
+/* The job's name (for the simulator's messages) and microbatches. */
+static int job_shape(sqlite3 *sql, int64_t job, char *name, size_t n, int *microbatches) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(sql, "SELECT schedule, microbatches FROM jobs WHERE id=?1", -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_int64(st, 1, job);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        snprintf(name, n, "%s", (const char *)sqlite3_column_text(st, 0));
+        *microbatches = sqlite3_column_int(st, 1);
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? SQLITE_NOTFOUND : rc;
+}
+
+int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
+    sqlite3 *sql = db_sqlite(d);
+    char what[64], name[64] = "";
+    snprintf(what, sizeof what, "simulating the program's plan of job %lld", (long long)job);
+    rows rs = {0};
+    int m = 0, ranks = 0, stages = 0, result = 0;
+    int rc = rows_read(sql, job, &rs);
+    if (rc == SQLITE_OK) rc = job_shape(sql, job, name, sizeof name, &m);
+    if (rc != SQLITE_OK) {
+        free(rs.v);
+        return db_fail(d, rc, what, err);
+    }
+    for (size_t i = 0; i < rs.n; i++) {
+        if (rs.v[i].rank + 1 > ranks) ranks = rs.v[i].rank + 1;
+        if (rs.v[i].stage + 1 > stages) stages = rs.v[i].stage + 1;
+    }
+    int *stage_rank = malloc(sizeof(int) * (size_t)(stages ? stages : 1));
+    int *has_bw = calloc((size_t)(stages ? stages : 1), sizeof(int));
+    int *lens = calloc((size_t)(ranks ? ranks : 1), sizeof(int));
+    sched_action **lists = calloc((size_t)(ranks ? ranks : 1), sizeof *lists);
+    int64_t *med = malloc(sizeof(int64_t) * 4 * (size_t)(stages ? stages : 1));
+    sched_costs *costs = malloc(sizeof *costs * (size_t)(stages ? stages : 1));
+    sched_plan *plan = NULL;
+    sched_sim *sim = NULL;
+    if (!stage_rank || !has_bw || !lens || !lists || !med || !costs) {
+        result = pp_fail(err, "%s: out of memory", what);
+        goto done;
+    }
+    if (rs.n == 0 || m < 1) goto done;
+    for (int s = 0; s < stages; s++) stage_rank[s] = -1;
+    /* Each rank's list: a BW is a B and a W; each stage on one rank. */
+    for (size_t i = 0; i < rs.n; i++) {
+        row *r = &rs.v[i];
+        if (r->op < 0 || r->stage < 0 || r->mb < 0 || r->mb >= m) {
+            pp_fail(err, "%s: rank %d slot %d is not an action of this job's shape", what, r->rank, r->slot);
+            goto done;
+        }
+        if (stage_rank[r->stage] >= 0 && stage_rank[r->stage] != r->rank) {
+            /* data-parallel replicas of one pipeline: not simulated */
+            pp_fail(err, "%s: stage %d is on ranks %d and %d: not one pipeline", what, r->stage, stage_rank[r->stage],
+                    r->rank);
+            goto done;
+        }
+        stage_rank[r->stage] = r->rank;
+        if (r->op == TRACE_BW) has_bw[r->stage] = 1;
+        r->index = lens[r->rank];
+        lens[r->rank] += r->op == TRACE_BW ? 2 : 1;
+    }
+    for (int s = 0; s < stages; s++)
+        if (stage_rank[s] < 0) goto done;
+    for (int k = 0; k < ranks; k++) {
+        if (lens[k] == 0) goto done; /* a rank has not declared its plan yet */
+        if (!(lists[k] = malloc(sizeof(sched_action) * (size_t)lens[k]))) {
+            result = pp_fail(err, "%s: out of memory", what);
+            goto done;
+        }
+    }
+    for (size_t i = 0; i < rs.n; i++) {
+        const row *r = &rs.v[i];
+        int op = r->op == TRACE_F ? SCHED_F : r->op == TRACE_W ? SCHED_W : SCHED_B;
+        lists[r->rank][r->index] = (sched_action){r->stage, op, r->mb};
+        if (r->op == TRACE_BW) lists[r->rank][r->index + 1] = (sched_action){r->stage, SCHED_W, r->mb};
+    }
+    if (db_op_medians(d, job, step, stages, med, err) != 0) {
+        result = -1;
+        goto done;
+    }
+    for (int s = 0; s < stages; s++) {
+        const int64_t *ms = &med[s * 4];
+        int64_t b = has_bw[s] ? ms[3] : ms[1], w = has_bw[s] ? 0 : ms[2];
+        if (ms[0] < 0 || b < 0 || w < 0) goto done; /* not measured at this step */
+        costs[s] = (sched_costs){(double)ms[0], (double)b, (double)w, 0};
+    }
+    if (sched_plan_from_lists(name, ranks, stages, stages % ranks == 0 ? stages / ranks : 1, m, stage_rank, lists, lens,
+                              &plan, err) != 0 ||
+        sched_simulate_stages(plan, costs, &sim, err) != 0)
+        goto done; /* 0, with err saying why */
+    rc = write_times(sql, job, &rs, sim);
+    result = rc == SQLITE_OK ? 1 : db_fail(d, rc, what, err);
+done:
+    for (int k = 0; lists && k < ranks; k++) free(lists[k]);
+    free(lists), free(lens), free(stage_rank), free(has_bw), free(med), free(costs), free(rs.v);
+    sched_free(plan);
+    sched_sim_free(sim);
+    return result;
+}

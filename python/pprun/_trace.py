@@ -1,0 +1,108 @@
+"""_trace.py: libpprun_trace through ctypes (tracer/pprun_trace.h).
+
+pprun gives the library's path in PPRUN_TRACE_LIB (the libpprun_trace.so
+beside the pprun binary). tracer() loads it once and returns the Tracer, or
+None when this process does not record: not under pprun, --trace off, or a
+process the rank started (the ring's fd is the rank's alone)."""
+import os
+import sys
+import threading
+
+_lock = threading.Lock()
+_tracer = None
+_loaded = False
+
+
+class Tracer:
+    """The library's calls, with the job's step bound (PPRUN_STEPS): records
+    of later steps are left out, said once (the job's steps are pprun run's
+    --steps, which the collector holds too)."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        self.now = lib.pprun_trace_now_ns
+        self.steps = int(os.environ.get("PPRUN_STEPS", "0") or 0)
+        self.rank = int(os.environ.get("RANK", "0") or 0)
+        self._told = False
+
+    def error(self):
+        return self.lib.pprun_trace_error().decode(errors="replace")
+
+    def step_ok(self, step):
+        """Whether records of step may be written; says once when not."""
+        if self.steps <= 0 or step < self.steps:
+            return True
+        if not self._told:
+            self._told = True
+            sys.stderr.write("pprun: rank %d: step %d is past the job's %d steps (pprun run --steps); "
+                             "later steps are not traced\n" % (self.rank, step, self.steps))
+        return False
+
+    def check(self, rc, what):
+        if rc < 0:
+            raise ValueError("pprun: %s: %s" % (what, self.error()))
+        return rc
+
+    def op(self, phase, step, mb, stage, peer, nbytes, t0, t1):
+        return self.lib.pprun_trace_op(phase, step, mb, stage, peer, nbytes, t0, t1)
+
+    def loss(self, step, mb, stage, value):
+        return self.lib.pprun_trace_loss(step, mb, stage, value)
+
+    def span(self, name, step, mb, stage, peer, nbytes, t0, t1):
+        return self.lib.pprun_trace_span(name.encode(), step, mb, stage, peer, nbytes, t0, t1)
+
+    def schedule(self, name, ranks, stages, microbatches, actions):
+        return self.lib.pprun_trace_schedule(name.encode(), ranks, stages, microbatches, actions.encode())
+
+
+def _load(path):
+    import ctypes  # here: a program that never records never loads ctypes for pprun
+
+    lib = ctypes.CDLL(path)
+    u64, i = ctypes.c_uint64, ctypes.c_int
+    lib.pprun_trace_init.restype = i
+    lib.pprun_trace_now_ns.restype = u64
+    lib.pprun_trace_now_ns.argtypes = []
+    lib.pprun_trace_error.restype = ctypes.c_char_p
+    lib.pprun_trace_op.restype = i
+    lib.pprun_trace_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
+    lib.pprun_trace_loss.restype = i
+    lib.pprun_trace_loss.argtypes = [i, i, i, ctypes.c_double]
+    lib.pprun_trace_span.restype = i
+    lib.pprun_trace_span.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
+    lib.pprun_trace_schedule.restype = i
+    lib.pprun_trace_schedule.argtypes = [ctypes.c_char_p, i, i, i, ctypes.c_char_p]
+    return lib
+
+
+def _fd_open(text):
+    try:
+        os.fstat(int(text))
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def tracer():
+    """The Tracer of this process, or None when it does not record."""
+    global _tracer, _loaded
+    with _lock:
+        if _loaded:
+            return _tracer
+        _loaded = True
+        fd, path = os.environ.get("PPRUN_TRACE_FD"), os.environ.get("PPRUN_TRACE_LIB")
+        # A process the rank started inherits the variables, not the ring.
+        if not fd or not path or not _fd_open(fd):
+            return None
+        try:
+            lib = _load(path)
+        except (OSError, AttributeError) as e:
+            sys.stderr.write("pprun: cannot load libpprun_trace (%s): %s; not tracing\n" % (path, e))
+            return None
+        t = Tracer(lib)
+        if lib.pprun_trace_init() < 0:
+            sys.stderr.write("pprun: not tracing: %s\n" % t.error())
+            return None
+        _tracer = t
+        return _tracer

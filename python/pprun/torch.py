@@ -1,0 +1,448 @@
+"""pprun.torch: torch.distributed.pipelining traced into pprun, and pprun's
+schedules run by PyTorch (docs/torch.md).
+
+install() is called by the import hook once the program has imported
+torch.distributed.pipelining under `pprun run` (never outside it). It wraps,
+on PyTorch's own classes and module, with the program unchanged:
+
+  schedule.step()                 counts steps (the step of every record)
+  stage.forward_one_chunk         F
+  stage.backward_one_chunk        BW when it is PyTorch's full backward
+                                  (GPipe, 1F1B, interleaved), B when the
+                                  schedule splits it (full_backward=False)
+  stage.backward_weight_one_chunk W
+  stage.get_{fwd,bwd}_{send,recv}_ops and schedules._batch_p2p
+                                  SEND_F RECV_F SEND_B RECV_B: from the
+                                  batched p2p's issue to its work's wait(),
+                                  with the peer rank and the tensor's bytes
+  schedule._update_losses         each microbatch's loss on the last stage,
+                                  the tensors the program gets in `losses`
+  torch.optim step hooks          OPT (every optimizer's step)
+
+and, at the end of the first training step, declares the schedule: its
+class (jobs.schedule), its shape and this rank's plan, PyTorch's
+pipeline_order where the schedule has one, else the order it ran in.
+
+Host spans: on a GPU an op's span ends when its kernels are queued, not
+when they ran (docs/torch.md says what is and is not measured)."""
+import functools
+import os
+import sys
+import threading
+import weakref
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import schedules as _schedules
+from torch.distributed.pipelining import stage as _stage
+from torch.optim import optimizer as _optimizer
+
+import pprun
+from pprun import _trace
+
+__all__ = ["install", "schedule", "stage_indices"]
+
+# PyTorch's action letters (str of _ComputationType) in pprun's notation.
+_OPS = {"F": "F", "I": "B", "W": "W", "B": "BW"}
+
+
+class _State:
+    def __init__(self):
+        self.t = None            # the Tracer
+        self.started = False     # a schedule step has begun
+        self.declared = False    # the schedule is declared
+        self.order = None        # the actions run in the first training step, while recording it
+        self.opt_t0 = {}         # optimizer id -> its step's start
+        self.opt_bytes = weakref.WeakKeyDictionary()
+        self.lock = threading.Lock()
+
+
+_st = _State()
+_installed = False
+
+
+def _now():
+    return _st.t.now()
+
+
+def _record(phase, stage, mb, t0, peer=-1, nbytes=0):
+    step = pprun._step[0]
+    t = _st.t
+    if not t.step_ok(step):
+        return
+    if t.op(phase, step, mb, stage, peer, nbytes, t0, t.now()) < 0:
+        _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
+
+
+def _stop(why):
+    """A record the library refused: tracing stops, the program goes on."""
+    if _st.t is not None:
+        sys.stderr.write("pprun: rank %d: no more PyTorch ops are traced: %s\n" % (_st.t.rank, why))
+    _st.t = _Off(_st.t.rank if _st.t is not None else 0)
+
+
+class _Off:
+    """What stands for the tracer once tracing stopped: records nothing."""
+
+    def __init__(self, rank):
+        self.rank = rank
+
+    def now(self):
+        return 0
+
+    def step_ok(self, step):
+        return False
+
+
+# ---- ops --------------------------------------------------------------------
+
+
+def _wrap_forward(orig):
+    @functools.wraps(orig)
+    def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
+        t0 = _now()
+        out = orig(self, fwd_chunk_id, *args, **kwargs)
+        _record(b"F", self.stage_index, fwd_chunk_id, t0)
+        if _st.order is not None:
+            _st.order.append("%dF%d" % (self.stage_index, fwd_chunk_id))
+        return out
+
+    return forward_one_chunk
+
+
+def _wrap_backward(orig):
+    @functools.wraps(orig)
+    def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
+        # (bwd_chunk_id, loss=None, full_backward=True, last_backward=False)
+        full = kwargs.get("full_backward", args[1] if len(args) > 1 else True)
+        t0 = _now()
+        out = orig(self, bwd_chunk_id, *args, **kwargs)
+        op = "BW" if full else "B"
+        _record(op.encode(), self.stage_index, bwd_chunk_id, t0)
+        if _st.order is not None:
+            _st.order.append("%d%s%d" % (self.stage_index, op, bwd_chunk_id))
+        return out
+
+    return backward_one_chunk
+
+
+def _wrap_weight(orig):
+    @functools.wraps(orig)
+    def backward_weight_one_chunk(self, bwd_chunk_id, *args, **kwargs):
+        t0 = _now()
+        out = orig(self, bwd_chunk_id, *args, **kwargs)
+        _record(b"W", self.stage_index, bwd_chunk_id, t0)
+        if _st.order is not None:
+            _st.order.append("%dW%d" % (self.stage_index, bwd_chunk_id))
+        return out
+
+    return backward_weight_one_chunk
+
+
+# ---- sends and receives -----------------------------------------------------
+
+
+def _wrap_get_ops(orig, phase):
+    """A stage's get_*_ops: each P2POp learns what it carries."""
+
+    @functools.wraps(orig)
+    def get_ops(self, chunk_id, *args, **kwargs):
+        ops = orig(self, chunk_id, *args, **kwargs)
+        for op in ops:
+            try:
+                op._pprun = (phase, self.stage_index, chunk_id)
+            except AttributeError:
+                pass
+        return ops
+
+    return get_ops
+
+
+class _Work:
+    """A batched p2p's Work: its wait() ends the spans of the batch's ops."""
+
+    __slots__ = ("_work", "_ops", "_t0", "_step", "_done")
+
+    def __init__(self, work, ops, t0):
+        self._work, self._ops, self._t0, self._step, self._done = work, ops, t0, pprun._step[0], False
+
+    def wait(self, *args, **kwargs):
+        out = self._work.wait(*args, **kwargs)
+        if not self._done:
+            self._done = True
+            t, t1 = _st.t, _now()
+            if t.step_ok(self._step):
+                for phase, stage, mb, peer, nbytes in self._ops:
+                    if t.op(phase, self._step, mb, stage, peer, nbytes, self._t0, t1) < 0:
+                        _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
+                        break
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _wrap_batch_p2p(orig):
+    @functools.wraps(orig)
+    def _batch_p2p(p2p_ops, *args, **kwargs):
+        t0 = _now()
+        work = orig(p2p_ops, *args, **kwargs)
+        if work is None:
+            return work
+        ops = []
+        for op in p2p_ops:
+            tag = getattr(op, "_pprun", None)
+            if tag is not None:
+                tensor = op.tensor
+                ops.append((tag[0], tag[1], tag[2], op.peer, tensor.numel() * tensor.element_size()))
+        return _Work(work, ops, t0) if ops else work
+
+    return _batch_p2p
+
+
+# ---- steps, losses, the optimizer --------------------------------------------
+
+
+def _stages_of(sched):
+    stages = getattr(sched, "_stages", None)
+    return list(stages) if stages is not None else [sched._stage]
+
+
+def _wrap_step(orig):
+    @functools.wraps(orig)
+    def step(self, *args, **kwargs):
+        if _st.started:
+            pprun._step[0] += 1
+        _st.started = True
+        # The first training step declares the schedule before its first
+        # record (its stages and microbatches bound the records), with
+        # PyTorch's plan when it has one, else with the order it runs in,
+        # once it has run.
+        first = not _st.declared and getattr(self, "_has_backward", False)
+        planned = None
+        if first:
+            _st.declared = True
+            planned = _declare(self, None)
+            _st.order = [] if not planned else None
+        try:
+            out = orig(self, *args, **kwargs)
+        finally:
+            order, _st.order = _st.order, None
+        if first and not planned and order:
+            _declare(self, " ".join(order))
+        return out
+
+    return step
+
+
+def _wrap_update_losses(orig):
+    @functools.wraps(orig)
+    def _update_losses(self, stages, losses):
+        last = [s for s in (stages if isinstance(stages, list) else [stages]) if s.is_last]
+        internal = list(getattr(self, "_internal_losses", ()))
+        step = pprun._step[0]
+        if last and internal and _st.t.step_ok(step):
+            for mb, loss in enumerate(internal):
+                if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+                    if _st.t.loss(step, mb, last[0].stage_index, float(loss)) < 0:
+                        _stop("loss of microbatch %d: %s" % (mb, _st.t.error()))
+                        break
+        return orig(self, stages, losses)
+
+    return _update_losses
+
+
+def _state_bytes(opt):
+    """Bytes of an optimizer's parameters, gradients and state (measured
+    until its state exists, then kept: its size no longer changes)."""
+    known = _st.opt_bytes.get(opt)
+    if known is not None:
+        return known
+    n, has_state = 0, False
+    for group in opt.param_groups:
+        for p in group["params"]:
+            n += p.numel() * p.element_size()
+            if p.grad is not None:
+                n += p.grad.numel() * p.grad.element_size()
+            for v in opt.state.get(p, {}).values():
+                if isinstance(v, torch.Tensor):
+                    has_state = True
+                    n += v.numel() * v.element_size()
+    if has_state:
+        _st.opt_bytes[opt] = n
+    return n
+
+
+def _opt_pre(opt, args, kwargs):
+    if _st.started:
+        _st.opt_t0[id(opt)] = _now()
+
+
+def _opt_post(opt, args, kwargs):
+    t0 = _st.opt_t0.pop(id(opt), None)
+    if t0 is None:
+        return
+    step, t = pprun._step[0], _st.t
+    if t.step_ok(step) and t.op(b"OPT", step, -1, -1, -1, _state_bytes(opt), t0, t.now()) < 0:
+        _stop("OPT: %s" % t.error())
+
+
+# ---- the plan -----------------------------------------------------------------
+
+
+def _action_text(action):
+    """pprun's notation of a PyTorch compute action, None for the others."""
+    if action is None:
+        return "."
+    op = _OPS.get(str(action.computation_type))
+    if op is None or action.microbatch_index is None:
+        return None
+    return "%d%s%d" % (action.stage_index, op, action.microbatch_index)
+
+
+def _plan_of(sched, stage0):
+    """This rank's plan as PyTorch has it: pipeline_order's row (idle cells
+    kept), else the compute actions of pipeline_order_with_comms; "" when
+    the schedule has neither (GPipe, 1F1B: their order is their code)."""
+    rank = stage0.group_rank
+    for attr, keep_idle in (("pipeline_order", True), ("pipeline_order_with_comms", False)):
+        rows = getattr(sched, attr, None)
+        if rows and rows.get(rank):
+            texts = [_action_text(a) for a in rows[rank]]
+            texts = [x for x in texts if x is not None and (keep_idle or x != ".")]
+            while texts and texts[-1] == ".":
+                texts.pop()
+            return " ".join(texts)
+    return ""
+
+
+def _declare(sched, order):
+    """Declares the schedule with its plan (order: the actions it ran, for
+    a schedule without a plan of its own); returns the plan declared."""
+    stages = _stages_of(sched)
+    s0 = stages[0]
+    name = getattr(sched, "_pprun_name", None) or type(sched).__name__
+    t = _st.t
+    if isinstance(t, _Off):
+        return ""
+    plan = order if order is not None else _plan_of(sched, s0)
+    if t.schedule(name, s0.group_size, s0.num_stages, sched._n_microbatches, plan) < 0:
+        _stop("the schedule %s: %s" % (name, t.error()))
+    return plan
+
+
+# ---- installing -------------------------------------------------------------
+
+
+def _replace(owner, name, wrap, *extra):
+    orig = getattr(owner, name)
+    if getattr(orig, "_pprun_wrapped", False):
+        return
+    new = wrap(orig, *extra)
+    new._pprun_wrapped = True
+    setattr(owner, name, new)
+
+
+def install():
+    """Instruments torch.distributed.pipelining for this process's trace;
+    False (nothing changed) when it does not record or this torch lacks
+    what is wrapped (said on stderr)."""
+    global _installed
+    if _installed:
+        return True
+    t = _trace.tracer()
+    if t is None:
+        return False
+    base = _stage._PipelineStageBase
+    wanted = [(base, n) for n in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk",
+                                  "get_fwd_send_ops", "get_fwd_recv_ops", "get_bwd_send_ops", "get_bwd_recv_ops")]
+    wanted += [(_schedules, "_batch_p2p"), (_schedules._PipelineSchedule, "_update_losses"),
+               (_schedules.PipelineScheduleSingle, "step"), (_schedules.PipelineScheduleMulti, "step")]
+    missing = ["%s.%s" % (getattr(o, "__name__", o), n) for o, n in wanted if not hasattr(o, n)]
+    if missing:
+        sys.stderr.write("pprun: torch %s has no %s: its pipelining is not traced\n"
+                         % (torch.__version__, ", ".join(missing)))
+        return False
+    _st.t = t
+    _optimizer.register_optimizer_step_pre_hook(_opt_pre)
+    _optimizer.register_optimizer_step_post_hook(_opt_post)
+    _replace(base, "forward_one_chunk", _wrap_forward)
+    _replace(base, "backward_one_chunk", _wrap_backward)
+    _replace(base, "backward_weight_one_chunk", _wrap_weight)
+    _replace(base, "get_fwd_send_ops", _wrap_get_ops, b"SEND_F")
+    _replace(base, "get_fwd_recv_ops", _wrap_get_ops, b"RECV_F")
+    _replace(base, "get_bwd_send_ops", _wrap_get_ops, b"SEND_B")
+    _replace(base, "get_bwd_recv_ops", _wrap_get_ops, b"RECV_B")
+    _replace(_schedules, "_batch_p2p", _wrap_batch_p2p)
+    _replace(_schedules._PipelineSchedule, "_update_losses", _wrap_update_losses)
+    _replace(_schedules.PipelineScheduleSingle, "step", _wrap_step)
+    _replace(_schedules.PipelineScheduleMulti, "step", _wrap_step)
+    _installed = True
+    return True
+
+
+# ---- pprun's schedule, run by PyTorch ------------------------------------------
+
+
+def _env(name):
+    value = os.environ.get(name)
+    if value is None:
+        raise RuntimeError("pprun.torch.schedule: %s is not set; run the program as "
+                           "`pprun run --schedule KIND -- python3 ...`" % name)
+    return value
+
+
+def stage_indices(rank=None):
+    """The stages pprun's schedule gives this rank (PPRUN_STAGE_RANKS), in
+    order: build these PipelineStages and pass them to schedule()."""
+    rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+    return [s for s, r in enumerate(int(x) for x in _env("PPRUN_STAGE_RANKS").split(",")) if r == rank]
+
+
+def _parse_actions(text):
+    """PPRUN_ACTIONS ("0F0 0B0 0W0") as PyTorch actions (B is PyTorch's I)."""
+    kinds = {"F": _schedules._ComputationType.FORWARD, "B": _schedules._ComputationType.BACKWARD_INPUT,
+             "W": _schedules._ComputationType.BACKWARD_WEIGHT}
+    actions = []
+    for token in text.split():
+        op = next((c for c in token if c in kinds), None)
+        if op is None:
+            raise RuntimeError("pprun.torch.schedule: action %r of PPRUN_ACTIONS is not {stage}{F|B|W}{mb}" % token)
+        stage, mb = token.split(op, 1)
+        actions.append(_schedules._Action(int(stage), kinds[op], int(mb)))
+    return actions
+
+
+def schedule(stages, n_microbatches, loss_fn=None, **kwargs):
+    """The schedule `pprun run --schedule KIND` planned, as a PyTorch
+    schedule: a _PipelineScheduleRuntime loaded with every rank's
+    PPRUN_ACTIONS (gathered over the stages' process group), pprun's stage
+    placement (PPRUN_STAGE_RANKS) and its microbatches. stages: this rank's
+    PipelineStages, those stage_indices() names. Call it on every rank."""
+    runtime = getattr(_schedules, "_PipelineScheduleRuntime", None)
+    if runtime is None:
+        raise RuntimeError("pprun.torch.schedule: torch %s has no _PipelineScheduleRuntime" % torch.__version__)
+    if not isinstance(stages, (list, tuple)):
+        stages = [stages]
+    stages = list(stages)
+    if not stages:
+        raise ValueError("pprun.torch.schedule: no stages")
+    want_mb, want_stages = int(_env("PPRUN_MICROBATCHES")), int(_env("PPRUN_NUM_STAGES"))
+    if n_microbatches != want_mb:
+        raise ValueError("pprun.torch.schedule: %d microbatches, but pprun planned %d (pprun run --microbatches)"
+                         % (n_microbatches, want_mb))
+    if stages[0].num_stages != want_stages:
+        raise ValueError("pprun.torch.schedule: %d stages, but pprun planned %d" % (stages[0].num_stages, want_stages))
+    stage_rank = [int(x) for x in _env("PPRUN_STAGE_RANKS").split(",")]
+    group, rank = stages[0].group, stages[0].group_rank
+    mine = sorted(s.stage_index for s in stages)
+    if mine != stage_indices(rank):
+        raise ValueError("pprun.torch.schedule: rank %d has stages %s, but pprun's schedule gives it %s "
+                         "(pprun.torch.stage_indices())" % (rank, mine, stage_indices(rank)))
+    texts = [None] * stages[0].group_size
+    dist.all_gather_object(texts, _env("PPRUN_ACTIONS"), group=group)
+    sched = runtime(stages, n_microbatches, loss_fn=loss_fn,
+                    stage_index_to_group_rank={s: r for s, r in enumerate(stage_rank)}, **kwargs)
+    sched._load_actions({r: _parse_actions(text) for r, text in enumerate(texts)}, format="compute_only")
+    sched._pprun_name = _env("PPRUN_SCHEDULE")
+    return sched

@@ -1,0 +1,72 @@
+"""sitecustomize.py: pprun's. Python imports it at start-up from PYTHONPATH,
+where only `pprun run` and `pprun launch` put this directory
+(runner/launch/launch_env.c); outside pprun it is never on the path.
+
+With tracing on (the launcher gave this rank a trace ring, PPRUN_TRACE_FD)
+it puts a finder first on sys.meta_path that answers for one module,
+torch.distributed.pipelining: the usual finders find it, and once it has
+run, pprun.torch instruments it (and the finder leaves the path). Every
+other import is passed on after one string comparison; a program that
+never imports torch's pipelining loads nothing of pprun's, not even its
+package. Then the sitecustomize this file shadows (Debian ships one) runs,
+as it would outside pprun."""
+import os
+import sys
+
+_WATCHED = "torch.distributed.pipelining"
+
+
+class _PprunLoader:
+    """The module's own loader, then pprun.torch.install()."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def create_module(self, spec):
+        return self._real.create_module(spec)
+
+    def exec_module(self, module):
+        self._real.exec_module(module)
+        try:
+            import pprun.torch
+
+            pprun.torch.install()
+        except Exception as e:  # never stop the program for its trace
+            sys.stderr.write("pprun: PyTorch pipelining is not traced: %s\n" % e)
+
+    def __getattr__(self, name):  # get_resource_reader, is_package, ...
+        return getattr(self._real, name)
+
+
+class _PprunFinder:
+    def find_spec(self, name, path=None, target=None):
+        if name != _WATCHED:
+            return None
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            spec = find(name, path, target) if find else None
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _PprunLoader(spec.loader)
+                return spec
+        return None
+
+
+def _run_shadowed():
+    import importlib.machinery
+    import importlib.util
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+if os.environ.get("PPRUN_TRACE_FD"):
+    sys.meta_path.insert(0, _PprunFinder())
+_run_shadowed()

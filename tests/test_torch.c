@@ -1,0 +1,427 @@
+/* test_torch.c: real PyTorch programs traced by pprun with no change to the
+ * program (docs/torch.md).
+ *
+ * torch 2.6 runs in the Debian trixie root that scripts/torch-root.sh
+ * makes (Debian 12 has only torch 1.13): each rank is `scripts/torch-root.sh
+ * run python3 examples/torch_pipeline.py ...`, started by the pprun built
+ * here, outside the root. A test fails, naming why, when the root cannot
+ * be made. USE_LIBUV=0: Debian's torch is built without libuv, which
+ * torch's TCPStore otherwise asks for.
+ *
+ * What is checked, from the database with SQL as a user would: PyTorch's
+ * GPipe, 1F1B, Interleaved1F1B and ZBVZeroBubble on 2 and 4 ranks record
+ * every F and every backward (BW where PyTorch fuses it, B and W where it
+ * splits them) of every microbatch of every step on the right rank and
+ * stage, in the order PyTorch ran them, which is the plan declared; the
+ * losses are the program's own bit for bit; steps have statistics, gaps
+ * have causes, the plan has a simulated timeline. pprun's zb-v run by
+ * PyTorch through pprun.torch.schedule; a user's named spans; a rank
+ * killed mid-step; the program outside pprun. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers/trace_fixture.h"
+#include "launch_testutil.h"
+
+#define CHECKOUT PPRUN_TEST_DIR "/.."
+#define TORCH_ROOT_SH CHECKOUT "/scripts/torch-root.sh"
+#define EXAMPLE CHECKOUT "/examples/torch_pipeline.py"
+#define STEPS 2
+#define MICROBATCHES 4
+
+/* The root is there (made once by scripts/install-deps.sh); made now when
+ * it is missing or broken, and the test fails naming why when it cannot be. */
+static void need_torch_root(void) {
+    char cmd[1024], path[512] = "";
+    FILE *f = popen(TORCH_ROOT_SH " path", "r");
+    cr_assert_not_null(f, "cannot run " TORCH_ROOT_SH);
+    if (!fgets(path, sizeof path, f)) path[0] = '\0';
+    pclose(f);
+    path[strcspn(path, "\n")] = '\0';
+    snprintf(cmd, sizeof cmd, "test -x '%s/usr/bin/python3' && test -f "
+             "'%s/usr/lib/python3/dist-packages/torch/distributed/pipelining/schedules.py'", path, path);
+    if (system(cmd) == 0) return;
+    char log[] = "/tmp/pprun-torch-root-XXXXXX";
+    int fd = mkstemp(log);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    snprintf(cmd, sizeof cmd, TORCH_ROOT_SH " ensure >/dev/null 2>%s", log);
+    int st = system(cmd);
+    size_t len;
+    char *why = lt_slurp(log, &len);
+    unlink(log);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        cr_assert_fail("no PyTorch root at %s, and it cannot be made (scripts/torch-root.sh ensure):\n%s", path, why);
+    free(why);
+}
+
+/* `pprun run --nproc-per-node N --steps S --microbatches M PPRUN_ARGS -- torch-root.sh run python3
+ * torch_pipeline.py --steps S --microbatches M PROGRAM_ARGS`, into db. */
+static void torch_run(lt_proc *p, const char *db, int nproc, const char *const *pprun_args,
+                      const char *const *program_args) {
+    need_torch_root();
+    char n[16], steps[16], mb[16];
+    snprintf(n, sizeof n, "%d", nproc);
+    snprintf(steps, sizeof steps, "%d", STEPS);
+    snprintf(mb, sizeof mb, "%d", MICROBATCHES);
+    const char *args[64];
+    int k = 0;
+    const char *head[] = {"run", "--db", db, "--nproc-per-node", n, "--steps", steps, "--microbatches", mb};
+    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) args[k++] = head[i];
+    for (int i = 0; pprun_args && pprun_args[i]; i++) args[k++] = pprun_args[i];
+    const char *prog[] = {"--", TORCH_ROOT_SH, "run", "python3", EXAMPLE, "--steps", steps, "--microbatches", mb};
+    for (size_t i = 0; i < sizeof prog / sizeof prog[0]; i++) args[k++] = prog[i];
+    for (int i = 0; program_args && program_args[i]; i++) args[k++] = program_args[i];
+    args[k] = NULL;
+    const char *env[] = {"USE_LIBUV=0", NULL};
+    /* The launcher picks MASTER_PORT free on node 0 (bind to port 0), and
+     * rank 0's torch binds it a moment later: on a machine busy with other
+     * jobs an outgoing connection can take it in between. That race, and
+     * only it, is run again once, into a fresh database. */
+    for (int attempt = 0;; attempt++) {
+        lt_run(p, args, env);
+        if (attempt > 0 || p->status == 0 || !strstr(p->err, "errno: 98 - Address already in use")) return;
+        fprintf(stderr, "test_torch: MASTER_PORT was taken before rank 0 bound it; running the job again\n");
+        lt_free(p);
+        char side[600];
+        snprintf(side, sizeof side, "rm -f '%s' '%s-wal' '%s-shm'", db, db, db);
+        cr_assert_eq(system(side), 0);
+    }
+}
+
+static sqlite3 *open_db(const char *path) {
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    return s;
+}
+
+static char *q_text(sqlite3 *s, char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static char *q_text(sqlite3 *s, char *buf, size_t size, const char *fmt, ...) {
+    char sql[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    buf[0] = '\0';
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(buf, size, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    return buf;
+}
+
+/* The losses the program printed ("loss step=S microbatch=M value=V", V as
+ * Python writes a float: it reads back exactly) into v[step][mb]; their count. */
+static int printed_losses(const char *out, double v[STEPS][MICROBATCHES]) {
+    int n = 0;
+    for (const char *p = strstr(out, "loss step="); p; p = strstr(p + 1, "loss step=")) {
+        int step, mb;
+        char text[64];
+        cr_assert_eq(sscanf(p, "loss step=%d microbatch=%d value=%63s", &step, &mb, text), 3, "%.80s", p);
+        cr_assert(step >= 0 && step < STEPS && mb >= 0 && mb < MICROBATCHES, "%.80s", p);
+        v[step][mb] = strtod(text, NULL);
+        n++;
+    }
+    return n;
+}
+
+/* The database's losses equal the printed ones, bit for bit. */
+static void assert_losses_are_the_programs(sqlite3 *s, const char *out) {
+    double printed[STEPS][MICROBATCHES];
+    cr_assert_eq(printed_losses(out, printed), STEPS * MICROBATCHES, "the program printed every loss:\n%s", out);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, "SELECT step, microbatch, loss FROM losses ORDER BY step, microbatch", -1, &st,
+                                    NULL), SQLITE_OK);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        int step = sqlite3_column_int(st, 0), mb = sqlite3_column_int(st, 1);
+        double got = sqlite3_column_double(st, 2);
+        cr_assert(step < STEPS && mb < MICROBATCHES);
+        cr_assert(memcmp(&got, &printed[step][mb], sizeof got) == 0, "step %d microbatch %d: %.17g stored, %.17g printed",
+                  step, mb, got, printed[step][mb]);
+        n++;
+    }
+    sqlite3_finalize(st);
+    cr_assert_eq(n, STEPS * MICROBATCHES);
+}
+
+/* One of PyTorch's schedules, its placement and its backward. */
+typedef struct torch_case {
+    const char *flag, *cls; /* --schedule, and the class (jobs.schedule) */
+    int ranks;
+    int per_rank;           /* stages per rank */
+    int v_placement;        /* stage s on rank s (first half), 2p-1-s (second): else s mod p */
+    int fused;              /* BW, not B and W */
+} torch_case;
+
+static int stage_rank(const torch_case *c, int stage) {
+    if (c->v_placement) return stage < c->ranks ? stage : 2 * c->ranks - 1 - stage;
+    return stage % c->ranks;
+}
+
+/* Every F and every backward of every microbatch of every step, once, on
+ * its stage's rank; each rank's compute ops in each step in the plan's
+ * order; steps analysed; the plan simulated. */
+static void assert_every_op_as_planned(sqlite3 *s, const torch_case *c) {
+    char buf[4096], want[4096];
+    int stages = c->ranks * c->per_rank;
+    const char *ops[] = {"F", c->fused ? "BW" : "B", c->fused ? NULL : "W"};
+    for (int k = 0; k < 3 && ops[k]; k++) {
+        for (int step = 0; step < STEPS; step++)
+            for (int stage = 0; stage < stages; stage++)
+                for (int mb = 0; mb < MICROBATCHES; mb++) {
+                    q_text(s, buf, sizeof buf,
+                           "SELECT group_concat(rank) FROM events WHERE phase='%s' AND step=%d AND stage=%d AND"
+                           " microbatch=%d AND source='cpu'", ops[k], step, stage, mb);
+                    char rank[16];
+                    snprintf(rank, sizeof rank, "%d", stage_rank(c, stage));
+                    cr_assert_str_eq(buf, rank, "%s of step %d stage %d microbatch %d: on rank(s) '%s', not %s",
+                                     ops[k], step, stage, mb, buf, rank);
+                }
+    }
+    const char *absent = c->fused ? "'B','W'" : "'BW'";
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase IN (%s)", absent), "0",
+                     "%s runs %s", c->cls, c->fused ? "PyTorch's full backward" : "B and W apart");
+    for (int r = 0; r < c->ranks; r++) {
+        q_text(s, want, sizeof want, "SELECT group_concat(action, ' ') FROM (SELECT action FROM plan WHERE rank=%d"
+                                     " ORDER BY slot)", r);
+        cr_assert_neq(want[0], '\0', "rank %d has a plan", r);
+        for (int step = 0; step < STEPS; step++)
+            cr_assert_str_eq(q_text(s, buf, sizeof buf,
+                                    "SELECT group_concat(a, ' ') FROM (SELECT stage||phase||microbatch AS a FROM"
+                                    " events WHERE rank=%d AND step=%d AND source='cpu' AND phase IN"
+                                    " ('F','B','W','BW') ORDER BY start_ns)", r, step),
+                             want, "rank %d, step %d: ran in another order than the plan", r, step);
+    }
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT schedule||' '||stages||' '||microbatches FROM jobs"),
+                     (snprintf(want, sizeof want, "%s %d %d", c->cls, stages, MICROBATCHES), want));
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM plan WHERE sim_start_ns IS NULL"), "0",
+                     "the plan is simulated at the measured costs");
+    snprintf(want, sizeof want, "%d", STEPS * c->ranks);
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM step_stats"), want, "every step analysed");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) > 0 FROM gaps"), "1");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM gaps WHERE cause NOT IN ('warmup','cooldown',"
+                                                "'wait_activation','wait_gradient','comm','other')"), "0");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase='OPT'"), want,
+                     "one optimizer step per rank and step");
+    /* activations between ranks, with the peer and the bytes (2x16x32 float32) */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) > 0 AND min(bytes) = 4096 AND max(bytes) = 4096 AND"
+                                                " count(peer) = count(*) FROM events WHERE phase IN ('SEND_F','RECV_F',"
+                                                "'SEND_B','RECV_B')"), "1");
+}
+
+static torch_case cases[] = {
+    {"GPipe", "ScheduleGPipe", 2, 1, 0, 1},
+    {"1F1B", "Schedule1F1B", 2, 1, 0, 1},
+    {"Interleaved1F1B", "ScheduleInterleaved1F1B", 2, 2, 0, 1},
+    {"ZBVZeroBubble", "ScheduleZBVZeroBubble", 2, 2, 1, 0},
+    {"GPipe", "ScheduleGPipe", 4, 1, 0, 1},
+    {"1F1B", "Schedule1F1B", 4, 1, 0, 1},
+    {"Interleaved1F1B", "ScheduleInterleaved1F1B", 4, 2, 0, 1},
+    {"ZBVZeroBubble", "ScheduleZBVZeroBubble", 4, 2, 1, 0},
+};
+
+/* Parameters are indices: Criterion may run a test in a new process of
+ * this binary, where pointers into cases[] (its strings) would not hold. */
+static int case_index[] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+ParameterizedTestParameters(torch, pytorchs_schedules_are_traced_op_by_op) {
+    return cr_make_param_array(int, case_index, sizeof case_index / sizeof case_index[0]);
+}
+
+ParameterizedTest(int *index, torch, pytorchs_schedules_are_traced_op_by_op, .timeout = 300) {
+    const torch_case *c = &cases[*index];
+    const char *db = tfix_path("torch.db");
+    lt_proc p;
+    const char *prog[] = {"--schedule", c->flag, NULL};
+    torch_run(&p, db, c->ranks, NULL, prog);
+    cr_assert_eq(p.status, 0, "%s on %d ranks: exit %d\n%s\n%s", c->flag, c->ranks, p.status, p.out, p.err);
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status FROM jobs"), "succeeded");
+    assert_every_op_as_planned(s, c);
+    assert_losses_are_the_programs(s, p.out);
+    if (c->ranks == 2 && c->per_rank == 1) {
+        /* the single-stage schedules' order, as their code runs it */
+        const char *rank0 = strcmp(c->flag, "GPipe") == 0 ? "0F0 0F1 0F2 0F3 0BW0 0BW1 0BW2 0BW3"
+                                                           : "0F0 0F1 0BW0 0F2 0BW1 0F3 0BW2 0BW3";
+        cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(action, ' ') FROM (SELECT action FROM plan"
+                                                    " WHERE rank=0 ORDER BY slot)"), rank0);
+    }
+    sqlite3_close(s);
+    lt_free(&p);
+}
+
+/* Each rank's compute actions of a step of job 1 in db, one string per rank. */
+static void ranks_order(sqlite3 *s, const char *table, int ranks, char order[][1024]) {
+    for (int r = 0; r < ranks; r++) {
+        if (strcmp(table, "plan") == 0)
+            q_text(s, order[r], 1024, "SELECT group_concat(action, ' ') FROM (SELECT action FROM plan WHERE rank=%d"
+                                      " ORDER BY slot)", r);
+        else
+            q_text(s, order[r], 1024, "SELECT group_concat(a, ' ') FROM (SELECT stage||phase||microbatch AS a FROM"
+                                      " events WHERE rank=%d AND step=1 AND source='cpu' AND phase IN ('F','B','W')"
+                                      " ORDER BY start_ns)", r);
+    }
+}
+
+/* `pprun run --schedule zb-v -- python3 ...`: PyTorch runs pprun's plan
+ * (each rank's ops in the order pprun planned for the same job run by
+ * pprun's own demo), and its losses are those of PyTorch's own
+ * ZBVZeroBubble, bit for bit (the same ops per stage, each stage's weight
+ * gradients summed in the same microbatch order). */
+Test(torch, pytorch_runs_pprun_s_zb_v_plan, .timeout = 300) {
+    const char *db = tfix_path("zbv-pprun.db"), *own = tfix_path("zbv-torch.db"), *demo = tfix_path("zbv-demo.db");
+    lt_proc p, q, d;
+    const char *zbv[] = {"--schedule", "zb-v", NULL};
+    const char *prog[] = {"--schedule", "pprun", NULL}, *torch_own[] = {"--schedule", "ZBVZeroBubble", NULL};
+    torch_run(&p, db, 2, zbv, prog);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    torch_run(&q, own, 2, NULL, torch_own);
+    cr_assert_eq(q.status, 0, "exit %d\n%s\n%s", q.status, q.out, q.err);
+    const char *demo_args[] = {"run", "--db", demo, "--nproc-per-node", "2", "--steps", "2", "--microbatches", "4",
+                               "--schedule", "zb-v", "--", PPRUN_DEMO_BIN, "--op-ms", "0", NULL};
+    lt_run(&d, demo_args, NULL);
+    cr_assert_eq(d.status, 0, "%s", d.err);
+
+    sqlite3 *s = open_db(db), *t = open_db(own), *u = open_db(demo);
+    char buf[256], ran[2][1024], planned[2][1024];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT schedule FROM jobs"), "zb-v");
+    ranks_order(s, "events", 2, ran);
+    ranks_order(u, "plan", 2, planned);
+    for (int r = 0; r < 2; r++) cr_assert_str_eq(ran[r], planned[r], "rank %d ran pprun's zb-v", r);
+    ranks_order(t, "events", 2, planned);
+    cr_assert(strcmp(ran[0], planned[0]) != 0 || strcmp(ran[1], planned[1]) != 0,
+              "pprun's zb-v is not PyTorch's ZBV order (else this proves nothing)");
+    assert_losses_are_the_programs(s, p.out);
+    assert_losses_are_the_programs(s, q.out); /* the same numbers under PyTorch's own schedule */
+    cr_assert_str_eq(q_text(t, buf, sizeof buf, "SELECT group_concat(loss) FROM (SELECT loss FROM losses ORDER BY"
+                                                " step, microbatch)"),
+                     q_text(s, ran[0], sizeof ran[0], "SELECT group_concat(loss) FROM (SELECT loss FROM losses ORDER"
+                                                      " BY step, microbatch)"));
+    sqlite3_close(s), sqlite3_close(t), sqlite3_close(u);
+    lt_free(&p), lt_free(&q), lt_free(&d);
+}
+
+/* The example's own spans: pprun.span("data", step=N) around each step's
+ * batch (a context manager) and @pprun.span("log") on the function that
+ * prints the losses after the step (a decorator, at the step just run). */
+Test(torch, a_users_spans_are_stored_with_their_names, .timeout = 300) {
+    const char *db = tfix_path("spans.db");
+    lt_proc p;
+    const char *prog[] = {"--schedule", "GPipe", "--spans", NULL};
+    torch_run(&p, db, 2, NULL, prog);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(rank||':'||step||':'||name, ' ') FROM (SELECT *"
+                                                " FROM events WHERE phase='SPAN' ORDER BY step, rank, start_ns)"),
+                     "0:0:data 0:0:log 1:0:data 1:0:log 0:1:data 0:1:log 1:1:data 1:1:log");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase='SPAN' AND (microbatch IS"
+                                                " NOT NULL OR stage IS NOT NULL OR peer IS NOT NULL)"), "0");
+    /* a log span starts after the step's last op on its rank */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events l WHERE phase='SPAN' AND name='log' AND"
+                                                " start_ns < (SELECT max(end_ns) FROM events o WHERE o.rank=l.rank AND"
+                                                " o.step=l.step AND o.phase='OPT')"), "0");
+    sqlite3_close(s);
+    lt_free(&p);
+}
+
+/* The rank of the last stage kills itself (SIGKILL) computing microbatch
+ * 1's loss of step 1: the job failed naming that rank; what it recorded
+ * before is in the database (step 0 whole, step 1 up to the kill). */
+Test(torch, a_rank_killed_mid_step_keeps_its_records, .timeout = 300) {
+    const char *db = tfix_path("killed.db");
+    lt_proc p;
+    const char *prog[] = {"--schedule", "GPipe", "--crash-at", "1", NULL};
+    torch_run(&p, db, 2, NULL, prog);
+    cr_assert_eq(p.status, 1, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    lt_assert_has(p.err, "rank      : 1");
+    sqlite3 *s = open_db(db);
+    char buf[512];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||failed_rank FROM jobs"), "failed 1");
+    lt_assert_has(q_text(s, buf, sizeof buf, "SELECT failure FROM jobs"), "rank 1");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE rank=1 AND step=0 AND"
+                                                " phase IN ('F','BW')"), "8", "step 0 whole");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(microbatch) FROM (SELECT * FROM events WHERE"
+                                                " rank=1 AND step=1 AND phase='F' ORDER BY start_ns)"),
+                     "0,1", "step 1's forwards up to the kill (microbatch 1's loss killed it)");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM losses WHERE step=0"), "4");
+    sqlite3_close(s);
+    lt_free(&p);
+}
+
+/* The same program outside pprun (two processes started as torchrun
+ * would, without pprun's package on the path) prints the same losses, bit
+ * for bit: the tracing changes nothing it computes. */
+Test(torch, the_program_outside_pprun_runs_unchanged, .timeout = 300) {
+    const char *db = tfix_path("traced.db");
+    lt_proc p;
+    const char *prog[] = {"--schedule", "1F1B", NULL};
+    torch_run(&p, db, 2, NULL, prog);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+
+    char cmd[2048], out[256];
+    snprintf(out, sizeof out, "%s", tfix_path("plain.txt"));
+    int port = lt_free_port();
+    snprintf(cmd, sizeof cmd,
+             "cd " CHECKOUT " && for r in 0 1; do env -u PYTHONPATH -u PPRUN_TRACE_FD USE_LIBUV=0 RANK=$r"
+             " LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=%d OMP_NUM_THREADS=1 " TORCH_ROOT_SH
+             " run python3 -c 'import sys, runpy; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0],"
+             " run_name=\"__main__\"); print(\"pprun loaded:\", \"pprun\" in sys.modules)' " EXAMPLE
+             " --schedule 1F1B --steps %d --microbatches %d & done >%s 2>&1; wait",
+             port, STEPS, MICROBATCHES, out);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    size_t len;
+    char *plain = lt_slurp(out, &len);
+    cr_assert_eq(lt_count(plain, "pprun loaded: False"), 2, "%s", plain);
+    sqlite3 *s = open_db(db);
+    assert_losses_are_the_programs(s, plain);
+    sqlite3_close(s);
+    free(plain);
+
+    lt_free(&p);
+}
+
+/* Under pprun, a Python that never imports torch's pipelining loads
+ * nothing of pprun's (the finder waits on sys.meta_path), and the
+ * sitecustomize.py pprun's shadows still runs. */
+Test(torch, a_python_without_torch_gets_only_the_hook) {
+    char dir[256], site[300], cmd[1024];
+    snprintf(dir, sizeof dir, "%s", tfix_mkdir("usersite"));
+    snprintf(site, sizeof site, "%s/sitecustomize.py", dir);
+    FILE *f = fopen(site, "w");
+    cr_assert_not_null(f);
+    fputs("print('the user sitecustomize ran', flush=True)\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "PYTHONPATH=%s", dir);
+    const char *env[] = {cmd, NULL};
+    const char *args[] = {"run", "--db", tfix_path("plain.db"), "--nproc-per-node", "1", "--steps", "1", "--",
+                          "python3", "-c",
+                          "import sys; print('loaded', sorted(m for m in sys.modules if m.split('.')[0] in"
+                          " ('pprun', 'torch', 'ctypes')), [type(f).__name__ for f in sys.meta_path][0])",
+                          NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "the user sitecustomize ran");
+    lt_assert_has(p.out, "loaded [] _PprunFinder");
+    lt_free(&p);
+    const char *off[] = {"run", "--db", tfix_path("off.db"), "--nproc-per-node", "1", "--steps", "1", "--trace",
+                         "off", "--", "python3", "-c", "import sys; print('finders', [type(f).__name__ for f in"
+                         " sys.meta_path])", NULL};
+    lt_run(&p, off, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "finders ");
+    cr_assert_null(strstr(p.out, "_PprunFinder"), "--trace off: no hook: %s", p.out);
+    lt_free(&p);
+}
