@@ -1,5 +1,6 @@
 /* main.c: `pprun` entry point: dispatches to a subcommand. What every
- * command shares is here, once: its standard output is checked when it
+ * command shares is here, once: everything it says on standard error is
+ * escaped for the terminal, and its standard output is checked when it
  * ends. */
 #include <errno.h>
 #include <poll.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/pp.h"
 #include "db/usersql.h"
 #include "runner/cmd/cli.h"
 
@@ -68,6 +70,23 @@ static void usage(FILE *out) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (commands[i].summary) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(out, "\n`pprun COMMAND --help` describes each command; docs/cli.md has the details.\n");
+}
+
+/* Standard error as every module writes it, through pp_term_escape: a
+ * message quoting a CSV cell, a file name or a name from the database
+ * cannot drive the terminal (an ESC sequence, an OSC title, a C1 byte
+ * become \x1b, \u009b). Lines, tabs and the progress line's \r stay. The
+ * stream is unbuffered as stderr is: one fprintf is one write. Output of
+ * the ranks' programs is theirs and does not pass here. */
+static ssize_t escaped_write(void *real, const char *buf, size_t n) {
+    return pp_term_write(real, buf, n, PP_TERM_LINES) == 0 ? (ssize_t)n : -1;
+}
+
+static void escape_stderr(void) {
+    FILE *f = fopencookie(stderr, "w", (cookie_io_functions_t){.write = escaped_write});
+    if (!f) return; /* out of memory at start: messages stay raw */
+    setvbuf(f, NULL, _IONBF, 0);
+    stderr = f;
 }
 
 /* Standard output as the commands write it, buffered as stdout is, with
@@ -134,6 +153,7 @@ static int dispatch(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    escape_stderr();
     keep_stdout_errors();
     /* Before any SQLite call, and before any thread: user SQL (query,
      * serve, run --serve) holds its memory cap only on SQLite's allocator

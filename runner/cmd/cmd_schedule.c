@@ -101,7 +101,11 @@ static const char *placement_name(const sched_plan *plan) {
 }
 
 static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c) {
-    printf("schedule %s: %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->name, plan->ranks,
+    /* The name of a CSV schedule holds its file's name: escaped for the
+     * terminal, as every text from outside (the grid is digits and F/B/W). */
+    fputs("schedule ", stdout);
+    pp_term_write(stdout, plan->name, strlen(plan->name), 0);
+    printf(": %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->ranks,
            plan->stages, plan->virtual_stages, placement_name(plan), plan->microbatches);
     printf("costs: f=%g b=%g w=%g comm=%g\n\n", c->f, c->b, c->w, c->comm);
     char *grid = sched_grid_text(plan, NULL, 0, 0);
