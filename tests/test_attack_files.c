@@ -43,8 +43,8 @@
 /* A job that takes a fraction of a second: no model to train. */
 #define TIMED "--model timed:f=1ms,b=1ms,w=1ms --steps 1 --nproc-per-node 2 --progress off"
 
-static char dir[256];      /* this test's folder; the commands run in it */
-static char out[1 << 16];  /* the last command's stderr (and stdout, unless sent elsewhere) */
+static char dir[256];     /* this test's folder; the commands run in it */
+static char out[1 << 16]; /* the last command's stderr (and stdout, unless sent elsewhere) */
 static size_t out_len;
 
 static void setup(void) {
@@ -130,7 +130,7 @@ typedef struct snap {
     int exists;
     unsigned mode;
     unsigned long long ino, rdev, size, hash; /* hash: a regular file's bytes */
-    char link[512];                          /* a symbolic link's target */
+    char link[512];                           /* a symbolic link's target */
 } snap;
 
 static snap take(const char *path) {
@@ -148,7 +148,8 @@ static snap take(const char *path) {
         ssize_t n;
         s.hash = 1469598103934665603ull;
         while (fd >= 0 && (n = read(fd, b, sizeof b)) > 0)
-            for (ssize_t i = 0; i < n; i++) s.hash = (s.hash ^ b[i]) * 1099511628211ull;
+            for (ssize_t i = 0; i < n; i++)
+                s.hash = (s.hash ^ b[i]) * 1099511628211ull;
         if (fd >= 0) close(fd);
     }
     return s;
@@ -183,10 +184,12 @@ enum plant { DEVICE, FIFO, DIRECTORY, LINK, DANGLING_LINK, NPLANTS };
 static const char *const plant_name[] = {"a device node", "a FIFO", "a directory", "a link to a file",
                                          "a dangling link"};
 /* What the refusal says it is. */
-static const char *const plant_words[] = {"is a character device", "is a FIFO", "is a directory",
-                                          "is a symbolic link", "is a symbolic link"};
+static const char *const plant_words[] = {"is a character device", "is a FIFO", "is a directory", "is a symbolic link",
+                                          "is a symbolic link"};
 
-static int is_root(void) { return geteuid() == 0; }
+static int is_root(void) {
+    return geteuid() == 0;
+}
 
 /* Makes the folders above path (in dir), then plants `what` at path: a
  * device node is the null device's numbers (1, 3), made here; a link to a
@@ -195,19 +198,19 @@ static void plant(const char *path, enum plant what) {
     char cmd[2200];
     snprintf(cmd, sizeof cmd, "mkdir -p \"$(dirname '%s')\"", path);
     cr_assert_eq(system(cmd), 0);
-    int rc = what == DEVICE          ? mknod(path, S_IFCHR | 0666, makedev(1, 3))
-             : what == FIFO          ? mkfifo(path, 0666)
-             : what == DIRECTORY     ? mkdir(path, 0755)
-             : what == LINK          ? symlink(at("precious.txt"), path)
-                                     : symlink(at("nothing-here"), path);
+    int rc = what == DEVICE      ? mknod(path, S_IFCHR | 0666, makedev(1, 3))
+             : what == FIFO      ? mkfifo(path, 0666)
+             : what == DIRECTORY ? mkdir(path, 0755)
+             : what == LINK      ? symlink(at("precious.txt"), path)
+                                 : symlink(at("nothing-here"), path);
     cr_assert_eq(rc, 0, "planting %s at %s: %s", plant_name[what], path, strerror(errno));
 }
 
 /* Removes everything in dir but the database t.db; writes precious.txt. */
 static void wipe(void) {
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "chmod -R u+rwx '%s'; find '%s' -mindepth 1 -maxdepth 1 ! -name 't.db*' -exec rm -rf {} +",
-             dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "chmod -R u+rwx '%s'; find '%s' -mindepth 1 -maxdepth 1 ! -name 't.db*' -exec rm -rf {} +", dir, dir);
     cr_assert_eq(system(cmd), 0);
     write_text(at("precious.txt"), "precious\n");
 }
@@ -329,8 +332,8 @@ Test(attack, an_output_in_a_missing_or_read_only_folder_is_refused) {
 /* Names a writer might put a file under while it writes, beside the file:
  * a link planted at any of them, each to a file of its own, is not
  * followed. The code before wrote through FILE.tmp. */
-static const char *const temp_patterns[] = {"%s.tmp", ".%s.tmp", "%s.tmp.0", "%s~", "%s.new", "%s.part",
-                                            "%s.swp", ".%s.swp", "%s.lock", "%s.bak", "#%s#", ".#%s"};
+static const char *const temp_patterns[] = {"%s.tmp", ".%s.tmp", "%s.tmp.0", "%s~",    "%s.new", "%s.part",
+                                            "%s.swp", ".%s.swp", "%s.lock",  "%s.bak", "#%s#",   ".#%s"};
 #define NPATTERNS (sizeof temp_patterns / sizeof temp_patterns[0])
 
 /* Each writer with every file it writes. */
@@ -382,8 +385,7 @@ Test(attack, links_at_every_temporary_name_are_not_followed) {
             snap now = take(at(precious[i]));
             assert_same(&before[i], &now, precious[i]);
             struct stat st;
-            cr_assert(lstat(link_path[i], &st) == 0 && S_ISLNK(st.st_mode), "%s: the link was replaced",
-                      link_path[i]);
+            cr_assert(lstat(link_path[i], &st) == 0 && S_ISLNK(st.st_mode), "%s: the link was replaced", link_path[i]);
         }
         for (int f = 0; f < 3 && writers[w].written[f]; f++) {
             struct stat st;
@@ -418,10 +420,10 @@ Test(attack, a_link_at_a_checkpoint_file_fails_the_job_and_is_not_followed) {
 /* ---- inputs ----------------------------------------------------------------- */
 
 typedef struct input {
-    const char *flag;  /* named in the refusal */
-    const char *args;  /* pprun's arguments, %s the file */
-    uint64_t cap;      /* a file past this many bytes is refused; 0: no cap */
-    int sqlite;        /* a database: SQLite words the rest (a missing file, /proc) */
+    const char *flag; /* named in the refusal */
+    const char *args; /* pprun's arguments, %s the file */
+    uint64_t cap;     /* a file past this many bytes is refused; 0: no cap */
+    int sqlite;       /* a database: SQLite words the rest (a missing file, /proc) */
 } input;
 
 static const input inputs[] = {
@@ -440,8 +442,8 @@ static const input inputs[] = {
 #define NINPUTS (sizeof inputs / sizeof inputs[0])
 
 enum bad_input { ZERO_DEVICE, IN_FIFO, IN_DIRECTORY, PROC_MEM, OVER_CAP, MISSING, NBAD };
-static const char *const bad_name[] = {"a zero device", "a FIFO", "a directory", "/proc/self/mem", "a file over the cap",
-                                       "a missing file"};
+static const char *const bad_name[] = {"a zero device",       "a FIFO",        "a directory", "/proc/self/mem",
+                                       "a file over the cap", "a missing file"};
 
 /* Each input as each bad file: refused with exit 2 in well under the 20 s
  * limit (the code before read /dev/zero until the kernel killed it, and
@@ -509,7 +511,8 @@ Test(attack, a_special_checkpoint_file_is_refused) {
                "--checkpoint-dir c --resume");
     cr_assert_eq(rc, 1, "exit %d (124: it hung):\n%s", rc, out);
     cr_assert(strstr(out, "checkpoint c/step_0/stage_0.ckpt: is a FIFO") ||
-                  strstr(out, "checkpoint c/step_0/stage_1.ckpt: is a character device"), "%s", out);
+                  strstr(out, "checkpoint c/step_0/stage_1.ckpt: is a character device"),
+              "%s", out);
 }
 
 /* ---- standard output ---------------------------------------------------------- */
@@ -524,13 +527,26 @@ Test(attack, stdout_on_a_full_device_exits_1_for_every_command) {
     make_db();
     cr_assert_eq(mknod(at("full"), S_IFCHR | 0666, makedev(1, 7)), 0);
     static const char *const commands[] = {
-        "version", "--version", "--help", "run --help", "launch --help", "schedule --help", "query --help",
-        "stats --help", "export --help", "serve --help",
+        "version",
+        "--version",
+        "--help",
+        "run --help",
+        "launch --help",
+        "schedule --help",
+        "query --help",
+        "stats --help",
+        "export --help",
+        "serve --help",
         "schedule --schedule 1f1b --stages 2 --microbatches 2",
         "schedule --schedule 1f1b --stages 2 --microbatches 2 --format json",
-        "query --db t.db 'SELECT * FROM jobs'", "query --db t.db --format csv 'SELECT 1'",
-        "query --db t.db --format json 'SELECT 1'", "stats --db t.db", "stats --db t.db --format json",
-        "export --db t.db", "export --db t.db --out -", "launch --nproc-per-node 2 -- echo hi",
+        "query --db t.db 'SELECT * FROM jobs'",
+        "query --db t.db --format csv 'SELECT 1'",
+        "query --db t.db --format json 'SELECT 1'",
+        "stats --db t.db",
+        "stats --db t.db --format json",
+        "export --db t.db",
+        "export --db t.db --out -",
+        "launch --nproc-per-node 2 -- echo hi",
         "run --nproc-per-node 2 --trace off -- sh -c 'echo hi'",
     };
     snap d0 = take(at("full"));
@@ -542,10 +558,11 @@ Test(attack, stdout_on_a_full_device_exits_1_for_every_command) {
     }
     /* serve says where it serves, then serves until a signal */
     char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cd '%s' && { '%s' serve --db t.db --listen 127.0.0.1:0 >full 2>'%s.out' & pid=$!; sleep 1; kill -TERM $pid; "
-             "wait $pid; }",
-             dir, PPRUN_BIN, dir);
+    snprintf(
+        cmd, sizeof cmd,
+        "cd '%s' && { '%s' serve --db t.db --listen 127.0.0.1:0 >full 2>'%s.out' & pid=$!; sleep 1; kill -TERM $pid; "
+        "wait $pid; }",
+        dir, PPRUN_BIN, dir);
     int st = system(cmd);
     char cap[300];
     snprintf(cap, sizeof cap, "%s.out", dir);
@@ -635,7 +652,8 @@ Test(attack, control_bytes_in_arguments_and_file_names_are_escaped) {
     char name[64];
     snprintf(name, sizeof name, "s\033[2J.csv");
     write_text(at(name), "0F0,0B0,0W0\n");
-    int rc = pprun("schedule --schedule csv:" "$(printf 's\\033[2J.csv')");
+    int rc = pprun("schedule --schedule csv:"
+                   "$(printf 's\\033[2J.csv')");
     cr_assert_eq(rc, 0, "%s", out);
     assert_terminal_safe("pprun schedule's text");
     cr_assert(strstr(out, "schedule csv:s\\x1b[2J.csv: 1 ranks"), "%s", out);
@@ -659,8 +677,8 @@ Test(attack, control_bytes_in_a_database_are_escaped) {
     rc = pprun("stats --db t.db");
     cr_assert_eq(rc, 0, "%s", out);
     assert_terminal_safe("pprun stats");
-    cr_assert(strstr(out, "job\\x1b[2J") && strstr(out, "gpt\\x1b]0;owned\\x07") && strstr(out, "1f1b\\u009b2J"),
-              "%s", out);
+    cr_assert(strstr(out, "job\\x1b[2J") && strstr(out, "gpt\\x1b]0;owned\\x07") && strstr(out, "1f1b\\u009b2J"), "%s",
+              out);
     rc = pprun("query --db t.db 'SELECT name, model, schedule, failure FROM jobs'");
     cr_assert_eq(rc, 0, "%s", out);
     assert_terminal_safe("pprun query");

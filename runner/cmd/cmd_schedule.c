@@ -105,8 +105,8 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
      * terminal, as every text from outside (the grid is digits and F/B/W). */
     fputs("schedule ", stdout);
     pp_term_write(stdout, plan->name, strlen(plan->name), 0);
-    printf(": %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->ranks,
-           plan->stages, plan->virtual_stages, placement_name(plan), plan->microbatches);
+    printf(": %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->ranks, plan->stages,
+           plan->virtual_stages, placement_name(plan), plan->microbatches);
     printf("costs: f=%g b=%g w=%g comm=%g\n\n", c->f, c->b, c->w, c->comm);
     char *grid = sched_grid_text(plan, NULL, 0, 0);
     printf("action grid ({stage}{F|B|W}{microbatch}, '.' idle):\n%s\n", grid ? grid : "(out of memory)\n");

@@ -24,7 +24,8 @@
 static int check_folder(const char *flag, const char *path, pp_err *err) {
     struct stat st;
     if (stat(path, &st) != 0) return pp_output_check(path, flag, err);
-    if (!S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: is %s, not a directory", flag, path, pp_file_kind(st.st_mode));
+    if (!S_ISDIR(st.st_mode))
+        return pp_fail(err, "%s %s: is %s, not a directory", flag, path, pp_file_kind(st.st_mode));
     if (access(path, W_OK) != 0) return pp_fail(err, "%s %s: not writable: %s", flag, path, strerror(errno));
     return 1;
 }
