@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct pp_err {
     char msg[1024];
@@ -66,9 +67,83 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
 uint64_t pp_hash(const void *p, size_t n);
 uint64_t pp_hash_str(const char *s);
 
-/* Reads a whole file into *buf (malloc'ed, NUL-terminated; caller frees),
- * at most max_bytes. Errors start with "WHAT PATH:" (e.g. "--data x.txt:"). */
-int pp_read_file(const char *path, size_t max_bytes, const char *what, char **buf, size_t *len, pp_err *err);
+/* ---- Files the user names -------------------------------------------------
+ * Every path a user gives pprun to read or to write goes through these, so
+ * that each refuses the same things in the same words. Their messages start
+ * with "WHAT PATH:" (e.g. "--data x.txt:"); WHAT is the flag. */
+
+/* "a directory", "a FIFO (named pipe)", "a character device", "a block
+ * device", "a socket", "a symbolic link", "a regular file": what st_mode is. */
+const char *pp_file_kind(unsigned mode);
+
+/* Inputs: a regular file only (a symbolic link to one is fine): a FIFO, a
+ * device, a directory, a socket, or a pseudo-file of /proc or /sys (whose
+ * size is not what reading it yields) is refused, naming what it is. A
+ * FIFO is never opened (nor waited on: the file is opened O_NONBLOCK, then
+ * made blocking). A file of more than max_bytes is refused with its size
+ * and the cap. *f is the file open for reading (the caller closes it);
+ * size, when not NULL, gets its size. */
+int pp_input_open(const char *path, const char *what, uint64_t max_bytes, FILE **f, uint64_t *size, pp_err *err);
+/* pp_input_open, then the whole file into *buf (malloc'ed, NUL-terminated;
+ * the caller frees it); what reading yields counts against max_bytes too. */
+int pp_input_read(const char *path, const char *what, size_t max_bytes, char **buf, size_t *len, pp_err *err);
+
+/* Outputs: nothing at path yet, or a regular file. Anything else there (a
+ * device, a FIFO, a socket, a directory, a symbolic link, even to a regular
+ * file) is refused, naming what it is, and left as it is; so is a path
+ * whose folder is missing or not writable. Checks early, before a job
+ * starts; pp_output_begin and pp_output_stream check again. */
+int pp_output_check(const char *path, const char *what, pp_err *err);
+
+/* A whole file (--out, --csv-out, a checkpoint, saved weights), written
+ * into a new temporary file of a random name beside the target (created
+ * O_EXCL | O_NOFOLLOW: nothing planted there is opened), then synced and
+ * renamed over it: the target holds the old content or all of the new,
+ * never a part, and a failure leaves it and the folder as they were. */
+typedef struct pp_output {
+    FILE *f;                 /* write the content here */
+    int dir;                 /* the target's folder; -1 when f is stdout */
+    char name[256];          /* the target's name in dir */
+    char tmp[256];           /* the temporary file's name in dir; "" when none */
+    const char *path, *what; /* the caller's, for messages */
+} pp_output;
+/* PP_OUTPUT_DASH: path "-" is standard output (for a command that
+ * documents it); its errors are main's (one check at the end, main.c). */
+#define PP_OUTPUT_DASH 1u
+int pp_output_begin(pp_output *o, const char *path, const char *what, unsigned flags, pp_err *err);
+/* Flushes, syncs, closes and renames into place; on failure the temporary
+ * file is removed and -1 says why. Either way o is finished. */
+int pp_output_commit(pp_output *o, pp_err *err);
+/* Gives up: the temporary file is removed, the target untouched. */
+void pp_output_abort(pp_output *o);
+
+/* A file written as it goes, which cannot be renamed into place (the
+ * --metrics lines, appended; a rank's log, begun empty): pp_output_check,
+ * then opened O_NOFOLLOW without waiting on a FIFO and refused unless it is
+ * a regular file once open; only then emptied (truncate). The descriptor
+ * (O_CLOEXEC), or -1 with err. */
+int pp_output_stream(const char *path, const char *what, int truncate, pp_err *err);
+
+/* ---- Text for the terminal -----------------------------------------------
+ * Bytes from outside pprun (a CSV cell, a file name, a name in the
+ * database, an argument) made safe to print: raw, an escape sequence among
+ * them would drive the reader's terminal (clear it, retitle the window,
+ * move the cursor to hide what follows). Control characters (C0, DEL, and
+ * C1, U+0080..U+009F) and bytes that are not UTF-8 are written as escapes:
+ * \n, \t, \r, \xHH, \u00HH (a NUL too). With PP_TERM_LINES, newline, tab and
+ * carriage return stay as they are (text laid out in lines, a progress
+ * line). What comes out is printable, valid UTF-8: escaping it again
+ * changes nothing.
+ *
+ * pp_term_escape writes the escapes of s[0, n) into out[cap] (NUL-terminated
+ * when cap > 0), stopping before a character whose escape would not fit;
+ * returns the bytes written to out, and *used the bytes of s read. */
+#define PP_TERM_LINES 1u
+size_t pp_term_escape(const char *s, size_t n, unsigned flags, char *out, size_t cap, size_t *used);
+/* s[0, n) escaped onto f: 0, or -1 when a write fails. */
+int pp_term_write(FILE *f, const char *s, size_t n, unsigned flags);
+/* s escaped into a new string (malloc'ed; NULL when out of memory). */
+char *pp_term_dup(const char *s, size_t n, unsigned flags);
 
 /* Splits "k1=v1,k2=v2" in place: calls fn for each pair; stops at the first
  * non-zero return. A pair without '=' gets value ""; a key given twice is an

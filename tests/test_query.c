@@ -209,7 +209,8 @@ Test(query, a_failed_write_exits_1_saying_so) {
     snprintf(p, sizeof p, "/tmp/pprun-q-full-%d.err", (int)getpid());
     char *err = fixture_read_file(p);
     unlink(p);
-    cr_assert(err && strstr(err, "writing the output failed"), "%s", err ? err : "(no stderr)");
+    cr_assert(err && strstr(err, "pprun query: writing standard output failed: No space left on device"), "%s",
+              err ? err : "(no stderr)");
     free(err);
 }
 

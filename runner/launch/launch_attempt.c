@@ -43,9 +43,9 @@ static int open_log(const char *dir, const char *name, pp_err *err) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return pp_fail(err, "--log-dir: path too long: '%s/%s'", dir, name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) pp_fail(err, "--log-dir: cannot open '%s': %s", path, strerror(errno));
-    return fd;
+    /* A regular file or nothing there: a link or a device planted in the
+     * folder is refused, never written through (pp_output_stream). */
+    return pp_output_stream(path, "--log-dir", 1, err);
 }
 
 static int set_num(launch_env *env, const char *name, long v, pp_err *err) {
