@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/pp.h"
+#include "base/term.h"
 #include "db/usersql.h"
 #include "runner/cmd/cli.h"
 
@@ -72,14 +73,14 @@ static void usage(FILE *out) {
     fprintf(out, "\n`pprun COMMAND --help` describes each command; docs/cli.md has the details.\n");
 }
 
-/* Standard error as every module writes it, through pp_term_escape: a
+/* Standard error as every module writes it, through term_escape: a
  * message quoting a CSV cell, a file name or a name from the database
  * cannot drive the terminal (an ESC sequence, an OSC title, a C1 byte
  * become \x1b, \u009b). Lines, tabs and the progress line's \r stay. The
  * stream is unbuffered as stderr is: one fprintf is one write. Output of
  * the ranks' programs is theirs and does not pass here. */
 static ssize_t escaped_write(void *real, const char *buf, size_t n) {
-    return pp_term_write(real, buf, n, PP_TERM_LINES) == 0 ? (ssize_t)n : -1;
+    return term_write(real, buf, n, TERM_LINES) == 0 ? (ssize_t)n : -1;
 }
 
 static void escape_stderr(void) {

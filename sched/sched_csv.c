@@ -5,6 +5,7 @@
  * Reading goes in steps: find the rows, split them into cells (a reader),
  * tell the notation, expand each cell into its actions on its rank's list
  * and in the grid (an expansion), then make the plan. */
+#include "base/file.h"
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
@@ -444,7 +445,7 @@ int sched_load_csv(const char *path, sched_plan **out, pp_err *err) {
     *out = NULL;
     char *buf;
     size_t len;
-    if (pp_input_read(path, "schedule CSV", SCHED_CSV_MAX_BYTES, &buf, &len, err) != 0) return -1;
+    if (file_input_read(path, "schedule CSV", SCHED_CSV_MAX_BYTES, &buf, &len, err) != 0) return -1;
     int rc = sched_parse_csv(buf, len, path, out, err);
     free(buf);
     return rc;
@@ -455,8 +456,8 @@ int sched_write_csv(const sched_plan *plan, const char *path, const char *notati
     if (!notation || strcmp(notation, "pprun") == 0) torch = 0;
     else if (strcmp(notation, "pytorch") == 0) torch = 1;
     else return pp_fail(err, "--notation: unknown notation '%s'; accepted: pprun, pytorch", notation);
-    pp_output out;
-    if (pp_output_begin(&out, path, "schedule CSV", 0, err) != 0) return -1;
+    file_output out;
+    if (file_output_begin(&out, path, "schedule CSV", 0, err) != 0) return -1;
     for (int r = 0; r < plan->ranks; r++) {
         /* trailing idle cells are left out: a row ends with its last action */
         int last = plan->nslots - 1;
@@ -469,5 +470,5 @@ int sched_write_csv(const sched_plan *plan, const char *path, const char *notati
         }
         fputc('\n', out.f);
     }
-    return pp_output_commit(&out, err);
+    return file_output_commit(&out, err);
 }

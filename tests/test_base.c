@@ -7,8 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/pp.h"
 #include "base/embed.h"
+#include "base/file.h"
+#include "base/pp.h"
+#include "base/term.h"
 
 Test(base, sizes_parse_with_binary_and_decimal_units) {
     uint64_t v;
@@ -109,7 +111,7 @@ Test(base, the_rate_limit_writes_a_burst_then_counts_what_it_held_back) {
 /* ---- text for the terminal, files the user names ---------------------------- */
 
 /* Each kind of byte that drives a terminal becomes an escape; UTF-8 text
- * stays; with PP_TERM_LINES newline, tab and carriage return stay too;
+ * stays; with TERM_LINES newline, tab and carriage return stay too;
  * the result escaped again is the same. */
 Test(base, terminal_escapes) {
     static const struct {
@@ -126,18 +128,18 @@ Test(base, terminal_escapes) {
         {"\300\257 \355\240\200", "\\xc0\\xaf \\xed\\xa0\\x80", "\\xc0\\xaf \\xed\\xa0\\x80"}, /* overlong, surrogate */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        for (unsigned flags = 0; flags <= PP_TERM_LINES; flags++) {
+        for (unsigned flags = 0; flags <= TERM_LINES; flags++) {
             const char *want = flags ? cases[i].lines : cases[i].out;
-            char *got = pp_term_dup(cases[i].in, strlen(cases[i].in), flags);
+            char *got = term_dup(cases[i].in, strlen(cases[i].in), flags);
             cr_assert_str_eq(got, want, "case %zu, flags %u", i, flags);
-            char *again = pp_term_dup(got, strlen(got), flags);
+            char *again = term_dup(got, strlen(got), flags);
             cr_assert_str_eq(again, got, "case %zu escaped twice", i);
             free(again);
             free(got);
         }
     }
     /* A NUL in the middle is shown, not an end. */
-    char *got = pp_term_dup("a\0b", 3, 0);
+    char *got = term_dup("a\0b", 3, 0);
     cr_assert_str_eq(got, "a\\x00b");
     free(got);
 }
@@ -147,11 +149,11 @@ Test(base, terminal_escapes) {
 Test(base, terminal_escapes_stop_at_a_whole_character) {
     char out[8];
     size_t used;
-    size_t n = pp_term_escape("ab\033c", 4, 0, out, 4, &used); /* "ab" fits, "\x1b" would not */
+    size_t n = term_escape("ab\033c", 4, 0, out, 4, &used); /* "ab" fits, "\x1b" would not */
     cr_assert_eq(n, 2);
     cr_assert_eq(used, 2);
     cr_assert_str_eq(out, "ab");
-    n = pp_term_escape("a\342\202\254", 4, 0, out, 4, &used); /* 'a' and the euro sign need 5 with the NUL */
+    n = term_escape("a\342\202\254", 4, 0, out, 4, &used); /* 'a' and the euro sign need 5 with the NUL */
     cr_assert_eq(used, 1);
     cr_assert_str_eq(out, "a");
 }
@@ -179,11 +181,11 @@ Test(base, an_input_over_its_cap_is_refused, .init = make_scratch, .fini = remov
     FILE *f = fopen(path, "w");
     fputs("0123456789", f);
     fclose(f);
-    cr_assert_eq(pp_input_read(path, "--x", 10, &buf, &len, &err), 0, "%s", err.msg);
+    cr_assert_eq(file_input_read(path, "--x", 10, &buf, &len, &err), 0, "%s", err.msg);
     cr_assert_eq(len, 10);
     cr_assert_str_eq(buf, "0123456789");
     free(buf);
-    cr_assert_eq(pp_input_read(path, "--x", 9, &buf, &len, &err), -1);
+    cr_assert_eq(file_input_read(path, "--x", 9, &buf, &len, &err), -1);
     cr_assert(strstr(err.msg, "--x ") && strstr(err.msg, "is 10 bytes, over the cap of 9 bytes"), "%s", err.msg);
 }
 
@@ -194,22 +196,22 @@ Test(base, an_output_appears_whole_at_the_commit, .init = make_scratch, .fini = 
     char path[128];
     pp_err err;
     snprintf(path, sizeof path, "%s/o", scratch);
-    pp_output o;
-    cr_assert_eq(pp_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
+    file_output o;
+    cr_assert_eq(file_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
     fputs("half", o.f);
-    pp_output_abort(&o);
+    file_output_abort(&o);
     char cmd[256];
     snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", scratch);
     cr_assert_eq(system(cmd), 0, "an abort left something behind");
-    cr_assert_eq(pp_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(file_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
     fputs("whole\n", o.f);
     cr_assert_eq(access(path, F_OK), -1, "the target appeared before the commit");
-    cr_assert_eq(pp_output_commit(&o, &err), 0, "%s", err.msg);
+    cr_assert_eq(file_output_commit(&o, &err), 0, "%s", err.msg);
     struct stat st0, st1;
     cr_assert_eq(stat(path, &st0), 0);
-    cr_assert_eq(pp_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(file_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
     fputs("again\n", o.f);
-    cr_assert_eq(pp_output_commit(&o, &err), 0, "%s", err.msg);
+    cr_assert_eq(file_output_commit(&o, &err), 0, "%s", err.msg);
     cr_assert_eq(stat(path, &st1), 0);
     cr_assert_neq(st0.st_ino, st1.st_ino);
     snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = o && grep -qx again '%s'", scratch, path);

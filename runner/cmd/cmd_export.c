@@ -1,11 +1,12 @@
 /* cmd_export.c: `pprun export --db FILE [--job ID] [--steps A-B] [--format chrome] [--out FILE]`:
  * a job's trace as Chrome trace JSON (opens in Perfetto, chrome://tracing).
  * The database is opened read-only; with --out the file appears only when
- * complete, and only where nothing but a regular file was (pp_output). */
+ * complete, and only where nothing but a regular file was (file_output). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "db/db.h"
 #include "db/export.h"
 #include "runner/cmd/cli.h"
@@ -82,8 +83,8 @@ int cmd_export(int argc, char **argv) {
         }
         job = (long)newest;
     }
-    pp_output out;
-    if (pp_output_begin(&out, outpath ? outpath : "-", "--out", PP_OUTPUT_DASH, &err) != 0) {
+    file_output out;
+    if (file_output_begin(&out, outpath ? outpath : "-", "--out", FILE_OUTPUT_DASH, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
         sqlite3_close(sql);
         return 2;
@@ -94,8 +95,8 @@ int cmd_export(int argc, char **argv) {
     /* A job or steps that are not there are bad input (2); output that
      * could not be written is a failure (1), as for pprun query. */
     int status = rc != 0 && ferror(out.f) ? 1 : 2;
-    if (rc != 0) pp_output_abort(&out);
-    else if (pp_output_commit(&out, &err) != 0) rc = -1, status = 1;
+    if (rc != 0) file_output_abort(&out);
+    else if (file_output_commit(&out, &err) != 0) rc = -1, status = 1;
     if (rc == 0) return 0;
     if (status == 1 && to_stdout) return 1; /* main names the error, as for every command's output */
     fprintf(stderr, "pprun export: %s\n", err.msg);

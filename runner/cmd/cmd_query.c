@@ -5,9 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/term.h"
 #include "db/usersql.h"
-#include "runner/cmd/cli.h"
 #include "report/sql.h"
+#include "runner/cmd/cli.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -55,13 +56,13 @@ static size_t text_width(const char *s) {
 
 /* A cell's text for the table: a value from the database may hold control
  * characters, and printed raw an ESC sequence in a job's name or a rank's
- * host would drive the reader's terminal; pp_term_escape writes them as
+ * host would drive the reader's terminal; term_escape writes them as
  * escapes (a NUL too: it cut the text short). *heap owns what needs
  * freeing. */
 static const char *table_text(const usersql_cell *c, char *tmp, size_t tmpsz, char **heap) {
     const char *t = cell_text(c, tmp, tmpsz, heap);
     if (c->type != USERSQL_TEXT) return t;
-    char *safe = pp_term_dup(c->s, c->len, 0);
+    char *safe = term_dup(c->s, c->len, 0);
     if (!safe) return t;
     *heap = safe;
     return safe;
@@ -77,7 +78,7 @@ static void print_table(const usersql_result *r) {
     }
     char tmp[64], *heap;
     for (int c = 0; c < r->ncols; c++) {
-        char *safe = pp_term_dup(r->cols[c], strlen(r->cols[c]), 0);
+        char *safe = term_dup(r->cols[c], strlen(r->cols[c]), 0);
         names[c] = safe ? safe : r->cols[c];
         w[c] = text_width(names[c]);
     }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/term.h"
 #include "runner/cmd/cli.h"
 #include "sched/sched.h"
 
@@ -104,7 +105,7 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
     /* The name of a CSV schedule holds its file's name: escaped for the
      * terminal, as every text from outside (the grid is digits and F/B/W). */
     fputs("schedule ", stdout);
-    pp_term_write(stdout, plan->name, strlen(plan->name), 0);
+    term_write(stdout, plan->name, strlen(plan->name), 0);
     printf(": %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->ranks, plan->stages,
            plan->virtual_stages, placement_name(plan), plan->microbatches);
     printf("costs: f=%g b=%g w=%g comm=%g\n\n", c->f, c->b, c->w, c->comm);

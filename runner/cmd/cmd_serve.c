@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/term.h"
 #include "runner/cmd/cli.h"
 #include "web/http.h"
 
@@ -73,7 +74,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     fputs("pprun serve: serving ", stdout);
-    pp_term_write(stdout, o.db_path, strlen(o.db_path), 0);
+    term_write(stdout, o.db_path, strlen(o.db_path), 0);
     printf(" at %s\n", http_url(s));
     fflush(stdout);
     int sig = 0;

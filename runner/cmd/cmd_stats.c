@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/term.h"
 #include "db/db.h"
 #include "report/json.h"
 #include "report/text.h"
@@ -192,7 +193,7 @@ int cmd_stats(int argc, char **argv) {
     rc = vs ? compare(db, dbpath, job, vs, json, tf) : stats(db, dbpath, job, json, tf);
     if (tf) {
         fclose(tf);
-        pp_term_write(stdout, text, len, PP_TERM_LINES);
+        term_write(stdout, text, len, TERM_LINES);
         free(text);
     }
 out:

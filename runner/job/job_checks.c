@@ -11,6 +11,7 @@
 
 #include <sqlite3.h>
 
+#include "base/file.h"
 #include "db/whatif.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
@@ -23,9 +24,9 @@
  * else the folder that will hold it must take it (0); -1 with err. */
 static int check_folder(const char *flag, const char *path, pp_err *err) {
     struct stat st;
-    if (stat(path, &st) != 0) return pp_output_check(path, flag, err);
+    if (stat(path, &st) != 0) return file_output_check(path, flag, err);
     if (!S_ISDIR(st.st_mode))
-        return pp_fail(err, "%s %s: is %s, not a directory", flag, path, pp_file_kind(st.st_mode));
+        return pp_fail(err, "%s %s: is %s, not a directory", flag, path, file_kind(st.st_mode));
     if (access(path, W_OK) != 0) return pp_fail(err, "%s %s: not writable: %s", flag, path, strerror(errno));
     return 1;
 }
@@ -35,7 +36,7 @@ static int check_in_folder(const char *flag, const char *dir, const char *name, 
     char path[2048];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return pp_fail(err, "%s %s: the path is too long", flag, dir);
-    return pp_output_check(path, flag, err);
+    return file_output_check(path, flag, err);
 }
 
 /* --save-weights DIR (DIR/stage_S.f32 for every stage) and --checkpoint-dir
@@ -63,7 +64,7 @@ static int check_db(const char *path, pp_err *err) {
     for (size_t i = 0; i < sizeof beside / sizeof beside[0]; i++) {
         char file[sizeof ((run_config *)0)->db + 16];
         snprintf(file, sizeof file, "%s%s", path, beside[i]);
-        if (pp_output_check(file, "--db", err) != 0) return -1;
+        if (file_output_check(file, "--db", err) != 0) return -1;
     }
     return 0;
 }
@@ -178,7 +179,7 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
         return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);
     }
     if (check_fail_at(job, world, err) != 0) return -1;
-    if (cfg->metrics[0] && pp_output_check(cfg->metrics, "--metrics", err) != 0) return -1;
+    if (cfg->metrics[0] && file_output_check(cfg->metrics, "--metrics", err) != 0) return -1;
     if (check_output_folders(job, err) != 0) return -1;
     return cfg->resume ? check_resume(job, err) : 0;
 }

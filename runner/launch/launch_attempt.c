@@ -3,6 +3,7 @@
  * attempt on another node, and tear everything down: SIGTERM (or the
  * forwarded signal) to every rank's process group and every other
  * descendant, SIGKILL after --shutdown-timeout, until nothing is left. */
+#include "base/file.h"
 #include "runner/launch/launch_int.h"
 #include "runner/store/store.h"
 
@@ -44,8 +45,8 @@ static int open_log(const char *dir, const char *name, pp_err *err) {
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return pp_fail(err, "--log-dir: path too long: '%s/%s'", dir, name);
     /* A regular file or nothing there: a link or a device planted in the
-     * folder is refused, never written through (pp_output_stream). */
-    return pp_output_stream(path, "--log-dir", 1, err);
+     * folder is refused, never written through (file_output_stream). */
+    return file_output_stream(path, "--log-dir", 1, err);
 }
 
 static int set_num(launch_env *env, const char *name, long v, pp_err *err) {

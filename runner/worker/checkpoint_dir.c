@@ -1,6 +1,7 @@
 /* checkpoint_dir.c: DIR/latest of a job's checkpoint directory
  * (checkpoint_dir.h). */
 #include "runner/worker/checkpoint_dir.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@ int checkpoint_dir_latest(const char *dir, int *step, char *run_id, size_t n, pp
     size_t len;
     snprintf(path, sizeof path, "%s/latest", dir);
     /* "STEP RUN_ID\n" is at most 8 + 1 + 255 + 1 bytes */
-    if (pp_input_read(path, "checkpoint", 300, &text, &len, err) != 0) return -1;
+    if (file_input_read(path, "checkpoint", 300, &text, &len, err) != 0) return -1;
     /* exactly what checkpoint_dir_mark_latest writes: "STEP RUN_ID\n";
      * a step past what --steps allows would overflow step + 1 */
     char *end;
@@ -44,8 +45,8 @@ int checkpoint_dir_to_load(const run_config *cfg, const char *run_id, int *step,
 int checkpoint_dir_mark_latest(const char *dir, int step, const char *run_id, pp_err *err) {
     char path[1024];
     snprintf(path, sizeof path, "%s/latest", dir);
-    pp_output out;
-    if (pp_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
+    file_output out;
+    if (file_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
     fprintf(out.f, "%d %s\n", step, run_id);
-    return pp_output_commit(&out, err);
+    return file_output_commit(&out, err);
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "runner/worker/checkpoint_dir.h"
 
 /* Timestamps are pp_now_ns(); the ring adds the test-only clock skew
@@ -61,7 +62,7 @@ static int load_checkpoint(engine *e, int step, pp_err *err) {
         char path[1024];
         checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
         FILE *f;
-        if (pp_input_open(path, "checkpoint", UINT64_MAX, &f, NULL, err) != 0) return -1;
+        if (file_input_open(path, "checkpoint", UINT64_MAX, &f, NULL, err) != 0) return -1;
         int rc = model_stage_load(e->stages[s], f, err);
         fclose(f);
         if (rc != 0) return pp_wrap(err, "checkpoint %s", path);
@@ -272,13 +273,13 @@ static int save_checkpoint(engine *e, int step, pp_err *err) {
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
         checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
-        pp_output out;
-        if (pp_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
+        file_output out;
+        if (file_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
         if (model_stage_save(e->stages[s], out.f, err) != 0) {
-            pp_output_abort(&out);
+            file_output_abort(&out);
             return -1;
         }
-        if (pp_output_commit(&out, err) != 0) return -1;
+        if (file_output_commit(&out, err) != 0) return -1;
     }
     return e->hooks.checkpoint_done ? e->hooks.checkpoint_done(e->hooks.ctx, step, err) : 0;
 }
@@ -342,11 +343,11 @@ static int save_weights(engine *e, pp_err *err) {
         model_stage_export_weights(e->stages[s], w);
         char path[1024];
         snprintf(path, sizeof path, "%s/stage_%d.f32", dir, s);
-        pp_output out;
-        int rc = pp_output_begin(&out, path, "--save-weights", 0, err);
+        file_output out;
+        int rc = file_output_begin(&out, path, "--save-weights", 0, err);
         if (rc == 0) {
             fwrite(w, sizeof *w, n, out.f); /* a short write shows in the commit */
-            rc = pp_output_commit(&out, err);
+            rc = file_output_commit(&out, err);
         }
         free(w);
         if (rc != 0) return -1;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/token.h"
 #include "runner/comm/comm.h"
 #include "runner/comm/devcomm.h"
@@ -95,7 +96,7 @@ static int open_inputs(worker *w, pp_err *err) {
         data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &w->data, err) != 0)
         return -1;
     if (last && cfg->metrics[0]) {
-        int fd = pp_output_stream(cfg->metrics, "--metrics", 0, err);
+        int fd = file_output_stream(cfg->metrics, "--metrics", 0, err);
         if (fd < 0) return -1;
         if (!(w->metrics = fdopen(fd, "a"))) {
             close(fd);

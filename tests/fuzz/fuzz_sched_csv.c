@@ -4,7 +4,7 @@
  * Besides what the sanitizers catch, it checks what the reader promises:
  * a plan it returns passes the validator or is refused with a message,
  * simulates when valid, and draws as a grid; every message names the
- * source, and pp_term_escape makes it safe for a terminal (no control
+ * source, and term_escape makes it safe for a terminal (no control
  * character, the same when escaped again).
  *
  * Built by hand (not part of the CMake build), from the repository root,
@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/pp.h"
+#include "base/term.h"
 #include "sched/sched.h"
 
 /* Fails the run (libFuzzer reports the input) when the check does not hold. */
@@ -31,14 +32,14 @@
  * changes nothing. */
 static void check_escaped(const char *msg) {
     size_t n = strlen(msg);
-    char *once = pp_term_dup(msg, n, PP_TERM_LINES);
+    char *once = term_dup(msg, n, TERM_LINES);
     CHECK(once);
     for (const unsigned char *p = (const unsigned char *)once; *p; p++) {
         CHECK(*p >= 0x20 || *p == '\n' || *p == '\t' || *p == '\r');
         CHECK(*p != 0x7f);
         CHECK(!(p[0] == 0xc2 && p[1] >= 0x80 && p[1] < 0xa0)); /* C1 as UTF-8 */
     }
-    char *twice = pp_term_dup(once, strlen(once), PP_TERM_LINES);
+    char *twice = term_dup(once, strlen(once), TERM_LINES);
     CHECK(twice && strcmp(once, twice) == 0);
     free(twice);
     free(once);
