@@ -50,6 +50,7 @@ typedef struct run_job {
     int program;           /* 1: `-- PROGRAM` runs instead of the built-in worker */
     char worker_flag[32];  /* the first option given that only the built-in worker takes */
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
+    pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
 } run_job;
 
 /* How the workers' attempts ended (job_attempts_run), and the trace with

@@ -220,7 +220,7 @@ static int last_line(const char *tail, const char **line) {
 static void failure_text(const launch_result *res, char *buf, size_t n) {
     char sigbuf[16];
     const launch_failure *f = &res->failure;
-    const char *line;
+    const char *line, *state = launch_state_name(f->state);
     int len = last_line(f->stderr_tail, &line);
     if (res->status == LAUNCH_FAILED && f->global_rank < 0 && f->signal)
         snprintf(buf, n, "the launcher of node rank %d (on %s) got %s", f->node_rank, f->host,
@@ -228,6 +228,10 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
     else if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
         snprintf(buf, n, "the launcher of node rank %d (on %s) failed: %.*s", f->node_rank, f->host,
                  (int)strcspn(f->stderr_tail, "\n"), f->stderr_tail);
+    else if (res->status == LAUNCH_FAILED && f->hung) /* the ranks that waited for it say how we know */
+        snprintf(buf, n, "rank %d (local rank %d%s%s) stopped answering%s%s%s: %s", f->global_rank, f->local_rank,
+                 f->host[0] ? " on " : "", f->host, state ? " (it was " : "", state ? state : "", state ? ")" : "",
+                 f->why);
     else if (res->status == LAUNCH_FAILED && f->signal)
         snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", f->global_rank, f->local_rank, f->host,
                  launch_signal_name(f->signal, sigbuf));
