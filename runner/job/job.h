@@ -51,6 +51,7 @@ typedef struct run_job {
     char worker_flag[32];  /* the first option given that only the built-in worker takes */
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
     pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
+    launch_guard *guard;   /* outlives a SIGKILLed launcher: kills the ranks, then records the job's end */
 } run_job;
 
 /* How the workers' attempts ended (job_attempts_run), and the trace with
