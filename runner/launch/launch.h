@@ -197,8 +197,10 @@ int launch_guard_start(launch_guard **out, pp_err *err);
 /* The will: argv (argv[0] a path; at most 256 arguments, 60 KiB in all) is
  * executed with fds[i] as descriptor 3 + i (at most 1024), stdin, stdout
  * and stderr on /dev/null and the launcher's environment from when the
- * guard started. Replaces any earlier will; argv NULL leaves none. The
- * guard keeps its own copies of fds (a memfd stays alive with it). */
+ * guard started. Replaces the earlier will once all of it reached the guard
+ * (a launcher killed meanwhile leaves the earlier one in force); argv NULL
+ * leaves none. The guard keeps its own copies of fds (a memfd stays alive
+ * with it). */
 int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nfds, pp_err *err);
 /* The launcher is done: the guard exits, killing and running nothing.
  * Frees g (NULL: nothing). */

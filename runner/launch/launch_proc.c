@@ -252,9 +252,9 @@ char launch_proc_state(pid_t pid) {
 enum {
     GUARD_BYE = 0,        /* the launcher ends normally: kill nothing, run nothing */
     GUARD_GROUP = 1,      /* value: a rank's process group began (> 0), or its leader was reaped (< 0) */
-    GUARD_WILL_CLEAR = 2, /* forget the will and its descriptors */
-    GUARD_WILL_FDS = 3,   /* descriptors of the will, appended in order */
-    GUARD_WILL_ARGV = 4,  /* the will's arguments, each with its NUL: the will stands */
+    GUARD_WILL_BEGIN = 2, /* a new will follows (the one in force stays until it is whole) */
+    GUARD_WILL_FDS = 3,   /* descriptors of the new will, appended in order */
+    GUARD_WILL_ARGV = 4,  /* its arguments, each with its NUL (none: no will): it replaces the old one */
 };
 typedef struct guard_msg {
     int32_t kind, value;
@@ -272,22 +272,23 @@ struct launch_guard {
 extern char **environ;
 
 /* In the guard (static: it must not allocate): every group the launcher
- * announced and did not retire, and the will. */
+ * announced and did not retire; the will in force, and the descriptors of
+ * the one on its way. A launcher killed while it tells a new will leaves
+ * the old one in force. */
 static pid_t guard_groups[LAUNCH_MAX_NPROC];
 static size_t guard_ngroups;
 static char guard_in[sizeof(guard_msg) + GUARD_WILL_BYTES];
 static char guard_text[GUARD_WILL_BYTES];
 static char *guard_argv[GUARD_WILL_ARGS + 1];
-static int guard_fds[GUARD_WILL_FDS];
-static int guard_nfds;
+static int guard_fds[GUARD_WILL_FDS], guard_next_fds[GUARD_WILL_FDS];
+static int guard_nfds, guard_next_nfds;
 
-static void guard_forget_will(void) {
-    for (int i = 0; i < guard_nfds; i++) close(guard_fds[i]);
-    guard_nfds = 0;
-    guard_argv[0] = NULL;
+static void guard_close_next(void) {
+    for (int i = 0; i < guard_next_nfds; i++) close(guard_next_fds[i]);
+    guard_next_nfds = 0;
 }
 
-/* The descriptors a message carried: the will's when it is a
+/* The descriptors a message carried: the next will's when it is a
  * GUARD_WILL_FDS, else (or past the limit) closed at once. */
 static void guard_take_fds(struct msghdr *mh, int keep) {
     for (struct cmsghdr *h = CMSG_FIRSTHDR(mh); h; h = CMSG_NXTHDR(mh, h)) {
@@ -296,14 +297,19 @@ static void guard_take_fds(struct msghdr *mh, int keep) {
         for (size_t i = 0; i < n; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
-            if (keep && guard_nfds < GUARD_WILL_FDS) guard_fds[guard_nfds++] = fd;
+            if (keep && guard_next_nfds < GUARD_WILL_FDS) guard_next_fds[guard_next_nfds++] = fd;
             else close(fd);
         }
     }
 }
 
-/* The arguments, NUL-separated, as argv. */
-static void guard_set_argv(const char *text, size_t len) {
+/* The new will replaces the one in force: its descriptors, and the
+ * arguments, NUL-separated, as argv (none: no will). */
+static void guard_set_will(const char *text, size_t len) {
+    for (int i = 0; i < guard_nfds; i++) close(guard_fds[i]);
+    memcpy(guard_fds, guard_next_fds, (size_t)guard_next_nfds * sizeof guard_fds[0]);
+    guard_nfds = guard_next_nfds;
+    guard_next_nfds = 0;
     memcpy(guard_text, text, len);
     size_t argc = 0;
     for (size_t at = 0; at < len && argc < GUARD_WILL_ARGS;) {
@@ -343,9 +349,9 @@ static int guard_listen(int sock) {
         guard_take_fds(&mh, m.kind == GUARD_WILL_FDS);
         if (m.kind == GUARD_BYE) return 1;
         if (m.kind == GUARD_GROUP) guard_group(m.value);
-        if (m.kind == GUARD_WILL_CLEAR) guard_forget_will();
+        if (m.kind == GUARD_WILL_BEGIN) guard_close_next();
         if (m.kind == GUARD_WILL_ARGV && !(mh.msg_flags & MSG_TRUNC))
-            guard_set_argv(guard_in + sizeof m, (size_t)got - sizeof m);
+            guard_set_will(guard_in + sizeof m, (size_t)got - sizeof m);
     }
 }
 
@@ -353,6 +359,7 @@ static int guard_listen(int sock) {
  * them all, then down), then it runs in place of the guard. */
 static void guard_run_will(int sock) {
     close(sock);
+    guard_close_next(); /* a will the launcher did not finish telling */
     int n = guard_nfds, high[GUARD_WILL_FDS];
     for (int i = 0; i < n; i++) {
         high[i] = fcntl(guard_fds[i], F_DUPFD, 3 + n);
@@ -476,12 +483,12 @@ int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nf
         memcpy(text + at, argv[i], n);
         at += n;
     }
-    int rc = guard_send(g, GUARD_WILL_CLEAR, 0, NULL, 0, NULL, 0, 0);
+    int rc = guard_send(g, GUARD_WILL_BEGIN, 0, NULL, 0, NULL, 0, 0);
     for (int at = 0; rc == 0 && at < nfds; at += GUARD_FDS_PER_MSG) {
         int n = nfds - at < GUARD_FDS_PER_MSG ? nfds - at : GUARD_FDS_PER_MSG;
         rc = guard_send(g, GUARD_WILL_FDS, 0, NULL, 0, fds + at, n, 0);
     }
-    if (rc == 0 && argc > 0) rc = guard_send(g, GUARD_WILL_ARGV, 0, text, len, NULL, 0, 0);
+    if (rc == 0) rc = guard_send(g, GUARD_WILL_ARGV, 0, text, len, NULL, 0, 0);
     int e = errno;
     free(text);
     if (rc != 0) return pp_fail(err, "telling the guard its will: %s", strerror(e));
