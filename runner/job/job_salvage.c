@@ -40,11 +40,19 @@ static void will_addf(will *w, const char *fmt, long v) {
  * is known how its ranks ended. Says on stderr when the guard cannot take
  * it: the job goes on, as a launcher without a guard would. */
 static void tell_will(run_job *job, const job_outcome *end) {
-    char db_path[PATH_MAX], host[256] = "localhost", failure[sizeof end->launch_err.msg + 64];
+    char exe[PATH_MAX], db_path[PATH_MAX], host[256] = "localhost", failure[sizeof end->launch_err.msg + 64];
     will w = {.n = 0};
+    pp_err err;
+    /* This very binary: a will that runs it needs no PATH. */
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "pprun run: cannot find the pprun executable (/proc/self/exe) for the guard's will\n");
+        return;
+    }
+    exe[n] = '\0';
     if (!realpath(job->cfg.db, db_path)) snprintf(db_path, sizeof db_path, "%s", job->cfg.db);
     gethostname(host, sizeof host - 1);
-    will_add(&w, job->self_exe);
+    will_add(&w, exe);
     will_add(&w, "salvage");
     will_add(&w, "--db");
     will_add(&w, db_path);
@@ -77,7 +85,6 @@ static void tell_will(run_job *job, const job_outcome *end) {
         will_add(&w, failure);
     }
     w.argv[w.n] = NULL;
-    pp_err err;
     if (launch_guard_will(job->guard, w.argv, fds, nfds, &err) != 0)
         fprintf(stderr, "pprun run: %s; if this launcher is killed, readers will show job %lld as lost\n", err.msg,
                 (long long)job->job_id);
