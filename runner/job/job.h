@@ -9,6 +9,8 @@
  *   job_rows         the job in the database: its rows at the start and at the end
  *   job_serve        --serve: the dashboard, kept up after the job until Ctrl-C
  *   job_attempts     the workers' attempts, through the supervisor (runner/launch)
+ *   job_blame        the rank a failure comes from, when the first to fail only waited for it
+ *   job_salvage      the guard's will: a killed launcher's rings and job's end still reach the database
  *   job_tracing      the trace collector and each rank's ring
  *   job_program_env  `-- PROGRAM`: the schedule in the program's environment
  *
