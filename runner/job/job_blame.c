@@ -49,13 +49,14 @@ static int note_within(blame *b, int r) {
     }
 }
 
-/* Rank r runs on this node and is stopped (SIGSTOP, a debugger): whatever
- * it said it waits for, it answers nobody. */
+/* Rank r runs on this node and is stopped (SIGSTOP, SIGTSTP): whatever it
+ * said it waits for, it answers nobody. Not a tracing stop ('t'): a rank
+ * that is exiting is stopped so for a moment by the tools that look at it
+ * (LeakSanitizer's scan, a core dumper), and it says whom it waited for. */
 static int stopped_here(const blame *b, int r) {
     int lr = r - b->info->node_rank * b->info->nproc_per_node;
     if (lr < 0 || lr >= b->info->nproc_per_node || b->job->rank_pids[lr] <= 0) return 0;
-    char st = launch_proc_state(b->job->rank_pids[lr]);
-    return st == 'T' || st == 't';
+    return launch_proc_state(b->job->rank_pids[lr]) == 'T';
 }
 
 /* From the rank the failed one waited for, along who waits for whom, to
