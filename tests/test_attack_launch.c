@@ -178,16 +178,19 @@ static int gone(pid_t pid) {
 
 /* Within `seconds`, no process of the job is left: none of pids, and none
  * whose command line holds `text` (the launcher, its guard, `pprun
- * salvage`, workers given a path of the job). On failure everything found
- * is killed, then the test fails naming it. */
+ * salvage`, workers given a path of the job), three looks in a row 50 ms
+ * apart (a process in the middle of execve shows no command line for a
+ * moment). On failure everything found is killed, then the test fails
+ * naming it. */
 static void assert_nothing_left(const pid_t *pids, int n, const char *text, int seconds) {
     pid_t left = 0;
-    for (int i = 0; i < seconds * 50; i++) {
+    for (int i = 0, clean = 0; i < seconds * 20; i++) {
         left = text ? process_with(text) : 0;
         for (int k = 0; k < n && !left; k++)
             if (pids[k] > 0 && !gone(pids[k])) left = pids[k];
-        if (!left) return;
-        usleep(20000);
+        clean = left ? 0 : clean + 1;
+        if (clean == 3) return;
+        usleep(50000);
     }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "ps -o pid,stat,args -p %d >&2", (int)left);
@@ -204,6 +207,48 @@ static int ended(lt_proc *p) {
     if (waitpid(p->pid, &st, WNOHANG) != p->pid) return 0;
     lt_collect(p, st);
     return 1;
+}
+
+/* The guard of the launcher `launcher`, if it started: the process
+ * outside the launcher's children whose command line holds text (the
+ * launcher's own, until it becomes `pprun salvage`); 0 if none. Its pid
+ * outlives the exec, its command line shows nothing for a moment. */
+static pid_t guard_of(pid_t launcher, const char *text) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && !found && (e = readdir(d))) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0 || pid == launcher || pid == getpid()) continue;
+        char path[300], buf[512], cmd[8192];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f) fclose(f);
+        buf[n] = '\0';
+        const char *rp = strrchr(buf, ')');
+        int ppid = 0;
+        if (!rp || sscanf(rp + 2, "%*c %d", &ppid) != 1 || ppid == launcher) continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        f = fopen(path, "r");
+        n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        if (f) fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (!cmd[i]) cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (n && strstr(cmd, text)) found = pid;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* SIGKILL to the launcher p, reaped; returns its guard, found before (0:
+ * none had started). */
+static pid_t kill_launcher(lt_proc *p, const char *db) {
+    pid_t guard = guard_of(p->pid, db);
+    kill(p->pid, SIGKILL);
+    lt_wait(p);
+    return guard;
 }
 
 /* Waits until the job in db has every rank's pid and `events` events
@@ -454,10 +499,10 @@ Test(attack_launch, a_killed_launcher_leaves_every_record_and_a_failed_job) {
     cr_assert(stopped, "the collector never slept between drains");
     uint64_t stop_ns = pp_now_ns();
     usleep(300000); /* the ranks write about 30 records each, into the rings only */
-    kill(p.pid, SIGKILL);
-    lt_wait(&p);
+    pid_t left[3] = {pids[0], pids[1], kill_launcher(&p, db)};
     cr_assert_eq(p.status, 128 + SIGKILL);
-    assert_nothing_left(pids, 2, db, 10);
+    cr_assert_gt(left[2], 0, "the launcher had no guard");
+    assert_nothing_left(left, 3, db, 10);
 
     char like[128];
     snprintf(like, sizeof like, "its launcher (pid %d on %%) was killed%%", (int)p.pid);
@@ -493,9 +538,8 @@ Test(attack_launch, a_launcher_killed_during_its_start_up_leaves_nothing_running
         lt_proc p;
         lt_start(&p, args, NULL);
         usleep((useconds_t)delays_ms[i] * 1000);
-        kill(p.pid, SIGKILL);
-        lt_wait(&p);
-        assert_nothing_left(NULL, 0, db, 10);
+        pid_t guard = kill_launcher(&p, db);
+        assert_nothing_left(&guard, 1, db, 10);
         assert_nothing_left(NULL, 0, mpath, 10); /* the workers */
         if (q(db, -1, "SELECT count(*) FROM jobs") <= 0) {
             lt_free(&p);
@@ -533,12 +577,10 @@ Test(attack_launch, a_launcher_killed_during_its_end_leaves_the_jobs_end) {
          * gone; the launcher is killed at once, if it still runs. */
         cr_assert(lt_wait_file(mpath), "the job never ran");
         int done = 0;
+        pid_t guard = 0;
         while (!(done = ended(&p)) && worker_with(mpath)) usleep(200);
-        if (!done) {
-            kill(p.pid, SIGKILL);
-            lt_wait(&p);
-        }
-        assert_nothing_left(NULL, 0, db, 10);
+        if (!done) guard = kill_launcher(&p, db);
+        assert_nothing_left(&guard, 1, db, 10);
         long long ok = q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND (status = 'succeeded' OR (status = "
                                 "'failed' AND exit_code = 137 AND failure LIKE 'its launcher (pid %d on %%) was "
                                 "killed%%'))", (int)p.pid);
@@ -555,9 +597,8 @@ Test(attack_launch, a_launcher_killed_during_its_end_leaves_the_jobs_end) {
     for (int i = 0; i < 3000 && q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'succeeded'") == 0; i++)
         usleep(20000);
     cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'succeeded'"), 1, "%s", job_row(db, 1));
-    kill(p.pid, SIGKILL);
-    lt_wait(&p);
-    assert_nothing_left(NULL, 0, db, 10);
+    pid_t guard = kill_launcher(&p, db);
+    assert_nothing_left(&guard, 1, db, 10);
     cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND exit_code = 0"), 1, "%s",
                  job_row(db, 1));
     assert_integrity_ok(db);
@@ -583,11 +624,11 @@ Test(attack_launch, a_killed_node_leaves_no_process_and_node_0_ends_the_job) {
     cr_assert(lt_wait_listening(atoi(port)), "node 0's store never came up");
     lt_start(&n1, a1, NULL);
     wait_running(&n0, db, 4, 100, pids);
-    kill(n1.pid, SIGKILL);
-    lt_wait(&n1);
+    pid_t guard = kill_launcher(&n1, m1);
     finish(&n0, 60, "node 0");
     cr_assert_eq(n0.status, 1, "node 0 exit %d:\n%s", n0.status, n0.err);
     assert_nothing_left(pids, 4, m1, 10);
+    assert_nothing_left(&guard, 1, m1, 10);
     assert_nothing_left(NULL, 0, db, 10);
     cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'failed' AND exit_code = 1"), 1, "%s",
                  job_row(db, 1));
