@@ -29,6 +29,7 @@ static const struct {
     {"serve", cmd_serve, "serve the dashboard and API over a trace database", 1},
     {"version", cmd_version, "print the version", 0},
     {"worker", cmd_worker, NULL, 0}, /* one rank of `pprun run`; started by it */
+    {"salvage", cmd_salvage, NULL, 0}, /* a killed `pprun run` launcher's guard runs it */
 };
 
 /* Runs fn with each "--flag=value" of argv (flag: letters, digits and '-')
