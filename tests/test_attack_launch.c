@@ -279,13 +279,14 @@ static void finish(lt_proc *p, int seconds, const char *what) {
 
 /* 4 ranks run `model` (1F1B, 4 microbatches) with a short receive timeout;
  * once `events` events are in, rank `victim` is stopped (SIGSTOP). The job
- * ends, naming it as the rank that stopped answering; returns the job's
- * failure for the caller's own checks. */
+ * ends, naming it as the rank that stopped answering, well inside the
+ * 120 s a rank is given to end after SIGTERM (the stopped one is continued
+ * to take it); returns the job's failure for the caller's own checks. */
 static const char *stop_a_rank(const char *name, const char *model, const char *cuts, int victim, int events) {
     const char *db = path_of(name);
     const char *args[] = {"run", "--nproc-per-node", "4", "--schedule", "1f1b", "--microbatches", "4", "--steps",
                           "1000", "--model", model, "--pipeline-cuts", cuts, "--recv-timeout", "2s",
-                          "--shutdown-timeout", "1", "--progress", "off", "--db", db, NULL};
+                          "--shutdown-timeout", "120", "--progress", "off", "--db", db, NULL};
     lt_proc p;
     pid_t pids[4];
     lt_start(&p, args, NULL);

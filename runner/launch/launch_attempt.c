@@ -193,6 +193,10 @@ static void attempt_free(attempt *a) {
 static void begin_teardown(attempt *a, int sig) {
     a->tearing = 1;
     signal_all(a->slots, a->n, sig);
+    /* A stopped rank (SIGSTOP, a debugger's stop) keeps a SIGTERM pending
+     * until it runs again: continue it, so that it ends now and not at
+     * --shutdown-timeout. */
+    if (sig != SIGKILL) signal_all(a->slots, a->n, SIGCONT);
     a->kill_at = pp_now_ns() + a->c->o->shutdown_timeout_ns;
 }
 
