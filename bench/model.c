@@ -4,7 +4,9 @@
  *     microbatch and AdamW), wall and CPU time;
  *  2. the linear layers' GEMMs: GFLOP/s inside the model against a bare
  *     cblas_sgemm of the same shapes (ratio near 1: the model wastes nothing
- *     around its GEMMs), and their share of the step;
+ *     around its GEMMs), and their share of the step (every cblas_sgemm of
+ *     the process comes through the wrapper below, which times the model's
+ *     in CPU time);
  *  3. each optimised kernel (gpt_kernels.h) against its plain reference
  *     (gpt_layers.h) at the model's shapes, alternating, medians of CPU
  *     time, and the kernel's share of the step (its time times its calls
@@ -50,6 +52,26 @@ static float *rand_floats(size_t n, float lo, float hi) {
         p[i] = lo + (hi - lo) * (float)(s >> 40) / 16777216.0f;
     }
     return p;
+}
+
+/* ---- the model's GEMMs in CPU time ---------------------------------------------
+ * This definition wins over libopenblas's for every call the model makes
+ * (the executable's symbols come first), so the step's GEMMs are timed on
+ * the same clock as the step. The stage's own stats (model_stage_gemm_stats)
+ * give their flops; their wall-clock times read high on a loaded machine. */
+typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE,
+                         const blasint, const blasint, const blasint, const float, const float *, const blasint,
+                         const float *, const blasint, const float, float *, const blasint);
+static sgemm_fn openblas_sgemm;
+static double model_gemm_cpu; /* seconds, while counting */
+static int counting;
+
+void cblas_sgemm(const enum CBLAS_ORDER o, const enum CBLAS_TRANSPOSE ta, const enum CBLAS_TRANSPOSE tb,
+                 const blasint M, const blasint N, const blasint K, const float alpha, const float *A,
+                 const blasint lda, const float *B, const blasint ldb, const float beta, float *C, const blasint ldc) {
+    double t0 = counting ? cpu_now() : 0;
+    openblas_sgemm(o, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (counting) model_gemm_cpu += cpu_now() - t0;
 }
 
 /* ---- 3. kernels against references ----------------------------------------- */
@@ -135,10 +157,6 @@ static int calibrate(op_fn fn, bufs *z) {
 
 /* ---- 4. OpenBLAS against BLIS ------------------------------------------------ */
 
-typedef void (*sgemm_fn)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE,
-                         const blasint, const blasint, const blasint, const float, const float *, const blasint,
-                         const float *, const blasint, const float, float *, const blasint);
-
 typedef struct shape {
     const char *what;
     CBLAS_TRANSPOSE ta, tb;
@@ -199,6 +217,11 @@ int main(int argc, char **argv) {
         }
     }
     if (rounds < 1 || rounds > 64) rounds = 9;
+    openblas_sgemm = (sgemm_fn)dlsym(RTLD_NEXT, "cblas_sgemm");
+    if (!openblas_sgemm) {
+        fprintf(stderr, "bench_model: no cblas_sgemm after this program's (%s)\n", dlerror());
+        return 2;
+    }
     openblas_set_num_threads(1); /* as every rank runs */
     pp_err err;
     model_spec sp;
@@ -225,6 +248,7 @@ int main(int argc, char **argv) {
             g0 = model_stage_gemm_stats(st);
             t0 = pp_now_ns();
             c0 = cpu_now();
+            counting = 1;
         }
         for (int mb = 0; mb < m; mb++) {
             data_batch(data, 1, step, mb, sp.batch, sp.seq, tok, tgt);
@@ -239,9 +263,10 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    counting = 0;
     double secs = (double)(pp_now_ns() - t0) / 1e9, cpu_secs = cpu_now() - c0;
     model_gemm_stats g1 = model_stage_gemm_stats(st);
-    double model_flops = g1.flops - g0.flops, model_gemm_s = (double)(g1.ns - g0.ns) / 1e9;
+    double model_flops = g1.flops - g0.flops;
     size_t nparams = model_stage_weight_count(st);
     model_stage_free(st);
 
@@ -272,22 +297,20 @@ int main(int argc, char **argv) {
     printf("%-10s %-3s %6s %6s %6s %12s\n", "linear", "op", "M", "N", "K", "bare GFLOP/s");
     double bare_s = 0, bare_flops = 0, bare_t[15];
     for (int i = 0; i < 15; i++) {
-        bare_t[i] = bare_gemm(cblas_sgemm, &shapes[i], rounds, 10, A, Bm, Cm);
+        bare_t[i] = bare_gemm(openblas_sgemm, &shapes[i], rounds, 10, A, Bm, Cm);
         double fl = 2.0 * shapes[i].M * shapes[i].N * shapes[i].K;
         bare_s += bare_t[i] * counts[i], bare_flops += fl * counts[i];
         printf("%-10s %-3s %6d %6d %6d %12.2f\n", shapes[i].what, i % 3 == 0 ? "F" : i % 3 == 1 ? "B" : "W",
                shapes[i].M, shapes[i].N, shapes[i].K, fl / bare_t[i] / 1e9);
     }
-    /* The stage times its GEMMs on the wall clock (cheap enough for every
-     * call); their share of the step's wall time, applied to its CPU time,
-     * gives their CPU time, comparable with the bare loop's. */
-    double tokens = (double)steps * m * (double)ntok, gemm_share = model_gemm_s / secs;
-    double in_model = model_flops / (gemm_share * cpu_secs) / 1e9, bare = bare_flops / bare_s / 1e9;
+    /* every sgemm of the step, the LM head's too; the flops count the same ones */
+    double tokens = (double)steps * m * (double)ntok, gemm_share = model_gemm_cpu / cpu_secs;
+    double in_model = model_flops / model_gemm_cpu / 1e9, bare = bare_flops / bare_s / 1e9;
     printf("\n%-44s %12s\n", "measure", "value");
     printf("%-44s %12.0f\n", "tokens/s (F+B+W+AdamW, CPU time)", tokens / cpu_secs);
     printf("%-44s %12.1f\n", "step time ms (wall)", secs / steps * 1e3);
     printf("%-44s %12.1f\n", "step time ms (CPU)", cpu_secs / steps * 1e3);
-    printf("%-44s %12.2f\n", "linear-layer GEMM share of the step", gemm_share);
+    printf("%-44s %12.2f\n", "linear-layer GEMM share of the step (CPU)", gemm_share);
     printf("%-44s %12.2f\n", "linear GEMM GFLOP/s inside the model", in_model);
     printf("%-44s %12.2f\n", "linear GEMM GFLOP/s bare, same shapes", bare);
     printf("%-44s %12.2f\n", "ratio inside / bare", in_model / bare);
@@ -327,7 +350,7 @@ int main(int argc, char **argv) {
     };
     int nops = (int)(sizeof ops / sizeof *ops);
     printf("\n%-30s %10s %10s %9s %9s %11s %7s\n", "kernel (CPU time, medians)", "ref us", "gk us", "ref/gk",
-           "calls/st", "gk ms/step", "share");
+           "calls/st", "gk ms/step", "share*");
     double step_cpu = cpu_secs / steps, shares = 0;
     for (int i = 0; i < nops; i++) {
         double tr[64], tk[64], rr = 0;
@@ -350,7 +373,9 @@ int main(int argc, char **argv) {
            gemm_share * step_cpu * 1e3, gemm_share * 100);
     printf("%-30s %10s %10s %9s %9s %11.2f %6.1f%%\n", "other (copies, accumulation, ...)", "", "", "", "",
            (1 - shares - gemm_share) * step_cpu * 1e3, (1 - shares - gemm_share) * 100);
-    printf("(head rows: both sides include the same GEMM; the softmax alone is the difference)\n");
+    printf("(head rows: both sides include the same GEMM, the softmax alone differs; the GEMM is in the GEMM row too.\n"
+           " * kernels timed alone on warm caches: the share they would have at that speed; the rest absorbs\n"
+           "   copies, gradient accumulation and the kernels' cache misses inside the step)\n");
 
     /* ---- 4. OpenBLAS against BLIS at the linears' shapes */
     const char *arch = NULL;
@@ -364,7 +389,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 15; i++) {
             double vo[64], vb[64];
             for (int r = 0; r < rounds; r++) {
-                vo[r] = bare_gemm(cblas_sgemm, &shapes[i], 1, 10, A, Bm, Cm);
+                vo[r] = bare_gemm(openblas_sgemm, &shapes[i], 1, 10, A, Bm, Cm);
                 vb[r] = bare_gemm(blis, &shapes[i], 1, 10, A, Bm, Cm);
             }
             double o = median(vo, rounds), b = median(vb, rounds), fl = 2.0 * shapes[i].M * shapes[i].N * shapes[i].K;
