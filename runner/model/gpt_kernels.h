@@ -32,9 +32,10 @@ void gk_layernorm_backward_weight(float *dg, float *db, const float *dout, const
 
 /* Causal attention as gpt_attention_*, in blocks of GK_LANES queries, each
  * over keys 0..its last query only. att is the same [B][H][T][T] buffer,
- * but each head's probabilities are stored transposed (att[b][h][u][t] =
- * P[t][u], written for u <= t only): B reads them in the same blocks.
- * scratch: gk_attention_scratch(T, C, H) floats. */
+ * but each head's slice holds the blocks' probabilities packed one after
+ * another, key-major ([keys][GK_LANES queries] per block), only the causal
+ * part: B reads them back in the same blocks. scratch:
+ * gk_attention_scratch(T, C, H) floats. */
 size_t gk_attention_scratch(int T, int C, int H);
 void gk_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H, float *scratch);
 void gk_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T, int C,
