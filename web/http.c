@@ -78,9 +78,12 @@ int http_parse_listen(const char *flag, const char *listen, char *host, size_t h
 }
 
 /* The listening socket for o->listen, after the one rule the dashboard adds
- * to net_listen's: an address that is not loopback needs a token. */
-static int open_listener(const http_options *o, int *family, char *url, size_t urlsz, uint16_t *bound,
-                         pp_err *err) {
+ * to net_listen's: an address that is not loopback needs a token. Its
+ * queue of connections not yet accepted is twice the connection limit: a
+ * burst of 1,000 at a queue of 128 had its SYNs dropped and sent again a
+ * second or three later (the slowest answer 2.7 s; 0.4 s with this). */
+static int open_listener(const http_options *o, unsigned backlog, int *family, char *url, size_t urlsz,
+                         uint16_t *bound, pp_err *err) {
     char host[256];
     uint16_t port;
     const char *flag = o->listen_flag ? o->listen_flag : "--listen";
@@ -92,7 +95,7 @@ static int open_listener(const http_options *o, int *family, char *url, size_t u
                        "(give --token TOKEN or set PPRUN_TOKEN; clients send 'Authorization: Bearer TOKEN')",
                        flag, host);
     pp_err why;
-    int fd = net_listen(host, port, 128, 0, &why);
+    int fd = net_listen(host, port, (int)backlog, 0, &why);
     if (fd < 0) return pp_fail(err, "%s: %s", flag, why.msg);
     char addr[INET6_ADDRSTRLEN];
     int p = net_local_name(fd, addr, sizeof addr, family);
@@ -416,7 +419,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
 
     /* Each step that fails undoes the ones before it, in reverse. */
     int family = AF_INET;
-    int fd = open_listener(opts, &family, s->url, sizeof s->url, &s->port, err);
+    int fd = open_listener(opts, 2 * s->o.max_conns, &family, s->url, sizeof s->url, &s->port, err);
     if (fd < 0) goto no_listener;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
@@ -426,7 +429,16 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
      * two waiting: at most four trace files exist at once. */
     if (sqlpool_start(&s->traces, "trace exports", &s->pool, 2, 2, err) != 0) goto no_traces;
     if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    /* poll(), not epoll: libmicrohttpd 0.9.75's epoll loop, having taken
+     * its most events (128) in one epoll_wait, waits again, for up to the
+     * connections' timeout, before serving them; a worker that had accepted
+     * its share of connections (512 / 4 threads) and got all their requests
+     * at once left them unread until the timeout closed them (128 of a
+     * burst of 1,000 in most bursts: bench/burst.c, test_web_burst.c).
+     * poll() is level-triggered and served before it waits again; its cost,
+     * every connection of a thread looked at on each turn, is nothing at
+     * 128 connections a thread. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME;
     if (family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,
