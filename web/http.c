@@ -32,8 +32,7 @@ typedef struct request {
     int path_nul;        /* the path as sent holds %00 (on_uri) */
     int answered;        /* a reply was queued before the body (401, 413) */
     route_req q;         /* its handler's; read by a pool's worker while the connection is suspended */
-    sql_task *task;      /* on a worker (sqlpool.c) while the connection is suspended */
-    sql_pool *pool;      /* the pool that took the request: sqlpool_done when it completes */
+    sql_task *task;      /* the pool's (sqlpool.c), from its submission until the request completes */
     size_t discarded;    /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
 
@@ -251,7 +250,6 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
         rt->handler(&rq->q, &r);
         if (!rq->q.then) return send_reply(s, c, &r);
         if (!sqlpool_submit(pool, c, run_then, rq, &rq->task, &r)) return send_reply(s, c, &r);
-        rq->pool = pool;
         return MHD_YES;
     }
     if (rt->flags & (ROUTE_DB | ROUTE_JOB)) {
@@ -352,7 +350,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (rq->discarded) return send_too_big(s, c);
     if (rq->task) { /* called again once the worker resumed the connection */
         sqlpool_take(rq->task, &r);
-        rq->task = NULL;
         return send_reply(s, c, &r);
     }
     return dispatch(s, c, rq, url, method);
@@ -364,8 +361,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     reaper_conn_clock(&s->reaper, conn_clock_of(c), 1); /* the next request's time starts */
     request *rq = *con_cls;
     if (!rq) return;
-    sqlpool_take(rq->task, NULL); /* a client gone before its answer */
-    if (rq->pool) sqlpool_done(rq->pool);
+    sqlpool_done(rq->task); /* its answer sent, or its client gone before it */
     free(rq->q.arg);
     free(rq->body);
     free(rq);
