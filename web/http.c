@@ -16,6 +16,7 @@
 #include "base/net.h"
 #include "base/pp.h"
 #include "web/conn.h"
+#include "web/frame.h"
 #include "web/query.h"
 #include "web/reply.h"
 #include "web/routes.h"
@@ -30,6 +31,7 @@ typedef struct request {
     size_t len, cap;
     int started;         /* on_request has seen the headers */
     int path_nul;        /* the path as sent holds %00 (on_uri) */
+    frame_target target; /* the request line's target as sent (on_uri), for frame_check */
     int answered;        /* a reply was queued before the body (401, 413) */
     route_req q;         /* its handler's; read by a pool's worker while the connection is suspended */
     sql_task *task;      /* the pool's (sqlpool.c), from its submission until the request completes */
@@ -269,21 +271,24 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
 
 /* The request line's URL before libmicrohttpd decodes it: a %00 in the
  * path would end the decoded path early (/api/jobs/1%00/x read as
- * /api/jobs/1), so it is noted here and refused. The request's record
- * starts here (NULL if out of memory: on_request makes it). */
+ * /api/jobs/1), so it is noted here and refused; where it lies and its
+ * length are kept for frame_check, which finds a raw NUL in it by them.
+ * The request's record starts here (NULL if out of memory: on_request
+ * makes it, and frame_check refuses the request: its target is unknown). */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     (void)cls;
     (void)c;
     request *rq = calloc(1, sizeof *rq);
+    if (!rq) return NULL;
+    rq->target = frame_target_of(uri);
     size_t path_len = strcspn(uri, "?");
-    for (size_t i = 0; rq && i + 3 <= path_len; i++)
+    for (size_t i = 0; i + 3 <= path_len; i++)
         if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') rq->path_nul = 1;
     return rq;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     http_server *s = cls;
     request *rq = *con_cls;
     reply r = {0};
@@ -292,6 +297,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = rq;
         rq->started = 1;
         rq->route = route_find(url, &rq->id);
+        /* Answered now, before any body is read: libmicrohttpd then
+         * closes the connection after the answer, as RFC 9112 asks. */
+        if (frame_check(c, method, version, &rq->target, &r) != 0) {
+            rq->answered = 1;
+            return send_reply(s, c, &r);
+        }
         if (rq->path_nul) {
             rq->answered = 1;
             reply_error(&r, 400, "the URL's path holds a NUL character (%%00)");
