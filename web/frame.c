@@ -10,9 +10,10 @@
  * a line at a bare LF, cuts a header's value at a NUL and the request
  * target at one, joins a folded line (obs-fold) to the header's NAME, and
  * takes whitespace before a header's colon as part of its name
- * ("Content-Length : 5" is then no length, and the body a request). By
- * RFC 9112 each is a 400 (501 for a coding it does not know) and the
- * connection closed after it.
+ * ("Content-Length : 5" is then no length, and the body a request), and
+ * takes an HTTP/1.1 request without a Host, or with two. By RFC 9112 each
+ * is a 400 (501 for a coding it does not know) and the connection closed
+ * after it.
  *
  * What the access handler is given shows most of this: every header's
  * name and value, in order. The rest shows in where they lie: the head
@@ -53,6 +54,7 @@ typedef struct frame_walk {
     char bad[200];     /* the first header found wrong, what is wrong */
     unsigned lengths;  /* Content-Length headers */
     unsigned codings;  /* Transfer-Encoding headers */
+    unsigned hosts;    /* Host headers */
     const char *coding; /* the first one's value */
 } frame_walk;
 
@@ -72,6 +74,7 @@ static enum MHD_Result walk_header(void *cls, enum MHD_ValueKind kind, const cha
                      ch);
     }
     if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) w->lengths++;
+    if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) w->hosts++;
     if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0 && w->codings++ == 0) w->coding = value;
     w->next = value + value_size + 2;
     return MHD_YES;
@@ -129,6 +132,11 @@ int frame_check(struct MHD_Connection *c, const char *method, const char *versio
     }
     if (w.bad[0]) {
         reply_error(r, 400, "%s", w.bad);
+        return -1;
+    }
+    /* RFC 9112 3.2: which host is meant must be plain too. */
+    if (w.hosts > 1 || (w.hosts == 0 && strcmp(version, MHD_HTTP_VERSION_1_1) == 0)) {
+        reply_error(r, 400, "an HTTP/1.1 request needs one Host header; this one has %u", w.hosts);
         return -1;
     }
     if (w.lengths > 1) {
