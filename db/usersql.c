@@ -234,7 +234,7 @@ static int64_t format_number(const char **p, int argc, sqlite3_value **argv, int
  * the limit, and SQLite stops copying once the text is full. */
 static int check_format(const struct gate_fn *f, int argc, sqlite3_value **argv, sqlite3 *user, char *msg,
                         size_t msgsz) {
-    const char *fmt = (const char *)sqlite3_value_text(argv[0]);
+    const char *fmt = argc > 0 ? (const char *)sqlite3_value_text(argv[0]) : NULL; /* printf() is NULL */
     if (!fmt) return 0;
     int64_t limit = sqlite3_limit(user, SQLITE_LIMIT_LENGTH, -1), least = 0;
     int arg = 1;
@@ -323,7 +323,7 @@ static void gate_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     }
     for (int i = 0; i < argc; i++) sqlite3_bind_value(st, i + 1, argv[i]);
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && f->check == check_format && sqlite3_column_type(st, 0) == SQLITE_NULL &&
+    if (rc == SQLITE_ROW && f->check == check_format && sqlite3_column_type(st, 0) == SQLITE_NULL && argc > 0 &&
         sqlite3_value_type(argv[0]) != SQLITE_NULL) {
         /* SQLite's printf gives NULL, not an error, when its text passed the
          * limit on one value (or memory ran out): an answer of NULL would

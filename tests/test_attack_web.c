@@ -192,7 +192,7 @@ Test(attack_web, traversal_spellings_never_reach_a_file) {
  * or from libmicrohttpd's parser (its HTML page), or, for a request line
  * libmicrohttpd cannot split at all, the connection closed. */
 Test(attack_web, oversized_and_malformed_requests_are_refused) {
-    static char long_line[40100], big_header[40100], many_headers[60000], big_chunk[70100];
+    static char long_line[40100], big_header[40100], many_headers[60000], big_chunk[70100], many_params[1200];
     snprintf(long_line, sizeof long_line, "GET /%0*d HTTP/1.1\r\nHost: x\r\n\r\n", 40000, 0);
     snprintf(big_header, sizeof big_header, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: %0*d\r\n\r\n", 40000, 0);
     int k = snprintf(many_headers, sizeof many_headers, "GET / HTTP/1.1\r\nHost: x\r\n");
@@ -204,6 +204,9 @@ Test(attack_web, oversized_and_malformed_requests_are_refused) {
                  "10001\r\n");
     memset(big_chunk + k, 'a', 0x10001);
     snprintf(big_chunk + k + 0x10001, sizeof big_chunk - (size_t)k - 0x10001, "\r\n0\r\n\r\n");
+    k = snprintf(many_params, sizeof many_params, "GET /api/jobs?");
+    for (int i = 0; i < 1000; i++) many_params[k++] = '&';
+    snprintf(many_params + k, sizeof many_params - (size_t)k, " HTTP/1.1\r\nHost: x\r\n\r\n");
     static const struct { const char *req; int status; const char *msg; } cases[] = {
         {long_line, 414, MHD_HTML},
         {big_header, 431, MHD_HTML},
@@ -247,8 +250,11 @@ Test(attack_web, oversized_and_malformed_requests_are_refused) {
         {HEAD("GET /api/jobs/-1 HTTP/1.1", ""), 404, NO_ROUTE},
         {HEAD("GET /api/jobs/1/events?from=1&from=2 HTTP/1.1", ""), 400, "given more than once"},
         {"\x01\x02\x03\x04 garbage\r\n\r\n", 400, MHD_HTML},
-        /* No space at all: libmicrohttpd cannot find the parts and closes. */
+        /* No space at all: libmicrohttpd cannot find the parts and closes;
+         * nor can it hold a thousand parameters' records in the
+         * connection's 32 KiB. */
         {"GET\t/api/jobs\tHTTP/1.1\r\nHost: x\r\n\r\n", 0, ""},
+        {many_params, 0, ""},
     };
     size_t n = sizeof cases / sizeof cases[0], refused = 0;
     for (size_t i = 0; i < n; i++) {

@@ -374,7 +374,7 @@ Test(query, value_bombs_are_refused_before_they_run_or_stopped_at_the_time_limit
     /* printf as usual. */
     cr_assert_eq(usersql_run(db, "SELECT printf('%5.2f|%-4s|%03d|%.3c|%%|%q', 3.14159, 'ab', 7, 'z', 'it''s'), "
                                  "format('%d-%s', 5, 'x'), printf(NULL), printf('%.*c', 16000000, 'y') IS NOT NULL, "
-                                 "printf('%.*s', 3, 'abcdef'), printf('%.2147483647s', 'abc')",
+                                 "printf('%.*s', 3, 'abcdef'), printf('%.2147483647s', 'abc'), printf(), format()",
                              &lim, &r, &why, &err), 0, "%s", err.msg);
     cr_assert_str_eq(usersql_cell_at(r, 0, 0)->s, " 3.14|ab  |007|zzz|%|it''s");
     cr_assert_str_eq(usersql_cell_at(r, 0, 1)->s, "5-x");
@@ -382,6 +382,9 @@ Test(query, value_bombs_are_refused_before_they_run_or_stopped_at_the_time_limit
     cr_assert_eq(usersql_cell_at(r, 0, 3)->i, 1);
     cr_assert_str_eq(usersql_cell_at(r, 0, 4)->s, "abc");
     cr_assert_str_eq(usersql_cell_at(r, 0, 5)->s, "abc", "a precision that cuts text costs nothing");
+    /* Without a format (fuzz_sql_guard found the gate read past its arguments). */
+    cr_assert_eq(usersql_cell_at(r, 0, 6)->type, USERSQL_NULL);
+    cr_assert_eq(usersql_cell_at(r, 0, 7)->type, USERSQL_NULL);
     usersql_free(r);
     /* The command line: refused at once, exit 2. */
     char *out, *errout;
