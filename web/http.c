@@ -1,8 +1,9 @@
 /* http.c: the server: listening socket, libmicrohttpd daemon and its limits,
- * and the request life cycle: the route of its URL looked up in the table
- * (routes.h) as its headers arrive, the token and the query checked as its
- * route's flags ask, the body read up to its cap, then the route's handler
- * run (on a pool's worker when its route says so) and its reply sent. */
+ * and the request life cycle: its head held to RFC 9112 (frame.h) and the
+ * route of its URL looked up in the table (routes.h) as its headers
+ * arrive, the token and the query checked as its route's flags ask, the
+ * body read up to its cap, then the route's handler run (on a pool's
+ * worker when its route says so) and its reply sent. */
 #include "web/http.h"
 
 #include <errno.h>
