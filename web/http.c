@@ -30,9 +30,6 @@ typedef struct request {
     long id;             /* the route's {id} */
     char *body;
     size_t len, cap;
-    int started;         /* on_request has seen the headers */
-    int path_nul;        /* the path as sent holds %00 (on_uri) */
-    frame_target target; /* the request line's target as sent (on_uri), for frame_check */
     int answered;        /* a reply was queued before the body (401, 413) */
     route_req q;         /* its handler's; read by a pool's worker while the connection is suspended */
     sql_task *task;      /* the pool's (sqlpool.c), from its submission until the request completes */
@@ -195,20 +192,42 @@ static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, repl
     return ret;
 }
 
-/* The reaper's record of connection c (reaper.c), NULL if it has none. */
-static reaper_conn *conn_clock_of(struct MHD_Connection *c) {
+/* Per connection (libmicrohttpd's socket context), from its start to its
+ * close: its request clock, and what the URI log callback saw of the
+ * request being read, for that request's first call of on_request. Kept
+ * here rather than in the request's record: libmicrohttpd drops a request
+ * it fails to parse after that callback without telling on_completed (a
+ * query of a thousand parameters outgrows the connection's memory), and
+ * the record made there leaked; it always says when a connection closes. */
+typedef struct conn_state {
+    reaper_conn *clock; /* the reaper's (reaper.c); NULL: unguarded */
+    frame_target target; /* the request line's target as sent, for frame_check */
+    int path_nul;        /* the path as sent holds %00 */
+} conn_state;
+
+/* Connection c's state, NULL if it has none (out of memory). */
+static conn_state *conn_state_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
+}
+
+static reaper_conn *conn_clock_of(struct MHD_Connection *c) {
+    conn_state *cs = conn_state_of(c);
+    return cs ? cs->clock : NULL;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     http_server *s = cls;
+    conn_state *cs = *socket_context;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         int fd = conn_fd(c);
-        *socket_context = fd >= 0 ? reaper_conn_open(&s->reaper, fd) : NULL;
-    } else {
-        reaper_conn_closed(&s->reaper, *socket_context);
+        cs = calloc(1, sizeof *cs); /* without it the connection's requests are refused (frame_check) */
+        if (cs && fd >= 0) cs->clock = reaper_conn_open(&s->reaper, fd);
+        *socket_context = cs;
+    } else if (cs) {
+        reaper_conn_closed(&s->reaper, cs->clock);
+        free(cs);
         *socket_context = NULL;
     }
 }
@@ -274,18 +293,18 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
  * path would end the decoded path early (/api/jobs/1%00/x read as
  * /api/jobs/1), so it is noted here and refused; where it lies and its
  * length are kept for frame_check, which finds a raw NUL in it by them.
- * The request's record starts here (NULL if out of memory: on_request
- * makes it, and frame_check refuses the request: its target is unknown). */
+ * Both in the connection's state; the request's record starts in
+ * on_request. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     (void)cls;
-    (void)c;
-    request *rq = calloc(1, sizeof *rq);
-    if (!rq) return NULL;
-    rq->target = frame_target_of(uri);
+    conn_state *cs = conn_state_of(c);
+    if (!cs) return NULL;
+    cs->target = frame_target_of(uri);
+    cs->path_nul = 0;
     size_t path_len = strcspn(uri, "?");
     for (size_t i = 0; i + 3 <= path_len; i++)
-        if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') rq->path_nul = 1;
-    return rq;
+        if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') cs->path_nul = 1;
+    return NULL;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -293,18 +312,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     http_server *s = cls;
     request *rq = *con_cls;
     reply r = {0};
-    if (!rq || !rq->started) {
-        if (!rq && !(rq = calloc(1, sizeof *rq))) return MHD_NO;
+    if (!rq) {
+        if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
         *con_cls = rq;
-        rq->started = 1;
         rq->route = route_find(url, &rq->id);
+        const conn_state *cs = conn_state_of(c);
+        const frame_target unknown = {0};
         /* Answered now, before any body is read: libmicrohttpd then
          * closes the connection after the answer, as RFC 9112 asks. */
-        if (frame_check(c, method, version, &rq->target, &r) != 0) {
+        if (frame_check(c, method, version, cs ? &cs->target : &unknown, &r) != 0) {
             rq->answered = 1;
             return send_reply(s, c, &r);
         }
-        if (rq->path_nul) {
+        if (cs->path_nul) {
             rq->answered = 1;
             reply_error(&r, 400, "the URL's path holds a NUL character (%%00)");
             return send_reply(s, c, &r);
