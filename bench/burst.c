@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,6 +70,13 @@ int main(int argc, char **argv) {
         else if (i == 3) o.addrs = (unsigned)atoi(argv[i]);
         else if (i == 4) o.path = argv[i];
         else if (i == 5) o.wait_ms = (unsigned)(atof(argv[i]) * 1000);
+    }
+    /* A socket per connection here and in pprun serve, which inherits the
+     * limit: past a soft limit of 1,024 where a machine has one. */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
     }
     char **extra = i < argc ? argv + i + 1 : NULL;
     int nextra = i < argc ? argc - i - 1 : 0;
