@@ -13,12 +13,10 @@
  * query_long as the routes do, and aborts when one breaks its contract:
  * query_str never gives an empty value, query_long gives -1 (with a 400),
  * 0 or 1 with the value in its range, and a query query_check passed has
- * no name twice. Not built by CMake; from the repository root:
+ * no name twice. Built with the fuzz build (tests/fuzz/CMakeLists.txt;
+ * `scripts/test.sh fuzz` runs it):
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. tests/fuzz/fuzz_query_params.c \
- *     web/query.c web/reply.c base/pp.c base/json.c $(pkg-config --cflags --libs libmicrohttpd) -lm \
- *     -o /tmp/fuzz_query_params
- *   mkdir -p /tmp/fuzz-query && /tmp/fuzz_query_params -max_total_time=60 /tmp/fuzz-query */
+ *   ./build-fuzz/fuzz_query_params -max_total_time=60 CORPUS_DIR */
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdint.h>

@@ -7,12 +7,10 @@
  * source, and term_escape makes it safe for a terminal (no control
  * character, the same when escaped again).
  *
- * Built by hand (not part of the CMake build), from the repository root,
- * with every .c file of sched/ and base/pp.c:
+ * Built with the fuzz build (tests/fuzz/CMakeLists.txt; `scripts/test.sh
+ * fuzz` runs it):
  *
- *   clang -g -O1 -Wall -Wextra -Werror -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
- *     tests/fuzz/fuzz_sched_csv.c sched/sched_*.c base/pp.c -lm -o build/fuzz_sched_csv
- *   build/fuzz_sched_csv -max_total_time=60 -max_len=4096 CORPUS_DIR */
+ *   ./build-fuzz/fuzz_sched_csv -max_total_time=60 -max_len=4096 CORPUS_DIR */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -9,13 +9,10 @@
  * memory). The target aborts when the guard breaks its contract: the
  * database file changes (its size, its modification time, SQLite's count
  * of changes), a failure comes without a reason, or a success with one.
- * The sanitizers catch the rest. Not built by CMake; from the repository
- * root, once cmake has made build/embedded_schema.c:
+ * The sanitizers catch the rest. Built with the fuzz build
+ * (tests/fuzz/CMakeLists.txt; `scripts/test.sh fuzz` runs it):
  *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. tests/fuzz/fuzz_sql_guard.c \
- *     db/usersql.c db/db.c db/alive.c tracer/event.c base/*.c build/embedded_schema.c \
- *     $(pkg-config --cflags --libs sqlite3 libcjson) -lm -lpthread -o /tmp/fuzz_sql_guard
- *   mkdir -p /tmp/fuzz-sql && /tmp/fuzz_sql_guard -max_total_time=60 -timeout=10 /tmp/fuzz-sql */
+ *   ./build-fuzz/fuzz_sql_guard -max_total_time=60 -timeout=10 CORPUS_DIR */
 #include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
