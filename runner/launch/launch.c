@@ -26,12 +26,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -257,9 +259,68 @@ static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_fa
     }
 }
 
-/* The workers' MASTER_PORT: a port that is free on node 0 now. Not the
- * store's: PyTorch's env:// init makes rank 0 listen on MASTER_PORT. */
+/* Whether port is free on this machine for IPv4 and IPv6 alike: a bind
+ * to each family's wildcard address, without SO_REUSEADDR (so a port with
+ * connections in TIME_WAIT counts as taken too), then closed. A family the
+ * machine does not have does not count. */
+static int port_is_free(int port) {
+    struct sockaddr_in a4 = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in6 a6 = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port), .sin6_addr = in6addr_any};
+    a4.sin_addr.s_addr = htonl(INADDR_ANY);
+    int free4 = 0, free6 = 1, one = 1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        free4 = bind(fd, (struct sockaddr *)&a4, sizeof a4) == 0;
+        close(fd);
+    }
+    fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one); /* this family alone: IPv4 is checked above */
+        free6 = bind(fd, (struct sockaddr *)&a6, sizeof a6) == 0;
+        close(fd);
+    }
+    return free4 && free6;
+}
+
+/* The ports the kernel hands out by itself (bind to port 0, an outgoing
+ * connection's local port): /proc/sys/net/ipv4/ip_local_port_range, or
+ * Linux's default when it cannot be read. */
+static void ephemeral_range(int *lo, int *hi) {
+    *lo = 32768, *hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (!f) return;
+    int a, b;
+    if (fscanf(f, "%d %d", &a, &b) == 2 && a >= 1 && b <= 65535 && a <= b) *lo = a, *hi = b;
+    fclose(f);
+}
+
+/* The workers' MASTER_PORT: a port free on node 0 now that the kernel does
+ * not hand out by itself. Not the store's: PyTorch's env:// init makes rank
+ * 0 listen on MASTER_PORT, seconds later (Python's start-up, torch's
+ * import). A port from the ephemeral range, as bind(0) gives, could be
+ * taken meanwhile by any outgoing connection or bind(0) on the machine
+ * (rank 0 then failed with "Address already in use"); one outside it is
+ * taken only by a program that asks for that very port. Picked at random
+ * above the range, then below it (down to 10000: the ports of common
+ * services are lower), so that two launchers at once rarely pick the
+ * same, and checked free on both families; where the range leaves no room
+ * free, the kernel's pick as before. */
 static int pick_free_port(int *port, pp_err *err) {
+    int lo, hi;
+    ephemeral_range(&lo, &hi);
+    const int from[2] = {hi + 1, 10000}, to[2] = {65535, lo - 1};
+    uint64_t x = pp_now_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
+    for (int k = 0; k < 2; k++) {
+        if (to[k] - from[k] < 64) continue; /* no room worth picking from */
+        for (int tries = 0; tries < 64; tries++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+            int candidate = from[k] + (int)(x % (uint64_t)(to[k] - from[k] + 1));
+            if (port_is_free(candidate)) {
+                *port = candidate;
+                return 0;
+            }
+        }
+    }
     pp_err why;
     int fd = net_listen(NULL, 0, 1, 0, &why);
     *port = fd < 0 ? -1 : net_local_port(fd);

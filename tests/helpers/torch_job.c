@@ -49,17 +49,5 @@ void torch_run(lt_proc *p, const char *db, int nproc, int steps, int microbatche
     for (int i = 0; program_args && program_args[i] && k < 63; i++) args[k++] = program_args[i];
     args[k] = NULL;
     const char *env[] = {"USE_LIBUV=0", NULL};
-    /* The launcher picks MASTER_PORT free on node 0 (bind to port 0), and
-     * rank 0's torch binds it a moment later: on a machine busy with other
-     * jobs an outgoing connection can take it in between. That race, and
-     * only it, is run again once, into a fresh database. */
-    for (int attempt = 0;; attempt++) {
-        lt_run(p, args, env);
-        if (attempt > 0 || p->status == 0 || !strstr(p->err, "errno: 98 - Address already in use")) return;
-        fprintf(stderr, "torch_run: MASTER_PORT was taken before rank 0 bound it; running the job again\n");
-        lt_free(p);
-        char side[600];
-        snprintf(side, sizeof side, "rm -f '%s' '%s-wal' '%s-shm'", db, db, db);
-        cr_assert_eq(system(side), 0);
-    }
+    lt_run(p, args, env);
 }
