@@ -63,6 +63,7 @@ int run_plan_write(db *d, int64_t job_id, const sched_plan *plan, const run_conf
 
 int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
                         pp_err *err) {
+    if (db_program_plan(d, job_id)) return 1; /* the program's own plan (PyTorch's): not the launcher's to redo */
     int stages = plan->stages;
     int64_t *med = calloc((size_t)stages * 4, sizeof *med);
     unsigned *ops = calloc((size_t)stages, sizeof *ops);
