@@ -552,3 +552,33 @@ Test(program_run, a_python_program_traces_through_ctypes, .timeout = 120) {
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 3 * 4);
     sqlite3_close(s);
 }
+
+/* `pprun run -m MODULE` runs python3 -m MODULE as torchrun does, and a
+ * program's job has no step bound: a module that records spans of steps
+ * 0-4 under --steps 2 keeps all five, and jobs.steps becomes 5. */
+Test(program_run, a_module_runs_as_many_steps_as_it_likes, .timeout = 120) {
+    const char *dir = tfix_mkdir("module");
+    char path[512], pythonpath[600];
+    snprintf(path, sizeof path, "%s/five_steps.py", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("import pprun\nfor k in range(5):\n    with pprun.span('s', step=k):\n        pass\n", f);
+    fclose(f);
+    snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=%s", dir);
+    const char *db = tfix_path("module.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--steps", "2", "-m", "five_steps", NULL};
+    const char *env[] = {pythonpath, NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    char *model = q_text(s, "SELECT model FROM jobs");
+    cr_assert_str_eq(model, "program:python3 -m five_steps");
+    free(model);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(tfix_q_intf(s, "SELECT count(DISTINCT step) FROM events WHERE rank=%d AND phase='SPAN'", r), 5,
+                     "rank %d: steps 0-4, past --steps", r);
+    cr_assert_eq(tfix_q_int(s, "SELECT steps FROM jobs"), 5, "the steps it traced");
+    sqlite3_close(s);
+}
