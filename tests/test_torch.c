@@ -260,18 +260,25 @@ Test(torch, pytorch_runs_pprun_s_zb_v_plan, .timeout = 300) {
 
 /* The example's own spans: pprun.span("data", step=N) around each step's
  * batch (a context manager) and @pprun.span("log") on the function that
- * prints the losses after the step (a decorator, at the step just run). */
+ * prints the losses after the step (a decorator, at the step just run).
+ * The program runs one step more than `pprun run --steps` says: a
+ * program's job has no step bound, that step is traced too and jobs.steps
+ * says 3 at the end. */
 Test(torch, a_users_spans_are_stored_with_their_names, .timeout = 300) {
     const char *db = tfix_path("spans.db");
     lt_proc p;
-    const char *prog[] = {"--schedule", "GPipe", "--spans", NULL};
+    const char *prog[] = {"--schedule", "GPipe", "--spans", "--steps", "3", NULL}; /* after torch_run's --steps 2 */
     torch_run_small(&p, db, 2, NULL, prog);
     cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
     sqlite3 *s = open_db(db);
     char buf[256];
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(rank||':'||step||':'||name, ' ') FROM (SELECT *"
                                                 " FROM events WHERE phase='SPAN' ORDER BY step, rank, start_ns)"),
-                     "0:0:data 0:0:log 1:0:data 1:0:log 0:1:data 0:1:log 1:1:data 1:1:log");
+                     "0:0:data 0:0:log 1:0:data 1:0:log 0:1:data 0:1:log 1:1:data 1:1:log 0:2:data 0:2:log 1:2:data "
+                     "1:2:log");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT steps||' '||(SELECT count(*) FROM events WHERE step=2 AND"
+                                                " phase IN ('F','BW')) FROM jobs"),
+                     "3 16", "step 2 past --steps 2: traced whole (a F and a BW of 4 microbatches on 2 ranks)");
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase='SPAN' AND (microbatch IS"
                                                 " NOT NULL OR stage IS NOT NULL OR peer IS NOT NULL)"), "0");
     /* a log span starts after the step's last op on its rank */
