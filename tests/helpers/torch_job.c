@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 void torch_need_root(void) {
-    char cmd[1024], path[512] = "";
+    char cmd[1600], path[512] = "";
     FILE *f = popen(TORCH_ROOT_SH " path", "r");
     cr_assert_not_null(f, "cannot run " TORCH_ROOT_SH);
     if (!fgets(path, sizeof path, f)) path[0] = '\0';
