@@ -536,7 +536,8 @@ Test(sched, a_bw_sends_its_gradient_at_its_end_the_textbook_bubble) {
 }
 
 Test(sched, a_bw_is_one_cell_one_op_and_an_x_on_the_timeline) {
-    sched_plan *plan = fused(build("1f1b", 2, 2, 1, NULL));
+    sched_plan *split = build("1f1b", 2, 2, 1, NULL), *plan = fused(split);
+    sched_free(split);
     char *grid = sched_grid_text(plan, NULL, 0, 0);
     /* rank 0 waits for 1BW0 and for 1BW1: a cell each */
     cr_assert_str_eq(grid, "rank 0 | 0F0   0F1   .     0BW0  .     0BW1\n"
