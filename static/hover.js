@@ -78,14 +78,18 @@ export function placeTooltip(tip, x, y) {
   tip.style.top = Math.max(4, Math.min(top, vh - 4 - h)) + 'px';
 }
 
-// Hover on a spans lane: the innermost of the rank's spans at t, with its
-// name, step and what the program gave it (microbatch, stage, peer, bytes).
+// Hover on a spans lane: the innermost of the rank's spans at t (one
+// within tol of it, a span too short to aim at, only when none holds t),
+// with its name, step and what the program gave it (microbatch, stage,
+// peer, bytes).
 function spanHit(r, t, tol) {
   const ev = S.ev;
-  let best = -1;
+  let best = -1, bestExact = false;
   for (let i = 0; i < ev.n; i++) {
     if (ev.phase[i] !== SPAN || ev.rank[i] !== r || t < ev.start[i] - tol || t > ev.end[i] + tol) continue;
-    if (best < 0 || ev.end[i] - ev.start[i] < ev.end[best] - ev.start[best]) best = i;
+    const exact = t >= ev.start[i] && t <= ev.end[i];
+    if (best < 0 || (exact && !bestExact) ||
+        (exact === bestExact && ev.end[i] - ev.start[i] < ev.end[best] - ev.start[best])) { best = i; bestExact = exact; }
   }
   if (best < 0) return null;
   const i = best, name = ev.name[i] != null ? ev.name[i] : '(no name)';

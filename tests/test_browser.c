@@ -1056,13 +1056,33 @@ static void sql_spans(const char *db, int job, double from, double to, char *out
     sorted_lines(lines, n, out, size);
 }
 
-/* What the page drew of a job's step 1 (the script's `gpipe` or `zbv`):
- * the blocks it holds are the database's, all in view; one block drawn
- * per op in view (of step 1 and the ends of its neighbours) on the row of
- * the rank that ran it, as F, B, W or BW; the program's spans in view are
- * the database's, drawn on their rank's lane (each rank's log span of
- * step 1 at least: the last rank fetches its data for step 1 while rank 0
- * still finishes step 0, before the view). */
+/* The window (ns since the job's t0) that holds all of job's step 1 in
+ * db, its spans included, and 1% of it more on each side, as "FROM,TO"
+ * appended to out. */
+static void step_one_window(const char *db, int job, char *out, size_t size) {
+    sqlite3 *s;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(s,
+                                    "SELECT min(e.start_ns) - j.t0_ns, max(e.end_ns) - j.t0_ns FROM events e JOIN jobs j"
+                                    " ON j.id=e.job_id WHERE e.job_id=?1 AND e.step=1 AND e.source='cpu'",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int(st, 1, job);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int64_t from = sqlite3_column_int64(st, 0), to = sqlite3_column_int64(st, 1), pad = (to - from) / 100 + 1;
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+    snprintf(out + strlen(out), size - strlen(out), "%s%lld,%lld", out[0] ? "," : "",
+             (long long)(from - pad > 0 ? from - pad : 0), (long long)(to + pad));
+}
+
+/* What the page drew of a job's step 1 (the script's `gpipe` or `zbv`),
+ * in a window that holds all of it: the blocks it holds are the
+ * database's, all in view; one block drawn per op in view (of step 1 and
+ * the ends of its neighbours) on the row of the rank that ran it, as F, B,
+ * W or BW; the program's spans in view are the database's, drawn on their
+ * rank's lane, step 1's data and log spans of each rank among them. */
 static void check_torch_step(const cJSON *got, const char *db, int job, const char *db_blocks,
                              const char *plan_phase) {
     char blocks[16384];
@@ -1082,7 +1102,7 @@ static void check_torch_step(const cJSON *got, const char *db, int job, const ch
     const cJSON *view = cJSON_GetObjectItem(got, "view");
     char want[4096], seen[4096], *lines[256];
     sql_spans(db, job, jnum(view, "from"), jnum(view, "to"), want, sizeof want);
-    int n = 0, per_rank[2] = {0, 0}, log1[2] = {0, 0};
+    int n = 0, per_rank[2] = {0, 0}, log1[2] = {0, 0}, data1[2] = {0, 0};
     const cJSON *sp;
     cJSON_ArrayForEach(sp, cJSON_GetObjectItem(got, "spans")) {
         int r = cJSON_GetArrayItem(sp, 0)->valueint, step = cJSON_GetArrayItem(sp, 2)->valueint;
@@ -1093,11 +1113,12 @@ static void check_torch_step(const cJSON *got, const char *db, int job, const ch
         cr_assert(r >= 0 && r < 2);
         per_rank[r]++;
         log1[r] += step == 1 && !strcmp(name, "log");
+        data1[r] += step == 1 && !strcmp(name, "data");
     }
     sorted_lines(lines, n, seen, sizeof seen);
     cr_assert_str_eq(seen, want, "the spans in view are the database's");
     for (int r = 0; r < 2; r++) {
-        cr_assert_eq(log1[r], 1, "rank %d: its log span of step 1", r);
+        cr_assert(log1[r] == 1 && data1[r] == 1, "rank %d: its data and log spans of step 1", r);
         cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(drawn, "spans"), r)->valueint, per_rank[r],
                      "rank %d: its spans in view drawn on its lane", r);
     }
@@ -1147,7 +1168,10 @@ Test(browser, a_pytorch_jobs_ops_and_spans_on_their_ranks, .timeout = 600) {
     cr_assert_eq(sqlite3_open(db, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
-    cJSON *j = browse(copy, "torch", NULL);
+    char windows[128] = "";
+    step_one_window(db, 1, windows, sizeof windows);
+    step_one_window(db, 2, windows, sizeof windows);
+    cJSON *j = browse(copy, "torch", windows);
     const cJSON *g = cJSON_GetObjectItem(j, "gpipe"), *z = cJSON_GetObjectItem(j, "zbv");
     cr_assert_str_eq(cJSON_GetObjectItem(g, "schedule")->valuestring, "ScheduleGPipe");
     count_blocks(gpipe, want);
