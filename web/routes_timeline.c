@@ -125,7 +125,6 @@ static int phase_class(int ph) {
     return 3;
 }
 
-
 /* What window_rows' callbacks for events and gpu spans write to. */
 typedef struct span_rows {
     jw *w;
