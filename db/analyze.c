@@ -411,3 +411,29 @@ int db_op_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err
     free(durs);
     return rc == SQLITE_DONE ? 0 : db_fail(d, rc, "measuring op durations", err);
 }
+
+int analyze_plan_costs(const int64_t *med, const unsigned *ops, int stages, sched_costs *out) {
+    int complete = 1;
+    for (int s = 0; s < stages; s++) {
+        const int64_t *m = &med[s * 4];
+        unsigned need = ops[s];
+        int fused_only = (need & (1u << SCHED_BW)) && !(need & ((1u << SCHED_B) | (1u << SCHED_W)));
+        /* a stage that also splits B and W plays its BW at their medians' sum */
+        if (need & (1u << SCHED_BW) && !fused_only) need |= (1u << SCHED_B) | (1u << SCHED_W);
+        for (int op = SCHED_F; op <= SCHED_BW; op++)
+            if (need & (1u << op)) complete &= m[op] >= 0;
+        /* an op the stage does not run costs nothing (not -1: the simulator refuses that) */
+        double f = m[0] > 0 ? (double)m[0] : 0, b = m[1] > 0 ? (double)m[1] : 0, w = m[2] > 0 ? (double)m[2] : 0;
+        out[s] = (sched_costs){f, fused_only ? (double)m[3] : b, fused_only ? 0 : w, 0};
+    }
+    return complete;
+}
+
+void analyze_plan_ops(const sched_plan *plan, unsigned *ops) {
+    for (int s = 0; s < plan->stages; s++) ops[s] = 0;
+    for (int r = 0; r < plan->ranks; r++)
+        for (int i = 0; i < plan->len[r]; i++) {
+            const sched_action *a = &plan->actions[r][i];
+            if (a->stage >= 0 && a->stage < plan->stages) ops[a->stage] |= 1u << a->op;
+        }
+}

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "db/db.h"
+#include "sched/sched.h"
 
 /* Gap causes as stored in gaps.cause, indexed by analyze_cause (also the
  * order of the API's `causes` list); NULL-terminated. */
@@ -74,5 +75,14 @@ int db_step_finished(db *d, int64_t job_id, int step, int ranks);
 int db_phase_medians(db *d, int64_t job_id, int step, int stages, int64_t *med, pp_err *err);
 /* The same with BW: med[stage * 4 + k], k 0 F, 1 B, 2 W, 3 BW. */
 int db_op_medians(db *d, int64_t job_id, int step, int stages, int64_t *med, pp_err *err);
+/* The costs to simulate a plan at, from db_op_medians' med: each stage's
+ * F, B and W medians, and where the stage runs BW but no B and W (PyTorch's
+ * full backward) its BW median as b and 0 as w, since the simulator plays
+ * a BW at b + w. ops[stage] is the mask (1 << sched_op) of the ops the plan
+ * runs on the stage. 1 when every op the plan runs was measured, 0 when
+ * not (out is then partly filled). */
+int analyze_plan_costs(const int64_t *med, const unsigned *ops, int stages, sched_costs *out);
+/* ops[stage] for analyze_plan_costs: the ops each stage runs in plan. */
+void analyze_plan_ops(const sched_plan *plan, unsigned *ops);
 
 #endif

@@ -699,6 +699,8 @@ void db_program_plan_settled(db *d, int64_t job_id) {
     if (d->prog_job == job_id) d->prog_pending = 0;
 }
 
+int db_program_plan(const db *d, int64_t job_id) { return d->prog_job == job_id; }
+
 static int gpu_dropped(db *d, int64_t job_id, const trace_event *e) {
     sqlite3_stmt *st = d->set_cupti_dropped;
     sqlite3_bind_int64(st, 1, job_id);

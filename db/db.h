@@ -135,6 +135,9 @@ int db_program_plan_pending(const db *d, int64_t job_id);
 /* progplan_simulate wrote the timeline, or cannot (not tried again until
  * the program declares its plan anew). */
 void db_program_plan_settled(db *d, int64_t job_id);
+/* 1 when the job's plan is its program's own (a TRACE_SCHEDULE arrived
+ * through this handle): the launcher's plan is not the job's. */
+int db_program_plan(const db *d, int64_t job_id);
 
 /* Stores status 'lost' (and why, in failure) for each job still 'running'
  * whose launcher this machine can tell is gone (db/alive.h): killed before

@@ -3,19 +3,23 @@
  * Spans on one Chrome thread must nest, so each rank gets lanes: lane 0 is
  * its compute thread, lane 8 its communication thread, lane 16 its GPU
  * thread (source 'gpu' spans from CUPTI, which overlap the host spans they
- * belong to, so they cannot share a thread with them); a span that would
- * partly overlap the open span of a lane moves to the next lane of its kind
- * (never needed for well-formed traces, but a trace must still load).
+ * belong to, so they cannot share a thread with them), lane 24 its spans
+ * thread ("rank R spans": a program's own named spans, pprun.span, which
+ * wrap pipeline ops as they like); a span that would partly overlap the
+ * open span of a lane moves to the next lane of its kind (never needed for
+ * well-formed traces, but a trace must still load). An op is named as the
+ * dashboard names it (0F3, 1BW0: PyTorch's full backward, OPT), a span by
+ * the name the program gave it.
  *
  * Kernels and memcpys (table kernels) go on one more thread per rank and
  * CUDA stream, "rank R stream S" after the rank's GPU thread, the way
  * Nsight Systems shows a device's streams; a stream runs one kernel at a
  * time, so they nest (overlaps still get lanes, as above).
  *
- * The activation bytes a rank holds (the `bytes` of its F/B/W host spans)
+ * The activation bytes a rank holds (the `bytes` of its F/B/W/BW host spans)
  * are a counter per rank, "activations held rank R", at each op's end, so
  * the memory curve sits under the rank; left out for a trace that did not
- * record them (every F/B/W at 0).
+ * record them (every F/B/W/BW at 0).
  *
  * Each boundary tensor's SEND and RECV are joined by a flow (an arrow in
  * Perfetto): a flow start inside the SEND span, a flow end bound to the
@@ -39,12 +43,14 @@
 #include "db/critpath.h"
 #include "tracer/event.h"
 
-#define LANES 8      /* per kind: compute lanes 0..7, comm lanes 8..15, gpu lanes 16..23 */
+#define LANES 8      /* per kind: compute lanes 0..7, comm lanes 8..15, gpu lanes 16..23, span lanes 24..31 */
+#define KINDS 4      /* compute, comm, gpu, span: a lane's kind is ln / LANES */
 #define GPU_TID_BASE 1000000 /* gpu lanes' tids: after every host tid (rank * 2 * LANES + lane) */
 #define LANE_DEPTH 8 /* open spans remembered per lane */
 #define KERNEL_TID_BASE 2000000 /* kernel lanes: after every gpu tid, see kernel_tid */
+#define SPAN_TID_BASE 3000000 /* span lanes: after every kernel tid */
 #define STREAMS 128  /* streams told apart per rank; later ones share the last track */
-#define RANK_SORT (3 * LANES + STREAMS * LANES) /* thread_sort_index stride per rank */
+#define RANK_SORT (KINDS * LANES + STREAMS * LANES) /* thread_sort_index stride per rank */
 
 typedef struct lane {
     int64_t open[LANE_DEPTH]; /* end times of enclosing spans, innermost last */
@@ -53,7 +59,7 @@ typedef struct lane {
 
 typedef struct rank_info {
     int rank, node;
-    lane lanes[3 * LANES];
+    lane lanes[KINDS * LANES];
 } rank_info;
 
 /* One CUDA stream of one rank: its lanes. */
@@ -110,7 +116,9 @@ static int lane_in(lane *lanes, int64_t start, int64_t end) {
     return LANES - 1; /* hopeless overlap: still drawn, maybe mis-nested */
 }
 
-/* kind: 0 compute, 1 comm, 2 gpu */
+enum { KIND_COMPUTE, KIND_COMM, KIND_GPU, KIND_SPAN };
+
+/* kind: KIND_COMPUTE ... KIND_SPAN */
 static int lane_for(rank_info *r, int kind, int64_t start, int64_t end) {
     return kind * LANES + lane_in(&r->lanes[kind * LANES], start, end);
 }
@@ -247,7 +255,16 @@ static void put_path_flow(FILE *out, int into, int64_t to_id, int pid, int tid, 
 }
 
 static int lane_tid(int rank, int ln) {
-    return ln < 2 * LANES ? rank * 2 * LANES + ln : GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
+    if (ln < 2 * LANES) return rank * 2 * LANES + ln;
+    if (ln < 3 * LANES) return GPU_TID_BASE + rank * LANES + ln - 2 * LANES;
+    return SPAN_TID_BASE + rank * LANES + ln - 3 * LANES;
+}
+
+/* A rank lane's place among the rank's threads: compute, comm, the
+ * program's spans, gpu (then the rank's streams, from KINDS * LANES). */
+static int lane_sort(int ln) {
+    static const int order[KINDS] = {0, 1, 3, 2}; /* by kind */
+    return order[ln / LANES] * LANES + ln % LANES;
 }
 
 /* A rank's stream tracks take STREAMS * LANES tids each. */
@@ -469,7 +486,7 @@ static int read_held(chrome_export *x, pp_err *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(x->db,
                            "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=? AND source='cpu'"
-                           " AND phase IN ('F','B','W') AND bytes > 0)",
+                           " AND phase IN ('F','B','W','BW') AND bytes > 0)",
                            -1, &st, NULL) != SQLITE_OK)
         return sql_fail(x->db, "reading events", err);
     sqlite3_bind_int64(st, 1, x->job);
@@ -482,9 +499,9 @@ static int read_held(chrome_export *x, pp_err *err) {
 typedef struct op_row {
     int rank, step, attempt, mb, stage, peer;
     int has_mb, has_stage, has_peer, has_bytes;
-    const char *phase, *source; /* the statement's, valid until its next step */
+    const char *phase, *source, *name; /* the statement's, valid until its next step; name NULL but for a SPAN */
     int64_t start, end, bytes, id;
-    int comm, gpu; /* a SEND or RECV; a span from CUPTI (source 'gpu') */
+    int comm, gpu, span; /* a SEND or RECV; a span from CUPTI (source 'gpu'); a program's own SPAN */
 } op_row;
 
 static op_row read_op(sqlite3_stmt *st) {
@@ -506,18 +523,28 @@ static op_row read_op(sqlite3_stmt *st) {
     o.attempt = sqlite3_column_int(st, 9);
     o.source = (const char *)sqlite3_column_text(st, 10);
     o.id = sqlite3_column_int64(st, 11);
+    o.name = (const char *)sqlite3_column_text(st, 12);
     o.comm = strncmp(o.phase, "SEND", 4) == 0 || strncmp(o.phase, "RECV", 4) == 0;
     o.gpu = strcmp(o.source, "gpu") == 0;
+    o.span = strcmp(o.phase, "SPAN") == 0;
     return o;
+}
+
+/* The lane kind o goes on. */
+static int kind_of(const op_row *o) {
+    return o->gpu ? KIND_GPU : o->span ? KIND_SPAN : o->comm ? KIND_COMM : KIND_COMPUTE;
 }
 
 /* The span as an X event on thread tid, its critical-path args if mark. */
 static void put_op(chrome_export *x, const op_row *o, int pid, int tid, const path_mark *mark) {
+    static const char *const cats[KINDS] = {"compute", "comm", "gpu", "span"};
     char name[96];
     op_name(name, sizeof name, o->phase, o->has_mb, o->mb, o->has_stage, o->stage, o->peer);
     next_event(x);
-    fprintf(x->out, "{\"ph\":\"X\",\"name\":\"%s\",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":", name,
-            o->gpu ? "gpu" : o->comm ? "comm" : strcmp(o->phase, "OPT") == 0 ? "optimizer" : "compute", pid, tid);
+    fprintf(x->out, "{\"ph\":\"X\",\"name\":");
+    json_str(x->out, o->span && o->name ? o->name : name); /* a span's name is the program's: any text */
+    fprintf(x->out, ",\"cat\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
+            kind_of(o) == KIND_COMPUTE && strcmp(o->phase, "OPT") == 0 ? "optimizer" : cats[kind_of(o)], pid, tid);
     put_us(x->out, o->start - x->t0);
     fprintf(x->out, ",\"dur\":");
     put_us(x->out, o->end - o->start);
@@ -560,13 +587,13 @@ static const path_mark *find_mark(const chrome_export *x, int64_t id) {
 /* One span with what hangs on it: its critical-path flows, the activation
  * bytes its rank holds after it (host F/B/W), its transfer's flow. */
 static void write_op(chrome_export *x, const op_row *o, rank_info *r) {
-    int tid = lane_tid(o->rank, lane_for(r, o->gpu ? 2 : o->comm, o->start, o->end));
+    int tid = lane_tid(o->rank, lane_for(r, kind_of(o), o->start, o->end));
     const path_mark *mark = o->gpu ? NULL : find_mark(x, o->id);
     put_op(x, o, r->node, tid, mark);
     if (mark && mark->via != CRITPATH_FIRST) put_path_flow(x->out, 1, o->id, r->node, tid, o->start, o->end, x->t0);
     if (mark && mark->next_id >= 0)
         put_path_flow(x->out, 0, mark->next_id, r->node, tid, o->start, o->end, x->t0);
-    if (x->held && !o->gpu && !o->comm && strcmp(o->phase, "OPT") != 0) {
+    if (x->held && kind_of(o) == KIND_COMPUTE && strcmp(o->phase, "OPT") != 0) {
         fprintf(x->out, ",\n{\"ph\":\"C\",\"name\":\"activations held rank %d\",\"pid\":%d,\"ts\":", o->rank, r->node);
         put_us(x->out, o->end - x->t0);
         fprintf(x->out, ",\"args\":{\"bytes\":%lld}}", (long long)o->bytes);
@@ -580,7 +607,7 @@ static int write_ops(chrome_export *x, pp_err *err) {
     char f[96];
     if (prepare_in(x->db,
                    "SELECT rank, phase, step, microbatch, stage, start_ns, end_ns, peer, bytes, attempt,"
-                   " source, id FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
+                   " source, id, name FROM events WHERE job_id=?1%s ORDER BY rank, start_ns, end_ns DESC",
                    step_filter(f, sizeof f, "step", x->steps), x->job, &st) != SQLITE_OK)
         return sql_fail(x->db, "reading events", err);
     int rc;
@@ -602,12 +629,12 @@ static void put_thread(chrome_export *x, int pid, int tid, const char *name, int
 }
 
 /* Names for the rank lanes that were used (lane 0 always): a rank's
- * threads sort together, compute, comm, then gpu. */
+ * threads sort together, compute, comm, spans, then gpu. */
 static void write_rank_threads(chrome_export *x) {
-    static const char *const kinds[] = {"compute", "comm", "gpu"};
+    static const char *const kinds[KINDS] = {"compute", "comm", "gpu", "spans"};
     for (size_t i = 0; i < x->nranks; i++) {
         const rank_info *r = &x->ranks[i];
-        for (int ln = 0; ln < 3 * LANES; ln++) {
+        for (int ln = 0; ln < KINDS * LANES; ln++) {
             if (!r->lanes[ln].used && ln != 0) continue;
             char tname[64];
             if (ln == 0)
@@ -616,7 +643,7 @@ static void write_rank_threads(chrome_export *x) {
                 snprintf(tname, sizeof tname, "rank %d %s", r->rank, kinds[ln / LANES]);
             else
                 snprintf(tname, sizeof tname, "rank %d %s %d", r->rank, kinds[ln / LANES], ln % LANES);
-            put_thread(x, r->node, lane_tid(r->rank, ln), tname, r->rank * RANK_SORT + ln);
+            put_thread(x, r->node, lane_tid(r->rank, ln), tname, r->rank * RANK_SORT + lane_sort(ln));
         }
     }
 }
@@ -635,7 +662,7 @@ static void write_stream_threads(chrome_export *x) {
                 snprintf(tname, sizeof tname, "rank %d stream %lld", t->rank, (long long)t->stream);
             if (ln) snprintf(tname + strlen(tname), sizeof tname - strlen(tname), " %d", ln);
             put_thread(x, t->node, kernel_tid(t->rank, t->index, ln), tname,
-                       RANK_SORT * t->rank + 3 * LANES + t->index * LANES + ln);
+                       RANK_SORT * t->rank + KINDS * LANES + t->index * LANES + ln);
         }
     }
 }

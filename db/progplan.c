@@ -54,7 +54,7 @@ int progplan_action(sqlite3 *sql, int64_t job, int rank, const trace_event *e) {
 /* One plan row, and where its span is among the simulator's actions. */
 typedef struct row {
     int rank, slot, stage, op, mb; /* op: TRACE_F, B, W or BW */
-    int index;                     /* its (first) action in the rank's list */
+    int index;                     /* its action in the rank's list */
 } row;
 
 typedef struct rows {
@@ -128,6 +128,11 @@ static int job_shape(sqlite3 *sql, int64_t job, char *name, size_t n, int *micro
     return rc == SQLITE_DONE ? SQLITE_NOTFOUND : rc;
 }
 
+/* The sched_op of a plan row's phase (TRACE_F, B, W or BW). */
+static int sched_op_of(int trace_op) {
+    return trace_op == TRACE_F ? SCHED_F : trace_op == TRACE_B ? SCHED_B : trace_op == TRACE_W ? SCHED_W : SCHED_BW;
+}
+
 int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
     sqlite3 *sql = db_sqlite(d);
     char what[64], name[64] = "";
@@ -145,23 +150,23 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
         if (rs.v[i].stage + 1 > stages) stages = rs.v[i].stage + 1;
     }
     int *stage_rank = malloc(sizeof(int) * (size_t)(stages ? stages : 1));
-    int *has_bw = calloc((size_t)(stages ? stages : 1), sizeof(int));
+    unsigned *ops = calloc((size_t)(stages ? stages : 1), sizeof *ops);
     int *lens = calloc((size_t)(ranks ? ranks : 1), sizeof(int));
     sched_action **lists = calloc((size_t)(ranks ? ranks : 1), sizeof *lists);
     int64_t *med = malloc(sizeof(int64_t) * 4 * (size_t)(stages ? stages : 1));
     sched_costs *costs = malloc(sizeof *costs * (size_t)(stages ? stages : 1));
     sched_plan *plan = NULL;
     sched_sim *sim = NULL;
-    if (!stage_rank || !has_bw || !lens || !lists || !med || !costs) {
+    if (!stage_rank || !ops || !lens || !lists || !med || !costs) {
         result = pp_fail(err, "%s: out of memory", what);
         goto done;
     }
     if (rs.n == 0 || m < 1) goto done;
     for (int s = 0; s < stages; s++) stage_rank[s] = -1;
-    /* Each rank's list: a BW is a B and a W; each stage on one rank. */
+    /* Each rank's list, one action per row (a BW is one op); each stage on one rank. */
     for (size_t i = 0; i < rs.n; i++) {
         row *r = &rs.v[i];
-        if (r->op < 0 || r->stage < 0 || r->mb < 0 || r->mb >= m) {
+        if (r->op < 0 || (r->op > TRACE_W && r->op != TRACE_BW) || r->stage < 0 || r->mb < 0 || r->mb >= m) {
             pp_fail(err, "%s: rank %d slot %d is not an action of this job's shape", what, r->rank, r->slot);
             goto done;
         }
@@ -172,9 +177,8 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
             goto done;
         }
         stage_rank[r->stage] = r->rank;
-        if (r->op == TRACE_BW) has_bw[r->stage] = 1;
-        r->index = lens[r->rank];
-        lens[r->rank] += r->op == TRACE_BW ? 2 : 1;
+        ops[r->stage] |= 1u << sched_op_of(r->op);
+        r->index = lens[r->rank]++;
     }
     for (int s = 0; s < stages; s++)
         if (stage_rank[s] < 0) goto done;
@@ -187,20 +191,13 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
     }
     for (size_t i = 0; i < rs.n; i++) {
         const row *r = &rs.v[i];
-        int op = r->op == TRACE_F ? SCHED_F : r->op == TRACE_W ? SCHED_W : SCHED_B;
-        lists[r->rank][r->index] = (sched_action){r->stage, op, r->mb};
-        if (r->op == TRACE_BW) lists[r->rank][r->index + 1] = (sched_action){r->stage, SCHED_W, r->mb};
+        lists[r->rank][r->index] = (sched_action){r->stage, sched_op_of(r->op), r->mb};
     }
     if (db_op_medians(d, job, step, stages, med, err) != 0) {
         result = -1;
         goto done;
     }
-    for (int s = 0; s < stages; s++) {
-        const int64_t *ms = &med[s * 4];
-        int64_t b = has_bw[s] ? ms[3] : ms[1], w = has_bw[s] ? 0 : ms[2];
-        if (ms[0] < 0 || b < 0 || w < 0) goto done; /* not measured at this step */
-        costs[s] = (sched_costs){(double)ms[0], (double)b, (double)w, 0};
-    }
+    if (!analyze_plan_costs(med, ops, stages, costs)) goto done; /* not measured at this step */
     if (sched_plan_from_lists(name, ranks, stages, stages % ranks == 0 ? stages / ranks : 1, m, stage_rank, lists, lens,
                               &plan, err) != 0 ||
         sched_simulate_stages(plan, costs, &sim, err) != 0)
@@ -209,7 +206,7 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
     result = rc == SQLITE_OK ? 1 : db_fail(d, rc, what, err);
 done:
     for (int k = 0; lists && k < ranks; k++) free(lists[k]);
-    free(lists), free(lens), free(stage_rank), free(has_bw), free(med), free(costs), free(rs.v);
+    free(lists), free(lens), free(stage_rank), free(ops), free(med), free(costs), free(rs.v);
     sched_free(plan);
     sched_sim_free(sim);
     return result;

@@ -9,10 +9,9 @@
  * launcher planned). db_analyze_step then simulates that plan at the
  * step's measured op costs, once, as run_plan does for pprun's own plans.
  *
- * A BW action (PyTorch's full backward) is simulated as a B that costs
- * the measured BW and a W that costs nothing right after it on the same
- * rank: the input gradient leaves at the end of the whole op, as it does
- * in PyTorch, with no change to the simulator (sched/ knows F, B, W). */
+ * A BW action (PyTorch's full backward) is the simulator's BW, one op at
+ * its stage's measured BW median: the input gradient leaves at the end of
+ * the whole op, as it does in PyTorch. */
 #ifndef PP_DB_PROGPLAN_H
 #define PP_DB_PROGPLAN_H
 #include <sqlite3.h>

@@ -373,7 +373,8 @@ int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *er
          summary_idle_by_cause(db, s->job_id, s->from_step, -1, s->idle_ns_by_cause, err) != 0) || read_loss(db, s, err) != 0)
         return -1;
     s->has_ops = (flags & SUMMARY_OPS) != 0;
-    return s->has_ops ? read_ops(db, s, err) : 0;
+    if (!s->has_ops) return 0;
+    return read_ops(db, s, err) != 0 ? -1 : summary_spans(db, s->job_id, s->from_step, &s->spans, &s->nspans, err);
 }
 
 int64_t summary_idle_total(const job_summary *s) {
@@ -393,6 +394,9 @@ void summary_free(job_summary *s) {
     free(s->act_peak_by_rank);
     free(s->state_by_rank);
     free(s->plan_peak_inflight);
+    free(s->spans);
+    s->spans = NULL;
+    s->nspans = 0;
     s->bubble_by_rank = NULL;
     s->act_peak_by_rank = s->state_by_rank = s->plan_peak_inflight = NULL;
 }

@@ -43,6 +43,13 @@ typedef struct summary_ops {
     int64_t count, total_ns, median_ns, max_ns; /* median and max -1 when count is 0 */
 } summary_ops;
 
+/* A program's own spans of one name (events with phase SPAN, host spans)
+ * from from_step on. */
+typedef struct summary_span {
+    char name[256]; /* "" for a span stored without one */
+    int64_t count, total_ns, median_ns, max_ns;
+} summary_span;
+
 typedef struct job_summary {
     int64_t job_id;
     int world;              /* jobs.world_size */
@@ -67,9 +74,11 @@ typedef struct job_summary {
     double loss;            /* its mean loss; NAN when none or not finite */
     int has_ops;            /* SUMMARY_OPS was asked for */
     summary_ops ops[2][TRACE_PHASE_COUNT]; /* [0]: host spans, [1]: GPU spans (CUPTI) */
+    summary_span *spans; /* with SUMMARY_OPS: the program's own spans by name (summary_spans), owned */
+    size_t nspans;
 } job_summary;
 
-#define SUMMARY_OPS 1 /* also read op durations: a pass over the job's events */
+#define SUMMARY_OPS 1 /* also read op durations and spans by name: a pass over the job's events */
 #define SUMMARY_NO_IDLE 2 /* leave idle_ns_by_cause at 0: no pass over every gap of the job (two million on a
                            * 20,000-step job: most of a summary's time), for readers that do not show it */
 
@@ -87,12 +96,6 @@ int64_t summary_idle_total(const job_summary *s);
 /* Whether s has op durations of one kind: host (gpu 0) or GPU spans (1). */
 int summary_has_ops(const job_summary *s, int gpu);
 
-/* A program's own spans of one name (events with phase SPAN, host spans)
- * from from_step on. */
-typedef struct summary_span {
-    char name[256];
-    int64_t count, total_ns, median_ns, max_ns;
-} summary_span;
 /* The job's spans by name, most time first, into *out (the caller frees
  * it; NULL when none) and *n: `pprun stats` and the dashboard's time by
  * name. -1 with err on a database error. (The ops of summary_read leave

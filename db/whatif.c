@@ -321,8 +321,10 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
  * of each stage's F, B and W into r->profile, with the send median as every
  * stage's comm (r->has_profile when every stage has all three). A job whose
  * backward is PyTorch's full backward (BW: B and W in one op, never timed
- * apart) has half of its BW median as B and half as W, where the stage (or
- * the job) has no B and W of their own. */
+ * apart) has half of its BW median as B and the rest as W, where the stage
+ * (or the job) has no B and W of their own (r->bw_split): the schedules
+ * that split the backward play those halves, and the job's own plan its
+ * BW, which the simulator plays at b + w, the whole median. */
 static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[4], pp_err *err) {
     balance_profile *bp = &r->profile;
     int S = bp->stages, rc = SQLITE_DONE;
@@ -351,12 +353,16 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         if (k < 4) med[k] = durations_median(&d[k]);
         free(d[k].v);
     }
-    if (med[1] < 0 && med[2] < 0 && bw >= 0) med[1] = med[2] = bw / 2;
+    if (med[1] < 0 && med[2] < 0 && bw >= 0) {
+        med[1] = bw / 2, med[2] = bw - bw / 2;
+        r->bw_split = 1;
+        r->bw_ns = bw;
+    }
     int complete = !oom && by_stage;
     for (int k = 0; by_stage && k < S; k++) {
         int64_t f = durations_median(&by_stage[k * 4]), b = durations_median(&by_stage[k * 4 + 1]);
         int64_t w = durations_median(&by_stage[k * 4 + 2]), sb = durations_median(&by_stage[k * 4 + 3]);
-        if (b < 0 && w < 0 && sb >= 0) b = w = sb / 2;
+        if (b < 0 && w < 0 && sb >= 0) b = sb / 2, w = sb - sb / 2;
         complete &= f >= 0 && b >= 0 && w >= 0;
         bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, med[3] > 0 ? (double)med[3] : 0};
         for (int j = 0; j < 4; j++) free(by_stage[k * 4 + j].v);
@@ -387,9 +393,8 @@ static int whatif_push_action(sched_action **list, int *len, int *cap, sched_act
 
 /* The plan a job ran, from its plan table: each rank's actions in slot
  * order (a csv: job's schedule is in no generator, nor is a program's own:
- * PyTorch's). A BW (PyTorch's full backward) plays as its B and its W one
- * after the other: the simulator has no fused op, so the input gradient
- * leaves after the B part (docs/torch.md). *out stays NULL when the table
+ * PyTorch's). A BW (PyTorch's full backward) is one op, its input gradient
+ * leaving at its end (docs/torch.md). *out stays NULL when the table
  * does not hold a whole plan for the job's shape. */
 static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, sched_plan **out, pp_err *err) {
     *out = NULL;
@@ -416,9 +421,7 @@ static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_repo
         }
         stage_rank[stage] = rank;
         oom = whatif_push_action(&lists[rank], &lens[rank], &caps[rank],
-                                 (sched_action){stage, fused ? SCHED_B : op, mb}) != 0;
-        if (!oom && fused)
-            oom = whatif_push_action(&lists[rank], &lens[rank], &caps[rank], (sched_action){stage, SCHED_W, mb}) != 0;
+                                 (sched_action){stage, fused ? SCHED_BW : op, mb}) != 0;
     }
     int failed = whatif_done(db, st, rc, err) != 0 || (oom && pp_fail(err, "out of memory"));
     for (int k = 0; whole && !failed && k < stages; k++) whole = stage_rank[k] >= 0;

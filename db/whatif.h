@@ -78,6 +78,8 @@ void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size);
 typedef struct whatif_report {
     int measured;              /* 0: no complete step with F, B and W yet (nothing below is set) */
     int gpu;                   /* costs from GPU spans (CUPTI) rather than host spans */
+    int bw_split;              /* the job's backward was BW only: in.costs.b and .w are halves of its median */
+    int64_t bw_ns;             /* that BW median (ns) */
     int first_step, last_step; /* the steps whose ops were measured */
     whatif_input in;
     sched_costs build; /* in.build_costs points here when the job's model is known */

@@ -15,7 +15,10 @@ records spans of its own (imports pprun too): each step's batch making as
 pprun.span("data", step=...), and the line it prints after each step in a
 function decorated with @pprun.span("log"). --crash-at STEP: the rank of
 the last stage kills itself (SIGKILL) computing microbatch 1's loss of
-step STEP, a rank dying mid-step.
+step STEP, a rank dying mid-step. --step-times: each rank prints each
+step's time and the CPU time its process took in it ("step_time step=S
+seconds=X cpu=Y", from zero_grad to the optimizer step): bench/torch.c
+reads them, traced and untraced alike.
 
 Every rank builds the whole model from one seed and keeps its stages, so
 the weights do not depend on the schedule. The rank of the last stage
@@ -27,6 +30,7 @@ Options: --steps N (3), --microbatches M (4), --stages-per-rank V (2),
 import argparse
 import os
 import signal
+import time
 
 import torch
 import torch.distributed as dist
@@ -175,6 +179,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--spans", action="store_true", help="spans of its own: 'data' and 'log'")
     p.add_argument("--crash-at", type=int, default=-1, metavar="STEP")
+    p.add_argument("--step-times", action="store_true", help="print each step's time and CPU time")
     args = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -234,6 +239,7 @@ def main():
         data = pprun.span
     for step in range(args.steps):
         step_now[0], losses_now[0] = step, 0
+        t0, cpu0 = time.perf_counter(), time.process_time()
         opt.zero_grad()
         if data:
             with data("data", step=step):
@@ -244,6 +250,9 @@ def main():
         inputs = (tokens,) if has_first else ()
         schedule.step(*inputs, target=targets if has_last else None, losses=losses if has_last else None)
         opt.step()
+        if args.step_times:
+            print("step_time step=%d seconds=%r cpu=%r" % (step, time.perf_counter() - t0, time.process_time() - cpu0),
+                  flush=True)
         log(step, losses)
     dist.destroy_process_group()
 

@@ -45,6 +45,21 @@ void report_summary_json(jw *w, const job_summary *s) {
     jw_obj_end(w);
     jw_kint_or_null(w, "loss_step", s->loss_step);
     jw_knum(w, "loss", s->loss);
+    if (s->has_ops) { /* the program's own spans by name, most time first */
+        jw_key(w, "spans");
+        jw_arr(w);
+        for (size_t i = 0; i < s->nspans; i++) {
+            const summary_span *o = &s->spans[i];
+            jw_obj(w);
+            jw_kstr(w, "name", o->name);
+            jw_kint(w, "count", o->count);
+            jw_kint(w, "total_ns", o->total_ns);
+            jw_kint(w, "median_ns", o->median_ns);
+            jw_kint(w, "max_ns", o->max_ns);
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+    }
     jw_obj_end(w);
 }
 
@@ -114,6 +129,8 @@ static void measured_json(jw *w, const whatif_report *wr) {
     jw_obj_end(w);
     jw_key(w, "fixed_op_costs");
     jw_bool(w, wr->in.fixed_op_costs);
+    /* a job whose backward is BW only: b and w above are halves of it */
+    jw_kint_or_null(w, "bw_split_ns", wr->bw_split ? wr->bw_ns : -1);
     char flag[160];
     whatif_tuned_flag(&wr->in, flag, sizeof flag);
     jw_kstr(w, "tuned_schedule_costs", flag);
@@ -174,14 +191,14 @@ void report_whatif_json(jw *w, int64_t job, const whatif_report *wr) {
 
 /* Where t's time went: per rank its ops' time on the path, and the waits. */
 static void critpath_totals_json(jw *w, const critpath_totals *t) {
-    static const char *const phases[4] = {"F", "B", "W", "OPT"};
+    static const char *const phases[5] = {"F", "B", "W", "OPT", "BW"}; /* critpath_totals.op_ns's order */
     jw_kint(w, "span_ns", t->span_ns);
     jw_key(w, "ranks");
     jw_arr(w);
     for (int k = 0; k < t->ranks; k++) {
         jw_obj(w);
         jw_kint(w, "rank", k);
-        for (int p = 0; p < 4; p++) jw_kint(w, phases[p], t->op_ns[k][p]);
+        for (int p = 0; p < 5; p++) jw_kint(w, phases[p], t->op_ns[k][p]);
         jw_key(w, "listed");
         jw_bool(w, critpath_listed(t, k));
         jw_obj_end(w);

@@ -64,3 +64,13 @@ void report_sql_row(jw *w, sqlite3_stmt *st) {
     }
     jw_obj_end(w);
 }
+
+void report_sql_raw_text_cell(jw *w, sqlite3_stmt *st, int col) {
+    jw_raw(w, ",", 1);
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) {
+        jw_raw(w, "null", 4);
+        return;
+    }
+    w->first[w->depth] = 1; /* the comma is written: none of the writer's before the string */
+    jw_strn(w, (const char *)sqlite3_column_text(st, col), (size_t)sqlite3_column_bytes(st, col));
+}

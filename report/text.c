@@ -86,6 +86,20 @@ static void ops_table(FILE *out, const job_summary *s, int gpu) {
     }
 }
 
+/* The program's own spans (pprun.span) by name, most time first. */
+static void spans_table(FILE *out, const job_summary *s) {
+    if (!s->nspans) return;
+    fprintf(out, "%-17s %8s %10s %10s %10s %10s\n", "time by span name", "count", "median", "mean", "max", "total");
+    for (size_t i = 0; i < s->nspans; i++) {
+        const summary_span *o = &s->spans[i];
+        char med[24], mean[24], max[24], total[24];
+        fprintf(out, "  %-15.*s %8lld %10s %10s %10s %10s\n", o->name[0] ? 60 : 9, o->name[0] ? o->name : "(no name)",
+                (long long)o->count, fmt_ns(med, sizeof med, (double)o->median_ns),
+                fmt_ns(mean, sizeof mean, (double)o->total_ns / (double)o->count),
+                fmt_ns(max, sizeof max, (double)o->max_ns), fmt_ns(total, sizeof total, (double)o->total_ns));
+    }
+}
+
 void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     char a[24], b[24];
     report_job_line(out, db, s);
@@ -133,6 +147,7 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     if (s->has_ops) {
         ops_table(out, s, 0);
         ops_table(out, s, 1);
+        spans_table(out, s);
     }
     if (s->loss_step < 0) fprintf(out, "loss       none yet\n");
     else if (isnan(s->loss)) fprintf(out, "loss       not finite at step %lld\n", (long long)s->loss_step);
@@ -203,28 +218,36 @@ void report_critpath(FILE *out, const critpath_report *r) {
     if (!r->steps) return;
     const critpath_totals *t = &r->t;
     double steps = r->steps, span = (double)t->span_ns;
-    char a[24], b[24], c[24], d[24], e[24], f[24];
+    char a[24], b[24], c[24], d[24], e[24], f[24], g[24];
+    /* A BW column (PyTorch's full backward) only for a job that has one on
+     * its path: a built-in job's table stays as it was. */
+    int bw = 0;
+    for (int k = 0; k < t->ranks; k++) bw |= t->op_ns[k][4] > 0;
     fprintf(out, "critical path  the ops each step waited on, steps %d-%d (%s a step, mean)\n", r->first_step,
             r->last_step, fmt_ns(a, sizeof a, span / steps));
-    fprintf(out, "  %-4s %10s %10s %10s %10s %10s %6s\n", "rank", "F", "B", "W", "OPT", "all", "share");
+    fprintf(out, "  %-4s %10s %10s %10s", "rank", "F", "B", "W");
+    if (bw) fprintf(out, " %10s", "BW");
+    fprintf(out, " %10s %10s %6s\n", "OPT", "all", "share");
     int64_t listed = 0;
     for (int k = 0; k < t->ranks; k++) {
         if (!critpath_listed(t, k)) continue;
         const int64_t *ns = t->op_ns[k];
         int64_t all = critpath_rank_ns(t, k);
         listed += all;
-        fprintf(out, "  %-4d %10s %10s %10s %10s %10s %6s\n", k, fmt_ns(a, sizeof a, ns[0] / steps),
-                fmt_ns(b, sizeof b, ns[1] / steps), fmt_ns(c, sizeof c, ns[2] / steps),
-                fmt_ns(d, sizeof d, ns[3] / steps), fmt_ns(e, sizeof e, all / steps),
+        fprintf(out, "  %-4d %10s %10s %10s", k, fmt_ns(a, sizeof a, ns[0] / steps), fmt_ns(b, sizeof b, ns[1] / steps),
+                fmt_ns(c, sizeof c, ns[2] / steps));
+        if (bw) fprintf(out, " %10s", fmt_ns(g, sizeof g, ns[4] / steps));
+        fprintf(out, " %10s %10s %6s\n", fmt_ns(d, sizeof d, ns[3] / steps), fmt_ns(e, sizeof e, all / steps),
                 fmt_pct(f, sizeof f, all / span));
     }
+    int label = bw ? 59 : 48; /* the rows' labels end where "all" does */
     int64_t ops = 0;
     for (int k = 0; k < t->ranks; k++) ops += critpath_rank_ns(t, k);
     if (ops > listed)
-        fprintf(out, "  %-48s %10s %6s\n", "the other ranks", fmt_ns(a, sizeof a, (ops - listed) / steps),
+        fprintf(out, "  %-*s %10s %6s\n", label, "the other ranks", fmt_ns(a, sizeof a, (ops - listed) / steps),
                 fmt_pct(b, sizeof b, (ops - listed) / span));
     for (int k = 0; k < CRITPATH_WAITS; k++)
-        fprintf(out, "  %-48s %10s %6s\n", wait_labels[k], fmt_ns(a, sizeof a, t->wait_ns[k] / steps),
+        fprintf(out, "  %-*s %10s %6s\n", label, wait_labels[k], fmt_ns(a, sizeof a, t->wait_ns[k] / steps),
                 fmt_pct(b, sizeof b, t->wait_ns[k] / span));
     fprintf(out, "  (an op on this path done t sooner ends the step at most t sooner; an op off it, not at all)\n");
 }
@@ -274,6 +297,11 @@ void report_whatif(FILE *out, const whatif_report *r) {
     whatif_tuned_flag(&r->in, flag, sizeof flag);
     fprintf(out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs %s)\n",
             flag);
+    if (r->bw_split)
+        fprintf(out,
+                "  (this job's backward is one op, BW, of %s: B and W above are halves of it, since it is never timed "
+                "apart; its own schedule plays each BW whole)\n",
+                fmt_ns(a, sizeof a, (double)r->bw_ns));
 }
 
 void report_brief(FILE *out, const char *prefix, const job_summary *s, const whatif_report *w, const char *db_path) {

@@ -17,13 +17,15 @@ void report_job_line(FILE *out, sqlite3 *db, const job_summary *s);
 /* Job line, steps, step time, bubble (measured, planned, per rank),
  * activation memory (peak held bytes per rank, the plan's peak in flight;
  * "not recorded" for a trace without held bytes), idle time by cause, op
- * durations (when s has them) and the latest loss. db supplies the job line
+ * durations and the program's spans by name (when s has them) and the
+ * latest loss. db supplies the job line
  * (name, schedule, model...). */
 void report_full(FILE *out, sqlite3 *db, const job_summary *s);
 /* The what-if table: each built-in schedule simulated at the job's measured
  * costs (step time, bubble, step time against the job's own schedule's,
  * estimated activation peak, microbatch-stages in flight), or why there is
- * nothing to simulate yet. */
+ * nothing to simulate yet; for a job whose backward is BW only (PyTorch's
+ * full backward), a note that B and W are its halves. */
 void report_whatif(FILE *out, const whatif_report *r);
 /* Stage balance (r->has_profile, else nothing): each stage's F, B, W and
  * their sum against the mean stage (the 4 slowest of more than 16), the
@@ -31,8 +33,9 @@ void report_whatif(FILE *out, const whatif_report *r);
  * costs and what the first and last stage add, and the --pipeline-cuts
  * that would even the stages out, or why none are suggested. */
 void report_balance(FILE *out, const whatif_report *r);
-/* The critical path (r->steps > 0, else nothing): per rank its F, B, W
- * and OPT time on the path a step (every rank on it, up to 16; else the 8
+/* The critical path (r->steps > 0, else nothing): per rank its F, B, W,
+ * BW (a column only when some rank has BW on the path) and OPT time on the
+ * path a step (every rank on it, up to 16; else the 8
  * with the most), then the waits between path ops: hand-offs to another
  * rank, a rank's own sends and receives, the rest. */
 void report_critpath(FILE *out, const critpath_report *r);

@@ -2,7 +2,10 @@
  *
  * A schedule says, for every rank, which actions it runs and in which order:
  * `{stage}{F|B|W}{mb}` (0F3 = stage 0, forward, microbatch 3). B is the
- * gradient with respect to the stage's input, W the weight gradient.
+ * gradient with respect to the stage's input, W the weight gradient, BW
+ * both in one op (`0BW3`: PyTorch's full backward, which schedules that do
+ * not split the backward run); a BW counts as its (stage, mb)'s B and W,
+ * and its input gradient leaves at its end.
  * Generators, the CSV reader, the validator and the simulator all work on
  * sched_plan; the engine executes plan->actions[rank] in order.
  *
@@ -14,7 +17,7 @@
 
 #include "base/pp.h"
 
-typedef enum sched_op { SCHED_F = 0, SCHED_B = 1, SCHED_W = 2 } sched_op;
+typedef enum sched_op { SCHED_F = 0, SCHED_B = 1, SCHED_W = 2, SCHED_BW = 3 } sched_op;
 
 typedef struct sched_action {
     int stage;  /* 0 .. stages-1 */
@@ -22,6 +25,8 @@ typedef struct sched_action {
     int mb;     /* 0 .. microbatches-1 */
 } sched_action;
 
+/* A BW costs b + w: give a stage that runs BW the BW's cost as b + w (its
+ * measured BW as b, 0 as w, where it has no B and W of its own). */
 typedef struct sched_costs {
     double f, b, w, comm; /* time units of one F, B, W of one stage, and of one send */
 } sched_costs;
@@ -93,7 +98,7 @@ size_t sched_action_fmt(const sched_action *a, char *buf);
 
 /* Notes on the fields above, as implemented (docs/schedules.md):
  * - sched_sim.peak_inflight counts (stage, microbatch) units, one per stage
- *   chunk, held from F to the end of W; 1F1B's rank 0 holds p, GPipe's m,
+ *   chunk, held from F to the end of W (or of BW); 1F1B's rank 0 holds p, GPipe's m,
  *   ZB-V's at most 2p (= p microbatches of a whole rank's layers).
  * - sched_simulate: a send costs comm only between different ranks; all
  *   ranks start at 0; the step's idle includes a rank's late start.
@@ -119,7 +124,7 @@ int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err);
  * is full (a cut of up to 5 digits takes at most 6 bytes); returns buf. */
 const char *sched_cuts_text(const int *cuts, int ncuts, char *buf, size_t size);
 
-/* Parses one action in our notation ("0F3"; op F, B or W). */
+/* Parses one action in our notation ("0F3"; op F, B, W or BW). */
 int sched_action_parse(const char *s, sched_action *out, pp_err *err);
 
 /* Builds a plan from per-rank action lists (copied; the caller keeps
@@ -138,17 +143,18 @@ int sched_plan_from_lists(const char *name, int p, int stages, int v, int m, con
 char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, int max_rows);
 
 /* CSV export: one row per rank, one action per cell, empty cell = idle.
- * notation "pprun" writes F/B/W; "pytorch" writes F/I/W (PyTorch's newer
- * notation, I = input gradient). The file appears whole or not at all, and
- * only where nothing but a regular file was (file_output_begin). */
+ * notation "pprun" writes F/B/W/BW; "pytorch" writes F/I/W/B (PyTorch's
+ * newer notation, I = input gradient, B = full backward). The file appears
+ * whole or not at all, and only where nothing but a regular file was
+ * (file_output_begin). */
 int sched_write_csv(const sched_plan *plan, const char *path, const char *notation, pp_err *err);
 /* Reads a CSV from memory (sched_load_csv reads a file and calls this);
  * `what` names the source in messages. */
 int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan **out, pp_err *err);
 
 /* The simulated timeline as text, one row per rank, one character per
- * `unit` time units: F, B, W, '.' idle (a cell shows the action running at
- * its middle). unit <= 0 picks one (1 for integer costs; at most ~160
+ * `unit` time units: F, B, W, X (a BW), '.' idle (a cell shows the action
+ * running at its middle). unit <= 0 picks one (1 for integer costs; at most ~160
  * columns). Returns a malloc'd string (caller frees); *unit_out gets the
  * unit used. */
 char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double unit, double *unit_out);

@@ -1,17 +1,19 @@
 /* sched_csv.c: schedules as CSV files: one row per rank, one action per
  * cell, an empty cell is idle. Reads our notation and both of PyTorch's
- * (detected per file), writes ours or PyTorch's newer one.
+ * (detected per file), writes ours or PyTorch's newer one. A full backward
+ * (PyTorch's B where the file has I, BW in its older notation) is a BW.
  *
  * Reading goes in steps: find the rows, split them into cells (a reader),
- * tell the notation, expand each cell into its actions on its rank's list
- * and in the grid (an expansion), then make the plan. */
-#include "base/file.h"
+ * tell the notation, put each cell's action on its rank's list and in the
+ * grid (an expansion), then make the plan. */
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "base/file.h"
 
 /* A file has at most as many rows (ranks) as a generated schedule has
  * ranks (--stages); stages and microbatches at most CSV_MAX_INDEX + 1. */
@@ -25,7 +27,7 @@
 enum { RAW_F, RAW_I, RAW_B, RAW_W, RAW_BW };
 
 typedef struct cell {
-    int row, slot; /* rank, and grid column as in the file (fill shifts it past full backwards) */
+    int row, slot; /* rank, and grid column as in the file */
     int stage, raw, mb;
 } cell;
 
@@ -257,8 +259,7 @@ static int file_shape(const reader *rd, int *S, int *m, pp_err *err) {
 /* Which notation? A file with I is PyTorch's newer one (B = full
  * backward). Without I, a B and a W of the same (stage, mb) mean B is the
  * input gradient (ours, PyTorch's older one, where BW is full). A file
- * with only F and B has full backwards. *full_b: does a bare B mean B then
- * W? */
+ * with only F and B has full backwards. *full_b: is a bare B a BW? */
 static int bare_b_is_full(const reader *rd, int S, int m, int *full_b, pp_err *err) {
     int has_i = 0, split = 0;
     for (int k = 0; k < rd->n; k++) has_i |= rd->cells[k].raw == RAW_I;
@@ -277,23 +278,12 @@ static int bare_b_is_full(const reader *rd, int S, int m, int *full_b, pp_err *e
     return 0;
 }
 
-/* The actions each raw op stands for: BW is a full backward, B then W. */
-static const struct {
-    int n;
-    int ops[2];
-} raw_ops[] = {
-    [RAW_F] = {1, {SCHED_F}},
-    [RAW_I] = {1, {SCHED_B}},
-    [RAW_B] = {1, {SCHED_B}}, /* the input gradient, unless the file's B are full */
-    [RAW_W] = {1, {SCHED_W}},
-    [RAW_BW] = {2, {SCHED_B, SCHED_W}},
-};
-
-/* The actions of a cell (*ops) and how many: a bare B that is full is BW. */
-static int cell_ops(int raw, int full_b, const int **ops) {
-    if (raw == RAW_B && full_b) raw = RAW_BW;
-    *ops = raw_ops[raw].ops;
-    return raw_ops[raw].n;
+/* The action a raw op stands for: a BW is a full backward, and so is a
+ * bare B in a file whose B are full. */
+static int cell_op(int raw, int full_b) {
+    static const int ops[] = {[RAW_F] = SCHED_F, [RAW_I] = SCHED_B, [RAW_B] = SCHED_B, [RAW_W] = SCHED_W,
+                              [RAW_BW] = SCHED_BW};
+    return raw == RAW_B && full_b ? SCHED_BW : ops[raw];
 }
 
 /* The file's schedule as per-rank lists and its grid, before it is a plan.
@@ -318,15 +308,15 @@ static void expansion_free(expansion *ex) {
     free(ex->stage_rank);
 }
 
-/* Room for each rank's list: its own cells, a full backward two actions
- * (one list of every cell per rank would be ranks x cells). A blank line
- * inside the file would be a rank that runs nothing: refused. */
+/* Room for each rank's list: its own cells, one action each (one list of
+ * every cell per rank would be ranks x cells). A blank line inside the
+ * file would be a rank that runs nothing: refused. */
 static int alloc_lists(const reader *rd, expansion *ex, pp_err *err) {
     ex->lens = calloc((size_t)ex->p, sizeof(int));
     ex->stage_rank = malloc(sizeof(int) * (size_t)ex->S);
     ex->lists = calloc((size_t)ex->p, sizeof *ex->lists);
     if (!ex->lens || !ex->stage_rank || !ex->lists) return pp_fail(err, "%s: out of memory", rd->what);
-    for (int k = 0; k < rd->n; k++) ex->lens[rd->cells[k].row] += 2;
+    for (int k = 0; k < rd->n; k++) ex->lens[rd->cells[k].row]++;
     for (int r = 0; r < ex->p; r++)
         if (!ex->lens[r])
             return pp_fail(err, "%s: line %d: no actions; every row is a rank and needs at least one action", rd->what,
@@ -339,13 +329,10 @@ static int alloc_lists(const reader *rd, expansion *ex, pp_err *err) {
     return 0;
 }
 
-/* The grid, every cell idle: as wide as the widest row plus a cell for
- * each full backward's W. */
+/* The grid, every cell idle: as wide as the widest row. */
 static int alloc_grid(const reader *rd, expansion *ex, pp_err *err) {
-    const int *ops;
     ex->nslots = 0;
     for (int r = 0; r < ex->p; r++) ex->nslots = rd->row_width[r] > ex->nslots ? rd->row_width[r] : ex->nslots;
-    for (int k = 0; k < rd->n; k++) ex->nslots += cell_ops(rd->cells[k].raw, ex->full_b, &ops) - 1;
     if (!(ex->slots = calloc((size_t)ex->p, sizeof *ex->slots))) return pp_fail(err, "%s: out of memory", rd->what);
     for (int r = 0; r < ex->p; r++) {
         if (!(ex->slots[r] = malloc(sizeof(sched_action) * (size_t)(ex->nslots > 0 ? ex->nslots : 1))))
@@ -372,27 +359,16 @@ static int place_stages(const reader *rd, expansion *ex, pp_err *err) {
     return 0;
 }
 
-/* Each cell's actions onto its rank's list and into the grid at its slot,
- * shifted right on its row by the expansions before it. */
-static int fill(const reader *rd, expansion *ex, pp_err *err) {
-    int *shift = calloc((size_t)ex->p, sizeof(int));
-    if (!shift) return pp_fail(err, "%s: out of memory", rd->what);
+/* Each cell's action onto its rank's list and into the grid at its slot. */
+static void fill(const reader *rd, expansion *ex) {
     ex->used = 0;
     for (int k = 0; k < rd->n; k++) {
         const cell *c = &rd->cells[k];
-        const int *ops;
-        int r = c->row, nops = cell_ops(c->raw, ex->full_b, &ops);
-        for (int j = 0; j < nops; j++) {
-            sched_action a = {c->stage, ops[j], c->mb};
-            ex->lists[r][ex->lens[r]++] = a;
-            int slot = c->slot + shift[r] + j;
-            ex->slots[r][slot] = a;
-            if (slot + 1 > ex->used) ex->used = slot + 1;
-        }
-        shift[r] += nops - 1;
+        sched_action a = {c->stage, cell_op(c->raw, ex->full_b), c->mb};
+        ex->lists[c->row][ex->lens[c->row]++] = a;
+        ex->slots[c->row][c->slot] = a;
+        if (c->slot + 1 > ex->used) ex->used = c->slot + 1;
     }
-    free(shift);
-    return 0;
 }
 
 /* The plan of the expansion, with the file's own grid (its idle cells
@@ -422,9 +398,8 @@ static int parse(reader *rd, expansion *ex, const char *text, size_t len, sched_
     if (file_shape(rd, &ex->S, &ex->m, err) != 0 || bare_b_is_full(rd, ex->S, ex->m, &ex->full_b, err) != 0)
         return -1;
     ex->v = (ex->S + ex->p - 1) / ex->p;
-    if (alloc_lists(rd, ex, err) != 0 || alloc_grid(rd, ex, err) != 0 || place_stages(rd, ex, err) != 0 ||
-        fill(rd, ex, err) != 0)
-        return -1;
+    if (alloc_lists(rd, ex, err) != 0 || alloc_grid(rd, ex, err) != 0 || place_stages(rd, ex, err) != 0) return -1;
+    fill(rd, ex);
     return make_plan(rd->what, ex, out, err);
 }
 
@@ -466,7 +441,8 @@ int sched_write_csv(const sched_plan *plan, const char *path, const char *notati
             const sched_action *a = &plan->slots[r][c];
             if (c) fputc(',', out.f);
             if (a->stage < 0) continue;
-            fprintf(out.f, "%d%c%d", a->stage, torch ? "FIW"[a->op] : "FBW"[a->op], a->mb);
+            static const char *const ours[] = {"F", "B", "W", "BW"}, *const theirs[] = {"F", "I", "W", "B"};
+            fprintf(out.f, "%d%s%d", a->stage, torch ? theirs[a->op] : ours[a->op], a->mb);
         }
         fputc('\n', out.f);
     }

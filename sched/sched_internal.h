@@ -17,7 +17,8 @@ void sched_sb_add(sched_sbuf *b, const char *fmt, ...) __attribute__((format(pri
 /* Appends n bytes of s (no format: a big grid's cells). */
 void sched_sb_mem(sched_sbuf *b, const char *s, size_t n);
 
-/* Index of (stage, mb, op) into a flat array of stages * m * 3 entries. */
+/* Index of (stage, mb, op) into a flat array of stages * m * 3 entries
+ * (op F, B or W: a BW has the keys of its B and its W). */
 static inline size_t sched_key(const sched_plan *plan, int stage, int mb, int op) {
     return ((size_t)stage * (size_t)plan->microbatches + (size_t)mb) * 3 + (size_t)op;
 }
@@ -25,7 +26,17 @@ static inline size_t sched_key(const sched_plan *plan, int stage, int mb, int op
 /* 1 when the action's fields are in the plan's ranges. */
 static inline int sched_action_ok(const sched_plan *plan, const sched_action *a) {
     return a->stage >= 0 && a->stage < plan->stages && a->mb >= 0 && a->mb < plan->microbatches && a->op >= 0 &&
-           a->op <= 2;
+           a->op <= SCHED_BW;
+}
+
+/* The op whose key an action's start depends on and sets first: a BW is
+ * its B (it also sets its W's key, at the same end). */
+static inline int sched_key_op(int op) { return op == SCHED_BW ? SCHED_B : op; }
+
+/* What an op costs at c: a BW its B and its W. */
+static inline double sched_op_cost(const sched_costs *c, int op) {
+    if (op == SCHED_BW) return c->b + c->w;
+    return op == SCHED_F ? c->f : op == SCHED_B ? c->b : c->w;
 }
 
 #endif

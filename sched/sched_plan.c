@@ -10,6 +10,8 @@
 #include <string.h>
 
 static const char op_chars[] = "FBW";
+/* An action's op as written: F, B, W, or BW (a full backward). */
+static const char *const op_text[] = {"F", "B", "W", "BW"};
 
 /* Decimal digits of v ending at end; returns the first character. */
 static char *put_int(int v, char *end) {
@@ -28,7 +30,10 @@ size_t sched_action_fmt(const sched_action *a, char *buf) {
         return 1;
     }
     char tmp[32], *end = tmp + sizeof tmp, *p = put_int(a->mb, end);
-    *--p = (a->op >= 0 && a->op <= 2) ? op_chars[a->op] : '?';
+    const char *op = (a->op >= 0 && a->op <= SCHED_BW) ? op_text[a->op] : "?";
+    size_t oplen = strlen(op);
+    p -= oplen;
+    memcpy(p, op, oplen);
     p = put_int(a->stage, p);
     size_t n = (size_t)(end - p);
     memcpy(buf, p, n);
@@ -55,7 +60,8 @@ int sched_action_parse(const char *s, sched_action *out, pp_err *err) {
     }
     const char *op = strchr(op_chars, *p);
     if (!*p || !op) goto bad;
-    p++;
+    int fused = p[0] == 'B' && p[1] == 'W';
+    p += fused ? 2 : 1;
     if (*p < '0' || *p > '9') goto bad;
     while (*p >= '0' && *p <= '9') {
         mb = mb * 10 + (*p++ - '0');
@@ -63,11 +69,11 @@ int sched_action_parse(const char *s, sched_action *out, pp_err *err) {
     }
     if (*p) goto bad;
     out->stage = (int)stage;
-    out->op = (int)(op - op_chars);
+    out->op = fused ? SCHED_BW : (int)(op - op_chars);
     out->mb = (int)mb;
     return 0;
 bad:
-    return pp_fail(err, "'%s' is not an action; expected {stage}{F|B|W}{microbatch}, e.g. 0F3", s);
+    return pp_fail(err, "'%s' is not an action; expected {stage}{F|B|W|BW}{microbatch}, e.g. 0F3", s);
 }
 
 int sched_place(sched_placement how, int stage, int p) {
@@ -184,26 +190,37 @@ static sched_plan *plan_new(const char *name, int p, int stages, int v, int m) {
     return plan;
 }
 
-/* Fills the grid from start times of a unit-cost simulation: slot = start. */
+/* Fills the grid from start times of a unit-cost simulation: slot = start.
+ * A BW costs b + w, so in a plan with BW a B and a W cost half a unit and a
+ * BW one cell as every other op; -1 (rows packed left instead) when that
+ * puts two actions of a plan that also splits B and W in one cell. */
 static int grid_from_sim(sched_plan *plan) {
-    sched_costs unit = {1, 1, 1, 0};
+    int fused = 0;
+    for (int r = 0; r < plan->ranks; r++)
+        for (int i = 0; i < plan->len[r]; i++) fused |= plan->actions[r][i].op == SCHED_BW;
+    sched_costs unit = {1, fused ? 0.5 : 1, fused ? 0.5 : 1, 0};
     sched_sim *sim = NULL;
     if (sched_simulate(plan, &unit, &sim, NULL) != 0) return -1;
-    int nslots = (int)(sim->step_time + 0.5);
-    for (int r = 0; r < plan->ranks; r++) {
+    int nslots = (int)(sim->step_time + 0.5), rc = 0;
+    for (int r = 0; r < plan->ranks && rc == 0; r++) {
         sched_action *row = malloc(sizeof *row * (size_t)(nslots > 0 ? nslots : 1));
         if (!row) {
-            sched_sim_free(sim);
-            return -1;
+            rc = -1;
+            break;
         }
         for (int i = 0; i < nslots; i++) row[i] = (sched_action){-1, 0, 0};
-        for (int i = 0; i < sim->nspans[r]; i++) row[(int)(sim->spans[r][i].start + 0.5)] = sim->spans[r][i].action;
+        for (int i = 0; i < sim->nspans[r] && rc == 0; i++) {
+            double start = sim->spans[r][i].start;
+            int slot = (int)(start + 0.5);
+            if (start != (double)slot || slot >= nslots || row[slot].stage >= 0) rc = -1;
+            else row[slot] = sim->spans[r][i].action;
+        }
         free(plan->slots[r]);
         plan->slots[r] = row;
     }
-    plan->nslots = nslots;
+    if (rc == 0) plan->nslots = nslots;
     sched_sim_free(sim);
-    return 0;
+    return rc;
 }
 
 int sched_plan_from_lists(const char *name, int p, int stages, int v, int m, const int *stage_rank,

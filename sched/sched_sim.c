@@ -1,6 +1,7 @@
 /* sched_sim.c: the simulator: one step of a plan played out from F/B/W/comm
  * costs, as the engine runs it (sends asynchronous, receives blocking), and
- * the resulting timeline as text. */
+ * the resulting timeline as text. A BW is one op: its B and its W both end
+ * where it ends, so the input gradient leaves then. */
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
@@ -18,8 +19,6 @@ void sched_sim_free(sched_sim *sim) {
     free(sim->peak_inflight);
     free(sim);
 }
-
-static double op_cost(const sched_costs *c, int op) { return op == SCHED_F ? c->f : op == SCHED_B ? c->b : c->w; }
 
 int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim **out, pp_err *err) {
     static const sched_costs unit = {1, 1, 1, 0};
@@ -96,14 +95,15 @@ static int arrival(const player *pl, size_t k, int s, int r, double *t) {
 }
 
 /* When action a of rank r may start, once its inputs are there: the input
- * from another stage (F(s-1) for F, B(s+1) for B but the last stage's) and
- * this stage's own earlier op (F for B, B for W). 0 while one is missing. */
+ * from another stage (F(s-1) for F, B(s+1) for B and BW but the last
+ * stage's) and this stage's own earlier op (F for B and BW, B for W). 0
+ * while one is missing. */
 static int ready_at(const player *pl, int r, const sched_action *a, double *ready) {
     const sched_plan *plan = pl->plan;
     int s = a->stage, mb = a->mb, dep_stage = -1, dep_op = 0, own_op = -1;
     if (a->op == SCHED_F) {
         if (s > 0) dep_stage = s - 1, dep_op = SCHED_F;
-    } else if (a->op == SCHED_B) {
+    } else if (a->op == SCHED_B || a->op == SCHED_BW) {
         own_op = SCHED_F;
         if (s < plan->stages - 1) dep_stage = s + 1, dep_op = SCHED_B;
     } else {
@@ -129,10 +129,15 @@ static int play_rank(player *pl, int r) {
         const sched_action *a = &plan->actions[r][pl->pos[r]];
         if (!ready_at(pl, r, a, &ready)) break;
         double start = pl->clock[r] > ready ? pl->clock[r] : ready;
-        double stop = start + op_cost(&pl->cost[a->stage], a->op);
-        size_t k = sched_key(plan, a->stage, a->mb, a->op);
+        double stop = start + sched_op_cost(&pl->cost[a->stage], a->op);
+        size_t k = sched_key(plan, a->stage, a->mb, sched_key_op(a->op));
         pl->end[k] = stop;
         pl->where[k] = r;
+        if (a->op == SCHED_BW) { /* its W is done too */
+            size_t kw = sched_key(plan, a->stage, a->mb, SCHED_W);
+            pl->end[kw] = stop;
+            pl->where[kw] = r;
+        }
         pl->clock[r] = stop;
         pl->sim->spans[r][pl->pos[r]] = (sched_span){*a, start, stop};
         pl->pos[r]++;
@@ -164,7 +169,7 @@ static int play(player *pl, pp_err *err) {
 }
 
 /* The step time, the bubble and each rank's peak of held activations
- * (a unit is held from its F to the end of its W), from the spans. */
+ * (a unit is held from its F to the end of its W or BW), from the spans. */
 static void summarize(sched_sim *sim, const sched_plan *plan) {
     int p = plan->ranks;
     double step = 0, busy = 0;
@@ -176,7 +181,7 @@ static void summarize(sched_sim *sim, const sched_plan *plan) {
             busy += sp->end - sp->start;
             if (sp->end > step) step = sp->end;
             if (sp->action.op == SCHED_F && ++held > peak) peak = held;
-            if (sp->action.op == SCHED_W) held--;
+            if (sp->action.op == SCHED_W || sp->action.op == SCHED_BW) held--;
         }
         sim->peak_inflight[r] = peak;
     }
@@ -249,7 +254,7 @@ char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double u
             double mid = (c + 0.5) * unit;
             while (j < sim->nspans[r] && sim->spans[r][j].end <= mid) j++;
             char ch = '.';
-            if (j < sim->nspans[r] && sim->spans[r][j].start <= mid) ch = "FBW"[sim->spans[r][j].action.op];
+            if (j < sim->nspans[r] && sim->spans[r][j].start <= mid) ch = "FBWX"[sim->spans[r][j].action.op];
             sched_sb_add(&b, "%c", ch);
         }
         sched_sb_add(&b, "|\n");

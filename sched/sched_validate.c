@@ -1,6 +1,7 @@
 /* sched_validate.c: the validator: checks a plan against the rules of
  * docs/design.md §4 before anything runs it, and explains a rejection with the
- * grid, the offending cells marked. */
+ * grid, the offending cells marked. A BW counts as its (stage, mb)'s B and
+ * its W: once, after the F, waiting for the next stage's B (or BW) as a B. */
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
@@ -47,7 +48,7 @@ static int reject(const sched_plan *plan, pp_err *err, const int *marks, const c
     return -1;
 }
 
-static const char *const op_name[] = {"F", "B", "W"};
+static const char *const op_name[] = {"F", "B", "W", "BW"};
 
 /* What the rules share: the plan, where each (stage, mb, op) runs, and the
  * cells a rejection marks (one per row). Owns the arrays. */
@@ -67,7 +68,7 @@ static void mark(checker *ck, int r, int i) { ck->marks[r] = slot_of(ck->plan, r
 static int check_action(checker *ck, int r, int i, pp_err *err) {
     const sched_plan *plan = ck->plan;
     const sched_action *a = &plan->actions[r][i];
-    char a1[32], detail[512];
+    char a1[32], a2[32], detail[512];
     if (!sched_action_ok(plan, a)) {
         mark(ck, r, i);
         sched_action_str(a, a1);
@@ -88,14 +89,24 @@ static int check_action(checker *ck, int r, int i, pp_err *err) {
                 }
         return reject(plan, err, ck->marks, "each stage lives on one rank", detail);
     }
-    size_t k = sched_key(plan, a->stage, a->mb, a->op);
-    if (ck->where[k] >= 0) {
-        mark(ck, r, i);
-        snprintf(detail, sizeof detail, "rank %d runs %s a second time", r, sched_action_str(a, a1));
-        return reject(plan, err, ck->marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
+    /* a BW takes the keys of its B and its W */
+    int ops[2] = {sched_key_op(a->op), SCHED_W}, nops = a->op == SCHED_BW ? 2 : 1;
+    for (int j = 0; j < nops; j++) {
+        size_t k = sched_key(plan, a->stage, a->mb, ops[j]);
+        if (ck->where[k] >= 0) {
+            mark(ck, r, i);
+            const sched_action *ran = &plan->actions[ck->where[k]][ck->at[k]];
+            if (a->op == SCHED_BW || ran->op == SCHED_BW) {
+                snprintf(detail, sizeof detail, "rank %d runs %s, and %s ran already (a BW is a B and a W)", r,
+                         sched_action_str(a, a1), sched_action_str(ran, a2));
+            } else {
+                snprintf(detail, sizeof detail, "rank %d runs %s a second time", r, sched_action_str(a, a1));
+            }
+            return reject(plan, err, ck->marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
+        }
+        ck->where[k] = r;
+        ck->at[k] = i;
     }
-    ck->where[k] = r;
-    ck->at[k] = i;
     return 0;
 }
 
@@ -121,7 +132,7 @@ static int check_complete(checker *ck, pp_err *err) {
 }
 
 /* Rule 4: on its rank, F before B before W (a B needs the stored
- * activations, a W the B's output gradient). */
+ * activations, a W the B's output gradient); a BW after its F. */
 static int check_order(checker *ck, pp_err *err) {
     const sched_plan *plan = ck->plan;
     char a1[32], a2[32], detail[512];
@@ -129,8 +140,8 @@ static int check_order(checker *ck, pp_err *err) {
         for (int i = 0; i < plan->len[r]; i++) {
             const sched_action *a = &plan->actions[r][i];
             if (a->op == SCHED_F) continue;
-            sched_action before = {a->stage, a->op - 1, a->mb};
-            if (ck->at[sched_key(plan, a->stage, a->mb, a->op - 1)] > i) {
+            sched_action before = {a->stage, a->op == SCHED_W ? SCHED_B : SCHED_F, a->mb};
+            if (ck->at[sched_key(plan, a->stage, a->mb, before.op)] > i) {
                 mark(ck, r, i);
                 snprintf(detail, sizeof detail, "rank %d runs %s before %s", r, sched_action_str(a, a1),
                          sched_action_str(&before, a2));
@@ -140,12 +151,14 @@ static int check_order(checker *ck, pp_err *err) {
     return 0;
 }
 
-/* The action a waits for: F(s) needs F(s-1), B(s) needs B(s+1) (the last
- * stage's B its own F), W its B. 0 when it needs nothing (stage 0's F). */
+/* The action a waits for: F(s) needs F(s-1), B(s) and BW(s) need B(s+1)
+ * (a BW there sets it; the last stage's B its own F), W its B. 0 when it
+ * needs nothing (stage 0's F). */
 static int input_of(const sched_plan *plan, const sched_action *a, sched_action *need) {
+    int backward = a->op == SCHED_B || a->op == SCHED_BW;
     if (a->op == SCHED_F) *need = (sched_action){a->stage - 1, SCHED_F, a->mb};
-    else if (a->op == SCHED_B && a->stage < plan->stages - 1) *need = (sched_action){a->stage + 1, SCHED_B, a->mb};
-    else if (a->op == SCHED_B) *need = (sched_action){a->stage, SCHED_F, a->mb};
+    else if (backward && a->stage < plan->stages - 1) *need = (sched_action){a->stage + 1, SCHED_B, a->mb};
+    else if (backward) *need = (sched_action){a->stage, SCHED_F, a->mb};
     else *need = (sched_action){a->stage, SCHED_B, a->mb};
     return need->stage >= 0;
 }
@@ -161,6 +174,8 @@ static int reject_deadlock(checker *ck, const int *pos, pp_err *err) {
         const sched_action *a = &plan->actions[r][pos[r]];
         sched_action need;
         input_of(plan, a, &need);
+        size_t k = sched_key(plan, need.stage, need.mb, need.op);
+        if (ck->where[k] >= 0) need = plan->actions[ck->where[k]][ck->at[k]]; /* the BW that is that B */
         mark(ck, r, pos[r]);
         if (off < sizeof detail)
             off += (size_t)snprintf(detail + off, sizeof detail - off, " rank %d at %s waits for %s (rank %d);", r,
@@ -179,7 +194,8 @@ static int run_rank(const sched_plan *plan, int r, int *pos, unsigned char *done
         const sched_action *a = &plan->actions[r][pos[r]];
         sched_action need;
         if (input_of(plan, a, &need) && !done[sched_key(plan, need.stage, need.mb, need.op)]) break;
-        done[sched_key(plan, a->stage, a->mb, a->op)] = 1;
+        done[sched_key(plan, a->stage, a->mb, sched_key_op(a->op))] = 1;
+        if (a->op == SCHED_BW) done[sched_key(plan, a->stage, a->mb, SCHED_W)] = 1;
         pos[r]++;
         moved++;
     }

@@ -6,7 +6,7 @@
 import { S, mergeStep } from './state.js';
 import { $ } from './util.js';
 import { probe } from './probe.js';
-import { scheduleDraw, blockCenter, gpuLaneAt, loadSynthetic } from './timeline.js';
+import { scheduleDraw, blockCenter, gpuLaneAt, spanCenter, loadSynthetic } from './timeline.js';
 import { showCritpath, critEdgeCenter } from './critpath.js';
 import { drawCharts, lossOptions } from './charts.js';
 import { fillLegend } from './toolbar.js';
@@ -46,7 +46,7 @@ Object.assign(probe, {
   mergeStep: (s) => { mergeStep(s); drawCharts(); },
   // Each alone, for tests/browser/charts-bench.mjs to time the redraw.
   bench: { mergeStep, drawCharts },
-  blockCenter, critEdgeCenter, gpuLaneAt, loadSynthetic,
+  blockCenter, critEdgeCenter, gpuLaneAt, spanCenter, loadSynthetic,
 });
 
 (async function main() {

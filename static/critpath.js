@@ -141,8 +141,9 @@ export function critEdgeCenter(k) {
 // ---- totals ----------------------------------------------------------------------
 
 // The critical path over the latest complete steps (GET /critpath), as
-// `pprun stats` prints it: per rank its F, B, W and OPT on the path, the
-// mean per step, and its share of the step; then where the rest of the
+// `pprun stats` prints it: per rank its F, B, W, BW (a column only for a
+// job with BW on the path: PyTorch's full backward) and OPT on the path,
+// the mean per step, and its share of the step; then where the rest of the
 // step went; hidden until a step is complete.
 export async function loadCritTotals(id) {
   let r;
@@ -154,7 +155,7 @@ export async function loadCritTotals(id) {
   showCritTotals(r);
 }
 
-function critRankNs(x) { return x.F + x.B + x.W + x.OPT; }
+function critRankNs(x) { return x.F + x.B + x.W + x.OPT + (x.BW || 0); }
 
 function showCritTotals(r) {
   const box = $('critpath'), tbl = $('critpath-table');
@@ -165,7 +166,8 @@ function showCritTotals(r) {
   if (!r.steps) return;
   const per = (ns) => fmtMs(ns / r.steps), share = (ns) => (r.span_ns > 0 ? (100 * ns / r.span_ns).toFixed(1) + '%' : '–');
   $('critpath-info').textContent = `— steps ${r.first_step}–${r.last_step}, ${fmtMs(r.span_ns / r.steps)} a step (mean)`;
-  headerRow(tbl, ['rank', 'F', 'B', 'W', 'OPT', 'all', 'share']);
+  const bw = r.ranks.some((x) => x.BW > 0);
+  headerRow(tbl, ['rank', 'F', 'B', 'W', ...(bw ? ['BW'] : []), 'OPT', 'all', 'share']);
   const body = tbl.createTBody(), rows = [];
   const add = (cls, cells, span) => { // span: the first cell runs over the op columns
     const tr = body.insertRow();
@@ -173,7 +175,7 @@ function showCritTotals(r) {
     cells.forEach((v, k) => {
       const td = tr.insertCell();
       td.textContent = String(v);
-      if (span && k === 0) td.colSpan = 5;
+      if (span && k === 0) td.colSpan = bw ? 6 : 5;
       else if (k > 0 || !span) td.className = 'num';
     });
     rows.push([cls, ...cells.map(String)]);
@@ -183,7 +185,7 @@ function showCritTotals(r) {
   for (const x of shown) {
     const all = critRankNs(x);
     listed += all;
-    add(all === most ? 'most' : '', [x.rank, per(x.F), per(x.B), per(x.W), per(x.OPT), per(all), share(all)]);
+    add(all === most ? 'most' : '', [x.rank, per(x.F), per(x.B), per(x.W), ...(bw ? [per(x.BW)] : []), per(x.OPT), per(all), share(all)]);
   }
   const ops = r.ranks.reduce((a, x) => a + critRankNs(x), 0);
   if (ops > listed) add('', ['the other ranks', per(ops - listed), share(ops - listed)], true);

@@ -1,16 +1,19 @@
 // geometry.js: where things are on the timeline's canvases: a row per rank
-// (with a GPU lane under it when the job has gpu spans) under the time axis,
+// (with a lane of the program's own spans under it when the job has them,
+// and a GPU lane under that when it has gpu spans) under the time axis,
 // and the view's time range across the width right of the row labels.
 import { S } from './state.js';
 
 export const ROW_H = 34, ROW_GAP = 6, AXIS_H = 22, LABEL_W = 64;
 export const GPU_H = 12; // the GPU lane under a rank's row: spans on it, kernels on its lower half
+export const SPAN_H = 14; // the spans lane under a rank's row: a program's named spans (pprun.span)
 
-export function rowPitch() { return ROW_H + ROW_GAP + (S.gpuLane ? GPU_H + 2 : 0); }
+export function rowPitch() { return ROW_H + ROW_GAP + (S.spanLane ? SPAN_H + 2 : 0) + (S.gpuLane ? GPU_H + 2 : 0); }
 export function rowY(rank) { return AXIS_H + rank * rowPitch(); }
-export function gpuY(rank) { return rowY(rank) + ROW_H + 1; } // top of the rank's GPU lane
+export function spanY(rank) { return rowY(rank) + ROW_H + 1; } // top of the rank's spans lane
+export function gpuY(rank) { return rowY(rank) + ROW_H + 1 + (S.spanLane ? SPAN_H + 2 : 0); } // top of the rank's GPU lane
 // A block's top and height on its rank's row (an OPT is thinner), and the
-// middle of an F, B or W: where its microbatch is written.
+// middle of an F, B, W or BW: where its microbatch is written.
 export function blockY(rank, phase) { return phase === 'OPT' ? [rowY(rank) + 4, ROW_H - 12] : [rowY(rank), ROW_H - 8]; }
 export function blockMidY(rank) { return rowY(rank) + (ROW_H - 8) / 2; }
 // Time t's x on a canvas w wide, and back.

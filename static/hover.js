@@ -1,11 +1,12 @@
 // hover.js: what the pointer is on in the timeline, for its tooltip: an op
 // (with what the critical path says of it), a send or receive mark, a
-// hand-off line of the critical path, an idle gap, a bin of busy share, or
-// on a GPU lane a gpu span or a kernel.
+// hand-off line of the critical path, an idle gap, a bin of busy share, on
+// a spans lane one of the program's named spans, or on a GPU lane a gpu
+// span or a kernel.
 import { S, world } from './state.js';
 import { $, fmtMs, fmtBytes } from './util.js';
-import { PHASES, CAUSES } from './phases.js';
-import { ROW_H, AXIS_H, LABEL_W, GPU_H, rowPitch, rowY, gpuY, tOf } from './geometry.js';
+import { PHASES, CAUSES, SPAN, isBlock, isComm } from './phases.js';
+import { ROW_H, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, tOf } from './geometry.js';
 import { critNote, critEdgeHit } from './critpath.js';
 
 // What the pointer is on: an op's block first, then a hand-off line of the
@@ -31,12 +32,16 @@ function rowHit(x, y, w) {
     const hit = gpuHit(r, t, y - gpuY(r), tol / 2);
     return hit && Object.assign(hit, { op: true });
   }
+  if (S.spanLane && y >= spanY(r) && y < spanY(r) + SPAN_H) {
+    const hit = spanHit(r, t, tol / 2);
+    return hit && Object.assign(hit, { op: true });
+  }
   if (yin > ROW_H) return null;
   const ev = S.ev;
   let best = null;
   for (let i = 0; i < ev.n; i++) {
-    if (ev.rank[i] !== r) continue;
-    const ph = ev.phase[i], comm = ph >= 3 && ph <= 6;
+    if (ev.rank[i] !== r || ev.phase[i] === SPAN) continue;
+    const ph = ev.phase[i], comm = isComm(ph);
     if (comm ? yin < ROW_H - 8 : yin > ROW_H - 8) continue;
     if (t >= ev.start[i] - (comm ? tol : 0) && t <= ev.end[i] + (comm ? tol : 0)) { best = i; if (!comm) break; }
   }
@@ -45,10 +50,11 @@ function rowHit(x, y, w) {
     let text = `rank ${r} · ${opLabel(ev.phase[i], ev.mb[i], ev.stage[i], ev.step[i])}\n` +
       `start ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
     if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
-    if (['F', 'B', 'W'].includes(ph) && S.actRecorded) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
+    if (ph === 'BW') text += '\nfull backward: input and weight gradients in one op (PyTorch)';
+    if (isBlock(ev.phase[i]) && S.actRecorded) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
     if (ph === 'OPT' && ev.bytes[i] > 0) text += `\nweights, gradients, optimizer state: ${fmtBytes(ev.bytes[i])}`;
     text += critNote(ev.id[i]);
-    return { text, op: ev.phase[i] < 3 || ev.phase[i] > 6 }; // a send/receive mark yields to a hand-off line
+    return { text, op: !isComm(ev.phase[i]) }; // a send/receive mark yields to a hand-off line
   }
   for (const gp of S.gaps || []) {
     if (gp[0] === r && t >= gp[2] && t <= gp[3])
@@ -70,6 +76,29 @@ export function placeTooltip(tip, x, y) {
   if (top + h > vh - 4) top = y - 12 - h;
   tip.style.left = Math.max(4, Math.min(left, vw - 4 - w)) + 'px';
   tip.style.top = Math.max(4, Math.min(top, vh - 4 - h)) + 'px';
+}
+
+// Hover on a spans lane: the innermost of the rank's spans at t (one
+// within tol of it, a span too short to aim at, only when none holds t),
+// with its name, step and what the program gave it (microbatch, stage,
+// peer, bytes).
+function spanHit(r, t, tol) {
+  const ev = S.ev;
+  let best = -1, bestExact = false;
+  for (let i = 0; i < ev.n; i++) {
+    if (ev.phase[i] !== SPAN || ev.rank[i] !== r || t < ev.start[i] - tol || t > ev.end[i] + tol) continue;
+    const exact = t >= ev.start[i] && t <= ev.end[i];
+    if (best < 0 || (exact && !bestExact) ||
+        (exact === bestExact && ev.end[i] - ev.start[i] < ev.end[best] - ev.start[best])) { best = i; bestExact = exact; }
+  }
+  if (best < 0) return null;
+  const i = best, name = ev.name[i] != null ? ev.name[i] : '(no name)';
+  let text = `rank ${r} · span "${name}" · step ${ev.step[i]}\nstart ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
+  if (ev.mb[i] >= 0) text += ` · microbatch ${ev.mb[i]}`;
+  if (ev.stage[i] >= 0) text += ` · stage ${ev.stage[i]}`;
+  if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
+  if (ev.bytes[i] > 0) text += ` · ${fmtBytes(ev.bytes[i])}`;
+  return { text };
 }
 
 // Hover on a GPU lane: a kernel on the lower half (when fetched), else the

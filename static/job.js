@@ -10,7 +10,7 @@ import { scheduleDraw } from './timeline.js';
 import { resetCritpath } from './critpath.js';
 import { drawCharts, resetCharts } from './charts.js';
 import { updateStepLabel } from './toolbar.js';
-import { setFollow, followLatest, showStep, showWindow, fetchWindow, stepsInView } from './view.js';
+import { setFollow, followLatest, showStep, showWindow, fetchWindow, stepsInView, noteSpans } from './view.js';
 import { loadWhatif, whatifDue, resetWhatif } from './whatif.js';
 import { showSqlExample } from './sql-tab.js';
 
@@ -36,7 +36,9 @@ export async function loadJobs() {
 
 export async function openJob(id) {
   if (stream) stream.abort();
-  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, stepsDirty: 0 });
+  Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, stepsDirty: 0,
+    spanLane: false });
+  $('legend-spans').hidden = true;
   planAt = 0;
   resetWhatif();
   resetCritpath();
@@ -188,6 +190,7 @@ async function onJobEnded(id) {
 function onEvents(rows) {
   let maxEnd = 0;
   for (const r of rows) { S.ev.push(r); if (r[7] > maxEnd) maxEnd = r[7]; }
+  noteSpans(rows);
   probe.liveEvents += rows.length;
   if (S.follow && S.mode === 'events') followLatest(maxEnd);
   else scheduleDraw();

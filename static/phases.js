@@ -1,10 +1,25 @@
 // phases.js: what the numbers in the API's event and gap rows stand for, and
 // their colours on the timeline and in its legend: an event's phase (an
 // index into PHASES) and an idle gap's cause (into CAUSES; docs/schema.md,
-// `gaps`).
+// `gaps`). BW is PyTorch's full backward (B and W in one op), SPAN a
+// program's own named span (drawn on its rank's spans lane, coloured by
+// its name).
 
-export const PHASES = ['F', 'B', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B', 'OPT'];
-export const PHASE_COLOR = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#b07aa1', '#76b7b2', '#9c755f'];
+export const PHASES = ['F', 'B', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B', 'OPT', 'BW', 'SPAN'];
+export const PHASE_COLOR = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#b07aa1', '#76b7b2', '#9c755f',
+  '#d37295', '#bab0ac'];
+export const BW = 8, SPAN = 9; // their indexes into PHASES
+// A compute op drawn as a block on its rank's row (F, B, W, BW), with its microbatch on it.
+export function isBlock(ph) { return ph <= 2 || ph === BW; }
+// A send or receive, drawn as a thin mark at the bottom of the row.
+export function isComm(ph) { return ph >= 3 && ph <= 6; }
+// A span's colour: one of a few light colours, the same for the same name.
+const SPAN_COLORS = ['#c6dbef', '#fdd0a2', '#c7e9c0', '#dadaeb', '#fcbba1', '#d9d9d9', '#fde0ef', '#ccebc5'];
+export function spanColor(name) {
+  let h = 0;
+  for (const ch of String(name)) h = (h * 31 + ch.codePointAt(0)) >>> 0;
+  return SPAN_COLORS[h % SPAN_COLORS.length];
+}
 export const CAUSES = ['warmup', 'cooldown', 'wait_activation', 'wait_gradient', 'comm', 'other'];
 export const CAUSE_COLOR = ['rgba(150,150,150,0.22)', 'rgba(150,150,150,0.22)', 'rgba(225,87,89,0.22)',
   'rgba(237,201,72,0.32)', 'rgba(176,122,161,0.4)', 'rgba(64,160,200,0.2)'];

@@ -16,6 +16,7 @@ export const S = {
   // ('events', 'buckets' or 'steps').
   ev: null, gaps: null, bins: null, mode: 'events',
   gpuLane: false, gpu: [], kernels: null, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
+  spanLane: false, // a lane under each rank for the program's own spans: once the page has seen one of the job's
   actRecorded: false, // the steps record the activations held (charts.js): a W's 0 B is then worth saying
 };
 
@@ -33,19 +34,22 @@ EventStore.prototype.grow = function (cap) {
   this.rank = make(Int32Array, this.rank); this.phase = make(Int8Array, this.phase);
   this.mb = make(Int32Array, this.mb); this.stage = make(Int32Array, this.stage);
   this.step = make(Int32Array, this.step); this.peer = make(Int32Array, this.peer);
-  this.bytes = make(Float64Array, this.bytes); // F/B/W: activations the rank held after the op
+  this.bytes = make(Float64Array, this.bytes); // F/B/W/BW: activations the rank held after the op
+  this.name = this.name || []; // a SPAN's name (a plain array: most rows have none)
   this.cap = cap;
 };
-EventStore.prototype.push = function (row) { // [id,rank,step,mb,stage,phase,start,end,peer,bytes]
+EventStore.prototype.push = function (row) { // [id,rank,step,mb,stage,phase,start,end,peer,bytes,name]
   if (this.ids.has(row[0])) return;
   this.ids.add(row[0]);
   if (this.n === this.cap) this.grow(this.cap * 2);
   const i = this.n++;
   this.id[i] = row[0]; this.rank[i] = row[1]; this.step[i] = row[2]; this.mb[i] = row[3]; this.stage[i] = row[4];
   this.phase[i] = row[5]; this.start[i] = row[6]; this.end[i] = row[7]; this.peer[i] = row[8]; this.bytes[i] = row[9];
+  if (row[10] != null) this.name[i] = row[10];
 };
 EventStore.prototype.row = function (i) {
-  return [this.id[i], this.rank[i], this.step[i], this.mb[i], this.stage[i], this.phase[i], this.start[i], this.end[i], this.peer[i], this.bytes[i]];
+  return [this.id[i], this.rank[i], this.step[i], this.mb[i], this.stage[i], this.phase[i], this.start[i], this.end[i], this.peer[i], this.bytes[i],
+    this.name[i] != null ? this.name[i] : null];
 };
 
 // A job that ended before its last step: its last steps were cut short

@@ -1,6 +1,7 @@
 // timeline.js: draws the timeline: the measured rows (a row per rank, its
-// ops coloured by phase, idle gaps shaded by cause, a GPU lane under it for
-// a job with gpu spans; zoomed out, bars of busy share), the critical path
+// ops coloured by phase, idle gaps shaded by cause, a lane of the program's
+// own named spans under it for a job that has them, a GPU lane for a job
+// with gpu spans; zoomed out, bars of busy share), the critical path
 // over them (critpath.js), and the plan's simulated rows aligned to the
 // step in view. What is drawn is the window in state.js; view.js moves the
 // view and fetches the window.
@@ -11,8 +12,8 @@
 import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
 import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
-import { PHASES, PHASE_COLOR, CAUSE_COLOR } from './phases.js';
-import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, rowPitch, rowY, gpuY, xOf, blockMidY } from './geometry.js';
+import { PHASES, PHASE_COLOR, CAUSE_COLOR, BW, SPAN, isBlock, isComm, spanColor } from './phases.js';
+import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, xOf, blockMidY } from './geometry.js';
 import { drawCritpath, fetchCritpath } from './critpath.js';
 
 let drawPending = false;
@@ -45,11 +46,16 @@ function drawAxis(g, w, h) {
   }
 }
 
-function drawRowLabels(g, n, prefix, ry = rowY, lanes = S.gpuLane) {
+function drawRowLabels(g, n, prefix, ry = rowY, lanes = S.gpuLane, spans = S.spanLane) {
   g.fillStyle = '#444'; g.font = '12px system-ui, sans-serif'; g.textBaseline = 'middle';
   for (let r = 0; r < n; r++) {
     g.fillStyle = '#fff'; g.fillRect(0, ry(r) - 2, LABEL_W - 2, ROW_H + 4);
     g.fillStyle = '#444'; g.fillText(prefix + r, 6, ry(r) + ROW_H / 2);
+    if (spans) {
+      g.fillStyle = '#fff'; g.fillRect(0, spanY(r), LABEL_W - 2, SPAN_H);
+      g.fillStyle = '#888'; g.font = '10px system-ui, sans-serif'; g.fillText('spans', 22, spanY(r) + SPAN_H / 2);
+      g.font = '12px system-ui, sans-serif';
+    }
     if (lanes) {
       g.fillStyle = '#fff'; g.fillRect(0, gpuY(r), LABEL_W - 2, GPU_H);
       g.fillStyle = '#888'; g.font = '10px system-ui, sans-serif'; g.fillText('gpu', 22, gpuY(r) + GPU_H / 2);
@@ -65,8 +71,8 @@ function draw() {
   const { g, w, h } = sizeCanvas(c, AXIS_H + n * rowPitch() + 4);
   g.clearRect(0, 0, w, h);
   drawAxis(g, w, h);
-  const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0, bins: 0, steps: new Set(),
-    gpu: new Array(n).fill(0), kernels: 0 };
+  const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), BW: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0,
+    bins: 0, steps: new Set(), gpu: new Array(n).fill(0), kernels: 0, spans: new Array(n).fill(0) };
   const left = LABEL_W, right = w;
   // Idle gaps, shaded by cause.
   for (const gp of S.gaps || []) {
@@ -78,12 +84,14 @@ function draw() {
   }
   if (S.bins) drawBins(g, w, drawn);
   const ev = S.ev;
-  // One pass per phase: no fillStyle churn; sub-pixel blocks merged.
-  const lastPx = new Float64Array(n * 8).fill(-1);
+  // One pass per phase: no fillStyle churn; sub-pixel blocks merged. A
+  // program's spans are drawn on their own lane (drawSpans).
+  const lastPx = new Float64Array(n * PHASES.length).fill(-1);
   let inView = 0; // events in the view (the store keeps some from earlier windows)
-  for (let ph = 0; ph < 8; ph++) {
+  for (let ph = 0; ph < PHASES.length; ph++) {
+    if (ph === SPAN) continue;
     g.fillStyle = PHASE_COLOR[ph];
-    const comm = ph >= 3 && ph <= 6;
+    const comm = isComm(ph);
     for (let i = 0; i < ev.n; i++) {
       if (ev.phase[i] !== ph) continue;
       if (ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
@@ -95,8 +103,8 @@ function draw() {
       if (x1 > right) x1 = right;
       if (x1 - x0 < 1) {
         const px = Math.floor(x0);
-        if (lastPx[r * 8 + ph] === px) continue;
-        lastPx[r * 8 + ph] = px; x1 = x0 + 1;
+        if (lastPx[r * PHASES.length + ph] === px) continue;
+        lastPx[r * PHASES.length + ph] = px; x1 = x0 + 1;
       }
       const y = rowY(r);
       if (comm) { g.fillRect(x0, y + ROW_H - (ph === 3 || ph === 5 ? 3 : 6), x1 - x0, 3); drawn.comm++; }
@@ -104,12 +112,13 @@ function draw() {
       else { g.fillRect(x0, y, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0), ROW_H - 8); drawn[PHASES[ph]][r]++; drawn.steps.add(ev.step[i]); }
     }
   }
+  if (S.spanLane) drawSpans(g, w, n, drawn);
   if (S.gpuLane) drawGpu(g, w, n, drawn);
   // Microbatch labels where they fit.
   g.fillStyle = '#fff'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'middle'; g.textAlign = 'center';
   for (let i = 0; i < ev.n; i++) {
     const ph = ev.phase[i];
-    if (ph > 2 || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+    if (!isBlock(ph) || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
     const x0 = Math.max(left, xOf(ev.start[i], w)), x1 = Math.min(right, xOf(ev.end[i], w));
     if (x1 - x0 < 14) continue;
     g.fillText(String(ev.mb[i]), (x0 + x1) / 2, blockMidY(ev.rank[i]));
@@ -118,11 +127,48 @@ function draw() {
   const anchor = viewAnchor();
   if (drawCritpath(g, w, h, n, anchor)) critFetchSoon();
   drawRowLabels(g, n, 'rank ');
-  probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins, steps: [...drawn.steps].sort((a, b) => a - b), inView,
-    gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels };
+  probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, BW: drawn.BW, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins,
+    steps: [...drawn.steps].sort((a, b) => a - b), inView, gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels,
+    spanLane: S.spanLane, spans: drawn.spans };
   $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? inView + ' events' : 'aggregated (' + S.mode + ')'}` +
     (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (probe.lastKernels && probe.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan(anchor);
+}
+
+// The spans lanes: a light track, each of the program's spans in its name's
+// colour with its name where it fits; a span inside another is drawn over
+// it (the longer first), a little lower, so both show.
+function drawSpans(g, w, n, drawn) {
+  const left = LABEL_W, right = w, ev = S.ev;
+  g.fillStyle = '#f6f6f6';
+  for (let r = 0; r < n; r++) g.fillRect(left, spanY(r), right - left, SPAN_H);
+  const shown = [];
+  for (let i = 0; i < ev.n; i++) {
+    if (ev.phase[i] !== SPAN || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+    if (ev.rank[i] < 0 || ev.rank[i] >= n) continue;
+    shown.push(i);
+  }
+  shown.sort((a, b) => (ev.end[b] - ev.start[b]) - (ev.end[a] - ev.start[a]));
+  g.font = '10px system-ui, sans-serif'; g.textBaseline = 'middle';
+  for (let k = 0; k < shown.length; k++) {
+    const i = shown[k], r = ev.rank[i];
+    let depth = 0; // the longer spans before it in `shown` that hold it
+    for (let j = 0; j < k; j++) {
+      const o = shown[j];
+      if (ev.rank[o] === r && ev.start[o] <= ev.start[i] && ev.end[o] >= ev.end[i]) depth++;
+    }
+    const x0 = Math.max(left, xOf(ev.start[i], w)), x1 = Math.min(right, xOf(ev.end[i], w));
+    const y = spanY(r) + Math.min(depth, 3) * 2, hgt = SPAN_H - Math.min(depth, 3) * 2;
+    g.fillStyle = spanColor(ev.name[i]);
+    g.fillRect(x0, y, Math.max(1, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0)), hgt);
+    const label = ev.name[i] != null ? String(ev.name[i]) : 'span';
+    if (x1 - x0 > 12) {
+      g.save(); g.beginPath(); g.rect(x0, y, x1 - x0, hgt); g.clip();
+      g.fillStyle = '#333'; g.fillText(label, x0 + 3, y + hgt / 2);
+      g.restore();
+    }
+    drawn.spans[r]++;
+  }
 }
 
 // The GPU lanes: a light track, the gpu spans in lighter phase colours over
@@ -164,6 +210,7 @@ function drawBins(g, w, drawn) {
     const frac = Math.min(1, b[3] / Math.max(1, b[2] - b[1]));
     let ph = -1, best = -1;
     for (let k = 0; k < 3; k++) if (b[4 + k] != null && b[4 + k] > best) { best = b[4 + k]; ph = k; }
+    if (b[10] != null && b[10] > best) ph = BW; // bins[10]: BW time, PyTorch's full backward
     g.fillStyle = ph >= 0 ? PHASE_COLOR[ph] : '#6b8bb0';
     const hh = (ROW_H - 8) * frac;
     g.fillRect(x0, rowY(b[0]) + (ROW_H - 8) - hh, Math.max(1, x1 - x0 - 0.3), hh);
@@ -237,7 +284,7 @@ function drawPlan(anchor) {
     probe.planDrawn++;
   }
   g.textAlign = 'left';
-  drawRowLabels(g, n, 'rank ', planY, false);
+  drawRowLabels(g, n, 'rank ', planY, false, false);
 }
 
 
@@ -251,6 +298,20 @@ export function blockCenter(rank, phase, mb, step) {
       const x = (Math.max(LABEL_W, xOf(ev.start[i], c.clientWidth)) + Math.min(c.clientWidth, xOf(ev.end[i], c.clientWidth))) / 2;
       return { x: rect.left + x, y: rect.top + blockMidY(rank) };
     }
+  }
+  return null;
+}
+
+// Page coordinates of the middle of a rank's span of that name in a step
+// (on its spans lane), for hovering in tests; null when none is drawn.
+export function spanCenter(rank, name, step) {
+  const ev = S.ev, c = $('timeline'), rect = c.getBoundingClientRect(), w = c.clientWidth;
+  if (!S.spanLane) return null;
+  for (let i = 0; i < ev.n; i++) {
+    if (ev.phase[i] !== SPAN || ev.rank[i] !== rank || ev.name[i] !== name || ev.step[i] !== step) continue;
+    const x0 = Math.max(LABEL_W, xOf(ev.start[i], w)), x1 = Math.min(w, xOf(ev.end[i], w));
+    if (x1 <= x0) continue;
+    return { x: rect.left + (x0 + x1) / 2, y: rect.top + spanY(rank) + SPAN_H - 3 };
   }
   return null;
 }

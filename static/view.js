@@ -11,6 +11,7 @@ import { LABEL_W, tOf } from './geometry.js';
 import { scheduleDraw } from './timeline.js';
 import { hitTest, placeTooltip } from './hover.js';
 import { drawStepBars } from './charts.js';
+import { SPAN } from './phases.js';
 
 // Follow mode: the view ends at the newest event and is the last step's
 // length and a bit; a step that runs longer than the last one widens it to
@@ -98,6 +99,7 @@ export async function fetchWindow() {
   if (r.mode === 'events') {
     const st = new EventStore(Math.max(1024, r.events.length));
     for (const row of r.events) st.push(row);
+    noteSpans(r.events);
     // Keep live rows the window does not have: those that reached the page
     // while it was asked for (the store skips ids it holds).
     for (let i = 0; S.ev && i < S.ev.n; i++) {
@@ -114,6 +116,15 @@ export async function fetchWindow() {
     S.ev = new EventStore();
   }
   scheduleDraw();
+}
+
+// A lane for the program's own spans under each rank, from the first of
+// the job's spans the page sees on (it stays: the rows do not jump as the
+// view moves between steps with and without spans).
+export function noteSpans(rows) {
+  if (S.spanLane || !rows.some((x) => x[5] === SPAN)) return;
+  S.spanLane = true;
+  $('legend-spans').hidden = false;
 }
 
 // The step shown (null: none, a window or following live): the label and

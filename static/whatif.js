@@ -43,7 +43,9 @@ export async function loadWhatif(id) {
     (r.shared_cores ? ` · ${r.shared_cores.ranks} ranks shared ${r.shared_cores.cores} core${r.shared_cores.cores === 1 ? '' : 's'}: these op times include ` +
       'waiting for a core, and each schedule is simulated with a core per rank' : '') +
     (r.shared_gpu ? ` · ${r.shared_gpu.ranks} ranks shared one GPU (${r.shared_gpu.device}): these op times include ` +
-      'waiting for the GPU, and each schedule is simulated with a GPU per rank' : '');
+      'waiting for the GPU, and each schedule is simulated with a GPU per rank' : '') +
+    (r.bw_split_ns != null ? ` · this job's backward is one op, BW, of ${fmtMs(r.bw_split_ns)}: B and W are halves of it ` +
+      '(never timed apart); its own schedule plays each BW whole' : '');
   const own = r.schedules.find((s) => s.this_job && !s.error);
   headerRow(tbl, ['schedule', 'chunks per rank', 'step time', 'bubble', 'vs this job', 'activations (est.)', 'in flight']);
   const body = tbl.createTBody();

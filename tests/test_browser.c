@@ -10,7 +10,10 @@
  * that point on its edge and has a log scale (none for losses <= 0); the
  * what-if panel's stage balance says what `pprun stats` says;
  * the critical path is outlined over the step shown, and its totals table
- * says what `pprun stats` says.
+ * says what `pprun stats` says; real PyTorch jobs (torch_job.h) show their
+ * blocks (BW, PyTorch's full backward, and B and W where it splits them)
+ * on the ranks that ran them and the program's own spans on a lane under
+ * their rank.
  * Screenshots are kept in the build directory. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -19,12 +22,14 @@
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/torch_job.h"
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 
@@ -966,4 +971,238 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
     check_balance(cJSON_GetObjectItem(j, "balance"), stats, 4, 0);
     free(stats);
     cJSON_Delete(j);
+}
+
+/* ---- a real PyTorch job --------------------------------------------------- */
+
+static int by_text(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Lines "rank phase stage mb" (phase as the API numbers it: 0 F, 1 B, 2 W,
+ * 8 BW), sorted, joined by ';' into out: the blocks of a step. */
+static void sorted_lines(char **lines, int n, char *out, size_t size) {
+    qsort(lines, (size_t)n, sizeof *lines, by_text);
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        strncat(out, lines[i], size - strlen(out) - 2);
+        strcat(out, ";");
+        free(lines[i]);
+    }
+}
+
+/* Step 1's compute ops of job in db (source cpu), as sorted_lines writes them. */
+static void sql_blocks(const char *db, int job, char *out, size_t size) {
+    sqlite3 *s;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(s,
+                                    "SELECT rank, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 8 END,"
+                                    " stage, microbatch FROM events WHERE job_id=?1 AND step=1 AND source='cpu' AND"
+                                    " phase IN ('F','B','W','BW')",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int(st, 1, job);
+    char *lines[1024];
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW && n < 1024) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%d %d %d %d", sqlite3_column_int(st, 0), sqlite3_column_int(st, 1),
+                 sqlite3_column_int(st, 2), sqlite3_column_int(st, 3));
+        lines[n++] = strdup(buf);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+    sorted_lines(lines, n, out, size);
+}
+
+/* The script's blocks ([rank, phase, stage, mb]) as sql_blocks writes them. */
+static void page_blocks(const cJSON *blocks, char *out, size_t size) {
+    char *lines[1024];
+    int n = 0;
+    const cJSON *b;
+    cJSON_ArrayForEach(b, blocks) {
+        char buf[64];
+        snprintf(buf, sizeof buf, "%d %d %d %d", cJSON_GetArrayItem(b, 0)->valueint, cJSON_GetArrayItem(b, 1)->valueint,
+                 cJSON_GetArrayItem(b, 2)->valueint, cJSON_GetArrayItem(b, 3)->valueint);
+        if (n < 1024) lines[n++] = strdup(buf);
+    }
+    sorted_lines(lines, n, out, size);
+}
+
+/* The spans of job in db that overlap [from, to) (ns since the job's t0),
+ * as lines "rank name step", sorted and joined by ';' into out. */
+static void sql_spans(const char *db, int job, double from, double to, char *out, size_t size) {
+    sqlite3 *s;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(s,
+                                    "SELECT e.rank, e.name, e.step FROM events e JOIN jobs j ON j.id=e.job_id WHERE"
+                                    " e.job_id=?1 AND e.phase='SPAN' AND e.source='cpu' AND e.end_ns - j.t0_ns >= ?2"
+                                    " AND e.start_ns - j.t0_ns <= ?3",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int(st, 1, job);
+    sqlite3_bind_double(st, 2, from);
+    sqlite3_bind_double(st, 3, to);
+    char *lines[256];
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW && n < 256) {
+        char buf[300];
+        snprintf(buf, sizeof buf, "%d %s %d", sqlite3_column_int(st, 0), (const char *)sqlite3_column_text(st, 1),
+                 sqlite3_column_int(st, 2));
+        lines[n++] = strdup(buf);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+    sorted_lines(lines, n, out, size);
+}
+
+/* The window (ns since the job's t0) that holds all of job's step 1 in
+ * db, its spans included, and 1% of it more on each side, as "FROM,TO"
+ * appended to out. */
+static void step_one_window(const char *db, int job, char *out, size_t size) {
+    sqlite3 *s;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(s,
+                                    "SELECT min(e.start_ns) - j.t0_ns, max(e.end_ns) - j.t0_ns FROM events e JOIN jobs j"
+                                    " ON j.id=e.job_id WHERE e.job_id=?1 AND e.step=1 AND e.source='cpu'",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int(st, 1, job);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int64_t from = sqlite3_column_int64(st, 0), to = sqlite3_column_int64(st, 1), pad = (to - from) / 100 + 1;
+    sqlite3_finalize(st);
+    sqlite3_close(s);
+    snprintf(out + strlen(out), size - strlen(out), "%s%lld,%lld", out[0] ? "," : "",
+             (long long)(from - pad > 0 ? from - pad : 0), (long long)(to + pad));
+}
+
+/* What the page drew of a job's step 1 (the script's `gpipe` or `zbv`),
+ * in a window that holds all of it: the blocks it holds are the
+ * database's, all in view; one block drawn per op in view (of step 1 and
+ * the ends of its neighbours) on the row of the rank that ran it, as F, B,
+ * W or BW; the program's spans in view are the database's, drawn on their
+ * rank's lane, step 1's data and log spans of each rank among them. */
+static void check_torch_step(const cJSON *got, const char *db, int job, const char *db_blocks,
+                             const char *plan_phase) {
+    char blocks[16384];
+    page_blocks(cJSON_GetObjectItem(got, "blocks"), blocks, sizeof blocks);
+    cr_assert_str_eq(blocks, db_blocks, "the page holds step 1's ops as the database has them");
+    cr_assert_eq(jnum(got, "outside"), 0, "step 1's ops are all in view");
+    const cJSON *drawn = cJSON_GetObjectItem(got, "drawn"), *in_view = cJSON_GetObjectItem(got, "inView");
+    static const char *const keys[4] = {"F", "B", "W", "BW"};
+    for (int k = 0; k < 4; k++)
+        for (int r = 0; r < 2; r++) {
+            int n = cJSON_GetArrayItem(cJSON_GetObjectItem(drawn, keys[k]), r)->valueint;
+            int want = cJSON_GetArrayItem(cJSON_GetObjectItem(in_view, keys[k]), r)->valueint;
+            cr_assert_eq(n, want, "rank %d: %d %s blocks drawn, %d in view", r, n, keys[k], want);
+        }
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(drawn, "spanLane")), "a lane for the program's spans");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(got, "legendSpans")), "and its legend");
+    const cJSON *view = cJSON_GetObjectItem(got, "view");
+    char want[4096], seen[4096], *lines[256];
+    sql_spans(db, job, jnum(view, "from"), jnum(view, "to"), want, sizeof want);
+    int n = 0, per_rank[2] = {0, 0}, log1[2] = {0, 0}, data1[2] = {0, 0};
+    const cJSON *sp;
+    cJSON_ArrayForEach(sp, cJSON_GetObjectItem(got, "spans")) {
+        int r = cJSON_GetArrayItem(sp, 0)->valueint, step = cJSON_GetArrayItem(sp, 2)->valueint;
+        const char *name = cJSON_GetArrayItem(sp, 1)->valuestring;
+        char buf[300];
+        snprintf(buf, sizeof buf, "%d %s %d", r, name, step);
+        if (n < 256) lines[n++] = strdup(buf);
+        cr_assert(r >= 0 && r < 2);
+        per_rank[r]++;
+        log1[r] += step == 1 && !strcmp(name, "log");
+        data1[r] += step == 1 && !strcmp(name, "data");
+    }
+    sorted_lines(lines, n, seen, sizeof seen);
+    cr_assert_str_eq(seen, want, "the spans in view are the database's");
+    for (int r = 0; r < 2; r++) {
+        cr_assert(log1[r] == 1 && data1[r] == 1, "rank %d: its data and log spans of step 1", r);
+        cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(drawn, "spans"), r)->valueint, per_rank[r],
+                     "rank %d: its spans in view drawn on its lane", r);
+    }
+    cr_assert_gt(jnum(cJSON_GetObjectItem(got, "planPhases"), plan_phase), 0, "the plan's %s cells", plan_phase);
+    cr_assert_gt(jnum(got, "planDrawn"), 0);
+}
+
+/* Counts per phase (F, B, W, BW) and rank of step 1's ops in db_blocks. */
+static void count_blocks(const char *db_blocks, int want[4][2]) {
+    memset(want, 0, sizeof(int) * 8);
+    for (const char *p = db_blocks; *p; p = strchr(p, ';') + 1) {
+        int rank, phase;
+        cr_assert_eq(sscanf(p, "%d %d", &rank, &phase), 2);
+        cr_assert(rank >= 0 && rank < 2);
+        want[phase == 8 ? 3 : phase][rank]++;
+    }
+}
+
+Test(browser, a_pytorch_jobs_ops_and_spans_on_their_ranks, .timeout = 600) {
+    require_playwright();
+    char db[256], gpipe[16384], zbv[16384];
+    snprintf(db, sizeof db, "/tmp/pprun-browser-torch-%d.db", (int)getpid());
+    unlink(db);
+    lt_proc p;
+    const char *spans[] = {"--spans", "--schedule", "GPipe", NULL};
+    torch_run(&p, db, 2, 3, 4, NULL, spans);
+    cr_assert_eq(p.status, 0, "GPipe: %s", p.err);
+    lt_free(&p);
+    spans[2] = "ZBVZeroBubble";
+    torch_run(&p, db, 2, 3, 4, NULL, spans);
+    cr_assert_eq(p.status, 0, "ZBVZeroBubble: %s", p.err);
+    lt_free(&p);
+    sql_blocks(db, 1, gpipe, sizeof gpipe);
+    sql_blocks(db, 2, zbv, sizeof zbv);
+    int want[4][2];
+    lt_run(&p, (const char *[]){"stats", "--db", db, "--job", "1", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    char *stats = strdup(p.out);
+    lt_free(&p);
+
+    /* the page reads a copy (browse removes it), the checks this file */
+    char copy[300], sql[700];
+    snprintf(copy, sizeof copy, "%s.served", db);
+    unlink(copy);
+    sqlite3 *s;
+    snprintf(sql, sizeof sql, "VACUUM INTO '%s'", copy);
+    cr_assert_eq(sqlite3_open(db, &s), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(s, sql, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(s));
+    sqlite3_close(s);
+    char windows[128] = "";
+    step_one_window(db, 1, windows, sizeof windows);
+    step_one_window(db, 2, windows, sizeof windows);
+    cJSON *j = browse(copy, "torch", windows);
+    const cJSON *g = cJSON_GetObjectItem(j, "gpipe"), *z = cJSON_GetObjectItem(j, "zbv");
+    cr_assert_str_eq(cJSON_GetObjectItem(g, "schedule")->valuestring, "ScheduleGPipe");
+    count_blocks(gpipe, want);
+    cr_assert(want[0][0] == 4 && want[3][0] == 4 && want[0][1] == 4 && want[3][1] == 4 && !want[1][0] && !want[2][1],
+              "GPipe: 4 F and 4 BW on each rank: %s", gpipe);
+    check_torch_step(g, db, 1, gpipe, "BW");
+    const char *tip = cJSON_GetObjectItem(j, "bwTooltip")->valuestring;
+    cr_assert(strstr(tip, "rank 1 · BW · microbatch 0 · stage 1 · step 1") && strstr(tip, "full backward"), "%s", tip);
+    tip = cJSON_GetObjectItem(j, "spanTooltip")->valuestring;
+    cr_assert(strstr(tip, "rank 0 · span \"data\" · step 1") && strstr(tip, "duration"), "%s", tip);
+    /* the totals table has the BW column pprun stats prints */
+    const cJSON *head = cJSON_GetObjectItem(j, "critHead");
+    cr_assert_str_eq(cJSON_GetArrayItem(head, 4)->valuestring, "BW");
+    cr_assert(strstr(stats, "  rank          F          B          W         BW        OPT        all  share\n"), "%s",
+              stats);
+    /* the what-if's own row is PyTorch's schedule, and it says B and W are halves of the BW */
+    cr_assert(strstr(cJSON_GetObjectItem(j, "whatifInfo")->valuestring, "B and W are halves of it"), "%s",
+              cJSON_GetObjectItem(j, "whatifInfo")->valuestring);
+    int own = 0;
+    const cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "whatifRows")) own += !strcmp(cell(row, 1), "ScheduleGPipe (this job)");
+    cr_assert_eq(own, 1, "a row for the program's own schedule");
+    free(stats);
+
+    cr_assert_str_eq(cJSON_GetObjectItem(z, "schedule")->valuestring, "ScheduleZBVZeroBubble");
+    count_blocks(zbv, want);
+    cr_assert(want[1][0] == 8 && want[2][0] == 8 && want[1][1] == 8 && want[2][1] == 8 && !want[3][0] && !want[3][1],
+              "ZBV: a B and a W of each of 2 stages x 4 microbatches on each rank, no BW: %s", zbv);
+    check_torch_step(z, db, 2, zbv, "W");
+    tip = cJSON_GetObjectItem(j, "wTooltip")->valuestring;
+    cr_assert(strstr(tip, "rank 1 · W · microbatch 0") && strstr(tip, "step 1"), "%s", tip);
+    cJSON_Delete(j);
+    fixture_remove(db);
 }

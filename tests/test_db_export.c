@@ -757,3 +757,80 @@ Test(db_export, steps_keeps_the_kernels_of_those_steps) {
     cJSON_Delete(root);
     fixture_remove(db);
 }
+
+/* A PyTorch program's records (docs/torch.md): its full backward is named
+ * as an op (0BW0, on the compute thread), its own spans by the names it
+ * gave them, on a thread of their own under the rank ("rank R spans",
+ * sorted after the rank's comm thread), nesting there, and they are no
+ * point of the activations counter. */
+Test(db_export, a_programs_bw_and_named_spans) {
+    const char *path = tfix_path("program.db");
+    db *d = tfix_open_fresh(path);
+    pp_err err;
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    size_t n = tfix_events(0, 1000000, ev);
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].phase == TRACE_B) ev[i].phase = TRACE_BW;
+        if (ev[i].phase == TRACE_F || ev[i].phase == TRACE_BW) ev[i].bytes = 100;
+    }
+    trace_event base = {.rank = 1};
+    n += trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "step \"data\"", ev + n);
+    n += trace_name_records_of(TRACE_SPAN_NAME, &base, 2, "fetch", ev + n);
+    /* rank 1: "step \"data\"" [1000us, 1050us) holding "fetch" [1010us, 1020us), over its ops */
+    trace_event outer = {.version = TRACE_EVENT_VERSION, .phase = TRACE_SPAN, .rank = 1, .stage = -1,
+                         .microbatch = -1, .peer = -1, .name = 1, .start_ns = 1000000, .end_ns = 1050000,
+                         .bytes = 123};
+    trace_event inner = outer;
+    inner.name = 2, inner.start_ns = 1010000, inner.end_ns = 1020000;
+    ev[n++] = outer;
+    ev[n++] = inner;
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    cr_assert_eq(db_export_chrome(db_sqlite(d), job, NULL, out, &err), 0, "%s", err.msg);
+    fclose(out);
+    db_close(d);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "the export is valid JSON: %s", text);
+    cJSON *evs = cJSON_GetObjectItem(root, "traceEvents"), *e;
+    int bw = 0, spans = 0, counters = 0, span_tid = -1;
+    cJSON_ArrayForEach(e, evs) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring, *name = cJSON_GetObjectItem(e, "name")->valuestring;
+        if (strcmp(ph, "C") == 0 && strncmp(name, "activations held rank 1", 23) == 0) counters++;
+        if (strcmp(ph, "X") != 0) continue;
+        cJSON *args = cJSON_GetObjectItem(e, "args");
+        const char *phase = cJSON_GetObjectItem(args, "phase")->valuestring, *cat = cJSON_GetObjectItem(e, "cat")->valuestring;
+        int tid = cJSON_GetObjectItem(e, "tid")->valueint;
+        if (strcmp(phase, "BW") == 0) {
+            bw++;
+            cr_assert(strcmp(name, "0BW0") == 0 || strcmp(name, "0BW1") == 0 || strcmp(name, "1BW0") == 0 ||
+                          strcmp(name, "1BW1") == 0, "%s", name);
+            cr_assert_str_eq(cat, "compute");
+            cr_assert_eq(tid, name[0] == '0' ? 0 : 16, "%s on its rank's compute thread", name);
+        }
+        if (strcmp(phase, "SPAN") == 0) {
+            spans++;
+            cr_assert_str_eq(cat, "span");
+            cr_assert(strcmp(name, "step \"data\"") == 0 || strcmp(name, "fetch") == 0, "%s", name);
+            cr_assert(span_tid < 0 || span_tid == tid, "both spans on one thread: they nest");
+            span_tid = tid;
+        }
+    }
+    cr_assert_eq(bw, 4);
+    cr_assert_eq(spans, 2);
+    cr_assert_eq(counters, 4, "rank 1's F and BW only: its spans are not ops");
+    cJSON *tn = find_meta(evs, "thread_name", 1, span_tid);
+    cr_assert_not_null(tn, "the spans' thread is named");
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(tn, "args"), "name")->valuestring, "rank 1 spans");
+    int sort_spans = cJSON_GetObjectItem(cJSON_GetObjectItem(find_meta(evs, "thread_sort_index", 1, span_tid), "args"),
+                                         "sort_index")->valueint;
+    cJSON *comm = find_meta(evs, "thread_sort_index", 1, 24), *rank2 = find_meta(evs, "thread_sort_index", 1, 32);
+    cr_assert_not_null(comm, "rank 1's comm thread");
+    cr_assert_gt(sort_spans, cJSON_GetObjectItem(cJSON_GetObjectItem(comm, "args"), "sort_index")->valueint);
+    cr_assert(!rank2, "no rank 2");
+    cJSON_Delete(root);
+    free(text);
+}

@@ -44,6 +44,16 @@ static void check_env(int n) {
         cr_assert_eq(RR, r);
         cr_assert_str_eq(ma, "127.0.0.1");
         cr_assert(MP > 0 && MP < 65536, "MASTER_PORT %d", MP);
+        /* outside the ports the kernel hands out by itself (bind(0), an
+         * outgoing connection): nothing on the machine takes it before
+         * rank 0 binds it (bench/port_race.sh) */
+        int lo = 32768, hi = 60999;
+        FILE *range = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+        if (range) {
+            cr_assert_eq(fscanf(range, "%d %d", &lo, &hi), 2);
+            fclose(range);
+        }
+        cr_assert(MP < lo || MP > hi, "MASTER_PORT %d is in the ephemeral range %d-%d", MP, lo, hi);
         if (port < 0) port = MP;
         cr_assert_eq(MP, port, "every rank sees the same MASTER_PORT");
         cr_assert_str_eq(id, "envtest");

@@ -86,8 +86,7 @@ Test(program_lib, bad_arguments_are_refused_naming_them_and_record_nothing) {
         uint64_t start, end;
         const char *message;
     } bad[] = {
-        {"F", 3, 0, 0, -1, 1, 2, "pprun_trace F: step 3: out of range 0..2 (PPRUN_STEPS=3)"},
-        {"F", -1, 0, 0, -1, 1, 2, "step -1: must be 0 or more"},
+        {"F", -1, 0, 0, -1, 1, 2, "pprun_trace F: step -1: must be 0 or more"},
         {"B", 0, 4, 0, -1, 1, 2, "microbatch 4: out of range 0..3 (PPRUN_MICROBATCHES=4)"},
         {"W", 0, 0, 4, -1, 1, 2, "stage 4: out of range 0..3 (PPRUN_NUM_STAGES=4)"},
         {"F", 0, -1, 0, -1, 1, 2, "microbatch -1: must be 0 or more"},
@@ -107,6 +106,8 @@ Test(program_lib, bad_arguments_are_refused_naming_them_and_record_nothing) {
     cr_assert_eq(pprun_trace_loss(0, 9, 3, 1.0), -1);
     lt_assert_has(pprun_trace_error(), "pprun_trace LOSS: microbatch 9");
     cr_assert_eq(trace_ring_pending(ring), 0, "a refused op records nothing");
+    /* a step past PPRUN_STEPS (3) is no bad argument: a program's job has no step bound */
+    cr_assert_eq(pprun_trace_op("F", 3, 0, 0, -1, 0, 1, 2), 1, "%s", pprun_trace_error());
     pprun_trace_close();
     trace_ring_close(ring);
 }
@@ -549,5 +550,35 @@ Test(program_run, a_python_program_traces_through_ctypes, .timeout = 120) {
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses a JOIN losses b ON a.microbatch=b.microbatch AND "
                                "b.step=a.step+1 WHERE b.loss >= a.loss"), 0, "the loss falls");
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 3 * 4);
+    sqlite3_close(s);
+}
+
+/* `pprun run -m MODULE` runs python3 -m MODULE as torchrun does, and a
+ * program's job has no step bound: a module that records spans of steps
+ * 0-4 under --steps 2 keeps all five, and jobs.steps becomes 5. */
+Test(program_run, a_module_runs_as_many_steps_as_it_likes, .timeout = 120) {
+    const char *dir = tfix_mkdir("module");
+    char path[512], pythonpath[600];
+    snprintf(path, sizeof path, "%s/five_steps.py", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("import pprun\nfor k in range(5):\n    with pprun.span('s', step=k):\n        pass\n", f);
+    fclose(f);
+    snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=%s", dir);
+    const char *db = tfix_path("module.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--steps", "2", "-m", "five_steps", NULL};
+    const char *env[] = {pythonpath, NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    char *model = q_text(s, "SELECT model FROM jobs");
+    cr_assert_str_eq(model, "program:python3 -m five_steps");
+    free(model);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(tfix_q_intf(s, "SELECT count(DISTINCT step) FROM events WHERE rank=%d AND phase='SPAN'", r), 5,
+                     "rank %d: steps 0-4, past --steps", r);
+    cr_assert_eq(tfix_q_int(s, "SELECT steps FROM jobs"), 5, "the steps it traced");
     sqlite3_close(s);
 }

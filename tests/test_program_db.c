@@ -245,6 +245,29 @@ Test(program_db, the_programs_schedule_replaces_the_launchers_plan_and_is_simula
                                " FROM (SELECT * FROM plan ORDER BY rank, slot)", buf, sizeof buf),
                      "00F0:0-10 00F1:10-20 00BW0:60-90 00BW1:90-120 11F0:10-20 11F1:20-30 11BW0:30-60 11BW1:60-90");
 
+    /* the what-if plays PyTorch's plan itself, each BW at its measured 30us
+     * (the gradient leaves at its end: the step above, 120us), beside
+     * pprun's schedules, which split it into halves of 15us */
+    job_summary sum;
+    whatif_report r;
+    cr_assert_eq(summary_read(s, job, 0, &sum, &err), 0, "%s", err.msg);
+    cr_assert_eq(whatif_read(s, &sum, &r, &err), 0, "%s", err.msg);
+    cr_assert(r.measured && r.bw_split && r.bw_ns == 30 * TFIX_US, "bw_split %d bw %lld", r.bw_split,
+              (long long)r.bw_ns);
+    cr_assert(r.in.costs.b == 15 * TFIX_US && r.in.costs.w == 15 * TFIX_US, "b %g w %g", r.in.costs.b,
+              r.in.costs.w);
+    int own = whatif_own_row(&r);
+    cr_assert_geq(own, 0, "the program's schedule has a row");
+    cr_assert_str_eq(r.rows[own].schedule, "ScheduleGPipe");
+    cr_assert_eq(r.rows[own].step_time_ns, 120 * TFIX_US, "%g", r.rows[own].step_time_ns);
+    int gpipe = -1;
+    for (int k = 0; k < r.nrows; k++)
+        if (strcmp(r.rows[k].schedule, "gpipe") == 0) gpipe = k;
+    /* split: the input gradient leaves after the B half: 10+10+15+15+15+15 (rank 0 waits 1B0's end at 45) */
+    cr_assert(gpipe >= 0 && r.rows[gpipe].step_time_ns < r.rows[own].step_time_ns, "gpipe %g, own %g",
+              gpipe >= 0 ? r.rows[gpipe].step_time_ns : -1, r.rows[own].step_time_ns);
+    summary_free(&sum);
+
     /* a restarted rank declares again: its rows are replaced, the plan simulated again */
     const char *again[] = {"0F0", "0F1", "0BW0", "0BW1"};
     n = declare(0, 1, "ScheduleGPipe", 2, 2, 2, again, 4, ev);

@@ -483,3 +483,100 @@ Test(sched, equal_stage_costs_are_the_uniform_simulation) {
         sched_sim_free(a), sched_sim_free(b), sched_free(plan);
     }
 }
+
+/* ---- BW: a full backward in one op ---------------------------------------- */
+
+/* plan with each B turned into a BW and its W dropped (GPipe's and 1F1B's
+ * W come right after their B, so the order is the fused schedule's). */
+static sched_plan *fused(const sched_plan *plan) {
+    sched_action **lists = calloc((size_t)plan->ranks, sizeof *lists);
+    int *lens = calloc((size_t)plan->ranks, sizeof *lens);
+    for (int r = 0; r < plan->ranks; r++) {
+        lists[r] = malloc(sizeof(sched_action) * (size_t)plan->len[r]);
+        for (int i = 0; i < plan->len[r]; i++) {
+            sched_action a = plan->actions[r][i];
+            if (a.op == SCHED_W) continue;
+            if (a.op == SCHED_B) a.op = SCHED_BW;
+            lists[r][lens[r]++] = a;
+        }
+    }
+    sched_plan *out = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_plan_from_lists(plan->name, plan->ranks, plan->stages, plan->virtual_stages,
+                                       plan->microbatches, plan->stage_rank, lists, lens, &out, &err),
+                 0, "%s", err.msg);
+    for (int r = 0; r < plan->ranks; r++) free(lists[r]);
+    free(lists), free(lens);
+    return out;
+}
+
+Test(sched, a_bw_sends_its_gradient_at_its_end_the_textbook_bubble) {
+    /* GPipe and 1F1B with BW (PyTorch's full backward) at f=b=w=1: each BW
+     * costs b + w = 2 and the input gradient leaves when it ends, so the
+     * bubble is the textbook (p-1)/(m+p-1) the split B/W schedules beat */
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 16; m++)
+            for (int k = 0; k < 2; k++) {
+                sched_plan *split = build(k ? "1f1b" : "gpipe", p, m, 1, NULL), *plan = fused(split);
+                pp_err err = {{0}};
+                cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+                assert_grid_matches_lists(plan);
+                sched_sim *sim = simulate(plan, 1, 1, 1, 0);
+                double want = (double)(p - 1) / (m + p - 1);
+                cr_assert(fabs(sim->bubble_ratio - want) < 1e-12, "%s p=%d m=%d: %g, want %g", plan->name, p, m,
+                          sim->bubble_ratio, want);
+                cr_assert_eq(sim->step_time, 3.0 * (m + p - 1));
+                /* activations go at the BW: 1F1B's rank 0 holds p, GPipe's m */
+                cr_assert_eq(sim->peak_inflight[0], k ? (p < m ? p : m) : m, "%s p=%d m=%d: %d", plan->name, p, m,
+                             sim->peak_inflight[0]);
+                sched_sim_free(sim);
+                sched_free(plan);
+                sched_free(split);
+            }
+}
+
+Test(sched, a_bw_is_one_cell_one_op_and_an_x_on_the_timeline) {
+    sched_plan *split = build("1f1b", 2, 2, 1, NULL), *plan = fused(split);
+    sched_free(split);
+    char *grid = sched_grid_text(plan, NULL, 0, 0);
+    /* rank 0 waits for 1BW0 and for 1BW1: a cell each */
+    cr_assert_str_eq(grid, "rank 0 | 0F0   0F1   .     0BW0  .     0BW1\n"
+                           "rank 1 | .     1F0   1BW0  1F1   1BW1  .\n");
+    free(grid);
+    sched_sim *sim = simulate(plan, 1, 1, 1, 0);
+    char *tl = sched_timeline_text(sim, plan, 0, NULL);
+    cr_assert_str_eq(tl, "rank 0 |FF..XX.XX|\nrank 1 |.FXXFXX..|\n");
+    cr_assert_eq(sim->spans[0][2].end, 6); /* 0BW0 waits for 1BW0's end (4), then costs 2 */
+    free(tl);
+    sched_sim_free(sim);
+    sched_action a;
+    char buf[32];
+    pp_err err = {{0}};
+    cr_assert_eq(sched_action_parse("12BW7", &a, &err), 0, "%s", err.msg);
+    cr_assert(a.stage == 12 && a.op == SCHED_BW && a.mb == 7);
+    cr_assert_str_eq(sched_action_str(&a, buf), "12BW7");
+    cr_assert_eq(sched_action_parse("1BX0", &a, &err), -1);
+    cr_assert(strstr(err.msg, "{F|B|W|BW}"), "%s", err.msg);
+    sched_free(plan);
+}
+
+Test(sched, a_bw_counts_as_its_b_and_its_w) {
+    sched_plan *plan = parse("0F0,0F1,,0BW0,0BW1\n,1F0,1BW0,1F1,1BW1\n");
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+    assert_rejected("0F0,0F1,,0BW0,0W0,0BW1\n"
+                    ",1F0,1BW0,1F1,1BW1\n",
+                    "exactly one F, one B and one W", "rank 0 runs 0W0, and 0BW0 ran already", "[0W0]");
+    assert_rejected("0F0,0F1,,0B0,0BW0,0B1,0W1\n"
+                    ",1F0,1BW0,1F1,1BW1\n",
+                    "exactly one F, one B and one W", "rank 0 runs 0BW0, and 0B0 ran already (a BW is a B and a W)",
+                    "[0BW0]");
+    assert_rejected("0F0,0F1,,0BW0,0BW1\n"
+                    ",1BW0,1F0,1F1,1BW1\n",
+                    "on its rank, F before B before W", "rank 1 runs 1BW0 before 1F0", "[1BW0]");
+    /* a stage waiting for the next one's BW names it */
+    assert_rejected("0F0,0BW0,0F1,0BW1\n"
+                    "1F1,1BW1,1F0,1BW0\n",
+                    "no deadlock", "rank 0 at 0BW0 waits for 1BW0 (rank 1)", "[0BW0]");
+}

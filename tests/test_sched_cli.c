@@ -1,11 +1,13 @@
 /* test_sched_cli.c: `pprun schedule` as a user runs it: the real binary,
- * its text and JSON output, CSV files, and exit 2 for impossible requests. */
+ * its text and JSON output, CSV files, and exit 2 for impossible requests;
+ * a CSV of full backwards (BW) run by `pprun run`. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sqlite3.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -264,4 +266,44 @@ Test(sched_cli, a_bad_csv_is_rejected_with_its_line_or_rule) {
 Test(sched_cli, help_lists_the_flags) {
     cr_assert_eq(pprun("--help"), 0);
     cr_assert(strstr(out, "--virtual-stages") && strstr(out, "--csv-out") && strstr(out, "zb-v"), "%s", out);
+}
+
+/* A CSV of PyTorch's full backwards (its newer notation: B without I)
+ * runs under `pprun run`: the engine runs each BW as one op (B then W, the
+ * gradient sent at its end), traced and planned as BW, and the plan is
+ * simulated at the BW's measured cost. */
+Test(sched_cli, a_csv_of_full_backwards_runs_as_bw) {
+    char path[128], db_path[128], cmd[1024];
+    snprintf(path, sizeof path, "%s/fused.csv", dir);
+    snprintf(db_path, sizeof db_path, "%s/fused.db", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("0F0,0F1,0F2,,,0B0,0B1,0B2\n,1F0,1F1,1B0,1F2,1B1,1B2\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "--schedule csv:%s", path);
+    cr_assert_eq(pprun(cmd), 0, "%s", err_text);
+    cr_assert(strstr(out, "rank 1 | .     1F0   1F1   1BW0  1F2   1BW1  1BW2"), "%s", out);
+    cr_assert(strstr(out, "F, B, W, X a BW, '.' idle") && strstr(out, "rank 1 |.FFXXFXXXX..|"), "%s", out);
+    snprintf(cmd, sizeof cmd,
+             "'%s' run --nproc-per-node 2 --steps 2 --microbatches 3 --schedule csv:%s --model "
+             "timed:f=2ms,b=3ms,w=2ms,act=1KiB --progress off --db '%s' >'%s/out' 2>'%s/err'",
+             PPRUN_BIN, path, db_path, dir, dir);
+    int st = system(cmd);
+    snprintf(path, sizeof path, "%s/err", dir);
+    slurp(path, err_text, sizeof err_text);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", err_text);
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open_v2(db_path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='BW'"), 2 * 2 * 3, "a BW per stage, mb, step");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase IN ('B','W')"), 0);
+    /* a BW is the timed B and W back to back: 5ms */
+    cr_assert_geq(tfix_q_int(s, "SELECT min(end_ns - start_ns) FROM events WHERE phase='BW'"), 5000000);
+    /* the stage 0 BW starts once stage 1's BW of the microbatch has ended (its gradient) */
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events a JOIN events b ON a.step=b.step AND "
+                               "a.microbatch=b.microbatch WHERE a.phase='BW' AND b.phase='BW' AND a.stage=0 AND "
+                               "b.stage=1 AND a.start_ns >= b.end_ns"),
+                 2 * 3);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM plan WHERE phase='BW' AND sim_end_ns - sim_start_ns >= 5000000"),
+                 2 * 3, "the plan's BW cells, simulated at B + W");
+    sqlite3_close(s);
 }

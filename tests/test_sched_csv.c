@@ -112,9 +112,9 @@ Test(sched_csv, an_old_pytorch_file_has_b_and_w_without_i_and_bw_for_full) {
                              ",1F0,1BW0,1F1,1B1,1W1\n");
     char text[256];
     actions_text(plan, 0, text, sizeof text);
-    cr_assert_str_eq(text, "0F0 0F1 0B0 0W0 0B1 0W1");
+    cr_assert_str_eq(text, "0F0 0F1 0B0 0W0 0BW1");
     actions_text(plan, 1, text, sizeof text);
-    cr_assert_str_eq(text, "1F0 1B0 1W0 1F1 1B1 1W1");
+    cr_assert_str_eq(text, "1F0 1BW0 1F1 1B1 1W1");
     pp_err err = {{0}};
     cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
     sched_free(plan);
@@ -129,9 +129,9 @@ Test(sched_csv, a_new_pytorch_file_has_i_for_input_and_b_for_full) {
     sched_plan *plan = load(path);
     char text[256];
     actions_text(plan, 0, text, sizeof text);
-    cr_assert_str_eq(text, "0F0 0F1 0B0 0W0 0B1 0W1");
+    cr_assert_str_eq(text, "0F0 0F1 0B0 0W0 0BW1");
     actions_text(plan, 1, text, sizeof text);
-    cr_assert_str_eq(text, "1F0 1B0 1W0 1F1 1B1 1W1");
+    cr_assert_str_eq(text, "1F0 1B0 1W0 1F1 1BW1");
     cr_assert_eq(plan->stages, 2);
     cr_assert_eq(plan->microbatches, 2);
     cr_assert_eq(plan->stage_rank[1], 1);
@@ -145,10 +145,41 @@ Test(sched_csv, a_file_with_only_f_and_b_has_full_backwards) {
     sched_plan *plan = parse("0F0,0F1,,0B0,0B1\n,1F0,1B0,1F1,1B1\n");
     char text[256];
     actions_text(plan, 1, text, sizeof text);
-    cr_assert_str_eq(text, "1F0 1B0 1W0 1F1 1B1 1W1");
-    /* a full backward takes two cells: the grid keeps B and W side by side */
-    cr_assert_eq(plan->slots[1][2].op, SCHED_B);
-    cr_assert_eq(plan->slots[1][3].op, SCHED_W);
+    cr_assert_str_eq(text, "1F0 1BW0 1F1 1BW1");
+    /* a full backward is one op in one cell, where the file put it */
+    cr_assert_eq(plan->slots[1][2].op, SCHED_BW);
+    cr_assert_eq(plan->slots[1][3].op, SCHED_F);
+    cr_assert_eq(plan->slots[0][3].op, SCHED_BW);
+    cr_assert_eq(plan->nslots, 5);
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+}
+
+Test(sched_csv, full_backwards_round_trip_in_both_notations) {
+    /* written BW in ours and B in PyTorch's newer notation (with I where a
+     * backward is split), both read back as the same plan */
+    const char *csv = "0F0,0F1,,0BW0,0B1,0W1\n,1F0,1BW0,1F1,1B1,1W1\n";
+    sched_plan *plan = parse(csv);
+    const char *ours = tfix_path("fused-ours.csv"), *theirs = tfix_path("fused-torch.csv");
+    pp_err err = {{0}};
+    cr_assert_eq(sched_write_csv(plan, ours, "pprun", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(read_file(ours), csv);
+    cr_assert_eq(sched_write_csv(plan, theirs, "pytorch", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(read_file(theirs), "0F0,0F1,,0B0,0I1,0W1\n,1F0,1B0,1F1,1I1,1W1\n");
+    sched_plan *a = load(ours), *b = load(theirs);
+    assert_same_plan(plan, a, 1);
+    assert_same_plan(plan, b, 1);
+    sched_free(a);
+    sched_free(b);
+    /* a file of F and BW only, in PyTorch's notation: B without I or W */
+    sched_free(plan);
+    plan = parse("0F0,0F1,,0BW0,0BW1\n,1F0,1BW0,1F1,1BW1\n");
+    cr_assert_eq(sched_write_csv(plan, theirs, "pytorch", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(read_file(theirs), "0F0,0F1,,0B0,0B1\n,1F0,1B0,1F1,1B1\n");
+    a = load(theirs);
+    assert_same_plan(plan, a, 1);
+    sched_free(a);
     sched_free(plan);
 }
 

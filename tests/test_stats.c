@@ -3,6 +3,7 @@
  * bubble 6/30.5), a real job where the report must agree with plain SQL
  * over the same file, and every bad input exiting 2 with a message that
  * names it. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -359,6 +360,85 @@ Test(stats, a_csv_job_has_its_own_what_if_row, .timeout = 240) {
     unlink(csv);
     fixture_remove(db);
     rmdir(dir);
+}
+
+/* A PyTorch-like job (what pprun.torch records, docs/torch.md): the trace
+ * fixture's steps with every B a BW (PyTorch's full backward), rank 0's
+ * "data" spans, and the program's own plan (ScheduleGPipe). */
+static void fused_job(const char *path) {
+    db *d = tfix_open_fresh(path);
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    pp_err err;
+    const char *r0[] = {"0F0", "0F1", "0BW0", "0BW1"}, *r1[] = {"1F0", "1BW0", "1F1", "1BW1"};
+    const char *const *plans[] = {r0, r1};
+    for (int rank = 0; rank < 2; rank++) {
+        trace_event base = {.rank = rank};
+        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "ScheduleGPipe", ev);
+        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION, .phase = TRACE_SCHEDULE, .rank = rank,
+                                .sched = {.name = 1, .ranks = 2, .stages = 2, .microbatches = 2, .slots = 4}};
+        for (int i = 0; i < 4; i++) {
+            const char *a = plans[rank][i];
+            int op = a[1] == 'F' ? TRACE_F : TRACE_BW;
+            ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION, .phase = TRACE_PLAN, .rank = rank,
+                                    .plan = {.slot = i, .stage = rank, .op = op, .microbatch = a[strlen(a) - 1] - '0'}};
+        }
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    }
+    for (int step = 0; step < 3; step++) {
+        int64_t t = 2000000 + (int64_t)step * 200 * TFIX_US;
+        size_t n = tfix_events(step, t, ev);
+        for (size_t i = 0; i < n; i++)
+            if (ev[i].phase == TRACE_B) ev[i].phase = TRACE_BW;
+        trace_event base = {.rank = 0};
+        n += trace_name_records_of(TRACE_SPAN_NAME, &base, 2, "data", ev + n);
+        trace_event span = {.version = TRACE_EVENT_VERSION, .phase = TRACE_SPAN, .step = step, .stage = -1,
+                            .microbatch = -1, .peer = -1, .name = 2, .start_ns = (uint64_t)t + 100 * TFIX_US,
+                            .end_ns = (uint64_t)t + 103 * TFIX_US};
+        ev[n++] = span;
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+        cr_assert_eq(db_analyze_step(d, job, step, &err), 0, "%s", err.msg);
+    }
+    db_close(d);
+}
+
+/* `pprun stats` of such a job: BW in the ops and on the critical path (a
+ * column of its own), time by span name, and the what-if saying B and W
+ * are halves of the BW while the program's own plan plays it whole; the
+ * JSON the same numbers. */
+Test(stats, a_pytorch_jobs_bw_and_spans, .timeout = 60) {
+    const char *path = tfix_path("fused.db");
+    fused_job(path);
+    lt_proc p = stats(path, "1");
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "ScheduleGPipe  2 ranks  2 microbatches");
+    lt_assert_has(p.out, "  BW                     8   20.00 us   20.00 us   20.00 us  160.00 us\n"); /* steps 1-2 */
+    lt_assert_has(p.out, "time by span name    count     median       mean        max      total\n"
+                         "  data                   2    3.00 us    3.00 us    3.00 us    6.00 us\n");
+    lt_assert_has(p.out, "  rank          F          B          W         BW        OPT        all  share\n");
+    lt_assert_has(p.out, "  0      10.00 us       0 ns       0 ns   20.00 us    4.00 us   34.00 us  34.0%\n");
+    lt_assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 10.00 us, B 10.00 us, W 10.00 us");
+    lt_assert_has(p.out, "  (this job's backward is one op, BW, of 20.00 us: B and W above are halves of it");
+    lt_assert_has(p.out, "  ScheduleGPipe *");
+    lt_free(&p);
+
+    lt_run(&p, (const char *[]){"stats", "--db", path, "--job", "1", "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cJSON *root = cJSON_Parse(p.out);
+    cr_assert_not_null(root, "%s", p.out);
+    cJSON *spans = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "summary"), "spans");
+    cr_assert(cJSON_GetArraySize(spans) == 1, "%s", p.out);
+    cJSON *data = cJSON_GetArrayItem(spans, 0);
+    cr_assert_str_eq(cJSON_GetObjectItem(data, "name")->valuestring, "data");
+    cr_assert_eq(cJSON_GetObjectItem(data, "count")->valuedouble, 2);
+    cr_assert_eq(cJSON_GetObjectItem(data, "total_ns")->valuedouble, 6 * TFIX_US);
+    cJSON *wi = cJSON_GetObjectItem(root, "whatif");
+    cr_assert_eq(cJSON_GetObjectItem(wi, "bw_split_ns")->valuedouble, 20 * TFIX_US);
+    cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "critpath"), "ranks"), 0);
+    cr_assert_eq(cJSON_GetObjectItem(rank0, "BW")->valuedouble, 2 * 20 * TFIX_US, "2 steps, 0BW0 and 0BW1 on the path");
+    cr_assert_eq(cJSON_GetObjectItem(rank0, "B")->valuedouble, 0);
+    cJSON_Delete(root);
+    lt_free(&p);
 }
 
 Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {

@@ -28,73 +28,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/torch_job.h"
 #include "helpers/trace_fixture.h"
 #include "launch_testutil.h"
 
-#define CHECKOUT PPRUN_TEST_DIR "/.."
-#define TORCH_ROOT_SH CHECKOUT "/scripts/torch-root.sh"
-#define EXAMPLE CHECKOUT "/examples/torch_pipeline.py"
+#define CHECKOUT TORCH_CHECKOUT
+#define EXAMPLE TORCH_EXAMPLE
 #define STEPS 2
 #define MICROBATCHES 4
 
-/* The root is there (made once by scripts/install-deps.sh); made now when
- * it is missing or broken, and the test fails naming why when it cannot be. */
-static void need_torch_root(void) {
-    char cmd[1024], path[512] = "";
-    FILE *f = popen(TORCH_ROOT_SH " path", "r");
-    cr_assert_not_null(f, "cannot run " TORCH_ROOT_SH);
-    if (!fgets(path, sizeof path, f)) path[0] = '\0';
-    pclose(f);
-    path[strcspn(path, "\n")] = '\0';
-    snprintf(cmd, sizeof cmd, "test -x '%s/usr/bin/python3' && test -f "
-             "'%s/usr/lib/python3/dist-packages/torch/distributed/pipelining/schedules.py'", path, path);
-    if (system(cmd) == 0) return;
-    char log[] = "/tmp/pprun-torch-root-XXXXXX";
-    int fd = mkstemp(log);
-    cr_assert_geq(fd, 0);
-    close(fd);
-    snprintf(cmd, sizeof cmd, TORCH_ROOT_SH " ensure >/dev/null 2>%s", log);
-    int st = system(cmd);
-    size_t len;
-    char *why = lt_slurp(log, &len);
-    unlink(log);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        cr_assert_fail("no PyTorch root at %s, and it cannot be made (scripts/torch-root.sh ensure):\n%s", path, why);
-    free(why);
-}
-
-/* `pprun run --nproc-per-node N --steps S --microbatches M PPRUN_ARGS -- torch-root.sh run python3
- * torch_pipeline.py --steps S --microbatches M PROGRAM_ARGS`, into db. */
-static void torch_run(lt_proc *p, const char *db, int nproc, const char *const *pprun_args,
-                      const char *const *program_args) {
-    need_torch_root();
-    char n[16], steps[16], mb[16];
-    snprintf(n, sizeof n, "%d", nproc);
-    snprintf(steps, sizeof steps, "%d", STEPS);
-    snprintf(mb, sizeof mb, "%d", MICROBATCHES);
-    const char *args[64];
-    int k = 0;
-    const char *head[] = {"run", "--db", db, "--nproc-per-node", n, "--steps", steps, "--microbatches", mb};
-    for (size_t i = 0; i < sizeof head / sizeof head[0]; i++) args[k++] = head[i];
-    for (int i = 0; pprun_args && pprun_args[i]; i++) args[k++] = pprun_args[i];
-    const char *prog[] = {"--", TORCH_ROOT_SH, "run", "python3", EXAMPLE, "--steps", steps, "--microbatches", mb};
-    for (size_t i = 0; i < sizeof prog / sizeof prog[0]; i++) args[k++] = prog[i];
-    for (int i = 0; program_args && program_args[i]; i++) args[k++] = program_args[i];
-    args[k] = NULL;
-    const char *env[] = {"USE_LIBUV=0", NULL};
-    /* The launcher picks MASTER_PORT free on node 0 (bind to port 0), and
-     * rank 0's torch binds it a moment later: on a machine busy with other
-     * jobs an outgoing connection can take it in between. That race, and
-     * only it, is run again once, into a fresh database. */
-    for (int attempt = 0;; attempt++) {
-        lt_run(p, args, env);
-        if (attempt > 0 || p->status == 0 || !strstr(p->err, "errno: 98 - Address already in use")) return;
-        fprintf(stderr, "test_torch: MASTER_PORT was taken before rank 0 bound it; running the job again\n");
-        lt_free(p);
-        char side[600];
-        snprintf(side, sizeof side, "rm -f '%s' '%s-wal' '%s-shm'", db, db, db);
-        cr_assert_eq(system(side), 0);
-    }
+/* torch_job.h's job of STEPS steps of MICROBATCHES microbatches. */
+static void torch_run_small(lt_proc *p, const char *db, int nproc, const char *const *pprun_args,
+                            const char *const *program_args) {
+    torch_run(p, db, nproc, STEPS, MICROBATCHES, pprun_args, program_args);
 }
 
 static sqlite3 *open_db(const char *path) {
@@ -243,7 +189,7 @@ ParameterizedTest(int *index, torch, pytorchs_schedules_are_traced_op_by_op, .ti
     const char *db = tfix_path("torch.db");
     lt_proc p;
     const char *prog[] = {"--schedule", c->flag, NULL};
-    torch_run(&p, db, c->ranks, NULL, prog);
+    torch_run_small(&p, db, c->ranks, NULL, prog);
     cr_assert_eq(p.status, 0, "%s on %d ranks: exit %d\n%s\n%s", c->flag, c->ranks, p.status, p.out, p.err);
     sqlite3 *s = open_db(db);
     char buf[256];
@@ -284,9 +230,9 @@ Test(torch, pytorch_runs_pprun_s_zb_v_plan, .timeout = 300) {
     lt_proc p, q, d;
     const char *zbv[] = {"--schedule", "zb-v", NULL};
     const char *prog[] = {"--schedule", "pprun", NULL}, *torch_own[] = {"--schedule", "ZBVZeroBubble", NULL};
-    torch_run(&p, db, 2, zbv, prog);
+    torch_run_small(&p, db, 2, zbv, prog);
     cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
-    torch_run(&q, own, 2, NULL, torch_own);
+    torch_run_small(&q, own, 2, NULL, torch_own);
     cr_assert_eq(q.status, 0, "exit %d\n%s\n%s", q.status, q.out, q.err);
     const char *demo_args[] = {"run", "--db", demo, "--nproc-per-node", "2", "--steps", "2", "--microbatches", "4",
                                "--schedule", "zb-v", "--", PPRUN_DEMO_BIN, "--op-ms", "0", NULL};
@@ -314,18 +260,25 @@ Test(torch, pytorch_runs_pprun_s_zb_v_plan, .timeout = 300) {
 
 /* The example's own spans: pprun.span("data", step=N) around each step's
  * batch (a context manager) and @pprun.span("log") on the function that
- * prints the losses after the step (a decorator, at the step just run). */
+ * prints the losses after the step (a decorator, at the step just run).
+ * The program runs one step more than `pprun run --steps` says: a
+ * program's job has no step bound, that step is traced too and jobs.steps
+ * says 3 at the end. */
 Test(torch, a_users_spans_are_stored_with_their_names, .timeout = 300) {
     const char *db = tfix_path("spans.db");
     lt_proc p;
-    const char *prog[] = {"--schedule", "GPipe", "--spans", NULL};
-    torch_run(&p, db, 2, NULL, prog);
+    const char *prog[] = {"--schedule", "GPipe", "--spans", "--steps", "3", NULL}; /* after torch_run's --steps 2 */
+    torch_run_small(&p, db, 2, NULL, prog);
     cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
     sqlite3 *s = open_db(db);
     char buf[256];
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(rank||':'||step||':'||name, ' ') FROM (SELECT *"
                                                 " FROM events WHERE phase='SPAN' ORDER BY step, rank, start_ns)"),
-                     "0:0:data 0:0:log 1:0:data 1:0:log 0:1:data 0:1:log 1:1:data 1:1:log");
+                     "0:0:data 0:0:log 1:0:data 1:0:log 0:1:data 0:1:log 1:1:data 1:1:log 0:2:data 0:2:log 1:2:data "
+                     "1:2:log");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT steps||' '||(SELECT count(*) FROM events WHERE step=2 AND"
+                                                " phase IN ('F','BW')) FROM jobs"),
+                     "3 16", "step 2 past --steps 2: traced whole (a F and a BW of 4 microbatches on 2 ranks)");
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase='SPAN' AND (microbatch IS"
                                                 " NOT NULL OR stage IS NOT NULL OR peer IS NOT NULL)"), "0");
     /* a log span starts after the step's last op on its rank */
@@ -343,7 +296,7 @@ Test(torch, a_rank_killed_mid_step_keeps_its_records, .timeout = 300) {
     const char *db = tfix_path("killed.db");
     lt_proc p;
     const char *prog[] = {"--schedule", "GPipe", "--crash-at", "1", NULL};
-    torch_run(&p, db, 2, NULL, prog);
+    torch_run_small(&p, db, 2, NULL, prog);
     cr_assert_eq(p.status, 1, "exit %d\n%s\n%s", p.status, p.out, p.err);
     lt_assert_has(p.err, "rank      : 1");
     sqlite3 *s = open_db(db);
@@ -367,7 +320,7 @@ Test(torch, the_program_outside_pprun_runs_unchanged, .timeout = 300) {
     const char *db = tfix_path("traced.db");
     lt_proc p;
     const char *prog[] = {"--schedule", "1F1B", NULL};
-    torch_run(&p, db, 2, NULL, prog);
+    torch_run_small(&p, db, 2, NULL, prog);
     cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
 
     char cmd[2048], out[256];

@@ -31,8 +31,8 @@ static struct {
     trace_ring *ring;
     pid_t pid; /* the process that attached: the ring takes one writer */
     int rank, attempt;
-    long steps, microbatches, stages, world; /* bounds from the environment (or the program's
-                                              * schedule, pprun_trace_schedule); 0 = not given */
+    long microbatches, stages, world; /* bounds from the environment (or the program's schedule,
+                                       * pprun_trace_schedule); 0 = not given. No step bound: below. */
     char **names;   /* span and schedule names sent so far; id = index + 1 */
     size_t nnames, capnames;
 } pt = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -67,7 +67,6 @@ static void pt_init_locked(void) {
     if (pp_parse_long(fd_text, 0, 1 << 20, "PPRUN_TRACE_FD", &fd, &err) != 0 ||
         pt_env_long("RANK", 0, 1 << 30, &rank, &err) != 0 ||
         pt_env_long("PPRUN_RESTART_COUNT", 0, 1 << 30, &attempt, &err) != 0 ||
-        pt_env_long("PPRUN_STEPS", 1, 1L << 30, &pt.steps, &err) != 0 ||
         pt_env_long("PPRUN_MICROBATCHES", 1, 1L << 30, &pt.microbatches, &err) != 0 ||
         pt_env_long("PPRUN_NUM_STAGES", 1, 1L << 30, &pt.stages, &err) != 0 ||
         pt_env_long("WORLD_SIZE", 1, 1L << 30, &pt.world, &err) != 0 ||
@@ -102,7 +101,7 @@ PPRUN_TRACE_API void pprun_trace_close(void) {
     trace_ring_close(pt.ring);
     pt.ring = NULL;
     pt.state = 0;
-    pt.steps = pt.microbatches = pt.stages = pt.world = 0;
+    pt.microbatches = pt.stages = pt.world = 0;
     for (size_t i = 0; i < pt.nnames; i++) free(pt.names[i]);
     free(pt.names);
     pt.names = NULL;
@@ -129,7 +128,9 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
     int comm = ev->phase >= TRACE_SEND_F && ev->phase <= TRACE_RECV_B;
     int span = ev->phase == TRACE_SPAN;
     why[0] = '\0';
-    if (pt_range("step", ev->step, 0, pt.steps, "PPRUN_STEPS", why, n) ||
+    /* any step from 0: a program runs as many as it likes (PPRUN_STEPS is
+     * what `pprun run --steps` asked for, no bound of its job) */
+    if (pt_range("step", ev->step, 0, 0, "", why, n) ||
         pt_range("microbatch", ev->microbatch, per_op ? 0 : -1, pt.microbatches, "PPRUN_MICROBATCHES", why, n) ||
         pt_range("stage", ev->stage, per_op ? 0 : -1, pt.stages, "PPRUN_NUM_STAGES", why, n) ||
         ((comm || span) && pt_range("peer", ev->peer, comm ? 0 : -1, pt.world, "WORLD_SIZE", why, n)))

@@ -43,7 +43,8 @@ uint64_t pprun_trace_now_ns(void);
  *               PyTorch's full backward), "SEND_F", "RECV_F", "SEND_B",
  *               "RECV_B" (activations and gradients between stages), or
  *               "OPT" (the optimizer step)
- *   step        0 .. PPRUN_STEPS-1
+ *   step        0 or more (a program runs as many steps as it likes;
+ *               PPRUN_STEPS is what `pprun run --steps` asked for)
  *   microbatch  0 .. PPRUN_MICROBATCHES-1, or -1 for OPT
  *   stage       0 .. PPRUN_NUM_STAGES-1, or -1 for OPT
  *   peer        the other rank of a SEND or RECV, else -1

@@ -50,6 +50,7 @@
 #include "db/analyze.h"
 #include "db/summary.h"
 #include "db/usersql.h"
+#include "report/sql.h"
 #include "web/conn.h"
 #include "web/live.h"
 
@@ -188,11 +189,13 @@ static void q_events(tick *t, result *r, int64_t t0) {
     int full = 0; /* stopped at POLL_BYTES: the rows after `last` come next tick */
     while (!full && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         last = sqlite3_column_int64(st, 0);
-        jw_rawf(&rows, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld,%d,%lld]", n++ ? "," : "", (long long)last,
+        jw_rawf(&rows, "%s[%lld,%d,%d,%d,%d,%d,%lld,%lld,%d,%lld", n++ ? "," : "", (long long)last,
                 sqlite3_column_int(st, 1), sqlite3_column_int(st, 2), sqlite3_column_int(st, 3),
                 sqlite3_column_int(st, 4), analyze_phase_of((const char *)sqlite3_column_text(st, 5)),
                 (long long)sqlite3_column_int64(st, 6), (long long)sqlite3_column_int64(st, 7),
                 sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 9));
+        report_sql_raw_text_cell(&rows, st, 10); /* a span's name, null for an op: as /events */
+        jw_raw(&rows, "]", 1);
         full = rows.len >= POLL_BYTES;
     }
     sqlite3_finalize(st);

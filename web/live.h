@@ -30,7 +30,7 @@ size_t live_unsent(live_hub *h);
  * sort (tests check the plan). */
 #define SQL_LIVE_EVENTS                                                                                    \
     "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns - ?4, end_ns - ?4, " \
-    "coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE id > ?2 AND id <= ?3 AND +job_id = ?1 "          \
+    "coalesce(peer,-1), coalesce(bytes,0), name FROM events WHERE id > ?2 AND id <= ?3 AND +job_id = ?1 "    \
     "AND source = 'cpu' "                                                                                  \
     "ORDER BY id LIMIT ?5"
 

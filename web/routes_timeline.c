@@ -1,7 +1,8 @@
 /* routes_timeline.c: the timeline's API (docs/api.md): the events of a
  * window (as events, per-pixel buckets or whole steps), the CUPTI kernels of
  * a window, and the idle gaps with their causes. Times are ns since the
- * job's t0. */
+ * job's t0. An event row ends with its name: a program's own span's
+ * (phase SPAN), null for every op. */
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,9 +114,14 @@ static int step_span(sqlite3 *db, const job_info *j, long step, int64_t *from, i
     return -1;
 }
 
-static int phase_class(int ph) { /* F B W COMM OPT */
+/* A bucket's class of an op: F, B, W, COMM, OPT, BW (the bins' columns);
+ * -1 for a program's own span, which is no op of the pipeline. */
+enum { BIN_CLASSES = 6 };
+static int phase_class(int ph) {
     if (ph <= TRACE_W) return ph;
     if (ph == TRACE_OPT) return 4;
+    if (ph == TRACE_BW) return 5;
+    if (ph == TRACE_SPAN) return -1;
     return 3;
 }
 
@@ -159,10 +165,12 @@ static int event_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx
     long step = sqlite3_column_int(st, 2);
     if (o->min_step < 0 || step < o->min_step) o->min_step = step;
     if (step > o->max_step) o->max_step = step;
-    jw_rawf(o->w, "%s[%lld,%d,%ld,%d,%d,%d,%lld,%lld,%d,%lld]", o->count ? "," : "",
+    jw_rawf(o->w, "%s[%lld,%d,%ld,%d,%d,%d,%lld,%lld,%d,%lld", o->count ? "," : "",
             (long long)sqlite3_column_int64(st, 0), rank, step, sqlite3_column_int(st, 3), sqlite3_column_int(st, 4),
             analyze_phase_of((const char *)sqlite3_column_text(st, 5)), (long long)s, (long long)e,
             sqlite3_column_int(st, 8), (long long)sqlite3_column_int64(st, 9));
+    report_sql_raw_text_cell(o->w, st, 10); /* a span's name, null for an op */
+    jw_raw(o->w, "]", 1);
     o->count++;
     return 0;
 }
@@ -176,7 +184,7 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
     span_rows o = {w, 0, -1, -1};
     window_rows(db, j, mask, from, to,
                 "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns, "
-                "coalesce(peer,-1), coalesce(bytes,0) FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu'",
+                "coalesce(peer,-1), coalesce(bytes,0), name FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu'",
                 6, event_row, &o, r);
     jw_arr_end(w);
     jw_kint(w, "count", o.count);
@@ -220,7 +228,7 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     int64_t span = to - from;
     int64_t width = (span + nbuckets - 1) / nbuckets;
     if (width < 1) width = 1;
-    size_t cells = (size_t)j->world * (size_t)nbuckets * 5;
+    size_t cells = (size_t)j->world * (size_t)nbuckets * BIN_CLASSES;
     int64_t *acc = calloc(cells, sizeof *acc);
     sqlite3_stmt *st = routes_prep(db,
                                    "SELECT phase, start_ns, end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' AND "
@@ -243,12 +251,13 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
             int ph = analyze_phase_of((const char *)sqlite3_column_text(st, 0));
             if (ph < 0 || ph >= TRACE_LOSS) continue;
             int cls = phase_class(ph);
+            if (cls < 0) continue;
             int64_t s = sqlite3_column_int64(st, 1) - j->t0 - from, e = sqlite3_column_int64(st, 2) - j->t0 - from;
             if (e > span) e = span;
             for (int64_t b = s / width; b < nbuckets && b * width < e; b++) {
                 int64_t bs = b * width, be = bs + width;
                 int64_t ov = (e < be ? e : be) - (s > bs ? s : bs);
-                if (ov > 0) acc[((size_t)rank * (size_t)nbuckets + (size_t)b) * 5 + (size_t)cls] += ov;
+                if (ov > 0) acc[((size_t)rank * (size_t)nbuckets + (size_t)b) * BIN_CLASSES + (size_t)cls] += ov;
             }
         }
     }
@@ -259,12 +268,13 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     int n = 0;
     for (int rank = 0; rank < j->world; rank++)
         for (long b = 0; b < nbuckets; b++) {
-            int64_t *a = &acc[((size_t)rank * (size_t)nbuckets + (size_t)b) * 5];
-            if (!(a[0] | a[1] | a[2] | a[3] | a[4])) continue;
+            int64_t *a = &acc[((size_t)rank * (size_t)nbuckets + (size_t)b) * BIN_CLASSES];
+            if (!(a[0] | a[1] | a[2] | a[3] | a[4] | a[5])) continue;
             int64_t bs = from + b * width;
-            jw_rawf(w, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,null]", n++ ? "," : "", rank, (long long)bs,
-                    (long long)(bs + width), (long long)(a[0] + a[1] + a[2] + a[4]), (long long)a[0],
-                    (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4]);
+            jw_rawf(w, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,null,%lld]", n++ ? "," : "", rank,
+                    (long long)bs, (long long)(bs + width), (long long)(a[0] + a[1] + a[2] + a[4] + a[5]),
+                    (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4],
+                    (long long)a[5]);
         }
     jw_arr_end(w);
     free(acc);
@@ -305,7 +315,7 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
     jw_arr(w);
     if (n <= (size_t)nbuckets * (size_t)(nsel ? nsel : 1)) {
         for (size_t i = 0; i < n; i++)
-            jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,%d]", i ? "," : "", rows[i].rank,
+            jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,%d,null]", i ? "," : "", rows[i].rank,
                     (long long)rows[i].s, (long long)rows[i].e, (long long)rows[i].busy, rows[i].step);
     } else {
         int64_t width = (to - from + nbuckets - 1) / nbuckets;
@@ -326,7 +336,7 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
                 double v = acc[(size_t)rank * (size_t)nbuckets + (size_t)b];
                 if (v <= 0) continue;
                 int64_t bs = from + b * width;
-                jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,null]", out++ ? "," : "", rank,
+                jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,null,null]", out++ ? "," : "", rank,
                         (long long)bs, (long long)(bs + width), (long long)(v + 0.5));
             }
         if (!acc) reply_error(r, 500, "out of memory");
@@ -422,7 +432,9 @@ void route_events(route_req *q, reply *r) {
     jw_arr_end(&w);
     if (strcmp(mode, "events") == 0) {
         jw_key(&w, "columns");
-        jw_json(&w, "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\",\"peer\",\"bytes\"]", strlen("[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\",\"peer\",\"bytes\"]"));
+        static const char columns[] =
+            "[\"id\",\"rank\",\"step\",\"microbatch\",\"stage\",\"phase\",\"start\",\"end\",\"peer\",\"bytes\",\"name\"]";
+        jw_json(&w, columns, sizeof columns - 1);
         jw_key(&w, "causes");
         jw_arr(&w);
         for (int k = 0; k < CAUSE_COUNT; k++) jw_str(&w, analyze_causes[k]);
@@ -434,7 +446,10 @@ void route_events(route_req *q, reply *r) {
     } else {
         jw_kint(&w, "count", n);
         jw_key(&w, "bin_columns");
-        jw_json(&w, "[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\",\"step\"]", strlen("[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\",\"step\"]"));
+        /* BW (PyTorch's full backward) appended: the columns before it keep their places */
+        static const char bin_columns[] =
+            "[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\",\"step\",\"BW\"]";
+        jw_json(&w, bin_columns, sizeof bin_columns - 1);
         if (strcmp(mode, "buckets") == 0) write_bucket_mode(db, j, mask, wf, wt, buckets, &w, r);
         else write_step_mode(db, j, mask, wf, wt, buckets, &w, r);
     }

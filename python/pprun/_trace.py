@@ -14,29 +14,19 @@ _loaded = False
 
 
 class Tracer:
-    """The library's calls, with the job's step bound (PPRUN_STEPS): records
-    of later steps are left out, said once (the job's steps are pprun run's
-    --steps, which the collector holds too)."""
+    """The library's calls. A program's job has no step bound: it runs as
+    many steps as it likes (PPRUN_STEPS is what pprun run --steps asked
+    for), and every one is traced."""
+
+    on = True  # records are written (pprun.torch's stand-in once tracing stopped says False)
 
     def __init__(self, lib):
         self.lib = lib
         self.now = lib.pprun_trace_now_ns
-        self.steps = int(os.environ.get("PPRUN_STEPS", "0") or 0)
         self.rank = int(os.environ.get("RANK", "0") or 0)
-        self._told = False
 
     def error(self):
         return self.lib.pprun_trace_error().decode(errors="replace")
-
-    def step_ok(self, step):
-        """Whether records of step may be written; says once when not."""
-        if self.steps <= 0 or step < self.steps:
-            return True
-        if not self._told:
-            self._told = True
-            sys.stderr.write("pprun: rank %d: step %d is past the job's %d steps (pprun run --steps); "
-                             "later steps are not traced\n" % (self.rank, step, self.steps))
-        return False
 
     def check(self, rc, what):
         if rc < 0:

@@ -68,7 +68,7 @@ def _now():
 def _record(phase, stage, mb, t0, peer=-1, nbytes=0):
     step = pprun._step[0]
     t = _st.t
-    if not t.step_ok(step):
+    if not t.on:
         return
     if t.op(phase, step, mb, stage, peer, nbytes, t0, t.now()) < 0:
         _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
@@ -84,14 +84,13 @@ def _stop(why):
 class _Off:
     """What stands for the tracer once tracing stopped: records nothing."""
 
+    on = False
+
     def __init__(self, rank):
         self.rank = rank
 
     def now(self):
         return 0
-
-    def step_ok(self, step):
-        return False
 
 
 # ---- ops --------------------------------------------------------------------
@@ -171,7 +170,7 @@ class _Work:
         if not self._done:
             self._done = True
             t, t1 = _st.t, _now()
-            if t.step_ok(self._step):
+            if t.on:
                 for phase, stage, mb, peer, nbytes in self._ops:
                     if t.op(phase, self._step, mb, stage, peer, nbytes, self._t0, t1) < 0:
                         _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
@@ -241,7 +240,7 @@ def _wrap_update_losses(orig):
         last = [s for s in (stages if isinstance(stages, list) else [stages]) if s.is_last]
         internal = list(getattr(self, "_internal_losses", ()))
         step = pprun._step[0]
-        if last and internal and _st.t.step_ok(step):
+        if last and internal and _st.t.on:
             for mb, loss in enumerate(internal):
                 if isinstance(loss, torch.Tensor) and loss.numel() == 1:
                     if _st.t.loss(step, mb, last[0].stage_index, float(loss)) < 0:
@@ -283,7 +282,7 @@ def _opt_post(opt, args, kwargs):
     if t0 is None:
         return
     step, t = pprun._step[0], _st.t
-    if t.step_ok(step) and t.op(b"OPT", step, -1, -1, -1, _state_bytes(opt), t0, t.now()) < 0:
+    if t.on and t.op(b"OPT", step, -1, -1, -1, _state_bytes(opt), t0, t.now()) < 0:
         _stop("OPT: %s" % t.error())
 
 

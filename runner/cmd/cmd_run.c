@@ -9,10 +9,13 @@
  * written and, with --serve, the dashboard stays up until Ctrl-C. Each of
  * these steps is a module of runner/job/ (job.h lists them).
  *
- * `pprun run [options] -- PROGRAM [ARGS]` runs the user's own program in
- * place of the built-in worker: the same job, rings and dashboard, with the
- * schedule in the program's environment (job_program_env.h) and its ops
- * recorded through libpprun_trace (tracer/pprun_trace.h, docs/trace-api.md). */
+ * `pprun run [options] -- PROGRAM [ARGS]` (or `-m MODULE [ARGS]`, python3
+ * -m MODULE as torchrun runs it) runs the user's own program in place of
+ * the built-in worker: the same job, rings and dashboard, with the schedule
+ * in the program's environment (job_program_env.h) and its ops recorded
+ * through libpprun_trace (tracer/pprun_trace.h, docs/trace-api.md), or, for
+ * PyTorch's pipelining, through pprun's Python package (docs/torch.md). Such
+ * a job has no step bound: the program runs as many steps as it likes. */
 #include <stdio.h>
 
 #include "runner/cmd/cli.h"

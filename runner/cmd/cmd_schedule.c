@@ -101,21 +101,31 @@ static const char *placement_name(const sched_plan *plan) {
     return loop ? "loop" : vee ? "V" : "custom";
 }
 
+/* Whether the plan has a full backward (BW: a CSV of PyTorch's). */
+static int has_bw(const sched_plan *plan) {
+    for (int r = 0; r < plan->ranks; r++)
+        for (int i = 0; i < plan->len[r]; i++)
+            if (plan->actions[r][i].op == SCHED_BW) return 1;
+    return 0;
+}
+
 static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c) {
+    int bw = has_bw(plan);
     /* The name of a CSV schedule holds its file's name: escaped for the
      * terminal, as every text from outside (the grid is digits and F/B/W). */
     fputs("schedule ", stdout);
     term_write(stdout, plan->name, strlen(plan->name), 0);
     printf(": %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->ranks, plan->stages,
            plan->virtual_stages, placement_name(plan), plan->microbatches);
-    printf("costs: f=%g b=%g w=%g comm=%g\n\n", c->f, c->b, c->w, c->comm);
+    printf("costs: f=%g b=%g w=%g comm=%g%s\n\n", c->f, c->b, c->w, c->comm, bw ? " (a BW costs b + w)" : "");
     char *grid = sched_grid_text(plan, NULL, 0, 0);
-    printf("action grid ({stage}{F|B|W}{microbatch}, '.' idle):\n%s\n", grid ? grid : "(out of memory)\n");
+    printf("action grid ({stage}{%s}{microbatch}, '.' idle):\n%s\n", bw ? "F|B|W|BW" : "F|B|W",
+           grid ? grid : "(out of memory)\n");
     free(grid);
     double unit = 0;
     char *tl = sched_timeline_text(sim, plan, 0, &unit);
-    printf("simulated timeline (one character = %g time unit%s; F, B, W, '.' idle):\n%s\n", unit,
-           unit == 1 ? "" : "s", tl ? tl : "(out of memory)\n");
+    printf("simulated timeline (one character = %g time unit%s; F, B, W, %s'.' idle):\n%s\n", unit,
+           unit == 1 ? "" : "s", bw ? "X a BW, " : "", tl ? tl : "(out of memory)\n");
     free(tl);
     printf("step time: %g\n", sim->step_time);
     printf("bubble ratio: %.4f (%.1f%% of ranks x step time idle)\n", sim->bubble_ratio, 100 * sim->bubble_ratio);

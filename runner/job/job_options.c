@@ -9,9 +9,10 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: pprun run [job options] [launcher options] [-- PROGRAM [ARGS...]]\n\n"
+            "usage: pprun run [job options] [launcher options] [-- PROGRAM [ARGS...] | -m MODULE [ARGS...]]\n\n"
             "Runs a pipeline-parallel training job: one worker per rank, traced into --db.\n"
-            "With -- PROGRAM, your own program runs on every rank instead of pprun's worker,\n"
+            "With -- PROGRAM (or -m MODULE: python3 -m MODULE), your own program runs on every\n"
+            "rank instead of pprun's worker (as many steps as it likes: --steps is what it is asked),\n"
             "gets the schedule in its environment and records its ops with libpprun_trace\n"
             "(docs/trace-api.md); the job options marked * configure pprun's worker only.\n\n"
             "job options:\n"
@@ -81,8 +82,9 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
 int job_options_parse(run_job *job, int argc, char **argv, pp_err *err) {
     run_config_default(&job->cfg);
     /* The launcher's parser wants "-- PROGRAM": the user's program when they
-     * wrote one, else this binary's worker. */
-    for (int i = 1; i < argc && !job->program; i++) job->program = strcmp(argv[i], "--") == 0;
+     * wrote one (or torchrun's -m MODULE), else this binary's worker. */
+    for (int i = 1; i < argc && !job->program; i++)
+        job->program = !strcmp(argv[i], "--") || !strcmp(argv[i], "-m") || !strcmp(argv[i], "--module");
     char **args = calloc((size_t)argc + 3, sizeof *args);
     if (!args) return pp_fail(err, "out of memory");
     memcpy(args, argv, (size_t)argc * sizeof *args);

@@ -19,6 +19,10 @@
  * job's CPU, bench/pipeline). */
 #define RUN_COLLECT_INTERVAL_NS (50ull * 1000000ull)
 
+/* The collector's step bound: --steps for pprun's worker; none for a
+ * user's program, which runs as many steps as it likes (PyTorch's loop). */
+static int job_step_bound(const run_job *job) { return job->program ? 0 : job->cfg.steps; }
+
 static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) {
     return store_time(ctx, remote_ns, err);
 }
@@ -40,7 +44,7 @@ static void refresh_plan(void *ctx, db *d, int step) {
  * listens for the other nodes' forwarded batches. */
 static int start_master_collector(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
     collector_config cc = {
-        .db = job->db, .job_id = job->job_id, .world_size = info->world_size, .steps = job->cfg.steps,
+        .db = job->db, .job_id = job->job_id, .world_size = info->world_size, .steps = job_step_bound(job),
         .interval_ns = RUN_COLLECT_INTERVAL_NS, .token = info->rdzv_token,
         .step_analyzed = job->cfg.model.kind == MODEL_TIMED ? NULL : refresh_plan, .step_analyzed_ctx = job};
     /* Forwarding nodes connect to the master address: listen there only
@@ -76,7 +80,7 @@ static int start_forwarding_collector(run_job *job, const launch_info *info, sto
         store_get_long(store, keys[1], 1L << 62, &job_id, err) != 0)
         return -1;
     collector_config cc = {
-        .job_id = job_id, .world_size = info->world_size, .steps = job->cfg.steps, .interval_ns = RUN_COLLECT_INTERVAL_NS,
+        .job_id = job_id, .world_size = info->world_size, .steps = job_step_bound(job), .interval_ns = RUN_COLLECT_INTERVAL_NS,
         .token = info->rdzv_token};
     uint64_t rtt;
     if (trace_clock_offset(remote_now, store, RUN_CLOCK_ROUNDS, &cc.clock_offset_ns, &rtt, err) != 0) return -1;

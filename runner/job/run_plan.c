@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-#include "db/analyze.h" /* db_phase_medians */
+#include "db/analyze.h" /* db_op_medians, analyze_plan_costs */
 
 int run_plan_write(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg,
                    const sched_costs *stage_costs, pp_err *err) {
@@ -31,7 +31,7 @@ int run_plan_write(db *d, int64_t job_id, const sched_plan *plan, const run_conf
         free(rows), free(names), sched_sim_free(sim);
         return pp_fail(err, "out of memory");
     }
-    static const char *phase[] = {"F", "B", "W"};
+    static const char *phase[] = {"F", "B", "W", "BW"}; /* by sched_op */
     size_t n = 0;
     for (int r = 0; r < plan->ranks; r++) {
         int k = 0; /* index into actions[r] (and the simulator's spans) */
@@ -63,17 +63,16 @@ int run_plan_write(db *d, int64_t job_id, const sched_plan *plan, const run_conf
 
 int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
                         pp_err *err) {
+    if (db_program_plan(d, job_id)) return 1; /* the program's own plan (PyTorch's): not the launcher's to redo */
     int stages = plan->stages;
-    int64_t *med = calloc((size_t)stages * 3, sizeof *med);
-    if (!med) return pp_fail(err, "out of memory");
+    int64_t *med = calloc((size_t)stages * 4, sizeof *med);
+    unsigned *ops = calloc((size_t)stages, sizeof *ops);
     sched_costs *each = malloc(sizeof *each * (size_t)stages);
-    int rc = !each ? pp_fail(err, "out of memory") : db_phase_medians(d, job_id, step, stages, med, err);
-    int complete = rc == 0;
-    for (int s = 0; complete && s < stages; s++) {
-        for (int ph = 0; ph < 3; ph++) complete &= med[s * 3 + ph] >= 0;
-        each[s] = (sched_costs){(double)med[s * 3], (double)med[s * 3 + 1], (double)med[s * 3 + 2], 0};
+    int rc = !med || !ops || !each ? pp_fail(err, "out of memory") : db_op_medians(d, job_id, step, stages, med, err);
+    if (rc == 0) {
+        analyze_plan_ops(plan, ops);
+        if (analyze_plan_costs(med, ops, stages, each)) rc = run_plan_write(d, job_id, plan, cfg, each, err) == 0 ? 1 : -1;
     }
-    if (complete) rc = run_plan_write(d, job_id, plan, cfg, each, err) == 0 ? 1 : -1;
-    free(med), free(each);
+    free(med), free(ops), free(each);
     return rc;
 }

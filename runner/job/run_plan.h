@@ -1,7 +1,7 @@
 /* run_plan.h: the planned timeline `pprun run` keeps in the database: each
- * rank's schedule grid in the plan table, with the simulator's times. A
- * timed model's costs are known from the start; other models' plans are
- * re-simulated with the measured F/B/W medians as soon as the collector
+ * rank's schedule grid in the plan table (a full backward as BW), with the
+ * simulator's times. A timed model's costs are known from the start; other
+ * models' plans are re-simulated with the measured medians as soon as the collector
  * has analysed a step with all of them (from the collector's thread), or at
  * the end of a job too short for that. */
 #ifndef PP_RUN_PLAN_H
@@ -13,10 +13,12 @@
 #include "sched/sched.h"
 #include "config/run_config.h"
 
-/* The plan re-simulated with the F/B/W medians measured at `step`, each
- * stage at its own, written to the plan table: 1. 0 when
- * some stage lacks a phase at that step (nothing written), -1 with err on
- * a database error. */
+/* The plan re-simulated with the F/B/W (and BW) medians measured at
+ * `step`, each stage at its own, written to the plan table: 1. 1 too,
+ * with nothing done, when the job's plan is its program's own (declared:
+ * PyTorch's, db/progplan.h, simulated there). 0 when some stage lacks an
+ * op it runs at that step (nothing written), -1 with err on a database
+ * error. */
 int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
                         pp_err *err);
 

@@ -26,12 +26,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -270,17 +272,8 @@ static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_fa
     }
 }
 
-/* The workers' MASTER_PORT: a port that is free on node 0 now. Not the
- * store's: PyTorch's env:// init makes rank 0 listen on MASTER_PORT. */
-static int pick_free_port(int *port, pp_err *err) {
-    pp_err why;
-    int fd = net_listen(NULL, 0, 1, 0, &why);
-    *port = fd < 0 ? -1 : net_local_port(fd);
-    if (fd >= 0) close(fd);
-    if (*port < 0)
-        return pp_fail(err, "cannot find a free port for MASTER_PORT: %s", fd < 0 ? why.msg : strerror(errno));
-    return 0;
-}
+
+
 
 /* --- set-up: store, run id ---------------------------------------------------- */
 
@@ -367,7 +360,11 @@ static int setup_store(job *j, pp_err *err) {
     if (o->node_rank == 0) {
         if (o->run_id[0]) snprintf(j->run_id, sizeof j->run_id, "%s", o->run_id);
         else snprintf(j->run_id, sizeof j->run_id, "%" PRIx64 "-%d", (uint64_t)(pp_wall_ns() / 1000000u), (int)getpid());
-        if (pick_free_port(&j->c.info.master_port, err) != 0) return -1;
+        /* The workers' MASTER_PORT (not the store's: PyTorch's env:// makes
+         * rank 0 listen on it seconds later, after Python's start-up): from
+         * outside the ephemeral range, where no outgoing connection or
+         * bind(0) on the machine takes it meanwhile (net_pick_port). */
+        if ((j->c.info.master_port = net_pick_port(err)) < 0) return -1;
         char mp[16];
         snprintf(mp, sizeof mp, "%d", j->c.info.master_port);
         if (store_set(j->ctl, "pprun/master_port", mp, strlen(mp), err) != 0) return -1;

@@ -233,7 +233,9 @@ static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
     return deliver(e, st, COMM_DIR_ACT, s, s + 1, mb, out, err);
 }
 
-static int run_backward_input(engine *e, step_state *st, int s, int mb, pp_err *err) {
+/* B, or with fused a BW: B and W in one op, traced as one, the input
+ * gradient sent at its end (a schedule's full backward, sched.h). */
+static int run_backward_input(engine *e, step_state *st, int s, int mb, int fused, pp_err *err) {
     const sched_plan *plan = e->plan;
     int first = s == 0, last = s == plan->stages - 1;
     void *grad_out = NULL, *grad_in = NULL;
@@ -244,13 +246,15 @@ static int run_backward_input(engine *e, step_state *st, int s, int mb, pp_err *
     }
     uint64_t t0 = pp_now_ns();
     int rc = model_stage_backward_input(e->stages[s], mb, grad_out, grad_in, err);
+    if (rc == 0 && fused) rc = model_stage_backward_weight(e->stages[s], mb, err);
     uint64_t t1 = pp_now_ns();
     boundary_free(e, st, s, grad_out);
     if (rc != 0) {
         boundary_free(e, st, s, grad_in);
-        return pp_wrap(err, "rank %d: backward (B) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
+        return pp_wrap(err, "rank %d: backward (%s) of stage %d, microbatch %d (step %d)", e->rank, fused ? "BW" : "B",
+                       s, mb, st->step);
     }
-    trace(e, TRACE_B, st->step, mb, s, -1, held_bytes(e), t0, t1, 0);
+    trace(e, fused ? TRACE_BW : TRACE_B, st->step, mb, s, -1, held_bytes(e), t0, t1, 0);
     return first ? 0 : deliver(e, st, COMM_DIR_GRAD, s, s - 1, mb, grad_in, err);
 }
 
@@ -293,8 +297,8 @@ static int run_step(engine *e, step_state *st, pp_err *err) {
         maybe_fail(e, st->step, a->op, a->mb);
         gputrace_op_begin(e->gpu);
         int rc = a->op == SCHED_F   ? run_forward(e, st, a->stage, a->mb, err)
-                 : a->op == SCHED_B ? run_backward_input(e, st, a->stage, a->mb, err)
-                                    : run_backward_weight(e, st, a->stage, a->mb, err);
+                 : a->op == SCHED_W ? run_backward_weight(e, st, a->stage, a->mb, err)
+                                    : run_backward_input(e, st, a->stage, a->mb, a->op == SCHED_BW, err);
         gputrace_op_end(e->gpu);
         if (rc != 0) return -1;
     }

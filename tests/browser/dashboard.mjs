@@ -12,6 +12,10 @@
 //   node dashboard.mjs critpath URL SCREENSHOT.png (step 1's critical path over the timeline, its totals table)
 //   node dashboard.mjs outliers URL SCREENSHOT.png (job 1's loss chart with an outlier, linear and log
 //                                                  (SCREENSHOT-log.png); then job 2, a loss <= 0; then job 1 again)
+//   node dashboard.mjs torch URL SCREENSHOT.png F1,T1,F2,T2
+//                                                 (real PyTorch jobs with spans: job 1 GPipe (BW), job 2
+//                                                  ZBVZeroBubble (B and W), each in the window [F, T) (ns) that
+//                                                  holds its step 1, spans included; SCREENSHOT-zbv.png)
 //
 // "live": after the page is ready it creates READY_FILE; the test then
 // appends steps to the database and this script waits for them to appear;
@@ -38,7 +42,7 @@ try {
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
-  await page.goto(mode === 'gpu' ? url + '?job=2' : mode === 'outliers' ? url + '?job=1' : url);
+  await page.goto(mode === 'gpu' ? url + '?job=2' : mode === 'outliers' || mode === 'torch' ? url + '?job=1' : url);
   await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: mode === 'long' ? 60000 : 20000 });
   out.sqlExample = await page.inputValue('#sql-text'); // the SQL tab's example query, about the job open
 
@@ -320,6 +324,72 @@ try {
     await page.waitForFunction(() => window.__pprun.state.info && window.__pprun.state.info.job.id === 2 &&
       !document.getElementById('tab-timeline').hidden, null, { timeout: 10000 });
     out.openedFromJobs = await page.evaluate(() => window.__pprun.state.info.job.id);
+  } else if (mode === 'torch') {
+    // Step 1 of a job, in the window the test gives (its ops and its
+    // spans, which may lie just outside the step's own span: a rank
+    // fetches its next batch while another still finishes the step):
+    // what is drawn; the blocks the page holds for the step ([rank, phase,
+    // stage, microbatch]) and whether each is in view; the blocks in view
+    // of any step per phase and rank (the window's edges show the ends of
+    // steps 0 and 2, which overlap step 1 on a V); the spans in view; the
+    // plan's phases.
+    const win = (readyFile || '').split(',').map(Number);
+    const stepOne = async (job) => {
+      if (job !== 1) {
+        await page.selectOption('#job-select', String(job));
+        await page.waitForFunction((j) => window.__pprun.state.info && window.__pprun.state.info.job.id === j &&
+          window.__pprun.ready, job, { timeout: 10000 });
+      }
+      await page.evaluate(([f, t]) => window.__pprun.showWindow(f, t), [win[2 * job - 2], win[2 * job - 1]]);
+      await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+      await page.waitForFunction(() => window.__pprun.drawn && window.__pprun.drawn.steps.includes(1) &&
+        window.__pprun.planDrawn > 0, null, { timeout: 10000 });
+      return page.evaluate(() => {
+        const S = window.__pprun.state, ev = S.ev, blocks = [], spans = [], inView = { F: [0, 0], B: [0, 0], W: [0, 0], BW: [0, 0] };
+        const names = { 0: 'F', 1: 'B', 2: 'W', 8: 'BW' };
+        let outside = 0;
+        for (let i = 0; i < ev.n; i++) {
+          const shown = !(ev.end[i] < S.view.from || ev.start[i] > S.view.to), ph = names[ev.phase[i]];
+          if (ph && shown) inView[ph][ev.rank[i]]++;
+          if (ev.phase[i] === 9 && shown) spans.push([ev.rank[i], ev.name[i], ev.step[i]]);
+          if (ev.step[i] !== 1) continue;
+          if (ph) { blocks.push([ev.rank[i], ev.phase[i], ev.stage[i], ev.mb[i]]); outside += !shown; }
+        }
+        const planPhases = {};
+        for (const a of S.plan.actions) planPhases[a.phase] = (planPhases[a.phase] || 0) + 1;
+        return { drawn: window.__pprun.drawn, blocks, outside, inView, spans, view: S.view, planPhases, planDrawn: window.__pprun.planDrawn,
+          legendSpans: !document.getElementById('legend-spans').hidden, schedule: S.info.job.schedule };
+      });
+    };
+    // Hovers p (page coordinates); the tooltip once it matches re.
+    const tooltipAt = async (p, re) => {
+      await page.mouse.move(p.x, p.y);
+      await page.waitForFunction((src) => new RegExp(src).test(document.getElementById('tooltip').textContent) &&
+        !document.getElementById('tooltip').hidden, re, { timeout: 5000 });
+      return page.textContent('#tooltip');
+    };
+    out.gpipe = await stepOne(1);
+    out.bwTooltip = await tooltipAt(await page.evaluate(() => window.__pprun.blockCenter(1, 'BW', 0, 1)), '^rank 1 · BW');
+    await page.mouse.move(5, 5);
+    await page.waitForFunction(() => window.__pprun.critTable, null, { timeout: 10000 });
+    out.critHead = await page.$$eval('#critpath-table thead th', (th) => th.map((t) => t.textContent));
+    await whatifTable(true);
+    await page.screenshot({ path: shot, fullPage: true });
+    // Rank 0's data span of step 1, zoomed in on (a span of 0.1 ms is a
+    // pixel or two at a step's width, beside the log span of step 0).
+    const data = await page.evaluate(() => {
+      const ev = window.__pprun.state.ev;
+      for (let i = 0; i < ev.n; i++) if (ev.phase[i] === 9 && ev.rank[i] === 0 && ev.name[i] === 'data' && ev.step[i] === 1) return [ev.start[i], ev.end[i]];
+      return null;
+    });
+    const len = data[1] - data[0];
+    await page.evaluate(([f, t]) => window.__pprun.showWindow(f, t), [data[0] - len, data[1] + len]);
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
+    out.spanTooltip = await tooltipAt(await page.evaluate(() => window.__pprun.spanCenter(0, 'data', 1)), '^rank 0 · span');
+    await page.mouse.move(5, 5);
+    out.zbv = await stepOne(2);
+    out.wTooltip = await tooltipAt(await page.evaluate(() => window.__pprun.blockCenter(1, 'W', 0, 1)), '^rank 1 · W');
+    await page.screenshot({ path: shot.replace(/\.png$/, '-zbv.png'), fullPage: true });
   } else if (mode === 'long') {
     // Every step loaded; the charts drawn thinned, the extremes kept.
     out.steps = await page.evaluate(() => window.__pprun.state.steps.length);
