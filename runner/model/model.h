@@ -115,6 +115,35 @@ size_t model_stage_saved_bytes(const model_stage *stage);
  * tensors aside). */
 size_t model_stage_state_bytes(const model_stage *stage);
 
+/* --- activation recompute (docs/model.md, "Activation recompute") ----------
+ *
+ * What F keeps of each transformer block for B and W. With a recompute
+ * mode, F drops part of it and model_stage_recompute computes it again
+ * between the microbatch's F and its B, with the same kernels on the same
+ * inputs: losses and weights stay bit for bit those of no recompute, and
+ * model_stage_saved_bytes is lower between F and the recompute. After the
+ * recompute the stage holds what it would have held without (full: less
+ * the last block's output on a stage other than the last, which nothing
+ * reads), so B and W are unchanged. */
+typedef enum model_recompute {
+    MODEL_RECOMPUTE_NONE = 0,      /* F keeps everything B and W read */
+    MODEL_RECOMPUTE_FULL = 1,      /* F keeps each block's input only; the blocks' F runs again */
+    MODEL_RECOMPUTE_SELECTIVE = 2, /* F drops what no GEMM produces (LayerNorm outputs, attention
+                                      probabilities and output, GELU output) */
+} model_recompute;
+/* gpt only (a timed stage saves no activations to recompute: -1 for full or
+ * selective), CPU or GPU; -1 naming the stage when a microbatch is in
+ * flight. The mode applies from the next F on. */
+int model_stage_set_recompute(model_stage *stage, model_recompute mode, pp_err *err);
+/* 1 when mb is between its F and its B with dropped activations, so that
+ * model_stage_recompute has work (the engine traces that work as its own
+ * span); 0 otherwise. */
+int model_stage_recompute_pending(const model_stage *stage, int mb);
+/* Computes again what F of mb dropped; mb must be after F and before B (0
+ * with nothing done when none was dropped). B does it itself when the
+ * caller did not. */
+int model_stage_recompute(model_stage *stage, int mb, pp_err *err);
+
 /* Bytes of the training data (the corpus or the file). */
 size_t data_size(const data_source *data);
 
