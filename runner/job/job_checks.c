@@ -178,6 +178,10 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
     } else if (cfg->data[0]) {
         return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);
     }
+    for (int i = 0; i < cfg->nrecompute_stages; i++)
+        if (cfg->recompute_stages[i] >= job->plan->stages)
+            return pp_fail(err, "--recompute-stages %d: the job has stages 0..%d", cfg->recompute_stages[i],
+                           job->plan->stages - 1);
     if (check_fail_at(job, world, err) != 0) return -1;
     if (cfg->metrics[0] && file_output_check(cfg->metrics, "--metrics", err) != 0) return -1;
     if (check_output_folders(job, err) != 0) return -1;

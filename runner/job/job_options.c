@@ -36,6 +36,8 @@ static void usage(FILE *out) {
             "                        the job until Ctrl-C\n"
             "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
             "* --checkpoint-dir D  --checkpoint-every K  --resume\n"
+            "* --recompute none|full|selective   drop activations after F, recompute them before B\n"
+            "* --recompute-stages S,S-S          the stages --recompute applies to (default every one)\n"
             "* --metrics FILE        JSON lines, one per step\n"
             "* --save-weights DIR    every stage's final weights (raw float32)\n"
             "* --fail-at step=S,rank=R[,phase=F|B|W,mb=M]   fault injection (first attempt)\n"
