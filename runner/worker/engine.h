@@ -12,6 +12,11 @@
  * device buffers of the stages (model_stage_set_boundary_device) and travel
  * to other ranks over devcomm; local stages hand them over as before.
  *
+ * With --recompute, a stage's F drops activations that B needs; before B
+ * the engine has them computed again (model_stage_recompute), traced as a
+ * span named RECOMPUTE (phase SPAN) of the B's step, microbatch and stage,
+ * with the bytes the rank holds after it.
+ *
  * After the steps --checkpoint-every names, and after the last, with
  * --checkpoint-dir, the rank's stages are saved into the checkpoint
  * directory (checkpoint_dir.h) before hooks.checkpoint_done.
@@ -68,6 +73,7 @@ typedef struct engine {
     model_stage **stages; /* [plan->stages], NULL where not local */
     int *first_layer;     /* [plan->stages + 1] partition of the blocks */
     int device_boundaries; /* 1: boundary tensors live in device memory (set by engine_init) */
+    unsigned span_names;   /* bit i: the name of span id i is in the ring (engine.c) */
 } engine;
 
 /* Partitions the model, creates this rank's stages and, when start_step > 0,
