@@ -294,6 +294,7 @@ static const struct {
     {"--dtype", 1, 1},
     {"--cupti", 1, 1},
     {"--resume", 0, 1},
+    {"--init-from", 1, 1},
     {"--recompute", 1, 1},
     {"--recompute-stages", 1, 1},
 };
@@ -365,6 +366,8 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         rc = parse_int(opt, value, 1, 1 << 24, &cfg->checkpoint_every, err);
     else if (strcmp(opt, "--resume") == 0)
         cfg->resume = 1;
+    else if (strcmp(opt, "--init-from") == 0)
+        rc = copy_text(cfg->init_from, sizeof cfg->init_from, opt, value, err);
     else if (strcmp(opt, "--fail-at") == 0)
         rc = parse_fail_at(&cfg->fail_at, value, err);
     else if (strcmp(opt, "--metrics") == 0)
@@ -404,6 +407,8 @@ int run_config_finish(run_config *cfg, pp_err *err) {
         return pp_fail(err, "--cupti on needs --trace on (GPU spans go into the trace; --trace off keeps none)");
     if (cfg->cupti < 0) cfg->cupti = cuda && cfg->trace;
     if (cfg->resume && !cfg->checkpoint_dir[0]) return pp_fail(err, "--resume needs --checkpoint-dir DIR");
+    if (cfg->resume && cfg->init_from[0])
+        return pp_fail(err, "--init-from %s and --resume both say where the job starts; give one", cfg->init_from);
     if (cfg->checkpoint_every && !cfg->checkpoint_dir[0])
         return pp_fail(err, "--checkpoint-every needs --checkpoint-dir DIR");
     if (cfg->nrecompute_stages && cfg->recompute == RUN_RECOMPUTE_NONE)
@@ -531,6 +536,7 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     if (cfg->checkpoint_dir[0]) ARG("--checkpoint-dir", "%s", cfg->checkpoint_dir);
     if (cfg->checkpoint_every) ARG("--checkpoint-every", "%d", cfg->checkpoint_every);
     if (cfg->resume) argc = push(argv, argc, storage, &ns, "--resume");
+    if (cfg->init_from[0]) ARG("--init-from", "%s", cfg->init_from);
     if (cfg->fail_at.enabled) {
         int n = snprintf(buf, sizeof buf, "step=%d,rank=%d", cfg->fail_at.step, cfg->fail_at.rank);
         if (cfg->fail_at.phase >= 0)
@@ -567,7 +573,8 @@ void run_config_free_args(char **storage) {
 }
 
 int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, size_t n) {
-    static const char *const per_node[] = {"--data", "--checkpoint-dir", "--metrics", "--save-weights", NULL};
+    static const char *const per_node[] = {"--data",    "--checkpoint-dir", "--init-from", "--metrics",
+                                           "--save-weights", NULL};
     char *argv[RUN_CONFIG_MAX_ARGS + 1], *storage[RUN_CONFIG_MAX_ARGS + 1];
     int argc = run_config_to_args(cfg, argv, 0, storage);
     if (argc < 0) return -1;

@@ -80,6 +80,7 @@ typedef struct run_config {
     char checkpoint_dir[512];
     int checkpoint_every; /* steps; 0 = only at the end when a dir is given */
     int resume;
+    char init_from[512]; /* --init-from FILE: a checkpoint file to start from (docs/checkpoint.md); "" = none */
     run_fail_at fail_at;
     char metrics[512];      /* JSON lines per step, "" = none */
     char save_weights[512]; /* directory for each stage's final weights, "" = none */
@@ -134,8 +135,8 @@ void run_config_free_args(char **storage);
 
 /* What every node of a job started on several nodes must agree on: the
  * workers' options (run_config_to_args) but those naming a file or folder
- * each node may keep elsewhere (--data, --checkpoint-dir, --metrics,
- * --save-weights), and the ranks per node. One "FLAG VALUE" line each, into
+ * each node may keep elsewhere (--data, --checkpoint-dir, --init-from,
+ * --metrics, --save-weights), and the ranks per node. One "FLAG VALUE" line each, into
  * buf; -1 when out of memory or buf is too small. Node 0 publishes its
  * text through the store, the others compare theirs with it. */
 int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, size_t n);
