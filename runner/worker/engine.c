@@ -101,16 +101,11 @@ static model_recompute stage_recompute(const engine *e, int s) {
     }
 }
 
-static int load_checkpoint(engine *e, int step, pp_err *err) {
+/* Each local stage's units from the checkpoint's set of files. */
+static int load_checkpoint(engine *e, pp_err *err) {
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
-        char path[1024];
-        checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
-        FILE *f;
-        if (file_input_open(path, "checkpoint", UINT64_MAX, &f, NULL, err) != 0) return -1;
-        int rc = model_stage_load(e->stages[s], f, err);
-        fclose(f);
-        if (rc != 0) return pp_wrap(err, "checkpoint %s", path);
+        if (model_stage_load_from(e->stages[s], e->ckpt, err) != 0) return pp_wrap(err, "stage %d", s);
     }
     return 0;
 }
@@ -144,7 +139,7 @@ int engine_init(engine *e, pp_err *err) {
             return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
                            "transport (devcomm) is open", e->rank, s, nb[0] != e->rank ? nb[0] : nb[1]);
     }
-    return e->start_step > 0 ? load_checkpoint(e, e->start_step - 1, err) : 0;
+    return e->ckpt ? load_checkpoint(e, err) : 0;
 }
 
 void engine_free(engine *e) {
@@ -334,7 +329,8 @@ static int save_checkpoint(engine *e, int step, pp_err *err) {
         checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
         file_output out;
         if (file_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
-        if (model_stage_save(e->stages[s], out.f, err) != 0) {
+        model_ckpt_tag tag = {s, e->plan->stages, e->run_id};
+        if (model_stage_save_as(e->stages[s], &tag, out.f, err) != 0) {
             file_output_abort(&out);
             return -1;
         }
