@@ -36,6 +36,7 @@ static void usage(FILE *out) {
             "                        the job until Ctrl-C\n"
             "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
             "* --checkpoint-dir D  --checkpoint-every K  --resume\n"
+            "* --init-from FILE      start from a checkpoint file (pprun checkpoint merge) on any layout\n"
             "* --recompute none|full|selective   drop activations after F, recompute them before B\n"
             "* --recompute-stages S,S-S          the stages --recompute applies to (default every one)\n"
             "* --metrics FILE        JSON lines, one per step\n"
