@@ -381,7 +381,7 @@ static int read_head(FILE *f, const char *name, ck_head *h, pp_err *err) {
 static int add_stream(model_ckpt *c, FILE *f, const char *name, int own, int alone, pp_err *err) {
     ck_head *h = malloc(sizeof *h);
     if (!h) return pp_fail(err, "%s: out of memory", name);
-    int rc = read_head(f, name, h, err);
+    int rc = read_head(f, name, h, err), next = c->next;
     if (rc == 0 && c->nfiles == 0) {
         c->spec = h->sp;
         snprintf(c->spec_text, sizeof c->spec_text, "%s", h->spec);
@@ -420,7 +420,12 @@ static int add_stream(model_ckpt *c, FILE *f, const char *name, int own, int alo
         if (!files) rc = pp_fail(err, "%s: out of memory", name);
         else c->files = files, c->cap = cap;
     }
-    if (rc != 0) {
+    if (rc != 0) { /* the set as it was */
+        if (c->nfiles == 0) {
+            free(c->units);
+            c->units = NULL;
+        }
+        c->next = next;
         free(h->v1);
         free(h);
         return -1;
