@@ -189,7 +189,8 @@ static int parse_recompute_stages(run_config *cfg, const char *value, pp_err *er
     for (const char *p = value; *p;) {
         char item[32];
         size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item) return pp_fail(err, "%s: '%s' is not a list of stages such as 0,1 or 0-2", opt, value);
+        if (len == 0 || len >= sizeof item)
+            return pp_fail(err, "%s: '%s' is not a list of stages such as 0,1 or 0-2", opt, value);
         memcpy(item, p, len);
         item[len] = '\0';
         char *dash = strchr(item + 1, '-');
@@ -412,7 +413,8 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     if (cfg->checkpoint_every && !cfg->checkpoint_dir[0])
         return pp_fail(err, "--checkpoint-every needs --checkpoint-dir DIR");
     if (cfg->nrecompute_stages && cfg->recompute == RUN_RECOMPUTE_NONE)
-        return pp_fail(err, "--recompute-stages says where --recompute applies: it needs --recompute full or selective");
+        return pp_fail(err,
+                       "--recompute-stages says where --recompute applies: it needs --recompute full or selective");
     if (cfg->recompute != RUN_RECOMPUTE_NONE && cfg->model.kind != MODEL_GPT)
         return pp_fail(err, "--recompute %s applies to the gpt model; --model %s saves no activations to recompute",
                        run_recompute_name(cfg->recompute), cfg->model_text);

@@ -476,7 +476,8 @@ static char *losses_of(const char *path, int from) {
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
         int step;
         char *l = strstr(line, "\"losses\":");
-        if (sscanf(line, "{\"step\":%d", &step) == 1 && step >= from && l) strncat(out, l, (size_t)(strchr(l, ']') - l + 1));
+        if (sscanf(line, "{\"step\":%d", &step) == 1 && step >= from && l)
+            strncat(out, l, (size_t)(strchr(l, ']') - l + 1));
     }
     free(text);
     return out;
@@ -573,7 +574,8 @@ Test(checkpoint_run, another_model_is_refused_before_launch_naming_both, .timeou
                 "seq=16,batch=2 %s --log-dir %s/logs%d",
                 PPRUN_BIN, args, d, i);
         cr_assert_eq(rc, 2, "%s: exit %d\n%s", args, rc, out);
-        cr_assert(strstr(out, "is for model '" JOB_MODEL "', this job runs 'gpt:layers=8,dim=16,heads=2,seq=16,batch=2'"),
+        cr_assert(strstr(out, "is for model '" JOB_MODEL "', this job runs "
+                              "'gpt:layers=8,dim=16,heads=2,seq=16,batch=2'"),
                   "%s: %s", args, out);
         free(out);
         char logs[600];

@@ -251,7 +251,8 @@ Test(SUITE, saved_activation_bytes_equal_the_cpu_stage) {
                                  0, "%s", err.msg);
                 cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "mode %d after B of mb %d",
                              mode, mb);
-                for (int k = 0; k < 2; k++) cr_assert_eq(model_stage_backward_weight(st[k], mb, &err), 0, "%s", err.msg);
+                for (int k = 0; k < 2; k++)
+                    cr_assert_eq(model_stage_backward_weight(st[k], mb, &err), 0, "%s", err.msg);
                 cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "mode %d after W of mb %d",
                              mode, mb);
             }

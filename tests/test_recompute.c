@@ -405,8 +405,8 @@ static sqlite3 *open_db(const char *name) {
  * recompute spans too. */
 static void measured_peaks(sqlite3 *db, long long *fbw, long long *all) {
     for (int r = 0; r < RANKS; r++) {
-        fbw[r] = tfix_q_intf(db, "SELECT max(bytes) FROM events WHERE " STEP1 " AND phase IN ('F','B','W') AND rank = %d",
-                             r);
+        fbw[r] = tfix_q_intf(
+            db, "SELECT max(bytes) FROM events WHERE " STEP1 " AND phase IN ('F','B','W') AND rank = %d", r);
         all[r] = tfix_q_intf(db,
                              "SELECT max(bytes) FROM events WHERE " STEP1 " AND rank = %d AND (phase IN ('F','B','W') "
                              "OR (phase = 'SPAN' AND name = 'RECOMPUTE'))",
@@ -460,16 +460,16 @@ static void predicted_peaks(const char *schedule, int v, const char *model, cons
 /* One RECOMPUTE span per (stage, microbatch) of the stages that recompute,
  * each on the stage's rank, after the F and before the B of its microbatch. */
 static void check_spans(sqlite3 *db, const char *what, long long want) {
-    long long spans = tfix_q_int(db, "SELECT count(*) FROM events WHERE " STEP1 " AND phase = 'SPAN' AND name = 'RECOMPUTE'");
+    long long spans =
+        tfix_q_int(db, "SELECT count(*) FROM events WHERE " STEP1 " AND phase = 'SPAN' AND name = 'RECOMPUTE'");
     cr_assert_eq(spans, want, "%s: %lld RECOMPUTE spans in step 1, expected %lld", what, spans, want);
-    long long placed = tfix_q_int(db,
-                                  "SELECT count(*) FROM events r JOIN events f ON f.job_id = r.job_id AND f.rank = "
-                                  "r.rank AND f.step = r.step AND f.stage = r.stage AND f.microbatch = r.microbatch AND "
-                                  "f.phase = 'F' AND f.source = 'cpu' JOIN events b ON b.job_id = r.job_id AND b.rank = "
-                                  "r.rank AND b.step = r.step AND b.stage = r.stage AND b.microbatch = r.microbatch AND "
-                                  "b.phase = 'B' AND b.source = 'cpu' WHERE r.job_id = 1 AND r.step = 1 AND r.source = "
-                                  "'cpu' AND r.phase = 'SPAN' AND r.name = 'RECOMPUTE' AND f.end_ns <= r.start_ns AND "
-                                  "r.end_ns <= b.start_ns");
+    long long placed =
+        tfix_q_int(db, "SELECT count(*) FROM events r JOIN events f ON f.job_id = r.job_id AND f.rank = r.rank AND "
+                       "f.step = r.step AND f.stage = r.stage AND f.microbatch = r.microbatch AND f.phase = 'F' AND "
+                       "f.source = 'cpu' JOIN events b ON b.job_id = r.job_id AND b.rank = r.rank AND b.step = r.step "
+                       "AND b.stage = r.stage AND b.microbatch = r.microbatch AND b.phase = 'B' AND b.source = 'cpu' "
+                       "WHERE r.job_id = 1 AND r.step = 1 AND r.source = 'cpu' AND r.phase = 'SPAN' AND r.name = "
+                       "'RECOMPUTE' AND f.end_ns <= r.start_ns AND r.end_ns <= b.start_ns");
     cr_assert_eq(placed, want, "%s: %lld of %lld spans between their F and their B", what, placed, want);
 }
 
@@ -579,7 +579,8 @@ Test(recompute_run, recompute_stages_limits_it_to_the_stages_named) {
     long long fbw[RANKS], all[RANKS], want_fbw[RANKS], want_all[RANKS];
     measured_peaks(db, fbw, all);
     predicted_peaks("1f1b", 1, JOB_MODEL, modes, want_fbw, want_all);
-    for (int r = 0; r < RANKS; r++) cr_assert_eq(all[r], want_all[r], "rank %d: %lld, predicted %lld", r, all[r], want_all[r]);
+    for (int r = 0; r < RANKS; r++)
+        cr_assert_eq(all[r], want_all[r], "rank %d: %lld, predicted %lld", r, all[r], want_all[r]);
     sqlite3_close(db);
 }
 

@@ -172,8 +172,8 @@ int model_stage_save_as(const model_stage *s, const model_ckpt_tag *tag, FILE *f
     at = 0;
     for (int i = 0; i < n; i++) {
         size_t c = (size_t)table[i].count;
-        if (write_all(f, s->params + at, sizeof(float), c, err) || write_all(f, s->adam_m + at, sizeof(float), c, err) ||
-            write_all(f, s->adam_v + at, sizeof(float), c, err))
+        if (write_all(f, s->params + at, sizeof(float), c, err) ||
+            write_all(f, s->adam_m + at, sizeof(float), c, err) || write_all(f, s->adam_v + at, sizeof(float), c, err))
             return -1;
         at += c;
     }
@@ -269,7 +269,8 @@ static int read_v1(FILE *f, const char *name, ck_head *h, pp_err *err) {
     memcpy(v.magic, CK1_MAGIC, 8);
     if (fread((char *)&v + 8, sizeof v - 8, 1, f) != 1)
         return pp_fail(err, "%s: not a pprun stage checkpoint (bad or missing header)", name);
-    if (v.version != 1) return pp_fail(err, "%s: format version %u, this pprun reads versions 1 and 2", name, v.version);
+    if (v.version != 1)
+        return pp_fail(err, "%s: format version %u, this pprun reads versions 1 and 2", name, v.version);
     v.spec[sizeof v.spec - 1] = '\0';
     if (v.steps_done < 0 || v.steps_done > CK_STEPS_MAX)
         return pp_fail(err, "%s: its step count %d is out of range; accepted: 0 to %d (the header is corrupted)", name,
@@ -320,7 +321,8 @@ static int read_v2(FILE *f, const char *name, ck_head *h, pp_err *err) {
     memcpy(v.magic, CK2_MAGIC, 8);
     if (fread((char *)&v + 8, sizeof v - 8, 1, f) != 1)
         return pp_fail(err, "%s: not a pprun checkpoint (bad or missing header)", name);
-    if (v.version != 2) return pp_fail(err, "%s: format version %u, this pprun reads versions 1 and 2", name, v.version);
+    if (v.version != 2)
+        return pp_fail(err, "%s: format version %u, this pprun reads versions 1 and 2", name, v.version);
     if (v.byte_order != CK_BYTE_ORDER)
         return pp_fail(err, "%s: written on a machine of the other byte order", name);
     v.spec[sizeof v.spec - 1] = '\0', v.run_id[sizeof v.run_id - 1] = '\0';
@@ -370,7 +372,8 @@ static int read_v2(FILE *f, const char *name, ck_head *h, pp_err *err) {
 static int read_head(FILE *f, const char *name, ck_head *h, pp_err *err) {
     char magic[8];
     memset(h, 0, sizeof *h);
-    if (fread(magic, 8, 1, f) != 1) return pp_fail(err, "%s: not a pprun stage checkpoint (bad or missing header)", name);
+    if (fread(magic, 8, 1, f) != 1)
+        return pp_fail(err, "%s: not a pprun stage checkpoint (bad or missing header)", name);
     if (memcmp(magic, CK1_MAGIC, 8) == 0) return read_v1(f, name, h, err);
     if (memcmp(magic, CK2_MAGIC, 8) == 0) return read_v2(f, name, h, err);
     return pp_fail(err, "%s: not a pprun stage checkpoint (bad or missing header)", name);
@@ -412,7 +415,8 @@ static int add_stream(model_ckpt *c, FILE *f, const char *name, int own, int alo
         char want[32], got[32];
         unit_name(&c->spec, c->next, want, sizeof want);
         unit_name(&c->spec, h->first_unit, got, sizeof got);
-        rc = pp_fail(err, "%s starts at unit %s where %s was expected (the files before it end there)", name, got, want);
+        rc = pp_fail(err, "%s starts at unit %s where %s was expected (the files before it end there)", name, got,
+                     want);
     }
     if (rc == 0 && c->nfiles == c->cap) {
         int cap = c->cap ? 2 * c->cap : 8;
