@@ -61,6 +61,8 @@ static const enum_name dtype_names[] = {{RUN_DTYPE_FP32, "fp32"}, {RUN_DTYPE_BF1
 static const enum_name progress_names[] = {
     {RUN_PROGRESS_AUTO, "auto"}, {RUN_PROGRESS_ON, "on"}, {RUN_PROGRESS_OFF, "off"}, {0, NULL}};
 static const enum_name optimizer_names[] = {{MODEL_ADAMW, "adamw"}, {MODEL_SGD, "sgd"}, {0, NULL}};
+static const enum_name recompute_names[] = {
+    {RUN_RECOMPUTE_NONE, "none"}, {RUN_RECOMPUTE_FULL, "full"}, {RUN_RECOMPUTE_SELECTIVE, "selective"}, {0, NULL}};
 /* --fail-at phase= */
 static const enum_name phase_names[] = {{SCHED_F, "F"}, {SCHED_B, "B"}, {SCHED_W, "W"}, {0, NULL}};
 /* --trace and --cupti */
@@ -101,6 +103,14 @@ const char *run_device_name(run_device device) { return name_of(device_names, de
 const char *run_transport_name(run_transport transport) { return name_of(transport_names, transport); }
 const char *run_dtype_name(run_dtype dtype) { return name_of(dtype_names, dtype); }
 const char *run_optimizer_name(model_optim_kind kind) { return name_of(optimizer_names, kind); }
+const char *run_recompute_name(run_recompute mode) { return name_of(recompute_names, mode); }
+
+run_recompute run_config_recompute_of(const run_config *cfg, int stage) {
+    if (!cfg->nrecompute_stages) return cfg->recompute;
+    for (int i = 0; i < cfg->nrecompute_stages; i++)
+        if (cfg->recompute_stages[i] == stage) return cfg->recompute;
+    return RUN_RECOMPUTE_NONE;
+}
 
 const char *run_schedule_text(const run_config *cfg, char *buf, size_t n) {
     if (cfg->schedule == RUN_SCHEDULE_CSV)
@@ -168,6 +178,51 @@ static int parse_cuts(run_config *cfg, const char *value, pp_err *err) {
     }
     free(cuts);
     return rc;
+}
+
+/* --recompute-stages S,S-S,...: stage indices, increasing (the text the
+ * workers get back is the list's own). */
+static int parse_recompute_stages(run_config *cfg, const char *value, pp_err *err) {
+    const char *opt = "--recompute-stages";
+    if (!value || !*value) return pp_fail(err, "%s: expected stages such as 0,1 or 0-2", opt);
+    int n = 0, last = -1;
+    for (const char *p = value; *p;) {
+        char item[32];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item)
+            return pp_fail(err, "%s: '%s' is not a list of stages such as 0,1 or 0-2", opt, value);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        char *dash = strchr(item + 1, '-');
+        long lo, hi;
+        if (dash) *dash = '\0';
+        if (pp_parse_long(item, 0, 65535, opt, &lo, err) != 0) return -1;
+        hi = lo;
+        if (dash && pp_parse_long(dash + 1, 0, 65535, opt, &hi, err) != 0) return -1;
+        if (lo <= last || hi < lo) return pp_fail(err, "%s: '%s': stages must increase", opt, value);
+        for (long st = lo; st <= hi; st++) {
+            if (n == RUN_MAX_CUTS + 1) return pp_fail(err, "%s: at most %d stages", opt, RUN_MAX_CUTS + 1);
+            cfg->recompute_stages[n++] = (int)st;
+        }
+        last = (int)hi;
+        p += len + (p[len] == ',');
+        if (p[-1] == ',' && !*p) return pp_fail(err, "%s: '%s' ends with a comma", opt, value);
+    }
+    cfg->nrecompute_stages = n;
+    return 0;
+}
+
+/* The list back as text: runs of stages as S-S. */
+static void recompute_stages_text(const run_config *cfg, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < cfg->nrecompute_stages && len < n; i++) {
+        int j = i;
+        while (j + 1 < cfg->nrecompute_stages && cfg->recompute_stages[j + 1] == cfg->recompute_stages[j] + 1) j++;
+        len += (size_t)snprintf(buf + len, n - len, j > i ? "%s%d-%d" : "%s%d", i ? "," : "",
+                                cfg->recompute_stages[i], cfg->recompute_stages[j]);
+        i = j;
+    }
 }
 
 /* --schedule-costs f=..,b=..,w=..[,comm=..] or DB[:JOB] (run_config.h). */
@@ -240,6 +295,9 @@ static const struct {
     {"--dtype", 1, 1},
     {"--cupti", 1, 1},
     {"--resume", 0, 1},
+    {"--init-from", 1, 1},
+    {"--recompute", 1, 1},
+    {"--recompute-stages", 1, 1},
 };
 
 static int option_index(const char *opt) {
@@ -309,6 +367,8 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         rc = parse_int(opt, value, 1, 1 << 24, &cfg->checkpoint_every, err);
     else if (strcmp(opt, "--resume") == 0)
         cfg->resume = 1;
+    else if (strcmp(opt, "--init-from") == 0)
+        rc = copy_text(cfg->init_from, sizeof cfg->init_from, opt, value, err);
     else if (strcmp(opt, "--fail-at") == 0)
         rc = parse_fail_at(&cfg->fail_at, value, err);
     else if (strcmp(opt, "--metrics") == 0)
@@ -327,7 +387,11 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         if ((rc = parse_name(transport_names, opt, value, &v, err)) == 0) cfg->transport = (run_transport)v;
     } else if (strcmp(opt, "--progress") == 0) {
         if ((rc = parse_name(progress_names, opt, value, &v, err)) == 0) cfg->progress = (run_progress_mode)v;
-    } else
+    } else if (strcmp(opt, "--recompute") == 0) {
+        if ((rc = parse_name(recompute_names, opt, value, &v, err)) == 0) cfg->recompute = (run_recompute)v;
+    } else if (strcmp(opt, "--recompute-stages") == 0)
+        rc = parse_recompute_stages(cfg, value, err);
+    else
         return 0;
     return rc == 0 ? 1 : -1;
 }
@@ -344,8 +408,16 @@ int run_config_finish(run_config *cfg, pp_err *err) {
         return pp_fail(err, "--cupti on needs --trace on (GPU spans go into the trace; --trace off keeps none)");
     if (cfg->cupti < 0) cfg->cupti = cuda && cfg->trace;
     if (cfg->resume && !cfg->checkpoint_dir[0]) return pp_fail(err, "--resume needs --checkpoint-dir DIR");
+    if (cfg->resume && cfg->init_from[0])
+        return pp_fail(err, "--init-from %s and --resume both say where the job starts; give one", cfg->init_from);
     if (cfg->checkpoint_every && !cfg->checkpoint_dir[0])
         return pp_fail(err, "--checkpoint-every needs --checkpoint-dir DIR");
+    if (cfg->nrecompute_stages && cfg->recompute == RUN_RECOMPUTE_NONE)
+        return pp_fail(err,
+                       "--recompute-stages says where --recompute applies: it needs --recompute full or selective");
+    if (cfg->recompute != RUN_RECOMPUTE_NONE && cfg->model.kind != MODEL_GPT)
+        return pp_fail(err, "--recompute %s applies to the gpt model; --model %s saves no activations to recompute",
+                       run_recompute_name(cfg->recompute), cfg->model_text);
     char schedule[RUN_SCHEDULE_TEXT_MAX];
     run_schedule_text(cfg, schedule, sizeof schedule);
     if (cfg->schedule == RUN_SCHEDULE_ZB_V && cfg->virtual_stages && cfg->virtual_stages != 2)
@@ -466,6 +538,7 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     if (cfg->checkpoint_dir[0]) ARG("--checkpoint-dir", "%s", cfg->checkpoint_dir);
     if (cfg->checkpoint_every) ARG("--checkpoint-every", "%d", cfg->checkpoint_every);
     if (cfg->resume) argc = push(argv, argc, storage, &ns, "--resume");
+    if (cfg->init_from[0]) ARG("--init-from", "%s", cfg->init_from);
     if (cfg->fail_at.enabled) {
         int n = snprintf(buf, sizeof buf, "step=%d,rank=%d", cfg->fail_at.step, cfg->fail_at.rank);
         if (cfg->fail_at.phase >= 0)
@@ -483,6 +556,12 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
     }
     ARG("--recv-timeout", "%dms", cfg->recv_timeout_ms);
     ARG("--transport", "%s", run_transport_name(cfg->transport));
+    if (cfg->recompute != RUN_RECOMPUTE_NONE) ARG("--recompute", "%s", run_recompute_name(cfg->recompute));
+    if (cfg->nrecompute_stages) {
+        recompute_stages_text(cfg, buf, sizeof buf);
+        argc = push(argv, argc, storage, &ns, "--recompute-stages");
+        argc = push(argv, argc, storage, &ns, buf);
+    }
 #undef ARG
     storage[ns] = NULL;
     if (argc < 0) return -1;
@@ -496,7 +575,8 @@ void run_config_free_args(char **storage) {
 }
 
 int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, size_t n) {
-    static const char *const per_node[] = {"--data", "--checkpoint-dir", "--metrics", "--save-weights", NULL};
+    static const char *const per_node[] = {"--data",    "--checkpoint-dir", "--init-from", "--metrics",
+                                           "--save-weights", NULL};
     char *argv[RUN_CONFIG_MAX_ARGS + 1], *storage[RUN_CONFIG_MAX_ARGS + 1];
     int argc = run_config_to_args(cfg, argv, 0, storage);
     if (argc < 0) return -1;

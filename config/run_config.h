@@ -37,6 +37,9 @@ typedef enum run_transport {
 } run_transport;
 typedef enum run_dtype { RUN_DTYPE_FP32, RUN_DTYPE_BF16 } run_dtype;
 typedef enum run_progress_mode { RUN_PROGRESS_AUTO, RUN_PROGRESS_ON, RUN_PROGRESS_OFF } run_progress_mode;
+/* --recompute: what F drops and recomputes before B (model_recompute's
+ * values, in its order; gpt only) */
+typedef enum run_recompute { RUN_RECOMPUTE_NONE, RUN_RECOMPUTE_FULL, RUN_RECOMPUTE_SELECTIVE } run_recompute;
 
 /* Bytes that hold any --schedule text (run_schedule_text) with its NUL:
  * csv:FILE may be 511 characters long. */
@@ -77,6 +80,7 @@ typedef struct run_config {
     char checkpoint_dir[512];
     int checkpoint_every; /* steps; 0 = only at the end when a dir is given */
     int resume;
+    char init_from[512]; /* --init-from FILE: a checkpoint file to start from (docs/checkpoint.md); "" = none */
     run_fail_at fail_at;
     char metrics[512];      /* JSON lines per step, "" = none */
     char save_weights[512]; /* directory for each stage's final weights, "" = none */
@@ -87,6 +91,9 @@ typedef struct run_config {
     run_progress_mode progress;
     run_dtype dtype;       /* GEMM operands; bf16 only with --device cuda */
     int cupti;             /* --cupti: 1 on, 0 off; -1 (not given) becomes on with --device cuda and --trace on */
+    run_recompute recompute;                /* --recompute */
+    int nrecompute_stages;                  /* --recompute-stages; 0: every stage */
+    int recompute_stages[RUN_MAX_CUTS + 1]; /* the stages --recompute applies to, increasing */
 } run_config;
 
 void run_config_default(run_config *cfg);
@@ -97,6 +104,10 @@ const char *run_device_name(run_device device);
 const char *run_transport_name(run_transport transport);
 const char *run_dtype_name(run_dtype dtype);
 const char *run_optimizer_name(model_optim_kind kind);
+const char *run_recompute_name(run_recompute mode);
+/* --recompute for stage s: the mode where --recompute-stages names s (or
+ * names no stage), else none. */
+run_recompute run_config_recompute_of(const run_config *cfg, int stage);
 /* --schedule as given: the generator's name ("zb-v") or "csv:FILE"; into
  * buf (RUN_SCHEDULE_TEXT_MAX bytes hold any), which it returns. */
 const char *run_schedule_text(const run_config *cfg, char *buf, size_t n);
@@ -124,8 +135,8 @@ void run_config_free_args(char **storage);
 
 /* What every node of a job started on several nodes must agree on: the
  * workers' options (run_config_to_args) but those naming a file or folder
- * each node may keep elsewhere (--data, --checkpoint-dir, --metrics,
- * --save-weights), and the ranks per node. One "FLAG VALUE" line each, into
+ * each node may keep elsewhere (--data, --checkpoint-dir, --init-from,
+ * --metrics, --save-weights), and the ranks per node. One "FLAG VALUE" line each, into
  * buf; -1 when out of memory or buf is too small. Node 0 publishes its
  * text through the store, the others compare theirs with it. */
 int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, size_t n);

@@ -27,6 +27,7 @@ static const struct {
     {"stats", cmd_stats, "where a job's time went: step time, bubble, idle causes, op durations", 1},
     {"export", cmd_export, "export a job's trace (Chrome trace JSON for Perfetto)", 1},
     {"serve", cmd_serve, "serve the dashboard and API over a trace database", 1},
+    {"checkpoint", cmd_checkpoint, "merge a job's checkpoint into one file that loads on any layout", 1},
     {"version", cmd_version, "print the version", 0},
     {"worker", cmd_worker, NULL, 0}, /* one rank of `pprun run`; started by it */
     {"salvage", cmd_salvage, NULL, 0}, /* a killed `pprun run` launcher's guard runs it */

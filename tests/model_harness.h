@@ -25,6 +25,8 @@ typedef struct h_pipe {
     model_stage *st[H_MAX_STAGES];
     unsigned char *act[H_MAX_STAGES][H_MAX_MB];  /* output of stage s (input of s+1) */
     unsigned char *grad[H_MAX_STAGES][H_MAX_MB]; /* input gradient of stage s */
+    int recompute_first; /* 1: model_stage_recompute before each B that has work, as the engine calls it */
+    int recomputes;      /* how many of those calls ran */
 } h_pipe;
 
 /* cuts: nstages+1 layer indices, cuts[0] = 0, cuts[nstages] = layers.
@@ -117,7 +119,12 @@ static inline int h_pipe_step(h_pipe *p, const data_source *data, uint64_t seed,
                     fdone[s][a.mb] = 1;
                 } else if (a.op == 'B') {
                     if (s < S - 1 && !bdone[s + 1][a.mb]) break;
-                    rc = model_stage_backward_input(p->st[s], a.mb, s < S - 1 ? p->grad[s + 1][a.mb] : NULL,
+                    if (p->recompute_first && model_stage_recompute_pending(p->st[s], a.mb)) {
+                        rc = model_stage_recompute(p->st[s], a.mb, err);
+                        p->recomputes++;
+                    }
+                    if (rc == 0)
+                        rc = model_stage_backward_input(p->st[s], a.mb, s < S - 1 ? p->grad[s + 1][a.mb] : NULL,
                                                     s > 0 ? p->grad[s][a.mb] : NULL, err);
                     bdone[s][a.mb] = 1;
                 } else {

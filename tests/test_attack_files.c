@@ -494,7 +494,8 @@ Test(attack, a_bad_input_is_refused_at_once) {
 }
 
 /* A checkpoint read back: DIR/latest and a stage file as a FIFO or a
- * device are refused, not waited on or read. */
+ * device are refused, not waited on or read; before launch, since the
+ * launcher reads the step's stage files to check them against the job. */
 Test(attack, a_special_checkpoint_file_is_refused) {
     if (!is_root()) cr_skip_test("mknod needs root");
     wipe();
@@ -509,7 +510,7 @@ Test(attack, a_special_checkpoint_file_is_refused) {
     cr_assert_eq(mknod(at("c/step_0/stage_1.ckpt"), S_IFCHR | 0666, makedev(1, 5)), 0);
     rc = pprun("run --model timed:f=1ms,b=1ms,w=1ms --steps 3 --nproc-per-node 2 --progress off --trace off "
                "--checkpoint-dir c --resume");
-    cr_assert_eq(rc, 1, "exit %d (124: it hung):\n%s", rc, out);
+    cr_assert_eq(rc, 2, "exit %d (124: it hung):\n%s", rc, out);
     cr_assert(strstr(out, "checkpoint c/step_0/stage_0.ckpt: is a FIFO") ||
                   strstr(out, "checkpoint c/step_0/stage_1.ckpt: is a character device"),
               "%s", out);

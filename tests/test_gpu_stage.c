@@ -5,7 +5,9 @@
  * bit for bit); the GPU run follows the CPU run within float rounding
  * (losses 1e-4, weights 1e-3 relative after 3 AdamW steps, where a gradient
  * near zero may flip an update's sign); bf16 GEMM operands stay within 2e-2
- * of the CPU's losses; a checkpoint taken on the GPU resumes exactly.
+ * of the CPU's losses; a checkpoint taken on the GPU resumes exactly;
+ * activation recompute (full, selective) gives the bits of none, and the
+ * device bytes held after every op, recompute included, are the CPU's.
  * Everywhere: what create refuses (timed on a GPU, no device). Tests that
  * need a GPU skip with cudaGetDeviceCount's reason.
  *
@@ -50,7 +52,9 @@ typedef struct result {
     size_t n;
 } result;
 
-static void run(const model_device *dev, const int *cuts, int nstages, h_order order, result *r) {
+/* Every stage with recompute `mode`, called before each B as the engine does. */
+static void run_mode(const model_device *dev, const int *cuts, int nstages, h_order order, model_recompute mode,
+                     result *r) {
     pp_err err;
     data_source *data;
     model_optim opt;
@@ -60,11 +64,18 @@ static void run(const model_device *dev, const int *cuts, int nstages, h_order o
     cr_assert_eq(data_open(NULL, 64, &data, &err), 0, "%s", err.msg);
     h_pipe p;
     cr_assert_eq(h_pipe_create_on(&p, SPEC, cuts, nstages, SEED, MB, dev, &err), 0, "%s", err.msg);
+    for (int s = 0; s < nstages; s++)
+        cr_assert_eq(model_stage_set_recompute(p.st[s], mode, &err), 0, "%s", err.msg);
+    p.recompute_first = 1;
     for (int step = 0; step < STEPS; step++)
         cr_assert_eq(h_pipe_step(&p, data, SEED, step, order, &opt, r->losses[step], &err), 0, "%s", err.msg);
     r->weights = h_pipe_weights(&p, &r->n);
     h_pipe_free(&p);
     data_close(data);
+}
+
+static void run(const model_device *dev, const int *cuts, int nstages, h_order order, result *r) {
+    run_mode(dev, cuts, nstages, order, MODEL_RECOMPUTE_NONE, r);
 }
 
 static double rel(const float *a, const float *b, size_t n) {
@@ -108,6 +119,29 @@ Test(SUITE, every_partition_and_order_equals_one_gpu_stage_bit_for_bit) {
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         result got;
         run(&gpu, cases[c].cuts, cases[c].n, cases[c].order, &got);
+        cr_assert_eq(got.n, ref.n);
+        cr_expect_eq(memcmp(got.losses, ref.losses, sizeof ref.losses), 0, "%s: losses differ", cases[c].what);
+        cr_expect_eq(memcmp(got.weights, ref.weights, sizeof(float) * ref.n), 0, "%s: weights differ", cases[c].what);
+        free(got.weights);
+    }
+    free(ref.weights);
+}
+
+/* Activation recompute on the device: the same kernels again, the same bits. */
+Test(SUITE, recompute_gives_the_bits_of_no_recompute) {
+    need_gpu();
+    model_device gpu = {.cuda = 1};
+    result ref;
+    run(&gpu, ONE, 1, H_SEQUENTIAL, &ref);
+    struct { int cuts[5], n; h_order order; model_recompute mode; const char *what; } cases[] = {
+        {{0, 4}, 1, H_SEQUENTIAL, MODEL_RECOMPUTE_FULL, "full, one stage"},
+        {{0, 2, 4}, 2, H_1F1B, MODEL_RECOMPUTE_SELECTIVE, "selective, 2 stages, 1F1B"},
+        {{0, 1, 2, 3, 4}, 4, H_GPIPE_LATE_W, MODEL_RECOMPUTE_FULL, "full, 4 stages, W last in reverse"},
+        {{0, 0, 4, 4}, 3, H_SHUFFLED_W, MODEL_RECOMPUTE_SELECTIVE, "selective, head-only stage, scrambled W"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        result got;
+        run_mode(&gpu, cases[c].cuts, cases[c].n, cases[c].order, cases[c].mode, &got);
         cr_assert_eq(got.n, ref.n);
         cr_expect_eq(memcmp(got.losses, ref.losses, sizeof ref.losses), 0, "%s: losses differ", cases[c].what);
         cr_expect_eq(memcmp(got.weights, ref.weights, sizeof(float) * ref.n), 0, "%s: weights differ", cases[c].what);
@@ -176,29 +210,56 @@ Test(SUITE, saved_activation_bytes_equal_the_cpu_stage) {
     cr_assert_eq(model_parse_spec(SPEC, &sp, &err), 0);
     cr_assert_eq(data_open(NULL, 64, &data, &err), 0, "%s", err.msg);
     uint8_t tok[2][64], tgt[2][64];
-    model_stage *st[2];
-    cr_assert_eq(model_stage_create(&sp, 0, 4, 1, 1, SEED, 2, &st[0], &err), 0, "%s", err.msg);
-    cr_assert_eq(model_stage_create_on(&sp, 0, 4, 1, 1, SEED, 2, &gpu, &st[1], &err), 0, "%s", err.msg);
-    float loss;
-    size_t after_f = 0;
-    for (int mb = 0; mb < 2; mb++) {
-        data_batch(data, SEED, 0, mb, sp.batch, sp.seq, tok[mb], tgt[mb]);
-        for (int k = 0; k < 2; k++)
-            cr_assert_eq(model_stage_forward(st[k], mb, NULL, tok[mb], tgt[mb], NULL, &loss, &err), 0, "%s", err.msg);
-        if (mb == 0) after_f = model_stage_saved_bytes(st[1]);
-        cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "after F of mb %d", mb);
-    }
-    cr_assert_gt(after_f, 0);
-    cr_assert_eq(model_stage_saved_bytes(st[1]), 2 * after_f);
-    for (int mb = 0; mb < 2; mb++) {
-        for (int k = 0; k < 2; k++) {
-            cr_assert_eq(model_stage_backward_input(st[k], mb, NULL, NULL, &err), 0, "%s", err.msg);
-            cr_assert_eq(model_stage_backward_weight(st[k], mb, &err), 0, "%s", err.msg);
+    /* every recompute mode (what F drops, what the recompute brings back), on
+     * a whole model and on a middle stage (full drops its last block's output) */
+    static const struct { int first, last, is_first, is_last; } parts[] = {{0, 4, 1, 1}, {1, 3, 0, 0}};
+    for (int mode = MODEL_RECOMPUTE_NONE; mode <= MODEL_RECOMPUTE_SELECTIVE; mode++)
+        for (size_t pt = 0; pt < 2; pt++) {
+            model_stage *st[2];
+            int first = parts[pt].first, last = parts[pt].last, is_first = parts[pt].is_first,
+                is_last = parts[pt].is_last;
+            cr_assert_eq(model_stage_create(&sp, first, last, is_first, is_last, SEED, 2, &st[0], &err), 0, "%s",
+                         err.msg);
+            cr_assert_eq(model_stage_create_on(&sp, first, last, is_first, is_last, SEED, 2, &gpu, &st[1], &err), 0,
+                         "%s", err.msg);
+            size_t nb = model_boundary_bytes(&sp);
+            float *in = calloc(1, nb), *out = calloc(1, nb);
+            for (size_t i = 0; i < nb / sizeof(float); i++) in[i] = (float)(i % 5) * 0.1f;
+            for (int k = 0; k < 2; k++) cr_assert_eq(model_stage_set_recompute(st[k], mode, &err), 0, "%s", err.msg);
+            float loss;
+            size_t after_f = 0;
+            for (int mb = 0; mb < 2; mb++) {
+                data_batch(data, SEED, 0, mb, sp.batch, sp.seq, tok[mb], tgt[mb]);
+                for (int k = 0; k < 2; k++)
+                    cr_assert_eq(model_stage_forward(st[k], mb, is_first ? NULL : in, is_first ? tok[mb] : NULL,
+                                                     is_last ? tgt[mb] : NULL, is_last ? NULL : out,
+                                                     is_last ? &loss : NULL, &err),
+                                 0, "%s", err.msg);
+                if (mb == 0) after_f = model_stage_saved_bytes(st[1]);
+                cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "mode %d after F of mb %d",
+                             mode, mb);
+            }
+            cr_assert_gt(after_f, 0);
+            cr_assert_eq(model_stage_saved_bytes(st[1]), 2 * after_f);
+            for (int mb = 0; mb < 2; mb++) {
+                for (int k = 0; k < 2; k++) cr_assert_eq(model_stage_recompute(st[k], mb, &err), 0, "%s", err.msg);
+                cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]),
+                             "mode %d after the recompute of mb %d", mode, mb);
+                for (int k = 0; k < 2; k++)
+                    cr_assert_eq(model_stage_backward_input(st[k], mb, is_last ? NULL : in, is_first ? NULL : out,
+                                                            &err),
+                                 0, "%s", err.msg);
+                cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "mode %d after B of mb %d",
+                             mode, mb);
+                for (int k = 0; k < 2; k++)
+                    cr_assert_eq(model_stage_backward_weight(st[k], mb, &err), 0, "%s", err.msg);
+                cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "mode %d after W of mb %d",
+                             mode, mb);
+            }
+            cr_assert_eq(model_stage_saved_bytes(st[1]), 0);
+            free(in), free(out);
+            model_stage_free(st[0]), model_stage_free(st[1]);
         }
-        cr_assert_eq(model_stage_saved_bytes(st[1]), model_stage_saved_bytes(st[0]), "after W of mb %d", mb);
-    }
-    cr_assert_eq(model_stage_saved_bytes(st[1]), 0);
-    model_stage_free(st[0]), model_stage_free(st[1]);
     data_close(data);
 }
 

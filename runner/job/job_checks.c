@@ -69,17 +69,42 @@ static int check_db(const char *path, pp_err *err) {
     return 0;
 }
 
-/* --resume: the checkpoint must be there and leave steps to run. */
+/* --resume: the checkpoint must be there, whole (the stage files of its
+ * step, of whatever layout, as the workers will read them), of this job's
+ * model, and leave steps to run. */
 static int check_resume(run_job *job, pp_err *err) {
     const run_config *cfg = &job->cfg;
     int step;
     char writer[256];
     if (checkpoint_dir_latest(cfg->checkpoint_dir, &step, writer, sizeof writer, err) != 0)
         return pp_wrap(err, "--resume: no complete checkpoint in %s", cfg->checkpoint_dir);
+    model_ckpt *ckpt;
+    if (checkpoint_dir_open(cfg->checkpoint_dir, step, writer, &ckpt, err) != 0) return pp_wrap(err, "--resume");
+    int rc = model_ckpt_check(ckpt, &cfg->model, err);
+    model_ckpt_free(ckpt);
+    if (rc != 0) return pp_wrap(err, "--resume: %s/step_%d", cfg->checkpoint_dir, step);
     if (step + 1 >= cfg->steps)
         return pp_fail(err, "--resume: the checkpoint in %s is at step %d; --steps %d leaves nothing to run",
                        cfg->checkpoint_dir, step, cfg->steps);
     job->progress_next = step + 1;
+    return 0;
+}
+
+/* --init-from FILE: a whole checkpoint of this job's model that leaves
+ * steps to run. */
+static int check_init_from(run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    model_ckpt *ckpt;
+    if (model_ckpt_create(&ckpt, err) != 0) return -1;
+    int rc = model_ckpt_add_file(ckpt, cfg->init_from, err);
+    if (rc == 0) rc = model_ckpt_check(ckpt, &cfg->model, err);
+    int done = rc == 0 ? model_ckpt_steps_done(ckpt) : 0;
+    model_ckpt_free(ckpt);
+    if (rc != 0) return pp_wrap(err, "--init-from %s", cfg->init_from);
+    if (done >= cfg->steps)
+        return pp_fail(err, "--init-from %s is at step %d; --steps %d leaves nothing to run", cfg->init_from, done,
+                       cfg->steps);
+    job->progress_next = done;
     return 0;
 }
 
@@ -178,9 +203,14 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
     } else if (cfg->data[0]) {
         return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);
     }
+    for (int i = 0; i < cfg->nrecompute_stages; i++)
+        if (cfg->recompute_stages[i] >= job->plan->stages)
+            return pp_fail(err, "--recompute-stages %d: the job has stages 0..%d", cfg->recompute_stages[i],
+                           job->plan->stages - 1);
     if (check_fail_at(job, world, err) != 0) return -1;
     if (cfg->metrics[0] && file_output_check(cfg->metrics, "--metrics", err) != 0) return -1;
     if (check_output_folders(job, err) != 0) return -1;
+    if (cfg->init_from[0]) return check_init_from(job, err);
     return cfg->resume ? check_resume(job, err) : 0;
 }
 

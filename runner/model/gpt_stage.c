@@ -1,7 +1,8 @@
 /* gpt_stage.c: one pipeline stage of the gpt model: the embeddings (first
  * stage), a slice of transformer blocks, the final LayerNorm, LM head and
  * loss (last stage), and the per-microbatch activations that F saves for B
- * and W, and B saves for W.
+ * and W, and B saves for W; with activation recompute, the part of them F
+ * drops and the recompute before B computes again (model.h).
  *
  * Parameter layout (global layer order, so that stage exports concatenate):
  *   embeddings: wte[V][C] wpe[T][C]
@@ -49,13 +50,24 @@ size_t gpt_param_count(const model_spec *spec, int first_layer, int last_layer, 
     return n;
 }
 
-/* What F keeps until W, what only B needs (freed by B), what B keeps for W. */
+/* What a block saves per microbatch, in groups by lifetime, each one
+ * buffer of the stage's pool (docs/model.md, "Activation memory" and
+ * "Activation recompute"):
+ *   SV_OUT    out [NC]: the block's output, the next block's input    F -> W
+ *   SV_HOLD   res2 [NC] mean1 rstd1 mean2 rstd2 [N each]             F -> W
+ *   SV_CHEAP  ln1 atty ln2 [NC] gelu [4NC]                           F -> W
+ *   SV_GEMM   qkv [3NC] fch [4NC]                                    F -> B
+ *   SV_ATT    att [B*H*T*T] (in gk_attention_forward's layout)       F -> B
+ *   SV_BSAVE  dout [NC] dfch [4NC] dln2 dres2 [NC] dqkv [3NC] dln1 [NC]  B -> W
+ * Recompute drops groups after F and computes them again before B
+ * (recompute_drops): selective the ones no GEMM produces (SV_CHEAP,
+ * SV_ATT), full all but SV_OUT. */
+enum { SV_OUT, SV_HOLD, SV_CHEAP, SV_GEMM, SV_ATT, SV_BSAVE, SV_GROUPS };
+
 typedef struct block_save {
-    float *keep; /* out ln1 atty res2 ln2 [NC each] gelu [4NC] mean1 rstd1 mean2 rstd2 [N each] */
-    float *out, *ln1, *atty, *res2, *ln2, *gelu, *mean1, *rstd1, *mean2, *rstd2;
-    float *bonly; /* qkv [3NC] fch [4NC] att [B*H*T*T] (in gk_attention_forward's layout) */
-    float *qkv, *fch, *att;
-    float *bsave; /* dout [NC] dfch [4NC] dln2 dres2 [NC] dqkv [3NC] dln1 [NC] */
+    float *buf[SV_GROUPS]; /* NULL: the group is not held */
+    /* into buf, NULL while their group is not held (block_bind) */
+    float *out, *res2, *mean1, *rstd1, *mean2, *rstd2, *ln1, *atty, *ln2, *gelu, *qkv, *fch, *att;
     float *dout, *dfch, *dln2, *dres2, *dqkv, *dln1;
 } block_save;
 
@@ -66,6 +78,7 @@ typedef struct mb_save {
     float *lnf, *meanf, *rstdf, *probs; /* last stage; probs become dlogits in B */
     float *dlnf;
     block_save *blocks;
+    int dropped; /* the MODEL_RECOMPUTE_* mode F dropped groups by; 0 once recomputed (or none dropped) */
 } mb_save;
 
 struct gpt_state {
@@ -144,11 +157,12 @@ int gpt_stage_init(model_stage *s, pp_err *err) {
 }
 
 /* Sizes in bytes of the per-microbatch buffers (they go back to the pool by size). */
-static size_t sz_keep(const gpt_state *g) { return sizeof(float) * (9 * (size_t)g->N * g->C + 4 * (size_t)g->N); }
-static size_t sz_bonly(const gpt_state *g) {
-    return sizeof(float) * (7 * (size_t)g->N * g->C + (size_t)g->B * g->H * g->T * g->T);
+static size_t sv_size(const gpt_state *g, int group) {
+    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
+    static const int nc[SV_GROUPS] = {[SV_OUT] = 1, [SV_HOLD] = 1, [SV_CHEAP] = 7, [SV_GEMM] = 7, [SV_BSAVE] = 11};
+    if (group == SV_ATT) return sizeof(float) * (size_t)g->B * g->H * g->T * g->T;
+    return sizeof(float) * (nc[group] * NC + (group == SV_HOLD ? 4 * N : 0));
 }
-static size_t sz_bsave(const gpt_state *g) { return sizeof(float) * 11 * (size_t)g->N * g->C; }
 static size_t sz_nc(const gpt_state *g) { return sizeof(float) * (size_t)g->N * g->C; }
 static size_t sz_n(const gpt_state *g) { return sizeof(float) * (size_t)g->N; }
 static size_t sz_nv(const gpt_state *g) { return sizeof(float) * (size_t)g->N * VOCAB; }
@@ -181,14 +195,59 @@ static void save_free_bytes(model_stage *s, uint8_t *p, size_t n) {
 
 size_t gpt_stage_saved_bytes(const model_stage *s) { return s->gpt ? s->gpt->saved : 0; }
 
+/* Points the block's named tensors into its groups' buffers (NULL where a
+ * group is not held), in the order of the table above block_save. */
+static void block_bind(const gpt_state *g, block_save *b) {
+    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
+    float *p;
+    b->out = b->buf[SV_OUT];
+    p = b->buf[SV_HOLD];
+    b->res2 = p, b->mean1 = p ? p + NC : NULL, b->rstd1 = p ? p + NC + N : NULL;
+    b->mean2 = p ? p + NC + 2 * N : NULL, b->rstd2 = p ? p + NC + 3 * N : NULL;
+    p = b->buf[SV_CHEAP];
+    b->ln1 = p, b->atty = p ? p + NC : NULL, b->ln2 = p ? p + 2 * NC : NULL, b->gelu = p ? p + 3 * NC : NULL;
+    p = b->buf[SV_GEMM];
+    b->qkv = p, b->fch = p ? p + 3 * NC : NULL;
+    b->att = b->buf[SV_ATT];
+    p = b->buf[SV_BSAVE];
+    b->dout = p, b->dfch = p ? p + NC : NULL, b->dln2 = p ? p + 5 * NC : NULL, b->dres2 = p ? p + 6 * NC : NULL;
+    b->dqkv = p ? p + 7 * NC : NULL, b->dln1 = p ? p + 10 * NC : NULL;
+}
+
+/* Takes the groups of `mask` (1 << SV_*) the block does not hold yet. */
+static int block_get(model_stage *s, block_save *b, unsigned mask) {
+    int rc = 0;
+    for (int grp = 0; grp < SV_GROUPS; grp++)
+        if ((mask >> grp & 1) && !b->buf[grp] && !(b->buf[grp] = save_get(s, sv_size(s->gpt, grp)))) rc = -1;
+    block_bind(s->gpt, b);
+    return rc;
+}
+static void block_put(model_stage *s, block_save *b, unsigned mask) {
+    for (int grp = 0; grp < SV_GROUPS; grp++)
+        if (mask >> grp & 1) {
+            save_put(s, b->buf[grp], sv_size(s->gpt, grp));
+            b->buf[grp] = NULL;
+        }
+    block_bind(s->gpt, b);
+}
+
+#define SV_ALL ((1u << SV_GROUPS) - 1)
+#define SV_F ((1u << SV_OUT) | (1u << SV_HOLD) | (1u << SV_CHEAP) | (1u << SV_GEMM) | (1u << SV_ATT))
+
+/* The groups F drops under a recompute mode: selective what no GEMM
+ * produces (LayerNorm outputs, attention probabilities and output, GELU
+ * output: recomputed from kept GEMM outputs), full everything but the
+ * block's output (the next block's input). */
+static unsigned recompute_drops(int mode) {
+    if (mode == MODEL_RECOMPUTE_SELECTIVE) return (1u << SV_CHEAP) | (1u << SV_ATT);
+    if (mode == MODEL_RECOMPUTE_FULL) return SV_F & ~(1u << SV_OUT);
+    return 0;
+}
+
 static void free_mb(model_stage *s, mb_save *m) {
     gpt_state *g = s->gpt;
     if (m->blocks)
-        for (int i = 0; i < g->nblocks; i++) {
-            save_put(s, m->blocks[i].keep, sz_keep(g));
-            save_put(s, m->blocks[i].bonly, sz_bonly(g));
-            save_put(s, m->blocks[i].bsave, sz_bsave(g));
-        }
+        for (int i = 0; i < g->nblocks; i++) block_put(s, &m->blocks[i], SV_ALL);
     free(m->blocks);
     size_t N = (size_t)g->N;
     save_free_bytes(s, m->tokens, N), save_free_bytes(s, m->targets, N);
@@ -210,31 +269,14 @@ void gpt_stage_free(model_stage *s) {
     s->gpt = NULL;
 }
 
-static int block_alloc_f(model_stage *s, block_save *b) {
-    gpt_state *g = s->gpt;
-    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
-    b->keep = save_get(s, sz_keep(g));
-    b->bonly = save_get(s, sz_bonly(g));
-    if (!b->keep || !b->bonly) return -1;
-    float *p = b->keep;
-    b->out = p, p += NC;
-    b->ln1 = p, p += NC;
-    b->atty = p, p += NC;
-    b->res2 = p, p += NC;
-    b->ln2 = p, p += NC;
-    b->gelu = p, p += 4 * NC;
-    b->mean1 = p, p += N;
-    b->rstd1 = p, p += N;
-    b->mean2 = p, p += N;
-    b->rstd2 = p;
-    b->qkv = b->bonly, b->fch = b->bonly + 3 * NC, b->att = b->bonly + 7 * NC;
-    return 0;
-}
-
 /* The CPU kernels (gpt_kernels.h), each the bits of its reference in
  * gpt_layers.h; the linears' GEMMs are gpt_linear_*, their biases added by
- * gk_bias_*, as gpt_linear_* would add them. */
-static void block_forward(gpt_state *g, const block_params *w, block_save *b, const float *x, model_gemm_stats *st) {
+ * gk_bias_*, as gpt_linear_* would add them. F of one block up to the
+ * GELU: every saved tensor but out. A recompute runs exactly these calls
+ * again on the same inputs and weights (the optimizer runs only after the
+ * step's last W; nothing is random), so it gives the same bits. */
+static void block_forward_inner(gpt_state *g, const block_params *w, block_save *b, const float *x,
+                                model_gemm_stats *st) {
     int N = g->N, C = g->C;
     size_t NC = (size_t)N * C;
     gk_layernorm_forward(b->ln1, b->mean1, b->rstd1, x, w->ln1g, w->ln1b, N, C);
@@ -248,9 +290,25 @@ static void block_forward(gpt_state *g, const block_params *w, block_save *b, co
     gpt_linear_forward(b->fch, b->ln2, w->wfc, NULL, N, C, 4 * C, st);
     gk_bias_forward(b->fch, w->bfc, N, 4 * C);
     gk_gelu_forward(b->gelu, b->fch, 4 * NC);
+}
+
+/* The MLP's projection and the second residual: the block's output. */
+static void block_forward_out(gpt_state *g, const block_params *w, block_save *b, model_gemm_stats *st) {
+    int N = g->N, C = g->C;
     gpt_linear_forward(b->out, b->gelu, w->wp, NULL, N, 4 * C, C, st);
     gk_bias_forward(b->out, w->bp, N, C);
-    gk_add(b->out, b->out, b->res2, NC);
+    gk_add(b->out, b->out, b->res2, (size_t)N * C);
+}
+
+/* Selective recompute: the calls of block_forward_inner that are no GEMM,
+ * from the kept GEMM outputs (qkv, res2, fch) and the block input. The
+ * LayerNorms write their mean and rstd again: the same bits. */
+static void block_recompute_cheap(gpt_state *g, const block_params *w, block_save *b, const float *x) {
+    int N = g->N, C = g->C;
+    gk_layernorm_forward(b->ln1, b->mean1, b->rstd1, x, w->ln1g, w->ln1b, N, C);
+    gk_attention_forward(b->atty, b->att, b->qkv, g->B, g->T, C, g->H, g->scratch_att);
+    gk_layernorm_forward(b->ln2, b->mean2, b->rstd2, b->res2, w->ln2g, w->ln2b, N, C);
+    gk_gelu_forward(b->gelu, b->fch, 4 * (size_t)N * C);
 }
 
 /* d: the gradient of the block output on entry, of the block input on return. */
@@ -259,10 +317,7 @@ static int block_backward_input(model_stage *s, const block_params *w, block_sav
     model_gemm_stats *st = &s->gemm;
     int N = g->N, C = g->C;
     size_t NC = (size_t)N * C;
-    b->bsave = save_get(s, sz_bsave(g));
-    if (!b->bsave) return -1;
-    b->dout = b->bsave, b->dfch = b->bsave + NC, b->dln2 = b->bsave + 5 * NC, b->dres2 = b->bsave + 6 * NC;
-    b->dqkv = b->bsave + 7 * NC, b->dln1 = b->bsave + 10 * NC;
+    if (block_get(s, b, 1u << SV_BSAVE) != 0) return -1;
     float *tmp = g->scratch_nc2;
     memcpy(b->dout, d, sizeof(float) * NC);
     gpt_linear_backward_input(g->scratch_4nc, b->dout, w->wp, N, 4 * C, C, st);
@@ -275,8 +330,7 @@ static int block_backward_input(model_stage *s, const block_params *w, block_sav
     gpt_linear_backward_input(b->dln1, b->dqkv, w->wqkv, N, C, 3 * C, st);
     gk_layernorm_backward_input(tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C);
     gk_add(d, b->dres2, tmp, NC);
-    save_put(s, b->bonly, sz_bonly(g)); /* qkv, fch and att served B only */
-    b->bonly = NULL;
+    block_put(s, b, (1u << SV_GEMM) | (1u << SV_ATT)); /* qkv, fch and att served B only */
     return 0;
 }
 
@@ -317,10 +371,16 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
     } else {
         memcpy(m->x0, in, sizeof(float) * NC);
     }
+    /* Each block's dropped groups go back to the pool before the next
+     * block takes its own: F holds one block's worth more at most. */
+    unsigned drops = recompute_drops(s->recompute);
     for (int i = 0; i < g->nblocks; i++) {
-        if (block_alloc_f(s, &m->blocks[i]) != 0) goto oom;
-        block_forward(g, &g->bp[i], &m->blocks[i], block_input(m, i), &s->gemm);
+        if (block_get(s, &m->blocks[i], SV_F) != 0) goto oom;
+        block_forward_inner(g, &g->bp[i], &m->blocks[i], block_input(m, i), &s->gemm);
+        block_forward_out(g, &g->bp[i], &m->blocks[i], &s->gemm);
+        block_put(s, &m->blocks[i], drops);
     }
+    m->dropped = drops && g->nblocks > 0 ? s->recompute : 0;
     if (s->is_last) {
         m->targets = save_bytes(s, targets, N);
         m->lnf = save_get(s, sz_nc(g));
@@ -334,11 +394,37 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
         *loss = gk_crossentropy_forward(m->probs, m->targets, g->N, VOCAB);
     } else {
         memcpy(out, stage_top(g, m), sizeof(float) * NC);
+        /* full: the last block's output is no block's input here, and
+         * neither B nor W reads it */
+        if (m->dropped == MODEL_RECOMPUTE_FULL) block_put(s, &m->blocks[g->nblocks - 1], 1u << SV_OUT);
     }
     return 0;
 oom:
     free_mb(s, m);
     return pp_fail(err, "gpt stage: out of memory saving the activations of mb %d", mb);
+}
+
+int gpt_stage_recompute_pending(const model_stage *s, int mb) { return s->gpt->mbs[mb].dropped != 0; }
+
+int gpt_stage_recompute(model_stage *s, int mb, pp_err *err) {
+    gpt_state *g = s->gpt;
+    mb_save *m = &g->mbs[mb];
+    int mode = m->dropped;
+    if (!mode) return 0;
+    /* Block by block in F's order: full recomputes block i from block
+     * i - 1's kept output. A failure leaves the microbatch dropped, and
+     * a second try recomputes what it had already (the same bits). */
+    for (int i = 0; i < g->nblocks; i++) {
+        block_save *b = &m->blocks[i];
+        if (block_get(s, b, recompute_drops(mode) & ~(1u << SV_OUT)) != 0)
+            return pp_fail(err, "gpt stage: out of memory recomputing the activations of mb %d", mb);
+        if (mode == MODEL_RECOMPUTE_FULL) /* out is kept, or read by nothing: no projection */
+            block_forward_inner(g, &g->bp[i], b, block_input(m, i), &s->gemm);
+        else
+            block_recompute_cheap(g, &g->bp[i], b, block_input(m, i));
+    }
+    m->dropped = 0;
+    return 0;
 }
 
 int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, float *grad_in, pp_err *err) {
@@ -347,6 +433,7 @@ int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     size_t N = (size_t)g->N, NC = N * (size_t)g->C;
     if (!s->is_last && !grad_out) return pp_fail(err, "gpt stage: B of mb %d needs the output gradient", mb);
     if (!s->is_first && !grad_in) return pp_fail(err, "gpt stage: B of mb %d needs an input-gradient buffer", mb);
+    if (gpt_stage_recompute(s, mb, err) != 0) return -1; /* when the caller did not (model.h) */
     float *d = g->scratch_nc;
     if (s->is_last) {
         /* the step's loss is the mean over microbatches, hence 1/(N*m) */

@@ -61,8 +61,10 @@ size_t model_stage_weight_count(const model_stage *stage);
  * Concatenating the exports of stages 0..S-1 gives the one-stage export. */
 void model_stage_export_weights(const model_stage *stage, float *dst);
 
-/* Checkpoint of weights and optimizer state; load checks that the file was
- * written for the same spec and layer range and names what differs. */
+/* Checkpoint of weights and optimizer state (docs/checkpoint.md); load
+ * checks that the file was written for the same spec and layer range and
+ * names what differs (a checkpoint of another layout loads with
+ * model_stage_load_from, below). */
 int model_stage_save(const model_stage *stage, FILE *f, pp_err *err);
 int model_stage_load(model_stage *stage, FILE *f, pp_err *err);
 
@@ -114,6 +116,81 @@ size_t model_stage_saved_bytes(const model_stage *stage);
  * stage's memory at a point of the step (scratch, pools and boundary
  * tensors aside). */
 size_t model_stage_state_bytes(const model_stage *stage);
+
+/* --- activation recompute (docs/model.md, "Activation recompute") ----------
+ *
+ * What F keeps of each transformer block for B and W. With a recompute
+ * mode, F drops part of it and model_stage_recompute computes it again
+ * between the microbatch's F and its B, with the same kernels on the same
+ * inputs: losses and weights stay bit for bit those of no recompute, and
+ * model_stage_saved_bytes is lower between F and the recompute. After the
+ * recompute the stage holds what it would have held without (full: less
+ * the last block's output on a stage other than the last, which nothing
+ * reads), so B and W are unchanged. */
+typedef enum model_recompute {
+    MODEL_RECOMPUTE_NONE = 0,      /* F keeps everything B and W read */
+    MODEL_RECOMPUTE_FULL = 1,      /* F keeps each block's input only; the blocks' F runs again */
+    MODEL_RECOMPUTE_SELECTIVE = 2, /* F drops what no GEMM produces (LayerNorm outputs, attention
+                                      probabilities and output, GELU output) */
+} model_recompute;
+/* gpt only (a timed stage saves no activations to recompute: -1 for full or
+ * selective), CPU or GPU; -1 naming the stage when a microbatch is in
+ * flight. The mode applies from the next F on. */
+int model_stage_set_recompute(model_stage *stage, model_recompute mode, pp_err *err);
+/* 1 when mb is between its F and its B with dropped activations, so that
+ * model_stage_recompute has work (the engine traces that work as its own
+ * span); 0 otherwise. */
+int model_stage_recompute_pending(const model_stage *stage, int mb);
+/* Computes again what F of mb dropped; mb must be after F and before B (0
+ * with nothing done when none was dropped). B does it itself when the
+ * caller did not. */
+int model_stage_recompute(model_stage *stage, int mb, pp_err *err);
+
+/* --- checkpoints on any layout (docs/checkpoint.md) -------------------------
+ *
+ * A checkpoint file holds units of the model by name ("embeddings",
+ * "block.L", "head"): each one's weights and AdamW moments, with the steps
+ * done and the model spec. The stage files of a job's checkpoint step (any
+ * number of stages, any cuts), or one merged file, form a set that loads
+ * into a stage of any layout, and that writes out as one merged file. */
+
+/* Who writes a stage file: stage `stage` of `stages`, of run `run_id`
+ * (model_stage_save: stage 0 of 1, no run). */
+typedef struct model_ckpt_tag {
+    int stage, stages;
+    const char *run_id;
+} model_ckpt_tag;
+int model_stage_save_as(const model_stage *stage, const model_ckpt_tag *tag, FILE *f, pp_err *err);
+
+typedef struct model_ckpt model_ckpt;
+int model_ckpt_create(model_ckpt **out, pp_err *err); /* an empty set */
+void model_ckpt_free(model_ckpt *ckpt);
+/* Adds the checkpoint file at path (a regular file: file_input_open) as the
+ * set's next file: its header and table are read and checked (version 1
+ * files, which pprun wrote before, whole); it must be of the same model,
+ * step, format version and run as the files before it, say it is the next
+ * stage of as many (version 2), and start at the unit where they end. -1
+ * naming the file and what is wrong; the set is then as it was. */
+int model_ckpt_add_file(model_ckpt *ckpt, const char *path, pp_err *err);
+/* 1 when the set holds every unit of its model. */
+int model_ckpt_complete(const model_ckpt *ckpt);
+/* The number of stage files the set's writer had (version 2; a merged file:
+ * 1), 0 for version 1 files, which do not say. */
+int model_ckpt_stages(const model_ckpt *ckpt);
+int model_ckpt_steps_done(const model_ckpt *ckpt);   /* the step a job continues from */
+const char *model_ckpt_spec(const model_ckpt *ckpt); /* the canonical model spec */
+const char *model_ckpt_run_id(const model_ckpt *ckpt); /* the run that wrote it; "" when unknown */
+size_t model_ckpt_weight_count(const model_ckpt *ckpt);
+/* 0 when the set is complete and of the model `spec`; else -1 naming both
+ * models, or the first unit missing. */
+int model_ckpt_check(const model_ckpt *ckpt, const model_spec *spec, pp_err *err);
+/* The stage's units from the set (each checked against its checksum),
+ * AdamW moments and steps done included: a job continues bit for bit. A
+ * refused load changes nothing. */
+int model_stage_load_from(model_stage *stage, model_ckpt *ckpt, pp_err *err);
+/* The whole set as one version 2 file (stage 0 of 1, the set's run), every
+ * unit checked as it is copied. */
+int model_ckpt_write(model_ckpt *ckpt, FILE *f, pp_err *err);
 
 /* Bytes of the training data (the corpus or the file). */
 size_t data_size(const data_source *data);

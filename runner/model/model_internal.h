@@ -47,6 +47,7 @@ struct model_stage {
     timed_state *timed;
     gpu_stage *gpu; /* set: the gpt stage runs on a CUDA device (gpt is NULL) */
     int boundary_device; /* 1: F/B's boundary tensors are device pointers (gpu only) */
+    int recompute;       /* model_recompute: what F drops for model_stage_recompute to compute again */
     model_gemm_stats gemm;
     model_pool pool; /* activations and pending gradients */
 };
@@ -67,6 +68,10 @@ int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
 int gpt_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err);
 size_t gpt_param_count(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last);
 size_t gpt_stage_saved_bytes(const model_stage *s); /* model_stage_saved_bytes of a CPU gpt stage */
+/* model_stage_recompute_pending / model_stage_recompute of a CPU gpt stage
+ * (mb after F, before B); B calls the recompute itself when needed. */
+int gpt_stage_recompute_pending(const model_stage *s, int mb);
+int gpt_stage_recompute(model_stage *s, int mb, pp_err *err);
 
 /* gpu_stage.c (only in builds with the GPU backend, PPRUN_HAVE_CUDA): the
  * gpt stage on a device. init uploads the weights the host already holds;
@@ -89,6 +94,8 @@ void gpu_stage_export_grads(const model_stage *s, float *dst);
 void *gpu_stage_boundary_alloc(model_stage *s, size_t bytes, pp_err *err);
 void gpu_stage_boundary_free(model_stage *s, void *buf, size_t bytes);
 size_t gpu_stage_saved_bytes(const model_stage *s); /* device bytes, as gpt_stage_saved_bytes counts them */
+int gpu_stage_recompute_pending(const model_stage *s, int mb); /* as gpt_stage_recompute_*, on the device */
+int gpu_stage_recompute(model_stage *s, int mb, pp_err *err);
 
 int timed_stage_init(model_stage *s, pp_err *err);
 void timed_stage_free(model_stage *s);

@@ -1,5 +1,5 @@
-/* checkpoint_dir.c: DIR/latest of a job's checkpoint directory
- * (checkpoint_dir.h). */
+/* checkpoint_dir.c: DIR/latest of a job's checkpoint directory, and its
+ * steps' stage files read as one set (checkpoint_dir.h). */
 #include "runner/worker/checkpoint_dir.h"
 #include "base/file.h"
 
@@ -40,6 +40,64 @@ int checkpoint_dir_to_load(const run_config *cfg, const char *run_id, int *step,
         return 1;
     }
     return cfg->resume || strcmp(writer, run_id) == 0 ? 0 : 1;
+}
+
+int checkpoint_dir_open(const char *dir, int step, const char *run_id, model_ckpt **out, pp_err *err) {
+    model_ckpt *c;
+    if (model_ckpt_create(&c, err) != 0) return -1;
+    char path[1024];
+    int rc = 0;
+    for (int s = 0; rc == 0; s++) {
+        int stages = model_ckpt_stages(c);
+        if (s > 0 && (stages ? s >= stages : model_ckpt_complete(c))) break;
+        checkpoint_dir_stage_path(dir, step, s, path, sizeof path);
+        rc = model_ckpt_add_file(c, path, err);
+        if (rc == 0 && s == 0 && run_id && model_ckpt_stages(c) && strcmp(model_ckpt_run_id(c), run_id) != 0)
+            rc = pp_fail(err, "%s was written by run '%s'; %s/latest names run '%s'", path, model_ckpt_run_id(c), dir,
+                         run_id);
+    }
+    if (rc == 0 && model_ckpt_steps_done(c) != step + 1)
+        rc = pp_fail(err, "%s/step_%d holds %d steps done, not %d (a damaged checkpoint?)", dir, step,
+                     model_ckpt_steps_done(c), step + 1);
+    if (rc == 0 && !model_ckpt_complete(c))
+        rc = pp_fail(err, "%s/step_%d: its stage files end before the end of the model", dir, step);
+    if (rc != 0) {
+        model_ckpt_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+int checkpoint_dir_start(const run_config *cfg, const char *run_id, model_ckpt **out, int *start_step, pp_err *err) {
+    int latest;
+    char writer[256];
+    *out = NULL;
+    *start_step = 0;
+    int from = checkpoint_dir_to_load(cfg, run_id, &latest, err);
+    if (from < 0) return -1;
+    if (from == 0) {
+        if (checkpoint_dir_latest(cfg->checkpoint_dir, &latest, writer, sizeof writer, err) != 0 ||
+            checkpoint_dir_open(cfg->checkpoint_dir, latest, writer, out, err) != 0)
+            return -1;
+        *start_step = latest + 1;
+    } else if (cfg->init_from[0]) {
+        if (model_ckpt_create(out, err) != 0) return -1;
+        if (model_ckpt_add_file(*out, cfg->init_from, err) != 0) {
+            model_ckpt_free(*out);
+            *out = NULL;
+            return pp_wrap(err, "--init-from");
+        }
+        *start_step = model_ckpt_steps_done(*out);
+    } else {
+        return 0;
+    }
+    if (model_ckpt_check(*out, &cfg->model, err) != 0) {
+        model_ckpt_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 int checkpoint_dir_mark_latest(const char *dir, int step, const char *run_id, pp_err *err) {

@@ -37,6 +37,41 @@ static void trace(engine *e, int phase, int step, int mb, int stage, int peer, u
     gputrace_host_span(e->gpu, &ev); /* CUPTI: the op's kernels are the ones launched since the last one */
 }
 
+/* The engine's own spans (phase SPAN, events.name), numbered as
+ * libpprun_trace numbers a program's: a name goes into the ring once per
+ * rank and attempt, before its first span (TRACE_SPAN_NAME records). */
+enum { ENGINE_SPAN_RECOMPUTE = 1, ENGINE_SPANS };
+static const char *const span_name[ENGINE_SPANS] = {[ENGINE_SPAN_RECOMPUTE] = "RECOMPUTE"};
+
+static void trace_span(engine *e, int id, int step, int mb, int stage, uint64_t bytes, uint64_t t0, uint64_t t1) {
+    if (!e->ring) return;
+    if (!(e->span_names >> id & 1)) {
+        trace_event base = {.version = TRACE_EVENT_VERSION, .source = TRACE_SRC_CPU, .attempt = e->attempt,
+                            .rank = e->rank};
+        trace_event recs[TRACE_SPAN_NAME_MAX / TRACE_NAME_CHUNK + 1];
+        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, (uint32_t)id, span_name[id], recs);
+        for (size_t i = 0; i < n; i++) trace_ring_write(e->ring, &recs[i]);
+        e->span_names |= 1u << id;
+    }
+    trace_event ev = {
+        .version = TRACE_EVENT_VERSION,
+        .phase = TRACE_SPAN,
+        .source = TRACE_SRC_CPU,
+        .attempt = e->attempt,
+        .rank = e->rank,
+        .step = step,
+        .microbatch = mb,
+        .stage = stage,
+        .peer = -1,
+        .start_ns = t0,
+        .end_ns = t1,
+        .bytes = bytes,
+        .name = (uint64_t)id,
+    };
+    trace_ring_write(e->ring, &ev);
+    gputrace_host_span(e->gpu, &ev); /* CUPTI: the recompute's kernels are its own, not B's */
+}
+
 /* Activation bytes the rank holds now (model_stage_saved_bytes summed over
  * its few local stages): the `bytes` of F, B and W events. */
 static uint64_t held_bytes(const engine *e) {
@@ -56,16 +91,21 @@ static int partition(engine *e, pp_err *err) {
                            err);
 }
 
-static int load_checkpoint(engine *e, int step, pp_err *err) {
+/* --recompute's mode for stage s (run_recompute and model_recompute name
+ * the same modes). */
+static model_recompute stage_recompute(const engine *e, int s) {
+    switch (run_config_recompute_of(e->cfg, s)) {
+    case RUN_RECOMPUTE_FULL: return MODEL_RECOMPUTE_FULL;
+    case RUN_RECOMPUTE_SELECTIVE: return MODEL_RECOMPUTE_SELECTIVE;
+    default: return MODEL_RECOMPUTE_NONE;
+    }
+}
+
+/* Each local stage's units from the checkpoint's set of files. */
+static int load_checkpoint(engine *e, pp_err *err) {
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
-        char path[1024];
-        checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
-        FILE *f;
-        if (file_input_open(path, "checkpoint", UINT64_MAX, &f, NULL, err) != 0) return -1;
-        int rc = model_stage_load(e->stages[s], f, err);
-        fclose(f);
-        if (rc != 0) return pp_wrap(err, "checkpoint %s", path);
+        if (model_stage_load_from(e->stages[s], e->ckpt, err) != 0) return pp_wrap(err, "stage %d", s);
     }
     return 0;
 }
@@ -83,7 +123,8 @@ int engine_init(engine *e, pp_err *err) {
                             .bf16 = e->cfg->dtype == RUN_DTYPE_BF16};
         if (model_stage_create_on(&e->cfg->model, e->first_layer[s], e->first_layer[s + 1], s == 0,
                                   s == plan->stages - 1, e->cfg->seed, plan->microbatches, &dev, &e->stages[s],
-                                  err) != 0)
+                                  err) != 0 ||
+            model_stage_set_recompute(e->stages[s], stage_recompute(e, s), err) != 0)
             return pp_wrap(err, "stage %d", s);
     }
     /* Device boundaries: every local stage takes and returns device buffers;
@@ -98,7 +139,7 @@ int engine_init(engine *e, pp_err *err) {
             return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
                            "transport (devcomm) is open", e->rank, s, nb[0] != e->rank ? nb[0] : nb[1]);
     }
-    return e->start_step > 0 ? load_checkpoint(e, e->start_step - 1, err) : 0;
+    return e->ckpt ? load_checkpoint(e, err) : 0;
 }
 
 void engine_free(engine *e) {
@@ -233,12 +274,25 @@ static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
     return deliver(e, st, COMM_DIR_ACT, s, s + 1, mb, out, err);
 }
 
+/* What F of mb dropped, computed again before its B, as a span of its own:
+ * before the gradient's receive, so that it runs while the gradient is on
+ * its way. */
+static int recompute_before_b(engine *e, step_state *st, int s, int mb, pp_err *err) {
+    if (!model_stage_recompute_pending(e->stages[s], mb)) return 0;
+    uint64_t t0 = pp_now_ns();
+    if (model_stage_recompute(e->stages[s], mb, err) != 0)
+        return pp_wrap(err, "rank %d: recompute of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
+    trace_span(e, ENGINE_SPAN_RECOMPUTE, st->step, mb, s, held_bytes(e), t0, pp_now_ns());
+    return 0;
+}
+
 /* B, or with fused a BW: B and W in one op, traced as one, the input
  * gradient sent at its end (a schedule's full backward, sched.h). */
 static int run_backward_input(engine *e, step_state *st, int s, int mb, int fused, pp_err *err) {
     const sched_plan *plan = e->plan;
     int first = s == 0, last = s == plan->stages - 1;
     void *grad_out = NULL, *grad_in = NULL;
+    if (recompute_before_b(e, st, s, mb, err) != 0) return -1;
     if (!last && receive(e, st, COMM_DIR_GRAD, s + 1, mb, &grad_out, err) != 0) return -1;
     if (!first && !(grad_in = boundary_alloc(e, st, s, err))) {
         boundary_free(e, st, s, grad_out);
@@ -279,7 +333,8 @@ static int save_checkpoint(engine *e, int step, pp_err *err) {
         checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
         file_output out;
         if (file_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
-        if (model_stage_save(e->stages[s], out.f, err) != 0) {
+        model_ckpt_tag tag = {s, e->plan->stages, e->run_id};
+        if (model_stage_save_as(e->stages[s], &tag, out.f, err) != 0) {
             file_output_abort(&out);
             return -1;
         }

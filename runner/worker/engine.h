@@ -12,9 +12,15 @@
  * device buffers of the stages (model_stage_set_boundary_device) and travel
  * to other ranks over devcomm; local stages hand them over as before.
  *
+ * With --recompute, a stage's F drops activations that B needs; before B
+ * the engine has them computed again (model_stage_recompute), traced as a
+ * span named RECOMPUTE (phase SPAN) of the B's step, microbatch and stage,
+ * with the bytes the rank holds after it.
+ *
  * After the steps --checkpoint-every names, and after the last, with
  * --checkpoint-dir, the rank's stages are saved into the checkpoint
- * directory (checkpoint_dir.h) before hooks.checkpoint_done.
+ * directory (checkpoint_dir.h), each file tagged with its stage, the
+ * number of stages and the run, before hooks.checkpoint_done.
  *
  * The engine owns nothing it is given (plan, comm, ring, data); it owns the
  * model stages it creates. */
@@ -61,6 +67,8 @@ typedef struct engine {
     data_source *data;   /* needed on the ranks holding the first or last stage */
     engine_hooks hooks;
     int start_step;      /* the first step to run: 0, or the step after the checkpoint to start from */
+    model_ckpt *ckpt;    /* the checkpoint to start from (checkpoint_dir_start); NULL: none; engine_init reads it */
+    const char *run_id;  /* the run, in the header of every stage file it saves */
 
     /* owned */
     int nlocal;           /* stages on this rank */
@@ -68,10 +76,11 @@ typedef struct engine {
     model_stage **stages; /* [plan->stages], NULL where not local */
     int *first_layer;     /* [plan->stages + 1] partition of the blocks */
     int device_boundaries; /* 1: boundary tensors live in device memory (set by engine_init) */
+    unsigned span_names;   /* bit i: the name of span id i is in the ring (engine.c) */
 } engine;
 
-/* Partitions the model, creates this rank's stages and, when start_step > 0,
- * loads them from checkpoint start_step - 1 (checkpoint_dir_to_load says
+/* Partitions the model, creates this rank's stages and, with a ckpt,
+ * loads them from it, whatever layout wrote it (checkpoint_dir_start says
  * which, if any, a rank starts from). */
 int engine_init(engine *e, pp_err *err);
 /* Runs steps start_step .. cfg->steps-1. */

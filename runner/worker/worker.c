@@ -234,8 +234,9 @@ static int checkpoint_done(void *ctx, int step, pp_err *err) {
  * nothing in flight may be lost when this rank exits first: devcomm
  * first, its messages are acknowledged over the host comm. */
 static int run_engine(worker *w, pp_err *err) {
-    int latest, from = checkpoint_dir_to_load(w->cfg, w->run_id, &latest, err);
-    if (from < 0) return -1;
+    model_ckpt *ckpt;
+    int start;
+    if (checkpoint_dir_start(w->cfg, w->run_id, &ckpt, &start, err) != 0) return -1;
     w->engine = (engine){
         .cfg = w->cfg,
         .plan = w->plan,
@@ -248,9 +249,14 @@ static int run_engine(worker *w, pp_err *err) {
         .gpu = w->gpu,
         .data = w->data,
         .hooks = {w, on_step, checkpoint_done},
-        .start_step = from == 0 ? latest + 1 : 0,
+        .start_step = start,
+        .ckpt = ckpt,
+        .run_id = w->run_id,
     };
-    if (engine_init(&w->engine, err) != 0 || engine_run(&w->engine, err) != 0) return -1;
+    int rc = engine_init(&w->engine, err);
+    model_ckpt_free(ckpt); /* read by engine_init only */
+    w->engine.ckpt = NULL;
+    if (rc != 0 || engine_run(&w->engine, err) != 0) return -1;
     if (w->devcomm && devcomm_flush(w->devcomm, w->cfg->recv_timeout_ms, err) != 0) return -1;
     if (w->comm && comm_flush(w->comm, w->cfg->recv_timeout_ms, err) != 0) return -1;
     return 0;

@@ -36,16 +36,21 @@ typedef struct dblock {
     float *ln1g, *ln1b, *wqkv, *bqkv, *wo, *bo, *ln2g, *ln2b, *wfc, *bfc, *wp, *bp;
 } dblock;
 
+/* The groups of a block's saved tensors, their lifetimes and what recompute
+ * drops: gpt_stage.c's, on the device. */
+enum { SV_OUT, SV_HOLD, SV_CHEAP, SV_GEMM, SV_ATT, SV_BSAVE, SV_GROUPS };
+
 typedef struct dblock_save { /* as gpt_stage.c's block_save */
-    float *keep, *out, *ln1, *atty, *res2, *ln2, *gelu, *mean1, *rstd1, *mean2, *rstd2;
-    float *bonly, *qkv, *fch, *att;
-    float *bsave, *dout, *dfch, *dln2, *dres2, *dqkv, *dln1;
+    float *buf[SV_GROUPS];
+    float *out, *res2, *mean1, *rstd1, *mean2, *rstd2, *ln1, *atty, *ln2, *gelu, *qkv, *fch, *att;
+    float *dout, *dfch, *dln2, *dres2, *dqkv, *dln1;
 } dblock_save;
 
 typedef struct dmb_save {
     uint8_t *tokens, *targets; /* device */
     float *x0, *dx0, *lnf, *meanf, *rstdf, *probs, *dlnf;
     dblock_save *blocks; /* host array of device pointers */
+    int dropped;         /* as gpt_stage.c's mb_save */
 } dmb_save;
 
 struct gpu_stage {
@@ -123,22 +128,62 @@ static float *dblock_at(float *p, int C, dblock *b) {
     return p;
 }
 
-static size_t sz_keep(const gpu_stage *g) { return sizeof(float) * (9 * (size_t)g->N * g->C + 4 * (size_t)g->N); }
-static size_t sz_bonly(const gpu_stage *g) {
-    return sizeof(float) * (7 * (size_t)g->N * g->C + (size_t)g->B * g->H * g->T * g->T);
+static size_t sv_size(const gpu_stage *g, int group) { /* gpt_stage.c's */
+    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
+    static const int nc[SV_GROUPS] = {[SV_OUT] = 1, [SV_HOLD] = 1, [SV_CHEAP] = 7, [SV_GEMM] = 7, [SV_BSAVE] = 11};
+    if (group == SV_ATT) return sizeof(float) * (size_t)g->B * g->H * g->T * g->T;
+    return sizeof(float) * (nc[group] * NC + (group == SV_HOLD ? 4 * N : 0));
 }
-static size_t sz_bsave(const gpu_stage *g) { return sizeof(float) * 11 * (size_t)g->N * g->C; }
 static size_t sz_nc(const gpu_stage *g) { return sizeof(float) * (size_t)g->N * g->C; }
 static size_t sz_n(const gpu_stage *g) { return sizeof(float) * (size_t)g->N; }
 static size_t sz_nv(const gpu_stage *g) { return sizeof(float) * (size_t)g->N * VOCAB; }
 
+static void block_bind(const gpu_stage *g, dblock_save *b) { /* gpt_stage.c's */
+    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
+    float *p;
+    b->out = b->buf[SV_OUT];
+    p = b->buf[SV_HOLD];
+    b->res2 = p, b->mean1 = p ? p + NC : NULL, b->rstd1 = p ? p + NC + N : NULL;
+    b->mean2 = p ? p + NC + 2 * N : NULL, b->rstd2 = p ? p + NC + 3 * N : NULL;
+    p = b->buf[SV_CHEAP];
+    b->ln1 = p, b->atty = p ? p + NC : NULL, b->ln2 = p ? p + 2 * NC : NULL, b->gelu = p ? p + 3 * NC : NULL;
+    p = b->buf[SV_GEMM];
+    b->qkv = p, b->fch = p ? p + 3 * NC : NULL;
+    b->att = b->buf[SV_ATT];
+    p = b->buf[SV_BSAVE];
+    b->dout = p, b->dfch = p ? p + NC : NULL, b->dln2 = p ? p + 5 * NC : NULL, b->dres2 = p ? p + 6 * NC : NULL;
+    b->dqkv = p ? p + 7 * NC : NULL, b->dln1 = p ? p + 10 * NC : NULL;
+}
+
+static int block_get(gpu_stage *g, dblock_save *b, unsigned mask, pp_err *err) {
+    int rc = 0;
+    for (int grp = 0; grp < SV_GROUPS && rc == 0; grp++)
+        if ((mask >> grp & 1) && !b->buf[grp] && !(b->buf[grp] = save_get(g, sv_size(g, grp), err))) rc = -1;
+    block_bind(g, b);
+    return rc;
+}
+/* Stream order: a later user of the buffers runs after the kernels queued on them. */
+static void block_put(gpu_stage *g, dblock_save *b, unsigned mask) {
+    for (int grp = 0; grp < SV_GROUPS; grp++)
+        if (mask >> grp & 1) {
+            save_put(g, b->buf[grp], sv_size(g, grp));
+            b->buf[grp] = NULL;
+        }
+    block_bind(g, b);
+}
+
+#define SV_ALL ((1u << SV_GROUPS) - 1)
+#define SV_F ((1u << SV_OUT) | (1u << SV_HOLD) | (1u << SV_CHEAP) | (1u << SV_GEMM) | (1u << SV_ATT))
+
+static unsigned recompute_drops(int mode) { /* gpt_stage.c's */
+    if (mode == MODEL_RECOMPUTE_SELECTIVE) return (1u << SV_CHEAP) | (1u << SV_ATT);
+    if (mode == MODEL_RECOMPUTE_FULL) return SV_F & ~(1u << SV_OUT);
+    return 0;
+}
+
 static void free_mb(gpu_stage *g, dmb_save *m) {
     if (m->blocks)
-        for (int i = 0; i < g->nblocks; i++) {
-            save_put(g, m->blocks[i].keep, sz_keep(g));
-            save_put(g, m->blocks[i].bonly, sz_bonly(g));
-            save_put(g, m->blocks[i].bsave, sz_bsave(g));
-        }
+        for (int i = 0; i < g->nblocks; i++) block_put(g, &m->blocks[i], SV_ALL);
     free(m->blocks);
     save_put(g, m->tokens, (size_t)g->N), save_put(g, m->targets, (size_t)g->N);
     save_put(g, m->x0, sz_nc(g)), save_put(g, m->dx0, sz_nc(g));
@@ -218,25 +263,9 @@ int gpu_stage_init(model_stage *s, const model_device *dev, pp_err *err) {
     return gpu_stage_upload(s, err);
 }
 
-static int block_alloc_f(gpu_stage *g, dblock_save *b, pp_err *err) {
-    size_t N = (size_t)g->N, NC = N * (size_t)g->C;
-    if (!(b->keep = save_get(g, sz_keep(g), err)) || !(b->bonly = save_get(g, sz_bonly(g), err))) return -1;
-    float *p = b->keep;
-    b->out = p, p += NC;
-    b->ln1 = p, p += NC;
-    b->atty = p, p += NC;
-    b->res2 = p, p += NC;
-    b->ln2 = p, p += NC;
-    b->gelu = p, p += 4 * NC;
-    b->mean1 = p, p += N;
-    b->rstd1 = p, p += N;
-    b->mean2 = p, p += N;
-    b->rstd2 = p;
-    b->qkv = b->bonly, b->fch = b->bonly + 3 * NC, b->att = b->bonly + 7 * NC;
-    return 0;
-}
-
-static int block_forward(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, pp_err *err) {
+/* F of one block up to the GELU (every saved tensor but out); a recompute
+ * runs the same kernels on the same inputs again: the same bits. */
+static int block_forward_inner(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, pp_err *err) {
     gpu_ctx *c = g->ctx;
     int N = g->N, C = g->C;
     size_t NC = (size_t)N * C;
@@ -246,9 +275,27 @@ static int block_forward(gpu_stage *g, const dblock *w, dblock_save *b, const fl
         gpu_linear_forward(c, b->res2, b->atty, w->wo, w->bo, N, C, C, err) || gpu_add(c, b->res2, b->res2, x, NC, err) ||
         gpu_layernorm_forward(c, b->ln2, b->mean2, b->rstd2, b->res2, w->ln2g, w->ln2b, N, C, err) ||
         gpu_linear_forward(c, b->fch, b->ln2, w->wfc, w->bfc, N, C, 4 * C, err) ||
-        gpu_gelu_forward(c, b->gelu, b->fch, 4 * NC, err) ||
-        gpu_linear_forward(c, b->out, b->gelu, w->wp, w->bp, N, 4 * C, C, err) ||
-        gpu_add(c, b->out, b->out, b->res2, NC, err))
+        gpu_gelu_forward(c, b->gelu, b->fch, 4 * NC, err))
+        return -1;
+    return 0;
+}
+
+static int block_forward_out(gpu_stage *g, const dblock *w, dblock_save *b, pp_err *err) {
+    int N = g->N, C = g->C;
+    if (gpu_linear_forward(g->ctx, b->out, b->gelu, w->wp, w->bp, N, 4 * C, C, err) ||
+        gpu_add(g->ctx, b->out, b->out, b->res2, (size_t)N * C, err))
+        return -1;
+    return 0;
+}
+
+/* Selective recompute: block_forward_inner's kernels that are no GEMM. */
+static int block_recompute_cheap(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    int N = g->N, C = g->C;
+    if (gpu_layernorm_forward(c, b->ln1, b->mean1, b->rstd1, x, w->ln1g, w->ln1b, N, C, err) ||
+        gpu_attention_forward(c, b->atty, b->att, b->qkv, g->B, g->T, C, g->H, err) ||
+        gpu_layernorm_forward(c, b->ln2, b->mean2, b->rstd2, b->res2, w->ln2g, w->ln2b, N, C, err) ||
+        gpu_gelu_forward(c, b->gelu, b->fch, 4 * (size_t)N * C, err))
         return -1;
     return 0;
 }
@@ -259,9 +306,7 @@ static int block_backward_input(gpu_stage *g, const dblock *w, dblock_save *b, c
     gpu_ctx *c = g->ctx;
     int N = g->N, C = g->C;
     size_t NC = (size_t)N * C;
-    if (!(b->bsave = save_get(g, sz_bsave(g), err))) return -1;
-    b->dout = b->bsave, b->dfch = b->bsave + NC, b->dln2 = b->bsave + 5 * NC, b->dres2 = b->bsave + 6 * NC;
-    b->dqkv = b->bsave + 7 * NC, b->dln1 = b->bsave + 10 * NC;
+    if (block_get(g, b, 1u << SV_BSAVE, err) != 0) return -1;
     float *tmp = g->scratch_nc2;
     cudaError_t e = cudaMemcpyAsync(b->dout, d, sizeof(float) * NC, cudaMemcpyDeviceToDevice, c->stream);
     if (e != cudaSuccess) return gpu_cuda_fail(err, e, "gpu stage: B copy");
@@ -276,8 +321,7 @@ static int block_backward_input(gpu_stage *g, const dblock *w, dblock_save *b, c
         gpu_layernorm_backward_input(c, tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C, err) ||
         gpu_add(c, d, b->dres2, tmp, NC, err))
         return -1;
-    save_put(g, b->bonly, sz_bonly(g)); /* stream order: the next user runs after these kernels */
-    b->bonly = NULL;
+    block_put(g, b, (1u << SV_GEMM) | (1u << SV_ATT)); /* qkv, fch and att served B only */
     return 0;
 }
 
@@ -366,10 +410,15 @@ int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
     } else if (boundary_in(s, m->x0, in, sizeof(float) * NC, err) != 0) {
         goto fail;
     }
-    for (int i = 0; i < g->nblocks; i++)
-        if (block_alloc_f(g, &m->blocks[i], err) != 0 ||
-            block_forward(g, &g->bp[i], &m->blocks[i], block_input(m, i), err) != 0)
+    unsigned drops = recompute_drops(s->recompute);
+    for (int i = 0; i < g->nblocks; i++) {
+        if (block_get(g, &m->blocks[i], SV_F, err) != 0 ||
+            block_forward_inner(g, &g->bp[i], &m->blocks[i], block_input(m, i), err) != 0 ||
+            block_forward_out(g, &g->bp[i], &m->blocks[i], err) != 0)
             goto fail;
+        block_put(g, &m->blocks[i], drops);
+    }
+    m->dropped = drops && g->nblocks > 0 ? s->recompute : 0;
     if (s->is_last) {
         if (!(m->targets = save_get(g, N, err)) || !(m->lnf = save_get(g, sz_nc(g), err)) ||
             !(m->meanf = save_get(g, sz_n(g), err)) || !(m->rstdf = save_get(g, sz_n(g), err)) ||
@@ -380,12 +429,33 @@ int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
             goto fail;
     } else if (boundary_out(s, out, stage_top(g, m), sizeof(float) * NC, err) != 0) {
         goto fail;
+    } else if (m->dropped == MODEL_RECOMPUTE_FULL) { /* read by nothing: gpt_stage.c */
+        block_put(g, &m->blocks[g->nblocks - 1], 1u << SV_OUT);
     }
     return 0;
 fail:
     gpu_sync(g->ctx, NULL);
     free_mb(g, m);
     return pp_wrap(err, "gpu stage: F of mb %d", mb);
+}
+
+int gpu_stage_recompute_pending(const model_stage *s, int mb) { return s->gpu->mbs[mb].dropped != 0; }
+
+int gpu_stage_recompute(model_stage *s, int mb, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    dmb_save *m = &g->mbs[mb];
+    int mode = m->dropped;
+    if (!mode) return 0;
+    if (use_device(g, err) != 0) return -1;
+    for (int i = 0; i < g->nblocks; i++) { /* as gpt_stage_recompute */
+        dblock_save *b = &m->blocks[i];
+        if (block_get(g, b, recompute_drops(mode) & ~(1u << SV_OUT), err) != 0 ||
+            (mode == MODEL_RECOMPUTE_FULL ? block_forward_inner(g, &g->bp[i], b, block_input(m, i), err)
+                                          : block_recompute_cheap(g, &g->bp[i], b, block_input(m, i), err)) != 0)
+            return pp_wrap(err, "gpu stage: recompute of mb %d, block %d", mb, s->first_layer + i);
+    }
+    m->dropped = 0;
+    return gpu_sync(g->ctx, err); /* the recompute's span on the host covers its kernels */
 }
 
 int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, float *grad_in, pp_err *err) {
@@ -395,6 +465,7 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     if (use_device(g, err) != 0) return -1;
     if (!s->is_last && !grad_out) return pp_fail(err, "gpu stage: B of mb %d needs the output gradient", mb);
     if (!s->is_first && !grad_in) return pp_fail(err, "gpu stage: B of mb %d needs an input-gradient buffer", mb);
+    if (gpu_stage_recompute(s, mb, err) != 0) return -1; /* when the caller did not (model.h) */
     float *d = g->scratch_nc;
     if (s->is_last) {
         float scale = 1.0f / ((float)N * (float)s->microbatches); /* as gpt_stage.c */
