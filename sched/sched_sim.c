@@ -176,7 +176,7 @@ static void summarize(sched_sim *sim, const sched_plan *plan) {
             busy += sp->end - sp->start;
             if (sp->end > step) step = sp->end;
             if (sp->action.op == SCHED_F && ++held > peak) peak = held;
-            if (sp->action.op == SCHED_W) held--;
+            if (sp->action.op == SCHED_W || plan->forward_only) held--; /* an evaluation's F keeps nothing */
         }
         sim->peak_inflight[r] = peak;
     }
