@@ -120,6 +120,13 @@ size_t model_stage_state_bytes(const model_stage *stage);
 
 /* Bytes of the training data (the corpus or the file). */
 size_t data_size(const data_source *data);
+/* data_open with `flag` naming the option in its messages ("--eval-data"). */
+int data_open_as(const char *path, const char *flag, size_t min_bytes, data_source **out, pp_err *err);
+/* Evaluation data held out of the training data: the last tenth of data's
+ * bytes move into *held (data keeps the rest; batches are then drawn from
+ * the first nine tenths). Both must keep min_bytes, or -1 naming the sizes
+ * and nothing changes. */
+int data_hold_out(data_source *data, size_t min_bytes, data_source **held, pp_err *err);
 
 /* Where a stage computes. cuda = 0: the CPU (OpenBLAS), what
  * model_stage_create gives. cuda = 1: a CUDA device, local_rank modulo the
