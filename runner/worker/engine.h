@@ -16,10 +16,20 @@
  * --checkpoint-dir, the rank's stages are saved into the checkpoint
  * directory (checkpoint_dir.h) before hooks.checkpoint_done.
  *
+ * Data parallelism (--dp D, docs/cli.md "Data parallel"): global rank r is
+ * replica r / P at pipeline rank r % P (P = plan->ranks); the plan is one
+ * pipeline's, and every replica runs it on its own microbatches, global
+ * microbatch replica·m + mb. After a stage's last W its gradient is
+ * all-reduced over the ranks at the same pipeline rank (engine_dp.c): in
+ * a thread of its own, so that it overlaps the rank's remaining actions,
+ * and the optimizer step waits for it. Evaluation steps (--eval-every) run
+ * the forward-only plan after training steps (engine_eval.c).
+ *
  * The engine owns nothing it is given (plan, comm, ring, data); it owns the
- * model stages it creates. */
+ * model stages it creates and its data-parallel state. */
 #ifndef PP_ENGINE_H
 #define PP_ENGINE_H
+#include <pthread.h>
 #include <stdint.h>
 
 #include "base/pp.h"
@@ -31,19 +41,25 @@
 #include "tracer/gputrace.h"
 #include "tracer/ring.h"
 
-/* Called on the rank that holds the last stage after each step. */
+/* Called on the rank that holds the last stage of replica 0 after each step
+ * (and each evaluation step), with every replica's losses. */
 typedef struct engine_step_report {
     int step;
-    int microbatches;
-    const float *losses; /* [microbatches], microbatch order */
+    int microbatches;    /* of the step over all replicas */
+    const float *losses; /* [microbatches], global microbatch order */
     double loss;         /* mean */
     uint64_t step_ns;    /* this rank's step, first action to optimizer end */
     double tokens_per_s;
 } engine_step_report;
 
+typedef struct engine_dp engine_dp; /* engine_dp.c */
+
 typedef struct engine_hooks {
     void *ctx;
     int (*on_step)(void *ctx, const engine_step_report *report, pp_err *err);
+    /* After the evaluation step that follows training step report->step
+     * (step_ns: the evaluation's time; tokens_per_s its rate). */
+    int (*on_eval)(void *ctx, const engine_step_report *report, pp_err *err);
     /* After every stage of this rank saved checkpoint `step`: returns once
      * the checkpoint is complete on all ranks (or fails). */
     int (*checkpoint_done)(void *ctx, int step, pp_err *err);
@@ -61,8 +77,15 @@ typedef struct engine {
     data_source *data;   /* needed on the ranks holding the first or last stage */
     engine_hooks hooks;
     int start_step;      /* the first step to run: 0, or the step after the checkpoint to start from */
+    data_source *eval_data; /* --eval-every: held-out data, on the ranks of the first and the last stage */
+    const sched_plan *eval_plan; /* --eval-every: the forward-only plan (sched_forward_only) */
 
     /* owned */
+    int prank;            /* the rank in its pipeline (plan's rank): rank % plan->ranks */
+    int replica, replicas; /* its replica rank / plan->ranks, of cfg->dp */
+    engine_dp *dp;        /* the data-parallel gradient reduction; NULL with one replica */
+    pthread_mutex_t trace_mu; /* the ring takes one writer at a time: the engine's and the all-reduce's threads */
+    int trace_mu_ready;
     int nlocal;           /* stages on this rank */
     int *local_stage;     /* [nlocal] stage index */
     model_stage **stages; /* [plan->stages], NULL where not local */
@@ -78,8 +101,13 @@ int engine_init(engine *e, pp_err *err);
 int engine_run(engine *e, pp_err *err);
 void engine_free(engine *e);
 
-/* The ranks of stage s's neighbours, the stages s-1 (nb[0]) and s+1
- * (nb[1]); `self` where there is none (the first and the last stage). */
+/* The pipeline ranks (the plan's) of stage s's neighbours, the stages s-1
+ * (nb[0]) and s+1 (nb[1]); `self` where there is none (the first and the
+ * last stage). Add replica·plan->ranks for global ranks. */
 void engine_stage_neighbours(const sched_plan *plan, int s, int self, int nb[2]);
+/* The global rank of pipeline rank prank in replica `replica`. */
+static inline int engine_global_rank(const sched_plan *plan, int replica, int prank) {
+    return replica * plan->ranks + prank;
+}
 
 #endif
