@@ -26,6 +26,8 @@ void run_config_default(run_config *cfg) {
     cfg->progress = RUN_PROGRESS_AUTO;
     cfg->fail_at.phase = -1;
     cfg->fail_at.mb = -1;
+    cfg->dp_overlap = 1;
+    cfg->dp_bucket = 1u << 20;
 }
 
 static int copy_text(char *dst, size_t cap, const char *opt, const char *value, pp_err *err) {
@@ -64,7 +66,8 @@ static const enum_name optimizer_names[] = {{MODEL_ADAMW, "adamw"}, {MODEL_SGD, 
 static const enum_name recompute_names[] = {
     {RUN_RECOMPUTE_NONE, "none"}, {RUN_RECOMPUTE_FULL, "full"}, {RUN_RECOMPUTE_SELECTIVE, "selective"}, {0, NULL}};
 /* --fail-at phase= */
-static const enum_name phase_names[] = {{SCHED_F, "F"}, {SCHED_B, "B"}, {SCHED_W, "W"}, {0, NULL}};
+static const enum_name phase_names[] = {
+    {SCHED_F, "F"}, {SCHED_B, "B"}, {SCHED_W, "W"}, {RUN_FAIL_AT_ALLREDUCE, "allreduce"}, {0, NULL}};
 /* --trace and --cupti */
 static const enum_name on_off_names[] = {{1, "on"}, {0, "off"}, {0, NULL}};
 
@@ -164,6 +167,8 @@ static int parse_fail_at(run_fail_at *f, const char *value, pp_err *err) {
     if (pp_parse_kv_list(buf, fail_at_pair, &parsed, err) != 0) return -1;
     if (parsed.step < 0 || parsed.rank < 0)
         return pp_fail(err, "--fail-at: needs step=S and rank=R (e.g. step=1,rank=2[,phase=B,mb=3])");
+    if (parsed.phase == RUN_FAIL_AT_ALLREDUCE && parsed.mb >= 0)
+        return pp_fail(err, "--fail-at: phase=allreduce takes no mb (the all-reduce runs once per step)");
     *f = parsed;
     return 0;
 }
@@ -298,6 +303,14 @@ static const struct {
     {"--init-from", 1, 1},
     {"--recompute", 1, 1},
     {"--recompute-stages", 1, 1},
+    {"--pp", 1, 0},
+    {"--dp", 1, 0},
+    {"--zero1", 0, 1},
+    {"--dp-overlap", 1, 1},
+    {"--dp-bucket", 1, 1},
+    {"--eval-every", 1, 1},
+    {"--eval-microbatches", 1, 1},
+    {"--eval-data", 1, 1},
 };
 
 static int option_index(const char *opt) {
@@ -309,6 +322,11 @@ static int option_index(const char *opt) {
 int run_config_takes_value(const char *opt) {
     int i = option_index(opt);
     return i >= 0 && options[i].takes_value;
+}
+
+int run_config_is_flag(const char *opt) {
+    int i = option_index(opt);
+    return i >= 0 && !options[i].takes_value;
 }
 
 int run_config_worker_only(const char *opt) {
@@ -391,6 +409,24 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         if ((rc = parse_name(recompute_names, opt, value, &v, err)) == 0) cfg->recompute = (run_recompute)v;
     } else if (strcmp(opt, "--recompute-stages") == 0)
         rc = parse_recompute_stages(cfg, value, err);
+    } else if (strcmp(opt, "--pp") == 0)
+        rc = parse_int(opt, value, 1, 1 << 16, &cfg->pp, err);
+    else if (strcmp(opt, "--dp") == 0)
+        rc = parse_int(opt, value, 1, 1 << 16, &cfg->dp, err);
+    else if (strcmp(opt, "--zero1") == 0)
+        cfg->zero1 = 1;
+    else if (strcmp(opt, "--dp-overlap") == 0) {
+        if ((rc = parse_name(on_off_names, opt, value, &v, err)) == 0) cfg->dp_overlap = v;
+    } else if (strcmp(opt, "--dp-bucket") == 0) {
+        rc = pp_parse_size(value, opt, &cfg->dp_bucket, err);
+        if (rc == 0 && (cfg->dp_bucket < 4096 || cfg->dp_bucket > (1ull << 30)))
+            rc = pp_fail(err, "--dp-bucket: accepted: 4KiB to 1GiB, got '%s'", value);
+    } else if (strcmp(opt, "--eval-every") == 0)
+        rc = parse_int(opt, value, 1, 1 << 24, &cfg->eval_every, err);
+    else if (strcmp(opt, "--eval-microbatches") == 0)
+        rc = parse_int(opt, value, 1, 4096, &cfg->eval_microbatches, err);
+    else if (strcmp(opt, "--eval-data") == 0)
+        rc = copy_text(cfg->eval_data, sizeof cfg->eval_data, opt, value, err);
     else
         return 0;
     return rc == 0 ? 1 : -1;
@@ -432,10 +468,35 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     if (gpu_transport && !cuda)
         return pp_fail(err, "--transport %s moves tensors in GPU memory: it needs --device cuda (with --device %s use "
                        "--transport auto, shm or tcp)", run_transport_name(cfg->transport), run_device_name(cfg->device));
+    if ((cfg->eval_microbatches || cfg->eval_data[0]) && !cfg->eval_every)
+        return pp_fail(err, "%s needs --eval-every K (evaluation steps are off without it)",
+                       cfg->eval_microbatches ? "--eval-microbatches" : "--eval-data");
+    if (cfg->eval_every && !cfg->eval_microbatches) cfg->eval_microbatches = cfg->microbatches;
+    if (cfg->eval_every && cuda)
+        return pp_fail(err, "--eval-every runs on --device cpu only for now (the GPU stage has no forward-only step)");
     if (cfg->token[0] == '\0') {
         const char *env = getenv("PPRUN_TOKEN");
         if (env && strlen(env) < sizeof cfg->token) snprintf(cfg->token, sizeof cfg->token, "%s", env);
     }
+    return 0;
+}
+
+int run_config_mesh(run_config *cfg, int world, const char *world_from, pp_err *err) {
+    int pp = cfg->pp, dp = cfg->dp;
+    if (pp && dp && (long)pp * dp != world)
+        return pp_fail(err, "--pp %d --dp %d make %ld ranks, but %s start %d", pp, dp, (long)pp * dp, world_from, world);
+    if (pp && !dp && world % pp != 0)
+        return pp_fail(err, "--pp %d does not divide the %d ranks %s start", pp, world, world_from);
+    if (dp && !pp && world % dp != 0)
+        return pp_fail(err, "--dp %d does not divide the %d ranks %s start", dp, world, world_from);
+    cfg->dp = dp ? dp : pp ? world / pp : 1;
+    cfg->pp = world / cfg->dp;
+    if (cfg->zero1 && cfg->dp < 2)
+        return pp_fail(err, "--zero1 shards the optimizer state over the data-parallel group: it needs --dp 2 or more "
+                       "(this job has %d pipeline%s)", cfg->dp, cfg->dp == 1 ? "" : "s");
+    if (cfg->dp > 1 && cfg->device == RUN_DEVICE_CUDA)
+        return pp_fail(err, "--dp %d runs on --device cpu only for now (the gradient all-reduce over NCCL is not "
+                       "built yet)", cfg->dp);
     return 0;
 }
 
@@ -562,6 +623,20 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
         argc = push(argv, argc, storage, &ns, "--recompute-stages");
         argc = push(argv, argc, storage, &ns, buf);
     }
+    /* The mesh, resolved by the launcher (run_config_mesh): the data-parallel
+     * options only when there is more than one pipeline. */
+    if (cfg->pp) ARG("--pp", "%d", cfg->pp);
+    if (cfg->dp) ARG("--dp", "%d", cfg->dp);
+    if (cfg->zero1) argc = push(argv, argc, storage, &ns, "--zero1");
+    if (cfg->dp > 1) {
+        ARG("--dp-overlap", "%s", name_of(on_off_names, cfg->dp_overlap));
+        ARG("--dp-bucket", "%llu", (unsigned long long)cfg->dp_bucket);
+    }
+    if (cfg->eval_every) {
+        ARG("--eval-every", "%d", cfg->eval_every);
+        ARG("--eval-microbatches", "%d", cfg->eval_microbatches);
+    }
+    if (cfg->eval_data[0]) ARG("--eval-data", "%s", cfg->eval_data);
 #undef ARG
     storage[ns] = NULL;
     if (argc < 0) return -1;
@@ -575,8 +650,8 @@ void run_config_free_args(char **storage) {
 }
 
 int run_config_node_text(const run_config *cfg, int nproc_per_node, char *buf, size_t n) {
-    static const char *const per_node[] = {"--data",    "--checkpoint-dir", "--init-from", "--metrics",
-                                           "--save-weights", NULL};
+    static const char *const per_node[] = {"--data", "--checkpoint-dir", "--init-from", "--metrics", "--save-weights",
+                                           "--eval-data", NULL};
     char *argv[RUN_CONFIG_MAX_ARGS + 1], *storage[RUN_CONFIG_MAX_ARGS + 1];
     int argc = run_config_to_args(cfg, argv, 0, storage);
     if (argc < 0) return -1;

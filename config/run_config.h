@@ -45,11 +45,16 @@ typedef enum run_recompute { RUN_RECOMPUTE_NONE, RUN_RECOMPUTE_FULL, RUN_RECOMPU
  * csv:FILE may be 511 characters long. */
 #define RUN_SCHEDULE_TEXT_MAX 512
 
+/* --fail-at phase=allreduce: inside the step's gradient all-reduce (the
+ * data-parallel collective, runner/worker/engine_dp.c), after this rank sent
+ * its part of the first bucket and before it received anything. */
+#define RUN_FAIL_AT_ALLREDUCE 3
+
 typedef struct run_fail_at {
     int enabled;
     int step, rank;
-    int phase; /* -1 = at the start of the step, else sched_op */
-    int mb;    /* -1 = any microbatch */
+    int phase; /* -1 = at the start of the step, else sched_op or RUN_FAIL_AT_ALLREDUCE */
+    int mb;    /* -1 = any microbatch (of the rank's replica: 0 .. --microbatches - 1) */
 } run_fail_at;
 
 typedef struct run_config {
@@ -94,6 +99,18 @@ typedef struct run_config {
     run_recompute recompute;                /* --recompute */
     int nrecompute_stages;                  /* --recompute-stages; 0: every stage */
     int recompute_stages[RUN_MAX_CUTS + 1]; /* the stages --recompute applies to, increasing */
+
+    /* The mesh (docs/cli.md, "Data parallel"): --pp P ranks per pipeline,
+     * --dp D pipelines side by side, P·D ranks in all. 0 = not given:
+     * run_config_mesh fills both from the world size (one pipeline when
+     * neither is given). Global rank r is replica r / P, pipeline rank r % P. */
+    int pp, dp;
+    int zero1;            /* --zero1: optimizer state sharded over each data-parallel group */
+    int dp_overlap;       /* --dp-overlap on|off: a stage's all-reduce starts at its last W (on) or after the rank's last action (off) */
+    uint64_t dp_bucket;   /* --dp-bucket SIZE: bytes of gradient per all-reduce bucket */
+    int eval_every;       /* --eval-every K: an evaluation step after every K-th training step; 0 = never */
+    int eval_microbatches; /* --eval-microbatches N: per replica and evaluation step (0 = --microbatches) */
+    char eval_data[512];  /* --eval-data FILE; "" = the last tenth of the training data, held out */
 } run_config;
 
 void run_config_default(run_config *cfg);
@@ -118,6 +135,8 @@ const char *run_schedule_text(const run_config *cfg, char *buf, size_t n);
 int run_config_option(run_config *cfg, const char *opt, const char *value, pp_err *err);
 /* Whether `opt` is a job option that takes a value (for the parser). */
 int run_config_takes_value(const char *opt);
+/* Whether `opt` is a job option that takes no value (--resume, --zero1). */
+int run_config_is_flag(const char *opt);
 /* Whether `opt` configures pprun's own worker only (marked * in pprun run's
  * usage): meaningless to a user's program (`-- PROGRAM`). */
 int run_config_worker_only(const char *opt);
@@ -125,11 +144,20 @@ int run_config_worker_only(const char *opt);
 /* Cross-option checks, and the derived fields (model spec). */
 int run_config_finish(run_config *cfg, pp_err *err);
 
+/* The mesh of a job of `world` ranks: fills cfg->pp and cfg->dp (either or
+ * both may be given; pp·dp must be world) and checks what depends on them
+ * (--zero1 needs dp > 1). -1 with err naming the option: "--pp 2 --dp 3
+ * make 6 ranks, but --nproc-per-node 4 x --nnodes 1 start 4";
+ * `world_from` says where the world size comes from ("--nproc-per-node 4
+ * x --nnodes 1", "WORLD_SIZE"). The launcher calls it before anything
+ * starts, every worker again with its WORLD_SIZE. */
+int run_config_mesh(run_config *cfg, int world, const char *world_from, pp_err *err);
+
 /* Appends the job's options to argv (for `pprun worker`); returns the new
  * argc, or -1 when out of memory. argv must have room for RUN_CONFIG_MAX_ARGS
  * more entries and storage for RUN_CONFIG_MAX_ARGS + 1; the strings are owned
  * by `storage` (freed with run_config_free_args). */
-#define RUN_CONFIG_MAX_ARGS 64
+#define RUN_CONFIG_MAX_ARGS 80
 int run_config_to_args(const run_config *cfg, char **argv, int argc, char **storage);
 void run_config_free_args(char **storage);
 

@@ -47,7 +47,7 @@ static void gpu_reset(db *d, int64_t job_id);
 struct db {
     sqlite3 *sql;
     char *path;
-    sqlite3_stmt *ins_event, *ins_loss, *add_ingested, *ins_kernel, *set_cupti_dropped;
+    sqlite3_stmt *ins_event, *ins_loss, *ins_eval_loss, *add_ingested, *ins_kernel, *set_cupti_dropped;
     int64_t gpu_job;
     gpu_rank *gpu;             /* [ngpu], for gpu_job */
     size_t ngpu;
@@ -156,6 +156,11 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     /* 4 -> 5: the name of a program's own span (phase SPAN); every row
      * before has none */
     "ALTER TABLE events ADD COLUMN name TEXT;",
+    /* 5 -> 6: the optimizer state's bytes of an OPT (ZeRO-1), an evaluation
+     * step's losses */
+    "ALTER TABLE events ADD COLUMN optim_bytes INTEGER;"
+    "CREATE TABLE IF NOT EXISTS eval_losses (job_id INTEGER NOT NULL, step INTEGER NOT NULL, microbatch INTEGER NOT NULL,"
+    " loss REAL, rank INTEGER NOT NULL, at_ns INTEGER NOT NULL, PRIMARY KEY (job_id, step, microbatch)) WITHOUT ROWID;",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
@@ -286,10 +291,12 @@ static int open_file(const char *path, db **out, pp_err *err) {
     }
     if (prepare(d,
                 "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,"
-                "name) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+                "name,optim_bytes) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
                 &d->ins_event, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
                 &d->ins_loss, err) != 0 ||
+        prepare(d, "INSERT OR REPLACE INTO eval_losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
+                &d->ins_eval_loss, err) != 0 ||
         prepare(d,
                 "INSERT INTO job_counters(job_id,events_ingested,updated_at_ns) VALUES(?1,?2,?3)"
                 " ON CONFLICT(job_id) DO UPDATE SET events_ingested=events_ingested+excluded.events_ingested,"
@@ -312,6 +319,7 @@ void db_close(db *d) {
     if (!d) return;
     sqlite3_finalize(d->ins_event);
     sqlite3_finalize(d->ins_loss);
+    sqlite3_finalize(d->ins_eval_loss);
     sqlite3_finalize(d->add_ingested);
     sqlite3_finalize(d->ins_kernel);
     sqlite3_finalize(d->set_cupti_dropped);
@@ -448,7 +456,12 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
         {"step_idle", NULL,
          "CREATE TEMP VIEW IF NOT EXISTS step_idle AS SELECT job_id, step, rank, cause,"
          " sum(end_ns - start_ns) AS idle_ns FROM main.gaps GROUP BY job_id, step, rank, cause"},
-        {"events", "name", "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS name FROM main.events"},
+        {"events", "name", "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS name, NULL AS optim_bytes"
+                           " FROM main.events"},
+        /* version 5: name but not optim_bytes (the entry above covers both) */
+        {"events", "optim_bytes",
+         "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS optim_bytes FROM main.events"},
+        {"eval_losses", NULL, "CREATE TEMP VIEW IF NOT EXISTS eval_losses AS SELECT * FROM main.losses WHERE 0"},
     };
     const char *file = sqlite3_db_filename(sql, "main");
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
@@ -714,12 +727,13 @@ static int gpu_dropped(db *d, int64_t job_id, const trace_event *e) {
 int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err) {
     if (n == 0) return 0;
     if (exec(d, "BEGIN IMMEDIATE", "inserting events", err) != 0) return -1;
-    sqlite3_stmt *ins = d->ins_event, *loss = d->ins_loss;
+    sqlite3_stmt *ins = d->ins_event;
     int rc = SQLITE_DONE;
     for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
         const trace_event *e = &ev[i];
         int64_t off = offset_of(d, job_id, e->rank);
-        if (e->phase == TRACE_LOSS) {
+        if (e->phase == TRACE_LOSS || e->phase == TRACE_EVAL_LOSS) {
+            sqlite3_stmt *loss = e->phase == TRACE_LOSS ? d->ins_loss : d->ins_eval_loss;
             sqlite3_bind_int64(loss, 1, job_id);
             sqlite3_bind_int(loss, 2, e->step);
             sqlite3_bind_int(loss, 3, e->microbatch);
@@ -771,7 +785,9 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
         sqlite3_bind_text(ins, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
         sqlite3_bind_int64(ins, 8, (int64_t)e->start_ns + off);
         sqlite3_bind_int64(ins, 9, (int64_t)e->end_ns + off);
-        int comm = e->phase >= TRACE_SEND_F && e->phase <= TRACE_RECV_B, span = e->phase == TRACE_SPAN;
+        int comm = (e->phase >= TRACE_SEND_F && e->phase <= TRACE_RECV_B) || e->phase == TRACE_EVAL_SEND_F ||
+                   e->phase == TRACE_EVAL_RECV_F,
+            span = e->phase == TRACE_SPAN;
         if ((comm || span) && e->peer >= 0)
             sqlite3_bind_int(ins, 10, e->peer);
         else
@@ -782,7 +798,8 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
          * SPAN what the program gave. A gpu span is a copy of its host
          * span's fields (cupti_records.c): its bytes would be the same
          * figure again. */
-        int held = (e->phase <= TRACE_W || e->phase == TRACE_BW || e->phase == TRACE_OPT) && e->source != TRACE_SRC_GPU;
+        int held = (e->phase <= TRACE_W || e->phase == TRACE_BW || e->phase == TRACE_OPT || e->phase == TRACE_EVAL_F) &&
+                   e->source != TRACE_SRC_GPU;
         if (comm || held || span)
             sqlite3_bind_int64(ins, 11, (int64_t)e->bytes);
         else
@@ -792,6 +809,12 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
             sqlite3_bind_text(ins, 13, span_name_of(d, job_id, e, e->name), -1, SQLITE_TRANSIENT);
         else
             sqlite3_bind_null(ins, 13);
+        /* OPT: of its bytes, the optimizer state's (0 from producers that do
+         * not say, as a program's OPT) */
+        if (e->phase == TRACE_OPT && e->source != TRACE_SRC_GPU && e->value > 0 && e->value < 9.2e18)
+            sqlite3_bind_int64(ins, 14, (int64_t)e->value);
+        else
+            sqlite3_bind_null(ins, 14);
         rc = sqlite3_step(ins);
         sqlite3_reset(ins);
         if (rc == SQLITE_DONE && e->source == TRACE_SRC_GPU && e->reserved > 0) {

@@ -18,7 +18,7 @@
 
 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle;
  * 5: events.name (a program's named spans) */
-#define DB_SCHEMA_VERSION 5
+#define DB_SCHEMA_VERSION 6
 
 typedef struct db db;
 
@@ -100,7 +100,10 @@ int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t clock_offset_ns
  * jobs and plan (db/progplan.h: the program's plan replaces the
  * launcher's), LOSS records
  * into losses (a repeated (step, microbatch), e.g. from a restarted attempt,
- * replaces the older loss); job_counters.events_ingested += n.
+ * replaces the older loss), an evaluation step's EVAL_F/EVAL_SEND_F/
+ * EVAL_RECV_F into events (bytes as for F and SEND/RECV) and its EVAL_LOSS
+ * into eval_losses (as LOSS), an OPT's optimizer-state bytes (its `value`)
+ * into events.optim_bytes; job_counters.events_ingested += n.
  * GPU records (tracer/event.h): gpu spans go into events (source 'gpu');
  * TRACE_KERNEL_NAME chunks are assembled per rank and attempt; each
  * TRACE_KERNEL becomes a kernels row with its name and, as event_id, the

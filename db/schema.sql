@@ -2,7 +2,7 @@
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
 -- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle;
--- 4 -> 5: events.name).
+-- 4 -> 5: events.name; 5 -> 6: events.optim_bytes, eval_losses).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -57,13 +57,15 @@ CREATE TABLE IF NOT EXISTS events (
   step        INTEGER NOT NULL,
   microbatch  INTEGER,                   -- NULL for OPT
   stage       INTEGER,                   -- NULL for OPT
-  phase       TEXT NOT NULL,             -- F B W BW SEND_F RECV_F SEND_B RECV_B OPT SPAN
+  phase       TEXT NOT NULL,             -- F B W BW SEND_F RECV_F SEND_B RECV_B OPT SPAN EVAL_F EVAL_SEND_F EVAL_RECV_F
   start_ns    INTEGER NOT NULL,
   end_ns      INTEGER NOT NULL,
   peer        INTEGER,                   -- the other rank of a SEND/RECV (or of a SPAN that names one)
   bytes       INTEGER,
   source      TEXT NOT NULL,             -- cpu (host span) | gpu (CUPTI: the op's first kernel start to last kernel end)
-  name        TEXT                       -- SPAN: its name ("data", "allreduce"); NULL for every other phase (version 5)
+  name        TEXT,                      -- SPAN: its name ("data" or "ALLREDUCE"); NULL for every other phase (version 5)
+                                         -- (no comma in this comment: SQLite's DROP COLUMN of the next column would trip on it)
+  optim_bytes INTEGER                    -- OPT: how many of its bytes are optimizer state (with --zero1 the shard), else NULL (version 6)
 );
 -- Timeline readers ask for one source (host spans, or the GPU lane's gpu
 -- spans) of a rank's window: with source in the index they filter without
@@ -77,6 +79,19 @@ CREATE TABLE IF NOT EXISTS losses (
   step       INTEGER NOT NULL,
   microbatch INTEGER NOT NULL,
   loss       REAL,                       -- NULL: the loss was not a finite number (NaN, +-Inf)
+  rank       INTEGER NOT NULL,           -- the last stage's rank
+  at_ns      INTEGER NOT NULL,
+  PRIMARY KEY (job_id, step, microbatch)
+) WITHOUT ROWID;
+
+-- An evaluation step's losses (--eval-every): one row per microbatch of the
+-- evaluation that follows training step `step`, microbatch its index over
+-- all replicas (version 6).
+CREATE TABLE IF NOT EXISTS eval_losses (
+  job_id     INTEGER NOT NULL,
+  step       INTEGER NOT NULL,           -- the training step the evaluation follows
+  microbatch INTEGER NOT NULL,
+  loss       REAL,                       -- NULL: not a finite number
   rank       INTEGER NOT NULL,           -- the last stage's rank
   at_ns      INTEGER NOT NULL,
   PRIMARY KEY (job_id, step, microbatch)

@@ -45,6 +45,10 @@ typedef struct sched_plan {
      * The non-idle cells of row r, in order, are exactly actions[r]. */
     int nslots;
     sched_action **slots;
+    /* Addition: 1 for a forward-only plan (an evaluation step's,
+     * sched_forward_only): F actions only, and the validator requires no B
+     * and no W. 0 for every training plan. */
+    int forward_only;
 } sched_plan;
 
 /* Builds a named schedule: "gpipe", "1f1b", "interleaved-1f1b", "zb-h1",
@@ -165,6 +169,14 @@ char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double u
  * microbatches. The plan is validated too: on success it is safe to run.
  * Caller frees with sched_free. */
 int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);
+
+/* A forward-only plan for an evaluation step (docs/schedules.md,
+ * "Evaluation steps"): the stages and placement of `train`, m microbatches,
+ * each rank running the F of its stages in wavefront order ((stage +
+ * microbatch), then stage: every F's input comes from an F earlier in that
+ * order, so no rank waits on one that waits for it). Validated; caller frees
+ * with sched_free. */
+int sched_forward_only(const sched_plan *train, int m, sched_plan **out, pp_err *err);
 
 /* Parses costs as a user writes them, "f=1,b=2,w=1,comm=0" (`what` names the
  * flag in errors): plain numbers are time units, durations with a unit

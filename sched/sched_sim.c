@@ -181,7 +181,8 @@ static void summarize(sched_sim *sim, const sched_plan *plan) {
             busy += sp->end - sp->start;
             if (sp->end > step) step = sp->end;
             if (sp->action.op == SCHED_F && ++held > peak) peak = held;
-            if (sp->action.op == SCHED_W || sp->action.op == SCHED_BW) held--;
+            /* a W or a BW releases what its F saved; an evaluation's F keeps nothing */
+            if (sp->action.op == SCHED_W || sp->action.op == SCHED_BW || plan->forward_only) held--;
         }
         sim->peak_inflight[r] = peak;
     }

@@ -89,6 +89,11 @@ static int check_action(checker *ck, int r, int i, pp_err *err) {
                 }
         return reject(plan, err, ck->marks, "each stage lives on one rank", detail);
     }
+    if (plan->forward_only && a->op != SCHED_F) {
+        mark(ck, r, i);
+        snprintf(detail, sizeof detail, "rank %d runs %s in a forward-only schedule", r, sched_action_str(a, a1));
+        return reject(plan, err, ck->marks, "a forward-only schedule runs F only", detail);
+    }
     /* a BW takes the keys of its B and its W */
     int ops[2] = {sched_key_op(a->op), SCHED_W}, nops = a->op == SCHED_BW ? 2 : 1;
     for (int j = 0; j < nops; j++) {
@@ -114,9 +119,10 @@ static int check_action(checker *ck, int r, int i, pp_err *err) {
 static int check_complete(checker *ck, pp_err *err) {
     const sched_plan *plan = ck->plan;
     char a1[32], detail[512];
+    int ops = plan->forward_only ? 1 : 3; /* F only, or F, B and W */
     for (int s = 0; s < plan->stages; s++)
         for (int mb = 0; mb < plan->microbatches; mb++)
-            for (int op = 0; op < 3; op++) {
+            for (int op = 0; op < ops; op++) {
                 if (ck->where[sched_key(plan, s, mb, op)] >= 0) continue;
                 sched_action miss = {s, op, mb};
                 int owner = plan->stage_rank[s];
@@ -126,7 +132,10 @@ static int check_complete(checker *ck, pp_err *err) {
                 else
                     snprintf(detail, sizeof detail, "no rank runs %s: stage %d has no actions at all",
                              sched_action_str(&miss, a1), s);
-                return reject(plan, err, ck->marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
+                return reject(plan, err, ck->marks,
+                              plan->forward_only ? "exactly one F per (stage, microbatch)"
+                                                 : "exactly one F, one B and one W per (stage, microbatch)",
+                              detail);
             }
     return 0;
 }

@@ -290,7 +290,7 @@ static size_t events_with_held_bytes(int step, int64_t base, trace_event *ev) {
 
 Test(db, a_new_file_has_step_stats_act_peak_bytes_last) {
     db *d = open_fresh("v3.db");
-    cr_assert_eq(DB_SCHEMA_VERSION, 5);
+    cr_assert_eq(DB_SCHEMA_VERSION, 6);
     cr_assert_str_eq(columns_of(db_sqlite(d), "step_stats"),
                      "job_id:INTEGER:-,step:INTEGER:-,rank:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
                      "busy_ns:INTEGER:-,bubble_ns:INTEGER:-,bubble_ratio:REAL:-,act_peak_bytes:INTEGER:0");
@@ -355,7 +355,7 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data, .init = user
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                 "ALTER TABLE events DROP COLUMN name; PRAGMA user_version=2;", NULL, NULL, NULL),
+                                 "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;", NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     int64_t bubble = tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats");
     cr_assert_gt(bubble, 0);
@@ -413,7 +413,7 @@ Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates, .init = us
     db_close(d);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "DROP TABLE step_idle; ALTER TABLE events DROP COLUMN name; PRAGMA user_version=3;",
+    cr_assert_eq(sqlite3_exec(s, "DROP TABLE step_idle; ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=3;",
                               NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
@@ -485,7 +485,7 @@ Test(db, writers_opening_one_file_at_once_all_succeed) {
         sqlite3 *s;
         cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
         cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                     "ALTER TABLE events DROP COLUMN name; PRAGMA user_version=2;", NULL, NULL, NULL),
+                                     "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;", NULL, NULL, NULL),
                      SQLITE_OK, "%s", sqlite3_errmsg(s));
         sqlite3_close(s);
         cr_assert_eq(open_at_once(path, 8), 0, "round %d: a writer migrating the file failed (stderr)", round);
@@ -509,7 +509,7 @@ Test(db, a_version_4_file_reads_events_without_names_and_migrates) {
     sqlite3 *s;
     pp_err err;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE events DROP COLUMN name; PRAGMA user_version=4;", NULL, NULL, NULL),
+    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=4;", NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
     for (int reader = 0; reader < 2; reader++) {

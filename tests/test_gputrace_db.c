@@ -191,7 +191,7 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable, .init = usersql_fir
     cr_assert_eq(sqlite3_exec(s,
                               "ALTER TABLE ranks DROP COLUMN cupti_dropped; DROP INDEX kernels_by_event;"
                               "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                              "ALTER TABLE events DROP COLUMN name; DROP INDEX events_by_time;"
+                              "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; DROP INDEX events_by_time;"
                               "CREATE INDEX events_by_time ON events(job_id, rank, start_ns); PRAGMA user_version=1;",
                               NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));

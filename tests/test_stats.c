@@ -165,7 +165,7 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     /* A file from before schema version 3 has no act_peak_bytes: not recorded, and the file is left as it was;
      * nor step_idle (version 4): the idle time by cause comes from the gaps, the same. */
     cr_assert_eq(fixture_exec(path, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                    "ALTER TABLE events DROP COLUMN name; PRAGMA user_version=2;", &err),
+                                    "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;", &err),
                  0, "%s", err.msg);
     p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);

@@ -6,8 +6,9 @@
 
 const char *trace_phase_name(int phase) {
     static const char *names[TRACE_PHASE_COUNT] = {
-        "F",      "B",           "W",           "SEND_F",    "RECV_F",   "SEND_B", "RECV_B", "OPT", "BW", "SPAN",
-        "LOSS",   "KERNEL",      "KERNEL_NAME", "GPU_DROPPED", "SPAN_NAME", "SCHEDULE", "PLAN"};
+        "F",      "B",           "W",           "SEND_F",      "RECV_F",    "SEND_B",   "RECV_B",
+        "OPT",    "BW",          "SPAN",        "EVAL_F",      "EVAL_SEND_F", "EVAL_RECV_F", "LOSS",
+        "KERNEL", "KERNEL_NAME", "GPU_DROPPED", "SPAN_NAME", "SCHEDULE", "PLAN", "EVAL_LOSS"};
     return phase >= 0 && phase < TRACE_PHASE_COUNT ? names[phase] : "?";
 }
 

@@ -16,8 +16,12 @@
  * 3: TRACE_BW and TRACE_SPAN (spans, numbered before TRACE_LOSS as every
  * span phase is), TRACE_SPAN_NAME, TRACE_SCHEDULE and TRACE_PLAN (records
  * of a user's program, libpprun_trace); the kinds from TRACE_LOSS on moved
- * up by two. Records carry phase numbers, the database phase names. */
-#define TRACE_EVENT_VERSION 3
+ * up by two. Records carry phase numbers, the database phase names.
+ * 4: an evaluation step's spans (TRACE_EVAL_F, TRACE_EVAL_SEND_F,
+ * TRACE_EVAL_RECV_F, numbered before TRACE_LOSS; the kinds from TRACE_LOSS
+ * on moved up by three) and its losses (TRACE_EVAL_LOSS); OPT's value is
+ * the optimizer state's bytes; pprun's own named spans (ALLREDUCE ...). */
+#define TRACE_EVENT_VERSION 4
 
 typedef enum trace_phase {
     TRACE_F = 0,
@@ -37,8 +41,18 @@ typedef enum trace_phase {
      * not given. Stored as phase 'SPAN' with events.name. Neither compute
      * nor pipeline communication for the analyses. */
     TRACE_SPAN = 9,
+    /* An evaluation step (docs/schedules.md, "Evaluation steps"): the F of
+     * a forward-only microbatch on held-out data, and its activation's send
+     * and receive, as TRACE_F, TRACE_SEND_F and TRACE_RECV_F have them;
+     * step = the training step it follows, microbatch = its index in the
+     * evaluation step over all replicas. Stored as 'EVAL_F', 'EVAL_SEND_F',
+     * 'EVAL_RECV_F': the pipeline analyses (F, B, W, BW, OPT and the
+     * training step's SEND/RECV) never count them. */
+    TRACE_EVAL_F = 10,
+    TRACE_EVAL_SEND_F = 11,
+    TRACE_EVAL_RECV_F = 12,
     /* The phases below are records, never spans of `events`. */
-    TRACE_LOSS = 10, /* one per microbatch on the last stage; value = loss; start == end */
+    TRACE_LOSS = 13, /* one per microbatch on the last stage; value = loss; start == end */
     /* CUPTI (--cupti on, tracer/gputrace.h); never rows of `events`:
      * TRACE_KERNEL: one kernel or memcpy on the device: start_ns/end_ns,
      *   reserved = number of the gpu span it belongs to (0: none),
@@ -48,9 +62,9 @@ typedef enum trace_phase {
      *   sent once per rank and attempt, before the first kernel using it.
      * TRACE_GPU_DROPPED: bytes = CUPTI activity records this rank lost so
      *   far (absolute), start == end. */
-    TRACE_KERNEL = 11,
-    TRACE_KERNEL_NAME = 12,
-    TRACE_GPU_DROPPED = 13,
+    TRACE_KERNEL = 14,
+    TRACE_KERNEL_NAME = 15,
+    TRACE_GPU_DROPPED = 16,
     /* A user's program (libpprun_trace):
      * TRACE_SPAN_NAME: a chunk of a span's or a schedule's name (kname
      *   below); a name is sent once per rank and attempt, before the first
@@ -60,9 +74,13 @@ typedef enum trace_phase {
      *   and microbatches from then on, and this rank's plan is the
      *   TRACE_PLAN records that follow (replacing the launcher's).
      * TRACE_PLAN: one action of the rank's plan, `plan` below. */
-    TRACE_SPAN_NAME = 14,
-    TRACE_SCHEDULE = 15,
-    TRACE_PLAN = 16,
+    TRACE_SPAN_NAME = 17,
+    TRACE_SCHEDULE = 18,
+    TRACE_PLAN = 19,
+    /* An evaluation step's loss, one per microbatch on the last stage, as
+     * TRACE_LOSS: the eval_losses table (step = the training step the
+     * evaluation follows, microbatch its global index). */
+    TRACE_EVAL_LOSS = 20,
     TRACE_PHASE_COUNT
 } trace_phase;
 
@@ -89,7 +107,8 @@ typedef struct trace_event {
             uint64_t bytes;     /* SEND/RECV payload; F/B/W/BW: activation bytes the rank holds after the op;
                                 * OPT: the rank's weights, gradients and optimizer state; SPAN: the user's */
             union {
-                double value;   /* LOSS: the loss */
+                double value;   /* LOSS, EVAL_LOSS: the loss; OPT: of `bytes`, the optimizer state's (0: not
+                                 * measured) */
                 uint64_t name;  /* SPAN: its name's id (TRACE_SPAN_NAME) */
             };
         };

@@ -23,7 +23,7 @@
 #define COMM_MAX_WORLD 65536
 
 const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
-    static const char *dirs[] = {"activation", "gradient", "control"};
+    static const char *dirs[] = {"activation", "gradient", "control", NULL, NULL, "collective", "evaluation activation"};
     unsigned dir = (unsigned)(tag & 0xF);
     if (dir == COMM_DIR_DEVACK || dir == COMM_DIR_DEVANN) {
         snprintf(buf, cap, "tag 0x%" PRIx64 " (devcomm %s %" PRIu64 ")", tag,
@@ -32,8 +32,8 @@ const char *comm_tag_str(uint64_t tag, char *buf, size_t cap) {
     }
     const char *ann = dir & COMM_DIR_DEVDATA ? "devcomm announcement of " : "";
     dir &= ~(unsigned)COMM_DIR_DEVDATA;
-    char d[16];
-    if (dir < 3)
+    char d[32];
+    if (dir < sizeof dirs / sizeof *dirs && dirs[dir])
         snprintf(d, sizeof d, "%s", dirs[dir]);
     else
         snprintf(d, sizeof d, "dir %u", dir);

@@ -79,6 +79,11 @@ enum { COMM_DIR_DEVACK = 3, COMM_DIR_DEVANN = 4 };
  * as T | COMM_DIR_DEVDATA: directions 8..15 are devcomm's, so the data tags
  * given to devcomm (directions 0..7) stay free for host messages. */
 enum { COMM_DIR_DEVDATA = 8 };
+/* The data-parallel collectives' messages (comm_coll.h: the microbatch
+ * field holds the bucket, the operation and the message's index, docs/comm.md
+ * "Collectives") and an evaluation step's activations (their step is the
+ * training step they follow). */
+enum { COMM_DIR_COLL = 5, COMM_DIR_EVAL = 6 };
 static inline uint64_t comm_tag(uint64_t step, uint64_t stage, uint64_t mb, uint64_t dir) {
     return (step & 0xFFFFFFull) << 40 | (stage & 0xFFFFull) << 24 | (mb & 0xFFFFFull) << 4 | (dir & 0xFull);
 }

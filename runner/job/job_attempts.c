@@ -48,12 +48,13 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     return rc;
 }
 
-/* Each rank's environment: this node's address for TCP, a user's program's
- * schedule, and the fd of the rank's trace ring. */
+/* Each rank's environment: this node's address for TCP, its place in the
+ * mesh, a user's program's schedule, and the fd of the rank's trace ring. */
 static int rank_env(void *ctx, const launch_info *info, int local_rank, int global_rank, launch_env *env, pp_err *err) {
     run_job *job = ctx;
     (void)info;
     if (launch_env_set(env, "PPRUN_NODE_ADDR", job->node_addr, err) != 0) return -1;
+    if (job_mesh_env_set(&job->cfg, global_rank, env, err) != 0) return -1;
     if (job->program && job_program_env_set(job->plan, &job->cfg, global_rank, env, err) != 0) return -1;
     if (job->rings && job->rings[local_rank]) {
         int fd = trace_ring_fd(job->rings[local_rank]);

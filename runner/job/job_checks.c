@@ -117,6 +117,9 @@ static int check_fail_at(const run_job *job, int world, pp_err *err) {
     if (f->step >= job->cfg.steps) return pp_fail(err, "--fail-at step=%d: the job runs steps 0..%d", f->step, job->cfg.steps - 1);
     if (f->mb >= job->cfg.microbatches)
         return pp_fail(err, "--fail-at mb=%d: the job has microbatches 0..%d", f->mb, job->cfg.microbatches - 1);
+    if (f->phase == RUN_FAIL_AT_ALLREDUCE && job->cfg.dp < 2)
+        return pp_fail(err, "--fail-at phase=allreduce: the job has one pipeline, so no gradient all-reduce (give --dp "
+                            "2 or more)");
     return 0;
 }
 
@@ -196,12 +199,19 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
         run_config_check_gpu_transport(cfg, job->plan, job->lo.nproc_per_node, job->cuda_devices, err) != 0)
         return -1;
     if (cfg->model.kind == MODEL_GPT) {
-        data_source *data = NULL;
-        if (data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &data, err) != 0)
+        data_source *data = NULL, *held = NULL;
+        size_t min_bytes = model_tokens_per_microbatch(&cfg->model) + 1;
+        if (data_open(cfg->data[0] ? cfg->data : NULL, min_bytes, &data, err) != 0)
             return -1; /* its messages name --data */
-        data_close(data);
-    } else if (cfg->data[0]) {
-        return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);
+        /* --eval-every: the file, or the held-out tenth, must hold a microbatch */
+        int rc = !cfg->eval_every      ? 0
+                 : cfg->eval_data[0] ? data_open_as(cfg->eval_data, "--eval-data", min_bytes, &held, err)
+                                     : data_hold_out(data, min_bytes, &held, err);
+        data_close(data), data_close(held);
+        if (rc != 0) return -1;
+    } else if (cfg->data[0] || cfg->eval_data[0]) {
+        return pp_fail(err, "%s %s: a timed model trains on no data (only gpt reads it)",
+                       cfg->data[0] ? "--data" : "--eval-data", cfg->data[0] ? cfg->data : cfg->eval_data);
     }
     for (int i = 0; i < cfg->nrecompute_stages; i++)
         if (cfg->recompute_stages[i] >= job->plan->stages)
@@ -218,8 +228,12 @@ int job_check(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
     if (check_options(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
-    if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
-    if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
+    char from[96];
+    snprintf(from, sizeof from, "--nproc-per-node %d x --nnodes %d", job->lo.nproc_per_node, job->lo.nnodes);
+    if (run_config_mesh(cfg, world, from, err) != 0) return -1;
+    /* one pipeline's plan: every replica runs it (docs/cli.md, "Data parallel") */
+    if (cfg->schedule_costs_db[0] && read_schedule_costs(job, cfg->pp, err) != 0) return -1;
+    if (run_config_plan(cfg, cfg->pp, &job->plan, err) != 0) return -1;
     if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
     if (cfg->trace && job->lo.node_rank == 0 && check_db(cfg->db, err) != 0) return -1;
     if (!job->program) return check_worker_job(job, world, err);

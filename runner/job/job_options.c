@@ -47,7 +47,18 @@ static void usage(FILE *out) {
             "* --transport T         auto|shm|tcp|cuda-ipc|nccl (default auto: with --device cuda,\n"
             "                        boundary tensors stay in GPU memory, cuda-ipc between ranks\n"
             "                        on one GPU, nccl otherwise; shm|tcp stage them through the host)\n"
-            "* --progress auto|on|off  the progress line (its numbers come from pprun's worker)\n\n"
+            "* --progress auto|on|off  the progress line (its numbers come from pprun's worker)\n"
+            "  --pp P  --dp D        P ranks per pipeline, D pipelines side by side (data parallel):\n"
+            "                        P x D ranks; either one follows from the other and the world\n"
+            "                        (default: one pipeline of --nproc-per-node x --nnodes ranks)\n"
+            "* --zero1               shard the optimizer state over each data-parallel group\n"
+            "* --dp-overlap on|off   all-reduce a stage's gradient at its last W (default on) or after\n"
+            "                        the rank's last action\n"
+            "* --dp-bucket SIZE      gradient bytes per all-reduce bucket (default 1MiB)\n"
+            "* --eval-every K  --eval-microbatches N  --eval-data FILE\n"
+            "                        a forward-only evaluation step after every K-th step, N microbatches\n"
+            "                        per pipeline (default --microbatches) of FILE (default: the\n"
+            "                        training data's last tenth, held out)\n\n"
             "launcher options (as `pprun launch`):\n");
     launch_usage(out, 4);
 }
@@ -75,7 +86,7 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
         }
         return run_config_option(&job->cfg, opt, val, err) < 0 ? -1 : 2;
     }
-    if (strcmp(opt, "--resume") == 0) return run_config_option(&job->cfg, opt, NULL, err) < 0 ? -1 : 1;
+    if (run_config_is_flag(opt)) return run_config_option(&job->cfg, opt, NULL, err) < 0 ? -1 : 1;
     if (!run_config_takes_value(opt)) return 0;
     if (!val) return pp_fail(err, "%s needs a value", opt);
     int rc = run_config_option(&job->cfg, opt, val, err);
@@ -101,7 +112,11 @@ int job_options_parse(run_job *job, int argc, char **argv, pp_err *err) {
     if (launch_check_token(&job->lo, err) != 0) return -1;
     if (!job->program && job->lo.prog_argc != 1)
         return pp_fail(err, "unexpected argument '%s' (pprun run takes options only)", job->lo.prog_argv[0]);
-    if (!(job->lo.given & LAUNCH_GIVEN_NPROC)) job->lo.nproc_per_node = 4;
+    if (!(job->lo.given & LAUNCH_GIVEN_NPROC)) {
+        /* --pp P --dp D without --nproc-per-node: P x D ranks over the nodes */
+        long mesh = (long)job->cfg.pp * job->cfg.dp, nodes = job->lo.nnodes > 0 ? job->lo.nnodes : 1;
+        job->lo.nproc_per_node = mesh > 0 && mesh % nodes == 0 && mesh / nodes <= LAUNCH_MAX_NPROC ? (int)(mesh / nodes) : 4;
+    }
     if (job->lo.node_rank == 0 && job->lo.run_id[0] == '\0')
         snprintf(job->lo.run_id, sizeof job->lo.run_id, "run-%llx-%d", (unsigned long long)(pp_wall_ns() / 1000000),
                  (int)getpid());

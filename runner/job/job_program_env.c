@@ -21,8 +21,26 @@ int job_program_env_check(const sched_plan *plan, pp_err *err) {
     return 0;
 }
 
+int job_mesh_env_set(const run_config *cfg, int rank, launch_env *env, pp_err *err) {
+    int pp = cfg->pp > 0 ? cfg->pp : 1, dp = cfg->dp > 0 ? cfg->dp : 1;
+    const struct {
+        const char *name;
+        int value;
+    } nums[] = {{"PPRUN_PP_SIZE", pp}, {"PPRUN_PP_RANK", rank % pp}, {"PPRUN_DP_SIZE", dp}, {"PPRUN_DP_RANK", rank / pp}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        char num[32];
+        snprintf(num, sizeof num, "%d", nums[i].value);
+        if (launch_env_set(env, nums[i].name, num, err) != 0) return -1;
+    }
+    return 0;
+}
+
 int job_program_env_set(const sched_plan *plan, const run_config *cfg, int rank, launch_env *env, pp_err *err) {
     char num[32];
+    /* the plan is one pipeline's: this rank's place in it, and the global
+     * ranks of its replica */
+    int base = rank / plan->ranks * plan->ranks;
+    rank %= plan->ranks;
     const struct {
         const char *name;
         int value;
@@ -40,7 +58,7 @@ int job_program_env_set(const sched_plan *plan, const run_config *cfg, int rank,
     if (!text) return pp_fail(err, "out of memory");
     size_t n = 0;
     for (int s = 0; s < plan->stages; s++)
-        n += (size_t)snprintf(text + n, size - n, s ? ",%d" : "%d", plan->stage_rank[s]);
+        n += (size_t)snprintf(text + n, size - n, s ? ",%d" : "%d", base + plan->stage_rank[s]);
     int rc = launch_env_set(env, "PPRUN_STAGE_RANKS", text, err);
     n = 0;
     text[0] = '\0';

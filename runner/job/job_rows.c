@@ -47,7 +47,9 @@ static char *config_json(const run_job *job) {
             cJSON_AddStringToObject(o, "schedule_costs_from", text);
         }
     }
-    cJSON_AddNumberToObject(o, "microbatches", c->microbatches);
+    cJSON_AddNumberToObject(o, "microbatches", c->microbatches); /* per pipeline (replica) */
+    cJSON_AddNumberToObject(o, "pp", c->pp);                     /* ranks per pipeline */
+    cJSON_AddNumberToObject(o, "dp", c->dp);                     /* pipelines: jobs.world_size = pp x dp */
     cJSON_AddNumberToObject(o, "virtual_stages", job->plan->virtual_stages);
     cJSON_AddNumberToObject(o, "stages", job->plan->stages);
     cJSON_AddNumberToObject(o, "steps", c->steps);
@@ -76,6 +78,16 @@ static char *config_json(const run_job *job) {
         cJSON_AddStringToObject(o, "transport", run_transport_name(c->transport));
         cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
         cJSON_AddStringToObject(o, "dtype", run_dtype_name(c->dtype));
+        if (c->dp > 1) {
+            cJSON_AddBoolToObject(o, "zero1", c->zero1);
+            cJSON_AddStringToObject(o, "dp_overlap", c->dp_overlap ? "on" : "off");
+            cJSON_AddNumberToObject(o, "dp_bucket", (double)c->dp_bucket);
+        }
+        if (c->eval_every) {
+            cJSON_AddNumberToObject(o, "eval_every", c->eval_every);
+            cJSON_AddNumberToObject(o, "eval_microbatches", c->eval_microbatches);
+            cJSON_AddStringToObject(o, "eval_data", c->eval_data[0] ? c->eval_data : "(last tenth of the data)");
+        }
     }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -91,7 +103,7 @@ static int write_job_row(run_job *job, pp_err *err) {
     db_job_info info = {
         .name = job->lo.run_id,
         .nnodes = job->lo.nnodes,
-        .world_size = plan->ranks,
+        .world_size = plan->ranks * job->cfg.dp, /* every replica's ranks */
         .schedule = run_schedule_text(&job->cfg, schedule, sizeof schedule),
         .microbatches = plan->microbatches,
         .virtual_stages = plan->virtual_stages,
@@ -107,23 +119,24 @@ static int write_job_row(run_job *job, pp_err *err) {
     return rc;
 }
 
-/* One row per rank: its node, host, device and stages. */
+/* One row per rank (of every replica): its node, host, device and stages. */
 static int write_ranks(run_job *job, pp_err *err) {
     const sched_plan *plan = job->plan;
+    int world = plan->ranks * job->cfg.dp; /* rank r holds the stages of pipeline rank r % plan->ranks */
     char host[256] = "localhost";
     gethostname(host, sizeof host - 1);
-    db_rank_info *ranks = calloc((size_t)plan->ranks, sizeof *ranks);
-    char (*stages)[256] = calloc((size_t)plan->ranks, sizeof *stages);
-    char (*hosts)[272] = calloc((size_t)plan->ranks, sizeof *hosts);
-    char (*devices)[32] = calloc((size_t)plan->ranks, sizeof *devices);
+    db_rank_info *ranks = calloc((size_t)world, sizeof *ranks);
+    char (*stages)[256] = calloc((size_t)world, sizeof *stages);
+    char (*hosts)[272] = calloc((size_t)world, sizeof *hosts);
+    char (*devices)[32] = calloc((size_t)world, sizeof *devices);
     if (!ranks || !stages || !hosts || !devices) {
         free(ranks), free(stages), free(hosts), free(devices);
         return pp_fail(err, "out of memory");
     }
-    for (int r = 0; r < plan->ranks; r++) {
+    for (int r = 0; r < world; r++) {
         int node = r / job->lo.nproc_per_node;
         for (int s = 0, n = 0; s < plan->stages; s++)
-            if (plan->stage_rank[s] == r && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
+            if (plan->stage_rank[s] == r % plan->ranks && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
         if (node == job->lo.node_rank) snprintf(hosts[r], sizeof hosts[r], "%s", host);
         else snprintf(hosts[r], sizeof hosts[r], "node%d", node);
         /* the worker's choice (LOCAL_RANK mod count), assuming every node sees as many devices as this one */
@@ -133,7 +146,7 @@ static int write_ranks(run_job *job, pp_err *err) {
             snprintf(devices[r], sizeof devices[r], "%s", run_device_name(job->cfg.device));
         ranks[r] = (db_rank_info){.rank = r, .node = node, .host = hosts[r], .device = devices[r], .stages = stages[r]};
     }
-    int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)plan->ranks, err);
+    int rc = db_insert_ranks(job->db, job->job_id, ranks, (size_t)world, err);
     free(ranks), free(stages), free(hosts), free(devices);
     return rc;
 }

@@ -63,7 +63,7 @@ static void tell_will(run_job *job, const job_outcome *end) {
     will_add(&w, "--host");
     will_add(&w, host);
     will_add(&w, "--world-size");
-    will_addf(&w, "%ld", (long)job->plan->ranks);
+    will_addf(&w, "%ld", (long)job->plan->ranks * (job->cfg.dp > 0 ? job->cfg.dp : 1)); /* every replica's ranks */
     will_add(&w, "--steps");
     will_addf(&w, "%ld", (long)job->cfg.steps);
     int fds[LAUNCH_MAX_NPROC], nfds = 0;

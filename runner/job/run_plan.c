@@ -22,9 +22,13 @@ int run_plan_write(db *d, int64_t job_id, const sched_plan *plan, const run_conf
     int simulated = stage_costs ? sched_simulate_stages(plan, stage_costs, &sim, err) : 0;
     free(timed);
     if (simulated != 0) return -1;
+    /* Every replica runs the pipeline's plan on its own microbatches: rows
+     * for global rank replica·P + r, microbatch replica·m + mb. */
+    int replicas = cfg->dp > 1 ? cfg->dp : 1, P = plan->ranks, m = plan->microbatches;
     size_t total = 0;
     for (int r = 0; r < plan->ranks; r++)
         total += (size_t)plan->len[r];
+    total *= (size_t)replicas;
     db_plan_row *rows = calloc(total ? total : 1, sizeof *rows);
     char(*names)[16] = calloc(total ? total : 1, sizeof *names);
     if (!rows || !names) {
@@ -33,19 +37,21 @@ int run_plan_write(db *d, int64_t job_id, const sched_plan *plan, const run_conf
     }
     static const char *phase[] = {"F", "B", "W", "BW"}; /* by sched_op */
     size_t n = 0;
-    for (int r = 0; r < plan->ranks; r++) {
+    for (int g = 0; g < replicas * P; g++) {
+        int d = g / P, r = g % P;
         int k = 0; /* index into actions[r] (and the simulator's spans) */
         for (int slot = 0; slot < plan->nslots; slot++) {
             const sched_action *a = &plan->slots[r][slot];
             if (a->stage < 0) continue;
-            sched_action_str(a, names[n]);
+            sched_action global = {a->stage, a->op, d * m + a->mb};
+            sched_action_str(&global, names[n]);
             rows[n] = (db_plan_row){
-                .rank = r,
+                .rank = g,
                 .slot = slot,
                 .action = names[n],
                 .stage = a->stage,
                 .phase = phase[a->op],
-                .microbatch = a->mb,
+                .microbatch = global.mb,
                 .sim_start_ns = -1,
                 .sim_end_ns = -1,
             };

@@ -19,12 +19,16 @@ struct data_source {
 };
 
 int data_open(const char *path, size_t min_bytes, data_source **out, pp_err *err) {
+    return data_open_as(path, "--data", min_bytes, out, err);
+}
+
+int data_open_as(const char *path, const char *flag, size_t min_bytes, data_source **out, pp_err *err) {
     *out = NULL;
     if (min_bytes < 2) min_bytes = 2; /* one token and its target */
     uint8_t *bytes = NULL;
     size_t size = 0;
     if (path) {
-        if (file_input_read(path, "--data", DATA_MAX_BYTES, (char **)&bytes, &size, err) != 0) return -1;
+        if (file_input_read(path, flag, DATA_MAX_BYTES, (char **)&bytes, &size, err) != 0) return -1;
     } else {
         for (const pp_embedded_file *f = pp_corpus_files; f->name; f++) size += f->size;
         if (!(bytes = malloc(size ? size : 1))) return pp_fail(err, "data: out of memory for the default corpus");
@@ -36,7 +40,7 @@ int data_open(const char *path, size_t min_bytes, data_source **out, pp_err *err
     }
     if (size < min_bytes) {
         free(bytes);
-        return pp_fail(err, "--data %s: %zu bytes is too small; a microbatch needs at least %zu (seq + 1)",
+        return pp_fail(err, "%s %s: %zu bytes is too small; a microbatch needs at least %zu (seq + 1)", flag,
                        path ? path : "(default corpus)", size, min_bytes);
     }
     data_source *d = malloc(sizeof *d);
@@ -56,6 +60,27 @@ void data_close(data_source *d) {
 }
 
 size_t data_size(const data_source *d) { return d->size; }
+
+int data_hold_out(data_source *d, size_t min_bytes, data_source **held, pp_err *err) {
+    *held = NULL;
+    size_t tail = d->size / 10, keep = d->size - tail;
+    if (min_bytes < 2) min_bytes = 2;
+    if (tail < min_bytes || keep < min_bytes)
+        return pp_fail(err, "--eval-every: the training data's last tenth (%zu of %zu bytes) is held out for "
+                       "evaluation, and a microbatch needs %zu; give more data or --eval-data FILE", tail, d->size,
+                       min_bytes);
+    data_source *h = malloc(sizeof *h);
+    uint8_t *bytes = malloc(tail);
+    if (!h || !bytes) {
+        free(h), free(bytes);
+        return pp_fail(err, "data: out of memory");
+    }
+    memcpy(bytes, d->bytes + keep, tail);
+    h->bytes = bytes, h->size = tail;
+    d->size = keep; /* the buffer keeps its tail, never read again */
+    *held = h;
+    return 0;
+}
 
 void data_batch(const data_source *d, uint64_t seed, int step, int mb, int batch, int seq, uint8_t *tokens,
                 uint8_t *targets) {

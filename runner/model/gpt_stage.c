@@ -437,7 +437,7 @@ int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     float *d = g->scratch_nc;
     if (s->is_last) {
         /* the step's loss is the mean over microbatches, hence 1/(N*m) */
-        float scale = 1.0f / ((float)N * (float)s->microbatches);
+        float scale = 1.0f / ((float)N * (float)model_global_microbatches(s)); /* every replica's */
         if (!(m->dlnf = save_get(s, sz_nc(g)))) goto oom;
         gk_crossentropy_backward(m->probs, m->targets, scale, g->N, VOCAB); /* then gpt_head_backward_input's GEMM */
         gpt_linear_backward_input(m->dlnf, m->probs, g->whead, g->N, g->C, VOCAB, &s->gemm);
@@ -480,3 +480,5 @@ int gpt_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err) {
     free_mb(s, m);
     return 0;
 }
+
+void gpt_stage_discard(model_stage *s, int mb) { free_mb(s, &s->gpt->mbs[mb]); }

@@ -15,10 +15,12 @@
  * Every layer's weights are initialised from (seed, layer index) alone, so the
  * partition never changes them.
  *
- * Numerics contract: whatever the schedule, each weight gradient is summed in
- * microbatch order (W may be called out of order; the stage keeps pending
+ * Numerics contract: whatever the schedule, the microbatch gradients of a
+ * step are added along one fixed binary tree over their global index
+ * (model_tree.h; W may be called out of order: the stage keeps pending
  * per-microbatch gradients until their turn), so a pipeline run equals the
- * one-stage run bit for bit.
+ * one-stage run bit for bit, and D data-parallel replicas of m microbatches
+ * equal one replica of D·m.
  *
  * CONTRACT: the engine (runner/worker/engine.c) relies on everything below. */
 #ifndef PP_MODEL_H
@@ -48,11 +50,12 @@ int model_stage_forward(model_stage *stage, int mb, const void *in, const uint8_
 /* B of mb: last stage has grad_out NULL (the loss is the source); first stage
  * has grad_in NULL. Frees what only B needed. */
 int model_stage_backward_input(model_stage *stage, int mb, const void *grad_out, void *grad_in, pp_err *err);
-/* W of mb: weight gradients, accumulated in microbatch order. Frees the
- * microbatch's saved activations. */
+/* W of mb: weight gradients, added along the gradient tree in microbatch
+ * order. Frees the microbatch's saved activations. */
 int model_stage_backward_weight(model_stage *stage, int mb, pp_err *err);
-/* Optimizer step with the accumulated gradients, then zeroes them. step counts
- * from 0 (AdamW bias correction). */
+/* Optimizer step with the step's gradient, then zeroes it. step counts
+ * from 0 (AdamW bias correction). With several replicas the gradient is
+ * what the collective wrote into model_stage_grad. */
 int model_stage_step(model_stage *stage, const model_optim *opt, int step, pp_err *err);
 
 /* Number of floats model_stage_export_weights writes. */
@@ -84,8 +87,8 @@ void data_batch(const data_source *data, uint64_t seed, int step, int mb, int ba
 /* Optimizer steps applied so far (restored by model_stage_load): the step a
  * resumed job continues from. */
 int model_stage_steps_done(const model_stage *stage);
-/* The gradients accumulated so far in this step, same layout as the export
- * (for gradient checks in tests). */
+/* The step's gradient once its last W ran (zero before), same layout as
+ * the export (for gradient checks in tests). */
 void model_stage_export_grads(const model_stage *stage, float *dst);
 /* Replaces all weights (same layout as the export); for tests. */
 void model_stage_import_weights(model_stage *stage, const float *src);
@@ -111,8 +114,8 @@ size_t model_stage_saved_bytes(const model_stage *stage);
 
 /* Memory the stage holds for the whole job, whatever the schedule: its
  * weights, the step's gradient and the optimizer's two moments (allocated
- * for SGD too), four floats per weight; on the device for a GPU stage (its
- * host copies not counted). Beside model_stage_saved_bytes it makes the
+ * for SGD too; under ZeRO-1 of its shard only), four floats per weight
+ * unsharded; on the device for a GPU stage (its host copies not counted). Beside model_stage_saved_bytes it makes the
  * stage's memory at a point of the step (scratch, pools and boundary
  * tensors aside). */
 size_t model_stage_state_bytes(const model_stage *stage);
@@ -194,6 +197,13 @@ int model_ckpt_write(model_ckpt *ckpt, FILE *f, pp_err *err);
 
 /* Bytes of the training data (the corpus or the file). */
 size_t data_size(const data_source *data);
+/* data_open with `flag` naming the option in its messages ("--eval-data"). */
+int data_open_as(const char *path, const char *flag, size_t min_bytes, data_source **out, pp_err *err);
+/* Evaluation data held out of the training data: the last tenth of data's
+ * bytes move into *held (data keeps the rest; batches are then drawn from
+ * the first nine tenths). Both must keep min_bytes, or -1 naming the sizes
+ * and nothing changes. */
+int data_hold_out(data_source *data, size_t min_bytes, data_source **held, pp_err *err);
 
 /* Where a stage computes. cuda = 0: the CPU (OpenBLAS), what
  * model_stage_create gives. cuda = 1: a CUDA device, local_rank modulo the
@@ -236,5 +246,56 @@ int model_stage_set_boundary_device(model_stage *stage, int on, pp_err *err);
  * handed from stage to stage. */
 void *model_stage_boundary_alloc(model_stage *stage, size_t bytes, pp_err *err);
 void model_stage_boundary_free(model_stage *stage, void *buf, size_t bytes); /* buf may be NULL */
+
+/* --- data parallelism (docs/model.md, "Data parallel") ------------------ */
+
+/* Makes the stage replica `replica` of `replicas` pipelines that split each
+ * step's replicas·microbatches: its microbatch mb is the step's global
+ * microbatch replica·microbatches + mb (the loss is averaged over all of
+ * them, the timed model's bytes and gradients follow the global index), and
+ * its W's add up the replica's parts of the gradient tree (model_tree.h)
+ * rather than the whole gradient. A stage starts as replica 0 of 1. No
+ * microbatch may be in flight; CPU stages only. */
+int model_stage_set_replica(model_stage *stage, int replica, int replicas, pp_err *err);
+
+/* After the step's last W: the replica's parts of the gradient tree, in
+ * order (*n of them, each model_stage_weight_count floats, owned by the
+ * stage and valid until model_stage_step; the collective may overwrite
+ * them). With one replica, the single part is the step's gradient itself.
+ * -1 naming the first microbatch whose W has not run. */
+int model_stage_grad_parts(model_stage *stage, float *const **parts, int *n, pp_err *err);
+/* The step's gradient (weight_count floats): with several replicas the
+ * collective writes the sum of every replica's parts here, before
+ * model_stage_step. */
+float *model_stage_grad(model_stage *stage);
+/* The weights, in the export's layout (ZeRO-1's all-gather writes the
+ * weights other ranks updated). */
+float *model_stage_params(model_stage *stage);
+
+/* ZeRO-1: from now on the optimizer updates only the weights [lo[i], hi[i])
+ * for i < n (ascending, disjoint) and keeps only their moments, so AdamW's
+ * state shrinks to that shard; the other weights are updated by the ranks
+ * that own them (the engine all-gathers them after each step). The
+ * optimizer state must be whole (a new or loaded stage, or after
+ * model_stage_unshard_optimizer). AdamW updates each weight on its own, so
+ * a shard's update is the whole update's bits on that shard. */
+int model_stage_shard_optimizer(model_stage *stage, const size_t *lo, const size_t *hi, int n, pp_err *err);
+/* The moments the stage keeps, packed in range order: *n floats each (the
+ * weight count when not sharded). Owned by the stage. */
+void model_stage_optimizer_state(model_stage *stage, float **m, float **v, size_t *n);
+/* Makes the state whole again from every weight's moments (weight_count
+ * floats each, copied): checkpoints hold the whole state. */
+int model_stage_unshard_optimizer(model_stage *stage, const float *m, const float *v, pp_err *err);
+/* Bytes of optimizer state the stage holds: AdamW's two moments (kept for
+ * SGD too), of its shard under ZeRO-1. Included in model_stage_state_bytes. */
+size_t model_stage_optimizer_bytes(const model_stage *stage);
+
+/* An evaluation's forward (docs/schedules.md, "Evaluation steps"): the same
+ * arguments and loss as model_stage_forward, but nothing is kept for a B or
+ * W. gmb: the microbatch's index in the evaluation step, which the timed
+ * model's bytes follow. Between training steps only (no microbatch in
+ * flight); CPU stages only. */
+int model_stage_evaluate(model_stage *stage, int gmb, const void *in, const uint8_t *tokens, const uint8_t *targets,
+                         void *out, float *loss, pp_err *err);
 
 #endif

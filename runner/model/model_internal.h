@@ -38,10 +38,25 @@ struct model_stage {
     float *params, *grad, *adam_m, *adam_v; /* grad: accumulated over the step */
     int steps_done;                         /* optimizer steps applied so far */
     /* Numerics contract: W(mb) writes its gradient into pending[mb] (owned,
-     * nparams floats); pending buffers are added into grad strictly in
-     * microbatch order, next_acc being the next one due. */
+     * nparams floats); pending buffers are taken strictly in microbatch
+     * order, next_acc being the next one due, and added along the gradient
+     * tree (model_tree.h) by the replica's program: tree[tree_pc] is its next
+     * step, stack[0 .. depth-1] its partial sums (owned, from the pool).
+     * When the program ends the stack holds the replica's parts: with one
+     * replica a single part, swapped into grad; with several, the
+     * data-parallel collective sums every replica's parts into grad
+     * (model_stage_grad_parts, model_stage_grad). */
     float **pending;
     int next_acc;
+    int replica, replicas; /* global microbatch of mb: replica·microbatches + mb, of replicas·microbatches */
+    int *tree, ntree, tree_pc;
+    float **stack;
+    int depth;
+    /* ZeRO-1 (model_stage_shard_optimizer): the optimizer updates only
+     * weights [shard_lo[i], shard_hi[i]), and adam_m/adam_v hold just those,
+     * packed in range order (shard_owned floats; possibly none). */
+    int sharded, nshard;
+    size_t *shard_lo, *shard_hi, shard_owned;
     int *mb_state; /* [microbatches]: MB_* */
     gpt_state *gpt;
     timed_state *timed;
@@ -52,12 +67,22 @@ struct model_stage {
     model_pool pool; /* activations and pending gradients */
 };
 
+/* The global microbatch index of mb (data parallelism: the replica's
+ * block), and the step's microbatches over all replicas: what the loss is
+ * averaged over and what the timed model's patterns follow. */
+static inline int model_global_mb(const model_stage *s, int mb) { return s->replica * s->microbatches + mb; }
+static inline int model_global_microbatches(const model_stage *s) { return s->replicas * s->microbatches; }
+
 /* model_stage.c: checks that op may run on mb now ("F"/"B"/"W"). */
 int model_mb_check(model_stage *s, int mb, int want_state, const char *op, pp_err *err);
 /* Returns pending[mb] (allocating it), to be filled completely by W. */
 float *model_pending(model_stage *s, int mb, pp_err *err);
-/* Marks pending[mb] complete and adds every due buffer into grad in mb order. */
+/* Marks pending[mb] complete and runs the gradient tree's program over every
+ * due buffer, in mb order. */
 void model_commit(model_stage *s, int mb);
+/* Returns the stack's buffers to the pool and restarts the program (the
+ * optimizer step, after the collective read the parts). */
+void model_tree_reset(model_stage *s);
 
 /* gpt_stage.c / timed_stage.c */
 int gpt_stage_init(model_stage *s, pp_err *err);
@@ -72,6 +97,7 @@ size_t gpt_stage_saved_bytes(const model_stage *s); /* model_stage_saved_bytes o
  * (mb after F, before B); B calls the recompute itself when needed. */
 int gpt_stage_recompute_pending(const model_stage *s, int mb);
 int gpt_stage_recompute(model_stage *s, int mb, pp_err *err);
+void gpt_stage_discard(model_stage *s, int mb);     /* drops what F saved for mb (an evaluation's F) */
 
 /* gpu_stage.c (only in builds with the GPU backend, PPRUN_HAVE_CUDA): the
  * gpt stage on a device. init uploads the weights the host already holds;
@@ -99,10 +125,14 @@ int gpu_stage_recompute(model_stage *s, int mb, pp_err *err);
 
 int timed_stage_init(model_stage *s, pp_err *err);
 void timed_stage_free(model_stage *s);
-int timed_stage_forward(model_stage *s, int mb, const uint8_t *in, uint8_t *out, float *loss, pp_err *err);
-int timed_stage_backward_input(model_stage *s, int mb, const uint8_t *grad_out, uint8_t *grad_in, pp_err *err);
-int timed_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err);
+/* gmb: the microbatch's global index (model_global_mb), which its byte
+ * patterns and gradient follow; mb its slot on this stage. */
+int timed_stage_forward(model_stage *s, int mb, int gmb, const uint8_t *in, uint8_t *out, float *loss, pp_err *err);
+int timed_stage_backward_input(model_stage *s, int mb, int gmb, const uint8_t *grad_out, uint8_t *grad_in,
+                               pp_err *err);
+int timed_stage_backward_weight(model_stage *s, int mb, int gmb, float *dst, pp_err *err);
 size_t timed_stage_saved_bytes(const model_stage *s);
+void timed_stage_discard(model_stage *s, int mb); /* drops F's copy of mb's input (an evaluation's F) */
 
 /* splitmix64: the one PRNG of the model (init and data sampling). */
 static inline uint64_t model_splitmix64(uint64_t *state) {

@@ -1,7 +1,9 @@
 /* model_stage.c: the stage object shared by both workloads: creation, the
- * F/B/W dispatch with its order checks, and the in-order accumulation of
- * per-microbatch weight gradients (the numerics contract of model.h). */
+ * F/B/W dispatch with its order checks, and the accumulation of
+ * per-microbatch weight gradients along the gradient tree, in microbatch
+ * order (the numerics contract of model.h, model_tree.h). */
 #include "runner/model/model_internal.h"
+#include "runner/model/model_tree.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,16 +55,57 @@ float *model_pending(model_stage *s, int mb, pp_err *err) {
     return s->pending[mb];
 }
 
+/* Runs the tree program's adds up to its next push (or its end). */
+static void tree_adds(model_stage *s) {
+    while (s->tree_pc < s->ntree && s->tree[s->tree_pc] == MODEL_TREE_ADD) {
+        float *right = s->stack[--s->depth], *left = s->stack[s->depth - 1];
+        for (size_t i = 0; i < s->nparams; i++) left[i] += right[i];
+        model_pool_put(&s->pool, right, sizeof(float) * s->nparams);
+        s->tree_pc++;
+    }
+}
+
 void model_commit(model_stage *s, int mb) {
     (void)mb;
-    /* Same additions in the same order whatever order W ran in: grad +=
-     * pending[0], then pending[1], ... */
+    /* The same additions in the same tree whatever order W ran in: each
+     * due buffer is the program's next leaf. */
     while (s->next_acc < s->microbatches && s->pending[s->next_acc] && s->mb_state[s->next_acc] == MB_EMPTY) {
-        float *p = s->pending[s->next_acc];
-        for (size_t i = 0; i < s->nparams; i++) s->grad[i] += p[i];
-        model_pool_put(&s->pool, p, sizeof(float) * s->nparams);
+        s->stack[s->depth++] = s->pending[s->next_acc]; /* the stack owns it now */
         s->pending[s->next_acc++] = NULL;
+        s->tree_pc++; /* the push */
+        tree_adds(s);
     }
+    if (s->next_acc == s->microbatches && s->replicas == 1 && s->depth == 1) {
+        /* One replica: its one part is the step's gradient. */
+        float *old = s->grad;
+        s->grad = s->stack[0];
+        s->stack[0] = old;
+    }
+}
+
+void model_tree_reset(model_stage *s) {
+    while (s->depth > 0) model_pool_put(&s->pool, s->stack[--s->depth], sizeof(float) * s->nparams);
+    s->tree_pc = 0;
+}
+
+/* The program of the stage's replica (model_tree.h). */
+static int tree_build(model_stage *s, pp_err *err) {
+    int cap = model_tree_max_steps(s->microbatches);
+    int *tree = malloc(sizeof *tree * (size_t)cap);
+    float **stack = calloc((size_t)cap, sizeof *stack);
+    int lo = s->replica * s->microbatches;
+    int n = tree && stack ? model_tree_replica_program(model_global_microbatches(s), lo, lo + s->microbatches, tree,
+                                                       cap)
+                          : -1;
+    if (n < 0) {
+        free(tree), free(stack);
+        return pp_fail(err, "model: out of memory for the gradient tree of %d microbatches", s->microbatches);
+    }
+    free(s->tree);
+    if (s->stack) model_tree_reset(s);
+    free(s->stack);
+    s->tree = tree, s->stack = stack, s->ntree = n, s->tree_pc = 0;
+    return 0;
 }
 
 int model_stage_create(const model_spec *spec, int first_layer, int last_layer, int is_first, int is_last,
@@ -98,6 +141,7 @@ int model_stage_create_on(const model_spec *spec, int first_layer, int last_laye
     s->first_layer = first_layer, s->last_layer = last_layer;
     s->is_first = is_first, s->is_last = is_last;
     s->seed = seed, s->microbatches = microbatches;
+    s->replica = 0, s->replicas = 1;
     s->nparams = spec->kind == MODEL_GPT ? gpt_param_count(spec, first_layer, last_layer, is_first, is_last)
                                          : (size_t)(last_layer - first_layer);
     size_t n = s->nparams ? s->nparams : 1;
@@ -111,7 +155,8 @@ int model_stage_create_on(const model_spec *spec, int first_layer, int last_laye
         model_stage_free(s);
         return pp_fail(err, "model: out of memory for %zu weights", s->nparams);
     }
-    int rc = spec->kind == MODEL_GPT ? gpt_stage_init(s, err) : timed_stage_init(s, err);
+    int rc = tree_build(s, err);
+    if (rc == 0) rc = spec->kind == MODEL_GPT ? gpt_stage_init(s, err) : timed_stage_init(s, err);
     if (rc == 0 && dev && dev->cuda) rc = move_to_device(s, dev, err);
     if (rc != 0) {
         model_stage_free(s);
@@ -130,6 +175,9 @@ void model_stage_free(model_stage *s) {
 #endif
     if (s->pending)
         for (int i = 0; i < s->microbatches; i++) free(s->pending[i]);
+    for (int i = 0; i < s->depth; i++) free(s->stack[i]);
+    free(s->stack), free(s->tree);
+    free(s->shard_lo), free(s->shard_hi);
     model_pool_clear(&s->pool);
     free(s->pending), free(s->mb_state);
     free(s->params), free(s->grad), free(s->adam_m), free(s->adam_v);
@@ -145,7 +193,7 @@ int model_stage_forward(model_stage *s, int mb, const void *in, const uint8_t *t
     else
 #endif
         rc = s->spec.kind == MODEL_GPT ? gpt_stage_forward(s, mb, in, tokens, targets, out, loss, err)
-                                       : timed_stage_forward(s, mb, in, out, loss, err);
+                                       : timed_stage_forward(s, mb, model_global_mb(s, mb), in, out, loss, err);
     if (rc == 0) s->mb_state[mb] = MB_FORWARD;
     return rc;
 }
@@ -158,7 +206,8 @@ int model_stage_backward_input(model_stage *s, int mb, const void *grad_out, voi
     else
 #endif
         rc = s->spec.kind == MODEL_GPT ? gpt_stage_backward_input(s, mb, grad_out, grad_in, err)
-                                       : timed_stage_backward_input(s, mb, grad_out, grad_in, err);
+                                       : timed_stage_backward_input(s, mb, model_global_mb(s, mb), grad_out, grad_in,
+                                                                    err);
     if (rc == 0) s->mb_state[mb] = MB_BACKWARD;
     return rc;
 }
@@ -171,7 +220,7 @@ int model_stage_backward_weight(model_stage *s, int mb, pp_err *err) {
     float *dst = model_pending(s, mb, err);
     if (!dst) return -1;
     int rc = s->spec.kind == MODEL_GPT ? gpt_stage_backward_weight(s, mb, dst, err)
-                                       : timed_stage_backward_weight(s, mb, dst, err);
+                                       : timed_stage_backward_weight(s, mb, model_global_mb(s, mb), dst, err);
     if (rc != 0) return -1;
     s->mb_state[mb] = MB_EMPTY;
     model_commit(s, mb);
@@ -208,7 +257,12 @@ void model_stage_import_weights(model_stage *s, const float *src) {
 }
 int model_stage_steps_done(const model_stage *s) { return s->steps_done; }
 model_gemm_stats model_stage_gemm_stats(const model_stage *s) { return s->gemm; }
-size_t model_stage_state_bytes(const model_stage *s) { return 4 * sizeof(float) * s->nparams; }
+size_t model_stage_optimizer_bytes(const model_stage *s) {
+    return 2 * sizeof(float) * (s->sharded ? s->shard_owned : s->nparams);
+}
+size_t model_stage_state_bytes(const model_stage *s) {
+    return 2 * sizeof(float) * s->nparams + model_stage_optimizer_bytes(s);
+}
 size_t model_stage_saved_bytes(const model_stage *s) {
 #ifdef PPRUN_HAVE_CUDA
     if (s->gpu) return gpu_stage_saved_bytes(s);
@@ -249,4 +303,113 @@ void model_stage_boundary_free(model_stage *s, void *buf, size_t bytes) {
 #endif
     (void)s, (void)bytes;
     free(buf);
+}
+
+/* --- data parallelism ---------------------------------------------------------- */
+
+/* No microbatch between its F and its W, nothing of the step's tree yet. */
+static int idle(const model_stage *s, const char *what, pp_err *err) {
+    for (int mb = 0; mb < s->microbatches; mb++)
+        if (s->mb_state[mb] != MB_EMPTY || s->pending[mb])
+            return pp_fail(err, "model: %s on layers [%d, %d) while microbatch %d is in flight", what, s->first_layer,
+                           s->last_layer, mb);
+    if (s->next_acc != 0)
+        return pp_fail(err, "model: %s on layers [%d, %d) in the middle of a step", what, s->first_layer, s->last_layer);
+    return 0;
+}
+
+int model_stage_set_replica(model_stage *s, int replica, int replicas, pp_err *err) {
+    if (s->gpu) return pp_fail(err, "model: data-parallel replicas of a GPU stage are not built yet");
+    if (replicas < 1 || replica < 0 || replica >= replicas || (long)replicas * s->microbatches > (1L << 24))
+        return pp_fail(err, "model: replica %d of %d (of %d microbatches each) is out of range", replica, replicas,
+                       s->microbatches);
+    if (idle(s, "changing the replica", err) != 0) return -1;
+    int old = s->replica, olds = s->replicas;
+    s->replica = replica, s->replicas = replicas;
+    if (tree_build(s, err) != 0) {
+        s->replica = old, s->replicas = olds;
+        return -1;
+    }
+    return 0;
+}
+
+int model_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err *err) {
+    if (s->gpu) return pp_fail(err, "model: a GPU stage's gradient stays on its device");
+    if (s->next_acc != s->microbatches)
+        return pp_fail(err, "model: the gradient of layers [%d, %d) is not complete: W of microbatch %d has not run",
+                       s->first_layer, s->last_layer, s->next_acc);
+    if (s->replicas == 1) {
+        *parts = &s->grad;
+        *n = 1;
+    } else {
+        *parts = s->stack;
+        *n = s->depth;
+    }
+    return 0;
+}
+
+float *model_stage_grad(model_stage *s) { return s->grad; }
+float *model_stage_params(model_stage *s) { return s->params; }
+
+int model_stage_shard_optimizer(model_stage *s, const size_t *lo, const size_t *hi, int n, pp_err *err) {
+    if (s->gpu) return pp_fail(err, "model: ZeRO-1 on a GPU stage is not built yet");
+    if (s->sharded) return pp_fail(err, "model: the optimizer state of layers [%d, %d) is sharded already",
+                                  s->first_layer, s->last_layer);
+    if (n < 0) return pp_fail(err, "model: %d shard ranges", n);
+    size_t owned = 0;
+    for (int i = 0; i < n; i++) {
+        if (lo[i] > hi[i] || hi[i] > s->nparams || (i > 0 && lo[i] < hi[i - 1]))
+            return pp_fail(err, "model: shard range %d [%zu, %zu) is not ascending inside the %zu weights", i, lo[i],
+                           hi[i], s->nparams);
+        owned += hi[i] - lo[i];
+    }
+    size_t *l = malloc(sizeof *l * (size_t)(n ? n : 1)), *h = malloc(sizeof *h * (size_t)(n ? n : 1));
+    float *m = malloc(sizeof(float) * (owned ? owned : 1)), *v = malloc(sizeof(float) * (owned ? owned : 1));
+    if (!l || !h || !m || !v) {
+        free(l), free(h), free(m), free(v);
+        return pp_fail(err, "model: out of memory for the optimizer's shard");
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        l[i] = lo[i], h[i] = hi[i];
+        memcpy(m + at, s->adam_m + lo[i], sizeof(float) * (hi[i] - lo[i]));
+        memcpy(v + at, s->adam_v + lo[i], sizeof(float) * (hi[i] - lo[i]));
+        at += hi[i] - lo[i];
+    }
+    free(s->adam_m), free(s->adam_v);
+    s->adam_m = m, s->adam_v = v;
+    s->shard_lo = l, s->shard_hi = h, s->nshard = n, s->shard_owned = owned, s->sharded = 1;
+    return 0;
+}
+
+void model_stage_optimizer_state(model_stage *s, float **m, float **v, size_t *n) {
+    *m = s->adam_m, *v = s->adam_v;
+    *n = s->sharded ? s->shard_owned : s->nparams;
+}
+
+int model_stage_unshard_optimizer(model_stage *s, const float *m, const float *v, pp_err *err) {
+    size_t n = s->nparams ? s->nparams : 1;
+    float *fm = malloc(sizeof(float) * n), *fv = malloc(sizeof(float) * n);
+    if (!fm || !fv) {
+        free(fm), free(fv);
+        return pp_fail(err, "model: out of memory for the whole optimizer state of %zu weights", s->nparams);
+    }
+    memcpy(fm, m, sizeof(float) * s->nparams);
+    memcpy(fv, v, sizeof(float) * s->nparams);
+    free(s->adam_m), free(s->adam_v), free(s->shard_lo), free(s->shard_hi);
+    s->adam_m = fm, s->adam_v = fv;
+    s->shard_lo = s->shard_hi = NULL, s->nshard = 0, s->shard_owned = 0, s->sharded = 0;
+    return 0;
+}
+
+int model_stage_evaluate(model_stage *s, int gmb, const void *in, const uint8_t *tokens, const uint8_t *targets,
+                         void *out, float *loss, pp_err *err) {
+    if (s->gpu) return pp_fail(err, "model: evaluation on a GPU stage is not built yet");
+    if (idle(s, "an evaluation's F", err) != 0) return -1;
+    /* Slot 0 is free between steps; F fills it, and it is emptied at once. */
+    int rc = s->spec.kind == MODEL_GPT ? gpt_stage_forward(s, 0, in, tokens, targets, out, loss, err)
+                                       : timed_stage_forward(s, 0, gmb, in, out, loss, err);
+    if (s->gpt) gpt_stage_discard(s, 0);
+    if (s->timed) timed_stage_discard(s, 0);
+    return rc;
 }

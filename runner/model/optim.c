@@ -1,6 +1,8 @@
-/* optim.c: AdamW and SGD over a stage's flat weights, with the gradients
- * accumulated over the microbatches of the step (the update itself is
- * gk_adamw / gk_sgd, vectorised). */
+/* optim.c: AdamW and SGD over a stage's flat weights, with the step's
+ * gradient (the update itself is gk_adamw / gk_sgd, vectorised). Under
+ * ZeRO-1 over the stage's shard only: each weight's update reads only its
+ * own gradient and moments, so a shard's update has the whole update's bits
+ * there. */
 #include "runner/model/model_internal.h"
 #include "runner/model/gpt_kernels.h"
 
@@ -20,14 +22,20 @@ int model_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *e
         return 0;
     }
 #endif
-    if (opt->kind == MODEL_ADAMW) {
-        /* bias correction in double: beta^t for large t must not round to 1 */
-        float c1 = (float)(1.0 - pow(opt->beta1, step + 1)), c2 = (float)(1.0 - pow(opt->beta2, step + 1));
-        gk_adamw(s->params, s->grad, s->adam_m, s->adam_v, s->nparams, opt->lr, opt->beta1, opt->beta2, c1, c2,
-                 opt->eps, opt->weight_decay);
-    } else {
-        gk_sgd(s->params, s->grad, s->nparams, opt->lr, opt->weight_decay);
+    /* bias correction in double: beta^t for large t must not round to 1 */
+    float c1 = (float)(1.0 - pow(opt->beta1, step + 1)), c2 = (float)(1.0 - pow(opt->beta2, step + 1));
+    int n = s->sharded ? s->nshard : 1;
+    size_t at = 0; /* into the packed moments */
+    for (int i = 0; i < n; i++) {
+        size_t lo = s->sharded ? s->shard_lo[i] : 0, len = s->sharded ? s->shard_hi[i] - lo : s->nparams;
+        if (opt->kind == MODEL_ADAMW)
+            gk_adamw(s->params + lo, s->grad + lo, s->adam_m + at, s->adam_v + at, len, opt->lr, opt->beta1,
+                     opt->beta2, c1, c2, opt->eps, opt->weight_decay);
+        else
+            gk_sgd(s->params + lo, s->grad + lo, len, opt->lr, opt->weight_decay);
+        at += len;
     }
+    model_tree_reset(s);
     memset(s->grad, 0, sizeof(float) * s->nparams);
     s->next_acc = 0;
     s->steps_done = step + 1;

@@ -9,7 +9,9 @@
  * the way down. The loss of a microbatch is the mean of the final bytes over
  * 256, divided by (1 + optimizer steps done), so it is the same for every
  * partition and falls step after step. Each layer has one weight whose
- * gradient from mb is (mb + 1) / 1000. */
+ * gradient from mb is (mb + 1) / 1000. With data parallelism mb is the
+ * global microbatch index (model_global_mb), so every replica split of a
+ * step moves the same bytes. */
 #include "runner/model/model_internal.h"
 
 #include <stdlib.h>
@@ -58,7 +60,7 @@ static int check_bytes(const uint8_t *buf, size_t n, uint8_t (*pattern)(int, siz
     return 0;
 }
 
-int timed_stage_forward(model_stage *s, int mb, const uint8_t *in, uint8_t *out, float *loss, pp_err *err) {
+int timed_stage_forward(model_stage *s, int mb, int gmb, const uint8_t *in, uint8_t *out, float *loss, pp_err *err) {
     timed_state *t = s->timed;
     size_t n = (size_t)s->spec.act_bytes;
     int layers = s->last_layer - s->first_layer;
@@ -68,9 +70,9 @@ int timed_stage_forward(model_stage *s, int mb, const uint8_t *in, uint8_t *out,
     uint8_t *x = malloc(n);
     if (!x) return pp_fail(err, "timed: out of memory for the activation of mb %d", mb);
     if (s->is_first) {
-        for (size_t i = 0; i < n; i++) x[i] = fwd_pattern(mb, i);
+        for (size_t i = 0; i < n; i++) x[i] = fwd_pattern(gmb, i);
     } else {
-        if (check_bytes(in, n, fwd_pattern, mb, s->first_layer, "activation", err) != 0) {
+        if (check_bytes(in, n, fwd_pattern, gmb, s->first_layer, "activation", err) != 0) {
             free(x);
             return -1;
         }
@@ -91,28 +93,29 @@ int timed_stage_forward(model_stage *s, int mb, const uint8_t *in, uint8_t *out,
     return 0;
 }
 
-int timed_stage_backward_input(model_stage *s, int mb, const uint8_t *grad_out, uint8_t *grad_in, pp_err *err) {
+int timed_stage_backward_input(model_stage *s, int mb, int gmb, const uint8_t *grad_out, uint8_t *grad_in,
+                               pp_err *err) {
     size_t n = (size_t)s->spec.act_bytes;
     int layers = s->last_layer - s->first_layer;
     uint64_t t0 = pp_now_ns();
     if (!s->is_last && !grad_out) return pp_fail(err, "timed: B of mb %d needs the output gradient", mb);
     if (!s->is_first && !grad_in) return pp_fail(err, "timed: B of mb %d needs an input-gradient buffer", mb);
     if (!s->is_last &&
-        check_bytes(grad_out, n, bwd_pattern, mb, s->spec.layers - s->last_layer, "gradient", err) != 0)
+        check_bytes(grad_out, n, bwd_pattern, gmb, s->spec.layers - s->last_layer, "gradient", err) != 0)
         return -1;
     if (!s->is_first)
         for (size_t i = 0; i < n; i++)
-            grad_in[i] = (uint8_t)((s->is_last ? bwd_pattern(mb, i) : grad_out[i]) + layers);
+            grad_in[i] = (uint8_t)((s->is_last ? bwd_pattern(gmb, i) : grad_out[i]) + layers);
     uint64_t spent = pp_now_ns() - t0;
     uint64_t want = (uint64_t)model_timed_op_ns(&s->spec, 1, layers);
     if (spent < want) pp_sleep_ns(want - spent);
     return 0;
 }
 
-int timed_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err) {
+int timed_stage_backward_weight(model_stage *s, int mb, int gmb, float *dst, pp_err *err) {
     (void)err;
     uint64_t t0 = pp_now_ns();
-    for (size_t i = 0; i < s->nparams; i++) dst[i] = (float)(mb + 1) / 1000.0f;
+    for (size_t i = 0; i < s->nparams; i++) dst[i] = (float)(gmb + 1) / 1000.0f;
     if (s->timed->saved[mb]) s->timed->nsaved--;
     free(s->timed->saved[mb]);
     s->timed->saved[mb] = NULL;
@@ -120,4 +123,11 @@ int timed_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err)
     uint64_t want = (uint64_t)model_timed_op_ns(&s->spec, 2, s->last_layer - s->first_layer);
     if (spent < want) pp_sleep_ns(want - spent);
     return 0;
+}
+
+void timed_stage_discard(model_stage *s, int mb) {
+    timed_state *t = s->timed;
+    if (t->saved[mb]) t->nsaved--;
+    free(t->saved[mb]);
+    t->saved[mb] = NULL;
 }

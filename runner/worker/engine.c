@@ -1,5 +1,7 @@
-/* engine.c: one rank's pipeline loop (see engine.h). */
-#include "runner/worker/engine.h"
+/* engine.c: one rank's pipeline loop (see engine.h): the training step's
+ * actions, the optimizer, checkpoints; data parallelism in engine_dp.c,
+ * evaluation steps in engine_eval.c. */
+#include "runner/worker/engine_int.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -14,6 +16,15 @@
 
 /* Timestamps are pp_now_ns(); the ring adds the test-only clock skew
  * itself (tracer/clock.h). */
+
+/* A record of the engine's thread (with CUPTI, its op's kernels come with
+ * it) or of the all-reduce's (a named span): one writer at a time. */
+static void trace_event_write(engine *e, const trace_event *ev, int gpu) {
+    pthread_mutex_lock(&e->trace_mu);
+    trace_ring_write(e->ring, ev);
+    if (gpu) gputrace_host_span(e->gpu, ev); /* CUPTI: the op's kernels are the ones launched since the last one */
+    pthread_mutex_unlock(&e->trace_mu);
+}
 
 static void trace(engine *e, int phase, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0, uint64_t t1,
                   double value) {
@@ -33,26 +44,39 @@ static void trace(engine *e, int phase, int step, int mb, int stage, int peer, u
         .bytes = bytes,
         .value = value,
     };
-    trace_ring_write(e->ring, &ev);
-    gputrace_host_span(e->gpu, &ev); /* CUPTI: the op's kernels are the ones launched since the last one */
+    trace_event_write(e, &ev, 1);
 }
 
-/* The engine's own spans (phase SPAN, events.name), numbered as
- * libpprun_trace numbers a program's: a name goes into the ring once per
- * rank and attempt, before its first span (TRACE_SPAN_NAME records). */
-enum { ENGINE_SPAN_RECOMPUTE = 1, ENGINE_SPANS };
-static const char *const span_name[ENGINE_SPANS] = {[ENGINE_SPAN_RECOMPUTE] = "RECOMPUTE"};
+void engine_trace(engine *e, int phase, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0,
+                  uint64_t t1, double value) {
+    trace(e, phase, step, mb, stage, peer, bytes, t0, t1, value);
+}
 
-static void trace_span(engine *e, int id, int step, int mb, int stage, uint64_t bytes, uint64_t t0, uint64_t t1) {
+/* pprun's own span names (ENGINE_SPAN_*, engine_int.h), into the ring once
+ * per attempt before any span: how a span's name id becomes its name in
+ * the database (TRACE_SPAN_NAME records, as libpprun_trace sends a
+ * program's). */
+static void name_spans(engine *e) {
+    static const char *const names[ENGINE_SPANS] = {
+        [ENGINE_SPAN_ALLREDUCE] = "ALLREDUCE", [ENGINE_SPAN_REDUCE_SCATTER] = "REDUCE_SCATTER",
+        [ENGINE_SPAN_ALL_GATHER] = "ALL_GATHER", [ENGINE_SPAN_RECOMPUTE] = "RECOMPUTE"};
     if (!e->ring) return;
-    if (!(e->span_names >> id & 1)) {
-        trace_event base = {.version = TRACE_EVENT_VERSION, .source = TRACE_SRC_CPU, .attempt = e->attempt,
-                            .rank = e->rank};
-        trace_event recs[TRACE_SPAN_NAME_MAX / TRACE_NAME_CHUNK + 1];
-        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, (uint32_t)id, span_name[id], recs);
+    trace_event base = {.version = TRACE_EVENT_VERSION, .source = TRACE_SRC_CPU, .attempt = e->attempt,
+                        .rank = e->rank, .step = e->start_step};
+    trace_event recs[TRACE_SPAN_NAME_MAX / TRACE_NAME_CHUNK + 1];
+    pthread_mutex_lock(&e->trace_mu);
+    for (uint32_t id = 1; id < ENGINE_SPANS; id++) {
+        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, id, names[id], recs);
         for (size_t i = 0; i < n; i++) trace_ring_write(e->ring, &recs[i]);
-        e->span_names |= 1u << id;
     }
+    pthread_mutex_unlock(&e->trace_mu);
+}
+
+/* A span of pprun's own; on_gpu: the kernels launched since the last record
+ * are its (CUPTI), as for an op of the engine's thread. */
+static void span(engine *e, uint32_t name, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0,
+                 uint64_t t1, int on_gpu) {
+    if (!e->ring) return;
     trace_event ev = {
         .version = TRACE_EVENT_VERSION,
         .phase = TRACE_SPAN,
@@ -62,15 +86,22 @@ static void trace_span(engine *e, int id, int step, int mb, int stage, uint64_t 
         .step = step,
         .microbatch = mb,
         .stage = stage,
-        .peer = -1,
+        .peer = peer,
         .start_ns = t0,
         .end_ns = t1,
         .bytes = bytes,
-        .name = (uint64_t)id,
+        .name = name,
     };
-    trace_ring_write(e->ring, &ev);
-    gputrace_host_span(e->gpu, &ev); /* CUPTI: the recompute's kernels are its own, not B's */
+    trace_event_write(e, &ev, on_gpu);
 }
+
+void engine_trace_span(engine *e, uint32_t name, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0,
+                       uint64_t t1) {
+    span(e, name, step, mb, stage, peer, bytes, t0, t1, 0);
+}
+
+/* The global microbatch of the replica's mb (docs/model.md: replica·m + mb). */
+static int global_mb(const engine *e, int mb) { return e->replica * e->plan->microbatches + mb; }
 
 /* Activation bytes the rank holds now (model_stage_saved_bytes summed over
  * its few local stages): the `bytes` of F, B and W events. */
@@ -112,12 +143,19 @@ static int load_checkpoint(engine *e, pp_err *err) {
 
 int engine_init(engine *e, pp_err *err) {
     const sched_plan *plan = e->plan;
+    pthread_mutex_init(&e->trace_mu, NULL);
+    e->trace_mu_ready = 1;
+    e->prank = e->rank % plan->ranks;
+    e->replica = e->rank / plan->ranks;
+    e->replicas = e->cfg->dp > 1 ? e->cfg->dp : 1;
+    if (e->replica >= e->replicas)
+        return pp_fail(err, "rank %d is outside %d replicas of %d ranks", e->rank, e->replicas, plan->ranks);
     if (partition(e, err) != 0) return -1;
     e->stages = calloc((size_t)plan->stages, sizeof *e->stages);
     e->local_stage = calloc((size_t)plan->stages, sizeof *e->local_stage);
     if (!e->stages || !e->local_stage) return pp_fail(err, "out of memory");
     for (int s = 0; s < plan->stages; s++) {
-        if (plan->stage_rank[s] != e->rank) continue;
+        if (plan->stage_rank[s] != e->prank) continue;
         e->local_stage[e->nlocal++] = s;
         model_device dev = {.cuda = e->cfg->device == RUN_DEVICE_CUDA, .local_rank = e->local_rank,
                             .bf16 = e->cfg->dtype == RUN_DTYPE_BF16};
@@ -125,6 +163,8 @@ int engine_init(engine *e, pp_err *err) {
                                   s == plan->stages - 1, e->cfg->seed, plan->microbatches, &dev, &e->stages[s],
                                   err) != 0 ||
             model_stage_set_recompute(e->stages[s], stage_recompute(e, s), err) != 0)
+            return pp_wrap(err, "stage %d", s);
+        if (e->replicas > 1 && model_stage_set_replica(e->stages[s], e->replica, e->replicas, err) != 0)
             return pp_wrap(err, "stage %d", s);
     }
     /* Device boundaries: every local stage takes and returns device buffers;
@@ -134,15 +174,24 @@ int engine_init(engine *e, pp_err *err) {
         int s = e->local_stage[i];
         if (model_stage_set_boundary_device(e->stages[s], 1, err) != 0) return pp_wrap(err, "stage %d", s);
         int nb[2];
-        engine_stage_neighbours(plan, s, e->rank, nb);
-        if (!e->devcomm && (nb[0] != e->rank || nb[1] != e->rank))
+        engine_stage_neighbours(plan, s, e->prank, nb);
+        if (!e->devcomm && (nb[0] != e->prank || nb[1] != e->prank))
             return pp_fail(err, "rank %d: stage %d exchanges GPU-resident tensors with rank %d, but no device "
-                           "transport (devcomm) is open", e->rank, s, nb[0] != e->rank ? nb[0] : nb[1]);
+                           "transport (devcomm) is open", e->rank, s,
+                           engine_global_rank(plan, e->replica, nb[0] != e->prank ? nb[0] : nb[1]));
     }
-    return e->ckpt ? load_checkpoint(e, err) : 0;
+    /* Every replica loads the same units (the checkpoint's set, of any
+     * layout); ZeRO-1 then keeps its shard of the optimizer state
+     * (engine_dp_open). */
+    if (e->ckpt && load_checkpoint(e, err) != 0) return -1;
+    name_spans(e);
+    return engine_dp_open(e, err);
 }
 
 void engine_free(engine *e) {
+    engine_dp_close(e); /* its thread reads the stages */
+    if (e->trace_mu_ready) pthread_mutex_destroy(&e->trace_mu);
+    e->trace_mu_ready = 0;
     if (e->stages)
         for (int s = 0; s < e->plan->stages; s++)
             model_stage_free(e->stages[s]);
@@ -171,7 +220,7 @@ static void **mailbox_slot(const engine *e, step_state *st, int dir, int stage, 
 }
 
 /* --fail-at: fault injection for tests; dies the way a crashed rank dies. */
-static void maybe_fail(const engine *e, int step, int op, int mb) {
+void engine_maybe_fail(const engine *e, int step, int op, int mb) {
     const run_fail_at *f = &e->cfg->fail_at;
     if (!f->enabled || e->attempt != 0 || f->step != step || f->rank != e->rank) return;
     if ((f->phase >= 0 && f->phase != op) || (f->mb >= 0 && f->mb != mb)) return;
@@ -193,8 +242,7 @@ static void boundary_free(engine *e, step_state *st, int stage, void *buf) {
  * mailbox when both are on this rank, else from the peer (over devcomm with
  * device boundaries). The caller frees it with boundary_free(to_stage). */
 static int receive(engine *e, step_state *st, int dir, int from_stage, int mb, void **out, pp_err *err) {
-    const sched_plan *plan = e->plan;
-    int peer = plan->stage_rank[from_stage];
+    int peer = engine_stage_peer(e, from_stage);
     int to_stage = dir == COMM_DIR_ACT ? from_stage + 1 : from_stage - 1;
     if (peer == e->rank) {
         void **slot = mailbox_slot(e, st, dir, from_stage, mb);
@@ -217,8 +265,8 @@ static int receive(engine *e, step_state *st, int dir, int from_stage, int mb, v
         return pp_wrap(err, "rank %d: receiving the %s of stage %d for microbatch %d (step %d) from rank %d", e->rank,
                        dir == COMM_DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
     }
-    trace(e, dir == COMM_DIR_ACT ? TRACE_RECV_F : TRACE_RECV_B, st->step, mb, to_stage, peer, st->act_bytes, t0,
-          pp_now_ns(), 0);
+    trace(e, dir == COMM_DIR_ACT ? TRACE_RECV_F : TRACE_RECV_B, st->step, global_mb(e, mb), to_stage, peer,
+          st->act_bytes, t0, pp_now_ns(), 0);
     *out = buf;
     return 0;
 }
@@ -226,7 +274,7 @@ static int receive(engine *e, step_state *st, int dir, int from_stage, int mb, v
 /* Hands the tensor to `to_stage`; takes ownership of buf (from_stage's
  * boundary buffer). Both comm and devcomm sends keep their own copy. */
 static int deliver(engine *e, step_state *st, int dir, int from_stage, int to_stage, int mb, void *buf, pp_err *err) {
-    int peer = e->plan->stage_rank[to_stage];
+    int peer = engine_stage_peer(e, to_stage);
     if (peer == e->rank) {
         *mailbox_slot(e, st, dir, from_stage, mb) = buf;
         return 0;
@@ -239,8 +287,8 @@ static int deliver(engine *e, step_state *st, int dir, int from_stage, int to_st
     if (rc != 0)
         return pp_wrap(err, "rank %d: sending the %s of stage %d for microbatch %d (step %d) to rank %d", e->rank,
                        dir == COMM_DIR_ACT ? "activation" : "gradient", from_stage, mb, st->step, peer);
-    trace(e, dir == COMM_DIR_ACT ? TRACE_SEND_F : TRACE_SEND_B, st->step, mb, from_stage, peer, st->act_bytes, t0,
-          pp_now_ns(), 0);
+    trace(e, dir == COMM_DIR_ACT ? TRACE_SEND_F : TRACE_SEND_B, st->step, global_mb(e, mb), from_stage, peer,
+          st->act_bytes, t0, pp_now_ns(), 0);
     return 0;
 }
 
@@ -250,7 +298,8 @@ static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
     const model_spec *spec = &e->cfg->model;
     void *in = NULL, *out = NULL;
     if ((first || last) && spec->kind == MODEL_GPT)
-        data_batch(e->data, e->cfg->seed, st->step, mb, spec->batch, spec->seq, st->tokens, st->targets);
+        data_batch(e->data, e->cfg->seed, st->step, global_mb(e, mb), spec->batch, spec->seq, st->tokens,
+                   st->targets);
     if (!first && receive(e, st, COMM_DIR_ACT, s - 1, mb, &in, err) != 0) return -1;
     if (!last && !(out = boundary_alloc(e, st, s, err))) {
         boundary_free(e, st, s, in);
@@ -265,10 +314,10 @@ static int run_forward(engine *e, step_state *st, int s, int mb, pp_err *err) {
         boundary_free(e, st, s, out);
         return pp_wrap(err, "rank %d: forward of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
     }
-    trace(e, TRACE_F, st->step, mb, s, -1, held_bytes(e), t0, t1, 0);
+    trace(e, TRACE_F, st->step, global_mb(e, mb), s, -1, held_bytes(e), t0, t1, 0);
     if (last) {
         st->losses[mb] = loss;
-        trace(e, TRACE_LOSS, st->step, mb, s, -1, 0, t1, t1, loss);
+        trace(e, TRACE_LOSS, st->step, global_mb(e, mb), s, -1, 0, t1, t1, loss);
         return 0;
     }
     return deliver(e, st, COMM_DIR_ACT, s, s + 1, mb, out, err);
@@ -282,7 +331,7 @@ static int recompute_before_b(engine *e, step_state *st, int s, int mb, pp_err *
     uint64_t t0 = pp_now_ns();
     if (model_stage_recompute(e->stages[s], mb, err) != 0)
         return pp_wrap(err, "rank %d: recompute of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
-    trace_span(e, ENGINE_SPAN_RECOMPUTE, st->step, mb, s, held_bytes(e), t0, pp_now_ns());
+    span(e, ENGINE_SPAN_RECOMPUTE, st->step, global_mb(e, mb), s, -1, held_bytes(e), t0, pp_now_ns(), 1);
     return 0;
 }
 
@@ -308,7 +357,7 @@ static int run_backward_input(engine *e, step_state *st, int s, int mb, int fuse
         return pp_wrap(err, "rank %d: backward (%s) of stage %d, microbatch %d (step %d)", e->rank, fused ? "BW" : "B",
                        s, mb, st->step);
     }
-    trace(e, fused ? TRACE_BW : TRACE_B, st->step, mb, s, -1, held_bytes(e), t0, t1, 0);
+    trace(e, fused ? TRACE_BW : TRACE_B, st->step, global_mb(e, mb), s, -1, held_bytes(e), t0, t1, 0);
     return first ? 0 : deliver(e, st, COMM_DIR_GRAD, s, s - 1, mb, grad_in, err);
 }
 
@@ -317,71 +366,112 @@ static int run_backward_weight(engine *e, step_state *st, int s, int mb, pp_err 
     if (model_stage_backward_weight(e->stages[s], mb, err) != 0)
         return pp_wrap(err, "rank %d: backward (W) of stage %d, microbatch %d (step %d)", e->rank, s, mb, st->step);
     uint64_t t1 = pp_now_ns();
-    trace(e, TRACE_W, st->step, mb, s, -1, held_bytes(e), t0, t1, 0);
+    trace(e, TRACE_W, st->step, global_mb(e, mb), s, -1, held_bytes(e), t0, t1, 0);
     return 0;
 }
 
+/* Local stage s into its file; under ZeRO-1 its optimizer state is
+ * gathered whole from the group for the file (every replica takes part,
+ * replica 0 writes), then sharded again. */
+static int save_stage(engine *e, int step, int s, const char *path, pp_err *err) {
+    model_stage *ms = e->stages[s];
+    float *m = NULL, *v = NULL;
+    if (e->cfg->zero1 && e->dp) {
+        size_t n = model_stage_weight_count(ms);
+        m = malloc(sizeof(float) * (n ? n : 1)), v = malloc(sizeof(float) * (n ? n : 1));
+        int rc = m && v ? engine_dp_whole_state(e, step, s, m, v, err) : pp_fail(err, "out of memory");
+        if (rc == 0 && e->replica == 0) rc = model_stage_unshard_optimizer(ms, m, v, err);
+        free(m), free(v);
+        if (rc != 0) return -1;
+    }
+    if (e->replica != 0) return 0;
+    file_output out;
+    int rc = file_output_begin(&out, path, "checkpoint", 0, err);
+    model_ckpt_tag tag = {s, e->plan->stages, e->run_id};
+    if (rc == 0 && model_stage_save_as(ms, &tag, out.f, err) != 0) {
+        file_output_abort(&out);
+        rc = -1;
+    } else if (rc == 0) {
+        rc = file_output_commit(&out, err);
+    }
+    if (e->cfg->zero1 && e->dp && engine_dp_reshard(e, s, err) != 0) return -1;
+    return rc;
+}
+
+/* The stages of replica 0 are the checkpoint (every replica holds the same
+ * weights); each rank still counts itself in. */
 static int save_checkpoint(engine *e, int step, pp_err *err) {
     char dir[1024], path[1024];
     checkpoint_dir_step_path(e->cfg->checkpoint_dir, step, dir, sizeof dir);
-    if (mkdir(e->cfg->checkpoint_dir, 0777) != 0 && errno != EEXIST)
+    if (e->replica == 0 && mkdir(e->cfg->checkpoint_dir, 0777) != 0 && errno != EEXIST)
         return pp_fail(err, "--checkpoint-dir %s: %s", e->cfg->checkpoint_dir, strerror(errno));
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    if (e->replica == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
         return pp_fail(err, "checkpoint: cannot create %s: %s", dir, strerror(errno));
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
         checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
-        file_output out;
-        if (file_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
-        model_ckpt_tag tag = {s, e->plan->stages, e->run_id};
-        if (model_stage_save_as(e->stages[s], &tag, out.f, err) != 0) {
-            file_output_abort(&out);
-            return -1;
-        }
-        if (file_output_commit(&out, err) != 0) return -1;
+        if (save_stage(e, step, s, path, err) != 0) return -1;
     }
     return e->hooks.checkpoint_done ? e->hooks.checkpoint_done(e->hooks.ctx, step, err) : 0;
+}
+
+/* On the rank of replica 0's last stage: the step's losses (every
+ * replica's) to hooks.on_step; the other replicas' last stages send theirs. */
+static int report_step(engine *e, step_state *st, uint64_t ns, pp_err *err) {
+    const sched_plan *plan = e->plan;
+    if (plan->stage_rank[plan->stages - 1] != e->prank) return 0;
+    int m = plan->microbatches, total = m * e->replicas;
+    float *all = malloc(sizeof(float) * (size_t)total);
+    if (!all) return pp_fail(err, "out of memory");
+    int rc = engine_dp_losses(e, st->step, 0, st->losses, m, all, err);
+    if (rc == 0 && e->replica == 0 && e->hooks.on_step) {
+        double sum = 0;
+        for (int i = 0; i < total; i++) sum += all[i];
+        engine_step_report rep = {
+            .step = st->step,
+            .microbatches = total,
+            .losses = all,
+            .loss = sum / total,
+            .step_ns = ns,
+            .tokens_per_s = ns ? (double)model_tokens_per_microbatch(&e->cfg->model) * total * 1e9 / (double)ns : 0,
+        };
+        rc = e->hooks.on_step(e->hooks.ctx, &rep, err);
+    }
+    free(all);
+    return rc;
 }
 
 static int run_step(engine *e, step_state *st, pp_err *err) {
     const sched_plan *plan = e->plan;
     uint64_t t_start = pp_now_ns();
-    maybe_fail(e, st->step, -1, -1);
-    for (int i = 0; i < plan->len[e->rank]; i++) {
-        const sched_action *a = &plan->actions[e->rank][i];
-        maybe_fail(e, st->step, a->op, a->mb);
+    engine_maybe_fail(e, st->step, -1, -1);
+    for (int i = 0; i < plan->len[e->prank]; i++) {
+        const sched_action *a = &plan->actions[e->prank][i];
+        engine_maybe_fail(e, st->step, a->op, a->mb);
         gputrace_op_begin(e->gpu);
         int rc = a->op == SCHED_F   ? run_forward(e, st, a->stage, a->mb, err)
                  : a->op == SCHED_W ? run_backward_weight(e, st, a->stage, a->mb, err)
                                     : run_backward_input(e, st, a->stage, a->mb, a->op == SCHED_BW, err);
         gputrace_op_end(e->gpu);
         if (rc != 0) return -1;
+        if (a->op == SCHED_W) engine_dp_w_done(e, st->step, i);
     }
+    /* The gradient all-reduce: the gap from here to the OPT is waiting for it. */
+    if (engine_dp_finish(e, st->step, err) != 0) return -1;
     uint64_t t0 = pp_now_ns();
     for (int i = 0; i < e->nlocal; i++)
         if (model_stage_step(e->stages[e->local_stage[i]], &e->cfg->optim, st->step, err) != 0)
             return pp_wrap(err, "rank %d: optimizer step %d", e->rank, st->step);
-    uint64_t t_end = pp_now_ns(), state = 0;
-    for (int i = 0; i < e->nlocal; i++) state += model_stage_state_bytes(e->stages[e->local_stage[i]]);
-    trace(e, TRACE_OPT, st->step, -1, -1, -1, state, t0, t_end, 0);
-    if (gputrace_step_end(e->gpu, st->step, err) != 0) return -1; /* CUPTI: the step's gpu spans and kernels */
-
-    if (plan->stage_rank[plan->stages - 1] == e->rank && e->hooks.on_step) {
-        int m = plan->microbatches;
-        double sum = 0;
-        for (int mb = 0; mb < m; mb++)
-            sum += st->losses[mb];
-        uint64_t ns = t_end - t_start;
-        engine_step_report rep = {
-            .step = st->step,
-            .microbatches = m,
-            .losses = st->losses,
-            .loss = sum / m,
-            .step_ns = ns,
-            .tokens_per_s = ns ? (double)model_tokens_per_microbatch(&e->cfg->model) * m * 1e9 / (double)ns : 0,
-        };
-        if (e->hooks.on_step(e->hooks.ctx, &rep, err) != 0) return -1;
+    uint64_t t_end = pp_now_ns(), state = 0, optim = 0;
+    for (int i = 0; i < e->nlocal; i++) {
+        state += model_stage_state_bytes(e->stages[e->local_stage[i]]);
+        optim += model_stage_optimizer_bytes(e->stages[e->local_stage[i]]);
     }
+    trace(e, TRACE_OPT, st->step, -1, -1, -1, state, t0, t_end, (double)optim);
+    if (gputrace_step_end(e->gpu, st->step, err) != 0) return -1; /* CUPTI: the step's gpu spans and kernels */
+    if (engine_dp_after_step(e, st->step, err) != 0) return -1;     /* ZeRO-1: the weights */
+    if (report_step(e, st, t_end - t_start, err) != 0) return -1;
+    if (engine_eval_step(e, st->step, err) != 0) return -1;
     int every = e->cfg->checkpoint_every;
     int last_step = st->step == e->cfg->steps - 1;
     if (e->cfg->checkpoint_dir[0] && ((every && (st->step + 1) % every == 0) || last_step))
@@ -390,9 +480,11 @@ static int run_step(engine *e, step_state *st, pp_err *err) {
 }
 
 /* --save-weights DIR: every stage's final weights, raw float32 in global
- * layer order; DIR/stage_0.f32 ... concatenated equal a one-stage run's. */
+ * layer order; DIR/stage_0.f32 ... concatenated equal a one-stage run's.
+ * Replica 0's. */
 static int save_weights(engine *e, pp_err *err) {
     const char *dir = e->cfg->save_weights;
+    if (e->replica != 0) return 0; /* every replica holds the same weights */
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return pp_fail(err, "--save-weights %s: %s", dir, strerror(errno));
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
@@ -417,9 +509,9 @@ static int save_weights(engine *e, pp_err *err) {
 /* With device boundaries, one boundary-sized device message each way too,
  * so that devcomm's links (IPC handles, NCCL communicators) are up before
  * step 0. */
-static int connect_devcomm(engine *e, const char *is_peer, pp_err *err) {
+static int connect_devcomm(engine *e, const char *is_peer, int world, pp_err *err) {
     int any = 0;
-    for (int r = 0; r < e->plan->ranks; r++) any |= is_peer[r];
+    for (int r = 0; r < world; r++) any |= is_peer[r];
     /* A peer is the neighbour of a local stage, and engine_init made sure
      * such a rank has a devcomm. */
     if (!any) return 0;
@@ -429,38 +521,41 @@ static int connect_devcomm(engine *e, const char *is_peer, pp_err *err) {
     if (!buf) return -1;
     uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL); /* the host hello's too: devcomm's tags are its own */
     int rc = 0;
-    for (int r = 0; rc == 0 && r < e->plan->ranks; r++)
+    for (int r = 0; rc == 0 && r < world; r++)
         if (is_peer[r]) rc = devcomm_send(e->devcomm, r, tag, buf, bytes, err);
-    for (int r = 0; rc == 0 && r < e->plan->ranks; r++)
+    for (int r = 0; rc == 0 && r < world; r++)
         if (is_peer[r]) rc = devcomm_recv(e->devcomm, r, tag, buf, bytes, e->cfg->recv_timeout_ms, err);
     model_stage_boundary_free(stage, buf, bytes);
     return rc;
 }
 
 /* Before the first step, one small message each way with every neighbour
- * (the ranks of adjacent stages): links are set up outside the measured
- * steps, and the ranks start the pipeline together, as the simulator
- * assumes. */
+ * (the ranks of adjacent stages) and every rank of its data-parallel
+ * group: links are set up outside the measured steps, and the ranks start
+ * the pipeline together, as the simulator assumes. */
 static int connect_neighbours(engine *e, pp_err *err) {
     const sched_plan *plan = e->plan;
     if (!e->comm) return 0;
-    char *is_peer = calloc((size_t)plan->ranks, 1);
+    int world = plan->ranks * e->replicas;
+    char *is_peer = calloc((size_t)world, 1);
     if (!is_peer) return pp_fail(err, "out of memory");
     for (int s = 0; s < plan->stages; s++) {
-        if (plan->stage_rank[s] != e->rank) continue;
+        if (plan->stage_rank[s] != e->prank) continue;
         int nb[2];
-        engine_stage_neighbours(plan, s, e->rank, nb);
-        is_peer[nb[0]] = is_peer[nb[1]] = 1;
+        engine_stage_neighbours(plan, s, e->prank, nb);
+        is_peer[engine_global_rank(plan, e->replica, nb[0])] = 1;
+        is_peer[engine_global_rank(plan, e->replica, nb[1])] = 1;
     }
+    engine_dp_peers(e, is_peer);
     is_peer[e->rank] = 0;
     uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL);
     char hello = 1;
     int rc = 0;
-    for (int r = 0; rc == 0 && r < plan->ranks; r++)
+    for (int r = 0; rc == 0 && r < world; r++)
         if (is_peer[r]) rc = comm_send(e->comm, r, tag, &hello, 1, err);
-    for (int r = 0; rc == 0 && r < plan->ranks; r++)
+    for (int r = 0; rc == 0 && r < world; r++)
         if (is_peer[r]) rc = comm_recv(e->comm, r, tag, &hello, 1, e->cfg->recv_timeout_ms, err);
-    if (rc == 0 && e->device_boundaries) rc = connect_devcomm(e, is_peer, err);
+    if (rc == 0 && e->device_boundaries) rc = connect_devcomm(e, is_peer, world, err);
     free(is_peer);
     return rc == 0 ? 0 : pp_wrap(err, "rank %d: connecting to its pipeline neighbours", e->rank);
 }

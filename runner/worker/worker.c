@@ -31,9 +31,12 @@ typedef struct worker {
     const char *run_id;
     store_client *store;      /* the main thread's connection */
     store_client *comm_store; /* comm's own: its set-up threads and devcomm's use it (comm serialises them) */
-    sched_plan *plan;
+    sched_plan *plan;  /* one pipeline's (pranks ranks) */
+    int pranks, prank, replica; /* ranks per pipeline; this rank's place in it and its replica */
+    sched_plan *eval_plan; /* --eval-every: the forward-only plan */
     data_source *data; /* on the ranks of the first and the last stage (gpt) */
-    FILE *metrics;     /* on the rank of the last stage, with --metrics */
+    data_source *eval_data; /* --eval-every: held-out data, on the same ranks */
+    FILE *metrics;     /* on the rank of replica 0's last stage, with --metrics */
     trace_ring *ring;  /* NULL with --trace off */
     gputrace *gpu;     /* NULL without CUPTI */
     int *rank_node;    /* [world]: each rank's node, for comm */
@@ -85,17 +88,41 @@ static int exchange_get(void *ctx, const char *key, void *value, size_t cap, siz
 
 /* --- set-up ------------------------------------------------------------------ */
 
+/* The mesh: --pp and --dp as the launcher resolved them (run_config_mesh)
+ * against WORLD_SIZE; global rank r is replica r / P at pipeline rank r % P. */
+static int read_mesh(worker *w, pp_err *err) {
+    run_config mesh = *w->cfg;
+    if (run_config_mesh(&mesh, w->world, "WORLD_SIZE", err) != 0) return -1;
+    w->pranks = mesh.pp;
+    w->prank = w->rank % w->pranks;
+    w->replica = w->rank / w->pranks;
+    return 0;
+}
+
+/* Evaluation data: --eval-data FILE, or the training data's last tenth
+ * (which training then leaves alone). */
+static int open_eval_data(worker *w, size_t min_bytes, pp_err *err) {
+    const run_config *cfg = w->cfg;
+    if (cfg->eval_data[0]) return data_open_as(cfg->eval_data, "--eval-data", min_bytes, &w->eval_data, err);
+    return data_hold_out(w->data, min_bytes, &w->eval_data, err);
+}
+
 /* The plan, and what the first and last stages read and write: the
- * training data, the --metrics file. */
+ * training (and evaluation) data, the --metrics file. */
 static int open_inputs(worker *w, pp_err *err) {
     const run_config *cfg = w->cfg;
-    if (run_config_plan(cfg, w->world, &w->plan, err) != 0) return -1;
+    if (read_mesh(w, err) != 0) return -1;
+    if (run_config_plan(cfg, w->pranks, &w->plan, err) != 0) return -1;
     const sched_plan *plan = w->plan;
-    int first = plan->stage_rank[0] == w->rank, last = plan->stage_rank[plan->stages - 1] == w->rank;
+    if (cfg->eval_every && sched_forward_only(plan, cfg->eval_microbatches, &w->eval_plan, err) != 0) return -1;
+    int first = plan->stage_rank[0] == w->prank, last = plan->stage_rank[plan->stages - 1] == w->prank;
+    size_t min_bytes = model_tokens_per_microbatch(&cfg->model) + 1;
     if ((first || last) && cfg->model.kind == MODEL_GPT &&
-        data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &w->data, err) != 0)
+        data_open(cfg->data[0] ? cfg->data : NULL, min_bytes, &w->data, err) != 0)
         return -1;
-    if (last && cfg->metrics[0]) {
+    if ((first || last) && cfg->model.kind == MODEL_GPT && cfg->eval_every && open_eval_data(w, min_bytes, err) != 0)
+        return -1;
+    if (last && w->replica == 0 && cfg->metrics[0]) {
         int fd = file_output_stream(cfg->metrics, "--metrics", 0, err);
         if (fd < 0) return -1;
         if (!(w->metrics = fdopen(fd, "a"))) {
@@ -141,13 +168,13 @@ static void say_transports(const worker *w) {
     int n = w->devcomm ? snprintf(line, sizeof line, "boundary tensors in GPU memory (cuda:%d)", w->device)
                        : snprintf(line, sizeof line, "boundary tensors staged through host memory (--transport %s)",
                                   run_transport_name(w->cfg->transport));
-    char *seen = calloc((size_t)plan->ranks, 1);
+    char *seen = calloc((size_t)w->world, 1);
     for (int s = 0; seen && s < plan->stages; s++) {
-        if (plan->stage_rank[s] != w->rank) continue;
+        if (plan->stage_rank[s] != w->prank) continue;
         int nb[2];
-        engine_stage_neighbours(plan, s, w->rank, nb);
+        engine_stage_neighbours(plan, s, w->prank, nb);
         for (int i = 0; i < 2; i++) {
-            int r = nb[i];
+            int r = engine_global_rank(plan, w->replica, nb[i]);
             if (r == w->rank || seen[r] || n >= (int)sizeof line - 64) continue;
             seen[r] = 1;
             n += snprintf(line + n, sizeof line - (size_t)n, "; rank %d: %s", r,
@@ -197,8 +224,9 @@ static int open_comm(worker *w, pp_err *err) {
 
 /* --- the engine's reports -------------------------------------------------------- */
 
-/* On the rank of the last stage: the step's line in --metrics, and its
- * numbers under run/progress/STEP for the launcher's display. */
+/* On the rank of replica 0's last stage: the step's line in --metrics
+ * (every replica's losses), and its numbers under run/progress/STEP for
+ * the launcher's display. */
 static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
     worker *w = ctx;
     if (w->metrics) {
@@ -214,6 +242,18 @@ static int on_step(void *ctx, const engine_step_report *r, pp_err *err) {
     snprintf(key, sizeof key, "run/progress/%d", r->step);
     int n = snprintf(text, sizeof text, "%.6f %.3f %.1f", r->loss, r->step_ns / 1e6, r->tokens_per_s);
     return store_set(w->store, key, text, (size_t)n, err);
+}
+
+/* The evaluation after step r->step: a line of its own in --metrics,
+ * {"eval_step": S, "eval_loss": ..., "eval_losses": [...]}. */
+static int on_eval(void *ctx, const engine_step_report *r, pp_err *err) {
+    worker *w = ctx;
+    if (!w->metrics) return 0;
+    fprintf(w->metrics, "{\"eval_step\":%d,\"eval_loss\":%.9g,\"eval_losses\":[", r->step, r->loss);
+    for (int i = 0; i < r->microbatches; i++) fprintf(w->metrics, i ? ",%.9g" : "%.9g", (double)r->losses[i]);
+    fprintf(w->metrics, "],\"eval_ms\":%.3f,\"attempt\":%d}\n", r->step_ns / 1e6, w->attempt);
+    if (fflush(w->metrics) != 0) return pp_fail(err, "--metrics %s: %s", w->cfg->metrics, strerror(errno));
+    return 0;
 }
 
 /* Each rank counts itself in once its stages are saved; the rank that
@@ -248,10 +288,12 @@ static int run_engine(worker *w, pp_err *err) {
         .ring = w->ring,
         .gpu = w->gpu,
         .data = w->data,
-        .hooks = {w, on_step, checkpoint_done},
+        .hooks = {w, on_step, on_eval, checkpoint_done},
         .start_step = start,
         .ckpt = ckpt,
         .run_id = w->run_id,
+        .eval_data = w->eval_data,
+        .eval_plan = w->eval_plan,
     };
     int rc = engine_init(&w->engine, err);
     model_ckpt_free(ckpt); /* read by engine_init only */
@@ -278,7 +320,9 @@ static void close_all(worker *w) {
     if (w->ring) trace_ring_close(w->ring);
     if (w->metrics) fclose(w->metrics);
     data_close(w->data);
+    data_close(w->eval_data);
     sched_free(w->plan);
+    sched_free(w->eval_plan);
     store_close(w->comm_store);
     store_close(w->store);
 }

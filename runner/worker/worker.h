@@ -3,9 +3,12 @@
  * The launcher starts it with the job's options (run_config, the same on
  * every rank) and torchrun's environment (RANK, WORLD_SIZE,
  * LOCAL_WORLD_SIZE, PPRUN_STORE, PPRUN_RUN_ID, PPRUN_RESTART_COUNT,
- * PPRUN_TRACE_FD). The rank builds the same schedule as every other rank,
- * connects to its neighbours (comm, over the job's store), runs the engine
- * from the checkpoint it starts from, reports each step (the --metrics file,
+ * PPRUN_TRACE_FD). The rank builds the same schedule as every other rank
+ * (one pipeline's: with --dp the world is --pp ranks per pipeline times
+ * --dp pipelines, rank r being pipeline rank r % pp of replica r / pp),
+ * connects to its neighbours and its data-parallel group (comm, over the
+ * job's store), runs the engine from the checkpoint it starts from, reports
+ * each step and evaluation on replica 0's last stage (the --metrics file,
  * the progress key the launcher's display reads) and counts itself in for
  * each checkpoint, the last rank in marking it complete (checkpoint_dir.h).
  *

@@ -17,6 +17,7 @@
  * refreshed after every optimizer step, so export and checkpoints are the
  * CPU code's. Written without a GPU at hand: see docs/gpu.md. */
 #include "runner/model/cuda/gpu_internal.h"
+#include "runner/model/model_tree.h"
 #include "runner/model/model_internal.h"
 
 #include <math.h>
@@ -201,6 +202,7 @@ void gpu_stage_free(model_stage *s) {
         for (int i = 0; i < s->microbatches; i++) free_mb(g, &g->mbs[i]);
     if (g->pending)
         for (int i = 0; i < s->microbatches; i++) gpu_free(g->ctx, g->pending[i]);
+    for (; s->depth > 0; s->depth--) gpu_free(g->ctx, s->stack[s->depth - 1]); /* a step cut short */
     for (size_t i = 0; i < g->pool.n; i++) gpu_free(g->ctx, g->pool.free[i].p);
     free(g->pool.free);
     float *bufs[] = {g->params, g->grad, g->adam_m, g->adam_v, g->scratch_4nc, g->scratch_nc, g->scratch_nc2, g->datt};
@@ -492,14 +494,27 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     return boundary_out(s, grad_in, d, sizeof(float) * NC, err);
 }
 
-/* Adds every complete pending gradient into grad, in microbatch order. */
+/* Runs every complete pending gradient through the gradient tree's program
+ * (model_tree.h) in microbatch order, as model_stage.c does on the host: the
+ * partial sums are device buffers on s->stack; the last one left is the
+ * step's gradient. */
 static int commit(model_stage *s, pp_err *err) {
     gpu_stage *g = s->gpu;
+    size_t bytes = sizeof(float) * (s->nparams ? s->nparams : 1);
     while (s->next_acc < s->microbatches && g->pending[s->next_acc] && s->mb_state[s->next_acc] == MB_EMPTY) {
-        float *p = g->pending[s->next_acc];
-        if (gpu_add(g->ctx, g->grad, g->grad, p, s->nparams, err) != 0) return -1;
-        dpool_put(g, p, sizeof(float) * s->nparams);
+        s->stack[s->depth++] = g->pending[s->next_acc];
         g->pending[s->next_acc++] = NULL;
+        for (s->tree_pc++; s->tree_pc < s->ntree && s->tree[s->tree_pc] == MODEL_TREE_ADD; s->tree_pc++) {
+            float *right = s->stack[--s->depth], *left = s->stack[s->depth - 1];
+            if (gpu_add(g->ctx, left, left, right, s->nparams, err) != 0) return -1;
+            dpool_put(g, right, bytes);
+        }
+    }
+    if (s->next_acc == s->microbatches && s->depth == 1) {
+        float *old = g->grad;
+        g->grad = s->stack[0];
+        s->depth = 0, s->tree_pc = 0;
+        dpool_put(g, old, bytes);
     }
     return 0;
 }
