@@ -6,19 +6,37 @@
  * finished pair leaves nothing in /dev/shm (comm_cleanup sweeps the names of
  * a rank that died before its peer attached).  Messages are a byte stream of
  * header + payload, so a 64 MiB message flows through a ring of a few MiB in
- * pieces while the reader copies them out.
+ * pieces.
  *
- * Waiting never spins: a writer with no room sleeps on the ring's space_seq
- * futex, a reader with no data on data_seq (FUTEX_WAIT on shared memory,
- * woken by the other process).  The *_waiting flags let the other side skip
- * the FUTEX_WAKE syscall when nobody sleeps.  Sleeps are cut in slices of
- * 500 ms only as a safety net; peer death wakes them at once (comm.c). */
+ * Who reads a ring: one thread at a time, the holder of the peer's rx_busy.
+ * A thread in comm_recv reads it itself: its message goes from the ring
+ * straight into its buffer, one copy on each side (sender -> ring -> the
+ * receiver's buffer) and no hand-over between threads, so a small message
+ * costs one wake-up, as through a pipe. Messages nobody asked for yet stay
+ * in the ring until a receive reads them (those ahead of its own move to
+ * the inbox). The peer's drainer thread reads only when the writer is
+ * blocked for room and no receive has read for DRAIN_GRACE_NS, or when the
+ * stream ends: so a sender's comm_flush never waits for a comm_recv, and
+ * what a dead peer wrote is still delivered.
+ *
+ * Waiting: a writer with no room sleeps on the ring's space_seq futex, a
+ * receive with no data on data_seq, the drainer on drain_seq (FUTEX_WAIT on
+ * shared memory, woken by the other process); the *_waiting flags let the
+ * other side skip the FUTEX_WAKE syscall when nobody sleeps. Before sleeping
+ * a receive spins (polling the ring, sched_yield between polls, so that a
+ * thread waiting for this core gets it), but only while recent waits on this
+ * peer were short (their moving average under SPIN_MAX_NS), and then for
+ * about twice that average: a pipeline waiting milliseconds for a stage's
+ * compute never spins, a ping-pong of small messages does, at a cost of
+ * about the wait itself. Sleeps are cut in slices of 500 ms only as a
+ * safety net; peer death wakes them at once (comm.c). */
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdalign.h>
 #include <stdio.h>
@@ -29,20 +47,26 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SHM_MAGIC 0x70707368u       /* "pprs" */
+#define SHM_MAGIC 0x32707073u       /* "spp2": the layout below (another build's rank refuses it) */
 /* Per direction: big enough to stream, small for /dev/shm.  Where /dev/shm
  * is small (a container's default 64 MiB) the creator falls back to
  * smaller rings rather than fail. */
 static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
-#define SHM_SLICE_MS 500
+#define SHM_SLICE_NS 500000000ull
+#define PIECE (256u << 10)           /* copied in (out) before head (tail) moves: the other side works meanwhile */
+#define SPIN_MAX_NS 50000ull         /* a receive spins only while recent waits averaged less */
+#define SPIN_MIN_NS 5000ull
+#define DRAIN_GRACE_NS 1000000ull    /* a blocked writer waits this long for a receive before the drainer reads */
 
 struct comm_ring {                  /* lives in shared memory */
     alignas(64) _Atomic uint64_t head;  /* bytes ever written (writer only) */
     _Atomic uint32_t data_seq;          /* futex: bumped after head moves */
-    _Atomic uint32_t reader_waiting;
+    _Atomic uint32_t reader_waiting;    /* a receive sleeps on data_seq */
     alignas(64) _Atomic uint64_t tail;  /* bytes ever read (reader only) */
     _Atomic uint32_t space_seq;         /* futex: bumped after tail moves */
     _Atomic uint32_t writer_waiting;
+    _Atomic uint32_t drain_seq;         /* futex of the reading side's drainer */
+    _Atomic uint32_t drainer_waiting;
     alignas(64) _Atomic uint32_t closed; /* writer called comm_close */
     uint64_t data_off;                  /* from the segment start */
 };
@@ -62,8 +86,8 @@ void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap) {
     snprintf(buf, cap, "/pprun-%016" PRIx64 "-%d-%d", job_hash, a, b);
 }
 
-static void fwait(_Atomic uint32_t *w, uint32_t v, int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+static void fwait(_Atomic uint32_t *w, uint32_t v, uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
 }
 
@@ -171,15 +195,27 @@ static void publish_head(struct comm_ring *r, uint64_t head) {
     if (atomic_load(&r->reader_waiting)) fwake(&r->data_seq);
 }
 
+/* Copies n bytes in at head and publishes them a PIECE at a time, so that
+ * the reader copies one piece out while we copy the next in. New head. */
+static uint64_t put_published(comm_peer *p, uint64_t head, const void *src, size_t n) {
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < PIECE ? n - done : PIECE;
+        head += ring_put(p, head, (const char *)src + done, k);
+        done += k;
+        publish_head(p->out_ring, head);
+    }
+    return head;
+}
+
 size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb) {
     struct comm_ring *r = p->out_ring;
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
     size_t room = (size_t)(p->ring_cap - (head - atomic_load(&r->tail)));
     size_t wa = na < room ? na : room;
     size_t wb = nb < room - wa ? nb : room - wa;
-    if (wa) head += ring_put(p, head, a, wa);
-    if (wb) head += ring_put(p, head, b, wb);
-    if (wa + wb) publish_head(r, head);
+    if (wa) head += ring_put(p, head, a, wa); /* the header goes out with the first piece */
+    if (wb) put_published(p, head, b, wb);
+    else if (wa) publish_head(r, head);
     return wa + wb;
 }
 
@@ -205,7 +241,7 @@ int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_
         size_t room = (size_t)(p->ring_cap - (head - atomic_load(&r->tail)));
         if (room) {
             size_t k = n < room ? n : room;
-            publish_head(r, head + ring_put(p, head, s, k));
+            put_published(p, head, s, k);
             s += k;
             n -= k;
             continue;
@@ -222,66 +258,226 @@ int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_
                 snprintf(why, cap, "closed its channel (called comm_close) with our messages unread");
                 return -1;
             }
-            fwait(&r->space_seq, seq, SHM_SLICE_MS);
+            /* If no receive reads our ring, the peer's drainer makes room. */
+            if (atomic_load(&r->drainer_waiting)) bump_wake(&r->drain_seq);
+            fwait(&r->space_seq, seq, SHM_SLICE_NS);
         }
         atomic_store(&r->writer_waiting, 0);
     }
     return 0;
 }
 
-static int shm_read(comm_peer *p, void *dst, size_t n, char *why, size_t cap) {
-    struct comm_ring *r = p->in_ring;
-    unsigned char *d = dst;
-    while (n) {
-        if (atomic_load(&p->c->stopping)) return stop_reason(p, why, cap), -1;
-        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-        /* Flags first, head second: a writer's last bytes are visible
-         * before its closed flag or its death is. */
-        int ending = atomic_load(&r->closed) || atomic_load(&p->dead) || atomic_load(&p->c->stopping);
-        uint64_t avail = atomic_load(&r->head) - tail;
-        if (avail) {
-            size_t k = n < avail ? n : (size_t)avail;
-            size_t cap = p->ring_cap, off = (size_t)(tail % cap), first = k < cap - off ? k : cap - off;
-            memcpy(d, ring_data(p, r) + off, first);
-            if (k > first) memcpy(d + first, ring_data(p, r), k - first);
-            d += k;
-            n -= k;
-            atomic_store(&r->tail, tail + k);
-            atomic_fetch_add(&r->space_seq, 1);
-            if (atomic_load(&r->writer_waiting)) fwake(&r->space_seq);
-            continue;
-        }
-        if (ending) {
-            if (!stop_reason(p, why, cap)) snprintf(why, cap, "closed its channel (called comm_close)");
-            return -1;
-        }
-        atomic_store(&r->reader_waiting, 1);
-        uint32_t seq = atomic_load(&r->data_seq);
-        if (atomic_load(&r->head) == tail && !atomic_load(&r->closed) && !atomic_load(&p->dead) &&
-            !atomic_load(&p->c->stopping))
-            fwait(&r->data_seq, seq, SHM_SLICE_MS);
-        atomic_store(&r->reader_waiting, 0);
-    }
-    return 0;
+/* ---- reading a ring: one reader at a time, the holder of rx_busy ---------- */
+
+/* Whether a reader has something to do: bytes in the ring, or the stream's
+ * end (the peer closed or died, or this comm is closing). */
+static int rx_ready(comm_peer *p, struct comm_ring *r) {
+    return atomic_load(&r->closed) || atomic_load(&p->dead) || atomic_load(&p->c->stopping) ||
+           atomic_load(&r->head) != atomic_load_explicit(&r->tail, memory_order_relaxed);
 }
 
-static void *shm_reader_main(void *arg) {
-    comm_reader_loop(arg, shm_read);
+static void ring_get(comm_peer *p, struct comm_ring *r, uint64_t tail, void *dst, size_t k) {
+    size_t cap = p->ring_cap, off = (size_t)(tail % cap), first = k < cap - off ? k : cap - off;
+    memcpy(dst, ring_data(p, r) + off, first);
+    if (k > first) memcpy((unsigned char *)dst + first, ring_data(p, r), k - first);
+}
+
+/* Moves tail past k bytes copied out; wakes a writer waiting for room. */
+static void rx_consume(struct comm_ring *r, uint64_t tail, size_t k) {
+    atomic_store(&r->tail, tail + k);
+    atomic_fetch_add(&r->space_seq, 1);
+    if (atomic_load(&r->writer_waiting)) fwake(&r->space_seq);
+}
+
+/* One step: copies what the ring holds of the message being read (its
+ * header first, then at most PIECE of payload) into place, moves tail,
+ * and hands the message over once complete. 1: a message was handed over;
+ * 0: *moved bytes were read (0: the ring is empty); -1: the stream ended, or
+ * a message did not fit in memory (why). */
+static int rx_step(comm_peer *p, size_t *moved, char *why, size_t cap) {
+    struct comm_ring *r = p->in_ring;
+    *moved = 0;
+    if (atomic_load(&p->c->stopping)) {
+        snprintf(why, cap, "comm was closed");
+        return -1;
+    }
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    /* Flags first, head second: a writer's last bytes are visible before
+     * its closed flag or its death is. */
+    int ending = atomic_load(&r->closed) || atomic_load(&p->dead);
+    uint64_t avail = atomic_load(&r->head) - tail;
+    if (!avail) {
+        if (!ending) return 0;
+        if (!stop_reason(p, why, cap)) snprintf(why, cap, "closed its channel (called comm_close)");
+        return -1;
+    }
+    size_t k;
+    if (p->rx_hgot < sizeof p->rx_hdr) {
+        k = sizeof p->rx_hdr - p->rx_hgot;
+        if (k > avail) k = (size_t)avail;
+        ring_get(p, r, tail, (unsigned char *)&p->rx_hdr + p->rx_hgot, k);
+        rx_consume(r, tail, k);
+        *moved = k;
+        if ((p->rx_hgot += k) < sizeof p->rx_hdr) return 0;
+        void *dst;
+        if (comm_rx_begin(p, &p->rx_hdr, &dst, &p->rx_msg, why, cap) < 0) return -1;
+        p->rx_dst = dst;
+        p->rx_got = 0;
+    } else {
+        k = p->rx_hdr.len - p->rx_got;
+        if (k > avail) k = (size_t)avail;
+        if (k > PIECE) k = PIECE;
+        ring_get(p, r, tail, p->rx_dst + p->rx_got, k);
+        rx_consume(r, tail, k);
+        *moved = k;
+        p->rx_got += k;
+    }
+    if (p->rx_got < p->rx_hdr.len) return 0;
+    comm_rx_deliver(p, p->rx_msg);
+    p->rx_msg = NULL;
+    p->rx_hgot = 0;
+    return 1;
+}
+
+/* The end of the stream: a message half read is dropped (a posted receive
+ * being filled fails), and the receives waiting on this peer learn why. */
+static void rx_finish(comm_peer *p, const char *why) {
+    comm_rx_drop(p->rx_msg);
+    p->rx_msg = NULL;
+    comm_rx_end(p, why);
+}
+
+/* A receive with nothing to read: spins while recent waits on this peer
+ * were short, then sleeps on data_seq, until there is something to read, a
+ * wake-up, or until. Keeps the moving average of how long it waited. */
+static void rx_wait(comm_peer *p, uint64_t until) {
+    struct comm_ring *r = p->in_ring;
+    uint64_t t0 = pp_now_ns(), avg = p->rx_wait_ns;
+    if (avg < SPIN_MAX_NS) {
+        uint64_t spin = 2 * avg < SPIN_MIN_NS ? SPIN_MIN_NS : 2 * avg > SPIN_MAX_NS ? SPIN_MAX_NS : 2 * avg;
+        for (uint64_t now = t0; !rx_ready(p, r) && now - t0 < spin && now < until; now = pp_now_ns())
+            sched_yield(); /* a thread waiting for this core runs first */
+    }
+    uint64_t now = pp_now_ns();
+    if (now < until && !rx_ready(p, r)) {
+        atomic_store(&r->reader_waiting, 1);
+        uint32_t seq = atomic_load(&r->data_seq);
+        if (!rx_ready(p, r)) fwait(&r->data_seq, seq, until - now < SHM_SLICE_NS ? until - now : SHM_SLICE_NS);
+        atomic_store(&r->reader_waiting, 0);
+        now = pp_now_ns();
+    }
+    /* Capped: one long wait must not keep a ping-pong from spinning for long. */
+    uint64_t waited = now - t0 < 1000000 ? now - t0 : 1000000;
+    p->rx_wait_ns = avg - avg / 4 + waited / 4;
+}
+
+/* Whether the drainer should read: the writer is blocked for room with bytes
+ * in the ring, or the stream is ending. */
+static int drain_needed(comm_peer *p) {
+    struct comm_ring *r = p->in_ring;
+    return atomic_load(&r->closed) || atomic_load(&p->dead) || atomic_load(&p->c->stopping) ||
+           (atomic_load(&r->writer_waiting) && atomic_load(&r->head) != atomic_load(&r->tail));
+}
+
+static void rx_release_locked(comm_peer *p) {
+    p->rx_busy = 0;
+    pthread_cond_broadcast(&p->cv_in); /* a receive waiting for the ring */
+}
+
+void comm_wait_in(comm_peer *p, uint64_t until) {
+    if (p->kind != COMM_SHM || p->rx_busy || p->in_state != COMM_IN_OPEN) {
+        pp_cond_wait_until(&p->cv_in, &p->mu, until);
+        return;
+    }
+    p->rx_busy = 1;
+    pthread_mutex_unlock(&p->mu);
+    char why[256] = "";
+    int rc;
+    for (;;) { /* until a message is handed over, the end, or until */
+        size_t moved;
+        if ((rc = rx_step(p, &moved, why, sizeof why)) != 0 || moved) {
+            if (rc != 0) break;
+            continue;
+        }
+        if (pp_now_ns() >= until) break;
+        rx_wait(p, until);
+    }
+    if (rc < 0) rx_finish(p, why);
+    pthread_mutex_lock(&p->mu);
+    rx_release_locked(p);
+}
+
+/* The drainer: reads the ring into the inbox when the writer is blocked for
+ * room and no receive has read for DRAIN_GRACE_NS (a receive that comes
+ * meanwhile reads its message straight from the ring; one that keeps
+ * reading keeps the writer going), or when the stream ends. Idle, it sleeps
+ * on drain_seq, which a writer that blocks bumps. */
+static void *shm_drainer_main(void *arg) {
+    comm_peer *p = arg;
+    struct comm_ring *r = p->in_ring;
+    char why[256] = "";
+    for (;;) {
+        /* Waiting flag and seq before the check: a writer that blocks after
+         * it wakes us. */
+        atomic_store(&r->drainer_waiting, 1);
+        uint32_t seq = atomic_load(&r->drain_seq);
+        pthread_mutex_lock(&p->mu);
+        int closed = p->in_state == COMM_IN_CLOSED;
+        pthread_mutex_unlock(&p->mu);
+        if (closed) break;
+        if (!drain_needed(p)) {
+            fwait(&r->drain_seq, seq, SHM_SLICE_NS);
+            continue;
+        }
+        atomic_store(&r->drainer_waiting, 0);
+        int ending = atomic_load(&r->closed) || atomic_load(&p->dead) || atomic_load(&p->c->stopping);
+        uint64_t tail = atomic_load(&r->tail);
+        pthread_mutex_lock(&p->mu);
+        int busy = p->rx_busy;
+        pthread_mutex_unlock(&p->mu);
+        if (busy || !ending) {
+            fwait(&r->drain_seq, seq, DRAIN_GRACE_NS);
+            pthread_mutex_lock(&p->mu);
+            busy = p->rx_busy;
+            pthread_mutex_unlock(&p->mu);
+            /* A receive reads, or read meanwhile: the writer is not stuck. */
+            if (busy || (!ending && atomic_load(&r->tail) != tail)) continue;
+        }
+        pthread_mutex_lock(&p->mu);
+        if (p->rx_busy) {
+            pthread_mutex_unlock(&p->mu);
+            continue;
+        }
+        p->rx_busy = 1;
+        pthread_mutex_unlock(&p->mu);
+        int rc;
+        size_t moved;
+        do rc = rx_step(p, &moved, why, sizeof why);
+        while (rc > 0 || (rc == 0 && moved));
+        if (rc < 0) rx_finish(p, why);
+        pthread_mutex_lock(&p->mu);
+        rx_release_locked(p);
+        pthread_mutex_unlock(&p->mu);
+        if (rc < 0) break;
+    }
+    atomic_store(&r->drainer_waiting, 0);
     return NULL;
 }
 
 int comm_shm_start_reader(comm_peer *p) {
-    return comm_start_reader(p, shm_reader_main);
+    return comm_start_reader(p, shm_drainer_main);
 }
 
 void comm_shm_wake(comm_peer *p) {
     bump_wake(&p->in_ring->data_seq);
+    bump_wake(&p->in_ring->drain_seq);
     bump_wake(&p->out_ring->space_seq);
 }
 
 void comm_shm_close_out(comm_peer *p) {
     atomic_store(&p->out_ring->closed, 1);
-    bump_wake(&p->out_ring->data_seq);  /* the peer's reader */
+    bump_wake(&p->out_ring->data_seq);  /* the peer's receive */
+    bump_wake(&p->out_ring->drain_seq); /* the peer's drainer */
     bump_wake(&p->in_ring->space_seq);  /* the peer's writer, if it waits on us */
 }
 
