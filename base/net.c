@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -335,5 +336,53 @@ static int route_source(const char *host, int family, char *out, size_t cap) {
 
 int net_route_source(const char *host, char *out, size_t cap) {
     return route_source(host, AF_INET, out, cap) == 0 || route_source(host, AF_INET6, out, cap) == 0 ? 0 : -1;
+}
+
+/* The kernel's ephemeral range (connect() sources and port-0 listeners
+ * come from it): [*lo, *hi]. */
+static void ephemeral_range(int *lo, int *hi) {
+    *lo = 32768, *hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    if (!f) return;
+    int a, b;
+    if (fscanf(f, "%d %d", &a, &b) == 2 && a > 0 && a <= b && b <= 65535) *lo = a, *hi = b;
+    fclose(f);
+}
+
+/* Whether a listener could bind port on every address of family. */
+static int port_free(int family, int port) {
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return family == AF_INET6; /* no IPv6 here: nothing to collide with */
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_storage ss = {0};
+    socklen_t len;
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET, a->sin_port = htons((uint16_t)port), len = sizeof *a;
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6, a->sin6_port = htons((uint16_t)port), len = sizeof *a;
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    }
+    int ok = bind(fd, (struct sockaddr *)&ss, len) == 0;
+    close(fd);
+    return ok;
+}
+
+int net_pick_port(pp_err *err) {
+    int lo, hi;
+    ephemeral_range(&lo, &hi);
+    /* Below the ephemeral range when it leaves room, else above it. */
+    int first = lo - 1 >= 11024 ? 10000 : hi + 1, last = lo - 1 >= 11024 ? lo - 1 : 65535;
+    if (last - first < 1000) return pp_fail(err, "no port range outside the ephemeral ports %d-%d to pick from", lo, hi);
+    unsigned r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) r = (unsigned)(pp_now_ns() ^ (uint64_t)getpid());
+    unsigned span = (unsigned)(last - first + 1);
+    for (unsigned k = 0; k < 256; k++) {
+        int port = first + (int)((r + k * 7919u) % span);
+        if (port_free(AF_INET, port) && port_free(AF_INET6, port)) return port;
+    }
+    return pp_fail(err, "no free port among 256 tried in %d-%d", first, last);
 }
 

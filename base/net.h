@@ -91,4 +91,10 @@ int net_local_name(int fd, char *host, size_t cap, int *family);
  * host has one, else IPv6), numeric, into out: what other nodes can reach
  * this one at. 0, or -1 when host does not resolve or has no route. */
 int net_route_source(const char *host, char *out, size_t cap);
+/* A port for a listener that other processes are told about before it
+ * listens (MASTER_PORT, a test's --master-port): free on every address
+ * now, and outside the kernel's ephemeral range, so that no connect() or
+ * port-0 listener of another process is handed it meanwhile. Random in
+ * that range. The port, or -1 with err. */
+int net_pick_port(pp_err *err);
 #endif

@@ -1,9 +1,12 @@
-/* pp.c: errors, clocks and strict parsing shared by every module. */
+/* pp.c: errors, clocks, strict parsing, the files a user names and text for
+ * the terminal: what every module shares (pp.h). */
 #include "base/pp.h"
 #include "base/embed.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <math.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -11,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -480,39 +486,7 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
     return pp_fail(err, "%s: unknown duration unit in '%s'; accepted: ns, us, ms, s", what, s);
 }
 
-int pp_read_file(const char *path, size_t max_bytes, const char *what, char **buf, size_t *len, pp_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return pp_fail(err, "%s %s: cannot open: %s", what, path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *data = malloc(cap + 1);
-    int too_big = 0;
-    while (data) {
-        size_t got = fread(data + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-        if (n > max_bytes) {
-            too_big = 1;
-            break;
-        }
-        if (n == cap) {
-            char *bigger = realloc(data, 2 * cap + 1);
-            if (!bigger) free(data);
-            data = bigger;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!data) return pp_fail(err, "%s %s: out of memory reading the file", what, path);
-    if (bad || too_big) {
-        free(data);
-        return too_big ? pp_fail(err, "%s %s: larger than %zu bytes", what, path, max_bytes)
-                       : pp_fail(err, "%s %s: read error (is it a directory?)", what, path);
-    }
-    data[n] = '\0';
-    *buf = data, *len = n;
-    return 0;
-}
+/* ---- Files the user names ------------------------------------------------- */
 
 int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
                      void *ctx, pp_err *err) {

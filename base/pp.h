@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct pp_err {
     char msg[1024];
@@ -83,10 +84,6 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
  * anything an adversary chooses to collide. */
 uint64_t pp_hash(const void *p, size_t n);
 uint64_t pp_hash_str(const char *s);
-
-/* Reads a whole file into *buf (malloc'ed, NUL-terminated; caller frees),
- * at most max_bytes. Errors start with "WHAT PATH:" (e.g. "--data x.txt:"). */
-int pp_read_file(const char *path, size_t max_bytes, const char *what, char **buf, size_t *len, pp_err *err);
 
 /* Splits "k1=v1,k2=v2" in place: calls fn for each pair; stops at the first
  * non-zero return. A pair without '=' gets value ""; a key given twice is an

@@ -1,6 +1,7 @@
 /* token.c: checking, reading and comparing the job token; loopback tests
  * (see token.h). */
 #include "base/token.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ int pp_token_read_file(const char *path, const char *what, char *out, pp_err *er
     char *buf;
     size_t len;
     /* A little room for the line end and for a clear "too long". */
-    if (pp_read_file(path, PP_TOKEN_MAX + 64, what, &buf, &len, err) != 0) return -1;
+    if (file_input_read(path, what, PP_TOKEN_MAX + 64, &buf, &len, err) != 0) return -1;
     char *nl = memchr(buf, '\n', len);
     size_t line = nl ? (size_t)(nl - buf) : len;
     if (line > 0 && buf[line - 1] == '\r') line--;

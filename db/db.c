@@ -15,9 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/embed.h"
+#include "base/file.h"
 #include "db/alive.h"
 #include "db/progplan.h"
-#include "base/embed.h"
 
 /* How long a writer waits for another process's lock on the file. */
 #define DB_BUSY_TIMEOUT_MS 5000
@@ -363,7 +364,9 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
         if (errno == ENOENT) return pp_fail(err, "no such file");
         return pp_fail(err, "cannot read it: %s", strerror(errno));
     }
-    if (S_ISDIR(st.st_mode)) return pp_fail(err, "is a directory, not a database file");
+    /* Before SQLite opens it: a FIFO would hang the open, a device be read as
+     * a database (file_kind names it as the file helpers of base/ do). */
+    if (!S_ISREG(st.st_mode)) return pp_fail(err, "is %s, not a database file", file_kind(st.st_mode));
     if (access(path, R_OK) != 0) return pp_fail(err, "cannot read it: %s", strerror(errno));
     sqlite3 *sql = open_readonly(path, 0, err);
     if (!sql) return -1;

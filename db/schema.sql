@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS jobs (
   t0_ns          INTEGER NOT NULL,       -- job start on the job clock
   ended_at       TEXT,                   -- ISO 8601 UTC, NULL while running
   exit_code      INTEGER,                -- pprun's exit status, NULL while running
-  failed_rank    INTEGER,                -- first failing rank, NULL if none
+  failed_rank    INTEGER,                -- the rank the failure comes from (a hung rank others waited on), NULL if none
   failure        TEXT                    -- one-line root cause, NULL if none
 );
 

@@ -10,8 +10,9 @@
  * for the statement: a row of many large values (`SELECT zeroblob(16e6)||x'01',
  * ...` a few hundred times, from a 2 KB request) would otherwise take GiBs
  * before the first row is seen. The functions whose one call can outlast
- * the time limit (LIKE, GLOB, trim, instr, replace) are gated by their
- * operands' size. */
+ * the time limit (LIKE, GLOB, trim, instr, replace, printf, format) are
+ * gated by their operands' size, and within one row, where the progress
+ * handler never runs, a large allocation past the deadline fails. */
 #include "db/usersql.h"
 
 #include <sqlite3.h>
@@ -62,15 +63,28 @@ static int mem_wrapped;
 static _Thread_local struct {
     int on, hit;
     int64_t used, cap;
-    int costly;          /* a function call was refused for its operands' size (costly_call) */
-    int late;            /* a costly function was called past the deadline */
+    int costly;          /* a gated function's call was refused (gate_call) */
+    int late;            /* a gated call, or a large allocation, came past the deadline */
     uint64_t deadline_ns; /* the running statement's time limit; 0: none */
     char costly_msg[256];
 } this_query;
 
+/* A large allocation past the running query's deadline fails, as one over
+ * the cap does: the time limit's check between instructions never runs
+ * inside one row's expressions, and there, a row of a hundred
+ * length(randomblob(16e6)) ran 13 s past a 1 s limit. Every call or
+ * operator that makes a large value allocates it, so this stops them all
+ * at the deadline; a small one is not worth the clock read. */
+#define MEM_LATE_BYTES (64 << 10)
+static int mem_late(int n) {
+    if (n < MEM_LATE_BYTES || !this_query.deadline_ns || pp_now_ns() <= this_query.deadline_ns) return 0;
+    this_query.late = 1;
+    return 1;
+}
+
 static void *mem_malloc(int n) {
-    if (this_query.on && this_query.used + n > this_query.cap) {
-        this_query.hit = 1;
+    if (this_query.on && (this_query.used + n > this_query.cap || mem_late(n))) {
+        this_query.hit |= !this_query.late;
         return NULL;
     }
     void *p = mem_orig.xMalloc(n);
@@ -86,8 +100,8 @@ static void mem_free(void *p) {
 static void *mem_realloc(void *p, int n) {
     if (!this_query.on) return mem_orig.xRealloc(p, n);
     int64_t old = p ? mem_orig.xSize(p) : 0;
-    if (this_query.used - old + n > this_query.cap) {
-        this_query.hit = 1;
+    if (this_query.used - old + n > this_query.cap || mem_late(n)) {
+        this_query.hit |= !this_query.late;
         return NULL;
     }
     void *q = mem_orig.xRealloc(p, n);
@@ -113,7 +127,7 @@ int usersql_init(pp_err *err) {
 int usersql_mem_capped(void) { return mem_wrapped; }
 
 /* Starts counting for a statement of this thread (and its deadline, which
- * costly_call also keeps). */
+ * gate_call and the allocator also keep). */
 static void mem_count(int64_t cap, uint64_t deadline_ns) {
     this_query.deadline_ns = deadline_ns;
     this_query.late = 0;
@@ -127,115 +141,219 @@ static void mem_count(int64_t cap, uint64_t deadline_ns) {
 /* ---- functions the time limit cannot stop ----------------------------------
  *
  * The progress handler runs between VDBE instructions, never inside one
- * function call, and LIKE, GLOB, trim(X,Y), instr and replace take time in
- * the product of their operands' lengths: `printf('%.*c', 2e6, 'a') LIKE '%'
- * || printf('%.*c', 2e4, 'a') || 'b'` ran for minutes in one call, holding a
- * server thread past any limit. On user connections these names are
- * replaced by a gate: a call whose operands' lengths multiply past a budget
- * (well under a second of work) is refused naming the function and the
- * sizes; any other is handed to SQLite's own function on a private
- * in-memory connection, so that results are SQLite's exactly. */
+ * function call, and some calls take time out of all proportion to the
+ * value they make. LIKE, GLOB, trim(X,Y), instr and replace take time in the
+ * product of their operands' lengths: `printf('%.*c', 2e6, 'a') LIKE '%'
+ * || printf('%.*c', 2e4, 'a') || 'b'` ran for minutes in one call. printf
+ * (and format, its other name) repeats a %c once per unit of its
+ * precision, on past the limit on one value, where the text stops growing
+ * but the loop does not: `printf('%.*c', 1e9, 'x')` ran 8 s and gave NULL,
+ * three such 24 s. On user connections these names are replaced by a gate:
+ * a call whose operands could run past the time limit is refused naming
+ * the function and the sizes (like ... replace: their lengths multiply past
+ * a budget, well under a second of work; printf: its widths and
+ * precisions add up past the limit on one value, which its result could
+ * not fit anyway); any other is handed to SQLite's own function on a
+ * private in-memory connection, so that results are SQLite's exactly. */
 #define PAIRS_CHARWISE 1e8   /* like, glob, trim: about 0.5 s at this many (byte x byte) steps */
 #define PAIRS_MEMCMP 1e10    /* instr, replace: a first-byte test and memcmp per position */
+#define GATE_MAX_ARGS 127    /* SQLite's most arguments to a function (SQLITE_MAX_FUNCTION_ARG) */
 
-static const struct costly_fn {
+struct gate_fn;
+/* 0 when the call may run; else -1 with the refusal in msg. */
+typedef int gate_check_fn(const struct gate_fn *f, int argc, sqlite3_value **argv, sqlite3 *user, char *msg,
+                          size_t msgsz);
+static gate_check_fn check_pairs, check_format;
+
+static const struct gate_fn {
     const char *name;
-    int nargs;
-    double budget;
-    const char *sql;
-} costly_fns[] = {
-    {"like", 2, PAIRS_CHARWISE, "SELECT like(?1, ?2)"},  {"like", 3, PAIRS_CHARWISE, "SELECT like(?1, ?2, ?3)"},
-    {"glob", 2, PAIRS_CHARWISE, "SELECT glob(?1, ?2)"},  {"trim", 2, PAIRS_CHARWISE, "SELECT trim(?1, ?2)"},
-    {"ltrim", 2, PAIRS_CHARWISE, "SELECT ltrim(?1, ?2)"}, {"rtrim", 2, PAIRS_CHARWISE, "SELECT rtrim(?1, ?2)"},
-    {"instr", 2, PAIRS_MEMCMP, "SELECT instr(?1, ?2)"},   {"replace", 3, PAIRS_MEMCMP, "SELECT replace(?1, ?2, ?3)"},
+    int nargs; /* -1: any number */
+    gate_check_fn *check;
+    double budget; /* check_pairs: the most the operands' lengths may multiply to */
+} gate_fns[] = {
+    {"like", 2, check_pairs, PAIRS_CHARWISE},  {"like", 3, check_pairs, PAIRS_CHARWISE},
+    {"glob", 2, check_pairs, PAIRS_CHARWISE},  {"trim", 2, check_pairs, PAIRS_CHARWISE},
+    {"ltrim", 2, check_pairs, PAIRS_CHARWISE}, {"rtrim", 2, check_pairs, PAIRS_CHARWISE},
+    {"instr", 2, check_pairs, PAIRS_MEMCMP},   {"replace", 3, check_pairs, PAIRS_MEMCMP},
+    {"printf", -1, check_format, 0},           {"format", -1, check_format, 0},
 };
-#define NCOSTLY (sizeof costly_fns / sizeof costly_fns[0])
+#define NGATES (sizeof gate_fns / sizeof gate_fns[0])
 
 /* One per user connection (its functions' user data), freed with it. */
-typedef struct costly_aux {
+typedef struct gate_aux {
     sqlite3 *db; /* opened at the first call that needs it */
-    sqlite3_stmt *st[NCOSTLY];
-    struct costly_slot {
-        struct costly_aux *aux;
+    struct gate_slot {
+        struct gate_aux *aux;
         int fn;
-    } slot[NCOSTLY];
-} costly_aux;
+        sqlite3_stmt *st; /* "SELECT name(?1, ..., ?argc)" on db */
+        int st_argc;      /* the argc st was prepared for (printf's varies) */
+    } slot[NGATES];
+} gate_aux;
 
-static void costly_free(costly_aux *a) {
-    for (size_t i = 0; i < NCOSTLY; i++) sqlite3_finalize(a->st[i]);
+static void gate_free(gate_aux *a) {
+    for (size_t i = 0; i < NGATES; i++) sqlite3_finalize(a->slot[i].st);
     sqlite3_close(a->db);
     free(a);
 }
 
 /* SQLite's destructor for the last registration's user data, its slot. */
-static void costly_destroy(void *slot) { costly_free(((struct costly_slot *)slot)->aux); }
+static void gate_destroy(void *slot) { gate_free(((struct gate_slot *)slot)->aux); }
 
-static void costly_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    struct costly_slot *sl = sqlite3_user_data(ctx);
-    const struct costly_fn *f = &costly_fns[sl->fn];
-    costly_aux *a = sl->aux;
+static int check_pairs(const struct gate_fn *f, int argc, sqlite3_value **argv, sqlite3 *user, char *msg,
+                       size_t msgsz) {
+    (void)argc;
+    (void)user;
     double n0 = sqlite3_value_bytes(argv[0]), n1 = sqlite3_value_bytes(argv[1]);
-    if ((n0 + 1) * (n1 + 1) > f->budget) {
-        snprintf(this_query.costly_msg, sizeof this_query.costly_msg,
-                 "refused: %s() of a %.0f-byte and a %.0f-byte value could run past the time limit, which cannot "
-                 "stop one function call (the lengths may multiply to %.0e at most)",
-                 f->name, n0, n1, f->budget);
-        this_query.costly = 1;
-        sqlite3_result_error(ctx, this_query.costly_msg, -1);
-        return;
+    if ((n0 + 1) * (n1 + 1) <= f->budget) return 0;
+    snprintf(msg, msgsz,
+             "refused: %s() of a %.0f-byte and a %.0f-byte value could run past the time limit, which cannot "
+             "stop one function call (the lengths may multiply to %.0e at most)",
+             f->name, n0, n1, f->budget);
+    return -1;
+}
+
+/* A width or precision as SQLite's printf reads it: from the digits at
+ * *p (kept to 31 bits), or from the next argument ('*', cast to int, its
+ * magnitude). Advances *p past the digits and *arg past the argument. */
+static int64_t format_number(const char **p, int argc, sqlite3_value **argv, int *arg) {
+    if (**p == '*') {
+        int v = *arg < argc ? (int)sqlite3_value_int64(argv[(*arg)++]) : 0;
+        return v < 0 ? -(int64_t)v : v;
     }
-    /* Between two runs of the progress handler (every PROGRESS_OPS
-     * instructions) there may be many such calls, each up to the budget. */
-    if (this_query.deadline_ns && pp_now_ns() > this_query.deadline_ns) {
-        this_query.late = 1;
-        sqlite3_result_error(ctx, "interrupted", -1);
-        return;
+    unsigned v = 0;
+    while (**p >= '0' && **p <= '9') v = v * 10 + (unsigned)(*(*p)++ - '0');
+    (*p)--; /* left on the last digit, as the caller's loop steps on */
+    return v & 0x7fffffff;
+}
+
+/* The least the result of printf(argv[0], argv[1] ...) can be, from its
+ * widths and the precisions that repeat a character or pad a number with
+ * zeros, each read as SQLite's printf reads them, must fit the limit on
+ * one value: past it the result is an error anyway, and %c's loop would
+ * run on. Literal text and string arguments need no check: each is within
+ * the limit, and SQLite stops copying once the text is full. */
+static int check_format(const struct gate_fn *f, int argc, sqlite3_value **argv, sqlite3 *user, char *msg,
+                        size_t msgsz) {
+    const char *fmt = argc > 0 ? (const char *)sqlite3_value_text(argv[0]) : NULL; /* printf() is NULL */
+    if (!fmt) return 0;
+    int64_t limit = sqlite3_limit(user, SQLITE_LIMIT_LENGTH, -1), least = 0;
+    int arg = 1;
+    for (const char *p = fmt; *p && least <= limit; p++) {
+        if (*p != '%') {
+            least++;
+            continue;
+        }
+        if (!*++p) break;
+        int64_t width = 0, precision = 0;
+        for (;; p++) { /* flags, width, precision, then the conversion (right after an l or ll) */
+            if (*p == 'l') {
+                p += 1 + (p[1] == 'l');
+                break;
+            }
+            if (*p && strchr("-+ #!0,", *p)) continue;
+            if ((*p >= '1' && *p <= '9') || *p == '*') {
+                width = format_number(&p, argc, argv, &arg);
+            } else if (*p == '.') {
+                p++;
+                precision = format_number(&p, argc, argv, &arg);
+            } else {
+                break;
+            }
+        }
+        if (!*p || !strchr("dsgzqQwcouxXfeEGinpr%", *p)) break; /* SQLite stops at an unknown one */
+        int repeats = strchr("cdiuxXopfeEGgr", *p) != NULL; /* the precision is output, not a cut */
+        least += width > precision || !repeats ? width : precision;
+        if (*p != '%' && *p != 'n') arg++;
     }
-    sqlite3 *user = sqlite3_context_db_handle(ctx);
+    if (least <= limit) return 0;
+    snprintf(msg, msgsz,
+             "refused: %s() would make a value of at least %lld bytes (its widths and precisions add up to that), "
+             "over the limit of %lld bytes on one value",
+             f->name, (long long)least, (long long)limit);
+    return -1;
+}
+
+/* The private connection's statement for f called with argc arguments. */
+static sqlite3_stmt *gate_stmt(struct gate_slot *sl, sqlite3 *user, int argc) {
+    gate_aux *a = sl->aux;
     if (!a->db) {
         if (sqlite3_open_v2(":memory:", &a->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
             sqlite3_close(a->db);
             a->db = NULL;
-            sqlite3_result_error_nomem(ctx);
-            return;
+            return NULL;
         }
         sqlite3_limit(a->db, SQLITE_LIMIT_LENGTH, sqlite3_limit(user, SQLITE_LIMIT_LENGTH, -1));
         int like_max = sqlite3_limit(user, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, -1);
         sqlite3_limit(a->db, SQLITE_LIMIT_LIKE_PATTERN_LENGTH, like_max);
     }
-    sqlite3_stmt *st = a->st[sl->fn];
-    if (!st && sqlite3_prepare_v2(a->db, f->sql, -1, &a->st[sl->fn], NULL) != SQLITE_OK) {
-        sqlite3_result_error(ctx, sqlite3_errmsg(a->db), -1);
+    if (sl->st && sl->st_argc == argc) return sl->st;
+    sqlite3_finalize(sl->st);
+    sl->st = NULL;
+    char sql[64 + GATE_MAX_ARGS * 6];
+    int n = snprintf(sql, sizeof sql, "SELECT %s(", gate_fns[sl->fn].name);
+    for (int i = 0; i < argc && i < GATE_MAX_ARGS; i++) n += snprintf(sql + n, sizeof sql - (size_t)n, "%s?%d", i ? "," : "", i + 1);
+    snprintf(sql + n, sizeof sql - (size_t)n, ")");
+    if (sqlite3_prepare_v2(a->db, sql, -1, &sl->st, NULL) != SQLITE_OK) return NULL;
+    sl->st_argc = argc;
+    return sl->st;
+}
+
+static void gate_call(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    struct gate_slot *sl = sqlite3_user_data(ctx);
+    const struct gate_fn *f = &gate_fns[sl->fn];
+    sqlite3 *user = sqlite3_context_db_handle(ctx);
+    if (f->check(f, argc, argv, user, this_query.costly_msg, sizeof this_query.costly_msg) != 0) {
+        this_query.costly = 1;
+        sqlite3_result_error(ctx, this_query.costly_msg, -1);
         return;
     }
-    st = a->st[sl->fn];
+    /* Between two runs of the progress handler (every PROGRESS_OPS
+     * instructions, and only where a loop jumps back) there may be many
+     * such calls, each up to its bound. */
+    if (this_query.deadline_ns && pp_now_ns() > this_query.deadline_ns) {
+        this_query.late = 1;
+        sqlite3_result_error(ctx, "interrupted", -1);
+        return;
+    }
+    sqlite3_stmt *st = gate_stmt(sl, user, argc);
+    if (!st) {
+        if (sl->aux->db) sqlite3_result_error(ctx, sqlite3_errmsg(sl->aux->db), -1);
+        else sqlite3_result_error_nomem(ctx);
+        return;
+    }
     for (int i = 0; i < argc; i++) sqlite3_bind_value(st, i + 1, argv[i]);
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    if (rc == SQLITE_ROW && f->check == check_format && sqlite3_column_type(st, 0) == SQLITE_NULL && argc > 0 &&
+        sqlite3_value_type(argv[0]) != SQLITE_NULL) {
+        /* SQLite's printf gives NULL, not an error, when its text passed the
+         * limit on one value (or memory ran out): an answer of NULL would
+         * hide that the value was cut. */
+        sqlite3_result_error_toobig(ctx);
+    } else if (rc == SQLITE_ROW) {
         sqlite3_result_value(ctx, sqlite3_column_value(st, 0)); /* a copy: the statement is reset below */
     } else {
         rc = sqlite3_reset(st);
         if (rc == SQLITE_NOMEM) sqlite3_result_error_nomem(ctx);
         else if (rc == SQLITE_TOOBIG) sqlite3_result_error_toobig(ctx);
-        else sqlite3_result_error(ctx, sqlite3_errmsg(a->db), -1);
+        else sqlite3_result_error(ctx, sqlite3_errmsg(sl->aux->db), -1);
     }
     sqlite3_reset(st);
     sqlite3_clear_bindings(st);
 }
 
-/* Puts the gate in front of each costly function of db. */
-static int costly_register(sqlite3 *db) {
-    costly_aux *a = calloc(1, sizeof *a);
+/* Puts the gate in front of each gated function of db. */
+static int gate_register(sqlite3 *db) {
+    gate_aux *a = calloc(1, sizeof *a);
     if (!a) return -1;
-    for (size_t i = 0; i < NCOSTLY; i++) {
-        a->slot[i] = (struct costly_slot){a, (int)i};
+    for (size_t i = 0; i < NGATES; i++) {
+        a->slot[i] = (struct gate_slot){.aux = a, .fn = (int)i};
         /* The last registration owns a: SQLite destroys it when the
          * connection closes (or at once if registering fails). */
-        int last = i + 1 == NCOSTLY;
-        if (sqlite3_create_function_v2(db, costly_fns[i].name, costly_fns[i].nargs,
-                                       SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, &a->slot[i], costly_call,
-                                       NULL, NULL, last ? costly_destroy : NULL) != SQLITE_OK) {
-            if (!last) costly_free(a);
+        int last = i + 1 == NGATES;
+        if (sqlite3_create_function_v2(db, gate_fns[i].name, gate_fns[i].nargs,
+                                       SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS, &a->slot[i], gate_call,
+                                       NULL, NULL, last ? gate_destroy : NULL) != SQLITE_OK) {
+            if (!last) gate_free(a);
             return -1;
         }
     }
@@ -414,7 +532,7 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3_limit(db, SQLITE_LIMIT_SQL_LENGTH, 1 << 20);
     sqlite3_limit(db, SQLITE_LIMIT_ATTACHED, 0);
     sqlite3_busy_timeout(db, 2000);
-    if (costly_register(db) != 0) {
+    if (gate_register(db) != 0) {
         pp_fail(err, "%s: out of memory", db_path);
         sqlite3_close(db);
         return -1;
@@ -458,6 +576,14 @@ static void mem_refused(size_t max_mem, usersql_error *why, pp_err *err) {
             "refused: the query needed more than the memory limit of %zu MiB; add a LIMIT or select fewer or "
             "smaller values",
             max_mem >> 20);
+    fail_why(why, USERSQL_ETOOBIG);
+}
+
+/* A value passed SQLite's limit on one (SQLITE_LIMIT_LENGTH): a 413, as
+ * the other limits on size are, not a 400. */
+static void too_big(sqlite3 *db, usersql_error *why, pp_err *err) {
+    pp_fail(err, "refused: a value would be larger than the limit of %d bytes on one value (SQLite: %s)",
+            sqlite3_limit(db, SQLITE_LIMIT_LENGTH, -1), sqlite3_errmsg(db));
     fail_why(why, USERSQL_ETOOBIG);
 }
 
@@ -539,6 +665,8 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
         } else if (g.timed_out || this_query.late) {
             pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
             fail_why(why, USERSQL_ETIMEOUT);
+        } else if (rc == SQLITE_TOOBIG) {
+            too_big(db, why, err);
         } else {
             pp_fail(err, "SQL error: %s", sqlite3_errmsg(db));
             fail_why(why, rc == SQLITE_CANTOPEN || rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT ? USERSQL_EDB
@@ -607,6 +735,8 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             } else if (g.timed_out || this_query.late) {
                 pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
                 fail_why(why, USERSQL_ETIMEOUT);
+            } else if (rc == SQLITE_TOOBIG) {
+                too_big(db, why, err);
             } else {
                 pp_fail(err, "SQL error: %s", sqlite3_errmsg(db));
                 fail_why(why, USERSQL_EBADSQL);

@@ -50,8 +50,10 @@ typedef enum usersql_error {
     USERSQL_EBADSQL,   /* syntax error, unknown table, more than one statement */
     USERSQL_EDENIED,   /* writes, ATTACH, PRAGMA, transactions */
     USERSQL_ETIMEOUT,  /* interrupted by the time limit */
-    USERSQL_ETOOBIG,   /* result larger than max_bytes, SQLite needed more than max_mem, or one call of
-                        * LIKE, GLOB, trim, instr or replace had operands too long for the time limit */
+    USERSQL_ETOOBIG,   /* result larger than max_bytes, SQLite needed more than max_mem, a value past
+                        * SQLite's limit on one (16 MiB), one call of LIKE, GLOB, trim, instr or replace
+                        * had operands too long for the time limit, or one of printf or format had
+                        * widths and precisions adding up past the limit on one value */
     USERSQL_EDB        /* the database file cannot be opened or read */
 } usersql_error;
 
@@ -68,7 +70,8 @@ int usersql_run_on(struct sqlite3 *db, const char *sql, const usersql_limits *li
                    usersql_result **out, usersql_error *why, pp_err *err);
 
 /* Opens db_path read-only for user SQL (no extension loading, defensive;
- * LIKE, GLOB, trim, instr and replace gated by their operands' size). */
+ * values of 16 MiB at most; LIKE, GLOB, trim, instr and replace gated by
+ * their operands' size, printf and format by their widths and precisions). */
 int usersql_open(const char *db_path, struct sqlite3 **out, pp_err *err);
 
 void usersql_free(usersql_result *r);

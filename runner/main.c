@@ -1,8 +1,16 @@
-/* main.c: `pprun` entry point: dispatches to a subcommand. */
+/* main.c: `pprun` entry point: dispatches to a subcommand. What every
+ * command shares is here, once: everything it says on standard error is
+ * escaped for the terminal, and its standard output is checked when it
+ * ends. */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/pp.h"
+#include "base/term.h"
 #include "db/usersql.h"
 #include "runner/cmd/cli.h"
 
@@ -21,6 +29,7 @@ static const struct {
     {"serve", cmd_serve, "serve the dashboard and API over a trace database", 1},
     {"version", cmd_version, "print the version", 0},
     {"worker", cmd_worker, NULL, 0}, /* one rank of `pprun run`; started by it */
+    {"salvage", cmd_salvage, NULL, 0}, /* a killed `pprun run` launcher's guard runs it */
 };
 
 /* Runs fn with each "--flag=value" of argv (flag: letters, digits and '-')
@@ -65,15 +74,68 @@ static void usage(FILE *out) {
     fprintf(out, "\n`pprun COMMAND --help` describes each command; docs/cli.md has the details.\n");
 }
 
-int main(int argc, char **argv) {
-    /* Before any SQLite call, and before any thread: user SQL (query,
-     * serve, run --serve) holds its memory cap only on SQLite's allocator
-     * as usersql_init wraps it. */
-    pp_err err;
-    if (usersql_init(&err) != 0) {
-        fprintf(stderr, "pprun: %s\n", err.msg);
-        return 1;
+/* Standard error as every module writes it, through term_escape: a
+ * message quoting a CSV cell, a file name or a name from the database
+ * cannot drive the terminal (an ESC sequence, an OSC title, a C1 byte
+ * become \x1b, \u009b). Lines, tabs and the progress line's \r stay. The
+ * stream is unbuffered as stderr is: one fprintf is one write. Output of
+ * the ranks' programs is theirs and does not pass here. */
+static ssize_t escaped_write(void *real, const char *buf, size_t n) {
+    return term_write(real, buf, n, TERM_LINES) == 0 ? (ssize_t)n : -1;
+}
+
+static void escape_stderr(void) {
+    FILE *f = fopencookie(stderr, "w", (cookie_io_functions_t){.write = escaped_write});
+    if (!f) return; /* out of memory at start: messages stay raw */
+    setvbuf(f, NULL, _IONBF, 0);
+    stderr = f;
+}
+
+/* Standard output as the commands write it, buffered as stdout is, with
+ * the error of the first write that failed kept: stdio reports a failed
+ * flush once, and by the end its errno is gone. */
+static int stdout_errno;
+
+static ssize_t kept_error_write(void *cookie, const char *buf, size_t n) {
+    (void)cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(STDOUT_FILENO, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) { /* a non-blocking console: wait for room */
+            poll(&(struct pollfd){.fd = STDOUT_FILENO, .events = POLLOUT}, 1, -1);
+            continue;
+        }
+        if (w <= 0) {
+            if (!stdout_errno) stdout_errno = w < 0 ? errno : EIO;
+            return done ? (ssize_t)done : -1;
+        }
+        done += (size_t)w;
     }
+    return (ssize_t)n;
+}
+
+static void keep_stdout_errors(void) {
+    FILE *f = fopencookie(NULL, "w", (cookie_io_functions_t){.write = kept_error_write});
+    if (!f) return; /* out of memory at start: a failure is still seen, its reason may not be */
+    setvbuf(f, NULL, isatty(STDOUT_FILENO) ? _IOLBF : _IOFBF, BUFSIZ);
+    stdout = f;
+}
+
+/* Whatever the command, output that did not all reach standard output (a
+ * full disk, a closed pipe) is a failure, named once here, as coreutils'
+ * close_stdout does: exit 1 unless the command already failed. */
+static int check_stdout(const char *command, int rc) {
+    errno = 0;
+    int failed = fflush(stdout) != 0 || ferror(stdout);
+    if (!failed) return rc;
+    int eno = stdout_errno ? stdout_errno : errno;
+    fprintf(stderr, "pprun%s%s: writing standard output failed: %s\n", command ? " " : "", command ? command : "",
+            eno ? strerror(eno) : "write error");
+    return rc ? rc : 1;
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return 2;
@@ -90,4 +152,19 @@ int main(int argc, char **argv) {
     fprintf(stderr, "pprun: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
+}
+
+int main(int argc, char **argv) {
+    escape_stderr();
+    keep_stdout_errors();
+    /* Before any SQLite call, and before any thread: user SQL (query,
+     * serve, run --serve) holds its memory cap only on SQLite's allocator
+     * as usersql_init wraps it. */
+    pp_err err;
+    if (usersql_init(&err) != 0) {
+        fprintf(stderr, "pprun: %s\n", err.msg);
+        return 1;
+    }
+    const char *command = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
+    return check_stdout(command, dispatch(argc, argv));
 }

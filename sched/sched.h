@@ -49,7 +49,8 @@ typedef struct sched_plan {
  * that names the constraint and the values. */
 int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);
 
-/* Reads a schedule CSV (our notation or PyTorch's, detected). */
+/* Reads a schedule CSV (our notation or PyTorch's, detected): a regular
+ * file of at most 64 MiB (file_input_read). */
 int sched_load_csv(const char *path, sched_plan **out, pp_err *err);
 
 /* Checks every rule of docs/design.md §4; a rejection names the rule, the rank and
@@ -138,7 +139,8 @@ char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, in
 
 /* CSV export: one row per rank, one action per cell, empty cell = idle.
  * notation "pprun" writes F/B/W; "pytorch" writes F/I/W (PyTorch's newer
- * notation, I = input gradient). */
+ * notation, I = input gradient). The file appears whole or not at all, and
+ * only where nothing but a regular file was (file_output_begin). */
 int sched_write_csv(const sched_plan *plan, const char *path, const char *notation, pp_err *err);
 /* Reads a CSV from memory (sched_load_csv reads a file and calls this);
  * `what` names the source in messages. */

@@ -5,6 +5,7 @@
  * Reading goes in steps: find the rows, split them into cells (a reader),
  * tell the notation, expand each cell into its actions on its rank's list
  * and in the grid (an expansion), then make the plan. */
+#include "base/file.h"
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
@@ -16,6 +17,9 @@
  * ranks (--stages); stages and microbatches at most CSV_MAX_INDEX + 1. */
 #define CSV_MAX_RANKS 1024
 #define CSV_MAX_INDEX 100000
+/* The file is read whole: 64 MiB holds millions of actions, far past any
+ * real schedule, and keeps /dev/zero or a huge file named by mistake out. */
+#define SCHED_CSV_MAX_BYTES ((size_t)64 << 20)
 
 /* Raw op letters as written in a file, before the notation is known. */
 enum { RAW_F, RAW_I, RAW_B, RAW_W, RAW_BW };
@@ -441,7 +445,7 @@ int sched_load_csv(const char *path, sched_plan **out, pp_err *err) {
     *out = NULL;
     char *buf;
     size_t len;
-    if (pp_read_file(path, 64u << 20, "schedule CSV", &buf, &len, err) != 0) return -1;
+    if (file_input_read(path, "schedule CSV", SCHED_CSV_MAX_BYTES, &buf, &len, err) != 0) return -1;
     int rc = sched_parse_csv(buf, len, path, out, err);
     free(buf);
     return rc;
@@ -452,31 +456,19 @@ int sched_write_csv(const sched_plan *plan, const char *path, const char *notati
     if (!notation || strcmp(notation, "pprun") == 0) torch = 0;
     else if (strcmp(notation, "pytorch") == 0) torch = 1;
     else return pp_fail(err, "--notation: unknown notation '%s'; accepted: pprun, pytorch", notation);
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return pp_fail(err, "schedule CSV %s: path too long", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return pp_fail(err, "schedule CSV %s: cannot create %s: %m", path, tmp);
+    file_output out;
+    if (file_output_begin(&out, path, "schedule CSV", 0, err) != 0) return -1;
     for (int r = 0; r < plan->ranks; r++) {
         /* trailing idle cells are left out: a row ends with its last action */
         int last = plan->nslots - 1;
         while (last >= 0 && plan->slots[r][last].stage < 0) last--;
         for (int c = 0; c <= last; c++) {
             const sched_action *a = &plan->slots[r][c];
-            if (c) fputc(',', f);
+            if (c) fputc(',', out.f);
             if (a->stage < 0) continue;
-            fprintf(f, "%d%c%d", a->stage, torch ? "FIW"[a->op] : "FBW"[a->op], a->mb);
+            fprintf(out.f, "%d%c%d", a->stage, torch ? "FIW"[a->op] : "FBW"[a->op], a->mb);
         }
-        fputc('\n', f);
+        fputc('\n', out.f);
     }
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        remove(tmp);
-        return pp_fail(err, "schedule CSV %s: write error (disk full?)", path);
-    }
-    if (rename(tmp, path) != 0) {
-        remove(tmp);
-        return pp_fail(err, "schedule CSV %s: cannot rename %s into place: %m", path, tmp);
-    }
-    return 0;
+    return file_output_commit(&out, err);
 }

@@ -6,6 +6,8 @@ set -euo pipefail
 # python3: test_program runs examples/pipeline_demo.py, a traced Python program.
 packages=(build-essential cmake pkg-config libmicrohttpd-dev libsqlite3-dev libcjson-dev
           libcriterion-dev libopenblas-dev sqlite3 python3)
+# The fuzz build (scripts/test.sh fuzz, tests/fuzz/): clang and its libFuzzer.
+packages+=(clang libclang-rt-14-dev)
 # The PyTorch tests run torch 2.6 in a Debian trixie root made by
 # mmdebstrap (scripts/torch-root.sh); PPRUN_NO_TORCH=1 leaves it out.
 [ "${PPRUN_NO_TORCH:-0}" != 1 ] && packages+=(mmdebstrap)

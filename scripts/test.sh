@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # test.sh: builds pprun twice (release, and ASan+UBSan) and runs every test
-# in both. Prints each Criterion executable's synthesis line and ends with
-# one total line "N passed, N failed, N skipped" (skips are not passes: GPU
-# tests skip, saying why, where there is no GPU). Exit status non-zero on any
-# failure.
+# in both, then builds the libFuzzer targets (tests/fuzz/, with clang) and
+# runs each for a bounded time. Prints each Criterion executable's synthesis
+# line and each fuzzer's runs, and ends with one total line "N passed, N
+# failed, N skipped" (skips are not passes: GPU tests skip, saying why, where
+# there is no GPU; a fuzzer that ran its time clean is one pass). Exit
+# status non-zero on any failure.
 #
-#   scripts/test.sh            both builds
-#   scripts/test.sh release    one build (release | sanitize)
+#   scripts/test.sh            all three
+#   scripts/test.sh release    one build (release | sanitize | fuzz)
+#   PPRUN_FUZZ_SECONDS=600 scripts/test.sh fuzz   each fuzzer longer (default 60)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-builds=("${@:-release sanitize}")
+builds=("${@:-release sanitize fuzz}")
 read -r -a builds <<<"${builds[*]}"
 jobs=$(nproc)
 total_pass=0
@@ -68,7 +71,49 @@ run_build() {
   done
 }
 
+# Each fuzzer over a copy of its seed corpus (tests/fuzz/corpus/NAME/), for
+# PPRUN_FUZZ_SECONDS; a crash, leak, timeout or abort fails it, and its
+# reproducer is left in build-test-fuzz/ (crash-*, leak-*, timeout-*).
+run_fuzz() {
+  local dir=build-test-fuzz seconds=${PPRUN_FUZZ_SECONDS:-60}
+  echo "== fuzz build"
+  if ! CC=clang cmake -S . -B "$dir" -DPPRUN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >"$dir.configure.log" 2>&1; then
+    cat "$dir.configure.log"; return 1
+  fi
+  if ! cmake --build "$dir" -j"$jobs" --target fuzzers >"$dir.build.log" 2>&1; then
+    tail -50 "$dir.build.log"; return 1
+  fi
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
+  for t in "$dir"/fuzz_*; do
+    [ -x "$t" ] || continue
+    local name corpus log
+    name=$(basename "$t")
+    corpus=$(mktemp -d)
+    cp -r "tests/fuzz/corpus/$name/." "$corpus/" 2>/dev/null || true
+    log="$dir/$name.log"
+    echo "-- fuzz/$name"
+    (cd "$dir" && "./$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      "$corpus") >"$log" 2>&1
+    local rc=$?
+    rm -rf "$corpus"
+    local runs
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+    if [ "$rc" -eq 0 ] && [ -n "$runs" ]; then
+      echo "   $runs runs in ${seconds}s, no finding"
+      total_pass=$((total_pass + 1))
+    else
+      grep -a -E 'ERROR|SUMMARY|Test unit written|fuzz_' "$log" | head -20
+      echo "   $name: a finding (exit $rc); see $log"
+      total_fail=$((total_fail + 1)); status=1
+    fi
+  done
+}
+
 for b in "${builds[@]}"; do
+  if [ "$b" = fuzz ]; then
+    run_fuzz || { echo "fuzz build failed"; status=1; total_fail=$((total_fail + 1)); }
+    continue
+  fi
   run_build "$b" || { echo "$b build failed"; status=1; total_fail=$((total_fail + 1)); }
 done
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"

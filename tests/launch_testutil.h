@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/net.h"
+
 typedef struct lt_proc {
     pid_t pid;
     char dir[64];      /* temp dir with out.txt / err.txt until lt_collect */
@@ -154,13 +156,10 @@ static inline size_t lt_count(const char *hay, const char *needle) {
 
 /* A port that was free a moment ago (the launcher binds it again). */
 static inline int lt_free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bind(fd, (struct sockaddr *)&a, sizeof a);
-    socklen_t l = sizeof a;
-    getsockname(fd, (struct sockaddr *)&a, &l);
-    close(fd);
-    return ntohs(a.sin_port);
+    pp_err err;
+    int port = net_pick_port(&err);
+    cr_assert(port > 0, "%s", err.msg);
+    return port;
 }
 
 /* Waits (up to 20 s) until `path` exists: how a test knows workers run. */

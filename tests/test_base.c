@@ -1,9 +1,16 @@
-/* test_base.c: the shared parsers: what a user types on the command line. */
+/* test_base.c: the shared parsers (what a user types on the command line),
+ * text for the terminal and the files a user names. */
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include "base/pp.h"
 #include "base/embed.h"
+#include "base/file.h"
+#include "base/pp.h"
+#include "base/term.h"
 
 Test(base, sizes_parse_with_binary_and_decimal_units) {
     uint64_t v;
@@ -99,4 +106,114 @@ Test(base, the_rate_limit_writes_a_burst_then_counts_what_it_held_back) {
     cr_assert_eq(held, 3, "the first line of the new window reports the 3 held back");
     cr_assert_eq(pp_ratelimit_allow(&rl, 2, 500000000, &held), 1);
     cr_assert_eq(held, 0, "and only once");
+}
+
+/* ---- text for the terminal, files the user names ---------------------------- */
+
+/* Each kind of byte that drives a terminal becomes an escape; UTF-8 text
+ * stays; with TERM_LINES newline, tab and carriage return stay too;
+ * the result escaped again is the same. */
+Test(base, terminal_escapes) {
+    static const struct {
+        const char *in, *out, *lines;
+    } cases[] = {
+        {"plain", "plain", "plain"},
+        {"\033[2J", "\\x1b[2J", "\\x1b[2J"},
+        {"\033]0;title\007", "\\x1b]0;title\\x07", "\\x1b]0;title\\x07"},
+        {"\302\2332J", "\\u009b2J", "\\u009b2J"},       /* C1 CSI as UTF-8 */
+        {"\2332J", "\\x9b2J", "\\x9b2J"},               /* a raw C1 byte: not UTF-8 */
+        {"a\nb\tc\rd", "a\\nb\\tc\\rd", "a\nb\tc\rd"},
+        {"del\177", "del\\x7f", "del\\x7f"},
+        {"caf\303\251 \342\202\254", "caf\303\251 \342\202\254", "caf\303\251 \342\202\254"},
+        {"\300\257 \355\240\200", "\\xc0\\xaf \\xed\\xa0\\x80", "\\xc0\\xaf \\xed\\xa0\\x80"}, /* overlong, surrogate */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (unsigned flags = 0; flags <= TERM_LINES; flags++) {
+            const char *want = flags ? cases[i].lines : cases[i].out;
+            char *got = term_dup(cases[i].in, strlen(cases[i].in), flags);
+            cr_assert_str_eq(got, want, "case %zu, flags %u", i, flags);
+            char *again = term_dup(got, strlen(got), flags);
+            cr_assert_str_eq(again, got, "case %zu escaped twice", i);
+            free(again);
+            free(got);
+        }
+    }
+    /* A NUL in the middle is shown, not an end. */
+    char *got = term_dup("a\0b", 3, 0);
+    cr_assert_str_eq(got, "a\\x00b");
+    free(got);
+}
+
+/* Cut to fit, an escape or a UTF-8 character is never split; *used says
+ * where to go on. */
+Test(base, terminal_escapes_stop_at_a_whole_character) {
+    char out[8];
+    size_t used;
+    size_t n = term_escape("ab\033c", 4, 0, out, 4, &used); /* "ab" fits, "\x1b" would not */
+    cr_assert_eq(n, 2);
+    cr_assert_eq(used, 2);
+    cr_assert_str_eq(out, "ab");
+    n = term_escape("a\342\202\254", 4, 0, out, 4, &used); /* 'a' and the euro sign need 5 with the NUL */
+    cr_assert_eq(used, 1);
+    cr_assert_str_eq(out, "a");
+}
+
+static char scratch[64];
+
+static void make_scratch(void) {
+    snprintf(scratch, sizeof scratch, "/tmp/pprun-base-XXXXXX");
+    cr_assert_not_null(mkdtemp(scratch));
+}
+
+static void remove_scratch(void) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* An input at its cap is read; one byte over, it is refused with its size
+ * and the cap. */
+Test(base, an_input_over_its_cap_is_refused, .init = make_scratch, .fini = remove_scratch) {
+    char path[128], *buf;
+    size_t len;
+    pp_err err;
+    snprintf(path, sizeof path, "%s/in", scratch);
+    FILE *f = fopen(path, "w");
+    fputs("0123456789", f);
+    fclose(f);
+    cr_assert_eq(file_input_read(path, "--x", 10, &buf, &len, &err), 0, "%s", err.msg);
+    cr_assert_eq(len, 10);
+    cr_assert_str_eq(buf, "0123456789");
+    free(buf);
+    cr_assert_eq(file_input_read(path, "--x", 9, &buf, &len, &err), -1);
+    cr_assert(strstr(err.msg, "--x ") && strstr(err.msg, "is 10 bytes, over the cap of 9 bytes"), "%s", err.msg);
+}
+
+/* A whole output: the target appears only at the commit; an abort leaves
+ * the folder as it was; an existing regular file is replaced (a new
+ * inode), never written in place. */
+Test(base, an_output_appears_whole_at_the_commit, .init = make_scratch, .fini = remove_scratch) {
+    char path[128];
+    pp_err err;
+    snprintf(path, sizeof path, "%s/o", scratch);
+    file_output o;
+    cr_assert_eq(file_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
+    fputs("half", o.f);
+    file_output_abort(&o);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "test -z \"$(ls -A '%s')\"", scratch);
+    cr_assert_eq(system(cmd), 0, "an abort left something behind");
+    cr_assert_eq(file_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
+    fputs("whole\n", o.f);
+    cr_assert_eq(access(path, F_OK), -1, "the target appeared before the commit");
+    cr_assert_eq(file_output_commit(&o, &err), 0, "%s", err.msg);
+    struct stat st0, st1;
+    cr_assert_eq(stat(path, &st0), 0);
+    cr_assert_eq(file_output_begin(&o, path, "--x", 0, &err), 0, "%s", err.msg);
+    fputs("again\n", o.f);
+    cr_assert_eq(file_output_commit(&o, &err), 0, "%s", err.msg);
+    cr_assert_eq(stat(path, &st1), 0);
+    cr_assert_neq(st0.st_ino, st1.st_ino);
+    snprintf(cmd, sizeof cmd, "test \"$(ls -A '%s')\" = o && grep -qx again '%s'", scratch, path);
+    cr_assert_eq(system(cmd), 0);
 }

@@ -75,7 +75,8 @@ Test(launch_api, hooks_see_every_attempt_and_shape_the_environment) {
                     NULL};
     cr_assert_eq(launch_parse(10, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
     hook_log h = {.fd = ofd};
-    launch_hooks hooks = {&h, before, rank_env, started, after};
+    launch_hooks hooks = {
+        .ctx = &h, .before_attempt = before, .rank_env = rank_env, .started = started, .after_attempt = after};
     launch_result res;
     cr_assert_eq(launch_job(&o, &hooks, &res, &err), 0, "%s", err.msg);
     cr_assert_eq(res.status, LAUNCH_OK);
@@ -135,7 +136,8 @@ Test(launch_api, after_attempt_runs_when_the_workers_cannot_start) {
     char *argv[] = {"launch", "--nproc-per-node", "2", "--log-dir", "/proc/pprun-cannot-be-here", "--", "true", NULL};
     cr_assert_eq(launch_parse(7, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
     hook_log h = {.fd = 1};
-    launch_hooks hooks = {&h, before, rank_env, started, after};
+    launch_hooks hooks = {
+        .ctx = &h, .before_attempt = before, .rank_env = rank_env, .started = started, .after_attempt = after};
     launch_result res;
     cr_assert_eq(launch_job(&o, &hooks, &res, &err), -1);
     cr_assert(strstr(err.msg, "--log-dir"), "%s", err.msg);
@@ -161,7 +163,7 @@ Test(launch_api, after_attempt_runs_when_node_0_is_lost) {
     char *argv[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sleep", "60", NULL};
     cr_assert_eq(launch_parse(10, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
     hook_log h = {.fd = 1, .node0 = n0.pid};
-    launch_hooks hooks = {&h, NULL, NULL, kill_node_0, after};
+    launch_hooks hooks = {.ctx = &h, .started = kill_node_0, .after_attempt = after};
     launch_result res;
     cr_assert_eq(launch_job(&o, &hooks, &res, &err), -1);
     lt_wait(&n0);

@@ -1,7 +1,12 @@
 /* test_launch_fail.c: failures, teardown, restarts and signals of
- * `pprun launch`, through the real binary. */
+ * `pprun launch`, through the real binary; the guard's will, through its
+ * API (launch.h). */
 #include "launch_testutil.h"
 #include "helpers/trace_fixture.h"
+
+#include <sys/mman.h>
+
+#include "runner/launch/launch.h"
 
 Test(launch_fail, rank_exiting_3_is_named_in_the_summary) {
     const char *args[] = {"launch", "--nproc-per-node", "4", "--", "sh", "-c",
@@ -212,4 +217,52 @@ Test(launch_fail, sigkilled_launcher_leaves_no_grandchild_behind, .timeout = 90)
     for (int r = 0; r < 2; r++) kill(gc[r], SIGKILL); /* whatever the outcome, nothing stays */
     cr_assert(gone, "a rank's child outlived its SIGKILLed launcher (pids %d %d)", (int)gc[0], (int)gc[1]);
     lt_free(&p);
+}
+
+/* A launcher (a child of this test) with a guard and a will: a shell that
+ * copies descriptor 3 into `out`. The first will is replaced by a second
+ * before the launcher dies by SIGKILL, or says goodbye. The descriptor is
+ * a memfd the launcher closes at once: the guard's copy keeps it alive. */
+static void launcher_with_a_will(const char *out, int goodbye) {
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        launch_guard *g;
+        pp_err err;
+        char first[600], second[600];
+        snprintf(first, sizeof first, "echo first > %s", out);
+        snprintf(second, sizeof second, "cat <&3 > %s.tmp && mv %s.tmp %s", out, out, out);
+        char *argv1[] = {"/bin/sh", "-c", first, NULL}, *argv2[] = {"/bin/sh", "-c", second, NULL};
+        int fd = memfd_create("will-test", 0);
+        if (fd < 0 || write(fd, "what the rings held\n", 20) != 20 || lseek(fd, 0, SEEK_SET) != 0) _exit(1);
+        if (launch_guard_start(&g, &err) != 0 || launch_guard_will(g, argv1, NULL, 0, &err) != 0 ||
+            launch_guard_will(g, argv2, &fd, 1, &err) != 0)
+            _exit(2);
+        close(fd);
+        if (goodbye) {
+            launch_guard_stop(g);
+            _exit(0);
+        }
+        raise(SIGKILL);
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(goodbye ? WIFEXITED(st) && WEXITSTATUS(st) == 0 : WIFSIGNALED(st), "the launcher ended with %d", st);
+}
+
+Test(launch_fail, a_killed_launchers_guard_runs_its_last_will_with_its_descriptors) {
+    const char *out = tfix_path("will.txt");
+    launcher_with_a_will(out, 0);
+    cr_assert(lt_wait_file(out), "the will never ran");
+    size_t len;
+    char *text = lt_slurp(out, &len);
+    cr_assert_str_eq(text, "what the rings held\n", "the last will, with its descriptor, ran: %s", text);
+    free(text);
+}
+
+Test(launch_fail, a_launcher_that_says_goodbye_leaves_its_will_unrun) {
+    const char *out = tfix_path("no-will.txt");
+    launcher_with_a_will(out, 1);
+    usleep(500000);
+    cr_assert_neq(access(out, F_OK), 0, "the guard ran the will of a launcher that said goodbye");
 }

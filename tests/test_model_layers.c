@@ -3,13 +3,20 @@
  * against central finite differences of a float64 reference forward written
  * here, independently of the kernels. A last check runs a whole stage
  * (blocks + head + loss) through the stage API against finite differences,
- * to catch wiring mistakes (residuals, saved tensors) between the layers. */
+ * to catch wiring mistakes (residuals, saved tensors) between the layers.
+ *
+ * Then the optimised kernels the CPU stage runs (gpt_kernels.h) against
+ * their plain references (gpt_layers.h): bit for bit, on shapes that leave
+ * partial blocks everywhere (rows and sequences not multiples of
+ * GK_LANES, one head, head sizes not multiples of a vector), and the
+ * model's exp against libm's. */
 #include <cblas.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "runner/model/gpt_kernels.h"
 #include "runner/model/gpt_layers.h"
 
 /* ---- float64 reference forwards ------------------------------------------ */
@@ -364,3 +371,157 @@ static void whole_stage_check(int with_embeddings) {
 
 Test(model_layers, whole_stage_gradients_match_finite_differences) { whole_stage_check(0); }
 Test(model_layers, whole_model_with_embeddings_matches_finite_differences) { whole_stage_check(1); }
+
+/* ---- the optimised kernels against their references, bit for bit ----------- */
+
+static float *rand_floats(size_t n, double lo, double hi) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) p[i] = (float)(lo + (hi - lo) * urand());
+    return p;
+}
+static float *copy_floats(const float *src, size_t n) {
+    float *p = malloc(sizeof(float) * (n ? n : 1));
+    memcpy(p, src, sizeof(float) * n);
+    return p;
+}
+static void expect_same(const float *got, const float *want, size_t n, const char *what) {
+    size_t i = 0;
+    while (i < n && memcmp(&got[i], &want[i], sizeof(float)) == 0) i++;
+    cr_expect_eq(i, n, "%s: element %zu of %zu is %.9g, the reference gives %.9g", what, i, n, i < n ? got[i] : 0.0,
+                 i < n ? want[i] : 0.0);
+}
+
+Test(model_kernels, exp_within_one_ulp_of_libm) {
+    double worst = 0;
+    float at = 0;
+    for (float x = -87.0f; x < 88.3f; x += 0.001953125f * (1.0f + fabsf(x))) {
+        double want = exp((double)x), ulp = nextafterf((float)want, INFINITY) - (float)want;
+        double e = fabs((double)gpt_exp(x) - want) / ulp;
+        if (e > worst) worst = e, at = x;
+    }
+    cr_expect(worst <= 1.0, "gpt_exp is %.3f ulp off at %.9g", worst, at);
+    cr_expect_eq(gpt_exp(0.0f), 1.0f);
+    cr_expect_eq(gpt_exp(-INFINITY), 0.0f);
+    cr_expect_eq(gpt_exp(-100.0f), 0.0f);
+    cr_expect(isnan(gpt_exp(NAN)));
+    cr_expect(isfinite(gpt_exp(100.0f)) && gpt_exp(100.0f) > 1e38f);
+}
+
+Test(model_kernels, layernorm_equals_reference) {
+    int shapes[][2] = {{37, 13}, {16, 64}, {5, 3}, {50, 256}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        int N = shapes[k][0], C = shapes[k][1];
+        size_t NC = (size_t)N * C;
+        float *x = rand_floats(NC, -3, 3), *g = rand_floats(C, 0.5, 1.5), *b = rand_floats(C, -1, 1);
+        float *d = rand_floats(NC, -1, 1), *o1 = malloc(4 * NC), *o2 = malloc(4 * NC), *m1 = malloc(4 * N),
+              *m2 = malloc(4 * N), *s1 = malloc(4 * N), *s2 = malloc(4 * N), *dg1 = malloc(4 * C), *dg2 = malloc(4 * C),
+              *db1 = malloc(4 * C), *db2 = malloc(4 * C);
+        gpt_layernorm_forward(o1, m1, s1, x, g, b, N, C);
+        gk_layernorm_forward(o2, m2, s2, x, g, b, N, C);
+        expect_same(o2, o1, NC, "LayerNorm F out"), expect_same(m2, m1, N, "LayerNorm F mean");
+        expect_same(s2, s1, N, "LayerNorm F rstd");
+        gpt_layernorm_backward_input(o1, d, x, m1, s1, g, N, C);
+        gk_layernorm_backward_input(o2, d, x, m1, s1, g, N, C);
+        expect_same(o2, o1, NC, "LayerNorm B");
+        gpt_layernorm_backward_weight(dg1, db1, d, x, m1, s1, N, C);
+        gk_layernorm_backward_weight(dg2, db2, d, x, m1, s1, N, C);
+        expect_same(dg2, dg1, C, "LayerNorm W dg"), expect_same(db2, db1, C, "LayerNorm W db");
+        float *all[] = {x, g, b, d, o1, o2, m1, m2, s1, s2, dg1, dg2, db1, db2};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    }
+}
+
+/* T below, at, and past multiples of the block; one head; head sizes 8, 16,
+ * 20, 32 (a partial column tile) */
+Test(model_kernels, attention_equals_reference) {
+    int shapes[][4] = {{2, 37, 24, 3}, {1, 17, 16, 1}, {2, 5, 8, 2}, {1, 32, 64, 4}, {1, 50, 20, 1}, {2, 64, 64, 2}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        int B = shapes[k][0], T = shapes[k][1], C = shapes[k][2], H = shapes[k][3];
+        size_t NC = (size_t)B * T * C, A = (size_t)B * H * T * T;
+        float *qkv = rand_floats(3 * NC, -2, 2), *dout = rand_floats(NC, -1, 1);
+        float *o1 = malloc(4 * NC), *o2 = malloc(4 * NC), *a1 = malloc(4 * A), *a2 = malloc(4 * A);
+        float *g1 = malloc(12 * NC), *g2 = malloc(12 * NC), *datt = malloc(4 * (size_t)T * T);
+        float *scratch = malloc(4 * gk_attention_scratch(T, C, H));
+        gpt_attention_forward(o1, a1, qkv, B, T, C, H);
+        gk_attention_forward(o2, a2, qkv, B, T, C, H, scratch);
+        char what[80];
+        snprintf(what, sizeof what, "attention F, B=%d T=%d C=%d H=%d", B, T, C, H);
+        expect_same(o2, o1, NC, what);
+        gpt_attention_backward(g1, datt, dout, qkv, a1, B, T, C, H);
+        gk_attention_backward(g2, dout, qkv, a2, B, T, C, H, scratch);
+        snprintf(what, sizeof what, "attention B, B=%d T=%d C=%d H=%d", B, T, C, H);
+        expect_same(g2, g1, 3 * NC, what);
+        float *all[] = {qkv, dout, o1, o2, a1, a2, g1, g2, datt, scratch};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+    }
+}
+
+Test(model_kernels, gelu_add_bias_equal_reference) {
+    size_t n = 1001;
+    float *x = rand_floats(n, -6, 6), *d = rand_floats(n, -1, 1), *o1 = malloc(4 * n), *o2 = malloc(4 * n);
+    gpt_gelu_forward(o1, x, n);
+    gk_gelu_forward(o2, x, n);
+    expect_same(o2, o1, n, "GELU F");
+    gpt_gelu_backward(o1, x, d, n);
+    gk_gelu_backward(o2, x, d, n);
+    expect_same(o2, o1, n, "GELU B");
+    for (size_t i = 0; i < n; i++) o1[i] = x[i] + d[i];
+    gk_add(o2, x, d, n);
+    expect_same(o2, o1, n, "add");
+    /* bias: gpt_linear_* with a bias against the GEMM alone plus gk_bias_* */
+    int N = 37, C = 5, OC = 19;
+    float *in = rand_floats((size_t)N * C, -1, 1), *w = rand_floats((size_t)OC * C, -1, 1), *bias = rand_floats(OC, -1, 1);
+    float *dy = rand_floats((size_t)N * OC, -1, 1), *y1 = malloc(4 * (size_t)N * OC), *y2 = malloc(4 * (size_t)N * OC);
+    float *dw = malloc(4 * (size_t)OC * C), *db1 = malloc(4 * OC), *db2 = malloc(4 * OC);
+    gpt_linear_forward(y1, in, w, bias, N, C, OC, NULL);
+    gpt_linear_forward(y2, in, w, NULL, N, C, OC, NULL);
+    gk_bias_forward(y2, bias, N, OC);
+    expect_same(y2, y1, (size_t)N * OC, "bias F");
+    gpt_linear_backward_weight(dw, db1, dy, in, N, C, OC, NULL);
+    gk_bias_backward(db2, dy, N, OC);
+    expect_same(db2, db1, OC, "bias W");
+    float *all[] = {x, d, o1, o2, in, w, bias, dy, y1, y2, dw, db1, db2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+/* gpt_head_* against the same GEMMs (gpt_linear_*) around gk_crossentropy_* */
+Test(model_kernels, crossentropy_equals_reference) {
+    int shapes[][3] = {{37, 7, 256}, {16, 4, 19}, {3, 2, 256}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        int N = shapes[k][0], C = shapes[k][1], V = shapes[k][2];
+        size_t NV = (size_t)N * V;
+        float *x = rand_floats((size_t)N * C, -2, 2), *w = rand_floats((size_t)V * C, -2, 2);
+        float *p1 = malloc(4 * NV), *p2 = malloc(4 * NV), *dx1 = malloc(4 * (size_t)N * C), *dx2 = malloc(4 * (size_t)N * C);
+        uint8_t *tgt = malloc((size_t)N);
+        for (int i = 0; i < N; i++) tgt[i] = (uint8_t)(urand() * V);
+        float l1 = gpt_head_forward(p1, x, w, tgt, N, C, V, NULL);
+        gpt_linear_forward(p2, x, w, NULL, N, C, V, NULL);
+        float l2 = gk_crossentropy_forward(p2, tgt, N, V);
+        cr_expect(memcmp(&l1, &l2, sizeof l1) == 0, "cross-entropy loss %.9g, the reference %.9g", l2, l1);
+        expect_same(p2, p1, NV, "cross-entropy F probs");
+        gpt_head_backward_input(dx1, p1, w, tgt, 0.37f, N, C, V, NULL);
+        gk_crossentropy_backward(p2, tgt, 0.37f, N, V);
+        gpt_linear_backward_input(dx2, p2, w, N, C, V, NULL);
+        expect_same(p2, p1, NV, "cross-entropy B dlogits"), expect_same(dx2, dx1, (size_t)N * C, "head B dx");
+        float *all[] = {x, w, p1, p2, dx1, dx2};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+        free(tgt);
+    }
+}
+
+Test(model_kernels, optimizer_updates_equal_reference) {
+    size_t n = 1001;
+    float *w1 = rand_floats(n, -1, 1), *w2 = copy_floats(w1, n), *m1 = rand_floats(n, -0.1, 0.1), *m2 = copy_floats(m1, n);
+    float *v1 = rand_floats(n, 0, 0.01), *v2 = copy_floats(v1, n), *g = rand_floats(n, -0.1, 0.1);
+    for (int step = 0; step < 3; step++) {
+        float c1 = (float)(1.0 - pow(0.9, step + 1)), c2 = (float)(1.0 - pow(0.95, step + 1));
+        gpt_adamw(w1, g, m1, v1, n, 1e-3f, 0.9f, 0.95f, c1, c2, 1e-8f, 0.1f);
+        gk_adamw(w2, g, m2, v2, n, 1e-3f, 0.9f, 0.95f, c1, c2, 1e-8f, 0.1f);
+    }
+    expect_same(w2, w1, n, "AdamW weights"), expect_same(m2, m1, n, "AdamW m"), expect_same(v2, v1, n, "AdamW v");
+    gpt_sgd(w1, g, n, 1e-2f, 0.1f);
+    gk_sgd(w2, g, n, 1e-2f, 0.1f);
+    expect_same(w2, w1, n, "SGD weights");
+    float *all[] = {w1, w2, m1, m2, v1, v2, g};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}

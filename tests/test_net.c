@@ -296,3 +296,24 @@ Test(net, local_addresses_and_loopback_names) {
     cr_assert_eq(family, AF_INET);
     close(lfd);
 }
+
+/* A port handed to other processes before anyone listens on it comes from
+ * outside the ephemeral range (where connect() sources and port-0
+ * listeners are picked), and is free. */
+Test(net, a_picked_port_is_free_and_not_ephemeral) {
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    int lo = 32768, hi = 60999;
+    if (f) {
+        cr_assert_eq(fscanf(f, "%d %d", &lo, &hi), 2);
+        fclose(f);
+    }
+    pp_err err;
+    for (int i = 0; i < 20; i++) {
+        int port = net_pick_port(&err);
+        cr_assert(port > 0, "%s", err.msg);
+        cr_assert(port < lo || port > hi, "port %d is in the ephemeral range %d-%d", port, lo, hi);
+        int fd = net_listen("127.0.0.1", port, 8, 0, &err);
+        cr_assert(fd >= 0, "%s", err.msg);
+        close(fd);
+    }
+}

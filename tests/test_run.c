@@ -311,7 +311,7 @@ Test(run, an_impossible_database_is_named_once) {
     char *out = NULL;
     int rc = sh(&out, "%s run --progress off --steps 1 --db /nonexistent/dir/t.db", PPRUN_BIN);
     cr_assert_eq(rc, 2, "%s", out);
-    cr_assert(strstr(out, "pprun run: --db /nonexistent/dir/t.db: cannot create it in /nonexistent/dir: No such"), "%s",
+    cr_assert(strstr(out, "pprun run: --db /nonexistent/dir/t.db: the folder /nonexistent/dir does not exist"), "%s",
               out);
     cr_assert_null(strstr(out, "t.db: /nonexistent"), "%s", out);
     free(out);

@@ -8,6 +8,7 @@
  * two nodes with skewed clocks land on one timeline. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -421,15 +422,41 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
     sqlite3_close(d);
 }
 
-/* SIGKILL (or the OOM killer) gives the launcher no chance to record how
- * the job ended: its workers go (PR_SET_PDEATHSIG), the database stays
- * consistent, and readers on this machine see the job `lost`, saying why,
- * rather than `running` for ever; the next `pprun run` on the file stores
- * it so. */
-Test(run_trace, a_killed_launcher_leaves_a_lost_job) {
+/* The launcher's guard: the other `pprun run` process of that database
+ * (a fork of the launcher, outside its tree), or 0. */
+static pid_t find_guard(const long_run *r) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t guard = 0;
+    while (d && !guard && (e = readdir(d))) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        char path[300], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = pid > 0 && pid != r->pid ? fopen(path, "r") : NULL;
+        size_t n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        if (f) fclose(f);
+        cmd[n] = '\0';
+        const char *sub = cmd + strlen(cmd) + 1; /* argv[1] */
+        if (n && sub < cmd + n && !strcmp(sub, "run") && !strcmp(sub + 4, "--db") && !strcmp(sub + 9, r->db))
+            guard = pid;
+    }
+    if (d) closedir(d);
+    return guard;
+}
+
+/* When nothing is left to record how the job ended (the launcher killed
+ * with its guard, as when the machine goes down; a launcher alone leaves
+ * its guard to record it, tests/test_attack_launch.c), its workers still
+ * go (PR_SET_PDEATHSIG), the database stays consistent, and readers on
+ * this machine see the job `lost`, saying why, rather than `running` for
+ * ever; the next `pprun run` on the file stores it so. */
+Test(run_trace, a_killed_launcher_without_its_guard_leaves_a_lost_job) {
     long_run run;
     start_long_run("kill", &run);
     const char *db = run.db;
+    pid_t guard = find_guard(&run);
+    cr_assert_gt(guard, 0, "no guard of the launcher found");
+    kill(guard, SIGKILL);
     kill(run.pid, SIGKILL);
     waitpid(run.pid, NULL, 0);
     for (int i = 0; i < 400 && job_process_left(run.metrics); i++) usleep(50000);

@@ -1,8 +1,9 @@
 /* http.c: the server: listening socket, libmicrohttpd daemon and its limits,
- * and the request life cycle: the route of its URL looked up in the table
- * (routes.h) as its headers arrive, the token and the query checked as its
- * route's flags ask, the body read up to its cap, then the route's handler
- * run (on a pool's worker when its route says so) and its reply sent. */
+ * and the request life cycle: its head held to RFC 9112 (frame.h) and the
+ * route of its URL looked up in the table (routes.h) as its headers
+ * arrive, the token and the query checked as its route's flags ask, the
+ * body read up to its cap, then the route's handler run (on a pool's
+ * worker when its route says so) and its reply sent. */
 #include "web/http.h"
 
 #include <errno.h>
@@ -16,6 +17,7 @@
 #include "base/net.h"
 #include "base/pp.h"
 #include "web/conn.h"
+#include "web/frame.h"
 #include "web/query.h"
 #include "web/reply.h"
 #include "web/routes.h"
@@ -28,12 +30,9 @@ typedef struct request {
     long id;             /* the route's {id} */
     char *body;
     size_t len, cap;
-    int started;         /* on_request has seen the headers */
-    int path_nul;        /* the path as sent holds %00 (on_uri) */
     int answered;        /* a reply was queued before the body (401, 413) */
     route_req q;         /* its handler's; read by a pool's worker while the connection is suspended */
-    sql_task *task;      /* on a worker (sqlpool.c) while the connection is suspended */
-    sql_pool *pool;      /* the pool that took the request: sqlpool_done when it completes */
+    sql_task *task;      /* the pool's (sqlpool.c), from its submission until the request completes */
     size_t discarded;    /* bytes of a chunked body dropped past max_body; answered 413 at its end */
 } request;
 
@@ -78,9 +77,12 @@ int http_parse_listen(const char *flag, const char *listen, char *host, size_t h
 }
 
 /* The listening socket for o->listen, after the one rule the dashboard adds
- * to net_listen's: an address that is not loopback needs a token. */
-static int open_listener(const http_options *o, int *family, char *url, size_t urlsz, uint16_t *bound,
-                         pp_err *err) {
+ * to net_listen's: an address that is not loopback needs a token. Its
+ * queue of connections not yet accepted is twice the connection limit: a
+ * burst of 1,000 at a queue of 128 had its SYNs dropped and sent again a
+ * second or three later (the slowest answer 2.7 s; 0.4 s with this). */
+static int open_listener(const http_options *o, unsigned backlog, int *family, char *url, size_t urlsz,
+                         uint16_t *bound, pp_err *err) {
     char host[256];
     uint16_t port;
     const char *flag = o->listen_flag ? o->listen_flag : "--listen";
@@ -92,7 +94,7 @@ static int open_listener(const http_options *o, int *family, char *url, size_t u
                        "(give --token TOKEN or set PPRUN_TOKEN; clients send 'Authorization: Bearer TOKEN')",
                        flag, host);
     pp_err why;
-    int fd = net_listen(host, port, 128, 0, &why);
+    int fd = net_listen(host, port, (int)backlog, 0, &why);
     if (fd < 0) return pp_fail(err, "%s: %s", flag, why.msg);
     char addr[INET6_ADDRSTRLEN];
     int p = net_local_name(fd, addr, sizeof addr, family);
@@ -190,20 +192,42 @@ static enum MHD_Result send_reply(http_server *s, struct MHD_Connection *c, repl
     return ret;
 }
 
-/* The reaper's record of connection c (reaper.c), NULL if it has none. */
-static reaper_conn *conn_clock_of(struct MHD_Connection *c) {
+/* Per connection (libmicrohttpd's socket context), from its start to its
+ * close: its request clock, and what the URI log callback saw of the
+ * request being read, for that request's first call of on_request. Kept
+ * here rather than in the request's record: libmicrohttpd drops a request
+ * it fails to parse after that callback without telling on_completed (a
+ * query of a thousand parameters outgrows the connection's memory), and
+ * the record made there leaked; it always says when a connection closes. */
+typedef struct conn_state {
+    reaper_conn *clock; /* the reaper's (reaper.c); NULL: unguarded */
+    frame_target target; /* the request line's target as sent, for frame_check */
+    int path_nul;        /* the path as sent holds %00 */
+} conn_state;
+
+/* Connection c's state, NULL if it has none (out of memory). */
+static conn_state *conn_state_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
+}
+
+static reaper_conn *conn_clock_of(struct MHD_Connection *c) {
+    conn_state *cs = conn_state_of(c);
+    return cs ? cs->clock : NULL;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     http_server *s = cls;
+    conn_state *cs = *socket_context;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         int fd = conn_fd(c);
-        *socket_context = fd >= 0 ? reaper_conn_open(&s->reaper, fd) : NULL;
-    } else {
-        reaper_conn_closed(&s->reaper, *socket_context);
+        cs = calloc(1, sizeof *cs); /* without it the connection's requests are refused (frame_check) */
+        if (cs && fd >= 0) cs->clock = reaper_conn_open(&s->reaper, fd);
+        *socket_context = cs;
+    } else if (cs) {
+        reaper_conn_closed(&s->reaper, cs->clock);
+        free(cs);
         *socket_context = NULL;
     }
 }
@@ -248,7 +272,6 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
         rt->handler(&rq->q, &r);
         if (!rq->q.then) return send_reply(s, c, &r);
         if (!sqlpool_submit(pool, c, run_then, rq, &rq->task, &r)) return send_reply(s, c, &r);
-        rq->pool = pool;
         return MHD_YES;
     }
     if (rt->flags & (ROUTE_DB | ROUTE_JOB)) {
@@ -268,30 +291,40 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
 
 /* The request line's URL before libmicrohttpd decodes it: a %00 in the
  * path would end the decoded path early (/api/jobs/1%00/x read as
- * /api/jobs/1), so it is noted here and refused. The request's record
- * starts here (NULL if out of memory: on_request makes it). */
+ * /api/jobs/1), so it is noted here and refused; where it lies and its
+ * length are kept for frame_check, which finds a raw NUL in it by them.
+ * Both in the connection's state; the request's record starts in
+ * on_request. */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     (void)cls;
-    (void)c;
-    request *rq = calloc(1, sizeof *rq);
+    conn_state *cs = conn_state_of(c);
+    if (!cs) return NULL;
+    cs->target = frame_target_of(uri);
+    cs->path_nul = 0;
     size_t path_len = strcspn(uri, "?");
-    for (size_t i = 0; rq && i + 3 <= path_len; i++)
-        if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') rq->path_nul = 1;
-    return rq;
+    for (size_t i = 0; i + 3 <= path_len; i++)
+        if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') cs->path_nul = 1;
+    return NULL;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     http_server *s = cls;
     request *rq = *con_cls;
     reply r = {0};
-    if (!rq || !rq->started) {
-        if (!rq && !(rq = calloc(1, sizeof *rq))) return MHD_NO;
+    if (!rq) {
+        if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
         *con_cls = rq;
-        rq->started = 1;
         rq->route = route_find(url, &rq->id);
-        if (rq->path_nul) {
+        const conn_state *cs = conn_state_of(c);
+        const frame_target unknown = {0};
+        /* Answered now, before any body is read: libmicrohttpd then
+         * closes the connection after the answer, as RFC 9112 asks. */
+        if (frame_check(c, method, version, cs ? &cs->target : &unknown, &r) != 0) {
+            rq->answered = 1;
+            return send_reply(s, c, &r);
+        }
+        if (cs->path_nul) {
             rq->answered = 1;
             reply_error(&r, 400, "the URL's path holds a NUL character (%%00)");
             return send_reply(s, c, &r);
@@ -349,7 +382,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (rq->discarded) return send_too_big(s, c);
     if (rq->task) { /* called again once the worker resumed the connection */
         sqlpool_take(rq->task, &r);
-        rq->task = NULL;
         return send_reply(s, c, &r);
     }
     return dispatch(s, c, rq, url, method);
@@ -361,8 +393,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     reaper_conn_clock(&s->reaper, conn_clock_of(c), 1); /* the next request's time starts */
     request *rq = *con_cls;
     if (!rq) return;
-    sqlpool_take(rq->task, NULL); /* a client gone before its answer */
-    if (rq->pool) sqlpool_done(rq->pool);
+    sqlpool_done(rq->task); /* its answer sent, or its client gone before it */
     free(rq->q.arg);
     free(rq->body);
     free(rq);
@@ -416,7 +447,7 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
 
     /* Each step that fails undoes the ones before it, in reverse. */
     int family = AF_INET;
-    int fd = open_listener(opts, &family, s->url, sizeof s->url, &s->port, err);
+    int fd = open_listener(opts, 2 * s->o.max_conns, &family, s->url, sizeof s->url, &s->port, err);
     if (fd < 0) goto no_listener;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
@@ -426,7 +457,16 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
      * two waiting: at most four trace files exist at once. */
     if (sqlpool_start(&s->traces, "trace exports", &s->pool, 2, 2, err) != 0) goto no_traces;
     if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    /* poll(), not epoll: libmicrohttpd 0.9.75's epoll loop, having taken
+     * its most events (128) in one epoll_wait, waits again, for up to the
+     * connections' timeout, before serving them; a worker that had accepted
+     * its share of connections (512 / 4 threads) and got all their requests
+     * at once left them unread until the timeout closed them (128 of a
+     * burst of 1,000 in most bursts: bench/burst.c, test_web_burst.c).
+     * poll() is level-triggered and served before it waits again; its cost,
+     * every connection of a thread looked at on each turn, is nothing at
+     * 128 connections a thread. */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME;
     if (family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_THREAD_POOL_SIZE,

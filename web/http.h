@@ -1,9 +1,10 @@
 /* http.h: the embedded web server: dashboard, JSON API, live stream (SSE),
  * Prometheus /metrics, over one trace database (docs/design.md §8, docs/api.md).
  *
- * libmicrohttpd with an internal epoll thread pool; every limit is set
- * explicitly (idle timeout, the time a request may take to arrive, total and
- * per-IP connections, request body and header memory). Loopback by
+ * libmicrohttpd with an internal poll() thread pool (not epoll: http.c
+ * says why); every limit is set explicitly (idle timeout, the time a
+ * request may take to arrive, total and per-IP connections, request body
+ * and header memory). Loopback by
  * default; a non-loopback address refuses to start without a token, and
  * with a token every /api and /metrics request must carry
  * `Authorization: Bearer TOKEN`.

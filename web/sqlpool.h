@@ -25,17 +25,18 @@ int sqlpool_start(sql_pool **p, const char *what, dbpool *conns, unsigned worker
  * set), or fills r (0: the pool is full, the server is stopping). arg must
  * live until the task is taken. */
 int sqlpool_submit(sql_pool *p, struct MHD_Connection *c, sqlpool_fn *run, void *arg, sql_task **task, reply *r);
-/* Moves a finished task's reply into r and frees the task (r NULL: only
- * frees it and its reply). */
+/* Moves a finished task's reply into r (once its connection is resumed);
+ * the task stays the request's until sqlpool_done. */
 void sqlpool_take(sql_task *t, reply *r);
 /* Interrupts the running tasks and joins the workers; every suspended
- * connection is resumed, and answered (2 s at most). Before
- * MHD_stop_daemon. */
+ * connection is resumed and answered 503, and each 503 is sent before this
+ * returns (2 s at most). Before MHD_stop_daemon. */
 void sqlpool_stop(sql_pool *p);
 void sqlpool_free(sql_pool **p); /* after MHD_stop_daemon */
-/* A request sqlpool_submit took has completed (answered, or its client
- * gone): its place is free. */
-void sqlpool_done(sql_pool *p);
+/* The request of task t (sqlpool_submit's) has completed: its answer sent,
+ * its client gone, or the daemon stopping. Its place is free, and t and
+ * any answer not taken are freed. t NULL: nothing. */
+void sqlpool_done(sql_task *t);
 /* Tasks running on a worker now, and waiting for one. */
 void sqlpool_count(sql_pool *p, unsigned *running, unsigned *queued);
 

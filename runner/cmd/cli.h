@@ -15,5 +15,6 @@ int cmd_serve(int argc, char **argv);
 int cmd_schedule(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
+int cmd_salvage(int argc, char **argv);
 
 #endif

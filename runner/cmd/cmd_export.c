@@ -1,11 +1,12 @@
 /* cmd_export.c: `pprun export --db FILE [--job ID] [--steps A-B] [--format chrome] [--out FILE]`:
  * a job's trace as Chrome trace JSON (opens in Perfetto, chrome://tracing).
  * The database is opened read-only; with --out the file appears only when
- * complete (written next to it, then renamed). */
+ * complete, and only where nothing but a regular file was (file_output). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "db/db.h"
 #include "db/export.h"
 #include "runner/cmd/cli.h"
@@ -18,7 +19,8 @@ static void export_usage(FILE *out) {
                  "  --steps A-B    only steps A to B (or one step, N): a long job's whole trace\n"
                  "                 is more than Perfetto's UI can open\n"
                  "  --format NAME  chrome (the default): Chrome trace JSON for Perfetto / chrome://tracing\n"
-                 "  --out FILE     write there instead of stdout\n");
+                 "  --out FILE     write there instead of stdout ('-' is stdout); FILE must be a\n"
+                 "                 regular file or not there yet\n");
 }
 
 int cmd_export(int argc, char **argv) {
@@ -81,35 +83,22 @@ int cmd_export(int argc, char **argv) {
         }
         job = (long)newest;
     }
-    FILE *out = stdout;
-    char tmp[4096];
-    if (outpath) {
-        if (snprintf(tmp, sizeof tmp, "%s.tmp", outpath) >= (int)sizeof tmp) {
-            fprintf(stderr, "pprun export: --out: path too long\n");
-            sqlite3_close(sql);
-            return 2;
-        }
-        out = fopen(tmp, "w");
-        if (!out) {
-            fprintf(stderr, "pprun export: --out: cannot write '%s': %m\n", outpath);
-            sqlite3_close(sql);
-            return 2;
-        }
+    file_output out;
+    if (file_output_begin(&out, outpath ? outpath : "-", "--out", FILE_OUTPUT_DASH, &err) != 0) {
+        fprintf(stderr, "pprun export: %s\n", err.msg);
+        sqlite3_close(sql);
+        return 2;
     }
-    int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, out, &err);
+    int to_stdout = out.f == stdout;
+    int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, out.f, &err);
     sqlite3_close(sql);
     /* A job or steps that are not there are bad input (2); output that
      * could not be written is a failure (1), as for pprun query. */
-    int status = rc != 0 && ferror(out) ? 1 : 2;
-    if (outpath) {
-        if (fclose(out) != 0 && rc == 0) rc = pp_fail(&err, "%s: write failed (disk full?)", outpath), status = 1;
-        if (rc == 0 && rename(tmp, outpath) != 0)
-            rc = pp_fail(&err, "%s: cannot rename %s into place: %m", outpath, tmp), status = 1;
-        if (rc != 0) remove(tmp);
-    }
-    if (rc != 0) {
-        fprintf(stderr, "pprun export: %s\n", err.msg);
-        return status;
-    }
-    return 0;
+    int status = rc != 0 && ferror(out.f) ? 1 : 2;
+    if (rc != 0) file_output_abort(&out);
+    else if (file_output_commit(&out, &err) != 0) rc = -1, status = 1;
+    if (rc == 0) return 0;
+    if (status == 1 && to_stdout) return 1; /* main names the error, as for every command's output */
+    fprintf(stderr, "pprun export: %s\n", err.msg);
+    return status;
 }

@@ -1,14 +1,14 @@
 /* cmd_query.c: `pprun query --db FILE [--format table|csv|json] [--max-rows N]
  * [--timeout DURATION] SQL`: read-only SQL over a trace database, through the
  * same guard as POST /api/sql (db/usersql.h). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/term.h"
 #include "db/usersql.h"
-#include "runner/cmd/cli.h"
 #include "report/sql.h"
+#include "runner/cmd/cli.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -46,69 +46,6 @@ static const char *cell_text(const usersql_cell *c, char *tmp, size_t tmpsz, cha
     }
 }
 
-/* Length of the valid UTF-8 sequence at s (of n bytes), 0 if it is not
- * one; *cp gets its code point. */
-static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp) {
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
-    if (s[0] > 0xf4 || len == 0 || len > n) return 0;
-    unsigned v = s[0] & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    static const unsigned least[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < least[len] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
-    *cp = v;
-    return len;
-}
-
-/* Text as the table shows it: a value from the database may hold control
- * characters, and printed raw an ESC sequence in a job's name or a rank's
- * host would drive the reader's terminal (move the cursor, retitle the
- * window, hide what follows). Control characters (C0, DEL, C1) and bytes
- * that are not UTF-8 are written as escapes (\n, \t, \r, \xHH, \u00HH),
- * a NUL too (it cut the text short). NULL when s needs none (then print
- * s); else malloc'd (NULL too when out of memory: s is printed). */
-static char *term_safe(const char *s, size_t n) {
-    size_t extra = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char b = (unsigned char)s[i];
-        unsigned cp;
-        if (b < 0x20 || b == 0x7f) extra += 3;
-        else if (b >= 0x80) {
-            size_t k = utf8_seq((const unsigned char *)s + i, n - i, &cp);
-            if (!k) extra += 3;
-            else {
-                if (cp < 0xa0) extra += 6 - k;
-                i += k - 1;
-            }
-        }
-    }
-    if (!extra) return NULL;
-    char *out = malloc(n + extra + 1), *o = out;
-    if (!out) return NULL;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char b = (unsigned char)s[i];
-        unsigned cp;
-        size_t k = b >= 0x80 ? utf8_seq((const unsigned char *)s + i, n - i, &cp) : 1;
-        if (b == '\n' || b == '\t' || b == '\r') {
-            *o++ = '\\';
-            *o++ = b == '\n' ? 'n' : b == '\t' ? 't' : 'r';
-        } else if (b < 0x20 || b == 0x7f || k == 0) {
-            o += sprintf(o, "\\x%02x", b);
-        } else if (b >= 0x80 && cp < 0xa0) {
-            o += sprintf(o, "\\u%04x", cp);
-            i += k - 1;
-        } else {
-            memcpy(o, s + i, k);
-            o += k;
-            i += k - 1;
-        }
-    }
-    *o = 0;
-    return out;
-}
-
 /* Display width in columns: UTF-8 continuation bytes do not count. */
 static size_t text_width(const char *s) {
     size_t n = 0;
@@ -117,11 +54,15 @@ static size_t text_width(const char *s) {
     return n;
 }
 
-/* A cell's text for the table (term_safe); *heap owns what needs freeing. */
+/* A cell's text for the table: a value from the database may hold control
+ * characters, and printed raw an ESC sequence in a job's name or a rank's
+ * host would drive the reader's terminal; term_escape writes them as
+ * escapes (a NUL too: it cut the text short). *heap owns what needs
+ * freeing. */
 static const char *table_text(const usersql_cell *c, char *tmp, size_t tmpsz, char **heap) {
     const char *t = cell_text(c, tmp, tmpsz, heap);
     if (c->type != USERSQL_TEXT) return t;
-    char *safe = term_safe(c->s, c->len);
+    char *safe = term_dup(c->s, c->len, 0);
     if (!safe) return t;
     *heap = safe;
     return safe;
@@ -137,7 +78,7 @@ static void print_table(const usersql_result *r) {
     }
     char tmp[64], *heap;
     for (int c = 0; c < r->ncols; c++) {
-        char *safe = term_safe(r->cols[c], strlen(r->cols[c]));
+        char *safe = term_dup(r->cols[c], strlen(r->cols[c]), 0);
         names[c] = safe ? safe : r->cols[c];
         w[c] = text_width(names[c]);
     }
@@ -300,9 +241,5 @@ int cmd_query(int argc, char **argv) {
     if (r->truncated)
         fprintf(stderr, "pprun query: output stopped at %ld rows (--max-rows)\n", max_rows);
     usersql_free(r);
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        fprintf(stderr, "pprun query: writing the output failed: %s\n", strerror(errno));
-        rc = -1;
-    }
-    return rc == 0 ? 0 : 1;
+    return rc == 0 ? 0 : 1; /* a write that failed is main's to report */
 }

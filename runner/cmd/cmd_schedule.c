@@ -2,7 +2,6 @@
  * it, simulates it from F/B/W/comm costs and prints the grid, the
  * timeline, the step time, the bubble ratio and the peak memory; imports
  * and exports CSV. Nothing runs: it is the planner's view of a job. */
-#include <errno.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -10,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/term.h"
 #include "runner/cmd/cli.h"
 #include "sched/sched.h"
 
@@ -102,8 +102,12 @@ static const char *placement_name(const sched_plan *plan) {
 }
 
 static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c) {
-    printf("schedule %s: %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->name, plan->ranks,
-           plan->stages, plan->virtual_stages, placement_name(plan), plan->microbatches);
+    /* The name of a CSV schedule holds its file's name: escaped for the
+     * terminal, as every text from outside (the grid is digits and F/B/W). */
+    fputs("schedule ", stdout);
+    term_write(stdout, plan->name, strlen(plan->name), 0);
+    printf(": %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->ranks, plan->stages,
+           plan->virtual_stages, placement_name(plan), plan->microbatches);
     printf("costs: f=%g b=%g w=%g comm=%g\n\n", c->f, c->b, c->w, c->comm);
     char *grid = sched_grid_text(plan, NULL, 0, 0);
     printf("action grid ({stage}{F|B|W}{microbatch}, '.' idle):\n%s\n", grid ? grid : "(out of memory)\n");
@@ -126,14 +130,13 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
  * (same layout, same numbers), so scripts that read the old output still do. */
 
 typedef struct jout {
-    FILE *f;
+    FILE *f; /* a write that fails leaves its error there: main checks stdout */
     size_t len;
-    int failed; /* a write failed: sticky */
     char buf[1 << 16];
 } jout;
 
 static void j_flush(jout *o) {
-    if (o->len && fwrite(o->buf, 1, o->len, o->f) != o->len) o->failed = 1;
+    fwrite(o->buf, 1, o->len, o->f);
     o->len = 0;
 }
 
@@ -145,7 +148,7 @@ static inline void j_mem(jout *o, const char *s, size_t n) {
     }
     j_flush(o);
     if (n > sizeof o->buf) {
-        if (fwrite(s, 1, n, o->f) != n) o->failed = 1;
+        fwrite(s, 1, n, o->f);
         return;
     }
     memcpy(o->buf + o->len, s, n);
@@ -298,14 +301,12 @@ static void j_rank(jout *o, const sched_plan *plan, const sched_sim *sim, int r)
 }
 
 /* Writes the plan, its simulation and the costs to f; memory stays one
- * buffer whatever the grid's size. Returns -1 when out of memory or when a
- * write fails (errno says why). */
+ * buffer whatever the grid's size. Returns -1 when out of memory. */
 static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, FILE *f) {
     jout *o = malloc(sizeof *o);
     if (!o) return -1;
     o->f = f;
     o->len = 0;
-    o->failed = 0;
     j_str(o, "{\n");
     j_key(o, 1, "schedule", 1);
     j_qstr(o, plan->name);
@@ -340,9 +341,8 @@ static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_
     if (plan->ranks) j_str(o, "]");
     j_str(o, "\n}\n");
     j_flush(o);
-    int rc = o->failed || fflush(f) != 0 || ferror(f) ? -1 : 0;
     free(o);
-    return rc;
+    return 0;
 }
 
 int cmd_schedule(int argc, char **argv) {
@@ -377,21 +377,12 @@ int cmd_schedule(int argc, char **argv) {
         fprintf(stderr, "pprun schedule: --csv-out: %s\n", err.msg);
         goto done;
     }
-    if (strcmp(o.format, "json") == 0) {
-        errno = 0;
-        if (print_json(plan, sim, &o.costs, stdout) != 0) {
-            fprintf(stderr, "pprun schedule: writing JSON: %s\n", errno ? strerror(errno) : "out of memory");
-            rc = 1;
-            goto done;
-        }
-    } else {
-        print_text(plan, sim, &o.costs);
-        errno = 0;
-        if (fflush(stdout) != 0 || ferror(stdout)) {
-            fprintf(stderr, "pprun schedule: writing the schedule: %s\n", errno ? strerror(errno) : "write error");
-            rc = 1;
-            goto done;
-        }
+    /* A write that fails is main's to report, as for every command. */
+    if (strcmp(o.format, "json") != 0) print_text(plan, sim, &o.costs);
+    else if (print_json(plan, sim, &o.costs, stdout) != 0) {
+        fprintf(stderr, "pprun schedule: writing JSON: out of memory\n");
+        rc = 1;
+        goto done;
     }
     rc = 0;
 done:

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/term.h"
 #include "runner/cmd/cli.h"
 #include "web/http.h"
 
@@ -72,7 +73,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "pprun serve: %s\n", err.msg);
         return 2;
     }
-    printf("pprun serve: serving %s at %s\n", o.db_path, http_url(s));
+    fputs("pprun serve: serving ", stdout);
+    term_write(stdout, o.db_path, strlen(o.db_path), 0);
+    printf(" at %s\n", http_url(s));
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/term.h"
 #include "db/db.h"
 #include "report/json.h"
 #include "report/text.h"
@@ -49,10 +50,10 @@ static int print_json(jw *w) {
     return 0;
 }
 
-/* Job `job` beside job `vs` (both in db) on stdout, as text or (json) as
- * the body of GET /api/jobs/{job}/compare?vs={vs}; 0, or 2 with the
- * reason on stderr and nothing on stdout. */
-static int compare(sqlite3 *db, const char *dbpath, long job, long vs, int json) {
+/* Job `job` beside job `vs` (both in db), as text on `text` or (json) as
+ * the body of GET /api/jobs/{job}/compare?vs={vs} on stdout; 0, or 2 with
+ * the reason on stderr and nothing on stdout. */
+static int compare(sqlite3 *db, const char *dbpath, long job, long vs, int json, FILE *text) {
     job_summary s, o;
     whatif_report w[2];
     job_compare c = {0}; /* compare_free needs it zeroed when compare_read is not reached */
@@ -65,7 +66,7 @@ static int compare(sqlite3 *db, const char *dbpath, long job, long vs, int json)
              compare_read(db, &s, &w[0], &o, &w[1], &c, &err) != 0)
         fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
     else if (!json) {
-        report_compare(stdout, db, &s, &w[0], &o, &w[1], &c);
+        report_compare(text, db, &s, &w[0], &o, &w[1], &c);
         rc = 0;
     } else {
         jw out;
@@ -81,10 +82,10 @@ static int compare(sqlite3 *db, const char *dbpath, long job, long vs, int json)
     return rc;
 }
 
-/* Job `job`'s summary, critical path, stage balance and what-if on stdout,
- * as text or (json) as {"job", "summary", "whatif", "critpath"}; 0, or 2
- * with the reason on stderr (the text may have begun). */
-static int stats(sqlite3 *db, const char *dbpath, long job, int json) {
+/* Job `job`'s summary, critical path, stage balance and what-if, as text
+ * on `text` or (json) as {"job", "summary", "whatif", "critpath"} on
+ * stdout; 0, or 2 with the reason on stderr (the text may have begun). */
+static int stats(sqlite3 *db, const char *dbpath, long job, int json, FILE *text) {
     job_summary s;
     critpath_report cp = {0};
     pp_err err;
@@ -92,16 +93,16 @@ static int stats(sqlite3 *db, const char *dbpath, long job, int json) {
     if (summary_read(db, job, SUMMARY_OPS, &s, &err) != 0) {
         fprintf(stderr, "pprun stats: %s: %s\n", dbpath, err.msg);
     } else {
-        if (!json) report_full(stdout, db, &s);
+        if (!json) report_full(text, db, &s);
         whatif_report w;
         if (critpath_read(db, s.job_id, s.world, &cp, &err) != 0) {
             fprintf(stderr, "pprun stats: %s: critical path: %s\n", dbpath, err.msg);
         } else if (whatif_read(db, &s, &w, &err) != 0) {
             fprintf(stderr, "pprun stats: %s: what-if: %s\n", dbpath, err.msg);
         } else if (!json) {
-            report_critpath(stdout, &cp);
-            report_balance(stdout, &w);
-            report_whatif(stdout, &w);
+            report_critpath(text, &cp);
+            report_balance(text, &w);
+            report_whatif(text, &w);
             rc = 0;
         } else {
             jw out;
@@ -179,7 +180,22 @@ int cmd_stats(int argc, char **argv) {
             goto out;
         }
     }
-    rc = vs ? compare(db, dbpath, job, vs, json) : stats(db, dbpath, job, json);
+    /* The text holds names from the database (the job's, its model's, its
+     * hosts', a failure's words): it is written whole, then escaped onto
+     * stdout so that none of them can drive the terminal. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *tf = json ? NULL : open_memstream(&text, &len);
+    if (!json && !tf) {
+        fprintf(stderr, "pprun stats: out of memory\n");
+        goto out;
+    }
+    rc = vs ? compare(db, dbpath, job, vs, json, tf) : stats(db, dbpath, job, json, tf);
+    if (tf) {
+        fclose(tf);
+        term_write(stdout, text, len, TERM_LINES);
+        free(text);
+    }
 out:
     sqlite3_close(db);
     return rc;

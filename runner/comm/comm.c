@@ -401,12 +401,23 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
 
 /* ---- receive ------------------------------------------------------------- */
 
-int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, pp_err *err) {
-    int timed_out;
-    return comm_recv_timed(c, peer, tag, buf, len, timeout_ms, &timed_out, err);
+
+/* This rank's wait note (COMM_WAIT_KEY_FMT): the peer it waits for, or -1
+ * for none. Best effort: a note that cannot be written changes nothing
+ * about the receive. Called without p->mu (the exchange may block). */
+static void note_wait(comm *c, int peer) {
+    char key[320], val[16];
+    int n = peer >= 0 ? snprintf(val, sizeof val, "%d", peer) : 0;
+    snprintf(key, sizeof key, COMM_WAIT_KEY_FMT, c->job_key, c->rank);
+    pp_err ignored;
+    pthread_mutex_lock(&c->ex_mu);
+    c->ex.put(c->ex.ctx, key, val, (size_t)n, &ignored);
+    pthread_mutex_unlock(&c->ex_mu);
 }
 
-int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, int *timed_out,
+/* A receive; with `note`, one that waits long says for whom (note_wait).
+ * Slices of a longer wait (devcomm's polls) do not. */
+static int recv_msg(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, int note, int *timed_out,
                     pp_err *err) {
     char ts[128];
     *timed_out = 0;
@@ -418,7 +429,8 @@ int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
         return pp_fail(err, "comm: rank %d cannot receive %s from rank %d: %s", c->rank,
                        comm_tag_str(tag, ts, sizeof ts), peer, e.msg);
     uint64_t deadline = pp_deadline_ns(timeout_ms);
-    int mine = 0, rc = 0, accepted = 0;
+    uint64_t note_at = pp_now_ns() + (uint64_t)comm_wait_note_ms(timeout_ms) * 1000000ull;
+    int mine = 0, rc = 0, accepted = 0, noted = !note;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (mine && p->p_done) {
@@ -480,12 +492,32 @@ int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
                          comm_tag_str(tag, ts, sizeof ts), peer);
             break;
         }
-        /* Condition variables use CLOCK_MONOTONIC (see comm_open). */
-        comm_wait_in(p, claimed ? UINT64_MAX : deadline);
+        if (!claimed && !noted && pp_now_ns() >= note_at) {
+            /* Waiting long: say for whom (the launcher follows these). */
+            noted = 1;
+            pthread_mutex_unlock(&p->mu);
+            note_wait(c, peer);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        /* On cv_in (CLOCK_MONOTONIC, see comm_open), or reading the shm ring (comm_shm.c). */
+        uint64_t until = claimed ? UINT64_MAX : !noted && note_at < deadline ? note_at : deadline;
+        comm_wait_in(p, until);
     }
     if (mine) p->posted = 0;
     pthread_mutex_unlock(&p->mu);
+    if (note && noted && rc == 0) note_wait(c, -1); /* a failure leaves it: whom this rank was waiting for */
     return rc;
+}
+
+int comm_recv(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, pp_err *err) {
+    int timed_out;
+    return recv_msg(c, peer, tag, buf, len, timeout_ms, 1, &timed_out, err);
+}
+
+int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int timeout_ms, int *timed_out,
+                    pp_err *err) {
+    return recv_msg(c, peer, tag, buf, len, timeout_ms, 0, timed_out, err);
 }
 
 int comm_flush(comm *c, int timeout_ms, pp_err *err) {

@@ -5,6 +5,7 @@
 
 void job_free(run_job *job) {
     pp_err ignored;
+    launch_guard_stop(job->guard); /* still there when the job's end was never recorded */
     if (job->web) http_stop(job->web);
     run_progress_stop(job->progress);
     if (job->coll) collector_stop(job->coll, &ignored);

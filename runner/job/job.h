@@ -9,6 +9,8 @@
  *   job_rows         the job in the database: its rows at the start and at the end
  *   job_serve        --serve: the dashboard, kept up after the job until Ctrl-C
  *   job_attempts     the workers' attempts, through the supervisor (runner/launch)
+ *   job_blame        the rank a failure comes from, when the first to fail only waited for it
+ *   job_salvage      the guard's will: a killed launcher's rings and job's end still reach the database
  *   job_tracing      the trace collector and each rank's ring
  *   job_program_env  `-- PROGRAM`: the schedule in the program's environment
  *
@@ -50,6 +52,8 @@ typedef struct run_job {
     int program;           /* 1: `-- PROGRAM` runs instead of the built-in worker */
     char worker_flag[32];  /* the first option given that only the built-in worker takes */
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
+    pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
+    launch_guard *guard;   /* outlives a SIGKILLed launcher: kills the ranks, then records the job's end */
 } run_job;
 
 /* How the workers' attempts ended (job_attempts_run), and the trace with

@@ -1,12 +1,15 @@
 /* job_attempts.c: the workers' attempts of a `pprun run` job
- * (job_attempts.h). */
+ * (job_attempts.h), with the job's guard (job_salvage.h) around them and
+ * the rank a failure comes from named by job_blame.h. */
 #include "runner/job/job_attempts.h"
 
 #include <stdio.h>
 
 #include "runner/comm/comm.h"
+#include "runner/job/job_blame.h"
 #include "runner/job/job_nodes.h"
 #include "runner/job/job_program_env.h"
+#include "runner/job/job_salvage.h"
 #include "runner/job/job_tracing.h"
 #include "runner/store/store.h"
 #include "runner/worker/checkpoint_dir.h"
@@ -41,6 +44,7 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     if (info->nnodes > 1) rc = job_nodes_agree(job, info, store, err);
     if (rc == 0 && job->cfg.trace) rc = job_tracing_start(job, info, store, err);
     store_close(store);
+    if (rc == 0) job_salvage_update(job, NULL); /* a killed launcher's rings go to the database too */
     return rc;
 }
 
@@ -61,12 +65,18 @@ static int rank_env(void *ctx, const launch_info *info, int local_rank, int glob
     return 0;
 }
 
-/* Each rank's pid, for ranks.pid (the latest attempt's). */
+/* Each rank's pid, for ranks.pid (the latest attempt's) and for telling
+ * a stopped rank (job_blame). */
 static void started(void *ctx, const launch_info *info, const pid_t *pids) {
     run_job *job = ctx;
-    if (!job->coll) return;
-    for (int l = 0; l < info->nproc_per_node; l++)
-        collector_set_pid(job->coll, info->node_rank * info->nproc_per_node + l, (int)pids[l]);
+    for (int l = 0; l < info->nproc_per_node; l++) {
+        job->rank_pids[l] = pids[l];
+        if (job->coll) collector_set_pid(job->coll, info->node_rank * info->nproc_per_node + l, (int)pids[l]);
+    }
+}
+
+static int blame(void *ctx, const launch_info *info, int failed_rank, char *why, size_t cap) {
+    return job_blame(ctx, info, failed_rank, why, cap);
 }
 
 /* The attempt's progress display stops (the next picks up where it
@@ -83,11 +93,15 @@ static void after_attempt(void *ctx, const launch_info *info, const launch_resul
 }
 
 void job_attempts_run(run_job *job, job_outcome *end) {
+    /* The guard outlives launch_job: it keeps its will until the job's end
+     * is recorded (job_rows_finish). */
+    job_salvage_arm(job);
     launch_hooks hooks = {
         .ctx = job, .before_attempt = before_attempt, .rank_env = rank_env, .started = started,
-        .after_attempt = after_attempt};
+        .after_attempt = after_attempt, .blame = blame, .guard = job->guard};
     end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);
     end->exit_code = end->res.exit_code;
+    job_salvage_update(job, end);
     if (end->launch_rc != 0)
         fprintf(stderr, "pprun run: %s\n", end->launch_err.msg);
     else if (end->res.status == LAUNCH_FAILED)

@@ -5,7 +5,9 @@
  * restarted attempt resumes), before the first one the agreement between
  * nodes and the trace; each rank's environment (its trace ring, this
  * node's address, a user's program's schedule); each rank's pid for the
- * database; what a dead attempt leaves in shared memory. */
+ * database; what a dead attempt leaves in shared memory; the rank a
+ * failure comes from (job_blame.h). Around them all, the job's guard
+ * (job_salvage.h), which outlives a killed launcher. */
 #ifndef PP_JOB_ATTEMPTS_H
 #define PP_JOB_ATTEMPTS_H
 #include "runner/job/job.h"

@@ -11,6 +11,7 @@
 
 #include <sqlite3.h>
 
+#include "base/file.h"
 #include "db/whatif.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
@@ -19,24 +20,52 @@
 #include "runner/model/model.h"
 #include "runner/worker/checkpoint_dir.h"
 
-/* Where `flag` will write: `path` itself when it exists (a directory when
- * want_dir), else the folder that will hold it. */
-static int check_writable(const char *flag, const char *path, int want_dir, pp_err *err) {
+/* A folder `flag` writes files into: a directory when it is there (1),
+ * else the folder that will hold it must take it (0); -1 with err. */
+static int check_folder(const char *flag, const char *path, pp_err *err) {
     struct stat st;
-    if (stat(path, &st) == 0) {
-        if (want_dir && !S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: not a directory", flag, path);
-        if (!want_dir && S_ISDIR(st.st_mode)) return pp_fail(err, "%s %s: is a directory", flag, path);
-        if (access(path, W_OK) != 0) return pp_fail(err, "%s %s: not writable: %s", flag, path, strerror(errno));
-        return 0;
+    if (stat(path, &st) != 0) return file_output_check(path, flag, err);
+    if (!S_ISDIR(st.st_mode))
+        return pp_fail(err, "%s %s: is %s, not a directory", flag, path, file_kind(st.st_mode));
+    if (access(path, W_OK) != 0) return pp_fail(err, "%s %s: not writable: %s", flag, path, strerror(errno));
+    return 1;
+}
+
+/* DIR/NAME, which `flag` will write: absent or a regular file. */
+static int check_in_folder(const char *flag, const char *dir, const char *name, pp_err *err) {
+    char path[2048];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return pp_fail(err, "%s %s: the path is too long", flag, dir);
+    return file_output_check(path, flag, err);
+}
+
+/* --save-weights DIR (DIR/stage_S.f32 for every stage) and --checkpoint-dir
+ * DIR (DIR/latest; the step folders are new): refused before the job
+ * starts rather than when its last step is done. */
+static int check_output_folders(const run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    int there = cfg->save_weights[0] ? check_folder("--save-weights", cfg->save_weights, err) : 0;
+    for (int s = 0; there > 0 && s < job->plan->stages; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "stage_%d.f32", s);
+        if (check_in_folder("--save-weights", cfg->save_weights, name, err) != 0) return -1;
     }
-    char parent[1024];
-    snprintf(parent, sizeof parent, "%s", path);
-    char *slash = strrchr(parent, '/');
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else if (slash == parent) parent[1] = '\0';
-    else *slash = '\0';
-    if (access(parent, W_OK) != 0)
-        return pp_fail(err, "%s %s: cannot create it in %s: %s", flag, path, parent, strerror(errno));
+    if (there < 0) return -1;
+    there = cfg->checkpoint_dir[0] ? check_folder("--checkpoint-dir", cfg->checkpoint_dir, err) : 0;
+    if (there > 0 && check_in_folder("--checkpoint-dir", cfg->checkpoint_dir, "latest", err) != 0) return -1;
+    return there < 0 ? -1 : 0;
+}
+
+/* --db, which SQLite opens for writing with the files it keeps beside it:
+ * each must be nothing yet or a regular file. SQLite follows a link there,
+ * and a failed open removed a planted -journal. */
+static int check_db(const char *path, pp_err *err) {
+    static const char *const beside[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < sizeof beside / sizeof beside[0]; i++) {
+        char file[sizeof ((run_config *)0)->db + 16];
+        snprintf(file, sizeof file, "%s%s", path, beside[i]);
+        if (file_output_check(file, "--db", err) != 0) return -1;
+    }
     return 0;
 }
 
@@ -150,9 +179,8 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
         return pp_fail(err, "--data %s: a timed model trains on no data (only gpt reads it)", cfg->data);
     }
     if (check_fail_at(job, world, err) != 0) return -1;
-    if (cfg->metrics[0] && check_writable("--metrics", cfg->metrics, 0, err) != 0) return -1;
-    if (cfg->save_weights[0] && check_writable("--save-weights", cfg->save_weights, 1, err) != 0) return -1;
-    if (cfg->checkpoint_dir[0] && check_writable("--checkpoint-dir", cfg->checkpoint_dir, 1, err) != 0) return -1;
+    if (cfg->metrics[0] && file_output_check(cfg->metrics, "--metrics", err) != 0) return -1;
+    if (check_output_folders(job, err) != 0) return -1;
     return cfg->resume ? check_resume(job, err) : 0;
 }
 
@@ -163,7 +191,7 @@ int job_check(run_job *job, pp_err *err) {
     if (cfg->schedule_costs_db[0] && read_schedule_costs(job, world, err) != 0) return -1;
     if (run_config_plan(cfg, world, &job->plan, err) != 0) return -1;
     if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
-    if (cfg->trace && job->lo.node_rank == 0 && check_writable("--db", cfg->db, 0, err) != 0) return -1;
+    if (cfg->trace && job->lo.node_rank == 0 && check_db(cfg->db, err) != 0) return -1;
     if (!job->program) return check_worker_job(job, world, err);
     if (job_program_env_check(job->plan, err) != 0) return -1;
     return launch_check_program(&job->lo, err);

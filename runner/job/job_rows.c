@@ -13,6 +13,7 @@
 #include "db/summary.h"
 #include "db/whatif.h"
 #include "report/text.h"
+#include "runner/job/job_salvage.h"
 #include "runner/job/run_plan.h"
 
 /* db's messages start with the file's name; the lines that print them
@@ -202,8 +203,14 @@ static void plan_at_the_end(run_job *job) {
         fprintf(stderr, "pprun run: planned timeline not written: %s\n", err.msg);
 }
 
-static const char *job_status(const launch_result *res) {
+const char *job_rows_status(const job_outcome *end) {
+    const launch_result *res = &end->res;
+    if (end->launch_rc != 0) return "failed";
     return res->status == LAUNCH_OK ? "succeeded" : res->status == LAUNCH_SIGNALED ? "stopped" : "failed";
+}
+
+int job_rows_failed_rank(const job_outcome *end) {
+    return end->launch_rc == 0 && end->res.status == LAUNCH_FAILED ? end->res.failure.global_rank : -1;
 }
 
 /* The last non-empty line of a rank's stderr tail: the error it died
@@ -220,7 +227,7 @@ static int last_line(const char *tail, const char **line) {
 static void failure_text(const launch_result *res, char *buf, size_t n) {
     char sigbuf[16];
     const launch_failure *f = &res->failure;
-    const char *line;
+    const char *line, *state = launch_state_name(f->state);
     int len = last_line(f->stderr_tail, &line);
     if (res->status == LAUNCH_FAILED && f->global_rank < 0 && f->signal)
         snprintf(buf, n, "the launcher of node rank %d (on %s) got %s", f->node_rank, f->host,
@@ -228,6 +235,10 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
     else if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
         snprintf(buf, n, "the launcher of node rank %d (on %s) failed: %.*s", f->node_rank, f->host,
                  (int)strcspn(f->stderr_tail, "\n"), f->stderr_tail);
+    else if (res->status == LAUNCH_FAILED && f->hung) /* the ranks that waited for it say how we know */
+        snprintf(buf, n, "rank %d (local rank %d%s%s) stopped answering%s%s%s: %s", f->global_rank, f->local_rank,
+                 f->host[0] ? " on " : "", f->host, state ? " (it was " : "", state ? state : "", state ? ")" : "",
+                 f->why);
     else if (res->status == LAUNCH_FAILED && f->signal)
         snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", f->global_rank, f->local_rank, f->host,
                  launch_signal_name(f->signal, sigbuf));
@@ -240,9 +251,7 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
         snprintf(buf, n, "the launcher failed");
 }
 
-/* What jobs.failure says: why the launcher failed, how the job ended, or,
- * after a success, why its trace is short; "" for none. */
-static void failure_of(const job_outcome *end, char *buf, size_t n) {
+void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
     buf[0] = '\0';
     if (end->launch_rc != 0)
         snprintf(buf, n, "%s", end->launch_err.msg);
@@ -253,17 +262,23 @@ static void failure_of(const job_outcome *end, char *buf, size_t n) {
 }
 
 void job_rows_finish(run_job *job, job_outcome *end) {
-    if (!job->db) return;
+    if (!job->db) {
+        job_salvage_disarm(job); /* nothing to record here: its guard had no will */
+        return;
+    }
     /* After a failed write (a full disk) what room is left goes to the
      * job's end, not to the plan. */
     if (!end->trace_err.msg[0]) plan_at_the_end(job);
     char failure[sizeof end->launch_err.msg + 64];
-    failure_of(end, failure, sizeof failure);
+    job_rows_failure(end, failure, sizeof failure);
     pp_err ferr;
-    int failed_rank = end->launch_rc == 0 && end->res.status == LAUNCH_FAILED ? end->res.failure.global_rank : -1;
-    const char *status = end->launch_rc != 0 ? "failed" : job_status(&end->res);
-    if (db_finish_job(job->db, job->job_id, status, end->exit_code, failed_rank, failure[0] ? failure : NULL, &ferr) !=
-        0) {
+    const char *status = job_rows_status(end);
+    int rc = db_finish_job(job->db, job->job_id, status, end->exit_code, job_rows_failed_rank(end),
+                           failure[0] ? failure : NULL, &ferr);
+    /* Recorded (or not recordable): a launcher killed from now on leaves
+     * the row as it is. */
+    job_salvage_disarm(job);
+    if (rc != 0) {
         fprintf(stderr,
                 "pprun run: --db %s: the job's end (%s) could not be recorded: %s; readers on this machine "
                 "will show job %lld as lost\n",

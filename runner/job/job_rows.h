@@ -17,7 +17,14 @@ void job_rows_discard(run_job *job);
 /* The job's rows, with job->db. */
 int job_rows_start(run_job *job);
 /* The job's end, with job->db, which it closes; a failure to record it
- * makes a succeeded job's end->exit_code 1. */
+ * makes a succeeded job's end->exit_code 1. Then the job's guard goes
+ * (job_salvage_disarm). */
 void job_rows_finish(run_job *job, job_outcome *end);
+/* How the job ended, as jobs.status, jobs.failed_rank (-1: none) and
+ * jobs.failure say it ("" for none: after a success, unless its trace
+ * stopped early). */
+const char *job_rows_status(const job_outcome *end);
+int job_rows_failed_rank(const job_outcome *end);
+void job_rows_failure(const job_outcome *end, char *buf, size_t n);
 
 #endif

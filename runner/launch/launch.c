@@ -68,6 +68,7 @@ typedef struct job {
     store_client *ctl;
     struct sigaction old[NCAUGHT];
     int old_subreaper;
+    int own_guard; /* c.guard is launch_job's own, stopped at its end */
     int store_ok; /* the store may still be used */
     int ran;      /* an attempt reached its outcome on every node */
 } job;
@@ -157,27 +158,39 @@ static void key(char *buf, size_t cap, int attempt, const char *name) {
 
 /* --- failure as text, for the other nodes ------------------------------------ */
 
+/* The numbers on the first line; then one line each for the host and the
+ * hung rank's why (neither holds a newline), then the stderr tail. */
 static int failure_encode(const launch_failure *f, int stop, char *buf, size_t cap) {
-    return snprintf(buf, cap, "v1 %d %d %d %d %d %d %" PRIu64 " %d\n%s\n%s", f->node_rank, f->global_rank,
-                    f->local_rank, f->exit_code, f->signal, (int)f->pid, f->wall_ns, stop, f->host,
-                    f->stderr_tail);
+    return snprintf(buf, cap, "v2 %d %d %d %d %d %d %" PRIu64 " %d %d %d %d\n%s\n%s\n%s", f->node_rank,
+                    f->global_rank, f->local_rank, f->exit_code, f->signal, (int)f->pid, f->wall_ns, stop, f->hung,
+                    (int)(unsigned char)f->state, f->witness, f->host, f->why, f->stderr_tail);
+}
+
+/* The line at *p into out (cap bytes, cut to fit); *p moves past it.
+ * -1 when there is no line left. */
+static int next_line(const char **p, char *out, size_t cap) {
+    if (!*p) return -1;
+    const char *nl = strchr(*p, '\n');
+    size_t n = nl ? (size_t)(nl - *p) : strlen(*p);
+    snprintf(out, cap, "%.*s", (int)(n < cap ? n : cap - 1), *p);
+    *p = nl ? nl + 1 : NULL;
+    return 0;
 }
 
 static int failure_decode(const char *text, launch_failure *f, int *stop) {
     memset(f, 0, sizeof *f);
-    int pid;
-    if (sscanf(text, "v1 %d %d %d %d %d %d %" SCNu64 " %d", &f->node_rank, &f->global_rank, &f->local_rank,
-               &f->exit_code, &f->signal, &pid, &f->wall_ns, stop) != 8)
+    int pid, state;
+    if (sscanf(text, "v2 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d", &f->node_rank, &f->global_rank,
+               &f->local_rank, &f->exit_code, &f->signal, &pid, &f->wall_ns, stop, &f->hung, &state,
+               &f->witness) != 11)
         return -1;
     f->pid = pid;
-    const char *h = strchr(text, '\n');
-    if (!h) return -1;
-    h++;
-    const char *t = strchr(h, '\n');
-    size_t hl = t ? (size_t)(t - h) : strlen(h);
-    if (hl >= sizeof f->host) hl = sizeof f->host - 1;
-    memcpy(f->host, h, hl);
-    if (t) snprintf(f->stderr_tail, sizeof f->stderr_tail, "%s", t + 1);
+    f->state = (char)state;
+    const char *p = strchr(text, '\n');
+    if (!p) return -1;
+    p++;
+    if (next_line(&p, f->host, sizeof f->host) != 0 || next_line(&p, f->why, sizeof f->why) != 0) return -1;
+    if (p) snprintf(f->stderr_tail, sizeof f->stderr_tail, "%s", p);
     return 0;
 }
 
@@ -542,10 +555,14 @@ static int job_start(const launch_options *o, const launch_hooks *hooks, launch_
         return -1;
     }
     snprintf(j->c.notfound_msg, sizeof j->c.notfound_msg, "pprun launch: cannot execute '%s'\n", o->prog_argv[0]);
-    /* Before the subreaper is set: the guard must not stay our descendant. */
-    j->c.guard_fd = launch_guard_start();
+    /* Before the subreaper is set: the guard must not stay our descendant.
+     * One that cannot start leaves the job without one. */
+    j->own_guard = !hooks || !hooks->guard;
+    pp_err gerr;
+    if (!j->own_guard) j->c.guard = hooks->guard;
+    else if (launch_guard_start(&j->c.guard, &gerr) != 0) j->c.guard = NULL;
     if (install_signals(j, err) != 0) {
-        launch_guard_stop(j->c.guard_fd);
+        if (j->own_guard) launch_guard_stop(j->c.guard);
         launch_paths_free(j->c.paths);
         free(j);
         return -1;
@@ -798,7 +815,7 @@ static void job_end(job *j) {
     store_server_stop(j->server);
     restore_open_file_limit(j);
     restore_signals(j);
-    launch_guard_stop(j->c.guard_fd);
+    if (j->own_guard) launch_guard_stop(j->c.guard);
     launch_paths_free(j->c.paths);
     free(j);
 }

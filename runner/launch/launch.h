@@ -142,7 +142,14 @@ typedef struct launch_failure {
     int signal;                /* the signal that killed it, or 0 */
     pid_t pid;
     uint64_t wall_ns;          /* when the launcher noticed (CLOCK_REALTIME) */
-    char stderr_tail[4096];    /* its last stderr lines, oldest first */
+    char stderr_tail[4096];    /* its last stderr lines, oldest first (hung: the witness's) */
+    /* A rank that hung: it neither exited nor died, but the ranks waiting
+     * for it gave up (launch_hooks.blame named it). exit_code -1, signal 0. */
+    int hung;
+    char state;                /* hung, on this node: its process state then ('T' stopped, 'R' running, 'S'
+                                * sleeping, 'D' in the kernel), from /proc; else 0 */
+    int witness;               /* hung: the rank that failed first, waiting for it */
+    char why[512];             /* hung: how we know, one line ("ranks 0 and 2 timed out waiting for it") */
 } launch_failure;
 
 enum {
@@ -163,6 +170,42 @@ typedef struct launch_result {
     int failure_remote;        /* the root cause was on another node */
 } launch_result;
 
+/* --- the guard: when the launcher dies ------------------------------------------ */
+
+/* A launcher killed by SIGKILL (or the OOM killer) runs no teardown: its
+ * ranks die with it (PR_SET_PDEATHSIG), but not what they started. The
+ * guard is a small process outside the launcher's tree (double fork, its
+ * own session) that the launcher tells each rank's process group. When
+ * the launcher dies without saying goodbye, the guard SIGKILLs those
+ * groups, then runs the launcher's will, if it has one: a command that
+ * finishes what the launcher would have (under `pprun run`, the job's
+ * last trace records and its end in the database).
+ *
+ * The guard never prints and holds none of the launcher's descriptors
+ * (stdin, stdout and stderr are /dev/null), so whoever reads the
+ * launcher's output sees its end when the launcher ends. Until it runs the
+ * will it only makes async-signal-safe calls (the launcher may have
+ * threads when it forks it). launch_job starts one for its own time
+ * unless the caller gives one (launch_hooks.guard), which then outlives
+ * launch_job: a caller that has more to do after the ranks ended (write
+ * the job's end) keeps its will until that is done. */
+typedef struct launch_guard launch_guard;
+
+/* Forks the guard. Call it while this process is not a child subreaper
+ * (launch_job makes it one), or the guard stays its descendant. */
+int launch_guard_start(launch_guard **out, pp_err *err);
+/* The will: argv (argv[0] a path; at most 256 arguments, 60 KiB in all) is
+ * executed with fds[i] as descriptor 3 + i (at most 1024), stdin, stdout
+ * and stderr on /dev/null and the launcher's environment from when the
+ * guard started. Replaces the earlier will once all of it reached the guard
+ * (a launcher killed meanwhile leaves the earlier one in force); argv NULL
+ * leaves none. The guard keeps its own copies of fds (a memfd stays alive
+ * with it). */
+int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nfds, pp_err *err);
+/* The launcher is done: the guard exits, killing and running nothing.
+ * Frees g (NULL: nothing). */
+void launch_guard_stop(launch_guard *g);
+
 /* Every hook is optional; a hook that returns -1 stops the job (its err is
  * reported, status LAUNCH_ERROR). Hooks run on launch_job's thread. */
 typedef struct launch_hooks {
@@ -178,6 +221,19 @@ typedef struct launch_hooks {
      * that could not start or lost the store (LAUNCH_ERROR): the workers
      * are gone, what they left behind can be cleaned up. */
     void (*after_attempt)(void *ctx, const launch_info *info, const launch_result *res);
+    /* A local rank exited non-zero (not by a signal): is it the root cause?
+     * A rank that timed out waiting for another only witnessed the failure
+     * of the one it waited for. Returns the global rank the failure comes
+     * from, with one line in why (cap bytes) saying how it knows ("ranks 0
+     * and 2 timed out waiting for it"), or -1: the failed rank is the root
+     * cause. Runs before the teardown and may take a moment. The launcher
+     * names the rank it returns as the root cause: as failed, when it died
+     * or failed too; as hung (launch_failure.hung) while it still runs or
+     * when it is on another node; not at all when it exited 0. */
+    int (*blame)(void *ctx, const launch_info *info, int failed_rank, char *why, size_t cap);
+    /* The caller's guard (see above), kept after launch_job returns; NULL:
+     * launch_job starts one for its own time. */
+    launch_guard *guard;
 } launch_hooks;
 
 /* Runs the job until success, final failure or a signal. res is always
@@ -188,8 +244,17 @@ typedef struct launch_hooks {
 int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result *res, pp_err *err);
 
 /* torchrun's failure report: root cause with time, host, rank, local rank,
- * exit code or signal name, pid, and the stderr tail. */
+ * exit code or signal name, pid, and the stderr tail; for a rank that hung,
+ * that it stopped answering, its process state, why we think so, and the
+ * stderr tail of the rank that waited for it. */
 void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res);
+
+/* The state letter of a process, from /proc/PID/stat ('R', 'S', 'D', 'T'
+ * stopped, 't' stopped by a debugger, 'Z', ...), or 0 when there is none. */
+char launch_proc_state(pid_t pid);
+/* Words for a hung rank's process state (launch_failure.state): "stopped:
+ * SIGSTOP or SIGTSTP", "running", ...; NULL when not known. */
+const char *launch_state_name(char state);
 
 /* "SIGKILL" for 9; "SIG<n>" for unknown numbers. Static storage for known
  * ones; buf (>= 16 bytes) for the rest. */

@@ -3,6 +3,7 @@
  * attempt on another node, and tear everything down: SIGTERM (or the
  * forwarded signal) to every rank's process group and every other
  * descendant, SIGKILL after --shutdown-timeout, until nothing is left. */
+#include "base/file.h"
 #include "runner/launch/launch_int.h"
 #include "runner/store/store.h"
 
@@ -43,9 +44,9 @@ static int open_log(const char *dir, const char *name, pp_err *err) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return pp_fail(err, "--log-dir: path too long: '%s/%s'", dir, name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) pp_fail(err, "--log-dir: cannot open '%s': %s", path, strerror(errno));
-    return fd;
+    /* A regular file or nothing there: a link or a device planted in the
+     * folder is refused, never written through (file_output_stream). */
+    return file_output_stream(path, "--log-dir", 1, err);
 }
 
 static int set_num(launch_env *env, const char *name, long v, pp_err *err) {
@@ -125,7 +126,7 @@ static int start_rank(launch_ctx *c, int lr, slot *s, pp_err *err) {
     close(pe[1]);
     if (null_in >= 0) close(null_in);
     if (s->pid < 0) return -1;
-    launch_guard_note(c->guard_fd, s->pid);
+    launch_guard_note(c->guard, s->pid);
     s->alive = 1;
     return 0;
 fail:
@@ -192,6 +193,10 @@ static void attempt_free(attempt *a) {
 static void begin_teardown(attempt *a, int sig) {
     a->tearing = 1;
     signal_all(a->slots, a->n, sig);
+    /* A stopped rank (SIGSTOP, a debugger's stop) keeps a SIGTERM pending
+     * until it runs again: continue it, so that it ends now and not at
+     * --shutdown-timeout. */
+    if (sig != SIGKILL) signal_all(a->slots, a->n, SIGCONT);
     a->kill_at = pp_now_ns() + a->c->o->shutdown_timeout_ns;
 }
 
@@ -329,12 +334,71 @@ static void note_failure(attempt *a, int i) {
     f->wall_ns = pp_wall_ns();
 }
 
+/* Global rank r, which hung (hooks.blame), as the attempt's failure: the
+ * rank that failed first (the failure so far) is its witness, why says
+ * how we know. On this node its process state says whether it is stopped
+ * (SIGSTOP, a debugger), running or asleep. */
+static void note_hung(attempt *a, int r, const char *why) {
+    const launch_info *in = &a->c->info;
+    launch_failure *f = a->failure;
+    int witness = f->global_rank, lr = r % a->n;
+    memset(f, 0, sizeof *f);
+    f->node_rank = r / a->n;
+    f->local_rank = lr;
+    f->global_rank = r;
+    f->exit_code = -1;
+    f->hung = 1;
+    f->witness = witness;
+    f->wall_ns = pp_wall_ns();
+    if (f->node_rank == in->node_rank) {
+        snprintf(f->host, sizeof f->host, "%s", in->host);
+        f->pid = a->slots[lr].pid;
+        f->state = launch_proc_state(f->pid);
+    }
+    snprintf(f->why, sizeof f->why, "%s", why);
+    for (char *p = f->why; *p; p++) /* one line: it travels as one to the other nodes */
+        if (*p == '\n') *p = ' ';
+}
+
+/* Local rank i, if it exited meanwhile: reaped now. */
+static void reap_rank(attempt *a, int i) {
+    slot *s = &a->slots[i];
+    int st;
+    if (!s->alive || waitpid(s->pid, &st, WNOHANG) != s->pid) return;
+    s->alive = 0;
+    s->status = st;
+    launch_guard_note(a->c->guard, -s->pid);
+}
+
+/* The failed rank exited with an error: maybe only because it waited in
+ * vain for another. The blame hook names the rank the failure comes from;
+ * still running (or on another node, where we cannot look) it hung; dead
+ * or failed, it is the root cause as if it had been seen first; exited 0,
+ * it is not, and the failure stands. */
+static void blame_failure(attempt *a) {
+    const launch_hooks *h = a->c->hooks;
+    const launch_info *in = &a->c->info;
+    char why[sizeof a->failure->why] = "";
+    if (!h || !h->blame) return;
+    int r = h->blame(h->ctx, in, a->failure->global_rank, why, sizeof why);
+    if (r < 0 || r >= in->world_size || r == a->failure->global_rank) return;
+    if (r / a->n != in->node_rank) {
+        note_hung(a, r, why);
+        return;
+    }
+    slot *s = &a->slots[r % a->n];
+    reap_rank(a, r % a->n); /* the hook took a moment: it may have ended since */
+    if (s->alive) note_hung(a, r, why);
+    else if (failed(s->status)) note_failure(a, r % a->n);
+}
+
 /* Reaps every child that exited. Before the teardown, a failed rank is
  * the attempt's failure and tears the others down. The root cause among
  * the failures reaped in one round: a rank killed by a signal before one
  * that exited with an error, since a rank often exits with an error
  * because a peer died (its transport noticed within a millisecond), never
- * the other way round. */
+ * the other way round; and a rank that exited with an error may name,
+ * through the blame hook, the rank it waited for in vain. */
 static void reap_ranks(attempt *a) {
     int st, chosen = -1;
     pid_t pid;
@@ -344,7 +408,7 @@ static void reap_ranks(attempt *a) {
             if (s->pid != pid || !s->alive) continue;
             s->alive = 0;
             s->status = st;
-            launch_guard_note(a->c->guard_fd, -pid);
+            launch_guard_note(a->c->guard, -pid);
             if (!a->tearing && failed(st) &&
                 (chosen < 0 || (!WIFSIGNALED(a->slots[chosen].status) && WIFSIGNALED(st))))
                 chosen = i;
@@ -353,6 +417,7 @@ static void reap_ranks(attempt *a) {
     if (chosen >= 0) {
         a->outcome = LAUNCH_ATTEMPT_FAILED;
         note_failure(a, chosen);
+        if (!WIFSIGNALED(a->slots[chosen].status)) blame_failure(a);
         begin_teardown(a, SIGTERM);
     }
 }
@@ -390,15 +455,18 @@ static void reap_leftovers(void) {
 }
 
 /* Every writer is gone: drain the pipes and flush partial lines. The
- * failed rank's last stderr lines go with its failure. */
+ * failed rank's last stderr lines go with its failure; a hung rank's are
+ * those of its witness, which say what it waited for. */
 static void finish_output(attempt *a) {
     for (int i = 0; i < a->n; i++) {
         launch_stream_finish(&a->slots[i].out);
         launch_stream_finish(&a->slots[i].err);
     }
-    if (a->outcome == LAUNCH_ATTEMPT_FAILED)
-        launch_tail_text(&a->slots[a->failure->local_rank].tail, a->failure->stderr_tail,
-                         sizeof a->failure->stderr_tail);
+    const launch_failure *f = a->failure;
+    if (a->outcome == LAUNCH_ATTEMPT_FAILED) {
+        int lr = f->hung ? f->witness - a->c->info.node_rank * a->n : f->local_rank;
+        launch_tail_text(&a->slots[lr].tail, a->failure->stderr_tail, sizeof a->failure->stderr_tail);
+    }
 }
 
 int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {

@@ -68,16 +68,9 @@ void launch_paths_free(char **paths);
  * groups by the caller), and returns how many live descendants there were
  * (zombies do not count). */
 int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip);
-/* The guard: a small process outside the launcher's tree (double fork, its
- * own session) that SIGKILLs the ranks' process groups if the launcher
- * dies without saying goodbye (SIGKILL, OOM killer): PR_SET_PDEATHSIG only
- * takes the ranks themselves, not what they started. Returns the pipe the
- * launcher tells it on, or -1 (no guard: the job runs without one). */
-int launch_guard_start(void);
-/* A rank's group began (pgid > 0) or its leader was reaped (-pgid). */
-void launch_guard_note(int fd, pid_t pgid);
-/* The launcher ends normally: the guard leaves every group alone. */
-void launch_guard_stop(int fd);
+/* The guard (launch.h): a rank's group began (pgid > 0) or its leader was
+ * reaped (-pgid). Never blocks; g NULL (no guard) does nothing. */
+void launch_guard_note(launch_guard *g, pid_t pgid);
 
 /* --- environment (launch_env.c) -------------------------------------------- */
 
@@ -113,7 +106,7 @@ typedef struct launch_ctx {
     int stop_signal;             /* SIGINT/SIGTERM/SIGHUP received, or 0 */
     struct rlimit nofile;        /* RLIMIT_NOFILE as pprun found it: the workers get it back */
     int nofile_raised;           /* nofile holds it, and ours was raised */
-    int guard_fd;                /* launch_guard_note's pipe, or -1 */
+    launch_guard *guard;         /* the caller's or launch_job's own, or NULL: none could start */
 } launch_ctx;
 
 enum {

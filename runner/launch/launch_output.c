@@ -6,6 +6,7 @@
 #include "runner/launch/launch_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -35,6 +36,15 @@ static int write_all(int fd, const char *p, size_t n) {
         p += w, n -= (size_t)w;
     }
     return 0;
+}
+
+/* The console: a rank's stdout lines go through stdio's stdout, so that a
+ * write that fails there (a full disk) is reported when the command ends,
+ * as for any command's output (runner/main.c); its stderr lines are
+ * written to fd 2 as they are: the rank's own bytes, not pprun's words. */
+static int console_write(int fd, const char *p, size_t n) {
+    if (fd != STDOUT_FILENO) return write_all(fd, p, n);
+    return fwrite(p, 1, n, stdout) == n && fflush(stdout) == 0 ? 0 : -1;
 }
 
 static void tail_add(launch_tail *t, const char *line, size_t n) {
@@ -95,7 +105,7 @@ static size_t emit(launch_stream *s, size_t n, int final) {
         tail_add(s->tail, p, ll);
         done += ll + (nl ? 1 : 0);
     }
-    if (out && o && write_all(s->console_fd, out, o) != 0) s->console_fd = -1; /* console gone (EPIPE) */
+    if (out && o && console_write(s->console_fd, out, o) != 0) s->console_fd = -1; /* console gone (EPIPE) */
     free(out);
     return done;
 }

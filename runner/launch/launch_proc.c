@@ -1,9 +1,12 @@
 /* launch_proc.c: starting workers, finding every process they left, and
- * the guard that kills their process groups if the launcher is SIGKILLed.
+ * the guard that kills their process groups, then runs the launcher's
+ * will, if the launcher is SIGKILLed (launch.h).
  *
  * Between fork and exec the child makes only async-signal-safe calls (the
  * launcher may run other threads): everything it needs, the PATH lookup
- * included, is prepared before fork. */
+ * included, is prepared before fork. The guard never execs anything but
+ * the will, so it lives by the same rule: static buffers, no malloc, no
+ * stdio. */
 #include "runner/launch/launch_int.h"
 
 #include <dirent.h>
@@ -16,6 +19,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -227,42 +231,162 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip) {
     return live;
 }
 
-/* ---- the guard ------------------------------------------------------------ */
-
-/* In the guard: every group the launcher announced and did not retire.
- * Only async-signal-safe calls here (the launcher may have threads). */
-static pid_t guard_groups[LAUNCH_MAX_NPROC];
-
-static void guard_loop(int fd) {
-    size_t n = 0;
-    int clean = 0;
-    int32_t msg[256];
-    for (;;) {
-        ssize_t got = read(fd, msg, sizeof msg);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) break; /* EOF: the launcher is gone */
-        for (ssize_t i = 0; i < got / (ssize_t)sizeof msg[0]; i++) {
-            pid_t v = msg[i];
-            if (v == 0) {
-                clean = 1;
-            } else if (v > 0 && n < LAUNCH_MAX_NPROC) {
-                guard_groups[n++] = v;
-            } else {
-                for (size_t k = 0; k < n; k++)
-                    if (guard_groups[k] == -v) {
-                        guard_groups[k] = guard_groups[--n];
-                        break;
-                    }
-            }
-        }
-    }
-    if (!clean)
-        for (size_t k = 0; k < n; k++) kill(-guard_groups[k], SIGKILL);
+char launch_proc_state(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t len = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (len <= 0) return 0;
+    buf[len] = '\0';
+    const char *rp = strrchr(buf, ')'); /* the name, in parentheses, may hold anything */
+    return rp && rp[1] == ' ' ? rp[2] : 0;
 }
 
-int launch_guard_start(void) {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) != 0) return -1;
+/* ---- the guard ------------------------------------------------------------ */
+
+/* What the launcher tells the guard: one message each on a SOCK_SEQPACKET
+ * socket, which keeps their boundaries and passes descriptors
+ * (SCM_RIGHTS). A header, then for GUARD_WILL_ARGV the arguments. */
+enum {
+    GUARD_BYE = 0,        /* the launcher ends normally: kill nothing, run nothing */
+    GUARD_GROUP = 1,      /* value: a rank's process group began (> 0), or its leader was reaped (< 0) */
+    GUARD_WILL_BEGIN = 2, /* a new will follows (the one in force stays until it is whole) */
+    GUARD_WILL_FDS = 3,   /* descriptors of the new will, appended in order */
+    GUARD_WILL_ARGV = 4,  /* its arguments, each with its NUL (none: no will): it replaces the old one */
+};
+typedef struct guard_msg {
+    int32_t kind, value;
+} guard_msg;
+
+#define GUARD_WILL_BYTES (60 * 1024)
+#define GUARD_WILL_ARGS 256
+#define GUARD_WILL_FDS LAUNCH_MAX_NPROC
+#define GUARD_FDS_PER_MSG 200 /* one message carries at most SCM_MAX_FD (253) */
+
+struct launch_guard {
+    int fd; /* the launcher's end of the socket */
+};
+
+extern char **environ;
+
+/* In the guard (static: it must not allocate): every group the launcher
+ * announced and did not retire; the will in force, and the descriptors of
+ * the one on its way. A launcher killed while it tells a new will leaves
+ * the old one in force. */
+static pid_t guard_groups[LAUNCH_MAX_NPROC];
+static size_t guard_ngroups;
+static char guard_in[sizeof(guard_msg) + GUARD_WILL_BYTES];
+static char guard_text[GUARD_WILL_BYTES];
+static char *guard_argv[GUARD_WILL_ARGS + 1];
+static int guard_fds[GUARD_WILL_FDS], guard_next_fds[GUARD_WILL_FDS];
+static int guard_nfds, guard_next_nfds;
+
+static void guard_close_next(void) {
+    for (int i = 0; i < guard_next_nfds; i++) close(guard_next_fds[i]);
+    guard_next_nfds = 0;
+}
+
+/* The descriptors a message carried: the next will's when it is a
+ * GUARD_WILL_FDS, else (or past the limit) closed at once. */
+static void guard_take_fds(struct msghdr *mh, int keep) {
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(mh); h; h = CMSG_NXTHDR(mh, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS) continue;
+        size_t n = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(h) + i * sizeof fd, sizeof fd);
+            if (keep && guard_next_nfds < GUARD_WILL_FDS) guard_next_fds[guard_next_nfds++] = fd;
+            else close(fd);
+        }
+    }
+}
+
+/* The new will replaces the one in force: its descriptors, and the
+ * arguments, NUL-separated, as argv (none: no will). */
+static void guard_set_will(const char *text, size_t len) {
+    for (int i = 0; i < guard_nfds; i++) close(guard_fds[i]);
+    memcpy(guard_fds, guard_next_fds, (size_t)guard_next_nfds * sizeof guard_fds[0]);
+    guard_nfds = guard_next_nfds;
+    guard_next_nfds = 0;
+    memcpy(guard_text, text, len);
+    size_t argc = 0;
+    for (size_t at = 0; at < len && argc < GUARD_WILL_ARGS;) {
+        guard_argv[argc++] = guard_text + at;
+        while (at < len && guard_text[at]) at++;
+        at++;
+    }
+    guard_argv[argc] = NULL;
+}
+
+static void guard_group(pid_t v) {
+    if (v > 0 && guard_ngroups < LAUNCH_MAX_NPROC) {
+        guard_groups[guard_ngroups++] = v;
+        return;
+    }
+    for (size_t k = 0; k < guard_ngroups; k++)
+        if (guard_groups[k] == -v) {
+            guard_groups[k] = guard_groups[--guard_ngroups];
+            return;
+        }
+}
+
+/* Reads the launcher's messages until its end. 1 when it said goodbye. */
+static int guard_listen(int sock) {
+    for (;;) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(GUARD_FDS_PER_MSG * sizeof(int))];
+        } ctl;
+        struct iovec iov = {guard_in, sizeof guard_in};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+        ssize_t got = recvmsg(sock, &mh, 0);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return 0; /* EOF: the launcher is gone */
+        guard_msg m = {-1, 0};
+        if ((size_t)got >= sizeof m) memcpy(&m, guard_in, sizeof m);
+        guard_take_fds(&mh, m.kind == GUARD_WILL_FDS);
+        if (m.kind == GUARD_BYE) return 1;
+        if (m.kind == GUARD_GROUP) guard_group(m.value);
+        if (m.kind == GUARD_WILL_BEGIN) guard_close_next();
+        if (m.kind == GUARD_WILL_ARGV && !(mh.msg_flags & MSG_TRUNC))
+            guard_set_will(guard_in + sizeof m, (size_t)got - sizeof m);
+    }
+}
+
+/* The will's descriptors become 3, 4, ... (first out of the way, above
+ * them all, then down), then it runs in place of the guard. */
+static void guard_run_will(int sock) {
+    close(sock);
+    guard_close_next(); /* a will the launcher did not finish telling */
+    int n = guard_nfds, high[GUARD_WILL_FDS];
+    for (int i = 0; i < n; i++) {
+        high[i] = fcntl(guard_fds[i], F_DUPFD, 3 + n);
+        close(guard_fds[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        dup2(high[i], 3 + i); /* without close-on-exec */
+        close(high[i]);
+    }
+    execve(guard_argv[0], guard_argv, environ);
+}
+
+static void guard_main(int sock) {
+    if (guard_listen(sock)) return;
+    for (size_t k = 0; k < guard_ngroups; k++) kill(-guard_groups[k], SIGKILL);
+    if (guard_argv[0]) guard_run_will(sock);
+}
+
+int launch_guard_start(launch_guard **out, pp_err *err) {
+    *out = NULL;
+    launch_guard *g = calloc(1, sizeof *g);
+    if (!g) return pp_fail(err, "the guard: out of memory");
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        free(g);
+        return pp_fail(err, "the guard: socketpair: %s", strerror(errno));
+    }
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, &old);
@@ -271,10 +395,10 @@ int launch_guard_start(void) {
         /* The middle child exits at once, so the guard is re-parented away
          * from the launcher: its descendant walks and waitpid(-1) never see
          * it. A new session: the terminal's Ctrl-C and hangup do not reach
-         * it, its pipe's EOF does. */
+         * it, its socket's EOF does. */
         setsid();
         if (fork() != 0) _exit(0);
-        if (dup2(p[0], 3) != 3) _exit(1);
+        if (dup2(sv[1], 3) != 3) _exit(1);
         /* It never prints: holding the launcher's stdout or stderr open would
          * keep whoever reads them (a pipe, a terminal) waiting for it. */
         int null_fd = open("/dev/null", O_RDWR);
@@ -293,31 +417,87 @@ int launch_guard_start(void) {
         sigset_t none; /* SIGTERM still ends it, as it ends any process */
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        guard_loop(3);
+        guard_main(3);
         _exit(0);
     }
+    int e = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    close(p[0]);
+    close(sv[1]);
     if (mid < 0) {
-        close(p[1]);
-        return -1;
+        close(sv[0]);
+        free(g);
+        return pp_fail(err, "the guard: fork: %s", strerror(e));
     }
     while (waitpid(mid, NULL, 0) < 0 && errno == EINTR) {
     }
-    /* The guard drains it continuously; a note never blocks the launcher. */
-    fcntl(p[1], F_SETFL, O_NONBLOCK);
-    return p[1];
+    g->fd = sv[0];
+    *out = g;
+    return 0;
 }
 
-void launch_guard_note(int fd, pid_t pgid) {
-    if (fd < 0) return;
-    int32_t v = (int32_t)pgid;
-    ssize_t w = write(fd, &v, sizeof v); /* at most PIPE_BUF: whole or not at all */
-    (void)w;
+/* One message to the guard; 0, or -1 (errno) when it is gone or, with
+ * MSG_DONTWAIT, busy. */
+static int guard_send(launch_guard *g, int kind, int value, const void *data, size_t len, const int *fds, int nfds,
+                      int flags) {
+    guard_msg m = {kind, value};
+    struct iovec iov[2] = {{&m, sizeof m}, {(void *)data, len}};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(GUARD_FDS_PER_MSG * sizeof(int))];
+    } ctl;
+    struct msghdr mh = {.msg_iov = iov, .msg_iovlen = len ? 2 : 1};
+    if (nfds > 0) {
+        memset(&ctl, 0, sizeof ctl);
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+        struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+        h->cmsg_level = SOL_SOCKET;
+        h->cmsg_type = SCM_RIGHTS;
+        h->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+        memcpy(CMSG_DATA(h), fds, (size_t)nfds * sizeof(int));
+    }
+    ssize_t w;
+    while ((w = sendmsg(g->fd, &mh, flags | MSG_NOSIGNAL)) < 0 && errno == EINTR) {
+    }
+    return w < 0 ? -1 : 0;
 }
 
-void launch_guard_stop(int fd) {
-    if (fd < 0) return;
-    launch_guard_note(fd, 0);
-    close(fd);
+void launch_guard_note(launch_guard *g, pid_t pgid) {
+    /* The guard reads all the time; a note never blocks the launcher. */
+    if (g) guard_send(g, GUARD_GROUP, (int)pgid, NULL, 0, NULL, 0, MSG_DONTWAIT);
+}
+
+int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nfds, pp_err *err) {
+    if (!g) return pp_fail(err, "no guard is running");
+    if (nfds < 0 || nfds > GUARD_WILL_FDS)
+        return pp_fail(err, "the guard's will passes %d descriptors; at most %d", nfds, GUARD_WILL_FDS);
+    size_t len = 0, argc = 0;
+    for (; argv && argv[argc]; argc++) len += strlen(argv[argc]) + 1;
+    if (argc > GUARD_WILL_ARGS || len > GUARD_WILL_BYTES)
+        return pp_fail(err, "the guard's will is too long: %zu arguments, %zu bytes (at most %d, %d)", argc, len,
+                       GUARD_WILL_ARGS, GUARD_WILL_BYTES);
+    char *text = malloc(len + 1);
+    if (!text) return pp_fail(err, "the guard's will: out of memory");
+    for (size_t i = 0, at = 0; i < argc; i++) {
+        size_t n = strlen(argv[i]) + 1;
+        memcpy(text + at, argv[i], n);
+        at += n;
+    }
+    int rc = guard_send(g, GUARD_WILL_BEGIN, 0, NULL, 0, NULL, 0, 0);
+    for (int at = 0; rc == 0 && at < nfds; at += GUARD_FDS_PER_MSG) {
+        int n = nfds - at < GUARD_FDS_PER_MSG ? nfds - at : GUARD_FDS_PER_MSG;
+        rc = guard_send(g, GUARD_WILL_FDS, 0, NULL, 0, fds + at, n, 0);
+    }
+    if (rc == 0) rc = guard_send(g, GUARD_WILL_ARGV, 0, text, len, NULL, 0, 0);
+    int e = errno;
+    free(text);
+    if (rc != 0) return pp_fail(err, "telling the guard its will: %s", strerror(e));
+    return 0;
+}
+
+void launch_guard_stop(launch_guard *g) {
+    if (!g) return;
+    guard_send(g, GUARD_BYE, 0, NULL, 0, NULL, 0, 0);
+    close(g->fd);
+    free(g);
 }

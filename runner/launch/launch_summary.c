@@ -21,6 +21,36 @@ const char *launch_signal_name(int sig, char *buf) {
     return buf;
 }
 
+const char *launch_state_name(char state) {
+    switch (state) {
+    case 'T': return "stopped: SIGSTOP or SIGTSTP";
+    case 't': return "stopped by a debugger";
+    case 'R': return "running";
+    case 'S': return "asleep";
+    case 'D': return "waiting in the kernel";
+    default: return NULL;
+    }
+}
+
+/* The root cause's rank, and how it ended: an exit code, a signal, or for
+ * a rank that hung, that it stopped answering and how we know. */
+static void print_rank(FILE *out, const launch_failure *f, const char *when) {
+    char sbuf[16];
+    fprintf(out, "[%d]:\n  time      : %s\n  host      : %s%s(node rank %d)\n  rank      : %d (local_rank: %d)\n", 0,
+            when, f->host, f->host[0] ? " " : "", f->node_rank, f->global_rank, f->local_rank);
+    if (f->hung) {
+        const char *state = launch_state_name(f->state);
+        fprintf(out, "  exitcode  : none: it stopped answering");
+        if (f->pid) fprintf(out, " (pid: %d%s%s)", (int)f->pid, state ? ", " : "", state ? state : "");
+        fprintf(out, "\n  why       : %s\n", f->why);
+    } else if (f->signal) {
+        fprintf(out, "  exitcode  : -%d (pid: %d)\n  signal    : %s (%d) received by PID %d\n", f->signal, (int)f->pid,
+                launch_signal_name(f->signal, sbuf), f->signal, (int)f->pid);
+    } else {
+        fprintf(out, "  exitcode  : %d (pid: %d)\n", f->exit_code, (int)f->pid);
+    }
+}
+
 void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res) {
     const char *bar = "============================================================";
     const launch_failure *f = &res->failure;
@@ -39,17 +69,12 @@ void launch_print_summary(FILE *out, const launch_options *o, const launch_resul
         fprintf(out, "  time      : %s\n  host      : %s (node rank %d)\n  cause     : its launcher failed (below)\n",
                 when, f->host, f->node_rank);
     } else {
-        fprintf(out, "[%d]:\n  time      : %s\n  host      : %s (node rank %d)\n  rank      : %d (local_rank: %d)\n",
-                0, when, f->host, f->node_rank, f->global_rank, f->local_rank);
-        if (f->signal)
-            fprintf(out, "  exitcode  : -%d (pid: %d)\n  signal    : %s (%d) received by PID %d\n", f->signal,
-                    (int)f->pid, launch_signal_name(f->signal, sbuf), f->signal, (int)f->pid);
-        else
-            fprintf(out, "  exitcode  : %d (pid: %d)\n", f->exit_code, (int)f->pid);
+        print_rank(out, f, when);
     }
     fprintf(out, "  run id    : %s, attempt %d of %d\n", res->run_id, res->attempts, o->max_restarts + 1);
     if (f->stderr_tail[0]) {
-        fprintf(out, "  stderr (last lines):\n");
+        if (f->hung) fprintf(out, "  stderr of rank %d, which waited for it (last lines):\n", f->witness);
+        else fprintf(out, "  stderr (last lines):\n");
         for (const char *p = f->stderr_tail; *p;) {
             const char *nl = strchr(p, '\n');
             int n = nl ? (int)(nl - p) : (int)strlen(p);

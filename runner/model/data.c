@@ -6,6 +6,12 @@
 #include <string.h>
 
 #include "base/embed.h"
+#include "base/file.h"
+
+/* The file is held in memory whole, by the launcher to check it and by the
+ * ranks of the first and the last stage: a corpus past 1 GiB (or /dev/zero
+ * named by mistake) would take the machine's memory. */
+#define DATA_MAX_BYTES ((size_t)1 << 30)
 
 struct data_source {
     uint8_t *bytes; /* owned */
@@ -18,7 +24,7 @@ int data_open(const char *path, size_t min_bytes, data_source **out, pp_err *err
     uint8_t *bytes = NULL;
     size_t size = 0;
     if (path) {
-        if (pp_read_file(path, SIZE_MAX - 1, "--data", (char **)&bytes, &size, err) != 0) return -1;
+        if (file_input_read(path, "--data", DATA_MAX_BYTES, (char **)&bytes, &size, err) != 0) return -1;
     } else {
         for (const pp_embedded_file *f = pp_corpus_files; f->name; f++) size += f->size;
         if (!(bytes = malloc(size ? size : 1))) return pp_fail(err, "data: out of memory for the default corpus");

@@ -1,5 +1,10 @@
-/* gpt_layers.c: the CPU kernels of the gpt model (forward, B and W of each
- * layer), after llm.c's train_gpt2.c, with every matmul on cblas_sgemm. */
+/* gpt_layers.c: the layers of the gpt model (forward, B and W of each),
+ * after llm.c's train_gpt2.c: the linear layers on cblas_sgemm, and the
+ * plain reference of every other kernel, written for reading: one loop per
+ * formula, every sum in index order. The CPU stage runs the optimised twins
+ * (gpt_kernels.c), which repeat this arithmetic bit for bit
+ * (tests/test_model_layers.c checks it); the GPU kernels are tested against
+ * these. */
 #include "runner/model/gpt_layers.h"
 
 #include <cblas.h>
@@ -92,32 +97,36 @@ void gpt_layernorm_backward_weight(float *dg, float *db, const float *dout, cons
     }
 }
 
-/* Attention per (sequence, head) on sgemm: S = Q Kᵀ / sqrt(hs), causal
- * softmax, O = P V. Q, K and V are strided views into qkv (row stride 3C).
- * The masked upper triangle is computed and zeroed: at these sizes a full
- * GEMM is still far faster than scalar loops over the triangle. These GEMMs
- * are not counted in the stage's gemm stats (those are the linear layers'). */
+/* Attention per (sequence, head) over the whole T x T score matrix. */
 void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int H) {
     int hs = C / H, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-            float *a = att + ((size_t)b * H + h) * T * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
+            const float *base = qkv + (size_t)b * T * C3 + h * hs;
             for (int t = 0; t < T; t++) {
-                float *row = a + (size_t)t * T, maxv = -INFINITY, sum = 0.0f;
-                for (int u = 0; u <= t; u++)
-                    if (row[u] > maxv) maxv = row[u];
+                const float *q = base + (size_t)t * C3;
+                float *p = att + (((size_t)b * H + h) * T + t) * T, maxv = -INFINITY, sum = 0.0f;
                 for (int u = 0; u <= t; u++) {
-                    row[u] = expf(row[u] - maxv);
-                    sum += row[u];
+                    const float *k = base + (size_t)u * C3 + C;
+                    float dot = 0.0f;
+                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
+                    p[u] = dot * scale;
+                    if (p[u] > maxv) maxv = p[u];
+                }
+                for (int u = 0; u <= t; u++) {
+                    p[u] = gpt_exp(p[u] - maxv);
+                    sum += p[u];
                 }
                 float inv = 1.0f / sum;
-                for (int u = 0; u < T; u++) row[u] = u <= t ? row[u] * inv : 0.0f;
+                for (int u = 0; u < T; u++) p[u] = u <= t ? p[u] * inv : 0.0f;
+                float *o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) {
+                    float acc = 0.0f;
+                    for (int u = 0; u <= t; u++) acc += p[u] * base[(size_t)u * C3 + 2 * C + i];
+                    o[i] = acc;
+                }
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
-                        out + (size_t)b * T * C + h * hs, C);
         }
 }
 
@@ -127,32 +136,51 @@ void gpt_attention_backward(float *dqkv, float *datt, const float *dout, const f
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
-            const float *p = att + ((size_t)b * H + h) * T * T, *d = dout + (size_t)b * T * C + h * hs;
-            float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-            /* dP = dO Vᵀ, then through the softmax: dS = P (dP - rowsum(P dP)) / sqrt(hs) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f, datt, T);
+            const float *base = qkv + (size_t)b * T * C3 + h * hs;
+            float *dbase = dqkv + (size_t)b * T * C3 + h * hs;
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < hs; i++) dbase[(size_t)t * C3 + C + i] = dbase[(size_t)t * C3 + 2 * C + i] = 0.0f;
             for (int t = 0; t < T; t++) {
-                const float *prow = p + (size_t)t * T;
-                float *drow = datt + (size_t)t * T, dot = 0.0f;
-                for (int u = 0; u <= t; u++) dot += prow[u] * drow[u];
-                for (int u = 0; u < T; u++) drow[u] = u <= t ? prow[u] * (drow[u] - dot) * scale : 0.0f;
+                const float *p = att + (((size_t)b * H + h) * T + t) * T, *d = dout + ((size_t)b * T + t) * C + h * hs;
+                const float *q = base + (size_t)t * C3;
+                /* dP = dO V^T, then through the softmax: dS = P (dP - rowsum(P dP)) / sqrt(hs) */
+                float dot = 0.0f;
+                for (int u = 0; u <= t; u++) {
+                    const float *v = base + (size_t)u * C3 + 2 * C;
+                    float acc = 0.0f;
+                    for (int i = 0; i < hs; i++) acc += d[i] * v[i];
+                    datt[u] = acc;
+                }
+                for (int u = 0; u <= t; u++) dot += p[u] * datt[u];
+                for (int u = 0; u <= t; u++) datt[u] = p[u] * (datt[u] - dot) * scale;
+                float *dq = dbase + (size_t)t * C3;
+                for (int i = 0; i < hs; i++) {
+                    float acc = 0.0f;
+                    for (int u = 0; u <= t; u++) acc += datt[u] * base[(size_t)u * C3 + C + i];
+                    dq[i] = acc;
+                }
+                /* dK and dV: each key's sum over queries, query t its t-th term */
+                for (int u = 0; u <= t; u++) {
+                    float *dk = dbase + (size_t)u * C3 + C, *dv = dk + C;
+                    for (int i = 0; i < hs; i++) {
+                        dk[i] += datt[u] * q[i];
+                        dv[i] += p[u] * d[i];
+                    }
+                }
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, datt, T, k, C3, 0.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, datt, T, q, C3, 0.0f, dk, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, d, C, 0.0f, dv, C3);
         }
 }
 
 #define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
-/* tanh through expf: libm's tanhf (via expm1f) was a tenth of the step. */
-static inline float fast_tanh(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
+/* tanh through the model's exp: libm's tanhf (via expm1f) was a tenth of
+ * the step, and neither it nor expf vectorises. */
+static inline float gelu_tanh(float u) { return 1.0f - 2.0f / (1.0f + gpt_exp(2.0f * u)); }
 
 void gpt_gelu_forward(float *out, const float *inp, size_t n) {
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + fast_tanh(GELU_SCALE * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + gelu_tanh(GELU_SCALE * (x + 0.044715f * x * x * x)));
     }
 }
 
@@ -160,7 +188,7 @@ void gpt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t 
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = fast_tanh(u), sech2 = 1.0f - th * th;
+        float th = gelu_tanh(u), sech2 = 1.0f - th * th;
         float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = local * dout[i];
     }
@@ -204,7 +232,7 @@ float gpt_head_forward(float *probs, const float *x, const float *w, const uint8
         float target_logit = p[targets[n]] - maxv;
         float sum = 0.0f;
         for (int i = 0; i < V; i++) {
-            p[i] = expf(p[i] - maxv);
+            p[i] = gpt_exp(p[i] - maxv);
             sum += p[i];
         }
         float inv = 1.0f / sum;
@@ -226,4 +254,19 @@ void gpt_head_backward_input(float *dx, float *probs_to_dlogits, const float *w,
 void gpt_head_backward_weight(float *dw, const float *dlogits, const float *x, int N, int C, int V,
                               model_gemm_stats *st) {
     gemm(CblasTrans, CblasNoTrans, V, C, N, dlogits, V, x, C, dw, C, st);
+}
+
+void gpt_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2, float c1,
+               float c2, float eps, float weight_decay) {
+    for (size_t i = 0; i < n; i++) {
+        float mi = beta1 * m[i] + (1.0f - beta1) * g[i];
+        float vi = beta2 * v[i] + (1.0f - beta2) * g[i] * g[i];
+        m[i] = mi, v[i] = vi;
+        float mhat = mi / c1, vhat = vi / c2;
+        w[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * w[i]);
+    }
+}
+
+void gpt_sgd(float *w, const float *g, size_t n, float lr, float weight_decay) {
+    for (size_t i = 0; i < n; i++) w[i] -= lr * (g[i] + weight_decay * w[i]);
 }

@@ -9,6 +9,7 @@
  *               ln2g ln2b wfc[4C][C] bfc[4C] wp[C][4C] bp[C]
  *   head:       lnfg lnfb whead[V][C]        (not tied to wte) */
 #include "runner/model/model_internal.h"
+#include "runner/model/gpt_kernels.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -52,7 +53,7 @@ size_t gpt_param_count(const model_spec *spec, int first_layer, int last_layer, 
 typedef struct block_save {
     float *keep; /* out ln1 atty res2 ln2 [NC each] gelu [4NC] mean1 rstd1 mean2 rstd2 [N each] */
     float *out, *ln1, *atty, *res2, *ln2, *gelu, *mean1, *rstd1, *mean2, *rstd2;
-    float *bonly; /* qkv [3NC] fch [4NC] att [B*H*T*T] */
+    float *bonly; /* qkv [3NC] fch [4NC] att [B*H*T*T] (in gk_attention_forward's layout) */
     float *qkv, *fch, *att;
     float *bsave; /* dout [NC] dfch [4NC] dln2 dres2 [NC] dqkv [3NC] dln1 [NC] */
     float *dout, *dfch, *dln2, *dres2, *dqkv, *dln1;
@@ -73,7 +74,7 @@ struct gpt_state {
     block_params *bp;                       /* [nblocks] into params */
     mb_save *mbs;                           /* [microbatches] */
     size_t saved; /* bytes of mbs' buffers in use: model_stage_saved_bytes */
-    float *scratch_4nc, *scratch_nc, *scratch_nc2, *scratch_t;
+    float *scratch_4nc, *scratch_nc, *scratch_nc2, *scratch_att;
 };
 
 static void fill_normal(float *p, size_t n, float std, uint64_t *rng) {
@@ -116,8 +117,8 @@ int gpt_stage_init(model_stage *s, pp_err *err) {
     g->scratch_4nc = malloc(sizeof(float) * 4 * N * C);
     g->scratch_nc = malloc(sizeof(float) * N * C);
     g->scratch_nc2 = malloc(sizeof(float) * N * C);
-    g->scratch_t = malloc(sizeof(float) * (size_t)g->T * g->T);
-    if (!g->bp || !g->mbs || !g->scratch_4nc || !g->scratch_nc || !g->scratch_nc2 || !g->scratch_t)
+    g->scratch_att = malloc(sizeof(float) * gk_attention_scratch(g->T, g->C, g->H));
+    if (!g->bp || !g->mbs || !g->scratch_4nc || !g->scratch_nc || !g->scratch_nc2 || !g->scratch_att)
         return pp_fail(err, "gpt: out of memory for the stage's buffers");
     float *p = s->params;
     if (s->is_first) {
@@ -204,7 +205,7 @@ void gpt_stage_free(model_stage *s) {
     if (g->mbs)
         for (int i = 0; i < s->microbatches; i++) free_mb(s, &g->mbs[i]);
     free(g->mbs), free(g->bp);
-    free(g->scratch_4nc), free(g->scratch_nc), free(g->scratch_nc2), free(g->scratch_t);
+    free(g->scratch_4nc), free(g->scratch_nc), free(g->scratch_nc2), free(g->scratch_att);
     free(g);
     s->gpt = NULL;
 }
@@ -230,19 +231,26 @@ static int block_alloc_f(model_stage *s, block_save *b) {
     return 0;
 }
 
+/* The CPU kernels (gpt_kernels.h), each the bits of its reference in
+ * gpt_layers.h; the linears' GEMMs are gpt_linear_*, their biases added by
+ * gk_bias_*, as gpt_linear_* would add them. */
 static void block_forward(gpt_state *g, const block_params *w, block_save *b, const float *x, model_gemm_stats *st) {
     int N = g->N, C = g->C;
     size_t NC = (size_t)N * C;
-    gpt_layernorm_forward(b->ln1, b->mean1, b->rstd1, x, w->ln1g, w->ln1b, N, C);
-    gpt_linear_forward(b->qkv, b->ln1, w->wqkv, w->bqkv, N, C, 3 * C, st);
-    gpt_attention_forward(b->atty, b->att, b->qkv, g->B, g->T, C, g->H);
-    gpt_linear_forward(b->res2, b->atty, w->wo, w->bo, N, C, C, st);
-    for (size_t i = 0; i < NC; i++) b->res2[i] += x[i];
-    gpt_layernorm_forward(b->ln2, b->mean2, b->rstd2, b->res2, w->ln2g, w->ln2b, N, C);
-    gpt_linear_forward(b->fch, b->ln2, w->wfc, w->bfc, N, C, 4 * C, st);
-    gpt_gelu_forward(b->gelu, b->fch, 4 * NC);
-    gpt_linear_forward(b->out, b->gelu, w->wp, w->bp, N, 4 * C, C, st);
-    for (size_t i = 0; i < NC; i++) b->out[i] += b->res2[i];
+    gk_layernorm_forward(b->ln1, b->mean1, b->rstd1, x, w->ln1g, w->ln1b, N, C);
+    gpt_linear_forward(b->qkv, b->ln1, w->wqkv, NULL, N, C, 3 * C, st);
+    gk_bias_forward(b->qkv, w->bqkv, N, 3 * C);
+    gk_attention_forward(b->atty, b->att, b->qkv, g->B, g->T, C, g->H, g->scratch_att);
+    gpt_linear_forward(b->res2, b->atty, w->wo, NULL, N, C, C, st);
+    gk_bias_forward(b->res2, w->bo, N, C);
+    gk_add(b->res2, b->res2, x, NC);
+    gk_layernorm_forward(b->ln2, b->mean2, b->rstd2, b->res2, w->ln2g, w->ln2b, N, C);
+    gpt_linear_forward(b->fch, b->ln2, w->wfc, NULL, N, C, 4 * C, st);
+    gk_bias_forward(b->fch, w->bfc, N, 4 * C);
+    gk_gelu_forward(b->gelu, b->fch, 4 * NC);
+    gpt_linear_forward(b->out, b->gelu, w->wp, NULL, N, 4 * C, C, st);
+    gk_bias_forward(b->out, w->bp, N, C);
+    gk_add(b->out, b->out, b->res2, NC);
 }
 
 /* d: the gradient of the block output on entry, of the block input on return. */
@@ -258,15 +266,15 @@ static int block_backward_input(model_stage *s, const block_params *w, block_sav
     float *tmp = g->scratch_nc2;
     memcpy(b->dout, d, sizeof(float) * NC);
     gpt_linear_backward_input(g->scratch_4nc, b->dout, w->wp, N, 4 * C, C, st);
-    gpt_gelu_backward(b->dfch, b->fch, g->scratch_4nc, 4 * NC);
+    gk_gelu_backward(b->dfch, b->fch, g->scratch_4nc, 4 * NC);
     gpt_linear_backward_input(b->dln2, b->dfch, w->wfc, N, C, 4 * C, st);
-    gpt_layernorm_backward_input(tmp, b->dln2, b->res2, b->mean2, b->rstd2, w->ln2g, N, C);
-    for (size_t i = 0; i < NC; i++) b->dres2[i] = b->dout[i] + tmp[i];
+    gk_layernorm_backward_input(tmp, b->dln2, b->res2, b->mean2, b->rstd2, w->ln2g, N, C);
+    gk_add(b->dres2, b->dout, tmp, NC);
     gpt_linear_backward_input(g->scratch_4nc, b->dres2, w->wo, N, C, C, st);
-    gpt_attention_backward(b->dqkv, g->scratch_t, g->scratch_4nc, b->qkv, b->att, g->B, g->T, C, g->H);
+    gk_attention_backward(b->dqkv, g->scratch_4nc, b->qkv, b->att, g->B, g->T, C, g->H, g->scratch_att);
     gpt_linear_backward_input(b->dln1, b->dqkv, w->wqkv, N, C, 3 * C, st);
-    gpt_layernorm_backward_input(tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C);
-    for (size_t i = 0; i < NC; i++) d[i] = b->dres2[i] + tmp[i];
+    gk_layernorm_backward_input(tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C);
+    gk_add(d, b->dres2, tmp, NC);
     save_put(s, b->bonly, sz_bonly(g)); /* qkv, fch and att served B only */
     b->bonly = NULL;
     return 0;
@@ -275,12 +283,16 @@ static int block_backward_input(model_stage *s, const block_params *w, block_sav
 static void block_backward_weight(gpt_state *g, block_params *dw, const block_save *b, const float *x,
                                   model_gemm_stats *st) {
     int N = g->N, C = g->C;
-    gpt_linear_backward_weight(dw->wp, dw->bp, b->dout, b->gelu, N, 4 * C, C, st);
-    gpt_linear_backward_weight(dw->wfc, dw->bfc, b->dfch, b->ln2, N, C, 4 * C, st);
-    gpt_layernorm_backward_weight(dw->ln2g, dw->ln2b, b->dln2, b->res2, b->mean2, b->rstd2, N, C);
-    gpt_linear_backward_weight(dw->wo, dw->bo, b->dres2, b->atty, N, C, C, st);
-    gpt_linear_backward_weight(dw->wqkv, dw->bqkv, b->dqkv, b->ln1, N, C, 3 * C, st);
-    gpt_layernorm_backward_weight(dw->ln1g, dw->ln1b, b->dln1, x, b->mean1, b->rstd1, N, C);
+    gpt_linear_backward_weight(dw->wp, NULL, b->dout, b->gelu, N, 4 * C, C, st);
+    gk_bias_backward(dw->bp, b->dout, N, C);
+    gpt_linear_backward_weight(dw->wfc, NULL, b->dfch, b->ln2, N, C, 4 * C, st);
+    gk_bias_backward(dw->bfc, b->dfch, N, 4 * C);
+    gk_layernorm_backward_weight(dw->ln2g, dw->ln2b, b->dln2, b->res2, b->mean2, b->rstd2, N, C);
+    gpt_linear_backward_weight(dw->wo, NULL, b->dres2, b->atty, N, C, C, st);
+    gk_bias_backward(dw->bo, b->dres2, N, C);
+    gpt_linear_backward_weight(dw->wqkv, NULL, b->dqkv, b->ln1, N, C, 3 * C, st);
+    gk_bias_backward(dw->bqkv, b->dqkv, N, 3 * C);
+    gk_layernorm_backward_weight(dw->ln1g, dw->ln1b, b->dln1, x, b->mean1, b->rstd1, N, C);
 }
 
 static const float *block_input(mb_save *m, int i) { return i == 0 ? m->x0 : m->blocks[i - 1].out; }
@@ -316,8 +328,10 @@ int gpt_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
         m->rstdf = save_get(s, sz_n(g));
         m->probs = save_get(s, sz_nv(g));
         if (!m->targets || !m->lnf || !m->meanf || !m->rstdf || !m->probs) goto oom;
-        gpt_layernorm_forward(m->lnf, m->meanf, m->rstdf, stage_top(g, m), g->lnfg, g->lnfb, g->N, g->C);
-        *loss = gpt_head_forward(m->probs, m->lnf, g->whead, m->targets, g->N, g->C, VOCAB, &s->gemm);
+        gk_layernorm_forward(m->lnf, m->meanf, m->rstdf, stage_top(g, m), g->lnfg, g->lnfb, g->N, g->C);
+        /* gpt_head_forward, its softmax on gk_ */
+        gpt_linear_forward(m->probs, m->lnf, g->whead, NULL, g->N, g->C, VOCAB, &s->gemm);
+        *loss = gk_crossentropy_forward(m->probs, m->targets, g->N, VOCAB);
     } else {
         memcpy(out, stage_top(g, m), sizeof(float) * NC);
     }
@@ -338,8 +352,9 @@ int gpt_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
         /* the step's loss is the mean over microbatches, hence 1/(N*m) */
         float scale = 1.0f / ((float)N * (float)s->microbatches);
         if (!(m->dlnf = save_get(s, sz_nc(g)))) goto oom;
-        gpt_head_backward_input(m->dlnf, m->probs, g->whead, m->targets, scale, g->N, g->C, VOCAB, &s->gemm);
-        gpt_layernorm_backward_input(d, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->lnfg, g->N, g->C);
+        gk_crossentropy_backward(m->probs, m->targets, scale, g->N, VOCAB); /* then gpt_head_backward_input's GEMM */
+        gpt_linear_backward_input(m->dlnf, m->probs, g->whead, g->N, g->C, VOCAB, &s->gemm);
+        gk_layernorm_backward_input(d, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->lnfg, g->N, g->C);
     } else {
         memcpy(d, grad_out, sizeof(float) * NC);
     }
@@ -372,7 +387,7 @@ int gpt_stage_backward_weight(model_stage *s, int mb, float *dst, pp_err *err) {
         block_backward_weight(g, &dw, &m->blocks[i], block_input(m, i), &s->gemm);
     }
     if (s->is_last) {
-        gpt_layernorm_backward_weight(p, p + C, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->N, g->C);
+        gk_layernorm_backward_weight(p, p + C, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->N, g->C);
         gpt_head_backward_weight(p + 2 * C, m->probs, m->lnf, g->N, g->C, VOCAB, &s->gemm);
     }
     free_mb(s, m);

@@ -68,7 +68,8 @@ int model_stage_load(model_stage *stage, FILE *f, pp_err *err);
 
 /* Training data: bytes of a text file, or the embedded default corpus. */
 typedef struct data_source data_source;
-/* path NULL: the default corpus compiled into the binary. */
+/* path NULL: the default corpus compiled into the binary; else a regular
+ * file of at most 1 GiB (file_input_read). */
 int data_open(const char *path, size_t min_bytes, data_source **out, pp_err *err);
 void data_close(data_source *data);
 /* Deterministic from (seed, step, mb): batch sequences of seq tokens, and the

@@ -1,6 +1,8 @@
 /* optim.c: AdamW and SGD over a stage's flat weights, with the gradients
- * accumulated over the microbatches of the step. */
+ * accumulated over the microbatches of the step (the update itself is
+ * gk_adamw / gk_sgd, vectorised). */
 #include "runner/model/model_internal.h"
+#include "runner/model/gpt_kernels.h"
 
 #include <math.h>
 #include <string.h>
@@ -21,17 +23,10 @@ int model_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *e
     if (opt->kind == MODEL_ADAMW) {
         /* bias correction in double: beta^t for large t must not round to 1 */
         float c1 = (float)(1.0 - pow(opt->beta1, step + 1)), c2 = (float)(1.0 - pow(opt->beta2, step + 1));
-        for (size_t i = 0; i < s->nparams; i++) {
-            float g = s->grad[i];
-            float m = opt->beta1 * s->adam_m[i] + (1.0f - opt->beta1) * g;
-            float v = opt->beta2 * s->adam_v[i] + (1.0f - opt->beta2) * g * g;
-            s->adam_m[i] = m, s->adam_v[i] = v;
-            float mhat = m / c1, vhat = v / c2;
-            s->params[i] -= opt->lr * (mhat / (sqrtf(vhat) + opt->eps) + opt->weight_decay * s->params[i]);
-        }
+        gk_adamw(s->params, s->grad, s->adam_m, s->adam_v, s->nparams, opt->lr, opt->beta1, opt->beta2, c1, c2,
+                 opt->eps, opt->weight_decay);
     } else {
-        for (size_t i = 0; i < s->nparams; i++)
-            s->params[i] -= opt->lr * (s->grad[i] + opt->weight_decay * s->params[i]);
+        gk_sgd(s->params, s->grad, s->nparams, opt->lr, opt->weight_decay);
     }
     memset(s->grad, 0, sizeof(float) * s->nparams);
     s->next_acc = 0;

@@ -1,6 +1,7 @@
 /* checkpoint_dir.c: DIR/latest of a job's checkpoint directory
  * (checkpoint_dir.h). */
 #include "runner/worker/checkpoint_dir.h"
+#include "base/file.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -8,13 +9,11 @@
 #include <unistd.h>
 
 int checkpoint_dir_latest(const char *dir, int *step, char *run_id, size_t n, pp_err *err) {
-    char path[1024], text[300];
+    char path[1024], *text;
+    size_t len;
     snprintf(path, sizeof path, "%s/latest", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return pp_fail(err, "no 'latest' file (%s: %s)", path, strerror(errno));
-    size_t len = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[len] = '\0';
+    /* "STEP RUN_ID\n" is at most 8 + 1 + 255 + 1 bytes */
+    if (file_input_read(path, "checkpoint", 300, &text, &len, err) != 0) return -1;
     /* exactly what checkpoint_dir_mark_latest writes: "STEP RUN_ID\n";
      * a step past what --steps allows would overflow step + 1 */
     char *end;
@@ -24,9 +23,12 @@ int checkpoint_dir_latest(const char *dir, int *step, char *run_id, size_t n, pp
     size_t idlen = strcspn(id, " \t\r\n");
     int ok = end != text && text[0] >= '0' && text[0] <= '9' && !errno && v <= (1L << 24) && *end == ' ' && idlen > 0 &&
              idlen < 256 && strlen(text) == len && strcmp(id + idlen, "\n") == 0;
+    if (ok) {
+        *step = (int)v;
+        snprintf(run_id, n, "%.*s", (int)idlen, id);
+    }
+    free(text);
     if (!ok) return pp_fail(err, "%s is not 'STEP RUN_ID' with a step from 0 to %ld (a damaged file?)", path, 1L << 24);
-    *step = (int)v;
-    snprintf(run_id, n, "%.*s", (int)idlen, id);
     return 0;
 }
 
@@ -41,14 +43,10 @@ int checkpoint_dir_to_load(const run_config *cfg, const char *run_id, int *step,
 }
 
 int checkpoint_dir_mark_latest(const char *dir, int step, const char *run_id, pp_err *err) {
-    char path[1024], tmp[1100];
+    char path[1024];
     snprintf(path, sizeof path, "%s/latest", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return pp_fail(err, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
-    fprintf(f, "%d %s\n", step, run_id);
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) return pp_fail(err, "checkpoint: cannot write %s: %s", path, strerror(errno));
-    return 0;
+    file_output out;
+    if (file_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
+    fprintf(out.f, "%d %s\n", step, run_id);
+    return file_output_commit(&out, err);
 }

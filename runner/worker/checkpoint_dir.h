@@ -27,7 +27,7 @@ int checkpoint_dir_latest(const char *dir, int *step, char *run_id, size_t n, pp
  * never one another run left. 0 with *step set; 1: none, a fresh start;
  * -1 with err: --resume without a complete checkpoint. */
 int checkpoint_dir_to_load(const run_config *cfg, const char *run_id, int *step, pp_err *err);
-/* Writes DIR/latest atomically (write, fsync, rename). */
+/* Writes DIR/latest atomically (file_output: write, fsync, rename). */
 int checkpoint_dir_mark_latest(const char *dir, int step, const char *run_id, pp_err *err);
 
 /* DIR/step_N and DIR/step_N/stage_S.ckpt */

@@ -2,7 +2,6 @@
 #include "runner/worker/engine.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "runner/worker/checkpoint_dir.h"
 
 /* Timestamps are pp_now_ns(); the ring adds the test-only clock skew
@@ -61,8 +61,8 @@ static int load_checkpoint(engine *e, int step, pp_err *err) {
         int s = e->local_stage[i];
         char path[1024];
         checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
-        FILE *f = fopen(path, "rb");
-        if (!f) return pp_fail(err, "cannot open checkpoint %s: %s", path, strerror(errno));
+        FILE *f;
+        if (file_input_open(path, "checkpoint", UINT64_MAX, &f, NULL, err) != 0) return -1;
         int rc = model_stage_load(e->stages[s], f, err);
         fclose(f);
         if (rc != 0) return pp_wrap(err, "checkpoint %s", path);
@@ -264,7 +264,7 @@ static int run_backward_weight(engine *e, step_state *st, int s, int mb, pp_err 
 }
 
 static int save_checkpoint(engine *e, int step, pp_err *err) {
-    char dir[1024], path[1024], tmp[1100];
+    char dir[1024], path[1024];
     checkpoint_dir_step_path(e->cfg->checkpoint_dir, step, dir, sizeof dir);
     if (mkdir(e->cfg->checkpoint_dir, 0777) != 0 && errno != EEXIST)
         return pp_fail(err, "--checkpoint-dir %s: %s", e->cfg->checkpoint_dir, strerror(errno));
@@ -273,23 +273,13 @@ static int save_checkpoint(engine *e, int step, pp_err *err) {
     for (int i = 0; i < e->nlocal; i++) {
         int s = e->local_stage[i];
         checkpoint_dir_stage_path(e->cfg->checkpoint_dir, step, s, path, sizeof path);
-        snprintf(tmp, sizeof tmp, "%s.tmp", path);
-        FILE *f = fopen(tmp, "wb");
-        if (!f) return pp_fail(err, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
-        int rc = model_stage_save(e->stages[s], f, err);
-        if (rc == 0 && (fflush(f) != 0 || fsync(fileno(f)) != 0))
-            rc = pp_fail(err, "checkpoint: writing %s: %s", tmp, strerror(errno));
-        if (fclose(f) != 0 && rc == 0) rc = pp_fail(err, "checkpoint: writing %s: %s", tmp, strerror(errno));
-        if (rc == 0 && rename(tmp, path) != 0) rc = pp_fail(err, "checkpoint: rename to %s: %s", path, strerror(errno));
-        if (rc != 0) {
-            unlink(tmp);
+        file_output out;
+        if (file_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
+        if (model_stage_save(e->stages[s], out.f, err) != 0) {
+            file_output_abort(&out);
             return -1;
         }
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
+        if (file_output_commit(&out, err) != 0) return -1;
     }
     return e->hooks.checkpoint_done ? e->hooks.checkpoint_done(e->hooks.ctx, step, err) : 0;
 }
@@ -353,11 +343,14 @@ static int save_weights(engine *e, pp_err *err) {
         model_stage_export_weights(e->stages[s], w);
         char path[1024];
         snprintf(path, sizeof path, "%s/stage_%d.f32", dir, s);
-        FILE *f = fopen(path, "wb");
-        int ok = f && fwrite(w, sizeof *w, n, f) == n;
-        if (f && fclose(f) != 0) ok = 0;
+        file_output out;
+        int rc = file_output_begin(&out, path, "--save-weights", 0, err);
+        if (rc == 0) {
+            fwrite(w, sizeof *w, n, out.f); /* a short write shows in the commit */
+            rc = file_output_commit(&out, err);
+        }
         free(w);
-        if (!ok) return pp_fail(err, "--save-weights: cannot write %s: %s", path, strerror(errno));
+        if (rc != 0) return -1;
     }
     return 0;
 }

@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base/file.h"
 #include "base/token.h"
 #include "runner/comm/comm.h"
 #include "runner/comm/devcomm.h"
@@ -93,8 +95,14 @@ static int open_inputs(worker *w, pp_err *err) {
     if ((first || last) && cfg->model.kind == MODEL_GPT &&
         data_open(cfg->data[0] ? cfg->data : NULL, model_tokens_per_microbatch(&cfg->model) + 1, &w->data, err) != 0)
         return -1;
-    if (last && cfg->metrics[0] && !(w->metrics = fopen(cfg->metrics, "a")))
-        return pp_fail(err, "--metrics %s: %s", cfg->metrics, strerror(errno));
+    if (last && cfg->metrics[0]) {
+        int fd = file_output_stream(cfg->metrics, "--metrics", 0, err);
+        if (fd < 0) return -1;
+        if (!(w->metrics = fdopen(fd, "a"))) {
+            close(fd);
+            return pp_fail(err, "--metrics %s: %s", cfg->metrics, strerror(errno));
+        }
+    }
     return 0;
 }
 

@@ -36,6 +36,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "helpers/comm_file_exchange.h"
 #include "runner/comm/devcomm.h"
 #include "runner/worker/engine.h"
@@ -190,7 +191,7 @@ out:
 static char *slurp(const char *path, size_t *len) {
     char *buf = NULL;
     pp_err e;
-    return pp_read_file(path, (size_t)1 << 30, "check output", &buf, len, &e) == 0 ? buf : NULL;
+    return file_input_read(path, "check output", (size_t)1 << 30, &buf, len, &e) == 0 ? buf : NULL;
 }
 
 /* Losses followed by every stage's weights, in stage order (caller frees). */

@@ -1,0 +1,273 @@
+/* file.c: the files a user names, read and written safely (file.h). */
+#include "base/file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+const char *file_kind(unsigned mode) {
+    return S_ISREG(mode)    ? "a regular file"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISLNK(mode)  ? "a symbolic link"
+                            : "not a file pprun knows";
+}
+
+/* "1.5 GiB", "64 MiB", "300 bytes": a size for a message. */
+static void fmt_size(uint64_t n, char *buf, size_t cap) {
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 6) v /= 1024, u++;
+    if (u == 0) snprintf(buf, cap, "%llu bytes", (unsigned long long)n);
+    else if (v == (double)(uint64_t)v) snprintf(buf, cap, "%.0f %s", v, units[u]);
+    else snprintf(buf, cap, "%.1f %s", v, units[u]);
+}
+
+static int too_big(const char *path, const char *what, uint64_t size, uint64_t max_bytes, int at_least, pp_err *err) {
+    char has[32], cap[32];
+    fmt_size(size, has, sizeof has);
+    fmt_size(max_bytes, cap, sizeof cap);
+    return pp_fail(err, "%s %s: is %s%s, over the cap of %s", what, path, at_least ? "more than " : "", has, cap);
+}
+
+/* /proc and /sys: their files say they are regular, with a size that is
+ * not what reading them yields (0, 4096), or say nothing true at all
+ * (/proc/self/mem, /proc/kcore). */
+static int is_pseudo_file(int fd) {
+    struct statfs fs;
+    return fstatfs(fd, &fs) == 0 && (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC);
+}
+
+int file_input_open(const char *path, const char *what, uint64_t max_bytes, FILE **f, uint64_t *size, pp_err *err) {
+    *f = NULL;
+    /* Looked at before it is opened: opening a device can do something
+     * (a tape rewinds), and opening a FIFO waits for a writer. */
+    struct stat st;
+    if (stat(path, &st) != 0) return pp_fail(err, "%s %s: cannot open: %s", what, path, strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        return pp_fail(err, "%s %s: is %s, not a regular file", what, path, file_kind(st.st_mode));
+    /* Swapped for a FIFO since: O_NONBLOCK opens it at once, fstat says. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return pp_fail(err, "%s %s: cannot open: %s", what, path, strerror(errno));
+    int rc = 0;
+    if (fstat(fd, &st) != 0) rc = pp_fail(err, "%s %s: cannot open: %s", what, path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = pp_fail(err, "%s %s: is %s, not a regular file", what, path, file_kind(st.st_mode));
+    else if (is_pseudo_file(fd))
+        rc = pp_fail(err, "%s %s: is a pseudo-file of /proc or /sys, not a regular file", what, path);
+    else if ((uint64_t)st.st_size > max_bytes) rc = too_big(path, what, (uint64_t)st.st_size, max_bytes, 0, err);
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 || !(*f = fdopen(fd, "rb")))
+        rc = pp_fail(err, "%s %s: cannot open: %s", what, path, strerror(errno));
+    if (rc != 0) {
+        close(fd);
+        return -1;
+    }
+    if (size) *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int file_input_read(const char *path, const char *what, size_t max_bytes, char **buf, size_t *len, pp_err *err) {
+    FILE *f;
+    uint64_t size;
+    if (file_input_open(path, what, max_bytes, &f, &size, err) != 0) return -1;
+    /* Room for what it says it holds and one byte more, to see it grew. */
+    size_t cap = (size_t)size + 1, n = 0;
+    char *data = malloc(cap + 1);
+    int rc = 0;
+    while (data && rc == 0) {
+        size_t got = fread(data + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+        if (n > max_bytes) rc = too_big(path, what, max_bytes, max_bytes, 1, err);
+        else if (n == cap) {
+            size_t more = cap > max_bytes - cap ? max_bytes + 1 : 2 * cap;
+            char *bigger = realloc(data, more + 1);
+            if (!bigger) free(data);
+            data = bigger;
+            cap = more;
+        }
+    }
+    if (rc == 0 && !data) rc = pp_fail(err, "%s %s: out of memory reading the file", what, path);
+    if (rc == 0 && ferror(f)) rc = pp_fail(err, "%s %s: read error: %s", what, path, strerror(errno));
+    fclose(f);
+    if (rc != 0) {
+        free(data);
+        return -1;
+    }
+    data[n] = '\0';
+    *buf = data, *len = n;
+    return 0;
+}
+
+/* The folder and name of an output path: "a/b/c" is "a/b" and "c", "c" is
+ * "." and "c", "/c" is "/" and "c". -1 for a path that names no file in a
+ * folder ("", "a/"), or a name or a path too long. */
+static int split_path(const char *path, const char *what, char *dir, size_t dcap, char *name, size_t ncap,
+                      pp_err *err) {
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dlen = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+    if (!*base) return pp_fail(err, "%s %s: names a folder, not a file", what, *path ? path : "''");
+    if (strlen(base) >= ncap || dlen + 2 > dcap) return pp_fail(err, "%s %s: the name is too long", what, path);
+    if (slash) memcpy(dir, path, dlen), dir[dlen] = '\0';
+    else snprintf(dir, dcap, ".");
+    snprintf(name, ncap, "%s", base);
+    return 0;
+}
+
+/* The target's folder (opened, to create and rename in it whatever
+ * happens to the path meanwhile) and its name in it; the target must be
+ * absent or a regular file. The folder's descriptor, or -1 with err. */
+static int open_target(const char *path, const char *what, char *name, size_t ncap, pp_err *err) {
+    char dir[4096];
+    if (split_path(path, what, dir, sizeof dir, name, ncap, err) != 0) return -1;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        if (errno == ENOENT) return pp_fail(err, "%s %s: the folder %s does not exist", what, path, dir);
+        return pp_fail(err, "%s %s: cannot open the folder %s: %s", what, path, dir, strerror(errno));
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (S_ISLNK(st.st_mode))
+            rc = pp_fail(err, "%s %s: is a symbolic link, not a regular file (pprun does not write through links: "
+                              "name the file itself)", what, path);
+        else if (!S_ISREG(st.st_mode))
+            rc = pp_fail(err, "%s %s: is %s, not a regular file (pprun writes only regular files, and left it as "
+                              "it is)", what, path, file_kind(st.st_mode));
+    } else if (errno != ENOENT) {
+        rc = pp_fail(err, "%s %s: %s", what, path, strerror(errno));
+    }
+    if (rc == 0 && faccessat(dfd, ".", W_OK, AT_EACCESS) != 0)
+        rc = pp_fail(err, "%s %s: cannot write in the folder %s: %s", what, path, dir, strerror(errno));
+    if (rc != 0) {
+        close(dfd);
+        return -1;
+    }
+    return dfd;
+}
+
+int file_output_check(const char *path, const char *what, pp_err *err) {
+    char name[256];
+    int dfd = open_target(path, what, name, sizeof name, err);
+    if (dfd < 0) return -1;
+    close(dfd);
+    return 0;
+}
+
+/* A name nobody can guess: 12 hex digits from getrandom (the clock and
+ * the pid if that fails; O_EXCL is what keeps a planted file out). */
+static void random_tag(char out[13]) {
+    unsigned char r[6];
+    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+        uint64_t x = pp_now_ns() ^ (uint64_t)getpid() << 40;
+        for (size_t i = 0; i < sizeof r; i++) r[i] = (unsigned char)(x >> (8 * i));
+    }
+    for (size_t i = 0; i < sizeof r; i++) snprintf(out + 2 * i, 3, "%02x", r[i]);
+}
+
+int file_output_begin(file_output *o, const char *path, const char *what, unsigned flags, pp_err *err) {
+    memset(o, 0, sizeof *o);
+    o->dir = -1;
+    o->path = path, o->what = what;
+    if ((flags & FILE_OUTPUT_DASH) && strcmp(path, "-") == 0) {
+        o->f = stdout;
+        return 0;
+    }
+    if ((o->dir = open_target(path, what, o->name, sizeof o->name, err)) < 0) return -1;
+    for (int tries = 0; tries < 100; tries++) {
+        char tag[13];
+        random_tag(tag);
+        snprintf(o->tmp, sizeof o->tmp, "%.200s.%s.tmp", o->name, tag);
+        int fd = openat(o->dir, o->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd >= 0 && (o->f = fdopen(fd, "w"))) return 0;
+        int eno = errno;
+        if (fd >= 0) {
+            close(fd);
+            unlinkat(o->dir, o->tmp, 0);
+        }
+        if (fd >= 0 || eno != EEXIST) {
+            o->tmp[0] = '\0';
+            file_output_abort(o);
+            return pp_fail(err, "%s %s: cannot create a file beside it: %s", what, path, strerror(eno));
+        }
+    }
+    o->tmp[0] = '\0';
+    file_output_abort(o);
+    return pp_fail(err, "%s %s: cannot create a temporary file beside it: every name tried was taken", what, path);
+}
+
+int file_output_commit(file_output *o, pp_err *err) {
+    if (o->dir < 0) { /* stdout: main checks it once, at the end */
+        o->f = NULL;
+        return 0;
+    }
+    errno = 0;
+    int ok = fflush(o->f) == 0 && !ferror(o->f) && fsync(fileno(o->f)) == 0;
+    int eno = errno;
+    if (fclose(o->f) != 0 && ok) ok = 0, eno = errno;
+    o->f = NULL;
+    int rc = 0;
+    if (!ok) rc = pp_fail(err, "%s %s: writing it failed: %s", o->what, o->path, eno ? strerror(eno) : "write error");
+    /* Checked again just before the rename: what appeared at the target
+     * meanwhile is refused as it would have been at the start. */
+    char name[256];
+    int again = rc == 0 ? open_target(o->path, o->what, name, sizeof name, err) : -1;
+    if (again >= 0) close(again);
+    else rc = -1;
+    if (rc == 0 && renameat(o->dir, o->tmp, o->dir, o->name) != 0)
+        rc = pp_fail(err, "%s %s: cannot rename the finished file into place: %s", o->what, o->path, strerror(errno));
+    if (rc == 0) {
+        o->tmp[0] = '\0';
+        fsync(o->dir); /* the rename itself, on disk */
+    }
+    file_output_abort(o);
+    return rc;
+}
+
+void file_output_abort(file_output *o) {
+    if (o->dir < 0) {
+        o->f = NULL;
+        return;
+    }
+    if (o->f) fclose(o->f);
+    if (o->tmp[0]) unlinkat(o->dir, o->tmp, 0);
+    close(o->dir);
+    o->f = NULL, o->dir = -1, o->tmp[0] = '\0';
+}
+
+int file_output_stream(const char *path, const char *what, int truncate, pp_err *err) {
+    if (file_output_check(path, what, err) != 0) return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (truncate ? 0 : O_APPEND),
+                  0666);
+    if (fd < 0) {
+        if (errno == ELOOP) return pp_fail(err, "%s %s: is a symbolic link, not a regular file", what, path);
+        return pp_fail(err, "%s %s: cannot open it for writing: %s", what, path, strerror(errno));
+    }
+    struct stat st;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) rc = pp_fail(err, "%s %s: %s", what, path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = pp_fail(err, "%s %s: is %s, not a regular file", what, path, file_kind(st.st_mode));
+    else if ((truncate && ftruncate(fd, 0) != 0) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
+        rc = pp_fail(err, "%s %s: %s", what, path, strerror(errno));
+    if (rc != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* ---- Text for the terminal ------------------------------------------------ */

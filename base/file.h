@@ -1,0 +1,64 @@
+/* file.h: the files a user names. Every path a user gives pprun to read or
+ * to write goes through these, so that each refuses the same things in the
+ * same words. Their messages start
+ * with "WHAT PATH:" (e.g. "--data x.txt:"); WHAT is the flag. */
+#ifndef PP_BASE_FILE_H
+#define PP_BASE_FILE_H
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/pp.h"
+
+/* "a directory", "a FIFO (named pipe)", "a character device", "a block
+ * device", "a socket", "a symbolic link", "a regular file": what st_mode is. */
+const char *file_kind(unsigned mode);
+
+/* Inputs: a regular file only (a symbolic link to one is fine): a FIFO, a
+ * device, a directory, a socket, or a pseudo-file of /proc or /sys (whose
+ * size is not what reading it yields) is refused, naming what it is. A
+ * FIFO is never opened (nor waited on: the file is opened O_NONBLOCK, then
+ * made blocking). A file of more than max_bytes is refused with its size
+ * and the cap. *f is the file open for reading (the caller closes it);
+ * size, when not NULL, gets its size. */
+int file_input_open(const char *path, const char *what, uint64_t max_bytes, FILE **f, uint64_t *size, pp_err *err);
+/* file_input_open, then the whole file into *buf (malloc'ed, NUL-terminated;
+ * the caller frees it); what reading yields counts against max_bytes too. */
+int file_input_read(const char *path, const char *what, size_t max_bytes, char **buf, size_t *len, pp_err *err);
+
+/* Outputs: nothing at path yet, or a regular file. Anything else there (a
+ * device, a FIFO, a socket, a directory, a symbolic link, even to a regular
+ * file) is refused, naming what it is, and left as it is; so is a path
+ * whose folder is missing or not writable. Checks early, before a job
+ * starts; file_output_begin and file_output_stream check again. */
+int file_output_check(const char *path, const char *what, pp_err *err);
+
+/* A whole file (--out, --csv-out, a checkpoint, saved weights), written
+ * into a new temporary file of a random name beside the target (created
+ * O_EXCL | O_NOFOLLOW: nothing planted there is opened), then synced and
+ * renamed over it: the target holds the old content or all of the new,
+ * never a part, and a failure leaves it and the folder as they were. */
+typedef struct file_output {
+    FILE *f;                 /* write the content here */
+    int dir;                 /* the target's folder; -1 when f is stdout */
+    char name[256];          /* the target's name in dir */
+    char tmp[256];           /* the temporary file's name in dir; "" when none */
+    const char *path, *what; /* the caller's, for messages */
+} file_output;
+/* FILE_OUTPUT_DASH: path "-" is standard output (for a command that
+ * documents it); its errors are main's (one check at the end, main.c). */
+#define FILE_OUTPUT_DASH 1u
+int file_output_begin(file_output *o, const char *path, const char *what, unsigned flags, pp_err *err);
+/* Flushes, syncs, closes and renames into place; on failure the temporary
+ * file is removed and -1 says why. Either way o is finished. */
+int file_output_commit(file_output *o, pp_err *err);
+/* Gives up: the temporary file is removed, the target untouched. */
+void file_output_abort(file_output *o);
+
+/* A file written as it goes, which cannot be renamed into place (the
+ * --metrics lines, appended; a rank's log, begun empty): file_output_check,
+ * then opened O_NOFOLLOW without waiting on a FIFO and refused unless it is
+ * a regular file once open; only then emptied (truncate). The descriptor
+ * (O_CLOEXEC), or -1 with err. */
+int file_output_stream(const char *path, const char *what, int truncate, pp_err *err);
+
+#endif

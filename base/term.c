@@ -1,0 +1,70 @@
+/* term.c: untrusted bytes made safe to print on a terminal (term.h). */
+#include "base/term.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s (of n bytes), 0 when it is not
+ * one (overlong, a surrogate, past U+10FFFF, cut short); *cp gets its code
+ * point. */
+static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp) {
+    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
+    if (s[0] > 0xf4 || len == 0 || len > n) return 0;
+    unsigned v = s[0] & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        v = v << 6 | (s[i] & 0x3f);
+    }
+    static const unsigned least[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < least[len] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
+    *cp = v;
+    return len;
+}
+
+size_t term_escape(const char *s, size_t n, unsigned flags, char *out, size_t cap, size_t *used) {
+    size_t i = 0, o = 0;
+    while (i < n) {
+        unsigned char b = (unsigned char)s[i];
+        unsigned cp = b;
+        size_t in = b < 0x80 ? 1 : utf8_seq((const unsigned char *)s + i, n - i, &cp);
+        char esc[8];
+        const char *piece = s + i;
+        size_t len = in;
+        if ((b == '\n' || b == '\t' || b == '\r') && (flags & TERM_LINES)) {
+            /* as it is */
+        } else if (b == '\n' || b == '\t' || b == '\r') {
+            esc[0] = '\\', esc[1] = b == '\n' ? 'n' : b == '\t' ? 't' : 'r';
+            piece = esc, len = 2;
+        } else if (b < 0x20 || b == 0x7f || in == 0) {
+            snprintf(esc, sizeof esc, "\\x%02x", b);
+            piece = esc, len = 4, in = 1;
+        } else if (cp >= 0x80 && cp < 0xa0) {
+            snprintf(esc, sizeof esc, "\\u%04x", cp);
+            piece = esc, len = 6;
+        }
+        if (o + len >= cap) break; /* and keep a byte for the NUL */
+        memcpy(out + o, piece, len);
+        o += len, i += in;
+    }
+    if (cap) out[o] = '\0';
+    *used = i;
+    return o;
+}
+
+int term_write(FILE *f, const char *s, size_t n, unsigned flags) {
+    char buf[4096];
+    while (n) {
+        size_t used, len = term_escape(s, n, flags, buf, sizeof buf, &used);
+        if (fwrite(buf, 1, len, f) != len) return -1;
+        s += used, n -= used;
+    }
+    return 0;
+}
+
+char *term_dup(const char *s, size_t n, unsigned flags) {
+    size_t cap = 4 * n + 1, used; /* the longest escape, \xHH, is 4 bytes for 1 */
+    char *out = malloc(cap);
+    if (out) term_escape(s, n, flags, out, cap, &used);
+    return out;
+}

@@ -1,0 +1,26 @@
+/* term.h: text for the terminal. Bytes from outside pprun (a CSV cell, a
+ * file name, a name in the database, an argument) made safe to print: raw, an escape sequence among
+ * them would drive the reader's terminal (clear it, retitle the window,
+ * move the cursor to hide what follows). Control characters (C0, DEL, and
+ * C1, U+0080..U+009F) and bytes that are not UTF-8 are written as escapes:
+ * \n, \t, \r, \xHH, \u00HH (a NUL too). With TERM_LINES, newline, tab and
+ * carriage return stay as they are (text laid out in lines, a progress
+ * line). What comes out is printable, valid UTF-8: escaping it again
+ * changes nothing.
+ *
+ * term_escape writes the escapes of s[0, n) into out[cap] (NUL-terminated
+ * when cap > 0), stopping before a character whose escape would not fit;
+ * returns the bytes written to out, and *used the bytes of s read. */
+#ifndef PP_BASE_TERM_H
+#define PP_BASE_TERM_H
+#include <stddef.h>
+#include <stdio.h>
+
+#define TERM_LINES 1u
+size_t term_escape(const char *s, size_t n, unsigned flags, char *out, size_t cap, size_t *used);
+/* s[0, n) escaped onto f: 0, or -1 when a write fails. */
+int term_write(FILE *f, const char *s, size_t n, unsigned flags);
+/* s escaped into a new string (malloc'ed; NULL when out of memory). */
+char *term_dup(const char *s, size_t n, unsigned flags);
+
+#endif

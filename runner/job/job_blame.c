@@ -1,0 +1,132 @@
+/* job_blame.c: the rank a failure of a `pprun run` job comes from
+ * (job_blame.h). */
+#include "runner/job/job_blame.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runner/comm/comm.h"
+#include "runner/store/store.h"
+
+/* Beyond comm_wait_note_ms: the store's round trips, a busy machine. */
+#define BLAME_SLACK_NS 300000000ull
+#define BLAME_STORE_NS 5000000000ull
+/* Ranks named one by one in the why line; then how many more. */
+#define BLAME_LIST 8
+
+typedef struct blame {
+    const run_job *job;
+    const launch_info *info;
+    store_client *store;
+    char job_key[192]; /* the attempt's, as the workers' comm has it */
+    char *seen;        /* [world_size]: on the way already */
+} blame;
+
+/* The rank r says it waits for, or -1: nobody (or nothing readable). */
+static int note_of(blame *b, int r) {
+    char key[320];
+    snprintf(key, sizeof key, COMM_WAIT_KEY_FMT, b->job_key, r);
+    void *v;
+    size_t len;
+    pp_err e;
+    if (store_get(b->store, key, &v, &len, &e) != 0) return -1;
+    long peer = -1;
+    if (len == 0 || pp_parse_long(v, 0, b->info->world_size - 1, "wait note", &peer, &e) != 0) peer = -1;
+    free(v);
+    return (int)peer;
+}
+
+/* What r waits for, giving it the time a receive takes to say so: a rank
+ * may have begun to wait just before the failure. */
+static int note_within(blame *b, int r) {
+    uint64_t until =
+        pp_now_ns() + (uint64_t)comm_wait_note_ms(b->job->cfg.recv_timeout_ms) * 1000000ull + BLAME_SLACK_NS;
+    for (;;) {
+        int p = note_of(b, r);
+        if (p >= 0 || pp_now_ns() >= until) return p;
+        pp_sleep_ns(20000000ull);
+    }
+}
+
+/* Rank r runs on this node and is stopped (SIGSTOP, SIGTSTP): whatever it
+ * said it waits for, it answers nobody. Not a tracing stop ('t'): a rank
+ * that is exiting is stopped so for a moment by the tools that look at it
+ * (LeakSanitizer's scan, a core dumper), and it says whom it waited for. */
+static int stopped_here(const blame *b, int r) {
+    int lr = r - b->info->node_rank * b->info->nproc_per_node;
+    if (lr < 0 || lr >= b->info->nproc_per_node || b->job->rank_pids[lr] <= 0) return 0;
+    return launch_proc_state(b->job->rank_pids[lr]) == 'T';
+}
+
+/* From the rank the failed one waited for, along who waits for whom, to
+ * one that waits for nobody or is stopped. chain gets the ranks on the way
+ * (the root last). Ranks that wait for each other (a cycle, none stopped
+ * here) blame the first one the failed rank waited for. */
+static int follow(blame *b, int failed, int r, int *chain, int *n) {
+    b->seen[failed] = 1;
+    for (*n = 0;;) {
+        chain[(*n)++] = r;
+        if (stopped_here(b, r)) return r;
+        int next = note_within(b, r);
+        if (next < 0) return r;
+        b->seen[r] = 1;
+        if (b->seen[next]) {
+            *n = 1;
+            return chain[0];
+        }
+        r = next;
+    }
+}
+
+/* "rank 2", "ranks 0 and 2", "ranks 0, 2 and 3", "ranks 0, 1, ... and 40 more". */
+static void say_ranks(char *buf, size_t cap, const int *r, int n) {
+    size_t at = (size_t)snprintf(buf, cap, "rank%s", n > 1 ? "s" : "");
+    for (int i = 0; i < n && i < BLAME_LIST && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%d", i == 0 ? " " : i == n - 1 ? " and " : ", ", r[i]);
+    if (n > BLAME_LIST && at < cap) snprintf(buf + at, cap - at, ", ... and %d more", n - BLAME_LIST);
+}
+
+/* How we know: the ranks that were waiting for the root, the way from
+ * the failed rank to it when the failed rank waited for another, and that
+ * the failed rank timed out first. */
+static void say_why(blame *b, int failed, const int *chain, int n, char *why, size_t cap) {
+    int root = chain[n - 1], world = b->info->world_size, count = 0;
+    int *waiting = malloc((size_t)world * sizeof *waiting);
+    for (int r = 0; waiting && r < world; r++)
+        if (r != root && note_of(b, r) == root) waiting[count++] = r;
+    char who[256], way[256] = "";
+    if (count) say_ranks(who, sizeof who, waiting, count);
+    else snprintf(who, sizeof who, "rank %d", n > 1 ? chain[n - 2] : failed);
+    free(waiting);
+    /* chain[i - 1] waits for chain[i], the failed rank for chain[0] */
+    for (int i = n - 2, at = 0; i >= 0 && at < (int)sizeof way; i--)
+        at += snprintf(way + at, sizeof way - (size_t)at, ", rank %d for rank %d", i ? chain[i - 1] : failed, chain[i]);
+    int t = b->job->cfg.recv_timeout_ms;
+    char limit[32];
+    if (t % 1000 == 0) snprintf(limit, sizeof limit, "%ds", t / 1000);
+    else snprintf(limit, sizeof limit, "%dms", t);
+    snprintf(why, cap, "%s %s waiting for it%s; rank %d timed out first (--recv-timeout %s)", who,
+             count > 1 ? "were" : "was", way, failed, limit);
+}
+
+int job_blame(run_job *job, const launch_info *info, int failed_rank, char *why, size_t cap) {
+    blame b = {.job = job, .info = info};
+    snprintf(b.job_key, sizeof b.job_key, "%s-a%d", info->run_id, info->attempt);
+    char host[256];
+    int port, root = -1;
+    pp_err e;
+    int *chain = malloc((size_t)info->world_size * sizeof *chain);
+    b.seen = calloc((size_t)info->world_size, 1);
+    if (chain && b.seen && store_parse_addr(info->store_addr, host, sizeof host, &port, &e) == 0 &&
+        store_connect_token(host, port, info->rdzv_token, BLAME_STORE_NS, &b.store, &e) == 0) {
+        store_set_timeout(b.store, BLAME_STORE_NS);
+        int first = note_of(&b, failed_rank), n = 0;
+        if (first >= 0) root = follow(&b, failed_rank, first, chain, &n);
+        if (root >= 0) say_why(&b, failed_rank, chain, n, why, cap);
+    }
+    store_close(b.store);
+    free(b.seen);
+    free(chain);
+    return root;
+}

@@ -1,0 +1,205 @@
+/* job_salvage.c: the will of a `pprun run` job's guard, and `pprun
+ * salvage`, which carries it out (job_salvage.h). */
+#include "runner/job/job_salvage.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "runner/job/job_rows.h"
+
+/* The will's rings come as descriptors 3, 4, ... (launch_guard_will). */
+#define SALVAGE_FIRST_FD 3
+/* What `pprun run` would have exited with, had it been able to: killed. */
+#define SALVAGE_EXIT_CODE (128 + SIGKILL)
+/* The salvage's collector drains often: nothing else runs. */
+#define SALVAGE_INTERVAL_NS 5000000ull
+
+/* --- the launcher's side: the will --------------------------------------------- */
+
+/* argv's strings, each owned by the will being built. */
+typedef struct will {
+    char *argv[32];
+    char text[32][128];
+    int n;
+} will;
+
+static void will_add(will *w, const char *arg) { w->argv[w->n++] = (char *)arg; }
+
+static void will_addf(will *w, const char *fmt, long v) {
+    snprintf(w->text[w->n], sizeof w->text[w->n], fmt, v);
+    will_add(w, w->text[w->n]);
+}
+
+/* Tells the guard the will as it stands: the job, its rings, and once end
+ * is known how its ranks ended. Says on stderr when the guard cannot take
+ * it: the job goes on, as a launcher without a guard would. */
+static void tell_will(run_job *job, const job_outcome *end) {
+    char exe[PATH_MAX], db_path[PATH_MAX], host[256] = "localhost", failure[sizeof end->launch_err.msg + 64];
+    will w = {.n = 0};
+    pp_err err;
+    /* This very binary: a will that runs it needs no PATH. */
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) {
+        fprintf(stderr, "pprun run: cannot find the pprun executable (/proc/self/exe) for the guard's will\n");
+        return;
+    }
+    exe[n] = '\0';
+    if (!realpath(job->cfg.db, db_path)) snprintf(db_path, sizeof db_path, "%s", job->cfg.db);
+    gethostname(host, sizeof host - 1);
+    will_add(&w, exe);
+    will_add(&w, "salvage");
+    will_add(&w, "--db");
+    will_add(&w, db_path);
+    will_add(&w, "--job");
+    will_addf(&w, "%ld", (long)job->job_id);
+    will_add(&w, "--launcher");
+    will_addf(&w, "%ld", (long)getpid());
+    will_add(&w, "--host");
+    will_add(&w, host);
+    will_add(&w, "--world-size");
+    will_addf(&w, "%ld", (long)job->plan->ranks);
+    will_add(&w, "--steps");
+    will_addf(&w, "%ld", (long)job->cfg.steps);
+    int fds[LAUNCH_MAX_NPROC], nfds = 0;
+    for (int l = 0; job->rings && l < job->lo.nproc_per_node && job->rings[l]; l++)
+        fds[nfds++] = trace_ring_fd(job->rings[l]);
+    if (nfds) {
+        will_add(&w, "--rings");
+        will_addf(&w, "%ld", nfds);
+        will_add(&w, "--first-rank");
+        will_addf(&w, "%ld", (long)job->lo.node_rank * job->lo.nproc_per_node);
+    }
+    if (end) {
+        will_add(&w, "--ranks-ended");
+        will_add(&w, job_rows_status(end));
+        will_add(&w, "--failed-rank");
+        will_addf(&w, "%ld", (long)job_rows_failed_rank(end));
+        job_rows_failure(end, failure, sizeof failure);
+        will_add(&w, "--failure");
+        will_add(&w, failure);
+    }
+    w.argv[w.n] = NULL;
+    if (launch_guard_will(job->guard, w.argv, fds, nfds, &err) != 0)
+        fprintf(stderr, "pprun run: %s; if this launcher is killed, readers will show job %lld as lost\n", err.msg,
+                (long long)job->job_id);
+}
+
+void job_salvage_arm(run_job *job) {
+    pp_err err;
+    if (launch_guard_start(&job->guard, &err) != 0) {
+        fprintf(stderr, "pprun run: %s; the job runs without a guard\n", err.msg);
+        return;
+    }
+    if (job->db) tell_will(job, NULL);
+}
+
+void job_salvage_update(run_job *job, const job_outcome *end) {
+    if (job->guard && job->db) tell_will(job, end);
+}
+
+void job_salvage_disarm(run_job *job) {
+    launch_guard_stop(job->guard);
+    job->guard = NULL;
+}
+
+/* --- `pprun salvage`: carrying it out ------------------------------------------- */
+
+typedef struct salvage {
+    const char *db, *host, *ranks_ended, *failure;
+    long job, launcher, world_size, steps, rings, first_rank, failed_rank;
+} salvage;
+
+static int parse(int argc, char **argv, salvage *s, pp_err *err) {
+    *s = (salvage){.failed_rank = -1, .job = -1, .launcher = -1, .world_size = -1, .steps = -1};
+    for (int i = 1; i < argc; i += 2) {
+        const char *opt = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!val) return pp_fail(err, "%s: expected a value", opt);
+        long *num = !strcmp(opt, "--job")           ? &s->job
+                    : !strcmp(opt, "--launcher")    ? &s->launcher
+                    : !strcmp(opt, "--world-size")  ? &s->world_size
+                    : !strcmp(opt, "--steps")       ? &s->steps
+                    : !strcmp(opt, "--rings")       ? &s->rings
+                    : !strcmp(opt, "--first-rank")  ? &s->first_rank
+                    : !strcmp(opt, "--failed-rank") ? &s->failed_rank
+                                                    : NULL;
+        if (num && pp_parse_long(val, -1, 1L << 62, opt, num, err) != 0) return -1;
+        if (!strcmp(opt, "--db")) s->db = val;
+        else if (!strcmp(opt, "--host")) s->host = val;
+        else if (!strcmp(opt, "--ranks-ended")) s->ranks_ended = val;
+        else if (!strcmp(opt, "--failure")) s->failure = val;
+        else if (!num) return pp_fail(err, "unknown option '%s'", opt);
+    }
+    if (!s->db || !s->host || s->job < 1 || s->launcher < 1 || s->world_size < 1 || s->steps < 0 || s->rings < 0 ||
+        s->rings > LAUNCH_MAX_NPROC || s->first_rank < 0 || s->first_rank + s->rings > s->world_size)
+        return pp_fail(err, "needs --db, --host, --job, --launcher, --world-size and --steps; --rings and "
+                            "--first-rank within the world");
+    return 0;
+}
+
+/* 1 while the job's row still says running: a launcher killed just after
+ * it recorded the job's end leaves the row as it is. */
+static int still_running(db *d, long job) {
+    sqlite3_stmt *st;
+    int running = 0;
+    if (sqlite3_prepare_v2(db_sqlite(d), "SELECT status = 'running' FROM jobs WHERE id = ?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return 0;
+    sqlite3_bind_int64(st, 1, job);
+    if (sqlite3_step(st) == SQLITE_ROW) running = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return running;
+}
+
+/* Everything the rings still hold, into the database through a collector
+ * as the launcher's would have drained it; the steps no rank finished are
+ * cut short unless every rank succeeded. */
+static int drain(const salvage *s, db *d, pp_err *err) {
+    collector_config cc = {
+        .db = d, .job_id = s->job, .world_size = (int)s->world_size, .steps = (int)s->steps,
+        .interval_ns = SALVAGE_INTERVAL_NS};
+    collector *c;
+    if (collector_start(&cc, &c, err) != 0) return -1;
+    for (long i = 0; i < s->rings; i++) {
+        trace_ring *ring;
+        pp_err rerr; /* a ring that cannot be read loses its records, not the others' */
+        if (trace_ring_attach(SALVAGE_FIRST_FD + (int)i, &ring, &rerr) != 0) continue;
+        if (collector_add_ring(c, (int)(s->first_rank + i), ring, &rerr) != 0) trace_ring_close(ring);
+    }
+    if (!s->ranks_ended || strcmp(s->ranks_ended, "succeeded") != 0) collector_last_step_cut(c);
+    return collector_stop(c, err);
+}
+
+/* jobs.failure: the killed launcher, and how its ranks ended if it knew. */
+static void failure_line(const salvage *s, char *buf, size_t n) {
+    int len = snprintf(buf, n, "its launcher (pid %ld on %s) was killed", s->launcher, s->host);
+    if (s->ranks_ended && len < (int)n)
+        len += snprintf(buf + len, n - (size_t)len, " after its ranks ended (%s%s%s)", s->ranks_ended,
+                        s->failure && s->failure[0] ? ": " : "", s->failure ? s->failure : "");
+    if (len < (int)n) snprintf(buf + len, n - (size_t)len, "; its guard recorded what the trace rings held");
+}
+
+int job_salvage_main(int argc, char **argv) {
+    salvage s;
+    pp_err err;
+    db *d;
+    /* Nobody reads this process's output (the guard's is /dev/null): the
+     * job's row is all it leaves, and a reader shows `lost` without it. */
+    if (parse(argc, argv, &s, &err) != 0 || db_open(s.db, &d, &err) != 0) return 2;
+    int rc = 0;
+    if (still_running(d, s.job)) {
+        pp_err derr;
+        char failure[2048];
+        if (s.rings > 0) drain(&s, d, &derr); /* what it could not store is lost; the end still goes in */
+        failure_line(&s, failure, sizeof failure);
+        rc = db_finish_job(d, s.job, "failed", SALVAGE_EXIT_CODE, (int)s.failed_rank, failure, &err);
+    }
+    db_close(d);
+    for (long i = 0; i < s.rings; i++) close(SALVAGE_FIRST_FD + (int)i);
+    return rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,699 @@
+/* test_attack_launch.c: the launcher under attack, each case checked the
+ * way a user would check it afterwards: what `pprun run` said and exited
+ * with, the job's row (status, failed_rank, failure), the events, `PRAGMA
+ * integrity_check`, and that no process of the job is left.
+ *
+ *  - a rank that stops answering (SIGSTOP) is the root cause, not the
+ *    ranks that timed out waiting for it: rank 1, rank 0, the last rank,
+ *    and a rank two hops down a wait chain; the chain logic itself on a
+ *    store with hand-written wait notes;
+ *  - a SIGKILLed launcher: its guard records the job's end (failed, naming
+ *    the killed launcher) with every record the ranks wrote up to the kill,
+ *    killed while the job runs, during its start-up and during its end;
+ *    one node of two killed leaves no process and no hung node 0;
+ *  - a worker SIGKILLed at every phase of a step names that rank;
+ *  - several jobs at once on one database.
+ * The store's port under garbage is tests/test_store_limits.c's. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers/trace_fixture.h"
+#include "launch_testutil.h"
+#include "runner/comm/comm.h"
+#include "runner/job/job_blame.h"
+#include "runner/store/store.h"
+#include "tracer/ring.h"
+
+#define TIMED "timed:f=20ms,b=20ms,w=20ms,act=16KiB,layers=8"
+#define FAST "timed:f=4ms,b=4ms,w=4ms,act=16KiB,layers=8"
+#define RANK_PROGRAM_ENV "PPRUN_ATTACK_MARKS"
+#define RANK_PROGRAM_MB 8
+
+static char tmpdir[256];
+
+static void setup(void) { snprintf(tmpdir, sizeof tmpdir, "%s", tfix_mkdir("attack")); }
+
+TestSuite(attack_launch, .init = setup, .timeout = 300);
+
+/* --- the rank program ------------------------------------------------------------ */
+
+/* This test binary, run by `pprun run -- SELF` with RANK_PROGRAM_ENV set,
+ * is a rank that records one F every 10 ms into its trace ring (step i / 8,
+ * microbatch i % 8) and after each writes i into DIR/last-RANK: the file
+ * never says more than the ring got. It runs until it is killed. */
+__attribute__((constructor)) static void rank_program(void) {
+    const char *dir = getenv(RANK_PROGRAM_ENV), *fd = getenv("PPRUN_TRACE_FD"), *rank_text = getenv("RANK");
+    if (!dir) return;
+    trace_ring *ring;
+    pp_err err;
+    if (!fd || !rank_text || trace_ring_attach(atoi(fd), &ring, &err) != 0) _exit(3);
+    int rank = atoi(rank_text);
+    for (int i = 0;; i++) {
+        uint64_t t = pp_now_ns();
+        trace_event ev = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = rank, .step = i / RANK_PROGRAM_MB,
+                          .microbatch = i % RANK_PROGRAM_MB, .stage = rank, .peer = -1, .start_ns = t,
+                          .end_ns = t + 1000};
+        if (trace_ring_write(ring, &ev) != 1) _exit(4);
+        char tmp[512], path[512], text[32];
+        snprintf(tmp, sizeof tmp, "%s/last-%d.tmp", dir, rank);
+        snprintf(path, sizeof path, "%s/last-%d", dir, rank);
+        int f = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644), n = snprintf(text, sizeof text, "%d\n", i);
+        if (f < 0 || write(f, text, (size_t)n) != n || close(f) != 0 || rename(tmp, path) != 0) _exit(5);
+        usleep(10000);
+    }
+}
+
+/* --- helpers ---------------------------------------------------------------------- */
+
+static const char *path_of(const char *name) {
+    static char buf[8][512];
+    static int next;
+    char *p = buf[next++ % 8];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    return p;
+}
+
+/* The first column of the first row of SQL on the database at path, or
+ * `none` when it cannot say (no file yet, no row, NULL). */
+static long long q(const char *db, long long none, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static long long q(const char *db, long long none, const char *fmt, ...) {
+    char sql[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(sql, sizeof sql, fmt, ap);
+    va_end(ap);
+    sqlite3 *d;
+    sqlite3_stmt *st = NULL;
+    long long v = none;
+    if (access(db, F_OK) != 0 || sqlite3_open_v2(db, &d, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) return none;
+    sqlite3_busy_timeout(d, 5000);
+    if (sqlite3_prepare_v2(d, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
+        sqlite3_column_type(st, 0) != SQLITE_NULL)
+        v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(d);
+    return v;
+}
+
+/* The job's row as text, for messages. */
+static const char *job_row(const char *db, long long job) {
+    static char text[4096];
+    sqlite3 *d;
+    sqlite3_stmt *st;
+    snprintf(text, sizeof text, "(no row)");
+    if (sqlite3_open_v2(db, &d, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) return text;
+    if (sqlite3_prepare_v2(d, "SELECT status, exit_code, failed_rank, failure FROM jobs WHERE id = ?1", -1, &st,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, job);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            snprintf(text, sizeof text, "status %s, exit %s, failed rank %s, failure %s",
+                     (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1),
+                     (const char *)sqlite3_column_text(st, 2), (const char *)sqlite3_column_text(st, 3));
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(d);
+    return text;
+}
+
+static void assert_integrity_ok(const char *db) {
+    sqlite3 *d;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &d, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(d, "PRAGMA integrity_check", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "ok", "%s", db);
+    sqlite3_finalize(st);
+    sqlite3_close(d);
+}
+
+/* Any process of this machine (but this one) whose command line holds
+ * text, and `and` too when not NULL. */
+static pid_t process_with2(const char *text, const char *and) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && !found && (e = readdir(d))) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        char path[300], cmd[8192];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = pid > 0 && pid != getpid() ? fopen(path, "r") : NULL;
+        size_t n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        if (f) fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (!cmd[i]) cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (n && strstr(cmd, text) && (!and || strstr(cmd, and))) found = pid;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+static pid_t process_with(const char *text) { return process_with2(text, NULL); }
+
+/* A `pprun worker` whose command line holds text. */
+static pid_t worker_with(const char *text) { return process_with2(text, " worker "); }
+
+/* Gone: no such process, or a zombie nobody reaped yet. */
+static int gone(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 1;
+    char buf[512];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return !rp || rp[2] == 'Z' || rp[2] == 'X';
+}
+
+/* Within `seconds`, no process of the job is left: none of pids, and none
+ * whose command line holds `text` (the launcher, its guard, `pprun
+ * salvage`, workers given a path of the job), three looks in a row 50 ms
+ * apart (a process in the middle of execve shows no command line for a
+ * moment). On failure everything found is killed, then the test fails
+ * naming it. */
+static void assert_nothing_left(const pid_t *pids, int n, const char *text, int seconds) {
+    pid_t left = 0;
+    for (int i = 0, clean = 0; i < seconds * 20; i++) {
+        left = text ? process_with(text) : 0;
+        for (int k = 0; k < n && !left; k++)
+            if (pids[k] > 0 && !gone(pids[k])) left = pids[k];
+        clean = left ? 0 : clean + 1;
+        if (clean == 3) return;
+        usleep(50000);
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "ps -o pid,stat,args -p %d >&2", (int)left);
+    if (system(cmd) != 0) fprintf(stderr, "(ps failed)\n");
+    for (int k = 0; k < n; k++)
+        if (pids[k] > 0) kill(pids[k], SIGKILL);
+    kill(left, SIGKILL);
+    cr_assert_fail("process %d of the job is still there after %d s", (int)left, seconds);
+}
+
+/* 1 once p ended (then reaped and collected), without waiting. */
+static int ended(lt_proc *p) {
+    int st;
+    if (waitpid(p->pid, &st, WNOHANG) != p->pid) return 0;
+    lt_collect(p, st);
+    return 1;
+}
+
+/* The guard of the launcher `launcher`, if it started: the process
+ * outside the launcher's children whose command line holds text (the
+ * launcher's own, until it becomes `pprun salvage`); 0 if none. Its pid
+ * outlives the exec, its command line shows nothing for a moment. */
+static pid_t guard_of(pid_t launcher, const char *text) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && !found && (e = readdir(d))) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid <= 0 || pid == launcher || pid == getpid()) continue;
+        char path[300], buf[512], cmd[8192];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+        if (f) fclose(f);
+        buf[n] = '\0';
+        const char *rp = strrchr(buf, ')');
+        int ppid = 0;
+        if (!rp || sscanf(rp + 2, "%*c %d", &ppid) != 1 || ppid == launcher) continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        f = fopen(path, "r");
+        n = f ? fread(cmd, 1, sizeof cmd - 1, f) : 0;
+        if (f) fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (!cmd[i]) cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (n && strstr(cmd, text)) found = pid;
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* SIGKILL to the launcher p, reaped; returns its guard, found before (0:
+ * none had started). */
+static pid_t kill_launcher(lt_proc *p, const char *db) {
+    pid_t guard = guard_of(p->pid, db);
+    kill(p->pid, SIGKILL);
+    lt_wait(p);
+    return guard;
+}
+
+/* Waits until the job in db has every rank's pid and `events` events
+ * (up to 60 s), then fills pids[world]. */
+static void wait_running(lt_proc *p, const char *db, int world, int events, pid_t *pids) {
+    for (int i = 0; i < 3000; i++) {
+        if (q(db, 0, "SELECT count(*) FROM ranks WHERE pid > 0") == world &&
+            q(db, 0, "SELECT count(*) FROM events") >= events)
+            break;
+        if (ended(p)) cr_assert_fail("pprun ended before its job ran (exit %d):\n%s", p->status, p->err);
+        usleep(20000);
+    }
+    for (int r = 0; r < world; r++) {
+        pids[r] = (pid_t)q(db, 0, "SELECT pid FROM ranks WHERE rank = %d", r);
+        cr_assert_gt(pids[r], 1, "rank %d has no pid after 60 s", r);
+    }
+}
+
+/* Waits for p (up to `seconds`); kills it and fails when it hangs. */
+static void finish(lt_proc *p, int seconds, const char *what) {
+    if (lt_wait_within(p, seconds)) return;
+    kill(p->pid, SIGKILL);
+    lt_wait(p);
+    cr_assert_fail("%s: pprun did not end within %d s:\n%s", what, seconds, p->err);
+}
+
+/* --- a rank that stops answering -------------------------------------------------- */
+
+/* 4 ranks run `model` (1F1B, 4 microbatches) with a short receive timeout;
+ * once `events` events are in, rank `victim` is stopped (SIGSTOP). The job
+ * ends, naming it as the rank that stopped answering, well inside the
+ * 120 s a rank is given to end after SIGTERM (the stopped one is continued
+ * to take it); returns the job's failure for the caller's own checks. */
+static const char *stop_a_rank(const char *name, const char *model, const char *cuts, int victim, int events) {
+    const char *db = path_of(name);
+    const char *args[] = {"run", "--nproc-per-node", "4", "--schedule", "1f1b", "--microbatches", "4", "--steps",
+                          "1000", "--model", model, "--pipeline-cuts", cuts, "--recv-timeout", "2s",
+                          "--shutdown-timeout", "120", "--progress", "off", "--db", db, NULL};
+    lt_proc p;
+    pid_t pids[4];
+    lt_start(&p, args, NULL);
+    wait_running(&p, db, 4, events, pids);
+    cr_assert_eq(kill(pids[victim], SIGSTOP), 0);
+    finish(&p, 60, name);
+    cr_assert_eq(p.status, 1, "%s: exit %d\n%s", name, p.status, p.err);
+    char rank_line[64];
+    snprintf(rank_line, sizeof rank_line, "rank      : %d (local_rank: %d)", victim, victim);
+    lt_assert_has(p.err, rank_line);
+    lt_assert_has(p.err, "exitcode  : none: it stopped answering");
+    cr_assert_eq(q(db, -1, "SELECT failed_rank FROM jobs WHERE id = 1"), victim, "%s: %s", name, job_row(db, 1));
+    char like[128];
+    snprintf(like, sizeof like, "rank %d (local rank %d on %%) stopped answering (it was stopped: SIGSTOP%%", victim,
+             victim);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'failed' AND exit_code = 1 AND failure LIKE '%s'",
+                   like),
+                 1, "%s: %s", name, job_row(db, 1));
+    assert_nothing_left(pids, 4, db, 20);
+    assert_integrity_ok(db);
+    lt_free(&p);
+    static char failure[4096];
+    sqlite3 *d;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(db, &d, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(d, "SELECT failure FROM jobs WHERE id = 1", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    snprintf(failure, sizeof failure, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(d);
+    return failure;
+}
+
+/* Ranks 0 and 2 time out waiting for rank 1: rank 1 is the root cause,
+ * they are how we know. */
+Test(attack_launch, a_stopped_middle_rank_is_the_root_cause) {
+    const char *failure = stop_a_rank("stop1.db", TIMED, "even", 1, 40);
+    cr_assert(strstr(failure, "ranks 0 and 2 were waiting for it") || strstr(failure, "rank 2 was waiting for it") ||
+                  strstr(failure, "rank 0 was waiting for it"),
+              "%s", failure);
+    cr_assert(strstr(failure, "timed out first (--recv-timeout 2s)"), "%s", failure);
+}
+
+Test(attack_launch, a_stopped_first_rank_is_the_root_cause) {
+    const char *failure = stop_a_rank("stop0.db", TIMED, "even", 0, 40);
+    cr_assert(strstr(failure, "rank 1 was waiting for it"), "%s", failure);
+}
+
+Test(attack_launch, a_stopped_last_rank_is_the_root_cause) {
+    const char *failure = stop_a_rank("stop3.db", TIMED, "even", 3, 40);
+    cr_assert(strstr(failure, "rank 2 was waiting for it"), "%s", failure);
+}
+
+/* Stage 2 holds 10 of 13 layers (200 ms an op, the others 20 ms): rank 1
+ * mostly waits for rank 2's gradients, and rank 2, once the last rank is
+ * stopped, for that rank's. Rank 1 began waiting first and times out first;
+ * the root cause is still the stopped rank at the end of the chain. */
+Test(attack_launch, a_stopped_rank_at_the_end_of_a_wait_chain_is_the_root_cause) {
+    const char *failure = stop_a_rank("chain.db", "timed:f=20ms,b=20ms,w=20ms,act=16KiB,layers=13,per=layer",
+                                      "1,2,12", 3, 30);
+    cr_assert(strstr(failure, "rank 2 was waiting for it"), "%s", failure);
+}
+
+/* The chain itself, on a store with wait notes written by hand (the keys
+ * the ranks' receives write, runner/comm/comm.h): rank 3 waited for 2,
+ * which waits for 1. */
+typedef struct blame_case {
+    store_server *server;
+    store_client *c;
+    char addr[64];
+    launch_info info;
+} blame_case;
+
+static run_job blame_job; /* large: off the stack */
+
+static void blame_open(blame_case *b) {
+    pp_err err;
+    cr_assert_eq(store_server_start("127.0.0.1", 0, &b->server, &err), 0, "%s", err.msg);
+    int port = store_server_port(b->server);
+    snprintf(b->addr, sizeof b->addr, "127.0.0.1:%d", port);
+    cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &b->c, &err), 0, "%s", err.msg);
+    b->info = (launch_info){.run_id = "chain", .host = "here", .store_addr = b->addr, .nnodes = 1, .node_rank = 0,
+                            .nproc_per_node = 4, .world_size = 4, .attempt = 0};
+    memset(&blame_job, 0, sizeof blame_job);
+    blame_job.cfg.recv_timeout_ms = 400; /* a rank says whom it waits for after 100 ms */
+}
+
+static void note(blame_case *b, int rank, const char *peer) {
+    char key[128];
+    pp_err err;
+    snprintf(key, sizeof key, COMM_WAIT_KEY_FMT, "chain-a0", rank);
+    cr_assert_eq(store_set(b->c, key, peer, strlen(peer), &err), 0, "%s", err.msg);
+}
+
+static void blame_close(blame_case *b) {
+    store_close(b->c);
+    store_server_stop(b->server);
+}
+
+Test(attack_launch, the_wait_chain_leads_to_the_rank_that_waits_for_nobody_or_is_stopped) {
+    blame_case b;
+    char why[512] = "";
+    blame_open(&b);
+    cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), -1, "rank 3 waited for nobody: its own failure");
+    note(&b, 3, "2");
+    note(&b, 2, "1");
+    cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), 1);
+    cr_assert_str_eq(why, "rank 2 was waiting for it, rank 3 for rank 2; rank 3 timed out first (--recv-timeout 400ms)");
+
+    /* 1 and 2 wait for each other: nobody is stopped here, the rank that
+     * rank 3 waited for is named. */
+    note(&b, 1, "2");
+    cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), 2);
+    cr_assert_str_eq(why, "ranks 1 and 3 were waiting for it; rank 3 timed out first (--recv-timeout 400ms)");
+
+    /* ...unless one of them is stopped on this node: whatever it said it
+     * waits for, it is the one that stopped answering. */
+    pid_t child = fork();
+    if (child == 0) {
+        pause();
+        _exit(0);
+    }
+    kill(child, SIGSTOP);
+    int st;
+    cr_assert_eq(waitpid(child, &st, WUNTRACED), child);
+    blame_job.rank_pids[1] = child;
+    int root = job_blame(&blame_job, &b.info, 3, why, sizeof why);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0);
+    cr_assert_eq(root, 1);
+    cr_assert_str_eq(why, "rank 2 was waiting for it, rank 3 for rank 2; rank 3 timed out first (--recv-timeout 400ms)");
+
+    /* A rank whose receive completed ("") waits for nobody. */
+    blame_job.rank_pids[1] = 0;
+    note(&b, 1, "");
+    note(&b, 2, "");
+    cr_assert_eq(job_blame(&blame_job, &b.info, 3, why, sizeof why), 2);
+    cr_assert_str_eq(why, "rank 3 was waiting for it; rank 3 timed out first (--recv-timeout 400ms)");
+    blame_close(&b);
+}
+
+/* --- a killed launcher ------------------------------------------------------------ */
+
+/* 1 when the collector thread of the launcher (stopped) sleeps between two
+ * drains, in poll() on no descriptor: then no record it read from a ring
+ * waits in its memory for a transaction. */
+static int collector_asleep(pid_t launcher) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)launcher);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int asleep = 0;
+    while (d && !asleep && (e = readdir(d))) {
+        char path[400], line[256] = "";
+        snprintf(path, sizeof path, "%s/%s/syscall", dir, e->d_name);
+        FILE *f = e->d_name[0] != '.' ? fopen(path, "r") : NULL;
+        if (f && fgets(line, sizeof line, f)) {
+            long nr;
+            char a0[32], a1[32];
+            asleep = sscanf(line, "%ld %31s %31s", &nr, a0, a1) == 3 && nr >= 0 && !strcmp(a0, "0x0") &&
+                     !strcmp(a1, "0x0");
+        }
+        if (f) fclose(f);
+    }
+    if (d) closedir(d);
+    return asleep;
+}
+
+static long read_mark(const char *dir, int rank) {
+    char path[512];
+    size_t len;
+    snprintf(path, sizeof path, "%s/last-%d", dir, rank);
+    char *text = lt_slurp(path, &len);
+    long v = len ? atol(text) : -1;
+    free(text);
+    return v;
+}
+
+/* SIGKILL to the launcher of a running job: within seconds no process of
+ * the job is left, the job's row says it failed because its launcher was
+ * killed, and every record each rank wrote up to the kill is in the
+ * database, those still in the rings at the kill too. To know which those
+ * are, the ranks are this binary's rank program, and the launcher is
+ * stopped first at a moment its collector sleeps between two drains: the
+ * records written meanwhile can only reach the database through the
+ * guard. */
+Test(attack_launch, a_killed_launcher_leaves_every_record_and_a_failed_job) {
+    const char *db = path_of("killed.db"), *marks = tfix_mkdir("marks");
+    char self[4096], env[600];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(n, 0);
+    self[n] = '\0';
+    snprintf(env, sizeof env, RANK_PROGRAM_ENV "=%s", marks);
+    const char *args[] = {"run", "--nproc-per-node", "2", "--microbatches", "8", "--steps", "1000", "--db", db,
+                          "--", self, NULL};
+    const char *envs[] = {env, NULL};
+    lt_proc p;
+    pid_t pids[2];
+    lt_start(&p, args, envs);
+    wait_running(&p, db, 2, 20, pids);
+    int stopped = 0;
+    for (int i = 0; i < 500 && !stopped; i++) {
+        kill(p.pid, SIGSTOP);
+        usleep(2000); /* every thread is stopped */
+        stopped = collector_asleep(p.pid);
+        if (!stopped) {
+            kill(p.pid, SIGCONT);
+            usleep(3000);
+        }
+    }
+    cr_assert(stopped, "the collector never slept between drains");
+    uint64_t stop_ns = pp_now_ns();
+    usleep(300000); /* the ranks write about 30 records each, into the rings only */
+    pid_t left[3] = {pids[0], pids[1], kill_launcher(&p, db)};
+    cr_assert_eq(p.status, 128 + SIGKILL);
+    cr_assert_gt(left[2], 0, "the launcher had no guard");
+    assert_nothing_left(left, 3, db, 10);
+
+    char like[128];
+    snprintf(like, sizeof like, "its launcher (pid %d on %%) was killed%%", (int)p.pid);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'failed' AND exit_code = 137 AND "
+                          "failed_rank IS NULL AND failure LIKE '%s'", like),
+                 1, "%s", job_row(db, 1));
+    for (int r = 0; r < 2; r++) {
+        long last = read_mark(marks, r);
+        cr_assert_geq(last, 0, "rank %d wrote nothing", r);
+        cr_assert_eq(q(db, -1, "SELECT count(*) FROM events WHERE rank = %d AND step * 8 + microbatch <= %ld", r, last),
+                     last + 1, "rank %d wrote records 0..%ld, the database lacks some", r, last);
+        cr_assert_gt(q(db, 0, "SELECT count(*) FROM events WHERE rank = %d AND end_ns > %llu", r,
+                       (unsigned long long)stop_ns),
+                     0, "rank %d: the records written while the launcher was stopped are missing", r);
+    }
+    assert_integrity_ok(db);
+    lt_free(&p);
+}
+
+/* The built-in workers, the launcher killed at any moment from its start:
+ * before its job's row exists (no row, or none of it), while it starts its
+ * ranks, while they run. Nothing is left, the database is consistent, and
+ * no reader is told the job still runs. */
+Test(attack_launch, a_launcher_killed_during_its_start_up_leaves_nothing_running) {
+    static const int delays_ms[] = {0, 20, 60, 120, 250, 500, 1000};
+    for (size_t i = 0; i < sizeof delays_ms / sizeof delays_ms[0]; i++) {
+        char name[64], metrics[64];
+        snprintf(name, sizeof name, "start%zu.db", i);
+        snprintf(metrics, sizeof metrics, "start%zu.jsonl", i);
+        const char *db = path_of(name), *mpath = path_of(metrics);
+        const char *args[] = {"run", "--nproc-per-node", "4", "--steps", "100", "--model", TIMED, "--progress",
+                              "off", "--metrics", mpath, "--db", db, NULL};
+        lt_proc p;
+        lt_start(&p, args, NULL);
+        usleep((useconds_t)delays_ms[i] * 1000);
+        pid_t guard = kill_launcher(&p, db);
+        assert_nothing_left(&guard, 1, db, 10);
+        assert_nothing_left(NULL, 0, mpath, 10); /* the workers */
+        if (q(db, -1, "SELECT count(*) FROM jobs") <= 0) {
+            lt_free(&p);
+            continue; /* killed before it wrote anything */
+        }
+        assert_integrity_ok(db);
+        lt_proc s;
+        lt_run(&s, (const char *[]){"query", "--db", db, "--format", "csv",
+                                    "SELECT pprun_job_status(status, config_json) AS shown FROM jobs", NULL},
+               NULL);
+        cr_assert_eq(s.status, 0, "%s", s.err);
+        cr_assert(strstr(s.out, "failed") || strstr(s.out, "lost"), "killed after %d ms: readers show %s(%s)",
+                  delays_ms[i], s.out, job_row(db, 1));
+        lt_free(&s);
+        lt_free(&p);
+    }
+}
+
+/* Killed as its ranks end (before it knew how, or while it records the
+ * job's end): the row says it failed because its launcher was killed
+ * (after its ranks ended, once it knew), or what the launcher recorded
+ * just before, never `running`; killed after it recorded the end (the
+ * dashboard still up), the row stays as recorded. */
+Test(attack_launch, a_launcher_killed_during_its_end_leaves_the_jobs_end) {
+    for (int i = 0; i < 4; i++) {
+        char name[64], metrics[64];
+        snprintf(name, sizeof name, "end%d.db", i);
+        snprintf(metrics, sizeof metrics, "end%d.jsonl", i);
+        const char *db = path_of(name), *mpath = path_of(metrics);
+        const char *args[] = {"run", "--nproc-per-node", "2", "--steps", "3", "--model", FAST, "--progress", "off",
+                              "--metrics", mpath, "--db", db, NULL};
+        lt_proc p;
+        lt_start(&p, args, NULL);
+        /* The workers' end: their metrics file is written, then they are
+         * gone; the launcher is killed at once, if it still runs. */
+        cr_assert(lt_wait_file(mpath), "the job never ran");
+        int done = 0;
+        pid_t guard = 0;
+        while (!(done = ended(&p)) && worker_with(mpath)) usleep(200);
+        if (!done) guard = kill_launcher(&p, db);
+        assert_nothing_left(&guard, 1, db, 10);
+        long long ok = q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND (status = 'succeeded' OR (status = "
+                                "'failed' AND exit_code = 137 AND failure LIKE 'its launcher (pid %d on %%) was "
+                                "killed%%'))", (int)p.pid);
+        cr_assert_eq(ok, 1, "try %d: %s", i, job_row(db, 1));
+        assert_integrity_ok(db);
+        lt_free(&p);
+    }
+
+    const char *db = path_of("served.db");
+    const char *args[] = {"run", "--nproc-per-node", "2", "--steps", "3", "--model", FAST, "--progress", "off",
+                          "--serve", "127.0.0.1:0", "--db", db, NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    for (int i = 0; i < 3000 && q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'succeeded'") == 0; i++)
+        usleep(20000);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'succeeded'"), 1, "%s", job_row(db, 1));
+    pid_t guard = kill_launcher(&p, db);
+    assert_nothing_left(&guard, 1, db, 10);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND exit_code = 0"), 1, "%s",
+                 job_row(db, 1));
+    assert_integrity_ok(db);
+    lt_free(&p);
+}
+
+/* Two nodes; node 1's launcher is killed while the job runs. Its guard
+ * kills its ranks (it has no database to write: node 0 has), node 0's
+ * ranks lose their peers and node 0 ends the job, failed, in bounded time. */
+Test(attack_launch, a_killed_node_leaves_no_process_and_node_0_ends_the_job) {
+    const char *db = path_of("nodes.db"), *m0 = path_of("node0.jsonl"), *m1 = path_of("node1.jsonl");
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"run", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", port,
+                        "--steps", "1000", "--model", TIMED, "--recv-timeout", "10s", "--progress", "off",
+                        "--metrics", m0, "--db", db, NULL};
+    const char *a1[] = {"run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
+                        "--steps", "1000", "--model", TIMED, "--recv-timeout", "10s", "--progress", "off",
+                        "--metrics", m1, "--db", db, NULL};
+    lt_proc n0, n1;
+    pid_t pids[4];
+    lt_start(&n0, a0, NULL);
+    cr_assert(lt_wait_listening(atoi(port)), "node 0's store never came up");
+    lt_start(&n1, a1, NULL);
+    wait_running(&n0, db, 4, 100, pids);
+    pid_t guard = kill_launcher(&n1, m1);
+    finish(&n0, 60, "node 0");
+    cr_assert_eq(n0.status, 1, "node 0 exit %d:\n%s", n0.status, n0.err);
+    assert_nothing_left(pids, 4, m1, 10);
+    assert_nothing_left(&guard, 1, m1, 10);
+    assert_nothing_left(NULL, 0, db, 10);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'failed' AND exit_code = 1"), 1, "%s",
+                 job_row(db, 1));
+    assert_integrity_ok(db);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* --- a worker killed at every phase ------------------------------------------------ */
+
+/* --fail-at SIGKILLs a rank at the start of step 1, or at its first F, B
+ * or W there: that rank is the failure, whichever rank and phase, and its
+ * step 0 is in the database. */
+Test(attack_launch, a_worker_killed_at_any_phase_is_named) {
+    static const char *phases[] = {"", ",phase=F", ",phase=B", ",phase=W"};
+    static const int ranks[] = {0, 2, 3};
+    for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++)
+        for (size_t ph = 0; ph < sizeof phases / sizeof phases[0]; ph++) {
+            char name[64], fail_at[64], metrics[64];
+            snprintf(name, sizeof name, "fail-%d-%zu.db", ranks[r], ph);
+            snprintf(metrics, sizeof metrics, "fail-%d-%zu.jsonl", ranks[r], ph);
+            snprintf(fail_at, sizeof fail_at, "step=1,rank=%d%s", ranks[r], phases[ph]);
+            const char *db = path_of(name), *mpath = path_of(metrics);
+            const char *args[] = {"run", "--nproc-per-node", "4", "--schedule", "1f1b", "--microbatches", "4",
+                                  "--steps", "3", "--model", FAST, "--progress", "off", "--metrics", mpath,
+                                  "--fail-at", fail_at, "--db", db, NULL};
+            lt_proc p;
+            lt_start(&p, args, NULL);
+            finish(&p, 60, fail_at);
+            cr_assert_eq(p.status, 1, "%s: exit %d\n%s", fail_at, p.status, p.err);
+            lt_assert_has(p.err, "signal    : SIGKILL (9)");
+            char like[96];
+            snprintf(like, sizeof like, "rank %d (local rank %d on %%) was killed by SIGKILL", ranks[r], ranks[r]);
+            cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failed_rank = %d AND "
+                                  "failure LIKE '%s'", ranks[r], like),
+                         1, "%s: %s", fail_at, job_row(db, 1));
+            cr_assert_eq(q(db, 0, "SELECT count(*) FROM events WHERE step = 0 AND rank = %d AND "
+                                  "phase IN ('F','B','W')", ranks[r]),
+                         12, "%s: its step 0", fail_at);
+            assert_nothing_left(NULL, 0, mpath, 10);
+            assert_integrity_ok(db);
+            lt_free(&p);
+        }
+}
+
+/* --- several jobs on one database -------------------------------------------------- */
+
+/* Three jobs at once into one file: each is its own row, complete, and
+ * the file is consistent. */
+Test(attack_launch, concurrent_jobs_on_one_database_each_land_whole) {
+    const char *db = path_of("shared.db");
+    const char *args[] = {"run", "--nproc-per-node", "2", "--microbatches", "4", "--steps", "4", "--model", FAST,
+                          "--progress", "off", "--db", db, NULL};
+    lt_proc p[3];
+    for (int i = 0; i < 3; i++) lt_start(&p[i], args, NULL);
+    for (int i = 0; i < 3; i++) {
+        finish(&p[i], 120, "a concurrent job");
+        cr_assert_eq(p[i].status, 0, "job %d: exit %d\n%s", i, p[i].status, p[i].err);
+        lt_free(&p[i]);
+    }
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'succeeded' AND exit_code = 0"), 3);
+    cr_assert_eq(q(db, 0, "SELECT count(DISTINCT job_id) FROM events"), 3);
+    for (int j = 1; j <= 3; j++)
+        cr_assert_eq(q(db, 0, "SELECT count(*) FROM events WHERE job_id = %d AND phase IN ('F','B','W')", j),
+                     4 * 2 * 4 * 3, "job %d's events", j);
+    assert_integrity_ok(db);
+}
