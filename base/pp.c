@@ -103,8 +103,11 @@ uint64_t pp_mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
  * rate, so a long job does not drift. The line stays continuous at a
  * re-anchor, so the clock never goes back, in any thread: an error ahead of
  * CLOCK_MONOTONIC is slewed away over the next period (at most CK_SLEW of
- * its length), one behind is jumped over. An error beyond CK_GIVE_UP_NS (the
- * TSC jumped: a VM moved to another host) drops the TSC for good.
+ * its length), one behind is jumped over. (Exceptions, each within the
+ * bound: rdtsc's own reordering by a few cycles; a reader that finds the
+ * line being replaced 64 times running, its writer preempted, reads
+ * clock_gettime.) An error beyond CK_GIVE_UP_NS (the TSC jumped: a VM moved
+ * to another host) drops the TSC for good.
  *
  * Error bound: the anchor's own (half its bracket, at most 0.5 us) plus the
  * slope's over one period (at most the two anchors' over the baseline, which

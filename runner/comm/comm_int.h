@@ -5,8 +5,10 @@
  * Threads per comm: one monitor (accepts TCP connections, watches peers'
  * pidfds and outgoing sockets), and per peer that talks: one sender thread
  * (drains the send queue into the ring/socket, started at the first send
- * that cannot go straight through) and one reader thread (moves messages
- * from the ring/socket into the inbox or straight into a posted receive). */
+ * that cannot go straight through) and one reader thread (TCP: moves
+ * messages from the socket into the inbox or straight into a posted
+ * receive; shm: the drainer, which does so only when no receive reads the
+ * ring itself and the writer needs room: comm_shm.c). */
 #ifndef PP_COMM_INT_H
 #define PP_COMM_INT_H
 #include <pthread.h>
