@@ -1,8 +1,8 @@
 /* test_comm.c: the point-to-point transport between real processes, over
  * shared memory and over TCP: order per tag, 64 MiB messages, many tags in
  * flight received out of order, size mismatches, timeouts, dead peers and
- * peers without the job token; and over shared memory, where receives read
- * the ring themselves: a flush past the ring's size that no receive helps,
+ * peers without the job token; and over shared memory, where a receive may
+ * read the ring itself: a flush past the ring's size that no receive helps,
  * two threads receiving from one peer, and a receiver that waits long and
  * does not spin. */
 #include <criterion/criterion.h>
@@ -205,7 +205,7 @@ Test(comm_tcp, messages_flushed_before_the_sender_exits_are_delivered) { early_e
 
 /* Once the channel is set up (a first message received), rank 0 sends four
  * times the ring's 4 MiB and flushes while rank 1 does not call comm_recv:
- * the receiving side's drainer must make room. Only after rank 0's flush
+ * the receiving side's reader thread must make room. Only after rank 0's flush
  * returned (a byte through a pipe) does rank 1 receive, in reverse order. */
 enum { FLUSH_N = 16, FLUSH_SZ = 1 << 20 };
 typedef struct flush_arg {

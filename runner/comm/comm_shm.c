@@ -9,27 +9,29 @@
  * pieces.
  *
  * Who reads a ring: one thread at a time, the holder of the peer's rx_busy.
- * A thread in comm_recv reads it itself: its message goes from the ring
- * straight into its buffer, one copy on each side (sender -> ring -> the
- * receiver's buffer) and no hand-over between threads, so a small message
- * costs one wake-up, as through a pipe. Messages nobody asked for yet stay
- * in the ring until a receive reads them (those ahead of its own move to
- * the inbox). The peer's drainer thread reads only when the writer is
- * blocked for room and no receive has read for DRAIN_GRACE_NS, or when the
- * stream ends: so a sender's comm_flush never waits for a comm_recv, and
- * what a dead peer wrote is still delivered.
+ * The peer's reader thread moves what arrives into the posted receive's
+ * buffer or the inbox as soon as it arrives, so a sender's comm_flush never
+ * waits for a comm_recv, and what a dead peer wrote is still delivered. A
+ * thread in comm_recv reads the ring itself when bytes are there and the
+ * reader thread has not run yet, or when it spins: its message then goes
+ * from the ring straight into its buffer with no hand-over between threads.
+ * A message can be left half read by one and finished by the other.
  *
- * Waiting: a writer with no room sleeps on the ring's space_seq futex, a
- * receive with no data on data_seq, the drainer on drain_seq (FUTEX_WAIT on
- * shared memory, woken by the other process); the *_waiting flags let the
- * other side skip the FUTEX_WAKE syscall when nobody sleeps. Before sleeping
- * a receive spins (polling the ring, sched_yield between polls, so that a
- * thread waiting for this core gets it), but only while recent waits on this
- * peer were short (their moving average under SPIN_MAX_NS), and then for
- * about twice that average: a pipeline waiting milliseconds for a stage's
- * compute never spins, a ping-pong of small messages does, at a cost of
- * about the wait itself. Sleeps are cut in slices of 500 ms only as a
- * safety net; peer death wakes them at once (comm.c). */
+ * Waiting: a writer with no room sleeps on the ring's space_seq futex, the
+ * reader thread on data_seq (FUTEX_WAIT on shared memory, woken by the other
+ * process); the *_waiting flags let the other side skip the FUTEX_WAKE
+ * syscall when nobody sleeps. A receive with nothing to read sleeps on its
+ * condition variable until the reader thread hands the message over, or,
+ * when recent waits on this peer were short (their moving average under
+ * SPIN_MAX_NS) and the machine has a core free (/proc/loadavg), first spins
+ * on the ring for about twice that average, polling with sched_yield. A
+ * pipeline stage waiting milliseconds for its neighbour's compute never
+ * spins; a ping-pong of small messages on an idle machine does. Receives
+ * that slept on the ring's futex themselves, woken by the sending process,
+ * made a 4-rank pipeline on 2 busy cores twice as slow (docs/comm.md), so
+ * without a free core the wait is the reader thread's, as it was. Sleeps
+ * are cut in slices of 500 ms only as a safety net; peer death wakes them at
+ * once (comm.c). */
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
@@ -47,26 +49,23 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SHM_MAGIC 0x32707073u       /* "spp2": the layout below (another build's rank refuses it) */
+#define SHM_MAGIC 0x70707368u       /* "pprs" */
 /* Per direction: big enough to stream, small for /dev/shm.  Where /dev/shm
  * is small (a container's default 64 MiB) the creator falls back to
  * smaller rings rather than fail. */
 static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
 #define SHM_SLICE_NS 500000000ull
 #define PIECE (256u << 10)           /* copied in (out) before head (tail) moves: the other side works meanwhile */
-#define SPIN_MAX_NS 50000ull         /* a receive spins only while recent waits averaged less */
+#define SPIN_MAX_NS 50000ull         /* a receive spins only while recent waits averaged less, and cores are free */
 #define SPIN_MIN_NS 5000ull
-#define DRAIN_GRACE_NS 1000000ull    /* a blocked writer waits this long for a receive before the drainer reads */
 
 struct comm_ring {                  /* lives in shared memory */
     alignas(64) _Atomic uint64_t head;  /* bytes ever written (writer only) */
     _Atomic uint32_t data_seq;          /* futex: bumped after head moves */
-    _Atomic uint32_t reader_waiting;    /* a receive sleeps on data_seq */
+    _Atomic uint32_t reader_waiting;    /* the reader thread sleeps on data_seq */
     alignas(64) _Atomic uint64_t tail;  /* bytes ever read (reader only) */
     _Atomic uint32_t space_seq;         /* futex: bumped after tail moves */
     _Atomic uint32_t writer_waiting;
-    _Atomic uint32_t drain_seq;         /* futex of the reading side's drainer */
-    _Atomic uint32_t drainer_waiting;
     alignas(64) _Atomic uint32_t closed; /* writer called comm_close */
     uint64_t data_off;                  /* from the segment start */
 };
@@ -258,8 +257,6 @@ int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_
                 snprintf(why, cap, "closed its channel (called comm_close) with our messages unread");
                 return -1;
             }
-            /* If no receive reads our ring, the peer's drainer makes room. */
-            if (atomic_load(&r->drainer_waiting)) bump_wake(&r->drain_seq);
             fwait(&r->space_seq, seq, SHM_SLICE_NS);
         }
         atomic_store(&r->writer_waiting, 0);
@@ -347,137 +344,128 @@ static void rx_finish(comm_peer *p, const char *why) {
     comm_rx_end(p, why);
 }
 
-/* A receive with nothing to read: spins while recent waits on this peer
- * were short, then sleeps on data_seq, until there is something to read, a
- * wake-up, or until. Keeps the moving average of how long it waited. */
-static void rx_wait(comm_peer *p, uint64_t until) {
-    struct comm_ring *r = p->in_ring;
-    uint64_t t0 = pp_now_ns(), avg = p->rx_wait_ns;
-    if (avg < SPIN_MAX_NS) {
-        uint64_t spin = 2 * avg < SPIN_MIN_NS ? SPIN_MIN_NS : 2 * avg > SPIN_MAX_NS ? SPIN_MAX_NS : 2 * avg;
-        for (uint64_t now = t0; !rx_ready(p, r) && now - t0 < spin && now < until; now = pp_now_ns())
-            sched_yield(); /* a thread waiting for this core runs first */
+/* Whether a spinning receive would have a core to itself: fewer runnable
+ * threads on the machine (/proc/loadavg's fourth field, this one included)
+ * than CPUs this process may use. Read at most every 50 ms. When every core
+ * is taken, a spin with sched_yield hands the core to another thread for a
+ * whole time slice, and the ranks of a pipeline came out slower than with
+ * a sleep (docs/comm.md). */
+static int cores_free(void) {
+    static _Atomic uint64_t checked_at;
+    static _Atomic int is_free;
+    uint64_t now = pp_now_ns(), at = atomic_load(&checked_at);
+    if (at && now - at < 50000000ull) return atomic_load(&is_free);
+    atomic_store(&checked_at, now);
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC), running = INT_MAX;
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    if (n > 0) {
+        buf[n] = '\0';
+        if (sscanf(buf, "%*s %*s %*s %d/", &running) != 1) running = INT_MAX;
     }
-    uint64_t now = pp_now_ns();
-    if (now < until && !rx_ready(p, r)) {
-        atomic_store(&r->reader_waiting, 1);
-        uint32_t seq = atomic_load(&r->data_seq);
-        if (!rx_ready(p, r)) fwait(&r->data_seq, seq, until - now < SHM_SLICE_NS ? until - now : SHM_SLICE_NS);
-        atomic_store(&r->reader_waiting, 0);
-        now = pp_now_ns();
-    }
-    /* Capped: one long wait must not keep a ping-pong from spinning for long. */
-    uint64_t waited = now - t0 < 1000000 ? now - t0 : 1000000;
-    p->rx_wait_ns = avg - avg / 4 + waited / 4;
+    int f = running <= pp_cpu_count();
+    atomic_store(&is_free, f);
+    return f;
 }
 
-/* Whether the drainer should read: the writer is blocked for room with bytes
- * in the ring, or the stream is ending. */
-static int drain_needed(comm_peer *p) {
-    struct comm_ring *r = p->in_ring;
-    return atomic_load(&r->closed) || atomic_load(&p->dead) || atomic_load(&p->c->stopping) ||
-           (atomic_load(&r->writer_waiting) && atomic_load(&r->head) != atomic_load(&r->tail));
-}
-
-static void rx_release_locked(comm_peer *p) {
-    p->rx_busy = 0;
-    pthread_cond_broadcast(&p->cv_in); /* a receive waiting for the ring */
+/* How long receives on this peer wait: a moving average, each wait capped
+ * at 1 ms (one long wait must not stop a ping-pong from spinning for long).
+ * Under mu. */
+static void rx_note_wait(comm_peer *p, uint64_t ns) {
+    if (ns > 1000000) ns = 1000000;
+    p->rx_wait_ns = p->rx_wait_ns - p->rx_wait_ns / 4 + ns / 4;
 }
 
 void comm_wait_in(comm_peer *p, uint64_t until) {
-    if (p->kind != COMM_SHM || p->rx_busy || p->in_state != COMM_IN_OPEN) {
+    struct comm_ring *r = p->in_ring;
+    if (p->kind != COMM_SHM || p->in_state != COMM_IN_OPEN || p->rx_busy) {
         pp_cond_wait_until(&p->cv_in, &p->mu, until);
         return;
     }
+    int ready = rx_ready(p, r) || p->rx_hgot, spin = !ready && p->rx_wait_ns < SPIN_MAX_NS && cores_free();
+    if (!ready && !spin) { /* sleep; the reader thread hands the message over */
+        uint64_t t0 = pp_now_ns();
+        pp_cond_wait_until(&p->cv_in, &p->mu, until);
+        rx_note_wait(p, pp_now_ns() - t0);
+        return;
+    }
+    /* Read the ring here, straight into the posted buffer: bytes are there
+     * (the reader thread has not run yet), or this receive spins for them. */
     p->rx_busy = 1;
     pthread_mutex_unlock(&p->mu);
+    uint64_t t0 = pp_now_ns(), now = t0, avg = p->rx_wait_ns;
+    if (spin) {
+        uint64_t budget = 2 * avg < SPIN_MIN_NS ? SPIN_MIN_NS : 2 * avg > SPIN_MAX_NS ? SPIN_MAX_NS : 2 * avg;
+        while (!rx_ready(p, r) && (now = pp_now_ns()) - t0 < budget && now < until) sched_yield();
+    }
     char why[256] = "";
     int rc;
-    for (;;) { /* until a message is handed over, the end, or until */
-        size_t moved;
-        if ((rc = rx_step(p, &moved, why, sizeof why)) != 0 || moved) {
-            if (rc != 0) break;
-            continue;
-        }
-        if (pp_now_ns() >= until) break;
-        rx_wait(p, until);
+    size_t moved;
+    while ((rc = rx_step(p, &moved, why, sizeof why)) == 0 && moved) {
     }
     if (rc < 0) rx_finish(p, why);
     pthread_mutex_lock(&p->mu);
-    rx_release_locked(p);
+    /* A spin that found nothing counts as a long wait: the next receive
+     * sleeps (and measures). */
+    if (spin) rx_note_wait(p, moved || rc ? pp_now_ns() - t0 : 1000000);
+    p->rx_busy = 0;
+    /* Bytes left behind (another message, the rest of one): the reader
+     * thread, which left the ring to us, goes on with them. */
+    if (rc >= 0 && atomic_load(&r->head) != atomic_load(&r->tail)) bump_wake(&r->data_seq);
+    pthread_cond_broadcast(&p->cv_in);
 }
 
-/* The drainer: reads the ring into the inbox when the writer is blocked for
- * room and no receive has read for DRAIN_GRACE_NS (a receive that comes
- * meanwhile reads its message straight from the ring; one that keeps
- * reading keeps the writer going), or when the stream ends. Idle, it sleeps
- * on drain_seq, which a writer that blocks bumps. */
-static void *shm_drainer_main(void *arg) {
+/* The reader thread: moves what arrives into the posted receive's buffer
+ * or the inbox, as soon as it arrives, unless a receive holds the ring (it
+ * wakes this thread if it leaves bytes behind). At the stream's end it
+ * delivers what is left and says why it ended. */
+static void *shm_reader_main(void *arg) {
     comm_peer *p = arg;
     struct comm_ring *r = p->in_ring;
     char why[256] = "";
     for (;;) {
-        /* Waiting flag and seq before the check: a writer that blocks after
-         * it wakes us. */
-        atomic_store(&r->drainer_waiting, 1);
-        uint32_t seq = atomic_load(&r->drain_seq);
+        /* Waiting flag and seq before the checks: a writer (or a receive
+         * leaving bytes behind) after them wakes us. */
+        atomic_store(&r->reader_waiting, 1);
+        uint32_t seq = atomic_load(&r->data_seq);
         pthread_mutex_lock(&p->mu);
-        int closed = p->in_state == COMM_IN_CLOSED;
+        int closed = p->in_state == COMM_IN_CLOSED, mine = !closed && !p->rx_busy && rx_ready(p, r);
+        if (mine) p->rx_busy = 1;
         pthread_mutex_unlock(&p->mu);
         if (closed) break;
-        if (!drain_needed(p)) {
-            fwait(&r->drain_seq, seq, SHM_SLICE_NS);
+        if (!mine) {
+            fwait(&r->data_seq, seq, SHM_SLICE_NS);
             continue;
         }
-        atomic_store(&r->drainer_waiting, 0);
-        int ending = atomic_load(&r->closed) || atomic_load(&p->dead) || atomic_load(&p->c->stopping);
-        uint64_t tail = atomic_load(&r->tail);
-        pthread_mutex_lock(&p->mu);
-        int busy = p->rx_busy;
-        pthread_mutex_unlock(&p->mu);
-        if (busy || !ending) {
-            fwait(&r->drain_seq, seq, DRAIN_GRACE_NS);
-            pthread_mutex_lock(&p->mu);
-            busy = p->rx_busy;
-            pthread_mutex_unlock(&p->mu);
-            /* A receive reads, or read meanwhile: the writer is not stuck. */
-            if (busy || (!ending && atomic_load(&r->tail) != tail)) continue;
-        }
-        pthread_mutex_lock(&p->mu);
-        if (p->rx_busy) {
-            pthread_mutex_unlock(&p->mu);
-            continue;
-        }
-        p->rx_busy = 1;
-        pthread_mutex_unlock(&p->mu);
+        atomic_store(&r->reader_waiting, 0);
         int rc;
         size_t moved;
         do rc = rx_step(p, &moved, why, sizeof why);
         while (rc > 0 || (rc == 0 && moved));
         if (rc < 0) rx_finish(p, why);
         pthread_mutex_lock(&p->mu);
-        rx_release_locked(p);
+        p->rx_busy = 0;
+        pthread_cond_broadcast(&p->cv_in);
         pthread_mutex_unlock(&p->mu);
         if (rc < 0) break;
     }
-    atomic_store(&r->drainer_waiting, 0);
+    atomic_store(&r->reader_waiting, 0);
     return NULL;
 }
 
 int comm_shm_start_reader(comm_peer *p) {
-    return comm_start_reader(p, shm_drainer_main);
+    return comm_start_reader(p, shm_reader_main);
 }
 
 void comm_shm_wake(comm_peer *p) {
     bump_wake(&p->in_ring->data_seq);
-    bump_wake(&p->in_ring->drain_seq);
     bump_wake(&p->out_ring->space_seq);
 }
 
 void comm_shm_close_out(comm_peer *p) {
     atomic_store(&p->out_ring->closed, 1);
-    bump_wake(&p->out_ring->data_seq);  /* the peer's receive */
-    bump_wake(&p->out_ring->drain_seq); /* the peer's drainer */
+    bump_wake(&p->out_ring->data_seq);  /* the peer's reader */
     bump_wake(&p->in_ring->space_seq);  /* the peer's writer, if it waits on us */
 }
 
