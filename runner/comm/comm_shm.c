@@ -393,8 +393,9 @@ void comm_wait_in(comm_peer *p, uint64_t until) {
     /* Read the ring here, straight into the posted buffer: bytes are there
      * (the reader thread has not run yet), or this receive spins for them. */
     p->rx_busy = 1;
+    uint64_t avg = p->rx_wait_ns;
     pthread_mutex_unlock(&p->mu);
-    uint64_t t0 = pp_now_ns(), now = t0, avg = p->rx_wait_ns;
+    uint64_t t0 = pp_now_ns(), now = t0;
     if (spin) {
         uint64_t budget = 2 * avg < SPIN_MIN_NS ? SPIN_MIN_NS : 2 * avg > SPIN_MAX_NS ? SPIN_MAX_NS : 2 * avg;
         while (!rx_ready(p, r) && (now = pp_now_ns()) - t0 < budget && now < until) sched_yield();
