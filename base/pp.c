@@ -20,6 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <stdatomic.h> /* the clock (pp_now_ns) */
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <x86intrin.h>
+#endif
+
 int pp_fail(pp_err *err, const char *fmt, ...) {
     if (err) {
         va_list ap;
@@ -56,8 +62,296 @@ static uint64_t clock_ns(clockid_t id) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-uint64_t pp_now_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
 uint64_t pp_wall_ns(void) { return clock_ns(CLOCK_REALTIME); }
+uint64_t pp_mono_ns(void) { return clock_ns(CLOCK_MONOTONIC); }
+
+/* ---- pp_now_ns: CLOCK_MONOTONIC, read through the TSC where that is safe ---
+ *
+ * Every traced op reads the clock twice, and clock_gettime costs 16 to 30 ns
+ * on the VMs pprun runs on against 7 ns for rdtsc (bench/trace.c: the hot
+ * path's goal is 50 ns with both reads). So pp_now_ns reads the TSC and maps
+ * it onto CLOCK_MONOTONIC with a line fitted to this process's own readings
+ * of both, as Kineto does. Every process fits its line against the same
+ * kernel clock, so the ranks of a node agree to within twice the error bound
+ * below, and the database still holds CLOCK_MONOTONIC (the collector's
+ * offsets between nodes are unchanged).
+ *
+ * The TSC is used only when all of these hold; otherwise pp_now_ns is
+ * clock_gettime(CLOCK_MONOTONIC), and pp_clock_get says why:
+ *  - x86-64, and env PPRUN_CLOCK is not "monotonic" (which forces the
+ *    fallback: tests, or a machine where the TSC misbehaves in a way the
+ *    checks below miss);
+ *  - the TSC is invariant, CPUID 80000007H EDX bit 8 (what Linux shows as
+ *    constant_tsc and nonstop_tsc): one rate in every P- and C-state;
+ *  - the kernel's own clocksource is "tsc": it then computes CLOCK_MONOTONIC
+ *    from this very counter, has checked that the CPUs' TSCs are in step (so
+ *    a thread moving between cores reads the same line) and keeps watching
+ *    it (it switches to another clocksource when the TSC drifts; so do we at
+ *    the next process start);
+ *  - rdtsc costs less than half a clock_gettime: a hypervisor that traps
+ *    rdtsc makes it cost microseconds.
+ *
+ * Calibration, per process (no shared state to set up, nothing to go stale
+ * when a rank restarts): for the first CK_STARTUP_NS pp_now_ns reads
+ * CLOCK_MONOTONIC while a baseline builds up; then the line is re-anchored
+ * every CK_PERIOD_NS (the first periods shorter: at most the baseline so
+ * far), by whichever thread reads the clock first after the period ends. An
+ * anchor is a pair of rdtsc around one clock_gettime, the tightest of a few;
+ * one wider than CK_BRACKET_MAX_NS (interrupted) is thrown away. The slope
+ * is the rate between the newest anchor and one up to CK_ANCHORS periods
+ * older (1.4 s): it follows the NTP daemon's changes to the kernel clock's
+ * rate, so a long job does not drift. The line stays continuous at a
+ * re-anchor, so the clock never goes back, in any thread: an error ahead of
+ * CLOCK_MONOTONIC is slewed away over the next period (at most CK_SLEW of
+ * its length), one behind is jumped over. (Exceptions, each within the
+ * bound: rdtsc's own reordering by a few cycles; a reader that finds the
+ * line being replaced 64 times running, its writer preempted, reads
+ * clock_gettime.) An error beyond CK_GIVE_UP_NS (the TSC jumped: a VM moved
+ * to another host) drops the TSC for good.
+ *
+ * Error bound: the anchor's own (half its bracket, at most 0.5 us) plus the
+ * slope's over one period (at most the two anchors' over the baseline, which
+ * is at least the period: 1 us): 1.5 us at worst, tens of ns measured
+ * (pp_clock_get's max_err_ns; PP_CLOCK_BOUND_NS is what tests hold it to). */
+
+#define CK_STARTUP_NS 10000000ull  /* 10 ms of baseline before the TSC is used */
+#define CK_PERIOD_NS 200000000ull  /* re-anchor every 200 ms */
+#define CK_BRACKET_MAX_NS 1000.0   /* an anchor read over a longer span was interrupted */
+#define CK_SLEW 0.0005             /* at most 500 ppm of a period slewed away */
+#define CK_GIVE_UP_NS 1000000.0    /* 1 ms off at a re-anchor: the TSC jumped */
+#define CK_ANCHORS 8
+
+enum { CK_INIT, CK_CALIBRATING, CK_TSC, CK_MONO };
+
+typedef struct ck_anchor {
+    uint64_t lo, tsc, ns; /* rdtsc before clock_gettime, the bracket's middle, clock_gettime */
+} ck_anchor;
+
+static struct {
+    /* What every read takes, one cache line: mode, and the line
+     * ns = base_ns + (tsc - base_tsc) * mult / 2^32, replaced under seq (odd
+     * while it is being replaced). next_tsc: when to re-anchor. */
+    _Alignas(64) _Atomic int mode;
+    _Atomic uint32_t seq;
+    _Atomic uint64_t base_tsc, base_ns, mult, next_tsc;
+    /* The calibrating thread's. owner: the pid whose thread calibrates (a
+     * child forked meanwhile takes it over), 0 for none. */
+    _Alignas(64) _Atomic int owner;
+    ck_anchor hist[CK_ANCHORS];
+    unsigned nhist;
+    double slope; /* ns per tick of the last fit */
+    _Atomic uint64_t anchors, max_err_ns;
+    char why[160];
+    pthread_once_t once;
+} ck = {.once = PTHREAD_ONCE_INIT};
+
+static void ck_fallback(const char *why) {
+    snprintf(ck.why, sizeof ck.why, "%s", why);
+    atomic_store(&ck.mode, CK_MONO);
+}
+
+#if defined(__x86_64__)
+/* The tightest of a few rdtsc pairs around clock_gettime; -1 when every one
+ * spanned more than max_ticks (the thread was interrupted). The fences keep
+ * each rdtsc on its side of clock_gettime. */
+static int ck_measure(ck_anchor *a, double max_ticks) {
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 4; i++) {
+        _mm_lfence();
+        uint64_t t0 = __rdtsc();
+        _mm_lfence();
+        uint64_t ns = pp_mono_ns();
+        _mm_lfence();
+        uint64_t t1 = __rdtsc();
+        if (t1 - t0 < best) {
+            best = t1 - t0;
+            *a = (ck_anchor){.lo = t0, .tsc = t0 + (t1 - t0) / 2, .ns = ns};
+        }
+    }
+    return (double)best <= max_ticks ? 0 : -1;
+}
+
+static uint64_t ck_line(uint64_t tsc, uint64_t base_tsc, uint64_t base_ns, uint64_t mult) {
+    int64_t d = (int64_t)(tsc - base_tsc); /* a reader's rdtsc may run a few cycles early */
+    return base_ns + (d > 0 ? (uint64_t)(((unsigned __int128)(uint64_t)d * mult) >> 32) : 0);
+}
+
+/* Once per process: the checks above, and the first anchor. */
+static void ck_decide(void) {
+    const char *env = getenv("PPRUN_CLOCK");
+    if (env && strcmp(env, "monotonic") == 0) {
+        ck_fallback("PPRUN_CLOCK=monotonic");
+        return;
+    }
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000007u, &a, &b, &c, &d) || !(d & (1u << 8))) {
+        ck_fallback("the TSC is not invariant (CPUID 80000007H EDX bit 8)");
+        return;
+    }
+    char src[64] = "";
+    FILE *f = fopen("/sys/devices/system/clocksource/clocksource0/current_clocksource", "r");
+    if (f) {
+        if (!fgets(src, sizeof src, f)) src[0] = '\0';
+        fclose(f);
+    }
+    src[strcspn(src, "\n")] = '\0';
+    if (strcmp(src, "tsc") != 0) {
+        char why[160];
+        snprintf(why, sizeof why, "the kernel's clocksource is %.60s, not tsc", src[0] ? src : "unknown");
+        ck_fallback(why);
+        return;
+    }
+    uint64_t tsc_ns = UINT64_MAX, mono_ns = UINT64_MAX, sum = 0;
+    for (int r = 0; r < 5; r++) { /* 16 of each, the best of 5: the machine may be busy */
+        uint64_t t0 = pp_mono_ns();
+        for (int i = 0; i < 16; i++) sum += __rdtsc();
+        uint64_t t1 = pp_mono_ns();
+        for (int i = 0; i < 16; i++) sum += pp_mono_ns();
+        uint64_t t2 = pp_mono_ns();
+        if (t1 - t0 < tsc_ns) tsc_ns = t1 - t0;
+        if (t2 - t1 < mono_ns) mono_ns = t2 - t1;
+    }
+    if (sum == 0 || 2 * tsc_ns >= mono_ns) {
+        char why[160];
+        snprintf(why, sizeof why, "rdtsc costs %.1f ns, clock_gettime %.1f ns: the TSC is no faster (trapped?)",
+                 (double)tsc_ns / 16, (double)mono_ns / 16);
+        ck_fallback(why);
+        return;
+    }
+    ck_measure(&ck.hist[0], 1e18);
+    ck.nhist = 1;
+    atomic_store(&ck.mode, CK_CALIBRATING);
+}
+
+/* Takes the calibrator's role; 0 when another thread of this process has it. */
+static int ck_own(void) {
+    int me = (int)getpid(), cur = atomic_load(&ck.owner);
+    if (cur == me) return 0;
+    return atomic_compare_exchange_strong(&ck.owner, &cur, me);
+}
+
+/* A new anchor, a new slope, and the line replaced (see above). */
+static void ck_reanchor(void) {
+    double slope = ck.slope;
+    if (!(slope > 0)) /* before the first fit, a rough one: only the bracket's limit uses it */
+        slope = (double)(pp_mono_ns() - ck.hist[0].ns) / (double)(__rdtsc() - ck.hist[0].tsc);
+    ck_anchor a;
+    if (ck_measure(&a, CK_BRACKET_MAX_NS / slope) != 0) { /* interrupted: again in 1 ms */
+        atomic_store(&ck.next_tsc, a.tsc + (uint64_t)(1e6 / slope));
+        return;
+    }
+    const ck_anchor *old = &ck.hist[ck.nhist < CK_ANCHORS ? 0 : ck.nhist % CK_ANCHORS];
+    slope = (double)(a.ns - old->ns) / (double)(a.tsc - old->tsc);
+    double baseline = (double)(a.ns - old->ns), period = baseline < CK_PERIOD_NS ? baseline : CK_PERIOD_NS;
+    ck.hist[ck.nhist++ % CK_ANCHORS] = a;
+    ck.slope = slope;
+    int first = atomic_load(&ck.mode) == CK_CALIBRATING;
+    uint64_t bt = atomic_load(&ck.base_tsc), bn = atomic_load(&ck.base_ns), m = atomic_load(&ck.mult);
+    if (!first) {
+        int64_t err = (int64_t)(ck_line(a.tsc, bt, bn, m) - a.ns);
+        uint64_t e = (uint64_t)(err < 0 ? -err : err);
+        if (e > atomic_load(&ck.max_err_ns)) atomic_store(&ck.max_err_ns, e);
+        if (e > CK_GIVE_UP_NS) {
+            char why[160];
+            snprintf(why, sizeof why, "the TSC was %lld ns off CLOCK_MONOTONIC at a re-anchor (it jumped)",
+                     (long long)err);
+            ck_fallback(why);
+            return;
+        }
+    }
+    /* Readers that got the old line read the TSC before c (the store of an
+     * odd seq is a full barrier; lfence keeps rdtsc after it), those that
+     * get the new one after: continuous at c, the clock never goes back. */
+    uint32_t s = atomic_load(&ck.seq) | 1u;
+    atomic_store(&ck.seq, s);
+    _mm_lfence();
+    uint64_t c = __rdtsc();
+    /* CLOCK_MONOTONIC at c; the first line starts from the bracket's
+     * start, ahead of every value returned while calibrating. */
+    uint64_t mono_c = a.ns + (uint64_t)(slope * (double)(c - (first ? a.lo : a.tsc)));
+    uint64_t line_c = first ? 0 : ck_line(c, bt, bn, m), base = mono_c;
+    double rate = slope;
+    if (!first && line_c > mono_c) { /* ahead: slew, reaching the true line one period on; behind: jump */
+        double slew = (double)(line_c - mono_c) / period;
+        rate = slope * (1 - (slew < CK_SLEW ? slew : CK_SLEW));
+        base = line_c;
+    }
+    atomic_store_explicit(&ck.base_tsc, c, memory_order_relaxed);
+    atomic_store_explicit(&ck.base_ns, base, memory_order_relaxed);
+    atomic_store_explicit(&ck.mult, (uint64_t)(rate * 4294967296.0 + 0.5), memory_order_relaxed);
+    atomic_store_explicit(&ck.next_tsc, c + (uint64_t)(period / slope), memory_order_relaxed);
+    atomic_store_explicit(&ck.seq, s + 1, memory_order_release);
+    atomic_fetch_add(&ck.anchors, 1);
+    if (first) atomic_store(&ck.mode, CK_TSC);
+}
+#else
+static void ck_decide(void) { ck_fallback("not x86-64"); }
+#endif
+
+/* Everything but a read of a settled line: the first calls, calibration,
+ * a re-anchor, the fallback. */
+static uint64_t ck_slow(void) {
+    pthread_once(&ck.once, ck_decide);
+    for (int tries = 0;; tries++) {
+        int mode = atomic_load(&ck.mode);
+#if defined(__x86_64__)
+        if (mode == CK_CALIBRATING) {
+            uint64_t now = pp_mono_ns();
+            if (now - ck.hist[0].ns < CK_STARTUP_NS || !ck_own()) return now;
+            if (atomic_load(&ck.mode) == CK_CALIBRATING) ck_reanchor();
+            atomic_store(&ck.owner, 0);
+            return now; /* the line starts ahead of it */
+        }
+        if (mode == CK_TSC) {
+            uint32_t s = atomic_load_explicit(&ck.seq, memory_order_acquire);
+            uint64_t bt = atomic_load_explicit(&ck.base_tsc, memory_order_relaxed);
+            uint64_t bn = atomic_load_explicit(&ck.base_ns, memory_order_relaxed);
+            uint64_t m = atomic_load_explicit(&ck.mult, memory_order_relaxed);
+            uint64_t next = atomic_load_explicit(&ck.next_tsc, memory_order_relaxed);
+            uint64_t tsc = __rdtsc();
+            atomic_thread_fence(memory_order_acquire);
+            if (!(s & 1) && atomic_load_explicit(&ck.seq, memory_order_relaxed) == s) {
+                if (tsc < next || !ck_own()) return ck_line(tsc, bt, bn, m); /* the old line is still good */
+                ck_reanchor();
+                atomic_store(&ck.owner, 0);
+                continue;
+            }
+            if (tries < 64) continue; /* being replaced: a few stores */
+        }
+#endif
+        (void)tries;
+        return pp_mono_ns();
+    }
+}
+
+uint64_t pp_now_ns(void) {
+#if defined(__x86_64__)
+    if (atomic_load_explicit(&ck.mode, memory_order_relaxed) == CK_TSC) {
+        uint32_t s = atomic_load_explicit(&ck.seq, memory_order_acquire);
+        uint64_t bt = atomic_load_explicit(&ck.base_tsc, memory_order_relaxed);
+        uint64_t bn = atomic_load_explicit(&ck.base_ns, memory_order_relaxed);
+        uint64_t m = atomic_load_explicit(&ck.mult, memory_order_relaxed);
+        uint64_t next = atomic_load_explicit(&ck.next_tsc, memory_order_relaxed);
+        uint64_t tsc = __rdtsc();
+        atomic_thread_fence(memory_order_acquire);
+        if (tsc < next && atomic_load_explicit(&ck.seq, memory_order_relaxed) == s && !(s & 1))
+            return ck_line(tsc, bt, bn, m);
+    }
+#endif
+    return ck_slow();
+}
+
+void pp_clock_get(pp_clock *out) {
+    pthread_once(&ck.once, ck_decide);
+    int mode = atomic_load(&ck.mode);
+    memset(out, 0, sizeof *out);
+    out->source = mode == CK_TSC ? "tsc" : mode == CK_CALIBRATING ? "calibrating" : "monotonic";
+    if (mode == CK_MONO) snprintf(out->why, sizeof out->why, "%s", ck.why);
+    out->anchors = atomic_load(&ck.anchors);
+    out->max_err_ns = atomic_load(&ck.max_err_ns);
+    uint64_t m = atomic_load(&ck.mult);
+    out->tsc_ghz = mode == CK_TSC && m ? 4294967296.0 / (double)m : 0;
+}
 
 uint64_t pp_hash(const void *p, size_t n) {
     const unsigned char *b = p;

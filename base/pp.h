@@ -20,8 +20,26 @@ int pp_fail(pp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 
 /* Prefixes an existing message: "context: old message". Returns -1. */
 int pp_wrap(pp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* CLOCK_MONOTONIC in nanoseconds: the clock of every trace timestamp. */
+/* CLOCK_MONOTONIC in nanoseconds: the clock of every trace timestamp and
+ * deadline. Read through the TSC where that is safe, within
+ * PP_CLOCK_BOUND_NS of clock_gettime, never going back (pp.c says how and
+ * when; env PPRUN_CLOCK=monotonic turns the TSC off). */
 uint64_t pp_now_ns(void);
+#define PP_CLOCK_BOUND_NS 2000
+/* clock_gettime(CLOCK_MONOTONIC) itself, never the TSC: what pp_now_ns is
+ * checked and measured against. */
+uint64_t pp_mono_ns(void);
+/* What pp_now_ns reads: source "tsc", "monotonic" (why: the reason), or
+ * "calibrating" (a process's first 10 ms, read from CLOCK_MONOTONIC);
+ * re-anchors of the TSC line so far, the largest error seen at one, and the
+ * rate of the TSC fitted. */
+typedef struct pp_clock {
+    const char *source;
+    char why[160];
+    uint64_t anchors, max_err_ns;
+    double tsc_ghz;
+} pp_clock;
+void pp_clock_get(pp_clock *out);
 /* CLOCK_REALTIME in nanoseconds: only for display (job start time). */
 uint64_t pp_wall_ns(void);
 /* Sleeps the whole duration, resuming after signals. */

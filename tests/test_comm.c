@@ -1,7 +1,10 @@
 /* test_comm.c: the point-to-point transport between real processes, over
  * shared memory and over TCP: order per tag, 64 MiB messages, many tags in
  * flight received out of order, size mismatches, timeouts, dead peers and
- * peers without the job token. */
+ * peers without the job token; and over shared memory, where a receive may
+ * read the ring itself: a flush past the ring's size that no receive helps,
+ * two threads receiving from one peer, and a receiver that waits long and
+ * does not spin. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <signal.h>
@@ -9,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "helpers/capture.h"
@@ -194,6 +200,149 @@ static void early_exit_test(const char *transport) {
 }
 Test(comm_shm, messages_flushed_before_the_sender_exits_are_delivered) { early_exit_test("shm"); }
 Test(comm_tcp, messages_flushed_before_the_sender_exits_are_delivered) { early_exit_test("tcp"); }
+
+/* ---- shm: a flush past the ring's size, with no receive to help ----------- */
+
+/* Once the channel is set up (a first message received), rank 0 sends four
+ * times the ring's 4 MiB and flushes while rank 1 does not call comm_recv:
+ * the receiving side's reader thread must make room. Only after rank 0's flush
+ * returned (a byte through a pipe) does rank 1 receive, in reverse order. */
+enum { FLUSH_N = 16, FLUSH_SZ = 1 << 20 };
+typedef struct flush_arg {
+    int fd[2];
+} flush_arg;
+
+static int flush_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    flush_arg *a = arg;
+    unsigned char *b = malloc(FLUSH_SZ);
+    int rc = 0;
+    if (rank == 0) {
+        rc = comm_send(c, 1, FLUSH_N, NULL, 0, rep);
+        for (int i = 0; i < FLUSH_N && rc == 0; i++) {
+            fill(b, FLUSH_SZ, 900 + (uint64_t)i);
+            rc = comm_send(c, 1, (uint64_t)i, b, FLUSH_SZ, rep);
+        }
+        if (rc == 0) rc = comm_flush(c, 20000, rep);
+        if (rc == 0 && write(a->fd[1], "f", 1) != 1) rc = pp_fail(rep, "pipe write failed");
+    } else {
+        struct pollfd pfd = {.fd = a->fd[0], .events = POLLIN};
+        char x;
+        rc = comm_recv(c, 0, FLUSH_N, NULL, 0, 10000, rep); /* the channel is set up */
+        if (rc == 0 && (poll(&pfd, 1, 60000) != 1 || read(a->fd[0], &x, 1) != 1))
+            rc = pp_fail(rep, "rank 0 never said its flush returned");
+        for (int i = FLUSH_N - 1; i >= 0 && rc == 0; i--) {
+            rc = comm_recv(c, 0, (uint64_t)i, b, FLUSH_SZ, 10000, rep);
+            if (rc == 0) rc = check(b, FLUSH_SZ, 900 + (uint64_t)i, "message drained before it was asked for", rep);
+        }
+    }
+    free(b);
+    return rc;
+}
+
+Test(comm_shm, a_flush_past_the_ring_returns_before_any_receive) {
+    flush_arg a;
+    cr_assert_eq(pipe(a.fd), 0);
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, "shm", flush_fn, &a, &r), 0);
+    close(a.fd[0]), close(a.fd[1]);
+    expect_all_ok(&r, 2);
+}
+
+/* ---- shm: two threads receiving from one peer ------------------------------ */
+
+/* Rank 1 receives odd tags in a second thread and even ones in its main
+ * thread, both from rank 0, which sends them interleaved, 1 B to 300 KiB:
+ * one thread reads the ring at a time, and hands the other its messages. */
+enum { TWO_N = 400 };
+static size_t two_size(int i) { return 1 + (size_t)(i * 104729) % (300u << 10); }
+
+typedef struct two_recv {
+    comm *c;
+    int parity;
+    pp_err err;
+    int rc;
+} two_recv;
+
+static void *two_recv_main(void *arg) {
+    two_recv *t = arg;
+    unsigned char *b = malloc(300u << 10);
+    for (int i = t->parity; i < TWO_N && t->rc == 0; i += 2) {
+        t->rc = comm_recv(t->c, 0, (uint64_t)i, b, two_size(i), 20000, &t->err);
+        if (t->rc == 0) t->rc = check(b, two_size(i), 700 + (uint64_t)i, "message of two receiving threads", &t->err);
+    }
+    free(b);
+    return NULL;
+}
+
+static int two_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    if (rank == 0) {
+        unsigned char *b = malloc(300u << 10);
+        int rc = 0;
+        for (int i = 0; i < TWO_N && rc == 0; i++) {
+            fill(b, two_size(i), 700 + (uint64_t)i);
+            rc = comm_send(c, 1, (uint64_t)i, b, two_size(i), rep);
+        }
+        free(b);
+        return rc;
+    }
+    two_recv odd = {.c = c, .parity = 1}, even = {.c = c, .parity = 0};
+    pthread_t t;
+    if (pthread_create(&t, NULL, two_recv_main, &odd) != 0) return pp_fail(rep, "pthread_create failed");
+    two_recv_main(&even);
+    pthread_join(t, NULL);
+    if (even.rc) *rep = even.err;
+    if (odd.rc) *rep = odd.err;
+    return even.rc || odd.rc ? -1 : 0;
+}
+
+Test(comm_shm, two_threads_receiving_from_one_peer_get_their_own_messages) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, "shm", two_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+}
+
+/* ---- shm: a receiver that waits long does not spin ------------------------- */
+
+/* Rank 0 sends a message every 5 ms; rank 1's CPU time over those waits
+ * must stay a small part of the wall time. A receive spins only while
+ * recent waits were short (under 50 us): spinning through these waits
+ * would take about all of it. Load on the machine only lowers the CPU time
+ * rank 1 gets. */
+enum { SLOW_N = 60 };
+
+static double process_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int slow_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    char b[64] = {0};
+    int rc = 0;
+    if (rank == 0) {
+        for (int i = 0; i < SLOW_N && rc == 0; i++) {
+            pp_sleep_ns(5000000);
+            rc = comm_send(c, 1, (uint64_t)i, b, sizeof b, rep);
+        }
+        return rc;
+    }
+    rc = comm_recv(c, 0, 0, b, sizeof b, 10000, rep); /* set-up and the first message outside the measure */
+    double cpu0 = process_cpu_ns();
+    uint64_t t0 = pp_now_ns();
+    for (int i = 1; i < SLOW_N && rc == 0; i++) rc = comm_recv(c, 0, (uint64_t)i, b, sizeof b, 10000, rep);
+    double cpu = process_cpu_ns() - cpu0, wall = (double)(pp_now_ns() - t0);
+    if (rc == 0 && cpu > wall / 4)
+        rc = pp_fail(rep, "rank 1 used %.1f ms of CPU in %.1f ms of waiting", cpu / 1e6, wall / 1e6);
+    return rc;
+}
+
+Test(comm_shm, a_receiver_waiting_long_does_not_spin) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, "shm", slow_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+}
 
 /* ---- size mismatch -------------------------------------------------------- */
 

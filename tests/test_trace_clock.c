@@ -1,8 +1,17 @@
 /* test_trace_clock.c: NTP-style clock offset against a remote clock with a
- * known skew and a jittery, asymmetric network. */
+ * known skew and a jittery, asymmetric network; and pp_now_ns, the TSC read
+ * as CLOCK_MONOTONIC (base/pp.c), against clock_gettime itself: within
+ * PP_CLOCK_BOUND_NS through re-anchors, in several threads, on every core, in
+ * a forked child, and CLOCK_MONOTONIC itself when forced. Each Test runs in
+ * a process of its own, so each calibrates from the start. */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tracer/clock.h"
 
@@ -66,4 +75,141 @@ Test(trace_clock, errors_name_the_round_and_the_bad_variable) {
     unsetenv("PPRUN_TEST_CLOCK_SKEW_NS");
     cr_assert_eq(rc, -1);
     cr_assert(strstr(err.msg, "PPRUN_TEST_CLOCK_SKEW_NS"), "%s", err.msg);
+}
+
+/* ---- pp_now_ns against clock_gettime ------------------------------------ */
+
+/* Skips the test where this machine's TSC is not used (and says why). */
+static void need_tsc(void) {
+    pp_clock c;
+    pp_now_ns();
+    pp_clock_get(&c);
+    if (strcmp(c.source, "monotonic") == 0) cr_skip_test("pp_now_ns reads CLOCK_MONOTONIC here: %s", c.why);
+    uint64_t until = pp_mono_ns() + 1000000000ull;
+    while (strcmp(c.source, "calibrating") == 0 && pp_mono_ns() < until) {
+        pp_now_ns();
+        pp_clock_get(&c);
+    }
+    cr_assert_str_eq(c.source, "tsc", "still %s after a second", c.source);
+}
+
+typedef struct bracket_run {
+    uint64_t for_ns;
+    long reads, outside, backwards;
+    int64_t worst_early, worst_late; /* how far before `before` / after `after` a reading was */
+} bracket_run;
+
+/* Reads pp_now_ns between two clock_gettime calls for for_ns: every reading
+ * must lie in [before - bound, after + bound] and never go back. Preemption
+ * between the three reads only widens the bracket, so this cannot fail on
+ * a busy machine unless the line is off. */
+static void *bracket(void *arg) {
+    bracket_run *r = arg;
+    uint64_t last = 0, end = pp_mono_ns() + r->for_ns;
+    for (;;) {
+        uint64_t before = pp_mono_ns(), v = pp_now_ns(), after = pp_mono_ns();
+        r->reads++;
+        if (v < last) r->backwards++;
+        last = v;
+        int64_t early = (int64_t)(before - v), late = (int64_t)(v - after);
+        if (early > r->worst_early) r->worst_early = early;
+        if (late > r->worst_late) r->worst_late = late;
+        if (early > PP_CLOCK_BOUND_NS || late > PP_CLOCK_BOUND_NS) r->outside++;
+        if (after >= end) return NULL;
+    }
+}
+
+static void expect_in_bounds(const bracket_run *r, const char *what) {
+    cr_assert_gt(r->reads, 1000, "%s: %ld reads", what, r->reads);
+    cr_assert_eq(r->outside, 0, "%s: %ld of %ld readings more than %d ns outside clock_gettime's (worst %lld ns "
+                 "before, %lld ns after)", what, r->outside, r->reads, PP_CLOCK_BOUND_NS, (long long)r->worst_early,
+                 (long long)r->worst_late);
+    cr_assert_eq(r->backwards, 0, "%s: the clock went back %ld times", what, r->backwards);
+}
+
+Test(pp_clock, the_first_readings_are_clock_monotonic_itself) {
+    /* The first 10 ms of a process calibrate: pp_now_ns is clock_gettime. */
+    uint64_t before = pp_mono_ns(), v = pp_now_ns(), after = pp_mono_ns();
+    pp_clock c;
+    pp_clock_get(&c);
+    if (strcmp(c.source, "calibrating") != 0) cr_skip_test("pp_now_ns reads CLOCK_MONOTONIC here: %s", c.why);
+    cr_assert(before <= v && v <= after, "%llu not in [%llu, %llu]", (unsigned long long)v,
+              (unsigned long long)before, (unsigned long long)after);
+}
+
+Test(pp_clock, tsc_readings_stay_within_the_bound_through_re_anchors_in_every_thread, .timeout = 30) {
+    need_tsc();
+    /* 1.5 s: the re-anchors at 10, 20, 40, 80, 160 ms of baseline, then
+     * every 200 ms, done by whichever thread comes first. */
+    enum { THREADS = 3 };
+    bracket_run runs[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        runs[i] = (bracket_run){.for_ns = 1500000000ull};
+        cr_assert_eq(pthread_create(&t[i], NULL, bracket, &runs[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < THREADS; i++) expect_in_bounds(&runs[i], "thread");
+    pp_clock c;
+    pp_clock_get(&c);
+    cr_assert_str_eq(c.source, "tsc");
+    cr_assert_geq(c.anchors, 6, "%llu re-anchors in 1.5 s", (unsigned long long)c.anchors);
+    cr_assert_leq(c.max_err_ns, PP_CLOCK_BOUND_NS, "%llu ns off at a re-anchor", (unsigned long long)c.max_err_ns);
+    cr_assert(c.tsc_ghz > 0.1 && c.tsc_ghz < 20, "a TSC of %.3f GHz", c.tsc_ghz);
+}
+
+Test(pp_clock, a_thread_moved_between_cores_reads_the_same_line, .timeout = 30) {
+    need_tsc();
+    cpu_set_t mine;
+    cr_assert_eq(sched_getaffinity(0, sizeof mine, &mine), 0);
+    int cores = 0;
+    uint64_t last = 0;
+    for (int round = 0; round < 20; round++)
+        for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+            if (!CPU_ISSET(cpu, &mine)) continue;
+            cpu_set_t one;
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+            cores += round == 0;
+            bracket_run r = {.for_ns = 5000000};
+            bracket(&r);
+            char what[32];
+            snprintf(what, sizeof what, "cpu %d", cpu);
+            expect_in_bounds(&r, what);
+            uint64_t now = pp_now_ns();
+            cr_assert_geq(now, last, "back by %llu ns after moving to cpu %d", (unsigned long long)(last - now), cpu);
+            last = now;
+        }
+    sched_setaffinity(0, sizeof mine, &mine);
+    if (cores < 2) cr_skip_test("one core only: nothing to move between");
+}
+
+Test(pp_clock, a_forked_child_keeps_the_line_and_re_anchors_it, .timeout = 30) {
+    need_tsc();
+    pid_t child = fork();
+    if (child == 0) { /* past two re-anchors of its own */
+        bracket_run r = {.for_ns = 500000000ull};
+        bracket(&r);
+        pp_clock c;
+        pp_clock_get(&c);
+        _exit(r.outside || r.backwards || r.reads < 1000 || strcmp(c.source, "tsc") != 0 ? 1 : 0);
+    }
+    int st;
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's readings strayed (status %d)", st);
+}
+
+Test(pp_clock, PPRUN_CLOCK_monotonic_forces_clock_gettime) {
+    setenv("PPRUN_CLOCK", "monotonic", 1); /* before this process's first reading */
+    for (int i = 0; i < 100000; i++) {
+        uint64_t before = pp_mono_ns(), v = pp_now_ns(), after = pp_mono_ns();
+        cr_assert(before <= v && v <= after, "%llu not in [%llu, %llu]", (unsigned long long)v,
+                  (unsigned long long)before, (unsigned long long)after);
+    }
+    pp_clock c;
+    pp_clock_get(&c);
+    cr_assert_str_eq(c.source, "monotonic");
+    cr_assert_str_eq(c.why, "PPRUN_CLOCK=monotonic");
+    cr_assert_eq(c.anchors, 0);
 }

@@ -1,6 +1,7 @@
 /* clock.h: a node's clock offset to the master, measured NTP-style.
  *
- * Every host stamps trace records with its own CLOCK_MONOTONIC. At
+ * Every host stamps trace records with its own CLOCK_MONOTONIC (pp_now_ns,
+ * which reads it through the TSC where that is safe: base/pp.c). At
  * rendezvous each non-master launcher asks the master for its clock a few
  * times (the store's TIME op) and keeps the round trip with the smallest
  * duration: offset = remote - (t0 + t1) / 2, where t0/t1 are the local

@@ -6,7 +6,8 @@
  * pidfds and outgoing sockets), and per peer that talks: one sender thread
  * (drains the send queue into the ring/socket, started at the first send
  * that cannot go straight through) and one reader thread (moves messages
- * from the ring/socket into the inbox or straight into a posted receive). */
+ * from the ring/socket into the inbox or straight into a posted receive; a
+ * receive may read a shm ring itself: comm_shm.c). */
 #ifndef PP_COMM_INT_H
 #define PP_COMM_INT_H
 #include <pthread.h>
@@ -62,7 +63,7 @@ typedef struct comm_peer {
     size_t q_bytes, q_msgs;
     int busy;                  /* sender thread is writing a popped item */
     comm_out *spare;           /* written big items kept for reuse (fresh pages fault: slow) */
-    int n_spare;
+    size_t spare_bytes;
     int sender_started;
     pthread_t sender;
     int send_failed;           /* the sender thread gave up; send_err says why */
@@ -85,6 +86,18 @@ typedef struct comm_peer {
     void *seg;
     size_t seg_size, ring_cap;   /* bytes per direction (the creator's choice) */
     comm_ring *out_ring, *in_ring;
+    /* The ring's one reader at a time: the reader thread, or a thread in
+     * comm_recv (comm_shm.c). rx_busy is under mu; the rest is the reader's:
+     * the message being read (header bytes so far, then payload bytes into
+     * rx_dst, an inbox message or the posted receive's buffer when rx_msg
+     * is NULL); under mu, how long recent receives waited (whether to
+     * spin). */
+    int rx_busy;
+    comm_hdr rx_hdr;
+    size_t rx_hgot, rx_got;
+    unsigned char *rx_dst;
+    comm_msg *rx_msg;
+    uint64_t rx_wait_ns;
     /* tcp */
     int out_fd, in_fd;
 } comm_peer;
@@ -120,8 +133,19 @@ void comm_peer_dead(comm_peer *p, const char *why);
 void comm_monitor_kick(comm *c);
 
 /* comm.c */
-/* Reader thread body shared by both transports: rd() reads exactly n bytes,
- * or returns -1 and fills why (closed, died, stopping). */
+/* Where a received message goes, once its header is read: straight into
+ * the posted receive when it asked for this tag and length (claimed; *msg
+ * NULL), else a new inbox message (*msg); -1 with why when out of memory.
+ * comm_rx_deliver hands it over once its payload is in (*msg, or NULL for
+ * the posted receive); comm_rx_drop frees one abandoned half-way. */
+int comm_rx_begin(comm_peer *p, const comm_hdr *h, void **dst, comm_msg **msg, char *why, size_t cap);
+void comm_rx_deliver(comm_peer *p, comm_msg *msg);
+void comm_rx_drop(comm_msg *msg);
+/* The peer's stream ended (closed, died, comm closed): why, for the
+ * receives that wait for it; a posted receive being filled fails. */
+void comm_rx_end(comm_peer *p, const char *why);
+/* TCP's reader thread body: rd() reads exactly n bytes, or returns -1 and
+ * fills why (closed, died, stopping). */
 typedef int (*comm_read_fn)(comm_peer *p, void *dst, size_t n, char *why, size_t cap);
 void comm_reader_loop(comm_peer *p, comm_read_fn rd);
 int comm_start_reader(comm_peer *p, void *(*fn)(void *));
@@ -139,6 +163,11 @@ int comm_recv_timed(comm *c, int peer, uint64_t tag, void *buf, size_t len, int 
 void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
 int comm_shm_attach(comm_peer *p, pp_err *err);
 int comm_shm_start_reader(comm_peer *p);
+/* comm_recv's wait, p->mu held: on a shm peer whose ring nobody reads, it
+ * reads the ring itself if bytes are there, or spins for them when that is
+ * worth it (comm_shm.c); otherwise (and for TCP) it waits on cv_in until
+ * `until`. */
+void comm_wait_in(comm_peer *p, uint64_t until);
 size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);
 int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap);
 void comm_shm_wake(comm_peer *p);     /* wakes both of this peer's ring waiters */

@@ -6,19 +6,39 @@
  * finished pair leaves nothing in /dev/shm (comm_cleanup sweeps the names of
  * a rank that died before its peer attached).  Messages are a byte stream of
  * header + payload, so a 64 MiB message flows through a ring of a few MiB in
- * pieces while the reader copies them out.
+ * pieces.
  *
- * Waiting never spins: a writer with no room sleeps on the ring's space_seq
- * futex, a reader with no data on data_seq (FUTEX_WAIT on shared memory,
- * woken by the other process).  The *_waiting flags let the other side skip
- * the FUTEX_WAKE syscall when nobody sleeps.  Sleeps are cut in slices of
- * 500 ms only as a safety net; peer death wakes them at once (comm.c). */
+ * Who reads a ring: one thread at a time, the holder of the peer's rx_busy.
+ * The peer's reader thread moves what arrives into the posted receive's
+ * buffer or the inbox as soon as it arrives, so a sender's comm_flush never
+ * waits for a comm_recv, and what a dead peer wrote is still delivered. A
+ * thread in comm_recv reads the ring itself when bytes are there and the
+ * reader thread has not run yet, or when it spins: its message then goes
+ * from the ring straight into its buffer with no hand-over between threads.
+ * A message can be left half read by one and finished by the other.
+ *
+ * Waiting: a writer with no room sleeps on the ring's space_seq futex, the
+ * reader thread on data_seq (FUTEX_WAIT on shared memory, woken by the other
+ * process); the *_waiting flags let the other side skip the FUTEX_WAKE
+ * syscall when nobody sleeps. A receive with nothing to read sleeps on its
+ * condition variable until the reader thread hands the message over, or,
+ * when recent waits on this peer were short (their moving average under
+ * SPIN_MAX_NS) and the machine has a core free (/proc/loadavg), first spins
+ * on the ring for about twice that average, polling with sched_yield. A
+ * pipeline stage waiting milliseconds for its neighbour's compute never
+ * spins; a ping-pong of small messages on an idle machine does. Receives
+ * that slept on the ring's futex themselves, woken by the sending process,
+ * made a 4-rank pipeline on 2 busy cores twice as slow (docs/comm.md), so
+ * without a free core the wait is the reader thread's, as it was. Sleeps
+ * are cut in slices of 500 ms only as a safety net; peer death wakes them at
+ * once (comm.c). */
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdalign.h>
 #include <stdio.h>
@@ -34,12 +54,15 @@
  * is small (a container's default 64 MiB) the creator falls back to
  * smaller rings rather than fail. */
 static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
-#define SHM_SLICE_MS 500
+#define SHM_SLICE_NS 500000000ull
+#define PIECE (256u << 10)           /* copied in (out) before head (tail) moves: the other side works meanwhile */
+#define SPIN_MAX_NS 50000ull         /* a receive spins only while recent waits averaged less, and cores are free */
+#define SPIN_MIN_NS 5000ull
 
 struct comm_ring {                  /* lives in shared memory */
     alignas(64) _Atomic uint64_t head;  /* bytes ever written (writer only) */
     _Atomic uint32_t data_seq;          /* futex: bumped after head moves */
-    _Atomic uint32_t reader_waiting;
+    _Atomic uint32_t reader_waiting;    /* the reader thread sleeps on data_seq */
     alignas(64) _Atomic uint64_t tail;  /* bytes ever read (reader only) */
     _Atomic uint32_t space_seq;         /* futex: bumped after tail moves */
     _Atomic uint32_t writer_waiting;
@@ -62,8 +85,8 @@ void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap) {
     snprintf(buf, cap, "/pprun-%016" PRIx64 "-%d-%d", job_hash, a, b);
 }
 
-static void fwait(_Atomic uint32_t *w, uint32_t v, int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+static void fwait(_Atomic uint32_t *w, uint32_t v, uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, v, &ts, NULL, 0);
 }
 
@@ -171,15 +194,27 @@ static void publish_head(struct comm_ring *r, uint64_t head) {
     if (atomic_load(&r->reader_waiting)) fwake(&r->data_seq);
 }
 
+/* Copies n bytes in at head and publishes them a PIECE at a time, so that
+ * the reader copies one piece out while we copy the next in. New head. */
+static uint64_t put_published(comm_peer *p, uint64_t head, const void *src, size_t n) {
+    for (size_t done = 0; done < n;) {
+        size_t k = n - done < PIECE ? n - done : PIECE;
+        head += ring_put(p, head, (const char *)src + done, k);
+        done += k;
+        publish_head(p->out_ring, head);
+    }
+    return head;
+}
+
 size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb) {
     struct comm_ring *r = p->out_ring;
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
     size_t room = (size_t)(p->ring_cap - (head - atomic_load(&r->tail)));
     size_t wa = na < room ? na : room;
     size_t wb = nb < room - wa ? nb : room - wa;
-    if (wa) head += ring_put(p, head, a, wa);
-    if (wb) head += ring_put(p, head, b, wb);
-    if (wa + wb) publish_head(r, head);
+    if (wa) head += ring_put(p, head, a, wa); /* the header goes out with the first piece */
+    if (wb) put_published(p, head, b, wb);
+    else if (wa) publish_head(r, head);
     return wa + wb;
 }
 
@@ -205,7 +240,7 @@ int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_
         size_t room = (size_t)(p->ring_cap - (head - atomic_load(&r->tail)));
         if (room) {
             size_t k = n < room ? n : room;
-            publish_head(r, head + ring_put(p, head, s, k));
+            put_published(p, head, s, k);
             s += k;
             n -= k;
             continue;
@@ -222,51 +257,201 @@ int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_
                 snprintf(why, cap, "closed its channel (called comm_close) with our messages unread");
                 return -1;
             }
-            fwait(&r->space_seq, seq, SHM_SLICE_MS);
+            fwait(&r->space_seq, seq, SHM_SLICE_NS);
         }
         atomic_store(&r->writer_waiting, 0);
     }
     return 0;
 }
 
-static int shm_read(comm_peer *p, void *dst, size_t n, char *why, size_t cap) {
-    struct comm_ring *r = p->in_ring;
-    unsigned char *d = dst;
-    while (n) {
-        if (atomic_load(&p->c->stopping)) return stop_reason(p, why, cap), -1;
-        uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
-        /* Flags first, head second: a writer's last bytes are visible
-         * before its closed flag or its death is. */
-        int ending = atomic_load(&r->closed) || atomic_load(&p->dead) || atomic_load(&p->c->stopping);
-        uint64_t avail = atomic_load(&r->head) - tail;
-        if (avail) {
-            size_t k = n < avail ? n : (size_t)avail;
-            size_t cap = p->ring_cap, off = (size_t)(tail % cap), first = k < cap - off ? k : cap - off;
-            memcpy(d, ring_data(p, r) + off, first);
-            if (k > first) memcpy(d + first, ring_data(p, r), k - first);
-            d += k;
-            n -= k;
-            atomic_store(&r->tail, tail + k);
-            atomic_fetch_add(&r->space_seq, 1);
-            if (atomic_load(&r->writer_waiting)) fwake(&r->space_seq);
-            continue;
-        }
-        if (ending) {
-            if (!stop_reason(p, why, cap)) snprintf(why, cap, "closed its channel (called comm_close)");
-            return -1;
-        }
-        atomic_store(&r->reader_waiting, 1);
-        uint32_t seq = atomic_load(&r->data_seq);
-        if (atomic_load(&r->head) == tail && !atomic_load(&r->closed) && !atomic_load(&p->dead) &&
-            !atomic_load(&p->c->stopping))
-            fwait(&r->data_seq, seq, SHM_SLICE_MS);
-        atomic_store(&r->reader_waiting, 0);
-    }
-    return 0;
+/* ---- reading a ring: one reader at a time, the holder of rx_busy ---------- */
+
+/* Whether a reader has something to do: bytes in the ring, or the stream's
+ * end (the peer closed or died, or this comm is closing). */
+static int rx_ready(comm_peer *p, struct comm_ring *r) {
+    return atomic_load(&r->closed) || atomic_load(&p->dead) || atomic_load(&p->c->stopping) ||
+           atomic_load(&r->head) != atomic_load_explicit(&r->tail, memory_order_relaxed);
 }
 
+static void ring_get(comm_peer *p, struct comm_ring *r, uint64_t tail, void *dst, size_t k) {
+    size_t cap = p->ring_cap, off = (size_t)(tail % cap), first = k < cap - off ? k : cap - off;
+    memcpy(dst, ring_data(p, r) + off, first);
+    if (k > first) memcpy((unsigned char *)dst + first, ring_data(p, r), k - first);
+}
+
+/* Moves tail past k bytes copied out; wakes a writer waiting for room. */
+static void rx_consume(struct comm_ring *r, uint64_t tail, size_t k) {
+    atomic_store(&r->tail, tail + k);
+    atomic_fetch_add(&r->space_seq, 1);
+    if (atomic_load(&r->writer_waiting)) fwake(&r->space_seq);
+}
+
+/* One step: copies what the ring holds of the message being read (its
+ * header first, then at most PIECE of payload) into place, moves tail,
+ * and hands the message over once complete. 1: a message was handed over;
+ * 0: *moved bytes were read (0: the ring is empty); -1: the stream ended, or
+ * a message did not fit in memory (why). */
+static int rx_step(comm_peer *p, size_t *moved, char *why, size_t cap) {
+    struct comm_ring *r = p->in_ring;
+    *moved = 0;
+    if (atomic_load(&p->c->stopping)) {
+        snprintf(why, cap, "comm was closed");
+        return -1;
+    }
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    /* Flags first, head second: a writer's last bytes are visible before
+     * its closed flag or its death is. */
+    int ending = atomic_load(&r->closed) || atomic_load(&p->dead);
+    uint64_t avail = atomic_load(&r->head) - tail;
+    if (!avail) {
+        if (!ending) return 0;
+        if (!stop_reason(p, why, cap)) snprintf(why, cap, "closed its channel (called comm_close)");
+        return -1;
+    }
+    size_t k;
+    if (p->rx_hgot < sizeof p->rx_hdr) {
+        k = sizeof p->rx_hdr - p->rx_hgot;
+        if (k > avail) k = (size_t)avail;
+        ring_get(p, r, tail, (unsigned char *)&p->rx_hdr + p->rx_hgot, k);
+        rx_consume(r, tail, k);
+        *moved = k;
+        if ((p->rx_hgot += k) < sizeof p->rx_hdr) return 0;
+        void *dst;
+        if (comm_rx_begin(p, &p->rx_hdr, &dst, &p->rx_msg, why, cap) < 0) return -1;
+        p->rx_dst = dst;
+        p->rx_got = 0;
+    } else {
+        k = p->rx_hdr.len - p->rx_got;
+        if (k > avail) k = (size_t)avail;
+        if (k > PIECE) k = PIECE;
+        ring_get(p, r, tail, p->rx_dst + p->rx_got, k);
+        rx_consume(r, tail, k);
+        *moved = k;
+        p->rx_got += k;
+    }
+    if (p->rx_got < p->rx_hdr.len) return 0;
+    comm_rx_deliver(p, p->rx_msg);
+    p->rx_msg = NULL;
+    p->rx_hgot = 0;
+    return 1;
+}
+
+/* The end of the stream: a message half read is dropped (a posted receive
+ * being filled fails), and the receives waiting on this peer learn why. */
+static void rx_finish(comm_peer *p, const char *why) {
+    comm_rx_drop(p->rx_msg);
+    p->rx_msg = NULL;
+    comm_rx_end(p, why);
+}
+
+/* Whether a spinning receive would have a core to itself: fewer runnable
+ * threads on the machine (/proc/loadavg's fourth field, this one included)
+ * than CPUs this process may use. Read at most every 50 ms. When every core
+ * is taken, a spin with sched_yield hands the core to another thread for a
+ * whole time slice, and the ranks of a pipeline came out slower than with
+ * a sleep (docs/comm.md). */
+static int cores_free(void) {
+    static _Atomic uint64_t checked_at;
+    static _Atomic int is_free;
+    uint64_t now = pp_now_ns(), at = atomic_load(&checked_at);
+    if (at && now - at < 50000000ull) return atomic_load(&is_free);
+    atomic_store(&checked_at, now);
+    char buf[128];
+    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC), running = INT_MAX;
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    if (n > 0) {
+        buf[n] = '\0';
+        if (sscanf(buf, "%*s %*s %*s %d/", &running) != 1) running = INT_MAX;
+    }
+    int f = running <= pp_cpu_count();
+    atomic_store(&is_free, f);
+    return f;
+}
+
+/* How long receives on this peer wait: a moving average, each wait capped
+ * at 1 ms (one long wait must not stop a ping-pong from spinning for long).
+ * Under mu. */
+static void rx_note_wait(comm_peer *p, uint64_t ns) {
+    if (ns > 1000000) ns = 1000000;
+    p->rx_wait_ns = p->rx_wait_ns - p->rx_wait_ns / 4 + ns / 4;
+}
+
+void comm_wait_in(comm_peer *p, uint64_t until) {
+    struct comm_ring *r = p->in_ring;
+    if (p->kind != COMM_SHM || p->in_state != COMM_IN_OPEN || p->rx_busy) {
+        pp_cond_wait_until(&p->cv_in, &p->mu, until);
+        return;
+    }
+    int ready = rx_ready(p, r) || p->rx_hgot, spin = !ready && p->rx_wait_ns < SPIN_MAX_NS && cores_free();
+    if (!ready && !spin) { /* sleep; the reader thread hands the message over */
+        uint64_t t0 = pp_now_ns();
+        pp_cond_wait_until(&p->cv_in, &p->mu, until);
+        rx_note_wait(p, pp_now_ns() - t0);
+        return;
+    }
+    /* Read the ring here, straight into the posted buffer: bytes are there
+     * (the reader thread has not run yet), or this receive spins for them. */
+    p->rx_busy = 1;
+    uint64_t avg = p->rx_wait_ns;
+    pthread_mutex_unlock(&p->mu);
+    uint64_t t0 = pp_now_ns(), now = t0;
+    if (spin) {
+        uint64_t budget = 2 * avg < SPIN_MIN_NS ? SPIN_MIN_NS : 2 * avg > SPIN_MAX_NS ? SPIN_MAX_NS : 2 * avg;
+        while (!rx_ready(p, r) && (now = pp_now_ns()) - t0 < budget && now < until) sched_yield();
+    }
+    char why[256] = "";
+    int rc;
+    size_t moved;
+    while ((rc = rx_step(p, &moved, why, sizeof why)) == 0 && moved) {
+    }
+    if (rc < 0) rx_finish(p, why);
+    pthread_mutex_lock(&p->mu);
+    /* A spin that found nothing counts as a long wait: the next receive
+     * sleeps (and measures). */
+    if (spin) rx_note_wait(p, moved || rc ? pp_now_ns() - t0 : 1000000);
+    p->rx_busy = 0;
+    /* Bytes left behind (another message, the rest of one): the reader
+     * thread, which left the ring to us, goes on with them. */
+    if (rc >= 0 && atomic_load(&r->head) != atomic_load(&r->tail)) bump_wake(&r->data_seq);
+    pthread_cond_broadcast(&p->cv_in);
+}
+
+/* The reader thread: moves what arrives into the posted receive's buffer
+ * or the inbox, as soon as it arrives, unless a receive holds the ring (it
+ * wakes this thread if it leaves bytes behind). At the stream's end it
+ * delivers what is left and says why it ended. */
 static void *shm_reader_main(void *arg) {
-    comm_reader_loop(arg, shm_read);
+    comm_peer *p = arg;
+    struct comm_ring *r = p->in_ring;
+    char why[256] = "";
+    for (;;) {
+        /* Waiting flag and seq before the checks: a writer (or a receive
+         * leaving bytes behind) after them wakes us. */
+        atomic_store(&r->reader_waiting, 1);
+        uint32_t seq = atomic_load(&r->data_seq);
+        pthread_mutex_lock(&p->mu);
+        int closed = p->in_state == COMM_IN_CLOSED, mine = !closed && !p->rx_busy && rx_ready(p, r);
+        if (mine) p->rx_busy = 1;
+        pthread_mutex_unlock(&p->mu);
+        if (closed) break;
+        if (!mine) {
+            fwait(&r->data_seq, seq, SHM_SLICE_NS);
+            continue;
+        }
+        atomic_store(&r->reader_waiting, 0);
+        int rc;
+        size_t moved;
+        do rc = rx_step(p, &moved, why, sizeof why);
+        while (rc > 0 || (rc == 0 && moved));
+        if (rc < 0) rx_finish(p, why);
+        pthread_mutex_lock(&p->mu);
+        p->rx_busy = 0;
+        pthread_cond_broadcast(&p->cv_in);
+        pthread_mutex_unlock(&p->mu);
+        if (rc < 0) break;
+    }
+    atomic_store(&r->reader_waiting, 0);
     return NULL;
 }
 
