@@ -172,4 +172,16 @@ int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *co
  * keep *out's values; on an error *out is unchanged. */
 int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err);
 
+/* ---- memory-bounded zero bubble (sched_greedy.c) -----------------------------
+ *
+ * docs/schedules.md, "Memory-bounded zero bubble". What a rank holds counts
+ * per (stage, microbatch), from the end of its F to the end of its W (or
+ * BW), as sched_sim.peak_inflight and step_stats.act_peak_bytes do: `f`
+ * after the F, `b` after the B (B may free some, or save more for W).
+ * Microbatch-stages are {1, 1}; bytes are a model's (config/model_act.h) or a
+ * job's measured ones. */
+typedef struct sched_act {
+    double f, b;
+} sched_act;
+
 #endif

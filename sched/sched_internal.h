@@ -39,4 +39,26 @@ static inline double sched_op_cost(const sched_costs *c, int op) {
     return op == SCHED_F ? c->f : op == SCHED_B ? c->b : c->w;
 }
 
+/* The zero-bubble greedy (sched_greedy.c): zb-v's order, and zb-h1's and
+ * zb-v's under a memory bound. v = 1: stage r on rank r; v = 2: ZB-V's V.
+ * act[p * v] says what each stage holds; no F leaves a rank unable to
+ * take its oldest microbatch back through its chunks within limit. */
+typedef struct sched_greedy_in {
+    int p, m, v;
+    const sched_costs *costs;
+    const sched_act *act; /* [p * v] */
+    double limit;         /* the most a rank holds, in act's unit */
+    int wait_for_sooner;  /* wait for an action of a higher class arriving within half the chosen one's cost */
+} sched_greedy_in;
+
+/* The greedy's order as a plan named `name`; -1 with err when it got stuck
+ * (a limit below what the order needs) or out of memory. */
+int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, pp_err *err);
+/* The greedy plain and waiting for a sooner action (in->wait_for_sooner is
+ * ignored), each simulated at in->costs: the shorter step wins, the plain
+ * one on a tie. Neither is better everywhere: with send time (p=4, m=8,
+ * f=b=w=1, comm=0.1) waiting idles 10.1% against 16.1%; with p=2 it can
+ * lose. -1 with the plain one's error when it cannot be built. */
+int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, pp_err *err);
+
 #endif
