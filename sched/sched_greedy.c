@@ -71,6 +71,7 @@ typedef struct zg {
     const sched_act *act; /* [S] */
     double limit;
     int wait_for_sooner; /* see wait_for_sooner */
+    int bound;           /* the limit kept an F or a B from running at least once */
     double *end;         /* [S][m][3] end time, <0 = not scheduled */
     double *clock;       /* [p]: when each rank is free; HUGE_VAL: asleep until woken */
     int *nf, *nb;        /* [p][v]: F and B run so far per rank and chunk */
@@ -197,7 +198,10 @@ static void pick_b(zg *z, int r, double t, choice *ch) {
             if (ch->soon[0] < 0 || ready < ch->soon[0]) ch->soon[0] = ready;
             continue;
         }
-        if (z->held[r] + grow(z->act[s].b - z->act[s].f) > z->limit) continue; /* a W must free room first */
+        if (z->held[r] + grow(z->act[s].b - z->act[s].f) > z->limit) { /* a W must free room first */
+            z->bound = 1;
+            continue;
+        }
         if (ch->op < 0 || mb < ch->mb) ch->stage = s, ch->op = SCHED_B, ch->mb = mb, ch->cls = 0;
     }
 }
@@ -209,7 +213,10 @@ static void pick_f(zg *z, int r, double t, choice *ch) {
         int s = zg_stage(z, r, k), mb = z->nf[r * z->v + k];
         double ready = 0;
         if (mb >= z->m) continue;
-        if (z->held[r] + zg_f_room(z, r, k) > z->limit) continue;
+        if (z->held[r] + zg_f_room(z, r, k) > z->limit) {
+            z->bound = 1;
+            continue;
+        }
         if (s > 0 && !arrival(z, r, s - 1, mb, SCHED_F, &ready)) continue;
         if (ready > t) {
             note_arrival(ch, ready, t);
@@ -316,7 +323,7 @@ static int zg_run(zg *z) {
     return 0;
 }
 
-int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, pp_err *err) {
+int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, pp_err *err) {
     *out = NULL;
     int S = in->p * in->v;
     int *stage_rank = malloc(sizeof(int) * (size_t)S);
@@ -330,21 +337,24 @@ int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, 
         for (int s = 0; s < S; s++) stage_rank[s] = zg_rank(&z, s);
         rc = sched_plan_from_lists(name, in->p, S, in->v, in->m, stage_rank, z.out, z.len, out, err);
     }
+    if (bound) *bound = z.bound;
     zg_free(&z);
     free(stage_rank);
     return rc;
 }
 
-int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, pp_err *err) {
+int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, pp_err *err) {
     sched_plan *best = NULL;
     double best_step = 0;
+    if (bound) *bound = 0;
     for (int wait = 0; wait < 2; wait++) {
         sched_greedy_in each = *in;
         each.wait_for_sooner = wait;
         sched_plan *plan = NULL;
         sched_sim *sim = NULL;
         pp_err e;
-        int rc = sched_greedy(&each, name, &plan, &e);
+        int hit = 0, rc = sched_greedy(&each, name, &plan, &hit, &e);
+        if (bound) *bound |= hit;
         if (rc == 0 && sched_simulate(plan, in->costs, &sim, &e) == 0 && (!best || sim->step_time < best_step)) {
             sched_free(best);
             best = plan, best_step = sim->step_time;

@@ -52,13 +52,23 @@ typedef struct sched_greedy_in {
 } sched_greedy_in;
 
 /* The greedy's order as a plan named `name`; -1 with err when it got stuck
- * (a limit below what the order needs) or out of memory. */
-int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, pp_err *err);
+ * (a limit below what the order needs) or out of memory. *bound (may be
+ * NULL) is 1 when the limit kept an action from running at least once: 0
+ * means any higher limit gives the same order. */
+int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, pp_err *err);
 /* The greedy plain and waiting for a sooner action (in->wait_for_sooner is
  * ignored), each simulated at in->costs: the shorter step wins, the plain
  * one on a tie. Neither is better everywhere: with send time (p=4, m=8,
  * f=b=w=1, comm=0.1) waiting idles 10.1% against 16.1%; with p=2 it can
- * lose. -1 with the plain one's error when it cannot be built. */
-int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, pp_err *err);
+ * lose. -1 with the plain one's error when it cannot be built; *bound as
+ * sched_greedy's, for either. */
+int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, pp_err *err);
+
+/* The validator's rejection (sched_validate.c), for the rule that
+ * sched_validate_mem adds: "schedule NAME rejected: rule 'RULE': DETAIL"
+ * and the grid around marks[ranks] (a slot per row, -1 for none); -1. */
+int sched_reject(const sched_plan *plan, pp_err *err, const int *marks, const char *rule, const char *detail);
+/* The grid slot of actions[r][i]. */
+int sched_slot_of(const sched_plan *plan, int r, int i);
 
 #endif
