@@ -234,10 +234,14 @@ int sched_from_flag_mem(const char *spec, int p, int m, int v, const sched_costs
  * pp_parse_size) bytes (*bytes = 1). */
 int sched_parse_max_mem(const char *text, const char *what, double *max, int *bytes, pp_err *err);
 
-/* --act-bytes: what a (stage, microbatch) holds, "F" or "F:B" for every
- * stage, or a comma list of those, one per stage (sizes, pp_parse_size).
- * *out is malloc'd (caller frees), *n entries. */
+/* --act-bytes: what a (stage, microbatch) holds, "F" or "F:B" (sizes,
+ * pp_parse_size) for every stage, or a comma list of those, one per stage,
+ * an entry followed by "*N" standing for N stages alike. *out is malloc'd
+ * (caller frees), *n entries. */
 int sched_parse_act(const char *text, const char *what, sched_act **out, int *n, pp_err *err);
+/* The inverse, in whole bytes, runs written with *N ("2695424B:2760960B,
+ * 2695168B:2695168B*2,3025152B:3090688B"); -1 when buf is too small. */
+int sched_act_text(const sched_act *act, int n, char *buf, size_t size);
 
 /* An amount in mem's unit as text for people: "6 microbatch-stages",
  * "24.0 MiB" (bytes: B, KiB, MiB or GiB with 1 decimal, exact below 1 KiB). */

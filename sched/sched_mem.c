@@ -279,17 +279,24 @@ int sched_parse_max_mem(const char *text, const char *what, double *max, int *by
     return 0;
 }
 
-/* One entry, "F" or "F:B" (B = F when not given). */
-static int parse_one_act(const char *item, const char *what, sched_act *out, pp_err *err) {
-    char f[64];
-    const char *colon = strchr(item, ':');
-    size_t n = colon ? (size_t)(colon - item) : strlen(item);
-    if (n == 0 || n >= sizeof f || (colon && !colon[1]))
-        return pp_fail(err, "%s: '%s' is not F or F:B (sizes, e.g. 2.5MiB or 2.5MiB:2.6MiB)", what, item);
-    memcpy(f, item, n);
-    f[n] = '\0';
+/* One entry, "F" or "F:B" (B = F when not given), and "*N" after it for N
+ * stages alike; *count gets N (1 without). */
+static int parse_one_act(const char *item, const char *what, sched_act *out, long *count, pp_err *err) {
+    char f[64], b[64];
+    const char *star = strchr(item, '*'), *colon = strchr(item, ':');
+    size_t n = star ? (size_t)(star - item) : strlen(item);
+    *count = 1;
+    if (star && pp_parse_long(star + 1, 1, 65536, what, count, err) != 0) return -1;
+    if (colon && star && colon > star) colon = NULL;
+    size_t nf = colon ? (size_t)(colon - item) : n, nb = colon ? n - nf - 1 : 0;
+    if (nf == 0 || nf >= sizeof f || (colon && (nb == 0 || nb >= sizeof b)))
+        return pp_fail(err, "%s: '%s' is not F or F:B (sizes, e.g. 2.5MiB or 2.5MiB:2.6MiB, and *N for N stages)",
+                       what, item);
+    memcpy(f, item, nf);
+    f[nf] = '\0';
+    if (colon) memcpy(b, colon + 1, nb), b[nb] = '\0';
     uint64_t fb, bb;
-    if (pp_parse_size(f, what, &fb, err) != 0 || (colon && pp_parse_size(colon + 1, what, &bb, err) != 0)) return -1;
+    if (pp_parse_size(f, what, &fb, err) != 0 || (colon && pp_parse_size(b, what, &bb, err) != 0)) return -1;
     *out = (sched_act){(double)fb, colon ? (double)bb : (double)fb};
     return 0;
 }
@@ -300,18 +307,44 @@ int sched_parse_act(const char *text, const char *what, sched_act **out, int *n,
     /* strtok would skip an empty entry ("a,,b", a trailing comma) */
     if (strstr(text, ",,") || text[0] == ',' || text[strlen(text) - 1] == ',')
         return pp_fail(err, "%s: '%s' has an empty entry", what, text);
-    int count = 1;
-    for (const char *c = text; *c; c++) count += *c == ',';
-    char *copy = strdup(text), *save = NULL, *item = copy;
-    sched_act *t = malloc(sizeof *t * (size_t)count);
-    int rc = copy && t ? 0 : pp_fail(err, "out of memory");
-    for (int i = 0; rc == 0 && i < count; i++, item = NULL)
-        rc = parse_one_act(strtok_r(item, ",", &save), what, &t[i], err);
+    char *copy = strdup(text), *save = NULL;
+    sched_act *t = NULL;
+    int rc = copy ? 0 : pp_fail(err, "out of memory"), used = 0;
+    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; rc == 0 && tok; tok = strtok_r(NULL, ",", &save)) {
+        sched_act a;
+        long count;
+        if ((rc = parse_one_act(tok, what, &a, &count, err)) != 0) break;
+        if (used + count > 65536) {
+            rc = pp_fail(err, "%s: more than 65536 stages", what);
+            break;
+        }
+        sched_act *grown = realloc(t, sizeof *t * (size_t)(used + count));
+        if (!grown) {
+            rc = pp_fail(err, "out of memory");
+            break;
+        }
+        t = grown;
+        while (count-- > 0) t[used++] = a;
+    }
     free(copy);
     if (rc != 0) {
         free(t);
         return -1;
     }
-    *out = t, *n = count;
+    *out = t, *n = used;
     return 0;
+}
+
+int sched_act_text(const sched_act *act, int n, char *buf, size_t size) {
+    size_t len = 0;
+    if (size) buf[0] = '\0';
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && act[j + 1].f == act[i].f && act[j + 1].b == act[i].b) j++;
+        int w = snprintf(buf + len, len < size ? size - len : 0, "%s%.0fB:%.0fB", i ? "," : "", act[i].f, act[i].b);
+        len += (size_t)w;
+        if (j > i) len += (size_t)snprintf(buf + len, len < size ? size - len : 0, "*%d", j - i + 1);
+        i = j + 1;
+    }
+    return len < size ? 0 : -1;
 }
