@@ -165,11 +165,14 @@ static void offer(pick *best, sched_plan *plan, const sched_costs *costs) {
  * F sometimes starts it just before a B arrives, and the B waits (zb-v,
  * p=4, m=4, f=b=w=1: 31 at 6 microbatch-stages, 32 at 7). A bound allows
  * every order of a lower one, so the greedy runs at every level from the
- * least up, one microbatch-stage of the smallest stage apart, and at the
- * bound itself: more memory never costs time. It stops at the first level
- * the limit did not bind (every higher one gives the same order), and
- * after SWEEP_ACTIONS actions' worth of levels it goes straight to the
- * bound (a bigger plan than tests or jobs here build). */
+ * least up to the bound, one microbatch-stage of the smallest stage apart
+ * (whole microbatch-stages, or the bound's bytes rounded down to a level),
+ * and the shortest step wins, the lowest level on a tie: a higher bound
+ * has every candidate of a lower one, so more memory never costs time. The
+ * sweep stops at the first level the limit did not bind (every higher one
+ * gives the same order); past SWEEP_ACTIONS actions' worth of levels it
+ * goes straight to the highest level (a bigger plan than tests or jobs
+ * here build: there the monotony is not promised). */
 #define SWEEP_ACTIONS 50000000L
 
 static int sweep(const sched_greedy_in *base, const char *kind, double least, const sched_costs *costs, pick *best,
@@ -179,24 +182,21 @@ static int sweep(const sched_greedy_in *base, const char *kind, double least, co
         double need = unit_need(base->act[s]);
         if (need > 0 && need < q) q = need;
     }
-    long actions = 3L * base->p * base->v * base->m, spent = 0;
+    /* the levels: least + j q for j = 0..top (no stage holds anything: one) */
+    long top = q == HUGE_VAL ? 0 : (long)floor((base->limit - least) / q + 1e-9);
+    long actions = 3L * base->p * base->v * base->m, budget = SWEEP_ACTIONS / (2 * actions);
     int built = 0;
-    pp_err first = {{0}};
-    for (double level = least; !over(level, base->limit); level += q) {
-        if (q == HUGE_VAL || (spent += 2 * actions) > SWEEP_ACTIONS) break;
+    for (long j = 0; j <= top; j++) {
+        if (j >= budget && j < top) j = top; /* out of budget: the highest level only */
         sched_greedy_in in = *base;
-        in.limit = level;
+        in.limit = q == HUGE_VAL ? base->limit : least + (double)j * q;
         sched_plan *plan = NULL;
         int bound = 1;
-        if (sched_greedy_best(&in, kind, &plan, &bound, built ? NULL : &first) == 0) {
-            offer(best, plan, costs);
-            built = 1;
-        }
-        if (!bound) return 0; /* the bound itself gives this order too */
+        pp_err e;
+        if (sched_greedy_best(&in, kind, &plan, &bound, &e) == 0) offer(best, plan, costs), built = 1;
+        else if (!built && err) *err = e;
+        if (!bound) break; /* every higher level gives this order too */
     }
-    sched_plan *plan = NULL;
-    if (sched_greedy_best(base, kind, &plan, NULL, built ? NULL : &first) == 0) offer(best, plan, costs);
-    else if (!best->plan && err) *err = first;
     return best->plan ? 0 : -1;
 }
 
