@@ -525,6 +525,23 @@ Test(maxmem_cli, a_run_under_a_bound_is_bitwise_its_unbounded_run_and_holds_what
     }
     free(ref_losses);
     free(ref_w);
+    /* pprun stats: a bounded job's own row is its plan, and the what-if draws the curve */
+    cr_assert_eq(sh(&out, "%s stats --db %s --job 2", PPRUN_BIN, db_path), 0, "%s", out);
+    cr_assert(strstr(out, "  zb-v --max-mem 5 *      2 "), "%s", out);
+    cr_assert(strstr(out, "memory     zb-h1 and zb-v built so that no rank holds more than a bound (pprun run "
+                          "--max-mem N), at this job's costs\n"),
+              "%s", out);
+    cr_assert(strstr(out, "  bound      bytes       zb-h1  bubble        zb-v  bubble  zb-v tuned  bubble\n"), "%s",
+              out);
+    for (int bound = 4; bound <= 8; bound++) {
+        char row[16];
+        snprintf(row, sizeof row, "\n      %d ", bound);
+        cr_assert(strstr(out, row), "no row for bound %d: %s", bound, out);
+    }
+    free(out);
+    cr_assert_eq(sh(&out, "%s stats --db %s --job 2 --format json | grep -c '\"memory_curve\"'", PPRUN_BIN, db_path),
+                 0, "%s", out);
+    free(out);
     /* bytes from a job's measurements: job 3 ran zb-v on 4 ranks (8 stages), as this one does */
     cr_assert_eq(sh(&out,
                     "%s run --nproc-per-node 4 --schedule zb-v --max-mem 400KiB --schedule-costs %s:3 --microbatches 8 "
