@@ -30,7 +30,7 @@ static const char usage_text[] =
     "  --max-mem N          zb-h1, zb-v: built so that no rank holds more than N microbatch-stages\n"
     "                       (or bytes, 24MiB, with --act-bytes); any schedule: checked against it\n"
     "  --act-bytes LIST     what one microbatch holds on a stage, F[:B] (after F, after B), for\n"
-    "                       every stage, or one per stage: 2.6MiB:2.9MiB,2.6MiB,...\n"
+    "                       every stage, or one per stage (*N: N stages alike): 2.6MiB:2.7MiB,2.6MiB*2,...\n"
     "  --csv-in FILE        read the schedule from a CSV (same as --schedule csv:FILE)\n"
     "  --csv-out FILE       write the schedule as CSV\n"
     "  --notation N         CSV notation for --csv-out: pprun (F/B/W) | pytorch (F/I/W)\n"
