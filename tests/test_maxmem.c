@@ -551,6 +551,23 @@ Test(maxmem_cli, a_run_under_a_bound_is_bitwise_its_unbounded_run_and_holds_what
     cr_assert(strstr(out, "--max-mem bounds each stage by the bytes"), "%s", out);
     cr_assert(strstr(out, "job 3: medians of its F and B bytes"), "%s", out);
     free(out);
+    /* refused before anything starts */
+    static const struct {
+        const char *args, *says;
+    } bad[] = {
+        {"--schedule zb-v --max-mem 1", "below what zb-v needs: at least 2 microbatch-stages per rank"},
+        {"--schedule 1f1b --max-mem 3", "rank 0 holds 4 microbatch-stages after 0F3, more than the bound of 3"},
+        {"--schedule zb-h1 --max-mem 1MiB --act-bytes 1KiB,2KiB,3KiB", "--act-bytes gives 3 stages; the job has 4"},
+        {"--schedule zb-h1 --max-mem 6 --act-bytes 1KiB", "--act-bytes says what a stage holds for a --max-mem in bytes"},
+        {"--schedule zb-h1 --max-mem 1MiB -- true", "which pprun knows for its own models only"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(sh(&out, "%s run --nproc-per-node 4 --steps 1 --trace off %s", PPRUN_BIN,
+                        bad[i].args),
+                     2, "%s: %s", bad[i].args, out);
+        cr_assert(strstr(out, bad[i].says), "%s: no '%s' in %s", bad[i].args, bad[i].says, out);
+        free(out);
+    }
     /* a job of another split's bytes do not carry over */
     cr_assert_eq(sh(&out,
                     "%s run --nproc-per-node 2 --schedule zb-v --max-mem 400KiB --schedule-costs %s:3 --microbatches 8 "
