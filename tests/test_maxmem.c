@@ -558,7 +558,8 @@ Test(maxmem_cli, a_run_under_a_bound_is_bitwise_its_unbounded_run_and_holds_what
         {"--schedule zb-v --max-mem 1", "below what zb-v needs: at least 2 microbatch-stages per rank"},
         {"--schedule 1f1b --max-mem 3", "rank 0 holds 4 microbatch-stages after 0F3, more than the bound of 3"},
         {"--schedule zb-h1 --max-mem 1MiB --act-bytes 1KiB,2KiB,3KiB", "--act-bytes gives 3 stages; the job has 4"},
-        {"--schedule zb-h1 --max-mem 6 --act-bytes 1KiB", "--act-bytes says what a stage holds for a --max-mem in bytes"},
+        {"--schedule zb-h1 --max-mem 6 --act-bytes 1KiB",
+         "--act-bytes says what a stage holds for a --max-mem in bytes"},
         {"--schedule zb-h1 --max-mem 1MiB -- true", "which pprun knows for its own models only"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
