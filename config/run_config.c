@@ -2,6 +2,8 @@
  * the names of its enums, each spelt once in its table. */
 #include "config/run_config.h"
 
+#include "config/model_act.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,6 +267,17 @@ static int parse_schedule_costs(run_config *cfg, const char *value, pp_err *err)
     return 0;
 }
 
+/* --act-bytes F[:B],... (sched_parse_act) into cfg->act. */
+static int parse_act_bytes(run_config *cfg, const char *value, pp_err *err) {
+    sched_act *act;
+    int n;
+    if (sched_parse_act(value, "--act-bytes", &act, &n, err) != 0) return -1;
+    int rc = n > RUN_MAX_ACT ? pp_fail(err, "--act-bytes: at most %d stages", RUN_MAX_ACT) : 0;
+    if (rc == 0) memcpy(cfg->act, act, sizeof *act * (size_t)n), cfg->nact = n;
+    free(act);
+    return rc;
+}
+
 /* The options run_config_option reads: whether each takes a value, and
  * whether it configures pprun's own worker only (marked * in pprun run's
  * usage: meaningless to a user's program). --serve is cmd_run's (its value
@@ -311,6 +324,8 @@ static const struct {
     {"--eval-every", 1, 1},
     {"--eval-microbatches", 1, 1},
     {"--eval-data", 1, 1},
+    {"--max-mem", 1, 0},
+    {"--act-bytes", 1, 0},
 };
 
 static int option_index(const char *opt) {
@@ -427,6 +442,10 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         rc = parse_int(opt, value, 1, 4096, &cfg->eval_microbatches, err);
     else if (strcmp(opt, "--eval-data") == 0)
         rc = copy_text(cfg->eval_data, sizeof cfg->eval_data, opt, value, err);
+    else if (strcmp(opt, "--max-mem") == 0)
+        rc = sched_parse_max_mem(value, opt, &cfg->max_mem, &cfg->max_mem_bytes, err);
+    else if (strcmp(opt, "--act-bytes") == 0)
+        rc = parse_act_bytes(cfg, value, err);
     else
         return 0;
     return rc == 0 ? 1 : -1;
@@ -459,9 +478,13 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     if (cfg->schedule == RUN_SCHEDULE_ZB_V && cfg->virtual_stages && cfg->virtual_stages != 2)
         return pp_fail(err, "--schedule zb-v needs --virtual-stages 2 (two chunks per rank in V placement), got %d",
                        cfg->virtual_stages);
-    if ((cfg->has_schedule_costs || cfg->schedule_costs_db[0]) && cfg->schedule != RUN_SCHEDULE_ZB_V)
+    /* under --max-mem zb-h1's order is the greedy's too (sched_build_bounded) */
+    int costed = cfg->schedule == RUN_SCHEDULE_ZB_V || (cfg->schedule == RUN_SCHEDULE_ZB_H1 && cfg->max_mem > 0);
+    if ((cfg->has_schedule_costs || cfg->schedule_costs_db[0]) && !costed)
         return pp_fail(err, "--schedule-costs: only zb-v's order depends on op costs; --schedule %s is the same for "
-                            "any costs", schedule);
+                            "any costs (zb-h1's too, but under --max-mem)", schedule);
+    if (cfg->nact && !(cfg->max_mem > 0 && cfg->max_mem_bytes))
+        return pp_fail(err, "--act-bytes says what a stage holds for a --max-mem in bytes (e.g. --max-mem 64MiB)");
     if (cfg->schedule == RUN_SCHEDULE_CSV && cfg->virtual_stages)
         return pp_fail(err, "--virtual-stages does not apply to --schedule %s: the file defines the stages", schedule);
     int gpu_transport = cfg->transport == RUN_TRANSPORT_CUDA_IPC || cfg->transport == RUN_TRANSPORT_NCCL;
@@ -547,18 +570,68 @@ int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan
     return 0;
 }
 
+int run_config_mem(const run_config *cfg, int stages, sched_act *act, sched_mem *mem, pp_err *err) {
+    *mem = (sched_mem){.max = cfg->max_mem, .act = act, .nact = stages, .bytes = cfg->max_mem_bytes};
+    if (cfg->nact) {
+        if (cfg->nact != 1 && cfg->nact != stages)
+            return pp_fail(err, "--act-bytes gives %d stages; the job has %d", cfg->nact, stages);
+        for (int s = 0; s < stages; s++) act[s] = cfg->act[cfg->nact == 1 ? 0 : s];
+        return 0;
+    }
+    if (!cfg->max_mem_bytes) {
+        for (int s = 0; s < stages; s++) act[s] = (sched_act){1, 1};
+        return 0;
+    }
+    int *first = malloc(sizeof *first * (size_t)(stages + 1));
+    if (!first) return pp_fail(err, "out of memory");
+    int rc = sched_partition(cfg->model.layers, stages, cfg->ncuts ? cfg->cuts : NULL, cfg->ncuts, first, err);
+    for (int s = 0; rc == 0 && s < stages; s++)
+        act[s] = model_act_bytes(&cfg->model, first[s + 1] - first[s], s == 0, s == stages - 1,
+                                 (int)run_config_recompute_of(cfg, s));
+    free(first);
+    return rc;
+}
+
+/* The plan within --max-mem: a CSV read, then checked against the bound;
+ * a generator's under it (sched_from_flag_mem). */
+static int plan_bounded(const run_config *cfg, const char *schedule, int ranks, const sched_costs *costs,
+                        sched_plan **out, pp_err *err) {
+    sched_plan *csv = NULL;
+    int stages;
+    if (cfg->schedule == RUN_SCHEDULE_CSV) {
+        if (sched_from_flag(schedule, ranks, cfg->microbatches, 0, costs, &csv, err) != 0) return -1;
+        stages = csv->stages;
+    } else {
+        int v = cfg->virtual_stages ? cfg->virtual_stages
+                : cfg->schedule == RUN_SCHEDULE_ZB_V || cfg->schedule == RUN_SCHEDULE_INTERLEAVED_1F1B ? 2 : 1;
+        stages = ranks * v;
+    }
+    sched_act *act = malloc(sizeof *act * (size_t)(stages > 0 ? stages : 1));
+    sched_mem mem;
+    int rc = act ? run_config_mem(cfg, stages, act, &mem, err) : pp_fail(err, "out of memory");
+    if (rc == 0 && csv) rc = sched_validate_mem(csv, &mem, err);
+    if (rc == 0 && csv) *out = csv, csv = NULL;
+    else if (rc == 0)
+        rc = sched_from_flag_mem(schedule, ranks, cfg->microbatches, cfg->virtual_stages, costs, &mem, out, err);
+    sched_free(csv);
+    free(act);
+    return rc;
+}
+
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err) {
     if (cfg->schedule_costs_db[0] && !cfg->has_schedule_costs)
         return pp_fail(err, "--schedule-costs %s: the launcher reads the database (pprun run), not a worker",
                        cfg->schedule_costs_db);
     sched_costs costs;
-    run_config_costs(cfg, ranks * 2, &costs); /* only zb-v's order depends on costs, and zb-v has 2 chunks */
+    /* only zb-v's order (and zb-h1's under --max-mem) depends on costs */
+    run_config_costs(cfg, cfg->schedule == RUN_SCHEDULE_ZB_H1 ? ranks : ranks * 2, &costs);
     if (cfg->has_schedule_costs) costs = cfg->schedule_costs;
     char schedule[RUN_SCHEDULE_TEXT_MAX];
     run_schedule_text(cfg, schedule, sizeof schedule);
-    if (sched_from_flag(schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out, err) != 0)
-        return pp_wrap(err, "--schedule %s", schedule);
-    return 0;
+    int rc = cfg->max_mem > 0 ? plan_bounded(cfg, schedule, ranks, &costs, out, err)
+                              : sched_from_flag(schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out,
+                                                err);
+    return rc != 0 ? pp_wrap(err, "--schedule %s", schedule) : 0;
 }
 
 /* Appends a copy of text; on a full table or no memory the argument list is
@@ -637,6 +710,11 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
         ARG("--eval-microbatches", "%d", cfg->eval_microbatches);
     }
     if (cfg->eval_data[0]) ARG("--eval-data", "%s", cfg->eval_data);
+    if (cfg->max_mem > 0) ARG("--max-mem", cfg->max_mem_bytes ? "%.0fB" : "%.0f", cfg->max_mem);
+    if (cfg->nact) { /* runs of equal stages as *N: a job of thousands of stages has a few kinds */
+        argc = push(argv, argc, storage, &ns, "--act-bytes");
+        argc = sched_act_text(cfg->act, cfg->nact, buf, sizeof buf) == 0 ? push(argv, argc, storage, &ns, buf) : -1;
+    }
 #undef ARG
     storage[ns] = NULL;
     if (argc < 0) return -1;

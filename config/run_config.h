@@ -13,6 +13,7 @@
 #include "sched/sched.h"
 
 #define RUN_MAX_CUTS 256
+#define RUN_MAX_ACT 2048 /* --act-bytes: zb-v's stages on 1024 ranks */
 
 /* The options that take one of a few names are enums, parsed once here;
  * run_config.c maps each enum's names and values in one table, which parses
@@ -111,6 +112,17 @@ typedef struct run_config {
     int eval_every;       /* --eval-every K: an evaluation step after every K-th training step; 0 = never */
     int eval_microbatches; /* --eval-microbatches N: per replica and evaluation step (0 = --microbatches) */
     char eval_data[512];  /* --eval-data FILE; "" = the last tenth of the training data, held out */
+    /* --max-mem (docs/schedules.md, "Memory-bounded zero bubble"): zb-h1
+     * and zb-v built so that no rank holds more, any other schedule
+     * checked against it; 0: none. Microbatch-stages, or bytes
+     * (max_mem_bytes) of each stage as the model's shapes say
+     * (config/model_act.h), or as --act-bytes gives them: what the launcher
+     * reads from --schedule-costs DB[:JOB] (a job's measured bytes) and
+     * hands the workers. */
+    double max_mem;
+    int max_mem_bytes;
+    int nact;                      /* --act-bytes entries; 0: the model's */
+    sched_act act[RUN_MAX_ACT];
 } run_config;
 
 void run_config_default(run_config *cfg);
@@ -197,7 +209,15 @@ int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan
                                    pp_err *err);
 
 /* Builds the job's schedule for `ranks` ranks, validated; zb-v's order for
- * --schedule-costs when given, else for run_config_costs. */
+ * --schedule-costs when given, else for run_config_costs; within --max-mem
+ * (zb-h1's and zb-v's order built under it, any other checked). */
 int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err);
+
+/* What each of a plan's `stages` stages holds per microbatch under
+ * --max-mem, into act[stages]: --act-bytes, or the model's bytes
+ * (model_act_bytes over the partition and --recompute), or {1, 1}
+ * (microbatch-stages); mem points at act. -1 when --act-bytes has another
+ * number of stages. */
+int run_config_mem(const run_config *cfg, int stages, sched_act *act, sched_mem *mem, pp_err *err);
 
 #endif

@@ -117,7 +117,7 @@ static int whatif_build(const whatif_input *in, const char *kind, int v, int tun
 /* One row: kind at its v, its order built as `pprun run` would build it,
  * or (tuned) for the measured costs themselves. */
 static void whatif_one(const whatif_input *in, const char *kind, int tuned, whatif_row *row) {
-    int this_job = !tuned && strcmp(in->schedule, kind) == 0;
+    int this_job = !tuned && strcmp(in->schedule, kind) == 0 && !in->max_mem; /* bounded: its own_plan's row */
     int p = in->ranks, m = in->microbatches, v = this_job ? in->virtual_stages : whatif_default_v(kind);
     whatif_row_init(row, kind, v);
     row->tuned = tuned;
@@ -142,6 +142,7 @@ static void whatif_own(const whatif_input *in, whatif_row *row) {
     const char *name = in->schedule, *slash = strrchr(name, '/');
     char shown[sizeof row->schedule];
     if (strncmp(name, "csv:", 4) == 0 && slash) snprintf(shown, sizeof shown, "csv:%.59s", slash + 1);
+    else if (in->max_mem) snprintf(shown, sizeof shown, "%.20s --max-mem %.20s", name, in->max_mem);
     else snprintf(shown, sizeof shown, "%.63s", name);
     whatif_row_init(row, shown, in->virtual_stages);
     row->this_job = 1;
@@ -171,6 +172,77 @@ int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err
     int n = WHATIF_KINDS + 1;
     if (in->own_plan) whatif_own(in, &rows[n++]);
     return n;
+}
+
+/* ---- the memory curve (whatif_curve) --------------------------------------- */
+
+/* Beyond this much greedy work (actions x levels x schedules) the curve is
+ * not drawn: a request must stay quick. p=16, m=64 takes about 40 million. */
+#define WHATIF_CURVE_WORK 60000000L
+
+/* One cell: col 0 zb-h1, 1 zb-v, 2 zb-v tuned, built so that no rank holds
+ * more than `bound` microbatch-stages of a 1F1B stage, at the job's costs. */
+static void whatif_curve_one(const whatif_input *in, int col, int bound, whatif_curve_cell *cell) {
+    const char *kind = col == 0 ? "zb-h1" : "zb-v";
+    int v = col == 0 ? 1 : 2, tuned = col == 2;
+    whatif_row row;
+    whatif_row_init(&row, kind, v);
+    /* a chunk's share of a 1F1B stage: its layers' (gpt), or all (timed) */
+    double share = in->fixed_op_costs ? 1.0 : 1.0 / v;
+    sched_act units = {share, share};
+    sched_mem mem = {.max = bound, .act = &units, .nact = 1};
+    sched_costs c = whatif_chunk_costs(in, v), *each = NULL;
+    sched_plan *plan = NULL;
+    pp_err err;
+    const sched_costs *order = in->build_costs && !tuned ? in->build_costs : &c;
+    if (sched_from_flag_mem(kind, in->ranks, in->microbatches, v, order, &mem, &plan, &err) != 0) plan = NULL;
+    if (plan && whatif_profiled(in) && !(each = whatif_profile_costs(in, plan->stages, &err))) {
+        sched_free(plan);
+        plan = NULL;
+    }
+    whatif_play(in, plan, &err, &c, each, whatif_scale(in, v), &row);
+    free(each);
+    sched_free(plan);
+    *cell = (whatif_curve_cell){.step_time_ns = row.step_time_ns, .bubble_ratio = row.bubble_ratio,
+                                .peak_inflight = row.peak_inflight, .act_peak_bytes = row.act_peak_bytes};
+    snprintf(cell->error, sizeof cell->error, "%.95s", row.error);
+}
+
+/* The bound in bytes: the job's bytes per microbatch-stage on the rank
+ * where one holds most, scaled to a 1F1B stage; -1 unknown. */
+static int64_t whatif_bound_bytes(const whatif_input *in, int bound) {
+    if (!in->act_peak_by_rank || !in->inflight_by_rank) return -1;
+    double most = 0;
+    for (int r = 0; r < in->ranks; r++) {
+        if (in->act_peak_by_rank[r] <= 0 || in->inflight_by_rank[r] <= 0) return -1;
+        double per_unit = (double)in->act_peak_by_rank[r] / (double)in->inflight_by_rank[r] * whatif_scale(in, 1);
+        if (per_unit > most) most = per_unit;
+    }
+    return llround(most * bound);
+}
+
+int whatif_curve(const whatif_input *in, whatif_curve_row *rows, char *why_not, size_t size) {
+    int p = in->ranks;
+    why_not[0] = '\0';
+    if (p + 1 > WHATIF_CURVE_MAX) {
+        snprintf(why_not, size, "not drawn for more than %d ranks (this job has %d)", WHATIF_CURVE_MAX - 1, p);
+        return 0;
+    }
+    /* each bound's greedy runs at every level up to it (sched_build_bounded): a
+     * zb-v level is half a stage apart, so up to 4p + 1 levels, each twice */
+    double work = 3.0 * (p + 1) * (4.0 * p + 1) * 2 * (6.0 * p * in->microbatches);
+    if (work > WHATIF_CURVE_WORK) {
+        snprintf(why_not, size, "not drawn: %d ranks x %d microbatches take more greedy work than a request may "
+                 "(pprun schedule --max-mem draws one bound)", p, in->microbatches);
+        return 0;
+    }
+    for (int k = 0; k <= p; k++) {
+        whatif_curve_row *row = &rows[k];
+        row->bound = p + k;
+        row->bound_bytes = whatif_bound_bytes(in, row->bound);
+        for (int col = 0; col < WHATIF_CURVE_COLS; col++) whatif_curve_one(in, col, row->bound, &row->cell[col]);
+    }
+    return p + 1;
 }
 
 /* ---- reading a job's costs -------------------------------------------- */
@@ -225,8 +297,8 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     if (whatif_prepare(db,
                        "SELECT schedule, microbatches, virtual_stages, model, json_extract(config_json, "
                        "'$.schedule_costs'), stages, json_extract(config_json, '$.pipeline_cuts'), device, "
-                       "json_extract(config_json, '$.nproc_per_node'), json_extract(config_json, '$.cpu_cores') "
-                       "FROM jobs WHERE id=?1",
+                       "json_extract(config_json, '$.nproc_per_node'), json_extract(config_json, '$.cpu_cores'), "
+                       "json_extract(config_json, '$.max_mem') FROM jobs WHERE id=?1",
                        &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
@@ -265,6 +337,11 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         }
         int layered = parsed && (spec.kind == MODEL_GPT || spec.per_layer);
         whatif_stage_layers(r, layered ? spec.layers : 0, (const char *)sqlite3_column_text(st, 6));
+        const unsigned char *bound = sqlite3_column_text(st, 10);
+        if (bound && *bound) {
+            snprintf(r->max_mem, sizeof r->max_mem, "%s", (const char *)bound);
+            r->in.max_mem = r->max_mem;
+        }
         const unsigned char *device = sqlite3_column_text(st, 7);
         int node_ranks = sqlite3_column_int(st, 8), cores = sqlite3_column_int(st, 9); /* 0: not recorded */
         if (parsed && spec.kind == MODEL_GPT && device && strcmp((const char *)device, "cpu") == 0 && cores > 0 &&
@@ -528,9 +605,11 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     r->in.inflight_by_rank = s->plan_peak_inflight;
     r->in.profile = r->has_profile ? &r->profile : NULL;
     sched_plan *own = NULL;
-    if (!whatif_is_built_in(r->in.schedule) && whatif_read_plan(db, s, r, &own, err) != 0) return -1;
+    if ((!whatif_is_built_in(r->in.schedule) || r->in.max_mem) && whatif_read_plan(db, s, r, &own, err) != 0)
+        return -1;
     r->in.own_plan = own;
     r->nrows = whatif_simulate(&r->in, r->rows, err);
+    if (r->nrows >= 0) r->ncurve = whatif_curve(&r->in, r->curve, r->no_curve, sizeof r->no_curve);
     if (r->nrows >= 0 && r->has_profile) whatif_balance(r);
     r->in.own_plan = NULL; /* freed here: r does not own it */
     sched_free(own);
@@ -567,6 +646,75 @@ int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int
     snprintf(about, about_size, "job %lld: medians of %s spans, steps %d-%d", (long long)job, r.gpu ? "GPU" : "host",
              r.first_step, r.last_step);
     rc = 0;
+out:
+    summary_free(&s);
+    return rc;
+}
+
+/* Each stage's F and B rises over the window (whatif_act_for): rows of a
+ * rank's F/B/W events in the order they ran, the count starting from 0 at
+ * each step (every W of a step ran before the next step's first F). */
+static int whatif_read_act(sqlite3 *db, const job_summary *s, const whatif_report *r, int stages, sched_act *act,
+                           pp_err *err) {
+    sqlite3_stmt *st;
+    if (whatif_prepare_window(db,
+                              "SELECT rank, attempt, step, stage, phase, bytes FROM events WHERE job_id=?1 AND step "
+                              "BETWEEN ?2 AND ?3 AND source='cpu' AND phase IN ('F','B','W','BW') AND bytes IS NOT "
+                              "NULL ORDER BY rank, attempt, step, start_ns",
+                              s, r, &st, err) != 0)
+        return -1;
+    durations *rise = calloc((size_t)stages * 2, sizeof *rise); /* [stage][F, B] */
+    int rc, oom = !rise, rank = -1, attempt = -1, step = -1;
+    int64_t held = 0;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int rk = sqlite3_column_int(st, 0), at = sqlite3_column_int(st, 1), sp = sqlite3_column_int(st, 2);
+        int stage = sqlite3_column_int(st, 3);
+        const char *phase = (const char *)sqlite3_column_text(st, 4);
+        int64_t bytes = sqlite3_column_int64(st, 5);
+        if (rk != rank || at != attempt || sp != step) rank = rk, attempt = at, step = sp, held = 0;
+        int k = phase && strcmp(phase, "F") == 0 ? 0 : phase && strcmp(phase, "B") == 0 ? 1 : -1;
+        if (k >= 0 && stage >= 0 && stage < stages) oom = durations_push(&rise[stage * 2 + k], bytes - held) != 0;
+        held = bytes;
+    }
+    if (oom) {
+        sqlite3_finalize(st);
+        for (int k = 0; rise && k < 2 * stages; k++) free(rise[k].v);
+        free(rise);
+        return pp_fail(err, "out of memory");
+    }
+    rc = whatif_done(db, st, rc, err);
+    for (int k = 0; k < stages; k++) {
+        int64_t f = durations_median(&rise[k * 2]), b = durations_median(&rise[k * 2 + 1]);
+        if (rc == 0 && (rise[k * 2].n == 0 || rise[k * 2 + 1].n == 0 || f <= 0))
+            rc = pp_fail(err, "job %lld recorded no activation bytes for stage %d's F and B (a program's own spans, "
+                              "or a trace from before pprun counted them)", (long long)s->job_id, k);
+        act[k] = (sched_act){(double)f, (double)(f + b)};
+    }
+    for (int k = 0; k < 2 * stages; k++) free(rise[k].v);
+    free(rise);
+    return rc;
+}
+
+int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sched_act *act, char *about,
+                   size_t about_size, pp_err *err) {
+    job_summary s;
+    whatif_report r;
+    int rc = -1;
+    if (summary_read(db, job, SUMMARY_NO_IDLE, &s, err) != 0 || whatif_read(db, &s, &r, err) != 0) goto out;
+    if (!r.measured) {
+        pp_fail(err, "job %lld has no complete step with F, B and W spans to measure yet", (long long)job);
+    } else if (strcmp(r.model, model) != 0) {
+        pp_fail(err, "job %lld ran --model %s, this job --model %s: its activation bytes do not carry over",
+                (long long)job, r.model, model);
+    } else if (r.stages != stages) {
+        pp_fail(err, "job %lld ran %d stages, this job has %d: its bytes per stage do not carry over to another split "
+                     "(give --max-mem in bytes without --schedule-costs DB:JOB to bound by the model's sizes)",
+                (long long)job, r.stages, stages);
+    } else if (whatif_read_act(db, &s, &r, stages, act, err) == 0) {
+        snprintf(about, about_size, "job %lld: medians of its F and B bytes, steps %d-%d", (long long)job,
+                 r.first_step, r.last_step);
+        rc = 0;
+    }
 out:
     summary_free(&s);
     return rc;

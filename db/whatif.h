@@ -43,6 +43,9 @@ typedef struct whatif_input {
      * step (<= 0: unknown) and the job's plan peak in flight on it. */
     const int64_t *act_peak_by_rank;
     const int64_t *inflight_by_rank;
+    /* The job's --max-mem ("6", "25165824B"), or NULL: its zb-h1 or zb-v
+     * order was built under it, so its own row is own_plan, not a kind's. */
+    const char *max_mem;
 } whatif_input;
 
 typedef struct whatif_row {
@@ -65,6 +68,32 @@ typedef struct whatif_row {
  * microbatch-stage as the job measured them, scaled like the op costs. */
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err);
 
+/* The memory curve: zb-h1 and zb-v built under a bound (--max-mem) for
+ * each bound from 1F1B's peak, p microbatch-stages of a 1F1B stage (a
+ * rank's layers, or a timed stage), to twice it, one apart, simulated at the
+ * job's costs as the rows above are. A zb-v chunk counts its share of a
+ * 1F1B stage (half for gpt; all of it for timed, whose chunks hold `act`
+ * bytes each). Columns: zb-h1 and zb-v ordered as `pprun run --max-mem`
+ * would order them, and zb-v tuned to the measured costs. */
+#define WHATIF_CURVE_MAX 33 /* p + 1 bounds: jobs of up to 32 ranks */
+#define WHATIF_CURVE_COLS 3
+typedef struct whatif_curve_cell {
+    char error[96];         /* non-empty: not built or not simulated, and why */
+    double step_time_ns, bubble_ratio;
+    int peak_inflight;      /* most chunk microbatch-stages held on a rank */
+    int64_t act_peak_bytes; /* estimated most bytes held on a rank, as the rows'; -1 unknown */
+} whatif_curve_cell;
+typedef struct whatif_curve_row {
+    int bound;           /* microbatch-stages of a 1F1B stage per rank */
+    int64_t bound_bytes; /* the bound in bytes on the rank whose microbatch-stage holds most; -1 unknown */
+    whatif_curve_cell cell[WHATIF_CURVE_COLS]; /* zb-h1, zb-v, zb-v tuned */
+} whatif_curve_row;
+
+/* Fills rows[WHATIF_CURVE_MAX] and returns how many (p + 1), or 0 with
+ * why_not (size bytes) saying why there is no curve (more than 32 ranks,
+ * more work than a request may take). */
+int whatif_curve(const whatif_input *in, whatif_curve_row *rows, char *why_not, size_t size);
+
 /* The measured costs of one op of a chunk when each rank holds v chunks:
  * the job's scaled by job_v / v for gpt, the same for timed. What the tuned
  * zb-v row (v = 2) was built for, and so what `--schedule-costs` would take
@@ -84,9 +113,13 @@ typedef struct whatif_report {
     whatif_input in;
     sched_costs build; /* in.build_costs points here when the job's model is known */
     char model[256];   /* the job's canonical --model */
+    char max_mem[32];  /* the job's --max-mem (config_json), "" none; in.max_mem points here when set */
     int stages;        /* the job's stages (p * v) */
     int nrows;         /* rows filled */
     whatif_row rows[WHATIF_ROWS];
+    int ncurve;        /* curve rows filled (whatif_curve); 0: no_curve says why */
+    whatif_curve_row curve[WHATIF_CURVE_MAX];
+    char no_curve[160];
     /* Stage balance, when every stage has F, B and W spans in the window
      * (has_profile; in.profile points at profile): */
     int has_profile;
@@ -126,5 +159,18 @@ int whatif_own_row(const whatif_report *r);
  * they came from ("job 3: medians of host spans, steps 10-29"). */
 int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int v, sched_costs *out, char *about,
                      size_t about_size, pp_err *err);
+
+/* What one microbatch held on each stage of job `job` in db, as measured:
+ * each F, B and W event carries what its rank held right after it, so an
+ * F's rise over the rank's op before it is what its microbatch holds after
+ * F, and a B's rise what B added (the recompute between them is not an F,
+ * B or W: its moment is not counted, as step_stats.act_peak_bytes does
+ * not). Medians over the steps whatif_read measures, into act[stages]
+ * (bytes; `pprun run --max-mem 64MiB --schedule-costs DB[:JOB]`). The job
+ * must have run `model` on `stages` stages (-1 naming both otherwise:
+ * bytes per stage do not carry over to another split) and recorded bytes
+ * (-1 otherwise). `about` as whatif_costs_for's. */
+int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sched_act *act, char *about,
+                   size_t about_size, pp_err *err);
 
 #endif

@@ -154,6 +154,39 @@ static void measured_json(jw *w, const whatif_report *wr) {
     }
 }
 
+/* The memory curve (whatif_curve): each bound's zb-h1, zb-v and zb-v tuned
+ * built under it; rows [] and why_not when there is none. */
+static void curve_json(jw *w, const whatif_report *wr) {
+    static const char *const cols[WHATIF_CURVE_COLS] = {"zb-h1", "zb-v", "zb-v tuned"};
+    jw_obj(w);
+    jw_kstr(w, "unit", "microbatch-stages of a 1F1B stage");
+    jw_kstr(w, "why_not", wr->ncurve ? NULL : wr->no_curve);
+    jw_key(w, "rows");
+    jw_arr(w);
+    for (int k = 0; k < wr->ncurve; k++) {
+        const whatif_curve_row *row = &wr->curve[k];
+        jw_obj(w);
+        jw_kint(w, "bound", row->bound);
+        jw_kint_or_null(w, "bound_bytes", row->bound_bytes);
+        for (int col = 0; col < WHATIF_CURVE_COLS; col++) {
+            const whatif_curve_cell *cell = &row->cell[col];
+            jw_key(w, cols[col]);
+            jw_obj(w);
+            jw_kstr(w, "error", cell->error[0] ? cell->error : NULL);
+            jw_knum(w, "step_time_ns", cell->error[0] ? NAN : cell->step_time_ns);
+            jw_knum(w, "bubble_ratio", cell->error[0] ? NAN : cell->bubble_ratio);
+            jw_key(w, "peak_inflight");
+            if (cell->error[0]) jw_null(w);
+            else jw_int(w, cell->peak_inflight);
+            jw_kint_or_null(w, "act_peak_bytes", cell->error[0] ? -1 : cell->act_peak_bytes);
+            jw_obj_end(w);
+        }
+        jw_obj_end(w);
+    }
+    jw_arr_end(w);
+    jw_obj_end(w);
+}
+
 void report_whatif_json(jw *w, int64_t job, const whatif_report *wr) {
     jw_obj(w);
     jw_kint(w, "job", job);
@@ -183,6 +216,9 @@ void report_whatif_json(jw *w, int64_t job, const whatif_report *wr) {
     jw_arr_end(w);
     jw_key(w, "balance");
     if (wr->measured && wr->has_profile) balance_json(w, wr);
+    else jw_null(w);
+    jw_key(w, "memory_curve");
+    if (wr->measured) curve_json(w, wr);
     else jw_null(w);
     jw_obj_end(w);
 }

@@ -252,6 +252,8 @@ void report_critpath(FILE *out, const critpath_report *r) {
     fprintf(out, "  (an op on this path done t sooner ends the step at most t sooner; an op off it, not at all)\n");
 }
 
+static void report_whatif_curve(FILE *out, const whatif_report *r);
+
 void report_whatif(FILE *out, const whatif_report *r) {
     char a[24], b[24], c[24], d[24];
     if (!r->measured) {
@@ -302,6 +304,42 @@ void report_whatif(FILE *out, const whatif_report *r) {
                 "  (this job's backward is one op, BW, of %s: B and W above are halves of it, since it is never timed "
                 "apart; its own schedule plays each BW whole)\n",
                 fmt_ns(a, sizeof a, (double)r->bw_ns));
+    report_whatif_curve(out, r);
+}
+
+/* The memory curve (whatif_curve): for each bound, zb-h1's and zb-v's step
+ * and bubble built under it; "-" where one could not be built. */
+static void report_whatif_curve(FILE *out, const whatif_report *r) {
+    char a[24], b[24], c[24];
+    if (!r->ncurve) {
+        fprintf(out, "memory     %s\n", r->no_curve);
+        return;
+    }
+    fprintf(out, "memory     zb-h1 and zb-v built so that no rank holds more than a bound (pprun run --max-mem N), "
+                 "at this job's costs\n");
+    fprintf(out, "  (a bound in microbatch-stages of a 1F1B stage, from 1F1B's peak, %d, to twice it; bytes on the "
+                 "rank whose microbatch holds most)\n", r->curve[0].bound);
+    fprintf(out, "  %5s %10s  %10s %7s  %10s %7s  %10s %7s\n", "bound", "bytes", "zb-h1", "bubble", "zb-v", "bubble",
+            "zb-v tuned", "bubble");
+    for (int k = 0; k < r->ncurve; k++) {
+        const whatif_curve_row *row = &r->curve[k];
+        if (row->bound_bytes >= 0) fmt_bytes(a, sizeof a, row->bound_bytes);
+        else snprintf(a, sizeof a, "-");
+        fprintf(out, "  %5d %10s", row->bound, a);
+        for (int col = 0; col < WHATIF_CURVE_COLS; col++) {
+            const whatif_curve_cell *cell = &row->cell[col];
+            fprintf(out, "  %10s %7s", cell->error[0] ? "-" : fmt_ns(b, sizeof b, cell->step_time_ns),
+                    cell->error[0] ? "-" : fmt_pct(c, sizeof c, cell->bubble_ratio));
+        }
+        fprintf(out, "\n");
+    }
+    for (int col = 0; col < WHATIF_CURVE_COLS; col++) /* why a column has "-": its first error */
+        for (int k = 0; k < r->ncurve; k++)
+            if (r->curve[k].cell[col].error[0]) {
+                fprintf(out, "  (%s: %s)\n", col == 0 ? "zb-h1" : col == 1 ? "zb-v" : "zb-v tuned",
+                        r->curve[k].cell[col].error);
+                break;
+            }
 }
 
 void report_brief(FILE *out, const char *prefix, const job_summary *s, const whatif_report *w, const char *db_path) {

@@ -184,4 +184,79 @@ int sched_forward_only(const sched_plan *train, int m, sched_plan **out, pp_err 
  * keep *out's values; on an error *out is unchanged. */
 int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err);
 
+/* ---- memory-bounded zero bubble (sched_mem.c, sched_greedy.c) ---------------
+ *
+ * docs/schedules.md, "Memory-bounded zero bubble". What a rank holds counts
+ * per (stage, microbatch), from the end of its F to the end of its W (or
+ * BW), as sched_sim.peak_inflight and step_stats.act_peak_bytes do: `f`
+ * after the F, `b` after the B (B may free some, or save more for W).
+ * Microbatch-stages are {1, 1}; bytes are a model's (config/model_act.h) or a
+ * job's measured ones. */
+typedef struct sched_act {
+    double f, b;
+} sched_act;
+
+/* A bound on what each rank holds at once, after any of its F, B and W. */
+typedef struct sched_mem {
+    double max;           /* the most a rank may hold, in act's unit; <= 0: no bound */
+    const sched_act *act; /* NULL: {1, 1} for every stage (microbatch-stages) */
+    int nact;             /* entries in act: 1 (every stage the same) or the plan's stages */
+    int bytes;            /* 1: max and act are bytes (for messages); 0: microbatch-stages */
+} sched_mem;
+
+/* What stage s of a plan holds per microbatch under mem ({1, 1} without act). */
+sched_act sched_mem_act(const sched_mem *mem, int stage);
+
+/* The least bound an order of `kind` (zb-h1: one stage per rank; zb-v: two
+ * in a V) can run in for p ranks: one microbatch at a time through a rank's
+ * stages, room for its F and its B's growth on each (for zb-v, the second
+ * chunk's F and B on top of the first's); *rank gets the rank that needs it.
+ * 1 microbatch-stage for zb-h1, 2 for zb-v. -1 for another kind or a bad
+ * act table (err). */
+int sched_mem_least(const char *kind, int p, const sched_mem *mem, double *least, int *rank, pp_err *err);
+
+/* Builds zb-h1 or zb-v with no rank ever holding more than mem->max
+ * (mem NULL or max <= 0: sched_build). Each is the zero-bubble greedy
+ * (sched_greedy.c) under the bound, plain and waiting for a sooner action,
+ * and, when it fits, the unbounded order; the shortest simulated step at
+ * costs wins. A bound below sched_mem_least is refused naming the least;
+ * any other kind is refused (its order sets its memory). */
+int sched_build_bounded(const char *kind, int p, int m, int v, const sched_costs *costs, const sched_mem *mem,
+                        sched_plan **out, pp_err *err);
+
+/* Each rank's most held at once, peak[ranks], playing its actions in order
+ * (time does not matter: a rank's own ops set its count); at[ranks] (may be
+ * NULL) the index in actions[r] where the peak is first reached. -1 when
+ * an action is outside the plan (err). */
+int sched_mem_peaks(const sched_plan *plan, const sched_mem *mem, double *peak, int *at, pp_err *err);
+
+/* sched_validate, then one more rule: no rank holds more than mem->max
+ * after any action (named with the rank, the action, what it holds and
+ * the bound; the grid marked). mem NULL or max <= 0: sched_validate. */
+int sched_validate_mem(const sched_plan *plan, const sched_mem *mem, pp_err *err);
+
+/* sched_from_flag under a bound: zb-h1's and zb-v's order built within it
+ * (sched_build_bounded), every other schedule's (a CSV's, 1F1B's ...)
+ * checked against it (sched_validate_mem). */
+int sched_from_flag_mem(const char *spec, int p, int m, int v, const sched_costs *costs, const sched_mem *mem,
+                        sched_plan **out, pp_err *err);
+
+/* --max-mem as a user writes it: a whole number is microbatch-stages per
+ * rank (*bytes = 0), a size with a unit ("64MiB", "1.5GiB", "4096B":
+ * pp_parse_size) bytes (*bytes = 1). */
+int sched_parse_max_mem(const char *text, const char *what, double *max, int *bytes, pp_err *err);
+
+/* --act-bytes: what a (stage, microbatch) holds, "F" or "F:B" (sizes,
+ * pp_parse_size) for every stage, or a comma list of those, one per stage,
+ * an entry followed by "*N" standing for N stages alike. *out is malloc'd
+ * (caller frees), *n entries. */
+int sched_parse_act(const char *text, const char *what, sched_act **out, int *n, pp_err *err);
+/* The inverse, in whole bytes, runs written with *N ("2695424B:2760960B,
+ * 2695168B:2695168B*2,3025152B:3090688B"); -1 when buf is too small. */
+int sched_act_text(const sched_act *act, int n, char *buf, size_t size);
+
+/* An amount in mem's unit as text for people: "6 microbatch-stages",
+ * "24.0 MiB" (bytes: B, KiB, MiB or GiB with 1 decimal, exact below 1 KiB). */
+const char *sched_mem_text(const sched_mem *mem, double value, char *buf, size_t size);
+
 #endif

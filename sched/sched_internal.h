@@ -39,4 +39,36 @@ static inline double sched_op_cost(const sched_costs *c, int op) {
     return op == SCHED_F ? c->f : op == SCHED_B ? c->b : c->w;
 }
 
+/* The zero-bubble greedy (sched_greedy.c): zb-v's order, and zb-h1's and
+ * zb-v's under a memory bound. v = 1: stage r on rank r; v = 2: ZB-V's V.
+ * act[p * v] says what each stage holds; no F leaves a rank unable to
+ * take its oldest microbatch back through its chunks within limit. */
+typedef struct sched_greedy_in {
+    int p, m, v;
+    const sched_costs *costs;
+    const sched_act *act; /* [p * v] */
+    double limit;         /* the most a rank holds, in act's unit */
+    int wait_for_sooner;  /* wait for an action of a higher class arriving within half the chosen one's cost */
+} sched_greedy_in;
+
+/* The greedy's order as a plan named `name`; -1 with err when it got stuck
+ * (a limit below what the order needs) or out of memory. *bound (may be
+ * NULL) is 1 when the limit kept an action from running at least once: 0
+ * means any higher limit gives the same order. */
+int sched_greedy(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, pp_err *err);
+/* The greedy plain and waiting for a sooner action (in->wait_for_sooner is
+ * ignored), each simulated at in->costs: the shorter step wins, the plain
+ * one on a tie. Neither is better everywhere: with send time (p=4, m=8,
+ * f=b=w=1, comm=0.1) waiting idles 10.1% against 16.1%; with p=2 it can
+ * lose. -1 with the plain one's error when it cannot be built; *bound as
+ * sched_greedy's, for either. */
+int sched_greedy_best(const sched_greedy_in *in, const char *name, sched_plan **out, int *bound, pp_err *err);
+
+/* The validator's rejection (sched_validate.c), for the rule that
+ * sched_validate_mem adds: "schedule NAME rejected: rule 'RULE': DETAIL"
+ * and the grid around marks[ranks] (a slot per row, -1 for none); -1. */
+int sched_reject(const sched_plan *plan, pp_err *err, const int *marks, const char *rule, const char *detail);
+/* The grid slot of actions[r][i]. */
+int sched_slot_of(const sched_plan *plan, int r, int i);
+
 #endif

@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* Slot (grid column) of actions[r][i]: the i-th non-idle cell of row r. */
-static int slot_of(const sched_plan *plan, int r, int i) {
+int sched_slot_of(const sched_plan *plan, int r, int i) {
     int seen = 0;
     for (int c = 0; c < plan->nslots; c++) {
         if (plan->slots[r][c].stage < 0) continue;
@@ -21,7 +21,7 @@ static int slot_of(const sched_plan *plan, int r, int i) {
 
 /* Fills err with "schedule NAME rejected: rule 'RULE': DETAIL" and the grid
  * around the marked cells, trimmed so it fits in the message. */
-static int reject(const sched_plan *plan, pp_err *err, const int *marks, const char *rule, const char *detail) {
+int sched_reject(const sched_plan *plan, pp_err *err, const int *marks, const char *rule, const char *detail) {
     if (!err) return -1;
     int n = snprintf(err->msg, sizeof err->msg, "schedule %s rejected: rule '%s': %s\n", plan->name, rule, detail);
     if (n < 0 || (size_t)n >= sizeof err->msg) return -1;
@@ -61,7 +61,7 @@ typedef struct checker {
 } checker;
 
 /* Marks actions[r][i] (its grid slot) for the rejection. */
-static void mark(checker *ck, int r, int i) { ck->marks[r] = slot_of(ck->plan, r, i); }
+static void mark(checker *ck, int r, int i) { ck->marks[r] = sched_slot_of(ck->plan, r, i); }
 
 /* Rules 1-3 for actions[r][i]: it names a real (stage, mb), its stage
  * lives on this rank, and it does not run twice. */
@@ -74,7 +74,7 @@ static int check_action(checker *ck, int r, int i, pp_err *err) {
         sched_action_str(a, a1);
         snprintf(detail, sizeof detail, "rank %d runs %s, outside %d stages x %d microbatches", r, a1, plan->stages,
                  plan->microbatches);
-        return reject(plan, err, ck->marks, "actions name a stage and microbatch of the schedule", detail);
+        return sched_reject(plan, err, ck->marks, "actions name a stage and microbatch of the schedule", detail);
     }
     int owner = plan->stage_rank[a->stage];
     if (owner != r) {
@@ -87,12 +87,12 @@ static int check_action(checker *ck, int r, int i, pp_err *err) {
                     mark(ck, owner, j);
                     break;
                 }
-        return reject(plan, err, ck->marks, "each stage lives on one rank", detail);
+        return sched_reject(plan, err, ck->marks, "each stage lives on one rank", detail);
     }
     if (plan->forward_only && a->op != SCHED_F) {
         mark(ck, r, i);
         snprintf(detail, sizeof detail, "rank %d runs %s in a forward-only schedule", r, sched_action_str(a, a1));
-        return reject(plan, err, ck->marks, "a forward-only schedule runs F only", detail);
+        return sched_reject(plan, err, ck->marks, "a forward-only schedule runs F only", detail);
     }
     /* a BW takes the keys of its B and its W */
     int ops[2] = {sched_key_op(a->op), SCHED_W}, nops = a->op == SCHED_BW ? 2 : 1;
@@ -107,7 +107,7 @@ static int check_action(checker *ck, int r, int i, pp_err *err) {
             } else {
                 snprintf(detail, sizeof detail, "rank %d runs %s a second time", r, sched_action_str(a, a1));
             }
-            return reject(plan, err, ck->marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
+            return sched_reject(plan, err, ck->marks, "exactly one F, one B and one W per (stage, microbatch)", detail);
         }
         ck->where[k] = r;
         ck->at[k] = i;
@@ -132,7 +132,7 @@ static int check_complete(checker *ck, pp_err *err) {
                 else
                     snprintf(detail, sizeof detail, "no rank runs %s: stage %d has no actions at all",
                              sched_action_str(&miss, a1), s);
-                return reject(plan, err, ck->marks,
+                return sched_reject(plan, err, ck->marks,
                               plan->forward_only ? "exactly one F per (stage, microbatch)"
                                                  : "exactly one F, one B and one W per (stage, microbatch)",
                               detail);
@@ -154,7 +154,7 @@ static int check_order(checker *ck, pp_err *err) {
                 mark(ck, r, i);
                 snprintf(detail, sizeof detail, "rank %d runs %s before %s", r, sched_action_str(a, a1),
                          sched_action_str(&before, a2));
-                return reject(plan, err, ck->marks, "on its rank, F before B before W", detail);
+                return sched_reject(plan, err, ck->marks, "on its rank, F before B before W", detail);
             }
         }
     return 0;
@@ -192,7 +192,7 @@ static int reject_deadlock(checker *ck, const int *pos, pp_err *err) {
                                     plan->stage_rank[need.stage]);
     }
     if (off < sizeof detail && off > 0 && detail[off - 1] == ';') detail[off - 1] = '\0';
-    return reject(plan, err, ck->marks, "no deadlock with asynchronous sends and blocking receives", detail);
+    return sched_reject(plan, err, ck->marks, "no deadlock with asynchronous sends and blocking receives", detail);
 }
 
 /* Runs rank r's list from pos[r] while each action's input is done;

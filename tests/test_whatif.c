@@ -229,3 +229,64 @@ Test(whatif, bad_input_is_refused) {
     cr_expect_eq(whatif_simulate(&in, rows, &err), -1);
     cr_expect(strstr(err.msg, "finite"), "%s", err.msg);
 }
+
+/* The memory curve: bounds from 1F1B's peak (p microbatch-stages) to twice
+ * it; each cell's order within its bound (a zb-v chunk half a stage for
+ * gpt), its step never rising with the bound; the bound in bytes from the
+ * job's 4 KiB per microbatch-stage; at uneven costs ZB-H2's warm-up pays. */
+Test(whatif, the_memory_curve_runs_from_1f1bs_peak_to_twice_it) {
+    whatif_input in = job_1f1b();
+    in.costs = (sched_costs){3.85 * MS, 3.53 * MS, 1.62 * MS, 0.066 * MS}; /* the gpt's, F + B > W */
+    static whatif_curve_row rows[WHATIF_CURVE_MAX];
+    char why[160];
+    int n = whatif_curve(&in, rows, why, sizeof why);
+    cr_assert_eq(n, 5, "%s", why);
+    double prev[WHATIF_CURVE_COLS] = {HUGE_VAL, HUGE_VAL, HUGE_VAL};
+    for (int k = 0; k < n; k++) {
+        cr_assert_eq(rows[k].bound, 4 + k);
+        cr_assert_eq(rows[k].bound_bytes, (4 + k) * 4096);
+        for (int col = 0; col < WHATIF_CURVE_COLS; col++) {
+            const whatif_curve_cell *c = &rows[k].cell[col];
+            cr_assert_str_empty(c->error, "bound %d col %d: %s", rows[k].bound, col, c->error);
+            cr_assert_leq(c->step_time_ns, prev[col], "bound %d col %d rose", rows[k].bound, col);
+            /* chunk units: zb-v's are half a stage */
+            cr_assert_leq(c->peak_inflight, col == 0 ? rows[k].bound : 2 * rows[k].bound, "col %d", col);
+            cr_assert_leq(c->act_peak_bytes, rows[k].bound_bytes, "col %d at %d", col, rows[k].bound);
+            prev[col] = c->step_time_ns;
+        }
+    }
+    /* zb-h1 at 1F1B's peak is ZB-H1; at twice it ZB-H2's longer warm-up fills the bubble */
+    whatif_row plain[WHATIF_ROWS];
+    simulate(&in, plain);
+    cr_assert_float_eq(rows[0].cell[0].step_time_ns, row_of(plain, "zb-h1")->step_time_ns, 1);
+    cr_assert_lt(rows[4].cell[0].step_time_ns, 0.95 * rows[0].cell[0].step_time_ns);
+    /* a timed job: a chunk holds a whole stage's bytes, so zb-v needs more units */
+    in.fixed_op_costs = 1;
+    n = whatif_curve(&in, rows, why, sizeof why);
+    for (int k = 0; k < n; k++) cr_assert_leq(rows[k].cell[1].peak_inflight, rows[k].bound);
+    in.ranks = 40;
+    cr_assert_eq(whatif_curve(&in, rows, why, sizeof why), 0);
+    cr_assert(strstr(why, "more than 32 ranks (this job has 40)"), "%s", why);
+}
+
+/* A job run under --max-mem: its own row is its plan, named with its
+ * bound, and no kind's row claims to be the job. */
+Test(whatif, a_job_under_a_bound_is_its_own_plans_row) {
+    whatif_input in = job_1f1b();
+    snprintf(in.schedule, sizeof in.schedule, "zb-v");
+    in.virtual_stages = 2;
+    in.max_mem = "6";
+    sched_plan *plan;
+    pp_err err;
+    sched_mem mem = {.max = 6};
+    cr_assert_eq(sched_from_flag_mem("zb-v", 4, 8, 2, NULL, &mem, &plan, &err), 0, "%s", err.msg);
+    in.own_plan = plan;
+    whatif_row rows[WHATIF_ROWS];
+    int n = simulate(&in, rows);
+    for (int k = 0; k < n - 1; k++) cr_assert(!rows[k].this_job, "%s", rows[k].schedule);
+    cr_assert_str_eq(rows[n - 1].schedule, "zb-v --max-mem 6");
+    cr_assert(rows[n - 1].this_job);
+    cr_assert_eq(rows[n - 1].peak_inflight, 6);
+    cr_assert_gt(rows[n - 1].step_time_ns, row_of(rows, "zb-v")->step_time_ns, "the bound costs time");
+    sched_free(plan);
+}

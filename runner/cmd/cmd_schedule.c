@@ -1,7 +1,9 @@
 /* cmd_schedule.c: `pprun schedule`: builds or reads a schedule, validates
  * it, simulates it from F/B/W/comm costs and prints the grid, the
- * timeline, the step time, the bubble ratio and the peak memory; imports
- * and exports CSV. Nothing runs: it is the planner's view of a job. */
+ * timeline, the step time, the bubble ratio and the peak memory; builds
+ * zb-h1 and zb-v under a memory bound (--max-mem) and holds them against
+ * the unbounded order; imports and exports CSV. Nothing runs: it is the
+ * planner's view of a job. */
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -25,15 +27,21 @@ static const char usage_text[] =
     "  --virtual-stages V   chunks per rank (default 2 for interleaved-1f1b and zb-v, else 1)\n"
     "  --costs LIST         f=1,b=1,w=1,comm=0: time units of one F, B, W of a stage and of a send\n"
     "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us)\n"
+    "  --max-mem N          zb-h1, zb-v: built so that no rank holds more than N microbatch-stages\n"
+    "                       (or bytes, 24MiB, with --act-bytes); any schedule: checked against it\n"
+    "  --act-bytes LIST     what one microbatch holds on a stage, F[:B] (after F, after B), for\n"
+    "                       every stage, or one per stage (*N: N stages alike): 2.6MiB:2.7MiB,2.6MiB*2,...\n"
     "  --csv-in FILE        read the schedule from a CSV (same as --schedule csv:FILE)\n"
     "  --csv-out FILE       write the schedule as CSV\n"
     "  --notation N         CSV notation for --csv-out: pprun (F/B/W) | pytorch (F/I/W)\n"
     "  --format F           text | json\n";
 
 typedef struct opts {
-    const char *schedule, *csv_in, *csv_out, *notation, *format;
+    const char *schedule, *csv_in, *csv_out, *notation, *format, *max_mem_text;
     long p, m, v;
     sched_costs costs;
+    sched_mem mem;   /* --max-mem and --act-bytes; act owned (freed by cmd_schedule) */
+    sched_act *act;
 } opts;
 
 static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
@@ -47,7 +55,8 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         memcpy(name, arg, n);
         name[n] = '\0';
         static const char *const flags[] = {"--schedule", "--stages", "--microbatches", "--virtual-stages", "--costs",
-                                            "--csv-in", "--csv-out", "--notation", "--format"};
+                                            "--csv-in", "--csv-out", "--notation", "--format", "--max-mem",
+                                            "--act-bytes"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= strcmp(name, flags[k]) == 0;
         if (!known) return pp_fail(err, "unknown option '%s'; see pprun schedule --help", name);
@@ -63,6 +72,13 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
             if (pp_parse_long(val, 1, 64, "--virtual-stages", &o->v, err) != 0) return -1;
         } else if (strcmp(name, "--costs") == 0) {
             if (sched_parse_costs(val, "--costs", &o->costs, err) != 0) return -1;
+        } else if (strcmp(name, "--max-mem") == 0) {
+            if (sched_parse_max_mem(val, "--max-mem", &o->mem.max, &o->mem.bytes, err) != 0) return -1;
+            o->max_mem_text = val;
+        } else if (strcmp(name, "--act-bytes") == 0) {
+            free(o->act);
+            if (sched_parse_act(val, "--act-bytes", &o->act, &o->mem.nact, err) != 0) return -1;
+            o->mem.act = o->act;
         } else if (strcmp(name, "--csv-in") == 0) o->csv_in = val;
         else if (strcmp(name, "--csv-out") == 0) o->csv_out = val;
         else if (strcmp(name, "--notation") == 0) {
@@ -82,6 +98,14 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         o->csv_in = o->schedule + 4;
         if (!*o->csv_in) return pp_fail(err, "--schedule csv:FILE: the file name is missing");
     }
+    /* the bound and the table must count the same thing */
+    if (o->max_mem_text && o->act && !o->mem.bytes)
+        return pp_fail(err, "--max-mem %s counts microbatch-stages; with --act-bytes give it in bytes (e.g. 24MiB)",
+                       o->max_mem_text);
+    if (o->max_mem_text && o->mem.bytes && !o->act)
+        return pp_fail(err, "--max-mem %s is bytes: say what one microbatch holds on a stage with --act-bytes F[:B]",
+                       o->max_mem_text);
+    if (o->act) o->mem.bytes = 1;
     if (!o->csv_in) {
         if (!o->schedule)
             return pp_fail(err, "--schedule is required; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, csv:FILE");
@@ -109,7 +133,78 @@ static int has_bw(const sched_plan *plan) {
     return 0;
 }
 
-static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c) {
+/* The memory side, with --max-mem or --act-bytes: what each rank holds at
+ * most in the bound's unit, and for zb-h1 and zb-v under a bound the least
+ * bound they run in and the unbounded order beside them. */
+typedef struct mem_view {
+    int shown;
+    const sched_mem *mem;
+    double *peak;       /* [ranks] */
+    double least;       /* < 0: not a schedule the bound shapes */
+    int least_rank;
+    int has_free;       /* the unbounded order: */
+    double free_step, free_bubble, free_peak;
+} mem_view;
+
+static void mem_view_free(mem_view *mv) { free(mv->peak); }
+
+/* Fills mv for plan (from spec at p, m, v under o's bound); -1 with err. */
+static int mem_view_fill(mem_view *mv, const opts *o, const char *spec, const sched_plan *plan, pp_err *err) {
+    memset(mv, 0, sizeof *mv);
+    mv->least = -1;
+    mv->mem = &o->mem;
+    mv->shown = o->max_mem_text || o->act;
+    if (!mv->shown) return 0;
+    if (!(mv->peak = malloc(sizeof(double) * (size_t)plan->ranks))) return pp_fail(err, "out of memory");
+    if (sched_mem_peaks(plan, &o->mem, mv->peak, NULL, err) != 0) return -1;
+    int shaped = strcmp(spec, "zb-h1") == 0 || strcmp(spec, "zb-v") == 0;
+    if (!shaped || !o->max_mem_text) return 0;
+    if (sched_mem_least(spec, plan->ranks, &o->mem, &mv->least, &mv->least_rank, err) != 0) return -1;
+    sched_plan *free_plan = NULL;
+    sched_sim *sim = NULL;
+    double *peak = malloc(sizeof(double) * (size_t)plan->ranks);
+    int rc = !peak ? pp_fail(err, "out of memory") : sched_from_flag(spec, (int)o->p, (int)o->m, (int)o->v, &o->costs,
+                                                                      &free_plan, err);
+    if (rc == 0) rc = sched_simulate(free_plan, &o->costs, &sim, err);
+    if (rc == 0) rc = sched_mem_peaks(free_plan, &o->mem, peak, NULL, err);
+    if (rc == 0) {
+        mv->has_free = 1;
+        mv->free_step = sim->step_time, mv->free_bubble = sim->bubble_ratio;
+        for (int r = 0; r < plan->ranks; r++)
+            if (peak[r] > mv->free_peak) mv->free_peak = peak[r];
+    }
+    free(peak);
+    sched_sim_free(sim);
+    sched_free(free_plan);
+    return rc;
+}
+
+static void print_mem_text(const mem_view *mv, const sched_plan *plan) {
+    char a[64], b[64];
+    if (!mv->shown) return;
+    if (mv->mem->bytes) {
+        printf("peak activation bytes held:");
+        for (int r = 0; r < plan->ranks; r++)
+            printf(" rank %d: %s%s", r, sched_mem_text(mv->mem, mv->peak[r], a, sizeof a),
+                   r + 1 < plan->ranks ? "," : "");
+        printf("\n");
+    }
+    if (mv->mem->max <= 0) return;
+    double most = 0;
+    for (int r = 0; r < plan->ranks; r++)
+        if (mv->peak[r] > most) most = mv->peak[r];
+    printf("memory bound (--max-mem): %s per rank; the most a rank holds: %s",
+           sched_mem_text(mv->mem, mv->mem->max, a, sizeof a), sched_mem_text(mv->mem, most, b, sizeof b));
+    if (mv->least >= 0)
+        printf("; the least %s runs in: %s (rank %d)", plan->name, sched_mem_text(mv->mem, mv->least, a, sizeof a),
+               mv->least_rank);
+    printf("\n");
+    if (mv->has_free)
+        printf("without the bound: step time %g, bubble ratio %.4f, the most a rank holds: %s\n", mv->free_step,
+               mv->free_bubble, sched_mem_text(mv->mem, mv->free_peak, a, sizeof a));
+}
+
+static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, const mem_view *mv) {
     int bw = has_bw(plan);
     /* The name of a CSV schedule holds its file's name: escaped for the
      * terminal, as every text from outside (the grid is digits and F/B/W). */
@@ -132,6 +227,7 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
     printf("peak activations held (microbatch-stage units):");
     for (int r = 0; r < sim->ranks; r++) printf(" rank %d: %d%s", r, sim->peak_inflight[r], r + 1 < sim->ranks ? "," : "");
     printf("\n");
+    print_mem_text(mv, plan);
 }
 
 /* ---- JSON -------------------------------------------------------------------
@@ -310,9 +406,44 @@ static void j_rank(jout *o, const sched_plan *plan, const sched_sim *sim, int r)
     j_str(o, "\n\t\t}");
 }
 
+/* "memory", with --max-mem or --act-bytes: the unit, the bound (null
+ * without), each rank's most held, and for zb-h1 and zb-v under a bound
+ * the least bound and the unbounded order's step, bubble and most held. */
+static void j_memory(jout *o, const mem_view *mv, int ranks) {
+    j_key(o, 1, "memory", 0);
+    j_str(o, "{\n");
+    j_key(o, 2, "unit", 1);
+    j_qstr(o, mv->mem->bytes ? "bytes" : "microbatch-stages");
+    j_key(o, 2, "max_mem", 0);
+    if (mv->mem->max > 0) j_num(o, mv->mem->max);
+    else j_str(o, "null");
+    j_key(o, 2, "peak", 0);
+    j_str(o, "[");
+    for (int r = 0; r < ranks; r++) {
+        if (r) j_mem(o, ", ", 2);
+        j_num(o, mv->peak[r]);
+    }
+    j_str(o, "]");
+    if (mv->least >= 0) {
+        j_key_num(o, 2, "least", mv->least);
+        j_key_num(o, 2, "least_rank", mv->least_rank);
+    }
+    if (mv->has_free) {
+        j_key(o, 2, "unbounded", 0);
+        j_str(o, "{\n");
+        j_key(o, 3, "step_time", 1);
+        j_num(o, mv->free_step);
+        j_key_num(o, 3, "bubble_ratio", mv->free_bubble);
+        j_key_num(o, 3, "peak", mv->free_peak);
+        j_str(o, "\n\t\t}");
+    }
+    j_str(o, "\n\t}");
+}
+
 /* Writes the plan, its simulation and the costs to f; memory stays one
  * buffer whatever the grid's size. Returns -1 when out of memory. */
-static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, FILE *f) {
+static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, const mem_view *mv,
+                      FILE *f) {
     jout *o = malloc(sizeof *o);
     if (!o) return -1;
     o->f = f;
@@ -349,6 +480,7 @@ static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_
     j_str(o, plan->ranks ? "[" : "[]");
     for (int r = 0; r < plan->ranks; r++) j_rank(o, plan, sim, r);
     if (plan->ranks) j_str(o, "]");
+    if (mv->shown) j_memory(o, mv, plan->ranks);
     j_str(o, "\n}\n");
     j_flush(o);
     free(o);
@@ -363,8 +495,10 @@ int cmd_schedule(int argc, char **argv) {
         }
     opts o = {.costs = {1, 1, 1, 0}, .notation = "pprun", .format = "text"};
     pp_err err = {{0}};
+    mem_view mv = {0};
     if (parse_args(argc, argv, &o, &err) != 0) {
         fprintf(stderr, "pprun schedule: %s\n", err.msg);
+        free(o.act);
         return 2;
     }
     sched_plan *plan = NULL;
@@ -373,13 +507,15 @@ int cmd_schedule(int argc, char **argv) {
         fprintf(stderr, "pprun schedule: --csv-in: path too long\n");
         return 2;
     }
-    if (sched_from_flag(o.csv_in ? spec : o.schedule, (int)o.p, (int)o.m, (int)o.v, &o.costs, &plan, &err) != 0) {
+    const char *which = o.csv_in ? spec : o.schedule;
+    if (sched_from_flag_mem(which, (int)o.p, (int)o.m, (int)o.v, &o.costs, &o.mem, &plan, &err) != 0) {
         fprintf(stderr, "pprun schedule: %s\n", err.msg);
+        free(o.act);
         return 2;
     }
     int rc = 2;
     sched_sim *sim = NULL;
-    if (sched_simulate(plan, &o.costs, &sim, &err) != 0) {
+    if (sched_simulate(plan, &o.costs, &sim, &err) != 0 || mem_view_fill(&mv, &o, which, plan, &err) != 0) {
         fprintf(stderr, "pprun schedule: %s\n", err.msg);
         goto done;
     }
@@ -388,14 +524,16 @@ int cmd_schedule(int argc, char **argv) {
         goto done;
     }
     /* A write that fails is main's to report, as for every command. */
-    if (strcmp(o.format, "json") != 0) print_text(plan, sim, &o.costs);
-    else if (print_json(plan, sim, &o.costs, stdout) != 0) {
+    if (strcmp(o.format, "json") != 0) print_text(plan, sim, &o.costs, &mv);
+    else if (print_json(plan, sim, &o.costs, &mv, stdout) != 0) {
         fprintf(stderr, "pprun schedule: writing JSON: out of memory\n");
         rc = 1;
         goto done;
     }
     rc = 0;
 done:
+    mem_view_free(&mv);
+    free(o.act);
     sched_sim_free(sim);
     sched_free(plan);
     return rc;

@@ -49,6 +49,7 @@ typedef struct run_job {
     char *worker_args[RUN_CONFIG_MAX_ARGS + 1];
     int cuda_devices;      /* --device cuda: devices this node sees */
     char costs_about[256]; /* --schedule-costs DB: which job and steps its numbers are from */
+    char act_about[256];   /* and the activation bytes per stage --max-mem bounds by, when they are from there */
     int program;           /* 1: `-- PROGRAM` runs instead of the built-in worker */
     char worker_flag[32];  /* the first option given that only the built-in worker takes */
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */

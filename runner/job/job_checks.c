@@ -147,11 +147,16 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
     sqlite3 *sql;
     if (db_open_readonly(path, &sql, err) != 0) return pp_wrap(err, "--schedule-costs %s", path);
     int64_t id = cfg->schedule_costs_job ? cfg->schedule_costs_job : db_newest_job(sql, err);
-    int rc = -1;
+    int rc = -1, v = cfg->schedule == RUN_SCHEDULE_ZB_V ? 2 : 1; /* zb-v, or zb-h1 under --max-mem */
     if (id == 0) pp_fail(err, "no job in it yet");
     else if (id > 0)
-        rc = whatif_costs_for(sql, id, job->model, world, 2, &cfg->schedule_costs, job->costs_about,
+        rc = whatif_costs_for(sql, id, job->model, world, v, &cfg->schedule_costs, job->costs_about,
                               sizeof job->costs_about, err);
+    /* --max-mem in bytes: that job's measured bytes per stage, handed to the workers as --act-bytes */
+    if (rc == 0 && cfg->max_mem_bytes && !cfg->nact) { /* world * v <= 2048 = RUN_MAX_ACT */
+        rc = whatif_act_for(sql, id, job->model, world * v, cfg->act, job->act_about, sizeof job->act_about, err);
+        if (rc == 0) cfg->nact = world * v;
+    }
     sqlite3_close(sql);
     if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
     cfg->has_schedule_costs = 1;
@@ -175,6 +180,11 @@ static int check_options(run_job *job, pp_err *err) {
                             "(give it its own options after PROGRAM)", job->worker_flag);
     if (run_config_finish(cfg, err) != 0) return -1;
     if (job->program) {
+        /* bytes per stage are the model's (config/model_act.h): a program's are its own */
+        if (cfg->max_mem_bytes && !cfg->nact && !cfg->schedule_costs_db[0])
+            return pp_fail(err, "--max-mem in bytes bounds by each stage's activation bytes, which pprun knows for "
+                                "its own models only: give them with --act-bytes F[:B], or the bound in "
+                                "microbatch-stages (--max-mem N)");
         name_program(job);
         cfg->cupti = 0;
         cfg->progress = RUN_PROGRESS_OFF; /* its numbers come from pprun's worker */
@@ -242,6 +252,9 @@ int job_check(run_job *job, pp_err *err) {
 }
 
 void job_checks_say_costs(const run_job *job) {
+    if (job->act_about[0])
+        fprintf(stderr, "pprun run: --max-mem bounds each stage by the bytes %s measured (%s)\n",
+                job->cfg.schedule_costs_db, job->act_about);
     if (!job->costs_about[0]) return;
     const sched_costs *c = &job->cfg.schedule_costs;
     fprintf(stderr, "pprun run: zb-v ordered for F %.3f ms, B %.3f ms, W %.3f ms, send %.3f ms per op (%s, %s)\n",

@@ -50,6 +50,11 @@ static char *config_json(const run_job *job) {
     cJSON_AddNumberToObject(o, "microbatches", c->microbatches); /* per pipeline (replica) */
     cJSON_AddNumberToObject(o, "pp", c->pp);                     /* ranks per pipeline */
     cJSON_AddNumberToObject(o, "dp", c->dp);                     /* pipelines: jobs.world_size = pp x dp */
+    if (c->max_mem > 0) { /* the bound zb-h1's and zb-v's order was built under (db/whatif.c reads it back) */
+        char text[64];
+        snprintf(text, sizeof text, c->max_mem_bytes ? "%.0fB" : "%.0f", c->max_mem);
+        cJSON_AddStringToObject(o, "max_mem", text);
+    }
     cJSON_AddNumberToObject(o, "virtual_stages", job->plan->virtual_stages);
     cJSON_AddNumberToObject(o, "stages", job->plan->stages);
     cJSON_AddNumberToObject(o, "steps", c->steps);
