@@ -115,6 +115,11 @@ uint64_t collector_count(const collector *c);
 /* Records refused (master): a rank outside [0, world_size) or a step outside
  * [0, steps), from a buggy worker or a forged forwarding frame. */
 uint64_t collector_rejected(const collector *c);
+/* Master: the collector thread's time so far writing records
+ * (db_insert_events) and analysing steps (with step_analyzed), in ns: what
+ * bench/loadgen.c weighs against each other. The final pass of
+ * collector_stop is not counted. */
+void collector_times(const collector *c, uint64_t *insert_ns, uint64_t *analyze_ns);
 /* 0 while all is well; -1 with the first error (disk full, master gone). */
 int collector_error(collector *c, pp_err *err);
 /* The pid of rank's latest attempt (the launcher's `started` hook): the
