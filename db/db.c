@@ -18,6 +18,7 @@
 #include "base/embed.h"
 #include "base/file.h"
 #include "db/alive.h"
+#include "db/checkpoint.h"
 #include "db/progplan.h"
 
 /* How long a writer waits for another process's lock on the file. */
@@ -73,6 +74,7 @@ struct db {
      * its timeline still waits to be simulated. */
     int64_t prog_job;
     int prog_pending;
+    checkpoint *ckpt; /* the WAL's checkpoints, off this thread (NULL: SQLite's own) */
 };
 
 int db_fail(db *d, int rc, const char *what, pp_err *err) {
@@ -324,6 +326,7 @@ static int open_file(const char *path, db **out, pp_err *err) {
                 "UPDATE ranks SET cupti_dropped=?3 WHERE job_id=?1 AND rank=?2;",
                 &d->set_cupti_dropped, err) != 0)
         goto fail;
+    if (checkpoint_start(d->sql, path, &d->ckpt, err) != 0) goto fail;
     *out = d;
     return 0;
 fail:
@@ -340,6 +343,7 @@ void db_close(db *d) {
     sqlite3_finalize(d->add_ingested);
     sqlite3_finalize(d->ins_kernel);
     sqlite3_finalize(d->set_cupti_dropped);
+    checkpoint_stop(d->ckpt); /* first: the writer's close, the last, checkpoints what is left */
     sqlite3_close(d->sql);
     gpu_reset(d, -1);
     free(d->order);
