@@ -172,6 +172,10 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     /* 4 -> 5: the name of a program's own span (phase SPAN); every row
      * before has none */
     "ALTER TABLE events ADD COLUMN name TEXT;",
+    /* 5 -> 6: a step's rows by attempt rather than by rank (schema.sql);
+     * the index is built again, a sort of the file's rows */
+    "DROP INDEX IF EXISTS events_by_step;"
+    "CREATE INDEX events_by_step ON events(job_id, step, attempt);",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
