@@ -2,9 +2,12 @@
  *
  * One thread per launcher. Every interval it drains every ring it was given
  * and hands the records on:
- *  - on the master (cfg.db set): one transaction per batch into the
- *    database, the rings' drop counters into ranks/job_counters, and the
- *    analyses of each step once every rank has moved past it;
+ *  - on the master (cfg.db set): into the database, one transaction per
+ *    batch: the records of its rings and forwarders are staged until there
+ *    are 64 per rank of the job (at most 65,536) or the oldest waited
+ *    100 ms; the rings' drop counters into ranks/job_counters, and the
+ *    analyses of each step once every rank has moved past it (after the
+ *    batch that completes it);
  *  - on another node (cfg.forward_host set): framed over TCP to the master
  *    collector's ingest listener, with this node's clock offset, which the
  *    master applies so the events land on the job clock.
