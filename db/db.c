@@ -18,10 +18,16 @@
 #include "base/embed.h"
 #include "base/file.h"
 #include "db/alive.h"
+#include "db/checkpoint.h"
 #include "db/progplan.h"
 
 /* How long a writer waits for another process's lock on the file. */
 #define DB_BUSY_TIMEOUT_MS 5000
+/* Rows of `events` per INSERT statement: one statement of many rows costs
+ * SQLite less per row than as many one-row statements (its cursors stay
+ * open from row to row); bench/trace.c measures it. */
+#define DB_ROWS_PER_INSERT 32
+#define DB_EVENT_COLS 14
 
 extern const pp_embedded_file pp_schema_files[];
 
@@ -47,7 +53,16 @@ static void gpu_reset(db *d, int64_t job_id);
 struct db {
     sqlite3 *sql;
     char *path;
-    sqlite3_stmt *ins_event, *ins_loss, *ins_eval_loss, *add_ingested, *ins_kernel, *set_cupti_dropped;
+    sqlite3_stmt *ins_event, *ins_events, *ins_loss, *ins_eval_loss, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
+    /* db_insert_events' scratch, per record of a batch, kept for the next:
+     * the rows of `events` in the order they are written (order, keys: by
+     * step and rank; *_tmp: the radix sort's other half), each record's
+     * events.id, and a SPAN's name as it was when the span came. */
+    uint32_t *order, *order_tmp;
+    uint64_t *keys, *keys_tmp;
+    int64_t *row_id;
+    char **span_name;
+    size_t scratch_cap;
     int64_t gpu_job;
     gpu_rank *gpu;             /* [ngpu], for gpu_job */
     size_t ngpu;
@@ -59,6 +74,7 @@ struct db {
      * its timeline still waits to be simulated. */
     int64_t prog_job;
     int prog_pending;
+    checkpoint *ckpt; /* the WAL's checkpoints, off this thread (NULL: SQLite's own) */
 };
 
 int db_fail(db *d, int rc, const char *what, pp_err *err) {
@@ -161,6 +177,10 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "ALTER TABLE events ADD COLUMN optim_bytes INTEGER;"
     "CREATE TABLE IF NOT EXISTS eval_losses (job_id INTEGER NOT NULL, step INTEGER NOT NULL, microbatch INTEGER NOT NULL,"
     " loss REAL, rank INTEGER NOT NULL, at_ns INTEGER NOT NULL, PRIMARY KEY (job_id, step, microbatch)) WITHOUT ROWID;",
+    /* 6 -> 7: a step's rows by attempt rather than by rank (schema.sql);
+     * the index is built again, a sort of the file's rows */
+    "DROP INDEX IF EXISTS events_by_step;"
+    "CREATE INDEX events_by_step ON events(job_id, step, attempt);",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
@@ -289,10 +309,20 @@ static int open_file(const char *path, db **out, pp_err *err) {
         db_fail(d, SQLITE_ERROR, "registering pprun_job_status", err);
         goto fail;
     }
-    if (prepare(d,
-                "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,"
-                "name,optim_bytes) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)",
-                &d->ins_event, err) != 0 ||
+    /* "INSERT ... VALUES(14 ?),(14 ?),..." for one row and for DB_ROWS_PER_INSERT. */
+    static const char head[] =
+        "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,name,"
+        "optim_bytes)"
+        " VALUES";
+    static const char one[] = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?),";
+    char rows[sizeof head + DB_ROWS_PER_INSERT * (sizeof one - 1)];
+    size_t len = (size_t)snprintf(rows, sizeof rows, "%s", head);
+    for (int i = 0; i < DB_ROWS_PER_INSERT; i++) len += (size_t)snprintf(rows + len, sizeof rows - len, "%s", one);
+    rows[len - 1] = 0; /* the last comma */
+    if (prepare(d, rows, &d->ins_events, err) != 0) goto fail;
+    rows[sizeof head - 1 + sizeof one - 2] = 0; /* the first row alone */
+    if (prepare(d, rows, &d->ins_event, err) != 0 ||
+        prepare(d, "SELECT coalesce(max(id), 0) FROM events", &d->max_event_id, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
                 &d->ins_loss, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO eval_losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
@@ -308,6 +338,7 @@ static int open_file(const char *path, db **out, pp_err *err) {
                 "UPDATE ranks SET cupti_dropped=?3 WHERE job_id=?1 AND rank=?2;",
                 &d->set_cupti_dropped, err) != 0)
         goto fail;
+    if (checkpoint_start(d->sql, path, &d->ckpt, err) != 0) goto fail;
     *out = d;
     return 0;
 fail:
@@ -318,13 +349,22 @@ fail:
 void db_close(db *d) {
     if (!d) return;
     sqlite3_finalize(d->ins_event);
+    sqlite3_finalize(d->ins_events);
+    sqlite3_finalize(d->max_event_id);
     sqlite3_finalize(d->ins_loss);
     sqlite3_finalize(d->ins_eval_loss);
     sqlite3_finalize(d->add_ingested);
     sqlite3_finalize(d->ins_kernel);
     sqlite3_finalize(d->set_cupti_dropped);
+    checkpoint_stop(d->ckpt); /* first: the writer's close, the last, checkpoints what is left */
     sqlite3_close(d->sql);
     gpu_reset(d, -1);
+    free(d->order);
+    free(d->order_tmp);
+    free(d->keys);
+    free(d->keys_tmp);
+    free(d->row_id);
+    free(d->span_name);
     free(d->offsets);
     free(d->path);
     free(d);
@@ -724,16 +764,193 @@ static int gpu_dropped(db *d, int64_t job_id, const trace_event *e) {
     return rc;
 }
 
+/* ---- events, in batches ---------------------------------------------- */
+
+/* Room for a batch of n records in d's scratch arrays. 0 or -1. */
+static int scratch_reserve(db *d, size_t n) {
+    if (n <= d->scratch_cap) return 0;
+    size_t cap = n > 2 * d->scratch_cap ? n : 2 * d->scratch_cap;
+#define GROW(field)                                                      \
+    do {                                                                 \
+        void *p_ = realloc(d->field, cap * sizeof *d->field);           \
+        if (!p_) return -1;                                              \
+        d->field = p_;                                                   \
+    } while (0)
+    GROW(order);
+    GROW(order_tmp);
+    GROW(keys);
+    GROW(keys_tmp);
+    GROW(row_id);
+    GROW(span_name);
+#undef GROW
+    d->scratch_cap = cap;
+    return 0;
+}
+
+/* Whether a record is a row of `events` (F .. EVAL_RECV_F), not a loss, a
+ * kernel or a name. */
+static int is_row(const trace_event *e) { return e->phase < TRACE_LOSS; }
+
+/* The batch's rows in d->order, as indexes into ev: by step, then rank,
+ * each rank's in the order they came (its ring's order). SQLite's cost of a
+ * row is mostly its index entries: in this order a rank's rows are
+ * neighbours in events_by_time and a step's are appended to
+ * events_by_step, where arrival order (ring after ring, each rank a few
+ * records at a time at 1,024 ranks) jumps from leaf to leaf. A stable LSD
+ * radix sort, a byte per pass, skipping bytes that are the same in every
+ * key: a batch spans a few steps and ranks, so two or three passes.
+ * Returns the count of rows. */
+static size_t order_rows(db *d, const trace_event *ev, size_t n) {
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (is_row(&ev[i])) {
+            d->span_name[i] = NULL;
+            d->order[m] = (uint32_t)i;
+            d->keys[m++] = (uint64_t)(uint32_t)ev[i].step << 32 | (uint32_t)ev[i].rank;
+        }
+    uint32_t *a = d->order, *b = d->order_tmp;
+    uint64_t *ka = d->keys, *kb = d->keys_tmp;
+    for (int shift = 0; m > 1 && shift < 64; shift += 8) {
+        size_t at[257] = {0};
+        for (size_t k = 0; k < m; k++) at[(ka[k] >> shift & 0xff) + 1]++;
+        if (at[(ka[0] >> shift & 0xff) + 1] == m) continue;
+        for (int j = 0; j < 256; j++) at[j + 1] += at[j];
+        for (size_t k = 0; k < m; k++) {
+            size_t to = at[ka[k] >> shift & 0xff]++;
+            b[to] = a[k];
+            kb[to] = ka[k];
+        }
+        uint32_t *t = a;
+        a = b;
+        b = t;
+        uint64_t *kt = ka;
+        ka = kb;
+        kb = kt;
+    }
+    if (a != d->order) memcpy(d->order, a, m * sizeof *a);
+    return m;
+}
+
+/* One row's 14 values at parameters o+1 .. o+13 of st. */
+static void bind_row(db *d, sqlite3_stmt *st, int o, int64_t job_id, const trace_event *e, const char *name) {
+    int64_t off = offset_of(d, job_id, e->rank);
+    sqlite3_bind_int64(st, o + 1, job_id);
+    sqlite3_bind_int(st, o + 2, e->attempt);
+    sqlite3_bind_int(st, o + 3, e->rank);
+    sqlite3_bind_int(st, o + 4, e->step);
+    if (e->microbatch >= 0)
+        sqlite3_bind_int(st, o + 5, e->microbatch);
+    else
+        sqlite3_bind_null(st, o + 5);
+    if (e->stage >= 0)
+        sqlite3_bind_int(st, o + 6, e->stage);
+    else
+        sqlite3_bind_null(st, o + 6);
+    sqlite3_bind_text(st, o + 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, o + 8, (int64_t)e->start_ns + off);
+    sqlite3_bind_int64(st, o + 9, (int64_t)e->end_ns + off);
+    int comm = (e->phase >= TRACE_SEND_F && e->phase <= TRACE_RECV_B) || e->phase == TRACE_EVAL_SEND_F ||
+               e->phase == TRACE_EVAL_RECV_F,
+        span = e->phase == TRACE_SPAN;
+    if ((comm || span) && e->peer >= 0)
+        sqlite3_bind_int(st, o + 10, e->peer);
+    else
+        sqlite3_bind_null(st, o + 10);
+    /* F/B/W/BW host spans carry the activation bytes the rank holds
+     * after the op, OPT the bytes of its weights, gradients and
+     * optimizer state (0 from producers that do not measure them), a
+     * SPAN what the program gave. A gpu span is a copy of its host
+     * span's fields (cupti_records.c): its bytes would be the same
+     * figure again. */
+    int held = (e->phase <= TRACE_W || e->phase == TRACE_BW || e->phase == TRACE_OPT || e->phase == TRACE_EVAL_F) &&
+               e->source != TRACE_SRC_GPU;
+    if (comm || held || span)
+        sqlite3_bind_int64(st, o + 11, (int64_t)e->bytes);
+    else
+        sqlite3_bind_null(st, o + 11);
+    sqlite3_bind_text(st, o + 12, source_names[e->source == TRACE_SRC_GPU], -1, SQLITE_STATIC);
+    if (name)
+        sqlite3_bind_text(st, o + 13, name, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, o + 13);
+    /* OPT: of its bytes, the optimizer state's (0 from producers that do
+     * not say, as a program's OPT) */
+    if (e->phase == TRACE_OPT && e->source != TRACE_SRC_GPU && e->value > 0 && e->value < 9.2e18)
+        sqlite3_bind_int64(st, o + 14, (int64_t)e->value);
+    else
+        sqlite3_bind_null(st, o + 14);
+}
+
+/* The m rows of d->order, DB_ROWS_PER_INSERT to a statement, then the rest
+ * one by one. SQLite numbers them first, first + 1, ... (a new rowid is
+ * one more than the largest), as db_insert_events promised the kernels;
+ * checked on the last. An SQLite result code. */
+static int insert_rows(db *d, int64_t job_id, const trace_event *ev, size_t m, int64_t first) {
+    int rc = SQLITE_DONE;
+    size_t k = 0;
+    for (; k + DB_ROWS_PER_INSERT <= m && rc == SQLITE_DONE; k += DB_ROWS_PER_INSERT) {
+        for (int r = 0; r < DB_ROWS_PER_INSERT; r++) {
+            uint32_t i = d->order[k + (size_t)r];
+            bind_row(d, d->ins_events, r * DB_EVENT_COLS, job_id, &ev[i], d->span_name[i]);
+        }
+        rc = sqlite3_step(d->ins_events);
+        sqlite3_reset(d->ins_events);
+    }
+    for (; k < m && rc == SQLITE_DONE; k++) {
+        uint32_t i = d->order[k];
+        bind_row(d, d->ins_event, 0, job_id, &ev[i], d->span_name[i]);
+        rc = sqlite3_step(d->ins_event);
+        sqlite3_reset(d->ins_event);
+    }
+    if (rc == SQLITE_DONE && m > 0 && sqlite3_last_insert_rowid(d->sql) != first + (int64_t)m - 1) rc = SQLITE_CORRUPT;
+    return rc;
+}
+
+/* The id the next row of `events` gets, read under the write lock (other
+ * runs may write the same file between batches). */
+static int next_event_id(db *d, int64_t *id) {
+    int rc = sqlite3_step(d->max_event_id);
+    if (rc == SQLITE_ROW) {
+        *id = sqlite3_column_int64(d->max_event_id, 0) + 1;
+        rc = SQLITE_DONE;
+    }
+    sqlite3_reset(d->max_event_id);
+    return rc;
+}
+
 int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err) {
     if (n == 0) return 0;
+    if (n > UINT32_MAX || scratch_reserve(d, n) != 0) return pp_fail(err, "%s: out of memory", d->path);
     if (exec(d, "BEGIN IMMEDIATE", "inserting events", err) != 0) return -1;
-    sqlite3_stmt *ins = d->ins_event;
-    int rc = SQLITE_DONE;
+    /* The rows' ids are known before any is written: a kernel names its
+     * gpu span's id, and the rows go in after everything else, sorted. */
+    int64_t first = 0;
+    int rc = next_event_id(d, &first);
+    size_t m = order_rows(d, ev, n);
+    for (size_t k = 0; k < m; k++) d->row_id[d->order[k]] = first + (int64_t)k;
+    /* Everything but the rows, in the order it came: names before what
+     * uses them, a gpu span before its kernels, a rank's new attempt after
+     * its old one. */
     for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
         const trace_event *e = &ev[i];
+        if (is_row(e)) {
+            if (e->phase == TRACE_SPAN) {
+                /* Copied: a later chunk in this batch may reuse the id. */
+                if (!(d->span_name[i] = strdup(span_name_of(d, job_id, e, e->name)))) rc = SQLITE_NOMEM;
+            } else if (e->source == TRACE_SRC_GPU && e->reserved > 0) {
+                gpu_rank *g = gpu_of(d, job_id, e);
+                if (g) {
+                    g->span_seq = e->reserved;
+                    g->span_id = d->row_id[i];
+                }
+            }
+            continue;
+        }
         int64_t off = offset_of(d, job_id, e->rank);
-        if (e->phase == TRACE_LOSS || e->phase == TRACE_EVAL_LOSS) {
-            sqlite3_stmt *loss = e->phase == TRACE_LOSS ? d->ins_loss : d->ins_eval_loss;
+        sqlite3_stmt *loss = e->phase == TRACE_LOSS ? d->ins_loss : d->ins_eval_loss;
+        switch (e->phase) {
+        case TRACE_LOSS:
+        case TRACE_EVAL_LOSS:
             sqlite3_bind_int64(loss, 1, job_id);
             sqlite3_bind_int(loss, 2, e->step);
             sqlite3_bind_int(loss, 3, e->microbatch);
@@ -747,83 +964,21 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
             sqlite3_bind_int64(loss, 6, (int64_t)e->end_ns + off);
             rc = sqlite3_step(loss);
             sqlite3_reset(loss);
-            continue;
+            break;
+        case TRACE_KERNEL_NAME:
+        case TRACE_SPAN_NAME: gpu_name_chunk(d, job_id, e); break;
+        case TRACE_SCHEDULE: rc = program_schedule(d, job_id, e); break;
+        case TRACE_PLAN: rc = progplan_action(d->sql, job_id, e->rank, e); break;
+        case TRACE_KERNEL: rc = gpu_kernel(d, job_id, e, off); break;
+        case TRACE_GPU_DROPPED: rc = gpu_dropped(d, job_id, e); break;
+        default: break; /* a newer producer's phase: skip, not corrupt */
         }
-        if (e->phase == TRACE_KERNEL_NAME || e->phase == TRACE_SPAN_NAME) {
-            gpu_name_chunk(d, job_id, e);
-            continue;
-        }
-        if (e->phase == TRACE_SCHEDULE) {
-            rc = program_schedule(d, job_id, e);
-            continue;
-        }
-        if (e->phase == TRACE_PLAN) {
-            rc = progplan_action(d->sql, job_id, e->rank, e);
-            continue;
-        }
-        if (e->phase == TRACE_KERNEL) {
-            rc = gpu_kernel(d, job_id, e, off);
-            continue;
-        }
-        if (e->phase == TRACE_GPU_DROPPED) {
-            rc = gpu_dropped(d, job_id, e);
-            continue;
-        }
-        if (e->phase >= TRACE_PHASE_COUNT) continue; /* a newer producer's phase: skip, not corrupt */
-        sqlite3_bind_int64(ins, 1, job_id);
-        sqlite3_bind_int(ins, 2, e->attempt);
-        sqlite3_bind_int(ins, 3, e->rank);
-        sqlite3_bind_int(ins, 4, e->step);
-        if (e->microbatch >= 0)
-            sqlite3_bind_int(ins, 5, e->microbatch);
-        else
-            sqlite3_bind_null(ins, 5);
-        if (e->stage >= 0)
-            sqlite3_bind_int(ins, 6, e->stage);
-        else
-            sqlite3_bind_null(ins, 6);
-        sqlite3_bind_text(ins, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
-        sqlite3_bind_int64(ins, 8, (int64_t)e->start_ns + off);
-        sqlite3_bind_int64(ins, 9, (int64_t)e->end_ns + off);
-        int comm = (e->phase >= TRACE_SEND_F && e->phase <= TRACE_RECV_B) || e->phase == TRACE_EVAL_SEND_F ||
-                   e->phase == TRACE_EVAL_RECV_F,
-            span = e->phase == TRACE_SPAN;
-        if ((comm || span) && e->peer >= 0)
-            sqlite3_bind_int(ins, 10, e->peer);
-        else
-            sqlite3_bind_null(ins, 10);
-        /* F/B/W/BW host spans carry the activation bytes the rank holds
-         * after the op, OPT the bytes of its weights, gradients and
-         * optimizer state (0 from producers that do not measure them), a
-         * SPAN what the program gave. A gpu span is a copy of its host
-         * span's fields (cupti_records.c): its bytes would be the same
-         * figure again. */
-        int held = (e->phase <= TRACE_W || e->phase == TRACE_BW || e->phase == TRACE_OPT || e->phase == TRACE_EVAL_F) &&
-                   e->source != TRACE_SRC_GPU;
-        if (comm || held || span)
-            sqlite3_bind_int64(ins, 11, (int64_t)e->bytes);
-        else
-            sqlite3_bind_null(ins, 11);
-        sqlite3_bind_text(ins, 12, source_names[e->source == TRACE_SRC_GPU], -1, SQLITE_STATIC);
-        if (span)
-            sqlite3_bind_text(ins, 13, span_name_of(d, job_id, e, e->name), -1, SQLITE_TRANSIENT);
-        else
-            sqlite3_bind_null(ins, 13);
-        /* OPT: of its bytes, the optimizer state's (0 from producers that do
-         * not say, as a program's OPT) */
-        if (e->phase == TRACE_OPT && e->source != TRACE_SRC_GPU && e->value > 0 && e->value < 9.2e18)
-            sqlite3_bind_int64(ins, 14, (int64_t)e->value);
-        else
-            sqlite3_bind_null(ins, 14);
-        rc = sqlite3_step(ins);
-        sqlite3_reset(ins);
-        if (rc == SQLITE_DONE && e->source == TRACE_SRC_GPU && e->reserved > 0) {
-            gpu_rank *g = gpu_of(d, job_id, e);
-            if (g) {
-                g->span_seq = e->reserved;
-                g->span_id = sqlite3_last_insert_rowid(d->sql);
-            }
-        }
+    }
+    if (rc == SQLITE_DONE) rc = insert_rows(d, job_id, ev, m, first);
+    for (size_t k = 0; k < m; k++) {
+        uint32_t i = d->order[k];
+        free(d->span_name[i]);
+        d->span_name[i] = NULL;
     }
     if (rc == SQLITE_DONE) {
         sqlite3_bind_int64(d->add_ingested, 1, job_id);

@@ -17,8 +17,9 @@
 #include "tracer/event.h"
 
 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle;
- * 5: events.name (a program's named spans) */
-#define DB_SCHEMA_VERSION 6
+ * 5: events.name (a program's named spans); 6: events.optim_bytes, eval_losses;
+ * 7: events_by_step on (job_id, step, attempt) */
+#define DB_SCHEMA_VERSION 7
 
 typedef struct db db;
 

@@ -1,5 +1,5 @@
 /* test_dp_db.c: what the data-parallel and evaluation records become in the
- * trace database (schema version 6): an evaluation step's spans as
+ * trace database (schema version 6 and after): an evaluation step's spans as
  * EVAL_F/EVAL_SEND_F/EVAL_RECV_F events that the step analyses leave out,
  * its losses in eval_losses (not losses), the ALLREDUCE named spans, an
  * OPT's optimizer-state bytes in events.optim_bytes; and a version 5 file

@@ -29,6 +29,14 @@
 #define HELLO_REFUSED 0
 #define HELLO_FULL 2            /* no room for another forwarding connection */
 #define BATCH_MAX 65536         /* records per transaction / frame */
+/* The master writes its staged records when it holds FLUSH_PER_RANK per
+ * rank of the job (at most BATCH_MAX) or the oldest waited FLUSH_DELAY_NS.
+ * A transaction rewrites every page it touches into the WAL, and a rank's
+ * rows touch a page of events_by_time of their own: written every 5 ms, a
+ * 1,024-rank job's few records per rank cost 1,024 pages each time
+ * (bench/loadgen.c). The delay keeps the dashboard's live view fresh. */
+#define FLUSH_PER_RANK 64
+#define FLUSH_DELAY_NS 100000000ull
 #define MAX_FRAME_RANKS 65535
 #define MAX_CONNS_DEFAULT 4096  /* forwarding connections the master serves at once */
 #define HELLO_DEADLINE_NS 10000000000ull /* accept to complete hello (or first frame magic) */
@@ -82,17 +90,25 @@ struct collector {
      * of bad hellos cannot fill the launcher's log; those left out are
      * counted in the next line, and at the end. */
     pp_ratelimit log;
-    trace_event *buf;
+    trace_event *buf;       /* master: nbuf records staged for the next transaction; others: the next frame */
+    size_t nbuf, flush_at;  /* master: staged, and how many are written at once (FLUSH_PER_RANK) */
+    uint64_t staged_ns;     /* master: when the oldest staged record was read */
     /* Per rank of the job (master): highest step seen, drops reported. */
     int *max_step;
     uint64_t *dropped;
     char *offset_recorded; /* the rank's forwarded clock offset is in `ranks` */
+    int64_t *offset;       /* master: the forwarded offset its staged records get, per rank */
+    int *local;            /* under mu: the ranks with a ring here, each once, in the order they came */
+    size_t nlocal;
+    char *has_ring;        /* under mu: per rank of the job, whether it is in local */
+    uint64_t *ring_dropped; /* per rank: the sum of its rings' drop counters, as sum_dropped last read them */
     int *pid;              /* under mu: the pid of the rank's latest attempt on this node (collector_set_pid) */
     int *pid_recorded;     /* the pid in `ranks` (master), or the last forwarded (other nodes) */
     int analyzed;          /* steps below this were analysed */
     atomic_int last_step_cut; /* collector_last_step_cut: the steps no rank moved past are not analysed at the end */
     size_t next_ring; /* where the next drain starts: no ring starves the others */
     atomic_uint_fast64_t count, rejected;
+    atomic_uint_fast64_t insert_ns, analyze_ns; /* master: the thread's time in db_insert_events, in analyses */
     int failed;
     pp_err err;
 };
@@ -125,8 +141,10 @@ static void analyze_ready_steps(collector *c) {
     /* Every rank moved past step s: its events are all in. */
     for (; c->analyzed < lo && !has_failed(c); c->analyzed++) {
         pp_err e;
+        uint64_t t0 = pp_now_ns();
         if (db_analyze_step(c->cfg.db, c->cfg.job_id, c->analyzed, &e) != 0) set_error(c, &e);
         else if (c->cfg.step_analyzed) c->cfg.step_analyzed(c->cfg.step_analyzed_ctx, c->cfg.db, c->analyzed);
+        atomic_fetch_add(&c->analyze_ns, pp_now_ns() - t0);
     }
 }
 
@@ -153,19 +171,39 @@ static size_t keep_valid(collector *c, trace_event *ev, size_t n) {
     return k;
 }
 
-static void store_events(collector *c, trace_event *ev, size_t n) {
+/* Writes the staged records (one transaction) and analyses the steps
+ * that completes. */
+static void flush(collector *c) {
+    size_t n = c->nbuf;
+    c->nbuf = 0;
     if (n == 0 || has_failed(c)) return;
-    n = keep_valid(c, ev, n);
-    if (n == 0) return;
     pp_err e;
-    if (db_insert_events(c->cfg.db, c->cfg.job_id, ev, n, &e) != 0) {
+    uint64_t t0 = pp_now_ns();
+    int rc = db_insert_events(c->cfg.db, c->cfg.job_id, c->buf, n, &e);
+    atomic_fetch_add(&c->insert_ns, pp_now_ns() - t0);
+    if (rc != 0) {
         set_error(c, &e);
         return;
     }
     atomic_fetch_add(&c->count, n);
     for (size_t i = 0; i < n; i++)
-        if (ev[i].step > c->max_step[ev[i].rank]) c->max_step[ev[i].rank] = ev[i].step;
+        if (c->buf[i].step > c->max_step[c->buf[i].rank]) c->max_step[c->buf[i].rank] = c->buf[i].step;
     analyze_ready_steps(c);
+}
+
+/* The n records just read into c->buf + c->nbuf join the staged ones
+ * (those of this job). */
+static void stage(collector *c, size_t n) {
+    n = keep_valid(c, c->buf + c->nbuf, n);
+    if (n && !c->nbuf) c->staged_ns = pp_now_ns();
+    c->nbuf += n;
+    if (c->nbuf == BATCH_MAX) flush(c);
+}
+
+/* A round's end: the staged records go in when there are enough of them
+ * or the oldest has waited long enough. */
+static void flush_if_due(collector *c) {
+    if (c->nbuf >= c->flush_at || (c->nbuf && pp_now_ns() - c->staged_ns >= FLUSH_DELAY_NS)) flush(c);
 }
 
 /* Records rank's pid (its latest attempt) where users look for it. */
@@ -242,29 +280,35 @@ static void forward(collector *c, const trace_event *ev, size_t n, const frame_r
 
 /* ---- draining the local rings ----------------------------------------- */
 
-/* Sum of the drop counters of rank's rings (a restarted rank has several). */
-static uint64_t rank_dropped(collector *c, int rank) {
-    uint64_t d = 0;
-    for (size_t i = 0; i < c->nrings; i++)
-        if (c->rings[i].rank == rank) d += trace_ring_dropped(c->rings[i].ring);
-    return d;
+/* c->ring_dropped[r] = the sum of the drop counters of local rank r's
+ * rings (a restarted rank has several), in one pass over the rings: once a
+ * batch, with 1,024 rings on a node, a pass per rank was a million reads. */
+static void sum_dropped(collector *c) {
+    for (size_t i = 0; i < c->nlocal; i++) c->ring_dropped[c->local[i]] = 0;
+    for (size_t i = 0; i < c->nrings; i++) c->ring_dropped[c->rings[i].rank] += trace_ring_dropped(c->rings[i].ring);
 }
 
 static void drain_rings(collector *c) {
     pthread_mutex_lock(&c->mu);
-    size_t n;
+    size_t n, room;
     do {
         /* Each batch starts one ring further on, so a ring that alone fills
          * batches cannot keep the others waiting. */
         n = 0;
+        room = BATCH_MAX - (c->cfg.db ? c->nbuf : 0);
+        trace_event *to = c->buf + (c->cfg.db ? c->nbuf : 0);
         size_t first = c->nrings ? c->next_ring++ % c->nrings : 0;
-        for (size_t k = 0; k < c->nrings && n < BATCH_MAX; k++)
-            n += trace_ring_read(c->rings[(first + k) % c->nrings].ring, c->buf + n, BATCH_MAX - n);
+        for (size_t k = 0; k < c->nrings && n < room; k++)
+            n += trace_ring_read(c->rings[(first + k) % c->nrings].ring, to + n, room - n);
         if (c->cfg.db) {
-            store_events(c, c->buf, n);
-            for (size_t i = 0; i < c->nrings; i++) {
-                int r = c->rings[i].rank;
-                store_dropped(c, r, rank_dropped(c, r));
+            if (has_failed(c))
+                c->nbuf = 0; /* nothing more is written */
+            else
+                stage(c, n);
+            sum_dropped(c);
+            for (size_t i = 0; i < c->nlocal; i++) {
+                int r = c->local[i];
+                store_dropped(c, r, c->ring_dropped[r]);
                 store_pid(c, r, c->pid[r], 0); /* the master's clock is the job's */
             }
         } else {
@@ -273,11 +317,10 @@ static void drain_rings(collector *c) {
             frame_rank *fr = c->frame_ranks;
             size_t nfr = 0;
             int changed = 0;
-            for (size_t i = 0; i < c->nrings; i++) {
-                int r = c->rings[i].rank, dup = 0;
-                for (size_t k = 0; k < nfr; k++) dup |= fr[k].rank == r;
-                if (dup) continue;
-                uint64_t d = rank_dropped(c, r);
+            sum_dropped(c);
+            for (size_t i = 0; i < c->nlocal; i++) {
+                int r = c->local[i];
+                uint64_t d = c->ring_dropped[r];
                 changed |= d != c->dropped[r];
                 c->dropped[r] = d;
                 changed |= c->pid[r] != c->pid_recorded[r]; /* forwarded once a frame carried it */
@@ -286,7 +329,7 @@ static void drain_rings(collector *c) {
             }
             if (n > 0 || changed) forward(c, c->buf, n, fr, nfr);
         }
-    } while (n == BATCH_MAX);
+    } while (n == room);
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -440,10 +483,13 @@ static void ingest_frames(collector *c, netserve_conn *k) {
             /* Once a write failed nothing more is written (what room the
              * rolled-back transaction left goes to the job's end). */
             int rc = 0;
+            /* Staged records keep the offset they came with. */
+            if (c->offset_recorded[fr.rank] && fr.clock_offset_ns != c->offset[fr.rank]) flush(c);
             if (!c->offset_recorded[fr.rank] && !has_failed(c))
                 rc = db_update_rank(c->cfg.db, c->cfg.job_id, fr.rank, 0, fr.clock_offset_ns, &e);
             else if (c->offset_recorded[fr.rank])
                 rc = db_set_clock_offset(c->cfg.db, c->cfg.job_id, fr.rank, fr.clock_offset_ns, &e);
+            c->offset[fr.rank] = fr.clock_offset_ns;
             if (rc != 0) {
                 set_error(c, &e);
                 k->dead = 1;
@@ -453,10 +499,16 @@ static void ingest_frames(collector *c, netserve_conn *k) {
             store_dropped(c, fr.rank, fr.dropped);
             store_pid(c, fr.rank, fr.pid, fr.clock_offset_ns);
         }
-        /* Records are copied out (the buffer has no alignment promise); a
-         * frame holds at most BATCH_MAX, which c->buf holds. */
-        memcpy(c->buf, p, (size_t)h.nrecords * sizeof(trace_event));
-        store_events(c, c->buf, h.nrecords);
+        /* Records are copied out (the buffer has no alignment promise) and
+         * staged with the others; a frame holds at most BATCH_MAX, which
+         * c->buf holds. */
+        if (c->nbuf + h.nrecords > BATCH_MAX) flush(c);
+        if (has_failed(c)) {
+            c->nbuf = 0;
+        } else {
+            memcpy(c->buf + c->nbuf, p, (size_t)h.nrecords * sizeof(trace_event));
+            stage(c, h.nrecords);
+        }
         netserve_consume(c->net, k, need);
     }
     /* Whole frames were handled as they came: what is left after the
@@ -520,6 +572,7 @@ static void *collector_main(void *arg) {
     while (!atomic_load(&c->stop)) {
         poll_net(c, ms);
         drain_rings(c);
+        if (c->cfg.db) flush_if_due(c);
     }
     drain_rings(c);
     if (c->cfg.db) {
@@ -527,9 +580,13 @@ static void *collector_main(void *arg) {
          * still in the listen backlog, and closed once their data is sent. */
         if (c->net) netserve_accept(c->net);
         uint64_t until = pp_now_ns() + c->cfg.stop_grace_ns;
-        while (forwarders_left(c) && pp_now_ns() < until) poll_net(c, 10);
+        while (forwarders_left(c) && pp_now_ns() < until) {
+            poll_net(c, 10);
+            flush_if_due(c);
+        }
         netserve_stop(c->net);
         c->net = NULL;
+        flush(c);
         pp_err e;
         /* Again with every record in (a restart ran some steps twice);
          * a cut job's last steps keep their events only, but for those
@@ -596,9 +653,13 @@ static void collector_free(collector *c) {
     free(c->buf);
     free(c->max_step);
     free(c->offset_recorded);
+    free(c->offset);
     free(c->dropped);
     free(c->pid);
     free(c->pid_recorded);
+    free(c->local);
+    free(c->has_ring);
+    free(c->ring_dropped);
     free(c);
 }
 
@@ -627,14 +688,21 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
     c->buf = malloc(BATCH_MAX * sizeof *c->buf);
     c->max_step = malloc((size_t)cfg->world_size * sizeof *c->max_step);
     c->offset_recorded = calloc((size_t)cfg->world_size, 1);
+    c->offset = calloc((size_t)cfg->world_size, sizeof *c->offset);
     c->dropped = calloc((size_t)cfg->world_size, sizeof *c->dropped);
     c->pid = calloc((size_t)cfg->world_size, sizeof *c->pid);
     c->pid_recorded = calloc((size_t)cfg->world_size, sizeof *c->pid_recorded);
-    if (!c->buf || !c->max_step || !c->dropped || !c->offset_recorded || !c->pid || !c->pid_recorded) {
+    c->local = calloc((size_t)cfg->world_size, sizeof *c->local);
+    c->has_ring = calloc((size_t)cfg->world_size, 1);
+    c->ring_dropped = calloc((size_t)cfg->world_size, sizeof *c->ring_dropped);
+    if (!c->buf || !c->max_step || !c->dropped || !c->offset_recorded || !c->pid || !c->pid_recorded || !c->local ||
+        !c->has_ring || !c->ring_dropped || !c->offset) {
         pp_fail(err, "collector: out of memory");
         goto fail;
     }
     for (int r = 0; r < cfg->world_size; r++) c->max_step[r] = -1;
+    c->flush_at = (size_t)cfg->world_size * FLUSH_PER_RANK;
+    if (c->flush_at > BATCH_MAX) c->flush_at = BATCH_MAX;
     if (cfg->forward_host) {
         c->forward_host = strdup(cfg->forward_host);
         if ((c->fwd_fd = net_connect(cfg->forward_host, cfg->forward_port, HELLO_WAIT_S * 1000, 0, err)) < 0) {
@@ -711,6 +779,10 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err) {
         c->ringcap = cap;
     }
     c->rings[c->nrings++] = (ring_slot){rank, ring};
+    if (!c->has_ring[rank]) {
+        c->has_ring[rank] = 1;
+        c->local[c->nlocal++] = rank;
+    }
     pthread_mutex_unlock(&c->mu);
     return 0;
 }
@@ -718,6 +790,11 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err) {
 int collector_listen_port(const collector *c) { return c->port; }
 uint64_t collector_count(const collector *c) { return atomic_load(&((collector *)c)->count); }
 uint64_t collector_rejected(const collector *c) { return atomic_load(&((collector *)c)->rejected); }
+
+void collector_times(const collector *c, uint64_t *insert_ns, uint64_t *analyze_ns) {
+    *insert_ns = atomic_load(&((collector *)c)->insert_ns);
+    *analyze_ns = atomic_load(&((collector *)c)->analyze_ns);
+}
 
 int collector_error(collector *c, pp_err *err) {
     pthread_mutex_lock(&c->err_mu);

@@ -2,9 +2,12 @@
  *
  * One thread per launcher. Every interval it drains every ring it was given
  * and hands the records on:
- *  - on the master (cfg.db set): one transaction per batch into the
- *    database, the rings' drop counters into ranks/job_counters, and the
- *    analyses of each step once every rank has moved past it;
+ *  - on the master (cfg.db set): into the database, one transaction per
+ *    batch: the records of its rings and forwarders are staged until there
+ *    are 64 per rank of the job (at most 65,536) or the oldest waited
+ *    100 ms; the rings' drop counters into ranks/job_counters, and the
+ *    analyses of each step once every rank has moved past it (after the
+ *    batch that completes it);
  *  - on another node (cfg.forward_host set): framed over TCP to the master
  *    collector's ingest listener, with this node's clock offset, which the
  *    master applies so the events land on the job clock.
@@ -115,6 +118,11 @@ uint64_t collector_count(const collector *c);
 /* Records refused (master): a rank outside [0, world_size) or a step outside
  * [0, steps), from a buggy worker or a forged forwarding frame. */
 uint64_t collector_rejected(const collector *c);
+/* Master: the collector thread's time so far writing records
+ * (db_insert_events) and analysing steps (with step_analyzed), in ns: what
+ * bench/loadgen.c weighs against each other. The final pass of
+ * collector_stop is not counted. */
+void collector_times(const collector *c, uint64_t *insert_ns, uint64_t *analyze_ns);
 /* 0 while all is well; -1 with the first error (disk full, master gone). */
 int collector_error(collector *c, pp_err *err);
 /* The pid of rank's latest attempt (the launcher's `started` hook): the
