@@ -4,7 +4,11 @@
  * Bounds on ||gpu - cpu|| / ||cpu||: fp32 1e-5 (the two differ only in the
  * order of sums and in fused multiply-adds), bf16 GEMM operands 1e-2.
  * The embeddings (only additions, in the CPU's order) must match bitwise,
- * and a kernel run twice on the same inputs must give the same bits.
+ * and a kernel run twice on the same inputs must give the same bits. The
+ * embedding's W (a token sort, then each token's rows summed in order) is
+ * bitwise the CPU's and the old scan kernel's on random, single-token,
+ * text and small-vocabulary inputs over several sort chunks and staging
+ * rounds.
  *
  * Without a GPU every test skips with the reason (cudaGetDeviceCount's
  * error); without the CUDA toolkit at build time, saying so.
@@ -27,6 +31,7 @@
 #include "runner/model/model.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
+#include "runner/model/cuda/gpu_internal.h" /* the old embedding W kernel, to hold the new one to */
 #endif
 
 #ifdef GPU_EMULATED
@@ -336,4 +341,56 @@ Test(SUITE, optimizer_refuses_negative_step) {
     cr_assert_eq(gpu_optim_step(ctx, NULL, NULL, NULL, NULL, 0, &o, -1, &err), -1);
     cr_assert(strstr(err.msg, "step -1") != NULL, "%s", err.msg);
 }
+/* --- embedding W: the token sort --------------------------------------------- */
+
+/* W on tokens tok[B*T] < V: the CPU's bits, and the old scan kernel's. */
+static void embedding_w_case(const char *what, const uint8_t *tok, int B, int T, int C, int V) {
+    size_t N = (size_t)B * T, NC = N * C, VC = (size_t)V * C, TC = (size_t)T * C;
+    float *dout = rand_host(NC, 1.0f), *dwte = malloc(4 * VC), *dwpe = malloc(4 * TC);
+    gpt_embedding_backward_weight(dwte, dwpe, dout, tok, B, T, C, V);
+    uint8_t *dtok = dev(tok, N);
+    float *dd = dev(dout, 4 * NC);
+    for (int impl = 0; impl < 2; impl++) {
+        float *gdwte = dev_out(VC), *gdwpe = dev_out(TC);
+        int rc = impl == 0 ? gpu_embedding_backward_weight(ctx, gdwte, gdwpe, dd, dtok, B, T, C, V, &err)
+                           : gpu_k_embedding_backward_weight_scan(ctx, gdwte, gdwpe, dd, dtok, B, T, C, V, &err);
+        cr_assert_eq(rc, 0, "%s: %s", what, err.msg);
+        float *h1 = host_of(gdwte, VC), *h2 = host_of(gdwpe, TC);
+        const char *name = impl == 0 ? "sorted" : "scan";
+        cr_expect_eq(memcmp(h1, dwte, 4 * VC), 0, "%s: embedding W (wte, %s) differs from the CPU's", what, name);
+        cr_expect_eq(memcmp(h2, dwpe, 4 * TC), 0, "%s: embedding W (wpe, %s) differs from the CPU's", what, name);
+        free(h1), free(h2);
+        gpu_free(ctx, gdwte), gpu_free(ctx, gdwpe);
+    }
+    gpu_free(ctx, dtok), gpu_free(ctx, dd);
+    free(dout), free(dwte), free(dwpe);
+}
+
+Test(SUITE, embedding_w_sorted_is_bitwise_on_every_token_mix) {
+    open_gpu(GPU_FP32);
+    /* 600 rows: 3 sort chunks of 256, three staging rounds of 256 rows for
+     * a token that fills them; 20 columns: a partial block of 8 */
+    int B = 4, T = 150, C = 20;
+    size_t N = (size_t)B * T;
+    uint8_t *tok = rand_tokens(N);
+    embedding_w_case("random bytes", tok, B, T, C, 256);
+    memset(tok, 'e', N);
+    embedding_w_case("one token everywhere", tok, B, T, C, 256);
+    data_source *data;
+    cr_assert_eq(data_open(NULL, N + 1, &data, &err), 0, "%s", err.msg);
+    uint8_t *tgt = malloc(N);
+    data_batch(data, 7, 0, 0, B, T, tok, tgt); /* the built-in corpus: text, skewed (spaces, 'e') */
+    embedding_w_case("text", tok, B, T, C, 256);
+    data_close(data);
+    for (size_t i = 0; i < N; i++) tok[i] = (uint8_t)(tok[i] % 19);
+    embedding_w_case("vocabulary 19", tok, B, T, 37, 19);
+    free(tok), free(tgt);
+}
+
+Test(SUITE, embedding_w_refuses_a_vocabulary_over_256) {
+    open_gpu(GPU_FP32);
+    cr_assert_eq(gpu_embedding_backward_weight(ctx, NULL, NULL, NULL, NULL, 1, 1, 8, 257, &err), -1);
+    cr_assert(strstr(err.msg, "257 token values") != NULL, "%s", err.msg);
+}
+
 #endif

@@ -101,7 +101,9 @@ int gpu_gelu_backward(gpu_ctx *ctx, float *dinp, const float *inp, const float *
 /* out = a + b elementwise (out may be a or b): the residual connections. */
 int gpu_add(gpu_ctx *ctx, float *out, const float *a, const float *b, size_t n, pp_err *err);
 
-/* tokens: device bytes [B*T]. */
+/* tokens: device bytes [B*T]. W sorts the rows by token (a stable counting
+ * sort, no atomics) and sums each token's rows in row order: the CPU's
+ * bits. 1 <= V <= 256. */
 int gpu_embedding_forward(gpu_ctx *ctx, float *out, const uint8_t *tokens, const float *wte, const float *wpe, int B,
                           int T, int C, pp_err *err);
 int gpu_embedding_backward_weight(gpu_ctx *ctx, float *dwte, float *dwpe, const float *dout, const uint8_t *tokens,
