@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "model_harness.h"
+#include "runner/model/model_internal.h" /* nparams */
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
 #endif
@@ -201,7 +202,8 @@ Test(SUITE, bf16_partitions_orders_and_recompute_equal_one_stage_bit_for_bit) {
  * keeps the LayerNorm, attention and GELU outputs as bf16 (7 NC values: 14
  * NC bytes less than fp32), B keeps 9 NC of its 11 NC values as bf16 (18 NC
  * less); the last stage keeps LayerNormF's output as bf16 (2 NC less) and
- * after B the bf16 dlogits in place of the probabilities (2 NV less). */
+ * after B the bf16 dlogits in place of the probabilities (2 NV less). The
+ * state adds the weights' bf16 copy: 2 bytes per weight. */
 Test(SUITE, bf16_saves_what_it_says) {
     need_gpu();
     model_device bf16 = {.cuda = 1, .bf16 = 1};
@@ -220,6 +222,8 @@ Test(SUITE, bf16_saves_what_it_says) {
         cr_assert_eq(model_stage_create(&sp, first, last, is_first, is_last, SEED, 1, &st[0], &err), 0, "%s", err.msg);
         cr_assert_eq(model_stage_create_on(&sp, first, last, is_first, is_last, SEED, 1, &bf16, &st[1], &err), 0, "%s",
                      err.msg);
+        cr_expect_eq(model_stage_state_bytes(st[1]), model_stage_state_bytes(st[0]) + 2 * st[0]->nparams,
+                     "state bytes: the weights' bf16 copy is 2 bytes a weight");
         size_t nb = model_boundary_bytes(&sp);
         float *in = calloc(1, nb), *out = calloc(1, nb), loss;
         for (size_t i = 0; i < nb / sizeof(float); i++) in[i] = (float)(i % 5) * 0.1f;

@@ -208,7 +208,12 @@ void model_stage_import_weights(model_stage *s, const float *src) {
 }
 int model_stage_steps_done(const model_stage *s) { return s->steps_done; }
 model_gemm_stats model_stage_gemm_stats(const model_stage *s) { return s->gemm; }
-size_t model_stage_state_bytes(const model_stage *s) { return 4 * sizeof(float) * s->nparams; }
+size_t model_stage_state_bytes(const model_stage *s) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_state_bytes(s);
+#endif
+    return 4 * sizeof(float) * s->nparams;
+}
 size_t model_stage_saved_bytes(const model_stage *s) {
 #ifdef PPRUN_HAVE_CUDA
     if (s->gpu) return gpu_stage_saved_bytes(s);
