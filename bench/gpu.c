@@ -20,7 +20,7 @@
 #ifdef PPRUN_HAVE_CUDA
 #include <cublas_v2.h>
 
-#include "runner/model/cuda/gpu_internal.h" /* gpu_k_to_bf16 for the bare GEMM's operands */
+#include "runner/model/cuda/gpu_internal.h" /* gpu_to_bf16 for the bare GEMM's operands */
 #endif
 
 #ifndef PPRUN_HAVE_CUDA
@@ -118,7 +118,7 @@ static int op_adamw(bench *b, void *a) {
     shapes *s = a;
     model_optim o;
     model_optim_default(&o);
-    return gpu_optim_step(b->ctx, s->params, s->grad, s->am, s->av, s->nparams, &o, 3, &b->err);
+    return gpu_optim_step(b->ctx, s->params, NULL, s->grad, s->am, s->av, s->nparams, &o, 3, &b->err);
 }
 static int op_lin_f(bench *b, void *a) {
     shapes *s = a;
@@ -251,10 +251,10 @@ int main(int argc, char **argv) {
             snprintf(b.err.msg, sizeof b.err.msg, "cublasCreate failed");
             goto fail;
         }
-        void *a16 = NULL, *b16 = NULL;
+        gpu_bf16 *a16 = NULL, *b16 = NULL;
         if (g.bf16 && (!(a16 = gpu_alloc(b.ctx, 2 * 4 * NC, &b.err)) || !(b16 = gpu_alloc(b.ctx, 2 * W, &b.err)) ||
-                       gpu_k_to_bf16(b.ctx, a16, s.big, 4 * NC, &b.err) != 0 ||
-                       gpu_k_to_bf16(b.ctx, b16, s.w, W, &b.err) != 0 || gpu_sync(b.ctx, &b.err) != 0))
+                       gpu_to_bf16(b.ctx, a16, s.big, 4 * NC, &b.err) != 0 ||
+                       gpu_to_bf16(b.ctx, b16, s.w, W, &b.err) != 0 || gpu_sync(b.ctx, &b.err) != 0))
             goto fail;
         printf("%-10s %-2s %6s %6s %6s %10s %10s %7s\n", dt_name[dt], "op", "M", "N", "K", "TFLOP/s", "bare", "ratio");
         int lin[4][2] = {{s.C, 3 * s.C}, {s.C, s.C}, {s.C, 4 * s.C}, {4 * s.C, s.C}};

@@ -91,9 +91,10 @@ Test(program_db, the_critical_path_knows_a_full_backward) {
     analyze_op ops[32];
     for (size_t i = 0; i < n; i++) {
         if (ev[i].phase == TRACE_LOSS) continue;
-        ops[k++] = (analyze_op){.id = (int64_t)k, .rank = ev[i].rank, .phase = ev[i].phase, .stage = ev[i].stage,
+        ops[k] = (analyze_op){.id = (int64_t)k, .rank = ev[i].rank, .phase = ev[i].phase, .stage = ev[i].stage,
                                 .microbatch = ev[i].microbatch, .start = (int64_t)ev[i].start_ns,
                                 .end = (int64_t)ev[i].end_ns};
+        k++;
     }
     critpath_path p;
     pp_err err;

@@ -115,7 +115,9 @@ size_t model_stage_saved_bytes(const model_stage *stage);
 /* Memory the stage holds for the whole job, whatever the schedule: its
  * weights, the step's gradient and the optimizer's two moments (allocated
  * for SGD too; under ZeRO-1 of its shard only), four floats per weight
- * unsharded; on the device for a GPU stage (its host copies not counted). Beside model_stage_saved_bytes it makes the
+ * unsharded; on the device for a GPU stage (its host copies not counted),
+ * plus the weights' bf16 copy with --dtype bf16 (two bytes per weight).
+ * Beside model_stage_saved_bytes it makes the
  * stage's memory at a point of the step (scratch, pools and boundary
  * tensors aside). */
 size_t model_stage_state_bytes(const model_stage *stage);

@@ -120,6 +120,9 @@ void gpu_stage_export_grads(const model_stage *s, float *dst);
 void *gpu_stage_boundary_alloc(model_stage *s, size_t bytes, pp_err *err);
 void gpu_stage_boundary_free(model_stage *s, void *buf, size_t bytes);
 size_t gpu_stage_saved_bytes(const model_stage *s); /* device bytes, as gpt_stage_saved_bytes counts them */
+/* The device bytes of the weights' bf16 copy (--dtype bf16; else 0), which
+ * model_stage_state_bytes adds to a GPU stage's */
+size_t gpu_stage_bf16_bytes(const model_stage *s);
 int gpu_stage_recompute_pending(const model_stage *s, int mb); /* as gpt_stage_recompute_*, on the device */
 int gpu_stage_recompute(model_stage *s, int mb, pp_err *err);
 

@@ -261,7 +261,11 @@ size_t model_stage_optimizer_bytes(const model_stage *s) {
     return 2 * sizeof(float) * (s->sharded ? s->shard_owned : s->nparams);
 }
 size_t model_stage_state_bytes(const model_stage *s) {
-    return 2 * sizeof(float) * s->nparams + model_stage_optimizer_bytes(s);
+    size_t bytes = 2 * sizeof(float) * s->nparams + model_stage_optimizer_bytes(s);
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) bytes += gpu_stage_bf16_bytes(s);
+#endif
+    return bytes;
 }
 size_t model_stage_saved_bytes(const model_stage *s) {
 #ifdef PPRUN_HAVE_CUDA

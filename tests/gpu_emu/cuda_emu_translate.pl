@@ -1,6 +1,7 @@
 #!/usr/bin/perl
 # cuda_emu_translate.pl IN.cu OUT.cpp: rewrites every kernel launch
-# `kernel<<<config>>>(args);` of a .cu file into a call g++ can compile,
+# `kernel<<<config>>>(args);` of a .cu file (a template's too:
+# `kernel<float><<<...`) into a call g++ can compile,
 # `emu_launch([&] { kernel(args); }, "kernel (IN.cu:LINE)", config);`,
 # keeping every line where it was (cuda_emu.h says what emu_launch does).
 use strict;
@@ -12,10 +13,10 @@ local $/;
 my $src = <$fh>;
 close $fh;
 my $launches = 0;
-$src =~ s{(\w+)<<<(.*?)>>>\((.*?)\);}{
+$src =~ s{(\w+)((?:<[\w\s,]*>)?)<<<(.*?)>>>\((.*?)\);}{
     my $line = 1 + (substr($src, 0, $-[0]) =~ tr/\n//);
     $launches++;
-    "emu_launch([&] { $1($3); }, \"$1 ($in:$line)\", $2);"
+    "emu_launch([&] { $1$2($4); }, \"$1 ($in:$line)\", $3);"
 }gse;
 die "cuda_emu_translate.pl: no kernel launch found in $in\n" unless $launches;
 open(my $oh, '>', $out) or die "cuda_emu_translate.pl: cannot write $out: $!\n";

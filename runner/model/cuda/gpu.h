@@ -14,17 +14,44 @@
  *
  * Row-major float32 tensors, N = batch*seq rows of C columns, linear weights
  * w[OC][C], out = inp @ w^T + bias, as on the CPU. B functions overwrite
- * their input gradient, W functions their weight gradients (beta = 0). */
+ * their input gradient, W functions their weight gradients (beta = 0).
+ *
+ * bf16 (--dtype bf16): the _bf16 functions take their GEMM operands as
+ * bf16 copies the caller keeps (weights refreshed by the optimizer step,
+ * activations and gradients written as bf16 by the kernel that makes
+ * them), so no GEMM converts anything; their CPU reference is the fp32
+ * function on the operands rounded to bf16 (gpu_bf16_round). The fp32
+ * functions in a bf16 context still convert both operands per call. */
 #ifndef PP_GPU_H
 #define PP_GPU_H
 #include <stddef.h>
 #include <stdint.h>
+
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" { /* pp.h and model.h are C headers without guards of their own */
 #endif
 #include "base/pp.h"
 #include "runner/model/model.h"
+
+/* A bfloat16 as its 16 bits (the top half of a float). */
+typedef uint16_t gpu_bf16;
+/* f rounded to the nearest bf16, ties to even (as __float2bfloat16_rn);
+ * a NaN stays a NaN. The host's reference for every bf16 store. */
+static inline gpu_bf16 gpu_bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (gpu_bf16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (gpu_bf16)(u >> 16);
+}
+static inline float gpu_bf16_widen(gpu_bf16 h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 /* GEMM operand precision: fp32, or bf16 operands with fp32 accumulation and
  * fp32 output (cublasGemmEx, CUBLAS_COMPUTE_32F). Only the linear layers and
@@ -74,6 +101,9 @@ int gpu_memset(gpu_ctx *ctx, void *p, int byte, size_t bytes, pp_err *err);
 
 /* --- kernels (gpt_layers.h's, on the device) ------------------------------ */
 
+/* dst[i] = gpu_bf16_round(src[i]). */
+int gpu_to_bf16(gpu_ctx *ctx, gpu_bf16 *dst, const float *src, size_t n, pp_err *err);
+
 int gpu_linear_forward(gpu_ctx *ctx, float *out, const float *inp, const float *w, const float *bias, int N, int C,
                        int OC, pp_err *err);
 int gpu_linear_backward_input(gpu_ctx *ctx, float *dinp, const float *dout, const float *w, int N, int C, int OC,
@@ -82,8 +112,20 @@ int gpu_linear_backward_input(gpu_ctx *ctx, float *dinp, const float *dout, cons
 int gpu_linear_backward_weight(gpu_ctx *ctx, float *dw, float *dbias, const float *dout, const float *inp, int N,
                                int C, int OC, pp_err *err);
 
+/* bf16 operands, fp32 accumulation and output (cublasGemmEx); bias and
+ * dbias fp32 (dbias: sums of the bf16 dout in fp32). */
+int gpu_linear_forward_bf16(gpu_ctx *ctx, float *out, const gpu_bf16 *inp, const gpu_bf16 *w, const float *bias, int N,
+                            int C, int OC, pp_err *err);
+int gpu_linear_backward_input_bf16(gpu_ctx *ctx, float *dinp, const gpu_bf16 *dout, const gpu_bf16 *w, int N, int C,
+                                   int OC, pp_err *err);
+int gpu_linear_backward_weight_bf16(gpu_ctx *ctx, float *dw, float *dbias, const gpu_bf16 *dout, const gpu_bf16 *inp,
+                                    int N, int C, int OC, pp_err *err);
+
 int gpu_layernorm_forward(gpu_ctx *ctx, float *out, float *mean, float *rstd, const float *inp, const float *g,
                           const float *b, int N, int C, pp_err *err);
+/* The same, the output stored as bf16 (a GEMM operand only). */
+int gpu_layernorm_forward_bf16(gpu_ctx *ctx, gpu_bf16 *out, float *mean, float *rstd, const float *inp, const float *g,
+                               const float *b, int N, int C, pp_err *err);
 int gpu_layernorm_backward_input(gpu_ctx *ctx, float *dinp, const float *dout, const float *inp, const float *mean,
                                  const float *rstd, const float *g, int N, int C, pp_err *err);
 int gpu_layernorm_backward_weight(gpu_ctx *ctx, float *dg, float *db, const float *dout, const float *inp,
@@ -98,10 +140,17 @@ int gpu_attention_backward(gpu_ctx *ctx, float *dqkv, float *datt, const float *
 
 int gpu_gelu_forward(gpu_ctx *ctx, float *out, const float *inp, size_t n, pp_err *err);
 int gpu_gelu_backward(gpu_ctx *ctx, float *dinp, const float *inp, const float *dout, size_t n, pp_err *err);
+/* The same, the output stored as bf16 (a GEMM operand only). */
+int gpu_gelu_forward_bf16(gpu_ctx *ctx, gpu_bf16 *out, const float *inp, size_t n, pp_err *err);
+int gpu_gelu_backward_bf16(gpu_ctx *ctx, gpu_bf16 *dinp, const float *inp, const float *dout, size_t n, pp_err *err);
 /* out = a + b elementwise (out may be a or b): the residual connections. */
 int gpu_add(gpu_ctx *ctx, float *out, const float *a, const float *b, size_t n, pp_err *err);
+/* The same, and out16 = its bf16 copy. */
+int gpu_add_bf16(gpu_ctx *ctx, float *out, gpu_bf16 *out16, const float *a, const float *b, size_t n, pp_err *err);
 
-/* tokens: device bytes [B*T]. */
+/* tokens: device bytes [B*T]. W sorts the rows by token (a stable counting
+ * sort, no atomics) and sums each token's rows in row order: the CPU's
+ * bits. 1 <= V <= 256. */
 int gpu_embedding_forward(gpu_ctx *ctx, float *out, const uint8_t *tokens, const float *wte, const float *wpe, int B,
                           int T, int C, pp_err *err);
 int gpu_embedding_backward_weight(gpu_ctx *ctx, float *dwte, float *dwpe, const float *dout, const uint8_t *tokens,
@@ -116,11 +165,20 @@ int gpu_head_backward_input(gpu_ctx *ctx, float *dx, float *probs_to_dlogits, co
                             float scale, int N, int C, int V, pp_err *err);
 int gpu_head_backward_weight(gpu_ctx *ctx, float *dw, const float *dlogits, const float *x, int N, int C, int V,
                              pp_err *err);
+/* bf16 operands: x and w bf16; B reads the fp32 probabilities and writes
+ * dlogits as bf16 into their own buffer (W's operand). */
+int gpu_head_forward_bf16(gpu_ctx *ctx, float *probs, const gpu_bf16 *x, const gpu_bf16 *w, const uint8_t *targets,
+                          int N, int C, int V, float *loss_host, pp_err *err);
+int gpu_head_backward_input_bf16(gpu_ctx *ctx, float *dx, gpu_bf16 *dlogits, const float *probs, const gpu_bf16 *w,
+                                 const uint8_t *targets, float scale, int N, int C, int V, pp_err *err);
+int gpu_head_backward_weight_bf16(gpu_ctx *ctx, float *dw, const gpu_bf16 *dlogits, const gpu_bf16 *x, int N, int C,
+                                  int V, pp_err *err);
 
 /* The optimizer of optim.c over n weights (step counts from 0). Does not
- * zero grad (model_stage_step does that after). */
-int gpu_optim_step(gpu_ctx *ctx, float *params, const float *grad, float *adam_m, float *adam_v, size_t n,
-                   const model_optim *opt, int step, pp_err *err);
+ * zero grad (model_stage_step does that after). params16 (may be NULL):
+ * the weights' bf16 copy, rewritten from the new weights in the same pass. */
+int gpu_optim_step(gpu_ctx *ctx, float *params, gpu_bf16 *params16, const float *grad, float *adam_m, float *adam_v,
+                   size_t n, const model_optim *opt, int step, pp_err *err);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,9 @@ typedef struct gpu_blas_api {
 const gpu_blas_api *gpu_blas(pp_err *err);
 
 /* Growable device scratch buffers, owned by the context. */
-enum { GPU_SCRATCH_A = 0, GPU_SCRATCH_B = 1, GPU_SCRATCH_LOSS = 2, GPU_NSCRATCH = 3 };
+/* A, B: the fp32 API's bf16 operand copies; LOSS: per-row losses; SORT: the
+ * embedding W's token sort (counts, starts, row order). */
+enum { GPU_SCRATCH_A = 0, GPU_SCRATCH_B = 1, GPU_SCRATCH_LOSS = 2, GPU_SCRATCH_SORT = 3, GPU_NSCRATCH = 4 };
 
 struct gpu_ctx {
     int device;
@@ -52,6 +54,7 @@ void *gpu_scratch(gpu_ctx *ctx, int slot, size_t bytes, pp_err *err);
 /* Launchers in gpu_kernels.cu (queue on ctx->stream, check the launch). */
 int gpu_k_bias_add(gpu_ctx *ctx, float *out, const float *bias, int N, int OC, pp_err *err);
 int gpu_k_bias_grad(gpu_ctx *ctx, float *dbias, const float *dout, int N, int OC, pp_err *err);
+int gpu_k_bias_grad_bf16(gpu_ctx *ctx, float *dbias, const gpu_bf16 *dout, int N, int OC, pp_err *err);
 int gpu_k_softmax_causal(gpu_ctx *ctx, float *att, int rows, int T, pp_err *err);
 int gpu_k_softmax_causal_backward(gpu_ctx *ctx, float *datt, const float *att, int rows, int T, float scale,
                                   pp_err *err);
@@ -60,8 +63,14 @@ int gpu_k_softmax_xent(gpu_ctx *ctx, float *probs, double *losses, const uint8_t
                        pp_err *err);
 int gpu_k_xent_backward(gpu_ctx *ctx, float *probs_to_dlogits, const uint8_t *targets, float scale, int N, int V,
                         pp_err *err);
-/* The bf16 copy of a float array (round to nearest even). */
-int gpu_k_to_bf16(gpu_ctx *ctx, void *dst, const float *src, size_t n, pp_err *err);
+/* The same dlogits, written as bf16 into their own buffer (probs stay). */
+int gpu_k_xent_backward_bf16(gpu_ctx *ctx, gpu_bf16 *dlogits, const float *probs, const uint8_t *targets,
+                             float scale, int N, int V, pp_err *err);
+/* The embedding W kernel the token sort replaced (every block scans every
+ * token): bench_gpu's baseline, and a second implementation for the tests
+ * (same bits). */
+int gpu_k_embedding_backward_weight_scan(gpu_ctx *ctx, float *dwte, float *dwpe, const float *dout,
+                                         const uint8_t *tokens, int B, int T, int C, int V, pp_err *err);
 
 #ifdef __cplusplus
 }

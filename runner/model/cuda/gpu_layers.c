@@ -2,7 +2,13 @@
  * attention, LM head), on cuBLAS, plus their small kernels from
  * gpu_kernels.cu. cuBLAS is column-major: a row-major C = op(A) op(B) is the
  * column-major C^T = op(B)^T op(A)^T, i.e. the same call with A and B (and M
- * and N) swapped and the transpose flags kept. */
+ * and N) swapped and the transpose flags kept.
+ *
+ * bf16: the _bf16 functions hand cuBLAS the caller's bf16 operands as they
+ * are (gemm16): the GEMM the stage runs is the bare cublasGemmEx of
+ * bench_gpu. The fp32 functions in a bf16 context convert both operands
+ * into scratch first (gemm): what every bf16 GEMM did before the stage kept
+ * bf16 copies, 0.35 to 0.64 of a bare GEMM's speed on an H100. */
 #include "runner/model/cuda/gpu_internal.h"
 
 #include <math.h>
@@ -30,12 +36,24 @@ static int gemm(gpu_ctx *ctx, int ta, int tb, int M, int N, int K, const float *
         s = ctx->api->sgemm(ctx->blas, ob, oa, N, M, K, &one, B, ldb, A, lda, &zero, C, ldc);
     } else {
         size_t na = operand_elems(ta, M, K, lda), nb = operand_elems(tb, K, N, ldb);
-        void *a16 = gpu_scratch(ctx, GPU_SCRATCH_A, 2 * na, err), *b16 = a16 ? gpu_scratch(ctx, GPU_SCRATCH_B, 2 * nb, err) : NULL;
-        if (!a16 || !b16 || gpu_k_to_bf16(ctx, a16, A, na, err) != 0 || gpu_k_to_bf16(ctx, b16, B, nb, err) != 0)
+        gpu_bf16 *a16 = gpu_scratch(ctx, GPU_SCRATCH_A, 2 * na, err);
+        gpu_bf16 *b16 = a16 ? gpu_scratch(ctx, GPU_SCRATCH_B, 2 * nb, err) : NULL;
+        if (!a16 || !b16 || gpu_to_bf16(ctx, a16, A, na, err) != 0 || gpu_to_bf16(ctx, b16, B, nb, err) != 0)
             return pp_wrap(err, "gpu: %s (bf16 operands)", what);
         s = ctx->api->gemm_ex(ctx->blas, ob, oa, N, M, K, &one, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF, lda, &zero, C,
                          CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     }
+    return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(ctx, err, s, what);
+}
+
+/* Row-major C[M][N] = op(A) op(B) on bf16 operands as they are: fp32
+ * accumulation, fp32 C (beta = 0). */
+static int gemm16(gpu_ctx *ctx, int ta, int tb, int M, int N, int K, const gpu_bf16 *A, int lda, const gpu_bf16 *B,
+                  int ldb, float *C, int ldc, const char *what, pp_err *err) {
+    const float one = 1.0f, zero = 0.0f;
+    cublasOperation_t oa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, ob = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasStatus_t s = ctx->api->gemm_ex(ctx->blas, ob, oa, N, M, K, &one, B, CUDA_R_16BF, ldb, A, CUDA_R_16BF, lda,
+                                         &zero, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_fail(ctx, err, s, what);
 }
 
@@ -65,6 +83,23 @@ int gpu_linear_backward_weight(gpu_ctx *ctx, float *dw, float *dbias, const floa
                                int C, int OC, pp_err *err) {
     if (gemm(ctx, 1, 0, OC, C, N, dout, OC, inp, C, dw, C, "linear W", err) != 0) return -1;
     return dbias ? gpu_k_bias_grad(ctx, dbias, dout, N, OC, err) : 0;
+}
+
+int gpu_linear_forward_bf16(gpu_ctx *ctx, float *out, const gpu_bf16 *inp, const gpu_bf16 *w, const float *bias, int N,
+                            int C, int OC, pp_err *err) {
+    if (gemm16(ctx, 0, 1, N, OC, C, inp, C, w, C, out, OC, "linear F (bf16)", err) != 0) return -1;
+    return bias ? gpu_k_bias_add(ctx, out, bias, N, OC, err) : 0;
+}
+
+int gpu_linear_backward_input_bf16(gpu_ctx *ctx, float *dinp, const gpu_bf16 *dout, const gpu_bf16 *w, int N, int C,
+                                   int OC, pp_err *err) {
+    return gemm16(ctx, 0, 0, N, C, OC, dout, OC, w, C, dinp, C, "linear B (bf16)", err);
+}
+
+int gpu_linear_backward_weight_bf16(gpu_ctx *ctx, float *dw, float *dbias, const gpu_bf16 *dout, const gpu_bf16 *inp,
+                                    int N, int C, int OC, pp_err *err) {
+    if (gemm16(ctx, 1, 0, OC, C, N, dout, OC, inp, C, dw, C, "linear W (bf16)", err) != 0) return -1;
+    return dbias ? gpu_k_bias_grad_bf16(ctx, dbias, dout, N, OC, err) : 0;
 }
 
 /* Per sequence b, one batched call over the H heads: head h's Q, K, V are
@@ -115,9 +150,8 @@ int gpu_attention_backward(gpu_ctx *ctx, float *dqkv, float *datt, const float *
     return 0;
 }
 
-int gpu_head_forward(gpu_ctx *ctx, float *probs, const float *x, const float *w, const uint8_t *targets, int N, int C,
-                     int V, float *loss_host, pp_err *err) {
-    if (gemm(ctx, 0, 1, N, V, C, x, C, w, C, probs, V, "LM head F", err) != 0) return -1;
+/* Softmax and cross-entropy over the logits in probs; the mean loss to the host. */
+static int head_loss(gpu_ctx *ctx, float *probs, const uint8_t *targets, int N, int V, float *loss_host, pp_err *err) {
     double *losses = gpu_scratch(ctx, GPU_SCRATCH_LOSS, sizeof(double) * (size_t)N, err);
     if (!losses || gpu_k_softmax_xent(ctx, probs, losses, targets, N, V, err) != 0) return -1;
     double *host = malloc(sizeof(double) * (size_t)(N ? N : 1));
@@ -132,6 +166,18 @@ int gpu_head_forward(gpu_ctx *ctx, float *probs, const float *x, const float *w,
     return rc;
 }
 
+int gpu_head_forward(gpu_ctx *ctx, float *probs, const float *x, const float *w, const uint8_t *targets, int N, int C,
+                     int V, float *loss_host, pp_err *err) {
+    if (gemm(ctx, 0, 1, N, V, C, x, C, w, C, probs, V, "LM head F", err) != 0) return -1;
+    return head_loss(ctx, probs, targets, N, V, loss_host, err);
+}
+
+int gpu_head_forward_bf16(gpu_ctx *ctx, float *probs, const gpu_bf16 *x, const gpu_bf16 *w, const uint8_t *targets,
+                          int N, int C, int V, float *loss_host, pp_err *err) {
+    if (gemm16(ctx, 0, 1, N, V, C, x, C, w, C, probs, V, "LM head F (bf16)", err) != 0) return -1;
+    return head_loss(ctx, probs, targets, N, V, loss_host, err);
+}
+
 int gpu_head_backward_input(gpu_ctx *ctx, float *dx, float *probs_to_dlogits, const float *w, const uint8_t *targets,
                             float scale, int N, int C, int V, pp_err *err) {
     if (gpu_k_xent_backward(ctx, probs_to_dlogits, targets, scale, N, V, err) != 0) return -1;
@@ -141,4 +187,15 @@ int gpu_head_backward_input(gpu_ctx *ctx, float *dx, float *probs_to_dlogits, co
 int gpu_head_backward_weight(gpu_ctx *ctx, float *dw, const float *dlogits, const float *x, int N, int C, int V,
                              pp_err *err) {
     return gemm(ctx, 1, 0, V, C, N, dlogits, V, x, C, dw, C, "LM head W", err);
+}
+
+int gpu_head_backward_input_bf16(gpu_ctx *ctx, float *dx, gpu_bf16 *dlogits, const float *probs, const gpu_bf16 *w,
+                                 const uint8_t *targets, float scale, int N, int C, int V, pp_err *err) {
+    if (gpu_k_xent_backward_bf16(ctx, dlogits, probs, targets, scale, N, V, err) != 0) return -1;
+    return gemm16(ctx, 0, 0, N, C, V, dlogits, V, w, C, dx, C, "LM head B (bf16)", err);
+}
+
+int gpu_head_backward_weight_bf16(gpu_ctx *ctx, float *dw, const gpu_bf16 *dlogits, const gpu_bf16 *x, int N, int C,
+                                  int V, pp_err *err) {
+    return gemm16(ctx, 1, 0, V, C, N, dlogits, V, x, C, dw, C, "LM head W (bf16)", err);
 }

@@ -14,8 +14,20 @@
  * microbatch order (gpu_add on one stream), and no kernel uses atomics, so
  * every schedule gives the same bits on the same GPU. The host copies of the
  * weights and AdamW moments (model_stage.params, adam_m, adam_v) are
- * refreshed after every optimizer step, so export and checkpoints are the
- * CPU code's. Written without a GPU at hand: see docs/gpu.md. */
+ * refreshed when something reads them, so export and checkpoints are the
+ * CPU code's.
+ *
+ * bf16 (--dtype bf16): no GEMM converts an operand. The weights have a
+ * bf16 copy (params16) that the optimizer step rewrites in the pass that
+ * updates them; every saved tensor that only GEMMs read is kept as bf16
+ * alone: the LayerNorm outputs, the attention output, the GELU output and
+ * LayerNormF's output (F), the output gradient, the GELU's input gradient,
+ * the residual gradient and dqkv (B), dlogits (the head's B). Tensors an
+ * fp32 kernel reads stay fp32 (qkv, the MLP pre-activation, the residual
+ * stream, LayerNorm's statistics and input gradients, the probabilities,
+ * the boundary tensors). Each bf16 tensor is the fp32 value rounded once,
+ * so a GEMM sees the operand that converting at the call made before;
+ * docs/gpu.md gives the bounds against the fp32 CPU run. */
 #include "runner/model/cuda/gpu_internal.h"
 #include "runner/model/model_tree.h"
 #include "runner/model/model_internal.h"
@@ -45,12 +57,15 @@ typedef struct dblock_save { /* as gpt_stage.c's block_save */
     float *buf[SV_GROUPS];
     float *out, *res2, *mean1, *rstd1, *mean2, *rstd2, *ln1, *atty, *ln2, *gelu, *qkv, *fch, *att;
     float *dout, *dfch, *dln2, *dres2, *dqkv, *dln1;
+    /* bf16 stages: these instead of their fp32 namesakes (which are NULL) */
+    gpu_bf16 *ln1h, *attyh, *ln2h, *geluh, *douth, *dfchh, *dres2h, *dqkvh;
 } dblock_save;
 
 typedef struct dmb_save {
     uint8_t *tokens, *targets; /* device */
     float *x0, *dx0, *lnf, *meanf, *rstdf, *probs, *dlnf;
-    dblock_save *blocks; /* host array of device pointers */
+    gpu_bf16 *lnfh, *dlogitsh; /* bf16 stages: lnf's copy (no fp32 lnf), B's dlogits (probs freed by B) */
+    dblock_save *blocks;       /* host array of device pointers */
     int dropped;         /* as gpt_stage.c's mb_save */
 } dmb_save;
 
@@ -58,6 +73,9 @@ struct gpu_stage {
     gpu_ctx *ctx;
     int B, T, C, H, N, nblocks;
     float *params, *grad, *adam_m, *adam_v; /* device, nparams each */
+    int bf16;                               /* --dtype bf16: the _bf16 kernels on bf16 copies */
+    gpu_bf16 *params16;                     /* bf16: the weights' copy, rewritten by every optimizer step */
+    float *scratch_b16;                     /* bf16: 4NC floats (F: the attention output; B: dres2, dqkv) */
     float *wte, *wpe, *lnfg, *lnfb, *whead;  /* into params */
     dblock *bp;
     dmb_save *mbs;       /* [microbatches] */
@@ -133,11 +151,18 @@ static size_t sv_size(const gpu_stage *g, int group) { /* gpt_stage.c's */
     size_t N = (size_t)g->N, NC = N * (size_t)g->C;
     static const int nc[SV_GROUPS] = {[SV_OUT] = 1, [SV_HOLD] = 1, [SV_CHEAP] = 7, [SV_GEMM] = 7, [SV_BSAVE] = 11};
     if (group == SV_ATT) return sizeof(float) * (size_t)g->B * g->H * g->T * g->T;
+    /* bf16: CHEAP all bf16; BSAVE dln2 and dln1 fp32, the other 9 NC bf16 */
+    if (g->bf16 && group == SV_CHEAP) return sizeof(gpu_bf16) * 7 * NC;
+    if (g->bf16 && group == SV_BSAVE) return sizeof(float) * 2 * NC + sizeof(gpu_bf16) * 9 * NC;
     return sizeof(float) * (nc[group] * NC + (group == SV_HOLD ? 4 * N : 0));
 }
 static size_t sz_nc(const gpu_stage *g) { return sizeof(float) * (size_t)g->N * g->C; }
 static size_t sz_n(const gpu_stage *g) { return sizeof(float) * (size_t)g->N; }
 static size_t sz_nv(const gpu_stage *g) { return sizeof(float) * (size_t)g->N * VOCAB; }
+static size_t sz_nc16(const gpu_stage *g) { return sizeof(gpu_bf16) * (size_t)g->N * g->C; }
+static size_t sz_nv16(const gpu_stage *g) { return sizeof(gpu_bf16) * (size_t)g->N * VOCAB; }
+/* The bf16 copy of weight w (a pointer into params). */
+static const gpu_bf16 *w16(const gpu_stage *g, const float *w) { return g->params16 + (w - g->params); }
 
 static void block_bind(const gpu_stage *g, dblock_save *b) { /* gpt_stage.c's */
     size_t N = (size_t)g->N, NC = N * (size_t)g->C;
@@ -146,11 +171,22 @@ static void block_bind(const gpu_stage *g, dblock_save *b) { /* gpt_stage.c's */
     p = b->buf[SV_HOLD];
     b->res2 = p, b->mean1 = p ? p + NC : NULL, b->rstd1 = p ? p + NC + N : NULL;
     b->mean2 = p ? p + NC + 2 * N : NULL, b->rstd2 = p ? p + NC + 3 * N : NULL;
-    p = b->buf[SV_CHEAP];
-    b->ln1 = p, b->atty = p ? p + NC : NULL, b->ln2 = p ? p + 2 * NC : NULL, b->gelu = p ? p + 3 * NC : NULL;
     p = b->buf[SV_GEMM];
     b->qkv = p, b->fch = p ? p + 3 * NC : NULL;
     b->att = b->buf[SV_ATT];
+    if (g->bf16) {
+        gpu_bf16 *h = (gpu_bf16 *)b->buf[SV_CHEAP];
+        b->ln1 = b->atty = b->ln2 = b->gelu = NULL;
+        b->ln1h = h, b->attyh = h ? h + NC : NULL, b->ln2h = h ? h + 2 * NC : NULL, b->geluh = h ? h + 3 * NC : NULL;
+        p = b->buf[SV_BSAVE]; /* [dln2 dln1] fp32, then [dout dfch(4) dres2 dqkv(3)] bf16 */
+        h = p ? (gpu_bf16 *)(p + 2 * NC) : NULL;
+        b->dout = b->dfch = b->dres2 = b->dqkv = NULL;
+        b->dln2 = p, b->dln1 = p ? p + NC : NULL;
+        b->douth = h, b->dfchh = h ? h + NC : NULL, b->dres2h = h ? h + 5 * NC : NULL, b->dqkvh = h ? h + 6 * NC : NULL;
+        return;
+    }
+    p = b->buf[SV_CHEAP];
+    b->ln1 = p, b->atty = p ? p + NC : NULL, b->ln2 = p ? p + 2 * NC : NULL, b->gelu = p ? p + 3 * NC : NULL;
     p = b->buf[SV_BSAVE];
     b->dout = p, b->dfch = p ? p + NC : NULL, b->dln2 = p ? p + 5 * NC : NULL, b->dres2 = p ? p + 6 * NC : NULL;
     b->dqkv = p ? p + 7 * NC : NULL, b->dln1 = p ? p + 10 * NC : NULL;
@@ -191,6 +227,7 @@ static void free_mb(gpu_stage *g, dmb_save *m) {
     save_put(g, m->lnf, sz_nc(g)), save_put(g, m->dlnf, sz_nc(g));
     save_put(g, m->meanf, sz_n(g)), save_put(g, m->rstdf, sz_n(g));
     save_put(g, m->probs, sz_nv(g));
+    save_put(g, m->lnfh, sz_nc16(g)), save_put(g, m->dlogitsh, sz_nv16(g));
     memset(m, 0, sizeof *m);
 }
 
@@ -205,7 +242,8 @@ void gpu_stage_free(model_stage *s) {
     for (; s->depth > 0; s->depth--) gpu_free(g->ctx, s->stack[s->depth - 1]); /* a step cut short */
     for (size_t i = 0; i < g->pool.n; i++) gpu_free(g->ctx, g->pool.free[i].p);
     free(g->pool.free);
-    float *bufs[] = {g->params, g->grad, g->adam_m, g->adam_v, g->scratch_4nc, g->scratch_nc, g->scratch_nc2, g->datt};
+    void *bufs[] = {g->params,     g->grad,       g->adam_m,      g->adam_v, g->scratch_4nc,
+                    g->scratch_nc, g->scratch_nc2, g->datt,        g->params16, g->scratch_b16};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g->ctx, bufs[i]);
     free(g->mbs), free(g->pending), free(g->bp);
     gpu_ctx_free(g->ctx);
@@ -223,10 +261,16 @@ int gpu_stage_upload(model_stage *s, pp_err *err) {
     if (gpu_upload(g->ctx, g->params, s->params, bytes, err) != 0 ||
         gpu_upload(g->ctx, g->adam_m, s->adam_m, bytes, err) != 0 ||
         gpu_upload(g->ctx, g->adam_v, s->adam_v, bytes, err) != 0 ||
-        gpu_upload(g->ctx, g->grad, s->grad, bytes, err) != 0)
+        gpu_upload(g->ctx, g->grad, s->grad, bytes, err) != 0 ||
+        (g->bf16 && (gpu_to_bf16(g->ctx, g->params16, g->params, s->nparams, err) != 0 || gpu_sync(g->ctx, err) != 0)))
         return pp_wrap(err, "gpu stage: weights to the device");
     g->host_behind = 0;
     return 0;
+}
+
+size_t gpu_stage_bf16_bytes(const model_stage *s) {
+    const gpu_stage *g = s->gpu;
+    return g && g->bf16 ? sizeof(gpu_bf16) * s->nparams : 0;
 }
 
 int gpu_stage_init(model_stage *s, const model_device *dev, pp_err *err) {
@@ -239,6 +283,7 @@ int gpu_stage_init(model_stage *s, const model_device *dev, pp_err *err) {
         return pp_wrap(err, "gpu stage on device %d of %d", device, count);
     const model_spec *sp = &s->spec;
     g->B = sp->batch, g->T = sp->seq, g->C = sp->dim, g->H = sp->heads, g->N = sp->batch * sp->seq;
+    g->bf16 = dev->bf16 != 0;
     g->nblocks = s->last_layer - s->first_layer;
     size_t C = (size_t)g->C, bytes = sizeof(float) * (s->nparams ? s->nparams : 1);
     g->bp = calloc((size_t)g->nblocks + 1, sizeof *g->bp);
@@ -249,7 +294,9 @@ int gpu_stage_init(model_stage *s, const model_device *dev, pp_err *err) {
         !(g->adam_m = gpu_alloc(g->ctx, bytes, err)) || !(g->adam_v = gpu_alloc(g->ctx, bytes, err)) ||
         !(g->scratch_4nc = gpu_alloc(g->ctx, 4 * sz_nc(g), err)) || !(g->scratch_nc = gpu_alloc(g->ctx, sz_nc(g), err)) ||
         !(g->scratch_nc2 = gpu_alloc(g->ctx, sz_nc(g), err)) ||
-        !(g->datt = gpu_alloc(g->ctx, sizeof(float) * (size_t)g->B * g->H * g->T * g->T, err)))
+        !(g->datt = gpu_alloc(g->ctx, sizeof(float) * (size_t)g->B * g->H * g->T * g->T, err)) ||
+        (g->bf16 && (!(g->params16 = gpu_alloc(g->ctx, sizeof(gpu_bf16) * (s->nparams ? s->nparams : 1), err)) ||
+                     !(g->scratch_b16 = gpu_alloc(g->ctx, 4 * sz_nc(g), err)))))
         return pp_wrap(err, "gpu stage on device %d", device);
     float *p = g->params;
     if (s->is_first) {
@@ -302,6 +349,93 @@ static int block_recompute_cheap(gpu_stage *g, const dblock *w, dblock_save *b, 
     return 0;
 }
 
+/* --- the block in bf16: the same layers on bf16 operands ---------------------- */
+
+/* The attention output into the bf16 save (attention itself stays fp32). */
+static int attention_bf16(gpu_stage *g, dblock_save *b, pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    size_t NC = (size_t)g->N * g->C;
+    float *atty = g->scratch_b16;
+    if (gpu_attention_forward(c, atty, b->att, b->qkv, g->B, g->T, g->C, g->H, err) ||
+        gpu_to_bf16(c, b->attyh, atty, NC, err))
+        return -1;
+    return 0;
+}
+
+static int block_forward_inner_bf16(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    int N = g->N, C = g->C;
+    size_t NC = (size_t)N * C;
+    if (gpu_layernorm_forward_bf16(c, b->ln1h, b->mean1, b->rstd1, x, w->ln1g, w->ln1b, N, C, err) ||
+        gpu_linear_forward_bf16(c, b->qkv, b->ln1h, w16(g, w->wqkv), w->bqkv, N, C, 3 * C, err) ||
+        attention_bf16(g, b, err) ||
+        gpu_linear_forward_bf16(c, b->res2, b->attyh, w16(g, w->wo), w->bo, N, C, C, err) ||
+        gpu_add(c, b->res2, b->res2, x, NC, err) ||
+        gpu_layernorm_forward_bf16(c, b->ln2h, b->mean2, b->rstd2, b->res2, w->ln2g, w->ln2b, N, C, err) ||
+        gpu_linear_forward_bf16(c, b->fch, b->ln2h, w16(g, w->wfc), w->bfc, N, C, 4 * C, err) ||
+        gpu_gelu_forward_bf16(c, b->geluh, b->fch, 4 * NC, err))
+        return -1;
+    return 0;
+}
+
+static int block_forward_out_bf16(gpu_stage *g, const dblock *w, dblock_save *b, pp_err *err) {
+    int N = g->N, C = g->C;
+    if (gpu_linear_forward_bf16(g->ctx, b->out, b->geluh, w16(g, w->wp), w->bp, N, 4 * C, C, err) ||
+        gpu_add(g->ctx, b->out, b->out, b->res2, (size_t)N * C, err))
+        return -1;
+    return 0;
+}
+
+static int block_recompute_cheap_bf16(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    int N = g->N, C = g->C;
+    if (gpu_layernorm_forward_bf16(c, b->ln1h, b->mean1, b->rstd1, x, w->ln1g, w->ln1b, N, C, err) ||
+        attention_bf16(g, b, err) ||
+        gpu_layernorm_forward_bf16(c, b->ln2h, b->mean2, b->rstd2, b->res2, w->ln2g, w->ln2b, N, C, err) ||
+        gpu_gelu_forward_bf16(c, b->geluh, b->fch, 4 * (size_t)N * C, err))
+        return -1;
+    return 0;
+}
+
+/* As block_backward_input; d (fp32) stays the output gradient until the
+ * last add, so the bf16 save of it (douth) is all W needs. */
+static int block_backward_input_bf16(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, float *d,
+                                     pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    int N = g->N, C = g->C;
+    size_t NC = (size_t)N * C;
+    if (block_get(g, b, 1u << SV_BSAVE, err) != 0) return -1;
+    float *tmp = g->scratch_nc2, *dres2 = g->scratch_b16, *dqkv = g->scratch_b16 + NC;
+    if (gpu_to_bf16(c, b->douth, d, NC, err) ||
+        gpu_linear_backward_input_bf16(c, g->scratch_4nc, b->douth, w16(g, w->wp), N, 4 * C, C, err) ||
+        gpu_gelu_backward_bf16(c, b->dfchh, b->fch, g->scratch_4nc, 4 * NC, err) ||
+        gpu_linear_backward_input_bf16(c, b->dln2, b->dfchh, w16(g, w->wfc), N, C, 4 * C, err) ||
+        gpu_layernorm_backward_input(c, tmp, b->dln2, b->res2, b->mean2, b->rstd2, w->ln2g, N, C, err) ||
+        gpu_add_bf16(c, dres2, b->dres2h, d, tmp, NC, err) ||
+        gpu_linear_backward_input_bf16(c, g->scratch_4nc, b->dres2h, w16(g, w->wo), N, C, C, err) ||
+        gpu_attention_backward(c, dqkv, g->datt, g->scratch_4nc, b->qkv, b->att, g->B, g->T, C, g->H, err) ||
+        gpu_to_bf16(c, b->dqkvh, dqkv, 3 * NC, err) ||
+        gpu_linear_backward_input_bf16(c, b->dln1, b->dqkvh, w16(g, w->wqkv), N, C, 3 * C, err) ||
+        gpu_layernorm_backward_input(c, tmp, b->dln1, x, b->mean1, b->rstd1, w->ln1g, N, C, err) ||
+        gpu_add(c, d, dres2, tmp, NC, err))
+        return -1;
+    block_put(g, b, (1u << SV_GEMM) | (1u << SV_ATT)); /* qkv, fch and att served B only */
+    return 0;
+}
+
+static int block_backward_weight_bf16(gpu_stage *g, dblock *dw, const dblock_save *b, const float *x, pp_err *err) {
+    gpu_ctx *c = g->ctx;
+    int N = g->N, C = g->C;
+    if (gpu_linear_backward_weight_bf16(c, dw->wp, dw->bp, b->douth, b->geluh, N, 4 * C, C, err) ||
+        gpu_linear_backward_weight_bf16(c, dw->wfc, dw->bfc, b->dfchh, b->ln2h, N, C, 4 * C, err) ||
+        gpu_layernorm_backward_weight(c, dw->ln2g, dw->ln2b, b->dln2, b->res2, b->mean2, b->rstd2, N, C, err) ||
+        gpu_linear_backward_weight_bf16(c, dw->wo, dw->bo, b->dres2h, b->attyh, N, C, C, err) ||
+        gpu_linear_backward_weight_bf16(c, dw->wqkv, dw->bqkv, b->dqkvh, b->ln1h, N, C, 3 * C, err) ||
+        gpu_layernorm_backward_weight(c, dw->ln1g, dw->ln1b, b->dln1, x, b->mean1, b->rstd1, N, C, err))
+        return -1;
+    return 0;
+}
+
 /* d: the gradient of the block output on entry, of the block input on return. */
 static int block_backward_input(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, float *d,
                                 pp_err *err) {
@@ -338,6 +472,25 @@ static int block_backward_weight(gpu_stage *g, dblock *dw, const dblock_save *b,
         gpu_layernorm_backward_weight(c, dw->ln1g, dw->ln1b, b->dln1, x, b->mean1, b->rstd1, N, C, err))
         return -1;
     return 0;
+}
+
+/* --- the block, whichever dtype ------------------------------------------------ */
+
+static int block_forward_inner_any(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, pp_err *err) {
+    return g->bf16 ? block_forward_inner_bf16(g, w, b, x, err) : block_forward_inner(g, w, b, x, err);
+}
+static int block_forward_out_any(gpu_stage *g, const dblock *w, dblock_save *b, pp_err *err) {
+    return g->bf16 ? block_forward_out_bf16(g, w, b, err) : block_forward_out(g, w, b, err);
+}
+static int block_recompute_cheap_any(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, pp_err *err) {
+    return g->bf16 ? block_recompute_cheap_bf16(g, w, b, x, err) : block_recompute_cheap(g, w, b, x, err);
+}
+static int block_backward_input_any(gpu_stage *g, const dblock *w, dblock_save *b, const float *x, float *d,
+                                    pp_err *err) {
+    return g->bf16 ? block_backward_input_bf16(g, w, b, x, d, err) : block_backward_input(g, w, b, x, d, err);
+}
+static int block_backward_weight_any(gpu_stage *g, dblock *dw, const dblock_save *b, const float *x, pp_err *err) {
+    return g->bf16 ? block_backward_weight_bf16(g, dw, b, x, err) : block_backward_weight(g, dw, b, x, err);
 }
 
 static const float *block_input(dmb_save *m, int i) { return i == 0 ? m->x0 : m->blocks[i - 1].out; }
@@ -415,19 +568,27 @@ int gpu_stage_forward(model_stage *s, int mb, const float *in, const uint8_t *to
     unsigned drops = recompute_drops(s->recompute);
     for (int i = 0; i < g->nblocks; i++) {
         if (block_get(g, &m->blocks[i], SV_F, err) != 0 ||
-            block_forward_inner(g, &g->bp[i], &m->blocks[i], block_input(m, i), err) != 0 ||
-            block_forward_out(g, &g->bp[i], &m->blocks[i], err) != 0)
+            block_forward_inner_any(g, &g->bp[i], &m->blocks[i], block_input(m, i), err) != 0 ||
+            block_forward_out_any(g, &g->bp[i], &m->blocks[i], err) != 0)
             goto fail;
         block_put(g, &m->blocks[i], drops);
     }
     m->dropped = drops && g->nblocks > 0 ? s->recompute : 0;
     if (s->is_last) {
-        if (!(m->targets = save_get(g, N, err)) || !(m->lnf = save_get(g, sz_nc(g), err)) ||
-            !(m->meanf = save_get(g, sz_n(g), err)) || !(m->rstdf = save_get(g, sz_n(g), err)) ||
-            !(m->probs = save_get(g, sz_nv(g), err)) || gpu_upload(g->ctx, m->targets, targets, N, err) != 0 ||
-            gpu_layernorm_forward(g->ctx, m->lnf, m->meanf, m->rstdf, stage_top(g, m), g->lnfg, g->lnfb, g->N, g->C,
-                                  err) != 0 ||
-            gpu_head_forward(g->ctx, m->probs, m->lnf, g->whead, m->targets, g->N, g->C, VOCAB, loss, err) != 0)
+        if (!(m->targets = save_get(g, N, err)) || !(m->meanf = save_get(g, sz_n(g), err)) ||
+            !(m->rstdf = save_get(g, sz_n(g), err)) || !(m->probs = save_get(g, sz_nv(g), err)) ||
+            gpu_upload(g->ctx, m->targets, targets, N, err) != 0)
+            goto fail;
+        if (g->bf16 ? (!(m->lnfh = save_get(g, sz_nc16(g), err)) ||
+                       gpu_layernorm_forward_bf16(g->ctx, m->lnfh, m->meanf, m->rstdf, stage_top(g, m), g->lnfg,
+                                                  g->lnfb, g->N, g->C, err) != 0 ||
+                       gpu_head_forward_bf16(g->ctx, m->probs, m->lnfh, w16(g, g->whead), m->targets, g->N, g->C,
+                                             VOCAB, loss, err) != 0)
+                    : (!(m->lnf = save_get(g, sz_nc(g), err)) ||
+                       gpu_layernorm_forward(g->ctx, m->lnf, m->meanf, m->rstdf, stage_top(g, m), g->lnfg, g->lnfb,
+                                             g->N, g->C, err) != 0 ||
+                       gpu_head_forward(g->ctx, m->probs, m->lnf, g->whead, m->targets, g->N, g->C, VOCAB, loss,
+                                        err) != 0))
             goto fail;
     } else if (boundary_out(s, out, stage_top(g, m), sizeof(float) * NC, err) != 0) {
         goto fail;
@@ -452,8 +613,8 @@ int gpu_stage_recompute(model_stage *s, int mb, pp_err *err) {
     for (int i = 0; i < g->nblocks; i++) { /* as gpt_stage_recompute */
         dblock_save *b = &m->blocks[i];
         if (block_get(g, b, recompute_drops(mode) & ~(1u << SV_OUT), err) != 0 ||
-            (mode == MODEL_RECOMPUTE_FULL ? block_forward_inner(g, &g->bp[i], b, block_input(m, i), err)
-                                          : block_recompute_cheap(g, &g->bp[i], b, block_input(m, i), err)) != 0)
+            (mode == MODEL_RECOMPUTE_FULL ? block_forward_inner_any(g, &g->bp[i], b, block_input(m, i), err)
+                                          : block_recompute_cheap_any(g, &g->bp[i], b, block_input(m, i), err)) != 0)
             return pp_wrap(err, "gpu stage: recompute of mb %d, block %d", mb, s->first_layer + i);
     }
     m->dropped = 0;
@@ -472,15 +633,23 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     if (s->is_last) {
         float scale = 1.0f / ((float)N * (float)s->microbatches); /* as gpt_stage.c */
         if (!(m->dlnf = save_get(g, sz_nc(g), err)) ||
-            gpu_head_backward_input(g->ctx, m->dlnf, m->probs, g->whead, m->targets, scale, g->N, g->C, VOCAB, err) ||
+            (g->bf16 ? (!(m->dlogitsh = save_get(g, sz_nv16(g), err)) ||
+                        gpu_head_backward_input_bf16(g->ctx, m->dlnf, m->dlogitsh, m->probs, w16(g, g->whead),
+                                                     m->targets, scale, g->N, g->C, VOCAB, err))
+                     : gpu_head_backward_input(g->ctx, m->dlnf, m->probs, g->whead, m->targets, scale, g->N, g->C,
+                                               VOCAB, err)) ||
             gpu_layernorm_backward_input(g->ctx, d, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->lnfg, g->N, g->C,
                                          err))
             return pp_wrap(err, "gpu stage: B of mb %d", mb);
+        if (g->bf16) { /* W reads the bf16 dlogits: the probabilities are done (stream order keeps them for B) */
+            save_put(g, m->probs, sz_nv(g));
+            m->probs = NULL;
+        }
     } else if (boundary_in(s, d, grad_out, sizeof(float) * NC, err) != 0) {
         return pp_wrap(err, "gpu stage: B of mb %d", mb);
     }
     for (int i = g->nblocks - 1; i >= 0; i--)
-        if (block_backward_input(g, &g->bp[i], &m->blocks[i], block_input(m, i), d, err) != 0)
+        if (block_backward_input_any(g, &g->bp[i], &m->blocks[i], block_input(m, i), d, err) != 0)
             return pp_wrap(err, "gpu stage: B of mb %d, block %d", mb, s->first_layer + i);
     if (s->is_first) {
         cudaError_t e = cudaSuccess;
@@ -536,13 +705,14 @@ int gpu_stage_backward_weight(model_stage *s, int mb, pp_err *err) {
     for (int i = 0; i < g->nblocks; i++) {
         dblock dw;
         p = dblock_at(p, g->C, &dw);
-        if (block_backward_weight(g, &dw, &m->blocks[i], block_input(m, i), err) != 0)
+        if (block_backward_weight_any(g, &dw, &m->blocks[i], block_input(m, i), err) != 0)
             return pp_wrap(err, "gpu stage: W of mb %d, block %d", mb, s->first_layer + i);
     }
     if (s->is_last &&
         (gpu_layernorm_backward_weight(g->ctx, p, p + C, m->dlnf, stage_top(g, m), m->meanf, m->rstdf, g->N, g->C,
                                        err) ||
-         gpu_head_backward_weight(g->ctx, p + 2 * C, m->probs, m->lnf, g->N, g->C, VOCAB, err)))
+         (g->bf16 ? gpu_head_backward_weight_bf16(g->ctx, p + 2 * C, m->dlogitsh, m->lnfh, g->N, g->C, VOCAB, err)
+                  : gpu_head_backward_weight(g->ctx, p + 2 * C, m->probs, m->lnf, g->N, g->C, VOCAB, err))))
         return pp_wrap(err, "gpu stage: W of mb %d", mb);
     free_mb(g, m); /* stream order keeps the buffers alive for the kernels queued above */
     s->mb_state[mb] = MB_EMPTY;
@@ -553,7 +723,9 @@ int gpu_stage_backward_weight(model_stage *s, int mb, pp_err *err) {
 int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
     gpu_stage *g = s->gpu;
     if (use_device(g, err) != 0) return -1;
-    if (gpu_optim_step(g->ctx, g->params, g->grad, g->adam_m, g->adam_v, s->nparams, opt, step, err) != 0 ||
+    /* bf16: the weights' copy is rewritten in the same pass (params16 NULL in fp32) */
+    if (gpu_optim_step(g->ctx, g->params, g->params16, g->grad, g->adam_m, g->adam_v, s->nparams, opt, step, err) !=
+            0 ||
         gpu_memset(g->ctx, g->grad, 0, sizeof(float) * s->nparams, err) != 0)
         return pp_wrap(err, "gpu stage: optimizer step %d", step);
     g->host_behind = 1;
