@@ -53,7 +53,7 @@ static void gpu_reset(db *d, int64_t job_id);
 struct db {
     sqlite3 *sql;
     char *path;
-    sqlite3_stmt *ins_event, *ins_events, *ins_loss, *ins_eval_loss, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
+    sqlite3_stmt *ins_event, *ins_events, *ins_loss, *ins_eval_loss, *set_mark, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
     /* db_insert_events' scratch, per record of a batch, kept for the next:
      * the rows of `events` in the order they are written (order, keys: by
      * step and rank; *_tmp: the radix sort's other half), each record's
@@ -181,6 +181,9 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
      * the index is built again, a sort of the file's rows */
     "DROP INDEX IF EXISTS events_by_step;"
     "CREATE INDEX events_by_step ON events(job_id, step, attempt);",
+    /* 7 -> 8: how far the collector stored each trace ring */
+    "CREATE TABLE IF NOT EXISTS ring_marks (job_id INTEGER NOT NULL, ring INTEGER NOT NULL, rank INTEGER NOT NULL,"
+    " pos INTEGER NOT NULL, PRIMARY KEY (job_id, ring)) WITHOUT ROWID;",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
@@ -327,6 +330,8 @@ static int open_file(const char *path, db **out, pp_err *err) {
                 &d->ins_loss, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO eval_losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
                 &d->ins_eval_loss, err) != 0 ||
+        prepare(d, "INSERT OR REPLACE INTO ring_marks(job_id,ring,rank,pos) VALUES(?1,?2,?3,?4)", &d->set_mark,
+                err) != 0 ||
         prepare(d,
                 "INSERT INTO job_counters(job_id,events_ingested,updated_at_ns) VALUES(?1,?2,?3)"
                 " ON CONFLICT(job_id) DO UPDATE SET events_ingested=events_ingested+excluded.events_ingested,"
@@ -353,6 +358,7 @@ void db_close(db *d) {
     sqlite3_finalize(d->max_event_id);
     sqlite3_finalize(d->ins_loss);
     sqlite3_finalize(d->ins_eval_loss);
+    sqlite3_finalize(d->set_mark);
     sqlite3_finalize(d->add_ingested);
     sqlite3_finalize(d->ins_kernel);
     sqlite3_finalize(d->set_cupti_dropped);
@@ -918,8 +924,27 @@ static int next_event_id(db *d, int64_t *id) {
     return rc;
 }
 
+/* The marks into ring_marks, in the open transaction. An SQLite result code. */
+static int set_marks(db *d, int64_t job_id, const db_ring_mark *marks, size_t n) {
+    int rc = SQLITE_DONE;
+    for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
+        sqlite3_bind_int64(d->set_mark, 1, job_id);
+        sqlite3_bind_int64(d->set_mark, 2, (int64_t)marks[i].ring);
+        sqlite3_bind_int(d->set_mark, 3, marks[i].rank);
+        sqlite3_bind_int64(d->set_mark, 4, (int64_t)marks[i].pos);
+        rc = sqlite3_step(d->set_mark);
+        sqlite3_reset(d->set_mark);
+    }
+    return rc;
+}
+
 int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err) {
-    if (n == 0) return 0;
+    return db_insert_events_marked(d, job_id, ev, n, NULL, 0, err);
+}
+
+int db_insert_events_marked(db *d, int64_t job_id, const trace_event *ev, size_t n, const db_ring_mark *marks,
+                            size_t nmarks, pp_err *err) {
+    if (n == 0 && nmarks == 0) return 0;
     if (n > UINT32_MAX || scratch_reserve(d, n) != 0) return pp_fail(err, "%s: out of memory", d->path);
     if (exec(d, "BEGIN IMMEDIATE", "inserting events", err) != 0) return -1;
     /* The rows' ids are known before any is written: a kernel names its
@@ -975,6 +1000,7 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
         }
     }
     if (rc == SQLITE_DONE) rc = insert_rows(d, job_id, ev, m, first);
+    if (rc == SQLITE_DONE) rc = set_marks(d, job_id, marks, nmarks);
     for (size_t k = 0; k < m; k++) {
         uint32_t i = d->order[k];
         free(d->span_name[i]);
@@ -993,6 +1019,19 @@ int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_
         return -1;
     }
     return exec(d, "COMMIT", "inserting events", err);
+}
+
+int db_ring_mark_of(db *d, int64_t job_id, uint64_t ring, uint64_t *pos, pp_err *err) {
+    sqlite3_stmt *st;
+    *pos = 0;
+    int rc = sqlite3_prepare_v2(d->sql, "SELECT pos FROM ring_marks WHERE job_id = ?1 AND ring = ?2", -1, &st, NULL);
+    if (rc != SQLITE_OK) return db_fail(d, rc, "reading ring_marks", err);
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, (int64_t)ring);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *pos = (uint64_t)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : db_fail(d, rc, "reading ring_marks", err);
 }
 
 int db_set_dropped(db *d, int64_t job_id, int rank, uint64_t dropped, pp_err *err) {

@@ -18,8 +18,8 @@
 
 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle;
  * 5: events.name (a program's named spans); 6: events.optim_bytes, eval_losses;
- * 7: events_by_step on (job_id, step, attempt) */
-#define DB_SCHEMA_VERSION 7
+ * 7: events_by_step on (job_id, step, attempt); 8: ring_marks */
+#define DB_SCHEMA_VERSION 8
 
 typedef struct db db;
 
@@ -113,6 +113,20 @@ int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t clock_offset_ns
  * full ring leaves event_id NULL, a lost name gives "(name lost)");
  * TRACE_GPU_DROPPED sets ranks.cupti_dropped. */
 int db_insert_events(db *d, int64_t job_id, const trace_event *ev, size_t n, pp_err *err);
+/* How far a trace ring was read (tracer/ring.h, trace_ring_position). */
+typedef struct db_ring_mark {
+    uint64_t ring; /* trace_ring_id */
+    int rank;
+    uint64_t pos;
+} db_ring_mark;
+/* db_insert_events, and in the same transaction the rings' marks into
+ * ring_marks: a reader of the rings killed after the commit and before it
+ * released them leaves the next reader the position to start from. */
+int db_insert_events_marked(db *d, int64_t job_id, const trace_event *ev, size_t n, const db_ring_mark *marks,
+                            size_t nmarks, pp_err *err);
+/* The position stored for ring `ring` of the job into *pos; 0 when none.
+ * 0 or -1. */
+int db_ring_mark_of(db *d, int64_t job_id, uint64_t ring, uint64_t *pos, pp_err *err);
 /* Records the drop counter of a rank's ring (absolute, not a delta) in
  * ranks.dropped_events and job_counters.events_dropped (their sum). */
 int db_set_dropped(db *d, int64_t job_id, int rank, uint64_t dropped, pp_err *err);

@@ -1,9 +1,9 @@
--- schema.sql: the trace database (docs/design.md §7), version 7 (PRAGMA user_version).
+-- schema.sql: the trace database (docs/design.md §7), version 8 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
 -- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle;
 -- 4 -> 5: events.name; 5 -> 6: events.optim_bytes, eval_losses;
--- 6 -> 7: events_by_step on (job_id, step, attempt)).
+-- 6 -> 7: events_by_step on (job_id, step, attempt); 7 -> 8: ring_marks).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -196,3 +196,14 @@ CREATE TABLE IF NOT EXISTS job_counters (
   events_dropped  INTEGER NOT NULL DEFAULT 0,
   updated_at_ns   INTEGER NOT NULL DEFAULT 0
 );
+
+-- How far the collector stored each trace ring (docs/schema.md,
+-- "ring_marks"): pos is the ring's read position after the records stored
+-- with it, in the same transaction; `pprun salvage` starts there.
+CREATE TABLE IF NOT EXISTS ring_marks (
+  job_id INTEGER NOT NULL,
+  ring   INTEGER NOT NULL, -- the ring's random id
+  rank   INTEGER NOT NULL,
+  pos    INTEGER NOT NULL,
+  PRIMARY KEY (job_id, ring)
+) WITHOUT ROWID;

@@ -54,11 +54,14 @@ Test(db, creates_the_schema_in_wal_with_version_1_and_reopens) {
 
 Test(db, refuses_a_newer_schema_and_foreign_files_naming_them) {
     db *d = open_fresh("new.db");
-    sqlite3_exec(db_sqlite(d), "PRAGMA user_version=8", NULL, NULL, NULL);
+    char newer[64];
+    snprintf(newer, sizeof newer, "PRAGMA user_version=%d", DB_SCHEMA_VERSION + 1);
+    sqlite3_exec(db_sqlite(d), newer, NULL, NULL, NULL);
     db_close(d);
     pp_err err;
     cr_assert_eq(db_open(tfix_path("new.db"), &d, &err), -1);
-    cr_assert(strstr(err.msg, "new.db") && strstr(err.msg, "version 8") && strstr(err.msg, "newer"), "%s", err.msg);
+    snprintf(newer, sizeof newer, "version %d", DB_SCHEMA_VERSION + 1);
+    cr_assert(strstr(err.msg, "new.db") && strstr(err.msg, newer) && strstr(err.msg, "newer"), "%s", err.msg);
 
     sqlite3 *s;
     sqlite3_open(tfix_path("other.db"), &s);
@@ -290,7 +293,7 @@ static size_t events_with_held_bytes(int step, int64_t base, trace_event *ev) {
 
 Test(db, a_new_file_has_step_stats_act_peak_bytes_last) {
     db *d = open_fresh("v3.db");
-    cr_assert_eq(DB_SCHEMA_VERSION, 7);
+    cr_assert_eq(DB_SCHEMA_VERSION, 8);
     cr_assert_str_eq(columns_of(db_sqlite(d), "step_stats"),
                      "job_id:INTEGER:-,step:INTEGER:-,rank:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
                      "busy_ns:INTEGER:-,bubble_ns:INTEGER:-,bubble_ratio:REAL:-,act_peak_bytes:INTEGER:0");

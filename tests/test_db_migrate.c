@@ -1,5 +1,5 @@
 /* test_db_migrate.c: a file of schema version 6 (events_by_step on
- * (job_id, step, rank)) opens, migrates to version 7 (on (job_id, step,
+ * (job_id, step, rank)) opens, migrates to the newest version (on (job_id, step,
  * attempt)) and gives the same answers to every query docs/schema.md
  * shows, read as `pprun query` reads; readers that never write read the
  * version 6 file as it is. The job: four steps of a 16-rank interleaved

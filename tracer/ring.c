@@ -12,7 +12,16 @@
  * never advanced head, so the half-written slot is not visible, and the next
  * producer (a restarted worker) overwrites it. The consumer publishes tail
  * only after copying, so the producer never overwrites a slot being read.
- * A full ring (head - tail == capacity) bumps `dropped` and returns. */
+ * A full ring (head - tail == capacity) bumps `dropped` and returns.
+ *
+ * Reading and releasing are two steps for a consumer that stores what it
+ * reads (docs/design.md §6, "Nothing is lost"): trace_ring_peek copies
+ * from the consumer's own cursor, which may run ahead of tail, and
+ * trace_ring_release publishes tail = cursor once the records are stored.
+ * Until then the slots stay the ring's, so a consumer killed in between
+ * leaves them to the next one (`pprun salvage`), which starts at tail or,
+ * where the store says it already holds them, at the position it stored
+ * with them (trace_ring_skip_to). The ring's `id` names it in the store. */
 #include "tracer/ring.h"
 
 #include <errno.h>
@@ -20,11 +29,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #define RING_MAGIC 0x31474e4952505050ull /* "PPPRING1" little-endian */
-#define RING_VERSION 1
+#define RING_VERSION 2
 #define RING_HEADER_BYTES 4096
 #define RING_MAX_CAPACITY (1ull << 26) /* 4 GiB of records: plenty */
 
@@ -35,7 +45,8 @@ typedef struct ring_header {
     uint32_t event_size;    /* sizeof(trace_event) */
     uint32_t pad0;
     uint64_t capacity;      /* records, a power of two */
-    char pad1[64 - 32];
+    uint64_t id;            /* random, set at creation: names the ring in the store (trace_ring_id) */
+    char pad1[64 - 40];
     _Alignas(64) _Atomic uint64_t head;    /* written by the producer */
     _Atomic uint64_t dropped;              /* written by the producer */
     _Alignas(64) _Atomic uint64_t tail;    /* written by the consumer */
@@ -53,10 +64,20 @@ struct trace_ring {
     /* Producer-local copies, so the hot path touches the consumer's cache
      * line only when the ring looks full. */
     uint64_t cached_tail;
+    /* Consumer-local: the next record trace_ring_peek copies; tail <= cursor <= head. */
+    uint64_t cursor;
     int64_t skew_ns; /* PPRUN_TEST_CLOCK_SKEW_NS, read once at attach */
 };
 
 static size_t ring_bytes(uint64_t capacity) { return RING_HEADER_BYTES + capacity * sizeof(trace_event); }
+
+/* A ring's id: random bits (the kernel's), so that rings of jobs that
+ * share a database file do not share ids; never 0. */
+static uint64_t ring_new_id(void) {
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof id, 0) != (ssize_t)sizeof id) id = pp_now_ns() ^ ((uint64_t)getpid() << 40);
+    return id ? id : 1;
+}
 
 static int ring_map(int fd, size_t bytes, trace_ring **out, pp_err *err) {
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -102,6 +123,7 @@ int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err) {
     h->event_version = TRACE_EVENT_VERSION;
     h->event_size = sizeof(trace_event);
     h->capacity = cap;
+    h->id = ring_new_id();
     atomic_store_explicit(&h->head, 0, memory_order_relaxed);
     atomic_store_explicit(&h->tail, 0, memory_order_relaxed);
     atomic_store_explicit(&h->dropped, 0, memory_order_relaxed);
@@ -141,6 +163,7 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err) {
     }
     r->mask = h->capacity - 1;
     r->cached_tail = atomic_load_explicit(&h->tail, memory_order_acquire);
+    r->cursor = r->cached_tail;
     const char *skew = getenv("PPRUN_TEST_CLOCK_SKEW_NS");
     if (skew && *skew) r->skew_ns = strtoll(skew, NULL, 10);
     *out = r;
@@ -169,30 +192,52 @@ int trace_ring_write(trace_ring *ring, const trace_event *ev) {
     return 1;
 }
 
-size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max) {
+size_t trace_ring_peek(trace_ring *ring, trace_event *dst, size_t max) {
     ring_header *h = ring->hdr;
     uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-    uint64_t avail = head - tail;
     /* A corrupted head (a worker scribbling over its own mapping) must not
-     * make us read past the ring. */
-    if (avail > ring->mask + 1) avail = ring->mask + 1;
-    size_t n = avail < max ? (size_t)avail : max;
+     * make us read past the ring: at most a ring's worth past tail. */
+    uint64_t end = head - tail > ring->mask + 1 ? tail + ring->mask + 1 : head;
+    uint64_t from = ring->cursor;
+    if (from - tail > end - tail) from = end; /* a cursor outside [tail, end] (never set past head) */
+    size_t n = end - from < max ? (size_t)(end - from) : max;
     for (size_t i = 0; i < n;) {
-        uint64_t idx = (tail + i) & ring->mask;
+        uint64_t idx = (from + i) & ring->mask;
         size_t run = (size_t)(ring->mask + 1 - idx); /* contiguous until the wrap */
         if (run > n - i) run = n - i;
         memcpy(dst + i, &ring->slots[idx], run * sizeof *dst);
         i += run;
     }
-    atomic_store_explicit(&h->tail, tail + n, memory_order_release);
+    ring->cursor = from + n;
     return n;
+}
+
+void trace_ring_release(trace_ring *ring) {
+    atomic_store_explicit(&ring->hdr->tail, ring->cursor, memory_order_release);
+}
+
+size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max) {
+    size_t n = trace_ring_peek(ring, dst, max);
+    trace_ring_release(ring);
+    return n;
+}
+
+uint64_t trace_ring_id(const trace_ring *ring) { return ring->hdr->id; }
+uint64_t trace_ring_position(const trace_ring *ring) { return ring->cursor; }
+
+void trace_ring_skip_to(trace_ring *ring, uint64_t pos) {
+    uint64_t head = atomic_load_explicit(&ring->hdr->head, memory_order_acquire);
+    /* only forward, and never past what was written */
+    if (pos - ring->cursor <= head - ring->cursor) ring->cursor = pos;
+    trace_ring_release(ring);
 }
 
 size_t trace_ring_pending(const trace_ring *ring) {
     uint64_t tail = atomic_load_explicit(&ring->hdr->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&ring->hdr->head, memory_order_acquire);
-    return (size_t)(head - tail);
+    uint64_t from = ring->cursor - tail <= head - tail ? ring->cursor : tail;
+    return (size_t)(head - from);
 }
 
 size_t trace_ring_capacity(const trace_ring *ring) { return (size_t)(ring->mask + 1); }

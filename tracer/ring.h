@@ -34,11 +34,26 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err);
 /* Hot path: a few stores, no lock, no syscall, no allocation. Returns 1,
  * or 0 when the ring was full and the record was counted as dropped. */
 int trace_ring_write(trace_ring *ring, const trace_event *ev);
-/* Records written and not read yet; capacity in records. */
+/* Records written and not read (peeked) yet; capacity in records. */
 size_t trace_ring_pending(const trace_ring *ring);
 size_t trace_ring_capacity(const trace_ring *ring);
-/* Collector side: copies up to max complete records, oldest first. */
+/* Collector side. trace_ring_peek copies up to max complete records,
+ * oldest first, from the consumer's cursor and moves it past them; the
+ * slots stay taken until trace_ring_release gives back everything before
+ * the cursor. A consumer that stores what it reads releases only once it
+ * is stored, with trace_ring_position (the cursor) beside the records, so
+ * that a consumer killed in between loses nothing and the next one
+ * (trace_ring_attach, then trace_ring_skip_to that position) stores
+ * nothing twice. trace_ring_read is peek then release. */
+size_t trace_ring_peek(trace_ring *ring, trace_event *dst, size_t max);
+void trace_ring_release(trace_ring *ring);
 size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max);
+uint64_t trace_ring_position(const trace_ring *ring);
+/* Moves the cursor forward to pos (never back, never past what was
+ * written; otherwise it stays) and releases. */
+void trace_ring_skip_to(trace_ring *ring, uint64_t pos);
+/* Random, fixed at creation, never 0: names the ring in the store. */
+uint64_t trace_ring_id(const trace_ring *ring);
 uint64_t trace_ring_dropped(const trace_ring *ring);
 /* Unmaps and frees; closes the fd only on the creating side. */
 void trace_ring_close(trace_ring *ring);

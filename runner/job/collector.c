@@ -66,6 +66,7 @@ typedef struct frame_rank {
 typedef struct ring_slot {
     int rank;
     trace_ring *ring;
+    uint64_t stored; /* master: the ring's position in ring_marks (or where it was added) */
 } ring_slot;
 
 struct collector {
@@ -171,16 +172,60 @@ static size_t keep_valid(collector *c, trace_event *ev, size_t n) {
     return k;
 }
 
-/* Writes the staged records (one transaction) and analyses the steps
- * that completes. */
+/* Gives the local rings back every slot read so far (the master reads
+ * with trace_ring_peek): what was read is stored, or will never be. */
+static void release_rings(collector *c) {
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; i < c->nrings; i++) {
+        c->rings[i].stored = trace_ring_position(c->rings[i].ring);
+        trace_ring_release(c->rings[i].ring);
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* The local rings whose read position moved since it was stored, as marks
+ * for ring_marks, into *out (the caller frees it); their count, or -1 when
+ * out of memory. Only this thread reads the rings, so the positions hold
+ * until release_rings. */
+static long ring_marks_due(collector *c, db_ring_mark **out) {
+    pthread_mutex_lock(&c->mu);
+    db_ring_mark *m = c->nrings ? malloc(c->nrings * sizeof *m) : NULL;
+    long n = c->nrings && !m ? -1 : 0;
+    for (size_t i = 0; m && i < c->nrings; i++) {
+        const ring_slot *r = &c->rings[i];
+        uint64_t pos = trace_ring_position(r->ring);
+        if (pos != r->stored) m[n++] = (db_ring_mark){trace_ring_id(r->ring), r->rank, pos};
+    }
+    pthread_mutex_unlock(&c->mu);
+    *out = m;
+    return n;
+}
+
+/* Writes the staged records and how far each local ring was read (one
+ * transaction), then gives the rings their slots back, and analyses the
+ * steps that completes. A launcher killed before the commit leaves the
+ * records in the rings, one killed after it the marks that say they are
+ * stored: `pprun salvage` stores each once (docs/design.md §6). */
 static void flush(collector *c) {
     size_t n = c->nbuf;
     c->nbuf = 0;
-    if (n == 0 || has_failed(c)) return;
+    db_ring_mark *marks = NULL;
     pp_err e;
+    long nmarks = has_failed(c) ? 0 : ring_marks_due(c, &marks);
+    if (nmarks < 0) {
+        pp_fail(&e, "collector: out of memory");
+        set_error(c, &e);
+    }
+    if (has_failed(c) || (n == 0 && nmarks == 0)) {
+        free(marks);
+        release_rings(c);
+        return;
+    }
     uint64_t t0 = pp_now_ns();
-    int rc = db_insert_events(c->cfg.db, c->cfg.job_id, c->buf, n, &e);
+    int rc = db_insert_events_marked(c->cfg.db, c->cfg.job_id, c->buf, n, marks, (size_t)nmarks, &e);
     atomic_fetch_add(&c->insert_ns, pp_now_ns() - t0);
+    free(marks);
+    release_rings(c);
     if (rc != 0) {
         set_error(c, &e);
         return;
@@ -288,28 +333,35 @@ static void sum_dropped(collector *c) {
     for (size_t i = 0; i < c->nrings; i++) c->ring_dropped[c->rings[i].rank] += trace_ring_dropped(c->rings[i].ring);
 }
 
+/* The master peeks (flush releases what it stored); a forwarder reads
+ * and releases at once, its frames being its records' way out. */
 static void drain_rings(collector *c) {
-    pthread_mutex_lock(&c->mu);
     size_t n, room;
     do {
+        pthread_mutex_lock(&c->mu);
         /* Each batch starts one ring further on, so a ring that alone fills
          * batches cannot keep the others waiting. */
         n = 0;
         room = BATCH_MAX - (c->cfg.db ? c->nbuf : 0);
         trace_event *to = c->buf + (c->cfg.db ? c->nbuf : 0);
         size_t first = c->nrings ? c->next_ring++ % c->nrings : 0;
-        for (size_t k = 0; k < c->nrings && n < room; k++)
-            n += trace_ring_read(c->rings[(first + k) % c->nrings].ring, to + n, room - n);
+        for (size_t k = 0; k < c->nrings && n < room; k++) {
+            trace_ring *ring = c->rings[(first + k) % c->nrings].ring;
+            n += c->cfg.db ? trace_ring_peek(ring, to + n, room - n) : trace_ring_read(ring, to + n, room - n);
+        }
         if (c->cfg.db) {
-            if (has_failed(c))
-                c->nbuf = 0; /* nothing more is written */
-            else
-                stage(c, n);
             sum_dropped(c);
             for (size_t i = 0; i < c->nlocal; i++) {
                 int r = c->local[i];
                 store_dropped(c, r, c->ring_dropped[r]);
                 store_pid(c, r, c->pid[r], 0); /* the master's clock is the job's */
+            }
+            pthread_mutex_unlock(&c->mu);
+            if (has_failed(c)) { /* nothing more is written */
+                c->nbuf = 0;
+                release_rings(c);
+            } else {
+                stage(c, n);
             }
         } else {
             /* Every frame carries the clock offset and drop counter of each
@@ -328,9 +380,9 @@ static void drain_rings(collector *c) {
                 fr[nfr++] = (frame_rank){r, c->pid[r], c->cfg.clock_offset_ns, d};
             }
             if (n > 0 || changed) forward(c, c->buf, n, fr, nfr);
+            pthread_mutex_unlock(&c->mu);
         }
     } while (n == room);
-    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- master: ingest listener ------------------------------------------ */
@@ -778,7 +830,7 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err) {
         c->frame_ranks = f;
         c->ringcap = cap;
     }
-    c->rings[c->nrings++] = (ring_slot){rank, ring};
+    c->rings[c->nrings++] = (ring_slot){rank, ring, trace_ring_position(ring)};
     if (!c->has_ring[rank]) {
         c->has_ring[rank] = 1;
         c->local[c->nlocal++] = rank;

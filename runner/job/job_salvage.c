@@ -169,6 +169,11 @@ static int drain(const salvage *s, db *d, pp_err *err) {
         trace_ring *ring;
         pp_err rerr; /* a ring that cannot be read loses its records, not the others' */
         if (trace_ring_attach(SALVAGE_FIRST_FD + (int)i, &ring, &rerr) != 0) continue;
+        /* Past what the launcher stored before it released it (ring_marks):
+         * nothing twice. */
+        uint64_t stored;
+        if (db_ring_mark_of(d, s->job, trace_ring_id(ring), &stored, &rerr) == 0 && stored)
+            trace_ring_skip_to(ring, stored);
         if (collector_add_ring(c, (int)(s->first_rank + i), ring, &rerr) != 0) trace_ring_close(ring);
     }
     if (!s->ranks_ended || strcmp(s->ranks_ended, "succeeded") != 0) collector_last_step_cut(c);
