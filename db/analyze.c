@@ -21,7 +21,7 @@
 typedef analyze_op op;
 
 const char *const analyze_causes[CAUSE_COUNT + 1] = {"warmup", "cooldown", "wait_activation", "wait_gradient",
-                                                     "comm",   "other",    NULL};
+                                                     "wait_dp", "comm",    "other",           NULL};
 
 int analyze_phase_of(const char *s) {
     for (int p = 0; s && p < TRACE_PHASE_COUNT; p++)
@@ -84,6 +84,11 @@ static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const 
 }
 
 static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
+    /* The OPT waits for the all-reduce (engine_dp_finish): a gap before it
+     * that the all-reduce still ran into is that wait, whatever the rank
+     * sent meanwhile. */
+    if (next->phase == TRACE_OPT && analyze_covered(comm, ncomm, a, b, ANALYZE_BIT(ANALYZE_DP)) > 0)
+        return CAUSE_WAIT_DP;
     if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return CAUSE_COMM;
     if (next->phase == TRACE_F && next->stage > 0) return CAUSE_WAIT_ACTIVATION;
     if (analyze_is_backward(next->phase) && next->stage < stages - 1) return CAUSE_WAIT_GRADIENT;
@@ -159,7 +164,7 @@ static int put_idle(writer *w, int rank) {
 }
 
 /* One rank: ops[0..n) compute ops sorted by start, comm[0..ncomm) its
- * SEND/RECV spans. */
+ * SEND/RECV and all-reduce spans. */
 static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *comm, size_t ncomm, int64_t s0,
                         int64_t s1, int stages) {
     int64_t busy = 0, cursor = s0, act_peak = 0;

@@ -17,6 +17,7 @@ typedef enum analyze_cause {
     CAUSE_COOLDOWN,
     CAUSE_WAIT_ACTIVATION,
     CAUSE_WAIT_GRADIENT,
+    CAUSE_WAIT_DP,
     CAUSE_COMM,
     CAUSE_OTHER,
     CAUSE_COUNT

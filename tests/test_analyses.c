@@ -1,12 +1,20 @@
-/* test_analyses.c: the analyses of three things the engine traces, on real
- * `pprun run` jobs read back as a user would, with SQL and `pprun stats`
- * (docs/schema.md, "step_stats", "gaps", "The critical path"):
+/* test_analyses.c: the analyses of what the engine traces beside the
+ * pipeline's ops, on real `pprun run` jobs read back as a user would, with
+ * SQL and `pprun stats` (docs/schema.md, "`SPAN` rows", "step_stats",
+ * "gaps"):
  *
  * - activation recompute (--recompute): its RECOMPUTE spans are compute.
  *   Each rank's busy time is the union of its F, B, W, OPT and RECOMPUTE
  *   spans, no idle gap lies where a RECOMPUTE ran, the peak of held activations
  *   counts what a recompute holds, and the costs the plan and the what-if
- *   play a stage's B at are its B median plus its recompute median. */
+ *   play a stage's B at are its B median plus its recompute median.
+ * - data parallelism (--pp 2 --dp 2): a rank's wait for its gradient's
+ *   all-reduce before its OPT is a gap of cause wait_dp, found exactly
+ *   where an ALLREDUCE (or REDUCE_SCATTER) span runs into a gap before the
+ *   OPT, in every step of every rank; the all-reduce is never busy time,
+ *   and wait_dp sums with the other causes to the idle time, in the gaps
+ *   and in `pprun stats`. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <sqlite3.h>
@@ -241,4 +249,113 @@ Test(analyses_recompute, recompute_is_busy_time_held_memory_and_part_of_b) {
     }
     summary_free(&sum);
     db_close(d);
+}
+
+/* ---- data parallelism: wait_dp --------------------------------------------- */
+
+TestSuite(analyses_dp, .timeout = 600);
+
+#define DP_WORLD 4 /* --pp 2 --dp 2 */
+
+/* Job `job`'s gaps rank by rank and step by step against its all-reduce
+ * spans (`dp_span`: ALLREDUCE or REDUCE_SCATTER): a gap is wait_dp exactly
+ * when its next op is the OPT and one of the rank's spans of the step
+ * overlaps it, and every rank has one in every analysed step. */
+static void check_wait_dp(sqlite3 *db, int job, const char *dp_span) {
+    int steps = (int)tfix_q_intf(db, "SELECT count(DISTINCT step) FROM step_stats WHERE job_id = %d", job);
+    cr_assert_geq(steps, 3, "job %d: analysed steps", job);
+    for (int step = 0; step < steps; step++) {
+        check_step_busy(db, job, step, DP_WORLD);
+        for (int r = 0; r < DP_WORLD; r++) {
+            char sql[1024];
+            iv *ar;
+            snprintf(sql, sizeof sql, "SELECT start_ns, end_ns FROM events WHERE " HOST_STEP
+                     " AND phase = 'SPAN' AND name = '%s'", job, step, r, dp_span);
+            size_t n = intervals(db, sql, &ar);
+            n = merge(ar, n);
+            cr_assert_gt(n, 0, "job %d step %d rank %d: no %s spans", job, step, r, dp_span);
+            int64_t opt = tfix_q_intf(db, "SELECT start_ns FROM events WHERE " HOST_STEP " AND phase = 'OPT'", job,
+                                      step, r);
+            snprintf(sql, sizeof sql, "SELECT start_ns, end_ns, cause, coalesce(next_action, '') FROM gaps WHERE "
+                     "job_id = %d AND step = %d AND rank = %d", job, step, r);
+            sqlite3_stmt *st;
+            cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+            int waits = 0;
+            while (sqlite3_step(st) == SQLITE_ROW) {
+                int64_t a = sqlite3_column_int64(st, 0), b = sqlite3_column_int64(st, 1);
+                const char *cause = (const char *)sqlite3_column_text(st, 2);
+                int before_opt = strcmp((const char *)sqlite3_column_text(st, 3), "OPT") == 0;
+                int64_t under = overlap(ar, n, a, b);
+                int want = before_opt && under > 0;
+                cr_assert_eq(strcmp(cause, "wait_dp") == 0, want,
+                             "job %d step %d rank %d: gap [%lld, %lld) before %s, %lld ns of it under %s, is '%s'",
+                             job, step, r, (long long)a, (long long)b, sqlite3_column_text(st, 3), (long long)under,
+                             dp_span, cause);
+                if (want) {
+                    cr_assert_eq(b, opt, "the wait ends where the OPT starts");
+                    waits++;
+                }
+            }
+            sqlite3_finalize(st);
+            /* the last bucket's all-reduce starts after the rank's last W
+             * and the OPT after it ends (docs/schema.md, "Data parallelism") */
+            cr_assert_eq(waits, 1, "job %d step %d rank %d: %d waits for the all-reduce", job, step, r, waits);
+            free(ar);
+        }
+    }
+    /* The causes add up to the idle time, stored per step as per gap. */
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM step_stats s WHERE job_id = %d AND bubble_ns != "
+                                 "(SELECT coalesce(sum(idle_ns), 0) FROM step_idle i WHERE i.job_id = s.job_id AND "
+                                 "i.step = s.step AND i.rank = s.rank)", job),
+                 0, "job %d: a rank's step_idle rows add up to its bubble_ns", job);
+    cr_assert_eq(tfix_q_intf(db, "SELECT (SELECT sum(idle_ns) FROM step_idle WHERE job_id = %d AND "
+                                 "cause = 'wait_dp') = (SELECT sum(end_ns - start_ns) FROM gaps WHERE job_id = %d "
+                                 "AND cause = 'wait_dp')", job, job),
+                 1, "job %d: step_idle's wait_dp is its gaps'", job);
+}
+
+/* `pprun stats --format json`'s idle_ns_by_cause: wait_dp is the wait_dp
+ * gaps from the summary's first step on, and the causes sum to the idle
+ * time, the bubble of every rank over those steps. */
+static void check_stats_by_cause(const char *path, sqlite3 *db, int job) {
+    char id[16];
+    snprintf(id, sizeof id, "%d", job);
+    lt_proc p;
+    lt_run(&p, (const char *[]){"stats", "--db", path, "--job", id, "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cJSON *root = cJSON_Parse(p.out);
+    cr_assert_not_null(root, "%s", p.out);
+    const cJSON *sum = cJSON_GetObjectItem(root, "summary"), *by = cJSON_GetObjectItem(sum, "idle_ns_by_cause");
+    int from = cJSON_GetObjectItem(sum, "from_step")->valueint;
+    double total = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, by) total += c->valuedouble;
+    const cJSON *dp = cJSON_GetObjectItem(by, "wait_dp");
+    cr_assert(cJSON_IsNumber(dp), "job %d: no wait_dp in idle_ns_by_cause: %s", job, p.out);
+    int64_t gaps = tfix_q_intf(db, "SELECT sum(end_ns - start_ns) FROM gaps WHERE job_id = %d AND step >= %d AND "
+                                   "cause = 'wait_dp'", job, from);
+    cr_assert_gt(gaps, 0);
+    cr_assert_eq((int64_t)dp->valuedouble, gaps, "job %d: stats' wait_dp %.0f, its gaps %lld", job, dp->valuedouble,
+                 (long long)gaps);
+    int64_t bubble =
+        tfix_q_intf(db, "SELECT sum(bubble_ns) FROM step_stats WHERE job_id = %d AND step >= %d", job, from);
+    cr_assert_eq((int64_t)total, bubble, "job %d: the causes sum to %.0f, the bubbles to %lld", job, total,
+                 (long long)bubble);
+    cJSON_Delete(root);
+    lt_free(&p);
+}
+
+Test(analyses_dp, waiting_for_the_all_reduce_is_wait_dp) {
+    const char *path = tfix_path("dp.db");
+    run_job(path, NULL, 0,
+            (const char *[]){"--pp", "2", "--dp", "2", "--microbatches", "4", "--steps", "4", "--model", GPT, NULL});
+    run_job(path, NULL, 0,
+            (const char *[]){"--pp", "2", "--dp", "2", "--zero1", "--microbatches", "4", "--steps", "4", "--model",
+                             GPT, NULL});
+    sqlite3 *sq = open_ro(path);
+    check_wait_dp(sq, 1, "ALLREDUCE");
+    check_wait_dp(sq, 2, "REDUCE_SCATTER"); /* ZeRO-1: its ALL_GATHER runs after the OPT */
+    check_stats_by_cause(path, sq, 1);
+    check_stats_by_cause(path, sq, 2);
+    sqlite3_close(sq);
 }
