@@ -1,12 +1,15 @@
 /* analyze.c: bubbles and their causes, from one step's events.
  *
  * span  = first compute op start to last compute op end over all ranks of
- *         the step (compute = F, B, W, BW, OPT), shared by every rank;
+ *         the step (compute = F, B, W, BW, OPT, and RECOMPUTE: the part of
+ *         a B that computes again what its F dropped), shared by every rank;
  * busy  = length of the union of the rank's compute spans;
  * gaps  = the holes of that union inside the span, each with a cause
  *         (rules in docs/schema.md, in the order they are tried);
  * act_peak_bytes = the most activation bytes the rank held: the max
- *         `bytes` of its F/B/W (each is what it held after that op). */
+ *         `bytes` of its F/B/W/BW and RECOMPUTE (each is what it held
+ *         after that op; a recompute holds a microbatch's activations
+ *         again before its B frees them). */
 #include "db/analyze.h"
 
 #include <stdio.h>
@@ -18,7 +21,7 @@
 typedef analyze_op op;
 
 const char *const analyze_causes[CAUSE_COUNT + 1] = {"warmup", "cooldown", "wait_activation", "wait_gradient",
-                                                     "comm",   "other",    NULL};
+                                                     "wait_dp", "comm",    "other",           NULL};
 
 int analyze_phase_of(const char *s) {
     for (int p = 0; s && p < TRACE_PHASE_COUNT; p++)
@@ -32,16 +35,37 @@ int analyze_cause_of(const char *s) {
     return -1;
 }
 
+const char *analyze_phase_name(int p) {
+    return p == ANALYZE_RECOMPUTE ? "RECOMPUTE" : p == ANALYZE_DP ? "DP" : trace_phase_name(p);
+}
+
+/* pprun's own span names and the phase each is read as. */
+static const struct {
+    const char *name;
+    int phase;
+} own_spans[] = {
+    {"RECOMPUTE", ANALYZE_RECOMPUTE},
+    {"ALLREDUCE", ANALYZE_DP},
+    {"REDUCE_SCATTER", ANALYZE_DP},
+    {"ALL_GATHER", ANALYZE_DP},
+};
+
+static int own_span_phase(const char *name) {
+    for (size_t i = 0; name && i < sizeof own_spans / sizeof *own_spans; i++)
+        if (strcmp(name, own_spans[i].name) == 0) return own_spans[i].phase;
+    return -1;
+}
+
 int analyze_is_compute(int p) {
-    return p == TRACE_F || p == TRACE_B || p == TRACE_W || p == TRACE_BW || p == TRACE_OPT;
+    return p == TRACE_F || p == TRACE_B || p == TRACE_W || p == TRACE_BW || p == TRACE_OPT || p == ANALYZE_RECOMPUTE;
 }
 
 int analyze_is_backward(int p) { return p == TRACE_B || p == TRACE_BW; }
 
-int64_t analyze_covered(const op *spans, size_t n, int64_t a, int64_t b, int skip) {
+int64_t analyze_covered(const op *spans, size_t n, int64_t a, int64_t b, uint32_t phases) {
     int64_t total = 0, cursor = a;
     for (size_t i = 0; i < n && spans[i].start < b; i++) {
-        if (spans[i].phase == skip) continue;
+        if (spans[i].phase < 0 || spans[i].phase >= ANALYZE_PHASES || !(phases & ANALYZE_BIT(spans[i].phase))) continue;
         int64_t s = spans[i].start > cursor ? spans[i].start : cursor, e = spans[i].end < b ? spans[i].end : b;
         if (e > s) total += e - s, cursor = e;
     }
@@ -49,14 +73,22 @@ int64_t analyze_covered(const op *spans, size_t n, int64_t a, int64_t b, int ski
 }
 
 /* Length of [a, b) covered by the comm ops that count as communication for
- * a gap ending in `next`: the receive that feeds `next` is waiting, not
- * communication. */
+ * a gap ending in `next`: the rank's own sends and receives, but not the
+ * receive that feeds `next` (that is waiting, not communication) nor the
+ * all-reduce's spans (its thread's, beside the rank's). */
 static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const op *next) {
-    int skip = next->phase == TRACE_F ? TRACE_RECV_F : analyze_is_backward(next->phase) ? TRACE_RECV_B : -1;
-    return analyze_covered(comm, n, a, b, skip);
+    uint32_t mask = ANALYZE_PIPE_COMM;
+    if (next->phase == TRACE_F) mask &= ~ANALYZE_BIT(TRACE_RECV_F);
+    if (analyze_is_backward(next->phase)) mask &= ~ANALYZE_BIT(TRACE_RECV_B);
+    return analyze_covered(comm, n, a, b, mask);
 }
 
 static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
+    /* The OPT waits for the all-reduce (engine_dp_finish): a gap before it
+     * that the all-reduce still ran into is that wait, whatever the rank
+     * sent meanwhile. */
+    if (next->phase == TRACE_OPT && analyze_covered(comm, ncomm, a, b, ANALYZE_BIT(ANALYZE_DP)) > 0)
+        return CAUSE_WAIT_DP;
     if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return CAUSE_COMM;
     if (next->phase == TRACE_F && next->stage > 0) return CAUSE_WAIT_ACTIVATION;
     if (analyze_is_backward(next->phase) && next->stage < stages - 1) return CAUSE_WAIT_GRADIENT;
@@ -67,7 +99,7 @@ static void action_str(const op *o, char buf[48]) {
     if (o->phase == TRACE_OPT)
         snprintf(buf, 48, "OPT");
     else
-        snprintf(buf, 48, "%d%s%d", o->stage, trace_phase_name(o->phase), o->microbatch);
+        snprintf(buf, 48, "%d%s%d", o->stage, analyze_phase_name(o->phase), o->microbatch);
 }
 
 size_t analyze_split(op *spans, size_t n) {
@@ -132,7 +164,7 @@ static int put_idle(writer *w, int rank) {
 }
 
 /* One rank: ops[0..n) compute ops sorted by start, comm[0..ncomm) its
- * SEND/RECV spans. */
+ * SEND/RECV and all-reduce spans. */
 static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *comm, size_t ncomm, int64_t s0,
                         int64_t s1, int stages) {
     int64_t busy = 0, cursor = s0, act_peak = 0;
@@ -175,7 +207,7 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(sql,
                                 "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns,"
-                                " coalesce(bytes,0), id"
+                                " coalesce(bytes,0), id, name"
                                 " FROM events WHERE job_id=?1 AND step=?2 AND source='cpu' AND attempt="
                                 " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)",
                                 -1, &st, NULL);
@@ -186,7 +218,9 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
     size_t n = 0, cap = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int p = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
-        if (p < 0 || p == TRACE_LOSS || p == TRACE_SPAN) continue; /* a program's own spans are not the pipeline's */
+        if (p == TRACE_SPAN) p = own_span_phase((const char *)sqlite3_column_text(st, 8)); /* a program's: -1 */
+        /* evaluation steps (after the step's OPT) and records are no op of the step */
+        if (p < 0 || (p > TRACE_SPAN && p < TRACE_PHASE_COUNT)) continue;
         if (n == cap) {
             cap = cap ? 2 * cap : 256;
             op *o = realloc(ops, cap * sizeof *o);
@@ -364,16 +398,23 @@ int db_phase_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_
 
 int db_op_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err *err) {
     for (int i = 0; i < 4 * stages; i++) med[i] = -1;
+    int64_t *recompute = malloc(sizeof *recompute * (size_t)(stages > 0 ? stages : 1));
+    if (!recompute) return pp_fail(err, "out of memory");
+    for (int s = 0; s < stages; s++) recompute[s] = -1;
     sqlite3_stmt *st;
-    /* Ordered by (stage, phase, duration): each group's middle row is its median. */
+    /* Ordered by (stage, kind, duration): each group's middle row is its
+     * median; kind 0 F, 1 B, 2 W, 3 BW, 4 RECOMPUTE. */
     if (sqlite3_prepare_v2(db_sqlite(d),
-                           "SELECT stage, phase, end_ns - start_ns AS dur FROM events"
-                           " WHERE job_id=?1 AND step=?2 AND phase IN ('F','B','W','BW') AND stage IS NOT NULL"
-                           " AND source='cpu'"
+                           "SELECT stage, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 3"
+                           " ELSE 4 END AS kind, end_ns - start_ns AS dur FROM events"
+                           " WHERE job_id=?1 AND step=?2 AND (phase IN ('F','B','W','BW') OR (phase='SPAN' AND"
+                           " name='RECOMPUTE')) AND stage IS NOT NULL AND source='cpu'"
                            " AND attempt=(SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
-                           " ORDER BY stage, phase, dur",
-                           -1, &st, NULL) != SQLITE_OK)
+                           " ORDER BY stage, kind, dur",
+                           -1, &st, NULL) != SQLITE_OK) {
+        free(recompute);
         return db_fail(d, sqlite3_errcode(db_sqlite(d)), "measuring op durations", err);
+    }
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, step);
     int64_t *durs = NULL;
@@ -384,14 +425,17 @@ int db_op_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err
         int key = -1;
         int64_t dur = 0;
         if (rc == SQLITE_ROW) {
-            int stage = sqlite3_column_int(st, 0), phase = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
-            int k = phase == TRACE_BW ? 3 : phase;
-            if (stage < 0 || stage >= stages || k < 0 || k > 3) continue;
-            key = stage * 4 + k;
+            int stage = sqlite3_column_int(st, 0), k = sqlite3_column_int(st, 1);
+            if (stage < 0 || stage >= stages) continue;
+            key = stage * 5 + k;
             dur = sqlite3_column_int64(st, 2);
         }
         if (key != cur) {
-            if (cur >= 0 && n > 0) med[cur] = durs[(n - 1) / 2];
+            if (cur >= 0 && n > 0) {
+                int64_t m = durs[(n - 1) / 2];
+                if (cur % 5 == 4) recompute[cur / 5] = m;
+                else med[cur / 5 * 4 + cur % 5] = m;
+            }
             cur = key;
             n = 0;
         }
@@ -409,6 +453,14 @@ int db_op_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err
     }
     sqlite3_finalize(st);
     free(durs);
+    /* The recompute runs right before the backward that needs it (its B,
+     * or its BW where the stage runs no B). */
+    for (int s = 0; s < stages; s++) {
+        if (recompute[s] < 0) continue;
+        int64_t *b = med[s * 4 + 1] >= 0 ? &med[s * 4 + 1] : &med[s * 4 + 3];
+        if (*b >= 0) *b += recompute[s];
+    }
+    free(recompute);
     return rc == SQLITE_DONE ? 0 : db_fail(d, rc, "measuring op durations", err);
 }
 

@@ -17,6 +17,7 @@ typedef enum analyze_cause {
     CAUSE_COOLDOWN,
     CAUSE_WAIT_ACTIVATION,
     CAUSE_WAIT_GRADIENT,
+    CAUSE_WAIT_DP,
     CAUSE_COMM,
     CAUSE_OTHER,
     CAUSE_COUNT
@@ -28,31 +29,53 @@ int analyze_phase_of(const char *name);
 /* The analyze_cause of a stored cause name, or -1. */
 int analyze_cause_of(const char *name);
 
+/* pprun's own spans (phase SPAN, events.name) that the analyses read, as
+ * phases of their own after the trace's:
+ * - ANALYZE_RECOMPUTE (RECOMPUTE): compute, the part of a B (or BW) that
+ *   computes again what its F dropped (--recompute, docs/model.md), run
+ *   right before it;
+ * - ANALYZE_DP (ALLREDUCE, REDUCE_SCATTER, ALL_GATHER): a bucket of the
+ *   rank's gradient (or weights) exchanged with its data-parallel group, on
+ *   a thread of its own beside the rank's ops; microbatch = the bucket.
+ * A program's own spans stay out of every analysis. */
+enum { ANALYZE_RECOMPUTE = TRACE_PHASE_COUNT, ANALYZE_DP, ANALYZE_PHASES };
+_Static_assert(ANALYZE_PHASES <= 32, "analyze_covered's phase masks are 32 bits");
+#define ANALYZE_BIT(phase) (1u << (phase))
+/* The pipeline's own sends and receives (not the all-reduce's). */
+#define ANALYZE_PIPE_COMM \
+    (ANALYZE_BIT(TRACE_SEND_F) | ANALYZE_BIT(TRACE_RECV_F) | ANALYZE_BIT(TRACE_SEND_B) | ANALYZE_BIT(TRACE_RECV_B))
+
+/* "F", "SEND_B", ... and "RECOMPUTE", "DP" for pprun's own spans. */
+const char *analyze_phase_name(int phase);
+
 /* One host span (events row, source 'cpu') as the analyses read it. */
 typedef struct analyze_op {
     int64_t id; /* events.id */
     int rank, phase, stage, microbatch; /* stage and microbatch -1 where NULL (OPT) */
     int64_t start, end;
-    int64_t bytes; /* F/B/W: activation bytes held after it (0: not recorded) */
+    int64_t bytes; /* F/B/W/RECOMPUTE: activation bytes held after it (0: not recorded); DP: the bucket's */
 } analyze_op;
 
 /* qsort order of analyze_ops: by rank, then start, then end. */
 int analyze_by_rank_start(const void *a, const void *b);
-/* Puts spans' compute ops first and the communication spans after them,
- * each part sorted by analyze_by_rank_start; returns the compute ops' count. */
+/* Puts spans' compute ops first and the other spans (sends, receives, the
+ * all-reduce's) after them, each part sorted by analyze_by_rank_start;
+ * returns the compute ops' count. */
 size_t analyze_split(analyze_op *spans, size_t n);
-/* How much of [a, b) the union of spans[0..n) (sorted by start) covers,
- * leaving out spans of phase `skip` (-1: none). */
-int64_t analyze_covered(const analyze_op *spans, size_t n, int64_t a, int64_t b, int skip);
-/* Whether a trace_phase is compute (F, B, W, BW, OPT) rather than communication. */
+/* How much of [a, b) the union of those of spans[0..n) (sorted by start)
+ * whose phase is in the mask `phases` (ANALYZE_BIT) covers. */
+int64_t analyze_covered(const analyze_op *spans, size_t n, int64_t a, int64_t b, uint32_t phases);
+/* Whether a phase is compute (F, B, W, BW, OPT, RECOMPUTE) rather than
+ * communication. */
 int analyze_is_compute(int phase);
 /* Whether it is a backward that waits for the next stage's gradient: B, or
  * BW (PyTorch's full backward, B and W in one op). */
 int analyze_is_backward(int phase);
-/* The host spans of the step's latest attempt, LOSS records and a
- * program's own SPANs left out, into
- * *out (the caller frees it) and *n; raises *max_stage to the highest stage
- * seen. An SQLite result code. */
+/* The host spans of the step's latest attempt that the analyses read (the
+ * pipeline's ops, sends and receives, and pprun's own RECOMPUTE and
+ * all-reduce spans; not LOSS records, evaluation steps or a program's own
+ * SPANs), into *out (the caller frees it) and *n; raises *max_stage to the
+ * highest stage seen. An SQLite result code. */
 int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, size_t *n, int *max_stage);
 
 /* One transaction. A step without compute events gets no rows. Then, for
@@ -71,7 +94,9 @@ int db_step_finished(db *d, int64_t job_id, int step, int ranks);
 /* Measured costs of a step, to re-simulate the plan with: the median
  * duration (ns) of F, B and W per stage, over the step's latest attempt,
  * into med[stage * 3 + phase] (phase TRACE_F/B/W) for stage < stages;
- * -1 where the step has no such op. */
+ * -1 where the step has no such op. A stage that recomputes (RECOMPUTE
+ * spans) has its recompute's median in its B: the B that needs it waits
+ * for it. */
 int db_phase_medians(db *d, int64_t job_id, int step, int stages, int64_t *med, pp_err *err);
 /* The same with BW: med[stage * 4 + k], k 0 F, 1 B, 2 W, 3 BW. */
 int db_op_medians(db *d, int64_t job_id, int step, int stages, int64_t *med, pp_err *err);

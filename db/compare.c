@@ -32,6 +32,9 @@ static const struct {
     {"weight decay", "CASE WHEN json_extract(cj, '$.weight_decay') IS NOT NULL"
                      " THEN printf('%g', json_extract(cj, '$.weight_decay')) END"},
     {"pipeline cuts", "json_extract(cj, '$.pipeline_cuts')"},
+    {"recompute", "json_extract(cj, '$.recompute') || coalesce(' (stages ' || json_extract(cj, '$.recompute_stages')"
+                  " || ')', '')"},
+    {"pipelines (--dp)", "json_extract(cj, '$.dp')"},
 };
 
 /* A job's compare_fields as text (NULL: not recorded) and whether its
@@ -43,7 +46,7 @@ typedef struct compare_config {
 } compare_config;
 
 static int compare_read_config(sqlite3 *db, int64_t job, compare_config *cfg, pp_err *err) {
-    char sql[2048];
+    char sql[4096];
     size_t n = (size_t)snprintf(sql, sizeof sql, "SELECT json_extract(cj, '$.schedule_costs') IS NOT NULL");
     for (int k = 0; k < COMPARE_FIELDS; k++)
         n += (size_t)snprintf(sql + n, sizeof sql - n, ", %s", compare_fields[k].sql);

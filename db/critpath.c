@@ -122,7 +122,7 @@ static void critpath_times(critpath_path *p, const analyze_op *comm, size_t ncom
         o->lead_comm_ns = 0;
         if (o->via != CRITPATH_RANK || o->lead_ns <= 0) continue;
         size_t lo = first_of_rank(comm, ncomm, o->op.rank), hi = first_of_rank(comm, ncomm, o->op.rank + 1);
-        o->lead_comm_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, -1);
+        o->lead_comm_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, ANALYZE_PIPE_COMM);
     }
 }
 
@@ -214,6 +214,9 @@ void critpath_add(critpath_totals *t, const critpath_path *p) {
     for (size_t i = 0; i < p->n; i++) {
         const critpath_op *o = &p->ops[i];
         int ph = o->op.phase;
+        /* a recompute is part of the backward it runs for: the path's next
+         * op, its rank's (a BW where the stage runs no B) */
+        if (ph == ANALYZE_RECOMPUTE) ph = i + 1 < p->n && p->ops[i + 1].op.phase == TRACE_BW ? TRACE_BW : TRACE_B;
         int k = ph == TRACE_F ? 0 : ph == TRACE_B ? 1 : ph == TRACE_W ? 2 : ph == TRACE_BW ? 4 : 3;
         if (o->op.rank >= 0 && o->op.rank < t->ranks) {
             t->op_ns[o->op.rank][k] += o->path_ns;

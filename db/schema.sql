@@ -160,6 +160,8 @@ CREATE TABLE IF NOT EXISTS step_stats (
 -- Per idle gap between compute ops on a rank within a step, its cause,
 -- the first rule that matches (sum of a rank's gaps = its bubble_ns):
 -- warmup (before the rank's first op), cooldown (after its last op),
+-- wait_dp (the next op is the OPT and the rank's ALLREDUCE/REDUCE_SCATTER
+-- spans cover part of the gap: waiting for the data-parallel all-reduce),
 -- comm (at least half the gap is covered by the rank's sends/receives,
 -- not counting the receive the next op waits for: RECV_F before an F,
 -- RECV_B before a B or BW), wait_activation (the next op is an F of a stage > 0,

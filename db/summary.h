@@ -20,6 +20,13 @@
     "(SELECT CASE WHEN count(loss) = count(*) THEN avg(loss) END FROM losses l WHERE l.job_id=?1 AND l.step=" \
     step ")"
 
+/* The same of the evaluation after the step (eval_losses), and how many
+ * losses it has (0: no evaluation followed the step). */
+#define SQL_STEP_EVAL_LOSS(step)                                                                              \
+    "(SELECT CASE WHEN count(loss) = count(*) THEN avg(loss) END FROM eval_losses e WHERE e.job_id=?1 AND " \
+    "e.step=" step ")"
+#define SQL_STEP_EVAL_LOSSES(step) "(SELECT count(*) FROM eval_losses e WHERE e.job_id=?1 AND e.step=" step ")"
+
 /* The complete steps of job ?1 (every rank's stats are in): step, start_ns,
  * end_ns, bubble_ratio_mean. `where` is more SQL for step_stats' WHERE
  * ("" or "AND ..."). A step one rank never finishes is simply absent. */

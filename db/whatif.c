@@ -401,19 +401,23 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
  * apart) has half of its BW median as B and the rest as W, where the stage
  * (or the job) has no B and W of their own (r->bw_split): the schedules
  * that split the backward play those halves, and the job's own plan its
- * BW, which the simulator plays at b + w, the whole median. */
+ * BW, which the simulator plays at b + w, the whole median. A stage that
+ * recomputes (RECOMPUTE spans, --recompute) has its recompute's median in
+ * its B, which waits for it; the job's B the recompute median times the
+ * share of backwards that had one. */
 static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[4], pp_err *err) {
     balance_profile *bp = &r->profile;
     int S = bp->stages, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
                               "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 4 "
-                              "ELSE 3 END, end_ns - start_ns, stage, rank FROM events WHERE job_id=?1 AND step "
-                              "BETWEEN ?2 AND ?3 AND source=?4 AND phase IN ('F','B','W','BW','SEND_F','SEND_B')",
+                              "WHEN 'SPAN' THEN 5 ELSE 3 END, end_ns - start_ns, stage, rank FROM events WHERE "
+                              "job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 AND (phase IN ('F','B','W','BW',"
+                              "'SEND_F','SEND_B') OR (phase='SPAN' AND name='RECOMPUTE'))",
                               s, r, &st, err) != 0)
         return -1;
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
-    durations d[5] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 4, sizeof *by_stage) : NULL;
+    durations d[6] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 5, sizeof *by_stage) : NULL;
     int oom = S > 0 && !by_stage;
     for (int k = 0; k < S; k++) bp->rank[k] = -1;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -423,10 +427,11 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         if (oom || k == 3 || !by_stage || sqlite3_column_type(st, 2) == SQLITE_NULL || stage < 0 || stage >= S)
             continue;
         bp->rank[stage] = sqlite3_column_int(st, 3);
-        oom = durations_push(&by_stage[stage * 4 + (k == 4 ? 3 : k)], ns) != 0;
+        oom = durations_push(&by_stage[stage * 5 + (k == 4 ? 3 : k == 5 ? 4 : k)], ns) != 0;
     }
-    int64_t bw = durations_median(&d[4]);
-    for (int k = 0; k < 5; k++) {
+    int64_t bw = durations_median(&d[4]), recompute = durations_median(&d[5]);
+    double recomputed = d[1].n + d[4].n ? (double)d[5].n / (double)(d[1].n + d[4].n) : 0;
+    for (int k = 0; k < 6; k++) {
         if (k < 4) med[k] = durations_median(&d[k]);
         free(d[k].v);
     }
@@ -435,14 +440,17 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         r->bw_split = 1;
         r->bw_ns = bw;
     }
+    if (recompute > 0 && med[1] >= 0) med[1] += llround((double)recompute * (recomputed < 1 ? recomputed : 1));
     int complete = !oom && by_stage;
     for (int k = 0; by_stage && k < S; k++) {
-        int64_t f = durations_median(&by_stage[k * 4]), b = durations_median(&by_stage[k * 4 + 1]);
-        int64_t w = durations_median(&by_stage[k * 4 + 2]), sb = durations_median(&by_stage[k * 4 + 3]);
+        int64_t f = durations_median(&by_stage[k * 5]), b = durations_median(&by_stage[k * 5 + 1]);
+        int64_t w = durations_median(&by_stage[k * 5 + 2]), sb = durations_median(&by_stage[k * 5 + 3]);
+        int64_t again = durations_median(&by_stage[k * 5 + 4]);
         if (b < 0 && w < 0 && sb >= 0) b = sb / 2, w = sb - sb / 2;
+        if (b >= 0 && again > 0) b += again;
         complete &= f >= 0 && b >= 0 && w >= 0;
         bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, med[3] > 0 ? (double)med[3] : 0};
-        for (int j = 0; j < 4; j++) free(by_stage[k * 4 + j].v);
+        for (int j = 0; j < 5; j++) free(by_stage[k * 5 + j].v);
     }
     free(by_stage);
     if (oom) {

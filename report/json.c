@@ -271,7 +271,7 @@ int report_critpath_step_json(jw *w, int64_t job, int64_t t0, int world, long st
         jw_obj(w);
         jw_kint(w, "id", o->op.id);
         jw_kint(w, "rank", o->op.rank);
-        jw_kstr(w, "phase", trace_phase_name(o->op.phase));
+        jw_kstr(w, "phase", analyze_phase_name(o->op.phase));
         jw_kint_or_null(w, "stage", o->op.stage);
         jw_kint_or_null(w, "microbatch", o->op.microbatch);
         jw_kint(w, "start", o->op.start - t0);

@@ -1,4 +1,5 @@
-// charts.js: the step charts under the timeline: loss per step, bubble
+// charts.js: the step charts under the timeline: loss per step (and the
+// evaluation loss of the steps an evaluation followed, --eval-every), bubble
 // ratio per step (the mean and each rank's), bubble ratio per rank for the
 // step shown, and the activations held. Each series is appended as steps
 // arrive (linechart.js), so a redraw while following a job costs about the
@@ -25,8 +26,8 @@ export function resetCharts() { charts = null; }
 // and appends them again from the steps; following a job, that is the
 // newest step or two, not the whole job.
 function newCharts(n) {
-  const C = { world: n, key: null, anyComplete: false, loss: new Series(), bubbleMean: new Series(), bubble: [],
-    actMax: new Series(), act: [] };
+  const C = { world: n, key: null, anyComplete: false, loss: new Series(), evalLoss: new Series(),
+    bubbleMean: new Series(), bubble: [], actMax: new Series(), act: [] };
   if (n <= 16) for (let r = 0; r < n; r++) { C.bubble.push(new Series()); C.act.push(new Series()); }
   return C;
 }
@@ -38,7 +39,7 @@ function syncCharts() {
   const C = charts, from = S.stepsDirty;
   S.stepsDirty = Infinity;
   if (from >= S.steps.length) return false;
-  for (const s of [C.loss, C.bubbleMean, C.actMax, ...C.bubble, ...C.act]) s.cut(S.steps[from].step);
+  for (const s of [C.loss, C.evalLoss, C.bubbleMean, C.actMax, ...C.bubble, ...C.act]) s.cut(S.steps[from].step);
   probe.chartSync.read += S.steps.length - from;
   // A job cut short: the losses of the step it was cut in (no statistics
   // after whole ones) are some of its microbatches', not the step's.
@@ -47,6 +48,7 @@ function syncCharts() {
     const st = S.steps[i], a = st.act_peak_bytes;
     if (st.complete) C.anyComplete = true;
     if (st.loss != null && !(cut && !st.complete && C.anyComplete)) C.loss.push(st.step, st.loss);
+    if (st.eval_losses && st.eval_loss != null) C.evalLoss.push(st.step, st.eval_loss);
     if (st.bubble_ratio_mean != null) {
       C.bubbleMean.push(st.step, st.bubble_ratio_mean);
       C.bubble.forEach((s, r) => { if (st.bubble_ratio && st.bubble_ratio[r] != null) s.push(st.step, st.bubble_ratio[r]); });
@@ -58,6 +60,8 @@ function syncCharts() {
   }
   return true;
 }
+
+const TRAIN_COLOR = '#e15759', EVAL_COLOR = '#4e79a7';
 
 // A step's loss as the note under the chart shows it: its true value.
 const fmtLoss = (s, i) => `${s.y[i].toPrecision(4)} at step ${s.x[i]}`;
@@ -82,24 +86,34 @@ export function drawCharts() {
   drawStepBars();
 }
 
-// Loss per step: outliers off the scale (lossOptions.outliers) and a log y
-// axis (lossOptions.log) while every loss is above 0, both as last chosen while the
-// page is open. The note says what is off the scale, or why there is no log
-// scale, with true values.
+// Loss per step, and in blue the evaluation loss where there is one:
+// outliers off the scale (lossOptions.outliers) and a log y axis
+// (lossOptions.log) while every loss is above 0, both as last chosen while
+// the page is open. The note says what is off the scale, or why there is
+// no log scale, with true values.
 function drawLossChart(C) {
-  const s = C.loss, box = $('loss-log'), notes = [];
+  const s = C.loss, e = C.evalLoss, box = $('loss-log'), notes = [];
   if (s.n) s.range(0, s.n);
-  const logOk = !s.n || s.y[s.qlo] > 0, log = lossOptions.log && logOk;
-  const lowest = s.n ? s.qlo : -1, highest = s.n ? s.qhi : -1;
+  if (e.n) e.range(0, e.n);
+  const logOk = (!s.n || s.y[s.qlo] > 0) && (!e.n || e.y[e.qlo] > 0), log = lossOptions.log && logOk;
+  const lowest = s.n ? s.qlo : -1, highest = s.n ? s.qhi : -1, evalLowest = e.n ? e.qlo : -1;
   box.disabled = !logOk; box.checked = log;
   box.parentNode.title = logOk ? 'loss on a log scale' : 'a log scale needs every loss above 0';
   $('loss-outliers').checked = lossOptions.outliers;
-  const chart = lineChart($('loss'), [{ s, color: '#e15759', dots: true }], { robust: lossOptions.outliers, log });
-  if (chart.clipped.some((c) => c.above)) notes.push('▲ off the scale: highest ' + fmtLoss(s, highest));
-  if (chart.clipped.some((c) => !c.above)) notes.push('▼ off the scale: lowest ' + fmtLoss(s, lowest));
-  if (!logOk) notes.push('no log scale: a loss of ' + fmtLoss(s, lowest));
+  // The evaluation's first: the chart's drawn points and trend are its last dotted series'.
+  const chart = lineChart($('loss'), [{ s: e, color: EVAL_COLOR, dots: true }, { s, color: TRAIN_COLOR, dots: true }],
+    { robust: lossOptions.outliers, log });
+  if (e.n) notes.push('blue: evaluation loss');
+  const own = chart.clipped.filter((c) => c.series === 1); // the evaluation's (0) show as marks only
+  if (own.some((c) => c.above)) notes.push('▲ off the scale: highest ' + fmtLoss(s, highest));
+  if (own.some((c) => !c.above)) notes.push('▼ off the scale: lowest ' + fmtLoss(s, lowest));
+  if (!logOk) {
+    notes.push('no log scale: a loss of ' +
+      (s.n && s.y[lowest] <= 0 ? fmtLoss(s, lowest) : 'evaluation ' + fmtLoss(e, evalLowest)));
+  }
   $('loss-note').textContent = notes.join(' · ');
   probe.lossPoints = chart.drawn;
+  probe.evalLossPoints = e.n;
   probe.lossTrend = chart.trend;
   probe.lossChart = { scale: chart.scale, clipped: chart.clipped, logAvailable: logOk,
     note: $('loss-note').textContent };

@@ -120,7 +120,8 @@ export const CHART_H = 170; // a chart's height in CSS pixels
 // thinned, the faded band of its lowest and highest points gets the mean of
 // each pixel column drawn over it (else the trend is empty); the y axis
 // (scale: lo, hi and log), and the points drawn off it (clipped: x and the
-// true y, above or below, and where their mark is, in CSS pixels).
+// true y, above or below, where their mark is, in CSS pixels, and the index
+// in `series` of theirs).
 export function lineChart(canvas, series, opts) {
   const { g, w, h } = sizeCanvas(canvas, CHART_H);
   g.clearRect(0, 0, w, h);
@@ -178,7 +179,7 @@ export function lineChart(canvas, series, opts) {
     for (const p of pts) {
       const t = T(p[1]);
       if (t <= y1 && t >= y0) continue;
-      clipped.push({ x: p[0], y: p[1], above: t > y1, px: X(p[0]), py: t > y1 ? pad.t : h - pad.b, color: s.color });
+      clipped.push({ x: p[0], y: p[1], above: t > y1, px: X(p[0]), py: t > y1 ? pad.t : h - pad.b, color: s.color, k });
     }
     if (!s.dots) return;
     drawn = pts;
@@ -199,5 +200,5 @@ export function lineChart(canvas, series, opts) {
   }
   g.lineWidth = 1;
   return { drawn, trend, scale: { lo: opts.log ? 10 ** y0 : y0, hi: opts.log ? 10 ** y1 : y1, log: !!opts.log },
-    clipped: clipped.map(({ x, y, above, px, py }) => ({ x, y, above, px, py })) };
+    clipped: clipped.map(({ x, y, above, px, py, k }) => ({ x, y, above, px, py, series: k })) };
 }

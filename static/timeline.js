@@ -12,7 +12,7 @@
 import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
 import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
-import { PHASES, PHASE_COLOR, CAUSE_COLOR, BW, SPAN, isBlock, isComm, spanColor } from './phases.js';
+import { PHASES, PHASE_COLOR, CAUSE_COLOR, CAUSE_OTHER, BW, SPAN, isBlock, isComm, spanColor } from './phases.js';
 import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, xOf, blockMidY } from './geometry.js';
 import { drawCritpath, fetchCritpath } from './critpath.js';
 
@@ -78,7 +78,7 @@ function draw() {
   for (const gp of S.gaps || []) {
     const x0 = Math.max(left, xOf(gp[2], w)), x1 = Math.min(right, xOf(gp[3], w));
     if (x1 <= x0) continue;
-    g.fillStyle = CAUSE_COLOR[gp[4]] || CAUSE_COLOR[5];
+    g.fillStyle = CAUSE_COLOR[gp[4]] || CAUSE_COLOR[CAUSE_OTHER];
     g.fillRect(x0, rowY(gp[0]), x1 - x0, ROW_H);
     drawn.gaps++;
   }

@@ -214,6 +214,9 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     /* a name as long as a real run's, for the header at 700 px */
     cr_assert_eq(fixture_exec(db, "UPDATE jobs SET name = 'gpt-layers-8-zb-h1-microbatches-8-seed-1234'", &err), 0, "%s",
                  err.msg);
+    /* evaluations after steps 0 and 2 (--eval-every 2) */
+    cr_assert_eq(fixture_exec(db, "INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES"
+                                  " (1, 0, 0, 2.5, 3, 1), (1, 2, 0, 2.25, 3, 2)", &err), 0, "%s", err.msg);
     char *stats = stats_text(db);
     cJSON *j = browse(db, "finished", NULL);
 
@@ -232,6 +235,9 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(cJSON_GetObjectItem(drawn, "gaps")->valueint, 15, "every idle gap of the step shaded (4 + 5 + 4 + 2)");
     cr_assert_eq(cJSON_GetObjectItem(j, "planDrawn")->valueint, 96, "the planned timeline beside it");
     cr_assert_eq(cJSON_GetObjectItem(j, "lossPoints")->valueint, 3, "a loss point per step");
+    cr_assert_eq(cJSON_GetObjectItem(j, "evalLossPoints")->valueint, 2, "an evaluation loss per evaluation");
+    cr_assert(strstr(cJSON_GetObjectItem(j, "lossNote")->valuestring, "blue: evaluation loss"), "%s",
+              cJSON_GetObjectItem(j, "lossNote")->valuestring);
     /* From a window zoomed in on step 1, ▶ ◀ "all steps" ▶: ◀ ▶ step from the
      * step at the view's centre (they jumped to step 0 from any view that was
      * not a step); the bars show the step shown, then the latest. */
@@ -271,10 +277,10 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
               jnum(et, "right"), jnum(et, "width"));
     /* The legend has every idle cause, each its own colour but warm-up and
      * cool-down's (comm, often the biggest, and other had none). */
-    static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "comm", "other"};
+    static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "wait_dp", "comm", "other"};
     const cJSON *legend = cJSON_GetObjectItem(j, "legendCauses");
-    cr_assert_eq(cJSON_GetArraySize(legend), 5, "a legend entry per cause colour");
-    for (int k = 0; k < 5; k++) {
+    cr_assert_eq(cJSON_GetArraySize(legend), 6, "a legend entry per cause colour");
+    for (int k = 0; k < 6; k++) {
         cr_assert_str_eq(cell(cJSON_GetArrayItem(legend, k), 0), causes[k]);
         for (int m = 0; m < k; m++)
             cr_assert_str_neq(cell(cJSON_GetArrayItem(legend, k), 2), cell(cJSON_GetArrayItem(legend, m), 2),

@@ -418,6 +418,39 @@ Test(web, steps_give_time_loss_and_bubble_ratio_per_rank) {
     cJSON_Delete(j);
 }
 
+/* Each step has the mean loss of the evaluation that followed it
+ * (eval_losses): none after step 1, null after step 2, one of whose losses
+ * was not finite; and an evaluation's losses alone make a step's line, as
+ * a running step's losses do, in step order with the others. */
+Test(web, steps_carry_the_evaluation_loss_that_followed_them) {
+    exec_sql("INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES"
+             " (1, 0, 0, 2.0, 3, 1), (1, 0, 1, 3.0, 3, 2), (1, 2, 0, NULL, 3, 3), (1, 2, 1, 1.0, 3, 4),"
+             " (1, 4, 0, 1.25, 3, 5)");
+    cJSON *j = get_json("/api/jobs/1/steps", 200);
+    cJSON *steps = cJSON_GetObjectItem(j, "steps");
+    cr_assert_eq(cJSON_GetArraySize(steps), 4);
+    static const struct {
+        int step, n;
+        double mean; /* NAN: null */
+    } want[4] = {{0, 2, 2.5}, {1, 0, NAN}, {2, 2, NAN}, {4, 1, 1.25}};
+    for (int k = 0; k < 4; k++) {
+        cJSON *st = cJSON_GetArrayItem(steps, k);
+        cr_assert_eq(num(st, "step"), want[k].step);
+        cr_assert_eq(num(st, "eval_losses"), want[k].n, "step %d", want[k].step);
+        if (isnan(want[k].mean))
+            cr_assert(cJSON_IsNull(cJSON_GetObjectItem(st, "eval_loss")), "step %d", want[k].step);
+        else
+            cr_assert_eq(num(st, "eval_loss"), want[k].mean, "step %d", want[k].step);
+    }
+    cr_assert_eq(num(cJSON_GetArrayItem(steps, 3), "losses"), 0, "step 4 has an evaluation only");
+    cJSON_Delete(j);
+    j = get_json("/api/jobs/1/steps?since=3", 200);
+    steps = cJSON_GetObjectItem(j, "steps");
+    cr_assert_eq(cJSON_GetArraySize(steps), 1);
+    cr_assert_eq(num(cJSON_GetArrayItem(steps, 0), "eval_loss"), 1.25);
+    cJSON_Delete(j);
+}
+
 /* The steps of a running job: a step some ranks have finished, a step with
  * only losses so far, a step with stats and no loss yet; `since` and
  * `limit` count steps whichever table they come from. */
@@ -1785,6 +1818,19 @@ Test(web_live, a_step_message_has_the_activation_bytes_per_rank, .timeout = 60) 
     stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
     cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
     cr_assert(stream_wait(&a, "\"act_peak_bytes\":[262144,196608,131072,65536]}"), "%s", a.buf);
+    stream_close(&a);
+    teardown();
+}
+
+/* A step message carries the evaluation loss that followed the step, as /steps does. */
+Test(web_live, a_step_message_has_the_evaluation_loss, .timeout = 60) {
+    start_with(3, "running", (http_options){.live_poll_ms = 50});
+    exec_sql("INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES"
+             " (1, 2, 0, 1.0, 3, 1), (1, 2, 1, 2.0, 3, 2)");
+    stream a;
+    stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
+    cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
+    cr_assert(stream_wait(&a, "\"eval_loss\":1.5,\"eval_losses\":2,"), "%s", a.buf);
     stream_close(&a);
     teardown();
 }

@@ -261,6 +261,7 @@ static void q_steps(tick *t, result *r, int64_t t0) {
     sqlite3_stmt *st = NULL, *ranks = NULL;
     if (sqlite3_prepare_v2(t->db,
                            "SELECT c.step, c.start_ns, c.end_ns, c.bubble_ratio_mean, " SQL_STEP_MEAN_LOSS("c.step")
+                           ", " SQL_STEP_EVAL_LOSS("c.step") ", " SQL_STEP_EVAL_LOSSES("c.step")
                            " FROM (" SQL_COMPLETE_STEPS("AND step>?2") ") c ORDER BY c.step LIMIT ?3",
                            -1, &st, NULL) != SQLITE_OK ||
         sqlite3_prepare_v2(t->db,
@@ -288,6 +289,10 @@ static void q_steps(tick *t, result *r, int64_t t0) {
         jw_key(w, "loss");
         if (sqlite3_column_type(st, 4) == SQLITE_NULL) jw_null(w);
         else jw_num(w, sqlite3_column_double(st, 4));
+        jw_key(w, "eval_loss"); /* as in /steps */
+        if (sqlite3_column_type(st, 5) == SQLITE_NULL) jw_null(w);
+        else jw_num(w, sqlite3_column_double(st, 5));
+        jw_kint(w, "eval_losses", sqlite3_column_int64(st, 6));
         jw_key(w, "bubble_ratio");
         jw_arr(w);
         sqlite3_reset(ranks);

@@ -83,6 +83,13 @@ static char *config_json(const run_job *job) {
         cJSON_AddStringToObject(o, "transport", run_transport_name(c->transport));
         cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
         cJSON_AddStringToObject(o, "dtype", run_dtype_name(c->dtype));
+        /* which stages compute F again before B: db/ reads their RECOMPUTE spans as part of B */
+        cJSON_AddStringToObject(o, "recompute", run_recompute_name(c->recompute));
+        if (c->recompute != RUN_RECOMPUTE_NONE && c->nrecompute_stages > 0) {
+            char stages[(RUN_MAX_CUTS + 1) * 8];
+            sched_cuts_text(c->recompute_stages, c->nrecompute_stages, stages, sizeof stages);
+            cJSON_AddStringToObject(o, "recompute_stages", stages);
+        }
         if (c->dp > 1) {
             cJSON_AddBoolToObject(o, "zero1", c->zero1);
             cJSON_AddStringToObject(o, "dp_overlap", c->dp_overlap ? "on" : "off");

@@ -74,6 +74,8 @@ try {
     out.window = await page.evaluate(() => window.__pprun.lastWindow);
     out.planDrawn = await page.evaluate(() => window.__pprun.planDrawn);
     out.lossPoints = await page.evaluate(() => window.__pprun.lossPoints.length);
+    out.evalLossPoints = await page.evaluate(() => window.__pprun.evalLossPoints);
+    out.lossNote = await page.textContent('#loss-note');
     const c = await page.evaluate(() => window.__pprun.blockCenter(1, 'F', 3, 0));
     await page.mouse.move(c.x, c.y);
     await page.waitForSelector('#tooltip:not([hidden])', { timeout: 5000 });
