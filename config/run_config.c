@@ -409,7 +409,7 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         if ((rc = parse_name(recompute_names, opt, value, &v, err)) == 0) cfg->recompute = (run_recompute)v;
     } else if (strcmp(opt, "--recompute-stages") == 0)
         rc = parse_recompute_stages(cfg, value, err);
-    } else if (strcmp(opt, "--pp") == 0)
+    else if (strcmp(opt, "--pp") == 0)
         rc = parse_int(opt, value, 1, 1 << 16, &cfg->pp, err);
     else if (strcmp(opt, "--dp") == 0)
         rc = parse_int(opt, value, 1, 1 << 16, &cfg->dp, err);
