@@ -15,4 +15,8 @@
 #SBATCH --ntasks-per-node=1
 #SBATCH --output=pprun-%j.out
 set -eu
+# The job token of a multi-node job (docs/cli.md, "The job token"): one per
+# job unless given, passed to every node's launcher in the environment.
+PPRUN_RDZV_TOKEN=${PPRUN_RDZV_TOKEN:-$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')}
+export PPRUN_RDZV_TOKEN
 exec srun --ntasks-per-node=1 "${PPRUN:-pprun}" run --nproc-per-node 4 "$@"

@@ -1,9 +1,10 @@
 /* test_slurm.c: pprun under a real Slurm: Debian's munged, slurmctld and
- * slurmd, started for each test by scripts/slurm-local.sh as a one-node
- * cluster on loopback (its own directory and ports), and the commands of
- * docs/cli.md, "Slurm", as a user types them: srun of `pprun run`, sbatch
- * of examples/slurm_job.sh, scancel of a running job. Skipped, saying why,
- * where Slurm is not installed or the daemons cannot run as root. */
+ * slurmd, started for each test by scripts/slurm-local.sh (its own
+ * directory and ports): one node on loopback, or two, the second in a
+ * network namespace of its own. The commands of docs/cli.md, "Slurm", as a
+ * user types them: srun of `pprun run`, sbatch of examples/slurm_job.sh,
+ * scancel of a running job. Skipped, saying why, where Slurm is not
+ * installed or the daemons cannot run as root. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
@@ -75,10 +76,10 @@ static int on_path(const char *name) {
     return 0;
 }
 
-/* A fresh cluster for this test, or the test is skipped. Its ports are
- * random ones outside the ephemeral range: the tests of this file may run
- * side by side, each with its own cluster. */
-static void cluster_up(void) {
+/* A fresh cluster of `nodes` nodes for this test, or the test is skipped.
+ * Its ports are random ones outside the ephemeral range: the tests of this
+ * file may run side by side, each with its own cluster. */
+static void cluster_up(int nodes) {
     static const char *const need[] = {"munged", "slurmctld", "slurmd", "srun", "sbatch", "scancel", "squeue",
                                        "sinfo", "scontrol"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
@@ -86,6 +87,9 @@ static void cluster_up(void) {
             cr_skip_test("%s is not on PATH: Slurm is not installed (scripts/install-deps.sh installs munge, "
                          "slurmctld, slurmd and slurm-client)", need[i]);
     if (geteuid() != 0) cr_skip_test("scripts/slurm-local.sh runs Slurm's daemons as root; this test is not root");
+    static const char *const two[] = {"ip", "unshare", "nsenter"};
+    for (size_t i = 0; nodes > 1 && i < sizeof two / sizeof two[0]; i++)
+        if (!on_path(two[i])) cr_skip_test("%s is not on PATH: two nodes need iproute2 and util-linux", two[i]);
     pp_err err;
     int ctld = net_pick_port(&err), slurmd = ctld;
     cr_assert_gt(ctld, 0, "%s", err.msg);
@@ -113,7 +117,7 @@ static void cluster_up(void) {
     }
     cr_assert_eq(setenv("SLURM_CONF", conf, 1), 0);
     char *out;
-    int rc = sh(&out, "'%s' start --dir '%s' --ports %d,%d", SLURM_LOCAL, cluster, ctld, slurmd);
+    int rc = sh(&out, "'%s' start --nodes %d --dir '%s' --ports %d,%d", SLURM_LOCAL, nodes, cluster, ctld, slurmd);
     cr_assert_eq(rc, 0, "slurm-local.sh start exited %d:\n%s", rc, out);
     free(out);
 }
@@ -135,15 +139,15 @@ static sqlite3 *open_db(const char *path) {
 }
 
 /* What a user checks of a finished 4-rank job in its database: it
- * succeeded on one node, and every rank traced every microbatch's F and B,
- * and the last stage every loss. */
-static void assert_job_finished(const char *db_path) {
+ * succeeded on `nodes` nodes of 4 / nodes ranks each, every rank traced
+ * every microbatch's F and B, and the last stage every loss. */
+static void assert_job_finished(const char *db_path, int nodes) {
     sqlite3 *s = open_db(db_path);
     cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM jobs"), 1);
     cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM jobs WHERE status = 'succeeded' AND exit_code = 0"), 1);
     cr_assert_eq(tfix_q_int(s, "SELECT world_size FROM jobs"), 4);
-    cr_assert_eq(tfix_q_int(s, "SELECT nnodes FROM jobs"), 1);
-    cr_assert_eq(tfix_q_int(s, "SELECT COUNT(DISTINCT rank) FROM ranks WHERE node = 0"), 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT nnodes FROM jobs"), nodes);
+    cr_assert_eq(tfix_q_intf(s, "SELECT COUNT(*) FROM ranks WHERE node = rank / %d", 4 / nodes), 4);
     for (const char *ph = "F"; ph; ph = ph[0] == 'F' ? "B" : NULL)
         cr_assert_eq(tfix_q_intf(s,
                                  "SELECT COUNT(*) FROM (SELECT rank FROM events WHERE phase = '%s' GROUP BY rank "
@@ -166,7 +170,7 @@ static void job_state(long job, char *state, size_t cap) {
 }
 
 Test(slurm, srun_starts_one_launcher_whose_four_ranks_finish) {
-    cluster_up();
+    cluster_up(1);
     char db[512], *out;
     snprintf(db, sizeof db, "%s", tfix_path("srun.db"));
     int rc = sh(&out,
@@ -176,28 +180,30 @@ Test(slurm, srun_starts_one_launcher_whose_four_ranks_finish) {
     cr_assert_eq(rc, 0, "srun exited %d:\n%s", rc, out);
     cr_assert(strstr(out, "pprun run: job 1:"), "%s", out);
     free(out);
-    assert_job_finished(db);
+    assert_job_finished(db, 1);
 
     /* Two tasks on one node would both claim node rank 0: refused from
      * the step's environment, saying what to run instead. */
     rc = sh(&out, "timeout 60 srun --nodes=1 --ntasks=2 --ntasks-per-node=2 %s run --nproc-per-node 2 --db %s",
             PPRUN_BIN, tfix_path("two.db"));
-    cr_assert_neq(rc, 0, "%s", out);
+    cr_assert_eq(rc, 2, "srun exited %d (a refusal is pprun's exit 2):\n%s", rc, out);
     cr_assert(strstr(out, "runs 2 tasks on 1 nodes"), "%s", out);
     cr_assert(strstr(out, "srun --ntasks-per-node=1 --ntasks=1"), "%s", out);
     free(out);
 }
 
-Test(slurm, sbatch_of_the_docs_script_runs_the_job) {
-    cluster_up();
-    char db[512], log[512], *out;
-    snprintf(db, sizeof db, "%s", tfix_path("batch.db"));
-    snprintf(log, sizeof log, "%s", tfix_path("batch.out"));
+/* `sbatch --nodes=N examples/slurm_job.sh` of a 4-rank job (N x 4/N
+ * workers) on the cluster of this test; it completes with every rank's
+ * trace in its database. */
+static void batch_job(int nodes, const char *name) {
+    char db[600], log[600], *out;
+    snprintf(db, sizeof db, "%s/%s.db", cluster, name);
+    snprintf(log, sizeof log, "%s/%s.out", cluster, name);
     /* --wait: sbatch returns when the job ends, with its exit status. */
     int rc = sh(&out,
-                "PPRUN=%s timeout 90 sbatch --wait --parsable --output=%s %s --model " SMALL_MODEL
-                " --steps %d --microbatches %d --progress off --db %s",
-                PPRUN_BIN, log, JOB_SCRIPT, STEPS, MICROBATCHES, db);
+                "PPRUN=%s timeout 90 sbatch --wait --parsable --nodes=%d --output=%s %s --nproc-per-node %d --model "
+                SMALL_MODEL " --steps %d --microbatches %d --progress off --db %s",
+                PPRUN_BIN, nodes, log, JOB_SCRIPT, 4 / nodes, STEPS, MICROBATCHES, db);
     FILE *f = fopen(log, "r");
     char text[8192] = "";
     if (f) {
@@ -212,7 +218,34 @@ Test(slurm, sbatch_of_the_docs_script_runs_the_job) {
     char state[64];
     job_state(job, state, sizeof state);
     cr_assert_str_eq(state, "COMPLETED");
-    assert_job_finished(db);
+    assert_job_finished(db, nodes);
+}
+
+Test(slurm, sbatch_of_the_docs_script_runs_the_job) {
+    cluster_up(1);
+    batch_job(1, "batch");
+}
+
+/* Two nodes, each its own host name and address: nothing but Slurm's
+ * environment tells the launchers there are two nodes, which one each is,
+ * and where node 0 is (the first host of the step's node list, a name only
+ * the nodes' /etc/hosts resolve). The job token is the script's own. */
+Test(slurm, two_nodes_take_their_ranks_and_node_0_from_slurm) {
+    cluster_up(2);
+    char db[512], *out;
+    snprintf(db, sizeof db, "%s", tfix_path("two.db"));
+    int rc = sh(&out,
+                "PPRUN_RDZV_TOKEN=test-slurm-two timeout 60 srun --nodes=2 --ntasks-per-node=1 %s run "
+                "--nproc-per-node 2 --model " SMALL_MODEL " --steps %d --microbatches %d --progress off --db %s",
+                PPRUN_BIN, STEPS, MICROBATCHES, db);
+    cr_assert_eq(rc, 0, "srun exited %d:\n%s", rc, out);
+    free(out);
+    assert_job_finished(db, 2);
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM ranks WHERE node = 0 AND host = 'ppnode1'"), 2,
+                 "node 0 is the step's first node");
+    sqlite3_close(s);
+    batch_job(2, "batch2");
 }
 
 /* 1 when the NUL-separated file /proc/PID/NAME has an entry equal to want
@@ -276,7 +309,7 @@ static long only_job(void) {
 }
 
 Test(slurm, scancel_of_a_running_job_leaves_no_process) {
-    cluster_up();
+    cluster_up(1);
     char db[512], log[512];
     snprintf(db, sizeof db, "%s", tfix_path("cancel.db"));
     snprintf(log, sizeof log, "%s", tfix_path("cancel.out"));
@@ -318,6 +351,13 @@ Test(slurm, scancel_of_a_running_job_leaves_no_process) {
     char state[64];
     job_state(job, state, sizeof state);
     cr_assert_str_eq(state, "CANCELLED");
+
+    /* Ended in the database, not left `running`: Slurm signals the
+     * launcher and its workers together, so whichever it saw first. */
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM jobs WHERE status IN ('stopped', 'failed') AND exit_code > 0"), 1);
+    cr_assert_gt(tfix_q_int(s, "SELECT COUNT(*) FROM events"), 0, "what ran before scancel is traced");
+    sqlite3_close(s);
 
     char left[8192];
     int n = job_processes(job, db, 0, left, sizeof left);
