@@ -213,14 +213,18 @@ static int slurm_fill(launch_options *o, pp_err *err) {
     const char *nnodes = getenv("SLURM_NNODES"), *nodeid = getenv("SLURM_NODEID");
     const char *step_nodes = getenv("SLURM_STEP_NUM_NODES"), *ip = getenv("SLURM_LAUNCH_NODE_IPADDR");
     const char *tpn = getenv("SLURM_NTASKS_PER_NODE");
-    const char *lists[] = {getenv("SLURM_STEP_NODELIST"), getenv("SLURM_JOB_NODELIST")};
     int in_step = getenv("SLURM_STEP_ID") != NULL, in_job = getenv("SLURM_JOB_ID") != NULL;
+    const char *lists[] = {in_step ? getenv("SLURM_STEP_NODELIST") : NULL, getenv("SLURM_JOB_NODELIST")};
+    const char *nnodes_name = "SLURM_NNODES";
     long v;
     if (!nnodes && !nodeid) return 0;
     if (slurm_check_step(o, err) != 0) return -1;
-    if (in_step && step_nodes && *step_nodes) nnodes = step_nodes;
+    if (in_step && step_nodes && *step_nodes) {
+        nnodes = step_nodes;
+        nnodes_name = "SLURM_STEP_NUM_NODES";
+    }
     if (nnodes && !(o->given & LAUNCH_GIVEN_NNODES)) {
-        if (pp_parse_long(nnodes, 1, LAUNCH_MAX_NNODES, "SLURM_NNODES", &v, err) != 0) return -1;
+        if (pp_parse_long(nnodes, 1, LAUNCH_MAX_NNODES, nnodes_name, &v, err) != 0) return -1;
         if (in_job && !in_step && v > 1)
             return pp_fail(err, "Slurm: this is the batch script (or salloc shell) of a %ld-node job, which runs on "
                                 "its first node only: start one launcher per node with `srun --ntasks-per-node=1 "
