@@ -11,6 +11,9 @@ packages+=(clang libclang-rt-14-dev)
 # The PyTorch tests run torch 2.6 in a Debian trixie root made by
 # mmdebstrap (scripts/torch-root.sh); PPRUN_NO_TORCH=1 leaves it out.
 [ "${PPRUN_NO_TORCH:-0}" != 1 ] && packages+=(mmdebstrap)
+# tests/test_slurm.c starts a Slurm cluster on this machine from Debian's
+# daemons (scripts/slurm-local.sh); PPRUN_NO_SLURM=1 leaves them out.
+[ "${PPRUN_NO_SLURM:-0}" != 1 ] && packages+=(munge slurmctld slurmd slurm-client)
 # The browser tests drive Debian's chromium with playwright-core from npm.
 if [ "${PPRUN_NO_BROWSER:-0}" != 1 ]; then
   packages+=(chromium)

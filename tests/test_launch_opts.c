@@ -201,6 +201,124 @@ Test(launch_opts, slurm_fills_what_flags_do_not_say) {
     unsetenv("SLURM_LAUNCH_NODE_IPADDR");
 }
 
+/* The master address is the first host of the node list as Slurm
+ * compresses it; a list pprun cannot read falls back to
+ * SLURM_LAUNCH_NODE_IPADDR rather than to a wrong name. */
+Test(launch_opts, slurm_master_is_the_first_host_of_the_node_list) {
+    static char too_long[400];
+    memset(too_long, 'n', sizeof too_long - 1);
+    static const struct {
+        const char *list, *want;
+    } cases[] = {
+        {"gpu[003-006,9],cpu1", "gpu003"},
+        {"rack[1-2]-n[07-09]", "rack1-n07"},
+        {"cpu1,gpu[1-2]", "cpu1"},
+        {"n[7]", "n7"},
+        {"vm", "vm"},
+        {"", "10.9.8.7"},
+        {"n[a-b]", "10.9.8.7"},
+        {"n[1-2", "10.9.8.7"},
+        {"n]1", "10.9.8.7"},
+        {",n1", "10.9.8.7"},
+        {too_long, "10.9.8.7"},
+    };
+    static launch_options o;
+    pp_err err;
+    setenv("SLURM_NNODES", "1", 1);
+    setenv("SLURM_NODEID", "0", 1);
+    setenv("SLURM_LAUNCH_NODE_IPADDR", "10.9.8.7", 1);
+    char *argv[] = {"launch", "--", "prog", NULL};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("SLURM_JOB_NODELIST", cases[i].list, 1);
+        cr_assert_eq(launch_parse(3, argv, &o, NULL, NULL, &err), 0, "%s: %s", cases[i].list, err.msg);
+        cr_assert_str_eq(o.master_addr, cases[i].want, "list '%.40s'", cases[i].list);
+    }
+}
+
+/* Inside a step of srun the step's values hold, not the job's: `srun -N2
+ * -w n[03-04]` in a four-node job is a two-node job whose node 0 is n03. */
+Test(launch_opts, slurm_step_values_win_over_the_jobs) {
+    static launch_options o;
+    pp_err err;
+    setenv("SLURM_JOB_ID", "42", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    setenv("SLURM_NNODES", "4", 1);
+    setenv("SLURM_JOB_NODELIST", "n[01-04]", 1);
+    setenv("SLURM_STEP_NUM_NODES", "2", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "2", 1);
+    setenv("SLURM_STEP_NODELIST", "n[03-04]", 1);
+    setenv("SLURM_NODEID", "1", 1);
+    setenv("SLURM_NTASKS_PER_NODE", "1", 1);
+    char *argv[] = {"launch", "--nproc-per-node", "3", "--", "prog", NULL};
+    cr_assert_eq(launch_parse(5, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nnodes, 2);
+    cr_assert_eq(o.node_rank, 1);
+    cr_assert_str_eq(o.master_addr, "n03");
+    cr_assert_eq(o.nproc_per_node, 3, "the flag wins over SLURM_NTASKS_PER_NODE");
+    /* A step list pprun cannot read: the job's list is next. */
+    setenv("SLURM_STEP_NODELIST", "n[", 1);
+    cr_assert_eq(launch_parse(5, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.master_addr, "n01");
+}
+
+/* What Slurm would run wrongly is refused with the command that works:
+ * several launchers per node in a step, and a multi-node job's batch
+ * script (it runs on the first node only). */
+Test(launch_opts, slurm_refuses_what_would_claim_one_node_rank_twice) {
+    static launch_options o;
+    pp_err err;
+    char *argv[] = {"launch", "--", "prog", NULL};
+    setenv("SLURM_JOB_ID", "42", 1);
+    setenv("SLURM_STEP_ID", "0", 1);
+    setenv("SLURM_NNODES", "2", 1);
+    setenv("SLURM_NODEID", "0", 1);
+    setenv("SLURM_STEP_NUM_NODES", "2", 1);
+    setenv("SLURM_STEP_NUM_TASKS", "8", 1);
+    setenv("SLURM_STEP_TASKS_PER_NODE", "4(x2)", 1);
+    cr_assert_eq(launch_parse(3, argv, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "runs 8 tasks on 2 nodes (4(x2) per node)"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "srun --ntasks-per-node=1 --ntasks=2"), "%s", err.msg);
+    /* --node-rank says which launcher this is: the user took charge. */
+    char *ranked[] = {"launch", "--node-rank", "1", "--", "prog", NULL};
+    cr_assert_eq(launch_parse(5, ranked, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.node_rank, 1);
+
+    /* The batch script: a job, no step. */
+    unsetenv("SLURM_STEP_ID");
+    unsetenv("SLURM_STEP_NUM_NODES");
+    unsetenv("SLURM_STEP_NUM_TASKS");
+    unsetenv("SLURM_STEP_TASKS_PER_NODE");
+    cr_assert_eq(launch_parse(3, argv, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "batch script"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "srun --ntasks-per-node=1"), "%s", err.msg);
+    char *alone[] = {"launch", "--nnodes", "1", "--", "prog", NULL};
+    cr_assert_eq(launch_parse(5, alone, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nnodes, 1);
+    /* A one-node job's script is the whole job. */
+    setenv("SLURM_NNODES", "1", 1);
+    cr_assert_eq(launch_parse(3, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nnodes, 1);
+}
+
+/* `--nproc-per-node cpu` counts the CPUs Slurm gave the job on this node
+ * when they are fewer than the affinity mask's (no CPU binding). */
+Test(launch_opts, slurm_cpus_on_node_bound_nproc_cpu) {
+    static launch_options o;
+    pp_err err;
+    char *argv[] = {"launch", "--nproc-per-node", "cpu", "--", "prog", NULL};
+    cr_assert_eq(launch_parse(5, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    int mask = o.nproc_per_node;
+    setenv("SLURM_CPUS_ON_NODE", "1", 1);
+    cr_assert_eq(launch_parse(5, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nproc_per_node, 1);
+    setenv("SLURM_CPUS_ON_NODE", "100000", 1);
+    cr_assert_eq(launch_parse(5, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nproc_per_node, mask, "never more than the CPUs it may run on");
+    setenv("SLURM_CPUS_ON_NODE", "lots", 1);
+    cr_assert_eq(launch_parse(5, argv, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nproc_per_node, mask, "an unreadable value is ignored");
+}
+
 /* The job token: from a file (first line), the flag or PPRUN_RDZV_TOKEN,
  * each checked; too long, empty, both flags are exit 2 naming the source;
  * nothing shows the token. */

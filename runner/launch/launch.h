@@ -81,8 +81,10 @@ enum {
 /* Parses `[options] -- PROGRAM [ARGS...]` (argv[0] is the subcommand name
  * and is skipped). Accepts --kebab-case and torchrun's --snake_case,
  * "--opt=value" and "--opt value". Fills defaults, then Slurm values for
- * flags not given (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST or
- * SLURM_LAUNCH_NODE_IPADDR, SLURM_NTASKS_PER_NODE), then checks the whole.
+ * flags not given (SLURM_NNODES or a step's SLURM_STEP_NUM_NODES,
+ * SLURM_NODEID, the first host of SLURM_STEP_NODELIST or
+ * SLURM_JOB_NODELIST, else SLURM_LAUNCH_NODE_IPADDR, SLURM_NTASKS_PER_NODE;
+ * docs/cli.md, "Slurm"), then checks the whole.
  *
  * `extra` (may be NULL) sees every option this parser does not know, with
  * its name normalised to --kebab-case and `val` = the text after '=' if the

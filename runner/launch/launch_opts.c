@@ -144,45 +144,91 @@ static int parse_filter(const char *s, launch_options *o, int *max_rank, pp_err 
     return 0;
 }
 
-/* The first host of a Slurm node list: "n[01-04,7],x" -> "n01". */
+/* --- Slurm: what srun tells a launcher (docs/cli.md, "Slurm") ---------------------- */
+
+/* The first host of a Slurm host list as Slurm writes it, compressed (the
+ * host `scontrol show hostnames` prints first): the list up to its first
+ * comma outside brackets, each bracket replaced by its first number.
+ * "gpu[003-006,9],cpu1" gives "gpu003", "rack[1-2]-n[07-09]" "rack1-n07".
+ * -1 when there is none (an empty list, a bracket that does not start with
+ * a number or is not closed, a name longer than cap). */
 static int slurm_first_host(const char *list, char *out, size_t cap) {
     size_t o = 0;
-    int in_br = 0, took_num = 0;
-    for (const char *p = list; *p && o + 1 < cap; p++) {
-        if (!in_br && *p == ',') break;
+    for (const char *p = list; *p && *p != ',';) {
+        size_t n = 1;
+        const char *from = p;
         if (*p == '[') {
-            in_br = 1;
-            continue;
+            from = p + 1;
+            n = strspn(from, "0123456789");
+            const char *close = strchr(from, ']');
+            if (n == 0 || !close) return -1;
+            p = close + 1;
+        } else if (*p == ']') {
+            return -1;
+        } else {
+            p++;
         }
-        if (*p == ']') {
-            in_br = 0;
-            continue;
-        }
-        if (in_br) {
-            if (took_num) continue;
-            if (*p == '-' || *p == ',') {
-                took_num = 1;
-                continue;
-            }
-        }
-        out[o++] = *p;
+        if (o + n >= cap) return -1;
+        memcpy(out + o, from, n);
+        o += n;
     }
     out[o] = '\0';
     return o ? 0 : -1;
 }
 
+/* The CPUs Slurm gave this node's share of the job or step
+ * (SLURM_CPUS_ON_NODE), or 0 when not under Slurm. Without CPU binding
+ * (TaskPlugin=task/none) the affinity mask is the whole machine, so
+ * `--nproc-per-node cpu` would start a rank per CPU the allocation does
+ * not hold. */
+static int slurm_cpus_on_node(void) {
+    const char *v = getenv("SLURM_CPUS_ON_NODE");
+    pp_err tmp;
+    long n;
+    return v && pp_parse_long(v, 1, 1L << 20, "SLURM_CPUS_ON_NODE", &n, &tmp) == 0 ? (int)n : 0;
+}
+
+/* A step of srun runs as many tasks per node as SLURM_STEP_TASKS_PER_NODE
+ * says; pprun wants one, the node's launcher. */
+static int slurm_check_step(const launch_options *o, pp_err *err) {
+    const char *tasks = getenv("SLURM_STEP_NUM_TASKS"), *nodes = getenv("SLURM_STEP_NUM_NODES");
+    const char *per_node = getenv("SLURM_STEP_TASKS_PER_NODE");
+    if (!tasks || !nodes || !*tasks || strcmp(tasks, nodes) == 0 || (o->given & LAUNCH_GIVEN_NODE_RANK)) return 0;
+    /* srun inside an allocation made with --ntasks-per-node=K > 1 ignores
+     * its own --ntasks-per-node=1 unless --ntasks says the same. */
+    return pp_fail(err, "Slurm: this srun step runs %s tasks on %s nodes (%s per node), so every node would start "
+                        "several launchers claiming one node rank; run one per node: srun --ntasks-per-node=1 "
+                        "--ntasks=%s pprun ...",
+                   tasks, nodes, per_node && *per_node ? per_node : "several", nodes);
+}
+
+/* Fills what the flags did not say from Slurm's environment: the nodes,
+ * this node's rank, node 0's address, the workers per node. In a step of
+ * srun (SLURM_STEP_ID) every node runs one launcher and the step's own
+ * values hold: its nodes may be fewer than the job's (srun -N1 in a
+ * two-node job) and begin elsewhere (srun -w). A batch script or an
+ * salloc shell (SLURM_JOB_ID, no step) is one process on the
+ * allocation's first node: it cannot be every node of a larger one. */
 static int slurm_fill(launch_options *o, pp_err *err) {
     const char *nnodes = getenv("SLURM_NNODES"), *nodeid = getenv("SLURM_NODEID");
-    const char *list = getenv("SLURM_JOB_NODELIST"), *ip = getenv("SLURM_LAUNCH_NODE_IPADDR");
+    const char *step_nodes = getenv("SLURM_STEP_NUM_NODES"), *ip = getenv("SLURM_LAUNCH_NODE_IPADDR");
     const char *tpn = getenv("SLURM_NTASKS_PER_NODE");
-    const char *step_tasks = getenv("SLURM_STEP_NUM_TASKS"), *step_nodes = getenv("SLURM_STEP_NUM_NODES");
+    int in_step = getenv("SLURM_STEP_ID") != NULL, in_job = getenv("SLURM_JOB_ID") != NULL;
+    const char *lists[] = {in_step ? getenv("SLURM_STEP_NODELIST") : NULL, getenv("SLURM_JOB_NODELIST")};
+    const char *nnodes_name = "SLURM_NNODES";
     long v;
     if (!nnodes && !nodeid) return 0;
-    if (step_tasks && step_nodes && strcmp(step_tasks, step_nodes) != 0 && !(o->given & LAUNCH_GIVEN_NODE_RANK))
-        return pp_fail(err, "Slurm: this srun step runs %s tasks on %s nodes; run one `pprun launch` per node "
-                            "(srun --ntasks-per-node=1 pprun launch --nproc-per-node N ...)", step_tasks, step_nodes);
+    if (slurm_check_step(o, err) != 0) return -1;
+    if (in_step && step_nodes && *step_nodes) {
+        nnodes = step_nodes;
+        nnodes_name = "SLURM_STEP_NUM_NODES";
+    }
     if (nnodes && !(o->given & LAUNCH_GIVEN_NNODES)) {
-        if (pp_parse_long(nnodes, 1, LAUNCH_MAX_NNODES, "SLURM_NNODES", &v, err) != 0) return -1;
+        if (pp_parse_long(nnodes, 1, LAUNCH_MAX_NNODES, nnodes_name, &v, err) != 0) return -1;
+        if (in_job && !in_step && v > 1)
+            return pp_fail(err, "Slurm: this is the batch script (or salloc shell) of a %ld-node job, which runs on "
+                                "its first node only: start one launcher per node with `srun --ntasks-per-node=1 "
+                                "pprun ...`, or give --nnodes 1 to use this node alone", v);
         o->nnodes = (int)v;
     }
     if (nodeid && !(o->given & LAUNCH_GIVEN_NODE_RANK)) {
@@ -190,10 +236,13 @@ static int slurm_fill(launch_options *o, pp_err *err) {
         o->node_rank = (int)v;
     }
     if (!(o->given & LAUNCH_GIVEN_MASTER_ADDR)) {
-        char host[256];
-        if (list && slurm_first_host(list, host, sizeof host) == 0)
-            snprintf(o->master_addr, sizeof o->master_addr, "%s", host);
-        else if (ip)
+        /* The step's first node is its node rank 0. */
+        char host[sizeof o->master_addr];
+        int found = 0;
+        for (size_t i = 0; i < 2 && !found; i++)
+            found = lists[i] && slurm_first_host(lists[i], host, sizeof host) == 0;
+        if (found) snprintf(o->master_addr, sizeof o->master_addr, "%s", host);
+        else if (ip && *ip && strlen(ip) < sizeof o->master_addr)
             snprintf(o->master_addr, sizeof o->master_addr, "%s", ip);
     }
     if (tpn && !(o->given & LAUNCH_GIVEN_NPROC)) {
@@ -263,7 +312,8 @@ static int gpu_count(void) {
 static int set_nproc(launch_options *o, const char *name, const char *val, pp_err *err) {
     int gpu = val && strcmp(val, "gpu") == 0;
     if (gpu || (val && (strcmp(val, "cpu") == 0 || strcmp(val, "auto") == 0))) {
-        int n = gpu ? gpu_count() : pp_cpu_count();
+        int n = gpu ? gpu_count() : pp_cpu_count(), slurm = gpu ? 0 : slurm_cpus_on_node();
+        if (slurm > 0 && slurm < n) n = slurm;
         if (n == 0)
             return pp_fail(err, "%s gpu: this node has no GPU (none in CUDA_VISIBLE_DEVICES, or no "
                                 "/proc/driver/nvidia/gpus); give a number", name);
