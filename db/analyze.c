@@ -20,8 +20,9 @@
 
 typedef analyze_op op;
 
-const char *const analyze_causes[CAUSE_COUNT + 1] = {"warmup", "cooldown", "wait_activation", "wait_gradient",
-                                                     "wait_dp", "comm",    "other",           NULL};
+const char *const analyze_causes[CAUSE_COUNT + 1] = {"warmup",  "cooldown", "wait_activation", "wait_gradient",
+                                                     "wait_dp", "wait_cpu", "comm",            "other",
+                                                     NULL};
 
 int analyze_phase_of(const char *s) {
     for (int p = 0; s && p < TRACE_PHASE_COUNT; p++)
@@ -83,12 +84,25 @@ static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const 
     return analyze_covered(comm, n, a, b, mask);
 }
 
+/* How long the rank's thread waited for a core in the gap [a, b): the
+ * waits its sends and receives that end in it carry (each since the
+ * thread's previous record, tracer/cpuwait.h), capped at the gap. The wait
+ * the next op carries is left out: it mixes the gap's end and the op. */
+static int64_t cpu_wait_in(const op *comm, size_t n, int64_t a, int64_t b) {
+    int64_t total = 0;
+    for (size_t i = 0; i < n && comm[i].start < b; i++)
+        if (comm[i].end > a && comm[i].end <= b && (ANALYZE_PIPE_COMM & ANALYZE_BIT(comm[i].phase)))
+            total += comm[i].wait_cpu;
+    return total < b - a ? total : b - a;
+}
+
 static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
     /* The OPT waits for the all-reduce (engine_dp_finish): a gap before it
      * that the all-reduce still ran into is that wait, whatever the rank
      * sent meanwhile. */
     if (next->phase == TRACE_OPT && analyze_covered(comm, ncomm, a, b, ANALYZE_BIT(ANALYZE_DP)) > 0)
         return CAUSE_WAIT_DP;
+    if (2 * cpu_wait_in(comm, ncomm, a, b) >= b - a) return CAUSE_WAIT_CPU;
     if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return CAUSE_COMM;
     if (next->phase == TRACE_F && next->stage > 0) return CAUSE_WAIT_ACTIVATION;
     if (analyze_is_backward(next->phase) && next->stage < stages - 1) return CAUSE_WAIT_GRADIENT;
@@ -207,7 +221,7 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(sql,
                                 "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns,"
-                                " coalesce(bytes,0), id, name"
+                                " coalesce(bytes,0), id, name, coalesce(wait_cpu_ns,0)"
                                 " FROM events WHERE job_id=?1 AND step=?2 AND source='cpu' AND attempt="
                                 " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)",
                                 -1, &st, NULL);
@@ -239,6 +253,7 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
         o->end = sqlite3_column_int64(st, 5);
         o->bytes = sqlite3_column_int64(st, 6);
         o->id = sqlite3_column_int64(st, 7);
+        o->wait_cpu = sqlite3_column_int64(st, 9);
         if (o->stage > *max_stage) *max_stage = o->stage;
     }
     sqlite3_finalize(st);

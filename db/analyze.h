@@ -18,6 +18,7 @@ typedef enum analyze_cause {
     CAUSE_WAIT_ACTIVATION,
     CAUSE_WAIT_GRADIENT,
     CAUSE_WAIT_DP,
+    CAUSE_WAIT_CPU,
     CAUSE_COMM,
     CAUSE_OTHER,
     CAUSE_COUNT
@@ -54,6 +55,7 @@ typedef struct analyze_op {
     int rank, phase, stage, microbatch; /* stage and microbatch -1 where NULL (OPT) */
     int64_t start, end;
     int64_t bytes; /* F/B/W/RECOMPUTE: activation bytes held after it (0: not recorded); DP: the bucket's */
+    int64_t wait_cpu; /* ns its thread waited for a core since its previous record (events.wait_cpu_ns; 0: none) */
 } analyze_op;
 
 /* qsort order of analyze_ops: by rank, then start, then end. */

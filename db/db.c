@@ -27,7 +27,7 @@
  * SQLite less per row than as many one-row statements (its cursors stay
  * open from row to row); bench/trace.c measures it. */
 #define DB_ROWS_PER_INSERT 32
-#define DB_EVENT_COLS 14
+#define DB_EVENT_COLS 15
 
 extern const pp_embedded_file pp_schema_files[];
 
@@ -184,6 +184,8 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     /* 7 -> 8: how far the collector stored each trace ring */
     "CREATE TABLE IF NOT EXISTS ring_marks (job_id INTEGER NOT NULL, ring INTEGER NOT NULL, rank INTEGER NOT NULL,"
     " pos INTEGER NOT NULL, PRIMARY KEY (job_id, ring)) WITHOUT ROWID;",
+    /* 8 -> 9: a host record's wait for a core (NULL before) */
+    "ALTER TABLE events ADD COLUMN wait_cpu_ns INTEGER;",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
@@ -312,12 +314,12 @@ static int open_file(const char *path, db **out, pp_err *err) {
         db_fail(d, SQLITE_ERROR, "registering pprun_job_status", err);
         goto fail;
     }
-    /* "INSERT ... VALUES(14 ?),(14 ?),..." for one row and for DB_ROWS_PER_INSERT. */
+    /* "INSERT ... VALUES(15 ?),(15 ?),..." for one row and for DB_ROWS_PER_INSERT. */
     static const char head[] =
         "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,name,"
-        "optim_bytes)"
+        "optim_bytes,wait_cpu_ns)"
         " VALUES";
-    static const char one[] = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?),";
+    static const char one[] = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?),";
     char rows[sizeof head + DB_ROWS_PER_INSERT * (sizeof one - 1)];
     size_t len = (size_t)snprintf(rows, sizeof rows, "%s", head);
     for (int i = 0; i < DB_ROWS_PER_INSERT; i++) len += (size_t)snprintf(rows + len, sizeof rows - len, "%s", one);
@@ -502,11 +504,13 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
         {"step_idle", NULL,
          "CREATE TEMP VIEW IF NOT EXISTS step_idle AS SELECT job_id, step, rank, cause,"
          " sum(end_ns - start_ns) AS idle_ns FROM main.gaps GROUP BY job_id, step, rank, cause"},
-        {"events", "name", "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS name, NULL AS optim_bytes"
-                           " FROM main.events"},
-        /* version 5: name but not optim_bytes (the entry above covers both) */
+        /* each covers the columns of the entries after it: one view of events */
+        {"events", "name", "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS name, NULL AS optim_bytes,"
+                           " NULL AS wait_cpu_ns FROM main.events"},
         {"events", "optim_bytes",
-         "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS optim_bytes FROM main.events"},
+         "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS optim_bytes, NULL AS wait_cpu_ns FROM main.events"},
+        {"events", "wait_cpu_ns",
+         "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS wait_cpu_ns FROM main.events"},
         {"eval_losses", NULL, "CREATE TEMP VIEW IF NOT EXISTS eval_losses AS SELECT * FROM main.losses WHERE 0"},
     };
     const char *file = sqlite3_db_filename(sql, "main");
@@ -837,7 +841,7 @@ static size_t order_rows(db *d, const trace_event *ev, size_t n) {
     return m;
 }
 
-/* One row's 14 values at parameters o+1 .. o+13 of st. */
+/* One row's 15 values at parameters o+1 .. o+13 of st. */
 static void bind_row(db *d, sqlite3_stmt *st, int o, int64_t job_id, const trace_event *e, const char *name) {
     int64_t off = offset_of(d, job_id, e->rank);
     sqlite3_bind_int64(st, o + 1, job_id);
@@ -885,6 +889,11 @@ static void bind_row(db *d, sqlite3_stmt *st, int o, int64_t job_id, const trace
         sqlite3_bind_int64(st, o + 14, (int64_t)e->value);
     else
         sqlite3_bind_null(st, o + 14);
+    /* a host record's wait for a core since the thread's previous one */
+    if (e->source != TRACE_SRC_GPU)
+        sqlite3_bind_int64(st, o + 15, e->wait_cpu_ns);
+    else
+        sqlite3_bind_null(st, o + 15);
 }
 
 /* The m rows of d->order, DB_ROWS_PER_INSERT to a statement, then the rest

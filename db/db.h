@@ -18,8 +18,8 @@
 
 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle;
  * 5: events.name (a program's named spans); 6: events.optim_bytes, eval_losses;
- * 7: events_by_step on (job_id, step, attempt); 8: ring_marks */
-#define DB_SCHEMA_VERSION 8
+ * 7: events_by_step on (job_id, step, attempt); 8: ring_marks; 9: events.wait_cpu_ns */
+#define DB_SCHEMA_VERSION 9
 
 typedef struct db db;
 

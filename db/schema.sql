@@ -1,9 +1,10 @@
--- schema.sql: the trace database (docs/design.md §7), version 8 (PRAGMA user_version).
+-- schema.sql: the trace database (docs/design.md §7), version 9 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
 -- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle;
 -- 4 -> 5: events.name; 5 -> 6: events.optim_bytes, eval_losses;
--- 6 -> 7: events_by_step on (job_id, step, attempt); 7 -> 8: ring_marks).
+-- 6 -> 7: events_by_step on (job_id, step, attempt); 7 -> 8: ring_marks;
+-- 8 -> 9: events.wait_cpu_ns).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -66,7 +67,8 @@ CREATE TABLE IF NOT EXISTS events (
   source      TEXT NOT NULL,             -- cpu (host span) | gpu (CUPTI: the op's first kernel start to last kernel end)
   name        TEXT,                      -- SPAN: its name ("data" or "ALLREDUCE"); NULL for every other phase (version 5)
                                          -- (no comma in this comment: SQLite's DROP COLUMN of the next column would trip on it)
-  optim_bytes INTEGER                    -- OPT: how many of its bytes are optimizer state (with --zero1 the shard), else NULL (version 6)
+  optim_bytes INTEGER,                   -- OPT: how many of its bytes are optimizer state (with --zero1 the shard) or NULL (version 6)
+  wait_cpu_ns INTEGER                    -- host records: ns the thread waited for a core since its previous record, else NULL (version 9)
 );
 -- Timeline readers ask for one source (host spans, or the GPU lane's gpu
 -- spans) of a rank's window: with source in the index they filter without

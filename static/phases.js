@@ -20,10 +20,12 @@ export function spanColor(name) {
   for (const ch of String(name)) h = (h * 31 + ch.codePointAt(0)) >>> 0;
   return SPAN_COLORS[h % SPAN_COLORS.length];
 }
-export const CAUSES = ['warmup', 'cooldown', 'wait_activation', 'wait_gradient', 'wait_dp', 'comm', 'other'];
+export const CAUSES = ['warmup', 'cooldown', 'wait_activation', 'wait_gradient', 'wait_dp', 'wait_cpu', 'comm',
+  'other'];
 export const CAUSE_OTHER = CAUSES.length - 1;
 export const CAUSE_COLOR = ['rgba(150,150,150,0.22)', 'rgba(150,150,150,0.22)', 'rgba(225,87,89,0.22)',
-  'rgba(237,201,72,0.32)', 'rgba(89,161,79,0.3)', 'rgba(176,122,161,0.4)', 'rgba(64,160,200,0.2)'];
+  'rgba(237,201,72,0.32)', 'rgba(89,161,79,0.3)', 'rgba(242,142,43,0.3)', 'rgba(176,122,161,0.4)',
+  'rgba(64,160,200,0.2)'];
 // The legend's entries for the causes: [label, index into CAUSES] (warm-up and cool-down share a colour).
 export const CAUSE_LEGEND = [['warm-up/cool-down', 0], ['wait activation', 2], ['wait gradient', 3],
-  ['wait all-reduce (--dp)', 4], ['comm (sending/receiving)', 5], ['other idle', CAUSE_OTHER]];
+  ['wait all-reduce (--dp)', 4], ['wait for a core', 5], ['comm (sending/receiving)', 6], ['other idle', CAUSE_OTHER]];

@@ -13,10 +13,15 @@
  *   where an ALLREDUCE (or REDUCE_SCATTER) span runs into a gap before the
  *   OPT, in every step of every rank; the all-reduce is never busy time,
  *   and wait_dp sums with the other causes to the idle time, in the gaps
- *   and in `pprun stats`. */
+ *   and in `pprun stats`.
+ * - waiting for a core: four ranks held to one CPU wait for it, and their
+ *   idle time is mostly wait_cpu, in the gaps and `pprun run`'s last line
+ *   (the rule itself, and that a gap without such waits keeps its cause,
+ *   on a known step: test_db.c). */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sched.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,4 +363,48 @@ Test(analyses_dp, waiting_for_the_all_reduce_is_wait_dp) {
     check_stats_by_cause(path, sq, 1);
     check_stats_by_cause(path, sq, 2);
     sqlite3_close(sq);
+}
+
+/* ---- waiting for a core: wait_cpu --------------------------------------- */
+
+/* The job's idle time from step 1 on (step 0 starts the ranks), and the
+ * part of it of cause `cause`. */
+static void idle_of(sqlite3 *db, int job, const char *cause, int64_t *all, int64_t *of) {
+    *all = tfix_q_intf(db, "SELECT coalesce(sum(idle_ns), 0) FROM step_idle WHERE job_id = %d AND step >= 1", job);
+    *of = tfix_q_intf(db, "SELECT coalesce(sum(idle_ns), 0) FROM step_idle WHERE job_id = %d AND step >= 1 AND "
+                          "cause = '%s'", job, cause);
+}
+
+/* Four ranks on one CPU (this process's affinity, which the launcher and
+ * its ranks inherit, as under `taskset -c 0`): each waits for the core
+ * while the others run, its sends and receives carry that wait, and the
+ * idle time is mostly wait_cpu, the cause `pprun run` names. */
+Test(analyses_cpu, ranks_sharing_one_core_wait_for_it) {
+    cpu_set_t all, one;
+    cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
+    int first = 0;
+    while (!CPU_ISSET(first, &all)) first++;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    const char *path = tfix_path("cpu1.db");
+    char last[4096];
+    run_job(path, last, sizeof last,
+            (const char *[]){"--nproc-per-node", "4", "--microbatches", "8", "--steps", "5", NULL});
+    cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
+    sqlite3 *db = open_ro(path);
+    int64_t idle, wait;
+    idle_of(db, 1, "wait_cpu", &idle, &wait);
+    cr_assert_gt(idle, 0);
+    cr_assert_gt(2 * wait, idle, "4 ranks on 1 core: wait_cpu %lld ns of %lld ns idle", (long long)wait,
+                 (long long)idle);
+    cr_assert(strstr(last, "idle mostly wait_cpu"), "pprun run's last line: %s", last);
+    /* the gaps' wait is what their sends and receives carried */
+    cr_assert_gt(tfix_q_intf(db, "SELECT sum(wait_cpu_ns) FROM events WHERE job_id = 1 AND step >= 1 AND phase IN "
+                                 "('SEND_F','SEND_B','RECV_F','RECV_B')"),
+                 wait / 2);
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM events WHERE job_id = 1 AND source = 'cpu' AND phase <> 'LOSS'"
+                                 " AND wait_cpu_ns IS NULL"),
+                 0, "every host record says how long it waited");
+    sqlite3_close(db);
 }

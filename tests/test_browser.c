@@ -277,10 +277,11 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
               jnum(et, "right"), jnum(et, "width"));
     /* The legend has every idle cause, each its own colour but warm-up and
      * cool-down's (comm, often the biggest, and other had none). */
-    static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "wait_dp", "comm", "other"};
+    static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "wait_dp", "wait_cpu",
+                                         "comm",   "other"};
     const cJSON *legend = cJSON_GetObjectItem(j, "legendCauses");
-    cr_assert_eq(cJSON_GetArraySize(legend), 6, "a legend entry per cause colour");
-    for (int k = 0; k < 6; k++) {
+    cr_assert_eq(cJSON_GetArraySize(legend), 7, "a legend entry per cause colour");
+    for (int k = 0; k < 7; k++) {
         cr_assert_str_eq(cell(cJSON_GetArrayItem(legend, k), 0), causes[k]);
         for (int m = 0; m < k; m++)
             cr_assert_str_neq(cell(cJSON_GetArrayItem(legend, k), 2), cell(cJSON_GetArrayItem(legend, m), 2),

@@ -27,7 +27,9 @@ static const char *q_text(sqlite3 *s, const char *sql, char *buf, size_t n) {
     return buf;
 }
 
-static db *open_fresh(const char *name) { return tfix_open_fresh(tfix_path(name)); }
+static db *open_fresh(const char *name) {
+    return tfix_open_fresh(tfix_path(name));
+}
 
 Test(db, creates_the_schema_in_wal_with_version_1_and_reopens) {
     db *d = open_fresh("a.db");
@@ -35,8 +37,8 @@ Test(db, creates_the_schema_in_wal_with_version_1_and_reopens) {
     cr_assert_eq(tfix_q_int(db_sqlite(d), "PRAGMA user_version"), DB_SCHEMA_VERSION);
     cr_assert_str_eq(q_text(db_sqlite(d), "PRAGMA journal_mode", buf, sizeof buf), "wal");
     cr_assert_eq(tfix_q_int(db_sqlite(d), "PRAGMA synchronous"), 1, "NORMAL");
-    const char *tables[] = {"jobs", "ranks", "events", "losses", "plan", "kernels", "step_stats", "gaps", "step_idle",
-                            "job_counters"};
+    const char *tables[] = {"jobs",    "ranks",      "events", "losses",    "plan",
+                            "kernels", "step_stats", "gaps",   "step_idle", "job_counters"};
     for (size_t i = 0; i < sizeof tables / sizeof *tables; i++) {
         char q[128];
         snprintf(q, sizeof q, "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='%s'", tables[i]);
@@ -98,7 +100,8 @@ Test(db, a_full_disk_is_reported_and_the_batch_is_not_half_written) {
     snprintf(q, sizeof q, "PRAGMA max_page_count=%lld", (long long)tfix_q_int(db_sqlite(d), "PRAGMA page_count") + 4);
     sqlite3_exec(db_sqlite(d), q, NULL, NULL, NULL);
     static trace_event ev[20000];
-    for (int i = 0; i < 20000; i++) tfix_events(i, 0, &ev[i / 16 * 16]);
+    for (int i = 0; i < 20000; i++)
+        tfix_events(i, 0, &ev[i / 16 * 16]);
     pp_err err;
     cr_assert_eq(db_insert_events(d, job, ev, 20000, &err), -1);
     cr_assert(strstr(err.msg, "full.db") && strstr(err.msg, "disk full"), "%s", err.msg);
@@ -131,8 +134,8 @@ Test(db, events_losses_offsets_counters_and_job_end) {
         tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND microbatch IS NULL AND stage IS NULL"), 2);
     /* F/B carry the held activation bytes (0 here: the fixture holds none),
      * OPT the bytes of weights, gradients and optimizer state. */
-    cr_assert_eq(
-        tfix_q_int(s, "SELECT count(*) FROM events WHERE phase IN ('F','B') AND peer IS NULL AND bytes = 0"), 8);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase IN ('F','B') AND peer IS NULL AND bytes = 0"),
+                 8);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='OPT' AND bytes = 1048576"), 2);
     cr_assert_eq(tfix_q_int(s, "SELECT bytes FROM events WHERE phase='SEND_B'"), 4096);
     cr_assert_eq(tfix_q_int(s, "SELECT pid FROM ranks WHERE rank=1"), 202);
@@ -166,10 +169,13 @@ Test(db, events_losses_offsets_counters_and_job_end) {
 
 static void check_fixture_analysis(sqlite3 *s, int step) {
     char q[512], buf[512];
-    snprintf(q, sizeof q, "SELECT group_concat(rank||':'||(end_ns-start_ns)||':'||busy_ns||':'||bubble_ns, ' ')"
-             " FROM (SELECT * FROM step_stats WHERE step=%d ORDER BY rank)", step);
+    snprintf(q, sizeof q,
+             "SELECT group_concat(rank||':'||(end_ns-start_ns)||':'||busy_ns||':'||bubble_ns, ' ')"
+             " FROM (SELECT * FROM step_stats WHERE step=%d ORDER BY rank)",
+             step);
     cr_assert_str_eq(q_text(s, q, buf, sizeof buf), "0:100000:64000:36000 1:100000:65000:35000");
-    snprintf(q, sizeof q, "SELECT group_concat(rank||' '||((start_ns-%lld)/1000)||'-'||((end_ns-%lld)/1000)||' '||cause"
+    snprintf(q, sizeof q,
+             "SELECT group_concat(rank||' '||((start_ns-%lld)/1000)||'-'||((end_ns-%lld)/1000)||' '||cause"
              "||' '||coalesce(next_action,'-'), ', ') FROM (SELECT * FROM gaps WHERE step=%d ORDER BY rank, start_ns)",
              1000000ll + step * 1000000ll, 1000000ll + step * 1000000ll, step);
     cr_assert_str_eq(q_text(s, q, buf, sizeof buf),
@@ -178,10 +184,12 @@ static void check_fixture_analysis(sqlite3 *s, int step) {
     snprintf(q, sizeof q, "SELECT round(bubble_ratio, 4) * 10000 FROM step_stats WHERE step=%d AND rank=0", step);
     cr_assert_eq(tfix_q_int(s, q), 3600);
     /* the same gaps summed by rank and cause (the causes never idle for have no row) */
-    snprintf(q, sizeof q, "SELECT group_concat(rank||' '||cause||' '||idle_ns, ', ')"
-             " FROM (SELECT * FROM step_idle WHERE step=%d ORDER BY rank, cause)", step);
+    snprintf(q, sizeof q,
+             "SELECT group_concat(rank||' '||cause||' '||idle_ns, ', ')"
+             " FROM (SELECT * FROM step_idle WHERE step=%d ORDER BY rank, cause)",
+             step);
     cr_assert_str_eq(q_text(s, q, buf, sizeof buf), "0 other 1000, 0 wait_gradient 35000, 1 comm 10000, "
-                     "1 cooldown 10000, 1 wait_activation 5000, 1 warmup 10000");
+                                                    "1 cooldown 10000, 1 wait_activation 5000, 1 warmup 10000");
 }
 
 Test(db, step_analysis_of_a_known_1f1b_step) {
@@ -208,6 +216,38 @@ Test(db, step_analysis_of_a_known_1f1b_step) {
     db_close(d);
 }
 
+/* The fixture's step with waits for a core on its receives and sends
+ * (events.wait_cpu_ns, each since the thread's previous record): a gap is
+ * wait_cpu when the records that end in it waited for at least half of
+ * it, and keeps its other cause below that. */
+Test(db, a_gap_mostly_spent_waiting_for_a_core_is_wait_cpu) {
+    db *d = open_fresh("cpu.db");
+    sqlite3 *s = db_sqlite(d);
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[32];
+    size_t n = tfix_events(0, 1000000, ev);
+    for (size_t i = 0; i < n; i++) {
+        if (ev[i].rank == 0 && ev[i].phase == TRACE_RECV_B)
+            ev[i].wait_cpu_ns = 10000; /* half of the 20 us gap before 0B0, which was wait_gradient */
+        if (ev[i].rank == 1 && ev[i].phase == TRACE_RECV_F && ev[i].microbatch == 1)
+            ev[i].wait_cpu_ns = 2499; /* less than half of the 5 us gap before 1F1 */
+        if (ev[i].rank == 1 && ev[i].phase == TRACE_SEND_B)
+            ev[i].wait_cpu_ns = 6000; /* of the 10 us gap before rank 1's OPT, which was comm */
+    }
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+    char buf[512];
+    cr_assert_str_eq(q_text(s,
+                            "SELECT group_concat(rank||' '||((start_ns-1000000)/1000)||' '||cause, ', ') FROM"
+                            " (SELECT * FROM gaps WHERE step=0 AND cause NOT IN ('warmup','cooldown')"
+                            " ORDER BY rank, start_ns)",
+                            buf, sizeof buf),
+                     "0 20 wait_cpu, 0 60 wait_gradient, 0 95 other, 1 40 wait_activation, 1 75 wait_cpu");
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(wait_cpu_ns) FROM events WHERE source = 'cpu'"), 10000 + 2499 + 6000);
+    db_close(d);
+}
+
 Test(db, analysis_uses_the_latest_attempt_of_a_step) {
     db *d = open_fresh("att.db");
     sqlite3 *s = db_sqlite(d);
@@ -218,7 +258,8 @@ Test(db, analysis_uses_the_latest_attempt_of_a_step) {
     size_t n = tfix_events(0, 0, ev);
     cr_assert_eq(db_insert_events(d, job, ev, 1, &err), 0, "%s", err.msg);
     n = tfix_events(0, 1000000, ev);
-    for (size_t i = 0; i < n; i++) ev[i].attempt = 1;
+    for (size_t i = 0; i < n; i++)
+        ev[i].attempt = 1;
     cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
     cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
     check_fixture_analysis(s, 0);
@@ -266,8 +307,10 @@ Test(db, phase_medians_of_a_step) {
 static char *columns_of(sqlite3 *s, const char *table) {
     static char buf[512];
     char q[160];
-    snprintf(q, sizeof q, "SELECT group_concat(name || ':' || type || ':' || coalesce(dflt_value, '-')) FROM "
-             "pragma_table_info('%s')", table);
+    snprintf(q, sizeof q,
+             "SELECT group_concat(name || ':' || type || ':' || coalesce(dflt_value, '-')) FROM "
+             "pragma_table_info('%s')",
+             table);
     return (char *)q_text(s, q, buf, sizeof buf);
 }
 
@@ -293,7 +336,7 @@ static size_t events_with_held_bytes(int step, int64_t base, trace_event *ev) {
 
 Test(db, a_new_file_has_step_stats_act_peak_bytes_last) {
     db *d = open_fresh("v3.db");
-    cr_assert_eq(DB_SCHEMA_VERSION, 8);
+    cr_assert_eq(DB_SCHEMA_VERSION, 9);
     cr_assert_str_eq(columns_of(db_sqlite(d), "step_stats"),
                      "job_id:INTEGER:-,step:INTEGER:-,rank:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
                      "busy_ns:INTEGER:-,bubble_ns:INTEGER:-,bubble_ratio:REAL:-,act_peak_bytes:INTEGER:0");
@@ -312,11 +355,14 @@ Test(db, analysis_stores_the_most_activation_bytes_each_rank_held) {
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu' AND bytes IS NULL"), 1,
                  "a gpu span's bytes are not stored");
     cr_assert_eq(tfix_q_int(s, "SELECT bytes FROM events WHERE source='cpu' AND phase='F' AND rank=0 AND "
-                               "microbatch=1 AND step=0"), 2000, "held bytes stored as the worker sent them");
+                               "microbatch=1 AND step=0"),
+                 2000, "held bytes stored as the worker sent them");
     cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
     char buf[256];
-    cr_assert_str_eq(q_text(s, "SELECT group_concat(step || ':' || rank || ':' || act_peak_bytes, ' ') FROM "
-                               "(SELECT * FROM step_stats ORDER BY step, rank)", buf, sizeof buf),
+    cr_assert_str_eq(q_text(s,
+                            "SELECT group_concat(step || ':' || rank || ':' || act_peak_bytes, ' ') FROM "
+                            "(SELECT * FROM step_stats ORDER BY step, rank)",
+                            buf, sizeof buf),
                      "0:0:2000 0:1:600 1:0:0 1:1:0");
     /* The bubble analysis is unchanged by the new column. */
     check_fixture_analysis(s, 0);
@@ -357,9 +403,13 @@ Test(db, a_version_2_file_reads_as_0_and_migrates_keeping_its_data, .init = user
     pp_err err;
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                 "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;", NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(s));
+    cr_assert_eq(
+        sqlite3_exec(s,
+                     "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
+                     "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+                     "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;",
+                     NULL, NULL, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(s));
     int64_t bubble = tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats");
     cr_assert_gt(bubble, 0);
     sqlite3_close(s);
@@ -416,9 +466,13 @@ Test(db, a_version_3_file_reads_step_idle_from_its_gaps_and_migrates, .init = us
     db_close(d);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "DROP TABLE step_idle; ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=3;",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(s));
+    cr_assert_eq(
+        sqlite3_exec(
+            s,
+            "DROP TABLE step_idle; ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+            "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=3;",
+            NULL, NULL, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
 
     for (int reader = 0; reader < 2; reader++) {
@@ -473,7 +527,8 @@ static int open_at_once(const char *path, int n) {
     close(go[0]);
     close(go[1]);
     int failed = 0, status;
-    while (wait(&status) > 0) failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    while (wait(&status) > 0)
+        failed += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
     return failed;
 }
 
@@ -487,9 +542,13 @@ Test(db, writers_opening_one_file_at_once_all_succeed) {
         /* the same file two versions back: each writer would migrate it */
         sqlite3 *s;
         cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-        cr_assert_eq(sqlite3_exec(s, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                     "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;", NULL, NULL, NULL),
-                     SQLITE_OK, "%s", sqlite3_errmsg(s));
+        cr_assert_eq(
+            sqlite3_exec(s,
+                         "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
+                         "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+                         "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;",
+                         NULL, NULL, NULL),
+            SQLITE_OK, "%s", sqlite3_errmsg(s));
         sqlite3_close(s);
         cr_assert_eq(open_at_once(path, 8), 0, "round %d: a writer migrating the file failed (stderr)", round);
         cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
@@ -512,8 +571,12 @@ Test(db, a_version_4_file_reads_events_without_names_and_migrates) {
     sqlite3 *s;
     pp_err err;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=4;", NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(s));
+    cr_assert_eq(
+        sqlite3_exec(s,
+                     "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+                     "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=4;",
+                     NULL, NULL, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
     for (int reader = 0; reader < 2; reader++) {
         int rc = reader ? db_open_readonly(path, &s, &err) : usersql_open(path, &s, &err);
@@ -538,8 +601,16 @@ Test(db, a_version_4_file_reads_events_without_names_and_migrates) {
     trace_event ev[4] = {{0}};
     uint64_t t0 = 3000000;
     size_t k = trace_name_records_of(TRACE_SPAN_NAME, &(trace_event){.rank = 1}, 1, "data", ev);
-    ev[k] = (trace_event){.version = TRACE_EVENT_VERSION, .phase = TRACE_SPAN, .rank = 1, .step = 1, .microbatch = -1,
-                          .stage = -1, .peer = -1, .start_ns = t0, .end_ns = t0 + 10, .name = 1};
+    ev[k] = (trace_event){.version = TRACE_EVENT_VERSION,
+                          .phase = TRACE_SPAN,
+                          .rank = 1,
+                          .step = 1,
+                          .microbatch = -1,
+                          .stage = -1,
+                          .peer = -1,
+                          .start_ns = t0,
+                          .end_ns = t0 + 10,
+                          .name = 1};
     cr_assert_eq(db_insert_events(d, job, ev, k + 1, &err), 0, "%s", err.msg);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase='SPAN' AND name='data' AND rank=1"), 1);
     db_close(d);

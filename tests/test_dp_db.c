@@ -16,8 +16,16 @@
 
 static trace_event rec(int rank, int phase, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0,
                        uint64_t t1) {
-    return (trace_event){.version = TRACE_EVENT_VERSION, .phase = (uint8_t)phase, .rank = rank, .step = step,
-                         .microbatch = mb, .stage = stage, .peer = peer, .start_ns = t0, .end_ns = t1, .bytes = bytes};
+    return (trace_event){.version = TRACE_EVENT_VERSION,
+                         .phase = (uint8_t)phase,
+                         .rank = rank,
+                         .step = step,
+                         .microbatch = mb,
+                         .stage = stage,
+                         .peer = peer,
+                         .start_ns = t0,
+                         .end_ns = t1,
+                         .bytes = bytes};
 }
 
 /* The fixture's step 0 (two ranks, 1F1B), then an evaluation of two
@@ -94,8 +102,11 @@ Test(dp_db, a_version_5_file_reads_without_optim_bytes_and_eval_losses_and_migra
     db_close(d);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses;"
-                                 " PRAGMA user_version=5;", NULL, NULL, NULL),
+    cr_assert_eq(sqlite3_exec(s,
+                              "ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+                              "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses;"
+                              " PRAGMA user_version=5;",
+                              NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
     for (int reader = 0; reader < 2; reader++) {

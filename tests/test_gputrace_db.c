@@ -35,17 +35,27 @@ static char *q_text(sqlite3 *s, const char *sql) {
 }
 
 static trace_event kernel(const trace_event *span, uint32_t name_id, uint64_t start, uint64_t end, int stream) {
-    trace_event k = {.version = TRACE_EVENT_VERSION, .phase = TRACE_KERNEL, .source = TRACE_SRC_GPU,
-                     .attempt = span->attempt, .rank = span->rank, .step = span->step,
-                     .microbatch = span->microbatch, .stage = span->stage, .peer = stream,
-                     .reserved = span->reserved, .start_ns = start, .end_ns = end, .bytes = name_id};
+    trace_event k = {.version = TRACE_EVENT_VERSION,
+                     .phase = TRACE_KERNEL,
+                     .source = TRACE_SRC_GPU,
+                     .attempt = span->attempt,
+                     .rank = span->rank,
+                     .step = span->step,
+                     .microbatch = span->microbatch,
+                     .stage = span->stage,
+                     .peer = stream,
+                     .reserved = span->reserved,
+                     .start_ns = start,
+                     .end_ns = end,
+                     .bytes = name_id};
     return k;
 }
 
 static void write_names(trace_ring *r, const trace_event *base, uint32_t id, const char *name) {
     trace_event out[TRACE_NAME_RECORDS_MAX];
     size_t n = trace_name_records(base, id, name, out);
-    for (size_t i = 0; i < n; i++) trace_ring_write(r, &out[i]);
+    for (size_t i = 0; i < n; i++)
+        trace_ring_write(r, &out[i]);
 }
 
 /* Runs the fixture's steps 0..1 through two rings and a collector into
@@ -70,7 +80,8 @@ static void run_job(const char *path, int gpu, const char *long_name) {
     for (int s = 0; s < 2; s++) {
         trace_event ev[32];
         size_t n = tfix_events(s, 1000000 + s * 1000000ll, ev);
-        for (size_t i = 0; i < n; i++) trace_ring_write(rings[ev[i].rank], &ev[i]);
+        for (size_t i = 0; i < n; i++)
+            trace_ring_write(rings[ev[i].rank], &ev[i]);
         if (!gpu) continue;
         for (size_t i = 0; i < n; i++) {
             if (ev[i].rank != 0 || ev[i].phase != TRACE_F) continue;
@@ -92,8 +103,15 @@ static void run_job(const char *path, int gpu, const char *long_name) {
         trace_event none = kernel(&(trace_event){.rank = 0, .step = s, .microbatch = -1, .stage = -1}, 0,
                                   1000000 + s * 1000000ll + 96000, 1000000 + s * 1000000ll + 99000, 9);
         trace_ring_write(rings[0], &none);
-        trace_event dropped = {.version = TRACE_EVENT_VERSION, .phase = TRACE_GPU_DROPPED, .source = TRACE_SRC_GPU,
-                               .rank = 1, .step = s, .microbatch = -1, .stage = -1, .peer = -1, .bytes = 5};
+        trace_event dropped = {.version = TRACE_EVENT_VERSION,
+                               .phase = TRACE_GPU_DROPPED,
+                               .source = TRACE_SRC_GPU,
+                               .rank = 1,
+                               .step = s,
+                               .microbatch = -1,
+                               .stage = -1,
+                               .peer = -1,
+                               .bytes = 5};
         trace_ring_write(rings[1], &dropped);
     }
     cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
@@ -136,7 +154,8 @@ Test(gputrace_db, kernels_get_names_and_their_gpu_span_and_analyses_ignore_gpu_r
     /* The analyses are the host-only run's, row for row. */
     const char *stats = "SELECT step, rank, start_ns, end_ns, busy_ns, bubble_ns, bubble_ratio FROM step_stats"
                         " ORDER BY step, rank";
-    const char *gaps = "SELECT step, rank, start_ns, end_ns, cause, next_action FROM gaps ORDER BY step, rank, start_ns";
+    const char *gaps =
+        "SELECT step, rank, start_ns, end_ns, cause, next_action FROM gaps ORDER BY step, rank, start_ns";
     char *a = q_text(s, stats), *b = q_text(h, stats);
     cr_assert_str_eq(a, b, "step_stats changed by gpu rows");
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4);
@@ -188,13 +207,15 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable, .init = usersql_fir
     db_close(d);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s,
-                              "ALTER TABLE ranks DROP COLUMN cupti_dropped; DROP INDEX kernels_by_event;"
-                              "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                              "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; DROP INDEX events_by_time;"
-                              "CREATE INDEX events_by_time ON events(job_id, rank, start_ns); PRAGMA user_version=1;",
-                              NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(s));
+    cr_assert_eq(
+        sqlite3_exec(s,
+                     "ALTER TABLE ranks DROP COLUMN cupti_dropped; DROP INDEX kernels_by_event;"
+                     "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
+                     "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+                     "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; DROP INDEX events_by_time;"
+                     "CREATE INDEX events_by_time ON events(job_id, rank, start_ns); PRAGMA user_version=1;",
+                     NULL, NULL, NULL),
+        SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
 
     cr_assert_eq(usersql_open(path, &s, &err), 0, "%s", err.msg);

@@ -19,11 +19,12 @@
 
 static lt_proc stats(const char *db, const char *job) {
     lt_proc p;
-    if (job) lt_run(&p, (const char *[]){"stats", "--db", db, "--job", job, NULL}, NULL);
-    else lt_run(&p, (const char *[]){"stats", "--db", db, NULL}, NULL);
+    if (job)
+        lt_run(&p, (const char *[]){"stats", "--db", db, "--job", job, NULL}, NULL);
+    else
+        lt_run(&p, (const char *[]){"stats", "--db", db, NULL}, NULL);
     return p;
 }
-
 
 static double sql_double(const char *path, const char *sql) {
     sqlite3 *db;
@@ -81,18 +82,19 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(p.out, "by rank  0: 19.7%  1: 19.7%  2: 19.7%  3: 19.7%\n");
     /* 2 steps x 4 ranks x 6 ms of idle: half waiting for gradients, then warm-up and cool-down */
     lt_assert_has(p.out, "  wait_gradient       24.00 ms  50.0%\n  warmup              12.00 ms  25.0%\n"
-                      "  cooldown            12.00 ms  25.0%\n");
+                         "  cooldown            12.00 ms  25.0%\n");
     /* 2 steps x 4 ranks x 8 microbatches of 1 ms each */
     lt_assert_has(p.out, "  F                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
     lt_assert_has(p.out, "  W                     64    1.00 ms    1.00 ms    1.00 ms   64.00 ms\n");
     cr_assert_null(strstr(p.out, "GPU spans"), "a CPU job has no GPU table");
     /* the fixture's trace holds no activation or state bytes; its 1F1B plan holds 4 3 2 1 */
     lt_assert_has(p.out, "memory     activations held at peak: not recorded\n"
-               "  state    weights, gradients, optimizer: not recorded\n"
-               "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
+                         "  state    weights, gradients, optimizer: not recorded\n"
+                         "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     char loss[64];
     double want = 0;
-    for (int m = 0; m < 8; m++) want += fixture_loss(2, m) / 8;
+    for (int m = 0; m < 8; m++)
+        want += fixture_loss(2, m) / 8;
     snprintf(loss, sizeof loss, "loss       %.4f (mean of step 2)", want);
     lt_assert_has(p.out, loss);
     /* the first F down, rank 3 never idle from then on, microbatch 7's gradient back up, rank 0's W and OPT */
@@ -105,13 +107,13 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
                          "  hand-offs: an output crossing to another rank          0 ns   0.0%\n");
     /* every schedule at these costs; this job's own row is 1f1b */
     lt_assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 1.00 ms, B 1.00 ms, W 1.00 ms, "
-                      "send 50.00 us per op\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
+                         "send 50.00 us per op\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
     lt_assert_has(p.out, "  1f1b *                  1 ");
     lt_assert_has(p.out, "   1.00x           -         4\n");
     lt_assert_has(p.out, "  zb-v                    2 ");
     lt_assert_has(p.out, "  zb-v tuned              2 ");
     lt_assert_has(p.out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs "
-                      "f=1ms,b=1ms,w=1ms,comm=0.05ms)\n");
+                         "f=1ms,b=1ms,w=1ms,comm=0.05ms)\n");
     lt_free(&p);
 
     /* job 2: the same host trace plus CUPTI's spans, F/B/W 100 us shorter */
@@ -141,9 +143,9 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
     /* With weights and optimizer the most is on rank 3 (2 MiB + 384 KiB),
      * not rank 0, where activations peak (512 KiB + 1.5 MiB). */
     lt_assert_has(p.out, "memory     activations held at peak  0: 1.5 MiB  1: 1.1 MiB  2: 768 KiB  3: 384 KiB\n"
-               "  state    weights, gradients, optimizer  0: 512 KiB  1: 1 MiB  2: 1.5 MiB  3: 2 MiB\n"
-               "  at peak  both, most on rank 3: 2.4 MiB\n"
-               "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
+                         "  state    weights, gradients, optimizer  0: 512 KiB  1: 1 MiB  2: 1.5 MiB  3: 2 MiB\n"
+                         "  at peak  both, most on rank 3: 2.4 MiB\n"
+                         "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     /* what if: 384 KiB per microbatch-stage times each schedule's peak in
      * flight (the fixture's timed model: a chunk holds a stage's bytes) */
     static const char *const rows[][2] = {{"  gpipe ", "     3 MiB         8\n"},
@@ -164,15 +166,19 @@ Test(stats, activation_memory_per_rank, .timeout = 60) {
 
     /* A file from before schema version 3 has no act_peak_bytes: not recorded, and the file is left as it was;
      * nor step_idle (version 4): the idle time by cause comes from the gaps, the same. */
-    cr_assert_eq(fixture_exec(path, "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
-                                    "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;", &err),
-                 0, "%s", err.msg);
+    cr_assert_eq(
+        fixture_exec(path,
+                     "ALTER TABLE step_stats DROP COLUMN act_peak_bytes; DROP TABLE step_idle;"
+                     "ALTER TABLE events DROP COLUMN name; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+                     "ALTER TABLE events DROP COLUMN optim_bytes; DROP TABLE eval_losses; PRAGMA user_version=2;",
+                     &err),
+        0, "%s", err.msg);
     p = stats(path, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.out, "memory     activations held at peak: not recorded\n"
-               "  state    weights, gradients, optimizer  0: 512 KiB  1: 1 MiB  2: 1.5 MiB  3: 2 MiB\n"
-               "  at peak  both, most on rank 3: 2 MiB\n"
-               "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
+                         "  state    weights, gradients, optimizer  0: 512 KiB  1: 1 MiB  2: 1.5 MiB  3: 2 MiB\n"
+                         "  at peak  both, most on rank 3: 2 MiB\n"
+                         "  planned  microbatch-stages in flight at most  0: 4  1: 3  2: 2  3: 1\n");
     lt_assert_has(p.out, "bubble     19.7% measured");
     lt_assert_has(p.out, idle_v4);
     lt_free(&p);
@@ -255,7 +261,8 @@ Test(stats, a_slow_stage_holds_the_critical_path, .timeout = 240) {
         const char *pct = strchr(line, '%');
         cr_assert_not_null(pct);
         const char *num = pct;
-        while (num > line && num[-1] != ' ') num--;
+        while (num > line && num[-1] != ' ')
+            num--;
         double v = strtod(num, NULL);
         if (i < 4) share[line[2] - '0'] = v; /* "  R ..." */
         total += v;
@@ -283,8 +290,8 @@ Test(stats, a_short_zb_v_job_records_its_ranks_state_and_gets_a_planned_timeline
     const char *db = tfix_path("zbv.db"), *model = "gpt:layers=4,dim=32,heads=2,seq=16,batch=2";
     lt_proc run;
     lt_run(&run,
-           (const char *[]){"run", "--schedule", "zb-v", "--nproc-per-node", "2", "--microbatches", "4", "--steps",
-                            "1", "--model", model, "--progress", "off", "--db", db, NULL},
+           (const char *[]){"run", "--schedule", "zb-v", "--nproc-per-node", "2", "--microbatches", "4", "--steps", "1",
+                            "--model", model, "--progress", "off", "--db", db, NULL},
            NULL);
     cr_assert_eq(run.status, 0, "%s", run.err);
     /* re-simulated by the end of the job: the plan has simulated times and the bubble a plan */
@@ -307,8 +314,10 @@ Test(stats, a_short_zb_v_job_records_its_ranks_state_and_gets_a_planned_timeline
     }
     char sql[160], line[160];
     for (int rank = 0; rank < 2; rank++) {
-        snprintf(sql, sizeof sql, "SELECT min(bytes) = max(bytes) AND count(*) = 1 AND min(bytes) FROM events "
-                 "WHERE job_id=1 AND rank=%d AND phase='OPT'", rank);
+        snprintf(sql, sizeof sql,
+                 "SELECT min(bytes) = max(bytes) AND count(*) = 1 AND min(bytes) FROM events "
+                 "WHERE job_id=1 AND rank=%d AND phase='OPT'",
+                 rank);
         cr_assert_eq((int64_t)sql_double(db, sql), 1, "rank %d: one OPT, with bytes", rank);
         snprintf(sql, sizeof sql, "SELECT bytes FROM events WHERE job_id=1 AND rank=%d AND phase='OPT'", rank);
         cr_assert_eq((int64_t)sql_double(db, sql), want[rank], "rank %d", rank);
@@ -316,7 +325,8 @@ Test(stats, a_short_zb_v_job_records_its_ranks_state_and_gets_a_planned_timeline
     lt_proc p = stats(db, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
     cr_assert(want[0] >= 100 * 1024 && want[1] >= 100 * 1024 && want[0] < 1024 * 1024 && want[1] < 1024 * 1024);
-    snprintf(line, sizeof line, "  state    weights, gradients, optimizer  0: %.0f KiB  1: %.0f KiB\n", /* 100 KiB up: whole */
+    snprintf(line, sizeof line,
+             "  state    weights, gradients, optimizer  0: %.0f KiB  1: %.0f KiB\n", /* 100 KiB up: whole */
              (double)want[0] / 1024, (double)want[1] / 1024);
     lt_assert_has(p.out, line);
     lt_free(&p);
@@ -375,12 +385,16 @@ static void fused_job(const char *path) {
     for (int rank = 0; rank < 2; rank++) {
         trace_event base = {.rank = rank};
         size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "ScheduleGPipe", ev);
-        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION, .phase = TRACE_SCHEDULE, .rank = rank,
+        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
+                                .phase = TRACE_SCHEDULE,
+                                .rank = rank,
                                 .sched = {.name = 1, .ranks = 2, .stages = 2, .microbatches = 2, .slots = 4}};
         for (int i = 0; i < 4; i++) {
             const char *a = plans[rank][i];
             int op = a[1] == 'F' ? TRACE_F : TRACE_BW;
-            ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION, .phase = TRACE_PLAN, .rank = rank,
+            ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
+                                    .phase = TRACE_PLAN,
+                                    .rank = rank,
                                     .plan = {.slot = i, .stage = rank, .op = op, .microbatch = a[strlen(a) - 1] - '0'}};
         }
         cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
@@ -392,8 +406,14 @@ static void fused_job(const char *path) {
             if (ev[i].phase == TRACE_B) ev[i].phase = TRACE_BW;
         trace_event base = {.rank = 0};
         n += trace_name_records_of(TRACE_SPAN_NAME, &base, 2, "data", ev + n);
-        trace_event span = {.version = TRACE_EVENT_VERSION, .phase = TRACE_SPAN, .step = step, .stage = -1,
-                            .microbatch = -1, .peer = -1, .name = 2, .start_ns = (uint64_t)t + 100 * TFIX_US,
+        trace_event span = {.version = TRACE_EVENT_VERSION,
+                            .phase = TRACE_SPAN,
+                            .step = step,
+                            .stage = -1,
+                            .microbatch = -1,
+                            .peer = -1,
+                            .name = 2,
+                            .start_ns = (uint64_t)t + 100 * TFIX_US,
                             .end_ns = (uint64_t)t + 103 * TFIX_US};
         ev[n++] = span;
         cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);

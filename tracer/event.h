@@ -20,8 +20,10 @@
  * 4: an evaluation step's spans (TRACE_EVAL_F, TRACE_EVAL_SEND_F,
  * TRACE_EVAL_RECV_F, numbered before TRACE_LOSS; the kinds from TRACE_LOSS
  * on moved up by three) and its losses (TRACE_EVAL_LOSS); OPT's value is
- * the optimizer state's bytes; pprun's own named spans (ALLREDUCE ...). */
-#define TRACE_EVENT_VERSION 4
+ * the optimizer state's bytes; pprun's own named spans (ALLREDUCE ...).
+ * 5: a host record's wait_cpu_ns (tracer/cpuwait.h), where a gpu span has
+ * its number. */
+#define TRACE_EVENT_VERSION 5
 
 typedef enum trace_phase {
     TRACE_F = 0,
@@ -102,7 +104,11 @@ typedef struct trace_event {
             int32_t microbatch; /* -1 when not per microbatch (OPT) */
             int32_t stage;      /* -1 when not per stage */
             int32_t peer;       /* the other rank of SEND/RECV, else -1 */
-            int32_t reserved;   /* source gpu: the span's number (> 0), which its TRACE_KERNELs carry */
+            union {
+                int32_t reserved;     /* source gpu: the span's number (> 0), which its TRACE_KERNELs carry */
+                uint32_t wait_cpu_ns; /* source cpu, ops and spans: ns the writing thread waited for a core
+                                       * since its previous record (tracer/cpuwait.h); saturates */
+            };
             uint64_t start_ns, end_ns;
             uint64_t bytes;     /* SEND/RECV payload; F/B/W/BW: activation bytes the rank holds after the op;
                                 * OPT: the rank's weights, gradients and optimizer state; SPAN: the user's */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/pp.h"
+#include "tracer/cpuwait.h"
 #include "tracer/event.h"
 #include "tracer/ring.h"
 
@@ -149,6 +150,7 @@ static int pt_put_locked(trace_event *ev) {
     ev->source = TRACE_SRC_CPU;
     ev->rank = pt.rank;
     ev->attempt = pt.attempt;
+    if (ev->phase < TRACE_LOSS) ev->wait_cpu_ns = trace_cpu_wait_since_last(); /* ops and spans: rows of events */
     return trace_ring_write(pt.ring, ev);
 }
 

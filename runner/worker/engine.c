@@ -13,6 +13,7 @@
 
 #include "base/file.h"
 #include "runner/worker/checkpoint_dir.h"
+#include "tracer/cpuwait.h"
 
 /* Timestamps are pp_now_ns(); the ring adds the test-only clock skew
  * itself (tracer/clock.h). */
@@ -44,6 +45,7 @@ static void trace(engine *e, int phase, int step, int mb, int stage, int peer, u
         .bytes = bytes,
         .value = value,
     };
+    if (phase < TRACE_LOSS) ev.wait_cpu_ns = trace_cpu_wait_since_last(); /* ops: rows of events */
     trace_event_write(e, &ev, 1);
 }
 
@@ -91,6 +93,7 @@ static void span(engine *e, uint32_t name, int step, int mb, int stage, int peer
         .end_ns = t1,
         .bytes = bytes,
         .name = name,
+        .wait_cpu_ns = trace_cpu_wait_since_last(), /* of this span's thread: the engine's or the all-reduce's */
     };
     trace_event_write(e, &ev, on_gpu);
 }
