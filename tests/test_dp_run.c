@@ -363,7 +363,8 @@ Test(dp_run, a_restarted_zero1_job_resumes_from_its_checkpoint_bit_for_bit) {
 }
 
 /* The files hold the whole state, whatever --dp wrote them: the same
- * stages and the same global batch with another --dp go on with the run. */
+ * global batch on another mesh goes on with the run, on the same stages
+ * with another --dp (2x2 -> 2x1) and on other stages too (2x2 -> 4x1). */
 Test(dp_run, a_checkpoint_resumes_under_another_dp) {
     cr_assert_eq(sh("%s run --nproc-per-node 4 --pp 2 --dp 2 --zero1 --microbatches 2 --steps 4 --model " MODEL
                     " --trace off --progress off --metrics %s/four.jsonl --save-weights %s/four.w",
@@ -371,6 +372,7 @@ Test(dp_run, a_checkpoint_resumes_under_another_dp) {
     cr_assert_eq(sh("%s run --nproc-per-node 4 --pp 2 --dp 2 --zero1 --microbatches 2 --steps 2 --model " MODEL
                     " --trace off --progress off --checkpoint-dir %s/ck2",
                     PPRUN_BIN, tmpdir), 0, "%s", out_text());
+    cr_assert_eq(sh("cp -r %s/ck2 %s/ck4", tmpdir, tmpdir), 0, "%s", out_text());
     cr_assert_eq(sh("%s run --nproc-per-node 2 --pp 2 --dp 1 --microbatches 4 --steps 4 --model " MODEL
                     " --trace off --progress off --checkpoint-dir %s/ck2 --resume --metrics %s/two.jsonl"
                     " --save-weights %s/two.w", PPRUN_BIN, tmpdir, tmpdir, tmpdir), 0, "%s", out_text());
@@ -380,6 +382,15 @@ Test(dp_run, a_checkpoint_resumes_under_another_dp) {
     free(wa), free(wb);
     char *a = arrays_of("four", "\"losses\":"), *b = arrays_of("two", "\"losses\":");
     cr_assert(strlen(b) > 0 && strstr(a, b) && strlen(a) > strlen(b), "steps 2 and 3 differ:\n%s\nvs\n%s", a, b);
+    free(b);
+    cr_assert_eq(sh("%s run --nproc-per-node 4 --pp 4 --dp 1 --microbatches 4 --steps 4 --model " MODEL
+                    " --trace off --progress off --checkpoint-dir %s/ck4 --resume --metrics %s/pp4.jsonl"
+                    " --save-weights %s/pp4.w", PPRUN_BIN, tmpdir, tmpdir, tmpdir), 0, "%s", out_text());
+    wa = weights_of("four", 2, &la), wb = weights_of("pp4", 4, &lb);
+    cr_assert(la == lb && memcmp(wa, wb, la) == 0, "resumed on 4 stages: final weights differ");
+    free(wa), free(wb);
+    b = arrays_of("pp4", "\"losses\":");
+    cr_assert(strlen(b) > 0 && strstr(a, b), "on 4 stages, steps 2 and 3 differ:\n%s\nvs\n%s", a, b);
     free(a), free(b);
 }
 
