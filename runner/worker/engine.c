@@ -454,7 +454,7 @@ static int run_step(engine *e, step_state *st, pp_err *err) {
                                     : run_backward_input(e, st, a->stage, a->mb, a->op == SCHED_BW, err);
         gputrace_op_end(e->gpu);
         if (rc != 0) return -1;
-        if (a->op == SCHED_W) engine_dp_w_done(e, st->step, i);
+        if (a->op == SCHED_W || a->op == SCHED_BW) engine_dp_w_done(e, st->step, i);
     }
     /* The gradient all-reduce: the gap from here to the OPT is waiting for it. */
     if (engine_dp_finish(e, st->step, err) != 0) return -1;
