@@ -56,7 +56,7 @@ typedef struct enum_name {
 /* csv:FILE is the one kind without a name of its own (parse_schedule) */
 static const enum_name schedule_names[] = {
     {RUN_SCHEDULE_GPIPE, "gpipe"}, {RUN_SCHEDULE_1F1B, "1f1b"}, {RUN_SCHEDULE_INTERLEAVED_1F1B, "interleaved-1f1b"},
-    {RUN_SCHEDULE_ZB_H1, "zb-h1"}, {RUN_SCHEDULE_ZB_V, "zb-v"}, {0, NULL}};
+    {RUN_SCHEDULE_ZB_H1, "zb-h1"}, {RUN_SCHEDULE_ZB_V, "zb-v"}, {RUN_SCHEDULE_DUALPIPEV, "dualpipev"}, {0, NULL}};
 static const enum_name device_names[] = {{RUN_DEVICE_CPU, "cpu"}, {RUN_DEVICE_CUDA, "cuda"}, {0, NULL}};
 static const enum_name transport_names[] = {{RUN_TRANSPORT_AUTO, "auto"}, {RUN_TRANSPORT_SHM, "shm"},
                                             {RUN_TRANSPORT_TCP, "tcp"},   {RUN_TRANSPORT_CUDA_IPC, "cuda-ipc"},
@@ -475,9 +475,10 @@ int run_config_finish(run_config *cfg, pp_err *err) {
                        run_recompute_name(cfg->recompute), cfg->model_text);
     char schedule[RUN_SCHEDULE_TEXT_MAX];
     run_schedule_text(cfg, schedule, sizeof schedule);
-    if (cfg->schedule == RUN_SCHEDULE_ZB_V && cfg->virtual_stages && cfg->virtual_stages != 2)
-        return pp_fail(err, "--schedule zb-v needs --virtual-stages 2 (two chunks per rank in V placement), got %d",
-                       cfg->virtual_stages);
+    int v_placed = cfg->schedule == RUN_SCHEDULE_ZB_V || cfg->schedule == RUN_SCHEDULE_DUALPIPEV;
+    if (v_placed && cfg->virtual_stages && cfg->virtual_stages != 2)
+        return pp_fail(err, "--schedule %s needs --virtual-stages 2 (two chunks per rank in V placement), got %d",
+                       schedule, cfg->virtual_stages);
     /* under --max-mem zb-h1's order is the greedy's too (sched_build_bounded) */
     int costed = cfg->schedule == RUN_SCHEDULE_ZB_V || (cfg->schedule == RUN_SCHEDULE_ZB_H1 && cfg->max_mem > 0);
     if ((cfg->has_schedule_costs || cfg->schedule_costs_db[0]) && !costed)

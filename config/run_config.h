@@ -25,6 +25,7 @@ typedef enum run_schedule_kind {
     RUN_SCHEDULE_INTERLEAVED_1F1B,
     RUN_SCHEDULE_ZB_H1,
     RUN_SCHEDULE_ZB_V,
+    RUN_SCHEDULE_DUALPIPEV, /* its F+BW pairs run side by side (sched_plan.overlap) */
     RUN_SCHEDULE_CSV, /* csv:FILE, FILE in run_config.schedule_csv */
 } run_schedule_kind;
 typedef enum run_device { RUN_DEVICE_CPU, RUN_DEVICE_CUDA } run_device;

@@ -80,14 +80,14 @@ int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *pe
                 "sim_end_ns AS sim_end FROM plan WHERE job_id=?1 ORDER BY rank, slot",
                 job, &st, err) != 0)
         return -1;
-    int64_t lo = INT64_MAX, hi = INT64_MIN, inflight = 0;
+    int64_t lo = INT64_MAX, hi = INT64_MIN, inflight = 0, prev_s = 0, prev_e = 0;
     int simulated = 1, n = 0, rc, last_rank = -1;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (row) row(ctx, st);
         n++;
         int rank = sqlite3_column_int(st, 0);
         const char *phase = (const char *)sqlite3_column_text(st, 4);
-        if (rank != last_rank) last_rank = rank, inflight = 0;
+        if (rank != last_rank) last_rank = rank, inflight = 0, prev_s = prev_e = 0;
         if (rank >= 0 && rank < world && phase) {
             if (strcmp(phase, "F") == 0) inflight++;
             else if (strcmp(phase, "W") == 0 || strcmp(phase, "BW") == 0) inflight--; /* its activations go */
@@ -100,7 +100,12 @@ int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *pe
         int64_t s = sqlite3_column_int64(st, 6), e = sqlite3_column_int64(st, 7);
         if (s < lo) lo = s;
         if (e > hi) hi = e;
-        if (rank >= 0 && rank < world) busy[rank] += e - s;
+        /* busy is the union of the rank's spans: the two halves of an
+         * overlapped pair (sched.h) run at once, and only they overlap, next
+         * to each other in slot order */
+        int64_t both = (e < prev_e ? e : prev_e) - (s > prev_s ? s : prev_s);
+        if (rank >= 0 && rank < world) busy[rank] += e - s - (both > 0 ? both : 0);
+        prev_s = s, prev_e = e;
     }
     if (finish(db, st, rc, err) != 0) return -1;
     *makespan = simulated && n > 0 ? hi - lo : 0;

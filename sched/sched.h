@@ -49,13 +49,27 @@ typedef struct sched_plan {
      * sched_forward_only): F actions only, and the validator requires no B
      * and no W. 0 for every training plan. */
     int forward_only;
+    /* Overlapped pairs (PyTorch's OVERLAP_F_B), NULL in a plan that has
+     * none. overlap[r][i] = 1 (for i < len[r]) when actions[r][i]
+     * and actions[r][i+1] run at the same time: the pair's F, then its B or
+     * BW, of another stage of the rank (the validator's rule). A pair stays
+     * two actions of the list and two cells of the grid, so whoever reads
+     * the lists as F, B, W and BW still can; sched_overlaps asks. */
+    unsigned char **overlap;
 } sched_plan;
 
+/* 1 when actions[r][i] is the first half (the F) of an overlapped pair,
+ * actions[r][i+1] its second. */
+static inline int sched_overlaps(const sched_plan *plan, int r, int i) {
+    return plan->overlap && plan->overlap[r][i];
+}
+
 /* Builds a named schedule: "gpipe", "1f1b", "interleaved-1f1b", "zb-h1",
- * "zb-v". p ranks, m microbatches, v chunks per rank (1 for all but
- * interleaved-1f1b and zb-v; zb-v needs 2). costs guide greedy schedules (zb-v)
- * and may be NULL (f=b=w=1, comm=0). Impossible requests fail with a message
- * that names the constraint and the values. */
+ * "zb-v", "dualpipev". p ranks, m microbatches, v chunks per rank (1 for
+ * all but interleaved-1f1b, zb-v and dualpipev; the last two need 2).
+ * costs guide greedy schedules (zb-v) and may be NULL (f=b=w=1, comm=0).
+ * Impossible requests fail with a message that names the constraint and
+ * the values. */
 int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);
 
 /* Reads a schedule CSV (our notation or PyTorch's, detected): a regular
@@ -80,6 +94,7 @@ typedef struct sched_sim {
     int *nspans;          /* [ranks] */
     sched_span **spans;   /* [ranks][nspans[r]] in execution order */
     int *peak_inflight;   /* [ranks]: peak microbatches whose activations are held */
+    double *busy;         /* [ranks]: time running ops (an overlapped pair's union of spans) */
 } sched_sim;
 
 int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim **out, pp_err *err);
@@ -106,6 +121,10 @@ size_t sched_action_fmt(const sched_action *a, char *buf);
  *   ZB-V's at most 2p (= p microbatches of a whole rank's layers).
  * - sched_simulate: a send costs comm only between different ranks; all
  *   ranks start at 0; the step's idle includes a rank's late start.
+ * - An overlapped pair: each half starts when the rank is free and its own
+ *   input is there, the two run side by side at their own costs (no slowdown
+ *   modelled: two cores, or a timed model's sleeps), and the rank is free
+ *   again when both ended. Its busy time is the union of the two spans.
  * - A plan from sched_build or sched_load_csv may still break the rules:
  *   run sched_validate (sched_from_flag does) before executing it. */
 
@@ -139,7 +158,8 @@ int sched_action_parse(const char *s, sched_action *out, pp_err *err);
 int sched_plan_from_lists(const char *name, int p, int stages, int v, int m, const int *stage_rank,
                           sched_action *const *lists, const int *lens, sched_plan **out, pp_err *err);
 
-/* The grid as text, one row per rank ("rank 0 | 0F0  0F1  .    ..."),
+/* The grid as text, one row per rank ("rank 0 | 0F0  0F1  .    ..."; the
+ * second half of an overlapped pair written "&7BW0", after its F),
  * with cell marks[r] of row r (a slot index, -1 for none; marks may be
  * NULL) written as [0F3]. max_cols > 0 shows only a window of that many
  * slots around the first mark (and max_rows rows around it); 0 = all.
@@ -148,9 +168,10 @@ char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, in
 
 /* CSV export: one row per rank, one action per cell, empty cell = idle.
  * notation "pprun" writes F/B/W/BW; "pytorch" writes F/I/W/B (PyTorch's
- * newer notation, I = input gradient, B = full backward). The file appears
- * whole or not at all, and only where nothing but a regular file was
- * (file_output_begin). */
+ * newer notation, I = input gradient, B = full backward). An overlapped
+ * pair is one cell in either, PyTorch's "(0F4;7B0)OVERLAP_F_B" (BW in
+ * ours). The file appears whole or not at all, and only where nothing
+ * but a regular file was (file_output_begin). */
 int sched_write_csv(const sched_plan *plan, const char *path, const char *notation, pp_err *err);
 /* Reads a CSV from memory (sched_load_csv reads a file and calls this);
  * `what` names the source in messages. */
@@ -158,15 +179,16 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
 
 /* The simulated timeline as text, one row per rank, one character per
  * `unit` time units: F, B, W, X (a BW), '.' idle (a cell shows the action
- * running at its middle). unit <= 0 picks one (1 for integer costs; at most ~160
- * columns). Returns a malloc'd string (caller frees); *unit_out gets the
- * unit used. */
+ * running at its middle). A rank with overlapped pairs gets a second line
+ * under its row, the pairs' second halves (blank where none runs): two
+ * lanes. unit <= 0 picks one (1 for integer costs; at most ~160 columns).
+ * Returns a malloc'd string (caller frees); *unit_out gets the unit used. */
 char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double unit, double *unit_out);
 
 /* The --schedule flag as a user wrote it: a generator name or csv:FILE.
- * v <= 0 picks the default (2 for interleaved-1f1b and zb-v, else 1). For
- * csv:FILE, p and m (when > 0) must match the file's ranks (rows) and
- * microbatches. The plan is validated too: on success it is safe to run.
+ * v <= 0 picks the default (2 for interleaved-1f1b, zb-v and dualpipev,
+ * else 1). For csv:FILE, p and m (when > 0) must match the file's ranks
+ * (rows) and microbatches. The plan is validated too: on success it is safe to run.
  * Caller frees with sched_free. */
 int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);
 
@@ -177,6 +199,10 @@ int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *co
  * order, so no rank waits on one that waits for it). Validated; caller frees
  * with sched_free. */
 int sched_forward_only(const sched_plan *train, int m, sched_plan **out, pp_err *err);
+
+/* 1 when some rank of the plan has an overlapped pair (sched_overlaps):
+ * its engine runs two ops at a time. */
+int sched_has_overlap(const sched_plan *plan);
 
 /* Parses costs as a user writes them, "f=1,b=2,w=1,comm=0" (`what` names the
  * flag in errors): plain numbers are time units, durations with a unit

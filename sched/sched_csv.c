@@ -2,6 +2,8 @@
  * cell, an empty cell is idle. Reads our notation and both of PyTorch's
  * (detected per file), writes ours or PyTorch's newer one. A full backward
  * (PyTorch's B where the file has I, BW in its older notation) is a BW.
+ * PyTorch's compound cell "(0F4;7B0)OVERLAP_F_B" is an overlapped pair
+ * (sched_plan.overlap), read and written as one cell.
  *
  * Reading goes in steps: find the rows, split them into cells (a reader),
  * tell the notation, put each cell's action on its rank's list and in the
@@ -29,6 +31,7 @@ enum { RAW_F, RAW_I, RAW_B, RAW_W, RAW_BW };
 typedef struct cell {
     int row, slot; /* rank, and grid column as in the file */
     int stage, raw, mb;
+    int overlap; /* the first half (the F) of an OVERLAP_F_B cell's pair */
 } cell;
 
 typedef struct reader {
@@ -50,7 +53,7 @@ static int add_cell(reader *rd, int stage, int raw, int mb, pp_err *err) {
         rd->cells = c;
         rd->cap = cap;
     }
-    rd->cells[rd->n++] = (cell){rd->line - 1, rd->row_slots++, stage, raw, mb};
+    rd->cells[rd->n++] = (cell){rd->line - 1, rd->row_slots++, stage, raw, mb, 0};
     return 0;
 }
 
@@ -101,22 +104,36 @@ static int bad_cell(const reader *rd, const char *text, int kind, pp_err *err) {
 }
 
 /* PyTorch's compound cell "(0F1;1B0)OVERLAP_F_B" (ov points at its
- * OVERLAP_F_B): a forward and a backward it overlaps; here they run one
- * after the other. */
+ * OVERLAP_F_B): a forward and a backward that run at the same time, an
+ * overlapped pair (two cells of the grid, the F first whatever the file's
+ * order; the validator checks the rest), or one after the other when both
+ * are of one stage. Communication actions in it are
+ * implied, as anywhere. */
 static int read_overlap_cell(reader *rd, char *text, const char *ov, pp_err *err) {
     int stage, raw, mb, k;
     char *open = strchr(text, '('), *close = strrchr(text, ')');
     if (!open || !close || close < open || close > ov) return bad_cell(rd, text, -1, err);
     *close = '\0';
-    int any = 0;
+    int first = rd->n, line = rd->line, col = rd->col;
     char *save = NULL;
     for (char *t = strtok_r(open + 1, ";, ", &save); t; t = strtok_r(NULL, ";, ", &save)) {
         k = parse_token(t, &stage, &raw, &mb);
         if (k < 0) return bad_cell(rd, t, k, err);
         if (k == 0 && add_cell(rd, stage, raw, mb, err) != 0) return -1;
-        any = 1;
     }
-    if (!any) return bad_cell(rd, text, -1, err);
+    if (rd->n - first != 2)
+        return pp_fail(err, "%s: line %d, column %d: an OVERLAP_F_B cell holds %d compute actions; expected two, "
+                       "an F and a backward, e.g. (0F4;7B0)OVERLAP_F_B", rd->what, line, col, rd->n - first);
+    cell *a = &rd->cells[first], *b = a + 1;
+    if (a->raw != RAW_F && b->raw == RAW_F) { /* the F first; each keeps its grid column */
+        cell t = *a;
+        a->stage = b->stage, a->raw = b->raw, a->mb = b->mb;
+        b->stage = t.stage, b->raw = t.raw, b->mb = t.mb;
+    }
+    /* Two ops of one stage cannot run at once (a stage runs one op at a
+     * time): PyTorch's runtime runs a cell's halves in turn anyway, so such
+     * a cell is its F and then its backward. */
+    a->overlap = a->stage != b->stage;
     return 0;
 }
 
@@ -292,6 +309,8 @@ typedef struct expansion {
     int p, S, v, m, full_b;
     int *lens;            /* [p]: actions in each list */
     sched_action **lists; /* [p][lens[r]]: each rank's actions in order */
+    unsigned char **overlap; /* [p][lens[r]]: an OVERLAP_F_B pair's first half */
+    int any_overlap;
     int *stage_rank;      /* [S] */
     sched_action **slots; /* [p][nslots]: the file's grid, idle cells stage -1 */
     int nslots, used;     /* used: the grid's width up to its last action */
@@ -300,9 +319,11 @@ typedef struct expansion {
 static void expansion_free(expansion *ex) {
     for (int r = 0; r < ex->p; r++) {
         if (ex->lists) free(ex->lists[r]);
+        if (ex->overlap) free(ex->overlap[r]);
         if (ex->slots) free(ex->slots[r]);
     }
     free(ex->lists);
+    free(ex->overlap);
     free(ex->slots);
     free(ex->lens);
     free(ex->stage_rank);
@@ -315,14 +336,16 @@ static int alloc_lists(const reader *rd, expansion *ex, pp_err *err) {
     ex->lens = calloc((size_t)ex->p, sizeof(int));
     ex->stage_rank = malloc(sizeof(int) * (size_t)ex->S);
     ex->lists = calloc((size_t)ex->p, sizeof *ex->lists);
-    if (!ex->lens || !ex->stage_rank || !ex->lists) return pp_fail(err, "%s: out of memory", rd->what);
+    ex->overlap = calloc((size_t)ex->p, sizeof *ex->overlap);
+    if (!ex->lens || !ex->stage_rank || !ex->lists || !ex->overlap) return pp_fail(err, "%s: out of memory", rd->what);
     for (int k = 0; k < rd->n; k++) ex->lens[rd->cells[k].row]++;
     for (int r = 0; r < ex->p; r++)
         if (!ex->lens[r])
             return pp_fail(err, "%s: line %d: no actions; every row is a rank and needs at least one action", rd->what,
                            r + 1);
     for (int r = 0; r < ex->p; r++) {
-        if (!(ex->lists[r] = malloc(sizeof(sched_action) * (size_t)ex->lens[r])))
+        if (!(ex->lists[r] = malloc(sizeof(sched_action) * (size_t)ex->lens[r])) ||
+            !(ex->overlap[r] = malloc((size_t)ex->lens[r])))
             return pp_fail(err, "%s: out of memory", rd->what);
         ex->lens[r] = 0;
     }
@@ -365,6 +388,8 @@ static void fill(const reader *rd, expansion *ex) {
     for (int k = 0; k < rd->n; k++) {
         const cell *c = &rd->cells[k];
         sched_action a = {c->stage, cell_op(c->raw, ex->full_b), c->mb};
+        if (c->overlap) ex->any_overlap = 1;
+        ex->overlap[c->row][ex->lens[c->row]] = (unsigned char)c->overlap;
         ex->lists[c->row][ex->lens[c->row]++] = a;
         ex->slots[c->row][c->slot] = a;
         if (c->slot + 1 > ex->used) ex->used = c->slot + 1;
@@ -377,7 +402,8 @@ static int make_plan(const char *what, expansion *ex, sched_plan **out, pp_err *
     char name[64];
     snprintf(name, sizeof name, "csv:%s", what);
     sched_plan *plan;
-    if (sched_plan_from_lists(name, ex->p, ex->S, ex->v, ex->m, ex->stage_rank, ex->lists, ex->lens, &plan, err) != 0)
+    if (sched_plan_from_lists_ov(name, ex->p, ex->S, ex->v, ex->m, ex->stage_rank, ex->lists, ex->lens,
+                                 ex->any_overlap ? (const unsigned char *const *)ex->overlap : NULL, &plan, err) != 0)
         return -1;
     for (int r = 0; r < ex->p; r++) {
         free(plan->slots[r]);
@@ -433,16 +459,25 @@ int sched_write_csv(const sched_plan *plan, const char *path, const char *notati
     else return pp_fail(err, "--notation: unknown notation '%s'; accepted: pprun, pytorch", notation);
     file_output out;
     if (file_output_begin(&out, path, "schedule CSV", 0, err) != 0) return -1;
+    static const char *const ours[] = {"F", "B", "W", "BW"}, *const theirs[] = {"F", "I", "W", "B"};
+    const char *const *ops = torch ? theirs : ours;
     for (int r = 0; r < plan->ranks; r++) {
         /* trailing idle cells are left out: a row ends with its last action */
         int last = plan->nslots - 1;
         while (last >= 0 && plan->slots[r][last].stage < 0) last--;
-        for (int c = 0; c <= last; c++) {
+        for (int c = 0, k = 0; c <= last; c++) { /* k: the row's actions so far (the grid's non-idle cells) */
             const sched_action *a = &plan->slots[r][c];
             if (c) fputc(',', out.f);
             if (a->stage < 0) continue;
-            static const char *const ours[] = {"F", "B", "W", "BW"}, *const theirs[] = {"F", "I", "W", "B"};
-            fprintf(out.f, "%d%s%d", a->stage, torch ? theirs[a->op] : ours[a->op], a->mb);
+            int pair = sched_overlaps(plan, r, k++) ? c + 1 : -1; /* the pair's second half: the row's next action */
+            while (pair >= 0 && pair <= last && plan->slots[r][pair].stage < 0) pair++;
+            if (pair < 0 || pair > last) {
+                fprintf(out.f, "%d%s%d", a->stage, ops[a->op], a->mb);
+                continue;
+            }
+            const sched_action *b = &plan->slots[r][pair];
+            fprintf(out.f, "(%d%s%d;%d%s%d)OVERLAP_F_B", a->stage, ops[a->op], a->mb, b->stage, ops[b->op], b->mb);
+            c = pair, k++; /* one cell for both: the file's grid is PyTorch's, a pair a step */
         }
         fputc('\n', out.f);
     }

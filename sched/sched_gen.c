@@ -121,10 +121,11 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
     if (p < 1 || p > 1024) return pp_fail(err, "--stages: %d ranks is out of range; accepted: 1 to 1024", p);
     if (m < 1 || m > 100000)
         return pp_fail(err, "--microbatches: %d is out of range; accepted: 1 to 100000", m);
+    if (strcmp(kind, "dualpipev") == 0) return sched_build_dualpipev(p, m, v, out, err);
     int is_il = strcmp(kind, "interleaved-1f1b") == 0, is_zbv = strcmp(kind, "zb-v") == 0;
     if (!is_il && !is_zbv && strcmp(kind, "gpipe") && strcmp(kind, "1f1b") && strcmp(kind, "zb-h1"))
         return pp_fail(err, "--schedule: unknown schedule '%s'; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
-                            "csv:FILE",
+                            "dualpipev, csv:FILE",
                        kind);
     if (is_il) {
         if (v < 2)
@@ -184,7 +185,10 @@ int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *co
             return -1;
         }
     } else {
-        if (v <= 0) v = strcmp(spec, "interleaved-1f1b") == 0 || strcmp(spec, "zb-v") == 0 ? 2 : 1;
+        if (v <= 0)
+            v = strcmp(spec, "interleaved-1f1b") == 0 || strcmp(spec, "zb-v") == 0 || strcmp(spec, "dualpipev") == 0
+                    ? 2
+                    : 1;
         if (sched_build(spec, p, m, v, costs, &plan, err) != 0) return -1;
     }
     if (sched_validate(plan, err) != 0) {

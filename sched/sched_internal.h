@@ -33,6 +33,17 @@ static inline int sched_action_ok(const sched_plan *plan, const sched_action *a)
  * its B (it also sets its W's key, at the same end). */
 static inline int sched_key_op(int op) { return op == SCHED_BW ? SCHED_B : op; }
 
+/* sched_plan_from_lists with overlapped pairs: overlap[r][i] for i <
+ * lens[r] (copied; NULL or all 0: none), sched_plan.overlap's meaning. A
+ * plan with pairs gets its lists packed left as its grid. */
+int sched_plan_from_lists_ov(const char *name, int p, int stages, int v, int m, const int *stage_rank,
+                             sched_action *const *lists, const int *lens, const unsigned char *const *overlap,
+                             sched_plan **out, pp_err *err);
+
+/* DualPipeV's order (sched_dualpipe.c): sched_build's "dualpipev", p ranks,
+ * m >= 2p microbatches, v = 2. */
+int sched_build_dualpipev(int p, int m, int v, sched_plan **out, pp_err *err);
+
 /* What an op costs at c: a BW its B and its W. */
 static inline double sched_op_cost(const sched_costs *c, int op) {
     if (op == SCHED_BW) return c->b + c->w;

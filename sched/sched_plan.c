@@ -161,7 +161,9 @@ void sched_free(sched_plan *plan) {
     for (int r = 0; r < plan->ranks; r++) {
         if (plan->actions) free(plan->actions[r]);
         if (plan->slots) free(plan->slots[r]);
+        if (plan->overlap) free(plan->overlap[r]);
     }
+    free(plan->overlap);
     free(plan->actions);
     free(plan->slots);
     free(plan->stage_rank);
@@ -190,11 +192,16 @@ static sched_plan *plan_new(const char *name, int p, int stages, int v, int m) {
     return plan;
 }
 
+int sched_has_overlap(const sched_plan *plan) { return plan->overlap != NULL; }
+
 /* Fills the grid from start times of a unit-cost simulation: slot = start.
  * A BW costs b + w, so in a plan with BW a B and a W cost half a unit and a
  * BW one cell as every other op; -1 (rows packed left instead) when that
- * puts two actions of a plan that also splits B and W in one cell. */
+ * puts two actions of a plan that also splits B and W in one cell, and for
+ * a plan with overlapped pairs (both halves start at once: PyTorch's own
+ * grids of such plans are its lists, packed left, too). */
 static int grid_from_sim(sched_plan *plan) {
+    if (sched_has_overlap(plan)) return -1;
     int fused = 0;
     for (int r = 0; r < plan->ranks; r++)
         for (int i = 0; i < plan->len[r]; i++) fused |= plan->actions[r][i].op == SCHED_BW;
@@ -223,8 +230,29 @@ static int grid_from_sim(sched_plan *plan) {
     return rc;
 }
 
+/* Copies the overlap table (overlap[r][i] for i < lens[r]), if it holds
+ * a pair; the plan's stays NULL otherwise. -1 out of memory. */
+static int copy_overlaps(sched_plan *plan, const unsigned char *const *overlap) {
+    int any = 0;
+    for (int r = 0; overlap && r < plan->ranks && !any; r++)
+        for (int i = 0; i < plan->len[r] && !any; i++) any = overlap[r][i] != 0;
+    if (!any) return 0;
+    if (!(plan->overlap = calloc((size_t)plan->ranks, sizeof *plan->overlap))) return -1;
+    for (int r = 0; r < plan->ranks; r++) {
+        if (!(plan->overlap[r] = malloc((size_t)(plan->len[r] > 0 ? plan->len[r] : 1)))) return -1;
+        for (int i = 0; i < plan->len[r]; i++) plan->overlap[r][i] = overlap[r][i] != 0;
+    }
+    return 0;
+}
+
 int sched_plan_from_lists(const char *name, int p, int stages, int v, int m, const int *stage_rank,
                           sched_action *const *lists, const int *lens, sched_plan **out, pp_err *err) {
+    return sched_plan_from_lists_ov(name, p, stages, v, m, stage_rank, lists, lens, NULL, out, err);
+}
+
+int sched_plan_from_lists_ov(const char *name, int p, int stages, int v, int m, const int *stage_rank,
+                             sched_action *const *lists, const int *lens, const unsigned char *const *overlap,
+                             sched_plan **out, pp_err *err) {
     *out = NULL;
     sched_plan *plan = plan_new(name, p, stages, v, m);
     if (!plan) return pp_fail(err, "schedule %s: out of memory", name);
@@ -237,6 +265,7 @@ int sched_plan_from_lists(const char *name, int p, int stages, int v, int m, con
         if (!plan->actions[r]) goto oom;
         if (lens[r]) memcpy(plan->actions[r], lists[r], sizeof(sched_action) * (size_t)lens[r]);
     }
+    if (copy_overlaps(plan, overlap) != 0) goto oom;
     if (grid_from_sim(plan) != 0) {
         /* Not simulable (the validator will say why): pack rows left. */
         for (int r = 0; r < p; r++) {
@@ -300,12 +329,24 @@ void sched_sb_mem(sched_sbuf *b, const char *s, size_t n) {
     b->s[b->len] = '\0';
 }
 
+/* Grid cell slots[r][c] as text into buf (room for 33): its action, with
+ * "&" before the second half of an overlapped pair. *k counts the row's
+ * actions before the cell (the non-idle cells: actions[r] in order). */
+static size_t cell_fmt(const sched_plan *plan, int r, int c, int *k, char *buf) {
+    const sched_action *a = &plan->slots[r][c];
+    if (a->stage < 0) return sched_action_fmt(a, buf);
+    size_t n = *k > 0 && sched_overlaps(plan, r, *k - 1) ? 1 : 0;
+    buf[0] = '&';
+    (*k)++;
+    return n + sched_action_fmt(a, buf + n);
+}
+
 char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, int max_rows) {
     int width = 1;
-    char buf[32];
+    char buf[40];
     for (int r = 0; r < plan->ranks; r++)
-        for (int i = 0; i < plan->nslots; i++) {
-            int n = (int)sched_action_fmt(&plan->slots[r][i], buf);
+        for (int i = 0, k = 0; i < plan->nslots; i++) {
+            int n = (int)cell_fmt(plan, r, i, &k, buf);
             if (n > width) width = n;
         }
     int c0 = 0, c1 = plan->nslots, r0 = 0, r1 = plan->ranks;
@@ -334,10 +375,12 @@ char *sched_grid_text(const sched_plan *plan, const int *marks, int max_cols, in
     for (int r = r0; r < r1; r++) {
         sched_sb_add(&b, "rank %*d |%s", label, r, c0 > 0 ? " ..." : "");
         char cell[64];
+        int k = 0; /* the row's actions left of the window */
+        for (int i = 0; i < c0; i++) k += plan->slots[r][i].stage >= 0;
         for (int i = c0; i < c1; i++) {
             /* " 0F3 " padded to width + 2; a mark "[0F3]" padded likewise */
             int mark = marks && marks[r] == i;
-            size_t n = sched_action_fmt(&plan->slots[r][i], cell + 1);
+            size_t n = cell_fmt(plan, r, i, &k, cell + 1);
             cell[0] = mark ? '[' : ' ';
             cell[n + 1] = mark ? ']' : ' ';
             for (n += 2; n < (size_t)width + 2; n++) cell[n] = ' ';

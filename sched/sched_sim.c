@@ -1,7 +1,9 @@
 /* sched_sim.c: the simulator: one step of a plan played out from F/B/W/comm
  * costs, as the engine runs it (sends asynchronous, receives blocking), and
  * the resulting timeline as text. A BW is one op: its B and its W both end
- * where it ends, so the input gradient leaves then. */
+ * where it ends, so the input gradient leaves then. An overlapped pair's
+ * halves run side by side, each from when the rank is free and its own
+ * input is there, at its own cost; the rank goes on when both ended. */
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
@@ -17,6 +19,7 @@ void sched_sim_free(sched_sim *sim) {
     free(sim->spans);
     free(sim->nspans);
     free(sim->peak_inflight);
+    free(sim->busy);
     free(sim);
 }
 
@@ -65,7 +68,8 @@ static sched_sim *sim_new(const sched_plan *plan) {
     sim->nspans = calloc((size_t)p, sizeof(int));
     sim->spans = calloc((size_t)p, sizeof(sched_span *));
     sim->peak_inflight = calloc((size_t)p, sizeof(int));
-    if (!sim->nspans || !sim->spans || !sim->peak_inflight) goto oom;
+    sim->busy = calloc((size_t)p, sizeof(double));
+    if (!sim->nspans || !sim->spans || !sim->peak_inflight || !sim->busy) goto oom;
     for (int r = 0; r < p; r++)
         if (!(sim->spans[r] = malloc(sizeof(sched_span) * (size_t)(plan->len[r] > 0 ? plan->len[r] : 1)))) goto oom;
     return sim;
@@ -82,6 +86,8 @@ typedef struct player {
     int *where;              /* [stages * m * 3]: the rank that ran it, -1 = not yet */
     int *pos;                /* [ranks]: each rank's next action */
     double *clock;           /* [ranks]: when each rank is free */
+    unsigned char *half;     /* [ranks]: at an overlapped pair, bit k when its half k ran */
+    double *pair_end;        /* [ranks]: the latest end of a pair's halves that ran */
     sched_sim *sim;
 } player;
 
@@ -119,29 +125,55 @@ static int ready_at(const player *pl, int r, const sched_action *a, double *read
     return 1;
 }
 
+/* Runs actions[r][i] on rank r, free from `from` on, once its inputs are
+ * there: its span, and its end as its keys'. 0 while an input is missing. */
+static int play_one(player *pl, int r, int i, double from, double *stop_out) {
+    const sched_plan *plan = pl->plan;
+    const sched_action *a = &plan->actions[r][i];
+    double ready;
+    if (!ready_at(pl, r, a, &ready)) return 0;
+    double start = from > ready ? from : ready;
+    double stop = start + sched_op_cost(&pl->cost[a->stage], a->op);
+    size_t k = sched_key(plan, a->stage, a->mb, sched_key_op(a->op));
+    pl->end[k] = stop;
+    pl->where[k] = r;
+    if (a->op == SCHED_BW) { /* its W is done too */
+        size_t kw = sched_key(plan, a->stage, a->mb, SCHED_W);
+        pl->end[kw] = stop;
+        pl->where[kw] = r;
+    }
+    pl->sim->spans[r][i] = (sched_span){*a, start, stop};
+    *stop_out = stop;
+    return 1;
+}
+
 /* Runs rank r's list from pos[r] while each action's inputs are there;
- * returns how many ran. */
+ * returns how many ran. A pair's halves both start from the rank's clock
+ * (each when its input is there) and the clock moves past the pair to the
+ * later end once both ran. */
 static int play_rank(player *pl, int r) {
     const sched_plan *plan = pl->plan;
     int moved = 0;
-    double ready;
+    double stop;
     while (pl->pos[r] < plan->len[r]) {
-        const sched_action *a = &plan->actions[r][pl->pos[r]];
-        if (!ready_at(pl, r, a, &ready)) break;
-        double start = pl->clock[r] > ready ? pl->clock[r] : ready;
-        double stop = start + sched_op_cost(&pl->cost[a->stage], a->op);
-        size_t k = sched_key(plan, a->stage, a->mb, sched_key_op(a->op));
-        pl->end[k] = stop;
-        pl->where[k] = r;
-        if (a->op == SCHED_BW) { /* its W is done too */
-            size_t kw = sched_key(plan, a->stage, a->mb, SCHED_W);
-            pl->end[kw] = stop;
-            pl->where[kw] = r;
+        int i = pl->pos[r];
+        if (!sched_overlaps(plan, r, i) || i + 1 >= plan->len[r]) { /* (a pair at the end: the validator says no) */
+            if (!play_one(pl, r, i, pl->clock[r], &stop)) break;
+            pl->clock[r] = stop;
+            pl->pos[r]++;
+            moved++;
+            continue;
         }
-        pl->clock[r] = stop;
-        pl->sim->spans[r][pl->pos[r]] = (sched_span){*a, start, stop};
-        pl->pos[r]++;
-        moved++;
+        for (int k = 0; k < 2; k++)
+            if (!(pl->half[r] >> k & 1) && play_one(pl, r, i + k, pl->clock[r], &stop)) {
+                pl->half[r] |= (unsigned char)(1 << k);
+                if (stop > pl->pair_end[r]) pl->pair_end[r] = stop;
+                moved++;
+            }
+        if (pl->half[r] != 3) break;
+        pl->clock[r] = pl->pair_end[r] > pl->clock[r] ? pl->pair_end[r] : pl->clock[r];
+        pl->half[r] = 0, pl->pair_end[r] = 0;
+        pl->pos[r] += 2;
     }
     return moved;
 }
@@ -176,15 +208,23 @@ static void summarize(sched_sim *sim, const sched_plan *plan) {
     for (int r = 0; r < p; r++) {
         sim->nspans[r] = plan->len[r];
         int held = 0, peak = 0;
+        double rbusy = 0;
         for (int i = 0; i < plan->len[r]; i++) {
             const sched_span *sp = &sim->spans[r][i];
-            busy += sp->end - sp->start;
+            rbusy += sp->end - sp->start;
+            if (i > 0 && sched_overlaps(plan, r, i - 1)) { /* a pair: busy is the union of its halves */
+                const sched_span *f = &sim->spans[r][i - 1];
+                double lo = f->start > sp->start ? f->start : sp->start, hi = f->end < sp->end ? f->end : sp->end;
+                if (hi > lo) rbusy -= hi - lo;
+            }
             if (sp->end > step) step = sp->end;
             if (sp->action.op == SCHED_F && ++held > peak) peak = held;
             /* a W or a BW releases what its F saved; an evaluation's F keeps nothing */
             if (sp->action.op == SCHED_W || sp->action.op == SCHED_BW || plan->forward_only) held--;
         }
         sim->peak_inflight[r] = peak;
+        sim->busy[r] = rbusy;
+        busy += rbusy;
     }
     sim->step_time = step;
     sim->bubble_ratio = step > 0 ? (p * step - busy) / (p * step) : 0;
@@ -200,9 +240,11 @@ int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs
     pl.where = malloc(sizeof(int) * (nkeys ? nkeys : 1));
     pl.pos = calloc((size_t)plan->ranks, sizeof(int));
     pl.clock = calloc((size_t)plan->ranks, sizeof(double));
+    pl.half = calloc((size_t)plan->ranks, 1);
+    pl.pair_end = calloc((size_t)plan->ranks, sizeof(double));
     pl.sim = sim_new(plan);
     int rc = -1;
-    if (!pl.end || !pl.where || !pl.pos || !pl.clock || !pl.sim) {
+    if (!pl.end || !pl.where || !pl.pos || !pl.clock || !pl.half || !pl.pair_end || !pl.sim) {
         pp_fail(err, "simulate %s: out of memory", plan->name);
     } else if (check_ranges(plan, err) == 0) {
         for (size_t i = 0; i < nkeys; i++) pl.where[i] = -1;
@@ -218,7 +260,15 @@ int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs
     free(pl.where);
     free(pl.pos);
     free(pl.clock);
+    free(pl.half);
+    free(pl.pair_end);
     return rc;
+}
+
+/* 1 for span j of rank r that is the second half of an overlapped pair
+ * (the timeline's second lane), 0 for every other. */
+static int second_half(const sched_plan *plan, int r, int j) {
+    return plan && j > 0 && sched_overlaps(plan, r, j - 1);
 }
 
 static int is_multiple(double x, double q) {
@@ -227,7 +277,6 @@ static int is_multiple(double x, double q) {
 }
 
 char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double unit, double *unit_out) {
-    (void)plan;
     if (unit <= 0) {
         /* The coarsest unit that every span boundary falls on, so integer
          * costs give one character per time unit. */
@@ -249,16 +298,21 @@ char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double u
     sched_sbuf b = {0};
     int label = sim->ranks > 10 ? 2 : 1;
     for (int r = 0; r < sim->ranks; r++) {
-        sched_sb_add(&b, "rank %*d |", label, r);
-        int j = 0;
-        for (int c = 0; c < cols; c++) {
-            double mid = (c + 0.5) * unit;
-            while (j < sim->nspans[r] && sim->spans[r][j].end <= mid) j++;
-            char ch = '.';
-            if (j < sim->nspans[r] && sim->spans[r][j].start <= mid) ch = "FBWX"[sim->spans[r][j].action.op];
-            sched_sb_add(&b, "%c", ch);
+        int lanes = 1; /* a second lane for the second halves of overlapped pairs, when there are any */
+        for (int j = 0; j < sim->nspans[r] && lanes == 1; j++) lanes += second_half(plan, r, j);
+        for (int lane = 0; lane < lanes; lane++) {
+            if (lane == 0) sched_sb_add(&b, "rank %*d |", label, r);
+            else sched_sb_add(&b, "     %*s |", label, "");
+            int j = 0;
+            for (int c = 0; c < cols; c++) {
+                double mid = (c + 0.5) * unit;
+                while (j < sim->nspans[r] && (second_half(plan, r, j) != lane || sim->spans[r][j].end <= mid)) j++;
+                char ch = lane ? ' ' : '.';
+                if (j < sim->nspans[r] && sim->spans[r][j].start <= mid) ch = "FBWX"[sim->spans[r][j].action.op];
+                sched_sb_add(&b, "%c", ch);
+            }
+            sched_sb_add(&b, "|\n");
         }
-        sched_sb_add(&b, "|\n");
     }
     if (!b.s) sched_sb_add(&b, "%s", "");
     if (b.oom) {

@@ -1,7 +1,10 @@
 /* sched_validate.c: the validator: checks a plan against the rules of
  * docs/design.md §4 before anything runs it, and explains a rejection with the
  * grid, the offending cells marked. A BW counts as its (stage, mb)'s B and
- * its W: once, after the F, waiting for the next stage's B (or BW) as a B. */
+ * its W: once, after the F, waiting for the next stage's B (or BW) as a B.
+ * An overlapped pair is an F and a B or BW of two stages of its rank; its
+ * halves wait for their inputs each on its own, and the rank goes on once
+ * both ran. */
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
@@ -172,20 +175,22 @@ static int input_of(const sched_plan *plan, const sched_action *a, sched_action 
     return need->stage >= 0;
 }
 
-/* Rule 5's rejection: what each rank still waiting waits for. */
-static int reject_deadlock(checker *ck, const int *pos, pp_err *err) {
+/* Rule 5's rejection: what each rank still waiting waits for (at a pair,
+ * the half that has not run). */
+static int reject_deadlock(checker *ck, const int *pos, const unsigned char *half, pp_err *err) {
     const sched_plan *plan = ck->plan;
     char a1[32], a2[32], detail[512];
     size_t off = 0;
     off += (size_t)snprintf(detail, sizeof detail, "every waiting rank waits for another:");
     for (int r = 0; r < plan->ranks; r++) {
         if (pos[r] >= plan->len[r]) continue;
-        const sched_action *a = &plan->actions[r][pos[r]];
+        int at = pos[r] + (half[r] & 1); /* a pair's first half ran: its second waits */
+        const sched_action *a = &plan->actions[r][at];
         sched_action need;
         input_of(plan, a, &need);
         size_t k = sched_key(plan, need.stage, need.mb, need.op);
         if (ck->where[k] >= 0) need = plan->actions[ck->where[k]][ck->at[k]]; /* the BW that is that B */
-        mark(ck, r, pos[r]);
+        mark(ck, r, at);
         if (off < sizeof detail)
             off += (size_t)snprintf(detail + off, sizeof detail - off, " rank %d at %s waits for %s (rank %d);", r,
                                     sched_action_str(a, a1), sched_action_str(&need, a2),
@@ -195,18 +200,34 @@ static int reject_deadlock(checker *ck, const int *pos, pp_err *err) {
     return sched_reject(plan, err, ck->marks, "no deadlock with asynchronous sends and blocking receives", detail);
 }
 
+/* Runs actions[r][i] if its input is done (1), else 0. */
+static int run_one(const sched_plan *plan, int r, int i, unsigned char *done) {
+    const sched_action *a = &plan->actions[r][i];
+    sched_action need;
+    if (input_of(plan, a, &need) && !done[sched_key(plan, need.stage, need.mb, need.op)]) return 0;
+    done[sched_key(plan, a->stage, a->mb, sched_key_op(a->op))] = 1;
+    if (a->op == SCHED_BW) done[sched_key(plan, a->stage, a->mb, SCHED_W)] = 1;
+    return 1;
+}
+
 /* Runs rank r's list from pos[r] while each action's input is done;
- * returns how many ran. */
-static int run_rank(const sched_plan *plan, int r, int *pos, unsigned char *done) {
+ * returns how many ran. The halves of an overlapped pair run each when its
+ * own input is done (half[r]: bit k for half k); the list goes on past the
+ * pair once both did. */
+static int run_rank(const sched_plan *plan, int r, int *pos, unsigned char *half, unsigned char *done) {
     int moved = 0;
     while (pos[r] < plan->len[r]) {
-        const sched_action *a = &plan->actions[r][pos[r]];
-        sched_action need;
-        if (input_of(plan, a, &need) && !done[sched_key(plan, need.stage, need.mb, need.op)]) break;
-        done[sched_key(plan, a->stage, a->mb, sched_key_op(a->op))] = 1;
-        if (a->op == SCHED_BW) done[sched_key(plan, a->stage, a->mb, SCHED_W)] = 1;
-        pos[r]++;
-        moved++;
+        int i = pos[r];
+        if (!sched_overlaps(plan, r, i) || i + 1 >= plan->len[r]) {
+            if (!run_one(plan, r, i, done)) break;
+            pos[r]++, moved++;
+            continue;
+        }
+        for (int k = 0; k < 2; k++)
+            if (!(half[r] >> k & 1) && run_one(plan, r, i + k, done)) half[r] |= (unsigned char)(1 << k), moved++;
+        if (half[r] != 3) break;
+        half[r] = 0;
+        pos[r] += 2;
     }
     return moved;
 }
@@ -215,20 +236,61 @@ static int run_rank(const sched_plan *plan, int r, int *pos, unsigned char *done
  * producer. Play the lists out in order until all ran or none can move. */
 static int check_no_deadlock(checker *ck, pp_err *err) {
     const sched_plan *plan = ck->plan;
-    unsigned char *done = calloc(ck->nkeys, 1);
+    unsigned char *done = calloc(ck->nkeys, 1), *half = calloc((size_t)plan->ranks, 1);
     int *pos = calloc((size_t)plan->ranks, sizeof(int));
     int total = 0, ran = 0, rc = 0;
-    if (!done || !pos) rc = pp_fail(err, "validate %s: out of memory", plan->name);
+    if (!done || !pos || !half) rc = pp_fail(err, "validate %s: out of memory", plan->name);
     for (int r = 0; r < plan->ranks; r++) total += plan->len[r];
     while (rc == 0 && ran < total) {
         int moved = 0;
-        for (int r = 0; r < plan->ranks; r++) moved += run_rank(plan, r, pos, done);
+        for (int r = 0; r < plan->ranks; r++) moved += run_rank(plan, r, pos, half, done);
         ran += moved;
-        if (!moved && ran < total) rc = reject_deadlock(ck, pos, err);
+        if (!moved && ran < total) rc = reject_deadlock(ck, pos, half, err);
     }
     free(done);
+    free(half);
     free(pos);
     return rc;
+}
+
+/* Rule 4's second half: an overlapped pair (sched_overlaps) is an F
+ * and then a B or BW of another stage of the rank: its two halves run on
+ * two threads, each on its own stage (a stage runs one op at a time), and
+ * neither waits for the other (an F never needs a backward, and a
+ * backward's own F is of its stage). */
+static int check_overlaps(checker *ck, pp_err *err) {
+    const sched_plan *plan = ck->plan;
+    static const char rule[] = "an overlapped pair is an F and a B or BW of two stages of its rank";
+    char a1[32], a2[32], detail[512];
+    for (int r = 0; r < plan->ranks; r++)
+        for (int i = 0; i < plan->len[r]; i++) {
+            const sched_action *a = &plan->actions[r][i];
+            if (!sched_overlaps(plan, r, i)) continue;
+            mark(ck, r, i);
+            if (i + 1 >= plan->len[r]) {
+                snprintf(detail, sizeof detail, "rank %d's last action %s overlaps nothing after it", r,
+                         sched_action_str(a, a1));
+                return sched_reject(plan, err, ck->marks, rule, detail);
+            }
+            const sched_action *b = &plan->actions[r][i + 1];
+            sched_action_str(a, a1), sched_action_str(b, a2);
+            int chained = sched_overlaps(plan, r, i + 1);
+            if (a->op != SCHED_F || (b->op != SCHED_B && b->op != SCHED_BW) || chained)
+                snprintf(detail, sizeof detail, "rank %d overlaps %s with %s%s", r, a1, a2,
+                         chained ? ", which overlaps the next one too" : "");
+            else if (a->stage == b->stage)
+                snprintf(detail, sizeof detail,
+                         "rank %d overlaps %s with %s, two ops of stage %d (a stage runs one op at a time: write "
+                         "them as two cells to run one after the other)",
+                         r, a1, a2, a->stage);
+            else {
+                ck->marks[r] = -1;
+                i++; /* the pair's B */
+                continue;
+            }
+            return sched_reject(plan, err, ck->marks, rule, detail);
+        }
+    return 0;
 }
 
 /* Every rule in order; the first broken one rejects the plan. */
@@ -241,7 +303,7 @@ static int check_rules(checker *ck, pp_err *err) {
     for (int r = 0; r < p; r++)
         for (int i = 0; i < plan->len[r]; i++)
             if (check_action(ck, r, i, err) != 0) return -1;
-    if (check_complete(ck, err) != 0 || check_order(ck, err) != 0) return -1;
+    if (check_complete(ck, err) != 0 || check_order(ck, err) != 0 || check_overlaps(ck, err) != 0) return -1;
     return check_no_deadlock(ck, err);
 }
 

@@ -7,6 +7,7 @@ import { S, world } from './state.js';
 import { $, fmtMs, fmtBytes } from './util.js';
 import { PHASES, CAUSES, SPAN, isBlock, isComm } from './phases.js';
 import { ROW_H, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, tOf } from './geometry.js';
+import { eventLanes } from './timeline.js';
 import { critNote, critEdgeHit } from './critpath.js';
 
 // What the pointer is on: an op's block first, then a hand-off line of the
@@ -37,12 +38,13 @@ function rowHit(x, y, w) {
     return hit && Object.assign(hit, { op: true });
   }
   if (yin > ROW_H) return null;
-  const ev = S.ev;
+  const ev = S.ev, lanes = eventLanes(ev), lane = S.twoLanes && yin >= (ROW_H - 8) / 2 ? 1 : 0;
   let best = null;
   for (let i = 0; i < ev.n; i++) {
     if (ev.rank[i] !== r || ev.phase[i] === SPAN) continue;
     const ph = ev.phase[i], comm = isComm(ph);
     if (comm ? yin < ROW_H - 8 : yin > ROW_H - 8) continue;
+    if (isBlock(ph) && lanes[i] !== lane) continue; // two lanes: the op on the half the pointer is on
     if (t >= ev.start[i] - (comm ? tol : 0) && t <= ev.end[i] + (comm ? tol : 0)) { best = i; if (!comm) break; }
   }
   if (best != null) {
@@ -50,7 +52,7 @@ function rowHit(x, y, w) {
     let text = `rank ${r} · ${opLabel(ev.phase[i], ev.mb[i], ev.stage[i], ev.step[i])}\n` +
       `start ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
     if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
-    if (ph === 'BW') text += '\nfull backward: input and weight gradients in one op (PyTorch)';
+    if (ph === 'BW') text += '\nfull backward: input and weight gradients in one op (PyTorch; DualPipeV)';
     if (isBlock(ev.phase[i]) && S.actRecorded) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
     if (ph === 'OPT' && ev.bytes[i] > 0) text += `\nweights, gradients, optimizer state: ${fmtBytes(ev.bytes[i])}`;
     text += critNote(ev.id[i]);

@@ -16,6 +16,7 @@ export const S = {
   // ('events', 'buckets' or 'steps').
   ev: null, gaps: null, bins: null, mode: 'events',
   gpuLane: false, gpu: [], kernels: null, // gpu: rows [id,rank,step,mb,stage,phase,start,end]; kernels: [rank,start,end,stream,event_id,name]
+  twoLanes: false, // ops of one rank ran at once (DualPipeV's pairs): each op on the upper or lower half of its row (lanesOf)
   spanLane: false, // a lane under each rank for the program's own spans: once the page has seen one of the job's
   actRecorded: false, // the steps record the activations held (charts.js): a W's 0 B is then worth saying
 };

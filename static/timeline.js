@@ -13,7 +13,7 @@ import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
 import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
 import { PHASES, PHASE_COLOR, CAUSE_COLOR, CAUSE_OTHER, BW, SPAN, isBlock, isComm, spanColor } from './phases.js';
-import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, xOf, blockMidY } from './geometry.js';
+import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, xOf, blockY, blockMidY, lanesOf } from './geometry.js';
 import { drawCritpath, fetchCritpath } from './critpath.js';
 
 let drawPending = false;
@@ -64,6 +64,18 @@ function drawRowLabels(g, n, prefix, ry = rowY, lanes = S.gpuLane, spans = S.spa
   }
 }
 
+// The events' lanes (lanesOf), kept with the store until it grows; sets
+// S.twoLanes, which the row's geometry follows.
+export function eventLanes(ev) {
+  if (!ev.lanes || ev.lanesN !== ev.n) {
+    ev.lanes = lanesOf(ev.n, (i) => [ev.rank[i], ev.phase[i], ev.start[i], ev.end[i]], isBlock, (ph) => ph === 0);
+    ev.lanesN = ev.n;
+    ev.twoLanes = ev.lanes.includes(1);
+  }
+  S.twoLanes = ev.twoLanes;
+  return ev.lanes;
+}
+
 function draw() {
   if (!S.info) return;
   const n = world();
@@ -83,10 +95,12 @@ function draw() {
     drawn.gaps++;
   }
   if (S.bins) drawBins(g, w, drawn);
-  const ev = S.ev;
-  // One pass per phase: no fillStyle churn; sub-pixel blocks merged. A
-  // program's spans are drawn on their own lane (drawSpans).
-  const lastPx = new Float64Array(n * PHASES.length).fill(-1);
+  const ev = S.ev, lanes = eventLanes(ev);
+  // One pass per phase: no fillStyle churn; sub-pixel blocks merged (per
+  // lane: with two, ops of one rank ran at once). A program's spans are
+  // drawn on their own lane (drawSpans).
+  const lastPx = new Float64Array(2 * n * PHASES.length).fill(-1);
+  let lane2 = 0;
   let inView = 0; // events in the view (the store keeps some from earlier windows)
   for (let ph = 0; ph < PHASES.length; ph++) {
     if (ph === SPAN) continue;
@@ -102,14 +116,18 @@ function draw() {
       if (x0 < left) x0 = left;
       if (x1 > right) x1 = right;
       if (x1 - x0 < 1) {
-        const px = Math.floor(x0);
-        if (lastPx[r * PHASES.length + ph] === px) continue;
-        lastPx[r * PHASES.length + ph] = px; x1 = x0 + 1;
+        const px = Math.floor(x0), k = (lanes[i] * n + r) * PHASES.length + ph;
+        if (lastPx[k] === px) continue;
+        lastPx[k] = px; x1 = x0 + 1;
       }
       const y = rowY(r);
       if (comm) { g.fillRect(x0, y + ROW_H - (ph === 3 || ph === 5 ? 3 : 6), x1 - x0, 3); drawn.comm++; }
       else if (ph === 7) { g.fillRect(x0, y + 4, x1 - x0, ROW_H - 12); drawn.opt++; }
-      else { g.fillRect(x0, y, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0), ROW_H - 8); drawn[PHASES[ph]][r]++; drawn.steps.add(ev.step[i]); }
+      else {
+        const [by, bh] = blockY(r, PHASES[ph], lanes[i]);
+        g.fillRect(x0, by, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0), bh);
+        drawn[PHASES[ph]][r]++; drawn.steps.add(ev.step[i]); lane2 += lanes[i];
+      }
     }
   }
   if (S.spanLane) drawSpans(g, w, n, drawn);
@@ -121,7 +139,7 @@ function draw() {
     if (!isBlock(ph) || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
     const x0 = Math.max(left, xOf(ev.start[i], w)), x1 = Math.min(right, xOf(ev.end[i], w));
     if (x1 - x0 < 14) continue;
-    g.fillText(String(ev.mb[i]), (x0 + x1) / 2, blockMidY(ev.rank[i]));
+    g.fillText(String(ev.mb[i]), (x0 + x1) / 2, blockMidY(ev.rank[i], lanes[i]));
   }
   g.textAlign = 'left';
   const anchor = viewAnchor();
@@ -129,7 +147,7 @@ function draw() {
   drawRowLabels(g, n, 'rank ');
   probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, BW: drawn.BW, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins,
     steps: [...drawn.steps].sort((a, b) => a - b), inView, gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels,
-    spanLane: S.spanLane, spans: drawn.spans };
+    spanLane: S.spanLane, spans: drawn.spans, lane2 };
   $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? inView + ' events' : 'aggregated (' + S.mode + ')'}` +
     (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (probe.lastKernels && probe.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan(anchor);
@@ -272,17 +290,24 @@ function drawPlan(anchor) {
     (S.plan.peak_inflight && S.plan.peak_inflight.length ? ` · in flight at most ${S.plan.peak_inflight.join(' ')} microbatch-stages` : '') +
     (anchor ? ` · aligned to step ${anchor.step}` : ''), LABEL_W + 4, 4);
   g.textBaseline = 'middle'; g.textAlign = 'center';
-  for (const a of S.plan.actions) {
+  // the plan's overlapped pairs on two lanes too, each op half the row
+  const acts = S.plan.actions, lanes = lanesOf(acts.length, (i) => [acts[i].rank, acts[i].phase, acts[i].sim_start, acts[i].sim_end], () => true,
+    (ph) => ph === 'F');
+  const two = lanes.includes(1), bh = two ? (ROW_H - 8) / 2 : ROW_H - 8;
+  probe.planLane2 = 0;
+  acts.forEach((a, i) => {
     const ph = PHASES.indexOf(a.phase);
     const x0 = Math.max(LABEL_W, xOf(t0 + a.sim_start, w)), x1 = Math.min(w, xOf(t0 + a.sim_end, w));
-    if (x1 <= x0) continue;
+    if (x1 <= x0) return;
+    const y = planY(a.rank) + lanes[i] * bh;
     g.fillStyle = PHASE_COLOR[ph] || '#999';
     g.globalAlpha = 0.75;
-    g.fillRect(x0, planY(a.rank), x1 - x0 - 0.5, ROW_H - 8);
+    g.fillRect(x0, y, x1 - x0 - 0.5, two ? bh - 0.5 : bh);
     g.globalAlpha = 1;
-    if (x1 - x0 >= 14) { g.fillStyle = '#fff'; g.fillText(String(a.microbatch), (x0 + x1) / 2, planY(a.rank) + (ROW_H - 8) / 2); }
+    if (x1 - x0 >= 14) { g.fillStyle = '#fff'; g.fillText(String(a.microbatch), (x0 + x1) / 2, y + bh / 2); }
     probe.planDrawn++;
-  }
+    probe.planLane2 += lanes[i];
+  });
   g.textAlign = 'left';
   drawRowLabels(g, n, 'rank ', planY, false, false);
 }
@@ -290,13 +315,14 @@ function drawPlan(anchor) {
 
 // ---- for the tests ---------------------------------------------------------------
 
-// Page coordinates of the centre of a drawn block, for hovering in tests.
-export function blockCenter(rank, phase, mb, step) {
-  const ev = S.ev, ph = PHASES.indexOf(phase), c = $('timeline'), rect = c.getBoundingClientRect();
+// Page coordinates of the centre of a drawn block (of that stage, when
+// given), for hovering in tests.
+export function blockCenter(rank, phase, mb, step, stage) {
+  const ev = S.ev, ph = PHASES.indexOf(phase), c = $('timeline'), rect = c.getBoundingClientRect(), lanes = eventLanes(ev);
   for (let i = 0; i < ev.n; i++) {
-    if (ev.rank[i] === rank && ev.phase[i] === ph && ev.mb[i] === mb && ev.step[i] === step) {
+    if (ev.rank[i] === rank && ev.phase[i] === ph && ev.mb[i] === mb && ev.step[i] === step && (stage == null || ev.stage[i] === stage)) {
       const x = (Math.max(LABEL_W, xOf(ev.start[i], c.clientWidth)) + Math.min(c.clientWidth, xOf(ev.end[i], c.clientWidth))) / 2;
-      return { x: rect.left + x, y: rect.top + blockMidY(rank) };
+      return { x: rect.left + x, y: rect.top + blockMidY(rank, lanes[i]) };
     }
   }
   return null;

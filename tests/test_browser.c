@@ -13,7 +13,8 @@
  * says what `pprun stats` says; real PyTorch jobs (torch_job.h) show their
  * blocks (BW, PyTorch's full backward, and B and W where it splits them)
  * on the ranks that ran them and the program's own spans on a lane under
- * their rank.
+ * their rank; DualPipeV's pairs, an F and a BW of a rank at once, on two
+ * lanes of its row.
  * Screenshots are kept in the build directory. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -872,6 +873,43 @@ Test(browser, a_failed_job_opens_where_it_failed, .timeout = 180) {
     const cJSON *ls = cJSON_GetObjectItem(o, "lossSteps");
     cr_assert_eq(cJSON_GetArraySize(ls), 2, "losses of steps 0 and 1 only: %s", text);
     cr_assert_eq(cJSON_GetArrayItem(ls, 1)->valueint, 1, "%s", text);
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* A DualPipeV job: a pair's F and BW ran at once on one rank, and the row
+ * shows them on its two lanes, the F above (its tooltip there), the BW
+ * below; the plan's rows too. */
+Test(browser, dualpipev_pairs_on_two_lanes_of_their_row, .timeout = 180) {
+    require_playwright();
+    char db[256], cmd[1024];
+    fixture_tmp_path(db, sizeof db, "browser-lanes");
+    snprintf(cmd, sizeof cmd,
+             "'%s' run --db '%s' --nproc-per-node 2 --schedule dualpipev --steps 3 --microbatches 4 "
+             "--model timed:f=4ms,b=4ms,w=4ms,act=4KiB --progress off >/dev/null 2>&1",
+             PPRUN_BIN, db);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the job failed (exit %d)", WEXITSTATUS(st));
+    cJSON *j = browse(db, "lanes", NULL);
+    char *text = cJSON_PrintUnformatted(j);
+    const cJSON *drawn = cJSON_GetObjectItem(j, "drawn"), *pair = cJSON_GetObjectItem(j, "pair");
+    cr_assert_gt(jnum(drawn, "lane2"), 0, "ops on the second lane: %s", text);
+    cr_assert_gt(jnum(j, "planLane2"), 0, "the plan's pairs on the second lane: %s", text);
+    cr_assert(cJSON_IsObject(pair), "an F and a BW of one rank overlapping in step 1: %s", text);
+    const cJSON *fc = cJSON_GetObjectItem(pair, "fc"), *bwc = cJSON_GetObjectItem(pair, "bwc");
+    cr_assert(cJSON_IsObject(fc) && cJSON_IsObject(bwc), "%s", text);
+    cr_assert_gt(jnum(bwc, "y") - jnum(fc, "y"), 5, "the BW under the F: %s", text);
+    char want[64];
+    int rank = (int)jnum(pair, "rank");
+    snprintf(want, sizeof want, "rank %d · F · microbatch %d · stage %d", rank,
+             cJSON_GetArrayItem(cJSON_GetObjectItem(pair, "f"), 1)->valueint,
+             cJSON_GetArrayItem(cJSON_GetObjectItem(pair, "f"), 0)->valueint);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "fTip")->valuestring, want), "%s: %s", want, text);
+    snprintf(want, sizeof want, "rank %d · BW · microbatch %d · stage %d", rank,
+             cJSON_GetArrayItem(cJSON_GetObjectItem(pair, "bw"), 1)->valueint,
+             cJSON_GetArrayItem(cJSON_GetObjectItem(pair, "bw"), 0)->valueint);
+    cr_assert(strstr(cJSON_GetObjectItem(j, "bwTip")->valuestring, want), "%s: %s", want, text);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "%s", text);
     free(text);
     cJSON_Delete(j);
 }

@@ -168,6 +168,17 @@ Test(dp_run, replicas_of_three_microbatches_equal_one_rank_of_six) {
     expect_same("ref6", 1, "dp3z", 2);
 }
 
+/* DualPipeV's stages end their step with a BW (no W after it) on some
+ * ranks: the all-reduce starts at a stage's last W or BW, after the whole
+ * gradient, with --dp-overlap on (the default) and with ZeRO-1. */
+Test(dp_run, dualpipev_replicas_equal_one_rank_bit_for_bit) {
+    cr_assert_eq(run("ref8", 1, 8, "--trace off"), 0, "%s", out_text());
+    cr_assert_eq(run("dpv", 4, 4, "--pp 2 --dp 2 --schedule dualpipev --trace off"), 0, "%s", out_text());
+    expect_same("ref8", 1, "dpv", 4);
+    cr_assert_eq(run("dpvz", 4, 4, "--pp 2 --dp 2 --schedule dualpipev --zero1 --trace off"), 0, "%s", out_text());
+    expect_same("ref8", 1, "dpvz", 4);
+}
+
 /* ---- what the trace holds ------------------------------------------------- */
 
 Test(dp_run, allreduce_spans_carry_each_stage_gradient_on_every_rank_of_its_group) {

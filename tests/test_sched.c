@@ -580,3 +580,164 @@ Test(sched, a_bw_counts_as_its_b_and_its_w) {
                     "1F1,1BW1,1F0,1BW0\n",
                     "no deadlock", "rank 0 at 0BW0 waits for 1BW0 (rank 1)", "[0BW0]");
 }
+
+/* Rank r's list as the grid writes it: "0F3 &3BW1" for an overlapped pair. */
+static void pair_text(const sched_plan *plan, int r, char *out, size_t cap) {
+    char buf[32];
+    out[0] = '\0';
+    for (int i = 0; i < plan->len[r]; i++) {
+        if (i) strncat(out, " ", cap - strlen(out) - 1);
+        if (i > 0 && sched_overlaps(plan, r, i - 1)) strncat(out, "&", cap - strlen(out) - 1);
+        strncat(out, sched_action_str(&plan->actions[r][i], buf), cap - strlen(out) - 1);
+    }
+}
+
+/* The lists worked by hand from PyTorch's ScheduleDualPipeV builder (its
+ * eight steps per rank; docs/schedules.md, "DualPipeV"): PyTorch's I is our
+ * B, its B (a full backward) our BW, its OVERLAP_F_B cell "(0F3;3B1)" the
+ * pair "0F3 &3BW1". */
+Test(sched, dualpipev_is_pytorchs_order_on_2_and_4_ranks) {
+    static const struct {
+        int p, m;
+        const char *ranks[4];
+    } cases[] = {
+        {2, 4, {"0F0 0F1 0F2 3F0 3B0 3W0 3F1 0F3 &3BW1 3F2 &0BW0 3BW2 3F3 &0BW1 3BW3 0B2 0W2 0B3 0W3",
+                "1F0 2F0 1F1 2F1 1F2 2BW0 2F2 &1BW0 1F3 &2BW1 2F3 &1BW1 2BW2 1BW2 2B3 1B3 2W3 1W3"}},
+        {4, 8, {"0F0 0F1 0F2 0F3 0F4 0F5 0F6 7F0 7B0 7W0 7F1 7B1 7W1 7F2 7B2 7W2 7F3 0F7 &7BW3 7F4 &0BW0 "
+                "7BW4 7F5 &0BW1 7BW5 7F6 &0BW2 7BW6 7F7 &0BW3 7BW7 0B4 0W4 0B5 0W5 0B6 0W6 0B7 0W7",
+                "1F0 1F1 1F2 1F3 1F4 6F0 1F5 6F1 6B0 6W0 6F2 6B1 6W1 6F3 1F6 &6BW2 6F4 &1BW0 1F7 &6BW3 6F5 &1BW1 "
+                "6BW4 6F6 &1BW2 6BW5 6F7 &1BW3 6BW6 1BW4 6B7 1B5 6W7 1B6 1W5 1B7 1W6 1W7",
+                "2F0 2F1 2F2 5F0 2F3 5F1 2F4 5F2 5B0 5W0 5F3 2F5 &5BW1 5F4 &2BW0 2F6 &5BW2 5F5 &2BW1 2F7 &5BW3 "
+                "5F6 &2BW2 5BW4 5F7 &2BW3 5BW5 2BW4 5BW6 2B5 5B7 2B6 2W5 2B7 5W7 2W6 2W7",
+                "3F0 4F0 3F1 4F1 3F2 4F2 3F3 4F3 3F4 4BW0 4F4 &3BW0 3F5 &4BW1 4F5 &3BW1 3F6 &4BW2 4F6 &3BW2 "
+                "3F7 &4BW3 4F7 &3BW3 4BW4 3BW4 4BW5 3BW5 4B6 3B6 4B7 3B7 4W6 3W6 4W7 3W7"}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int p = cases[k].p;
+        sched_plan *plan = build("dualpipev", p, cases[k].m, 2, NULL);
+        cr_assert_eq(plan->stages, 2 * p);
+        for (int r = 0; r < p; r++) {
+            /* V placement: rank r holds stages r and 2p-1-r */
+            cr_assert_eq(plan->stage_rank[r], r);
+            cr_assert_eq(plan->stage_rank[2 * p - 1 - r], r);
+            char text[2048];
+            pair_text(plan, r, text, sizeof text);
+            cr_assert_str_eq(text, cases[k].ranks[r], "p=%d rank %d", p, r);
+        }
+        char *grid = sched_grid_text(plan, NULL, 0, 0);
+        cr_assert(strstr(grid, "&3BW1"), "%s", grid);
+        free(grid);
+        sched_free(plan);
+    }
+}
+
+/* Every DualPipeV validates, with its pairs overlapped and with each pair
+ * run one half after the other (an engine that runs them in turn cannot
+ * deadlock either). */
+Test(sched, every_dualpipev_validates_overlapped_and_in_turn) {
+    int checked = 0;
+    for (int p = 1; p <= 8; p++)
+        for (int m = 2 * p; m <= 32; m++) {
+            sched_plan *plan = build("dualpipev", p, m, 2, NULL), *plain = NULL;
+            pp_err err = {{0}};
+            cr_assert_eq(sched_validate(plan, &err), 0, "p=%d m=%d: %s", p, m, err.msg);
+            cr_assert(sched_has_overlap(plan), "p=%d m=%d", p, m);
+            for (int r = 0; r < p; r++) { /* per rank: 2m F, 2m backwards, a W for each split one */
+                int n[4] = {0};
+                for (int i = 0; i < plan->len[r]; i++) n[plan->actions[r][i].op]++;
+                cr_assert(n[SCHED_F] == 2 * m && n[SCHED_B] + n[SCHED_BW] == 2 * m && n[SCHED_W] == n[SCHED_B],
+                          "p=%d m=%d rank %d: %d F, %d B, %d BW, %d W", p, m, r, n[SCHED_F], n[SCHED_B], n[SCHED_BW],
+                          n[SCHED_W]);
+            }
+            assert_grid_matches_lists(plan);
+            cr_assert_eq(sched_plan_from_lists("in-turn", p, 2 * p, 2, m, plan->stage_rank, plan->actions, plan->len,
+                                               &plain, &err),
+                         0, "%s", err.msg);
+            cr_assert_eq(sched_validate(plain, &err), 0, "p=%d m=%d in turn: %s", p, m, err.msg);
+            sched_free(plain);
+            sched_free(plan);
+            checked++;
+        }
+    cr_assert_gt(checked, 100);
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_build("dualpipev", 4, 7, 2, NULL, &plan, &err), -1);
+    cr_assert(strstr(err.msg, "m=7") && strstr(err.msg, "8 stages"), "%s", err.msg);
+    cr_assert_eq(sched_build("dualpipev", 4, 8, 3, NULL, &plan, &err), -1);
+    cr_assert(strstr(err.msg, "two chunks per rank"), "%s", err.msg);
+}
+
+/* An overlapped pair, simulated by hand: one rank holding stages 0 and 1,
+ * f=1, b=2, w=1 (a BW 3). 0F0 [0,1], 1F0 [1,2], then 0F1 and 1BW0 both
+ * start at 2: 0F1 ends at 3, 1BW0 at 5, and the rank goes on at 5 (the
+ * later end): 0BW0 [5,8], 1F1 [8,9], 1BW1 [9,12], 0BW1 [12,15]. In turn
+ * the step would be 16. */
+Test(sched, an_overlapped_pair_runs_its_halves_side_by_side) {
+    sched_plan *plan = parse("0F0,1F0,(0F1;1B0)OVERLAP_F_B,0B0,1F1,1B1,0B1\n");
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    cr_assert(sched_overlaps(plan, 0, 2) && !sched_overlaps(plan, 0, 3));
+    sched_sim *sim = simulate(plan, 1, 2, 1, 0);
+    const sched_span *f = &sim->spans[0][2], *b = &sim->spans[0][3];
+    cr_assert(f->action.op == SCHED_F && f->action.stage == 0 && f->action.mb == 1);
+    cr_assert(b->action.op == SCHED_BW && b->action.stage == 1 && b->action.mb == 0);
+    cr_assert(f->start == 2 && f->end == 3 && b->start == 2 && b->end == 5, "F [%g,%g] BW [%g,%g]", f->start,
+              f->end, b->start, b->end);
+    cr_assert_eq(sim->spans[0][4].start, 5);
+    cr_assert_eq(sim->step_time, 15);
+    cr_assert_eq(sim->busy[0], 15, "busy %g: the pair's union, not its sum", sim->busy[0]);
+    cr_assert_eq(sim->bubble_ratio, 0);
+    /* two lanes: the pair's second half under its first */
+    char *tl = sched_timeline_text(sim, plan, 0, NULL);
+    cr_assert_str_eq(tl, "rank 0 |FFF..XXXFXXXXXX|\n"
+                         "       |  XXX          |\n");
+    free(tl);
+    char *grid = sched_grid_text(plan, NULL, 0, 0);
+    cr_assert_str_eq(grid, "rank 0 | 0F0    1F0    0F1    &1BW0  0BW0   1F1    1BW1   0BW1\n");
+    free(grid);
+    sched_sim_free(sim);
+    sched_free(plan);
+}
+
+/* DualPipeV's step against the same lists run in turn: the overlap saves
+ * time, and every steady-state pair's halves run at the same time. */
+Test(sched, dualpipev_simulated_overlaps_its_pairs) {
+    sched_plan *plan = build("dualpipev", 4, 16, 2, NULL), *plain = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_plan_from_lists("in-turn", 4, 8, 2, 16, plan->stage_rank, plan->actions, plan->len, &plain,
+                                       &err),
+                 0, "%s", err.msg);
+    sched_sim *sim = simulate(plan, 1, 1, 1, 0), *seq = simulate(plain, 1, 1, 1, 0);
+    cr_assert_lt(sim->step_time, seq->step_time, "overlapped %g, in turn %g", sim->step_time, seq->step_time);
+    int pairs = 0, together = 0;
+    for (int r = 0; r < 4; r++)
+        for (int i = 0; i + 1 < plan->len[r]; i++)
+            if (sched_overlaps(plan, r, i)) {
+                const sched_span *a = &sim->spans[r][i], *b = &sim->spans[r][i + 1];
+                pairs++;
+                together += a->start < b->end && b->start < a->end;
+            }
+    cr_assert_gt(pairs, 4 * 16 / 2, "%d pairs", pairs);
+    /* a half whose input comes late starts late (a few pairs of the drain wait for a gradient) */
+    cr_assert_geq(together * 10, pairs * 9, "%d of %d pairs ran side by side", together, pairs);
+    sched_sim_free(seq);
+    sched_sim_free(sim);
+    sched_free(plain);
+    sched_free(plan);
+}
+
+Test(sched, an_overlapped_pair_is_an_f_and_a_backward) {
+    /* two F (of stages 0 and 1 on the one rank) */
+    sched_plan *plan = parse("(0F0;1F0)OVERLAP_F_B,1B0,0B0,1W0,0W0\n");
+    pp_err err = {{0}};
+    cr_assert_eq(sched_validate(plan, &err), -1);
+    cr_assert(strstr(err.msg, "an overlapped pair is an F and a B or BW") &&
+                  strstr(err.msg, "rank 0 overlaps 0F0 with 1F0") && strstr(err.msg, "[0F0]"),
+              "%s", err.msg);
+    sched_free(plan);
+    /* two ops of one stage run in turn: no pair */
+    plan = parse("0F0,0F1,1F0,(1F1;1B0)OVERLAP_F_B,1B1,0B0,0B1\n");
+    cr_assert(!sched_has_overlap(plan));
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+}

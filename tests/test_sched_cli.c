@@ -307,3 +307,33 @@ Test(sched_cli, a_csv_of_full_backwards_runs_as_bw) {
                  2 * 3, "the plan's BW cells, simulated at B + W");
     sqlite3_close(s);
 }
+
+/* DualPipeV as a user prints it: pairs marked in the grid, a second lane
+ * under each rank's timeline, and in JSON the pair's first span flagged and
+ * the rank's busy time the union of the two. */
+Test(sched_cli, dualpipev_shows_its_overlapped_pairs) {
+    cr_assert_eq(pprun("--schedule dualpipev --stages 2 --microbatches 4"), 0, "%s", err_text);
+    cr_assert(strstr(out, "schedule dualpipev: 2 ranks, 4 stages (2 per rank, V placement)"), "%s", out);
+    cr_assert(strstr(out, "3F1    0F3    &3BW1  3F2    &0BW0"), "%s", out);
+    cr_assert(strstr(out, "rank 0 |FFFFBWFF.F..XXF.XXBWBW|\n"
+                          "       |       XX XX  XX      |\n"),
+              "%s", out);
+    cr_assert_eq(pprun("--schedule dualpipev --stages 2 --microbatches 4 --format json"), 0, "%s", err_text);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "ranks"), 0);
+    cJSON *spans = cJSON_GetObjectItem(rank0, "spans");
+    cJSON *f = cJSON_GetArrayItem(spans, 7), *b = cJSON_GetArrayItem(spans, 8);
+    cr_assert_str_eq(cJSON_GetObjectItem(f, "action")->valuestring, "0F3");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(f, "overlaps_next")));
+    cr_assert_null(cJSON_GetObjectItem(b, "overlaps_next"));
+    cr_assert_float_eq(cJSON_GetObjectItem(f, "start")->valuedouble, cJSON_GetObjectItem(b, "start")->valuedouble,
+                       1e-9);
+    /* rank 0's ops sum to 24 (8 F, 3 B, 3 W, 5 BW of 2); two of its three
+     * pairs run side by side for 1 (in 3F2 &0BW0 the BW waits for its
+     * gradient until the F ended): busy 22, the whole step */
+    cr_assert_float_eq(cJSON_GetObjectItem(root, "step_time")->valuedouble, 22, 1e-9);
+    cr_assert_float_eq(cJSON_GetObjectItem(rank0, "busy")->valuedouble, 22, 1e-9);
+    cr_assert_float_eq(cJSON_GetObjectItem(rank0, "idle")->valuedouble, 0, 1e-9);
+    cJSON_Delete(root);
+}

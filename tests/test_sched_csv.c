@@ -73,7 +73,7 @@ static void assert_same_plan(const sched_plan *a, const sched_plan *b, int same_
 
 Test(sched_csv, every_schedule_round_trips_in_both_notations) {
     const struct { const char *kind; int v; } kinds[] = {
-        {"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"zb-v", 2}};
+        {"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"zb-v", 2}, {"dualpipev", 2}};
     const char *notations[] = {"pprun", "pytorch"};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int n = 0; n < 2; n++) {
@@ -84,6 +84,10 @@ Test(sched_csv, every_schedule_round_trips_in_both_notations) {
             cr_assert_eq(sched_write_csv(plan, path, notations[n], &err), 0, "%s", err.msg);
             back = load(path);
             assert_same_plan(plan, back, 1);
+            for (int r = 0; r < plan->ranks; r++)
+                for (int i = 0; i < plan->len[r]; i++)
+                    cr_assert_eq(sched_overlaps(back, r, i), sched_overlaps(plan, r, i), "%s rank %d action %d",
+                                 kinds[k].kind, r, i);
             cr_assert_eq(sched_validate(back, &err), 0, "%s", err.msg);
             sched_free(back);
             sched_free(plan);
@@ -183,8 +187,36 @@ Test(sched_csv, full_backwards_round_trip_in_both_notations) {
     sched_free(plan);
 }
 
+/* DualPipeV in PyTorch's notation: a pair is one cell, "(0F3;3B1)OVERLAP_F_B",
+ * as PyTorch writes its OVERLAP_F_B actions (F first, then the full
+ * backward, ';' between). Read back in either order of its halves. */
+Test(sched_csv, dualpipev_pairs_are_pytorchs_overlap_f_b_cells) {
+    sched_plan *plan = NULL;
+    pp_err err = {{0}};
+    cr_assert_eq(sched_build("dualpipev", 2, 4, 2, NULL, &plan, &err), 0, "%s", err.msg);
+    const char *path = tfix_path("dpv.csv");
+    cr_assert_eq(sched_write_csv(plan, path, "pytorch", &err), 0, "%s", err.msg);
+    cr_assert_str_eq(read_file(path),
+                     "0F0,0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,(3F2;0B0)OVERLAP_F_B,3B2,"
+                     "(3F3;0B1)OVERLAP_F_B,3B3,0I2,0W2,0I3,0W3\n"
+                     "1F0,2F0,1F1,2F1,1F2,2B0,(2F2;1B0)OVERLAP_F_B,(1F3;2B1)OVERLAP_F_B,(2F3;1B1)OVERLAP_F_B,"
+                     "2B2,1B2,2I3,1I3,2W3,1W3\n");
+    cr_assert_eq(sched_write_csv(plan, path, "pprun", &err), 0, "%s", err.msg);
+    cr_assert(strstr(read_file(path), ",(0F3;3BW1)OVERLAP_F_B,"), "%s", read_file(path));
+    sched_free(plan);
+    /* the backward written first: still the F first, the pair kept */
+    plan = parse("0F0,0F1,1F0,(1BW0;0F2)OVERLAP_F_B,1F1,0BW0,1BW1,0BW1,1F2,1BW2,0BW2\n");
+    char text[256];
+    actions_text(plan, 0, text, sizeof text);
+    cr_assert_str_eq(text, "0F0 0F1 1F0 0F2 1BW0 1F1 0BW0 1BW1 0BW1 1F2 1BW2 0BW2");
+    cr_assert(sched_overlaps(plan, 0, 3) && !sched_overlaps(plan, 0, 4));
+    cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
+    sched_free(plan);
+}
+
 Test(sched_csv, overlap_f_b_cells_are_split_into_f_then_b) {
-    /* PyTorch's compound cell, unquoted with ';' and quoted with ',' */
+    /* PyTorch's compound cell, unquoted with ';' and quoted with ','; its
+     * two ops of one stage run one after the other */
     const char *files[] = {"0F0,0F1,0F2,,0I0,0W0,0I1,0W1,0I2,0W2\n"
                            ",1F0,1F1,(1F2;1I0)OVERLAP_F_B,1W0,1I1,1W1,1I2,1W2\n",
                            "0F0,0F1,0F2,,0I0,0W0,0I1,0W1,0I2,0W2\n"

@@ -21,10 +21,10 @@ static const char usage_text[] =
     "Prints a pipeline schedule's per-rank action grid, validates it, and simulates\n"
     "one step from F/B/W/comm costs (see docs/schedules.md).\n"
     "\n"
-    "  --schedule S         gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | csv:FILE\n"
+    "  --schedule S         gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | dualpipev | csv:FILE\n"
     "  --stages P           pipeline ranks p (S = p*v stages)\n"
     "  --microbatches M     microbatches per step\n"
-    "  --virtual-stages V   chunks per rank (default 2 for interleaved-1f1b and zb-v, else 1)\n"
+    "  --virtual-stages V   chunks per rank (default 2 for interleaved-1f1b, zb-v, dualpipev; else 1)\n"
     "  --costs LIST         f=1,b=1,w=1,comm=0: time units of one F, B, W of a stage and of a send\n"
     "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us)\n"
     "  --max-mem N          zb-h1, zb-v: built so that no rank holds more than N microbatch-stages\n"
@@ -108,7 +108,8 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
     if (o->act) o->mem.bytes = 1;
     if (!o->csv_in) {
         if (!o->schedule)
-            return pp_fail(err, "--schedule is required; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, csv:FILE");
+            return pp_fail(err, "--schedule is required; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
+                                "dualpipev, csv:FILE");
         if (!o->p) return pp_fail(err, "--stages is required (the number of pipeline ranks)");
         if (!o->m) return pp_fail(err, "--microbatches is required");
     }
@@ -388,7 +389,6 @@ static void j_rank(jout *o, const sched_plan *plan, const sched_sim *sim, int r)
     j_str(o, "]");
     j_key(o, 3, "spans", 0);
     j_str(o, sim->nspans[r] ? "[" : "[]");
-    double busy = 0;
     for (int i = 0; i < sim->nspans[r]; i++) {
         const sched_span *sp = &sim->spans[r][i];
         j_str(o, i ? ", {\n" : "{\n");
@@ -396,12 +396,15 @@ static void j_rank(jout *o, const sched_plan *plan, const sched_sim *sim, int r)
         j_action(o, &sp->action);
         j_key_num(o, 5, "start", sp->start);
         j_key_num(o, 5, "end", sp->end);
+        if (sched_overlaps(plan, r, i)) { /* the first half of an overlapped pair: it and the next span run at once */
+            j_key(o, 5, "overlaps_next", 0);
+            j_str(o, "true");
+        }
         j_str(o, "\n\t\t\t\t}");
-        busy += sp->end - sp->start;
     }
     if (sim->nspans[r]) j_str(o, "]");
-    j_key_num(o, 3, "busy", busy);
-    j_key_num(o, 3, "idle", sim->step_time - busy);
+    j_key_num(o, 3, "busy", sim->busy[r]);
+    j_key_num(o, 3, "idle", sim->step_time - sim->busy[r]);
     j_key_num(o, 3, "peak", sim->peak_inflight[r]);
     j_str(o, "\n\t\t}");
 }

@@ -11,6 +11,8 @@
 #include <math.h>
 #include <string.h>
 
+void model_blas_one_thread(void) { openblas_set_num_threads(1); }
+
 static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
                  const float *B, int ldb, float *Cm, int ldc, model_gemm_stats *st) {
     uint64_t t0 = st ? pp_now_ns() : 0;

@@ -100,6 +100,11 @@ typedef struct model_gemm_stats {
 } model_gemm_stats;
 model_gemm_stats model_stage_gemm_stats(const model_stage *stage);
 
+/* Every BLAS call of the process on its calling thread (OpenBLAS's own
+ * threads off, process-wide): for a rank that runs two ops at once on two
+ * threads (an overlapped pair, sched.h), one core each. */
+void model_blas_one_thread(void);
+
 /* Activation memory the stage holds right now: the bytes of the buffers it
  * keeps for microbatches between their F and their W, i.e. what F saved for
  * B and W, minus what B already released, plus what B saved for W. gpt

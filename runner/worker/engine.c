@@ -208,6 +208,8 @@ void engine_free(engine *e) {
 
 /* ---- one step ---------------------------------------------------------------- */
 
+typedef struct engine_pair engine_pair;
+
 /* Tensors handed between two stages of this rank, keyed by (dir, stage, mb). */
 typedef struct step_state {
     int step;
@@ -215,6 +217,7 @@ typedef struct step_state {
     void **mailbox; /* [2][stages][m] */
     float *losses;  /* [m] */
     uint8_t *tokens, *targets;
+    engine_pair *pair; /* the second thread for overlapped pairs; NULL: none, pairs run F then B */
 } step_state;
 
 static void **mailbox_slot(const engine *e, step_state *st, int dir, int stage, int mb) {
@@ -444,20 +447,134 @@ static int report_step(engine *e, step_state *st, uint64_t ns, pp_err *err) {
     return rc;
 }
 
+/* One action of the rank's list. */
+static int run_action(engine *e, step_state *st, const sched_action *a, pp_err *err) {
+    engine_maybe_fail(e, st->step, a->op, a->mb);
+    gputrace_op_begin(e->gpu);
+    int rc = a->op == SCHED_F   ? run_forward(e, st, a->stage, a->mb, err)
+             : a->op == SCHED_W ? run_backward_weight(e, st, a->stage, a->mb, err)
+                                : run_backward_input(e, st, a->stage, a->mb, a->op == SCHED_BW, err);
+    gputrace_op_end(e->gpu);
+    return rc;
+}
+
+/* ---- overlapped pairs ------------------------------------------------------
+ *
+ * An overlapped pair (sched_overlaps: DualPipeV's F of one chunk and BW of
+ * the other) runs its F on a second thread while the engine's thread runs
+ * its backward, each with single-threaded BLAS (model_blas_one_thread), so
+ * the two spans overlap in the trace. They share nothing but what is safe
+ * to share: two stages of their own, the comm (it takes several threads),
+ * the trace ring (under trace_mu) and the mailbox, where each reads and
+ * writes slots of its own (an F's activation, a backward's gradient; the
+ * validator made sure each input was there before the pair). The one F of
+ * the first or last stage at a time uses tokens and targets. A pair's
+ * event's `bytes` (held_bytes) may read the other half's stage mid-op. On
+ * a GPU the pairs run F then B (one stream). docs/schedules.md, "DualPipeV". */
+enum { PAIR_IDLE, PAIR_WORK, PAIR_DONE, PAIR_QUIT };
+
+struct engine_pair {
+    engine *e;
+    step_state *st;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* state changed (either way) */
+    int state;         /* PAIR_*, under mu */
+    sched_action a;    /* the F handed over */
+    int rc;
+    pp_err err;
+};
+
+static void *pair_main(void *arg) {
+    engine_pair *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->state == PAIR_IDLE || p->state == PAIR_DONE) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->state == PAIR_QUIT) break;
+        sched_action a = p->a;
+        pthread_mutex_unlock(&p->mu);
+        int rc = run_action(p->e, p->st, &a, &p->err);
+        pthread_mutex_lock(&p->mu);
+        p->rc = rc;
+        p->state = PAIR_DONE;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* The second thread, for a plan with overlapped pairs on this rank and a
+ * CPU device; *out stays NULL otherwise (the pairs run in turn). */
+static int pair_open(engine *e, step_state *st, engine_pair **out, pp_err *err) {
+    *out = NULL;
+    const sched_plan *plan = e->plan;
+    int any = 0;
+    for (int i = 0; i < plan->len[e->prank] && !any; i++) any = sched_overlaps(plan, e->prank, i);
+    if (!any || e->cfg->device == RUN_DEVICE_CUDA) return 0;
+    engine_pair *p = calloc(1, sizeof *p);
+    if (!p) return pp_fail(err, "out of memory");
+    p->e = e, p->st = st;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (pthread_create(&p->thread, NULL, pair_main, p) != 0) {
+        pthread_cond_destroy(&p->cv);
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return pp_fail(err, "rank %d: cannot start the thread of the overlapped F", e->rank);
+    }
+    model_blas_one_thread(); /* two ops at once: one core each, whatever OPENBLAS_NUM_THREADS said */
+    *out = p;
+    return 0;
+}
+
+static void pair_close(engine_pair *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->state = PAIR_QUIT;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+/* The pair f (an F) and b (a B or BW): f on the second thread, b on this
+ * one; returns when both ended (the first failure, f's if both failed). */
+static int run_pair(engine *e, step_state *st, const sched_action *f, const sched_action *b, pp_err *err) {
+    engine_pair *p = st->pair;
+    pthread_mutex_lock(&p->mu);
+    p->a = *f;
+    p->state = PAIR_WORK;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    int rc = run_action(e, st, b, err);
+    pthread_mutex_lock(&p->mu);
+    while (p->state != PAIR_DONE) pthread_cond_wait(&p->cv, &p->mu);
+    p->state = PAIR_IDLE;
+    pthread_mutex_unlock(&p->mu);
+    if (p->rc != 0) {
+        *err = p->err;
+        return -1;
+    }
+    return rc;
+}
+
 static int run_step(engine *e, step_state *st, pp_err *err) {
     const sched_plan *plan = e->plan;
     uint64_t t_start = pp_now_ns();
     engine_maybe_fail(e, st->step, -1, -1);
+    const sched_action *acts = plan->actions[e->prank];
     for (int i = 0; i < plan->len[e->prank]; i++) {
-        const sched_action *a = &plan->actions[e->prank][i];
-        engine_maybe_fail(e, st->step, a->op, a->mb);
-        gputrace_op_begin(e->gpu);
-        int rc = a->op == SCHED_F   ? run_forward(e, st, a->stage, a->mb, err)
-                 : a->op == SCHED_W ? run_backward_weight(e, st, a->stage, a->mb, err)
-                                    : run_backward_input(e, st, a->stage, a->mb, a->op == SCHED_BW, err);
-        gputrace_op_end(e->gpu);
+        int rc;
+        if (st->pair && sched_overlaps(plan, e->prank, i) && i + 1 < plan->len[e->prank]) {
+            rc = run_pair(e, st, &acts[i], &acts[i + 1], err);
+            i++; /* the pair's backward: its W-done below */
+        } else {
+            rc = run_action(e, st, &acts[i], err);
+        }
         if (rc != 0) return -1;
-        if (a->op == SCHED_W) engine_dp_w_done(e, st->step, i);
+        if (acts[i].op == SCHED_W || acts[i].op == SCHED_BW) engine_dp_w_done(e, st->step, i);
     }
     /* The gradient all-reduce: the gap from here to the OPT is waiting for it. */
     if (engine_dp_finish(e, st->step, err) != 0) return -1;
@@ -582,10 +699,12 @@ int engine_run(engine *e, pp_err *err) {
     };
     int rc = 0;
     if (!st.mailbox || !st.losses || !st.tokens || !st.targets) rc = pp_fail(err, "out of memory");
+    if (rc == 0) rc = pair_open(e, &st, &st.pair, err);
     for (int step = e->start_step; rc == 0 && step < e->cfg->steps; step++) {
         st.step = step;
         rc = run_step(e, &st, err);
     }
+    pair_close(st.pair);
     if (rc == 0 && e->cfg->save_weights[0]) rc = save_weights(e, err);
     /* Tensors never taken (a failed step): any stage of this rank takes a
      * boundary buffer back (model.h), and only local stages fill the mailbox. */

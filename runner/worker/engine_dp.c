@@ -32,7 +32,7 @@ static uint64_t dp_tag(int step, int stage, int bucket, int op) {
 
 typedef struct dp_stage {
     int stage;
-    int last_w;   /* the index in the rank's actions of the stage's last W */
+    int last_w;   /* the index in the rank's actions of the stage's last W (or BW: a W too) */
     int nbuckets;
     size_t *lo;   /* [nbuckets + 1]: bucket b is floats [lo[b], lo[b+1]) */
 } dp_stage;
@@ -110,10 +110,11 @@ int engine_dp_open(engine *e, pp_err *err) {
     int n = model_tree_combine_program(D, m, dp->prog, dp->owner, dp->part, cap);
     if (n < 0) return pp_fail(err, "out of memory for the gradient tree of %d replicas", D);
     dp->order = (coll_order){n, dp->prog, dp->owner, dp->part};
-    /* The local stages in the order their last W comes in the rank's list. */
+    /* The local stages in the order their last W comes in the rank's list
+     * (a BW is a W too: a stage of DualPipeV may end with one). */
     const sched_action *acts = plan->actions[e->prank];
     for (int i = plan->len[e->prank] - 1; i >= 0; i--) {
-        if (acts[i].op != SCHED_W) continue;
+        if (acts[i].op != SCHED_W && acts[i].op != SCHED_BW) continue;
         int seen = 0;
         for (int k = 0; k < dp->nst; k++) seen |= dp->st[k].stage == acts[i].stage;
         if (!seen) dp->st[dp->nst++] = (dp_stage){.stage = acts[i].stage, .last_w = i};

@@ -12,6 +12,7 @@
 //   node dashboard.mjs critpath URL SCREENSHOT.png (step 1's critical path over the timeline, its totals table)
 //   node dashboard.mjs outliers URL SCREENSHOT.png (job 1's loss chart with an outlier, linear and log
 //                                                  (SCREENSHOT-log.png); then job 2, a loss <= 0; then job 1 again)
+//   node dashboard.mjs lanes URL SCREENSHOT.png    (a DualPipeV job: its overlapped F and BW on two lanes of a row)
 //   node dashboard.mjs torch URL SCREENSHOT.png F1,T1,F2,T2
 //                                                 (real PyTorch jobs with spans: job 1 GPipe (BW), job 2
 //                                                  ZBVZeroBubble (B and W), each in the window [F, T) (ns) that
@@ -421,6 +422,40 @@ try {
       out.middle = since(() => p.mergeStep({ step: 12345, loss: 60 }));
       out.middleLoss = ext(p.lossPoints);
       return out; })(${ext})`);
+  } else if (mode === 'lanes') {
+    // Step 1: its pairs (an F and a BW of one rank that ran at once) on the
+    // upper and the lower half of the row, in the plan's rows too; the
+    // tooltip says which op is under the pointer.
+    await page.evaluate(() => window.__pprun.showStep(1));
+    await page.waitForFunction(() => window.__pprun.drawn && window.__pprun.drawn.steps.includes(1), null, { timeout: 10000 });
+    out.drawn = await page.evaluate(() => window.__pprun.drawn);
+    out.planDrawn = await page.evaluate(() => window.__pprun.planDrawn);
+    out.planLane2 = await page.evaluate(() => window.__pprun.planLane2);
+    out.pair = await page.evaluate(() => {
+      const ev = window.__pprun.state.ev, F = 0, BW = 8;
+      for (let i = 0; i < ev.n; i++) {
+        if (ev.phase[i] !== F || ev.step[i] !== 1) continue;
+        for (let j = 0; j < ev.n; j++)
+          if (ev.phase[j] === BW && ev.rank[j] === ev.rank[i] && ev.step[j] === 1 && ev.start[j] < ev.end[i] && ev.start[i] < ev.end[j])
+            return { rank: ev.rank[i], f: [ev.stage[i], ev.mb[i]], bw: [ev.stage[j], ev.mb[j]],
+              fc: window.__pprun.blockCenter(ev.rank[i], 'F', ev.mb[i], 1, ev.stage[i]),
+              bwc: window.__pprun.blockCenter(ev.rank[j], 'BW', ev.mb[j], 1, ev.stage[j]) };
+      }
+      return null;
+    });
+    // the tooltip at a point, once it says `want` (or what it says after 5 s)
+    const tip = async (c, want) => {
+      if (!c) return null;
+      await page.mouse.move(c.x, c.y);
+      await page.waitForFunction((w) => { const t = document.getElementById('tooltip'); return !t.hidden && t.textContent.startsWith(w); },
+        want, { timeout: 5000 }).catch(() => {});
+      return page.textContent('#tooltip');
+    };
+    if (out.pair) {
+      out.fTip = await tip(out.pair.fc, `rank ${out.pair.rank} · F`);
+      out.bwTip = await tip(out.pair.bwc, `rank ${out.pair.rank} · BW`);
+    }
+    await page.screenshot({ path: shot, fullPage: false });
   } else if (mode === 'failed') {
     // A job killed in the middle of a step: where it opens.
     out.opened = await page.evaluate(() => {
