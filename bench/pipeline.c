@@ -73,8 +73,8 @@ static int run_cpu(const char *trace, int steps, double *launcher_s, double *tot
     int status;
     if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
     *launcher_s = (double)last / (double)ticks;
-    *total_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-               ru.ru_stime.tv_usec / 1e6;
+    *total_s =
+        (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     return 0;
 }
 
@@ -117,15 +117,17 @@ static double measured_bubble(const char *db_path) {
 int main(int argc, char **argv) {
     int op_ms = 5, steps = 6;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--op-ms") == 0) op_ms = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--op-ms") == 0)
+            op_ms = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--steps") == 0)
+            steps = atoi(argv[i + 1]);
     }
     snprintf(dir, sizeof dir, "/tmp/pprun-bench-pipeline-XXXXXX");
     if (!mkdtemp(dir)) return 1;
     static const struct {
         const char *name;
         int v;
-    } schedules[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"zb-v", 2}};
+    } schedules[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"zb-v", 2}, {"dualpipev", 2}};
     const int p = 4, m = 8;
 
     printf("timed model f=b=w=%d ms, act=64KiB, p=%d, m=%d, %d steps (medians over steps 1..)\n\n", op_ms, p, m, steps);
@@ -182,8 +184,9 @@ int main(int argc, char **argv) {
            ratios[REPS / 2]);
 
     /* The same question in CPU time, which scheduling noise affects less. */
-    printf("\nCPU view, default job, %d steps: the launcher's threads (collector, store, progress) and the whole job\n\n",
-           steps * 2);
+    printf(
+        "\nCPU view, default job, %d steps: the launcher's threads (collector, store, progress) and the whole job\n\n",
+        steps * 2);
     printf("%-6s %14s %14s %16s\n", "trace", "launcher cpu s", "job cpu s", "launcher / job");
     for (int rep = 0; rep < 2; rep++)
         for (int on = 1; on >= 0; on--) {
@@ -198,7 +201,8 @@ int main(int argc, char **argv) {
     /* 2 ranks on 2 cores: no rank waits for a core, so idle time is lost
      * time (4 ranks on 2 cores fill one rank's bubble with another's work). */
     printf("\nzb-v on the default gpt job, 2 ranks, %d steps: ordered for f=b=w=1 and for job 1's measured costs, "
-           "%d alternating pairs\n\n", steps * 5, REPS);
+           "%d alternating pairs\n\n",
+           steps * 5, REPS);
     run("%s run --nproc-per-node 2 --steps %d --progress off --db %s/zbv.db >/dev/null 2>&1", PPRUN_BIN, steps * 5,
         dir);
     printf("%-6s %12s %12s %7s %9s %9s\n", "pair", "default ms", "tuned ms", "ratio", "bubble", "tuned");

@@ -40,7 +40,8 @@ static char dir[256];
 
 static const struct {
     const char *name, *v;
-} schedules[] = {{"gpipe", "1"}, {"1f1b", "1"}, {"interleaved-1f1b", "2"}, {"zb-h1", "1"}, {"zb-v", "2"}};
+} schedules[] = {{"gpipe", "1"}, {"1f1b", "1"}, {"interleaved-1f1b", "2"},
+                 {"zb-h1", "1"}, {"zb-v", "2"}, {"dualpipev", "2"}};
 static const char *const modes[] = {"none", "full", "selective"};
 #define NS (sizeof schedules / sizeof *schedules)
 #define NM 3
@@ -81,8 +82,8 @@ static int run_job(const char *model, int steps, const char *sched, const char *
     struct rusage ru;
     int status;
     if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
-    *cpu_s = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-             ru.ru_stime.tv_usec / 1e6;
+    *cpu_s =
+        (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
     return 0;
 }
 
@@ -149,7 +150,8 @@ static int op_times(const char *model, int reps, double ms[NM][4]) {
     size_t nb = model_boundary_bytes(&sp);
     float *in = malloc(nb), *out = malloc(nb);
     if (!in || !out) return -1;
-    for (size_t i = 0; i < nb / sizeof(float); i++) in[i] = (float)(i % 13) * 0.01f;
+    for (size_t i = 0; i < nb / sizeof(float); i++)
+        in[i] = (float)(i % 13) * 0.01f;
     int rc = 0;
     for (int m = 0; m < NM && rc == 0; m++) {
         model_stage *st;
@@ -173,7 +175,8 @@ static int op_times(const char *model, int reps, double ms[NM][4]) {
             if (r > 0) t[0][r - 1] = t1 - t0, t[1][r - 1] = t2 - t1, t[2][r - 1] = t3 - t2, t[3][r - 1] = t4 - t3;
         }
         if (rc != 0) fprintf(stderr, "op times: %s\n", err.msg);
-        for (int k = 0; k < 4 && rc == 0; k++) ms[m][k] = median(t[k], reps) * 1e3;
+        for (int k = 0; k < 4 && rc == 0; k++)
+            ms[m][k] = median(t[k], reps) * 1e3;
         model_stage_free(st);
     }
     free(in), free(out);
@@ -194,10 +197,14 @@ int main(int argc, char **argv) {
     int steps = 8, rounds = 3, reps = 21;
     const char *model = "gpt";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--steps") == 0) steps = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--rounds") == 0) rounds = atoi(argv[i + 1]);
-        else if (strcmp(argv[i], "--model") == 0) model = argv[i + 1];
-        else if (strcmp(argv[i], "--reps") == 0) reps = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "--steps") == 0)
+            steps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--rounds") == 0)
+            rounds = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--model") == 0)
+            model = argv[i + 1];
+        else if (strcmp(argv[i], "--reps") == 0)
+            reps = atoi(argv[i + 1]);
     }
     if (steps < 2 || rounds < 0 || rounds > MAX_ROUNDS || reps < 1 || reps > 255) {
         fprintf(stderr, "usage: bench_recompute [--steps N>=2] [--rounds 0..%d] [--reps 1..255] [--model SPEC]\n",
