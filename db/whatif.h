@@ -14,8 +14,8 @@
 #include "base/pp.h"
 #include "sched/sched.h"
 
-#define WHATIF_KINDS 5  /* gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v */
-#define WHATIF_ROWS 7   /* the kinds, zb-v with its order tuned to the measured costs, a csv: job's own */
+#define WHATIF_KINDS 6  /* gpipe, 1f1b, interleaved-1f1b, zb-h1, dualpipev, zb-v */
+#define WHATIF_ROWS 8   /* the kinds, zb-v with its order tuned to the measured costs, a csv: job's own */
 #define WHATIF_STEPS 20 /* ops are measured over at most the latest this many complete steps */
 
 /* What a simulation starts from: the job's shape and its costs. */
