@@ -4,15 +4,17 @@
  * before the op it released, so starts fall along the path. Finding the
  * rank's previous op is a binary search over the rank's ops by start plus a
  * running "latest end so far" per rank; finding the op whose output an op
- * took is a binary search over (phase, stage, microbatch). */
+ * took is a binary search over (phase, stage, microbatch). With data
+ * parallelism an OPT also waits for its stages' all-reduce, which waits for
+ * every replica's backward of the stage: the path crosses replicas there. */
 #include "db/critpath.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char *const critpath_via_names[3] = {"first", "rank", "data"};
-const char *const critpath_wait_keys[CRITPATH_WAITS] = {"handoff_ns", "comm_ns", "other_ns"};
+const char *const critpath_via_names[4] = {"first", "rank", "data", "dp"};
+const char *const critpath_wait_keys[CRITPATH_WAITS] = {"handoff_ns", "comm_ns", "other_ns", "allreduce_ns"};
 
 #define NONE ((size_t)-1)
 
@@ -78,6 +80,35 @@ static size_t first_of_rank(const analyze_op *spans, size_t n, int rank) {
         else hi = mid;
     }
     return lo;
+}
+
+/* Whether the rank of comm[lo..hi) all-reduced stage s with its replicas
+ * (an ALLREDUCE or REDUCE_SCATTER span of that stage: ANALYZE_DP). */
+static int all_reduced(const analyze_op *comm, size_t lo, size_t hi, int s) {
+    for (size_t k = lo; k < hi; k++)
+        if (comm[k].phase == ANALYZE_DP && comm[k].stage == s) return 1;
+    return 0;
+}
+
+/* For an OPT, ops[i]: the backward (B, W or BW) of another rank, of a
+ * stage both all-reduced, that released it last (started before it, ended
+ * latest), or NONE (no data parallelism). A stage's data-parallel group
+ * is every rank that holds it (one per replica), and its all-reduce ends
+ * after the group's last backward of the step. */
+static size_t dp_predecessor(const walk *w, size_t i) {
+    const analyze_op *c = &w->ops[i];
+    if (c->phase != TRACE_OPT) return NONE;
+    size_t lo = first_of_rank(w->comm, w->ncomm, c->rank), hi = first_of_rank(w->comm, w->ncomm, c->rank + 1);
+    size_t best = NONE;
+    for (size_t k = 0; k < w->n; k++) {
+        const analyze_op *o = &w->ops[k];
+        if (o->rank == c->rank || o->start >= c->start || (!analyze_is_backward(o->phase) && o->phase != TRACE_W) ||
+            (best != NONE && released_at(o, c) <= released_at(&w->ops[best], c)) ||
+            !all_reduced(w->comm, lo, hi, o->stage))
+            continue;
+        best = k;
+    }
+    return best;
 }
 
 static int walk_init(walk *w, const analyze_op *spans, size_t n) {
@@ -147,10 +178,13 @@ int critpath_build(const analyze_op *spans, size_t n, critpath_path *out, pp_err
     out->end_ns = w.ops[cur].end;
     size_t len = 0;
     for (;;) {
-        size_t p1 = rank_predecessor(&w, cur), p2 = data_predecessor(&w, cur);
+        size_t p1 = rank_predecessor(&w, cur), p2 = data_predecessor(&w, cur), p3 = dp_predecessor(&w, cur);
         const analyze_op *c = &w.ops[cur];
         path[len] = cur;
-        if (p2 != NONE && (p1 == NONE || released_at(&w.ops[p2], c) > released_at(&w.ops[p1], c))) {
+        if (p3 != NONE && (p1 == NONE || released_at(&w.ops[p3], c) > released_at(&w.ops[p1], c))) {
+            via[len++] = CRITPATH_DP;
+            cur = p3;
+        } else if (p2 != NONE && (p1 == NONE || released_at(&w.ops[p2], c) > released_at(&w.ops[p1], c))) {
             via[len++] = CRITPATH_DATA;
             cur = p2;
         } else if (p1 != NONE) {
@@ -225,6 +259,8 @@ void critpath_add(critpath_totals *t, const critpath_path *p) {
         }
         if (o->via == CRITPATH_DATA) {
             t->wait_ns[CRITPATH_HANDOFF] += o->lead_ns;
+        } else if (o->via == CRITPATH_DP) {
+            t->wait_ns[CRITPATH_ALLREDUCE] += o->lead_ns;
         } else {
             t->wait_ns[CRITPATH_COMM] += o->lead_comm_ns;
             t->wait_ns[CRITPATH_OTHER] += o->lead_ns - o->lead_comm_ns;

@@ -26,9 +26,10 @@
 typedef enum critpath_via {
     CRITPATH_FIRST, /* the path's first op: nothing before it in the step */
     CRITPATH_RANK,  /* the rank's previous op */
-    CRITPATH_DATA   /* the op of another rank whose output it took */
+    CRITPATH_DATA,  /* the op of another rank whose output it took */
+    CRITPATH_DP     /* an OPT's: another replica's backward of its stage, which the all-reduce waited for */
 } critpath_via;
-extern const char *const critpath_via_names[3]; /* "first", "rank", "data" */
+extern const char *const critpath_via_names[4]; /* "first", "rank", "data", "dp" */
 
 typedef struct critpath_op {
     analyze_op op;        /* the host span, as stored */
@@ -59,6 +60,7 @@ typedef enum critpath_wait {
     CRITPATH_HANDOFF, /* via CRITPATH_DATA: outputs crossing to another rank */
     CRITPATH_COMM,    /* via CRITPATH_RANK, inside the rank's sends and receives */
     CRITPATH_OTHER,   /* via CRITPATH_RANK outside them, before the first op, and ops of unknown ranks */
+    CRITPATH_ALLREDUCE, /* via CRITPATH_DP: the data-parallel all-reduce between a replica's backward and an OPT */
     CRITPATH_WAITS
 } critpath_wait;
 /* "handoff_ns", "comm_ns", "other_ns": their keys in the API's JSON. */

@@ -212,9 +212,9 @@ void report_balance(FILE *out, const whatif_report *r) {
 }
 
 void report_critpath(FILE *out, const critpath_report *r) {
-    static const char *const wait_labels[CRITPATH_WAITS] = {"hand-offs: an output crossing to another rank",
-                                                            "on a rank between its ops, sending or receiving",
-                                                            "on a rank between its ops, the rest"};
+    static const char *const wait_labels[CRITPATH_WAITS] = {
+        "hand-offs: an output crossing to another rank", "on a rank between its ops, sending or receiving",
+        "on a rank between its ops, the rest", "the all-reduce: another replica's backward to an OPT"};
     if (!r->steps) return;
     const critpath_totals *t = &r->t;
     double steps = r->steps, span = (double)t->span_ns;
@@ -247,8 +247,9 @@ void report_critpath(FILE *out, const critpath_report *r) {
         fprintf(out, "  %-*s %10s %6s\n", label, "the other ranks", fmt_ns(a, sizeof a, (ops - listed) / steps),
                 fmt_pct(b, sizeof b, (ops - listed) / span));
     for (int k = 0; k < CRITPATH_WAITS; k++)
-        fprintf(out, "  %-*s %10s %6s\n", label, wait_labels[k], fmt_ns(a, sizeof a, t->wait_ns[k] / steps),
-                fmt_pct(b, sizeof b, t->wait_ns[k] / span));
+        if (k != CRITPATH_ALLREDUCE || t->wait_ns[k] > 0) /* a job without --dp: no such line */
+            fprintf(out, "  %-*s %10s %6s\n", label, wait_labels[k], fmt_ns(a, sizeof a, t->wait_ns[k] / steps),
+                    fmt_pct(b, sizeof b, t->wait_ns[k] / span));
     fprintf(out, "  (an op on this path done t sooner ends the step at most t sooner; an op off it, not at all)\n");
 }
 
@@ -409,7 +410,8 @@ static void cmp_ops(FILE *out, const job_summary *js, const job_summary *os, int
 static void cmp_critpath(FILE *out, const job_compare *c) {
     const critpath_report *j = &c->path_job, *o = &c->path_other;
     if (!j->steps && !o->steps) return;
-    static const char *const wait_labels[CRITPATH_WAITS] = {"  hand-offs", "  sends and receives", "  the rest"};
+    static const char *const wait_labels[CRITPATH_WAITS] = {"  hand-offs", "  sends and receives", "  the rest",
+                                                            "  the all-reduce"};
     cmp_ns_row(out, "critical path per step", critpath_per_step(o, o->t.span_ns), critpath_per_step(j, j->t.span_ns));
     const int *on = c->path_ranks, n = c->npath_ranks;
     char label[40];
@@ -427,7 +429,9 @@ static void cmp_critpath(FILE *out, const job_compare *c) {
         cmp_ns_row(out, label, o->steps ? sum[0] : NAN, j->steps ? sum[1] : NAN);
     }
     for (int k = 0; k < CRITPATH_WAITS; k++)
-        cmp_ns_row(out, wait_labels[k], critpath_per_step(o, o->t.wait_ns[k]), critpath_per_step(j, j->t.wait_ns[k]));
+        if (k != CRITPATH_ALLREDUCE || o->t.wait_ns[k] > 0 || j->t.wait_ns[k] > 0)
+            cmp_ns_row(out, wait_labels[k], critpath_per_step(o, o->t.wait_ns[k]),
+                       critpath_per_step(j, j->t.wait_ns[k]));
 }
 
 /* "differs    microbatches: 8 in job 1, 16 in job 2", on three lines when

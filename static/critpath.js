@@ -57,10 +57,15 @@ function critStep(anchor) {
   return s && s.complete !== false && s.start != null ? anchor.step : null; // running: no path yet
 }
 
-// The data hand-offs of a path: [producer, consumer] pairs of its ops.
+// The hand-offs between ranks of a path: [producer, consumer] pairs of its
+// ops, an output taken ('data') or another replica's backward that an OPT's
+// all-reduce waited for ('dp').
 function critEdges(path) {
   const out = [];
-  for (let i = 1; i < path.ops.length; i++) if (path.ops[i].via === 'data') out.push([path.ops[i - 1], path.ops[i]]);
+  for (let i = 1; i < path.ops.length; i++) {
+    const via = path.ops[i].via;
+    if (via === 'data' || via === 'dp') out.push([path.ops[i - 1], path.ops[i]]);
+  }
   return out;
 }
 
@@ -110,6 +115,7 @@ export function critNote(id) {
   if (i === undefined) return '';
   const o = path.ops[i], p = path.ops[i - 1];
   if (o.via === 'data') return `\non the critical path: waited ${fmtMs(o.lead_ns)} for rank ${p.rank}'s ${p.phase}`;
+  if (o.via === 'dp') return `\non the critical path: waited ${fmtMs(o.lead_ns)} for the all-reduce after rank ${p.rank}'s ${p.phase}`;
   if (o.via === 'first') return "\non the critical path: the step's first op";
   return "\non the critical path: after the rank's previous op" + (o.lead_ns > 0 ? `, ${fmtMs(o.lead_ns)} later` +
     (o.lead_comm_ns > 0 ? ` (${fmtMs(o.lead_comm_ns)} of it sending or receiving)` : '') : '');

@@ -270,3 +270,35 @@ Test(critpath, two_jobs_list_the_ranks_either_has_on_its_path) {
     cr_assert_eq(critpath_ranks_on_either(&a, &b, on), 1);
     cr_assert_eq(on[0], 1);
 }
+
+/* Two replicas of one stage (--dp 2): rank 1's W ends at 50, rank 0's at
+ * 30; both all-reduce stage 0 (ALLREDUCE spans) and rank 0's OPT starts at
+ * 56. The OPT waited for rank 1's backward through the all-reduce: the
+ * path crosses to rank 1 ("dp"), and the 6 before the OPT is the
+ * all-reduce. Without the all-reduce spans it stays on rank 0. */
+Test(critpath, an_opt_waits_for_the_slowest_replica_through_the_all_reduce) {
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10),         span(0, TRACE_B, 0, 0, 10, 20),
+                      span(0, TRACE_W, 0, 0, 20, 30),        span(0, ANALYZE_DP, 0, 0, 30, 56),
+                      span(0, TRACE_OPT, -1, -1, 56, 60),    span(1, TRACE_F, 0, 1, 0, 20),
+                      span(1, TRACE_B, 0, 1, 20, 40),        span(1, TRACE_W, 0, 1, 40, 50),
+                      span(1, ANALYZE_DP, 0, 0, 50, 56),     span(1, TRACE_OPT, -1, -1, 56, 59)};
+    critpath_path p = build(s, 10);
+    cr_assert_eq(p.n, 4);
+    assert_op(&p, 0, 1, TRACE_F, 0, CRITPATH_FIRST);
+    assert_op(&p, 2, 1, TRACE_W, 0, CRITPATH_RANK);
+    assert_op(&p, 3, 0, TRACE_OPT, -1, CRITPATH_DP);
+    cr_assert_eq(p.ops[3].lead_ns, 6);
+    cr_assert_eq(path_total(&p), 60);
+    critpath_totals t = {.ranks = 2, .op_ns = calloc(2, sizeof *t.op_ns)};
+    critpath_add(&t, &p);
+    cr_assert_eq(t.wait_ns[CRITPATH_ALLREDUCE], 6);
+    cr_assert_eq(t.wait_ns[CRITPATH_HANDOFF], 0);
+    free(t.op_ns);
+    critpath_free(&p);
+    /* no all-reduce: the replicas are two jobs' worth of ranks, unrelated */
+    analyze_op alone[] = {s[0], s[1], s[2], s[4], s[5], s[6], s[7], s[9]};
+    p = build(alone, 8);
+    assert_op(&p, p.n - 1, 0, TRACE_OPT, -1, CRITPATH_RANK);
+    cr_assert_eq(p.ops[0].op.rank, 0);
+    critpath_free(&p);
+}
