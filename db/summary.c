@@ -359,6 +359,60 @@ int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **ou
     return 0;
 }
 
+/* Adds each rank's value of `sql` (rows of rank, ns; ?1 the job, ?2
+ * from_step) into its replica's wait_dp_ns (allreduce 0) or allreduce_ns. */
+static int replica_sums(sqlite3 *db, job_summary *s, const char *sql, int allreduce, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db, sql, s->job_id, &st, err) != 0) return -1;
+    sqlite3_bind_int(st, 2, s->from_step);
+    int rc, per = s->world / s->nreplicas;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int rank = sqlite3_column_int(st, 0);
+        summary_replica *r = rank >= 0 && rank < s->world ? &s->replicas[rank / per] : NULL;
+        if (r) *(allreduce ? &r->allreduce_ns : &r->wait_dp_ns) += sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+}
+
+/* The job's replicas (--dp, config_json): each one's bubble from
+ * bubble_by_rank, its wait for the all-reduce and the all-reduce's time.
+ * Global rank r is replica r / P (docs/cli.md, "Data parallel"). */
+static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT coalesce(json_extract(config_json, '$.dp'), 1) FROM jobs WHERE id=?1", s->job_id, &st,
+                err) != 0)
+        return -1;
+    s->nreplicas = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 1;
+    sqlite3_finalize(st);
+    if (s->nreplicas <= 1 || s->world % s->nreplicas != 0) {
+        s->nreplicas = 1;
+        return 0;
+    }
+    if (!(s->replicas = calloc((size_t)s->nreplicas, sizeof *s->replicas))) return pp_fail(err, "out of memory");
+    int per = s->world / s->nreplicas;
+    for (int d = 0; d < s->nreplicas; d++) {
+        summary_replica *r = &s->replicas[d];
+        r->first_rank = d * per, r->ranks = per;
+        double sum = 0;
+        int n = 0;
+        for (int k = r->first_rank; k < r->first_rank + per; k++)
+            if (!isnan(s->bubble_by_rank[k])) sum += s->bubble_by_rank[k], n++;
+        r->bubble_ratio = n ? sum / n : NAN;
+    }
+    return replica_sums(db, s,
+                        "SELECT rank, sum(idle_ns) FROM step_idle WHERE job_id=?1 AND step>=?2 AND cause='wait_dp'"
+                        " GROUP BY rank",
+                        0, err) != 0 ||
+                   replica_sums(db, s,
+                                "SELECT rank, sum(end_ns - start_ns) FROM events WHERE job_id=?1 AND step>=?2 AND"
+                                " source='cpu' AND phase='SPAN' AND name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER')"
+                                " GROUP BY rank",
+                                1, err) != 0
+               ? -1
+               : 0;
+}
+
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err) {
     memset(s, 0, sizeof *s);
     s->job_id = job;
@@ -377,6 +431,7 @@ int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *er
         (!(flags & SUMMARY_NO_IDLE) &&
          summary_idle_by_cause(db, s->job_id, s->from_step, -1, s->idle_ns_by_cause, err) != 0) || read_loss(db, s, err) != 0)
         return -1;
+    if (read_replicas(db, s, err) != 0) return -1;
     s->has_ops = (flags & SUMMARY_OPS) != 0;
     if (!s->has_ops) return 0;
     return read_ops(db, s, err) != 0 ? -1 : summary_spans(db, s->job_id, s->from_step, &s->spans, &s->nspans, err);
@@ -400,6 +455,8 @@ void summary_free(job_summary *s) {
     free(s->state_by_rank);
     free(s->plan_peak_inflight);
     free(s->spans);
+    free(s->replicas);
+    s->replicas = NULL;
     s->spans = NULL;
     s->nspans = 0;
     s->bubble_by_rank = NULL;

@@ -57,6 +57,15 @@ typedef struct summary_span {
     int64_t count, total_ns, median_ns, max_ns;
 } summary_span;
 
+/* One data-parallel replica (a pipeline of a --pp P --dp D job: global
+ * ranks first_rank .. first_rank + ranks - 1) from from_step on. */
+typedef struct summary_replica {
+    int first_rank, ranks;
+    double bubble_ratio;  /* the mean of its ranks' bubble ratios; NAN without stats */
+    int64_t wait_dp_ns;   /* its ranks' idle time of cause wait_dp */
+    int64_t allreduce_ns; /* its ranks' all-reduce spans (ALLREDUCE, REDUCE_SCATTER, ALL_GATHER) */
+} summary_replica;
+
 typedef struct job_summary {
     int64_t job_id;
     int world;              /* jobs.world_size */
@@ -83,6 +92,8 @@ typedef struct job_summary {
     summary_ops ops[2][TRACE_PHASE_COUNT]; /* [0]: host spans, [1]: GPU spans (CUPTI) */
     summary_span *spans; /* with SUMMARY_OPS: the program's own spans by name (summary_spans), owned */
     size_t nspans;
+    int nreplicas;              /* the job's --dp (config_json's dp); 1 for one pipeline */
+    summary_replica *replicas;  /* nreplicas > 1: each replica's, owned; else NULL */
 } job_summary;
 
 #define SUMMARY_OPS 1 /* also read op durations and spans by name: a pass over the job's events */

@@ -60,6 +60,23 @@ void report_summary_json(jw *w, const job_summary *s) {
         }
         jw_arr_end(w);
     }
+    if (s->replicas) { /* --dp: each pipeline's bubble and data-parallel time */
+        jw_key(w, "replicas");
+        jw_arr(w);
+        for (int d = 0; d < s->nreplicas; d++) {
+            const summary_replica *r = &s->replicas[d];
+            jw_obj(w);
+            jw_kint(w, "replica", d);
+            jw_kint(w, "first_rank", r->first_rank);
+            jw_kint(w, "ranks", r->ranks);
+            jw_key(w, "bubble_ratio");
+            jw_num(w, r->bubble_ratio);
+            jw_kint(w, "wait_dp_ns", r->wait_dp_ns);
+            jw_kint(w, "allreduce_ns", r->allreduce_ns);
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+    }
     jw_obj_end(w);
 }
 

@@ -42,7 +42,8 @@ static void run_job(const char *path, char *last, size_t size, const char *const
     const char *argv[40];
     size_t n = 0;
     argv[n++] = "run";
-    for (; *args && n < 34; args++) argv[n++] = *args;
+    for (; *args && n < 34; args++)
+        argv[n++] = *args;
     argv[n++] = "--progress";
     argv[n++] = "off";
     argv[n++] = "--db";
@@ -90,7 +91,8 @@ static size_t merge(iv *v, size_t n) {
 
 static int64_t length(const iv *v, size_t n) {
     int64_t t = 0;
-    for (size_t i = 0; i < n; i++) t += v[i].b - v[i].a;
+    for (size_t i = 0; i < n; i++)
+        t += v[i].b - v[i].a;
     return t;
 }
 
@@ -135,8 +137,8 @@ static int64_t check_step_busy(sqlite3 *db, int job, int step, int world) {
         char sql[1024];
         int64_t s0 = tfix_q_intf(db, "SELECT start_ns FROM step_stats WHERE job_id = %d AND step = %d AND rank = %d",
                                  job, step, r);
-        int64_t s1 = tfix_q_intf(db, "SELECT end_ns FROM step_stats WHERE job_id = %d AND step = %d AND rank = %d",
-                                 job, step, r);
+        int64_t s1 = tfix_q_intf(db, "SELECT end_ns FROM step_stats WHERE job_id = %d AND step = %d AND rank = %d", job,
+                                 step, r);
         int64_t busy = tfix_q_intf(db, "SELECT busy_ns FROM step_stats WHERE job_id = %d AND step = %d AND rank = %d",
                                    job, step, r);
         int64_t bubble = tfix_q_intf(
@@ -145,15 +147,18 @@ static int64_t check_step_busy(sqlite3 *db, int job, int step, int world) {
         snprintf(sql, sizeof sql, "SELECT start_ns, end_ns FROM events WHERE " HOST_STEP " AND " COMPUTE, job, step, r);
         size_t n = intervals(db, sql, &ops);
         n = merge(ops, n);
-        snprintf(sql, sizeof sql, "SELECT start_ns, end_ns FROM events WHERE " HOST_STEP
-                 " AND phase IN ('F','B','W','BW','OPT')", job, step, r);
+        snprintf(sql, sizeof sql,
+                 "SELECT start_ns, end_ns FROM events WHERE " HOST_STEP " AND phase IN ('F','B','W','BW','OPT')", job,
+                 step, r);
         size_t nw = intervals(db, sql, &without);
         nw = merge(without, nw);
         int64_t all = length(ops, n);
         recompute_only += all - length(without, nw);
         cr_assert(ops[0].a >= s0 && ops[n - 1].b <= s1, "rank %d step %d: an op outside the step's span", r, step);
-        snprintf(sql, sizeof sql, "SELECT start_ns, end_ns, cause FROM gaps WHERE job_id = %d AND step = %d AND "
-                 "rank = %d ORDER BY start_ns", job, step, r);
+        snprintf(sql, sizeof sql,
+                 "SELECT start_ns, end_ns, cause FROM gaps WHERE job_id = %d AND step = %d AND "
+                 "rank = %d ORDER BY start_ns",
+                 job, step, r);
         sqlite3_stmt *st;
         cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
         int64_t idle = 0;
@@ -186,7 +191,8 @@ static int64_t lower_median(sqlite3 *db, const char *sql) {
     cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
     int64_t v[4096];
     int n = 0;
-    while (n < 4096 && sqlite3_step(st) == SQLITE_ROW) v[n++] = sqlite3_column_int64(st, 0);
+    while (n < 4096 && sqlite3_step(st) == SQLITE_ROW)
+        v[n++] = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     cr_assert(n > 0, "no durations: %s", sql);
     return v[(n - 1) / 2];
@@ -200,9 +206,11 @@ Test(analyses_recompute, recompute_is_busy_time_held_memory_and_part_of_b) {
     cr_assert_eq(tfix_q_int(sq, "SELECT json_extract(config_json, '$.recompute') = 'full' FROM jobs WHERE id = 1"), 1,
                  "config_json records --recompute");
     cr_assert_gt(tfix_q_int(sq, "SELECT count(*) FROM events WHERE job_id = 1 AND phase = 'SPAN' AND "
-                                "name = 'RECOMPUTE' AND step >= 1"), 0);
+                                "name = 'RECOMPUTE' AND step >= 1"),
+                 0);
     int64_t recompute_only = 0;
-    for (int step = 1; step < 4; step++) recompute_only += check_step_busy(sq, 1, step, 4);
+    for (int step = 1; step < 4; step++)
+        recompute_only += check_step_busy(sq, 1, step, 4);
     cr_assert_gt(recompute_only, 0, "the recomputes fill time the other ops leave: counted busy, not idle");
     /* the peak counts what a recompute holds: the max bytes of F, B, W and RECOMPUTE */
     cr_assert_eq(tfix_q_int(sq, "SELECT count(*) FROM step_stats s WHERE job_id = 1 AND act_peak_bytes != "
@@ -220,11 +228,15 @@ Test(analyses_recompute, recompute_is_busy_time_held_memory_and_part_of_b) {
     cr_assert_eq(db_op_medians(d, 1, 2, 4, med, &err), 0, "%s", err.msg);
     for (int s = 0; s < 4; s++) {
         char sql[512];
-        snprintf(sql, sizeof sql, "SELECT end_ns - start_ns AS d FROM events WHERE job_id = 1 AND step = 2 AND "
-                 "stage = %d AND source = 'cpu' AND phase = 'B' ORDER BY d", s);
+        snprintf(sql, sizeof sql,
+                 "SELECT end_ns - start_ns AS d FROM events WHERE job_id = 1 AND step = 2 AND "
+                 "stage = %d AND source = 'cpu' AND phase = 'B' ORDER BY d",
+                 s);
         int64_t b = lower_median(db_sqlite(d), sql);
-        snprintf(sql, sizeof sql, "SELECT end_ns - start_ns AS d FROM events WHERE job_id = 1 AND step = 2 AND "
-                 "stage = %d AND source = 'cpu' AND phase = 'SPAN' AND name = 'RECOMPUTE' ORDER BY d", s);
+        snprintf(sql, sizeof sql,
+                 "SELECT end_ns - start_ns AS d FROM events WHERE job_id = 1 AND step = 2 AND "
+                 "stage = %d AND source = 'cpu' AND phase = 'SPAN' AND name = 'RECOMPUTE' ORDER BY d",
+                 s);
         int64_t again = lower_median(db_sqlite(d), sql);
         cr_assert_eq(med[s * 4 + 1], b + again, "stage %d: B at %lld, its B median %lld + recompute %lld", s,
                      (long long)med[s * 4 + 1], (long long)b, (long long)again);
@@ -239,12 +251,14 @@ Test(analyses_recompute, recompute_is_busy_time_held_memory_and_part_of_b) {
         char sql[512];
         durations b = {0}, again = {0};
         for (int k = 0; k < 2; k++) {
-            snprintf(sql, sizeof sql, "SELECT end_ns - start_ns FROM events WHERE job_id = 1 AND step BETWEEN %d "
-                     "AND %d AND stage = %d AND source = 'cpu' AND %s", w.first_step, w.last_step, s,
-                     k ? "phase = 'SPAN' AND name = 'RECOMPUTE'" : "phase = 'B'");
+            snprintf(sql, sizeof sql,
+                     "SELECT end_ns - start_ns FROM events WHERE job_id = 1 AND step BETWEEN %d "
+                     "AND %d AND stage = %d AND source = 'cpu' AND %s",
+                     w.first_step, w.last_step, s, k ? "phase = 'SPAN' AND name = 'RECOMPUTE'" : "phase = 'B'");
             sqlite3_stmt *st;
             cr_assert_eq(sqlite3_prepare_v2(db_sqlite(d), sql, -1, &st, NULL), SQLITE_OK);
-            while (sqlite3_step(st) == SQLITE_ROW) durations_push(k ? &again : &b, sqlite3_column_int64(st, 0));
+            while (sqlite3_step(st) == SQLITE_ROW)
+                durations_push(k ? &again : &b, sqlite3_column_int64(st, 0));
             sqlite3_finalize(st);
         }
         double want = (double)(durations_median(&b) + durations_median(&again));
@@ -274,15 +288,18 @@ static void check_wait_dp(sqlite3 *db, int job, const char *dp_span) {
         for (int r = 0; r < DP_WORLD; r++) {
             char sql[1024];
             iv *ar;
-            snprintf(sql, sizeof sql, "SELECT start_ns, end_ns FROM events WHERE " HOST_STEP
-                     " AND phase = 'SPAN' AND name = '%s'", job, step, r, dp_span);
+            snprintf(sql, sizeof sql,
+                     "SELECT start_ns, end_ns FROM events WHERE " HOST_STEP " AND phase = 'SPAN' AND name = '%s'", job,
+                     step, r, dp_span);
             size_t n = intervals(db, sql, &ar);
             n = merge(ar, n);
             cr_assert_gt(n, 0, "job %d step %d rank %d: no %s spans", job, step, r, dp_span);
-            int64_t opt = tfix_q_intf(db, "SELECT start_ns FROM events WHERE " HOST_STEP " AND phase = 'OPT'", job,
-                                      step, r);
-            snprintf(sql, sizeof sql, "SELECT start_ns, end_ns, cause, coalesce(next_action, '') FROM gaps WHERE "
-                     "job_id = %d AND step = %d AND rank = %d", job, step, r);
+            int64_t opt =
+                tfix_q_intf(db, "SELECT start_ns FROM events WHERE " HOST_STEP " AND phase = 'OPT'", job, step, r);
+            snprintf(sql, sizeof sql,
+                     "SELECT start_ns, end_ns, cause, coalesce(next_action, '') FROM gaps WHERE "
+                     "job_id = %d AND step = %d AND rank = %d",
+                     job, step, r);
             sqlite3_stmt *st;
             cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
             int waits = 0;
@@ -293,9 +310,9 @@ static void check_wait_dp(sqlite3 *db, int job, const char *dp_span) {
                 int64_t under = overlap(ar, n, a, b);
                 int want = before_opt && under > 0;
                 cr_assert_eq(strcmp(cause, "wait_dp") == 0, want,
-                             "job %d step %d rank %d: gap [%lld, %lld) before %s, %lld ns of it under %s, is '%s'",
-                             job, step, r, (long long)a, (long long)b, sqlite3_column_text(st, 3), (long long)under,
-                             dp_span, cause);
+                             "job %d step %d rank %d: gap [%lld, %lld) before %s, %lld ns of it under %s, is '%s'", job,
+                             step, r, (long long)a, (long long)b, sqlite3_column_text(st, 3), (long long)under, dp_span,
+                             cause);
                 if (want) {
                     cr_assert_eq(b, opt, "the wait ends where the OPT starts");
                     waits++;
@@ -309,13 +326,17 @@ static void check_wait_dp(sqlite3 *db, int job, const char *dp_span) {
         }
     }
     /* The causes add up to the idle time, stored per step as per gap. */
-    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM step_stats s WHERE job_id = %d AND bubble_ns != "
-                                 "(SELECT coalesce(sum(idle_ns), 0) FROM step_idle i WHERE i.job_id = s.job_id AND "
-                                 "i.step = s.step AND i.rank = s.rank)", job),
+    cr_assert_eq(tfix_q_intf(db,
+                             "SELECT count(*) FROM step_stats s WHERE job_id = %d AND bubble_ns != "
+                             "(SELECT coalesce(sum(idle_ns), 0) FROM step_idle i WHERE i.job_id = s.job_id AND "
+                             "i.step = s.step AND i.rank = s.rank)",
+                             job),
                  0, "job %d: a rank's step_idle rows add up to its bubble_ns", job);
-    cr_assert_eq(tfix_q_intf(db, "SELECT (SELECT sum(idle_ns) FROM step_idle WHERE job_id = %d AND "
-                                 "cause = 'wait_dp') = (SELECT sum(end_ns - start_ns) FROM gaps WHERE job_id = %d "
-                                 "AND cause = 'wait_dp')", job, job),
+    cr_assert_eq(tfix_q_intf(db,
+                             "SELECT (SELECT sum(idle_ns) FROM step_idle WHERE job_id = %d AND "
+                             "cause = 'wait_dp') = (SELECT sum(end_ns - start_ns) FROM gaps WHERE job_id = %d "
+                             "AND cause = 'wait_dp')",
+                             job, job),
                  1, "job %d: step_idle's wait_dp is its gaps'", job);
 }
 
@@ -335,10 +356,35 @@ static void check_stats_by_cause(const char *path, sqlite3 *db, int job) {
     double total = 0;
     const cJSON *c;
     cJSON_ArrayForEach(c, by) total += c->valuedouble;
+    /* each replica's line: its ranks' bubble, wait_dp and all-reduce time */
+    const cJSON *reps = cJSON_GetObjectItem(sum, "replicas"), *bub = cJSON_GetObjectItem(sum, "bubble_ratio_by_rank");
+    cr_assert_eq(cJSON_GetArraySize(reps), 2, "job %d: two replicas: %s", job, p.out);
+    for (int d = 0; d < 2; d++) {
+        const cJSON *r = cJSON_GetArrayItem(reps, d);
+        cr_assert_eq(cJSON_GetObjectItem(r, "first_rank")->valueint, 2 * d);
+        cr_assert_eq(cJSON_GetObjectItem(r, "ranks")->valueint, 2);
+        double mean =
+            (cJSON_GetArrayItem(bub, 2 * d)->valuedouble + cJSON_GetArrayItem(bub, 2 * d + 1)->valuedouble) / 2;
+        cr_assert_float_eq(cJSON_GetObjectItem(r, "bubble_ratio")->valuedouble, mean, 1e-12);
+        cr_assert_eq((int64_t)cJSON_GetObjectItem(r, "wait_dp_ns")->valuedouble,
+                     tfix_q_intf(db,
+                                 "SELECT coalesce(sum(idle_ns), 0) FROM step_idle WHERE job_id = %d AND step >= %d"
+                                 " AND cause = 'wait_dp' AND rank / 2 = %d",
+                                 job, from, d));
+        int64_t spans = tfix_q_intf(db,
+                                    "SELECT coalesce(sum(end_ns - start_ns), 0) FROM events WHERE job_id = %d AND "
+                                    "step >= %d AND phase = 'SPAN' AND source = 'cpu' AND rank / 2 = %d AND name IN "
+                                    "('ALLREDUCE', 'REDUCE_SCATTER', 'ALL_GATHER')",
+                                    job, from, d);
+        cr_assert_gt(spans, 0);
+        cr_assert_eq((int64_t)cJSON_GetObjectItem(r, "allreduce_ns")->valuedouble, spans);
+    }
     const cJSON *dp = cJSON_GetObjectItem(by, "wait_dp");
     cr_assert(cJSON_IsNumber(dp), "job %d: no wait_dp in idle_ns_by_cause: %s", job, p.out);
-    int64_t gaps = tfix_q_intf(db, "SELECT sum(end_ns - start_ns) FROM gaps WHERE job_id = %d AND step >= %d AND "
-                                   "cause = 'wait_dp'", job, from);
+    int64_t gaps = tfix_q_intf(db,
+                               "SELECT sum(end_ns - start_ns) FROM gaps WHERE job_id = %d AND step >= %d AND "
+                               "cause = 'wait_dp'",
+                               job, from);
     cr_assert_gt(gaps, 0);
     cr_assert_eq((int64_t)dp->valuedouble, gaps, "job %d: stats' wait_dp %.0f, its gaps %lld", job, dp->valuedouble,
                  (long long)gaps);
@@ -355,8 +401,8 @@ Test(analyses_dp, waiting_for_the_all_reduce_is_wait_dp) {
     run_job(path, NULL, 0,
             (const char *[]){"--pp", "2", "--dp", "2", "--microbatches", "4", "--steps", "4", "--model", GPT, NULL});
     run_job(path, NULL, 0,
-            (const char *[]){"--pp", "2", "--dp", "2", "--zero1", "--microbatches", "4", "--steps", "4", "--model",
-                             GPT, NULL});
+            (const char *[]){"--pp", "2", "--dp", "2", "--zero1", "--microbatches", "4", "--steps", "4", "--model", GPT,
+                             NULL});
     sqlite3 *sq = open_ro(path);
     check_wait_dp(sq, 1, "ALLREDUCE");
     check_wait_dp(sq, 2, "REDUCE_SCATTER"); /* ZeRO-1: its ALL_GATHER runs after the OPT */
@@ -371,8 +417,10 @@ Test(analyses_dp, waiting_for_the_all_reduce_is_wait_dp) {
  * part of it of cause `cause`. */
 static void idle_of(sqlite3 *db, int job, const char *cause, int64_t *all, int64_t *of) {
     *all = tfix_q_intf(db, "SELECT coalesce(sum(idle_ns), 0) FROM step_idle WHERE job_id = %d AND step >= 1", job);
-    *of = tfix_q_intf(db, "SELECT coalesce(sum(idle_ns), 0) FROM step_idle WHERE job_id = %d AND step >= 1 AND "
-                          "cause = '%s'", job, cause);
+    *of = tfix_q_intf(db,
+                      "SELECT coalesce(sum(idle_ns), 0) FROM step_idle WHERE job_id = %d AND step >= 1 AND "
+                      "cause = '%s'",
+                      job, cause);
 }
 
 /* Four ranks on one CPU (this process's affinity, which the launcher and
@@ -383,7 +431,8 @@ Test(analyses_cpu, ranks_sharing_one_core_wait_for_it) {
     cpu_set_t all, one;
     cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
     int first = 0;
-    while (!CPU_ISSET(first, &all)) first++;
+    while (!CPU_ISSET(first, &all))
+        first++;
     CPU_ZERO(&one);
     CPU_SET(first, &one);
     cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
