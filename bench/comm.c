@@ -33,46 +33,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/shx.h"
 #include "runner/comm/comm.h"
 
 enum { NSIZES = 7, PINGS = 2000, WAITS = 100, MAX_ROUNDS = 15 };
 static const size_t sizes[NSIZES] = {4u << 10, 64u << 10, 256u << 10, 1u << 20, 4u << 20, 16u << 20, 64u << 20};
-
-/* ---- an exchange in shared memory, set up before fork ------------------- */
-typedef struct shx {
-    _Atomic int n;
-    struct {
-        char key[256], val[512];
-        size_t len;
-        _Atomic int ready;
-    } e[8];
-} shx;
-
-static int shx_put(void *ctx, const char *key, const void *v, size_t len, pp_err *err) {
-    shx *x = ctx;
-    int i = atomic_fetch_add(&x->n, 1);
-    if (i >= 8 || len > sizeof x->e[0].val) return pp_fail(err, "bench exchange full");
-    snprintf(x->e[i].key, sizeof x->e[i].key, "%s", key);
-    memcpy(x->e[i].val, v, len);
-    x->e[i].len = len;
-    atomic_store(&x->e[i].ready, 1);
-    return 0;
-}
-
-static int shx_get(void *ctx, const char *key, void *v, size_t cap, size_t *len, int timeout_ms, pp_err *err) {
-    shx *x = ctx;
-    uint64_t end = pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    for (;;) {
-        for (int i = 0; i < 8; i++)
-            if (atomic_load(&x->e[i].ready) && !strcmp(x->e[i].key, key)) {
-                *len = x->e[i].len < cap ? x->e[i].len : cap;
-                memcpy(v, x->e[i].val, *len);
-                return 0;
-            }
-        if (pp_now_ns() > end) return pp_fail(err, "bench exchange: no key %s", key);
-        pp_sleep_ns(1000000);
-    }
-}
 
 /* ---- what the two processes share: the exchange, the results ------------ */
 typedef struct shared {

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench/shx.h"
 #include "runner/comm/comm.h"
 #include "runner/comm/comm_coll.h"
 #include "runner/model/model_tree.h"
@@ -36,42 +37,6 @@
 enum { NSIZES = 5, REPEAT = 3, MAXD = 4 };
 static const size_t sizes[NSIZES] = {256u << 10, 1u << 20, 4u << 20, 16u << 20, 64u << 20};
 static const size_t total = 256u << 20; /* bytes moved per size and round */
-
-/* ---- an exchange in shared memory, set up before fork (as bench/comm.c) ---- */
-typedef struct shx {
-    _Atomic int n;
-    struct {
-        char key[256], val[512];
-        size_t len;
-        _Atomic int ready;
-    } e[16];
-} shx;
-
-static int shx_put(void *ctx, const char *key, const void *v, size_t len, pp_err *err) {
-    shx *x = ctx;
-    int i = atomic_fetch_add(&x->n, 1);
-    if (i >= 16 || len > sizeof x->e[0].val) return pp_fail(err, "bench exchange full");
-    snprintf(x->e[i].key, sizeof x->e[i].key, "%s", key);
-    memcpy(x->e[i].val, v, len);
-    x->e[i].len = len;
-    atomic_store(&x->e[i].ready, 1);
-    return 0;
-}
-
-static int shx_get(void *ctx, const char *key, void *v, size_t cap, size_t *len, int timeout_ms, pp_err *err) {
-    shx *x = ctx;
-    uint64_t end = pp_now_ns() + (uint64_t)timeout_ms * 1000000ull;
-    for (;;) {
-        for (int i = 0; i < 16; i++)
-            if (atomic_load(&x->e[i].ready) && !strcmp(x->e[i].key, key)) {
-                *len = x->e[i].len < cap ? x->e[i].len : cap;
-                memcpy(v, x->e[i].val, *len);
-                return 0;
-            }
-        if (pp_now_ns() > end) return pp_fail(err, "bench exchange: no key %s", key);
-        pp_sleep_ns(1000000);
-    }
-}
 
 /* ---- one group -------------------------------------------------------------- */
 

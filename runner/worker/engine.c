@@ -27,24 +27,19 @@ static void trace_event_write(engine *e, const trace_event *ev, int gpu) {
     pthread_mutex_unlock(&e->trace_mu);
 }
 
+/* A host record of this rank's current attempt. */
+static trace_event host_event(const engine *e, int phase, int step, int mb, int stage, int peer, uint64_t bytes,
+                              uint64_t t0, uint64_t t1) {
+    return (trace_event){.version = TRACE_EVENT_VERSION, .phase = (uint8_t)phase, .source = TRACE_SRC_CPU,
+                         .attempt = e->attempt, .rank = e->rank, .step = step, .microbatch = mb, .stage = stage,
+                         .peer = peer, .start_ns = t0, .end_ns = t1, .bytes = bytes};
+}
+
 static void trace(engine *e, int phase, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0, uint64_t t1,
                   double value) {
     if (!e->ring) return;
-    trace_event ev = {
-        .version = TRACE_EVENT_VERSION,
-        .phase = (uint8_t)phase,
-        .source = TRACE_SRC_CPU,
-        .attempt = e->attempt,
-        .rank = e->rank,
-        .step = step,
-        .microbatch = mb,
-        .stage = stage,
-        .peer = peer,
-        .start_ns = t0,
-        .end_ns = t1,
-        .bytes = bytes,
-        .value = value,
-    };
+    trace_event ev = host_event(e, phase, step, mb, stage, peer, bytes, t0, t1);
+    ev.value = value;
     if (phase < TRACE_LOSS) ev.wait_cpu_ns = trace_cpu_wait_since_last(); /* ops: rows of events */
     trace_event_write(e, &ev, 1);
 }
@@ -79,22 +74,9 @@ static void name_spans(engine *e) {
 static void span(engine *e, uint32_t name, int step, int mb, int stage, int peer, uint64_t bytes, uint64_t t0,
                  uint64_t t1, int on_gpu) {
     if (!e->ring) return;
-    trace_event ev = {
-        .version = TRACE_EVENT_VERSION,
-        .phase = TRACE_SPAN,
-        .source = TRACE_SRC_CPU,
-        .attempt = e->attempt,
-        .rank = e->rank,
-        .step = step,
-        .microbatch = mb,
-        .stage = stage,
-        .peer = peer,
-        .start_ns = t0,
-        .end_ns = t1,
-        .bytes = bytes,
-        .name = name,
-        .wait_cpu_ns = trace_cpu_wait_since_last(), /* of this span's thread: the engine's or the all-reduce's */
-    };
+    trace_event ev = host_event(e, TRACE_SPAN, step, mb, stage, peer, bytes, t0, t1);
+    ev.name = name;
+    ev.wait_cpu_ns = trace_cpu_wait_since_last(); /* of this span's thread: the engine's or the all-reduce's */
     trace_event_write(e, &ev, on_gpu);
 }
 
