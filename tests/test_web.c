@@ -467,6 +467,53 @@ Test(web, steps_of_a_running_job_include_partial_steps_in_order) {
     }
 }
 
+/* A heatmap cell as a number, or -1 for null. */
+static double heat_cell(const cJSON *j, int rank, int col) {
+    const cJSON *v = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ratio"), rank), col);
+    cr_assert(v, "no cell rank %d column %d", rank, col);
+    return cJSON_IsNull(v) ? -1 : v->valuedouble;
+}
+
+/* The rank x step heatmap: a cell per rank and step while the steps fit,
+ * a rank's slow step the cell that stands out, null where a rank has no
+ * statistics; merged into columns of equal width (the mean of their steps)
+ * when there are more steps than buckets, and never more than 200 of them
+ * unasked for. */
+Test(web, heatmap_is_the_bubble_ratio_per_rank_and_step) {
+    exec_sql("UPDATE step_stats SET bubble_ratio = 0.5 WHERE step = 1 AND rank = 2;"
+             "DELETE FROM step_stats WHERE step = 2 AND rank = 3");
+    cJSON *j = get_json("/api/jobs/1/heatmap", 200);
+    cr_assert_eq(num(j, "world_size"), 4);
+    cr_assert_eq(num(j, "first_step"), 0);
+    cr_assert_eq(num(j, "last_step"), 2);
+    cr_assert_eq(num(j, "step_width"), 1);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps")), 3);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "ratio")), 4, "a row per rank");
+    for (int r = 0; r < 4; r++)
+        for (int s = 0; s < 3; s++) {
+            double want = r == 2 && s == 1 ? 0.5 : r == 3 && s == 2 ? -1 : round(6.0 / 30.5 * 1e4) / 1e4;
+            cr_assert_float_eq(heat_cell(j, r, s), want, 1e-12, "rank %d step %d", r, s);
+        }
+    cJSON_Delete(j);
+    /* two columns of two steps: 0-1 and 2 */
+    j = get_json("/api/jobs/1/heatmap?buckets=2", 200);
+    cr_assert_eq(num(j, "step_width"), 2);
+    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 1)->valuedouble, 2);
+    cr_assert_float_eq(heat_cell(j, 2, 0), round((6.0 / 30.5 + 0.5) / 2 * 1e4) / 1e4, 1e-12);
+    cr_assert_eq(heat_cell(j, 3, 1), -1, "no step of rank 3 in the column");
+    cJSON_Delete(j);
+    pp_err err;
+    cr_assert_eq(fixture_add_history(dbpath, 3, 1997, &err), 0, "%s", err.msg);
+    j = get_json("/api/jobs/1/heatmap", 200);
+    int cols = cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps"));
+    cr_assert_eq(num(j, "step_width"), 10, "2,000 steps in columns of 10");
+    cr_assert_eq(cols, 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ratio"), 0)), cols);
+    cJSON_Delete(j);
+    get_error("/api/jobs/1/heatmap?buckets=0", 400, "buckets");
+    get_error("/api/jobs/9/heatmap", 404, "no job 9");
+}
+
 Test(web, gaps_of_a_step_add_up_to_the_bubble) {
     cJSON *j = get_json("/api/jobs/1/gaps?step=0", 200);
     cJSON *by = cJSON_GetObjectItem(j, "idle_ns_by_cause");
