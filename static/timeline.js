@@ -1,7 +1,8 @@
 // timeline.js: draws the timeline: the measured rows (a row per rank, its
 // ops coloured by phase, idle gaps shaded by cause, a lane of the program's
 // own named spans under it for a job that has them, a GPU lane for a job
-// with gpu spans; zoomed out, bars of busy share), the critical path
+// with gpu spans; zoomed out, bars of busy share; grouped (rows.js), a
+// summary lane per group of the share of its ranks idle), the critical path
 // over them (critpath.js), and the plan's simulated rows aligned to the
 // step in view. What is drawn is the window in state.js; view.js moves the
 // view and fetches the window.
@@ -13,7 +14,8 @@ import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
 import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
 import { PHASES, PHASE_COLOR, CAUSE_COLOR, BW, SPAN, isBlock, isComm, spanColor } from './phases.js';
-import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, xOf, blockMidY } from './geometry.js';
+import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, slotY, rowCount, fitRows, gpuY, spanY, xOf, blockMidY } from './geometry.js';
+import { R, layoutRows } from './rows.js';
 import { drawCritpath, fetchCritpath } from './critpath.js';
 
 let drawPending = false;
@@ -47,9 +49,10 @@ function drawAxis(g, w, h) {
 }
 
 function drawRowLabels(g, n, prefix, ry = rowY, lanes = S.gpuLane, spans = S.spanLane) {
-  g.fillStyle = '#444'; g.font = '12px system-ui, sans-serif'; g.textBaseline = 'middle';
+  g.fillStyle = '#444'; g.font = ROW_H < 20 ? '10px system-ui, sans-serif' : '12px system-ui, sans-serif'; g.textBaseline = 'middle';
   for (let r = 0; r < n; r++) {
-    g.fillStyle = '#fff'; g.fillRect(0, ry(r) - 2, LABEL_W - 2, ROW_H + 4);
+    if (ry(r) < 0) continue; // folded into its group's lane
+    g.fillStyle = '#fff'; g.fillRect(0, ry(r) - ROW_GAP / 2, LABEL_W - 2, ROW_H + ROW_GAP);
     g.fillStyle = '#444'; g.fillText(prefix + r, 6, ry(r) + ROW_H / 2);
     if (spans) {
       g.fillStyle = '#fff'; g.fillRect(0, spanY(r), LABEL_W - 2, SPAN_H);
@@ -66,18 +69,24 @@ function drawRowLabels(g, n, prefix, ry = rowY, lanes = S.gpuLane, spans = S.spa
 
 function draw() {
   if (!S.info) return;
+  const began = performance.now();
   const n = world();
   const c = $('timeline');
-  const { g, w, h } = sizeCanvas(c, AXIS_H + n * rowPitch() + 4);
+  if (R.slot.length !== n) layoutRows();
+  fitRows(n);
+  const { g, w, h } = sizeCanvas(c, AXIS_H + rowCount() * rowPitch() + 4);
   g.clearRect(0, 0, w, h);
   drawAxis(g, w, h);
+  if (S.highlight != null && R.slot[S.highlight] >= 0) { // the rank a heatmap cell jumped to
+    g.fillStyle = 'rgba(255, 214, 0, 0.25)'; g.fillRect(0, rowY(S.highlight) - ROW_GAP / 2, w, ROW_H + ROW_GAP);
+  }
   const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), BW: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0,
     bins: 0, steps: new Set(), gpu: new Array(n).fill(0), kernels: 0, spans: new Array(n).fill(0) };
   const left = LABEL_W, right = w;
   // Idle gaps, shaded by cause.
   for (const gp of S.gaps || []) {
     const x0 = Math.max(left, xOf(gp[2], w)), x1 = Math.min(right, xOf(gp[3], w));
-    if (x1 <= x0) continue;
+    if (x1 <= x0 || R.slot[gp[0]] < 0) continue;
     g.fillStyle = CAUSE_COLOR[gp[4]] || CAUSE_COLOR[5];
     g.fillRect(x0, rowY(gp[0]), x1 - x0, ROW_H);
     drawn.gaps++;
@@ -97,7 +106,7 @@ function draw() {
       if (ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
       inView++;
       const r = ev.rank[i];
-      if (r < 0 || r >= n) continue;
+      if (r < 0 || r >= n || R.slot[r] < 0) continue;
       let x0 = xOf(ev.start[i], w), x1 = xOf(ev.end[i], w);
       if (x0 < left) x0 = left;
       if (x1 > right) x1 = right;
@@ -114,11 +123,12 @@ function draw() {
   }
   if (S.spanLane) drawSpans(g, w, n, drawn);
   if (S.gpuLane) drawGpu(g, w, n, drawn);
-  // Microbatch labels where they fit.
+  drawGroupLanes(g, w, drawn);
+  // Microbatch labels where they fit (not on compact rows).
   g.fillStyle = '#fff'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'middle'; g.textAlign = 'center';
-  for (let i = 0; i < ev.n; i++) {
+  for (let i = 0; ROW_H >= 20 && i < ev.n; i++) {
     const ph = ev.phase[i];
-    if (!isBlock(ph) || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+    if (!isBlock(ph) || ev.end[i] < S.view.from || ev.start[i] > S.view.to || R.slot[ev.rank[i]] < 0) continue;
     const x0 = Math.max(left, xOf(ev.start[i], w)), x1 = Math.min(right, xOf(ev.end[i], w));
     if (x1 - x0 < 14) continue;
     g.fillText(String(ev.mb[i]), (x0 + x1) / 2, blockMidY(ev.rank[i]));
@@ -127,12 +137,14 @@ function draw() {
   const anchor = viewAnchor();
   if (drawCritpath(g, w, h, n, anchor)) critFetchSoon();
   drawRowLabels(g, n, 'rank ');
+  drawGroupLabels(g);
   probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, BW: drawn.BW, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins,
     steps: [...drawn.steps].sort((a, b) => a - b), inView, gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels,
-    spanLane: S.spanLane, spans: drawn.spans };
+    spanLane: S.spanLane, spans: drawn.spans, rows: rowCount(), rankRows: R.rows.filter((x) => x.rank != null).length, lanes: drawn.lanes };
   $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? inView + ' events' : 'aggregated (' + S.mode + ')'}` +
     (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (probe.lastKernels && probe.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan(anchor);
+  probe.drawMs = performance.now() - began; // the whole redraw, for tests/browser/dashboard.mjs "scale"
 }
 
 // The spans lanes: a light track, each of the program's spans in its name's
@@ -201,10 +213,74 @@ function drawGpu(g, w, n, drawn) {
   }
 }
 
+// The groups' summary lanes: per pixel column the share of the group's
+// ranks idle (not in an F, B, W, BW or OPT), drawn up from the lane's
+// bottom, over the columns between the group's first op start and last op
+// end in the window. Zoomed out (bins), a bin's busy time is spread evenly
+// over it. Kept for the tooltip (laneIdle).
+export const laneIdle = { w: 0, idle: [] };
+function drawGroupLanes(g, w, drawn) {
+  drawn.lanes = [];
+  laneIdle.idle = [];
+  if (!R.groups.length) return;
+  const left = LABEL_W, W = Math.max(1, Math.ceil(w - left)), ng = R.groups.length;
+  const diff = new Float64Array(ng * (W + 2)), part = new Float64Array(ng * (W + 2));
+  const lo = new Float64Array(ng).fill(Infinity), hi = new Float64Array(ng).fill(-Infinity);
+  const add = (gi, s, e, k) => { // k busy per rank over [s, e) ns
+    let a = xOf(s, w) - left, b = xOf(e, w) - left;
+    if (b <= 0 || a >= W) return;
+    a = Math.max(0, a); b = Math.min(W, b);
+    if (a < lo[gi]) lo[gi] = a;
+    if (b > hi[gi]) hi[gi] = b;
+    const o = gi * (W + 2), ia = Math.floor(a), ib = Math.floor(b);
+    if (ia === ib) { part[o + ia] += (b - a) * k; return; }
+    part[o + ia] += (ia + 1 - a) * k; diff[o + ia + 1] += k; diff[o + ib] -= k; part[o + ib] += (b - ib) * k;
+  };
+  const ev = S.ev;
+  for (let i = 0; i < ev.n; i++) {
+    const ph = ev.phase[i];
+    if (!(isBlock(ph) || ph === 7) || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+    const gi = R.groupOf[ev.rank[i]];
+    if (gi >= 0) add(gi, ev.start[i], ev.end[i], 1);
+  }
+  for (const b of S.bins || []) {
+    const gi = R.groupOf[b[0]];
+    if (gi >= 0 && b[2] > b[1]) add(gi, b[1], b[2], Math.min(1, b[3] / (b[2] - b[1])));
+  }
+  g.fillStyle = '#c0504d';
+  for (let gi = 0; gi < ng; gi++) {
+    const grp = R.groups[gi], y = slotY(grp.slot), o = gi * (W + 2), idle = new Float32Array(W).fill(NaN);
+    g.save(); g.fillStyle = '#f1f1f1'; g.fillRect(left, y, W, ROW_H); g.restore();
+    let run = 0, sum = 0, cols = 0;
+    for (let x = Math.max(0, Math.floor(lo[gi])); x < Math.min(W, Math.ceil(hi[gi])); x++) {
+      run += diff[o + x];
+      const share = Math.max(0, Math.min(1, 1 - (run + part[o + x]) / grp.ranks.length));
+      idle[x] = share; sum += share; cols++;
+      const hh = share * (ROW_H - 2);
+      if (hh >= 0.5) g.fillRect(left + x, y + ROW_H - hh, 1, hh);
+    }
+    laneIdle.idle[gi] = idle;
+    drawn.lanes.push({ key: grp.key, ranks: grp.ranks.length, folded: R.folded.has(grp.key), idle: cols ? sum / cols : null });
+  }
+  laneIdle.w = W;
+}
+
+// The groups' labels, "▸ node 3" folded and "▾ node 3" open: a click on
+// one folds or unfolds it (view.js).
+function drawGroupLabels(g) {
+  g.font = ROW_H < 20 ? 'bold 10px system-ui, sans-serif' : 'bold 12px system-ui, sans-serif'; g.textBaseline = 'middle';
+  for (const grp of R.groups) {
+    const y = slotY(grp.slot);
+    g.fillStyle = '#fff'; g.fillRect(0, y - ROW_GAP / 2, LABEL_W - 2, ROW_H + ROW_GAP);
+    g.fillStyle = '#333'; g.fillText((R.folded.has(grp.key) ? '▸ ' : '▾ ') + grp.label, 2, y + ROW_H / 2);
+  }
+}
+
 function drawBins(g, w, drawn) {
   // Aggregated: a bar per bin, its height the busy share, coloured by the
   // dominant phase (grey when the split is unknown: per-step bins).
   for (const b of S.bins) {
+    if (R.slot[b[0]] < 0) continue;
     const x0 = Math.max(LABEL_W, xOf(b[1], w)), x1 = Math.min(w, xOf(b[2], w));
     if (x1 <= x0) continue;
     const frac = Math.min(1, b[3] / Math.max(1, b[2] - b[1]));
@@ -255,12 +331,12 @@ function viewAnchor() {
 // (anchor: viewAnchor()).
 function drawPlan(anchor) {
   const c = $('plan');
-  const n = world();
-  const { g, w, h } = sizeCanvas(c, AXIS_H + n * (ROW_H + ROW_GAP) + 4);
+  const n = world(), none = !S.plan || !S.plan.simulated; // nothing to draw: a line, not a row per rank
+  const { g, w, h } = sizeCanvas(c, none ? 32 : AXIS_H + n * (ROW_H + ROW_GAP) + 4);
   g.clearRect(0, 0, w, h);
   probe.planDrawn = 0;
   const planY = (rank) => AXIS_H + rank * (ROW_H + ROW_GAP); // the plan has no GPU lanes
-  if (!S.plan || !S.plan.simulated) {
+  if (none) {
     g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
     g.fillText(S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
     return;
@@ -322,6 +398,16 @@ export function gpuLaneAt(rank, t, lower) {
   if (!S.gpuLane) return null;
   const c = $('timeline'), rect = c.getBoundingClientRect();
   return { x: rect.left + xOf(t, c.clientWidth), y: rect.top + gpuY(rank) + (lower ? GPU_H * 3 / 4 : GPU_H / 4) };
+}
+
+// Window coordinates of a group's label (clicking it folds or unfolds the
+// group), scrolled into view, for tests; null when there is no such group.
+export function groupLabelCenter(key) {
+  const grp = R.groups.find((x) => x.key === key);
+  if (!grp) return null;
+  window.scrollBy(0, $('timeline').getBoundingClientRect().top + slotY(grp.slot) - window.innerHeight / 2);
+  const rect = $('timeline').getBoundingClientRect();
+  return { x: rect.left + 20, y: rect.top + slotY(grp.slot) + ROW_H / 2 };
 }
 
 // Synthetic load for interactivity checks: n events over the view; returns
