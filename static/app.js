@@ -9,7 +9,7 @@ import { probe } from './probe.js';
 import { scheduleDraw, blockCenter, gpuLaneAt, spanCenter, loadSynthetic, groupLabelCenter } from './timeline.js';
 import { R, groupBy, revealRank } from './rows.js';
 import { setupHeatmap, setHeatmapPick, heatCellCenter } from './heatmap.js';
-import { rowY } from './geometry.js';
+import { rowY, ROW_H } from './geometry.js';
 import { showCritpath, critEdgeCenter } from './critpath.js';
 import { drawCharts, lossOptions } from './charts.js';
 import { fillLegend } from './toolbar.js';
@@ -39,6 +39,8 @@ function setupControls() {
   $('critpath-on').onchange = (e) => { showCritpath(e.target.checked); scheduleDraw(); };
   $('job-select').onchange = (e) => openJob(Number(e.target.value));
   window.addEventListener('resize', () => { scheduleDraw(); drawCharts(); });
+  // Compact rows are drawn only where they are on screen (timeline.js): scrolling brings others.
+  window.addEventListener('scroll', () => { if (ROW_H < 20) scheduleDraw(); }, { passive: true });
   $('loss-outliers').addEventListener('change', (e) => { lossOptions.outliers = e.target.checked; drawCharts(); });
   $('loss-log').addEventListener('change', (e) => { lossOptions.log = e.target.checked; drawCharts(); });
   document.querySelectorAll('.tab').forEach((b) => b.onclick = () => {

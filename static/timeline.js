@@ -10,6 +10,10 @@
 // Drawing keeps the window in typed arrays (EventStore) and draws one pass
 // per colour, blocks narrower than a pixel merged per pixel column and
 // everything off-screen skipped, so 100,000 visible events stay interactive.
+// With compact rows (more than 64 ranks) that includes the rows scrolled
+// out of the window: only the rows on screen are cleared and drawn (the
+// page redraws as it scrolls). With 1,024 rows, drawing all of them took
+// 90-130 ms a redraw here; the rows on screen, see docs/dashboard.md.
 import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
 import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
@@ -75,7 +79,11 @@ function draw() {
   if (R.slot.length !== n) layoutRows();
   fitRows(n);
   const { g, w, h } = sizeCanvas(c, AXIS_H + rowCount() * rowPitch() + 4);
-  g.clearRect(0, 0, w, h);
+  // The band of the canvas on screen (all of it for a small job).
+  const cull = ROW_H < 20, rect = cull ? c.getBoundingClientRect() : null;
+  const top = cull ? Math.max(0, Math.floor(-rect.top) - ROW_H) : 0, bottom = cull ? Math.min(h, Math.ceil(window.innerHeight - rect.top) + ROW_H) : h;
+  const onScreen = (y) => y + ROW_H + ROW_GAP >= top && y <= bottom;
+  g.clearRect(0, top, w, Math.max(0, bottom - top));
   drawAxis(g, w, h);
   if (S.highlight != null && R.slot[S.highlight] >= 0) { // the rank a heatmap cell jumped to
     g.fillStyle = 'rgba(255, 214, 0, 0.25)'; g.fillRect(0, rowY(S.highlight) - ROW_GAP / 2, w, ROW_H + ROW_GAP);
@@ -86,12 +94,12 @@ function draw() {
   // Idle gaps, shaded by cause.
   for (const gp of S.gaps || []) {
     const x0 = Math.max(left, xOf(gp[2], w)), x1 = Math.min(right, xOf(gp[3], w));
-    if (x1 <= x0 || R.slot[gp[0]] < 0) continue;
+    if (x1 <= x0 || R.slot[gp[0]] < 0 || !onScreen(rowY(gp[0]))) continue;
     g.fillStyle = CAUSE_COLOR[gp[4]] || CAUSE_COLOR[5];
     g.fillRect(x0, rowY(gp[0]), x1 - x0, ROW_H);
     drawn.gaps++;
   }
-  if (S.bins) drawBins(g, w, drawn);
+  if (S.bins) drawBins(g, w, drawn, onScreen);
   const ev = S.ev;
   // One pass per phase: no fillStyle churn; sub-pixel blocks merged. A
   // program's spans are drawn on their own lane (drawSpans).
@@ -107,6 +115,8 @@ function draw() {
       inView++;
       const r = ev.rank[i];
       if (r < 0 || r >= n || R.slot[r] < 0) continue;
+      const y = rowY(r);
+      if (!onScreen(y)) continue;
       let x0 = xOf(ev.start[i], w), x1 = xOf(ev.end[i], w);
       if (x0 < left) x0 = left;
       if (x1 > right) x1 = right;
@@ -115,7 +125,6 @@ function draw() {
         if (lastPx[r * PHASES.length + ph] === px) continue;
         lastPx[r * PHASES.length + ph] = px; x1 = x0 + 1;
       }
-      const y = rowY(r);
       if (comm) { g.fillRect(x0, y + ROW_H - (ph === 3 || ph === 5 ? 3 : 6), x1 - x0, 3); drawn.comm++; }
       else if (ph === 7) { g.fillRect(x0, y + 4, x1 - x0, ROW_H - 12); drawn.opt++; }
       else { g.fillRect(x0, y, x1 - x0 - (x1 - x0 > 3 ? 0.5 : 0), ROW_H - 8); drawn[PHASES[ph]][r]++; drawn.steps.add(ev.step[i]); }
@@ -136,7 +145,7 @@ function draw() {
   g.textAlign = 'left';
   const anchor = viewAnchor();
   if (drawCritpath(g, w, h, n, anchor)) critFetchSoon();
-  drawRowLabels(g, n, 'rank ');
+  drawRowLabels(g, n, 'rank ', (r) => { const y = rowY(r); return onScreen(y) ? y : -1; });
   drawGroupLabels(g);
   probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, BW: drawn.BW, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins,
     steps: [...drawn.steps].sort((a, b) => a - b), inView, gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels,
@@ -276,11 +285,11 @@ function drawGroupLabels(g) {
   }
 }
 
-function drawBins(g, w, drawn) {
+function drawBins(g, w, drawn, onScreen) {
   // Aggregated: a bar per bin, its height the busy share, coloured by the
   // dominant phase (grey when the split is unknown: per-step bins).
   for (const b of S.bins) {
-    if (R.slot[b[0]] < 0) continue;
+    if (R.slot[b[0]] < 0 || !onScreen(rowY(b[0]))) continue;
     const x0 = Math.max(LABEL_W, xOf(b[1], w)), x1 = Math.min(w, xOf(b[2], w));
     if (x1 <= x0) continue;
     const frac = Math.min(1, b[3] / Math.max(1, b[2] - b[1]));
