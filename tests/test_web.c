@@ -201,6 +201,61 @@ Test(web, very_zoomed_out_windows_use_step_statistics) {
     cJSON_Delete(j);
 }
 
+/* The busy time of a steps-mode answer, its bins, and its highest step. */
+static double step_bins(const char *path, int *nbins, int *maxstep, int *stride) {
+    cJSON *j = get_json(path, 200);
+    cr_assert_str_eq(str(j, "mode"), "steps", "%s", path);
+    double busy = 0;
+    *nbins = *maxstep = 0;
+    *stride = (int)num(j, "step_stride");
+    cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) {
+        busy += cJSON_GetArrayItem(row, 3)->valuedouble;
+        (*nbins)++;
+        const cJSON *st = cJSON_GetArrayItem(row, 9);
+        if (cJSON_IsNumber(st) && st->valueint > *maxstep) *maxstep = st->valueint;
+    }
+    cJSON_Delete(j);
+    return busy;
+}
+
+/* A job of 2,000 steps zoomed out: the steps of the window and no others
+ * (found by seeks on the step number, not by reading every step's times),
+ * and past 4 steps a bucket, one step in `step_stride` read for the others,
+ * the busy time kept. */
+Test(web, step_bins_of_a_long_job_read_only_the_steps_in_view) {
+    http_stop(srv);
+    pp_err err;
+    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .events_scan_budget = 200};
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+    cr_assert_eq(fixture_add_history(dbpath, 3, 1997, &err), 0, "%s", err.msg);
+    char path[256];
+    int nbins, maxstep, stride;
+    /* up to step 1002's end: steps 0..1002, a bin each per rank */
+    snprintf(path, sizeof path, "/api/jobs/1/events?from=0&to=%lld&limit=100&buckets=4000",
+             (long long)(FIXTURE_STEP_OFFSET_NS + 1002 * FIXTURE_STEP_PERIOD_NS + FIXTURE_STEP_SPAN_NS));
+    double busy = step_bins(path, &nbins, &maxstep, &stride);
+    cr_assert_eq(stride, 1);
+    cr_assert_eq(nbins, 1003 * 4);
+    cr_assert_eq(maxstep, 1002);
+    cr_assert_float_eq(busy, 1003 * 4 * 24.5e6, 1);
+    /* from the middle of step 1: step 0 is left out */
+    snprintf(path, sizeof path, "/api/jobs/1/events?from=%lld&to=%lld&limit=100&buckets=4000",
+             (long long)(FIXTURE_STEP_OFFSET_NS + FIXTURE_STEP_PERIOD_NS + FIXTURE_STEP_SPAN_NS / 2),
+             (long long)(FIXTURE_STEP_OFFSET_NS + 9 * FIXTURE_STEP_PERIOD_NS));
+    step_bins(path, &nbins, &maxstep, &stride);
+    cr_assert_eq(nbins, 8 * 4, "steps 1..8");
+    cr_assert_eq(maxstep, 8);
+    /* the whole job in 10 buckets: 40 steps read, one in 50, the busy time kept */
+    snprintf(path, sizeof path, "/api/jobs/1/events?from=0&to=%lld&limit=100&buckets=10",
+             (long long)(FIXTURE_STEP_OFFSET_NS + 2000 * FIXTURE_STEP_PERIOD_NS));
+    busy = step_bins(path, &nbins, &maxstep, &stride);
+    cr_assert_eq(stride, 50);
+    cr_assert_leq(nbins, 10 * 4);
+    cr_assert_float_eq(busy, 2000 * 4 * 24.5e6, 2000 * 4 * 24.5e6 * 1e-9);
+}
+
 Test(web, events_reject_bad_parameters) {
     cJSON_Delete(get_json("/api/jobs/1/events?ranks=9", 400));
     cJSON_Delete(get_json("/api/jobs/1/events?from=abc", 400));
