@@ -41,7 +41,7 @@ function median(xs) {
 
 // heat = |ratio - column median| / the largest such distance (0..1).
 function score(h) {
-  const n = h.ratio.length, cols = h.steps.length;
+  const cols = h.steps.length;
   h.med = [];
   for (let c = 0; c < cols; c++) h.med.push(median(h.ratio.map((row) => row[c])));
   let most = 0;
@@ -53,7 +53,6 @@ function score(h) {
     return d;
   }));
   for (const row of h.heat) for (let c = 0; c < cols; c++) if (row[c] != null) row[c] = most > 0 ? row[c] / most : 0;
-  h.rows = n;
 }
 
 function color(x) { // white to dark red
@@ -63,7 +62,7 @@ function color(x) { // white to dark red
 
 function layout() {
   const n = world(), rowsPx = Math.min(MAX_H, Math.max(60, n * Math.max(1, Math.min(10, Math.floor(MAX_H / n)))));
-  return { n, rowsPx, perPx: n / rowsPx };
+  return { n, rowsPx };
 }
 
 function draw() {
@@ -75,7 +74,7 @@ function draw() {
   const note = $('heatmap-note');
   probe.heatmap = null;
   if (!H || !H.steps.length) { note.textContent = H ? 'no step statistics yet' : ''; return; }
-  const cols = H.steps.length, cw = (w - LABEL_W) / cols, rh = rowsPx / n;
+  const cols = H.steps.length, cw = (w - LABEL_W) / cols;
   // A band per rank while ranks fit; else per pixel row, the hottest of its ranks.
   const bands = Math.min(n, rowsPx);
   for (let b = 0; b < bands; b++) {

@@ -19,9 +19,8 @@ export const R = {
 
 export const GROUPED_ABOVE = 64; // ranks: a bigger job opens grouped
 
-// The group key of rank r under R.by.
-function keyOf(r) {
-  const info = S.info && S.info.ranks && S.info.ranks[r];
+// The group key of a rank (its row of the ranks table: info) under R.by.
+function keyOf(info) {
   if (!info) return 0;
   if (R.by === 'node') return info.node;
   const first = parseInt(String(info.stages).split(',')[0], 10);
@@ -65,9 +64,9 @@ export function layoutRows() {
     for (let r = 0; r < n; r++) { R.slot[r] = r; R.rows.push({ rank: r }); }
     return;
   }
-  const byKey = new Map();
+  const byKey = new Map(), info = new Map(((S.info && S.info.ranks) || []).map((x) => [x.rank, x]));
   for (let r = 0; r < n; r++) {
-    const k = keyOf(r);
+    const k = keyOf(info.get(r));
     if (!byKey.has(k)) byKey.set(k, []);
     byKey.get(k).push(r);
   }

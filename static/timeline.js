@@ -227,7 +227,7 @@ function drawGpu(g, w, n, drawn) {
 // bottom, over the columns between the group's first op start and last op
 // end in the window. Zoomed out (bins), a bin's busy time is spread evenly
 // over it. Kept for the tooltip (laneIdle).
-export const laneIdle = { w: 0, idle: [] };
+export const laneIdle = { idle: [] };
 function drawGroupLanes(g, w, drawn) {
   drawn.lanes = [];
   laneIdle.idle = [];
@@ -271,7 +271,6 @@ function drawGroupLanes(g, w, drawn) {
     laneIdle.idle[gi] = idle;
     drawn.lanes.push({ key: grp.key, ranks: grp.ranks.length, folded: R.folded.has(grp.key), idle: cols ? sum / cols : null });
   }
-  laneIdle.w = W;
 }
 
 // The groups' labels, "▸ node 3" folded and "▾ node 3" open: a click on
