@@ -250,7 +250,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     port = http_port(srv);
-    printf("timeline windows over %ld events (%ld steps, %d ranks), %d client threads, %.0f s each, server: 4 threads\n",
+    printf("timeline windows over %ld events (%ld steps, %d ranks), %d client threads, %.0f s each, "
+           "server: 4 threads\n",
            nsteps * events_per_step(), nsteps, nranks, threads, secs);
     printf("%-22s %-8s %10s %10s %10s %12s %6s\n", "window", "mode", "req/s", "p50 ms", "p99 ms", "bytes/resp", "fails");
     scenario sc[] = {{"one step", 0}, {"three steps", 1}, {"0.4% of the job", 4}, {"1% of the job", 2},

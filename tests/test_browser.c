@@ -1226,7 +1226,8 @@ Test(browser, a_pytorch_jobs_ops_and_spans_on_their_ranks, .timeout = 600) {
 #define SCALE_SLOW 637
 static void make_scale_job(const char *path) {
     db *d = tfix_open_fresh(path);
-    loadgen_config cfg = {.ranks = SCALE_RANKS, .nodes = 64, .rate = 1e6, .pipeline = 8, .microbatches = 8, .chunks = 2};
+    loadgen_config cfg = {
+        .ranks = SCALE_RANKS, .nodes = 64, .rate = 1e6, .pipeline = 8, .microbatches = 8, .chunks = 2};
     const int64_t t0 = 1000000000;
     lg_shape shape;
     int64_t job;
@@ -1303,8 +1304,8 @@ Test(browser, a_1024_rank_job_grouped_with_its_slow_rank_hottest, .timeout = 300
     cr_assert(jnum(t, "panInView") >= 90000 && jnum(t, "zoomInView") >= 50000, "%s", text);
     printf("browser scale: 1,024 rows, %d events in view: pan redraw %.1f ms (median of %d), zoom redraw %.1f ms "
            "(%d in view); first draw %.1f ms\n",
-           (int)jnum(t, "panInView"), jnum(t, "panMs"), (int)jnum(t, "panMoves"), jnum(t, "zoomMs"), (int)jnum(t, "zoomInView"),
-           jnum(t, "firstMs"));
+           (int)jnum(t, "panInView"), jnum(t, "panMs"), (int)jnum(t, "panMoves"), jnum(t, "zoomMs"),
+           (int)jnum(t, "zoomInView"), jnum(t, "firstMs"));
     fflush(stdout);
     free(text);
     cJSON_Delete(j);

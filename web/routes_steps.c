@@ -157,7 +157,8 @@ void route_heatmap(route_req *q, reply *r) {
     const job_info *j = &q->job;
     long buckets = 200;
     if (query_long(q->c, "buckets", 1, 1000, &buckets, r) < 0) return;
-    if (buckets * j->world > HEATMAP_MAX_CELLS) buckets = HEATMAP_MAX_CELLS / j->world > 0 ? HEATMAP_MAX_CELLS / j->world : 1;
+    if (buckets * j->world > HEATMAP_MAX_CELLS)
+        buckets = HEATMAP_MAX_CELLS / j->world > 0 ? HEATMAP_MAX_CELLS / j->world : 1;
     sqlite3_stmt *span = routes_prep(db, "SELECT min(step), max(step) FROM step_stats WHERE job_id=?1", r);
     if (!span) return;
     sqlite3_bind_int64(span, 1, j->id);
@@ -172,7 +173,8 @@ void route_heatmap(route_req *q, reply *r) {
     size_t cells = (size_t)ncols * (size_t)j->world;
     double *sum = calloc(cells ? cells : 1, sizeof *sum);
     int *cnt = calloc(cells ? cells : 1, sizeof *cnt);
-    sqlite3_stmt *st = routes_prep(db, "SELECT step, rank, bubble_ratio FROM step_stats WHERE job_id=?1 ORDER BY step, rank", r);
+    sqlite3_stmt *st =
+        routes_prep(db, "SELECT step, rank, bubble_ratio FROM step_stats WHERE job_id=?1 ORDER BY step, rank", r);
     jw w;
     jw_init(&w);
     if (!st) goto out;

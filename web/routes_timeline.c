@@ -299,7 +299,9 @@ static int step_from(sqlite3_stmt *probe, long step, long *found, int64_t *s, in
  * of a 10 M-event job, linear in the job). 0, or -1: no steps. */
 static int step_range(sqlite3 *db, const job_info *j, int64_t from, int64_t to, long *lo, long *hi) {
     sqlite3_stmt *probe;
-    if (sqlite3_prepare_v2(db, "SELECT step, start_ns, end_ns FROM step_stats WHERE job_id=?1 AND step>=?2 ORDER BY step LIMIT 1",
+    if (sqlite3_prepare_v2(db,
+                           "SELECT step, start_ns, end_ns FROM step_stats WHERE job_id=?1 AND step>=?2 "
+                           "ORDER BY step LIMIT 1",
                            -1, &probe, NULL) != SQLITE_OK)
         return -1;
     sqlite3_bind_int64(probe, 1, j->id);
@@ -377,7 +379,8 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
                 rows = nr;
             }
             int64_t s = sqlite3_column_int64(st, 1) - j->t0, e = sqlite3_column_int64(st, 2) - j->t0;
-            rows[n++] = (row){rank, sqlite3_column_int(st, 4), s, s + (e - s) * stride, sqlite3_column_int64(st, 3) * stride};
+            rows[n++] = (row){rank, sqlite3_column_int(st, 4), s, s + (e - s) * stride,
+                              sqlite3_column_int64(st, 3) * stride};
         }
         if (stride == 1) break;
     }
