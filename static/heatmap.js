@@ -91,6 +91,11 @@ function draw() {
   g.fillText('rank 0', 4, 0);
   g.textBaseline = 'bottom'; g.fillText('rank ' + (n - 1), 4, rowsPx);
   const hot = H.hottest;
+  if (hot) { // ringed: at 1,024 ranks its band is one pixel high
+    const y = Math.floor(hot.rank * Math.min(n, rowsPx) / n) * rowsPx / Math.min(n, rowsPx);
+    g.strokeStyle = '#000'; g.lineWidth = 1.5;
+    g.strokeRect(LABEL_W + hot.col * cw - 3, y - 3, Math.max(cw, 1) + 6, Math.max(1, rowsPx / n) + 6);
+  }
   note.textContent = `steps ${H.first_step}–${H.last_step}` + (H.step_width > 1 ? `, ${H.step_width} a column` : '') +
     (hot ? ` · stands out most: rank ${hot.rank}, step${H.step_width > 1 ? 's ' + hot.step + '–' + Math.min(H.last_step, hot.step + H.step_width - 1) : ' ' + hot.step}: ` +
       `bubble ${fmtPct(hot.ratio)} against a median of ${fmtPct(hot.median)} (${hot.ratio < hot.median ? 'it idles least: the others wait for it' : 'it idles most'})` : '');

@@ -447,6 +447,7 @@ try {
     await page.waitForFunction(() => window.__pprun.heatmap && window.__pprun.heatmap.hottest, null, { timeout: 20000 });
     out.heatmap = await page.evaluate(() => window.__pprun.heatmap);
     out.heatNote = await page.textContent('#heatmap-note');
+    await page.locator('#heatmap').screenshot({ path: shot.replace(/\.png$/, '-heatmap.png') });
     const hot = out.heatmap.hottest;
     c = await page.evaluate((h) => window.__pprun.heatCellCenter(h.rank, h.step), hot);
     await page.mouse.click(c.x, c.y);
