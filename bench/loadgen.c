@@ -105,8 +105,8 @@ static void step_row(const char *dir, int ranks) {
     snprintf(path, sizeof path, "%s/step.db", dir);
     remove_db(path);
     loadgen_config cfg = {.ranks = ranks, .rate = 1e6, .seconds = 1, .db_path = path};
-    trace_event *ev;
-    size_t n;
+    trace_event *ev = NULL;
+    size_t n = 0;
     pp_err err;
     db *d;
     int64_t job;

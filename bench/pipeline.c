@@ -2,7 +2,11 @@
  *
  *  1. Per schedule, the timed model (f=b=w=T, 4 ranks, 8 microbatches):
  *     measured step time and bubble ratio (from the trace's step_stats) vs
- *     the simulator's, as ratios.
+ *     the simulator's, as ratios; then where each measured step's time
+ *     beyond the plan went: its critical path (db/critpath.h) per step,
+ *     the ops on it against the plan's op cost, the hand-offs between
+ *     ranks, and the time on a rank between its ops (sends and receives,
+ *     the rest), with the ops' measured median.
  *  2. Tracing overhead: the same job with --trace on and --trace off, median
  *     step time as a ratio (goal: at most 1.01).
  *  3. ZB-V ordered for measured costs: the default gpt job on 2 ranks, its
@@ -23,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "db/critpath.h"
 #include "sched/sched.h"
 
 static char dir[256];
@@ -114,6 +119,45 @@ static double measured_bubble(const char *db_path) {
     return r;
 }
 
+/* One schedule's measured critical path, per step (ms). */
+typedef struct path_parts {
+    const char *schedule;
+    double span, plan, ops, ops_extra, handoff, comm, rest, op_median;
+} path_parts;
+
+/* Reads job 1 of db_path: its critical path's parts, per step, and the
+ * F/B/W median; ops_extra is the path's op time beyond the plan's cost of
+ * as many ops (the ops' own overrun: a timed op's sleep wakes late). */
+static void path_row(const char *schedule, const char *db_path, double plan_ms, int op_ms, path_parts *out) {
+    *out = (path_parts){.schedule = schedule, .plan = plan_ms};
+    sqlite3 *db;
+    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) return;
+    critpath_report r;
+    pp_err err;
+    if (critpath_read(db, 1, 4, &r, &err) == 0 && r.steps > 0) {
+        int64_t ops = 0;
+        for (int k = 0; k < r.t.ranks; k++) ops += critpath_rank_ns(&r.t, k);
+        out->span = critpath_per_step(&r, r.t.span_ns) / 1e6;
+        out->ops = critpath_per_step(&r, ops) / 1e6;
+        out->handoff = critpath_per_step(&r, r.t.wait_ns[CRITPATH_HANDOFF]) / 1e6;
+        out->comm = critpath_per_step(&r, r.t.wait_ns[CRITPATH_COMM]) / 1e6;
+        out->rest = critpath_per_step(&r, r.t.wait_ns[CRITPATH_OTHER]) / 1e6;
+    }
+    critpath_report_free(&r);
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT end_ns - start_ns AS d FROM events WHERE step > 0 AND phase IN ('F','B','W') "
+                           "AND source = 'cpu' ORDER BY d LIMIT 1 OFFSET (SELECT count(*) / 2 FROM events WHERE "
+                           "step > 0 AND phase IN ('F','B','W') AND source = 'cpu')",
+                           -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        out->op_median = sqlite3_column_double(st, 0) / 1e6;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    /* the path's ops at the plan's cost: as many ops, each op_ms */
+    if (out->op_median > 0) out->ops_extra = out->ops - out->ops * op_ms / out->op_median;
+}
+
 int main(int argc, char **argv) {
     int op_ms = 5, steps = 6;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -129,6 +173,8 @@ int main(int argc, char **argv) {
         int v;
     } schedules[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}, {"zb-v", 2}, {"dualpipev", 2}};
     const int p = 4, m = 8;
+    path_parts paths[sizeof schedules / sizeof schedules[0]];
+    int npaths = 0;
 
     printf("timed model f=b=w=%d ms, act=64KiB, p=%d, m=%d, %d steps (medians over steps 1..)\n\n", op_ms, p, m, steps);
     printf("%-18s %10s %10s %7s %9s %9s %7s\n", "schedule", "step ms", "sim ms", "ratio", "bubble", "sim bub", "ratio");
@@ -158,8 +204,19 @@ int main(int argc, char **argv) {
         double bub = measured_bubble(path);
         printf("%-18s %10.1f %10.1f %7.3f %9.3f %9.3f %7.3f\n", s, ms, sim->step_time, ms / sim->step_time, bub,
                sim->bubble_ratio, sim->bubble_ratio > 0.001 ? bub / sim->bubble_ratio : 0.0);
+        path_row(s, path, sim->step_time, op_ms, &paths[npaths++]);
         sched_sim_free(sim);
         sched_free(plan);
+    }
+    printf("\nwhere the measured step goes beyond the plan: its critical path per step (ms), the ops on it, the\n"
+           "hand-offs between ranks, a rank's time between its ops; op: the F/B/W median against %d ms\n\n",
+           op_ms);
+    printf("%-18s %8s %8s %8s %10s %9s %9s %8s %8s\n", "schedule", "path", "plan", "ops", "ops extra", "hand-offs",
+           "send/recv", "rest", "op");
+    for (int k = 0; k < npaths; k++) {
+        const path_parts *q = &paths[k];
+        printf("%-18s %8.2f %8.2f %8.2f %10.2f %9.2f %9.2f %8.2f %8.3f\n", q->schedule, q->span, q->plan, q->ops,
+               q->ops_extra, q->handoff, q->comm, q->rest, q->op_median);
     }
 
     enum { REPS = 5 };

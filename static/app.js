@@ -6,7 +6,10 @@
 import { S, mergeStep } from './state.js';
 import { $ } from './util.js';
 import { probe } from './probe.js';
-import { scheduleDraw, blockCenter, gpuLaneAt, spanCenter, loadSynthetic } from './timeline.js';
+import { scheduleDraw, blockCenter, gpuLaneAt, spanCenter, loadSynthetic, groupLabelCenter } from './timeline.js';
+import { R, groupBy, revealRank } from './rows.js';
+import { setupHeatmap, setHeatmapPick, heatCellCenter } from './heatmap.js';
+import { rowY, ROW_H } from './geometry.js';
 import { showCritpath, critEdgeCenter } from './critpath.js';
 import { drawCharts, lossOptions } from './charts.js';
 import { fillLegend } from './toolbar.js';
@@ -22,9 +25,22 @@ function setupControls() {
   $('step-next').onclick = () => stepBy(1);
   $('step-all').onclick = () => showCustomWindow(0, Math.max(1, lastEnd()));
   $('follow').onchange = (e) => { S.follow = e.target.checked; if (S.follow) { followLatest(); fetchWindow(); } };
+  $('row-group').onchange = (e) => { groupBy(e.target.value); scheduleDraw(); };
+  setupHeatmap();
+  // A heatmap cell: its step on the timeline, the rank's row unfolded, highlighted and scrolled to.
+  setHeatmapPick(async (rank, step) => {
+    revealRank(rank);
+    S.highlight = rank;
+    await showStep(step);
+    const c = $('timeline');
+    window.scrollTo({ top: window.scrollY + c.getBoundingClientRect().top + rowY(rank) - 120 });
+    probe.picked = { rank, step };
+  });
   $('critpath-on').onchange = (e) => { showCritpath(e.target.checked); scheduleDraw(); };
   $('job-select').onchange = (e) => openJob(Number(e.target.value));
   window.addEventListener('resize', () => { scheduleDraw(); drawCharts(); });
+  // Compact rows are drawn only where they are on screen (timeline.js): scrolling brings others.
+  window.addEventListener('scroll', () => { if (ROW_H < 20) scheduleDraw(); }, { passive: true });
   $('loss-outliers').addEventListener('change', (e) => { lossOptions.outliers = e.target.checked; drawCharts(); });
   $('loss-log').addEventListener('change', (e) => { lossOptions.log = e.target.checked; drawCharts(); });
   document.querySelectorAll('.tab').forEach((b) => b.onclick = () => {
@@ -46,7 +62,8 @@ Object.assign(probe, {
   mergeStep: (s) => { mergeStep(s); drawCharts(); },
   // Each alone, for tests/browser/charts-bench.mjs to time the redraw.
   bench: { mergeStep, drawCharts },
-  blockCenter, critEdgeCenter, gpuLaneAt, spanCenter, loadSynthetic,
+  blockCenter, critEdgeCenter, gpuLaneAt, spanCenter, loadSynthetic, groupLabelCenter, heatCellCenter,
+  rows: () => ({ by: R.by, folded: [...R.folded], groups: R.groups.length, rows: R.rows.length }),
 });
 
 (async function main() {

@@ -9,6 +9,15 @@ import { PHASES, CAUSES, SPAN, isBlock, isComm } from './phases.js';
 import { ROW_H, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, tOf } from './geometry.js';
 import { eventLanes } from './timeline.js';
 import { critNote, critEdgeHit } from './critpath.js';
+import { R } from './rows.js';
+import { laneIdle } from './timeline.js';
+
+// A group's summary lane: its ranks and the share of them idle there.
+function laneHit(gi, x) {
+  const grp = R.groups[gi], idle = laneIdle.idle[gi], v = idle ? idle[Math.floor(x - LABEL_W)] : NaN;
+  return { text: `${grp.label} · ${grp.ranks.length} ranks (${grp.ranks.slice(0, 8).join(', ')}${grp.ranks.length > 8 ? ', …' : ''})` +
+    (Number.isFinite(v) ? `\nidle here: ${(100 * v).toFixed(0)}% of its ranks` : '') + `\nclick its label to ${R.folded.has(grp.key) ? 'unfold' : 'fold'} it`, op: true };
+}
 
 // What the pointer is on: an op's block first, then a hand-off line of the
 // critical path (it runs across rows and over the thin send/receive marks
@@ -25,7 +34,10 @@ export function hitTest(x, y) {
 // comes before a hand-off line of the critical path.
 function rowHit(x, y, w) {
   const n = world();
-  const r = Math.floor((y - AXIS_H) / rowPitch());
+  const k = Math.floor((y - AXIS_H) / rowPitch()), row = R.rows.length ? R.rows[k] : { rank: k };
+  if (!row) return null;
+  if (row.group != null) return laneHit(row.group, x);
+  const r = row.rank;
   if (r < 0 || r >= n) return null;
   const t = tOf(x, w), yin = y - rowY(r);
   const tol = (S.view.to - S.view.from) / (w - LABEL_W) * 2; // 2 px for thin marks

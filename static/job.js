@@ -13,6 +13,8 @@ import { updateStepLabel } from './toolbar.js';
 import { setFollow, followLatest, showStep, showWindow, fetchWindow, stepsInView, noteSpans } from './view.js';
 import { loadWhatif, whatifDue, resetWhatif } from './whatif.js';
 import { showSqlExample } from './sql-tab.js';
+import { R, groupBy, defaultGrouping } from './rows.js';
+import { loadHeatmap, resetHeatmap } from './heatmap.js';
 
 let stream = null;  // the open job's live stream (an AbortController)
 let planAt = 0;     // when the plan was last asked for
@@ -37,7 +39,8 @@ export async function loadJobs() {
 export async function openJob(id) {
   if (stream) stream.abort();
   Object.assign(S, { job: id, info: null, steps: [], stepAt: new Map(), plan: null, ev: new EventStore(), gaps: [], bins: null, step: null, gpuLane: false, gpu: [], kernels: null, actRecorded: false, stepsDirty: 0,
-    spanLane: false });
+    spanLane: false, highlight: null });
+  resetHeatmap();
   $('legend-spans').hidden = true;
   planAt = 0;
   resetWhatif();
@@ -52,6 +55,8 @@ export async function openJob(id) {
   });
   const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
+  groupBy(defaultGrouping());
+  $('row-group').value = R.by;
   probe.planLoads = [plan.simulated];
   S.gpuLane = !!info.gpu_spans;
   $('legend-gpu').hidden = !S.gpuLane;
@@ -74,6 +79,7 @@ export async function openJob(id) {
   drawCharts();
   checkTraceLink(id);
   loadWhatif(id);
+  loadHeatmap(id);
   probe.ready = true;
 }
 
@@ -173,6 +179,7 @@ function onStatus(d) {
 // status frame comes before the last steps' frames: those are read here.
 async function onJobEnded(id) {
   loadWhatif(id);
+  loadHeatmap(id);
   S.stepsDirty = 0; // the charts read every step again: a cut job's last loss goes (syncCharts)
   const follow = S.follow, done = lastStep((s) => s.complete);
   setFollow(false);
@@ -198,6 +205,8 @@ function onEvents(rows) {
 
 const followWindowSoon = throttled(() => { if (S.follow) fetchWindow(); }, LIVE_REDRAW_MS);
 const drawChartsSoon = throttled(() => drawCharts(), LIVE_REDRAW_MS);
+// The heatmap reads every step's statistics: while following, every 5 s.
+const heatmapSoon = throttled(() => loadHeatmap(S.job), 5000);
 
 // A step completed, with its statistics.
 function onStepDone(d) {
@@ -208,6 +217,7 @@ function onStepDone(d) {
   if (S.follow) { followLatest(); followWindowSoon(); } // the window brings the step's gaps
   updateHeader();
   drawChartsSoon();
+  heatmapSoon();
 }
 
 // Microbatches' losses of steps still running.

@@ -11,6 +11,7 @@ export const S = {
   steps: [], stepAt: new Map(), // steps sorted by number, and by number
   stepsDirty: 0, // the first index into steps that the charts have not read since it changed (charts.js)
   view: { from: 0, to: 1 }, follow: false, step: null, // the time range shown, following live, the step shown (null: none)
+  highlight: null, // the rank a heatmap cell jumped to (its row highlighted)
   // The window fetched for the view (/api/jobs/{id}/events): its events (an
   // EventStore) and idle gaps, or, zoomed out, bins; mode: the server's
   // ('events', 'buckets' or 'steps').

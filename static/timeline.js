@@ -1,7 +1,8 @@
 // timeline.js: draws the timeline: the measured rows (a row per rank, its
 // ops coloured by phase, idle gaps shaded by cause, a lane of the program's
 // own named spans under it for a job that has them, a GPU lane for a job
-// with gpu spans; zoomed out, bars of busy share), the critical path
+// with gpu spans; zoomed out, bars of busy share; grouped (rows.js), a
+// summary lane per group of the share of its ranks idle), the critical path
 // over them (critpath.js), and the plan's simulated rows aligned to the
 // step in view. What is drawn is the window in state.js; view.js moves the
 // view and fetches the window.
@@ -9,11 +10,16 @@
 // Drawing keeps the window in typed arrays (EventStore) and draws one pass
 // per colour, blocks narrower than a pixel merged per pixel column and
 // everything off-screen skipped, so 100,000 visible events stay interactive.
+// With compact rows (more than 64 ranks) that includes the rows scrolled
+// out of the window: only the rows on screen are cleared and drawn (the
+// page redraws as it scrolls). With 1,024 rows, drawing all of them took
+// 90-130 ms a redraw here; the rows on screen, see docs/dashboard.md.
 import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
 import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
 import { PHASES, PHASE_COLOR, CAUSE_COLOR, CAUSE_OTHER, BW, SPAN, isBlock, isComm, spanColor } from './phases.js';
-import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, gpuY, spanY, xOf, blockY, blockMidY, lanesOf } from './geometry.js';
+import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, slotY, rowCount, fitRows, gpuY, spanY, xOf, blockY, blockMidY, lanesOf } from './geometry.js';
+import { R, layoutRows } from './rows.js';
 import { drawCritpath, fetchCritpath } from './critpath.js';
 
 let drawPending = false;
@@ -47,9 +53,10 @@ function drawAxis(g, w, h) {
 }
 
 function drawRowLabels(g, n, prefix, ry = rowY, lanes = S.gpuLane, spans = S.spanLane) {
-  g.fillStyle = '#444'; g.font = '12px system-ui, sans-serif'; g.textBaseline = 'middle';
+  g.fillStyle = '#444'; g.font = ROW_H < 20 ? '10px system-ui, sans-serif' : '12px system-ui, sans-serif'; g.textBaseline = 'middle';
   for (let r = 0; r < n; r++) {
-    g.fillStyle = '#fff'; g.fillRect(0, ry(r) - 2, LABEL_W - 2, ROW_H + 4);
+    if (ry(r) < 0) continue; // folded into its group's lane
+    g.fillStyle = '#fff'; g.fillRect(0, ry(r) - ROW_GAP / 2, LABEL_W - 2, ROW_H + ROW_GAP);
     g.fillStyle = '#444'; g.fillText(prefix + r, 6, ry(r) + ROW_H / 2);
     if (spans) {
       g.fillStyle = '#fff'; g.fillRect(0, spanY(r), LABEL_W - 2, SPAN_H);
@@ -78,23 +85,33 @@ export function eventLanes(ev) {
 
 function draw() {
   if (!S.info) return;
+  const began = performance.now();
   const n = world();
   const c = $('timeline');
-  const { g, w, h } = sizeCanvas(c, AXIS_H + n * rowPitch() + 4);
-  g.clearRect(0, 0, w, h);
+  if (R.slot.length !== n) layoutRows();
+  fitRows(n);
+  const { g, w, h } = sizeCanvas(c, AXIS_H + rowCount() * rowPitch() + 4);
+  // The band of the canvas on screen (all of it for a small job).
+  const cull = ROW_H < 20, rect = cull ? c.getBoundingClientRect() : null;
+  const top = cull ? Math.max(0, Math.floor(-rect.top) - ROW_H) : 0, bottom = cull ? Math.min(h, Math.ceil(window.innerHeight - rect.top) + ROW_H) : h;
+  const onScreen = (y) => y + ROW_H + ROW_GAP >= top && y <= bottom;
+  g.clearRect(0, top, w, Math.max(0, bottom - top));
   drawAxis(g, w, h);
+  if (S.highlight != null && R.slot[S.highlight] >= 0) { // the rank a heatmap cell jumped to
+    g.fillStyle = 'rgba(255, 214, 0, 0.25)'; g.fillRect(0, rowY(S.highlight) - ROW_GAP / 2, w, ROW_H + ROW_GAP);
+  }
   const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), BW: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0,
     bins: 0, steps: new Set(), gpu: new Array(n).fill(0), kernels: 0, spans: new Array(n).fill(0) };
   const left = LABEL_W, right = w;
   // Idle gaps, shaded by cause.
   for (const gp of S.gaps || []) {
     const x0 = Math.max(left, xOf(gp[2], w)), x1 = Math.min(right, xOf(gp[3], w));
-    if (x1 <= x0) continue;
+    if (x1 <= x0 || R.slot[gp[0]] < 0 || !onScreen(rowY(gp[0]))) continue;
     g.fillStyle = CAUSE_COLOR[gp[4]] || CAUSE_COLOR[CAUSE_OTHER];
     g.fillRect(x0, rowY(gp[0]), x1 - x0, ROW_H);
     drawn.gaps++;
   }
-  if (S.bins) drawBins(g, w, drawn);
+  if (S.bins) drawBins(g, w, drawn, onScreen);
   const ev = S.ev, lanes = eventLanes(ev);
   // One pass per phase: no fillStyle churn; sub-pixel blocks merged (per
   // lane: with two, ops of one rank ran at once). A program's spans are
@@ -111,7 +128,9 @@ function draw() {
       if (ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
       inView++;
       const r = ev.rank[i];
-      if (r < 0 || r >= n) continue;
+      if (r < 0 || r >= n || R.slot[r] < 0) continue;
+      const y = rowY(r);
+      if (!onScreen(y)) continue;
       let x0 = xOf(ev.start[i], w), x1 = xOf(ev.end[i], w);
       if (x0 < left) x0 = left;
       if (x1 > right) x1 = right;
@@ -120,7 +139,6 @@ function draw() {
         if (lastPx[k] === px) continue;
         lastPx[k] = px; x1 = x0 + 1;
       }
-      const y = rowY(r);
       if (comm) { g.fillRect(x0, y + ROW_H - (ph === 3 || ph === 5 ? 3 : 6), x1 - x0, 3); drawn.comm++; }
       else if (ph === 7) { g.fillRect(x0, y + 4, x1 - x0, ROW_H - 12); drawn.opt++; }
       else {
@@ -132,11 +150,12 @@ function draw() {
   }
   if (S.spanLane) drawSpans(g, w, n, drawn);
   if (S.gpuLane) drawGpu(g, w, n, drawn);
-  // Microbatch labels where they fit.
+  drawGroupLanes(g, w, drawn);
+  // Microbatch labels where they fit (not on compact rows).
   g.fillStyle = '#fff'; g.font = '11px system-ui, sans-serif'; g.textBaseline = 'middle'; g.textAlign = 'center';
-  for (let i = 0; i < ev.n; i++) {
+  for (let i = 0; ROW_H >= 20 && i < ev.n; i++) {
     const ph = ev.phase[i];
-    if (!isBlock(ph) || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+    if (!isBlock(ph) || ev.end[i] < S.view.from || ev.start[i] > S.view.to || R.slot[ev.rank[i]] < 0) continue;
     const x0 = Math.max(left, xOf(ev.start[i], w)), x1 = Math.min(right, xOf(ev.end[i], w));
     if (x1 - x0 < 14) continue;
     g.fillText(String(ev.mb[i]), (x0 + x1) / 2, blockMidY(ev.rank[i], lanes[i]));
@@ -144,13 +163,15 @@ function draw() {
   g.textAlign = 'left';
   const anchor = viewAnchor();
   if (drawCritpath(g, w, h, n, anchor)) critFetchSoon();
-  drawRowLabels(g, n, 'rank ');
+  drawRowLabels(g, n, 'rank ', (r) => { const y = rowY(r); return onScreen(y) ? y : -1; });
+  drawGroupLabels(g);
   probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, BW: drawn.BW, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins,
     steps: [...drawn.steps].sort((a, b) => a - b), inView, gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels,
-    spanLane: S.spanLane, spans: drawn.spans, lane2 };
+    spanLane: S.spanLane, spans: drawn.spans, lane2, rows: rowCount(), rankRows: R.rows.filter((x) => x.rank != null).length, lanes: drawn.lanes };
   $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? inView + ' events' : 'aggregated (' + S.mode + ')'}` +
     (S.gpuLane ? (S.mode === 'events' ? ` · ${S.gpu.length} gpu spans` + (S.kernels ? `, ${S.kernels.length} kernels` + (probe.lastKernels && probe.lastKernels.truncated ? ` (cut at ${KERNEL_LIMIT.toLocaleString('en-US')}: zoom in)` : '') : '') : ' · gpu lane: zoom in') : '');
   drawPlan(anchor);
+  probe.drawMs = performance.now() - began; // the whole redraw, for tests/browser/dashboard.mjs "scale"
 }
 
 // The spans lanes: a light track, each of the program's spans in its name's
@@ -219,10 +240,73 @@ function drawGpu(g, w, n, drawn) {
   }
 }
 
-function drawBins(g, w, drawn) {
+// The groups' summary lanes: per pixel column the share of the group's
+// ranks idle (not in an F, B, W, BW or OPT), drawn up from the lane's
+// bottom, over the columns between the group's first op start and last op
+// end in the window. Zoomed out (bins), a bin's busy time is spread evenly
+// over it. Kept for the tooltip (laneIdle).
+export const laneIdle = { idle: [] };
+function drawGroupLanes(g, w, drawn) {
+  drawn.lanes = [];
+  laneIdle.idle = [];
+  if (!R.groups.length) return;
+  const left = LABEL_W, W = Math.max(1, Math.ceil(w - left)), ng = R.groups.length;
+  const diff = new Float64Array(ng * (W + 2)), part = new Float64Array(ng * (W + 2));
+  const lo = new Float64Array(ng).fill(Infinity), hi = new Float64Array(ng).fill(-Infinity);
+  const add = (gi, s, e, k) => { // k busy per rank over [s, e) ns
+    let a = xOf(s, w) - left, b = xOf(e, w) - left;
+    if (b <= 0 || a >= W) return;
+    a = Math.max(0, a); b = Math.min(W, b);
+    if (a < lo[gi]) lo[gi] = a;
+    if (b > hi[gi]) hi[gi] = b;
+    const o = gi * (W + 2), ia = Math.floor(a), ib = Math.floor(b);
+    if (ia === ib) { part[o + ia] += (b - a) * k; return; }
+    part[o + ia] += (ia + 1 - a) * k; diff[o + ia + 1] += k; diff[o + ib] -= k; part[o + ib] += (b - ib) * k;
+  };
+  const ev = S.ev;
+  for (let i = 0; i < ev.n; i++) {
+    const ph = ev.phase[i];
+    if (!(isBlock(ph) || ph === 7) || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
+    const gi = R.groupOf[ev.rank[i]];
+    if (gi >= 0) add(gi, ev.start[i], ev.end[i], 1);
+  }
+  for (const b of S.bins || []) {
+    const gi = R.groupOf[b[0]];
+    if (gi >= 0 && b[2] > b[1]) add(gi, b[1], b[2], Math.min(1, b[3] / (b[2] - b[1])));
+  }
+  g.fillStyle = '#c0504d';
+  for (let gi = 0; gi < ng; gi++) {
+    const grp = R.groups[gi], y = slotY(grp.slot), o = gi * (W + 2), idle = new Float32Array(W).fill(NaN);
+    g.save(); g.fillStyle = '#f1f1f1'; g.fillRect(left, y, W, ROW_H); g.restore();
+    let run = 0, sum = 0, cols = 0;
+    for (let x = Math.max(0, Math.floor(lo[gi])); x < Math.min(W, Math.ceil(hi[gi])); x++) {
+      run += diff[o + x];
+      const share = Math.max(0, Math.min(1, 1 - (run + part[o + x]) / grp.ranks.length));
+      idle[x] = share; sum += share; cols++;
+      const hh = share * (ROW_H - 2);
+      if (hh >= 0.5) g.fillRect(left + x, y + ROW_H - hh, 1, hh);
+    }
+    laneIdle.idle[gi] = idle;
+    drawn.lanes.push({ key: grp.key, ranks: grp.ranks.length, folded: R.folded.has(grp.key), idle: cols ? sum / cols : null });
+  }
+}
+
+// The groups' labels, "▸ node 3" folded and "▾ node 3" open: a click on
+// one folds or unfolds it (view.js).
+function drawGroupLabels(g) {
+  g.font = ROW_H < 20 ? 'bold 10px system-ui, sans-serif' : 'bold 12px system-ui, sans-serif'; g.textBaseline = 'middle';
+  for (const grp of R.groups) {
+    const y = slotY(grp.slot);
+    g.fillStyle = '#fff'; g.fillRect(0, y - ROW_GAP / 2, LABEL_W - 2, ROW_H + ROW_GAP);
+    g.fillStyle = '#333'; g.fillText((R.folded.has(grp.key) ? '▸ ' : '▾ ') + grp.label, 2, y + ROW_H / 2);
+  }
+}
+
+function drawBins(g, w, drawn, onScreen) {
   // Aggregated: a bar per bin, its height the busy share, coloured by the
   // dominant phase (grey when the split is unknown: per-step bins).
   for (const b of S.bins) {
+    if (R.slot[b[0]] < 0 || !onScreen(rowY(b[0]))) continue;
     const x0 = Math.max(LABEL_W, xOf(b[1], w)), x1 = Math.min(w, xOf(b[2], w));
     if (x1 <= x0) continue;
     const frac = Math.min(1, b[3] / Math.max(1, b[2] - b[1]));
@@ -273,12 +357,12 @@ function viewAnchor() {
 // (anchor: viewAnchor()).
 function drawPlan(anchor) {
   const c = $('plan');
-  const n = world();
-  const { g, w, h } = sizeCanvas(c, AXIS_H + n * (ROW_H + ROW_GAP) + 4);
+  const n = world(), none = !S.plan || !S.plan.simulated; // nothing to draw: a line, not a row per rank
+  const { g, w, h } = sizeCanvas(c, none ? 32 : AXIS_H + n * (ROW_H + ROW_GAP) + 4);
   g.clearRect(0, 0, w, h);
   probe.planDrawn = 0;
   const planY = (rank) => AXIS_H + rank * (ROW_H + ROW_GAP); // the plan has no GPU lanes
-  if (!S.plan || !S.plan.simulated) {
+  if (none) {
     g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
     g.fillText(S.plan && S.plan.actions.length ? 'the plan has no simulated times' : 'no plan stored for this job', LABEL_W, 20);
     return;
@@ -348,6 +432,16 @@ export function gpuLaneAt(rank, t, lower) {
   if (!S.gpuLane) return null;
   const c = $('timeline'), rect = c.getBoundingClientRect();
   return { x: rect.left + xOf(t, c.clientWidth), y: rect.top + gpuY(rank) + (lower ? GPU_H * 3 / 4 : GPU_H / 4) };
+}
+
+// Window coordinates of a group's label (clicking it folds or unfolds the
+// group), scrolled into view, for tests; null when there is no such group.
+export function groupLabelCenter(key) {
+  const grp = R.groups.find((x) => x.key === key);
+  if (!grp) return null;
+  window.scrollBy(0, $('timeline').getBoundingClientRect().top + slotY(grp.slot) - window.innerHeight / 2);
+  const rect = $('timeline').getBoundingClientRect();
+  return { x: rect.left + 20, y: rect.top + slotY(grp.slot) + ROW_H / 2 };
 }
 
 // Synthetic load for interactivity checks: n events over the view; returns

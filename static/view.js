@@ -7,11 +7,12 @@ import { S, KERNEL_SPANS, KERNEL_LIMIT, EventStore, lastStep } from './state.js'
 import { api } from './api.js';
 import { $ } from './util.js';
 import { probe } from './probe.js';
-import { LABEL_W, tOf } from './geometry.js';
+import { LABEL_W, AXIS_H, tOf, rowPitch } from './geometry.js';
 import { scheduleDraw } from './timeline.js';
 import { hitTest, placeTooltip } from './hover.js';
 import { drawStepBars } from './charts.js';
 import { SPAN } from './phases.js';
+import { R, toggleGroup } from './rows.js';
 
 // Follow mode: the view ends at the newest event and is the last step's
 // length and a bit; a step that runs longer than the last one widens it to
@@ -195,6 +196,13 @@ export function setupTimelineMouse() {
     tip.hidden = true; // it described what was under the pointer before the zoom
     setStep(null); scheduleDraw(); scheduleFetch();
   }, { passive: false });
+  // A group's label: fold or unfold it.
+  c.addEventListener('click', (e) => {
+    const rect = c.getBoundingClientRect(), x = e.clientX - rect.left, row = R.rows[Math.floor((e.clientY - rect.top - AXIS_H) / rowPitch())];
+    if (x >= LABEL_W || !row || row.group == null) return;
+    toggleGroup(R.groups[row.group].key);
+    scheduleDraw();
+  });
   c.addEventListener('mousedown', (e) => { drag = { x: e.clientX, view: Object.assign({}, S.view) }; c.classList.add('dragging'); });
   window.addEventListener('mouseup', () => { if (drag) { drag = null; c.classList.remove('dragging'); scheduleFetch(); } });
   window.addEventListener('mousemove', (e) => {

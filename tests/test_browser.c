@@ -14,7 +14,11 @@
  * blocks (BW, PyTorch's full backward, and B and W where it splits them)
  * on the ranks that ran them and the program's own spans on a lane under
  * their rank; DualPipeV's pairs, an F and a BW of a rank at once, on two
- * lanes of its row.
+ * lanes of its row; a job of 1,024 ranks (bench/loadgen.h's stream, one rank
+ * made slow) opens grouped by node, its groups fold and unfold, the
+ * heatmap's hottest cell is the slow rank and a click on it shows that
+ * rank's row; the time of a pan and a zoom with 1,024 rows and 100,000
+ * events in view is printed (reported, not asserted).
  * Screenshots are kept in the build directory. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -30,7 +34,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define LOADGEN_IMPLEMENTATION
+#include "bench/loadgen.h"
+#include "db/analyze.h"
 #include "helpers/torch_job.h"
+#include "helpers/trace_fixture.h"
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 
@@ -1250,4 +1258,100 @@ Test(browser, a_pytorch_jobs_ops_and_spans_on_their_ranks, .timeout = 600) {
     cr_assert(strstr(tip, "rank 1 · W · microbatch 0") && strstr(tip, "step 1"), "%s", tip);
     cJSON_Delete(j);
     fixture_remove(db);
+}
+
+/* A job of 1,024 ranks in 64 nodes of 16 (ranks 16k..16k+15 on node k),
+ * pipelines of 8 (rank r on stage r % 8), interleaved 1F1B (m = 8, v = 2)
+ * as bench/loadgen.h writes it, SCALE_STEPS steps a little apart;
+ * rank SCALE_SLOW runs every op 1.3 times as long (its times from the
+ * step's start stretched), so that every other rank waits: its bubble is
+ * the lowest of each step, the others' all the same. Analysed. */
+#define SCALE_RANKS 1024
+#define SCALE_STEPS 4
+#define SCALE_SLOW 637
+static void make_scale_job(const char *path) {
+    db *d = tfix_open_fresh(path);
+    loadgen_config cfg = {
+        .ranks = SCALE_RANKS, .nodes = 64, .rate = 1e6, .pipeline = 8, .microbatches = 8, .chunks = 2};
+    const int64_t t0 = 1000000000;
+    lg_shape shape;
+    int64_t job;
+    pp_err err;
+    cr_assert_eq(lg_shape_build(&cfg, &shape, &err), 0, "%s", err.msg);
+    cr_assert_eq(lg_job(d, &cfg, &shape, SCALE_STEPS, t0, &job, &err), 0, "%s", err.msg);
+    const int64_t pitch = shape.step_ns * 3 / 2; /* the slow step and a gap */
+    lg_shape_free(&shape);
+    for (int step = 0; step < SCALE_STEPS; step++) {
+        trace_event *ev = NULL;
+        size_t n = 0;
+        cr_assert_eq(loadgen_step_records(&cfg, step, t0, &ev, &n, &err), 0, "%s", err.msg);
+        int64_t at = INT64_MAX;
+        for (size_t i = 0; i < n; i++)
+            if ((int64_t)ev[i].start_ns < at) at = (int64_t)ev[i].start_ns;
+        int64_t to = t0 + step * pitch;
+        for (size_t i = 0; i < n; i++) {
+            int64_t s = (int64_t)ev[i].start_ns - at, e = (int64_t)ev[i].end_ns - at;
+            if (ev[i].rank == SCALE_SLOW) s = s * 13 / 10, e = e * 13 / 10;
+            ev[i].start_ns = (uint64_t)(to + s);
+            ev[i].end_ns = (uint64_t)(to + e);
+        }
+        for (size_t i = 0; i < n; i += 65536)
+            cr_assert_eq(db_insert_events(d, job, ev + i, n - i < 65536 ? n - i : 65536, &err), 0, "%s", err.msg);
+        free(ev);
+    }
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_finish_job(d, job, "succeeded", 0, -1, NULL, &err), 0, "%s", err.msg);
+    db_close(d);
+}
+
+Test(browser, a_1024_rank_job_grouped_with_its_slow_rank_hottest, .timeout = 300) {
+    require_playwright();
+    char db[256];
+    fixture_tmp_path(db, sizeof db, "browser-scale");
+    make_scale_job(db);
+    cJSON *j = browse(db, "scale", NULL);
+    char *text = cJSON_PrintUnformatted(j);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "no script errors: %s", text);
+    /* opened by node, every group folded into its lane, each lane with its bubble */
+    const cJSON *open = cJSON_GetObjectItem(j, "opened");
+    cr_assert_str_eq(cJSON_GetObjectItem(open, "by")->valuestring, "node", "%s", text);
+    cr_assert_eq(jnum(open, "rows"), 64, "a lane per node: %s", text);
+    cr_assert_eq(jnum(open, "rankRows"), 0, "every group folded: %s", text);
+    const cJSON *lane, *lanes = cJSON_GetObjectItem(open, "lanes");
+    cr_assert_eq(cJSON_GetArraySize(lanes), 64, "%s", text);
+    cJSON_ArrayForEach(lane, lanes) {
+        cr_assert_eq(jnum(lane, "ranks"), 16, "%s", text);
+        cr_assert(jnum(lane, "idle") > 0.05 && jnum(lane, "idle") < 0.95, "a lane shows its group's bubble: %s", text);
+    }
+    /* node 39's label unfolds it (its 16 ranks get rows), a second click folds it */
+    cr_assert_eq(jnum(cJSON_GetObjectItem(j, "unfolded"), "rows"), 64 + 16, "%s", text);
+    cr_assert_eq(jnum(cJSON_GetObjectItem(j, "unfolded"), "rankRows"), 16, "%s", text);
+    cr_assert_eq(jnum(cJSON_GetObjectItem(j, "folded"), "rows"), 64, "%s", text);
+    cr_assert_eq(jnum(cJSON_GetObjectItem(j, "byStage"), "rows"), 8, "a lane per stage: %s", text);
+    /* the heatmap: a row per rank, a column per step; the slow rank is the hottest cell */
+    const cJSON *heat = cJSON_GetObjectItem(j, "heatmap");
+    cr_assert_eq(jnum(heat, "rows"), SCALE_RANKS, "%s", text);
+    cr_assert_eq(jnum(heat, "cols"), SCALE_STEPS, "%s", text);
+    const cJSON *hot = cJSON_GetObjectItem(heat, "hottest");
+    cr_assert_eq(jnum(hot, "rank"), SCALE_SLOW, "the hottest cell is the slow rank: %s", text);
+    cr_assert(jnum(hot, "ratio") < jnum(hot, "median"), "it idles least: %s", text);
+    /* clicking it shows its step with the rank's row unfolded and highlighted */
+    const cJSON *picked = cJSON_GetObjectItem(j, "picked");
+    cr_assert_eq(jnum(picked, "rank"), SCALE_SLOW, "%s", text);
+    cr_assert_eq(jnum(picked, "step"), jnum(hot, "step"), "%s", text);
+    cr_assert_eq(jnum(picked, "highlight"), SCALE_SLOW, "%s", text);
+    cr_assert_eq(jnum(picked, "rows"), 64 + 16, "its node unfolded: %s", text);
+    cr_assert_eq(jnum(picked, "shownStep"), jnum(hot, "step"), "%s", text);
+    cr_assert(jnum(picked, "slowDrawn") > 0, "the slow rank's ops are drawn on its row: %s", text);
+    /* a pan and a zoom with a row per rank and 100,000 events */
+    const cJSON *t = cJSON_GetObjectItem(j, "redraw");
+    cr_assert_eq(jnum(t, "rows"), SCALE_RANKS, "%s", text);
+    cr_assert(jnum(t, "panInView") >= 90000 && jnum(t, "zoomInView") >= 50000, "%s", text);
+    printf("browser scale: 1,024 rows, %d events in view: pan redraw %.1f ms (median of %d), zoom redraw %.1f ms "
+           "(%d in view); first draw %.1f ms\n",
+           (int)jnum(t, "panInView"), jnum(t, "panMs"), (int)jnum(t, "panMoves"), jnum(t, "zoomMs"),
+           (int)jnum(t, "zoomInView"), jnum(t, "firstMs"));
+    fflush(stdout);
+    free(text);
+    cJSON_Delete(j);
 }

@@ -201,6 +201,61 @@ Test(web, very_zoomed_out_windows_use_step_statistics) {
     cJSON_Delete(j);
 }
 
+/* The busy time of a steps-mode answer, its bins, and its highest step. */
+static double step_bins(const char *path, int *nbins, int *maxstep, int *stride) {
+    cJSON *j = get_json(path, 200);
+    cr_assert_str_eq(str(j, "mode"), "steps", "%s", path);
+    double busy = 0;
+    *nbins = *maxstep = 0;
+    *stride = (int)num(j, "step_stride");
+    cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) {
+        busy += cJSON_GetArrayItem(row, 3)->valuedouble;
+        (*nbins)++;
+        const cJSON *st = cJSON_GetArrayItem(row, 9);
+        if (cJSON_IsNumber(st) && st->valueint > *maxstep) *maxstep = st->valueint;
+    }
+    cJSON_Delete(j);
+    return busy;
+}
+
+/* A job of 2,000 steps zoomed out: the steps of the window and no others
+ * (found by seeks on the step number, not by reading every step's times),
+ * and past 4 steps a bucket, one step in `step_stride` read for the others,
+ * the busy time kept. */
+Test(web, step_bins_of_a_long_job_read_only_the_steps_in_view) {
+    http_stop(srv);
+    pp_err err;
+    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .events_scan_budget = 200};
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+    cr_assert_eq(fixture_add_history(dbpath, 3, 1997, &err), 0, "%s", err.msg);
+    char path[256];
+    int nbins, maxstep, stride;
+    /* up to step 1002's end: steps 0..1002, a bin each per rank */
+    snprintf(path, sizeof path, "/api/jobs/1/events?from=0&to=%lld&limit=100&buckets=4000",
+             (long long)(FIXTURE_STEP_OFFSET_NS + 1002 * FIXTURE_STEP_PERIOD_NS + FIXTURE_STEP_SPAN_NS));
+    double busy = step_bins(path, &nbins, &maxstep, &stride);
+    cr_assert_eq(stride, 1);
+    cr_assert_eq(nbins, 1003 * 4);
+    cr_assert_eq(maxstep, 1002);
+    cr_assert_float_eq(busy, 1003 * 4 * 24.5e6, 1);
+    /* from the middle of step 1: step 0 is left out */
+    snprintf(path, sizeof path, "/api/jobs/1/events?from=%lld&to=%lld&limit=100&buckets=4000",
+             (long long)(FIXTURE_STEP_OFFSET_NS + FIXTURE_STEP_PERIOD_NS + FIXTURE_STEP_SPAN_NS / 2),
+             (long long)(FIXTURE_STEP_OFFSET_NS + 9 * FIXTURE_STEP_PERIOD_NS));
+    step_bins(path, &nbins, &maxstep, &stride);
+    cr_assert_eq(nbins, 8 * 4, "steps 1..8");
+    cr_assert_eq(maxstep, 8);
+    /* the whole job in 10 buckets: 40 steps read, one in 50, the busy time kept */
+    snprintf(path, sizeof path, "/api/jobs/1/events?from=0&to=%lld&limit=100&buckets=10",
+             (long long)(FIXTURE_STEP_OFFSET_NS + 2000 * FIXTURE_STEP_PERIOD_NS));
+    busy = step_bins(path, &nbins, &maxstep, &stride);
+    cr_assert_eq(stride, 50);
+    cr_assert_leq(nbins, 10 * 4);
+    cr_assert_float_eq(busy, 2000 * 4 * 24.5e6, 2000 * 4 * 24.5e6 * 1e-9);
+}
+
 Test(web, events_reject_bad_parameters) {
     cJSON_Delete(get_json("/api/jobs/1/events?ranks=9", 400));
     cJSON_Delete(get_json("/api/jobs/1/events?from=abc", 400));
@@ -498,6 +553,53 @@ Test(web, steps_of_a_running_job_include_partial_steps_in_order) {
             cr_assert_eq(num(cJSON_GetArrayItem(steps, s), "step"), windows[k].first + s, "%s", path);
         cJSON_Delete(j);
     }
+}
+
+/* A heatmap cell as a number, or -1 for null. */
+static double heat_cell(const cJSON *j, int rank, int col) {
+    const cJSON *v = cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ratio"), rank), col);
+    cr_assert(v, "no cell rank %d column %d", rank, col);
+    return cJSON_IsNull(v) ? -1 : v->valuedouble;
+}
+
+/* The rank x step heatmap: a cell per rank and step while the steps fit,
+ * a rank's slow step the cell that stands out, null where a rank has no
+ * statistics; merged into columns of equal width (the mean of their steps)
+ * when there are more steps than buckets, and never more than 200 of them
+ * unasked for. */
+Test(web, heatmap_is_the_bubble_ratio_per_rank_and_step) {
+    exec_sql("UPDATE step_stats SET bubble_ratio = 0.5 WHERE step = 1 AND rank = 2;"
+             "DELETE FROM step_stats WHERE step = 2 AND rank = 3");
+    cJSON *j = get_json("/api/jobs/1/heatmap", 200);
+    cr_assert_eq(num(j, "world_size"), 4);
+    cr_assert_eq(num(j, "first_step"), 0);
+    cr_assert_eq(num(j, "last_step"), 2);
+    cr_assert_eq(num(j, "step_width"), 1);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps")), 3);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "ratio")), 4, "a row per rank");
+    for (int r = 0; r < 4; r++)
+        for (int s = 0; s < 3; s++) {
+            double want = r == 2 && s == 1 ? 0.5 : r == 3 && s == 2 ? -1 : round(6.0 / 30.5 * 1e4) / 1e4;
+            cr_assert_float_eq(heat_cell(j, r, s), want, 1e-12, "rank %d step %d", r, s);
+        }
+    cJSON_Delete(j);
+    /* two columns of two steps: 0-1 and 2 */
+    j = get_json("/api/jobs/1/heatmap?buckets=2", 200);
+    cr_assert_eq(num(j, "step_width"), 2);
+    cr_assert_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "steps"), 1)->valuedouble, 2);
+    cr_assert_float_eq(heat_cell(j, 2, 0), round((6.0 / 30.5 + 0.5) / 2 * 1e4) / 1e4, 1e-12);
+    cr_assert_eq(heat_cell(j, 3, 1), -1, "no step of rank 3 in the column");
+    cJSON_Delete(j);
+    pp_err err;
+    cr_assert_eq(fixture_add_history(dbpath, 3, 1997, &err), 0, "%s", err.msg);
+    j = get_json("/api/jobs/1/heatmap", 200);
+    int cols = cJSON_GetArraySize(cJSON_GetObjectItem(j, "steps"));
+    cr_assert_eq(num(j, "step_width"), 10, "2,000 steps in columns of 10");
+    cr_assert_eq(cols, 200);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "ratio"), 0)), cols);
+    cJSON_Delete(j);
+    get_error("/api/jobs/1/heatmap?buckets=0", 400, "buckets");
+    get_error("/api/jobs/9/heatmap", 404, "no job 9");
 }
 
 Test(web, gaps_of_a_step_add_up_to_the_bubble) {

@@ -32,6 +32,7 @@ static const route route_table[] = {
     {"GET",  "/api/jobs/{id}/kernels",    route_kernels,     ROUTE_API | ROUTE_JOB,                    NULL},
     {"GET",  "/api/jobs/{id}/gaps",       route_gaps,        ROUTE_API | ROUTE_JOB,                    NULL},
     {"GET",  "/api/jobs/{id}/steps",      route_steps,       ROUTE_API | ROUTE_JOB,                    NULL},
+    {"GET",  "/api/jobs/{id}/heatmap",    route_heatmap,     ROUTE_API | ROUTE_JOB,                    NULL},
     {"GET",  "/api/jobs/{id}/plan",       route_plan,        ROUTE_API | ROUTE_JOB,                    NULL},
     {"GET",  "/api/jobs/{id}/summary",    route_summary,     ROUTE_API | ROUTE_JOB,                    NULL},
     {"GET",  "/api/jobs/{id}/whatif",     route_whatif,      ROUTE_API | ROUTE_JOB,                    NULL},

@@ -91,7 +91,7 @@ int64_t routes_timeline_end(sqlite3 *db, const job_info *j);
 /* The handlers, by file. */
 route_fn route_jobs, route_job, route_live;                                      /* routes_jobs.c */
 route_fn route_events, route_kernels, route_gaps;                                /* routes_timeline.c */
-route_fn route_steps, route_trace;                                               /* routes_steps.c */
+route_fn route_steps, route_heatmap, route_trace;                                /* routes_steps.c */
 route_fn route_plan, route_summary, route_whatif, route_critpath, route_compare; /* routes_analyses.c */
 route_fn route_sql;                                                              /* routes_sql.c */
 route_fn route_metrics;                                                          /* metrics.c */

@@ -1,9 +1,10 @@
 /* routes_steps.c: the per-step API (docs/api.md): the steps with their
- * time, bubble, loss and evaluation loss, and the Chrome/Perfetto trace
- * export. */
+ * time, bubble, loss and evaluation loss, the rank x step heatmap of bubble
+ * ratio, and the Chrome/Perfetto trace export. */
 #include <sqlite3.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,6 +167,88 @@ out:
     sqlite3_finalize(stats);
     sqlite3_finalize(losses);
     sqlite3_finalize(evals);
+}
+
+/* The heatmap's cells, at most: 1,024 ranks get 256 columns (about 1.5 MB
+ * of JSON), 8 ranks the 1,000 columns a client may ask for. */
+#define HEATMAP_MAX_CELLS 262144
+
+/* GET /api/jobs/{id}/heatmap[?buckets=N]: bubble ratio per rank and step
+ * from step_stats, steps merged into at most N columns of equal width (the
+ * mean of a rank's steps in each). One scan of step_stats in its key order
+ * (two seeks find the first and last step); ratios to 4 decimals. */
+void route_heatmap(route_req *q, reply *r) {
+    sqlite3 *db = q->db;
+    const job_info *j = &q->job;
+    long buckets = 200;
+    if (query_long(q->c, "buckets", 1, 1000, &buckets, r) < 0) return;
+    if (buckets * j->world > HEATMAP_MAX_CELLS)
+        buckets = HEATMAP_MAX_CELLS / j->world > 0 ? HEATMAP_MAX_CELLS / j->world : 1;
+    sqlite3_stmt *span = routes_prep(db, "SELECT min(step), max(step) FROM step_stats WHERE job_id=?1", r);
+    if (!span) return;
+    sqlite3_bind_int64(span, 1, j->id);
+    long first = 0, last = -1;
+    if (sqlite3_step(span) == SQLITE_ROW && sqlite3_column_type(span, 0) != SQLITE_NULL) {
+        first = sqlite3_column_int64(span, 0);
+        last = sqlite3_column_int64(span, 1);
+    }
+    sqlite3_finalize(span);
+    long nsteps = last - first + 1, width = nsteps > buckets ? (nsteps + buckets - 1) / buckets : 1;
+    long ncols = nsteps > 0 ? (nsteps + width - 1) / width : 0;
+    size_t cells = (size_t)ncols * (size_t)j->world;
+    double *sum = calloc(cells ? cells : 1, sizeof *sum);
+    int *cnt = calloc(cells ? cells : 1, sizeof *cnt);
+    sqlite3_stmt *st =
+        routes_prep(db, "SELECT step, rank, bubble_ratio FROM step_stats WHERE job_id=?1 ORDER BY step, rank", r);
+    jw w;
+    jw_init(&w);
+    if (!st) goto out;
+    if (!sum || !cnt) {
+        reply_error(r, 500, "out of memory");
+        goto out;
+    }
+    sqlite3_bind_int64(st, 1, j->id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        long col = (sqlite3_column_int64(st, 0) - first) / width;
+        int rank = sqlite3_column_int(st, 1);
+        if (col < 0 || col >= ncols || rank < 0 || rank >= j->world) continue;
+        sum[(size_t)rank * (size_t)ncols + (size_t)col] += sqlite3_column_double(st, 2);
+        cnt[(size_t)rank * (size_t)ncols + (size_t)col]++;
+    }
+    if (rc != SQLITE_DONE) {
+        reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+        goto out;
+    }
+    jw_obj(&w);
+    jw_kint(&w, "job", j->id);
+    jw_kint(&w, "world_size", j->world);
+    jw_kint_or_null(&w, "first_step", nsteps > 0 ? first : -1);
+    jw_kint_or_null(&w, "last_step", nsteps > 0 ? last : -1);
+    jw_kint(&w, "step_width", width);
+    jw_key(&w, "steps");
+    jw_arr(&w);
+    for (long c = 0; c < ncols; c++) jw_int(&w, first + c * width);
+    jw_arr_end(&w);
+    jw_key(&w, "ratio");
+    jw_arr(&w);
+    for (int k = 0; k < j->world; k++) {
+        jw_arr(&w);
+        for (long c = 0; c < ncols; c++) {
+            size_t i = (size_t)k * (size_t)ncols + (size_t)c;
+            if (cnt[i]) jw_num(&w, round(sum[i] / cnt[i] * 1e4) / 1e4);
+            else jw_null(&w);
+        }
+        jw_arr_end(&w);
+    }
+    jw_arr_end(&w);
+    jw_obj_end(&w);
+    reply_json(r, &w);
+out:
+    jw_free(&w);
+    free(sum);
+    free(cnt);
+    sqlite3_finalize(st);
 }
 
 /* Written to a temporary file, not to memory: a long job's whole trace runs

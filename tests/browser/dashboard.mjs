@@ -13,6 +13,8 @@
 //   node dashboard.mjs outliers URL SCREENSHOT.png (job 1's loss chart with an outlier, linear and log
 //                                                  (SCREENSHOT-log.png); then job 2, a loss <= 0; then job 1 again)
 //   node dashboard.mjs lanes URL SCREENSHOT.png    (a DualPipeV job: its overlapped F and BW on two lanes of a row)
+//   node dashboard.mjs scale URL SCREENSHOT.png    (a job of 1,024 ranks grouped: folding, the heatmap, a pan and
+//                                                  a zoom's redraw times with a row per rank and 100,000 events)
 //   node dashboard.mjs torch URL SCREENSHOT.png F1,T1,F2,T2
 //                                                 (real PyTorch jobs with spans: job 1 GPipe (BW), job 2
 //                                                  ZBVZeroBubble (B and W), each in the window [F, T) (ns) that
@@ -456,6 +458,70 @@ try {
       out.bwTip = await tip(out.pair.bwc, `rank ${out.pair.rank} · BW`);
     }
     await page.screenshot({ path: shot, fullPage: false });
+  } else if (mode === 'scale') {
+    const rows = () => page.evaluate(() => { const d = window.__pprun.drawn;
+      return { by: window.__pprun.rows().by, rows: d.rows, rankRows: d.rankRows, lanes: d.lanes }; });
+    const redrawn = (before) => page.waitForFunction((b) => window.__pprun.drawn.rows !== b, before, { timeout: 10000 });
+    out.opened = await rows();
+    // node 39's label: a click unfolds it, another folds it again
+    let c = await page.evaluate(() => window.__pprun.groupLabelCenter(39));
+    await page.mouse.click(c.x, c.y);
+    await redrawn(out.opened.rows);
+    out.unfolded = await rows();
+    await page.mouse.move(c.x + 200, c.y);
+    await page.waitForSelector('#tooltip:not([hidden])', { timeout: 5000 }).catch(() => {});
+    out.laneTooltip = await page.textContent('#tooltip');
+    c = await page.evaluate(() => window.__pprun.groupLabelCenter(39));
+    await page.mouse.click(c.x, c.y);
+    await redrawn(out.unfolded.rows);
+    out.folded = await rows();
+    await page.selectOption('#row-group', 'stage');
+    await redrawn(out.folded.rows);
+    out.byStage = await rows();
+    await page.selectOption('#row-group', 'node');
+    await redrawn(out.byStage.rows);
+    // the heatmap's hottest cell, clicked: its step, its rank's row
+    await page.waitForFunction(() => window.__pprun.heatmap && window.__pprun.heatmap.hottest, null, { timeout: 20000 });
+    out.heatmap = await page.evaluate(() => window.__pprun.heatmap);
+    out.heatNote = await page.textContent('#heatmap-note');
+    await page.locator('#heatmap').screenshot({ path: shot.replace(/\.png$/, '-heatmap.png') });
+    const hot = out.heatmap.hottest;
+    c = await page.evaluate((h) => window.__pprun.heatCellCenter(h.rank, h.step), hot);
+    await page.mouse.click(c.x, c.y);
+    // picked is set once the step's window came back (showStep awaits it)
+    await page.waitForFunction(() => window.__pprun.picked && window.__pprun.state.step === window.__pprun.picked.step, null, { timeout: 20000 });
+    await new Promise((res) => setTimeout(res, 100)); // its frame drawn
+    out.picked = await page.evaluate(() => { const p = window.__pprun, r = p.picked.rank;
+      return { rank: r, step: p.picked.step, highlight: p.state.highlight, shownStep: p.state.step,
+        slowDrawn: p.drawn.F[r] + p.drawn.B[r] + p.drawn.W[r] + p.drawn.bins, rows: p.drawn.rows }; });
+    await page.screenshot({ path: shot.replace(/\.png$/, '-picked.png') });
+    // A row per rank and 100,000 events in view: a pan (a drag's moves)
+    // and a zoom (a wheel notch), each redraw timed by the page itself; read
+    // in the frame after each, before the window asked for (120 ms after
+    // the pointer rests) replaces the events.
+    await page.selectOption('#row-group', 'rank');
+    await page.waitForFunction(() => window.__pprun.drawn.rows === 1024, null, { timeout: 10000 });
+    out.redraw = await page.evaluate(async () => {
+      const p = window.__pprun, c = document.getElementById('timeline'), rect = c.getBoundingClientRect();
+      const frame = () => new Promise((res) => requestAnimationFrame(() => requestAnimationFrame(res)));
+      const firstMs = p.loadSynthetic(100000);
+      const y = rect.top + 100, x = rect.left + rect.width / 2, times = [];
+      c.dispatchEvent(new MouseEvent('mousedown', { clientX: x, clientY: y, bubbles: true }));
+      let inView = 0;
+      for (let k = 1; k <= 5; k++) {
+        window.dispatchEvent(new MouseEvent('mousemove', { clientX: x - 4 * k, clientY: y, bubbles: true }));
+        await frame();
+        times.push(p.drawMs); inView = p.drawn.inView;
+      }
+      window.dispatchEvent(new MouseEvent('mouseup', { clientX: x - 20, clientY: y, bubbles: true }));
+      times.sort((a, b) => a - b);
+      p.loadSynthetic(100000);
+      c.dispatchEvent(new WheelEvent('wheel', { clientX: x, clientY: y, deltaY: -100, bubbles: true, cancelable: true }));
+      await frame();
+      return { rows: p.drawn.rows, firstMs, panMs: times[times.length >> 1], panMax: times[times.length - 1], panMoves: times.length,
+        panInView: inView, zoomMs: p.drawMs, zoomInView: p.drawn.inView };
+    });
+    await page.screenshot({ path: shot });
   } else if (mode === 'failed') {
     // A job killed in the middle of a step: where it opens.
     out.opened = await page.evaluate(() => {

@@ -1,0 +1,85 @@
+// rows.js: which rows the timeline has. A row per rank (the default up to
+// 64 ranks), or the ranks grouped by node or by pipeline stage (the job's
+// ranks table says each rank's node and stages; a rank's stage is its
+// first): each group a summary lane of its bubble, the share of its ranks
+// idle in each pixel column, with the group's rank rows under it unless it
+// is folded. A job of more than 64 ranks opens grouped, every group folded
+// (by node when it ran on more than one, else by stage). The layout maps a
+// rank to its slot, the row it is drawn on (-1: folded away).
+import { S, world } from './state.js';
+
+export const R = {
+  by: 'rank',          // 'rank', 'node' or 'stage'
+  folded: new Set(),   // the keys of the groups folded
+  slot: new Int32Array(0), // per rank: its row, -1 when its group is folded
+  rows: [],            // per row: { rank } or { group }
+  groups: [],          // { key, label, ranks: [..], slot }
+  groupOf: new Int32Array(0), // per rank: its group's index (-1: ungrouped)
+};
+
+export const GROUPED_ABOVE = 64; // ranks: a bigger job opens grouped
+
+// The group key of a rank (its row of the ranks table: info) under R.by.
+function keyOf(info) {
+  if (!info) return 0;
+  if (R.by === 'node') return info.node;
+  const first = parseInt(String(info.stages).split(',')[0], 10);
+  return Number.isFinite(first) ? first : 0;
+}
+
+// How a job opens: per rank, or grouped and folded.
+export function defaultGrouping() {
+  const n = world();
+  if (n <= GROUPED_ABOVE) return 'rank';
+  const nodes = new Set((S.info.ranks || []).map((x) => x.node));
+  return nodes.size > 1 ? 'node' : 'stage';
+}
+
+// Groups by `by`, every one folded (a job opened, or the grouping changed).
+export function groupBy(by) {
+  R.by = by;
+  layoutRows();
+  R.folded = new Set(R.groups.map((g) => g.key));
+  layoutRows();
+}
+
+export function toggleGroup(key) {
+  if (R.folded.has(key)) R.folded.delete(key); else R.folded.add(key);
+  layoutRows();
+}
+
+// Unfolds the group that holds rank r (the heatmap jumps to a rank).
+export function revealRank(r) {
+  const g = R.groupOf[r];
+  if (g >= 0 && R.folded.has(R.groups[g].key)) toggleGroup(R.groups[g].key);
+}
+
+export function layoutRows() {
+  const n = world();
+  R.slot = new Int32Array(n).fill(-1);
+  R.groupOf = new Int32Array(n).fill(-1);
+  R.rows = [];
+  R.groups = [];
+  if (R.by === 'rank') {
+    for (let r = 0; r < n; r++) { R.slot[r] = r; R.rows.push({ rank: r }); }
+    return;
+  }
+  const byKey = new Map(), info = new Map(((S.info && S.info.ranks) || []).map((x) => [x.rank, x]));
+  for (let r = 0; r < n; r++) {
+    const k = keyOf(info.get(r));
+    if (!byKey.has(k)) byKey.set(k, []);
+    byKey.get(k).push(r);
+  }
+  for (const k of [...byKey.keys()].sort((a, b) => a - b)) {
+    const g = { key: k, label: `${R.by} ${k}`, ranks: byKey.get(k), slot: R.rows.length };
+    const gi = R.groups.length;
+    R.groups.push(g);
+    R.rows.push({ group: gi });
+    for (const r of g.ranks) {
+      R.groupOf[r] = gi;
+      if (R.folded.has(k)) continue;
+      R.slot[r] = R.rows.length;
+      R.rows.push({ rank: r });
+    }
+  }
+}
