@@ -144,5 +144,12 @@ export function heatCellCenter(rank, step) {
   window.scrollBy(0, c.getBoundingClientRect().top - 50);
   const { n, rowsPx } = layout(), rect = c.getBoundingClientRect(), cols = H.steps.length;
   const col = Math.min(cols - 1, Math.floor((step - H.first_step) / H.step_width)), cw = (c.clientWidth - LABEL_W) / cols;
-  return { x: rect.left + LABEL_W + (col + 0.5) * cw, y: rect.top + (rank + 0.5) * rowsPx / n };
+  const x = Math.round(rect.left + LABEL_W + (col + 0.5) * cw), y = Math.round(rect.top + (rank + 0.5) * rowsPx / n);
+  // A pointer is at whole pixels and a band of ranks may be one pixel high:
+  // the nearest whole pixel that is this rank's cell.
+  for (const dy of [0, -1, 1, -2, 2]) {
+    const cell = cellAt(x - rect.left, y + dy - rect.top);
+    if (cell && cell.rank === rank) return { x, y: y + dy };
+  }
+  return { x, y };
 }

@@ -324,18 +324,19 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert(strstr(info, "F 1.000 ms · B 1.000 ms · W 1.000 ms · send 0.050 ms per op") &&
                   strstr(info, "host spans over steps 1–2"),
               "%s", info);
-    static const char *const whatif[6][4] = {{"", "gpipe", "512 KiB", "8"},
+    static const char *const whatif[7][4] = {{"", "gpipe", "512 KiB", "8"},
                                              {"own", "1f1b (this job)", "256 KiB", "4"},
                                              {"", "interleaved-1f1b", "704 KiB", "11"},
                                              {"", "zb-h1", "256 KiB", "4"},
+                                             {"", "dualpipev", "576 KiB", "9"},
                                              {"", "zb-v", "512 KiB", "8"},
                                              {"", "zb-v (ordered for these costs)", "512 KiB", "8"}};
     cJSON *rows = cJSON_GetObjectItem(j, "whatifRows");
-    cr_assert_eq(cJSON_GetArraySize(rows), 6);
+    cr_assert_eq(cJSON_GetArraySize(rows), 7);
     cr_assert_str_eq(cJSON_GetObjectItem(j, "whatifTuned")->valuestring,
                      "zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs "
                      "f=1ms,b=1ms,w=1ms,comm=0.05ms");
-    for (int k = 0; k < 6; k++) {
+    for (int k = 0; k < 7; k++) {
         cJSON *row = cJSON_GetArrayItem(rows, k);
         cr_assert_eq(cJSON_GetArraySize(row), 8, "class and 7 cells");
         cr_assert_str_eq(cJSON_GetArrayItem(row, 0)->valuestring, whatif[k][0]);
@@ -1014,7 +1015,7 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
     /* The what-if table filled in while the job ran: its own row (1f1b)
      * marked, with the bytes it measured (4 microbatches of 16 KiB). */
     cJSON *rows = cJSON_GetObjectItem(j, "whatifRows"), *own = cJSON_GetArrayItem(rows, 1);
-    cr_assert_eq(cJSON_GetArraySize(rows), 6);
+    cr_assert_eq(cJSON_GetArraySize(rows), 7);
     cr_assert_str_eq(cJSON_GetArrayItem(own, 1)->valuestring, "1f1b (this job)");
     cr_assert_str_eq(cJSON_GetArrayItem(own, 6)->valuestring, "64 KiB");
     cr_assert(strstr(cJSON_GetObjectItem(j, "whatifInfo")->valuestring, "timed model"), "%s",

@@ -486,7 +486,15 @@ try {
     out.heatNote = await page.textContent('#heatmap-note');
     await page.locator('#heatmap').screenshot({ path: shot.replace(/\.png$/, '-heatmap.png') });
     const hot = out.heatmap.hottest;
-    c = await page.evaluate((h) => window.__pprun.heatCellCenter(h.rank, h.step), hot);
+    // The cell's centre, clicked once the pointer over it says its rank:
+    // the page may still be laying out what loads above the heatmap.
+    for (let tries = 0; tries < 20; tries++) {
+      c = await page.evaluate((h) => window.__pprun.heatCellCenter(h.rank, h.step), hot);
+      await page.mouse.move(c.x, c.y);
+      const tip = await page.textContent('#tooltip');
+      if (tip && tip.startsWith(`rank ${hot.rank} ·`)) break;
+      await page.waitForTimeout(100);
+    }
     await page.mouse.click(c.x, c.y);
     // picked is set once the step's window came back (showStep awaits it)
     await page.waitForFunction(() => window.__pprun.picked && window.__pprun.state.step === window.__pprun.picked.step, null, { timeout: 20000 });
