@@ -13,7 +13,7 @@ import { updateStepLabel } from './toolbar.js';
 import { setFollow, followLatest, showStep, showWindow, fetchWindow, stepsInView, noteSpans } from './view.js';
 import { loadWhatif, whatifDue, resetWhatif } from './whatif.js';
 import { showSqlExample } from './sql-tab.js';
-import { R, groupBy, defaultGrouping } from './rows.js';
+import { R, groupBy, defaultGrouping, replicas } from './rows.js';
 import { loadHeatmap, resetHeatmap } from './heatmap.js';
 
 let stream = null;  // the open job's live stream (an AbortController)
@@ -56,6 +56,7 @@ export async function openJob(id) {
   const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
   groupBy(defaultGrouping());
+  $('row-group-replica').hidden = replicas().dp <= 1; // --dp: a group a pipeline
   $('row-group').value = R.by;
   probe.planLoads = [plan.simulated];
   S.gpuLane = !!info.gpu_spans;

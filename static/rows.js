@@ -1,7 +1,8 @@
 // rows.js: which rows the timeline has. A row per rank (the default up to
-// 64 ranks), or the ranks grouped by node or by pipeline stage (the job's
+// 64 ranks), or the ranks grouped by node, by pipeline stage (the job's
 // ranks table says each rank's node and stages; a rank's stage is its
-// first): each group a summary lane of its bubble, the share of its ranks
+// first) or, for a job of several pipelines (--dp), by replica (global rank
+// r is replica r / P, P ranks a pipeline: docs/cli.md): each group a summary lane of its bubble, the share of its ranks
 // idle in each pixel column, with the group's rank rows under it unless it
 // is folded. A job of more than 64 ranks opens grouped, every group folded
 // (by node when it ran on more than one, else by stage). The layout maps a
@@ -9,7 +10,7 @@
 import { S, world } from './state.js';
 
 export const R = {
-  by: 'rank',          // 'rank', 'node' or 'stage'
+  by: 'rank',          // 'rank', 'node', 'stage' or 'replica'
   folded: new Set(),   // the keys of the groups folded
   slot: new Int32Array(0), // per rank: its row, -1 when its group is folded
   rows: [],            // per row: { rank } or { group }
@@ -19,8 +20,15 @@ export const R = {
 
 export const GROUPED_ABOVE = 64; // ranks: a bigger job opens grouped
 
-// The group key of a rank (its row of the ranks table: info) under R.by.
-function keyOf(info) {
+// The job's pipelines (--dp; 1 for one) and ranks a pipeline.
+export function replicas() {
+  const c = (S.info && S.info.config) || {}, dp = c.dp > 1 ? c.dp : 1;
+  return { dp, pp: c.pp > 0 ? c.pp : Math.max(1, Math.floor(world() / dp)) };
+}
+
+// The group key of rank r (its row of the ranks table: info) under R.by.
+function keyOf(r, info) {
+  if (R.by === 'replica') return Math.floor(r / replicas().pp);
   if (!info) return 0;
   if (R.by === 'node') return info.node;
   const first = parseInt(String(info.stages).split(',')[0], 10);
@@ -66,7 +74,7 @@ export function layoutRows() {
   }
   const byKey = new Map(), info = new Map(((S.info && S.info.ranks) || []).map((x) => [x.rank, x]));
   for (let r = 0; r < n; r++) {
-    const k = keyOf(info.get(r));
+    const k = keyOf(r, info.get(r));
     if (!byKey.has(k)) byKey.set(k, []);
     byKey.get(k).push(r);
   }

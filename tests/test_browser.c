@@ -52,7 +52,8 @@ static void build_dir(char *out, size_t n) {
 static void require_playwright(void) {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/browser/node_modules/playwright-core/package.json", PPRUN_TEST_DIR);
-    cr_assert_eq(access(p, R_OK), 0, "playwright-core is not installed: run scripts/install-deps.sh (npm ci --prefix tests/browser)");
+    cr_assert_eq(access(p, R_OK), 0,
+                 "playwright-core is not installed: run scripts/install-deps.sh (npm ci --prefix tests/browser)");
     cr_assert_eq(access("/usr/bin/chromium", X_OK), 0, "chromium is not installed: run scripts/install-deps.sh");
 }
 
@@ -61,8 +62,8 @@ static void require_playwright(void) {
 static cJSON *run_node(const char *mode, int port, const char *shot, const char *ready, pid_t serve_pid) {
     char cmd[2048], outp[256];
     snprintf(outp, sizeof outp, "/tmp/pprun-browser-%d-%s.json", (int)getpid(), mode);
-    snprintf(cmd, sizeof cmd, "cd '%s/browser' && node dashboard.mjs %s http://127.0.0.1:%d/ '%s' '%s' >'%s' 2>&1", PPRUN_TEST_DIR,
-             mode, port, shot, ready ? ready : "", outp);
+    snprintf(cmd, sizeof cmd, "cd '%s/browser' && node dashboard.mjs %s http://127.0.0.1:%d/ '%s' '%s' >'%s' 2>&1",
+             PPRUN_TEST_DIR, mode, port, shot, ready ? ready : "", outp);
     int st = system(cmd);
     char *out = fixture_read_file(outp);
     unlink(outp);
@@ -159,7 +160,8 @@ static void check_balance(const cJSON *bal, const char *stats, int stages, int s
         int stage = -1, rank = -1;
         double times = -1;
         int len = (int)strcspn(line, "\n");
-        cr_assert_eq(sscanf(line, "%d %d %*s %*s %*s %*s %*s %*s %*s %*s %*s %lfx", &stage, &rank, &times), 3, "%.*s", len, line);
+        cr_assert_eq(sscanf(line, "%d %d %*s %*s %*s %*s %*s %*s %*s %*s %*s %lfx", &stage, &rank, &times), 3, "%.*s",
+                     len, line);
         cr_assert_eq(cJSON_GetArraySize(row), 10, "class and 9 cells");
         cr_assert_eq(atoi(cJSON_GetArrayItem(row, 1)->valuestring), stage);
         cr_assert_eq(atoi(cJSON_GetArrayItem(row, 2)->valuestring), rank);
@@ -183,7 +185,8 @@ static void check_balance(const cJSON *bal, const char *stats, int stages, int s
                   strstr(sim, "with every stage at their mean ("),
               "%s", sim);
     if (same_window) {
-        snprintf(want, sizeof want, "(%s)", between(stats, "with every stage at their mean (", ")\n", verdict, sizeof verdict));
+        snprintf(want, sizeof want, "(%s)",
+                 between(stats, "with every stage at their mean (", ")\n", verdict, sizeof verdict));
         cr_assert(strstr(sim, want), "the dashboard: %s\npprun stats: %s", sim, want);
     }
     const char *cuts = cJSON_GetObjectItem(bal, "cuts")->valuestring;
@@ -193,11 +196,13 @@ static void check_balance(const cJSON *bal, const char *stats, int stages, int s
         snprintf(want, sizeof want, "suggested --pipeline-cuts %s: slowest stage ", list);
         cr_assert(!strncmp(cuts, want, strlen(want)), "the dashboard: %s\npprun stats: %s", cuts, list);
         if (same_window) {
-            snprintf(want, sizeof want, "a step (%s×)", between(strstr(stats, "cuts       --pipeline-cuts "), "a step (", "x)\n", ratio, sizeof ratio));
+            snprintf(want, sizeof want, "a step (%s×)",
+                     between(strstr(stats, "cuts       --pipeline-cuts "), "a step (", "x)\n", ratio, sizeof ratio));
             cr_assert(strstr(cuts, want), "the dashboard: %s\npprun stats: (%sx)", cuts, ratio);
         }
     } else {
-        snprintf(want, sizeof want, "no cuts suggested: %s", between(stats, "cuts       none suggested: ", "\n", verdict, sizeof verdict));
+        snprintf(want, sizeof want, "no cuts suggested: %s",
+                 between(stats, "cuts       none suggested: ", "\n", verdict, sizeof verdict));
         cr_assert_str_eq(cuts, want, "as pprun stats says");
     }
     free(shown);
@@ -221,11 +226,14 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(fixture_add_activations(db, 64 << 10, &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_add_state(db, 512 << 10, &err), 0, "%s", err.msg);
     /* a name as long as a real run's, for the header at 700 px */
-    cr_assert_eq(fixture_exec(db, "UPDATE jobs SET name = 'gpt-layers-8-zb-h1-microbatches-8-seed-1234'", &err), 0, "%s",
-                 err.msg);
+    cr_assert_eq(fixture_exec(db, "UPDATE jobs SET name = 'gpt-layers-8-zb-h1-microbatches-8-seed-1234'", &err), 0,
+                 "%s", err.msg);
     /* evaluations after steps 0 and 2 (--eval-every 2) */
-    cr_assert_eq(fixture_exec(db, "INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES"
-                                  " (1, 0, 0, 2.5, 3, 1), (1, 2, 0, 2.25, 3, 2)", &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_exec(db,
+                              "INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES"
+                              " (1, 0, 0, 2.5, 3, 1), (1, 2, 0, 2.25, 3, 2)",
+                              &err),
+                 0, "%s", err.msg);
     char *stats = stats_text(db);
     cJSON *j = browse(db, "finished", NULL);
 
@@ -260,11 +268,13 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
         cr_assert_str_eq(cJSON_GetArrayItem(pair, 1)->valuestring, stepping[i][1], "the bars of %s", stepping[i][0]);
     }
     const char *tip = cJSON_GetObjectItem(j, "tooltip")->valuestring;
-    cr_assert(strstr(tip, "rank 1 · F · microbatch 3") && strstr(tip, "step 0") && strstr(tip, "duration 1.000 ms"), "%s", tip);
+    cr_assert(strstr(tip, "rank 1 · F · microbatch 3") && strstr(tip, "step 0") && strstr(tip, "duration 1.000 ms"),
+              "%s", tip);
     /* 1F1B on rank 1: F0 F1 F2 B0 W0 F3, so three microbatches of 64 KiB. */
     cr_assert(strstr(tip, "activations held after it: 192 KiB"), "%s", tip);
     tip = cJSON_GetObjectItem(j, "optTooltip")->valuestring;
-    cr_assert(strstr(tip, "rank 2 · OPT · step 0") && strstr(tip, "weights, gradients, optimizer state: 1.5 MiB"), "%s", tip);
+    cr_assert(strstr(tip, "rank 2 · OPT · step 0") && strstr(tip, "weights, gradients, optimizer state: 1.5 MiB"), "%s",
+              tip);
     const char *gap = cJSON_GetObjectItem(j, "gapTooltip")->valuestring;
     cr_assert(strstr(gap, "rank 3 idle 3.000 ms") && strstr(gap, "warmup"), "%s", gap);
     cr_assert_str_eq(cJSON_GetObjectItem(j, "traceFile")->valuestring, "pprun-job-1-steps-0-0.trace.json");
@@ -286,8 +296,8 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
               jnum(et, "right"), jnum(et, "width"));
     /* The legend has every idle cause, each its own colour but warm-up and
      * cool-down's (comm, often the biggest, and other had none). */
-    static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "wait_dp", "wait_cpu",
-                                         "comm",   "other"};
+    static const char *const causes[] = {"warmup", "wait_activation", "wait_gradient", "wait_dp", "wait_cpu", "comm",
+                                         "other"};
     const cJSON *legend = cJSON_GetObjectItem(j, "legendCauses");
     cr_assert_eq(cJSON_GetArraySize(legend), 7, "a legend entry per cause colour");
     for (int k = 0; k < 7; k++) {
@@ -358,8 +368,9 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
         cr_assert_str_eq(cJSON_GetArrayItem(brow, 8)->valuestring, "1.00×");
         cr_assert_str_eq(cJSON_GetArrayItem(brow, 9)->valuestring, "slowest", "four stages as slow as the slowest");
     }
-    cr_assert_str_eq(cJSON_GetObjectItem(bal, "sim")->valuestring,
-                     "1f1b simulated: 30.30 ms a step at these stage costs, 30.30 ms with every stage at their mean (even)");
+    cr_assert_str_eq(
+        cJSON_GetObjectItem(bal, "sim")->valuestring,
+        "1f1b simulated: 30.30 ms a step at these stage costs, 30.30 ms with every stage at their mean (even)");
     cr_assert_str_eq(cJSON_GetObjectItem(bal, "layer")->valuestring, "");
     cr_assert_str_eq(cJSON_GetObjectItem(bal, "cuts")->valuestring,
                      "no cuts suggested: the model's op costs do not depend on a stage's layers");
@@ -367,7 +378,8 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
      * (403) and the Chrome trace probe (404) until that route exists. */
     cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(j, "errors"))
-        cr_assert(strstr(e->valuestring, "Failed to load resource") && (strstr(e->valuestring, "403") || strstr(e->valuestring, "404")),
+        cr_assert(strstr(e->valuestring, "Failed to load resource") &&
+                      (strstr(e->valuestring, "403") || strstr(e->valuestring, "404")),
                   "page error: %s", e->valuestring);
     cJSON_Delete(j);
 }
@@ -401,7 +413,8 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
         total += want[r];
     }
     cr_assert_eq(total, FIXTURE_GPU_SPANS_PER_STEP);
-    cr_assert_eq(cJSON_GetObjectItem(drawn, "kernels")->valueint, FIXTURE_KERNELS_PER_STEP, "zoomed to a step: every kernel drawn");
+    cr_assert_eq(cJSON_GetObjectItem(drawn, "kernels")->valueint, FIXTURE_KERNELS_PER_STEP,
+                 "zoomed to a step: every kernel drawn");
     cJSON *lk = cJSON_GetObjectItem(j, "lastKernels");
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(lk, "truncated")));
     const char *tip = cJSON_GetObjectItem(j, "spanTooltip")->valuestring;
@@ -445,7 +458,8 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert_str_eq(CELL(r1, 4), "20.0%", "the plan: 6 / 30 ms");
     cr_assert_str_eq(CELL(r1, 5), "wait_gradient 50%", "12 of the 24 idle ms");
     double loss = 0;
-    for (int m = 0; m < FIXTURE_MB; m++) loss += fixture_loss(1, m) / FIXTURE_MB;
+    for (int m = 0; m < FIXTURE_MB; m++)
+        loss += fixture_loss(1, m) / FIXTURE_MB;
     cr_assert_float_eq(atof(CELL(r1, 6)), loss, 5e-5);
 #undef CELL
     cr_assert_eq(jnum(j, "openedFromJobs"), 2, "a click on a row opens the job");
@@ -454,8 +468,9 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
     cr_assert_eq(jnum(cmp, "job"), 2);
     cr_assert_eq(jnum(cmp, "other"), 1);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(dom, "stillOnJobs")), "ticking a job does not open it");
-    static const char *const differs[] = {"model: timed:f=1ms,b=1ms,w=1ms,act=64KiB in job 1, mlp:layers=8,hidden=1024 in job 2",
-                                          "device: cpu in job 1, cuda in job 2"};
+    static const char *const differs[] = {
+        "model: timed:f=1ms,b=1ms,w=1ms,act=64KiB in job 1, mlp:layers=8,hidden=1024 in job 2",
+        "device: cpu in job 1, cuda in job 2"};
     for (int k = 0; k < 2; k++) {
         cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(cmp, "differs"), k)->valuestring, differs[k]);
         cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(dom, "differs"), k)->valuestring, differs[k]);
@@ -467,12 +482,14 @@ Test(browser, gpu_job_has_a_gpu_lane_per_rank_and_a_cpu_job_none, .timeout = 180
                                            {"  rank 3's ops", "23.00 ms", "23.00 ms", "1.00×"},
                                            {"  hand-offs", "0.000 ms", "0.000 ms", "–"}};
     cJSON *rows_shown = cJSON_GetObjectItem(dom, "rows"), *row;
-    cr_assert(cJSON_Compare(rows_shown, cJSON_GetObjectItem(cmp, "rows"), 1), "the table shows what __pprun.compare says");
+    cr_assert(cJSON_Compare(rows_shown, cJSON_GetObjectItem(cmp, "rows"), 1),
+              "the table shows what __pprun.compare says");
     for (int k = 0; k < 6; k++) {
         int found = 0;
         cJSON_ArrayForEach(row, rows_shown) if (!strcmp(cJSON_GetArrayItem(row, 0)->valuestring, table[k][0])) {
             found = 1;
-            for (int c = 1; c < 4; c++) cr_assert_str_eq(cJSON_GetArrayItem(row, c)->valuestring, table[k][c], "%s", table[k][0]);
+            for (int c = 1; c < 4; c++)
+                cr_assert_str_eq(cJSON_GetArrayItem(row, c)->valuestring, table[k][c], "%s", table[k][0]);
         }
         cr_assert(found, "a row %s", table[k][0]);
     }
@@ -514,8 +531,9 @@ Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) 
         {"", "3", "3", "6–7", "1.000 ms", "1.000 ms", "1.000 ms", "3.000 ms", "0.80×", ""}};
     for (int k = 0; k < 4; k++)
         for (int c = 0; c < 10; c++)
-            cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(bal, "rows"), k), c)->valuestring,
-                             rows[k][c], "stage %d, column %d", k, c);
+            cr_assert_str_eq(
+                cJSON_GetArrayItem(cJSON_GetArrayItem(cJSON_GetObjectItem(bal, "rows"), k), c)->valuestring, rows[k][c],
+                "stage %d, column %d", k, c);
     const char *sim = cJSON_GetObjectItem(bal, "sim")->valuestring;
     cr_assert(strstr(sim, "(the unevenness costs ") && strstr(sim, "1f1b simulated: "), "%s", sim);
     cr_assert(strstr(cJSON_GetObjectItem(bal, "layer")->valuestring, "one layer: F 0.500 ms, B 0.500 ms, W 0.500 ms; "),
@@ -648,7 +666,8 @@ typedef struct writer_arg {
 
 static void *writer(void *p) {
     writer_arg *a = p;
-    for (int i = 0; i < 600 && access(a->ready, F_OK) != 0; i++) usleep(50000);
+    for (int i = 0; i < 600 && access(a->ready, F_OK) != 0; i++)
+        usleep(50000);
     pp_err err;
     /* the plan gets its simulated times as the job's steps are measured */
     a->ok = fixture_set_plan_simulated(a->db, 1, &err) == 0 && fixture_append_steps(a->db, 2, 1, &err) == 0;
@@ -659,13 +678,15 @@ static void *writer(void *p) {
     /* The page has counted the steps through 2 + LIVE_BURST when it writes ready.2. */
     char ready2[320];
     snprintf(ready2, sizeof ready2, "%s.2", a->ready);
-    for (int i = 0; i < 600 && access(ready2, F_OK) != 0; i++) usleep(50000);
+    for (int i = 0; i < 600 && access(ready2, F_OK) != 0; i++)
+        usleep(50000);
     unlink(ready2);
     a->ok = a->ok && fixture_append_running_step(a->db, 3 + LIVE_BURST, &err) == 0;
     /* Then the job ends. */
     char ready3[320];
     snprintf(ready3, sizeof ready3, "%s.3", a->ready);
-    for (int i = 0; i < 600 && access(ready3, F_OK) != 0; i++) usleep(50000);
+    for (int i = 0; i < 600 && access(ready3, F_OK) != 0; i++)
+        usleep(50000);
     unlink(ready3);
     a->ok = a->ok && fixture_set_status(a->db, "succeeded", &err) == 0;
     return NULL;
@@ -754,8 +775,11 @@ Test(browser, loss_chart_ignores_an_outlier_marks_it_and_has_a_log_scale, .timeo
     pp_err err;
     fixture_fresh(db, sizeof db, "browser-outliers", 2, "succeeded");
     cr_assert_eq(fixture_add_history(db, 2, 198, &err), 0, "%s", err.msg);
-    cr_assert_eq(fixture_exec(db, "UPDATE losses SET loss = CASE WHEN step = 0 THEN 1000"
-                                  " ELSE 0.5 + 1.5 * ((step * 37) % 101) / 100.0 END", &err), 0, "%s", err.msg);
+    cr_assert_eq(fixture_exec(db,
+                              "UPDATE losses SET loss = CASE WHEN step = 0 THEN 1000"
+                              " ELSE 0.5 + 1.5 * ((step * 37) % 101) / 100.0 END",
+                              &err),
+                 0, "%s", err.msg);
     cr_assert_eq(fixture_add_gpu_job(db, &err), 0, "%s", err.msg);
     cr_assert_eq(fixture_exec(db, "UPDATE losses SET loss = -0.25 WHERE job_id = 2 AND step = 5", &err), 0, "%s",
                  err.msg);
@@ -969,7 +993,8 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
     fixture_remove(db);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun run exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 
-    int before = cJSON_GetObjectItem(j, "stepsBefore")->valueint, after = cJSON_GetObjectItem(j, "stepsAfter")->valueint;
+    int before = cJSON_GetObjectItem(j, "stepsBefore")->valueint,
+        after = cJSON_GetObjectItem(j, "stepsAfter")->valueint;
     cr_assert_geq(after, before + 2, "steps before %d, after %d", before, after);
     cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(j, "follow")), "a running job opens in follow-live mode");
     cr_assert_geq(cJSON_GetObjectItem(j, "lossPoints")->valueint, after);
@@ -997,7 +1022,8 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
             cr_assert_eq(cJSON_GetArrayItem(step_bytes, r)->valuedouble, (4 - r) * 16384.0, "rank %d: %s", r, got);
         free(got);
     }
-    const cJSON *head = cJSON_GetObjectItem(j, "jobsHead"), *row = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "jobsRows"), 0);
+    const cJSON *head = cJSON_GetObjectItem(j, "jobsHead"),
+                *row = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "jobsRows"), 0);
     int act_col = -1, mem_col = -1, inflight_col = -1;
     for (int c = 0; c < cJSON_GetArraySize(head); c++) {
         if (strcmp(cJSON_GetArrayItem(head, c)->valuestring, "activations") == 0) act_col = c;
@@ -1029,7 +1055,9 @@ Test(browser, pprun_run_serve_shows_the_job_live, .timeout = 300) {
 
 /* ---- a real PyTorch job --------------------------------------------------- */
 
-static int by_text(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int by_text(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* Lines "rank phase stage mb" (phase as the API numbers it: 0 F, 1 B, 2 W,
  * 8 BW), sorted, joined by ';' into out: the blocks of a step. */
@@ -1048,12 +1076,13 @@ static void sql_blocks(const char *db, int job, char *out, size_t size) {
     sqlite3 *s;
     sqlite3_stmt *st;
     cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_prepare_v2(s,
-                                    "SELECT rank, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 8 END,"
-                                    " stage, microbatch FROM events WHERE job_id=?1 AND step=1 AND source='cpu' AND"
-                                    " phase IN ('F','B','W','BW')",
-                                    -1, &st, NULL),
-                 SQLITE_OK);
+    cr_assert_eq(
+        sqlite3_prepare_v2(s,
+                           "SELECT rank, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 ELSE 8 END,"
+                           " stage, microbatch FROM events WHERE job_id=?1 AND step=1 AND source='cpu' AND"
+                           " phase IN ('F','B','W','BW')",
+                           -1, &st, NULL),
+        SQLITE_OK);
     sqlite3_bind_int(st, 1, job);
     char *lines[1024];
     int n = 0;
@@ -1117,11 +1146,12 @@ static void step_one_window(const char *db, int job, char *out, size_t size) {
     sqlite3 *s;
     sqlite3_stmt *st;
     cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_prepare_v2(s,
-                                    "SELECT min(e.start_ns) - j.t0_ns, max(e.end_ns) - j.t0_ns FROM events e JOIN jobs j"
-                                    " ON j.id=e.job_id WHERE e.job_id=?1 AND e.step=1 AND e.source='cpu'",
-                                    -1, &st, NULL),
-                 SQLITE_OK);
+    cr_assert_eq(
+        sqlite3_prepare_v2(s,
+                           "SELECT min(e.start_ns) - j.t0_ns, max(e.end_ns) - j.t0_ns FROM events e JOIN jobs j"
+                           " ON j.id=e.job_id WHERE e.job_id=?1 AND e.step=1 AND e.source='cpu'",
+                           -1, &st, NULL),
+        SQLITE_OK);
     sqlite3_bind_int(st, 1, job);
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
     int64_t from = sqlite3_column_int64(st, 0), to = sqlite3_column_int64(st, 1), pad = (to - from) / 100 + 1;
@@ -1137,8 +1167,7 @@ static void step_one_window(const char *db, int job, char *out, size_t size) {
  * the ends of its neighbours) on the row of the rank that ran it, as F, B,
  * W or BW; the program's spans in view are the database's, drawn on their
  * rank's lane, step 1's data and log spans of each rank among them. */
-static void check_torch_step(const cJSON *got, const char *db, int job, const char *db_blocks,
-                             const char *plan_phase) {
+static void check_torch_step(const cJSON *got, const char *db, int job, const char *db_blocks, const char *plan_phase) {
     char blocks[16384];
     page_blocks(cJSON_GetObjectItem(got, "blocks"), blocks, sizeof blocks);
     cr_assert_str_eq(blocks, db_blocks, "the page holds step 1's ops as the database has them");
@@ -1246,7 +1275,8 @@ Test(browser, a_pytorch_jobs_ops_and_spans_on_their_ranks, .timeout = 600) {
               cJSON_GetObjectItem(j, "whatifInfo")->valuestring);
     int own = 0;
     const cJSON *row;
-    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "whatifRows")) own += !strcmp(cell(row, 1), "ScheduleGPipe (this job)");
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "whatifRows")) own +=
+        !strcmp(cell(row, 1), "ScheduleGPipe (this job)");
     cr_assert_eq(own, 1, "a row for the program's own schedule");
     free(stats);
 
@@ -1302,6 +1332,12 @@ static void make_scale_job(const char *path) {
     }
     cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
     cr_assert_eq(db_finish_job(d, job, "succeeded", 0, -1, NULL, &err), 0, "%s", err.msg);
+    /* as `pprun run --pp 8 --dp 128` records its mesh */
+    cr_assert_eq(
+        sqlite3_exec(db_sqlite(d),
+                     "UPDATE jobs SET config_json = json_set(coalesce(config_json, '{}'), '$.pp', 8, '$.dp', 128)",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
     db_close(d);
 }
 
@@ -1329,6 +1365,10 @@ Test(browser, a_1024_rank_job_grouped_with_its_slow_rank_hottest, .timeout = 300
     cr_assert_eq(jnum(cJSON_GetObjectItem(j, "unfolded"), "rankRows"), 16, "%s", text);
     cr_assert_eq(jnum(cJSON_GetObjectItem(j, "folded"), "rows"), 64, "%s", text);
     cr_assert_eq(jnum(cJSON_GetObjectItem(j, "byStage"), "rows"), 8, "a lane per stage: %s", text);
+    /* --pp 8 --dp 128: a lane per pipeline of 8 ranks */
+    const cJSON *byrep = cJSON_GetObjectItem(j, "byReplica");
+    cr_assert_eq(jnum(byrep, "rows"), 128, "a lane per replica: %s", text);
+    cr_assert_eq(jnum(cJSON_GetArrayItem(cJSON_GetObjectItem(byrep, "lanes"), 127), "ranks"), 8, "%s", text);
     /* the heatmap: a row per rank, a column per step; the slow rank is the hottest cell */
     const cJSON *heat = cJSON_GetObjectItem(j, "heatmap");
     cr_assert_eq(jnum(heat, "rows"), SCALE_RANKS, "%s", text);

@@ -478,8 +478,11 @@ try {
     await page.selectOption('#row-group', 'stage');
     await redrawn(out.folded.rows);
     out.byStage = await rows();
-    await page.selectOption('#row-group', 'node');
+    await page.selectOption('#row-group', 'replica');
     await redrawn(out.byStage.rows);
+    out.byReplica = await rows();
+    await page.selectOption('#row-group', 'node');
+    await redrawn(out.byReplica.rows);
     // the heatmap's hottest cell, clicked: its step, its rank's row
     await page.waitForFunction(() => window.__pprun.heatmap && window.__pprun.heatmap.hottest, null, { timeout: 20000 });
     out.heatmap = await page.evaluate(() => window.__pprun.heatmap);
