@@ -413,24 +413,30 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
                               "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 4 "
-                              "WHEN 'SPAN' THEN 5 ELSE 3 END, end_ns - start_ns, stage, rank FROM events WHERE "
+                              "WHEN 'SPAN' THEN 5 ELSE 3 END, end_ns - start_ns - ?5 * min(coalesce(wait_cpu_ns, 0),"
+                              " end_ns - start_ns), stage, rank, end_ns - start_ns FROM events WHERE "
                               "job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 AND (phase IN ('F','B','W','BW',"
                               "'SEND_F','SEND_B') OR (phase='SPAN' AND name='RECOMPUTE'))",
                               s, r, &st, err) != 0)
         return -1;
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
+    int net = r->shared_ranks > 0 && !r->gpu; /* each op less its wait for a core */
+    sqlite3_bind_int(st, 5, net);
+    double ran = 0, took = 0;
     durations d[6] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 5, sizeof *by_stage) : NULL;
     int oom = S > 0 && !by_stage;
     for (int k = 0; k < S; k++) bp->rank[k] = -1;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int k = sqlite3_column_int(st, 0), stage = sqlite3_column_int(st, 2);
         int64_t ns = sqlite3_column_int64(st, 1);
+        ran += (double)ns, took += (double)sqlite3_column_int64(st, 4);
         oom = durations_push(&d[k], ns) != 0;
         if (oom || k == 3 || !by_stage || sqlite3_column_type(st, 2) == SQLITE_NULL || stage < 0 || stage >= S)
             continue;
         bp->rank[stage] = sqlite3_column_int(st, 3);
         oom = durations_push(&by_stage[stage * 5 + (k == 4 ? 3 : k == 5 ? 4 : k)], ns) != 0;
     }
+    r->wait_cpu_share = net && took > 0 ? 1 - ran / took : NAN;
     int64_t bw = durations_median(&d[4]), recompute = durations_median(&d[5]);
     double recomputed = d[1].n + d[4].n ? (double)d[5].n / (double)(d[1].n + d[4].n) : 0;
     for (int k = 0; k < 6; k++) {

@@ -133,8 +133,13 @@ typedef struct whatif_report {
     char no_cuts[200];       /* why no cuts are suggested */
     /* > 0 when the job computed on the CPU (gpt) with more ranks on a node
      * than the node had cores: its op times include waiting for a core, so
-     * they say less about the ops than about the OS's scheduler. */
+     * they say less about the ops than about the OS's scheduler. The
+     * medians are then taken of each op's time less the wait for a core it
+     * recorded (events.wait_cpu_ns, at most its time): the schedules are
+     * played with a core per rank. wait_cpu_share: the part of those ops'
+     * time that was waiting (NAN when not shared). */
     int shared_ranks, shared_cores;
+    double wait_cpu_share;
     /* > 1 when ranks of one node computed on one GPU (shared_gpu, "cuda:0"):
      * without MPS a GPU runs one process's kernels at a time, so their op
      * times include waiting for the others' (docs/gpu.md, "Measured"). */

@@ -156,6 +156,7 @@ static void measured_json(jw *w, const whatif_report *wr) {
         jw_obj(w);
         jw_kint(w, "ranks", wr->shared_ranks);
         jw_kint(w, "cores", wr->shared_cores);
+        jw_knum(w, "waited_share", wr->wait_cpu_share); /* of the ops' time, taken out of costs_ns */
         jw_obj_end(w);
     } else {
         jw_null(w);

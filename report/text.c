@@ -275,11 +275,14 @@ void report_whatif(FILE *out, const whatif_report *r) {
     fprintf(out, "  (medians of %s spans, steps %d-%d%s; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
             r->first_step, r->last_step,
             r->has_profile && !r->in.fixed_op_costs ? "; each chunk at its layers' share of its stage's costs" : "");
-    if (r->shared_ranks > 0)
+    if (r->shared_ranks > 0) {
+        char share[24];
         fprintf(out,
-                "  (%d ranks shared %d core%s: these op times include waiting for a core, and each schedule is "
-                "simulated with a core per rank)\n",
-                r->shared_ranks, r->shared_cores, r->shared_cores == 1 ? "" : "s");
+                "  (%d ranks shared %d core%s: %s of these ops' time was waiting for a core, taken out of the times "
+                "above, and each schedule is simulated with a core per rank)\n",
+                r->shared_ranks, r->shared_cores, r->shared_cores == 1 ? "" : "s",
+                fmt_pct(share, sizeof share, r->wait_cpu_share));
+    }
     if (r->shared_gpu_ranks > 0)
         fprintf(out,
                 "  (%d ranks shared one GPU (%s): these op times include waiting for the GPU, and each schedule is "
