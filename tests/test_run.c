@@ -6,6 +6,7 @@
  * timed model against the simulator. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "helpers/trace_fixture.h"
+#include "launch_testutil.h"
 #include "sched/sched.h"
 
 /* Small enough that a 3-step run of 4 ranks takes well under a second. */
@@ -520,4 +522,36 @@ Test(run, a_restart_ignores_another_runs_checkpoint) {
     for (int step = 0; step < 4; step++)
         cr_assert(trained[step], "step %d was not trained by the restarted attempt", step);
     free(text);
+}
+
+/* Ctrl-C to `pprun run --serve` once its job is over (the dashboard stays
+ * up until then): it exits 0 and leaves the database alone, its WAL folded
+ * back in (no pprun.db-wal or -shm beside it), with every thread of the
+ * dashboard running when the signal comes. */
+Test(run, ctrl_c_after_the_job_ends_the_dashboard_and_tidies_the_database, .timeout = 120) {
+    const char *db = tfix_path("serve.db");
+    char listen[64], side[600];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", lt_free_port());
+    lt_proc p;
+    lt_start(&p, (const char *[]){"run", "--steps", "2", "--progress", "off", "--serve", listen, "--db", db, NULL},
+             NULL);
+    char path[600];
+    snprintf(path, sizeof path, "%s/err.txt", p.dir);
+    int over = 0;
+    for (int i = 0; i < 600 && !over; i++) {
+        size_t len;
+        char *err = lt_slurp(path, &len);
+        over = err && strstr(err, "the job is over; the dashboard stays at");
+        free(err);
+        if (!over) usleep(100000);
+    }
+    cr_assert(over, "the job did not end with its dashboard up");
+    kill(p.pid, SIGINT);
+    cr_assert(lt_wait_within(&p, 30), "pprun run went on after Ctrl-C");
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    snprintf(side, sizeof side, "%s-wal", db);
+    cr_assert_neq(access(side, F_OK), 0, "%s is left", side);
+    snprintf(side, sizeof side, "%s-shm", db);
+    cr_assert_neq(access(side, F_OK), 0, "%s is left", side);
+    lt_free(&p);
 }

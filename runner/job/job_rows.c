@@ -332,6 +332,11 @@ void job_rows_finish(run_job *job, job_outcome *end) {
                          job->cfg.db);
         summary_free(&s);
     }
+    /* With --serve the dashboard's read-only connections outlive this one
+     * until Ctrl-C: job_free closes it after them, so that the last to
+     * close is a writer, which folds the WAL back into the file and
+     * removes it (a reader leaves pprun.db-wal and -shm behind). */
+    if (job->web) return;
     db_close(job->db);
     job->db = NULL;
 }

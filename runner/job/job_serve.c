@@ -1,9 +1,11 @@
 /* job_serve.c: the dashboard of `pprun run --serve` (job_serve.h). */
 #include "runner/job/job_serve.h"
 
-#include <pthread.h>
+#include <errno.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 int job_serve_start(run_job *job) {
     if (!job->cfg.serve || job->lo.node_rank != 0) return 0;
@@ -18,16 +20,29 @@ int job_serve_start(run_job *job) {
     return 0;
 }
 
+/* Posted by the handler of the signals that end the dashboard. */
+static sem_t interrupted;
+static void on_interrupt(int sig) {
+    (void)sig;
+    sem_post(&interrupted); /* async-signal-safe */
+}
+
+/* Until Ctrl-C (or SIGTERM, SIGHUP). A handler rather than sigwait: the
+ * signal may be delivered to any thread, and the server's threads, started
+ * before, do not block it, so a blocked-and-waited signal would still end
+ * the process there without closing the database (its WAL left beside it). */
 static void wait_for_interrupt(const char *url) {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa, old[3];
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    sem_init(&interrupted, 0, 0);
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, &old[i]);
     fprintf(stderr, "pprun run: the job is over; the dashboard stays at %s until Ctrl-C\n", url);
-    int sig;
-    sigwait(&set, &sig);
+    while (sem_wait(&interrupted) != 0 && errno == EINTR) continue;
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &old[i], NULL);
+    sem_destroy(&interrupted);
 }
 
 void job_serve_until_interrupt(run_job *job, const job_outcome *end) {
