@@ -841,7 +841,7 @@ static size_t order_rows(db *d, const trace_event *ev, size_t n) {
     return m;
 }
 
-/* One row's 15 values at parameters o+1 .. o+13 of st. */
+/* One row's DB_EVENT_COLS values at parameters o+1 .. o+DB_EVENT_COLS of st. */
 static void bind_row(db *d, sqlite3_stmt *st, int o, int64_t job_id, const trace_event *e, const char *name) {
     int64_t off = offset_of(d, job_id, e->rank);
     sqlite3_bind_int64(st, o + 1, job_id);

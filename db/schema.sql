@@ -78,7 +78,7 @@ CREATE INDEX IF NOT EXISTS events_by_time ON events(job_id, rank, start_ns, sour
 -- A step's rows, and its latest attempt's: the analyses read those alone,
 -- and find the latest attempt in the index (max(attempt) is one seek). No
 -- rank: a batch's rows of a step then go in at one place, the end of the
--- step, rather than at every rank's (1,024 places at 1,024 ranks) (version 6).
+-- step, rather than at every rank's (1,024 places at 1,024 ranks) (version 7).
 CREATE INDEX IF NOT EXISTS events_by_step ON events(job_id, step, attempt);
 
 CREATE TABLE IF NOT EXISTS losses (

@@ -211,9 +211,11 @@ static int run_one(const sched_plan *plan, int r, int i, unsigned char *done) {
 }
 
 /* Runs rank r's list from pos[r] while each action's input is done;
- * returns how many ran. The halves of an overlapped pair run each when its
- * own input is done (half[r]: bit k for half k); the list goes on past the
- * pair once both did. */
+ * returns how many ran. The halves of an overlapped pair (half[r]: bit k
+ * for half k) run as an engine without a second thread runs them (a GPU
+ * stage, engine.c): the F when its input is done, then the backward when
+ * its own is, so a plan that is free of deadlock here is in either engine;
+ * the list goes on past the pair once both did. */
 static int run_rank(const sched_plan *plan, int r, int *pos, unsigned char *half, unsigned char *done) {
     int moved = 0;
     while (pos[r] < plan->len[r]) {
@@ -224,7 +226,8 @@ static int run_rank(const sched_plan *plan, int r, int *pos, unsigned char *half
             continue;
         }
         for (int k = 0; k < 2; k++)
-            if (!(half[r] >> k & 1) && run_one(plan, r, i + k, done)) half[r] |= (unsigned char)(1 << k), moved++;
+            if (!(half[r] >> k & 1) && (k == 0 || (half[r] & 1)) && run_one(plan, r, i + k, done))
+                half[r] |= (unsigned char)(1 << k), moved++;
         if (half[r] != 3) break;
         half[r] = 0;
         pos[r] += 2;

@@ -50,6 +50,10 @@ case $nodes in 1 | 2) ;; *) die "--nodes: '$nodes': accepted: 1 or 2" ;; esac
 [[ -z "$ports" || "$ports" =~ ^[1-9][0-9]{0,4},[1-9][0-9]{0,4}$ ]] || die "--ports: '$ports': accepted: C,S (two port numbers)"
 [[ "$dir" == /* ]] || die "--dir: '$dir' is not an absolute path"
 dir=${dir%/}
+[ -n "$dir" ] || die "--dir: / is not a cluster's directory"
+# `start` empties the directory (as root): only one this script made, which
+# it marks, or a new or empty one.
+marker=.pprun-slurm-local
 conf=$dir/etc/slurm.conf
 export SLURM_CONF=$conf
 
@@ -225,9 +229,13 @@ do_start() {
     command -v "$t" >/dev/null || die "$t not found: install the packages munge, slurmctld, slurmd and slurm-client (scripts/install-deps.sh)"
   done
   [ "$(id -u)" -eq 0 ] || die "the daemons run as root here (SlurmUser=root, and --nodes 2 makes namespaces): run as root"
+  if [ -d "$dir" ] && [ ! -e "$dir/$marker" ] && [ -n "$(ls -A "$dir")" ]; then
+    die "--dir $dir: not empty and not a cluster this script made (no $marker): not removing it"
+  fi
   do_stop
   rm -rf "$dir"
   mkdir -p "$dir"/{munge,etc,state,spool,log,run} || die "cannot make $dir"
+  : >"$dir/$marker"
   chmod 755 "$dir" "$dir/etc"
   chmod 711 "$dir/munge" # munged: its socket's directory must be searchable by all, not writable
   head -c 1024 /dev/urandom >"$dir/munge/munge.key" && chmod 400 "$dir/munge/munge.key"

@@ -16,10 +16,7 @@
 /* The ns the calling thread spent runnable but not running since its
  * previous call (since its first call: 0), saturated at UINT32_MAX; 0 where
  * the kernel does not count it (no schedstat). One read of a /proc file
- * the thread keeps open: a few microseconds. */
+ * the thread keeps open until it ends: a few microseconds. */
 uint32_t trace_cpu_wait_since_last(void);
-
-/* The thread's descriptor, closed (a thread that records no more). */
-void trace_cpu_wait_close(void);
 
 #endif

@@ -200,7 +200,8 @@ size_t trace_ring_peek(trace_ring *ring, trace_event *dst, size_t max) {
      * make us read past the ring: at most a ring's worth past tail. */
     uint64_t end = head - tail > ring->mask + 1 ? tail + ring->mask + 1 : head;
     uint64_t from = ring->cursor;
-    if (from - tail > end - tail) from = end; /* a cursor outside [tail, end] (never set past head) */
+    if (from - tail > end - tail) /* outside [tail, end]: behind tail (reads from there) or past a corrupt head */
+        from = (int64_t)(from - tail) < 0 ? tail : end;
     size_t n = end - from < max ? (size_t)(end - from) : max;
     for (size_t i = 0; i < n;) {
         uint64_t idx = (from + i) & ring->mask;

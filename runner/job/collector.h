@@ -120,8 +120,8 @@ uint64_t collector_count(const collector *c);
 uint64_t collector_rejected(const collector *c);
 /* Master: the collector thread's time so far writing records
  * (db_insert_events) and analysing steps (with step_analyzed), in ns: what
- * bench/loadgen.c weighs against each other. The final pass of
- * collector_stop is not counted. */
+ * bench/loadgen.c weighs against each other. The final analyses of
+ * collector_stop (every step again) are not counted; its last writes are. */
 void collector_times(const collector *c, uint64_t *insert_ns, uint64_t *analyze_ns);
 /* 0 while all is well; -1 with the first error (disk full, master gone). */
 int collector_error(collector *c, pp_err *err);

@@ -163,18 +163,26 @@ static int drain(const salvage *s, db *d, pp_err *err) {
     collector_config cc = {
         .db = d, .job_id = s->job, .world_size = (int)s->world_size, .steps = (int)s->steps,
         .interval_ns = SALVAGE_INTERVAL_NS};
-    collector *c;
-    if (collector_start(&cc, &c, err) != 0) return -1;
+    /* Every ring attached and moved past what the launcher stored before it
+     * released it (ring_marks: nothing twice) before the collector starts:
+     * its thread writes through d, which is one thread's at a time. */
+    trace_ring *rings[LAUNCH_MAX_NPROC] = {NULL};
     for (long i = 0; i < s->rings; i++) {
-        trace_ring *ring;
         pp_err rerr; /* a ring that cannot be read loses its records, not the others' */
-        if (trace_ring_attach(SALVAGE_FIRST_FD + (int)i, &ring, &rerr) != 0) continue;
-        /* Past what the launcher stored before it released it (ring_marks):
-         * nothing twice. */
+        if (trace_ring_attach(SALVAGE_FIRST_FD + (int)i, &rings[i], &rerr) != 0) continue;
         uint64_t stored;
-        if (db_ring_mark_of(d, s->job, trace_ring_id(ring), &stored, &rerr) == 0 && stored)
-            trace_ring_skip_to(ring, stored);
-        if (collector_add_ring(c, (int)(s->first_rank + i), ring, &rerr) != 0) trace_ring_close(ring);
+        if (db_ring_mark_of(d, s->job, trace_ring_id(rings[i]), &stored, &rerr) == 0 && stored)
+            trace_ring_skip_to(rings[i], stored);
+    }
+    collector *c;
+    if (collector_start(&cc, &c, err) != 0) {
+        for (long i = 0; i < s->rings; i++) trace_ring_close(rings[i]);
+        return -1;
+    }
+    for (long i = 0; i < s->rings; i++) {
+        pp_err rerr;
+        if (rings[i] && collector_add_ring(c, (int)(s->first_rank + i), rings[i], &rerr) != 0)
+            trace_ring_close(rings[i]);
     }
     if (!s->ranks_ended || strcmp(s->ranks_ended, "succeeded") != 0) collector_last_step_cut(c);
     return collector_stop(c, err);
