@@ -193,6 +193,8 @@ void route_heatmap(route_req *q, reply *r) {
         last = sqlite3_column_int64(span, 1);
     }
     sqlite3_finalize(span);
+    /* steps as pprun writes them (0 .. 2^31); a file made otherwise has no map */
+    if (first < 0 || last > INT32_MAX) first = 0, last = -1;
     long nsteps = last - first + 1, width = nsteps > buckets ? (nsteps + buckets - 1) / buckets : 1;
     long ncols = nsteps > 0 ? (nsteps + width - 1) / width : 0;
     size_t cells = (size_t)ncols * (size_t)j->world;
