@@ -381,6 +381,17 @@ static void check_stats_by_cause(const char *path, sqlite3 *db, int job) {
         cr_assert_gt(spans, 0);
         cr_assert_eq((int64_t)cJSON_GetObjectItem(r, "allreduce_ns")->valuedouble, spans);
     }
+    /* the what-if plays one pipeline of the mesh (2 ranks, 4 microbatches):
+     * 1F1B's first rank holds p = 2 microbatch-stages, not the world's 4 */
+    const cJSON *row, *rows = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "whatif"), "schedules");
+    int own = 0;
+    cJSON_ArrayForEach(row, rows) {
+        if (!cJSON_IsTrue(cJSON_GetObjectItem(row, "this_job"))) continue;
+        own++;
+        cr_assert_str_eq(cJSON_GetObjectItem(row, "schedule")->valuestring, "1f1b");
+        cr_assert_eq(cJSON_GetObjectItem(row, "peak_inflight")->valueint, 2, "job %d: %s", job, p.out);
+    }
+    cr_assert_eq(own, 1, "job %d: the what-if has the job's own row: %s", job, p.out);
     const cJSON *dp = cJSON_GetObjectItem(by, "wait_dp");
     cr_assert(cJSON_IsNumber(dp), "job %d: no wait_dp in idle_ns_by_cause: %s", job, p.out);
     int64_t gaps = tfix_q_intf(db,
