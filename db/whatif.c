@@ -605,6 +605,39 @@ static int whatif_is_built_in(const char *schedule) {
     return 0;
 }
 
+/* The share of a ring all-reduce's bytes each rank sends: 2(D-1)/D. */
+static double ring_share(int d) { return 2.0 * (d - 1) / d; }
+
+/* Fills r->dp_rows (whatif_report) for a job of several pipelines. */
+static void whatif_dp(const job_summary *s, whatif_report *r) {
+    r->dp = s->nreplicas, r->ndp = 0;
+    if (s->nreplicas <= 1 || !s->replicas || s->steps <= 0 || s->step_time_ns <= 0 ||
+        !whatif_is_built_in(r->in.schedule) || r->in.max_mem)
+        return;
+    int64_t waited = 0;
+    for (int d = 0; d < s->nreplicas; d++) waited += s->replicas[d].wait_dp_ns;
+    r->exposed_allreduce_ns = (double)waited / ((double)s->world * (double)s->steps);
+    static const int shape[WHATIF_DP_ROWS][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}}; /* times D, times m */
+    double sim[3] = {NAN, NAN, NAN}; /* the job's schedule simulated at m, 2m (index 1, 2) */
+    for (int k = 1; k <= 2; k++) {
+        whatif_input in = r->in;
+        in.microbatches = r->in.microbatches * k;
+        in.own_plan = NULL;
+        whatif_row row;
+        whatif_one(&in, r->in.schedule, 0, &row);
+        if (!row.error[0]) sim[k] = row.step_time_ns;
+    }
+    int D = s->nreplicas, m = r->in.microbatches;
+    double step = (double)s->step_time_ns, rate = (double)D * m / step;
+    for (int i = 0; i < WHATIF_DP_ROWS; i++) {
+        whatif_dp_row *row = &r->dp_rows[r->ndp++];
+        row->dp = D * shape[i][0], row->microbatches = m * shape[i][1];
+        double exposed = r->exposed_allreduce_ns * ring_share(row->dp) / ring_share(D);
+        row->step_time_ns = step + (sim[shape[i][1]] - sim[1]) + (exposed - r->exposed_allreduce_ns);
+        row->throughput = (double)row->dp * row->microbatches / row->step_time_ns / rate;
+    }
+}
+
 int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
     memset(r, 0, sizeof *r);
     if (whatif_read_job(db, s->job_id, r, err) != 0 || whatif_read_gpu_sharing(db, s->job_id, r, err) != 0 ||
@@ -627,6 +660,7 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     r->nrows = whatif_simulate(&r->in, r->rows, err);
     if (r->nrows >= 0) r->ncurve = whatif_curve(&r->in, r->curve, r->no_curve, sizeof r->no_curve);
     if (r->nrows >= 0 && r->has_profile) whatif_balance(r);
+    if (r->nrows >= 0) whatif_dp(s, r);
     r->in.own_plan = NULL; /* freed here: r does not own it */
     sched_free(own);
     if (r->nrows < 0) return -1;

@@ -104,6 +104,15 @@ sched_costs whatif_chunk_costs(const whatif_input *in, int v);
  * ("f=3.851ms,b=3.53ms,w=1.62ms,comm=0.066ms") into buf. */
 void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size);
 
+/* A job of D pipelines (--dp): what D' pipelines of m' microbatches each
+ * would do, from the job's own median step (whatif_dp). */
+#define WHATIF_DP_ROWS 5 /* (D, m) the job's, (2D, m), (4D, m), (D, 2m), (2D, 2m) */
+typedef struct whatif_dp_row {
+    int dp, microbatches;
+    double step_time_ns; /* NAN: the schedule could not be simulated at these m */
+    double throughput;   /* microbatches a second against the job's: (D'm' / step') / (D m / step) */
+} whatif_dp_row;
+
 typedef struct whatif_report {
     int measured;              /* 0: no complete step with F, B and W yet (nothing below is set) */
     int gpu;                   /* costs from GPU spans (CUPTI) rather than host spans */
@@ -140,6 +149,14 @@ typedef struct whatif_report {
      * time that was waiting (NAN when not shared). */
     int shared_ranks, shared_cores;
     double wait_cpu_share;
+    /* --dp D > 1 and a built-in schedule: ndp rows (whatif_dp). The model:
+     * a step is the job's median step, plus the pipeline's simulated step
+     * at m' less at m (the job's schedule at its costs), plus the exposed
+     * all-reduce (the ranks' mean wait_dp a step) scaled by a ring
+     * all-reduce's 2(D'-1)/D' over 2(D-1)/D on the same transport. */
+    int dp, ndp;
+    double exposed_allreduce_ns;
+    whatif_dp_row dp_rows[WHATIF_DP_ROWS];
     /* > 1 when ranks of one node computed on one GPU (shared_gpu, "cuda:0"):
      * without MPS a GPU runs one process's kernels at a time, so their op
      * times include waiting for the others' (docs/gpu.md, "Measured"). */

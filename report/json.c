@@ -238,6 +238,27 @@ void report_whatif_json(jw *w, int64_t job, const whatif_report *wr) {
     jw_key(w, "memory_curve");
     if (wr->measured) curve_json(w, wr);
     else jw_null(w);
+    jw_key(w, "data_parallel"); /* --dp: what more pipelines or microbatches would do */
+    if (wr->measured && wr->ndp) {
+        jw_obj(w);
+        jw_kint(w, "replicas", wr->dp);
+        jw_knum(w, "exposed_allreduce_ns", wr->exposed_allreduce_ns);
+        jw_key(w, "rows");
+        jw_arr(w);
+        for (int k = 0; k < wr->ndp; k++) {
+            const whatif_dp_row *row = &wr->dp_rows[k];
+            jw_obj(w);
+            jw_kint(w, "dp", row->dp);
+            jw_kint(w, "microbatches", row->microbatches);
+            jw_knum(w, "step_time_ns", row->step_time_ns);
+            jw_knum(w, "throughput", row->throughput);
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+        jw_obj_end(w);
+    } else {
+        jw_null(w);
+    }
     jw_obj_end(w);
 }
 

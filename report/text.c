@@ -262,6 +262,7 @@ void report_critpath(FILE *out, const critpath_report *r) {
 }
 
 static void report_whatif_curve(FILE *out, const whatif_report *r);
+static void report_whatif_dp(FILE *out, const whatif_report *r);
 
 void report_whatif(FILE *out, const whatif_report *r) {
     char a[24], b[24], c[24], d[24];
@@ -317,6 +318,24 @@ void report_whatif(FILE *out, const whatif_report *r) {
                 "apart; its own schedule plays each BW whole)\n",
                 fmt_ns(a, sizeof a, (double)r->bw_ns));
     report_whatif_curve(out, r);
+    report_whatif_dp(out, r);
+}
+
+/* --dp: the job's schedule with more pipelines or microbatches (whatif_dp). */
+static void report_whatif_dp(FILE *out, const whatif_report *r) {
+    if (!r->ndp) return;
+    char a[24], b[24];
+    fprintf(out,
+            "data parallel  more pipelines (D) or microbatches (m): the step from this job's median, the pipeline "
+            "simulated at m,\n  the all-reduce's wait (%s a step) scaled as a ring's 2(D-1)/D\n",
+            fmt_ns(a, sizeof a, r->exposed_allreduce_ns));
+    fprintf(out, "  %4s %5s %10s %12s\n", "D", "m", "step time", "throughput");
+    for (int k = 0; k < r->ndp; k++) {
+        const whatif_dp_row *row = &r->dp_rows[k];
+        snprintf(b, sizeof b, "%.2fx", row->throughput);
+        fprintf(out, "  %4d %5d %10s %12s%s\n", row->dp, row->microbatches, fmt_ns(a, sizeof a, row->step_time_ns),
+                isfinite(row->throughput) ? b : "-", k == 0 ? "  (this job)" : "");
+    }
 }
 
 /* The memory curve (whatif_curve): for each bound, zb-h1's and zb-v's step

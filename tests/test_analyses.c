@@ -392,6 +392,30 @@ static void check_stats_by_cause(const char *path, sqlite3 *db, int job) {
         cr_assert_eq(cJSON_GetObjectItem(row, "peak_inflight")->valueint, 2, "job %d: %s", job, p.out);
     }
     cr_assert_eq(own, 1, "job %d: the what-if has the job's own row: %s", job, p.out);
+    /* more pipelines or microbatches: from this job's step, the exposed
+     * all-reduce scaled as a ring's 2(D-1)/D, microbatches a second */
+    const cJSON *dpw = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "whatif"), "data_parallel");
+    cr_assert(cJSON_IsObject(dpw), "job %d: %s", job, p.out);
+    double exposed = cJSON_GetObjectItem(dpw, "exposed_allreduce_ns")->valuedouble;
+    double step = cJSON_GetObjectItem(sum, "step_time_ns")->valuedouble;
+    cr_assert_float_eq(exposed,
+                       (double)tfix_q_intf(db,
+                                           "SELECT sum(idle_ns) FROM step_idle WHERE job_id = %d AND step >= %d "
+                                           "AND cause = 'wait_dp'",
+                                           job, from) /
+                           (4.0 * cJSON_GetObjectItem(sum, "steps")->valuedouble),
+                       1e-6 * exposed + 1, "job %d: the ranks' mean wait_dp a step", job);
+    const cJSON *drows = cJSON_GetObjectItem(dpw, "rows"), *d0 = cJSON_GetArrayItem(drows, 0);
+    cr_assert_eq(cJSON_GetArraySize(drows), 5);
+    cr_assert(cJSON_GetObjectItem(d0, "dp")->valueint == 2 && cJSON_GetObjectItem(d0, "microbatches")->valueint == 4);
+    cr_assert_float_eq(cJSON_GetObjectItem(d0, "step_time_ns")->valuedouble, step, 1e-6);
+    cJSON_ArrayForEach(row, drows) {
+        int D = cJSON_GetObjectItem(row, "dp")->valueint, m = cJSON_GetObjectItem(row, "microbatches")->valueint;
+        double st = cJSON_GetObjectItem(row, "step_time_ns")->valuedouble;
+        if (m == 4) /* the same pipeline: only the all-reduce's share grows, 2(D-1)/D over 2(2-1)/2 */
+            cr_assert_float_eq(st - step, exposed * (2.0 * (D - 1) / D - 1.0), 1, "job %d: D %d", job, D);
+        cr_assert_float_eq(cJSON_GetObjectItem(row, "throughput")->valuedouble, (D * m / st) / (2 * 4 / step), 1e-9);
+    }
     const cJSON *dp = cJSON_GetObjectItem(by, "wait_dp");
     cr_assert(cJSON_IsNumber(dp), "job %d: no wait_dp in idle_ns_by_cause: %s", job, p.out);
     int64_t gaps = tfix_q_intf(db,
