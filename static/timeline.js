@@ -263,12 +263,22 @@ function drawGroupLanes(g, w, drawn) {
     if (ia === ib) { part[o + ia] += (b - a) * k; return; }
     part[o + ia] += (ia + 1 - a) * k; diff[o + ia + 1] += k; diff[o + ib] -= k; part[o + ib] += (b - ib) * k;
   };
-  const ev = S.ev;
+  // A rank busy is busy once: the union of its ops (a DualPipeV pair's F
+  // and backward run at once and would count it twice).
+  const ev = S.ev, byRank = new Map();
   for (let i = 0; i < ev.n; i++) {
-    const ph = ev.phase[i];
-    if (!(isBlock(ph) || ph === 7) || ev.end[i] < S.view.from || ev.start[i] > S.view.to) continue;
-    const gi = R.groupOf[ev.rank[i]];
-    if (gi >= 0) add(gi, ev.start[i], ev.end[i], 1);
+    const ph = ev.phase[i], r = ev.rank[i];
+    if (!(isBlock(ph) || ph === 7) || ev.end[i] < S.view.from || ev.start[i] > S.view.to || R.groupOf[r] < 0) continue;
+    if (!byRank.has(r)) byRank.set(r, []);
+    byRank.get(r).push([ev.start[i], ev.end[i]]);
+  }
+  for (const [r, iv] of byRank) {
+    iv.sort((x, y) => x[0] - y[0]);
+    let [s, e] = iv[0];
+    for (const [a, b] of iv) {
+      if (a > e) { add(R.groupOf[r], s, e, 1); s = a; e = b; } else if (b > e) e = b;
+    }
+    add(R.groupOf[r], s, e, 1);
   }
   for (const b of S.bins || []) {
     const gi = R.groupOf[b[0]];
