@@ -675,23 +675,29 @@ int whatif_own_row(const whatif_report *r) {
     return own;
 }
 
+/* Job `job`'s measured what-if into *s and *r (the caller frees s), for
+ * another job of --model `model` to take `what` from. 0, or -1 with err
+ * naming why not: no complete step measured yet, another model. */
+static int whatif_measured_for(sqlite3 *db, int64_t job, const char *model, const char *what, job_summary *s,
+                               whatif_report *r, pp_err *err) {
+    if (summary_read(db, job, SUMMARY_NO_IDLE, s, err) != 0 || whatif_read(db, s, r, err) != 0) return -1;
+    if (!r->measured)
+        return pp_fail(err, "job %lld has no complete step with F, B and W spans to measure yet", (long long)job);
+    if (strcmp(r->model, model) != 0)
+        return pp_fail(err, "job %lld ran --model %s, this job --model %s: its %s do not carry over", (long long)job,
+                       r->model, model, what);
+    return 0;
+}
+
 int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int v, sched_costs *out, char *about,
                      size_t about_size, pp_err *err) {
     job_summary s;
     whatif_report r;
     int rc = -1;
-    if (summary_read(db, job, SUMMARY_NO_IDLE, &s, err) != 0 || whatif_read(db, &s, &r, err) != 0) goto out;
-    if (!r.measured) {
-        pp_fail(err, "job %lld has no complete step with F, B and W spans to measure yet", (long long)job);
-        goto out;
-    }
-    if (strcmp(r.model, model) != 0) {
-        pp_fail(err, "job %lld ran --model %s, this job --model %s: its op costs do not carry over", (long long)job,
-                r.model, model);
-        goto out;
-    }
-    /* a chunk here holds 1/(ranks*v) of the layers, there 1/(world*job_v) */
-    double scale = r.in.fixed_op_costs ? 1.0 : (double)s.world * r.in.virtual_stages / ((double)ranks * v);
+    if (whatif_measured_for(db, job, model, "op costs", &s, &r, err) != 0) goto out;
+    /* a chunk here holds 1/(ranks*v) of the layers, there 1/(p*job_v), p
+     * the ranks of one of its pipelines (r.in.ranks: --dp replicates it) */
+    double scale = r.in.fixed_op_costs ? 1.0 : (double)r.in.ranks * r.in.virtual_stages / ((double)ranks * v);
     *out = (sched_costs){r.in.costs.f * scale, r.in.costs.b * scale, r.in.costs.w * scale, r.in.costs.comm};
     snprintf(about, about_size, "job %lld: medians of %s spans, steps %d-%d", (long long)job, r.gpu ? "GPU" : "host",
              r.first_step, r.last_step);
@@ -750,13 +756,8 @@ int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sche
     job_summary s;
     whatif_report r;
     int rc = -1;
-    if (summary_read(db, job, SUMMARY_NO_IDLE, &s, err) != 0 || whatif_read(db, &s, &r, err) != 0) goto out;
-    if (!r.measured) {
-        pp_fail(err, "job %lld has no complete step with F, B and W spans to measure yet", (long long)job);
-    } else if (strcmp(r.model, model) != 0) {
-        pp_fail(err, "job %lld ran --model %s, this job --model %s: its activation bytes do not carry over",
-                (long long)job, r.model, model);
-    } else if (r.stages != stages) {
+    if (whatif_measured_for(db, job, model, "activation bytes", &s, &r, err) != 0) goto out;
+    if (r.stages != stages) {
         pp_fail(err, "job %lld ran %d stages, this job has %d: its bytes per stage do not carry over to another split "
                      "(give --max-mem in bytes without --schedule-costs DB:JOB to bound by the model's sizes)",
                 (long long)job, r.stages, stages);
