@@ -73,6 +73,10 @@ static void whatif_play(const whatif_input *in, const sched_plan *plan, const pp
         for (int r = 0; r < in->ranks; r++)
             if (sim->peak_inflight[r] > row->peak_inflight) row->peak_inflight = sim->peak_inflight[r];
         row->act_peak_bytes = whatif_act_estimate(in, sim, scale);
+        if (in->allreduce_ns && row->this_job && plan->stages == in->ranks * in->virtual_stages) {
+            double step = sched_sim_dp_step(plan, sim, in->allreduce_ns);
+            row->dp_step_time_ns = step >= 0 ? step : NAN;
+        }
     }
     sched_sim_free(sim);
 }
@@ -106,6 +110,7 @@ static void whatif_row_init(whatif_row *row, const char *name, int v) {
     row->virtual_stages = v;
     row->step_time_ns = row->bubble_ratio = NAN;
     row->act_peak_bytes = -1;
+    row->dp_step_time_ns = NAN;
 }
 
 /* kind at v chunks per rank, its actions in the order `pprun run` gives
@@ -608,32 +613,58 @@ static int whatif_is_built_in(const char *schedule) {
 /* The share of a ring all-reduce's bytes each rank sends: 2(D-1)/D. */
 static double ring_share(int d) { return 2.0 * (d - 1) / d; }
 
+/* Each stage's gradient all-reduce a step, into r->allreduce_ns (NAN for a
+ * stage without one): its ALLREDUCE spans (REDUCE_SCATTER and ALL_GATHER
+ * under --zero1) summed over the step's buckets, the mean over the stage's
+ * ranks and the window's steps. */
+static int whatif_read_allreduce(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
+    for (int k = 0; k < BALANCE_MAX_STAGES; k++) r->allreduce_ns[k] = NAN;
+    sqlite3_stmt *st;
+    if (whatif_prepare_window(db,
+                              "SELECT stage, avg(t) FROM (SELECT stage, sum(end_ns - start_ns) AS t FROM events "
+                              "WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND source='cpu' AND phase='SPAN' AND "
+                              "name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') GROUP BY stage, rank, step) "
+                              "GROUP BY stage",
+                              s, r, &st, err) != 0)
+        return -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int k = sqlite3_column_int(st, 0);
+        if (sqlite3_column_type(st, 0) != SQLITE_NULL && k >= 0 && k < BALANCE_MAX_STAGES)
+            r->allreduce_ns[k] = sqlite3_column_double(st, 1);
+    }
+    return whatif_done(db, st, rc, err);
+}
+
 /* Fills r->dp_rows (whatif_report) for a job of several pipelines. */
 static void whatif_dp(const job_summary *s, whatif_report *r) {
     r->dp = s->nreplicas, r->ndp = 0;
+    int S = r->in.ranks * r->in.virtual_stages;
     if (s->nreplicas <= 1 || !s->replicas || s->steps <= 0 || s->step_time_ns <= 0 ||
-        !whatif_is_built_in(r->in.schedule) || r->in.max_mem)
+        !whatif_is_built_in(r->in.schedule) || r->in.max_mem || S < 1 || S > BALANCE_MAX_STAGES)
         return;
     int64_t waited = 0;
     for (int d = 0; d < s->nreplicas; d++) waited += s->replicas[d].wait_dp_ns;
     r->exposed_allreduce_ns = (double)waited / ((double)s->world * (double)s->steps);
     static const int shape[WHATIF_DP_ROWS][2] = {{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}}; /* times D, times m */
-    double sim[3] = {NAN, NAN, NAN}; /* the job's schedule simulated at m, 2m (index 1, 2) */
-    for (int k = 1; k <= 2; k++) {
+    int D = s->nreplicas, m = r->in.microbatches;
+    double sim[WHATIF_DP_ROWS], ar[BALANCE_MAX_STAGES];
+    for (int i = 0; i < WHATIF_DP_ROWS; i++) {
+        double scale = ring_share(D * shape[i][0]) / ring_share(D);
+        for (int k = 0; k < S; k++) ar[k] = isnan(r->allreduce_ns[k]) ? 0 : r->allreduce_ns[k] * scale;
         whatif_input in = r->in;
-        in.microbatches = r->in.microbatches * k;
+        in.microbatches = m * shape[i][1];
         in.own_plan = NULL;
+        in.allreduce_ns = ar;
         whatif_row row;
         whatif_one(&in, r->in.schedule, 0, &row);
-        if (!row.error[0]) sim[k] = row.step_time_ns;
+        sim[i] = row.error[0] ? NAN : row.dp_step_time_ns;
     }
-    int D = s->nreplicas, m = r->in.microbatches;
     double step = (double)s->step_time_ns, rate = (double)D * m / step;
     for (int i = 0; i < WHATIF_DP_ROWS; i++) {
         whatif_dp_row *row = &r->dp_rows[r->ndp++];
         row->dp = D * shape[i][0], row->microbatches = m * shape[i][1];
-        double exposed = r->exposed_allreduce_ns * ring_share(row->dp) / ring_share(D);
-        row->step_time_ns = step + (sim[shape[i][1]] - sim[1]) + (exposed - r->exposed_allreduce_ns);
+        row->step_time_ns = i == 0 ? step : step + (sim[i] - sim[0]);
         row->throughput = (double)row->dp * row->microbatches / row->step_time_ns / rate;
     }
 }
@@ -660,6 +691,7 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     r->nrows = whatif_simulate(&r->in, r->rows, err);
     if (r->nrows >= 0) r->ncurve = whatif_curve(&r->in, r->curve, r->no_curve, sizeof r->no_curve);
     if (r->nrows >= 0 && r->has_profile) whatif_balance(r);
+    if (r->nrows >= 0 && s->nreplicas > 1 && whatif_read_allreduce(db, s, r, err) != 0) r->nrows = -1;
     if (r->nrows >= 0) whatif_dp(s, r);
     r->in.own_plan = NULL; /* freed here: r does not own it */
     sched_free(own);

@@ -46,6 +46,11 @@ typedef struct whatif_input {
     /* The job's --max-mem ("6", "25165824B"), or NULL: its zb-h1 or zb-v
      * order was built under it, so its own row is own_plan, not a kind's. */
     const char *max_mem;
+    /* A job of several pipelines (--dp): each stage's gradient all-reduce
+     * (ns, [stages] of the job's own schedule), or NULL. With it, the job's
+     * own schedule's row also has its step with the all-reduces played
+     * (sched_sim_dp_step) in dp_step_time_ns. */
+    const double *allreduce_ns;
 } whatif_input;
 
 typedef struct whatif_row {
@@ -58,6 +63,7 @@ typedef struct whatif_row {
     double bubble_ratio;    /* simulated: idle / (ranks * step time) */
     int peak_inflight;      /* most microbatch-stages held on a rank */
     int64_t act_peak_bytes; /* estimated most bytes held on a rank; -1 unknown */
+    double dp_step_time_ns; /* with in->allreduce_ns, the job's own kind: the step with its all-reduces; else NAN */
 } whatif_row;
 
 /* Fills rows[WHATIF_ROWS] and returns how many: one per built-in schedule
@@ -105,7 +111,8 @@ sched_costs whatif_chunk_costs(const whatif_input *in, int v);
 void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size);
 
 /* A job of D pipelines (--dp): what D' pipelines of m' microbatches each
- * would do, from the job's own median step (whatif_dp). */
+ * would do, from the job's own median step and the simulator with the
+ * all-reduces as costed ops (whatif_dp). */
 #define WHATIF_DP_ROWS 5 /* (D, m) the job's, (2D, m), (4D, m), (D, 2m), (2D, 2m) */
 typedef struct whatif_dp_row {
     int dp, microbatches;
@@ -149,13 +156,17 @@ typedef struct whatif_report {
      * time that was waiting (NAN when not shared). */
     int shared_ranks, shared_cores;
     double wait_cpu_share;
-    /* --dp D > 1 and a built-in schedule: ndp rows (whatif_dp). The model:
-     * a step is the job's median step, plus the pipeline's simulated step
-     * at m' less at m (the job's schedule at its costs), plus the exposed
-     * all-reduce (the ranks' mean wait_dp a step) scaled by a ring
-     * all-reduce's 2(D'-1)/D' over 2(D-1)/D on the same transport. */
+    /* --dp D > 1 and a built-in schedule: ndp rows (whatif_dp). A step at
+     * (D', m') is the job's median step plus the simulated step at (D', m')
+     * less at (D, m): the job's schedule at its costs and m' microbatches,
+     * each stage's gradient all-reduce a costed op after its last W
+     * (sched_sim_dp_step), costing what the job measured (allreduce_ns: the
+     * stage's ALLREDUCE or REDUCE_SCATTER spans a step, mean over its ranks)
+     * scaled by a ring's 2(D'-1)/D' over 2(D-1)/D on the same transport.
+     * exposed_allreduce_ns: the ranks' mean wait_dp a step, as measured. */
     int dp, ndp;
     double exposed_allreduce_ns;
+    double allreduce_ns[BALANCE_MAX_STAGES]; /* [stages]; NAN where the stage had no all-reduce span */
     whatif_dp_row dp_rows[WHATIF_DP_ROWS];
     /* > 1 when ranks of one node computed on one GPU (shared_gpu, "cuda:0"):
      * without MPS a GPU runs one process's kernels at a time, so their op

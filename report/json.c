@@ -243,6 +243,11 @@ void report_whatif_json(jw *w, int64_t job, const whatif_report *wr) {
         jw_obj(w);
         jw_kint(w, "replicas", wr->dp);
         jw_knum(w, "exposed_allreduce_ns", wr->exposed_allreduce_ns);
+        jw_key(w, "allreduce_ns_by_stage"); /* null: a stage without an all-reduce span */
+        jw_arr(w);
+        for (int k = 0; k < wr->in.ranks * wr->in.virtual_stages && k < BALANCE_MAX_STAGES; k++)
+            jw_num(w, wr->allreduce_ns[k]);
+        jw_arr_end(w);
         jw_key(w, "rows");
         jw_arr(w);
         for (int k = 0; k < wr->ndp; k++) {

@@ -326,8 +326,11 @@ static void report_whatif_dp(FILE *out, const whatif_report *r) {
     if (!r->ndp) return;
     char a[24], b[24];
     fprintf(out,
-            "data parallel  more pipelines (D) or microbatches (m): the step from this job's median, the pipeline "
-            "simulated at m,\n  the all-reduce's wait (%s a step) scaled as a ring's 2(D-1)/D\n",
+            "data parallel  more pipelines (D) or microbatches (m): this job's median step plus the simulated change,\n"
+            "  the pipeline at m microbatches with each stage's all-reduce after its last W, measured (");
+    for (int k = 0; k < r->in.ranks * r->in.virtual_stages && k < BALANCE_MAX_STAGES; k++)
+        fprintf(out, "%s%s", k ? ", " : "", isnan(r->allreduce_ns[k]) ? "-" : fmt_ns(a, sizeof a, r->allreduce_ns[k]));
+    fprintf(out, " a stage)\n  and scaled as a ring's 2(D-1)/D; the ranks waited %s a step for it\n",
             fmt_ns(a, sizeof a, r->exposed_allreduce_ns));
     fprintf(out, "  %4s %5s %10s %12s\n", "D", "m", "step time", "throughput");
     for (int k = 0; k < r->ndp; k++) {

@@ -103,6 +103,15 @@ int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim *
  * (pipelines whose stages differ: a slow last stage, uneven cuts). */
 int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs, sched_sim **out, pp_err *err);
 void sched_sim_free(sched_sim *sim);
+/* The step of plan as sim played it, with data parallelism: each stage's
+ * gradient all-reduce (allreduce[s], in the costs' units; allreduce has
+ * plan->stages entries) starts once the stage's last backward (W, or BW)
+ * has ended and the rank's previous all-reduce is done, beside the rank's
+ * later ops: one thread a rank takes its stages in the order their last
+ * backward ended (docs/cli.md, "Data parallel"). The step ends when every
+ * rank's ops and all-reduces have. A stage without a backward (a
+ * forward-only plan) reduces nothing. -1 when out of memory. */
+double sched_sim_dp_step(const sched_plan *plan, const sched_sim *sim, const double *allreduce);
 
 /* Releases a plan from sched_build or sched_load_csv. NULL is fine. */
 void sched_free(sched_plan *plan);

@@ -231,6 +231,39 @@ static void summarize(sched_sim *sim, const sched_plan *plan) {
     if (sim->bubble_ratio < 0) sim->bubble_ratio = 0; /* rounding */
 }
 
+double sched_sim_dp_step(const sched_plan *plan, const sched_sim *sim, const double *allreduce) {
+    double *ready = malloc(sizeof *ready * (size_t)(plan->stages > 0 ? plan->stages : 1)), step = 0;
+    int *order = malloc(sizeof *order * (size_t)(plan->stages > 0 ? plan->stages : 1));
+    if (!ready || !order) {
+        free(ready), free(order);
+        return -1;
+    }
+    for (int r = 0; r < sim->ranks; r++) {
+        /* when each of the rank's stages ended its last backward (-1: none) */
+        int n = 0;
+        double rank_end = 0;
+        for (int s = 0; s < plan->stages; s++) ready[s] = -1;
+        for (int i = 0; i < sim->nspans[r]; i++) {
+            const sched_span *sp = &sim->spans[r][i];
+            if (sp->end > rank_end) rank_end = sp->end;
+            if ((sp->action.op == SCHED_W || sp->action.op == SCHED_BW) && sp->end > ready[sp->action.stage])
+                ready[sp->action.stage] = sp->end;
+        }
+        for (int s = 0; s < plan->stages; s++) /* insertion sort by ready time: a rank holds a few stages */
+            if (ready[s] >= 0) {
+                int k = n++;
+                for (; k > 0 && ready[order[k - 1]] > ready[s]; k--) order[k] = order[k - 1];
+                order[k] = s;
+            }
+        double t = 0;
+        for (int k = 0; k < n; k++) t = (t > ready[order[k]] ? t : ready[order[k]]) + allreduce[order[k]];
+        if (t > rank_end) rank_end = t;
+        if (rank_end > step) step = rank_end;
+    }
+    free(ready), free(order);
+    return step;
+}
+
 int sched_simulate_stages(const sched_plan *plan, const sched_costs *stage_costs, sched_sim **out, pp_err *err) {
     *out = NULL;
     if (check_costs(plan, stage_costs, err) != 0) return -1;

@@ -465,6 +465,39 @@ Test(sched, stages_of_different_costs_play_out_as_worked_by_hand) {
     sched_free(plan);
 }
 
+/* Data parallelism: each stage's all-reduce starts after its last W, a
+ * rank's all-reduces one at a time in the order their stages got ready,
+ * worked by hand on the timelines `pprun schedule` prints. */
+Test(sched, all_reduces_start_after_each_stages_last_w_one_at_a_time_a_rank) {
+    sched_plan *plan = build("1f1b", 2, 2, 1, NULL); /* FF.BW.BW / .FBWFBW. */
+    sched_sim *sim = simulate(plan, 1, 1, 1, 0);
+    cr_assert_float_eq(sim->step_time, 8, 1e-12);
+    cr_assert_float_eq(sched_sim_dp_step(plan, sim, (double[]){0, 0}), 8, 1e-12, "free all-reduces: the step");
+    cr_assert_float_eq(sched_sim_dp_step(plan, sim, (double[]){1, 1}), 9, 1e-12, "rank 0's last W ends at 8");
+    cr_assert_float_eq(sched_sim_dp_step(plan, sim, (double[]){1, 3}), 10, 1e-12, "rank 1's at 7, then 3");
+    sched_sim_free(sim);
+    sched_free(plan);
+    /* zb-v, 2 ranks: stages 0 and 3 on rank 0 (last Ws end at 13 and 11),
+     * 1 and 2 on rank 1 (13 and 12) */
+    plan = build("zb-v", 2, 2, 2, NULL);
+    sim = simulate(plan, 1, 1, 1, 0);
+    cr_assert_float_eq(sim->step_time, 13, 1e-12);
+    /* rank 0: 3 from 11 to 12, 0 from 13 to 14; rank 1: 2 from 12 to 15,
+     * then 1 (ready at 13) waits for it: 15 to 16 */
+    cr_assert_float_eq(sched_sim_dp_step(plan, sim, (double[]){1, 1, 3, 1}), 16, 1e-12);
+    sched_sim_free(sim);
+    sched_free(plan);
+    /* an evaluation plan has no backward: nothing to reduce */
+    sched_plan *train = build("1f1b", 2, 2, 1, NULL);
+    pp_err err = {{0}};
+    cr_assert_eq(sched_forward_only(train, 2, &plan, &err), 0, "%s", err.msg);
+    sim = simulate(plan, 1, 1, 1, 0);
+    cr_assert_float_eq(sched_sim_dp_step(plan, sim, (double[]){5, 5}), sim->step_time, 1e-12);
+    sched_sim_free(sim);
+    sched_free(plan);
+    sched_free(train);
+}
+
 /* Equal stage costs are the uniform simulation, span for span. */
 Test(sched, equal_stage_costs_are_the_uniform_simulation) {
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
