@@ -31,6 +31,7 @@ export async function loadWhatif(id) {
   tbl.innerHTML = '';
   $('whatif-tuned').textContent = '';
   showBalance(r);
+  showDataParallel(r);
   if (!r.measured) {
     $('whatif-info').textContent = '— nothing yet: no complete step with F, B and W';
     whatif = probe.whatif = r;
@@ -67,6 +68,33 @@ export async function loadWhatif(id) {
   $('whatif-tuned').textContent = 'zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs ' +
     r.tuned_schedule_costs;
   whatif = probe.whatif = r;
+}
+
+// A job of several pipelines (the /whatif answer's `data_parallel`, as
+// `pprun stats` prints it): the job's step with 2D, 4D pipelines or 2m
+// microbatches, each stage's all-reduce a costed op in the simulator
+// (docs/schedules.md, "Data parallelism in the simulator").
+function showDataParallel(r) {
+  const d = r.data_parallel, tbl = $('dp-table');
+  tbl.innerHTML = '';
+  $('dp-info').textContent = '';
+  $('dp').hidden = !d;
+  if (!d) return;
+  $('dp-info').textContent = `— this job's median step plus the simulated change, each stage's all-reduce after its ` +
+    `last W (${d.allreduce_ns_by_stage.map((ns) => ns == null ? '–' : fmtMs(ns)).join(', ')} a stage, measured) scaled ` +
+    `as a ring's 2(D−1)/D; the ranks waited ${fmtMs(d.exposed_allreduce_ns)} a step for it`;
+  headerRow(tbl, ['D', 'm', 'step time', 'throughput']);
+  const body = tbl.createTBody();
+  d.rows.forEach((row, k) => {
+    const tr = body.insertRow();
+    if (k === 0) tr.className = 'own';
+    [row.dp, row.microbatches, row.step_time_ns == null ? '–' : fmtMs(row.step_time_ns),
+      row.throughput == null ? '–' : row.throughput.toFixed(2) + '×' + (k === 0 ? ' (this job)' : '')].forEach((v) => {
+      const td = tr.insertCell();
+      td.textContent = String(v);
+      td.className = 'num';
+    });
+  });
 }
 
 // Stage balance (the /whatif answer's `balance`, as `pprun stats` prints it):

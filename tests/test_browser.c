@@ -116,17 +116,20 @@ static cJSON *browse(const char *db, const char *mode, const char *ready) {
     return j;
 }
 
-/* `pprun stats --db db` as a terminal shows it (malloc'd, the caller frees). */
-static char *stats_text(const char *db) {
+/* `pprun stats --db db --format FORMAT` (malloc'd, the caller frees). */
+static char *stats_as(const char *db, const char *format) {
     char cmd[1024], path[256];
     snprintf(path, sizeof path, "/tmp/pprun-browser-stats-%d.txt", (int)getpid());
-    snprintf(cmd, sizeof cmd, "'%s' stats --db '%s' >'%s' 2>&1", PPRUN_BIN, db, path);
+    snprintf(cmd, sizeof cmd, "'%s' stats --db '%s' --format %s >'%s' 2>&1", PPRUN_BIN, db, format, path);
     int st = system(cmd);
     char *text = fixture_read_file(path);
     unlink(path);
     cr_assert(text && WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun stats failed: %s", text ? text : "");
     return text;
 }
+
+/* `pprun stats --db db` as a terminal shows it (malloc'd, the caller frees). */
+static char *stats_text(const char *db) { return stats_as(db, "text"); }
 
 /* Into out: the text of s after the first `from`, up to `to`; fails the
  * test when either is missing. */
@@ -540,6 +543,60 @@ Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) 
               "%s", cJSON_GetObjectItem(bal, "layer")->valuestring);
     cr_assert(strstr(cJSON_GetObjectItem(bal, "cuts")->valuestring, "instead of 6.000 ms; 1f1b simulated "), "%s",
               cJSON_GetObjectItem(bal, "cuts")->valuestring);
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "dp"), "hidden")), "one pipeline: no DP table");
+    cJSON_Delete(j);
+}
+
+/* ns as the dashboard writes it (util.js fmtMs) into out. */
+static const char *fmt_ms(double ns, char *out, size_t n) {
+    snprintf(out, n, "%.*f ms", ns < 1e7 ? 3 : ns < 1e9 ? 2 : 0, ns / 1e6);
+    return out;
+}
+
+/* A real job of two pipelines (--pp 2 --dp 2): the what-if panel's data
+ * parallel table holds the rows `pprun stats --format json` has, this job's
+ * first, and says what each stage's all-reduce cost. */
+Test(browser, data_parallel_table_is_what_pprun_stats_says, .timeout = 240) {
+    require_playwright();
+    char db[256], cmd[1024];
+    fixture_tmp_path(db, sizeof db, "browser-dp");
+    snprintf(cmd, sizeof cmd, "'%s' run --db '%s' --pp 2 --dp 2 --steps 4 --progress off >/dev/null 2>&1", PPRUN_BIN,
+             db);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the job failed (exit %d)", WEXITSTATUS(st));
+    char *stats = stats_as(db, "json");
+    cJSON *sj = cJSON_Parse(stats);
+    cr_assert_not_null(sj, "%s", stats);
+    const cJSON *want = cJSON_GetObjectItem(cJSON_GetObjectItem(sj, "whatif"), "data_parallel");
+    cr_assert(cJSON_IsObject(want), "%s", stats);
+    cJSON *j = browse(db, "balance", NULL);
+    char *text = cJSON_PrintUnformatted(j);
+    const cJSON *dp = cJSON_GetObjectItem(j, "dp"), *rows = cJSON_GetObjectItem(dp, "rows"),
+                *wrows = cJSON_GetObjectItem(want, "rows");
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(dp, "hidden")), "%s", text);
+    cr_assert_eq(cJSON_GetArraySize(rows), cJSON_GetArraySize(wrows), "%s", text);
+    for (int k = 0; k < cJSON_GetArraySize(wrows); k++) {
+        const cJSON *w = cJSON_GetArrayItem(wrows, k), *row = cJSON_GetArrayItem(rows, k);
+        char d[16], m[16], step[32], thr[48];
+        snprintf(d, sizeof d, "%d", (int)jnum(w, "dp"));
+        snprintf(m, sizeof m, "%d", (int)jnum(w, "microbatches"));
+        fmt_ms(jnum(w, "step_time_ns"), step, sizeof step);
+        snprintf(thr, sizeof thr, "%.2f×%s", jnum(w, "throughput"), k == 0 ? " (this job)" : "");
+        cr_assert_str_eq(cell(row, 0), k == 0 ? "own" : "", "row %d: %s", k, text);
+        cr_assert_str_eq(cell(row, 1), d, "row %d: %s", k, text);
+        cr_assert_str_eq(cell(row, 2), m, "row %d: %s", k, text);
+        cr_assert_str_eq(cell(row, 3), step, "row %d: %s", k, text);
+        cr_assert_str_eq(cell(row, 4), thr, "row %d: %s", k, text);
+    }
+    char stage0[64], ms[32];
+    snprintf(stage0, sizeof stage0, "last W (%s, ",
+             fmt_ms(cJSON_GetArrayItem(cJSON_GetObjectItem(want, "allreduce_ns_by_stage"), 0)->valuedouble, ms,
+                    sizeof ms));
+    cr_assert(strstr(cJSON_GetObjectItem(dp, "info")->valuestring, stage0), "%s in %s", stage0, text);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "%s", text);
+    free(text);
+    free(stats);
+    cJSON_Delete(sj);
     cJSON_Delete(j);
 }
 

@@ -8,7 +8,8 @@
 //   node dashboard.mjs gpu URL SCREENSHOT.png      (fixture job 2 with gpu spans, then CPU job 1, then
 //                                                  the Jobs tab and the two compared: SCREENSHOT-compare.png)
 //   node dashboard.mjs long URL SCREENSHOT.png     (a job with 30,000 steps)
-//   node dashboard.mjs balance URL SCREENSHOT.png  (the what-if panel's stage balance; SCREENSHOT is of that panel)
+//   node dashboard.mjs balance URL SCREENSHOT.png  (the what-if panel: stage balance, data parallel; SCREENSHOT
+//                                                  is of that panel)
 //   node dashboard.mjs critpath URL SCREENSHOT.png (step 1's critical path over the timeline, its totals table)
 //   node dashboard.mjs outliers URL SCREENSHOT.png (job 1's loss chart with an outlier, linear and log
 //                                                  (SCREENSHOT-log.png); then job 2, a loss <= 0; then job 1 again)
@@ -65,6 +66,12 @@ try {
       sim: await page.textContent('#balance-sim'),
       layer: await page.textContent('#balance-layer'),
       cuts: await page.textContent('#balance-cuts'),
+    };
+    // More pipelines or microbatches, for a job of several.
+    out.dp = {
+      hidden: await page.evaluate(() => document.getElementById('dp').hidden),
+      info: await page.textContent('#dp-info'),
+      rows: await page.$$eval('#dp-table tbody tr', (trs) => trs.map((tr) => [tr.className, ...[...tr.cells].map((td) => td.textContent)])),
     };
   };
 
