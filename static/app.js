@@ -6,8 +6,8 @@
 import { S, mergeStep } from './state.js';
 import { $ } from './util.js';
 import { probe } from './probe.js';
-import { scheduleDraw, blockCenter, gpuLaneAt, spanCenter, loadSynthetic, groupLabelCenter } from './timeline.js';
-import { R, groupBy, revealRank } from './rows.js';
+import { scheduleDraw, sizeTimeline, blockCenter, gpuLaneAt, spanCenter, loadSynthetic, groupLabelCenter } from './timeline.js';
+import { R, groupBy, revealRank, showReplica } from './rows.js';
 import { setupHeatmap, setHeatmapPick, heatCellCenter } from './heatmap.js';
 import { rowY, ROW_H } from './geometry.js';
 import { showCritpath, critEdgeCenter } from './critpath.js';
@@ -26,12 +26,15 @@ function setupControls() {
   $('step-all').onclick = () => showCustomWindow(0, Math.max(1, lastEnd()));
   $('follow').onchange = (e) => { S.follow = e.target.checked; if (S.follow) { followLatest(); fetchWindow(); } };
   $('row-group').onchange = (e) => { groupBy(e.target.value); scheduleDraw(); };
+  $('replica').onchange = (e) => { showReplica(Number(e.target.value)); scheduleDraw(); };
   setupHeatmap();
   // A heatmap cell: its step on the timeline, the rank's row unfolded, highlighted and scrolled to.
   setHeatmapPick(async (rank, step) => {
     revealRank(rank);
+    $('replica').value = String(R.replica); // every replica again when the rank's was filtered away
     S.highlight = rank;
     await showStep(step);
+    sizeTimeline(); // its rows unfolded: the canvas grown before the scroll
     const c = $('timeline');
     window.scrollTo({ top: window.scrollY + c.getBoundingClientRect().top + rowY(rank) - 120 });
     probe.picked = { rank, step };
@@ -63,7 +66,8 @@ Object.assign(probe, {
   // Each alone, for tests/browser/charts-bench.mjs to time the redraw.
   bench: { mergeStep, drawCharts },
   blockCenter, critEdgeCenter, gpuLaneAt, spanCenter, loadSynthetic, groupLabelCenter, heatCellCenter,
-  rows: () => ({ by: R.by, folded: [...R.folded], groups: R.groups.length, rows: R.rows.length }),
+  rows: () => ({ by: R.by, folded: [...R.folded], groups: R.groups.length, rows: R.rows.length, replica: R.replica,
+    ranks: R.rows.filter((x) => x.rank != null).map((x) => x.rank) }),
 });
 
 (async function main() {

@@ -55,8 +55,12 @@ export async function openJob(id) {
   });
   const [info, , plan] = await Promise.all([api(`/api/jobs/${id}`), loadSteps(id), api(`/api/jobs/${id}/plan`)]);
   S.info = info; S.plan = plan;
+  R.replica = -1;
   groupBy(defaultGrouping());
-  $('row-group-replica').hidden = replicas().dp <= 1; // --dp: a group a pipeline
+  const dp = replicas().dp;
+  $('row-group-replica').hidden = $('replica-filter').hidden = dp <= 1; // --dp: a group a pipeline, or one of them
+  $('replica').innerHTML = '';
+  for (let d = -1; d < dp && dp > 1; d++) $('replica').add(new Option(d < 0 ? 'all' : String(d), String(d)));
   $('row-group').value = R.by;
   probe.planLoads = [plan.simulated];
   S.gpuLane = !!info.gpu_spans;

@@ -5,8 +5,9 @@
 // r is replica r / P, P ranks a pipeline: docs/cli.md): each group a summary lane of its bubble, the share of its ranks
 // idle in each pixel column, with the group's rank rows under it unless it
 // is folded. A job of more than 64 ranks opens grouped, every group folded
-// (by node when it ran on more than one, else by stage). The layout maps a
-// rank to its slot, the row it is drawn on (-1: folded away).
+// (by node when it ran on more than one, else by stage). A job of several
+// pipelines can show one of them only (the replica filter). The layout maps
+// a rank to its slot, the row it is drawn on (-1: folded or filtered away).
 import { S, world } from './state.js';
 
 export const R = {
@@ -16,6 +17,7 @@ export const R = {
   rows: [],            // per row: { rank } or { group }
   groups: [],          // { key, label, ranks: [..], slot }
   groupOf: new Int32Array(0), // per rank: its group's index (-1: ungrouped)
+  replica: -1,         // the one pipeline shown (--dp), -1: all of them
 };
 
 export const GROUPED_ABOVE = 64; // ranks: a bigger job opens grouped
@@ -26,9 +28,18 @@ export function replicas() {
   return { dp, pp: c.pp > 0 ? c.pp : Math.max(1, Math.floor(world() / dp)) };
 }
 
+const replicaOf = (r) => Math.floor(r / replicas().pp);
+
+// Shows replica d's ranks only (-1: every replica's), every group folded
+// again as when the grouping changes.
+export function showReplica(d) {
+  R.replica = d;
+  groupBy(R.by);
+}
+
 // The group key of rank r (its row of the ranks table: info) under R.by.
 function keyOf(r, info) {
-  if (R.by === 'replica') return Math.floor(r / replicas().pp);
+  if (R.by === 'replica') return replicaOf(r);
   if (!info) return 0;
   if (R.by === 'node') return info.node;
   const first = parseInt(String(info.stages).split(',')[0], 10);
@@ -56,8 +67,10 @@ export function toggleGroup(key) {
   layoutRows();
 }
 
-// Unfolds the group that holds rank r (the heatmap jumps to a rank).
+// Unfolds the group that holds rank r (the heatmap jumps to a rank), and
+// shows every replica when r's is filtered away.
 export function revealRank(r) {
+  if (R.replica >= 0 && replicaOf(r) !== R.replica) showReplica(-1);
   const g = R.groupOf[r];
   if (g >= 0 && R.folded.has(R.groups[g].key)) toggleGroup(R.groups[g].key);
 }
@@ -68,12 +81,14 @@ export function layoutRows() {
   R.groupOf = new Int32Array(n).fill(-1);
   R.rows = [];
   R.groups = [];
+  const shown = (r) => R.replica < 0 || replicaOf(r) === R.replica;
   if (R.by === 'rank') {
-    for (let r = 0; r < n; r++) { R.slot[r] = r; R.rows.push({ rank: r }); }
+    for (let r = 0; r < n; r++) if (shown(r)) { R.slot[r] = R.rows.length; R.rows.push({ rank: r }); }
     return;
   }
   const byKey = new Map(), info = new Map(((S.info && S.info.ranks) || []).map((x) => [x.rank, x]));
   for (let r = 0; r < n; r++) {
+    if (!shown(r)) continue;
     const k = keyOf(r, info.get(r));
     if (!byKey.has(k)) byKey.set(k, []);
     byKey.get(k).push(r);

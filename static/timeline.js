@@ -83,16 +83,23 @@ export function eventLanes(ev) {
   return ev.lanes;
 }
 
+// The measured timeline's canvas as high as its rows (rows.js) need. Also
+// before a scroll to a row whose layout just changed: the page below the
+// canvas must have moved first, or the browser's scroll anchoring moves
+// the view on when the next draw resizes it.
+export function sizeTimeline() {
+  fitRows(world());
+  return sizeCanvas($('timeline'), AXIS_H + rowCount() * rowPitch() + 4);
+}
+
 function draw() {
   if (!S.info) return;
   const began = performance.now();
   const n = world();
-  const c = $('timeline');
   if (R.slot.length !== n) layoutRows();
-  fitRows(n);
-  const { g, w, h } = sizeCanvas(c, AXIS_H + rowCount() * rowPitch() + 4);
+  const { g, w, h } = sizeTimeline();
   // The band of the canvas on screen (all of it for a small job).
-  const cull = ROW_H < 20, rect = cull ? c.getBoundingClientRect() : null;
+  const cull = ROW_H < 20, rect = cull ? $('timeline').getBoundingClientRect() : null;
   const top = cull ? Math.max(0, Math.floor(-rect.top) - ROW_H) : 0, bottom = cull ? Math.min(h, Math.ceil(window.innerHeight - rect.top) + ROW_H) : h;
   const onScreen = (y) => y + ROW_H + ROW_GAP >= top && y <= bottom;
   g.clearRect(0, top, w, Math.max(0, bottom - top));

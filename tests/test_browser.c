@@ -1426,6 +1426,17 @@ Test(browser, a_1024_rank_job_grouped_with_its_slow_rank_hottest, .timeout = 300
     const cJSON *byrep = cJSON_GetObjectItem(j, "byReplica");
     cr_assert_eq(jnum(byrep, "rows"), 128, "a lane per replica: %s", text);
     cr_assert_eq(jnum(cJSON_GetArrayItem(cJSON_GetObjectItem(byrep, "lanes"), 127), "ranks"), 8, "%s", text);
+    /* the replica filter ("all" and one option a replica): replica 5 alone is
+     * ranks 40 to 47, a row each; by node, its one node's lane (16 ranks a
+     * node: ranks 32 to 47) holding those 8 only */
+    cr_assert_eq(jnum(j, "replicaOptions"), 1 + 128, "%s", text);
+    const cJSON *one = cJSON_GetObjectItem(j, "oneReplica"), *rk = cJSON_GetObjectItem(one, "ranks");
+    cr_assert_eq(jnum(one, "replica"), 5, "%s", text);
+    cr_assert_eq(cJSON_GetArraySize(rk), 8, "%s", text);
+    for (int k = 0; k < 8; k++) cr_assert_eq(cJSON_GetArrayItem(rk, k)->valueint, 40 + k, "%s", text);
+    const cJSON *one_node = cJSON_GetObjectItem(j, "oneReplicaByNode");
+    cr_assert_eq(jnum(one_node, "groups"), 1, "%s", text);
+    cr_assert_eq(jnum(one_node, "rows"), 1, "its lane, folded: %s", text);
     /* the heatmap: a row per rank, a column per step; the slow rank is the hottest cell */
     const cJSON *heat = cJSON_GetObjectItem(j, "heatmap");
     cr_assert_eq(jnum(heat, "rows"), SCALE_RANKS, "%s", text);
@@ -1438,7 +1449,9 @@ Test(browser, a_1024_rank_job_grouped_with_its_slow_rank_hottest, .timeout = 300
     cr_assert_eq(jnum(picked, "rank"), SCALE_SLOW, "%s", text);
     cr_assert_eq(jnum(picked, "step"), jnum(hot, "step"), "%s", text);
     cr_assert_eq(jnum(picked, "highlight"), SCALE_SLOW, "%s", text);
-    cr_assert_eq(jnum(picked, "rows"), 64 + 16, "its node unfolded: %s", text);
+    cr_assert_eq(jnum(picked, "rows"), 64 + 16, "every replica again, its node unfolded: %s", text);
+    cr_assert_eq(jnum(picked, "replica"), -1, "%s", text);
+    cr_assert_str_eq(cJSON_GetObjectItem(picked, "replicaShown")->valuestring, "-1", "%s", text);
     cr_assert_eq(jnum(picked, "shownStep"), jnum(hot, "step"), "%s", text);
     cr_assert(jnum(picked, "slowDrawn") > 0, "the slow rank's ops are drawn on its row: %s", text);
     /* a pan and a zoom with a row per rank and 100,000 events */

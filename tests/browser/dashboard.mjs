@@ -14,8 +14,9 @@
 //   node dashboard.mjs outliers URL SCREENSHOT.png (job 1's loss chart with an outlier, linear and log
 //                                                  (SCREENSHOT-log.png); then job 2, a loss <= 0; then job 1 again)
 //   node dashboard.mjs lanes URL SCREENSHOT.png    (a DualPipeV job: its overlapped F and BW on two lanes of a row)
-//   node dashboard.mjs scale URL SCREENSHOT.png    (a job of 1,024 ranks grouped: folding, the heatmap, a pan and
-//                                                  a zoom's redraw times with a row per rank and 100,000 events)
+//   node dashboard.mjs scale URL SCREENSHOT.png    (a job of 1,024 ranks grouped: folding, one replica, the heatmap,
+//                                                  a pan and a zoom's redraw times with a row per rank and
+//                                                  100,000 events)
 //   node dashboard.mjs torch URL SCREENSHOT.png F1,T1,F2,T2
 //                                                 (real PyTorch jobs with spans: job 1 GPipe (BW), job 2
 //                                                  ZBVZeroBubble (B and W), each in the window [F, T) (ns) that
@@ -488,8 +489,17 @@ try {
     await page.selectOption('#row-group', 'replica');
     await redrawn(out.byStage.rows);
     out.byReplica = await rows();
-    await page.selectOption('#row-group', 'node');
+    // the replica filter: replica 5's 8 ranks, a row each; then by node,
+    // replica 5's one node's lane, still filtered when the heatmap is clicked
+    await page.selectOption('#row-group', 'rank');
     await redrawn(out.byReplica.rows);
+    await page.selectOption('#replica', '5');
+    await page.waitForFunction(() => window.__pprun.drawn.rows === 8, null, { timeout: 10000 });
+    out.oneReplica = await page.evaluate(() => window.__pprun.rows());
+    out.replicaOptions = await page.$$eval('#replica option', (o) => o.length);
+    await page.selectOption('#row-group', 'node');
+    await page.waitForFunction(() => window.__pprun.rows().by === 'node', null, { timeout: 10000 });
+    out.oneReplicaByNode = await page.evaluate(() => window.__pprun.rows());
     // the heatmap's hottest cell, clicked: its step, its rank's row
     await page.waitForFunction(() => window.__pprun.heatmap && window.__pprun.heatmap.hottest, null, { timeout: 20000 });
     out.heatmap = await page.evaluate(() => window.__pprun.heatmap);
@@ -511,7 +521,8 @@ try {
     await new Promise((res) => setTimeout(res, 100)); // its frame drawn
     out.picked = await page.evaluate(() => { const p = window.__pprun, r = p.picked.rank;
       return { rank: r, step: p.picked.step, highlight: p.state.highlight, shownStep: p.state.step,
-        slowDrawn: p.drawn.F[r] + p.drawn.B[r] + p.drawn.W[r] + p.drawn.bins, rows: p.drawn.rows }; });
+        slowDrawn: p.drawn.F[r] + p.drawn.B[r] + p.drawn.W[r] + p.drawn.bins, rows: p.drawn.rows,
+        replica: p.rows().replica, replicaShown: document.getElementById('replica').value }; });
     await page.screenshot({ path: shot.replace(/\.png$/, '-picked.png') });
     // A row per rank and 100,000 events in view: a pan (a drag's moves)
     // and a zoom (a wheel notch), each redraw timed by the page itself; read
