@@ -22,10 +22,13 @@ export const R = {
 
 export const GROUPED_ABOVE = 64; // ranks: a bigger job opens grouped
 
-// The job's pipelines (--dp; 1 for one) and ranks a pipeline.
+// The job's pipelines (--dp; 1 for one) and ranks a pipeline. A config
+// whose dp does not divide the world (a database from elsewhere) is one
+// pipeline, as the server's summary takes it (db/summary.c).
 export function replicas() {
-  const c = (S.info && S.info.config) || {}, dp = c.dp > 1 ? c.dp : 1;
-  return { dp, pp: c.pp > 0 ? c.pp : Math.max(1, Math.floor(world() / dp)) };
+  const c = (S.info && S.info.config) || {}, n = world();
+  const dp = Number.isInteger(c.dp) && c.dp > 1 && c.dp <= n && n % c.dp === 0 ? c.dp : 1;
+  return { dp, pp: Math.max(1, n / dp) };
 }
 
 const replicaOf = (r) => Math.floor(r / replicas().pp);

@@ -514,8 +514,11 @@ Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) 
     char db[256];
     fixture_fresh(db, sizeof db, "browser-balance", 3, "succeeded");
     pp_err err;
+    /* and a config whose dp cannot be (a billion pipelines of 4 ranks): one
+     * pipeline, as pprun stats takes it */
     cr_assert_eq(fixture_exec(db,
-                              "UPDATE jobs SET model = 'gpt:layers=8' WHERE id = 1;"
+                              "UPDATE jobs SET model = 'gpt:layers=8', config_json = json_set(coalesce(config_json, "
+                              "'{}'), '$.dp', 1000000000) WHERE id = 1;"
                               "UPDATE events SET end_ns = end_ns + (end_ns - start_ns)"
                               " WHERE job_id = 1 AND rank = 0 AND phase IN ('F', 'B', 'W')",
                               &err),
@@ -543,7 +546,10 @@ Test(browser, stage_balance_suggests_the_cuts_pprun_stats_does, .timeout = 180) 
               "%s", cJSON_GetObjectItem(bal, "layer")->valuestring);
     cr_assert(strstr(cJSON_GetObjectItem(bal, "cuts")->valuestring, "instead of 6.000 ms; 1f1b simulated "), "%s",
               cJSON_GetObjectItem(bal, "cuts")->valuestring);
-    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "dp"), "hidden")), "one pipeline: no DP table");
+    const cJSON *dp = cJSON_GetObjectItem(j, "dp");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(dp, "hidden")), "one pipeline: no DP table");
+    cr_assert(cJSON_IsTrue(cJSON_GetObjectItem(dp, "filterHidden")), "one pipeline: no replica filter");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(dp, "filterOptions")), 0);
     cJSON_Delete(j);
 }
 
@@ -574,6 +580,11 @@ Test(browser, data_parallel_table_is_what_pprun_stats_says, .timeout = 240) {
     const cJSON *dp = cJSON_GetObjectItem(j, "dp"), *rows = cJSON_GetObjectItem(dp, "rows"),
                 *wrows = cJSON_GetObjectItem(want, "rows");
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(dp, "hidden")), "%s", text);
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(dp, "filterHidden")), "%s", text);
+    const cJSON *opts = cJSON_GetObjectItem(dp, "filterOptions");
+    cr_assert(cJSON_GetArraySize(opts) == 3 && !strcmp(cJSON_GetArrayItem(opts, 0)->valuestring, "all") &&
+                  !strcmp(cJSON_GetArrayItem(opts, 2)->valuestring, "1"),
+              "all, 0, 1: %s", text);
     cr_assert_eq(cJSON_GetArraySize(rows), cJSON_GetArraySize(wrows), "%s", text);
     for (int k = 0; k < cJSON_GetArraySize(wrows); k++) {
         const cJSON *w = cJSON_GetArrayItem(wrows, k), *row = cJSON_GetArrayItem(rows, k);

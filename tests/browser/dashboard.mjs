@@ -68,9 +68,11 @@ try {
       layer: await page.textContent('#balance-layer'),
       cuts: await page.textContent('#balance-cuts'),
     };
-    // More pipelines or microbatches, for a job of several.
+    // More pipelines or microbatches, for a job of several, and the toolbar's replica filter.
     out.dp = {
       hidden: await page.evaluate(() => document.getElementById('dp').hidden),
+      filterHidden: await page.evaluate(() => document.getElementById('replica-filter').hidden),
+      filterOptions: await page.$$eval('#replica option', (o) => o.map((x) => x.textContent)),
       info: await page.textContent('#dp-info'),
       rows: await page.$$eval('#dp-table tbody tr', (trs) => trs.map((tr) => [tr.className, ...[...tr.cells].map((td) => td.textContent)])),
     };
