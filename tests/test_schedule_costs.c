@@ -176,6 +176,36 @@ Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
     fixture_remove(path);
 }
 
+/* DB:JOB from a job of two pipelines (--pp 2 --dp 2): its chunks hold
+ * 1/(2 x 1) of the layers, one pipeline's (not the world's 4 ranks'), so
+ * zb-v's chunks on 2 ranks, 1/(2 x 2) each, cost half its medians. */
+Test(schedule_costs, a_data_parallel_jobs_costs_scale_by_one_pipeline, .timeout = 180) {
+    char path[256], from[300];
+    fixture_tmp_path(path, sizeof path, "costs-dp");
+    lt_proc p = run_job(path, (const char *[]){"--pp", "2", "--dp", "2", NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    snprintf(from, sizeof from, "%s:1", path);
+    p = run_job(path, (const char *[]){"--pp", "2", "--dp", "2", "--schedule", "zb-v", "--schedule-costs", from, NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    sqlite3 *sql = open_db(path);
+    job_summary s;
+    whatif_report w;
+    pp_err err;
+    cr_assert_eq(summary_read(sql, 1, 0, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(whatif_read(sql, &s, &w, &err), 0, "%s", err.msg);
+    cr_assert(w.measured && w.in.ranks == 2 && w.in.virtual_stages == 1, "one pipeline of 2 ranks, 1 chunk each");
+    sched_costs c = recorded_costs(path, 2);
+    cr_expect(c.f == w.in.costs.f / 2 && c.b == w.in.costs.b / 2 && c.w == w.in.costs.w / 2 &&
+                  c.comm == w.in.costs.comm,
+              "recorded f=%g b=%g w=%g comm=%g, job 1's medians f=%g b=%g w=%g comm=%g", c.f, c.b, c.w, c.comm,
+              w.in.costs.f, w.in.costs.b, w.in.costs.w, w.in.costs.comm);
+    summary_free(&s);
+    sqlite3_close(sql);
+    fixture_remove(path);
+}
+
 /* Each bad value exits 2 with a message that names it, and writes no job. */
 Test(schedule_costs, bad_values_exit_2_naming_them, .timeout = 120) {
     char path[256], junk[256], empty[256], from[300], nojob[300];
