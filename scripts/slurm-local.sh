@@ -49,8 +49,8 @@ done
 case $nodes in 1 | 2) ;; *) die "--nodes: '$nodes': accepted: 1 or 2" ;; esac
 [[ -z "$ports" || "$ports" =~ ^[1-9][0-9]{0,4},[1-9][0-9]{0,4}$ ]] || die "--ports: '$ports': accepted: C,S (two port numbers)"
 [[ "$dir" == /* ]] || die "--dir: '$dir' is not an absolute path"
-dir=${dir%/}
-[ -n "$dir" ] || die "--dir: / is not a cluster's directory"
+dir=$(realpath -m -- "$dir") # "//", "/.", "/tmp/.." are / too
+[ "$dir" != / ] || die "--dir: / is not a cluster's directory"
 # `start` empties the directory (as root): only one this script made, which
 # it marks, or a new or empty one.
 marker=.pprun-slurm-local

@@ -65,6 +65,27 @@ static sched_costs recorded_costs(const char *path, int64_t job) {
     return c;
 }
 
+/* Job 1's measured what-if: its one pipeline's ranks and chunks, and the
+ * medians it measured (ns). */
+typedef struct measured {
+    int ranks, v;
+    sched_costs costs;
+} measured;
+
+static measured measured_job_1(const char *path) {
+    sqlite3 *sql = open_db(path);
+    job_summary s;
+    whatif_report w;
+    pp_err err;
+    cr_assert_eq(summary_read(sql, 1, 0, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(whatif_read(sql, &s, &w, &err), 0, "%s", err.msg);
+    cr_assert(w.measured);
+    measured m = {w.in.ranks, w.in.virtual_stages, w.in.costs};
+    summary_free(&s);
+    sqlite3_close(sql);
+    return m;
+}
+
 /* Rank r's actions as `pprun run` ran them: from the plan table (what the
  * launcher built), or from rank r's F/B/W spans of step 1 in start order
  * (what the worker built and executed). "0F0 1F0 ..." into buf. */
@@ -151,20 +172,11 @@ Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
     lt_assert_has(p.err, "job 1: medians of host spans, steps 1-2)");
     lt_free(&p);
 
-    sqlite3 *sql = open_db(path);
-    job_summary s;
-    whatif_report w;
-    pp_err err;
-    cr_assert_eq(summary_read(sql, 1, 0, &s, &err), 0, "%s", err.msg);
-    cr_assert_eq(whatif_read(sql, &s, &w, &err), 0, "%s", err.msg);
-    cr_assert(w.measured);
-    sched_costs c = recorded_costs(path, 2);
-    cr_expect(c.f == w.in.costs.f && c.b == w.in.costs.b && c.w == w.in.costs.w && c.comm == w.in.costs.comm,
-              "recorded f=%g b=%g w=%g comm=%g, what-if f=%g b=%g w=%g comm=%g", c.f, c.b, c.w, c.comm, w.in.costs.f,
-              w.in.costs.b, w.in.costs.w, w.in.costs.comm);
+    sched_costs w = measured_job_1(path).costs, c = recorded_costs(path, 2);
+    cr_expect(c.f == w.f && c.b == w.b && c.w == w.w && c.comm == w.comm,
+              "recorded f=%g b=%g w=%g comm=%g, what-if f=%g b=%g w=%g comm=%g", c.f, c.b, c.w, c.comm, w.f, w.b, w.w,
+              w.comm);
     cr_expect(c.f >= 2e6 && c.f < 3e6 && c.w >= 1e6 && c.w < 2e6, "f=%g w=%g ns: the model's 2 ms and 1 ms", c.f, c.w);
-    summary_free(&s);
-    sqlite3_close(sql);
     assert_ran_order_for(path, 2, &c, 0);
 
     /* DB:JOB names the job: job 2 measured its own costs in turn */
@@ -189,20 +201,12 @@ Test(schedule_costs, a_data_parallel_jobs_costs_scale_by_one_pipeline, .timeout 
     p = run_job(path, (const char *[]){"--pp", "2", "--dp", "2", "--schedule", "zb-v", "--schedule-costs", from, NULL});
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_free(&p);
-    sqlite3 *sql = open_db(path);
-    job_summary s;
-    whatif_report w;
-    pp_err err;
-    cr_assert_eq(summary_read(sql, 1, 0, &s, &err), 0, "%s", err.msg);
-    cr_assert_eq(whatif_read(sql, &s, &w, &err), 0, "%s", err.msg);
-    cr_assert(w.measured && w.in.ranks == 2 && w.in.virtual_stages == 1, "one pipeline of 2 ranks, 1 chunk each");
-    sched_costs c = recorded_costs(path, 2);
-    cr_expect(c.f == w.in.costs.f / 2 && c.b == w.in.costs.b / 2 && c.w == w.in.costs.w / 2 &&
-                  c.comm == w.in.costs.comm,
-              "recorded f=%g b=%g w=%g comm=%g, job 1's medians f=%g b=%g w=%g comm=%g", c.f, c.b, c.w, c.comm,
-              w.in.costs.f, w.in.costs.b, w.in.costs.w, w.in.costs.comm);
-    summary_free(&s);
-    sqlite3_close(sql);
+    measured m = measured_job_1(path);
+    cr_assert(m.ranks == 2 && m.v == 1, "one pipeline of 2 ranks, 1 chunk each: %d, %d", m.ranks, m.v);
+    sched_costs w = m.costs, c = recorded_costs(path, 2);
+    cr_expect(c.f == w.f / 2 && c.b == w.b / 2 && c.w == w.w / 2 && c.comm == w.comm,
+              "recorded f=%g b=%g w=%g comm=%g, job 1's medians f=%g b=%g w=%g comm=%g", c.f, c.b, c.w, c.comm, w.f,
+              w.b, w.w, w.comm);
     fixture_remove(path);
 }
 

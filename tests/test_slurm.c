@@ -79,7 +79,7 @@ static int on_path(const char *name) {
 /* A fresh cluster of `nodes` nodes for this test, or the test is skipped.
  * Its ports are random ones outside the ephemeral range: the tests of this
  * file may run side by side, each with its own cluster. */
-static void cluster_up(int nodes) {
+static void require_slurm(void) {
     static const char *const need[] = {"munged", "slurmctld", "slurmd", "srun", "sbatch", "scancel", "squeue",
                                        "sinfo", "scontrol"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
@@ -87,6 +87,10 @@ static void cluster_up(int nodes) {
             cr_skip_test("%s is not on PATH: Slurm is not installed (scripts/install-deps.sh installs munge, "
                          "slurmctld, slurmd and slurm-client)", need[i]);
     if (geteuid() != 0) cr_skip_test("scripts/slurm-local.sh runs Slurm's daemons as root; this test is not root");
+}
+
+static void cluster_up(int nodes) {
+    require_slurm();
     static const char *const two[] = {"ip", "unshare", "nsenter"};
     for (size_t i = 0; nodes > 1 && i < sizeof two / sizeof two[0]; i++)
         if (!on_path(two[i])) cr_skip_test("%s is not on PATH: two nodes need iproute2 and util-linux", two[i]);
@@ -167,6 +171,44 @@ static void job_state(long job, char *state, size_t cap) {
     p += strlen("JobState=");
     snprintf(state, cap, "%.*s", (int)strcspn(p, " \n"), p);
     free(out);
+}
+
+/* --dir is the directory `start` empties as root: the root directory,
+ * however spelled, and a relative path are refused by every command,
+ * before anything runs. */
+Test(slurm, the_root_directory_and_a_relative_dir_are_refused) {
+    static const char *const cmds[] = {"start", "stop", "status", "env"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char *out;
+        static const char *const roots[] = {"--dir /", "--dir=//", "--dir /.", "--dir /tmp/..", "--dir=/tmp/../"};
+        for (size_t k = 0; k < sizeof roots / sizeof roots[0]; k++) {
+            cr_assert_eq(sh(&out, "'%s' %s %s", SLURM_LOCAL, cmds[i], roots[k]), 1, "%s %s: %s", cmds[i], roots[k],
+                         out);
+            cr_assert(strstr(out, "--dir: / is not a cluster's directory"), "%s %s: %s", cmds[i], roots[k], out);
+            free(out);
+        }
+        cr_assert_eq(sh(&out, "cd /tmp && '%s' %s --dir pprun-slurm", SLURM_LOCAL, cmds[i]), 1, "%s", out);
+        cr_assert(strstr(out, "--dir: 'pprun-slurm' is not an absolute path"), "%s: %s", cmds[i], out);
+        free(out);
+    }
+}
+
+/* A directory with files this script did not make is not emptied. */
+Test(slurm, start_leaves_a_directory_it_did_not_make) {
+    require_slurm();
+    char dir[] = "/tmp/pprun-slurm-foreign-XXXXXX", keep[64], *out;
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(keep, sizeof keep, "%s/keep", dir);
+    FILE *f = fopen(keep, "w");
+    cr_assert_not_null(f);
+    fputs("the user's\n", f);
+    fclose(f);
+    cr_assert_eq(sh(&out, "'%s' start --dir '%s'", SLURM_LOCAL, dir), 1, "%s", out);
+    cr_assert(strstr(out, "not empty and not a cluster this script made"), "%s", out);
+    free(out);
+    cr_assert_eq(access(keep, F_OK), 0, "%s is still there", keep);
+    unlink(keep);
+    rmdir(dir);
 }
 
 Test(slurm, srun_starts_one_launcher_whose_four_ranks_finish) {
