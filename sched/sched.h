@@ -218,6 +218,10 @@ int sched_has_overlap(const sched_plan *plan);
  * (3.85ms, 66us) are ns; one list uses one or the other. Keys not given
  * keep *out's values; on an error *out is unchanged. */
 int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err);
+/* The same with one more key, `allreduce`: each stage's gradient all-reduce
+ * under data parallelism (sched_sim_dp_step), in the list's units, into
+ * *allreduce (kept when not given; unchanged on an error). */
+int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, double *allreduce, pp_err *err);
 
 /* ---- memory-bounded zero bubble (sched_mem.c, sched_greedy.c) ---------------
  *

@@ -203,19 +203,22 @@ int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *co
 
 typedef struct costs_parse {
     sched_costs *out;
+    double *allreduce; /* NULL: the key is not accepted */
     const char *what;
     int with_unit, without_unit;
 } costs_parse;
 
 static int costs_set(void *ctx, const char *key, const char *value, pp_err *err) {
     costs_parse *cp = ctx;
-    double *slot = strcmp(key, "f") == 0      ? &cp->out->f
-                   : strcmp(key, "b") == 0    ? &cp->out->b
-                   : strcmp(key, "w") == 0    ? &cp->out->w
-                   : strcmp(key, "comm") == 0 ? &cp->out->comm
-                                              : NULL;
+    double *slot = strcmp(key, "f") == 0                        ? &cp->out->f
+                   : strcmp(key, "b") == 0                      ? &cp->out->b
+                   : strcmp(key, "w") == 0                      ? &cp->out->w
+                   : strcmp(key, "comm") == 0                   ? &cp->out->comm
+                   : strcmp(key, "allreduce") == 0 && cp->allreduce ? cp->allreduce
+                                                                : NULL;
     if (!slot)
-        return pp_fail(err, "%s: unknown key '%s'; accepted: f, b, w, comm (e.g. f=1,b=1,w=1,comm=0)", cp->what, key);
+        return pp_fail(err, "%s: unknown key '%s'; accepted: f, b, w, comm%s (e.g. f=1,b=1,w=1,comm=0)", cp->what,
+                       key, cp->allreduce ? ", allreduce" : "");
     char what[64];
     snprintf(what, sizeof what, "%s %s", cp->what, key);
     size_t n = strlen(value);
@@ -231,10 +234,15 @@ static int costs_set(void *ctx, const char *key, const char *value, pp_err *err)
 }
 
 int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err) {
+    return sched_parse_costs_dp(text, what, out, NULL, err);
+}
+
+int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, double *allreduce, pp_err *err) {
     char *copy = strdup(text ? text : "");
     if (!copy) return pp_fail(err, "out of memory");
     sched_costs c = *out;
-    costs_parse cp = {&c, what, 0, 0};
+    double ar = allreduce ? *allreduce : 0;
+    costs_parse cp = {&c, allreduce ? &ar : NULL, what, 0, 0};
     int rc = pp_parse_kv_list(copy, costs_set, &cp, err);
     free(copy);
     if (rc != 0) return -1;
@@ -245,5 +253,6 @@ int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_e
         return pp_fail(err, "%s: '%s' mixes durations and plain numbers; give every cost a unit (ns, us, ms, s) or none",
                        what, text);
     *out = c;
+    if (allreduce) *allreduce = ar;
     return 0;
 }

@@ -217,6 +217,35 @@ Test(sched_cli, csv_out_and_back_in) {
     cr_assert(strstr(err_text, "--csv-in") && strstr(err_text, "gpipe"), "%s", err_text);
 }
 
+/* allreduce=T: each stage's gradient all-reduce after its last W, a rank's
+ * one at a time (worked by hand in test_sched): 1F1B on 2 ranks ends its
+ * Ws at 8 and 7, so 3 more make 11; zb-v on 2 ranks ends its last two Ws at
+ * 13, their all-reduces at 14. The costs' one-kind-of-unit rule holds for
+ * it too. */
+Test(sched_cli, an_all_reduce_cost_gives_the_step_with_data_parallelism) {
+    cr_assert_eq(pprun("--schedule 1f1b --stages 2 --microbatches 2 --costs allreduce=3"), 0, "%s", err_text);
+    cr_assert(strstr(out, "step time: 8\nstep time with data parallelism: 11 (each stage's gradient all-reduce of 3 "
+                          "after its last W"),
+              "%s", out);
+    cr_assert_eq(pprun("--schedule zb-v --stages 2 --microbatches 2 --costs f=1ms,b=1ms,w=1ms,allreduce=1ms --format "
+                       "json"),
+                 0, "%s", err_text);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    cr_assert_float_eq(cJSON_GetObjectItem(root, "step_time")->valuedouble, 13e6, 1e-3);
+    cr_assert_float_eq(cJSON_GetObjectItem(root, "dp_step_time")->valuedouble, 14e6, 1e-3, "%s", out);
+    cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "costs"), "allreduce")->valuedouble, 1e6, 1e-3);
+    cJSON_Delete(root);
+    cr_assert_eq(pprun("--schedule zb-v --stages 2 --microbatches 2 --format json"), 0, "%s", err_text);
+    root = cJSON_Parse(out);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(root, "dp_step_time")), "no all-reduce, no such step: %s", out);
+    cJSON_Delete(root);
+    cr_assert_eq(pprun("--schedule 1f1b --stages 2 --microbatches 2 --costs f=1ms,allreduce=3"), 2);
+    cr_assert(strstr(err_text, "mixes durations and plain numbers"), "%s", err_text);
+    cr_assert_eq(pprun("--schedule 1f1b --stages 2 --microbatches 2 --costs allreduce=-1"), 2);
+    cr_assert(strstr(err_text, "--costs allreduce"), "%s", err_text);
+}
+
 Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
     cr_assert_eq(pprun("--schedule interleaved-1f1b --stages 4 --microbatches 6"), 2);
     cr_assert(strstr(err_text, "multiple") && strstr(err_text, "m=6, p=4"), "%s", err_text);

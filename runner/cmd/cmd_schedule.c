@@ -26,7 +26,8 @@ static const char usage_text[] =
     "  --microbatches M     microbatches per step\n"
     "  --virtual-stages V   chunks per rank (default 2 for interleaved-1f1b, zb-v, dualpipev; else 1)\n"
     "  --costs LIST         f=1,b=1,w=1,comm=0: time units of one F, B, W of a stage and of a send\n"
-    "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us)\n"
+    "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us); allreduce=T adds each\n"
+    "                       stage's gradient all-reduce under data parallelism (after its last W)\n"
     "  --max-mem N          zb-h1, zb-v: built so that no rank holds more than N microbatch-stages\n"
     "                       (or bytes, 24MiB, with --act-bytes); any schedule: checked against it\n"
     "  --act-bytes LIST     what one microbatch holds on a stage, F[:B] (after F, after B), for\n"
@@ -40,6 +41,7 @@ typedef struct opts {
     const char *schedule, *csv_in, *csv_out, *notation, *format, *max_mem_text;
     long p, m, v;
     sched_costs costs;
+    double allreduce; /* --costs allreduce=T: each stage's gradient all-reduce, 0 none */
     sched_mem mem;   /* --max-mem and --act-bytes; act owned (freed by cmd_schedule) */
     sched_act *act;
 } opts;
@@ -71,7 +73,7 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         } else if (strcmp(name, "--virtual-stages") == 0) {
             if (pp_parse_long(val, 1, 64, "--virtual-stages", &o->v, err) != 0) return -1;
         } else if (strcmp(name, "--costs") == 0) {
-            if (sched_parse_costs(val, "--costs", &o->costs, err) != 0) return -1;
+            if (sched_parse_costs_dp(val, "--costs", &o->costs, &o->allreduce, err) != 0) return -1;
         } else if (strcmp(name, "--max-mem") == 0) {
             if (sched_parse_max_mem(val, "--max-mem", &o->mem.max, &o->mem.bytes, err) != 0) return -1;
             o->max_mem_text = val;
@@ -205,7 +207,9 @@ static void print_mem_text(const mem_view *mv, const sched_plan *plan) {
                mv->free_bubble, sched_mem_text(mv->mem, mv->free_peak, a, sizeof a));
 }
 
-static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, const mem_view *mv) {
+/* dp_step: the step with each stage's all-reduce (--costs allreduce=T), NAN without. */
+static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, double allreduce,
+                       double dp_step, const mem_view *mv) {
     int bw = has_bw(plan);
     /* The name of a CSV schedule holds its file's name: escaped for the
      * terminal, as every text from outside (the grid is digits and F/B/W). */
@@ -224,6 +228,10 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
            unit == 1 ? "" : "s", bw ? "X a BW, " : "", tl ? tl : "(out of memory)\n");
     free(tl);
     printf("step time: %g\n", sim->step_time);
+    if (!isnan(dp_step))
+        printf("step time with data parallelism: %g (each stage's gradient all-reduce of %g after its last W, a "
+               "rank's one at a time)\n",
+               dp_step, allreduce);
     printf("bubble ratio: %.4f (%.1f%% of ranks x step time idle)\n", sim->bubble_ratio, 100 * sim->bubble_ratio);
     printf("peak activations held (microbatch-stage units):");
     for (int r = 0; r < sim->ranks; r++) printf(" rank %d: %d%s", r, sim->peak_inflight[r], r + 1 < sim->ranks ? "," : "");
@@ -445,8 +453,8 @@ static void j_memory(jout *o, const mem_view *mv, int ranks) {
 
 /* Writes the plan, its simulation and the costs to f; memory stays one
  * buffer whatever the grid's size. Returns -1 when out of memory. */
-static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, const mem_view *mv,
-                      FILE *f) {
+static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, double allreduce,
+                      double dp_step, const mem_view *mv, FILE *f) {
     jout *o = malloc(sizeof *o);
     if (!o) return -1;
     o->f = f;
@@ -465,6 +473,7 @@ static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_
     j_key_num(o, 2, "b", c->b);
     j_key_num(o, 2, "w", c->w);
     j_key_num(o, 2, "comm", c->comm);
+    j_key_num(o, 2, "allreduce", allreduce);
     j_str(o, "\n\t}");
     j_key(o, 1, "placement", 0);
     j_qstr(o, placement_name(plan));
@@ -479,6 +488,9 @@ static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_
     j_str(o, "true");
     j_key_num(o, 1, "step_time", sim->step_time);
     j_key_num(o, 1, "bubble_ratio", sim->bubble_ratio);
+    j_key(o, 1, "dp_step_time", 0); /* with allreduce: the step with the all-reduces, else null */
+    if (isnan(dp_step)) j_str(o, "null");
+    else j_num(o, dp_step);
     j_key(o, 1, "ranks", 0);
     j_str(o, plan->ranks ? "[" : "[]");
     for (int r = 0; r < plan->ranks; r++) j_rank(o, plan, sim, r);
@@ -526,9 +538,21 @@ int cmd_schedule(int argc, char **argv) {
         fprintf(stderr, "pprun schedule: --csv-out: %s\n", err.msg);
         goto done;
     }
+    double dp_step = NAN;
+    if (o.allreduce > 0) {
+        double *each = malloc(sizeof *each * (size_t)plan->stages);
+        for (int k = 0; each && k < plan->stages; k++) each[k] = o.allreduce;
+        if (!each || (dp_step = sched_sim_dp_step(plan, sim, each)) < 0) {
+            free(each);
+            fprintf(stderr, "pprun schedule: out of memory\n");
+            rc = 1;
+            goto done;
+        }
+        free(each);
+    }
     /* A write that fails is main's to report, as for every command. */
-    if (strcmp(o.format, "json") != 0) print_text(plan, sim, &o.costs, &mv);
-    else if (print_json(plan, sim, &o.costs, &mv, stdout) != 0) {
+    if (strcmp(o.format, "json") != 0) print_text(plan, sim, &o.costs, o.allreduce, dp_step, &mv);
+    else if (print_json(plan, sim, &o.costs, o.allreduce, dp_step, &mv, stdout) != 0) {
         fprintf(stderr, "pprun schedule: writing JSON: out of memory\n");
         rc = 1;
         goto done;
