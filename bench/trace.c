@@ -9,7 +9,9 @@
  *    against the goal of 50 ns.
  * 2. Ingest into SQLite, side by side in one run: a bare loop inserting the
  *    same rows into a minimal table through one prepared statement (the
- *    machine's SQLite ceiling) against db_insert_events with the real schema
+ *    machine's SQLite ceiling; column for column: the 15 columns of events,
+ *    NULL where db_insert_events writes NULL, so that both write records of
+ *    the same size) against db_insert_events with the real schema
  *    and indexes, both in transactions of 65536 rows (the collector's batch),
  *    alternating batch by batch; both with SQLite memory statistics off
  *    (db_open turns them off for the process).
@@ -122,7 +124,8 @@ static void synth(trace_event *ev, size_t n, uint64_t first) {
     }
 }
 
-/* The bare loop: a minimal table, no index, one prepared statement. */
+/* The bare loop: a minimal table (the columns of events, no types, no
+ * constraints), no index, one prepared statement. */
 typedef struct bare {
     sqlite3 *s;
     sqlite3_stmt *st;
@@ -132,9 +135,10 @@ static void bare_open(bare *b, const char *path) {
     remove(path);
     sqlite3_open(path, &b->s);
     sqlite3_exec(b->s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-32768;"
-                 "CREATE TABLE bare(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)",
+                 "CREATE TABLE bare(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,"
+                 "name,optim_bytes,wait_cpu_ns)",
                  NULL, NULL, NULL);
-    sqlite3_prepare_v2(b->s, "INSERT INTO bare VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1, &b->st, NULL);
+    sqlite3_prepare_v2(b->s, "INSERT INTO bare VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", -1, &b->st, NULL);
 }
 
 static void bare_batch(bare *b, const trace_event *ev, size_t n) {
@@ -146,14 +150,26 @@ static void bare_batch(bare *b, const trace_event *ev, size_t n) {
         sqlite3_bind_int(st, 2, e->attempt);
         sqlite3_bind_int(st, 3, e->rank);
         sqlite3_bind_int(st, 4, e->step);
-        sqlite3_bind_int(st, 5, e->microbatch);
-        sqlite3_bind_int(st, 6, e->stage);
+        if (e->microbatch >= 0)
+            sqlite3_bind_int(st, 5, e->microbatch);
+        else
+            sqlite3_bind_null(st, 5);
+        if (e->stage >= 0)
+            sqlite3_bind_int(st, 6, e->stage);
+        else
+            sqlite3_bind_null(st, 6);
         sqlite3_bind_text(st, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 8, (int64_t)e->start_ns);
         sqlite3_bind_int64(st, 9, (int64_t)e->end_ns);
-        sqlite3_bind_int(st, 10, e->peer);
+        if (e->peer >= 0)
+            sqlite3_bind_int(st, 10, e->peer);
+        else
+            sqlite3_bind_null(st, 10);
         sqlite3_bind_int64(st, 11, (int64_t)e->bytes);
         sqlite3_bind_text(st, 12, "cpu", -1, SQLITE_STATIC);
+        sqlite3_bind_null(st, 13);
+        sqlite3_bind_null(st, 14);
+        sqlite3_bind_int64(st, 15, e->wait_cpu_ns);
         sqlite3_step(st);
         sqlite3_reset(st);
     }
