@@ -314,9 +314,14 @@ static int open_file(const char *path, db **out, pp_err *err) {
         db_fail(d, SQLITE_ERROR, "registering pprun_job_status", err);
         goto fail;
     }
-    /* "INSERT ... VALUES(15 ?),(15 ?),..." for one row and for DB_ROWS_PER_INSERT. */
+    /* "INSERT ... VALUES(15 ?),(15 ?),..." for one row and for DB_ROWS_PER_INSERT.
+     * OR FAIL, not the default ABORT: a statement of many rows that may
+     * abort half way makes SQLite copy every page it first touches into a
+     * statement journal, to undo the rows it wrote; a failed batch is
+     * rolled back whole anyway (db_insert_events_marked), and a full disk
+     * without that journal rolls back the transaction itself. */
     static const char head[] =
-        "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,name,"
+        "INSERT OR FAIL INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,name,"
         "optim_bytes,wait_cpu_ns)"
         " VALUES";
     static const char one[] = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?),";
