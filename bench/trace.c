@@ -247,22 +247,28 @@ int main(int argc, char **argv) {
     /* Timeline window: 1% of the job's time, every rank, as the dashboard asks. */
     sqlite3 *rd;
     db_open_readonly(real, &rd, &err);
-    /* [0]: a user's window, naming no source; [1]: the dashboard's
-     * (web/routes_timeline.c), host spans only. */
+    /* [0]: a window naming no source; [1]: the dashboard's
+     * (web/routes_timeline.c), host spans only; both through event_runs
+     * (docs/schema.md, "Timeline window"). */
     static const char *const window_sql[2] = {
-        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM events"
-        " WHERE job_id=?1 AND rank=?2 AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns",
-        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM events"
-        " WHERE job_id=?1 AND rank=?2 AND source='cpu' AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns"};
+        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM " DB_RANK_ROWS(" AND end_ns >= ?3 AND start_ns < ?4")
+        " WHERE start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns",
+        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM "
+        DB_RANK_ROWS(" AND source = 'cpu' AND end_ns >= ?3 AND start_ns < ?4")
+        " WHERE start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns"};
     sqlite3_stmt *q[2];
-    char plan[2][256] = {"", ""};
+    char plan[2][512] = {"", ""};
     for (int k = 0; k < 2; k++) {
         sqlite3_prepare_v2(rd, window_sql[k], -1, &q[k], NULL);
-        char explain[512];
+        char explain[1024];
         snprintf(explain, sizeof explain, "EXPLAIN QUERY PLAN %s", window_sql[k]);
         sqlite3_stmt *e;
-        if (sqlite3_prepare_v2(rd, explain, -1, &e, NULL) == SQLITE_OK && sqlite3_step(e) == SQLITE_ROW)
-            snprintf(plan[k], sizeof plan[k], "%s", (const char *)sqlite3_column_text(e, 3));
+        /* every line of the plan: the runs, the rows, the sort */
+        if (sqlite3_prepare_v2(rd, explain, -1, &e, NULL) == SQLITE_OK)
+            while (sqlite3_step(e) == SQLITE_ROW) {
+                size_t at = strlen(plan[k]);
+                snprintf(plan[k] + at, sizeof plan[k] - at, "%s%s", at ? "; " : "", (const char *)sqlite3_column_text(e, 3));
+            }
         sqlite3_finalize(e);
     }
     int64_t span = (int64_t)steps * 50000000ll;
