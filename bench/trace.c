@@ -17,8 +17,10 @@
  *    (db_open turns them off for the process).
  * 3. Queries over a QUERY_EVENTS-event database: timeline windows (0.1% and
  *    1% of the job, every rank; 1% again with source='cpu', as the
- *    dashboard asks), the index that serves them (EXPLAIN QUERY PLAN), and
- *    one step's bubble analysis (db_analyze_step). */
+ *    dashboard asks), each rank's rows through event_runs (DB_RANK_ROWS,
+ *    docs/schema.md "Ingest"), every line of their plan (EXPLAIN QUERY
+ *    PLAN: event_runs' key, a rowid range per run, the sort), and one
+ *    step's bubble analysis (db_analyze_step). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
