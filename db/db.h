@@ -27,11 +27,11 @@
  * in id order (id minus that number is the same along a run); one pass
  * and a sort of the rows. The migration to version 10 runs it, and so may
  * whatever writes rows without db_insert_events (a test's fixture). */
-#define DB_EVENT_RUNS_OF_ROWS                                                                          \
-    "INSERT INTO event_runs(job_id, rank, end_ns, first_id, last_id, start_ns, source)"                 \
-    " SELECT job_id, rank, max(end_ns), min(id), max(id), min(start_ns), source FROM"                   \
-    " (SELECT job_id, rank, source, id, start_ns, end_ns,"                                              \
-    "   id - row_number() OVER (PARTITION BY job_id, rank, source ORDER BY id) AS run FROM main.events)" \
+#define DB_EVENT_RUNS_OF_ROWS                                                                                          \
+    "INSERT INTO event_runs(job_id, rank, end_ns, first_id, last_id, start_ns, source)"                                \
+    " SELECT job_id, rank, max(end_ns), min(id), max(id), min(start_ns), source FROM"                                  \
+    " (SELECT job_id, rank, source, id, start_ns, end_ns,"                                                             \
+    "   id - row_number() OVER (PARTITION BY job_id, rank, source ORDER BY id) AS run FROM main.events)"               \
     " GROUP BY job_id, rank, source, run"
 
 /* A rank's rows of `events` through event_runs (schema.sql), for a FROM:
@@ -41,9 +41,9 @@
  * source, their span), the outer WHERE the rows. A run holds rows of that
  * job, rank and source alone, so the rows need no job or rank condition;
  * CROSS JOIN keeps the runs outside, the rows a rowid range each. */
-#define DB_RANK_ROWS(runs_where)                                                                        \
-    "(SELECT first_id AS run_first, last_id AS run_last FROM event_runs WHERE job_id = ?1 AND rank = ?2" \
-    runs_where ") CROSS JOIN events ON id BETWEEN run_first AND run_last"
+#define DB_RANK_ROWS(runs_where)                                                                                       \
+    "(SELECT first_id AS run_first, last_id AS run_last FROM event_runs WHERE job_id = ?1 AND rank = ?2" runs_where    \
+    ") CROSS JOIN events ON id BETWEEN run_first AND run_last"
 
 typedef struct db db;
 

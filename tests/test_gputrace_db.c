@@ -234,8 +234,8 @@ Test(gputrace_db, version_1_files_migrate_and_stay_readable, .init = usersql_fir
         tfix_q_int(db_sqlite(d), "SELECT count(*) FROM pragma_index_list('kernels') WHERE name='kernels_by_event'"), 1);
     /* version 10: no index by time, event_runs instead (its rows from a
      * file's events: test_db_migrate) */
-    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM pragma_index_list('events') WHERE name='events_by_time'"),
-                 0);
+    cr_assert_eq(
+        tfix_q_int(db_sqlite(d), "SELECT count(*) FROM pragma_index_list('events') WHERE name='events_by_time'"), 0);
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM sqlite_master WHERE name='event_runs'"), 1);
     db_close(d);
     /* a fresh file and a migrated one have the same columns in the same order */
