@@ -549,6 +549,19 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
     return 0;
 }
 
+int db_reader_refresh(sqlite3 *sql) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(sql, "SELECT count(*) FROM temp.sqlite_master WHERE type = 'view' AND name = 'event_runs'",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    int view = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    if (view <= 0) return view;
+    int lacks = db_file_lacks(sql, "event_runs", NULL);
+    if (lacks != 0) return lacks < 0 ? -1 : 0;
+    return sqlite3_exec(sql, "DROP VIEW temp.event_runs", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
+
 static void iso_now(char buf[64]) {
     uint64_t ns = pp_wall_ns();
     time_t s = (time_t)(ns / 1000000000ull);

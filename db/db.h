@@ -82,6 +82,12 @@ int64_t db_newest_job(sqlite3 *sql, pp_err *err);
  * pprun_job_status and pprun_job_failure (db/alive.h), which tell a job
  * whose launcher is gone. The file itself is never written. Returns 0 or -1. */
 int db_reader_init(sqlite3 *sql, pp_err *err);
+/* For a reading connection kept open (pprun serve's pool) while a writer
+ * migrated the file to version 10: drops its temp view event_runs (a run
+ * per row, through the old events_by_time, which the migration dropped)
+ * so that the file's own event_runs serves it. Other temp views stay: they
+ * give the same rows as the file's columns. Returns 0 or -1. */
+int db_reader_refresh(sqlite3 *sql);
 /* 1 when the file's own table lacks column (and exists), or when column is
  * NULL and the file has no such table; 0 when not, -1 on error. Temp views
  * (db_reader_init) do not count: this is about the file. */

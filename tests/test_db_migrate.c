@@ -210,6 +210,22 @@ static void upgrades_and_answers_the_same(const char *name, const char *downgrad
     pp_err err;
     cr_assert_eq(db_open_readonly(path, &r, &err), 0, "%s", err.msg);
     sqlite3_close(r);
+    /* A reader kept open across the migration (pprun serve's pool): its
+     * rank 3's rows, through its temp view of a run per row. */
+    sqlite3 *kept;
+    cr_assert_eq(usersql_open(path, &kept, &err), 0, "%s", err.msg);
+    static const char rank_rows[] = "SELECT count(*) * 1000003 + sum(id) FROM " DB_RANK_ROWS(" AND end_ns >= 0")
+        " WHERE 1 = 1";
+    int64_t views = tfix_q_int(kept, "SELECT count(*) FROM temp.sqlite_master WHERE name = 'event_runs'");
+    cr_assert_eq(views, 1, "an old file's reader has a view of runs");
+    sqlite3_stmt *kq;
+    cr_assert_eq(sqlite3_prepare_v2(kept, rank_rows, -1, &kq, NULL), SQLITE_OK, "%s", sqlite3_errmsg(kept));
+    sqlite3_bind_int(kq, 1, 1);
+    sqlite3_bind_int(kq, 2, 3);
+    cr_assert_eq(sqlite3_step(kq), SQLITE_ROW);
+    int64_t rank3 = sqlite3_column_int64(kq, 0);
+    sqlite3_finalize(kq);
+    cr_assert_gt(rank3, 0);
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), version, "readers never write the file");
     int64_t stats = tfix_q_int(s, "SELECT sum(busy_ns * 7 + bubble_ns * 3 + act_peak_bytes) FROM step_stats");
@@ -259,6 +275,18 @@ static void upgrades_and_answers_the_same(const char *name, const char *downgrad
     }
     sqlite3_finalize(st);
     cr_assert(strstr(plan, "SEARCH event_runs USING PRIMARY KEY (job_id=? AND rank=? AND end_ns>?)"), "%s", plan);
+    /* The kept reader, refreshed as the pool does, reads the file's runs:
+     * the same rows of rank 3. */
+    cr_assert_eq(db_reader_refresh(kept), 0);
+    cr_assert_eq(tfix_q_int(kept, "SELECT count(*) FROM temp.sqlite_master WHERE name = 'event_runs'"), 0);
+    cr_assert_eq(sqlite3_prepare_v2(kept, rank_rows, -1, &kq, NULL), SQLITE_OK, "%s", sqlite3_errmsg(kept));
+    sqlite3_bind_int(kq, 1, 1);
+    sqlite3_bind_int(kq, 2, 3);
+    cr_assert_eq(sqlite3_step(kq), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int64(kq, 0), rank3);
+    sqlite3_finalize(kq);
+    cr_assert_eq(db_reader_refresh(kept), 0, "again: nothing to do");
+    sqlite3_close(kept);
     cr_assert_eq(db_analyze_job(d, 1, &err), 0, "%s", err.msg);
     cr_assert_eq(tfix_q_int(s, "SELECT sum(busy_ns * 7 + bubble_ns * 3 + act_peak_bytes) FROM step_stats"), stats,
                  "analysed again, the same");
