@@ -117,8 +117,8 @@ static void step_row(const char *dir, int ranks) {
         fprintf(stderr, "bench_loadgen: %s\n", err.msg);
         exit(1);
     }
-    /* Step 1 is timed, after step 0: its rows then go between the ranks'
-     * earlier ones in events_by_time, as in a job that runs. */
+    /* Step 1 is timed, after step 0: its rows then go after the earlier
+     * ones of the file, as in a job that runs. */
     uint64_t t0 = 0;
     for (int step = 0; step < 2; step++) {
         if (loadgen_step_records(&cfg, step, 1000000000, &ev, &n, &err) != 0) {

@@ -9,14 +9,18 @@
  *    against the goal of 50 ns.
  * 2. Ingest into SQLite, side by side in one run: a bare loop inserting the
  *    same rows into a minimal table through one prepared statement (the
- *    machine's SQLite ceiling) against db_insert_events with the real schema
+ *    machine's SQLite ceiling; column for column: the 15 columns of events,
+ *    NULL where db_insert_events writes NULL, so that both write records of
+ *    the same size) against db_insert_events with the real schema
  *    and indexes, both in transactions of 65536 rows (the collector's batch),
  *    alternating batch by batch; both with SQLite memory statistics off
  *    (db_open turns them off for the process).
  * 3. Queries over a QUERY_EVENTS-event database: timeline windows (0.1% and
  *    1% of the job, every rank; 1% again with source='cpu', as the
- *    dashboard asks), the index that serves them (EXPLAIN QUERY PLAN), and
- *    one step's bubble analysis (db_analyze_step). */
+ *    dashboard asks), each rank's rows through event_runs (DB_RANK_ROWS,
+ *    docs/schema.md "Ingest"), every line of their plan (EXPLAIN QUERY
+ *    PLAN: event_runs' key, a rowid range per run, the sort), and one
+ *    step's bubble analysis (db_analyze_step). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +126,8 @@ static void synth(trace_event *ev, size_t n, uint64_t first) {
     }
 }
 
-/* The bare loop: a minimal table, no index, one prepared statement. */
+/* The bare loop: a minimal table (the columns of events, no types, no
+ * constraints), no index, one prepared statement. */
 typedef struct bare {
     sqlite3 *s;
     sqlite3_stmt *st;
@@ -132,9 +137,10 @@ static void bare_open(bare *b, const char *path) {
     remove(path);
     sqlite3_open(path, &b->s);
     sqlite3_exec(b->s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-32768;"
-                 "CREATE TABLE bare(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)",
+                 "CREATE TABLE bare(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,"
+                 "name,optim_bytes,wait_cpu_ns)",
                  NULL, NULL, NULL);
-    sqlite3_prepare_v2(b->s, "INSERT INTO bare VALUES(?,?,?,?,?,?,?,?,?,?,?,?)", -1, &b->st, NULL);
+    sqlite3_prepare_v2(b->s, "INSERT INTO bare VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", -1, &b->st, NULL);
 }
 
 static void bare_batch(bare *b, const trace_event *ev, size_t n) {
@@ -146,14 +152,26 @@ static void bare_batch(bare *b, const trace_event *ev, size_t n) {
         sqlite3_bind_int(st, 2, e->attempt);
         sqlite3_bind_int(st, 3, e->rank);
         sqlite3_bind_int(st, 4, e->step);
-        sqlite3_bind_int(st, 5, e->microbatch);
-        sqlite3_bind_int(st, 6, e->stage);
+        if (e->microbatch >= 0)
+            sqlite3_bind_int(st, 5, e->microbatch);
+        else
+            sqlite3_bind_null(st, 5);
+        if (e->stage >= 0)
+            sqlite3_bind_int(st, 6, e->stage);
+        else
+            sqlite3_bind_null(st, 6);
         sqlite3_bind_text(st, 7, trace_phase_name(e->phase), -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 8, (int64_t)e->start_ns);
         sqlite3_bind_int64(st, 9, (int64_t)e->end_ns);
-        sqlite3_bind_int(st, 10, e->peer);
+        if (e->peer >= 0)
+            sqlite3_bind_int(st, 10, e->peer);
+        else
+            sqlite3_bind_null(st, 10);
         sqlite3_bind_int64(st, 11, (int64_t)e->bytes);
         sqlite3_bind_text(st, 12, "cpu", -1, SQLITE_STATIC);
+        sqlite3_bind_null(st, 13);
+        sqlite3_bind_null(st, 14);
+        sqlite3_bind_int64(st, 15, e->wait_cpu_ns);
         sqlite3_step(st);
         sqlite3_reset(st);
     }
@@ -231,22 +249,28 @@ int main(int argc, char **argv) {
     /* Timeline window: 1% of the job's time, every rank, as the dashboard asks. */
     sqlite3 *rd;
     db_open_readonly(real, &rd, &err);
-    /* [0]: a user's window, naming no source; [1]: the dashboard's
-     * (web/routes_timeline.c), host spans only. */
+    /* [0]: a window naming no source; [1]: the dashboard's
+     * (web/routes_timeline.c), host spans only; both through event_runs
+     * (docs/schema.md, "Timeline window"). */
     static const char *const window_sql[2] = {
-        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM events"
-        " WHERE job_id=?1 AND rank=?2 AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns",
-        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM events"
-        " WHERE job_id=?1 AND rank=?2 AND source='cpu' AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns"};
+        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM " DB_RANK_ROWS(" AND end_ns >= ?3 AND start_ns < ?4")
+        " WHERE start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns",
+        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM "
+        DB_RANK_ROWS(" AND source = 'cpu' AND end_ns >= ?3 AND start_ns < ?4")
+        " WHERE start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns"};
     sqlite3_stmt *q[2];
-    char plan[2][256] = {"", ""};
+    char plan[2][512] = {"", ""};
     for (int k = 0; k < 2; k++) {
         sqlite3_prepare_v2(rd, window_sql[k], -1, &q[k], NULL);
-        char explain[512];
+        char explain[1024];
         snprintf(explain, sizeof explain, "EXPLAIN QUERY PLAN %s", window_sql[k]);
         sqlite3_stmt *e;
-        if (sqlite3_prepare_v2(rd, explain, -1, &e, NULL) == SQLITE_OK && sqlite3_step(e) == SQLITE_ROW)
-            snprintf(plan[k], sizeof plan[k], "%s", (const char *)sqlite3_column_text(e, 3));
+        /* every line of the plan: the runs, the rows, the sort */
+        if (sqlite3_prepare_v2(rd, explain, -1, &e, NULL) == SQLITE_OK)
+            while (sqlite3_step(e) == SQLITE_ROW) {
+                size_t at = strlen(plan[k]);
+                snprintf(plan[k] + at, sizeof plan[k] - at, "%s%s", at ? "; " : "", (const char *)sqlite3_column_text(e, 3));
+            }
         sqlite3_finalize(e);
     }
     int64_t span = (int64_t)steps * 50000000ll;

@@ -53,10 +53,10 @@ static void gpu_reset(db *d, int64_t job_id);
 struct db {
     sqlite3 *sql;
     char *path;
-    sqlite3_stmt *ins_event, *ins_events, *ins_loss, *ins_eval_loss, *set_mark, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
+    sqlite3_stmt *ins_event, *ins_events, *ins_run, *ins_loss, *ins_eval_loss, *set_mark, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
     /* db_insert_events' scratch, per record of a batch, kept for the next:
      * the rows of `events` in the order they are written (order, keys: by
-     * step and rank; *_tmp: the radix sort's other half), each record's
+     * step, rank and source; *_tmp: the radix sort's other half), each record's
      * events.id, and a SPAN's name as it was when the span came. */
     uint32_t *order, *order_tmp;
     uint64_t *keys, *keys_tmp;
@@ -186,6 +186,14 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     " pos INTEGER NOT NULL, PRIMARY KEY (job_id, ring)) WITHOUT ROWID;",
     /* 8 -> 9: a host record's wait for a core (NULL before) */
     "ALTER TABLE events ADD COLUMN wait_cpu_ns INTEGER;",
+    /* 9 -> 10: a rank's rows by time in runs of ids rather than an index
+     * entry per row (schema.sql); the runs of the rows already written. */
+    "DROP INDEX IF EXISTS events_by_time;"
+    "DROP TABLE IF EXISTS event_runs;"
+    "CREATE TABLE event_runs (job_id INTEGER NOT NULL, rank INTEGER NOT NULL, end_ns INTEGER NOT NULL,"
+    " first_id INTEGER NOT NULL, last_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, source TEXT NOT NULL,"
+    " PRIMARY KEY (job_id, rank, end_ns, first_id)) WITHOUT ROWID;"
+    DB_EVENT_RUNS_OF_ROWS ";",
 };
 
 /* Runs sql and sets user_version to `to` in one transaction, if the file
@@ -314,9 +322,14 @@ static int open_file(const char *path, db **out, pp_err *err) {
         db_fail(d, SQLITE_ERROR, "registering pprun_job_status", err);
         goto fail;
     }
-    /* "INSERT ... VALUES(15 ?),(15 ?),..." for one row and for DB_ROWS_PER_INSERT. */
+    /* "INSERT ... VALUES(15 ?),(15 ?),..." for one row and for DB_ROWS_PER_INSERT.
+     * OR FAIL, not the default ABORT: a statement of many rows that may
+     * abort half way makes SQLite copy every page it first touches into a
+     * statement journal, to undo the rows it wrote; a failed batch is
+     * rolled back whole anyway (db_insert_events_marked), and a full disk
+     * without that journal rolls back the transaction itself. */
     static const char head[] =
-        "INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,name,"
+        "INSERT OR FAIL INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source,name,"
         "optim_bytes,wait_cpu_ns)"
         " VALUES";
     static const char one[] = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?),";
@@ -328,6 +341,10 @@ static int open_file(const char *path, db **out, pp_err *err) {
     rows[sizeof head - 1 + sizeof one - 2] = 0; /* the first row alone */
     if (prepare(d, rows, &d->ins_event, err) != 0 ||
         prepare(d, "SELECT coalesce(max(id), 0) FROM events", &d->max_event_id, err) != 0 ||
+        prepare(d,
+                "INSERT INTO event_runs(job_id,rank,end_ns,first_id,last_id,start_ns,source)"
+                " VALUES(?1,?2,?3,?4,?5,?6,?7)",
+                &d->ins_run, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
                 &d->ins_loss, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO eval_losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
@@ -357,6 +374,7 @@ void db_close(db *d) {
     if (!d) return;
     sqlite3_finalize(d->ins_event);
     sqlite3_finalize(d->ins_events);
+    sqlite3_finalize(d->ins_run);
     sqlite3_finalize(d->max_event_id);
     sqlite3_finalize(d->ins_loss);
     sqlite3_finalize(d->ins_eval_loss);
@@ -512,6 +530,11 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
         {"events", "wait_cpu_ns",
          "CREATE TEMP VIEW IF NOT EXISTS events AS SELECT *, NULL AS wait_cpu_ns FROM main.events"},
         {"eval_losses", NULL, "CREATE TEMP VIEW IF NOT EXISTS eval_losses AS SELECT * FROM main.losses WHERE 0"},
+        /* a run per row: the same rows found, through the file's own
+         * events_by_time (start_ns < hi ranges over it) */
+        {"event_runs", NULL,
+         "CREATE TEMP VIEW IF NOT EXISTS event_runs AS SELECT job_id, rank, end_ns, id AS first_id, id AS last_id,"
+         " start_ns, source FROM main.events"},
     };
     const char *file = sqlite3_db_filename(sql, "main");
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
@@ -524,6 +547,19 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
     if (alive_register(sql) != 0)
         return pp_fail(err, "%s: cannot register pprun_job_status: %s", file, sqlite3_errmsg(sql));
     return 0;
+}
+
+int db_reader_refresh(sqlite3 *sql) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(sql, "SELECT count(*) FROM temp.sqlite_master WHERE type = 'view' AND name = 'event_runs'",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    int view = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    if (view <= 0) return view;
+    int lacks = db_file_lacks(sql, "event_runs", NULL);
+    if (lacks != 0) return lacks < 0 ? -1 : 0;
+    return sqlite3_exec(sql, "DROP VIEW temp.event_runs", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
 static void iso_now(char buf[64]) {
@@ -802,11 +838,12 @@ static int scratch_reserve(db *d, size_t n) {
 static int is_row(const trace_event *e) { return e->phase < TRACE_LOSS; }
 
 /* The batch's rows in d->order, as indexes into ev: by step, then rank,
- * each rank's in the order they came (its ring's order). SQLite's cost of a
- * row is mostly its index entries: in this order a rank's rows are
- * neighbours in events_by_time and a step's are appended to
+ * then source (host spans first), each rank's in the order they came (its
+ * ring's order). In this order a step's rows are appended to
  * events_by_step, where arrival order (ring after ring, each rank a few
- * records at a time at 1,024 ranks) jumps from leaf to leaf. A stable LSD
+ * records at a time at 1,024 ranks) jumps from leaf to leaf, and a
+ * rank's rows of one source are a run of ids, a row of event_runs, not
+ * one per record or two (host and gpu spans alternate). A stable LSD
  * radix sort, a byte per pass, skipping bytes that are the same in every
  * key: a batch spans a few steps and ranks, so two or three passes.
  * Returns the count of rows. */
@@ -816,7 +853,8 @@ static size_t order_rows(db *d, const trace_event *ev, size_t n) {
         if (is_row(&ev[i])) {
             d->span_name[i] = NULL;
             d->order[m] = (uint32_t)i;
-            d->keys[m++] = (uint64_t)(uint32_t)ev[i].step << 32 | (uint32_t)ev[i].rank;
+            d->keys[m++] = (uint64_t)(uint32_t)ev[i].step << 32 |
+                           (uint32_t)((uint32_t)ev[i].rank << 1 | (ev[i].source == TRACE_SRC_GPU));
         }
     uint32_t *a = d->order, *b = d->order_tmp;
     uint64_t *ka = d->keys, *kb = d->keys_tmp;
@@ -921,6 +959,33 @@ static int insert_rows(db *d, int64_t job_id, const trace_event *ev, size_t m, i
     return rc;
 }
 
+/* The runs of the m rows of d->order (ids first ..) into event_runs: each
+ * stretch of one rank's rows of one source. An SQLite result code. */
+static int insert_runs(db *d, int64_t job_id, const trace_event *ev, size_t m, int64_t first) {
+    int rc = SQLITE_DONE;
+    for (size_t k = 0, end; k < m && rc == SQLITE_DONE; k = end) {
+        const trace_event *a = &ev[d->order[k]];
+        int64_t off = offset_of(d, job_id, a->rank), lo = (int64_t)a->start_ns + off, hi = (int64_t)a->end_ns + off;
+        for (end = k + 1; end < m; end++) {
+            const trace_event *e = &ev[d->order[end]];
+            if (e->rank != a->rank || (e->source == TRACE_SRC_GPU) != (a->source == TRACE_SRC_GPU)) break;
+            if ((int64_t)e->start_ns + off < lo) lo = (int64_t)e->start_ns + off;
+            if ((int64_t)e->end_ns + off > hi) hi = (int64_t)e->end_ns + off;
+        }
+        sqlite3_stmt *st = d->ins_run;
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int(st, 2, a->rank);
+        sqlite3_bind_int64(st, 3, hi);
+        sqlite3_bind_int64(st, 4, first + (int64_t)k);
+        sqlite3_bind_int64(st, 5, first + (int64_t)end - 1);
+        sqlite3_bind_int64(st, 6, lo);
+        sqlite3_bind_text(st, 7, source_names[a->source == TRACE_SRC_GPU], -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        sqlite3_reset(st);
+    }
+    return rc;
+}
+
 /* The id the next row of `events` gets, read under the write lock (other
  * runs may write the same file between batches). */
 static int next_event_id(db *d, int64_t *id) {
@@ -1009,6 +1074,7 @@ int db_insert_events_marked(db *d, int64_t job_id, const trace_event *ev, size_t
         }
     }
     if (rc == SQLITE_DONE) rc = insert_rows(d, job_id, ev, m, first);
+    if (rc == SQLITE_DONE) rc = insert_runs(d, job_id, ev, m, first);
     if (rc == SQLITE_DONE) rc = set_marks(d, job_id, marks, nmarks);
     for (size_t k = 0; k < m; k++) {
         uint32_t i = d->order[k];

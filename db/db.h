@@ -18,8 +18,32 @@
 
 /* 2: ranks.cupti_dropped, source in events_by_time; 3: step_stats.act_peak_bytes; 4: step_idle;
  * 5: events.name (a program's named spans); 6: events.optim_bytes, eval_losses;
- * 7: events_by_step on (job_id, step, attempt); 8: ring_marks; 9: events.wait_cpu_ns */
-#define DB_SCHEMA_VERSION 9
+ * 7: events_by_step on (job_id, step, attempt); 8: ring_marks; 9: events.wait_cpu_ns;
+ * 10: event_runs, for events_by_time */
+#define DB_SCHEMA_VERSION 10
+
+/* event_runs of the rows of `events` (into an empty event_runs): a rank's
+ * rows of one source whose ids follow each other, found by numbering them
+ * in id order (id minus that number is the same along a run); one pass
+ * and a sort of the rows. The migration to version 10 runs it, and so may
+ * whatever writes rows without db_insert_events (a test's fixture). */
+#define DB_EVENT_RUNS_OF_ROWS                                                                                          \
+    "INSERT INTO event_runs(job_id, rank, end_ns, first_id, last_id, start_ns, source)"                                \
+    " SELECT job_id, rank, max(end_ns), min(id), max(id), min(start_ns), source FROM"                                  \
+    " (SELECT job_id, rank, source, id, start_ns, end_ns,"                                                             \
+    "   id - row_number() OVER (PARTITION BY job_id, rank, source ORDER BY id) AS run FROM main.events)"               \
+    " GROUP BY job_id, rank, source, run"
+
+/* A rank's rows of `events` through event_runs (schema.sql), for a FROM:
+ * "SELECT ... FROM " DB_RANK_ROWS(" AND end_ns >= ?3 AND start_ns < ?4")
+ * " WHERE start_ns >= ?3 AND start_ns < ?4" is the rank's rows that start in
+ * [?3, ?4). ?1 is the job, ?2 the rank; runs_where narrows the runs (their
+ * source, their span), the outer WHERE the rows. A run holds rows of that
+ * job, rank and source alone, so the rows need no job or rank condition;
+ * CROSS JOIN keeps the runs outside, the rows a rowid range each. */
+#define DB_RANK_ROWS(runs_where)                                                                                       \
+    "(SELECT first_id AS run_first, last_id AS run_last FROM event_runs WHERE job_id = ?1 AND rank = ?2" runs_where    \
+    ") CROSS JOIN events ON id BETWEEN run_first AND run_last"
 
 typedef struct db db;
 
@@ -58,6 +82,12 @@ int64_t db_newest_job(sqlite3 *sql, pp_err *err);
  * pprun_job_status and pprun_job_failure (db/alive.h), which tell a job
  * whose launcher is gone. The file itself is never written. Returns 0 or -1. */
 int db_reader_init(sqlite3 *sql, pp_err *err);
+/* For a reading connection kept open (pprun serve's pool) while a writer
+ * migrated the file to version 10: drops its temp view event_runs (a run
+ * per row, through the old events_by_time, which the migration dropped)
+ * so that the file's own event_runs serves it. Other temp views stay: they
+ * give the same rows as the file's columns. Returns 0 or -1. */
+int db_reader_refresh(sqlite3 *sql);
 /* 1 when the file's own table lacks column (and exists), or when column is
  * NULL and the file has no such table; 0 when not, -1 on error. Temp views
  * (db_reader_init) do not count: this is about the file. */

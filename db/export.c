@@ -446,13 +446,13 @@ static void put_process(chrome_export *x, int node, const char *host) {
 }
 
 /* Ranks: from the ranks table, and any rank that only has events (found
- * one index lookup per rank: DISTINCT would read every event's entry).
- * Each new node gets its process. */
+ * one lookup of event_runs' key per rank: DISTINCT would read every
+ * event). Each new node gets its process. */
 static int read_ranks(chrome_export *x, pp_err *err) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(x->db,
-                           "WITH RECURSIVE er(rank) AS (SELECT min(rank) FROM events WHERE job_id=?1 UNION ALL"
-                           " SELECT (SELECT min(rank) FROM events WHERE job_id=?1 AND rank > er.rank) FROM er"
+                           "WITH RECURSIVE er(rank) AS (SELECT min(rank) FROM event_runs WHERE job_id=?1 UNION ALL"
+                           " SELECT (SELECT min(rank) FROM event_runs WHERE job_id=?1 AND rank > er.rank) FROM er"
                            " WHERE er.rank IS NOT NULL)"
                            " SELECT rank, max(node), max(host) FROM (SELECT rank, node, host FROM ranks WHERE job_id=?1"
                            " UNION ALL SELECT rank, 0, NULL FROM er WHERE rank IS NOT NULL)"

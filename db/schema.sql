@@ -1,10 +1,10 @@
--- schema.sql: the trace database (docs/design.md §7), version 9 (PRAGMA user_version).
+-- schema.sql: the trace database (docs/design.md §7), version 10 (PRAGMA user_version).
 -- A new file gets this whole script; an older file is brought up by the
 -- migrations in db/db.c (version 1 -> 2: ranks.cupti_dropped, source in
 -- events_by_time; 2 -> 3: step_stats.act_peak_bytes; 3 -> 4: step_idle;
 -- 4 -> 5: events.name; 5 -> 6: events.optim_bytes, eval_losses;
 -- 6 -> 7: events_by_step on (job_id, step, attempt); 7 -> 8: ring_marks;
--- 8 -> 9: events.wait_cpu_ns).
+-- 8 -> 9: events.wait_cpu_ns; 9 -> 10: event_runs for events_by_time).
 --
 -- One writer (the launcher's collector), any number of readers (WAL).
 -- Times: every *_ns column is on the job clock: the master node's
@@ -70,16 +70,33 @@ CREATE TABLE IF NOT EXISTS events (
   optim_bytes INTEGER,                   -- OPT: how many of its bytes are optimizer state (with --zero1 the shard) or NULL (version 6)
   wait_cpu_ns INTEGER                    -- host records: ns the thread waited for a core since its previous record, else NULL (version 9)
 );
--- Timeline readers ask for one source (host spans, or the GPU lane's gpu
--- spans) of a rank's window: with source in the index they filter without
--- reading the table (counts are index-only); after start_ns, so that a
--- user's window query that names no source still ranges over start_ns.
-CREATE INDEX IF NOT EXISTS events_by_time ON events(job_id, rank, start_ns, source);
+-- No index by rank and time: an index entry per row whose key arrival
+-- order scatters (a batch holds every rank's rows) cost as much as the row
+-- itself (docs/schema.md, "Ingest"); a rank's time windows are found in
+-- event_runs, a row per run of its rows, instead (version 10).
 -- A step's rows, and its latest attempt's: the analyses read those alone,
 -- and find the latest attempt in the index (max(attempt) is one seek). No
 -- rank: a batch's rows of a step then go in at one place, the end of the
 -- step, rather than at every rank's (1,024 places at 1,024 ranks) (version 7).
 CREATE INDEX IF NOT EXISTS events_by_step ON events(job_id, step, attempt);
+
+-- Where a rank's rows are, by time: one row per run of events.id
+-- first_id..last_id that holds rows of this rank alone (a batch's rows of
+-- one step, rank and source are such a run), with the least start_ns and
+-- the greatest end_ns of its rows. A rank's rows in a window [lo, hi) are
+-- in the runs with end_ns >= lo AND start_ns < hi: a range of this key
+-- from lo on, then a range of rowids each (docs/schema.md, "Timeline
+-- window"). Written with the rows, in the same transaction (version 10).
+CREATE TABLE IF NOT EXISTS event_runs (
+  job_id   INTEGER NOT NULL,
+  rank     INTEGER NOT NULL,
+  end_ns   INTEGER NOT NULL,             -- greatest end_ns of the run's rows
+  first_id INTEGER NOT NULL,             -- events.id of its first row
+  last_id  INTEGER NOT NULL,             -- and of its last
+  start_ns INTEGER NOT NULL,             -- least start_ns of its rows
+  source   TEXT NOT NULL,                -- cpu | gpu: the source of every row of the run
+  PRIMARY KEY (job_id, rank, end_ns, first_id)
+) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS losses (
   job_id     INTEGER NOT NULL,

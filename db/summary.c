@@ -175,13 +175,15 @@ static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
 }
 
 /* Weights, gradients and optimizer state do not change during a job: each
- * rank's latest OPT span tells them (walked back from its last event; a
- * rank killed in its optimizer step still has the step before). Then each
- * rank's peak memory: that plus its activations at peak. */
+ * rank's latest OPT span tells them (walked back from its last run of host
+ * spans, event_runs; a rank killed in its optimizer step still has the
+ * step before). Then each rank's peak memory: that plus its activations at
+ * peak. */
 static int read_state(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT bytes FROM events WHERE job_id=?1 AND rank=?2 AND phase='OPT' AND source='cpu'"
-                    " ORDER BY start_ns DESC LIMIT 1",
+    if (prepare(db, "SELECT e.bytes FROM event_runs r CROSS JOIN events e ON e.id BETWEEN r.first_id AND r.last_id"
+                    " WHERE r.job_id=?1 AND r.rank=?2 AND r.source='cpu' AND e.phase='OPT'"
+                    " ORDER BY r.end_ns DESC, e.start_ns DESC LIMIT 1",
                 s->job_id, &st, err) != 0)
         return -1;
     int rc = SQLITE_DONE;

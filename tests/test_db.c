@@ -336,7 +336,7 @@ static size_t events_with_held_bytes(int step, int64_t base, trace_event *ev) {
 
 Test(db, a_new_file_has_step_stats_act_peak_bytes_last) {
     db *d = open_fresh("v3.db");
-    cr_assert_eq(DB_SCHEMA_VERSION, 9);
+    cr_assert_eq(DB_SCHEMA_VERSION, 10);
     cr_assert_str_eq(columns_of(db_sqlite(d), "step_stats"),
                      "job_id:INTEGER:-,step:INTEGER:-,rank:INTEGER:-,start_ns:INTEGER:-,end_ns:INTEGER:-,"
                      "busy_ns:INTEGER:-,bubble_ns:INTEGER:-,bubble_ratio:REAL:-,act_peak_bytes:INTEGER:0");
@@ -663,4 +663,121 @@ Test(db, readers_read_a_database_in_a_read_only_directory) {
     char *text = fixture_read_file(errpath);
     cr_assert_eq(rc, 0, "stats, query and export of a read-only directory's database: %s", text ? text : "");
     free(text);
+}
+
+/* Rows of job 1, rank `rank` starting in [lo, hi) (of one source, or any
+ * with source NULL): their count * 2^32 + the sum of their ids, through
+ * event_runs (DB_RANK_ROWS, as the timeline reads them) or by a scan of
+ * events. */
+static int64_t window_print(sqlite3 *s, int via_runs, int rank, const char *source, int64_t lo, int64_t hi) {
+    char sql[1024];
+    char src[64] = "";
+    if (source) snprintf(src, sizeof src, " AND source = '%s'", source);
+    if (via_runs)
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) * 4294967296 + coalesce(sum(id), 0) FROM " DB_RANK_ROWS(
+                     "%s AND end_ns >= ?3 AND start_ns < ?4") " WHERE start_ns >= ?3 AND start_ns < ?4",
+                 src);
+    else
+        snprintf(sql, sizeof sql,
+                 "SELECT count(*) * 4294967296 + coalesce(sum(id), 0) FROM events NOT INDEXED WHERE job_id = ?1"
+                 " AND rank = ?2%s AND start_ns >= ?3 AND start_ns < ?4",
+                 src);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    sqlite3_bind_int64(st, 1, 1);
+    sqlite3_bind_int(st, 2, rank);
+    sqlite3_bind_int64(st, 3, lo);
+    sqlite3_bind_int64(st, 4, hi);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+Test(db, event_runs_hold_every_row_once_and_windows_through_them_match_a_scan) {
+    db *d = open_fresh("runs.db");
+    pp_err err;
+    db_job_info j = {.name = "runs",
+                     .nnodes = 1,
+                     .world_size = 4,
+                     .schedule = "1f1b",
+                     .microbatches = 4,
+                     .virtual_stages = 1,
+                     .stages = 4,
+                     .steps = 3,
+                     .model = "timed",
+                     .device = "cpu",
+                     .t0_ns = 1000};
+    int64_t job;
+    cr_assert_eq(db_create_job(d, &j, &job, &err), 0, "%s", err.msg);
+    cr_assert_eq(job, 1);
+    cr_assert_eq(db_set_clock_offset(d, job, 1, 5000, &err), 0, "%s", err.msg); /* rank 1's node is 5 us behind */
+    /* Three batches in arrival order (rank after rank, a record at a time),
+     * every third record a gpu span; a batch ends inside a step, so a
+     * rank's rows of a step come in two batches. */
+    enum { RANKS = 4, PER_RANK = 90, BATCHES = 3 };
+    trace_event ev[RANKS * PER_RANK];
+    for (int b = 0; b < BATCHES; b++) {
+        size_t n = 0;
+        for (int i = 0; i < PER_RANK; i++)
+            for (int r = 0; r < RANKS; r++) {
+                int k = b * PER_RANK + i; /* the rank's record number */
+                uint64_t start = 1000000 + (uint64_t)k * 10000 + (uint64_t)r * 1000;
+                ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
+                                        .phase = TRACE_F,
+                                        .rank = r,
+                                        .stage = r,
+                                        .step = k / 100,
+                                        .microbatch = k % 4,
+                                        .peer = -1,
+                                        .start_ns = start,
+                                        .end_ns = start + 7000 + (uint64_t)(k % 5) * 4000,
+                                        .source = k % 3 == 2 ? TRACE_SRC_GPU : TRACE_SRC_CPU};
+            }
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    }
+    sqlite3 *s = db_sqlite(d);
+    int64_t rows = tfix_q_int(s, "SELECT count(*) FROM events");
+    cr_assert_eq(rows, RANKS * PER_RANK * BATCHES);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(last_id - first_id + 1) FROM event_runs"), rows, "every row once");
+    cr_assert_eq(tfix_q_int(s,
+                            "SELECT count(*) FROM events e JOIN event_runs r ON e.id BETWEEN r.first_id AND r.last_id"
+                            " AND r.job_id = e.job_id AND r.rank = e.rank AND r.source = e.source"
+                            " AND e.start_ns >= r.start_ns AND e.end_ns <= r.end_ns"),
+                 rows, "in a run of its own rank and source, which spans it (clock offset included)");
+    cr_assert_eq(
+        tfix_q_int(s, "SELECT max(n) FROM (SELECT count(*) AS n FROM event_runs GROUP BY job_id, rank, source)"),
+        1 + 2 + 2, "a run per batch, step, rank and source (steps 0; 0, 1; 1, 2), not per record");
+    /* Windows of every size and place, each rank, each source and both:
+     * the same rows as a scan. */
+    static const char *const sources[] = {NULL, "cpu", "gpu"};
+    int nonempty = 0;
+    for (int64_t lo = 900000; lo < 4000000; lo += 123457)
+        for (int64_t len = 1; len < 3000000; len *= 37)
+            for (int r = 0; r < RANKS; r++)
+                for (int k = 0; k < 3; k++) {
+                    int64_t want = window_print(s, 0, r, sources[k], lo, lo + len);
+                    cr_assert_eq(window_print(s, 1, r, sources[k], lo, lo + len), want, "rank %d, %s, [%lld, %lld)", r,
+                                 sources[k] ? sources[k] : "any", (long long)lo, (long long)(lo + len));
+                    nonempty += want != 0;
+                }
+    cr_assert_gt(nonempty, 100);
+    /* served by event_runs' key, then a rowid range per run */
+    char plan[1024] = "";
+    sqlite3_stmt *st;
+    cr_assert_eq(
+        sqlite3_prepare_v2(s,
+                           "EXPLAIN QUERY PLAN SELECT id FROM " DB_RANK_ROWS(
+                               " AND end_ns >= ?3 AND start_ns < ?4") " WHERE start_ns >= ?3 AND start_ns < ?4",
+                           -1, &st, NULL),
+        SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        strncat(plan, (const char *)sqlite3_column_text(st, 3), sizeof plan - strlen(plan) - 2);
+        strcat(plan, ";");
+    }
+    sqlite3_finalize(st);
+    cr_assert(strstr(plan, "SEARCH event_runs USING PRIMARY KEY (job_id=? AND rank=? AND end_ns>?)"), "%s", plan);
+    cr_assert(strstr(plan, "SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"), "%s", plan);
+    db_close(d);
 }

@@ -1,8 +1,9 @@
-/* test_db_migrate.c: a file of schema version 6 (events_by_step on
- * (job_id, step, rank)) opens, migrates to the newest version (on (job_id, step,
- * attempt)) and gives the same answers to every query docs/schema.md
- * shows, read as `pprun query` reads; readers that never write read the
- * version 6 file as it is. The job: four steps of a 16-rank interleaved
+/* test_db_migrate.c: files of schema version 6 (events_by_step on
+ * (job_id, step, rank)) and 9 (events_by_time, no event_runs) open,
+ * migrate to the newest version (events_by_step on (job_id, step, attempt),
+ * event_runs built from the rows) and give the same answers to every query
+ * docs/schema.md shows, read as `pprun query` reads; readers that never
+ * write read the old file as it is. The job: four steps of a 16-rank interleaved
  * 1F1B pipeline (bench/loadgen.h's stream), its plan, a gpu span with its
  * kernels and a named span, analysed. */
 #define LOADGEN_IMPLEMENTATION
@@ -183,21 +184,17 @@ static char *q_text(sqlite3 *s, const char *sql) {
     return t;
 }
 
-Test(db_migrate, a_version_6_file_upgrades_and_answers_every_documented_query_the_same, .init = usersql_first,
-     .timeout = 120) {
-    const char *p = tfix_path("v6.db");
+/* The job in a new file, made into one of `version` by `downgrade`, read
+ * before and after db_open migrates it: every documented query gives the
+ * same answer, the analyses the same figures. */
+static void upgrades_and_answers_the_same(const char *name, const char *downgrade, int version) {
+    const char *p = tfix_path(name);
     char path[512];
     snprintf(path, sizeof path, "%s", p);
     make_job(path);
-    /* Version 6 as its schema.sql made it: the file differs from a new one
-     * in this index, and in what later versions added (ring_marks,
-     * events.wait_cpu_ns). */
     sqlite3 *s;
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "DROP INDEX events_by_step; CREATE INDEX events_by_step ON events(job_id, step, rank);"
-                                 "DROP TABLE ring_marks; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
-                                 "PRAGMA user_version = 6;", NULL, NULL, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(s));
+    cr_assert_eq(sqlite3_exec(s, downgrade, NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
 
     char *queries[32];
@@ -213,8 +210,24 @@ Test(db_migrate, a_version_6_file_upgrades_and_answers_every_documented_query_th
     pp_err err;
     cr_assert_eq(db_open_readonly(path, &r, &err), 0, "%s", err.msg);
     sqlite3_close(r);
+    /* A reader kept open across the migration (pprun serve's pool): its
+     * rank 3's rows, through its temp view of a run per row. */
+    sqlite3 *kept;
+    cr_assert_eq(usersql_open(path, &kept, &err), 0, "%s", err.msg);
+    static const char rank_rows[] = "SELECT count(*) * 1000003 + sum(id) FROM " DB_RANK_ROWS(" AND end_ns >= 0")
+        " WHERE 1 = 1";
+    int64_t views = tfix_q_int(kept, "SELECT count(*) FROM temp.sqlite_master WHERE name = 'event_runs'");
+    cr_assert_eq(views, 1, "an old file's reader has a view of runs");
+    sqlite3_stmt *kq;
+    cr_assert_eq(sqlite3_prepare_v2(kept, rank_rows, -1, &kq, NULL), SQLITE_OK, "%s", sqlite3_errmsg(kept));
+    sqlite3_bind_int(kq, 1, 1);
+    sqlite3_bind_int(kq, 2, 3);
+    cr_assert_eq(sqlite3_step(kq), SQLITE_ROW);
+    int64_t rank3 = sqlite3_column_int64(kq, 0);
+    sqlite3_finalize(kq);
+    cr_assert_gt(rank3, 0);
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), 6, "readers never write the file");
+    cr_assert_eq(tfix_q_int(s, "PRAGMA user_version"), version, "readers never write the file");
     int64_t stats = tfix_q_int(s, "SELECT sum(busy_ns * 7 + bubble_ns * 3 + act_peak_bytes) FROM step_stats");
     sqlite3_close(s);
 
@@ -242,6 +255,38 @@ Test(db_migrate, a_version_6_file_upgrades_and_answers_every_documented_query_th
     cr_assert(strstr(plan, "SEARCH events USING INDEX events_by_step (job_id=? AND step=? AND attempt=?)"), "%s",
               plan);
     cr_assert(strstr(plan, "SEARCH events USING COVERING INDEX events_by_step (job_id=? AND step=?)"), "%s", plan);
+    /* The rows already written, in runs: each once, in a run of its own
+     * rank and source that spans it; a window comes through their key. */
+    int64_t rows = tfix_q_int(s, "SELECT count(*) FROM events");
+    cr_assert_gt(rows, 1000);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(last_id - first_id + 1) FROM event_runs"), rows);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events e JOIN event_runs r ON e.id BETWEEN r.first_id AND r.last_id"
+                               " AND r.job_id = e.job_id AND r.rank = e.rank AND r.source = e.source"
+                               " AND e.start_ns >= r.start_ns AND e.end_ns <= r.end_ns"),
+                 rows);
+    cr_assert_lt(tfix_q_int(s, "SELECT count(*) FROM event_runs"), rows / 10, "runs, not rows");
+    plan[0] = 0;
+    cr_assert_eq(sqlite3_prepare_v2(s, "EXPLAIN QUERY PLAN SELECT id FROM " DB_RANK_ROWS(" AND end_ns >= 5 AND start_ns < 9")
+                                       " WHERE start_ns >= 5 AND start_ns < 9", -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(s));
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        strncat(plan, (const char *)sqlite3_column_text(st, 3), sizeof plan - strlen(plan) - 2);
+        strcat(plan, ";");
+    }
+    sqlite3_finalize(st);
+    cr_assert(strstr(plan, "SEARCH event_runs USING PRIMARY KEY (job_id=? AND rank=? AND end_ns>?)"), "%s", plan);
+    /* The kept reader, refreshed as the pool does, reads the file's runs:
+     * the same rows of rank 3. */
+    cr_assert_eq(db_reader_refresh(kept), 0);
+    cr_assert_eq(tfix_q_int(kept, "SELECT count(*) FROM temp.sqlite_master WHERE name = 'event_runs'"), 0);
+    cr_assert_eq(sqlite3_prepare_v2(kept, rank_rows, -1, &kq, NULL), SQLITE_OK, "%s", sqlite3_errmsg(kept));
+    sqlite3_bind_int(kq, 1, 1);
+    sqlite3_bind_int(kq, 2, 3);
+    cr_assert_eq(sqlite3_step(kq), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int64(kq, 0), rank3);
+    sqlite3_finalize(kq);
+    cr_assert_eq(db_reader_refresh(kept), 0, "again: nothing to do");
+    sqlite3_close(kept);
     cr_assert_eq(db_analyze_job(d, 1, &err), 0, "%s", err.msg);
     cr_assert_eq(tfix_q_int(s, "SELECT sum(busy_ns * 7 + bubble_ns * 3 + act_peak_bytes) FROM step_stats"), stats,
                  "analysed again, the same");
@@ -254,4 +299,28 @@ Test(db_migrate, a_version_6_file_upgrades_and_answers_every_documented_query_th
         free(before[i]);
         free(queries[i]);
     }
+}
+
+/* Version 6 as its schema.sql made it: the file differs from a new one in
+ * events_by_step, and in what later versions added (ring_marks,
+ * events.wait_cpu_ns, event_runs for events_by_time). */
+Test(db_migrate, a_version_6_file_upgrades_and_answers_every_documented_query_the_same, .init = usersql_first,
+     .timeout = 120) {
+    upgrades_and_answers_the_same("v6.db",
+                                  "DROP INDEX events_by_step; CREATE INDEX events_by_step ON events(job_id, step, rank);"
+                                  "DROP TABLE ring_marks; ALTER TABLE events DROP COLUMN wait_cpu_ns;"
+                                  "DROP TABLE event_runs;"
+                                  "CREATE INDEX events_by_time ON events(job_id, rank, start_ns, source);"
+                                  "PRAGMA user_version = 6;",
+                                  6);
+}
+
+/* Version 9: events_by_time, no event_runs. */
+Test(db_migrate, a_version_9_file_upgrades_and_answers_every_documented_query_the_same, .init = usersql_first,
+     .timeout = 120) {
+    upgrades_and_answers_the_same("v9.db",
+                                  "DROP TABLE event_runs;"
+                                  "CREATE INDEX events_by_time ON events(job_id, rank, start_ns, source);"
+                                  "PRAGMA user_version = 9;",
+                                  9);
 }

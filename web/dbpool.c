@@ -37,7 +37,9 @@ sqlite3 *dbpool_get(dbpool *p, pp_err *err) {
     pthread_mutex_lock(&p->mu);
     sqlite3 *db = p->nidle > 0 ? p->idle[--p->nidle] : NULL;
     pthread_mutex_unlock(&p->mu);
-    if (db) return db;
+    /* A kept connection outlives a writer's migration of the file. */
+    if (db && db_reader_refresh(db) == 0) return db;
+    sqlite3_close(db);
     if (usersql_open(p->path, &db, err) != 0) return NULL;
     return db;
 }

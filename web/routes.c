@@ -112,8 +112,8 @@ int64_t routes_timeline_end(sqlite3 *db, const job_info *j) {
     sqlite3_stmt *st;
     int64_t end = 0;
     if (sqlite3_prepare_v2(db,
-                           "SELECT max(end_ns) FROM (SELECT end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' "
-                           "ORDER BY start_ns DESC LIMIT 8)",
+                           "SELECT end_ns FROM event_runs WHERE job_id=?1 AND rank=?2 AND source='cpu' "
+                           "ORDER BY end_ns DESC LIMIT 1",
                            -1, &st, NULL) != SQLITE_OK)
         return 0;
     for (int rank = 0; rank < j->world; rank++) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "db/analyze.h"
+#include "db/db.h"
 #include "db/summary.h"
 #include "report/sql.h"
 #include "web/routes.h"
@@ -58,14 +59,26 @@ typedef int (*window_row_fn)(sqlite3_stmt *st, int rank, int64_t start, int64_t 
 /* The rows of a window [from, to), rank by rank for the ranks in mask: the
  * few (at most 8) that started before it and still run into it, then those
  * that start in it, each in start order. `select` is the query up to its
- * window condition: columns (start_ns and end_ns at tcol and tcol + 1) and
- * a WHERE that binds ?1 job and ?2 rank. Returns -1 with r filled when a
- * query cannot be prepared. */
+ * window condition: columns (start_ns and end_ns at tcol and tcol + 1) and,
+ * for kernels (source NULL), a FROM and a WHERE that binds ?1 job and ?2
+ * rank; for events, its columns alone: the rows of that source come
+ * through event_runs (DB_RANK_ROWS), the runs that end in or after the
+ * window's start. Returns -1 with r filled when a query cannot be
+ * prepared. */
 static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
-                       const char *select, int tcol, window_row_fn row, void *ctx, reply *r) {
+                       const char *select, const char *source, int tcol, window_row_fn row, void *ctx, reply *r) {
     char sql[2][1024];
-    snprintf(sql[0], sizeof sql[0], "%s AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8", select);
-    snprintf(sql[1], sizeof sql[1], "%s AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns", select);
+    if (source) {
+        snprintf(sql[0], sizeof sql[0],
+                 "%s FROM " DB_RANK_ROWS(" AND source='%s' AND end_ns>?3 AND start_ns<?3")
+                 " WHERE start_ns<?3 ORDER BY start_ns DESC LIMIT 8", select, source);
+        snprintf(sql[1], sizeof sql[1],
+                 "%s FROM " DB_RANK_ROWS(" AND source='%s' AND end_ns>=?3 AND start_ns<?4")
+                 " WHERE start_ns>=?3 AND start_ns<?4 ORDER BY start_ns", select, source);
+    } else {
+        snprintf(sql[0], sizeof sql[0], "%s AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8", select);
+        snprintf(sql[1], sizeof sql[1], "%s AND start_ns>=?3 AND start_ns<?4 ORDER BY start_ns", select);
+    }
     sqlite3_stmt *q[2] = {routes_prep(db, sql[0], r), NULL};
     if (q[0]) q[1] = routes_prep(db, sql[1], r);
     if (!q[1]) {
@@ -153,9 +166,8 @@ static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char 
     jw_arr(w);
     span_rows o = {w, 0, -1, -1};
     window_rows(db, j, mask, from, to,
-                "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns "
-                "FROM events WHERE job_id=?1 AND rank=?2 AND source='gpu'",
-                5, gpu_span_row, &o, r);
+                "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns", "gpu", 5,
+                gpu_span_row, &o, r);
     jw_arr_end(w);
     jw_kint(w, "gpu_count", o.count);
 }
@@ -184,8 +196,8 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
     span_rows o = {w, 0, -1, -1};
     window_rows(db, j, mask, from, to,
                 "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns, "
-                "coalesce(peer,-1), coalesce(bytes,0), name FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu'",
-                6, event_row, &o, r);
+                "coalesce(peer,-1), coalesce(bytes,0), name",
+                "cpu", 6, event_row, &o, r);
     jw_arr_end(w);
     jw_kint(w, "count", o.count);
 
@@ -231,8 +243,9 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     size_t cells = (size_t)j->world * (size_t)nbuckets * BIN_CLASSES;
     int64_t *acc = calloc(cells, sizeof *acc);
     sqlite3_stmt *st = routes_prep(db,
-                                   "SELECT phase, start_ns, end_ns FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' AND "
-                                   "start_ns>=?3 AND start_ns<?4",
+                                   "SELECT phase, start_ns, end_ns FROM "
+                                   DB_RANK_ROWS(" AND source='cpu' AND end_ns>=?3 AND start_ns<?4")
+                                   " WHERE start_ns>=?3 AND start_ns<?4",
                                    r);
     if (!acc || !st) {
         free(acc);
@@ -432,8 +445,9 @@ static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char 
                             int64_t cap) {
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db,
-                           "SELECT count(*) FROM (SELECT 1 FROM events WHERE job_id=?1 AND rank=?2 AND source='cpu' AND "
-                           "start_ns>=?3 AND start_ns<?4 LIMIT ?5)",
+                           "SELECT count(*) FROM (SELECT 1 FROM "
+                           DB_RANK_ROWS(" AND source='cpu' AND end_ns>=?3 AND start_ns<?4")
+                           " WHERE start_ns>=?3 AND start_ns<?4 LIMIT ?5)",
                            -1, &st, NULL) != SQLITE_OK)
         return cap;
     int64_t total = 0;
@@ -608,8 +622,8 @@ void route_kernels(route_req *q, reply *r) {
      * stops at the limit without a LIMIT clause. */
     kernel_rows o = {&w, 0, limit, 0};
     int rc = window_rows(db, j, mask, from, to,
-                         "SELECT start_ns, end_ns, stream, event_id, name FROM kernels WHERE job_id=?1 AND rank=?2", 0,
-                         kernel_row, &o, r);
+                         "SELECT start_ns, end_ns, stream, event_id, name FROM kernels WHERE job_id=?1 AND rank=?2", NULL,
+                         0, kernel_row, &o, r);
     free(mask);
     if (rc != 0) {
         jw_free(&w);

@@ -31,9 +31,10 @@
 #define BATCH_MAX 65536         /* records per transaction / frame */
 /* The master writes its staged records when it holds FLUSH_PER_RANK per
  * rank of the job (at most BATCH_MAX) or the oldest waited FLUSH_DELAY_NS.
- * A transaction rewrites every page it touches into the WAL, and a rank's
- * rows touch a page of events_by_time of their own: written every 5 ms, a
- * 1,024-rank job's few records per rank cost 1,024 pages each time
+ * A transaction rewrites every page it touches into the WAL, and each
+ * rank's rows were a page of an index of their own (events_by_time, until
+ * schema version 10; now a row of event_runs per rank): written every
+ * 5 ms, a 1,024-rank job's few records per rank cost 1,024 pages each time
  * (bench/loadgen.c). The delay keeps the dashboard's live view fresh. */
 #define FLUSH_PER_RANK 64
 #define FLUSH_DELAY_NS 100000000ull

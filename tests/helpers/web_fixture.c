@@ -129,6 +129,22 @@ static int open_rw(const char *path, sqlite3 **db, pp_err *err) {
     return exec(*db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", err);
 }
 
+/* Closes a file the fixture wrote: its rows of events went in by SQL, not
+ * through db_insert_events, so event_runs is made again from them (where
+ * the file has both tables: fixture_exec also makes files that are not
+ * pprun's). */
+static void close_rw(sqlite3 *db) {
+    sqlite3_stmt *st;
+    int both = 0;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_master WHERE name IN ('events', 'event_runs')", -1, &st,
+                           NULL) == SQLITE_OK) {
+        both = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 2;
+        sqlite3_finalize(st);
+    }
+    if (both) sqlite3_exec(db, "BEGIN; DELETE FROM event_runs;" DB_EVENT_RUNS_OF_ROWS "; COMMIT;", NULL, NULL, NULL);
+    sqlite3_close(db);
+}
+
 static int insert_event(sqlite3_stmt *st, int rank, int step, int mb, int stage, const char *phase,
                         int64_t start, int64_t end, int peer, int64_t bytes) {
     sqlite3_reset(st);
@@ -333,7 +349,7 @@ int fixture_create(const char *db_path, int steps, const char *status, pp_err *e
                   err);
     if (rc == 0) rc = write_plan(db, err);
     if (rc == 0 && steps > 0) rc = write_steps(db, 0, steps, 1, err);
-    sqlite3_close(db);
+    close_rw(db);
     if (rc == 0 && strcmp(status, "running") != 0) rc = fixture_set_status(db_path, status, err);
     return rc;
 }
@@ -342,7 +358,7 @@ int fixture_append_steps(const char *db_path, int first, int n, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;
     int rc = write_steps(db, first, n, 1, err);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -350,7 +366,7 @@ int fixture_append_running_step(const char *db_path, int step, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;
     int rc = write_steps(db, step, 1, 0, err);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -405,7 +421,7 @@ int fixture_add_gpu_job(const char *db_path, pp_err *err) {
         "COMMIT;";
     int rc = exec(db, sql, err);
     if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -432,7 +448,7 @@ int fixture_add_history(const char *db_path, int first, int n, pp_err *err) {
              (long long)FIXTURE_STEP_SPAN_NS, FIXTURE_MB, first + n);
     int rc = exec(db, sql, err);
     if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -455,7 +471,7 @@ int fixture_add_activations(const char *db_path, int64_t per_mb, pp_err *err) {
              (long long)per_mb);
     int rc = exec(db, sql, err);
     if (rc != 0) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -466,7 +482,7 @@ int fixture_add_state(const char *db_path, int64_t per_rank, pp_err *err) {
     snprintf(sql, sizeof sql, "UPDATE events SET bytes = %lld * (rank + 1) WHERE job_id=1 AND source='cpu' AND phase='OPT'",
              (long long)per_rank);
     int rc = exec(db, sql, err);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -479,7 +495,7 @@ int fixture_add_starting_copy(const char *db_path, pp_err *err) {
                   "created_at, 'running', nnodes, world_size, schedule, microbatches, virtual_stages, "
                   "stages, steps, model, device, config_json, t0_ns FROM jobs WHERE id=1",
                   err);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -487,7 +503,7 @@ int fixture_exec(const char *db_path, const char *sql, pp_err *err) {
     sqlite3 *db;
     if (open_rw(db_path, &db, err) != 0) return -1;
     int rc = exec(db, sql, err);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -499,7 +515,7 @@ int fixture_set_plan_simulated(const char *db_path, int simulated, pp_err *err) 
     if (rc == 0 && simulated) rc = write_plan(db, err);
     if (rc == 0 && simulated) rc = exec(db, "COMMIT", err);
     if (rc != 0 && simulated) sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
 
@@ -512,6 +528,6 @@ int fixture_set_status(const char *db_path, const char *status, pp_err *err) {
              "UPDATE jobs SET status='%s', ended_at=%s, exit_code=%s WHERE id=1", status,
              running ? "NULL" : "'2026-11-21T12:01:00Z'", running ? "NULL" : strcmp(status, "succeeded") == 0 ? "0" : "1");
     int rc = exec(db, sql, err);
-    sqlite3_close(db);
+    close_rw(db);
     return rc;
 }
