@@ -5,9 +5,10 @@
  * Threads per comm: one monitor (accepts TCP connections, watches peers'
  * pidfds and outgoing sockets), and per peer that talks: one sender thread
  * (drains the send queue into the ring/socket, started at the first send
- * that cannot go straight through) and one reader thread (moves messages
- * from the ring/socket into the inbox or straight into a posted receive; a
- * receive may read a shm ring itself: comm_shm.c). */
+ * that cannot go straight through) and one reader thread (TCP: moves
+ * messages from the socket into the inbox or straight into a posted
+ * receive; shm: receives read the ring themselves, and the reader thread
+ * only drains a ring whose writer waits for room: comm_shm.c). */
 #ifndef PP_COMM_INT_H
 #define PP_COMM_INT_H
 #include <pthread.h>
@@ -86,8 +87,8 @@ typedef struct comm_peer {
     void *seg;
     size_t seg_size, ring_cap;   /* bytes per direction (the creator's choice) */
     comm_ring *out_ring, *in_ring;
-    /* The ring's one reader at a time: the reader thread, or a thread in
-     * comm_recv (comm_shm.c). rx_busy is under mu; the rest is the reader's:
+    /* The ring's one reader at a time: a thread in comm_recv, or the
+     * reader thread draining (comm_shm.c). rx_busy is under mu; the rest is the reader's:
      * the message being read (header bytes so far, then payload bytes into
      * rx_dst, an inbox message or the posted receive's buffer when rx_msg
      * is NULL); under mu, how long recent receives waited (whether to
@@ -164,9 +165,9 @@ void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
 int comm_shm_attach(comm_peer *p, pp_err *err);
 int comm_shm_start_reader(comm_peer *p);
 /* comm_recv's wait, p->mu held: on a shm peer whose ring nobody reads, it
- * reads the ring itself if bytes are there, or spins for them when that is
- * worth it (comm_shm.c); otherwise (and for TCP) it waits on cv_in until
- * `until`. */
+ * reads the ring itself until a message is handed over, sleeping on the
+ * ring's futex (after a short spin when that is worth it) until `until` if
+ * it is empty (comm_shm.c); otherwise (and for TCP) it waits on cv_in. */
 void comm_wait_in(comm_peer *p, uint64_t until);
 size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);
 int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap);
