@@ -319,27 +319,31 @@ static int rx_step(comm_peer *p, size_t *moved, char *why, size_t cap) {
         if (!stop_reason(p, why, cap)) snprintf(why, cap, "closed its channel (called comm_close)");
         return -1;
     }
-    size_t k;
+    size_t k = 0;
     if (p->rx_hgot < sizeof p->rx_hdr) {
         k = sizeof p->rx_hdr - p->rx_hgot;
         if (k > avail) k = (size_t)avail;
         ring_get(p, r, tail, (unsigned char *)&p->rx_hdr + p->rx_hgot, k);
-        rx_consume(r, tail, k);
-        *moved = k;
-        if ((p->rx_hgot += k) < sizeof p->rx_hdr) return 0;
+        p->rx_hgot += k;
         void *dst;
-        if (comm_rx_begin(p, &p->rx_hdr, &dst, &p->rx_msg, why, cap) < 0) return -1;
+        if (p->rx_hgot < sizeof p->rx_hdr || comm_rx_begin(p, &p->rx_hdr, &dst, &p->rx_msg, why, cap) < 0) {
+            rx_consume(r, tail, k);
+            *moved = k;
+            return p->rx_hgot < sizeof p->rx_hdr ? 0 : -1;
+        }
         p->rx_dst = dst;
         p->rx_got = 0;
-    } else {
-        k = p->rx_hdr.len - p->rx_got;
-        if (k > avail) k = (size_t)avail;
-        if (k > PIECE) k = PIECE;
-        ring_get(p, r, tail, p->rx_dst + p->rx_got, k);
-        rx_consume(r, tail, k);
-        *moved = k;
-        p->rx_got += k;
+        avail -= k;
     }
+    /* The payload's next piece, consumed with the header when both are
+     * there (a small message moves tail once). */
+    size_t n = p->rx_hdr.len - p->rx_got;
+    if (n > avail) n = (size_t)avail;
+    if (n > PIECE) n = PIECE;
+    if (n) ring_get(p, r, tail + k, p->rx_dst + p->rx_got, n);
+    p->rx_got += n;
+    rx_consume(r, tail, k + n);
+    *moved = k + n;
     if (p->rx_got < p->rx_hdr.len) return 0;
     comm_rx_deliver(p, p->rx_msg);
     p->rx_msg = NULL;
