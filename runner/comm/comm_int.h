@@ -62,7 +62,7 @@ typedef struct comm_peer {
     /* outgoing */
     comm_out *q_head, *q_tail;
     size_t q_bytes, q_msgs;
-    int busy;                  /* sender thread is writing a popped item */
+    int busy;                  /* sender thread is writing a popped item, or comm_send past a full ring */
     comm_out *spare;           /* written big items kept for reuse (fresh pages fault: slow) */
     size_t spare_bytes;
     int sender_started;
@@ -170,6 +170,9 @@ int comm_shm_start_reader(comm_peer *p);
  * it is empty (comm_shm.c); otherwise (and for TCP) it waits on cv_in. */
 void comm_wait_in(comm_peer *p, uint64_t until);
 size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);
+/* comm_send's write past a full ring, p->busy held: on while the peer's
+ * receive reads and makes room promptly; the bytes written. */
+size_t comm_shm_write_on(comm_peer *p, const void *src, size_t n);
 int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap);
 void comm_shm_wake(comm_peer *p);     /* wakes both of this peer's ring waiters */
 void comm_shm_close_out(comm_peer *p); /* tells the peer's reader no more data comes */

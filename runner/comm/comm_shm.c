@@ -56,6 +56,7 @@ static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
 #define SPIN_MIN_NS 5000ull
 #define DRAIN_AFTER_NS 100000ull     /* a full ring this long: the peer's reader thread drains it */
 #define DRAIN_MAX_NS 50000000ull
+#define STALL_NS 500000ull           /* comm_send writes on past a full ring while the reader makes room this fast */
 
 struct comm_ring {                  /* lives in shared memory */
     alignas(64) _Atomic uint64_t head;  /* bytes ever written (writer only) */
@@ -66,6 +67,7 @@ struct comm_ring {                  /* lives in shared memory */
     _Atomic uint32_t writer_waiting;
     alignas(64) _Atomic uint32_t closed; /* writer called comm_close */
     _Atomic uint32_t drain_seq;         /* futex: the writer asks the reader thread to drain */
+    _Atomic uint32_t reading;           /* a thread of the reader holds the ring (rx_busy) */
     uint64_t data_off;                  /* from the segment start */
 };
 
@@ -215,6 +217,38 @@ size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b,
     if (wb) put_published(p, head, b, wb);
     else if (wa) publish_head(r, head);
     return wa + wb;
+}
+
+/* comm_send's write of what did not fit at once, p->busy held (no other
+ * writer): writes on as the peer reads, while a thread of its holds the
+ * ring (`reading`) and makes room within STALL_NS of each wait; the bytes
+ * written, the rest to be queued. Without it, what does not fit is copied
+ * into the queue and once more into the ring by the sender thread: a third
+ * copy that a stream of big messages spends most of its time on
+ * (docs/comm.md, "Costs and known limits"). A peer that is not reading,
+ * or is gone, costs no wait. */
+size_t comm_shm_write_on(comm_peer *p, const void *src, size_t n) {
+    struct comm_ring *r = p->out_ring;
+    size_t done = 0;
+    while (done < n) {
+        uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed), tail = atomic_load(&r->tail);
+        size_t room = (size_t)(p->ring_cap - (head - tail));
+        if (room) {
+            size_t k = n - done < room ? n - done : room;
+            put_published(p, head, (const char *)src + done, k);
+            done += k;
+            continue;
+        }
+        if (!atomic_load(&r->reading) || atomic_load(&p->dead) || atomic_load(&p->c->stopping) ||
+            atomic_load(&p->in_ring->closed))
+            break;
+        atomic_store(&r->writer_waiting, 1);
+        uint32_t seq = atomic_load(&r->space_seq);
+        if (atomic_load(&r->tail) == tail) fwait(&r->space_seq, seq, STALL_NS);
+        atomic_store(&r->writer_waiting, 0);
+        if (atomic_load(&r->tail) == tail) break; /* no room came: queue the rest */
+    }
+    return done;
 }
 
 static int stop_reason(comm_peer *p, char *why, size_t cap) {
@@ -411,6 +445,7 @@ void comm_wait_in(comm_peer *p, uint64_t until) {
     /* This receive reads the ring itself, straight into its buffer when the
      * next message is its own: no other thread on the way. */
     p->rx_busy = 1;
+    atomic_store(&r->reading, 1);
     uint64_t avg = p->rx_wait_ns;
     pthread_mutex_unlock(&p->mu);
     char why[256] = "";
@@ -442,6 +477,7 @@ void comm_wait_in(comm_peer *p, uint64_t until) {
     /* A wait that found nothing counts as a long one: the next receive
      * sleeps at once. */
     if (waited) rx_note_wait(p, moved ? pp_now_ns() - t0 : 1000000);
+    atomic_store(&r->reading, 0);
     p->rx_busy = 0;
     pthread_cond_broadcast(&p->cv_in);
 }
@@ -470,7 +506,8 @@ static void *shm_reader_main(void *arg) {
                    atomic_load(&r->head) != atomic_load(&r->tail);
         if (mine) p->rx_busy = 1;
         pthread_mutex_unlock(&p->mu);
-        if (!mine) continue; /* a receive reads, or will: the writer asks again if not */
+        if (!mine) continue;
+        atomic_store(&r->reading, 1); /* a receive reads, or will: the writer asks again if not */
         int rc, more;
         size_t moved;
         do { /* a piece at a time, until the ring is empty or a receive is posted */
@@ -481,6 +518,7 @@ static void *shm_reader_main(void *arg) {
         } while (more);
         if (rc < 0) rx_finish(p, why);
         pthread_mutex_lock(&p->mu);
+        atomic_store(&r->reading, 0);
         p->rx_busy = 0;
         pthread_cond_broadcast(&p->cv_in);
         pthread_mutex_unlock(&p->mu);
