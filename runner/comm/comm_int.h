@@ -99,6 +99,7 @@ typedef struct comm_peer {
     unsigned char *rx_dst;
     comm_msg *rx_msg;
     uint64_t rx_wait_ns;
+    int rx_eager;              /* the reader thread moves what arrives at once (recent waits were long) */
     /* tcp */
     int out_fd, in_fd;
 } comm_peer;

@@ -54,6 +54,7 @@ static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
 #define PIECE (256u << 10)           /* copied in (out) before head (tail) moves: the other side works meanwhile */
 #define SPIN_MAX_NS 50000ull         /* a receive spins only while recent waits averaged less, and cores are free */
 #define SPIN_MIN_NS 5000ull
+#define DIRECT_MAX_NS 100000ull      /* a receive sleeps on the ring's futex only while recent waits averaged less */
 #define DRAIN_AFTER_NS 100000ull     /* a full ring this long: the peer's reader thread drains it */
 #define DRAIN_MAX_NS 50000000ull
 #define STALL_NS 500000ull           /* comm_send writes on past a full ring while the reader makes room this fast */
@@ -61,7 +62,7 @@ static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
 struct comm_ring {                  /* lives in shared memory */
     alignas(64) _Atomic uint64_t head;  /* bytes ever written (writer only) */
     _Atomic uint32_t data_seq;          /* futex: bumped after head moves */
-    _Atomic uint32_t reader_waiting;    /* a receive sleeps on data_seq */
+    _Atomic uint32_t reader_waiting;    /* threads sleeping on data_seq (a receive, the reader thread) */
     alignas(64) _Atomic uint64_t tail;  /* bytes ever read (reader only) */
     _Atomic uint32_t space_seq;         /* futex: bumped after tail moves */
     _Atomic uint32_t writer_waiting;
@@ -447,12 +448,14 @@ void comm_wait_in(comm_peer *p, uint64_t until) {
     p->rx_busy = 1;
     atomic_store(&r->reading, 1);
     uint64_t avg = p->rx_wait_ns;
+    int direct = avg < DIRECT_MAX_NS;
+    if (direct) p->rx_eager = 0; /* the reader thread goes back to draining only */
     pthread_mutex_unlock(&p->mu);
     char why[256] = "";
     int moved, rc = rx_some(p, &moved, why, sizeof why), waited = 0;
     uint64_t t0 = pp_now_ns();
-    if (rc == 0 && !moved) {
-        /* Nothing there: spin for it when recent waits were short and a
+    if (rc == 0 && !moved && direct) {
+        /* Nothing there, and recent waits were short: spin for it when a
          * core is free, else sleep on the ring's futex, woken by the writer
          * (one wake-up per message, as a pipe). */
         waited = 1;
@@ -462,31 +465,47 @@ void comm_wait_in(comm_peer *p, uint64_t until) {
                 sched_yield();
         }
         if (!rx_ready(p, r)) {
-            /* Flag and seq before the check: a writer after it wakes us. */
-            atomic_store(&r->reader_waiting, 1);
+            /* Count and seq before the check: a writer after it wakes us. */
+            atomic_fetch_add(&r->reader_waiting, 1);
             uint32_t seq = atomic_load(&r->data_seq);
             uint64_t now = pp_now_ns();
             if (!rx_ready(p, r) && now < until)
                 fwait(&r->data_seq, seq, until - now < SHM_SLICE_NS ? until - now : SHM_SLICE_NS);
-            atomic_store(&r->reader_waiting, 0);
+            atomic_fetch_sub(&r->reader_waiting, 1);
         }
         rc = rx_some(p, &moved, why, sizeof why);
     }
     if (rc < 0) rx_finish(p, why);
     pthread_mutex_lock(&p->mu);
-    /* A wait that found nothing counts as a long one: the next receive
-     * sleeps at once. */
+    /* A wait that found nothing counts as a long one. */
     if (waited) rx_note_wait(p, moved ? pp_now_ns() - t0 : 1000000);
     atomic_store(&r->reading, 0);
     p->rx_busy = 0;
     pthread_cond_broadcast(&p->cv_in);
+    if (rc == 0 && !moved && !direct) {
+        /* Nothing there, and recent waits were long (a stage waiting for
+         * its neighbour's compute): wait for the reader thread to hand the
+         * message over, as in a busy pipeline that runs faster than with
+         * the receive on the ring's futex (docs/comm.md, "Waiting"). */
+        if (!p->rx_eager) {
+            p->rx_eager = 1;
+            bump_wake(&r->drain_seq);
+        }
+        pp_cond_wait_until(&p->cv_in, &p->mu, until);
+        rx_note_wait(p, pp_now_ns() - t0);
+    }
+    /* Bytes left behind for an eager reader thread: it may have seen the
+     * ring held and gone back to sleep. */
+    if (rc >= 0 && p->rx_eager && atomic_load(&r->head) != atomic_load(&r->tail)) bump_wake(&r->data_seq);
 }
 
-/* The reader thread: drains the ring into the inbox when the writer waits
- * for room and no receive is posted, so that a sender's comm_flush never
- * waits for a comm_recv. The writer asks for it through drain_seq
- * (comm_shm_write_all). It stops once a receive is posted meanwhile: that
- * receive reads on, from where the drain left off. */
+/* The reader thread. Eager (p->rx_eager, while receives on this peer wait
+ * long): it moves what arrives into the posted receive's buffer or the
+ * inbox as soon as it arrives, sleeping on data_seq. Otherwise it only
+ * drains the ring into the inbox when the writer waits for room and no
+ * receive is posted, so that a sender's comm_flush never waits for a
+ * comm_recv: the writer asks through drain_seq (comm_shm_write_all), and the
+ * drain stops once a receive is posted (it reads on from there). */
 static void *shm_reader_main(void *arg) {
     comm_peer *p = arg;
     struct comm_ring *r = p->in_ring;
@@ -494,26 +513,41 @@ static void *shm_reader_main(void *arg) {
     uint32_t seen = atomic_load(&r->drain_seq);
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        int end = p->in_state == COMM_IN_CLOSED || atomic_load(&p->c->stopping);
+        int end = p->in_state == COMM_IN_CLOSED || atomic_load(&p->c->stopping), eager = p->rx_eager, mine = 0;
         pthread_mutex_unlock(&p->mu);
         if (end) break;
-        fwait(&r->drain_seq, seen, SHM_SLICE_NS);
-        uint32_t seq = atomic_load(&r->drain_seq);
-        if (seq == seen) continue; /* the slice ran out: nobody asked */
-        seen = seq;
-        pthread_mutex_lock(&p->mu);
-        int mine = p->in_state == COMM_IN_OPEN && !p->rx_busy && !p->posted &&
+        if (eager) {
+            /* Count and seq before the checks: a writer (or a receive
+             * leaving bytes behind) after them wakes us. */
+            atomic_fetch_add(&r->reader_waiting, 1);
+            uint32_t seq = atomic_load(&r->data_seq);
+            pthread_mutex_lock(&p->mu);
+            mine = p->in_state == COMM_IN_OPEN && !p->rx_busy && rx_ready(p, r);
+            if (mine) p->rx_busy = 1;
+            eager = p->rx_eager;
+            pthread_mutex_unlock(&p->mu);
+            if (!mine && eager) fwait(&r->data_seq, seq, SHM_SLICE_NS);
+            atomic_fetch_sub(&r->reader_waiting, 1);
+        } else {
+            fwait(&r->drain_seq, seen, SHM_SLICE_NS);
+            uint32_t seq = atomic_load(&r->drain_seq);
+            if (seq == seen) continue; /* the slice ran out: nobody asked */
+            seen = seq;
+            pthread_mutex_lock(&p->mu);
+            /* A receive posted reads, or will: the writer asks again if not. */
+            mine = p->in_state == COMM_IN_OPEN && !p->rx_busy && !p->posted &&
                    atomic_load(&r->head) != atomic_load(&r->tail);
-        if (mine) p->rx_busy = 1;
-        pthread_mutex_unlock(&p->mu);
+            if (mine) p->rx_busy = 1;
+            pthread_mutex_unlock(&p->mu);
+        }
         if (!mine) continue;
-        atomic_store(&r->reading, 1); /* a receive reads, or will: the writer asks again if not */
+        atomic_store(&r->reading, 1);
         int rc, more;
         size_t moved;
-        do { /* a piece at a time, until the ring is empty or a receive is posted */
+        do { /* a piece at a time, until the ring is empty (or, draining, a receive is posted) */
             rc = rx_step(p, &moved, why, sizeof why);
             pthread_mutex_lock(&p->mu);
-            more = rc >= 0 && (rc > 0 || moved) && !p->posted;
+            more = rc >= 0 && (rc > 0 || moved) && (eager || !p->posted);
             pthread_mutex_unlock(&p->mu);
         } while (more);
         if (rc < 0) rx_finish(p, why);
