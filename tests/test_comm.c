@@ -352,8 +352,7 @@ Test(comm_shm, a_receiver_waiting_long_does_not_spin) {
  * (docs/comm.md, "Waiting"). Rank 0 alternates phases: a ping-pong (short
  * waits), messages 3 ms apart (long waits), a burst of 1 MiB messages past
  * the ring, then again; rank 1 checks every byte and the order, so a
- * message lost or doubled at a switch, or bytes left in the ring with
- * nobody to read them, fail it (a lost wake-up shows as a timeout). */
+ * message lost, doubled or cut at a switch of who reads the ring fails it. */
 enum { SW_PHASES = 6, SW_PINGS = 150, SW_SLOW = 12, SW_BURST = 12, SW_BIG = 1 << 20 };
 
 static size_t sw_size(int phase, int i) { return phase % 3 == 2 ? SW_BIG - (size_t)i : 1 + (size_t)(i * 37) % 500; }
