@@ -8,7 +8,8 @@
  * that cannot go straight through) and one reader thread (TCP: moves
  * messages from the socket into the inbox or straight into a posted
  * receive; shm: receives read the ring themselves, and the reader thread
- * only drains a ring whose writer waits for room: comm_shm.c). */
+ * hands messages over only after long waits, or drains a ring whose writer
+ * waits for room: comm_shm.c). */
 #ifndef PP_COMM_INT_H
 #define PP_COMM_INT_H
 #include <pthread.h>
@@ -88,8 +89,8 @@ typedef struct comm_peer {
     size_t seg_size, ring_cap;   /* bytes per direction (the creator's choice) */
     comm_ring *out_ring, *in_ring;
     /* The ring's one reader at a time: a thread in comm_recv, or the
-     * reader thread draining (comm_shm.c). rx_busy is under mu; the rest is the reader's:
-     * the message being read (header bytes so far, then payload bytes into
+     * reader thread (comm_shm.c). rx_busy is under mu; the rest is the
+     * reader's: the message being read (header bytes so far, then payload bytes into
      * rx_dst, an inbox message or the posted receive's buffer when rx_msg
      * is NULL); under mu, how long recent receives waited (whether to
      * spin). */
@@ -166,9 +167,11 @@ void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
 int comm_shm_attach(comm_peer *p, pp_err *err);
 int comm_shm_start_reader(comm_peer *p);
 /* comm_recv's wait, p->mu held: on a shm peer whose ring nobody reads, it
- * reads the ring itself until a message is handed over, sleeping on the
- * ring's futex (after a short spin when that is worth it) until `until` if
- * it is empty (comm_shm.c); otherwise (and for TCP) it waits on cv_in. */
+ * reads the ring itself until a message is handed over; if it is empty, it
+ * sleeps on the ring's futex (after a short spin when that is worth it)
+ * while recent waits were short, else on cv_in for the reader thread's
+ * hand-over, until `until` (comm_shm.c); otherwise (and for TCP) it waits
+ * on cv_in. */
 void comm_wait_in(comm_peer *p, uint64_t until);
 size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);
 /* comm_send's write past a full ring, p->busy held: on while the peer's

@@ -11,23 +11,26 @@
  * Who reads a ring: one thread at a time, the holder of the peer's rx_busy.
  * A thread in comm_recv reads the ring itself, in order, straight into its
  * buffer when the next message is the one it asked for (others go to the
- * inbox, or to the posted receive of another thread), and sleeps on the
- * ring's data_seq futex when it is empty, woken by the writing process: one
- * wake-up per message, as a pipe, and no thread in between. The peer's
- * reader thread only drains the ring into the inbox when the writer has
- * waited for room and no receive is posted (drain_seq), so that a sender's
+ * inbox, or to the posted receive of another thread). The peer's reader
+ * thread hands messages over while receives on the peer wait long, and
+ * otherwise only drains the ring into the inbox when the writer has waited
+ * for room and no receive is posted (drain_seq), so that a sender's
  * comm_flush never waits for a comm_recv. A message can be left half read by
  * one and finished by the other.
  *
  * Waiting: a writer with no room sleeps on the ring's space_seq futex; the
  * *_waiting flags let the other side skip the FUTEX_WAKE syscall when
- * nobody sleeps. A receive with nothing to read spins first, polling with
- * sched_yield, only when recent waits on this peer were short (their moving
- * average under SPIN_MAX_NS) and the machine has a core free
- * (/proc/loadavg): a pipeline stage waiting milliseconds for its
- * neighbour's compute never spins. Sleeps are cut in slices of 500 ms only
- * as a safety net; peer death wakes them at once (comm.c). docs/comm.md,
- * "Shared memory", says why and what it costs. */
+ * nobody sleeps. A receive that finds the ring empty, while its recent
+ * waits on this peer were short (their moving average under DIRECT_MAX_NS),
+ * sleeps on the ring's data_seq futex itself, woken by the writing process:
+ * one wake-up per message, as a pipe; before that it spins, polling with
+ * sched_yield, when the average is under SPIN_MAX_NS and the machine has a
+ * core free (/proc/loadavg). After long waits (a pipeline stage waiting for
+ * its neighbour's compute) it sleeps on its condition variable and the
+ * reader thread, made eager, hands the message over: a busy 4-rank pipeline
+ * on 2 cores ran up to twice as slow with those receives on the futex
+ * (docs/comm.md, "Waiting"). Sleeps are cut in slices of 500 ms only as a
+ * safety net; peer death wakes them at once (comm.c). */
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
