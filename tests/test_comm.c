@@ -3,8 +3,9 @@
  * flight received out of order, size mismatches, timeouts, dead peers and
  * peers without the job token; and over shared memory, where a receive may
  * read the ring itself: a flush past the ring's size that no receive helps,
- * two threads receiving from one peer, and a receiver that waits long and
- * does not spin. */
+ * two threads receiving from one peer, a receiver that waits long and does
+ * not spin, receives switching between waiting short and long, and two
+ * threads sending big messages to one peer. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <signal.h>
@@ -341,6 +342,110 @@ static int slow_fn(comm *c, int rank, void *arg, pp_err *rep) {
 Test(comm_shm, a_receiver_waiting_long_does_not_spin) {
     cw_result r;
     cr_assert_eq(cw_run(2, NULL, "shm", slow_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+}
+
+/* ---- shm: receives that switch between waiting short and long ------------- */
+
+/* A receive sleeps on the ring's futex itself while its recent waits were
+ * short, and hands the wait to the reader thread once they were long
+ * (docs/comm.md, "Waiting"). Rank 0 alternates phases: a ping-pong (short
+ * waits), messages 3 ms apart (long waits), a burst of 1 MiB messages past
+ * the ring, then again; rank 1 checks every byte and the order, so a
+ * message lost, doubled or cut at a switch of who reads the ring fails it. */
+enum { SW_PHASES = 6, SW_PINGS = 150, SW_SLOW = 12, SW_BURST = 12, SW_BIG = 1 << 20 };
+
+static size_t sw_size(int phase, int i) { return phase % 3 == 2 ? SW_BIG - (size_t)i : 1 + (size_t)(i * 37) % 500; }
+static int sw_count(int phase) { return phase % 3 == 0 ? SW_PINGS : phase % 3 == 1 ? SW_SLOW : SW_BURST; }
+
+static int switch_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    unsigned char *b = malloc(SW_BIG), ack = 0;
+    int rc = 0;
+    for (int ph = 0; ph < SW_PHASES && rc == 0; ph++)
+        for (int i = 0; i < sw_count(ph) && rc == 0; i++) {
+            uint64_t tag = comm_tag((uint64_t)ph, 1, (uint64_t)i, COMM_DIR_ACT), seed = (uint64_t)(ph * 1000 + i);
+            size_t n = sw_size(ph, i);
+            if (rank == 0) {
+                if (ph % 3 == 1) pp_sleep_ns(3000000);
+                fill(b, n, seed);
+                rc = comm_send(c, 1, tag, b, n, rep);
+                if (rc == 0 && ph % 3 == 0) rc = comm_recv(c, 1, tag, &ack, 1, 10000, rep);
+            } else {
+                rc = comm_recv(c, 0, tag, b, n, 10000, rep);
+                if (rc == 0) rc = check(b, n, seed, "message across a switch of waiting", rep);
+                if (rc == 0 && ph % 3 == 0) rc = comm_send(c, 0, tag, &ack, 1, rep);
+            }
+        }
+    if (rc == 0) rc = comm_flush(c, 10000, rep);
+    free(b);
+    return rc;
+}
+
+Test(comm_shm, receives_switching_between_short_and_long_waits_lose_nothing) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, "shm", switch_fn, NULL, &r), 0);
+    expect_all_ok(&r, 2);
+}
+
+/* ---- shm: two threads sending big messages to one peer ------------------- */
+
+/* A comm_send past a full ring writes on while the peer reads, and another
+ * thread's send meanwhile is queued behind it (comm.c). Rank 0 sends
+ * 1 to 3 MiB messages to rank 1 from two threads at once (tags 1 and 2);
+ * rank 1 receives all of tag 1, then all of tag 2 (filed in the inbox
+ * meanwhile), pausing now and then so that sends stop half-way and queue
+ * their rest while the other thread's wait, and checks every byte and the
+ * order of each tag. */
+enum { TS_N = 16 };
+static size_t ts_size(int t, int i) { return (1u << 20) + (size_t)((i * 7 + t * 3) % 8) * (256u << 10) + (size_t)i; }
+
+typedef struct ts_send {
+    comm *c;
+    int t, rc;
+    pp_err err;
+} ts_send;
+
+static void *ts_send_main(void *arg) {
+    ts_send *s = arg;
+    unsigned char *b = malloc(3u << 20);
+    for (int i = 0; i < TS_N && s->rc == 0; i++) {
+        fill(b, ts_size(s->t, i), (uint64_t)(s->t * 100 + i));
+        s->rc = comm_send(s->c, 1, (uint64_t)s->t, b, ts_size(s->t, i), &s->err);
+    }
+    free(b);
+    return NULL;
+}
+
+static int ts_fn(comm *c, int rank, void *arg, pp_err *rep) {
+    (void)arg;
+    if (rank == 0) {
+        ts_send one = {.c = c, .t = 1}, two = {.c = c, .t = 2};
+        pthread_t th;
+        if (pthread_create(&th, NULL, ts_send_main, &two) != 0) return pp_fail(rep, "pthread_create failed");
+        ts_send_main(&one);
+        pthread_join(th, NULL);
+        if (one.rc || two.rc) {
+            *rep = one.rc ? one.err : two.err;
+            return -1;
+        }
+        return comm_flush(c, 20000, rep);
+    }
+    unsigned char *b = malloc(3u << 20);
+    int rc = 0;
+    for (int t = 1; t <= 2; t++)
+        for (int i = 0; i < TS_N && rc == 0; i++) {
+            if (i % 2) pp_sleep_ns(2000000); /* not reading: a send past the ring queues the rest */
+            rc = comm_recv(c, 0, (uint64_t)t, b, ts_size(t, i), 20000, rep);
+            if (rc == 0) rc = check(b, ts_size(t, i), (uint64_t)(t * 100 + i), "big message of two sending threads", rep);
+        }
+    free(b);
+    return rc;
+}
+
+Test(comm_shm, two_threads_sending_big_messages_to_one_peer_keep_their_order) {
+    cw_result r;
+    cr_assert_eq(cw_run(2, NULL, "shm", ts_fn, NULL, &r), 0);
     expect_all_ok(&r, 2);
 }
 

@@ -290,7 +290,8 @@ static void *sender_main(void *arg) {
     }
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (!p->q_head && !atomic_load(&c->stopping) && !atomic_load(&p->dead))
+        /* busy here: a comm_send writing past a full ring (comm_send) */
+        while ((!p->q_head || p->busy) && !atomic_load(&c->stopping) && !atomic_load(&p->dead))
             pthread_cond_wait(&p->cv_out, &p->mu);
         if (atomic_load(&c->stopping) || atomic_load(&p->dead)) {
             char why[300];
@@ -352,9 +353,22 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
         return r;
     }
     /* Fast path: nothing queued ahead, so writing now keeps the order. */
+    int ahead = 0;  /* sends queued by other threads while this one wrote on: they go after */
     if (atomic_load(&p->setup) == 1 && !p->q_head && !p->busy) {
         done = p->kind == COMM_SHM ? comm_shm_try_write(p, &h, sizeof h, buf, len)
                                    : comm_tcp_try_write(p, &h, sizeof h, buf, len);
+        if (done < total && done >= sizeof h && p->kind == COMM_SHM) {
+            /* Past a full ring: write on while the peer reads, without mu
+             * (the peer may be a receive of this process); busy keeps the
+             * sender thread and other sends behind this one. */
+            p->busy = ahead = 1;
+            pthread_mutex_unlock(&p->mu);
+            done += comm_shm_write_on(p, (const char *)buf + (done - sizeof h), total - done);
+            pthread_mutex_lock(&p->mu);
+            p->busy = 0;
+            pthread_cond_broadcast(&p->cv_out);
+            pthread_cond_broadcast(&p->cv_flush);
+        }
         if (done == total) {
             pthread_mutex_unlock(&p->mu);
             return 0;
@@ -378,11 +392,17 @@ int comm_send(comm *c, int peer, uint64_t tag, const void *buf, size_t len, pp_e
     } else if (len) {
         memcpy(d, (const char *)buf + (done - sizeof h), total - done);
     }
-    if (p->q_tail)
-        p->q_tail->next = o;
-    else
+    if (ahead) { /* the rest of a message already started: before anything queued meanwhile */
+        o->next = p->q_head;
         p->q_head = o;
-    p->q_tail = o;
+        if (!p->q_tail) p->q_tail = o;
+    } else {
+        if (p->q_tail)
+            p->q_tail->next = o;
+        else
+            p->q_head = o;
+        p->q_tail = o;
+    }
     p->q_bytes += o->n;
     p->q_msgs++;
     if (!p->sender_started) {

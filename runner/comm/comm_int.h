@@ -5,9 +5,11 @@
  * Threads per comm: one monitor (accepts TCP connections, watches peers'
  * pidfds and outgoing sockets), and per peer that talks: one sender thread
  * (drains the send queue into the ring/socket, started at the first send
- * that cannot go straight through) and one reader thread (moves messages
- * from the ring/socket into the inbox or straight into a posted receive; a
- * receive may read a shm ring itself: comm_shm.c). */
+ * that cannot go straight through) and one reader thread (TCP: moves
+ * messages from the socket into the inbox or straight into a posted
+ * receive; shm: receives read the ring themselves, and the reader thread
+ * hands messages over only after long waits, or drains a ring whose writer
+ * waits for room: comm_shm.c). */
 #ifndef PP_COMM_INT_H
 #define PP_COMM_INT_H
 #include <pthread.h>
@@ -61,7 +63,7 @@ typedef struct comm_peer {
     /* outgoing */
     comm_out *q_head, *q_tail;
     size_t q_bytes, q_msgs;
-    int busy;                  /* sender thread is writing a popped item */
+    int busy;                  /* sender thread is writing a popped item, or comm_send past a full ring */
     comm_out *spare;           /* written big items kept for reuse (fresh pages fault: slow) */
     size_t spare_bytes;
     int sender_started;
@@ -86,9 +88,9 @@ typedef struct comm_peer {
     void *seg;
     size_t seg_size, ring_cap;   /* bytes per direction (the creator's choice) */
     comm_ring *out_ring, *in_ring;
-    /* The ring's one reader at a time: the reader thread, or a thread in
-     * comm_recv (comm_shm.c). rx_busy is under mu; the rest is the reader's:
-     * the message being read (header bytes so far, then payload bytes into
+    /* The ring's one reader at a time: a thread in comm_recv, or the
+     * reader thread (comm_shm.c). rx_busy is under mu; the rest is the
+     * reader's: the message being read (header bytes so far, then payload bytes into
      * rx_dst, an inbox message or the posted receive's buffer when rx_msg
      * is NULL); under mu, how long recent receives waited (whether to
      * spin). */
@@ -98,6 +100,7 @@ typedef struct comm_peer {
     unsigned char *rx_dst;
     comm_msg *rx_msg;
     uint64_t rx_wait_ns;
+    int rx_eager;              /* the reader thread moves what arrives at once (recent waits were long) */
     /* tcp */
     int out_fd, in_fd;
 } comm_peer;
@@ -164,11 +167,16 @@ void comm_shm_name(uint64_t job_hash, int a, int b, char *buf, size_t cap);
 int comm_shm_attach(comm_peer *p, pp_err *err);
 int comm_shm_start_reader(comm_peer *p);
 /* comm_recv's wait, p->mu held: on a shm peer whose ring nobody reads, it
- * reads the ring itself if bytes are there, or spins for them when that is
- * worth it (comm_shm.c); otherwise (and for TCP) it waits on cv_in until
- * `until`. */
+ * reads the ring itself until a message is handed over; if it is empty, it
+ * sleeps on the ring's futex (after a short spin when that is worth it)
+ * while recent waits were short, else on cv_in for the reader thread's
+ * hand-over, until `until` (comm_shm.c); otherwise (and for TCP) it waits
+ * on cv_in. */
 void comm_wait_in(comm_peer *p, uint64_t until);
 size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b, size_t nb);
+/* comm_send's write past a full ring, p->busy held: on while the peer's
+ * receive reads and makes room promptly; the bytes written. */
+size_t comm_shm_write_on(comm_peer *p, const void *src, size_t n);
 int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap);
 void comm_shm_wake(comm_peer *p);     /* wakes both of this peer's ring waiters */
 void comm_shm_close_out(comm_peer *p); /* tells the peer's reader no more data comes */

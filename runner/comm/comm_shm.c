@@ -9,29 +9,28 @@
  * pieces.
  *
  * Who reads a ring: one thread at a time, the holder of the peer's rx_busy.
- * The peer's reader thread moves what arrives into the posted receive's
- * buffer or the inbox as soon as it arrives, so a sender's comm_flush never
- * waits for a comm_recv, and what a dead peer wrote is still delivered. A
- * thread in comm_recv reads the ring itself when bytes are there and the
- * reader thread has not run yet, or when it spins: its message then goes
- * from the ring straight into its buffer with no hand-over between threads.
- * A message can be left half read by one and finished by the other.
+ * A thread in comm_recv reads the ring itself, in order, straight into its
+ * buffer when the next message is the one it asked for (others go to the
+ * inbox, or to the posted receive of another thread). The peer's reader
+ * thread hands messages over while receives on the peer wait long, and
+ * otherwise only drains the ring into the inbox when the writer has waited
+ * for room and no receive is posted (drain_seq), so that a sender's
+ * comm_flush never waits for a comm_recv. A message can be left half read by
+ * one and finished by the other.
  *
- * Waiting: a writer with no room sleeps on the ring's space_seq futex, the
- * reader thread on data_seq (FUTEX_WAIT on shared memory, woken by the other
- * process); the *_waiting flags let the other side skip the FUTEX_WAKE
- * syscall when nobody sleeps. A receive with nothing to read sleeps on its
- * condition variable until the reader thread hands the message over, or,
- * when recent waits on this peer were short (their moving average under
- * SPIN_MAX_NS) and the machine has a core free (/proc/loadavg), first spins
- * on the ring for about twice that average, polling with sched_yield. A
- * pipeline stage waiting milliseconds for its neighbour's compute never
- * spins; a ping-pong of small messages on an idle machine does. Receives
- * that slept on the ring's futex themselves, woken by the sending process,
- * made a 4-rank pipeline on 2 busy cores twice as slow (docs/comm.md), so
- * without a free core the wait is the reader thread's, as it was. Sleeps
- * are cut in slices of 500 ms only as a safety net; peer death wakes them at
- * once (comm.c). */
+ * Waiting: a writer with no room sleeps on the ring's space_seq futex; the
+ * *_waiting flags let the other side skip the FUTEX_WAKE syscall when
+ * nobody sleeps. A receive that finds the ring empty, while its recent
+ * waits on this peer were short (their moving average under DIRECT_MAX_NS),
+ * sleeps on the ring's data_seq futex itself, woken by the writing process:
+ * one wake-up per message, as a pipe; before that it spins, polling with
+ * sched_yield, when the average is under SPIN_MAX_NS and the machine has a
+ * core free (/proc/loadavg). After long waits (a pipeline stage waiting for
+ * its neighbour's compute) it sleeps on its condition variable and the
+ * reader thread, made eager, hands the message over: a busy 4-rank pipeline
+ * on 2 cores ran up to twice as slow with those receives on the futex
+ * (docs/comm.md, "Waiting"). Sleeps are cut in slices of 500 ms only as a
+ * safety net; peer death wakes them at once (comm.c). */
 #include "runner/comm/comm_int.h"
 
 #include <errno.h>
@@ -58,15 +57,21 @@ static const size_t ring_sizes[] = {4u << 20, 1u << 20, 256u << 10};
 #define PIECE (256u << 10)           /* copied in (out) before head (tail) moves: the other side works meanwhile */
 #define SPIN_MAX_NS 50000ull         /* a receive spins only while recent waits averaged less, and cores are free */
 #define SPIN_MIN_NS 5000ull
+#define DIRECT_MAX_NS 100000ull      /* a receive sleeps on the ring's futex only while recent waits averaged less */
+#define DRAIN_AFTER_NS 100000ull     /* a full ring this long: the peer's reader thread drains it */
+#define DRAIN_MAX_NS 50000000ull
+#define STALL_NS 500000ull           /* comm_send writes on past a full ring while the reader makes room this fast */
 
 struct comm_ring {                  /* lives in shared memory */
     alignas(64) _Atomic uint64_t head;  /* bytes ever written (writer only) */
     _Atomic uint32_t data_seq;          /* futex: bumped after head moves */
-    _Atomic uint32_t reader_waiting;    /* the reader thread sleeps on data_seq */
+    _Atomic uint32_t reader_waiting;    /* threads sleeping on data_seq (a receive, the reader thread) */
     alignas(64) _Atomic uint64_t tail;  /* bytes ever read (reader only) */
     _Atomic uint32_t space_seq;         /* futex: bumped after tail moves */
     _Atomic uint32_t writer_waiting;
     alignas(64) _Atomic uint32_t closed; /* writer called comm_close */
+    _Atomic uint32_t drain_seq;         /* futex: the writer asks the reader thread to drain */
+    _Atomic uint32_t reading;           /* a thread of the reader holds the ring (rx_busy) */
     uint64_t data_off;                  /* from the segment start */
 };
 
@@ -218,6 +223,38 @@ size_t comm_shm_try_write(comm_peer *p, const void *a, size_t na, const void *b,
     return wa + wb;
 }
 
+/* comm_send's write of what did not fit at once, p->busy held (no other
+ * writer): writes on as the peer reads, while a thread of its holds the
+ * ring (`reading`) and makes room within STALL_NS of each wait; the bytes
+ * written, the rest to be queued. Without it, what does not fit is copied
+ * into the queue and once more into the ring by the sender thread: a third
+ * copy that a stream of big messages spends most of its time on
+ * (docs/comm.md, "Costs and known limits"). A peer that is not reading,
+ * or is gone, costs no wait. */
+size_t comm_shm_write_on(comm_peer *p, const void *src, size_t n) {
+    struct comm_ring *r = p->out_ring;
+    size_t done = 0;
+    while (done < n) {
+        uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed), tail = atomic_load(&r->tail);
+        size_t room = (size_t)(p->ring_cap - (head - tail));
+        if (room) {
+            size_t k = n - done < room ? n - done : room;
+            put_published(p, head, (const char *)src + done, k);
+            done += k;
+            continue;
+        }
+        if (!atomic_load(&r->reading) || atomic_load(&p->dead) || atomic_load(&p->c->stopping) ||
+            atomic_load(&p->in_ring->closed))
+            break;
+        atomic_store(&r->writer_waiting, 1);
+        uint32_t seq = atomic_load(&r->space_seq);
+        if (atomic_load(&r->tail) == tail) fwait(&r->space_seq, seq, STALL_NS);
+        atomic_store(&r->writer_waiting, 0);
+        if (atomic_load(&r->tail) == tail) break; /* no room came: queue the rest */
+    }
+    return done;
+}
+
 static int stop_reason(comm_peer *p, char *why, size_t cap) {
     if (atomic_load(&p->c->stopping)) {
         snprintf(why, cap, "comm was closed");
@@ -232,17 +269,25 @@ static int stop_reason(comm_peer *p, char *why, size_t cap) {
     return 0;
 }
 
+/* The sender thread's write: waits for room as long as it takes. A ring
+ * that stays full for DRAIN_AFTER_NS asks the peer's reader thread to drain
+ * it into its inbox (drain_seq), and again after each wait without
+ * progress, the waits doubling up to DRAIN_MAX_NS: the peer's receive
+ * reads the ring itself when it is in comm_recv, and only a peer busy
+ * elsewhere needs its reader thread woken. */
 int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_t cap) {
     struct comm_ring *r = p->out_ring;
     const char *s = buf;
+    uint64_t slice = DRAIN_AFTER_NS;
     while (n) {
-        uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-        size_t room = (size_t)(p->ring_cap - (head - atomic_load(&r->tail)));
+        uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed), tail = atomic_load(&r->tail);
+        size_t room = (size_t)(p->ring_cap - (head - tail));
         if (room) {
             size_t k = n < room ? n : room;
             put_published(p, head, s, k);
             s += k;
             n -= k;
+            slice = DRAIN_AFTER_NS;
             continue;
         }
         atomic_store(&r->writer_waiting, 1);
@@ -257,7 +302,11 @@ int comm_shm_write_all(comm_peer *p, const void *buf, size_t n, char *why, size_
                 snprintf(why, cap, "closed its channel (called comm_close) with our messages unread");
                 return -1;
             }
-            fwait(&r->space_seq, seq, SHM_SLICE_NS);
+            fwait(&r->space_seq, seq, slice);
+            if (atomic_load(&r->tail) == tail) { /* no progress: the peer is not reading */
+                bump_wake(&r->drain_seq);
+                slice = slice * 2 > DRAIN_MAX_NS ? DRAIN_MAX_NS : slice * 2;
+            }
         }
         atomic_store(&r->writer_waiting, 0);
     }
@@ -308,32 +357,47 @@ static int rx_step(comm_peer *p, size_t *moved, char *why, size_t cap) {
         if (!stop_reason(p, why, cap)) snprintf(why, cap, "closed its channel (called comm_close)");
         return -1;
     }
-    size_t k;
+    size_t k = 0;
     if (p->rx_hgot < sizeof p->rx_hdr) {
         k = sizeof p->rx_hdr - p->rx_hgot;
         if (k > avail) k = (size_t)avail;
         ring_get(p, r, tail, (unsigned char *)&p->rx_hdr + p->rx_hgot, k);
-        rx_consume(r, tail, k);
-        *moved = k;
-        if ((p->rx_hgot += k) < sizeof p->rx_hdr) return 0;
+        p->rx_hgot += k;
         void *dst;
-        if (comm_rx_begin(p, &p->rx_hdr, &dst, &p->rx_msg, why, cap) < 0) return -1;
+        if (p->rx_hgot < sizeof p->rx_hdr || comm_rx_begin(p, &p->rx_hdr, &dst, &p->rx_msg, why, cap) < 0) {
+            rx_consume(r, tail, k);
+            *moved = k;
+            return p->rx_hgot < sizeof p->rx_hdr ? 0 : -1;
+        }
         p->rx_dst = dst;
         p->rx_got = 0;
-    } else {
-        k = p->rx_hdr.len - p->rx_got;
-        if (k > avail) k = (size_t)avail;
-        if (k > PIECE) k = PIECE;
-        ring_get(p, r, tail, p->rx_dst + p->rx_got, k);
-        rx_consume(r, tail, k);
-        *moved = k;
-        p->rx_got += k;
+        avail -= k;
     }
+    /* The payload's next piece, consumed with the header when both are
+     * there (a small message moves tail once). */
+    size_t n = p->rx_hdr.len - p->rx_got;
+    if (n > avail) n = (size_t)avail;
+    if (n > PIECE) n = PIECE;
+    if (n) ring_get(p, r, tail + k, p->rx_dst + p->rx_got, n);
+    p->rx_got += n;
+    rx_consume(r, tail, k + n);
+    *moved = k + n;
     if (p->rx_got < p->rx_hdr.len) return 0;
     comm_rx_deliver(p, p->rx_msg);
     p->rx_msg = NULL;
     p->rx_hgot = 0;
     return 1;
+}
+
+/* Reads until one message is handed over, the ring is empty or the stream
+ * ends: rx_step's 1, 0 or -1; *moved: whether any byte was read. */
+static int rx_some(comm_peer *p, int *moved, char *why, size_t cap) {
+    int rc;
+    size_t k;
+    *moved = 0;
+    while ((rc = rx_step(p, &k, why, cap)) == 0 && k) *moved = 1;
+    if (rc) *moved = 1;
+    return rc;
 }
 
 /* The end of the stream: a message half read is dropped (a posted receive
@@ -347,9 +411,8 @@ static void rx_finish(comm_peer *p, const char *why) {
 /* Whether a spinning receive would have a core to itself: fewer runnable
  * threads on the machine (/proc/loadavg's fourth field, this one included)
  * than CPUs this process may use. Read at most every 50 ms. When every core
- * is taken, a spin with sched_yield hands the core to another thread for a
- * whole time slice, and the ranks of a pipeline came out slower than with
- * a sleep (docs/comm.md). */
+ * is taken, a spin hands the core to another thread for a whole time slice
+ * or keeps the writer off it: a sleep is cheaper (docs/comm.md). */
 static int cores_free(void) {
     static _Atomic uint64_t checked_at;
     static _Atomic int is_free;
@@ -383,75 +446,121 @@ void comm_wait_in(comm_peer *p, uint64_t until) {
         pp_cond_wait_until(&p->cv_in, &p->mu, until);
         return;
     }
-    int ready = rx_ready(p, r) || p->rx_hgot, spin = !ready && p->rx_wait_ns < SPIN_MAX_NS && cores_free();
-    if (!ready && !spin) { /* sleep; the reader thread hands the message over */
-        uint64_t t0 = pp_now_ns();
-        pp_cond_wait_until(&p->cv_in, &p->mu, until);
-        rx_note_wait(p, pp_now_ns() - t0);
-        return;
-    }
-    /* Read the ring here, straight into the posted buffer: bytes are there
-     * (the reader thread has not run yet), or this receive spins for them. */
+    /* This receive reads the ring itself, straight into its buffer when the
+     * next message is its own: no other thread on the way. */
     p->rx_busy = 1;
+    atomic_store(&r->reading, 1);
     uint64_t avg = p->rx_wait_ns;
+    int direct = avg < DIRECT_MAX_NS;
+    if (direct) p->rx_eager = 0; /* the reader thread goes back to draining only */
     pthread_mutex_unlock(&p->mu);
-    uint64_t t0 = pp_now_ns(), now = t0;
-    if (spin) {
-        uint64_t budget = 2 * avg < SPIN_MIN_NS ? SPIN_MIN_NS : 2 * avg > SPIN_MAX_NS ? SPIN_MAX_NS : 2 * avg;
-        while (!rx_ready(p, r) && (now = pp_now_ns()) - t0 < budget && now < until) sched_yield();
-    }
     char why[256] = "";
-    int rc;
-    size_t moved;
-    while ((rc = rx_step(p, &moved, why, sizeof why)) == 0 && moved) {
+    int moved, rc = rx_some(p, &moved, why, sizeof why), waited = 0;
+    uint64_t t0 = pp_now_ns();
+    if (rc == 0 && !moved && direct) {
+        /* Nothing there, and recent waits were short: spin for it when a
+         * core is free, else sleep on the ring's futex, woken by the writer
+         * (one wake-up per message, as a pipe). */
+        waited = 1;
+        if (avg < SPIN_MAX_NS && cores_free()) {
+            uint64_t budget = 2 * avg < SPIN_MIN_NS ? SPIN_MIN_NS : 2 * avg > SPIN_MAX_NS ? SPIN_MAX_NS : 2 * avg;
+            for (uint64_t now = t0; !rx_ready(p, r) && now - t0 < budget && now < until; now = pp_now_ns())
+                sched_yield();
+        }
+        if (!rx_ready(p, r)) {
+            /* Count and seq before the check: a writer after it wakes us. */
+            atomic_fetch_add(&r->reader_waiting, 1);
+            uint32_t seq = atomic_load(&r->data_seq);
+            uint64_t now = pp_now_ns();
+            if (!rx_ready(p, r) && now < until)
+                fwait(&r->data_seq, seq, until - now < SHM_SLICE_NS ? until - now : SHM_SLICE_NS);
+            atomic_fetch_sub(&r->reader_waiting, 1);
+        }
+        rc = rx_some(p, &moved, why, sizeof why);
     }
     if (rc < 0) rx_finish(p, why);
     pthread_mutex_lock(&p->mu);
-    /* A spin that found nothing counts as a long wait: the next receive
-     * sleeps (and measures). */
-    if (spin) rx_note_wait(p, moved || rc ? pp_now_ns() - t0 : 1000000);
+    /* A wait that found nothing counts as a long one. */
+    if (waited) rx_note_wait(p, moved ? pp_now_ns() - t0 : 1000000);
+    atomic_store(&r->reading, 0);
     p->rx_busy = 0;
-    /* Bytes left behind (another message, the rest of one): the reader
-     * thread, which left the ring to us, goes on with them. */
-    if (rc >= 0 && atomic_load(&r->head) != atomic_load(&r->tail)) bump_wake(&r->data_seq);
     pthread_cond_broadcast(&p->cv_in);
+    if (rc == 0 && !moved && !direct) {
+        /* Nothing there, and recent waits were long (a stage waiting for
+         * its neighbour's compute): wait for the reader thread to hand the
+         * message over, as in a busy pipeline that runs faster than with
+         * the receive on the ring's futex (docs/comm.md, "Waiting"). */
+        if (!p->rx_eager) {
+            p->rx_eager = 1;
+            bump_wake(&r->drain_seq);
+        }
+        pp_cond_wait_until(&p->cv_in, &p->mu, until);
+        rx_note_wait(p, pp_now_ns() - t0);
+    }
+    /* Bytes left behind for an eager reader thread: it may have seen the
+     * ring held and gone back to sleep. */
+    if (rc >= 0 && p->rx_eager && atomic_load(&r->head) != atomic_load(&r->tail)) bump_wake(&r->data_seq);
 }
 
-/* The reader thread: moves what arrives into the posted receive's buffer
- * or the inbox, as soon as it arrives, unless a receive holds the ring (it
- * wakes this thread if it leaves bytes behind). At the stream's end it
- * delivers what is left and says why it ended. */
+/* The reader thread. Eager (p->rx_eager, while receives on this peer wait
+ * long): it moves what arrives into the posted receive's buffer or the
+ * inbox as soon as it arrives, sleeping on data_seq. Otherwise it only
+ * drains the ring into the inbox when the writer waits for room and no
+ * receive is posted, so that a sender's comm_flush never waits for a
+ * comm_recv: the writer asks through drain_seq (comm_shm_write_all), and the
+ * drain stops once a receive is posted (it reads on from there). */
 static void *shm_reader_main(void *arg) {
     comm_peer *p = arg;
     struct comm_ring *r = p->in_ring;
     char why[256] = "";
+    uint32_t seen = atomic_load(&r->drain_seq);
     for (;;) {
-        /* Waiting flag and seq before the checks: a writer (or a receive
-         * leaving bytes behind) after them wakes us. */
-        atomic_store(&r->reader_waiting, 1);
-        uint32_t seq = atomic_load(&r->data_seq);
         pthread_mutex_lock(&p->mu);
-        int closed = p->in_state == COMM_IN_CLOSED, mine = !closed && !p->rx_busy && rx_ready(p, r);
-        if (mine) p->rx_busy = 1;
+        int end = p->in_state == COMM_IN_CLOSED || atomic_load(&p->c->stopping), eager = p->rx_eager, mine = 0;
         pthread_mutex_unlock(&p->mu);
-        if (closed) break;
-        if (!mine) {
-            fwait(&r->data_seq, seq, SHM_SLICE_NS);
-            continue;
+        if (end) break;
+        if (eager) {
+            /* Count and seq before the checks: a writer (or a receive
+             * leaving bytes behind) after them wakes us. */
+            atomic_fetch_add(&r->reader_waiting, 1);
+            uint32_t seq = atomic_load(&r->data_seq);
+            pthread_mutex_lock(&p->mu);
+            mine = p->in_state == COMM_IN_OPEN && !p->rx_busy && rx_ready(p, r);
+            if (mine) p->rx_busy = 1;
+            eager = p->rx_eager;
+            pthread_mutex_unlock(&p->mu);
+            if (!mine && eager) fwait(&r->data_seq, seq, SHM_SLICE_NS);
+            atomic_fetch_sub(&r->reader_waiting, 1);
+        } else {
+            fwait(&r->drain_seq, seen, SHM_SLICE_NS);
+            uint32_t seq = atomic_load(&r->drain_seq);
+            if (seq == seen) continue; /* the slice ran out: nobody asked */
+            seen = seq;
+            pthread_mutex_lock(&p->mu);
+            /* A receive posted reads, or will: the writer asks again if not. */
+            mine = p->in_state == COMM_IN_OPEN && !p->rx_busy && !p->posted &&
+                   atomic_load(&r->head) != atomic_load(&r->tail);
+            if (mine) p->rx_busy = 1;
+            pthread_mutex_unlock(&p->mu);
         }
-        atomic_store(&r->reader_waiting, 0);
-        int rc;
+        if (!mine) continue;
+        atomic_store(&r->reading, 1);
+        int rc, more;
         size_t moved;
-        do rc = rx_step(p, &moved, why, sizeof why);
-        while (rc > 0 || (rc == 0 && moved));
+        do { /* a piece at a time, until the ring is empty (or, draining, a receive is posted) */
+            rc = rx_step(p, &moved, why, sizeof why);
+            pthread_mutex_lock(&p->mu);
+            more = rc >= 0 && (rc > 0 || moved) && (eager || !p->posted);
+            pthread_mutex_unlock(&p->mu);
+        } while (more);
         if (rc < 0) rx_finish(p, why);
         pthread_mutex_lock(&p->mu);
+        atomic_store(&r->reading, 0);
         p->rx_busy = 0;
         pthread_cond_broadcast(&p->cv_in);
         pthread_mutex_unlock(&p->mu);
         if (rc < 0) break;
     }
-    atomic_store(&r->reader_waiting, 0);
     return NULL;
 }
 
@@ -461,12 +570,13 @@ int comm_shm_start_reader(comm_peer *p) {
 
 void comm_shm_wake(comm_peer *p) {
     bump_wake(&p->in_ring->data_seq);
+    bump_wake(&p->in_ring->drain_seq);
     bump_wake(&p->out_ring->space_seq);
 }
 
 void comm_shm_close_out(comm_peer *p) {
     atomic_store(&p->out_ring->closed, 1);
-    bump_wake(&p->out_ring->data_seq);  /* the peer's reader */
+    bump_wake(&p->out_ring->data_seq);  /* the peer's receive */
     bump_wake(&p->in_ring->space_seq);  /* the peer's writer, if it waits on us */
 }
 
