@@ -368,6 +368,10 @@ int db_step_finished(db *d, int64_t job, int step, int ranks) {
 int db_analyze_job(db *d, int64_t job, pp_err *err) { return db_analyze_steps_below(d, job, INT32_MAX, err); }
 
 int db_analyze_steps_below(db *d, int64_t job, int below, pp_err *err) {
+    return db_analyze_steps_except(d, job, below, NULL, 0, err);
+}
+
+int db_analyze_steps_except(db *d, int64_t job, int below, const unsigned char *fresh, size_t nfresh, pp_err *err) {
     sqlite3_stmt *st;
     /* Steps come off the events_by_step index without reading events. */
     if (sqlite3_prepare_v2(db_sqlite(d), "SELECT DISTINCT step FROM events WHERE job_id=?1 AND step < ?2 ORDER BY step",
@@ -396,7 +400,8 @@ int db_analyze_steps_below(db *d, int64_t job, int below, pp_err *err) {
         return db_fail(d, rc, "listing steps", err);
     }
     int ret = 0;
-    for (size_t i = 0; i < n && ret == 0; i++) ret = db_analyze_step(d, job, steps[i], err);
+    for (size_t i = 0; i < n && ret == 0; i++)
+        if (steps[i] < 0 || (size_t)steps[i] >= nfresh || !fresh[steps[i]]) ret = db_analyze_step(d, job, steps[i], err);
     free(steps);
     return ret;
 }
