@@ -112,6 +112,7 @@ struct collector {
      * tracing, docs/trace-api.md "Overhead"). */
     unsigned char *fresh;
     size_t nfresh;
+    analyzer *an;          /* master: the live analyses' statements, opened at the first step */
     atomic_int last_step_cut; /* collector_last_step_cut: the steps no rank moved past are not analysed at the end */
     size_t next_ring; /* where the next drain starts: no ring starves the others */
     atomic_uint_fast64_t count, rejected;
@@ -163,7 +164,8 @@ static void analyze_ready_steps(collector *c) {
     for (; c->analyzed < lo && !has_failed(c); c->analyzed++) {
         pp_err e;
         uint64_t t0 = pp_now_ns();
-        if (db_analyze_step(c->cfg.db, c->cfg.job_id, c->analyzed, &e) != 0) {
+        if ((!c->an && analyzer_open(c->cfg.db, &c->an, &e) != 0) ||
+            analyzer_step(c->an, c->cfg.job_id, c->analyzed, &e) != 0) {
             set_error(c, &e);
         } else {
             mark_fresh(c, c->analyzed);
@@ -667,6 +669,8 @@ static void *collector_main(void *arg) {
         netserve_stop(c->net);
         c->net = NULL;
         flush(c);
+        analyzer_close(c->an); /* its statements go before collector_stop gives the db back */
+        c->an = NULL;
         pp_err e;
         /* With every record in: the steps not analysed yet, and those
          * stored into since their analysis (a restart ran them twice);
