@@ -86,8 +86,8 @@ int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, 
 int db_analyze_step(db *d, int64_t job_id, int step, pp_err *err);
 /* db_analyze_step's statements, prepared once for the many steps of a job
  * (the collector analyses each as it completes: preparing them anew each
- * time was a tenth of a step's analysis, docs/trace-api.md "Overhead").
- * Used on d's thread only; closed before d. */
+ * time was a tenth of a step's analysis, docs/design.md §6 "What tracing
+ * costs"). Used on d's thread only; closed before d. */
 typedef struct analyzer analyzer;
 int analyzer_open(db *d, analyzer **out, pp_err *err);
 /* db_analyze_step with a's statements. */

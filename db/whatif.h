@@ -174,7 +174,7 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
  * whatif_read sets them, measuring and simulating nothing: all that
  * `pprun run`'s end-of-job lines show (report_brief), where whatif_read's
  * simulations cost the launcher more CPU than storing the job's trace
- * (bench_overhead, docs/trace-api.md "Overhead"). -1 with err on a
+ * (bench_overhead, docs/design.md §6 "What tracing costs"). -1 with err on a
  * database error or no such job. */
 int whatif_read_sharing(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err);
 /* The index of r's row for the job's own schedule that simulated, -1 when

@@ -109,7 +109,7 @@ struct collector {
     /* fresh[s] (s < nfresh): step s was analysed live and no event of it
      * was stored since, so collector_stop's final pass leaves it alone
      * (analysing every step twice was a sixth of the launcher's CPU for
-     * tracing, docs/trace-api.md "Overhead"). */
+     * tracing, docs/design.md §6 "What tracing costs"). */
     unsigned char *fresh;
     size_t nfresh;
     analyzer *an;          /* master: the live analyses' statements, opened at the first step */

@@ -326,7 +326,7 @@ void job_rows_finish(run_job *job, job_outcome *end) {
     }
     /* Where the time went, in two lines: the summary and whether ranks
      * shared cores, not the whole what-if (its simulations were half of
-     * the launcher's CPU for tracing a 10-step job, docs/trace-api.md). */
+     * the launcher's CPU for tracing a 10-step job, docs/design.md §6). */
     if (end->exit_code == 0) {
         job_summary s;
         whatif_report w;

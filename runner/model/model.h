@@ -107,10 +107,11 @@ void model_blas_one_thread(void);
 /* OpenBLAS's own threads stopped, until a BLAS call of this process wants
  * them again (OpenBLAS starts them anew then). The library starts them as
  * it loads, and each spins on sched_yield for about 0.1 s first
- * (OpenBLAS's THREAD_TIMEOUT): 40-60 ms of CPU on 2 cores for a launcher
- * that never multiplies, with or without a trace, one spinning thread per
- * core on a bigger machine (docs/trace-api.md, "Overhead"). Nothing with an
- * OpenBLAS without such threads (OpenMP or serial builds). */
+ * (OpenBLAS's THREAD_TIMEOUT): up to 60 ms of CPU on 2 cores for a
+ * launcher that never multiplies, with or without a trace, and one
+ * spinning thread per core on a bigger machine (docs/design.md §6, "What
+ * tracing costs"). Nothing with an OpenBLAS without such threads (OpenMP
+ * or serial builds). */
 void model_blas_idle(void);
 
 /* Activation memory the stage holds right now: the bytes of the buffers it
