@@ -9,14 +9,23 @@
  * time), so that one rank can run under valgrind.
  *  1. CPU time, trace off and on in turn, K pairs (default 5): the workers'
  *     (user + system, all four), the launcher's (the whole job's minus the
- *     workers': its collector, supervisor and store threads), and the median
- *     step time of each job (the worker's --metrics). Medians of the
- *     per-pair ratios on / off; the goal is 1.01 at most.
+ *     workers' and the --wrap processes' own: its collector, supervisor and
+ *     store threads; user and system apart, in ms), and the median step
+ *     time of each job (the worker's --metrics). Medians of the per-pair
+ *     ratios on / off; the goal is 1.01 at most. The launcher's part of
+ *     the whole job's ratio is its added CPU over the job's with the trace
+ *     off.
  *  2. Instructions: rank 1's worker under valgrind --tool=callgrind for
  *     --callgrind-steps steps (default 3; 0 skips it), trace off then on:
  *     every instruction its threads ran (callgrind's totals). Wall time does
  *     not enter, so this holds on a busy machine; what varies is the few
- *     polls of a receive that waits (comm_shm.c spins briefly).
+ *     polls of a receive that waits (comm_shm.c spins briefly). Then the
+ *     launcher's, the same way (valgrind --trace-children=no: its own
+ *     threads, the workers run natively): what its part costs, steady
+ *     where its CPU time moves by milliseconds. Instructions of the two do
+ *     not add up to the job's cost: a worker's BLAS does many more flops
+ *     an instruction than the launcher's SQLite does work, so the
+ *     launcher's share of the job is read from the CPU times above.
  *  3. With --baseline PPRUN: that binary and this one in turn (trace on),
  *     K pairs: step time and CPU time, this / baseline. */
 #include <errno.h>
@@ -37,8 +46,9 @@ enum { MAX_PAIRS = 21 };
 static double tv_us(struct timeval t) { return (double)t.tv_sec * 1e6 + (double)t.tv_usec; }
 
 /* --wrap DIR [--callgrind FILE] -- COMMAND...: runs COMMAND (as rank $RANK;
- * under callgrind when FILE is given and RANK is 1) and appends its CPU
- * microseconds to DIR/cpu. */
+ * under callgrind when FILE is given and RANK is 1) and appends its user
+ * and system CPU microseconds to DIR/cpu, then this process's own (loading
+ * this program costs milliseconds: no part of a job's). */
 static int wrap(int argc, char **argv) {
     const char *dir = argv[2], *cg = NULL;
     int i = 3;
@@ -68,7 +78,10 @@ static int wrap(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/cpu", dir);
     FILE *f = fopen(path, "a");
     if (f) {
-        fprintf(f, "%s %.0f\n", rank ? rank : "?", tv_us(ru.ru_utime) + tv_us(ru.ru_stime));
+        struct rusage self;
+        getrusage(RUSAGE_SELF, &self);
+        fprintf(f, "%s %.0f %.0f %.0f %.0f\n", rank ? rank : "?", tv_us(ru.ru_utime), tv_us(ru.ru_stime),
+                tv_us(self.ru_utime), tv_us(self.ru_stime));
         fclose(f);
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
@@ -76,6 +89,7 @@ static int wrap(int argc, char **argv) {
 
 typedef struct job {
     double wall_s, step_ms, worker_s, launcher_s; /* launcher: the job's CPU minus the workers' */
+    double launcher_user_s, launcher_sys_s;       /* launcher_s, user and system apart */
     double instr;                                 /* callgrind's total for rank 1 (0: not run) */
 } job;
 
@@ -116,6 +130,8 @@ static double callgrind_total(const char *path) {
     return t;
 }
 
+enum { CG_NONE, CG_RANK1, CG_LAUNCHER }; /* what runs under callgrind */
+
 static int run_job(const char *self, const char *pprun, const char *tmp, int trace, int steps, int callgrind,
                    job *out) {
     char dir[1024], db[1100], metrics[1100], cpu[1100], cg[1100], steps_s[16], cmd[2400];
@@ -128,12 +144,17 @@ static int run_job(const char *self, const char *pprun, const char *tmp, int tra
     snprintf(cg, sizeof cg, "%s/callgrind.out", dir);
     snprintf(steps_s, sizeof steps_s, "%d", steps);
     const char *tr = trace ? "on" : "off";
-    char *argv[40];
+    char *argv[48], cg_out[1200];
     int n = 0;
+    if (callgrind == CG_LAUNCHER) {
+        snprintf(cg_out, sizeof cg_out, "--callgrind-out-file=%s", cg);
+        argv[n++] = "valgrind", argv[n++] = "--tool=callgrind", argv[n++] = "-q", argv[n++] = "--trace-children=no";
+        argv[n++] = cg_out;
+    }
     argv[n++] = (char *)pprun, argv[n++] = "run", argv[n++] = "--steps", argv[n++] = steps_s;
     argv[n++] = "--trace", argv[n++] = (char *)tr, argv[n++] = "--db", argv[n++] = db, argv[n++] = "--";
     argv[n++] = (char *)self, argv[n++] = "--wrap", argv[n++] = dir;
-    if (callgrind) argv[n++] = "--callgrind", argv[n++] = cg;
+    if (callgrind == CG_RANK1) argv[n++] = "--callgrind", argv[n++] = cg;
     argv[n++] = "--", argv[n++] = (char *)pprun, argv[n++] = "worker", argv[n++] = "--steps", argv[n++] = steps_s;
     argv[n++] = "--trace", argv[n++] = (char *)tr, argv[n++] = "--metrics", argv[n++] = metrics;
     argv[n++] = "--recv-timeout", argv[n++] = "900s", argv[n] = NULL;
@@ -143,7 +164,7 @@ static int run_job(const char *self, const char *pprun, const char *tmp, int tra
     if (pid == 0) {
         int fd = open(cmd, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
-        execv(pprun, argv);
+        execvp(argv[0], argv);
         _exit(127);
     }
     int st;
@@ -153,14 +174,18 @@ static int run_job(const char *self, const char *pprun, const char *tmp, int tra
         return -1;
     }
     out->wall_s = (double)(pp_now_ns() - t0) / 1e9;
-    double workers = 0, all = (tv_us(ru.ru_utime) + tv_us(ru.ru_stime)) / 1e6;
+    double user = tv_us(ru.ru_utime) / 1e6, sys = tv_us(ru.ru_stime) / 1e6, workers = 0;
     FILE *f = fopen(cpu, "r");
     char rank[32];
-    double us;
-    while (f && fscanf(f, "%31s %lf", rank, &us) == 2) workers += us / 1e6;
+    double u_us, s_us, wu_us, ws_us;
+    while (f && fscanf(f, "%31s %lf %lf %lf %lf", rank, &u_us, &s_us, &wu_us, &ws_us) == 5) {
+        workers += (u_us + s_us) / 1e6;
+        user -= (u_us + wu_us) / 1e6, sys -= (s_us + ws_us) / 1e6;
+    }
     if (f) fclose(f);
     out->worker_s = workers;
-    out->launcher_s = all - workers;
+    out->launcher_user_s = user, out->launcher_sys_s = sys;
+    out->launcher_s = user + sys;
     out->step_ms = metrics_step_ms(metrics);
     out->instr = callgrind ? callgrind_total(cg) : 0;
     return 0;
@@ -208,6 +233,7 @@ int main(int argc, char **argv) {
     /* 1. tracing off / on, in turn */
     double r_work[MAX_PAIRS], r_launch[MAX_PAIRS], r_all[MAX_PAIRS], r_step[MAX_PAIRS];
     double off_step[MAX_PAIRS], on_step[MAX_PAIRS], off_cpu[MAX_PAIRS], on_cpu[MAX_PAIRS];
+    double off_l[MAX_PAIRS], on_l[MAX_PAIRS], l_part[MAX_PAIRS];
     for (int k = 0; k < pairs; k++) {
         job off, on;
         if (run_job(self, pprun, tmp, 0, steps, 0, &off) < 0 || run_job(self, pprun, tmp, 1, steps, 0, &on) < 0)
@@ -218,9 +244,12 @@ int main(int argc, char **argv) {
         r_step[k] = on.step_ms / off.step_ms;
         off_step[k] = off.step_ms, on_step[k] = on.step_ms;
         off_cpu[k] = off.worker_s + off.launcher_s, on_cpu[k] = on.worker_s + on.launcher_s;
-        printf("pair %d: trace off: step %.1f ms, workers %.2f s, launcher %.2f s; on: step %.1f ms, workers %.2f s, "
-               "launcher %.2f s\n", k + 1, off.step_ms, off.worker_s, off.launcher_s, on.step_ms, on.worker_s,
-               on.launcher_s);
+        off_l[k] = off.launcher_s * 1e3, on_l[k] = on.launcher_s * 1e3;
+        l_part[k] = (on.launcher_s - off.launcher_s) / off_cpu[k];
+        printf("pair %d: trace off: step %.1f ms, workers %.3f s, launcher %.0f ms (user %.0f, sys %.0f); on: step "
+               "%.1f ms, workers %.3f s, launcher %.0f ms (user %.0f, sys %.0f)\n", k + 1, off.step_ms, off.worker_s,
+               off.launcher_s * 1e3, off.launcher_user_s * 1e3, off.launcher_sys_s * 1e3, on.step_ms, on.worker_s,
+               on.launcher_s * 1e3, on.launcher_user_s * 1e3, on.launcher_sys_s * 1e3);
         fflush(stdout);
     }
     printf("\n## tracing on / off, %d pairs in turn (medians)\n\n", pairs);
@@ -228,21 +257,29 @@ int main(int argc, char **argv) {
     printf("| CPU time, workers + launcher (s) | %.2f | %.2f | %.3f | 1.01 |\n", median(off_cpu, pairs),
            median(on_cpu, pairs), median(r_all, pairs));
     printf("| CPU time, the four workers | | | %.3f | 1.01 |\n", median(r_work, pairs));
-    printf("| CPU time, the launcher (collector, supervisor, store) | | | %.3f | |\n", median(r_launch, pairs));
+    printf("| CPU time, the launcher (collector, supervisor, store; ms) | %.0f | %.0f | %.3f | |\n", median(off_l, pairs),
+           median(on_l, pairs), median(r_launch, pairs));
+    printf("| the launcher's added CPU / the whole job's, trace off | | | %.4f | |\n", median(l_part, pairs));
     printf("| median step (ms) | %.1f | %.1f | %.3f | 1.01 |\n", median(off_step, pairs), median(on_step, pairs),
            median(r_step, pairs));
 
-    /* 2. instructions of one worker */
+    /* 2. instructions of one worker, then of the launcher */
     if (cg_steps > 0) {
-        job off, on;
-        if (run_job(self, pprun, tmp, 0, cg_steps, 1, &off) < 0 || run_job(self, pprun, tmp, 1, cg_steps, 1, &on) < 0)
+        job off, on, loff, lon;
+        if (run_job(self, pprun, tmp, 0, cg_steps, CG_RANK1, &off) < 0 ||
+            run_job(self, pprun, tmp, 1, cg_steps, CG_RANK1, &on) < 0 ||
+            run_job(self, pprun, tmp, 0, cg_steps, CG_LAUNCHER, &loff) < 0 ||
+            run_job(self, pprun, tmp, 1, cg_steps, CG_LAUNCHER, &lon) < 0)
             return 1;
-        printf("\n## instructions of rank 1's worker under callgrind, %d steps\n\n", cg_steps);
-        if (off.instr > 0 && on.instr > 0)
-            printf("| trace off | trace on | on / off | goal |\n|---|---|---|---|\n| %.0f | %.0f | %.5f | 1.01 |\n",
-                   off.instr, on.instr, on.instr / off.instr);
-        else
+        printf("\n## instructions under callgrind, %d steps\n\n", cg_steps);
+        if (off.instr > 0 && on.instr > 0 && loff.instr > 0 && lon.instr > 0) {
+            printf("| what | trace off | trace on | on / off | goal |\n|---|---|---|---|---|\n");
+            printf("| rank 1's worker | %.0f | %.0f | %.5f | 1.01 |\n", off.instr, on.instr, on.instr / off.instr);
+            printf("| the launcher (its own threads) | %.0f | %.0f | %.3f | |\n", loff.instr, lon.instr,
+                   lon.instr / loff.instr);
+        } else {
             printf("(no callgrind totals: is valgrind installed?)\n");
+        }
     }
 
     /* 3. against another build */

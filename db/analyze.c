@@ -109,11 +109,32 @@ static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const o
     return CAUSE_OTHER;
 }
 
+/* v in decimal at p; returns the end. */
+static char *put_int(char *p, int v) {
+    char digits[12];
+    unsigned u = v < 0 ? 0u - (unsigned)v : (unsigned)v;
+    int n = 0;
+    do digits[n++] = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0) *p++ = '-';
+    while (n) *p++ = digits[--n];
+    return p;
+}
+
+/* "1F4", "OPT": by hand, as snprintf("%d%s%d") wrote it; snprintf was a
+ * twelfth of a step's analysis, one call per gap. Phase names are short
+ * (at most 11 characters, trace_phase_name): 11 + 20 + 11 fit in 48. */
 static void action_str(const op *o, char buf[48]) {
-    if (o->phase == TRACE_OPT)
-        snprintf(buf, 48, "OPT");
-    else
-        snprintf(buf, 48, "%d%s%d", o->stage, analyze_phase_name(o->phase), o->microbatch);
+    if (o->phase == TRACE_OPT) {
+        memcpy(buf, "OPT", 4);
+        return;
+    }
+    const char *name = analyze_phase_name(o->phase);
+    size_t len = strnlen(name, 20);
+    char *p = put_int(buf, o->stage);
+    memcpy(p, name, len);
+    p = put_int(p + len, o->microbatch);
+    *p = '\0';
 }
 
 size_t analyze_split(op *spans, size_t n) {
@@ -217,15 +238,26 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
     return rc;
 }
 
+#define LOAD_SQL                                                                                   \
+    "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns,"           \
+    " coalesce(bytes,0), id, name, coalesce(wait_cpu_ns,0)"                                        \
+    " FROM events WHERE job_id=?1 AND step=?2 AND source='cpu' AND attempt="                       \
+    " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
+
+/* analyze_load_step with st, LOAD_SQL prepared (reset on return). */
+static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage);
+
 int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage) {
     sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(sql,
-                                "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns,"
-                                " coalesce(bytes,0), id, name, coalesce(wait_cpu_ns,0)"
-                                " FROM events WHERE job_id=?1 AND step=?2 AND source='cpu' AND attempt="
-                                " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)",
-                                -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(sql, LOAD_SQL, -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
+    rc = load_ops(st, job, step, out, n_out, max_stage);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage) {
+    int rc;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, step);
     op *ops = NULL;
@@ -256,7 +288,7 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
         o->wait_cpu = sqlite3_column_int64(st, 9);
         if (o->stage > *max_stage) *max_stage = o->stage;
     }
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     if (rc != SQLITE_DONE) {
         free(ops);
         return rc;
@@ -266,26 +298,85 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
     return SQLITE_OK;
 }
 
-static int job_stages(sqlite3 *sql, int64_t job) {
-    sqlite3_stmt *st;
+/* The statements of the analyses, prepared once (analyze.h). */
+enum { A_LOAD, A_STAGES, A_BEGIN, A_COMMIT, A_ROLLBACK, A_DEL_STATS, A_DEL_GAPS, A_DEL_IDLE, A_STAT, A_GAP, A_IDLE,
+       A_COUNT };
+static const char *const analyzer_sql[A_COUNT] = {
+    [A_LOAD] = LOAD_SQL,
+    [A_STAGES] = "SELECT stages FROM jobs WHERE id=?",
+    [A_BEGIN] = "BEGIN IMMEDIATE",
+    [A_COMMIT] = "COMMIT",
+    [A_ROLLBACK] = "ROLLBACK",
+    [A_DEL_STATS] = "DELETE FROM step_stats WHERE job_id=?1 AND step=?2",
+    [A_DEL_GAPS] = "DELETE FROM gaps WHERE job_id=?1 AND step=?2",
+    [A_DEL_IDLE] = "DELETE FROM step_idle WHERE job_id=?1 AND step=?2",
+    [A_STAT] = "INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,bubble_ratio,act_peak_bytes)"
+               " VALUES(?,?,?,?,?,?,?,?,?)",
+    [A_GAP] = "INSERT INTO gaps(job_id,step,rank,start_ns,end_ns,cause,next_action) VALUES(?,?,?,?,?,?,?)",
+    [A_IDLE] = "INSERT INTO step_idle(job_id,step,rank,cause,idle_ns) VALUES(?,?,?,?,?)",
+};
+
+struct analyzer {
+    db *d;
+    sqlite3_stmt *st[A_COUNT];
+};
+
+int analyzer_open(db *d, analyzer **out, pp_err *err) {
+    analyzer *a = calloc(1, sizeof *a);
+    if (!a) return pp_fail(err, "analyses: out of memory");
+    a->d = d;
+    for (int k = 0; k < A_COUNT; k++) {
+        int rc = sqlite3_prepare_v2(db_sqlite(d), analyzer_sql[k], -1, &a->st[k], NULL);
+        if (rc != SQLITE_OK) {
+            analyzer_close(a);
+            return db_fail(d, rc, "preparing the analyses", err);
+        }
+    }
+    *out = a;
+    return 0;
+}
+
+void analyzer_close(analyzer *a) {
+    if (!a) return;
+    for (int k = 0; k < A_COUNT; k++) sqlite3_finalize(a->st[k]);
+    free(a);
+}
+
+/* Runs a statement without rows (BEGIN, DELETE, ...): SQLITE_DONE or the
+ * error; reset for its next use. */
+static int run(sqlite3_stmt *st) {
+    int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc;
+}
+
+static int job_stages(analyzer *a, int64_t job) {
+    sqlite3_stmt *st = a->st[A_STAGES];
     int stages = 0;
-    if (sqlite3_prepare_v2(sql, "SELECT stages FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK) return 0;
     sqlite3_bind_int64(st, 1, job);
     if (sqlite3_step(st) == SQLITE_ROW) stages = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     return stages;
 }
 
 int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
-    sqlite3 *sql = db_sqlite(d);
+    analyzer *a;
+    if (analyzer_open(d, &a, err) != 0) return -1;
+    int rc = analyzer_step(a, job, step, err);
+    analyzer_close(a);
+    return rc;
+}
+
+int analyzer_step(analyzer *a, int64_t job, int step, pp_err *err) {
+    db *d = a->d;
     char what[64];
     snprintf(what, sizeof what, "analysing step %d of job %lld", step, (long long)job);
     op *ops = NULL;
     size_t n = 0;
     int max_stage = -1;
-    int rc = analyze_load_step(sql, job, step, &ops, &n, &max_stage);
+    int rc = load_ops(a->st[A_LOAD], job, step, &ops, &n, &max_stage);
     if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
-    int stages = job_stages(sql, job);
+    int stages = job_stages(a, job);
     if (stages <= max_stage) stages = max_stage + 1;
     size_t ncompute = analyze_split(ops, n);
     int64_t s0 = INT64_MAX, s1 = INT64_MIN;
@@ -293,28 +384,17 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
         if (ops[i].start < s0) s0 = ops[i].start;
         if (ops[i].end > s1) s1 = ops[i].end;
     }
-    writer w = {.job = job, .step = step};
-    if (sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK) {
+    writer w = {.stat = a->st[A_STAT], .gap = a->st[A_GAP], .idle = a->st[A_IDLE], .job = job, .step = step};
+    rc = run(a->st[A_BEGIN]);
+    if (rc != SQLITE_DONE) {
         free(ops);
-        return db_fail(d, sqlite3_errcode(sql), what, err);
+        return db_fail(d, rc, what, err);
     }
-    char del[240];
-    snprintf(del, sizeof del,
-             "DELETE FROM step_stats WHERE job_id=%1$lld AND step=%2$d;"
-             "DELETE FROM gaps WHERE job_id=%1$lld AND step=%2$d;"
-             "DELETE FROM step_idle WHERE job_id=%1$lld AND step=%2$d",
-             (long long)job, step);
-    rc = sqlite3_exec(sql, del, NULL, NULL, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(sql, "INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,"
-                                "bubble_ratio,act_peak_bytes) VALUES(?,?,?,?,?,?,?,?,?)", -1, &w.stat, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(sql, "INSERT INTO gaps(job_id,step,rank,start_ns,end_ns,cause,next_action)"
-                                " VALUES(?,?,?,?,?,?,?)", -1, &w.gap, NULL);
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(sql, "INSERT INTO step_idle(job_id,step,rank,cause,idle_ns) VALUES(?,?,?,?,?)", -1,
-                                &w.idle, NULL);
-    if (rc == SQLITE_OK) rc = SQLITE_DONE;
+    for (int k = A_DEL_STATS; k <= A_DEL_IDLE && rc == SQLITE_DONE; k++) {
+        sqlite3_bind_int64(a->st[k], 1, job);
+        sqlite3_bind_int(a->st[k], 2, step);
+        rc = run(a->st[k]);
+    }
     size_t c = ncompute;
     for (size_t i = 0; i < ncompute && rc == SQLITE_DONE;) {
         int rank = ops[i].rank;
@@ -327,17 +407,14 @@ int db_analyze_step(db *d, int64_t job, int step, pp_err *err) {
         i = j;
         c = ce;
     }
-    sqlite3_finalize(w.stat);
-    sqlite3_finalize(w.gap);
-    sqlite3_finalize(w.idle);
     free(ops);
     if (rc != SQLITE_DONE) {
         db_fail(d, rc, what, err);
-        sqlite3_exec(sql, "ROLLBACK", NULL, NULL, NULL);
+        run(a->st[A_ROLLBACK]);
         return -1;
     }
-    rc = sqlite3_exec(sql, "COMMIT", NULL, NULL, NULL);
-    if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
+    rc = run(a->st[A_COMMIT]);
+    if (rc != SQLITE_DONE) return db_fail(d, rc, what, err);
     /* A program's own plan: its timeline at the first step that measured
      * every op it runs. A plan the simulator refuses stays without one. */
     if (db_program_plan_pending(d, job)) {
@@ -368,6 +445,10 @@ int db_step_finished(db *d, int64_t job, int step, int ranks) {
 int db_analyze_job(db *d, int64_t job, pp_err *err) { return db_analyze_steps_below(d, job, INT32_MAX, err); }
 
 int db_analyze_steps_below(db *d, int64_t job, int below, pp_err *err) {
+    return db_analyze_steps_except(d, job, below, NULL, 0, err);
+}
+
+int db_analyze_steps_except(db *d, int64_t job, int below, const unsigned char *fresh, size_t nfresh, pp_err *err) {
     sqlite3_stmt *st;
     /* Steps come off the events_by_step index without reading events. */
     if (sqlite3_prepare_v2(db_sqlite(d), "SELECT DISTINCT step FROM events WHERE job_id=?1 AND step < ?2 ORDER BY step",
@@ -395,8 +476,12 @@ int db_analyze_steps_below(db *d, int64_t job, int below, pp_err *err) {
         free(steps);
         return db_fail(d, rc, "listing steps", err);
     }
+    analyzer *a = NULL;
     int ret = 0;
-    for (size_t i = 0; i < n && ret == 0; i++) ret = db_analyze_step(d, job, steps[i], err);
+    for (size_t i = 0; i < n && ret == 0; i++)
+        if (steps[i] < 0 || (size_t)steps[i] >= nfresh || !fresh[steps[i]])
+            ret = (a || analyzer_open(d, &a, err) == 0) ? analyzer_step(a, job, steps[i], err) : -1;
+    analyzer_close(a);
     free(steps);
     return ret;
 }

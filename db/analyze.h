@@ -84,10 +84,24 @@ int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, 
  * a job whose program declared its own plan (progplan.h), that plan's
  * timeline at this step's costs if it has them and none was written yet. */
 int db_analyze_step(db *d, int64_t job_id, int step, pp_err *err);
+/* db_analyze_step's statements, prepared once for the many steps of a job
+ * (the collector analyses each as it completes: preparing them anew each
+ * time was a tenth of a step's analysis, docs/design.md §6 "What tracing
+ * costs"). Used on d's thread only; closed before d. */
+typedef struct analyzer analyzer;
+int analyzer_open(db *d, analyzer **out, pp_err *err);
+/* db_analyze_step with a's statements. */
+int analyzer_step(analyzer *a, int64_t job_id, int step, pp_err *err);
+void analyzer_close(analyzer *a);
 /* Every step that has events. */
 int db_analyze_job(db *d, int64_t job_id, pp_err *err);
 /* Every step below `below` that has events. */
 int db_analyze_steps_below(db *d, int64_t job_id, int below, pp_err *err);
+/* The same but the steps s < nfresh with fresh[s] set: those the caller
+ * analysed already and stored no event of since (the collector's live
+ * analyses), whose rows would come out the same (a step's analysis reads
+ * that step's events only). */
+int db_analyze_steps_except(db *d, int64_t job_id, int below, const unsigned char *fresh, size_t nfresh, pp_err *err);
 /* 1 when each of the job's `ranks` ranks recorded its OPT of step (the
  * built-in worker's last op of a step: the step is whole even though no
  * rank went on to the next), 0 when not, -1 on a database error. */

@@ -700,6 +700,11 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     return 0;
 }
 
+int whatif_read_sharing(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err) {
+    memset(r, 0, sizeof *r);
+    return whatif_read_job(db, job, r, err) != 0 || whatif_read_gpu_sharing(db, job, r, err) != 0 ? -1 : 0;
+}
+
 int whatif_own_row(const whatif_report *r) {
     int own = -1;
     for (int k = 0; k < r->nrows; k++)

@@ -180,6 +180,14 @@ typedef struct whatif_report {
  * points into it). 0 with r->measured = 0 when there is nothing to measure
  * yet; -1 with err on a database error. */
 int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err);
+/* Only whether job `job`'s ranks shared cores or a GPU (r->shared_ranks,
+ * shared_cores, shared_gpu_ranks, shared_gpu; the rest zero), as
+ * whatif_read sets them, measuring and simulating nothing: all that
+ * `pprun run`'s end-of-job lines show (report_brief), where whatif_read's
+ * simulations cost the launcher more CPU than storing the job's trace
+ * (bench_overhead, docs/design.md §6 "What tracing costs"). -1 with err on a
+ * database error or no such job. */
+int whatif_read_sharing(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err);
 /* The index of r's row for the job's own schedule that simulated, -1 when
  * there is none (or it could not be built). */
 int whatif_own_row(const whatif_report *r);

@@ -13,6 +13,7 @@
 #include "base/term.h"
 #include "db/usersql.h"
 #include "runner/cmd/cli.h"
+#include "runner/model/model.h"
 
 static const struct {
     const char *name;
@@ -156,6 +157,10 @@ static int dispatch(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    const char *command = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
+    /* A worker multiplies (its launcher gave it one BLAS thread); every
+     * other command leaves OpenBLAS's threads idle, asleep. */
+    if (!command || strcmp(command, "worker") != 0) model_blas_idle();
     escape_stderr();
     keep_stdout_errors();
     /* Before any SQLite call, and before any thread: user SQL (query,
@@ -166,6 +171,5 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pprun: %s\n", err.msg);
         return 1;
     }
-    const char *command = argc > 1 && argv[1][0] != '-' ? argv[1] : NULL;
     return check_stdout(command, dispatch(argc, argv));
 }

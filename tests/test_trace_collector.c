@@ -319,6 +319,50 @@ Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
     db_close(d);
 }
 
+/* A step analysed while the job ran and stored into after (a restarted
+ * attempt ran it again) is analysed again at the end, on its latest
+ * attempt; the final pass skips only the steps nothing came to since. */
+Test(trace_collector, a_step_stored_into_after_its_analysis_is_analysed_again, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("again.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    collector *c;
+    collector_config cfg = {.db = d, .job_id = job, .world_size = 2, .interval_ns = 1000000};
+    cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
+    trace_ring *r, *w;
+    cr_assert_eq(trace_ring_create(1024, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(c, 0, r, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    trace_event ev[32];
+    uint64_t want = 0;
+    for (int s = 0; s < 3; s++) {
+        size_t n = tfix_events(s, 1000000 + s * 1000000ll, ev);
+        for (size_t i = 0; i < n; i++) trace_ring_write(w, &ev[i]);
+        want += n;
+    }
+    /* Steps 0 and 1 are analysed in the round that stores them, before the
+     * collector reads the ring again. */
+    for (int k = 0; k < 5000 && collector_count(c) < want; k++) usleep(1000);
+    cr_assert_eq(collector_count(c), want);
+    /* Step 0 again, attempt 1, every span and gap twice as long. */
+    size_t n = tfix_events(0, 10000000, ev);
+    for (size_t i = 0; i < n; i++) {
+        ev[i].attempt = 1;
+        ev[i].start_ns = 10000000 + 2 * (ev[i].start_ns - 10000000);
+        ev[i].end_ns = 10000000 + 2 * (ev[i].end_ns - 10000000);
+        trace_ring_write(w, &ev[i]);
+    }
+    trace_ring_close(w);
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE step = 0"), 2 * 71000,
+                 "step 0's statistics are its second attempt's");
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE step = 1"), 71000);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE step = 2"), 71000);
+    db_close(d);
+}
+
 /* The ingest port trusts the network, but a forged frame cannot make the
  * master loop over 2^31 steps or write records for ranks the job lacks:
  * such records are refused and counted, the rest of the frame is kept. */

@@ -107,6 +107,13 @@ struct collector {
     int *pid;              /* under mu: the pid of the rank's latest attempt on this node (collector_set_pid) */
     int *pid_recorded;     /* the pid in `ranks` (master), or the last forwarded (other nodes) */
     int analyzed;          /* steps below this were analysed */
+    /* fresh[s] (s < nfresh): step s was analysed live and no event of it
+     * was stored since, so collector_stop's final pass leaves it alone
+     * (analysing every step twice was a sixth of the launcher's CPU for
+     * tracing, docs/design.md §6 "What tracing costs"). */
+    unsigned char *fresh;
+    size_t nfresh;
+    analyzer *an;          /* master: the live analyses' statements, opened at the first step */
     atomic_int last_step_cut; /* collector_last_step_cut: the steps no rank moved past are not analysed at the end */
     size_t next_ring; /* where the next drain starts: no ring starves the others */
     atomic_uint_fast64_t count, rejected;
@@ -136,6 +143,20 @@ static int has_failed(collector *c) {
 
 /* ---- master side: into the database ---------------------------------- */
 
+/* Step s was just analysed. Without memory for the mark the final pass
+ * analyses it again, as it would any step. */
+static void mark_fresh(collector *c, int s) {
+    if ((size_t)s >= c->nfresh) {
+        size_t n = c->nfresh ? 2 * c->nfresh : 64;
+        while (n <= (size_t)s) n *= 2;
+        unsigned char *f = realloc(c->fresh, n);
+        if (!f) return;
+        memset(f + c->nfresh, 0, n - c->nfresh);
+        c->fresh = f, c->nfresh = n;
+    }
+    c->fresh[s] = 1;
+}
+
 static void analyze_ready_steps(collector *c) {
     int lo = INT32_MAX;
     for (int r = 0; r < c->cfg.world_size; r++)
@@ -144,8 +165,13 @@ static void analyze_ready_steps(collector *c) {
     for (; c->analyzed < lo && !has_failed(c); c->analyzed++) {
         pp_err e;
         uint64_t t0 = pp_now_ns();
-        if (db_analyze_step(c->cfg.db, c->cfg.job_id, c->analyzed, &e) != 0) set_error(c, &e);
-        else if (c->cfg.step_analyzed) c->cfg.step_analyzed(c->cfg.step_analyzed_ctx, c->cfg.db, c->analyzed);
+        if ((!c->an && analyzer_open(c->cfg.db, &c->an, &e) != 0) ||
+            analyzer_step(c->an, c->cfg.job_id, c->analyzed, &e) != 0) {
+            set_error(c, &e);
+        } else {
+            mark_fresh(c, c->analyzed);
+            if (c->cfg.step_analyzed) c->cfg.step_analyzed(c->cfg.step_analyzed_ctx, c->cfg.db, c->analyzed);
+        }
         atomic_fetch_add(&c->analyze_ns, pp_now_ns() - t0);
     }
 }
@@ -232,8 +258,12 @@ static void flush(collector *c) {
         return;
     }
     atomic_fetch_add(&c->count, n);
-    for (size_t i = 0; i < n; i++)
-        if (c->buf[i].step > c->max_step[c->buf[i].rank]) c->max_step[c->buf[i].rank] = c->buf[i].step;
+    for (size_t i = 0; i < n; i++) {
+        const trace_event *ev = &c->buf[i];
+        if (ev->step > c->max_step[ev->rank]) c->max_step[ev->rank] = ev->step;
+        /* late for its step's analysis (a restart ran the step again) */
+        if ((size_t)ev->step < c->nfresh) c->fresh[ev->step] = 0;
+    }
     analyze_ready_steps(c);
 }
 
@@ -640,15 +670,19 @@ static void *collector_main(void *arg) {
         netserve_stop(c->net);
         c->net = NULL;
         flush(c);
+        analyzer_close(c->an); /* its statements go before collector_stop gives the db back */
+        c->an = NULL;
         pp_err e;
-        /* Again with every record in (a restart ran some steps twice);
+        /* With every record in: the steps not analysed yet, and those
+         * stored into since their analysis (a restart ran them twice);
          * a cut job's last steps keep their events only, but for those
          * every rank finished (a rank died between steps). */
         int below = INT32_MAX;
         if (atomic_load(&c->last_step_cut))
             for (below = c->analyzed; db_step_finished(c->cfg.db, c->cfg.job_id, below, c->cfg.world_size) == 1;)
                 below++;
-        if (!has_failed(c) && db_analyze_steps_below(c->cfg.db, c->cfg.job_id, below, &e) != 0) set_error(c, &e);
+        if (!has_failed(c) && db_analyze_steps_except(c->cfg.db, c->cfg.job_id, below, c->fresh, c->nfresh, &e) != 0)
+            set_error(c, &e);
     }
     if (c->log.held)
         fprintf(stderr, "pprun collector: %lu more lines about forwarding connections were left out\n", c->log.held);
@@ -713,6 +747,7 @@ static void collector_free(collector *c) {
     free(c->local);
     free(c->has_ring);
     free(c->ring_dropped);
+    free(c->fresh);
     free(c);
 }
 

@@ -121,7 +121,7 @@ uint64_t collector_rejected(const collector *c);
 /* Master: the collector thread's time so far writing records
  * (db_insert_events) and analysing steps (with step_analyzed), in ns: what
  * bench/loadgen.c weighs against each other. The final analyses of
- * collector_stop (every step again) are not counted; its last writes are. */
+ * collector_stop are not counted; its last writes are. */
 void collector_times(const collector *c, uint64_t *insert_ns, uint64_t *analyze_ns);
 /* 0 while all is well; -1 with the first error (disk full, master gone). */
 int collector_error(collector *c, pp_err *err);
@@ -135,8 +135,9 @@ void collector_set_pid(collector *c, int rank, int pid);
 void collector_last_step_cut(collector *c);
 /* Drains every ring to the end, waits for forwarders to close (master; up
  * to stop_grace_ns, and not for connections that never sent a byte),
- * runs the final analyses of every step (but those collector_last_step_cut
- * leaves out), joins and frees. Returns -1 with the first error met during
+ * runs the final analyses of every step but those analysed while the job
+ * ran that got no event since (and those collector_last_step_cut leaves
+ * out), joins and frees. Returns -1 with the first error met during
  * the whole run, if any. */
 int collector_stop(collector *c, pp_err *err);
 

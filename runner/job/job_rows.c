@@ -324,12 +324,15 @@ void job_rows_finish(run_job *job, job_outcome *end) {
                 job->cfg.db, status, without_path(ferr.msg, job->cfg.db), (long long)job->job_id);
         if (end->exit_code == 0) end->exit_code = 1;
     }
-    if (end->exit_code == 0) { /* where the time went, in two lines */
+    /* Where the time went, in two lines: the summary and whether ranks
+     * shared cores, not the whole what-if (its simulations were half of
+     * the launcher's CPU for tracing a 10-step job, docs/design.md §6). */
+    if (end->exit_code == 0) {
         job_summary s;
         whatif_report w;
         if (summary_read(db_sqlite(job->db), job->job_id, 0, &s, &ferr) == 0)
-            report_brief(stderr, "pprun run", &s, whatif_read(db_sqlite(job->db), &s, &w, &ferr) == 0 ? &w : NULL,
-                         job->cfg.db);
+            report_brief(stderr, "pprun run", &s,
+                         whatif_read_sharing(db_sqlite(job->db), job->job_id, &w, &ferr) == 0 ? &w : NULL, job->cfg.db);
         summary_free(&s);
     }
     /* With --serve the dashboard's read-only connections outlive this one

@@ -13,6 +13,15 @@
 
 void model_blas_one_thread(void) { openblas_set_num_threads(1); }
 
+/* OpenBLAS's pthreads build exports it (its fork handler's); weak: other
+ * builds do not have it. openblas_set_num_threads(1) leaves the threads
+ * spinning. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+void model_blas_idle(void) {
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
+
 static void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, const float *A, int lda,
                  const float *B, int ldb, float *Cm, int ldc, model_gemm_stats *st) {
     uint64_t t0 = st ? pp_now_ns() : 0;

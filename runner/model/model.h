@@ -104,6 +104,15 @@ model_gemm_stats model_stage_gemm_stats(const model_stage *stage);
  * threads off, process-wide): for a rank that runs two ops at once on two
  * threads (an overlapped pair, sched.h), one core each. */
 void model_blas_one_thread(void);
+/* OpenBLAS's own threads stopped, until a BLAS call of this process wants
+ * them again (OpenBLAS starts them anew then). The library starts them as
+ * it loads, and each spins on sched_yield for about 0.1 s first
+ * (OpenBLAS's THREAD_TIMEOUT): up to 60 ms of CPU on 2 cores for a
+ * launcher that never multiplies, with or without a trace, and one
+ * spinning thread per core on a bigger machine (docs/design.md §6, "What
+ * tracing costs"). Nothing with an OpenBLAS without such threads (OpenMP
+ * or serial builds). */
+void model_blas_idle(void);
 
 /* Activation memory the stage holds right now: the bytes of the buffers it
  * keeps for microbatches between their F and their W, i.e. what F saved for
