@@ -253,10 +253,10 @@ int main(int argc, char **argv) {
      * (web/routes_timeline.c), host spans only; both through event_runs
      * (docs/schema.md, "Timeline window"). */
     static const char *const window_sql[2] = {
-        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM " DB_RANK_ROWS(" AND end_ns >= ?3 AND start_ns < ?4")
+        "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM " DB_RANK_ROWS(" AND end_ns >= ?3 AND start_ns < ?4" DB_RUNS_END_BEFORE("?4"))
         " WHERE start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns",
         "SELECT rank, phase, step, microbatch, start_ns, end_ns FROM "
-        DB_RANK_ROWS(" AND source = 'cpu' AND end_ns >= ?3 AND start_ns < ?4")
+        DB_RANK_ROWS(" AND source = 'cpu' AND end_ns >= ?3 AND start_ns < ?4" DB_RUNS_END_BEFORE("?4"))
         " WHERE start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns"};
     sqlite3_stmt *q[2];
     char plan[2][512] = {"", ""};

@@ -53,7 +53,7 @@ static void gpu_reset(db *d, int64_t job_id);
 struct db {
     sqlite3 *sql;
     char *path;
-    sqlite3_stmt *ins_event, *ins_events, *ins_run, *ins_loss, *ins_eval_loss, *set_mark, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
+    sqlite3_stmt *ins_event, *ins_events, *ins_run, *raise_run_span, *ins_loss, *ins_eval_loss, *set_mark, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
     /* db_insert_events' scratch, per record of a batch, kept for the next:
      * the rows of `events` in the order they are written (order, keys: by
      * step, rank and source; *_tmp: the radix sort's other half), each record's
@@ -193,6 +193,8 @@ static const char *const migrations[DB_SCHEMA_VERSION] = {
     "CREATE TABLE event_runs (job_id INTEGER NOT NULL, rank INTEGER NOT NULL, end_ns INTEGER NOT NULL,"
     " first_id INTEGER NOT NULL, last_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, source TEXT NOT NULL,"
     " PRIMARY KEY (job_id, rank, end_ns, first_id)) WITHOUT ROWID;"
+    "DROP TABLE IF EXISTS event_run_span;"
+    "CREATE TABLE event_run_span (job_id INTEGER PRIMARY KEY, span_ns INTEGER NOT NULL);"
     DB_EVENT_RUNS_OF_ROWS ";",
 };
 
@@ -345,6 +347,10 @@ static int open_file(const char *path, db **out, pp_err *err) {
                 "INSERT INTO event_runs(job_id,rank,end_ns,first_id,last_id,start_ns,source)"
                 " VALUES(?1,?2,?3,?4,?5,?6,?7)",
                 &d->ins_run, err) != 0 ||
+        prepare(d,
+                "INSERT INTO event_run_span(job_id,span_ns) VALUES(?1,?2)"
+                " ON CONFLICT(job_id) DO UPDATE SET span_ns = max(span_ns, excluded.span_ns)",
+                &d->raise_run_span, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
                 &d->ins_loss, err) != 0 ||
         prepare(d, "INSERT OR REPLACE INTO eval_losses(job_id,step,microbatch,loss,rank,at_ns) VALUES(?1,?2,?3,?4,?5,?6)",
@@ -375,6 +381,7 @@ void db_close(db *d) {
     sqlite3_finalize(d->ins_event);
     sqlite3_finalize(d->ins_events);
     sqlite3_finalize(d->ins_run);
+    sqlite3_finalize(d->raise_run_span);
     sqlite3_finalize(d->max_event_id);
     sqlite3_finalize(d->ins_loss);
     sqlite3_finalize(d->ins_eval_loss);
@@ -535,6 +542,9 @@ int db_reader_init(sqlite3 *sql, pp_err *err) {
         {"event_runs", NULL,
          "CREATE TEMP VIEW IF NOT EXISTS event_runs AS SELECT job_id, rank, end_ns, id AS first_id, id AS last_id,"
          " start_ns, source FROM main.events"},
+        /* no span known: the runs' range is not bounded above (DB_RUN_SPAN) */
+        {"event_run_span", NULL,
+         "CREATE TEMP VIEW IF NOT EXISTS event_run_span AS SELECT 0 AS job_id, 0 AS span_ns WHERE 0"},
     };
     const char *file = sqlite3_db_filename(sql, "main");
     for (size_t i = 0; i < sizeof added / sizeof added[0]; i++) {
@@ -559,7 +569,10 @@ int db_reader_refresh(sqlite3 *sql) {
     if (view <= 0) return view;
     int lacks = db_file_lacks(sql, "event_runs", NULL);
     if (lacks != 0) return lacks < 0 ? -1 : 0;
-    return sqlite3_exec(sql, "DROP VIEW temp.event_runs", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+    return sqlite3_exec(sql, "DROP VIEW temp.event_runs; DROP VIEW IF EXISTS temp.event_run_span", NULL, NULL, NULL) ==
+                   SQLITE_OK
+               ? 0
+               : -1;
 }
 
 static void iso_now(char buf[64]) {
@@ -960,9 +973,11 @@ static int insert_rows(db *d, int64_t job_id, const trace_event *ev, size_t m, i
 }
 
 /* The runs of the m rows of d->order (ids first ..) into event_runs: each
- * stretch of one rank's rows of one source. An SQLite result code. */
+ * stretch of one rank's rows of one source; and the longest of them into
+ * event_run_span. An SQLite result code. */
 static int insert_runs(db *d, int64_t job_id, const trace_event *ev, size_t m, int64_t first) {
     int rc = SQLITE_DONE;
+    int64_t longest = -1;
     for (size_t k = 0, end; k < m && rc == SQLITE_DONE; k = end) {
         const trace_event *a = &ev[d->order[k]];
         int64_t off = offset_of(d, job_id, a->rank), lo = (int64_t)a->start_ns + off, hi = (int64_t)a->end_ns + off;
@@ -982,6 +997,13 @@ static int insert_runs(db *d, int64_t job_id, const trace_event *ev, size_t m, i
         sqlite3_bind_text(st, 7, source_names[a->source == TRACE_SRC_GPU], -1, SQLITE_STATIC);
         rc = sqlite3_step(st);
         sqlite3_reset(st);
+        if (hi - lo > longest) longest = hi - lo;
+    }
+    if (rc == SQLITE_DONE && longest >= 0) {
+        sqlite3_bind_int64(d->raise_run_span, 1, job_id);
+        sqlite3_bind_int64(d->raise_run_span, 2, longest);
+        rc = sqlite3_step(d->raise_run_span);
+        sqlite3_reset(d->raise_run_span);
     }
     return rc;
 }

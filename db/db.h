@@ -32,10 +32,22 @@
     " SELECT job_id, rank, max(end_ns), min(id), max(id), min(start_ns), source FROM"                                  \
     " (SELECT job_id, rank, source, id, start_ns, end_ns,"                                                             \
     "   id - row_number() OVER (PARTITION BY job_id, rank, source ORDER BY id) AS run FROM main.events)"               \
-    " GROUP BY job_id, rank, source, run"
+    " GROUP BY job_id, rank, source, run;"                                                                             \
+    "INSERT OR REPLACE INTO event_run_span(job_id, span_ns)"                                                           \
+    " SELECT job_id, max(end_ns - start_ns) FROM event_runs GROUP BY job_id"
+
+/* The longest run of job ?1 (end_ns - start_ns, event_run_span), or a bound
+ * past any time when none is known (an old file read as it is). */
+#define DB_RUN_SPAN "(SELECT coalesce(max(span_ns), 4611686018427387904) FROM event_run_span WHERE job_id = ?1)"
+
+/* For DB_RANK_ROWS' runs_where: the runs that end before hi plus the
+ * longest run, which every run that starts before hi does. Without it the
+ * runs' key is a range from the window's start to the job's end: the whole
+ * rest of the job for a window near its start. */
+#define DB_RUNS_END_BEFORE(hi) " AND end_ns < " hi " + " DB_RUN_SPAN
 
 /* A rank's rows of `events` through event_runs (schema.sql), for a FROM:
- * "SELECT ... FROM " DB_RANK_ROWS(" AND end_ns >= ?3 AND start_ns < ?4")
+ * "SELECT ... FROM " DB_RANK_ROWS(" AND end_ns >= ?3 AND start_ns < ?4" DB_RUNS_END_BEFORE("?4"))
  * " WHERE start_ns >= ?3 AND start_ns < ?4" is the rank's rows that start in
  * [?3, ?4). ?1 is the job, ?2 the rank; runs_where narrows the runs (their
  * source, their span), the outer WHERE the rows. A run holds rows of that

@@ -84,9 +84,10 @@ CREATE INDEX IF NOT EXISTS events_by_step ON events(job_id, step, attempt);
 -- first_id..last_id that holds rows of this rank alone (a batch's rows of
 -- one step, rank and source are such a run), with the least start_ns and
 -- the greatest end_ns of its rows. A rank's rows in a window [lo, hi) are
--- in the runs with end_ns >= lo AND start_ns < hi: a range of this key
--- from lo on, then a range of rowids each (docs/schema.md, "Timeline
--- window"). Written with the rows, in the same transaction (version 10).
+-- in the runs with end_ns >= lo AND start_ns < hi, so with end_ns < hi +
+-- the job's longest run (event_run_span): a range of this key from lo to
+-- there, then a range of rowids each (docs/schema.md, "Timeline window").
+-- Written with the rows, in the same transaction (version 10).
 CREATE TABLE IF NOT EXISTS event_runs (
   job_id   INTEGER NOT NULL,
   rank     INTEGER NOT NULL,
@@ -97,6 +98,14 @@ CREATE TABLE IF NOT EXISTS event_runs (
   source   TEXT NOT NULL,                -- cpu | gpu: the source of every row of the run
   PRIMARY KEY (job_id, rank, end_ns, first_id)
 ) WITHOUT ROWID;
+
+-- A job's longest run of event_runs (end_ns - start_ns), raised with every
+-- batch that holds a longer one: what bounds a window's range of runs
+-- above (version 10).
+CREATE TABLE IF NOT EXISTS event_run_span (
+  job_id  INTEGER PRIMARY KEY,
+  span_ns INTEGER NOT NULL
+);
 
 CREATE TABLE IF NOT EXISTS losses (
   job_id     INTEGER NOT NULL,

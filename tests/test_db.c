@@ -676,7 +676,7 @@ static int64_t window_print(sqlite3 *s, int via_runs, int rank, const char *sour
     if (via_runs)
         snprintf(sql, sizeof sql,
                  "SELECT count(*) * 4294967296 + coalesce(sum(id), 0) FROM " DB_RANK_ROWS(
-                     "%s AND end_ns >= ?3 AND start_ns < ?4") " WHERE start_ns >= ?3 AND start_ns < ?4",
+                     "%s AND end_ns >= ?3 AND start_ns < ?4" DB_RUNS_END_BEFORE("?4")) " WHERE start_ns >= ?3 AND start_ns < ?4",
                  src);
     else
         snprintf(sql, sizeof sql,
@@ -749,8 +749,10 @@ Test(db, event_runs_hold_every_row_once_and_windows_through_them_match_a_scan) {
     cr_assert_eq(
         tfix_q_int(s, "SELECT max(n) FROM (SELECT count(*) AS n FROM event_runs GROUP BY job_id, rank, source)"),
         1 + 2 + 2, "a run per batch, step, rank and source (steps 0; 0, 1; 1, 2), not per record");
+    cr_assert_eq(tfix_q_int(s, "SELECT span_ns FROM event_run_span WHERE job_id = 1"),
+                 tfix_q_int(s, "SELECT max(end_ns - start_ns) FROM event_runs"), "the job's longest run, kept");
     /* Windows of every size and place, each rank, each source and both:
-     * the same rows as a scan. */
+     * the same rows as a scan (the runs' range bounded by that span). */
     static const char *const sources[] = {NULL, "cpu", "gpu"};
     int nonempty = 0;
     for (int64_t lo = 900000; lo < 4000000; lo += 123457)
@@ -769,7 +771,7 @@ Test(db, event_runs_hold_every_row_once_and_windows_through_them_match_a_scan) {
     cr_assert_eq(
         sqlite3_prepare_v2(s,
                            "EXPLAIN QUERY PLAN SELECT id FROM " DB_RANK_ROWS(
-                               " AND end_ns >= ?3 AND start_ns < ?4") " WHERE start_ns >= ?3 AND start_ns < ?4",
+                               " AND end_ns >= ?3 AND start_ns < ?4" DB_RUNS_END_BEFORE("?4")) " WHERE start_ns >= ?3 AND start_ns < ?4",
                            -1, &st, NULL),
         SQLITE_OK);
     while (sqlite3_step(st) == SQLITE_ROW) {
@@ -777,7 +779,8 @@ Test(db, event_runs_hold_every_row_once_and_windows_through_them_match_a_scan) {
         strcat(plan, ";");
     }
     sqlite3_finalize(st);
-    cr_assert(strstr(plan, "SEARCH event_runs USING PRIMARY KEY (job_id=? AND rank=? AND end_ns>?)"), "%s", plan);
+    cr_assert(strstr(plan, "SEARCH event_runs USING PRIMARY KEY (job_id=? AND rank=? AND end_ns>? AND end_ns<?)"), "%s",
+              plan);
     cr_assert(strstr(plan, "SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"), "%s", plan);
     db_close(d);
 }

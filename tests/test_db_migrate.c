@@ -260,6 +260,9 @@ static void upgrades_and_answers_the_same(const char *name, const char *downgrad
     int64_t rows = tfix_q_int(s, "SELECT count(*) FROM events");
     cr_assert_gt(rows, 1000);
     cr_assert_eq(tfix_q_int(s, "SELECT sum(last_id - first_id + 1) FROM event_runs"), rows);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM event_run_span p WHERE span_ns = (SELECT max(end_ns - start_ns) "
+                               "FROM event_runs r WHERE r.job_id = p.job_id)"),
+                 tfix_q_int(s, "SELECT count(DISTINCT job_id) FROM event_runs"), "each job's longest run");
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events e JOIN event_runs r ON e.id BETWEEN r.first_id AND r.last_id"
                                " AND r.job_id = e.job_id AND r.rank = e.rank AND r.source = e.source"
                                " AND e.start_ns >= r.start_ns AND e.end_ns <= r.end_ns"),

@@ -70,10 +70,10 @@ static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask
     char sql[2][1024];
     if (source) {
         snprintf(sql[0], sizeof sql[0],
-                 "%s FROM " DB_RANK_ROWS(" AND source='%s' AND end_ns>?3 AND start_ns<?3")
+                 "%s FROM " DB_RANK_ROWS(" AND source='%s' AND end_ns>?3 AND start_ns<?3" DB_RUNS_END_BEFORE("?3"))
                  " WHERE start_ns<?3 ORDER BY start_ns DESC LIMIT 8", select, source);
         snprintf(sql[1], sizeof sql[1],
-                 "%s FROM " DB_RANK_ROWS(" AND source='%s' AND end_ns>=?3 AND start_ns<?4")
+                 "%s FROM " DB_RANK_ROWS(" AND source='%s' AND end_ns>=?3 AND start_ns<?4" DB_RUNS_END_BEFORE("?4"))
                  " WHERE start_ns>=?3 AND start_ns<?4 ORDER BY start_ns", select, source);
     } else {
         snprintf(sql[0], sizeof sql[0], "%s AND start_ns<?3 ORDER BY start_ns DESC LIMIT 8", select);
@@ -244,7 +244,7 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     int64_t *acc = calloc(cells, sizeof *acc);
     sqlite3_stmt *st = routes_prep(db,
                                    "SELECT phase, start_ns, end_ns FROM "
-                                   DB_RANK_ROWS(" AND source='cpu' AND end_ns>=?3 AND start_ns<?4")
+                                   DB_RANK_ROWS(" AND source='cpu' AND end_ns>=?3 AND start_ns<?4" DB_RUNS_END_BEFORE("?4"))
                                    " WHERE start_ns>=?3 AND start_ns<?4",
                                    r);
     if (!acc || !st) {
@@ -440,29 +440,47 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
     free(rows);
 }
 
-/* Counts events starting in the window, stopping at cap. */
+/* Counts events starting in the window, stopping past cap (cap + 1 at
+ * most). A run of event_runs inside the window counts its rows without
+ * reading them (each of them starts in it); a run across an edge has its
+ * rows counted one by one. */
 static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
                             int64_t cap) {
-    sqlite3_stmt *st;
+    sqlite3_stmt *runs = NULL, *part = NULL;
     if (sqlite3_prepare_v2(db,
-                           "SELECT count(*) FROM (SELECT 1 FROM "
-                           DB_RANK_ROWS(" AND source='cpu' AND end_ns>=?3 AND start_ns<?4")
-                           " WHERE start_ns>=?3 AND start_ns<?4 LIMIT ?5)",
-                           -1, &st, NULL) != SQLITE_OK)
+                           "SELECT first_id, last_id, start_ns, end_ns FROM event_runs WHERE job_id=?1 AND rank=?2 "
+                           "AND source='cpu' AND end_ns>=?3 AND start_ns<?4" DB_RUNS_END_BEFORE("?4"),
+                           -1, &runs, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(db, "SELECT count(*) FROM events WHERE id BETWEEN ?1 AND ?2 AND start_ns>=?3 AND start_ns<?4",
+                           -1, &part, NULL) != SQLITE_OK) {
+        sqlite3_finalize(runs);
         return cap;
-    int64_t total = 0;
-    for (int rank = 0; rank < j->world && total < cap; rank++) {
-        if (!mask[rank]) continue;
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, j->id);
-        sqlite3_bind_int(st, 2, rank);
-        sqlite3_bind_int64(st, 3, from + j->t0);
-        sqlite3_bind_int64(st, 4, to + j->t0);
-        sqlite3_bind_int64(st, 5, cap - total + 1);
-        if (sqlite3_step(st) == SQLITE_ROW) total += sqlite3_column_int64(st, 0);
     }
-    sqlite3_finalize(st);
-    return total;
+    int64_t total = 0, lo = from + j->t0, hi = to + j->t0;
+    sqlite3_bind_int64(runs, 1, j->id);
+    sqlite3_bind_int64(runs, 3, lo);
+    sqlite3_bind_int64(runs, 4, hi);
+    sqlite3_bind_int64(part, 3, lo);
+    sqlite3_bind_int64(part, 4, hi);
+    for (int rank = 0; rank < j->world && total <= cap; rank++) {
+        if (!mask[rank]) continue;
+        sqlite3_bind_int(runs, 2, rank);
+        while (total <= cap && sqlite3_step(runs) == SQLITE_ROW) {
+            int64_t first = sqlite3_column_int64(runs, 0), last = sqlite3_column_int64(runs, 1);
+            if (sqlite3_column_int64(runs, 2) >= lo && sqlite3_column_int64(runs, 3) < hi) {
+                total += last - first + 1;
+                continue;
+            }
+            sqlite3_bind_int64(part, 1, first);
+            sqlite3_bind_int64(part, 2, last);
+            if (sqlite3_step(part) == SQLITE_ROW) total += sqlite3_column_int64(part, 0);
+            sqlite3_reset(part);
+        }
+        sqlite3_reset(runs);
+    }
+    sqlite3_finalize(runs);
+    sqlite3_finalize(part);
+    return total > cap ? cap + 1 : total;
 }
 
 void route_events(route_req *q, reply *r) {
