@@ -767,18 +767,10 @@ Test(db, event_runs_hold_every_row_once_and_windows_through_them_match_a_scan) {
     cr_assert_gt(nonempty, 100);
     /* served by event_runs' key, then a rowid range per run */
     char plan[1024] = "";
-    sqlite3_stmt *st;
-    cr_assert_eq(
-        sqlite3_prepare_v2(s,
-                           "EXPLAIN QUERY PLAN SELECT id FROM " DB_RANK_ROWS(
-                               " AND end_ns >= ?3 AND start_ns < ?4" DB_RUNS_END_BEFORE("?4")) " WHERE start_ns >= ?3 AND start_ns < ?4",
-                           -1, &st, NULL),
-        SQLITE_OK);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        strncat(plan, (const char *)sqlite3_column_text(st, 3), sizeof plan - strlen(plan) - 2);
-        strcat(plan, ";");
-    }
-    sqlite3_finalize(st);
+    tfix_query_plan(s,
+                    "SELECT id FROM " DB_RANK_ROWS(" AND end_ns >= ?3 AND start_ns < ?4" DB_RUNS_END_BEFORE(
+                        "?4")) " WHERE start_ns >= ?3 AND start_ns < ?4",
+                    plan, sizeof plan);
     cr_assert(strstr(plan, "SEARCH event_runs USING PRIMARY KEY (job_id=? AND rank=? AND end_ns>? AND end_ns<?)"), "%s",
               plan);
     cr_assert(strstr(plan, "SEARCH events USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)"), "%s", plan);

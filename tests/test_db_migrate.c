@@ -239,19 +239,11 @@ static void upgrades_and_answers_the_same(const char *name, const char *downgrad
     cr_assert_str_eq(sql, "CREATE INDEX events_by_step ON events(job_id, step, attempt)");
     free(sql);
     /* The analyses read the step's latest attempt off the new index. */
-    char plan[1024] = "";
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(s,
-                                    "EXPLAIN QUERY PLAN SELECT rank FROM events WHERE job_id=1 AND step=2 AND "
-                                    "source='cpu' AND attempt=(SELECT max(attempt) FROM events WHERE job_id=1 AND "
-                                    "step=2)",
-                                    -1, &st, NULL),
-                 SQLITE_OK);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        strncat(plan, (const char *)sqlite3_column_text(st, 3), sizeof plan - strlen(plan) - 2);
-        strcat(plan, ";");
-    }
-    sqlite3_finalize(st);
+    char plan[1024];
+    tfix_query_plan(s,
+                    "SELECT rank FROM events WHERE job_id=1 AND step=2 AND source='cpu' AND attempt=(SELECT "
+                    "max(attempt) FROM events WHERE job_id=1 AND step=2)",
+                    plan, sizeof plan);
     cr_assert(strstr(plan, "SEARCH events USING INDEX events_by_step (job_id=? AND step=? AND attempt=?)"), "%s",
               plan);
     cr_assert(strstr(plan, "SEARCH events USING COVERING INDEX events_by_step (job_id=? AND step=?)"), "%s", plan);
@@ -268,16 +260,12 @@ static void upgrades_and_answers_the_same(const char *name, const char *downgrad
                                " AND e.start_ns >= r.start_ns AND e.end_ns <= r.end_ns"),
                  rows);
     cr_assert_lt(tfix_q_int(s, "SELECT count(*) FROM event_runs"), rows / 10, "runs, not rows");
-    plan[0] = 0;
-    cr_assert_eq(sqlite3_prepare_v2(s, "EXPLAIN QUERY PLAN SELECT id FROM " DB_RANK_ROWS(" AND end_ns >= 5 AND start_ns < 9")
-                                       " WHERE start_ns >= 5 AND start_ns < 9", -1, &st, NULL),
-                 SQLITE_OK, "%s", sqlite3_errmsg(s));
-    while (sqlite3_step(st) == SQLITE_ROW) {
-        strncat(plan, (const char *)sqlite3_column_text(st, 3), sizeof plan - strlen(plan) - 2);
-        strcat(plan, ";");
-    }
-    sqlite3_finalize(st);
-    cr_assert(strstr(plan, "SEARCH event_runs USING PRIMARY KEY (job_id=? AND rank=? AND end_ns>?)"), "%s", plan);
+    tfix_query_plan(s,
+                    "SELECT id FROM " DB_RANK_ROWS(" AND end_ns >= 5 AND start_ns < 9" DB_RUNS_END_BEFORE(
+                        "9")) " WHERE start_ns >= 5 AND start_ns < 9",
+                    plan, sizeof plan);
+    cr_assert(strstr(plan, "SEARCH event_runs USING PRIMARY KEY (job_id=? AND rank=? AND end_ns>? AND end_ns<?)"), "%s",
+              plan);
     /* The kept reader, refreshed as the pool does, reads the file's runs:
      * the same rows of rank 3. */
     cr_assert_eq(db_reader_refresh(kept), 0);

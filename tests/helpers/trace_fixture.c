@@ -136,6 +136,22 @@ int64_t tfix_q_int(sqlite3 *s, const char *sql) {
     return v;
 }
 
+const char *tfix_query_plan(sqlite3 *s, const char *sql, char *out, size_t size) {
+    char explain[4096];
+    snprintf(explain, sizeof explain, "EXPLAIN QUERY PLAN %s", sql);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(s, explain, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));
+    size_t len = 0;
+    out[0] = 0;
+    while (sqlite3_step(st) == SQLITE_ROW && len + 1 < size) {
+        int n = snprintf(out + len, size - len, "%s;", (const char *)sqlite3_column_text(st, 3));
+        len += n > 0 ? (size_t)n : 0;
+        if (len >= size) len = size - 1;
+    }
+    sqlite3_finalize(st);
+    return out;
+}
+
 int64_t tfix_q_intf(sqlite3 *s, const char *fmt, ...) {
     char sql[2048];
     va_list ap;

@@ -35,5 +35,8 @@ db *tfix_open_fresh(const char *path);
 int64_t tfix_q_int(sqlite3 *s, const char *sql);
 /* The same with the query formatted printf-style. */
 int64_t tfix_q_intf(sqlite3 *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* EXPLAIN QUERY PLAN of sql on s: each step's detail followed by ';', into
+ * out (size bytes, cut short there); the test fails if it does not prepare. */
+const char *tfix_query_plan(sqlite3 *s, const char *sql, char *out, size_t size);
 
 #endif
