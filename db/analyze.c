@@ -310,8 +310,8 @@ static const char *const analyzer_sql[A_COUNT] = {
     [A_DEL_STATS] = "DELETE FROM step_stats WHERE job_id=?1 AND step=?2",
     [A_DEL_GAPS] = "DELETE FROM gaps WHERE job_id=?1 AND step=?2",
     [A_DEL_IDLE] = "DELETE FROM step_idle WHERE job_id=?1 AND step=?2",
-    [A_STAT] = "INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,bubble_ratio,act_peak_bytes)"
-               " VALUES(?,?,?,?,?,?,?,?,?)",
+    [A_STAT] = ("INSERT INTO step_stats(job_id,step,rank,start_ns,end_ns,busy_ns,bubble_ns,bubble_ratio,"
+                "act_peak_bytes) VALUES(?,?,?,?,?,?,?,?,?)"),
     [A_GAP] = "INSERT INTO gaps(job_id,step,rank,start_ns,end_ns,cause,next_action) VALUES(?,?,?,?,?,?,?)",
     [A_IDLE] = "INSERT INTO step_idle(job_id,step,rank,cause,idle_ns) VALUES(?,?,?,?,?)",
 };
