@@ -280,20 +280,29 @@ Test(trace_collector, skewed_node_measured_and_aligned_on_the_job_clock, .timeou
     db_close(d);
 }
 
+/* A new database at tfix_path(name) with one job of 2 ranks, its
+ * collector (draining every 1 ms) over one ring of rank 0, and the ring's
+ * writer into *w. */
+static collector *one_ring_collector(const char *name, db **d, trace_ring **w) {
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path(name), d, &err), 0, "%s", err.msg);
+    collector *c;
+    collector_config cfg = {.db = *d, .job_id = tfix_job(*d), .world_size = 2, .interval_ns = 1000000};
+    cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
+    trace_ring *r;
+    cr_assert_eq(trace_ring_create(1024, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(c, 0, r, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), w, &err), 0, "%s", err.msg);
+    return c;
+}
+
 /* Training that diverges writes NaN and Inf losses; SQLite stores NaN as
  * NULL. Tracing must go on: later batches land, the collector stays healthy. */
 Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
     db *d;
+    trace_ring *w;
     pp_err err;
-    cr_assert_eq(db_open(tfix_path("nan.db"), &d, &err), 0, "%s", err.msg);
-    int64_t job = tfix_job(d);
-    collector *c;
-    collector_config cfg = {.db = d, .job_id = job, .world_size = 2, .interval_ns = 1000000};
-    cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
-    trace_ring *r, *w;
-    cr_assert_eq(trace_ring_create(1024, &r, &err), 0, "%s", err.msg);
-    cr_assert_eq(collector_add_ring(c, 0, r, &err), 0, "%s", err.msg);
-    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    collector *c = one_ring_collector("nan.db", &d, &w);
     const double bad[3] = {NAN, INFINITY, -INFINITY};
     uint64_t want = 0;
     for (int s = 0; s < 4; s++) {
@@ -324,16 +333,9 @@ Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
  * attempt; the final pass skips only the steps nothing came to since. */
 Test(trace_collector, a_step_stored_into_after_its_analysis_is_analysed_again, .timeout = 60) {
     db *d;
+    trace_ring *w;
     pp_err err;
-    cr_assert_eq(db_open(tfix_path("again.db"), &d, &err), 0, "%s", err.msg);
-    int64_t job = tfix_job(d);
-    collector *c;
-    collector_config cfg = {.db = d, .job_id = job, .world_size = 2, .interval_ns = 1000000};
-    cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
-    trace_ring *r, *w;
-    cr_assert_eq(trace_ring_create(1024, &r, &err), 0, "%s", err.msg);
-    cr_assert_eq(collector_add_ring(c, 0, r, &err), 0, "%s", err.msg);
-    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    collector *c = one_ring_collector("again.db", &d, &w);
     trace_event ev[32];
     uint64_t want = 0;
     for (int s = 0; s < 3; s++) {
