@@ -363,6 +363,7 @@ Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
     cr_assert_eq(st.status, 0, "%s", st.err);
     lt_assert_has(st.out, "replica 0 (ranks 0-1)");
     lt_assert_has(st.out, "replica 1 (ranks 2-3)");
+    cr_assert(!strstr(st.out, "all-reduce 0 ns"), "pprun's collective did not run: no figure of it\n%s", st.out);
     cr_assert(strstr(st.out, "planned") && !strstr(st.out, "- planned"), "the plan is simulated:\n%s", st.out);
     lt_free(&st);
     lt_free(&p);
