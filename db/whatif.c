@@ -492,11 +492,12 @@ static int whatif_push_action(sched_action **list, int *len, int *cap, sched_act
 /* The plan a job ran, from its plan table: each rank's actions in slot
  * order (a csv: job's schedule is in no generator, nor is a program's own:
  * PyTorch's). A BW (PyTorch's full backward) is one op, its input gradient
- * leaving at its end (docs/torch.md). *out stays NULL when the table
- * does not hold a whole plan for the job's shape. */
+ * leaving at its end (docs/torch.md). Of a job of several pipelines, the
+ * first one's ranks (every replica runs its plan). *out stays NULL when
+ * the table does not hold a whole plan for the job's shape. */
 static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, sched_plan **out, pp_err *err) {
     *out = NULL;
-    int p = s->world, stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
+    int p = r->in.ranks, stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (!whole) return 0;
     if (whatif_prepare(db, "SELECT rank, stage, phase, microbatch FROM plan WHERE job_id=?1 ORDER BY rank, slot", &st,
@@ -512,6 +513,7 @@ static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_repo
         int rank = sqlite3_column_int(st, 0), stage = sqlite3_column_int(st, 1), mb = sqlite3_column_int(st, 3);
         const char *phase = (const char *)sqlite3_column_text(st, 2);
         int op = phase ? analyze_phase_of(phase) : -1, fused = op == TRACE_BW;
+        if (rank >= p && rank < s->world) continue; /* another replica's */
         if (rank < 0 || rank >= p || stage < 0 || stage >= stages || (op > TRACE_W && !fused) || op < 0 || mb < 0 ||
             mb >= r->in.microbatches || (stage_rank[stage] >= 0 && stage_rank[stage] != rank)) {
             whole = 0;

@@ -294,7 +294,8 @@ Test(torch, a_users_spans_are_stored_with_their_names, .timeout = 300) {
  * an all-reduce after each step): every F and BW of every microbatch on
  * both ranks of its stage; each replica's losses under its global
  * microbatch numbers, the program's bit for bit; one plan simulated for
- * both replicas; the all-reduce spans; pprun stats per replica. */
+ * both replicas; the all-reduce spans; pprun stats per replica, its
+ * what-if with the job's own schedule (replica 0's plan). */
 Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
     const char *db = tfix_path("mesh.db");
     lt_proc p;
@@ -364,6 +365,7 @@ Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
     lt_assert_has(st.out, "replica 0 (ranks 0-1)");
     lt_assert_has(st.out, "replica 1 (ranks 2-3)");
     cr_assert(!strstr(st.out, "all-reduce 0 ns"), "pprun's collective did not run: no figure of it\n%s", st.out);
+    lt_assert_has(st.out, "Schedule1F1B *"); /* the what-if plays the job's own plan: replica 0's */
     cr_assert(strstr(st.out, "planned") && !strstr(st.out, "- planned"), "the plan is simulated:\n%s", st.out);
     lt_free(&st);
     lt_free(&p);
