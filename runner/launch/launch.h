@@ -122,6 +122,8 @@ void launch_usage(FILE *out, int nproc_default);
 typedef struct launch_env launch_env;
 /* Sets NAME=value, replacing an earlier NAME. */
 int launch_env_set(launch_env *env, const char *name, const char *value, pp_err *err);
+/* Removes NAME; nothing when it is not set. */
+void launch_env_unset(launch_env *env, const char *name);
 /* Passes fd (close-on-exec in the launcher) to this rank only: the child
  * clears its close-on-exec flag before exec. At most 8 per rank. */
 int launch_env_pass_fd(launch_env *env, int fd, pp_err *err);
