@@ -148,6 +148,19 @@ static void job_mps_state(const mps_job *j, char *out, size_t cap) {
     sqlite3_close(s);
 }
 
+/* What `pprun stats` says of the job (a static buffer). */
+static const char *job_stats(const mps_job *j) {
+    static char out[1 << 16];
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s stats --db %s 2>&1", BIN, j->db);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    cr_assert_eq(pclose(p), 0, "%s", out);
+    return out;
+}
+
 /* After any job: no process of the daemon, nothing in TMPDIR. */
 static void nothing_left(const mps_job *j) {
     cr_assert_eq(standin_processes(j), 0, "a process of the stand-in daemon is left");
@@ -187,6 +200,9 @@ Test(SUITE, ranks_sharing_a_gpu_run_under_the_jobs_daemon, .timeout = 300) {
     char state[256];
     job_mps_state(&j, state, sizeof state);
     cr_assert_str_eq(state, "on");
+    const char *stats = job_stats(&j);
+    cr_assert(strstr(stats, "(2 ranks shared one GPU (cuda:0) through MPS: these op times include running beside"),
+              "%s", stats);
     sqlite3 *s;
     cr_assert_eq(sqlite3_open_v2(j.db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4, "the job trained: 2 steps x 2 ranks");
@@ -219,6 +235,9 @@ Test(SUITE, mps_off_starts_no_daemon, .timeout = 300) {
     char state[256];
     job_mps_state(&j, state, sizeof state);
     cr_assert_str_eq(state, "off");
+    const char *stats = job_stats(&j);
+    cr_assert(strstr(stats, "(2 ranks shared one GPU (cuda:0): these op times include waiting for the GPU"), "%s",
+              stats);
     nothing_left(&j);
     free(out);
 }
