@@ -73,6 +73,7 @@ static int count(const char *text, const char *what) {
 /* One test's job: its folder, the stand-in on PATH, its log. */
 typedef struct mps_job {
     char dir[256], bin[320], tmp[320], log[320], out[320], db[320];
+    int left; /* processes of the stand-in found (and killed) when the latest job ended */
 } mps_job;
 
 static void job_init(mps_job *j, const char *name, int standin) {
@@ -99,11 +100,15 @@ static void job_command(const mps_job *j, const char *env, const char *args, cha
              j->tmp, j->bin, j->log, env, BIN, args, j->db, j->out);
 }
 
+static int standin_processes(const mps_job *j);
+
 /* Runs the job to its end; its exit status. */
-static int job_run(const mps_job *j, const char *env, const char *args) {
+static int job_run(mps_job *j, const char *env, const char *args) {
     char cmd[2048];
     job_command(j, env, args, cmd, sizeof cmd);
-    return system(cmd);
+    int status = system(cmd);
+    j->left = standin_processes(j);
+    return status;
 }
 
 /* How many processes run the stand-in of this test (its path is on their
@@ -163,7 +168,7 @@ static const char *job_stats(const mps_job *j) {
 
 /* After any job: no process of the daemon, nothing in TMPDIR. */
 static void nothing_left(const mps_job *j) {
-    cr_assert_eq(standin_processes(j), 0, "a process of the stand-in daemon is left");
+    cr_assert_eq(j->left, 0, "a process of the stand-in daemon was left");
     cr_assert_eq(folder_entries(j->tmp), 0, "the private folder is left in %s", j->tmp);
 }
 
@@ -276,35 +281,73 @@ Test(SUITE, a_failed_job_stops_the_daemon, .timeout = 300) {
     free(out);
 }
 
-/* SIGTERM to the launcher while its ranks train: the job stops, and the
- * daemon with it. */
-Test(SUITE, a_launcher_stopped_by_sigterm_stops_the_daemon, .timeout = 300) {
-    mps_job j;
-    job_init(&j, "sigterm", 1);
+/* Starts the job in the background; its launcher's pid. */
+static pid_t job_spawn(const mps_job *j, const char *env, const char *args) {
     char cmd[2048];
-    job_command(&j, "PPRUN_STUB_DEVICES=1", "--nproc-per-node 2 --steps 100000", cmd, sizeof cmd);
+    job_command(j, env, args, cmd, sizeof cmd);
     pid_t pid = fork();
     if (pid == 0) {
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
     cr_assert_gt(pid, 0);
-    /* both workers connected: the job runs under the daemon */
+    return pid;
+}
+
+/* Waits (120 s at most) until the stand-in's log has `n` lines starting
+ * with `what`; 1 when it does. */
+static int log_reaches(const mps_job *j, const char *what, int n) {
     uint64_t deadline = pp_now_ns() + 120000000000ull;
     for (;;) {
-        char *log = slurp(j.log);
-        int clients = count(log, "client ") - count(log, "client sends");
+        char *log = slurp(j->log);
+        int seen = count(log, what) - (strcmp(what, "client ") == 0 ? count(log, "client sends") : 0);
         free(log);
-        if (clients == 2) break;
-        cr_assert_lt(pp_now_ns(), deadline, "the workers did not connect within 120 s");
+        if (seen >= n) return 1;
+        if (pp_now_ns() >= deadline) return 0;
         pp_sleep_ns(20000000);
     }
+}
+
+/* SIGTERM to a launcher; its exit status once it is gone. */
+static int stop_launcher(mps_job *j, pid_t pid) {
     kill(pid, SIGTERM);
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
+    j->left = standin_processes(j);
+    return status;
+}
+
+/* SIGTERM to the launcher while its ranks train: the job stops, and the
+ * daemon with it. */
+Test(SUITE, a_launcher_stopped_by_sigterm_stops_the_daemon, .timeout = 300) {
+    mps_job j;
+    job_init(&j, "sigterm", 1);
+    pid_t pid = job_spawn(&j, "PPRUN_STUB_DEVICES=1", "--nproc-per-node 2 --steps 100000");
+    int connected = log_reaches(&j, "client ", 2); /* the job runs under the daemon */
+    int status = stop_launcher(&j, pid);
     char *out = slurp(j.out);
+    cr_assert(connected, "the workers did not connect within 120 s: %s", out);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM, "exit %d: %s", status, out);
     daemon_served(&j, 2, 1);
+    nothing_left(&j);
+    free(out);
+}
+
+/* SIGTERM while the daemon starts, before the supervisor's handlers are
+ * there: held, then the job stops as for any signal (the launcher exits
+ * 143 itself, it is not killed by the signal), and the daemon with it. */
+Test(SUITE, a_sigterm_while_the_daemon_starts_stops_the_job_and_the_daemon, .timeout = 300) {
+    mps_job j;
+    job_init(&j, "early", 1);
+    pid_t pid = job_spawn(&j, "PPRUN_STUB_DEVICES=1 MPS_STANDIN_START_DELAY=3", "--nproc-per-node 2 --steps 100000");
+    int starting = log_reaches(&j, "starting ", 1);
+    int status = stop_launcher(&j, pid);
+    char *out = slurp(j.out);
+    cr_assert(starting, "the daemon did not start within 120 s: %s", out);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM, "status %d: %s", status, out);
+    char *log = slurp(j.log);
+    cr_assert_eq(count(log, "command quit"), 1, "%s", log);
+    free(log);
     nothing_left(&j);
     free(out);
 }

@@ -15,7 +15,8 @@
 # $MPS_STANDIN_LOG (when set): "start PID pipe=... log=...", "client ...",
 # "command quit", "exit PID". With MPS_STANDIN_IGNORE_QUIT=1 in its
 # environment the daemon logs "ignored quit", stays, and ignores SIGTERM:
-# only SIGKILL ends it.
+# only SIGKILL ends it. With MPS_STANDIN_START_DELAY=S it logs "starting
+# PID" and waits S seconds before it writes its pid file (a slow start).
 log() { if [ -n "$MPS_STANDIN_LOG" ]; then echo "$*" >>"$MPS_STANDIN_LOG"; fi; }
 
 pipe=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}
@@ -31,6 +32,10 @@ case "$1" in
 --standin-daemon)
     if [ -n "$MPS_STANDIN_IGNORE_QUIT" ]; then trap '' TERM; fi
     exec 3<>"$pipe/control" # read and write: a reader while it lives, never an end of file
+    if [ -n "$MPS_STANDIN_START_DELAY" ]; then
+        log "starting $$"
+        sleep "$MPS_STANDIN_START_DELAY"
+    fi
     echo $$ >"$pidfile"
     echo "control daemon $$ started" >>"${CUDA_MPS_LOG_DIRECTORY:-/tmp}/control.log"
     log "start $$ pipe=$pipe log=$CUDA_MPS_LOG_DIRECTORY"
