@@ -270,6 +270,31 @@ Test(SUITE, without_the_control_program_on_exits_2_and_auto_goes_on, .timeout = 
     free(out);
 }
 
+/* A daemon that does not start: --mps on exits 2 saying why (its own
+ * error line), creating no database; auto says so and runs without. */
+Test(SUITE, a_daemon_that_does_not_start_fails_on_and_not_auto, .timeout = 300) {
+    mps_job j;
+    job_init(&j, "nostart", 1);
+    int status = job_run(&j, "PPRUN_STUB_DEVICES=1 MPS_STANDIN_FAIL_START=1", "--mps on --nproc-per-node 2 --steps 1");
+    char *out = slurp(j.out);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "exit %d: %s", status, out);
+    cr_assert(strstr(out, "pprun run: --mps on: `") && strstr(out, "-d` exited 1: nvidia-cuda-mps-control (stand-in): "
+                                                                 "cannot start (MPS_STANDIN_FAIL_START)\n"),
+              "%s", out);
+    cr_assert_eq(access(j.db, F_OK), -1, "a database was created");
+    nothing_left(&j);
+    free(out);
+    status = job_run(&j, "PPRUN_STUB_DEVICES=1 MPS_STANDIN_FAIL_START=1", "--nproc-per-node 2 --steps 1");
+    out = slurp(j.out);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    cr_assert(strstr(out, "pprun run: MPS not started: `"), "%s", out);
+    char state[256];
+    job_mps_state(&j, state, sizeof state);
+    cr_assert(strstr(state, "unavailable: `") && strstr(state, "-d` exited 1: "), "%s", state);
+    nothing_left(&j);
+    free(out);
+}
+
 Test(SUITE, a_failed_job_stops_the_daemon, .timeout = 300) {
     mps_job j;
     job_init(&j, "failed", 1);

@@ -115,10 +115,10 @@ static void say_status(int status, char *buf, size_t cap) {
 
 /* Runs the control program (with arg, or none) in the daemon's
  * environment: input on its standard input (or /dev/null), its output on
- * /dev/null, its errors on ours. Waits up to limit_ns for it, then kills
- * it. 0 with *status, or -1 with err. */
-static int run_control(const job_mps *m, const char *arg, const char *input, uint64_t limit_ns, int *status,
-                       pp_err *err) {
+ * /dev/null, its errors on errors_fd (-1: ours). Waits up to limit_ns for
+ * it, then kills it. 0 with *status, or -1 with err. */
+static int run_control(const job_mps *m, const char *arg, const char *input, int errors_fd, uint64_t limit_ns,
+                       int *status, pp_err *err) {
     size_t n = 0;
     while (environ && environ[n]) n++;
     char **envp = calloc(n + 3, sizeof *envp);
@@ -139,7 +139,8 @@ static int run_control(const job_mps *m, const char *arg, const char *input, uin
     }
     pid_t pid = fork();
     if (pid == 0) { /* async-signal-safe calls only: the launcher may have threads */
-        if (dup2(input ? in[0] : null, 0) < 0 || dup2(null, 1) < 0) _exit(127);
+        if (dup2(input ? in[0] : null, 0) < 0 || dup2(null, 1) < 0 || (errors_fd >= 0 && dup2(errors_fd, 2) < 0))
+            _exit(127);
         execve(m->control, argv, envp);
         _exit(127);
     }
@@ -255,12 +256,25 @@ static int start_daemon(job_mps *m, pp_err *err) {
         return pp_fail(err, "cannot make %s/{pipe,log}: %s", m->dir, strerror(errno));
     snprintf(m->pipe_env, sizeof m->pipe_env, "CUDA_MPS_PIPE_DIRECTORY=%s", pipe);
     snprintf(m->log_env, sizeof m->log_env, "CUDA_MPS_LOG_DIRECTORY=%s", log);
-    int status;
-    if (run_control(m, "-d", NULL, MPS_START_NS, &status, err) != 0) return -1;
+    /* Its errors into a file of the folder, not onto the launcher's stderr,
+     * which the daemon it leaves behind would otherwise hold open. */
+    char errors[240];
+    snprintf(errors, sizeof errors, "%s/start-errors", log);
+    int efd = open(errors, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600), status;
+    if (efd < 0) return pp_fail(err, "%s: %s", errors, strerror(errno));
+    int rc = run_control(m, "-d", NULL, efd, MPS_START_NS, &status, err);
+    close(efd);
+    if (rc != 0) return -1;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        char how[64];
+        char how[64], *said = NULL;
+        size_t len = 0;
+        pp_err ignored;
         say_status(status, how, sizeof how);
-        return pp_fail(err, "`%s -d` %s", m->control, how);
+        if (file_input_read(errors, "its errors", 4096, &said, &len, &ignored) == 0)
+            while (len > 0 && (said[len - 1] == '\n' || said[len - 1] == '\r')) said[--len] = '\0';
+        pp_fail(err, "`%s -d` %s%s%.300s", m->control, how, len ? ": " : "", len ? said : "");
+        free(said);
+        return -1;
     }
     uint64_t deadline = pp_now_ns() + MPS_START_NS;
     for (;;) {
@@ -312,7 +326,7 @@ void job_mps_stop(job_mps *m) {
         pp_err err;
         int status;
         uint64_t deadline = pp_now_ns() + m->quit_ns;
-        if (m->daemon && run_control(m, NULL, "quit\n", m->quit_ns, &status, &err) != 0)
+        if (m->daemon && run_control(m, NULL, "quit\n", -1, m->quit_ns, &status, &err) != 0)
             fprintf(stderr, "pprun run: MPS: %s\n", err.msg);
         if (m->daemon && !wait_gone(m->daemon, deadline)) {
             fprintf(stderr, "pprun run: the MPS control daemon (pid %d) did not quit within %.1fs: killing it\n",

@@ -16,7 +16,8 @@
 # "command quit", "exit PID". With MPS_STANDIN_IGNORE_QUIT=1 in its
 # environment the daemon logs "ignored quit", stays, and ignores SIGTERM:
 # only SIGKILL ends it. With MPS_STANDIN_START_DELAY=S it logs "starting
-# PID" and waits S seconds before it writes its pid file (a slow start).
+# PID" and waits S seconds before it writes its pid file (a slow start);
+# with MPS_STANDIN_FAIL_START=1, -d says so on stderr and exits 1.
 log() { if [ -n "$MPS_STANDIN_LOG" ]; then echo "$*" >>"$MPS_STANDIN_LOG"; fi; }
 
 pipe=${CUDA_MPS_PIPE_DIRECTORY:-/tmp/nvidia-mps}
@@ -24,6 +25,10 @@ pidfile=$pipe/nvidia-cuda-mps-control.pid
 
 case "$1" in
 -d)
+    if [ -n "$MPS_STANDIN_FAIL_START" ]; then
+        echo "nvidia-cuda-mps-control (stand-in): cannot start (MPS_STANDIN_FAIL_START)" >&2
+        exit 1
+    fi
     [ -d "$pipe" ] || { echo "nvidia-cuda-mps-control (stand-in): no folder $pipe" >&2; exit 1; }
     mkfifo -m 600 "$pipe/control" || exit 1
     setsid "$0" --standin-daemon </dev/null >/dev/null 2>&1 &
