@@ -100,20 +100,21 @@ static void job_command(const mps_job *j, const char *env, const char *args, cha
              j->tmp, j->bin, j->log, env, BIN, args, j->db, j->out);
 }
 
-static int standin_processes(const mps_job *j);
+static int standin_processes(const mps_job *j, int kill_them);
 
 /* Runs the job to its end; its exit status. */
 static int job_run(mps_job *j, const char *env, const char *args) {
     char cmd[2048];
     job_command(j, env, args, cmd, sizeof cmd);
     int status = system(cmd);
-    j->left = standin_processes(j);
+    j->left = standin_processes(j, 1);
     return status;
 }
 
 /* How many processes run the stand-in of this test (its path is on their
- * command line); each is killed, so that a failed test leaves none. */
-static int standin_processes(const mps_job *j) {
+ * command line); with kill_them each is killed, so that a failed test
+ * leaves none. */
+static int standin_processes(const mps_job *j, int kill_them) {
     int n = 0;
     DIR *d = opendir("/proc");
     for (struct dirent *e; d && (e = readdir(d));) {
@@ -126,7 +127,7 @@ static int standin_processes(const mps_job *j) {
         for (size_t i = 0; i < len; i++)
             if (!cmd[i]) cmd[i] = ' ';
         cmd[len] = '\0';
-        if (strstr(cmd, j->bin) && kill(atoi(e->d_name), SIGKILL) == 0) n++;
+        if (strstr(cmd, j->bin) && (!kill_them || kill(atoi(e->d_name), SIGKILL) == 0)) n++;
     }
     if (d) closedir(d);
     return n;
@@ -338,7 +339,7 @@ static int stop_launcher(mps_job *j, pid_t pid) {
     kill(pid, SIGTERM);
     int status;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
-    j->left = standin_processes(j);
+    j->left = standin_processes(j, 1);
     return status;
 }
 
@@ -375,6 +376,25 @@ Test(SUITE, a_sigterm_while_the_daemon_starts_stops_the_job_and_the_daemon, .tim
     free(log);
     nothing_left(&j);
     free(out);
+}
+
+/* SIGKILL to the launcher: it stops nothing, but its guard kills the
+ * daemon's process group with the ranks (the private folder stays). */
+Test(SUITE, a_killed_launchers_guard_kills_the_daemon, .timeout = 300) {
+    mps_job j;
+    job_init(&j, "sigkill", 1);
+    pid_t pid = job_spawn(&j, "PPRUN_STUB_DEVICES=1", "--nproc-per-node 2 --steps 100000");
+    int connected = log_reaches(&j, "client ", 2);
+    kill(pid, connected ? SIGKILL : SIGTERM);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    uint64_t deadline = pp_now_ns() + 30000000000ull;
+    int left;
+    while ((left = standin_processes(&j, 0)) > 0 && pp_now_ns() < deadline) pp_sleep_ns(20000000);
+    standin_processes(&j, 1);
+    cr_assert(connected, "the workers did not connect within 120 s");
+    cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "status %d", status);
+    cr_assert_eq(left, 0, "the daemon outlived its killed launcher by 30 s");
 }
 
 /* A daemon that ignores quit (and SIGTERM) is killed after

@@ -100,6 +100,7 @@ void job_attempts_run(run_job *job, job_outcome *end) {
     /* The guard outlives launch_job: it keeps its will until the job's end
      * is recorded (job_rows_finish). */
     job_salvage_arm(job);
+    job_mps_guard(&job->mps, job->guard); /* a killed launcher's daemon dies with its ranks */
     launch_hooks hooks = {
         .ctx = job, .before_attempt = before_attempt, .rank_env = rank_env, .started = started,
         .after_attempt = after_attempt, .blame = blame, .guard = job->guard};

@@ -139,6 +139,7 @@ static int run_control(const job_mps *m, const char *arg, const char *input, int
     }
     pid_t pid = fork();
     if (pid == 0) { /* async-signal-safe calls only: the launcher may have threads */
+        setpgid(0, 0); /* out of the launcher's group: a terminal's Ctrl-C is the launcher's to handle */
         if (dup2(input ? in[0] : null, 0) < 0 || dup2(null, 1) < 0 || (errors_fd >= 0 && dup2(errors_fd, 2) < 0))
             _exit(127);
         execve(m->control, argv, envp);
@@ -312,6 +313,13 @@ int job_mps_start(job_mps *m, uint64_t quit_ns, pp_err *err) {
     return 0;
 }
 
+void job_mps_guard(job_mps *m, launch_guard *guard) {
+    pid_t group = m->daemon ? getpgid(m->daemon) : -1;
+    if (group <= 1 || group == getpgrp()) return;
+    m->group = group, m->guard = guard;
+    launch_guard_note(guard, group);
+}
+
 int job_mps_env(const job_mps *m, launch_env *env, pp_err *err) {
     if (!m->daemon) return 0;
     if (launch_env_set(env, "CUDA_MPS_PIPE_DIRECTORY", strchr(m->pipe_env, '=') + 1, err) != 0 ||
@@ -335,6 +343,8 @@ void job_mps_stop(job_mps *m) {
             if (!wait_gone(m->daemon, pp_now_ns() + MPS_KILLED_NS))
                 fprintf(stderr, "pprun run: the MPS control daemon (pid %d) is still there\n", (int)m->daemon);
         }
+        if (m->group) launch_guard_note(m->guard, -m->group);
+        m->group = 0, m->guard = NULL;
         if (file_private_dir_remove(m->dir, &err) != 0) fprintf(stderr, "pprun run: MPS: %s\n", err.msg);
         m->dir[0] = '\0';
         m->daemon = 0;

@@ -38,6 +38,8 @@ typedef struct job_mps {
     char pipe_env[256]; /* CUDA_MPS_PIPE_DIRECTORY=DIR/pipe */
     char log_env[256];  /* CUDA_MPS_LOG_DIRECTORY=DIR/log */
     pid_t daemon;       /* from its pid file; 0: none known */
+    pid_t group;        /* its process group, which the guard kills with the ranks; 0: none */
+    launch_guard *guard; /* the job's guard that knows the group, until it stops */
     uint64_t quit_ns;   /* how long it may take to quit */
     int catching;       /* the stop signals are held (old: their handlers before) */
     struct sigaction old[3];
@@ -61,6 +63,10 @@ int job_mps_env(const job_mps *m, launch_env *env, pp_err *err);
 /* Inside the supervisor (its handlers in place): a stop signal held since
  * job_mps_start is raised again, for the supervisor to stop the job. */
 void job_mps_pass_signal(job_mps *m);
+/* The job's guard (launch.h) SIGKILLs the daemon's process group with the
+ * ranks when the launcher is killed (SIGKILL, the OOM killer), until
+ * job_mps_stop. The private folder then stays (docs/gpu.md). */
+void job_mps_guard(job_mps *m, launch_guard *guard);
 /* Stops the daemon and removes the folder, then puts the handlers back and
  * delivers a stop signal held meanwhile. Again: nothing. */
 void job_mps_stop(job_mps *m);

@@ -209,6 +209,12 @@ int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nf
 /* The launcher is done: the guard exits, killing and running nothing.
  * Frees g (NULL: nothing). */
 void launch_guard_stop(launch_guard *g);
+/* A process group the guard SIGKILLs too when the launcher dies (pgid >
+ * 0): each rank's, which launch_job notes, or a helper's the caller
+ * started for the job (the MPS daemon, runner/job/job_mps.h); -pgid
+ * forgets it (its leader was reaped, or the helper stopped). Never
+ * blocks; g NULL (no guard) does nothing. */
+void launch_guard_note(launch_guard *g, pid_t pgid);
 
 /* Every hook is optional; a hook that returns -1 stops the job (its err is
  * reported, status LAUNCH_ERROR). Hooks run on launch_job's thread. */
