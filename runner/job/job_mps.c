@@ -214,8 +214,9 @@ static pid_t read_pid_file(const job_mps *m) {
     return whole && pid > 1 ? (pid_t)pid : 0;
 }
 
-/* SIGKILL to the daemon (its process group when it leads one) and to its
- * children (the MPS servers it started). */
+/* SIGKILL to the daemon, its process group (its own or the `-d`
+ * invocation's: never the launcher's) and its children (the MPS servers
+ * it started). */
 static void kill_daemon(pid_t pid) {
     DIR *d = opendir("/proc");
     for (struct dirent *e; d && (e = readdir(d));) {
@@ -229,7 +230,8 @@ static void kill_daemon(pid_t pid) {
         if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == pid) kill((pid_t)atoi(e->d_name), SIGKILL);
     }
     if (d) closedir(d);
-    if (getpgid(pid) == pid) kill(-pid, SIGKILL);
+    pid_t group = getpgid(pid);
+    if (group > 1 && group != getpgrp()) kill(-group, SIGKILL);
     kill(pid, SIGKILL);
 }
 
