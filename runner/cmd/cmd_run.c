@@ -53,7 +53,7 @@ int cmd_run(int argc, char **argv) {
     }
     job_checks_say_costs(&job);
     job_nodes_address(&job);
-    /* Before the database: a daemon --mps on cannot have exits 2 leaving nothing. */
+    /* Before the database: --mps on without a daemon exits 2, leaving nothing. */
     if (job_mps_start(&job.mps, job.lo.shutdown_timeout_ns, &err) != 0) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
         job_free(&job);

@@ -211,7 +211,7 @@ int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nf
 void launch_guard_stop(launch_guard *g);
 /* A process group the guard SIGKILLs too when the launcher dies (pgid >
  * 0): each rank's, which launch_job notes, or a helper's the caller
- * started for the job (the MPS daemon, runner/job/job_mps.h); -pgid
+ * started for the job (pprun run's MPS daemon); -pgid
  * forgets it (its leader was reaped, or the helper stopped). Never
  * blocks; g NULL (no guard) does nothing. */
 void launch_guard_note(launch_guard *g, pid_t pgid);
