@@ -67,7 +67,7 @@ fail() { result[$1]="FAIL: $2"; status=1; }
 
 echo "== GPU tests"
 allowed_skip='a CUDA device is present|needs two GPUs'
-tests=(test_gpu_kernels test_gpu_stage test_gpu_run test_devcomm test_gputrace test_gpu_cli)
+tests=(test_gpu_kernels test_gpu_stage test_gpu_run test_devcomm test_gputrace test_gpu_cli test_gpu_mps)
 for t in "${tests[@]}"; do
   log="$dir/$t.log"
   "$dir/$t" --jobs 1 --verbose --timeout 600 >"$log" 2>&1
