@@ -248,6 +248,25 @@ Test(SUITE, mps_off_starts_no_daemon, .timeout = 300) {
     free(out);
 }
 
+/* CUDA_MPS_PIPE_DIRECTORY already set (a daemon the user runs): auto
+ * starts none and says so; the workers keep the variable. */
+Test(SUITE, auto_leaves_a_daemon_the_user_named_alone, .timeout = 300) {
+    mps_job j;
+    job_init(&j, "users", 1);
+    char env[512];
+    snprintf(env, sizeof env, "PPRUN_STUB_DEVICES=1 CUDA_MPS_PIPE_DIRECTORY=%s/users-mps", j.dir);
+    int status = job_run(&j, env, "--nproc-per-node 2 --steps 1");
+    char *out = slurp(j.out);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    cr_assert_eq(access(j.log, F_OK), -1, "the stand-in ran: %s", out);
+    cr_assert(strstr(out, "MPS not started (2 ranks share 1 GPU): CUDA_MPS_PIPE_DIRECTORY is set"), "%s", out);
+    char state[256];
+    job_mps_state(&j, state, sizeof state);
+    cr_assert(strncmp(state, "unavailable: CUDA_MPS_PIPE_DIRECTORY is set", 43) == 0, "%s", state);
+    nothing_left(&j);
+    free(out);
+}
+
 /* Not on PATH: --mps on refuses (exit 2, no database); auto says so in a
  * line and runs the job without. */
 Test(SUITE, without_the_control_program_on_exits_2_and_auto_goes_on, .timeout = 300) {
