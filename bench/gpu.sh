@@ -18,7 +18,11 @@
 #    nothing in /dev/shm (the CUDA driver's cuda.shm.* files included);
 # 7. measures the tracing overhead: step time with tracing + CUPTI, with
 #    tracing only, and without tracing, alternating;
-# 8. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
+# 8. runs the 4-rank 1F1B job with --mps on and --mps off, alternating:
+#    step time and measured bubble beside the planned one, the same losses
+#    as the other jobs, and no MPS process or folder left after each job
+#    (the other jobs run with --mps off, as they were measured before MPS);
+# 9. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
 #    of the same shape in the same run);
 # and prints a table. Exits 1 at once, saying so, without a GPU; exits 1
 # when a check failed.
@@ -63,7 +67,7 @@ fail() { result[$1]="FAIL: $2"; status=1; }
 
 echo "== GPU tests"
 allowed_skip='a CUDA device is present|needs two GPUs'
-tests=(test_gpu_kernels test_gpu_stage test_gpu_run test_devcomm test_gputrace test_gpu_cli)
+tests=(test_gpu_kernels test_gpu_stage test_gpu_run test_devcomm test_gputrace test_gpu_cli test_gpu_mps)
 for t in "${tests[@]}"; do
   log="$dir/$t.log"
   "$dir/$t" --jobs 1 --verbose --timeout 600 >"$log" 2>&1
@@ -80,15 +84,16 @@ for t in "${tests[@]}"; do
   grep -a 'rel err\|vs CPU' "$log" | sed 's/^\[----\] *//' | head -40
 done
 
-# One job: 4 ranks on the one GPU, 8 microbatches, 6 steps; $1 name, then
-# pprun run options. Leaves $dir/$1.{db,log,jsonl}.
+# One job: 4 ranks on the one GPU, 8 microbatches, 6 steps, no MPS unless
+# the options say --mps on; $1 name, then pprun run options. Leaves
+# $dir/$1.{db,log,jsonl}.
 model=gpt:layers=8,dim=256,heads=8,seq=256,batch=4
 job() {
   local name=$1
   shift
   rm -f "$dir/$name".db* "$dir/$name.jsonl"
   "$pprun" run --device cuda --nproc-per-node 4 --microbatches 8 --steps 6 --model "$model" --progress off \
-    --db "$dir/$name.db" --metrics "$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
+    --db "$dir/$name.db" --metrics "$dir/$name.jsonl" --mps off "$@" >"$dir/$name.log" 2>&1
 }
 q() { "$pprun" query --db "$1" --format csv "$2" | tail -n +2 | tr -d '\r'; } # CSV rows end in CRLF
 # Median step time (ms) of steps 1.. from a --metrics file (step 0 warms up).
@@ -150,7 +155,7 @@ if job shm-clean --schedule 1f1b; then
 else fail shm "the job failed (see $dir/shm-clean.log)"; fi
 rm -f "$dir"/kill.db*
 "$pprun" run --device cuda --nproc-per-node 4 --microbatches 8 --steps 100000 --model "$model" --progress off \
-  --db "$dir/kill.db" >"$dir/kill.log" 2>&1 &
+  --mps off --db "$dir/kill.db" >"$dir/kill.log" 2>&1 &
 kjob=$!
 victim=""
 for _ in $(seq 1 300); do # until rank 1 has finished a step (30 s at most)
@@ -197,12 +202,45 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 [ -n "${result[overhead]:-}" ] ||
   result[overhead]="step time vs tracing off: tracing+CUPTI $(median "${r_cupti[@]}"), tracing only $(median "${r_trace[@]}") (median of 3 rounds)"
 
+echo "== MPS: 1f1b, 4 ranks on one GPU, --mps on vs off (median step ms of steps 1-5; 3 alternating rounds)"
+# MPS processes and private folders: none may be left by a job (a daemon
+# the machine ran before is counted in the baseline).
+mps_procs() { pgrep -f 'nvidia-cuda-mps-(control|server)' | wc -l; }
+mps_dirs() { find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'pprun-mps-*' | wc -l; }
+mps_sql="SELECT json_extract(config_json, '\$.mps'),
+  (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0),
+  (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan)
+  FROM jobs"
+procs0=$(mps_procs) dirs0=$(mps_dirs)
+declare -a on_ms off_ms on_bm off_bm on_bs off_bs
+if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  result[mps]="not run: nvidia-cuda-mps-control is not on PATH"
+else
+  printf '%-6s %-5s %10s %9s %9s %10s\n' round mps step_ms bub_meas bub_sim left
+  for round in 1 2 3; do
+    for mode in on off; do
+      name="mps-$mode"
+      job "$name" --schedule 1f1b --mps "$mode" || { fail mps "--mps $mode: the job failed (see $dir/$name.log)"; break 2; }
+      IFS=, read -r state bm bs <<<"$(q "$dir/$name.db" "$mps_sql")"
+      ms=$(step_ms "$dir/$name.jsonl") procs=$(mps_procs) dirs=$(mps_dirs)
+      printf '%-6s %-5s %10s %9s %9s %10s\n' "$round" "$state" "$ms" "$bm" "$bs" "$((procs - procs0))p,$((dirs - dirs0))d"
+      [ "$state" = "$mode" ] || fail mps "--mps $mode: config_json says mps '$state' (see $dir/$name.log)"
+      [ "$procs" -le "$procs0" ] && [ "$dirs" -le "$dirs0" ] ||
+        fail mps "--mps $mode: $((procs - procs0)) MPS processes, $((dirs - dirs0)) pprun-mps-* folders left"
+      [ "$(losses "$dir/$name.jsonl")" = "$ref_losses" ] || fail parity "--mps $mode: losses differ from gpipe's"
+      if [ "$mode" = on ]; then on_ms+=("$ms") on_bm+=("$bm") on_bs+=("$bs")
+      else off_ms+=("$ms") off_bm+=("$bm") off_bs+=("$bs"); fi
+    done
+  done
+  [ -n "${result[mps]:-}" ] || result[mps]="on: step $(median "${on_ms[@]}") ms, bubble $(median "${on_bm[@]}") measured ($(median "${on_bs[@]}") simulated); off: step $(median "${off_ms[@]}") ms, bubble $(median "${off_bm[@]}") ($(median "${off_bs[@]}")); nothing left (median of 3 rounds)"
+fi
+
 echo "== bench_gpu"
 "$dir/bench_gpu" | tee "$dir/bench_gpu.log"
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail bench_gpu "exit status (see $dir/bench_gpu.log)"; else result[bench_gpu]="ran (tables above)"; fi
 
 echo
 printf '%-18s %s\n' check result
-for k in "${tests[@]}" schedules parity cupti shm kill overhead bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
+for k in "${tests[@]}" schedules parity cupti shm kill overhead mps bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
 printf '%-18s %s\n' NCCL "needs one GPU per rank: test_devcomm and test_gpu_run run it where there are two GPUs"
 exit $status

@@ -359,12 +359,14 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
 }
 
 /* The most ranks of one node that ran on one GPU (ranks.device), into
- * r->shared_gpu_ranks and r->shared_gpu when more than one did. */
+ * r->shared_gpu_ranks and r->shared_gpu when more than one did, and
+ * whether under MPS (r->shared_gpu_mps). */
 static int whatif_read_gpu_sharing(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err) {
     sqlite3_stmt *st;
     if (whatif_prepare(db,
-                       "SELECT count(*) AS n, device FROM ranks WHERE job_id=?1 AND device LIKE 'cuda:%' "
-                       "GROUP BY node, device ORDER BY n DESC LIMIT 1",
+                       "SELECT count(*) AS n, device, (SELECT CASE WHEN json_valid(config_json) THEN "
+                       "json_extract(config_json, '$.mps') END = 'on' FROM jobs WHERE id=?1) FROM ranks "
+                       "WHERE job_id=?1 AND device LIKE 'cuda:%' GROUP BY node, device ORDER BY n DESC LIMIT 1",
                        &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
@@ -372,6 +374,7 @@ static int whatif_read_gpu_sharing(sqlite3 *db, int64_t job, whatif_report *r, p
     if (rc == SQLITE_ROW && sqlite3_column_int(st, 0) > 1) {
         r->shared_gpu_ranks = sqlite3_column_int(st, 0);
         snprintf(r->shared_gpu, sizeof r->shared_gpu, "%s", (const char *)sqlite3_column_text(st, 1));
+        r->shared_gpu_mps = sqlite3_column_int(st, 2);
     }
     return whatif_done(db, st, rc, err);
 }

@@ -293,9 +293,10 @@ void report_whatif(FILE *out, const whatif_report *r) {
     }
     if (r->shared_gpu_ranks > 0)
         fprintf(out,
-                "  (%d ranks shared one GPU (%s): these op times include waiting for the GPU, and each schedule is "
-                "simulated with a GPU per rank)\n",
-                r->shared_gpu_ranks, r->shared_gpu);
+                "  (%d ranks shared one GPU (%s)%s: these op times include %s, and each schedule is simulated with a "
+                "GPU per rank)\n",
+                r->shared_gpu_ranks, r->shared_gpu, r->shared_gpu_mps ? " through MPS" : "",
+                r->shared_gpu_mps ? "running beside the others' ops on it" : "waiting for the GPU");
     int own_row = whatif_own_row(r);
     double own = own_row >= 0 ? r->rows[own_row].step_time_ns : NAN;
     fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",
