@@ -187,8 +187,8 @@ static void run_job(const char *dir, const char *name, const char *cmd) {
     cr_assert_fail("%s failed (status %d); the end of %s:\n%s", name, status, path, log + (len > 4000 ? len - 4000 : 0));
 }
 
-/* DualPipeV on `ranks` ranks (on the emulator: sharing one stand-in GPU,
- * cuda-ipc), traced with CUPTI:
+/* DualPipeV on `ranks` ranks (on the emulator: sharing one stand-in GPU
+ * over cuda-ipc, and two ranks on two over nccl), traced with CUPTI:
  * the one-rank run's losses and final weights bit for bit; every F, B, W
  * and BW has a gpu span inside its host span, every kernel lies in the gpu
  * span it points at; the two halves of a pair run at once on the rank's
@@ -196,10 +196,10 @@ static void run_job(const char *dir, const char *name, const char *cmd) {
  * depends on the machine (a half waiting for its input starts late, and
  * the emulator runs one kernel at a time), so the bound is half of the
  * pairs, as test_run_trace's on the CPU: run in turn, none would. */
-static void dualpipev_job(const char *env, int ranks) {
+static void dualpipev_job(const char *env, int ranks, const char *label) {
     int m = 2 * ranks, steps = 2; /* DualPipeV: at least as many microbatches as its 2p stages */
     char dir[256], name[64], cmd[2048], path[512];
-    snprintf(name, sizeof name, "dualpipev-%d", ranks);
+    snprintf(name, sizeof name, "dualpipev-%d-%s", ranks, label);
     snprintf(dir, sizeof dir, "%s", tfix_mkdir(name));
 #define DPV_MODEL "--model gpt:layers=8,dim=32,heads=4,seq=16,batch=2"
     snprintf(cmd, sizeof cmd,
@@ -260,7 +260,7 @@ static void dualpipev_job(const char *env, int ranks) {
                                           r, f->stage, f->mb, r, b->stage, b->mb);
         }
     sched_free(plan);
-    cr_log_info("dualpipev on %d ranks: %d of %d pairs overlapped", ranks, overlapped, pairs);
+    cr_log_info("dualpipev on %d ranks (%s): %d of %d pairs overlapped", ranks, label, overlapped, pairs);
     cr_assert_gt(pairs, 0);
     cr_assert_geq(overlapped * 2, pairs, "%d of %d pairs overlapped in the trace", overlapped, pairs);
     sqlite3_close(s);
@@ -322,8 +322,9 @@ Test(SUITE, bf16_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
 }
 Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) { cupti_job("PPRUN_STUB_DEVICES=1"); }
 Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bit, .timeout = 600) {
-    dualpipev_job("PPRUN_STUB_DEVICES=1", 2);
-    dualpipev_job("PPRUN_STUB_DEVICES=1", 4);
+    dualpipev_job("PPRUN_STUB_DEVICES=1", 2, "ipc");
+    dualpipev_job("PPRUN_STUB_DEVICES=1", 4, "ipc");
+    dualpipev_job("PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, 2, "nccl"); /* a GPU per rank */
 }
 #else
 Test(SUITE, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
@@ -352,8 +353,8 @@ Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bi
     int count = 0;
     pp_err err;
     if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
-    dualpipev_job("", 2);
-    dualpipev_job("", 4);
+    dualpipev_job("", 2, "gpu");
+    dualpipev_job("", 4, "gpu");
 #else
     cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
 #endif
