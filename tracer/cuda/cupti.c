@@ -235,6 +235,7 @@ static void turn_off(gputrace *g, const char *why) {
  * op yet. */
 static void push_segment(gputrace *g) {
     pthread_mutex_lock(&g->seg_mu);
+    g->ran = 1;
     if (g->nsegs == g->cap_segs) {
         size_t n = g->cap_segs ? 2 * g->cap_segs : 256;
         gpu_seg *s = n <= MAX_SEGS_PER_STEP ? realloc(g->segs, n * sizeof *s) : NULL;
@@ -262,9 +263,6 @@ static void push_segment(gputrace *g) {
 
 void gputrace_op_begin(gputrace *g) {
     if (!g || g->off) return;
-    pthread_mutex_lock(&g->seg_mu);
-    g->ran = 1;
-    pthread_mutex_unlock(&g->seg_mu);
     pop_segment();
     push_segment(g);
 }
