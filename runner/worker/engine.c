@@ -457,7 +457,7 @@ static int run_action(engine *e, step_state *st, const sched_action *a, pp_err *
  * stream, cuBLAS handle, scratch and buffer pool (a pool is only used by
  * its stage's ops), devcomm takes two threads (devcomm.h), and CUPTI's
  * correlation is per thread (gputrace.h). docs/schedules.md, "DualPipeV";
- * docs/gpu.md, "Overlapped pairs". */
+ * docs/gpu.md, "Overlapped pairs on two streams". */
 enum { PAIR_IDLE, PAIR_WORK, PAIR_DONE, PAIR_QUIT };
 
 struct engine_pair {

@@ -28,17 +28,18 @@
  * Completions come back through cudaLaunchHostFunc on the pair's stream.
  *
  * Threads: each communicator is driven by its proxy (init, ncclSend /
- * ncclRecv, ncclCommGetAsyncError, abort).  The devcomm caller's threads
- * (two at once in an overlapped pair, devcomm.h) hold call_mu for all but
- * a receive's wait for its message; such a thread makes unique ids, copies in and out on its own stream, waits on
- * the pair's condition variable, and asks ncclCommGetAsyncError before it
- * trusts a landed message (a transfer NCCL failed also "completes" on the
- * stream); every NCCL call, whatever the pair, holds the transport's
- * nccl_mu, so NCCL sees one thread at a time (its rule for communicators
- * of one device; calls are short: the communicators are non-blocking).  CUDA's callback thread only marks
- * completions under the pair's mutex.  The current device is per thread:
- * the proxies set it once, the caller's entry points at every call (the
- * caller's thread may have moved to another device since open).
+ * ncclRecv, ncclCommGetAsyncError, abort).  The devcomm caller's threads (two
+ * at once in an overlapped pair, devcomm.h) hold call_mu for all but a
+ * receive's wait for its message; such a thread makes unique ids, copies in
+ * and out on its own stream, waits on the pair's condition variable, and asks
+ * ncclCommGetAsyncError before it trusts a landed message (a transfer NCCL
+ * failed also "completes" on the stream); every NCCL call, whatever the pair,
+ * holds the transport's nccl_mu, so NCCL sees one thread at a time (its rule
+ * for communicators of one device; calls are short: the communicators are
+ * non-blocking).  CUDA's callback thread only marks completions under the
+ * pair's mutex.  The current device is per thread: the proxies set it once,
+ * the caller's entry points at every call (the caller's thread may have moved
+ * to another device since open).
  *
  * Failure: a proxy polls ncclCommGetAsyncError while work is in flight and
  * watches the peer through the host comm; on an NCCL error, a dead peer, a
