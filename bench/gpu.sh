@@ -105,9 +105,11 @@ echo "== 4 ranks on one GPU, per schedule"
 # Host spans (source cpu) and CUPTI's gpu spans of the same ops: mean
 # durations, the share of gpu spans that lie inside their host op (within
 # 50 us: CUPTI maps GPU time onto the host clock by interpolation), and
-# the measured vs simulated bubble (simulated from the job's F/B/W medians).
-sql="WITH h AS (SELECT * FROM events WHERE source='cpu' AND phase IN ('F','B','W')),
-  g AS (SELECT * FROM events WHERE source='gpu' AND phase IN ('F','B','W')),
+# the measured vs simulated bubble (simulated from the job's F/B/W medians),
+# and f_ovl: the share of F time (steps 1..) that ran while a B or BW of the
+# same rank ran (DualPipeV's overlapped pairs, two streams; 0 elsewhere).
+sql="WITH h AS (SELECT * FROM events WHERE source='cpu' AND phase IN ('F','B','W','BW')),
+  g AS (SELECT * FROM events WHERE source='gpu' AND phase IN ('F','B','W','BW')),
   pair AS (SELECT h.start_ns hs, h.end_ns he, g.start_ns gs, g.end_ns ge FROM h JOIN g USING
     (job_id, attempt, rank, step, microbatch, stage, phase))
 SELECT (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='F'),
@@ -118,11 +120,15 @@ SELECT (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='F'),
   (SELECT round(avg(gs >= hs - 50000 AND ge <= he + 50000),3) FROM pair),
   (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0),
   (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan),
-  (SELECT sum(cupti_dropped) FROM ranks)"
-printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s\n' schedule transport step_ms f_us b_us w_us gpu/host \
-  gpu_spans inside bub_meas bub_sim dropped
+  (SELECT sum(cupti_dropped) FROM ranks),
+  (SELECT round(coalesce(sum(min(f.end_ns, b.end_ns) - max(f.start_ns, b.start_ns)), 0) * 1.0 /
+     (SELECT sum(end_ns-start_ns) FROM h WHERE phase='F' AND step>0), 3)
+   FROM h f JOIN h b USING (job_id, attempt, rank, step)
+   WHERE f.phase='F' AND b.phase IN ('B','BW') AND f.step>0 AND f.start_ns < b.end_ns AND b.start_ns < f.end_ns)"
+printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s %6s\n' schedule transport step_ms f_us b_us w_us gpu/host \
+  gpu_spans inside bub_meas bub_sim dropped f_ovl
 ref_losses=""
-for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:auto 1f1b::shm; do
+for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:auto dualpipev:2:auto 1f1b::shm; do
   sched=${svt%%:*} rest=${svt#*:}
   v=${rest%%:*} transport=${rest#*:}
   name="sched-$sched-$transport"
@@ -132,9 +138,9 @@ for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:aut
   fi
   # "... rank 0: cuda-ipc; rank 2: cuda-ipc" from every worker -> cuda-ipc
   used=$(grep -a -o 'rank [0-9]*: [a-z-]*' "$dir/$name.log" | awk '{print $3}' | sort -u | paste -sd+ -)
-  IFS=, read -r f b w ratio spans inside bm bs dropped <<<"$(q "$dir/$name.db" "$sql")"
-  printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s\n' "$sched" "${used:-?}" "$(step_ms "$dir/$name.jsonl")" \
-    "$f" "$b" "$w" "$ratio" "$spans" "$inside" "$bm" "$bs" "$dropped"
+  IFS=, read -r f b w ratio spans inside bm bs dropped ovl <<<"$(q "$dir/$name.db" "$sql")"
+  printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s %6s\n' "$sched" "${used:-?}" "$(step_ms "$dir/$name.jsonl")" \
+    "$f" "$b" "$w" "$ratio" "$spans" "$inside" "$bm" "$bs" "$dropped" "$ovl"
   [ "$inside" = 1.0 ] || [ "$inside" = 1 ] || fail cupti "$sched: not every gpu span lies inside its host op ($inside)"
   [ "${spans%%/*}" -gt 0 ] 2>/dev/null || fail cupti "$sched: no gpu spans (see $dir/$name.log)"
   l=$(losses "$dir/$name.jsonl")
