@@ -123,6 +123,13 @@ size_t gpu_stage_saved_bytes(const model_stage *s); /* device bytes, as gpt_stag
 /* The device bytes of the weights' bf16 copy (--dtype bf16; else 0), which
  * model_stage_state_bytes adds to a GPU stage's */
 size_t gpu_stage_bf16_bytes(const model_stage *s);
+/* Data parallel (model_stage_grad_parts, _grad_fetch, _grad_written): host
+ * mirrors of the replica's parts, filled range by range from the device,
+ * and the host gradient the collective wrote, uploaded range by range. */
+int gpu_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err *err);
+int gpu_stage_grad_fetch(model_stage *s, size_t lo, size_t hi, pp_err *err);
+int gpu_stage_grad_written(model_stage *s, size_t lo, size_t hi, pp_err *err);
+void gpu_stage_discard(model_stage *s, int mb); /* drops what F saved for mb (an evaluation's F) */
 int gpu_stage_recompute_pending(const model_stage *s, int mb); /* as gpt_stage_recompute_*, on the device */
 int gpu_stage_recompute(model_stage *s, int mb, pp_err *err);
 

@@ -323,7 +323,6 @@ static int idle(const model_stage *s, const char *what, pp_err *err) {
 }
 
 int model_stage_set_replica(model_stage *s, int replica, int replicas, pp_err *err) {
-    if (s->gpu) return pp_fail(err, "model: data-parallel replicas of a GPU stage are not built yet");
     if (replicas < 1 || replica < 0 || replica >= replicas || (long)replicas * s->microbatches > (1L << 24))
         return pp_fail(err, "model: replica %d of %d (of %d microbatches each) is out of range", replica, replicas,
                        s->microbatches);
@@ -338,10 +337,12 @@ int model_stage_set_replica(model_stage *s, int replica, int replicas, pp_err *e
 }
 
 int model_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err *err) {
-    if (s->gpu) return pp_fail(err, "model: a GPU stage's gradient stays on its device");
     if (s->next_acc != s->microbatches)
         return pp_fail(err, "model: the gradient of layers [%d, %d) is not complete: W of microbatch %d has not run",
                        s->first_layer, s->last_layer, s->next_acc);
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_grad_parts(s, parts, n, err); /* host mirrors, filled by model_stage_grad_fetch */
+#endif
     if (s->replicas == 1) {
         *parts = &s->grad;
         *n = 1;
@@ -349,6 +350,29 @@ int model_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err 
         *parts = s->stack;
         *n = s->depth;
     }
+    return 0;
+}
+
+static int check_range(const model_stage *s, size_t lo, size_t hi, const char *what, pp_err *err) {
+    if (lo > hi || hi > s->nparams)
+        return pp_fail(err, "model: %s of weights [%zu, %zu) outside the %zu of layers [%d, %d)", what, lo, hi,
+                       s->nparams, s->first_layer, s->last_layer);
+    return 0;
+}
+
+int model_stage_grad_fetch(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    if (check_range(s, lo, hi, "the gradient parts", err) != 0) return -1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_grad_fetch(s, lo, hi, err);
+#endif
+    return 0; /* a CPU stage's parts are the host buffers themselves */
+}
+
+int model_stage_grad_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    if (check_range(s, lo, hi, "the reduced gradient", err) != 0) return -1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_grad_written(s, lo, hi, err);
+#endif
     return 0;
 }
 
@@ -408,9 +432,15 @@ int model_stage_unshard_optimizer(model_stage *s, const float *m, const float *v
 
 int model_stage_evaluate(model_stage *s, int gmb, const void *in, const uint8_t *tokens, const uint8_t *targets,
                          void *out, float *loss, pp_err *err) {
-    if (s->gpu) return pp_fail(err, "model: evaluation on a GPU stage is not built yet");
     if (idle(s, "an evaluation's F", err) != 0) return -1;
     /* Slot 0 is free between steps; F fills it, and it is emptied at once. */
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) {
+        int rc = gpu_stage_forward(s, 0, in, tokens, targets, out, loss, err);
+        gpu_stage_discard(s, 0);
+        return rc;
+    }
+#endif
     int rc = s->spec.kind == MODEL_GPT ? gpt_stage_forward(s, 0, in, tokens, targets, out, loss, err)
                                        : timed_stage_forward(s, 0, gmb, in, out, loss, err);
     if (s->gpt) gpt_stage_discard(s, 0);
