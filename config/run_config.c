@@ -516,12 +516,6 @@ int run_config_mesh(run_config *cfg, int world, const char *world_from, pp_err *
     if (cfg->zero1 && cfg->dp < 2)
         return pp_fail(err, "--zero1 shards the optimizer state over the data-parallel group: it needs --dp 2 or more "
                        "(this job has %d pipeline%s)", cfg->dp, cfg->dp == 1 ? "" : "s");
-    /* --dp on a GPU: the all-reduce stages the gradient through host memory
-     * (docs/gpu.md, "Data parallel"); the optimizer on the device updates
-     * every weight, so its state is not sharded */
-    if (cfg->zero1 && cfg->device == RUN_DEVICE_CUDA)
-        return pp_fail(err, "--zero1 runs on --device cpu only for now (sharding the optimizer state of a GPU stage "
-                       "is not built yet: --dp %d without --zero1 runs on the GPU)", cfg->dp);
     return 0;
 }
 

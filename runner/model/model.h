@@ -310,11 +310,18 @@ float *model_stage_params(model_stage *stage);
  * that own them (the engine all-gathers them after each step). The
  * optimizer state must be whole (a new or loaded stage, or after
  * model_stage_unshard_optimizer). AdamW updates each weight on its own, so
- * a shard's update is the whole update's bits on that shard. CPU stages
- * only (a GPU stage's optimizer updates all its weights on the device). */
+ * a shard's update is the whole update's bits on that shard. On a GPU
+ * stage the moments on the device shrink to the shard too, and the step
+ * brings the shard's new weights to the host (model_stage_params), where
+ * the all-gather reads them. */
 int model_stage_shard_optimizer(model_stage *stage, const size_t *lo, const size_t *hi, int n, pp_err *err);
+/* ZeRO-1's all-gather wrote weights [lo, hi) of model_stage_params: a GPU
+ * stage takes them to the device (nothing on a CPU stage); -1 for a range
+ * outside the weights, or naming the device's error. */
+int model_stage_params_written(model_stage *stage, size_t lo, size_t hi, pp_err *err);
 /* The moments the stage keeps, packed in range order: *n floats each (the
- * weight count when not sharded). Owned by the stage. */
+ * weight count when not sharded). Owned by the stage (a GPU stage's host
+ * copies, brought up to date). */
 void model_stage_optimizer_state(model_stage *stage, float **m, float **v, size_t *n);
 /* Makes the state whole again from every weight's moments (weight_count
  * floats each, copied): checkpoints hold the whole state. */

@@ -112,7 +112,9 @@ int gpu_stage_backward_weight(model_stage *s, int mb, pp_err *err); /* also mark
 int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err);
 int gpu_stage_upload(model_stage *s, pp_err *err);
 int gpu_stage_fetch_state(const model_stage *s, pp_err *err); /* host copies of params, adam_m, adam_v */
-/* Failures of these void calls are reported by the next F. */
+/* Failures of these void calls are reported by the next F. host_current:
+ * gpu_stage_fetch_state so. */
+void gpu_stage_host_current(model_stage *s);
 void gpu_stage_import(model_stage *s, const float *weights);
 void gpu_stage_export_weights(const model_stage *s, float *dst);
 void gpu_stage_export_grads(const model_stage *s, float *dst);
@@ -130,6 +132,12 @@ int gpu_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err *e
 int gpu_stage_grad_fetch(model_stage *s, size_t lo, size_t hi, pp_err *err);
 int gpu_stage_grad_written(model_stage *s, size_t lo, size_t hi, pp_err *err);
 void gpu_stage_discard(model_stage *s, int mb); /* drops what F saved for mb (an evaluation's F) */
+/* ZeRO-1 (model_stage_params_written, model_stage_shard_optimizer and
+ * _unshard_optimizer): host weights [lo, hi) to the device; the device's
+ * moments reallocated and uploaded after the host's were packed or made
+ * whole. */
+int gpu_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err);
+int gpu_stage_moments_resized(model_stage *s, pp_err *err);
 int gpu_stage_recompute_pending(const model_stage *s, int mb); /* as gpt_stage_recompute_*, on the device */
 int gpu_stage_recompute(model_stage *s, int mb, pp_err *err);
 

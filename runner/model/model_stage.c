@@ -380,7 +380,6 @@ float *model_stage_grad(model_stage *s) { return s->grad; }
 float *model_stage_params(model_stage *s) { return s->params; }
 
 int model_stage_shard_optimizer(model_stage *s, const size_t *lo, const size_t *hi, int n, pp_err *err) {
-    if (s->gpu) return pp_fail(err, "model: ZeRO-1 on a GPU stage is not built yet");
     if (s->sharded) return pp_fail(err, "model: the optimizer state of layers [%d, %d) is sharded already",
                                   s->first_layer, s->last_layer);
     if (n < 0) return pp_fail(err, "model: %d shard ranges", n);
@@ -391,6 +390,9 @@ int model_stage_shard_optimizer(model_stage *s, const size_t *lo, const size_t *
                            hi[i], s->nparams);
         owned += hi[i] - lo[i];
     }
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu && gpu_stage_fetch_state(s, err) != 0) return -1; /* the moments to pack are the device's */
+#endif
     size_t *l = malloc(sizeof *l * (size_t)(n ? n : 1)), *h = malloc(sizeof *h * (size_t)(n ? n : 1));
     float *m = malloc(sizeof(float) * (owned ? owned : 1)), *v = malloc(sizeof(float) * (owned ? owned : 1));
     if (!l || !h || !m || !v) {
@@ -407,15 +409,24 @@ int model_stage_shard_optimizer(model_stage *s, const size_t *lo, const size_t *
     free(s->adam_m), free(s->adam_v);
     s->adam_m = m, s->adam_v = v;
     s->shard_lo = l, s->shard_hi = h, s->nshard = n, s->shard_owned = owned, s->sharded = 1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_moments_resized(s, err);
+#endif
     return 0;
 }
 
 void model_stage_optimizer_state(model_stage *s, float **m, float **v, size_t *n) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) gpu_stage_host_current(s); /* the moments are the device's */
+#endif
     *m = s->adam_m, *v = s->adam_v;
     *n = s->sharded ? s->shard_owned : s->nparams;
 }
 
 int model_stage_unshard_optimizer(model_stage *s, const float *m, const float *v, pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu && gpu_stage_fetch_state(s, err) != 0) return -1; /* the weights; the moments are replaced */
+#endif
     size_t n = s->nparams ? s->nparams : 1;
     float *fm = malloc(sizeof(float) * n), *fv = malloc(sizeof(float) * n);
     if (!fm || !fv) {
@@ -427,6 +438,17 @@ int model_stage_unshard_optimizer(model_stage *s, const float *m, const float *v
     free(s->adam_m), free(s->adam_v), free(s->shard_lo), free(s->shard_hi);
     s->adam_m = fm, s->adam_v = fv;
     s->shard_lo = s->shard_hi = NULL, s->nshard = 0, s->shard_owned = 0, s->sharded = 0;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_moments_resized(s, err);
+#endif
+    return 0;
+}
+
+int model_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    if (check_range(s, lo, hi, "the gathered weights", err) != 0) return -1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_params_written(s, lo, hi, err);
+#endif
     return 0;
 }
 

@@ -11,7 +11,8 @@
  *
  * The collective runs on host memory: a GPU stage hands its parts to the
  * host and takes the reduced gradient back bucket by bucket
- * (model_stage_grad_fetch, model_stage_grad_written), on this thread.
+ * (model_stage_grad_fetch, model_stage_grad_written), on this thread, and
+ * ZeRO-1's gathered weights (model_stage_params_written).
  *
  * Every replica runs the same plan, so the stages of a rank finish their W's
  * in the same order everywhere and the thread takes them in that order: no
@@ -266,7 +267,8 @@ int engine_dp_after_step(engine *e, int step, pp_err *err) {
         for (int b = 0; b < st->nbuckets; b++) {
             size_t lo = st->lo[b], len = st->lo[b + 1] - lo;
             uint64_t t0 = pp_now_ns();
-            if (coll_all_gather(&dp->g, w + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_PARAMS), err) != 0)
+            if (coll_all_gather(&dp->g, w + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_PARAMS), err) != 0 ||
+                model_stage_params_written(e->stages[st->stage], lo, lo + len, err) != 0)
                 return pp_wrap(err, "rank %d: all-gather of stage %d's weights (step %d)", e->rank, st->stage, step);
             engine_trace_span(e, ENGINE_SPAN_ALL_GATHER, step, b, st->stage, dp->ranks[0], sizeof(float) * len, t0,
                               pp_now_ns());

@@ -258,6 +258,12 @@ void gpu_stage_free(model_stage *s) {
     s->gpu = NULL;
 }
 
+/* The AdamW moments the stage keeps: its shard's under ZeRO-1 (packed in
+ * range order, on the host and on the device alike). */
+static size_t moment_bytes(const model_stage *s) {
+    return sizeof(float) * (s->sharded ? s->shard_owned : s->nparams);
+}
+
 /* Copies the host weights and moments (initialised, imported or loaded from
  * a checkpoint) to the device. */
 int gpu_stage_upload(model_stage *s, pp_err *err) {
@@ -266,8 +272,8 @@ int gpu_stage_upload(model_stage *s, pp_err *err) {
     cudaError_t e = cudaSetDevice(g->ctx->device);
     if (e != cudaSuccess) return gpu_cuda_fail(err, e, "gpu stage: cudaSetDevice");
     if (gpu_upload(g->ctx, g->params, s->params, bytes, err) != 0 ||
-        gpu_upload(g->ctx, g->adam_m, s->adam_m, bytes, err) != 0 ||
-        gpu_upload(g->ctx, g->adam_v, s->adam_v, bytes, err) != 0 ||
+        gpu_upload(g->ctx, g->adam_m, s->adam_m, moment_bytes(s), err) != 0 ||
+        gpu_upload(g->ctx, g->adam_v, s->adam_v, moment_bytes(s), err) != 0 ||
         gpu_upload(g->ctx, g->grad, s->grad, bytes, err) != 0 ||
         (g->bf16 && (gpu_to_bf16(g->ctx, g->params16, g->params, s->nparams, err) != 0 || gpu_sync(g->ctx, err) != 0)))
         return pp_wrap(err, "gpu stage: weights to the device");
@@ -735,10 +741,36 @@ static void release_parts(model_stage *s) {
     s->tree_pc = 0;
 }
 
+/* ZeRO-1: the update of each shard range (AdamW is per weight: the whole
+ * update's bits there), its moments packed as on the host; then the
+ * shard's new weights to the host, where the engine's all-gather reads them
+ * (model_stage_params_written brings the others back). */
+static int sharded_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    size_t at = 0;
+    for (int i = 0; i < s->nshard; i++) {
+        size_t lo = s->shard_lo[i], len = s->shard_hi[i] - lo;
+        if (len && gpu_optim_step(g->ctx, g->params + lo, g->params16 ? g->params16 + lo : NULL, g->grad + lo,
+                                  g->adam_m + at, g->adam_v + at, len, opt, step, err) != 0)
+            return pp_wrap(err, "gpu stage: optimizer step %d of weights [%zu, %zu)", step, lo, lo + len);
+        at += len;
+    }
+    if (gpu_memset(g->ctx, g->grad, 0, sizeof(float) * s->nparams, err) != 0)
+        return pp_wrap(err, "gpu stage: optimizer step %d", step);
+    for (int i = 0; i < s->nshard; i++) {
+        size_t lo = s->shard_lo[i], len = s->shard_hi[i] - lo;
+        if (len && gpu_download(g->ctx, s->params + lo, g->params + lo, sizeof(float) * len, err) != 0)
+            return pp_wrap(err, "gpu stage: optimizer step %d: weights [%zu, %zu) to the host", step, lo, lo + len);
+    }
+    g->host_behind = 1; /* the moments (the weights are whole again after the all-gather) */
+    return 0;
+}
+
 int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
     gpu_stage *g = s->gpu;
     if (use_device(g, err) != 0) return -1;
     release_parts(s); /* several replicas: the collective has read them */
+    if (s->sharded) return sharded_step(s, opt, step, err);
     /* bf16: the weights' copy is rewritten in the same pass (params16 NULL in fp32) */
     if (gpu_optim_step(g->ctx, g->params, g->params16, g->grad, g->adam_m, g->adam_v, s->nparams, opt, step, err) !=
             0 ||
@@ -757,11 +789,16 @@ int gpu_stage_fetch_state(const model_stage *s, pp_err *err) {
     size_t bytes = sizeof(float) * s->nparams;
     if (!g->host_behind) return 0;
     if (use_device(g, err) != 0 || gpu_download(g->ctx, s->params, g->params, bytes, err) != 0 ||
-        gpu_download(g->ctx, s->adam_m, g->adam_m, bytes, err) != 0 ||
-        gpu_download(g->ctx, s->adam_v, g->adam_v, bytes, err) != 0)
+        gpu_download(g->ctx, s->adam_m, g->adam_m, moment_bytes(s), err) != 0 ||
+        gpu_download(g->ctx, s->adam_v, g->adam_v, moment_bytes(s), err) != 0)
         return pp_wrap(err, "gpu stage: optimizer state to the host");
     g->host_behind = 0;
     return 0;
+}
+
+void gpu_stage_host_current(model_stage *s) {
+    gpu_stage *g = s->gpu;
+    if (gpu_stage_fetch_state(s, &g->sticky) != 0) g->has_sticky = 1;
 }
 
 void gpu_stage_import(model_stage *s, const float *weights) {
@@ -856,4 +893,32 @@ void gpu_stage_discard(model_stage *s, int mb) {
     gpu_stage *g = s->gpu;
     gpu_sync(g->ctx, NULL); /* F returned with its work done; nothing is queued on the buffers */
     free_mb(g, &g->mbs[mb]);
+}
+
+int gpu_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    if (use_device(g, err) != 0 ||
+        gpu_upload(g->ctx, g->params + lo, s->params + lo, sizeof(float) * (hi - lo), err) != 0 ||
+        (g->params16 && gpu_to_bf16(g->ctx, g->params16 + lo, g->params + lo, hi - lo, err) != 0))
+        return pp_wrap(err, "gpu stage: weights [%zu, %zu) to the device", lo, hi);
+    return 0; /* the bf16 copy is queued before any later kernel of the stage's stream */
+}
+
+/* ZeRO-1 on a GPU stage: the device's moments follow the host's, which
+ * model_stage_shard_optimizer / _unshard_optimizer just packed or made
+ * whole (gpu_stage_fetch_state ran before, so the host's were current):
+ * buffers of the new size, uploaded. The weights are the same on both. */
+int gpu_stage_moments_resized(model_stage *s, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    size_t bytes = moment_bytes(s);
+    float *m = NULL, *v = NULL;
+    if (use_device(g, err) != 0 || !(m = gpu_alloc(g->ctx, bytes ? bytes : 1, err)) ||
+        !(v = gpu_alloc(g->ctx, bytes ? bytes : 1, err)) || gpu_upload(g->ctx, m, s->adam_m, bytes, err) != 0 ||
+        gpu_upload(g->ctx, v, s->adam_v, bytes, err) != 0) {
+        gpu_free(g->ctx, m), gpu_free(g->ctx, v);
+        return pp_wrap(err, "gpu stage: the optimizer's moments of %zu weights on the device", bytes / sizeof(float));
+    }
+    gpu_free(g->ctx, g->adam_m), gpu_free(g->ctx, g->adam_v);
+    g->adam_m = m, g->adam_v = v;
+    return 0;
 }
