@@ -20,9 +20,9 @@
  * the GPU run adds the hardware.
  *
  * Data parallel (--pp 2 --dp 2, the all-reduce staged through host memory)
- * on the same GPUs: losses, final weights and evaluation losses of the
- * one-rank run of the same global batch, bit for bit, and the ALLREDUCE
- * spans. */
+ * on the same GPUs, with ZeRO-1 and its checkpoints too:
+ * losses, final weights and evaluation losses of the one-rank run of the
+ * same global batch, bit for bit, and the ALLREDUCE spans. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <sqlite3.h>
@@ -272,11 +272,14 @@ static void data_parallel(int count, const char *env) {
         {"1f1b", "--schedule 1f1b --dp-bucket 16KiB", 2},
         {"zbv", "--schedule zb-v --virtual-stages 2 --trace off", 4},
         {"zbh1", "--schedule zb-h1 --trace off", 2},
+        /* ZeRO-1, traced, a checkpoint after each step (the optimizer state
+         * gathered whole for it, then sharded again) */
+        {"zero1", "--schedule 1f1b --zero1 --dp-bucket 16KiB --checkpoint-every 1", 2},
     };
     for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
-        char args[512]; /* the evaluations (which hold out the data's last tenth) as the reference's */
+        char args[1024]; /* the evaluations (which hold out the data's last tenth) as the reference's */
         snprintf(args, sizeof args, "--nproc-per-node 4 --pp 2 --dp 2 --microbatches 4 --eval-every 1 "
-                 "--eval-microbatches 2 %s", jobs[j].args);
+                 "--eval-microbatches 2 --checkpoint-dir %s/%s.ckpt %s", dir, jobs[j].name, jobs[j].args);
         dp_job(dir, env, jobs[j].name, args);
         char *losses, *w;
         size_t len;
@@ -309,6 +312,15 @@ static void data_parallel(int count, const char *env) {
     cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM events a WHERE a.name='ALLREDUCE' AND a.start_ns <"
                                " (SELECT max(end_ns) FROM events w WHERE w.phase='W' AND w.rank=a.rank AND"
                                " w.step=a.step AND w.stage=a.stage)"), 0, "an ALLREDUCE before its stage's last W");
+    /* ZeRO-1: the two replicas' shards of the optimizer state make the whole */
+    int64_t whole = tfix_q_int(s, "SELECT sum(optim_bytes) FROM events WHERE phase='OPT' AND step=0");
+    sqlite3_close(s);
+    snprintf(path, sizeof path, "%s/zero1.db", dir);
+    cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE name='ALLREDUCE'"), 0);
+    cr_expect_gt(tfix_q_int(s, "SELECT count(*) FROM events WHERE name='ALL_GATHER'"), 0);
+    cr_expect_eq(tfix_q_int(s, "SELECT sum(optim_bytes) FROM events WHERE phase='OPT' AND step=0"), whole / 2,
+                 "each replica's ranks hold half of the optimizer state");
     sqlite3_close(s);
     free(ref_losses), free(ref_eval), free(ref_w);
 }
