@@ -113,7 +113,7 @@ int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err
 int gpu_stage_upload(model_stage *s, pp_err *err);
 int gpu_stage_fetch_state(const model_stage *s, pp_err *err); /* host copies of params, adam_m, adam_v */
 /* Failures of these void calls are reported by the next F. host_current:
- * gpu_stage_fetch_state so. */
+ * gpu_stage_fetch_state for a void caller (model_stage_optimizer_state). */
 void gpu_stage_host_current(model_stage *s);
 void gpu_stage_import(model_stage *s, const float *weights);
 void gpu_stage_export_weights(const model_stage *s, float *dst);
