@@ -160,7 +160,7 @@ static int run_rank(const job *j, const char *dir, int rank, pp_err *err) {
         if (run_config_device_boundaries(&cfg) && devcomm_open(&dcfg, &dc, err) != 0) goto out;
     }
     e = (engine){.cfg = &cfg, .plan = plan, .rank = rank, .local_rank = rank,
-                 .comm = c, .devcomm = dc, .data = data, .hooks = {&ctx, on_step, NULL}};
+                 .comm = c, .devcomm = dc, .data = data, .hooks = {.ctx = &ctx, .on_step = on_step}};
     if (engine_init(&e, err) != 0 || engine_run(&e, err) != 0) goto out;
     if (dc && devcomm_flush(dc, 30000, err) != 0) goto out;
     if (c && comm_flush(c, 30000, err) != 0) goto out;
