@@ -161,7 +161,7 @@ void engine_dp_close(engine *e) {
 void engine_dp_peers(const engine *e, char *is_peer) {
     if (!e->dp) return;
     for (int d = 0; d < e->replicas; d++)
-        if (d != e->replica) is_peer[e->dp->ranks[d]] = 1;
+        if (d != e->replica) is_peer[e->dp->ranks[d]] |= ENGINE_PEER_DP;
 }
 
 /* ---- the all-reduce ------------------------------------------------------- */
