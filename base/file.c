@@ -1,6 +1,7 @@
 /* file.c: the files a user names, read and written safely (file.h). */
 #include "base/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -268,6 +269,50 @@ int file_output_stream(const char *path, const char *what, int truncate, pp_err 
         return -1;
     }
     return fd;
+}
+
+/* ---- Private folders ------------------------------------------------------- */
+
+int file_private_dir_create(const char *prefix, char *out, size_t cap, pp_err *err) {
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || tmp[0] != '/') tmp = "/tmp";
+    if (snprintf(out, cap, "%s/%sXXXXXX", tmp, prefix) >= (int)cap)
+        return pp_fail(err, "a private folder under %s: the path is too long", tmp);
+    if (!mkdtemp(out)) return pp_fail(err, "cannot make a private folder under %s: %s", tmp, strerror(errno));
+    return 0;
+}
+
+/* Everything in the folder open at fd (closed here), depth folders deep. */
+static int remove_within(int fd, int depth, const char *path, pp_err *err) {
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return pp_fail(err, "%s: %s", path, strerror(errno));
+    }
+    int rc = 0;
+    for (struct dirent *e; rc == 0 && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0) continue;
+        if (errno != EISDIR) {
+            rc = pp_fail(err, "%s/%s: cannot remove it: %s", path, e->d_name, strerror(errno));
+            break;
+        }
+        int sub = depth < 8 ? openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (sub < 0) rc = pp_fail(err, "%s/%s: folders nest too deep, or %s", path, e->d_name, strerror(errno));
+        else if ((rc = remove_within(sub, depth + 1, path, err)) == 0 && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR))
+            rc = pp_fail(err, "%s/%s: cannot remove it: %s", path, e->d_name, strerror(errno));
+        if (rc == 0) rewinddir(d); /* entries may have moved under readdir */
+    }
+    closedir(d);
+    return rc;
+}
+
+int file_private_dir_remove(const char *path, pp_err *err) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return pp_fail(err, "%s: not a folder pprun can open: %s", path, strerror(errno));
+    if (remove_within(fd, 0, path, err) != 0) return -1;
+    if (rmdir(path) != 0) return pp_fail(err, "%s: cannot remove it: %s", path, strerror(errno));
+    return 0;
 }
 
 /* ---- Text for the terminal ------------------------------------------------ */

@@ -61,4 +61,16 @@ void file_output_abort(file_output *o);
  * (O_CLOEXEC), or -1 with err. */
 int file_output_stream(const char *path, const char *what, int truncate, pp_err *err);
 
+/* A private folder for files and sockets a job makes and removes again (the
+ * MPS daemon's pipes and logs, docs/gpu.md): a new folder of a random name,
+ * prefix followed by six characters, under $TMPDIR (else /tmp), made by
+ * mkdtemp: mode 0700, never a path that was there, so nothing planted
+ * (a folder, a symbolic link) is used. Its path into out (cap bytes). */
+int file_private_dir_create(const char *prefix, char *out, size_t cap, pp_err *err);
+/* Removes such a folder with everything in it, never following a symbolic
+ * link (one inside is removed itself, not what it points to; a link at
+ * path is refused); folders inside nest at most 8 deep. 0, or -1 with err
+ * naming what stayed. */
+int file_private_dir_remove(const char *path, pp_err *err);
+
 #endif

@@ -187,7 +187,7 @@ static int parse_int(const char *flag, const char *v, int *out) {
 int main(int argc, char **argv) {
     shapes s = {.B = 4, .T = 1024, .C = 768, .H = 12, .V = 256};
     bench b = {.reps = 20};
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* flag, value */
         int *dst = !strcmp(argv[i], "--dim") ? &s.C : !strcmp(argv[i], "--heads") ? &s.H
                  : !strcmp(argv[i], "--seq") ? &s.T : !strcmp(argv[i], "--batch") ? &s.B
                  : !strcmp(argv[i], "--reps") ? &b.reps : NULL;
@@ -196,7 +196,6 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (parse_int(argv[i], argv[i + 1], dst) != 0) return 2;
-        i++;
     }
     if (s.C % s.H) {
         fprintf(stderr, "bench_gpu: --dim %d is not a multiple of --heads %d\n", s.C, s.H);

@@ -18,7 +18,11 @@
 #    nothing in /dev/shm (the CUDA driver's cuda.shm.* files included);
 # 7. measures the tracing overhead: step time with tracing + CUPTI, with
 #    tracing only, and without tracing, alternating;
-# 8. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
+# 8. runs the 4-rank 1F1B job with --mps on and --mps off, alternating:
+#    step time and measured bubble beside the planned one, the same losses
+#    as the other jobs, and no MPS process or folder left after each job
+#    (the other jobs run with --mps off, as they were measured before MPS);
+# 9. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
 #    of the same shape in the same run);
 # and prints a table. Exits 1 at once, saying so, without a GPU; exits 1
 # when a check failed.
@@ -63,7 +67,7 @@ fail() { result[$1]="FAIL: $2"; status=1; }
 
 echo "== GPU tests"
 allowed_skip='a CUDA device is present|needs two GPUs'
-tests=(test_gpu_kernels test_gpu_stage test_gpu_run test_devcomm test_gputrace test_gpu_cli)
+tests=(test_gpu_kernels test_gpu_stage test_gpu_run test_devcomm test_gputrace test_gpu_cli test_gpu_mps)
 for t in "${tests[@]}"; do
   log="$dir/$t.log"
   "$dir/$t" --jobs 1 --verbose --timeout 600 >"$log" 2>&1
@@ -80,15 +84,16 @@ for t in "${tests[@]}"; do
   grep -a 'rel err\|vs CPU' "$log" | sed 's/^\[----\] *//' | head -40
 done
 
-# One job: 4 ranks on the one GPU, 8 microbatches, 6 steps; $1 name, then
-# pprun run options. Leaves $dir/$1.{db,log,jsonl}.
+# One job: 4 ranks on the one GPU, 8 microbatches, 6 steps, no MPS unless
+# the options say --mps on; $1 name, then pprun run options. Leaves
+# $dir/$1.{db,log,jsonl}.
 model=gpt:layers=8,dim=256,heads=8,seq=256,batch=4
 job() {
   local name=$1
   shift
   rm -f "$dir/$name".db* "$dir/$name.jsonl"
   "$pprun" run --device cuda --nproc-per-node 4 --microbatches 8 --steps 6 --model "$model" --progress off \
-    --db "$dir/$name.db" --metrics "$dir/$name.jsonl" "$@" >"$dir/$name.log" 2>&1
+    --db "$dir/$name.db" --metrics "$dir/$name.jsonl" --mps off "$@" >"$dir/$name.log" 2>&1
 }
 q() { "$pprun" query --db "$1" --format csv "$2" | tail -n +2 | tr -d '\r'; } # CSV rows end in CRLF
 # Median step time (ms) of steps 1.. from a --metrics file (step 0 warms up).
@@ -100,9 +105,11 @@ echo "== 4 ranks on one GPU, per schedule"
 # Host spans (source cpu) and CUPTI's gpu spans of the same ops: mean
 # durations, the share of gpu spans that lie inside their host op (within
 # 50 us: CUPTI maps GPU time onto the host clock by interpolation), and
-# the measured vs simulated bubble (simulated from the job's F/B/W medians).
-sql="WITH h AS (SELECT * FROM events WHERE source='cpu' AND phase IN ('F','B','W')),
-  g AS (SELECT * FROM events WHERE source='gpu' AND phase IN ('F','B','W')),
+# the measured vs simulated bubble (simulated from the job's F/B/W medians),
+# and f_ovl: the share of F time (steps 1..) that ran while a B or BW of the
+# same rank ran (DualPipeV's overlapped pairs, two streams; 0 elsewhere).
+sql="WITH h AS (SELECT * FROM events WHERE source='cpu' AND phase IN ('F','B','W','BW')),
+  g AS (SELECT * FROM events WHERE source='gpu' AND phase IN ('F','B','W','BW')),
   pair AS (SELECT h.start_ns hs, h.end_ns he, g.start_ns gs, g.end_ns ge FROM h JOIN g USING
     (job_id, attempt, rank, step, microbatch, stage, phase))
 SELECT (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='F'),
@@ -113,11 +120,15 @@ SELECT (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='F'),
   (SELECT round(avg(gs >= hs - 50000 AND ge <= he + 50000),3) FROM pair),
   (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0),
   (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan),
-  (SELECT sum(cupti_dropped) FROM ranks)"
-printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s\n' schedule transport step_ms f_us b_us w_us gpu/host \
-  gpu_spans inside bub_meas bub_sim dropped
+  (SELECT sum(cupti_dropped) FROM ranks),
+  (SELECT round(coalesce(sum(min(f.end_ns, b.end_ns) - max(f.start_ns, b.start_ns)), 0) * 1.0 /
+     (SELECT sum(end_ns-start_ns) FROM h WHERE phase='F' AND step>0), 3)
+   FROM h f JOIN h b USING (job_id, attempt, rank, step)
+   WHERE f.phase='F' AND b.phase IN ('B','BW') AND f.step>0 AND f.start_ns < b.end_ns AND b.start_ns < f.end_ns)"
+printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s %6s\n' schedule transport step_ms f_us b_us w_us gpu/host \
+  gpu_spans inside bub_meas bub_sim dropped f_ovl
 ref_losses=""
-for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:auto 1f1b::shm; do
+for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:auto dualpipev:2:auto 1f1b::shm; do
   sched=${svt%%:*} rest=${svt#*:}
   v=${rest%%:*} transport=${rest#*:}
   name="sched-$sched-$transport"
@@ -127,9 +138,9 @@ for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:aut
   fi
   # "... rank 0: cuda-ipc; rank 2: cuda-ipc" from every worker -> cuda-ipc
   used=$(grep -a -o 'rank [0-9]*: [a-z-]*' "$dir/$name.log" | awk '{print $3}' | sort -u | paste -sd+ -)
-  IFS=, read -r f b w ratio spans inside bm bs dropped <<<"$(q "$dir/$name.db" "$sql")"
-  printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s\n' "$sched" "${used:-?}" "$(step_ms "$dir/$name.jsonl")" \
-    "$f" "$b" "$w" "$ratio" "$spans" "$inside" "$bm" "$bs" "$dropped"
+  IFS=, read -r f b w ratio spans inside bm bs dropped ovl <<<"$(q "$dir/$name.db" "$sql")"
+  printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s %6s\n' "$sched" "${used:-?}" "$(step_ms "$dir/$name.jsonl")" \
+    "$f" "$b" "$w" "$ratio" "$spans" "$inside" "$bm" "$bs" "$dropped" "$ovl"
   [ "$inside" = 1.0 ] || [ "$inside" = 1 ] || fail cupti "$sched: not every gpu span lies inside its host op ($inside)"
   [ "${spans%%/*}" -gt 0 ] 2>/dev/null || fail cupti "$sched: no gpu spans (see $dir/$name.log)"
   l=$(losses "$dir/$name.jsonl")
@@ -150,7 +161,7 @@ if job shm-clean --schedule 1f1b; then
 else fail shm "the job failed (see $dir/shm-clean.log)"; fi
 rm -f "$dir"/kill.db*
 "$pprun" run --device cuda --nproc-per-node 4 --microbatches 8 --steps 100000 --model "$model" --progress off \
-  --db "$dir/kill.db" >"$dir/kill.log" 2>&1 &
+  --mps off --db "$dir/kill.db" >"$dir/kill.log" 2>&1 &
 kjob=$!
 victim=""
 for _ in $(seq 1 300); do # until rank 1 has finished a step (30 s at most)
@@ -197,12 +208,45 @@ median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1
 [ -n "${result[overhead]:-}" ] ||
   result[overhead]="step time vs tracing off: tracing+CUPTI $(median "${r_cupti[@]}"), tracing only $(median "${r_trace[@]}") (median of 3 rounds)"
 
+echo "== MPS: 1f1b, 4 ranks on one GPU, --mps on vs off (median step ms of steps 1-5; 3 alternating rounds)"
+# MPS processes and private folders: none may be left by a job (a daemon
+# the machine ran before is counted in the baseline).
+mps_procs() { pgrep -f 'nvidia-cuda-mps-(control|server)' | wc -l; }
+mps_dirs() { find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'pprun-mps-*' | wc -l; }
+mps_sql="SELECT json_extract(config_json, '\$.mps'),
+  (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0),
+  (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan)
+  FROM jobs"
+procs0=$(mps_procs) dirs0=$(mps_dirs)
+declare -a on_ms off_ms on_bm off_bm on_bs off_bs
+if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  result[mps]="not run: nvidia-cuda-mps-control is not on PATH"
+else
+  printf '%-6s %-5s %10s %9s %9s %10s\n' round mps step_ms bub_meas bub_sim left
+  for round in 1 2 3; do
+    for mode in on off; do
+      name="mps-$mode"
+      job "$name" --schedule 1f1b --mps "$mode" || { fail mps "--mps $mode: the job failed (see $dir/$name.log)"; break 2; }
+      IFS=, read -r state bm bs <<<"$(q "$dir/$name.db" "$mps_sql")"
+      ms=$(step_ms "$dir/$name.jsonl") procs=$(mps_procs) dirs=$(mps_dirs)
+      printf '%-6s %-5s %10s %9s %9s %10s\n' "$round" "$state" "$ms" "$bm" "$bs" "$((procs - procs0))p,$((dirs - dirs0))d"
+      [ "$state" = "$mode" ] || fail mps "--mps $mode: config_json says mps '$state' (see $dir/$name.log)"
+      [ "$procs" -le "$procs0" ] && [ "$dirs" -le "$dirs0" ] ||
+        fail mps "--mps $mode: $((procs - procs0)) MPS processes, $((dirs - dirs0)) pprun-mps-* folders left"
+      [ "$(losses "$dir/$name.jsonl")" = "$ref_losses" ] || fail parity "--mps $mode: losses differ from gpipe's"
+      if [ "$mode" = on ]; then on_ms+=("$ms") on_bm+=("$bm") on_bs+=("$bs")
+      else off_ms+=("$ms") off_bm+=("$bm") off_bs+=("$bs"); fi
+    done
+  done
+  [ -n "${result[mps]:-}" ] || result[mps]="on: step $(median "${on_ms[@]}") ms, bubble $(median "${on_bm[@]}") measured ($(median "${on_bs[@]}") simulated); off: step $(median "${off_ms[@]}") ms, bubble $(median "${off_bm[@]}") ($(median "${off_bs[@]}")); nothing left (median of 3 rounds)"
+fi
+
 echo "== bench_gpu"
 "$dir/bench_gpu" | tee "$dir/bench_gpu.log"
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail bench_gpu "exit status (see $dir/bench_gpu.log)"; else result[bench_gpu]="ran (tables above)"; fi
 
 echo
 printf '%-18s %s\n' check result
-for k in "${tests[@]}" schedules parity cupti shm kill overhead bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
+for k in "${tests[@]}" schedules parity cupti shm kill overhead mps bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
 printf '%-18s %s\n' NCCL "needs one GPU per rank: test_devcomm and test_gpu_run run it where there are two GPUs"
 exit $status

@@ -61,6 +61,7 @@ static const enum_name device_names[] = {{RUN_DEVICE_CPU, "cpu"}, {RUN_DEVICE_CU
 static const enum_name transport_names[] = {{RUN_TRANSPORT_AUTO, "auto"}, {RUN_TRANSPORT_SHM, "shm"},
                                             {RUN_TRANSPORT_TCP, "tcp"},   {RUN_TRANSPORT_CUDA_IPC, "cuda-ipc"},
                                             {RUN_TRANSPORT_NCCL, "nccl"}, {0, NULL}};
+static const enum_name mps_names[] = {{RUN_MPS_AUTO, "auto"}, {RUN_MPS_ON, "on"}, {RUN_MPS_OFF, "off"}, {0, NULL}};
 static const enum_name dtype_names[] = {{RUN_DTYPE_FP32, "fp32"}, {RUN_DTYPE_BF16, "bf16"}, {0, NULL}};
 static const enum_name progress_names[] = {
     {RUN_PROGRESS_AUTO, "auto"}, {RUN_PROGRESS_ON, "on"}, {RUN_PROGRESS_OFF, "off"}, {0, NULL}};
@@ -109,6 +110,7 @@ const char *run_transport_name(run_transport transport) { return name_of(transpo
 const char *run_dtype_name(run_dtype dtype) { return name_of(dtype_names, dtype); }
 const char *run_optimizer_name(model_optim_kind kind) { return name_of(optimizer_names, kind); }
 const char *run_recompute_name(run_recompute mode) { return name_of(recompute_names, mode); }
+const char *run_mps_name(run_mps mode) { return name_of(mps_names, mode); }
 
 run_recompute run_config_recompute_of(const run_config *cfg, int stage) {
     if (!cfg->nrecompute_stages) return cfg->recompute;
@@ -312,6 +314,7 @@ static const struct {
     {"--save-weights", 1, 1},
     {"--dtype", 1, 1},
     {"--cupti", 1, 1},
+    {"--mps", 1, 1},
     {"--resume", 0, 1},
     {"--init-from", 1, 1},
     {"--recompute", 1, 1},
@@ -389,6 +392,8 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         if ((rc = parse_name(on_off_names, opt, value, &v, err)) == 0) cfg->trace = v;
     } else if (strcmp(opt, "--cupti") == 0) {
         if ((rc = parse_name(on_off_names, opt, value, &v, err)) == 0) cfg->cupti = v;
+    } else if (strcmp(opt, "--mps") == 0) {
+        if ((rc = parse_name(mps_names, opt, value, &v, err)) == 0) cfg->mps = (run_mps)v;
     } else if (strcmp(opt, "--serve") == 0) {
         cfg->serve = 1;
         if (value) rc = copy_text(cfg->serve_addr, sizeof cfg->serve_addr, opt, value, err);
@@ -462,6 +467,9 @@ int run_config_finish(run_config *cfg, pp_err *err) {
     if (cfg->cupti == 1 && !cfg->trace)
         return pp_fail(err, "--cupti on needs --trace on (GPU spans go into the trace; --trace off keeps none)");
     if (cfg->cupti < 0) cfg->cupti = cuda && cfg->trace;
+    if (cfg->mps == RUN_MPS_ON && !cuda)
+        return pp_fail(err, "--mps on needs --device cuda (MPS shares a GPU between ranks; this job runs on --device %s)",
+                       run_device_name(cfg->device));
     if (cfg->resume && !cfg->checkpoint_dir[0]) return pp_fail(err, "--resume needs --checkpoint-dir DIR");
     if (cfg->resume && cfg->init_from[0])
         return pp_fail(err, "--init-from %s and --resume both say where the job starts; give one", cfg->init_from);

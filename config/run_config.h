@@ -38,6 +38,8 @@ typedef enum run_transport {
     RUN_TRANSPORT_NCCL,
 } run_transport;
 typedef enum run_dtype { RUN_DTYPE_FP32, RUN_DTYPE_BF16 } run_dtype;
+/* --mps: NVIDIA's MPS daemon for ranks that share a GPU (docs/gpu.md) */
+typedef enum run_mps { RUN_MPS_AUTO, RUN_MPS_ON, RUN_MPS_OFF } run_mps;
 typedef enum run_progress_mode { RUN_PROGRESS_AUTO, RUN_PROGRESS_ON, RUN_PROGRESS_OFF } run_progress_mode;
 /* --recompute: what F drops and recomputes before B (model_recompute's
  * values, in its order; gpt only) */
@@ -98,6 +100,7 @@ typedef struct run_config {
     run_progress_mode progress;
     run_dtype dtype;       /* GEMM operands; bf16 only with --device cuda */
     int cupti;             /* --cupti: 1 on, 0 off; -1 (not given) becomes on with --device cuda and --trace on */
+    run_mps mps;           /* --mps: the launcher starts MPS or not (docs/gpu.md); never passed to the workers */
     run_recompute recompute;                /* --recompute */
     int nrecompute_stages;                  /* --recompute-stages; 0: every stage */
     int recompute_stages[RUN_MAX_CUTS + 1]; /* the stages --recompute applies to, increasing */
@@ -135,6 +138,7 @@ const char *run_transport_name(run_transport transport);
 const char *run_dtype_name(run_dtype dtype);
 const char *run_optimizer_name(model_optim_kind kind);
 const char *run_recompute_name(run_recompute mode);
+const char *run_mps_name(run_mps mode);
 /* --recompute for stage s: the mode where --recompute-stages names s (or
  * names no stage), else none. */
 run_recompute run_config_recompute_of(const run_config *cfg, int stage);

@@ -25,6 +25,7 @@ static const struct {
     {"dtype", "json_extract(cj, '$.dtype')"},
     {"transport", "json_extract(cj, '$.transport')"},
     {"cupti", "json_extract(cj, '$.cupti')"},
+    {"mps", "json_extract(cj, '$.mps')"},
     {"seed", "json_extract(cj, '$.seed')"},
     {"data", "json_extract(cj, '$.data')"},
     {"optimizer", "json_extract(cj, '$.optimizer')"},

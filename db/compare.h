@@ -14,7 +14,7 @@
 #include "db/whatif.h"
 #include "base/pp.h"
 
-#define COMPARE_FIELDS 18 /* configuration values compared (compare.c's table) */
+#define COMPARE_FIELDS 19 /* configuration values compared (compare.c's table) */
 
 /* A configuration value the two jobs do not share. */
 typedef struct compare_diff {

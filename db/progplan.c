@@ -87,7 +87,9 @@ static int rows_read(sqlite3 *sql, int64_t job, rows *out) {
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-static int write_times(sqlite3 *sql, int64_t job, const rows *rs, const sched_sim *sim) {
+/* Every row's simulated times: those of its action on rank mod p (p: the
+ * pipeline's ranks; every replica runs pipeline 0's plan). */
+static int write_times(sqlite3 *sql, int64_t job, const rows *rs, const sched_sim *sim, int p) {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(sql, "UPDATE plan SET sim_start_ns=?4, sim_end_ns=?5 WHERE job_id=?1 AND rank=?2"
                                      " AND slot=?3", -1, &st, NULL);
@@ -95,7 +97,7 @@ static int write_times(sqlite3 *sql, int64_t job, const rows *rs, const sched_si
     rc = sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     for (size_t i = 0; i < rs->n && rc == SQLITE_OK; i++) {
         const row *r = &rs->v[i];
-        const sched_span *sp = &sim->spans[r->rank][r->index];
+        const sched_span *sp = &sim->spans[r->rank % p][r->index];
         sqlite3_bind_int64(st, 1, job);
         sqlite3_bind_int(st, 2, r->rank);
         sqlite3_bind_int(st, 3, r->slot);
@@ -133,6 +135,51 @@ static int sched_op_of(int trace_op) {
     return trace_op == TRACE_F ? SCHED_F : trace_op == TRACE_B ? SCHED_B : trace_op == TRACE_W ? SCHED_W : SCHED_BW;
 }
 
+/* The pipeline's ranks P of a job of `world` ranks whose stages each sit on
+ * the same number D of ranks (data-parallel replicas: P = world / D), in
+ * pprun's layout: pipelines of P consecutive ranks, rank r being pipeline
+ * rank r mod P of replica r / P (docs/cli.md, "Rank layout"), each with
+ * pipeline 0's plan. rs is ordered by rank and slot, lens[r] the rows of
+ * rank r, every rank below world with some. 0 and err when the rows are
+ * not such a mesh. */
+static int pipeline_ranks(const rows *rs, const int *lens, int world, int stages, pp_err *err, const char *what) {
+    int *seen = malloc(sizeof(int) * (size_t)stages), *copies = calloc((size_t)stages, sizeof(int));
+    int p = 0;
+    if (!seen || !copies) {
+        pp_fail(err, "%s: out of memory", what);
+        goto done;
+    }
+    for (int s = 0; s < stages; s++) seen[s] = -1;
+    for (size_t i = 0; i < rs->n; i++)
+        if (seen[rs->v[i].stage] != rs->v[i].rank) seen[rs->v[i].stage] = rs->v[i].rank, copies[rs->v[i].stage]++;
+    for (int s = 0; s < stages; s++)
+        if (copies[s] != copies[0] || world % copies[0] != 0) {
+            pp_fail(err, "%s: stage 0 is on %d of the %d ranks, stage %d on %d: not replicas of one pipeline", what,
+                    copies[0], world, s, copies[s]);
+            goto done;
+        }
+    p = world / copies[0];
+    /* Rank r's rows must be rank r mod P's: ranks' rows are consecutive in rs. */
+    for (size_t i = 0, first_of_rank = 0; i < rs->n; i++) {
+        const row *r = &rs->v[i];
+        if (i > 0 && r->rank != rs->v[i - 1].rank) first_of_rank = i;
+        if (r->rank < p) continue;
+        size_t twin = 0; /* rank r mod P's row of the same index */
+        for (int k = 0; k < r->rank % p; k++) twin += (size_t)lens[k];
+        twin += i - first_of_rank;
+        const row *t = &rs->v[twin];
+        if (lens[r->rank] != lens[r->rank % p] || t->stage != r->stage || t->op != r->op || t->mb != r->mb) {
+            pp_fail(err, "%s: rank %d's plan is not rank %d's: replicas of one pipeline of %d consecutive ranks "
+                    "(pprun's layout) are simulated, not this mesh", what, r->rank, r->rank % p, p);
+            p = 0;
+            goto done;
+        }
+    }
+done:
+    free(seen), free(copies);
+    return p;
+}
+
 int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
     sqlite3 *sql = db_sqlite(d);
     char what[64], name[64] = "";
@@ -157,39 +204,39 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
     sched_costs *costs = malloc(sizeof *costs * (size_t)(stages ? stages : 1));
     sched_plan *plan = NULL;
     sched_sim *sim = NULL;
+    int p = ranks, replicated = 0; /* the pipeline's ranks: all of them, but for data-parallel replicas */
     if (!stage_rank || !ops || !lens || !lists || !med || !costs) {
         result = pp_fail(err, "%s: out of memory", what);
         goto done;
     }
     if (rs.n == 0 || m < 1) goto done;
     for (int s = 0; s < stages; s++) stage_rank[s] = -1;
-    /* Each rank's list, one action per row (a BW is one op); each stage on one rank. */
+    /* Each rank's list, one action per row (a BW is one op). */
     for (size_t i = 0; i < rs.n; i++) {
         row *r = &rs.v[i];
         if (r->op < 0 || (r->op > TRACE_W && r->op != TRACE_BW) || r->stage < 0 || r->mb < 0 || r->mb >= m) {
             pp_fail(err, "%s: rank %d slot %d is not an action of this job's shape", what, r->rank, r->slot);
             goto done;
         }
-        if (stage_rank[r->stage] >= 0 && stage_rank[r->stage] != r->rank) {
-            /* data-parallel replicas of one pipeline: not simulated */
-            pp_fail(err, "%s: stage %d is on ranks %d and %d: not one pipeline", what, r->stage, stage_rank[r->stage],
-                    r->rank);
-            goto done;
-        }
+        if (stage_rank[r->stage] >= 0 && stage_rank[r->stage] != r->rank) replicated = 1;
         stage_rank[r->stage] = r->rank;
         ops[r->stage] |= 1u << sched_op_of(r->op);
         r->index = lens[r->rank]++;
     }
+    for (int k = 0; k < ranks; k++)
+        if (lens[k] == 0) goto done; /* a rank has not declared its plan yet */
+    if (replicated && !(p = pipeline_ranks(&rs, lens, ranks, stages, err, what))) goto done;
+    /* Pipeline 0's ranks: each stage on one of them. */
+    for (int s = 0; s < stages; s++) stage_rank[s] = -1;
+    for (size_t i = 0; i < rs.n && rs.v[i].rank < p; i++) stage_rank[rs.v[i].stage] = rs.v[i].rank;
     for (int s = 0; s < stages; s++)
         if (stage_rank[s] < 0) goto done;
-    for (int k = 0; k < ranks; k++) {
-        if (lens[k] == 0) goto done; /* a rank has not declared its plan yet */
+    for (int k = 0; k < p; k++)
         if (!(lists[k] = malloc(sizeof(sched_action) * (size_t)lens[k]))) {
             result = pp_fail(err, "%s: out of memory", what);
             goto done;
         }
-    }
-    for (size_t i = 0; i < rs.n; i++) {
+    for (size_t i = 0; i < rs.n && rs.v[i].rank < p; i++) {
         const row *r = &rs.v[i];
         lists[r->rank][r->index] = (sched_action){r->stage, sched_op_of(r->op), r->mb};
     }
@@ -198,11 +245,11 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
         goto done;
     }
     if (!analyze_plan_costs(med, ops, stages, costs)) goto done; /* not measured at this step */
-    if (sched_plan_from_lists(name, ranks, stages, stages % ranks == 0 ? stages / ranks : 1, m, stage_rank, lists, lens,
-                              &plan, err) != 0 ||
+    if (sched_plan_from_lists(name, p, stages, stages % p == 0 ? stages / p : 1, m, stage_rank, lists, lens, &plan,
+                              err) != 0 ||
         sched_simulate_stages(plan, costs, &sim, err) != 0)
         goto done; /* 0, with err saying why */
-    rc = write_times(sql, job, &rs, sim);
+    rc = write_times(sql, job, &rs, sim, p);
     result = rc == SQLITE_OK ? 1 : db_fail(d, rc, what, err);
 done:
     for (int k = 0; lists && k < ranks; k++) free(lists[k]);

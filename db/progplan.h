@@ -11,7 +11,12 @@
  *
  * A BW action (PyTorch's full backward) is the simulator's BW, one op at
  * its stage's measured BW median: the input gradient leaves at the end of
- * the whole op, as it does in PyTorch. */
+ * the whole op, as it does in PyTorch.
+ *
+ * Data-parallel replicas of the pipeline (every stage on D ranks): in
+ * pprun's layout (pipelines of P consecutive ranks, docs/cli.md) with one
+ * plan, pipeline 0's plan is simulated, at the stages' medians over every
+ * replica, and each replica's rows take its times. */
 #ifndef PP_DB_PROGPLAN_H
 #define PP_DB_PROGPLAN_H
 #include <sqlite3.h>
@@ -35,7 +40,8 @@ int progplan_action(sqlite3 *sql, int64_t job, int rank, const trace_event *e);
  * per stage, into plan.sim_start_ns/sim_end_ns: 1 written; 0 not now,
  * err untouched when a later step may do (a stage lacks an op it runs, a
  * rank its plan), err saying why when none will (the simulator refuses the
- * plan; stages on several ranks: data-parallel replicas); -1 with err on a
+ * plan; stages on several ranks in another layout than pprun's replicas of
+ * one pipeline, or replicas with different plans); -1 with err on a
  * database error. */
 int progplan_simulate(db *d, int64_t job, int step, pp_err *err);
 

@@ -15,10 +15,12 @@
  * handler never runs, a large allocation past the deadline fails. */
 #include "db/usersql.h"
 
+#include <ctype.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "db/db.h"
 
@@ -579,6 +581,29 @@ static void mem_refused(size_t max_mem, usersql_error *why, pp_err *err) {
     fail_why(why, USERSQL_ETOOBIG);
 }
 
+/* Whether sql names `word` as a whole identifier, in any case. */
+static int names_word(const char *sql, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = sql; *p; p++) {
+        if (strncasecmp(p, word, n) != 0) continue;
+        int before = p > sql && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        int after = isalnum((unsigned char)p[n]) || p[n] == '_';
+        if (!before && !after) return 1;
+    }
+    return 0;
+}
+
+/* The time limit passed. A query on `events` by rank and time reads the
+ * whole job (no index by time since schema 10): say where the fast way is. */
+static void timed_out(const char *sql, uint64_t limit_ns, usersql_error *why, pp_err *err) {
+    int hint = names_word(sql, "events") && !names_word(sql, "event_runs");
+    pp_fail(err, "interrupted: the query ran past the time limit of %.3g s%s", limit_ns / 1e9,
+            hint ? "; events has no index by time: a rank's rows in a time window come fast through event_runs "
+                   "(docs/schema.md, \"Timeline window\")"
+                 : "");
+    fail_why(why, USERSQL_ETIMEOUT);
+}
+
 /* A value passed SQLite's limit on one (SQLITE_LIMIT_LENGTH): a 413, as
  * the other limits on size are, not a 400. */
 static void too_big(sqlite3 *db, usersql_error *why, pp_err *err) {
@@ -663,8 +688,7 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
         } else if (g.denied) {
             refused(&g, why, err);
         } else if (g.timed_out || this_query.late) {
-            pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
-            fail_why(why, USERSQL_ETIMEOUT);
+            timed_out(sql, tl, why, err);
         } else if (rc == SQLITE_TOOBIG) {
             too_big(db, why, err);
         } else {
@@ -733,8 +757,7 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
                  * (pragma_database_list) prepares its PRAGMA then. */
                 refused(&g, why, err);
             } else if (g.timed_out || this_query.late) {
-                pp_fail(err, "interrupted: the query ran past the time limit of %.3g s", tl / 1e9);
-                fail_why(why, USERSQL_ETIMEOUT);
+                timed_out(sql, tl, why, err);
             } else if (rc == SQLITE_TOOBIG) {
                 too_big(db, why, err);
             } else {

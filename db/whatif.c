@@ -359,12 +359,14 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
 }
 
 /* The most ranks of one node that ran on one GPU (ranks.device), into
- * r->shared_gpu_ranks and r->shared_gpu when more than one did. */
+ * r->shared_gpu_ranks and r->shared_gpu when more than one did, and
+ * whether under MPS (r->shared_gpu_mps). */
 static int whatif_read_gpu_sharing(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err) {
     sqlite3_stmt *st;
     if (whatif_prepare(db,
-                       "SELECT count(*) AS n, device FROM ranks WHERE job_id=?1 AND device LIKE 'cuda:%' "
-                       "GROUP BY node, device ORDER BY n DESC LIMIT 1",
+                       "SELECT count(*) AS n, device, (SELECT CASE WHEN json_valid(config_json) THEN "
+                       "json_extract(config_json, '$.mps') END = 'on' FROM jobs WHERE id=?1) FROM ranks "
+                       "WHERE job_id=?1 AND device LIKE 'cuda:%' GROUP BY node, device ORDER BY n DESC LIMIT 1",
                        &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
@@ -372,6 +374,7 @@ static int whatif_read_gpu_sharing(sqlite3 *db, int64_t job, whatif_report *r, p
     if (rc == SQLITE_ROW && sqlite3_column_int(st, 0) > 1) {
         r->shared_gpu_ranks = sqlite3_column_int(st, 0);
         snprintf(r->shared_gpu, sizeof r->shared_gpu, "%s", (const char *)sqlite3_column_text(st, 1));
+        r->shared_gpu_mps = sqlite3_column_int(st, 2);
     }
     return whatif_done(db, st, rc, err);
 }
@@ -492,11 +495,12 @@ static int whatif_push_action(sched_action **list, int *len, int *cap, sched_act
 /* The plan a job ran, from its plan table: each rank's actions in slot
  * order (a csv: job's schedule is in no generator, nor is a program's own:
  * PyTorch's). A BW (PyTorch's full backward) is one op, its input gradient
- * leaving at its end (docs/torch.md). *out stays NULL when the table
- * does not hold a whole plan for the job's shape. */
+ * leaving at its end (docs/torch.md). Of a job of several pipelines, the
+ * first one's ranks (every replica runs its plan). *out stays NULL when
+ * the table does not hold a whole plan for the job's shape. */
 static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, sched_plan **out, pp_err *err) {
     *out = NULL;
-    int p = s->world, stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
+    int p = r->in.ranks, stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (!whole) return 0;
     if (whatif_prepare(db, "SELECT rank, stage, phase, microbatch FROM plan WHERE job_id=?1 ORDER BY rank, slot", &st,
@@ -512,6 +516,7 @@ static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_repo
         int rank = sqlite3_column_int(st, 0), stage = sqlite3_column_int(st, 1), mb = sqlite3_column_int(st, 3);
         const char *phase = (const char *)sqlite3_column_text(st, 2);
         int op = phase ? analyze_phase_of(phase) : -1, fused = op == TRACE_BW;
+        if (rank >= p && rank < s->world) continue; /* another replica's */
         if (rank < 0 || rank >= p || stage < 0 || stage >= stages || (op > TRACE_W && !fused) || op < 0 || mb < 0 ||
             mb >= r->in.microbatches || (stage_rank[stage] >= 0 && stage_rank[stage] != rank)) {
             whole = 0;

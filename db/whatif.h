@@ -170,9 +170,12 @@ typedef struct whatif_report {
     whatif_dp_row dp_rows[WHATIF_DP_ROWS];
     /* > 1 when ranks of one node computed on one GPU (shared_gpu, "cuda:0"):
      * without MPS a GPU runs one process's kernels at a time, so their op
-     * times include waiting for the others' (docs/gpu.md, "Measured"). */
+     * times include waiting for the others' (docs/gpu.md, "Measured");
+     * shared_gpu_mps: they ran under the job's MPS daemon (config_json
+     * "mps" is "on"), their kernels side by side. */
     int shared_gpu_ranks;
     char shared_gpu[24];
+    int shared_gpu_mps;
 } whatif_report;
 
 /* Measures job s->job_id's op costs in db and simulates (s from

@@ -18,7 +18,11 @@ the last stage kills itself (SIGKILL) computing microbatch 1's loss of
 step STEP, a rank dying mid-step. --step-times: each rank prints each
 step's time and the CPU time its process took in it ("step_time step=S
 seconds=X cpu=Y", from zero_grad to the optimizer step): bench/torch.c
-reads them, traced and untraced alike.
+reads them, traced and untraced alike. --dp D: D replicas of the pipeline
+(the world's ranks in D pipelines of consecutive ranks, as `pprun run
+--dp D` lays them out), each on its slice of every global batch, their
+gradients averaged by an all-reduce over the ranks holding the same
+stages after each step (a span "allreduce" with --spans).
 
 Every rank builds the whole model from one seed and keeps its stages, so
 the weights do not depend on the schedule. The rank of the last stage
@@ -26,7 +30,7 @@ prints each microbatch's loss as Python writes the float (it reads back
 bit for bit): "loss step=S microbatch=M value=V".
 Options: --steps N (3), --microbatches M (4), --stages-per-rank V (2),
 --layers L (8), --dim D (32), --seq T (16), --microbatch-size B (2),
---lr X (0.05), --seed S (0)."""
+--lr X (0.05), --seed S (0), --dp D (1)."""
 import argparse
 import os
 import signal
@@ -140,12 +144,35 @@ def build_gpt(args):
     }
 
 
-def batch(args, step):
-    """Next-token prediction on a fixed pseudo-random text: (tokens, targets)."""
+def batch(args, step, replica):
+    """Next-token prediction on a fixed pseudo-random text: (tokens, targets),
+    the replica's slice of the step's global batch."""
     g = torch.Generator().manual_seed(1000 + step)
     n = args.microbatches * args.microbatch_size
-    text = torch.randint(0, VOCAB, (n, args.seq + 1), generator=g)
+    text = torch.randint(0, VOCAB, (args.dp * n, args.seq + 1), generator=g)[replica * n:(replica + 1) * n]
     return text[:, :-1].contiguous(), text[:, 1:].contiguous()
+
+
+def mesh(args, rank, world):
+    """(replica, rank in the pipeline, pipeline size, the pipeline's group,
+    the group of the ranks holding the same stages); groups None for one
+    pipeline. new_group is collective: every rank makes every group."""
+    if args.dp < 1 or world % args.dp:
+        raise SystemExit("torch_pipeline.py: --dp %d does not divide the %d ranks" % (args.dp, world))
+    pp = world // args.dp
+    if args.dp == 1:
+        return 0, rank, pp, None, None
+    pipes = [dist.new_group(list(range(d * pp, (d + 1) * pp))) for d in range(args.dp)]
+    same_stage = [dist.new_group(list(range(k, world, pp))) for k in range(pp)]
+    return rank // pp, rank % pp, pp, pipes[rank // pp], same_stage[rank % pp]
+
+
+def average_gradients(params, group, replicas):
+    """Every replica's gradients summed, then averaged: DDP's reduction."""
+    for q in params:
+        if q.grad is not None:
+            dist.all_reduce(q.grad, group=group)
+            q.grad /= replicas
 
 
 def placement(args, rank, world):
@@ -180,11 +207,12 @@ def main():
     p.add_argument("--spans", action="store_true", help="spans of its own: 'data' and 'log'")
     p.add_argument("--crash-at", type=int, default=-1, metavar="STEP")
     p.add_argument("--step-times", action="store_true", help="print each step's time and CPU time")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas of the pipeline")
     args = p.parse_args()
 
     dist.init_process_group("gloo")
     gloo_p2p()
-    rank, world = dist.get_rank(), dist.get_world_size()
+    replica, rank, world, pipe, same_stage = mesh(args, dist.get_rank(), dist.get_world_size())
     mine, nstages, stage_rank = placement(args, rank, world)
     if args.layers < nstages:
         raise SystemExit("torch_pipeline.py: %d layers cannot fill %d stages" % (args.layers, nstages))
@@ -200,7 +228,7 @@ def main():
         # assumes ranks in a loop, which a V placement is not).
         x = torch.zeros(mb, t, dtype=torch.long) if first else torch.zeros(mb, t, d)
         y = torch.zeros(mb, t, VOCAB) if last else torch.zeros(mb, t, d)
-        stages.append(PipelineStage(module, s, nstages, torch.device("cpu"), input_args=x, output_args=y))
+        stages.append(PipelineStage(module, s, nstages, torch.device("cpu"), input_args=x, output_args=y, group=pipe))
         modules.append(module)
 
     step_now, losses_now = [0], [0]
@@ -228,27 +256,32 @@ def main():
     has_first, has_last = 0 in mine, nstages - 1 in mine
 
     def log(step, losses):
+        first = replica * args.microbatches  # the step's global microbatch numbers
         for i, loss in enumerate(losses):
-            print("loss step=%d microbatch=%d value=%r" % (step, i, loss.item()), flush=True)
+            print("loss step=%d microbatch=%d value=%r" % (step, first + i, loss.item()), flush=True)
 
-    data = None
+    data, reduce = None, average_gradients
     if args.spans:
         import pprun
 
         log = pprun.span("log")(log)
         data = pprun.span
+        nbytes = sum(q.numel() * q.element_size() for q in params)
+        reduce = pprun.span("allreduce", bytes=nbytes)(average_gradients)
     for step in range(args.steps):
         step_now[0], losses_now[0] = step, 0
         t0, cpu0 = time.perf_counter(), time.process_time()
         opt.zero_grad()
         if data:
             with data("data", step=step):
-                tokens, targets = batch(args, step)
+                tokens, targets = batch(args, step, replica)
         else:
-            tokens, targets = batch(args, step)
+            tokens, targets = batch(args, step, replica)
         losses = []
         inputs = (tokens,) if has_first else ()
         schedule.step(*inputs, target=targets if has_last else None, losses=losses if has_last else None)
+        if same_stage is not None:
+            reduce(params, same_stage, args.dp)
         opt.step()
         if args.step_times:
             print("step_time step=%d seconds=%r cpu=%r" % (step, time.perf_counter() - t0, time.process_time() - cpu0),

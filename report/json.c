@@ -166,6 +166,8 @@ static void measured_json(jw *w, const whatif_report *wr) {
         jw_obj(w);
         jw_kint(w, "ranks", wr->shared_gpu_ranks);
         jw_kstr(w, "device", wr->shared_gpu);
+        jw_key(w, "mps"); /* under the job's MPS daemon */
+        jw_bool(w, wr->shared_gpu_mps);
         jw_obj_end(w);
     } else {
         jw_null(w);

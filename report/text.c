@@ -113,13 +113,20 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     fprintf(out, "  by rank");
     for (int k = 0; k < s->world; k++) fprintf(out, "  %d: %s", k, fmt_pct(a, sizeof a, s->bubble_by_rank[k]));
     fputc('\n', out);
-    for (int d = 0; s->replicas && d < s->nreplicas; d++) { /* --dp: a line per pipeline */
+    /* --dp: a line per pipeline; the all-reduce is pprun's own collective's
+     * (a program's all-reduce is a span of its own, under "time by span name") */
+    int own_allreduce = 0;
+    for (int d = 0; s->replicas && d < s->nreplicas; d++) own_allreduce |= s->replicas[d].allreduce_ns > 0;
+    for (int d = 0; s->replicas && d < s->nreplicas; d++) {
         const summary_replica *r = &s->replicas[d];
         char c[24];
         double steps = s->steps > 0 ? (double)s->steps : 1;
-        fprintf(out, "  replica %d (ranks %d-%d): %s bubble, all-reduce %s a step, waited for it %s\n", d,
-                r->first_rank, r->first_rank + r->ranks - 1, fmt_pct(a, sizeof a, r->bubble_ratio),
-                fmt_ns(b, sizeof b, (double)r->allreduce_ns / steps), fmt_ns(c, sizeof c, (double)r->wait_dp_ns / steps));
+        fprintf(out, "  replica %d (ranks %d-%d): %s bubble", d, r->first_rank, r->first_rank + r->ranks - 1,
+                fmt_pct(a, sizeof a, r->bubble_ratio));
+        if (own_allreduce)
+            fprintf(out, ", all-reduce %s a step, waited for it %s", fmt_ns(b, sizeof b, (double)r->allreduce_ns / steps),
+                    fmt_ns(c, sizeof c, (double)r->wait_dp_ns / steps));
+        fputc('\n', out);
     }
 
     /* Activation memory: measured held bytes, and the plan's microbatches
@@ -286,9 +293,10 @@ void report_whatif(FILE *out, const whatif_report *r) {
     }
     if (r->shared_gpu_ranks > 0)
         fprintf(out,
-                "  (%d ranks shared one GPU (%s): these op times include waiting for the GPU, and each schedule is "
-                "simulated with a GPU per rank)\n",
-                r->shared_gpu_ranks, r->shared_gpu);
+                "  (%d ranks shared one GPU (%s)%s: these op times include %s, and each schedule is simulated with a "
+                "GPU per rank)\n",
+                r->shared_gpu_ranks, r->shared_gpu, r->shared_gpu_mps ? " through MPS" : "",
+                r->shared_gpu_mps ? "running beside the others' ops on it" : "waiting for the GPU");
     int own_row = whatif_own_row(r);
     double own = own_row >= 0 ? r->rows[own_row].step_time_ns : NAN;
     fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",

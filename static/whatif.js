@@ -43,8 +43,9 @@ export async function loadWhatif(id) {
     (r.fixed_op_costs ? ' (timed model: an op costs the same in any chunk)' : '') +
     (r.shared_cores ? ` · ${r.shared_cores.ranks} ranks shared ${r.shared_cores.cores} core${r.shared_cores.cores === 1 ? '' : 's'}: these op times include ` +
       'waiting for a core, and each schedule is simulated with a core per rank' : '') +
-    (r.shared_gpu ? ` · ${r.shared_gpu.ranks} ranks shared one GPU (${r.shared_gpu.device}): these op times include ` +
-      'waiting for the GPU, and each schedule is simulated with a GPU per rank' : '') +
+    (r.shared_gpu ? ` · ${r.shared_gpu.ranks} ranks shared one GPU (${r.shared_gpu.device})` +
+      (r.shared_gpu.mps ? ' through MPS: these op times include running beside the others\' ops on it'
+        : ': these op times include waiting for the GPU') + ', and each schedule is simulated with a GPU per rank' : '') +
     (r.bw_split_ns != null ? ` · this job's backward is one op, BW, of ${fmtMs(r.bw_split_ns)}: B and W are halves of it ` +
       '(never timed apart); its own schedule plays each BW whole' : '');
   const own = r.schedules.find((s) => s.this_job && !s.error);

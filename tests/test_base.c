@@ -189,6 +189,43 @@ Test(base, an_input_over_its_cap_is_refused, .init = make_scratch, .fini = remov
     cr_assert(strstr(err.msg, "--x ") && strstr(err.msg, "is 10 bytes, over the cap of 9 bytes"), "%s", err.msg);
 }
 
+/* A private folder: new under TMPDIR, 0700; removed with all in it, a
+ * symbolic link inside removed itself, never what it points to (a file and
+ * a folder outside stay whole); a link in place of the folder is refused. */
+Test(base, a_private_folder_is_new_and_removed_without_following_links, .init = make_scratch,
+     .fini = remove_scratch) {
+    char dir[256], path[400], outside[128];
+    pp_err err;
+    setenv("TMPDIR", scratch, 1);
+    cr_assert_eq(file_private_dir_create("pprun-x-", dir, sizeof dir, &err), 0, "%s", err.msg);
+    cr_assert_eq(strncmp(dir, scratch, strlen(scratch)), 0, "%s is not under TMPDIR", dir);
+    struct stat st;
+    cr_assert_eq(lstat(dir, &st), 0);
+    cr_assert(S_ISDIR(st.st_mode) && (st.st_mode & 0777) == 0700, "mode %o", st.st_mode);
+    snprintf(outside, sizeof outside, "%s/keep", scratch);
+    cr_assert_eq(mkdir(outside, 0700), 0);
+    snprintf(path, sizeof path, "%s/file", outside);
+    FILE *f = fopen(path, "w");
+    fputs("kept", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/sub", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/sub/to-folder", dir);
+    cr_assert_eq(symlink(outside, path), 0);
+    snprintf(path, sizeof path, "%s/to-file", dir);
+    char target[200];
+    snprintf(target, sizeof target, "%s/file", outside);
+    cr_assert_eq(symlink(target, path), 0);
+    cr_assert_eq(file_private_dir_remove(dir, &err), 0, "%s", err.msg);
+    cr_assert_eq(lstat(dir, &st), -1, "the folder is still there");
+    cr_assert_eq(stat(target, &st), 0, "a file a link pointed to was removed");
+    cr_assert_eq(st.st_size, 4);
+    snprintf(path, sizeof path, "%s/link", scratch);
+    cr_assert_eq(symlink(outside, path), 0);
+    cr_assert_eq(file_private_dir_remove(path, &err), -1, "a link in place of the folder was followed");
+    cr_assert_eq(stat(target, &st), 0, "a file a link pointed to was removed");
+}
+
 /* A whole output: the target appears only at the commit; an abort leaves
  * the folder as it was; an existing regular file is replaced (a new
  * inode), never written in place. */

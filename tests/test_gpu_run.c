@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 
 #include "helpers/trace_fixture.h"
+#include "sched/sched.h"
 
 #ifdef GPU_EMULATED
 #define SUITE gpu_run_emulated
@@ -178,6 +179,96 @@ static void every_schedule(int count, const char *env, const char *dtype) {
     }
     free(ref_losses), free(ref_w);
     cr_expect_eq(cuda_shm_files(), shm_before, "the jobs left files of the CUDA driver in /dev/shm (cuda.shm.*)");
+}
+
+/* Runs cmd (its output into dir/name.log), failing with the log's end. */
+static void run_job(const char *dir, const char *name, const char *cmd) {
+    int status = system(cmd);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    char *log = slurp_all(path, NULL);
+    size_t len = strlen(log);
+    cr_assert_fail("%s failed (status %d); the end of %s:\n%s", name, status, path, log + (len > 4000 ? len - 4000 : 0));
+}
+
+/* DualPipeV on `ranks` ranks (on the emulator: sharing one stand-in GPU
+ * over cuda-ipc, and two ranks on two over nccl), traced with CUPTI:
+ * the one-rank run's losses and final weights bit for bit; every F, B, W
+ * and BW has a gpu span inside its host span, every kernel lies in the gpu
+ * span it points at; the two halves of a pair run at once on the rank's
+ * two threads and streams, so their host spans overlap. How many do
+ * depends on the machine (a half waiting for its input starts late, and
+ * the emulator runs one kernel at a time), so the bound is half of the
+ * pairs, as test_run_trace's on the CPU: run in turn, none would. */
+static void dualpipev_job(const char *env, int ranks, const char *label) {
+    int m = 2 * ranks, steps = 2; /* DualPipeV: at least as many microbatches as its 2p stages */
+    char dir[256], name[64], cmd[2048], path[512];
+    snprintf(name, sizeof name, "dualpipev-%d-%s", ranks, label);
+    snprintf(dir, sizeof dir, "%s", tfix_mkdir(name));
+#define DPV_MODEL "--model gpt:layers=8,dim=32,heads=4,seq=16,batch=2"
+    snprintf(cmd, sizeof cmd,
+             "%s %s run --device cuda --nproc-per-node 1 --microbatches %d --steps %d " DPV_MODEL " --trace off "
+             "--progress off --metrics %s/ref.jsonl --save-weights %s/ref.w >%s/ref.log 2>&1",
+             env, BIN, m, steps, dir, dir, dir);
+    run_job(dir, "ref", cmd);
+    snprintf(cmd, sizeof cmd,
+             "%s %s run --device cuda --nproc-per-node %d --schedule dualpipev --microbatches %d --steps %d " DPV_MODEL
+             " --progress off --metrics %s/dpv.jsonl --save-weights %s/dpv.w --db %s/dpv.db >%s/dpv.log 2>&1",
+             env, BIN, ranks, m, steps, dir, dir, dir, dir);
+    run_job(dir, "dpv", cmd);
+    char *ref_losses, *ref_w, *losses, *w;
+    size_t ref_len, len;
+    job_result(dir, "ref", 1, &ref_losses, &ref_w, &ref_len);
+    job_result(dir, "dpv", 2 * ranks, &losses, &w, &len);
+    cr_assert(strlen(ref_losses) > 0, "the one-rank run reported no losses");
+    cr_expect_str_eq(losses, ref_losses, "dualpipev on %d ranks: losses differ from the one-rank run", ranks);
+    cr_expect(len == ref_len && memcmp(w, ref_w, len) == 0, "dualpipev on %d ranks: final weights differ", ranks);
+    free(ref_losses), free(ref_w), free(losses), free(w);
+    snprintf(path, sizeof path, "%s/dpv.log", dir);
+    char *log = slurp_all(path, NULL);
+    cr_expect(strstr(log, "boundary tensors in GPU memory (cuda:") != NULL, "%s", log);
+    cr_expect(strstr(log, "no GPU spans") == NULL && strstr(log, "CUPTI tracing off") == NULL, "%s", log);
+    free(log);
+
+    sqlite3 *s;
+    snprintf(path, sizeof path, "%s/dpv.db", dir);
+    cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    int64_t ops = tfix_q_int(s, "SELECT count(*) FROM events WHERE source='cpu' AND phase IN ('F','B','W','BW')");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE source='cpu' AND phase = 'F'"),
+                 (int64_t)steps * m * 2 * ranks, "every F once");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events g JOIN events h ON h.job_id=g.job_id AND h.rank=g.rank"
+                               " AND h.step=g.step AND h.phase=g.phase AND h.stage=g.stage"
+                               " AND h.microbatch=g.microbatch AND h.attempt=g.attempt AND h.source='cpu'"
+                               " WHERE g.source='gpu' AND g.phase IN ('F','B','W','BW')"
+                               " AND g.start_ns >= h.start_ns - 50000 AND g.end_ns <= h.end_ns + 50000"),
+                 ops, "every F/B/W/BW has a gpu span inside its host span");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM kernels k LEFT JOIN events e ON e.id=k.event_id"
+                               " WHERE k.event_id IS NOT NULL AND (e.source IS NOT 'gpu' OR k.start_ns < e.start_ns"
+                               " OR k.end_ns > e.end_ns)"),
+                 0, "a kernel outside the gpu span it points at");
+    pp_err err;
+    sched_plan *plan = NULL;
+    cr_assert_eq(sched_from_flag("dualpipev", ranks, m, 0, NULL, &plan, &err), 0, "%s", err.msg);
+    int pairs = 0, overlapped = 0;
+    for (int r = 0; r < ranks; r++)
+        for (int i = 0; i + 1 < plan->len[r]; i++) {
+            if (!sched_overlaps(plan, r, i)) continue;
+            const sched_action *f = &plan->actions[r][i], *b = &plan->actions[r][i + 1];
+            pairs += steps;
+            overlapped += (int)tfix_q_intf(s,
+                                          "SELECT count(*) FROM events f JOIN events b ON f.step = b.step "
+                                          "WHERE f.source = 'cpu' AND b.source = 'cpu' AND f.rank = %d "
+                                          "AND f.phase = 'F' AND f.stage = %d AND f.microbatch = %d "
+                                          "AND b.rank = %d AND b.phase IN ('B','BW') AND b.stage = %d "
+                                          "AND b.microbatch = %d AND f.start_ns < b.end_ns AND b.start_ns < f.end_ns",
+                                          r, f->stage, f->mb, r, b->stage, b->mb);
+        }
+    sched_free(plan);
+    cr_log_info("dualpipev on %d ranks (%s): %d of %d pairs overlapped", ranks, label, overlapped, pairs);
+    cr_assert_gt(pairs, 0);
+    cr_assert_geq(overlapped * 2, pairs, "%d of %d pairs overlapped in the trace", overlapped, pairs);
+    sqlite3_close(s);
 }
 
 /* Two ranks on one GPU, CUPTI on by default: every F/B/W has a gpu span
@@ -343,6 +434,11 @@ Test(SUITE, data_parallel_on_one_gpu_matches_one_rank_bit_for_bit, .timeout = 60
 Test(SUITE, data_parallel_on_two_gpus_over_nccl_matches_one_rank_bit_for_bit, .timeout = 600) {
     data_parallel(2, "PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN);
 }
+Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bit, .timeout = 600) {
+    dualpipev_job("PPRUN_STUB_DEVICES=1", 2, "ipc");
+    dualpipev_job("PPRUN_STUB_DEVICES=1", 4, "ipc");
+    dualpipev_job("PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, 2, "nccl"); /* a GPU per rank */
+}
 #else
 Test(SUITE, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
 #ifdef PPRUN_HAVE_CUDA
@@ -371,6 +467,17 @@ Test(SUITE, data_parallel_matches_one_rank_bit_for_bit, .timeout = 600) {
     pp_err err;
     if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
     data_parallel(count, "");
+#else
+    cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
+#endif
+}
+Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bit, .timeout = 600) {
+#ifdef PPRUN_HAVE_CUDA
+    int count = 0;
+    pp_err err;
+    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
+    dualpipev_job("", 2, "gpu");
+    dualpipev_job("", 4, "gpu");
 #else
     cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
 #endif

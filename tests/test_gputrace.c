@@ -230,6 +230,68 @@ Test(gputrace_records, spans_cover_each_ops_kernels_and_nothing_else) {
     gpu_recs_free(&r);
 }
 
+/* An overlapped pair (engine.c): thread A runs F of microbatch 4 on stage
+ * 0 while thread B runs BW of microbatch 1 on stage 7, each on its stage's
+ * stream. External ids come from one counter as the threads open their
+ * segments (cupti.c), so the segments of the two actions interleave: A's
+ * F (1), B's RECV_B (2) and BW (3), A's SEND_F (4), B's SEND_B (5), then
+ * one open segment each after their last host op. The kernels of the two
+ * streams run at the same time and arrive mixed; each span gets its own
+ * thread's kernels, and the two spans overlap. */
+Test(gputrace_records, two_actions_at_once_on_two_threads_get_a_span_each) {
+    gpu_recs r;
+    gpu_recs_init(&r, 1000);
+    gpu_seg segs[] = {
+        seg(1, TRACE_F, 4, 0, -1, 1),     seg(2, TRACE_RECV_B, 1, 7, 1, 1), seg(3, TRACE_BW, 1, 7, -1, 1),
+        seg(4, TRACE_SEND_F, 4, 0, 1, 1), seg(5, TRACE_SEND_B, 1, 7, 1, 1), seg(6, 0, 0, 0, -1, 0),
+        seg(7, 0, 0, 0, -1, 0),
+    };
+    static const struct { uint32_t corr; uint64_t ext; uint32_t stream; uint64_t start, end; } k[] = {
+        {20, 1, 11, 1000, 1100}, {21, 3, 12, 1050, 1250}, {22, 1, 11, 1300, 1400}, {23, 3, 12, 1450, 1550},
+        {24, 1, 11, 1600, 1700}, {25, 3, 12, 1650, 1900}, {26, 4, 13, 1800, 1850},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) { /* kernels before their correlations, mixed */
+        add_kernel(&r, k[i].corr, k[i].stream == 11 ? "attention_forward" : "gelu_backward", k[i].stream,
+                   k[i].start, k[i].end);
+        if (i % 2 == 0) continue;
+        add_ext(&r, k[i].corr, k[i].ext, CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+        add_ext(&r, k[i - 1].corr, k[i - 1].ext, CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+    }
+    add_ext(&r, 26, 4, CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0);
+    sink s = {.n = 0};
+    trace_event base = {.attempt = 1, .rank = 3, .step = 5};
+    int32_t next = 0;
+    gpu_recs_build(&r, segs, sizeof segs / sizeof *segs, &base, &next, collect, &s);
+    const trace_event *f = find_span(&s, TRACE_F), *bw = find_span(&s, TRACE_BW), *sf = find_span(&s, TRACE_SEND_F);
+    cr_assert(f && bw && sf, "spans of F, BW and SEND_F");
+    cr_assert_null(find_span(&s, TRACE_RECV_B), "RECV_B launched nothing");
+    cr_assert_null(find_span(&s, TRACE_SEND_B));
+    cr_assert_eq(f->start_ns, 1000);
+    cr_assert_eq(f->end_ns, 1700);
+    cr_assert_eq(f->stage, 0);
+    cr_assert_eq(f->microbatch, 4);
+    cr_assert_eq(bw->start_ns, 1050);
+    cr_assert_eq(bw->end_ns, 1900);
+    cr_assert_eq(bw->stage, 7);
+    cr_assert_eq(bw->microbatch, 1);
+    cr_assert(f->start_ns < bw->end_ns && bw->start_ns < f->end_ns, "the pair's gpu spans overlap");
+    cr_assert_eq(sf->start_ns, 1800);
+    int kernels = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        const trace_event *e = &s.ev[i];
+        if (e->phase != TRACE_KERNEL) continue;
+        kernels++;
+        const trace_event *span = e->reserved == f->reserved ? f : e->reserved == bw->reserved ? bw : sf;
+        cr_assert_eq(e->reserved, span->reserved, "kernel %llu-%llu belongs to a span", (unsigned long long)e->start_ns,
+                     (unsigned long long)e->end_ns);
+        cr_assert_eq(e->peer, span == f ? 11 : span == bw ? 12 : 13, "the stream of its own thread's stage");
+        cr_assert(e->start_ns >= span->start_ns && e->end_ns <= span->end_ns);
+        cr_assert_eq(e->stage, span->stage);
+    }
+    cr_assert_eq(kernels, 7);
+    gpu_recs_free(&r);
+}
+
 /* A name whose records a full ring dropped is sent again with the name's
  * next kernel; otherwise that kernel name stays unknown for the attempt. */
 Test(gputrace_records, a_dropped_name_is_sent_again) {

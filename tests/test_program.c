@@ -266,6 +266,12 @@ Test(program_lib, a_declared_schedule_bounds_the_records_and_carries_the_plan) {
                   e->plan.microbatch);
     }
     cr_assert(ev[5].phase == TRACE_BW && ev[5].stage == 7);
+    /* 2 of the 4 ranks a pipeline: 2 replicas, whose losses are numbered
+     * across both (replica·6 + mb); ops keep the replica's numbers */
+    cr_assert_eq(pprun_trace_loss(0, 11, 7, 1.5), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_loss(0, 12, 7, 1.5), -1);
+    lt_assert_has(pprun_trace_error(), "microbatch 12: out of range 0..11 (microbatches x replicas=12)");
+    cr_assert_eq(pprun_trace_op("F", 0, 11, 0, -1, 0, 1, 2), -1);
     pprun_trace_close();
     trace_ring_close(ring);
 }

@@ -278,6 +278,49 @@ Test(program_db, the_programs_schedule_replaces_the_launchers_plan_and_is_simula
     db_close(d);
 }
 
+/* GPipe's plan on two data-parallel replicas (4 ranks): in pprun's layout
+ * (pipelines of consecutive ranks) replica 0's plan is simulated and both
+ * replicas' rows take its times; with the pipelines' ranks interleaved
+ * (stage 0 on ranks 0 and 1) it is not simulated, saying why. */
+static void replicated_gpipe(int strided, char *plan, size_t size) {
+    db *d = tfix_open_fresh(tfix_path(strided ? "mesh_strided.db" : "mesh.db"));
+    int64_t job = tfix_job(d);
+    sqlite3 *s = db_sqlite(d);
+    pp_err err;
+    trace_event ev[64];
+    const char *first[] = {"0F0", "0F1", "0BW0", "0BW1"}, *second[] = {"1F0", "1F1", "1BW0", "1BW1"};
+    trace_event st[16];
+    size_t k = 0;
+    for (int r = 0; r < 4; r++) {
+        int stage = strided ? r / 2 : r % 2;
+        size_t n = declare(r, 0, "ScheduleGPipe", 2, 2, 2, stage ? second : first, 4, ev);
+        insert(d, job, ev, n);
+        int64_t t = stage ? 10 : 0;
+        st[k++] = rec(r, TRACE_F, stage, 0, 0, t, t + 10);
+        st[k++] = rec(r, TRACE_F, stage, 1, 0, t + 10, t + 20);
+        st[k++] = rec(r, TRACE_BW, stage, 0, 0, 60 - 30 * stage, 90 - 30 * stage);
+        st[k++] = rec(r, TRACE_BW, stage, 1, 0, 90 - 30 * stage, 120 - 30 * stage);
+    }
+    insert(d, job, st, k);
+    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_program_plan_pending(d, job), 0, "settled either way");
+    q_text(s, "SELECT group_concat(rank||action||':'||coalesce(sim_start_ns/1000,'-')||'-'||"
+              "coalesce(sim_end_ns/1000,'-'), ' ') FROM (SELECT * FROM plan ORDER BY rank, slot)", plan, size);
+    db_close(d);
+}
+
+Test(program_db, replicas_of_one_pipeline_share_its_simulated_timeline) {
+    char buf[1024];
+    replicated_gpipe(0, buf, sizeof buf);
+    cr_assert_str_eq(buf, "00F0:0-10 00F1:10-20 00BW0:60-90 00BW1:90-120 11F0:10-20 11F1:20-30 11BW0:30-60 11BW1:60-90 "
+                          "20F0:0-10 20F1:10-20 20BW0:60-90 20BW1:90-120 31F0:10-20 31F1:20-30 31BW0:30-60 "
+                          "31BW1:60-90");
+    replicated_gpipe(1, buf, sizeof buf);
+    cr_assert_str_eq(buf, "00F0:--- 00F1:--- 00BW0:--- 00BW1:--- 10F0:--- 10F1:--- 10BW0:--- 10BW1:--- "
+                          "21F0:--- 21F1:--- 21BW0:--- 21BW1:--- 31F0:--- 31F1:--- 31BW0:--- 31BW1:---",
+                     "another layout is not simulated");
+}
+
 /* What-if of a job whose backward is fused: its B and W costs are halves
  * of the BW (PyTorch never times them apart), so every schedule plays. */
 Test(program_db, what_if_splits_a_full_backward_in_halves) {

@@ -289,6 +289,88 @@ Test(torch, a_users_spans_are_stored_with_their_names, .timeout = 300) {
     lt_free(&p);
 }
 
+/* Two replicas of a 2-stage pipeline on 4 ranks (`pprun run --dp 2`, the
+ * example's --dp 2: pipelines of consecutive ranks, gradients averaged by
+ * an all-reduce after each step): every F and BW of every microbatch on
+ * both ranks of its stage; each replica's losses under its global
+ * microbatch numbers, the program's bit for bit; one plan simulated for
+ * both replicas; the all-reduce spans; pprun stats per replica, its
+ * what-if with the job's own schedule (replica 0's plan). */
+Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
+    const char *db = tfix_path("mesh.db");
+    lt_proc p;
+    const char *mesh[] = {"--dp", "2", NULL};
+    const char *prog[] = {"--schedule", "1F1B", "--dp", "2", "--spans", NULL};
+    torch_run_small(&p, db, 4, mesh, prog);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    sqlite3 *s = open_db(db);
+    char buf[1024], want[1024];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||json_extract(config_json, '$.dp') FROM jobs"),
+                     "succeeded 2");
+    for (int step = 0; step < STEPS; step++)
+        for (int stage = 0; stage < 2; stage++)
+            for (int mb = 0; mb < MICROBATCHES; mb++)
+                for (int k = 0; k < 2; k++) {
+                    const char *op = k ? "BW" : "F";
+                    q_text(s, buf, sizeof buf,
+                           "SELECT group_concat(rank) FROM (SELECT rank FROM events WHERE phase='%s' AND step=%d AND"
+                           " stage=%d AND microbatch=%d AND source='cpu' ORDER BY rank)", op, step, stage, mb);
+                    snprintf(want, sizeof want, "%d,%d", stage, stage + 2);
+                    cr_assert_str_eq(buf, want, "%s of step %d stage %d microbatch %d", op, step, stage, mb);
+                }
+    /* losses: replica d's microbatch m is the step's 4d + m */
+    int n = 0;
+    for (const char *at = strstr(p.out, "loss step="); at; at = strstr(at + 1, "loss step=")) {
+        int step, mb;
+        char text[64];
+        cr_assert_eq(sscanf(at, "loss step=%d microbatch=%d value=%63s", &step, &mb, text), 3, "%.80s", at);
+        double printed = strtod(text, NULL);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(s, "SELECT loss, rank FROM losses WHERE step=?1 AND microbatch=?2", -1, &st,
+                                        NULL), SQLITE_OK);
+        sqlite3_bind_int(st, 1, step);
+        sqlite3_bind_int(st, 2, mb);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "step %d microbatch %d: no loss stored", step, mb);
+        double got = sqlite3_column_double(st, 0);
+        int rank = sqlite3_column_int(st, 1);
+        sqlite3_finalize(st);
+        cr_assert(memcmp(&got, &printed, sizeof got) == 0, "step %d microbatch %d: %.17g stored, %.17g printed", step,
+                  mb, got, printed);
+        cr_assert_eq(rank, mb < MICROBATCHES ? 1 : 3, "replica %d's loss from its last stage", mb / MICROBATCHES);
+        n++;
+    }
+    cr_assert_eq(n, STEPS * 2 * MICROBATCHES, "%s", p.out);
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM losses"), (snprintf(want, sizeof want, "%d", n),
+                                                                                  want));
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(DISTINCT loss) = count(*) FROM losses WHERE step=0"),
+                     "1", "each replica trains on its own slice of the batch");
+    /* one plan, simulated, the same times on both replicas */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*)||' '||count(sim_end_ns) FROM plan"), "32 32");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM plan a JOIN plan b ON b.rank = a.rank + 2 AND"
+                                                " b.slot = a.slot AND b.action = a.action AND b.sim_start_ns ="
+                                                " a.sim_start_ns AND b.sim_end_ns = a.sim_end_ns WHERE a.rank < 2"),
+                     "16");
+    /* the example's all-reduce, a span of its own on every rank and step, with its stage's bytes */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*)||' '||count(DISTINCT rank||':'||step)||' '||"
+                                                "min(bytes > 0) FROM events WHERE phase='SPAN' AND name='allreduce'"),
+                     (snprintf(want, sizeof want, "%d %d 1", 4 * STEPS, 4 * STEPS), want));
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events a JOIN events b ON b.rank = a.rank + 2"
+                                                " AND b.step = a.step AND b.bytes = a.bytes WHERE a.name='allreduce'"
+                                                " AND b.name='allreduce' AND a.rank < 2"),
+                     (snprintf(want, sizeof want, "%d", 2 * STEPS), want), "a stage's bytes on both replicas");
+    sqlite3_close(s);
+    lt_proc st;
+    lt_run(&st, (const char *[]){"stats", "--db", db, NULL}, NULL);
+    cr_assert_eq(st.status, 0, "%s", st.err);
+    lt_assert_has(st.out, "replica 0 (ranks 0-1)");
+    lt_assert_has(st.out, "replica 1 (ranks 2-3)");
+    cr_assert(!strstr(st.out, "all-reduce 0 ns"), "pprun's collective did not run: no figure of it\n%s", st.out);
+    lt_assert_has(st.out, "Schedule1F1B *"); /* the what-if plays the job's own plan: replica 0's */
+    cr_assert(strstr(st.out, "planned") && !strstr(st.out, "- planned"), "the plan is simulated:\n%s", st.out);
+    lt_free(&st);
+    lt_free(&p);
+}
+
 /* The rank of the last stage kills itself (SIGKILL) computing microbatch
  * 1's loss of step 1: the job failed naming that rank; what it recorded
  * before is in the database (step 0 whole, step 1 up to the kill). */

@@ -48,7 +48,9 @@ int gputrace_open(trace_ring *ring, int rank, int attempt, gputrace **out, pp_er
  * needed, none touched). 0, or -1 with the reason. */
 int gputrace_available(pp_err *err);
 
-/* Engine's thread only. */
+/* The engine's threads: each call concerns the calling thread's action
+ * (CUPTI's external ids are per thread), so the two halves of an
+ * overlapped pair, run at once on two threads, get spans of their own. */
 void gputrace_op_begin(gputrace *g);
 void gputrace_host_span(gputrace *g, const trace_event *host);
 void gputrace_op_end(gputrace *g);

@@ -34,6 +34,8 @@ static struct {
     int rank, attempt;
     long microbatches, stages, world; /* bounds from the environment (or the program's schedule,
                                        * pprun_trace_schedule); 0 = not given. No step bound: below. */
+    long replicas; /* pipelines in the job (PPRUN_DP_SIZE, or WORLD_SIZE over the schedule's ranks): a
+                    * loss's microbatch is global, below microbatches·replicas (pprun_trace_loss) */
     char **names;   /* span and schedule names sent so far; id = index + 1 */
     size_t nnames, capnames;
 } pt = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -71,6 +73,7 @@ static void pt_init_locked(void) {
         pt_env_long("PPRUN_MICROBATCHES", 1, 1L << 30, &pt.microbatches, &err) != 0 ||
         pt_env_long("PPRUN_NUM_STAGES", 1, 1L << 30, &pt.stages, &err) != 0 ||
         pt_env_long("WORLD_SIZE", 1, 1L << 30, &pt.world, &err) != 0 ||
+        pt_env_long("PPRUN_DP_SIZE", 1, 1L << 30, &pt.replicas, &err) != 0 ||
         trace_ring_attach((int)fd, &pt.ring, &err) != 0) {
         snprintf(pt.init_error, sizeof pt.init_error, "pprun_trace_init: %.200s", err.msg);
         pt.state = 3;
@@ -102,7 +105,7 @@ PPRUN_TRACE_API void pprun_trace_close(void) {
     trace_ring_close(pt.ring);
     pt.ring = NULL;
     pt.state = 0;
-    pt.microbatches = pt.stages = pt.world = 0;
+    pt.microbatches = pt.stages = pt.world = pt.replicas = 0;
     for (size_t i = 0; i < pt.nnames; i++) free(pt.names[i]);
     free(pt.names);
     pt.names = NULL;
@@ -128,11 +131,14 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
     int per_op = ev->phase != TRACE_OPT && ev->phase != TRACE_SPAN;
     int comm = ev->phase >= TRACE_SEND_F && ev->phase <= TRACE_RECV_B;
     int span = ev->phase == TRACE_SPAN;
+    /* a loss is numbered in the step's microbatches of every replica */
+    long microbatches = ev->phase == TRACE_LOSS && pt.replicas > 1 ? pt.microbatches * pt.replicas : pt.microbatches;
     why[0] = '\0';
     /* any step from 0: a program runs as many as it likes (PPRUN_STEPS is
      * what `pprun run --steps` asked for, no bound of its job) */
     if (pt_range("step", ev->step, 0, 0, "", why, n) ||
-        pt_range("microbatch", ev->microbatch, per_op ? 0 : -1, pt.microbatches, "PPRUN_MICROBATCHES", why, n) ||
+        pt_range("microbatch", ev->microbatch, per_op ? 0 : -1, microbatches,
+                 microbatches == pt.microbatches ? "PPRUN_MICROBATCHES" : "microbatches x replicas", why, n) ||
         pt_range("stage", ev->stage, per_op ? 0 : -1, pt.stages, "PPRUN_NUM_STAGES", why, n) ||
         ((comm || span) && pt_range("peer", ev->peer, comm ? 0 : -1, pt.world, "WORLD_SIZE", why, n)))
         return;
@@ -338,6 +344,7 @@ PPRUN_TRACE_API int pprun_trace_schedule(const char *name, int ranks, int stages
             /* From now on the program's shape bounds its records. */
             pt.stages = stages;
             pt.microbatches = microbatches;
+            if (pt.world > 0 && pt.world % ranks == 0) pt.replicas = pt.world / ranks;
             trace_event head = {.phase = TRACE_SCHEDULE,
                                 .sched = {.name = id, .ranks = ranks, .stages = stages,
                                           .microbatches = microbatches, .slots = slots}};

@@ -59,7 +59,11 @@ int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int p
                    uint64_t start_ns, uint64_t end_ns);
 
 /* Records the loss of one microbatch (on the last stage), as the dashboard's
- * loss curve shows it. Returns as pprun_trace_op. */
+ * loss curve shows it. In a job of several pipelines (data-parallel
+ * replicas: PPRUN_DP_SIZE, or WORLD_SIZE over the ranks of the schedule
+ * declared) `microbatch` is the global one, replica·microbatches + mb, so
+ * that every replica's losses have rows of their own. Returns as
+ * pprun_trace_op. */
 int pprun_trace_loss(int step, int microbatch, int stage, double loss);
 
 /* Records a span of your own, named: data loading, an all-reduce, a

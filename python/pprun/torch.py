@@ -52,6 +52,7 @@ class _State:
         self.started = False     # a schedule step has begun
         self.declared = False    # the schedule is declared
         self.order = None        # the actions run in the first training step, while recording it
+        self.replica = 0         # this rank's pipeline among the job's data-parallel replicas (_replica_of)
         self.opt_t0 = {}         # optimizer id -> its step's start
         self.opt_bytes = weakref.WeakKeyDictionary()
         self.lock = threading.Lock()
@@ -241,9 +242,10 @@ def _wrap_update_losses(orig):
         internal = list(getattr(self, "_internal_losses", ()))
         step = pprun._step[0]
         if last and internal and _st.t.on:
+            first_mb = _st.replica * len(internal)  # global numbers: every replica's losses are kept
             for mb, loss in enumerate(internal):
                 if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                    if _st.t.loss(step, mb, last[0].stage_index, float(loss)) < 0:
+                    if _st.t.loss(step, first_mb + mb, last[0].stage_index, float(loss)) < 0:
                         _stop("loss of microbatch %d: %s" % (mb, _st.t.error()))
                         break
         return orig(self, stages, losses)
@@ -315,6 +317,20 @@ def _plan_of(sched, stage0):
     return ""
 
 
+def _replica_of(stage):
+    """Which data-parallel replica of the pipeline this rank is in: with
+    pipelines of P consecutive ranks (pprun's layout, docs/cli.md "Rank
+    layout": replica r // P), or of ranks P apart (a DeviceMesh with the
+    pipeline dimension first: replica r mod D, the group's first rank).
+    0 for a job of one pipeline."""
+    group = getattr(stage, "group", None)
+    if group is None or stage.group_size == dist.get_world_size():
+        return 0
+    ranks = dist.get_process_group_ranks(group)
+    first, p = min(ranks), stage.group_size
+    return first // p if first % p == 0 and ranks == list(range(first, first + p)) else first
+
+
 def _declare(sched, order):
     """Declares the schedule with its plan (order: the actions it ran, for
     a schedule without a plan of its own); returns the plan declared."""
@@ -325,6 +341,7 @@ def _declare(sched, order):
     if isinstance(t, _Off):
         return ""
     plan = order if order is not None else _plan_of(sched, s0)
+    _st.replica = _replica_of(s0)
     if t.schedule(name, s0.group_size, s0.num_stages, sched._n_microbatches, plan) < 0:
         _stop("the schedule %s: %s" % (name, t.error()))
     return plan

@@ -53,11 +53,18 @@ int cmd_run(int argc, char **argv) {
     }
     job_checks_say_costs(&job);
     job_nodes_address(&job);
+    /* Before the database: --mps on without a daemon exits 2, leaving nothing. */
+    if (job_mps_start(&job.mps, job.lo.shutdown_timeout_ns, &err) != 0) {
+        fprintf(stderr, "pprun run: %s\n", err.msg);
+        job_free(&job);
+        return 2;
+    }
 
     int exit_code = 2;
     if (open_outputs(&job) == 0) {
         job_outcome end;
         job_attempts_run(&job, &end);
+        job_mps_stop(&job.mps); /* the workers are gone: so is the daemon, before the job's end is written */
         job_tracing_stop(&job, &end);
         job_rows_finish(&job, &end);
         job_serve_until_interrupt(&job, &end);

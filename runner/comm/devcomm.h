@@ -26,8 +26,11 @@
  * Only in builds with the GPU backend (PPRUN_HAVE_CUDA); without it
  * devcomm_open fails saying so.
  *
- * Threads: the functions below are called from one thread at a time per
- * devcomm (the engine's).  cuda-ipc adds no thread.  nccl adds two proxy
+ * Threads: send and recv may be called from two threads at once (the
+ * engine's and, during an overlapped pair, its second one: engine.c); each
+ * transport serialises their shared state under a mutex that a receive
+ * does not hold while it waits for its message, so neither waits behind
+ * the other.  open, flush and close: one thread.  cuda-ipc adds no thread.  nccl adds two proxy
  * threads per pair that talks (one per direction), started at this rank's
  * first call with that peer; each NCCL communicator is driven by its proxy,
  * the caller's thread only asks its async error, and every NCCL call holds

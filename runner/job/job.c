@@ -5,6 +5,7 @@
 
 void job_free(run_job *job) {
     pp_err ignored;
+    job_mps_stop(&job->mps); /* still there when the job stopped before its workers ran */
     launch_guard_stop(job->guard); /* still there when the job's end was never recorded */
     if (job->web) http_stop(job->web);
     run_progress_stop(job->progress);

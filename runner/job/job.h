@@ -13,6 +13,7 @@
  *   job_salvage      the guard's will: a killed launcher's rings and job's end still reach the database
  *   job_tracing      the trace collector and each rank's ring
  *   job_program_env  `-- PROGRAM`: the schedule in the program's environment
+ *   job_mps          NVIDIA's MPS daemon for ranks that share a GPU, for the job's time
  *
  * The job owns everything it points to; job_free releases what is left. */
 #ifndef PP_JOB_H
@@ -24,6 +25,7 @@
 #include "config/run_config.h"
 #include "db/db.h"
 #include "runner/job/collector.h"
+#include "runner/job/job_mps.h"
 #include "runner/job/run_progress.h"
 #include "runner/launch/launch.h"
 #include "sched/sched.h"
@@ -55,6 +57,7 @@ typedef struct run_job {
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
     pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
     launch_guard *guard;   /* outlives a SIGKILLed launcher: kills the ranks, then records the job's end */
+    job_mps mps;           /* --device cuda: the MPS daemon of this node's ranks, when they share a GPU */
 } run_job;
 
 /* How the workers' attempts ended (job_attempts_run), and the trace with

@@ -19,6 +19,7 @@
  * one connection to the job's store. */
 static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     run_job *job = ctx;
+    if (info->attempt == 0) job_mps_pass_signal(&job->mps); /* a stop signal held while MPS started */
     if (info->attempt > 0) {
         /* A restarted attempt runs again from its checkpoint, or from step
          * 0 without one: the display shows those steps again. */
@@ -49,12 +50,14 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
 }
 
 /* Each rank's environment: this node's address for TCP, its place in the
- * mesh, a user's program's schedule, and the fd of the rank's trace ring. */
+ * mesh, the job's MPS daemon, a user's program's schedule, and the fd of
+ * the rank's trace ring. */
 static int rank_env(void *ctx, const launch_info *info, int local_rank, int global_rank, launch_env *env, pp_err *err) {
     run_job *job = ctx;
     (void)info;
     if (launch_env_set(env, "PPRUN_NODE_ADDR", job->node_addr, err) != 0) return -1;
     if (job_mesh_env_set(&job->cfg, global_rank, env, err) != 0) return -1;
+    if (job_mps_env(&job->mps, env, err) != 0) return -1;
     if (job->program && job_program_env_set(job->plan, &job->cfg, global_rank, env, err) != 0) return -1;
     if (job->rings && job->rings[local_rank]) {
         int fd = trace_ring_fd(job->rings[local_rank]);
@@ -97,6 +100,7 @@ void job_attempts_run(run_job *job, job_outcome *end) {
     /* The guard outlives launch_job: it keeps its will until the job's end
      * is recorded (job_rows_finish). */
     job_salvage_arm(job);
+    job_mps_guard(&job->mps, job->guard); /* a killed launcher's daemon dies with its ranks */
     launch_hooks hooks = {
         .ctx = job, .before_attempt = before_attempt, .rank_env = rank_env, .started = started,
         .after_attempt = after_attempt, .blame = blame, .guard = job->guard};

@@ -192,7 +192,7 @@ static int check_options(run_job *job, pp_err *err) {
         model_spec_format(&cfg->model, job->model, sizeof job->model);
     }
     if (!job->program && cfg->device == RUN_DEVICE_CUDA && check_cuda(job, err) != 0) return -1;
-    return 0;
+    return job_mps_decide(&job->mps, cfg, job->program, job->lo.nproc_per_node, job->cuda_devices, err);
 }
 
 /* pprun's own worker: the model over the plan's stages, the GPU transport,

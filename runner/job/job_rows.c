@@ -82,6 +82,8 @@ static char *config_json(const run_job *job) {
         cJSON_AddStringToObject(o, "boundaries", run_config_device_boundaries(c) ? "device" : "host");
         cJSON_AddStringToObject(o, "transport", run_transport_name(c->transport));
         cJSON_AddStringToObject(o, "cupti", c->cupti > 0 ? "on" : "off");
+        /* --device cuda: whether this node's ranks ran under an MPS daemon, or why not (job_mps.h) */
+        if (job->mps.state[0]) cJSON_AddStringToObject(o, "mps", job->mps.state);
         cJSON_AddStringToObject(o, "dtype", run_dtype_name(c->dtype));
         /* which stages compute F again before B: db/ reads their RECOMPUTE spans as part of B */
         cJSON_AddStringToObject(o, "recompute", run_recompute_name(c->recompute));

@@ -122,6 +122,8 @@ void launch_usage(FILE *out, int nproc_default);
 typedef struct launch_env launch_env;
 /* Sets NAME=value, replacing an earlier NAME. */
 int launch_env_set(launch_env *env, const char *name, const char *value, pp_err *err);
+/* Removes NAME; nothing when it is not set. */
+void launch_env_unset(launch_env *env, const char *name);
 /* Passes fd (close-on-exec in the launcher) to this rank only: the child
  * clears its close-on-exec flag before exec. At most 8 per rank. */
 int launch_env_pass_fd(launch_env *env, int fd, pp_err *err);
@@ -207,6 +209,12 @@ int launch_guard_will(launch_guard *g, char *const *argv, const int *fds, int nf
 /* The launcher is done: the guard exits, killing and running nothing.
  * Frees g (NULL: nothing). */
 void launch_guard_stop(launch_guard *g);
+/* A process group the guard SIGKILLs too when the launcher dies (pgid >
+ * 0): each rank's, which launch_job notes, or a helper's the caller
+ * started for the job (pprun run's MPS daemon); -pgid
+ * forgets it (its leader was reaped, or the helper stopped). Never
+ * blocks; g NULL (no guard) does nothing. */
+void launch_guard_note(launch_guard *g, pid_t pgid);
 
 /* Every hook is optional; a hook that returns -1 stops the job (its err is
  * reported, status LAUNCH_ERROR). Hooks run on launch_job's thread. */

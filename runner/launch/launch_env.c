@@ -60,6 +60,14 @@ int launch_env_set(launch_env *env, const char *name, const char *value, pp_err 
     return env_push(env, entry, err);
 }
 
+void launch_env_unset(launch_env *env, const char *name) {
+    ssize_t i = env_find(env, name);
+    if (i < 0) return;
+    free(env->v[i]);
+    memmove(&env->v[i], &env->v[i + 1], (env->n - (size_t)i) * sizeof *env->v); /* with the NULL */
+    env->n--;
+}
+
 int launch_env_pass_fd(launch_env *env, int fd, pp_err *err) {
     if (fd < 0) return pp_fail(err, "cannot pass fd %d to a worker", fd);
     if (env->npass == LAUNCH_MAX_PASS_FDS) return pp_fail(err, "at most %d fds per worker", LAUNCH_MAX_PASS_FDS);

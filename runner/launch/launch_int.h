@@ -68,9 +68,6 @@ void launch_paths_free(char **paths);
  * groups by the caller), and returns how many live descendants there were
  * (zombies do not count). */
 int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip);
-/* The guard (launch.h): a rank's group began (pgid > 0) or its leader was
- * reaped (-pgid). Never blocks; g NULL (no guard) does nothing. */
-void launch_guard_note(launch_guard *g, pid_t pgid);
 
 /* --- environment (launch_env.c) -------------------------------------------- */
 

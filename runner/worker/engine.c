@@ -199,7 +199,7 @@ typedef struct step_state {
     void **mailbox; /* [2][stages][m] */
     float *losses;  /* [m] */
     uint8_t *tokens, *targets;
-    engine_pair *pair; /* the second thread for overlapped pairs; NULL: none, pairs run F then B */
+    engine_pair *pair; /* the second thread for overlapped pairs; NULL: this rank has none */
 } step_state;
 
 static void **mailbox_slot(const engine *e, step_state *st, int dir, int stage, int mb) {
@@ -452,7 +452,12 @@ static int run_action(engine *e, step_state *st, const sched_action *a, pp_err *
  * validator made sure each input was there before the pair). The one F of
  * the first or last stage at a time uses tokens and targets. A pair's
  * event's `bytes` (held_bytes) may read the other half's stage mid-op. On
- * a GPU the pairs run F then B (one stream). docs/schedules.md, "DualPipeV". */
+ * a GPU the halves run on their stages' own streams at once: each GPU
+ * stage makes its device current on the calling thread and has its own
+ * stream, cuBLAS handle, scratch and buffer pool (a pool is only used by
+ * its stage's ops), devcomm takes two threads (devcomm.h), and CUPTI's
+ * correlation is per thread (gputrace.h). docs/schedules.md, "DualPipeV";
+ * docs/gpu.md, "Overlapped pairs on two streams". */
 enum { PAIR_IDLE, PAIR_WORK, PAIR_DONE, PAIR_QUIT };
 
 struct engine_pair {
@@ -485,14 +490,14 @@ static void *pair_main(void *arg) {
     return NULL;
 }
 
-/* The second thread, for a plan with overlapped pairs on this rank and a
- * CPU device; *out stays NULL otherwise (the pairs run in turn). */
+/* The second thread, for a plan with overlapped pairs on this rank; *out
+ * stays NULL otherwise. */
 static int pair_open(engine *e, step_state *st, engine_pair **out, pp_err *err) {
     *out = NULL;
     const sched_plan *plan = e->plan;
     int any = 0;
     for (int i = 0; i < plan->len[e->prank] && !any; i++) any = sched_overlaps(plan, e->prank, i);
-    if (!any || e->cfg->device == RUN_DEVICE_CUDA) return 0;
+    if (!any) return 0;
     engine_pair *p = calloc(1, sizeof *p);
     if (!p) return pp_fail(err, "out of memory");
     p->e = e, p->st = st;
@@ -504,7 +509,8 @@ static int pair_open(engine *e, step_state *st, engine_pair **out, pp_err *err) 
         free(p);
         return pp_fail(err, "rank %d: cannot start the thread of the overlapped F", e->rank);
     }
-    model_blas_one_thread(); /* two ops at once: one core each, whatever OPENBLAS_NUM_THREADS said */
+    if (e->cfg->device == RUN_DEVICE_CPU)
+        model_blas_one_thread(); /* two ops at once: one core each, whatever OPENBLAS_NUM_THREADS said */
     *out = p;
     return 0;
 }

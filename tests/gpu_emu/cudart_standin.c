@@ -151,8 +151,28 @@ cudaError_t cudaGetLastError(void) { return (cudaError_t)atomic_exchange(&launch
 
 /* ---- devices ------------------------------------------------------------------ */
 
+/* A process's first context: with CUDA_MPS_PIPE_DIRECTORY set, CUDA's
+ * driver connects to the MPS control daemon there, and runs without MPS
+ * when none answers. Here: one line into the FIFO "control" of the
+ * stand-in daemon (mps_control_standin.sh), which logs it. */
+static void mps_connect(void) {
+    static atomic_int done;
+    const char *pipe_dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    if (!pipe_dir || atomic_exchange(&done, 1)) return;
+    char path[512], line[1024];
+    snprintf(path, sizeof path, "%s/control", pipe_dir);
+    int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES"), *log = getenv("CUDA_MPS_LOG_DIRECTORY");
+    int n = snprintf(line, sizeof line, "client %d pipe=%s log=%s CUDA_VISIBLE_DEVICES=%s\n", (int)getpid(), pipe_dir,
+                     log ? log : "(unset)", cvd ? cvd : "(unset)");
+    if (n > 0 && n < (int)sizeof line && write(fd, line, (size_t)n) != n) refuse(cudaSuccess, "MPS: %s", strerror(errno));
+    close(fd);
+}
+
 cudaError_t cudaSetDevice(int device) {
     if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+    mps_connect();
     cur_device = device;
     return cudaSuccess;
 }

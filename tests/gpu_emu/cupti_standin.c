@@ -38,7 +38,6 @@ static uint8_t *buffer;  /* the buffer being filled */
 static size_t buffer_size, buffer_used;
 static size_t dropped; /* records with no buffer to go to, since last asked */
 static uint32_t next_correlation;
-static uint64_t kernel_start; /* of the launch under way (launches do not overlap: cuda_emu.cpp) */
 static unsigned deliveries_queued, deliveries_done;
 
 /* Interned kernel names: CUPTI's stay valid for the process's life. */
@@ -50,6 +49,10 @@ static size_t nnames;
 #define EXT_DEPTH 16
 static __thread uint64_t ext_stack[EXT_KINDS][EXT_DEPTH];
 static __thread int ext_depth[EXT_KINDS];
+/* The start of the calling thread's launch under way: the emulator's
+ * launches do not overlap (cuda_emu.cpp), but the cuBLAS stand-in's GEMMs
+ * of two host threads (an overlapped pair's two streams) do. */
+static __thread uint64_t kernel_start;
 
 static uint64_t now(void) {
     if (timestamp) return timestamp();

@@ -30,6 +30,7 @@
 #define _XOPEN_SOURCE 700 /* nftw */
 #include <cuda_runtime_api.h>
 #include <ftw.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,7 @@
 
 struct devcomm {
     comm *host;
-    long sends, recvs;
+    _Atomic long sends, recvs; /* an overlapped pair's two threads count too */
 };
 
 /* devcomm takes device memory only (cudart_standin.c knows which is). */
@@ -275,6 +276,7 @@ int main(void) {
         {"4 ranks, gpipe, --transport cuda-ipc", "gpipe", "cuda", "cuda-ipc", 4, 0, 1, 1, "stand-in"},
         {"2 ranks, interleaved-1f1b, devcomm + mailbox", "interleaved-1f1b", "cuda", "auto", 2, 2, 1, 1, "stand-in"},
         {"2 ranks, zb-v, devcomm + mailbox", "zb-v", "cuda", "nccl", 2, 2, 1, 1, "stand-in"},
+        {"2 ranks, dualpipev, pairs on two threads", "dualpipev", "cuda", "auto", 2, 2, 1, 1, "stand-in"},
         {"4 ranks, 1f1b, --transport shm (host staging)", "1f1b", "cuda", "shm", 4, 0, 0, 1, "-"},
         {"4 ranks, 1f1b, --device cpu", "1f1b", "cpu", "auto", 4, 0, 0, 1, "-"},
     };
@@ -286,6 +288,8 @@ int main(void) {
         {"4 ranks on one GPU, gpipe, cuda-ipc", "gpipe", "cuda", "cuda-ipc", 4, 0, 1, 1, "cuda-ipc"},
         {"2 ranks on one GPU, zb-v (auto) + mailbox", "zb-v", "cuda", "auto", 2, 2, 1, 1, "cuda-ipc"},
         {"2 ranks on 2 GPUs, interleaved, nccl + mailbox", "interleaved-1f1b", "cuda", "nccl", 2, 2, 1, 2, "nccl"},
+        {"2 ranks on one GPU, dualpipev, pairs, cuda-ipc", "dualpipev", "cuda", "auto", 2, 2, 1, 1, "cuda-ipc"},
+        {"2 ranks on 2 GPUs, dualpipev, pairs, nccl", "dualpipev", "cuda", "auto", 2, 2, 1, 2, "nccl"},
         {"4 ranks on one GPU, 1f1b, --transport shm", "1f1b", "cuda", "shm", 4, 0, 0, 1, "-"},
     };
 #endif

@@ -97,16 +97,26 @@ struct gputrace {
     gpu_recs recs;
     uint64_t cupti_dropped; /* guarded by mu */
     uint64_t reported;      /* TRACE_GPU_DROPPED last written */
-    /* engine thread only */
+    /* seg_mu: the engine's threads (an overlapped pair runs two actions at
+     * once, engine.c); ids are made and appended under it, so segs stay
+     * sorted by ext_id */
+    pthread_mutex_t seg_mu;
     gpu_seg *segs;
     size_t nsegs, cap_segs;
     uint64_t next_ext;
-    int pushed;       /* an external id is pushed */
+    int ran;          /* an op ran, so this process has a CUDA context to synchronise */
+    /* engine thread only */
     int32_t next_span;
     int step;         /* the last step written: close labels what is left with it */
-    int ran;          /* an op ran, so this process has a CUDA context to synchronise */
-    int off;          /* a CUPTI failure turned tracing off */
+    _Atomic int off;  /* a CUPTI failure turned tracing off (on either thread) */
 };
+
+/* The calling thread's open segment. CUPTI pushes external ids per thread,
+ * so each half of an overlapped pair tags its own launches, and which
+ * segment a host record closes is the thread's own (one tracer per
+ * process: these are its). */
+static _Thread_local size_t my_seg; /* index into segs */
+static _Thread_local int my_pushed; /* an external id is pushed on this thread */
 
 /* CUPTI's callbacks take no user pointer: the one tracer of this process.
  * deliver_mu is held by buffer_completed while it uses the tracer, and by
@@ -174,6 +184,7 @@ int gputrace_open(trace_ring *ring, int rank, int attempt, gputrace **out, pp_er
     g->rank = rank;
     g->attempt = attempt;
     pthread_mutex_init(&g->mu, NULL);
+    pthread_mutex_init(&g->seg_mu, NULL);
     gpu_recs_init(&g->recs, MAX_RECORDS);
     /* The timestamp callback first: records of kinds enabled before it would
      * be on CUPTI's own clock (CLOCK_REALTIME), not the host spans'. */
@@ -196,6 +207,7 @@ int gputrace_open(trace_ring *ring, int rank, int attempt, gputrace **out, pp_er
         atomic_store(&the_tracer, NULL);
         pthread_mutex_unlock(&deliver_mu);
         gpu_recs_free(&g->recs);
+        pthread_mutex_destroy(&g->seg_mu);
         pthread_mutex_destroy(&g->mu);
         free(g);
         return -1;
@@ -204,65 +216,70 @@ int gputrace_open(trace_ring *ring, int rank, int attempt, gputrace **out, pp_er
     return 0;
 }
 
+static void pop_segment(void) {
+    if (!my_pushed) return;
+    uint64_t last;
+    api.pop_ext(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+    my_pushed = 0;
+}
+
 static void turn_off(gputrace *g, const char *why) {
     fprintf(stderr, "pprun worker (rank %d): CUPTI tracing off from now on: %s; host spans are still recorded\n",
             g->rank, why);
-    if (g->pushed) {
-        uint64_t last;
-        api.pop_ext(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
-        g->pushed = 0;
-    }
+    pop_segment(); /* this thread's; the other's, if any, stays pushed on a tracer that records nothing */
     disable_all(NKINDS);
     g->off = 1;
 }
 
-/* Starts a new segment: its own external id pushed, no host op yet. */
+/* Starts a new segment on this thread: its own external id pushed, no host
+ * op yet. */
 static void push_segment(gputrace *g) {
+    pthread_mutex_lock(&g->seg_mu);
+    g->ran = 1;
     if (g->nsegs == g->cap_segs) {
         size_t n = g->cap_segs ? 2 * g->cap_segs : 256;
         gpu_seg *s = n <= MAX_SEGS_PER_STEP ? realloc(g->segs, n * sizeof *s) : NULL;
-        if (!s) return; /* launches from here on belong to no op */
+        if (!s) { /* launches from here on belong to no op */
+            pthread_mutex_unlock(&g->seg_mu);
+            return;
+        }
         g->segs = s;
         g->cap_segs = n;
     }
     uint64_t id = ++g->next_ext;
     CUptiResult rc = api.push_ext(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+    if (rc == CUPTI_SUCCESS) {
+        my_seg = g->nsegs;
+        g->segs[g->nsegs++] = (gpu_seg){.ext_id = id};
+        my_pushed = 1;
+    }
+    pthread_mutex_unlock(&g->seg_mu);
     if (rc != CUPTI_SUCCESS) {
         pp_err e;
         cupti_fail(&e, rc, "pushing an external correlation id");
         turn_off(g, e.msg);
-        return;
     }
-    g->segs[g->nsegs++] = (gpu_seg){.ext_id = id};
-    g->pushed = 1;
-}
-
-static void pop_segment(gputrace *g) {
-    if (!g->pushed) return;
-    uint64_t last;
-    api.pop_ext(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
-    g->pushed = 0;
 }
 
 void gputrace_op_begin(gputrace *g) {
     if (!g || g->off) return;
-    g->ran = 1;
-    pop_segment(g);
+    pop_segment();
     push_segment(g);
 }
 
 void gputrace_host_span(gputrace *g, const trace_event *host) {
-    if (!g || g->off || !g->pushed || host->phase == TRACE_LOSS || host->phase > TRACE_OPT) return;
-    gpu_seg *s = &g->segs[g->nsegs - 1];
-    s->host = *host;
-    s->closed = 1;
-    pop_segment(g);
+    if (!g || g->off || !my_pushed || host->phase >= TRACE_LOSS) return; /* records, not spans */
+    pthread_mutex_lock(&g->seg_mu);
+    g->segs[my_seg].host = *host;
+    g->segs[my_seg].closed = 1;
+    pthread_mutex_unlock(&g->seg_mu);
+    pop_segment();
     push_segment(g); /* the next host op of the action */
 }
 
 void gputrace_op_end(gputrace *g) {
     if (!g || g->off) return;
-    pop_segment(g);
+    pop_segment();
 }
 
 static int emit_ring(void *ctx, const trace_event *ev) { return trace_ring_write(ctx, ev); }
@@ -270,11 +287,13 @@ static int emit_ring(void *ctx, const trace_event *ev) { return trace_ring_write
 /* Everything delivered so far into the ring; segs are forgotten. */
 static void write_records(gputrace *g, int step) {
     trace_event base = {.attempt = g->attempt, .rank = g->rank, .step = step};
+    pthread_mutex_lock(&g->seg_mu);
     pthread_mutex_lock(&g->mu);
     gpu_recs_build(&g->recs, g->segs, g->nsegs, &base, &g->next_span, emit_ring, g->ring);
     uint64_t lost = g->recs.lost + g->cupti_dropped;
     pthread_mutex_unlock(&g->mu);
     g->nsegs = 0;
+    pthread_mutex_unlock(&g->seg_mu);
     if (lost != g->reported) {
         uint64_t now = pp_now_ns();
         trace_event d = {.version = TRACE_EVENT_VERSION, .phase = TRACE_GPU_DROPPED, .source = TRACE_SRC_GPU,
@@ -288,7 +307,7 @@ static void write_records(gputrace *g, int step) {
 int gputrace_step_end(gputrace *g, int step, pp_err *err) {
     (void)err;
     if (!g || g->off) return 0;
-    pop_segment(g);
+    pop_segment();
     /* FlushAll does not wait for the device: synchronise first, so every
      * kernel of the step has its end time. */
     cudaError_t ce = cudaDeviceSynchronize();
@@ -318,7 +337,7 @@ int gputrace_step_end(gputrace *g, int step, pp_err *err) {
  * spans carry their own step, kernels outside any op the last step's. */
 void gputrace_close(gputrace *g) {
     if (!g) return;
-    pop_segment(g);
+    pop_segment();
     /* Never the first CUDA call of a process that made none: that would
      * create a context just to exit. */
     if (!g->off && g->ran) cudaDeviceSynchronize();
@@ -332,6 +351,7 @@ void gputrace_close(gputrace *g) {
     atomic_store(&the_tracer, NULL);
     pthread_mutex_unlock(&deliver_mu);
     gpu_recs_free(&g->recs);
+    pthread_mutex_destroy(&g->seg_mu);
     pthread_mutex_destroy(&g->mu);
     free(g->segs);
     free(g);

@@ -21,12 +21,15 @@
  * block's base, not the buffer (CUDA Programming Guide, IPC: share only
  * allocations of a 2 MiB aligned size).
  *
- * Threads: none of its own; every call comes from the devcomm caller's
- * thread.  The current device is per thread and the caller's may differ
+ * Threads: none of its own; calls come from the devcomm caller's threads,
+ * two at once in an overlapped pair (devcomm.h): mu serialises each call
+ * but for a receive's wait for its announcement, so neither half waits for
+ * a message behind the other.  The current device is per thread and the caller's may differ
  * from ours (another library, another thread than open's): every entry
  * point that calls CUDA sets it (flush makes no CUDA call).  Acknowledgements carry per-pair sequence-numbered tags
  * (COMM_DIR_DEVACK) and are taken in order. */
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +77,7 @@ typedef struct ipc_peer {
 
 struct dc_ipc {
     const devcomm_config *cfg;
+    pthread_mutex_t mu;  /* peers, stream: see the top */
     cudaStream_t stream; /* copies in both directions; non-blocking */
     ipc_peer *peers;     /* [world] */
 };
@@ -124,6 +128,7 @@ int dc_ipc_open(const devcomm_config *cfg, dc_ipc **out, pp_err *err) {
         free(t);
         return -1;
     }
+    pthread_mutex_init(&t->mu, NULL);
     *out = t;
     return 0;
 }
@@ -192,7 +197,7 @@ static int get_buf(dc_ipc *t, int peer, size_t len, uint32_t *id, pp_err *err) {
     return 0;
 }
 
-int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
+static int send_locked(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
     ipc_peer *p = &t->peers[peer];
     char ts[128];
     if (set_device(t, peer, err) < 0) return -1;
@@ -229,6 +234,14 @@ int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, 
         cudaError_t ce = cudaStreamSynchronize(t->stream);
         if (ce != cudaSuccess && rc == 0) rc = cu_fail(t, err, ce, "copy into a send buffer", peer);
     }
+    return rc;
+}
+
+/* Never waits for the receiver: held under mu whole. */
+int dc_ipc_send(dc_ipc *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
+    pthread_mutex_lock(&t->mu);
+    int rc = send_locked(t, peer, tag, dev, len, err);
+    pthread_mutex_unlock(&t->mu);
     return rc;
 }
 
@@ -294,13 +307,16 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
     char ts[128];
     uint64_t deadline = pp_deadline_ns(timeout_ms);
     if (set_device(t, peer, err) < 0) return -1;
+    pthread_mutex_lock(&t->mu);
     ipc_stash *s = NULL, **sp = &p->stash;
     while (*sp && (*sp)->tag != tag)
         sp = &(*sp)->next;
     if (*sp) {
         s = *sp;
         *sp = s->next;
-    } else {
+    }
+    pthread_mutex_unlock(&t->mu);
+    if (!s) { /* the wait for the announcement, without mu (the host comm takes several threads) */
         if (!(s = calloc(1, sizeof *s))) return pp_fail(err, "devcomm (cuda-ipc): out of memory");
         s->tag = tag;
         pp_err e;
@@ -309,6 +325,7 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
             return pp_fail(err, "devcomm (cuda-ipc): %s", e.msg);
         }
     }
+    pthread_mutex_lock(&t->mu);
     int rc = 0;
     ipc_remote *r = NULL;
     if (s->a.len != len) {
@@ -326,12 +343,14 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
     if (rc < 0) { /* the message stays receivable: a failed recv changes nothing */
         s->next = p->stash;
         p->stash = s;
+        pthread_mutex_unlock(&t->mu);
         return -1;
     }
     if (len) {
         /* A sender that cannot hear this is gone: its next flush or send says so. */
         comm_send(t->cfg->host, peer, dc_ctl_tag(p->ack_out++, COMM_DIR_DEVACK), &s->a.id, sizeof s->a.id, NULL);
     }
+    pthread_mutex_unlock(&t->mu);
     free(s);
     return 0;
 }
@@ -369,6 +388,7 @@ void dc_ipc_close(dc_ipc *t) {
         free(p->bufs);
     }
     if (t->stream) cudaStreamDestroy(t->stream);
+    pthread_mutex_destroy(&t->mu);
     free(t->peers);
     free(t);
 }

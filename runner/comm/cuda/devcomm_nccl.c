@@ -28,16 +28,18 @@
  * Completions come back through cudaLaunchHostFunc on the pair's stream.
  *
  * Threads: each communicator is driven by its proxy (init, ncclSend /
- * ncclRecv, ncclCommGetAsyncError, abort).  The devcomm caller's
- * thread makes unique ids, copies in and out on its own stream, waits on
- * the pair's condition variable, and asks ncclCommGetAsyncError before it
- * trusts a landed message (a transfer NCCL failed also "completes" on the
- * stream); every NCCL call, whatever the pair, holds the transport's
- * nccl_mu, so NCCL sees one thread at a time (its rule for communicators
- * of one device; calls are short: the communicators are non-blocking).  CUDA's callback thread only marks
- * completions under the pair's mutex.  The current device is per thread:
- * the proxies set it once, the caller's entry points at every call (the
- * caller's thread may have moved to another device since open).
+ * ncclRecv, ncclCommGetAsyncError, abort).  The devcomm caller's threads (two
+ * at once in an overlapped pair, devcomm.h) hold call_mu for all but a
+ * receive's wait for its message; such a thread makes unique ids, copies in
+ * and out on its own stream, waits on the pair's condition variable, and asks
+ * ncclCommGetAsyncError before it trusts a landed message (a transfer NCCL
+ * failed also "completes" on the stream); every NCCL call, whatever the pair,
+ * holds the transport's nccl_mu, so NCCL sees one thread at a time (its rule
+ * for communicators of one device; calls are short: the communicators are
+ * non-blocking).  CUDA's callback thread only marks completions under the
+ * pair's mutex.  The current device is per thread: the proxies set it once,
+ * the caller's entry points at every call (the caller's thread may have moved
+ * to another device since open).
  *
  * Failure: a proxy polls ncclCommGetAsyncError while work is in flight and
  * watches the peer through the host comm; on an NCCL error, a dead peer, a
@@ -148,6 +150,7 @@ int dc_nccl_open(const devcomm_config *cfg, dc_nccl **out, pp_err *err) {
                        cudaGetErrorString(e));
     }
     pthread_mutex_init(&t->nccl_mu, NULL);
+    pthread_mutex_init(&t->call_mu, NULL);
     *out = t;
     return 0;
 }
@@ -180,7 +183,7 @@ static int set_device(const dc_nccl *t, pp_err *err) {
                                       t->cfg->device, cudaGetErrorString(e));
 }
 
-int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
+static int send_locked(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
     char ts[128], why[300];
     npair *p = NULL, *in = NULL;
     if (set_device(t, err) < 0) return -1;
@@ -237,10 +240,22 @@ int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len
     return 0;
 }
 
+/* Never waits for the receiver: under call_mu whole. */
+int dc_nccl_send(dc_nccl *t, int peer, uint64_t tag, const void *dev, size_t len, pp_err *err) {
+    pthread_mutex_lock(&t->call_mu);
+    int rc = send_locked(t, peer, tag, dev, len, err);
+    pthread_mutex_unlock(&t->call_mu);
+    return rc;
+}
+
 int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int timeout_ms, pp_err *err) {
     char ts[128];
     npair *p = NULL;
-    if (set_device(t, err) < 0 || in_pair(t, peer, &p, err) < 0) return -1;
+    if (set_device(t, err) < 0) return -1;
+    pthread_mutex_lock(&t->call_mu);
+    int made = in_pair(t, peer, &p, err);
+    pthread_mutex_unlock(&t->call_mu);
+    if (made < 0) return -1;
     uint64_t deadline = pp_deadline_ns(timeout_ms);
     int rc = 0;
     nentry *n = NULL;
@@ -301,6 +316,7 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
             }
     pthread_mutex_unlock(&p->mu);
     if (rc < 0) return rc;
+    pthread_mutex_lock(&t->call_mu); /* the stream and p->acks */
     if (len) {
         cudaError_t e = cudaMemcpyAsync(dev, n->dev, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
@@ -314,6 +330,7 @@ int dc_nccl_recv(dc_nccl *t, int peer, uint64_t tag, void *dev, size_t len, int 
     free(n);
     /* A sender that cannot hear this is gone: its next flush says so. */
     if (rc == 0) comm_send(t->cfg->host, peer, dc_ctl_tag(p->acks++, COMM_DIR_DEVACK), NULL, 0, NULL);
+    pthread_mutex_unlock(&t->call_mu);
     return rc;
 }
 
@@ -414,6 +431,7 @@ void dc_nccl_close(dc_nccl *t) {
     cudaStreamSynchronize(t->stream);
     cudaStreamDestroy(t->stream);
     pthread_mutex_destroy(&t->nccl_mu);
+    pthread_mutex_destroy(&t->call_mu);
     free(t->outs);
     free(t->ins);
     free(t);

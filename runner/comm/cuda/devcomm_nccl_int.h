@@ -6,7 +6,8 @@
  * pair (NCCL 2.27+, "Thread Safety": issuing NCCL operations in parallel
  * to independent communicators of one device from several threads is not
  * safe, and every communicator here is on this rank's device); nccl_mu is
- * never taken with a pair's mu held; no CUDA call is made under mu. */
+ * never taken with a pair's mu held; no CUDA call is made under mu;
+ * call_mu (the callers') is taken before either, never under them. */
 #ifndef PP_DEVCOMM_NCCL_INT_H
 #define PP_DEVCOMM_NCCL_INT_H
 #include <cuda_runtime_api.h>
@@ -78,6 +79,7 @@ typedef struct npair { /* one direction between this rank and peer */
 struct dc_nccl {
     const devcomm_config *cfg;
     pthread_mutex_t nccl_mu; /* held around every NCCL call, all pairs: one thread in NCCL at a time */
+    pthread_mutex_t call_mu; /* the callers' threads: pairs made, seq, acks, stream (devcomm_nccl.c) */
     cudaStream_t stream; /* the caller's copies in and out */
     npair **outs, **ins; /* [world], NULL until the pair talks */
 };

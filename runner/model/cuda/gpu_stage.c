@@ -39,7 +39,10 @@
 #define VOCAB 256
 
 /* Device buffers kept for reuse by size (cudaMalloc synchronises the device
- * and is slow; activations come and go every microbatch). */
+ * and is slow; activations come and go every microbatch). No lock: only
+ * the ops of its own stage use a pool (a boundary buffer another stage
+ * wrote is put into the reader's pool by the reader's op), and the two
+ * threads of an overlapped pair run two stages (engine.c). */
 typedef struct dpool {
     size_t n, cap;
     struct dpool_entry { void *p; size_t size; } *free;
