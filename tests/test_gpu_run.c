@@ -20,7 +20,7 @@
  * the GPU run adds the hardware.
  *
  * Data parallel (--pp 2 --dp 2, the all-reduce staged through host memory)
- * on the same GPUs, with ZeRO-1 and its checkpoints too:
+ * on the same GPUs, with ZeRO-1 (under DualPipeV) and its checkpoints too:
  * losses, final weights and evaluation losses of the one-rank run of the
  * same global batch, bit for bit, and the ALLREDUCE spans. */
 #include <criterion/criterion.h>
@@ -363,9 +363,10 @@ static void data_parallel(int count, const char *env) {
         {"1f1b", "--schedule 1f1b --dp-bucket 16KiB", 2},
         {"zbv", "--schedule zb-v --virtual-stages 2 --trace off", 4},
         {"zbh1", "--schedule zb-h1 --trace off", 2},
-        /* ZeRO-1, traced, a checkpoint after each step (the optimizer state
-         * gathered whole for it, then sharded again) */
-        {"zero1", "--schedule 1f1b --zero1 --dp-bucket 16KiB --checkpoint-every 1", 2},
+        /* ZeRO-1 under DualPipeV's overlapped pairs, traced, a checkpoint
+         * after each step (the optimizer state gathered whole for it, then
+         * sharded again) */
+        {"zero1", "--schedule dualpipev --zero1 --dp-bucket 16KiB --checkpoint-every 1", 4},
     };
     for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
         char args[1024]; /* the evaluations (which hold out the data's last tenth) as the reference's */
