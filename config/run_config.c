@@ -504,8 +504,6 @@ int run_config_finish(run_config *cfg, pp_err *err) {
         return pp_fail(err, "%s needs --eval-every K (evaluation steps are off without it)",
                        cfg->eval_microbatches ? "--eval-microbatches" : "--eval-data");
     if (cfg->eval_every && !cfg->eval_microbatches) cfg->eval_microbatches = cfg->microbatches;
-    if (cfg->eval_every && cuda)
-        return pp_fail(err, "--eval-every runs on --device cpu only for now (the GPU stage has no forward-only step)");
     if (cfg->token[0] == '\0') {
         const char *env = getenv("PPRUN_TOKEN");
         if (env && strlen(env) < sizeof cfg->token) snprintf(cfg->token, sizeof cfg->token, "%s", env);
@@ -526,9 +524,6 @@ int run_config_mesh(run_config *cfg, int world, const char *world_from, pp_err *
     if (cfg->zero1 && cfg->dp < 2)
         return pp_fail(err, "--zero1 shards the optimizer state over the data-parallel group: it needs --dp 2 or more "
                        "(this job has %d pipeline%s)", cfg->dp, cfg->dp == 1 ? "" : "s");
-    if (cfg->dp > 1 && cfg->device == RUN_DEVICE_CUDA)
-        return pp_fail(err, "--dp %d runs on --device cpu only for now (the gradient all-reduce over NCCL is not "
-                       "built yet)", cfg->dp);
     return 0;
 }
 

@@ -118,10 +118,16 @@ Test(dp_tree, every_split_into_replicas_adds_the_same_tree) {
     }
 }
 
+static void expect_tree(int N, const char *want) {
+    char *got = one_replica(N);
+    cr_expect_str_eq(got, want, "T(0, %d)", N);
+    free(got);
+}
+
 Test(dp_tree, the_tree_splits_at_aligned_powers_of_two) {
-    cr_assert_str_eq(one_replica(4), "((0+1)+(2+3))");
-    cr_assert_str_eq(one_replica(6), "(((0+1)+(2+3))+(4+5))");
-    cr_assert_str_eq(one_replica(7), "(((0+1)+(2+3))+((4+5)+6))");
+    expect_tree(4, "((0+1)+(2+3))");
+    expect_tree(6, "(((0+1)+(2+3))+(4+5))");
+    expect_tree(7, "(((0+1)+(2+3))+((4+5)+6))");
     int lo[8], hi[8];
     cr_assert_eq(model_tree_parts(6, 0, 3, lo, hi, 8), 2); /* replica 0 of 2 x 3: [0,2) [2,3) */
     cr_assert(lo[0] == 0 && hi[0] == 2 && lo[1] == 2 && hi[1] == 3);

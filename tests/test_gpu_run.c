@@ -17,7 +17,12 @@
  * model, and CUPTI played by its stand-in (cupti_standin.c: records from
  * the emulator's launches). What it proves is the whole GPU path's logic
  * (worker, engine, GPU stage, devcomm, CUPTI tracing into the database);
- * the GPU run adds the hardware. */
+ * the GPU run adds the hardware.
+ *
+ * Data parallel (--pp 2 --dp 2, the all-reduce staged through host memory)
+ * on the same GPUs, with ZeRO-1 (under DualPipeV) and its checkpoints too:
+ * losses, final weights and evaluation losses of the one-rank run of the
+ * same global batch, bit for bit, and the ALLREDUCE spans. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <sqlite3.h>
@@ -308,6 +313,109 @@ static void cupti_job(const char *env) {
     cr_assert_eq(tfix_q_int(s, "SELECT sum(cupti_dropped) FROM ranks"), 0, "CUPTI records lost");
     sqlite3_close(s);
 }
+
+/* One job in dir: pprun run with args, its metrics, weights, database and
+ * log named `name`; fails the test with the log's end when it fails. */
+static void dp_job(const char *dir, const char *env, const char *name, const char *args) {
+    char cmd[2048], path[512];
+    snprintf(cmd, sizeof cmd,
+             "%s %s run --device cuda %s --model gpt:layers=8,dim=32,heads=4,seq=16,batch=2 --steps 2 "
+             "--progress off --metrics %s/%s.jsonl --save-weights %s/%s.w --db %s/%s.db >%s/%s.log 2>&1",
+             env, BIN, args, dir, name, dir, name, dir, name, dir, name);
+    int status = system(cmd);
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    char *log = slurp_all(path, NULL);
+    size_t len = strlen(log);
+    cr_assert_fail("%s failed (status %d); the end of its log:\n%s", name, status, log + (len > 4000 ? len - 4000 : 0));
+}
+
+/* Every `key`[...] of a metrics file, concatenated (job_result's losses for another key). */
+static char *metrics_arrays(const char *dir, const char *name, const char *key) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
+    char *text = slurp_all(path, NULL), *out = calloc(1, strlen(text) + 1);
+    for (char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+        char *end = strchr(p, ']');
+        cr_assert_not_null(end);
+        strncat(out, p, (size_t)(end - p + 1));
+    }
+    free(text);
+    return out;
+}
+
+/* --pp 2 --dp 2 on `count` GPUs (docs/gpu.md, "Data parallel"): each
+ * stage's gradient all-reduced through host memory, bucket by bucket, gives
+ * the losses and final weights of one rank running the same global batch,
+ * bit for bit; the ALLREDUCE spans carry each stage's gradient; evaluation
+ * steps on the GPU give the one-rank GPU evaluation's losses. */
+static void data_parallel(int count, const char *env) {
+    char dir[256], name[64];
+    snprintf(name, sizeof name, "dp-%d", count);
+    snprintf(dir, sizeof dir, "%s", tfix_mkdir(name));
+    dp_job(dir, env, "ref", "--nproc-per-node 1 --microbatches 8 --trace off --eval-every 1 --eval-microbatches 4");
+    char *ref_losses, *ref_w, *ref_eval = metrics_arrays(dir, "ref", "\"eval_losses\":");
+    size_t ref_len;
+    job_result(dir, "ref", 1, &ref_losses, &ref_w, &ref_len);
+    cr_assert(strlen(ref_losses) > 0 && strlen(ref_eval) > 0, "the one-rank run reported no losses");
+    static const struct { const char *name, *args; int stages; } jobs[] = {
+        /* traced, with buckets of 16 KiB: several a stage */
+        {"1f1b", "--schedule 1f1b --dp-bucket 16KiB", 2},
+        {"zbv", "--schedule zb-v --virtual-stages 2 --trace off", 4},
+        {"zbh1", "--schedule zb-h1 --trace off", 2},
+        /* ZeRO-1 under DualPipeV's overlapped pairs, traced, a checkpoint
+         * after each step (the optimizer state gathered whole for it, then
+         * sharded again) */
+        {"zero1", "--schedule dualpipev --zero1 --dp-bucket 16KiB --checkpoint-every 1", 4},
+    };
+    for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
+        char args[1024]; /* the evaluations (which hold out the data's last tenth) as the reference's */
+        snprintf(args, sizeof args, "--nproc-per-node 4 --pp 2 --dp 2 --microbatches 4 --eval-every 1 "
+                 "--eval-microbatches 2 --checkpoint-dir %s/%s.ckpt %s", dir, jobs[j].name, jobs[j].args);
+        dp_job(dir, env, jobs[j].name, args);
+        char *losses, *w;
+        size_t len;
+        job_result(dir, jobs[j].name, jobs[j].stages, &losses, &w, &len);
+        cr_expect_str_eq(losses, ref_losses, "%s on %d GPU(s): losses differ from the one-rank run", jobs[j].name,
+                         count);
+        cr_expect(len == ref_len && memcmp(w, ref_w, len) == 0, "%s on %d GPU(s): final weights differ from the "
+                  "one-rank run", jobs[j].name, count);
+        char *ev = metrics_arrays(dir, jobs[j].name, "\"eval_losses\":");
+        cr_expect_str_eq(ev, ref_eval, "%s on %d GPU(s): evaluation losses differ from the one-rank GPU evaluation",
+                         jobs[j].name, count);
+        free(losses), free(w), free(ev);
+    }
+    /* The traced job: on every rank, step and stage, the buckets' ALLREDUCE
+     * spans add up to the stage's gradient (its OPT's state bytes are four
+     * floats a weight), each bucket once, after the stage's last W. */
+    sqlite3 *s;
+    char path[512];
+    snprintf(path, sizeof path, "%s/1f1b.db", dir);
+    cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_expect_eq(tfix_q_int(s, "SELECT count(DISTINCT rank || ' ' || step || ' ' || stage) FROM events"
+                               " WHERE name='ALLREDUCE'"), 4 * 2, "an ALLREDUCE on every rank and step");
+    cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM (SELECT o.rank, o.step FROM events o JOIN events a ON"
+                               " a.rank=o.rank AND a.step=o.step AND a.name='ALLREDUCE' WHERE o.phase='OPT'"
+                               " GROUP BY o.rank, o.step HAVING sum(a.bytes) * 4 != max(o.bytes))"),
+                 0, "ALLREDUCE bytes that are not the stage's gradient bytes");
+    cr_expect_gt(tfix_q_int(s, "SELECT max(microbatch) FROM events WHERE name='ALLREDUCE'"), 0, "one bucket only");
+    cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM (SELECT 1 FROM events WHERE name='ALLREDUCE'"
+                               " GROUP BY rank, step, stage, microbatch HAVING count(*) > 1)"), 0);
+    cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM events a WHERE a.name='ALLREDUCE' AND a.start_ns <"
+                               " (SELECT max(end_ns) FROM events w WHERE w.phase='W' AND w.rank=a.rank AND"
+                               " w.step=a.step AND w.stage=a.stage)"), 0, "an ALLREDUCE before its stage's last W");
+    /* ZeRO-1: the two replicas' shards of the optimizer state make the whole */
+    int64_t whole = tfix_q_int(s, "SELECT sum(optim_bytes) FROM events WHERE phase='OPT' AND step=0");
+    sqlite3_close(s);
+    snprintf(path, sizeof path, "%s/zero1.db", dir);
+    cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE name='ALLREDUCE'"), 0);
+    cr_expect_gt(tfix_q_int(s, "SELECT count(*) FROM events WHERE name='ALL_GATHER'"), 0);
+    cr_expect_eq(tfix_q_int(s, "SELECT sum(optim_bytes) FROM events WHERE phase='OPT' AND step=0"), whole / 2,
+                 "each replica's ranks hold half of the optimizer state");
+    sqlite3_close(s);
+    free(ref_losses), free(ref_eval), free(ref_w);
+}
 #endif
 
 #ifdef GPU_EMULATED
@@ -321,6 +429,12 @@ Test(SUITE, bf16_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
     every_schedule(1, "PPRUN_STUB_DEVICES=1", "bf16");
 }
 Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) { cupti_job("PPRUN_STUB_DEVICES=1"); }
+Test(SUITE, data_parallel_on_one_gpu_matches_one_rank_bit_for_bit, .timeout = 600) {
+    data_parallel(1, "PPRUN_STUB_DEVICES=1");
+}
+Test(SUITE, data_parallel_on_two_gpus_over_nccl_matches_one_rank_bit_for_bit, .timeout = 600) {
+    data_parallel(2, "PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN);
+}
 Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bit, .timeout = 600) {
     dualpipev_job("PPRUN_STUB_DEVICES=1", 2, "ipc");
     dualpipev_job("PPRUN_STUB_DEVICES=1", 4, "ipc");
@@ -344,6 +458,16 @@ Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) {
     pp_err err;
     if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
     cupti_job("");
+#else
+    cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
+#endif
+}
+Test(SUITE, data_parallel_matches_one_rank_bit_for_bit, .timeout = 600) {
+#ifdef PPRUN_HAVE_CUDA
+    int count = 0;
+    pp_err err;
+    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
+    data_parallel(count, "");
 #else
     cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
 #endif

@@ -271,7 +271,8 @@ void model_stage_boundary_free(model_stage *stage, void *buf, size_t bytes); /* 
  * them, the timed model's bytes and gradients follow the global index), and
  * its W's add up the replica's parts of the gradient tree (model_tree.h)
  * rather than the whole gradient. A stage starts as replica 0 of 1. No
- * microbatch may be in flight; CPU stages only. */
+ * microbatch may be in flight. CPU or GPU stage (a GPU stage keeps its
+ * parts on its device: model_stage_grad_fetch below). */
 int model_stage_set_replica(model_stage *stage, int replica, int replicas, pp_err *err);
 
 /* After the step's last W: the replica's parts of the gradient tree, in
@@ -284,6 +285,21 @@ int model_stage_grad_parts(model_stage *stage, float *const **parts, int *n, pp_
  * collective writes the sum of every replica's parts here, before
  * model_stage_step. */
 float *model_stage_grad(model_stage *stage);
+
+/* The collective works on host memory whatever the stage computes on
+ * (docs/gpu.md, "Data parallel"). A GPU stage's parts and gradient live on
+ * its device: the parts model_stage_grad_parts gives are host copies,
+ * filled for weights [lo, hi) by model_stage_grad_fetch (before the
+ * collective reads that range), and model_stage_grad_written takes weights
+ * [lo, hi) of what the collective wrote into model_stage_grad to the device
+ * (before model_stage_step). Range by range, so that a bucket's copies
+ * overlap the collective of the bucket before. Both return with the copy
+ * done, may run on another thread than the stage's F/B/W (of other stages)
+ * between the stage's last W and its optimizer step, and do nothing on a
+ * CPU stage, whose parts and gradient are the host buffers themselves. -1
+ * for a range outside the weights, or naming the device's error. */
+int model_stage_grad_fetch(model_stage *stage, size_t lo, size_t hi, pp_err *err);
+int model_stage_grad_written(model_stage *stage, size_t lo, size_t hi, pp_err *err);
 /* The weights, in the export's layout (ZeRO-1's all-gather writes the
  * weights other ranks updated). */
 float *model_stage_params(model_stage *stage);
@@ -294,10 +310,18 @@ float *model_stage_params(model_stage *stage);
  * that own them (the engine all-gathers them after each step). The
  * optimizer state must be whole (a new or loaded stage, or after
  * model_stage_unshard_optimizer). AdamW updates each weight on its own, so
- * a shard's update is the whole update's bits on that shard. */
+ * a shard's update is the whole update's bits on that shard. On a GPU
+ * stage the moments on the device shrink to the shard too, and the step
+ * brings the shard's new weights to the host (model_stage_params), where
+ * the all-gather reads them. */
 int model_stage_shard_optimizer(model_stage *stage, const size_t *lo, const size_t *hi, int n, pp_err *err);
+/* ZeRO-1's all-gather wrote weights [lo, hi) of model_stage_params: a GPU
+ * stage takes them to the device (nothing on a CPU stage); -1 for a range
+ * outside the weights, or naming the device's error. */
+int model_stage_params_written(model_stage *stage, size_t lo, size_t hi, pp_err *err);
 /* The moments the stage keeps, packed in range order: *n floats each (the
- * weight count when not sharded). Owned by the stage. */
+ * weight count when not sharded). Owned by the stage (a GPU stage's host
+ * copies, brought up to date). */
 void model_stage_optimizer_state(model_stage *stage, float **m, float **v, size_t *n);
 /* Makes the state whole again from every weight's moments (weight_count
  * floats each, copied): checkpoints hold the whole state. */
@@ -310,7 +334,9 @@ size_t model_stage_optimizer_bytes(const model_stage *stage);
  * arguments and loss as model_stage_forward, but nothing is kept for a B or
  * W. gmb: the microbatch's index in the evaluation step, which the timed
  * model's bytes follow. Between training steps only (no microbatch in
- * flight); CPU stages only. */
+ * flight); CPU or GPU stage (on a GPU: the same kernels as F, so the loss
+ * has the bits of a GPU F with these weights; boundary tensors in the
+ * stage's mode, model_stage_set_boundary_device). */
 int model_stage_evaluate(model_stage *stage, int gmb, const void *in, const uint8_t *tokens, const uint8_t *targets,
                          void *out, float *loss, pp_err *err);
 

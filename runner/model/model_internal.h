@@ -112,7 +112,9 @@ int gpu_stage_backward_weight(model_stage *s, int mb, pp_err *err); /* also mark
 int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err);
 int gpu_stage_upload(model_stage *s, pp_err *err);
 int gpu_stage_fetch_state(const model_stage *s, pp_err *err); /* host copies of params, adam_m, adam_v */
-/* Failures of these void calls are reported by the next F. */
+/* Failures of these void calls are reported by the next F. host_current:
+ * gpu_stage_fetch_state for a void caller (model_stage_optimizer_state). */
+void gpu_stage_host_current(model_stage *s);
 void gpu_stage_import(model_stage *s, const float *weights);
 void gpu_stage_export_weights(const model_stage *s, float *dst);
 void gpu_stage_export_grads(const model_stage *s, float *dst);
@@ -123,6 +125,19 @@ size_t gpu_stage_saved_bytes(const model_stage *s); /* device bytes, as gpt_stag
 /* The device bytes of the weights' bf16 copy (--dtype bf16; else 0), which
  * model_stage_state_bytes adds to a GPU stage's */
 size_t gpu_stage_bf16_bytes(const model_stage *s);
+/* Data parallel (model_stage_grad_parts, _grad_fetch, _grad_written): host
+ * mirrors of the replica's parts, filled range by range from the device,
+ * and the host gradient the collective wrote, uploaded range by range. */
+int gpu_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err *err);
+int gpu_stage_grad_fetch(model_stage *s, size_t lo, size_t hi, pp_err *err);
+int gpu_stage_grad_written(model_stage *s, size_t lo, size_t hi, pp_err *err);
+void gpu_stage_discard(model_stage *s, int mb); /* drops what F saved for mb (an evaluation's F) */
+/* ZeRO-1 (model_stage_params_written, model_stage_shard_optimizer and
+ * _unshard_optimizer): host weights [lo, hi) to the device; the device's
+ * moments reallocated and uploaded after the host's were packed or made
+ * whole. */
+int gpu_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err);
+int gpu_stage_moments_resized(model_stage *s, pp_err *err);
 int gpu_stage_recompute_pending(const model_stage *s, int mb); /* as gpt_stage_recompute_*, on the device */
 int gpu_stage_recompute(model_stage *s, int mb, pp_err *err);
 

@@ -323,7 +323,6 @@ static int idle(const model_stage *s, const char *what, pp_err *err) {
 }
 
 int model_stage_set_replica(model_stage *s, int replica, int replicas, pp_err *err) {
-    if (s->gpu) return pp_fail(err, "model: data-parallel replicas of a GPU stage are not built yet");
     if (replicas < 1 || replica < 0 || replica >= replicas || (long)replicas * s->microbatches > (1L << 24))
         return pp_fail(err, "model: replica %d of %d (of %d microbatches each) is out of range", replica, replicas,
                        s->microbatches);
@@ -338,10 +337,12 @@ int model_stage_set_replica(model_stage *s, int replica, int replicas, pp_err *e
 }
 
 int model_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err *err) {
-    if (s->gpu) return pp_fail(err, "model: a GPU stage's gradient stays on its device");
     if (s->next_acc != s->microbatches)
         return pp_fail(err, "model: the gradient of layers [%d, %d) is not complete: W of microbatch %d has not run",
                        s->first_layer, s->last_layer, s->next_acc);
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_grad_parts(s, parts, n, err); /* host mirrors, filled by model_stage_grad_fetch */
+#endif
     if (s->replicas == 1) {
         *parts = &s->grad;
         *n = 1;
@@ -352,11 +353,33 @@ int model_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err 
     return 0;
 }
 
+static int check_range(const model_stage *s, size_t lo, size_t hi, const char *what, pp_err *err) {
+    if (lo > hi || hi > s->nparams)
+        return pp_fail(err, "model: %s of weights [%zu, %zu) outside the %zu of layers [%d, %d)", what, lo, hi,
+                       s->nparams, s->first_layer, s->last_layer);
+    return 0;
+}
+
+int model_stage_grad_fetch(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    if (check_range(s, lo, hi, "the gradient parts", err) != 0) return -1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_grad_fetch(s, lo, hi, err);
+#endif
+    return 0; /* a CPU stage's parts are the host buffers themselves */
+}
+
+int model_stage_grad_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    if (check_range(s, lo, hi, "the reduced gradient", err) != 0) return -1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_grad_written(s, lo, hi, err);
+#endif
+    return 0;
+}
+
 float *model_stage_grad(model_stage *s) { return s->grad; }
 float *model_stage_params(model_stage *s) { return s->params; }
 
 int model_stage_shard_optimizer(model_stage *s, const size_t *lo, const size_t *hi, int n, pp_err *err) {
-    if (s->gpu) return pp_fail(err, "model: ZeRO-1 on a GPU stage is not built yet");
     if (s->sharded) return pp_fail(err, "model: the optimizer state of layers [%d, %d) is sharded already",
                                   s->first_layer, s->last_layer);
     if (n < 0) return pp_fail(err, "model: %d shard ranges", n);
@@ -367,6 +390,9 @@ int model_stage_shard_optimizer(model_stage *s, const size_t *lo, const size_t *
                            hi[i], s->nparams);
         owned += hi[i] - lo[i];
     }
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu && gpu_stage_fetch_state(s, err) != 0) return -1; /* the moments to pack are the device's */
+#endif
     size_t *l = malloc(sizeof *l * (size_t)(n ? n : 1)), *h = malloc(sizeof *h * (size_t)(n ? n : 1));
     float *m = malloc(sizeof(float) * (owned ? owned : 1)), *v = malloc(sizeof(float) * (owned ? owned : 1));
     if (!l || !h || !m || !v) {
@@ -383,15 +409,24 @@ int model_stage_shard_optimizer(model_stage *s, const size_t *lo, const size_t *
     free(s->adam_m), free(s->adam_v);
     s->adam_m = m, s->adam_v = v;
     s->shard_lo = l, s->shard_hi = h, s->nshard = n, s->shard_owned = owned, s->sharded = 1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_moments_resized(s, err);
+#endif
     return 0;
 }
 
 void model_stage_optimizer_state(model_stage *s, float **m, float **v, size_t *n) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) gpu_stage_host_current(s); /* the moments are the device's */
+#endif
     *m = s->adam_m, *v = s->adam_v;
     *n = s->sharded ? s->shard_owned : s->nparams;
 }
 
 int model_stage_unshard_optimizer(model_stage *s, const float *m, const float *v, pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu && gpu_stage_fetch_state(s, err) != 0) return -1; /* the weights; the moments are replaced */
+#endif
     size_t n = s->nparams ? s->nparams : 1;
     float *fm = malloc(sizeof(float) * n), *fv = malloc(sizeof(float) * n);
     if (!fm || !fv) {
@@ -403,14 +438,31 @@ int model_stage_unshard_optimizer(model_stage *s, const float *m, const float *v
     free(s->adam_m), free(s->adam_v), free(s->shard_lo), free(s->shard_hi);
     s->adam_m = fm, s->adam_v = fv;
     s->shard_lo = s->shard_hi = NULL, s->nshard = 0, s->shard_owned = 0, s->sharded = 0;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_moments_resized(s, err);
+#endif
+    return 0;
+}
+
+int model_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    if (check_range(s, lo, hi, "the gathered weights", err) != 0) return -1;
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_params_written(s, lo, hi, err);
+#endif
     return 0;
 }
 
 int model_stage_evaluate(model_stage *s, int gmb, const void *in, const uint8_t *tokens, const uint8_t *targets,
                          void *out, float *loss, pp_err *err) {
-    if (s->gpu) return pp_fail(err, "model: evaluation on a GPU stage is not built yet");
     if (idle(s, "an evaluation's F", err) != 0) return -1;
     /* Slot 0 is free between steps; F fills it, and it is emptied at once. */
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) {
+        int rc = gpu_stage_forward(s, 0, in, tokens, targets, out, loss, err);
+        gpu_stage_discard(s, 0);
+        return rc;
+    }
+#endif
     int rc = s->spec.kind == MODEL_GPT ? gpt_stage_forward(s, 0, in, tokens, targets, out, loss, err)
                                        : timed_stage_forward(s, 0, gmb, in, out, loss, err);
     if (s->gpt) gpt_stage_discard(s, 0);

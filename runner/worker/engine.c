@@ -619,7 +619,7 @@ static int save_weights(engine *e, pp_err *err) {
  * step 0. */
 static int connect_devcomm(engine *e, const char *is_peer, int world, pp_err *err) {
     int any = 0;
-    for (int r = 0; r < world; r++) any |= is_peer[r];
+    for (int r = 0; r < world; r++) any |= is_peer[r] & ENGINE_PEER_PIPE;
     /* A peer is the neighbour of a local stage, and engine_init made sure
      * such a rank has a devcomm. */
     if (!any) return 0;
@@ -629,10 +629,11 @@ static int connect_devcomm(engine *e, const char *is_peer, int world, pp_err *er
     if (!buf) return -1;
     uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL); /* the host hello's too: devcomm's tags are its own */
     int rc = 0;
+    for (int r = 0; rc == 0 && r < world; r++) /* the data-parallel group's collective runs on comm */
+        if (is_peer[r] & ENGINE_PEER_PIPE) rc = devcomm_send(e->devcomm, r, tag, buf, bytes, err);
     for (int r = 0; rc == 0 && r < world; r++)
-        if (is_peer[r]) rc = devcomm_send(e->devcomm, r, tag, buf, bytes, err);
-    for (int r = 0; rc == 0 && r < world; r++)
-        if (is_peer[r]) rc = devcomm_recv(e->devcomm, r, tag, buf, bytes, e->cfg->recv_timeout_ms, err);
+        if (is_peer[r] & ENGINE_PEER_PIPE)
+            rc = devcomm_recv(e->devcomm, r, tag, buf, bytes, e->cfg->recv_timeout_ms, err);
     model_stage_boundary_free(stage, buf, bytes);
     return rc;
 }
@@ -651,8 +652,8 @@ static int connect_neighbours(engine *e, pp_err *err) {
         if (plan->stage_rank[s] != e->prank) continue;
         int nb[2];
         engine_stage_neighbours(plan, s, e->prank, nb);
-        is_peer[engine_global_rank(plan, e->replica, nb[0])] = 1;
-        is_peer[engine_global_rank(plan, e->replica, nb[1])] = 1;
+        is_peer[engine_global_rank(plan, e->replica, nb[0])] = ENGINE_PEER_PIPE;
+        is_peer[engine_global_rank(plan, e->replica, nb[1])] = ENGINE_PEER_PIPE;
     }
     engine_dp_peers(e, is_peer);
     is_peer[e->rank] = 0;

@@ -9,6 +9,11 @@
  * each bucket is reduced, the optimizer updates that shard and the weights
  * are all-gathered after it.
  *
+ * The collective runs on host memory: a GPU stage hands its parts to the
+ * host and takes the reduced gradient back bucket by bucket
+ * (model_stage_grad_fetch, model_stage_grad_written), on this thread, and
+ * ZeRO-1's gathered weights (model_stage_params_written).
+ *
  * Every replica runs the same plan, so the stages of a rank finish their W's
  * in the same order everywhere and the thread takes them in that order: no
  * rank waits in one stage's collective for a peer that is in another's. */
@@ -156,7 +161,7 @@ void engine_dp_close(engine *e) {
 void engine_dp_peers(const engine *e, char *is_peer) {
     if (!e->dp) return;
     for (int d = 0; d < e->replicas; d++)
-        if (d != e->replica) is_peer[e->dp->ranks[d]] = 1;
+        if (d != e->replica) is_peer[e->dp->ranks[d]] |= ENGINE_PEER_DP;
 }
 
 /* ---- the all-reduce ------------------------------------------------------- */
@@ -175,6 +180,8 @@ static int reduce_stage(engine_dp *dp, const dp_stage *st, int step, pp_err *err
         size_t lo = st->lo[b], len = st->lo[b + 1] - lo;
         for (int k = 0; k < np; k++) bp[k] = parts[k] + lo;
         uint64_t t0 = pp_now_ns(), rs = dp_tag(step, st->stage, b, DP_OP_RS);
+        /* a GPU stage's bucket to the host (model.h): in the span, the collective's own staging */
+        if (model_stage_grad_fetch(ms, lo, lo + len, err) != 0) return -1;
         if (coll_reduce_scatter_send(&dp->g, bp, np, len, rs, err) != 0) return -1;
         if (dp->fail_armed) { /* --fail-at phase=allreduce: its part of the first bucket is out */
             dp->fail_armed = 0;
@@ -183,6 +190,10 @@ static int reduce_stage(engine_dp *dp, const dp_stage *st, int step, pp_err *err
         if (coll_reduce_scatter_reduce(&dp->g, &dp->order, bp, len, grad + lo, rs, err) != 0) return -1;
         if (!zero1 && coll_all_gather(&dp->g, grad + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_GRAD), err) != 0)
             return -1;
+        /* ... and back to the device: the optimizer's part of the bucket */
+        size_t wlo = zero1 ? coll_shard_lo(len, e->replicas, e->replica) : 0;
+        size_t whi = zero1 ? coll_shard_lo(len, e->replicas, e->replica + 1) : len;
+        if (model_stage_grad_written(ms, lo + wlo, lo + whi, err) != 0) return -1;
         engine_trace_span(e, zero1 ? ENGINE_SPAN_REDUCE_SCATTER : ENGINE_SPAN_ALLREDUCE, step, b, st->stage, dp->ranks[0],
                           sizeof(float) * len, t0, pp_now_ns());
     }
@@ -256,7 +267,8 @@ int engine_dp_after_step(engine *e, int step, pp_err *err) {
         for (int b = 0; b < st->nbuckets; b++) {
             size_t lo = st->lo[b], len = st->lo[b + 1] - lo;
             uint64_t t0 = pp_now_ns();
-            if (coll_all_gather(&dp->g, w + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_PARAMS), err) != 0)
+            if (coll_all_gather(&dp->g, w + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_PARAMS), err) != 0 ||
+                model_stage_params_written(e->stages[st->stage], lo, lo + len, err) != 0)
                 return pp_wrap(err, "rank %d: all-gather of stage %d's weights (step %d)", e->rank, st->stage, step);
             engine_trace_span(e, ENGINE_SPAN_ALL_GATHER, step, b, st->stage, dp->ranks[0], sizeof(float) * len, t0,
                               pp_now_ns());

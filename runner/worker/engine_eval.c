@@ -4,8 +4,9 @@
  * --eval-microbatches (global index replica·n + mb), nothing kept for a
  * backward and no optimizer step; traced as EVAL_F, EVAL_SEND_F,
  * EVAL_RECV_F and EVAL_LOSS under the training step it follows, its
- * activations under COMM_DIR_EVAL tags; every replica's losses go to
- * hooks.on_eval on replica 0's last stage. */
+ * activations under COMM_DIR_EVAL tags (over devcomm when the stages'
+ * boundary tensors are in device memory, as the training step's); every
+ * replica's losses go to hooks.on_eval on replica 0's last stage. */
 #include "runner/worker/engine_int.h"
 
 #include <stdlib.h>
@@ -33,7 +34,9 @@ static int eval_input(engine *e, eval_state *ev, int s, int mb, void **in, pp_er
     if (!(*in = model_stage_boundary_alloc(e->stages[s], ev->bytes, err))) return -1;
     uint64_t t0 = pp_now_ns();
     uint64_t tag = comm_tag((uint64_t)ev->step, (uint64_t)s, (uint64_t)mb, COMM_DIR_EVAL);
-    if (comm_recv(e->comm, peer, tag, *in, ev->bytes, e->cfg->recv_timeout_ms, err) != 0) {
+    int rc = e->device_boundaries ? devcomm_recv(e->devcomm, peer, tag, *in, ev->bytes, e->cfg->recv_timeout_ms, err)
+                                  : comm_recv(e->comm, peer, tag, *in, ev->bytes, e->cfg->recv_timeout_ms, err);
+    if (rc != 0) {
         model_stage_boundary_free(e->stages[s], *in, ev->bytes);
         *in = NULL;
         return pp_wrap(err, "rank %d: evaluation after step %d: receiving the activation of stage %d, microbatch %d "
@@ -53,7 +56,8 @@ static int eval_output(engine *e, eval_state *ev, int s, int mb, void *out, pp_e
     }
     uint64_t t0 = pp_now_ns();
     uint64_t tag = comm_tag((uint64_t)ev->step, (uint64_t)(s + 1), (uint64_t)mb, COMM_DIR_EVAL);
-    int rc = comm_send(e->comm, peer, tag, out, ev->bytes, err);
+    int rc = e->device_boundaries ? devcomm_send(e->devcomm, peer, tag, out, ev->bytes, err)
+                                  : comm_send(e->comm, peer, tag, out, ev->bytes, err);
     model_stage_boundary_free(e->stages[s], out, ev->bytes);
     if (rc != 0)
         return pp_wrap(err, "rank %d: evaluation after step %d: sending the activation of stage %d, microbatch %d to "

@@ -41,7 +41,10 @@ static inline int engine_stage_peer(const engine *e, int s) {
  * names and the thread. After the stages are created and loaded. */
 int engine_dp_open(engine *e, pp_err *err);
 void engine_dp_close(engine *e); /* stops and joins the thread */
-/* Marks the ranks of this rank's data-parallel group (is_peer: the world). */
+/* Marks the ranks of this rank's data-parallel group (is_peer: the world)
+ * with ENGINE_PEER_DP, beside the pipeline neighbours' ENGINE_PEER_PIPE:
+ * only these exchange device tensors over devcomm. */
+enum { ENGINE_PEER_PIPE = 1, ENGINE_PEER_DP = 2 };
 void engine_dp_peers(const engine *e, char *is_peer);
 /* The W at `action` (an index into the rank's list) ran: when it was its
  * stage's last of the step and --dp-overlap is on, the stage's all-reduce

@@ -21,6 +21,10 @@
  * give the host-boundary run's bits, and a boundary tensor treated as the
  * wrong kind of memory fails.
  *
+ * Data parallelism too: a replica's parts of the gradient tree, fetched to
+ * the host, the reduced gradient and ZeRO-1's gathered weights written
+ * back, and an evaluation's F, against CPU stages bit for bit.
+ *
  *   ./build/gpu_stagecheck      (one line per case; exit 1 on any difference)
  *
  * Built by tests/gpu_emu/CMakeLists.txt; run by test_gpu_cli. */
@@ -30,6 +34,7 @@
 #include <string.h>
 
 #include "runner/model/model_internal.h"
+#include "runner/model/model_tree.h"
 #include "tests/model_harness.h"
 
 /* --- the check ---------------------------------------------------------------- */
@@ -219,6 +224,111 @@ static int saved_bytes_case(pp_err *err) {
     return rc;
 }
 
+/* Data parallelism on GPU stages, as the engine drives it (engine_dp.c):
+ * 2 replicas of 3 microbatches of the one-stage model (their parts of the
+ * gradient tree straddle the replicas: [0,2) [2,3) and [3,4) [4,6)), W's in
+ * reverse order. The GPU stages' parts, fetched to the host in two ranges,
+ * are the CPU stages' bit for bit; the sum along the tree above them,
+ * written back in two ranges, a ZeRO-1 step of each replica's half, the
+ * halves gathered and written back: both replicas hold the CPU's weights,
+ * and an evaluation's F on them gives the CPU's loss and keeps nothing. */
+enum { DPR = 2, DPM = 3 };
+
+/* The collective's sum (model_tree_combine_program) of every replica's parts. */
+static int combine(float *const parts[DPR][8], int n, float *sum, pp_err *err) {
+    int prog[4 * DPR * DPM], owner[4 * DPR * DPM], part[4 * DPR * DPM], depth = 0, leaf = 0;
+    float *stack[2 * DPR * DPM];
+    int len = model_tree_combine_program(DPR, DPM, prog, owner, part, 4 * DPR * DPM);
+    if (len < 0) return pp_fail(err, "the combine program does not fit");
+    for (int i = 0; i < len; i++) {
+        if (prog[i] != MODEL_TREE_ADD) {
+            stack[depth] = malloc(sizeof(float) * (size_t)n);
+            memcpy(stack[depth++], parts[owner[leaf]][part[leaf]], sizeof(float) * (size_t)n);
+            leaf++;
+            continue;
+        }
+        float *right = stack[--depth], *left = stack[depth - 1];
+        for (int k = 0; k < n; k++) left[k] += right[k];
+        free(right);
+    }
+    if (depth != 1) return pp_fail(err, "the combine program left %d sums", depth);
+    memcpy(sum, stack[0], sizeof(float) * (size_t)n);
+    free(stack[0]);
+    return 0;
+}
+
+static int replica_case(pp_err *err) {
+    model_device dev = {.cuda = 1};
+    model_spec sp;
+    data_source *data;
+    model_optim opt;
+    model_optim_default(&opt);
+    if (model_parse_spec(SPEC, &sp, err) != 0 || data_open(NULL, 64, &data, err) != 0) return -1;
+    model_stage *st[2][DPR] = {{0}}; /* [CPU, GPU][replica] */
+    float *parts[2][DPR][8], loss[2][DPR * DPM], *sum = NULL, *w[2] = {0};
+    int np[2][DPR] = {{0}}, rc = 0;
+    size_t n = 0;
+    uint8_t tok[64], tgt[64];
+    for (int k = 0; k < 2 && rc == 0; k++)
+        for (int d = 0; d < DPR && rc == 0; d++) {
+            model_stage *s = NULL;
+            rc = model_stage_create_on(&sp, 0, 4, 1, 1, 7, DPM, k ? &dev : NULL, &st[k][d], err) ||
+                 model_stage_set_replica(s = st[k][d], d, DPR, err);
+            for (int mb = 0; mb < DPM && rc == 0; mb++) {
+                data_batch(data, 7, 0, d * DPM + mb, sp.batch, sp.seq, tok, tgt);
+                rc = model_stage_forward(s, mb, NULL, tok, tgt, NULL, &loss[k][d * DPM + mb], err) ||
+                     model_stage_backward_input(s, mb, NULL, NULL, err);
+            }
+            for (int mb = DPM - 1; mb >= 0 && rc == 0; mb--) rc = model_stage_backward_weight(s, mb, err);
+            float *const *p = NULL;
+            n = rc == 0 ? model_stage_weight_count(s) : 0;
+            rc = rc || model_stage_grad_parts(s, &p, &np[k][d], err) || np[k][d] > 8 ||
+                 model_stage_grad_fetch(s, 0, n / 3, err) || model_stage_grad_fetch(s, n / 3, n, err);
+            for (int i = 0; rc == 0 && i < np[k][d]; i++) parts[k][d][i] = p[i];
+        }
+    if (rc == 0 && memcmp(loss[0], loss[1], sizeof loss[0]) != 0) rc = pp_fail(err, "the losses differ");
+    for (int d = 0; d < DPR && rc == 0; d++) {
+        if (np[0][d] != np[1][d] || np[0][d] != 2)
+            rc = pp_fail(err, "replica %d: %d parts on the CPU, %d on the GPU (want 2)", d, np[0][d], np[1][d]);
+        for (int i = 0; i < np[0][d] && rc == 0; i++)
+            if (memcmp(parts[0][d][i], parts[1][d][i], sizeof(float) * n) != 0)
+                rc = pp_fail(err, "replica %d, part %d: the GPU stage's differs from the CPU stage's", d, i);
+    }
+    if (rc == 0 && !(sum = malloc(sizeof(float) * n))) rc = pp_fail(err, "out of memory");
+    if (rc == 0) rc = combine(parts[0], (int)n, sum, err);
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        if (!(w[k] = malloc(sizeof(float) * n))) rc = pp_fail(err, "out of memory");
+        for (int d = 0; d < DPR && rc == 0; d++) { /* ZeRO-1: replica d updates [lo, hi) */
+            size_t lo = n * (size_t)d / DPR, hi = n * (size_t)(d + 1) / DPR;
+            model_stage *s = st[k][d];
+            memcpy(model_stage_grad(s), sum, sizeof(float) * n);
+            rc = model_stage_grad_written(s, 0, n / 2, err) || model_stage_grad_written(s, n / 2, n, err) ||
+                 model_stage_shard_optimizer(s, &lo, &hi, 1, err) || model_stage_step(s, &opt, 0, err);
+            if (rc == 0) memcpy(w[k] + lo, model_stage_params(s) + lo, sizeof(float) * (hi - lo));
+        }
+        for (int d = 0; d < DPR && rc == 0; d++) { /* the all-gather */
+            memcpy(model_stage_params(st[k][d]), w[k], sizeof(float) * n);
+            rc = model_stage_params_written(st[k][d], 0, n, err);
+        }
+    }
+    if (rc == 0 && memcmp(w[0], w[1], sizeof(float) * n) != 0) rc = pp_fail(err, "the updated weights differ");
+    float eval[2] = {0, 0};
+    data_batch(data, 7, 1, 0, sp.batch, sp.seq, tok, tgt);
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        model_stage_export_weights(st[k][1], w[k]);
+        rc = model_stage_evaluate(st[k][1], 0, NULL, tok, tgt, NULL, &eval[k], err);
+        if (rc == 0 && model_stage_saved_bytes(st[k][1]) != 0) rc = pp_fail(err, "an evaluation kept activations");
+    }
+    if (rc == 0 && memcmp(w[0], w[1], sizeof(float) * n) != 0) rc = pp_fail(err, "the exported weights differ");
+    if (rc == 0 && memcmp(&eval[0], &eval[1], sizeof eval[0]) != 0)
+        rc = pp_fail(err, "evaluation loss %.9g on the GPU, %.9g on the CPU", (double)eval[1], (double)eval[0]);
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < DPR; d++) model_stage_free(st[k][d]);
+    free(sum), free(w[0]), free(w[1]);
+    data_close(data);
+    return rc ? -1 : 0;
+}
+
 int main(void) {
     pp_err err;
     model_device dev = {.cuda = 1};
@@ -251,6 +361,10 @@ int main(void) {
     printf("%-52s %s%s\n", "saved activation bytes, op by op", sb == 0 ? "the CPU stage's, 0 after W" : "FAIL: ",
            sb == 0 ? "" : err.msg);
     failed |= sb != 0;
+    int dp = replica_case(&err);
+    printf("%-52s %s%s\n", "2 replicas, ZeRO-1 halves, an evaluation",
+           dp == 0 ? "the CPU stages' parts, weights and loss" : "FAIL: ", dp == 0 ? "" : err.msg);
+    failed |= dp != 0;
     int ck = checkpoint_case(&err);
     printf("%-52s %s%s\n", "checkpoint after step 1, resumed", ck == 0 ? "same loss" : "FAIL: ", ck == 0 ? "" : err.msg);
     failed |= ck != 0;

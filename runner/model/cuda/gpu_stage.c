@@ -89,6 +89,11 @@ struct gpu_stage {
     pp_err sticky; /* an error of a void call (import, export of grads), reported by the next F */
     int has_sticky;
     int host_behind; /* s->params, adam_m, adam_v lag the device's since an optimizer step */
+    /* Data parallel: host copies of the replica's parts (nmirror of them,
+     * nparams floats each), which the host collective reads
+     * (gpu_stage_grad_parts). */
+    float **mirror;
+    int nmirror;
 };
 
 static void *dpool_get(gpu_stage *g, size_t size, pp_err *err) {
@@ -248,10 +253,18 @@ void gpu_stage_free(model_stage *s) {
     void *bufs[] = {g->params,     g->grad,       g->adam_m,      g->adam_v, g->scratch_4nc,
                     g->scratch_nc, g->scratch_nc2, g->datt,        g->params16, g->scratch_b16};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) gpu_free(g->ctx, bufs[i]);
+    for (int i = 0; i < g->nmirror; i++) free(g->mirror[i]);
+    free(g->mirror);
     free(g->mbs), free(g->pending), free(g->bp);
     gpu_ctx_free(g->ctx);
     free(g);
     s->gpu = NULL;
+}
+
+/* The AdamW moments the stage keeps: its shard's under ZeRO-1 (packed in
+ * range order, on the host and on the device alike). */
+static size_t moment_bytes(const model_stage *s) {
+    return sizeof(float) * (s->sharded ? s->shard_owned : s->nparams);
 }
 
 /* Copies the host weights and moments (initialised, imported or loaded from
@@ -262,8 +275,8 @@ int gpu_stage_upload(model_stage *s, pp_err *err) {
     cudaError_t e = cudaSetDevice(g->ctx->device);
     if (e != cudaSuccess) return gpu_cuda_fail(err, e, "gpu stage: cudaSetDevice");
     if (gpu_upload(g->ctx, g->params, s->params, bytes, err) != 0 ||
-        gpu_upload(g->ctx, g->adam_m, s->adam_m, bytes, err) != 0 ||
-        gpu_upload(g->ctx, g->adam_v, s->adam_v, bytes, err) != 0 ||
+        gpu_upload(g->ctx, g->adam_m, s->adam_m, moment_bytes(s), err) != 0 ||
+        gpu_upload(g->ctx, g->adam_v, s->adam_v, moment_bytes(s), err) != 0 ||
         gpu_upload(g->ctx, g->grad, s->grad, bytes, err) != 0 ||
         (g->bf16 && (gpu_to_bf16(g->ctx, g->params16, g->params, s->nparams, err) != 0 || gpu_sync(g->ctx, err) != 0)))
         return pp_wrap(err, "gpu stage: weights to the device");
@@ -634,7 +647,7 @@ int gpu_stage_backward_input(model_stage *s, int mb, const float *grad_out, floa
     if (gpu_stage_recompute(s, mb, err) != 0) return -1; /* when the caller did not (model.h) */
     float *d = g->scratch_nc;
     if (s->is_last) {
-        float scale = 1.0f / ((float)N * (float)s->microbatches); /* as gpt_stage.c */
+        float scale = 1.0f / ((float)N * (float)model_global_microbatches(s)); /* every replica's: gpt_stage.c */
         if (!(m->dlnf = save_get(g, sz_nc(g), err)) ||
             (g->bf16 ? (!(m->dlogitsh = save_get(g, sz_nv16(g), err)) ||
                         gpu_head_backward_input_bf16(g->ctx, m->dlnf, m->dlogitsh, m->probs, w16(g, g->whead),
@@ -682,7 +695,7 @@ static int commit(model_stage *s, pp_err *err) {
             dpool_put(g, right, bytes);
         }
     }
-    if (s->next_acc == s->microbatches && s->depth == 1) {
+    if (s->next_acc == s->microbatches && s->replicas == 1 && s->depth == 1) { /* else the collective's parts */
         float *old = g->grad;
         g->grad = s->stack[0];
         s->depth = 0, s->tree_pc = 0;
@@ -723,9 +736,44 @@ int gpu_stage_backward_weight(model_stage *s, int mb, pp_err *err) {
     return gpu_sync(g->ctx, err); /* W's span on the host covers its kernels */
 }
 
+/* The replica's parts on the stack back to the pool; the program restarts.
+ * Stream order keeps them for any download still queued. */
+static void release_parts(model_stage *s) {
+    size_t bytes = sizeof(float) * (s->nparams ? s->nparams : 1);
+    for (; s->depth > 0; s->depth--) dpool_put(s->gpu, s->stack[s->depth - 1], bytes);
+    s->tree_pc = 0;
+}
+
+/* ZeRO-1: the update of each shard range (AdamW is per weight: the whole
+ * update's bits there), its moments packed as on the host; then the
+ * shard's new weights to the host, where the engine's all-gather reads them
+ * (model_stage_params_written brings the others back). */
+static int sharded_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    size_t at = 0;
+    for (int i = 0; i < s->nshard; i++) {
+        size_t lo = s->shard_lo[i], len = s->shard_hi[i] - lo;
+        if (len && gpu_optim_step(g->ctx, g->params + lo, g->params16 ? g->params16 + lo : NULL, g->grad + lo,
+                                  g->adam_m + at, g->adam_v + at, len, opt, step, err) != 0)
+            return pp_wrap(err, "gpu stage: optimizer step %d of weights [%zu, %zu)", step, lo, lo + len);
+        at += len;
+    }
+    if (gpu_memset(g->ctx, g->grad, 0, sizeof(float) * s->nparams, err) != 0)
+        return pp_wrap(err, "gpu stage: optimizer step %d", step);
+    for (int i = 0; i < s->nshard; i++) {
+        size_t lo = s->shard_lo[i], len = s->shard_hi[i] - lo;
+        if (len && gpu_download(g->ctx, s->params + lo, g->params + lo, sizeof(float) * len, err) != 0)
+            return pp_wrap(err, "gpu stage: optimizer step %d: weights [%zu, %zu) to the host", step, lo, lo + len);
+    }
+    g->host_behind = 1; /* the moments (the weights are whole again after the all-gather) */
+    return 0;
+}
+
 int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
     gpu_stage *g = s->gpu;
     if (use_device(g, err) != 0) return -1;
+    release_parts(s); /* several replicas: the collective has read them */
+    if (s->sharded) return sharded_step(s, opt, step, err);
     /* bf16: the weights' copy is rewritten in the same pass (params16 NULL in fp32) */
     if (gpu_optim_step(g->ctx, g->params, g->params16, g->grad, g->adam_m, g->adam_v, s->nparams, opt, step, err) !=
             0 ||
@@ -744,11 +792,16 @@ int gpu_stage_fetch_state(const model_stage *s, pp_err *err) {
     size_t bytes = sizeof(float) * s->nparams;
     if (!g->host_behind) return 0;
     if (use_device(g, err) != 0 || gpu_download(g->ctx, s->params, g->params, bytes, err) != 0 ||
-        gpu_download(g->ctx, s->adam_m, g->adam_m, bytes, err) != 0 ||
-        gpu_download(g->ctx, s->adam_v, g->adam_v, bytes, err) != 0)
+        gpu_download(g->ctx, s->adam_m, g->adam_m, moment_bytes(s), err) != 0 ||
+        gpu_download(g->ctx, s->adam_v, g->adam_v, moment_bytes(s), err) != 0)
         return pp_wrap(err, "gpu stage: optimizer state to the host");
     g->host_behind = 0;
     return 0;
+}
+
+void gpu_stage_host_current(model_stage *s) {
+    gpu_stage *g = s->gpu;
+    if (gpu_stage_fetch_state(s, &g->sticky) != 0) g->has_sticky = 1;
 }
 
 void gpu_stage_import(model_stage *s, const float *weights) {
@@ -777,4 +830,98 @@ void gpu_stage_export_grads(const model_stage *s, float *dst) {
         g->has_sticky = 1;
         for (size_t i = 0; i < s->nparams; i++) dst[i] = NAN;
     }
+}
+
+/* --- data parallel and evaluation (model.h; docs/gpu.md, "Data parallel") ----
+ *
+ * The collective runs on host memory over comm: the parts of the replica's
+ * gradient tree are downloaded range by range into host mirrors, and the
+ * reduced gradient is uploaded range by range into the device's gradient,
+ * which the optimizer step reads. Host float adds are gpu_add's bits, so
+ * the result is the one-rank run's tree sum. These run on the engine's
+ * all-reduce thread while the engine's own thread runs other stages: they
+ * touch the stage's stream and its gradient only, which nothing else uses
+ * between the stage's last W and its optimizer step. */
+
+/* The device buffers holding the parts: the stack's, or with one replica
+ * the step's gradient (commit swapped it in). */
+static float *const *device_parts(model_stage *s, int *n) {
+    if (s->replicas == 1) {
+        *n = 1;
+        return &s->gpu->grad;
+    }
+    *n = s->depth;
+    return s->stack;
+}
+
+int gpu_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    int np;
+    device_parts(s, &np);
+    if (np > g->nmirror) {
+        float **m = realloc(g->mirror, sizeof *m * (size_t)np);
+        if (!m) return pp_fail(err, "gpu stage: out of memory for the host copies of %d gradient parts", np);
+        g->mirror = m;
+        for (; g->nmirror < np; g->nmirror++)
+            if (!(m[g->nmirror] = malloc(sizeof(float) * (s->nparams ? s->nparams : 1))))
+                return pp_fail(err, "gpu stage: out of memory for the host copy of a gradient part (%zu weights)",
+                               s->nparams);
+    }
+    *parts = g->mirror;
+    *n = np;
+    return 0;
+}
+
+int gpu_stage_grad_fetch(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    int np;
+    float *const *dev = device_parts(s, &np);
+    if (np > g->nmirror) return pp_fail(err, "gpu stage: gradient parts fetched before model_stage_grad_parts");
+    if (use_device(g, err) != 0) return -1;
+    for (int k = 0; k < np; k++)
+        if (gpu_download(g->ctx, g->mirror[k] + lo, dev[k] + lo, sizeof(float) * (hi - lo), err) != 0)
+            return pp_wrap(err, "gpu stage: part %d of the gradient, weights [%zu, %zu), to the host", k, lo, hi);
+    return 0;
+}
+
+int gpu_stage_grad_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    /* gpu_upload returns with the copy done: the collective may reuse its buffer */
+    if (use_device(g, err) != 0 || gpu_upload(g->ctx, g->grad + lo, s->grad + lo, sizeof(float) * (hi - lo), err) != 0)
+        return pp_wrap(err, "gpu stage: the reduced gradient, weights [%zu, %zu), to the device", lo, hi);
+    return 0;
+}
+
+void gpu_stage_discard(model_stage *s, int mb) {
+    gpu_stage *g = s->gpu;
+    gpu_sync(g->ctx, NULL); /* F returned with its work done; nothing is queued on the buffers */
+    free_mb(g, &g->mbs[mb]);
+}
+
+int gpu_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    if (use_device(g, err) != 0 ||
+        gpu_upload(g->ctx, g->params + lo, s->params + lo, sizeof(float) * (hi - lo), err) != 0 ||
+        (g->params16 && gpu_to_bf16(g->ctx, g->params16 + lo, g->params + lo, hi - lo, err) != 0))
+        return pp_wrap(err, "gpu stage: weights [%zu, %zu) to the device", lo, hi);
+    return 0; /* the bf16 copy is queued before any later kernel of the stage's stream */
+}
+
+/* ZeRO-1 on a GPU stage: the device's moments follow the host's, which
+ * model_stage_shard_optimizer / _unshard_optimizer just packed or made
+ * whole (gpu_stage_fetch_state ran before, so the host's were current):
+ * buffers of the new size, uploaded. The weights are the same on both. */
+int gpu_stage_moments_resized(model_stage *s, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    size_t bytes = moment_bytes(s);
+    float *m = NULL, *v = NULL;
+    if (use_device(g, err) != 0 || !(m = gpu_alloc(g->ctx, bytes ? bytes : 1, err)) ||
+        !(v = gpu_alloc(g->ctx, bytes ? bytes : 1, err)) || gpu_upload(g->ctx, m, s->adam_m, bytes, err) != 0 ||
+        gpu_upload(g->ctx, v, s->adam_v, bytes, err) != 0) {
+        gpu_free(g->ctx, m), gpu_free(g->ctx, v);
+        return pp_wrap(err, "gpu stage: the optimizer's moments of %zu weights on the device", bytes / sizeof(float));
+    }
+    gpu_free(g->ctx, g->adam_m), gpu_free(g->ctx, g->adam_v);
+    g->adam_m = m, g->adam_v = v;
+    return 0;
 }
