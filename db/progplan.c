@@ -152,6 +152,10 @@ static int pipeline_ranks(const rows *rs, const int *lens, int world, int stages
     for (int s = 0; s < stages; s++) seen[s] = -1;
     for (size_t i = 0; i < rs->n; i++)
         if (seen[rs->v[i].stage] != rs->v[i].rank) seen[rs->v[i].stage] = rs->v[i].rank, copies[rs->v[i].stage]++;
+    if (copies[0] == 0) { /* a rank's plan alone never names stage 0 */
+        pp_fail(err, "%s: no rank runs stage 0: not replicas of one pipeline", what);
+        goto done;
+    }
     for (int s = 0; s < stages; s++)
         if (copies[s] != copies[0] || world % copies[0] != 0) {
             pp_fail(err, "%s: stage 0 is on %d of the %d ranks, stage %d on %d: not replicas of one pipeline", what,

@@ -309,6 +309,26 @@ static void replicated_gpipe(int strided, char *plan, size_t size) {
     db_close(d);
 }
 
+/* Two ranks that both declare only stage 1 of 2 (the library checks each
+ * action's bounds, not that the plans make a pipeline): not simulated, and
+ * no stage 0 to count replicas by is no division by zero. */
+Test(program_db, plans_without_stage_0_are_not_simulated) {
+    db *d = tfix_open_fresh(tfix_path("nostage0.db"));
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[32];
+    const char *second[] = {"1F0"};
+    for (int r = 0; r < 2; r++) {
+        size_t n = declare(r, 0, "x", 1, 2, 1, second, 1, ev);
+        insert(d, job, ev, n);
+    }
+    trace_event st[] = {rec(0, TRACE_F, 1, 0, 0, 0, 10), rec(1, TRACE_F, 1, 0, 0, 0, 10)};
+    insert(d, job, st, 2);
+    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(sim_end_ns) FROM plan"), 0);
+    db_close(d);
+}
+
 Test(program_db, replicas_of_one_pipeline_share_its_simulated_timeline) {
     char buf[1024];
     replicated_gpipe(0, buf, sizeof buf);

@@ -444,8 +444,8 @@ static int run_action(engine *e, step_state *st, const sched_action *a, pp_err *
  *
  * An overlapped pair (sched_overlaps: DualPipeV's F of one chunk and BW of
  * the other) runs its F on a second thread while the engine's thread runs
- * its backward, each with single-threaded BLAS (model_blas_one_thread), so
- * the two spans overlap in the trace. They share nothing but what is safe
+ * its backward (on the CPU each with single-threaded BLAS:
+ * model_blas_one_thread), so the two spans overlap in the trace. They share nothing but what is safe
  * to share: two stages of their own, the comm (it takes several threads),
  * the trace ring (under trace_mu) and the mailbox, where each reads and
  * writes slots of its own (an F's activation, a backward's gradient; the

@@ -23,8 +23,8 @@
  *
  * Threads: none of its own; calls come from the devcomm caller's threads,
  * two at once in an overlapped pair (devcomm.h): mu serialises each call
- * but for a receive's wait for its announcement, so neither half waits for
- * a message behind the other.  The current device is per thread and the caller's may differ
+ * but for a receive's waits (for the announcement, then for the sender's
+ * copy), so neither half waits for a message behind the other.  The current device is per thread and the caller's may differ
  * from ours (another library, another thread than open's): every entry
  * point that calls CUDA sets it (flush makes no CUDA call).  Acknowledgements carry per-pair sequence-numbered tags
  * (COMM_DIR_DEVACK) and are taken in order. */
@@ -328,15 +328,23 @@ int dc_ipc_recv(dc_ipc *t, int peer, uint64_t tag, void *dev, size_t len, int ti
     pthread_mutex_lock(&t->mu);
     int rc = 0;
     ipc_remote *r = NULL;
+    cudaEvent_t ev = NULL;
+    const void *src = NULL;
     if (s->a.len != len) {
         rc = pp_fail(err, "devcomm (cuda-ipc): message %s from rank %d has %llu bytes, but rank %d expected %zu",
                      comm_tag_str(tag, ts, sizeof ts), peer, (unsigned long long)s->a.len, t->cfg->host->rank, len);
     } else if (len && open_remote(t, peer, &s->a, &r, err) < 0) {
         rc = -1;
-    } else if (len && wait_sender_copy(t, peer, tag, r->ev, deadline, timeout_ms, err) < 0) {
-        rc = -1;
     } else if (len) {
-        cudaError_t e = cudaMemcpyAsync(dev, r->dev, len, cudaMemcpyDeviceToDevice, t->stream);
+        ev = r->ev, src = r->dev; /* not r: another caller's open_remote may move the array */
+    }
+    pthread_mutex_unlock(&t->mu);
+    /* The wait for the sender's copy, without mu as the announcement's: the
+     * sender reuses its buffer only after our ack, below. */
+    if (rc == 0 && len && wait_sender_copy(t, peer, tag, ev, deadline, timeout_ms, err) < 0) rc = -1;
+    pthread_mutex_lock(&t->mu);
+    if (rc == 0 && len) {
+        cudaError_t e = cudaMemcpyAsync(dev, src, len, cudaMemcpyDeviceToDevice, t->stream);
         if (e == cudaSuccess) e = cudaStreamSynchronize(t->stream);
         if (e != cudaSuccess) rc = cu_fail(t, err, e, "copy out of the sender's buffer", peer);
     }
