@@ -282,7 +282,8 @@ int file_private_dir_create(const char *prefix, char *out, size_t cap, pp_err *e
     return 0;
 }
 
-/* Everything in the folder open at fd (closed here), depth folders deep. */
+/* Everything in the folder open at fd (closed here), depth folders deep;
+ * path is that folder's, for the messages. */
 static int remove_within(int fd, int depth, const char *path, pp_err *err) {
     DIR *d = fdopendir(fd);
     if (!d) {
@@ -297,10 +298,16 @@ static int remove_within(int fd, int depth, const char *path, pp_err *err) {
             rc = pp_fail(err, "%s/%s: cannot remove it: %s", path, e->d_name, strerror(errno));
             break;
         }
-        int sub = depth < 8 ? openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-        if (sub < 0) rc = pp_fail(err, "%s/%s: folders nest too deep, or %s", path, e->d_name, strerror(errno));
-        else if ((rc = remove_within(sub, depth + 1, path, err)) == 0 && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR))
-            rc = pp_fail(err, "%s/%s: cannot remove it: %s", path, e->d_name, strerror(errno));
+        char inner[4096];
+        snprintf(inner, sizeof inner, "%s/%s", path, e->d_name);
+        if (depth >= 8) {
+            rc = pp_fail(err, "%s: folders nest more than 8 deep", inner);
+            break;
+        }
+        int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) rc = pp_fail(err, "%s: %s", inner, strerror(errno));
+        else if ((rc = remove_within(sub, depth + 1, inner, err)) == 0 && unlinkat(dirfd(d), e->d_name, AT_REMOVEDIR))
+            rc = pp_fail(err, "%s: cannot remove it: %s", inner, strerror(errno));
         if (rc == 0) rewinddir(d); /* entries may have moved under readdir */
     }
     closedir(d);

@@ -226,6 +226,25 @@ Test(base, a_private_folder_is_new_and_removed_without_following_links, .init = 
     cr_assert_eq(stat(target, &st), 0, "a file a link pointed to was removed");
 }
 
+/* Folders nested past the limit: refused naming the deepest folder's own
+ * path, with no stale errno text. */
+Test(base, a_private_folder_nested_too_deep_names_the_right_path, .init = make_scratch, .fini = remove_scratch) {
+    char dir[256], path[1024];
+    pp_err err;
+    setenv("TMPDIR", scratch, 1);
+    cr_assert_eq(file_private_dir_create("pprun-x-", dir, sizeof dir, &err), 0, "%s", err.msg);
+    snprintf(path, sizeof path, "%s", dir);
+    for (int i = 0; i < 9; i++) {
+        size_t len = strlen(path);
+        snprintf(path + len, sizeof path - len, "/d%d", i);
+        cr_assert_eq(mkdir(path, 0700), 0, "%s", path);
+    }
+    cr_assert_eq(file_private_dir_remove(dir, &err), -1);
+    char want[1100];
+    snprintf(want, sizeof want, "%s: folders nest more than 8 deep", path);
+    cr_assert_str_eq(err.msg, want);
+}
+
 /* A whole output: the target appears only at the commit; an abort leaves
  * the folder as it was; an existing regular file is replaced (a new
  * inode), never written in place. */

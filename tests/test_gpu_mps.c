@@ -13,6 +13,7 @@
  * itself, checks what needs no GPU: --mps on with --device cpu. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -111,23 +112,29 @@ static int job_run(mps_job *j, const char *env, const char *args) {
     return status;
 }
 
-/* How many processes run the stand-in of this test (its path is on their
- * command line); with kill_them each is killed, so that a failed test
- * leaves none. */
+/* How many processes of this test's stand-in there are: every process its
+ * job started inherits MPS_STANDIN_LOG=<this test's log> (the daemon, the
+ * `sleep` of its slow start, a client), however its command line reads or
+ * whichever session it is in; the job's own processes are gone when this
+ * is asked. With kill_them each is killed, so that a failed test leaves
+ * none. */
 static int standin_processes(const mps_job *j, int kill_them) {
     int n = 0;
+    char want[400];
+    size_t wlen = (size_t)snprintf(want, sizeof want, "MPS_STANDIN_LOG=%s", j->log) + 1; /* with its NUL */
+    static char env[1 << 16];
     DIR *d = opendir("/proc");
     for (struct dirent *e; d && (e = readdir(d));) {
-        char path[300], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        char path[300];
+        snprintf(path, sizeof path, "/proc/%s/environ", e->d_name);
         FILE *f = fopen(path, "rb");
         if (!f) continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        size_t len = fread(env, 1, sizeof env, f);
         fclose(f);
-        for (size_t i = 0; i < len; i++)
-            if (!cmd[i]) cmd[i] = ' ';
-        cmd[len] = '\0';
-        if (strstr(cmd, j->bin) && (!kill_them || kill(atoi(e->d_name), SIGKILL) == 0)) n++;
+        int found = 0;
+        for (size_t at = 0; at + wlen <= len && !found; at += strnlen(env + at, len - at) + 1)
+            found = memcmp(env + at, want, wlen) == 0;
+        if (found && atoi(e->d_name) != getpid() && (!kill_them || kill(atoi(e->d_name), SIGKILL) == 0)) n++;
     }
     if (d) closedir(d);
     return n;
@@ -249,13 +256,29 @@ Test(SUITE, mps_off_starts_no_daemon, .timeout = 300) {
 }
 
 /* CUDA_MPS_PIPE_DIRECTORY already set (a daemon the user runs): auto
- * starts none and says so; the workers keep the variable. */
+ * starts none and says so; the workers keep the variable (each connects
+ * through the FIFO there, which the test reads in the user's daemon's
+ * place). */
 Test(SUITE, auto_leaves_a_daemon_the_user_named_alone, .timeout = 300) {
     mps_job j;
     job_init(&j, "users", 1);
-    char env[512];
-    snprintf(env, sizeof env, "PPRUN_STUB_DEVICES=1 CUDA_MPS_PIPE_DIRECTORY=%s/users-mps", j.dir);
+    char env[512], users[400], fifo[420];
+    snprintf(users, sizeof users, "%s/users-mps", j.dir);
+    snprintf(fifo, sizeof fifo, "%s/control", users);
+    cr_assert_eq(mkdir(users, 0700), 0);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    int rd = open(fifo, O_RDONLY | O_NONBLOCK);
+    cr_assert_geq(rd, 0);
+    snprintf(env, sizeof env, "PPRUN_STUB_DEVICES=1 CUDA_MPS_PIPE_DIRECTORY=%s", users);
     int status = job_run(&j, env, "--nproc-per-node 2 --steps 1");
+    char said[4096];
+    ssize_t got = read(rd, said, sizeof said - 1);
+    said[got > 0 ? got : 0] = '\0';
+    close(rd);
+    char want[512];
+    snprintf(want, sizeof want, " pipe=%s log=(unset) ", users);
+    cr_assert_eq(count(said, "client "), 2, "%s", said);
+    cr_assert_eq(count(said, want), 2, "the workers kept the user's CUDA_MPS_PIPE_DIRECTORY: %s", said);
     char *out = slurp(j.out);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
     cr_assert_eq(access(j.log, F_OK), -1, "the stand-in ran: %s", out);
@@ -435,5 +458,55 @@ Test(SUITE, a_daemon_that_ignores_quit_is_killed, .timeout = 300) {
     cr_assert_lt(pp_now_ns() - t0, 100000000000ull);
     free(log);
     free(out);
+}
+/* A folder named nvidia-cuda-mps-control earlier on PATH is no program:
+ * the stand-in after it is the one used. */
+Test(SUITE, a_folder_of_the_programs_name_on_path_is_passed_over, .timeout = 300) {
+    mps_job j;
+    job_init(&j, "pathdir", 1);
+    char first[400], env[1024];
+    snprintf(first, sizeof first, "%s/first", j.dir);
+    cr_assert_eq(mkdir(first, 0755), 0);
+    snprintf(env, sizeof env, "%s/nvidia-cuda-mps-control", first);
+    cr_assert_eq(mkdir(env, 0755), 0);
+    snprintf(env, sizeof env, "PPRUN_STUB_DEVICES=1 PATH=%s:%s:/usr/bin:/bin", first, j.bin);
+    int status = job_run(&j, env, "--mps on --nproc-per-node 2 --steps 1");
+    char *out = slurp(j.out);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    daemon_served(&j, 2, 1);
+    nothing_left(&j);
+    free(out);
+}
+
+/* A daemon that writes its pid file after the start gave up on it (10 s;
+ * the stand-in's at 12 s): --mps auto runs the job without it, --mps on
+ * exits 2; either way the late daemon is found and killed, and nothing is
+ * left. The two jobs run side by side (about 15 s). */
+Test(SUITE, a_daemon_that_starts_late_is_not_left_running, .timeout = 300) {
+    mps_job a, o;
+    job_init(&a, "late-auto", 1);
+    job_init(&o, "late-on", 1);
+    const char *env = "PPRUN_STUB_DEVICES=1 MPS_STANDIN_START_DELAY=12";
+    pid_t pa = job_spawn(&a, env, "--nproc-per-node 2 --steps 1 --shutdown-timeout 3");
+    pid_t po = job_spawn(&o, env, "--mps on --nproc-per-node 2 --steps 1 --shutdown-timeout 3");
+    int sa, so;
+    cr_assert_eq(waitpid(pa, &sa, 0), pa);
+    cr_assert_eq(waitpid(po, &so, 0), po);
+    a.left = standin_processes(&a, 1);
+    o.left = standin_processes(&o, 1);
+    char *out = slurp(a.out);
+    cr_assert(WIFEXITED(sa) && WEXITSTATUS(sa) == 0, "exit %d: %s", sa, out);
+    cr_assert(strstr(out, "pprun run: MPS not started: `") && strstr(out, "no daemon wrote"), "%s", out);
+    nothing_left(&a);
+    free(out);
+    out = slurp(o.out);
+    cr_assert(WIFEXITED(so) && WEXITSTATUS(so) == 2, "exit %d: %s", so, out);
+    cr_assert(strstr(out, "pprun run: --mps on: `") && strstr(out, "no daemon wrote"), "%s", out);
+    cr_assert_eq(access(o.db, F_OK), -1, "a database was created");
+    nothing_left(&o);
+    free(out);
+    char *log = slurp(o.log);
+    cr_assert_eq(count(log, "starting "), 1, "the late daemon came up: %s", log);
+    free(log);
 }
 #endif

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "runner/launch/launch_int.h"
@@ -60,4 +62,26 @@ Test(launch_output, lines_keep_their_order_and_each_gets_the_prefix) {
     char *text = pass_through(data, sizeof data - 1, &len);
     cr_assert_str_eq(text, "[0]: one\n[0]: two\n[0]: \n[0]: last without newline\n");
     free(text);
+}
+
+/* The descendant walk spares the caller's keep_groups (pprun run's MPS
+ * daemon, our child when the launcher is PID 1): a child in such a group is
+ * neither counted nor signalled; outside them it is both. */
+Test(launch_output, the_descendant_walk_spares_the_keep_groups) {
+    pid_t child = fork();
+    if (child == 0) {
+        setpgid(0, 0);
+        for (;;) pause();
+    }
+    cr_assert_gt(child, 0);
+    setpgid(child, child); /* whichever of the two runs first */
+    while (getpgid(child) != child) usleep(1000);
+    cr_assert_eq(launch_signal_descendants(SIGKILL, NULL, 0, &child, 1), 0, "a kept group was counted");
+    usleep(50000);
+    char state = launch_proc_state(child);
+    cr_assert(state && state != 'Z', "a kept group was signalled (state %c)", state ? state : '-');
+    cr_assert_eq(launch_signal_descendants(0, NULL, 0, NULL, 0), 1);
+    kill(child, SIGKILL);
+    int status;
+    cr_assert_eq(waitpid(child, &status, 0), child);
 }

@@ -103,7 +103,9 @@ void job_attempts_run(run_job *job, job_outcome *end) {
     job_mps_guard(&job->mps, job->guard); /* a killed launcher's daemon dies with its ranks */
     launch_hooks hooks = {
         .ctx = job, .before_attempt = before_attempt, .rank_env = rank_env, .started = started,
-        .after_attempt = after_attempt, .blame = blame, .guard = job->guard};
+        .after_attempt = after_attempt, .blame = blame, .guard = job->guard,
+        /* the daemon, our child when pprun is PID 1, outlives every attempt: job_mps_stop stops it */
+        .keep_groups = &job->mps.group, .nkeep = job->mps.group ? 1 : 0};
     end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);
     end->exit_code = end->res.exit_code;
     job_salvage_update(job, end);

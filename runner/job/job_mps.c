@@ -22,6 +22,7 @@
 
 #define MPS_CONTROL "nvidia-cuda-mps-control"
 #define MPS_PID_FILE "nvidia-cuda-mps-control.pid"
+#define MPS_DEFAULT_PIPE "/tmp/nvidia-mps" /* a daemon's pipe directory without CUDA_MPS_PIPE_DIRECTORY */
 #define MPS_START_NS 10000000000ull /* for `-d` to return and the pid file to appear */
 #define MPS_KILLED_NS 2000000000ull /* for a killed daemon to be gone */
 
@@ -63,17 +64,20 @@ void job_mps_pass_signal(job_mps *m) {
 
 /* ---- deciding ---------------------------------------------------------------- */
 
-/* The control program's path from PATH into out; -1 when none is there. */
+/* The control program's path from PATH into out (launch_find_program's
+ * first candidate: an executable file, never a folder of that name); -1
+ * when none is there. */
 static int find_control(char *out, size_t cap) {
-    const char *path = getenv("PATH");
-    for (const char *p = path ? path : ""; *p;) {
-        size_t n = strcspn(p, ":");
-        if (n > 0 && snprintf(out, cap, "%.*s/%s", (int)n, p, MPS_CONTROL) < (int)cap && access(out, X_OK) == 0)
-            return 0;
-        p += n + (p[n] == ':');
-    }
-    return -1;
+    char **paths;
+    pp_err ignored;
+    if (launch_find_program(MPS_CONTROL, &paths, &ignored) != 0) return -1;
+    int fits = snprintf(out, cap, "%s", paths[0]) < (int)cap;
+    launch_paths_free(paths);
+    return fits ? 0 : -1;
 }
+
+static int is_daemon(pid_t pid);
+static pid_t read_pid_file(const char *pipe);
 
 int job_mps_decide(job_mps *m, const run_config *cfg, int program, int nproc_per_node, int devices, pp_err *err) {
     memset(m, 0, sizeof *m);
@@ -95,6 +99,10 @@ int job_mps_decide(job_mps *m, const run_config *cfg, int program, int nproc_per
     } else if (cfg->mps == RUN_MPS_AUTO && getenv("CUDA_MPS_PIPE_DIRECTORY")) {
         snprintf(m->why_not, sizeof m->why_not,
                  "CUDA_MPS_PIPE_DIRECTORY is set: the workers use the MPS daemon it names, if one runs there");
+    } else if (cfg->mps == RUN_MPS_AUTO && is_daemon(read_pid_file(MPS_DEFAULT_PIPE))) {
+        /* a system-wide daemon (the workers, without the variable, use it):
+         * a second one would compete with it for the GPUs */
+        snprintf(m->why_not, sizeof m->why_not, "an MPS control daemon already runs (%s)", MPS_DEFAULT_PIPE);
     }
     if (m->why_not[0]) {
         snprintf(m->state, sizeof m->state, "unavailable: %s", m->why_not);
@@ -161,6 +169,7 @@ static int run_control(const job_mps *m, const char *arg, const char *input, int
         if (r == pid) return 0;
         if (r < 0 && errno != EINTR) return pp_fail(err, "%s: waitpid: %s", m->control, strerror(errno));
         if (pp_now_ns() >= deadline) {
+            kill(-pid, SIGKILL); /* its group (setpgid above): what it forked and did not move out */
             kill(pid, SIGKILL);
             while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
             }
@@ -188,6 +197,7 @@ static ssize_t read_proc(const char *path, char *buf, size_t cap) {
  * the control program (a pid the system gave to another process since is
  * not). */
 static int is_daemon(pid_t pid) {
+    if (pid <= 1) return 0;
     char state = launch_proc_state(pid);
     if (!state || state == 'Z') return 0;
     char path[64], cmd[4096];
@@ -198,12 +208,13 @@ static int is_daemon(pid_t pid) {
     return len > 0 && strstr(cmd, MPS_CONTROL) != NULL;
 }
 
-/* The pid in the daemon's pid file; 0 when there is none (yet). */
-static pid_t read_pid_file(const job_mps *m) {
+/* The pid in the pid file of a daemon whose pipe directory is pipe; 0 when
+ * there is none (yet). */
+static pid_t read_pid_file(const char *pipe) {
     char path[400], *text = NULL;
     size_t len;
     pp_err ignored;
-    snprintf(path, sizeof path, "%s/pipe/%s", m->dir, MPS_PID_FILE);
+    snprintf(path, sizeof path, "%s/%s", pipe, MPS_PID_FILE);
     if (file_input_read(path, "MPS's pid file", 64, &text, &len, &ignored) != 0) return 0;
     long pid = 0;
     char *end = text;
@@ -265,10 +276,12 @@ static int start_daemon(job_mps *m, pp_err *err) {
     snprintf(errors, sizeof errors, "%s/start-errors", log);
     int efd = open(errors, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600), status;
     if (efd < 0) return pp_fail(err, "%s: %s", errors, strerror(errno));
+    m->launched = 1; /* from here a daemon may run, even one whose pid is never read */
     int rc = run_control(m, "-d", NULL, efd, MPS_START_NS, &status, err);
     close(efd);
     if (rc != 0) return -1;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        m->launched = 0; /* it said it could not start one */
         char how[64], *said = NULL;
         size_t len = 0;
         pp_err ignored;
@@ -281,8 +294,8 @@ static int start_daemon(job_mps *m, pp_err *err) {
     }
     uint64_t deadline = pp_now_ns() + MPS_START_NS;
     for (;;) {
-        pid_t pid = read_pid_file(m);
-        if (pid && is_daemon(pid)) {
+        pid_t pid = read_pid_file(pipe);
+        if (is_daemon(pid)) {
             m->daemon = pid;
             return 0;
         }
@@ -336,8 +349,18 @@ void job_mps_stop(job_mps *m) {
         pp_err err;
         int status;
         uint64_t deadline = pp_now_ns() + m->quit_ns;
-        if (m->daemon && run_control(m, NULL, "quit\n", -1, m->quit_ns, &status, &err) != 0)
+        if (m->launched && run_control(m, NULL, "quit\n", -1, m->quit_ns, &status, &err) != 0 && m->daemon)
             fprintf(stderr, "pprun run: MPS: %s\n", err.msg);
+        /* A daemon whose pid file came late (after the start gave up) or not
+         * yet missed the quit: the one its pid file names by the deadline is
+         * killed below. */
+        char pipe[216];
+        snprintf(pipe, sizeof pipe, "%s/pipe", m->dir);
+        while (m->launched && !m->daemon && pp_now_ns() < deadline) {
+            pid_t pid = read_pid_file(pipe);
+            if (is_daemon(pid)) m->daemon = pid;
+            else pp_sleep_ns(10000000);
+        }
         if (m->daemon && !wait_gone(m->daemon, deadline)) {
             fprintf(stderr, "pprun run: the MPS control daemon (pid %d) did not quit within %.1fs: killing it\n",
                     (int)m->daemon, (double)m->quit_ns / 1e9);
@@ -345,11 +368,14 @@ void job_mps_stop(job_mps *m) {
             if (!wait_gone(m->daemon, pp_now_ns() + MPS_KILLED_NS))
                 fprintf(stderr, "pprun run: the MPS control daemon (pid %d) is still there\n", (int)m->daemon);
         }
+        /* Our child when pprun is PID 1 (a container without --init): its
+         * zombie reaped; not ours: nothing (ECHILD). */
+        if (m->daemon) waitpid(m->daemon, NULL, WNOHANG);
         if (m->group) launch_guard_note(m->guard, -m->group);
         m->group = 0, m->guard = NULL;
         if (file_private_dir_remove(m->dir, &err) != 0) fprintf(stderr, "pprun run: MPS: %s\n", err.msg);
         m->dir[0] = '\0';
-        m->daemon = 0;
+        m->daemon = 0, m->launched = 0;
     }
     release_signals(m);
 }

@@ -37,6 +37,7 @@ typedef struct job_mps {
     char dir[200];      /* the private folder; "" when there is none */
     char pipe_env[256]; /* CUDA_MPS_PIPE_DIRECTORY=DIR/pipe */
     char log_env[256];  /* CUDA_MPS_LOG_DIRECTORY=DIR/log */
+    int launched;       /* `-d` ran and did not say it failed: a daemon may run, its pid known or not */
     pid_t daemon;       /* from its pid file; 0: none known */
     pid_t group;        /* its process group, which the guard kills with the ranks; 0: none */
     launch_guard *guard; /* the job's guard that knows the group, until it stops */

@@ -112,6 +112,11 @@ int launch_check_token(const launch_options *o, pp_err *err);
  * found in PATH), else -1 naming it: for a command that refuses before it
  * writes anything. launch_job looks it up too. */
 int launch_check_program(const launch_options *o, pp_err *err);
+/* Candidate paths for PROGRAM (PATH lookup like execvp: a PATH entry's
+ * executable regular files, never a folder), NULL-terminated, owned by the
+ * caller (launch_paths_free). Fails if none is executable. */
+int launch_find_program(const char *prog, char ***paths, pp_err *err);
+void launch_paths_free(char **paths);
 /* The option list, for --help of `pprun launch` (nproc_default 1: with its
  * usage line) and of commands reusing it (their own default, no usage line). */
 void launch_usage(FILE *out, int nproc_default);
@@ -244,6 +249,12 @@ typedef struct launch_hooks {
     /* The caller's guard (see above), kept after launch_job returns; NULL:
      * launch_job starts one for its own time. */
     launch_guard *guard;
+    /* Process groups of the caller's that its descendants may hold (pprun
+     * run's MPS daemon: when the launcher is PID 1 orphans become its
+     * children) and that the caller stops itself: launch_job neither
+     * signals their members nor waits for them to end. */
+    const pid_t *keep_groups;
+    size_t nkeep;
 } launch_hooks;
 
 /* Runs the job until success, final failure or a signal. res is always

@@ -139,9 +139,15 @@ fail:
     return -1;
 }
 
+/* launch_signal_descendants, sparing the caller's keep_groups. */
+static int descendants(const launch_ctx *c, int sig, const pid_t *skip_groups, size_t nskip) {
+    const launch_hooks *h = c->hooks;
+    return launch_signal_descendants(sig, skip_groups, nskip, h ? h->keep_groups : NULL, h ? h->nkeep : 0);
+}
+
 /* Signals every rank's group whose leader is not reaped (its pgid cannot
  * have been reused), then every other descendant. */
-static void signal_all(slot *slots, int n, int sig) {
+static void signal_all(const launch_ctx *c, slot *slots, int n, int sig) {
     pid_t groups[LAUNCH_MAX_NPROC];
     size_t ng = 0;
     for (int i = 0; i < n; i++) {
@@ -149,7 +155,7 @@ static void signal_all(slot *slots, int n, int sig) {
         kill(-slots[i].pid, sig);
         groups[ng++] = slots[i].pid;
     }
-    launch_signal_descendants(sig, groups, ng);
+    descendants(c, sig, groups, ng);
 }
 
 static int failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
@@ -192,11 +198,11 @@ static void attempt_free(attempt *a) {
 /* The signal to every rank, then SIGKILL once --shutdown-timeout is up. */
 static void begin_teardown(attempt *a, int sig) {
     a->tearing = 1;
-    signal_all(a->slots, a->n, sig);
+    signal_all(a->c, a->slots, a->n, sig);
     /* A stopped rank (SIGSTOP, a debugger's stop) keeps a SIGTERM pending
      * until it runs again: continue it, so that it ends now and not at
      * --shutdown-timeout. */
-    if (sig != SIGKILL) signal_all(a->slots, a->n, SIGCONT);
+    if (sig != SIGKILL) signal_all(a->c, a->slots, a->n, SIGCONT);
     a->kill_at = pp_now_ns() + a->c->o->shutdown_timeout_ns;
 }
 
@@ -208,7 +214,7 @@ static void start_ranks(attempt *a, pp_err *err) {
         if (start_rank(c, i, &a->slots[i], err) != 0) {
             a->outcome = LAUNCH_ATTEMPT_ERROR;
             a->tearing = 1;
-            signal_all(a->slots, a->n, SIGKILL);
+            signal_all(a->c, a->slots, a->n, SIGKILL);
             a->killed = 1;
             return;
         }
@@ -286,10 +292,10 @@ static void on_signals(attempt *a) {
             /* Forward the very signal, then the usual grace; a
              * teardown under way (a failure) keeps its deadline. */
             if (!a->tearing) begin_teardown(a, sig);
-            else signal_all(a->slots, a->n, sig);
+            else signal_all(a->c, a->slots, a->n, sig);
         } else if (!a->killed) {
             /* A second signal: the user is impatient. */
-            signal_all(a->slots, a->n, SIGKILL);
+            signal_all(a->c, a->slots, a->n, SIGKILL);
             a->killed = 1;
         }
     }
@@ -429,28 +435,30 @@ static int attempt_over(attempt *a) {
     int all_exited = 1;
     for (int i = 0; i < a->n; i++) all_exited &= !a->slots[i].alive;
     if (all_exited && !a->tearing) {
-        if (launch_signal_descendants(0, NULL, 0) == 0) return 1;
+        if (descendants(a->c, 0, NULL, 0) == 0) return 1;
         begin_teardown(a, SIGTERM);
     }
     if (!a->tearing) return 0;
     if (!a->killed && pp_now_ns() >= a->kill_at) {
         a->killed = 1;
-        signal_all(a->slots, a->n, SIGKILL);
+        signal_all(a->c, a->slots, a->n, SIGKILL);
     } else if (a->killed) {
-        signal_all(a->slots, a->n, SIGKILL); /* anything forked since */
+        signal_all(a->c, a->slots, a->n, SIGKILL); /* anything forked since */
     }
-    return all_exited && launch_signal_descendants(0, NULL, 0) == 0;
+    return all_exited && descendants(a->c, 0, NULL, 0) == 0;
 }
 
 /* Killed descendants may still be zombies (or on their way): reap them
  * here, or they would outlive us as entries in the process table. */
-static void reap_leftovers(void) {
+static void reap_leftovers(const launch_ctx *c) {
     for (int tries = 0; tries < 2000; tries++) {
         pid_t r = waitpid(-1, NULL, WNOHANG);
         if (r > 0) continue;
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) break; /* ECHILD: no child left */
-        usleep(1000);     /* a child is still exiting */
+        /* only children of the keep_groups, which live on: none to wait for */
+        if (c->hooks && c->hooks->nkeep && descendants(c, 0, NULL, 0) == 0) break;
+        usleep(1000); /* a child is still exiting */
     }
 }
 
@@ -484,7 +492,7 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
         reap_ranks(&a);
         if (attempt_over(&a)) break;
     }
-    reap_leftovers();
+    reap_leftovers(c);
     finish_output(&a);
     int outcome = a.outcome;
     attempt_free(&a);

@@ -59,15 +59,13 @@ typedef struct launch_spawn {
 
 /* Fork + exec; the child joins a new process group. -1 with err on failure. */
 pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err);
-/* Candidate paths for PROGRAM (PATH lookup like execvp), NULL-terminated,
- * owned by the caller (launch_paths_free). Fails if none is executable. */
-int launch_find_program(const char *prog, char ***paths, pp_err *err);
-void launch_paths_free(char **paths);
 /* Sends sig (0: none) to every live descendant of this process (walking
  * /proc) except members of the skip_groups process groups (signalled as
  * groups by the caller), and returns how many live descendants there were
- * (zombies do not count). */
-int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip);
+ * (zombies do not count). Members of the keep_groups (launch_hooks) are
+ * neither signalled nor counted. */
+int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip, const pid_t *keep_groups,
+                              size_t nkeep);
 
 /* --- environment (launch_env.c) -------------------------------------------- */
 

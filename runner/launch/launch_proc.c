@@ -190,7 +190,14 @@ static size_t read_procs(proc_row **rows) {
     return n;
 }
 
-int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip) {
+static int in_groups(pid_t pgrp, const pid_t *groups, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (pgrp == groups[k]) return 1;
+    return 0;
+}
+
+int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip, const pid_t *keep_groups,
+                              size_t nkeep) {
     proc_row *rows;
     size_t n = read_procs(&rows);
     pid_t self = getpid();
@@ -222,10 +229,9 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip) {
     int live = 0;
     for (size_t i = 0; i < n; i++) {
         if (rows[i].mark != 1 || rows[i].state == 'Z' || rows[i].state == 'X') continue;
+        if (in_groups(rows[i].pgrp, keep_groups, nkeep)) continue;
         live++;
-        int skip = 0;
-        for (size_t k = 0; k < nskip && !skip; k++) skip = rows[i].pgrp == skip_groups[k];
-        if (sig && !skip) kill(rows[i].pid, sig);
+        if (sig && !in_groups(rows[i].pgrp, skip_groups, nskip)) kill(rows[i].pid, sig);
     }
     free(rows);
     return live;
@@ -275,7 +281,8 @@ extern char **environ;
  * announced and did not retire; the will in force, and the descriptors of
  * the one on its way. A launcher killed while it tells a new will leaves
  * the old one in force. */
-static pid_t guard_groups[LAUNCH_MAX_NPROC];
+#define GUARD_GROUPS (LAUNCH_MAX_NPROC + 1) /* every rank's, and a helper's (pprun run's MPS daemon) */
+static pid_t guard_groups[GUARD_GROUPS];
 static size_t guard_ngroups;
 static char guard_in[sizeof(guard_msg) + GUARD_WILL_BYTES];
 static char guard_text[GUARD_WILL_BYTES];
@@ -321,7 +328,7 @@ static void guard_set_will(const char *text, size_t len) {
 }
 
 static void guard_group(pid_t v) {
-    if (v > 0 && guard_ngroups < LAUNCH_MAX_NPROC) {
+    if (v > 0 && guard_ngroups < GUARD_GROUPS) {
         guard_groups[guard_ngroups++] = v;
         return;
     }
