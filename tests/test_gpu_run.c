@@ -441,46 +441,30 @@ Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bi
     dualpipev_job("PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, 2, "nccl"); /* a GPU per rank */
 }
 #else
+/* On the machine's GPUs, `count` of them; the test skips without one, or
+ * in a build without the GPU backend (body never compiled there). */
+#ifdef PPRUN_HAVE_CUDA
+static int machine_gpus(void) {
+    int count = 0;
+    pp_err err;
+    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
+    return count;
+}
+#define ON_GPUS(...)                  \
+    do {                              \
+        int count = machine_gpus();   \
+        (void)count;                  \
+        __VA_ARGS__;                  \
+    } while (0)
+#else
+#define ON_GPUS(...) cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)")
+#endif
 Test(SUITE, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
-#ifdef PPRUN_HAVE_CUDA
-    int count = 0;
-    pp_err err;
-    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
-    every_schedule(count, "", "fp32");
-    every_schedule(count, "", "bf16");
-#else
-    cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
-#endif
+    ON_GPUS(every_schedule(count, "", "fp32"); every_schedule(count, "", "bf16"));
 }
-Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) {
-#ifdef PPRUN_HAVE_CUDA
-    int count = 0;
-    pp_err err;
-    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
-    cupti_job("");
-#else
-    cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
-#endif
-}
-Test(SUITE, data_parallel_matches_one_rank_bit_for_bit, .timeout = 600) {
-#ifdef PPRUN_HAVE_CUDA
-    int count = 0;
-    pp_err err;
-    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
-    data_parallel(count, "");
-#else
-    cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
-#endif
-}
+Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) { ON_GPUS(cupti_job("")); }
+Test(SUITE, data_parallel_matches_one_rank_bit_for_bit, .timeout = 600) { ON_GPUS(data_parallel(count, "")); }
 Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bit, .timeout = 600) {
-#ifdef PPRUN_HAVE_CUDA
-    int count = 0;
-    pp_err err;
-    if (gpu_device_count(&count, &err) != 0) cr_skip_test("%s", err.msg);
-    dualpipev_job("", 2, "gpu");
-    dualpipev_job("", 4, "gpu");
-#else
-    cr_skip_test("pprun was built without the CUDA toolkit (PPRUN_HAVE_CUDA unset)");
-#endif
+    ON_GPUS(dualpipev_job("", 2, "gpu"); dualpipev_job("", 4, "gpu"));
 }
 #endif
