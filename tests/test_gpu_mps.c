@@ -94,6 +94,13 @@ static void job_init(mps_job *j, const char *name, int standin) {
 
 /* The environment and command line of a job: env, then pprun_emu run with
  * args; the stand-in's folder first on PATH. */
+/* The job's output, once its exit status is `code` (asserted). */
+static char *exited(const mps_job *j, int status, int code) {
+    char *out = slurp(j->out);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == code, "exit %d: %s", status, out);
+    return out;
+}
+
 static void job_command(const mps_job *j, const char *env, const char *args, char *cmd, size_t cap) {
     snprintf(cmd, cap,
              "exec env TMPDIR=%s PATH=%s:/usr/bin:/bin MPS_STANDIN_LOG=%s %s %s run --device cuda %s --db %s " MODEL
@@ -202,8 +209,7 @@ Test(SUITE, ranks_sharing_a_gpu_run_under_the_jobs_daemon, .timeout = 300) {
     mps_job j;
     job_init(&j, "shared", 1);
     int status = job_run(&j, "PPRUN_STUB_DEVICES=1 CUDA_VISIBLE_DEVICES=0", "--nproc-per-node 2 --steps 2");
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 0);
     cr_assert(strstr(out, "MPS control daemon started for 2 ranks on 1 GPU"), "%s", out);
     daemon_served(&j, 2, 1);
     char *log = slurp(j.log);
@@ -227,8 +233,7 @@ Test(SUITE, a_gpu_per_rank_starts_no_daemon, .timeout = 300) {
     mps_job j;
     job_init(&j, "pergpu", 1);
     int status = job_run(&j, "PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, "--nproc-per-node 2 --steps 1");
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 0);
     cr_assert_eq(access(j.log, F_OK), -1, "the stand-in ran: %s", out);
     cr_assert_null(strstr(out, "MPS"), "%s", out);
     char state[256];
@@ -242,8 +247,7 @@ Test(SUITE, mps_off_starts_no_daemon, .timeout = 300) {
     mps_job j;
     job_init(&j, "off", 1);
     int status = job_run(&j, "PPRUN_STUB_DEVICES=1", "--mps off --nproc-per-node 2 --steps 1");
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 0);
     cr_assert_eq(access(j.log, F_OK), -1, "the stand-in ran: %s", out);
     char state[256];
     job_mps_state(&j, state, sizeof state);
@@ -279,8 +283,7 @@ Test(SUITE, auto_leaves_a_daemon_the_user_named_alone, .timeout = 300) {
     snprintf(want, sizeof want, " pipe=%s log=(unset) ", users);
     cr_assert_eq(count(said, "client "), 2, "%s", said);
     cr_assert_eq(count(said, want), 2, "the workers kept the user's CUDA_MPS_PIPE_DIRECTORY: %s", said);
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 0);
     cr_assert_eq(access(j.log, F_OK), -1, "the stand-in ran: %s", out);
     cr_assert(strstr(out, "MPS not started (2 ranks share 1 GPU): CUDA_MPS_PIPE_DIRECTORY is set"), "%s", out);
     char state[256];
@@ -296,14 +299,12 @@ Test(SUITE, without_the_control_program_on_exits_2_and_auto_goes_on, .timeout = 
     mps_job j;
     job_init(&j, "missing", 0);
     int status = job_run(&j, "PPRUN_STUB_DEVICES=1", "--mps on --nproc-per-node 2 --steps 1");
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 2);
     cr_assert(strstr(out, "--mps on: nvidia-cuda-mps-control is not on PATH"), "%s", out);
     cr_assert_eq(access(j.db, F_OK), -1, "a database was created");
     free(out);
     status = job_run(&j, "PPRUN_STUB_DEVICES=1", "--nproc-per-node 2 --steps 1");
-    out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    out = exited(&j, status, 0);
     cr_assert_eq(count(out, "MPS not started (2 ranks share 1 GPU): nvidia-cuda-mps-control is not on PATH"), 1,
                  "%s", out);
     char state[256];
@@ -319,8 +320,7 @@ Test(SUITE, a_daemon_that_does_not_start_fails_on_and_not_auto, .timeout = 300) 
     mps_job j;
     job_init(&j, "nostart", 1);
     int status = job_run(&j, "PPRUN_STUB_DEVICES=1 MPS_STANDIN_FAIL_START=1", "--mps on --nproc-per-node 2 --steps 1");
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 2);
     cr_assert(strstr(out, "pprun run: --mps on: `") && strstr(out, "-d` exited 1: nvidia-cuda-mps-control (stand-in): "
                                                                  "cannot start (MPS_STANDIN_FAIL_START)\n"),
               "%s", out);
@@ -328,8 +328,7 @@ Test(SUITE, a_daemon_that_does_not_start_fails_on_and_not_auto, .timeout = 300) 
     nothing_left(&j);
     free(out);
     status = job_run(&j, "PPRUN_STUB_DEVICES=1 MPS_STANDIN_FAIL_START=1", "--nproc-per-node 2 --steps 1");
-    out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    out = exited(&j, status, 0);
     cr_assert(strstr(out, "pprun run: MPS not started: `"), "%s", out);
     char state[256];
     job_mps_state(&j, state, sizeof state);
@@ -342,8 +341,7 @@ Test(SUITE, a_failed_job_stops_the_daemon, .timeout = 300) {
     mps_job j;
     job_init(&j, "failed", 1);
     int status = job_run(&j, "PPRUN_STUB_DEVICES=1", "--mps on --nproc-per-node 2 --steps 3 --fail-at step=1,rank=1");
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 1);
     daemon_served(&j, 2, 1);
     nothing_left(&j);
     free(out);
@@ -447,8 +445,7 @@ Test(SUITE, a_daemon_that_ignores_quit_is_killed, .timeout = 300) {
     uint64_t t0 = pp_now_ns();
     int status = job_run(&j, "PPRUN_STUB_DEVICES=1 MPS_STANDIN_IGNORE_QUIT=1",
                          "--nproc-per-node 2 --steps 1 --shutdown-timeout 1");
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 0);
     cr_assert(strstr(out, "did not quit within 1.0s: killing it"), "%s", out);
     char *log = slurp(j.log);
     cr_assert(strstr(log, "ignored quit"), "%s", log);
@@ -471,8 +468,7 @@ Test(SUITE, a_folder_of_the_programs_name_on_path_is_passed_over, .timeout = 300
     cr_assert_eq(mkdir(env, 0755), 0);
     snprintf(env, sizeof env, "PPRUN_STUB_DEVICES=1 PATH=%s:%s:/usr/bin:/bin", first, j.bin);
     int status = job_run(&j, env, "--mps on --nproc-per-node 2 --steps 1");
-    char *out = slurp(j.out);
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "exit %d: %s", status, out);
+    char *out = exited(&j, status, 0);
     daemon_served(&j, 2, 1);
     nothing_left(&j);
     free(out);
