@@ -353,20 +353,30 @@ static void data_parallel(int count, const char *env) {
     char dir[256], name[64];
     snprintf(name, sizeof name, "dp-%d", count);
     snprintf(dir, sizeof dir, "%s", tfix_mkdir(name));
-    dp_job(dir, env, "ref", "--nproc-per-node 1 --microbatches 8 --trace off --eval-every 1 --eval-microbatches 4");
-    char *ref_losses, *ref_w, *ref_eval = metrics_arrays(dir, "ref", "\"eval_losses\":");
-    size_t ref_len;
-    job_result(dir, "ref", 1, &ref_losses, &ref_w, &ref_len);
-    cr_assert(strlen(ref_losses) > 0 && strlen(ref_eval) > 0, "the one-rank run reported no losses");
-    static const struct { const char *name, *args; int stages; } jobs[] = {
+    /* the one-rank runs, fp32 and bf16 */
+    static const char *const ref_name[2] = {"ref", "ref16"};
+    char *ref_losses[2], *ref_w[2], *ref_eval[2];
+    size_t ref_len[2];
+    for (int k = 0; k < 2; k++) {
+        char args[256];
+        snprintf(args, sizeof args, "--nproc-per-node 1 --microbatches 8 --trace off --eval-every 1 "
+                 "--eval-microbatches 4 --dtype %s", k ? "bf16" : "fp32");
+        dp_job(dir, env, ref_name[k], args);
+        ref_eval[k] = metrics_arrays(dir, ref_name[k], "\"eval_losses\":");
+        job_result(dir, ref_name[k], 1, &ref_losses[k], &ref_w[k], &ref_len[k]);
+        cr_assert(strlen(ref_losses[k]) > 0 && strlen(ref_eval[k]) > 0, "the one-rank run reported no losses");
+    }
+    static const struct { const char *name, *args; int stages, bf16; } jobs[] = {
         /* traced, with buckets of 16 KiB: several a stage */
-        {"1f1b", "--schedule 1f1b --dp-bucket 16KiB", 2},
-        {"zbv", "--schedule zb-v --virtual-stages 2 --trace off", 4},
-        {"zbh1", "--schedule zb-h1 --trace off", 2},
+        {"1f1b", "--schedule 1f1b --dp-bucket 16KiB", 2, 0},
+        {"zbv", "--schedule zb-v --virtual-stages 2 --trace off", 4, 0},
+        {"zbh1", "--schedule zb-h1 --trace off", 2, 0},
         /* ZeRO-1 under DualPipeV's overlapped pairs, traced, a checkpoint
          * after each step (the optimizer state gathered whole for it, then
          * sharded again) */
-        {"zero1", "--schedule dualpipev --zero1 --dp-bucket 16KiB --checkpoint-every 1", 4},
+        {"zero1", "--schedule dualpipev --zero1 --dp-bucket 16KiB --checkpoint-every 1", 4, 0},
+        /* bf16: the gathered weights' bf16 copy rewritten (params_written) */
+        {"zero1-bf16", "--schedule 1f1b --zero1 --dp-bucket 16KiB --trace off --dtype bf16", 2, 1},
     };
     for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
         char args[1024]; /* the evaluations (which hold out the data's last tenth) as the reference's */
@@ -375,13 +385,14 @@ static void data_parallel(int count, const char *env) {
         dp_job(dir, env, jobs[j].name, args);
         char *losses, *w;
         size_t len;
+        int k = jobs[j].bf16;
         job_result(dir, jobs[j].name, jobs[j].stages, &losses, &w, &len);
-        cr_expect_str_eq(losses, ref_losses, "%s on %d GPU(s): losses differ from the one-rank run", jobs[j].name,
+        cr_expect_str_eq(losses, ref_losses[k], "%s on %d GPU(s): losses differ from the one-rank run", jobs[j].name,
                          count);
-        cr_expect(len == ref_len && memcmp(w, ref_w, len) == 0, "%s on %d GPU(s): final weights differ from the "
-                  "one-rank run", jobs[j].name, count);
+        cr_expect(len == ref_len[k] && memcmp(w, ref_w[k], len) == 0, "%s on %d GPU(s): final weights differ from "
+                  "the one-rank run", jobs[j].name, count);
         char *ev = metrics_arrays(dir, jobs[j].name, "\"eval_losses\":");
-        cr_expect_str_eq(ev, ref_eval, "%s on %d GPU(s): evaluation losses differ from the one-rank GPU evaluation",
+        cr_expect_str_eq(ev, ref_eval[k], "%s on %d GPU(s): evaluation losses differ from the one-rank GPU evaluation",
                          jobs[j].name, count);
         free(losses), free(w), free(ev);
     }
@@ -414,7 +425,7 @@ static void data_parallel(int count, const char *env) {
     cr_expect_eq(tfix_q_int(s, "SELECT sum(optim_bytes) FROM events WHERE phase='OPT' AND step=0"), whole / 2,
                  "each replica's ranks hold half of the optimizer state");
     sqlite3_close(s);
-    free(ref_losses), free(ref_eval), free(ref_w);
+    for (int k = 0; k < 2; k++) free(ref_losses[k]), free(ref_eval[k]), free(ref_w[k]);
 }
 #endif
 

@@ -347,16 +347,19 @@ int job_mps_env(const job_mps *m, launch_env *env, pp_err *err) {
 void job_mps_stop(job_mps *m) {
     if (m->dir[0]) {
         pp_err err;
-        int status;
+        int status = -1;
         uint64_t deadline = pp_now_ns() + m->quit_ns;
-        if (m->launched && run_control(m, NULL, "quit\n", -1, m->quit_ns, &status, &err) != 0 && m->daemon)
-            fprintf(stderr, "pprun run: MPS: %s\n", err.msg);
+        int quit = m->launched ? run_control(m, NULL, "quit\n", -1, m->quit_ns, &status, &err) : -1;
+        if (quit != 0 && m->launched && m->daemon) fprintf(stderr, "pprun run: MPS: %s\n", err.msg);
+        int quit_taken = quit == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
         /* A daemon whose pid file came late (after the start gave up) or not
-         * yet missed the quit: the one its pid file names by the deadline is
-         * killed below. */
+         * yet missed the quit: the one its pid file names is killed below.
+         * Read once at least (the quit may have used the whole wait), and
+         * until the deadline while no daemon took the quit. */
         char pipe[216];
         snprintf(pipe, sizeof pipe, "%s/pipe", m->dir);
-        while (m->launched && !m->daemon && pp_now_ns() < deadline) {
+        for (int reads = 0; m->launched && !m->daemon && (reads == 0 || (!quit_taken && pp_now_ns() < deadline));
+             reads++) {
             pid_t pid = read_pid_file(pipe);
             if (is_daemon(pid)) m->daemon = pid;
             else pp_sleep_ns(10000000);

@@ -292,8 +292,10 @@ float *model_stage_grad(model_stage *stage);
  * filled for weights [lo, hi) by model_stage_grad_fetch (before the
  * collective reads that range), and model_stage_grad_written takes weights
  * [lo, hi) of what the collective wrote into model_stage_grad to the device
- * (before model_stage_step). Range by range, so that a bucket's copies
- * overlap the collective of the bucket before. Both return with the copy
+ * (before model_stage_step). Range by range, as the collective's
+ * buckets, on the thread that overlaps them with the rank's other actions
+ * (the copies are synchronous, from pageable host memory: one bucket's
+ * copies do not overlap another's collective). Both return with the copy
  * done, may run on another thread than the stage's F/B/W (of other stages)
  * between the stage's last W and its optimizer step, and do nothing on a
  * CPU stage, whose parts and gradient are the host buffers themselves. -1
