@@ -182,17 +182,6 @@ static int run_control(const job_mps *m, const char *arg, const char *input, int
 
 /* ---- the daemon's process ------------------------------------------------------- */
 
-/* Up to cap - 1 bytes of a file of /proc, NUL-terminated; -1 when there is none. */
-static ssize_t read_proc(const char *path, char *buf, size_t cap) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -1;
-    ssize_t len = read(fd, buf, cap - 1);
-    close(fd);
-    if (len < 0) return -1;
-    buf[len] = '\0';
-    return len;
-}
-
 /* Whether pid is (still) a control daemon: alive, not a zombie, running
  * the control program (a pid the system gave to another process since is
  * not). */
@@ -200,9 +189,8 @@ static int is_daemon(pid_t pid) {
     if (pid <= 1) return 0;
     char state = launch_proc_state(pid);
     if (!state || state == 'Z') return 0;
-    char path[64], cmd[4096];
-    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-    ssize_t len = read_proc(path, cmd, sizeof cmd);
+    char cmd[4096];
+    ssize_t len = launch_proc_file(pid, "cmdline", cmd, sizeof cmd);
     for (ssize_t i = 0; i < len; i++)
         if (cmd[i] == '\0') cmd[i] = ' ';
     return len > 0 && strstr(cmd, MPS_CONTROL) != NULL;
@@ -232,9 +220,8 @@ static void kill_daemon(pid_t pid) {
     DIR *d = opendir("/proc");
     for (struct dirent *e; d && (e = readdir(d));) {
         if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char path[300], stat[512];
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        if (read_proc(path, stat, sizeof stat) <= 0) continue;
+        char stat[512];
+        if (launch_proc_file((pid_t)atoi(e->d_name), "stat", stat, sizeof stat) <= 0) continue;
         const char *rp = strrchr(stat, ')');
         int ppid = 0;
         char st;

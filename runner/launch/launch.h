@@ -270,6 +270,9 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
  * stderr tail of the rank that waited for it. */
 void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res);
 
+/* Up to cap - 1 bytes of /proc/PID/NAME ("stat", "cmdline"),
+ * NUL-terminated; -1 when the process or the file is not there. */
+ssize_t launch_proc_file(pid_t pid, const char *name, char *buf, size_t cap);
 /* The state letter of a process, from /proc/PID/stat ('R', 'S', 'D', 'T'
  * stopped, 't' stopped by a debugger, 'Z', ...), or 0 when there is none. */
 char launch_proc_state(pid_t pid);

@@ -237,15 +237,21 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip, c
     return live;
 }
 
-char launch_proc_state(pid_t pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+ssize_t launch_proc_file(pid_t pid, const char *name, char *buf, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    ssize_t len = read(fd, buf, sizeof buf - 1);
+    if (fd < 0) return -1;
+    ssize_t len = read(fd, buf, cap - 1);
     close(fd);
-    if (len <= 0) return 0;
+    if (len < 0) return -1;
     buf[len] = '\0';
+    return len;
+}
+
+char launch_proc_state(pid_t pid) {
+    char buf[512];
+    if (launch_proc_file(pid, "stat", buf, sizeof buf) <= 0) return 0;
     const char *rp = strrchr(buf, ')'); /* the name, in parentheses, may hold anything */
     return rp && rp[1] == ' ' ? rp[2] : 0;
 }
