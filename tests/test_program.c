@@ -159,6 +159,29 @@ Test(program_lib, a_broken_environment_says_what_is_wrong) {
     pprun_trace_close();
 }
 
+/* PPRUN_DP_SIZE (the replicas a loss's global microbatch counts over)
+ * is a number from 1, or the environment is broken, naming it; 2 lets a
+ * loss number the second replica's microbatches before any schedule is
+ * declared. */
+Test(program_lib, the_replica_count_of_the_environment_is_checked) {
+    trace_ring *ring = ring_in_env(64); /* 4 microbatches */
+    static const char *const bad[] = {"0", "-2", "two", "2x", "", "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv("PPRUN_DP_SIZE", bad[i], 1);
+        cr_assert_eq(pprun_trace_init(), -1, "PPRUN_DP_SIZE='%s'", bad[i]);
+        lt_assert_has(pprun_trace_error(), "PPRUN_DP_SIZE");
+        pprun_trace_close();
+    }
+    setenv("PPRUN_DP_SIZE", "2", 1);
+    cr_assert_eq(pprun_trace_init(), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_loss(0, 7, 3, 1.5), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_loss(0, 8, 3, 1.5), -1);
+    lt_assert_has(pprun_trace_error(), "microbatch 8: out of range 0..7 (microbatches x replicas=8)");
+    cr_assert_eq(pprun_trace_op("F", 0, 4, 0, -1, 0, 1, 2), -1, "an op keeps the replica's numbers");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
 /* The name a rank's TRACE_SPAN_NAME records among ev[0..n) give id. */
 static const char *span_name(const trace_event *ev, size_t n, uint32_t id, char *buf) {
     buf[0] = '\0';
