@@ -326,8 +326,8 @@ def _replica_of(stage):
     group = getattr(stage, "group", None)
     if group is None or stage.group_size == dist.get_world_size():
         return 0
-    ranks = dist.get_process_group_ranks(group)
-    first, p = min(ranks), stage.group_size
+    ranks = sorted(dist.get_process_group_ranks(group))  # in the group's rank order, which a user may choose
+    first, p = ranks[0], stage.group_size
     return first // p if first % p == 0 and ranks == list(range(first, first + p)) else first
 
 
