@@ -2,6 +2,7 @@
 # bench/gpu.sh: the GPU check, for a machine with a CUDA GPU (docs/gpu.md).
 #
 #   bench/gpu.sh [--debs DIR] [BUILD_DIR]      (default build-gpu)
+#   bench/gpu.sh --emu BUILD_DIR                a rehearsal on the CPU
 #
 # 1. builds pprun with the GPU backend (--debs: the build's Debian packages
 #    carried as .deb files, unpacked by scripts/gpu-debs.sh, for a machine
@@ -26,24 +27,39 @@
 #    of the same shape in the same run);
 # and prints a table. Exits 1 at once, saying so, without a GPU; exits 1
 # when a check failed.
+#
+# --emu runs steps 3 to 8 on the CUDA emulator of BUILD_DIR (its pprun_emu,
+# one stand-in GPU, the stand-in MPS daemon of tests/gpu_emu, a model small
+# enough for it), and neither builds nor runs the tests (CI runs their
+# _emu twins) nor bench_gpu: it checks the script itself, its parsing and
+# its checks, before the GPU time is spent; its figures mean nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
-debs=""
+debs="" emu=""
 if [ "${1:-}" = --debs ]; then
   debs=${2:?--debs needs a folder}
   shift 2
+elif [ "${1:-}" = --emu ]; then
+  emu=1
+  shift
 fi
 dir=${1:-build-gpu}
 
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+if [ -n "$emu" ]; then
+  [ -x "$dir/pprun_emu" ] || { echo "bench/gpu.sh --emu: no $dir/pprun_emu (a build with the CUDA toolkit makes it)" >&2; exit 1; }
+  export PPRUN_STUB_DEVICES=1
+  mkdir -p "$dir/mps-standin"
+  ln -sf "$PWD/tests/gpu_emu/mps_control_standin.sh" "$dir/mps-standin/nvidia-cuda-mps-control"
+  PATH="$(cd "$dir/mps-standin" && pwd):$PATH"
+elif ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "bench/gpu.sh: no CUDA GPU on this machine (nvidia-smi -L fails): nothing checked" >&2
   exit 1
 fi
-nvidia-smi -L
+[ -n "$emu" ] || nvidia-smi -L
 # Several ranks share one GPU over cuda-ipc: that needs compute mode Default
 # (Exclusive_Process admits one context) and CUDA IPC (refused under some
 # sandboxes). Both show here before anything fails on them.
-nvidia-smi --query-gpu=index,name,compute_mode,driver_version,memory.total --format=csv
+[ -n "$emu" ] || nvidia-smi --query-gpu=index,name,compute_mode,driver_version,memory.total --format=csv
 if [ -n "$debs" ]; then
   env_file=$(mktemp)
   scripts/gpu-debs.sh unpack "$debs" /tmp/pprun-deps >"$env_file" || exit 1
@@ -53,13 +69,16 @@ fi
 
 echo "== build ($dir, PPRUN_CUDA=ON)"
 mkdir -p "$dir"
-if ! cmake -S . -B "$dir" -DPPRUN_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$dir/configure.log" 2>&1 ||
+if [ -n "$emu" ]; then
+  pprun="$(cd "$dir" && pwd)/pprun_emu"
+elif ! cmake -S . -B "$dir" -DPPRUN_CUDA=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$dir/configure.log" 2>&1 ||
    ! cmake --build "$dir" -j"$(nproc)" >"$dir/build.log" 2>&1; then
   tail -40 "$dir/configure.log" "$dir/build.log"
   echo "bench/gpu.sh: build failed" >&2
   exit 1
+else
+  pprun="$(cd "$dir" && pwd)/pprun" # absolute: the kill check counts its processes by path
 fi
-pprun="$dir/pprun"
 
 declare -A result
 status=0
@@ -68,6 +87,7 @@ fail() { result[$1]="FAIL: $2"; status=1; }
 echo "== GPU tests"
 allowed_skip='a CUDA device is present|needs two GPUs'
 tests=(test_gpu_kernels test_gpu_stage test_gpu_run test_devcomm test_gputrace test_gpu_cli test_gpu_mps)
+[ -z "$emu" ] || tests=()
 for t in "${tests[@]}"; do
   log="$dir/$t.log"
   "$dir/$t" --jobs 1 --verbose --timeout 600 >"$log" 2>&1
@@ -88,6 +108,7 @@ done
 # the options say --mps on; $1 name, then pprun run options. Leaves
 # $dir/$1.{db,log,jsonl}.
 model=gpt:layers=8,dim=256,heads=8,seq=256,batch=4
+[ -z "$emu" ] || model=gpt:layers=8,dim=32,heads=2,seq=16,batch=2
 job() {
   local name=$1
   shift
@@ -95,9 +116,18 @@ job() {
   "$pprun" run --device cuda --nproc-per-node 4 --microbatches 8 --steps 6 --model "$model" --progress off \
     --db "$dir/$name.db" --metrics "$dir/$name.jsonl" --mps off "$@" >"$dir/$name.log" 2>&1
 }
-q() { "$pprun" query --db "$1" --format csv "$2" | tail -n +2 | tr -d '\r'; } # CSV rows end in CRLF
+# CSV rows end in CRLF; the header is one line when every column has a
+# one-line name (an AS for each expression that spans lines).
+q() { "$pprun" query --db "$1" --format csv "$2" | tail -n +2 | tr -d '\r'; }
 # Median step time (ms) of steps 1.. from a --metrics file (step 0 warms up).
 step_ms() { grep -a -o '"step_ms":[0-9.]*' "$1" | tail -n +2 | cut -d: -f2 | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+# "measured,planned": the bubble as `pprun stats` reports it, from step 1
+# (planned: the plan simulated at the job's medians, an overlapped pair's
+# two halves counted once), 3 decimals.
+bubbles() {
+  "$pprun" stats --db "$1" --format json | grep -a -o '"\(sim_\)\?bubble_ratio":[^,}]*' | head -2 | cut -d: -f2 |
+    awk '{v[NR] = $1 == "null" ? "-" : sprintf("%.3f", $1)} END {print v[1] "," v[2]}'
+}
 # Per-microbatch losses of every step, as printed (9 significant digits: a float32 exactly).
 losses() { grep -a -o '"step":[0-9]*,"loss":[^,]*,"losses":\[[^]]*\]' "$1" | sed 's/"loss":[^,]*,//'; }
 
@@ -112,19 +142,17 @@ sql="WITH h AS (SELECT * FROM events WHERE source='cpu' AND phase IN ('F','B','W
   g AS (SELECT * FROM events WHERE source='gpu' AND phase IN ('F','B','W','BW')),
   pair AS (SELECT h.start_ns hs, h.end_ns he, g.start_ns gs, g.end_ns ge FROM h JOIN g USING
     (job_id, attempt, rank, step, microbatch, stage, phase))
-SELECT (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='F'),
-  (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='B'),
-  (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='W'),
-  (SELECT round(avg(ge-gs)*1.0/avg(he-hs),3) FROM pair),
-  (SELECT count(*) FROM pair) || '/' || (SELECT count(*) FROM h),
-  (SELECT round(avg(gs >= hs - 50000 AND ge <= he + 50000),3) FROM pair),
-  (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0),
-  (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan),
-  (SELECT sum(cupti_dropped) FROM ranks),
+SELECT (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='F') AS f_us,
+  (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='B') AS b_us,
+  (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase='W') AS w_us,
+  (SELECT round(avg(ge-gs)*1.0/avg(he-hs),3) FROM pair) AS ratio,
+  (SELECT count(*) FROM pair) || '/' || (SELECT count(*) FROM h) AS spans,
+  (SELECT round(avg(gs >= hs - 50000 AND ge <= he + 50000),3) FROM pair) AS inside,
+  (SELECT sum(cupti_dropped) FROM ranks) AS dropped,
   (SELECT round(coalesce(sum(min(f.end_ns, b.end_ns) - max(f.start_ns, b.start_ns)), 0) * 1.0 /
      (SELECT sum(end_ns-start_ns) FROM h WHERE phase='F' AND step>0), 3)
    FROM h f JOIN h b USING (job_id, attempt, rank, step)
-   WHERE f.phase='F' AND b.phase IN ('B','BW') AND f.step>0 AND f.start_ns < b.end_ns AND b.start_ns < f.end_ns)"
+   WHERE f.phase='F' AND b.phase IN ('B','BW') AND f.step>0 AND f.start_ns < b.end_ns AND b.start_ns < f.end_ns) AS f_ovl"
 printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s %6s\n' schedule transport step_ms f_us b_us w_us gpu/host \
   gpu_spans inside bub_meas bub_sim dropped f_ovl
 ref_losses=""
@@ -138,7 +166,8 @@ for svt in gpipe::auto 1f1b::auto interleaved-1f1b:2:auto zb-h1::auto zb-v:2:aut
   fi
   # "... rank 0: cuda-ipc; rank 2: cuda-ipc" from every worker -> cuda-ipc
   used=$(grep -a -o 'rank [0-9]*: [a-z-]*' "$dir/$name.log" | awk '{print $3}' | sort -u | paste -sd+ -)
-  IFS=, read -r f b w ratio spans inside bm bs dropped ovl <<<"$(q "$dir/$name.db" "$sql")"
+  IFS=, read -r f b w ratio spans inside dropped ovl <<<"$(q "$dir/$name.db" "$sql")"
+  IFS=, read -r bm bs <<<"$(bubbles "$dir/$name.db")"
   printf '%-18s %-9s %8s %8s %8s %8s %8s %9s %8s %8s %8s %7s %6s\n' "$sched" "${used:-?}" "$(step_ms "$dir/$name.jsonl")" \
     "$f" "$b" "$w" "$ratio" "$spans" "$inside" "$bm" "$bs" "$dropped" "$ovl"
   [ "$inside" = 1.0 ] || [ "$inside" = 1 ] || fail cupti "$sched: not every gpu span lies inside its host op ($inside)"
@@ -213,10 +242,7 @@ echo "== MPS: 1f1b, 4 ranks on one GPU, --mps on vs off (median step ms of steps
 # the machine ran before is counted in the baseline).
 mps_procs() { pgrep -f 'nvidia-cuda-mps-(control|server)' | wc -l; }
 mps_dirs() { find "${TMPDIR:-/tmp}" -maxdepth 1 -name 'pprun-mps-*' | wc -l; }
-mps_sql="SELECT json_extract(config_json, '\$.mps'),
-  (SELECT round(sum(bubble_ns)*1.0/sum(end_ns-start_ns),3) FROM step_stats WHERE step>0),
-  (SELECT round(1 - sum(sim_end_ns-sim_start_ns)*1.0/(count(DISTINCT rank)*(max(sim_end_ns)-min(sim_start_ns))),3) FROM plan)
-  FROM jobs"
+mps_sql="SELECT json_extract(config_json, '\$.mps') FROM jobs"
 procs0=$(mps_procs) dirs0=$(mps_dirs)
 declare -a on_ms off_ms on_bm off_bm on_bs off_bs
 if ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
@@ -227,7 +253,8 @@ else
     for mode in on off; do
       name="mps-$mode"
       job "$name" --schedule 1f1b --mps "$mode" || { fail mps "--mps $mode: the job failed (see $dir/$name.log)"; break 2; }
-      IFS=, read -r state bm bs <<<"$(q "$dir/$name.db" "$mps_sql")"
+      state=$(q "$dir/$name.db" "$mps_sql")
+      IFS=, read -r bm bs <<<"$(bubbles "$dir/$name.db")"
       ms=$(step_ms "$dir/$name.jsonl") procs=$(mps_procs) dirs=$(mps_dirs)
       printf '%-6s %-5s %10s %9s %9s %10s\n' "$round" "$state" "$ms" "$bm" "$bs" "$((procs - procs0))p,$((dirs - dirs0))d"
       [ "$state" = "$mode" ] || fail mps "--mps $mode: config_json says mps '$state' (see $dir/$name.log)"
@@ -242,8 +269,12 @@ else
 fi
 
 echo "== bench_gpu"
-"$dir/bench_gpu" | tee "$dir/bench_gpu.log"
-if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail bench_gpu "exit status (see $dir/bench_gpu.log)"; else result[bench_gpu]="ran (tables above)"; fi
+if [ -n "$emu" ]; then
+  result[bench_gpu]="not run (--emu)"
+else
+  "$dir/bench_gpu" | tee "$dir/bench_gpu.log"
+  if [ "${PIPESTATUS[0]}" -ne 0 ]; then fail bench_gpu "exit status (see $dir/bench_gpu.log)"; else result[bench_gpu]="ran (tables above)"; fi
+fi
 
 echo
 printf '%-18s %s\n' check result
