@@ -1,6 +1,7 @@
-/* launch_proc.c: starting workers, finding every process they left, and
- * the guard that kills their process groups, then runs the launcher's
- * will, if the launcher is SIGKILLed (launch.h).
+/* launch_proc.c: starting workers (and a caller's helpers the same way),
+ * finding every process they left, and the guard that kills their process
+ * groups, then runs the launcher's will, if the launcher is SIGKILLed
+ * (launch.h).
  *
  * Between fork and exec the child makes only async-signal-safe calls (the
  * launcher may run other threads): everything it needs, the PATH lookup
@@ -138,6 +139,22 @@ pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
     /* Also from the parent, so the group exists before anyone signals it. */
     setpgid(pid, pid);
     return pid;
+}
+
+int launch_spawn_helper(char *const *argv, const launch_env *env, const int fds[3], pid_t *pid, pp_err *err) {
+    char *paths[2] = {argv[0], NULL};
+    /* No message when exec fails: the caller judges the helper by its exit status. */
+    launch_spawn sp = {.argv = (char **)argv,
+                       .envp = env->v,
+                       .paths = paths,
+                       .notfound_msg = "",
+                       .in_fd = fds[0],
+                       .out_w = fds[1] >= 0 ? fds[1] : 1,
+                       .err_w = fds[2] >= 0 ? fds[2] : 2,
+                       .pass_fd = env->pass_fd,
+                       .npass = env->npass};
+    *pid = launch_spawn_worker(&sp, err);
+    return *pid > 0 ? 0 : -1;
 }
 
 typedef struct {
