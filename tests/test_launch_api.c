@@ -1,7 +1,7 @@
 /* test_launch_api.c: launch_job called in-process with hooks, as `pprun run`
  * will: per-rank environment from the parent, attempt callbacks, results,
  * the job's store reachable from the hooks, inherited fds; a helper started
- * as `pprun run` starts its MPS control program. */
+ * and its descendants found as `pprun run` does with its MPS daemon. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -213,3 +213,22 @@ Test(launch_api, a_helper_gets_its_environment_fds_and_group) {
     launch_env_destroy(env);
 }
 
+/* launch_signal_tree reaches a helper's children and theirs (pprun run's
+ * MPS daemon's servers), not the helper itself. */
+Test(launch_api, the_tree_walk_reaches_a_helpers_descendants) {
+    pp_err err;
+    launch_env *env;
+    cr_assert_eq(launch_env_new(&env, &err), 0, "%s", err.msg);
+    char *argv[] = {"/bin/sh", "-c", "sh -c 'sleep 100 & wait' & sleep 100 & wait", NULL};
+    pid_t pid;
+    cr_assert_eq(launch_spawn_helper(argv, env, (int[3]){-1, -1, -1}, &pid, &err), 0, "%s", err.msg);
+    launch_env_destroy(env);
+    int live = 0;
+    for (int tries = 0; tries < 500 && (live = launch_signal_tree(pid, 0)) < 3; tries++) usleep(10000);
+    cr_assert_eq(live, 3, "the helper's child, grandchild and its other child");
+    cr_assert_eq(launch_signal_tree(pid, SIGKILL), 3);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "the helper itself was signalled: status %d", status);
+    cr_assert_eq(launch_signal_tree(pid, 0), 0);
+}

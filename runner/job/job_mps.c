@@ -7,7 +7,6 @@
 #include "runner/job/job_mps.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -229,20 +228,10 @@ static pid_t read_pid_file(const char *pipe) {
 }
 
 /* SIGKILL to the daemon, its process group (its own or the `-d`
- * invocation's: never the launcher's) and its children (the MPS servers
- * it started). */
+ * invocation's: never the launcher's) and its descendants (the MPS
+ * servers it started), these first, while they are still its. */
 static void kill_daemon(pid_t pid) {
-    DIR *d = opendir("/proc");
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char stat[512];
-        if (launch_proc_file((pid_t)atoi(e->d_name), "stat", stat, sizeof stat) <= 0) continue;
-        const char *rp = strrchr(stat, ')');
-        int ppid = 0;
-        char st;
-        if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == pid) kill((pid_t)atoi(e->d_name), SIGKILL);
-    }
-    if (d) closedir(d);
+    launch_signal_tree(pid, SIGKILL);
     pid_t group = getpgid(pid);
     if (group > 1 && group != getpgrp()) kill(-group, SIGKILL);
     kill(pid, SIGKILL);

@@ -294,6 +294,11 @@ ssize_t launch_proc_file(pid_t pid, const char *name, char *buf, size_t cap);
 /* The state letter of a process, from /proc/PID/stat ('R', 'S', 'D', 'T'
  * stopped, 't' stopped by a debugger, 'Z', ...), or 0 when there is none. */
 char launch_proc_state(pid_t pid);
+/* Sends sig (0: none) to every live descendant of root (its children,
+ * theirs, ..., found in /proc by parent links; root itself not), and
+ * returns how many there were (zombies do not count): what a helper
+ * started (the MPS control daemon's servers). */
+int launch_signal_tree(pid_t root, int sig);
 /* Words for a hung rank's process state (launch_failure.state): "stopped:
  * SIGSTOP or SIGTSTP", "running", ...; NULL when not known. */
 const char *launch_state_name(char state);
