@@ -1,12 +1,14 @@
 /* test_launch_api.c: launch_job called in-process with hooks, as `pprun run`
  * will: per-rank environment from the parent, attempt callbacks, results,
- * the job's store reachable from the hooks, inherited fds. */
+ * the job's store reachable from the hooks, inherited fds; a helper started
+ * and its descendants found as `pprun run` does with its MPS daemon. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "launch_testutil.h"
@@ -172,4 +174,61 @@ Test(launch_api, after_attempt_runs_when_node_0_is_lost) {
     cr_assert_eq(h.after, 1);
     cr_assert_eq(h.statuses[0], LAUNCH_ERROR);
     lt_free(&n0);
+}
+
+/* A helper starts as a worker does: argv[0] with the environment given
+ * (launch_env_new, then changed), fds[0] and fds[1] as its standard input
+ * and output, in a process group of its own; one that cannot be executed
+ * exits 127. */
+Test(launch_api, a_helper_gets_its_environment_fds_and_group) {
+    pp_err err;
+    launch_env *env;
+    setenv("PPRUN_TEST_GONE", "1", 1);
+    cr_assert_eq(launch_env_new(&env, &err), 0, "%s", err.msg);
+    cr_assert_eq(launch_env_set(env, "PPRUN_TEST_SET", "set", &err), 0, "%s", err.msg);
+    launch_env_unset(env, "PPRUN_TEST_GONE");
+    int in[2], out[2];
+    cr_assert_eq(pipe2(in, O_CLOEXEC), 0);
+    cr_assert_eq(pipe2(out, O_CLOEXEC), 0);
+    char *argv[] = {"/bin/sh", "-c", "read line; echo \"$line $PPRUN_TEST_SET ${PPRUN_TEST_GONE:-unset}\"", NULL};
+    int fds[3] = {in[0], out[1], -1};
+    pid_t pid;
+    cr_assert_eq(launch_spawn_helper(argv, env, fds, &pid, &err), 0, "%s", err.msg);
+    cr_assert_eq(getpgid(pid), pid, "not a group of its own");
+    close(in[0]), close(out[1]);
+    cr_assert_eq(write(in[1], "input\n", 6), 6);
+    close(in[1]);
+    char got[64] = "";
+    ssize_t n = read(out[0], got, sizeof got - 1);
+    got[n > 0 ? n : 0] = '\0';
+    close(out[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    cr_assert_str_eq(got, "input set unset\n");
+    char *missing[] = {"/nonexistent/pprun-helper", NULL};
+    cr_assert_eq(launch_spawn_helper(missing, env, (int[3]){-1, -1, -1}, &pid, &err), 0, "%s", err.msg);
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 127, "status %d", status);
+    launch_env_destroy(env);
+}
+
+/* launch_signal_tree reaches a helper's children and theirs (pprun run's
+ * MPS daemon's servers), not the helper itself. */
+Test(launch_api, the_tree_walk_reaches_a_helpers_descendants) {
+    pp_err err;
+    launch_env *env;
+    cr_assert_eq(launch_env_new(&env, &err), 0, "%s", err.msg);
+    char *argv[] = {"/bin/sh", "-c", "sh -c 'sleep 100 & wait' & sleep 100 & wait", NULL};
+    pid_t pid;
+    cr_assert_eq(launch_spawn_helper(argv, env, (int[3]){-1, -1, -1}, &pid, &err), 0, "%s", err.msg);
+    launch_env_destroy(env);
+    int live = 0;
+    for (int tries = 0; tries < 500 && (live = launch_signal_tree(pid, 0)) < 3; tries++) usleep(10000);
+    cr_assert_eq(live, 3, "the helper's child, grandchild and its other child");
+    cr_assert_eq(launch_signal_tree(pid, SIGKILL), 3);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "the helper itself was signalled: status %d", status);
+    cr_assert_eq(launch_signal_tree(pid, 0), 0);
 }

@@ -7,7 +7,6 @@
 #include "runner/job/job_mps.h"
 
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,8 +24,6 @@
 #define MPS_DEFAULT_PIPE "/tmp/nvidia-mps" /* a daemon's pipe directory without CUDA_MPS_PIPE_DIRECTORY */
 #define MPS_START_NS 10000000000ull /* for `-d` to return and the pid file to appear */
 #define MPS_KILLED_NS 2000000000ull /* for a killed daemon to be gone */
-
-extern char **environ;
 
 /* ---- stop signals, held while the supervisor's handlers are not there --------- */
 
@@ -121,55 +118,63 @@ static void say_status(int status, char *buf, size_t cap) {
     else snprintf(buf, cap, "was killed by signal %d", WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-/* Runs the control program (with arg, or none) in the daemon's
- * environment: input on its standard input (or /dev/null), its output on
- * /dev/null, its errors on errors_fd (-1: ours). Waits up to limit_ns for
- * it, then kills it. 0 with *status, or -1 with err. */
-static int run_control(const job_mps *m, const char *arg, const char *input, int errors_fd, uint64_t limit_ns,
-                       int *status, pp_err *err) {
-    size_t n = 0;
-    while (environ && environ[n]) n++;
-    char **envp = calloc(n + 3, sizeof *envp);
-    if (!envp) return pp_fail(err, "out of memory");
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "CUDA_MPS_PIPE_DIRECTORY=", 24) && strncmp(environ[i], "CUDA_MPS_LOG_DIRECTORY=", 23))
-            envp[k++] = environ[i];
-    envp[k++] = (char *)m->pipe_env;
-    envp[k++] = (char *)m->log_env;
-    char *argv[3] = {(char *)m->control, (char *)arg, NULL};
+/* The daemon's two folders, in the control program's environment and in
+ * each worker's. */
+static int set_folders(const job_mps *m, launch_env *env, pp_err *err) {
+    if (launch_env_set(env, "CUDA_MPS_PIPE_DIRECTORY", strchr(m->pipe_env, '=') + 1, err) != 0 ||
+        launch_env_set(env, "CUDA_MPS_LOG_DIRECTORY", strchr(m->log_env, '=') + 1, err) != 0)
+        return -1;
+    return 0;
+}
+
+/* The control program's environment: the launcher's, with the daemon's
+ * folders. 0 with *env (launch_env_destroy), or -1 with err. */
+static int control_env(const job_mps *m, launch_env **env, pp_err *err) {
+    if (launch_env_new(env, err) != 0) return -1;
+    if (set_folders(m, *env, err) == 0) return 0;
+    launch_env_destroy(*env);
+    *env = NULL;
+    return -1;
+}
+
+/* Starts the control program (with arg, or none) as the launcher starts a
+ * worker (launch_spawn_helper: a process group of its own, so a
+ * terminal's Ctrl-C is the launcher's to handle), in control_env: input
+ * on its standard input (or /dev/null), its output on /dev/null, its
+ * errors on errors_fd (-1: ours). 0 with *pid, or -1 with err. */
+static int spawn_control(const job_mps *m, const char *arg, const char *input, int errors_fd, pid_t *pid,
+                         pp_err *err) {
     int in[2] = {-1, -1}, null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null < 0 || (input && pipe2(in, O_CLOEXEC) != 0)) {
         int e = errno;
-        free(envp);
         if (null >= 0) close(null);
         return pp_fail(err, "%s: %s", m->control, strerror(e));
     }
-    pid_t pid = fork();
-    if (pid == 0) { /* async-signal-safe calls only: the launcher may have threads */
-        setpgid(0, 0); /* out of the launcher's group: a terminal's Ctrl-C is the launcher's to handle */
-        if (dup2(input ? in[0] : null, 0) < 0 || dup2(null, 1) < 0 || (errors_fd >= 0 && dup2(errors_fd, 2) < 0))
-            _exit(127);
-        execve(m->control, argv, envp);
-        _exit(127);
-    }
-    int e = errno;
-    free(envp);
+    char *argv[3] = {(char *)m->control, (char *)arg, NULL};
+    int fds[3] = {input ? in[0] : null, null, errors_fd};
+    launch_env *env;
+    int rc = control_env(m, &env, err) == 0 ? launch_spawn_helper(argv, env, fds, pid, err) : -1;
+    launch_env_destroy(env);
     close(null);
     if (input) {
         /* a few bytes into an empty pipe whose read end is still open here: never blocks, never SIGPIPE */
-        ssize_t w = pid > 0 ? write(in[1], input, strlen(input)) : 0;
+        ssize_t w = rc == 0 ? write(in[1], input, strlen(input)) : 0;
         (void)w;
         close(in[0]), close(in[1]);
     }
-    if (pid < 0) return pp_fail(err, "fork: %s", strerror(e));
+    return rc;
+}
+
+/* Waits up to limit_ns for the control program (pid) to end, then kills
+ * it. 0 with *status, or -1 with err. */
+static int wait_control(const job_mps *m, pid_t pid, const char *arg, uint64_t limit_ns, int *status, pp_err *err) {
     uint64_t deadline = pp_now_ns() + limit_ns;
     for (;;) {
         pid_t r = waitpid(pid, status, WNOHANG);
         if (r == pid) return 0;
         if (r < 0 && errno != EINTR) return pp_fail(err, "%s: waitpid: %s", m->control, strerror(errno));
         if (pp_now_ns() >= deadline) {
-            kill(-pid, SIGKILL); /* its group (setpgid above): what it forked and did not move out */
+            kill(-pid, SIGKILL); /* its own group (launch_spawn_helper): what it forked and did not move out */
             kill(pid, SIGKILL);
             while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
             }
@@ -178,6 +183,15 @@ static int run_control(const job_mps *m, const char *arg, const char *input, int
         }
         pp_sleep_ns(2000000);
     }
+}
+
+/* Runs the control program (spawn_control) and waits up to limit_ns for
+ * it (wait_control). 0 with *status, or -1 with err. */
+static int run_control(const job_mps *m, const char *arg, const char *input, int errors_fd, uint64_t limit_ns,
+                       int *status, pp_err *err) {
+    pid_t pid;
+    if (spawn_control(m, arg, input, errors_fd, &pid, err) != 0) return -1;
+    return wait_control(m, pid, arg, limit_ns, status, err);
 }
 
 /* ---- the daemon's process ------------------------------------------------------- */
@@ -214,20 +228,10 @@ static pid_t read_pid_file(const char *pipe) {
 }
 
 /* SIGKILL to the daemon, its process group (its own or the `-d`
- * invocation's: never the launcher's) and its children (the MPS servers
- * it started). */
+ * invocation's: never the launcher's) and its descendants (the MPS
+ * servers it started), these first, while they are still its. */
 static void kill_daemon(pid_t pid) {
-    DIR *d = opendir("/proc");
-    for (struct dirent *e; d && (e = readdir(d));) {
-        if (!isdigit((unsigned char)e->d_name[0])) continue;
-        char stat[512];
-        if (launch_proc_file((pid_t)atoi(e->d_name), "stat", stat, sizeof stat) <= 0) continue;
-        const char *rp = strrchr(stat, ')');
-        int ppid = 0;
-        char st;
-        if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == pid) kill((pid_t)atoi(e->d_name), SIGKILL);
-    }
-    if (d) closedir(d);
+    launch_signal_tree(pid, SIGKILL);
     pid_t group = getpgid(pid);
     if (group > 1 && group != getpgrp()) kill(-group, SIGKILL);
     kill(pid, SIGKILL);
@@ -324,9 +328,7 @@ void job_mps_guard(job_mps *m, launch_guard *guard) {
 
 int job_mps_env(const job_mps *m, launch_env *env, pp_err *err) {
     if (!m->daemon) return 0;
-    if (launch_env_set(env, "CUDA_MPS_PIPE_DIRECTORY", strchr(m->pipe_env, '=') + 1, err) != 0 ||
-        launch_env_set(env, "CUDA_MPS_LOG_DIRECTORY", strchr(m->log_env, '=') + 1, err) != 0)
-        return -1;
+    if (set_folders(m, env, err) != 0) return -1;
     launch_env_unset(env, "CUDA_VISIBLE_DEVICES");
     return 0;
 }

@@ -133,6 +133,24 @@ void launch_env_unset(launch_env *env, const char *name);
  * clears its close-on-exec flag before exec. At most 8 per rank. */
 int launch_env_pass_fd(launch_env *env, int fd, pp_err *err);
 
+/* --- a helper: a program the caller runs for its job ------------------------- */
+
+/* A new environment for a helper (launch_spawn_helper): this process's
+ * (environ), which the calls above then change. launch_env_destroy frees
+ * it (NULL: nothing). */
+int launch_env_new(launch_env **out, pp_err *err);
+void launch_env_destroy(launch_env *env);
+/* Starts a helper of the caller's (pprun run's MPS control program) the
+ * way launch_job starts a worker (launch.md, "One attempt"): argv[0] (a
+ * path, not looked up in PATH) with argv and env's environment (and the
+ * fds passed with launch_env_pass_fd), in a process group of its own,
+ * SIGKILLed when the thread that started it ends, its signals at their
+ * defaults, fds[0], fds[1] and fds[2] as its standard input, output and
+ * errors (-1: this process's). It exits 127 when argv[0] cannot be
+ * executed. The caller reaps it (waitpid): call it outside launch_job,
+ * which reaps every child. 0 with *pid, or -1 with err. */
+int launch_spawn_helper(char *const *argv, const launch_env *env, const int fds[3], pid_t *pid, pp_err *err);
+
 /* What every hook is told about the job. Valid during the hook call. */
 typedef struct launch_info {
     const char *run_id;
@@ -276,6 +294,11 @@ ssize_t launch_proc_file(pid_t pid, const char *name, char *buf, size_t cap);
 /* The state letter of a process, from /proc/PID/stat ('R', 'S', 'D', 'T'
  * stopped, 't' stopped by a debugger, 'Z', ...), or 0 when there is none. */
 char launch_proc_state(pid_t pid);
+/* Sends sig (0: none) to every live descendant of root (its children,
+ * theirs, ..., found in /proc by parent links; root itself not), and
+ * returns how many there were (zombies do not count): what a helper
+ * started (the MPS control daemon's servers). */
+int launch_signal_tree(pid_t root, int sig);
 /* Words for a hung rank's process state (launch_failure.state): "stopped:
  * SIGSTOP or SIGTSTP", "running", ...; NULL when not known. */
 const char *launch_state_name(char state);

@@ -1,6 +1,7 @@
 /* launch_env.c: a worker's environment, built in the launcher before fork:
  * the launcher's own environment plus the torchrun variables, and where a
- * Python program finds pprun's package and libpprun_trace. */
+ * Python program finds pprun's package and libpprun_trace; and a helper's
+ * (launch_env_new), the launcher's own for the caller to change. */
 #include "runner/launch/launch_int.h"
 
 #include <stdio.h>
@@ -33,6 +34,21 @@ int launch_env_from_environ(launch_env *env, pp_err *err) {
         if (env_push(env, strdup(*e), err) != 0) return -1;
     if (!env->v) return env_push(env, strdup("PPRUN_EMPTY_ENV=1"), err);
     return 0;
+}
+
+int launch_env_new(launch_env **out, pp_err *err) {
+    *out = malloc(sizeof **out);
+    if (!*out) return pp_fail(err, "out of memory building the environment");
+    if (launch_env_from_environ(*out, err) == 0) return 0;
+    launch_env_destroy(*out);
+    *out = NULL;
+    return -1;
+}
+
+void launch_env_destroy(launch_env *env) {
+    if (!env) return;
+    launch_env_free(env);
+    free(env);
 }
 
 static ssize_t env_find(const launch_env *env, const char *name) {

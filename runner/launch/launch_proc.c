@@ -1,6 +1,7 @@
-/* launch_proc.c: starting workers, finding every process they left, and
- * the guard that kills their process groups, then runs the launcher's
- * will, if the launcher is SIGKILLed (launch.h).
+/* launch_proc.c: starting workers (and a caller's helpers the same way),
+ * finding every process they left, and the guard that kills their process
+ * groups, then runs the launcher's will, if the launcher is SIGKILLed
+ * (launch.h).
  *
  * Between fork and exec the child makes only async-signal-safe calls (the
  * launcher may run other threads): everything it needs, the PATH lookup
@@ -140,6 +141,22 @@ pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
     return pid;
 }
 
+int launch_spawn_helper(char *const *argv, const launch_env *env, const int fds[3], pid_t *pid, pp_err *err) {
+    char *paths[2] = {argv[0], NULL};
+    /* No message when exec fails: the caller judges the helper by its exit status. */
+    launch_spawn sp = {.argv = (char **)argv,
+                       .envp = env->v,
+                       .paths = paths,
+                       .notfound_msg = "",
+                       .in_fd = fds[0],
+                       .out_w = fds[1] >= 0 ? fds[1] : 1,
+                       .err_w = fds[2] >= 0 ? fds[2] : 2,
+                       .pass_fd = env->pass_fd,
+                       .npass = env->npass};
+    *pid = launch_spawn_worker(&sp, err);
+    return *pid > 0 ? 0 : -1;
+}
+
 typedef struct {
     pid_t pid, ppid, pgrp;
     char state;
@@ -196,14 +213,11 @@ static int in_groups(pid_t pgrp, const pid_t *groups, size_t n) {
     return 0;
 }
 
-int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip, const pid_t *keep_groups,
-                              size_t nkeep) {
-    proc_row *rows;
-    size_t n = read_procs(&rows);
-    pid_t self = getpid();
-    /* Sorted by pid, each row's parent is a binary search away; walk up
-     * from every row until self (a descendant), or a row already decided,
-     * or no parent (not one). mark: 0 unknown, 1 descendant, 2 not. */
+/* Marks (1) the rows that descend from root, the others 2. Sorted by pid,
+ * each row's parent is a binary search away; walks up from every row
+ * until root (a descendant), or a row already decided, or no parent (not
+ * one). */
+static void mark_descendants(proc_row *rows, size_t n, pid_t root) {
     qsort(rows, n, sizeof *rows, by_pid);
     for (size_t i = 0; i < n; i++) {
         size_t chain[64], depth = 0, k = i;
@@ -215,7 +229,7 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip, c
             }
             if (depth == sizeof chain / sizeof chain[0]) break; /* absurdly deep: not ours */
             chain[depth++] = k;
-            if (rows[k].ppid == self) {
+            if (rows[k].ppid == root) {
                 verdict = 1;
                 break;
             }
@@ -226,6 +240,14 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip, c
         }
         while (depth) rows[chain[--depth]].mark = verdict;
     }
+}
+
+/* launch_signal_descendants for the descendants of root. */
+static int signal_tree(pid_t root, int sig, const pid_t *skip_groups, size_t nskip, const pid_t *keep_groups,
+                       size_t nkeep) {
+    proc_row *rows;
+    size_t n = read_procs(&rows);
+    mark_descendants(rows, n, root);
     int live = 0;
     for (size_t i = 0; i < n; i++) {
         if (rows[i].mark != 1 || rows[i].state == 'Z' || rows[i].state == 'X') continue;
@@ -236,6 +258,13 @@ int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip, c
     free(rows);
     return live;
 }
+
+int launch_signal_descendants(int sig, const pid_t *skip_groups, size_t nskip, const pid_t *keep_groups,
+                              size_t nkeep) {
+    return signal_tree(getpid(), sig, skip_groups, nskip, keep_groups, nkeep);
+}
+
+int launch_signal_tree(pid_t root, int sig) { return signal_tree(root, sig, NULL, 0, NULL, 0); }
 
 ssize_t launch_proc_file(pid_t pid, const char *name, char *buf, size_t cap) {
     char path[64];
