@@ -23,7 +23,12 @@
 #    step time and measured bubble beside the planned one, the same losses
 #    as the other jobs, and no MPS process or folder left after each job
 #    (the other jobs run with --mps off, as they were measured before MPS);
-# 9. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
+# 9. runs examples/torch_pipeline.py --device cuda under pprun (1 rank, 2
+#    stages, Interleaved1F1B and InterleavedZeroBubble) with the machine's
+#    python3 and its CUDA torch: every F/B/W/BW/OPT of pprun.torch has a
+#    gpu span from its CUDA events, each starting no earlier than its host
+#    span (50 us slack);
+# 10. runs bench_gpu (per-kernel times, GEMM TFLOP/s vs a bare cuBLAS GEMM
 #    of the same shape in the same run);
 # and prints a table. Exits 1 at once, saying so, without a GPU; exits 1
 # when a check failed.
@@ -268,6 +273,35 @@ else
   [ -n "${result[mps]:-}" ] || result[mps]="on: step $(median "${on_ms[@]}") ms, bubble $(median "${on_bm[@]}") measured ($(median "${on_bs[@]}") simulated); off: step $(median "${off_ms[@]}") ms, bubble $(median "${off_bm[@]}") ($(median "${off_bs[@]}")); nothing left (median of 3 rounds)"
 fi
 
+echo "== PyTorch on the GPU: pprun.torch's CUDA-event spans (1 rank, 2 stages)"
+torch_sql="WITH h AS (SELECT * FROM events WHERE source='cpu' AND phase IN ('F','B','W','BW','OPT')),
+  g AS (SELECT * FROM events WHERE source='gpu' AND phase IN ('F','B','W','BW','OPT'))
+SELECT (SELECT count(*) FROM h) AS host, (SELECT count(*) FROM g) AS gpu,
+  (SELECT count(*) FROM h JOIN g USING (job_id, attempt, rank, step, microbatch, stage, phase)
+   WHERE g.start_ns >= h.start_ns - 50000) AS placed,
+  (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM h WHERE phase <> 'OPT') AS host_us,
+  (SELECT round(avg(end_ns-start_ns)/1e3,1) FROM g WHERE phase <> 'OPT') AS gpu_us,
+  (SELECT count(*) FROM losses) AS losses"
+if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+  result[torch]="not run: python3 has no torch that sees a GPU"
+else
+  printf '%-22s %6s %6s %7s %8s %8s %7s\n' schedule host gpu placed host_us gpu_us losses
+  for sched in Interleaved1F1B InterleavedZeroBubble; do
+    name="torch-$sched"
+    rm -f "$dir/$name".db*
+    if ! "$pprun" run --nproc-per-node 1 --db "$dir/$name.db" -- python3 examples/torch_pipeline.py \
+      --device cuda --schedule "$sched" --steps 4 --microbatches 4 --layers 8 --dim 256 --seq 128 >"$dir/$name.log" 2>&1; then
+      fail torch "$sched: the job failed (see $dir/$name.log)"
+      continue
+    fi
+    IFS=, read -r host gpu placed hus gus nloss <<<"$(q "$dir/$name.db" "$torch_sql")"
+    printf '%-22s %6s %6s %7s %8s %8s %7s\n' "$sched" "$host" "$gpu" "$placed" "$hus" "$gus" "$nloss"
+    [ "${host:-0}" -gt 0 ] && [ "$gpu" = "$host" ] && [ "$placed" = "$host" ] && [ "${nloss:-0}" -gt 0 ] ||
+      fail torch "$sched: $host host spans, $gpu gpu spans, $placed placed after their host span, $nloss losses (see $dir/$name.log)"
+  done
+  [ -n "${result[torch]:-}" ] || result[torch]="PASS: every traced op has its gpu span, after its host span's start (table above)"
+fi
+
 echo "== bench_gpu"
 if [ -n "$emu" ]; then
   result[bench_gpu]="not run (--emu)"
@@ -278,6 +312,6 @@ fi
 
 echo
 printf '%-18s %s\n' check result
-for k in "${tests[@]}" schedules parity cupti shm kill overhead mps bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
+for k in "${tests[@]}" schedules parity cupti shm kill overhead mps torch bench_gpu; do printf '%-18s %s\n' "$k" "${result[$k]}"; done
 printf '%-18s %s\n' NCCL "needs one GPU per rank: test_devcomm and test_gpu_run run it where there are two GPUs"
 exit $status

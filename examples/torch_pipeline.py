@@ -22,7 +22,9 @@ reads them, traced and untraced alike. --dp D: D replicas of the pipeline
 (the world's ranks in D pipelines of consecutive ranks, as `pprun run
 --dp D` lays them out), each on its slice of every global batch, their
 gradients averaged by an all-reduce over the ranks holding the same
-stages after each step (a span "allreduce" with --spans).
+stages after each step (a span "allreduce" with --spans). --device cuda:
+each rank on GPU LOCAL_RANK mod the GPUs it sees, over NCCL (one GPU per
+rank: NCCL refuses two ranks on one GPU; stages of one rank share its GPU).
 
 Every rank builds the whole model from one seed and keeps its stages, so
 the weights do not depend on the schedule. The rank of the last stage
@@ -30,7 +32,7 @@ prints each microbatch's loss as Python writes the float (it reads back
 bit for bit): "loss step=S microbatch=M value=V".
 Options: --steps N (3), --microbatches M (4), --stages-per-rank V (2),
 --layers L (8), --dim D (32), --seq T (16), --microbatch-size B (2),
---lr X (0.05), --seed S (0), --dp D (1)."""
+--lr X (0.05), --seed S (0), --dp D (1), --device cpu|cuda (cpu)."""
 import argparse
 import os
 import signal
@@ -208,9 +210,16 @@ def main():
     p.add_argument("--crash-at", type=int, default=-1, metavar="STEP")
     p.add_argument("--step-times", action="store_true", help="print each step's time and CPU time")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas of the pipeline")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = p.parse_args()
 
-    dist.init_process_group("gloo")
+    if args.device == "cuda":
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
+        dist.init_process_group("nccl", device_id=dev)
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo")
     gloo_p2p()
     replica, rank, world, pipe, same_stage = mesh(args, dist.get_rank(), dist.get_world_size())
     mine, nstages, stage_rank = placement(args, rank, world)
@@ -223,12 +232,12 @@ def main():
     stages, modules = [], []
     for s in mine:
         first, last = s == 0, s == nstages - 1
-        module = Stage(gpt, bounds[s], bounds[s + 1], first, last)
+        module = Stage(gpt, bounds[s], bounds[s + 1], first, last).to(dev)
         # Shapes given: no shape inference by p2p at the first step (it
         # assumes ranks in a loop, which a V placement is not).
-        x = torch.zeros(mb, t, dtype=torch.long) if first else torch.zeros(mb, t, d)
-        y = torch.zeros(mb, t, VOCAB) if last else torch.zeros(mb, t, d)
-        stages.append(PipelineStage(module, s, nstages, torch.device("cpu"), input_args=x, output_args=y, group=pipe))
+        x = torch.zeros(mb, t, dtype=torch.long, device=dev) if first else torch.zeros(mb, t, d, device=dev)
+        y = torch.zeros(mb, t, VOCAB, device=dev) if last else torch.zeros(mb, t, d, device=dev)
+        stages.append(PipelineStage(module, s, nstages, dev, input_args=x, output_args=y, group=pipe))
         modules.append(module)
 
     step_now, losses_now = [0], [0]
@@ -277,6 +286,7 @@ def main():
                 tokens, targets = batch(args, step, replica)
         else:
             tokens, targets = batch(args, step, replica)
+        tokens, targets = tokens.to(dev), targets.to(dev)
         losses = []
         inputs = (tokens,) if has_first else ()
         schedule.step(*inputs, target=targets if has_last else None, losses=losses if has_last else None)

@@ -77,6 +77,29 @@ Test(program_lib, records_carry_the_environments_rank_and_attempt) {
     trace_ring_close(ring);
 }
 
+/* The GPU side of an op (a PyTorch rank's CUDA events): a gpu record,
+ * checked as the op's host record is, and refused under its own name. */
+Test(program_lib, a_gpu_op_is_a_gpu_record_of_the_same_op) {
+    trace_ring *ring = ring_in_env(64);
+    uint64_t t0 = pprun_trace_now_ns();
+    cr_assert_eq(pprun_trace_op("BW", 1, 3, 2, -1, 0, t0, t0 + 100), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_gpu_op("BW", 1, 3, 2, -1, 0, t0 + 20, t0 + 400), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_gpu_op("OPT", 1, -1, -1, -1, 77, t0 + 500, t0 + 600), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_gpu_op("F", 1, 4, 2, -1, 0, t0, t0 + 1), -1);
+    lt_assert_has(pprun_trace_error(), "microbatch 4: out of range 0..3");
+    cr_assert_eq(pprun_trace_gpu_op("KERNEL", 1, 0, 0, -1, 0, t0, t0 + 1), -1);
+    lt_assert_has(pprun_trace_error(), "pprun_trace_gpu_op: phase 'KERNEL': expected F, B, W");
+    trace_event ev[8];
+    cr_assert_eq(trace_ring_read(ring, ev, 8), 3, "the refused ones record nothing");
+    cr_assert_eq(ev[0].source, TRACE_SRC_CPU);
+    cr_assert(ev[1].source == TRACE_SRC_GPU && ev[1].phase == TRACE_BW && ev[1].step == 1 && ev[1].microbatch == 3 &&
+              ev[1].stage == 2 && ev[1].start_ns == t0 + 20 && ev[1].end_ns == t0 + 400 && ev[1].rank == 2);
+    cr_assert_eq(ev[1].reserved, 0, "no kernels name it");
+    cr_assert(ev[2].source == TRACE_SRC_GPU && ev[2].phase == TRACE_OPT && ev[2].bytes == 77);
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
 Test(program_lib, bad_arguments_are_refused_naming_them_and_record_nothing) {
     trace_ring *ring = ring_in_env(64);
     cr_assert_eq(pprun_trace_init(), 1, "%s", pprun_trace_error());

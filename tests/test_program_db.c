@@ -82,6 +82,34 @@ Test(program_db, a_full_backward_is_busy_time_that_waits_for_the_gradient) {
     db_close(d);
 }
 
+/* A program's gpu spans (pprun.torch's CUDA events) are stored beside its
+ * host spans as source 'gpu' and change none of the host analyses. */
+Test(program_db, gpu_spans_of_a_program_sit_beside_its_host_spans) {
+    db *d = tfix_open_fresh(tfix_path("bw-gpu.db"));
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    size_t n = fused_step(0, ev), m = n;
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].phase == TRACE_F || ev[i].phase == TRACE_BW) {
+            ev[m] = ev[i];
+            ev[m].source = TRACE_SRC_GPU;
+            ev[m].start_ns += 2 * TFIX_US; /* the kernels ran later than they were queued, and longer */
+            ev[m].end_ns += 7 * TFIX_US;
+            m++;
+        }
+    insert(d, job, ev, m);
+    pp_err err;
+    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE source='gpu'"), (int64_t)(m - n));
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events e JOIN events g USING (rank, step, stage, microbatch, "
+                               "phase) WHERE e.source='cpu' AND g.source='gpu' AND g.start_ns = e.start_ns + 2000"),
+                 (int64_t)(m - n), "each gpu span pairs with its op's host span");
+    cr_assert_eq(tfix_q_int(s, "SELECT busy_ns FROM step_stats WHERE rank=0"), 64 * TFIX_US, "host busy time");
+    cr_assert_eq(tfix_q_int(s, "SELECT bubble_ns FROM step_stats WHERE rank=1"), 35 * TFIX_US);
+    db_close(d);
+}
+
 /* The critical path of the fused step walks from rank 0's last BW back to
  * rank 1's BW of the same microbatch (the gradient it took), and counts
  * the BW time apart from B and W. */

@@ -150,13 +150,15 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
 }
 
 /* Stamps ev with this process's rank and attempt and writes it (under mu,
- * recording). Returns as trace_ring_write. */
+ * recording); ev->source is the caller's (0: cpu). Returns as
+ * trace_ring_write. */
 static int pt_put_locked(trace_event *ev) {
     ev->version = TRACE_EVENT_VERSION;
-    ev->source = TRACE_SRC_CPU;
     ev->rank = pt.rank;
     ev->attempt = pt.attempt;
-    if (ev->phase < TRACE_LOSS) ev->wait_cpu_ns = trace_cpu_wait_since_last(); /* ops and spans: rows of events */
+    /* a cpu op or span (a row of events) says how long its thread waited
+     * for a core; a gpu span's field is its kernels' link, none here */
+    if (ev->phase < TRACE_LOSS && ev->source == TRACE_SRC_CPU) ev->wait_cpu_ns = trace_cpu_wait_since_last();
     return trace_ring_write(pt.ring, ev);
 }
 
@@ -227,19 +229,30 @@ static int pt_write_named(trace_event *ev, const char *phase_name, const char *n
 
 static int pt_write(trace_event *ev, const char *phase_name) { return pt_write_named(ev, phase_name, NULL); }
 
-PPRUN_TRACE_API int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
-                                   uint64_t start_ns, uint64_t end_ns) {
+/* pprun_trace_op and pprun_trace_gpu_op: one op of `source`. */
+static int pt_op(const char *api, int source, const char *phase, int step, int microbatch, int stage, int peer,
+                 uint64_t bytes, uint64_t start_ns, uint64_t end_ns) {
     static const int recordable[] = {TRACE_F,      TRACE_B,      TRACE_W,      TRACE_BW,  TRACE_SEND_F,
                                      TRACE_RECV_F, TRACE_SEND_B, TRACE_RECV_B, TRACE_OPT};
     int kind = -1;
     for (size_t i = 0; phase && i < sizeof recordable / sizeof recordable[0]; i++)
         if (strcmp(phase, trace_phase_name(recordable[i])) == 0) kind = recordable[i];
     if (kind < 0)
-        return pt_fail("pprun_trace_op: phase '%.40s': expected F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B or OPT",
+        return pt_fail("%s: phase '%.40s': expected F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B or OPT", api,
                        phase ? phase : "(null)");
-    trace_event ev = {.phase = (uint8_t)kind, .step = step, .microbatch = microbatch, .stage = stage, .peer = peer,
-                      .start_ns = start_ns, .end_ns = end_ns, .bytes = bytes};
+    trace_event ev = {.phase = (uint8_t)kind, .source = (uint8_t)source, .step = step, .microbatch = microbatch,
+                      .stage = stage, .peer = peer, .start_ns = start_ns, .end_ns = end_ns, .bytes = bytes};
     return pt_write(&ev, phase);
+}
+
+PPRUN_TRACE_API int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
+                                   uint64_t start_ns, uint64_t end_ns) {
+    return pt_op("pprun_trace_op", TRACE_SRC_CPU, phase, step, microbatch, stage, peer, bytes, start_ns, end_ns);
+}
+
+PPRUN_TRACE_API int pprun_trace_gpu_op(const char *phase, int step, int microbatch, int stage, int peer,
+                                       uint64_t bytes, uint64_t start_ns, uint64_t end_ns) {
+    return pt_op("pprun_trace_gpu_op", TRACE_SRC_GPU, phase, step, microbatch, stage, peer, bytes, start_ns, end_ns);
 }
 
 PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double loss) {

@@ -58,6 +58,14 @@ uint64_t pprun_trace_now_ns(void);
 int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
                    uint64_t start_ns, uint64_t end_ns);
 
+/* The same op as it ran on the GPU: its kernels' span, timed on the
+ * device (CUDA events) and put on the host clock by the caller; stored as
+ * a gpu span (events.source 'gpu') beside the host span of the same op,
+ * as CUPTI's are for pprun's own worker. Arguments and returns as
+ * pprun_trace_op. */
+int pprun_trace_gpu_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
+                       uint64_t start_ns, uint64_t end_ns);
+
 /* Records the loss of one microbatch (on the last stage), as the dashboard's
  * loss curve shows it. In a job of several pipelines (data-parallel
  * replicas: PPRUN_DP_SIZE, or WORLD_SIZE over the ranks of the schedule

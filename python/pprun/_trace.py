@@ -36,6 +36,9 @@ class Tracer:
     def op(self, phase, step, mb, stage, peer, nbytes, t0, t1):
         return self.lib.pprun_trace_op(phase, step, mb, stage, peer, nbytes, t0, t1)
 
+    def gpu_op(self, phase, step, mb, stage, peer, nbytes, t0, t1):
+        return self.lib.pprun_trace_gpu_op(phase, step, mb, stage, peer, nbytes, t0, t1)
+
     def loss(self, step, mb, stage, value):
         return self.lib.pprun_trace_loss(step, mb, stage, value)
 
@@ -57,6 +60,8 @@ def _load(path):
     lib.pprun_trace_error.restype = ctypes.c_char_p
     lib.pprun_trace_op.restype = i
     lib.pprun_trace_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
+    lib.pprun_trace_gpu_op.restype = i
+    lib.pprun_trace_gpu_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
     lib.pprun_trace_loss.restype = i
     lib.pprun_trace_loss.argtypes = [i, i, i, ctypes.c_double]
     lib.pprun_trace_span.restype = i

@@ -24,7 +24,11 @@ class (jobs.schedule), its shape and this rank's plan, PyTorch's
 pipeline_order where the schedule has one, else the order it ran in.
 
 Host spans: on a GPU an op's span ends when its kernels are queued, not
-when they ran (docs/torch.md says what is and is not measured)."""
+when they ran. On a CUDA device each F, B, W, BW and OPT also gets a gpu
+span, timed with CUDA events on its stream (_GpuTime; docs/torch.md says
+what is and is not measured)."""
+import atexit
+import collections
 import functools
 import os
 import sys
@@ -66,9 +70,11 @@ def _now():
     return _st.t.now()
 
 
-def _record(phase, stage, mb, t0, peer=-1, nbytes=0):
+def _record(phase, stage, mb, t0, peer=-1, nbytes=0, gpu=None):
+    """The host span of an op from t0 to now; gpu: _GpuTime.begin()'s."""
     step = pprun._step[0]
     t = _st.t
+    _gpu.end(gpu, phase, step, mb, stage)
     if not t.on:
         return
     if t.op(phase, step, mb, stage, peer, nbytes, t0, t.now()) < 0:
@@ -94,15 +100,105 @@ class _Off:
         return 0
 
 
+# ---- GPU time ---------------------------------------------------------------
+
+
+class _GpuTime:
+    """The GPU side of the ops of a stage on a CUDA device, the ndtimeline
+    way: a pair of CUDA events around the op on its stream, and no
+    synchronisation added. The events are read once they have completed
+    (Event.query(): at the end of every schedule step, and when many wait)
+    and placed on the host clock by an anchor, an event recorded on an
+    idle stream of the device's own, taken with the host time just before
+    it (once per step and device; the GPU stamps it about a launch latency,
+    microseconds, later). Each op becomes a gpu span (pprun_trace_gpu_op)
+    beside its host span; at exit the events still out are waited for."""
+
+    MAX_PENDING = 4096  # ops whose events are not read yet; past this, the oldest is waited for
+
+    def __init__(self):
+        self.pending = collections.deque()  # (phase, step, mb, stage, nbytes, anchor, start, end)
+        self.anchors = {}                   # device -> (step, host ns, event)
+        self.idle = {}                      # device -> the anchors' stream
+
+    def begin(self, device):
+        """An op on device starts: (anchor, start event), or None off a GPU."""
+        if device is None or device.type != "cuda" or not _st.t.on:
+            return None
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        step = pprun._step[0]
+        with _st.lock:
+            anchor = self.anchors.get(device)
+            if anchor is None or anchor[0] != step:
+                stream = self.idle.get(device)
+                if stream is None:
+                    stream = self.idle[device] = torch.cuda.Stream(device=device)
+                ev = torch.cuda.Event(enable_timing=True)
+                t0 = _now()
+                ev.record(stream)
+                anchor = self.anchors[device] = (step, t0, ev)
+        start = torch.cuda.Event(enable_timing=True)
+        start.record(torch.cuda.current_stream(device))
+        return anchor, start, device
+
+    def end(self, begun, phase, step, mb, stage, nbytes=0):
+        """The op begun (begin()'s) has been queued: its end event."""
+        if begun is None:
+            return
+        anchor, start, device = begun
+        end = torch.cuda.Event(enable_timing=True)
+        end.record(torch.cuda.current_stream(device))
+        with _st.lock:
+            self.pending.append((phase, step, mb, stage, nbytes, anchor, start, end))
+        if len(self.pending) > self.MAX_PENDING:
+            self.flush(wait=1)
+        elif len(self.pending) % 256 == 0:
+            self.flush()
+
+    def flush(self, wait=0):
+        """Records the ops whose events have completed, oldest first, up to
+        the first that has not; the `wait` oldest are waited for (-1: all)."""
+        with _st.lock:
+            while self.pending:
+                phase, step, mb, stage, nbytes, (_, host, anchor), start, end = self.pending[0]
+                events = (anchor, start, end)  # elapsed_time wants both of a pair completed
+                if wait != 0:
+                    for ev in events:
+                        ev.synchronize()
+                    wait -= 1
+                elif not all(ev.query() for ev in events):
+                    return
+                self.pending.popleft()
+                t = _st.t
+                if not t.on:
+                    continue
+                # elapsed_time: ms between two completed events (about 0.5 us resolution)
+                t0 = host + int(anchor.elapsed_time(start) * 1e6)
+                t1 = max(t0, host + int(anchor.elapsed_time(end) * 1e6))
+                if t.gpu_op(phase, step, mb, stage, -1, nbytes, max(t0, 0), max(t1, 0)) < 0:
+                    _stop("gpu span of %s, stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
+
+
+_gpu = _GpuTime()
+
+
+def _gpu_at_exit():
+    try:
+        _gpu.flush(wait=-1)
+    except Exception as e:  # the CUDA context may already be gone: the spans still out are lost, said so
+        sys.stderr.write("pprun: rank %d: %d gpu spans lost at exit: %s\n" % (_st.t.rank, len(_gpu.pending), e))
+
+
 # ---- ops --------------------------------------------------------------------
 
 
 def _wrap_forward(orig):
     @functools.wraps(orig)
     def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
-        t0 = _now()
+        t0, g = _now(), _gpu.begin(getattr(self, "device", None))
         out = orig(self, fwd_chunk_id, *args, **kwargs)
-        _record(b"F", self.stage_index, fwd_chunk_id, t0)
+        _record(b"F", self.stage_index, fwd_chunk_id, t0, gpu=g)
         if _st.order is not None:
             _st.order.append("%dF%d" % (self.stage_index, fwd_chunk_id))
         return out
@@ -115,10 +211,10 @@ def _wrap_backward(orig):
     def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
         # (bwd_chunk_id, loss=None, full_backward=True, last_backward=False)
         full = kwargs.get("full_backward", args[1] if len(args) > 1 else True)
-        t0 = _now()
+        t0, g = _now(), _gpu.begin(getattr(self, "device", None))
         out = orig(self, bwd_chunk_id, *args, **kwargs)
         op = "BW" if full else "B"
-        _record(op.encode(), self.stage_index, bwd_chunk_id, t0)
+        _record(op.encode(), self.stage_index, bwd_chunk_id, t0, gpu=g)
         if _st.order is not None:
             _st.order.append("%d%s%d" % (self.stage_index, op, bwd_chunk_id))
         return out
@@ -129,9 +225,9 @@ def _wrap_backward(orig):
 def _wrap_weight(orig):
     @functools.wraps(orig)
     def backward_weight_one_chunk(self, bwd_chunk_id, *args, **kwargs):
-        t0 = _now()
+        t0, g = _now(), _gpu.begin(getattr(self, "device", None))
         out = orig(self, bwd_chunk_id, *args, **kwargs)
-        _record(b"W", self.stage_index, bwd_chunk_id, t0)
+        _record(b"W", self.stage_index, bwd_chunk_id, t0, gpu=g)
         if _st.order is not None:
             _st.order.append("%dW%d" % (self.stage_index, bwd_chunk_id))
         return out
@@ -228,6 +324,7 @@ def _wrap_step(orig):
             out = orig(self, *args, **kwargs)
         finally:
             order, _st.order = _st.order, None
+            _gpu.flush()
         if first and not planned and order:
             _declare(self, " ".join(order))
         return out
@@ -274,17 +371,26 @@ def _state_bytes(opt):
     return n
 
 
+def _device_of(opt):
+    for group in opt.param_groups:
+        for p in group["params"]:
+            return p.device
+    return None
+
+
 def _opt_pre(opt, args, kwargs):
     if _st.started:
-        _st.opt_t0[id(opt)] = _now()
+        _st.opt_t0[id(opt)] = (_now(), _gpu.begin(_device_of(opt)))
 
 
 def _opt_post(opt, args, kwargs):
-    t0 = _st.opt_t0.pop(id(opt), None)
-    if t0 is None:
+    begun = _st.opt_t0.pop(id(opt), None)
+    if begun is None:
         return
-    step, t = pprun._step[0], _st.t
-    if t.on and t.op(b"OPT", step, -1, -1, -1, _state_bytes(opt), t0, t.now()) < 0:
+    (t0, g), step, t = begun, pprun._step[0], _st.t
+    nbytes = _state_bytes(opt)
+    _gpu.end(g, b"OPT", step, -1, -1, nbytes)
+    if t.on and t.op(b"OPT", step, -1, -1, -1, nbytes, t0, t.now()) < 0:
         _stop("OPT: %s" % t.error())
 
 
@@ -380,6 +486,7 @@ def install():
                          % (torch.__version__, ", ".join(missing)))
         return False
     _st.t = t
+    atexit.register(_gpu_at_exit)
     _optimizer.register_optimizer_step_pre_hook(_opt_pre)
     _optimizer.register_optimizer_step_post_hook(_opt_post)
     _replace(base, "forward_one_chunk", _wrap_forward)
