@@ -557,6 +557,16 @@ Test(attack, stdout_on_a_full_device_exits_1_for_every_command) {
         cr_assert(strstr(out, "writing standard output failed: No space left on device"), "pprun %s >full:\n%s",
                   commands[i], out);
     }
+    /* a traced job whose ranks' output was lost: its row says the exit status pprun exits with */
+    cr_assert_eq(run_in("", "full", "run --nproc-per-node 1 --db lost.db -- sh -c 'echo hi'"), 1, "%s", out);
+    sqlite3 *lost;
+    sqlite3_stmt *row;
+    cr_assert_eq(sqlite3_open(at("lost.db"), &lost), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(lost, "SELECT status || ' ' || exit_code FROM jobs", -1, &row, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(row), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(row, 0), "succeeded 1");
+    sqlite3_finalize(row);
+    sqlite3_close(lost);
     /* serve says where it serves, then serves until a signal */
     char cmd[2048];
     snprintf(

@@ -62,10 +62,16 @@ int cmd_run(int argc, char **argv) {
 
     int exit_code = 2;
     if (open_outputs(&job) == 0) {
-        job_outcome end;
+        /* zeroed: the guard's will is told end's fields (trace_err among
+         * them) before job_tracing_stop fills them */
+        job_outcome end = {0};
         job_attempts_run(&job, &end);
         job_mps_stop(&job.mps); /* the workers are gone: so is the daemon, before the job's end is written */
         job_tracing_stop(&job, &end);
+        /* The ranks' output that did not all reach standard output (a
+         * closed pipe, a full disk) makes main exit 1 (check_stdout): the
+         * job's row says the same exit status. */
+        if (end.exit_code == 0 && (fflush(stdout) != 0 || ferror(stdout))) end.exit_code = 1;
         job_rows_finish(&job, &end);
         job_serve_until_interrupt(&job, &end);
         exit_code = end.exit_code;
