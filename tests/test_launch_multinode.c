@@ -650,3 +650,42 @@ Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_o
     lt_free(&n0);
     lt_free(&n1);
 }
+
+/* Anyone who reaches node 0's store (a rank program: PPRUN_STORE) may write
+ * the attempt's failure report. One that names a rank the job does not have
+ * is no root cause: both launchers end the attempt saying its cause is
+ * unknown, and blame no rank (before: "rank 5 (local_rank 99)" of a 2-rank
+ * job, whose ranks were well). */
+Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
+    char port[16], script[256], ready[300];
+    const char *dir = tfix_mkdir("forged-failure");
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(script, sizeof script, "touch %s/ready-$RANK; exec sleep 120", dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    for (int r = 0; r < 2; r++) {
+        snprintf(ready, sizeof ready, "%s/ready-%d", dir, r);
+        cr_assert(lt_wait_file(ready), "rank %d never started", r);
+    }
+    store_client *c;
+    pp_err err;
+    cr_assert_eq(store_connect("127.0.0.1", atoi(port), 5000000000ull, &c, &err), 0, "%s", err.msg);
+    const char forged[] = "v2 1 5 99 3 0 1234 0 0 0 0 0\nforged-host\nwhy\ntail";
+    cr_assert_eq(store_set(c, "pprun/a/0/fail", forged, sizeof forged - 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(store_set(c, "pprun/a/0/end", "", 0, &err), 0, "%s", err.msg);
+    store_close(c);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    const lt_proc *nodes[2] = {&n0, &n1};
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(nodes[k]->status, 1, "node %d: %s", k, nodes[k]->err);
+        cr_assert(strstr(nodes[k]->err, "names no node or rank of this job"), "node %d: %s", k, nodes[k]->err);
+        cr_assert_null(strstr(nodes[k]->err, "forged-host"), "node %d: %s", k, nodes[k]->err);
+        cr_assert_null(strstr(nodes[k]->err, "rank      : 5"), "node %d: %s", k, nodes[k]->err);
+    }
+    lt_free(&n0);
+    lt_free(&n1);
+}

@@ -179,12 +179,19 @@ static int next_line(const char **p, char *out, size_t cap) {
     return 0;
 }
 
-static int failure_decode(const char *text, launch_failure *f, int *stop) {
+/* -1 for text that is no failure of this job: anyone who reaches the
+ * store may have written it, so its node and ranks must be the job's (a
+ * rank is -1 for a launcher's own failure). */
+static int failure_decode(const char *text, const launch_options *o, launch_failure *f, int *stop) {
     memset(f, 0, sizeof *f);
     int pid, state;
     if (sscanf(text, "v2 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d", &f->node_rank, &f->global_rank,
                &f->local_rank, &f->exit_code, &f->signal, &pid, &f->wall_ns, stop, &f->hung, &state,
                &f->witness) != 11)
+        return -1;
+    int world = o->nnodes * o->nproc_per_node;
+    if (f->node_rank < 0 || f->node_rank >= o->nnodes || f->global_rank < -1 || f->global_rank >= world ||
+        f->local_rank < -1 || f->local_rank >= o->nproc_per_node || f->witness < -1 || f->witness >= world)
         return -1;
     f->pid = pid;
     f->state = (char)state;
@@ -640,7 +647,7 @@ static void read_root_cause(job *j, int attempt, int *out, int *stop, launch_res
     if (g != 0) return;
     launch_failure f;
     int fstop = 0;
-    if (failure_decode(v, &f, &fstop) == 0) {
+    if (failure_decode(v, j->c.o, &f, &fstop) == 0) {
         *stop |= fstop;
         if (f.global_rank >= 0) {
             res->failure = f;
@@ -652,6 +659,12 @@ static void read_root_cause(job *j, int attempt, int *out, int *stop, launch_res
             res->failure_remote = 1;
             finish_result(res, LAUNCH_FAILED, 1);
         }
+    } else {
+        /* Not one of this job's failures: ended, cause unknown, said as this launcher's. */
+        launcher_failure(j, "the attempt was ended by a failure report in the store that names no node or rank "
+                            "of this job (pprun/a/K/fail); its cause is unknown", &f);
+        res->failure = f;
+        finish_result(res, LAUNCH_FAILED, 1);
     }
     free(v);
     if (*out == LAUNCH_ATTEMPT_OK) *out = LAUNCH_ATTEMPT_REMOTE;
