@@ -228,3 +228,31 @@ Test(disk_full, a_trace_that_fills_the_disk_stops_and_the_training_goes_on) {
         cr_assert(strstr(stats, want), "want '%s' in\n%s\n%s", want, stats, err);
     }
 }
+
+/* --log-dir on a disk that fills up: the ranks' output is not lost. Once a
+ * log file cannot be written, its stream goes to the console, even where
+ * --redirects sent it to the log alone, and the launcher says so once per
+ * stream (before: exit 0, nothing on the console, the last lines nowhere). */
+Test(disk_full, rank_output_whose_log_fills_the_disk_goes_to_the_console) {
+    const char *mnt = tfix_mkdir("logmnt");
+    char out[512];
+    snprintf(out, sizeof out, "%s", tfix_mkdir("logout"));
+    need_tmpfs(mnt);
+    int rc = sh("unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs %s && "
+                "%s launch --nproc-per-node 2 --log-dir %s/logs --run-id full --redirects 3 -- "
+                "sh -c \"for i in \\$(seq 1 20000); do echo line \\$i; done; echo LAST-LINE-\\$RANK\" "
+                ">%s/out.txt 2>%s/err.txt; echo $? >%s/rc.txt'; grep -c LAST-LINE %s/out.txt >%s/last.txt",
+                mnt, PPRUN_BIN, mnt, out, out, out, out, out);
+    cr_assert_eq(rc, 0);
+    const char *e = slurp(out, "err.txt");
+    cr_assert_str_eq(slurp(out, "rc.txt"), "0\n", "the ranks succeeded: %s", e);
+    cr_assert_str_eq(slurp(out, "last.txt"), "2\n", "both ranks' last lines reach the console");
+    for (int r = 0; r < 2; r++) {
+        char want[200];
+        snprintf(want, sizeof want,
+                 "pprun: writing rank %d's stdout log failed (No space left on device): its standard output goes "
+                 "to this console from here on",
+                 r);
+        cr_assert(strstr(e, want), "want '%s' in\n%s", want, e);
+    }
+}

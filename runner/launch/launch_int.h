@@ -21,6 +21,8 @@ typedef struct launch_stream {
     int fd;              /* pipe read end, -1 once at EOF */
     int console_fd;      /* 1 or 2, or -1: not shown */
     int log_fd;          /* log file, or -1 */
+    int std_fd;          /* 1 or 2: the console it goes to once its log file fails */
+    int rank;            /* global rank, for that message */
     char prefix[32];
     size_t prefix_len;
     char *buf;           /* partial line (owned) */
@@ -31,8 +33,8 @@ typedef struct launch_stream {
 /* Lines longer than this are cut into several prefixed lines. */
 #define LAUNCH_LINE_MAX 65536
 
-void launch_stream_init(launch_stream *s, int fd, int console_fd, int log_fd, const char *prefix,
-                        launch_tail *tail);
+void launch_stream_init(launch_stream *s, int fd, int console_fd, int log_fd, int std_fd, int rank,
+                        const char *prefix, launch_tail *tail);
 /* Reads what the pipe has (non-blocking fd), writes every complete line.
  * Returns 1 at EOF (fd closed and set to -1), else 0. */
 int launch_stream_pump(launch_stream *s);

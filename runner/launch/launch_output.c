@@ -11,12 +11,14 @@
 #include <string.h>
 #include <unistd.h>
 
-void launch_stream_init(launch_stream *s, int fd, int console_fd, int log_fd, const char *prefix,
-                        launch_tail *tail) {
+void launch_stream_init(launch_stream *s, int fd, int console_fd, int log_fd, int std_fd, int rank,
+                        const char *prefix, launch_tail *tail) {
     memset(s, 0, sizeof *s);
     s->fd = fd;
     s->console_fd = console_fd;
     s->log_fd = log_fd;
+    s->std_fd = std_fd;
+    s->rank = rank;
     s->prefix_len = strlen(prefix);
     if (s->prefix_len >= sizeof s->prefix) s->prefix_len = sizeof s->prefix - 1;
     memcpy(s->prefix, prefix, s->prefix_len);
@@ -129,8 +131,15 @@ int launch_stream_pump(launch_stream *s) {
             return 1;
         }
         if (s->log_fd >= 0 && write_all(s->log_fd, s->buf + s->len, (size_t)r) != 0) {
-            close(s->log_fd); /* disk full: keep the console going */
+            /* A full disk: the output is not lost, it goes to the console
+             * from here on, even where --redirects sent it to the log alone. */
+            int e = errno;
+            close(s->log_fd);
             s->log_fd = -1;
+            if (s->console_fd < 0) s->console_fd = s->std_fd;
+            fprintf(stderr, "pprun: writing rank %d's %s log failed (%s): its %s goes to this console from here on\n",
+                    s->rank, s->std_fd == 1 ? "stdout" : "stderr", strerror(e),
+                    s->std_fd == 1 ? "standard output" : "standard error");
         }
         s->len += (size_t)r;
         size_t used = emit(s, s->len, 0);
