@@ -327,6 +327,8 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
         {"--data /nonexistent/file.txt", "pprun run: --data /nonexistent/file.txt: cannot open"},
         {"--model gpt:depth=3", "pprun run: --model gpt: unknown key 'depth'"},
         {"--model timed:f=1ms,b=1ms,w=1ms --data /etc/hostname", "a timed model trains on no data"},
+        {"--model gpt:layers=2,dim=16,heads=2,seq=512,batch=4 --nproc-per-node 2 --data /etc/hostname",
+         "bytes is too small; a microbatch needs at least 2049 (batch x seq + 1)"},
         {"--fail-at step=1", "rank"},
         {"--no-such-flag", "unknown option '--no-such-flag'; see pprun run --help"},
         {"--", "missing PROGRAM: pprun run [options] -- PROGRAM"},

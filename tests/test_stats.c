@@ -491,6 +491,12 @@ Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     char nojobs[512];
     snprintf(nojobs, sizeof nojobs, "%s: no job in this database yet", empty);
     lt_expect_refusal((const char *[]){"stats", "--db", empty, NULL}, nojobs);
+    /* a forged world size is named as the file has it, not as an int it wraps to */
+    sqlite3 *forge;
+    cr_assert_eq(sqlite3_open(path, &forge), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(forge, "UPDATE jobs SET world_size = 2147483648", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(forge);
+    lt_expect_refusal((const char *[]){"stats", "--db", path, NULL}, "job 1 has a world size of 2147483648, not 1..65536");
     fixture_remove(path);
     fixture_remove(junk);
     fixture_remove(empty);

@@ -40,7 +40,7 @@ int data_open_as(const char *path, const char *flag, size_t min_bytes, data_sour
     }
     if (size < min_bytes) {
         free(bytes);
-        return pp_fail(err, "%s %s: %zu bytes is too small; a microbatch needs at least %zu (seq + 1)", flag,
+        return pp_fail(err, "%s %s: %zu bytes is too small; a microbatch needs at least %zu (batch x seq + 1)", flag,
                        path ? path : "(default corpus)", size, min_bytes);
     }
     data_source *d = malloc(sizeof *d);
