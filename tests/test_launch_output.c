@@ -23,7 +23,7 @@ static char *pass_through(const char *data, size_t n, size_t *out_len) {
     FILE *console = tmpfile();
     cr_assert_not_null(console);
     launch_stream s;
-    launch_stream_init(&s, in[0], fileno(console), -1, "[0]: ", NULL);
+    launch_stream_init(&s, in[0], fileno(console), -1, 1, 0, "[0]: ", NULL);
     while (!launch_stream_pump(&s)) {
     }
     launch_stream_finish(&s);
