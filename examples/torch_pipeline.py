@@ -34,6 +34,7 @@ Options: --steps N (3), --microbatches M (4), --stages-per-rank V (2),
 --layers L (8), --dim D (32), --seq T (16), --microbatch-size B (2),
 --lr X (0.05), --seed S (0), --dp D (1), --device cpu|cuda (cpu)."""
 import argparse
+import inspect
 import os
 import signal
 import time
@@ -255,8 +256,11 @@ def main():
     elif args.schedule in SINGLE:
         schedule = SINGLE[args.schedule](stages[0], args.microbatches, loss_fn=loss_fn)
     elif args.schedule == "ZBVZeroBubble":
-        schedule = schedules.ScheduleZBVZeroBubble(stages, args.microbatches, loss_fn=loss_fn,
-                                                   stage_index_to_group_rank=dict(enumerate(stage_rank)))
+        # torch 2.6 takes the V placement; later versions place the V themselves (the same one)
+        extra = {}
+        if "stage_index_to_group_rank" in inspect.signature(schedules.ScheduleZBVZeroBubble.__init__).parameters:
+            extra["stage_index_to_group_rank"] = dict(enumerate(stage_rank))
+        schedule = schedules.ScheduleZBVZeroBubble(stages, args.microbatches, loss_fn=loss_fn, **extra)
     else:
         schedule = LOOPED[args.schedule](stages, args.microbatches, loss_fn=loss_fn)
 

@@ -30,6 +30,8 @@ what is and is not measured)."""
 import atexit
 import collections
 import functools
+import importlib
+import inspect
 import os
 import sys
 import threading
@@ -60,6 +62,7 @@ class _State:
         self.opt_t0 = {}         # optimizer id -> its step's start
         self.opt_bytes = weakref.WeakKeyDictionary()
         self.lock = threading.Lock()
+        self.in_step = False     # inside a wrapped step() (one step, whichever class's step() it reaches)
 
 
 _st = _State()
@@ -254,24 +257,40 @@ def _wrap_get_ops(orig, phase):
     return get_ops
 
 
+class _Batch:
+    """The ops of one batched p2p: their spans end when the last Work of the
+    batch has been waited for (one Work in torch 2.6, a list later)."""
+
+    __slots__ = ("ops", "t0", "step", "left")
+
+    def __init__(self, ops, t0, left):
+        self.ops, self.t0, self.step, self.left = ops, t0, pprun._step[0], left
+
+    def done(self):
+        self.left -= 1
+        if self.left > 0:
+            return
+        t, t1 = _st.t, _now()
+        if t.on:
+            for phase, stage, mb, peer, nbytes in self.ops:
+                if t.op(phase, self.step, mb, stage, peer, nbytes, self.t0, t1) < 0:
+                    _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
+                    break
+
+
 class _Work:
-    """A batched p2p's Work: its wait() ends the spans of the batch's ops."""
+    """One Work of a batched p2p: its wait() counts towards the batch's end."""
 
-    __slots__ = ("_work", "_ops", "_t0", "_step", "_done")
+    __slots__ = ("_work", "_batch", "_done")
 
-    def __init__(self, work, ops, t0):
-        self._work, self._ops, self._t0, self._step, self._done = work, ops, t0, pprun._step[0], False
+    def __init__(self, work, batch):
+        self._work, self._batch, self._done = work, batch, False
 
     def wait(self, *args, **kwargs):
         out = self._work.wait(*args, **kwargs)
         if not self._done:
             self._done = True
-            t, t1 = _st.t, _now()
-            if t.on:
-                for phase, stage, mb, peer, nbytes in self._ops:
-                    if t.op(phase, self._step, mb, stage, peer, nbytes, self._t0, t1) < 0:
-                        _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
-                        break
+            self._batch.done()
         return out
 
     def __getattr__(self, name):
@@ -291,7 +310,15 @@ def _wrap_batch_p2p(orig):
             if tag is not None:
                 tensor = op.tensor
                 ops.append((tag[0], tag[1], tag[2], op.peer, tensor.numel() * tensor.element_size()))
-        return _Work(work, ops, t0) if ops else work
+        if not ops:
+            return work
+        if isinstance(work, (list, tuple)):  # torch >= 2.8: every Work of the batch, each waited for
+            batch = _Batch(ops, t0, len(work))
+            if not work:
+                batch.left = 1
+                batch.done()
+            return [_Work(w, batch) for w in work]
+        return _Work(work, _Batch(ops, t0, 1))  # torch 2.6: the batch's last Work
 
     return _batch_p2p
 
@@ -307,6 +334,8 @@ def _stages_of(sched):
 def _wrap_step(orig):
     @functools.wraps(orig)
     def step(self, *args, **kwargs):
+        if _st.in_step:  # a step() calling another wrapped step(): the same step
+            return orig(self, *args, **kwargs)
         if _st.started:
             pprun._step[0] += 1
         _st.started = True
@@ -320,9 +349,11 @@ def _wrap_step(orig):
             _st.declared = True
             planned = _declare(self, None)
             _st.order = [] if not planned else None
+        _st.in_step = True
         try:
             out = orig(self, *args, **kwargs)
         finally:
+            _st.in_step = False
             order, _st.order = _st.order, None
             _gpu.flush()
         if first and not planned and order:
@@ -397,11 +428,23 @@ def _opt_post(opt, args, kwargs):
 # ---- the plan -----------------------------------------------------------------
 
 
+def _ctype(ct):
+    """The letter of a _ComputationType: its str() in torch 2.6 (an int Enum
+    with its own __str__), its value later (a str Enum: str() gives
+    '_ComputationType.FORWARD')."""
+    value = getattr(ct, "value", None)
+    return value if isinstance(value, str) else str(ct)
+
+
 def _action_text(action):
     """pprun's notation of a PyTorch compute action, None for the others."""
     if action is None:
         return "."
-    op = _OPS.get(str(action.computation_type))
+    subs = getattr(action, "sub_actions", None)
+    if subs:  # OVERLAP_F_B (DualPipeV): its F and its B, run one after the other
+        texts = [x for x in (_action_text(a) for a in subs) if x not in (None, ".")]
+        return " ".join(texts) or None
+    op = _OPS.get(_ctype(action.computation_type))
     if op is None or action.microbatch_index is None:
         return None
     return "%d%s%d" % (action.stage_index, op, action.microbatch_index)
@@ -411,6 +454,8 @@ def _plan_of(sched, stage0):
     """This rank's plan as PyTorch has it: pipeline_order's row (idle cells
     kept), else the compute actions of pipeline_order_with_comms; "" when
     the schedule has neither (GPipe, 1F1B: their order is their code)."""
+    if isinstance(sched, _schedules.PipelineScheduleSingle):
+        return ""  # torch >= 2.8 gives them a pipeline_order too; what runs is still their code
     rank = stage0.group_rank
     for attr, keep_idle in (("pipeline_order", True), ("pipeline_order_with_comms", False)):
         rows = getattr(sched, attr, None)
@@ -465,6 +510,25 @@ def _replace(owner, name, wrap, *extra):
     setattr(owner, name, new)
 
 
+def _runtime_module():
+    """torch.distributed.pipelining.runtime where _PipelineScheduleRuntime
+    moved (it imports _batch_p2p by name), None where it does not exist."""
+    try:
+        return importlib.import_module("torch.distributed.pipelining.runtime")
+    except ImportError:
+        return None
+
+
+def _step_owners():
+    """The schedule classes with a step() of their own (not abstract)."""
+    owners = []
+    for cls in (_schedules._PipelineSchedule, _schedules.PipelineScheduleSingle, _schedules.PipelineScheduleMulti):
+        fn = cls.__dict__.get("step")
+        if fn is not None and not getattr(fn, "__isabstractmethod__", False):
+            owners.append(cls)
+    return owners
+
+
 def install():
     """Instruments torch.distributed.pipelining for this process's trace;
     False (nothing changed) when it does not record or this torch lacks
@@ -478,9 +542,11 @@ def install():
     base = _stage._PipelineStageBase
     wanted = [(base, n) for n in ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk",
                                   "get_fwd_send_ops", "get_fwd_recv_ops", "get_bwd_send_ops", "get_bwd_recv_ops")]
-    wanted += [(_schedules, "_batch_p2p"), (_schedules._PipelineSchedule, "_update_losses"),
-               (_schedules.PipelineScheduleSingle, "step"), (_schedules.PipelineScheduleMulti, "step")]
+    wanted += [(_schedules, "_batch_p2p"), (_schedules._PipelineSchedule, "_update_losses")]
     missing = ["%s.%s" % (getattr(o, "__name__", o), n) for o, n in wanted if not hasattr(o, n)]
+    steps = _step_owners()
+    if not steps:
+        missing.append("a schedule step()")
     if missing:
         sys.stderr.write("pprun: torch %s has no %s: its pipelining is not traced\n"
                          % (torch.__version__, ", ".join(missing)))
@@ -497,9 +563,12 @@ def install():
     _replace(base, "get_bwd_send_ops", _wrap_get_ops, b"SEND_B")
     _replace(base, "get_bwd_recv_ops", _wrap_get_ops, b"RECV_B")
     _replace(_schedules, "_batch_p2p", _wrap_batch_p2p)
+    runtime = _runtime_module()
+    if runtime is not None and hasattr(runtime, "_batch_p2p"):
+        _replace(runtime, "_batch_p2p", _wrap_batch_p2p)
     _replace(_schedules._PipelineSchedule, "_update_losses", _wrap_update_losses)
-    _replace(_schedules.PipelineScheduleSingle, "step", _wrap_step)
-    _replace(_schedules.PipelineScheduleMulti, "step", _wrap_step)
+    for cls in steps:
+        _replace(cls, "step", _wrap_step)
     _installed = True
     return True
 
@@ -564,8 +633,11 @@ def schedule(stages, n_microbatches, loss_fn=None, **kwargs):
                          "(pprun.torch.stage_indices())" % (rank, mine, stage_indices(rank)))
     texts = [None] * stages[0].group_size
     dist.all_gather_object(texts, _env("PPRUN_ACTIONS"), group=group)
-    sched = runtime(stages, n_microbatches, loss_fn=loss_fn,
-                    stage_index_to_group_rank={s: r for s, r in enumerate(stage_rank)}, **kwargs)
-    sched._load_actions({r: _parse_actions(text) for r, text in enumerate(texts)}, format="compute_only")
+    if "stage_index_to_group_rank" in inspect.signature(_schedules.PipelineScheduleMulti.__init__).parameters:
+        kwargs["stage_index_to_group_rank"] = {s: r for s, r in enumerate(stage_rank)}  # torch 2.6
+    # later torch infers the placement from the actions (_validate_and_set_stage_mapping)
+    sched = runtime(stages, n_microbatches, loss_fn=loss_fn, **kwargs)
+    load = getattr(sched, "_prepare_schedule_with_comms", None) or sched._load_actions  # renamed after 2.6
+    load({r: _parse_actions(text) for r, text in enumerate(texts)}, format="compute_only")
     sched._pprun_name = _env("PPRUN_SCHEDULE")
     return sched
