@@ -285,6 +285,12 @@ SELECT (SELECT count(*) FROM h) AS host, (SELECT count(*) FROM g) AS gpu,
 if ! python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
   result[torch]="not run: python3 has no torch that sees a GPU"
 else
+  # which of the forms pprun.torch takes this torch has (docs/torch.md): for the note
+  python3 -c 'import torch, inspect, importlib.util as u, torch.distributed.pipelining.schedules as s
+print("torch", torch.__version__, "| runtime.py:", u.find_spec("torch.distributed.pipelining.runtime") is not None,
+      "| _prepare_schedule_with_comms:", hasattr(s._PipelineScheduleRuntime, "_prepare_schedule_with_comms"),
+      "| stage_index_to_group_rank:", "stage_index_to_group_rank" in inspect.signature(s.PipelineScheduleMulti.__init__).parameters,
+      "| str(FULL_BACKWARD):", str(s._ComputationType.FULL_BACKWARD))'
   printf '%-22s %6s %6s %7s %8s %8s %7s\n' schedule host gpu placed host_us gpu_us losses
   for sched in Interleaved1F1B InterleavedZeroBubble; do
     name="torch-$sched"
