@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include "db/usersql.h"
 #include "helpers/web_client.h"
@@ -164,6 +165,30 @@ Test(web_host, allow_host_admits_the_names_given_and_no_other) {
         cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "--allow-host %s: status %d, %s", bad[i], st, out);
         cr_assert(strstr(out, "--allow-host"), "--allow-host %s: %s", bad[i], out);
     }
+}
+
+/* The output and exit status of `pprun ARGS`. */
+static int pprun_out(const char *args, char *out, size_t cap) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cd /tmp && '%s' %s 2>&1", PPRUN_BIN, args);
+    FILE *p = popen(cmd, "r");
+    size_t got = fread(out, 1, cap - 1, p);
+    out[got] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(web_host, pprun_run_takes_allow_host_with_serve_only_and_checks_its_names) {
+    char db[256], out[1024];
+    fixture_tmp_path(db, sizeof db, "webhost-run");
+    char args[512];
+    snprintf(args, sizeof args, "run --allow-host dash.example --db '%s' --steps 1", db);
+    cr_assert_eq(pprun_out(args, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "--allow-host names a host the dashboard answers to: it needs --serve"), "%s", out);
+    snprintf(args, sizeof args, "run --serve 127.0.0.1:0 --allow-host dash.example:80 --db '%s' --steps 1", db);
+    cr_assert_eq(pprun_out(args, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "--allow-host 'dash.example:80': expected a host name or address alone"), "%s", out);
+    cr_assert_neq(access(db, F_OK), 0, "a refused run left its database behind");
 }
 
 /* ---- Origin: another site's page ------------------------------------------------ */
