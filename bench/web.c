@@ -172,7 +172,7 @@ static long get(const char *path, long *bytes) {
         return -1;
     }
     char req[512];
-    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    int n = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n", path);
     if (send(fd, req, (size_t)n, 0) != n) {
         close(fd);
         return -1;

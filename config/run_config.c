@@ -296,6 +296,7 @@ static const struct {
     {"--db", 1, 0},
     {"--trace", 1, 0},
     {"--token", 1, 0},
+    {"--allow-host", 1, 0},
     {"--schedule-costs", 1, 0},
     {"--model", 1, 1},
     {"--data", 1, 1},
@@ -399,6 +400,15 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
         if (value) rc = copy_text(cfg->serve_addr, sizeof cfg->serve_addr, opt, value, err);
     } else if (strcmp(opt, "--token") == 0)
         rc = copy_text(cfg->token, sizeof cfg->token, opt, value, err);
+    else if (strcmp(opt, "--allow-host") == 0) {
+        size_t have = strlen(cfg->allow_hosts);
+        if (!*value)
+            rc = pp_fail(err, "--allow-host needs a host name");
+        else if (have + strlen(value) + 2 > sizeof cfg->allow_hosts)
+            rc = pp_fail(err, "--allow-host: more names than fit in %zu bytes", sizeof cfg->allow_hosts);
+        else
+            snprintf(cfg->allow_hosts + have, sizeof cfg->allow_hosts - have, "%s%s", have ? "," : "", value);
+    }
     else if (strcmp(opt, "--checkpoint-dir") == 0)
         rc = copy_text(cfg->checkpoint_dir, sizeof cfg->checkpoint_dir, opt, value, err);
     else if (strcmp(opt, "--checkpoint-every") == 0)

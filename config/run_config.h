@@ -86,6 +86,7 @@ typedef struct run_config {
     int serve;            /* 1 = --serve given */
     char serve_addr[128]; /* HOST:PORT */
     char token[256];
+    char allow_hosts[1024]; /* --allow-host, gathered: NAME,NAME,... ("" = none; web/guard.h) */
     char checkpoint_dir[512];
     int checkpoint_every; /* steps; 0 = only at the end when a dir is given */
     int resume;

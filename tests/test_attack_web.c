@@ -181,7 +181,7 @@ Test(attack_web, traversal_spellings_never_reach_a_file) {
         int k = snprintf(req, sizeof req, "GET ");
         memcpy(req + k, cases[i].target, cases[i].len);
         k += (int)cases[i].len;
-        k += snprintf(req + k, sizeof req - (size_t)k, " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        k += snprintf(req + k, sizeof req - (size_t)k, " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         attack_resp a;
         attack_send(req, (size_t)k, 3, &a);
         cr_assert_eq(a.status, cases[i].status, "GET %s: %.300s", cases[i].target, a.text);
@@ -198,8 +198,9 @@ Test(attack_web, traversal_spellings_never_reach_a_file) {
 /* ---- oversized and malformed HTTP ------------------------------------------ */
 
 /* A head: the request line, a Host, then more. */
-#define HEAD(line, more) line "\r\nHost: x\r\nConnection: close\r\n" more "\r\n"
+#define HEAD(line, more) line "\r\nHost: localhost\r\nConnection: close\r\n" more "\r\n"
 #define MHD_HTML "<html>" /* answered by libmicrohttpd itself, before any handler */
+#define JSON_CT "Content-Type: application/json\r\n" /* a body must say it is JSON (415 otherwise) */
 
 /* Requests the server cannot or will not take, each refused with what is
  * wrong: a 4xx or 5xx from the server's checks (JSON naming the problem)
@@ -207,20 +208,20 @@ Test(attack_web, traversal_spellings_never_reach_a_file) {
  * libmicrohttpd cannot split at all, the connection closed. */
 Test(attack_web, oversized_and_malformed_requests_are_refused) {
     static char long_line[40100], big_header[40100], many_headers[60000], big_chunk[70100], many_params[1200];
-    snprintf(long_line, sizeof long_line, "GET /%0*d HTTP/1.1\r\nHost: x\r\n\r\n", 40000, 0);
-    snprintf(big_header, sizeof big_header, "GET / HTTP/1.1\r\nHost: x\r\nX-Big: %0*d\r\n\r\n", 40000, 0);
-    int k = snprintf(many_headers, sizeof many_headers, "GET / HTTP/1.1\r\nHost: x\r\n");
+    snprintf(long_line, sizeof long_line, "GET /%0*d HTTP/1.1\r\nHost: localhost\r\n\r\n", 40000, 0);
+    snprintf(big_header, sizeof big_header, "GET / HTTP/1.1\r\nHost: localhost\r\nX-Big: %0*d\r\n\r\n", 40000, 0);
+    int k = snprintf(many_headers, sizeof many_headers, "GET / HTTP/1.1\r\nHost: localhost\r\n");
     for (int i = 0; i < 5000 && k < (int)sizeof many_headers - 32; i++)
         k += snprintf(many_headers + k, sizeof many_headers - (size_t)k, "X-%d: v\r\n", i);
     snprintf(many_headers + k, sizeof many_headers - (size_t)k, "\r\n");
     k = snprintf(big_chunk, sizeof big_chunk,
-                 "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
-                 "10001\r\n");
+                 "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" JSON_CT
+                 "Transfer-Encoding: chunked\r\n\r\n10001\r\n");
     memset(big_chunk + k, 'a', 0x10001);
     snprintf(big_chunk + k + 0x10001, sizeof big_chunk - (size_t)k - 0x10001, "\r\n0\r\n\r\n");
     k = snprintf(many_params, sizeof many_params, "GET /api/jobs?");
     for (int i = 0; i < 1000; i++) many_params[k++] = '&';
-    snprintf(many_params + k, sizeof many_params - (size_t)k, " HTTP/1.1\r\nHost: x\r\n\r\n");
+    snprintf(many_params + k, sizeof many_params - (size_t)k, " HTTP/1.1\r\nHost: localhost\r\n\r\n");
     static const struct { const char *req; int status; const char *msg; } cases[] = {
         {long_line, 414, MHD_HTML},
         {big_header, 431, MHD_HTML},
@@ -234,7 +235,7 @@ Test(attack_web, oversized_and_malformed_requests_are_refused) {
         {HEAD("POST /api/sql HTTP/1.1", "Content-Length: +5\r\n") "hello", 400, MHD_HTML},
         {HEAD("POST /api/sql HTTP/1.1", "Content-Length: 0x10\r\n") "hello", 400, MHD_HTML},
         {HEAD("POST /api/sql HTTP/1.1", "Content-Length: 5, 5\r\n") "hello", 400, MHD_HTML},
-        {HEAD("POST /api/sql HTTP/1.1", "Content-Length: 5\r\n") "{abc}", 400, "malformed JSON body"},
+        {HEAD("POST /api/sql HTTP/1.1", JSON_CT "Content-Length: 5\r\n") "{abc}", 400, "malformed JSON body"},
         {HEAD("FOO /api/jobs HTTP/1.1", ""), 405, "FOO not allowed on /api/jobs (use GET)"},
         {HEAD("get /api/jobs HTTP/1.1", ""), 405, "get not allowed on /api/jobs (use GET)"},
         {HEAD("DELETE /api/jobs/1 HTTP/1.1", ""), 405, "DELETE not allowed"},
@@ -267,7 +268,7 @@ Test(attack_web, oversized_and_malformed_requests_are_refused) {
         /* No space at all: libmicrohttpd cannot find the parts and closes;
          * nor can it hold a thousand parameters' records in the
          * connection's 32 KiB. */
-        {"GET\t/api/jobs\tHTTP/1.1\r\nHost: x\r\n\r\n", 0, ""},
+        {"GET\t/api/jobs\tHTTP/1.1\r\nHost: localhost\r\n\r\n", 0, ""},
         {many_params, 0, ""},
     };
     size_t n = sizeof cases / sizeof cases[0], refused = 0;
@@ -294,70 +295,70 @@ Test(attack_web, oversized_and_malformed_requests_are_refused) {
  * rest of the body as a request, left Transfer-Encoding: gzip unanswered
  * until the timeout, and read bare LFs, NULs in values, folded lines and
  * blanks before a colon without a word. */
-#define SMUGGLED "GET /api/jobs HTTP/1.1\r\nHost: x\r\n\r\n"
+#define SMUGGLED "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n"
 Test(attack_web, framing_that_could_be_read_two_ways_is_refused_and_the_connection_closed) {
     static const struct { const char *req; size_t len; int status; const char *msg; } cases[] = {
 #define F(s, st, m) {s, sizeof s - 1, st, m}
 #define BOTH "both Content-Length and Transfer-Encoding"
 #define FOLD "malformed header section: every line must end in CRLF, with no NUL in it and no folded line"
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" SMUGGLED,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" SMUGGLED,
           400, BOTH),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n" SMUGGLED,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n0\r\n\r\n" SMUGGLED,
           400, BOTH),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 41\r\n\r\nx" SMUGGLED, 400,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1\r\nContent-Length: 41\r\n\r\nx" SMUGGLED, 400,
           "Content-Length given 2 times"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\nContent-Length: 40\r\n\r\n" SMUGGLED "xxxx", 400,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Length: 40\r\nContent-Length: 40\r\n\r\n" SMUGGLED "xxxx", 400,
           "Content-Length given 2 times"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nhello" SMUGGLED, 501,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\nhello" SMUGGLED, 501,
           "Transfer-Encoding gzip is not implemented"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" SMUGGLED, 501,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" SMUGGLED, 501,
           "Transfer-Encoding gzip is not implemented"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n" SMUGGLED, 501,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n" SMUGGLED, 501,
           "Transfer-Encoding gzip is not implemented"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" SMUGGLED, 501,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: identity\r\n\r\n" SMUGGLED, 501,
           "Transfer-Encoding identity is not implemented"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n" SMUGGLED, 501,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n" SMUGGLED, 501,
           "Transfer-Encoding xchunked is not implemented"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n" SMUGGLED, 400,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n" SMUGGLED, 400,
           "is not plain 'chunked'"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked;q=1\r\n\r\n0\r\n\r\n" SMUGGLED, 400,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked;q=1\r\n\r\n0\r\n\r\n" SMUGGLED, 400,
           "is not plain 'chunked'"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\t\r\n\r\n0\r\n\r\n" SMUGGLED, 400,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\t\r\n\r\n0\r\n\r\n" SMUGGLED, 400,
           "is not plain 'chunked'"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n"
           "0\r\n\r\n" SMUGGLED, 400, "Transfer-Encoding given 2 times"),
-        F("POST /api/sql HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" SMUGGLED, 400,
+        F("POST /api/sql HTTP/1.0\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" SMUGGLED, 400,
           "Transfer-Encoding in an HTTP/1.0 request"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n gzip\r\n\r\n0\r\n\r\n" SMUGGLED, 400, FOLD),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nX: a\r\n Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n gzip\r\n\r\n0\r\n\r\n" SMUGGLED, 400, FOLD),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nX: a\r\n Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"
           "0\r\n\r\n" SMUGGLED, 400, FOLD),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nX: a\r\n\tb\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400, FOLD),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n"
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nX: a\r\n\tb\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400, FOLD),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding : chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n"
           SMUGGLED, 400, "the header name 'Transfer-Encoding ' is not a token"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length : 36\r\n\r\n" SMUGGLED, 400,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Length : 36\r\n\r\n" SMUGGLED, 400,
           "the header name 'Content-Length ' is not a token"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length\t: 36\r\n\r\n" SMUGGLED, 400, "is not a token"),
-        F("POST /api/sql HTTP/1.1\nHost: x\nContent-Length: 36\n\n" SMUGGLED, 400, FOLD),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\nContent-Length: 36\r\n\r\n" SMUGGLED, 400, FOLD),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 36\n\r\n" SMUGGLED, 400, FOLD),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\rTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Length\t: 36\r\n\r\n" SMUGGLED, 400, "is not a token"),
+        F("POST /api/sql HTTP/1.1\nHost: localhost\nContent-Length: 36\n\n" SMUGGLED, 400, FOLD),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\nContent-Length: 36\r\n\r\n" SMUGGLED, 400, FOLD),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Length: 36\n\r\n" SMUGGLED, 400, FOLD),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\rTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
           SMUGGLED, 400, "Your HTTP request has wrong value for <b>Content-Length</b> header"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nX: 0\r\rTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n"
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nX: 0\r\rTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n"
           "0\r\n\r\n" SMUGGLED, 400, "holds the control character 0x0d (a bare CR?)"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nX: a\rb\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nX: a\rb\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400,
           "holds the control character 0x0d"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 0\0" "36\r\n\r\n" SMUGGLED, 400, FOLD),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\0gzip\r\n\r\n0\r\n\r\n" SMUGGLED, 400, FOLD),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nX: \x1b[31m\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\0" "36\r\n\r\n" SMUGGLED, 400, FOLD),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\0gzip\r\n\r\n0\r\n\r\n" SMUGGLED, 400, FOLD),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\nX: \x1b[31m\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400,
           "holds the control character 0x1b"),
-        F("POST /api/sql\0 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400, "no NUL in it"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFF\r\nab\r\n0\r\n\r\n"
+        F("POST /api/sql\0 HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n" SMUGGLED, 400, "no NUL in it"),
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFFFF\r\nab\r\n0\r\n\r\n"
           SMUGGLED, 413, "The chunk size used in your HTTP chunked encoded request is too large"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n-5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
           400, "Your HTTP chunked encoding was syntactically incorrect"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n 5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n 5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
           400, "Your HTTP chunked encoding was syntactically incorrect"),
-        F("POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
+        F("POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n0x5\r\nhello\r\n0\r\n\r\n" SMUGGLED,
           400, "Your HTTP chunked encoding was syntactically incorrect"),
 #undef F
     };
@@ -378,9 +379,9 @@ Test(attack_web, framing_that_could_be_read_two_ways_is_refused_and_the_connecti
     }
     /* What is well framed still goes through: a chunked body, and two
      * pipelined requests on one connection, each answered. */
-    const char *ok = "POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    const char *ok = "POST /api/sql HTTP/1.1\r\nHost: localhost\r\n" JSON_CT "Transfer-Encoding: chunked\r\n\r\n"
                      "15\r\n{\"sql\": \"SELECT 42\"} \r\n0\r\n\r\n"
-                     "GET /api/jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+                     "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
     attack_resp a;
     attack_send(ok, strlen(ok), 3, &a);
     cr_assert(a.status == 200 && a.answers == 2 && strstr(a.text, "[[42]]") && strstr(a.text, "\"jobs\""), "%s", a.text);
@@ -410,7 +411,7 @@ static void post_sql(const char *sql, attack_resp *a) {
     cJSON_Delete(o);
     size_t blen = strlen(body);
     char *req = malloc(blen + 256);
-    int k = snprintf(req, 256, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n",
+    int k = snprintf(req, 256, "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" JSON_CT "Content-Length: %zu\r\n\r\n",
                      blen);
     memcpy(req + k, body, blen);
     attack_send(req, (size_t)k + blen, 20, a); /* a time bomb's answer comes at the 2 s limit, or a little past */

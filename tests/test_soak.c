@@ -91,7 +91,7 @@ static void *stream(void *arg) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) return NULL;
-    const char *req = "GET /api/jobs/1/live HTTP/1.1\r\nHost: x\r\n\r\n";
+    const char *req = "GET /api/jobs/1/live HTTP/1.1\r\nHost: localhost\r\n\r\n";
     send(fd, req, strlen(req), 0);
     char buf[65536], carry[32] = "", head[4096] = "";
     while (!atomic_load(&stop)) {

@@ -1052,7 +1052,7 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
     webclient_free(&r);
     /* chunked, without Content-Length: a body somewhat over the cap is read
      * to its end and answered with a 413 that says why */
-    const char *head = "POST /api/sql HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    const char *head = "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
     size_t n = 64 * 1024;
     char *raw = malloc(n + 32);
     int h = snprintf(raw, 32, "%zx\r\n", n);
@@ -1101,7 +1101,7 @@ Test(web, oversized_bodies_and_headers_get_4xx) {
 
 Test(web, a_stalled_client_is_disconnected_by_the_timeout) {
     int fd = connect_server();
-    send(fd, "GET /api/jobs HTTP/1.1\r\nHost: x\r\n", 33, 0); /* and never finish */
+    send(fd, "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\n", 33, 0); /* and never finish */
     struct timeval tv = {.tv_sec = 20};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char buf[256];
@@ -1139,8 +1139,8 @@ static double trickle(int fd, const char *head, char drip) {
  * connection the server allows: a request must arrive whole, headers and
  * body, within the timeout (2 s here). */
 Test(web, a_request_that_arrives_too_slowly_is_cut_off) {
-    double headers = trickle(connect_server(), "GET /api/jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ", 'a');
-    double body = trickle(connect_server(), "POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    double headers = trickle(connect_server(), "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\nX-Slow: ", 'a');
+    double body = trickle(connect_server(), "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                           "Content-Length: 1000\r\n\r\n", ' ');
     cr_assert(headers > 1.5 && headers < 10, "headers sent a byte at a time: closed after %.1f s (-1: never)", headers);
     cr_assert(body > 1.5 && body < 10, "a body sent a byte at a time: closed after %.1f s (-1: never)", body);
@@ -1288,7 +1288,7 @@ Test(web_auth, non_loopback_without_token_refuses_to_start) {
 Test(web_auth, a_request_without_the_token_is_refused_before_its_body, .init = NULL, .timeout = 60) {
     start_with(1, "running", (http_options){.token = "s3cret-token", .conn_timeout_s = 30});
     int fd = connect_server();
-    const char *req = "POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n";
+    const char *req = "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n";
     cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
     struct timeval tv = {.tv_sec = 10};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -1373,7 +1373,7 @@ static void stream_open(stream *s, const char *extra) {
     memset(s, 0, sizeof *s);
     s->fd = connect_server();
     char req[512];
-    int n = snprintf(req, sizeof req, "GET /api/jobs/1/live HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n%s\r\n", extra ? extra : "");
+    int n = snprintf(req, sizeof req, "GET /api/jobs/1/live HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n%s\r\n", extra ? extra : "");
     cr_assert_eq(send(s->fd, req, (size_t)n, 0), n);
     s->cap = 1 << 20;
     s->buf = malloc(s->cap + 1);
@@ -1621,7 +1621,7 @@ Test(web_live, streams_whose_clients_never_read_hold_64_mib_in_all, .timeout = 2
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
         cr_assert_eq(connect(s[i].fd, (struct sockaddr *)&a, sizeof a), 0);
-        const char *req = "GET /api/jobs/1/live HTTP/1.1\r\nHost: x\r\nLast-Event-ID: 0.-1.-1.-1\r\n\r\n";
+        const char *req = "GET /api/jobs/1/live HTTP/1.1\r\nHost: localhost\r\nLast-Event-ID: 0.-1.-1.-1\r\n\r\n";
         cr_assert_eq(send(s[i].fd, req, strlen(req), 0), (ssize_t)strlen(req));
         s[i].cap = 1 << 20;
         s[i].buf = malloc(s[i].cap + 1);
@@ -1975,13 +1975,13 @@ static int read_reply(int fd) {
 Test(web_slow, the_limit_counts_each_request_and_spares_streams, .timeout = 60) {
     start_with(1, "running", (http_options){.conn_timeout_s = 2, .live_poll_ms = 50, .live_heartbeat_ms = 500});
     int fd = connect_server();
-    const char *get = "GET /api/jobs HTTP/1.1\r\nHost: x\r\n\r\n";
+    const char *get = "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\n\r\n";
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(send(fd, get, strlen(get), MSG_NOSIGNAL), (ssize_t)strlen(get), "request %d", i + 1);
         cr_assert_eq(read_reply(fd), 200, "request %d on one connection, %.1f s after the first", i + 1, i * 1.2);
         if (i < 3) usleep(1200000);
     }
-    double slow = trickle(fd, "GET /api/jobs HTTP/1.1\r\nHost: x\r\nX-Slow: ", 'a');
+    double slow = trickle(fd, "GET /api/jobs HTTP/1.1\r\nHost: localhost\r\nX-Slow: ", 'a');
     cr_assert(slow > 1.5 && slow < 10, "a slow 5th request: closed after %.1f s (-1: never)", slow);
     stream a;
     stream_open(&a, NULL);
@@ -2001,7 +2001,7 @@ Test(web_slow, the_limit_counts_each_request_and_spares_streams, .timeout = 60) 
 static int post_sql_async(const char *sql) {
     char body[512], req[1024];
     snprintf(body, sizeof body, "{\"sql\": \"%s\"}", sql);
-    snprintf(req, sizeof req, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
+    snprintf(req, sizeof req, "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s",
              strlen(body), body);
     int fd = connect_server();
     cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
@@ -2225,8 +2225,8 @@ Test(web_harden, streams_closed_by_their_clients_free_their_connections, .timeou
  * them within a second or so. */
 Test(web_harden, requests_whose_clients_closed_halfway_free_their_connections, .timeout = 60) {
     start_with(1, "succeeded", (http_options){.max_conns_per_ip = 8, .conn_timeout_s = 300});
-    const char *halves[] = {"GET /api/jobs HTTP/1.1\r\nHost: x\r\n",
-                            "POST /api/sql HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"sql\":"};
+    const char *halves[] = {"GET /api/jobs HTTP/1.1\r\nHost: localhost\r\n",
+                            "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"sql\":"};
     for (int round = 0; round < 4; round++) {
         for (int i = 0; i < 8; i++) {
             int fd = connect_server();
@@ -2255,7 +2255,7 @@ static int trace_client(void) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    const char *req = "GET /api/jobs/1/trace.json HTTP/1.1\r\nHost: x\r\n\r\n";
+    const char *req = "GET /api/jobs/1/trace.json HTTP/1.1\r\nHost: localhost\r\n\r\n";
     cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
     return fd;
 }
@@ -2325,7 +2325,7 @@ Test(web, sql_bodies_are_read_strictly) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t len = bad[i].len ? bad[i].len : strlen(bad[i].body);
         char req[512];
-        int n = snprintf(req, sizeof req, "POST /api/sql HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        int n = snprintf(req, sizeof req, "POST /api/sql HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnection: close\r\n"
                          "Content-Length: %zu\r\n\r\n", len);
         memcpy(req + n, bad[i].body, len);
         webclient_resp r;

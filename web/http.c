@@ -1,8 +1,9 @@
 /* http.c: the server: listening socket, libmicrohttpd daemon and its limits,
  * and the request life cycle: its head held to RFC 9112 (frame.h) and the
  * route of its URL looked up in the table (routes.h) as its headers
- * arrive, the token and the query checked as its route's flags ask, the
- * body read up to its cap, then the route's handler run (on a pool's
+ * arrive, then guard.h's checks (Host, Origin, the token and the query as
+ * its route's flags ask, the body's size and type), the body read up to
+ * its cap, then the route's handler run (on a pool's
  * worker when its route says so) and its reply sent. */
 #include "web/http.h"
 
@@ -18,7 +19,7 @@
 #include "base/pp.h"
 #include "web/conn.h"
 #include "web/frame.h"
-#include "web/query.h"
+#include "web/guard.h"
 #include "web/reply.h"
 #include "web/routes.h"
 #include "web/server.h"
@@ -82,7 +83,7 @@ int http_parse_listen(const char *flag, const char *listen, char *host, size_t h
  * burst of 1,000 at a queue of 128 had its SYNs dropped and sent again a
  * second or three later (the slowest answer 2.7 s; 0.4 s with this). */
 static int open_listener(const http_options *o, unsigned backlog, int *family, char *url, size_t urlsz,
-                         uint16_t *bound, pp_err *err) {
+                         uint16_t *bound, int *loopback, pp_err *err) {
     char host[256];
     uint16_t port;
     const char *flag = o->listen_flag ? o->listen_flag : "--listen";
@@ -103,41 +104,9 @@ static int open_listener(const http_options *o, unsigned backlog, int *family, c
         return pp_fail(err, "%s: cannot read the address it listens on: %s", flag, strerror(errno));
     }
     *bound = (uint16_t)p;
+    *loopback = net_host_is_loopback(addr) == 1; /* numeric: no lookup */
     snprintf(url, urlsz, *family == AF_INET6 ? "http://[%s]:%u/" : "http://%s:%u/", addr, *bound);
     return fd;
-}
-
-/* ---- auth ---------------------------------------------------------------- */
-
-/* The credentials of "Authorization: Bearer TOKEN": the scheme in any case
- * (RFC 7235 2.1: curl users and proxies write "bearer"), then one or more
- * spaces or tabs; anything else before the token is no match. NULL if none. */
-static const char *bearer_token(const char *h) {
-    static const char scheme[] = "bearer";
-    if (!h) return NULL;
-    for (size_t i = 0; i < sizeof scheme - 1; i++) {
-        char ch = h[i];
-        if (ch >= 'A' && ch <= 'Z') ch = (char)(ch - 'A' + 'a'); /* ASCII only: not the locale's idea of case */
-        if (ch != scheme[i]) return NULL;
-    }
-    h += sizeof scheme - 1;
-    if (*h != ' ' && *h != '\t') return NULL;
-    while (*h == ' ' || *h == '\t') h++;
-    return h;
-}
-
-/* Constant time in the length of the expected token: no early exit on the
- * first differing byte, nor on a length mismatch. */
-static int token_ok(const http_server *s, struct MHD_Connection *c) {
-    const char *got = bearer_token(MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION));
-    if (!got) return 0;
-    size_t glen = strlen(got);
-    /* Blanks after the value are not part of it (RFC 7230 3.2.4), and
-     * libmicrohttpd keeps them: `-H "Authorization: Bearer $T "` matches. */
-    while (glen > 0 && (got[glen - 1] == ' ' || got[glen - 1] == '\t')) glen--;
-    unsigned char diff = (unsigned char)(glen != s->token_len);
-    for (size_t i = 0; i < s->token_len; i++) diff |= (unsigned char)(s->token[i] ^ (i < glen ? got[i] : 0));
-    return diff == 0;
 }
 
 /* ---- request life cycle --------------------------------------------------- */
@@ -232,10 +201,10 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     }
 }
 
-/* 413 for a body over max_body, announced (Content-Length) or chunked. */
+/* 413 for a chunked body that passed max_body, at its end. */
 static enum MHD_Result send_too_big(http_server *s, struct MHD_Connection *c) {
     reply r = {0};
-    reply_error(&r, 413, "request body larger than the limit of %zu bytes", s->o.max_body);
+    guard_too_big(s, &r);
     return send_reply(s, c, &r);
 }
 
@@ -329,28 +298,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             reply_error(&r, 400, "the URL's path holds a NUL character (%%00)");
             return send_reply(s, c, &r);
         }
-        /* The first call has the headers only: a stranger is refused before
-         * a byte of its body is read, and so is an announced oversized body. */
-        if ((rq->route->flags & ROUTE_TOKEN) && s->token && !token_ok(s, c)) {
-            rq->answered = 1;
-            reply_error(&r, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN'");
-            return send_reply(s, c, &r);
-        }
-        if ((rq->route->flags & ROUTE_QUERY) && query_check(c, &r) != 0) {
+        /* The first call has the headers only: a stranger (a foreign Host
+         * or Origin, no token) is refused before a byte of its body is
+         * read, and so is an announced oversized body or one not JSON. */
+        if (guard_check(s, c, method, rq->route, &r) != 0) {
             rq->answered = 1;
             return send_reply(s, c, &r);
-        }
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        int too_big = 0;
-        if (cl) {
-            char *end;
-            errno = 0;
-            unsigned long long n = strtoull(cl, &end, 10);
-            too_big = errno || *end || n > s->o.max_body;
-        }
-        if (too_big) {
-            rq->answered = 1;
-            return send_too_big(s, c);
         }
         return MHD_YES;
     }
@@ -442,12 +395,14 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
     }
     s->o.token = s->token;
     s->o.listen = NULL; /* not kept: the caller owns the string */
+    s->o.allow_hosts = NULL; /* kept parsed, in s->allow */
     s->o.db_path = NULL;
     for (int i = 0; i < HTTP_CODES; i++) atomic_init(&s->requests[i], 0);
 
     /* Each step that fails undoes the ones before it, in reverse. */
     int family = AF_INET;
-    int fd = open_listener(opts, 2 * s->o.max_conns, &family, s->url, sizeof s->url, &s->port, err);
+    if (guard_init(s, opts->allow_hosts, err) != 0) goto no_listener;
+    int fd = open_listener(opts, 2 * s->o.max_conns, &family, s->url, sizeof s->url, &s->port, &s->loopback, err);
     if (fd < 0) goto no_listener;
     if (dbpool_init(&s->pool, opts->db_path, err) != 0) goto no_pool;
     if (live_start(&s->live, opts->db_path, s->o.live_poll_ms, s->o.live_heartbeat_ms, err) != 0) goto no_live;
@@ -497,6 +452,7 @@ no_live:
 no_pool:
     close(fd);
 no_listener:
+    guard_free(s);
     free(s->token);
     free(s);
     return -1;
@@ -519,6 +475,7 @@ void http_stop(http_server *s) {
     reaper_free(&s->reaper);
     live_free(s->live);
     dbpool_close(&s->pool);
+    guard_free(s);
     free(s->token);
     free(s);
 }

@@ -7,7 +7,10 @@
  * and header memory). Loopback by
  * default; a non-loopback address refuses to start without a token, and
  * with a token every /api and /metrics request must carry
- * `Authorization: Bearer TOKEN`.
+ * `Authorization: Bearer TOKEN`. Every request's head first passes
+ * web/guard.h's checks: on a loopback listener its Host must be a loopback
+ * name or one given with --allow-host (DNS rebinding), an Origin must be
+ * the server's own, and a body must be application/json.
  *
  * Threads: http_start starts the MHD pool, one live-stream thread that
  * polls the database and the user SQL workers (a query may run for its
@@ -27,6 +30,8 @@ typedef struct http_options {
     const char *listen;         /* "HOST:PORT", "[::1]:PORT" or ":PORT"; NULL = 127.0.0.1:8080; port 0 = a free port */
     const char *listen_flag;    /* the option that gave listen, as errors name it; NULL = "--listen" */
     const char *token;          /* NULL or "" = no token (then only loopback is allowed) */
+    const char *allow_hosts;    /* --allow-host: names a Host may give besides localhost, 127.x.y.z and [::1],
+                                 * comma-separated; NULL or "" = none (web/guard.h) */
     const char *db_path;        /* the trace database (required) */
     unsigned threads;           /* MHD thread pool size; 0 = 4 */
     unsigned conn_timeout_s;    /* idle timeout, and the most a request may take to arrive whole; 0 = 30 */

@@ -40,7 +40,7 @@ static const route route_table[] = {
     {"GET",  "/api/jobs/{id}/compare",    route_compare,     ROUTE_API | ROUTE_JOB,                    NULL},
     {"GET",  "/api/jobs/{id}/trace.json", route_trace,       ROUTE_API | ROUTE_JOB | ROUTE_TRACE_POOL, NULL},
     {"GET",  "/api/jobs/{id}/live",       route_live,        ROUTE_API | ROUTE_JOB,                    NULL},
-    {"POST", "/api/sql",                  route_sql,         ROUTE_API | ROUTE_SQL_POOL,               SQL_USE},
+    {"POST", "/api/sql",                  route_sql,         ROUTE_API | ROUTE_SQL_POOL | ROUTE_JSON,  SQL_USE},
     {"*",    "/api",                      route_no_such_api, ROUTE_API,                                NULL},
     {"*",    "/api/*",                    route_no_such_api, ROUTE_API,                                NULL},
     {"GET",  "/metrics",                  route_metrics,     ROUTE_API | ROUTE_DB,                     NULL},

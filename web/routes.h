@@ -60,13 +60,15 @@ enum {
     ROUTE_JOB = 1 << 3,        /* ROUTE_DB, and {id} a job of the database (a 404 when it is not) */
     ROUTE_SQL_POOL = 1 << 4,   /* `then` runs on the user SQL pool (s->sql) */
     ROUTE_TRACE_POOL = 1 << 5, /* `then` runs on the trace export pool (s->traces) */
+    ROUTE_JSON = 1 << 6,       /* takes a JSON body: Content-Type: application/json or a 415 (web/guard.h),
+                                * on the request's headers (any route's body must be JSON) */
 };
 
 typedef struct route {
     const char *method;  /* "GET" (which takes HEAD too), "POST", or "*": any, the handler's to check */
     const char *pattern; /* the path: literal text; {id} 1 to 15 digits; a last * anything, or nothing */
     route_fn *handler;
-    unsigned flags;      /* ROUTE_* */
+    unsigned flags;      /* ROUTE_*; every request also passes web/guard.h's checks (Host, Origin) */
     const char *use;     /* how to call it, as a 405 says: "(use GET)"; NULL = its method */
 } route;
 

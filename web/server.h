@@ -23,6 +23,9 @@ struct http_server {
     uint16_t port;
     char *token;
     size_t token_len;
+    int loopback;   /* the listener is on a loopback address: the Host is checked (guard.h) */
+    char **allow;   /* --allow-host: names a Host may give besides the loopback ones (lower case) */
+    size_t nallow;
     dbpool pool;
     live_hub *live;
     sql_pool *sql, *traces; /* POST /api/sql; GET .../trace.json */

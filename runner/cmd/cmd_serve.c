@@ -1,4 +1,5 @@
-/* cmd_serve.c: `pprun serve --db FILE [--listen HOST:PORT] [--token T]`:
+/* cmd_serve.c: `pprun serve --db FILE [--listen HOST:PORT] [--token T]
+ * [--allow-host NAME]...`:
  * the dashboard and API over an existing trace database until SIGINT or
  * SIGTERM. A job another process is writing shows live. */
 #include <pthread.h>
@@ -14,11 +15,14 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: pprun serve --db FILE [--listen HOST:PORT] [--token TOKEN] [--threads N] [--timeout SECONDS]\n"
+            "usage: pprun serve --db FILE [--listen HOST:PORT] [--token TOKEN] [--allow-host NAME]...\n"
+            "                   [--threads N] [--timeout SECONDS]\n"
             "  Serves the dashboard and the JSON API (docs/api.md) over a trace database.\n"
             "  --listen   address to bind (default 127.0.0.1:8080; port 0 picks a free one)\n"
             "  --token    required for a non-loopback address (or set PPRUN_TOKEN); clients send\n"
             "             'Authorization: Bearer TOKEN'; the dashboard takes it from #token=TOKEN\n"
+            "  --allow-host NAME  a Host name to answer besides localhost, 127.0.0.1 and [::1]\n"
+            "             (an /etc/hosts alias, a tunnel's name); repeatable, or NAME,NAME\n"
             "  --threads  HTTP worker threads (default 4)\n"
             "  --timeout  seconds a connection may sit idle, and a request may take to arrive\n"
             "             whole, headers and body (default 30)\n");
@@ -28,6 +32,7 @@ int cmd_serve(int argc, char **argv) {
     http_options o = {0};
     pp_err err;
     long v;
+    char allow[4096] = ""; /* --allow-host, gathered: NAME,NAME,... */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -35,7 +40,7 @@ int cmd_serve(int argc, char **argv) {
             return 0;
         }
         int takes = !strcmp(a, "--db") || !strcmp(a, "--listen") || !strcmp(a, "--token") ||
-                    !strcmp(a, "--threads") || !strcmp(a, "--timeout");
+                    !strcmp(a, "--allow-host") || !strcmp(a, "--threads") || !strcmp(a, "--timeout");
         if (!takes) {
             fprintf(stderr, "pprun serve: unknown option '%s'; see pprun serve --help\n", a);
             return 2;
@@ -48,7 +53,19 @@ int cmd_serve(int argc, char **argv) {
         if (!strcmp(a, "--db")) o.db_path = val;
         else if (!strcmp(a, "--listen")) o.listen = val;
         else if (!strcmp(a, "--token")) o.token = val;
-        else if (!strcmp(a, "--threads")) {
+        else if (!strcmp(a, "--allow-host")) {
+            size_t have = strlen(allow);
+            if (!*val) {
+                fprintf(stderr, "pprun serve: --allow-host needs a host name\n");
+                return 2;
+            }
+            if (have + strlen(val) + 2 > sizeof allow) {
+                fprintf(stderr, "pprun serve: --allow-host: more names than fit in %zu bytes\n", sizeof allow);
+                return 2;
+            }
+            snprintf(allow + have, sizeof allow - have, "%s%s", have ? "," : "", val);
+            o.allow_hosts = allow;
+        } else if (!strcmp(a, "--threads")) {
             if (pp_parse_long(val, 1, 64, "--threads", &v, &err) != 0) goto bad;
             o.threads = (unsigned)v;
         } else {

@@ -245,6 +245,8 @@ int job_check(run_job *job, pp_err *err) {
     if (cfg->schedule_costs_db[0] && read_schedule_costs(job, cfg->pp, err) != 0) return -1;
     if (run_config_plan(cfg, cfg->pp, &job->plan, err) != 0) return -1;
     if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
+    if (cfg->allow_hosts[0] && !cfg->serve)
+        return pp_fail(err, "--allow-host names a host the dashboard answers to: it needs --serve");
     if (cfg->trace && job->lo.node_rank == 0 && check_db(cfg->db, err) != 0) return -1;
     if (!job->program) return check_worker_job(job, world, err);
     if (job_program_env_check(job->plan, err) != 0) return -1;

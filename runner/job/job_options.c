@@ -44,6 +44,8 @@ static void usage(FILE *out) {
             "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
             "                        the job until Ctrl-C\n"
             "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
+            "  --allow-host NAME     a Host name --serve answers besides localhost, 127.0.0.1\n"
+            "                        and [::1]; repeatable\n"
             "* --checkpoint-dir D  --checkpoint-every K  --resume\n"
             "* --init-from FILE      start from a checkpoint file (pprun checkpoint merge) on any layout\n"
             "* --recompute none|full|selective   drop activations after F, recompute them before B\n"
