@@ -140,7 +140,7 @@ static int group_fn(comm *c, int rank, void *arg, pp_err *rep) {
     int ns = model_tree_combine_program(D, m, steps, owner, part, 1024);
     if (ns < 0) return pp_fail(rep, "no combine program");
     coll_job j = {
-        .g = {c, D, ranks, rank, 20000},
+        .g = {.c = c, .n = D, .ranks = ranks, .me = rank, .timeout_ms = 20000},
         .order = {ns, steps, owner, part},
         .len = n,
         .die = w->c.die,

@@ -111,7 +111,8 @@ int engine_dp_open(engine *e, pp_err *err) {
     dp->st = calloc((size_t)(e->nlocal ? e->nlocal : 1), sizeof *dp->st);
     if (!dp->ranks || !dp->prog || !dp->owner || !dp->part || !dp->st) return pp_fail(err, "out of memory");
     for (int d = 0; d < D; d++) dp->ranks[d] = engine_global_rank(plan, d, e->prank);
-    dp->g = (coll_group){e->comm, D, dp->ranks, e->replica, e->cfg->recv_timeout_ms};
+    dp->g = (coll_group){
+        .c = e->comm, .n = D, .ranks = dp->ranks, .me = e->replica, .timeout_ms = e->cfg->recv_timeout_ms};
     int n = model_tree_combine_program(D, m, dp->prog, dp->owner, dp->part, cap);
     if (n < 0) return pp_fail(err, "out of memory for the gradient tree of %d replicas", D);
     dp->order = (coll_order){n, dp->prog, dp->owner, dp->part};
