@@ -51,7 +51,7 @@ typedef struct coll_device {
     void *(*alloc)(void *ctx, size_t bytes, pp_err *err);
     void (*release)(void *ctx, void *buf);
     int (*add)(void *ctx, float *left, const float *right, size_t n, pp_err *err); /* left[i] += right[i] */
-    int (*copy)(void *ctx, float *dst, const float *src, size_t n, pp_err *err);
+    int (*copy)(void *ctx, float *dst, const float *src, size_t n, pp_err *err); /* dst[i] = src[i] */
 } coll_device;
 
 typedef struct coll_group {
