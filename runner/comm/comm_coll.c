@@ -155,6 +155,22 @@ int coll_reduce_scatter_reduce(const coll_group *g, const coll_order *order, flo
     return rc;
 }
 
+int coll_reduce_scatter_buffers(const coll_order *order, int me) {
+    char *theirs = malloc((size_t)(order->nsteps > 0 ? order->nsteps : 1)); /* the stack: 1 = a received part */
+    int depth = 0, leaf = 0, live = 0, most = 0;
+    for (int i = 0; theirs && i < order->nsteps; i++) {
+        if (order->steps[i] != COLL_ADD) {
+            theirs[depth] = order->owner[leaf++] != me;
+            live += theirs[depth++];
+            most = live > most ? live : most;
+        } else if (depth >= 2) {
+            live -= theirs[--depth]; /* the right one's buffer is free again; the sum stays in the left */
+        }
+    }
+    free(theirs);
+    return most;
+}
+
 int coll_all_gather(const coll_group *g, float *buf, size_t len, uint64_t tag, pp_err *err) {
     if (check_group(g, "all-gather", err) != 0) return -1;
     size_t lo = coll_shard_lo(len, g->n, g->me), hi = coll_shard_lo(len, g->n, g->me + 1);

@@ -100,6 +100,12 @@ int coll_reduce_scatter_send(const coll_group *g, float *const *parts, int npart
  * the member waited for (comm's: the rank died, timed out). */
 int coll_reduce_scatter_reduce(const coll_group *g, const coll_order *order, float *const *parts, size_t len,
                                float *out, uint64_t tag, pp_err *err);
+/* The most shard buffers coll_reduce_scatter_reduce holds at once as
+ * member `me` (other members' parts on the order's stack; a freed one is
+ * reused): how many a caller that lends device buffers can make before the
+ * first collective. 0 for an order that is no program (the reduce says
+ * what is wrong with it). */
+int coll_reduce_scatter_buffers(const coll_order *order, int me);
 /* All-gather: this member's shard of buf goes to every member, and every
  * other member's shard arrives in buf: on return buf is the same
  * everywhere. */

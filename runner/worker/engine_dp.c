@@ -156,6 +156,23 @@ static int dev_copy(void *ctx, float *dst, const float *src, size_t n, pp_err *e
     return model_stage_device_copy(st->ms, dst, src, sizeof(float) * n, err);
 }
 
+/* The device buffers of stage st's reduce-scatters (the most one holds at
+ * once, of the largest shard), made before the first step: cudaMalloc may
+ * wait for the whole device, and in a step it would wait for transfers that
+ * wait for a peer (docs/gpu.md, "Still to check"). */
+static int prefill_buffers(engine_dp *dp, dp_stage *st, pp_err *err) {
+    size_t most = 0, D = (size_t)dp->g.n;
+    for (int b = 0; b < st->nbuckets; b++) {
+        size_t shard = (st->lo[b + 1] - st->lo[b] + D - 1) / D; /* shards differ by at most one float */
+        most = shard > most ? shard : most;
+    }
+    int n = coll_reduce_scatter_buffers(&dp->order, dp->g.me);
+    for (int i = 0; i < n; i++)
+        if (!dev_alloc(st, sizeof(float) * (most ? most : 1), err)) return -1;
+    for (int i = 0; i < st->nbufs; i++) st->bufs[i].busy = 0;
+    return 0;
+}
+
 /* The group of stage st's collectives: its device's, or the host's. */
 static coll_group stage_group(const engine_dp *dp, const dp_stage *st) {
     coll_group g = dp->g;
@@ -206,8 +223,9 @@ int engine_dp_open(engine *e, pp_err *err) {
         if (make_buckets(e, st, model_stage_weight_count(s), err) != 0) return -1;
         if (e->cfg->zero1 && shard_optimizer(e, st, err) != 0) return pp_wrap(err, "stage %d", st->stage);
         if (dp->device) {
-            if (model_stage_set_collective_device(s, 1, err) != 0) return pp_wrap(err, "stage %d", st->stage);
             st->dev = (coll_device){e->devcomm, st, dev_alloc, dev_release, dev_add, dev_copy};
+            if (model_stage_set_collective_device(s, 1, err) != 0 || prefill_buffers(dp, st, err) != 0)
+                return pp_wrap(err, "stage %d", st->stage);
         }
     }
     pthread_mutex_init(&dp->mu, NULL);
