@@ -455,9 +455,10 @@ static int run_action(engine *e, step_state *st, const sched_action *a, pp_err *
  * a GPU the halves run on their stages' own streams at once: each GPU
  * stage makes its device current on the calling thread and has its own
  * stream, cuBLAS handle, scratch and buffer pool (a pool is only used by
- * its stage's ops), devcomm takes two threads (devcomm.h), and CUPTI's
- * correlation is per thread (gputrace.h). docs/schedules.md, "DualPipeV";
- * docs/gpu.md, "Overlapped pairs on two streams". */
+ * its stage's ops), devcomm takes several threads (devcomm.h: with the
+ * data-parallel all-reduce's, three), and CUPTI's correlation is per
+ * thread (gputrace.h). docs/schedules.md, "DualPipeV"; docs/gpu.md,
+ * "Overlapped pairs on two streams". */
 enum { PAIR_IDLE, PAIR_WORK, PAIR_DONE, PAIR_QUIT };
 
 struct engine_pair {
