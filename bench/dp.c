@@ -60,7 +60,7 @@ static int member(comm *c, int rank, int D, result *res, pp_err *err) {
     int ranks[MAXD], steps[64], owner[64], part[64];
     for (int d = 0; d < D; d++) ranks[d] = d;
     int ns = model_tree_combine_program(D, 1, steps, owner, part, 64);
-    coll_group g = {c, D, ranks, rank, 60000};
+    coll_group g = {.c = c, .n = D, .ranks = ranks, .me = rank, .timeout_ms = 60000};
     coll_order order = {ns, steps, owner, part};
     float *parts[1] = {v};
     int rc = 0;

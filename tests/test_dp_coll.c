@@ -140,7 +140,7 @@ static int group_fn(comm *c, int rank, void *arg, pp_err *rep) {
     int ns = model_tree_combine_program(D, m, steps, owner, part, 1024);
     if (ns < 0) return pp_fail(rep, "no combine program");
     coll_job j = {
-        .g = {c, D, ranks, rank, 20000},
+        .g = {.c = c, .n = D, .ranks = ranks, .me = rank, .timeout_ms = 20000},
         .order = {ns, steps, owner, part},
         .len = n,
         .die = w->c.die,
@@ -234,4 +234,28 @@ Test(dp_coll, shards_cover_the_vector) {
                           sz);
             }
         }
+}
+
+/* The shard buffers a member's reduce-scatter holds at once (what the engine
+ * makes on the device before the first step): the most received parts on
+ * the order's stack at a time. The counts are those a device job really
+ * allocated with these layouts (--pp 2 --dp 2 and --dp 4, 3 microbatches a
+ * replica), none after the engine's prefill. */
+Test(dp_coll, reduce_scatter_buffers_count_the_received_parts_held_at_once) {
+    int steps[64], owner[64], part[64];
+    static const struct { int D, m, want[4]; } cases[] = {
+        {2, 1, {1, 1}}, /* the two leaves, then their sum: one received part on either member */
+        {2, 3, {1, 2}},
+        {4, 3, {2, 3, 3, 3}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int n = model_tree_combine_program(cases[c].D, cases[c].m, steps, owner, part, 64);
+        cr_assert_gt(n, 0);
+        coll_order o = {n, steps, owner, part};
+        for (int me = 0; me < cases[c].D; me++)
+            cr_expect_eq(coll_reduce_scatter_buffers(&o, me), cases[c].want[me], "D %d, m %d, member %d: %d",
+                         cases[c].D, cases[c].m, me, coll_reduce_scatter_buffers(&o, me));
+    }
+    coll_order none = {0, steps, owner, part};
+    cr_expect_eq(coll_reduce_scatter_buffers(&none, 0), 0);
 }

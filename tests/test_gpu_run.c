@@ -19,10 +19,14 @@
  * (worker, engine, GPU stage, devcomm, CUPTI tracing into the database);
  * the GPU run adds the hardware.
  *
- * Data parallel (--pp 2 --dp 2, the all-reduce staged through host memory)
- * on the same GPUs, with ZeRO-1 (under DualPipeV) and its checkpoints too:
- * losses, final weights and evaluation losses of the one-rank run of the
- * same global batch, bit for bit, and the ALLREDUCE spans. */
+ * Data parallel (--pp 2 --dp 2, --pp 1 --dp 2 and --dp 4) on the same GPUs,
+ * the all-reduce in GPU memory over devcomm (cuda-ipc on one GPU, nccl
+ * with a GPU per rank; every rank says which) and, with boundary tensors
+ * staged through the host, on host memory; with ZeRO-1 (under DualPipeV)
+ * and its checkpoints too, and bf16: losses, final weights and evaluation
+ * losses of the one-rank run of the same global batch, bit for bit, and
+ * the ALLREDUCE spans. A rank killed inside the all-reduce fails the job
+ * naming it, soon. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <sqlite3.h>
@@ -344,14 +348,34 @@ static char *metrics_arrays(const char *dir, const char *name, const char *key) 
     return out;
 }
 
-/* --pp 2 --dp 2 on `count` GPUs (docs/gpu.md, "Data parallel"): each
- * stage's gradient all-reduced through host memory, bucket by bucket, gives
- * the losses and final weights of one rank running the same global batch,
- * bit for bit; the ALLREDUCE spans carry each stage's gradient; evaluation
+/* What rank 0 of a data-parallel job says about its all-reduce: where it
+ * runs, and the transport to its first peer (rank `peer`). */
+static void expect_allreduce_line(const char *dir, const char *name, int device, int peer, const char *transport) {
+    char path[512], want[256];
+    snprintf(path, sizeof path, "%s/%s.log", dir, name);
+    snprintf(want, sizeof want, "pprun worker (rank 0): gradient all-reduce %s; rank %d: %s",
+             device ? "in GPU memory" : "staged through host memory", peer, transport);
+    char *log = slurp_all(path, NULL);
+    cr_expect(strstr(log, want) != NULL, "%s: want '%s' in:\n%s", name, want, log);
+    free(log);
+}
+
+/* devcomm's transport between ranks a and b on `count` GPUs (rank r on
+ * r % count: gpu_device_for_rank). */
+static const char *transport_between(int a, int b, int count) {
+    return a % count == b % count ? "cuda-ipc" : "nccl";
+}
+
+/* --pp 2 --dp 2 (and --pp 1) on `count` GPUs (docs/gpu.md, "Data
+ * parallel"): each stage's gradient all-reduced bucket by bucket, in GPU
+ * memory over devcomm (cuda-ipc or nccl, as every rank says) or, with
+ * boundary tensors staged through the host, on host memory, gives the
+ * losses and final weights of one rank running the same global batch, bit
+ * for bit; the ALLREDUCE spans carry each stage's gradient; evaluation
  * steps on the GPU give the one-rank GPU evaluation's losses. */
-static void data_parallel(int count, const char *env) {
+static void data_parallel(const char *label, const char *env, int count) {
     char dir[256], name[64];
-    snprintf(name, sizeof name, "dp-%d", count);
+    snprintf(name, sizeof name, "dp-%s", label);
     snprintf(dir, sizeof dir, "%s", tfix_mkdir(name));
     /* the one-rank runs, fp32 and bf16 */
     static const char *const ref_name[2] = {"ref", "ref16"};
@@ -366,34 +390,47 @@ static void data_parallel(int count, const char *env) {
         job_result(dir, ref_name[k], 1, &ref_losses[k], &ref_w[k], &ref_len[k]);
         cr_assert(strlen(ref_losses[k]) > 0 && strlen(ref_eval[k]) > 0, "the one-rank run reported no losses");
     }
-    static const struct { const char *name, *args; int stages, bf16; } jobs[] = {
+/* each replica's share of the reference's 8 microbatches and 4 evaluation ones */
+#define PP2DP2 "--nproc-per-node 4 --pp 2 --dp 2 --microbatches 4 --eval-microbatches 2 "
+#define PP1DP4 "--nproc-per-node 4 --pp 1 --dp 4 --microbatches 2 --eval-microbatches 1 "
+    /* pp: ranks per pipeline (rank 0's first peer is rank pp); host: boundary
+     * tensors staged through the host, and so the all-reduce */
+    static const struct { const char *name, *args; int stages, bf16, pp, host; } jobs[] = {
         /* traced, with buckets of 16 KiB: several a stage */
-        {"1f1b", "--schedule 1f1b --dp-bucket 16KiB", 2, 0},
-        {"zbv", "--schedule zb-v --virtual-stages 2 --trace off", 4, 0},
-        {"zbh1", "--schedule zb-h1 --trace off", 2, 0},
+        {"1f1b", PP2DP2 "--schedule 1f1b --dp-bucket 16KiB", 2, 0, 2, 0},
+        {"zbv", PP2DP2 "--schedule zb-v --virtual-stages 2 --trace off", 4, 0, 2, 0},
+        {"zbh1", PP2DP2 "--schedule zb-h1 --trace off", 2, 0, 2, 0},
         /* ZeRO-1 under DualPipeV's overlapped pairs, traced, a checkpoint
          * after each step (the optimizer state gathered whole for it, then
          * sharded again) */
-        {"zero1", "--schedule dualpipev --zero1 --dp-bucket 16KiB --checkpoint-every 1", 4, 0},
+        {"zero1", PP2DP2 "--schedule dualpipev --zero1 --dp-bucket 16KiB --checkpoint-every 1", 4, 0, 2, 0},
         /* bf16: the gathered weights' bf16 copy rewritten (params_written) */
-        {"zero1-bf16", "--schedule 1f1b --zero1 --dp-bucket 16KiB --trace off --dtype bf16", 2, 1},
+        {"zero1-bf16", PP2DP2 "--schedule 1f1b --zero1 --dp-bucket 16KiB --trace off --dtype bf16", 2, 1, 2, 0},
+        /* two ranks, one stage each; four ranks in one group */
+        {"dp2", "--nproc-per-node 2 --pp 1 --dp 2 --microbatches 4 --eval-microbatches 2 --dp-bucket 16KiB --trace off",
+         1, 0, 1, 0},
+        {"dp4-zero1", PP1DP4 "--zero1 --dp-bucket 16KiB --trace off", 1, 0, 1, 0},
+        {"dp4-bf16", PP1DP4 "--trace off --dtype bf16", 1, 1, 1, 0},
+        /* the host path: boundary tensors (and so the all-reduce) through host memory */
+        {"host", PP2DP2 "--schedule 1f1b --transport shm --trace off", 2, 0, 2, 1},
+        {"host-zero1-bf16", PP2DP2 "--schedule 1f1b --transport shm --zero1 --trace off --dtype bf16", 2, 1, 2, 1},
     };
     for (size_t j = 0; j < sizeof jobs / sizeof *jobs; j++) {
         char args[1024]; /* the evaluations (which hold out the data's last tenth) as the reference's */
-        snprintf(args, sizeof args, "--nproc-per-node 4 --pp 2 --dp 2 --microbatches 4 --eval-every 1 "
-                 "--eval-microbatches 2 --checkpoint-dir %s/%s.ckpt %s", dir, jobs[j].name, jobs[j].args);
+        snprintf(args, sizeof args, "--eval-every 1 --checkpoint-dir %s/%s.ckpt %s", dir, jobs[j].name, jobs[j].args);
         dp_job(dir, env, jobs[j].name, args);
+        expect_allreduce_line(dir, jobs[j].name, !jobs[j].host, jobs[j].pp,
+                              jobs[j].host ? "shm" : transport_between(0, jobs[j].pp, count));
         char *losses, *w;
         size_t len;
         int k = jobs[j].bf16;
         job_result(dir, jobs[j].name, jobs[j].stages, &losses, &w, &len);
-        cr_expect_str_eq(losses, ref_losses[k], "%s on %d GPU(s): losses differ from the one-rank run", jobs[j].name,
-                         count);
-        cr_expect(len == ref_len[k] && memcmp(w, ref_w[k], len) == 0, "%s on %d GPU(s): final weights differ from "
-                  "the one-rank run", jobs[j].name, count);
+        cr_expect_str_eq(losses, ref_losses[k], "%s (%s): losses differ from the one-rank run", jobs[j].name, label);
+        cr_expect(len == ref_len[k] && memcmp(w, ref_w[k], len) == 0, "%s (%s): final weights differ from the "
+                  "one-rank run", jobs[j].name, label);
         char *ev = metrics_arrays(dir, jobs[j].name, "\"eval_losses\":");
-        cr_expect_str_eq(ev, ref_eval[k], "%s on %d GPU(s): evaluation losses differ from the one-rank GPU evaluation",
-                         jobs[j].name, count);
+        cr_expect_str_eq(ev, ref_eval[k], "%s (%s): evaluation losses differ from the one-rank GPU evaluation",
+                         jobs[j].name, label);
         free(losses), free(w), free(ev);
     }
     /* The traced job: on every rank, step and stage, the buckets' ALLREDUCE
@@ -412,6 +449,8 @@ static void data_parallel(int count, const char *env) {
     cr_expect_gt(tfix_q_int(s, "SELECT max(microbatch) FROM events WHERE name='ALLREDUCE'"), 0, "one bucket only");
     cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM (SELECT 1 FROM events WHERE name='ALLREDUCE'"
                                " GROUP BY rank, step, stage, microbatch HAVING count(*) > 1)"), 0);
+    cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE name='ALLREDUCE' AND peer != rank % 2"), 0,
+                 "an ALLREDUCE that names another group than its rank's (the group's first rank)");
     cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM events a WHERE a.name='ALLREDUCE' AND a.start_ns <"
                                " (SELECT max(end_ns) FROM events w WHERE w.phase='W' AND w.rank=a.rank AND"
                                " w.step=a.step AND w.stage=a.stage)"), 0, "an ALLREDUCE before its stage's last W");
@@ -427,6 +466,43 @@ static void data_parallel(int count, const char *env) {
     sqlite3_close(s);
     for (int k = 0; k < 2; k++) free(ref_losses[k]), free(ref_eval[k]), free(ref_w[k]);
 }
+
+/* Rank 3 killed inside step 1's all-reduce, once its part of the first
+ * bucket is out (in GPU memory, on `count` GPUs): the job fails naming it,
+ * well before the receive timeout, and its peers never finish the
+ * all-reduce it left. */
+static void data_parallel_killed(const char *label, const char *env, int count) {
+    char dir[256], name[64], cmd[2048], path[512];
+    snprintf(name, sizeof name, "dp-killed-%s", label);
+    snprintf(dir, sizeof dir, "%s", tfix_mkdir(name));
+    snprintf(cmd, sizeof cmd,
+             "%s %s run --device cuda --nproc-per-node 4 --pp 2 --dp 2 --microbatches 4 --steps 3 " DPV_MODEL
+             " --fail-at step=1,rank=3,phase=allreduce --recv-timeout 120s --progress off --db %s/job.db"
+             " >%s/job.log 2>&1",
+             env, BIN, dir, dir);
+    uint64_t t0 = pp_now_ns();
+    int status = system(cmd);
+    double secs = (double)(pp_now_ns() - t0) / 1e9;
+    snprintf(path, sizeof path, "%s/job.log", dir);
+    char *log = slurp_all(path, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 1, "exit %d:\n%s", status, log);
+    cr_assert(secs < 60, "the job took %.1f s: somebody waited for its timeout\n%s", secs, log);
+    cr_assert(strstr(log, "rank      : 3") != NULL, "the failure should name rank 3:\n%s", log);
+    char want[128];
+    snprintf(want, sizeof want, "pprun worker (rank 3): gradient all-reduce in GPU memory; rank 1: %s",
+             transport_between(3, 1, count));
+    cr_assert(strstr(log, want) != NULL, "want '%s' in:\n%s", want, log);
+    free(log);
+    sqlite3 *s;
+    snprintf(path, sizeof path, "%s/job.db", dir);
+    cr_assert_eq(sqlite3_open_v2(path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_expect_eq(tfix_q_int(s, "SELECT failed_rank FROM jobs"), 3);
+    cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM jobs WHERE status='failed'"), 1);
+    cr_expect_gt(tfix_q_int(s, "SELECT count(*) FROM events WHERE rank=3 AND step=0 AND name='ALLREDUCE'"), 0);
+    cr_expect_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE rank IN (1, 3) AND step=1 AND name='ALLREDUCE'"), 0,
+                 "its group finished an all-reduce it never finished");
+    sqlite3_close(s);
+}
 #endif
 
 #ifdef GPU_EMULATED
@@ -440,11 +516,17 @@ Test(SUITE, bf16_every_schedule_matches_one_rank_bit_for_bit, .timeout = 600) {
     every_schedule(1, "PPRUN_STUB_DEVICES=1", "bf16");
 }
 Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) { cupti_job("PPRUN_STUB_DEVICES=1"); }
-Test(SUITE, data_parallel_on_one_gpu_matches_one_rank_bit_for_bit, .timeout = 600) {
-    data_parallel(1, "PPRUN_STUB_DEVICES=1");
+Test(SUITE, data_parallel_on_one_gpu_over_cuda_ipc_matches_one_rank_bit_for_bit, .timeout = 600) {
+    data_parallel("ipc", "PPRUN_STUB_DEVICES=1", 1);
 }
-Test(SUITE, data_parallel_on_two_gpus_over_nccl_matches_one_rank_bit_for_bit, .timeout = 600) {
-    data_parallel(2, "PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN);
+Test(SUITE, data_parallel_on_a_gpu_per_rank_over_nccl_matches_one_rank_bit_for_bit, .timeout = 600) {
+    data_parallel("nccl", "PPRUN_STUB_DEVICES=4 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, 4);
+}
+Test(SUITE, a_rank_killed_in_a_cuda_ipc_allreduce_fails_the_job_naming_it, .timeout = 300) {
+    data_parallel_killed("ipc", "PPRUN_STUB_DEVICES=1", 1);
+}
+Test(SUITE, a_rank_killed_in_an_nccl_allreduce_fails_the_job_naming_it, .timeout = 300) {
+    data_parallel_killed("nccl", "PPRUN_STUB_DEVICES=4 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, 4);
 }
 Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bit, .timeout = 600) {
     dualpipev_job("PPRUN_STUB_DEVICES=1", 2, "ipc");
@@ -474,7 +556,10 @@ Test(SUITE, device_cuda_every_schedule_matches_one_rank_bit_for_bit, .timeout = 
     ON_GPUS(every_schedule(count, "", "fp32"); every_schedule(count, "", "bf16"));
 }
 Test(SUITE, cuda_job_records_gpu_spans_inside_host_spans, .timeout = 300) { ON_GPUS(cupti_job("")); }
-Test(SUITE, data_parallel_matches_one_rank_bit_for_bit, .timeout = 600) { ON_GPUS(data_parallel(count, "")); }
+Test(SUITE, data_parallel_matches_one_rank_bit_for_bit, .timeout = 600) { ON_GPUS(data_parallel("gpu", "", count)); }
+Test(SUITE, a_rank_killed_in_the_allreduce_fails_the_job_naming_it, .timeout = 300) {
+    ON_GPUS(data_parallel_killed("gpu", "", count));
+}
 Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bit, .timeout = 600) {
     ON_GPUS(dualpipev_job("", 2, "gpu"); dualpipev_job("", 4, "gpu"));
 }

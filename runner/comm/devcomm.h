@@ -26,17 +26,19 @@
  * Only in builds with the GPU backend (PPRUN_HAVE_CUDA); without it
  * devcomm_open fails saying so.
  *
- * Threads: send and recv may be called from two threads at once (the
- * engine's and, during an overlapped pair, its second one: engine.c); each
- * transport serialises their shared state under a mutex that a receive
- * does not hold while it waits for its message, so neither waits behind
- * the other.  open, flush and close: one thread.  cuda-ipc adds no thread.  nccl adds two proxy
- * threads per pair that talks (one per direction), started at this rank's
- * first call with that peer; each NCCL communicator is driven by its proxy,
- * the caller's thread only asks its async error, and every NCCL call holds
- * one lock per devcomm (NCCL: one thread at a time in the communicators of
- * one device).
- * CUDA's callback thread marks completions.  Exchange calls (the host
+ * Threads: send and recv may be called from any number of threads at once
+ * (a rank has up to three: the engine's, during an overlapped pair its
+ * second one (engine.c), and the data-parallel all-reduce's (engine_dp.c));
+ * each transport serialises its shared state under a mutex that a receive
+ * does not hold while it waits for its message, so none waits behind
+ * another's message, and no state is kept per calling thread.  open,
+ * flush and close: one thread, while no other call runs.  cuda-ipc adds no
+ * thread.  nccl adds two proxy threads per pair that talks (one per
+ * direction), started at this rank's first call with that peer; each NCCL
+ * communicator is driven by its proxy, the caller's thread only asks its
+ * async error, and every NCCL call holds one lock per devcomm (NCCL: one
+ * thread at a time in the communicators of one device).  CUDA's callback
+ * thread marks completions.  Exchange calls (the host
  * comm's exchange) are made under the host comm's exchange lock.
  *
  * Tags: any comm_tag of directions 0..7 (8..15 are refused: devcomm's

@@ -4,7 +4,7 @@
  * devcomm.c builds without the toolkit.
  *
  * Each transport serves every peer of its kind; its calls come from the
- * devcomm caller's threads (devcomm.h: up to two at once) and, for nccl,
+ * devcomm caller's threads (devcomm.h: several at once) and, for nccl,
  * from its proxy threads (see devcomm_nccl.c). */
 #ifndef PP_DEVCOMM_INT_H
 #define PP_DEVCOMM_INT_H

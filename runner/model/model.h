@@ -286,9 +286,11 @@ int model_stage_grad_parts(model_stage *stage, float *const **parts, int *n, pp_
  * model_stage_step. */
 float *model_stage_grad(model_stage *stage);
 
-/* The collective works on host memory whatever the stage computes on
- * (docs/gpu.md, "Data parallel"). A GPU stage's parts and gradient live on
- * its device: the parts model_stage_grad_parts gives are host copies,
+/* By default the collective works on host memory whatever the stage
+ * computes on (docs/gpu.md, "Data parallel"; a GPU stage can be switched
+ * to device memory: model_stage_set_collective_device below). A GPU
+ * stage's parts and gradient live on its device: the parts
+ * model_stage_grad_parts gives are host copies,
  * filled for weights [lo, hi) by model_stage_grad_fetch (before the
  * collective reads that range), and model_stage_grad_written takes weights
  * [lo, hi) of what the collective wrote into model_stage_grad to the device
@@ -331,6 +333,35 @@ int model_stage_unshard_optimizer(model_stage *stage, const float *m, const floa
 /* Bytes of optimizer state the stage holds: AdamW's two moments (kept for
  * SGD too), of its shard under ZeRO-1. Included in model_stage_state_bytes. */
 size_t model_stage_optimizer_bytes(const model_stage *stage);
+
+/* --- the collective in device memory (docs/gpu.md, "Data parallel") -------
+ *
+ * A GPU stage's collective can work on the device's own buffers, moved GPU
+ * to GPU (devcomm) and added by the stage's kernels, so that nothing of the
+ * gradient or the weights goes through the host. After
+ * model_stage_set_collective_device(stage, 1): model_stage_grad_parts gives
+ * the device buffers of the parts, model_stage_grad the device gradient,
+ * model_stage_params the device weights (ZeRO-1's all-gather writes there);
+ * model_stage_grad_fetch and _grad_written do nothing (there is nothing to
+ * copy), model_stage_params_written only rewrites what the device derives
+ * from the weights (bf16: their copy), and ZeRO-1's optimizer step brings
+ * no weights to the host (the host copies are refreshed when read, as
+ * after any step). The order, and so the bits, are the host collective's:
+ * model_stage_device_add is the float add of the host's loop. The switch
+ * changes what those pointers mean, nothing else. -1 naming the stage on a
+ * CPU stage, or in the middle of a step. */
+int model_stage_set_collective_device(model_stage *stage, int on, pp_err *err);
+/* The device ops the collective lends to the comm layer (comm_coll.h's
+ * coll_device), on the stage's device and its stream, each returning with
+ * its work complete; like _grad_fetch, from the collective's thread while
+ * the stage is between its last W and its optimizer step. alloc: device
+ * memory owned by the caller, back with model_stage_device_free of the same
+ * stage (cudaMalloc: slow, keep it). add: out = a + b elementwise (out may be
+ * a). copy: bytes from device src to device dst. */
+void *model_stage_device_alloc(model_stage *stage, size_t bytes, pp_err *err);
+void model_stage_device_free(model_stage *stage, void *p); /* p may be NULL */
+int model_stage_device_add(model_stage *stage, float *out, const float *a, const float *b, size_t n, pp_err *err);
+int model_stage_device_copy(model_stage *stage, void *dst, const void *src, size_t bytes, pp_err *err);
 
 /* An evaluation's forward (docs/schedules.md, "Evaluation steps"): the same
  * arguments and loss as model_stage_forward, but nothing is kept for a B or

@@ -62,6 +62,7 @@ struct model_stage {
     timed_state *timed;
     gpu_stage *gpu; /* set: the gpt stage runs on a CUDA device (gpt is NULL) */
     int boundary_device; /* 1: F/B's boundary tensors are device pointers (gpu only) */
+    int coll_device;     /* 1: the data-parallel collective works on the device's buffers (gpu only) */
     int recompute;       /* model_recompute: what F drops for model_stage_recompute to compute again */
     model_gemm_stats gemm;
     model_pool pool; /* activations and pending gradients */
@@ -138,6 +139,15 @@ void gpu_stage_discard(model_stage *s, int mb); /* drops what F saved for mb (an
  * whole. */
 int gpu_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err);
 int gpu_stage_moments_resized(model_stage *s, pp_err *err);
+/* The collective on the device (model_stage_set_collective_device): the
+ * parts, gradient and weights as device pointers, and the ops it needs. */
+float *const *gpu_stage_device_parts(model_stage *s, int *n);
+float *gpu_stage_device_grad(model_stage *s);
+float *gpu_stage_device_params(model_stage *s);
+void *gpu_stage_device_alloc(model_stage *s, size_t bytes, pp_err *err);
+void gpu_stage_device_free(model_stage *s, void *p);
+int gpu_stage_device_add(model_stage *s, float *out, const float *a, const float *b, size_t n, pp_err *err);
+int gpu_stage_device_copy(model_stage *s, void *dst, const void *src, size_t bytes, pp_err *err);
 int gpu_stage_recompute_pending(const model_stage *s, int mb); /* as gpt_stage_recompute_*, on the device */
 int gpu_stage_recompute(model_stage *s, int mb, pp_err *err);
 

@@ -341,6 +341,10 @@ int model_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err 
         return pp_fail(err, "model: the gradient of layers [%d, %d) is not complete: W of microbatch %d has not run",
                        s->first_layer, s->last_layer, s->next_acc);
 #ifdef PPRUN_HAVE_CUDA
+    if (s->gpu && s->coll_device) {
+        *parts = gpu_stage_device_parts(s, n);
+        return 0;
+    }
     if (s->gpu) return gpu_stage_grad_parts(s, parts, n, err); /* host mirrors, filled by model_stage_grad_fetch */
 #endif
     if (s->replicas == 1) {
@@ -363,7 +367,7 @@ static int check_range(const model_stage *s, size_t lo, size_t hi, const char *w
 int model_stage_grad_fetch(model_stage *s, size_t lo, size_t hi, pp_err *err) {
     if (check_range(s, lo, hi, "the gradient parts", err) != 0) return -1;
 #ifdef PPRUN_HAVE_CUDA
-    if (s->gpu) return gpu_stage_grad_fetch(s, lo, hi, err);
+    if (s->gpu && !s->coll_device) return gpu_stage_grad_fetch(s, lo, hi, err);
 #endif
     return 0; /* a CPU stage's parts are the host buffers themselves */
 }
@@ -371,13 +375,24 @@ int model_stage_grad_fetch(model_stage *s, size_t lo, size_t hi, pp_err *err) {
 int model_stage_grad_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
     if (check_range(s, lo, hi, "the reduced gradient", err) != 0) return -1;
 #ifdef PPRUN_HAVE_CUDA
-    if (s->gpu) return gpu_stage_grad_written(s, lo, hi, err);
+    if (s->gpu && !s->coll_device) return gpu_stage_grad_written(s, lo, hi, err);
 #endif
-    return 0;
+    return 0; /* a CPU stage's gradient is the host buffer; a device collective wrote the device's */
 }
 
-float *model_stage_grad(model_stage *s) { return s->grad; }
-float *model_stage_params(model_stage *s) { return s->params; }
+float *model_stage_grad(model_stage *s) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu && s->coll_device) return gpu_stage_device_grad(s);
+#endif
+    return s->grad;
+}
+
+float *model_stage_params(model_stage *s) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu && s->coll_device) return gpu_stage_device_params(s);
+#endif
+    return s->params;
+}
 
 int model_stage_shard_optimizer(model_stage *s, const size_t *lo, const size_t *hi, int n, pp_err *err) {
     if (s->sharded) return pp_fail(err, "model: the optimizer state of layers [%d, %d) is sharded already",
@@ -450,6 +465,54 @@ int model_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err
     if (s->gpu) return gpu_stage_params_written(s, lo, hi, err);
 #endif
     return 0;
+}
+
+/* --- the collective in device memory ------------------------------------------ */
+
+int model_stage_set_collective_device(model_stage *s, int on, pp_err *err) {
+    if (on && !s->gpu)
+        return pp_fail(err, "model: the stage with layers [%d, %d) computes on the CPU: its collective cannot work "
+                       "in device memory", s->first_layer, s->last_layer);
+    if (idle(s, "switching the collective's memory", err) != 0) return -1;
+    s->coll_device = on != 0;
+    return 0;
+}
+
+static int not_on_gpu(const model_stage *s, const char *what, pp_err *err) {
+    return pp_fail(err, "model: %s on the stage with layers [%d, %d), which computes on the CPU", what,
+                   s->first_layer, s->last_layer);
+}
+
+void *model_stage_device_alloc(model_stage *s, size_t bytes, pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_device_alloc(s, bytes, err);
+#endif
+    (void)bytes;
+    not_on_gpu(s, "device memory", err);
+    return NULL;
+}
+
+void model_stage_device_free(model_stage *s, void *p) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) gpu_stage_device_free(s, p);
+#endif
+    (void)s, (void)p; /* a CPU stage allocated none */
+}
+
+int model_stage_device_add(model_stage *s, float *out, const float *a, const float *b, size_t n, pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_device_add(s, out, a, b, n, err);
+#endif
+    (void)out, (void)a, (void)b, (void)n;
+    return not_on_gpu(s, "a device add", err);
+}
+
+int model_stage_device_copy(model_stage *s, void *dst, const void *src, size_t bytes, pp_err *err) {
+#ifdef PPRUN_HAVE_CUDA
+    if (s->gpu) return gpu_stage_device_copy(s, dst, src, bytes, err);
+#endif
+    (void)dst, (void)src, (void)bytes;
+    return not_on_gpu(s, "a device copy", err);
 }
 
 int model_stage_evaluate(model_stage *s, int gmb, const void *in, const uint8_t *tokens, const uint8_t *targets,

@@ -455,9 +455,10 @@ static int run_action(engine *e, step_state *st, const sched_action *a, pp_err *
  * a GPU the halves run on their stages' own streams at once: each GPU
  * stage makes its device current on the calling thread and has its own
  * stream, cuBLAS handle, scratch and buffer pool (a pool is only used by
- * its stage's ops), devcomm takes two threads (devcomm.h), and CUPTI's
- * correlation is per thread (gputrace.h). docs/schedules.md, "DualPipeV";
- * docs/gpu.md, "Overlapped pairs on two streams". */
+ * its stage's ops), devcomm takes several threads (devcomm.h: with the
+ * data-parallel all-reduce's, three), and CUPTI's correlation is per
+ * thread (gputrace.h). docs/schedules.md, "DualPipeV"; docs/gpu.md,
+ * "Overlapped pairs on two streams". */
 enum { PAIR_IDLE, PAIR_WORK, PAIR_DONE, PAIR_QUIT };
 
 struct engine_pair {
@@ -616,12 +617,13 @@ static int save_weights(engine *e, pp_err *err) {
 
 /* With device boundaries, one boundary-sized device message each way too,
  * so that devcomm's links (IPC handles, NCCL communicators) are up before
- * step 0. */
+ * step 0: with the pipeline neighbours, and with the data-parallel group
+ * when its all-reduce runs in GPU memory. */
 static int connect_devcomm(engine *e, const char *is_peer, int world, pp_err *err) {
-    int any = 0;
-    for (int r = 0; r < world; r++) any |= is_peer[r] & ENGINE_PEER_PIPE;
+    int want = ENGINE_PEER_PIPE | (engine_dp_device(e) ? ENGINE_PEER_DP : 0), any = 0;
+    for (int r = 0; r < world; r++) any |= is_peer[r] & want;
     /* A peer is the neighbour of a local stage, and engine_init made sure
-     * such a rank has a devcomm. */
+     * such a rank has a devcomm; a device all-reduce has one by its rule. */
     if (!any) return 0;
     model_stage *stage = e->stages[e->local_stage[0]];
     size_t bytes = model_boundary_bytes(&e->cfg->model);
@@ -629,10 +631,10 @@ static int connect_devcomm(engine *e, const char *is_peer, int world, pp_err *er
     if (!buf) return -1;
     uint64_t tag = comm_tag(0, 0, 0, COMM_DIR_CTRL); /* the host hello's too: devcomm's tags are its own */
     int rc = 0;
-    for (int r = 0; rc == 0 && r < world; r++) /* the data-parallel group's collective runs on comm */
-        if (is_peer[r] & ENGINE_PEER_PIPE) rc = devcomm_send(e->devcomm, r, tag, buf, bytes, err);
     for (int r = 0; rc == 0 && r < world; r++)
-        if (is_peer[r] & ENGINE_PEER_PIPE)
+        if (is_peer[r] & want) rc = devcomm_send(e->devcomm, r, tag, buf, bytes, err);
+    for (int r = 0; rc == 0 && r < world; r++)
+        if (is_peer[r] & want)
             rc = devcomm_recv(e->devcomm, r, tag, buf, bytes, e->cfg->recv_timeout_ms, err);
     model_stage_boundary_free(stage, buf, bytes);
     return rc;

@@ -113,6 +113,10 @@ void engine_free(engine *e);
  * (nb[0]) and s+1 (nb[1]); `self` where there is none (the first and the
  * last stage). Add replica·plan->ranks for global ranks. */
 void engine_stage_neighbours(const sched_plan *plan, int s, int self, int nb[2]);
+/* 1 when this rank's data-parallel all-reduce runs in GPU memory (over
+ * devcomm, with the stages' kernels: engine_dp.c), 0 when it runs on host
+ * memory or there is none; after engine_init. */
+int engine_dp_device(const engine *e);
 /* The global rank of pipeline rank prank in replica `replica`. */
 static inline int engine_global_rank(const sched_plan *plan, int replica, int prank) {
     return replica * plan->ranks + prank;

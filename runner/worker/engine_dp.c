@@ -9,10 +9,19 @@
  * each bucket is reduced, the optimizer updates that shard and the weights
  * are all-gathered after it.
  *
- * The collective runs on host memory: a GPU stage hands its parts to the
- * host and takes the reduced gradient back bucket by bucket
- * (model_stage_grad_fetch, model_stage_grad_written), on this thread, and
- * ZeRO-1's gathered weights (model_stage_params_written).
+ * Where the collective runs follows the boundary tensors, one rule: when
+ * they travel in GPU memory (the worker opened a devcomm) it runs in GPU
+ * memory too: the parts, the reduced gradient and ZeRO-1's gathered weights
+ * stay on the device, shards travel over devcomm and the shard owner adds
+ * them with the stage's kernels (model_stage_set_collective_device,
+ * comm_coll.h's coll_device), in the same fixed order, so the bits are the
+ * host collective's. Otherwise (CPU stages, or GPU stages whose tensors are
+ * staged through the host) it runs on host memory over comm: a GPU stage
+ * hands its parts to the host and takes the reduced gradient back bucket
+ * by bucket (model_stage_grad_fetch, model_stage_grad_written, no-ops on
+ * the device path), on this thread, and ZeRO-1's gathered weights
+ * (model_stage_params_written). The checkpoint's gather of the optimizer
+ * state always runs on host memory: its moments are the host's copies.
  *
  * Every replica runs the same plan, so the stages of a rank finish their W's
  * in the same order everywhere and the thread takes them in that order: no
@@ -35,11 +44,24 @@ static uint64_t dp_tag(int step, int stage, int bucket, int op) {
     return comm_tag((uint64_t)step, (uint64_t)stage, (uint64_t)bucket << 10 | (uint64_t)op << 7, COMM_DIR_COLL);
 }
 
+/* A device buffer of a stage's collective: shards received, kept from
+ * call to call (cudaMalloc synchronises the whole device). */
+typedef struct dp_buf {
+    void *p;
+    size_t cap;
+    int busy;
+} dp_buf;
+
 typedef struct dp_stage {
     int stage;
     int last_w;   /* the index in the rank's actions of the stage's last W (or BW: a W too) */
     int nbuckets;
     size_t *lo;   /* [nbuckets + 1]: bucket b is floats [lo[b], lo[b+1]) */
+    /* the collective in device memory: the stage's ops lent to it, and its buffers */
+    model_stage *ms;
+    coll_device dev;
+    dp_buf *bufs;
+    int nbufs;
 } dp_stage;
 
 struct engine_dp {
@@ -51,6 +73,7 @@ struct engine_dp {
     int nst;
     dp_stage *st; /* the local stages, in the order of their last W */
     int fail_armed; /* --fail-at phase=allreduce: not yet checked this step */
+    int device;     /* the collective on device memory over devcomm; else host memory over comm */
 
     pthread_t thread;
     int started;
@@ -92,6 +115,70 @@ static int shard_optimizer(engine *e, const dp_stage *st, pp_err *err) {
     return rc;
 }
 
+/* The device ops a stage lends its collective (coll_device): its kernels,
+ * and buffers kept in st->bufs. Only the all-reduce thread, or the
+ * engine's after the step, runs a stage's collective: no lock. */
+static void *dev_alloc(void *ctx, size_t bytes, pp_err *err) {
+    dp_stage *st = ctx;
+    dp_buf *best = NULL;
+    for (int i = 0; i < st->nbufs; i++)
+        if (!st->bufs[i].busy && st->bufs[i].cap >= bytes && (!best || st->bufs[i].cap < best->cap))
+            best = &st->bufs[i];
+    if (!best) {
+        dp_buf *b = realloc(st->bufs, sizeof *b * (size_t)(st->nbufs + 1));
+        if (!b) {
+            pp_fail(err, "out of memory");
+            return NULL;
+        }
+        st->bufs = b;
+        void *p = model_stage_device_alloc(st->ms, bytes, err);
+        if (!p) return NULL;
+        best = &st->bufs[st->nbufs++];
+        *best = (dp_buf){p, bytes, 0};
+    }
+    best->busy = 1;
+    return best->p;
+}
+
+static void dev_release(void *ctx, void *buf) {
+    dp_stage *st = ctx;
+    for (int i = 0; i < st->nbufs; i++)
+        if (st->bufs[i].p == buf) st->bufs[i].busy = 0;
+}
+
+static int dev_add(void *ctx, float *left, const float *right, size_t n, pp_err *err) {
+    dp_stage *st = ctx;
+    return model_stage_device_add(st->ms, left, left, right, n, err);
+}
+
+static int dev_copy(void *ctx, float *dst, const float *src, size_t n, pp_err *err) {
+    dp_stage *st = ctx;
+    return model_stage_device_copy(st->ms, dst, src, sizeof(float) * n, err);
+}
+
+/* The device buffers of stage st's reduce-scatters (the most one holds at
+ * once, of the largest shard), made before the first step: cudaMalloc may
+ * wait for the whole device, and in a step it would wait for transfers that
+ * wait for a peer (docs/gpu.md, "Still to check"). */
+static int prefill_buffers(engine_dp *dp, dp_stage *st, pp_err *err) {
+    size_t most = 0, D = (size_t)dp->g.n;
+    for (int b = 0; b < st->nbuckets; b++) {
+        size_t shard = (st->lo[b + 1] - st->lo[b] + D - 1) / D; /* shards differ by at most one float */
+        most = shard > most ? shard : most;
+    }
+    int n = coll_reduce_scatter_buffers(&dp->order, dp->g.me);
+    for (int i = 0; i < n; i++)
+        if (!dev_alloc(st, sizeof(float) * (most ? most : 1), err)) return -1;
+    for (int i = 0; i < st->nbufs; i++) st->bufs[i].busy = 0;
+    return 0;
+}
+
+/* The group of stage st's collectives: its device's, or the host's. */
+static coll_group stage_group(const engine_dp *dp, const dp_stage *st) {
+    coll_group g = dp->g;
+    if (dp->device) g.dev = &st->dev;
+    return g;
+}
 
 static void *dp_main(void *arg);
 
@@ -102,6 +189,7 @@ int engine_dp_open(engine *e, pp_err *err) {
     if (!dp) return pp_fail(err, "out of memory");
     e->dp = dp;
     dp->e = e;
+    dp->device = e->devcomm != NULL; /* boundary tensors in GPU memory: the gradient too (the top) */
     int D = e->replicas, m = plan->microbatches;
     int cap = model_tree_max_steps(D * m);
     dp->ranks = malloc(sizeof *dp->ranks * (size_t)D);
@@ -111,7 +199,8 @@ int engine_dp_open(engine *e, pp_err *err) {
     dp->st = calloc((size_t)(e->nlocal ? e->nlocal : 1), sizeof *dp->st);
     if (!dp->ranks || !dp->prog || !dp->owner || !dp->part || !dp->st) return pp_fail(err, "out of memory");
     for (int d = 0; d < D; d++) dp->ranks[d] = engine_global_rank(plan, d, e->prank);
-    dp->g = (coll_group){e->comm, D, dp->ranks, e->replica, e->cfg->recv_timeout_ms};
+    dp->g = (coll_group){
+        .c = e->comm, .n = D, .ranks = dp->ranks, .me = e->replica, .timeout_ms = e->cfg->recv_timeout_ms};
     int n = model_tree_combine_program(D, m, dp->prog, dp->owner, dp->part, cap);
     if (n < 0) return pp_fail(err, "out of memory for the gradient tree of %d replicas", D);
     dp->order = (coll_order){n, dp->prog, dp->owner, dp->part};
@@ -129,9 +218,15 @@ int engine_dp_open(engine *e, pp_err *err) {
         dp->st[a] = dp->st[b], dp->st[b] = t;
     }
     for (int k = 0; k < dp->nst; k++) {
-        model_stage *s = e->stages[dp->st[k].stage];
-        if (make_buckets(e, &dp->st[k], model_stage_weight_count(s), err) != 0) return -1;
-        if (e->cfg->zero1 && shard_optimizer(e, &dp->st[k], err) != 0) return pp_wrap(err, "stage %d", dp->st[k].stage);
+        dp_stage *st = &dp->st[k];
+        model_stage *s = st->ms = e->stages[st->stage];
+        if (make_buckets(e, st, model_stage_weight_count(s), err) != 0) return -1;
+        if (e->cfg->zero1 && shard_optimizer(e, st, err) != 0) return pp_wrap(err, "stage %d", st->stage);
+        if (dp->device) {
+            st->dev = (coll_device){e->devcomm, st, dev_alloc, dev_release, dev_add, dev_copy};
+            if (model_stage_set_collective_device(s, 1, err) != 0 || prefill_buffers(dp, st, err) != 0)
+                return pp_wrap(err, "stage %d", st->stage);
+        }
     }
     pthread_mutex_init(&dp->mu, NULL);
     pthread_cond_init(&dp->cv, NULL);
@@ -152,11 +247,17 @@ void engine_dp_close(engine *e) {
         pthread_mutex_destroy(&dp->mu);
         pthread_cond_destroy(&dp->cv);
     }
-    for (int k = 0; k < dp->nst; k++) free(dp->st[k].lo);
+    for (int k = 0; k < dp->nst; k++) {
+        dp_stage *st = &dp->st[k];
+        for (int i = 0; i < st->nbufs; i++) model_stage_device_free(st->ms, st->bufs[i].p);
+        free(st->bufs), free(st->lo);
+    }
     free(dp->st), free(dp->ranks), free(dp->prog), free(dp->owner), free(dp->part);
     free(dp);
     e->dp = NULL;
 }
+
+int engine_dp_device(const engine *e) { return e->dp && e->dp->device; }
 
 void engine_dp_peers(const engine *e, char *is_peer) {
     if (!e->dp) return;
@@ -176,19 +277,21 @@ static int reduce_stage(engine_dp *dp, const dp_stage *st, int step, pp_err *err
     if (np > COLL_MAX_PARTS) return pp_fail(err, "stage %d: %d parts of the gradient tree", st->stage, np);
     float *grad = model_stage_grad(ms), *bp[COLL_MAX_PARTS];
     int zero1 = e->cfg->zero1;
+    coll_group g = stage_group(dp, st);
     for (int b = 0; b < st->nbuckets; b++) {
         size_t lo = st->lo[b], len = st->lo[b + 1] - lo;
         for (int k = 0; k < np; k++) bp[k] = parts[k] + lo;
         uint64_t t0 = pp_now_ns(), rs = dp_tag(step, st->stage, b, DP_OP_RS);
-        /* a GPU stage's bucket to the host (model.h): in the span, the collective's own staging */
+        /* a GPU stage's bucket to the host (model.h; nothing on the device
+         * path): in the span, the collective's own staging */
         if (model_stage_grad_fetch(ms, lo, lo + len, err) != 0) return -1;
-        if (coll_reduce_scatter_send(&dp->g, bp, np, len, rs, err) != 0) return -1;
+        if (coll_reduce_scatter_send(&g, bp, np, len, rs, err) != 0) return -1;
         if (dp->fail_armed) { /* --fail-at phase=allreduce: its part of the first bucket is out */
             dp->fail_armed = 0;
             engine_maybe_fail(e, step, RUN_FAIL_AT_ALLREDUCE, -1);
         }
-        if (coll_reduce_scatter_reduce(&dp->g, &dp->order, bp, len, grad + lo, rs, err) != 0) return -1;
-        if (!zero1 && coll_all_gather(&dp->g, grad + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_GRAD), err) != 0)
+        if (coll_reduce_scatter_reduce(&g, &dp->order, bp, len, grad + lo, rs, err) != 0) return -1;
+        if (!zero1 && coll_all_gather(&g, grad + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_GRAD), err) != 0)
             return -1;
         /* ... and back to the device: the optimizer's part of the bucket */
         size_t wlo = zero1 ? coll_shard_lo(len, e->replicas, e->replica) : 0;
@@ -263,11 +366,12 @@ int engine_dp_after_step(engine *e, int step, pp_err *err) {
     if (!dp || !e->cfg->zero1) return 0;
     for (int k = 0; k < dp->nst; k++) {
         const dp_stage *st = &dp->st[k];
-        float *w = model_stage_params(e->stages[st->stage]);
+        float *w = model_stage_params(e->stages[st->stage]); /* the device's on the device path */
+        coll_group g = stage_group(dp, st);
         for (int b = 0; b < st->nbuckets; b++) {
             size_t lo = st->lo[b], len = st->lo[b + 1] - lo;
             uint64_t t0 = pp_now_ns();
-            if (coll_all_gather(&dp->g, w + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_PARAMS), err) != 0 ||
+            if (coll_all_gather(&g, w + lo, len, dp_tag(step, st->stage, b, DP_OP_AG_PARAMS), err) != 0 ||
                 model_stage_params_written(e->stages[st->stage], lo, lo + len, err) != 0)
                 return pp_wrap(err, "rank %d: all-gather of stage %d's weights (step %d)", e->rank, st->stage, step);
             engine_trace_span(e, ENGINE_SPAN_ALL_GATHER, step, b, st->stage, dp->ranks[0], sizeof(float) * len, t0,

@@ -43,7 +43,8 @@ int engine_dp_open(engine *e, pp_err *err);
 void engine_dp_close(engine *e); /* stops and joins the thread */
 /* Marks the ranks of this rank's data-parallel group (is_peer: the world)
  * with ENGINE_PEER_DP, beside the pipeline neighbours' ENGINE_PEER_PIPE:
- * only these exchange device tensors over devcomm. */
+ * only these exchange device tensors over devcomm (the DP group's only when
+ * its collective runs in device memory: engine_dp_device). */
 enum { ENGINE_PEER_PIPE = 1, ENGINE_PEER_DP = 2 };
 void engine_dp_peers(const engine *e, char *is_peer);
 /* The W at `action` (an index into the rank's list) ran: when it was its

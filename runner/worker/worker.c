@@ -185,6 +185,24 @@ static void say_transports(const worker *w) {
     fprintf(stderr, "pprun worker (rank %d): %s\n", w->rank, line);
 }
 
+/* One more line for --device cuda jobs with several replicas: where the
+ * gradient all-reduce runs (the engine's choice, engine_dp_device) and the
+ * transport to every other member of this rank's data-parallel group. */
+static void say_allreduce(const worker *w) {
+    int replicas = w->world / w->pranks, device = engine_dp_device(&w->engine);
+    if (w->cfg->device != RUN_DEVICE_CUDA || replicas < 2) return;
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%s",
+                     device ? "gradient all-reduce in GPU memory" : "gradient all-reduce staged through host memory");
+    for (int d = 0; d < replicas; d++) {
+        int r = engine_global_rank(w->plan, d, w->prank);
+        if (r == w->rank || n >= (int)sizeof line - 64) continue;
+        n += snprintf(line + n, sizeof line - (size_t)n, "; rank %d: %s", r,
+                      device ? devcomm_transport_name(w->devcomm, r) : comm_transport_name(w->comm, r));
+    }
+    fprintf(stderr, "pprun worker (rank %d): %s\n", w->rank, line);
+}
+
 /* With more than one rank: the host comm, exchanging its endpoints through
  * the store, then devcomm on it when boundary tensors stay in GPU memory. */
 static int open_comm(worker *w, pp_err *err) {
@@ -298,6 +316,7 @@ static int run_engine(worker *w, pp_err *err) {
     int rc = engine_init(&w->engine, err);
     model_ckpt_free(ckpt); /* read by engine_init only */
     w->engine.ckpt = NULL;
+    if (rc == 0) say_allreduce(w);
     if (rc != 0 || engine_run(&w->engine, err) != 0) return -1;
     if (w->devcomm && devcomm_flush(w->devcomm, w->cfg->recv_timeout_ms, err) != 0) return -1;
     if (w->comm && comm_flush(w->comm, w->cfg->recv_timeout_ms, err) != 0) return -1;

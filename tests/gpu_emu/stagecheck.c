@@ -23,7 +23,11 @@
  *
  * Data parallelism too: a replica's parts of the gradient tree, fetched to
  * the host, the reduced gradient and ZeRO-1's gathered weights written
- * back, and an evaluation's F, against CPU stages bit for bit.
+ * back, and an evaluation's F, against CPU stages bit for bit; and the same
+ * with the collective on the device (model_stage_set_collective_device:
+ * the parts, gradient and weights are device buffers, summed with the
+ * stage's device add, gathered with its device copy; the stand-in refuses
+ * a host pointer where a device one is due).
  *
  *   ./build/gpu_stagecheck      (one line per case; exit 1 on any difference)
  *
@@ -257,75 +261,180 @@ static int combine(float *const parts[DPR][8], int n, float *sum, pp_err *err) {
     return 0;
 }
 
-static int replica_case(pp_err *err) {
-    model_device dev = {.cuda = 1};
+/* The same sum on the device, as the device collective makes it: device
+ * buffers of stage s, its device add along the program, its device copy
+ * into sum (device). */
+static int combine_on_device(model_stage *s, float *const parts[DPR][8], int n, float *sum, pp_err *err) {
+    int prog[4 * DPR * DPM], owner[4 * DPR * DPM], part[4 * DPR * DPM], depth = 0, leaf = 0, rc = 0;
+    float *stack[2 * DPR * DPM];
+    size_t bytes = sizeof(float) * (size_t)n;
+    int len = model_tree_combine_program(DPR, DPM, prog, owner, part, 4 * DPR * DPM);
+    if (len < 0) return pp_fail(err, "the combine program does not fit");
+    for (int i = 0; i < len && rc == 0; i++) {
+        if (prog[i] != MODEL_TREE_ADD) {
+            if (!(stack[depth] = model_stage_device_alloc(s, bytes, err))) return -1;
+            rc = model_stage_device_copy(s, stack[depth++], parts[owner[leaf]][part[leaf]], bytes, err);
+            leaf++;
+            continue;
+        }
+        float *right = stack[--depth], *left = stack[depth - 1];
+        rc = model_stage_device_add(s, left, left, right, (size_t)n, err);
+        model_stage_device_free(s, right);
+    }
+    if (rc == 0 && depth != 1) rc = pp_fail(err, "the combine program left %d sums", depth);
+    if (rc == 0) rc = model_stage_device_copy(s, sum, stack[0], bytes, err);
+    while (depth > 0) model_stage_device_free(s, stack[--depth]);
+    return rc;
+}
+
+/* Both cases' replicas: [CPU, GPU][replica] stages after one step's F, B
+ * and W (W's in reverse order), their losses and their parts (GPU parts
+ * fetched to the host, or, with the collective on the device, the device
+ * buffers themselves). */
+typedef struct replicas {
     model_spec sp;
     data_source *data;
     model_optim opt;
-    model_optim_default(&opt);
-    if (model_parse_spec(SPEC, &sp, err) != 0 || data_open(NULL, 64, &data, err) != 0) return -1;
-    model_stage *st[2][DPR] = {{0}}; /* [CPU, GPU][replica] */
-    float *parts[2][DPR][8], loss[2][DPR * DPM], *sum = NULL, *w[2] = {0};
-    int np[2][DPR] = {{0}}, rc = 0;
-    size_t n = 0;
+    model_stage *st[2][DPR];
+    float *parts[2][DPR][8], loss[2][DPR * DPM];
+    int np[2][DPR];
+    size_t n;
+} replicas;
+
+static int replicas_run(replicas *r, int coll_device, pp_err *err) {
+    model_device dev = {.cuda = 1};
     uint8_t tok[64], tgt[64];
+    int rc = 0;
+    model_optim_default(&r->opt);
+    if (model_parse_spec(SPEC, &r->sp, err) != 0 || data_open(NULL, 64, &r->data, err) != 0) return -1;
     for (int k = 0; k < 2 && rc == 0; k++)
         for (int d = 0; d < DPR && rc == 0; d++) {
             model_stage *s = NULL;
-            rc = model_stage_create_on(&sp, 0, 4, 1, 1, 7, DPM, k ? &dev : NULL, &st[k][d], err) ||
-                 model_stage_set_replica(s = st[k][d], d, DPR, err);
+            rc = model_stage_create_on(&r->sp, 0, 4, 1, 1, 7, DPM, k ? &dev : NULL, &r->st[k][d], err) ||
+                 model_stage_set_replica(s = r->st[k][d], d, DPR, err) ||
+                 (k && coll_device && model_stage_set_collective_device(s, 1, err));
             for (int mb = 0; mb < DPM && rc == 0; mb++) {
-                data_batch(data, 7, 0, d * DPM + mb, sp.batch, sp.seq, tok, tgt);
-                rc = model_stage_forward(s, mb, NULL, tok, tgt, NULL, &loss[k][d * DPM + mb], err) ||
+                data_batch(r->data, 7, 0, d * DPM + mb, r->sp.batch, r->sp.seq, tok, tgt);
+                rc = model_stage_forward(s, mb, NULL, tok, tgt, NULL, &r->loss[k][d * DPM + mb], err) ||
                      model_stage_backward_input(s, mb, NULL, NULL, err);
             }
             for (int mb = DPM - 1; mb >= 0 && rc == 0; mb--) rc = model_stage_backward_weight(s, mb, err);
             float *const *p = NULL;
-            n = rc == 0 ? model_stage_weight_count(s) : 0;
-            rc = rc || model_stage_grad_parts(s, &p, &np[k][d], err) || np[k][d] > 8 ||
+            size_t n = r->n = rc == 0 ? model_stage_weight_count(s) : 0;
+            rc = rc || model_stage_grad_parts(s, &p, &r->np[k][d], err) || r->np[k][d] > 8 ||
                  model_stage_grad_fetch(s, 0, n / 3, err) || model_stage_grad_fetch(s, n / 3, n, err);
-            for (int i = 0; rc == 0 && i < np[k][d]; i++) parts[k][d][i] = p[i];
+            for (int i = 0; rc == 0 && i < r->np[k][d]; i++) r->parts[k][d][i] = p[i];
         }
-    if (rc == 0 && memcmp(loss[0], loss[1], sizeof loss[0]) != 0) rc = pp_fail(err, "the losses differ");
-    for (int d = 0; d < DPR && rc == 0; d++) {
-        if (np[0][d] != np[1][d] || np[0][d] != 2)
-            rc = pp_fail(err, "replica %d: %d parts on the CPU, %d on the GPU (want 2)", d, np[0][d], np[1][d]);
-        for (int i = 0; i < np[0][d] && rc == 0; i++)
-            if (memcmp(parts[0][d][i], parts[1][d][i], sizeof(float) * n) != 0)
+    if (rc == 0 && memcmp(r->loss[0], r->loss[1], sizeof r->loss[0]) != 0) rc = pp_fail(err, "the losses differ");
+    for (int d = 0; d < DPR && rc == 0; d++) { /* device memory is host memory here: compared in place */
+        if (r->np[0][d] != r->np[1][d] || r->np[0][d] != 2)
+            rc = pp_fail(err, "replica %d: %d parts on the CPU, %d on the GPU (want 2)", d, r->np[0][d], r->np[1][d]);
+        for (int i = 0; i < r->np[0][d] && rc == 0; i++)
+            if (memcmp(r->parts[0][d][i], r->parts[1][d][i], sizeof(float) * r->n) != 0)
                 rc = pp_fail(err, "replica %d, part %d: the GPU stage's differs from the CPU stage's", d, i);
     }
+    return rc ? -1 : 0;
+}
+
+/* Replica 1's weights exported (the GPU's host copy refreshed from the
+ * device) and an evaluation's F on them: the CPU's, keeping nothing. */
+static int replicas_evaluate(replicas *r, float *w[2], pp_err *err) {
+    float eval[2] = {0, 0};
+    uint8_t tok[64], tgt[64];
+    int rc = 0;
+    data_batch(r->data, 7, 1, 0, r->sp.batch, r->sp.seq, tok, tgt);
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        model_stage_export_weights(r->st[k][1], w[k]);
+        rc = model_stage_evaluate(r->st[k][1], 0, NULL, tok, tgt, NULL, &eval[k], err);
+        if (rc == 0 && model_stage_saved_bytes(r->st[k][1]) != 0) rc = pp_fail(err, "an evaluation kept activations");
+    }
+    if (rc == 0 && memcmp(w[0], w[1], sizeof(float) * r->n) != 0) rc = pp_fail(err, "the exported weights differ");
+    if (rc == 0 && memcmp(&eval[0], &eval[1], sizeof eval[0]) != 0)
+        rc = pp_fail(err, "evaluation loss %.9g on the GPU, %.9g on the CPU", (double)eval[1], (double)eval[0]);
+    return rc ? -1 : 0;
+}
+
+static void replicas_free(replicas *r) {
+    for (int k = 0; k < 2; k++)
+        for (int d = 0; d < DPR; d++) model_stage_free(r->st[k][d]);
+    data_close(r->data);
+}
+
+/* 2 replicas on GPU stages with the collective on the device, against the
+ * CPU stages' parts, sum, ZeRO-1 step and evaluation: the same bits, and
+ * nothing of it passes through host memory (the stand-in refuses a device
+ * copy that touches a host pointer, an upload or download of a device one
+ * the wrong way). */
+static int device_replica_case(pp_err *err) {
+    replicas r = {0};
+    float *sum = NULL, *dsum = NULL, *w[2] = {0};
+    int rc = replicas_run(&r, 1, err);
+    size_t n = r.n;
+    if (rc == 0 && model_stage_set_collective_device(r.st[0][0], 1, err) == 0)
+        rc = pp_fail(err, "a CPU stage took its collective to device memory");
     if (rc == 0 && !(sum = malloc(sizeof(float) * n))) rc = pp_fail(err, "out of memory");
-    if (rc == 0) rc = combine(parts[0], (int)n, sum, err);
+    if (rc == 0 && !(dsum = model_stage_device_alloc(r.st[1][0], sizeof(float) * n, err))) rc = -1;
+    if (rc == 0)
+        rc = combine(r.parts[0], (int)n, sum, err) || combine_on_device(r.st[1][0], r.parts[1], (int)n, dsum, err);
+    if (rc == 0 && memcmp(sum, dsum, sizeof(float) * n) != 0) rc = pp_fail(err, "the device sum differs");
     for (int k = 0; k < 2 && rc == 0; k++) {
         if (!(w[k] = malloc(sizeof(float) * n))) rc = pp_fail(err, "out of memory");
         for (int d = 0; d < DPR && rc == 0; d++) { /* ZeRO-1: replica d updates [lo, hi) */
             size_t lo = n * (size_t)d / DPR, hi = n * (size_t)(d + 1) / DPR;
-            model_stage *s = st[k][d];
+            model_stage *s = r.st[k][d];
+            if (k)
+                rc = model_stage_device_copy(s, model_stage_grad(s), dsum, sizeof(float) * n, err) ||
+                     model_stage_grad_written(s, 0, n, err); /* nothing to write back */
+            else
+                memcpy(model_stage_grad(s), sum, sizeof(float) * n);
+            rc = rc || model_stage_shard_optimizer(s, &lo, &hi, 1, err) || model_stage_step(s, &r.opt, 0, err);
+        }
+        for (int d = 0; d < DPR && rc == 0; d++) { /* the all-gather: the other replica's half into d's weights */
+            int o = 1 - d;
+            size_t lo = n * (size_t)o / DPR, hi = n * (size_t)(o + 1) / DPR;
+            float *dst = model_stage_params(r.st[k][d]) + lo, *src = model_stage_params(r.st[k][o]) + lo;
+            if (k)
+                rc = model_stage_device_copy(r.st[k][d], dst, src, sizeof(float) * (hi - lo), err);
+            else
+                memcpy(dst, src, sizeof(float) * (hi - lo));
+            rc = rc || model_stage_params_written(r.st[k][d], lo, hi, err);
+        }
+    }
+    if (rc == 0) rc = replicas_evaluate(&r, w, err);
+    if (dsum) model_stage_device_free(r.st[1][0], dsum);
+    replicas_free(&r);
+    free(sum), free(w[0]), free(w[1]);
+    return rc ? -1 : 0;
+}
+
+/* The collective on host memory: the case the comment above the replicas
+ * describes. */
+static int replica_case(pp_err *err) {
+    replicas r = {0};
+    float *sum = NULL, *w[2] = {0};
+    int rc = replicas_run(&r, 0, err);
+    size_t n = r.n;
+    if (rc == 0 && !(sum = malloc(sizeof(float) * n))) rc = pp_fail(err, "out of memory");
+    if (rc == 0) rc = combine(r.parts[0], (int)n, sum, err);
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        if (!(w[k] = malloc(sizeof(float) * n))) rc = pp_fail(err, "out of memory");
+        for (int d = 0; d < DPR && rc == 0; d++) { /* ZeRO-1: replica d updates [lo, hi) */
+            size_t lo = n * (size_t)d / DPR, hi = n * (size_t)(d + 1) / DPR;
+            model_stage *s = r.st[k][d];
             memcpy(model_stage_grad(s), sum, sizeof(float) * n);
             rc = model_stage_grad_written(s, 0, n / 2, err) || model_stage_grad_written(s, n / 2, n, err) ||
-                 model_stage_shard_optimizer(s, &lo, &hi, 1, err) || model_stage_step(s, &opt, 0, err);
+                 model_stage_shard_optimizer(s, &lo, &hi, 1, err) || model_stage_step(s, &r.opt, 0, err);
             if (rc == 0) memcpy(w[k] + lo, model_stage_params(s) + lo, sizeof(float) * (hi - lo));
         }
         for (int d = 0; d < DPR && rc == 0; d++) { /* the all-gather */
-            memcpy(model_stage_params(st[k][d]), w[k], sizeof(float) * n);
-            rc = model_stage_params_written(st[k][d], 0, n, err);
+            memcpy(model_stage_params(r.st[k][d]), w[k], sizeof(float) * n);
+            rc = model_stage_params_written(r.st[k][d], 0, n, err);
         }
     }
     if (rc == 0 && memcmp(w[0], w[1], sizeof(float) * n) != 0) rc = pp_fail(err, "the updated weights differ");
-    float eval[2] = {0, 0};
-    data_batch(data, 7, 1, 0, sp.batch, sp.seq, tok, tgt);
-    for (int k = 0; k < 2 && rc == 0; k++) {
-        model_stage_export_weights(st[k][1], w[k]);
-        rc = model_stage_evaluate(st[k][1], 0, NULL, tok, tgt, NULL, &eval[k], err);
-        if (rc == 0 && model_stage_saved_bytes(st[k][1]) != 0) rc = pp_fail(err, "an evaluation kept activations");
-    }
-    if (rc == 0 && memcmp(w[0], w[1], sizeof(float) * n) != 0) rc = pp_fail(err, "the exported weights differ");
-    if (rc == 0 && memcmp(&eval[0], &eval[1], sizeof eval[0]) != 0)
-        rc = pp_fail(err, "evaluation loss %.9g on the GPU, %.9g on the CPU", (double)eval[1], (double)eval[0]);
-    for (int k = 0; k < 2; k++)
-        for (int d = 0; d < DPR; d++) model_stage_free(st[k][d]);
+    if (rc == 0) rc = replicas_evaluate(&r, w, err);
+    replicas_free(&r);
     free(sum), free(w[0]), free(w[1]);
-    data_close(data);
     return rc ? -1 : 0;
 }
 
@@ -365,6 +474,10 @@ int main(void) {
     printf("%-52s %s%s\n", "2 replicas, ZeRO-1 halves, an evaluation",
            dp == 0 ? "the CPU stages' parts, weights and loss" : "FAIL: ", dp == 0 ? "" : err.msg);
     failed |= dp != 0;
+    int dd = device_replica_case(&err);
+    printf("%-52s %s%s\n", "2 replicas, the collective on the device, ZeRO-1",
+           dd == 0 ? "the CPU stages' parts, sum, weights and loss" : "FAIL: ", dd == 0 ? "" : err.msg);
+    failed |= dd != 0;
     int ck = checkpoint_case(&err);
     printf("%-52s %s%s\n", "checkpoint after step 1, resumed", ck == 0 ? "same loss" : "FAIL: ", ck == 0 ? "" : err.msg);
     failed |= ck != 0;

@@ -22,9 +22,10 @@
  * allocations of a 2 MiB aligned size).
  *
  * Threads: none of its own; calls come from the devcomm caller's threads,
- * two at once in an overlapped pair (devcomm.h): mu serialises each call
- * but for a receive's waits (for the announcement, then for the sender's
- * copy), so neither half waits for a message behind the other.  The current device is per thread and the caller's may differ
+ * several at once (devcomm.h): mu serialises each call but for a receive's
+ * waits (for the announcement, then for the sender's copy), so no caller
+ * waits for a message behind another; a stashed announcement is found by
+ * tag, whichever thread failed to take it.  The current device is per thread and the caller's may differ
  * from ours (another library, another thread than open's): every entry
  * point that calls CUDA sets it (flush makes no CUDA call).  Acknowledgements carry per-pair sequence-numbered tags
  * (COMM_DIR_DEVACK) and are taken in order. */

@@ -28,9 +28,9 @@
  * Completions come back through cudaLaunchHostFunc on the pair's stream.
  *
  * Threads: each communicator is driven by its proxy (init, ncclSend /
- * ncclRecv, ncclCommGetAsyncError, abort).  The devcomm caller's threads (two
- * at once in an overlapped pair, devcomm.h) hold call_mu for all but a
- * receive's wait for its message; such a thread makes unique ids, copies in
+ * ncclRecv, ncclCommGetAsyncError, abort).  The devcomm caller's threads
+ * (several at once, devcomm.h) hold call_mu for all but a receive's wait
+ * for its message; such a thread makes unique ids, copies in
  * and out on its own stream, waits on the pair's condition variable, and asks
  * ncclCommGetAsyncError before it trusts a landed message (a transfer NCCL
  * failed also "completes" on the stream); every NCCL call, whatever the pair,

@@ -745,9 +745,10 @@ static void release_parts(model_stage *s) {
 }
 
 /* ZeRO-1: the update of each shard range (AdamW is per weight: the whole
- * update's bits there), its moments packed as on the host; then the
- * shard's new weights to the host, where the engine's all-gather reads them
- * (model_stage_params_written brings the others back). */
+ * update's bits there), its moments packed as on the host; then, for a
+ * collective on host memory, the shard's new weights to the host, where the
+ * engine's all-gather reads them (model_stage_params_written brings the
+ * others back); a collective on the device gathers the device's weights. */
 static int sharded_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
     gpu_stage *g = s->gpu;
     size_t at = 0;
@@ -760,7 +761,7 @@ static int sharded_step(model_stage *s, const model_optim *opt, int step, pp_err
     }
     if (gpu_memset(g->ctx, g->grad, 0, sizeof(float) * s->nparams, err) != 0)
         return pp_wrap(err, "gpu stage: optimizer step %d", step);
-    for (int i = 0; i < s->nshard; i++) {
+    for (int i = 0; !s->coll_device && i < s->nshard; i++) {
         size_t lo = s->shard_lo[i], len = s->shard_hi[i] - lo;
         if (len && gpu_download(g->ctx, s->params + lo, g->params + lo, sizeof(float) * len, err) != 0)
             return pp_wrap(err, "gpu stage: optimizer step %d: weights [%zu, %zu) to the host", step, lo, lo + len);
@@ -834,14 +835,18 @@ void gpu_stage_export_grads(const model_stage *s, float *dst) {
 
 /* --- data parallel and evaluation (model.h; docs/gpu.md, "Data parallel") ----
  *
- * The collective runs on host memory over comm: the parts of the replica's
+ * A collective on host memory (the default): the parts of the replica's
  * gradient tree are downloaded range by range into host mirrors, and the
  * reduced gradient is uploaded range by range into the device's gradient,
- * which the optimizer step reads. Host float adds are gpu_add's bits, so
- * the result is the one-rank run's tree sum. These run on the engine's
- * all-reduce thread while the engine's own thread runs other stages: they
- * touch the stage's stream and its gradient only, which nothing else uses
- * between the stage's last W and its optimizer step. */
+ * which the optimizer step reads. A collective on the device
+ * (model_stage_set_collective_device) reads the parts and writes the
+ * gradient where they are, adding with gpu_add on the stage's stream.
+ * Host float adds are gpu_add's bits, so either way the result is the
+ * one-rank run's tree sum. These run on the engine's all-reduce thread
+ * while the engine's own thread runs other stages: they touch the stage's
+ * stream, its parts, gradient and (ZeRO-1, after the step) weights only,
+ * which nothing else uses between the stage's last W and its optimizer
+ * step (and, for the weights, before its next F). */
 
 /* The device buffers holding the parts: the stack's, or with one replica
  * the step's gradient (commit swapped it in). */
@@ -852,6 +857,37 @@ static float *const *device_parts(model_stage *s, int *n) {
     }
     *n = s->depth;
     return s->stack;
+}
+
+float *const *gpu_stage_device_parts(model_stage *s, int *n) { return device_parts(s, n); }
+float *gpu_stage_device_grad(model_stage *s) { return s->gpu->grad; }
+float *gpu_stage_device_params(model_stage *s) { return s->gpu->params; }
+
+void *gpu_stage_device_alloc(model_stage *s, size_t bytes, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    if (use_device(g, err) != 0) return NULL;
+    return gpu_alloc(g->ctx, bytes ? bytes : 1, err);
+}
+
+void gpu_stage_device_free(model_stage *s, void *p) {
+    if (p && use_device(s->gpu, NULL) == 0) gpu_free(s->gpu->ctx, p);
+}
+
+int gpu_stage_device_add(model_stage *s, float *out, const float *a, const float *b, size_t n, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    if (use_device(g, err) != 0 || gpu_add(g->ctx, out, a, b, n, err) != 0 || gpu_sync(g->ctx, err) != 0)
+        return pp_wrap(err, "gpu stage: adding %zu floats of the gradient", n);
+    return 0;
+}
+
+int gpu_stage_device_copy(model_stage *s, void *dst, const void *src, size_t bytes, pp_err *err) {
+    gpu_stage *g = s->gpu;
+    cudaError_t e = cudaSuccess;
+    if (use_device(g, err) != 0) return -1;
+    if (bytes && ((e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g->ctx->stream)) != cudaSuccess ||
+                  (e = cudaStreamSynchronize(g->ctx->stream)) != cudaSuccess))
+        return gpu_cuda_fail(err, e, "gpu stage: a device copy of the gradient");
+    return 0;
 }
 
 int gpu_stage_grad_parts(model_stage *s, float *const **parts, int *n, pp_err *err) {
@@ -900,8 +936,9 @@ void gpu_stage_discard(model_stage *s, int mb) {
 
 int gpu_stage_params_written(model_stage *s, size_t lo, size_t hi, pp_err *err) {
     gpu_stage *g = s->gpu;
+    /* a device collective wrote g->params itself (the host's are refreshed when read: host_behind) */
     if (use_device(g, err) != 0 ||
-        gpu_upload(g->ctx, g->params + lo, s->params + lo, sizeof(float) * (hi - lo), err) != 0 ||
+        (!s->coll_device && gpu_upload(g->ctx, g->params + lo, s->params + lo, sizeof(float) * (hi - lo), err) != 0) ||
         (g->params16 && gpu_to_bf16(g->ctx, g->params16 + lo, g->params + lo, hi - lo, err) != 0))
         return pp_wrap(err, "gpu stage: weights [%zu, %zu) to the device", lo, hi);
     return 0; /* the bf16 copy is queued before any later kernel of the stage's stream */
