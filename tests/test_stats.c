@@ -8,8 +8,11 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "db/db.h"
+#include "db/progplan.h"
 #include "db/summary.h"
 #include "helpers/trace_fixture.h"
 #include "helpers/web_fixture.h"
@@ -459,6 +462,86 @@ Test(stats, a_pytorch_jobs_bw_and_spans, .timeout = 60) {
     cr_assert_eq(cJSON_GetObjectItem(rank0, "B")->valuedouble, 0);
     cJSON_Delete(root);
     lt_free(&p);
+}
+
+static void sql_exec(const char *path, const char *sql) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+/* A forged job row (a program's schedule declared past pprun's bounds, as
+ * libpprun_trace once let through, or edited into the file): pprun stats
+ * refuses it at once, naming the value and the bound, within 512 MiB of
+ * address space (it took 8.4 GB and a minute for 2^31-1 stages); a shape at
+ * the bounds is still read. */
+Test(stats, a_forged_shape_is_refused_quickly_in_bounded_memory, .timeout = 120) {
+    const char *path = tfix_path("forged.db");
+    fused_job(path);
+    const struct {
+        const char *set, *message;
+    } forged[] = {
+        {"stages = 2147483647", "2147483647 stages: more than 65536 (1024 ranks x 64 chunks)"},
+        {"stages = 65537", "65537 stages: more than 65536"},
+        {"microbatches = 2147483647", "2147483647 microbatches: more than 100000"},
+        {"virtual_stages = 2147483647", "2147483647 chunks per rank: more than 64"},
+        {"stages = 65536, microbatches = 100000", "65536 stages x 100000 microbatches x 3 ops is over 10 million"},
+    };
+    /* the child inherits the limit: an allocation by the forged shape fails or is never tried */
+    struct rlimit as = {512u << 20, 512u << 20};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &as), 0);
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        char sql[160];
+        snprintf(sql, sizeof sql, "UPDATE jobs SET stages = 2, microbatches = 2, virtual_stages = 1; UPDATE jobs SET %s",
+                 forged[i].set);
+        sql_exec(path, sql);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        lt_proc p = stats(path, "1");
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        cr_assert_eq(p.status, 2, "%s: exit %d\n%s", forged[i].set, p.status, p.err);
+        lt_assert_has(p.err, "what-if: job 1's row declares a shape pprun never runs");
+        lt_assert_has(p.err, forged[i].message);
+        cr_assert_lt(took, 10.0, "%s: %.1f s", forged[i].set, took);
+        lt_free(&p);
+    }
+    sql_exec(path, "UPDATE jobs SET stages = 2, microbatches = 2, virtual_stages = 1");
+    lt_proc p = stats(path, "1");
+    cr_assert_eq(p.status, 0, "the job as it was: %s", p.err);
+    lt_free(&p);
+}
+
+/* A program's plan row whose stage is past any plan of that many rows (a
+ * forged TRACE_PLAN record, or a file edited): the plan's simulation
+ * refuses it, saying why, before allocating by it. */
+Test(stats, a_forged_plan_row_is_not_simulated, .timeout = 60) {
+    const char *path = tfix_path("forged-plan.db");
+    struct rlimit as = {512u << 20, 512u << 20};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &as), 0);
+    db *d = tfix_open_fresh(path);
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    pp_err err;
+    for (int rank = 0; rank < 2; rank++) {
+        trace_event base = {.rank = rank};
+        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "Forged", ev);
+        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
+                                .phase = TRACE_SCHEDULE,
+                                .rank = rank,
+                                .sched = {.name = 1, .ranks = 2, .stages = 2, .microbatches = 1, .slots = 2}};
+        int stage = rank ? 2147483000 : 0;
+        for (int i = 0; i < 2; i++)
+            ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
+                                    .phase = TRACE_PLAN,
+                                    .rank = rank,
+                                    .plan = {.slot = i, .stage = stage, .op = i ? TRACE_BW : TRACE_F, .microbatch = 0}};
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    }
+    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0, "refused, not an error of the database");
+    lt_assert_has(err.msg, "stage 2147483000 is not of a plan of 4 actions with at most 65536 stages");
+    db_close(d);
 }
 
 Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
