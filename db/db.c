@@ -4,6 +4,7 @@
  * there is no second copy of it in C. Migrations bring an older file up to
  * DB_SCHEMA_VERSION, one version per step, each in its own transaction. */
 #include "db/db.h"
+#include "base/shape.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -797,8 +798,13 @@ static const char *span_name_of(db *d, int64_t job_id, const trace_event *e, uin
 }
 
 /* A program's TRACE_SCHEDULE: its plan replaces the launcher's, from its
- * first declaration on. */
+ * first declaration on. One past pprun's bounds (base/shape.h) is not
+ * from libpprun_trace, which refuses it, but from a program writing its
+ * ring itself: skipped as a damaged record, so that the job keeps the
+ * launcher's shape rather than one its readers would refuse. */
 static int program_schedule(db *d, int64_t job_id, const trace_event *e) {
+    pp_err ignored;
+    if (pp_shape_check(e->sched.ranks, e->sched.stages, e->sched.microbatches, &ignored) != 0) return SQLITE_DONE;
     int first = d->prog_job != job_id;
     d->prog_job = job_id;
     d->prog_pending = 1;

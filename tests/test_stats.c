@@ -544,6 +544,37 @@ Test(stats, a_forged_plan_row_is_not_simulated, .timeout = 60) {
     db_close(d);
 }
 
+/* A TRACE_SCHEDULE record past the bounds, written into the ring by a
+ * program without libpprun_trace: the database skips it, and the job keeps
+ * the shape it had; one within them is taken. */
+Test(stats, a_raw_schedule_record_past_the_bounds_is_not_stored, .timeout = 60) {
+    const char *path = tfix_path("raw-schedule.db");
+    db *d = tfix_open_fresh(path);
+    int64_t job = tfix_job(d);
+    const int shape[][3] = {{2, 2147483647, 2}, {2, 4, 2147483647}, {2048, 2048, 1}, {2, 65536, 100}, {2, 4, 3}};
+    const char *want[] = {"2 2", "2 2", "2 2", "2 2", "4 3"}; /* the fixture's 2 stages and 2 microbatches */
+    for (int i = 0; i < 5; i++) {
+        trace_event ev[8], base = {.rank = 0};
+        pp_err err;
+        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "Raw", ev);
+        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
+                                .phase = TRACE_SCHEDULE,
+                                .sched = {.name = 1, .ranks = shape[i][0], .stages = shape[i][1],
+                                          .microbatches = shape[i][2], .slots = 1}};
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(db_sqlite(d), "SELECT stages || ' ' || microbatches FROM jobs WHERE id=?1", -1,
+                                        &st, NULL),
+                     SQLITE_OK);
+        sqlite3_bind_int64(st, 1, job);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), want[i], "shape %d x %d x %d", shape[i][0],
+                         shape[i][1], shape[i][2]);
+        sqlite3_finalize(st);
+    }
+    db_close(d);
+}
+
 Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     char path[256], junk[256], empty[256];
     pp_err err;
