@@ -165,17 +165,22 @@ static void assert_same(const snap *a, const snap *b, const char *what) {
     cr_assert_str_eq(a->link, b->link, "%s: link changed", what);
 }
 
+/* What shell command `cmd` prints, its first 128 KiB (malloc'd). */
+static char *output_of(const char *cmd) {
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char *text = calloc(1, 1 << 17);
+    size_t n = fread(text, 1, (1 << 17) - 1, p);
+    text[n] = '\0';
+    pclose(p);
+    return text;
+}
+
 /* Every path under dir, one a line, sorted (malloc'd). */
 static char *listing(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "cd '%s' && find . -mindepth 1 | LC_ALL=C sort", dir);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char *text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, p);
-    text[n] = '\0';
-    pclose(p);
-    return text;
+    return output_of(cmd);
 }
 
 /* ---- what is planted at a path -------------------------------------------- */
@@ -696,13 +701,7 @@ static char *tree(void) {
              "cd '%s' && { find . -mindepth 1 -printf '%%p %%y %%i %%s\\n'; find . -type f -exec md5sum {} +; } | "
              "LC_ALL=C sort",
              dir);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char *text = calloc(1, 1 << 17);
-    size_t n = fread(text, 1, (1 << 17) - 1, p);
-    text[n] = '\0';
-    pclose(p);
-    return text;
+    return output_of(cmd);
 }
 
 /* An output named as one of the command's inputs (the same path, a hard

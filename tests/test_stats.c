@@ -378,6 +378,20 @@ Test(stats, a_csv_job_has_its_own_what_if_row, .timeout = 240) {
 /* A PyTorch-like job (what pprun.torch records, docs/torch.md): the trace
  * fixture's steps with every B a BW (PyTorch's full backward), rank 0's
  * "data" spans, and the program's own plan (ScheduleGPipe). */
+/* A program's declaration of its schedule as rank sends it into ev: the
+ * name's records, then TRACE_SCHEDULE (name id 1); how many. */
+static size_t declared(trace_event *ev, int rank, const char *name, int ranks, int stages, int microbatches,
+                       int slots) {
+    trace_event base = {.rank = rank};
+    size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, name, ev);
+    ev[n++] = (trace_event){
+        .version = TRACE_EVENT_VERSION,
+        .phase = TRACE_SCHEDULE,
+        .rank = rank,
+        .sched = {.name = 1, .ranks = ranks, .stages = stages, .microbatches = microbatches, .slots = slots}};
+    return n;
+}
+
 static void fused_job(const char *path) {
     db *d = tfix_open_fresh(path);
     int64_t job = tfix_job(d);
@@ -386,12 +400,7 @@ static void fused_job(const char *path) {
     const char *r0[] = {"0F0", "0F1", "0BW0", "0BW1"}, *r1[] = {"1F0", "1BW0", "1F1", "1BW1"};
     const char *const *plans[] = {r0, r1};
     for (int rank = 0; rank < 2; rank++) {
-        trace_event base = {.rank = rank};
-        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "ScheduleGPipe", ev);
-        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
-                                .phase = TRACE_SCHEDULE,
-                                .rank = rank,
-                                .sched = {.name = 1, .ranks = 2, .stages = 2, .microbatches = 2, .slots = 4}};
+        size_t n = declared(ev, rank, "ScheduleGPipe", 2, 2, 2, 4);
         for (int i = 0; i < 4; i++) {
             const char *a = plans[rank][i];
             int op = a[1] == 'F' ? TRACE_F : TRACE_BW;
@@ -525,12 +534,7 @@ Test(stats, a_forged_plan_row_is_not_simulated, .timeout = 60) {
     trace_event ev[64];
     pp_err err;
     for (int rank = 0; rank < 2; rank++) {
-        trace_event base = {.rank = rank};
-        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "Forged", ev);
-        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
-                                .phase = TRACE_SCHEDULE,
-                                .rank = rank,
-                                .sched = {.name = 1, .ranks = 2, .stages = 2, .microbatches = 1, .slots = 2}};
+        size_t n = declared(ev, rank, "Forged", 2, 2, 1, 2);
         int stage = rank ? 2147483000 : 0;
         for (int i = 0; i < 2; i++)
             ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
@@ -554,13 +558,9 @@ Test(stats, a_raw_schedule_record_past_the_bounds_is_not_stored, .timeout = 60) 
     const int shape[][3] = {{2, 2147483647, 2}, {2, 4, 2147483647}, {2048, 2048, 1}, {2, 65536, 100}, {2, 4, 3}};
     const char *want[] = {"2 2", "2 2", "2 2", "2 2", "4 3"}; /* the fixture's 2 stages and 2 microbatches */
     for (int i = 0; i < 5; i++) {
-        trace_event ev[8], base = {.rank = 0};
+        trace_event ev[8];
         pp_err err;
-        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "Raw", ev);
-        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
-                                .phase = TRACE_SCHEDULE,
-                                .sched = {.name = 1, .ranks = shape[i][0], .stages = shape[i][1],
-                                          .microbatches = shape[i][2], .slots = 1}};
+        size_t n = declared(ev, 0, "Raw", shape[i][0], shape[i][1], shape[i][2], 1);
         cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
         sqlite3_stmt *st;
         cr_assert_eq(sqlite3_prepare_v2(db_sqlite(d), "SELECT stages || ' ' || microbatches FROM jobs WHERE id=?1", -1,

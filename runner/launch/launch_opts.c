@@ -360,17 +360,10 @@ int launch_check_run_id(const char *id, size_t len, const char *what, pp_err *er
     if (!id || len == 0 || len > LAUNCH_RUN_ID_MAX)
         return pp_fail(err, "%s: a run id of %zu bytes; accepted: %s", what, id ? len : 0, accepts);
     for (size_t i = 0; i < len; i++)
-        if (!isalnum((unsigned char)id[i]) && (!id[i] || !strchr("._-", id[i]))) {
-            /* printed escaped: the id may come from the store, not from the user's own command line */
-            char shown[4 * 40 + 1];
-            size_t k = 0;
-            for (size_t j = 0; j < len && j < 40; j++) {
-                unsigned char c = (unsigned char)id[j];
-                k += (size_t)snprintf(shown + k, sizeof shown - k, c >= 0x20 && c < 0x7f ? "%c" : "\\x%02x", c);
-            }
-            return pp_fail(err, "%s: run id '%s%s' has a byte outside the accepted characters (%s)", what, shown,
-                           len > 40 ? "..." : "", accepts);
-        }
+        if (!isalnum((unsigned char)id[i]) && (!id[i] || !strchr("._-", id[i])))
+            /* quoted as it is: pprun's standard error escapes control bytes (docs/cli.md) */
+            return pp_fail(err, "%s: run id '%.*s%s' has a byte outside the accepted characters (%s)", what,
+                           (int)(len > 40 ? 40 : len), id, len > 40 ? "..." : "", accepts);
     if ((len == 1 && id[0] == '.') || (len == 2 && id[0] == '.' && id[1] == '.'))
         return pp_fail(err, "%s: run id '%.*s' would name a folder outside --log-dir; accepted: %s", what, (int)len, id,
                        accepts);
