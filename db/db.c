@@ -273,6 +273,8 @@ static int open_file(const char *path, db **out, pp_err *err);
  * removed, so a full disk or a failed first step leaves no empty or
  * half-made database for the next run or a reader to stumble on. A file
  * that was there is never removed. */
+const char *const db_files[DB_FILES] = {"", "-wal", "-shm", "-journal"};
+
 int db_open(const char *path, db **out, pp_err *err) {
     char wal[4096], shm[4096];
     int had_wal = access(side_file(path, "-wal", wal, sizeof wal), F_OK) == 0;

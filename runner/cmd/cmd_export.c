@@ -61,10 +61,9 @@ int cmd_export(int argc, char **argv) {
     pp_err err;
     /* --out over --db (or the files SQLite keeps beside it) would replace
      * the database, every job in it, by one job's JSON */
-    static const char *const beside[] = {"", "-wal", "-shm", "-journal"};
-    for (size_t i = 0; outpath && i < sizeof beside / sizeof beside[0]; i++) {
+    for (size_t i = 0; outpath && i < DB_FILES; i++) {
         char file[4200];
-        snprintf(file, sizeof file, "%s%s", dbpath, beside[i]);
+        snprintf(file, sizeof file, "%s%s", dbpath, db_files[i]);
         if (file_output_not_input(outpath, "--out", file, "--db", 0, &err) != 0) {
             fprintf(stderr, "pprun export: %s\n", err.msg);
             return 2;

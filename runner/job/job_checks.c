@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include "base/file.h"
+#include "db/db.h" /* db_files */
 #include "db/whatif.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
@@ -60,10 +61,9 @@ static int check_output_folders(const run_job *job, pp_err *err) {
  * each must be nothing yet or a regular file. SQLite follows a link there,
  * and a failed open removed a planted -journal. */
 static int check_db(const char *path, pp_err *err) {
-    static const char *const beside[] = {"", "-wal", "-shm", "-journal"};
-    for (size_t i = 0; i < sizeof beside / sizeof beside[0]; i++) {
+    for (size_t i = 0; i < DB_FILES; i++) {
         char file[sizeof ((run_config *)0)->db + 16];
-        snprintf(file, sizeof file, "%s%s", path, beside[i]);
+        snprintf(file, sizeof file, "%s%s", path, db_files[i]);
         if (file_output_check(file, "--db", err) != 0) return -1;
     }
     return 0;
@@ -86,10 +86,9 @@ static int check_outputs_not_inputs(const run_job *job, pp_err *err) {
     char latest[sizeof cfg->checkpoint_dir + 8] = "";
     if (cfg->checkpoint_dir[0]) snprintf(latest, sizeof latest, "%s/latest", cfg->checkpoint_dir);
     int db = cfg->trace && job->lo.node_rank == 0;
-    static const char *const beside[] = {"", "-wal", "-shm", "-journal"};
-    for (size_t b = 0; db && b < sizeof beside / sizeof beside[0]; b++) {
+    for (size_t b = 0; db && b < DB_FILES; b++) {
         char file[sizeof cfg->db + 16];
-        snprintf(file, sizeof file, "%s%s", cfg->db, beside[b]);
+        snprintf(file, sizeof file, "%s%s", cfg->db, db_files[b]);
         for (size_t i = 0; i < sizeof in / sizeof in[0] - 1; i++)
             if (file_output_not_input(file, "--db", in[i].path, in[i].what, 0, err) != 0) return -1;
         if (file_output_not_input(file, "--db", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err) != 0 ||
