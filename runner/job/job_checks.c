@@ -89,7 +89,7 @@ static int check_outputs_not_inputs(const run_job *job, pp_err *err) {
     for (size_t b = 0; db && b < DB_FILES; b++) {
         char file[sizeof cfg->db + 16];
         snprintf(file, sizeof file, "%s%s", cfg->db, db_files[b]);
-        for (size_t i = 0; i < sizeof in / sizeof in[0] - 1; i++)
+        for (size_t i = 0; i < sizeof in / sizeof in[0] - 1; i++) /* all but --schedule-costs, the last */
             if (file_output_not_input(file, "--db", in[i].path, in[i].what, 0, err) != 0) return -1;
         if (file_output_not_input(file, "--db", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err) != 0 ||
             file_output_not_input(cfg->metrics, "--metrics", file, "--db", FILE_INPUT_WRITTEN, err) != 0)
