@@ -211,10 +211,10 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
         const row *r = &rs.v[i];
         if (r->rank < 0 || (size_t)r->rank >= rs.n || r->stage < 0 || (size_t)r->stage >= rs.n ||
             r->stage >= PP_SHAPE_MAX_STAGES) {
-            free(rs.v);
             pp_fail(err, "%s: plan row rank %d slot %d stage %d is not of a plan of %zu actions with at most %d "
                          "stages: the database is damaged", what, r->rank, r->slot, r->stage, rs.n, PP_SHAPE_MAX_STAGES);
-            return 0; /* as a plan the simulator refuses: none will play */
+            free(rs.v); /* after the message: r points into it */
+            return 0;   /* as a plan the simulator refuses: none will play */
         }
         if (r->rank + 1 > ranks) ranks = r->rank + 1;
         if (r->stage + 1 > stages) stages = r->stage + 1;

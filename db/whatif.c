@@ -322,6 +322,16 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         r->in.microbatches = sqlite3_column_int(st, 1);
         r->in.virtual_stages = sqlite3_column_int(st, 2);
         r->stages = sqlite3_column_int(st, 5);
+        /* Every play allocates by the row's shape (stages, chunks,
+         * microbatches), and the costs below divide by it: one past pprun's
+         * bounds is a damaged or forged file, refused before anything is
+         * computed or a byte taken for it. */
+        pp_err bad;
+        if (pp_shape_check_upper(r->stages, r->in.virtual_stages, r->in.microbatches, &bad) != 0) {
+            sqlite3_finalize(st);
+            return pp_fail(err, "job %lld's row declares a shape pprun never runs (%s): the database is damaged",
+                           (long long)job, bad.msg);
+        }
         model_spec spec;
         pp_err ignored;
         int parsed = model && model_parse_spec((const char *)model, &spec, &ignored) == 0;
@@ -684,13 +694,6 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     if (whatif_read_medians(db, s, r, med, err) != 0) return -1;
     /* a job without a pipeline shape (`pprun launch`) has nothing to play */
     if (med[0] < 0 || med[1] < 0 || med[2] < 0 || r->in.microbatches < 1 || r->in.virtual_stages < 1) return 0;
-    /* Every play below allocates by the row's shape (stages, chunks,
-     * microbatches): one past pprun's bounds is a damaged or forged file,
-     * refused before a byte is taken for it. */
-    pp_err bad;
-    if (pp_shape_check_upper(r->stages, r->in.virtual_stages, r->in.microbatches, &bad) != 0)
-        return pp_fail(err, "job %lld's row declares a shape pprun never runs (%s): the database is damaged",
-                       (long long)s->job_id, bad.msg);
     r->in.ranks = s->world / (s->nreplicas > 1 ? s->nreplicas : 1); /* one pipeline's: --dp replicates it */
     r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], med[3] > 0 ? (double)med[3] : 0};
     r->in.act_peak_by_rank = s->act_peak_by_rank;

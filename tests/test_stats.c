@@ -473,6 +473,16 @@ Test(stats, a_pytorch_jobs_bw_and_spans, .timeout = 60) {
     lt_free(&p);
 }
 
+/* At most 512 MiB of address space for this test and the pprun it runs:
+ * an allocation by a forged shape fails or is never tried. Not under
+ * AddressSanitizer, whose shadow memory alone takes terabytes of it. */
+static void bound_memory(void) {
+#ifndef __SANITIZE_ADDRESS__
+    struct rlimit as = {512u << 20, 512u << 20};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &as), 0);
+#endif
+}
+
 static void sql_exec(const char *path, const char *sql) {
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
@@ -497,9 +507,7 @@ Test(stats, a_forged_shape_is_refused_quickly_in_bounded_memory, .timeout = 120)
         {"virtual_stages = 2147483647", "2147483647 chunks per rank: more than 64"},
         {"stages = 65536, microbatches = 100000", "65536 stages x 100000 microbatches x 3 ops is over 10 million"},
     };
-    /* the child inherits the limit: an allocation by the forged shape fails or is never tried */
-    struct rlimit as = {512u << 20, 512u << 20};
-    cr_assert_eq(setrlimit(RLIMIT_AS, &as), 0);
+    bound_memory(); /* the child inherits it */
     for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
         char sql[160];
         snprintf(sql, sizeof sql, "UPDATE jobs SET stages = 2, microbatches = 2, virtual_stages = 1; UPDATE jobs SET %s",
@@ -527,8 +535,7 @@ Test(stats, a_forged_shape_is_refused_quickly_in_bounded_memory, .timeout = 120)
  * refuses it, saying why, before allocating by it. */
 Test(stats, a_forged_plan_row_is_not_simulated, .timeout = 60) {
     const char *path = tfix_path("forged-plan.db");
-    struct rlimit as = {512u << 20, 512u << 20};
-    cr_assert_eq(setrlimit(RLIMIT_AS, &as), 0);
+    bound_memory();
     db *d = tfix_open_fresh(path);
     int64_t job = tfix_job(d);
     trace_event ev[64];
