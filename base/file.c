@@ -168,6 +168,74 @@ int file_output_check(const char *path, const char *what, pp_err *err) {
     return 0;
 }
 
+/* What a path names, to tell whether two paths are one file: the file's
+ * device and inode when it is there (stat: a symbolic link is followed,
+ * as a reader opening it would), else its folder's and its name (two
+ * paths to a file neither has made yet are still one). 0 when neither
+ * can be had (a folder that is not there): such a path is no file at all. */
+typedef struct file_id {
+    int there;       /* 1: the file's own; 2: its folder's and name */
+    dev_t dev;
+    ino_t ino;
+    char name[256];
+} file_id;
+
+static int file_id_of(const char *path, file_id *id) {
+    struct stat st;
+    memset(id, 0, sizeof *id);
+    if (stat(path, &st) == 0) {
+        id->there = 1, id->dev = st.st_dev, id->ino = st.st_ino;
+        return 1;
+    }
+    char dir[4096];
+    pp_err ignored;
+    if (split_path(path, "", dir, sizeof dir, id->name, sizeof id->name, &ignored) != 0 || stat(dir, &st) != 0)
+        return 0;
+    id->there = 2, id->dev = st.st_dev, id->ino = st.st_ino;
+    return 1;
+}
+
+/* Whether the folder of output path, or a folder above it, is directory
+ * `in` (device, inode): walked up from the folder's real path. */
+static int inside(const char *path, dev_t dev, ino_t ino) {
+    char dir[4096], name[256], real[PATH_MAX];
+    pp_err ignored;
+    if (split_path(path, "", dir, sizeof dir, name, sizeof name, &ignored) != 0 || !realpath(dir, real)) return 0;
+    for (;;) {
+        struct stat st;
+        if (stat(real, &st) == 0 && st.st_dev == dev && st.st_ino == ino) return 1;
+        char *slash = strrchr(real, '/');
+        if (!slash || slash == real) {
+            if (strcmp(real, "/") == 0) return 0;
+            snprintf(real, sizeof real, "/");
+        } else {
+            *slash = '\0';
+        }
+    }
+}
+
+int file_output_not_input(const char *path, const char *what, const char *in, const char *in_what, unsigned flags,
+                          pp_err *err) {
+    if (!path || !*path || !in || !*in || strcmp(path, "-") == 0) return 0;
+    file_id out_id, in_id;
+    if (!file_id_of(path, &out_id) || !file_id_of(in, &in_id)) return 0;
+    int same = out_id.there == in_id.there && out_id.dev == in_id.dev && out_id.ino == in_id.ino &&
+               (out_id.there == 1 || strcmp(out_id.name, in_id.name) == 0);
+    /* "--schedule csv:" and its file read as the user wrote them */
+    const char *sep = *in_what && in_what[strlen(in_what) - 1] == ':' ? "" : " ";
+    if (same)
+        return pp_fail(err, "%s %s: is the same file as %s%s%s, which this command %s; name another file (nothing "
+                            "was changed)", what, path, in_what, sep, in,
+                       flags & FILE_INPUT_WRITTEN ? "also writes: one would overwrite the other"
+                                                  : "reads: writing it would replace that input");
+    struct stat st;
+    if ((flags & FILE_INPUT_DIR) && stat(in, &st) == 0 && S_ISDIR(st.st_mode) && inside(path, st.st_dev, st.st_ino))
+        return pp_fail(err, "%s %s: is inside %s%s%s, which this command reads: writing there could replace what "
+                            "it reads (its latest pointer, its step folders); name a file outside it (nothing was "
+                            "changed)", what, path, in_what, sep, in);
+    return 0;
+}
+
 /* A name nobody can guess: 12 hex digits from getrandom (the clock and
  * the pid if that fails; O_EXCL is what keeps a planted file out). */
 static void random_tag(char out[13]) {

@@ -1,7 +1,10 @@
 /* file.h: the files a user names. Every path a user gives pprun to read or
  * to write goes through these, so that each refuses the same things in the
  * same words. Their messages start
- * with "WHAT PATH:" (e.g. "--data x.txt:"); WHAT is the flag. */
+ * with "WHAT PATH:" (e.g. "--data x.txt:"); WHAT is the flag. A command
+ * that writes one file and reads another checks them against each other
+ * (file_output_not_input) before it opens either, so that a user-named
+ * output never replaces the command's own input. */
 #ifndef PP_BASE_FILE_H
 #define PP_BASE_FILE_H
 #include <stdint.h>
@@ -31,6 +34,21 @@ int file_input_read(const char *path, const char *what, size_t max_bytes, char *
  * whose folder is missing or not writable. Checks early, before a job
  * starts; file_output_begin and file_output_stream check again. */
 int file_output_check(const char *path, const char *what, pp_err *err);
+
+/* An output that is one of the command's inputs: path (flag what) the same
+ * file as in (flag in_what): the same device and inode, following
+ * symbolic links, or, while neither is there yet, the same name in the same
+ * folder. With FILE_INPUT_DIR, in is a folder the command reads (pprun
+ * checkpoint merge's DIR), and an output anywhere inside it is refused too.
+ * FILE_INPUT_WRITTEN says in the message that the command writes in as
+ * well (pprun run's --db). A path that is "-" (standard output), empty or
+ * in a folder that is not there is no file and passes (the other checks
+ * name what is wrong with it). 0, or -1 with err naming both; the caller
+ * exits 2 before anything is written. */
+#define FILE_INPUT_DIR 1u
+#define FILE_INPUT_WRITTEN 2u
+int file_output_not_input(const char *path, const char *what, const char *in, const char *in_what, unsigned flags,
+                          pp_err *err);
 
 /* A whole file (--out, --csv-out, a checkpoint, saved weights), written
  * into a new temporary file of a random name beside the target (created

@@ -362,7 +362,7 @@ int run_config_option(run_config *cfg, const char *opt, const char *value, pp_er
     else if (strcmp(opt, "--microbatches") == 0)
         rc = parse_int(opt, value, 1, 4096, &cfg->microbatches, err);
     else if (strcmp(opt, "--virtual-stages") == 0)
-        rc = parse_int(opt, value, 1, 64, &cfg->virtual_stages, err);
+        rc = parse_int(opt, value, 1, PP_SHAPE_MAX_VIRTUAL, &cfg->virtual_stages, err);
     else if (strcmp(opt, "--steps") == 0)
         rc = parse_int(opt, value, 1, 1 << 24, &cfg->steps, err);
     else if (strcmp(opt, "--model") == 0)

@@ -4,6 +4,7 @@
  * there is no second copy of it in C. Migrations bring an older file up to
  * DB_SCHEMA_VERSION, one version per step, each in its own transaction. */
 #include "db/db.h"
+#include "base/shape.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -272,6 +273,8 @@ static int open_file(const char *path, db **out, pp_err *err);
  * removed, so a full disk or a failed first step leaves no empty or
  * half-made database for the next run or a reader to stumble on. A file
  * that was there is never removed. */
+const char *const db_files[DB_FILES] = {"", "-wal", "-shm", "-journal"};
+
 int db_open(const char *path, db **out, pp_err *err) {
     char wal[4096], shm[4096];
     int had_wal = access(side_file(path, "-wal", wal, sizeof wal), F_OK) == 0;
@@ -797,8 +800,13 @@ static const char *span_name_of(db *d, int64_t job_id, const trace_event *e, uin
 }
 
 /* A program's TRACE_SCHEDULE: its plan replaces the launcher's, from its
- * first declaration on. */
+ * first declaration on. One past pprun's bounds (base/shape.h) is not
+ * from libpprun_trace, which refuses it, but from a program writing its
+ * ring itself: skipped as a damaged record, so that the job keeps the
+ * launcher's shape rather than one its readers would refuse. */
 static int program_schedule(db *d, int64_t job_id, const trace_event *e) {
+    pp_err ignored;
+    if (pp_shape_check(e->sched.ranks, e->sched.stages, e->sched.microbatches, &ignored) != 0) return SQLITE_DONE;
     int first = d->prog_job != job_id;
     d->prog_job = job_id;
     d->prog_pending = 1;

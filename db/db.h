@@ -64,6 +64,11 @@ typedef struct db db;
  * schema, or a SQLite file that is not a pprun database. Free with db_close. */
 int db_open(const char *path, db **out, pp_err *err);
 void db_close(db *d);
+/* The suffixes of a database's files: its own ("") and those SQLite keeps
+ * beside it, which a writer of the database writes too, and whoever checks
+ * a path against the database checks against each. */
+#define DB_FILES 4
+extern const char *const db_files[DB_FILES];
 sqlite3 *db_sqlite(db *d);
 const char *db_path(const db *d);
 

@@ -196,9 +196,28 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
         free(rs.v);
         return db_fail(d, rc, what, err);
     }
+    /* The counts come from the rows, which a damaged or forged file may
+     * fill with any number: a plan has an action on every rank and of every
+     * stage, so neither count is more than the rows, and none past pprun's
+     * bounds (base/shape.h); a row past them is refused before anything is
+     * allocated by it. */
+    pp_err bad;
+    if (pp_shape_check_upper(1, 1, m, &bad) != 0) {
+        free(rs.v);
+        pp_fail(err, "%s: the job's row declares %s: the database is damaged", what, bad.msg);
+        return 0; /* as a plan the simulator refuses: none will play */
+    }
     for (size_t i = 0; i < rs.n; i++) {
-        if (rs.v[i].rank + 1 > ranks) ranks = rs.v[i].rank + 1;
-        if (rs.v[i].stage + 1 > stages) stages = rs.v[i].stage + 1;
+        const row *r = &rs.v[i];
+        if (r->rank < 0 || (size_t)r->rank >= rs.n || r->stage < 0 || (size_t)r->stage >= rs.n ||
+            r->stage >= PP_SHAPE_MAX_STAGES) {
+            pp_fail(err, "%s: plan row rank %d slot %d stage %d is not of a plan of %zu actions with at most %d "
+                         "stages: the database is damaged", what, r->rank, r->slot, r->stage, rs.n, PP_SHAPE_MAX_STAGES);
+            free(rs.v); /* after the message: r points into it */
+            return 0;   /* as a plan the simulator refuses: none will play */
+        }
+        if (r->rank + 1 > ranks) ranks = r->rank + 1;
+        if (r->stage + 1 > stages) stages = r->stage + 1;
     }
     int *stage_rank = malloc(sizeof(int) * (size_t)(stages ? stages : 1));
     unsigned *ops = calloc((size_t)(stages ? stages : 1), sizeof *ops);

@@ -322,6 +322,16 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         r->in.microbatches = sqlite3_column_int(st, 1);
         r->in.virtual_stages = sqlite3_column_int(st, 2);
         r->stages = sqlite3_column_int(st, 5);
+        /* Every play allocates by the row's shape (stages, chunks,
+         * microbatches), and the costs below divide by it: one past pprun's
+         * bounds is a damaged or forged file, refused before anything is
+         * computed or a byte taken for it. */
+        pp_err bad;
+        if (pp_shape_check_upper(r->stages, r->in.virtual_stages, r->in.microbatches, &bad) != 0) {
+            sqlite3_finalize(st);
+            return pp_fail(err, "job %lld's row declares a shape pprun never runs (%s): the database is damaged",
+                           (long long)job, bad.msg);
+        }
         model_spec spec;
         pp_err ignored;
         int parsed = model && model_parse_spec((const char *)model, &spec, &ignored) == 0;

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "base/pp.h"
+#include "base/shape.h" /* the bounds of a shape every schedule keeps to */
 
 typedef enum sched_op { SCHED_F = 0, SCHED_B = 1, SCHED_W = 2, SCHED_BW = 3 } sched_op;
 

@@ -19,7 +19,7 @@
 
 /* A file has at most as many rows (ranks) as a generated schedule has
  * ranks (--stages); stages and microbatches at most CSV_MAX_INDEX + 1. */
-#define CSV_MAX_RANKS 1024
+#define CSV_MAX_RANKS PP_SHAPE_MAX_RANKS
 #define CSV_MAX_INDEX 100000
 /* The file is read whole: 64 MiB holds millions of actions, far past any
  * real schedule, and keeps /dev/zero or a huge file named by mistake out. */
@@ -268,8 +268,12 @@ static int file_shape(const reader *rd, int *S, int *m, pp_err *err) {
         if (rd->cells[k].stage + 1 > *S) *S = rd->cells[k].stage + 1;
         if (rd->cells[k].mb + 1 > *m) *m = rd->cells[k].mb + 1;
     }
-    if ((long)*S * *m * 3 > 10000000L)
-        return pp_fail(err, "%s: %d stages x %d microbatches x 3 ops is over 10 million actions", rd->what, *S, *m);
+    if ((long)*S * *m * 3 > PP_SHAPE_MAX_ACTIONS)
+        return pp_fail(err, "%s: %d stages x %d microbatches x 3 ops is over " PP_SHAPE_MAX_ACTIONS_TEXT " actions",
+                       rd->what, *S, *m);
+    if (*S > PP_SHAPE_MAX_STAGES)
+        return pp_fail(err, "%s: %d stages: more than %d (%d ranks x %d chunks), the most pprun runs", rd->what, *S,
+                       PP_SHAPE_MAX_STAGES, PP_SHAPE_MAX_RANKS, PP_SHAPE_MAX_VIRTUAL);
     return 0;
 }
 

@@ -90,8 +90,9 @@ int sched_build_dualpipev(int p, int m, int v, sched_plan **out, pp_err *err) {
         return pp_fail(err, "dualpipev needs at least as many microbatches as stages (2 per rank, as PyTorch's "
                             "ScheduleDualPipeV): m=%d, %d stages on p=%d ranks", m, 2 * p, p);
     int S = 2 * p;
-    if ((long)S * m * 3 > 10000000L)
-        return pp_fail(err, "schedule too large: %d stages x %d microbatches x 3 ops is over 10 million actions", S, m);
+    if ((long)S * m * 3 > PP_SHAPE_MAX_ACTIONS)
+        return pp_fail(err, "schedule too large: %d stages x %d microbatches x 3 ops is over " PP_SHAPE_MAX_ACTIONS_TEXT
+                            " actions", S, m);
     int *stage_rank = malloc(sizeof(int) * (size_t)S), *lens = calloc((size_t)p, sizeof(int));
     sched_action **lists = calloc((size_t)p, sizeof *lists);
     unsigned char **ov = calloc((size_t)p, sizeof *ov);

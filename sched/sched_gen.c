@@ -118,9 +118,10 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
     static const sched_costs unit = {1, 1, 1, 0};
     *out = NULL;
     if (!costs) costs = &unit;
-    if (p < 1 || p > 1024) return pp_fail(err, "--stages: %d ranks is out of range; accepted: 1 to 1024", p);
-    if (m < 1 || m > 100000)
-        return pp_fail(err, "--microbatches: %d is out of range; accepted: 1 to 100000", m);
+    if (p < 1 || p > PP_SHAPE_MAX_RANKS)
+        return pp_fail(err, "--stages: %d ranks is out of range; accepted: 1 to %d", p, PP_SHAPE_MAX_RANKS);
+    if (m < 1 || m > PP_SHAPE_MAX_MICROBATCHES)
+        return pp_fail(err, "--microbatches: %d is out of range; accepted: 1 to %d", m, PP_SHAPE_MAX_MICROBATCHES);
     if (strcmp(kind, "dualpipev") == 0) return sched_build_dualpipev(p, m, v, out, err);
     int is_il = strcmp(kind, "interleaved-1f1b") == 0, is_zbv = strcmp(kind, "zb-v") == 0;
     if (!is_il && !is_zbv && strcmp(kind, "gpipe") && strcmp(kind, "1f1b") && strcmp(kind, "zb-h1"))
@@ -131,7 +132,8 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
         if (v < 2)
             return pp_fail(err, "interleaved-1f1b needs --virtual-stages >= 2 (chunks per rank), got %d; "
                                 "use 1f1b for one chunk", v);
-        if (v > 64) return pp_fail(err, "--virtual-stages: %d is out of range; accepted: 2 to 64", v);
+        if (v > PP_SHAPE_MAX_VIRTUAL)
+            return pp_fail(err, "--virtual-stages: %d is out of range; accepted: 2 to %d", v, PP_SHAPE_MAX_VIRTUAL);
         if (m % p != 0)
             return pp_fail(err, "interleaved-1f1b needs the microbatches to be a multiple of the pipeline ranks "
                                 "(Megatron's group size p): m=%d, p=%d", m, p);
@@ -146,8 +148,9 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
                             "(interleaved-1f1b and zb-v use more)", kind, v);
     }
     int S = p * v;
-    if ((long)S * m * 3 > 10000000L)
-        return pp_fail(err, "schedule too large: %d stages x %d microbatches x 3 ops is over 10 million actions", S, m);
+    if ((long)S * m * 3 > PP_SHAPE_MAX_ACTIONS)
+        return pp_fail(err, "schedule too large: %d stages x %d microbatches x 3 ops is over " PP_SHAPE_MAX_ACTIONS_TEXT
+                            " actions", S, m);
     if (is_zbv) return build_zbv(p, m, costs, out, err);
     int *stage_rank = malloc(sizeof(int) * (size_t)S);
     lists l = {0};

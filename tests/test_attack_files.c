@@ -165,17 +165,22 @@ static void assert_same(const snap *a, const snap *b, const char *what) {
     cr_assert_str_eq(a->link, b->link, "%s: link changed", what);
 }
 
+/* What shell command `cmd` prints, its first 128 KiB (malloc'd). */
+static char *output_of(const char *cmd) {
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    char *text = calloc(1, 1 << 17);
+    size_t n = fread(text, 1, (1 << 17) - 1, p);
+    text[n] = '\0';
+    pclose(p);
+    return text;
+}
+
 /* Every path under dir, one a line, sorted (malloc'd). */
 static char *listing(void) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "cd '%s' && find . -mindepth 1 | LC_ALL=C sort", dir);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    char *text = calloc(1, 1 << 16);
-    size_t n = fread(text, 1, (1 << 16) - 1, p);
-    text[n] = '\0';
-    pclose(p);
-    return text;
+    return output_of(cmd);
 }
 
 /* ---- what is planted at a path -------------------------------------------- */
@@ -693,4 +698,81 @@ Test(attack, control_bytes_in_a_database_are_escaped) {
     rc = pprun("query --db t.db 'SELECT name, model, schedule, failure FROM jobs'");
     cr_assert_eq(rc, 0, "%s", out);
     assert_terminal_safe("pprun query");
+}
+
+/* ---- an output that is the command's own input ------------------------------ */
+
+/* Every path under dir with its type, inode and size, and every regular
+ * file's bytes (md5), one a line, sorted (malloc'd): equal before and after
+ * when nothing in the folder changed. */
+static char *tree(void) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && { find . -mindepth 1 -printf '%%p %%y %%i %%s\\n'; find . -type f -exec md5sum {} +; } | "
+             "LC_ALL=C sort",
+             dir);
+    return output_of(cmd);
+}
+
+/* An output named as one of the command's inputs (the same path, a hard
+ * link, the input through a symbolic link, the file SQLite keeps beside a
+ * database, a file inside the checkpoint folder merge reads) or as another
+ * of its outputs: exit 2 naming both flags, and not a byte in the folder
+ * changed. Before, export replaced the database by JSON, merge replaced
+ * the folder's latest pointer, and run lost its metrics into its --db. */
+Test(attack, an_output_that_is_an_input_is_refused_and_nothing_changes) {
+    wipe();
+    make_db();
+    cr_assert_eq(pprun("run " TIMED " --trace off --checkpoint-dir c"), 0, "%s", out);
+    cr_assert_eq(pprun("checkpoint merge c --out m.ckpt"), 0, "%s", out);
+    cr_assert_eq(pprun("schedule --schedule 1f1b --stages 2 --microbatches 8 --csv-out s.csv"), 0, "%s", out);
+    write_text(at("d.txt"), "some text to train on, long enough for nothing\n");
+    cr_assert_eq(link(at("t.db"), at("h.db")), 0, "%s", strerror(errno));
+    cr_assert_eq(symlink("t.db", at("l.db")), 0, "%s", strerror(errno));
+    const struct {
+        const char *args, *says[2]; /* the output's words and the input's */
+    } cases[] = {
+        {"export --db t.db --out t.db", {"--out t.db: is the same file as --db t.db", "reads"}},
+        {"export --db t.db --out h.db", {"--out h.db: is the same file as --db t.db", "nothing was changed"}},
+        {"export --db l.db --out t.db", {"--out t.db: is the same file as --db l.db", "nothing was changed"}},
+        {"export --db t.db --out t.db-wal", {"--out t.db-wal: is the same file as --db t.db-wal", "reads"}},
+        {"checkpoint merge c --out c/latest", {"--out c/latest: is inside DIR c", "name a file outside it"}},
+        {"checkpoint merge c --out c/step_0/merged.ckpt", {"--out c/step_0/merged.ckpt: is inside DIR c", "reads"}},
+        {"checkpoint merge ./c/ --out c/new.ckpt", {"--out c/new.ckpt: is inside DIR ./c/", "reads"}},
+        {"schedule --csv-in s.csv --csv-out s.csv", {"--csv-out s.csv: is the same file as --csv-in s.csv", "reads"}},
+        {"schedule --schedule csv:s.csv --csv-out ./s.csv", {"--csv-out ./s.csv: is the same file as --schedule csv:s.csv", "reads"}},
+        {"run " TIMED " --db t.db --metrics t.db", {"--metrics t.db: is the same file as --db t.db", "also writes"}},
+        {"run " TIMED " --db n.db --metrics n.db", {"--metrics n.db: is the same file as --db n.db", "also writes"}},
+        {"run " TIMED " --db n.db --metrics n.db-wal", {"--metrics n.db-wal: is the same file as --db n.db-wal",
+                                                        "also writes"}},
+        {"run " TIMED " --db o.db --schedule-costs t.db --metrics h.db",
+         {"--metrics h.db: is the same file as --schedule-costs t.db", "reads"}},
+        {"run " TIMED " --trace off --schedule csv:s.csv --metrics s.csv",
+         {"--metrics s.csv: is the same file as --schedule csv:s.csv", "reads"}},
+        {"run --model gpt:layers=2,dim=8 --steps 1 --nproc-per-node 2 --progress off --data d.txt --db d.txt",
+         {"--db d.txt: is the same file as --data d.txt", "reads"}},
+        {"run --model gpt:layers=2,dim=8 --steps 1 --nproc-per-node 2 --progress off --trace off --data d.txt "
+         "--metrics d.txt",
+         {"--metrics d.txt: is the same file as --data d.txt", "reads"}},
+        {"run " TIMED " --trace off --init-from m.ckpt --metrics m.ckpt",
+         {"--metrics m.ckpt: is the same file as --init-from m.ckpt", "reads"}},
+        {"run " TIMED " --trace off --checkpoint-dir c --metrics c/latest",
+         {"--metrics c/latest: is the same file as --checkpoint-dir's c/latest", "also writes"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *before = tree();
+        int rc = pprun("%s", cases[i].args);
+        cr_assert_eq(rc, 2, "%s: exit %d:\n%s", cases[i].args, rc, out);
+        for (int k = 0; k < 2; k++)
+            cr_assert(strstr(out, cases[i].says[k]), "%s: the refusal does not say '%s':\n%s", cases[i].args,
+                      cases[i].says[k], out);
+        char *after = tree();
+        cr_assert_str_eq(before, after, "%s: the folder changed:\n%s", cases[i].args, out);
+        free(before);
+        free(after);
+    }
+    /* the same commands with outputs of their own still work */
+    cr_assert_eq(pprun("export --db t.db --out x.json"), 0, "%s", out);
+    cr_assert_eq(pprun("checkpoint merge ./c --out c2.ckpt"), 0, "%s", out);
+    cr_assert_eq(pprun("schedule --csv-in s.csv --csv-out s2.csv"), 0, "%s", out);
 }

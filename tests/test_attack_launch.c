@@ -697,3 +697,69 @@ Test(attack_launch, concurrent_jobs_on_one_database_each_land_whole) {
                      4 * 2 * 4 * 3, "job %d's events", j);
     assert_integrity_ok(db);
 }
+
+/* --- run ids ---------------------------------------------------------------------- */
+
+/* A run id names a folder under --log-dir: "." and ".." (and any path)
+ * are refused on the command line, before anything is written. */
+Test(attack_launch, a_run_id_that_is_a_path_step_is_refused) {
+    char cwd[512], logs[512];
+    snprintf(logs, sizeof logs, "%s/logs", tmpdir);
+    cr_assert(getcwd(cwd, sizeof cwd));
+    cr_assert_eq(chdir(tmpdir), 0);
+    const char *ids[] = {"..", ".", "a/b", "../x", "a\tb", ""};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        lt_proc p;
+        lt_run(&p, (const char *[]){"launch", "--nproc-per-node", "1", "--log-dir", "logs", "--run-id", ids[i], "--",
+                                    "true", NULL},
+               NULL);
+        cr_assert_eq(p.status, 2, "--run-id '%s': exit %d\n%s", ids[i], p.status, p.err);
+        lt_assert_has(p.err, "--run-id");
+        lt_assert_has(p.err, "not . or ..");
+        lt_free(&p);
+    }
+    struct stat st;
+    cr_assert_neq(stat("attempt_0", &st), 0, "a log folder outside --log-dir");
+    cr_assert_neq(stat(logs, &st), 0, "nothing under --log-dir either");
+    cr_assert_eq(chdir(cwd), 0);
+}
+
+/* The other nodes take node 0's run id from the store: a value that is not
+ * a run id (whoever reaches the store could set one) fails node 1 at once,
+ * naming it, and nothing is written outside its --log-dir. The store here
+ * is the test's own, holding what a node 0 publishes but a bad run id. */
+Test(attack_launch, a_run_id_from_the_store_is_checked_on_the_other_nodes) {
+    pp_err err;
+    store_server *server;
+    store_client *c;
+    cr_assert_eq(store_server_start("127.0.0.1", 0, &server, &err), 0, "%s", err.msg);
+    int port = store_server_port(server);
+    cr_assert_eq(store_connect("127.0.0.1", port, 5000000000ull, &c, &err), 0, "%s", err.msg);
+    const char *kv[][2] = {{"pprun/run_id", "../../evil"},
+                           {"pprun/master_port", "29999"},
+                           {"pprun/shape", "--nnodes 2 --nproc-per-node 1"}};
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(store_set(c, kv[i][0], kv[i][1], strlen(kv[i][1]), &err), 0, "%s", err.msg);
+    char logs[512], evil[512], ports[16];
+    snprintf(logs, sizeof logs, "%s/a/b/logs", tmpdir);
+    snprintf(evil, sizeof evil, "%s/a/evil", tmpdir); /* logs/../../evil */
+    snprintf(ports, sizeof ports, "%d", port);
+    lt_proc p;
+    lt_start(&p, (const char *[]){"launch", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "1",
+                                  "--master-addr", "127.0.0.1", "--master-port", ports, "--rdzv-timeout", "30",
+                                  "--log-dir", logs, "--", "true", NULL},
+             NULL);
+    if (!lt_wait_within(&p, 15)) {
+        kill(p.pid, SIGKILL);
+        lt_wait(&p);
+        cr_assert_fail("node 1 took the bad run id and waited on:\n%s", p.err);
+    }
+    cr_assert_neq(p.status, 0, "node 1 exit %d:\n%s", p.status, p.err);
+    lt_assert_has(p.err, "pprun/run_id");
+    lt_assert_has(p.err, "'../../evil'");
+    struct stat st;
+    cr_assert_neq(stat(evil, &st), 0, "%s was made", evil);
+    lt_free(&p);
+    store_close(c);
+    store_server_stop(server);
+}

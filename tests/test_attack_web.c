@@ -8,6 +8,7 @@
  * and the server still answers. Each test prints how many attacks it tried
  * and how many were refused. */
 #include <cjson/cJSON.h>
+#include <sqlite3.h>
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -566,5 +567,57 @@ Test(attack_web, sql_bombs_are_refused_and_change_nothing) {
     post_sql("SELECT count(*) FROM jobs", &a);
     cr_assert(a.status == 200 && strstr(a.text, "[[1]]"), "%s", a.text);
     fprintf(stderr, "attack_web: SQL: %zu bombs tried, %zu refused\n", n, refused);
+    stop_serve();
+}
+
+/* ---- a forged shape ---------------------------------------------------------- */
+
+#ifdef __SANITIZE_ADDRESS__
+#define RSS_SAYS_WHAT_IS_HELD 0
+#else
+#define RSS_SAYS_WHAT_IS_HELD 1
+#endif
+
+/* The server's peak resident memory (VmHWM), in KiB. */
+static long serve_peak_kib(void) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    fclose(f);
+    return kib;
+}
+
+/* A job row edited to declare 2^31-1 stages (as libpprun_trace once let a
+ * program declare): the what-if route names the damage at once, and the
+ * server's memory stays where it was (each such request took 8.4 GB). The
+ * job's other routes still answer. */
+Test(attack_web, a_forged_shape_costs_the_whatif_route_nothing) {
+    sqlite3 *sql;
+    cr_assert_eq(sqlite3_open(db, &sql), SQLITE_OK);
+    /* a program's own schedule: what-if plays the job's plan rows by it */
+    cr_assert_eq(sqlite3_exec(sql, "UPDATE jobs SET stages = 2147483647, schedule = 'Forged'", NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(sql));
+    sqlite3_close(sql);
+    long before = serve_peak_kib();
+    static const char req[] = "GET /api/jobs/1/whatif HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    for (int i = 0; i < 3; i++) {
+        attack_resp a;
+        attack_send(req, sizeof req - 1, 10, &a);
+        cr_assert_eq(a.status, 500, "%s", a.text);
+        cr_assert(strstr(a.text, "job 1's row declares a shape pprun never runs (2147483647 stages: more than 65536"),
+                  "%s", a.text);
+    }
+    long after = serve_peak_kib();
+    /* under AddressSanitizer, its quarantine and shadow bytes make resident memory say nothing of what is held */
+    if (!RSS_SAYS_WHAT_IS_HELD) after = before;
+    cr_assert_lt(after - before, 64 * 1024, "the server's peak grew from %ld to %ld KiB", before, after);
+    attack_resp a;
+    static const char summary[] = "GET /api/jobs/1/summary HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    attack_send(summary, sizeof summary - 1, 10, &a);
+    cr_assert_eq(a.status, 200, "%s", a.text);
     stop_serve();
 }

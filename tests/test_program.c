@@ -251,6 +251,9 @@ Test(program_lib, a_span_carries_its_name_sent_once) {
         {"", -1, -1, -1, "pprun_trace_span: the name is empty"},
         {NULL, -1, -1, -1, "pprun_trace_span: the name is empty"},
         {huge, -1, -1, -1, "is 256 bytes, more than 255"},
+        {"da\tta", -1, -1, -1, "pprun_trace_span: name has control byte 0x09 at byte 2"},
+        {"\x1b[2J", -1, -1, -1, "name has control byte 0x1b at byte 0"},
+        {"\x1f", -1, -1, -1, "name has control byte 0x1f at byte 0"},
         {"data", -2, -1, -1, "span 'data': microbatch -2: must be -1 or more"},
         {"data", -1, 4, -1, "stage 4: out of range 0..3 (PPRUN_NUM_STAGES=4)"},
         {"data", -1, -1, 4, "peer 4: out of range 0..3 (WORLD_SIZE=4)"},
@@ -274,8 +277,17 @@ Test(program_lib, a_declared_schedule_bounds_the_records_and_carries_the_plan) {
         int ranks, stages, mb;
         const char *actions, *message;
     } bad[] = {
-        {"X", 0, 4, 4, "", "0 ranks, 4 stages, 4 microbatches: needs ranks >= 1"},
-        {"X", 4, 2, 4, "", "stages >= ranks"},
+        {"X", 0, 4, 4, "", "pprun_trace_schedule: 0 ranks: out of range; accepted: 1 to 1024"},
+        {"X", 4, 2, 4, "", "2 stages on 4 ranks: out of range; accepted: 4 (one a rank) to 65536"},
+        /* pprun's own bounds (base/shape.h), as `pprun schedule` keeps them */
+        {"X", 1025, 1025, 1, "", "1025 ranks: out of range; accepted: 1 to 1024"},
+        {"X", 2, 2147483647, 2, "", "2147483647 stages on 2 ranks: out of range; accepted: 2 (one a rank) to 65536"},
+        {"X", 2, 65537, 2, "", "65537 stages on 2 ranks: out of range"},
+        {"X", 2, 4, 100001, "", "100001 microbatches: out of range; accepted: 1 to 100000"},
+        {"X", 2, 4, 2147483647, "", "2147483647 microbatches: out of range"},
+        {"X", 2, 65536, 51, "", "65536 stages x 51 microbatches x 3 ops is over 10 million actions"},
+        {"Sch\x1b[2Jedule", 2, 4, 4, "", "pprun_trace_schedule: name has control byte 0x1b at byte 3"},
+        {"a\nb", 2, 4, 4, "", "name has control byte 0x0a at byte 1"},
         {"", 2, 4, 4, "", "pprun_trace_schedule: the name is empty"},
         {"X", 2, 4, 4, "0F0 0X1", "action '0X1': expected {stage}{F|B|W|BW}{microbatch}"},
         {"X", 2, 4, 4, "0F0 -1F0", "action '-1F0'"},
@@ -318,6 +330,11 @@ Test(program_lib, a_declared_schedule_bounds_the_records_and_carries_the_plan) {
     cr_assert_eq(pprun_trace_loss(0, 12, 7, 1.5), -1);
     lt_assert_has(pprun_trace_error(), "microbatch 12: out of range 0..11 (microbatches x replicas=12)");
     cr_assert_eq(pprun_trace_op("F", 0, 11, 0, -1, 0, 1, 2), -1);
+    /* the largest shape pprun accepts is taken: the bounds are inclusive */
+    cr_assert_eq(pprun_trace_schedule("Edge", 1024, 65536, 50, ""), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_schedule("Edge", 1, 1, 100000, "0F100000"), -1);
+    lt_assert_has(pprun_trace_error(), "action '0F100000': stage must be below 1, microbatch below 100000");
+    cr_assert_eq(pprun_trace_schedule("Edge", 1, 1, 100000, "0F99999"), 1, "%s", pprun_trace_error());
     pprun_trace_close();
     trace_ring_close(ring);
 }

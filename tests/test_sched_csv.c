@@ -251,6 +251,8 @@ Test(sched_csv, malformed_files_name_the_line_column_and_cell) {
     assert_bad("", "no rows", "0F3");
     assert_bad(",,\n,\n", "no actions", "2 rows");
     assert_bad("0F0,99999F99999\n", "100000 microbatches", "over 10 million");
+    /* base/shape.h's stage bound, as a program's schedule has it */
+    assert_bad("0F0,65536F0\n", "65537 stages: more than 65536", "1024 ranks x 64 chunks");
 }
 
 Test(sched_csv, a_missing_file_is_named) {

@@ -8,8 +8,11 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "db/db.h"
+#include "db/progplan.h"
 #include "db/summary.h"
 #include "helpers/trace_fixture.h"
 #include "helpers/web_fixture.h"
@@ -375,6 +378,20 @@ Test(stats, a_csv_job_has_its_own_what_if_row, .timeout = 240) {
 /* A PyTorch-like job (what pprun.torch records, docs/torch.md): the trace
  * fixture's steps with every B a BW (PyTorch's full backward), rank 0's
  * "data" spans, and the program's own plan (ScheduleGPipe). */
+/* A program's declaration of its schedule as rank sends it into ev: the
+ * name's records, then TRACE_SCHEDULE (name id 1); how many. */
+static size_t declared(trace_event *ev, int rank, const char *name, int ranks, int stages, int microbatches,
+                       int slots) {
+    trace_event base = {.rank = rank};
+    size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, name, ev);
+    ev[n++] = (trace_event){
+        .version = TRACE_EVENT_VERSION,
+        .phase = TRACE_SCHEDULE,
+        .rank = rank,
+        .sched = {.name = 1, .ranks = ranks, .stages = stages, .microbatches = microbatches, .slots = slots}};
+    return n;
+}
+
 static void fused_job(const char *path) {
     db *d = tfix_open_fresh(path);
     int64_t job = tfix_job(d);
@@ -383,12 +400,7 @@ static void fused_job(const char *path) {
     const char *r0[] = {"0F0", "0F1", "0BW0", "0BW1"}, *r1[] = {"1F0", "1BW0", "1F1", "1BW1"};
     const char *const *plans[] = {r0, r1};
     for (int rank = 0; rank < 2; rank++) {
-        trace_event base = {.rank = rank};
-        size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "ScheduleGPipe", ev);
-        ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
-                                .phase = TRACE_SCHEDULE,
-                                .rank = rank,
-                                .sched = {.name = 1, .ranks = 2, .stages = 2, .microbatches = 2, .slots = 4}};
+        size_t n = declared(ev, rank, "ScheduleGPipe", 2, 2, 2, 4);
         for (int i = 0; i < 4; i++) {
             const char *a = plans[rank][i];
             int op = a[1] == 'F' ? TRACE_F : TRACE_BW;
@@ -459,6 +471,115 @@ Test(stats, a_pytorch_jobs_bw_and_spans, .timeout = 60) {
     cr_assert_eq(cJSON_GetObjectItem(rank0, "B")->valuedouble, 0);
     cJSON_Delete(root);
     lt_free(&p);
+}
+
+/* At most 512 MiB of address space for this test and the pprun it runs:
+ * an allocation by a forged shape fails or is never tried. Not under
+ * AddressSanitizer, whose shadow memory alone takes terabytes of it. */
+static void bound_memory(void) {
+#ifndef __SANITIZE_ADDRESS__
+    struct rlimit as = {512u << 20, 512u << 20};
+    cr_assert_eq(setrlimit(RLIMIT_AS, &as), 0);
+#endif
+}
+
+static void sql_exec(const char *path, const char *sql) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+}
+
+/* A forged job row (a program's schedule declared past pprun's bounds, as
+ * libpprun_trace once let through, or edited into the file): pprun stats
+ * refuses it at once, naming the value and the bound, within 512 MiB of
+ * address space (it took 8.4 GB and a minute for 2^31-1 stages); a shape at
+ * the bounds is still read. */
+Test(stats, a_forged_shape_is_refused_quickly_in_bounded_memory, .timeout = 120) {
+    const char *path = tfix_path("forged.db");
+    fused_job(path);
+    const struct {
+        const char *set, *message;
+    } forged[] = {
+        {"stages = 2147483647", "2147483647 stages: more than 65536 (1024 ranks x 64 chunks)"},
+        {"stages = 65537", "65537 stages: more than 65536"},
+        {"microbatches = 2147483647", "2147483647 microbatches: more than 100000"},
+        {"virtual_stages = 2147483647", "2147483647 chunks per rank: more than 64"},
+        {"stages = 65536, microbatches = 100000", "65536 stages x 100000 microbatches x 3 ops is over 10 million"},
+    };
+    bound_memory(); /* the child inherits it */
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        char sql[160];
+        snprintf(sql, sizeof sql, "UPDATE jobs SET stages = 2, microbatches = 2, virtual_stages = 1; UPDATE jobs SET %s",
+                 forged[i].set);
+        sql_exec(path, sql);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        lt_proc p = stats(path, "1");
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+        cr_assert_eq(p.status, 2, "%s: exit %d\n%s", forged[i].set, p.status, p.err);
+        lt_assert_has(p.err, "what-if: job 1's row declares a shape pprun never runs");
+        lt_assert_has(p.err, forged[i].message);
+        cr_assert_lt(took, 10.0, "%s: %.1f s", forged[i].set, took);
+        lt_free(&p);
+    }
+    sql_exec(path, "UPDATE jobs SET stages = 2, microbatches = 2, virtual_stages = 1");
+    lt_proc p = stats(path, "1");
+    cr_assert_eq(p.status, 0, "the job as it was: %s", p.err);
+    lt_free(&p);
+}
+
+/* A program's plan row whose stage is past any plan of that many rows (a
+ * forged TRACE_PLAN record, or a file edited): the plan's simulation
+ * refuses it, saying why, before allocating by it. */
+Test(stats, a_forged_plan_row_is_not_simulated, .timeout = 60) {
+    const char *path = tfix_path("forged-plan.db");
+    bound_memory();
+    db *d = tfix_open_fresh(path);
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    pp_err err;
+    for (int rank = 0; rank < 2; rank++) {
+        size_t n = declared(ev, rank, "Forged", 2, 2, 1, 2);
+        int stage = rank ? 2147483000 : 0;
+        for (int i = 0; i < 2; i++)
+            ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
+                                    .phase = TRACE_PLAN,
+                                    .rank = rank,
+                                    .plan = {.slot = i, .stage = stage, .op = i ? TRACE_BW : TRACE_F, .microbatch = 0}};
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    }
+    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0, "refused, not an error of the database");
+    lt_assert_has(err.msg, "stage 2147483000 is not of a plan of 4 actions with at most 65536 stages");
+    db_close(d);
+}
+
+/* A TRACE_SCHEDULE record past the bounds, written into the ring by a
+ * program without libpprun_trace: the database skips it, and the job keeps
+ * the shape it had; one within them is taken. */
+Test(stats, a_raw_schedule_record_past_the_bounds_is_not_stored, .timeout = 60) {
+    const char *path = tfix_path("raw-schedule.db");
+    db *d = tfix_open_fresh(path);
+    int64_t job = tfix_job(d);
+    const int shape[][3] = {{2, 2147483647, 2}, {2, 4, 2147483647}, {2048, 2048, 1}, {2, 65536, 100}, {2, 4, 3}};
+    const char *want[] = {"2 2", "2 2", "2 2", "2 2", "4 3"}; /* the fixture's 2 stages and 2 microbatches */
+    for (int i = 0; i < 5; i++) {
+        trace_event ev[8];
+        pp_err err;
+        size_t n = declared(ev, 0, "Raw", shape[i][0], shape[i][1], shape[i][2], 1);
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(db_sqlite(d), "SELECT stages || ' ' || microbatches FROM jobs WHERE id=?1", -1,
+                                        &st, NULL),
+                     SQLITE_OK);
+        sqlite3_bind_int64(st, 1, job);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), want[i], "shape %d x %d x %d", shape[i][0],
+                         shape[i][1], shape[i][2]);
+        sqlite3_finalize(st);
+    }
+    db_close(d);
 }
 
 Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {

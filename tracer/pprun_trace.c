@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/pp.h"
+#include "base/shape.h"
 #include "tracer/cpuwait.h"
 #include "tracer/event.h"
 #include "tracer/ring.h"
@@ -262,13 +263,20 @@ PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double
     return pt_write(&ev, "LOSS");
 }
 
-/* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes. 0, or -1 with
- * the reason. */
+/* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes, none of them a
+ * control byte (below 0x20: a newline, an escape sequence): the name is
+ * stored as given and shown by pprun stats, the dashboard and Perfetto,
+ * where such a byte would only break the line or the terminal. 0, or -1
+ * with the reason. */
 static int pt_check_name(const char *what, const char *name) {
     if (!name || !*name) return pt_fail("%s: the name is empty", what);
     size_t len = strlen(name);
     if (len > TRACE_SPAN_NAME_MAX)
         return pt_fail("%s: name '%.40s...' is %zu bytes, more than %d", what, name, len, TRACE_SPAN_NAME_MAX);
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)name[i] < 0x20)
+            return pt_fail("%s: name has control byte 0x%02x at byte %zu; names are printable text (bytes from 0x20)",
+                           what, (unsigned char)name[i], i);
     return 0;
 }
 
@@ -312,9 +320,13 @@ static int pt_parse_action(const char *text, const char **end, trace_event *a) {
 PPRUN_TRACE_API int pprun_trace_schedule(const char *name, int ranks, int stages, int microbatches,
                                          const char *actions) {
     if (pt_check_name("pprun_trace_schedule", name) != 0) return -1;
-    if (ranks < 1 || stages < ranks || microbatches < 1)
-        return pt_fail("pprun_trace_schedule: %d ranks, %d stages, %d microbatches: needs ranks >= 1, "
-                       "stages >= ranks, microbatches >= 1", ranks, stages, microbatches);
+    /* pprun's own bounds of a schedule (base/shape.h): the collector
+     * stores the shape and pprun stats, the dashboard's what-if and the
+     * plan's simulation allocate by it, so a program gets no more than
+     * pprun schedule would build. */
+    pp_err bad;
+    if (pp_shape_check(ranks, stages, microbatches, &bad) != 0)
+        return pt_fail("pprun_trace_schedule: %s", bad.msg);
     if (!actions) actions = "";
     /* Parsed whole first: a bad action records nothing. */
     size_t cap = strlen(actions) / 3 + 1, n = 0;

@@ -24,6 +24,12 @@ static void checkpoint_usage(FILE *out) {
 static int merge(const char *dir, const char *step_s, const char *outpath) {
     pp_err err;
     int step;
+    /* DIR is pprun run's: its latest pointer and step folders are what this
+     * reads, and a later --resume too; the merged file goes elsewhere. */
+    if (file_output_not_input(outpath, "--out", dir, "DIR", FILE_INPUT_DIR, &err) != 0) {
+        fprintf(stderr, "pprun checkpoint merge: %s\n", err.msg);
+        return 2;
+    }
     char writer[256];
     const char *run_id = NULL; /* --step S: the files agree among themselves */
     if (step_s) {

@@ -59,6 +59,16 @@ int cmd_export(int argc, char **argv) {
         return 2;
     }
     pp_err err;
+    /* --out over --db (or the files SQLite keeps beside it) would replace
+     * the database, every job in it, by one job's JSON */
+    for (size_t i = 0; outpath && i < DB_FILES; i++) {
+        char file[4200];
+        snprintf(file, sizeof file, "%s%s", dbpath, db_files[i]);
+        if (file_output_not_input(outpath, "--out", file, "--db", 0, &err) != 0) {
+            fprintf(stderr, "pprun export: %s\n", err.msg);
+            return 2;
+        }
+    }
     long job = 0;
     if (job_s && pp_parse_long(job_s, 1, 0x7fffffffL, "--job", &job, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);

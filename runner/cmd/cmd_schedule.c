@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/term.h"
 #include "runner/cmd/cli.h"
 #include "sched/sched.h"
@@ -67,11 +68,11 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         else return pp_fail(err, "%s needs a value (see pprun schedule --help)", name);
         if (strcmp(name, "--schedule") == 0) o->schedule = val;
         else if (strcmp(name, "--stages") == 0) {
-            if (pp_parse_long(val, 1, 1024, "--stages", &o->p, err) != 0) return -1;
+            if (pp_parse_long(val, 1, PP_SHAPE_MAX_RANKS, "--stages", &o->p, err) != 0) return -1;
         } else if (strcmp(name, "--microbatches") == 0) {
-            if (pp_parse_long(val, 1, 100000, "--microbatches", &o->m, err) != 0) return -1;
+            if (pp_parse_long(val, 1, PP_SHAPE_MAX_MICROBATCHES, "--microbatches", &o->m, err) != 0) return -1;
         } else if (strcmp(name, "--virtual-stages") == 0) {
-            if (pp_parse_long(val, 1, 64, "--virtual-stages", &o->v, err) != 0) return -1;
+            if (pp_parse_long(val, 1, PP_SHAPE_MAX_VIRTUAL, "--virtual-stages", &o->v, err) != 0) return -1;
         } else if (strcmp(name, "--costs") == 0) {
             if (sched_parse_costs_dp(val, "--costs", &o->costs, &o->allreduce, err) != 0) return -1;
         } else if (strcmp(name, "--max-mem") == 0) {
@@ -115,6 +116,11 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         if (!o->p) return pp_fail(err, "--stages is required (the number of pipeline ranks)");
         if (!o->m) return pp_fail(err, "--microbatches is required");
     }
+    /* the CSV written over the one read would replace the user's own file */
+    if (o->csv_out && o->csv_in &&
+        file_output_not_input(o->csv_out, "--csv-out", o->csv_in, o->schedule ? "--schedule csv:" : "--csv-in", 0,
+                              err) != 0)
+        return -1;
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include "base/file.h"
+#include "db/db.h" /* db_files */
 #include "db/whatif.h"
 #ifdef PPRUN_HAVE_CUDA
 #include "runner/model/cuda/gpu.h"
@@ -60,13 +61,43 @@ static int check_output_folders(const run_job *job, pp_err *err) {
  * each must be nothing yet or a regular file. SQLite follows a link there,
  * and a failed open removed a planted -journal. */
 static int check_db(const char *path, pp_err *err) {
-    static const char *const beside[] = {"", "-wal", "-shm", "-journal"};
-    for (size_t i = 0; i < sizeof beside / sizeof beside[0]; i++) {
+    for (size_t i = 0; i < DB_FILES; i++) {
         char file[sizeof ((run_config *)0)->db + 16];
-        snprintf(file, sizeof file, "%s%s", path, beside[i]);
+        snprintf(file, sizeof file, "%s%s", path, db_files[i]);
         if (file_output_check(file, "--db", err) != 0) return -1;
     }
     return 0;
+}
+
+/* No file the job writes is one it reads, or another it writes: --db
+ * (and the files SQLite keeps beside it) and --metrics against --data,
+ * --eval-data, --init-from, csv:FILE, --schedule-costs DB (which --db may
+ * be: it is read before the job's row is added) and the checkpoint's
+ * latest pointer. Before anything is opened: the job then changes nothing. */
+static int check_outputs_not_inputs(const run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    const struct {
+        const char *path, *what;
+    } in[] = {{cfg->data, "--data"},
+              {cfg->eval_data, "--eval-data"},
+              {cfg->init_from, "--init-from"},
+              {cfg->schedule_csv, "--schedule csv:"},
+              {cfg->schedule_costs_db, "--schedule-costs"}};
+    char latest[sizeof cfg->checkpoint_dir + 8] = "";
+    if (cfg->checkpoint_dir[0]) snprintf(latest, sizeof latest, "%s/latest", cfg->checkpoint_dir);
+    int db = cfg->trace && job->lo.node_rank == 0;
+    for (size_t b = 0; db && b < DB_FILES; b++) {
+        char file[sizeof cfg->db + 16];
+        snprintf(file, sizeof file, "%s%s", cfg->db, db_files[b]);
+        for (size_t i = 0; i < sizeof in / sizeof in[0] - 1; i++) /* all but --schedule-costs, the last */
+            if (file_output_not_input(file, "--db", in[i].path, in[i].what, 0, err) != 0) return -1;
+        if (file_output_not_input(file, "--db", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err) != 0 ||
+            file_output_not_input(cfg->metrics, "--metrics", file, "--db", FILE_INPUT_WRITTEN, err) != 0)
+            return -1;
+    }
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (file_output_not_input(cfg->metrics, "--metrics", in[i].path, in[i].what, 0, err) != 0) return -1;
+    return file_output_not_input(cfg->metrics, "--metrics", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err);
 }
 
 /* --resume: the checkpoint must be there, whole (the stage files of its
@@ -236,6 +267,7 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
 
 int job_check(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
+    if (check_outputs_not_inputs(job, err) != 0) return -1;
     if (check_options(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
     char from[96];

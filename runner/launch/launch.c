@@ -386,7 +386,13 @@ static int setup_store(job *j, pp_err *err) {
         void *v;
         size_t len;
         if (store_get(j->ctl, "pprun/run_id", &v, &len, err) != 0) return -1;
-        snprintf(j->run_id, sizeof j->run_id, "%s", (char *)v);
+        /* Checked as node 0 checked its --run-id: whoever reaches the store
+         * could have set it, and it names this node's log folder. */
+        if (launch_check_run_id(v, len, "rendezvous: the run id node rank 0 published (pprun/run_id)", err) != 0) {
+            free(v);
+            return -1;
+        }
+        snprintf(j->run_id, sizeof j->run_id, "%.*s", (int)len, (char *)v);
         free(v);
         if (store_get(j->ctl, "pprun/master_port", &v, &len, err) != 0) return -1;
         j->c.info.master_port = atoi(v);

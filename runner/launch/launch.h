@@ -108,6 +108,14 @@ void launch_options_default(launch_options *o);
  * flags and the variable that give one. launch_job checks it too. (A
  * one-node job keeps its store on 127.0.0.1 whatever --master-addr says.) */
 int launch_check_token(const launch_options *o, pp_err *err);
+/* A run id: 1-127 characters of A-Z a-z 0-9 . _ - (torchrun's --rdzv-id,
+ * docs/cli.md), and not "." or "..": it names a folder under --log-dir
+ * (D/RUN_ID/attempt_K), so one that is a path step of its own would put
+ * the logs outside D. The one check for --run-id and for the id the other
+ * nodes read from the store (whoever reaches the store could set any).
+ * what names where the id came from. 0, or -1 with err. */
+#define LAUNCH_RUN_ID_MAX 127
+int launch_check_run_id(const char *id, size_t len, const char *what, pp_err *err);
 /* 0 when PROGRAM (o->prog_argv[0]) is an executable file here (a path, or
  * found in PATH), else -1 naming it: for a command that refuses before it
  * writes anything. launch_job looks it up too. */

@@ -355,14 +355,24 @@ static int set_streams(const char *val, const char *what, unsigned char *mask, c
     return 0;
 }
 
+int launch_check_run_id(const char *id, size_t len, const char *what, pp_err *err) {
+    static const char accepts[] = "1-127 characters of A-Z a-z 0-9 . _ -, not . or ..";
+    if (!id || len == 0 || len > LAUNCH_RUN_ID_MAX)
+        return pp_fail(err, "%s: a run id of %zu bytes; accepted: %s", what, id ? len : 0, accepts);
+    for (size_t i = 0; i < len; i++)
+        if (!isalnum((unsigned char)id[i]) && (!id[i] || !strchr("._-", id[i])))
+            /* quoted as it is: pprun's standard error escapes control bytes (docs/cli.md) */
+            return pp_fail(err, "%s: run id '%.*s%s' has a byte outside the accepted characters (%s)", what,
+                           (int)(len > 40 ? 40 : len), id, len > 40 ? "..." : "", accepts);
+    if ((len == 1 && id[0] == '.') || (len == 2 && id[0] == '.' && id[1] == '.'))
+        return pp_fail(err, "%s: run id '%.*s' would name a folder outside --log-dir; accepted: %s", what, (int)len, id,
+                       accepts);
+    return 0;
+}
+
 static int set_run_id(launch_options *o, const char *name, const char *val, pp_err *err) {
-    size_t n = val ? strlen(val) : 0;
-    if (n == 0 || n >= sizeof o->run_id)
-        return pp_fail(err, "%s: expected 1-%zu characters from [A-Za-z0-9._-], got '%s'", name,
-                       sizeof o->run_id - 1, val ? val : "");
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)val[i]) && !strchr("._-", val[i]))
-            return pp_fail(err, "%s: '%s' has '%c'; accepted characters: A-Z a-z 0-9 . _ -", name, val, val[i]);
+    _Static_assert(LAUNCH_RUN_ID_MAX < sizeof o->run_id, "launch_options.run_id holds the longest run id");
+    if (launch_check_run_id(val, val ? strlen(val) : 0, name, err) != 0) return -1;
     snprintf(o->run_id, sizeof o->run_id, "%s", val);
     return 0;
 }
