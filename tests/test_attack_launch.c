@@ -85,8 +85,11 @@ __attribute__((constructor)) static void rank_program(void) {
  *  - scribble[-stay]: RING_ATTACK_GOOD F records each rank; then rank 1
  *    waits until the launcher read its records and sets the header's head
  *    to tail - 1; -stay: every rank then sleeps until killed;
- *  - shrink: rank 1 first tries to ftruncate its ring to one page and
- *    exits 9 if that worked, then as scribble's healthy part;
+ *  - shrink: rank 1 first tries to ftruncate its ring to one page; if
+ *    that worked, it says its head is 3 (the launcher reads slots that
+ *    are gone: SIGBUS) and exits; else as scribble's healthy part;
+ *  - forge: as scribble's healthy part, then rank 1 writes as many
+ *    records claiming rank 0;
  *  - bigstep: an F at steps 0, 1 and 1e9 each rank. */
 #define RING_ATTACK_ENV "PPRUN_ATTACK_RING"
 #define RING_ATTACK_GOOD 50
@@ -117,8 +120,14 @@ __attribute__((constructor)) static void ring_attack_program(void) {
     pp_err err;
     if (!fd_text || !rank_text) _exit(3);
     int fd = atoi(fd_text), rank = atoi(rank_text);
-    if (!strcmp(mode, "shrink") && rank == 1 && ftruncate(fd, 4096) == 0) _exit(9);
     if (trace_ring_attach(fd, &ring, &err) != 0) _exit(3);
+    if (!strcmp(mode, "shrink") && rank == 1 && ftruncate(fd, 4096) == 0) {
+        /* it worked: the launcher's next read of slot 0 is past the end */
+        uint8_t *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) *(volatile uint64_t *)(m + 64) = 3;
+        sleep(2);
+        _exit(0);
+    }
     if (!strcmp(mode, "bigstep")) {
         attack_record(ring, rank, 0, 0);
         attack_record(ring, rank, 1, 0);
@@ -126,6 +135,8 @@ __attribute__((constructor)) static void ring_attack_program(void) {
         _exit(0);
     }
     for (int i = 0; i < RING_ATTACK_GOOD; i++) attack_record(ring, rank, i / 10, i % 10);
+    if (!strcmp(mode, "forge") && rank == 1) /* as rank 0, a step further */
+        for (int i = 0; i < RING_ATTACK_GOOD; i++) attack_record(ring, 0, 5 + i / 10, i % 10);
     if (!strncmp(mode, "scribble", 8) && rank == 1) attack_scribble(fd);
     if (!strcmp(mode, "scribble-stay"))
         for (;;) pause();
@@ -846,10 +857,26 @@ Test(attack_launch, a_corrupt_ring_does_not_keep_the_guard_salvaging_forever) {
     lt_free(&p);
 }
 
+/* Rank 1 writes records that claim rank 0 into its own ring: they are
+ * refused and said on stderr, not stored as rank 0's; every real record
+ * of both ranks is kept. */
+Test(attack_launch, a_rank_cannot_write_another_ranks_trace) {
+    const char *db = path_of("forge.db");
+    lt_proc p;
+    start_ring_attack(&p, db, "forge");
+    finish(&p, 30, "forge");
+    cr_assert_eq(p.status, 0, "exit %d:\n%s", p.status, p.err);
+    lt_assert_has(p.err, "refusing trace records that claim rank 0 in rank 1's trace ring");
+    cr_assert_eq(q(db, -1, "SELECT count(*) FROM events WHERE rank = 0"), RING_ATTACK_GOOD, "none forged");
+    cr_assert_eq(q(db, -1, "SELECT count(*) FROM events WHERE rank = 1"), RING_ATTACK_GOOD);
+    cr_assert_eq(q(db, -1, "SELECT max(step) FROM events"), (RING_ATTACK_GOOD - 1) / 10);
+    assert_nothing_left(NULL, 0, db, 10);
+    lt_free(&p);
+}
+
 /* Rank 1 tries to shrink its ring's memfd to one page (which made the
  * launcher die of SIGBUS at its next read): the ftruncate fails in the
- * rank (it would exit 9 otherwise), and the job succeeds with both ranks'
- * records. */
+ * rank, and the job succeeds with both ranks' records. */
 Test(attack_launch, a_rank_cannot_shrink_its_ring_under_the_launcher) {
     const char *db = path_of("shrink.db");
     lt_proc p;
