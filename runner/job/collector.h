@@ -13,6 +13,14 @@
  *    master applies so the events land on the job clock.
  * The master may also listen (cfg.listen_host) for forwarding nodes.
  *
+ * Local rings are their ranks' (a user's program, which can write
+ * anything there): a record that claims another rank than its ring's is
+ * refused and counted (collector_rejected), and a ring whose header is
+ * corrupt (trace_ring_fault) is disabled, said once on stderr naming its
+ * rank, its loss counted as the rank's drops, and described in
+ * cfg.ring_fault; the other rings go on. Live analyses visit the steps
+ * that have records only: any step costs the same.
+ *
  * Threading: collector_add_ring may be called from any thread while the
  * collector runs; the db handle belongs to the collector thread from
  * collector_start until collector_stop returns (don't use it meanwhile).
