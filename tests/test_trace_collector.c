@@ -675,15 +675,6 @@ Test(trace_collector, records_in_a_ring_that_claim_another_rank_are_refused, .ti
     db_close(d);
 }
 
-/* The header's head (bytes 64..71) of ring fd, as a worker scribbling
- * over its own mapping sets it. */
-static void scribble_head(int fd, uint64_t head) {
-    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    cr_assert_neq(m, MAP_FAILED);
-    memcpy((char *)m + 64, &head, sizeof head);
-    munmap(m, 4096);
-}
-
 /* Rank 1 sets its ring's head to tail - 1: its ring is disabled at once
  * (the collector reads no junk, loops on nothing), named in ring_fault,
  * its drops counted; rank 0's records before and after are all stored,
@@ -698,7 +689,7 @@ Test(trace_collector, a_corrupt_ring_is_disabled_and_the_other_ranks_go_on, .tim
         trace_ring_write(w[rank], &e);
     }
     wait_count(c, 2);
-    scribble_head(trace_ring_fd(w[1]), 0); /* 1 - 1 */
+    tfix_scribble_head(trace_ring_fd(w[1]), 0); /* 1 - 1 */
     for (int i = 1; i <= 100; i++) {
         trace_event e = tfix_one_f(0, 0, i);
         trace_ring_write(w[0], &e);

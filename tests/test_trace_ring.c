@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/trace_fixture.h"
 #include "tracer/ring.h"
 
 /* A record whose every field derives from i, with a checksum over them in
@@ -229,15 +230,6 @@ Test(trace_ring, worker_side_test_clock_skew_shifts_timestamps) {
     trace_ring_close(r);
 }
 
-/* The header's head (bytes 64..71), as a worker scribbling over its own
- * mapping sets it. */
-static void scribble_head(int fd, uint64_t head) {
-    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    cr_assert_neq(m, MAP_FAILED);
-    memcpy((char *)m + 64, &head, sizeof head);
-    munmap(m, 4096);
-}
-
 /* A head no producer could have written disables the ring for good: a
  * peek reads nothing (not "a ring's worth" again and again), the fault
  * says why, and the drops count the lost records (at most a ring's worth). */
@@ -264,7 +256,7 @@ Test(trace_ring, a_corrupt_head_disables_the_ring_instead_of_reading_forever) {
         }
         cr_assert_eq(trace_ring_read(r, out, 64), 3);
         cr_assert_null(trace_ring_fault(r));
-        scribble_head(trace_ring_fd(r), cases[k].head);
+        tfix_scribble_head(trace_ring_fd(r), cases[k].head);
         for (int round = 0; round < 5; round++) cr_assert_eq(trace_ring_read(r, out, 64), 0, "case %zu", k);
         const char *why = trace_ring_fault(r);
         cr_assert_not_null(why, "case %zu: no fault", k);
@@ -281,7 +273,7 @@ Test(trace_ring, a_scribbled_but_possible_head_reads_at_most_a_ring) {
     trace_ring *r;
     pp_err err;
     cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
-    scribble_head(trace_ring_fd(r), 16);
+    tfix_scribble_head(trace_ring_fd(r), 16);
     trace_event out[64];
     cr_assert_eq(trace_ring_read(r, out, 64), 16);
     cr_assert_eq(trace_ring_read(r, out, 64), 0, "the second read finds nothing new");

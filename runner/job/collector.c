@@ -236,27 +236,48 @@ static size_t fresh_steps(collector *c) {
     return k;
 }
 
-/* Drops the records no rank of this job can have written (a rank outside
- * the world, a step outside the job): they would land in the database
- * under a rank or step nobody ran. Returns the count kept, compacted at
- * the front of ev. */
-static size_t keep_valid(collector *c, trace_event *ev, size_t n) {
+/* Is e a record to keep? Otherwise why not, into why (n bytes). */
+typedef int (*record_check)(const collector *c, int ring_rank, const trace_event *e, char *why, size_t n);
+
+/* Keeps the records of ev that pass ok, compacted at its front, and
+ * returns their count; the others are refused and counted, the first of
+ * the job said on stderr with its reason. */
+static size_t keep_if(collector *c, trace_event *ev, size_t n, record_check ok, int ring_rank) {
     size_t k = 0;
+    char why[256];
     for (size_t i = 0; i < n; i++) {
-        const trace_event *e = &ev[i];
-        if (e->rank >= 0 && e->rank < c->cfg.world_size && e->step >= 0 &&
-            (c->cfg.steps <= 0 || e->step < c->cfg.steps)) {
-            if (k != i) ev[k] = *e;
+        if (ok(c, ring_rank, &ev[i], why, sizeof why)) {
+            if (k != i) ev[k] = ev[i];
             k++;
-            continue;
+        } else if (atomic_fetch_add(&c->rejected, 1) == 0) {
+            fprintf(stderr, "pprun collector: refusing trace records %s; counting the rest\n", why);
         }
-        if (atomic_fetch_add(&c->rejected, 1) == 0)
-            fprintf(stderr,
-                    "pprun collector: refusing trace records of rank %d step %d (the job has ranks 0..%d, %d steps); "
-                    "counting the rest\n",
-                    e->rank, e->step, c->cfg.world_size - 1, c->cfg.steps);
     }
     return k;
+}
+
+/* No rank of this job can have written a record of a rank outside the
+ * world or a step outside the job: it would land in the database under a
+ * rank or step nobody ran. */
+static int in_job(const collector *c, int ring_rank, const trace_event *e, char *why, size_t n) {
+    (void)ring_rank;
+    if (e->rank >= 0 && e->rank < c->cfg.world_size && e->step >= 0 && (c->cfg.steps <= 0 || e->step < c->cfg.steps))
+        return 1;
+    snprintf(why, n, "of rank %d step %d (the job has ranks 0..%d, %d steps)", e->rank, e->step,
+             c->cfg.world_size - 1, c->cfg.steps);
+    return 0;
+}
+
+/* A ring is its worker's alone (libpprun_trace and pprun's worker stamp
+ * the rank the launcher gave it), so a record in it that claims another
+ * rank is forged or garbage: stored under the rank it claims, it would let
+ * one rank write another's trace. */
+static int own_rank(const collector *c, int ring_rank, const trace_event *e, char *why, size_t n) {
+    (void)c;
+    if (e->rank == ring_rank) return 1;
+    snprintf(why, n, "that claim rank %d in rank %d's trace ring (a ring holds its own rank's records only)", e->rank,
+             ring_rank);
+    return 0;
 }
 
 /* Gives the local rings back every slot read so far (the master reads
@@ -329,7 +350,7 @@ static void flush(collector *c) {
 /* The n records just read into c->buf + c->nbuf join the staged ones
  * (those of this job). */
 static void stage(collector *c, size_t n) {
-    n = keep_valid(c, c->buf + c->nbuf, n);
+    n = keep_if(c, c->buf + c->nbuf, n, in_job, -1);
     if (n && !c->nbuf) c->staged_ns = pp_now_ns();
     c->nbuf += n;
     if (c->nbuf == BATCH_MAX) flush(c);
@@ -425,28 +446,6 @@ static void sum_dropped(collector *c) {
 
 /* The master peeks (flush releases what it stored); a forwarder reads
  * and releases at once, its frames being its records' way out. */
-/* Refuses the n records just read from slot's ring (at ev) that claim
- * another rank: a ring is its worker's alone (libpprun_trace and pprun's
- * worker stamp the rank the launcher gave it), so such a record is forged
- * or garbage, and storing it under the rank it claims would let one rank
- * write another's trace. Returns the count kept, compacted at ev. */
-static size_t keep_own(collector *c, const ring_slot *slot, trace_event *ev, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (ev[i].rank == slot->rank) {
-            if (k != i) ev[k] = ev[i];
-            k++;
-            continue;
-        }
-        if (atomic_fetch_add(&c->rejected, 1) == 0)
-            fprintf(stderr,
-                    "pprun collector: refusing trace records that claim rank %d in rank %d's trace ring (a ring "
-                    "holds its own rank's records only); counting the rest\n",
-                    ev[i].rank, slot->rank);
-    }
-    return k;
-}
-
 /* Says once that slot's ring was disabled (trace_ring_fault), naming its
  * rank; the first such fault is the job's to report (cfg.ring_fault). Its
  * lost records count as the rank's drops (sum_dropped). */
@@ -467,7 +466,7 @@ static void note_fault(collector *c, ring_slot *slot) {
 static size_t drain_one(collector *c, ring_slot *slot, trace_event *to, size_t max) {
     size_t n = c->cfg.db ? trace_ring_peek(slot->ring, to, max) : trace_ring_read(slot->ring, to, max);
     note_fault(c, slot);
-    return keep_own(c, slot, to, n);
+    return keep_if(c, to, n, own_rank, slot->rank);
 }
 
 static void drain_rings(collector *c) {
