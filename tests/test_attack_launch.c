@@ -808,6 +808,15 @@ static void assert_db_small(const char *db) {
     cr_assert_lt(size, 4ll << 20, "%s and its WAL hold %lld bytes", db, size);
 }
 
+/* After a job: no process of it left (10 s), its database small and
+ * whole; frees p. */
+static void assert_tidy(lt_proc *p, const char *db) {
+    assert_nothing_left(NULL, 0, db, 10);
+    assert_db_small(db);
+    assert_integrity_ok(db);
+    lt_free(p);
+}
+
 /* Rank 1 sets its ring's head to tail - 1 and exits 0: the launcher ends
  * by itself within seconds (it used to re-read "a ring's worth" forever),
  * exits 1, names rank 1 on stderr and in the job's row, keeps every record
@@ -823,10 +832,7 @@ Test(attack_launch, a_rank_that_corrupts_its_ring_header_is_named_and_the_job_en
                  1, "%s", job_row(db, 1));
     cr_assert_gt(q(db, 0, "SELECT dropped_events FROM ranks WHERE rank = 1"), 0);
     cr_assert_eq(q(db, -1, "SELECT dropped_events FROM ranks WHERE rank = 0"), 0);
-    assert_nothing_left(NULL, 0, db, 10);
-    assert_db_small(db);
-    assert_integrity_ok(db);
-    lt_free(&p);
+    assert_tidy(&p, db);
 }
 
 /* The same with the launcher SIGKILLed after it disabled the ring: its
@@ -865,8 +871,7 @@ Test(attack_launch, a_rank_cannot_write_another_ranks_trace) {
     run_ring_attack(&p, db, "forge", 0); /* no more rank 0 records than it wrote: none forged */
     lt_assert_has(p.err, "refusing trace records that claim rank 0 in rank 1's trace ring");
     cr_assert_eq(q(db, -1, "SELECT max(step) FROM events"), (RING_ATTACK_GOOD - 1) / 10);
-    assert_nothing_left(NULL, 0, db, 10);
-    lt_free(&p);
+    assert_tidy(&p, db);
 }
 
 /* Rank 1 tries to shrink its ring's memfd to one page (which made the
@@ -878,9 +883,7 @@ Test(attack_launch, a_rank_cannot_shrink_its_ring_under_the_launcher) {
     run_ring_attack(&p, db, "shrink", 0);
     cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'succeeded' AND exit_code = 0"), 1,
                  "%s", job_row(db, 1));
-    assert_nothing_left(NULL, 0, db, 10);
-    assert_integrity_ok(db);
-    lt_free(&p);
+    assert_tidy(&p, db);
 }
 
 /* Each rank records steps 0, 1 and 1e9 (a user's program has no step
@@ -899,7 +902,5 @@ Test(attack_launch, a_record_at_step_1e9_does_not_hang_the_launcher) {
     cr_assert_eq(q(db, -1, "SELECT count(*) FROM events WHERE step = %d", HUGE_STEP), 2);
     cr_assert_gt(q(db, 0, "SELECT count(*) FROM step_stats WHERE step = %d", HUGE_STEP), 0);
     cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'succeeded'"), 1, "%s", job_row(db, 1));
-    assert_nothing_left(NULL, 0, db, 10);
-    assert_db_small(db);
-    lt_free(&p);
+    assert_tidy(&p, db);
 }
