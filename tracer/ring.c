@@ -86,6 +86,7 @@ struct trace_ring {
     char fault[160];
     uint64_t dropped_at_fault;
     int64_t skew_ns; /* PPRUN_TEST_CLOCK_SKEW_NS, read once at attach */
+    uint64_t id;     /* the header's, read once: a producer that rewrites it cannot move the marks */
 };
 
 static size_t ring_bytes(uint64_t capacity) { return RING_HEADER_BYTES + capacity * sizeof(trace_event); }
@@ -157,7 +158,7 @@ int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err) {
     h->event_version = TRACE_EVENT_VERSION;
     h->event_size = sizeof(trace_event);
     h->capacity = cap;
-    h->id = ring_new_id();
+    h->id = r->id = ring_new_id();
     atomic_store_explicit(&h->head, 0, memory_order_relaxed);
     atomic_store_explicit(&h->tail, 0, memory_order_relaxed);
     atomic_store_explicit(&h->dropped, 0, memory_order_relaxed);
@@ -198,6 +199,7 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err) {
     r->mask = h->capacity - 1;
     r->cached_tail = atomic_load_explicit(&h->tail, memory_order_acquire);
     r->cursor = r->released = r->cached_tail;
+    r->id = h->id;
     const char *skew = getenv("PPRUN_TEST_CLOCK_SKEW_NS");
     if (skew && *skew) r->skew_ns = strtoll(skew, NULL, 10);
     *out = r;
@@ -281,7 +283,7 @@ size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max) {
 
 const char *trace_ring_fault(const trace_ring *ring) { return ring->fault[0] ? ring->fault : NULL; }
 
-uint64_t trace_ring_id(const trace_ring *ring) { return ring->hdr->id; }
+uint64_t trace_ring_id(const trace_ring *ring) { return ring->id; }
 uint64_t trace_ring_position(const trace_ring *ring) { return ring->cursor; }
 
 void trace_ring_skip_to(trace_ring *ring, uint64_t pos) {
