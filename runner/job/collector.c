@@ -444,8 +444,6 @@ static void sum_dropped(collector *c) {
     for (size_t i = 0; i < c->nrings; i++) c->ring_dropped[c->rings[i].rank] += trace_ring_dropped(c->rings[i].ring);
 }
 
-/* The master peeks (flush releases what it stored); a forwarder reads
- * and releases at once, its frames being its records' way out. */
 /* Says once that slot's ring was disabled (trace_ring_fault), naming its
  * rank; the first such fault is the job's to report (cfg.ring_fault). Its
  * lost records count as the rank's drops (sum_dropped). */
@@ -469,6 +467,8 @@ static size_t drain_one(collector *c, ring_slot *slot, trace_event *to, size_t m
     return keep_if(c, to, n, own_rank, slot->rank);
 }
 
+/* Every local ring into c->buf, a batch at a time, each ring's own
+ * rank's records only (drain_one). */
 static void drain_rings(collector *c) {
     size_t n, room, got;
     do {
