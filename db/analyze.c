@@ -448,7 +448,12 @@ int db_analyze_steps_below(db *d, int64_t job, int below, pp_err *err) {
     return db_analyze_steps_except(d, job, below, NULL, 0, err);
 }
 
-int db_analyze_steps_except(db *d, int64_t job, int below, const unsigned char *fresh, size_t nfresh, pp_err *err) {
+static int cmp_step(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int db_analyze_steps_except(db *d, int64_t job, int below, const int *fresh, size_t nfresh, pp_err *err) {
     sqlite3_stmt *st;
     /* Steps come off the events_by_step index without reading events. */
     if (sqlite3_prepare_v2(db_sqlite(d), "SELECT DISTINCT step FROM events WHERE job_id=?1 AND step < ?2 ORDER BY step",
@@ -479,7 +484,7 @@ int db_analyze_steps_except(db *d, int64_t job, int below, const unsigned char *
     analyzer *a = NULL;
     int ret = 0;
     for (size_t i = 0; i < n && ret == 0; i++)
-        if (steps[i] < 0 || (size_t)steps[i] >= nfresh || !fresh[steps[i]])
+        if (!nfresh || !bsearch(&steps[i], fresh, nfresh, sizeof *fresh, cmp_step))
             ret = (a || analyzer_open(d, &a, err) == 0) ? analyzer_step(a, job, steps[i], err) : -1;
     analyzer_close(a);
     free(steps);

@@ -97,11 +97,12 @@ void analyzer_close(analyzer *a);
 int db_analyze_job(db *d, int64_t job_id, pp_err *err);
 /* Every step below `below` that has events. */
 int db_analyze_steps_below(db *d, int64_t job_id, int below, pp_err *err);
-/* The same but the steps s < nfresh with fresh[s] set: those the caller
+/* The same but the nfresh steps of fresh (ascending): those the caller
  * analysed already and stored no event of since (the collector's live
  * analyses), whose rows would come out the same (a step's analysis reads
- * that step's events only). */
-int db_analyze_steps_except(db *d, int64_t job_id, int below, const unsigned char *fresh, size_t nfresh, pp_err *err);
+ * that step's events only). A list of steps, not a map indexed by step: a
+ * step may be as large as a user's program likes. */
+int db_analyze_steps_except(db *d, int64_t job_id, int below, const int *fresh, size_t nfresh, pp_err *err);
 /* 1 when each of the job's `ranks` ranks recorded its OPT of step (the
  * built-in worker's last op of a step: the step is whole even though no
  * rank went on to the next), 0 when not, -1 on a database error. */

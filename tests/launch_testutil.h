@@ -113,6 +113,28 @@ static inline int lt_wait_within(lt_proc *p, int seconds) {
     return 0;
 }
 
+/* 1 once the running p's stderr holds text (looked at every 50 ms, up to
+ * `seconds`); 0 if it did not by then, or p ended first (then collected,
+ * as lt_wait leaves it). */
+static inline int lt_stderr_has_within(lt_proc *p, const char *text, int seconds) {
+    char path[128];
+    snprintf(path, sizeof path, "%s/err.txt", p->dir);
+    for (int i = 0; i < seconds * 20; i++) {
+        size_t len;
+        char *err = lt_slurp(path, &len);
+        int has = strstr(err, text) != NULL;
+        free(err);
+        if (has) return 1;
+        int st;
+        if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
+            lt_collect(p, st);
+            return 0;
+        }
+        usleep(50000);
+    }
+    return 0;
+}
+
 static inline void lt_free(lt_proc *p) {
     free(p->out);
     free(p->err);

@@ -12,7 +12,11 @@
  *    killed while the job runs, during its start-up and during its end;
  *    one node of two killed leaves no process and no hung node 0;
  *  - a worker SIGKILLed at every phase of a step names that rank;
- *  - several jobs at once on one database.
+ *  - several jobs at once on one database;
+ *  - a rank that attacks its own trace ring: sets the header's head to
+ *    tail - 1 (the job ends by itself, naming the rank; the guard's
+ *    salvage too), shrinks the memfd (its ftruncate fails, nobody gets
+ *    SIGBUS), records at step 1e9 (no walk over a billion steps).
  * The store's port under garbage is tests/test_store_limits.c's. */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -23,6 +27,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -70,6 +77,70 @@ __attribute__((constructor)) static void rank_program(void) {
         if (f < 0 || write(f, text, (size_t)n) != n || close(f) != 0 || rename(tmp, path) != 0) _exit(5);
         usleep(10000);
     }
+}
+
+/* This test binary, run by `pprun run -- SELF` with RING_ATTACK_ENV set
+ * to a mode, is a rank that attacks its own trace ring (what a hostile or
+ * buggy user program can do, writing its memfd directly):
+ *  - scribble[-stay]: RING_ATTACK_GOOD F records each rank; then rank 1
+ *    waits until the launcher read its records and sets the header's head
+ *    to tail - 1; -stay: every rank then sleeps until killed;
+ *  - shrink: rank 1 first tries to ftruncate its ring to one page; if
+ *    that worked, it says its head is 3 (the launcher reads slots that
+ *    are gone: SIGBUS) and exits; else as scribble's healthy part;
+ *  - forge: as scribble's healthy part, then rank 1 writes as many
+ *    records claiming rank 0;
+ *  - bigstep: an F at steps 0, 1 and 1e9 each rank. */
+#define RING_ATTACK_ENV "PPRUN_ATTACK_RING"
+#define RING_ATTACK_GOOD 50
+#define HUGE_STEP 1000000000
+
+static void attack_record(trace_ring *ring, int rank, int step, int mb) {
+    uint64_t t = pp_now_ns();
+    trace_event ev = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = rank, .step = step,
+                      .microbatch = mb, .stage = rank, .peer = -1, .start_ns = t, .end_ns = t + 1000};
+    if (trace_ring_write(ring, &ev) != 1) _exit(4);
+}
+
+/* head := tail - 1, once the launcher took what the ring held (up to 10 s). */
+static void attack_scribble(int fd) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) _exit(6);
+    uint8_t *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) _exit(7);
+    volatile uint64_t *head = (volatile uint64_t *)(m + 64), *tail = (volatile uint64_t *)(m + 128);
+    for (int i = 0; i < 1000 && *tail != *head; i++) usleep(10000);
+    *head = *tail - 1;
+}
+
+__attribute__((constructor)) static void ring_attack_program(void) {
+    const char *mode = getenv(RING_ATTACK_ENV), *fd_text = getenv("PPRUN_TRACE_FD"), *rank_text = getenv("RANK");
+    if (!mode) return;
+    trace_ring *ring;
+    pp_err err;
+    if (!fd_text || !rank_text) _exit(3);
+    int fd = atoi(fd_text), rank = atoi(rank_text);
+    if (trace_ring_attach(fd, &ring, &err) != 0) _exit(3);
+    if (!strcmp(mode, "shrink") && rank == 1 && ftruncate(fd, 4096) == 0) {
+        /* it worked: the launcher's next read of slot 0 is past the end */
+        uint8_t *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m != MAP_FAILED) *(volatile uint64_t *)(m + 64) = 3;
+        sleep(2);
+        _exit(0);
+    }
+    if (!strcmp(mode, "bigstep")) {
+        attack_record(ring, rank, 0, 0);
+        attack_record(ring, rank, 1, 0);
+        attack_record(ring, rank, HUGE_STEP, 0);
+        _exit(0);
+    }
+    for (int i = 0; i < RING_ATTACK_GOOD; i++) attack_record(ring, rank, i / 10, i % 10);
+    if (!strcmp(mode, "forge") && rank == 1) /* as rank 0, a step further */
+        for (int i = 0; i < RING_ATTACK_GOOD; i++) attack_record(ring, 0, 5 + i / 10, i % 10);
+    if (!strncmp(mode, "scribble", 8) && rank == 1) attack_scribble(fd);
+    if (!strcmp(mode, "scribble-stay"))
+        for (;;) pause();
+    _exit(0);
 }
 
 /* --- helpers ---------------------------------------------------------------------- */
@@ -762,4 +833,140 @@ Test(attack_launch, a_run_id_from_the_store_is_checked_on_the_other_nodes) {
     lt_free(&p);
     store_close(c);
     store_server_stop(server);
+}
+
+/* --- a rank that attacks its own trace ring ---------------------------------------- */
+
+/* `pprun run --nproc-per-node 2 --db DB -- SELF` with the rank program's
+ * RING_ATTACK_ENV=mode, started. */
+static void start_ring_attack(lt_proc *p, const char *db, const char *mode) {
+    static char self[4096], env[64];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    cr_assert_gt(n, 0);
+    self[n] = '\0';
+    snprintf(env, sizeof env, RING_ATTACK_ENV "=%s", mode);
+    const char *args[] = {"run", "--nproc-per-node", "2", "--microbatches", "10", "--db", db,
+                          "--", self, NULL};
+    const char *envs[] = {env, NULL};
+    lt_start(p, args, envs);
+}
+
+/* Runs the rank program in `mode` to pprun's end (30 s at most), which
+ * must be exit `status`, with every record both ranks wrote as
+ * themselves in the database; leaves p collected for the caller's checks. */
+static void run_ring_attack(lt_proc *p, const char *db, const char *mode, int status) {
+    start_ring_attack(p, db, mode);
+    finish(p, 30, mode);
+    cr_assert_eq(p->status, status, "%s: exit %d:\n%s", mode, p->status, p->err);
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(q(db, -1, "SELECT count(*) FROM events WHERE rank = %d", r), RING_ATTACK_GOOD, "%s: rank %d",
+                     mode, r);
+}
+
+/* The database file and its WAL: a few hundred records are far below 4 MiB
+ * (the attack stored gigabytes of junk). */
+static void assert_db_small(const char *db) {
+    char wal[600];
+    snprintf(wal, sizeof wal, "%s-wal", db);
+    struct stat a, b;
+    cr_assert_eq(stat(db, &a), 0);
+    long long size = a.st_size + (stat(wal, &b) == 0 ? b.st_size : 0);
+    cr_assert_lt(size, 4ll << 20, "%s and its WAL hold %lld bytes", db, size);
+}
+
+/* After a job: no process of it left (10 s), its database small and
+ * whole; frees p. */
+static void assert_tidy(lt_proc *p, const char *db) {
+    assert_nothing_left(NULL, 0, db, 10);
+    assert_db_small(db);
+    assert_integrity_ok(db);
+    lt_free(p);
+}
+
+/* Rank 1 sets its ring's head to tail - 1 and exits 0: the launcher ends
+ * by itself within seconds (it used to re-read "a ring's worth" forever),
+ * exits 1, names rank 1 on stderr and in the job's row, keeps every record
+ * rank 0 wrote and the ones rank 1 wrote before, and counts rank 1's loss
+ * as its drops. */
+Test(attack_launch, a_rank_that_corrupts_its_ring_header_is_named_and_the_job_ends) {
+    const char *db = path_of("scribble.db");
+    lt_proc p;
+    run_ring_attack(&p, db, "scribble", 1);
+    lt_assert_has(p.err, "pprun collector: rank 1's trace ring is corrupt");
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'succeeded' AND exit_code = 1 AND "
+                          "failure LIKE '%%rank 1''s trace ring is corrupt%%'"),
+                 1, "%s", job_row(db, 1));
+    cr_assert_gt(q(db, 0, "SELECT dropped_events FROM ranks WHERE rank = 1"), 0);
+    cr_assert_eq(q(db, -1, "SELECT dropped_events FROM ranks WHERE rank = 0"), 0);
+    assert_tidy(&p, db);
+}
+
+/* The same with the launcher SIGKILLed after it disabled the ring: its
+ * guard's `pprun salvage` attaches the ring afresh, finds the same
+ * corrupt head, and ends within seconds too, recording the job's end
+ * (failed: the killed launcher, and rank 1's ring) and rank 0's records. */
+Test(attack_launch, a_corrupt_ring_does_not_keep_the_guard_salvaging_forever) {
+    const char *db = path_of("scribble-kill.db");
+    lt_proc p;
+    start_ring_attack(&p, db, "scribble-stay");
+    int said = lt_stderr_has_within(&p, "rank 1's trace ring is corrupt", 30);
+    if (!said && p.out) cr_assert_fail("pprun ended before it was killed (exit %d):\n%s", p.status, p.err);
+    cr_assert(said, "the launcher never found rank 1's ring corrupt");
+    pid_t pids[3] = {(pid_t)q(db, 0, "SELECT pid FROM ranks WHERE rank = 0"),
+                     (pid_t)q(db, 0, "SELECT pid FROM ranks WHERE rank = 1"), 0};
+    pids[2] = kill_launcher(&p, db);
+    cr_assert_gt(pids[2], 0, "the launcher had no guard");
+    assert_nothing_left(pids, 3, db, 20);
+    char like[160];
+    snprintf(like, sizeof like, "its launcher (pid %d on %%) was killed%%rank 1''s trace ring is corrupt%%", (int)p.pid);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'failed' AND failure LIKE '%s'", like),
+                 1, "%s", job_row(db, 1));
+    cr_assert_eq(q(db, -1, "SELECT count(*) FROM events WHERE rank = 0"), RING_ATTACK_GOOD);
+    cr_assert_eq(q(db, -1, "SELECT count(*) FROM events WHERE rank = 1"), RING_ATTACK_GOOD);
+    assert_db_small(db);
+    assert_integrity_ok(db);
+    lt_free(&p);
+}
+
+/* Rank 1 writes records that claim rank 0 into its own ring: they are
+ * refused and said on stderr, not stored as rank 0's; every real record
+ * of both ranks is kept. */
+Test(attack_launch, a_rank_cannot_write_another_ranks_trace) {
+    const char *db = path_of("forge.db");
+    lt_proc p;
+    run_ring_attack(&p, db, "forge", 0); /* no more rank 0 records than it wrote: none forged */
+    lt_assert_has(p.err, "refusing trace records that claim rank 0 in rank 1's trace ring");
+    cr_assert_eq(q(db, -1, "SELECT max(step) FROM events"), (RING_ATTACK_GOOD - 1) / 10);
+    assert_tidy(&p, db);
+}
+
+/* Rank 1 tries to shrink its ring's memfd to one page (which made the
+ * launcher die of SIGBUS at its next read): the ftruncate fails in the
+ * rank, and the job succeeds with both ranks' records. */
+Test(attack_launch, a_rank_cannot_shrink_its_ring_under_the_launcher) {
+    const char *db = path_of("shrink.db");
+    lt_proc p;
+    run_ring_attack(&p, db, "shrink", 0);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'succeeded' AND exit_code = 0"), 1,
+                 "%s", job_row(db, 1));
+    assert_tidy(&p, db);
+}
+
+/* Each rank records steps 0, 1 and 1e9 (a user's program has no step
+ * bound): the launcher ends within seconds (it used to walk the billion
+ * steps between, for hours), without a huge allocation, and step 1e9 is
+ * stored and analysed. */
+Test(attack_launch, a_record_at_step_1e9_does_not_hang_the_launcher) {
+    const char *db = path_of("bigstep.db");
+    lt_proc p;
+    start_ring_attack(&p, db, "bigstep");
+    finish(&p, 30, "bigstep");
+    cr_assert_eq(p.status, 0, "exit %d:\n%s", p.status, p.err);
+    struct rusage ru;
+    cr_assert_eq(getrusage(RUSAGE_CHILDREN, &ru), 0);
+    cr_assert_lt(ru.ru_maxrss, 256 * 1024, "the launcher grew to %ld KiB", ru.ru_maxrss);
+    cr_assert_eq(q(db, -1, "SELECT count(*) FROM events WHERE step = %d", HUGE_STEP), 2);
+    cr_assert_gt(q(db, 0, "SELECT count(*) FROM step_stats WHERE step = %d", HUGE_STEP), 0);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'succeeded'"), 1, "%s", job_row(db, 1));
+    assert_tidy(&p, db);
 }

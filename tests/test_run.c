@@ -537,16 +537,7 @@ Test(run, ctrl_c_after_the_job_ends_the_dashboard_and_tidies_the_database, .time
     lt_proc p;
     lt_start(&p, (const char *[]){"run", "--steps", "2", "--progress", "off", "--serve", listen, "--db", db, NULL},
              NULL);
-    char path[600];
-    snprintf(path, sizeof path, "%s/err.txt", p.dir);
-    int over = 0;
-    for (int i = 0; i < 600 && !over; i++) {
-        size_t len;
-        char *err = lt_slurp(path, &len);
-        over = err && strstr(err, "the job is over; the dashboard stays at");
-        free(err);
-        if (!over) usleep(100000);
-    }
+    int over = lt_stderr_has_within(&p, "the job is over; the dashboard stays at", 60);
     cr_assert(over, "the job did not end with its dashboard up");
     kill(p.pid, SIGINT);
     cr_assert(lt_wait_within(&p, 30), "pprun run went on after Ctrl-C");

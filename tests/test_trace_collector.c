@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -283,26 +284,38 @@ Test(trace_collector, skewed_node_measured_and_aligned_on_the_job_clock, .timeou
 /* A new database at tfix_path(name) with one job of 2 ranks, its
  * collector (draining every 1 ms) over one ring of rank 0, and the ring's
  * writer into *w. */
-static collector *one_ring_collector(const char *name, db **d, trace_ring **w) {
+/* A collector of a 2-rank job with a ring per rank, and the writers'
+ * ends of the rings in w: a record goes to its own rank's ring
+ * (w[ev.rank]), the only one the collector takes it from. The first
+ * corrupt ring is described in *fault (NULL: not wanted). */
+static collector *two_ring_collector_faults(const char *name, db **d, trace_ring *w[2], pp_err *fault) {
     pp_err err;
     cr_assert_eq(db_open(tfix_path(name), d, &err), 0, "%s", err.msg);
     collector *c;
-    collector_config cfg = {.db = *d, .job_id = tfix_job(*d), .world_size = 2, .interval_ns = 1000000};
+    if (fault) fault->msg[0] = '\0';
+    collector_config cfg = {
+        .db = *d, .job_id = tfix_job(*d), .world_size = 2, .interval_ns = 1000000, .ring_fault = fault};
     cr_assert_eq(collector_start(&cfg, &c, &err), 0, "%s", err.msg);
-    trace_ring *r;
-    cr_assert_eq(trace_ring_create(1024, &r, &err), 0, "%s", err.msg);
-    cr_assert_eq(collector_add_ring(c, 0, r, &err), 0, "%s", err.msg);
-    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), w, &err), 0, "%s", err.msg);
+    for (int rank = 0; rank < 2; rank++) {
+        trace_ring *r;
+        cr_assert_eq(trace_ring_create(1024, &r, &err), 0, "%s", err.msg);
+        cr_assert_eq(collector_add_ring(c, rank, r, &err), 0, "%s", err.msg);
+        cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w[rank], &err), 0, "%s", err.msg);
+    }
     return c;
+}
+
+static collector *two_ring_collector(const char *name, db **d, trace_ring *w[2]) {
+    return two_ring_collector_faults(name, d, w, NULL);
 }
 
 /* Training that diverges writes NaN and Inf losses; SQLite stores NaN as
  * NULL. Tracing must go on: later batches land, the collector stays healthy. */
 Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
     db *d;
-    trace_ring *w;
+    trace_ring *w[2];
     pp_err err;
-    collector *c = one_ring_collector("nan.db", &d, &w);
+    collector *c = two_ring_collector("nan.db", &d, w);
     const double bad[3] = {NAN, INFINITY, -INFINITY};
     uint64_t want = 0;
     for (int s = 0; s < 4; s++) {
@@ -310,7 +323,7 @@ Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
         size_t n = tfix_events(s, 1000000 + s * 1000000ll, ev);
         for (size_t i = 0; i < n; i++) {
             if (ev[i].phase == TRACE_LOSS && s < 3) ev[i].value = bad[s];
-            trace_ring_write(w, &ev[i]);
+            trace_ring_write(w[ev[i].rank], &ev[i]);
         }
         want += n;
         /* One batch per step: wait until this one is in. */
@@ -318,7 +331,8 @@ Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
         cr_assert_eq(collector_count(c), want, "step %d's batch was ingested", s);
         cr_assert_eq(collector_error(c, &err), 0, "the collector is still healthy: %s", err.msg);
     }
-    trace_ring_close(w);
+    trace_ring_close(w[0]);
+    trace_ring_close(w[1]);
     cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
     sqlite3 *s = db_sqlite(d);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 4 * 14);
@@ -333,14 +347,14 @@ Test(trace_collector, nan_and_inf_losses_do_not_stop_tracing, .timeout = 60) {
  * attempt; the final pass skips only the steps nothing came to since. */
 Test(trace_collector, a_step_stored_into_after_its_analysis_is_analysed_again, .timeout = 60) {
     db *d;
-    trace_ring *w;
+    trace_ring *w[2];
     pp_err err;
-    collector *c = one_ring_collector("again.db", &d, &w);
+    collector *c = two_ring_collector("again.db", &d, w);
     trace_event ev[32];
     uint64_t want = 0;
     for (int s = 0; s < 3; s++) {
         size_t n = tfix_events(s, 1000000 + s * 1000000ll, ev);
-        for (size_t i = 0; i < n; i++) trace_ring_write(w, &ev[i]);
+        for (size_t i = 0; i < n; i++) trace_ring_write(w[ev[i].rank], &ev[i]);
         want += n;
     }
     /* Steps 0 and 1 are analysed in the round that stores them, before the
@@ -353,9 +367,10 @@ Test(trace_collector, a_step_stored_into_after_its_analysis_is_analysed_again, .
         ev[i].attempt = 1;
         ev[i].start_ns = 10000000 + 2 * (ev[i].start_ns - 10000000);
         ev[i].end_ns = 10000000 + 2 * (ev[i].end_ns - 10000000);
-        trace_ring_write(w, &ev[i]);
+        trace_ring_write(w[ev[i].rank], &ev[i]);
     }
-    trace_ring_close(w);
+    trace_ring_close(w[0]);
+    trace_ring_close(w[1]);
     cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
     sqlite3 *s = db_sqlite(d);
     cr_assert_eq(tfix_q_int(s, "SELECT sum(bubble_ns) FROM step_stats WHERE step = 0"), 2 * 71000,
@@ -631,4 +646,98 @@ Test(trace_collector, records_stored_and_not_released_are_not_stored_again) {
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM (SELECT DISTINCT step, microbatch FROM events)"), 1000);
     db_close(d);
     trace_ring_close(ring);
+}
+
+/* Waits (up to 5 s) until c ingested `want` records. */
+static void wait_count(collector *c, uint64_t want) {
+    for (int k = 0; k < 5000 && collector_count(c) < want; k++) usleep(1000);
+    cr_assert_eq(collector_count(c), want);
+}
+
+/* A ring is its rank's: the records in rank 1's ring that claim rank 0
+ * are refused and counted, not stored as rank 0's; its own are kept. */
+Test(trace_collector, records_in_a_ring_that_claim_another_rank_are_refused, .timeout = 60) {
+    db *d;
+    trace_ring *w[2];
+    pp_err err;
+    collector *c = two_ring_collector("forgery.db", &d, w);
+    for (int i = 0; i < 10; i++) {
+        trace_event e = tfix_one_f(i % 2 ? 1 : 0, 1, 0); /* half of them claim rank 0 */
+        e.microbatch = i;
+        trace_ring_write(w[1], &e);
+    }
+    wait_count(c, 5);
+    trace_ring_close(w[0]);
+    trace_ring_close(w[1]);
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events WHERE rank = 0"), 0, "nothing forged");
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events WHERE rank = 1"), 5);
+    db_close(d);
+}
+
+/* Rank 1 sets its ring's head to tail - 1: its ring is disabled at once
+ * (the collector reads no junk, loops on nothing), named in ring_fault,
+ * its drops counted; rank 0's records before and after are all stored,
+ * and the collector stops at once. */
+Test(trace_collector, a_corrupt_ring_is_disabled_and_the_other_ranks_go_on, .timeout = 60) {
+    db *d;
+    trace_ring *w[2];
+    pp_err err, fault;
+    collector *c = two_ring_collector_faults("corrupt.db", &d, w, &fault);
+    for (int rank = 0; rank < 2; rank++) {
+        trace_event e = tfix_one_f(rank, rank, 0);
+        trace_ring_write(w[rank], &e);
+    }
+    wait_count(c, 2);
+    tfix_scribble_head(trace_ring_fd(w[1]), 0); /* 1 - 1 */
+    for (int i = 1; i <= 100; i++) {
+        trace_event e = tfix_one_f(0, 0, i);
+        trace_ring_write(w[0], &e);
+    }
+    wait_count(c, 102);
+    uint64_t t0 = pp_now_ns();
+    cr_assert_eq(collector_stop(c, &err), 0, "a corrupt ring is no collector error: %s", err.msg);
+    cr_assert_lt(pp_now_ns() - t0, 3000000000ull, "the stop took %.1f s", (double)(pp_now_ns() - t0) / 1e9);
+    cr_assert(strstr(fault.msg, "rank 1's trace ring is corrupt"), "%s", fault.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE rank = 0"), 101);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE rank = 1"), 1, "what it wrote before");
+    cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks WHERE rank = 1"), 1024, "at most a ring's worth");
+    cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks WHERE rank = 0"), 0);
+    trace_ring_close(w[0]);
+    trace_ring_close(w[1]);
+    db_close(d);
+}
+
+/* A job without a step bound (a user's program) whose ranks record steps
+ * 0, 1, 1e9 and 1e9 + 1: step 1e9 is analysed while the job runs like
+ * any other, without walking the billion empty steps before it. */
+Test(trace_collector, a_record_at_a_huge_step_costs_one_analysis, .timeout = 60) {
+    db *d;
+    trace_ring *w[2];
+    pp_err err;
+    collector *c = two_ring_collector("huge.db", &d, w);
+    const int steps[] = {0, 1, 1000000000, 1000000001};
+    for (size_t k = 0; k < 4; k++) {
+        trace_event ev[32];
+        size_t n = tfix_events(steps[k] % 2, 1000000 + (int64_t)k * 1000000, ev);
+        for (size_t i = 0; i < n; i++) {
+            ev[i].step = steps[k];
+            trace_ring_write(w[ev[i].rank], &ev[i]);
+        }
+    }
+    sqlite3 *rd;
+    cr_assert_eq(db_open_readonly(tfix_path("huge.db"), &rd, &err), 0, "%s", err.msg);
+    int64_t seen = 0;
+    for (int i = 0; i < 500 && !seen; i++, usleep(10000))
+        seen = tfix_q_int(rd, "SELECT count(*) FROM step_stats WHERE step = 1000000000");
+    cr_assert_gt(seen, 0, "step 1e9 was not analysed within 5 s while the job ran");
+    sqlite3_close(rd);
+    trace_ring_close(w[0]);
+    trace_ring_close(w[1]);
+    uint64_t t0 = pp_now_ns();
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    cr_assert_lt(pp_now_ns() - t0, 3000000000ull, "the stop took %.1f s", (double)(pp_now_ns() - t0) / 1e9);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(DISTINCT step) FROM step_stats"), 4);
+    db_close(d);
 }

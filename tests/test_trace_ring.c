@@ -1,7 +1,11 @@
 /* test_trace_ring.c: the shared-memory trace ring between real processes:
  * nothing lost or duplicated, wrap-around, drops counted, no torn record
- * after a producer is killed mid-write, version check on attach. */
+ * after a producer is killed mid-write, version check on attach; a
+ * worker that scribbles over the header or shrinks the memfd harms only
+ * its own trace. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -10,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/trace_fixture.h"
 #include "tracer/ring.h"
 
 /* A record whose every field derives from i, with a checksum over them in
@@ -222,5 +227,88 @@ Test(trace_ring, worker_side_test_clock_skew_shifts_timestamps) {
     cr_assert_eq(out.start_ns, 750);
     cr_assert_eq(out.end_ns, 1750);
     trace_ring_close(w);
+    trace_ring_close(r);
+}
+
+/* A head no producer could have written disables the ring for good: a
+ * peek reads nothing (not "a ring's worth" again and again), the fault
+ * says why, and the drops count the lost records (at most a ring's worth). */
+Test(trace_ring, a_corrupt_head_disables_the_ring_instead_of_reading_forever) {
+    static const struct {
+        uint64_t head;
+        const char *why;
+        uint64_t dropped;
+    } cases[] = {
+        {2, "head moved back", 16},           /* behind the 3 records read */
+        {3 + 17, "more records pending", 16}, /* tail 3: 17 pending in 16 slots */
+        {UINT64_MAX, "head moved back", 16},  /* 0 - 1, the attack's */
+        {1ull << 62, "more records pending", 16},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        trace_ring *r, *w;
+        pp_err err;
+        cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
+        cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+        trace_event e, out[64];
+        for (uint64_t i = 0; i < 3; i++) {
+            make(&e, i, 0);
+            trace_ring_write(w, &e);
+        }
+        cr_assert_eq(trace_ring_read(r, out, 64), 3);
+        cr_assert_null(trace_ring_fault(r));
+        tfix_scribble_head(trace_ring_fd(r), cases[k].head);
+        for (int round = 0; round < 5; round++) cr_assert_eq(trace_ring_read(r, out, 64), 0, "case %zu", k);
+        const char *why = trace_ring_fault(r);
+        cr_assert_not_null(why, "case %zu: no fault", k);
+        cr_assert(strstr(why, cases[k].why), "case %zu: %s", k, why);
+        cr_assert_eq(trace_ring_dropped(r), cases[k].dropped, "case %zu", k);
+        cr_assert_eq(trace_ring_pending(r), 0);
+        trace_ring_close(w);
+        trace_ring_close(r);
+    }
+}
+
+/* A consistent head is read as before: exactly the records between. */
+Test(trace_ring, a_scribbled_but_possible_head_reads_at_most_a_ring) {
+    trace_ring *r;
+    pp_err err;
+    cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
+    tfix_scribble_head(trace_ring_fd(r), 16);
+    trace_event out[64];
+    cr_assert_eq(trace_ring_read(r, out, 64), 16);
+    cr_assert_eq(trace_ring_read(r, out, 64), 0, "the second read finds nothing new");
+    cr_assert_null(trace_ring_fault(r));
+    trace_ring_close(r);
+}
+
+/* The memfd's size is sealed before any worker gets it: a worker's
+ * ftruncate fails (no SIGBUS for the launcher), and a worker still maps
+ * and writes the ring. */
+Test(trace_ring, a_worker_cannot_shrink_or_grow_the_ring) {
+    trace_ring *r;
+    pp_err err;
+    cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
+    int fd = trace_ring_fd(r);
+    int seals = fcntl(fd, F_GET_SEALS);
+    cr_assert_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL,
+                 "seals %#x", seals);
+    pid_t pid = fork();
+    if (pid == 0) {
+        trace_ring *w;
+        pp_err e2;
+        if (trace_ring_attach(fd, &w, &e2) != 0) _exit(3);
+        if (ftruncate(fd, 4096) == 0 || errno != EPERM) _exit(4);
+        if (ftruncate(fd, 1 << 30) == 0 || errno != EPERM) _exit(5);
+        if (fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE) == 0) _exit(6);
+        trace_event e;
+        make(&e, 7, 0);
+        _exit(trace_ring_write(w, &e) == 1 ? 0 : 7);
+    }
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the worker's check %d failed", WEXITSTATUS(st));
+    trace_event out[4];
+    cr_assert_eq(trace_ring_read(r, out, 4), 1);
+    cr_assert_eq(out[0].start_ns, 7);
     trace_ring_close(r);
 }

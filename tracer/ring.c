@@ -21,11 +21,23 @@
  * Until then the slots stay the ring's, so a consumer killed in between
  * leaves them to the next one (`pprun salvage`), which starts at tail or,
  * where the store says it already holds them, at the position it stored
- * with them (trace_ring_skip_to). The ring's `id` names it in the store. */
+ * with them (trace_ring_skip_to). The ring's `id` names it in the store.
+ *
+ * The producer is a user's program, buggy or hostile, and can write
+ * anything into the shared memory: the consumer trusts none of it but the
+ * records' bytes. It reads the header's tail once, at attach, then keeps
+ * its own (`released`); a head that no producer could have written (more
+ * than a ring's worth past that tail, or behind what was read) disables
+ * the ring for good (trace_ring_fault): reading "a ring's worth" of a
+ * corrupt head again and again never ends. Nor can the producer change
+ * the memory's size: the memfd is sealed before any worker gets it, so a
+ * shrink that would SIGBUS the launcher fails in the worker. */
 #include "tracer/ring.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -66,7 +78,15 @@ struct trace_ring {
     uint64_t cached_tail;
     /* Consumer-local: the next record trace_ring_peek copies; tail <= cursor <= head. */
     uint64_t cursor;
+    /* Consumer-local: the tail it last published (the shared one is the
+     * producer's to scribble over too). */
+    uint64_t released;
+    /* Consumer-local, once the header proved corrupt: why (fault[0] != 0),
+     * and the drop count it stays at (trace_ring_dropped). */
+    char fault[160];
+    uint64_t dropped_at_fault;
     int64_t skew_ns; /* PPRUN_TEST_CLOCK_SKEW_NS, read once at attach */
+    uint64_t id;     /* the header's, read once: a producer that rewrites it cannot move the marks */
 };
 
 static size_t ring_bytes(uint64_t capacity) { return RING_HEADER_BYTES + capacity * sizeof(trace_event); }
@@ -95,6 +115,17 @@ static int ring_map(int fd, size_t bytes, trace_ring **out, pp_err *err) {
     return 0;
 }
 
+/* The ring's size is fixed for good before any worker gets the fd: a
+ * worker that shrank it would make the launcher's next read of the lost
+ * pages (and the dashboard's, and the guard's) die of SIGBUS. F_SEAL_SEAL:
+ * nor can it add F_SEAL_FUTURE_WRITE, which would keep a restarted worker
+ * and `pprun salvage` from mapping the ring writable. */
+static int ring_seal(int fd, pp_err *err) {
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0)
+        return pp_fail(err, "trace ring: cannot seal the memfd's size: %s", strerror(errno));
+    return 0;
+}
+
 int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err) {
     if (capacity == 0 || capacity > RING_MAX_CAPACITY)
         return pp_fail(err, "trace ring: capacity %zu out of range; accepted: 1 to %llu records", capacity,
@@ -103,13 +134,17 @@ int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err) {
     while (cap < capacity) cap <<= 1;
     /* Close-on-exec: the launcher passes each ring to its own worker only
      * (launch_env_pass_fd). */
-    int fd = memfd_create("pprun-trace-ring", MFD_CLOEXEC);
+    int fd = memfd_create("pprun-trace-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) return pp_fail(err, "trace ring: memfd_create failed: %s", strerror(errno));
     size_t bytes = ring_bytes(cap);
     if (ftruncate(fd, (off_t)bytes) != 0) {
         int e = errno;
         close(fd);
         return pp_fail(err, "trace ring: cannot size the memfd to %zu bytes: %s", bytes, strerror(e));
+    }
+    if (ring_seal(fd, err) != 0) {
+        close(fd);
+        return -1;
     }
     trace_ring *r;
     if (ring_map(fd, bytes, &r, err) != 0) {
@@ -123,7 +158,7 @@ int trace_ring_create(size_t capacity, trace_ring **out, pp_err *err) {
     h->event_version = TRACE_EVENT_VERSION;
     h->event_size = sizeof(trace_event);
     h->capacity = cap;
-    h->id = ring_new_id();
+    h->id = r->id = ring_new_id();
     atomic_store_explicit(&h->head, 0, memory_order_relaxed);
     atomic_store_explicit(&h->tail, 0, memory_order_relaxed);
     atomic_store_explicit(&h->dropped, 0, memory_order_relaxed);
@@ -163,7 +198,8 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err) {
     }
     r->mask = h->capacity - 1;
     r->cached_tail = atomic_load_explicit(&h->tail, memory_order_acquire);
-    r->cursor = r->cached_tail;
+    r->cursor = r->released = r->cached_tail;
+    r->id = h->id;
     const char *skew = getenv("PPRUN_TEST_CLOCK_SKEW_NS");
     if (skew && *skew) r->skew_ns = strtoll(skew, NULL, 10);
     *out = r;
@@ -192,17 +228,37 @@ int trace_ring_write(trace_ring *ring, const trace_event *ev) {
     return 1;
 }
 
+/* Disables the ring: from now on it reads nothing and its drop count
+ * stays where it is, plus the records the header claims were unread (at
+ * least one, at most a ring's worth: how many is what was corrupted). */
+static void ring_disable(trace_ring *ring, uint64_t head, const char *why) {
+    uint64_t claimed = head - ring->cursor, cap = ring->mask + 1;
+    uint64_t lost = claimed == 0 ? 1 : claimed > cap ? cap : claimed;
+    ring->dropped_at_fault = atomic_load_explicit(&ring->hdr->dropped, memory_order_relaxed) + lost;
+    snprintf(ring->fault, sizeof ring->fault, "its header says head %llu with tail %llu and %llu slots: %s",
+             (unsigned long long)head, (unsigned long long)ring->released, (unsigned long long)cap, why);
+}
+
+/* The producer's head, or -1 (the ring disabled) when no producer could
+ * have written it: it only moves forward, from what was read, and never
+ * more than a ring's worth past the tail this consumer published. */
+static int ring_head(trace_ring *ring, uint64_t *head_out) {
+    if (ring->fault[0]) return -1;
+    uint64_t head = atomic_load_explicit(&ring->hdr->head, memory_order_acquire);
+    if ((int64_t)(ring->cursor - head) > 0) /* tail - 1 is behind, not 2^64 - 1 records ahead */
+        ring_disable(ring, head, "head moved back past records already read");
+    else if (head - ring->released > ring->mask + 1)
+        ring_disable(ring, head, "more records pending than the ring holds");
+    if (ring->fault[0]) return -1;
+    *head_out = head;
+    return 0;
+}
+
 size_t trace_ring_peek(trace_ring *ring, trace_event *dst, size_t max) {
-    ring_header *h = ring->hdr;
-    uint64_t tail = atomic_load_explicit(&h->tail, memory_order_relaxed);
-    uint64_t head = atomic_load_explicit(&h->head, memory_order_acquire);
-    /* A corrupted head (a worker scribbling over its own mapping) must not
-     * make us read past the ring: at most a ring's worth past tail. */
-    uint64_t end = head - tail > ring->mask + 1 ? tail + ring->mask + 1 : head;
+    uint64_t head;
+    if (ring_head(ring, &head) != 0) return 0;
     uint64_t from = ring->cursor;
-    if (from - tail > end - tail) /* outside [tail, end]: behind tail (reads from there) or past a corrupt head */
-        from = (int64_t)(from - tail) < 0 ? tail : end;
-    size_t n = end - from < max ? (size_t)(end - from) : max;
+    size_t n = head - from < max ? (size_t)(head - from) : max;
     for (size_t i = 0; i < n;) {
         uint64_t idx = (from + i) & ring->mask;
         size_t run = (size_t)(ring->mask + 1 - idx); /* contiguous until the wrap */
@@ -215,6 +271,7 @@ size_t trace_ring_peek(trace_ring *ring, trace_event *dst, size_t max) {
 }
 
 void trace_ring_release(trace_ring *ring) {
+    ring->released = ring->cursor;
     atomic_store_explicit(&ring->hdr->tail, ring->cursor, memory_order_release);
 }
 
@@ -224,26 +281,33 @@ size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max) {
     return n;
 }
 
-uint64_t trace_ring_id(const trace_ring *ring) { return ring->hdr->id; }
+const char *trace_ring_fault(const trace_ring *ring) { return ring->fault[0] ? ring->fault : NULL; }
+
+uint64_t trace_ring_id(const trace_ring *ring) { return ring->id; }
 uint64_t trace_ring_position(const trace_ring *ring) { return ring->cursor; }
 
 void trace_ring_skip_to(trace_ring *ring, uint64_t pos) {
-    uint64_t head = atomic_load_explicit(&ring->hdr->head, memory_order_acquire);
+    uint64_t head;
+    if (ring_head(ring, &head) != 0) return;
     /* only forward, and never past what was written */
     if (pos - ring->cursor <= head - ring->cursor) ring->cursor = pos;
     trace_ring_release(ring);
 }
 
 size_t trace_ring_pending(const trace_ring *ring) {
+    if (ring->fault[0]) return 0;
     uint64_t tail = atomic_load_explicit(&ring->hdr->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&ring->hdr->head, memory_order_acquire);
+    /* the producer's side: its cursor stays where it attached */
     uint64_t from = ring->cursor - tail <= head - tail ? ring->cursor : tail;
-    return (size_t)(head - from);
+    uint64_t pending = head - from;
+    return pending <= ring->mask + 1 ? (size_t)pending : 0; /* a corrupt head: the consumer's next peek says so */
 }
 
 size_t trace_ring_capacity(const trace_ring *ring) { return (size_t)(ring->mask + 1); }
 
 uint64_t trace_ring_dropped(const trace_ring *ring) {
+    if (ring->fault[0]) return ring->dropped_at_fault;
     return atomic_load_explicit(&ring->hdr->dropped, memory_order_relaxed);
 }
 

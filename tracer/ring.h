@@ -1,7 +1,9 @@
 /* ring.h: the per-rank trace ring in shared memory (docs/design.md §1, §6).
  *
  * The launcher creates one ring per local rank (an anonymous memfd, so nothing
- * is left in /dev/shm when it dies) and keeps it mapped; the worker maps the
+ * is left in /dev/shm when it dies, sealed against shrinking and growing
+ * so that no worker can pull pages from under the launcher's mapping) and
+ * keeps it mapped; the worker maps the
  * same memory from the fd the launcher passes it (env PPRUN_TRACE_FD). Single producer
  * (the worker), single consumer (the collector). A record becomes visible
  * only when complete; a full ring counts a drop and never blocks. Because
@@ -49,6 +51,14 @@ size_t trace_ring_peek(trace_ring *ring, trace_event *dst, size_t max);
 void trace_ring_release(trace_ring *ring);
 size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max);
 uint64_t trace_ring_position(const trace_ring *ring);
+/* NULL while the ring is healthy; once a peek (or skip) found a header no
+ * producer could have written (a head more than a ring's worth past the
+ * tail, or behind what was read: a worker scribbling over its own
+ * mapping), why, and the ring is disabled for good: peek reads nothing
+ * more, and trace_ring_dropped stays at what the producer had counted
+ * plus the records the header claimed unread (at least 1, at most the
+ * capacity). The consumer never trusts the shared tail after attach. */
+const char *trace_ring_fault(const trace_ring *ring);
 /* Moves the cursor forward to pos (never back, never past what was
  * written; otherwise it stays) and releases. */
 void trace_ring_skip_to(trace_ring *ring, uint64_t pos);

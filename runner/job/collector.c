@@ -68,6 +68,7 @@ typedef struct ring_slot {
     int rank;
     trace_ring *ring;
     uint64_t stored; /* master: the ring's position in ring_marks (or where it was added) */
+    int fault_said;  /* its fault (trace_ring_fault) was said on stderr */
 } ring_slot;
 
 struct collector {
@@ -107,12 +108,19 @@ struct collector {
     int *pid;              /* under mu: the pid of the rank's latest attempt on this node (collector_set_pid) */
     int *pid_recorded;     /* the pid in `ranks` (master), or the last forwarded (other nodes) */
     int analyzed;          /* steps below this were analysed */
-    /* fresh[s] (s < nfresh): step s was analysed live and no event of it
-     * was stored since, so collector_stop's final pass leaves it alone
-     * (analysing every step twice was a sixth of the launcher's CPU for
-     * tracing, docs/design.md §6 "What tracing costs"). */
-    unsigned char *fresh;
-    size_t nfresh;
+    /* The steps at or past `analyzed` that stored events have, as they
+     * came (sorted, each once, by analyze_ready_steps): the live analyses
+     * visit those only, so a record at step 1e9 costs one analysis, not a
+     * walk over a billion empty steps (a user's program has no step bound). */
+    int *todo;
+    size_t ntodo, todocap;
+    /* Ascending: the steps analysed live that got no event since (a late
+     * one clears its fresh_ok), which collector_stop's final pass leaves
+     * alone (analysing every step twice was a sixth of the launcher's CPU
+     * for tracing, docs/design.md §6 "What tracing costs"). */
+    int *fresh;
+    unsigned char *fresh_ok;
+    size_t nfresh, freshcap;
     analyzer *an;          /* master: the live analyses' statements, opened at the first step */
     atomic_int last_step_cut; /* collector_last_step_cut: the steps no rank moved past are not analysed at the end */
     size_t next_ring; /* where the next drain starts: no ring starves the others */
@@ -143,60 +151,133 @@ static int has_failed(collector *c) {
 
 /* ---- master side: into the database ---------------------------------- */
 
-/* Step s was just analysed. Without memory for the mark the final pass
- * analyses it again, as it would any step. */
+/* Step s (above every step marked before) was just analysed. Without
+ * memory for the mark the final pass analyses it again, as it would any
+ * step. */
 static void mark_fresh(collector *c, int s) {
-    if ((size_t)s >= c->nfresh) {
-        size_t n = c->nfresh ? 2 * c->nfresh : 64;
-        while (n <= (size_t)s) n *= 2;
-        unsigned char *f = realloc(c->fresh, n);
-        if (!f) return;
-        memset(f + c->nfresh, 0, n - c->nfresh);
-        c->fresh = f, c->nfresh = n;
+    if (c->nfresh == c->freshcap) {
+        size_t n = c->freshcap ? 2 * c->freshcap : 64;
+        int *f = realloc(c->fresh, n * sizeof *f);
+        if (f) c->fresh = f;
+        unsigned char *ok = f ? realloc(c->fresh_ok, n) : NULL;
+        if (ok) c->fresh_ok = ok;
+        if (!f || !ok) return;
+        c->freshcap = n;
     }
-    c->fresh[s] = 1;
+    c->fresh[c->nfresh] = s;
+    c->fresh_ok[c->nfresh++] = 1;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* An event of step s was stored: s is analysed again at the end if it
+ * was analysed live (a restart ran it twice), or waits for its turn. */
+static void note_step(collector *c, int s) {
+    if (s < c->analyzed) {
+        int *f = c->nfresh ? bsearch(&s, c->fresh, c->nfresh, sizeof *c->fresh, cmp_int) : NULL;
+        if (f) c->fresh_ok[f - c->fresh] = 0;
+        return;
+    }
+    if (c->ntodo && c->todo[c->ntodo - 1] == s) return; /* a step's events come in runs */
+    if (c->ntodo == c->todocap) {
+        size_t n = c->todocap ? 2 * c->todocap : 64;
+        int *t = realloc(c->todo, n * sizeof *t);
+        if (!t) return; /* the final pass analyses it */
+        c->todo = t, c->todocap = n;
+    }
+    c->todo[c->ntodo++] = s;
+}
+
+/* c->todo sorted, each step once. */
+static void sort_todo(collector *c) {
+    if (c->ntodo < 2) return;
+    qsort(c->todo, c->ntodo, sizeof *c->todo, cmp_int);
+    size_t k = 1;
+    for (size_t i = 1; i < c->ntodo; i++)
+        if (c->todo[i] != c->todo[k - 1]) c->todo[k++] = c->todo[i];
+    c->ntodo = k;
 }
 
 static void analyze_ready_steps(collector *c) {
     int lo = INT32_MAX;
     for (int r = 0; r < c->cfg.world_size; r++)
         if (c->max_step[r] < lo) lo = c->max_step[r];
-    /* Every rank moved past step s: its events are all in. */
-    for (; c->analyzed < lo && !has_failed(c); c->analyzed++) {
+    if (lo <= c->analyzed) return;
+    /* Every rank moved past step s: its events are all in. Steps without
+     * events have nothing to analyse. */
+    sort_todo(c);
+    size_t i = 0;
+    for (; i < c->ntodo && c->todo[i] < lo && !has_failed(c); i++) {
+        int step = c->todo[i];
         pp_err e;
         uint64_t t0 = pp_now_ns();
-        if ((!c->an && analyzer_open(c->cfg.db, &c->an, &e) != 0) ||
-            analyzer_step(c->an, c->cfg.job_id, c->analyzed, &e) != 0) {
+        if ((!c->an && analyzer_open(c->cfg.db, &c->an, &e) != 0) || analyzer_step(c->an, c->cfg.job_id, step, &e) != 0) {
             set_error(c, &e);
         } else {
-            mark_fresh(c, c->analyzed);
-            if (c->cfg.step_analyzed) c->cfg.step_analyzed(c->cfg.step_analyzed_ctx, c->cfg.db, c->analyzed);
+            mark_fresh(c, step);
+            if (c->cfg.step_analyzed) c->cfg.step_analyzed(c->cfg.step_analyzed_ctx, c->cfg.db, step);
         }
         atomic_fetch_add(&c->analyze_ns, pp_now_ns() - t0);
     }
+    memmove(c->todo, c->todo + i, (c->ntodo - i) * sizeof *c->todo);
+    c->ntodo -= i;
+    c->analyzed = lo;
 }
 
-/* Drops the records no rank of this job can have written (a rank outside
- * the world, a step outside the job): they would land in the database and,
- * with a huge step, make analyze_ready_steps loop for ages. Returns the
- * count kept, compacted at the front of ev. */
-static size_t keep_valid(collector *c, trace_event *ev, size_t n) {
+/* The steps analysed live that got no event since, ascending, for the
+ * final pass (in place of c->fresh; c->fresh_ok is spent). */
+static size_t fresh_steps(collector *c) {
     size_t k = 0;
+    for (size_t i = 0; i < c->nfresh; i++)
+        if (c->fresh_ok[i]) c->fresh[k++] = c->fresh[i];
+    return k;
+}
+
+/* Is e a record to keep? Otherwise why not, into why (n bytes). */
+typedef int (*record_check)(const collector *c, int ring_rank, const trace_event *e, char *why, size_t n);
+
+/* Keeps the records of ev that pass ok, compacted at its front, and
+ * returns their count; the others are refused and counted, the first of
+ * the job said on stderr with its reason. */
+static size_t keep_if(collector *c, trace_event *ev, size_t n, record_check ok, int ring_rank) {
+    size_t k = 0;
+    char why[256];
     for (size_t i = 0; i < n; i++) {
-        const trace_event *e = &ev[i];
-        if (e->rank >= 0 && e->rank < c->cfg.world_size && e->step >= 0 &&
-            (c->cfg.steps <= 0 || e->step < c->cfg.steps)) {
-            if (k != i) ev[k] = *e;
+        if (ok(c, ring_rank, &ev[i], why, sizeof why)) {
+            if (k != i) ev[k] = ev[i];
             k++;
-            continue;
+        } else if (atomic_fetch_add(&c->rejected, 1) == 0) {
+            fprintf(stderr, "pprun collector: refusing trace records %s; counting the rest\n", why);
         }
-        if (atomic_fetch_add(&c->rejected, 1) == 0)
-            fprintf(stderr,
-                    "pprun collector: refusing trace records of rank %d step %d (the job has ranks 0..%d, %d steps); "
-                    "counting the rest\n",
-                    e->rank, e->step, c->cfg.world_size - 1, c->cfg.steps);
     }
     return k;
+}
+
+/* No rank of this job can have written a record of a rank outside the
+ * world or a step outside the job: it would land in the database under a
+ * rank or step nobody ran. */
+static int in_job(const collector *c, int ring_rank, const trace_event *e, char *why, size_t n) {
+    (void)ring_rank;
+    if (e->rank >= 0 && e->rank < c->cfg.world_size && e->step >= 0 && (c->cfg.steps <= 0 || e->step < c->cfg.steps))
+        return 1;
+    snprintf(why, n, "of rank %d step %d (the job has ranks 0..%d, %d steps)", e->rank, e->step,
+             c->cfg.world_size - 1, c->cfg.steps);
+    return 0;
+}
+
+/* A ring is its worker's alone (libpprun_trace and pprun's worker stamp
+ * the rank the launcher gave it), so a record in it that claims another
+ * rank is forged or garbage: stored under the rank it claims, it would let
+ * one rank write another's trace. */
+static int own_rank(const collector *c, int ring_rank, const trace_event *e, char *why, size_t n) {
+    (void)c;
+    if (e->rank == ring_rank) return 1;
+    snprintf(why, n, "that claim rank %d in rank %d's trace ring (a ring holds its own rank's records only)", e->rank,
+             ring_rank);
+    return 0;
 }
 
 /* Gives the local rings back every slot read so far (the master reads
@@ -261,8 +342,7 @@ static void flush(collector *c) {
     for (size_t i = 0; i < n; i++) {
         const trace_event *ev = &c->buf[i];
         if (ev->step > c->max_step[ev->rank]) c->max_step[ev->rank] = ev->step;
-        /* late for its step's analysis (a restart ran the step again) */
-        if ((size_t)ev->step < c->nfresh) c->fresh[ev->step] = 0;
+        note_step(c, ev->step);
     }
     analyze_ready_steps(c);
 }
@@ -270,7 +350,7 @@ static void flush(collector *c) {
 /* The n records just read into c->buf + c->nbuf join the staged ones
  * (those of this job). */
 static void stage(collector *c, size_t n) {
-    n = keep_valid(c, c->buf + c->nbuf, n);
+    n = keep_if(c, c->buf + c->nbuf, n, in_job, -1);
     if (n && !c->nbuf) c->staged_ns = pp_now_ns();
     c->nbuf += n;
     if (c->nbuf == BATCH_MAX) flush(c);
@@ -364,10 +444,33 @@ static void sum_dropped(collector *c) {
     for (size_t i = 0; i < c->nrings; i++) c->ring_dropped[c->rings[i].rank] += trace_ring_dropped(c->rings[i].ring);
 }
 
-/* The master peeks (flush releases what it stored); a forwarder reads
- * and releases at once, its frames being its records' way out. */
+/* Says once that slot's ring was disabled (trace_ring_fault), naming its
+ * rank; the first such fault is the job's to report (cfg.ring_fault). Its
+ * lost records count as the rank's drops (sum_dropped). */
+static void note_fault(collector *c, ring_slot *slot) {
+    const char *why = trace_ring_fault(slot->ring);
+    if (!why || slot->fault_said) return;
+    slot->fault_said = 1;
+    pp_err e;
+    pp_fail(&e, "rank %d's trace ring is corrupt (%s); its records from there on are lost, counted as dropped",
+            slot->rank, why);
+    fprintf(stderr, "pprun collector: %s; the other ranks' records are kept\n", e.msg);
+    if (c->cfg.ring_fault && !c->cfg.ring_fault->msg[0]) *c->cfg.ring_fault = e;
+}
+
+/* Up to max records of slot's ring into to, its own rank's only: the
+ * master peeks (flush releases what it stored), a forwarder reads and
+ * releases at once. */
+static size_t drain_one(collector *c, ring_slot *slot, trace_event *to, size_t max) {
+    size_t n = c->cfg.db ? trace_ring_peek(slot->ring, to, max) : trace_ring_read(slot->ring, to, max);
+    note_fault(c, slot);
+    return keep_if(c, to, n, own_rank, slot->rank);
+}
+
+/* Every local ring into c->buf, a batch at a time, each ring's own
+ * rank's records only (drain_one). */
 static void drain_rings(collector *c) {
-    size_t n, room;
+    size_t n, room, got;
     do {
         pthread_mutex_lock(&c->mu);
         /* Each batch starts one ring further on, so a ring that alone fills
@@ -376,9 +479,12 @@ static void drain_rings(collector *c) {
         room = BATCH_MAX - (c->cfg.db ? c->nbuf : 0);
         trace_event *to = c->buf + (c->cfg.db ? c->nbuf : 0);
         size_t first = c->nrings ? c->next_ring++ % c->nrings : 0;
-        for (size_t k = 0; k < c->nrings && n < room; k++) {
-            trace_ring *ring = c->rings[(first + k) % c->nrings].ring;
-            n += c->cfg.db ? trace_ring_peek(ring, to + n, room - n) : trace_ring_read(ring, to + n, room - n);
+        got = 0; /* read, refused ones too: a full batch means more may wait */
+        for (size_t k = 0; k < c->nrings && got < room; k++) {
+            ring_slot *slot = &c->rings[(first + k) % c->nrings];
+            size_t before = trace_ring_position(slot->ring);
+            n += drain_one(c, slot, to + n, room - got);
+            got += (size_t)(trace_ring_position(slot->ring) - before);
         }
         if (c->cfg.db) {
             sum_dropped(c);
@@ -413,7 +519,7 @@ static void drain_rings(collector *c) {
             if (n > 0 || changed) forward(c, c->buf, n, fr, nfr);
             pthread_mutex_unlock(&c->mu);
         }
-    } while (n == room);
+    } while (got == room);
 }
 
 /* ---- master: ingest listener ------------------------------------------ */
@@ -681,7 +787,8 @@ static void *collector_main(void *arg) {
         if (atomic_load(&c->last_step_cut))
             for (below = c->analyzed; db_step_finished(c->cfg.db, c->cfg.job_id, below, c->cfg.world_size) == 1;)
                 below++;
-        if (!has_failed(c) && db_analyze_steps_except(c->cfg.db, c->cfg.job_id, below, c->fresh, c->nfresh, &e) != 0)
+        if (!has_failed(c) &&
+            db_analyze_steps_except(c->cfg.db, c->cfg.job_id, below, c->fresh, fresh_steps(c), &e) != 0)
             set_error(c, &e);
     }
     if (c->log.held)
@@ -748,6 +855,8 @@ static void collector_free(collector *c) {
     free(c->has_ring);
     free(c->ring_dropped);
     free(c->fresh);
+    free(c->fresh_ok);
+    free(c->todo);
     free(c);
 }
 
@@ -866,7 +975,7 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err) {
         c->frame_ranks = f;
         c->ringcap = cap;
     }
-    c->rings[c->nrings++] = (ring_slot){rank, ring, trace_ring_position(ring)};
+    c->rings[c->nrings++] = (ring_slot){rank, ring, trace_ring_position(ring), 0};
     if (!c->has_ring[rank]) {
         c->has_ring[rank] = 1;
         c->local[c->nlocal++] = rank;

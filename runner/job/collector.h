@@ -13,6 +13,14 @@
  *    master applies so the events land on the job clock.
  * The master may also listen (cfg.listen_host) for forwarding nodes.
  *
+ * Local rings are their ranks' (a user's program, which can write
+ * anything there): a record that claims another rank than its ring's is
+ * refused and counted (collector_rejected), and a ring whose header is
+ * corrupt (trace_ring_fault) is disabled, said once on stderr naming its
+ * rank, its loss counted as the rank's drops, and described in
+ * cfg.ring_fault; the other rings go on. Live analyses visit the steps
+ * that have records only: any step costs the same.
+ *
  * Threading: collector_add_ring may be called from any thread while the
  * collector runs; the db handle belongs to the collector thread from
  * collector_start until collector_stop returns (don't use it meanwhile).
@@ -100,6 +108,12 @@ typedef struct collector_config {
      * collector_stop. */
     void (*step_analyzed)(void *ctx, db *d, int step);
     void *step_analyzed_ctx;
+    /* Where the first ring found corrupt (trace_ring_fault) is described,
+     * naming its rank, by the collector's thread: read it after
+     * collector_stop; "" when none was (the caller clears it first). NULL:
+     * not wanted. A corrupt ring is disabled, said once on stderr and its
+     * rank's drops counted; the other rings go on. */
+    pp_err *ring_fault;
 } collector_config;
 
 /* Starts the thread (and connects or listens). Free with collector_stop.
@@ -115,8 +129,9 @@ int collector_add_ring(collector *c, int rank, trace_ring *ring, pp_err *err);
 int collector_listen_port(const collector *c);
 /* Records ingested (master) or forwarded (other nodes) so far. */
 uint64_t collector_count(const collector *c);
-/* Records refused (master): a rank outside [0, world_size) or a step outside
- * [0, steps), from a buggy worker or a forged forwarding frame. */
+/* Records refused: a rank outside [0, world_size) or a step outside
+ * [0, steps) (master), from a buggy worker or a forged forwarding frame;
+ * a record in a local ring that claims a rank other than the ring's. */
 uint64_t collector_rejected(const collector *c);
 /* Master: the collector thread's time so far writing records
  * (db_insert_events) and analysing steps (with step_analyzed), in ns: what

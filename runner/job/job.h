@@ -41,6 +41,7 @@ typedef struct run_job {
     int64_t job_id;
     collector *coll;
     trace_ring **rings; /* [nproc_per_node], owned by the collector once added */
+    pp_err ring_fault;  /* the first rank's ring found corrupt ("" none; the collector's thread until it stops) */
     http_server *web;
     run_progress *progress;
     int progress_next;  /* the next step the display shows, across attempts */
@@ -67,6 +68,7 @@ typedef struct job_outcome {
     pp_err launch_err; /* why, when launch_rc is -1 */
     launch_result res;
     pp_err trace_err; /* "" unless the trace stopped early */
+    pp_err ring_err;  /* "" unless a rank's trace ring was corrupt (its trace cut, the others' kept) */
     int exit_code;    /* what pprun run exits with */
 } job_outcome;
 

@@ -286,6 +286,8 @@ void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
         failure_text(&end->res, buf, n);
     else if (end->trace_err.msg[0]) /* the training succeeded, its trace did not: why pprun exits 1 */
         snprintf(buf, n, "the trace stopped early: %s", end->trace_err.msg);
+    else if (end->ring_err.msg[0]) /* the same, for one rank's trace */
+        snprintf(buf, n, "the trace of a rank was cut short: %s", end->ring_err.msg);
 }
 
 /* A user's program ran as many steps as it liked (no step bound):

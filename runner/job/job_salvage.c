@@ -159,10 +159,13 @@ static int still_running(db *d, long job) {
 /* Everything the rings still hold, into the database through a collector
  * as the launcher's would have drained it; the steps no rank finished are
  * cut short unless every rank succeeded. */
-static int drain(const salvage *s, db *d, pp_err *err) {
+static int drain(const salvage *s, db *d, pp_err *ring_fault, pp_err *err) {
+    /* The launcher's reader: a ring whose header a rank corrupted is
+     * disabled here too, never read "a ring's worth" at a time forever. */
+    ring_fault->msg[0] = '\0';
     collector_config cc = {
         .db = d, .job_id = s->job, .world_size = (int)s->world_size, .steps = (int)s->steps,
-        .interval_ns = SALVAGE_INTERVAL_NS};
+        .interval_ns = SALVAGE_INTERVAL_NS, .ring_fault = ring_fault};
     /* Every ring attached and moved past what the launcher stored before it
      * released it (ring_marks: nothing twice) before the collector starts:
      * its thread writes through d, which is one thread's at a time. */
@@ -188,13 +191,15 @@ static int drain(const salvage *s, db *d, pp_err *err) {
     return collector_stop(c, err);
 }
 
-/* jobs.failure: the killed launcher, and how its ranks ended if it knew. */
-static void failure_line(const salvage *s, char *buf, size_t n) {
+/* jobs.failure: the killed launcher, how its ranks ended if it knew, and
+ * a rank's corrupt ring if one was found (ring_fault, "" none). */
+static void failure_line(const salvage *s, const pp_err *ring_fault, char *buf, size_t n) {
     int len = snprintf(buf, n, "its launcher (pid %ld on %s) was killed", s->launcher, s->host);
     if (s->ranks_ended && len < (int)n)
         len += snprintf(buf + len, n - (size_t)len, " after its ranks ended (%s%s%s)", s->ranks_ended,
                         s->failure && s->failure[0] ? ": " : "", s->failure ? s->failure : "");
-    if (len < (int)n) snprintf(buf + len, n - (size_t)len, "; its guard recorded what the trace rings held");
+    if (len < (int)n) len += snprintf(buf + len, n - (size_t)len, "; its guard recorded what the trace rings held");
+    if (ring_fault->msg[0] && len < (int)n) snprintf(buf + len, n - (size_t)len, " but %s", ring_fault->msg);
 }
 
 int job_salvage_main(int argc, char **argv) {
@@ -206,10 +211,10 @@ int job_salvage_main(int argc, char **argv) {
     if (parse(argc, argv, &s, &err) != 0 || db_open(s.db, &d, &err) != 0) return 2;
     int rc = 0;
     if (still_running(d, s.job)) {
-        pp_err derr;
+        pp_err derr, ring_fault = {.msg = ""};
         char failure[2048];
-        if (s.rings > 0) drain(&s, d, &derr); /* what it could not store is lost; the end still goes in */
-        failure_line(&s, failure, sizeof failure);
+        if (s.rings > 0) drain(&s, d, &ring_fault, &derr); /* what it could not store is lost; the end still goes in */
+        failure_line(&s, &ring_fault, failure, sizeof failure);
         rc = db_finish_job(d, s.job, "failed", SALVAGE_EXIT_CODE, (int)s.failed_rank, failure, &err);
     }
     db_close(d);

@@ -46,7 +46,9 @@ static int start_master_collector(run_job *job, const launch_info *info, store_c
     collector_config cc = {
         .db = job->db, .job_id = job->job_id, .world_size = info->world_size, .steps = job_step_bound(job),
         .interval_ns = RUN_COLLECT_INTERVAL_NS, .token = info->rdzv_token,
-        .step_analyzed = job->cfg.model.kind == MODEL_TIMED ? NULL : refresh_plan, .step_analyzed_ctx = job};
+        .step_analyzed = job->cfg.model.kind == MODEL_TIMED ? NULL : refresh_plan, .step_analyzed_ctx = job,
+        .ring_fault = &job->ring_fault};
+    job->ring_fault.msg[0] = '\0';
     /* Forwarding nodes connect to the master address: listen there only
      * (collector_start falls back to every interface when this machine
      * cannot bind that address, as the store does). */
@@ -81,7 +83,8 @@ static int start_forwarding_collector(run_job *job, const launch_info *info, sto
         return -1;
     collector_config cc = {
         .job_id = job_id, .world_size = info->world_size, .steps = job_step_bound(job), .interval_ns = RUN_COLLECT_INTERVAL_NS,
-        .token = info->rdzv_token};
+        .token = info->rdzv_token, .ring_fault = &job->ring_fault};
+    job->ring_fault.msg[0] = '\0';
     uint64_t rtt;
     if (trace_clock_offset(remote_now, store, RUN_CLOCK_ROUNDS, &cc.clock_offset_ns, &rtt, err) != 0) return -1;
     cc.forward_host = job->lo.master_addr;
@@ -110,6 +113,7 @@ int job_tracing_start(run_job *job, const launch_info *info, store_client *store
 
 void job_tracing_stop(run_job *job, job_outcome *end) {
     end->trace_err.msg[0] = '\0';
+    end->ring_err.msg[0] = '\0';
     if (!job->coll) return;
     if (end->launch_rc != 0 || end->res.status != LAUNCH_OK) collector_last_step_cut(job->coll);
     if (collector_stop(job->coll, &end->trace_err) != 0) {
@@ -117,4 +121,11 @@ void job_tracing_stop(run_job *job, job_outcome *end) {
         if (end->exit_code == 0) end->exit_code = 1;
     }
     job->coll = NULL;
+    /* A rank that corrupted its ring ran, but its trace is cut short: a
+     * job that otherwise succeeded says so by its exit code, as a trace
+     * that stopped early does (job_rows_failure names the rank). */
+    if (job->ring_fault.msg[0]) {
+        end->ring_err = job->ring_fault;
+        if (end->exit_code == 0) end->exit_code = 1;
+    }
 }

@@ -19,7 +19,9 @@ int job_tracing_start(run_job *job, const launch_info *info, store_client *store
 /* After the last attempt: everything the ranks recorded reaches the
  * database, dead ranks' too (the last step cut short when the job did not
  * succeed). A collector that stopped early says so on stderr, sets
- * end->trace_err and, on a job that succeeded, exit code 1. */
+ * end->trace_err and, on a job that succeeded, exit code 1; a rank whose
+ * ring was found corrupt (the collector said so on stderr) sets
+ * end->ring_err and, on a job that succeeded, exit code 1. */
 void job_tracing_stop(run_job *job, job_outcome *end);
 
 #endif

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ftw.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -159,4 +160,11 @@ int64_t tfix_q_intf(sqlite3 *s, const char *fmt, ...) {
     vsnprintf(sql, sizeof sql, fmt, ap);
     va_end(ap);
     return tfix_q_int(s, sql);
+}
+
+void tfix_scribble_head(int fd, uint64_t head) {
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    cr_assert_neq(m, MAP_FAILED);
+    memcpy((char *)m + 64, &head, sizeof head);
+    munmap(m, 4096);
 }

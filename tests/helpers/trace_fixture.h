@@ -16,6 +16,9 @@ size_t tfix_events(int step, int64_t base, trace_event *ev);
 /* One F record of microbatch 0, 2.000 to 2.001 ms: what a forwarder or a
  * hand-made frame carries in the collector's tests. */
 trace_event tfix_one_f(int rank, int stage, int step);
+/* Sets the header's head (bytes 64..71) of the trace ring behind fd, as a
+ * worker scribbling over its own mapping does. */
+void tfix_scribble_head(int fd, uint64_t head);
 /* A fresh job (2 stages, rank 0 on node 0 "alpha", rank 1 on node 1 "beta");
  * returns its id. */
 int64_t tfix_job(db *d);
