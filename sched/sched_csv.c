@@ -361,8 +361,9 @@ static int alloc_grid(const reader *rd, expansion *ex, pp_err *err) {
     ex->nslots = 0;
     for (int r = 0; r < ex->p; r++) ex->nslots = rd->row_width[r] > ex->nslots ? rd->row_width[r] : ex->nslots;
     if (!(ex->slots = calloc((size_t)ex->p, sizeof *ex->slots))) return pp_fail(err, "%s: out of memory", rd->what);
+    size_t width = ex->nslots > 0 ? (size_t)ex->nslots : 1;
     for (int r = 0; r < ex->p; r++) {
-        if (!(ex->slots[r] = malloc(sizeof(sched_action) * (size_t)(ex->nslots > 0 ? ex->nslots : 1))))
+        if (!(ex->slots[r] = calloc(width, sizeof(sched_action))))
             return pp_fail(err, "%s: out of memory", rd->what);
         for (int c = 0; c < ex->nslots; c++) ex->slots[r][c] = (sched_action){-1, 0, 0};
     }
