@@ -368,22 +368,28 @@ Test(launch_multinode, ctrl_c_acts_while_a_frozen_node_0_holds_the_tokens_answer
     lt_free(&n1);
 }
 
-/* Node 0 dies without a word (SIGKILL): the others lose its store, stop
- * their ranks and fail. */
-Test(launch_multinode, losing_node_0_tears_down_the_others) {
-    char port[16], script[256], ready[300];
-    const char *dir = tfix_mkdir("lost-node-0"); /* removed when the test process exits */
-    snprintf(port, sizeof port, "%d", lt_free_port());
+/* Two launchers on loopback, one rank each, both ranks started (sleeping);
+ * port gets node 0's port. dir: a folder of the test's. */
+static void two_sleeping_nodes(const char *dir, char port[16], lt_proc *n0, lt_proc *n1) {
+    char script[256], ready[300];
+    snprintf(port, 16, "%d", lt_free_port());
     snprintf(script, sizeof script, "touch %s/ready-$RANK; exec sleep 120", dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c", script, NULL};
     const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c", script, NULL};
-    lt_proc n0, n1;
-    lt_start(&n0, a0, NULL);
-    lt_start(&n1, a1, NULL);
+    lt_start(n0, a0, NULL);
+    lt_start(n1, a1, NULL);
     for (int r = 0; r < 2; r++) {
         snprintf(ready, sizeof ready, "%s/ready-%d", dir, r);
         cr_assert(lt_wait_file(ready), "rank %d never started", r);
     }
+}
+
+/* Node 0 dies without a word (SIGKILL): the others lose its store, stop
+ * their ranks and fail. */
+Test(launch_multinode, losing_node_0_tears_down_the_others) {
+    char port[16];
+    lt_proc n0, n1;
+    two_sleeping_nodes(tfix_mkdir("lost-node-0"), port, &n0, &n1); /* the folder goes when the test process exits */
     kill(n0.pid, SIGKILL);
     lt_wait(&n0);
     lt_wait(&n1);
@@ -657,19 +663,9 @@ Test(launch_multinode, nodes_with_the_token_meet_on_a_non_loopback_address_and_o
  * unknown, and blame no rank (before: "rank 5 (local_rank 99)" of a 2-rank
  * job, whose ranks were well). */
 Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
-    char port[16], script[256], ready[300];
-    const char *dir = tfix_mkdir("forged-failure");
-    snprintf(port, sizeof port, "%d", lt_free_port());
-    snprintf(script, sizeof script, "touch %s/ready-$RANK; exec sleep 120", dir);
-    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "sh", "-c", script, NULL};
-    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--", "sh", "-c", script, NULL};
+    char port[16];
     lt_proc n0, n1;
-    lt_start(&n0, a0, NULL);
-    lt_start(&n1, a1, NULL);
-    for (int r = 0; r < 2; r++) {
-        snprintf(ready, sizeof ready, "%s/ready-%d", dir, r);
-        cr_assert(lt_wait_file(ready), "rank %d never started", r);
-    }
+    two_sleeping_nodes(tfix_mkdir("forged-failure"), port, &n0, &n1);
     store_client *c;
     pp_err err;
     cr_assert_eq(store_connect("127.0.0.1", atoi(port), 5000000000ull, &c, &err), 0, "%s", err.msg);
