@@ -758,6 +758,11 @@ Test(attack, an_output_that_is_an_input_is_refused_and_nothing_changes) {
          {"--metrics m.ckpt: is the same file as --init-from m.ckpt", "reads"}},
         {"run " TIMED " --trace off --checkpoint-dir c --metrics c/latest",
          {"--metrics c/latest: is the same file as --checkpoint-dir's c/latest", "also writes"}},
+        {"run --model gpt:layers=2,dim=16,heads=2,seq=16,batch=2 --nproc-per-node 2 --save-weights . --db stage_1.f32",
+         {"--db stage_1.f32: is the same file as --save-weights' ./stage_1.f32", "also writes"}},
+        {"run --model gpt:layers=2,dim=16,heads=2,seq=16,batch=2 --nproc-per-node 2 --trace off --save-weights . "
+         "--metrics stage_0.f32",
+         {"--metrics stage_0.f32: is the same file as --save-weights' ./stage_0.f32", "also writes"}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *before = tree();

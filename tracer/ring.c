@@ -234,7 +234,8 @@ int trace_ring_write(trace_ring *ring, const trace_event *ev) {
 static void ring_disable(trace_ring *ring, uint64_t head, const char *why) {
     uint64_t claimed = head - ring->cursor, cap = ring->mask + 1;
     uint64_t lost = claimed == 0 ? 1 : claimed > cap ? cap : claimed;
-    ring->dropped_at_fault = atomic_load_explicit(&ring->hdr->dropped, memory_order_relaxed) + lost;
+    uint64_t said = atomic_load_explicit(&ring->hdr->dropped, memory_order_relaxed); /* the producer's: any value */
+    ring->dropped_at_fault = said > UINT64_MAX - lost ? UINT64_MAX : said + lost;
     snprintf(ring->fault, sizeof ring->fault, "its header says head %llu with tail %llu and %llu slots: %s",
              (unsigned long long)head, (unsigned long long)ring->released, (unsigned long long)cap, why);
 }

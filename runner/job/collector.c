@@ -173,6 +173,16 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* c->todo sorted, each step once. */
+static void sort_todo(collector *c) {
+    if (c->ntodo < 2) return;
+    qsort(c->todo, c->ntodo, sizeof *c->todo, cmp_int);
+    size_t k = 1;
+    for (size_t i = 1; i < c->ntodo; i++)
+        if (c->todo[i] != c->todo[k - 1]) c->todo[k++] = c->todo[i];
+    c->ntodo = k;
+}
+
 /* An event of step s was stored: s is analysed again at the end if it
  * was analysed live (a restart ran it twice), or waits for its turn. */
 static void note_step(collector *c, int s) {
@@ -182,6 +192,7 @@ static void note_step(collector *c, int s) {
         return;
     }
     if (c->ntodo && c->todo[c->ntodo - 1] == s) return; /* a step's events come in runs */
+    if (c->ntodo == c->todocap) sort_todo(c); /* runs of steps interleaved: each step once before growing */
     if (c->ntodo == c->todocap) {
         size_t n = c->todocap ? 2 * c->todocap : 64;
         int *t = realloc(c->todo, n * sizeof *t);
@@ -189,16 +200,6 @@ static void note_step(collector *c, int s) {
         c->todo = t, c->todocap = n;
     }
     c->todo[c->ntodo++] = s;
-}
-
-/* c->todo sorted, each step once. */
-static void sort_todo(collector *c) {
-    if (c->ntodo < 2) return;
-    qsort(c->todo, c->ntodo, sizeof *c->todo, cmp_int);
-    size_t k = 1;
-    for (size_t i = 1; i < c->ntodo; i++)
-        if (c->todo[i] != c->todo[k - 1]) c->todo[k++] = c->todo[i];
-    c->ntodo = k;
 }
 
 static void analyze_ready_steps(collector *c) {

@@ -40,6 +40,20 @@ static int check_in_folder(const char *flag, const char *dir, const char *name, 
     return file_output_check(path, flag, err);
 }
 
+/* A --save-weights file (DIR/name), written at the end over whatever is
+ * there, is neither --db (nor a file SQLite keeps beside it) nor --metrics. */
+static int weights_not_outputs(const run_job *job, const char *name, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    char weights[sizeof cfg->save_weights + 32];
+    snprintf(weights, sizeof weights, "%s/%s", cfg->save_weights, name);
+    for (size_t b = 0; cfg->trace && job->lo.node_rank == 0 && b < DB_FILES; b++) {
+        char file[sizeof cfg->db + 16];
+        snprintf(file, sizeof file, "%s%s", cfg->db, db_files[b]);
+        if (file_output_not_input(file, "--db", weights, "--save-weights'", FILE_INPUT_WRITTEN, err) != 0) return -1;
+    }
+    return file_output_not_input(cfg->metrics, "--metrics", weights, "--save-weights'", FILE_INPUT_WRITTEN, err);
+}
+
 /* --save-weights DIR (DIR/stage_S.f32 for every stage) and --checkpoint-dir
  * DIR (DIR/latest; the step folders are new): refused before the job
  * starts rather than when its last step is done. */
@@ -49,7 +63,9 @@ static int check_output_folders(const run_job *job, pp_err *err) {
     for (int s = 0; there > 0 && s < job->plan->stages; s++) {
         char name[32];
         snprintf(name, sizeof name, "stage_%d.f32", s);
-        if (check_in_folder("--save-weights", cfg->save_weights, name, err) != 0) return -1;
+        if (check_in_folder("--save-weights", cfg->save_weights, name, err) != 0 ||
+            weights_not_outputs(job, name, err) != 0)
+            return -1;
     }
     if (there < 0) return -1;
     there = cfg->checkpoint_dir[0] ? check_folder("--checkpoint-dir", cfg->checkpoint_dir, err) : 0;
@@ -73,7 +89,8 @@ static int check_db(const char *path, pp_err *err) {
  * (and the files SQLite keeps beside it) and --metrics against --data,
  * --eval-data, --init-from, csv:FILE, --schedule-costs DB (which --db may
  * be: it is read before the job's row is added) and the checkpoint's
- * latest pointer. Before anything is opened: the job then changes nothing. */
+ * latest pointer (the --save-weights files: check_output_folders, once the
+ * stages are known). Before anything is opened: the job then changes nothing. */
 static int check_outputs_not_inputs(const run_job *job, pp_err *err) {
     const run_config *cfg = &job->cfg;
     const struct {

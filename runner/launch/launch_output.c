@@ -34,6 +34,7 @@ static int write_all(int fd, const char *p, size_t n) {
             usleep(1000); /* a non-blocking console: wait for room */
             continue;
         }
+        if (w == 0) errno = EIO; /* no error said: the caller names one */
         if (w <= 0) return -1;
         p += w, n -= (size_t)w;
     }

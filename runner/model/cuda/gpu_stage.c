@@ -767,7 +767,11 @@ static int sharded_step(model_stage *s, const model_optim *opt, int step, pp_err
             return pp_wrap(err, "gpu stage: optimizer step %d: weights [%zu, %zu) to the host", step, lo, lo + len);
     }
     g->host_behind = 1; /* the moments (the weights are whole again after the all-gather) */
-    return 0;
+    /* A collective on the device sends these weights from devcomm's own
+     * stream, which does not wait for this one: the update must have run
+     * (devcomm.h: a buffer's producing work has completed). The host copy
+     * above waited for it already. */
+    return s->coll_device ? gpu_sync(g->ctx, err) : 0;
 }
 
 int gpu_stage_step(model_stage *s, const model_optim *opt, int step, pp_err *err) {
