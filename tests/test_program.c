@@ -254,6 +254,7 @@ Test(program_lib, a_span_carries_its_name_sent_once) {
         {"da\tta", -1, -1, -1, "pprun_trace_span: name has control byte 0x09 at byte 2"},
         {"\x1b[2J", -1, -1, -1, "name has control byte 0x1b at byte 0"},
         {"\x1f", -1, -1, -1, "name has control byte 0x1f at byte 0"},
+        {"del\x7f", -1, -1, -1, "name has control byte 0x7f at byte 3"},
         {"data", -2, -1, -1, "span 'data': microbatch -2: must be -1 or more"},
         {"data", -1, 4, -1, "stage 4: out of range 0..3 (PPRUN_NUM_STAGES=4)"},
         {"data", -1, -1, 4, "peer 4: out of range 0..3 (WORLD_SIZE=4)"},

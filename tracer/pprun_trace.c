@@ -263,8 +263,9 @@ PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double
     return pt_write(&ev, "LOSS");
 }
 
-/* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes, none of them a
- * control byte (below 0x20: a newline, an escape sequence): the name is
+/* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes, none of them an
+ * ASCII control byte (below 0x20: a newline, an escape sequence; 0x7f,
+ * DEL; UTF-8 text passes): the name is
  * stored as given and shown by pprun stats, the dashboard and Perfetto,
  * where such a byte would only break the line or the terminal. 0, or -1
  * with the reason. */
@@ -274,8 +275,9 @@ static int pt_check_name(const char *what, const char *name) {
     if (len > TRACE_SPAN_NAME_MAX)
         return pt_fail("%s: name '%.40s...' is %zu bytes, more than %d", what, name, len, TRACE_SPAN_NAME_MAX);
     for (size_t i = 0; i < len; i++)
-        if ((unsigned char)name[i] < 0x20)
-            return pt_fail("%s: name has control byte 0x%02x at byte %zu; names are printable text (bytes from 0x20)",
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            return pt_fail("%s: name has control byte 0x%02x at byte %zu; names are printable text (no byte below "
+                           "0x20, nor 0x7f)",
                            what, (unsigned char)name[i], i);
     return 0;
 }
