@@ -157,8 +157,9 @@ int coll_reduce_scatter_reduce(const coll_group *g, const coll_order *order, flo
 
 int coll_reduce_scatter_buffers(const coll_order *order, int me) {
     char *theirs = malloc((size_t)(order->nsteps > 0 ? order->nsteps : 1)); /* the stack: 1 = a received part */
+    if (!theirs) return -1;
     int depth = 0, leaf = 0, live = 0, most = 0;
-    for (int i = 0; theirs && i < order->nsteps; i++) {
+    for (int i = 0; i < order->nsteps; i++) {
         if (order->steps[i] != COLL_ADD) {
             theirs[depth] = order->owner[leaf++] != me;
             live += theirs[depth++];

@@ -104,7 +104,7 @@ int coll_reduce_scatter_reduce(const coll_group *g, const coll_order *order, flo
  * member `me` (other members' parts on the order's stack; a freed one is
  * reused): how many a caller that lends device buffers can make before the
  * first collective. 0 for an order that is no program (the reduce says
- * what is wrong with it). */
+ * what is wrong with it); -1 out of memory. */
 int coll_reduce_scatter_buffers(const coll_order *order, int me);
 /* All-gather: this member's shard of buf goes to every member, and every
  * other member's shard arrives in buf: on return buf is the same

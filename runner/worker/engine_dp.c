@@ -167,6 +167,7 @@ static int prefill_buffers(engine_dp *dp, dp_stage *st, pp_err *err) {
         most = shard > most ? shard : most;
     }
     int n = coll_reduce_scatter_buffers(&dp->order, dp->g.me);
+    if (n < 0) return pp_fail(err, "out of memory counting the all-reduce's device buffers");
     for (int i = 0; i < n; i++)
         if (!dev_alloc(st, sizeof(float) * (most ? most : 1), err)) return -1;
     for (int i = 0; i < st->nbufs; i++) st->bufs[i].busy = 0;
