@@ -265,10 +265,9 @@ PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double
 
 /* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes, none of them an
  * ASCII control byte (below 0x20: a newline, an escape sequence; 0x7f,
- * DEL; UTF-8 text passes): the name is
- * stored as given and shown by pprun stats, the dashboard and Perfetto,
- * where such a byte would only break the line or the terminal. 0, or -1
- * with the reason. */
+ * DEL; UTF-8 text passes): the name is stored as given and shown by pprun
+ * stats, the dashboard and Perfetto, where such a byte would only break
+ * the line or the terminal. 0, or -1 with the reason. */
 static int pt_check_name(const char *what, const char *name) {
     if (!name || !*name) return pt_fail("%s: the name is empty", what);
     size_t len = strlen(name);
