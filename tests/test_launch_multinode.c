@@ -458,6 +458,85 @@ Test(launch_multinode, a_node_arriving_after_node_0_gave_up_hears_why_and_starts
     lt_free(&n2);
 }
 
+/* Node 1 takes node 0's run id, MASTER_PORT and shape from the store, where
+ * whoever reaches it could have written them. One it refuses ends node 1,
+ * and node 0 says why at once, naming node 1, instead of waiting for it
+ * until its --rdzv-timeout (120 s here). The test overwrites `key` with
+ * `forged` (NULL: deletes it) once a real node 0 has published it, then
+ * starts node 1. want: the reason both nodes must give. */
+static void node_0_value_is_refused(const char *key, const char *forged, const char *want) {
+    static int calls;
+    char port[16], logs[300], dir[32];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(dir, sizeof dir, "refused-value-%d", calls++);
+    snprintf(logs, sizeof logs, "%s/logs", tfix_mkdir(dir)); /* removed when the test process exits */
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--rdzv-timeout", "120",
+                        "--", "echo", "started", NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--rdzv-timeout", "120",
+                        "--log-dir", logs, "--", "echo", "started", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    /* The run id is the last of the three node 0 publishes. */
+    if (!store_key_becomes(port, "pprun/run_id", "")) {
+        kill(n0.pid, SIGINT);
+        lt_wait(&n0);
+        cr_assert_fail("node 0 never published its run id within 30 s: %s", n0.err);
+    }
+    store_client *c;
+    pp_err err;
+    cr_assert_eq(store_connect("127.0.0.1", atoi(port), 5000000000ull, &c, &err), 0, "%s", err.msg);
+    int rc = forged ? store_set(c, key, forged, strlen(forged), &err) : store_delete(c, key, &err);
+    store_close(c);
+    cr_assert_eq(rc, 0, "%s", err.msg);
+    uint64_t t0 = pp_now_ns();
+    lt_start(&n1, a1, NULL);
+    int ended1 = lt_wait_within(&n1, 30), ended0 = lt_wait_within(&n0, 30);
+    double took = (double)(pp_now_ns() - t0) / 1e9;
+    if (!ended1) kill(n1.pid, SIGKILL);
+    if (!ended0) kill(n0.pid, SIGKILL);
+    if (!ended1) lt_wait(&n1);
+    if (!ended0) lt_wait(&n0);
+    cr_assert(ended1, "node 1 took %s = '%s' and went on: %s", key, forged ? forged : "(none)", n1.err);
+    cr_assert(ended0, "node 0 waited for the node that refused its %s: %s", key, n0.err);
+    cr_assert_lt(took, 30.0, "node 0 took %.1f s to fail", took);
+    cr_assert_eq(n1.status, 1, "node 1: %s", n1.err);
+    lt_assert_has(n1.err, want);
+    cr_assert_eq(n0.status, 1, "node 0: %s", n0.err);
+    lt_assert_has(n0.err, "node rank 1 refused to join the job");
+    lt_assert_has(n0.err, want);
+    cr_assert_str_eq(n0.out, "", "a rank ran on node 0");
+    cr_assert_str_eq(n1.out, "", "a rank ran on node 1");
+    struct stat st;
+    cr_assert_neq(stat(logs, &st), 0, "node 1 made its --log-dir");
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+Test(launch_multinode, a_run_id_that_leaves_the_log_dir_is_refused_by_node_1_and_node_0_names_it) {
+    node_0_value_is_refused("pprun/run_id", "../../evil",
+                            "the run id node rank 0 published (pprun/run_id): run id '../../evil' has a byte outside");
+}
+
+Test(launch_multinode, a_run_id_of_dot_dot_is_refused_by_node_1_and_node_0_names_it) {
+    node_0_value_is_refused("pprun/run_id", "..", "(pprun/run_id): run id '..' would name a folder outside --log-dir");
+}
+
+Test(launch_multinode, a_master_port_that_is_no_port_is_refused_by_node_1_and_node_0_names_it) {
+    node_0_value_is_refused("pprun/master_port", "70000",
+                            "the MASTER_PORT node rank 0 published (pprun/master_port): 70000 is out of range");
+    node_0_value_is_refused("pprun/master_port", "29500x",
+                            "(pprun/master_port): expected an integer in [1, 65535], got '29500x'");
+}
+
+Test(launch_multinode, a_missing_master_port_is_refused_by_node_1_and_node_0_names_it) {
+    node_0_value_is_refused("pprun/master_port", NULL, "node rank 0 published no MASTER_PORT (pprun/master_port)");
+}
+
+Test(launch_multinode, a_missing_shape_is_refused_by_node_1_and_node_0_names_it) {
+    node_0_value_is_refused("pprun/shape", NULL,
+                            "node rank 0 published no --nnodes and --nproc-per-node (pprun/shape)");
+}
+
 /* Node 0's launcher stops answering without closing its store (stopped,
  * frozen, cut off): Ctrl-C on node 1 still ends node 1, within the time
  * node 0 gets to answer once stopped (5 s), saying the others were not

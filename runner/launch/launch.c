@@ -8,7 +8,8 @@
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
  *                            ("", or "stop R SIG": node R, stopped by SIG
  *                            after attempt K-1, calls attempt K off;
- *                            "refused R WHY": node R is of another shape;
+ *                            "refused R WHY": node R refused node 0's run
+ *                            id, MASTER_PORT or shape (refuse_to_join);
  *                            "timeout N WHY": node 0 gave up, N had joined;
  *                            it first adds nnodes to count, so no node
  *                            coming later can complete it)
@@ -308,29 +309,61 @@ static int connect_store(job *j, const char *host, int port, uint64_t timeout_ns
     }
 }
 
+/* A node other than 0 that cannot take what node 0 published (its run id,
+ * MASTER_PORT, the job's shape) refuses to join, err saying why: it calls
+ * attempt 0 off with "refused R WHY" so that the others say why at once,
+ * naming this node, instead of waiting for it until --rdzv-timeout.
+ * Returns -1, err as it was. */
+static int refuse_to_join(job *j, pp_err *err) {
+    char go[128], text[sizeof err->msg + 32];
+    key(go, sizeof go, 0, "go");
+    snprintf(text, sizeof text, "refused %d %s", j->c.o->node_rank, err->msg);
+    pp_err serr;
+    store_set(j->ctl, go, text, strlen(text), &serr); /* best effort: the refusal stands either way */
+    return -1;
+}
+
 /* Global ranks are node_rank * nproc_per_node + local rank, so every node
  * must have node 0's --nnodes and --nproc-per-node ('auto' may count
  * differently per machine). A node that differs refuses to join, naming
- * the difference, and calls attempt 0 off so that the others say why at
- * once instead of waiting for it until --rdzv-timeout. */
+ * the difference. */
 static int agree_on_shape(job *j, const char *mine, pp_err *err) {
     void *node0;
     size_t len;
     int g = store_get(j->ctl, "pprun/shape", &node0, &len, err);
     if (g < 0) return -1;
-    if (g == 1) return pp_fail(err, "rendezvous: node rank 0 published no --nnodes and --nproc-per-node");
+    if (g == 1) {
+        pp_fail(err, "rendezvous: node rank 0 published no --nnodes and --nproc-per-node (pprun/shape)");
+        return refuse_to_join(j, err);
+    }
     int same = strcmp(mine, node0) == 0;
-    char why[sizeof err->msg];
-    snprintf(why, sizeof why, "this node has %s, node rank 0 has %s: start every node with the same --nnodes and "
-             "--nproc-per-node", mine, (char *)node0);
+    if (!same)
+        pp_fail(err,
+                "this node has %s, node rank 0 has %s: start every node with the same --nnodes and "
+                "--nproc-per-node",
+                mine, (char *)node0);
     free(node0);
-    if (same) return 0;
-    char go[128], text[sizeof why + 32];
-    key(go, sizeof go, 0, "go");
-    snprintf(text, sizeof text, "refused %d %s", j->c.o->node_rank, why);
-    pp_err serr;
-    store_set(j->ctl, go, text, strlen(text), &serr); /* best effort: the refusal below stands either way */
-    return pp_fail(err, "%s", why);
+    return same ? 0 : refuse_to_join(j, err);
+}
+
+/* The workers' MASTER_PORT as node 0 published it: a port, 1-65535, or a
+ * refusal to join. Whoever reaches the store could have set it. */
+static int take_master_port(job *j, pp_err *err) {
+    void *v;
+    size_t len;
+    int g = store_get(j->ctl, "pprun/master_port", &v, &len, err);
+    if (g < 0) return -1;
+    if (g == 1) {
+        pp_fail(err, "rendezvous: node rank 0 published no MASTER_PORT (pprun/master_port)");
+        return refuse_to_join(j, err);
+    }
+    long port;
+    int rc =
+        pp_parse_long(v, 1, 65535, "rendezvous: the MASTER_PORT node rank 0 published (pprun/master_port)", &port, err);
+    free(v);
+    if (rc != 0) return refuse_to_join(j, err);
+    j->c.info.master_port = (int)port;
+    return 0;
 }
 
 static int setup_store(job *j, pp_err *err) {
@@ -390,13 +423,11 @@ static int setup_store(job *j, pp_err *err) {
          * could have set it, and it names this node's log folder. */
         if (launch_check_run_id(v, len, "rendezvous: the run id node rank 0 published (pprun/run_id)", err) != 0) {
             free(v);
-            return -1;
+            return refuse_to_join(j, err);
         }
         snprintf(j->run_id, sizeof j->run_id, "%.*s", (int)len, (char *)v);
         free(v);
-        if (store_get(j->ctl, "pprun/master_port", &v, &len, err) != 0) return -1;
-        j->c.info.master_port = atoi(v);
-        free(v);
+        if (take_master_port(j, err) != 0) return -1;
         if (agree_on_shape(j, shape, err) != 0) return -1;
     }
     return 0;
