@@ -150,6 +150,20 @@ static void ck_fallback(const char *why) {
     atomic_store(&ck.mode, CK_MONO);
 }
 
+/* The one value of PPRUN_CLOCK that changes the clock: what ck_decide acts
+ * on and pp_clock_env_check accepts (besides unset or ""). */
+#define CK_ENV_MONOTONIC "monotonic"
+
+int pp_clock_env_check(const char *value, pp_err *err) {
+    if (!value || !*value || strcmp(value, CK_ENV_MONOTONIC) == 0) return 0;
+    size_t len = strlen(value);
+    /* quoted as it is: pprun's standard error escapes control bytes (docs/cli.md) */
+    return pp_fail(err,
+                   "%s='%.40s%s' is not a clock; accepted: %s (clock_gettime for every timestamp), or unset "
+                   "(the TSC where it is safe)",
+                   PP_CLOCK_ENV, value, len > 40 ? "..." : "", CK_ENV_MONOTONIC);
+}
+
 #if defined(__x86_64__)
 /* The tightest of a few rdtsc pairs around clock_gettime; -1 when every one
  * spanned more than max_ticks (the thread was interrupted). The fences keep
@@ -178,9 +192,9 @@ static uint64_t ck_line(uint64_t tsc, uint64_t base_tsc, uint64_t base_ns, uint6
 
 /* Once per process: the checks above, and the first anchor. */
 static void ck_decide(void) {
-    const char *env = getenv("PPRUN_CLOCK");
-    if (env && strcmp(env, "monotonic") == 0) {
-        ck_fallback("PPRUN_CLOCK=monotonic");
+    const char *env = getenv(PP_CLOCK_ENV);
+    if (env && strcmp(env, CK_ENV_MONOTONIC) == 0) {
+        ck_fallback(PP_CLOCK_ENV "=" CK_ENV_MONOTONIC);
         return;
     }
     unsigned a, b, c, d;

@@ -40,6 +40,14 @@ typedef struct pp_clock {
     double tsc_ghz;
 } pp_clock;
 void pp_clock_get(pp_clock *out);
+/* The environment variable that chooses pp_now_ns's source, and a check of
+ * its value (NULL: unset) against the values pp_now_ns acts on: unset or ""
+ * (the TSC where that is safe) and "monotonic" (clock_gettime always). 0,
+ * or -1 with err naming the variable, the value and what is accepted. The
+ * clock itself takes any other value as unset: a rank must not fail on it;
+ * pprun refuses it before a job starts. */
+#define PP_CLOCK_ENV "PPRUN_CLOCK"
+int pp_clock_env_check(const char *value, pp_err *err);
 /* CLOCK_REALTIME in nanoseconds: only for display (job start time). */
 uint64_t pp_wall_ns(void);
 /* Sleeps the whole duration, resuming after signals. */

@@ -2,8 +2,10 @@
  * known skew and a jittery, asymmetric network; and pp_now_ns, the TSC read
  * as CLOCK_MONOTONIC (base/pp.c), against clock_gettime itself: within
  * PP_CLOCK_BOUND_NS through re-anchors, in several threads, on every core, in
- * a forked child, and CLOCK_MONOTONIC itself when forced. Each Test runs in
- * a process of its own, so each calibrates from the start. */
+ * a forked child, and CLOCK_MONOTONIC itself when forced; PPRUN_CLOCK's
+ * values, and `pprun run` / `pprun launch` refusing one the clock does not
+ * know before anything starts. Each Test runs in a process of its own, so
+ * each calibrates from the start. */
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <sched.h>
@@ -13,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/trace_fixture.h"
+#include "launch_testutil.h"
 #include "tracer/clock.h"
 
 typedef struct fake_master {
@@ -212,4 +216,106 @@ Test(pp_clock, PPRUN_CLOCK_monotonic_forces_clock_gettime) {
     cr_assert_str_eq(c.source, "monotonic");
     cr_assert_str_eq(c.why, "PPRUN_CLOCK=monotonic");
     cr_assert_eq(c.anchors, 0);
+}
+
+/* --- PPRUN_CLOCK as pprun checks it -------------------------------------------- */
+
+Test(pp_clock, PPRUN_CLOCK_accepts_unset_empty_and_monotonic_only) {
+    pp_err err;
+    cr_assert_eq(pp_clock_env_check(NULL, &err), 0);
+    cr_assert_eq(pp_clock_env_check("", &err), 0);
+    cr_assert_eq(pp_clock_env_check("monotonic", &err), 0);
+    const char *bad[] = {"bogus", "Monotonic", "monotonic ", "tsc"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(pp_clock_env_check(bad[i], &err), -1, "'%s' accepted", bad[i]);
+        lt_assert_has(err.msg, "PPRUN_CLOCK='");
+        lt_assert_has(err.msg, bad[i]);
+        lt_assert_has(err.msg, "accepted: monotonic");
+    }
+    /* A long value is cut, so the message stays one short line. */
+    char longv[300];
+    memset(longv, 'x', sizeof longv - 1);
+    longv[sizeof longv - 1] = '\0';
+    cr_assert_eq(pp_clock_env_check(longv, &err), -1);
+    lt_assert_has(err.msg, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...' is not a clock");
+}
+
+/* `pprun run` and `pprun launch` with PPRUN_CLOCK=value: exit 2 (bad usage),
+ * one line on standard error (returned, the caller frees it), nothing on
+ * standard output, no database and no rank started. */
+static char *refused_clock(const char *value) {
+    const char *dir = tfix_mkdir("clock-env"); /* removed when the test process exits */
+    char db[300], ran[300], env[512], script[400];
+    snprintf(db, sizeof db, "%s/pprun.db", dir);
+    snprintf(ran, sizeof ran, "%s/ran", dir);
+    snprintf(env, sizeof env, "PPRUN_CLOCK=%s", value);
+    snprintf(script, sizeof script, "touch %s", ran);
+    const char *envs[] = {env, NULL};
+    char *said = NULL;
+    const char *run[] = {"run", "--nproc-per-node", "1", "--db", db, "--", "sh", "-c", script, NULL};
+    const char *launch[] = {"launch", "--nproc-per-node", "1", "--", "sh", "-c", script, NULL};
+    for (int k = 0; k < 2; k++) {
+        lt_proc p;
+        lt_run(&p, k ? launch : run, envs);
+        const char *cmd = k ? "pprun launch: " : "pprun run: ";
+        cr_assert_eq(p.status, 2, "%s with PPRUN_CLOCK=%s: exit %d\n%s", cmd, value, p.status, p.err);
+        cr_assert_eq(strncmp(p.err, cmd, strlen(cmd)), 0, "%s", p.err);
+        lt_assert_has(p.err, "PPRUN_CLOCK='");
+        lt_assert_has(p.err, "is not a clock; accepted: monotonic");
+        lt_assert_has(p.err, "or unset");
+        cr_assert_eq(lt_count(p.err, "\n"), 1, "one line:\n%s", p.err);
+        cr_assert_eq(p.out_len, 0, "%s", p.out);
+        struct stat st;
+        cr_assert_neq(stat(db, &st), 0, "%s made %s", cmd, db);
+        cr_assert_neq(stat(ran, &st), 0, "%s started a rank", cmd);
+        if (!said)
+            said = strdup(p.err + strlen(cmd));
+        else
+            cr_assert_str_eq(p.err + strlen(cmd), said, "run and launch say it differently");
+        lt_free(&p);
+    }
+    return said;
+}
+
+Test(pp_clock, pprun_refuses_an_unknown_PPRUN_CLOCK_before_anything_starts, .timeout = 60) {
+    char *said = refused_clock("bogus");
+    lt_assert_has(said, "PPRUN_CLOCK='bogus' is not a clock");
+    free(said);
+}
+
+/* The value is the environment's, not pprun's: bytes that would drive the
+ * terminal come out escaped. */
+Test(pp_clock, an_unknown_PPRUN_CLOCK_is_quoted_with_its_terminal_bytes_escaped, .timeout = 60) {
+    char *said = refused_clock("bo\x1b]0;owned\x07\x1b[2Jgus");
+    lt_assert_has(said, "PPRUN_CLOCK='bo\\x1b]0;owned\\x07\\x1b[2Jgus'");
+    cr_assert_null(strchr(said, 0x1b), "a raw ESC reached the terminal: %s", said);
+    cr_assert_null(strchr(said, 0x07), "a raw BEL reached the terminal: %s", said);
+    free(said);
+}
+
+/* PPRUN_CLOCK=monotonic is accepted: the job runs and is traced, and the
+ * ranks get the variable. */
+Test(pp_clock, pprun_runs_a_job_with_PPRUN_CLOCK_monotonic, .timeout = 120) {
+    const char *dir = tfix_mkdir("clock-mono"); /* removed when the test process exits */
+    char db[300];
+    snprintf(db, sizeof db, "%s/pprun.db", dir);
+    const char *envs[] = {"PPRUN_CLOCK=monotonic", NULL};
+    lt_proc p;
+    lt_run(&p,
+           (const char *[]){"run", "--nproc-per-node", "2", "--steps", "2", "--progress", "off", "--model",
+                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--db", db, NULL},
+           envs);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    lt_run(&p,
+           (const char *[]){"query", "--db", db, "SELECT status, (SELECT count(*) > 0 FROM events) FROM jobs", NULL},
+           NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "succeeded");
+    lt_free(&p);
+    lt_run(&p, (const char *[]){"launch", "--nproc-per-node", "1", "--", "sh", "-c", "echo \"C=$PPRUN_CLOCK\"", NULL},
+           envs);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "C=monotonic");
+    lt_free(&p);
 }

@@ -1,7 +1,9 @@
 /* cmd_launch.c: `pprun launch [options] -- PROGRAM [ARGS...]`: a torchrun-
  * compatible launcher for any program (docs/cli.md). */
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "base/pp.h"
 #include "runner/cmd/cli.h"
 #include "runner/launch/launch.h"
 
@@ -14,7 +16,9 @@ int cmd_launch(int argc, char **argv) {
         fprintf(stderr, "pprun launch: %s\n", err.msg);
         return 2;
     }
-    if (launch_check_token(&o, &err) != 0) {
+    /* PPRUN_CLOCK reaches every rank, whose clock takes a value it does not
+     * know as unset: refused here, before anything starts, not ignored. */
+    if (pp_clock_env_check(getenv(PP_CLOCK_ENV), &err) != 0 || launch_check_token(&o, &err) != 0) {
         fprintf(stderr, "pprun launch: %s\n", err.msg);
         return 2;
     }

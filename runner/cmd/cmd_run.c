@@ -17,7 +17,9 @@
  * PyTorch's pipelining, through pprun's Python package (docs/torch.md). Such
  * a job has no step bound: the program runs as many steps as it likes. */
 #include <stdio.h>
+#include <stdlib.h>
 
+#include "base/pp.h"
 #include "runner/cmd/cli.h"
 #include "runner/job/job.h"
 #include "runner/job/job_attempts.h"
@@ -46,7 +48,10 @@ int cmd_run(int argc, char **argv) {
     pp_err err;
     int rc = job_options_parse(&job, argc, argv, &err);
     if (rc == 1) return 0; /* --help */
-    if (rc != 0 || job_check(&job, &err) != 0 || job_options_worker_argv(&job, &err) != 0) {
+    /* PPRUN_CLOCK reaches every rank, whose clock takes a value it does not
+     * know as unset: refused here, before anything starts, not ignored. */
+    if (rc != 0 || pp_clock_env_check(getenv(PP_CLOCK_ENV), &err) != 0 || job_check(&job, &err) != 0 ||
+        job_options_worker_argv(&job, &err) != 0) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
         job_free(&job);
         return 2;
