@@ -5,12 +5,19 @@
  * exactly, and the mistakes a GPU punishes fail here too: a missing
  * barrier gives different bits under different thread orders, a barrier
  * some threads skip and a full-mask shuffle after lanes returned fail the
- * launch, as does an impossible launch configuration.
+ * launch, as does an impossible launch configuration. With launches queued
+ * (PPRUN_STUB_ASYNC_US), a launch returns before its kernel runs, another
+ * stream sees the kernel's output only through an event, and cudaFree waits
+ * for the kernels that may use the memory.
  *
  * Compiled like gpu_kernels.cu for the emulator (tests/gpu_emu/CMakeLists.txt:
  * cuda_emu_translate.pl, then g++ with cuda_emu.h in front); never by nvcc. */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <time.h>
+
+#include <atomic>
+#include <thread>
 
 /* Each thread writes its global linear id where its coordinates say. */
 __global__ void k_coordinates(unsigned *out) {
@@ -43,7 +50,8 @@ __global__ void k_reverse(int *data, int with_barrier) {
 static int reverse_is_right(int with_barrier) {
     int data[4 * 256];
     for (int i = 0; i < 4 * 256; i++) data[i] = i;
-    k_reverse<<<4, 256>>>(data, with_barrier);
+    int *d = data; /* a pointer: the launch captures its arguments by value (cuda_emu_translate.pl) */
+    k_reverse<<<4, 256>>>(d, with_barrier);
     cr_assert_eq(cudaGetLastError(), cudaSuccess);
     for (int b = 0; b < 4; b++)
         for (int t = 0; t < 256; t++)
@@ -71,7 +79,8 @@ __global__ void k_warp_sums(float *out, const float *in) {
 Test(cuda_emu, warp_shuffle_sums_every_lane) {
     float in[2 * 64], out[2 * 64];
     for (int i = 0; i < 128; i++) in[i] = (float)i;
-    k_warp_sums<<<2, 64>>>(out, in);
+    float *o = out, *i = in; /* pointers, as above */
+    k_warp_sums<<<2, 64>>>(o, i);
     cr_assert_eq(cudaGetLastError(), cudaSuccess);
     for (int w = 0; w < 4; w++) { /* each warp's lanes: 32 w .. 32 w + 31 */
         float want = (float)(32 * 32 * w + 31 * 32 / 2);
@@ -99,10 +108,96 @@ static void expect_failed_launch(const char *kernel) {
 Test(cuda_emu, barriers_that_cannot_open_fail_the_launch) {
     int out[64] = {0};
     float fout[64] = {0};
-    k_divergent_barrier<<<1, 64>>>(out);
+    int *o = out; /* pointers, as above */
+    float *fo = fout;
+    k_divergent_barrier<<<1, 64>>>(o);
     expect_failed_launch("k_divergent_barrier");
-    k_shuffle_after_return<<<1, 64>>>(fout);
+    k_shuffle_after_return<<<1, 64>>>(fo);
     expect_failed_launch("k_shuffle_after_return");
-    k_coordinates<<<1, 2048>>>((unsigned *)out); /* over 1024 threads per block */
+    k_coordinates<<<1, 2048>>>((unsigned *)o); /* over 1024 threads per block */
     expect_failed_launch("2048 threads per block");
+}
+
+/* --- launches that run late (PPRUN_STUB_ASYNC_US) ------------------------------- */
+
+__global__ void k_fill(int *out, int v) { out[threadIdx.x] = v; }
+
+/* A host function that holds its stream until the test opens the gate: what
+ * is queued behind it has certainly not run before then. */
+static std::atomic<int> gate;
+static void wait_for_gate(void *) {
+    while (!gate.load()) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Stream a, held shut, with a k_fill of 7 into src queued behind the gate. */
+static void queue_fill_behind_gate(cudaStream_t *a, int **src) {
+    setenv("PPRUN_STUB_ASYNC_US", "0", 1); /* before this process's first launch */
+    gate = 0;
+    cr_assert_eq(cudaStreamCreateWithFlags(a, cudaStreamNonBlocking), cudaSuccess);
+    cr_assert_eq(cudaMalloc((void **)src, 64 * sizeof(int)), cudaSuccess);
+    cr_assert_eq(cudaMemsetAsync(*src, 0, 64 * sizeof(int), *a), cudaSuccess);
+    cr_assert_eq(cudaLaunchHostFunc(*a, wait_for_gate, NULL), cudaSuccess);
+    int *s = *src; /* a pointer, as above */
+    k_fill<<<1, 64, 0, *a>>>(s, 7);
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+}
+
+Test(cuda_emu, a_launch_returns_before_its_kernel_runs_as_on_a_gpu) {
+    cudaStream_t a, b;
+    int *src, *dst, host[64];
+    queue_fill_behind_gate(&a, &src);
+    cr_assert_eq(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking), cudaSuccess);
+    cr_assert_eq(cudaMalloc((void **)&dst, sizeof host), cudaSuccess);
+    /* another stream that reads src without waiting for a reads it as it was */
+    cr_assert_eq(cudaMemcpyAsync(dst, src, sizeof host, cudaMemcpyDeviceToDevice, b), cudaSuccess);
+    cr_assert_eq(cudaStreamSynchronize(b), cudaSuccess);
+    cr_assert_eq(cudaMemcpy(host, dst, sizeof host, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < 64; i++) cr_assert_eq(host[i], 0, "element %d: the kernel ran before its stream let it", i);
+    /* with an event recorded after the kernel and waited for by b, b reads its output */
+    cudaEvent_t ev;
+    cr_assert_eq(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
+    cr_assert_eq(cudaEventRecord(ev, a), cudaSuccess);
+    cr_assert_eq(cudaStreamWaitEvent(b, ev, 0), cudaSuccess);
+    cr_assert_eq(cudaMemcpyAsync(dst, src, sizeof host, cudaMemcpyDeviceToDevice, b), cudaSuccess);
+    gate = 1;
+    cr_assert_eq(cudaStreamSynchronize(b), cudaSuccess);
+    cr_assert_eq(cudaMemcpy(host, dst, sizeof host, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < 64; i++) cr_assert_eq(host[i], 7, "element %d after the event: %d", i, host[i]);
+    cudaEventDestroy(ev);
+    cudaFree(dst), cudaFree(src);
+    cudaStreamDestroy(b), cudaStreamDestroy(a);
+}
+
+Test(cuda_emu, cudafree_waits_for_a_queued_kernel_that_uses_the_memory) {
+    cudaStream_t a;
+    int *src;
+    queue_fill_behind_gate(&a, &src);
+    std::thread opener([] {
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+        gate = 1;
+    });
+    cr_assert_eq(cudaFree(src), cudaSuccess); /* returns once the kernel ran, as CUDA's implicit synchronisation */
+    cr_assert_eq(gate.load(), 1, "cudaFree returned while a kernel queued before it could still write the memory");
+    opener.join();
+    cudaStreamDestroy(a);
+}
+
+/* A queued launch that fails says so at the next cudaGetLastError after
+ * its stream ran it, as a GPU's fault surfaces at a synchronisation. */
+Test(cuda_emu, a_queued_launch_that_fails_is_reported_after_its_stream_ran_it) {
+    setenv("PPRUN_STUB_ASYNC_US", "0", 1);
+    cudaStream_t a;
+    int *out;
+    cr_assert_eq(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
+    cr_assert_eq(cudaMalloc((void **)&out, 64 * sizeof(int)), cudaSuccess);
+    int *o = out;
+    k_divergent_barrier<<<1, 64, 0, a>>>(o);
+    cr_assert_eq(cudaStreamSynchronize(a), cudaSuccess);
+    expect_failed_launch("k_divergent_barrier, queued");
+    cudaFree(out);
+    cudaStreamDestroy(a);
 }

@@ -533,6 +533,22 @@ Test(SUITE, dualpipev_pairs_overlap_on_two_streams_and_match_one_rank_bit_for_bi
     dualpipev_job("PPRUN_STUB_DEVICES=1", 4, "ipc");
     dualpipev_job("PPRUN_STUB_DEVICES=2 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, 2, "nccl"); /* a GPU per rank */
 }
+/* The same jobs with every kernel and GEMM queued on its stream and run
+ * 50 us late (PPRUN_STUB_ASYNC_US, cuda_emu.h), as on a GPU: the host
+ * runs ahead of its kernels, so a buffer handed to another stream or rank
+ * before the kernels that write it have run gives other bits. */
+#define LATE "PPRUN_STUB_ASYNC_US=50 "
+Test(SUITE, every_schedule_with_kernels_that_run_late_matches_one_rank_bit_for_bit, .timeout = 600) {
+    every_schedule(1, LATE "PPRUN_STUB_DEVICES=1", "fp32");
+}
+Test(SUITE, dualpipev_with_kernels_that_run_late_matches_one_rank_bit_for_bit, .timeout = 600) {
+    dualpipev_job(LATE "PPRUN_STUB_DEVICES=1", 4, "ipc-late");
+}
+#ifndef __SANITIZE_ADDRESS__ /* 12 jobs, 100 s there; the two above run the late launches under ASan */
+Test(SUITE, data_parallel_with_kernels_that_run_late_matches_one_rank_bit_for_bit, .timeout = 600) {
+    data_parallel("nccl-late", LATE "PPRUN_STUB_DEVICES=4 PPRUN_NCCL_LIB=" PPRUN_NCCL_STANDIN, 4);
+}
+#endif
 #else
 /* On the machine's GPUs, `count` of them; the test skips without one, or
  * in a build without the GPU backend (body never compiled there). */

@@ -2,7 +2,8 @@
  * fibers that one OS thread schedules between barriers. The CUDA runtime
  * around the kernels is cudart_standin.c (streams as threads, memory shared
  * between processes). A launch first waits for its stream, so it sees every
- * copy queued before it; a failed one is reported to the runtime, whose
+ * copy queued before it, or (PPRUN_STUB_ASYNC_US) is queued on it and run
+ * by the stream's thread; a failed one is reported to the runtime, whose
  * cudaGetLastError returns it, and its reason goes to stderr.
  *
  * Scheduling: every runnable fiber of the block runs (in this round's
@@ -254,17 +255,19 @@ static void emu_run_block(void) {
     }
 }
 
-static void emu_run_locked(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream,
-                           const char *where) {
+/* Why a launch of this shape cannot run (CUDA says so at the launch, not
+ * later), or NULL. */
+static const char *emu_config_error(dim3 grid, dim3 block) {
     size_t threads = (size_t)block.x * block.y * block.z;
-    emu_where = where;
-    emu_block_idx = make_uint3(0, 0, 0);
-    if (stream && cudaStreamSynchronize(stream) != cudaSuccess) {
-        emu_fail("its stream failed before the launch (cudaStreamSynchronize)");
-        return;
-    }
-    if (threads == 0 || threads > EMU_MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0) {
-        emu_fail("invalid launch configuration (cudaErrorInvalidConfiguration)");
+    if (threads == 0 || threads > EMU_MAX_THREADS || grid.x == 0 || grid.y == 0 || grid.z == 0)
+        return "invalid launch configuration (cudaErrorInvalidConfiguration)";
+    return NULL;
+}
+
+static void emu_run_locked(emu_body_fn fn, void *body, dim3 grid, dim3 block) {
+    const char *bad = emu_config_error(grid, block);
+    if (bad) {
+        emu_fail(bad);
         return;
     }
     if (!emu_stacks && !(emu_stacks = (char *)malloc((size_t)EMU_MAX_THREADS * EMU_STACK))) {
@@ -273,7 +276,7 @@ static void emu_run_locked(emu_body_fn fn, void *body, dim3 grid, dim3 block, cu
     }
     emu_seed();
     emu_fn = fn, emu_body = body;
-    emu_block_dim = block, emu_grid_dim = grid, emu_nthreads = (int)threads;
+    emu_block_dim = block, emu_grid_dim = grid, emu_nthreads = (int)(block.x * block.y * block.z);
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
@@ -285,22 +288,113 @@ static void emu_run_locked(emu_body_fn fn, void *body, dim3 grid, dim3 block, cu
 
 extern "C" void emu_set_observer(emu_observer_fn fn) { emu_observer = fn; }
 
-extern "C" void emu_observe(const char *what, cudaStream_t stream, int begin) {
+extern "C" void emu_observe(const char *what, cudaStream_t stream, int phase, unsigned *corr) {
     emu_observer_fn fn = emu_observer;
-    if (fn) fn(what, stream, begin);
+    if (fn) fn(what, stream, phase, corr);
 }
 
-/* A failed launch's reason goes to stderr (cudaGetErrorString cannot say
- * which launch) and its error to the runtime's cudaGetLastError. */
-void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where) {
+extern "C" long emu_async_us(void) {
+    static std::atomic<long> us{-2}; /* -2: not read yet */
+    long v = us;
+    if (v == -2) {
+        const char *s = getenv("PPRUN_STUB_ASYNC_US");
+        char *end;
+        v = s && *s ? strtol(s, &end, 10) : -1;
+        if (s && *s && (*end || v < 0)) {
+            fprintf(stderr, "cuda_emu: PPRUN_STUB_ASYNC_US=%s is not a count of microseconds; launches stay "
+                            "synchronous\n", s);
+            v = -1;
+        }
+        us = v;
+    }
+    return v;
+}
+
+/* Runs one launch to its end on the calling thread (the launching one,
+ * or the stream's for a queued launch). A failed launch's reason goes to
+ * stderr (cudaGetErrorString cannot say which launch) and its error to
+ * the runtime's cudaGetLastError. */
+static void emu_execute(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where,
+                        unsigned corr) {
     pthread_mutex_lock(&emu_launch_mu);
-    emu_observe(where, stream, 1);
-    emu_run_locked(fn, body, grid, block, stream, where);
-    emu_observe(where, stream, 0);
+    emu_where = where;
+    emu_block_idx = make_uint3(0, 0, 0);
+    emu_observe(where, stream, EMU_BEGIN, &corr);
+    emu_run_locked(fn, body, grid, block);
+    emu_observe(where, stream, EMU_END, &corr);
     if (emu_error[0]) {
         fprintf(stderr, "cuda_emu: %s\n", emu_error);
         emu_error[0] = '\0';
         cudart_standin_launch_failed();
     }
     pthread_mutex_unlock(&emu_launch_mu);
+}
+
+void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where) {
+    unsigned corr = 0;
+    emu_observe(where, stream, EMU_LAUNCH, &corr);
+    if (stream && cudaStreamSynchronize(stream) != cudaSuccess) {
+        fprintf(stderr, "cuda_emu: %s: its stream failed before the launch (cudaStreamSynchronize)\n", where);
+        cudart_standin_launch_failed();
+        return;
+    }
+    emu_execute(fn, body, grid, block, stream, where, corr);
+}
+
+/* A queued launch: what emu_queue hands the stream's thread. */
+typedef struct emu_job {
+    emu_body_fn fn, drop;
+    void *body;
+    dim3 grid, block;
+    cudaStream_t stream;
+    const char *where;
+    unsigned corr;
+} emu_job;
+
+static void emu_job_main(void *arg) {
+    emu_job *j = (emu_job *)arg;
+    emu_execute(j->fn, j->body, j->grid, j->block, j->stream, j->where, j->corr);
+    j->drop(j->body);
+    free(j);
+}
+
+/* What emu_queue_late hands the stream's thread. */
+typedef struct emu_late {
+    void (*fn)(void *);
+    void *arg;
+} emu_late;
+
+static void emu_late_main(void *arg) {
+    emu_late l = *(emu_late *)arg;
+    free(arg);
+    long us = emu_async_us();
+    struct timespec ts = {us / 1000000, us % 1000000 * 1000};
+    while (us > 0 && nanosleep(&ts, &ts) != 0) {
+    }
+    l.fn(l.arg);
+}
+
+extern "C" int emu_queue_late(cudaStream_t stream, void (*fn)(void *), void *arg) {
+    emu_late *l = (emu_late *)malloc(sizeof *l);
+    if (!l) return -1;
+    *l = emu_late{fn, arg};
+    if (cudaLaunchHostFunc(stream, emu_late_main, l) == cudaSuccess) return 0;
+    free(l);
+    return -1;
+}
+
+void emu_queue(emu_body_fn fn, void *body, emu_body_fn drop, dim3 grid, dim3 block, cudaStream_t stream,
+               const char *where) {
+    const char *bad = emu_config_error(grid, block);
+    emu_job *j = bad ? NULL : (emu_job *)malloc(sizeof *j);
+    if (j) {
+        *j = emu_job{fn, drop, body, grid, block, stream, where, 0};
+        emu_observe(where, stream, EMU_LAUNCH, &j->corr);
+        if (emu_queue_late(stream, emu_job_main, j) == 0) return;
+        free(j);
+        bad = "its stream refused the work (cudaLaunchHostFunc), or out of memory";
+    }
+    fprintf(stderr, "cuda_emu: %s: %s\n", where, bad ? bad : "out of memory to queue the launch");
+    cudart_standin_launch_failed();
+    drop(body);
 }

@@ -22,7 +22,17 @@
  *
  * Shared memory is a function-static array (one block runs at a time).
  * A launch waits for its stream's earlier work, then runs to completion
- * inside emu_launch: the stream's later work comes after it, as on a GPU. */
+ * inside emu_launch: the stream's later work comes after it, as on a GPU.
+ *
+ * Unless PPRUN_STUB_ASYNC_US is set (to N >= 0): then a launch on a
+ * stream is queued there like a copy (the body, arguments captured by
+ * value, goes with it) and returns at once; the stream's thread runs it
+ * after waiting N microseconds, as a busy GPU starts a kernel late. The
+ * host runs ahead of its kernels as it does on a GPU, so a buffer read
+ * from another stream or process without an event or synchronisation
+ * after the kernels that write it is read before they ran: the stream
+ * order races that the synchronous launch hides (docs/gpu.md, "The CUDA
+ * emulator"). A launch on the legacy stream (0) stays synchronous. */
 #ifndef PP_CUDA_EMU_H
 #define PP_CUDA_EMU_H
 #include <cuda_bf16.h>
@@ -62,31 +72,54 @@ static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 
 /* Device work as a profiler sees it: what is "kernel (file:line)" for a
- * launch, a library's name for its call (the cuBLAS stand-in's GEMMs);
- * called with begin = 1 just before the work and 0 just after, on the
- * launching thread. The CUPTI stand-in sets the observer when kernel
- * records are enabled; emu_observe does nothing until then. */
-typedef void (*emu_observer_fn)(const char *what, cudaStream_t stream, int begin);
+ * launch, a library's name for its call (the cuBLAS stand-in's GEMMs).
+ * Called three times per launch, as CUPTI sees one: EMU_LAUNCH on the
+ * launching thread when the work is queued (the observer sets *corr, the
+ * launch's correlation id, from that thread's state), then EMU_BEGIN just
+ * before the work and EMU_END just after, on the thread that runs it, with
+ * the same *corr. The CUPTI stand-in sets the observer when kernel records
+ * are enabled; emu_observe does nothing (and *corr stays 0) until then. */
+enum { EMU_LAUNCH, EMU_BEGIN, EMU_END };
+typedef void (*emu_observer_fn)(const char *what, cudaStream_t stream, int phase, unsigned *corr);
 extern "C" void emu_set_observer(emu_observer_fn fn);
-extern "C" void emu_observe(const char *what, cudaStream_t stream, int begin);
+extern "C" void emu_observe(const char *what, cudaStream_t stream, int phase, unsigned *corr);
 /* The seed of the thread order (EMU_SEED, else the clock), to log it. */
 extern "C" unsigned long long emu_seed(void);
+/* PPRUN_STUB_ASYNC_US: -1 when unset (launches synchronous), else the
+ * microseconds a queued launch waits before it runs. */
+extern "C" long emu_async_us(void);
+/* Queues fn(arg) on the stream (not the legacy one), to run after that
+ * wait: a queued launch, or a library's (the cuBLAS stand-in's GEMMs).
+ * 0, or -1 when it could not be queued (fn not called). */
+extern "C" int emu_queue_late(cudaStream_t stream, void (*fn)(void *), void *arg);
 
-/* One launch: body() is the kernel call, run once per CUDA thread. */
+/* One launch: body() is the kernel call, run once per CUDA thread.
+ * emu_run runs it now; emu_queue (PPRUN_STUB_ASYNC_US set, a stream
+ * given) queues it on the stream and frees it with drop() once run. */
 typedef void (*emu_body_fn)(void *body);
 void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t stream, const char *where);
+void emu_queue(emu_body_fn fn, void *body, emu_body_fn drop, dim3 grid, dim3 block, cudaStream_t stream,
+               const char *where);
 
 template <class F>
 static void emu_call(void *body) {
     (*(F *)body)();
 }
+template <class F>
+static void emu_drop(void *body) {
+    delete (F *)body;
+}
 /* What cuda_emu_translate.pl writes for `kernel<<<grid, block, shm, stream>>>`:
- * where is "kernel (file:line)" for error messages. */
+ * where is "kernel (file:line)" for error messages; body captures the
+ * arguments by value, so that a queued launch outlives its caller's frame. */
 template <class F>
 static void emu_launch(F body, const char *where, dim3 grid, dim3 block, size_t shared_bytes = 0,
                        cudaStream_t stream = 0) {
     (void)shared_bytes; /* dynamic shared memory: none of our kernels uses it */
-    emu_run(emu_call<F>, &body, grid, block, stream, where);
+    if (stream && emu_async_us() >= 0)
+        emu_queue(emu_call<F>, new F(body), emu_drop<F>, grid, block, stream, where);
+    else
+        emu_run(emu_call<F>, &body, grid, block, stream, where);
 }
 
 #endif

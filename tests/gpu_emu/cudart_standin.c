@@ -20,7 +20,9 @@
  *                   are host functions that block the stream until
  *                   matched, as NCCL kernels do).  A kernel launch waits
  *                   for its stream, then runs to completion on the
- *                   launching thread (cuda_emu.cpp).  A copy into memory
+ *                   launching thread (cuda_emu.cpp), or, with
+ *                   PPRUN_STUB_ASYNC_US set, is a host function queued on
+ *                   it that runs late.  A copy into memory
  *                   exported with cudaIpcGetMemHandle lands STUB_LATE_MS
  *                   (or PPRUN_STUB_LATE_MS) after it was queued, as a GPU
  *                   may be busy: a receiver that reads an announced buffer
@@ -319,10 +321,15 @@ cudaError_t cudaMalloc(void **p, size_t size) {
     return alloc_on(p, size, cur_device);
 }
 
+static void sync_streams_of(int dev);
+
+/* As CUDA's, it first waits for the device's work: a launch queued before
+ * it (PPRUN_STUB_ASYNC_US) may still use the memory. */
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     alloc *a = take_alloc(p, 1);
     if (!a) return refuse(cudaErrorInvalidValue, "cudaFree of %p: not the base of a cudaMalloc", p);
+    sync_streams_of(a->dev);
     drop_alloc(a);
     return cudaSuccess;
 }
@@ -595,12 +602,16 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     return cudaSuccess;
 }
 
-/* Waits for every stream of the current device. */
-cudaError_t cudaDeviceSynchronize(void) {
+static void sync_streams_of(int dev) {
     pthread_mutex_lock(&streams_mu);
     for (struct CUstream_st *s = streams; s; s = s->next)
-        if (s->dev == cur_device) cudaStreamSynchronize(s);
+        if (s->dev == dev) cudaStreamSynchronize(s);
     pthread_mutex_unlock(&streams_mu);
+}
+
+/* Waits for every stream of the current device. */
+cudaError_t cudaDeviceSynchronize(void) {
+    sync_streams_of(cur_device);
     return cudaSuccess;
 }
 

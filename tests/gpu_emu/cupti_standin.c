@@ -7,11 +7,12 @@
  * per thread, forced flushes, record iteration, dropped records.
  *
  * Per observed launch, as CUPTI reports a kernel launched by a runtime
- * call: a RUNTIME record with a fresh correlation id, an
- * EXTERNAL_CORRELATION record tying that id to the calling thread's
- * innermost pushed id of each kind, and a CONCURRENT_KERNEL record
- * (CUpti_ActivityKernel10) timed by the client's timestamp callback around
- * the work; each only when its kind is enabled. Records are laid out as
+ * call: when it is launched, a RUNTIME record with a fresh correlation id
+ * and an EXTERNAL_CORRELATION record tying that id to the launching
+ * thread's innermost pushed id of each kind; when it has run (later, on
+ * the stream's thread, when launches are queued: PPRUN_STUB_ASYNC_US), a
+ * CONCURRENT_KERNEL record (CUpti_ActivityKernel10) timed by the client's
+ * timestamp callback around the work; each only when its kind is enabled. Records are laid out as
  * cupti_activity.h declares them, 8-byte aligned; so a reader that gets the
  * layout wrong fails here as on a GPU only if it disagrees with the header
  * (what this cannot catch: CUPTI's own conventions beyond the header).
@@ -26,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef void (*observer_fn)(const char *what, void *stream, int begin);
+typedef void (*observer_fn)(const char *what, void *stream, int phase, unsigned *corr);
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* everything below */
 static pthread_cond_t delivered = PTHREAD_COND_INITIALIZER;
@@ -49,9 +50,9 @@ static size_t nnames;
 #define EXT_DEPTH 16
 static __thread uint64_t ext_stack[EXT_KINDS][EXT_DEPTH];
 static __thread int ext_depth[EXT_KINDS];
-/* The start of the calling thread's launch under way: the emulator's
- * launches do not overlap (cuda_emu.cpp), but the cuBLAS stand-in's GEMMs
- * of two host threads (an overlapped pair's two streams) do. */
+/* The start of the work this thread is running: the emulator's launches
+ * do not overlap (cuda_emu.cpp), but the cuBLAS stand-in's GEMMs of two
+ * threads (an overlapped pair's two streams) do. */
 static __thread uint64_t kernel_start;
 
 static uint64_t now(void) {
@@ -142,37 +143,43 @@ static uint32_t stream_id(void *stream) { /* small and stable per stream */
     return (uint32_t)((uintptr_t)stream >> 4 & 0xffff) + 1;
 }
 
-static void observe(const char *what, void *stream, int begin) {
+/* The emulator's phases of one launch (cuda_emu.h: EMU_LAUNCH, EMU_BEGIN,
+ * EMU_END; that header is C++). */
+enum { LAUNCH, BEGIN, END };
+
+static void observe(const char *what, void *stream, int phase, unsigned *corr) {
     pthread_mutex_lock(&mu);
-    if (begin) {
+    if (phase == LAUNCH) { /* on the launching thread: the runtime call and its pushed ids */
+        *corr = ++next_correlation;
+        CUpti_ActivityAPI *api =
+            is_enabled(CUPTI_ACTIVITY_KIND_RUNTIME) ? room_for(CUPTI_ACTIVITY_KIND_RUNTIME) : NULL;
+        if (api) {
+            api->kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+            api->start = api->end = now();
+            api->correlationId = *corr;
+        }
+        for (int k = 0; k < EXT_KINDS && is_enabled(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION); k++) {
+            if (ext_depth[k] == 0) continue;
+            CUpti_ActivityExternalCorrelation *x = room_for(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+            if (!x) continue;
+            x->kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+            x->externalKind = (CUpti_ExternalCorrelationKind)k;
+            x->externalId = ext_stack[k][ext_depth[k] - 1];
+            x->correlationId = *corr;
+        }
+    } else if (phase == BEGIN) { /* on the thread that runs the work, as END */
         kernel_start = now();
-        pthread_mutex_unlock(&mu);
-        return;
-    }
-    uint64_t end = now();
-    uint32_t corr = ++next_correlation;
-    CUpti_ActivityAPI *api = is_enabled(CUPTI_ACTIVITY_KIND_RUNTIME) ? room_for(CUPTI_ACTIVITY_KIND_RUNTIME) : NULL;
-    if (api) {
-        api->kind = CUPTI_ACTIVITY_KIND_RUNTIME;
-        api->start = kernel_start, api->end = end, api->correlationId = corr;
-    }
-    for (int k = 0; k < EXT_KINDS && is_enabled(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION); k++) {
-        if (ext_depth[k] == 0) continue;
-        CUpti_ActivityExternalCorrelation *x = room_for(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-        if (!x) continue;
-        x->kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
-        x->externalKind = (CUpti_ExternalCorrelationKind)k;
-        x->externalId = ext_stack[k][ext_depth[k] - 1];
-        x->correlationId = corr;
-    }
-    CUpti_ActivityKernel10 *kr =
-        is_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ? room_for(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) : NULL;
-    if (kr) {
-        kr->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-        kr->start = kernel_start, kr->end = end, kr->completed = end;
-        kr->correlationId = corr;
-        kr->streamId = stream_id(stream);
-        kr->name = intern(what);
+    } else {
+        uint64_t end = now();
+        CUpti_ActivityKernel10 *kr =
+            is_enabled(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) ? room_for(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) : NULL;
+        if (kr) {
+            kr->kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+            kr->start = kernel_start, kr->end = end, kr->completed = end;
+            kr->correlationId = *corr;
+            kr->streamId = stream_id(stream);
+            kr->name = intern(what);
+        }
     }
     pthread_mutex_unlock(&mu);
 }
