@@ -482,6 +482,13 @@ int pp_parse_size(const char *s, const char *what, uint64_t *out, pp_err *err) {
     return pp_fail(err, "%s: unknown size unit in '%s'; accepted: B, KiB, MiB, GiB, KB, MB, GB", what, s);
 }
 
+void pp_format_size(uint64_t n, char *buf, size_t cap) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (u < 4 && n >= 1024 && n % 1024 == 0) n /= 1024, u++;
+    snprintf(buf, cap, "%llu%s", (unsigned long long)n, units[u]);
+}
+
 int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err) {
     static const struct { const char *suffix; double mult; } units[] = {
         {"", 1e6}, {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9},

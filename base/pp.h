@@ -85,6 +85,9 @@ int pp_parse_long(const char *s, long min, long max, const char *what, long *out
 int pp_parse_double(const char *s, double min, double max, const char *what, double *out, pp_err *err);
 /* "64KiB", "1MiB", "4096", "2GiB", "10KB" (KB = 1000) -> bytes. */
 int pp_parse_size(const char *s, const char *what, uint64_t *out, pp_err *err);
+/* Its inverse, as a user would type it: the largest binary unit that holds
+ * n exactly ("8MiB", "1536KiB", "1000B"). */
+void pp_format_size(uint64_t n, char *buf, size_t cap);
 /* "2ms", "500us", "1.5s", "100ns" -> nanoseconds. A bare number is ms. */
 int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err *err);
 

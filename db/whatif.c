@@ -6,6 +6,7 @@
 
 #include "config/model_spec.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,12 +145,23 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
     sched_free(plan);
 }
 
+/* A --max-mem as the job stored it (config_json: bytes as "8388608B", or a
+ * count of microbatch-stages) as the user would type it: "8MiB", "5". */
+static const char *whatif_bound(const char *stored, char buf[24]) {
+    char *end;
+    errno = 0;
+    unsigned long long bytes = strtoull(stored, &end, 10);
+    if (errno || end == stored || strcmp(end, "B") != 0) return stored;
+    pp_format_size(bytes, buf, 24);
+    return buf;
+}
+
 /* The job's own plan, as it ran (a csv: job's), at the job's own costs. */
 static void whatif_own(const whatif_input *in, whatif_row *row) {
     const char *name = in->schedule, *slash = strrchr(name, '/');
-    char shown[sizeof row->schedule];
+    char shown[sizeof row->schedule], bound[24];
     if (strncmp(name, "csv:", 4) == 0 && slash) snprintf(shown, sizeof shown, "csv:%.59s", slash + 1);
-    else if (in->max_mem) snprintf(shown, sizeof shown, "%.20s --max-mem %.20s", name, in->max_mem);
+    else if (in->max_mem) snprintf(shown, sizeof shown, "%.20s --max-mem %.20s", name, whatif_bound(in->max_mem, bound));
     else snprintf(shown, sizeof shown, "%.63s", name);
     whatif_row_init(row, shown, in->virtual_stages);
     row->this_job = 1;

@@ -299,21 +299,28 @@ void report_whatif(FILE *out, const whatif_report *r) {
                 r->shared_gpu_mps ? "running beside the others' ops on it" : "waiting for the GPU");
     int own_row = whatif_own_row(r);
     double own = own_row >= 0 ? r->rows[own_row].step_time_ns : NAN;
-    fprintf(out, "  %-18s %6s %10s %7s %8s %11s %9s\n", "schedule", "chunks", "step time", "bubble", "vs this",
+    char names[WHATIF_ROWS][sizeof r->rows[0].schedule + 8];
+    int width = 18; /* the column fits the longest name ("zb-v --max-mem 8MiB *") */
+    for (int k = 0; k < r->nrows; k++) {
+        const whatif_row *w = &r->rows[k];
+        int n = snprintf(names[k], sizeof names[k], "%s%s", w->schedule,
+                         w->this_job ? " *" : w->tuned ? " tuned" : "");
+        width = n > width ? n : width;
+    }
+    fprintf(out, "  %-*s %6s %10s %7s %8s %11s %9s\n", width, "schedule", "chunks", "step time", "bubble", "vs this",
             "activations", "in flight");
     for (int k = 0; k < r->nrows; k++) {
         const whatif_row *w = &r->rows[k];
-        char name[sizeof w->schedule + 8];
-        snprintf(name, sizeof name, "%s%s", w->schedule, w->this_job ? " *" : w->tuned ? " tuned" : "");
+        const char *name = names[k];
         if (w->error[0]) {
-            fprintf(out, "  %-18s %6d  %s\n", name, w->virtual_stages, w->error);
+            fprintf(out, "  %-*s %6d  %s\n", width, name, w->virtual_stages, w->error);
             continue;
         }
         if (isfinite(own) && own > 0) snprintf(c, sizeof c, "%.2fx", w->step_time_ns / own);
         else snprintf(c, sizeof c, "-");
         if (w->act_peak_bytes >= 0) fmt_bytes(d, sizeof d, w->act_peak_bytes);
         else snprintf(d, sizeof d, "-");
-        fprintf(out, "  %-18s %6d %10s %7s %8s %11s %9d\n", name, w->virtual_stages,
+        fprintf(out, "  %-*s %6d %10s %7s %8s %11s %9d\n", width, name, w->virtual_stages,
                 fmt_ns(a, sizeof a, w->step_time_ns), fmt_pct(b, sizeof b, w->bubble_ratio), c, d, w->peak_inflight);
     }
     char flag[160];

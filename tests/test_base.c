@@ -25,6 +25,25 @@ Test(base, sizes_parse_with_binary_and_decimal_units) {
     cr_assert_eq(v, 12);
 }
 
+/* What a user would type back: the largest binary unit that is exact,
+ * and pp_parse_size reads it as the same bytes. */
+Test(base, sizes_format_as_a_user_would_type_them_and_parse_back) {
+    static const struct { uint64_t n; const char *want; } cases[] = {
+        {8388608, "8MiB"}, {409600, "400KiB"}, {1572864, "1536KiB"}, {1000, "1000B"}, {0, "0B"},
+        {3ull << 40, "3TiB"}, {5ull << 50, "5120TiB"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char buf[24];
+        uint64_t back;
+        pp_err err;
+        pp_format_size(cases[i].n, buf, sizeof buf);
+        cr_assert_str_eq(buf, cases[i].want);
+        if (cases[i].n >= (1ull << 40)) continue; /* past the parser's cap of 1e15 bytes */
+        cr_assert_eq(pp_parse_size(buf, "--x", &back, &err), 0, "%s: %s", buf, err.msg);
+        cr_assert_eq(back, cases[i].n, "%s", buf);
+    }
+}
+
 Test(base, bad_sizes_name_the_flag_and_the_units) {
     uint64_t v;
     pp_err err;

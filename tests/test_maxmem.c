@@ -539,6 +539,12 @@ Test(maxmem_cli, a_run_under_a_bound_is_bitwise_its_unbounded_run_and_holds_what
         cr_assert(strstr(out, row), "no row for bound %d: %s", bound, out);
     }
     free(out);
+    /* a bound in bytes is shown as it was typed, and the name column fits it */
+    cr_assert_eq(sh(&out, "%s stats --db %s --job 3", PPRUN_BIN, db_path), 0, "%s", out);
+    cr_assert(strstr(out, "\n  schedule                chunks  step time") &&
+                  strstr(out, "\n  zb-v --max-mem 400KiB *      2 ") && strstr(out, "\n  gpipe                        1 "),
+              "%s", out);
+    free(out);
     cr_assert_eq(sh(&out, "%s stats --db %s --job 2 --format json | grep -c '\"memory_curve\"'", PPRUN_BIN, db_path),
                  0, "%s", out);
     free(out);
