@@ -34,10 +34,11 @@
 # when a check failed.
 #
 # --emu runs steps 3 to 8 on the CUDA emulator of BUILD_DIR (its pprun_emu,
-# one stand-in GPU, the stand-in MPS daemon of tests/gpu_emu, a model small
-# enough for it), and neither builds nor runs the tests (CI runs their
-# _emu twins) nor bench_gpu: it checks the script itself, its parsing and
-# its checks, before the GPU time is spent; its figures mean nothing.
+# one stand-in GPU with launches that run late, the stand-in MPS daemon of
+# tests/gpu_emu, a model small enough for it), and neither builds nor runs
+# the tests (CI runs their _emu twins) nor bench_gpu: it checks the script
+# itself, its parsing and its checks, before the GPU time is spent; its
+# figures mean nothing.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 debs="" emu=""
@@ -53,6 +54,7 @@ dir=${1:-build-gpu}
 if [ -n "$emu" ]; then
   [ -x "$dir/pprun_emu" ] || { echo "bench/gpu.sh --emu: no $dir/pprun_emu (a build with the CUDA toolkit makes it)" >&2; exit 1; }
   export PPRUN_STUB_DEVICES=1
+  export PPRUN_STUB_ASYNC_US=50 # launches run late, the host ahead of them, as on a GPU (cuda_emu.h)
   mkdir -p "$dir/mps-standin"
   ln -sf "$PWD/tests/gpu_emu/mps_control_standin.sh" "$dir/mps-standin/nvidia-cuda-mps-control"
   PATH="$(cd "$dir/mps-standin" && pwd):$PATH"
