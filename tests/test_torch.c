@@ -5,8 +5,10 @@
  * makes (Debian 12 has only torch 1.13): each rank is `scripts/torch-root.sh
  * run python3 examples/torch_pipeline.py ...`, started by the pprun built
  * here, outside the root. A test fails, naming why, when the root cannot
- * be made. USE_LIBUV=0: Debian's torch is built without libuv, which
- * torch's TCPStore otherwise asks for.
+ * be made. USE_LIBUV is unset in pprun's environment: pprun gives the
+ * ranks USE_LIBUV=0 itself (Debian's torch is built without libuv, which
+ * torch's TCPStore otherwise asks for); the program run outside pprun
+ * sets it.
  *
  * What is checked, from the database with SQL as a user would: PyTorch's
  * GPipe, 1F1B, Interleaved1F1B and ZBVZeroBubble on 2 and 4 ranks record
