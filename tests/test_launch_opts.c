@@ -77,6 +77,45 @@ Test(launch_opts, missing_program_is_bad_usage) {
     lt_free(&p);
 }
 
+/* torchrun runs `train.py` with python; pprun runs PROGRAM itself. A .py
+ * file that is there but not executable is refused with how to run it. */
+Test(launch_opts, a_python_file_that_is_not_executable_gets_how_to_run_it) {
+    const char *dir = tfix_mkdir("py");
+    char path[512];
+    snprintf(path, sizeof path, "%s/train.py", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("print('trained')\n", f);
+    fclose(f);
+    cr_assert_eq(chdir(dir), 0);
+    const char *bare[] = {"launch", "--nproc-per-node", "2", "train.py", NULL};
+    const char *rel[] = {"launch", "./train.py", NULL};
+    lt_proc p;
+    lt_run(&p, bare, NULL);
+    cr_assert_eq(p.status, 2, "%s", p.err);
+    cr_assert_str_eq(p.err, "pprun launch: PROGRAM 'train.py' not found in PATH; pprun runs PROGRAM itself, not with "
+                            "python: run it as `-- python3 train.py`, or as a module with `-m MODULE`\n");
+    cr_assert_str_eq(p.out, "");
+    lt_free(&p);
+    lt_run(&p, rel, NULL);
+    cr_assert_eq(p.status, 2, "%s", p.err);
+    lt_assert_has(p.err, "PROGRAM './train.py': not an executable file; pprun runs PROGRAM itself, not with python: "
+                         "run it as `-- python3 ./train.py`");
+    lt_free(&p);
+    /* as the hint says */
+    const char *py[] = {"launch", "--", "python3", "train.py", NULL};
+    lt_run(&p, py, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_str_eq(p.out, "[0]: trained\n");
+    lt_free(&p);
+    /* a file that is not there gets no hint: running it with python would not help */
+    const char *absent[] = {"launch", "nothere.py", NULL};
+    lt_run(&p, absent, NULL);
+    cr_assert_eq(p.status, 2, "%s", p.err);
+    cr_assert_str_eq(p.err, "pprun launch: PROGRAM 'nothere.py' not found in PATH\n");
+    lt_free(&p);
+}
+
 /* --rdzv-endpoint HOST:0 picks a free port, as --master-port 0 does. */
 Test(launch_opts, rdzv_endpoint_port_0_picks_a_free_port) {
     const char *args[] = {"launch", "--rdzv_endpoint=localhost:0", "--", "sh", "-c", "echo $MASTER_ADDR $MASTER_PORT",
