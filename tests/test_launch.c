@@ -233,5 +233,8 @@ Test(launch_output, help_lists_every_option) {
                            "--max-restarts", "--monitor-interval", "--shutdown-timeout", "--log-dir", "--redirects",
                            "--tee", "--local-ranks-filter", "--run-id", "--no-prefix", "--rdzv-timeout"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) cr_assert(strstr(p.out, names[i]), "%s", names[i]);
+    /* the short spellings torchrun users type, beside the long ones */
+    const char *both[] = {"-m, --module", "-r, --redirects", "-t, --tee", "-h, --help"};
+    for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) cr_assert(strstr(p.out, both[i]), "%s", both[i]);
     lt_free(&p);
 }

@@ -61,7 +61,11 @@ void launch_usage(FILE *out, int nproc_default) {
                      "--opt=value.\n\n");
     for (size_t i = 0; i < NOPTS; i++) {
         char left[64];
-        snprintf(left, sizeof left, "%s%s%s", opts[i].name, opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
+        /* a short alias (-m, -r) first, as torchrun's help shows it; the long ones are in the docs */
+        const char *alias = opts[i].alias;
+        int short_alias = alias && alias[0] == '-' && alias[1] && alias[1] != '-';
+        snprintf(left, sizeof left, "%s%s%s%s%s", short_alias ? alias : "", short_alias ? ", " : "", opts[i].name,
+                 opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
         fprintf(out, "  %-24s %s", left, opts[i].help);
         if (opts[i].id == OPT_NPROC) fprintf(out, " (default %d)", nproc_default);
         fprintf(out, "\n");
