@@ -531,6 +531,27 @@ Test(program_run, options_of_the_built_in_worker_are_refused) {
     }
 }
 
+/* Scripts pass --progress off to every job: with a program it asks for
+ * what the job has anyway (no progress line: its numbers come from pprun's
+ * worker), so it runs; --progress on stays refused (above). */
+Test(program_run, progress_off_is_accepted_with_a_program, .timeout = 120) {
+    const char *db = tfix_path("progress.db");
+    lt_proc p;
+    run_demo(&p, db, "--progress off --nproc-per-node 2", NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    run_demo(&p, db, "--progress=off --nproc-per-node 2", NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM jobs WHERE status='succeeded'"), 2);
+    sqlite3_close(s);
+    run_demo(&p, db, "--progress auto", NULL);
+    cr_assert_eq(p.status, 2, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "pprun run: --progress configures pprun's built-in worker");
+    lt_free(&p);
+}
+
 Test(program_run, every_node_must_run_the_same_program, .timeout = 120) {
     char port[16];
     snprintf(port, sizeof port, "%d", lt_free_port());
