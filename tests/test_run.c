@@ -353,6 +353,10 @@ Test(run, a_crashed_rank_fails_the_job_and_is_named) {
     cr_assert_eq(rc, 1, "%s", out);
     cr_assert(strstr(out, "SIGKILL"), "%s", out);
     cr_assert(strstr(out, "rank") && strstr(out, "2"), "%s", out);
+    /* the kill was asked for: the summary says so rather than leave a crash to explain */
+    cr_assert(strstr(out, "  signal    : SIGKILL (9) received by PID ") &&
+                  strstr(out, "\n  cause     : injected by --fail-at step=1,rank=2 (fault injection: not a bug)\n"),
+              "%s", out);
     free(out);
 }
 

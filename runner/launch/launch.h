@@ -189,6 +189,10 @@ typedef struct launch_failure {
                                 * sleeping, 'D' in the kernel), from /proc; else 0 */
     int witness;               /* hung: the rank that failed first, waiting for it */
     char why[512];             /* hung: how we know, one line ("ranks 0 and 2 timed out waiting for it") */
+    /* Set by the caller, not launch_job: the option that made this failure
+     * on purpose ("--fail-at step=1,rank=2"), which the summary names; ""
+     * = none. The launcher cannot tell an injected kill from a real one. */
+    char injected[96];
 } launch_failure;
 
 enum {
