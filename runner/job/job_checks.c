@@ -108,9 +108,14 @@ static int check_outputs_not_inputs(const run_job *job, pp_err *err) {
         snprintf(file, sizeof file, "%s%s", cfg->db, db_files[b]);
         for (size_t i = 0; i < sizeof in / sizeof in[0] - 1; i++) /* all but --schedule-costs, the last */
             if (file_output_not_input(file, "--db", in[i].path, in[i].what, 0, err) != 0) return -1;
-        if (file_output_not_input(file, "--db", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err) != 0 ||
-            file_output_not_input(cfg->metrics, "--metrics", file, "--db", FILE_INPUT_WRITTEN, err) != 0)
+        if (file_output_not_input(file, "--db", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err) != 0)
             return -1;
+        if (file_output_not_input(cfg->metrics, "--metrics", file, "--db", FILE_INPUT_WRITTEN, err) != 0)
+            /* named as the user gave it: --db pprun.db, whose WAL file pprun.db-wal is */
+            return b == 0 ? -1
+                          : pp_fail(err, "--metrics %s: is the %s of --db %s, which this command also writes: one "
+                                         "would overwrite the other; name another file (nothing was changed)",
+                                    cfg->metrics, db_file_roles[b], cfg->db);
     }
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
         if (file_output_not_input(cfg->metrics, "--metrics", in[i].path, in[i].what, 0, err) != 0) return -1;
