@@ -260,6 +260,31 @@ Test(torch, pytorch_runs_pprun_s_zb_v_plan, .timeout = 300) {
     lt_free(&p), lt_free(&q), lt_free(&d);
 }
 
+/* The example takes its steps and microbatches from pprun's environment
+ * (PPRUN_STEPS, PPRUN_MICROBATCHES) when not told them: pprun's zb-v of 8
+ * microbatches runs with each number given once, to pprun. */
+Test(torch, the_example_runs_the_steps_and_microbatches_pprun_asks_for, .timeout = 300) {
+    torch_need_root();
+    const char *db = tfix_path("asked.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--steps", "2", "--schedule", "zb-v",
+                          "--microbatches", "8", "--", TORCH_ROOT_SH, "run", "python3", EXAMPLE, "--schedule", "pprun",
+                          NULL};
+    const char *env[] = {"USE_LIBUV=", NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_eq(lt_count(p.out, "loss step="), 2 * 8, "%s", p.out);
+    sqlite3 *s = open_db(db);
+    char buf[128];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT steps || ' ' || microbatches || ' ' || schedule FROM jobs"),
+                     "2 8 zb-v");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) || ' ' || max(step) || ' ' || max(microbatch) FROM"
+                                                " losses"),
+                     "16 1 7");
+    sqlite3_close(s);
+    lt_free(&p);
+}
+
 /* The example's own spans: pprun.span("data", step=N) around each step's
  * batch (a context manager) and @pprun.span("log") on the function that
  * prints the losses after the step (a decorator, at the step just run).
