@@ -274,6 +274,7 @@ static int open_file(const char *path, db **out, pp_err *err);
  * half-made database for the next run or a reader to stumble on. A file
  * that was there is never removed. */
 const char *const db_files[DB_FILES] = {"", "-wal", "-shm", "-journal"};
+const char *const db_file_roles[DB_FILES] = {"", "WAL file", "shared-memory file", "rollback journal"};
 
 int db_open(const char *path, db **out, pp_err *err) {
     char wal[4096], shm[4096];

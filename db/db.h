@@ -69,6 +69,9 @@ void db_close(db *d);
  * a path against the database checks against each. */
 #define DB_FILES 4
 extern const char *const db_files[DB_FILES];
+/* What each of db_files is, for messages: "" (the database), "WAL file",
+ * ...: a user named the database, not the file beside it. */
+extern const char *const db_file_roles[DB_FILES];
 sqlite3 *db_sqlite(db *d);
 const char *db_path(const db *d);
 

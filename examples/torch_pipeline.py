@@ -30,7 +30,8 @@ Every rank builds the whole model from one seed and keeps its stages, so
 the weights do not depend on the schedule. The rank of the last stage
 prints each microbatch's loss as Python writes the float (it reads back
 bit for bit): "loss step=S microbatch=M value=V".
-Options: --steps N (3), --microbatches M (4), --stages-per-rank V (2),
+Options: --steps N (PPRUN_STEPS when pprun runs it, else 3), --microbatches M
+(PPRUN_MICROBATCHES when pprun runs it, else 4), --stages-per-rank V (2),
 --layers L (8), --dim D (32), --seq T (16), --microbatch-size B (2),
 --lr X (0.05), --seed S (0), --dp D (1), --device cpu|cuda (cpu)."""
 import argparse
@@ -195,11 +196,24 @@ def placement(args, rank, world):
     return [s for s in range(n) if s % world == rank], n, [s % world for s in range(n)]
 
 
+def from_pprun(name, default):
+    """What `pprun run` asked for (its --steps, --microbatches), when it runs
+    this program: so `pprun run --microbatches 8 -- ... --schedule pprun`
+    needs the number once. A flag given to the program still wins."""
+    v = os.environ.get(name)
+    if not v:
+        return default
+    try:
+        return int(v)
+    except ValueError:
+        raise SystemExit("torch_pipeline.py: %s=%r is not a whole number" % (name, v))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--schedule", default="1F1B", choices=list(SINGLE) + list(LOOPED) + ["ZBVZeroBubble", "pprun"])
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--steps", type=int, default=from_pprun("PPRUN_STEPS", 3))
+    p.add_argument("--microbatches", type=int, default=from_pprun("PPRUN_MICROBATCHES", 4))
     p.add_argument("--stages-per-rank", type=int, default=2)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--dim", type=int, default=32)

@@ -179,7 +179,7 @@ int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *co
         if (!spec[4]) return pp_fail(err, "--schedule csv:FILE: the file name is missing");
         if (sched_load_csv(spec + 4, &plan, err) != 0) return -1;
         if ((p > 0 && p != plan->ranks) || (m > 0 && m != plan->microbatches)) {
-            /* pprun run asks for its default 8 microbatches and 4 ranks unless told: say what the file needs */
+            /* a caller that asks for a shape of its own (pprun run takes the file's unless told): say what the file needs */
             pp_fail(err, "%s has %d ranks (rows) and %d microbatches, but %d ranks and %d microbatches were asked for; "
                          "the file sets both: run it on %d ranks with --microbatches %d",
                     spec + 4, plan->ranks, plan->microbatches, p > 0 ? p : plan->ranks, m > 0 ? m : plan->microbatches,

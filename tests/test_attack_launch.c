@@ -732,8 +732,10 @@ Test(attack_launch, a_worker_killed_at_any_phase_is_named) {
             finish(&p, 60, fail_at);
             cr_assert_eq(p.status, 1, "%s: exit %d\n%s", fail_at, p.status, p.err);
             lt_assert_has(p.err, "signal    : SIGKILL (9)");
-            char like[96];
-            snprintf(like, sizeof like, "rank %d (local rank %d on %%) was killed by SIGKILL", ranks[r], ranks[r]);
+            lt_assert_has(p.err, "cause     : injected by --fail-at");
+            char like[160];
+            snprintf(like, sizeof like, "rank %d (local rank %d on %%) was killed by SIGKILL (injected by --fail-at "
+                     "step=1,rank=%d)", ranks[r], ranks[r], ranks[r]);
             cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failed_rank = %d AND "
                                   "failure LIKE '%s'", ranks[r], like),
                          1, "%s: %s", fail_at, job_row(db, 1));

@@ -85,6 +85,22 @@ Test(launch_env, user_thread_settings_are_kept) {
     lt_free(&p);
 }
 
+/* PyTorch's env:// rendezvous asks for libuv unless USE_LIBUV=0, which a
+ * torch built without it refuses: pprun sets 0, and keeps a user's value. */
+Test(launch_env, use_libuv_is_0_unless_the_user_set_it) {
+    const char *args[] = {"launch", "--", "sh", "-c", "echo USE_LIBUV=${USE_LIBUV-unset}", NULL};
+    const char *unset[] = {"USE_LIBUV=", NULL}, *user[] = {"USE_LIBUV=1", NULL};
+    lt_proc p;
+    lt_run(&p, args, unset);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_str_eq(p.out, "[0]: USE_LIBUV=0\n");
+    lt_free(&p);
+    lt_run(&p, args, user);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_str_eq(p.out, "[0]: USE_LIBUV=1\n");
+    lt_free(&p);
+}
+
 /* The launcher takes the hard limit on open files (node 0's store holds two
  * connections per rank); its workers get the limit the user had. */
 Test(launch_env, the_launcher_raises_its_open_file_limit_and_the_workers_keep_the_users) {
@@ -217,5 +233,8 @@ Test(launch_output, help_lists_every_option) {
                            "--max-restarts", "--monitor-interval", "--shutdown-timeout", "--log-dir", "--redirects",
                            "--tee", "--local-ranks-filter", "--run-id", "--no-prefix", "--rdzv-timeout"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) cr_assert(strstr(p.out, names[i]), "%s", names[i]);
+    /* the short spellings torchrun users type, beside the long ones */
+    const char *both[] = {"-m, --module", "-r, --redirects", "-t, --tee", "-h, --help"};
+    for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) cr_assert(strstr(p.out, both[i]), "%s", both[i]);
     lt_free(&p);
 }

@@ -39,7 +39,8 @@ static const struct {
     {{"--rdzv_token=two words"}, {"--rdzv-token", "space"}},
     {{"--rdzv-token-file", "/nonexistent/pprun-token"}, {"--rdzv-token-file", "cannot open"}},
     {{"--rdzv-token-file="}, {"--rdzv-token-file", "file holding the token"}},
-    {{"--rdzv-endpoint", "node0:99999"}, {"--rdzv-endpoint", "1 to 65535"}},
+    {{"--rdzv-endpoint", "node0:99999"}, {"--rdzv-endpoint", "0 to 65535"}},
+    {{"--nnodes", "2", "--rdzv-endpoint", "localhost:0"}, {"--rdzv-endpoint localhost:0: port 0", "1 to 65535"}},
     {{"--rdzv_endpoint=::1:29400"}, {"--rdzv-endpoint", "IPv6 address in []"}},
     {{"--rdzv-endpoint", "[::1"}, {"--rdzv-endpoint", "HOST:PORT"}},
     {{"--rdzv-backend", "etcd"}, {"--rdzv-backend", "static, c10d"}},
@@ -73,6 +74,58 @@ Test(launch_opts, missing_program_is_bad_usage) {
     lt_run(&p, args, NULL);
     cr_assert_eq(p.status, 2);
     cr_assert(strstr(p.err, "PROGRAM"), "%s", p.err);
+    lt_free(&p);
+}
+
+/* torchrun runs `train.py` with python; pprun runs PROGRAM itself. A .py
+ * file that is there but not executable is refused with how to run it. */
+Test(launch_opts, a_python_file_that_is_not_executable_gets_how_to_run_it) {
+    const char *dir = tfix_mkdir("py");
+    char path[512];
+    snprintf(path, sizeof path, "%s/train.py", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("print('trained')\n", f);
+    fclose(f);
+    cr_assert_eq(chdir(dir), 0);
+    const char *bare[] = {"launch", "--nproc-per-node", "2", "train.py", NULL};
+    const char *rel[] = {"launch", "./train.py", NULL};
+    lt_proc p;
+    lt_run(&p, bare, NULL);
+    cr_assert_eq(p.status, 2, "%s", p.err);
+    cr_assert_str_eq(p.err, "pprun launch: PROGRAM 'train.py' not found in PATH; pprun runs PROGRAM itself, not with "
+                            "python: run it as `-- python3 train.py`, or as a module with `-m MODULE`\n");
+    cr_assert_str_eq(p.out, "");
+    lt_free(&p);
+    lt_run(&p, rel, NULL);
+    cr_assert_eq(p.status, 2, "%s", p.err);
+    lt_assert_has(p.err, "PROGRAM './train.py': not an executable file; pprun runs PROGRAM itself, not with python: "
+                         "run it as `-- python3 ./train.py`");
+    lt_free(&p);
+    /* as the hint says */
+    const char *py[] = {"launch", "--", "python3", "train.py", NULL};
+    lt_run(&p, py, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_str_eq(p.out, "[0]: trained\n");
+    lt_free(&p);
+    /* a file that is not there gets no hint: running it with python would not help */
+    const char *absent[] = {"launch", "nothere.py", NULL};
+    lt_run(&p, absent, NULL);
+    cr_assert_eq(p.status, 2, "%s", p.err);
+    cr_assert_str_eq(p.err, "pprun launch: PROGRAM 'nothere.py' not found in PATH\n");
+    lt_free(&p);
+}
+
+/* --rdzv-endpoint HOST:0 picks a free port, as --master-port 0 does. */
+Test(launch_opts, rdzv_endpoint_port_0_picks_a_free_port) {
+    const char *args[] = {"launch", "--rdzv_endpoint=localhost:0", "--", "sh", "-c", "echo $MASTER_ADDR $MASTER_PORT",
+                          NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    int port = 0;
+    cr_assert_eq(sscanf(p.out, "[0]: localhost %d", &port), 1, "%s", p.out);
+    cr_assert(port > 0 && port <= 65535, "%s", p.out);
     lt_free(&p);
 }
 
@@ -385,6 +438,18 @@ Test(launch_opts, the_rdzv_token_is_checked_wherever_it_comes_from) {
     char *a9[] = {"launch", "--nnodes", "2", "--master-addr", "localhost", "--", "true", NULL};
     cr_assert_eq(launch_parse(7, a9, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(launch_check_token(&o, &err), 0, "loopback needs nothing: %s", err.msg);
+    /* named as the user gave it: --rdzv-endpoint, unless --master-addr came after it */
+    char *a8e[] = {"launch", "--nnodes", "2", "--rdzv-endpoint", "192.0.2.77:29500", "--", "true", NULL};
+    cr_assert_eq(launch_parse(7, a8e, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(launch_check_token(&o, &err), -1);
+    cr_assert(strstr(err.msg, "--rdzv-endpoint 192.0.2.77:29500: its host 192.0.2.77 is not a loopback address") &&
+                  !strstr(err.msg, "--master-addr"),
+              "%s", err.msg);
+    char *a8m[] = {"launch", "--nnodes", "2", "--rdzv-endpoint", "[::1]:29500", "--master-addr", "192.0.2.77", "--",
+                   "true", NULL};
+    cr_assert_eq(launch_parse(9, a8m, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(launch_check_token(&o, &err), -1);
+    cr_assert(strstr(err.msg, "--master-addr 192.0.2.77 is not a loopback address"), "%s", err.msg);
     char *a10[] = {"launch", "--master-addr", "192.0.2.77", "--", "true", NULL};
     cr_assert_eq(launch_parse(5, a10, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(launch_check_token(&o, &err), 0, "one node keeps its store on loopback: %s", err.msg);

@@ -531,6 +531,54 @@ Test(program_run, options_of_the_built_in_worker_are_refused) {
     }
 }
 
+/* Scripts pass --progress off to every job: with a program it asks for
+ * what the job has anyway (no progress line: its numbers come from pprun's
+ * worker), so it runs; --progress on stays refused (above). */
+Test(program_run, progress_off_is_accepted_with_a_program, .timeout = 120) {
+    const char *db = tfix_path("progress.db");
+    lt_proc p;
+    run_demo(&p, db, "--progress off --nproc-per-node 2", NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    run_demo(&p, db, "--progress=off --nproc-per-node 2", NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM jobs WHERE status='succeeded'"), 2);
+    sqlite3_close(s);
+    run_demo(&p, db, "--progress auto", NULL);
+    cr_assert_eq(p.status, 2, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "pprun run: --progress configures pprun's built-in worker");
+    lt_free(&p);
+}
+
+/* A program that succeeded but recorded nothing (it never called the
+ * library, or a Python that skipped pprun's hook) is told so at the end,
+ * with the likely reasons; a program that recorded, and a job traced off,
+ * are not. */
+Test(program_run, a_program_that_recorded_nothing_is_told_why, .timeout = 120) {
+    const char *db = tfix_path("nothing.db");
+    const char *none[] = {"run", "--db", db, "--nproc-per-node", "2", "--", "sh", "-c", "echo ran", NULL};
+    lt_proc p;
+    lt_run(&p, none, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    cr_assert_eq(lt_count(p.out, "ran"), 2, "%s", p.out);
+    cr_assert_str_eq(p.err, "pprun run: job 1: no records came from the program: it never called libpprun_trace "
+                            "(docs/trace-api.md), or, in Python, never imported torch.distributed.pipelining or "
+                            "pprun.torch; a python3 started with -I, -E or -S skips the site hook pprun traces "
+                            "PyTorch through (docs/torch.md)\n");
+    lt_free(&p);
+    const char *off[] = {"run", "--db", db, "--trace", "off", "--", "sh", "-c", "echo ran", NULL};
+    lt_run(&p, off, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    cr_assert_null(strstr(p.err, "no records"), "--trace off records nothing by design: %s", p.err);
+    lt_free(&p);
+    run_demo(&p, db, NULL, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    cr_assert_null(strstr(p.err, "no records"), "the demo records: %s", p.err);
+    lt_free(&p);
+}
+
 Test(program_run, every_node_must_run_the_same_program, .timeout = 120) {
     char port[16];
     snprintf(port, sizeof port, "%d", lt_free_port());

@@ -223,6 +223,47 @@ Test(run, dualpipev_and_its_pytorch_csv_match_the_one_stage_run_bit_for_bit) {
     assert_matches_one_stage("dualpipev_csv", 2, spec, 4, 8);
 }
 
+/* A schedule written by `pprun schedule --csv-out` runs as it is: the job
+ * takes the file's ranks (its rows; times --dp) and microbatches when the
+ * command line does not give them, and refuses, naming the option and the
+ * file's value, one that differs. */
+Test(run, a_csv_schedule_sets_the_ranks_and_microbatches_it_was_not_given) {
+    char *out = NULL;
+    cr_assert_eq(sh(&out, "cd '%s' && %s schedule --schedule gpipe --stages 2 --microbatches 4 --csv-out g.csv",
+                    tmpdir, PPRUN_BIN), 0, "%s", out);
+    free(out);
+    const char *run = "run --schedule csv:g.csv --steps 2 --progress off --model timed:f=1ms,b=1ms,w=1ms";
+    cr_assert_eq(sh(&out, "cd '%s' && %s %s --db g.db && %s %s --db g.db --dp 2 && %s query --db g.db --format csv "
+                    "'SELECT j.id, (SELECT count(*) FROM ranks r WHERE r.job_id = j.id), j.microbatches,"
+                    " (SELECT count(DISTINCT microbatch) FROM events e WHERE e.job_id = j.id AND phase = \"F\")"
+                    " FROM jobs j ORDER BY j.id'",
+                    tmpdir, PPRUN_BIN, run, PPRUN_BIN, run, PPRUN_BIN), 0, "%s", out);
+    /* 2 ranks, then 2 pipelines of 2; 4 microbatches a pipeline (replica d's numbered from 4d) */
+    cr_assert(strstr(out, "\n1,2,4,4") && strstr(out, "\n2,4,4,8"), "%s", out);
+    free(out);
+    static const struct {
+        const char *args, *expect;
+    } refused[] = {
+        {"--nproc-per-node 4", "pprun run: --nproc-per-node 4: --schedule csv:g.csv has 2 ranks (rows), so the job "
+                               "runs --nproc-per-node 2: give that, or leave it out (the file sets it)"},
+        {"--microbatches 8", "pprun run: --microbatches 8: --schedule csv:g.csv has 4 microbatches (the file sets "
+                             "them): give --microbatches 4, or leave it out"},
+        {"--pp 3", "pprun run: --pp 3: --schedule csv:g.csv has 2 ranks (rows) per pipeline"},
+        {"--nproc-per-node 2 --dp 2", "--nproc-per-node 2: --schedule csv:g.csv has 2 ranks (rows) x --dp 2, so the "
+                                      "job runs --nproc-per-node 4"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        cr_assert_eq(sh(&out, "cd '%s' && %s %s --db r.db %s", tmpdir, PPRUN_BIN, run, refused[i].args), 2, "%s: %s",
+                     refused[i].args, out);
+        cr_assert(strstr(out, refused[i].expect), "%s:\n%s", refused[i].args, out);
+        free(out);
+    }
+    /* the file's own values, given, are fine */
+    cr_assert_eq(sh(&out, "cd '%s' && %s %s --db ok.db --nproc-per-node 2 --microbatches 4", tmpdir, PPRUN_BIN, run),
+                 0, "%s", out);
+    free(out);
+}
+
 Test(run, a_restarted_job_resumes_from_its_checkpoint_bit_for_bit) {
     char *out = NULL;
     int rc = run_job("straight", 4, "1f1b", 0, 4, NULL, &out);
@@ -312,6 +353,10 @@ Test(run, a_crashed_rank_fails_the_job_and_is_named) {
     cr_assert_eq(rc, 1, "%s", out);
     cr_assert(strstr(out, "SIGKILL"), "%s", out);
     cr_assert(strstr(out, "rank") && strstr(out, "2"), "%s", out);
+    /* the kill was asked for: the summary says so rather than leave a crash to explain */
+    cr_assert(strstr(out, "  signal    : SIGKILL (9) received by PID ") &&
+                  strstr(out, "\n  cause     : injected by --fail-at step=1,rank=2 (fault injection: not a bug)\n"),
+              "%s", out);
     free(out);
 }
 

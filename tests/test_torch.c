@@ -5,8 +5,10 @@
  * makes (Debian 12 has only torch 1.13): each rank is `scripts/torch-root.sh
  * run python3 examples/torch_pipeline.py ...`, started by the pprun built
  * here, outside the root. A test fails, naming why, when the root cannot
- * be made. USE_LIBUV=0: Debian's torch is built without libuv, which
- * torch's TCPStore otherwise asks for.
+ * be made. USE_LIBUV is unset in pprun's environment: pprun gives the
+ * ranks USE_LIBUV=0 itself (Debian's torch is built without libuv, which
+ * torch's TCPStore otherwise asks for); the program run outside pprun
+ * sets it.
  *
  * What is checked, from the database with SQL as a user would: PyTorch's
  * GPipe, 1F1B, Interleaved1F1B and ZBVZeroBubble on 2 and 4 ranks record
@@ -256,6 +258,31 @@ Test(torch, pytorch_runs_pprun_s_zb_v_plan, .timeout = 300) {
                                                       " BY step, microbatch)"));
     sqlite3_close(s), sqlite3_close(t), sqlite3_close(u);
     lt_free(&p), lt_free(&q), lt_free(&d);
+}
+
+/* The example takes its steps and microbatches from pprun's environment
+ * (PPRUN_STEPS, PPRUN_MICROBATCHES) when not told them: pprun's zb-v of 8
+ * microbatches runs with each number given once, to pprun. */
+Test(torch, the_example_runs_the_steps_and_microbatches_pprun_asks_for, .timeout = 300) {
+    torch_need_root();
+    const char *db = tfix_path("asked.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--steps", "2", "--schedule", "zb-v",
+                          "--microbatches", "8", "--", TORCH_ROOT_SH, "run", "python3", EXAMPLE, "--schedule", "pprun",
+                          NULL};
+    const char *env[] = {"USE_LIBUV=", NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_eq(lt_count(p.out, "loss step="), 2 * 8, "%s", p.out);
+    sqlite3 *s = open_db(db);
+    char buf[128];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT steps || ' ' || microbatches || ' ' || schedule FROM jobs"),
+                     "2 8 zb-v");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) || ' ' || max(step) || ' ' || max(microbatch) FROM"
+                                                " losses"),
+                     "16 1 7");
+    sqlite3_close(s);
+    lt_free(&p);
 }
 
 /* The example's own spans: pprun.span("data", step=N) around each step's

@@ -65,6 +65,10 @@ int cmd_export(int argc, char **argv) {
         char file[4200];
         snprintf(file, sizeof file, "%s%s", dbpath, db_files[i]);
         if (file_output_not_input(outpath, "--out", file, "--db", 0, &err) != 0) {
+            /* named as the user gave it: --db main.db, whose WAL file main.db-wal is */
+            if (i)
+                pp_fail(&err, "--out %s: is the %s of --db %s, which this command reads: writing it would damage the "
+                              "database; name another file (nothing was changed)", outpath, db_file_roles[i], dbpath);
             fprintf(stderr, "pprun export: %s\n", err.msg);
             return 2;
         }

@@ -55,6 +55,7 @@ typedef struct run_job {
     char act_about[256];   /* and the activation bytes per stage --max-mem bounds by, when they are from there */
     int program;           /* 1: `-- PROGRAM` runs instead of the built-in worker */
     char worker_flag[32];  /* the first option given that only the built-in worker takes */
+    int microbatches_given; /* --microbatches was on the command line (a csv: schedule sets it otherwise) */
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
     pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
     launch_guard *guard;   /* outlives a SIGKILLed launcher: kills the ranks, then records the job's end */

@@ -3,6 +3,7 @@
  * the rank a failure comes from named by job_blame.h. */
 #include "runner/job/job_attempts.h"
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "runner/comm/comm.h"
@@ -96,6 +97,17 @@ static void after_attempt(void *ctx, const launch_info *info, const launch_resul
     comm_cleanup(job_key, info->world_size);
 }
 
+/* --fail-at SIGKILLs its rank in the first attempt (engine_maybe_fail):
+ * a failure that is that one says so, or a user reads a crash into it. */
+static void note_injected(const run_job *job, launch_result *res) {
+    const run_fail_at *f = &job->cfg.fail_at;
+    launch_failure *lf = &res->failure;
+    if (job->program || !f->enabled || res->status != LAUNCH_FAILED || res->attempts != 1 || lf->hung ||
+        lf->global_rank != f->rank || lf->signal != SIGKILL)
+        return;
+    snprintf(lf->injected, sizeof lf->injected, "--fail-at step=%d,rank=%d", f->step, f->rank);
+}
+
 void job_attempts_run(run_job *job, job_outcome *end) {
     /* The guard outlives launch_job: it keeps its will until the job's end
      * is recorded (job_rows_finish). */
@@ -108,6 +120,7 @@ void job_attempts_run(run_job *job, job_outcome *end) {
         .keep_groups = &job->mps.group, .nkeep = job->mps.group ? 1 : 0};
     end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);
     end->exit_code = end->res.exit_code;
+    if (end->launch_rc == 0) note_injected(job, &end->res);
     job_salvage_update(job, end);
     if (end->launch_rc != 0)
         fprintf(stderr, "pprun run: %s\n", end->launch_err.msg);

@@ -108,9 +108,14 @@ static int check_outputs_not_inputs(const run_job *job, pp_err *err) {
         snprintf(file, sizeof file, "%s%s", cfg->db, db_files[b]);
         for (size_t i = 0; i < sizeof in / sizeof in[0] - 1; i++) /* all but --schedule-costs, the last */
             if (file_output_not_input(file, "--db", in[i].path, in[i].what, 0, err) != 0) return -1;
-        if (file_output_not_input(file, "--db", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err) != 0 ||
-            file_output_not_input(cfg->metrics, "--metrics", file, "--db", FILE_INPUT_WRITTEN, err) != 0)
+        if (file_output_not_input(file, "--db", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err) != 0)
             return -1;
+        if (file_output_not_input(cfg->metrics, "--metrics", file, "--db", FILE_INPUT_WRITTEN, err) != 0)
+            /* named as the user gave it: --db pprun.db, whose WAL file pprun.db-wal is */
+            return b == 0 ? -1
+                          : pp_fail(err, "--metrics %s: is the %s of --db %s, which this command also writes: one "
+                                         "would overwrite the other; name another file (nothing was changed)",
+                                    cfg->metrics, db_file_roles[b], cfg->db);
     }
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
         if (file_output_not_input(cfg->metrics, "--metrics", in[i].path, in[i].what, 0, err) != 0) return -1;
@@ -220,6 +225,47 @@ static void name_program(run_job *job) {
         n += snprintf(job->model + n, sizeof job->model - (size_t)n, i ? " %s" : "%s", job->lo.prog_argv[i]);
 }
 
+/* --schedule csv:FILE sets the pipeline's ranks (its rows) and the
+ * microbatches (docs/cli.md): what the command line left out comes from the
+ * file, so `pprun schedule --csv-out` then `pprun run --schedule csv:` runs
+ * as written; a value given that the file contradicts is refused by name. */
+static int csv_shape(run_job *job, pp_err *err) {
+    run_config *cfg = &job->cfg;
+    launch_options *lo = &job->lo;
+    if (cfg->schedule != RUN_SCHEDULE_CSV) return 0;
+    sched_plan *plan;
+    if (sched_load_csv(cfg->schedule_csv, &plan, err) != 0) return pp_wrap(err, "--schedule csv:%s", cfg->schedule_csv);
+    int ranks = plan->ranks, m = plan->microbatches;
+    sched_free(plan);
+    const char *file = cfg->schedule_csv;
+    if (job->microbatches_given && cfg->microbatches != m)
+        return pp_fail(err, "--microbatches %d: --schedule csv:%s has %d microbatches (the file sets them): give "
+                            "--microbatches %d, or leave it out", cfg->microbatches, file, m, m);
+    cfg->microbatches = m;
+    if (cfg->pp && cfg->pp != ranks)
+        return pp_fail(err, "--pp %d: --schedule csv:%s has %d ranks (rows) per pipeline (the file sets them): give "
+                            "--pp %d, or leave it out", cfg->pp, file, ranks, ranks);
+    /* one pipeline of the file's ranks, or --dp of them */
+    long want = (long)ranks * (cfg->dp ? cfg->dp : 1);
+    char dp[32] = "", nodes[32] = "";
+    if (cfg->dp) snprintf(dp, sizeof dp, " x --dp %d", cfg->dp);
+    if (lo->nnodes > 1) snprintf(nodes, sizeof nodes, " on each of --nnodes %d", lo->nnodes);
+    if (want % lo->nnodes != 0)
+        return pp_fail(err, "--schedule csv:%s has %d ranks (rows)%s: %ld ranks do not split evenly over --nnodes %d",
+                       file, ranks, dp, want, lo->nnodes);
+    if (want / lo->nnodes > LAUNCH_MAX_NPROC)
+        return pp_fail(err, "--schedule csv:%s has %d ranks (rows)%s: %ld ranks per node are over the limit of %d",
+                       file, ranks, dp, want / lo->nnodes, LAUNCH_MAX_NPROC);
+    if (!(lo->given & LAUNCH_GIVEN_NPROC)) {
+        lo->nproc_per_node = (int)(want / lo->nnodes);
+        return 0;
+    }
+    if (lo->nproc_per_node == want / lo->nnodes) return 0;
+    return pp_fail(err, "--nproc-per-node %d: --schedule csv:%s has %d ranks (rows)%s, so the job runs "
+                        "--nproc-per-node %ld%s: give that, or leave it out (the file sets it)",
+                   lo->nproc_per_node, file, ranks, dp, want / lo->nnodes, nodes);
+}
+
 /* The options against each other and this machine; jobs.model. */
 static int check_options(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
@@ -285,6 +331,7 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
 int job_check(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
     if (check_outputs_not_inputs(job, err) != 0) return -1;
+    if (csv_shape(job, err) != 0) return -1;
     if (check_options(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
     char from[96];

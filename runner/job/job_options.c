@@ -57,7 +57,8 @@ static void usage(FILE *out) {
             "* --transport T         auto|shm|tcp|cuda-ipc|nccl (default auto: with --device cuda,\n"
             "                        boundary tensors stay in GPU memory, cuda-ipc between ranks\n"
             "                        on one GPU, nccl otherwise; shm|tcp stage them through the host)\n"
-            "* --progress auto|on|off  the progress line (its numbers come from pprun's worker)\n"
+            "* --progress auto|on|off  the progress line (its numbers come from pprun's worker;\n"
+            "                        with -- PROGRAM there is none, and off is accepted)\n"
             "  --pp P  --dp D        P ranks per pipeline, D pipelines side by side (data parallel):\n"
             "                        P x D ranks; either one follows from the other and the world\n"
             "                        (default: one pipeline of --nproc-per-node x --nnodes ranks)\n"
@@ -80,7 +81,11 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
         usage(stdout);
         return 1;
     }
-    if (run_config_worker_only(opt) && !job->worker_flag[0])
+    /* --progress off asks for what a program's job has anyway (pprun prints
+     * no progress for it: the numbers come from pprun's worker), and
+     * scripts pass it to every job: a no-op, not a worker option. */
+    int progress_off = strcmp(opt, "--progress") == 0 && val && strcmp(val, "off") == 0;
+    if (run_config_worker_only(opt) && !job->worker_flag[0] && !progress_off)
         snprintf(job->worker_flag, sizeof job->worker_flag, "%s", opt);
     if (strcmp(opt, "--serve") == 0) {
         /* An optional value: the next argument, unless it is another option
@@ -100,6 +105,7 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
     if (!run_config_takes_value(opt)) return 0;
     if (!val) return pp_fail(err, "%s needs a value", opt);
     int rc = run_config_option(&job->cfg, opt, val, err);
+    if (rc >= 0 && strcmp(opt, "--microbatches") == 0) job->microbatches_given = 1;
     return rc < 0 ? -1 : rc == 1 ? 2 : 0;
 }
 

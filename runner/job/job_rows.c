@@ -267,8 +267,9 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
                  f->host[0] ? " on " : "", f->host, state ? " (it was " : "", state ? state : "", state ? ")" : "",
                  f->why);
     else if (res->status == LAUNCH_FAILED && f->signal)
-        snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s", f->global_rank, f->local_rank, f->host,
-                 launch_signal_name(f->signal, sigbuf));
+        snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s%s%s%s", f->global_rank, f->local_rank, f->host,
+                 launch_signal_name(f->signal, sigbuf), f->injected[0] ? " (injected by " : "", f->injected,
+                 f->injected[0] ? ")" : "");
     else if (res->status == LAUNCH_FAILED)
         snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%.*s", f->global_rank, f->local_rank,
                  f->host, f->exit_code, len ? ": " : "", len, line);
@@ -304,6 +305,28 @@ static void program_steps(run_job *job) {
     sqlite3_finalize(st);
 }
 
+/* A program that ran to its end and recorded nothing leaves a job that
+ * `pprun stats` calls "none complete yet", and nothing else says why: the
+ * likely causes, in one line (docs/torch.md, "How pprun gets into the
+ * program"). Only for a job traced here (node 0, --trace on). */
+static void say_nothing_recorded(const run_job *job, const job_outcome *end) {
+    if (!job->program || end->exit_code != 0) return;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db_sqlite(job->db),
+                           "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=?1) OR"
+                           " EXISTS(SELECT 1 FROM losses WHERE job_id=?1)", -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, job->job_id);
+    int recorded = sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (recorded) return;
+    fprintf(stderr,
+            "pprun run: job %lld: no records came from the program: it never called libpprun_trace "
+            "(docs/trace-api.md), or, in Python, never imported torch.distributed.pipelining or pprun.torch; a "
+            "python3 started with -I, -E or -S skips the site hook pprun traces PyTorch through (docs/torch.md)\n",
+            (long long)job->job_id);
+}
+
 void job_rows_finish(run_job *job, job_outcome *end) {
     if (!job->db) {
         job_salvage_disarm(job); /* nothing to record here: its guard had no will */
@@ -331,6 +354,7 @@ void job_rows_finish(run_job *job, job_outcome *end) {
     /* Where the time went, in two lines: the summary and whether ranks
      * shared cores, not the whole what-if (its simulations were half of
      * the launcher's CPU for tracing a 10-step job, docs/design.md §6). */
+    say_nothing_recorded(job, end);
     if (end->exit_code == 0) {
         job_summary s;
         whatif_report w;

@@ -47,6 +47,10 @@ typedef struct launch_options {
     int node_rank;                 /* default 0 */
     char master_addr[256];         /* default 127.0.0.1 */
     int master_port;               /* 0 picks a free one; default 29500 with --nnodes > 1, else 0 */
+    /* The --rdzv-endpoint value (in argv) that set master_addr, and the one
+     * that set master_port: messages name the option the user gave. NULL:
+     * --master-addr / --master-port, a default or Slurm set it. */
+    const char *addr_endpoint, *port_endpoint;
     int max_restarts;              /* default 0 */
     uint64_t monitor_interval_ns;  /* default 0.1 s */
     uint64_t shutdown_timeout_ns;  /* default 5 s: SIGTERM to SIGKILL */
@@ -185,6 +189,10 @@ typedef struct launch_failure {
                                 * sleeping, 'D' in the kernel), from /proc; else 0 */
     int witness;               /* hung: the rank that failed first, waiting for it */
     char why[512];             /* hung: how we know, one line ("ranks 0 and 2 timed out waiting for it") */
+    /* Set by the caller, not launch_job: the option that made this failure
+     * on purpose ("--fail-at step=1,rank=2"), which the summary names; ""
+     * = none. The launcher cannot tell an injected kill from a real one. */
+    char injected[96];
 } launch_failure;
 
 enum {

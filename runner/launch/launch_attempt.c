@@ -83,6 +83,12 @@ static int build_env(launch_ctx *c, int lr, launch_env *env, pp_err *err) {
     /* One BLAS thread per rank unless the user asked otherwise (docs/design.md §5). */
     if (!user_omp && launch_env_set(env, "OMP_NUM_THREADS", "1", err)) return -1;
     if (!user_blas && launch_env_set(env, "OPENBLAS_NUM_THREADS", "1", err)) return -1;
+    /* PyTorch's env:// rendezvous (what MASTER_ADDR/MASTER_PORT above ask
+     * for: pprun runs no store of torch's, so rank 0 starts the TCPStore)
+     * wants libuv unless USE_LIBUV=0, and a torch built without it
+     * (Debian's) refuses to start. The store every build has serves a
+     * static rendezvous; a user's USE_LIBUV=1 is kept (docs/torch.md). */
+    if (!launch_env_has(env, "USE_LIBUV") && launch_env_set(env, "USE_LIBUV", "0", err)) return -1;
     if (launch_env_python(env, err) != 0) return -1; /* pprun's Python package (docs/torch.md) */
     if (c->hooks && c->hooks->rank_env && c->hooks->rank_env(c->hooks->ctx, in, lr, gr, env, err) != 0) return -1;
     return 0;

@@ -45,7 +45,7 @@ static const struct {
     {"--standalone", NULL, OPT_STANDALONE, 0, NULL, "single node, free port (torchrun's --standalone)"},
     {"--rdzv-token-file", "--rdzv_token_file", OPT_RDZV_TOKEN_FILE, 1, "F", "job secret (first line of F), the same on every node: needed with --nnodes > 1 and a non-loopback --master-addr (or set PPRUN_RDZV_TOKEN)"},
     {"--rdzv-token", "--rdzv_token", OPT_RDZV_TOKEN, 1, "T", "the job secret itself (other users can see it in ps: prefer the file or PPRUN_RDZV_TOKEN)"},
-    {"--rdzv-endpoint", "--rdzv_endpoint", OPT_RDZV_ENDPOINT, 1, "H:P", "torchrun's spelling of --master-addr H --master-port P"},
+    {"--rdzv-endpoint", "--rdzv_endpoint", OPT_RDZV_ENDPOINT, 1, "H:P", "torchrun's spelling of --master-addr H --master-port P (P 0 as --master-port 0)"},
     {"--rdzv-backend", "--rdzv_backend", OPT_RDZV_BACKEND, 1, "B", "static or c10d: node 0's store meets the nodes either way"},
     {"--module", "-m", OPT_MODULE, 0, NULL, "PROGRAM is a Python module: runs python3 -m PROGRAM ARGS"},
     {"--no-python", "--no_python", OPT_NO_PYTHON, 0, NULL, "run PROGRAM itself (what pprun always does without -m)"},
@@ -61,7 +61,11 @@ void launch_usage(FILE *out, int nproc_default) {
                      "--opt=value.\n\n");
     for (size_t i = 0; i < NOPTS; i++) {
         char left[64];
-        snprintf(left, sizeof left, "%s%s%s", opts[i].name, opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
+        /* a short alias (-m, -r) first, as torchrun's help shows it; the long ones are in the docs */
+        const char *alias = opts[i].alias;
+        int short_alias = alias && alias[0] == '-' && alias[1] && alias[1] != '-';
+        snprintf(left, sizeof left, "%s%s%s%s%s", short_alias ? alias : "", short_alias ? ", " : "", opts[i].name,
+                 opts[i].arg ? " " : "", opts[i].arg ? opts[i].arg : "");
         fprintf(out, "  %-24s %s", left, opts[i].help);
         if (opts[i].id == OPT_NPROC) fprintf(out, " (default %d)", nproc_default);
         fprintf(out, "\n");
@@ -344,7 +348,14 @@ static int set_master_addr(launch_options *o, const char *name, const char *val,
     if (!val || !*val || strlen(val) >= sizeof o->master_addr)
         return pp_fail(err, "%s: expected a host name or address, got '%s'", name, val ? val : "");
     snprintf(o->master_addr, sizeof o->master_addr, "%s", val);
+    o->addr_endpoint = NULL;
     o->given |= LAUNCH_GIVEN_MASTER_ADDR;
+    return 0;
+}
+
+static int set_master_port(launch_options *o, const char *name, const char *val, pp_err *err) {
+    if (set_int(o, name, val, 0, 65535, &o->master_port, LAUNCH_GIVEN_MASTER_PORT, err) != 0) return -1;
+    o->port_endpoint = NULL;
     return 0;
 }
 
@@ -391,9 +402,12 @@ static int set_token_file(launch_options *o, const char *name, const char *val, 
     return 0;
 }
 
-/* torchrun's --rdzv-endpoint: HOST:PORT, [IPV6]:PORT, or HOST alone. */
+/* torchrun's --rdzv-endpoint: HOST:PORT, [IPV6]:PORT, or HOST alone. Port
+ * 0 picks a free one, as --master-port 0 does (check_world refuses it
+ * where the other nodes could not know it). */
 static int set_endpoint(launch_options *o, const char *name, const char *val, pp_err *err) {
     static const char *accepts = "accepted: HOST:PORT, [IPV6]:PORT or HOST";
+    const char *orig = val;
     char host[sizeof o->master_addr];
     const char *port = NULL;
     size_t n;
@@ -414,12 +428,14 @@ static int set_endpoint(launch_options *o, const char *name, const char *val, pp
     if (n == 0 || n >= sizeof host) return pp_fail(err, "%s: '%s'; %s", name, val, accepts);
     snprintf(host, sizeof host, "%.*s", (int)n, val);
     long v = 0;
-    if (port && pp_parse_long(port, 1, 65535, name, &v, err) != 0)
-        return pp_fail(err, "%s: port '%s' is not 1 to 65535; %s", name, port, accepts);
+    if (port && pp_parse_long(port, 0, 65535, name, &v, err) != 0)
+        return pp_fail(err, "%s: port '%s' is not 0 to 65535 (0 picks a free one); %s", name, port, accepts);
     snprintf(o->master_addr, sizeof o->master_addr, "%s", host);
+    o->addr_endpoint = orig;
     o->given |= LAUNCH_GIVEN_MASTER_ADDR;
     if (port) {
         o->master_port = (int)v;
+        o->port_endpoint = orig;
         o->given |= LAUNCH_GIVEN_MASTER_PORT;
     }
     return 0;
@@ -439,6 +455,7 @@ static int set_standalone(launch_options *o) {
     o->nnodes = 1;
     o->node_rank = 0;
     o->master_port = 0;
+    o->port_endpoint = NULL;
     o->given |= LAUNCH_GIVEN_NNODES | LAUNCH_GIVEN_NODE_RANK | LAUNCH_GIVEN_MASTER_PORT;
     return 0;
 }
@@ -451,7 +468,7 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
     case OPT_NODE_RANK:
         return set_int(o, name, val, 0, LAUNCH_MAX_NNODES - 1, &o->node_rank, LAUNCH_GIVEN_NODE_RANK, err);
     case OPT_MASTER_ADDR: return set_master_addr(o, name, val, err);
-    case OPT_MASTER_PORT: return set_int(o, name, val, 0, 65535, &o->master_port, LAUNCH_GIVEN_MASTER_PORT, err);
+    case OPT_MASTER_PORT: return set_master_port(o, name, val, err);
     case OPT_MAX_RESTARTS: return set_int(o, name, val, 0, 1000000, &o->max_restarts, 0, err);
     case OPT_MONITOR:
         if (parse_seconds(val, name, &o->monitor_interval_ns, err) != 0) return -1;
@@ -486,12 +503,15 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
 
 int launch_check_token(const launch_options *o, pp_err *err) {
     if (o->nnodes <= 1 || o->rdzv_token[0] || net_host_is_loopback(o->master_addr) == 1) return 0;
+    char given[300]; /* the option as the user gave it */
+    if (o->addr_endpoint) snprintf(given, sizeof given, "--rdzv-endpoint %s: its host", o->addr_endpoint);
+    else snprintf(given, sizeof given, "--master-addr");
     return pp_fail(err,
-                   "--master-addr %s is not a loopback address: with --nnodes %d the rendezvous store (and, under "
+                   "%s %s is not a loopback address: with --nnodes %d the rendezvous store (and, under "
                    "pprun run, the trace and data ports) would take orders from anyone who can reach them; give every "
                    "node the same secret with --rdzv-token-file FILE, PPRUN_RDZV_TOKEN=SECRET or --rdzv-token SECRET "
                    "(e.g. from `openssl rand -hex 32`)",
-                   o->master_addr, o->nnodes);
+                   given, o->master_addr, o->nnodes);
 }
 
 /* The index in opts of a flag by either spelling, or -1. */
@@ -573,6 +593,10 @@ static int take_token(launch_options *o, pp_err *err) {
 
 /* The nodes agree on a port, this node is one of them, the world fits. */
 static int check_world(const launch_options *o, pp_err *err) {
+    if (o->nnodes > 1 && o->master_port == 0 && o->port_endpoint)
+        return pp_fail(err, "--rdzv-endpoint %s: port 0 (pick a free port) works only with --nnodes 1: the other "
+                            "nodes must know the port; accepted with --nnodes %d: 1 to 65535", o->port_endpoint,
+                       o->nnodes);
     if (o->nnodes > 1 && o->master_port == 0)
         return pp_fail(err, "--master-port 0 (pick a free port) works only with --nnodes 1: the other nodes must "
                             "know the port; accepted with --nnodes %d: 1 to 65535", o->nnodes);

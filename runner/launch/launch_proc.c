@@ -37,13 +37,23 @@ void launch_paths_free(char **paths) {
     free(paths);
 }
 
+/* torchrun runs PROGRAM with python (unless --no-python); pprun runs it
+ * as it is. A Python file that is there but not executable (`train.py`)
+ * is most likely a torchrun habit: say how to run it here. */
+static int program_fail(pp_err *err, const char *prog, const char *why) {
+    size_t n = strlen(prog);
+    if (n > 3 && strcmp(prog + n - 3, ".py") == 0 && access(prog, F_OK) == 0)
+        return pp_fail(err, "PROGRAM '%s'%s%s; pprun runs PROGRAM itself, not with python: run it as `-- python3 %s`, "
+                            "or as a module with `-m MODULE`", prog, why[0] == ' ' ? "" : ": ", why, prog);
+    return pp_fail(err, "PROGRAM '%s'%s%s", prog, why[0] == ' ' ? "" : ": ", why);
+}
+
 int launch_find_program(const char *prog, char ***out, pp_err *err) {
     *out = NULL;
     if (!prog || !*prog) return pp_fail(err, "missing PROGRAM");
     if (strchr(prog, '/')) {
         if (!executable_file(prog))
-            return pp_fail(err, "PROGRAM '%s': %s", prog,
-                           access(prog, F_OK) == 0 ? "not an executable file" : "no such file");
+            return program_fail(err, prog, access(prog, F_OK) == 0 ? "not an executable file" : "no such file");
         char **paths = calloc(2, sizeof *paths);
         if (!paths || !(paths[0] = strdup(prog))) {
             free(paths);
@@ -77,7 +87,7 @@ int launch_find_program(const char *prog, char ***out, pp_err *err) {
     }
     if (n == 0) {
         free(paths);
-        return pp_fail(err, "PROGRAM '%s' not found in PATH", prog);
+        return program_fail(err, prog, " not found in PATH");
     }
     *out = paths;
     return 0;

@@ -49,6 +49,7 @@ static void print_rank(FILE *out, const launch_failure *f, const char *when) {
     } else {
         fprintf(out, "  exitcode  : %d (pid: %d)\n", f->exit_code, (int)f->pid);
     }
+    if (f->injected[0]) fprintf(out, "  cause     : injected by %s (fault injection: not a bug)\n", f->injected);
 }
 
 void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res) {

@@ -48,6 +48,7 @@ void torch_run(lt_proc *p, const char *db, int nproc, int steps, int microbatche
     for (size_t i = 0; i < sizeof prog / sizeof prog[0]; i++) args[k++] = prog[i];
     for (int i = 0; program_args && program_args[i] && k < 63; i++) args[k++] = program_args[i];
     args[k] = NULL;
-    const char *env[] = {"USE_LIBUV=0", NULL};
+    /* unset: pprun gives the ranks USE_LIBUV=0 itself (Debian's torch has no libuv) */
+    const char *env[] = {"USE_LIBUV=", NULL};
     lt_run(p, args, env);
 }

@@ -18,7 +18,8 @@ void torch_need_root(void);
 /* `pprun run --db DB --nproc-per-node NPROC --steps STEPS --microbatches MB
  * PPRUN_ARGS -- torch-root.sh run python3 torch_pipeline.py --steps STEPS
  * --microbatches MB PROGRAM_ARGS` (either list NULL-terminated, or NULL),
- * with USE_LIBUV=0 (Debian's torch has no libuv); p holds its exit status
+ * with USE_LIBUV unset (pprun sets it to 0 for the ranks: Debian's torch
+ * has no libuv); p holds its exit status
  * and output (lt_free). */
 void torch_run(lt_proc *p, const char *db, int nproc, int steps, int microbatches, const char *const *pprun_args,
                const char *const *program_args);
