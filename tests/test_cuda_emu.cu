@@ -6,9 +6,11 @@
  * barrier gives different bits under different thread orders, a barrier
  * some threads skip and a full-mask shuffle after lanes returned fail the
  * launch, as does an impossible launch configuration. With launches queued
- * (PPRUN_STUB_ASYNC_US), a launch returns before its kernel runs, another
- * stream sees the kernel's output only through an event, and cudaFree waits
- * for the kernels that may use the memory.
+ * (PPRUN_STUB_ASYNC_US), a launch returns before its kernel runs, with its
+ * arguments' values as they were at the launch; another stream sees the
+ * kernel's output only through an event; cudaFree waits for the kernels
+ * that may use the memory; a failed kernel fails its stream's
+ * synchronisations.
  *
  * Compiled like gpu_kernels.cu for the emulator (tests/gpu_emu/CMakeLists.txt:
  * cuda_emu_translate.pl, then g++ with cuda_emu.h in front); never by nvcc. */
@@ -50,8 +52,7 @@ __global__ void k_reverse(int *data, int with_barrier) {
 static int reverse_is_right(int with_barrier) {
     int data[4 * 256];
     for (int i = 0; i < 4 * 256; i++) data[i] = i;
-    int *d = data; /* a pointer: the launch captures its arguments by value (cuda_emu_translate.pl) */
-    k_reverse<<<4, 256>>>(d, with_barrier);
+    k_reverse<<<4, 256>>>(data, with_barrier);
     cr_assert_eq(cudaGetLastError(), cudaSuccess);
     for (int b = 0; b < 4; b++)
         for (int t = 0; t < 256; t++)
@@ -79,8 +80,7 @@ __global__ void k_warp_sums(float *out, const float *in) {
 Test(cuda_emu, warp_shuffle_sums_every_lane) {
     float in[2 * 64], out[2 * 64];
     for (int i = 0; i < 128; i++) in[i] = (float)i;
-    float *o = out, *i = in; /* pointers, as above */
-    k_warp_sums<<<2, 64>>>(o, i);
+    k_warp_sums<<<2, 64>>>(out, in);
     cr_assert_eq(cudaGetLastError(), cudaSuccess);
     for (int w = 0; w < 4; w++) { /* each warp's lanes: 32 w .. 32 w + 31 */
         float want = (float)(32 * 32 * w + 31 * 32 / 2);
@@ -108,13 +108,11 @@ static void expect_failed_launch(const char *kernel) {
 Test(cuda_emu, barriers_that_cannot_open_fail_the_launch) {
     int out[64] = {0};
     float fout[64] = {0};
-    int *o = out; /* pointers, as above */
-    float *fo = fout;
-    k_divergent_barrier<<<1, 64>>>(o);
+    k_divergent_barrier<<<1, 64>>>(out);
     expect_failed_launch("k_divergent_barrier");
-    k_shuffle_after_return<<<1, 64>>>(fo);
+    k_shuffle_after_return<<<1, 64>>>(fout);
     expect_failed_launch("k_shuffle_after_return");
-    k_coordinates<<<1, 2048>>>((unsigned *)o); /* over 1024 threads per block */
+    k_coordinates<<<1, 2048>>>((unsigned *)out); /* over 1024 threads per block */
     expect_failed_launch("2048 threads per block");
 }
 
@@ -132,20 +130,28 @@ static void wait_for_gate(void *) {
     }
 }
 
+#define OLD 0x01010101 /* src before the kernel: every byte 1 */
+
+/* Launches queued from here on in this process (Criterion runs each test
+ * in a process of its own; the emulator reads the variable once). */
+static void queue_launches(void) {
+    setenv("PPRUN_STUB_ASYNC_US", "0", 1);
+    cr_assert_geq(emu_async_us(), 0, "a launch made before this test's first one read the variable");
+}
+
 /* Stream a, held shut, with a k_fill of 7 into src queued behind the gate. */
 static void queue_fill_behind_gate(cudaStream_t *a, int **src) {
-    setenv("PPRUN_STUB_ASYNC_US", "0", 1); /* before this process's first launch */
+    queue_launches();
     gate = 0;
     cr_assert_eq(cudaStreamCreateWithFlags(a, cudaStreamNonBlocking), cudaSuccess);
     cr_assert_eq(cudaMalloc((void **)src, 64 * sizeof(int)), cudaSuccess);
-    cr_assert_eq(cudaMemsetAsync(*src, 0, 64 * sizeof(int), *a), cudaSuccess);
+    cr_assert_eq(cudaMemsetAsync(*src, 1, 64 * sizeof(int), *a), cudaSuccess);
     cr_assert_eq(cudaLaunchHostFunc(*a, wait_for_gate, NULL), cudaSuccess);
-    int *s = *src; /* a pointer, as above */
-    k_fill<<<1, 64, 0, *a>>>(s, 7);
+    k_fill<<<1, 64, 0, *a>>>(*src, 7);
     cr_assert_eq(cudaGetLastError(), cudaSuccess);
 }
 
-Test(cuda_emu, a_launch_returns_before_its_kernel_runs_as_on_a_gpu) {
+Test(cuda_emu, a_launch_returns_before_its_kernel_runs_as_on_a_gpu, .timeout = 30) {
     cudaStream_t a, b;
     int *src, *dst, host[64];
     queue_fill_behind_gate(&a, &src);
@@ -155,7 +161,8 @@ Test(cuda_emu, a_launch_returns_before_its_kernel_runs_as_on_a_gpu) {
     cr_assert_eq(cudaMemcpyAsync(dst, src, sizeof host, cudaMemcpyDeviceToDevice, b), cudaSuccess);
     cr_assert_eq(cudaStreamSynchronize(b), cudaSuccess);
     cr_assert_eq(cudaMemcpy(host, dst, sizeof host, cudaMemcpyDeviceToHost), cudaSuccess);
-    for (int i = 0; i < 64; i++) cr_assert_eq(host[i], 0, "element %d: the kernel ran before its stream let it", i);
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(host[i], OLD, "element %d: %#x, the kernel ran before its stream let it", i, host[i]);
     /* with an event recorded after the kernel and waited for by b, b reads its output */
     cudaEvent_t ev;
     cr_assert_eq(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), cudaSuccess);
@@ -171,7 +178,7 @@ Test(cuda_emu, a_launch_returns_before_its_kernel_runs_as_on_a_gpu) {
     cudaStreamDestroy(b), cudaStreamDestroy(a);
 }
 
-Test(cuda_emu, cudafree_waits_for_a_queued_kernel_that_uses_the_memory) {
+Test(cuda_emu, cudafree_waits_for_a_queued_kernel_that_uses_the_memory, .timeout = 30) {
     cudaStream_t a;
     int *src;
     queue_fill_behind_gate(&a, &src);
@@ -186,17 +193,40 @@ Test(cuda_emu, cudafree_waits_for_a_queued_kernel_that_uses_the_memory) {
     cudaStreamDestroy(a);
 }
 
-/* A queued launch that fails says so at the next cudaGetLastError after
- * its stream ran it, as a GPU's fault surfaces at a synchronisation. */
-Test(cuda_emu, a_queued_launch_that_fails_is_reported_after_its_stream_ran_it) {
-    setenv("PPRUN_STUB_ASYNC_US", "0", 1);
+/* A launch takes its arguments' values when it is made, as CUDA copies
+ * them: a pointer read through a structure the caller changes (or frees)
+ * right after the launch is the one the kernel uses. */
+Test(cuda_emu, a_queued_launch_keeps_the_argument_values_it_was_given, .timeout = 30) {
+    cudaStream_t a;
+    int *src, *other, host[64];
+    queue_fill_behind_gate(&a, &src);
+    cr_assert_eq(cudaMalloc((void **)&other, sizeof host), cudaSuccess);
+    struct { int *out; int value; } h = {other, 5}, *hp = &h;
+    k_fill<<<1, 64, 0, a>>>(hp->out, hp->value);
+    hp->out = src, hp->value = 6; /* after the launch: not the kernel's */
+    gate = 1;
+    cr_assert_eq(cudaStreamSynchronize(a), cudaSuccess);
+    cr_assert_eq(cudaMemcpy(host, other, sizeof host, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < 64; i++) cr_assert_eq(host[i], 5, "element %d of the buffer given: %d", i, host[i]);
+    cr_assert_eq(cudaMemcpy(host, src, sizeof host, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int i = 0; i < 64; i++) cr_assert_eq(host[i], 7, "element %d of the other buffer: %d", i, host[i]);
+    cudaFree(other), cudaFree(src);
+    cudaStreamDestroy(a);
+}
+
+/* A queued launch that fails fails the synchronisation with its stream,
+ * and every later one (a GPU's fault is sticky), and the next
+ * cudaGetLastError. */
+Test(cuda_emu, a_queued_launch_that_fails_fails_its_streams_synchronisation, .timeout = 30) {
+    queue_launches();
     cudaStream_t a;
     int *out;
     cr_assert_eq(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking), cudaSuccess);
     cr_assert_eq(cudaMalloc((void **)&out, 64 * sizeof(int)), cudaSuccess);
-    int *o = out;
-    k_divergent_barrier<<<1, 64, 0, a>>>(o);
-    cr_assert_eq(cudaStreamSynchronize(a), cudaSuccess);
+    k_divergent_barrier<<<1, 64, 0, a>>>(out);
+    cr_assert_eq(cudaStreamSynchronize(a), cudaErrorLaunchFailure);
+    cr_assert_eq(cudaStreamSynchronize(a), cudaErrorLaunchFailure, "the failure is sticky");
+    cr_assert_eq(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
     expect_failed_launch("k_divergent_barrier, queued");
     cudaFree(out);
     cudaStreamDestroy(a);

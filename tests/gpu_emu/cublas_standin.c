@@ -25,7 +25,7 @@
 extern void emu_observe(const char *what, cudaStream_t stream, int phase, unsigned *corr) __attribute__((weak));
 extern long emu_async_us(void) __attribute__((weak));
 extern int emu_queue_late(cudaStream_t stream, void (*fn)(void *), void *arg) __attribute__((weak));
-extern void cudart_standin_launch_failed(void) __attribute__((weak));
+extern void cudart_standin_launch_failed(cudaStream_t stream) __attribute__((weak));
 
 struct cublasContext {
     cudaStream_t stream;
@@ -138,8 +138,9 @@ static int gemm_run(gemm *g) {
 }
 
 static void gemm_main(void *arg) {
-    if (gemm_run(arg) != 0 && cudart_standin_launch_failed) cudart_standin_launch_failed();
-    free(arg);
+    gemm *g = arg;
+    if (gemm_run(g) != 0 && cudart_standin_launch_failed) cudart_standin_launch_failed(g->stream);
+    free(g);
 }
 
 /* Runs g now, or (PPRUN_STUB_ASYNC_US) queues a copy on its stream. */

@@ -325,7 +325,7 @@ static void emu_execute(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaS
     if (emu_error[0]) {
         fprintf(stderr, "cuda_emu: %s\n", emu_error);
         emu_error[0] = '\0';
-        cudart_standin_launch_failed();
+        cudart_standin_launch_failed(stream);
     }
     pthread_mutex_unlock(&emu_launch_mu);
 }
@@ -335,7 +335,7 @@ void emu_run(emu_body_fn fn, void *body, dim3 grid, dim3 block, cudaStream_t str
     emu_observe(where, stream, EMU_LAUNCH, &corr);
     if (stream && cudaStreamSynchronize(stream) != cudaSuccess) {
         fprintf(stderr, "cuda_emu: %s: its stream failed before the launch (cudaStreamSynchronize)\n", where);
-        cudart_standin_launch_failed();
+        cudart_standin_launch_failed(stream);
         return;
     }
     emu_execute(fn, body, grid, block, stream, where, corr);
@@ -395,6 +395,6 @@ void emu_queue(emu_body_fn fn, void *body, emu_body_fn drop, dim3 grid, dim3 blo
         bad = "its stream refused the work (cudaLaunchHostFunc), or out of memory";
     }
     fprintf(stderr, "cuda_emu: %s: %s\n", where, bad ? bad : "out of memory to queue the launch");
-    cudart_standin_launch_failed();
+    cudart_standin_launch_failed(stream);
     drop(body);
 }

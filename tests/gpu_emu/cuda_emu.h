@@ -5,7 +5,7 @@
  * the GPU's floating point (expf here is glibc's) or its speed.
  *
  * How: cuda_emu_translate.pl rewrites each launch `k<<<g, b, shm, s>>>(args);`
- * into `emu_launch([&] { k(args); }, "k (file:line)", g, b, shm, s);` and
+ * into `emu_launch(emu_bind(k, args), "k (file:line)", g, b, shm, s);` and
  * this header, forced in front of the translated file (g++ -include), turns
  * the CUDA qualifiers into plain C++ and declares the built-in variables and
  * intrinsics. A launch runs block after block; inside a block every CUDA
@@ -39,6 +39,10 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stddef.h>
+
+#include <tuple>
+#include <type_traits>
+#include <utility>
 
 /* The toolkit's host_defines.h turns these into attributes g++ rejects. */
 #undef __global__
@@ -105,13 +109,26 @@ template <class F>
 static void emu_call(void *body) {
     (*(F *)body)();
 }
+/* A kernel and its arguments' values, taken at the launch (arrays decay
+ * to pointers, as they do in a call): what a launch hands the GPU. */
+template <class K, class... A>
+struct emu_bound {
+    K kernel;
+    std::tuple<A...> args;
+    void operator()() { std::apply(kernel, args); }
+};
+template <class K, class... A>
+static emu_bound<K, std::decay_t<A>...> emu_bind(K kernel, A &&...args) {
+    return {kernel, std::tuple<std::decay_t<A>...>(std::forward<A>(args)...)};
+}
 template <class F>
 static void emu_drop(void *body) {
     delete (F *)body;
 }
 /* What cuda_emu_translate.pl writes for `kernel<<<grid, block, shm, stream>>>`:
- * where is "kernel (file:line)" for error messages; body captures the
- * arguments by value, so that a queued launch outlives its caller's frame. */
+ * body is emu_bind's (the arguments' values, so that a queued launch
+ * outlives its caller's frame), where "kernel (file:line)" for error
+ * messages. */
 template <class F>
 static void emu_launch(F body, const char *where, dim3 grid, dim3 block, size_t shared_bytes = 0,
                        cudaStream_t stream = 0) {

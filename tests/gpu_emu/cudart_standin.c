@@ -23,12 +23,15 @@
  *                   launching thread (cuda_emu.cpp), or, with
  *                   PPRUN_STUB_ASYNC_US set, is a host function queued on
  *                   it that runs late.  A copy into memory
- *                   exported with cudaIpcGetMemHandle lands STUB_LATE_MS
- *                   (or PPRUN_STUB_LATE_MS) after it was queued, as a GPU
+ *                   exported with cudaIpcGetMemHandle reads its source
+ *                   when its stream gets to it and lands STUB_LATE_MS (or
+ *                   PPRUN_STUB_LATE_MS) after it was queued, as a GPU
  *                   may be busy: a receiver that reads an announced buffer
  *                   without waiting on its event then reads the old bytes
  *   errors          each call returns its own; cudaGetLastError returns
- *                   (once) the emulator's failed launch
+ *                   (once) the emulator's failed launch, and a stream
+ *                   whose launch failed fails every synchronisation
+ *                   with it from then on (a GPU's fault is sticky)
  *
  * Strict where the callers could go wrong: a copy's or memset's device side
  * must lie inside a device allocation (own or opened) and its host side
@@ -146,7 +149,11 @@ const char *cudaGetErrorString(cudaError_t e) {
 
 static _Atomic int launch_error = cudaSuccess;
 
-void cudart_standin_launch_failed(void) { launch_error = cudaErrorLaunchFailure; }
+static void stream_failed(cudaStream_t s);
+void cudart_standin_launch_failed(struct CUstream_st *stream) {
+    launch_error = cudaErrorLaunchFailure;
+    if (stream) stream_failed(stream);
+}
 
 /* As CUDA's: returned once, then cleared. */
 cudaError_t cudaGetLastError(void) { return (cudaError_t)atomic_exchange(&launch_error, cudaSuccess); }
@@ -321,10 +328,11 @@ cudaError_t cudaMalloc(void **p, size_t size) {
     return alloc_on(p, size, cur_device);
 }
 
-static void sync_streams_of(int dev);
+static cudaError_t sync_streams_of(int dev);
 
 /* As CUDA's, it first waits for the device's work: a launch queued before
- * it (PPRUN_STUB_ASYNC_US) may still use the memory. */
+ * it (PPRUN_STUB_ASYNC_US) may still use the memory. Like any CUDA call,
+ * not from a stream's own work (a host function). */
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     alloc *a = take_alloc(p, 1);
@@ -500,12 +508,24 @@ struct CUstream_st {
     pthread_cond_t cv; /* work queued, work done, stop */
     op *head, *tail;
     int running, stop;
+    cudaError_t failed; /* a launch on it failed: what every synchronisation returns from then on */
     int dev; /* made with this device current */
     pthread_t th;
 };
 
+/* streams_mu guards the list; syncers counts the threads that synchronise
+ * with a snapshot of it (sync_streams_of: the lock is not held while they
+ * wait), and a stream is not freed while any does (synced_cv). */
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t synced_cv = PTHREAD_COND_INITIALIZER;
 static struct CUstream_st *streams;
+static int syncers;
+
+static void stream_failed(cudaStream_t s) {
+    pthread_mutex_lock(&s->mu);
+    s->failed = cudaErrorLaunchFailure;
+    pthread_mutex_unlock(&s->mu);
+}
 
 static void *stream_main(void *arg) {
     struct CUstream_st *s = arg;
@@ -518,12 +538,19 @@ static void *stream_main(void *arg) {
         s->running = 1;
         pthread_mutex_unlock(&s->mu);
         switch (o->kind) {
-        case OP_COPY:
-            if (o->not_before.tv_sec)
+        case OP_COPY: {
+            /* a late copy reads its source now, in stream order, and lands
+             * later: the wait must not let the source's later writes in */
+            void *read = o->not_before.tv_sec ? malloc(o->n ? o->n : 1) : NULL;
+            if (read) {
+                memcpy(read, o->src, o->n);
                 while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &o->not_before, NULL) == EINTR) {
                 }
-            memcpy(o->dst, o->src, o->n);
+            }
+            memcpy(o->dst, read ? read : o->src, o->n);
+            free(read);
             break;
+        }
         case OP_SET:
             memset(o->dst, (int)o->target, o->n);
             break;
@@ -598,22 +625,43 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     pthread_mutex_lock(&s->mu);
     while (s->head)
         pthread_cond_wait(&s->cv, &s->mu);
+    cudaError_t e = s->failed;
     pthread_mutex_unlock(&s->mu);
-    return cudaSuccess;
+    return e;
 }
 
-static void sync_streams_of(int dev) {
+/* Waits for every stream of device dev made so far, without holding
+ * streams_mu while it waits (another thread may make or destroy a stream
+ * meanwhile, as with CUDA); the first stream's error, or cudaSuccess. */
+static cudaError_t sync_streams_of(int dev) {
+    cudaError_t first = cudaSuccess;
     pthread_mutex_lock(&streams_mu);
+    size_t n = 0;
+    for (struct CUstream_st *s = streams; s; s = s->next) n += s->dev == dev;
+    struct CUstream_st **snap = n ? malloc(n * sizeof *snap) : NULL;
+    if (n && !snap) {
+        pthread_mutex_unlock(&streams_mu);
+        return cudaErrorMemoryAllocation;
+    }
+    n = 0;
     for (struct CUstream_st *s = streams; s; s = s->next)
-        if (s->dev == dev) cudaStreamSynchronize(s);
+        if (s->dev == dev) snap[n++] = s;
+    syncers++;
     pthread_mutex_unlock(&streams_mu);
+    for (size_t i = 0; i < n; i++) {
+        cudaError_t e = cudaStreamSynchronize(snap[i]);
+        if (first == cudaSuccess) first = e;
+    }
+    free(snap);
+    pthread_mutex_lock(&streams_mu);
+    syncers--;
+    pthread_cond_broadcast(&synced_cv);
+    pthread_mutex_unlock(&streams_mu);
+    return first;
 }
 
 /* Waits for every stream of the current device. */
-cudaError_t cudaDeviceSynchronize(void) {
-    sync_streams_of(cur_device);
-    return cudaSuccess;
-}
+cudaError_t cudaDeviceSynchronize(void) { return sync_streams_of(cur_device); }
 
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
     if (!s) return cudaErrorInvalidResourceHandle;
@@ -623,6 +671,8 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     while (*sp && *sp != s)
         sp = &(*sp)->next;
     if (*sp) *sp = s->next;
+    while (syncers) /* one may hold s in its snapshot */
+        pthread_cond_wait(&synced_cv, &streams_mu);
     pthread_mutex_unlock(&streams_mu);
     pthread_mutex_lock(&s->mu);
     s->stop = 1;

@@ -9,9 +9,12 @@
 extern "C" {
 #endif
 
-/* A launch failed (cuda_emu.cpp, which has said why on stderr): the next
- * cudaGetLastError returns cudaErrorLaunchFailure. */
-void cudart_standin_launch_failed(void);
+/* A launch on stream (NULL: the legacy stream) failed (cuda_emu.cpp, which
+ * has said why on stderr): the next cudaGetLastError returns
+ * cudaErrorLaunchFailure, and so does every synchronisation with the stream
+ * from then on, as a GPU's fault is sticky. */
+struct CUstream_st;
+void cudart_standin_launch_failed(struct CUstream_st *stream);
 
 /* Device allocations made by this process so far (cudaMalloc and
  * cudaMallocAsync; opened IPC handles are not counted). */
