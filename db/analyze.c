@@ -414,7 +414,13 @@ int analyzer_step(analyzer *a, int64_t job, int step, pp_err *err) {
         return -1;
     }
     rc = run(a->st[A_COMMIT]);
-    if (rc != SQLITE_DONE) return db_fail(d, rc, what, err);
+    if (rc != SQLITE_DONE) {
+        /* a failed COMMIT may leave the transaction open (SQLITE_BUSY):
+         * the collector goes on storing records after a failed step */
+        db_fail(d, rc, what, err);
+        run(a->st[A_ROLLBACK]);
+        return -1;
+    }
     /* A program's own plan: its timeline at the first step that measured
      * every op it runs. A plan the simulator refuses stays without one. */
     if (db_program_plan_pending(d, job)) {

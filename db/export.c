@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "db/critpath.h"
 #include "tracer/event.h"
 
@@ -69,18 +70,19 @@ typedef struct stream_track {
     lane lanes[LANES];
 } stream_track;
 
+/* A JSON string of s (NULL: "") onto out, written by base/json.h, the one
+ * JSON string writer of every /api route: control bytes escaped, bytes
+ * that are not UTF-8 replaced by U+FFFD, so a stored name of any bytes (a
+ * program's span name, a forged jobs.name) still makes valid JSON. */
 static void json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(out, "\\u%04x", c);
-        else
-            fputc(c, out);
-    }
-    fputc('"', out);
+    jw w;
+    jw_init(&w);
+    jw_strn(&w, s ? s : "", s ? strlen(s) : 0);
+    size_t n;
+    char *text = jw_take(&w, &n);
+    if (text) fwrite(text, 1, n, out);
+    else fputs("\"\"", out); /* out of memory: a valid, empty string */
+    free(text);
 }
 
 /* µs with ns precision; integers keep it exact (no double rounding). */
@@ -334,7 +336,9 @@ static void put_kernel(chrome_export *x, sqlite3_stmt *st, stream_track *t, int6
         op_name(name, sizeof name, (const char *)sqlite3_column_text(st, 5), sqlite3_column_type(st, 6) != SQLITE_NULL,
                 sqlite3_column_int(st, 6), sqlite3_column_type(st, 7) != SQLITE_NULL, sqlite3_column_int(st, 7),
                 sqlite3_column_int(st, 8));
-        fprintf(x->out, ",\"op\":\"%s\",\"step\":%d}}", name, sqlite3_column_int(st, 9));
+        fprintf(x->out, ",\"op\":");
+        json_str(x->out, name); /* of a stored phase: any text in a forged database */
+        fprintf(x->out, ",\"step\":%d}}", sqlite3_column_int(st, 9));
     } else {
         fprintf(x->out, ",\"op\":null}}");
     }
@@ -548,8 +552,10 @@ static void put_op(chrome_export *x, const op_row *o, int pid, int tid, const pa
     put_us(x->out, o->start - x->t0);
     fprintf(x->out, ",\"dur\":");
     put_us(x->out, o->end - o->start);
-    fprintf(x->out, ",\"args\":{\"event_id\":%lld,\"phase\":\"%s\",\"step\":%d,\"attempt\":%d,\"source\":\"%s\"",
-            (long long)o->id, o->phase, o->step, o->attempt, o->source);
+    fprintf(x->out, ",\"args\":{\"event_id\":%lld,\"phase\":", (long long)o->id);
+    json_str(x->out, o->phase); /* stored text, as the name */
+    fprintf(x->out, ",\"step\":%d,\"attempt\":%d,\"source\":", o->step, o->attempt);
+    json_str(x->out, o->source);
     if (o->has_mb) fprintf(x->out, ",\"microbatch\":%d", o->mb);
     if (o->has_stage) fprintf(x->out, ",\"stage\":%d", o->stage);
     if (o->has_peer) fprintf(x->out, ",\"peer\":%d", o->peer);

@@ -9,11 +9,17 @@ run, pprun.torch instruments it (and the finder leaves the path). Every
 other import is passed on after one string comparison; a program that
 never imports torch's pipelining loads nothing of pprun's, not even its
 package. Then the sitecustomize this file shadows (Debian ships one) runs,
-as it would outside pprun."""
+as it would outside pprun: the first one on the path after every copy of
+this file (a PYTHONPATH with pprun's python/ besides the one the launcher
+adds holds two; each ran the other, a RecursionError and a finder a
+level)."""
 import os
 import sys
 
 _WATCHED = "torch.distributed.pipelining"
+# Marks this file as pprun's: _run_shadowed skips every file that has it.
+_MARKER = b"\n_PPRUN_SITECUSTOMIZE = True\n"
+_PPRUN_SITECUSTOMIZE = True
 
 
 class _PprunLoader:
@@ -54,19 +60,32 @@ class _PprunFinder:
         return None
 
 
+def _is_pprun_copy(origin):
+    try:
+        with open(origin, "rb") as f:
+            return _MARKER in f.read()
+    except OSError:
+        return False
+
+
 def _run_shadowed():
     import importlib.machinery
     import importlib.util
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
-    if spec is None or spec.loader is None:
-        return
+    rest = list(sys.path)
+    while True:
+        spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+        if spec is None or spec.loader is None:
+            return
+        if not (spec.origin and _is_pprun_copy(spec.origin)):
+            break
+        where = os.path.dirname(os.path.abspath(spec.origin))
+        rest = [p for p in rest if os.path.abspath(p or os.curdir) != where]
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
 
 
-if os.environ.get("PPRUN_TRACE_FD"):
+# One finder, whichever copy runs first (the others never run: above).
+if os.environ.get("PPRUN_TRACE_FD") and not any(type(f).__name__ == "_PprunFinder" for f in sys.meta_path):
     sys.meta_path.insert(0, _PprunFinder())
 _run_shadowed()

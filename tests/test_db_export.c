@@ -834,3 +834,39 @@ Test(db_export, a_programs_bw_and_named_spans) {
     cJSON_Delete(root);
     free(text);
 }
+
+/* A span name of bytes that are not UTF-8 (a program's, stored as given)
+ * and a forged jobs.name: `pprun export` writes them as the /api routes
+ * do (base/json.h), each bad byte U+FFFD, and python3's json reads the
+ * file (it stopped at byte 0xff). */
+Test(db_export, names_that_are_not_utf8_export_as_valid_json) {
+    const char *path = tfix_path("badutf8.db"), *json = tfix_path("badutf8.json"), *py = tfix_path("badutf8.py");
+    db *d = tfix_open_fresh(path);
+    pp_err err;
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    size_t n = tfix_events(0, 1000000, ev);
+    trace_event base = {.rank = 1};
+    n += trace_name_records_of(TRACE_SPAN_NAME, &base, 1, "\xff\xfe\"\\x", ev + n);
+    ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION, .phase = TRACE_SPAN, .rank = 1, .stage = -1,
+                            .microbatch = -1, .peer = -1, .name = 1, .start_ns = 1000000, .end_ns = 1050000};
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
+    cr_assert_eq(sqlite3_exec(db_sqlite(d), "UPDATE jobs SET name = CAST(X'ff22c0' AS TEXT)", NULL, NULL, NULL),
+                 SQLITE_OK);
+    db_close(d);
+    FILE *f = fopen(py, "w");
+    cr_assert_not_null(f);
+    fputs("import json, sys\n"
+          "d = json.load(open(sys.argv[1], encoding='utf-8'))\n"
+          "spans = [e['name'] for e in d['traceEvents'] if e.get('cat') == 'span']\n"
+          "assert spans == ['\\ufffd\\ufffd\"\\\\x'], spans\n"
+          "assert d['otherData']['name'] == '\\ufffd\"\\ufffd', d['otherData']\n",
+          f);
+    fclose(f);
+    char args[1024], cmd[2048];
+    snprintf(args, sizeof args, "--db %s --job %lld --out %s", path, (long long)job, json);
+    cr_assert_eq(run(args, tfix_path("badutf8.err")), 0);
+    snprintf(cmd, sizeof cmd, "python3 %s %s", py, json);
+    cr_assert_eq(system(cmd), 0, "python3's json reads the export, bad bytes as U+FFFD");
+}

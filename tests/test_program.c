@@ -117,6 +117,10 @@ Test(program_lib, bad_arguments_are_refused_naming_them_and_record_nothing) {
         {"SEND_B", 0, 0, 1, -1, 1, 2, "peer -1: must be 0 or more"},
         {"F", 0, 0, 0, 1, 1, 2, "peer 1: only SEND and RECV have a peer"},
         {"F", 0, 0, 0, -1, 5, 4, "ends (4 ns) before it starts (5 ns)"},
+        {"F", 0, 0, 0, -1, 1, UINT64_MAX,
+         "pprun_trace F: end_ns 18446744073709551615 ns: past the largest time a record may carry"},
+        {"F", 0, 0, 0, -1, 1ull << 63, (1ull << 63) + 5, "start_ns 9223372036854775808 ns: past the largest time"},
+        {"B", 0, 0, 0, -1, (uint64_t)TRACE_TIME_MAX + 1, (uint64_t)TRACE_TIME_MAX + 2, "start_ns 4611686018427387904"},
         {"LOSS", 0, 0, 0, -1, 1, 2, "phase 'LOSS': expected"},
         {NULL, 0, 0, 0, -1, 1, 2, "phase '(null)'"},
     };
@@ -699,4 +703,93 @@ Test(program_run, a_module_runs_as_many_steps_as_it_likes, .timeout = 120) {
                      "rank %d: steps 0-4, past --steps", r);
     cr_assert_eq(tfix_q_int(s, "SELECT steps FROM jobs"), 5, "the steps it traced");
     sqlite3_close(s);
+}
+
+/* Bad arguments from a real program (python3, ctypes): an end past
+ * INT64_MAX (its record once failed the collector's analysis of the step
+ * and stopped the job's trace), a start of 2^63, a span name that is not
+ * UTF-8, a phase with an ESC. Each call gets -1 and names the field and
+ * value (the phase escaped, no raw ESC on the terminal); the program's
+ * good records are all stored and the job succeeds. */
+Test(program_run, bad_times_names_and_phases_are_refused_and_the_rest_is_stored, .timeout = 120) {
+    const char *dir = tfix_mkdir("badargs");
+    char path[512];
+    snprintf(path, sizeof path, "%s/badargs.py", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("import ctypes, os, sys\n"
+          "L = ctypes.CDLL(os.environ['PPRUN_TRACE_LIB'])\n"
+          "u64, i = ctypes.c_uint64, ctypes.c_int\n"
+          "L.pprun_trace_now_ns.restype = u64\n"
+          "L.pprun_trace_error.restype = ctypes.c_char_p\n"
+          "L.pprun_trace_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]\n"
+          "L.pprun_trace_span.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]\n"
+          "t = L.pprun_trace_now_ns()\n"
+          "def bad(what, rc):\n"
+          "    sys.stderr.buffer.write(b'%s: %d %s\\n' % (what, rc, L.pprun_trace_error()))\n"
+          "bad(b'end', L.pprun_trace_op(b'F', 0, 1, 0, -1, 0, t, 2**64 - 1))\n"
+          "bad(b'start', L.pprun_trace_op(b'F', 0, 1, 0, -1, 0, 2**63, 2**63 + 5))\n"
+          "bad(b'name', L.pprun_trace_span(b'\\xff\\xfe\"\\\\x', 0, -1, -1, -1, 0, t, t + 10))\n"
+          "bad(b'c1', L.pprun_trace_span(b'\\xc2\\x9b2J', 0, -1, -1, -1, 0, t, t + 10))\n"
+          "bad(b'phase', L.pprun_trace_op(b'F\\x1b[2J', 0, 0, 0, -1, 0, t, t + 10))\n"
+          "for step in range(3):\n"
+          "    assert L.pprun_trace_op(b'F', step, 0, 0, -1, 0, t + step * 100, t + step * 100 + 10) == 1\n"
+          "    assert L.pprun_trace_span('é data'.encode(), step, -1, -1, -1, 0, t, t + 5) == 1\n",
+          f);
+    fclose(f);
+    const char *db = tfix_path("badargs.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--steps", "3", "--", "python3", path, NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "end: -1 pprun_trace F: end_ns 18446744073709551615 ns: past the largest time a record may "
+                         "carry (4611686018427387903 ns)");
+    lt_assert_has(p.err, "start: -1 pprun_trace F: start_ns 9223372036854775808 ns: past the largest time");
+    lt_assert_has(p.err, "name: -1 pprun_trace_span: name is not printable UTF-8 at byte 0 (0xff)");
+    lt_assert_has(p.err, "c1: -1 pprun_trace_span: name is not printable UTF-8 at byte 0 (0xc2)");
+    lt_assert_has(p.err, "phase: -1 pprun_trace_op: phase 'F\\x1b[2J': expected F, B");
+    cr_assert_null(strchr(p.err, '\x1b'), "no raw ESC reaches the terminal: %s", p.err);
+    cr_assert_null(strstr(p.err, "refusing trace records"), "the library refused them first: %s", p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    char *status = q_text(s, "SELECT status FROM jobs");
+    cr_assert_str_eq(status, "succeeded");
+    free(status);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase = 'F'"), 2 * 3, "every good op");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase = 'SPAN' AND name = 'é data'"), 2 * 3);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE start_ns < 0 OR end_ns < start_ns"), 0);
+    sqlite3_close(s);
+}
+
+/* A PYTHONPATH that already holds pprun's python/ (a checkout) besides the
+ * copy `pprun run` adds: one finder, no error (each copy ran the other,
+ * RecursionError, a finder a level), and the sitecustomize both shadow
+ * runs once. */
+Test(program_run, two_copies_of_pprun_sitecustomize_install_one_finder, .timeout = 120) {
+    const char *dir = tfix_mkdir("distsite");
+    char site[512], pythonpath[1200];
+    snprintf(site, sizeof site, "%s/sitecustomize.py", dir);
+    FILE *f = fopen(site, "w");
+    cr_assert_not_null(f);
+    fputs("print('the distribution sitecustomize ran', flush=True)\n", f);
+    fclose(f);
+    snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=%s/../python:%s", PPRUN_EXAMPLES_DIR, dir);
+    const char *env[] = {pythonpath, NULL};
+    const char *args[] = {"run", "--db", tfix_path("twosites.db"), "--nproc-per-node", "2", "--steps", "1", "--",
+                          "python3", "-c",
+                          "import sys; print('finders', sum(type(f).__name__ == '_PprunFinder' for f in "
+                          "sys.meta_path))",
+                          NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    lt_assert_has(p.out, "[0]: finders 1");
+    lt_assert_has(p.out, "[1]: finders 1");
+    cr_assert_null(strstr(p.err, "Error in sitecustomize"), "%s", p.err);
+    cr_assert_null(strstr(p.err, "RecursionError"), "%s", p.err);
+    const char *ran = strstr(p.out, "the distribution sitecustomize ran");
+    cr_assert_not_null(ran, "%s", p.out);
+    int times = 0;
+    for (const char *q = p.out; (q = strstr(q, "the distribution sitecustomize ran")); q++) times++;
+    cr_assert_eq(times, 2, "once a rank: %s", p.out);
+    lt_free(&p);
 }

@@ -675,6 +675,43 @@ Test(trace_collector, records_in_a_ring_that_claim_another_rank_are_refused, .ti
     db_close(d);
 }
 
+/* Records with times libpprun_trace refuses, written into the ring
+ * directly (an end past INT64_MAX once failed its step's analysis, which
+ * stopped the job's whole trace; a start of 2^63 was stored as INT64_MIN):
+ * refused and counted like forged ranks, the other records of that step
+ * and of every later one stored and analysed. */
+Test(trace_collector, records_with_impossible_times_are_refused_and_tracing_goes_on, .timeout = 60) {
+    db *d;
+    trace_ring *w[2];
+    pp_err err;
+    collector *c = two_ring_collector("times.db", &d, w);
+    uint64_t want = 0;
+    for (int s = 0; s < 3; s++) {
+        trace_event ev[32];
+        size_t n = tfix_events(s, 1000000 + s * 1000000ll, ev);
+        for (size_t i = 0; i < n; i++) trace_ring_write(w[ev[i].rank], &ev[i]);
+        want += n;
+        if (s == 0) {
+            trace_event bad[3] = {tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0)};
+            bad[0].end_ns = UINT64_MAX;                                /* past INT64_MAX */
+            bad[1].start_ns = 1ull << 63, bad[1].end_ns = (1ull << 63) + 5; /* INT64_MIN once stored */
+            bad[2].start_ns = 500, bad[2].end_ns = 400;                /* ends before it starts */
+            for (int k = 0; k < 3; k++) trace_ring_write(w[1], &bad[k]);
+        }
+        for (int k = 0; k < 5000 && collector_count(c) < want; k++) usleep(1000);
+        cr_assert_eq(collector_count(c), want, "step %d's records were stored", s);
+        cr_assert_eq(collector_error(c, &err), 0, "the collector is still healthy: %s", err.msg);
+    }
+    trace_ring_close(w[0]);
+    trace_ring_close(w[1]);
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 3 * 14, "every good record, none of the bad");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE start_ns < 0 OR end_ns < start_ns"), 0);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 6, "every step analysed");
+    db_close(d);
+}
+
 /* Rank 1 sets its ring's head to tail - 1: its ring is disabled at once
  * (the collector reads no junk, loops on nothing), named in ring_fault,
  * its drops counted; rank 0's records before and after are all stored,

@@ -1,8 +1,25 @@
-/* event.c: names of trace phases, as stored in the database, and kernel
- * and span names cut into ring records. */
+/* event.c: names of trace phases, as stored in the database, kernel and
+ * span names cut into ring records, and the check of a record's times. */
 #include "tracer/event.h"
 
+#include <stdio.h>
 #include <string.h>
+
+int trace_times_why(const trace_event *e, char *why, size_t n) {
+    int timeless = e->phase == TRACE_KERNEL_NAME || e->phase == TRACE_SPAN_NAME || e->phase == TRACE_SCHEDULE ||
+                   e->phase == TRACE_PLAN;
+    why[0] = '\0';
+    if (timeless) return 0;
+    if (e->start_ns > TRACE_TIME_MAX || e->end_ns > TRACE_TIME_MAX)
+        snprintf(why, n, "%s %llu ns: past the largest time a record may carry (%lld ns)",
+                 e->start_ns > TRACE_TIME_MAX ? "start_ns" : "end_ns",
+                 (unsigned long long)(e->start_ns > TRACE_TIME_MAX ? e->start_ns : e->end_ns),
+                 (long long)TRACE_TIME_MAX);
+    else if (e->end_ns < e->start_ns)
+        snprintf(why, n, "ends (%llu ns) before it starts (%llu ns)", (unsigned long long)e->end_ns,
+                 (unsigned long long)e->start_ns);
+    return why[0] != '\0';
+}
 
 const char *trace_phase_name(int phase) {
     static const char *names[TRACE_PHASE_COUNT] = {

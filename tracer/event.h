@@ -141,6 +141,21 @@ typedef struct trace_event {
 
 _Static_assert(sizeof(trace_event) == 64, "trace_event must stay one cache line");
 
+/* The largest start_ns or end_ns a record may carry. The database stores
+ * times as signed 64-bit ns after adding the node's clock offset (each
+ * side a CLOCK_MONOTONIC reading, so below 2^62 for 146 years of uptime):
+ * a time past this would wrap to a negative one or overflow in that sum,
+ * and the analyses of its step then fail (a record at end_ns 2^64-1 once
+ * stopped a job's whole trace). */
+#define TRACE_TIME_MAX (INT64_MAX / 2)
+
+/* What is wrong with a record's times, into why (n bytes, "" when nothing
+ * is): a time past TRACE_TIME_MAX, or an end before the start. Records of
+ * phases without times (names, schedules, plans) pass. The one check of
+ * both boundaries: libpprun_trace refuses such a call, the collector such
+ * a record in a ring (a program can write its ring directly). 1 when bad. */
+int trace_times_why(const trace_event *e, char *why, size_t n);
+
 /* "F", "SEND_F", ... as stored in the database. */
 const char *trace_phase_name(int phase);
 

@@ -17,6 +17,7 @@
 
 #include "base/pp.h"
 #include "base/shape.h"
+#include "base/term.h"
 #include "tracer/cpuwait.h"
 #include "tracer/event.h"
 #include "tracer/ring.h"
@@ -145,9 +146,8 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
         return;
     if (!comm && !span && ev->peer != -1)
         snprintf(why, n, "peer %d: only SEND and RECV have a peer (give -1)", ev->peer);
-    else if (ev->end_ns < ev->start_ns)
-        snprintf(why, n, "ends (%llu ns) before it starts (%llu ns)", (unsigned long long)ev->end_ns,
-                 (unsigned long long)ev->start_ns);
+    else
+        trace_times_why(ev, why, n); /* the collector's check too */
 }
 
 /* Stamps ev with this process's rank and attempt and writes it (under mu,
@@ -238,9 +238,15 @@ static int pt_op(const char *api, int source, const char *phase, int step, int m
     int kind = -1;
     for (size_t i = 0; phase && i < sizeof recordable / sizeof recordable[0]; i++)
         if (strcmp(phase, trace_phase_name(recordable[i])) == 0) kind = recordable[i];
-    if (kind < 0)
-        return pt_fail("%s: phase '%.40s': expected F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B or OPT", api,
-                       phase ? phase : "(null)");
+    if (kind < 0) {
+        /* the phase is the caller's bytes: escaped as names are (base/term.h),
+         * or an ESC among them would drive the terminal of whoever prints the
+         * error */
+        char shown[200];
+        size_t used;
+        term_escape(phase ? phase : "(null)", phase ? strnlen(phase, 40) : 6, 0, shown, sizeof shown, &used);
+        return pt_fail("%s: phase '%s': expected F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B or OPT", api, shown);
+    }
     trace_event ev = {.phase = (uint8_t)kind, .source = (uint8_t)source, .step = step, .microbatch = microbatch,
                       .stage = stage, .peer = peer, .start_ns = start_ns, .end_ns = end_ns, .bytes = bytes};
     return pt_write(&ev, phase);
@@ -263,11 +269,13 @@ PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double
     return pt_write(&ev, "LOSS");
 }
 
-/* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes, none of them an
- * ASCII control byte (below 0x20: a newline, an escape sequence; 0x7f,
- * DEL; UTF-8 text passes): the name is stored as given and shown by pprun
- * stats, the dashboard and Perfetto, where such a byte would only break
- * the line or the terminal. 0, or -1 with the reason. */
+/* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes of printable
+ * UTF-8 text: no ASCII control byte (below 0x20: a newline, an escape
+ * sequence; 0x7f, DEL), no byte that is not UTF-8, no C1 control
+ * (U+0080..U+009F, CSI among them). The name is stored as given and shown
+ * by pprun stats, the dashboard and Perfetto, where such a byte would only
+ * break the line, the terminal or the JSON. Printable is what base/term.h
+ * leaves as it is. 0, or -1 with the reason. */
 static int pt_check_name(const char *what, const char *name) {
     if (!name || !*name) return pt_fail("%s: the name is empty", what);
     size_t len = strlen(name);
@@ -278,6 +286,14 @@ static int pt_check_name(const char *what, const char *name) {
             return pt_fail("%s: name has control byte 0x%02x at byte %zu; names are printable text (no byte below "
                            "0x20, nor 0x7f)",
                            what, (unsigned char)name[i], i);
+    for (size_t i = 0, used; i < len; i += used) { /* a character at a time */
+        char out[8];
+        size_t o = term_escape(name + i, len - i, 0, out, sizeof out, &used);
+        if (used == 0 || o != used || memcmp(out, name + i, used) != 0)
+            return pt_fail("%s: name is not printable UTF-8 at byte %zu (0x%02x): names are UTF-8 text without "
+                           "control characters",
+                           what, i, (unsigned char)name[i]);
+    }
     return 0;
 }
 

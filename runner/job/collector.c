@@ -215,8 +215,16 @@ static void analyze_ready_steps(collector *c) {
         int step = c->todo[i];
         pp_err e;
         uint64_t t0 = pp_now_ns();
-        if ((!c->an && analyzer_open(c->cfg.db, &c->an, &e) != 0) || analyzer_step(c->an, c->cfg.job_id, step, &e) != 0) {
+        if (!c->an && analyzer_open(c->cfg.db, &c->an, &e) != 0) {
             set_error(c, &e);
+        } else if (analyzer_step(c->an, c->cfg.job_id, step, &e) != 0) {
+            /* One step's analysis failing (rolled back) costs that step's
+             * live results, not the job's trace: the records are stored
+             * and go on being stored, and the final pass analyses the
+             * step again (it is not fresh), failing the collector then if
+             * it fails again. */
+            fprintf(stderr, "pprun collector: %s; its records are kept, the step is analysed again at the job's end\n",
+                    e.msg);
         } else {
             mark_fresh(c, step);
             if (c->cfg.step_analyzed) c->cfg.step_analyzed(c->cfg.step_analyzed_ctx, c->cfg.db, step);
@@ -259,13 +267,21 @@ static size_t keep_if(collector *c, trace_event *ev, size_t n, record_check ok, 
 
 /* No rank of this job can have written a record of a rank outside the
  * world or a step outside the job: it would land in the database under a
- * rank or step nobody ran. */
+ * rank or step nobody ran. Nor one whose times libpprun_trace would have
+ * refused (trace_times_why): a program can write its ring directly, and
+ * one such record failed its step's analysis, which stopped the job's
+ * whole trace. */
 static int in_job(const collector *c, int ring_rank, const trace_event *e, char *why, size_t n) {
     (void)ring_rank;
-    if (e->rank >= 0 && e->rank < c->cfg.world_size && e->step >= 0 && (c->cfg.steps <= 0 || e->step < c->cfg.steps))
-        return 1;
-    snprintf(why, n, "of rank %d step %d (the job has ranks 0..%d, %d steps)", e->rank, e->step,
-             c->cfg.world_size - 1, c->cfg.steps);
+    int in_world = e->rank >= 0 && e->rank < c->cfg.world_size;
+    if (!in_world || e->step < 0 || (c->cfg.steps > 0 && e->step >= c->cfg.steps)) {
+        snprintf(why, n, "of rank %d step %d (the job has ranks 0..%d, %d steps)", e->rank, e->step,
+                 c->cfg.world_size - 1, c->cfg.steps);
+        return 0;
+    }
+    char bad[200];
+    if (!trace_times_why(e, bad, sizeof bad)) return 1;
+    snprintf(why, n, "of rank %d step %d whose times are bad: %s", e->rank, e->step, bad);
     return 0;
 }
 
