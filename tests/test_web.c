@@ -1272,6 +1272,13 @@ Test(web_auth, non_loopback_without_token_refuses_to_start) {
     cr_assert_eq(http_start(&o, &s, &err), -1);
     cr_assert(strstr(err.msg, "--listen"), "%s", err.msg);
     o.listen = "0.0.0.0:0";
+    o.token = "s3cret-token"; /* 12 bytes: one a person would type */
+    cr_assert_eq(http_start(&o, &s, &err), -1);
+    cr_assert(strstr(err.msg, "is 12 bytes, under the 16") && strstr(err.msg, "0.0.0.0"), "%s", err.msg);
+    o.token = "s3cret-token-0123";
+    cr_assert_eq(http_start(&o, &s, &err), 0, "%s", err.msg);
+    http_stop(s);
+    o.listen = "127.0.0.1:0"; /* loopback: any token, the listener is this machine's own */
     o.token = "s3cret-token";
     cr_assert_eq(http_start(&o, &s, &err), 0, "%s", err.msg);
     http_stop(s);

@@ -272,8 +272,8 @@ Test(web_host, with_a_token_on_a_public_address_any_host_passes_and_the_origin_i
     http_stop(srv);
     srv = NULL;
     fixture_remove(dbpath);
-    start_with((http_options){.listen = "0.0.0.0:0", .token = "s3cret-token", .conn_timeout_s = 5});
-    const char *tok = "Authorization: Bearer s3cret-token\r\n";
+    start_with((http_options){.listen = "0.0.0.0:0", .token = "s3cret-token-0123", .conn_timeout_s = 5});
+    const char *tok = "Authorization: Bearer s3cret-token-0123\r\n";
     /* a public address is reached by any name: the token stops a page that
      * does not know it */
     const char *says[] = {"\"jobs\"", NULL};
@@ -305,8 +305,9 @@ Test(web_host, with_a_token_on_loopback_or_allow_host_on_a_public_address_the_ho
     http_stop(srv);
     srv = NULL;
     fixture_remove(dbpath);
-    start_with((http_options){.listen = "0.0.0.0:0", .token = "s3cret-token", .allow_hosts = "pprun.example.com",
+    start_with((http_options){.listen = "0.0.0.0:0", .token = "s3cret-token-0123", .allow_hosts = "pprun.example.com",
                               .conn_timeout_s = 5});
+    tok = "Authorization: Bearer s3cret-token-0123\r\n";
     expect("GET", "/api/jobs", "pprun.example.com:8080", tok, NULL, 200, NULL);
     expect("GET", "/api/jobs", "localhost", tok, NULL, 200, NULL);
     expect("GET", "/api/jobs", "10.1.2.3:8080", tok, NULL, 403, says);

@@ -94,6 +94,14 @@ static int open_listener(const http_options *o, unsigned backlog, int *family, c
                        "%s %s is not a loopback address: refusing to serve the trace without a token "
                        "(give --token TOKEN or set PPRUN_TOKEN; clients send 'Authorization: Bearer TOKEN')",
                        flag, host);
+    /* The token is all that guards a listener others can reach, and the
+     * server does not slow down guesses: one a person would type is not
+     * enough there. */
+    if (net_host_is_loopback(host) == 0 && strlen(o->token) < HTTP_TOKEN_MIN)
+        return pp_fail(err,
+                       "%s %s is not a loopback address: its token (--token or PPRUN_TOKEN) is %zu bytes, under the "
+                       "%d that guard a server others can reach (make one with: head -c 18 /dev/urandom | base64)",
+                       flag, host, strlen(o->token), HTTP_TOKEN_MIN);
     pp_err why;
     int fd = net_listen(host, port, (int)backlog, 0, &why);
     if (fd < 0) return pp_fail(err, "%s: %s", flag, why.msg);

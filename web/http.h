@@ -26,10 +26,14 @@
 
 #include "base/pp.h"
 
+/* The shortest token that may guard a listener that is not loopback. */
+#define HTTP_TOKEN_MIN 16
+
 typedef struct http_options {
     const char *listen;         /* "HOST:PORT", "[::1]:PORT" or ":PORT"; NULL = 127.0.0.1:8080; port 0 = a free port */
     const char *listen_flag;    /* the option that gave listen, as errors name it; NULL = "--listen" */
-    const char *token;          /* NULL or "" = no token (then only loopback is allowed) */
+    const char *token;          /* NULL or "" = no token (then only loopback is allowed); not loopback: at
+                                 * least HTTP_TOKEN_MIN bytes */
     const char *allow_hosts;    /* --allow-host: names a Host may give besides localhost, 127.x.y.z and [::1],
                                  * comma-separated; NULL or "" = none (web/guard.h) */
     const char *db_path;        /* the trace database (required) */
@@ -53,8 +57,9 @@ typedef struct http_options {
 typedef struct http_server http_server;
 
 /* Starts serving; *out owns the server until http_stop. Fails (and says why)
- * on a bad --listen, a taken port, a non-loopback address without a token,
- * or a database that cannot be opened. */
+ * on a bad --listen, a taken port, a non-loopback address without a token
+ * (or with one shorter than HTTP_TOKEN_MIN), or a database that cannot be
+ * opened. */
 int http_start(const http_options *opts, http_server **out, pp_err *err);
 /* "http://127.0.0.1:8080/": the bound address (the real port when 0 was
  * asked). Owned by the server. */

@@ -43,7 +43,7 @@ static void usage(FILE *out) {
             "                        nvidia-cuda-mps-control is on PATH; on: always, or exit 2)\n"
             "  --serve [HOST:PORT]   live dashboard (default 127.0.0.1:8080); stays up after\n"
             "                        the job until Ctrl-C\n"
-            "  --token T             required for a non-loopback --serve (or PPRUN_TOKEN)\n"
+            "  --token T             required for a non-loopback --serve, 16 bytes at least (or PPRUN_TOKEN)\n"
             "  --allow-host NAME     a Host name --serve answers besides localhost, 127.0.0.1\n"
             "                        and [::1]; repeatable\n"
             "* --checkpoint-dir D  --checkpoint-every K  --resume\n"
