@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/bounds.h"
 #include "db/progplan.h"
 
 typedef analyze_op op;
@@ -277,6 +278,17 @@ static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, s
             ops = o;
         }
         op *o = &ops[n++];
+        /* a forged rank, stage or time would wrap the walks (rank + 1, end - start): refused */
+        if (!bounds_ok(&bounds_rank, sqlite3_column_int64(st, 0)) ||
+            !bounds_ok(&bounds_stage, sqlite3_column_int64(st, 2)) ||
+            !bounds_ok(&bounds_microbatch, sqlite3_column_int64(st, 3)) ||
+            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 4)) ||
+            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 5)) ||
+            !bounds_ok(&bounds_bytes, sqlite3_column_int64(st, 6))) {
+            rc = SQLITE_RANGE;
+            n--;
+            break;
+        }
         o->rank = sqlite3_column_int(st, 0);
         o->phase = p;
         o->stage = sqlite3_column_int(st, 2);
