@@ -218,11 +218,8 @@ int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err
     analyze_op *spans = NULL;
     size_t n = 0;
     int max_stage = -1;
-    int rc = analyze_load_step(db, job, step, &spans, &n, &max_stage);
-    if (rc == SQLITE_RANGE) /* analyze_load_step: a value past its bound (bounds.h) */
-        return pp_fail(err, "job %lld: an event of step %d holds a rank, stage, microbatch, time or byte count out of "
-                            "range (see docs/schema.md, \"Bounds\"): the database is damaged or was not written by pprun",
-                       (long long)job, step);
+    int rc = analyze_load_step(db, job, step, &spans, &n, &max_stage, err);
+    if (rc == SQLITE_RANGE) return -1; /* err names the table.column and value past its bound (bounds.h) */
     if (rc != SQLITE_OK)
         return pp_fail(err, "reading step %d of job %lld: %s", step, (long long)job, sqlite3_errstr(rc));
     rc = critpath_build(spans, n, out, err);

@@ -151,6 +151,8 @@ typedef struct span_rows {
     jw *w;
     int64_t count;
     long min_step, max_step; /* host events only: the steps in view, -1 none */
+    int64_t job;             /* host events: for the message of a value past its bound */
+    reply *r;
 } span_rows;
 
 static int gpu_span_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx) {
@@ -172,7 +174,7 @@ static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char 
     jw_json(w, columns, sizeof columns - 1);
     jw_key(w, "gpu");
     jw_arr(w);
-    span_rows o = {w, 0, -1, -1};
+    span_rows o = {w, 0, -1, -1, j->id, r};
     window_rows(db, j, mask, from, to,
                 "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns", "gpu", 5,
                 gpu_span_row, &o, r);
@@ -182,6 +184,16 @@ static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char 
 
 static int event_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx) {
     span_rows *o = ctx;
+    /* a forged microbatch, stage, peer or byte count is refused, never shown truncated */
+    int64_t v;
+    pp_err err;
+    if (bounds_col(st, 3, &bounds_microbatch, o->job, "events.microbatch", &v, &err) != 0 ||
+        bounds_col(st, 4, &bounds_stage, o->job, "events.stage", &v, &err) != 0 ||
+        bounds_col(st, 8, &bounds_rank, o->job, "events.peer", &v, &err) != 0 ||
+        bounds_col(st, 9, &bounds_bytes, o->job, "events.bytes", &v, &err) != 0) {
+        if (o->r->status < 400) reply_error(o->r, 500, "%s", err.msg);
+        return 1;
+    }
     long step = sqlite3_column_int(st, 2);
     if (o->min_step < 0 || step < o->min_step) o->min_step = step;
     if (step > o->max_step) o->max_step = step;
@@ -201,7 +213,7 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
      * before it and still run into it. */
     jw_key(w, "events");
     jw_arr(w);
-    span_rows o = {w, 0, -1, -1};
+    span_rows o = {w, 0, -1, -1, j->id, r};
     window_rows(db, j, mask, from, to,
                 "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns, "
                 "coalesce(peer,-1), coalesce(bytes,0), name",
