@@ -257,3 +257,27 @@ Test(forged_db, every_forged_extreme_is_refused_by_name_or_ignored) {
         cr_log_info("%s: checked", r->name);
     }
 }
+
+/* `pprun run --schedule-costs DB:JOB` reads the job's world size and op
+ * costs: a forged one is refused as the file holds it, before any rank
+ * starts. */
+Test(forged_db, schedule_costs_from_a_forged_job_are_refused_by_value) {
+    cr_assert_eq(chdir(dir), 0);
+    int rc = pprun("run " TIMED " --db base.db");
+    cr_assert_eq(rc, 0, "%s", out);
+    static const struct {
+        const char *sql, *text;
+    } rows[] = {
+        {"UPDATE jobs SET world_size=" I64MAX, "job 1 has a world size of " I64MAX ", not 1..65536"},
+        {"UPDATE plan SET sim_start_ns=" I64MAX, "plan.sim_start_ns holds " I64MAX},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (system("rm -f f.db f.db-wal f.db-shm") != 0) cr_assert_fail("could not remove f.db");
+        exec_sql("base.db", "VACUUM INTO 'f.db'");
+        exec_sql("f.db", rows[i].sql);
+        rc = pprun("run " TIMED " --schedule zb-v --schedule-costs f.db:1");
+        cr_expect_eq(rc, 2, "%s: exited %d, not 2:\n%.2000s", rows[i].sql, rc, out);
+        cr_expect(strstr(out, "--schedule-costs f.db") && strstr(out, rows[i].text),
+                  "%s: does not name the flag, file and \"%s\":\n%.2000s", rows[i].sql, rows[i].text, out);
+    }
+}
