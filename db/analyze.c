@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/bounds.h"
 #include "db/progplan.h"
 
 typedef analyze_op op;
@@ -245,18 +246,35 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
     " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
 
 /* analyze_load_step with st, LOAD_SQL prepared (reset on return). */
-static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage);
+static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage,
+                    pp_err *err);
 
-int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage) {
+int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage,
+                      pp_err *err) {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(sql, LOAD_SQL, -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
-    rc = load_ops(st, job, step, out, n_out, max_stage);
+    rc = load_ops(st, job, step, out, n_out, max_stage, err);
     sqlite3_finalize(st);
     return rc;
 }
 
-static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage) {
+/* The numbers of a LOAD_SQL row within their bounds (bounds.h): 0, or -1
+ * with err naming the column and the value. */
+static int check_load_row(sqlite3_stmt *st, int64_t job, pp_err *err) {
+    int64_t v;
+    return bounds_col(st, 0, &bounds_rank, job, "events.rank", &v, err) ||
+                   bounds_col(st, 2, &bounds_stage, job, "events.stage", &v, err) ||
+                   bounds_col(st, 3, &bounds_microbatch, job, "events.microbatch", &v, err) ||
+                   bounds_col(st, 4, &bounds_time, job, "events.start_ns", &v, err) ||
+                   bounds_col(st, 5, &bounds_time, job, "events.end_ns", &v, err) ||
+                   bounds_col(st, 6, &bounds_bytes, job, "events.bytes", &v, err)
+               ? -1
+               : 0;
+}
+
+static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage,
+                    pp_err *err) {
     int rc;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, step);
@@ -277,6 +295,12 @@ static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, s
             ops = o;
         }
         op *o = &ops[n++];
+        /* a forged rank, stage or time would wrap the walks (rank + 1, end - start): refused */
+        if (check_load_row(st, job, err) != 0) {
+            rc = SQLITE_RANGE;
+            n--;
+            break;
+        }
         o->rank = sqlite3_column_int(st, 0);
         o->phase = p;
         o->stage = sqlite3_column_int(st, 2);
@@ -374,7 +398,8 @@ int analyzer_step(analyzer *a, int64_t job, int step, pp_err *err) {
     op *ops = NULL;
     size_t n = 0;
     int max_stage = -1;
-    int rc = load_ops(a->st[A_LOAD], job, step, &ops, &n, &max_stage);
+    int rc = load_ops(a->st[A_LOAD], job, step, &ops, &n, &max_stage, err);
+    if (rc == SQLITE_RANGE) return -1; /* err names the value past its bound */
     if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
     int stages = job_stages(a, job);
     if (stages <= max_stage) stages = max_stage + 1;

@@ -77,8 +77,11 @@ int analyze_is_backward(int phase);
  * pipeline's ops, sends and receives, and pprun's own RECOMPUTE and
  * all-reduce spans; not LOSS records, evaluation steps or a program's own
  * SPANs), into *out (the caller frees it) and *n; raises *max_stage to the
- * highest stage seen. An SQLite result code. */
-int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, size_t *n, int *max_stage);
+ * highest stage seen. An SQLite result code: SQLITE_RANGE with err naming
+ * the table.column and value when a row holds a value past its bound
+ * (bounds.h). */
+int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, size_t *n, int *max_stage,
+                      pp_err *err);
 
 /* One transaction. A step without compute events gets no rows. Then, for
  * a job whose program declared its own plan (progplan.h), that plan's

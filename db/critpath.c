@@ -218,7 +218,8 @@ int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err
     analyze_op *spans = NULL;
     size_t n = 0;
     int max_stage = -1;
-    int rc = analyze_load_step(db, job, step, &spans, &n, &max_stage);
+    int rc = analyze_load_step(db, job, step, &spans, &n, &max_stage, err);
+    if (rc == SQLITE_RANGE) return -1; /* err names the table.column and value past its bound (bounds.h) */
     if (rc != SQLITE_OK)
         return pp_fail(err, "reading step %d of job %lld: %s", step, (long long)job, sqlite3_errstr(rc));
     rc = critpath_build(spans, n, out, err);

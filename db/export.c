@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "db/bounds.h"
 #include "db/critpath.h"
 #include "tracer/event.h"
 
@@ -371,6 +372,12 @@ static int export_kernels(chrome_export *x, pp_err *err) {
             sqlite3_finalize(st);
             return pp_fail(err, "out of memory while exporting");
         }
+        int64_t v;
+        if (bounds_col(st, 3, &bounds_time, x->job, "kernels.start_ns", &v, err) != 0 ||
+            bounds_col(st, 4, &bounds_time, x->job, "kernels.end_ns", &v, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         put_kernel(x, st, cur, stream);
     }
     sqlite3_finalize(st);
@@ -427,7 +434,10 @@ static int write_header(chrome_export *x, pp_err *err) {
         sqlite3_finalize(st);
         return found;
     }
-    x->t0 = sqlite3_column_int64(st, 0);
+    if (bounds_col(st, 0, &bounds_time, x->job, "jobs.t0_ns", &x->t0, err) != 0) {
+        sqlite3_finalize(st);
+        return -1;
+    }
     fprintf(x->out, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"job\":%lld,\"name\":", (long long)x->job);
     json_str(x->out, (const char *)sqlite3_column_text(st, 1));
     fprintf(x->out, ",\"schedule\":");
@@ -507,6 +517,21 @@ typedef struct op_row {
     int64_t start, end, bytes, id;
     int comm, gpu, span; /* a SEND or RECV; a span from CUPTI (source 'gpu'); a program's own SPAN */
 } op_row;
+
+/* The numbers of an events row of write_ops' query within their bounds
+ * (bounds.h): 0, or -1 with err naming the column and value. */
+static int check_op(sqlite3_stmt *st, int64_t job, pp_err *err) {
+    int64_t v;
+    return bounds_col(st, 0, &bounds_rank, job, "events.rank", &v, err) ||
+                   bounds_col(st, 3, &bounds_microbatch, job, "events.microbatch", &v, err) ||
+                   bounds_col(st, 4, &bounds_stage, job, "events.stage", &v, err) ||
+                   bounds_col(st, 5, &bounds_time, job, "events.start_ns", &v, err) ||
+                   bounds_col(st, 6, &bounds_time, job, "events.end_ns", &v, err) ||
+                   bounds_col(st, 7, &bounds_rank, job, "events.peer", &v, err) ||
+                   bounds_col(st, 8, &bounds_bytes, job, "events.bytes", &v, err)
+               ? -1
+               : 0;
+}
 
 static op_row read_op(sqlite3_stmt *st) {
     op_row o = {
@@ -618,6 +643,10 @@ static int write_ops(chrome_export *x, pp_err *err) {
         return sql_fail(x->db, "reading events", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (check_op(st, x->job, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         op_row o = read_op(st);
         rank_info *r = find_rank(x->ranks, x->nranks, o.rank);
         if (r) write_op(x, &o, r); /* never NULL: every event rank is listed */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "db/alive.h"
+#include "db/bounds.h"
 
 int durations_push(durations *d, int64_t x) {
     if (d->n == d->cap) {
@@ -97,7 +98,12 @@ int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *pe
             simulated = 0;
             continue;
         }
-        int64_t s = sqlite3_column_int64(st, 6), e = sqlite3_column_int64(st, 7);
+        int64_t s = 0, e = 0;
+        if (bounds_col(st, 6, &bounds_time, job, "plan.sim_start_ns", &s, err) != 0 ||
+            bounds_col(st, 7, &bounds_time, job, "plan.sim_end_ns", &e, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         if (s < lo) lo = s;
         if (e > hi) hi = e;
         /* busy is the union of the rank's spans: the two halves of an
@@ -172,7 +178,10 @@ static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
         int k = sqlite3_column_int(st, 0);
         if (k < 0 || k >= s->world) continue;
         s->bubble_by_rank[k] = sqlite3_column_double(st, 1);
-        s->act_peak_by_rank[k] = sqlite3_column_int64(st, 2);
+        if (bounds_col(st, 2, &bounds_bytes, s->job_id, "step_stats.act_peak_bytes", &s->act_peak_by_rank[k], err)) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         if (s->act_peak_by_rank[k] > s->act_peak) s->act_peak = s->act_peak_by_rank[k];
     }
     return finish(db, st, rc, err);
@@ -194,7 +203,11 @@ static int read_state(sqlite3 *db, job_summary *s, pp_err *err) {
     for (int k = 0; k < s->world && rc == SQLITE_DONE; k++) {
         sqlite3_bind_int(st, 2, k);
         if ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            int64_t bytes = sqlite3_column_int64(st, 0);
+            int64_t bytes = 0;
+            if (bounds_col(st, 0, &bounds_bytes, s->job_id, "events.bytes", &bytes, err) != 0) {
+                sqlite3_finalize(st);
+                return -1;
+            }
             if (bytes > 0) s->state_by_rank[k] = bytes; /* 0: the model reports none */
             rc = sqlite3_step(st);
         }
@@ -274,7 +287,7 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
 /* Each op's duration from from_step on, host and GPU spans apart. */
 static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT source = 'gpu', phase, end_ns - start_ns FROM events WHERE job_id=?1 AND step>=?2",
+    if (prepare(db, "SELECT source = 'gpu', phase, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2",
                 s->job_id, &st, err) != 0)
         return -1;
     sqlite3_bind_int(st, 2, s->from_step);
@@ -282,11 +295,19 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
     int rc = SQLITE_DONE, oom = 0;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int gpu = sqlite3_column_int(st, 0) != 0, ph = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
-        int64_t ns = sqlite3_column_int64(st, 2);
+        int64_t start = 0, end = 0;
+        if (bounds_col(st, 2, &bounds_time, s->job_id, "events.start_ns", &start, err) != 0 ||
+            bounds_col(st, 3, &bounds_time, s->job_id, "events.end_ns", &end, err) != 0) {
+            rc = SQLITE_DONE;
+            oom = -1;
+            break;
+        }
+        int64_t ns = end - start;
         if (ph < 0 || ph == TRACE_SPAN) continue; /* by name: summary_spans */
         summary_ops *o = &s->ops[gpu][ph];
         o->count++;
-        o->total_ns += ns;
+        /* times are bounded (bounds.h), not their sum over millions of rows: saturate */
+        if (__builtin_add_overflow(o->total_ns, ns, &o->total_ns)) o->total_ns = ns > 0 ? INT64_MAX : INT64_MIN;
         if (ns > o->max_ns) o->max_ns = ns;
         oom = durations_push(&d[gpu][ph], ns) != 0;
     }
@@ -297,7 +318,7 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
         }
     if (oom) {
         sqlite3_finalize(st);
-        return pp_fail(err, "out of memory");
+        return oom < 0 ? -1 : pp_fail(err, "out of memory");
     }
     return finish(db, st, rc, err);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "db/alive.h"
+#include "db/bounds.h"
 #include "web/routes.h"
 
 /* Any other path under /api: what a client got wrong, as JSON. */
@@ -100,12 +101,26 @@ int routes_load_job(sqlite3 *db, long id, job_info *j, reply *r) {
         return -1;
     }
     j->id = id;
-    j->t0 = sqlite3_column_int64(st, 0);
-    j->world = sqlite3_column_int(st, 1);
+    pp_err err;
+    int64_t world = sqlite3_column_int64(st, 1) ? 0 : 1; /* none recorded: one rank */
+    if (bounds_col(st, 0, &bounds_time, id, "jobs.t0_ns", &j->t0, &err) != 0 ||
+        (!world && bounds_col(st, 1, &bounds_world, id, "jobs.world_size", &world, &err) != 0)) {
+        reply_error(r, 500, "%s", err.msg);
+        sqlite3_finalize(st);
+        return -1;
+    }
+    j->world = (int)world;
     snprintf(j->status, sizeof j->status, "%s", (const char *)sqlite3_column_text(st, 2));
     sqlite3_finalize(st);
-    if (j->world < 1 || j->world > 65536) j->world = 1;
     return 0;
+}
+
+int routes_check_time(sqlite3_stmt *st, int col, int64_t job, const char *column, reply *r) {
+    if (bounds_ok(&bounds_time, sqlite3_column_int64(st, col))) return 0;
+    pp_err err;
+    bounds_fail(&err, &bounds_time, job, column, st, col, sqlite3_column_int64(st, col));
+    if (r->status < 400) reply_error(r, 500, "%s", err.msg);
+    return -1;
 }
 
 int64_t routes_timeline_end(sqlite3 *db, const job_info *j) {
@@ -121,8 +136,9 @@ int64_t routes_timeline_end(sqlite3 *db, const job_info *j) {
         sqlite3_bind_int64(st, 1, j->id);
         sqlite3_bind_int(st, 2, rank);
         if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
-            int64_t e = sqlite3_column_int64(st, 0) - j->t0;
-            if (e > end) end = e;
+            int64_t e = sqlite3_column_int64(st, 0);
+            if (!bounds_ok(&bounds_time, e)) continue; /* the window's reader names it */
+            if (e - j->t0 > end) end = e - j->t0;
         }
     }
     sqlite3_finalize(st);

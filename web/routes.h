@@ -86,6 +86,10 @@ int route_takes(const route *rt, const char *method);
 int routes_load_job(sqlite3 *db, long id, job_info *j, reply *r);
 /* A prepared statement or a 500 naming SQLite's complaint. */
 sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, reply *r);
+/* Column col of st, a time (db/bounds.h's bounds_time): 0, or -1 with r
+ * answering 500 and naming job, column ("events.start_ns") and the value
+ * (the first such answer stays). */
+int routes_check_time(sqlite3_stmt *st, int col, int64_t job, const char *column, reply *r);
 /* Where the job's timeline ends so far (ns since t0): the last event of
  * each rank. */
 int64_t routes_timeline_end(sqlite3 *db, const job_info *j);

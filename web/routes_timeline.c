@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "db/analyze.h"
+#include "db/bounds.h"
 #include "db/db.h"
 #include "db/summary.h"
 #include "report/sql.h"
@@ -95,6 +96,11 @@ static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask
             sqlite3_bind_int64(st, 3, from + j->t0);
             if (k == 1) sqlite3_bind_int64(st, 4, to + j->t0);
             while (!stop && sqlite3_step(st) == SQLITE_ROW) {
+                if (routes_check_time(st, tcol, j->id, source ? "events.start_ns" : "kernels.start_ns", r) != 0 ||
+                    routes_check_time(st, tcol + 1, j->id, source ? "events.end_ns" : "kernels.end_ns", r) != 0) {
+                    stop = 1;
+                    break;
+                }
                 int64_t s = sqlite3_column_int64(st, tcol) - j->t0, e = sqlite3_column_int64(st, tcol + 1) - j->t0;
                 if (k == 0 && e <= from) continue;
                 stop = row(st, rank, s, e, ctx);
@@ -117,6 +123,8 @@ static int step_span(sqlite3 *db, const job_info *j, long step, int64_t *from, i
         sqlite3_bind_int64(st, 1, j->id);
         sqlite3_bind_int64(st, 2, step);
         int found = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL;
+        found = found && bounds_ok(&bounds_time, sqlite3_column_int64(st, 0)) &&
+                bounds_ok(&bounds_time, sqlite3_column_int64(st, 1)); /* else not a step to show */
         if (found) {
             *from = sqlite3_column_int64(st, 0) - j->t0;
             *to = sqlite3_column_int64(st, 1) - j->t0;
@@ -143,6 +151,8 @@ typedef struct span_rows {
     jw *w;
     int64_t count;
     long min_step, max_step; /* host events only: the steps in view, -1 none */
+    int64_t job;             /* host events: for the message of a value past its bound */
+    reply *r;
 } span_rows;
 
 static int gpu_span_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx) {
@@ -164,7 +174,7 @@ static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char 
     jw_json(w, columns, sizeof columns - 1);
     jw_key(w, "gpu");
     jw_arr(w);
-    span_rows o = {w, 0, -1, -1};
+    span_rows o = {w, 0, -1, -1, j->id, r};
     window_rows(db, j, mask, from, to,
                 "SELECT id, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns", "gpu", 5,
                 gpu_span_row, &o, r);
@@ -174,6 +184,16 @@ static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char 
 
 static int event_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx) {
     span_rows *o = ctx;
+    /* a forged microbatch, stage, peer or byte count is refused, never shown truncated */
+    int64_t v;
+    pp_err err;
+    if (bounds_col(st, 3, &bounds_microbatch, o->job, "events.microbatch", &v, &err) != 0 ||
+        bounds_col(st, 4, &bounds_stage, o->job, "events.stage", &v, &err) != 0 ||
+        bounds_col(st, 8, &bounds_rank, o->job, "events.peer", &v, &err) != 0 ||
+        bounds_col(st, 9, &bounds_bytes, o->job, "events.bytes", &v, &err) != 0) {
+        if (o->r->status < 400) reply_error(o->r, 500, "%s", err.msg);
+        return 1;
+    }
     long step = sqlite3_column_int(st, 2);
     if (o->min_step < 0 || step < o->min_step) o->min_step = step;
     if (step > o->max_step) o->max_step = step;
@@ -193,7 +213,7 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
      * before it and still run into it. */
     jw_key(w, "events");
     jw_arr(w);
-    span_rows o = {w, 0, -1, -1};
+    span_rows o = {w, 0, -1, -1, j->id, r};
     window_rows(db, j, mask, from, to,
                 "SELECT id, rank, step, coalesce(microbatch,-1), coalesce(stage,-1), phase, start_ns, end_ns, "
                 "coalesce(peer,-1), coalesce(bytes,0), name",
@@ -219,6 +239,9 @@ static void write_events_mode(sqlite3 *db, const job_info *j, const unsigned cha
             while (sqlite3_step(g) == SQLITE_ROW) {
                 int rank = sqlite3_column_int(g, 0);
                 if (rank < 0 || rank >= j->world || !mask[rank]) continue;
+                if (routes_check_time(g, 2, j->id, "gaps.start_ns", r) != 0 ||
+                    routes_check_time(g, 3, j->id, "gaps.end_ns", r) != 0)
+                    break;
                 const char *next = (const char *)sqlite3_column_text(g, 5);
                 jw_rawf(w, "%s[%d,%d,%lld,%lld,%d,", n++ ? "," : "", rank, sqlite3_column_int(g, 1),
                         (long long)(sqlite3_column_int64(g, 2) - j->t0),
@@ -265,6 +288,9 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
             if (ph < 0 || ph >= TRACE_LOSS) continue;
             int cls = phase_class(ph);
             if (cls < 0) continue;
+            if (routes_check_time(st, 1, j->id, "events.start_ns", r) != 0 ||
+                routes_check_time(st, 2, j->id, "events.end_ns", r) != 0)
+                break;
             int64_t s = sqlite3_column_int64(st, 1) - j->t0 - from, e = sqlite3_column_int64(st, 2) - j->t0 - from;
             if (e > span) e = span;
             for (int64_t b = s / width; b < nbuckets && b * width < e; b++) {
@@ -392,6 +418,9 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
         while (sqlite3_step(st) == SQLITE_ROW) {
             int rank = sqlite3_column_int(st, 0);
             if (rank < 0 || rank >= j->world || !mask[rank]) continue;
+            if (routes_check_time(st, 1, j->id, "step_stats.start_ns", r) != 0 ||
+                routes_check_time(st, 2, j->id, "step_stats.end_ns", r) != 0)
+                break;
             if (n == cap) {
                 row *nr = realloc(rows, (cap = cap ? cap * 2 : 1024) * sizeof *rows);
                 if (!nr) break;
@@ -445,7 +474,7 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
  * reading them (each of them starts in it); a run across an edge has its
  * rows counted one by one. */
 static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
-                            int64_t cap) {
+                            int64_t cap, reply *r) {
     sqlite3_stmt *runs = NULL, *part = NULL;
     if (sqlite3_prepare_v2(db,
                            "SELECT first_id, last_id, start_ns, end_ns FROM event_runs WHERE job_id=?1 AND rank=?2 "
@@ -466,7 +495,18 @@ static int64_t count_window(sqlite3 *db, const job_info *j, const unsigned char 
         if (!mask[rank]) continue;
         sqlite3_bind_int(runs, 2, rank);
         while (total <= cap && sqlite3_step(runs) == SQLITE_ROW) {
-            int64_t first = sqlite3_column_int64(runs, 0), last = sqlite3_column_int64(runs, 1);
+            int64_t first = 0, last = 0;
+            pp_err err;
+            if (bounds_col(runs, 0, &bounds_id, j->id, "event_runs.first_id", &first, &err) != 0 ||
+                bounds_col(runs, 1, &bounds_id, j->id, "event_runs.last_id", &last, &err) != 0 ||
+                routes_check_time(runs, 2, j->id, "event_runs.start_ns", r) != 0 ||
+                routes_check_time(runs, 3, j->id, "event_runs.end_ns", r) != 0 ||
+                (last < first && bounds_fail(&err, &bounds_id, j->id, "event_runs.last_id (before first_id)", runs, 1,
+                                             last) != 0)) {
+                if (r->status < 400) reply_error(r, 500, "%s", err.msg);
+                total = cap + 1;
+                break;
+            }
             if (sqlite3_column_int64(runs, 2) >= lo && sqlite3_column_int64(runs, 3) < hi) {
                 total += last - first + 1;
                 continue;
@@ -524,7 +564,7 @@ void route_events(route_req *q, reply *r) {
     for (int k = 0; k < j->world; k++) nsel += mask[k];
     if (nsel > 0 && buckets * nsel > 40000) buckets = 40000 / nsel > 0 ? 40000 / nsel : 1;
 
-    int64_t n = count_window(db, j, mask, wf, wt, budget);
+    int64_t n = count_window(db, j, mask, wf, wt, budget, r);
     const char *mode = n <= limit ? "events" : n <= budget ? "buckets" : "steps";
     jw w;
     jw_init(&w);

@@ -1,0 +1,61 @@
+/* bounds.h: the ranges a value read back from a database must lie in,
+ * one for each kind of value (docs/schema.md, "Bounds on what is read").
+ *
+ * A damaged or forged file may hold any number in any column. pprun wrote
+ * none past these bounds, and every reader in db/ and web/ checks a value
+ * against its kind's bound where it reads it, then computes with it
+ * (differences of times, rank + 1, sums over rows) without overflow. A
+ * value past its bound is refused with a message naming the job, the
+ * table and column, the value and the range: nothing is shown from it.
+ * bounds_ok is a pair of compares, cheap in a loop over events. */
+#ifndef PP_DB_BOUNDS_H
+#define PP_DB_BOUNDS_H
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "base/pp.h"
+
+typedef struct bounds_kind {
+    const char *what; /* "a time on the job clock" */
+    int64_t lo, hi;
+} bounds_kind;
+
+/* A time on the job clock (CLOCK_MONOTONIC, ns) and a time relative to a
+ * step (plan.sim_*_ns): 0 to 2^62 (146 years). A difference of two, or a
+ * time less t0 less a window's start, fits an int64. */
+extern const bounds_kind bounds_time;
+/* A rank (events.rank, events.peer, kernels.rank, event_runs.rank): -1 (none)
+ * to 65535, a world of 65,536 ranks at most (jobs.world_size). */
+extern const bounds_kind bounds_rank;
+/* A stage: -1 (none) to PP_SHAPE_MAX_STAGES - 1 (base/shape.h). */
+extern const bounds_kind bounds_stage;
+/* A microbatch: -1 (none) to PP_SHAPE_MAX_MICROBATCHES - 1. */
+extern const bounds_kind bounds_microbatch;
+/* A count of bytes (events.bytes, optim_bytes): 0 to 2^50 (1 PiB), so a
+ * sum over a million rows fits an int64. -1 is taken as none. */
+extern const bounds_kind bounds_bytes;
+/* A row id (event_runs.first_id, last_id): 1 to 2^62. */
+extern const bounds_kind bounds_id;
+/* jobs.world_size: 1 to 65536. */
+extern const bounds_kind bounds_world;
+
+static inline int bounds_ok(const bounds_kind *k, int64_t v) { return v >= k->lo && v <= k->hi; }
+
+/* Fills err with "job J: TABLE.COLUMN holds V, not LO..HI (WHAT)", V as the
+ * file has it (column col of st, a REAL or text too) when st is given.
+ * Returns -1. */
+int bounds_fail(pp_err *err, const bounds_kind *k, int64_t job, const char *column, sqlite3_stmt *st, int col,
+                int64_t v);
+
+/* Column col of st (an integer; NULL reads as 0) into *out, checked
+ * against k: 0, or -1 with err from bounds_fail. column is "table.column"
+ * for the message. */
+static inline int bounds_col(sqlite3_stmt *st, int col, const bounds_kind *k, int64_t job, const char *column,
+                             int64_t *out, pp_err *err) {
+    int64_t v = sqlite3_column_int64(st, col);
+    if (!bounds_ok(k, v)) return bounds_fail(err, k, job, column, st, col, v);
+    *out = v;
+    return 0;
+}
+
+#endif

@@ -1,0 +1,283 @@
+/* test_forged_db.c: a trace database with one value forged past its bound
+ * (docs/schema.md, "Bounds on what is read"; db/bounds.h), read by every
+ * reader a user points at a file: `pprun stats`, `pprun export` and
+ * `pprun serve`'s routes, all real pprun processes.
+ *
+ * Each row of `forged` is one UPDATE (or INSERT) on a copy of a real trace
+ * (a tiny job run once by `pprun run`), what stats and export must do with
+ * it, and routes that must answer. A reader that uses the value must refuse
+ * it, naming table.column and the value as the file holds it; one that does
+ * not use it must succeed without printing it. The server must answer the
+ * route with the status and message, then still answer /api/jobs, and stop
+ * cleanly: in the sanitized build an overflow the value caused aborts the
+ * process (UBSan), so the route gets no answer and the server is gone. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers/web_client.h"
+
+/* A job that takes a fraction of a second; steps 1 and 2 are what stats reads. */
+#define TIMED "--model timed:f=1ms,b=1ms,w=1ms --steps 3 --nproc-per-node 2 --progress off"
+#define I64MAX "9223372036854775807"
+#define I64MIN "-9223372036854775808"
+/* one op of step 1 */
+#define ONE_OP "WHERE id=(SELECT min(id) FROM events WHERE step=1 AND phase='F')"
+
+typedef struct route_want {
+    const char *path; /* under /api/jobs/1 */
+    int status;
+    const char *text; /* in the body; NULL: anything */
+} route_want;
+
+typedef struct forged_row {
+    const char *name;
+    const char *sql;
+    int stats_rc;           /* 0 or 2 */
+    const char *stats_text; /* in stats' stderr when stats_rc is 2 */
+    int export_rc;
+    const char *export_text;
+    route_want routes[3]; /* path NULL ends */
+} forged_row;
+
+static const forged_row forged[] = {
+    {"jobs.t0_ns INT64_MAX",
+     "UPDATE jobs SET t0_ns=" I64MAX,
+     0,
+     NULL,
+     2,
+     "job 1: jobs.t0_ns holds " I64MAX,
+     {{"", 500, "jobs.t0_ns holds " I64MAX},
+      {"/events", 500, "jobs.t0_ns holds " I64MAX},
+      {"/trace.json", 500, "jobs.t0_ns holds " I64MAX}}},
+    {"jobs.t0_ns INT64_MIN",
+     "UPDATE jobs SET t0_ns=-9223372036854775807-1",
+     0,
+     NULL,
+     2,
+     "job 1: jobs.t0_ns holds " I64MIN,
+     {{"", 500, "jobs.t0_ns holds " I64MIN},
+      {"/kernels", 500, "jobs.t0_ns holds " I64MIN},
+      {"/summary", 500, "jobs.t0_ns holds " I64MIN}}},
+    {"jobs.world_size INT64_MAX",
+     "UPDATE jobs SET world_size=" I64MAX,
+     2,
+     "job 1 has a world size of " I64MAX ", not 1..65536",
+     0,
+     NULL,
+     {{"", 500, "jobs.world_size holds " I64MAX},
+      {"/summary", 500, "jobs.world_size holds " I64MAX},
+      {"/events", 500, "jobs.world_size holds " I64MAX}}},
+    {"events.rank INT32_MAX",
+     "UPDATE events SET rank=2147483647 " ONE_OP,
+     2,
+     "job 1: events.rank holds 2147483647",
+     2,
+     "job 1: events.rank holds 2147483647",
+     {{"/critpath", 500, "events.rank holds 2147483647"},
+      {"/trace.json", 500, "events.rank holds 2147483647"},
+      {"/events", 200, NULL}}},
+    {"events.stage INT32_MAX",
+     "UPDATE events SET stage=2147483647 " ONE_OP,
+     2,
+     "job 1: events.stage holds 2147483647",
+     2,
+     "job 1: events.stage holds 2147483647",
+     {{"/critpath", 500, "events.stage holds 2147483647"},
+      {"/trace.json", 500, "events.stage holds 2147483647"},
+      {"/events", 500, "events.stage holds 2147483647"}}},
+    {"events.start_ns INT64_MAX",
+     "UPDATE events SET start_ns=" I64MAX " " ONE_OP,
+     2,
+     "job 1: events.start_ns holds " I64MAX,
+     2,
+     "job 1: events.start_ns holds " I64MAX,
+     {{"/critpath", 500, "events.start_ns holds " I64MAX}, {"/trace.json", 500, "events.start_ns holds " I64MAX}}},
+    {"events.start_ns INT64_MIN",
+     "UPDATE events SET start_ns=-9223372036854775807-1 " ONE_OP,
+     2,
+     "job 1: events.start_ns holds " I64MIN,
+     2,
+     "job 1: events.start_ns holds " I64MIN,
+     {{"/critpath", 500, "events.start_ns holds " I64MIN}, {"/trace.json", 500, "events.start_ns holds " I64MIN}}},
+    {"events.end_ns INT64_MAX",
+     "UPDATE events SET end_ns=" I64MAX " " ONE_OP,
+     2,
+     "job 1: events.end_ns holds " I64MAX,
+     2,
+     "job 1: events.end_ns holds " I64MAX,
+     {{"/events", 500, "events.end_ns holds " I64MAX}, {"/critpath", 500, "events.end_ns holds " I64MAX}}},
+    {"events.bytes INT64_MAX",
+     "UPDATE events SET bytes=" I64MAX " " ONE_OP,
+     2,
+     "job 1: events.bytes holds " I64MAX,
+     2,
+     "job 1: events.bytes holds " I64MAX,
+     {{"/critpath", 500, "events.bytes holds " I64MAX},
+      {"/trace.json", 500, "events.bytes holds " I64MAX},
+      {"/events", 500, "events.bytes holds " I64MAX}}},
+    {"plan.sim_start_ns INT64_MAX",
+     "UPDATE plan SET sim_start_ns=" I64MAX ", sim_end_ns=-9223372036854775807-1",
+     2,
+     "job 1: plan.sim_start_ns holds " I64MAX,
+     0,
+     NULL,
+     {{"/plan", 500, "plan.sim_start_ns holds " I64MAX},
+      {"/whatif", 500, "plan.sim_start_ns holds " I64MAX},
+      {"/summary", 500, "plan.sim_start_ns holds " I64MAX}}},
+    {"event_runs.first_id -1",
+     "UPDATE event_runs SET first_id=-1 WHERE rank=0",
+     0,
+     NULL,
+     0,
+     NULL,
+     {{"/events", 500, "event_runs.first_id holds -1"}, {"/trace.json", 200, NULL}}},
+    {"kernels.start_ns INT64_MIN",
+     "INSERT INTO kernels(job_id,rank,event_id,name,start_ns,end_ns,stream) "
+     "VALUES(1,0,NULL,'k',-9223372036854775807-1," I64MAX ",7)",
+     0,
+     NULL,
+     2,
+     "job 1: kernels.start_ns holds " I64MIN,
+     {{"/trace.json", 500, "kernels.start_ns holds " I64MIN}, {"/kernels", 200, NULL}}},
+};
+
+static char dir[256];
+static char out[1 << 16]; /* the last command's stderr, then its stdout */
+
+static void setup(void) {
+    snprintf(dir, sizeof dir, "/tmp/pprun-forged-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+TestSuite(forged_db, .init = setup, .fini = teardown, .timeout = 600);
+
+/* `pprun ARGS` in dir, at most 60 s; its stderr then its stdout into out.
+ * Returns the exit status (128 + signal when killed). */
+static int pprun(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && timeout -k 5 60 '%s' %s >o.txt 2>e.txt </dev/null", dir, PPRUN_BIN, args);
+    int st = system(cmd);
+    snprintf(cmd, sizeof cmd, "cat '%s/e.txt' '%s/o.txt'", dir, dir);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = '\0';
+    if (p) pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void exec_sql(const char *path, const char *sql) {
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    cr_assert_eq(rc, SQLITE_OK, "%s: %s", sql, msg ? msg : sqlite3_errstr(rc));
+    sqlite3_close(db);
+}
+
+/* What a command that succeeded printed must not hold a forged extreme. */
+static int shows_forged(const char *text) {
+    return strstr(text, "922337203685477580") != NULL;
+}
+
+/* A command's exit status and message for one row. */
+static void expect_command(const forged_row *r, const char *command, int want_rc, const char *want_text) {
+    char args[512];
+    snprintf(args, sizeof args, "%s --db f.db", command);
+    int rc = pprun(args);
+    cr_expect_eq(rc, want_rc, "%s: `pprun %s` exited %d, not %d:\n%.2000s", r->name, command, rc, want_rc, out);
+    if (want_rc != 0) {
+        cr_expect(strstr(out, want_text) != NULL, "%s: `pprun %s` does not say \"%s\":\n%.2000s", r->name, command,
+                  want_text, out);
+        cr_expect(strstr(out, "damaged or was not written by pprun") || strstr(out, "not 1..65536"),
+                  "%s: `pprun %s` does not say why:\n%.2000s", r->name, command, out);
+    } else {
+        cr_expect(strlen(out) > 100, "%s: `pprun %s` printed nothing", r->name, command);
+        cr_expect(!shows_forged(out), "%s: `pprun %s` printed the forged value:\n%.2000s", r->name, command, out);
+    }
+}
+
+static void expect_routes(const forged_row *r) {
+    int port;
+    int pid = webclient_start_serve("f.db", NULL, &port);
+    cr_assert_gt(pid, 0, "%s: pprun serve did not start", r->name);
+    for (const route_want *w = r->routes; w < r->routes + 3 && w->path; w++) {
+        char path[256];
+        snprintf(path, sizeof path, "/api/jobs/1%s", w->path);
+        webclient_resp a;
+        memset(&a, 0, sizeof a);
+        webclient_request(port, "GET", path, NULL, NULL, &a);
+        const char *body = a.body ? a.body : "";
+        cr_expect_eq(a.status, w->status, "%s: GET %s answered %d, not %d: %.1000s", r->name, path, a.status, w->status,
+                     body);
+        if (w->text)
+            cr_expect(strstr(body, w->text) != NULL, "%s: GET %s does not say \"%s\": %.1000s", r->name, path, w->text,
+                      body);
+        else if (a.status == 200)
+            cr_expect(!shows_forged(body), "%s: GET %s shows the forged value: %.1000s", r->name, path, body);
+        webclient_free(&a);
+        /* the server lives */
+        webclient_resp j;
+        memset(&j, 0, sizeof j);
+        webclient_request(port, "GET", "/api/jobs", NULL, NULL, &j);
+        cr_expect_eq(j.status, 200, "%s: after GET %s, GET /api/jobs answered %d: the server died", r->name, path,
+                     j.status);
+        webclient_free(&j);
+    }
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: pprun serve did not stop cleanly: status %d", r->name, st);
+}
+
+Test(forged_db, every_forged_extreme_is_refused_by_name_or_ignored) {
+    cr_assert_eq(chdir(dir), 0);
+    int rc = pprun("run " TIMED " --db base.db");
+    cr_assert_eq(rc, 0, "%s", out);
+    exec_sql("base.db", "PRAGMA wal_checkpoint(TRUNCATE)");
+    for (size_t i = 0; i < sizeof forged / sizeof forged[0]; i++) {
+        const forged_row *r = &forged[i];
+        if (system("rm -f f.db f.db-wal f.db-shm") != 0) cr_assert_fail("could not remove f.db");
+        exec_sql("base.db", "VACUUM INTO 'f.db'");
+        exec_sql("f.db", r->sql);
+        expect_command(r, "stats", r->stats_rc, r->stats_text);
+        expect_command(r, "export", r->export_rc, r->export_text);
+        expect_routes(r);
+        cr_log_info("%s: checked", r->name);
+    }
+}
+
+/* `pprun run --schedule-costs DB:JOB` reads the job's world size and op
+ * costs: a forged one is refused as the file holds it, before any rank
+ * starts. */
+Test(forged_db, schedule_costs_from_a_forged_job_are_refused_by_value) {
+    cr_assert_eq(chdir(dir), 0);
+    int rc = pprun("run " TIMED " --db base.db");
+    cr_assert_eq(rc, 0, "%s", out);
+    static const struct {
+        const char *sql, *text;
+    } rows[] = {
+        {"UPDATE jobs SET world_size=" I64MAX, "job 1 has a world size of " I64MAX ", not 1..65536"},
+        {"UPDATE plan SET sim_start_ns=" I64MAX, "plan.sim_start_ns holds " I64MAX},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (system("rm -f f.db f.db-wal f.db-shm") != 0) cr_assert_fail("could not remove f.db");
+        exec_sql("base.db", "VACUUM INTO 'f.db'");
+        exec_sql("f.db", rows[i].sql);
+        rc = pprun("run " TIMED " --schedule zb-v --schedule-costs f.db:1");
+        cr_expect_eq(rc, 2, "%s: exited %d, not 2:\n%.2000s", rows[i].sql, rc, out);
+        cr_expect(strstr(out, "--schedule-costs f.db") && strstr(out, rows[i].text),
+                  "%s: does not name the flag, file and \"%s\":\n%.2000s", rows[i].sql, rows[i].text, out);
+    }
+}
