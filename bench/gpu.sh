@@ -18,7 +18,8 @@
 #    10 s naming that rank, leaving no process; and a clean job must leave
 #    nothing in /dev/shm (the CUDA driver's cuda.shm.* files included);
 # 7. measures the tracing overhead: step time with tracing + CUPTI, with
-#    tracing only, and without tracing, alternating;
+#    tracing only, and without tracing, alternating, and CUPTI's step end
+#    (its GPU_TRACE spans, between steps) as a share of a step;
 # 8. runs the 4-rank 1F1B job with --mps on and --mps off, alternating:
 #    step time and measured bubble beside the planned one, the same losses
 #    as the other jobs, and no MPS process or folder left after each job
@@ -230,19 +231,26 @@ else
 fi
 
 echo "== tracing overhead (1f1b, cuda-ipc; median step ms of steps 1-5; 3 alternating rounds)"
-printf '%-6s %10s %10s %10s\n' round cupti trace off
-declare -a r_cupti r_trace
+# gpu_trace: CUPTI's step end (synchronise, flush, records into the ring),
+# the GPU_TRACE spans, median ms: on the training thread between steps, so
+# outside the step times beside it; the ratios are the ops' own cost.
+gpu_trace_sql="SELECT printf('%.3f', (end_ns - start_ns) / 1e6) FROM events WHERE name = 'GPU_TRACE' AND step >= 1
+  ORDER BY end_ns - start_ns LIMIT 1 OFFSET (SELECT count(*) / 2 FROM events WHERE name = 'GPU_TRACE' AND step >= 1)"
+printf '%-6s %10s %10s %10s %10s\n' round cupti trace off gpu_trace
+declare -a r_cupti r_trace r_gt
 for round in 1 2 3; do
   job ovh-cupti --schedule 1f1b && job ovh-trace --schedule 1f1b --cupti off && job ovh-off --schedule 1f1b --trace off ||
     { fail overhead "a job failed (see $dir/ovh-*.log)"; break; }
   a=$(step_ms "$dir/ovh-cupti.jsonl") b=$(step_ms "$dir/ovh-trace.jsonl") c=$(step_ms "$dir/ovh-off.jsonl")
-  printf '%-6s %10s %10s %10s\n' "$round" "$a" "$b" "$c"
+  gt=$(q "$dir/ovh-cupti.db" "$gpu_trace_sql")
+  printf '%-6s %10s %10s %10s %10s\n' "$round" "$a" "$b" "$c" "$gt"
   r_cupti+=("$(awk -v x="$a" -v y="$c" 'BEGIN {printf "%.3f", x / y}')")
   r_trace+=("$(awk -v x="$b" -v y="$c" 'BEGIN {printf "%.3f", x / y}')")
+  r_gt+=("$(awk -v x="$gt" -v y="$c" 'BEGIN {printf "%.3f", x / y}')")
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 [ -n "${result[overhead]:-}" ] ||
-  result[overhead]="step time vs tracing off: tracing+CUPTI $(median "${r_cupti[@]}"), tracing only $(median "${r_trace[@]}") (median of 3 rounds)"
+  result[overhead]="step time vs tracing off: tracing+CUPTI $(median "${r_cupti[@]}"), tracing only $(median "${r_trace[@]}"); CUPTI's step end $(median "${r_gt[@]}") of a step more, between steps (median of 3 rounds)"
 
 echo "== MPS: 1f1b, 4 ranks on one GPU, --mps on vs off (median step ms of steps 1-5; 3 alternating rounds)"
 # MPS processes and private folders: none may be left by a job (a daemon

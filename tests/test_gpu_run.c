@@ -315,6 +315,12 @@ static void cupti_job(const char *env) {
                  0, "a kernel points at a gpu span that holds it");
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 4, "2 steps x 2 ranks analysed");
     cr_assert_eq(tfix_q_int(s, "SELECT sum(cupti_dropped) FROM ranks"), 0, "CUPTI records lost");
+    /* what CUPTI's step end costs the training thread: a span per rank and
+     * step, after the step's OPT */
+    cr_assert_eq(tfix_q_int(s, "SELECT count(DISTINCT rank || ' ' || step) FROM events WHERE phase='SPAN'"
+                               " AND name='GPU_TRACE' AND source='cpu'"), 4);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events t JOIN events o ON o.rank=t.rank AND o.step=t.step"
+                               " AND o.phase='OPT' WHERE t.name='GPU_TRACE' AND t.start_ns < o.end_ns"), 0);
     sqlite3_close(s);
 }
 

@@ -14,12 +14,14 @@ void engine_trace(engine *e, int phase, int step, int mb, int stage, int peer, u
  * bucket's reduce-scatter and all-gather of the gradient), REDUCE_SCATTER
  * (the same under ZeRO-1: only the shard is reduced), ALL_GATHER (ZeRO-1:
  * the weights after the optimizer), RECOMPUTE (what F dropped, computed
- * again before its B). */
+ * again before its B), GPU_TRACE (CUPTI's work at a step's end: what
+ * tracing the GPU costs the training thread). */
 enum {
     ENGINE_SPAN_ALLREDUCE = 1,
     ENGINE_SPAN_REDUCE_SCATTER,
     ENGINE_SPAN_ALL_GATHER,
     ENGINE_SPAN_RECOMPUTE,
+    ENGINE_SPAN_GPU_TRACE,
     ENGINE_SPANS
 };
 /* One of pprun's own named spans (phase SPAN, name id ENGINE_SPAN_*). */
