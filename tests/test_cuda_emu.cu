@@ -146,6 +146,7 @@ static void queue_fill_behind_gate(cudaStream_t *a, int **src) {
     cr_assert_eq(cudaStreamCreateWithFlags(a, cudaStreamNonBlocking), cudaSuccess);
     cr_assert_eq(cudaMalloc((void **)src, 64 * sizeof(int)), cudaSuccess);
     cr_assert_eq(cudaMemsetAsync(*src, 1, 64 * sizeof(int), *a), cudaSuccess);
+    cr_assert_eq(cudaStreamSynchronize(*a), cudaSuccess); /* OLD in place before another stream reads it */
     cr_assert_eq(cudaLaunchHostFunc(*a, wait_for_gate, NULL), cudaSuccess);
     k_fill<<<1, 64, 0, *a>>>(*src, 7);
     cr_assert_eq(cudaGetLastError(), cudaSuccess);
