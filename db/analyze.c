@@ -259,19 +259,9 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
     return rc;
 }
 
-/* The numbers of a LOAD_SQL row within their bounds (bounds.h): 0, or -1
- * with err naming the column and the value. */
-static int check_load_row(sqlite3_stmt *st, int64_t job, pp_err *err) {
-    int64_t v;
-    return bounds_col(st, 0, &bounds_rank, job, "events.rank", &v, err) ||
-                   bounds_col(st, 2, &bounds_stage, job, "events.stage", &v, err) ||
-                   bounds_col(st, 3, &bounds_microbatch, job, "events.microbatch", &v, err) ||
-                   bounds_col(st, 4, &bounds_time, job, "events.start_ns", &v, err) ||
-                   bounds_col(st, 5, &bounds_time, job, "events.end_ns", &v, err) ||
-                   bounds_col(st, 6, &bounds_bytes, job, "events.bytes", &v, err)
-               ? -1
-               : 0;
-}
+/* LOAD_SQL's events columns, for their bounds (bounds.h). */
+static const bounds_event_cols load_cols = {
+    .rank = 0, .stage = 2, .microbatch = 3, .start = 4, .end = 5, .peer = -1, .bytes = 6};
 
 static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage,
                     pp_err *err) {
@@ -296,7 +286,7 @@ static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, s
         }
         op *o = &ops[n++];
         /* a forged rank, stage or time would wrap the walks (rank + 1, end - start): refused */
-        if (check_load_row(st, job, err) != 0) {
+        if (bounds_event_row(st, &load_cols, job, err) != 0) {
             rc = SQLITE_RANGE;
             n--;
             break;

@@ -23,3 +23,24 @@ int bounds_fail(pp_err *err, const bounds_kind *k, int64_t job, const char *colu
                         "pprun",
                    (long long)job, column, shown, (long long)k->lo, (long long)k->hi, k->what);
 }
+
+int bounds_event_row(sqlite3_stmt *st, const bounds_event_cols *cols, int64_t job, pp_err *err) {
+    const struct {
+        int col;
+        const bounds_kind *kind;
+        const char *name;
+    } checks[] = {
+        {cols->rank, &bounds_rank, "events.rank"},
+        {cols->stage, &bounds_stage, "events.stage"},
+        {cols->microbatch, &bounds_microbatch, "events.microbatch"},
+        {cols->start, &bounds_time, "events.start_ns"},
+        {cols->end, &bounds_time, "events.end_ns"},
+        {cols->peer, &bounds_rank, "events.peer"},
+        {cols->bytes, &bounds_bytes, "events.bytes"},
+    };
+    int64_t v;
+    for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
+        if (checks[i].col >= 0 && bounds_col(st, checks[i].col, checks[i].kind, job, checks[i].name, &v, err) != 0)
+            return -1;
+    return 0;
+}

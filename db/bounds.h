@@ -58,4 +58,15 @@ static inline int bounds_col(sqlite3_stmt *st, int col, const bounds_kind *k, in
     return 0;
 }
 
+/* Where a query selected the events columns a reader computes with: the
+ * column index of each, or -1 when it is not selected (or checked apart). */
+typedef struct bounds_event_cols {
+    int rank, stage, microbatch, start, end, peer, bytes;
+} bounds_event_cols;
+
+/* Every selected events column of st's row within its kind's bound: 0, or
+ * -1 with err from bounds_fail for the first that is not. The one check of
+ * an events row, whichever reader's query it comes from. */
+int bounds_event_row(sqlite3_stmt *st, const bounds_event_cols *cols, int64_t job, pp_err *err);
+
 #endif

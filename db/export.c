@@ -518,20 +518,9 @@ typedef struct op_row {
     int comm, gpu, span; /* a SEND or RECV; a span from CUPTI (source 'gpu'); a program's own SPAN */
 } op_row;
 
-/* The numbers of an events row of write_ops' query within their bounds
- * (bounds.h): 0, or -1 with err naming the column and value. */
-static int check_op(sqlite3_stmt *st, int64_t job, pp_err *err) {
-    int64_t v;
-    return bounds_col(st, 0, &bounds_rank, job, "events.rank", &v, err) ||
-                   bounds_col(st, 3, &bounds_microbatch, job, "events.microbatch", &v, err) ||
-                   bounds_col(st, 4, &bounds_stage, job, "events.stage", &v, err) ||
-                   bounds_col(st, 5, &bounds_time, job, "events.start_ns", &v, err) ||
-                   bounds_col(st, 6, &bounds_time, job, "events.end_ns", &v, err) ||
-                   bounds_col(st, 7, &bounds_rank, job, "events.peer", &v, err) ||
-                   bounds_col(st, 8, &bounds_bytes, job, "events.bytes", &v, err)
-               ? -1
-               : 0;
-}
+/* write_ops' query's events columns, for their bounds (bounds.h). */
+static const bounds_event_cols op_cols = {
+    .rank = 0, .stage = 4, .microbatch = 3, .start = 5, .end = 6, .peer = 7, .bytes = 8};
 
 static op_row read_op(sqlite3_stmt *st) {
     op_row o = {
@@ -643,7 +632,7 @@ static int write_ops(chrome_export *x, pp_err *err) {
         return sql_fail(x->db, "reading events", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (check_op(st, x->job, err) != 0) {
+        if (bounds_event_row(st, &op_cols, x->job, err) != 0) {
             sqlite3_finalize(st);
             return -1;
         }

@@ -184,13 +184,12 @@ static void write_gpu_spans(sqlite3 *db, const job_info *j, const unsigned char 
 
 static int event_row(sqlite3_stmt *st, int rank, int64_t s, int64_t e, void *ctx) {
     span_rows *o = ctx;
-    /* a forged microbatch, stage, peer or byte count is refused, never shown truncated */
-    int64_t v;
+    /* a forged microbatch, stage, peer or byte count is refused, never
+     * shown truncated (rank and times: the window's reader checks them) */
+    static const bounds_event_cols cols = {
+        .rank = -1, .stage = 4, .microbatch = 3, .start = -1, .end = -1, .peer = 8, .bytes = 9};
     pp_err err;
-    if (bounds_col(st, 3, &bounds_microbatch, o->job, "events.microbatch", &v, &err) != 0 ||
-        bounds_col(st, 4, &bounds_stage, o->job, "events.stage", &v, &err) != 0 ||
-        bounds_col(st, 8, &bounds_rank, o->job, "events.peer", &v, &err) != 0 ||
-        bounds_col(st, 9, &bounds_bytes, o->job, "events.bytes", &v, &err) != 0) {
+    if (bounds_event_row(st, &cols, o->job, &err) != 0) {
         if (o->r->status < 400) reply_error(o->r, 500, "%s", err.msg);
         return 1;
     }
