@@ -23,7 +23,10 @@ status=0
 
 run_build() {
   local kind=$1 dir=build-test-$1 flags=()
-  [ "$kind" = sanitize ] && flags=(-DPPRUN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug)
+  # The sanitizers at -O1 (with asserts), as AddressSanitizer's own
+  # documentation advises: half the time of -O0 for the same checks.
+  [ "$kind" = sanitize ] && flags=(-DPPRUN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
+    "-DCMAKE_C_FLAGS_DEBUG=-g -O1" "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1")
   echo "== $kind build"
   if ! cmake -S . -B "$dir" "${flags[@]}" >"$dir.configure.log" 2>&1; then
     cat "$dir.configure.log"; return 1

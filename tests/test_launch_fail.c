@@ -111,7 +111,7 @@ Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
     lt_wait(&p);
     cr_assert_eq(p.status, 143, "exit %d: %s", p.status, p.err);
     for (int r = 0; r < 3; r++) {
-        char want[32];
+        char want[64];
         snprintf(want, sizeof want, "[%d]: got-TERM-%d\n", r, r);
         cr_assert(strstr(p.out, want), "rank %d did not get SIGTERM:\n%s", r, p.out);
     }
