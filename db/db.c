@@ -394,6 +394,15 @@ void db_close(db *d) {
     sqlite3_finalize(d->ins_kernel);
     sqlite3_finalize(d->set_cupti_dropped);
     checkpoint_stop(d->ckpt); /* first: the writer's close, the last, checkpoints what is left */
+    /* The file at rest in rollback mode (docs/schema.md, "Writing,
+     * versions, concurrency"): a reader of a file in WAL mode makes a -wal
+     * and a -shm beside it that a read-only connection never removes, so
+     * every `pprun query` of a finished job left two files. The switch
+     * needs every other connection gone: with a reader or another job on
+     * the file it fails at once (no busy wait) and the file stays in WAL
+     * mode, as it was; the next db_open switches it back. */
+    sqlite3_busy_timeout(d->sql, 0);
+    sqlite3_exec(d->sql, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
     sqlite3_close(d->sql);
     gpu_reset(d, -1);
     free(d->order);

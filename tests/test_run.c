@@ -593,3 +593,25 @@ Test(run, ctrl_c_after_the_job_ends_the_dashboard_and_tidies_the_database, .time
     cr_assert_neq(access(side, F_OK), 0, "%s is left", side);
     lt_free(&p);
 }
+
+/* A finished job's database is one file: the readers (query, stats,
+ * export) leave no -wal or -shm beside it (docs/schema.md), and the next
+ * job on the file writes it as the first did. */
+Test(run, reading_a_finished_job_leaves_no_files_beside_its_database) {
+    const char *db = tfix_path("alone.db");
+    char *out, side[600];
+    for (int job = 1; job <= 2; job++) {
+        cr_assert_eq(sh(&out, "%s run --nproc-per-node 2 --steps 2 --model " SMALL_MODEL " --progress off --db '%s'",
+                        PPRUN_BIN, db), 0, "%s", out);
+        free(out);
+        cr_assert_eq(sh(&out, "%s query --db '%s' --format csv 'SELECT count(*) AS n FROM jobs' && %s stats --db '%s' >/dev/null && "
+                              "%s export --db '%s' --out '%s.json'",
+                        PPRUN_BIN, db, PPRUN_BIN, db, PPRUN_BIN, db, db), 0, "%s", out);
+        cr_assert(strstr(out, job == 1 ? "n\r\n1\r\n" : "n\r\n2\r\n"), "job %d: %s", job, out);
+        free(out);
+        for (int k = 0; k < 2; k++) {
+            snprintf(side, sizeof side, "%s%s", db, k ? "-shm" : "-wal");
+            cr_assert_neq(access(side, F_OK), 0, "job %d: %s is left beside the database", job, side);
+        }
+    }
+}
