@@ -10,7 +10,7 @@
 #define PP_BASE_SHAPE_H
 #include "base/pp.h"
 
-#define PP_SHAPE_MAX_RANKS 1024          /* a pipeline's ranks: pprun schedule --stages P */
+#define PP_SHAPE_MAX_RANKS 1024          /* a pipeline's ranks: pprun schedule --pp P */
 #define PP_SHAPE_MAX_VIRTUAL 64          /* chunks per rank: --virtual-stages */
 #define PP_SHAPE_MAX_STAGES (PP_SHAPE_MAX_RANKS * PP_SHAPE_MAX_VIRTUAL) /* S = P x chunks */
 #define PP_SHAPE_MAX_MICROBATCHES 100000 /* pprun schedule --microbatches */

@@ -20,10 +20,6 @@ static const char *const whatif_kinds[WHATIF_KINDS] = {"gpipe", "1f1b", "interle
  * not simulated: a request must stay quick, and jobs this large are rare. */
 #define WHATIF_MAX_ACTIONS 2000000
 
-static int whatif_default_v(const char *kind) {
-    return strcmp(kind, "interleaved-1f1b") == 0 || strcmp(kind, "zb-v") == 0 || strcmp(kind, "dualpipev") == 0 ? 2 : 1;
-}
-
 /* The most bytes any rank would hold: each rank keeps the bytes per
  * microbatch-stage the job measured on it, times `scale` (the chunk's size
  * against the job's), times the schedule's peak in flight there. -1 unless
@@ -126,7 +122,7 @@ static int whatif_build(const whatif_input *in, const char *kind, int v, int tun
  * or (tuned) for the measured costs themselves. */
 static void whatif_one(const whatif_input *in, const char *kind, int tuned, whatif_row *row) {
     int this_job = !tuned && strcmp(in->schedule, kind) == 0 && !in->max_mem; /* bounded: its own_plan's row */
-    int p = in->ranks, m = in->microbatches, v = this_job ? in->virtual_stages : whatif_default_v(kind);
+    int p = in->ranks, m = in->microbatches, v = this_job ? in->virtual_stages : sched_default_virtual(kind);
     whatif_row_init(row, kind, v);
     row->tuned = tuned;
     row->this_job = this_job;

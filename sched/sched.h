@@ -195,9 +195,12 @@ int sched_parse_csv(const char *text, size_t len, const char *what, sched_plan *
  * Returns a malloc'd string (caller frees); *unit_out gets the unit used. */
 char *sched_timeline_text(const sched_sim *sim, const sched_plan *plan, double unit, double *unit_out);
 
+/* The chunks per rank (--virtual-stages) a generator runs unless told:
+ * 2 for interleaved-1f1b, zb-v and dualpipev, else 1. */
+int sched_default_virtual(const char *kind);
+
 /* The --schedule flag as a user wrote it: a generator name or csv:FILE.
- * v <= 0 picks the default (2 for interleaved-1f1b, zb-v and dualpipev,
- * else 1). For csv:FILE, p and m (when > 0) must match the file's ranks
+ * v <= 0 picks the default (sched_default_virtual). For csv:FILE, p and m (when > 0) must match the file's ranks
  * (rows) and microbatches. The plan is validated too: on success it is safe to run.
  * Caller frees with sched_free. */
 int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);

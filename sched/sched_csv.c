@@ -18,7 +18,7 @@
 #include "base/file.h"
 
 /* A file has at most as many rows (ranks) as a generated schedule has
- * ranks (--stages); stages and microbatches at most CSV_MAX_INDEX + 1. */
+ * ranks (--pp); stages and microbatches at most CSV_MAX_INDEX + 1. */
 #define CSV_MAX_RANKS PP_SHAPE_MAX_RANKS
 #define CSV_MAX_INDEX 100000
 /* The file is read whole: 64 MiB holds millions of actions, far past any

@@ -119,7 +119,7 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
     *out = NULL;
     if (!costs) costs = &unit;
     if (p < 1 || p > PP_SHAPE_MAX_RANKS)
-        return pp_fail(err, "--stages: %d ranks is out of range; accepted: 1 to %d", p, PP_SHAPE_MAX_RANKS);
+        return pp_fail(err, "--pp: %d ranks is out of range; accepted: 1 to %d", p, PP_SHAPE_MAX_RANKS);
     if (m < 1 || m > PP_SHAPE_MAX_MICROBATCHES)
         return pp_fail(err, "--microbatches: %d is out of range; accepted: 1 to %d", m, PP_SHAPE_MAX_MICROBATCHES);
     if (strcmp(kind, "dualpipev") == 0) return sched_build_dualpipev(p, m, v, out, err);
@@ -172,6 +172,10 @@ done:
     return rc;
 }
 
+int sched_default_virtual(const char *kind) {
+    return strcmp(kind, "interleaved-1f1b") == 0 || strcmp(kind, "zb-v") == 0 || strcmp(kind, "dualpipev") == 0 ? 2 : 1;
+}
+
 int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err) {
     *out = NULL;
     sched_plan *plan = NULL;
@@ -188,10 +192,7 @@ int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *co
             return -1;
         }
     } else {
-        if (v <= 0)
-            v = strcmp(spec, "interleaved-1f1b") == 0 || strcmp(spec, "zb-v") == 0 || strcmp(spec, "dualpipev") == 0
-                    ? 2
-                    : 1;
+        if (v <= 0) v = sched_default_virtual(spec);
         if (sched_build(spec, p, m, v, costs, &plan, err) != 0) return -1;
     }
     if (sched_validate(plan, err) != 0) {

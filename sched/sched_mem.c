@@ -249,7 +249,7 @@ int sched_from_flag_mem(const char *spec, int p, int m, int v, const sched_costs
         /* a CSV's order is its own, and so is every other generator's: the bound is only checked */
         if (sched_from_flag(spec, p, m, v, costs, out, err) != 0) return -1;
     } else {
-        if (v <= 0) v = strcmp(spec, "zb-v") == 0 ? 2 : 1;
+        if (v <= 0) v = sched_default_virtual(spec);
         if (sched_build_bounded(spec, p, m, v, costs, mem, out, err) != 0) return -1;
     }
     if (sched_validate_mem(*out, mem, err) != 0) {

@@ -1,7 +1,8 @@
 // charts.js: the step charts under the timeline: loss per step (and the
 // evaluation loss of the steps an evaluation followed, --eval-every), bubble
 // ratio per step (the mean and each rank's), bubble ratio per rank for the
-// step shown, and the activations held. Each series is appended as steps
+// step shown, and the activations held, with the job's --max-mem bound
+// where it has one. Each series is appended as steps
 // arrive (linechart.js), so a redraw while following a job costs about the
 // same at any length.
 import { S, world, cutShort, lastStep } from './state.js';
@@ -27,7 +28,7 @@ export function resetCharts() { charts = null; }
 // newest step or two, not the whole job.
 function newCharts(n) {
   const C = { world: n, key: null, anyComplete: false, loss: new Series(), evalLoss: new Series(),
-    bubbleMean: new Series(), bubble: [], actMax: new Series(), act: [] };
+    bubbleMean: new Series(), bubble: [], actMax: new Series(), act: [], actRankPeak: new Float64Array(n) };
   if (n <= 16) for (let r = 0; r < n; r++) { C.bubble.push(new Series()); C.act.push(new Series()); }
   return C;
 }
@@ -56,6 +57,8 @@ function syncCharts() {
     if (a && a.some((b) => b > 0)) {
       C.actMax.push(st.step, a.reduce((m, b) => Math.max(m, b || 0), 0));
       C.act.forEach((s, r) => { if (a[r] != null) s.push(st.step, a[r]); });
+      // a step's bytes only ever arrive (with its statistics): a running max holds
+      for (let r = 0; r < a.length && r < n; r++) if (a[r] > C.actRankPeak[r]) C.actRankPeak[r] = a[r];
     }
   }
   return true;
@@ -69,9 +72,10 @@ const fmtLoss = (s, i) => `${s.y[i].toPrecision(4)} at step ${s.x[i]}`;
 // Redraws the step charts; with no new or changed step since the last
 // time, and the same widths and options, only the per-rank bars.
 export function drawCharts() {
-  const changed = syncCharts(), C = charts;
+  const changed = syncCharts(), C = charts, bound = actBound(C);
+  // the bound comes with the job's config and plan, which may arrive after its steps
   const key = [$('loss').clientWidth, $('bubble').clientWidth, $('act').clientWidth, window.devicePixelRatio,
-    lossOptions.log, lossOptions.outliers].join();
+    lossOptions.log, lossOptions.outliers, bound ? bound.note : ''].join();
   if (changed || key !== C.key) {
     C.key = key;
     probe.chartSync.draws++;
@@ -81,7 +85,7 @@ export function drawCharts() {
     let top = 0.05;
     if (C.bubbleMean.n) { C.bubbleMean.range(0, C.bubbleMean.n); top = Math.max(top, C.bubbleMean.y[C.bubbleMean.qhi]); }
     lineChart($('bubble'), series, { y0: 0, ymax: Math.min(1, top * 1.2), fmt: (y) => (100 * y).toFixed(0) + '%' });
-    drawActChart(C, n);
+    drawActChart(C, n, bound);
   }
   drawStepBars();
 }
@@ -119,11 +123,44 @@ function drawLossChart(C) {
     note: $('loss-note').textContent };
 }
 
+const BOUND_COLOR = '#b5483f'; // the chart notes' colour (style.css)
+
+// The job's --max-mem (config_json's max_mem, docs/cli.md: "25165824B" in
+// bytes, "6" in microbatch-stages) in the chart's bytes: { bytes, label,
+// note }, bytes null when it cannot be said in bytes yet; null without a
+// bound. A bound in microbatch-stages is N times the bytes a
+// microbatch-stage held on the rank where one held most (each rank's peak
+// over the plan's peak in flight there), as the what-if's memory curve
+// puts its bounds in bytes (docs/schedules.md, "What if").
+function actBound(C) {
+  const m = S.info && S.info.config && S.info.config.max_mem;
+  if (typeof m !== 'string' || !m) return null;
+  const inBytes = /^(\d+)B$/.exec(m);
+  if (inBytes) {
+    const b = Number(inBytes[1]);
+    return { bytes: b, label: `--max-mem ${fmtBytes(b)}`, note: `dashed: --max-mem ${fmtBytes(b)} per rank` };
+  }
+  const n = Number(m);
+  if (!Number.isInteger(n) || n < 1) return null;
+  const units = ` ${n === 1 ? 'microbatch-stage' : 'microbatch-stages'} per rank`;
+  const inflight = (S.plan && S.plan.peak_inflight) || [];
+  let unit = 0, rank = -1;
+  inflight.forEach((k, r) => { if (k > 0 && C.actRankPeak[r] / k > unit) { unit = C.actRankPeak[r] / k; rank = r; } });
+  if (rank < 0) return { bytes: null, label: '', note: `--max-mem ${n}${units} (in bytes once a step is measured)` };
+  return { bytes: n * unit, label: `--max-mem ${n} = ${fmtBytes(n * unit)}`,
+    note: `dashed: --max-mem ${n}${units}, ${fmtBytes(n * unit)}: ${n} × the ${fmtBytes(unit)} a microbatch-stage held ` +
+      `on rank ${rank}` };
+}
+
 // Activations held, the peak of each step per rank (the model's own count of
-// what F saved for B and W). Older files and jobs without it have only 0s.
-function drawActChart(C, n) {
+// what F saved for B and W), and the job's --max-mem as a dashed line: the y
+// axis always reaches it, above the peaks or not. Older files and jobs
+// without it have only 0s.
+function drawActChart(C, n, bound) {
   S.actRecorded = C.actMax.n > 0; // then a W that frees the last microbatch says 0 B, not nothing
   const c = $('act');
+  $('act-note').textContent = bound ? bound.note : '';
+  probe.actChart = { scale: null, bound: null, note: $('act-note').textContent };
   if (!C.actMax.n) {
     const { g, w, h } = sizeCanvas(c, CHART_H);
     g.clearRect(0, 0, w, h); g.fillStyle = '#888'; g.font = '12px system-ui, sans-serif';
@@ -133,7 +170,10 @@ function drawActChart(C, n) {
   }
   const series = C.act.map((s, r) => ({ s, color: RANK_COLORS[r % 10], width: 1.5 }));
   series.push({ s: C.actMax, color: '#222', width: n <= 16 ? 0.5 : 2, dots: true });
-  probe.actPoints = lineChart(c, series, { y0: 0, fmt: fmtBytes }).drawn;
+  const lines = bound && bound.bytes != null ? [{ y: bound.bytes, color: BOUND_COLOR, label: bound.label }] : [];
+  const chart = lineChart(c, series, { y0: 0, fmt: fmtBytes, lines });
+  probe.actPoints = chart.drawn;
+  probe.actChart = { scale: chart.scale, bound: chart.lines[0] || null, note: $('act-note').textContent };
 }
 
 // Per rank bars for the step shown, else the latest complete one; and the

@@ -114,14 +114,18 @@ export const CHART_H = 170; // a chart's height in CSS pixels
 
 // Draws series ({ s: a Series, color, width, dots }) on canvas. opts: y0 (the
 // bottom of the y axis), ymax (the top at least), fmt (tick labels), robust
-// (ignore outliers in the y range), log (a log10 y axis; every y > 0).
+// (ignore outliers in the y range), log (a log10 y axis; every y > 0),
+// lines (horizontal lines at a value, { y, color, label }, dashed across the
+// chart with the label above them at the right: the y axis always holds
+// them, whatever the series span, with room for the label).
 // Returns, for the series with dots, the points drawn (a dot each while
 // there is room, else the thinned line) and its trend: when it had to be
 // thinned, the faded band of its lowest and highest points gets the mean of
 // each pixel column drawn over it (else the trend is empty); the y axis
 // (scale: lo, hi and log), and the points drawn off it (clipped: x and the
 // true y, above or below, where their mark is, in CSS pixels, and the index
-// in `series` of theirs).
+// in `series` of theirs), and the lines drawn (y, label and py, where in CSS
+// pixels).
 export function lineChart(canvas, series, opts) {
   const { g, w, h } = sizeCanvas(canvas, CHART_H);
   g.clearRect(0, 0, w, h);
@@ -130,7 +134,7 @@ export function lineChart(canvas, series, opts) {
   for (const { s } of series) if (s.n) { x0 = Math.min(x0, s.x[0]); x1 = Math.max(x1, s.x[s.n - 1]); }
   if (x0 === Infinity) {
     g.fillStyle = '#888'; g.fillText('no data yet', pad.l, 30);
-    return { drawn: [], trend: [], scale: null, clipped: [] };
+    return { drawn: [], trend: [], scale: null, clipped: [], lines: [] };
   }
   if (x1 === x0) x1 = x0 + 1;
   const columns = Math.max(1, Math.round(w - pad.l - pad.r));
@@ -145,6 +149,14 @@ export function lineChart(canvas, series, opts) {
   }
   if (opts.y0 != null) y0 = opts.y0;
   if (opts.ymax != null) y1 = Math.max(y1, opts.ymax);
+  // A line is in range, never off the top (where a bound above every point
+  // would go unseen) nor on it (where its label would be cut off).
+  const lines = opts.lines || [];
+  for (const l of lines) {
+    const t = T(l.y);
+    if (opts.y0 == null) y0 = Math.min(y0, t);
+    if (t > y0 && t > y1 - 0.08 * (y1 - y0)) y1 = y0 + (t - y0) / 0.92;
+  }
   if (y1 === y0) y1 = y0 + 1;
   const X = (x) => pad.l + (x - x0) / (x1 - x0) * (w - pad.l - pad.r);
   const Y = (y) => h - pad.b - (T(y) - y0) / (y1 - y0) * (h - pad.t - pad.b);
@@ -192,6 +204,19 @@ export function lineChart(canvas, series, opts) {
     }
   });
   g.restore();
+  // Lines over the series, dashed so that a series under one shows through;
+  // 2 pixels wide on whole pixel rows, so that its colour is its own, not
+  // blended into the white.
+  g.font = '10px system-ui, sans-serif'; g.textBaseline = 'bottom'; g.textAlign = 'right';
+  const linesDrawn = lines.map((l) => {
+    const py = Math.round(Y(l.y));
+    g.strokeStyle = g.fillStyle = l.color; g.lineWidth = 2; g.setLineDash([6, 4]);
+    g.beginPath(); g.moveTo(pad.l, py); g.lineTo(w - pad.r, py); g.stroke();
+    g.setLineDash([]);
+    if (l.label) g.fillText(l.label, w - pad.r - 2, py - 2);
+    return { y: l.y, label: l.label || '', py };
+  });
+  g.textAlign = 'left'; g.textBaseline = 'alphabetic';
   // A point off the scale: a triangle on the edge it is beyond, pointing at it.
   for (const c of clipped) {
     const d = c.above ? -1 : 1;
@@ -200,5 +225,5 @@ export function lineChart(canvas, series, opts) {
   }
   g.lineWidth = 1;
   return { drawn, trend, scale: { lo: opts.log ? 10 ** y0 : y0, hi: opts.log ? 10 ** y1 : y1, log: !!opts.log },
-    clipped: clipped.map(({ x, y, above, px, py, k }) => ({ x, y, above, px, py, series: k })) };
+    clipped: clipped.map(({ x, y, above, px, py, k }) => ({ x, y, above, px, py, series: k })), lines: linesDrawn };
 }

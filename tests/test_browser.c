@@ -14,7 +14,8 @@
  * blocks (BW, PyTorch's full backward, and B and W where it splits them)
  * on the ranks that ran them and the program's own spans on a lane under
  * their rank; DualPipeV's pairs, an F and a BW of a rank at once, on two
- * lanes of its row; a job of 1,024 ranks (bench/loadgen.h's stream, one rank
+ * lanes of its row; a job's --max-mem is a dashed line at its value on the
+ * activations chart, whether the peaks reach it or not; a job of 1,024 ranks (bench/loadgen.h's stream, one rank
  * made slow) opens grouped by node, its groups fold and unfold, the
  * heatmap's hottest cell is the slow rank and a click on it shows that
  * rank's row; the time of a pan and a zoom with 1,024 rows and 100,000
@@ -1010,6 +1011,70 @@ Test(browser, dualpipev_pairs_on_two_lanes_of_their_row, .timeout = 180) {
              cJSON_GetArrayItem(cJSON_GetObjectItem(pair, "bw"), 1)->valueint,
              cJSON_GetArrayItem(cJSON_GetObjectItem(pair, "bw"), 0)->valueint);
     cr_assert(strstr(cJSON_GetObjectItem(j, "bwTip")->valuestring, want), "%s: %s", want, text);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "%s", text);
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* Job k's activations chart (the "maxmem" mode's jobs[k - 1]) has its
+ * --max-mem line at `bytes` labelled `label`, the note beside the title
+ * saying `note` (a prefix): where the y axis puts that value (170 px high,
+ * 8 px above the plot and 20 below, linechart.js), and in the note's colour
+ * on the canvas, dash after dash across the chart. */
+static void assert_bound_drawn(const cJSON *jobs, int k, double bytes, const char *label, const char *note,
+                               const char *text) {
+    const cJSON *o = cJSON_GetArrayItem(jobs, k - 1), *line = cJSON_GetObjectItem(o, "bound"),
+                *scale = cJSON_GetObjectItem(o, "scale");
+    cr_assert(cJSON_IsObject(line) && cJSON_IsObject(scale), "job %d: no --max-mem line drawn: %s", k, text);
+    cr_assert_eq(jnum(line, "y"), bytes, "job %d: %s", k, text);
+    cr_assert_str_eq(cJSON_GetObjectItem(line, "label")->valuestring, label, "job %d: %s", k, text);
+    const char *said = cJSON_GetObjectItem(o, "note")->valuestring;
+    cr_assert(said && strncmp(said, note, strlen(note)) == 0, "job %d: note '%s', not '%s'", k, said ? said : "", note);
+    double lo = jnum(scale, "lo"), hi = jnum(scale, "hi"), h = jnum(o, "height");
+    cr_assert(hi > bytes, "job %d: the y axis reaches the bound, with room for its label: %s", k, text);
+    double want = h - 20 - (bytes - lo) / (hi - lo) * (h - 8 - 20);
+    cr_assert(fabs(jnum(line, "py") - want) <= 0.5, "job %d: the line at %g px, the axis puts %g B at %g px: %s", k,
+              jnum(line, "py"), bytes, want, text);
+    cr_assert_geq(jnum(o, "dashes"), 40, "job %d: %s", k, text);
+    cr_assert_eq(jnum(o, "dashesInColour"), jnum(o, "dashes"), "job %d: every dash on the canvas: %s", k, text);
+}
+
+/* A job's --max-mem on its activations chart (docs/dashboard.md): a dashed
+ * line at the bound with its value, whether the peaks reach it or stay far
+ * under it, and a note saying what it is; none without a bound. A timed
+ * model of 64 KiB a microbatch-stage on 4 ranks: 1F1B holds 256 KiB on rank
+ * 0. zb-h1 under 192 KiB (below that peak, where no line was drawn) and
+ * under 3 microbatch-stages (the same bytes: 3 x 64 KiB) hold 192 KiB on
+ * every rank; 1F1B under 1 MiB stays at its 256 KiB, and the y axis still
+ * reaches 1 MiB. */
+Test(browser, max_mem_bound_is_drawn_on_the_activations_chart, .timeout = 240) {
+    require_playwright();
+    static const char *const jobs[] = {"--schedule zb-h1 --max-mem 192KiB", "--schedule zb-h1 --max-mem 3",
+                                       "--schedule 1f1b --max-mem 1MiB", "--schedule 1f1b"};
+    char db[256], cmd[1024];
+    fixture_tmp_path(db, sizeof db, "browser-maxmem");
+    for (size_t i = 0; i < sizeof jobs / sizeof jobs[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' run --db '%s' %s --steps 2 --model timed:f=2ms,b=2ms,w=1ms,act=64KiB --progress off "
+                 ">/dev/null 2>&1",
+                 PPRUN_BIN, db, jobs[i]);
+        int st = system(cmd);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: exit %d", jobs[i], WEXITSTATUS(st));
+    }
+    cJSON *j = browse(db, "maxmem", "4");
+    char *text = cJSON_PrintUnformatted(j);
+    const cJSON *shown = cJSON_GetObjectItem(j, "jobs");
+    cr_assert_eq(cJSON_GetArraySize(shown), 4, "%s", text);
+    assert_bound_drawn(shown, 1, 196608, "--max-mem 192 KiB", "dashed: --max-mem 192 KiB per rank", text);
+    assert_bound_drawn(shown, 2, 196608, "--max-mem 3 = 192 KiB",
+                       "dashed: --max-mem 3 microbatch-stages per rank, 192 KiB: 3 × the 64 KiB a microbatch-stage "
+                       "held on rank 0",
+                       text);
+    assert_bound_drawn(shown, 3, 1048576, "--max-mem 1 MiB", "dashed: --max-mem 1 MiB per rank", text);
+    const cJSON *none = cJSON_GetArrayItem(shown, 3);
+    cr_assert(cJSON_IsNull(cJSON_GetObjectItem(none, "bound")), "no bound, no line: %s", text);
+    cr_assert_str_eq(cJSON_GetObjectItem(none, "note")->valuestring, "", "%s", text);
+    cr_assert_lt(jnum(cJSON_GetObjectItem(none, "scale"), "hi"), 1048576, "an axis of the peaks alone: %s", text);
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "errors")), 0, "%s", text);
     free(text);
     cJSON_Delete(j);

@@ -344,7 +344,7 @@ TestSuite(maxmem_cli, .init = make_dir, .timeout = 600);
 
 Test(maxmem_cli, pprun_schedule_shows_the_bound_beside_the_unbounded_order) {
     char *out;
-    cr_assert_eq(sh(&out, "%s schedule --schedule zb-v --stages 4 --microbatches 8 --max-mem 6", PPRUN_BIN), 0, "%s",
+    cr_assert_eq(sh(&out, "%s schedule --schedule zb-v --pp 4 --microbatches 8 --max-mem 6", PPRUN_BIN), 0, "%s",
                  out);
     cr_assert(strstr(out, "peak activations held (microbatch-stage units): rank 0: 6, rank 1: 6, rank 2: 6, rank 3: "
                           "6\n"),
@@ -368,7 +368,7 @@ Test(maxmem_cli, pprun_schedule_shows_the_bound_beside_the_unbounded_order) {
     static const struct {
         const char *args, *says;
     } bad[] = {
-        {"--schedule zb-v --stages 4 --microbatches 8 --max-mem 1",
+        {"--schedule zb-v --pp 4 --microbatches 8 --max-mem 1",
          "--max-mem 1 microbatch-stage is below what zb-v needs: at least 2 microbatch-stages per rank (rank 0: one "
          "microbatch through both of its chunks)"},
         {"--schedule zb-h1 --stages 4 --microbatches 8 --max-mem 1KiB --act-bytes 2KiB",

@@ -211,7 +211,7 @@ Test(run, dualpipev_and_its_pytorch_csv_match_the_one_stage_run_bit_for_bit) {
     assert_matches_one_stage("dualpipev_p4", 4, "dualpipev", 8, 8);
     char csv[512], *out = NULL;
     snprintf(csv, sizeof csv, "%s/dualpipev.csv", tmpdir);
-    int rc = sh(&out, "%s schedule --schedule dualpipev --stages 2 --microbatches 8 --csv-out %s --notation pytorch",
+    int rc = sh(&out, "%s schedule --schedule dualpipev --pp 2 --microbatches 8 --csv-out %s --notation pytorch",
                 PPRUN_BIN, csv);
     cr_assert_eq(rc, 0, "%s", out);
     free(out);

@@ -108,7 +108,7 @@ Test(sched, impossible_requests_name_the_constraint_and_the_values) {
     assert_build_fails("zb-v", 4, 8, 3, "exactly two chunks", "got 3");
     assert_build_fails("1f1b", 4, 8, 2, "--virtual-stages must be 1", "got 2");
     assert_build_fails("zigzag", 4, 8, 1, "unknown schedule 'zigzag'", "zb-h1");
-    assert_build_fails("gpipe", 0, 8, 1, "--stages", "0");
+    assert_build_fails("gpipe", 0, 8, 1, "--pp", "0");
     assert_build_fails("gpipe", 4, 0, 1, "--microbatches", "0");
 }
 

@@ -200,7 +200,7 @@ Test(sched_cli, costs_change_the_simulation) {
 
 Test(sched_cli, csv_out_and_back_in) {
     char args[512];
-    snprintf(args, sizeof args, "--schedule zb-v --stages 4 --microbatches 8 --csv-out %s/zbv.csv --notation pytorch",
+    snprintf(args, sizeof args, "--schedule zb-v --pp 4 --microbatches 8 --csv-out %s/zbv.csv --notation pytorch",
              dir);
     cr_assert_eq(pprun(args), 0, "%s", err_text);
     char first[sizeof out];
@@ -209,9 +209,10 @@ Test(sched_cli, csv_out_and_back_in) {
     cr_assert_eq(pprun(args), 0, "%s", err_text);
     cr_assert(strstr(out, "4 ranks, 8 stages (2 per rank, V placement), 8 microbatches"), "%s", out);
     cr_assert_str_eq(strstr(out, "simulated timeline"), first);
-    snprintf(args, sizeof args, "--csv-in %s/zbv.csv --stages 3", dir);
+    snprintf(args, sizeof args, "--csv-in %s/zbv.csv --pp 3", dir);
     cr_assert_eq(pprun(args), 2);
-    cr_assert(strstr(err_text, "4 ranks (rows)") && strstr(err_text, "but 3 ranks"), "%s", err_text);
+    cr_assert(strstr(err_text, "--pp 3: ") && strstr(err_text, "has 4 ranks (rows); the file sets them: give --pp 4"),
+              "%s", err_text);
     snprintf(args, sizeof args, "--csv-in %s/zbv.csv --schedule gpipe", dir);
     cr_assert_eq(pprun(args), 2);
     cr_assert(strstr(err_text, "--csv-in") && strstr(err_text, "gpipe"), "%s", err_text);
@@ -227,7 +228,7 @@ Test(sched_cli, an_all_reduce_cost_gives_the_step_with_data_parallelism) {
     cr_assert(strstr(out, "step time: 8\nstep time with data parallelism: 11 (each stage's gradient all-reduce of 3 "
                           "after its last W"),
               "%s", out);
-    cr_assert_eq(pprun("--schedule zb-v --stages 2 --microbatches 2 --costs f=1ms,b=1ms,w=1ms,allreduce=1ms --format "
+    cr_assert_eq(pprun("--schedule zb-v --pp 2 --microbatches 2 --costs f=1ms,b=1ms,w=1ms,allreduce=1ms --format "
                        "json"),
                  0, "%s", err_text);
     cJSON *root = cJSON_Parse(out);
@@ -236,7 +237,7 @@ Test(sched_cli, an_all_reduce_cost_gives_the_step_with_data_parallelism) {
     cr_assert_float_eq(cJSON_GetObjectItem(root, "dp_step_time")->valuedouble, 14e6, 1e-3, "%s", out);
     cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "costs"), "allreduce")->valuedouble, 1e6, 1e-3);
     cJSON_Delete(root);
-    cr_assert_eq(pprun("--schedule zb-v --stages 2 --microbatches 2 --format json"), 0, "%s", err_text);
+    cr_assert_eq(pprun("--schedule zb-v --pp 2 --microbatches 2 --format json"), 0, "%s", err_text);
     root = cJSON_Parse(out);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(root, "dp_step_time")), "no all-reduce, no such step: %s", out);
     cJSON_Delete(root);
@@ -247,10 +248,10 @@ Test(sched_cli, an_all_reduce_cost_gives_the_step_with_data_parallelism) {
 }
 
 Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
-    cr_assert_eq(pprun("--schedule interleaved-1f1b --stages 4 --microbatches 6"), 2);
+    cr_assert_eq(pprun("--schedule interleaved-1f1b --pp 4 --microbatches 6"), 2);
     cr_assert(strstr(err_text, "multiple") && strstr(err_text, "m=6, p=4"), "%s", err_text);
     cr_assert_eq(out[0], '\0', "printed: %s", out);
-    cr_assert_eq(pprun("--schedule zb-v --stages 4 --microbatches 8 --virtual-stages 3"), 2);
+    cr_assert_eq(pprun("--schedule zb-v --pp 4 --microbatches 8 --virtual-stages 3"), 2);
     cr_assert(strstr(err_text, "exactly two chunks"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages 4"), 2);
     cr_assert(strstr(err_text, "--microbatches is required"), "%s", err_text);
@@ -271,6 +272,111 @@ Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
     cr_assert(strstr(err_text, "unknown option '--frobnicate'; see pprun schedule --help"), "%s", err_text);
     cr_assert_eq(pprun("--schedule 1f1b --stages four --microbatches 8"), 2);
     cr_assert(strstr(err_text, "--stages") && strstr(err_text, "four"), "%s", err_text);
+}
+
+/* The pipeline's shape in pprun run's words (docs/cli.md): --pp P ranks
+ * (--nproc-per-node P, torchrun's spelling too: one pipeline), V stages
+ * per rank (--virtual-stages), P x V stages, which the output counts and
+ * --stages names; interleaved 1F1B on 4 ranks is 8 stages whichever way it
+ * is said, and what contradicts itself is refused naming the options. */
+Test(sched_cli, ranks_and_stages_are_counted_as_pprun_run_counts_them) {
+    static const char *const same[] = {
+        "--schedule interleaved-1f1b --pp 4 --microbatches 8",
+        "--schedule interleaved-1f1b --nproc-per-node 4 --microbatches 8",
+        "--schedule interleaved-1f1b --nproc_per_node=4 --microbatches 8",
+        "--schedule interleaved-1f1b --stages 8 --microbatches 8",
+        "--schedule interleaved-1f1b --pp 4 --stages 8 --virtual-stages 2 --microbatches 8",
+        "--schedule interleaved-1f1b --pp 4 --nproc-per-node 4 --microbatches 8",
+    };
+    static char first[sizeof out];
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        cr_assert_eq(pprun(same[i]), 0, "%s: %s", same[i], err_text);
+        cr_assert(strstr(out, "schedule interleaved-1f1b: 4 ranks, 8 stages (2 per rank, loop placement)"), "%s: %s",
+                  same[i], out);
+        if (i == 0) strcpy(first, out);
+        cr_assert_str_eq(out, first, "%s", same[i]);
+    }
+    /* --stages counts what the output counts: 4 stages of 2 per rank are 2 ranks */
+    cr_assert_eq(pprun("--schedule zb-v --stages 4 --microbatches 4 --format json"), 0, "%s", err_text);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    cr_assert_eq(cJSON_GetObjectItem(root, "num_ranks")->valueint, 2, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(root, "stages")->valueint, 4, "%s", out);
+    cr_assert_eq(cJSON_GetObjectItem(root, "virtual_stages")->valueint, 2, "%s", out);
+    cJSON_Delete(root);
+    static const struct {
+        const char *args, *says;
+    } bad[] = {
+        {"--schedule interleaved-1f1b --pp 4 --stages 4 --microbatches 8",
+         "--stages 4 disagrees with --pp 4: 4 ranks of 2 stages each (--virtual-stages 2) are 8 stages"},
+        {"--schedule interleaved-1f1b --nproc-per-node 2 --stages 8 --virtual-stages 2 --microbatches 8",
+         "--stages 8 disagrees with --nproc-per-node 2"},
+        {"--schedule interleaved-1f1b --stages 7 --microbatches 8",
+         "--stages 7: interleaved-1f1b runs 2 stages per rank (--virtual-stages 2), so its stages are a multiple of 2; "
+         "give the ranks with --pp P"},
+        {"--schedule zb-v --pp 4 --nproc-per-node 2 --microbatches 8",
+         "--pp 4 and --nproc-per-node 2 disagree"},
+        {"--schedule 1f1b --stages 2048 --microbatches 1", "--stages 2048 is 2048 ranks of 1 stage each; accepted: "
+                                                           "at most 1024 ranks"},
+        {"--schedule 1f1b --microbatches 8", "--pp is required"},
+        {"--schedule 1f1b --pp 0 --microbatches 8", "--pp"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(pprun(bad[i].args), 2, "%s: %s", bad[i].args, out);
+        cr_assert(strstr(err_text, bad[i].says), "%s: %s", bad[i].args, err_text);
+        cr_assert_eq(out[0], '\0', "%s printed: %s", bad[i].args, out);
+    }
+    /* a CSV's shape is the file's: the same options agree with it or are named */
+    char args[512];
+    snprintf(args, sizeof args, "--schedule zb-v --pp 4 --microbatches 8 --csv-out %s/shape.csv", dir);
+    cr_assert_eq(pprun(args), 0, "%s", err_text);
+    snprintf(args, sizeof args, "--schedule csv:%s/shape.csv --pp 4 --stages 8 --virtual-stages 2 --microbatches 8",
+             dir);
+    cr_assert_eq(pprun(args), 0, "%s", err_text);
+    static const char *const csv_bad[][2] = {
+        {"--stages 4", "--stages 4: "},
+        {"--nproc-per-node 2", "--nproc-per-node 2: "},
+        {"--virtual-stages 1", "--virtual-stages 1: "},
+        {"--microbatches 4", "--microbatches 4: "},
+    };
+    static const char *const csv_has[] = {"has 8 stages; the file sets them: give --stages 8",
+                                          "has 4 ranks (rows); the file sets them: give --nproc-per-node 4",
+                                          "has 2 stages per rank; the file sets them: give --virtual-stages 2",
+                                          "has 8 microbatches; the file sets them: give --microbatches 8"};
+    for (size_t i = 0; i < sizeof csv_bad / sizeof csv_bad[0]; i++) {
+        snprintf(args, sizeof args, "--schedule csv:%s/shape.csv %s", dir, csv_bad[i][0]);
+        cr_assert_eq(pprun(args), 2, "%s", args);
+        cr_assert(strstr(err_text, csv_bad[i][1]) && strstr(err_text, csv_has[i]), "%s: %s", args, err_text);
+    }
+}
+
+/* The same words give pprun run the same shape: a job run with
+ * --nproc-per-node 2 --schedule interleaved-1f1b is the 2 ranks and 4
+ * stages that pprun schedule draws for them. */
+Test(sched_cli, pprun_run_runs_the_shape_pprun_schedule_draws) {
+    cr_assert_eq(pprun("--schedule interleaved-1f1b --nproc-per-node 2 --microbatches 4 --format json"), 0, "%s",
+                 err_text);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    int ranks = cJSON_GetObjectItem(root, "num_ranks")->valueint, stages = cJSON_GetObjectItem(root, "stages")->valueint;
+    cJSON_Delete(root);
+    cr_assert_eq(ranks, 2);
+    cr_assert_eq(stages, 4);
+    char db_path[128], cmd[1024], path[128];
+    snprintf(db_path, sizeof db_path, "%s/shape.db", dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' run --nproc-per-node 2 --schedule interleaved-1f1b --microbatches 4 --steps 1 --model "
+             "timed:f=1ms,b=1ms,w=1ms,act=1KiB,layers=4 --progress off --db '%s' >'%s/out' 2>'%s/err'",
+             PPRUN_BIN, db_path, dir, dir);
+    int st = system(cmd);
+    snprintf(path, sizeof path, "%s/err", dir);
+    slurp(path, err_text, sizeof err_text);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s", err_text);
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open_v2(db_path, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM ranks"), ranks);
+    cr_assert_eq(tfix_q_int(s, "SELECT stages FROM jobs"), stages);
+    sqlite3_close(s);
 }
 
 Test(sched_cli, a_bad_csv_is_rejected_with_its_line_or_rule) {
@@ -341,13 +447,13 @@ Test(sched_cli, a_csv_of_full_backwards_runs_as_bw) {
  * under each rank's timeline, and in JSON the pair's first span flagged and
  * the rank's busy time the union of the two. */
 Test(sched_cli, dualpipev_shows_its_overlapped_pairs) {
-    cr_assert_eq(pprun("--schedule dualpipev --stages 2 --microbatches 4"), 0, "%s", err_text);
+    cr_assert_eq(pprun("--schedule dualpipev --pp 2 --microbatches 4"), 0, "%s", err_text);
     cr_assert(strstr(out, "schedule dualpipev: 2 ranks, 4 stages (2 per rank, V placement)"), "%s", out);
     cr_assert(strstr(out, "3F1    0F3    &3BW1  3F2    &0BW0"), "%s", out);
     cr_assert(strstr(out, "rank 0 |FFFFBWFF.F..XXF.XXBWBW|\n"
                           "       |       XX XX  XX      |\n"),
               "%s", out);
-    cr_assert_eq(pprun("--schedule dualpipev --stages 2 --microbatches 4 --format json"), 0, "%s", err_text);
+    cr_assert_eq(pprun("--schedule dualpipev --pp 2 --microbatches 4 --format json"), 0, "%s", err_text);
     cJSON *root = cJSON_Parse(out);
     cr_assert_not_null(root, "not JSON: %s", out);
     cJSON *rank0 = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "ranks"), 0);

@@ -17,15 +17,18 @@
 #include "sched/sched.h"
 
 static const char usage_text[] =
-    "usage: pprun schedule --schedule S --stages P --microbatches M [options]\n"
+    "usage: pprun schedule --schedule S --pp P --microbatches M [options]\n"
     "\n"
     "Prints a pipeline schedule's per-rank action grid, validates it, and simulates\n"
     "one step from F/B/W/comm costs (see docs/schedules.md).\n"
     "\n"
     "  --schedule S         gpipe | 1f1b | interleaved-1f1b | zb-h1 | zb-v | dualpipev | csv:FILE\n"
-    "  --stages P           pipeline ranks p (S = p*v stages)\n"
+    "  --pp P               pipeline ranks, as pprun run --pp (--nproc-per-node P is the same here: one\n"
+    "                       pipeline)\n"
+    "  --virtual-stages V   stages (model chunks) per rank (default 2 for interleaved-1f1b, zb-v,\n"
+    "                       dualpipev; else 1)\n"
+    "  --stages S           the pipeline's stages, P x V, as the output counts them: another way to say P\n"
     "  --microbatches M     microbatches per step\n"
-    "  --virtual-stages V   chunks per rank (default 2 for interleaved-1f1b, zb-v, dualpipev; else 1)\n"
     "  --costs LIST         f=1,b=1,w=1,comm=0: time units of one F, B, W of a stage and of a send\n"
     "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us); allreduce=T adds each\n"
     "                       stage's gradient all-reduce under data parallelism (after its last W)\n"
@@ -40,12 +43,43 @@ static const char usage_text[] =
 
 typedef struct opts {
     const char *schedule, *csv_in, *csv_out, *notation, *format, *max_mem_text;
-    long p, m, v;
+    long p, m, v;           /* p: the ranks, settled by resolve_shape from: */
+    long pp, nproc, stages; /* --pp, --nproc-per-node, --stages as given (0: not given) */
     sched_costs costs;
     double allreduce; /* --costs allreduce=T: each stage's gradient all-reduce, 0 none */
     sched_mem mem;   /* --max-mem and --act-bytes; act owned (freed by cmd_schedule) */
     sched_act *act;
 } opts;
+
+/* The pipeline's shape in pprun run's words (docs/cli.md): --pp P ranks
+ * (--nproc-per-node P: one pipeline, so the same), --virtual-stages V
+ * stages per rank, and P x V stages, which the output counts and --stages
+ * names. Any of --pp, --nproc-per-node, --stages says P; those given must
+ * agree (parse_args holds --pp to --nproc-per-node), and a disagreement is
+ * refused naming both. Sets o->p. */
+static int resolve_shape(opts *o, pp_err *err) {
+    o->p = o->pp ? o->pp : o->nproc;
+    const char *ranks_flag = o->pp ? "--pp" : "--nproc-per-node";
+    long v = o->v ? o->v : sched_default_virtual(o->schedule);
+    if (o->stages && o->p && o->stages != o->p * v)
+        return pp_fail(err, "--stages %ld disagrees with %s %ld: %ld ranks of %ld stages each (--virtual-stages %ld) "
+                            "are %ld stages; give --stages %ld, or leave it out",
+                       o->stages, ranks_flag, o->p, o->p, v, v, o->p * v, o->p * v);
+    if (o->stages && !o->p) {
+        if (o->stages % v != 0)
+            return pp_fail(err, "--stages %ld: %s runs %ld stages per rank (--virtual-stages %ld), so its stages are "
+                                "a multiple of %ld; give the ranks with --pp P (P x %ld stages)",
+                           o->stages, o->schedule, v, v, v, v);
+        o->p = o->stages / v;
+        if (o->p > PP_SHAPE_MAX_RANKS)
+            return pp_fail(err, "--stages %ld is %ld ranks of %ld stage%s each; accepted: at most %d ranks",
+                           o->stages, o->p, v, v == 1 ? "" : "s", PP_SHAPE_MAX_RANKS);
+    }
+    if (!o->p)
+        return pp_fail(err, "--pp is required (the pipeline's ranks, as pprun run --pp; or --stages, the ranks x "
+                            "--virtual-stages)");
+    return 0;
+}
 
 static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
     for (int i = 1; i < argc; i++) {
@@ -57,9 +91,11 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         if (n >= sizeof name) return pp_fail(err, "unknown option '%s'; see pprun schedule --help", arg);
         memcpy(name, arg, n);
         name[n] = '\0';
-        static const char *const flags[] = {"--schedule", "--stages", "--microbatches", "--virtual-stages", "--costs",
-                                            "--csv-in", "--csv-out", "--notation", "--format", "--max-mem",
-                                            "--act-bytes"};
+        /* torchrun's spelling, as pprun run and launch take it (docs/cli.md) */
+        if (strcmp(name, "--nproc_per_node") == 0) snprintf(name, sizeof name, "--nproc-per-node");
+        static const char *const flags[] = {"--schedule", "--pp", "--nproc-per-node", "--stages", "--microbatches",
+                                            "--virtual-stages", "--costs", "--csv-in", "--csv-out", "--notation",
+                                            "--format", "--max-mem", "--act-bytes"};
         int known = 0;
         for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) known |= strcmp(name, flags[k]) == 0;
         if (!known) return pp_fail(err, "unknown option '%s'; see pprun schedule --help", name);
@@ -67,8 +103,12 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         else if (i + 1 < argc) val = argv[++i];
         else return pp_fail(err, "%s needs a value (see pprun schedule --help)", name);
         if (strcmp(name, "--schedule") == 0) o->schedule = val;
-        else if (strcmp(name, "--stages") == 0) {
-            if (pp_parse_long(val, 1, PP_SHAPE_MAX_RANKS, "--stages", &o->p, err) != 0) return -1;
+        else if (strcmp(name, "--pp") == 0) {
+            if (pp_parse_long(val, 1, PP_SHAPE_MAX_RANKS, "--pp", &o->pp, err) != 0) return -1;
+        } else if (strcmp(name, "--nproc-per-node") == 0) {
+            if (pp_parse_long(val, 1, PP_SHAPE_MAX_RANKS, "--nproc-per-node", &o->nproc, err) != 0) return -1;
+        } else if (strcmp(name, "--stages") == 0) {
+            if (pp_parse_long(val, 1, PP_SHAPE_MAX_STAGES, "--stages", &o->stages, err) != 0) return -1;
         } else if (strcmp(name, "--microbatches") == 0) {
             if (pp_parse_long(val, 1, PP_SHAPE_MAX_MICROBATCHES, "--microbatches", &o->m, err) != 0) return -1;
         } else if (strcmp(name, "--virtual-stages") == 0) {
@@ -109,11 +149,14 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         return pp_fail(err, "--max-mem %s is bytes: say what one microbatch holds on a stage with --act-bytes F[:B]",
                        o->max_mem_text);
     if (o->act) o->mem.bytes = 1;
+    if (o->pp && o->nproc && o->pp != o->nproc)
+        return pp_fail(err, "--pp %ld and --nproc-per-node %ld disagree: both count the pipeline's ranks here; give "
+                            "one", o->pp, o->nproc);
     if (!o->csv_in) {
         if (!o->schedule)
             return pp_fail(err, "--schedule is required; accepted: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-v, "
                                 "dualpipev, csv:FILE");
-        if (!o->p) return pp_fail(err, "--stages is required (the number of pipeline ranks)");
+        if (resolve_shape(o, err) != 0) return -1;
         if (!o->m) return pp_fail(err, "--microbatches is required");
     }
     /* the CSV written over the one read would replace the user's own file */
@@ -121,6 +164,29 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         file_output_not_input(o->csv_out, "--csv-out", o->csv_in, o->schedule ? "--schedule csv:" : "--csv-in", 0,
                               err) != 0)
         return -1;
+    return 0;
+}
+
+/* A csv:FILE sets the ranks, the stages and the microbatches (its rows,
+ * its highest stage and microbatch: docs/schedules.md, "CSV files"), as
+ * for pprun run: one given that the file contradicts is refused by name. */
+static int check_csv_shape(const opts *o, const sched_plan *plan, pp_err *err) {
+    const char *file = o->csv_in;
+    const struct {
+        const char *flag, *what;
+        long given, has;
+    } shape[] = {
+        {"--pp", "ranks (rows)", o->pp, plan->ranks},
+        {"--nproc-per-node", "ranks (rows)", o->nproc, plan->ranks},
+        {"--stages", "stages", o->stages, plan->stages},
+        {"--virtual-stages", "stages per rank", o->v, plan->virtual_stages},
+        {"--microbatches", "microbatches", o->m, plan->microbatches},
+    };
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++)
+        if (shape[i].given && shape[i].given != shape[i].has)
+            return pp_fail(err, "%s %ld: %s has %ld %s; the file sets them: give %s %ld, or leave it out",
+                           shape[i].flag, shape[i].given, file, shape[i].has, shape[i].what, shape[i].flag,
+                           shape[i].has);
     return 0;
 }
 
@@ -529,8 +595,12 @@ int cmd_schedule(int argc, char **argv) {
         return 2;
     }
     const char *which = o.csv_in ? spec : o.schedule;
-    if (sched_from_flag_mem(which, (int)o.p, (int)o.m, (int)o.v, &o.costs, &o.mem, &plan, &err) != 0) {
+    /* a CSV's shape is the file's: what was given is checked against it after */
+    int p = o.csv_in ? 0 : (int)o.p, m = o.csv_in ? 0 : (int)o.m;
+    if (sched_from_flag_mem(which, p, m, (int)o.v, &o.costs, &o.mem, &plan, &err) != 0 ||
+        (o.csv_in && check_csv_shape(&o, plan, &err) != 0)) {
         fprintf(stderr, "pprun schedule: %s\n", err.msg);
+        sched_free(plan);
         free(o.act);
         return 2;
     }

@@ -14,6 +14,8 @@
 //   node dashboard.mjs outliers URL SCREENSHOT.png (job 1's loss chart with an outlier, linear and log
 //                                                  (SCREENSHOT-log.png); then job 2, a loss <= 0; then job 1 again)
 //   node dashboard.mjs lanes URL SCREENSHOT.png    (a DualPipeV job: its overlapped F and BW on two lanes of a row)
+//   node dashboard.mjs maxmem URL SCREENSHOT.png N (jobs 1..N's activations charts: the --max-mem line, its label
+//                                                  and note; SCREENSHOT-jobK.png of each chart)
 //   node dashboard.mjs scale URL SCREENSHOT.png    (a job of 1,024 ranks grouped: folding, one replica, the heatmap,
 //                                                  a pan and a zoom's redraw times with a row per rank and
 //                                                  100,000 events)
@@ -47,7 +49,7 @@ try {
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
   page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
-  await page.goto(mode === 'gpu' ? url + '?job=2' : mode === 'outliers' || mode === 'torch' ? url + '?job=1' : url);
+  await page.goto(mode === 'gpu' ? url + '?job=2' : mode === 'outliers' || mode === 'torch' || mode === 'maxmem' ? url + '?job=1' : url);
   await page.waitForFunction(() => window.__pprun && window.__pprun.ready && window.__pprun.drawn, null, { timeout: mode === 'long' ? 60000 : 20000 });
   out.sqlExample = await page.inputValue('#sql-text'); // the SQL tab's example query, about the job open
 
@@ -282,6 +284,34 @@ try {
     await page.waitForFunction(() => window.__pprun.state.info && window.__pprun.state.info.job.id === 1 &&
       window.__pprun.lossChart.logAvailable === true, null, { timeout: 10000 });
     out.back = await chart();
+  } else if (mode === 'maxmem') {
+    // Each job's activations chart as the user sees it: the note beside
+    // its title, its y axis, the --max-mem line the chart says it drew
+    // (value, label, pixel row), and the canvas itself: the colour in the
+    // middle of each dash along that row (the dashes start at the plot's
+    // left edge, 46 px, 6 on and 4 off), against the note's colour.
+    out.jobs = [];
+    for (let job = 1; job <= Number(readyFile); job++) {
+      if (job !== 1) {
+        await page.evaluate(() => { window.__pprun.ready = false; });
+        await page.selectOption('#job-select', String(job));
+      }
+      await page.waitForFunction((j) => window.__pprun.ready && window.__pprun.state.info.job.id === j &&
+        window.__pprun.actPoints.length >= 2, job, { timeout: 20000 });
+      out.jobs.push(await page.evaluate(() => {
+        const chart = window.__pprun.actChart || {}, note = document.getElementById('act-note'), c = document.getElementById('act');
+        const hex = getComputedStyle(note || document.body).color.match(/\d+/g).map(Number);
+        const d = window.devicePixelRatio || 1, g = c.getContext('2d'), line = chart.bound, dashes = [];
+        for (let x = 49; line && x < c.clientWidth - 8; x += 10) {
+          const p = g.getImageData(Math.round(x * d), Math.round((line.py - 0.5) * d), 1, 1).data;
+          dashes.push(Math.abs(p[0] - hex[0]) <= 8 && Math.abs(p[1] - hex[1]) <= 8 && Math.abs(p[2] - hex[2]) <= 8);
+        }
+        return { note: note ? note.textContent : null, scale: chart.scale || null, bound: line || null,
+          height: c.clientHeight, dashes: dashes.length, dashesInColour: dashes.filter(Boolean).length };
+      }));
+      await page.locator('#act').screenshot({ path: shot.replace(/\.png$/, `-job${job}.png`) });
+    }
+    await page.locator('.charts').screenshot({ path: shot });
   } else if (mode === 'balance') {
     // A layered job with an uneven first stage: the stage balance block.
     await whatifTable(true);
