@@ -144,7 +144,19 @@ static const forged_row forged[] = {
      NULL,
      2,
      "job 1: kernels.start_ns holds " I64MIN,
-     {{"/trace.json", 500, "kernels.start_ns holds " I64MIN}, {"/kernels", 200, NULL}}},
+     {{"/trace.json", 500, "kernels.start_ns holds " I64MIN}, {"/kernels", 500, "kernels.start_ns holds " I64MIN}}},
+    /* a kernel that starts in the job and never ends: the window's reader
+     * must refuse it, not answer a list without it */
+    {"kernels.end_ns INT64_MAX",
+     "INSERT INTO kernels(job_id,rank,event_id,name,start_ns,end_ns,stream) "
+     "VALUES(1,1,NULL,'k',(SELECT t0_ns FROM jobs WHERE id=1)+1000," I64MAX ",7)",
+     0,
+     NULL,
+     2,
+     "job 1: kernels.end_ns holds " I64MAX,
+     {{"/kernels", 500, "kernels.end_ns holds " I64MAX},
+      {"/kernels?from=0&to=2000&ranks=1", 500, "kernels.end_ns holds " I64MAX},
+      {"/trace.json", 500, "kernels.end_ns holds " I64MAX}}},
 };
 
 static char dir[256];
