@@ -446,7 +446,7 @@ static void predicted_peaks(const char *const *args, int nargs, double *peak, do
         cr_assert_eq(run_config_option(&cfg, args[i], args[i + 1], &err), 1, "%s: %s", args[i], err.msg);
     cr_assert_eq(run_config_finish(&cfg, &err), 0, "%s", err.msg);
     sched_plan *plan;
-    cr_assert_eq(run_config_plan(&cfg, 4, &plan, &err), 0, "%s", err.msg);
+    cr_assert_eq(run_config_plan(&cfg, 4, NULL, &plan, &err), 0, "%s", err.msg);
     sched_act act[16];
     sched_mem mem;
     cr_assert_eq(run_config_mem(&cfg, plan->stages, act, &mem, &err), 0, "%s", err.msg);
