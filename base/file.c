@@ -247,14 +247,54 @@ static void random_tag(char out[13]) {
     for (size_t i = 0; i < sizeof r; i++) snprintf(out + 2 * i, 3, "%02x", r[i]);
 }
 
+/* Standard output's content, held until commit in a file that has no
+ * name (O_TMPFILE; where the file system has none, one made by mkstemp and
+ * unlinked at once): on disk, not in memory, as a whole trace runs to
+ * gigabytes; gone with the process however it ends. */
+static int spool_begin(file_output *o, pp_err *err) {
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || tmp[0] != '/') tmp = "/tmp";
+    int fd = open(tmp, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        char name[PATH_MAX];
+        if (snprintf(name, sizeof name, "%s/pprun-out-XXXXXX", tmp) >= (int)sizeof name) errno = ENAMETOOLONG;
+        else if ((fd = mkostemp(name, O_CLOEXEC)) >= 0) unlink(name);
+    }
+    if (fd < 0 || !(o->f = fdopen(fd, "w+"))) {
+        int eno = errno;
+        if (fd >= 0) close(fd);
+        return pp_fail(err, "standard output: cannot make a temporary file under %s to hold it until it is whole "
+                            "($TMPDIR): %s", tmp, strerror(eno));
+    }
+    o->to_stdout = 1;
+    return 0;
+}
+
+/* The held content onto stdout, and the file closed. A short write to
+ * stdout stops the copy: main reports stdout's error. */
+static int spool_commit(file_output *o, pp_err *err) {
+    errno = 0;
+    int ok = fflush(o->f) == 0 && !ferror(o->f) && fseeko(o->f, 0, SEEK_SET) == 0;
+    char buf[1 << 16];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, o->f)) > 0)
+        if (fwrite(buf, 1, n, stdout) != n) break;
+    if (ok && ferror(o->f)) ok = 0;
+    int eno = errno;
+    fclose(o->f);
+    o->f = NULL;
+    o->to_stdout = 0;
+    if (!ok)
+        return pp_fail(err, "standard output: holding it in a temporary file ($TMPDIR) failed: %s",
+                       eno ? strerror(eno) : "write error");
+    return 0;
+}
+
 int file_output_begin(file_output *o, const char *path, const char *what, unsigned flags, pp_err *err) {
     memset(o, 0, sizeof *o);
     o->dir = -1;
     o->path = path, o->what = what;
-    if ((flags & FILE_OUTPUT_DASH) && strcmp(path, "-") == 0) {
-        o->f = stdout;
-        return 0;
-    }
+    if ((flags & FILE_OUTPUT_DASH) && strcmp(path, "-") == 0) return spool_begin(o, err);
     if ((o->dir = open_target(path, what, o->name, sizeof o->name, err)) < 0) return -1;
     for (int tries = 0; tries < 100; tries++) {
         char tag[13];
@@ -279,10 +319,7 @@ int file_output_begin(file_output *o, const char *path, const char *what, unsign
 }
 
 int file_output_commit(file_output *o, pp_err *err) {
-    if (o->dir < 0) { /* stdout: main checks it once, at the end */
-        o->f = NULL;
-        return 0;
-    }
+    if (o->to_stdout) return spool_commit(o, err);
     errno = 0;
     int ok = fflush(o->f) == 0 && !ferror(o->f) && fsync(fileno(o->f)) == 0;
     int eno = errno;
@@ -308,7 +345,8 @@ int file_output_commit(file_output *o, pp_err *err) {
 
 void file_output_abort(file_output *o) {
     if (o->dir < 0) {
-        o->f = NULL;
+        if (o->to_stdout) fclose(o->f); /* nothing of it reaches stdout */
+        o->f = NULL, o->to_stdout = 0;
         return;
     }
     if (o->f) fclose(o->f);

@@ -57,13 +57,18 @@ int file_output_not_input(const char *path, const char *what, const char *in, co
  * never a part, and a failure leaves it and the folder as they were. */
 typedef struct file_output {
     FILE *f;                 /* write the content here */
-    int dir;                 /* the target's folder; -1 when f is stdout */
+    int dir;                 /* the target's folder; -1 for standard output */
+    int to_stdout;           /* f is an anonymous file, copied to stdout by commit */
     char name[256];          /* the target's name in dir */
     char tmp[256];           /* the temporary file's name in dir; "" when none */
     const char *path, *what; /* the caller's, for messages */
 } file_output;
 /* FILE_OUTPUT_DASH: path "-" is standard output (for a command that
- * documents it); its errors are main's (one check at the end, main.c). */
+ * documents it), written whole too: the content goes to an anonymous
+ * temporary file under $TMPDIR (else /tmp) and commit copies it to stdout,
+ * so a command that fails half-way prints nothing (a user's `> out.json`
+ * gets no half a file). Errors writing stdout are main's (one check at the
+ * end, main.c). */
 #define FILE_OUTPUT_DASH 1u
 int file_output_begin(file_output *o, const char *path, const char *what, unsigned flags, pp_err *err);
 /* Flushes, syncs, closes and renames into place; on failure the temporary

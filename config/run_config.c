@@ -606,14 +606,12 @@ int run_config_mem(const run_config *cfg, int stages, sched_act *act, sched_mem 
     return rc;
 }
 
-/* The plan within --max-mem: a CSV read, then checked against the bound;
- * a generator's under it (sched_from_flag_mem). */
+/* The plan within --max-mem: a CSV's (csv, validated, taken over) checked
+ * against the bound; a generator's built under it (sched_from_flag_mem). */
 static int plan_bounded(const run_config *cfg, const char *schedule, int ranks, const sched_costs *costs,
-                        sched_plan **out, pp_err *err) {
-    sched_plan *csv = NULL;
+                        sched_plan *csv, sched_plan **out, pp_err *err) {
     int stages;
-    if (cfg->schedule == RUN_SCHEDULE_CSV) {
-        if (sched_from_flag(schedule, ranks, cfg->microbatches, 0, costs, &csv, err) != 0) return -1;
+    if (csv) {
         stages = csv->stages;
     } else {
         int v = cfg->virtual_stages ? cfg->virtual_stages
@@ -632,19 +630,29 @@ static int plan_bounded(const run_config *cfg, const char *schedule, int ranks, 
     return rc;
 }
 
-int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err) {
-    if (cfg->schedule_costs_db[0] && !cfg->has_schedule_costs)
+int run_config_plan(const run_config *cfg, int ranks, sched_plan *csv, sched_plan **out, pp_err *err) {
+    *out = NULL;
+    if (cfg->schedule != RUN_SCHEDULE_CSV) sched_free(csv), csv = NULL; /* no file to stand for */
+    if (cfg->schedule_costs_db[0] && !cfg->has_schedule_costs) {
+        sched_free(csv);
         return pp_fail(err, "--schedule-costs %s: the launcher reads the database (pprun run), not a worker",
                        cfg->schedule_costs_db);
+    }
     sched_costs costs;
     /* only zb-v's order (and zb-h1's under --max-mem) depends on costs */
     run_config_costs(cfg, cfg->schedule == RUN_SCHEDULE_ZB_H1 ? ranks : ranks * 2, &costs);
     if (cfg->has_schedule_costs) costs = cfg->schedule_costs;
     char schedule[RUN_SCHEDULE_TEXT_MAX];
     run_schedule_text(cfg, schedule, sizeof schedule);
-    int rc = cfg->max_mem > 0 ? plan_bounded(cfg, schedule, ranks, &costs, out, err)
-                              : sched_from_flag(schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out,
-                                                err);
+    int rc = 0;
+    sched_plan *file = NULL; /* csv:FILE's plan, validated */
+    if (cfg->schedule == RUN_SCHEDULE_CSV) {
+        rc = csv ? 0 : sched_load_csv(cfg->schedule_csv, &csv, err);
+        if (rc == 0) rc = sched_from_csv(cfg->schedule_csv, csv, ranks, cfg->microbatches, &file, err);
+    }
+    if (rc == 0 && cfg->max_mem > 0) rc = plan_bounded(cfg, schedule, ranks, &costs, file, out, err);
+    else if (rc == 0 && file) *out = file;
+    else if (rc == 0) rc = sched_from_flag(schedule, ranks, cfg->microbatches, cfg->virtual_stages, &costs, out, err);
     return rc != 0 ? pp_wrap(err, "--schedule %s", schedule) : 0;
 }
 

@@ -216,8 +216,13 @@ int run_config_check_gpu_transport(const run_config *cfg, const sched_plan *plan
 
 /* Builds the job's schedule for `ranks` ranks, validated; zb-v's order for
  * --schedule-costs when given, else for run_config_costs; within --max-mem
- * (zb-h1's and zb-v's order built under it, any other checked). */
-int run_config_plan(const run_config *cfg, int ranks, sched_plan **out, pp_err *err);
+ * (zb-h1's and zb-v's order built under it, any other checked). csv: for
+ * --schedule csv:FILE, the file as the caller already read it
+ * (sched_load_csv), taken over (it becomes *out, or is freed): the launcher
+ * reads the file once for its shape and its plan, so a file changed
+ * meanwhile cannot give it one version's shape and another's plan. NULL:
+ * the file is read here (a worker; any other schedule). */
+int run_config_plan(const run_config *cfg, int ranks, sched_plan *csv, sched_plan **out, pp_err *err);
 
 /* What each of a plan's `stages` stages holds per microbatch under
  * --max-mem, into act[stages]: --act-bytes, or the model's bytes

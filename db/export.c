@@ -422,7 +422,8 @@ static int steps_window(sqlite3 *db, int64_t job, const db_export_steps *steps, 
  * steps_window) when no event lies in steps: nothing written then. */
 static int write_header(chrome_export *x, pp_err *err) {
     sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(x->db, "SELECT t0_ns, name, schedule FROM jobs WHERE id=?", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(x->db, "SELECT t0_ns, name, schedule, world_size FROM jobs WHERE id=?", -1, &st, NULL) !=
+        SQLITE_OK)
         return sql_fail(x->db, "reading the job", err);
     sqlite3_bind_int64(st, 1, x->job);
     if (sqlite3_step(st) != SQLITE_ROW) {
@@ -434,7 +435,12 @@ static int write_header(chrome_export *x, pp_err *err) {
         sqlite3_finalize(st);
         return found;
     }
-    if (bounds_col(st, 0, &bounds_time, x->job, "jobs.t0_ns", &x->t0, err) != 0) {
+    /* The world size is what makes a step complete (SQL_COMPLETE_STEPS):
+     * past its bound no step would be, and the critical paths would be
+     * left out without a word. Refused, as every reader refuses it. */
+    int64_t world;
+    if (bounds_col(st, 0, &bounds_time, x->job, "jobs.t0_ns", &x->t0, err) != 0 ||
+        bounds_col(st, 3, &bounds_world, x->job, "jobs.world_size", &world, err) != 0) {
         sqlite3_finalize(st);
         return -1;
     }

@@ -204,6 +204,10 @@ int sched_default_virtual(const char *kind);
  * (rows) and microbatches. The plan is validated too: on success it is safe to run.
  * Caller frees with sched_free. */
 int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err);
+/* sched_from_flag's csv:FILE for a file already read (sched_load_csv), so
+ * that a caller that needs the file's shape first reads it only once:
+ * plan is taken over, *out on success and freed on failure. */
+int sched_from_csv(const char *file, sched_plan *plan, int p, int m, sched_plan **out, pp_err *err);
 
 /* A forward-only plan for an evaluation step (docs/schedules.md,
  * "Evaluation steps"): the stages and placement of `train`, m microbatches,

@@ -176,25 +176,35 @@ int sched_default_virtual(const char *kind) {
     return strcmp(kind, "interleaved-1f1b") == 0 || strcmp(kind, "zb-v") == 0 || strcmp(kind, "dualpipev") == 0 ? 2 : 1;
 }
 
+int sched_from_csv(const char *file, sched_plan *plan, int p, int m, sched_plan **out, pp_err *err) {
+    *out = NULL;
+    if ((p > 0 && p != plan->ranks) || (m > 0 && m != plan->microbatches)) {
+        /* a caller that asks for a shape of its own (pprun run takes the file's unless told): say what the file needs */
+        pp_fail(err, "%s has %d ranks (rows) and %d microbatches, but %d ranks and %d microbatches were asked for; "
+                     "the file sets both: run it on %d ranks with --microbatches %d",
+                file, plan->ranks, plan->microbatches, p > 0 ? p : plan->ranks, m > 0 ? m : plan->microbatches,
+                plan->ranks, plan->microbatches);
+        sched_free(plan);
+        return -1;
+    }
+    if (sched_validate(plan, err) != 0) {
+        sched_free(plan);
+        return -1;
+    }
+    *out = plan;
+    return 0;
+}
+
 int sched_from_flag(const char *spec, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err) {
     *out = NULL;
     sched_plan *plan = NULL;
     if (strncmp(spec, "csv:", 4) == 0) {
         if (!spec[4]) return pp_fail(err, "--schedule csv:FILE: the file name is missing");
         if (sched_load_csv(spec + 4, &plan, err) != 0) return -1;
-        if ((p > 0 && p != plan->ranks) || (m > 0 && m != plan->microbatches)) {
-            /* a caller that asks for a shape of its own (pprun run takes the file's unless told): say what the file needs */
-            pp_fail(err, "%s has %d ranks (rows) and %d microbatches, but %d ranks and %d microbatches were asked for; "
-                         "the file sets both: run it on %d ranks with --microbatches %d",
-                    spec + 4, plan->ranks, plan->microbatches, p > 0 ? p : plan->ranks, m > 0 ? m : plan->microbatches,
-                    plan->ranks, plan->microbatches);
-            sched_free(plan);
-            return -1;
-        }
-    } else {
-        if (v <= 0) v = sched_default_virtual(spec);
-        if (sched_build(spec, p, m, v, costs, &plan, err) != 0) return -1;
+        return sched_from_csv(spec + 4, plan, p, m, out, err);
     }
+    if (v <= 0) v = sched_default_virtual(spec);
+    if (sched_build(spec, p, m, v, costs, &plan, err) != 0) return -1;
     if (sched_validate(plan, err) != 0) {
         sched_free(plan);
         return -1;

@@ -449,6 +449,49 @@ Test(checkpoint, files_that_do_not_belong_together_or_are_damaged_are_refused, .
     data_close(data);
 }
 
+/* A text field of the header (the model spec, bytes 32 to 287; the run,
+ * 288 to 511) that fills its bytes with no NUL, in a file whose header
+ * checksum is right: refused naming the field, not as a checksum mismatch
+ * (the reader once cut the field short in place before it summed the
+ * header, so the sum of what it read never matched). */
+Test(checkpoint, a_text_field_that_fills_its_bytes_is_refused_naming_it, .init = single_thread) {
+    static const int one[] = {0, LAYERS};
+    h_pipe p;
+    pipe_on(&p, one, 1, SEED);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tfix_mkdir("full-field"));
+    save_set(&p, dir, "run-full");
+    h_pipe_free(&p);
+    char path[600];
+    snprintf(path, sizeof path, "%s/stage_0.ckpt", dir);
+    size_t len;
+    unsigned char *good = slurp(path, &len);
+    static const struct {
+        size_t at, size;
+        const char *says;
+    } fields[] = {{288, 224, "its run field (bytes 288 to 511) holds no NUL"},
+                  {32, 256, "its model spec field (bytes 32 to 287) holds no NUL"}};
+    for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++) {
+        unsigned char *b = malloc(len);
+        memcpy(b, good, len);
+        memset(b + fields[k].at, 'r', fields[k].size);
+        size_t head = 512 + 48 * (size_t)u32_at(b, 28);
+        uint64_t sum = fnv(FNV_START, b, head);
+        memcpy(b + head, &sum, sizeof sum);
+        FILE *f = fopen(path, "wb");
+        cr_assert_not_null(f);
+        cr_assert_eq(fwrite(b, 1, len, f), len);
+        fclose(f);
+        free(b);
+        model_ckpt *c;
+        pp_err err;
+        cr_assert_eq(model_ckpt_create(&c, &err), 0);
+        expect_add_refused(c, path, fields[k].says);
+        model_ckpt_free(c);
+    }
+    free(good);
+}
+
 /* ---- pprun checkpoint merge, --resume and --init-from -------------------------- */
 
 #define JOB_MODEL "gpt:layers=8,dim=32,heads=2,seq=16,batch=2"

@@ -27,6 +27,7 @@
 #include "helpers/capture.h"
 #include "helpers/trace_fixture.h"
 #include "runner/job/collector.h"
+#include "tracer/event.h"
 
 static int dial(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -376,6 +377,62 @@ Test(collector_limits, a_frame_with_more_ranks_than_the_job_is_dropped, .timeout
     cr_assert(strstr(text, "bad frame (magic 57465050, version 1, job"), "%s", text);
     cr_assert(strstr(text, "3 ranks, 1 records)"), "%s", text);
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 0);
+    db_close(d);
+}
+
+/* One hand-made frame from a forwarder of rank 1 with clock offset off
+ * and one F record (tfix_one_f, at 2 ms); fd stays open. */
+static void send_offset_frame(int fd, int64_t job, int64_t off) {
+    wire_hdr h = {0x57465050u, 1, 1, job, 1, 0};
+    struct {
+        int32_t rank, pid;
+        int64_t off;
+        uint64_t dropped;
+    } rank = {1, 0, off, 0};
+    trace_event ev = tfix_one_f(1, 1, 0);
+    char frame[sizeof h + sizeof rank + sizeof ev];
+    memcpy(frame, &h, sizeof h);
+    memcpy(frame + sizeof h, &rank, sizeof rank);
+    memcpy(frame + sizeof h + sizeof rank, &ev, sizeof ev);
+    cr_assert_eq(send(fd, frame, sizeof frame, MSG_NOSIGNAL), (ssize_t)sizeof frame);
+}
+
+/* A forwarder's clock offset has a bound of its own (TRACE_OFFSET_MAX,
+ * tracer/event.h): past it the frame is dropped with its connection, the
+ * node's address and the value named, nothing stored (added to a record's
+ * time, INT64_MAX overflowed into a negative time). Within it, a record the
+ * offset shifts past TRACE_TIME_MAX is refused and counted as a record
+ * with bad times; a sane offset still lands. */
+Test(collector_limits, a_clock_offset_past_its_bound_is_refused_naming_the_node, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("offset.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = tfix_job(d);
+    capture cap;
+    capture_start(&cap);
+    collector *master;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 2, .listen_host = "127.0.0.1"};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int port = collector_listen_port(master);
+    int fd = dial(port);
+    send_offset_frame(fd, job, INT64_MAX);
+    cr_assert(closed_by_master(fd), "a frame with offset INT64_MAX still held");
+    close(fd);
+    fd = dial(port);
+    send_offset_frame(fd, job, TRACE_TIME_MAX - 1000);
+    send_offset_frame(fd, job, 5000);
+    close(fd);
+    for (int i = 0; i < 500 && collector_rejected(master) == 0; i++) pp_sleep_ns(10000000);
+    uint64_t rejected = collector_rejected(master);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    const char *text = capture_end(&cap);
+    cr_assert(strstr(text, "dropping a forwarding connection from 127.0.0.1:"), "%s", text);
+    cr_assert(strstr(text, "rank 1's clock offset 9223372036854775807 ns"), "%s", text);
+    cr_assert(strstr(text, "4611686018427387903"), "the bound is named: %s", text);
+    cr_assert(strstr(text, "refusing trace records of rank 1 step 0 whose times are bad"), "%s", text);
+    cr_assert_eq(rejected, 1);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "only the sane frame's record");
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT min(start_ns) FROM events"), 2000000 + 5000);
     db_close(d);
 }
 

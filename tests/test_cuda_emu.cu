@@ -10,7 +10,7 @@
  * arguments' values as they were at the launch; another stream sees the
  * kernel's output only through an event; cudaFree waits for the kernels
  * that may use the memory; a failed kernel fails its stream's
- * synchronisations.
+ * synchronisations, cudaFree's among them.
  *
  * Compiled like gpu_kernels.cu for the emulator (tests/gpu_emu/CMakeLists.txt:
  * cuda_emu_translate.pl, then g++ with cuda_emu.h in front); never by nvcc. */
@@ -216,8 +216,10 @@ Test(cuda_emu, a_queued_launch_keeps_the_argument_values_it_was_given, .timeout 
 }
 
 /* A queued launch that fails fails the synchronisation with its stream,
- * and every later one (a GPU's fault is sticky), and the next
- * cudaGetLastError. */
+ * and every later one (a GPU's fault is sticky), the next
+ * cudaGetLastError, and cudaFree, whose implicit synchronisation returns
+ * the sticky error as CUDA's does (a teardown that took its success for
+ * a clean device would hide the fault). */
 Test(cuda_emu, a_queued_launch_that_fails_fails_its_streams_synchronisation, .timeout = 30) {
     queue_launches();
     cudaStream_t a;
@@ -229,6 +231,6 @@ Test(cuda_emu, a_queued_launch_that_fails_fails_its_streams_synchronisation, .ti
     cr_assert_eq(cudaStreamSynchronize(a), cudaErrorLaunchFailure, "the failure is sticky");
     cr_assert_eq(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
     expect_failed_launch("k_divergent_barrier, queued");
-    cudaFree(out);
+    cr_assert_eq(cudaFree(out), cudaErrorLaunchFailure, "cudaFree on a device with a sticky fault succeeded");
     cudaStreamDestroy(a);
 }

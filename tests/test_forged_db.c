@@ -64,12 +64,14 @@ static const forged_row forged[] = {
      {{"", 500, "jobs.t0_ns holds " I64MIN},
       {"/kernels", 500, "jobs.t0_ns holds " I64MIN},
       {"/summary", 500, "jobs.t0_ns holds " I64MIN}}},
+    /* export would find no step complete, so no critical path: refused,
+     * not left out in silence */
     {"jobs.world_size INT64_MAX",
      "UPDATE jobs SET world_size=" I64MAX,
      2,
      "job 1 has a world size of " I64MAX ", not 1..65536",
-     0,
-     NULL,
+     2,
+     "job 1: jobs.world_size holds " I64MAX,
      {{"", 500, "jobs.world_size holds " I64MAX},
       {"/summary", 500, "jobs.world_size holds " I64MAX},
       {"/events", 500, "jobs.world_size holds " I64MAX}}},
@@ -144,11 +146,24 @@ static const forged_row forged[] = {
      NULL,
      2,
      "job 1: kernels.start_ns holds " I64MIN,
-     {{"/trace.json", 500, "kernels.start_ns holds " I64MIN}, {"/kernels", 200, NULL}}},
+     {{"/trace.json", 500, "kernels.start_ns holds " I64MIN}, {"/kernels", 500, "kernels.start_ns holds " I64MIN}}},
+    /* a kernel that starts in the job and never ends: the window's reader
+     * must refuse it, not answer a list without it */
+    {"kernels.end_ns INT64_MAX",
+     "INSERT INTO kernels(job_id,rank,event_id,name,start_ns,end_ns,stream) "
+     "VALUES(1,1,NULL,'k',(SELECT t0_ns FROM jobs WHERE id=1)+1000," I64MAX ",7)",
+     0,
+     NULL,
+     2,
+     "job 1: kernels.end_ns holds " I64MAX,
+     {{"/kernels", 500, "kernels.end_ns holds " I64MAX},
+      {"/kernels?from=0&to=2000&ranks=1", 500, "kernels.end_ns holds " I64MAX},
+      {"/trace.json", 500, "kernels.end_ns holds " I64MAX}}},
 };
 
 static char dir[256];
 static char out[1 << 16]; /* the last command's stderr, then its stdout */
+static long out_stdout;   /* the bytes the last command wrote to stdout */
 
 static void setup(void) {
     snprintf(dir, sizeof dir, "/tmp/pprun-forged-XXXXXX");
@@ -174,6 +189,10 @@ static int pprun(const char *args) {
     size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = '\0';
     if (p) pclose(p);
+    snprintf(cmd, sizeof cmd, "%s/o.txt", dir);
+    FILE *o = fopen(cmd, "r");
+    out_stdout = o && fseek(o, 0, SEEK_END) == 0 ? ftell(o) : -1;
+    if (o) fclose(o);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
@@ -202,10 +221,30 @@ static void expect_command(const forged_row *r, const char *command, int want_rc
                   want_text, out);
         cr_expect(strstr(out, "damaged or was not written by pprun") || strstr(out, "not 1..65536"),
                   "%s: `pprun %s` does not say why:\n%.2000s", r->name, command, out);
+        /* export's refusal prints nothing of what it refused: no half a
+         * JSON object on stdout, where a user's `> trace.json` keeps it */
+        if (strcmp(command, "export") == 0)
+            cr_expect_eq(out_stdout, 0, "%s: `pprun %s` failed and wrote %ld bytes to stdout:\n%.2000s",
+                         r->name, command, out_stdout, out);
     } else {
         cr_expect(strlen(out) > 100, "%s: `pprun %s` printed nothing", r->name, command);
         cr_expect(!shows_forged(out), "%s: `pprun %s` printed the forged value:\n%.2000s", r->name, command, out);
     }
+}
+
+/* A failed `pprun export --out FILE` leaves FILE as it was and nothing
+ * beside it (its temporary file removed). */
+static void expect_export_out_kept(const forged_row *r) {
+    if (system("rm -rf kept && mkdir kept && printf old > kept/t.json") != 0) cr_assert_fail("could not make kept/");
+    int rc = pprun("export --db f.db --out kept/t.json");
+    cr_expect_eq(rc, r->export_rc, "%s: `pprun export --out` exited %d, not %d:\n%.2000s", r->name, rc, r->export_rc,
+                 out);
+    FILE *p = popen("ls -A kept; cat kept/t.json", "r");
+    char left[512] = "";
+    size_t n = p ? fread(left, 1, sizeof left - 1, p) : 0;
+    left[n] = '\0';
+    if (p) pclose(p);
+    cr_expect_str_eq(left, "t.json\nold", "%s: a failed `pprun export --out` left kept/ as:\n%s", r->name, left);
 }
 
 static void expect_routes(const forged_row *r) {
@@ -253,6 +292,7 @@ Test(forged_db, every_forged_extreme_is_refused_by_name_or_ignored) {
         exec_sql("f.db", r->sql);
         expect_command(r, "stats", r->stats_rc, r->stats_text);
         expect_command(r, "export", r->export_rc, r->export_text);
+        if (r->export_rc != 0) expect_export_out_kept(r);
         expect_routes(r);
         cr_log_info("%s: checked", r->name);
     }

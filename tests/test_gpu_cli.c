@@ -119,7 +119,7 @@ Test(gpu_cli, gpu_transport_choice_and_pairs) {
         cr_assert_eq(run_config_option(&cfg, "--device", "cuda", &err), 1);
         cr_assert_eq(run_config_option(&cfg, "--transport", cases[i].transport, &err), 1);
         cr_assert_eq(run_config_finish(&cfg, &err), 0, "%s", err.msg);
-        cr_assert_eq(run_config_plan(&cfg, cases[i].ranks, &plan, &err), 0, "%s", err.msg);
+        cr_assert_eq(run_config_plan(&cfg, cases[i].ranks, NULL, &plan, &err), 0, "%s", err.msg);
         err.msg[0] = '\0';
         int rc = run_config_check_gpu_transport(&cfg, plan, cases[i].nproc, cases[i].devices, &err);
         if (cases[i].want) {

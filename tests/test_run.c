@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -262,6 +263,36 @@ Test(run, a_csv_schedule_sets_the_ranks_and_microbatches_it_was_not_given) {
     cr_assert_eq(sh(&out, "cd '%s' && %s %s --db ok.db --nproc-per-node 2 --microbatches 4", tmpdir, PPRUN_BIN, run),
                  0, "%s", out);
     free(out);
+}
+
+/* The launcher reads a csv:FILE schedule once: the ranks and microbatches
+ * it takes from the file and the plan it runs and records are of one read,
+ * so a file that changes meanwhile cannot give a job the shape of one
+ * version and the plan of another. Counted as the file's opens (inotify)
+ * while `pprun run` starts a program that never reads it. */
+Test(run, a_csv_schedule_is_read_once_by_the_launcher) {
+    char *out = NULL;
+    cr_assert_eq(sh(&out, "cd '%s' && %s schedule --schedule gpipe --stages 2 --microbatches 4 --csv-out once.csv",
+                    tmpdir, PPRUN_BIN), 0, "%s", out);
+    free(out);
+    char path[512];
+    snprintf(path, sizeof path, "%s/once.csv", tmpdir);
+    int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    cr_assert_geq(in, 0);
+    /* closes too: inotify merges an event into the one before it when they
+     * are the same, so two opens in a row would read as one */
+    cr_assert_geq(inotify_add_watch(in, path, IN_OPEN | IN_CLOSE), 0);
+    cr_assert_eq(sh(&out, "cd '%s' && %s run --schedule csv:once.csv --trace off --progress off -- true", tmpdir,
+                    PPRUN_BIN), 0, "%s", out);
+    free(out);
+    int opens = 0;
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    ssize_t n;
+    while ((n = read(in, buf, sizeof buf)) > 0)
+        for (char *p = buf; p < buf + n; p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len)
+            opens += (((struct inotify_event *)p)->mask & IN_OPEN) != 0;
+    close(in);
+    cr_assert_eq(opens, 1, "the launcher opened --schedule csv:once.csv %d times", opens);
 }
 
 Test(run, a_restarted_job_resumes_from_its_checkpoint_bit_for_bit) {

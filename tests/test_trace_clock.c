@@ -81,6 +81,23 @@ Test(trace_clock, errors_name_the_round_and_the_bad_variable) {
     cr_assert(strstr(err.msg, "PPRUN_TEST_CLOCK_SKEW_NS"), "%s", err.msg);
 }
 
+/* A master whose clock answer is garbage (UINT64_MAX, past any time a
+ * record may carry) gives no offset: the node's launcher fails naming the
+ * value, rather than forwarding records shifted by it. */
+static int broken_now(void *ctx, uint64_t *remote, pp_err *err) {
+    (void)ctx, (void)err;
+    *remote = UINT64_MAX;
+    return 0;
+}
+
+Test(trace_clock, a_clock_answer_past_the_time_bound_gives_no_offset) {
+    int64_t off = 7;
+    uint64_t rtt;
+    pp_err err;
+    cr_assert_eq(trace_clock_offset(broken_now, NULL, 3, &off, &rtt, &err), -1, "offset %lld", (long long)off);
+    cr_assert(strstr(err.msg, "18446744073709551615 ns") && strstr(err.msg, "4611686018427387903"), "%s", err.msg);
+}
+
 /* ---- pp_now_ns against clock_gettime ------------------------------------ */
 
 /* Skips the test where this machine's TSC is not used (and says why). */

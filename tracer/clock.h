@@ -24,7 +24,9 @@ int trace_clock_test_skew(int64_t *skew_ns, pp_err *err);
 /* remote_now: one round trip asking the master for its clock; fills
  * *remote_ns, returns 0 or -1 with err filled. rounds >= 1. On success
  * *offset_ns = master clock - this host's trace clock, *rtt_ns = the
- * smallest round trip seen. */
+ * smallest round trip seen. Either clock reading past TRACE_TIME_MAX
+ * fails naming it, so an offset given is within +-TRACE_OFFSET_MAX
+ * (tracer/event.h), the bound the master checks a forwarder's against. */
 int trace_clock_offset(int (*remote_now)(void *ctx, uint64_t *remote_ns, pp_err *err), void *ctx, int rounds,
                        int64_t *offset_ns, uint64_t *rtt_ns, pp_err *err);
 

@@ -5,7 +5,15 @@
 #include <stdio.h>
 #include <string.h>
 
-int trace_times_why(const trace_event *e, char *why, size_t n) {
+int trace_offset_why(int64_t offset_ns, char *why, size_t n) {
+    why[0] = '\0';
+    if (offset_ns < -TRACE_OFFSET_MAX || offset_ns > TRACE_OFFSET_MAX)
+        snprintf(why, n, "clock offset %lld ns: past +-%lld ns, more than any two clocks differ by",
+                 (long long)offset_ns, (long long)TRACE_OFFSET_MAX);
+    return why[0] != '\0';
+}
+
+int trace_times_why(const trace_event *e, int64_t offset_ns, char *why, size_t n) {
     int timeless = e->phase == TRACE_KERNEL_NAME || e->phase == TRACE_SPAN_NAME || e->phase == TRACE_SCHEDULE ||
                    e->phase == TRACE_PLAN;
     why[0] = '\0';
@@ -18,6 +26,14 @@ int trace_times_why(const trace_event *e, char *why, size_t n) {
     else if (e->end_ns < e->start_ns)
         snprintf(why, n, "ends (%llu ns) before it starts (%llu ns)", (unsigned long long)e->end_ns,
                  (unsigned long long)e->start_ns);
+    else if (!trace_offset_why(offset_ns, why, n)) {
+        /* each side within its bound: the sums fit an int64 */
+        int64_t s = (int64_t)e->start_ns + offset_ns, t = (int64_t)e->end_ns + offset_ns;
+        if (s < 0 || t > TRACE_TIME_MAX)
+            snprintf(why, n, "%s %lld ns on the job clock (its node's clock offset %lld ns added): outside 0..%lld ns",
+                     s < 0 ? "start_ns" : "end_ns", (long long)(s < 0 ? s : t), (long long)offset_ns,
+                     (long long)TRACE_TIME_MAX);
+    }
     return why[0] != '\0';
 }
 

@@ -149,12 +149,27 @@ _Static_assert(sizeof(trace_event) == 64, "trace_event must stay one cache line"
  * stopped a job's whole trace). */
 #define TRACE_TIME_MAX (INT64_MAX / 2)
 
+/* The largest clock offset a node may have to the master, either way
+ * (master clock - the node's, collector.h). Both are CLOCK_MONOTONIC
+ * readings of at most TRACE_TIME_MAX, so no two real clocks differ by
+ * more, and a record's time plus such an offset fits an int64. A
+ * forwarder's frame carries its offset: a broken or hostile one could
+ * otherwise shift its records anywhere, or overflow the sum. */
+#define TRACE_OFFSET_MAX TRACE_TIME_MAX
+
+/* What is wrong with a node's clock offset, into why (n bytes, "" when
+ * nothing is): past +-TRACE_OFFSET_MAX. 1 when bad. */
+int trace_offset_why(int64_t offset_ns, char *why, size_t n);
+
 /* What is wrong with a record's times, into why (n bytes, "" when nothing
- * is): a time past TRACE_TIME_MAX, or an end before the start. Records of
- * phases without times (names, schedules, plans) pass. The one check of
- * both boundaries: libpprun_trace refuses such a call, the collector such
- * a record in a ring (a program can write its ring directly). 1 when bad. */
-int trace_times_why(const trace_event *e, char *why, size_t n);
+ * is): a time past TRACE_TIME_MAX, or an end before the start; and, with
+ * its node's clock offset (0 on the master and in libpprun_trace), a time
+ * that the offset moves outside 0..TRACE_TIME_MAX on the job clock (or an
+ * offset past its own bound). Records of phases without times (names,
+ * schedules, plans) pass. The one check of both boundaries: libpprun_trace
+ * refuses such a call, the collector such a record in a ring (a program
+ * can write its ring directly) or from a forwarder. 1 when bad. */
+int trace_times_why(const trace_event *e, int64_t offset_ns, char *why, size_t n);
 
 /* "F", "SEND_F", ... as stored in the database. */
 const char *trace_phase_name(int phase);

@@ -65,7 +65,10 @@ typedef int (*window_row_fn)(sqlite3_stmt *st, int rank, int64_t start, int64_t 
  * rank; for events, its columns alone: the rows of that source come
  * through event_runs (DB_RANK_ROWS), the runs that end in or after the
  * window's start. Returns -1 with r filled when a query cannot be
- * prepared. */
+ * prepared or a row's time is past its bound (bounds.h): a caller that
+ * answers with what the callbacks wrote would otherwise send the rows
+ * before the bad one as if they were all (an empty list, for a forged
+ * kernel that starts before the job). */
 static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask, int64_t from, int64_t to,
                        const char *select, const char *source, int tcol, window_row_fn row, void *ctx, reply *r) {
     char sql[2][1024];
@@ -86,7 +89,7 @@ static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask
         sqlite3_finalize(q[0]);
         return -1;
     }
-    int stop = 0;
+    int stop = 0, bad = 0;
     for (int rank = 0; rank < j->world && !stop; rank++) {
         if (!mask[rank]) continue;
         for (int k = 0; k < 2 && !stop; k++) {
@@ -98,7 +101,7 @@ static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask
             while (!stop && sqlite3_step(st) == SQLITE_ROW) {
                 if (routes_check_time(st, tcol, j->id, source ? "events.start_ns" : "kernels.start_ns", r) != 0 ||
                     routes_check_time(st, tcol + 1, j->id, source ? "events.end_ns" : "kernels.end_ns", r) != 0) {
-                    stop = 1;
+                    stop = bad = 1;
                     break;
                 }
                 int64_t s = sqlite3_column_int64(st, tcol) - j->t0, e = sqlite3_column_int64(st, tcol + 1) - j->t0;
@@ -110,7 +113,7 @@ static int window_rows(sqlite3 *db, const job_info *j, const unsigned char *mask
     }
     sqlite3_finalize(q[0]);
     sqlite3_finalize(q[1]);
-    return 0;
+    return bad ? -1 : 0;
 }
 
 /* The step's span: from step_stats, else from its events. */

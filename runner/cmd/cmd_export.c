@@ -1,7 +1,8 @@
 /* cmd_export.c: `pprun export --db FILE [--job ID] [--steps A-B] [--format chrome] [--out FILE]`:
  * a job's trace as Chrome trace JSON (opens in Perfetto, chrome://tracing).
- * The database is opened read-only; with --out the file appears only when
- * complete, and only where nothing but a regular file was (file_output). */
+ * The database is opened read-only; the trace appears only when complete,
+ * on stdout as in a --out file, and with --out only where nothing but a
+ * regular file was (file_output). */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -103,16 +104,17 @@ int cmd_export(int argc, char **argv) {
         sqlite3_close(sql);
         return 2;
     }
-    int to_stdout = out.f == stdout;
+    /* Standard output too gets the trace only once it is whole
+     * (file_output), so a refusal at a bad row prints nothing. */
     int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, out.f, &err);
     sqlite3_close(sql);
     /* A job or steps that are not there are bad input (2); output that
-     * could not be written is a failure (1), as for pprun query. */
+     * could not be written is a failure (1), as for pprun query. Errors
+     * writing stdout itself are main's, as for every command's output. */
     int status = rc != 0 && ferror(out.f) ? 1 : 2;
     if (rc != 0) file_output_abort(&out);
     else if (file_output_commit(&out, &err) != 0) rc = -1, status = 1;
     if (rc == 0) return 0;
-    if (status == 1 && to_stdout) return 1; /* main names the error, as for every command's output */
     fprintf(stderr, "pprun export: %s\n", err.msg);
     return status;
 }

@@ -270,7 +270,8 @@ static size_t keep_if(collector *c, trace_event *ev, size_t n, record_check ok, 
  * rank or step nobody ran. Nor one whose times libpprun_trace would have
  * refused (trace_times_why): a program can write its ring directly, and
  * one such record failed its step's analysis, which stopped the job's
- * whole trace. */
+ * whole trace; nor one that its node's clock offset (c->offset, what the
+ * database adds to its times) moves off the job clock's range. */
 static int in_job(const collector *c, int ring_rank, const trace_event *e, char *why, size_t n) {
     (void)ring_rank;
     int in_world = e->rank >= 0 && e->rank < c->cfg.world_size;
@@ -280,7 +281,7 @@ static int in_job(const collector *c, int ring_rank, const trace_event *e, char 
         return 0;
     }
     char bad[200];
-    if (!trace_times_why(e, bad, sizeof bad)) return 1;
+    if (!trace_times_why(e, c->offset[e->rank], bad, sizeof bad)) return 1;
     snprintf(why, n, "of rank %d step %d whose times are bad: %s", e->rank, e->step, bad);
     return 0;
 }
@@ -683,6 +684,14 @@ static void ingest_frames(collector *c, netserve_conn *k) {
             if (fr.rank < 0 || fr.rank >= c->cfg.world_size) {
                 conn_note(c, "dropping a forwarding connection from %s: frame for rank %d of %d", k->peer, fr.rank,
                           c->cfg.world_size);
+                k->dead = 1;
+                return;
+            }
+            /* An offset past its bound would shift the node's records off
+             * the job clock (or overflow adding it): not one of ours. */
+            char why[160];
+            if (trace_offset_why(fr.clock_offset_ns, why, sizeof why)) {
+                conn_note(c, "dropping a forwarding connection from %s: rank %d's %s", k->peer, fr.rank, why);
                 k->dead = 1;
                 return;
             }

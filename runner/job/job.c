@@ -14,4 +14,5 @@ void job_free(run_job *job) {
     if (job->db) db_close(job->db);
     run_config_free_args(job->worker_args);
     sched_free(job->plan);
+    sched_free(job->csv_plan); /* the checks stopped before the plan was built */
 }

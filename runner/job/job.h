@@ -36,6 +36,7 @@ typedef struct run_job {
     run_config cfg;
     launch_options lo;
     sched_plan *plan;
+    sched_plan *csv_plan; /* --schedule csv:FILE as the checks read it, once, until run_config_plan takes it */
     db *db;         /* the job's writer; only the collector thread writes while it runs */
     int db_created; /* this run created --db (a refused --serve removes it again) */
     int64_t job_id;

@@ -228,15 +228,15 @@ static void name_program(run_job *job) {
 /* --schedule csv:FILE sets the pipeline's ranks (its rows) and the
  * microbatches (docs/cli.md): what the command line left out comes from the
  * file, so `pprun schedule --csv-out` then `pprun run --schedule csv:` runs
- * as written; a value given that the file contradicts is refused by name. */
+ * as written; a value given that the file contradicts is refused by name.
+ * The file is read here only: job->csv_plan goes on to run_config_plan. */
 static int csv_shape(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
     launch_options *lo = &job->lo;
     if (cfg->schedule != RUN_SCHEDULE_CSV) return 0;
-    sched_plan *plan;
-    if (sched_load_csv(cfg->schedule_csv, &plan, err) != 0) return pp_wrap(err, "--schedule csv:%s", cfg->schedule_csv);
-    int ranks = plan->ranks, m = plan->microbatches;
-    sched_free(plan);
+    if (sched_load_csv(cfg->schedule_csv, &job->csv_plan, err) != 0)
+        return pp_wrap(err, "--schedule csv:%s", cfg->schedule_csv);
+    int ranks = job->csv_plan->ranks, m = job->csv_plan->microbatches;
     const char *file = cfg->schedule_csv;
     if (job->microbatches_given && cfg->microbatches != m)
         return pp_fail(err, "--microbatches %d: --schedule csv:%s has %d microbatches (the file sets them): give "
@@ -339,7 +339,9 @@ int job_check(run_job *job, pp_err *err) {
     if (run_config_mesh(cfg, world, from, err) != 0) return -1;
     /* one pipeline's plan: every replica runs it (docs/cli.md, "Data parallel") */
     if (cfg->schedule_costs_db[0] && read_schedule_costs(job, cfg->pp, err) != 0) return -1;
-    if (run_config_plan(cfg, cfg->pp, &job->plan, err) != 0) return -1;
+    sched_plan *csv = job->csv_plan; /* taken over */
+    job->csv_plan = NULL;
+    if (run_config_plan(cfg, cfg->pp, csv, &job->plan, err) != 0) return -1;
     if (cfg->serve && !cfg->trace) return pp_fail(err, "--serve shows the trace: it needs --trace on");
     if (cfg->allow_hosts[0] && !cfg->serve)
         return pp_fail(err, "--allow-host names a host the dashboard answers to: it needs --serve");

@@ -22,6 +22,7 @@
 #include "runner/model/model_internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -325,7 +326,20 @@ static int read_v2(FILE *f, const char *name, ck_head *h, pp_err *err) {
         return pp_fail(err, "%s: format version %u, this pprun reads versions 1 and 2", name, v.version);
     if (v.byte_order != CK_BYTE_ORDER)
         return pp_fail(err, "%s: written on a machine of the other byte order", name);
-    v.spec[sizeof v.spec - 1] = '\0', v.run_id[sizeof v.run_id - 1] = '\0';
+    /* The text fields end within their bytes, as every writer leaves them:
+     * checked, not cut short in place, as the header's checksum is over
+     * the bytes the file holds (a run field cut short was called a
+     * checksum mismatch). */
+    const struct {
+        const char *what, *text;
+        size_t at, size;
+    } texts[] = {{"model spec", v.spec, offsetof(ck2_header, spec), sizeof v.spec},
+                 {"run", v.run_id, offsetof(ck2_header, run_id), sizeof v.run_id}};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+        if (!memchr(texts[i].text, '\0', texts[i].size))
+            return pp_fail(err, "%s: its %s field (bytes %zu to %zu) holds no NUL: a text of at most %zu bytes ends "
+                                "within it (the header is corrupted)", name, texts[i].what, texts[i].at,
+                           texts[i].at + texts[i].size - 1, texts[i].size - 1);
     if (v.steps_done < 0 || v.steps_done > CK_STEPS_MAX)
         return pp_fail(err, "%s: its step count %d is out of range; accepted: 0 to %d (the header is corrupted)", name,
                        v.steps_done, CK_STEPS_MAX);

@@ -112,7 +112,7 @@ static int open_eval_data(worker *w, size_t min_bytes, pp_err *err) {
 static int open_inputs(worker *w, pp_err *err) {
     const run_config *cfg = w->cfg;
     if (read_mesh(w, err) != 0) return -1;
-    if (run_config_plan(cfg, w->pranks, &w->plan, err) != 0) return -1;
+    if (run_config_plan(cfg, w->pranks, NULL, &w->plan, err) != 0) return -1;
     const sched_plan *plan = w->plan;
     if (cfg->eval_every && sched_forward_only(plan, cfg->eval_microbatches, &w->eval_plan, err) != 0) return -1;
     int first = plan->stage_rank[0] == w->prank, last = plan->stage_rank[plan->stages - 1] == w->prank;

@@ -31,7 +31,8 @@
  *   errors          each call returns its own; cudaGetLastError returns
  *                   (once) the emulator's failed launch, and a stream
  *                   whose launch failed fails every synchronisation
- *                   with it from then on (a GPU's fault is sticky)
+ *                   with it from then on (a GPU's fault is sticky),
+ *                   cudaDeviceSynchronize's and cudaFree's included
  *
  * Strict where the callers could go wrong: a copy's or memset's device side
  * must lie inside a device allocation (own or opened) and its host side
@@ -332,14 +333,17 @@ static cudaError_t sync_streams_of(int dev);
 
 /* As CUDA's, it first waits for the device's work: a launch queued before
  * it (PPRUN_STUB_ASYNC_US) may still use the memory. Like any CUDA call,
- * not from a stream's own work (a host function). */
+ * not from a stream's own work (a host function). A stream of the device
+ * whose launch failed makes it return that sticky error, as CUDA's does;
+ * the memory goes all the same (on a GPU the faulted context can use it
+ * no more), so a teardown that goes on frees the rest. */
 cudaError_t cudaFree(void *p) {
     if (!p) return cudaSuccess;
     alloc *a = take_alloc(p, 1);
     if (!a) return refuse(cudaErrorInvalidValue, "cudaFree of %p: not the base of a cudaMalloc", p);
-    sync_streams_of(a->dev);
+    cudaError_t e = sync_streams_of(a->dev);
     drop_alloc(a);
-    return cudaSuccess;
+    return e;
 }
 
 /* Device memory: the device it is on; anything else is unregistered host

@@ -151,7 +151,7 @@ static int run_rank(const job *j, const char *dir, int rank, pp_err *err) {
     rank_ctx ctx = {dir};
     engine e = {0};
     int rc = -1;
-    if (run_config_plan(&cfg, j->ranks, &plan, err) != 0 || data_open(NULL, 64, &data, err) != 0) goto out;
+    if (run_config_plan(&cfg, j->ranks, NULL, &plan, err) != 0 || data_open(NULL, 64, &data, err) != 0) goto out;
     if (j->ranks > 1) {
         comm_config cc = {.rank = rank, .world = j->ranks, .rank_node = nodes, .job_key = job_key,
                           .exchange = fx_exchange(dir), .connect_timeout_ms = 30000,
