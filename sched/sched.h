@@ -114,6 +114,11 @@ void sched_sim_free(sched_sim *sim);
  * forward-only plan) reduces nothing. -1 when out of memory. */
 double sched_sim_dp_step(const sched_plan *plan, const sched_sim *sim, const double *allreduce);
 
+/* A 64-bit digest of what a plan runs: its shape, stage placement, every
+ * rank's actions and overlapped pairs (not its name or idle cells). Two
+ * reads of one csv:FILE give the same digest unless the file changed. */
+uint64_t sched_digest(const sched_plan *plan);
+
 /* Releases a plan from sched_build or sched_load_csv. NULL is fine. */
 void sched_free(sched_plan *plan);
 

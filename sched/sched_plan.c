@@ -22,6 +22,19 @@ static char *put_int(int v, char *end) {
     return end;
 }
 
+uint64_t sched_digest(const sched_plan *plan) {
+    const int shape[4] = {plan->ranks, plan->stages, plan->virtual_stages, plan->microbatches};
+    uint64_t h = pp_hash(shape, sizeof shape) ^ pp_hash(plan->stage_rank, (size_t)plan->stages * sizeof(int)) * 31;
+    for (int r = 0; r < plan->ranks; r++)
+        for (int i = 0; i < plan->len[r]; i++) {
+            char text[32];
+            sched_action_fmt(&plan->actions[r][i], text);
+            /* the position counts: the same actions in another order differ */
+            h = (h ^ pp_hash_str(text) ^ (uint64_t)sched_overlaps(plan, r, i)) * 0x100000001b3ULL + (uint64_t)r;
+        }
+    return h;
+}
+
 /* sched_action_str's text without printf: the grid and the validator format
  * every cell of a big grid. */
 size_t sched_action_fmt(const sched_action *a, char *buf) {

@@ -15,6 +15,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
 #include "helpers/trace_fixture.h"
 #include "launch_testutil.h"
 #include "sched/sched.h"
@@ -293,6 +295,50 @@ Test(run, a_csv_schedule_is_read_once_by_the_launcher) {
             opens += (((struct inotify_event *)p)->mask & IN_OPEN) != 0;
     close(in);
     cr_assert_eq(opens, 1, "the launcher opened --schedule csv:once.csv %d times", opens);
+}
+
+/* A csv:FILE that changes after the launcher read it (and planned the job
+ * from it) but before its workers read it again: the workers refuse to
+ * run another schedule than the one the job recorded. The launcher is
+ * held between the two reads by an exclusive lock on its database. */
+Test(run, a_csv_schedule_changed_while_the_job_starts_is_refused) {
+    char *out = NULL;
+    cr_assert_eq(sh(&out, "cd '%s' && %s schedule --schedule gpipe --stages 2 --microbatches 4 --csv-out held.csv && "
+                          "%s schedule --schedule 1f1b --stages 2 --microbatches 4 --csv-out other.csv && "
+                          "%s run --db held.db --steps 1 --progress off -- true",
+                    tmpdir, PPRUN_BIN, PPRUN_BIN, PPRUN_BIN), 0, "%s", out);
+    free(out);
+    char csv[512], other[512], db[512], cmd[2048], log[512];
+    snprintf(csv, sizeof csv, "%s/held.csv", tmpdir);
+    snprintf(other, sizeof other, "%s/other.csv", tmpdir);
+    snprintf(db, sizeof db, "%s/held.db", tmpdir);
+    snprintf(log, sizeof log, "%s/held.log", tmpdir);
+    sqlite3 *lock;
+    cr_assert_eq(sqlite3_open(db, &lock), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(lock, "PRAGMA journal_mode=DELETE; BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    int in = inotify_init1(IN_CLOEXEC);
+    cr_assert_geq(in, 0);
+    cr_assert_geq(inotify_add_watch(in, csv, IN_CLOSE_NOWRITE), 0);
+    snprintf(cmd, sizeof cmd, "%s run --db '%s' --schedule csv:'%s' --steps 1 --model " SMALL_MODEL
+             " --progress off >'%s' 2>&1", PPRUN_BIN, db, csv, log);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+    cr_assert_gt(read(in, buf, sizeof buf), 0); /* the launcher has read the file; it waits for the lock */
+    close(in);
+    cr_assert_eq(rename(other, csv), 0);
+    sqlite3_exec(lock, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(lock);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    out = read_file(log, NULL);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0, "the job ran a schedule it did not record:\n%s", out);
+    cr_assert(strstr(out, "--schedule csv:") && strstr(out, "changed after pprun read it at the job's start"), "%s",
+              out);
+    free(out);
 }
 
 Test(run, a_restarted_job_resumes_from_its_checkpoint_bit_for_bit) {

@@ -51,8 +51,9 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
 }
 
 /* Each rank's environment: this node's address for TCP, its place in the
- * mesh, the job's MPS daemon, a user's program's schedule, and the fd of
- * the rank's trace ring. */
+ * mesh, the job's MPS daemon, a user's program's schedule (or the digest
+ * of a csv:FILE plan, for a worker that reads the file again), and the fd
+ * of the rank's trace ring. */
 static int rank_env(void *ctx, const launch_info *info, int local_rank, int global_rank, launch_env *env, pp_err *err) {
     run_job *job = ctx;
     (void)info;
@@ -60,6 +61,11 @@ static int rank_env(void *ctx, const launch_info *info, int local_rank, int glob
     if (job_mesh_env_set(&job->cfg, global_rank, env, err) != 0) return -1;
     if (job_mps_env(&job->mps, env, err) != 0) return -1;
     if (job->program && job_program_env_set(job->plan, &job->cfg, global_rank, env, err) != 0) return -1;
+    if (!job->program && job->cfg.schedule_csv[0]) { /* the worker reads the file again: it must be this plan */
+        char digest[24];
+        snprintf(digest, sizeof digest, "%016llx", (unsigned long long)sched_digest(job->plan));
+        if (launch_env_set(env, "PPRUN_SCHEDULE_DIGEST", digest, err) != 0) return -1;
+    }
     if (job->rings && job->rings[local_rank]) {
         int fd = trace_ring_fd(job->rings[local_rank]);
         char text[16];
