@@ -169,28 +169,37 @@ int db_export_parse_steps(const char *text, db_export_steps *out, pp_err *err) {
     return 0;
 }
 
-/* The op name of a span, as the X events show it: 0F3, SEND_F 3 to r1, OPT. */
+/* The transfer a phase is, SEND_F, RECV_F, SEND_B or RECV_B (an
+ * evaluation step's EVAL_SEND_F and EVAL_RECV_F are its SEND_F and RECV_F:
+ * schema.md), or NULL for an op that moves no tensor. */
+static const char *transfer_of(const char *phase) {
+    const char *p = strncmp(phase, "EVAL_", 5) == 0 ? phase + 5 : phase;
+    return strncmp(p, "SEND_", 5) == 0 || strncmp(p, "RECV_", 5) == 0 ? p : NULL;
+}
+
+/* The op name of a span, as the X events show it: 0F3, SEND_F 3 to r1,
+ * EVAL_RECV_F 3 from r0, OPT. */
 static void op_name(char *name, size_t n, const char *phase, int has_mb, int mb, int has_stage, int stage, int peer) {
-    int comm = strncmp(phase, "SEND", 4) == 0 || strncmp(phase, "RECV", 4) == 0;
-    if (comm)
-        snprintf(name, n, "%s %d %s r%d", phase, mb, phase[0] == 'S' ? "to" : "from", peer);
+    const char *t = transfer_of(phase);
+    if (t)
+        snprintf(name, n, "%s %d %s r%d", phase, mb, t[0] == 'S' ? "to" : "from", peer);
     else if (has_stage && has_mb)
         snprintf(name, n, "%d%s%d", stage, phase, mb);
     else
         snprintf(name, n, "%s", phase);
 }
 
-/* The transfer a SEND or RECV span belongs to, as one id: direction,
- * sender, receiver, the sending stage, microbatch, step, attempt (a RECV_F
- * of stage s was sent by stage s - 1, a RECV_B by stage s + 1). -1 for other
- * spans and for comm spans missing a field. */
+/* The transfer a SEND or RECV span belongs to, as one id: training or
+ * evaluation, direction, sender, receiver, the sending stage, microbatch,
+ * step, attempt (a RECV_F of stage s was sent by stage s - 1, a RECV_B by
+ * stage s + 1). -1 for other spans and for comm spans missing a field. */
 static int64_t flow_of(const char *phase, int rank, int has_peer, int peer, int has_mb, int mb, int has_stage,
                        int stage, int step, int attempt) {
-    int send = strncmp(phase, "SEND_", 5) == 0, recv = strncmp(phase, "RECV_", 5) == 0;
-    if ((!send && !recv) || !has_peer || !has_mb || !has_stage) return -1;
-    int fwd = phase[5] == 'F';
-    int64_t key[] = {fwd, send ? rank : peer, send ? peer : rank, send ? stage : fwd ? stage - 1 : stage + 1, mb, step,
-                     attempt};
+    const char *t = transfer_of(phase);
+    if (!t || !has_peer || !has_mb || !has_stage) return -1;
+    int send = t[0] == 'S', fwd = t[5] == 'F';
+    int64_t key[] = {t != phase, fwd,  send ? rank : peer, send ? peer : rank, send ? stage : fwd ? stage - 1 : stage + 1,
+                     mb,         step, attempt};
     uint64_t h = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < sizeof key / sizeof key[0]; i++) { /* splitmix64 over the fields */
         h ^= (uint64_t)key[i];
@@ -548,7 +557,7 @@ static op_row read_op(sqlite3_stmt *st) {
     o.source = (const char *)sqlite3_column_text(st, 10);
     o.id = sqlite3_column_int64(st, 11);
     o.name = (const char *)sqlite3_column_text(st, 12);
-    o.comm = strncmp(o.phase, "SEND", 4) == 0 || strncmp(o.phase, "RECV", 4) == 0;
+    o.comm = transfer_of(o.phase) != NULL;
     o.gpu = strcmp(o.source, "gpu") == 0;
     o.span = strcmp(o.phase, "SPAN") == 0;
     return o;
@@ -595,11 +604,12 @@ static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int ti
                                     o->step, o->attempt);
     if (flow < 0) return;
     int64_t s = o->start, e = o->end;
-    int send = o->phase[0] == 'S';
+    const char *t = transfer_of(o->phase);
+    int send = t[0] == 'S';
     fprintf(x->out,
             ",\n{\"ph\":\"%s\",%s\"id\":\"%llx\",\"cat\":\"flow\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
             send ? "s" : "f", send ? "" : "\"bp\":\"e\",", (unsigned long long)flow,
-            o->phase[5] == 'F' ? "activation" : "gradient", pid, tid);
+            t[5] == 'F' ? "activation" : "gradient", pid, tid);
     put_us(x->out, (send ? s + (e - s) / 2 : e > s ? e - 1 : s) - x->t0);
     fputc('}', x->out);
 }
@@ -697,27 +707,29 @@ static void write_stream_threads(chrome_export *x) {
     }
 }
 
-/* The loss as a counter on the node of the rank that computed it. */
-static int write_losses(chrome_export *x, pp_err *err) {
+/* The training losses ("loss") and the evaluation losses ("eval loss",
+ * --eval-every) as counters on the node of the rank that computed them. */
+static int write_losses(chrome_export *x, const char *table, const char *counter, pp_err *err) {
     sqlite3_stmt *st;
-    char f[96];
-    if (prepare_in(x->db,
-                   "SELECT l.step, l.microbatch, l.loss, l.at_ns, coalesce(r.node,0) FROM losses l"
-                   " LEFT JOIN ranks r ON r.job_id=l.job_id AND r.rank=l.rank"
-                   " WHERE l.job_id=?1%s ORDER BY l.at_ns",
-                   step_filter(f, sizeof f, "l.step", x->steps), x->job, &st) != SQLITE_OK)
-        return sql_fail(x->db, "reading losses", err);
+    char sql[320], f[96], what[64];
+    snprintf(sql, sizeof sql,
+             "SELECT l.step, l.microbatch, l.loss, l.at_ns, coalesce(r.node,0) FROM %s l"
+             " LEFT JOIN ranks r ON r.job_id=l.job_id AND r.rank=l.rank"
+             " WHERE l.job_id=?1%%s ORDER BY l.at_ns", table);
+    snprintf(what, sizeof what, "reading %s", table);
+    if (prepare_in(x->db, sql, step_filter(f, sizeof f, "l.step", x->steps), x->job, &st) != SQLITE_OK)
+        return sql_fail(x->db, what, err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         next_event(x);
-        fprintf(x->out, "{\"ph\":\"C\",\"name\":\"loss\",\"pid\":%d,\"ts\":", sqlite3_column_int(st, 4));
+        fprintf(x->out, "{\"ph\":\"C\",\"name\":\"%s\",\"pid\":%d,\"ts\":", counter, sqlite3_column_int(st, 4));
         put_us(x->out, sqlite3_column_int64(st, 3) - x->t0);
         fprintf(x->out, ",\"args\":{\"loss\":");
         put_num(x->out, sqlite3_column_type(st, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2), "%.9g");
         fputs("}}", x->out);
     }
     sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : sql_fail(x->db, "reading losses", err);
+    return rc == SQLITE_DONE ? 0 : sql_fail(x->db, what, err);
 }
 
 /* Each step's bubble ratio per rank, one counter track per rank on its node. */
@@ -761,7 +773,9 @@ static int write_body(chrome_export *x, pp_err *err) {
         return -1;
     write_rank_threads(x);
     write_stream_threads(x);
-    if (write_losses(x, err) != 0 || write_bubbles(x, err) != 0) return -1;
+    if (write_losses(x, "losses", "loss", err) != 0 || write_losses(x, "eval_losses", "eval loss", err) != 0 ||
+        write_bubbles(x, err) != 0)
+        return -1;
     return write_end(x, err);
 }
 

@@ -392,7 +392,7 @@ static int is_cat(cJSON *e, const char *cat) {
 
 /* One end of a transfer: the X event of a SEND or RECV span. */
 typedef struct comm_span {
-    int pid, tid, send, fwd, step, mb, stage, peer;
+    int pid, tid, send, fwd, step, mb, stage, peer, eval; /* eval: an evaluation step's EVAL_SEND_F, EVAL_RECV_F */
     double ts, end;
 } comm_span;
 
@@ -405,8 +405,11 @@ static const comm_span *enclosing(const comm_span *c, int n, int pid, int tid, d
 
 /* Every SEND span starts a flow that ends in the RECV span of the same
  * boundary tensor: the sender's peer is the receiver and back, same step
- * and microbatch, the receiving stage next to the sending one. */
-static void check_flows(const char *sched, const char *extra) {
+ * and microbatch, the receiving stage next to the sending one; an
+ * evaluation step's sends too, on the comm thread, to its own receives.
+ * Returns the export's events that say evaluation: EVAL_ comm spans and
+ * "eval loss" counter points. */
+static int check_flows(const char *sched, const char *extra) {
     char db[256], json[300], cmd[2048];
     fixture_tmp_path(db, sizeof db, "export-flows");
     snprintf(json, sizeof json, "%s.json", db);
@@ -419,7 +422,7 @@ static void check_flows(const char *sched, const char *extra) {
     cJSON *root = read_json(json);
     cJSON *evs = cJSON_GetObjectItem(root, "traceEvents"), *e;
     static comm_span c[512];
-    int n = 0, sends = 0, recvs = 0;
+    int n = 0, sends = 0, recvs = 0, evals = 0;
     cJSON_ArrayForEach(e, evs) {
         if (strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "X") != 0 ||
             strcmp(cJSON_GetObjectItem(e, "cat")->valuestring, "comm") != 0)
@@ -427,11 +430,15 @@ static void check_flows(const char *sched, const char *extra) {
         cr_assert_lt(n, 512);
         cJSON *a = cJSON_GetObjectItem(e, "args");
         const char *phase = cJSON_GetObjectItem(a, "phase")->valuestring;
+        int eval = strncmp(phase, "EVAL_", 5) == 0;
+        if (eval) phase += 5;
         double ts = cJSON_GetObjectItem(e, "ts")->valuedouble;
         c[n] = (comm_span){cJSON_GetObjectItem(e, "pid")->valueint, cJSON_GetObjectItem(e, "tid")->valueint,
                            phase[0] == 'S', phase[5] == 'F', cJSON_GetObjectItem(a, "step")->valueint,
                            cJSON_GetObjectItem(a, "microbatch")->valueint, cJSON_GetObjectItem(a, "stage")->valueint,
-                           cJSON_GetObjectItem(a, "peer")->valueint, ts, ts + cJSON_GetObjectItem(e, "dur")->valuedouble};
+                           cJSON_GetObjectItem(a, "peer")->valueint, eval, ts,
+                           ts + cJSON_GetObjectItem(e, "dur")->valuedouble};
+        evals += eval;
         sends += c[n].send;
         recvs += !c[n].send;
         n++;
@@ -462,7 +469,8 @@ static void check_flows(const char *sched, const char *extra) {
         }
         cr_assert_eq(matches, 1, "%s: flow %s has one end", sched, id);
         cr_assert(r && !r->send, "%s: flow %s ends inside a RECV span", sched, id);
-        cr_assert(r->fwd == s->fwd && r->step == s->step && r->mb == s->mb, "%s: one tensor", sched);
+        cr_assert(r->fwd == s->fwd && r->step == s->step && r->mb == s->mb && r->eval == s->eval, "%s: one tensor",
+                  sched);
         cr_assert_eq(s->peer, r->tid / 16, "%s: the SEND's peer receives", sched);
         cr_assert_eq(r->peer, s->tid / 16, "%s: the RECV's peer sent", sched);
         cr_assert_eq(r->stage, s->stage + (s->fwd ? 1 : -1), "%s: the next stage receives", sched);
@@ -470,15 +478,24 @@ static void check_flows(const char *sched, const char *extra) {
     cJSON_ArrayForEach(e, evs) ends += strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "f") == 0 && is_cat(e, "flow");
     cr_assert_eq(starts, sends, "%s: a flow per transfer", sched);
     cr_assert_eq(ends, recvs);
+    cJSON_ArrayForEach(e, evs) {
+        cJSON *name = cJSON_GetObjectItem(e, "name");
+        evals += strcmp(cJSON_GetObjectItem(e, "ph")->valuestring, "C") == 0 && cJSON_IsString(name) &&
+                 strcmp(name->valuestring, "eval loss") == 0;
+    }
     cJSON_Delete(root);
     unlink(json);
     fixture_tmp_path(db, sizeof db, "export-flows"); /* removes the database */
+    return evals;
 }
 
 Test(db_export, each_transfer_is_a_flow_from_its_send_to_its_recv, .timeout = 120) {
-    check_flows("1f1b", "");
+    cr_assert_eq(check_flows("1f1b", ""), 0);
     check_flows("interleaved-1f1b", "--virtual-stages 2");
     check_flows("zb-v", "");
+    /* 2 evaluations of 2 microbatches: each a send and a receive, and a loss */
+    cr_assert_eq(check_flows("1f1b", "--eval-every 1 --eval-microbatches 2"), 2 * 2 * 3,
+                 "the evaluations' transfers on the comm thread and their losses as a counter");
 }
 
 /* Held activation bytes: a counter per rank, on the rank's node, at each
