@@ -84,7 +84,8 @@ static int compare(sqlite3 *db, const char *dbpath, long job, long vs, int json,
 
 /* Job `job`'s summary, critical path, stage balance and what-if, as text
  * on `text` or (json) as {"job", "summary", "whatif", "critpath"} on
- * stdout; 0, or 2 with the reason on stderr (the text may have begun). */
+ * stdout; 0, or 2 with the reason on stderr (the text may have begun:
+ * the caller prints it only on success). */
 static int stats(sqlite3 *db, const char *dbpath, long job, int json, FILE *text) {
     job_summary s;
     critpath_report cp = {0};
@@ -193,7 +194,7 @@ int cmd_stats(int argc, char **argv) {
     rc = vs ? compare(db, dbpath, job, vs, json, tf) : stats(db, dbpath, job, json, tf);
     if (tf) {
         fclose(tf);
-        term_write(stdout, text, len, TERM_LINES);
+        if (rc == 0) term_write(stdout, text, len, TERM_LINES); /* a refusal prints none of the report */
         free(text);
     }
 out:
