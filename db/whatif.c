@@ -456,6 +456,10 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
     durations d[6] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 5, sizeof *by_stage) : NULL;
     int oom = S > 0 && !by_stage;
     for (int k = 0; k < S; k++) bp->rank[k] = -1;
+    /* every pipeline of a --dp job runs each stage: its medians are over
+     * all of them, so the table names them all (balance.h) */
+    bp->replicas = s->nreplicas > 1 ? s->nreplicas : 1;
+    bp->pipeline_ranks = s->world / bp->replicas;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int k = sqlite3_column_int(st, 0), stage = sqlite3_column_int(st, 2);
         int64_t ns = sqlite3_column_int64(st, 1);
@@ -463,7 +467,8 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         oom = durations_push(&d[k], ns) != 0;
         if (oom || k == 3 || !by_stage || sqlite3_column_type(st, 2) == SQLITE_NULL || stage < 0 || stage >= S)
             continue;
-        bp->rank[stage] = sqlite3_column_int(st, 3);
+        int rank = sqlite3_column_int(st, 3);
+        if (bp->rank[stage] < 0 || rank < bp->rank[stage]) bp->rank[stage] = rank; /* the first pipeline's */
         oom = durations_push(&by_stage[stage * 5 + (k == 4 ? 3 : k == 5 ? 4 : k)], ns) != 0;
     }
     r->wait_cpu_share = net && took > 0 ? 1 - ran / took : NAN;

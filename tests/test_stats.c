@@ -336,6 +336,66 @@ Test(stats, a_short_zb_v_job_records_its_ranks_state_and_gets_a_planned_timeline
     lt_free(&run);
 }
 
+/* The median of a column of int64 rows, as the what-if takes it (the mean
+ * of the middle two of an even count). */
+static double sql_median(const char *path, const char *sql) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    int64_t v[4096];
+    int n = 0;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    while (sqlite3_step(st) == SQLITE_ROW && n < 4096) v[n++] = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert_gt(n, 0, "%s", sql);
+    qsort(v, (size_t)n, sizeof v[0], cmp_i64);
+    return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
+}
+
+/* A job of two pipelines (--pp 2 --dp 2) runs stage 0 on ranks 0 and 2:
+ * the stage balance's medians are over both, and its table and JSON name
+ * both ranks, not the last one read (it printed "0 2", "1 3" before). */
+Test(stats, a_dp_jobs_stage_balance_names_every_rank_it_measured, .timeout = 240) {
+    const char *db = tfix_path("balance-dp.db");
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--pp", "2", "--dp", "2", "--microbatches", "4", "--steps", "3", "--model",
+                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_proc p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "\n  stage ranks layers ");
+    lt_assert_has(p.out, "\n  0       0,2 -  ");
+    lt_assert_has(p.out, "\n  1       1,3 -  ");
+    lt_free(&p);
+
+    lt_run(&p, (const char *[]){"stats", "--db", db, "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cJSON *root = cJSON_Parse(p.out), *wi = cJSON_GetObjectItem(root, "whatif");
+    cJSON *stages = cJSON_GetObjectItem(cJSON_GetObjectItem(wi, "balance"), "stages");
+    cr_assert_eq(cJSON_GetArraySize(stages), 2, "%s", p.out);
+    int first = cJSON_GetObjectItem(wi, "first_step")->valueint, last = cJSON_GetObjectItem(wi, "last_step")->valueint;
+    for (int k = 0; k < 2; k++) {
+        cJSON *st = cJSON_GetArrayItem(stages, k), *ranks = cJSON_GetObjectItem(st, "ranks");
+        cr_assert_eq(cJSON_GetObjectItem(st, "rank")->valueint, k, "the first pipeline's, as before");
+        cr_assert_eq(cJSON_GetArraySize(ranks), 2, "%s", p.out);
+        cr_assert_eq(cJSON_GetArrayItem(ranks, 0)->valueint, k);
+        cr_assert_eq(cJSON_GetArrayItem(ranks, 1)->valueint, k + 2);
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "SELECT end_ns - start_ns FROM events WHERE job_id=1 AND phase='F' AND source='cpu' AND stage=%d "
+                 "AND rank IN (%d, %d) AND step BETWEEN %d AND %d",
+                 k, k, k + 2, first, last);
+        cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(st, "costs_ns"), "f")->valuedouble,
+                           sql_median(db, sql), 0.5, "stage %d's F median is over both of its ranks", k);
+    }
+    cJSON_Delete(root);
+    lt_free(&p);
+    lt_free(&run);
+}
+
 /* The what-if row of a line of `pprun stats` (after its name), or "". */
 static void whatif_line(const char *out, const char *name, char *row, size_t size) {
     char key[80];
