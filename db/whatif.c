@@ -132,7 +132,7 @@ static int whatif_too_big(int64_t actions, whatif_row *row) {
 
 static void whatif_row_init(whatif_row *row, const char *name, int v) {
     memset(row, 0, sizeof *row);
-    snprintf(row->schedule, sizeof row->schedule, "%s", name);
+    snprintf(row->schedule, sizeof row->schedule, "%.63s", name);
     row->virtual_stages = v;
     row->step_time_ns = row->bubble_ratio = NAN;
     row->act_peak_bytes = -1;
@@ -170,9 +170,7 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
     sched_free(plan);
 }
 
-/* A --max-mem as the job stored it (config_json: bytes as "8388608B", or a
- * count of microbatch-stages) as the user would type it: "8MiB", "5". */
-static const char *whatif_bound(const char *stored, char buf[24]) {
+const char *whatif_max_mem_text(const char *stored, char buf[24]) {
     char *end;
     errno = 0;
     unsigned long long bytes = strtoull(stored, &end, 10);
@@ -181,23 +179,34 @@ static const char *whatif_bound(const char *stored, char buf[24]) {
     return buf;
 }
 
-/* The job's own plan, as it ran (a csv: job's), at the job's own costs. */
+/* plan, at its own chunks per rank, played at in's costs into row (whose
+ * name and v are set): a chunk of v per rank costs and holds as
+ * whatif_chunk_costs and whatif_scale say, or its share of in's profile. */
+static void whatif_play_plan(const whatif_input *in, const sched_plan *plan, whatif_row *row) {
+    int64_t actions = 0;
+    for (int r = 0; r < plan->ranks; r++) actions += plan->len[r];
+    if (whatif_too_big(actions, row)) return;
+    int v = plan->virtual_stages;
+    sched_costs c = whatif_chunk_costs(in, v);
+    pp_err err;
+    sched_costs *each = whatif_profiled(in) ? whatif_profile_costs(in, plan->stages, &err) : NULL;
+    if (whatif_profiled(in) && !each) whatif_play(in, NULL, &err, NULL, NULL, 1.0, row);
+    else whatif_play(in, plan, NULL, &c, each, whatif_scale(in, v), row);
+    free(each);
+}
+
+/* The job's own plan, as it ran (a csv: job's, or one built under
+ * --max-mem), at the job's own costs. */
 static void whatif_own(const whatif_input *in, whatif_row *row) {
     const char *name = in->schedule, *slash = strrchr(name, '/');
     char shown[sizeof row->schedule], bound[24];
     if (strncmp(name, "csv:", 4) == 0 && slash) snprintf(shown, sizeof shown, "csv:%.59s", slash + 1);
-    else if (in->max_mem) snprintf(shown, sizeof shown, "%.20s --max-mem %.20s", name, whatif_bound(in->max_mem, bound));
+    else if (in->max_mem)
+        snprintf(shown, sizeof shown, "%.20s --max-mem %.20s", name, whatif_max_mem_text(in->max_mem, bound));
     else snprintf(shown, sizeof shown, "%.63s", name);
     whatif_row_init(row, shown, in->virtual_stages);
     row->this_job = 1;
-    int64_t actions = 0;
-    for (int r = 0; r < in->own_plan->ranks; r++) actions += in->own_plan->len[r];
-    if (whatif_too_big(actions, row)) return;
-    pp_err err;
-    sched_costs *each = whatif_profiled(in) ? whatif_profile_costs(in, in->own_plan->stages, &err) : NULL;
-    if (whatif_profiled(in) && !each) whatif_play(in, NULL, &err, NULL, NULL, 1.0, row);
-    else whatif_play(in, in->own_plan, NULL, &in->costs, each, 1.0, row);
-    free(each);
+    whatif_play_plan(in, in->own_plan, row);
 }
 
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err) {
@@ -551,9 +560,10 @@ static int whatif_push_action(sched_action **list, int *len, int *cap, sched_act
  * leaving at its end (docs/torch.md). Of a job of several pipelines, the
  * first one's ranks (every replica runs its plan). *out stays NULL when
  * the table does not hold a whole plan for the job's shape. */
-static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, sched_plan **out, pp_err *err) {
+static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, int p, sched_plan **out,
+                            pp_err *err) {
     *out = NULL;
-    int p = r->in.ranks, stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
+    int stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (!whole) return 0;
     if (whatif_prepare(db, "SELECT rank, stage, phase, microbatch FROM plan WHERE job_id=?1 ORDER BY rank, slot", &st,
@@ -810,7 +820,7 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     if (r->recomputed && whatif_read_act_profile(db, s, r, err) != 0) return -1;
     r->in.profile = r->has_profile ? &r->profile : NULL;
     sched_plan *own = NULL;
-    if ((!whatif_is_built_in(r->in.schedule) || r->in.max_mem) && whatif_read_plan(db, s, r, &own, err) != 0)
+    if ((!whatif_is_built_in(r->in.schedule) || r->in.max_mem) && whatif_read_plan(db, s, r, r->in.ranks, &own, err) != 0)
         return -1;
     r->in.own_plan = own;
     r->nrows = whatif_simulate(&r->in, r->rows, err);
@@ -891,4 +901,20 @@ int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sche
 out:
     summary_free(&s);
     return rc;
+}
+
+int whatif_play_job_plan(sqlite3 *db, const job_summary *js, const whatif_report *jw, const whatif_input *in,
+                         whatif_row *row, pp_err *err) {
+    whatif_row_init(row, jw->in.schedule, jw->in.virtual_stages);
+    int p = js->world / (js->nreplicas > 1 ? js->nreplicas : 1); /* one pipeline's: --dp replicates it */
+    sched_plan *plan = NULL;
+    if (whatif_read_plan(db, js, jw, p, &plan, err) != 0) return -1;
+    if (!plan)
+        snprintf(row->error, sizeof row->error, "job %lld's plan is not in the database whole", (long long)js->job_id);
+    else if (p != in->ranks || plan->microbatches != in->microbatches)
+        snprintf(row->error, sizeof row->error, "job %lld ran %d ranks and %d microbatches a pipeline, the what-if %d "
+                 "and %d", (long long)js->job_id, p, plan->microbatches, in->ranks, in->microbatches);
+    else whatif_play_plan(in, plan, row);
+    sched_free(plan);
+    return 0;
 }

@@ -211,6 +211,22 @@ int whatif_read_sharing(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err)
  * there is none (or it could not be built). */
 int whatif_own_row(const whatif_report *r);
 
+/* Job js's plan as it ran (its plan table), played at another job's
+ * costs `in` (its what-if's, whatif_read) as in's rows are played: what
+ * `pprun stats --vs` predicts for a job whose order no row rebuilds, a
+ * zb-h1 or zb-v built under its --max-mem (docs/cli.md, "Two jobs side by
+ * side"). jw is js's what-if (its shape and schedule). row is named as
+ * js's schedule at its chunks; its error says why it was not played (no
+ * whole plan in the database, another shape). -1 with err on a database
+ * error only. */
+int whatif_play_job_plan(sqlite3 *db, const job_summary *js, const whatif_report *jw, const whatif_input *in,
+                         whatif_row *row, pp_err *err);
+
+/* A --max-mem as a job stored it (config_json: bytes as "8388608B", or a
+ * count of microbatch-stages) as the user would type it: "8MiB", "5";
+ * buf, or stored itself. */
+const char *whatif_max_mem_text(const char *stored, char buf[24]);
+
 /* The costs to order a new job's zb-v by (`pprun run --schedule-costs
  * DB[:JOB]`), read off job `job` in db as whatif_read measures them: for a
  * chunk of a job with `ranks` ranks of v chunks each, running `model` (a

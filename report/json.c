@@ -535,9 +535,10 @@ static void prediction(jw *w, const job_summary *js, const job_summary *os, cons
         jw_obj_end(w);
         return;
     }
-    const whatif_row *row = &owr->rows[c->predicted];
+    const whatif_row *row = &c->row;
     jw_kint(w, "by", c->other);
     jw_kstr(w, "schedule", row->schedule);
+    jw_kstr(w, "max_mem", c->max_mem[0] ? c->max_mem : NULL); /* the job's own order under it, as it ran */
     jw_key(w, "tuned");
     jw_bool(w, row->tuned);
     jw_kint(w, "virtual_stages", row->virtual_stages);

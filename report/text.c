@@ -524,11 +524,13 @@ static void cmp_prediction(FILE *out, const job_summary *js, const job_summary *
         fprintf(out, "what if    no prediction: %s\n", c->why_not);
         return;
     }
-    const whatif_row *row = &ow->rows[c->predicted];
+    const whatif_row *row = &c->row;
     char cuts[BALANCE_MAX_STAGES * 6 + 20] = "";
     if (c->by_cuts) {
         snprintf(cuts, sizeof cuts, " --pipeline-cuts ");
         sched_cuts_text(ow->cuts, ow->ncuts, cuts + strlen(cuts), sizeof cuts - strlen(cuts));
+    } else if (c->max_mem[0]) { /* not the other's unbounded row: say which order was played */
+        snprintf(cuts, sizeof cuts, " --max-mem %s (the order job %lld ran)", c->max_mem, (long long)c->job);
     }
     fprintf(out, "what if    job %lld predicted %s%s%s at %s", (long long)c->other, row->schedule,
             row->tuned ? " tuned" : "", cuts, fmt_ns(a, sizeof a, c->predicted_ns));
