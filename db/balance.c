@@ -84,6 +84,10 @@ double balance_mean_stage(const balance_profile *p) {
     return mean;
 }
 
+int balance_stage_ranks(const balance_profile *p) { return p->replicas > 1 ? p->replicas : 1; }
+
+int balance_stage_rank(const balance_profile *p, int k, int d) { return p->rank[k] + d * p->pipeline_ranks; }
+
 int balance_listed(const balance_profile *p, int k) {
     if (p->stages <= BALANCE_LIST_ALL) return 1;
     double mine = stage_total(p, k);

@@ -20,7 +20,13 @@ typedef struct balance_profile {
     int stages;       /* S, 1..BALANCE_MAX_STAGES */
     int layers;       /* L: the layers the stages split; S when the model is not pprun's (a stage is one unit) */
     int layers_known; /* the job's model says what each stage held (gpt, timed per=layer): cuts mean something */
-    int rank[BALANCE_MAX_STAGES];                /* the rank that ran each stage */
+    /* The ranks that ran each stage, whose spans its medians are of: rank[s]
+     * in the first pipeline and, in a job of several (--dp D), the same
+     * pipeline rank of each of the others, rank[s] + d * pipeline_ranks for
+     * d < replicas (docs/cli.md, "Rank layout"; balance_stage_rank).
+     * replicas <= 1: one pipeline, rank[s] alone. */
+    int rank[BALANCE_MAX_STAGES];
+    int replicas, pipeline_ranks;
     int bound[BALANCE_MAX_STAGES + 1];           /* stage s held layers [bound[s], bound[s+1]) */
     sched_costs stage[BALANCE_MAX_STAGES];       /* measured: medians of F, B, W (ns); comm: the job's send median */
     sched_costs per_layer;                       /* the middle stages' cost of one layer (all stages' when S < 3) */
@@ -44,6 +50,11 @@ int balance_split(const balance_profile *p, int chunks, double *bound, pp_err *e
  * bound[chunks + 1]: the layers' share of their stages' costs, plus the
  * first and last stage's additions on the first and last chunk. */
 void balance_chunk_costs(const balance_profile *p, const double *bound, int chunks, sched_costs *out);
+
+/* How many ranks ran stage k (the job's --dp, 1 for one pipeline), and the
+ * d-th of them in rank order (d < balance_stage_ranks). */
+int balance_stage_ranks(const balance_profile *p);
+int balance_stage_rank(const balance_profile *p, int k, int d);
 
 /* The mean of the stages' F + B + W, what a stage table's "vs mean" is
  * against. */

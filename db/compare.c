@@ -73,9 +73,11 @@ static int compare_read_config(sqlite3 *db, int64_t job, compare_config *cfg, pp
     return rc == SQLITE_ROW ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
 }
 
-/* Which of ow's rows played the schedule jw's job ran, or why none did. */
+/* Which of ow's rows played the schedule jw's job ran, or why none did;
+ * `bounded` (NULL unless the job ran under --max-mem) is the job's own
+ * order played at ow's costs, which stands for it instead. */
 static void compare_predict(const job_summary *js, const whatif_report *jw, const job_summary *os,
-                            const whatif_report *ow, int schedule_costs, job_compare *c) {
+                            const whatif_report *ow, int schedule_costs, const whatif_row *bounded, job_compare *c) {
     long long job = (long long)js->job_id, other = (long long)os->job_id;
     const char *schedule = jw->in.schedule;
     c->predicted = -1;
@@ -107,12 +109,21 @@ static void compare_predict(const job_summary *js, const whatif_report *jw, cons
     int tuned = schedule_costs && strcmp(schedule, "zb-v") == 0, named = -1;
     for (int k = 0; k < ow->nrows; k++)
         if (strcmp(ow->rows[k].schedule, schedule) == 0 && ow->rows[k].tuned == tuned) named = k;
-    if (named < 0) {
+    if (named < 0 && !bounded) {
         snprintf(c->why_not, sizeof c->why_not, "job %lld's schedule '%.100s' is none that a what-if plays", job,
                  schedule);
         return;
     }
-    const whatif_row *row = &ow->rows[named];
+    /* a bound changes zb-h1's and zb-v's order: the other's row of the
+     * schedule is the unbounded one, so the job's own order stands in */
+    const whatif_row *row = bounded ? bounded : &ow->rows[named];
+    char bound[24];
+    if (bounded && row->error[0]) {
+        snprintf(c->why_not, sizeof c->why_not, "job %lld ran %.60s --max-mem %.20s, an order of its own, and job "
+                 "%lld's what-if could not play it: %.150s", job, schedule,
+                 whatif_max_mem_text(jw->in.max_mem, bound), other, row->error);
+        return;
+    }
     if (row->virtual_stages != jw->in.virtual_stages) {
         snprintf(c->why_not, sizeof c->why_not, "job %lld's what-if plays %s at %d chunks per rank, job %lld ran %d",
                  other, row->schedule, row->virtual_stages, job, jw->in.virtual_stages);
@@ -139,7 +150,9 @@ static void compare_predict(const job_summary *js, const whatif_report *jw, cons
         }
         c->predicted_ns = ow->cuts_step_ns, c->by_cuts = 1;
     }
-    c->predicted = named;
+    c->row = *row;
+    if (bounded) snprintf(c->max_mem, sizeof c->max_mem, "%s", whatif_max_mem_text(jw->in.max_mem, bound));
+    c->predicted = 1;
 }
 
 /* One job's losses at a step, in microbatch order; the owner frees mb. */
@@ -237,7 +250,10 @@ int compare_read(sqlite3 *db, const job_summary *js, const whatif_report *jw, co
         snprintf(d->job, sizeof d->job, "%s", a->value[k]);
         snprintf(d->other, sizeof d->other, "%s", b->value[k]);
     }
-    compare_predict(js, jw, os, ow, a->schedule_costs, c);
+    whatif_row bounded;
+    int by_plan = jw->in.max_mem && ow->measured; /* an order built under its bound: the job's own, as it ran */
+    if (by_plan && whatif_play_job_plan(db, js, jw, &ow->in, &bounded, err) != 0) goto out;
+    compare_predict(js, jw, os, ow, a->schedule_costs, by_plan ? &bounded : NULL, c);
     if (compare_read_loss(db, c, err) == 0 && critpath_read(db, c->job, js->world, &c->path_job, err) == 0 &&
         critpath_read(db, c->other, os->world, &c->path_other, err) == 0) {
         int wide = js->world > os->world ? js->world : os->world;

@@ -26,10 +26,16 @@ typedef struct job_compare {
     int64_t job, other;
     int ndiffs;
     compare_diff diffs[COMPARE_FIELDS];
-    /* The other job's what-if row that played this job's schedule (an index
-     * into its rows), or -1 with the reason in why_not. own: the other's
-     * row for its own schedule, -1 when it has none without an error. */
+    /* 1 when the other job's what-if played this job's schedule (row), or
+     * -1 with the reason in why_not. row: a copy of the other's row for the
+     * schedule, or for a job run under --max-mem (max_mem, as typed: "8MiB")
+     * the job's own order as it ran, its plan, played at the other's costs
+     * (whatif_play_job_plan): the other's rows are unbounded orders. own:
+     * the other's row for its own schedule (an index into its rows), -1
+     * when it has none without an error. */
     int predicted, own;
+    whatif_row row;
+    char max_mem[24];    /* "": the row is one of the other's */
     double predicted_ns; /* the predicted step time: the row's, or with by_cuts the suggested cuts' */
     int by_cuts;         /* the job ran the cuts the other's stage balance suggested (ow->cuts) */
     char why_not[320];

@@ -20,11 +20,36 @@ static const char *const whatif_kinds[WHATIF_KINDS] = {"gpipe", "1f1b", "interle
  * not simulated: a request must stay quick, and jobs this large are rare. */
 #define WHATIF_MAX_ACTIONS 2000000
 
+/* Under recompute (in->act_profile): plan's actions replayed with what a
+ * microbatch holds on each of its chunks after F and after B, each chunk's
+ * bytes its share of the job's stages' (balance_chunk_costs, bytes for
+ * costs: they add up by layers as costs do); the most any rank holds, or -1. */
+static int64_t whatif_act_replay(const balance_profile *bytes, const sched_plan *plan) {
+    int S = plan->stages;
+    sched_costs *each = malloc(sizeof *each * (size_t)S);
+    double *bound = malloc(sizeof *bound * (size_t)(S + 1)), *peak = malloc(sizeof *peak * (size_t)plan->ranks);
+    sched_act *act = malloc(sizeof *act * (size_t)S);
+    pp_err ignored;
+    int ok = each && bound && peak && act && balance_split(bytes, S, bound, &ignored) == 0;
+    if (ok) balance_chunk_costs(bytes, bound, S, each);
+    for (int s = 0; ok && s < S; s++) act[s] = (sched_act){each[s].f, each[s].b};
+    sched_mem mem = {.act = act, .nact = S, .bytes = 1};
+    ok = ok && sched_mem_peaks(plan, &mem, peak, NULL, &ignored) == 0;
+    double most = 0;
+    for (int r = 0; ok && r < plan->ranks; r++)
+        if (peak[r] > most) most = peak[r];
+    free(each), free(bound), free(peak), free(act);
+    return ok ? llround(most) : -1;
+}
+
 /* The most bytes any rank would hold: each rank keeps the bytes per
  * microbatch-stage the job measured on it, times `scale` (the chunk's size
- * against the job's), times the schedule's peak in flight there. -1 unless
- * every rank's bytes and in-flight count are known. */
-static int64_t whatif_act_estimate(const whatif_input *in, const sched_sim *sim, double scale) {
+ * against the job's), times the schedule's peak in flight there; under
+ * recompute, replayed (whatif_act_replay). -1 unless every rank's bytes and
+ * in-flight count are known. */
+static int64_t whatif_act_estimate(const whatif_input *in, const sched_plan *plan, const sched_sim *sim,
+                                   double scale) {
+    if (in->act_profile) return whatif_act_replay(in->act_profile, plan);
     if (!in->act_peak_by_rank || !in->inflight_by_rank) return -1;
     double most = 0;
     for (int r = 0; r < in->ranks; r++) {
@@ -69,7 +94,7 @@ static void whatif_play(const whatif_input *in, const sched_plan *plan, const pp
         row->bubble_ratio = sim->bubble_ratio;
         for (int r = 0; r < in->ranks; r++)
             if (sim->peak_inflight[r] > row->peak_inflight) row->peak_inflight = sim->peak_inflight[r];
-        row->act_peak_bytes = whatif_act_estimate(in, sim, scale);
+        row->act_peak_bytes = whatif_act_estimate(in, plan, sim, scale);
         if (in->allreduce_ns && row->this_job && plan->stages == in->ranks * in->virtual_stages) {
             double step = sched_sim_dp_step(plan, sim, in->allreduce_ns);
             row->dp_step_time_ns = step >= 0 ? step : NAN;
@@ -103,7 +128,7 @@ static int whatif_too_big(int64_t actions, whatif_row *row) {
 
 static void whatif_row_init(whatif_row *row, const char *name, int v) {
     memset(row, 0, sizeof *row);
-    snprintf(row->schedule, sizeof row->schedule, "%s", name);
+    snprintf(row->schedule, sizeof row->schedule, "%.63s", name);
     row->virtual_stages = v;
     row->step_time_ns = row->bubble_ratio = NAN;
     row->act_peak_bytes = -1;
@@ -141,9 +166,7 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
     sched_free(plan);
 }
 
-/* A --max-mem as the job stored it (config_json: bytes as "8388608B", or a
- * count of microbatch-stages) as the user would type it: "8MiB", "5". */
-static const char *whatif_bound(const char *stored, char buf[24]) {
+const char *whatif_max_mem_text(const char *stored, char buf[24]) {
     char *end;
     errno = 0;
     unsigned long long bytes = strtoull(stored, &end, 10);
@@ -152,23 +175,34 @@ static const char *whatif_bound(const char *stored, char buf[24]) {
     return buf;
 }
 
-/* The job's own plan, as it ran (a csv: job's), at the job's own costs. */
+/* plan, at its own chunks per rank, played at in's costs into row (whose
+ * name and v are set): a chunk of v per rank costs and holds as
+ * whatif_chunk_costs and whatif_scale say, or its share of in's profile. */
+static void whatif_play_plan(const whatif_input *in, const sched_plan *plan, whatif_row *row) {
+    int64_t actions = 0;
+    for (int r = 0; r < plan->ranks; r++) actions += plan->len[r];
+    if (whatif_too_big(actions, row)) return;
+    int v = plan->virtual_stages;
+    sched_costs c = whatif_chunk_costs(in, v);
+    pp_err err;
+    sched_costs *each = whatif_profiled(in) ? whatif_profile_costs(in, plan->stages, &err) : NULL;
+    if (whatif_profiled(in) && !each) whatif_play(in, NULL, &err, NULL, NULL, 1.0, row);
+    else whatif_play(in, plan, NULL, &c, each, whatif_scale(in, v), row);
+    free(each);
+}
+
+/* The job's own plan, as it ran (a csv: job's, or one built under
+ * --max-mem), at the job's own costs. */
 static void whatif_own(const whatif_input *in, whatif_row *row) {
     const char *name = in->schedule, *slash = strrchr(name, '/');
     char shown[sizeof row->schedule], bound[24];
     if (strncmp(name, "csv:", 4) == 0 && slash) snprintf(shown, sizeof shown, "csv:%.59s", slash + 1);
-    else if (in->max_mem) snprintf(shown, sizeof shown, "%.20s --max-mem %.20s", name, whatif_bound(in->max_mem, bound));
+    else if (in->max_mem)
+        snprintf(shown, sizeof shown, "%.20s --max-mem %.20s", name, whatif_max_mem_text(in->max_mem, bound));
     else snprintf(shown, sizeof shown, "%.63s", name);
     whatif_row_init(row, shown, in->virtual_stages);
     row->this_job = 1;
-    int64_t actions = 0;
-    for (int r = 0; r < in->own_plan->ranks; r++) actions += in->own_plan->len[r];
-    if (whatif_too_big(actions, row)) return;
-    pp_err err;
-    sched_costs *each = whatif_profiled(in) ? whatif_profile_costs(in, in->own_plan->stages, &err) : NULL;
-    if (whatif_profiled(in) && !each) whatif_play(in, NULL, &err, NULL, NULL, 1.0, row);
-    else whatif_play(in, in->own_plan, NULL, &in->costs, each, 1.0, row);
-    free(each);
+    whatif_play_plan(in, in->own_plan, row);
 }
 
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err) {
@@ -452,6 +486,10 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
     durations d[6] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 5, sizeof *by_stage) : NULL;
     int oom = S > 0 && !by_stage;
     for (int k = 0; k < S; k++) bp->rank[k] = -1;
+    /* every pipeline of a --dp job runs each stage: its medians are over
+     * all of them, so the table names them all (balance.h) */
+    bp->replicas = s->nreplicas > 1 ? s->nreplicas : 1;
+    bp->pipeline_ranks = s->world / bp->replicas;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int k = sqlite3_column_int(st, 0), stage = sqlite3_column_int(st, 2);
         int64_t ns = sqlite3_column_int64(st, 1);
@@ -459,10 +497,12 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         oom = durations_push(&d[k], ns) != 0;
         if (oom || k == 3 || !by_stage || sqlite3_column_type(st, 2) == SQLITE_NULL || stage < 0 || stage >= S)
             continue;
-        bp->rank[stage] = sqlite3_column_int(st, 3);
+        int rank = sqlite3_column_int(st, 3);
+        if (bp->rank[stage] < 0 || rank < bp->rank[stage]) bp->rank[stage] = rank; /* the first pipeline's */
         oom = durations_push(&by_stage[stage * 5 + (k == 4 ? 3 : k == 5 ? 4 : k)], ns) != 0;
     }
     r->wait_cpu_share = net && took > 0 ? 1 - ran / took : NAN;
+    r->recomputed = d[5].n > 0;
     int64_t bw = durations_median(&d[4]), recompute = durations_median(&d[5]);
     double recomputed = d[1].n + d[4].n ? (double)d[5].n / (double)(d[1].n + d[4].n) : 0;
     for (int k = 0; k < 6; k++) {
@@ -516,9 +556,10 @@ static int whatif_push_action(sched_action **list, int *len, int *cap, sched_act
  * leaving at its end (docs/torch.md). Of a job of several pipelines, the
  * first one's ranks (every replica runs its plan). *out stays NULL when
  * the table does not hold a whole plan for the job's shape. */
-static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, sched_plan **out, pp_err *err) {
+static int whatif_read_plan(sqlite3 *db, const job_summary *s, const whatif_report *r, int p, sched_plan **out,
+                            pp_err *err) {
     *out = NULL;
-    int p = r->in.ranks, stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
+    int stages = r->stages, whole = p > 0 && stages > 0, oom = 0, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (!whole) return 0;
     if (whatif_prepare(db, "SELECT rank, stage, phase, microbatch FROM plan WHERE job_id=?1 ORDER BY rank, slot", &st,
@@ -692,6 +733,72 @@ static void whatif_dp(const job_summary *s, whatif_report *r) {
     }
 }
 
+/* Each stage's F and B rises over the window, into act[n] (n stages;
+ * whatif_act_for, and whatif_read under recompute): rows of a rank's F/B/W
+ * events in the order they ran, the count starting from 0 at each step
+ * (every W of a step ran before the next step's first F). *missing gets the
+ * first stage without an F and a B rise, -1 when none is. -1 with err on a
+ * database error. */
+static int whatif_read_rises(sqlite3 *db, const job_summary *s, const whatif_report *r, int n, sched_act *act,
+                             int *missing, pp_err *err) {
+    sqlite3_stmt *st;
+    if (whatif_prepare_window(db,
+                              "SELECT rank, attempt, step, stage, phase, bytes FROM events WHERE job_id=?1 AND step "
+                              "BETWEEN ?2 AND ?3 AND source='cpu' AND phase IN ('F','B','W','BW') AND bytes IS NOT "
+                              "NULL ORDER BY rank, attempt, step, start_ns",
+                              s, r, &st, err) != 0)
+        return -1;
+    durations *rise = calloc((size_t)n * 2, sizeof *rise); /* [stage][F, B] */
+    int rc, oom = !rise, rank = -1, attempt = -1, step = -1;
+    int64_t held = 0;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int rk = sqlite3_column_int(st, 0), at = sqlite3_column_int(st, 1), sp = sqlite3_column_int(st, 2);
+        int key = sqlite3_column_int(st, 3); /* the stage */
+        const char *phase = (const char *)sqlite3_column_text(st, 4);
+        int64_t bytes = sqlite3_column_int64(st, 5);
+        if (rk != rank || at != attempt || sp != step) rank = rk, attempt = at, step = sp, held = 0;
+        int k = phase && strcmp(phase, "F") == 0 ? 0 : phase && strcmp(phase, "B") == 0 ? 1 : -1;
+        if (k >= 0 && key >= 0 && key < n) oom = durations_push(&rise[key * 2 + k], bytes - held) != 0;
+        held = bytes;
+    }
+    if (oom) {
+        sqlite3_finalize(st);
+        for (int k = 0; rise && k < 2 * n; k++) free(rise[k].v);
+        free(rise);
+        return pp_fail(err, "out of memory");
+    }
+    rc = whatif_done(db, st, rc, err);
+    *missing = -1;
+    for (int k = 0; k < n; k++) {
+        int64_t f = durations_median(&rise[k * 2]), b = durations_median(&rise[k * 2 + 1]);
+        if (*missing < 0 && (rise[k * 2].n == 0 || rise[k * 2 + 1].n == 0 || f <= 0)) *missing = k;
+        act[k] = (sched_act){(double)f, (double)(f + b)};
+    }
+    for (int k = 0; k < 2 * n; k++) free(rise[k].v);
+    free(rise);
+    return rc;
+}
+
+/* Under recompute a microbatch holds far less between its F and its B
+ * than from its B on: each stage's bytes after F and after B, measured,
+ * with the stages' layers (r->profile's), into r->act_profile for every
+ * schedule's estimate to replay (whatif_input.act_profile). Left unset
+ * where a stage recorded no bytes: the estimate then scales the peak as
+ * without recompute. -1 with err on a database error. */
+static int whatif_read_act_profile(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
+    balance_profile *bp = &r->act_profile;
+    int S = r->profile.stages, missing = -1;
+    if (S < 1 || S != r->stages) return 0; /* more stages than a profile holds */
+    sched_act act[BALANCE_MAX_STAGES];
+    if (whatif_read_rises(db, s, r, S, act, &missing, err) != 0) return -1;
+    if (missing >= 0) return 0;
+    *bp = r->profile; /* its stages, layers and bounds; its costs replaced by bytes */
+    for (int k = 0; k < S; k++) bp->stage[k] = (sched_costs){act[k].f, act[k].b, 0, 0};
+    balance_fit(bp);
+    r->in.act_profile = bp;
+    return 0;
+}
+
 int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
     memset(r, 0, sizeof *r);
     if (whatif_read_job(db, s->job_id, r, err) != 0 || whatif_read_gpu_sharing(db, s->job_id, r, err) != 0 ||
@@ -706,9 +813,10 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
     r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], med[3] > 0 ? (double)med[3] : 0};
     r->in.act_peak_by_rank = s->act_peak_by_rank;
     r->in.inflight_by_rank = s->plan_peak_inflight;
+    if (r->recomputed && whatif_read_act_profile(db, s, r, err) != 0) return -1;
     r->in.profile = r->has_profile ? &r->profile : NULL;
     sched_plan *own = NULL;
-    if ((!whatif_is_built_in(r->in.schedule) || r->in.max_mem) && whatif_read_plan(db, s, r, &own, err) != 0)
+    if ((!whatif_is_built_in(r->in.schedule) || r->in.max_mem) && whatif_read_plan(db, s, r, r->in.ranks, &own, err) != 0)
         return -1;
     r->in.own_plan = own;
     r->nrows = whatif_simulate(&r->in, r->rows, err);
@@ -767,61 +875,21 @@ out:
     return rc;
 }
 
-/* Each stage's F and B rises over the window (whatif_act_for): rows of a
- * rank's F/B/W events in the order they ran, the count starting from 0 at
- * each step (every W of a step ran before the next step's first F). */
-static int whatif_read_act(sqlite3 *db, const job_summary *s, const whatif_report *r, int stages, sched_act *act,
-                           pp_err *err) {
-    sqlite3_stmt *st;
-    if (whatif_prepare_window(db,
-                              "SELECT rank, attempt, step, stage, phase, bytes FROM events WHERE job_id=?1 AND step "
-                              "BETWEEN ?2 AND ?3 AND source='cpu' AND phase IN ('F','B','W','BW') AND bytes IS NOT "
-                              "NULL ORDER BY rank, attempt, step, start_ns",
-                              s, r, &st, err) != 0)
-        return -1;
-    durations *rise = calloc((size_t)stages * 2, sizeof *rise); /* [stage][F, B] */
-    int rc, oom = !rise, rank = -1, attempt = -1, step = -1;
-    int64_t held = 0;
-    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int rk = sqlite3_column_int(st, 0), at = sqlite3_column_int(st, 1), sp = sqlite3_column_int(st, 2);
-        int stage = sqlite3_column_int(st, 3);
-        const char *phase = (const char *)sqlite3_column_text(st, 4);
-        int64_t bytes = sqlite3_column_int64(st, 5);
-        if (rk != rank || at != attempt || sp != step) rank = rk, attempt = at, step = sp, held = 0;
-        int k = phase && strcmp(phase, "F") == 0 ? 0 : phase && strcmp(phase, "B") == 0 ? 1 : -1;
-        if (k >= 0 && stage >= 0 && stage < stages) oom = durations_push(&rise[stage * 2 + k], bytes - held) != 0;
-        held = bytes;
-    }
-    if (oom) {
-        sqlite3_finalize(st);
-        for (int k = 0; rise && k < 2 * stages; k++) free(rise[k].v);
-        free(rise);
-        return pp_fail(err, "out of memory");
-    }
-    rc = whatif_done(db, st, rc, err);
-    for (int k = 0; k < stages; k++) {
-        int64_t f = durations_median(&rise[k * 2]), b = durations_median(&rise[k * 2 + 1]);
-        if (rc == 0 && (rise[k * 2].n == 0 || rise[k * 2 + 1].n == 0 || f <= 0))
-            rc = pp_fail(err, "job %lld recorded no activation bytes for stage %d's F and B (a program's own spans, "
-                              "or a trace from before pprun counted them)", (long long)s->job_id, k);
-        act[k] = (sched_act){(double)f, (double)(f + b)};
-    }
-    for (int k = 0; k < 2 * stages; k++) free(rise[k].v);
-    free(rise);
-    return rc;
-}
-
 int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sched_act *act, char *about,
                    size_t about_size, pp_err *err) {
     job_summary s;
     whatif_report r;
-    int rc = -1;
+    int rc = -1, missing;
     if (whatif_measured_for(db, job, model, "activation bytes", &s, &r, err) != 0) goto out;
     if (r.stages != stages) {
         pp_fail(err, "job %lld ran %d stages, this job has %d: its bytes per stage do not carry over to another split "
                      "(give --max-mem in bytes without --schedule-costs DB:JOB to bound by the model's sizes)",
                 (long long)job, r.stages, stages);
-    } else if (whatif_read_act(db, &s, &r, stages, act, err) == 0) {
+    } else if (whatif_read_rises(db, &s, &r, stages, act, &missing, err) != 0) {
+    } else if (missing >= 0) {
+        pp_fail(err, "job %lld recorded no activation bytes for stage %d's F and B (a program's own spans, or a "
+                     "trace from before pprun counted them)", (long long)job, missing);
+    } else {
         snprintf(about, about_size, "job %lld: medians of its F and B bytes, steps %d-%d", (long long)job,
                  r.first_step, r.last_step);
         rc = 0;
@@ -829,4 +897,20 @@ int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sche
 out:
     summary_free(&s);
     return rc;
+}
+
+int whatif_play_job_plan(sqlite3 *db, const job_summary *js, const whatif_report *jw, const whatif_input *in,
+                         whatif_row *row, pp_err *err) {
+    whatif_row_init(row, jw->in.schedule, jw->in.virtual_stages);
+    int p = js->world / (js->nreplicas > 1 ? js->nreplicas : 1); /* one pipeline's: --dp replicates it */
+    sched_plan *plan = NULL;
+    if (whatif_read_plan(db, js, jw, p, &plan, err) != 0) return -1;
+    if (!plan)
+        snprintf(row->error, sizeof row->error, "job %lld's plan is not in the database whole", (long long)js->job_id);
+    else if (p != in->ranks || plan->microbatches != in->microbatches)
+        snprintf(row->error, sizeof row->error, "job %lld ran %d ranks and %d microbatches a pipeline, the what-if %d "
+                 "and %d", (long long)js->job_id, p, plan->microbatches, in->ranks, in->microbatches);
+    else whatif_play_plan(in, plan, row);
+    sched_free(plan);
+    return 0;
 }

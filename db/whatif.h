@@ -43,6 +43,19 @@ typedef struct whatif_input {
      * step (<= 0: unknown) and the job's plan peak in flight on it. */
     const int64_t *act_peak_by_rank;
     const int64_t *inflight_by_rank;
+    /* NULL, or for a job that recomputed (--recompute): what one microbatch
+     * held on each of its stages after its F (stage[k].f: what F kept, its
+     * checkpointed inputs) and after its B (stage[k].b: what it holds again
+     * from its recompute on, until its W), in bytes, as measured, with the
+     * layers each stage held (balance.h: a chunk of another split holds
+     * its layers' share, and the first and last chunk what the first and
+     * last stage hold beyond their layers: tokens, the head). With it each
+     * schedule's estimate replays its actions with these bytes
+     * (sched_mem_peaks): k microbatches in flight hold k kept ones and one
+     * or more at their B's size, not k at the B's size. Without it (no
+     * recompute: a microbatch holds about the same from F to W) the peak
+     * per microbatch-stage times the peak in flight, as before. */
+    const balance_profile *act_profile;
     /* The job's --max-mem ("6", "25165824B"), or NULL: its zb-h1 or zb-v
      * order was built under it, so its own row is own_plan, not a kind's. */
     const char *max_mem;
@@ -71,7 +84,8 @@ typedef struct whatif_row {
  * run` would order it, then zb-v ordered for the measured costs, then the
  * job's own_plan when given. A schedule that cannot be built for these p
  * and m gets its error in its row; only bad input fails (-1, err). The activation estimate keeps each rank's bytes per
- * microbatch-stage as the job measured them, scaled like the op costs. */
+ * microbatch-stage as the job measured them, scaled like the op costs, or
+ * with act_profile replays each schedule with them. */
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err);
 
 /* The memory curve: zb-h1 and zb-v built under a bound (--max-mem) for
@@ -130,6 +144,8 @@ typedef struct whatif_report {
     sched_costs build; /* in.build_costs points here when the job's model is known */
     char model[256];   /* the job's canonical --model */
     char max_mem[32];  /* the job's --max-mem (config_json), "" none; in.max_mem points here when set */
+    int recomputed;    /* the window has RECOMPUTE spans (--recompute) */
+    balance_profile act_profile; /* in.act_profile points here when recomputed and every stage's bytes are known */
     int stages;        /* the job's stages (p * v) */
     int nrows;         /* rows filled */
     whatif_row rows[WHATIF_ROWS];
@@ -194,6 +210,22 @@ int whatif_read_sharing(sqlite3 *db, int64_t job, whatif_report *r, pp_err *err)
 /* The index of r's row for the job's own schedule that simulated, -1 when
  * there is none (or it could not be built). */
 int whatif_own_row(const whatif_report *r);
+
+/* Job js's plan as it ran (its plan table), played at another job's
+ * costs `in` (its what-if's, whatif_read) as in's rows are played: what
+ * `pprun stats --vs` predicts for a job whose order no row rebuilds, a
+ * zb-h1 or zb-v built under its --max-mem (docs/cli.md, "Two jobs side by
+ * side"). jw is js's what-if (its shape and schedule). row is named as
+ * js's schedule at its chunks; its error says why it was not played (no
+ * whole plan in the database, another shape). -1 with err on a database
+ * error only. */
+int whatif_play_job_plan(sqlite3 *db, const job_summary *js, const whatif_report *jw, const whatif_input *in,
+                         whatif_row *row, pp_err *err);
+
+/* A --max-mem as a job stored it (config_json: bytes as "8388608B", or a
+ * count of microbatch-stages) as the user would type it: "8MiB", "5";
+ * buf, or stored itself. */
+const char *whatif_max_mem_text(const char *stored, char buf[24]);
 
 /* The costs to order a new job's zb-v by (`pprun run --schedule-costs
  * DB[:JOB]`), read off job `job` in db as whatif_read measures them: for a

@@ -101,7 +101,11 @@ static void balance_json(jw *w, const whatif_report *wr) {
     for (int k = 0; k < bp->stages; k++) {
         jw_obj(w);
         jw_kint(w, "stage", k);
-        jw_kint(w, "rank", bp->rank[k]);
+        jw_kint(w, "rank", bp->rank[k]); /* the first pipeline's, as before "ranks" */
+        jw_key(w, "ranks");
+        jw_arr(w);
+        for (int d = 0; d < balance_stage_ranks(bp); d++) jw_int(w, balance_stage_rank(bp, k, d));
+        jw_arr_end(w);
         if (bp->layers_known) {
             jw_kint(w, "first_layer", bp->bound[k]);
             jw_kint(w, "layers", bp->bound[k + 1] - bp->bound[k]);
@@ -531,9 +535,10 @@ static void prediction(jw *w, const job_summary *js, const job_summary *os, cons
         jw_obj_end(w);
         return;
     }
-    const whatif_row *row = &owr->rows[c->predicted];
+    const whatif_row *row = &c->row;
     jw_kint(w, "by", c->other);
     jw_kstr(w, "schedule", row->schedule);
+    jw_kstr(w, "max_mem", c->max_mem[0] ? c->max_mem : NULL); /* the job's own order under it, as it ran */
     jw_key(w, "tuned");
     jw_bool(w, row->tuned);
     jw_kint(w, "virtual_stages", row->virtual_stages);

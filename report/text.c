@@ -177,6 +177,20 @@ static const char *fmt_fbw(char *buf, size_t n, const sched_costs *c) {
     return buf;
 }
 
+/* The ranks that ran stage k (balance.h), as the stage table names them:
+ * "3", or "0,4" for the same stage of two pipelines (--dp 2); past three,
+ * the first two and the last, "0,4,..,28": the ranks of a stage are one
+ * pipeline apart (docs/cli.md, "Rank layout"). */
+static const char *fmt_stage_ranks(char *buf, size_t n, const balance_profile *bp, int k) {
+    int d = balance_stage_ranks(bp);
+    if (d == 1) snprintf(buf, n, "%d", bp->rank[k]);
+    else if (d == 2) snprintf(buf, n, "%d,%d", bp->rank[k], balance_stage_rank(bp, k, 1));
+    else if (d == 3)
+        snprintf(buf, n, "%d,%d,%d", bp->rank[k], balance_stage_rank(bp, k, 1), balance_stage_rank(bp, k, 2));
+    else snprintf(buf, n, "%d,%d,..,%d", bp->rank[k], balance_stage_rank(bp, k, 1), balance_stage_rank(bp, k, d - 1));
+    return buf;
+}
+
 void report_balance(FILE *out, const whatif_report *r) {
     if (!r->measured || !r->has_profile) return;
     const balance_profile *bp = &r->profile;
@@ -188,7 +202,15 @@ void report_balance(FILE *out, const whatif_report *r) {
     if (n < S) snprintf(slowest, sizeof slowest, " (the %d slowest stages)", n);
     fprintf(out, "stage balance  one microbatch's ops per stage, medians of %s spans, steps %d-%d%s\n",
             r->gpu ? "GPU" : "host", r->first_step, r->last_step, slowest);
-    fprintf(out, "  %-5s %4s %-9s %10s %10s %10s %10s %7s\n", "stage", "rank", "layers", "F", "B", "W", "F+B+W",
+    /* the column as wide as its widest name: "rank" for one pipeline, as before */
+    const char *head = balance_stage_ranks(bp) > 1 ? "ranks" : "rank";
+    int width = (int)strlen(head);
+    char ranks[48];
+    for (int i = 0; i < n; i++) {
+        int len = (int)strlen(fmt_stage_ranks(ranks, sizeof ranks, bp, shown[i]));
+        if (len > width) width = len;
+    }
+    fprintf(out, "  %-5s %*s %-9s %10s %10s %10s %10s %7s\n", "stage", width, head, "layers", "F", "B", "W", "F+B+W",
             "vs mean");
     for (int i = 0; i < n; i++) {
         const sched_costs *c = &bp->stage[shown[i]];
@@ -197,7 +219,8 @@ void report_balance(FILE *out, const whatif_report *r) {
         if (bp->layers_known)
             snprintf(layers, sizeof layers, "%d-%d", bp->bound[shown[i]], bp->bound[shown[i] + 1] - 1);
         else snprintf(layers, sizeof layers, "-");
-        fprintf(out, "  %-5d %4d %-9s %10s %10s %10s %10s %6.2fx%s\n", shown[i], bp->rank[shown[i]], layers,
+        fprintf(out, "  %-5d %*s %-9s %10s %10s %10s %10s %6.2fx%s\n", shown[i], width,
+                fmt_stage_ranks(ranks, sizeof ranks, bp, shown[i]), layers,
                 fmt_ns(f, sizeof f, c->f), fmt_ns(b, sizeof b, c->b), fmt_ns(w, sizeof w, c->w),
                 fmt_ns(all, sizeof all, t), mean > 0 ? t / mean : 0, t >= r->bottleneck_ns ? "  slowest" : "");
     }
@@ -501,11 +524,13 @@ static void cmp_prediction(FILE *out, const job_summary *js, const job_summary *
         fprintf(out, "what if    no prediction: %s\n", c->why_not);
         return;
     }
-    const whatif_row *row = &ow->rows[c->predicted];
+    const whatif_row *row = &c->row;
     char cuts[BALANCE_MAX_STAGES * 6 + 20] = "";
     if (c->by_cuts) {
         snprintf(cuts, sizeof cuts, " --pipeline-cuts ");
         sched_cuts_text(ow->cuts, ow->ncuts, cuts + strlen(cuts), sizeof cuts - strlen(cuts));
+    } else if (c->max_mem[0]) { /* not the other's unbounded row: say which order was played */
+        snprintf(cuts, sizeof cuts, " --max-mem %s (the order job %lld ran)", c->max_mem, (long long)c->job);
     }
     fprintf(out, "what if    job %lld predicted %s%s%s at %s", (long long)c->other, row->schedule,
             row->tuned ? " tuned" : "", cuts, fmt_ns(a, sizeof a, c->predicted_ns));

@@ -139,7 +139,8 @@ async function showCompare() {
 
   const p = r.prediction;
   const prediction = p.why_not ? `what if: no prediction: ${p.why_not}`
-    : `what if: job ${other} predicted ${p.schedule}${p.tuned ? ' (ordered for its costs)' : ''} at ${ms(p.predicted_step_time_ns)}` +
+    : `what if: job ${other} predicted ${p.schedule}${p.tuned ? ' (ordered for its costs)' : ''}` +
+      (p.max_mem ? ` --max-mem ${p.max_mem} (the order job ${job} ran)` : '') + ` at ${ms(p.predicted_step_time_ns)}` +
       (p.own_schedule ? `, ${times(p.predicted_over_own)} of its own ${p.own_schedule}` : '') + ' (simulated); ' +
       (p.measured_step_time_ns == null ? `job ${job} has no complete step to hold it against yet`
         : `job ${job} measured ${ms(p.measured_step_time_ns)}: ${times(p.measured_over_predicted)} of the prediction, ` +

@@ -112,7 +112,13 @@ function showBalance(r) {
   const shown = b.stages.filter((s) => s.listed); // all, or the slowest of many (the server's choice, as the terminal's)
   $('balance-info').textContent = `— medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
     (shown.length < n ? `; the ${shown.length} slowest of ${n} stages` : '');
-  headerRow(tbl, ['stage', 'rank', 'layers', 'F', 'B', 'W', 'F+B+W', 'vs mean', '']);
+  // a --dp job runs each stage on a rank of every pipeline: its medians are over all of them
+  const many = shown.some((s) => s.ranks && s.ranks.length > 1);
+  const ranksOf = (s) => {
+    const r = s.ranks || [s.rank];
+    return r.length > 3 ? `${r[0]},${r[1]},..,${r[r.length - 1]}` : r.join(',');
+  };
+  headerRow(tbl, ['stage', many ? 'ranks' : 'rank', 'layers', 'F', 'B', 'W', 'F+B+W', 'vs mean', '']);
   const body = tbl.createTBody();
   for (const s of shown) {
     const c = s.costs_ns, t = total(c), slowest = t >= b.slowest_stage_ns;
@@ -120,7 +126,7 @@ function showBalance(r) {
     tr.dataset.stage = s.stage;
     if (slowest) tr.className = 'slowest';
     const layers = b.layers_known ? `${s.first_layer}–${s.first_layer + s.layers - 1}` : '–';
-    [s.stage, s.rank, layers, fmtMs(c.f), fmtMs(c.b), fmtMs(c.w), fmtMs(t), mean > 0 ? (t / mean).toFixed(2) + '×' : '–',
+    [s.stage, ranksOf(s), layers, fmtMs(c.f), fmtMs(c.b), fmtMs(c.w), fmtMs(t), mean > 0 ? (t / mean).toFixed(2) + '×' : '–',
       slowest ? 'slowest' : ''].forEach((v, k) => {
       const td = tr.insertCell();
       td.textContent = String(v);

@@ -197,6 +197,45 @@ Test(compare, step_times_and_the_prediction_they_check, .timeout = 120) {
     remove_dir(dir, db);
 }
 
+/* The zb-v column of the memory curve's row for `bound` in a one-job
+ * report: "  %5d %10s  %10s %7s  %10s" (bound, bytes, zb-h1, bubble, zb-v). */
+static void curve_zbv_of(const char *out, int bound, char *buf, size_t size) {
+    char key[16];
+    snprintf(key, sizeof key, "\n  %5d ", bound);
+    const char *at = strstr(strstr(out, "\nmemory     zb-h1 and zb-v built"), key);
+    cr_assert_not_null(at, "no memory curve row %d in:\n%s", bound, out);
+    at += 1 + 2 + 5 + 1 + 10 + 2 + 10 + 1 + 7 + 2;
+    while (*at == ' ') at++;
+    snprintf(buf, size, "%.*s", (int)(strstr(at, " ms") + 3 - at), at);
+}
+
+/* A zb-v job run under --max-mem runs an order of its own (built under the
+ * bound): the other job's what-if predicts that order, the job's plan as it
+ * ran, at its own costs, and says so; not its unbounded zb-v row, which
+ * it named before as if it were the job's. On a timed model `pprun run
+ * --max-mem 6` builds what job 1's memory curve builds at 6, so the two
+ * numbers are one. */
+Test(compare, a_job_under_a_memory_bound_is_predicted_by_the_order_it_ran, .timeout = 120) {
+    char dir[] = "/tmp/pprun-compare-XXXXXX", db[64], want[320], bounded[24], unbounded[24];
+    make_dir(dir, db, sizeof db);
+    run_job(db, "4", "8", TIMED, (const char *[]){"--schedule", "1f1b", NULL});
+    run_job(db, "4", "8", TIMED, (const char *[]){"--schedule", "zb-v", "--max-mem", "6", NULL});
+    lt_proc one = stats(db, "1", NULL);
+    curve_zbv_of(one.out, 6, bounded, sizeof bounded);
+    whatif_time_of(one.out, "zb-v", unbounded, sizeof unbounded);
+    cr_assert_str_neq(bounded, unbounded, "the bound binds: another order, another step\n%s", one.out);
+    lt_proc p = stats(db, "2", "1");
+    snprintf(want, sizeof want, "what if    job 1 predicted zb-v --max-mem 6 (the order job 2 ran) at %s, ", bounded);
+    lt_assert_has(p.out, want);
+    lt_free(&p);
+    lt_run(&p, (const char *[]){"stats", "--db", db, "--job", "2", "--vs", "1", "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "\"prediction\":{\"by\":1,\"schedule\":\"zb-v\",\"max_mem\":\"6\",");
+    lt_free(&p);
+    lt_free(&one);
+    remove_dir(dir, db);
+}
+
 /* One gpt model, one device: 1f1b, zb-h1 and zb-v lose bitwise the same;
  * another seed or weight decay does not, and says so. */
 Test(compare, same_device_losses_are_bitwise_equal_across_schedules, .timeout = 120) {

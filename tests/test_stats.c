@@ -5,6 +5,7 @@
  * names it. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <string.h>
@@ -334,6 +335,128 @@ Test(stats, a_short_zb_v_job_records_its_ranks_state_and_gets_a_planned_timeline
     lt_assert_has(p.out, line);
     lt_free(&p);
     lt_free(&run);
+}
+
+/* The median of a column of int64 rows, as the what-if takes it (the mean
+ * of the middle two of an even count). */
+static double sql_median(const char *path, const char *sql) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    int64_t v[4096];
+    int n = 0;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    while (sqlite3_step(st) == SQLITE_ROW && n < 4096) v[n++] = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert_gt(n, 0, "%s", sql);
+    qsort(v, (size_t)n, sizeof v[0], cmp_i64);
+    return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2;
+}
+
+/* A job of two pipelines (--pp 2 --dp 2) runs stage 0 on ranks 0 and 2:
+ * the stage balance's medians are over both, and its table and JSON name
+ * both ranks, not the last one read (it printed "0 2", "1 3" before). */
+Test(stats, a_dp_jobs_stage_balance_names_every_rank_it_measured, .timeout = 240) {
+    const char *db = tfix_path("balance-dp.db");
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--pp", "2", "--dp", "2", "--microbatches", "4", "--steps", "3", "--model",
+                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_proc p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "\n  stage ranks layers ");
+    lt_assert_has(p.out, "\n  0       0,2 -  ");
+    lt_assert_has(p.out, "\n  1       1,3 -  ");
+    lt_free(&p);
+
+    lt_run(&p, (const char *[]){"stats", "--db", db, "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cJSON *root = cJSON_Parse(p.out), *wi = cJSON_GetObjectItem(root, "whatif");
+    cJSON *stages = cJSON_GetObjectItem(cJSON_GetObjectItem(wi, "balance"), "stages");
+    cr_assert_eq(cJSON_GetArraySize(stages), 2, "%s", p.out);
+    int first = cJSON_GetObjectItem(wi, "first_step")->valueint, last = cJSON_GetObjectItem(wi, "last_step")->valueint;
+    for (int k = 0; k < 2; k++) {
+        cJSON *st = cJSON_GetArrayItem(stages, k), *ranks = cJSON_GetObjectItem(st, "ranks");
+        cr_assert_eq(cJSON_GetObjectItem(st, "rank")->valueint, k, "the first pipeline's, as before");
+        cr_assert_eq(cJSON_GetArraySize(ranks), 2, "%s", p.out);
+        cr_assert_eq(cJSON_GetArrayItem(ranks, 0)->valueint, k);
+        cr_assert_eq(cJSON_GetArrayItem(ranks, 1)->valueint, k + 2);
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "SELECT end_ns - start_ns FROM events WHERE job_id=1 AND phase='F' AND source='cpu' AND stage=%d "
+                 "AND rank IN (%d, %d) AND step BETWEEN %d AND %d",
+                 k, k, k + 2, first, last);
+        cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(st, "costs_ns"), "f")->valuedouble,
+                           sql_median(db, sql), 0.5, "stage %d's F median is over both of its ranks", k);
+    }
+    cJSON_Delete(root);
+    lt_free(&p);
+    lt_free(&run);
+}
+
+/* Job `job`'s what-if row for `schedule` (not the tuned one) in `pprun
+ * stats --format json`'s output: its act_peak_bytes. */
+static double whatif_json_act(const char *db, int job, const char *schedule) {
+    char id[16];
+    snprintf(id, sizeof id, "%d", job);
+    lt_proc p;
+    lt_run(&p, (const char *[]){"stats", "--db", db, "--job", id, "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cJSON *root = cJSON_Parse(p.out), *row;
+    double act = -1;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(cJSON_GetObjectItem(root, "whatif"), "schedules")) {
+        if (strcmp(cJSON_GetObjectItem(row, "schedule")->valuestring, schedule) == 0 &&
+            !cJSON_IsTrue(cJSON_GetObjectItem(row, "tuned")))
+            act = cJSON_GetObjectItem(row, "act_peak_bytes")->valuedouble;
+    }
+    cJSON_Delete(root);
+    lt_free(&p);
+    cr_assert_gt(act, 0, "job %d has no %s row with bytes", job, schedule);
+    return act;
+}
+
+/* Under --recompute a microbatch in flight holds what its F kept until its
+ * B brings its activations back: the what-if of a 1F1B job replays each
+ * schedule with the bytes the job held after F and after B, and a job run
+ * with that schedule measures what it predicted: the same bytes where the
+ * chunks are the 1F1B job's (gpipe, zb-h1), within 6% for two chunks a
+ * rank, whose bytes are the 1F1B stages' spread over their layers (2% to
+ * 5% low here: interleaved-1f1b, zb-v). It predicted gpipe's 4
+ * microbatches at the size of one during its B before (1.5x). Without
+ * recompute the estimate is what it was (the peak per microbatch-stage
+ * times the peak in flight: README's 23.6 MiB for gpipe). */
+Test(stats, under_recompute_each_schedules_predicted_peak_is_what_it_measures, .timeout = 300) {
+    const char *db = tfix_path("recompute-whatif.db"), *model = "gpt:layers=8,dim=32,heads=2,seq=16,batch=2";
+    static const struct {
+        const char *schedule;
+        double within;
+    } runs[] = {{"1f1b", 0.001}, {"gpipe", 0.001}, {"zb-h1", 0.001}, {"interleaved-1f1b", 0.06}, {"zb-v", 0.06}};
+    int n = (int)(sizeof runs / sizeof runs[0]);
+    for (int i = 0; i <= n; i++) { /* the last: 1f1b without recompute */
+        lt_proc run;
+        lt_run(&run,
+               (const char *[]){"run", "--schedule", i < n ? runs[i].schedule : "1f1b", "--recompute",
+                                i < n ? "selective" : "none", "--microbatches", "4", "--steps", "2", "--model", model,
+                                "--progress", "off", "--db", db, NULL},
+               NULL);
+        cr_assert_eq(run.status, 0, "%s", run.err);
+        lt_free(&run);
+    }
+    for (int i = 0; i < n; i++) {
+        char sql[160];
+        snprintf(sql, sizeof sql, "SELECT max(act_peak_bytes) FROM step_stats WHERE job_id=%d AND step>=1", i + 1);
+        double measured = sql_double(db, sql), predicted = whatif_json_act(db, 1, runs[i].schedule);
+        cr_assert_gt(measured, 0);
+        cr_expect_leq(fabs(predicted / measured - 1), runs[i].within, "%s: predicted %.0f bytes, measured %.0f",
+                      runs[i].schedule, predicted, measured);
+    }
+    /* no recompute: the largest peak per microbatch-stage (1F1B holds 4 - r on rank r) times gpipe's 4 */
+    double unit = sql_double(db, "SELECT max(b * 1.0 / (4 - rank)) FROM (SELECT rank, max(act_peak_bytes) AS b "
+                                 "FROM step_stats WHERE job_id=6 AND step>=1 GROUP BY rank)");
+    cr_expect_float_eq(whatif_json_act(db, 6, "gpipe"), round(unit * 4), 0.5);
 }
 
 /* The what-if row of a line of `pprun stats` (after its name), or "". */
