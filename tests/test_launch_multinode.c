@@ -764,3 +764,76 @@ Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
     lt_free(&n0);
     lt_free(&n1);
 }
+
+/* A two-node `pprun run` into dir/hosts.db whose node 1 runs in a UTS
+ * namespace of its own under the host name node1_host (set through
+ * /proc/sys/kernel/hostname, which takes any bytes; a word of shell:
+ * it may be a "$(printf ...)"), as on another machine; node 0's stderr into *n0. */
+static void two_nodes_with_node_1_named(const char *dir, const char *node1_host, char **n0) {
+    if (geteuid() != 0 || system("unshare --uts true 2>/dev/null") != 0)
+        cr_skip_test("node 1 needs a host name of its own: unshare --uts (root) is not available here");
+    char common[1024], cmd[4096], path[300];
+    snprintf(common, sizeof common,
+             "--nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port %d --model "
+             "timed:f=1ms,b=1ms,w=1ms,layers=4 --microbatches 4 --steps 2 --progress off --rdzv-timeout 30 "
+             "--db %s/hosts.db",
+             lt_free_port(), dir);
+    snprintf(cmd, sizeof cmd,
+             "%s run --node-rank 0 %s >%s/n0.txt 2>&1 & "
+             "H=%s unshare --uts sh -c 'printf %%s \"$H\" >/proc/sys/kernel/hostname && exec \"$0\" \"$@\"' %s run --node-rank 1 %s "
+             ">%s/n1.txt 2>&1; s1=$?; wait %%1; s0=$?; exit $((s0 | s1))",
+             PPRUN_BIN, common, dir, node1_host, PPRUN_BIN, common, dir);
+    int rc = system(cmd);
+    size_t len;
+    snprintf(path, sizeof path, "%s/n0.txt", dir);
+    *n0 = lt_slurp(path, &len);
+    snprintf(path, sizeof path, "%s/n1.txt", dir);
+    char *n1 = lt_slurp(path, &len);
+    cr_assert_eq(rc, 0, "node 0:\n%s\nnode 1:\n%s", *n0, n1);
+    free(n1);
+}
+
+/* Where each rank ran (ranks.host, and the Chrome export's process names):
+ * node 0 records its own host name and, for node 1's ranks, the one node
+ * 1's launcher joined with (before: node 0 made up "node1"). */
+Test(launch_multinode, the_ranks_of_node_1_are_recorded_on_the_host_node_1_named) {
+    const char *dir = tfix_mkdir("hosts"); /* removed when the test process exits */
+    char host[256] = "", path[300], cmd[1024], *n0;
+    gethostname(host, sizeof host - 1);
+    cr_assert_str_neq(host, "pprun-node-one");
+    two_nodes_with_node_1_named(dir, "pprun-node-one", &n0);
+    free(n0);
+    snprintf(path, sizeof path, "%s/hosts.db", dir);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM ranks WHERE node = 0 AND host = '%s'", host), 2);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM ranks WHERE node = 1 AND host = 'pprun-node-one'"), 2,
+                 "node 1's ranks ran on pprun-node-one");
+    sqlite3_close(db);
+    snprintf(cmd, sizeof cmd, "%s export --db %s/hosts.db --format chrome --out %s/trace.json", PPRUN_BIN, dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    size_t len;
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    char *trace = lt_slurp(path, &len);
+    lt_assert_has(trace, "\"node 1 (pprun-node-one)\"");
+    free(trace);
+}
+
+/* A host name is text from another machine (and anyone who reaches the
+ * store could have written it): one that would drive a terminal is not
+ * recorded. Node 0 says so, escaped, and node 1's ranks' host stays ""
+ * (the export names the node alone). */
+Test(launch_multinode, a_host_name_with_control_characters_is_not_recorded) {
+    const char *dir = tfix_mkdir("bad-host"); /* removed when the test process exits */
+    char path[300], *n0;
+    two_nodes_with_node_1_named(dir, "\"$(printf 'evil\\033]0;x\\007')\"", &n0);
+    lt_assert_has(n0, "node rank 1's host name in the store (pprun/a/0/node/1) is not 1 to 255 printable "
+                      "characters: \"evil\\x1b]0;x\\x07\"");
+    cr_assert_null(strchr(n0, '\033'), "%s", n0);
+    free(n0);
+    snprintf(path, sizeof path, "%s/hosts.db", dir);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM ranks WHERE node = 1 AND host = ''"), 2);
+    sqlite3_close(db);
+}

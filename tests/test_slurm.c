@@ -286,6 +286,8 @@ Test(slurm, two_nodes_take_their_ranks_and_node_0_from_slurm) {
     sqlite3 *s = open_db(db);
     cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM ranks WHERE node = 0 AND host = 'ppnode1'"), 2,
                  "node 0 is the step's first node");
+    cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM ranks WHERE node = 1 AND host = 'ppnode2'"), 2,
+                 "node 1's ranks ran on ppnode2, as its launcher says");
     sqlite3_close(s);
     batch_job(2, "batch2");
 }

@@ -10,6 +10,7 @@
 #include "runner/job/job_blame.h"
 #include "runner/job/job_nodes.h"
 #include "runner/job/job_program_env.h"
+#include "runner/job/job_rows.h"
 #include "runner/job/job_salvage.h"
 #include "runner/job/job_tracing.h"
 #include "runner/store/store.h"
@@ -36,6 +37,7 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
                            &job->progress, err) != 0)
         return -1;
     if (info->attempt > 0 || (info->nnodes == 1 && !job->cfg.trace)) return 0;
+    job_rows_hosts(job, info); /* before the collector: the database is this thread's until it starts */
     store_client *store = NULL;
     char host[256];
     int port;

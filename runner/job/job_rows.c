@@ -151,8 +151,8 @@ static int write_ranks(run_job *job, pp_err *err) {
         int node = r / job->lo.nproc_per_node;
         for (int s = 0, n = 0; s < plan->stages; s++)
             if (plan->stage_rank[s] == r % plan->ranks && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
+        /* Another node's host is known once its launcher joined (job_rows_hosts): "" until then. */
         if (node == job->lo.node_rank) snprintf(hosts[r], sizeof hosts[r], "%s", host);
-        else snprintf(hosts[r], sizeof hosts[r], "node%d", node);
         /* the worker's choice (LOCAL_RANK mod count), assuming every node sees as many devices as this one */
         if (job->cuda_devices > 0)
             snprintf(devices[r], sizeof devices[r], "cuda:%d", (r % job->lo.nproc_per_node) % job->cuda_devices);
@@ -204,6 +204,14 @@ int job_rows_start(run_job *job) {
         fprintf(stderr, "pprun run: --db %s: %d earlier job%s still said running, but %s launcher is gone: marked lost\n",
                 job->cfg.db, nlost, nlost > 1 ? "s" : "", nlost > 1 ? "their" : "its");
     return 0;
+}
+
+void job_rows_hosts(run_job *job, const launch_info *info) {
+    if (!job->db || !info->node_hosts || info->nnodes < 2) return;
+    /* Where the other nodes' ranks ran is worth a line, not the training
+     * (a database that cannot be written stops the trace, never the job). */
+    pp_err err;
+    if (db_set_node_hosts(job->db, job->job_id, info->node_hosts, info->nnodes, &err) != 0) say_db_error(job, &err);
 }
 
 /* --- the end ------------------------------------------------------------------ */

@@ -4,7 +4,8 @@
  * Keys in the store (attempt K, node rank R):
  *   pprun/master_port        the workers' MASTER_PORT, picked by node 0
  *   pprun/run_id             node 0's run id, read by every other node
- *   pprun/a/K/node/R         node R joined attempt K (value: its host)
+ *   pprun/a/K/node/R         node R joined attempt K (value: its host; node 0
+ *                            reads attempt 0's for launch_info.node_hosts)
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
  *                            ("", or "stop R SIG": node R, stopped by SIG
  *                            after attempt K-1, calls attempt K off;
@@ -39,6 +40,7 @@
 #include <unistd.h>
 
 #include "base/net.h"
+#include "base/term.h"
 
 /* The self-pipe's write end: the only state a signal handler touches. */
 static volatile int sig_pipe_w = -1;
@@ -74,6 +76,10 @@ typedef struct job {
     int own_guard; /* c.guard is launch_job's own, stopped at its end */
     int store_ok; /* the store may still be used */
     int ran;      /* an attempt reached its outcome on every node */
+    /* Node 0: every node's host name (read_node_hosts), and c.info's
+     * pointers to them; NULL until then. Owned. */
+    char (*hosts)[LAUNCH_HOST_MAX + 1];
+    const char **host_ptrs;
 } job;
 
 static int install_signals(job *j, pp_err *err) {
@@ -482,6 +488,44 @@ static int claim_node_rank(job *j, int attempt, pp_err *err) {
     return store_set(j->ctl, k, j->host, strlen(j->host), err) != 0 ? -1 : 0;
 }
 
+/* Node 0, once every node joined the first attempt: each node's host name
+ * as it joined (its node key, claim_node_rank), for the hooks
+ * (launch_info.node_hosts: pprun run records where each rank ran). Anyone
+ * who reaches the store may have rewritten a key, so a value is taken
+ * only when it is 1 to LAUNCH_HOST_MAX characters that term_escape leaves
+ * as they are (printable, valid UTF-8): another one is said on stderr,
+ * escaped, and left out (""). -1 when the store fails. */
+static int read_node_hosts(job *j, pp_err *err) {
+    int n = j->c.o->nnodes;
+    j->hosts = calloc((size_t)n, sizeof *j->hosts);
+    j->host_ptrs = calloc((size_t)n, sizeof *j->host_ptrs);
+    if (!j->hosts || !j->host_ptrs) return pp_fail(err, "out of memory for %d host names", n);
+    snprintf(j->hosts[0], sizeof j->hosts[0], "%s", j->host);
+    for (int r = 0; r < n; r++) j->host_ptrs[r] = j->hosts[r];
+    j->c.info.node_hosts = j->host_ptrs;
+    for (int r = 1; r < n; r++) {
+        char k[128];
+        void *v;
+        size_t len;
+        snprintf(k, sizeof k, "pprun/a/0/node/%d", r);
+        int g = store_get(j->ctl, k, &v, &len, err);
+        if (g < 0) return -1;
+        if (g == 1) continue; /* a node joins by setting it: not reached */
+        char seen[4 * LAUNCH_HOST_MAX + 8];
+        size_t used;
+        size_t w = term_escape(v, len, 0, seen, sizeof seen, &used);
+        if (len >= 1 && len <= LAUNCH_HOST_MAX && used == len && w == len && memcmp(seen, v, len) == 0)
+            memcpy(j->hosts[r], v, len);
+        else
+            fprintf(stderr,
+                    "pprun launch: node rank %d's host name in the store (%s) is not 1 to %d printable characters: "
+                    "\"%s%s\" (%zu bytes); its ranks' host is left unknown\n",
+                    r, k, LAUNCH_HOST_MAX, seen, used < len ? "..." : "", len);
+        free(v);
+    }
+    return 0;
+}
+
 /* Attempt K's go key is set: "" opens the attempt; "refused" and
  * "timeout" end the job (-1), "stop" calls the attempt off (3); err says
  * why. count: this node's place in the count (past nnodes: it came after
@@ -781,6 +825,7 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
         if (rc == 4) j->store_ok = 0, rc = -1;
         return rc < 0 && j->c.stop_signal ? 2 : rc;
     }
+    if (o->node_rank == 0 && !j->hosts && read_node_hosts(j, err) != 0) return -1;
     if (attempt > 0) {
         /* A restart: the failure before it no longer stands. */
         memset(&res->failure, 0, sizeof res->failure);
@@ -864,6 +909,8 @@ static void job_end(job *j) {
     restore_signals(j);
     if (j->own_guard) launch_guard_stop(j->c.guard);
     launch_paths_free(j->c.paths);
+    free(j->hosts);
+    free(j->host_ptrs);
     free(j);
 }
 

@@ -172,7 +172,17 @@ typedef struct launch_info {
     int master_port;           /* the workers' MASTER_PORT: free on node 0, not the store's */
     int nnodes, node_rank, nproc_per_node, world_size;
     int attempt;               /* 0, 1, ... = PPRUN_RESTART_COUNT */
+    /* On node 0, from the first attempt on: each node's host name
+     * ([nnodes]), as its launcher joined the rendezvous with it (its
+     * gethostname; node 0's is host). Whoever reaches the store could have
+     * written another's, so each was checked there: 1 to
+     * LAUNCH_HOST_MAX printable characters (base/term.h escapes nothing
+     * of it); "" for one that was not (said on stderr). NULL on the other
+     * nodes, which never need them. */
+    const char *const *node_hosts;
 } launch_info;
+
+#define LAUNCH_HOST_MAX 255
 
 typedef struct launch_failure {
     int node_rank, global_rank, local_rank;
