@@ -748,7 +748,7 @@ Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
     store_client *c;
     pp_err err;
     cr_assert_eq(store_connect("127.0.0.1", atoi(port), 5000000000ull, &c, &err), 0, "%s", err.msg);
-    const char forged[] = "v2 1 5 99 3 0 1234 0 0 0 0 0\nforged-host\nwhy\ntail";
+    const char forged[] = "v3 1 5 99 3 0 1234 0 0 0 0 0 0\nforged-host\nwhy\ntail";
     cr_assert_eq(store_set(c, "pprun/a/0/fail", forged, sizeof forged - 1, &err), 0, "%s", err.msg);
     cr_assert_eq(store_set(c, "pprun/a/0/end", "", 0, &err), 0, "%s", err.msg);
     store_close(c);
@@ -836,4 +836,104 @@ Test(launch_multinode, a_host_name_with_control_characters_is_not_recorded) {
     cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM ranks WHERE node = 1 AND host = ''"), 2);
     sqlite3_close(db);
+}
+
+/* A rank of node 1 killed by SIGTERM that pprun did not send (kill,
+ * scancel): the job was stopped, on both nodes, naming that rank, and both
+ * exit 143, node 0 too, which nobody signalled (before: both named rank 1
+ * as the job's failure and exited 1). */
+Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
+    const char *dir = tfix_mkdir("outside"); /* removed when the test process exits */
+    char port[16], script[512], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(script, sizeof script, "echo $$ > %s/pid-$RANK.tmp; mv %s/pid-$RANK.tmp %s/pid-$RANK; exec sleep 120", dir,
+             dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    pid_t rank1 = 0;
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/pid-%d", dir, r);
+        cr_assert(lt_wait_file(path), "rank %d never started", r);
+        size_t len;
+        char *text = lt_slurp(path, &len);
+        if (r == 1) rank1 = (pid_t)atoi(text);
+        free(text);
+    }
+    cr_assert_gt(rank1, 1);
+    kill(rank1, SIGTERM);
+    /* Before the fix both restarted, their ranks sleeping on: not waited for long. */
+    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
+    lt_proc *nodes[2] = {&n0, &n1};
+    for (int k = 0; k < 2; k++)
+        if (!(k ? ended1 : ended0)) {
+            kill(nodes[k]->pid, SIGKILL);
+            lt_wait(nodes[k]);
+        }
+    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    cr_assert_eq(n1.status, 143, "%s", n1.err);
+    cr_assert_eq(n0.status, 143, "%s", n0.err);
+    const char *want = "stopped: rank 1 (local rank 0 on ";
+    for (int k = 0; k < 2; k++) {
+        const char *err = k ? n1.err : n0.err;
+        lt_assert_has(err, want);
+        lt_assert_has(err, "was killed by SIGTERM, which pprun had not sent");
+        cr_assert_null(strstr(err, "Root Cause"), "node %d: %s", k, err);
+        cr_assert_null(strstr(err, "restarting"), "node %d: %s", k, err);
+    }
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* Node 1's rank 2 is stopped from outside; node 0's rank 0, which only
+ * lost its peer (it watches rank 2's pid), exits with an error at once and
+ * its node reports that failure first, while node 1 takes a second to tear
+ * down (its rank 3 ends a second after SIGTERM): scancel's order when node
+ * 1's SIGTERM lands first. The nodes decide once both told how the attempt
+ * ended: the stop outranks a rank that exited with an error, so both say
+ * stopped and exit 143 (before: both named rank 0's exit as the root cause). */
+Test(launch_multinode, a_stop_outranks_an_earlier_failure_of_a_rank_that_lost_its_peer) {
+    const char *dir = tfix_mkdir("stop-outranks"); /* removed when the test process exits */
+    char port[16], s0[512], s1[512], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(s0, sizeof s0,
+             "if [ $LOCAL_RANK = 1 ]; then exec sleep 120; fi; while [ ! -e %s/pid-2 ]; do sleep 0.01; done; "
+             "p=$(cat %s/pid-2); while kill -0 $p 2>/dev/null; do sleep 0.01; done; echo 'lost my peer' >&2; exit 1",
+             dir, dir);
+    snprintf(s1, sizeof s1,
+             "if [ $LOCAL_RANK = 1 ]; then trap 'sleep 1; exit 0' TERM; touch %s/ready-3; "
+             "while :; do sleep 0.05; done; fi; echo $$ > %s/pid.tmp; mv %s/pid.tmp %s/pid-2; exec sleep 120",
+             dir, dir, dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", port,
+                        "--", "sh", "-c", s0, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
+                        "--", "sh", "-c", s1, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    snprintf(path, sizeof path, "%s/ready-3", dir);
+    cr_assert(lt_wait_file(path), "rank 3 never started");
+    snprintf(path, sizeof path, "%s/pid-2", dir);
+    cr_assert(lt_wait_file(path), "rank 2 never started");
+    size_t len;
+    char *text = lt_slurp(path, &len);
+    pid_t rank2 = (pid_t)atoi(text);
+    free(text);
+    cr_assert_gt(rank2, 1);
+    kill(rank2, SIGTERM);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    for (int k = 0; k < 2; k++) {
+        const lt_proc *n = k ? &n1 : &n0;
+        cr_assert_eq(n->status, 143, "node %d: %s", k, n->err);
+        lt_assert_has(n->err, "stopped: rank 2 (local rank 0 on ");
+        cr_assert_null(strstr(n->err, "Root Cause"), "node %d: %s", k, n->err);
+    }
+    lt_assert_has(n0.err, "[0]: lost my peer");
+    lt_free(&n0);
+    lt_free(&n1);
 }

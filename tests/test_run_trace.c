@@ -480,6 +480,39 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
     sqlite3_close(d);
 }
 
+/* SIGTERM to a worker from outside pprun (kill; scancel sends it to every
+ * process of a Slurm step, the launcher too): the job was stopped, not
+ * failed: exit 143, `stopped` in the database naming the rank that got it,
+ * no failed rank (before: `failed`, "rank 1 ... was killed by SIGTERM",
+ * exit 1). */
+Test(run_trace, a_worker_killed_by_sigterm_from_outside_stops_the_job) {
+    long_run run;
+    start_long_run("outside", &run);
+    sqlite3 *d = open_db("outside.db");
+    pid_t rank1 = (pid_t)tfix_q_int(d, "SELECT pid FROM ranks WHERE job_id = 1 AND rank = 1");
+    sqlite3_close(d);
+    cr_assert_gt(rank1, 1);
+    kill(rank1, SIGTERM);
+    int st;
+    waitpid(run.pid, &st, 0);
+    char said[8192] = "";
+    FILE *ef = fopen(run.errpath, "r");
+    cr_assert_not_null(ef);
+    said[fread(said, 1, sizeof said - 1, ef)] = '\0';
+    fclose(ef);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 143, "pprun run exited %d:\n%s",
+              WIFEXITED(st) ? WEXITSTATUS(st) : -1, said);
+    cr_assert_null(strstr(said, "Root Cause"), "%s", said);
+    lt_assert_has(said, "pprun run: stopped: rank 1 (local rank 1 on ");
+    cr_assert_not(job_process_left(run.metrics), "a worker of the stopped job is still running");
+    d = open_db("outside.db");
+    cr_assert_eq(tfix_q_int(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143 AND "
+                               "failed_rank IS NULL AND failure LIKE 'rank 1 (local rank 1 on %) was killed by "
+                               "SIGTERM, which pprun had not sent: the job was stopped from outside%'"),
+                 1, "%s", said);
+    sqlite3_close(d);
+}
+
 /* The launcher's guard: the other `pprun run` process of that database
  * (a fork of the launcher, outside its tree), or 0. */
 static pid_t find_guard(const long_run *r) {

@@ -5,6 +5,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "runner/comm/comm.h"
 #include "runner/job/job_blame.h"
@@ -16,12 +17,44 @@
 #include "runner/store/store.h"
 #include "runner/worker/checkpoint_dir.h"
 
+/* A stop signal once the workers are gone: the job is over, its end not
+ * yet recorded. Under scancel a launcher often gets its SIGTERM only
+ * then (another node's stop ended the job here first), and acted on at
+ * once it killed the launcher before the job's end reached the database
+ * (its guard recorded a killed launcher instead). Held, it is noted only. */
+static const int late_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+static volatile sig_atomic_t late_signal;
+
+static void hold_late_signal(int sig) {
+    if (!late_signal) late_signal = sig;
+}
+
+/* Installed before launch_job, which puts its own handlers in place while
+ * it runs and these back when it returns (one that came before its own
+ * were in place is passed on to them by before_attempt). */
+static void hold_late_signals(run_job *job) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sa.sa_handler = hold_late_signal;
+    late_signal = 0;
+    for (int i = 0; i < 3; i++) sigaction(late_sigs[i], &sa, &job->late_old[i]);
+    job->late_holding = 1;
+}
+
 /* Before each attempt: its progress display; before the first, with
  * several nodes or a trace, the agreement with node 0 and the trace, over
  * one connection to the job's store. */
 static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     run_job *job = ctx;
-    if (info->attempt == 0) job_mps_pass_signal(&job->mps); /* a stop signal held while MPS started */
+    if (info->attempt == 0) {
+        job_mps_pass_signal(&job->mps); /* a stop signal held while MPS started */
+        /* one held before launch_job's own handlers were in place: theirs now */
+        int sig = late_signal;
+        late_signal = 0;
+        if (sig) raise(sig);
+    }
     if (info->attempt > 0) {
         /* A restarted attempt runs again from its checkpoint, or from step
          * 0 without one: the display shows those steps again. */
@@ -110,6 +143,13 @@ static void note_injected(const run_job *job, launch_result *res) {
     snprintf(lf->injected, sizeof lf->injected, "--fail-at step=%d,rank=%d", f->step, f->rank);
 }
 
+void job_attempts_release(run_job *job, job_outcome *end) {
+    if (!job->late_holding) return;
+    for (int i = 0; i < 3; i++) sigaction(late_sigs[i], &job->late_old[i], NULL);
+    job->late_holding = 0;
+    end->late_signal = late_signal;
+}
+
 void job_attempts_run(run_job *job, job_outcome *end) {
     /* The guard outlives launch_job: it keeps its will until the job's end
      * is recorded (job_rows_finish). */
@@ -120,6 +160,7 @@ void job_attempts_run(run_job *job, job_outcome *end) {
         .after_attempt = after_attempt, .blame = blame, .guard = job->guard,
         /* the daemon, our child when pprun is PID 1, outlives every attempt: job_mps_stop stops it */
         .keep_groups = &job->mps.group, .nkeep = job->mps.group ? 1 : 0};
+    hold_late_signals(job);
     end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);
     end->exit_code = end->res.exit_code;
     if (end->launch_rc == 0) note_injected(job, &end->res);
@@ -129,8 +170,13 @@ void job_attempts_run(run_job *job, job_outcome *end) {
     else if (end->res.status == LAUNCH_FAILED)
         launch_print_summary(stderr, &job->lo, &end->res);
     else if (end->res.status == LAUNCH_SIGNALED) {
-        char sigbuf[16];
-        fprintf(stderr, "pprun run: stopped by %s", launch_signal_name(end->res.signal, sigbuf));
+        char sigbuf[16], who[600];
+        if (end->res.failure.outside || end->res.failure_remote) { /* who got the signal, when not this launcher */
+            launch_stop_text(&end->res, who, sizeof who);
+            fprintf(stderr, "pprun run: stopped: %s", who);
+        } else {
+            fprintf(stderr, "pprun run: stopped by %s", launch_signal_name(end->res.signal, sigbuf));
+        }
         if (job->db) fprintf(stderr, "; what ran is in %s (job %lld)", job->cfg.db, (long long)job->job_id);
         fputc('\n', stderr);
     }

@@ -264,10 +264,7 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
     const launch_failure *f = &res->failure;
     const char *line, *state = launch_state_name(f->state);
     int len = last_line(f->stderr_tail, &line);
-    if (res->status == LAUNCH_FAILED && f->global_rank < 0 && f->signal)
-        snprintf(buf, n, "the launcher of node rank %d (on %s) got %s", f->node_rank, f->host,
-                 launch_signal_name(f->signal, sigbuf));
-    else if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
+    if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
         snprintf(buf, n, "the launcher of node rank %d (on %s) failed: %.*s", f->node_rank, f->host,
                  (int)strcspn(f->stderr_tail, "\n"), f->stderr_tail);
     else if (res->status == LAUNCH_FAILED && f->hung) /* the ranks that waited for it say how we know */
@@ -281,8 +278,8 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
     else if (res->status == LAUNCH_FAILED)
         snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%.*s", f->global_rank, f->local_rank,
                  f->host, f->exit_code, len ? ": " : "", len, line);
-    else if (res->status == LAUNCH_SIGNALED)
-        snprintf(buf, n, "pprun was stopped by %s", launch_signal_name(res->signal, sigbuf));
+    else if (res->status == LAUNCH_SIGNALED) /* who got the signal: this launcher, another, or a rank from outside */
+        launch_stop_text(res, buf, n);
     else
         snprintf(buf, n, "the launcher failed");
 }
