@@ -937,3 +937,54 @@ Test(launch_multinode, a_stop_outranks_an_earlier_failure_of_a_rank_that_lost_it
     lt_free(&n0);
     lt_free(&n1);
 }
+
+/* What a failure of a two-node `pprun run` says: the summary is titled by
+ * the job (`pprun run` and its job id, as torchrun's by its entrypoint;
+ * before: the launcher's own path, "/.../pprun FAILED"), the injected
+ * kill names --fail-at as given, phase and all (before: "step=1,rank=2"),
+ * and node 1, given a --db of its own, says it writes none: the database
+ * is node 0's (before: not a word, and no file). */
+Test(launch_multinode, a_two_node_run_names_the_job_the_whole_fail_at_and_node_1s_unused_db) {
+    const char *dir = tfix_mkdir("fail-at"); /* removed when the test process exits */
+    char port[16], db0[300], db1[300], want[600];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(db0, sizeof db0, "%s/mn0.db", dir);
+    snprintf(db1, sizeof db1, "%s/mn1.db", dir);
+    const char *a0[] = {"run", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--model", "timed:f=1ms,b=1ms,w=1ms,layers=4",
+                        "--microbatches", "4", "--steps", "3", "--progress", "off", "--fail-at",
+                        "step=1,rank=2,phase=B", "--db", db0, NULL};
+    const char *a1[] = {"run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--model", "timed:f=1ms,b=1ms,w=1ms,layers=4",
+                        "--microbatches", "4", "--steps", "3", "--progress", "off", "--fail-at",
+                        "step=1,rank=2,phase=B", "--db", db1, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    snprintf(want, sizeof want, "\npprun run (job 1 in %s) FAILED\n", db0);
+    lt_assert_has(n0.err, want);
+    lt_assert_has(n1.err, "\npprun run FAILED\n"); /* no database here */
+    for (int k = 0; k < 2; k++)
+        lt_assert_has(k ? n1.err : n0.err,
+                      "\n  cause     : injected by --fail-at step=1,rank=2,phase=B (fault injection: not a bug)\n");
+    snprintf(want, sizeof want,
+             "pprun run: --db %s is not written on node rank 1: a job's trace database is node rank 0's (its --db), "
+             "where this node's trace goes\n",
+             db1);
+    lt_assert_has(n1.err, want);
+    cr_assert_null(strstr(n0.err, "is not written on node rank"), "%s", n0.err);
+    cr_assert_neq(access(db1, F_OK), 0, "node 1 wrote %s", db1);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(db0, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failed_rank = 2 AND failure "
+                                "LIKE 'rank 2 (local rank 0 on %) was killed by SIGKILL (injected by --fail-at "
+                                "step=1,rank=2,phase=B)'"),
+                 1);
+    sqlite3_close(db);
+    lt_free(&n0);
+    lt_free(&n1);
+}

@@ -27,7 +27,7 @@ int cmd_launch(int argc, char **argv) {
         fprintf(stderr, "pprun launch: %s\n", err.msg);
         return res.exit_code;
     }
-    if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &o, &res);
+    if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &o, &res, NULL); /* titled by the program */
     if (res.status == LAUNCH_SIGNALED) {
         /* who got the signal, when it was not this launcher */
         char who[600], sbuf[16];

@@ -57,6 +57,7 @@ typedef struct run_job {
     int program;           /* 1: `-- PROGRAM` runs instead of the built-in worker */
     char worker_flag[32];  /* the first option given that only the built-in worker takes */
     int microbatches_given; /* --microbatches was on the command line (a csv: schedule sets it otherwise) */
+    int db_given;          /* --db was on the command line (another node than 0 says it writes none) */
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
     pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
     launch_guard *guard;   /* outlives a SIGKILLed launcher: kills the ranks, then records the job's end */

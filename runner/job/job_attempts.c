@@ -140,7 +140,7 @@ static void note_injected(const run_job *job, launch_result *res) {
     if (job->program || !f->enabled || res->status != LAUNCH_FAILED || res->attempts != 1 || lf->hung ||
         lf->global_rank != f->rank || lf->signal != SIGKILL)
         return;
-    snprintf(lf->injected, sizeof lf->injected, "--fail-at step=%d,rank=%d", f->step, f->rank);
+    snprintf(lf->injected, sizeof lf->injected, "--fail-at %s", f->text); /* as given: its phase and mb too */
 }
 
 void job_attempts_release(run_job *job, job_outcome *end) {
@@ -167,8 +167,15 @@ void job_attempts_run(run_job *job, job_outcome *end) {
     job_salvage_update(job, end);
     if (end->launch_rc != 0)
         fprintf(stderr, "pprun run: %s\n", end->launch_err.msg);
-    else if (end->res.status == LAUNCH_FAILED)
-        launch_print_summary(stderr, &job->lo, &end->res);
+    else if (end->res.status == LAUNCH_FAILED) {
+        /* Titled by the job, as torchrun's by its entrypoint: the built-in
+         * worker's program is this binary, whose path says nothing. */
+        char name[sizeof job->cfg.db + 300], id[sizeof job->cfg.db + 64] = "";
+        if (job->db) snprintf(id, sizeof id, " (job %lld in %s)", (long long)job->job_id, job->cfg.db);
+        if (job->program) snprintf(name, sizeof name, "%.200s under pprun run%s", job->lo.prog_argv[0], id);
+        else snprintf(name, sizeof name, "pprun run%s", id);
+        launch_print_summary(stderr, &job->lo, &end->res, name);
+    }
     else if (end->res.status == LAUNCH_SIGNALED) {
         char sigbuf[16], who[600];
         if (end->res.failure.outside || end->res.failure_remote) { /* who got the signal, when not this launcher */

@@ -167,6 +167,13 @@ static int write_ranks(run_job *job, pp_err *err) {
 
 int job_rows_open(run_job *job) {
     job->db_created = access(job->cfg.db, F_OK) != 0;
+    /* Not refused: srun gives every node the same command line, --db too
+     * (docs/cli.md, "Slurm"). Said, so that nobody looks for a file here. */
+    if (job->cfg.trace && job->lo.node_rank != 0 && job->db_given)
+        fprintf(stderr,
+                "pprun run: --db %s is not written on node rank %d: a job's trace database is node rank 0's (its "
+                "--db), where this node's trace goes\n",
+                job->cfg.db, job->lo.node_rank);
     if (!job->cfg.trace || job->lo.node_rank != 0) return 0;
     pp_err err;
     if (db_open(job->cfg.db, &job->db, &err) == 0) return 0;

@@ -9,7 +9,8 @@
 #define PP_JOB_ROWS_H
 #include "runner/job/job.h"
 
-/* job->db, on the node that writes it; 0 on the others and with --trace off. */
+/* job->db, on the node that writes it; 0 on the others (which say so on
+ * stderr when given a --db) and with --trace off. */
 int job_rows_open(run_job *job);
 /* A job that will not start leaves no database behind that this run
  * created (job->db closed, the file and its WAL removed). */

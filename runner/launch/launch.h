@@ -204,9 +204,10 @@ typedef struct launch_failure {
      * rank is who got it, no failure of its own. signal says which. */
     int outside;
     /* Set by the caller, not launch_job: the option that made this failure
-     * on purpose ("--fail-at step=1,rank=2"), which the summary names; ""
-     * = none. The launcher cannot tell an injected kill from a real one. */
-    char injected[96];
+     * on purpose, as given ("--fail-at step=1,rank=2,phase=B"), which the
+     * summary names; "" = none. The launcher cannot tell an injected kill
+     * from a real one. */
+    char injected[272];
 } launch_failure;
 
 enum {
@@ -320,8 +321,10 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
 /* torchrun's failure report: root cause with time, host, rank, local rank,
  * exit code or signal name, pid, and the stderr tail; for a rank that hung,
  * that it stopped answering, its process state, why we think so, and the
- * stderr tail of the rank that waited for it. */
-void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res);
+ * stderr tail of the rank that waited for it. Titled "NAME FAILED", as
+ * torchrun names its entrypoint: name is the caller's for its job (`pprun
+ * run`'s, with its job id); NULL names the program (o->prog_argv[0]). */
+void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res, const char *name);
 
 /* Who stopped a job that ended LAUNCH_SIGNALED, in one line (cap bytes):
  * "pprun was stopped by SIGTERM" (this launcher), "the launcher of node

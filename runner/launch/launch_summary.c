@@ -52,14 +52,14 @@ static void print_rank(FILE *out, const launch_failure *f, const char *when) {
     if (f->injected[0]) fprintf(out, "  cause     : injected by %s (fault injection: not a bug)\n", f->injected);
 }
 
-void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res) {
+void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res, const char *name) {
     const char *bar = "============================================================";
     const launch_failure *f = &res->failure;
     char when[64] = "?";
     time_t t = (time_t)(f->wall_ns / 1000000000ull);
     struct tm tm;
     if (f->wall_ns && localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d_%H:%M:%S", &tm);
-    fprintf(out, "%s\n%s FAILED\n", bar, o->prog_argv[0]);
+    fprintf(out, "%s\n%s FAILED\n", bar, name ? name : o->prog_argv[0]);
     fprintf(out, "------------------------------------------------------------\n");
     fprintf(out, "Root Cause (first observed failure)%s:\n", res->failure_remote ? ", on another node" : "");
     if (f->global_rank < 0) {
