@@ -889,15 +889,16 @@ Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
     lt_free(&n1);
 }
 
-/* Node 1's rank 2 is stopped from outside; node 0's rank 0, which only
- * lost its peer (it watches rank 2's pid), exits with an error at once and
- * its node reports that failure first, while node 1 takes a second to tear
- * down (its rank 3 ends a second after SIGTERM): scancel's order when node
- * 1's SIGTERM lands first. The nodes decide once both told how the attempt
- * ended: the stop outranks a rank that exited with an error, so both say
- * stopped and exit 143 (before: both named rank 0's exit as the root cause). */
-Test(launch_multinode, a_stop_outranks_an_earlier_failure_of_a_rank_that_lost_its_peer) {
-    const char *dir = tfix_mkdir("stop-outranks"); /* removed when the test process exits */
+/* Node 1's rank 2 is killed by sig; node 0's rank 0, which only lost its
+ * peer (it watches rank 2's pid), exits with an error at once and its node
+ * reports that failure first, while node 1 takes a second to tear down
+ * (its rank 3 ends a second after SIGTERM): the order whenever node 1's
+ * trouble comes first, scancel's when its SIGTERM lands there first. The
+ * nodes decide once both told how the attempt ended, and a crash, or a
+ * stop, outranks a rank that exited with an error (before: both named
+ * rank 0's exit as the root cause). */
+static void node_1_rank_killed_while_node_0s_rank_gives_up(int sig, lt_proc *n0, lt_proc *n1) {
+    const char *dir = tfix_mkdir("outranks"); /* removed when the test process exits */
     char port[16], s0[512], s1[512], path[300];
     snprintf(port, sizeof port, "%d", lt_free_port());
     snprintf(s0, sizeof s0,
@@ -912,9 +913,8 @@ Test(launch_multinode, a_stop_outranks_an_earlier_failure_of_a_rank_that_lost_it
                         "--", "sh", "-c", s0, NULL};
     const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
                         "--", "sh", "-c", s1, NULL};
-    lt_proc n0, n1;
-    lt_start(&n0, a0, NULL);
-    lt_start(&n1, a1, NULL);
+    lt_start(n0, a0, NULL);
+    lt_start(n1, a1, NULL);
     snprintf(path, sizeof path, "%s/ready-3", dir);
     cr_assert(lt_wait_file(path), "rank 3 never started");
     snprintf(path, sizeof path, "%s/pid-2", dir);
@@ -924,16 +924,34 @@ Test(launch_multinode, a_stop_outranks_an_earlier_failure_of_a_rank_that_lost_it
     pid_t rank2 = (pid_t)atoi(text);
     free(text);
     cr_assert_gt(rank2, 1);
-    kill(rank2, SIGTERM);
-    lt_wait(&n0);
-    lt_wait(&n1);
+    kill(rank2, sig);
+    lt_wait(n0);
+    lt_wait(n1);
+    lt_assert_has(n0->err, "[0]: lost my peer");
+}
+
+Test(launch_multinode, a_stop_outranks_an_earlier_failure_of_a_rank_that_lost_its_peer) {
+    lt_proc n0, n1;
+    node_1_rank_killed_while_node_0s_rank_gives_up(SIGTERM, &n0, &n1);
     for (int k = 0; k < 2; k++) {
         const lt_proc *n = k ? &n1 : &n0;
         cr_assert_eq(n->status, 143, "node %d: %s", k, n->err);
         lt_assert_has(n->err, "stopped: rank 2 (local rank 0 on ");
         cr_assert_null(strstr(n->err, "Root Cause"), "node %d: %s", k, n->err);
     }
-    lt_assert_has(n0.err, "[0]: lost my peer");
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+Test(launch_multinode, a_crash_outranks_an_earlier_failure_of_a_rank_that_lost_its_peer) {
+    lt_proc n0, n1;
+    node_1_rank_killed_while_node_0s_rank_gives_up(SIGKILL, &n0, &n1);
+    for (int k = 0; k < 2; k++) {
+        const lt_proc *n = k ? &n1 : &n0;
+        cr_assert_eq(n->status, 1, "node %d: %s", k, n->err);
+        lt_assert_has(n->err, "rank      : 2 (local_rank: 0)");
+        lt_assert_has(n->err, "signal    : SIGKILL (9)");
+    }
     lt_free(&n0);
     lt_free(&n1);
 }

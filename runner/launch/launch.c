@@ -21,6 +21,8 @@
  *   pprun/a/K/stopcount      the first node stopped (count 1: its launcher got a
  *   pprun/a/K/stop           stop signal, or a rank one from outside) writes who
  *                            got it here too, before its failcount
+ *   pprun/a/K/crashcount     the same for the first rank that crashed (killed by
+ *   pprun/a/K/crash          a signal that is no stop)
  *   pprun/a/K/done           nodes that finished well; the last sets end
  *   pprun/a/K/told           nodes that told how the attempt ended there; the
  *   pprun/a/K/all_told       last sets all_told, and then each node decides
@@ -235,18 +237,19 @@ static int is_stop(const launch_failure *f) { return f->outside || (f->global_ra
 static int is_crash(const launch_failure *f) { return f->global_rank >= 0 && !f->hung && f->signal && !f->outside; }
 
 /* Records f as attempt K's root cause if it is the first failure (and, a
- * stop, as its stop if it is the first), then ends the attempt everywhere.
- * 0, or -1 when the store did not take it. */
+ * stop or a crash, as the first of its kind), then ends the attempt
+ * everywhere. 0, or -1 when the store did not take it. */
 static int report_failure(job *j, int attempt, const launch_failure *f, int stop, pp_err *serr) {
     char k[128], text[sizeof f->stderr_tail + 512];
     int64_t first;
-    if (is_stop(f)) {
-        key(k, sizeof k, attempt, "stopcount");
+    const char *kind = is_stop(f) ? "stop" : is_crash(f) ? "crash" : NULL;
+    if (kind) {
+        snprintf(k, sizeof k, "pprun/a/%d/%scount", attempt, kind);
         if (store_add(j->ctl, k, 1, &first, serr) != 0) return -1;
         if (first == 1) {
-            int len = failure_encode(f, 1, text, sizeof text);
+            int len = failure_encode(f, stop, text, sizeof text);
             if (len >= (int)sizeof text) len = (int)sizeof text - 1;
-            key(k, sizeof k, attempt, "stop");
+            key(k, sizeof k, attempt, kind);
             if (store_set(j->ctl, k, text, (size_t)len, serr) != 0) return -1;
         }
     }
@@ -763,10 +766,10 @@ static int tell_outcome(job *j, int attempt, int out, const launch_failure *fail
 
 /* Waits until every node told how attempt K ended there (all_told), so
  * that each decides on all their reports, not on whichever came first: a
- * stop outranks the failure of a rank that only exited with an error
- * (under scancel a rank whose peer on another node was stopped a moment
- * earlier often gives up before its own SIGTERM lands, and its node's
- * report may be the first). A node that never tells (gone, frozen) is
+ * crash, then a stop, outranks the failure of a rank that only exited
+ * with an error (a rank whose peer on another node died or was stopped a
+ * moment earlier gives up at once, and its node's report may be the
+ * first; under scancel it often does so before its own SIGTERM lands). A node that never tells (gone, frozen) is
  * waited for --shutdown-timeout + 5 s, its teardown's bound; then what was
  * told decides. A stop signal meanwhile is noted (no restart); a second
  * one gives up. 0, or -1 (serr) when the store is gone or the wait was
@@ -826,20 +829,28 @@ static int read_report(job *j, int attempt, const char *name, launch_failure *f,
  * well here was ended by another node. -1 (serr) when the store did not
  * answer. */
 static int read_root_cause(job *j, int attempt, int *out, int *stop, launch_result *res, pp_err *serr) {
-    launch_failure f, s;
-    int fstop = 0, sstop = 0, fok, sok;
+    launch_failure f, s, c;
+    int fstop = 0, sstop = 0, cstop = 0, fok, sok, cok;
     int g = read_report(j, attempt, "fail", &f, &fstop, &fok, serr);
-    if (g < 0 || read_report(j, attempt, "stop", &s, &sstop, &sok, serr) < 0) return -1;
-    if (sok && is_stop(&s)) {
-        /* A stop anywhere: nobody restarts, and it is the outcome unless a
-         * rank crashed (a rank that exited with an error, or timed out
-         * waiting for one, may only have lost a peer the stop took). */
-        *stop = 1;
-        if (g != 0 || !fok || (!is_stop(&f) && !is_crash(&f))) {
-            f = s;
-            fok = 1;
-            g = 0;
-        }
+    if (g < 0 || read_report(j, attempt, "stop", &s, &sstop, &sok, serr) < 0 ||
+        read_report(j, attempt, "crash", &c, &cstop, &cok, serr) < 0)
+        return -1;
+    /* The cause: the first crash, else the first stop, else the first
+     * report: a rank that exited with an error, or timed out waiting for
+     * one, may only have lost a peer that the crash or the stop took. A
+     * stop anywhere means nobody restarts. */
+    sok = sok && is_stop(&s);
+    cok = cok && is_crash(&c);
+    if (sok) *stop = 1;
+    if (cok && (g != 0 || !fok || !is_crash(&f))) {
+        f = c;
+        fstop = cstop;
+        fok = 1;
+        g = 0;
+    } else if (sok && (g != 0 || !fok || (!is_stop(&f) && !is_crash(&f)))) {
+        f = s;
+        fok = 1;
+        g = 0;
     }
     if (g == 1) {
         /* Every node done (this one too), or ended by a node that never
