@@ -168,6 +168,7 @@ static int parse_fail_at(run_fail_at *f, const char *value, pp_err *err) {
     char buf[256];
     if (copy_text(buf, sizeof buf, "--fail-at", value, err) != 0) return -1;
     run_fail_at parsed = {.enabled = 1, .step = -1, .rank = -1, .phase = -1, .mb = -1};
+    snprintf(parsed.text, sizeof parsed.text, "%s", buf); /* before the list is split in place */
     if (pp_parse_kv_list(buf, fail_at_pair, &parsed, err) != 0) return -1;
     if (parsed.step < 0 || parsed.rank < 0)
         return pp_fail(err, "--fail-at: needs step=S and rank=R (e.g. step=1,rank=2[,phase=B,mb=3])");

@@ -59,6 +59,7 @@ typedef struct run_fail_at {
     int step, rank;
     int phase; /* -1 = at the start of the step, else sched_op or RUN_FAIL_AT_ALLREDUCE */
     int mb;    /* -1 = any microbatch (of the rank's replica: 0 .. --microbatches - 1) */
+    char text[256]; /* the spec as given ("step=1,rank=2,phase=allreduce"): what messages name */
 } run_fail_at;
 
 typedef struct run_config {

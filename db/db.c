@@ -690,6 +690,32 @@ fail:
     return -1;
 }
 
+int db_set_node_hosts(db *d, int64_t job_id, const char *const *hosts, int nnodes, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->sql, "UPDATE ranks SET host=?3 WHERE job_id=?1 AND node=?2", -1, &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(d->sql), "recording the nodes' hosts", err);
+    if (exec(d, "BEGIN IMMEDIATE", "recording the nodes' hosts", err) != 0) {
+        sqlite3_finalize(st);
+        return -1;
+    }
+    for (int n = 0; n < nnodes; n++) {
+        if (!hosts[n] || !hosts[n][0]) continue;
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int(st, 2, n);
+        sqlite3_bind_text(st, 3, hosts[n], -1, SQLITE_STATIC);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE) {
+            db_fail(d, rc, "recording the nodes' hosts", err);
+            sqlite3_finalize(st);
+            sqlite3_exec(d->sql, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    }
+    sqlite3_finalize(st);
+    return exec(d, "COMMIT", "recording the nodes' hosts", err);
+}
+
 int db_update_rank(db *d, int64_t job_id, int rank, int pid, int64_t off, pp_err *err) {
     if (db_set_clock_offset(d, job_id, rank, off, err) != 0) return -1;
     sqlite3_stmt *st;

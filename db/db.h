@@ -140,6 +140,11 @@ typedef struct db_rank_info {
 int db_insert_ranks(db *d, int64_t job_id, const db_rank_info *ranks, size_t n, pp_err *err);
 /* Updates one rank's pid (a restart) and/or offset; pid <= 0 leaves it. */
 int db_update_rank(db *d, int64_t job_id, int rank, int pid, int64_t clock_offset_ns, pp_err *err);
+/* Sets the host of every rank of node n (ranks.node = n) to hosts[n], for
+ * n < nnodes, in one transaction; a NULL or "" entry leaves its node's as
+ * it is. Where another node's launcher says it runs (launch.h,
+ * launch_info.node_hosts), which node 0 learns only once it joined. */
+int db_set_node_hosts(db *d, int64_t job_id, const char *const *hosts, int nnodes, pp_err *err);
 /* Sets the offset used for rank's events from now on, without writing. */
 int db_set_clock_offset(db *d, int64_t job_id, int rank, int64_t clock_offset_ns, pp_err *err);
 

@@ -463,7 +463,8 @@ static int write_header(chrome_export *x, pp_err *err) {
     return 0;
 }
 
-/* A node's process: its name (with the host, when known) and sort order. */
+/* A node's process: its name (with the host, when known: another node's is "" until its
+ * launcher joined) and sort order. */
 static void put_process(chrome_export *x, int node, const char *host) {
     char name[300];
     snprintf(name, sizeof name, "node %d%s%s%s", node, host ? " (" : "", host ? host : "", host ? ")" : "");
@@ -483,7 +484,7 @@ static int read_ranks(chrome_export *x, pp_err *err) {
                            "WITH RECURSIVE er(rank) AS (SELECT min(rank) FROM event_runs WHERE job_id=?1 UNION ALL"
                            " SELECT (SELECT min(rank) FROM event_runs WHERE job_id=?1 AND rank > er.rank) FROM er"
                            " WHERE er.rank IS NOT NULL)"
-                           " SELECT rank, max(node), max(host) FROM (SELECT rank, node, host FROM ranks WHERE job_id=?1"
+                           " SELECT rank, max(node), max(nullif(host, '')) FROM (SELECT rank, node, host FROM ranks WHERE job_id=?1"
                            " UNION ALL SELECT rank, 0, NULL FROM er WHERE rank IS NOT NULL)"
                            " GROUP BY rank ORDER BY rank",
                            -1, &st, NULL) != SQLITE_OK)

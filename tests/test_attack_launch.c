@@ -735,7 +735,7 @@ Test(attack_launch, a_worker_killed_at_any_phase_is_named) {
             lt_assert_has(p.err, "cause     : injected by --fail-at");
             char like[160];
             snprintf(like, sizeof like, "rank %d (local rank %d on %%) was killed by SIGKILL (injected by --fail-at "
-                     "step=1,rank=%d)", ranks[r], ranks[r], ranks[r]);
+                     "step=1,rank=%d%s)", ranks[r], ranks[r], ranks[r], phases[ph]); /* as given, phase and all */
             cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failed_rank = %d AND "
                                   "failure LIKE '%s'", ranks[r], like),
                          1, "%s: %s", fail_at, job_row(db, 1));

@@ -118,6 +118,67 @@ Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
     lt_free(&p);
 }
 
+/* A rank killed by SIGTERM that pprun did not send (kill, scancel) was
+ * stopped from outside: no failure, no restart (--max-restarts 2 left),
+ * the same signal to the other ranks, exit 143, and the rank named as who
+ * got it (before: rank 0's failure, and a restart). launcher_too: the
+ * launcher gets SIGTERM too, once it has reaped rank 0 and while rank 1
+ * takes a second to end: scancel's order when the launcher sees the rank
+ * die first (before: rank 0's failure, the signal only stopping the
+ * restarts, exit 1). */
+static void rank_stopped_from_outside(const char *name, int launcher_too) {
+    const char *dir = tfix_mkdir(name); /* removed when the test process exits */
+    char script[512], path[256];
+    /* rank 0 dies of SIGTERM (sh, then sleep: neither handles it); rank 1,
+     * once its trap is set, says it got it */
+    snprintf(script, sizeof script,
+             "[ $RANK = 1 ] && trap 'echo got-TERM-$RANK; sleep 1; exit 0' TERM; echo $$ > %s/pid-$RANK.tmp; "
+             "mv %s/pid-$RANK.tmp %s/pid-$RANK; if [ $RANK = 0 ]; then exec sleep 300; fi; while :; do sleep 0.02; done",
+             dir, dir, dir);
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--max-restarts", "2", "--shutdown-timeout", "20", "--",
+                          "sh", "-c", script, NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    pid_t rank0 = 0;
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/pid-%d", dir, r);
+        cr_assert(lt_wait_file(path), "rank %d never started", r);
+        size_t len;
+        char *text = lt_slurp(path, &len);
+        if (r == 0) rank0 = (pid_t)atoi(text);
+        free(text);
+    }
+    cr_assert_gt(rank0, 1);
+    kill(rank0, SIGTERM);
+    if (launcher_too) {
+        for (int i = 0; i < 3000 && lt_pid_alive(rank0); i++) usleep(10000); /* a zombie until the launcher reaps it */
+        cr_assert_not(lt_pid_alive(rank0), "the launcher never reaped rank 0");
+        kill(p.pid, SIGTERM);
+    }
+    /* Before the fix a restarted rank 0 slept on: not waited for long. */
+    int ended = lt_wait_within(&p, 60);
+    if (!ended) {
+        kill(p.pid, SIGKILL);
+        lt_wait(&p);
+    }
+    cr_assert(ended, "pprun launch went on: %s", p.err);
+    cr_assert_eq(p.status, 143, "exit %d: %s", p.status, p.err);
+    cr_assert_null(strstr(p.err, "restarting"), "%s", p.err);
+    cr_assert_null(strstr(p.err, "Root Cause"), "%s", p.err);
+    cr_assert(strstr(p.out, "[1]: got-TERM-1\n"), "rank 1 did not get SIGTERM:\n%s", p.out);
+    lt_assert_has(p.err, "pprun launch: stopped: rank 0 (local rank 0 on ");
+    lt_assert_has(p.err, "was killed by SIGTERM, which pprun had not sent: the job was stopped from outside");
+    lt_free(&p);
+}
+
+Test(launch_fail, a_rank_killed_by_sigterm_from_outside_stops_the_job_without_restart) {
+    rank_stopped_from_outside("outside", 0);
+}
+
+Test(launch_fail, sigterm_to_the_launcher_after_its_rank_died_of_one_still_stops_the_job) {
+    rank_stopped_from_outside("outside-then-launcher", 1);
+}
+
 /* A rank that ignores the forwarded signal is killed after the grace. */
 Test(launch_fail, sigint_then_sigkill_after_the_grace) {
     const char *dir = tfix_mkdir("sigint-grace"); /* removed when the test process exits */

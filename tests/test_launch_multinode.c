@@ -748,7 +748,7 @@ Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
     store_client *c;
     pp_err err;
     cr_assert_eq(store_connect("127.0.0.1", atoi(port), 5000000000ull, &c, &err), 0, "%s", err.msg);
-    const char forged[] = "v2 1 5 99 3 0 1234 0 0 0 0 0\nforged-host\nwhy\ntail";
+    const char forged[] = "v3 1 5 99 3 0 1234 0 0 0 0 0 0\nforged-host\nwhy\ntail";
     cr_assert_eq(store_set(c, "pprun/a/0/fail", forged, sizeof forged - 1, &err), 0, "%s", err.msg);
     cr_assert_eq(store_set(c, "pprun/a/0/end", "", 0, &err), 0, "%s", err.msg);
     store_close(c);
@@ -761,6 +761,248 @@ Test(launch_multinode, a_forged_failure_report_blames_no_rank) {
         cr_assert_null(strstr(nodes[k]->err, "forged-host"), "node %d: %s", k, nodes[k]->err);
         cr_assert_null(strstr(nodes[k]->err, "rank      : 5"), "node %d: %s", k, nodes[k]->err);
     }
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* A two-node `pprun run` into dir/hosts.db whose node 1 runs in a UTS
+ * namespace of its own under the host name node1_host (set through
+ * /proc/sys/kernel/hostname, which takes any bytes; a word of shell:
+ * it may be a "$(printf ...)"), as on another machine; node 0's stderr into *n0. */
+static void two_nodes_with_node_1_named(const char *dir, const char *node1_host, char **n0) {
+    if (geteuid() != 0 || system("unshare --uts true 2>/dev/null") != 0)
+        cr_skip_test("node 1 needs a host name of its own: unshare --uts (root) is not available here");
+    char common[1024], cmd[4096], path[300];
+    snprintf(common, sizeof common,
+             "--nnodes 2 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port %d --model "
+             "timed:f=1ms,b=1ms,w=1ms,layers=4 --microbatches 4 --steps 2 --progress off --rdzv-timeout 30 "
+             "--db %s/hosts.db",
+             lt_free_port(), dir);
+    snprintf(cmd, sizeof cmd,
+             "%s run --node-rank 0 %s >%s/n0.txt 2>&1 & "
+             "H=%s unshare --uts sh -c 'printf %%s \"$H\" >/proc/sys/kernel/hostname && exec \"$0\" \"$@\"' %s run --node-rank 1 %s "
+             ">%s/n1.txt 2>&1; s1=$?; wait %%1; s0=$?; exit $((s0 | s1))",
+             PPRUN_BIN, common, dir, node1_host, PPRUN_BIN, common, dir);
+    int rc = system(cmd);
+    size_t len;
+    snprintf(path, sizeof path, "%s/n0.txt", dir);
+    *n0 = lt_slurp(path, &len);
+    snprintf(path, sizeof path, "%s/n1.txt", dir);
+    char *n1 = lt_slurp(path, &len);
+    cr_assert_eq(rc, 0, "node 0:\n%s\nnode 1:\n%s", *n0, n1);
+    free(n1);
+}
+
+/* Where each rank ran (ranks.host, and the Chrome export's process names):
+ * node 0 records its own host name and, for node 1's ranks, the one node
+ * 1's launcher joined with (before: node 0 made up "node1"). */
+Test(launch_multinode, the_ranks_of_node_1_are_recorded_on_the_host_node_1_named) {
+    const char *dir = tfix_mkdir("hosts"); /* removed when the test process exits */
+    char host[256] = "", path[300], cmd[1024], *n0;
+    gethostname(host, sizeof host - 1);
+    cr_assert_str_neq(host, "pprun-node-one");
+    two_nodes_with_node_1_named(dir, "pprun-node-one", &n0);
+    free(n0);
+    snprintf(path, sizeof path, "%s/hosts.db", dir);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM ranks WHERE node = 0 AND host = '%s'", host), 2);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM ranks WHERE node = 1 AND host = 'pprun-node-one'"), 2,
+                 "node 1's ranks ran on pprun-node-one");
+    sqlite3_close(db);
+    snprintf(cmd, sizeof cmd, "%s export --db %s/hosts.db --format chrome --out %s/trace.json", PPRUN_BIN, dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    size_t len;
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    char *trace = lt_slurp(path, &len);
+    lt_assert_has(trace, "\"node 1 (pprun-node-one)\"");
+    free(trace);
+}
+
+/* A host name is text from another machine (and anyone who reaches the
+ * store could have written it): one that would drive a terminal is not
+ * recorded. Node 0 says so, escaped, and node 1's ranks' host stays ""
+ * (the export names the node alone). */
+Test(launch_multinode, a_host_name_with_control_characters_is_not_recorded) {
+    const char *dir = tfix_mkdir("bad-host"); /* removed when the test process exits */
+    char path[300], *n0;
+    two_nodes_with_node_1_named(dir, "\"$(printf 'evil\\033]0;x\\007')\"", &n0);
+    lt_assert_has(n0, "node rank 1's host name in the store (pprun/a/0/node/1) is not 1 to 255 printable "
+                      "characters: \"evil\\x1b]0;x\\x07\"");
+    cr_assert_null(strchr(n0, '\033'), "%s", n0);
+    free(n0);
+    snprintf(path, sizeof path, "%s/hosts.db", dir);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM ranks WHERE node = 1 AND host = ''"), 2);
+    sqlite3_close(db);
+}
+
+/* A rank of node 1 killed by SIGTERM that pprun did not send (kill,
+ * scancel): the job was stopped, on both nodes, naming that rank, and both
+ * exit 143, node 0 too, which nobody signalled (before: both named rank 1
+ * as the job's failure and exited 1). */
+Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
+    const char *dir = tfix_mkdir("outside"); /* removed when the test process exits */
+    char port[16], script[512], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(script, sizeof script, "echo $$ > %s/pid-$RANK.tmp; mv %s/pid-$RANK.tmp %s/pid-$RANK; exec sleep 120", dir,
+             dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "2",
+                        "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    pid_t rank1 = 0;
+    for (int r = 0; r < 2; r++) {
+        snprintf(path, sizeof path, "%s/pid-%d", dir, r);
+        cr_assert(lt_wait_file(path), "rank %d never started", r);
+        size_t len;
+        char *text = lt_slurp(path, &len);
+        if (r == 1) rank1 = (pid_t)atoi(text);
+        free(text);
+    }
+    cr_assert_gt(rank1, 1);
+    kill(rank1, SIGTERM);
+    /* Before the fix both restarted, their ranks sleeping on: not waited for long. */
+    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
+    lt_proc *nodes[2] = {&n0, &n1};
+    for (int k = 0; k < 2; k++)
+        if (!(k ? ended1 : ended0)) {
+            kill(nodes[k]->pid, SIGKILL);
+            lt_wait(nodes[k]);
+        }
+    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    cr_assert_eq(n1.status, 143, "%s", n1.err);
+    cr_assert_eq(n0.status, 143, "%s", n0.err);
+    const char *want = "stopped: rank 1 (local rank 0 on ";
+    for (int k = 0; k < 2; k++) {
+        const char *err = k ? n1.err : n0.err;
+        lt_assert_has(err, want);
+        lt_assert_has(err, "was killed by SIGTERM, which pprun had not sent");
+        cr_assert_null(strstr(err, "Root Cause"), "node %d: %s", k, err);
+        cr_assert_null(strstr(err, "restarting"), "node %d: %s", k, err);
+    }
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* Node 1's rank 2 is killed by sig; node 0's rank 0, which only lost its
+ * peer (it watches rank 2's pid), exits with an error at once and its node
+ * reports that failure first, while node 1 takes a second to tear down
+ * (its rank 3 ends a second after SIGTERM): the order whenever node 1's
+ * trouble comes first, scancel's when its SIGTERM lands there first. The
+ * nodes decide once both told how the attempt ended, and a crash, or a
+ * stop, outranks a rank that exited with an error (before: both named
+ * rank 0's exit as the root cause). */
+static void node_1_rank_killed_while_node_0s_rank_gives_up(int sig, lt_proc *n0, lt_proc *n1) {
+    const char *dir = tfix_mkdir("outranks"); /* removed when the test process exits */
+    char port[16], s0[512], s1[512], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(s0, sizeof s0,
+             "if [ $LOCAL_RANK = 1 ]; then exec sleep 120; fi; while [ ! -e %s/pid-2 ]; do sleep 0.01; done; "
+             "p=$(cat %s/pid-2); while kill -0 $p 2>/dev/null; do sleep 0.01; done; echo 'lost my peer' >&2; exit 1",
+             dir, dir);
+    snprintf(s1, sizeof s1,
+             "if [ $LOCAL_RANK = 1 ]; then trap 'sleep 1; exit 0' TERM; touch %s/ready-3; "
+             "while :; do sleep 0.05; done; fi; echo $$ > %s/pid.tmp; mv %s/pid.tmp %s/pid-2; exec sleep 120",
+             dir, dir, dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", port,
+                        "--", "sh", "-c", s0, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
+                        "--", "sh", "-c", s1, NULL};
+    lt_start(n0, a0, NULL);
+    lt_start(n1, a1, NULL);
+    snprintf(path, sizeof path, "%s/ready-3", dir);
+    cr_assert(lt_wait_file(path), "rank 3 never started");
+    snprintf(path, sizeof path, "%s/pid-2", dir);
+    cr_assert(lt_wait_file(path), "rank 2 never started");
+    size_t len;
+    char *text = lt_slurp(path, &len);
+    pid_t rank2 = (pid_t)atoi(text);
+    free(text);
+    cr_assert_gt(rank2, 1);
+    kill(rank2, sig);
+    lt_wait(n0);
+    lt_wait(n1);
+    lt_assert_has(n0->err, "[0]: lost my peer");
+}
+
+Test(launch_multinode, a_stop_outranks_an_earlier_failure_of_a_rank_that_lost_its_peer) {
+    lt_proc n0, n1;
+    node_1_rank_killed_while_node_0s_rank_gives_up(SIGTERM, &n0, &n1);
+    for (int k = 0; k < 2; k++) {
+        const lt_proc *n = k ? &n1 : &n0;
+        cr_assert_eq(n->status, 143, "node %d: %s", k, n->err);
+        lt_assert_has(n->err, "stopped: rank 2 (local rank 0 on ");
+        cr_assert_null(strstr(n->err, "Root Cause"), "node %d: %s", k, n->err);
+    }
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+Test(launch_multinode, a_crash_outranks_an_earlier_failure_of_a_rank_that_lost_its_peer) {
+    lt_proc n0, n1;
+    node_1_rank_killed_while_node_0s_rank_gives_up(SIGKILL, &n0, &n1);
+    for (int k = 0; k < 2; k++) {
+        const lt_proc *n = k ? &n1 : &n0;
+        cr_assert_eq(n->status, 1, "node %d: %s", k, n->err);
+        lt_assert_has(n->err, "rank      : 2 (local_rank: 0)");
+        lt_assert_has(n->err, "signal    : SIGKILL (9)");
+    }
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* What a failure of a two-node `pprun run` says: the summary is titled by
+ * the job (`pprun run` and its job id, as torchrun's by its entrypoint;
+ * before: the launcher's own path, "/.../pprun FAILED"), the injected
+ * kill names --fail-at as given, phase and all (before: "step=1,rank=2"),
+ * and node 1, given a --db of its own, says it writes none: the database
+ * is node 0's (before: not a word, and no file). */
+Test(launch_multinode, a_two_node_run_names_the_job_the_whole_fail_at_and_node_1s_unused_db) {
+    const char *dir = tfix_mkdir("fail-at"); /* removed when the test process exits */
+    char port[16], db0[300], db1[300], want[600];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(db0, sizeof db0, "%s/mn0.db", dir);
+    snprintf(db1, sizeof db1, "%s/mn1.db", dir);
+    const char *a0[] = {"run", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--model", "timed:f=1ms,b=1ms,w=1ms,layers=4",
+                        "--microbatches", "4", "--steps", "3", "--progress", "off", "--fail-at",
+                        "step=1,rank=2,phase=B", "--db", db0, NULL};
+    const char *a1[] = {"run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--model", "timed:f=1ms,b=1ms,w=1ms,layers=4",
+                        "--microbatches", "4", "--steps", "3", "--progress", "off", "--fail-at",
+                        "step=1,rank=2,phase=B", "--db", db1, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    lt_wait(&n0);
+    lt_wait(&n1);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    snprintf(want, sizeof want, "\npprun run (job 1 in %s) FAILED\n", db0);
+    lt_assert_has(n0.err, want);
+    lt_assert_has(n1.err, "\npprun run FAILED\n"); /* no database here */
+    for (int k = 0; k < 2; k++)
+        lt_assert_has(k ? n1.err : n0.err,
+                      "\n  cause     : injected by --fail-at step=1,rank=2,phase=B (fault injection: not a bug)\n");
+    snprintf(want, sizeof want,
+             "pprun run: --db %s is not written on node rank 1: a job's trace database is node rank 0's (its --db), "
+             "where this node's trace goes\n",
+             db1);
+    lt_assert_has(n1.err, want);
+    cr_assert_null(strstr(n0.err, "is not written on node rank"), "%s", n0.err);
+    cr_assert_neq(access(db1, F_OK), 0, "node 1 wrote %s", db1);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(db0, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failed_rank = 2 AND failure "
+                                "LIKE 'rank 2 (local rank 0 on %) was killed by SIGKILL (injected by --fail-at "
+                                "step=1,rank=2,phase=B)'"),
+                 1);
+    sqlite3_close(db);
     lt_free(&n0);
     lt_free(&n1);
 }

@@ -368,7 +368,11 @@ Test(run_trace, nodes_started_with_different_options_refuse_naming_the_option) {
                     tmpdir, i, PPRUN_BIN, common, cases[i].node0, tmpdir, i, tmpdir, PPRUN_BIN, common, node1, tmpdir,
                     tmpdir, tmpdir);
         cr_assert_eq(rc, 0);
-        cr_assert(strstr(out_text(), "exit 1 1\npprun run: this node's job options differ from node rank 0's"),
+        /* node 1's --db (n1.db) is not its to write: it says so first */
+        cr_assert(strstr(out_text(), "exit 1 1\npprun run: --db ") &&
+                      strstr(out_text(), "/n1.db is not written on node rank 1: a job's trace database is node rank "
+                                         "0's (its --db), where this node's trace goes\npprun run: this node's job "
+                                         "options differ from node rank 0's"),
                   "case %zu: %s", i, out_text());
         cr_assert(strstr(out_text(), cases[i].said), "case %zu: want '%s' in\n%s", i, cases[i].said, out_text());
         char name[32];
@@ -477,6 +481,39 @@ Test(run_trace, a_stopped_job_leaves_no_process_and_a_consistent_database) {
     cr_assert_eq(tfix_q_intf(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143"), 1);
     cr_assert_geq(tfix_q_intf(d, "SELECT max(step) FROM events"), 1, "the steps that ran are in the database");
     assert_integrity_ok(d);
+    sqlite3_close(d);
+}
+
+/* SIGTERM to a worker from outside pprun (kill; scancel sends it to every
+ * process of a Slurm step, the launcher too): the job was stopped, not
+ * failed: exit 143, `stopped` in the database naming the rank that got it,
+ * no failed rank (before: `failed`, "rank 1 ... was killed by SIGTERM",
+ * exit 1). */
+Test(run_trace, a_worker_killed_by_sigterm_from_outside_stops_the_job) {
+    long_run run;
+    start_long_run("outside", &run);
+    sqlite3 *d = open_db("outside.db");
+    pid_t rank1 = (pid_t)tfix_q_int(d, "SELECT pid FROM ranks WHERE job_id = 1 AND rank = 1");
+    sqlite3_close(d);
+    cr_assert_gt(rank1, 1);
+    kill(rank1, SIGTERM);
+    int st;
+    waitpid(run.pid, &st, 0);
+    char said[8192] = "";
+    FILE *ef = fopen(run.errpath, "r");
+    cr_assert_not_null(ef);
+    said[fread(said, 1, sizeof said - 1, ef)] = '\0';
+    fclose(ef);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 143, "pprun run exited %d:\n%s",
+              WIFEXITED(st) ? WEXITSTATUS(st) : -1, said);
+    cr_assert_null(strstr(said, "Root Cause"), "%s", said);
+    lt_assert_has(said, "pprun run: stopped: rank 1 (local rank 1 on ");
+    cr_assert_not(job_process_left(run.metrics), "a worker of the stopped job is still running");
+    d = open_db("outside.db");
+    cr_assert_eq(tfix_q_int(d, "SELECT count(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143 AND "
+                               "failed_rank IS NULL AND failure LIKE 'rank 1 (local rank 1 on %) was killed by "
+                               "SIGTERM, which pprun had not sent: the job was stopped from outside%'"),
+                 1, "%s", said);
     sqlite3_close(d);
 }
 

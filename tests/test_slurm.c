@@ -286,6 +286,8 @@ Test(slurm, two_nodes_take_their_ranks_and_node_0_from_slurm) {
     sqlite3 *s = open_db(db);
     cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM ranks WHERE node = 0 AND host = 'ppnode1'"), 2,
                  "node 0 is the step's first node");
+    cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM ranks WHERE node = 1 AND host = 'ppnode2'"), 2,
+                 "node 1's ranks ran on ppnode2, as its launcher says");
     sqlite3_close(s);
     batch_job(2, "batch2");
 }
@@ -411,16 +413,80 @@ Test(slurm, scancel_of_a_running_job_leaves_no_process) {
     job_state(job, state, sizeof state);
     cr_assert_str_eq(state, "CANCELLED");
 
-    /* Ended in the database, not left `running`: Slurm signals the
-     * launcher and its workers together, so whichever it saw first. */
+    /* Stopped in the database, not left `running`, nor failed: Slurm
+     * signals the launcher and its workers together, and a worker killed
+     * by a SIGTERM pprun did not send was stopped from outside, whichever
+     * the launcher sees first (docs/cli.md, "Signals"). */
     sqlite3 *s = open_db(db);
-    cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM jobs WHERE status IN ('stopped', 'failed') AND exit_code > 0"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143 AND "
+                               "failed_rank IS NULL AND failure LIKE '%SIGTERM%'"), 1);
     cr_assert_geq(tfix_q_int(s, "SELECT COUNT(*) FROM events"), events, "what ran before scancel stays traced");
     sqlite3_close(s);
 
     /* The launcher's guard is no process of the step Slurm tracks
      * (docs/launch.md, "A launcher that is killed": re-parented away): it
      * leaves on the launcher's goodbye, a moment after the step ends. */
+    char left[8192];
+    int n = 1;
+    for (double end = now_s() + 10; n > 0 && now_s() < end; usleep(n ? 50000 : 0))
+        n = job_processes(job, db, 0, left, sizeof left);
+    cr_assert_eq(n, 0, "%d processes of job %ld left 10 s after it ended:\n%s", n, job, left);
+}
+
+/* `scancel` of a two-node batch job (examples/slurm_job.sh, one launcher a
+ * node through srun): Slurm sends SIGTERM to every process of the step on
+ * both nodes at once. The job is stopped, not failed (before: "rank 0
+ * (local rank 0 on ppnode1) was killed by SIGTERM", `failed`, the
+ * summary's root cause rank 0), and no process of it is left. */
+Test(slurm, scancel_of_a_two_node_batch_job_records_it_stopped) {
+    cluster_up(2);
+    char db[600], log[600], *out;
+    snprintf(db, sizeof db, "%s/cancel2.db", cluster);
+    snprintf(log, sizeof log, "%s/cancel2.out", cluster);
+    int rc = sh(&out,
+                "PPRUN=%s sbatch --parsable --nodes=2 --output=%s %s --nproc-per-node 2 --model " SMALL_MODEL
+                " --steps 1000000 --microbatches %d --progress off --db %s",
+                PPRUN_BIN, log, JOB_SCRIPT, MICROBATCHES, db);
+    cr_assert_eq(rc, 0, "sbatch exited %d:\n%s", rc, out);
+    long job = strtol(out, NULL, 10);
+    free(out);
+    cr_assert_gt(job, 0);
+    /* Running: its four workers (two a node) are up and it has traced something. */
+    int workers = 0;
+    int64_t events = 0;
+    for (double end = now_s() + 60; (workers < 4 || events == 0) && now_s() < end; usleep(50000)) {
+        workers = job_processes(job, db, 1, NULL, 0);
+        if (workers == 4) events = count_events(db);
+    }
+    if (workers < 4 || events == 0) sh(NULL, "scancel %ld", job);
+    cr_assert_eq(workers, 4, "job %ld: %d of 4 workers within 60 s", job, workers);
+    cr_assert_gt(events, 0, "job %ld: no event in %s within 60 s", job, db);
+    cr_assert_eq(sh(&out, "scancel %ld", job), 0, "scancel: %s", out);
+    free(out);
+    for (double end = now_s() + 30; only_job() == job && now_s() < end;) usleep(50000);
+    cr_assert_neq(only_job(), job, "job %ld still in squeue 30 s after scancel", job);
+    char state[64], text[8192] = "";
+    job_state(job, state, sizeof state);
+    cr_assert_str_eq(state, "CANCELLED");
+    FILE *f = fopen(log, "r");
+    if (f) {
+        text[fread(text, 1, sizeof text - 1, f)] = '\0';
+        fclose(f);
+    }
+    cr_assert_null(strstr(text, "Root Cause"), "job output:\n%s", text);
+    sqlite3 *s = open_db(db);
+    char row[1024] = "";
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s, "SELECT status || ', exit code ' || ifnull(exit_code, 'NULL') || ': ' || "
+                              "ifnull(failure, 'NULL') FROM jobs", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        snprintf(row, sizeof row, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    cr_assert_eq(tfix_q_int(s, "SELECT COUNT(*) FROM jobs WHERE status = 'stopped' AND exit_code = 143 AND "
+                               "failed_rank IS NULL AND failure LIKE '%SIGTERM%'"),
+                 1, "the job: %s\njob output:\n%s", row, text);
+    cr_assert_geq(tfix_q_int(s, "SELECT COUNT(*) FROM events"), events, "what ran before scancel stays traced");
+    sqlite3_close(s);
     char left[8192];
     int n = 1;
     for (double end = now_s() + 10; n > 0 && now_s() < end; usleep(n ? 50000 : 0))

@@ -27,9 +27,14 @@ int cmd_launch(int argc, char **argv) {
         fprintf(stderr, "pprun launch: %s\n", err.msg);
         return res.exit_code;
     }
-    if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &o, &res);
-    if (res.status == LAUNCH_SIGNALED)
-        fprintf(stderr, "pprun launch: stopped by signal %d; %s\n", res.signal,
-                res.attempts ? "every rank was stopped" : "no rank had started");
+    if (res.status == LAUNCH_FAILED) launch_print_summary(stderr, &o, &res, NULL); /* titled by the program */
+    if (res.status == LAUNCH_SIGNALED) {
+        /* who got the signal, when it was not this launcher */
+        char who[600], sbuf[16];
+        if (res.failure.outside || res.failure_remote) launch_stop_text(&res, who, sizeof who);
+        else snprintf(who, sizeof who, "by %s", launch_signal_name(res.signal, sbuf));
+        fprintf(stderr, "pprun launch: stopped%s%s; %s\n", res.failure.outside || res.failure_remote ? ": " : " ",
+                who, res.attempts ? "every rank was stopped" : "no rank had started");
+    }
     return res.exit_code;
 }

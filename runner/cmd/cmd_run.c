@@ -78,6 +78,7 @@ int cmd_run(int argc, char **argv) {
          * job's row says the same exit status. */
         if (end.exit_code == 0 && (fflush(stdout) != 0 || ferror(stdout))) end.exit_code = 1;
         job_rows_finish(&job, &end);
+        job_attempts_release(&job, &end); /* the end is recorded: a stop signal may act again */
         job_serve_until_interrupt(&job, &end);
         exit_code = end.exit_code;
     }

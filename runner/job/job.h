@@ -19,6 +19,7 @@
 #ifndef PP_JOB_H
 #define PP_JOB_H
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include "base/pp.h"
@@ -57,10 +58,13 @@ typedef struct run_job {
     int program;           /* 1: `-- PROGRAM` runs instead of the built-in worker */
     char worker_flag[32];  /* the first option given that only the built-in worker takes */
     int microbatches_given; /* --microbatches was on the command line (a csv: schedule sets it otherwise) */
+    int db_given;          /* --db was on the command line (another node than 0 says it writes none) */
     char model[256];       /* jobs.model: the canonical --model, or "program:COMMAND LINE" */
     pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
     launch_guard *guard;   /* outlives a SIGKILLed launcher: kills the ranks, then records the job's end */
     job_mps mps;           /* --device cuda: the MPS daemon of this node's ranks, when they share a GPU */
+    struct sigaction late_old[3]; /* SIGINT, SIGTERM, SIGHUP as they were before job_attempts_run held them */
+    int late_holding;             /* job_attempts_run holds them until job_attempts_release */
 } run_job;
 
 /* How the workers' attempts ended (job_attempts_run), and the trace with
@@ -72,6 +76,7 @@ typedef struct job_outcome {
     pp_err trace_err; /* "" unless the trace stopped early */
     pp_err ring_err;  /* "" unless a rank's trace ring was corrupt (its trace cut, the others' kept) */
     int exit_code;    /* what pprun run exits with */
+    int late_signal;  /* a stop signal that came once the workers were gone, held until the end was recorded, or 0 */
 } job_outcome;
 
 /* Releases what the job still holds, whichever step it stopped at. */

@@ -5,22 +5,56 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "runner/comm/comm.h"
 #include "runner/job/job_blame.h"
 #include "runner/job/job_nodes.h"
 #include "runner/job/job_program_env.h"
+#include "runner/job/job_rows.h"
 #include "runner/job/job_salvage.h"
 #include "runner/job/job_tracing.h"
 #include "runner/store/store.h"
 #include "runner/worker/checkpoint_dir.h"
+
+/* A stop signal once the workers are gone: the job is over, its end not
+ * yet recorded. Under scancel a launcher often gets its SIGTERM only
+ * then (another node's stop ended the job here first), and acted on at
+ * once it killed the launcher before the job's end reached the database
+ * (its guard recorded a killed launcher instead). Held, it is noted only. */
+static const int late_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+static volatile sig_atomic_t late_signal;
+
+static void hold_late_signal(int sig) {
+    if (!late_signal) late_signal = sig;
+}
+
+/* Installed before launch_job, which puts its own handlers in place while
+ * it runs and these back when it returns (one that came before its own
+ * were in place is passed on to them by before_attempt). */
+static void hold_late_signals(run_job *job) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sa.sa_handler = hold_late_signal;
+    late_signal = 0;
+    for (int i = 0; i < 3; i++) sigaction(late_sigs[i], &sa, &job->late_old[i]);
+    job->late_holding = 1;
+}
 
 /* Before each attempt: its progress display; before the first, with
  * several nodes or a trace, the agreement with node 0 and the trace, over
  * one connection to the job's store. */
 static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     run_job *job = ctx;
-    if (info->attempt == 0) job_mps_pass_signal(&job->mps); /* a stop signal held while MPS started */
+    if (info->attempt == 0) {
+        job_mps_pass_signal(&job->mps); /* a stop signal held while MPS started */
+        /* one held before launch_job's own handlers were in place: theirs now */
+        int sig = late_signal;
+        late_signal = 0;
+        if (sig) raise(sig);
+    }
     if (info->attempt > 0) {
         /* A restarted attempt runs again from its checkpoint, or from step
          * 0 without one: the display shows those steps again. */
@@ -36,6 +70,7 @@ static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
                            &job->progress, err) != 0)
         return -1;
     if (info->attempt > 0 || (info->nnodes == 1 && !job->cfg.trace)) return 0;
+    job_rows_hosts(job, info); /* before the collector: the database is this thread's until it starts */
     store_client *store = NULL;
     char host[256];
     int port;
@@ -111,7 +146,14 @@ static void note_injected(const run_job *job, launch_result *res) {
     if (job->program || !f->enabled || res->status != LAUNCH_FAILED || res->attempts != 1 || lf->hung ||
         lf->global_rank != f->rank || lf->signal != SIGKILL)
         return;
-    snprintf(lf->injected, sizeof lf->injected, "--fail-at step=%d,rank=%d", f->step, f->rank);
+    snprintf(lf->injected, sizeof lf->injected, "--fail-at %s", f->text); /* as given: its phase and mb too */
+}
+
+void job_attempts_release(run_job *job, job_outcome *end) {
+    if (!job->late_holding) return;
+    for (int i = 0; i < 3; i++) sigaction(late_sigs[i], &job->late_old[i], NULL);
+    job->late_holding = 0;
+    end->late_signal = late_signal;
 }
 
 void job_attempts_run(run_job *job, job_outcome *end) {
@@ -124,17 +166,30 @@ void job_attempts_run(run_job *job, job_outcome *end) {
         .after_attempt = after_attempt, .blame = blame, .guard = job->guard,
         /* the daemon, our child when pprun is PID 1, outlives every attempt: job_mps_stop stops it */
         .keep_groups = &job->mps.group, .nkeep = job->mps.group ? 1 : 0};
+    hold_late_signals(job);
     end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);
     end->exit_code = end->res.exit_code;
     if (end->launch_rc == 0) note_injected(job, &end->res);
     job_salvage_update(job, end);
     if (end->launch_rc != 0)
         fprintf(stderr, "pprun run: %s\n", end->launch_err.msg);
-    else if (end->res.status == LAUNCH_FAILED)
-        launch_print_summary(stderr, &job->lo, &end->res);
+    else if (end->res.status == LAUNCH_FAILED) {
+        /* Titled by the job, as torchrun's by its entrypoint: the built-in
+         * worker's program is this binary, whose path says nothing. */
+        char name[sizeof job->cfg.db + 300], id[sizeof job->cfg.db + 64] = "";
+        if (job->db) snprintf(id, sizeof id, " (job %lld in %s)", (long long)job->job_id, job->cfg.db);
+        if (job->program) snprintf(name, sizeof name, "%.200s under pprun run%s", job->lo.prog_argv[0], id);
+        else snprintf(name, sizeof name, "pprun run%s", id);
+        launch_print_summary(stderr, &job->lo, &end->res, name);
+    }
     else if (end->res.status == LAUNCH_SIGNALED) {
-        char sigbuf[16];
-        fprintf(stderr, "pprun run: stopped by %s", launch_signal_name(end->res.signal, sigbuf));
+        char sigbuf[16], who[600];
+        if (end->res.failure.outside || end->res.failure_remote) { /* who got the signal, when not this launcher */
+            launch_stop_text(&end->res, who, sizeof who);
+            fprintf(stderr, "pprun run: stopped: %s", who);
+        } else {
+            fprintf(stderr, "pprun run: stopped by %s", launch_signal_name(end->res.signal, sigbuf));
+        }
         if (job->db) fprintf(stderr, "; what ran is in %s (job %lld)", job->cfg.db, (long long)job->job_id);
         fputc('\n', stderr);
     }

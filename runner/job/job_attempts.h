@@ -13,7 +13,12 @@
 #include "runner/job/job.h"
 
 /* Runs every attempt to the job's outcome, into *end, and says on stderr
- * how it ended unless it succeeded. */
+ * how it ended unless it succeeded. From then on SIGINT, SIGTERM and SIGHUP
+ * are held, not acted on, until job_attempts_release: the workers are
+ * gone, and the job's end is still to be recorded. */
 void job_attempts_run(run_job *job, job_outcome *end);
+/* Once the job's end is recorded: the stop signals act again as before
+ * job_attempts_run; one that came meanwhile is end->late_signal. */
+void job_attempts_release(run_job *job, job_outcome *end);
 
 #endif

@@ -106,6 +106,7 @@ static int job_option(void *ctx, const char *opt, const char *val, pp_err *err) 
     if (!val) return pp_fail(err, "%s needs a value", opt);
     int rc = run_config_option(&job->cfg, opt, val, err);
     if (rc >= 0 && strcmp(opt, "--microbatches") == 0) job->microbatches_given = 1;
+    if (rc >= 0 && strcmp(opt, "--db") == 0) job->db_given = 1;
     return rc < 0 ? -1 : rc == 1 ? 2 : 0;
 }
 

@@ -151,8 +151,8 @@ static int write_ranks(run_job *job, pp_err *err) {
         int node = r / job->lo.nproc_per_node;
         for (int s = 0, n = 0; s < plan->stages; s++)
             if (plan->stage_rank[s] == r % plan->ranks && n < 240) n += snprintf(stages[r] + n, sizeof stages[r] - n, n ? ",%d" : "%d", s);
+        /* Another node's host is known once its launcher joined (job_rows_hosts): "" until then. */
         if (node == job->lo.node_rank) snprintf(hosts[r], sizeof hosts[r], "%s", host);
-        else snprintf(hosts[r], sizeof hosts[r], "node%d", node);
         /* the worker's choice (LOCAL_RANK mod count), assuming every node sees as many devices as this one */
         if (job->cuda_devices > 0)
             snprintf(devices[r], sizeof devices[r], "cuda:%d", (r % job->lo.nproc_per_node) % job->cuda_devices);
@@ -167,6 +167,13 @@ static int write_ranks(run_job *job, pp_err *err) {
 
 int job_rows_open(run_job *job) {
     job->db_created = access(job->cfg.db, F_OK) != 0;
+    /* Not refused: srun gives every node the same command line, --db too
+     * (docs/cli.md, "Slurm"). Said, so that nobody looks for a file here. */
+    if (job->cfg.trace && job->lo.node_rank != 0 && job->db_given)
+        fprintf(stderr,
+                "pprun run: --db %s is not written on node rank %d: a job's trace database is node rank 0's (its "
+                "--db), where this node's trace goes\n",
+                job->cfg.db, job->lo.node_rank);
     if (!job->cfg.trace || job->lo.node_rank != 0) return 0;
     pp_err err;
     if (db_open(job->cfg.db, &job->db, &err) == 0) return 0;
@@ -204,6 +211,14 @@ int job_rows_start(run_job *job) {
         fprintf(stderr, "pprun run: --db %s: %d earlier job%s still said running, but %s launcher is gone: marked lost\n",
                 job->cfg.db, nlost, nlost > 1 ? "s" : "", nlost > 1 ? "their" : "its");
     return 0;
+}
+
+void job_rows_hosts(run_job *job, const launch_info *info) {
+    if (!job->db || !info->node_hosts || info->nnodes < 2) return;
+    /* Where the other nodes' ranks ran is worth a line, not the training
+     * (a database that cannot be written stops the trace, never the job). */
+    pp_err err;
+    if (db_set_node_hosts(job->db, job->job_id, info->node_hosts, info->nnodes, &err) != 0) say_db_error(job, &err);
 }
 
 /* --- the end ------------------------------------------------------------------ */
@@ -256,10 +271,7 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
     const launch_failure *f = &res->failure;
     const char *line, *state = launch_state_name(f->state);
     int len = last_line(f->stderr_tail, &line);
-    if (res->status == LAUNCH_FAILED && f->global_rank < 0 && f->signal)
-        snprintf(buf, n, "the launcher of node rank %d (on %s) got %s", f->node_rank, f->host,
-                 launch_signal_name(f->signal, sigbuf));
-    else if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
+    if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
         snprintf(buf, n, "the launcher of node rank %d (on %s) failed: %.*s", f->node_rank, f->host,
                  (int)strcspn(f->stderr_tail, "\n"), f->stderr_tail);
     else if (res->status == LAUNCH_FAILED && f->hung) /* the ranks that waited for it say how we know */
@@ -273,8 +285,8 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
     else if (res->status == LAUNCH_FAILED)
         snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%.*s", f->global_rank, f->local_rank,
                  f->host, f->exit_code, len ? ": " : "", len, line);
-    else if (res->status == LAUNCH_SIGNALED)
-        snprintf(buf, n, "pprun was stopped by %s", launch_signal_name(res->signal, sigbuf));
+    else if (res->status == LAUNCH_SIGNALED) /* who got the signal: this launcher, another, or a rank from outside */
+        launch_stop_text(res, buf, n);
     else
         snprintf(buf, n, "the launcher failed");
 }

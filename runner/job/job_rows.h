@@ -9,13 +9,18 @@
 #define PP_JOB_ROWS_H
 #include "runner/job/job.h"
 
-/* job->db, on the node that writes it; 0 on the others and with --trace off. */
+/* job->db, on the node that writes it; 0 on the others (which say so on
+ * stderr when given a --db) and with --trace off. */
 int job_rows_open(run_job *job);
 /* A job that will not start leaves no database behind that this run
  * created (job->db closed, the file and its WAL removed). */
 void job_rows_discard(run_job *job);
 /* The job's rows, with job->db. */
 int job_rows_start(run_job *job);
+/* Node 0, once every node joined: the host of each other node's ranks,
+ * as that node's launcher gave it (launch_info.node_hosts). Before the
+ * collector starts: job->db is still this thread's. */
+void job_rows_hosts(run_job *job, const launch_info *info);
 /* The job's end, with job->db, which it closes; a failure to record it
  * makes a succeeded job's end->exit_code 1. Then the job's guard goes
  * (job_salvage_disarm). */

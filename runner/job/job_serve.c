@@ -48,7 +48,8 @@ static void wait_for_interrupt(const char *url) {
 
 void job_serve_until_interrupt(run_job *job, const job_outcome *end) {
     if (!job->web) return;
-    if (end->res.status != LAUNCH_SIGNALED) wait_for_interrupt(http_url(job->web));
+    /* a stop signal held while the job's end was recorded asked for the end too */
+    if (end->res.status != LAUNCH_SIGNALED && !end->late_signal) wait_for_interrupt(http_url(job->web));
     http_stop(job->web);
     job->web = NULL;
 }

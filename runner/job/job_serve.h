@@ -9,8 +9,9 @@
 /* job->web on node 0 with --serve, its address said on stderr; -1 after
  * saying why not. */
 int job_serve_start(run_job *job);
-/* After the job, unless a signal stopped it: serves until SIGINT, SIGTERM
- * or SIGHUP, then stops the server. */
+/* After the job, unless a signal stopped it or came while its end was
+ * recorded (end->late_signal): serves until SIGINT, SIGTERM or SIGHUP,
+ * then stops the server. */
 void job_serve_until_interrupt(run_job *job, const job_outcome *end);
 
 #endif

@@ -4,7 +4,8 @@
  * Keys in the store (attempt K, node rank R):
  *   pprun/master_port        the workers' MASTER_PORT, picked by node 0
  *   pprun/run_id             node 0's run id, read by every other node
- *   pprun/a/K/node/R         node R joined attempt K (value: its host)
+ *   pprun/a/K/node/R         node R joined attempt K (value: its host; node 0
+ *                            reads attempt 0's for launch_info.node_hosts)
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
  *                            ("", or "stop R SIG": node R, stopped by SIG
  *                            after attempt K-1, calls attempt K off;
@@ -17,7 +18,14 @@
  *   pprun/a/K/failcount      the first node to fail (count 1) writes
  *   pprun/a/K/fail           the root cause (launch_failure as text), then
  *   pprun/a/K/end            the attempt is over for everyone
+ *   pprun/a/K/stopcount      the first node stopped (count 1: its launcher got a
+ *   pprun/a/K/stop           stop signal, or a rank one from outside) writes who
+ *                            got it here too, before its failcount
+ *   pprun/a/K/crashcount     the same for the first rank that crashed (killed by
+ *   pprun/a/K/crash          a signal that is no stop)
  *   pprun/a/K/done           nodes that finished well; the last sets end
+ *   pprun/a/K/told           nodes that told how the attempt ended there; the
+ *   pprun/a/K/all_told       last sets all_told, and then each node decides
  *   pprun/exit, pprun/exit_all  node 0 keeps the store up until all left
  * Every launcher keeps a WAIT on pprun/a/K/end while its ranks run: when it
  * fires, another node failed; when the connection breaks, node 0 is gone. */
@@ -39,6 +47,7 @@
 #include <unistd.h>
 
 #include "base/net.h"
+#include "base/term.h"
 
 /* The self-pipe's write end: the only state a signal handler touches. */
 static volatile int sig_pipe_w = -1;
@@ -73,7 +82,13 @@ typedef struct job {
     int old_subreaper;
     int own_guard; /* c.guard is launch_job's own, stopped at its end */
     int store_ok; /* the store may still be used */
+    int telling;  /* telling the others how the attempt ended (stop_requested) */
     int ran;      /* an attempt reached its outcome on every node */
+    int outside_stop; /* the stop signal a rank here got from outside pprun (launch_failure.outside), or 0 */
+    /* Node 0: every node's host name (read_node_hosts), and c.info's
+     * pointers to them; NULL until then. Owned. */
+    char (*hosts)[LAUNCH_HOST_MAX + 1];
+    const char **host_ptrs;
 } job;
 
 static int install_signals(job *j, pp_err *err) {
@@ -140,12 +155,18 @@ static void check_signals(job *j) {
     if (j->ctl) store_set_timeout(j->ctl, store_answer_ns(j));
 }
 
-/* store_set_interrupt's callback: a new stop signal abandons a request. */
+/* store_set_interrupt's callback: a new stop signal abandons a request,
+ * except the first one while this node tells the others how the attempt
+ * ended (j->telling): that request goes on with the 5 s node 0 gets once
+ * a stop came (check_signals set it). Under scancel every launcher gets
+ * its SIGTERM just then, and a node whose report it cut short left the
+ * others without it (they waited for it, or took a failure for the
+ * outcome). A second one gives up at once. */
 static int stop_requested(void *arg) {
     job *j = arg;
-    int before = j->stops;
+    int had = j->c.stop_signal, before = j->stops;
     check_signals(j);
-    return j->stops > before;
+    return j->stops > before && (!j->telling || had);
 }
 
 /* store_wait on the control client: 0 ok, 1 timeout, -1 error, 2 when a
@@ -162,11 +183,13 @@ static void key(char *buf, size_t cap, int attempt, const char *name) {
 /* --- failure as text, for the other nodes ------------------------------------ */
 
 /* The numbers on the first line; then one line each for the host and the
- * hung rank's why (neither holds a newline), then the stderr tail. */
+ * hung rank's why (neither holds a newline), then the stderr tail. v3:
+ * whether a rank was stopped from outside (launch_failure.outside) is the
+ * last number. */
 static int failure_encode(const launch_failure *f, int stop, char *buf, size_t cap) {
-    return snprintf(buf, cap, "v2 %d %d %d %d %d %d %" PRIu64 " %d %d %d %d\n%s\n%s\n%s", f->node_rank,
+    return snprintf(buf, cap, "v3 %d %d %d %d %d %d %" PRIu64 " %d %d %d %d %d\n%s\n%s\n%s", f->node_rank,
                     f->global_rank, f->local_rank, f->exit_code, f->signal, (int)f->pid, f->wall_ns, stop, f->hung,
-                    (int)(unsigned char)f->state, f->witness, f->host, f->why, f->stderr_tail);
+                    (int)(unsigned char)f->state, f->witness, f->outside, f->host, f->why, f->stderr_tail);
 }
 
 /* The line at *p into out (cap bytes, cut to fit); *p moves past it.
@@ -186,13 +209,14 @@ static int next_line(const char **p, char *out, size_t cap) {
 static int failure_decode(const char *text, const launch_options *o, launch_failure *f, int *stop) {
     memset(f, 0, sizeof *f);
     int pid, state;
-    if (sscanf(text, "v2 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d", &f->node_rank, &f->global_rank,
+    if (sscanf(text, "v3 %d %d %d %d %d %d %" SCNu64 " %d %d %d %d %d", &f->node_rank, &f->global_rank,
                &f->local_rank, &f->exit_code, &f->signal, &pid, &f->wall_ns, stop, &f->hung, &state,
-               &f->witness) != 11)
+               &f->witness, &f->outside) != 12)
         return -1;
     int world = o->nnodes * o->nproc_per_node;
     if (f->node_rank < 0 || f->node_rank >= o->nnodes || f->global_rank < -1 || f->global_rank >= world ||
-        f->local_rank < -1 || f->local_rank >= o->nproc_per_node || f->witness < -1 || f->witness >= world)
+        f->local_rank < -1 || f->local_rank >= o->nproc_per_node || f->witness < -1 || f->witness >= world ||
+        (f->outside && f->global_rank < 0))
         return -1;
     f->pid = pid;
     f->state = (char)state;
@@ -204,11 +228,31 @@ static int failure_decode(const char *text, const launch_options *o, launch_fail
     return 0;
 }
 
-/* Records f as attempt K's root cause if it is the first failure, then
- * ends the attempt everywhere. 0, or -1 when the store did not take it. */
+/* A stop, not a failure: a launcher that got a stop signal, or a rank
+ * killed by one pprun had not sent. */
+static int is_stop(const launch_failure *f) { return f->outside || (f->global_rank < 0 && f->signal); }
+
+/* A rank that crashed: killed by a signal that is no stop (SIGSEGV, the
+ * OOM killer's SIGKILL, --fail-at's). */
+static int is_crash(const launch_failure *f) { return f->global_rank >= 0 && !f->hung && f->signal && !f->outside; }
+
+/* Records f as attempt K's root cause if it is the first failure (and, a
+ * stop or a crash, as the first of its kind), then ends the attempt
+ * everywhere. 0, or -1 when the store did not take it. */
 static int report_failure(job *j, int attempt, const launch_failure *f, int stop, pp_err *serr) {
     char k[128], text[sizeof f->stderr_tail + 512];
     int64_t first;
+    const char *kind = is_stop(f) ? "stop" : is_crash(f) ? "crash" : NULL;
+    if (kind) {
+        snprintf(k, sizeof k, "pprun/a/%d/%scount", attempt, kind);
+        if (store_add(j->ctl, k, 1, &first, serr) != 0) return -1;
+        if (first == 1) {
+            int len = failure_encode(f, stop, text, sizeof text);
+            if (len >= (int)sizeof text) len = (int)sizeof text - 1;
+            key(k, sizeof k, attempt, kind);
+            if (store_set(j->ctl, k, text, (size_t)len, serr) != 0) return -1;
+        }
+    }
     key(k, sizeof k, attempt, "failcount");
     if (store_add(j->ctl, k, 1, &first, serr) != 0) return -1;
     key(k, sizeof k, attempt, "fail");
@@ -224,6 +268,18 @@ static int report_failure(job *j, int attempt, const launch_failure *f, int stop
         if (store_wait(j->ctl, keys, 1, (int64_t)(LAUNCH_STOP_STORE_NS / 1000000), serr) < 0) return -1;
     }
     key(k, sizeof k, attempt, "end");
+    return store_set(j->ctl, k, "", 0, serr);
+}
+
+/* This node told how attempt K ended here (or could not run it): one more
+ * in told; the last sets all_told. */
+static int tell_told(job *j, int attempt, pp_err *serr) {
+    char k[128];
+    int64_t told;
+    key(k, sizeof k, attempt, "told");
+    if (store_add(j->ctl, k, 1, &told, serr) != 0) return -1;
+    if (told != j->c.o->nnodes) return 0;
+    key(k, sizeof k, attempt, "all_told");
     return store_set(j->ctl, k, "", 0, serr);
 }
 
@@ -482,6 +538,44 @@ static int claim_node_rank(job *j, int attempt, pp_err *err) {
     return store_set(j->ctl, k, j->host, strlen(j->host), err) != 0 ? -1 : 0;
 }
 
+/* Node 0, once every node joined the first attempt: each node's host name
+ * as it joined (its node key, claim_node_rank), for the hooks
+ * (launch_info.node_hosts: pprun run records where each rank ran). Anyone
+ * who reaches the store may have rewritten a key, so a value is taken
+ * only when it is 1 to LAUNCH_HOST_MAX characters that term_escape leaves
+ * as they are (printable, valid UTF-8): another one is said on stderr,
+ * escaped, and left out (""). -1 when the store fails. */
+static int read_node_hosts(job *j, pp_err *err) {
+    int n = j->c.o->nnodes;
+    j->hosts = calloc((size_t)n, sizeof *j->hosts);
+    j->host_ptrs = calloc((size_t)n, sizeof *j->host_ptrs);
+    if (!j->hosts || !j->host_ptrs) return pp_fail(err, "out of memory for %d host names", n);
+    snprintf(j->hosts[0], sizeof j->hosts[0], "%s", j->host);
+    for (int r = 0; r < n; r++) j->host_ptrs[r] = j->hosts[r];
+    j->c.info.node_hosts = j->host_ptrs;
+    for (int r = 1; r < n; r++) {
+        char k[128];
+        void *v;
+        size_t len;
+        snprintf(k, sizeof k, "pprun/a/0/node/%d", r);
+        int g = store_get(j->ctl, k, &v, &len, err);
+        if (g < 0) return -1;
+        if (g == 1) continue; /* a node joins by setting it: not reached */
+        char seen[4 * LAUNCH_HOST_MAX + 8];
+        size_t used;
+        size_t w = term_escape(v, len, 0, seen, sizeof seen, &used);
+        if (len >= 1 && len <= LAUNCH_HOST_MAX && used == len && w == len && memcmp(seen, v, len) == 0)
+            memcpy(j->hosts[r], v, len);
+        else
+            fprintf(stderr,
+                    "pprun launch: node rank %d's host name in the store (%s) is not 1 to %d printable characters: "
+                    "\"%s%s\" (%zu bytes); its ranks' host is left unknown\n",
+                    r, k, LAUNCH_HOST_MAX, seen, used < len ? "..." : "", len);
+        free(v);
+    }
+    return 0;
+}
+
 /* Attempt K's go key is set: "" opens the attempt; "refused" and
  * "timeout" end the job (-1), "stop" calls the attempt off (3); err says
  * why. count: this node's place in the count (past nnodes: it came after
@@ -649,7 +743,7 @@ static void attempt_broke(job *j, int attempt, int out, launch_failure *fail, la
     } else if (j->c.o->nnodes > 1) {
         pp_err ignored;
         launcher_failure(j, err->msg, fail);
-        report_failure(j, attempt, fail, 1, &ignored);
+        if (report_failure(j, attempt, fail, 1, &ignored) == 0) tell_told(j, attempt, &ignored);
     }
     finish_result(res, LAUNCH_ERROR, 1);
     if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
@@ -670,28 +764,124 @@ static int tell_outcome(job *j, int attempt, int out, const launch_failure *fail
     return store_set(j->ctl, k, "", 0, serr);
 }
 
-/* The root cause as every node agreed on it (attempt K's fail key, when a
- * node failed) becomes the result; an attempt that went well here was
- * ended by another node. */
-static void read_root_cause(job *j, int attempt, int *out, int *stop, launch_result *res) {
+/* Waits until every node told how attempt K ended there (all_told), so
+ * that each decides on all their reports, not on whichever came first: a
+ * crash, then a stop, outranks the failure of a rank that only exited
+ * with an error (a rank whose peer on another node died or was stopped a
+ * moment earlier gives up at once, and its node's report may be the
+ * first; under scancel it often does so before its own SIGTERM lands). A node that never tells (gone, frozen) is
+ * waited for --shutdown-timeout + 5 s, its teardown's bound; then what was
+ * told decides. A stop signal meanwhile is noted (no restart); a second
+ * one gives up. 0, or -1 (serr) when the store is gone or the wait was
+ * given up. On the watch connection: free once the attempt's end came. */
+static int await_all_told(job *j, int attempt, pp_err *serr) {
+    char k[128];
+    key(k, sizeof k, attempt, "all_told");
+    const char *keys[1] = {k};
+    uint64_t wait_ns = j->c.o->shutdown_timeout_ns + LAUNCH_STOP_STORE_NS;
+    if (store_wait_send(j->c.watch, keys, 1, (int64_t)(wait_ns / 1000000ull), serr) != 0) return -1;
+    j->c.watch_pending = 1;
+    /* the server answers by its deadline; a node 0 gone or frozen does not */
+    uint64_t give_up = pp_now_ns() + wait_ns + LAUNCH_STOP_STORE_NS;
+    int seen = j->stops;
+    for (;;) {
+        int ms = pp_ms_left(give_up);
+        struct pollfd p[2] = {{.fd = store_fd(j->c.watch), .events = POLLIN}, {.fd = j->c.sig_r, .events = POLLIN}};
+        int n = poll(p, 2, ms);
+        if (n < 0 && errno != EINTR) return pp_fail(serr, "poll: %s", strerror(errno));
+        if (n > 0 && p[0].revents) {
+            j->c.watch_pending = 0;
+            return store_wait_recv(j->c.watch, serr) < 0 ? -1 : 0; /* 1, the wait ran out: what is there decides */
+        }
+        if (n > 0 && p[1].revents) {
+            int had = j->c.stop_signal;
+            check_signals(j);
+            if (had && j->stops > seen)
+                return pp_fail(serr, "stopped again while waiting for the other nodes to tell how attempt %d ended",
+                               attempt);
+            seen = j->stops;
+        }
+        if (n == 0 && ms == 0)
+            return pp_fail(serr, "store %s: no answer while waiting for the other nodes to tell how attempt %d "
+                                 "ended (node rank 0 stopped or unreachable?)", j->store_addr, attempt);
+    }
+}
+
+/* Attempt K's report named `name` (fail, stop) into f, with its stop
+ * flag: 1 when it is not there, 0 (*valid: it is one of this job's
+ * failures), or -1 (serr). */
+static int read_report(job *j, int attempt, const char *name, launch_failure *f, int *fstop, int *valid,
+                       pp_err *serr) {
     char k[128];
     void *v;
     size_t len;
-    pp_err serr;
-    key(k, sizeof k, attempt, "fail");
-    int g = store_get(j->ctl, k, &v, &len, &serr);
-    if (g < 0) j->store_ok = 0;
-    if (g != 0) return;
-    launch_failure f;
-    int fstop = 0;
-    if (failure_decode(v, j->c.o, &f, &fstop) == 0) {
+    key(k, sizeof k, attempt, name);
+    int g = store_get(j->ctl, k, &v, &len, serr);
+    *valid = 0;
+    if (g != 0) return g;
+    *valid = failure_decode(v, j->c.o, f, fstop) == 0;
+    free(v);
+    return 0;
+}
+
+/* The root cause as every node agreed on it (attempt K's fail key, when a
+ * node failed or was stopped) becomes the result; an attempt that went
+ * well here was ended by another node. -1 (serr) when the store did not
+ * answer. */
+static int read_root_cause(job *j, int attempt, int *out, int *stop, launch_result *res, pp_err *serr) {
+    launch_failure f, s, c;
+    int fstop = 0, sstop = 0, cstop = 0, fok, sok, cok;
+    int g = read_report(j, attempt, "fail", &f, &fstop, &fok, serr);
+    if (g < 0 || read_report(j, attempt, "stop", &s, &sstop, &sok, serr) < 0 ||
+        read_report(j, attempt, "crash", &c, &cstop, &cok, serr) < 0)
+        return -1;
+    /* The cause: the first crash, else the first stop, else the first
+     * report: a rank that exited with an error, or timed out waiting for
+     * one, may only have lost a peer that the crash or the stop took. A
+     * stop anywhere means nobody restarts. */
+    sok = sok && is_stop(&s);
+    cok = cok && is_crash(&c);
+    if (sok) *stop = 1;
+    if (cok && (g != 0 || !fok || !is_crash(&f))) {
+        f = c;
+        fstop = cstop;
+        fok = 1;
+        g = 0;
+    } else if (sok && (g != 0 || !fok || (!is_stop(&f) && !is_crash(&f)))) {
+        f = s;
+        fok = 1;
+        g = 0;
+    }
+    if (g == 1) {
+        /* Every node done (this one too), or ended by a node that never
+         * said why (it died waiting for the first report, or a stranger
+         * set the end key). */
+        if (*out != LAUNCH_ATTEMPT_REMOTE) return 0;
+        launcher_failure(j, "the attempt was ended by another node that said no why (pprun/a/K/fail is not set)",
+                         &f);
+        res->failure = f;
+        finish_result(res, LAUNCH_FAILED, 1);
+        return 0;
+    }
+    if (fok) {
         *stop |= fstop;
-        if (f.global_rank >= 0) {
+        /* A node whose launcher got a stop signal, or one of whose ranks was
+         * killed by one pprun had not sent: the job was stopped, on every
+         * node (this one's own stop, if it had one, names who got it). */
+        int stopped = is_stop(&f);
+        if (stopped && *out != LAUNCH_ATTEMPT_SIGNAL) {
+            res->failure = f;
+            res->failure_remote = f.node_rank != j->c.o->node_rank;
+            res->signal = f.signal;
+            /* the stop's exit status on every node: whether this launcher's own
+             * signal (scancel sends each one) comes before or after is chance */
+            finish_result(res, LAUNCH_SIGNALED, 128 + f.signal);
+        } else if (!stopped && f.global_rank >= 0) {
             res->failure = f;
             res->failure_remote = f.node_rank != j->c.o->node_rank;
             finish_result(res, LAUNCH_FAILED, 1);
-        } else if (*out != LAUNCH_ATTEMPT_SIGNAL) {
-            /* Another node's launcher was stopped by a signal. */
+        } else if (!stopped && *out != LAUNCH_ATTEMPT_SIGNAL) {
+            /* Another node's launcher failed (f's stderr tail says why). */
             res->failure = f;
             res->failure_remote = 1;
             finish_result(res, LAUNCH_FAILED, 1);
@@ -703,8 +893,8 @@ static void read_root_cause(job *j, int attempt, int *out, int *stop, launch_res
         res->failure = f;
         finish_result(res, LAUNCH_FAILED, 1);
     }
-    free(v);
     if (*out == LAUNCH_ATTEMPT_OK) *out = LAUNCH_ATTEMPT_REMOTE;
+    return 0;
 }
 
 /* With other nodes: tells them this node's outcome, waits for the
@@ -715,30 +905,43 @@ static void read_root_cause(job *j, int attempt, int *out, int *stop, launch_res
 static int agree_on_outcome(job *j, int attempt, int *out, int *stop, launch_failure *fail, launch_result *res,
                             pp_err *err) {
     pp_err serr;
+    j->telling = 1;
     int sr = tell_outcome(j, attempt, *out, fail, *stop, &serr);
     if (sr == 0 && j->c.watch_pending) sr = await_attempt_end(j, attempt, out, stop, fail, &serr);
-    if (sr == 0) {
-        read_root_cause(j, attempt, out, stop, res);
-        return 0;
-    }
+    if (sr == 0) sr = tell_told(j, attempt, &serr);
+    int told = sr == 0; /* the others know how it ended here */
+    if (sr == 0) sr = await_all_told(j, attempt, &serr);
+    if (sr == 0) sr = read_root_cause(j, attempt, out, stop, res, &serr);
+    j->telling = 0;
+    if (sr == 0) return 0;
     j->store_ok = 0;
-    if (j->c.stop_signal && *out == LAUNCH_ATTEMPT_OK) *out = LAUNCH_ATTEMPT_SIGNAL; /* it cut the report short */
+    /* A stop signal cut the report, or the reading of how the others
+     * ended, short (a second one while telling, stop_requested): this
+     * node was stopped. Under scancel it often comes just after another
+     * node's stop ended the attempt here (before: a failure of nobody, its
+     * summary empty). */
+    if (j->c.stop_signal && (*out == LAUNCH_ATTEMPT_OK || *out == LAUNCH_ATTEMPT_REMOTE))
+        *out = LAUNCH_ATTEMPT_SIGNAL;
     if (*out == LAUNCH_ATTEMPT_OK || *out == LAUNCH_ATTEMPT_REMOTE)
         return pp_fail(err, "lost the store of node rank 0 at %s: %s", j->store_addr, serr.msg);
     /* This node's outcome stands; the others may not know it. */
-    fprintf(stderr, "pprun launch: could not tell the other nodes: %s\n", serr.msg);
+    if (!told) fprintf(stderr, "pprun launch: could not tell the other nodes: %s\n", serr.msg);
     return 0;
 }
 
-/* The result of an attempt that reached its outcome (a failure is already
- * in res). */
-static void settle_result(const job *j, int out, launch_result *res) {
+/* The result of an attempt that reached its outcome (a failure, or a stop
+ * on another node, is already in res). Stopped here: who got the signal
+ * is fail (this launcher, or a rank killed from outside). */
+static void settle_result(job *j, int out, launch_failure *fail, launch_result *res) {
     if (out == LAUNCH_ATTEMPT_SIGNAL) {
-        res->signal = j->c.stop_signal;
-        finish_result(res, LAUNCH_SIGNALED, 128 + j->c.stop_signal);
+        if (!fail->signal) launcher_failure(j, NULL, fail); /* a stop that cut the report to the others short */
+        res->failure = *fail;
+        res->failure_remote = 0;
+        res->signal = fail->signal;
+        finish_result(res, LAUNCH_SIGNALED, 128 + fail->signal);
     } else if (out == LAUNCH_ATTEMPT_OK) {
         finish_result(res, LAUNCH_OK, 0);
-    } else if (res->status != LAUNCH_FAILED) {
+    } else if (res->status != LAUNCH_FAILED && res->status != LAUNCH_SIGNALED) {
         finish_result(res, LAUNCH_FAILED, 1);
     }
 }
@@ -781,6 +984,7 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
         if (rc == 4) j->store_ok = 0, rc = -1;
         return rc < 0 && j->c.stop_signal ? 2 : rc;
     }
+    if (o->node_rank == 0 && !j->hosts && read_node_hosts(j, err) != 0) return -1;
     if (attempt > 0) {
         /* A restart: the failure before it no longer stands. */
         memset(&res->failure, 0, sizeof res->failure);
@@ -798,15 +1002,17 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
     }
     /* Stopped by the user: no restart, here or elsewhere. A stop signal
      * while a failure was torn down: the failure is the outcome, and no
-     * node restarts. */
-    if (out == LAUNCH_ATTEMPT_SIGNAL) launcher_failure(j, NULL, &fail);
+     * node restarts. A rank stopped from outside is who got the signal;
+     * else this launcher is. */
+    if (out == LAUNCH_ATTEMPT_SIGNAL && fail.outside) j->outside_stop = fail.signal;
+    else if (out == LAUNCH_ATTEMPT_SIGNAL) launcher_failure(j, NULL, &fail);
     int stop = out == LAUNCH_ATTEMPT_SIGNAL || j->c.stop_signal;
     if (out == LAUNCH_ATTEMPT_FAILED) {
         finish_result(res, LAUNCH_FAILED, 1);
         res->failure = fail;
     }
     if (multi && agree_on_outcome(j, attempt, &out, &stop, &fail, res, err) != 0) return -1;
-    settle_result(j, out, res);
+    settle_result(j, out, &fail, res);
     j->ran = 1;
     if (hooks && hooks->after_attempt) hooks->after_attempt(hooks->ctx, &j->c.info, res);
     *again = restarts(j, attempt, stop, res);
@@ -837,13 +1043,14 @@ static void say_goodbye(job *j, const launch_result *res) {
     if (o->nnodes <= 1 || !j->ctl || !j->store_ok) return;
     pp_err serr;
     int64_t left;
-    if (j->c.stop_signal && j->ran) {
+    int stopped_by = j->c.stop_signal ? j->c.stop_signal : j->outside_stop;
+    if (stopped_by && j->ran) {
         /* The others may have decided to restart before they heard of
          * the stop: call the next attempt off, or they would wait for
          * this node at its rendezvous until --rdzv-timeout. */
         char go[128], text[64];
         key(go, sizeof go, res->attempts, "go");
-        snprintf(text, sizeof text, "stop %d %d", o->node_rank, j->c.stop_signal);
+        snprintf(text, sizeof text, "stop %d %d", o->node_rank, stopped_by);
         store_set(j->ctl, go, text, strlen(text), &serr);
     }
     if (store_add(j->ctl, "pprun/exit", 1, &left, &serr) != 0) return;
@@ -864,6 +1071,8 @@ static void job_end(job *j) {
     restore_signals(j);
     if (j->own_guard) launch_guard_stop(j->c.guard);
     launch_paths_free(j->c.paths);
+    free(j->hosts);
+    free(j->host_ptrs);
     free(j);
 }
 

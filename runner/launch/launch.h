@@ -172,7 +172,17 @@ typedef struct launch_info {
     int master_port;           /* the workers' MASTER_PORT: free on node 0, not the store's */
     int nnodes, node_rank, nproc_per_node, world_size;
     int attempt;               /* 0, 1, ... = PPRUN_RESTART_COUNT */
+    /* On node 0, from the first attempt on: each node's host name
+     * ([nnodes]), as its launcher joined the rendezvous with it (its
+     * gethostname; node 0's is host). Whoever reaches the store could have
+     * written another's, so each was checked there: 1 to
+     * LAUNCH_HOST_MAX printable characters (base/term.h escapes nothing
+     * of it); "" for one that was not (said on stderr). NULL on the other
+     * nodes, which never need them. */
+    const char *const *node_hosts;
 } launch_info;
+
+#define LAUNCH_HOST_MAX 255
 
 typedef struct launch_failure {
     int node_rank, global_rank, local_rank;
@@ -189,28 +199,38 @@ typedef struct launch_failure {
                                 * sleeping, 'D' in the kernel), from /proc; else 0 */
     int witness;               /* hung: the rank that failed first, waiting for it */
     char why[512];             /* hung: how we know, one line ("ranks 0 and 2 timed out waiting for it") */
+    /* Killed by a stop signal (SIGINT, SIGTERM, SIGHUP) that pprun had not
+     * sent: someone stopped the job from outside (scancel, kill), and this
+     * rank is who got it, no failure of its own. signal says which. */
+    int outside;
     /* Set by the caller, not launch_job: the option that made this failure
-     * on purpose ("--fail-at step=1,rank=2"), which the summary names; ""
-     * = none. The launcher cannot tell an injected kill from a real one. */
-    char injected[96];
+     * on purpose, as given ("--fail-at step=1,rank=2,phase=B"), which the
+     * summary names; "" = none. The launcher cannot tell an injected kill
+     * from a real one. */
+    char injected[272];
 } launch_failure;
 
 enum {
     LAUNCH_OK = 0,       /* every rank exited 0 */
     LAUNCH_FAILED,       /* a rank failed (here or on another node) */
-    LAUNCH_SIGNALED,     /* the launcher got SIGINT / SIGTERM / SIGHUP */
+    LAUNCH_SIGNALED,     /* stopped: a launcher got SIGINT / SIGTERM / SIGHUP, or a rank was killed by
+                          * one that pprun had not sent (launch_failure.outside), here or on another node */
     LAUNCH_ERROR,        /* the launcher itself failed (rendezvous, store, fork) */
 };
 
 typedef struct launch_result {
     int status;                /* LAUNCH_* */
-    int exit_code;             /* what `pprun launch` exits with: 0, 1, 2, 128+signal */
+    int exit_code;             /* what `pprun launch` exits with: 0, 1, 2, 128+signal (stopped, here or on
+                                * another node) */
     int attempts;              /* attempts started */
     int signal;                /* LAUNCH_SIGNALED: which */
     int world_size;
     char run_id[128];
-    launch_failure failure;    /* LAUNCH_FAILED: the root cause (first failure) */
-    int failure_remote;        /* the root cause was on another node */
+    /* LAUNCH_FAILED: the root cause (first failure). LAUNCH_SIGNALED: who
+     * got the stop signal: a launcher (global_rank -1, signal), or a rank
+     * killed by one pprun had not sent (outside). */
+    launch_failure failure;
+    int failure_remote;        /* the root cause, or the stopped launcher or rank, was on another node */
 } launch_result;
 
 /* --- the guard: when the launcher dies ------------------------------------------ */
@@ -301,8 +321,17 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
 /* torchrun's failure report: root cause with time, host, rank, local rank,
  * exit code or signal name, pid, and the stderr tail; for a rank that hung,
  * that it stopped answering, its process state, why we think so, and the
- * stderr tail of the rank that waited for it. */
-void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res);
+ * stderr tail of the rank that waited for it. Titled "NAME FAILED", as
+ * torchrun names its entrypoint: name is the caller's for its job (`pprun
+ * run`'s, with its job id); NULL names the program (o->prog_argv[0]). */
+void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res, const char *name);
+
+/* Who stopped a job that ended LAUNCH_SIGNALED, in one line (cap bytes):
+ * "pprun was stopped by SIGTERM" (this launcher), "the launcher of node
+ * rank 1 (on HOST) was stopped by SIGINT", or "rank 0 (local rank 0 on
+ * HOST) was killed by SIGTERM, which pprun had not sent: the job was
+ * stopped from outside (scancel, kill)". */
+void launch_stop_text(const launch_result *res, char *buf, size_t cap);
 
 /* Up to cap - 1 bytes of /proc/PID/NAME ("stat", "cmdline"),
  * NUL-terminated; -1 when the process or the file is not there. */

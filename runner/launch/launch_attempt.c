@@ -405,13 +405,36 @@ static void blame_failure(attempt *a) {
     else if (failed(s->status)) note_failure(a, r % a->n);
 }
 
+/* The stop signal (SIGINT, SIGTERM, SIGHUP: those the launcher itself
+ * takes as "stop") that killed a rank, or 0. */
+static int stop_signal_of(int status) {
+    if (!WIFSIGNALED(status)) return 0;
+    int sig = WTERMSIG(status);
+    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP ? sig : 0;
+}
+
+/* How surely a rank's end is the attempt's cause, among the ends reaped in
+ * one round: 3 killed by a signal that is no stop (a crash, the OOM
+ * killer), 2 killed by a stop signal, 1 exited with an error, since a rank
+ * often exits with an error because a peer died (its transport noticed
+ * within a millisecond), never the other way round; 0 exited well. */
+static int cause_weight(int status) {
+    if (!failed(status)) return 0;
+    if (!WIFSIGNALED(status)) return 1;
+    return stop_signal_of(status) ? 2 : 3;
+}
+
 /* Reaps every child that exited. Before the teardown, a failed rank is
- * the attempt's failure and tears the others down. The root cause among
- * the failures reaped in one round: a rank killed by a signal before one
- * that exited with an error, since a rank often exits with an error
- * because a peer died (its transport noticed within a millisecond), never
- * the other way round; and a rank that exited with an error may name,
- * through the blame hook, the rank it waited for in vain. */
+ * the attempt's failure and tears the others down; the one among those
+ * reaped in a round that cause_weight puts first, and a rank that exited
+ * with an error may name, through the blame hook, the rank it waited for
+ * in vain. A rank killed by a stop signal before the teardown got it from
+ * someone else than pprun, which sends none until then: the job was
+ * stopped from outside (scancel signals every process of the step at
+ * once, the ranks and the launcher), as if the launcher had got it first:
+ * the same signal to every rank, no restart, and the rank is named as who
+ * got it (launch_failure.outside). Told by the rank's own end, this never
+ * depends on which of the signals the launcher sees first. */
 static void reap_ranks(attempt *a) {
     int st, chosen = -1;
     pid_t pid;
@@ -422,17 +445,22 @@ static void reap_ranks(attempt *a) {
             s->alive = 0;
             s->status = st;
             launch_guard_note(a->c->guard, -pid);
-            if (!a->tearing && failed(st) &&
-                (chosen < 0 || (!WIFSIGNALED(a->slots[chosen].status) && WIFSIGNALED(st))))
+            if (!a->tearing && cause_weight(st) > (chosen < 0 ? 0 : cause_weight(a->slots[chosen].status)))
                 chosen = i;
         }
     }
-    if (chosen >= 0) {
-        a->outcome = LAUNCH_ATTEMPT_FAILED;
-        note_failure(a, chosen);
-        if (!WIFSIGNALED(a->slots[chosen].status)) blame_failure(a);
-        begin_teardown(a, SIGTERM);
+    if (chosen < 0) return;
+    int status = a->slots[chosen].status, stop = stop_signal_of(status);
+    note_failure(a, chosen);
+    if (stop) {
+        a->outcome = LAUNCH_ATTEMPT_SIGNAL;
+        a->failure->outside = 1;
+        begin_teardown(a, stop);
+        return;
     }
+    a->outcome = LAUNCH_ATTEMPT_FAILED;
+    if (!WIFSIGNALED(status)) blame_failure(a);
+    begin_teardown(a, SIGTERM);
 }
 
 /* 1 when the attempt is over: every rank reaped and no descendant left.

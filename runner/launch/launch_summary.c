@@ -52,21 +52,17 @@ static void print_rank(FILE *out, const launch_failure *f, const char *when) {
     if (f->injected[0]) fprintf(out, "  cause     : injected by %s (fault injection: not a bug)\n", f->injected);
 }
 
-void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res) {
+void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res, const char *name) {
     const char *bar = "============================================================";
     const launch_failure *f = &res->failure;
-    char when[64] = "?", sbuf[16];
+    char when[64] = "?";
     time_t t = (time_t)(f->wall_ns / 1000000000ull);
     struct tm tm;
     if (f->wall_ns && localtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d_%H:%M:%S", &tm);
-    fprintf(out, "%s\n%s FAILED\n", bar, o->prog_argv[0]);
+    fprintf(out, "%s\n%s FAILED\n", bar, name ? name : o->prog_argv[0]);
     fprintf(out, "------------------------------------------------------------\n");
     fprintf(out, "Root Cause (first observed failure)%s:\n", res->failure_remote ? ", on another node" : "");
-    if (f->global_rank < 0 && f->signal) {
-        /* Another node's launcher was stopped, not a rank that failed. */
-        fprintf(out, "  time      : %s\n  host      : %s (node rank %d)\n  cause     : its launcher got %s\n", when,
-                f->host, f->node_rank, launch_signal_name(f->signal, sbuf));
-    } else if (f->global_rank < 0) {
+    if (f->global_rank < 0) {
         fprintf(out, "  time      : %s\n  host      : %s (node rank %d)\n  cause     : its launcher failed (below)\n",
                 when, f->host, f->node_rank);
     } else {
@@ -86,4 +82,17 @@ void launch_print_summary(FILE *out, const launch_options *o, const launch_resul
         fprintf(out, "  stderr    : <empty>\n");
     }
     fprintf(out, "%s\n", bar);
+}
+
+void launch_stop_text(const launch_result *res, char *buf, size_t cap) {
+    const launch_failure *f = &res->failure;
+    char sbuf[16];
+    const char *sig = launch_signal_name(res->signal, sbuf);
+    if (f->outside)
+        snprintf(buf, cap, "rank %d (local rank %d on %s) was killed by %s, which pprun had not sent: the job was "
+                 "stopped from outside (scancel, kill)", f->global_rank, f->local_rank, f->host, sig);
+    else if (res->failure_remote)
+        snprintf(buf, cap, "the launcher of node rank %d (on %s) was stopped by %s", f->node_rank, f->host, sig);
+    else
+        snprintf(buf, cap, "pprun was stopped by %s", sig);
 }

@@ -98,7 +98,9 @@ void store_close(store_client *c);
 void store_set_timeout(store_client *c, uint64_t timeout_ns);
 /* While waiting for an answer, also watch fd: when it is readable, call
  * stop(arg) (which should drain it); nonzero abandons the request, which
- * fails saying so and leaves the client out of step like a timeout. The
+ * fails saying so and leaves the client out of step like a timeout; zero
+ * goes on, within the timeout as stop left it (a shorter one set there,
+ * store_set_timeout, holds for this request too, counted from then). The
  * launcher passes its signal self-pipe: a Ctrl-C is never stuck behind a
  * store that does not answer, whichever thread the signal lands on.
  * stop NULL = no interrupt. */

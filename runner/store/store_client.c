@@ -59,9 +59,19 @@ static int wait_ready(store_client *c, short events, pp_err *err) {
         int n = poll(p, c->stop_fd >= 0 ? 2 : 1, ms);
         if (n < 0 && errno != EINTR) return pp_fail(err, "store %s: poll: %s", c->peer, strerror(errno));
         if (n > 0 && p[0].revents) return 0;
-        if (n > 0 && p[1].revents && c->stop(c->stop_arg)) {
-            c->broken = 1;
-            return pp_fail(err, "store %s: interrupted by a signal while waiting for an answer", c->peer);
+        if (n > 0 && p[1].revents) {
+            uint64_t timeout = c->timeout_ns;
+            if (c->stop(c->stop_arg)) {
+                c->broken = 1;
+                return pp_fail(err, "store %s: interrupted by a signal while waiting for an answer", c->peer);
+            }
+            /* Not abandoned: a shorter timeout the callback set
+             * (store_set_timeout) holds for this request too. */
+            uint64_t now = pp_now_ns();
+            if (c->timeout_ns && c->timeout_ns < timeout && now + c->timeout_ns < c->deadline) {
+                c->deadline = now + c->timeout_ns;
+                c->span_ns = c->timeout_ns;
+            }
         }
     }
 }
