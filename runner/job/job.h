@@ -19,7 +19,6 @@
 #ifndef PP_JOB_H
 #define PP_JOB_H
 #include <netinet/in.h>
-#include <signal.h>
 #include <stdint.h>
 
 #include "base/pp.h"
@@ -63,8 +62,7 @@ typedef struct run_job {
     pid_t rank_pids[LAUNCH_MAX_NPROC]; /* this node's ranks, latest attempt (the started hook) */
     launch_guard *guard;   /* outlives a SIGKILLed launcher: kills the ranks, then records the job's end */
     job_mps mps;           /* --device cuda: the MPS daemon of this node's ranks, when they share a GPU */
-    struct sigaction late_old[3]; /* SIGINT, SIGTERM, SIGHUP as they were before job_attempts_run held them */
-    int late_holding;             /* job_attempts_run holds them until job_attempts_release */
+    int late_holding; /* job_attempts_run holds the stop signals until job_attempts_release (job_signals.h) */
 } run_job;
 
 /* How the workers' attempts ended (job_attempts_run), and the trace with

@@ -5,7 +5,6 @@
 
 #include <signal.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "runner/comm/comm.h"
 #include "runner/job/job_blame.h"
@@ -13,35 +12,10 @@
 #include "runner/job/job_program_env.h"
 #include "runner/job/job_rows.h"
 #include "runner/job/job_salvage.h"
+#include "runner/job/job_signals.h"
 #include "runner/job/job_tracing.h"
 #include "runner/store/store.h"
 #include "runner/worker/checkpoint_dir.h"
-
-/* A stop signal once the workers are gone: the job is over, its end not
- * yet recorded. Under scancel a launcher often gets its SIGTERM only
- * then (another node's stop ended the job here first), and acted on at
- * once it killed the launcher before the job's end reached the database
- * (its guard recorded a killed launcher instead). Held, it is noted only. */
-static const int late_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-static volatile sig_atomic_t late_signal;
-
-static void hold_late_signal(int sig) {
-    if (!late_signal) late_signal = sig;
-}
-
-/* Installed before launch_job, which puts its own handlers in place while
- * it runs and these back when it returns (one that came before its own
- * were in place is passed on to them by before_attempt). */
-static void hold_late_signals(run_job *job) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sa.sa_handler = hold_late_signal;
-    late_signal = 0;
-    for (int i = 0; i < 3; i++) sigaction(late_sigs[i], &sa, &job->late_old[i]);
-    job->late_holding = 1;
-}
 
 /* Before each attempt: its progress display; before the first, with
  * several nodes or a trace, the agreement with node 0 and the trace, over
@@ -49,10 +23,9 @@ static void hold_late_signals(run_job *job) {
 static int before_attempt(void *ctx, const launch_info *info, pp_err *err) {
     run_job *job = ctx;
     if (info->attempt == 0) {
-        job_mps_pass_signal(&job->mps); /* a stop signal held while MPS started */
-        /* one held before launch_job's own handlers were in place: theirs now */
-        int sig = late_signal;
-        late_signal = 0;
+        /* a stop signal held (while MPS started, or since job_attempts_run)
+         * before launch_job's own handlers were in place: theirs now */
+        int sig = job_signals_take();
         if (sig) raise(sig);
     }
     if (info->attempt > 0) {
@@ -151,9 +124,9 @@ static void note_injected(const run_job *job, launch_result *res) {
 
 void job_attempts_release(run_job *job, job_outcome *end) {
     if (!job->late_holding) return;
-    for (int i = 0; i < 3; i++) sigaction(late_sigs[i], &job->late_old[i], NULL);
+    job_signals_release();
     job->late_holding = 0;
-    end->late_signal = late_signal;
+    end->late_signal = job_signals_take();
 }
 
 void job_attempts_run(run_job *job, job_outcome *end) {
@@ -166,7 +139,15 @@ void job_attempts_run(run_job *job, job_outcome *end) {
         .after_attempt = after_attempt, .blame = blame, .guard = job->guard,
         /* the daemon, our child when pprun is PID 1, outlives every attempt: job_mps_stop stops it */
         .keep_groups = &job->mps.group, .nkeep = job->mps.group ? 1 : 0};
-    hold_late_signals(job);
+    /* A stop signal once the workers are gone: the job is over, its end
+     * not yet recorded. Under scancel a launcher often gets its SIGTERM
+     * only then (another node's stop ended the job here first), and acted
+     * on at once it killed the launcher before the job's end reached the
+     * database (its guard recorded a killed launcher instead). Held from
+     * here (launch_job's own handlers take over while it runs) until
+     * job_attempts_release. */
+    job_signals_hold();
+    job->late_holding = 1;
     end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);
     end->exit_code = end->res.exit_code;
     if (end->launch_rc == 0) note_injected(job, &end->res);

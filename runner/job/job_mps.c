@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/file.h"
+#include "runner/job/job_signals.h"
 
 #define MPS_CONTROL "nvidia-cuda-mps-control"
 #define MPS_PID_FILE "nvidia-cuda-mps-control.pid"
@@ -27,35 +28,13 @@
 
 /* ---- stop signals, held while the supervisor's handlers are not there --------- */
 
-static const int stop_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-static volatile sig_atomic_t held_signal;
-
-static void hold_signal(int sig) {
-    if (!held_signal) held_signal = sig;
-}
-
-static void catch_signals(job_mps *m) {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sa.sa_handler = hold_signal;
-    held_signal = 0;
-    for (int i = 0; i < 3; i++) sigaction(stop_sigs[i], &sa, &m->old[i]);
-    m->catching = 1;
-}
-
+/* A signal that came while they were held is raised again (it is noted
+ * again when another hold is still on: job_signals.h). */
 static void release_signals(job_mps *m) {
     if (!m->catching) return;
-    for (int i = 0; i < 3; i++) sigaction(stop_sigs[i], &m->old[i], NULL);
+    job_signals_release();
     m->catching = 0;
-    job_mps_pass_signal(m);
-}
-
-void job_mps_pass_signal(job_mps *m) {
-    (void)m;
-    int sig = held_signal;
-    held_signal = 0;
+    int sig = job_signals_take();
     if (sig) raise(sig);
 }
 
@@ -305,7 +284,8 @@ int job_mps_start(job_mps *m, uint64_t quit_ns, pp_err *err) {
         return 0;
     }
     m->quit_ns = quit_ns;
-    catch_signals(m);
+    job_signals_hold();
+    m->catching = 1;
     if (start_daemon(m, err) == 0) {
         snprintf(m->state, sizeof m->state, "on");
         fprintf(stderr, "pprun run: MPS control daemon started for %d ranks on %d GPU%s (pid %d, %s)\n", m->ranks,

@@ -14,9 +14,9 @@
  *
  * Stop signals (SIGINT, SIGTERM, SIGHUP) from job_mps_start to
  * job_mps_stop are held while the supervisor's own handlers are not in
- * place: job_mps_pass_signal hands one that came before the workers
- * started to the supervisor, and job_mps_stop delivers one that came after,
- * once the daemon is gone. */
+ * place (job_signals.h): one that came before the workers started is
+ * handed to the supervisor (job_attempts.c), and job_mps_stop delivers one
+ * that came after, once the daemon is gone. */
 #ifndef PP_JOB_MPS_H
 #define PP_JOB_MPS_H
 #include <signal.h>
@@ -42,8 +42,7 @@ typedef struct job_mps {
     pid_t group;        /* its process group, which the guard kills with the ranks; 0: none */
     launch_guard *guard; /* the job's guard that knows the group, until it stops */
     uint64_t quit_ns;   /* how long it may take to quit */
-    int catching;       /* the stop signals are held (old: their handlers before) */
-    struct sigaction old[3];
+    int catching;       /* this daemon holds the stop signals (job_signals_hold) */
 } job_mps;
 
 /* Whether this node's ranks get a daemon: --device cuda, pprun's own
@@ -61,9 +60,6 @@ int job_mps_start(job_mps *m, uint64_t quit_ns, pp_err *err);
  * CUDA_VISIBLE_DEVICES (the daemon applied it: a worker sees its devices,
  * renumbered from 0). Nothing without a daemon. */
 int job_mps_env(const job_mps *m, launch_env *env, pp_err *err);
-/* Inside the supervisor (its handlers in place): a stop signal held since
- * job_mps_start is raised again, for the supervisor to stop the job. */
-void job_mps_pass_signal(job_mps *m);
 /* The job's guard (launch.h) SIGKILLs the daemon's process group with the
  * ranks when the launcher is killed (SIGKILL, the OOM killer), until
  * job_mps_stop. The private folder then stays (docs/gpu.md). */
