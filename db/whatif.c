@@ -20,25 +20,41 @@ static const char *const whatif_kinds[WHATIF_KINDS] = {"gpipe", "1f1b", "interle
  * not simulated: a request must stay quick, and jobs this large are rare. */
 #define WHATIF_MAX_ACTIONS 2000000
 
+/* What a microbatch holds on each of `chunks` chunks of the job's layers
+ * under recompute (bytes: whatif_input.act_profile): after F (.f), after B
+ * (.b) and at its recompute (.w), each chunk's share of the job's stages'
+ * (balance_chunk_costs, bytes for costs: they add up by layers as costs
+ * do). malloc'd (caller frees); NULL when they cannot be split so finely
+ * or memory ran out. */
+static sched_costs *whatif_chunk_bytes(const balance_profile *bytes, int chunks) {
+    sched_costs *each = malloc(sizeof *each * (size_t)chunks);
+    double *bound = malloc(sizeof *bound * (size_t)(chunks + 1));
+    pp_err ignored;
+    int ok = each && bound && balance_split(bytes, chunks, bound, &ignored) == 0;
+    if (ok) balance_chunk_costs(bytes, bound, chunks, each);
+    free(bound);
+    if (!ok) free(each), each = NULL;
+    return each;
+}
+
 /* Under recompute (in->act_profile): plan's actions replayed with what a
- * microbatch holds on each of its chunks after F and after B, each chunk's
- * bytes its share of the job's stages' (balance_chunk_costs, bytes for
- * costs: they add up by layers as costs do); the most any rank holds, or -1. */
+ * microbatch holds on each of its chunks after F and after B, and during
+ * B the moment after its recompute (sched_mem.high); the most any rank
+ * holds, or -1. */
 static int64_t whatif_act_replay(const balance_profile *bytes, const sched_plan *plan) {
     int S = plan->stages;
-    sched_costs *each = malloc(sizeof *each * (size_t)S);
-    double *bound = malloc(sizeof *bound * (size_t)(S + 1)), *peak = malloc(sizeof *peak * (size_t)plan->ranks);
+    sched_costs *each = whatif_chunk_bytes(bytes, S);
+    double *peak = malloc(sizeof *peak * (size_t)plan->ranks), *high = malloc(sizeof *high * (size_t)S);
     sched_act *act = malloc(sizeof *act * (size_t)S);
     pp_err ignored;
-    int ok = each && bound && peak && act && balance_split(bytes, S, bound, &ignored) == 0;
-    if (ok) balance_chunk_costs(bytes, bound, S, each);
-    for (int s = 0; ok && s < S; s++) act[s] = (sched_act){each[s].f, each[s].b};
-    sched_mem mem = {.act = act, .nact = S, .bytes = 1};
+    int ok = each && peak && high && act;
+    for (int s = 0; ok && s < S; s++) act[s] = (sched_act){each[s].f, each[s].b}, high[s] = each[s].w;
+    sched_mem mem = {.act = act, .nact = S, .bytes = 1, .high = high};
     ok = ok && sched_mem_peaks(plan, &mem, peak, NULL, &ignored) == 0;
     double most = 0;
     for (int r = 0; ok && r < plan->ranks; r++)
         if (peak[r] > most) most = peak[r];
-    free(each), free(bound), free(peak), free(act);
+    free(each), free(peak), free(high), free(act);
     return ok ? llround(most) : -1;
 }
 
@@ -258,8 +274,25 @@ static void whatif_curve_one(const whatif_input *in, int col, int bound, whatif_
 }
 
 /* The bound in bytes: the job's bytes per microbatch-stage on the rank
- * where one holds most, scaled to a 1F1B stage; -1 unknown. */
+ * where one holds most, scaled to a 1F1B stage; -1 unknown. Under
+ * recompute (in->act_profile) a microbatch-stage holds what its F kept
+ * until its recompute brings the rest back: the bytes the rows' replay
+ * counts, the most one microbatch holds on a 1F1B stage (a rank's layers:
+ * after its F, at its recompute or after its B), on the stage where that
+ * is most. A job's peak over its peak in flight would be an average of
+ * the two sizes, below what the bound lets a rank hold. */
 static int64_t whatif_bound_bytes(const whatif_input *in, int bound) {
+    if (in->act_profile) {
+        sched_costs *each = whatif_chunk_bytes(in->act_profile, in->ranks);
+        if (!each) return -1;
+        double most = 0;
+        for (int k = 0; k < in->ranks; k++) {
+            double held = fmax(each[k].f, fmax(each[k].b, each[k].w));
+            if (held > most) most = held;
+        }
+        free(each);
+        return llround(most * bound);
+    }
     if (!in->act_peak_by_rank || !in->inflight_by_rank) return -1;
     double most = 0;
     for (int r = 0; r < in->ranks; r++) {
@@ -736,19 +769,22 @@ static void whatif_dp(const job_summary *s, whatif_report *r) {
 /* Each stage's F and B rises over the window, into act[n] (n stages;
  * whatif_act_for, and whatif_read under recompute): rows of a rank's F/B/W
  * events in the order they ran, the count starting from 0 at each step
- * (every W of a step ran before the next step's first F). *missing gets the
- * first stage without an F and a B rise, -1 when none is. -1 with err on a
- * database error. */
+ * (every W of a step ran before the next step's first F). high (NULL: not
+ * wanted) gets each stage's bytes at the moment after its recompute, from
+ * the rise of its RECOMPUTE spans' bytes over what the rank held before
+ * (the B's rise is from there too), act[k].f where the stage recomputed
+ * nothing. *missing gets the first stage without an F and a B rise, -1 when
+ * none is. -1 with err on a database error. */
 static int whatif_read_rises(sqlite3 *db, const job_summary *s, const whatif_report *r, int n, sched_act *act,
-                             int *missing, pp_err *err) {
+                             double *high, int *missing, pp_err *err) {
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
                               "SELECT rank, attempt, step, stage, phase, bytes FROM events WHERE job_id=?1 AND step "
-                              "BETWEEN ?2 AND ?3 AND source='cpu' AND phase IN ('F','B','W','BW') AND bytes IS NOT "
-                              "NULL ORDER BY rank, attempt, step, start_ns",
+                              "BETWEEN ?2 AND ?3 AND source='cpu' AND (phase IN ('F','B','W','BW') OR (phase='SPAN' "
+                              "AND name='RECOMPUTE')) AND bytes IS NOT NULL ORDER BY rank, attempt, step, start_ns",
                               s, r, &st, err) != 0)
         return -1;
-    durations *rise = calloc((size_t)n * 2, sizeof *rise); /* [stage][F, B] */
+    durations *rise = calloc((size_t)n * 3, sizeof *rise); /* [stage][F, B, RECOMPUTE] */
     int rc, oom = !rise, rank = -1, attempt = -1, step = -1;
     int64_t held = 0;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -757,30 +793,33 @@ static int whatif_read_rises(sqlite3 *db, const job_summary *s, const whatif_rep
         const char *phase = (const char *)sqlite3_column_text(st, 4);
         int64_t bytes = sqlite3_column_int64(st, 5);
         if (rk != rank || at != attempt || sp != step) rank = rk, attempt = at, step = sp, held = 0;
-        int k = phase && strcmp(phase, "F") == 0 ? 0 : phase && strcmp(phase, "B") == 0 ? 1 : -1;
-        if (k >= 0 && key >= 0 && key < n) oom = durations_push(&rise[key * 2 + k], bytes - held) != 0;
-        held = bytes;
+        int k = !phase ? -1 : strcmp(phase, "F") == 0 ? 0 : strcmp(phase, "B") == 0 ? 1 : -1;
+        if (phase && strcmp(phase, "SPAN") == 0) k = 2; /* RECOMPUTE, the query's only span */
+        if (k >= 0 && key >= 0 && key < n) oom = durations_push(&rise[key * 3 + k], bytes - held) != 0;
+        if (k != 2) held = bytes; /* a recompute's bytes are a moment: B rises from before it */
     }
     if (oom) {
         sqlite3_finalize(st);
-        for (int k = 0; rise && k < 2 * n; k++) free(rise[k].v);
+        for (int k = 0; rise && k < 3 * n; k++) free(rise[k].v);
         free(rise);
         return pp_fail(err, "out of memory");
     }
     rc = whatif_done(db, st, rc, err);
     *missing = -1;
     for (int k = 0; k < n; k++) {
-        int64_t f = durations_median(&rise[k * 2]), b = durations_median(&rise[k * 2 + 1]);
-        if (*missing < 0 && (rise[k * 2].n == 0 || rise[k * 2 + 1].n == 0 || f <= 0)) *missing = k;
+        int64_t f = durations_median(&rise[k * 3]), b = durations_median(&rise[k * 3 + 1]);
+        if (*missing < 0 && (rise[k * 3].n == 0 || rise[k * 3 + 1].n == 0 || f <= 0)) *missing = k;
         act[k] = (sched_act){(double)f, (double)(f + b)};
+        if (high) high[k] = (double)f + (rise[k * 3 + 2].n ? (double)durations_median(&rise[k * 3 + 2]) : 0);
     }
-    for (int k = 0; k < 2 * n; k++) free(rise[k].v);
+    for (int k = 0; k < 3 * n; k++) free(rise[k].v);
     free(rise);
     return rc;
 }
 
 /* Under recompute a microbatch holds far less between its F and its B
- * than from its B on: each stage's bytes after F and after B, measured,
+ * than from its B on: each stage's bytes after F, at its recompute and
+ * after B, measured,
  * with the stages' layers (r->profile's), into r->act_profile for every
  * schedule's estimate to replay (whatif_input.act_profile). Left unset
  * where a stage recorded no bytes: the estimate then scales the peak as
@@ -790,10 +829,11 @@ static int whatif_read_act_profile(sqlite3 *db, const job_summary *s, whatif_rep
     int S = r->profile.stages, missing = -1;
     if (S < 1 || S != r->stages) return 0; /* more stages than a profile holds */
     sched_act act[BALANCE_MAX_STAGES];
-    if (whatif_read_rises(db, s, r, S, act, &missing, err) != 0) return -1;
+    double high[BALANCE_MAX_STAGES];
+    if (whatif_read_rises(db, s, r, S, act, high, &missing, err) != 0) return -1;
     if (missing >= 0) return 0;
-    *bp = r->profile; /* its stages, layers and bounds; its costs replaced by bytes */
-    for (int k = 0; k < S; k++) bp->stage[k] = (sched_costs){act[k].f, act[k].b, 0, 0};
+    *bp = r->profile; /* its stages, layers and bounds; its costs replaced by bytes (w: at the recompute) */
+    for (int k = 0; k < S; k++) bp->stage[k] = (sched_costs){act[k].f, act[k].b, high[k], 0};
     balance_fit(bp);
     r->in.act_profile = bp;
     return 0;
@@ -885,7 +925,7 @@ int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sche
         pp_fail(err, "job %lld ran %d stages, this job has %d: its bytes per stage do not carry over to another split "
                      "(give --max-mem in bytes without --schedule-costs DB:JOB to bound by the model's sizes)",
                 (long long)job, r.stages, stages);
-    } else if (whatif_read_rises(db, &s, &r, stages, act, &missing, err) != 0) {
+    } else if (whatif_read_rises(db, &s, &r, stages, act, NULL, &missing, err) != 0) {
     } else if (missing >= 0) {
         pp_fail(err, "job %lld recorded no activation bytes for stage %d's F and B (a program's own spans, or a "
                      "trace from before pprun counted them)", (long long)job, missing);

@@ -46,7 +46,10 @@ typedef struct whatif_input {
     /* NULL, or for a job that recomputed (--recompute): what one microbatch
      * held on each of its stages after its F (stage[k].f: what F kept, its
      * checkpointed inputs) and after its B (stage[k].b: what it holds again
-     * from its recompute on, until its W), in bytes, as measured, with the
+     * from its recompute on, until its W), stage[k].w what it holds at the
+     * moment after its recompute, before B lets go of what only B reads
+     * (more than .b where the attention probabilities outweigh what B
+     * saves for W: docs/model.md), in bytes, as measured, with the
      * layers each stage held (balance.h: a chunk of another split holds
      * its layers' share, and the first and last chunk what the first and
      * last stage hold beyond their layers: tokens, the head). With it each

@@ -254,6 +254,16 @@ typedef struct sched_mem {
     const sched_act *act; /* NULL: {1, 1} for every stage (microbatch-stages) */
     int nact;             /* entries in act: 1 (every stage the same) or the plan's stages */
     int bytes;            /* 1: max and act are bytes (for messages); 0: microbatch-stages */
+    /* NULL, or one entry per act entry (nact): the most a microbatch holds
+     * on the stage during its B, before B lets go of what only B reads.
+     * Under --recompute that is the moment after its recompute (docs/model.md,
+     * "Activation recompute"), above b where the attention probabilities
+     * outweigh what B saves for W. sched_mem_peaks (and so the validator)
+     * counts it at the B: the what-if's replay of a measured job,
+     * db/whatif.c. The greedy and the least bound do not read it, and
+     * nothing builds an order with it: a bound in bytes leaves that moment
+     * out (docs/schedules.md, "Memory-bounded zero bubble"). */
+    const double *high;
 } sched_mem;
 
 /* What stage s of a plan holds per microbatch under mem ({1, 1} without act). */
@@ -277,7 +287,8 @@ int sched_build_bounded(const char *kind, int p, int m, int v, const sched_costs
                         sched_plan **out, pp_err *err);
 
 /* Each rank's most held at once, peak[ranks], playing its actions in order
- * (time does not matter: a rank's own ops set its count); at[ranks] (may be
+ * (time does not matter: a rank's own ops set its count; with mem->high a
+ * B's moment counts too); at[ranks] (may be
  * NULL) the index in actions[r] where the peak is first reached. -1 when
  * an action is outside the plan (err). */
 int sched_mem_peaks(const sched_plan *plan, const sched_mem *mem, double *peak, int *at, pp_err *err);

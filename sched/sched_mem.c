@@ -43,10 +43,13 @@ static int check_act(const sched_mem *mem, int stages, pp_err *err) {
     if (mem->nact != 1 && mem->nact != stages)
         return pp_fail(err, "--act-bytes: %d entries for %d stages; give one for every stage or one per stage",
                        mem->nact, stages);
-    for (int i = 0; i < mem->nact; i++)
+    for (int i = 0; i < mem->nact; i++) {
         if (!(mem->act[i].f >= 0 && mem->act[i].b >= 0 && isfinite(mem->act[i].f) && isfinite(mem->act[i].b)))
             return pp_fail(err, "--act-bytes: entry %d (f=%g, b=%g) must not be negative", i, mem->act[i].f,
                            mem->act[i].b);
+        if (mem->high && !(mem->high[i] >= 0 && isfinite(mem->high[i])))
+            return pp_fail(err, "activation bytes during B: entry %d (%g) must not be negative", i, mem->high[i]);
+    }
     return 0;
 }
 
@@ -85,10 +88,15 @@ int sched_mem_peaks(const sched_plan *plan, const sched_mem *mem, double *peak, 
                                plan->name, r, sched_action_str(a, buf), plan->stages, plan->microbatches);
             }
             sched_act u = sched_mem_act(mem, a->stage);
+            /* during a B the microbatch may hold more than after it (mem->high) */
+            double during = a->op == SCHED_B && mem && mem->act && mem->high
+                                ? held - u.f + mem->high[mem->nact == 1 ? 0 : a->stage]
+                                : -INFINITY;
             /* F holds f; B turns it into b; W (or a BW, B and W at once) lets go */
             held += a->op == SCHED_F ? u.f : a->op == SCHED_B ? u.b - u.f : a->op == SCHED_W ? -u.b : -u.f;
-            if (i == 0 || held > peak[r]) {
-                peak[r] = held;
+            double most = during > held ? during : held;
+            if (i == 0 || most > peak[r]) {
+                peak[r] = most;
                 if (at) at[r] = i;
             }
         }

@@ -131,7 +131,9 @@ const BOUND_COLOR = '#b5483f'; // the chart notes' colour (style.css)
 // bound. A bound in microbatch-stages is N times the bytes a
 // microbatch-stage held on the rank where one held most (each rank's peak
 // over the plan's peak in flight there), as the what-if's memory curve
-// puts its bounds in bytes (docs/schedules.md, "What if").
+// puts its bounds in bytes without --recompute (docs/schedules.md, "What
+// if"; under recompute the curve counts the most one microbatch holds,
+// which the step figures here do not give: docs/dashboard.md).
 function actBound(C) {
   const m = S.info && S.info.config && S.info.config.max_mem;
   if (typeof m !== 'string' || !m) return null;

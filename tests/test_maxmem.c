@@ -230,6 +230,34 @@ Test(maxmem, the_validator_checks_the_bound) {
     cr_assert(strstr(err.msg, "3 entries for 4 stages"), "%s", err.msg);
 }
 
+/* mem.high, what a microbatch holds during its B (the moment after its
+ * recompute), counts at the B where it is more than what B leaves, and
+ * nowhere else: gpipe, 2 ranks, 3 microbatches, f=2, b=3 on both stages.
+ * Rank 0 holds 6 after its three Fs, 9 during its first B (high 5), 7
+ * after it; rank 1's high of 1 is below its b, so it holds what it did
+ * without one (7 after its first B). */
+Test(maxmem, a_bs_moment_counts_where_it_holds_more_than_after_b) {
+    sched_plan *plan;
+    pp_err err;
+    cr_assert_eq(sched_from_flag_mem("gpipe", 2, 3, 1, NULL, NULL, &plan, &err), 0, "%s", err.msg);
+    sched_act act[2] = {{2, 3}, {2, 3}};
+    double high[2] = {5, 1}, peak[2];
+    int at[2];
+    sched_mem plain = {.act = act, .nact = 2, .bytes = 1}, during = {.act = act, .nact = 2, .bytes = 1, .high = high};
+    cr_assert_eq(sched_mem_peaks(plan, &plain, peak, NULL, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(peak[0], 7, 1e-9);
+    cr_expect_float_eq(peak[1], 7, 1e-9);
+    cr_assert_eq(sched_mem_peaks(plan, &during, peak, at, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(peak[0], 9, 1e-9);
+    char name[32];
+    cr_expect_str_eq(sched_action_str(&plan->actions[0][at[0]], name), "0B0");
+    cr_expect_float_eq(peak[1], 7, 1e-9);
+    high[1] = -1;
+    cr_assert_eq(sched_mem_peaks(plan, &during, peak, NULL, &err), -1);
+    cr_expect(strstr(err.msg, "entry 1 (-1) must not be negative"), "%s", err.msg);
+    sched_free(plan);
+}
+
 Test(maxmem, options_parse_and_print_back) {
     double max;
     int bytes;
