@@ -4,8 +4,9 @@
  * nodes all get in and one past the limit is told why, a sender that stops
  * mid-frame is closed with its earlier frames kept, frames in progress are
  * capped together (a frame past the cap waits for room instead of growing
- * the launcher), and a master out of file descriptors answers instead of
- * leaving forwarders waiting. */
+ * the launcher), a master out of file descriptors answers instead of
+ * leaving forwarders waiting, and a node brings its own ranks' records
+ * only. */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,6 +29,7 @@
 #include "helpers/trace_fixture.h"
 #include "runner/job/collector.h"
 #include "tracer/event.h"
+#include "tracer/ring.h"
 
 static int dial(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -582,4 +584,134 @@ Test(collector_limits, a_master_that_stops_reading_does_not_hold_a_forwarders_st
     cr_assert(strstr(err.msg, "127.0.0.1") && strstr(err.msg, "took nothing"), "%s", err.msg);
     close(m.conn);
     close(m.lfd);
+}
+
+/* A job of 3 nodes with 2 ranks each; returns its id. */
+static int64_t three_node_job(db *d) {
+    db_job_info j = {.name = "nodes", .nnodes = 3, .world_size = 6, .schedule = "1f1b", .microbatches = 2,
+                     .virtual_stages = 1, .stages = 6, .steps = 2, .model = "timed", .device = "cpu",
+                     .t0_ns = 1000000};
+    int64_t id = -1;
+    pp_err err;
+    cr_assert_eq(db_create_job(d, &j, &id, &err), 0, "%s", err.msg);
+    db_rank_info r[6];
+    const char *stages[6] = {"0", "1", "2", "3", "4", "5"};
+    for (int k = 0; k < 6; k++) r[k] = (db_rank_info){k, k / 2, "host", 0, "cpu", stages[k], 0};
+    cr_assert_eq(db_insert_ranks(d, id, r, 6, &err), 0, "%s", err.msg);
+    return id;
+}
+
+/* A raw connection that presents the token and is accepted. */
+static int dial_with_token(int port, const char *token) {
+    int fd = dial(port);
+    unsigned char hello[8 + 64];
+    uint32_t magic = 0x49485050u; /* "PPHI" */
+    uint16_t ver = 1, len = (uint16_t)strlen(token);
+    memcpy(hello, &magic, 4);
+    memcpy(hello + 4, &ver, 2);
+    memcpy(hello + 6, &len, 2);
+    memcpy(hello + 8, token, len);
+    cr_assert_eq(send(fd, hello, 8u + len, MSG_NOSIGNAL), (ssize_t)(8 + len));
+    unsigned char ok = 0;
+    cr_assert_eq(recv(fd, &ok, 1, 0), 1);
+    cr_assert_eq(ok, 1, "the hello with the token was refused");
+    return fd;
+}
+
+/* One frame as a forwarder sends it: rank's clock offset and pid, and one
+ * F record of that rank at 7 ms (the master's own records are at 2 ms). */
+static void send_rank_frame(int fd, int64_t job, int rank) {
+    wire_hdr h = {0x57465050u, 1, 1, job, 1, 0};
+    struct {
+        int32_t rank, pid;
+        int64_t off;
+        uint64_t dropped;
+    } fr = {rank, 4242, 5000, 77};
+    trace_event ev = {.version = TRACE_EVENT_VERSION, .phase = TRACE_F, .rank = rank, .step = 0, .stage = rank,
+                      .peer = -1, .start_ns = 7000000, .end_ns = 7001000};
+    char frame[sizeof h + sizeof fr + sizeof ev];
+    memcpy(frame, &h, sizeof h);
+    memcpy(frame + sizeof h, &fr, sizeof fr);
+    memcpy(frame + sizeof h + sizeof fr, &ev, sizeof ev);
+    cr_assert_eq(send(fd, frame, sizeof frame, MSG_NOSIGNAL), (ssize_t)sizeof frame);
+}
+
+/* The token says a sender is one of the job's nodes, not which one. A
+ * node may bring its own ranks' records only (the rendezvous gives node n
+ * ranks 2n and 2n+1 here): a frame that claims one of the master's ranks,
+ * one of a second node's after its first, or a node's that another
+ * connection brings drops its connection, naming the peer and the rank;
+ * nothing of it is recorded (records, clock offset, pid, drops), its
+ * records are counted, and the ranks' own records stay as they were. */
+Test(collector_limits, a_node_that_claims_ranks_not_its_own_is_dropped, .timeout = 60) {
+    db *d;
+    pp_err err;
+    cr_assert_eq(db_open(tfix_path("claims.db"), &d, &err), 0, "%s", err.msg);
+    int64_t job = three_node_job(d);
+    capture cap;
+    capture_start(&cap);
+    const char *token = "right-token-0123";
+    collector *master, *node1;
+    collector_config mc = {.db = d, .job_id = job, .world_size = 6, .node_ranks = 2, .listen_host = "127.0.0.1",
+                           .token = token, .interval_ns = 5000000};
+    cr_assert_eq(collector_start(&mc, &master, &err), 0, "%s", err.msg);
+    int port = collector_listen_port(master);
+    for (int rank = 0; rank < 2; rank++) { /* the master's own ranks, one record each */
+        trace_ring *r, *w;
+        cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
+        cr_assert_eq(collector_add_ring(master, rank, r, &err), 0, "%s", err.msg);
+        cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+        trace_event e = tfix_one_f(rank, rank, 0);
+        trace_ring_write(w, &e);
+        trace_ring_close(w);
+    }
+    /* Node 1, as a launcher forwards: rank 2. */
+    collector_config nc = {.job_id = job, .world_size = 6, .forward_host = "127.0.0.1", .forward_port = port,
+                           .token = token, .interval_ns = 5000000};
+    cr_assert_eq(collector_start(&nc, &node1, &err), 0, "%s", err.msg);
+    trace_ring *r, *w;
+    cr_assert_eq(trace_ring_create(16, &r, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_add_ring(node1, 2, r, &err), 0, "%s", err.msg);
+    cr_assert_eq(trace_ring_attach(trace_ring_fd(r), &w, &err), 0, "%s", err.msg);
+    trace_event e = tfix_one_f(2, 2, 0);
+    trace_ring_write(w, &e);
+    trace_ring_close(w);
+    for (int i = 0; i < 3000 && collector_count(master) < 3; i++) pp_sleep_ns(10000000);
+    cr_assert_eq(collector_count(master), 3, "the master's two records and node 1's");
+
+    /* One of the master's own ranks. */
+    int fd = dial_with_token(port, token);
+    send_rank_frame(fd, job, 1);
+    cr_assert(closed_by_master(fd), "a frame claiming the master's rank 1 was taken");
+    close(fd);
+    /* Node 2's rank 4, then node 1's rank 3 on the same connection. */
+    fd = dial_with_token(port, token);
+    send_rank_frame(fd, job, 4);
+    send_rank_frame(fd, job, 3);
+    cr_assert(closed_by_master(fd), "a connection brought two nodes' ranks");
+    close(fd);
+    /* Node 1's rank 3, from another connection than node 1's. */
+    fd = dial_with_token(port, token);
+    send_rank_frame(fd, job, 3);
+    cr_assert(closed_by_master(fd), "a second connection brought node 1's ranks");
+    close(fd);
+    uint64_t rejected = collector_rejected(master);
+    cr_assert_eq(collector_stop(node1, &err), 0, "%s", err.msg);
+    cr_assert_eq(collector_stop(master, &err), 0, "%s", err.msg);
+    const char *text = capture_end(&cap);
+    cr_assert(strstr(text, "dropping a forwarding connection from 127.0.0.1:"), "%s", text);
+    cr_assert(strstr(text, ": its frame claims rank 1, one of the master's own ranks"), "%s", text);
+    cr_assert(strstr(text, ": its frame claims rank 3 of node 1, but it brings node 2's ranks (4..5;"), "%s", text);
+    cr_assert(strstr(text, ": its frame claims rank 3 of node 1, whose ranks come from 127.0.0.1:"), "%s", text);
+    cr_assert_eq(rejected, 3, "one record in each refused frame");
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE rank = 1"), 1);
+    cr_assert_eq(tfix_q_int(s, "SELECT start_ns FROM events WHERE rank = 1"), 2000000, "the master's own record");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE rank = 3"), 0);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE rank IN (0, 2, 4)"), 3,
+                 "the ranks' own records, and node 2's first frame");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM ranks WHERE rank IN (1, 3) AND (clock_offset_ns != 0 OR "
+                               "pid IS NOT NULL OR dropped_events != 0)"),
+                 0, "nothing of a refused frame is recorded");
+    db_close(d);
 }

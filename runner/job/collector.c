@@ -64,6 +64,13 @@ typedef struct frame_rank {
     uint64_t dropped;
 } frame_rank;
 
+/* A forwarding connection: one node's, whose ranks only it may bring
+ * (cfg.node_ranks). */
+typedef struct ingest_conn {
+    netserve_conn base;
+    int node; /* the node whose ranks its frames brought, plus 1; 0: none yet */
+} ingest_conn;
+
 typedef struct ring_slot {
     int rank;
     trace_ring *ring;
@@ -645,6 +652,85 @@ static int check_hello(collector *c, netserve_conn *k) {
     return 1;
 }
 
+/* The ranks of a frame (its per-rank part, at p, and its records) are
+ * the sender's to bring: every one in the job with a clock offset in its
+ * bound, none the master's own (cfg.node_ranks: node 0's; or a rank with
+ * a ring here), and, with cfg.node_ranks, all of one other node: the node
+ * this connection brought before, which no other connection brings (a
+ * connection is bound to its node by its first frame that names a rank).
+ * Checked whole before anything of the frame is recorded: 1, or 0 with a
+ * line naming the peer and the rank (the caller drops the connection); a
+ * frame that claims another's rank has its records counted as refused
+ * (collector_rejected). A record of a rank outside the job is left to
+ * in_job, which refuses it alone. */
+static int frame_claims_ok(collector *c, ingest_conn *k, const frame_hdr *h, const unsigned char *p) {
+    const char *peer = k->base.peer;
+    const int per = c->cfg.node_ranks;
+    int node = k->node - 1; /* -1: none yet */
+    int bad = 0;            /* refused, why says why */
+    int claim = 0;          /* refused for a rank that is not the sender's: its records are counted */
+    char why[400];
+    const unsigned char *recs = p + (size_t)h->nranks * sizeof(frame_rank);
+    pthread_mutex_lock(&c->mu);
+    for (size_t i = 0; !bad && i < (size_t)h->nranks + h->nrecords; i++) {
+        int r;
+        if (i < h->nranks) {
+            frame_rank fr;
+            memcpy(&fr, p + i * sizeof fr, sizeof fr);
+            r = fr.rank;
+            if (r < 0 || r >= c->cfg.world_size) {
+                snprintf(why, sizeof why, "frame for rank %d of %d", r, c->cfg.world_size);
+                bad = 1;
+                break;
+            }
+            /* An offset past its bound would shift the node's records off
+             * the job clock (or overflow adding it): not one of ours. */
+            char off[160];
+            if (trace_offset_why(fr.clock_offset_ns, off, sizeof off)) {
+                snprintf(why, sizeof why, "rank %d's %s", r, off);
+                bad = 1;
+                break;
+            }
+        } else {
+            trace_event e;
+            memcpy(&e, recs + (i - h->nranks) * sizeof e, sizeof e);
+            r = e.rank;
+            if (r < 0 || r >= c->cfg.world_size) continue; /* refused alone, and counted (in_job) */
+        }
+        if ((per > 0 && r < per) || c->has_ring[r]) {
+            snprintf(why, sizeof why, "its frame claims rank %d, one of the master's own ranks (a node sends its own "
+                     "ranks' records only); nothing of the frame is recorded", r);
+            bad = 1;
+        } else if (per > 0 && node >= 0 && r / per != node) {
+            snprintf(why, sizeof why, "its frame claims rank %d of node %d, but it brings node %d's ranks (%d..%d; a "
+                     "node sends its own ranks' records only); nothing of the frame is recorded", r, r / per, node,
+                     node * per, node * per + per - 1);
+            bad = 1;
+        } else if (per > 0 && node < 0) {
+            node = r / per;
+            for (size_t j = 0; j < c->net->nconns; j++) {
+                const ingest_conn *o = (const ingest_conn *)c->net->conns[j];
+                if (o != k && o->node == node + 1 && !o->base.dead) {
+                    snprintf(why, sizeof why, "its frame claims rank %d of node %d, whose ranks come from %s (a node "
+                             "sends its own ranks' records only); nothing of the frame is recorded", r, node,
+                             o->base.peer);
+                    bad = 1;
+                    break;
+                }
+            }
+        }
+        claim = bad;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (!bad) {
+        if (node >= 0) k->node = node + 1;
+        return 1;
+    }
+    if (claim) atomic_fetch_add(&c->rejected, h->nrecords);
+    conn_note(c, "dropping a forwarding connection from %s: %s", peer, why);
+    return 0;
+}
+
 /* Handles every whole frame in k's input; a bad one drops the connection
  * (the peer is not a pprun of ours). */
 static void ingest_frames(collector *c, netserve_conn *k) {
@@ -675,26 +761,16 @@ static void ingest_frames(collector *c, netserve_conn *k) {
         size_t need = frame_size(&h);
         if (unread(k) < need) break;
         p += sizeof h;
+        if (!frame_claims_ok(c, (ingest_conn *)k, &h, p)) {
+            k->dead = 1;
+            return;
+        }
         for (unsigned i = 0; i < h.nranks; i++, p += sizeof(frame_rank)) {
             frame_rank fr;
             memcpy(&fr, p, sizeof fr);
             pp_err e;
             /* The first frame of a rank also records its offset where users
              * look for it (ranks.clock_offset_ns). */
-            if (fr.rank < 0 || fr.rank >= c->cfg.world_size) {
-                conn_note(c, "dropping a forwarding connection from %s: frame for rank %d of %d", k->peer, fr.rank,
-                          c->cfg.world_size);
-                k->dead = 1;
-                return;
-            }
-            /* An offset past its bound would shift the node's records off
-             * the job clock (or overflow adding it): not one of ours. */
-            char why[160];
-            if (trace_offset_why(fr.clock_offset_ns, why, sizeof why)) {
-                conn_note(c, "dropping a forwarding connection from %s: rank %d's %s", k->peer, fr.rank, why);
-                k->dead = 1;
-                return;
-            }
             /* Once a write failed nothing more is written (what room the
              * rolled-back transaction left goes to the job's end). */
             int rc = 0;
@@ -938,7 +1014,7 @@ int collector_start(const collector_config *cfg, collector **out, pp_err *err) {
         c->listen_host = strdup(cfg->listen_host);
         netserve_config nc = {
             .name = "pprun collector",
-            .conn_size = sizeof(netserve_conn),
+            .conn_size = sizeof(ingest_conn),
             .max_conns = cfg->max_forwarders > 0 ? (size_t)cfg->max_forwarders : MAX_CONNS_DEFAULT,
             .max_buffered = cfg->max_buffered ? cfg->max_buffered : MAX_BUFFERED_DEFAULT,
             /* A forwarder's frames are the job's trace: one that does not

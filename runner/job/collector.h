@@ -60,6 +60,16 @@
  *    from 16 as nodes connect; one more is answered 2 and closed, as is a
  *    connection accepted when the process is out of file descriptors (the
  *    launcher needs one per node: raise ulimit -n for big jobs);
+ *  - a node sends its own ranks' records only: a frame that names (in its
+ *    per-rank part or a record) one of the master's own ranks (node 0's,
+ *    cfg.node_ranks, or a rank with a ring here) or, with node_ranks,
+ *    ranks of two nodes, or of a node another connection already brings,
+ *    drops its connection, naming the peer and the rank; nothing of that
+ *    frame is recorded and its records count as refused
+ *    (collector_rejected). A connection is bound to the node of the first
+ *    rank it names. The token says a sender is one of the job's nodes,
+ *    not which one: this keeps a node (or a stranger with the token) from
+ *    writing over the master's ranks or a node that came first;
  *  - a frame's clock offsets are within +-TRACE_OFFSET_MAX (tracer/event.h):
  *    past it the connection is dropped, naming the peer, the rank and the
  *    value; a record the offset moves off the job clock is refused and
@@ -90,6 +100,10 @@ typedef struct collector_config {
     db *db;                   /* master: the writer (not owned); NULL when forwarding */
     int64_t job_id;
     int world_size;           /* all ranks of the job, every node */
+    int node_ranks;           /* master: ranks per node (node n has n * node_ranks onwards, the master's
+                               * own are node 0's): a forwarding connection brings one other node's
+                               * ranks only (see Limits); 0: only the ranks with a ring here are
+                               * refused from forwarders */
     int steps;                /* the job's steps: records must have step < steps (0: no bound) */
     uint64_t interval_ns;     /* 0: 5 ms */
     int64_t clock_offset_ns;  /* this node: master clock - local clock (0 on the master) */
@@ -135,7 +149,8 @@ int collector_listen_port(const collector *c);
 uint64_t collector_count(const collector *c);
 /* Records refused: a rank outside [0, world_size) or a step outside
  * [0, steps) (master), from a buggy worker or a forged forwarding frame;
- * a record in a local ring that claims a rank other than the ring's. */
+ * a record in a local ring that claims a rank other than the ring's; the
+ * records of a forwarded frame that claims ranks not its node's (Limits). */
 uint64_t collector_rejected(const collector *c);
 /* Master: the collector thread's time so far writing records
  * (db_insert_events) and analysing steps (with step_analyzed), in ns: what

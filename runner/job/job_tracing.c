@@ -45,7 +45,7 @@ static void refresh_plan(void *ctx, db *d, int step) {
 static int start_master_collector(run_job *job, const launch_info *info, store_client *store, pp_err *err) {
     collector_config cc = {
         .db = job->db, .job_id = job->job_id, .world_size = info->world_size, .steps = job_step_bound(job),
-        .interval_ns = RUN_COLLECT_INTERVAL_NS, .token = info->rdzv_token,
+        .node_ranks = info->nproc_per_node, .interval_ns = RUN_COLLECT_INTERVAL_NS, .token = info->rdzv_token,
         .step_analyzed = job->cfg.model.kind == MODEL_TIMED ? NULL : refresh_plan, .step_analyzed_ctx = job,
         .ring_fault = &job->ring_fault};
     job->ring_fault.msg[0] = '\0';
