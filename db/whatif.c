@@ -371,6 +371,14 @@ static void whatif_stage_layers(whatif_report *r, int layers, const char *cuts_t
     free(cuts);
 }
 
+/* The job's ranks on node 0's host (ranks.host, which every node gives at
+ * the rendezvous), in a query on jobs: two launchers of one job on one
+ * machine (--nnodes 2 on one host) share its cores, its nproc_per_node
+ * counts one launcher's only. Against node 0's cpu_cores, the cores known. */
+#define SQL_HOST_RANKS                                                                                                 \
+    "(SELECT count(*) FROM ranks h WHERE h.job_id = jobs.id AND h.host <> '' AND h.host = (SELECT host FROM ranks "    \
+    "WHERE job_id = jobs.id AND node = 0 AND host <> '' LIMIT 1))"
+
 /* The job's shape from its row, and how `pprun run` built its schedule:
  * its --schedule-costs (config_json), else run_config_costs (a timed
  * model's own costs, unit costs for gpt). */
@@ -379,7 +387,8 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     if (whatif_prepare(db,
                        "SELECT schedule, microbatches, virtual_stages, model, json_extract(config_json, "
                        "'$.schedule_costs'), stages, json_extract(config_json, '$.pipeline_cuts'), device, "
-                       "json_extract(config_json, '$.nproc_per_node'), json_extract(config_json, '$.cpu_cores'), "
+                       "max(coalesce(json_extract(config_json, '$.nproc_per_node'), 0), " SQL_HOST_RANKS "), "
+                       "json_extract(config_json, '$.cpu_cores'), "
                        "json_extract(config_json, '$.max_mem') FROM jobs WHERE id=?1",
                        &st, err) != 0)
         return -1;

@@ -292,17 +292,65 @@ Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted,
     fixture_remove(db);
 }
 
+/* Holds this process (and what it starts) to one of its CPUs; *all gets
+ * the mask to put back. */
+static void hold_to_one_cpu(cpu_set_t *all) {
+    cpu_set_t one;
+    cr_assert_eq(sched_getaffinity(0, sizeof *all, all), 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
+        if (CPU_ISSET(c, all)) CPU_SET(c, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+}
+
+/* Two launchers of one job on one machine (--nnodes 2, one rank each,
+ * both held to one CPU) share its cores as one launcher's two ranks
+ * would: the note counts the job's ranks on node 0's host (ranks.host),
+ * not one launcher's --nproc-per-node. */
+Test(balance, two_nodes_on_one_host_count_together_against_its_cores, .timeout = 180) {
+    cpu_set_t all;
+    hold_to_one_cpu(&all);
+    const char *db = tfix_path("balance_two_nodes.db");
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    lt_proc node[2];
+    for (int n = 0; n < 2; n++)
+        lt_start(&node[n],
+                 (const char *[]){"run", "--model", "gpt", "--pipeline-cuts", "even", "--nnodes", "2", "--node-rank",
+                                  n ? "1" : "0", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                                  "--master-port", port, "--rdzv-timeout", "60", "--steps", "3", "--progress", "off",
+                                  "--db", db, NULL},
+                 NULL);
+    cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
+    lt_wait(&node[1]);
+    lt_wait(&node[0]);
+    cr_assert_eq(node[1].status, 0, "%s", node[1].err);
+    cr_assert_eq(node[0].status, 0, "%s", node[0].err);
+    lt_assert_has(node[0].err, " planned (2 ranks shared 1 core)");
+    lt_free(&node[0]);
+    lt_free(&node[1]);
+
+    lt_proc p = stats_of(db, NULL);
+    lt_assert_has(p.out, "\n  cuts       none suggested: 2 ranks shared 1 core: a stage's op times include its waits");
+    lt_free(&p);
+    cJSON *j = whatif_of(db);
+    char *body = cJSON_PrintUnformatted(j);
+    cJSON *shared = cJSON_GetObjectItem(j, "shared_cores");
+    cr_assert(cJSON_IsObject(shared), "%s", body);
+    cr_assert_eq(cJSON_GetObjectItem(shared, "ranks")->valueint, 2, "%s", body);
+    cr_assert_eq(cJSON_GetObjectItem(shared, "cores")->valueint, 1, "%s", body);
+    free(body);
+    cJSON_Delete(j);
+    fixture_remove(db);
+}
+
 /* gpt on the CPU with more ranks than cores (2 ranks held to one CPU):
  * the op times include waiting for a core, so they cannot say which stage
  * is slowest. The job records its cores; pprun stats says why it suggests
  * no cuts and qualifies the what-if, and /whatif says the same. */
 Test(balance, ranks_sharing_a_core_get_no_cuts, .timeout = 180) {
-    cpu_set_t all, one;
-    cr_assert_eq(sched_getaffinity(0, sizeof all, &all), 0);
-    CPU_ZERO(&one);
-    for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
-        if (CPU_ISSET(c, &all)) CPU_SET(c, &one);
-    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0); /* pprun run and its ranks inherit it */
+    cpu_set_t all;
+    hold_to_one_cpu(&all); /* pprun run and its ranks inherit it */
     const char *db = tfix_path("balance_shared.db");
     lt_proc run; /* as run_job, keeping its last lines: the default split, by the name pprun stats --vs gives it */
     lt_run(&run,
