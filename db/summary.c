@@ -131,16 +131,17 @@ static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
         sqlite3_finalize(st);
         return -1;
     }
-    /* read wide: a forged file's 2^31 or 1e300 is named as it is, not as an int it wrapped to */
-    sqlite3_int64 world = sqlite3_column_int64(st, 0);
+    /* read wide, named as the file holds it (a forged 2^31 or 1e300, not an int it wrapped to), in the
+     * words every reader uses (db/bounds.h) */
+    int64_t world = 0;
+    if (bounds_col(st, 0, &bounds_world, s->job_id, "jobs.world_size", &world, err) != 0) {
+        sqlite3_finalize(st);
+        return -1;
+    }
     const unsigned char *status = sqlite3_column_text(st, 1);
     snprintf(s->status, sizeof s->status, "%s", status ? (const char *)status : "");
     s->from_step = sqlite3_column_int(st, 2);
-    char shown[32];
-    snprintf(shown, sizeof shown, "%s", sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0) : "NULL");
     sqlite3_finalize(st);
-    if (world < 1 || world > 65536)
-        return pp_fail(err, "job %lld has a world size of %s, not 1..65536", (long long)s->job_id, shown);
     s->world = (int)world;
     return 0;
 }

@@ -69,7 +69,7 @@ static const forged_row forged[] = {
     {"jobs.world_size INT64_MAX",
      "UPDATE jobs SET world_size=" I64MAX,
      2,
-     "job 1 has a world size of " I64MAX ", not 1..65536",
+     "job 1: jobs.world_size holds " I64MAX ", not 1..65536 (ranks in the job)",
      2,
      "job 1: jobs.world_size holds " I64MAX,
      {{"", 500, "jobs.world_size holds " I64MAX},
@@ -308,7 +308,7 @@ Test(forged_db, schedule_costs_from_a_forged_job_are_refused_by_value) {
     static const struct {
         const char *sql, *text;
     } rows[] = {
-        {"UPDATE jobs SET world_size=" I64MAX, "job 1 has a world size of " I64MAX ", not 1..65536"},
+        {"UPDATE jobs SET world_size=" I64MAX, "job 1: jobs.world_size holds " I64MAX ", not 1..65536 (ranks in the job)"},
         {"UPDATE plan SET sim_start_ns=" I64MAX, "plan.sim_start_ns holds " I64MAX},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

@@ -848,7 +848,8 @@ Test(stats, bad_input_exits_2_naming_it, .timeout = 60) {
     cr_assert_eq(sqlite3_open(path, &forge), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(forge, "UPDATE jobs SET world_size = 2147483648", NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(forge);
-    lt_expect_refusal((const char *[]){"stats", "--db", path, NULL}, "job 1 has a world size of 2147483648, not 1..65536");
+    lt_expect_refusal((const char *[]){"stats", "--db", path, NULL},
+                      "job 1: jobs.world_size holds 2147483648, not 1..65536 (ranks in the job)");
     fixture_remove(path);
     fixture_remove(junk);
     fixture_remove(empty);
