@@ -294,13 +294,20 @@ static void launcher_failure(job *j, const char *why, launch_failure *f) {
     if (why) snprintf(f->stderr_tail, sizeof f->stderr_tail, "%s\n", why);
 }
 
-/* Waits for the answer to this node's WAIT on attempt K's end key. 0: the
- * attempt is over everywhere; -1: node 0's store is gone, or gave no
- * answer in time after a stop (serr says which). A stop signal while this
- * node had finished well is reported to the others first. Once stopped,
- * node 0 gets LAUNCH_STOP_STORE_NS, and another signal gives up at once. */
-static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_failure *fail, pp_err *serr) {
-    uint64_t give_up = j->c.stop_signal ? pp_now_ns() + LAUNCH_STOP_STORE_NS : UINT64_MAX;
+/* How await_watch ended, when not with the answer. */
+enum { WATCH_LATE = 1, WATCH_STOPPED_AGAIN = 2 };
+
+/* Waits for the answer to the WAIT this node sent on its watch connection
+ * and reads it, taking signals meanwhile, until give_up (UINT64_MAX: no
+ * bound; the server answers by the WAIT's own deadline, a node 0 gone or
+ * frozen does not). The first stop signal of the wait (none had come)
+ * calls first_stop, when given, which returns the new give_up; a stop
+ * signal after one gives up at once. 0: the answer came (it may say the
+ * WAIT ran out: what the store holds decides); -1 (serr): poll failed or
+ * node 0's store is gone; WATCH_LATE: no answer by give_up;
+ * WATCH_STOPPED_AGAIN: the caller says which wait it gave up. */
+static int await_watch(job *j, uint64_t give_up, uint64_t (*first_stop)(job *j, void *ctx), void *ctx,
+                       pp_err *serr) {
     int seen = j->stops; /* a stop signal past these means "give up now" */
     for (;;) {
         int ms = pp_ms_left(give_up);
@@ -316,28 +323,52 @@ static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_fa
             check_signals(j);
             if (!had && j->c.stop_signal) {
                 seen = j->stops;
-                if (*out == LAUNCH_ATTEMPT_OK) {
-                    /* Stopped while waiting for the others: tell them. */
-                    *out = LAUNCH_ATTEMPT_SIGNAL;
-                    *stop = 1;
-                    launcher_failure(j, NULL, fail);
-                    pp_err ignored; /* the WAIT's answer says whether node 0 is there */
-                    report_failure(j, attempt, fail, 1, &ignored);
-                }
-                give_up = pp_now_ns() + LAUNCH_STOP_STORE_NS;
+                if (first_stop) give_up = first_stop(j, ctx);
                 continue;
             }
         }
-        if (j->c.stop_signal && j->stops > seen)
-            return pp_fail(serr, "stopped again while waiting for the store of node rank 0 at %s", j->store_addr);
-        if (n == 0 && ms == 0)
-            return pp_fail(serr, "store %s: no answer within %.0fs of the stop signal (node rank 0 stopped or "
-                                 "unreachable?)", j->store_addr, (double)LAUNCH_STOP_STORE_NS / 1e9);
+        /* first_stop's own store requests may have taken a second one */
+        if (j->c.stop_signal && j->stops > seen) return WATCH_STOPPED_AGAIN;
+        if (n == 0 && ms == 0) return WATCH_LATE;
     }
 }
 
+/* await_attempt_end's: what a first stop signal does while this node
+ * waits for attempt K's end. */
+typedef struct attempt_end_wait {
+    int attempt, *out, *stop;
+    launch_failure *fail;
+} attempt_end_wait;
 
+static uint64_t stopped_awaiting_end(job *j, void *ctx) {
+    attempt_end_wait *w = ctx;
+    if (*w->out == LAUNCH_ATTEMPT_OK) {
+        /* Stopped while waiting for the others: tell them. */
+        *w->out = LAUNCH_ATTEMPT_SIGNAL;
+        *w->stop = 1;
+        launcher_failure(j, NULL, w->fail);
+        pp_err ignored; /* the WAIT's answer says whether node 0 is there */
+        report_failure(j, w->attempt, w->fail, 1, &ignored);
+    }
+    return pp_now_ns() + LAUNCH_STOP_STORE_NS;
+}
 
+/* Waits for the answer to this node's WAIT on attempt K's end key. 0: the
+ * attempt is over everywhere; -1: node 0's store is gone, or gave no
+ * answer in time after a stop (serr says which). A stop signal while this
+ * node had finished well is reported to the others first. Once stopped,
+ * node 0 gets LAUNCH_STOP_STORE_NS, and another signal gives up at once. */
+static int await_attempt_end(job *j, int attempt, int *out, int *stop, launch_failure *fail, pp_err *serr) {
+    attempt_end_wait w = {attempt, out, stop, fail};
+    uint64_t give_up = j->c.stop_signal ? pp_now_ns() + LAUNCH_STOP_STORE_NS : UINT64_MAX;
+    int rc = await_watch(j, give_up, stopped_awaiting_end, &w, serr);
+    if (rc == WATCH_STOPPED_AGAIN)
+        return pp_fail(serr, "stopped again while waiting for the store of node rank 0 at %s", j->store_addr);
+    if (rc == WATCH_LATE)
+        return pp_fail(serr, "store %s: no answer within %.0fs of the stop signal (node rank 0 stopped or "
+                             "unreachable?)", j->store_addr, (double)LAUNCH_STOP_STORE_NS / 1e9);
+    return rc;
+}
 
 /* --- set-up: store, run id ---------------------------------------------------- */
 
@@ -781,30 +812,13 @@ static int await_all_told(job *j, int attempt, pp_err *serr) {
     uint64_t wait_ns = j->c.o->shutdown_timeout_ns + LAUNCH_STOP_STORE_NS;
     if (store_wait_send(j->c.watch, keys, 1, (int64_t)(wait_ns / 1000000ull), serr) != 0) return -1;
     j->c.watch_pending = 1;
-    /* the server answers by its deadline; a node 0 gone or frozen does not */
-    uint64_t give_up = pp_now_ns() + wait_ns + LAUNCH_STOP_STORE_NS;
-    int seen = j->stops;
-    for (;;) {
-        int ms = pp_ms_left(give_up);
-        struct pollfd p[2] = {{.fd = store_fd(j->c.watch), .events = POLLIN}, {.fd = j->c.sig_r, .events = POLLIN}};
-        int n = poll(p, 2, ms);
-        if (n < 0 && errno != EINTR) return pp_fail(serr, "poll: %s", strerror(errno));
-        if (n > 0 && p[0].revents) {
-            j->c.watch_pending = 0;
-            return store_wait_recv(j->c.watch, serr) < 0 ? -1 : 0; /* 1, the wait ran out: what is there decides */
-        }
-        if (n > 0 && p[1].revents) {
-            int had = j->c.stop_signal;
-            check_signals(j);
-            if (had && j->stops > seen)
-                return pp_fail(serr, "stopped again while waiting for the other nodes to tell how attempt %d ended",
-                               attempt);
-            seen = j->stops;
-        }
-        if (n == 0 && ms == 0)
-            return pp_fail(serr, "store %s: no answer while waiting for the other nodes to tell how attempt %d "
-                                 "ended (node rank 0 stopped or unreachable?)", j->store_addr, attempt);
-    }
+    int rc = await_watch(j, pp_now_ns() + wait_ns + LAUNCH_STOP_STORE_NS, NULL, NULL, serr);
+    if (rc == WATCH_STOPPED_AGAIN)
+        return pp_fail(serr, "stopped again while waiting for the other nodes to tell how attempt %d ended", attempt);
+    if (rc == WATCH_LATE)
+        return pp_fail(serr, "store %s: no answer while waiting for the other nodes to tell how attempt %d ended "
+                             "(node rank 0 stopped or unreachable?)", j->store_addr, attempt);
+    return rc;
 }
 
 /* Attempt K's report named `name` (fail, stop) into f, with its stop
