@@ -116,13 +116,17 @@ static int open_inputs(worker *w, pp_err *err) {
     const sched_plan *plan = w->plan;
     /* The launcher planned the job (and recorded its plan) from its own
      * read of csv:FILE: a file changed since would run this rank on
-     * another schedule than its peers. */
+     * another schedule than its peers. A built-in schedule is built, not
+     * read: nothing to compare (the digest walks every action). */
     const char *digest = getenv("PPRUN_SCHEDULE_DIGEST");
-    char mine[24];
-    snprintf(mine, sizeof mine, "%016llx", (unsigned long long)sched_digest(plan));
-    if (cfg->schedule_csv[0] && digest && strcmp(digest, mine) != 0)
-        return pp_fail(err, "--schedule csv:%s changed after pprun read it at the job's start; the job runs the "
-                            "schedule it read then: leave the file alone while a job starts", cfg->schedule_csv);
+    if (cfg->schedule_csv[0] && digest) {
+        char mine[24];
+        snprintf(mine, sizeof mine, "%016llx", (unsigned long long)sched_digest(plan));
+        if (strcmp(digest, mine) != 0)
+            return pp_fail(err, "--schedule csv:%s changed after pprun read it at the job's start; the job runs "
+                                "the schedule it read then: leave the file alone while a job starts",
+                           cfg->schedule_csv);
+    }
     if (cfg->eval_every && sched_forward_only(plan, cfg->eval_microbatches, &w->eval_plan, err) != 0) return -1;
     int first = plan->stage_rank[0] == w->prank, last = plan->stage_rank[plan->stages - 1] == w->prank;
     size_t min_bytes = model_tokens_per_microbatch(&cfg->model) + 1;
