@@ -25,6 +25,12 @@ gradients averaged by an all-reduce over the ranks holding the same
 stages after each step (a span "allreduce" with --spans). --device cuda:
 each rank on GPU LOCAL_RANK mod the GPUs it sees, over NCCL (one GPU per
 rank: NCCL refuses two ranks on one GPU; stages of one rank share its GPU).
+--eval-every K (GPipe and 1F1B): after every K-th step, an evaluation under
+torch.no_grad(): a forward-only ScheduleGPipe (no loss function) of
+--eval-microbatches N (2 x --microbatches) on the same stage, on a batch of
+its own; --eval-first evaluates before the first step too. The last
+stage prints the evaluation's loss, computed from the schedule's output:
+"evaluation after=S value=V" (S: the steps done).
 
 Every rank builds the whole model from one seed and keeps its stages, so
 the weights do not depend on the schedule. The rank of the last stage
@@ -226,7 +232,12 @@ def main():
     p.add_argument("--step-times", action="store_true", help="print each step's time and CPU time")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas of the pipeline")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--eval-every", type=int, default=0, metavar="K")
+    p.add_argument("--eval-microbatches", type=int, default=0, metavar="N")
+    p.add_argument("--eval-first", action="store_true")
     args = p.parse_args()
+    if (args.eval_every or args.eval_first) and args.schedule not in SINGLE:
+        raise SystemExit("torch_pipeline.py: --eval-every and --eval-first take GPipe or 1F1B")
 
     if args.device == "cuda":
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
@@ -287,6 +298,25 @@ def main():
         for i, loss in enumerate(losses):
             print("loss step=%d microbatch=%d value=%r" % (step, first + i, loss.item()), flush=True)
 
+    evaluation = None
+    if args.eval_every or args.eval_first:
+        n_eval = args.eval_microbatches or 2 * args.microbatches
+        evaluation = schedules.ScheduleGPipe(stages[0], n_eval)  # no loss function: forward only
+        # a schedule sets its stage's has_backward (torch 2.6): the training
+        # schedule's stage must keep its own, or its backward computes NaN
+        stages[0].has_backward = schedule._has_backward
+
+    def evaluate(done):
+        g = torch.Generator().manual_seed(7 + done)
+        text = torch.randint(0, VOCAB, (n_eval * args.microbatch_size, args.seq + 1), generator=g)
+        with torch.no_grad():
+            out = evaluation.step(*((text[:, :-1].contiguous().to(dev),) if has_first else ()))
+        if has_last:
+            loss = F.cross_entropy(out.reshape(-1, VOCAB), text[:, 1:].to(dev).reshape(-1))
+            print("evaluation after=%d value=%r" % (done, loss.item()), flush=True)
+
+    if args.eval_first:
+        evaluate(0)
     data, reduce = None, average_gradients
     if args.spans:
         import pprun
@@ -315,6 +345,8 @@ def main():
             print("step_time step=%d seconds=%r cpu=%r" % (step, time.perf_counter() - t0, time.process_time() - cpu0),
                   flush=True)
         log(step, losses)
+        if args.eval_every and (step + 1) % args.eval_every == 0:
+            evaluate(step + 1)
     dist.destroy_process_group()
 
 

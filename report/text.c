@@ -69,6 +69,21 @@ void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
         if (failure) fprintf(out, "failure    %s\n", (const char *)failure);
     }
     sqlite3_finalize(st);
+    /* Trace records the ranks lost (ranks.dropped_events): a full ring's, or
+     * records the tracer library refused (a program's: docs/trace-api.md;
+     * pprun.torch stops tracing at the first, docs/torch.md). The figures
+     * below miss them, which the job's status alone does not say. */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT sum(dropped_events), group_concat(rank || ': ' || dropped_events, ', ') FROM"
+                           " (SELECT rank, dropped_events FROM ranks WHERE job_id=?1 AND dropped_events > 0 ORDER BY"
+                           " rank)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    sqlite3_bind_int64(st, 1, s->job_id);
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0)
+        fprintf(out, "dropped    %lld trace records lost (by rank %s): the figures below miss them\n",
+                (long long)sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1));
+    sqlite3_finalize(st);
 }
 
 static void ops_table(FILE *out, const job_summary *s, int gpu) {

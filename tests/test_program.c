@@ -171,6 +171,57 @@ Test(program_lib, a_forked_child_may_not_write_its_parents_ring) {
     trace_ring_close(ring);
 }
 
+/* A refused record is lost to the job as a full ring's is: counted as
+ * dropped (ranks.dropped_events, which pprun stats and the dashboard
+ * show), so a program that stops tracing at a refusal (pprun.torch) does
+ * not leave a job that looks whole. */
+Test(program_lib, a_refused_record_is_counted_as_dropped) {
+    trace_ring *ring = ring_in_env(64);
+    cr_assert_eq(pprun_trace_op("F", 0, 4, 0, -1, 0, 1, 2), -1);
+    cr_assert_eq(pprun_trace_span("data", 0, 9, -1, -1, 0, 1, 2), -1);
+    cr_assert_eq(pprun_trace_span("", 0, -1, -1, -1, 0, 1, 2), -1);
+    cr_assert_eq(pprun_trace_op("FWD", 0, 0, 0, -1, 0, 1, 2), -1);
+    cr_assert_eq(pprun_trace_loss(0, 0, 0, 1.0), 1, "%s", pprun_trace_error());
+    cr_assert_eq(trace_ring_pending(ring), 1);
+    cr_assert_eq(trace_ring_dropped(ring), 4, "each refused record counts once");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
+/* An evaluation (a forward-only step) has microbatches of its own, not
+ * the training step's (4 here): EVAL_F, EVAL_SEND_F, EVAL_RECV_F and its
+ * losses are taken past them, up to pprun's most microbatches; before a
+ * schedule is declared its stage is not held to the launcher's
+ * PPRUN_NUM_STAGES (a program's pipeline may have more), after, to the
+ * schedule's. Training records keep their bounds. */
+Test(program_lib, an_evaluation_has_microbatches_of_its_own) {
+    trace_ring *ring = ring_in_env(64); /* 4 stages, 4 microbatches, 4 ranks */
+    cr_assert_eq(pprun_trace_op("EVAL_F", 0, 7, 5, -1, 64, 1, 2), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("EVAL_SEND_F", 0, 7, 5, 3, 64, 2, 3), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("EVAL_RECV_F", 0, 99999, 0, 1, 64, 3, 4), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_eval_loss(0, 7, 5, 2.5), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("EVAL_F", 0, 100000, 0, -1, 0, 1, 2), -1);
+    lt_assert_has(pprun_trace_error(), "microbatch 100000: out of range 0..99999 (most evaluation microbatches x "
+                                       "replicas=100000)");
+    cr_assert_eq(pprun_trace_op("EVAL_SEND_F", 0, 0, 0, -1, 0, 1, 2), -1);
+    lt_assert_has(pprun_trace_error(), "peer -1: must be 0 or more");
+    cr_assert_eq(pprun_trace_op("F", 0, 7, 0, -1, 0, 1, 2), -1, "a training F keeps the training bound");
+    cr_assert_eq(pprun_trace_schedule("ScheduleGPipe", 2, 2, 4, ""), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("EVAL_F", 1, 15, 1, -1, 0, 1, 2), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("EVAL_F", 1, 0, 2, -1, 0, 1, 2), -1, "the declared schedule's stages bound it now");
+    lt_assert_has(pprun_trace_error(), "stage 2: out of range 0..1");
+    trace_event ev[16];
+    size_t n = trace_ring_read(ring, ev, 16);
+    cr_assert_eq(n, 4 + 1 + 1 + 1, "4 evaluation records, the schedule's name, head and the last EVAL_F");
+    cr_assert(ev[0].phase == TRACE_EVAL_F && ev[0].microbatch == 7 && ev[0].stage == 5 && ev[0].bytes == 64);
+    cr_assert(ev[1].phase == TRACE_EVAL_SEND_F && ev[1].peer == 3);
+    cr_assert(ev[2].phase == TRACE_EVAL_RECV_F && ev[2].microbatch == 99999 && ev[2].peer == 1);
+    cr_assert(ev[3].phase == TRACE_EVAL_LOSS && ev[3].value == 2.5 && ev[3].microbatch == 7 && ev[3].stage == 5);
+    cr_assert(ev[6].phase == TRACE_EVAL_F && ev[6].step == 1 && ev[6].microbatch == 15);
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
 Test(program_lib, a_broken_environment_says_what_is_wrong) {
     setenv("PPRUN_TRACE_FD", "abc", 1);
     cr_assert_eq(pprun_trace_init(), -1);

@@ -487,3 +487,129 @@ Test(torch, a_python_without_torch_gets_only_the_hook) {
     cr_assert_null(strstr(p.out, "_PprunFinder"), "--trace off: no hook: %s", p.out);
     lt_free(&p);
 }
+
+/* Evaluations as a PyTorch program runs them: a forward-only ScheduleGPipe
+ * of 8 microbatches (twice the training's 4) on the training's stage,
+ * under torch.no_grad(), before the first training step and after every
+ * one (the example's --eval-first --eval-every 1). They are recorded as
+ * evaluations (EVAL_F, EVAL_SEND_F, EVAL_RECV_F under the training step
+ * they follow, 0 before the first, their own microbatches 0-7), apart
+ * from the training steps: those are what they are without evaluations
+ * (every op as planned, the job's shape the training schedule's, step
+ * statistics of the two training steps), and nothing is lost. */
+Test(torch, an_evaluation_is_recorded_apart_from_the_training_steps, .timeout = 300) {
+    const char *db = tfix_path("eval.db");
+    lt_proc p;
+    const char *prog[] = {"--schedule", "1F1B", "--eval-first", "--eval-every", "1", NULL};
+    torch_run_small(&p, db, 2, NULL, prog);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_eq(lt_count(p.out, "evaluation after="), 3, "%s", p.out);
+    cr_assert_null(strstr(p.err, "tracing stops"), "%s", p.err);
+    sqlite3 *s = open_db(db);
+    char buf[512];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||steps FROM jobs"), "succeeded 2");
+    assert_every_op_as_planned(s, &cases[1]); /* 1F1B on 2 ranks: the shape and steps are the training's */
+    assert_losses_are_the_programs(s, p.out);
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(a, ' ') FROM (SELECT phase||':'||step||':'||"
+                                                "count(*)||':'||min(microbatch)||'-'||max(microbatch)||':'||"
+                                                "group_concat(DISTINCT rank) AS a FROM events WHERE phase LIKE"
+                                                " 'EVAL%%' AND source='cpu' GROUP BY phase, step ORDER BY phase, step)"),
+                     "EVAL_F:0:32:0-7:0,1 EVAL_F:1:16:0-7:0,1 EVAL_RECV_F:0:16:0-7:1 EVAL_RECV_F:1:8:0-7:1"
+                     " EVAL_SEND_F:0:16:0-7:0 EVAL_SEND_F:1:8:0-7:0",
+                     "two evaluations under step 0 (before it and after it), one under step 1, 8 microbatches each");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase='EVAL_F' AND stage <>"
+                                                " rank"), "0");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT sum(dropped_events) FROM ranks"), "0");
+    sqlite3_close(s);
+    lt_proc st;
+    lt_run(&st, (const char *[]){"stats", "--db", db, NULL}, NULL);
+    cr_assert_eq(st.status, 0, "%s", st.err);
+    lt_assert_has(st.out, "  EVAL_F                16 "); /* listed apart, from step 1 as every op */
+    cr_assert_null(strstr(st.out, "dropped"), "%s", st.out);
+    lt_free(&st);
+    lt_free(&p);
+}
+
+/* tests/torch_program.py --mode MODE on 2 ranks under pprun. */
+static void program_run(lt_proc *p, const char *db, const char *mode) {
+    torch_need_root();
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--", TORCH_ROOT_SH, "run", "python3",
+                          TORCH_CHECKOUT "/tests/torch_program.py", "--mode", mode, NULL};
+    const char *env[] = {"USE_LIBUV=", NULL};
+    lt_run(p, args, env);
+}
+
+/* A DataLoader's workers are children the rank forked: their
+ * pprun.span("load") records nothing and raises nothing (docs/torch.md);
+ * a span outside the job's shape, which the library refuses, is dropped
+ * with one line on stderr and counted as dropped, never raised, and the
+ * rest of the trace goes on. */
+Test(torch, a_forked_worker_records_nothing_and_a_refused_span_never_raises, .timeout = 300) {
+    const char *db = tfix_path("loader.db");
+    lt_proc p;
+    program_run(&p, db, "loader");
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_eq(lt_count(p.out, "done rank"), 2, "%s\n%s", p.out, p.err);
+    cr_assert_null(strstr(p.err, "Traceback"), "%s", p.err);
+    cr_assert_eq(lt_count(p.err, "span 'setup' not recorded: pprun_trace span 'setup': microbatch 9: out of range"),
+                 2, "one line a rank:\n%s", p.err);
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(name||':'||n, ' ') FROM (SELECT name, count(*)"
+                                                " AS n FROM events WHERE phase='SPAN' GROUP BY name)"),
+                     "batch:6", "the ranks' spans, none of the workers'");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase IN ('F','BW')"), "24",
+                     "every step traced: 3 steps x 2 microbatches x F and BW x 2 ranks");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(dropped_events) FROM ranks"), "1,1");
+    sqlite3_close(s);
+    lt_free(&p);
+}
+
+/* A record the library refuses (here: a second training schedule of more
+ * microbatches than the first declared) stops the rank's tracing; the job
+ * succeeds, but does not look whole: each rank says so on stderr, the
+ * refused record is counted as dropped, and pprun stats says records were
+ * lost. */
+Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, .timeout = 300) {
+    const char *db = tfix_path("remicrobatch.db");
+    lt_proc p;
+    program_run(&p, db, "remicrobatch");
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_eq(lt_count(p.out, "done rank"), 2, "%s\n%s", p.out, p.err);
+    lt_assert_has(p.err, "pprun: rank 0: tracing stops, nothing more of this process is recorded: F of stage 0"
+                         " microbatch 2: pprun_trace F: microbatch 2: out of range 0..1");
+    lt_assert_has(p.err, "pprun: rank 1: tracing stops");
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||microbatches FROM jobs"), "succeeded 2");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(dropped_events) FROM ranks"), "1,1");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE step=2"), "0",
+                     "nothing after the refusal");
+    sqlite3_close(s);
+    lt_proc st;
+    lt_run(&st, (const char *[]){"stats", "--db", db, NULL}, NULL);
+    cr_assert_eq(st.status, 0, "%s", st.err);
+    lt_assert_has(st.out, "\ndropped    2 trace records lost (by rank 0: 1, 1: 1): the figures below miss them\n");
+    lt_free(&st);
+    lt_free(&p);
+}
+
+/* An exception in a stage's forward: PyTorch prints the rank's traceback
+ * with "[rank1]:" before every line and ends its stage error with an
+ * indented, blank-ended message; the job's failure names the exception. */
+Test(torch, a_stages_exception_is_the_jobs_failure, .timeout = 300) {
+    const char *db = tfix_path("raise.db");
+    lt_proc p;
+    program_run(&p, db, "raise");
+    cr_assert_eq(p.status, 1, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    sqlite3 *s = open_db(db);
+    char buf[512];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||failed_rank FROM jobs"), "failed 1");
+    q_text(s, buf, sizeof buf, "SELECT failure FROM jobs");
+    const char *want = ") exited with code 1: RuntimeError: [Stage 1] failed to run forward:";
+    size_t len = strlen(buf), wlen = strlen(want);
+    cr_assert(strncmp(buf, "rank 1 (local rank 1 on ", 24) == 0 && len > wlen && strcmp(buf + len - wlen, want) == 0,
+              "the exception, without PyTorch's [rank1]: prefix: '%s'", buf);
+    sqlite3_close(s);
+    lt_free(&p);
+}

@@ -38,6 +38,7 @@ static struct {
                                        * pprun_trace_schedule); 0 = not given. No step bound: below. */
     long replicas; /* pipelines in the job (PPRUN_DP_SIZE, or WORLD_SIZE over the schedule's ranks): a
                     * loss's microbatch is global, below microbatches·replicas (pprun_trace_loss) */
+    int declared;  /* the program declared its schedule (pprun_trace_schedule): its shape bounds the records */
     char **names;   /* span and schedule names sent so far; id = index + 1 */
     size_t nnames, capnames;
 } pt = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -108,6 +109,7 @@ PPRUN_TRACE_API void pprun_trace_close(void) {
     pt.ring = NULL;
     pt.state = 0;
     pt.microbatches = pt.stages = pt.world = pt.replicas = 0;
+    pt.declared = 0;
     for (size_t i = 0; i < pt.nnames; i++) free(pt.names[i]);
     free(pt.names);
     pt.names = NULL;
@@ -131,17 +133,35 @@ static int pt_range(const char *what, long value, long lowest, long bound, const
 static void pt_why(const trace_event *ev, char *why, size_t n) {
     /* OPT is per step, not per microbatch or stage; a span may be either */
     int per_op = ev->phase != TRACE_OPT && ev->phase != TRACE_SPAN;
-    int comm = ev->phase >= TRACE_SEND_F && ev->phase <= TRACE_RECV_B;
+    int eval = ev->phase == TRACE_EVAL_F || ev->phase == TRACE_EVAL_SEND_F || ev->phase == TRACE_EVAL_RECV_F ||
+               ev->phase == TRACE_EVAL_LOSS;
+    int comm = (ev->phase >= TRACE_SEND_F && ev->phase <= TRACE_RECV_B) || ev->phase == TRACE_EVAL_SEND_F ||
+               ev->phase == TRACE_EVAL_RECV_F;
     int span = ev->phase == TRACE_SPAN;
+    long replicas = pt.replicas > 1 ? pt.replicas : 1;
     /* a loss is numbered in the step's microbatches of every replica */
-    long microbatches = ev->phase == TRACE_LOSS && pt.replicas > 1 ? pt.microbatches * pt.replicas : pt.microbatches;
+    long microbatches = ev->phase == TRACE_LOSS ? pt.microbatches * replicas : pt.microbatches;
+    const char *mb_name = microbatches == pt.microbatches ? "PPRUN_MICROBATCHES" : "microbatches x replicas";
+    long stages = pt.stages;
+    const char *stage_name = "PPRUN_NUM_STAGES";
+    if (eval) {
+        /* An evaluation is a forward-only step of its own microbatches (a
+         * program may evaluate on more than it trains on), numbered over
+         * every replica as pprun's own worker numbers them: bounded by
+         * pprun's most microbatches, not by the training step's. Its stages
+         * are the declared schedule's; before the first training step
+         * declares it, the launcher's PPRUN_NUM_STAGES is no bound of the
+         * program's pipeline (docs/torch.md, "Evaluation steps"). */
+        microbatches = PP_SHAPE_MAX_MICROBATCHES * replicas;
+        mb_name = "most evaluation microbatches x replicas";
+        if (!pt.declared) stages = PP_SHAPE_MAX_STAGES, stage_name = "most stages, no schedule declared yet";
+    }
     why[0] = '\0';
     /* any step from 0: a program runs as many as it likes (PPRUN_STEPS is
      * what `pprun run --steps` asked for, no bound of its job) */
     if (pt_range("step", ev->step, 0, 0, "", why, n) ||
-        pt_range("microbatch", ev->microbatch, per_op ? 0 : -1, microbatches,
-                 microbatches == pt.microbatches ? "PPRUN_MICROBATCHES" : "microbatches x replicas", why, n) ||
-        pt_range("stage", ev->stage, per_op ? 0 : -1, pt.stages, "PPRUN_NUM_STAGES", why, n) ||
+        pt_range("microbatch", ev->microbatch, per_op ? 0 : -1, microbatches, mb_name, why, n) ||
+        pt_range("stage", ev->stage, per_op ? 0 : -1, stages, stage_name, why, n) ||
         ((comm || span) && pt_range("peer", ev->peer, comm ? 0 : -1, pt.world, "WORLD_SIZE", why, n)))
         return;
     if (!comm && !span && ev->peer != -1)
@@ -223,6 +243,9 @@ static int pt_write_named(trace_event *ev, const char *phase_name, const char *n
         } else {
             rc = pt_put_locked(ev);
         }
+        /* a refused record is lost to the job as a full ring's is: counted
+         * as dropped, which the dashboard and pprun stats show */
+        if (rc < 0) trace_ring_count_dropped(pt.ring);
     }
     pthread_mutex_unlock(&pt.mu);
     return rc < 0 ? pt_fail("%s", why) : rc;
@@ -230,11 +253,23 @@ static int pt_write_named(trace_event *ev, const char *phase_name, const char *n
 
 static int pt_write(trace_event *ev, const char *phase_name) { return pt_write_named(ev, phase_name, NULL); }
 
+/* A record refused before its fields were checked (a bad phase or
+ * name): counted as dropped when this process records, as pt_write_named
+ * counts one with bad fields. Returns -1 (pt_error is the caller's). */
+static int pt_refused(void) {
+    char why[320];
+    pthread_mutex_lock(&pt.mu);
+    if (pt_ready_locked("", why, sizeof why) == 1) trace_ring_count_dropped(pt.ring);
+    pthread_mutex_unlock(&pt.mu);
+    return -1;
+}
+
 /* pprun_trace_op and pprun_trace_gpu_op: one op of `source`. */
 static int pt_op(const char *api, int source, const char *phase, int step, int microbatch, int stage, int peer,
                  uint64_t bytes, uint64_t start_ns, uint64_t end_ns) {
-    static const int recordable[] = {TRACE_F,      TRACE_B,      TRACE_W,      TRACE_BW,  TRACE_SEND_F,
-                                     TRACE_RECV_F, TRACE_SEND_B, TRACE_RECV_B, TRACE_OPT};
+    static const int recordable[] = {TRACE_F,      TRACE_B,      TRACE_W,         TRACE_BW,         TRACE_SEND_F,
+                                     TRACE_RECV_F, TRACE_SEND_B, TRACE_RECV_B,    TRACE_OPT,        TRACE_EVAL_F,
+                                     TRACE_EVAL_SEND_F,          TRACE_EVAL_RECV_F};
     int kind = -1;
     for (size_t i = 0; phase && i < sizeof recordable / sizeof recordable[0]; i++)
         if (strcmp(phase, trace_phase_name(recordable[i])) == 0) kind = recordable[i];
@@ -245,7 +280,9 @@ static int pt_op(const char *api, int source, const char *phase, int step, int m
         char shown[200];
         size_t used;
         term_escape(phase ? phase : "(null)", phase ? strnlen(phase, 40) : 6, 0, shown, sizeof shown, &used);
-        return pt_fail("%s: phase '%s': expected F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B or OPT", api, shown);
+        pt_fail("%s: phase '%s': expected F, B, W, BW, SEND_F, RECV_F, SEND_B, RECV_B, OPT, EVAL_F, EVAL_SEND_F or "
+                "EVAL_RECV_F", api, shown);
+        return pt_refused();
     }
     trace_event ev = {.phase = (uint8_t)kind, .source = (uint8_t)source, .step = step, .microbatch = microbatch,
                       .stage = stage, .peer = peer, .start_ns = start_ns, .end_ns = end_ns, .bytes = bytes};
@@ -267,6 +304,13 @@ PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double
     trace_event ev = {.phase = TRACE_LOSS, .step = step, .microbatch = microbatch, .stage = stage, .peer = -1,
                       .start_ns = now, .end_ns = now, .value = loss};
     return pt_write(&ev, "LOSS");
+}
+
+PPRUN_TRACE_API int pprun_trace_eval_loss(int step, int microbatch, int stage, double loss) {
+    uint64_t now = pp_now_ns();
+    trace_event ev = {.phase = TRACE_EVAL_LOSS, .step = step, .microbatch = microbatch, .stage = stage, .peer = -1,
+                      .start_ns = now, .end_ns = now, .value = loss};
+    return pt_write(&ev, "EVAL_LOSS");
 }
 
 /* A span or schedule name: 1 .. TRACE_SPAN_NAME_MAX bytes of printable
@@ -299,7 +343,7 @@ static int pt_check_name(const char *what, const char *name) {
 
 PPRUN_TRACE_API int pprun_trace_span(const char *name, int step, int microbatch, int stage, int peer, uint64_t bytes,
                                      uint64_t start_ns, uint64_t end_ns) {
-    if (pt_check_name("pprun_trace_span", name) != 0) return -1;
+    if (pt_check_name("pprun_trace_span", name) != 0) return pt_refused();
     trace_event ev = {.phase = TRACE_SPAN, .step = step, .microbatch = microbatch, .stage = stage, .peer = peer,
                       .start_ns = start_ns, .end_ns = end_ns, .bytes = bytes};
     char what[80];
@@ -386,6 +430,7 @@ PPRUN_TRACE_API int pprun_trace_schedule(const char *name, int ranks, int stages
             /* From now on the program's shape bounds its records. */
             pt.stages = stages;
             pt.microbatches = microbatches;
+            pt.declared = 1;
             if (pt.world > 0 && pt.world % ranks == 0) pt.replicas = pt.world / ranks;
             trace_event head = {.phase = TRACE_SCHEDULE,
                                 .sched = {.name = id, .ranks = ranks, .stages = stages,

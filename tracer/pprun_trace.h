@@ -16,7 +16,8 @@
  * Timestamps are pprun_trace_now_ns() (the host's CLOCK_MONOTONIC); pprun
  * maps them onto the job clock. Records go into a shared-memory ring that
  * the launcher holds, so what a rank recorded before it crashed is kept. A
- * full ring never blocks: the record is counted as dropped and shown. Every
+ * full ring never blocks: the record is counted as dropped and shown, as is
+ * a record refused for its arguments (the call returns -1). Every
  * call is thread-safe; one process per rank records (the ring takes one
  * writer): a forked child's records are refused, and the ring's fd is not
  * passed on to programs the rank starts. */
@@ -41,12 +42,18 @@ uint64_t pprun_trace_now_ns(void);
  *   phase       "F", "B", "W" (forward, input gradient, weight gradient),
  *               "BW" (a backward that computes both gradients in one op:
  *               PyTorch's full backward), "SEND_F", "RECV_F", "SEND_B",
- *               "RECV_B" (activations and gradients between stages), or
- *               "OPT" (the optimizer step)
+ *               "RECV_B" (activations and gradients between stages),
+ *               "OPT" (the optimizer step), or "EVAL_F", "EVAL_SEND_F",
+ *               "EVAL_RECV_F": an evaluation step's forward and its
+ *               activation's send and receive (a forward-only step: the
+ *               analyses of the training steps leave them out)
  *   step        0 or more (a program runs as many steps as it likes;
  *               PPRUN_STEPS is what `pprun run --steps` asked for)
- *   microbatch  0 .. PPRUN_MICROBATCHES-1, or -1 for OPT
- *   stage       0 .. PPRUN_NUM_STAGES-1, or -1 for OPT
+ *   microbatch  0 .. PPRUN_MICROBATCHES-1, or -1 for OPT; an evaluation's
+ *               is its own (0 .. 99999, times the replicas: over every
+ *               replica, replica·n + mb), not bound by the training step's
+ *   stage       0 .. PPRUN_NUM_STAGES-1, or -1 for OPT (an evaluation before
+ *               the schedule is declared: any up to pprun's most stages)
  *   peer        the other rank of a SEND or RECV, else -1
  *   bytes       SEND/RECV: the payload; F/B/W: the activation bytes this
  *               rank holds after the op; OPT: its weights, gradients and
@@ -73,6 +80,12 @@ int pprun_trace_gpu_op(const char *phase, int step, int microbatch, int stage, i
  * that every replica's losses have rows of their own. Returns as
  * pprun_trace_op. */
 int pprun_trace_loss(int step, int microbatch, int stage, double loss);
+
+/* Records the loss of one microbatch of an evaluation step (on the last
+ * stage; the eval_losses table): step is the training step it follows
+ * (0 before the first), microbatch as an EVAL_F's. Returns as
+ * pprun_trace_op. */
+int pprun_trace_eval_loss(int step, int microbatch, int stage, double loss);
 
 /* Records a span of your own, named: data loading, an all-reduce, a
  * checkpoint ("data", "allreduce"). It is stored with its name (events:

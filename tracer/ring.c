@@ -228,6 +228,12 @@ int trace_ring_write(trace_ring *ring, const trace_event *ev) {
     return 1;
 }
 
+void trace_ring_count_dropped(trace_ring *ring) {
+    ring_header *h = ring->hdr; /* only this process writes `dropped`, as in trace_ring_write */
+    atomic_store_explicit(&h->dropped, atomic_load_explicit(&h->dropped, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
+
 /* Disables the ring: from now on it reads nothing and its drop count
  * stays where it is, plus the records the header claims were unread (at
  * least one, at most a ring's worth: how many is what was corrupted). */

@@ -19,6 +19,7 @@ give step=N for one that belongs to the next (its batch). Outside pprun every
 call does nothing and costs next to nothing. Standard library only; the
 torch part is pprun.torch."""
 import functools
+import sys
 import threading
 
 from pprun import _trace
@@ -41,11 +42,27 @@ def current_step():
     return _step[0]
 
 
+_said_refused = [False]
+
+
+def _refused(t, name):
+    """A span the library refused: dropped (the library counts it), the
+    first one said on stderr; the program and the rest of its trace go on."""
+    if not _said_refused[0]:
+        _said_refused[0] = True
+        sys.stderr.write("pprun: rank %d: span '%s' not recorded: %s (refused spans are dropped and counted as "
+                         "dropped records)\n" % (t.rank, name, t.error()))
+        sys.stderr.flush()
+
+
 class span:
     """A named span of the program's own, as a context manager or a
     decorator: pprun.span(name, peer=-1, bytes=0, step=None, microbatch=-1,
-    stage=-1). step None: the current step (current_step()). A bad argument
-    (an empty name, a stage outside the job) raises ValueError."""
+    stage=-1). step None: the current step (current_step()). A name that is
+    not a non-empty string raises ValueError (outside pprun too); a span
+    the library refuses under pprun (a stage or microbatch outside the
+    job's shape) is dropped, never raised: the first such says why in one
+    line on stderr, and each is counted as a dropped record."""
 
     def __init__(self, name, peer=-1, bytes=0, step=None, microbatch=-1, stage=-1):
         if not isinstance(name, str) or not name:
@@ -55,9 +72,11 @@ class span:
         self._starts = threading.local()
 
     def _record(self, t, t0):
+        if not t.on:
+            return
         step = _step[0] if self.step is None else self.step
-        t.check(t.span(self.name, step, self.microbatch, self.stage, self.peer, self.bytes, t0, t.now()),
-                "span '%s'" % self.name)
+        if t.span(self.name, step, self.microbatch, self.stage, self.peer, self.bytes, t0, t.now()) < 0:
+            _refused(t, self.name)
 
     def __enter__(self):
         t = _trace.tracer()

@@ -2,8 +2,10 @@
 
 pprun gives the library's path in PPRUN_TRACE_LIB (the libpprun_trace.so
 beside the pprun binary). tracer() loads it once and returns the Tracer, or
-None when this process does not record: not under pprun, --trace off, or a
-process the rank started (the ring's fd is the rank's alone)."""
+None when this process does not record: not under pprun, --trace off, a
+process the rank started (the ring's fd is the rank's alone), a child the
+rank forked (os.fork, a DataLoader worker: reset at the fork, so it records
+nothing and says nothing), or once tracing stopped (stop())."""
 import os
 import sys
 import threading
@@ -28,11 +30,6 @@ class Tracer:
     def error(self):
         return self.lib.pprun_trace_error().decode(errors="replace")
 
-    def check(self, rc, what):
-        if rc < 0:
-            raise ValueError("pprun: %s: %s" % (what, self.error()))
-        return rc
-
     def op(self, phase, step, mb, stage, peer, nbytes, t0, t1):
         return self.lib.pprun_trace_op(phase, step, mb, stage, peer, nbytes, t0, t1)
 
@@ -41,6 +38,9 @@ class Tracer:
 
     def loss(self, step, mb, stage, value):
         return self.lib.pprun_trace_loss(step, mb, stage, value)
+
+    def eval_loss(self, step, mb, stage, value):
+        return self.lib.pprun_trace_eval_loss(step, mb, stage, value)
 
     def span(self, name, step, mb, stage, peer, nbytes, t0, t1):
         return self.lib.pprun_trace_span(name.encode(), step, mb, stage, peer, nbytes, t0, t1)
@@ -64,6 +64,8 @@ def _load(path):
     lib.pprun_trace_gpu_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
     lib.pprun_trace_loss.restype = i
     lib.pprun_trace_loss.argtypes = [i, i, i, ctypes.c_double]
+    lib.pprun_trace_eval_loss.restype = i
+    lib.pprun_trace_eval_loss.argtypes = [i, i, i, ctypes.c_double]
     lib.pprun_trace_span.restype = i
     lib.pprun_trace_span.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
     lib.pprun_trace_schedule.restype = i
@@ -101,3 +103,32 @@ def tracer():
             return None
         _tracer = t
         return _tracer
+
+
+def stop(why):
+    """A record the library refused: tracing of this process stops (every
+    later record is skipped, tracer() is None), said in one line on stderr;
+    the program goes on. The refused record is counted as dropped by the
+    library, so the job shows it lost (docs/torch.md)."""
+    global _tracer
+    with _lock:
+        t, _tracer = _tracer, None
+    if t is not None and t.on:
+        t.on = False
+        sys.stderr.write("pprun: rank %d: tracing stops, nothing more of this process is recorded: %s\n"
+                         % (t.rank, why))
+        sys.stderr.flush()
+
+
+def _forked_child():
+    """In a child the rank forked: the parent's tracer is not this
+    process's (the ring takes one writer, and the library refuses a
+    child's records), so the child records nothing, silently."""
+    global _lock, _tracer, _loaded
+    _lock = threading.Lock()  # a thread of the parent may have held it at the fork
+    if _tracer is not None:
+        _tracer.on = False  # the child's copy: pprun.torch's reference to it records nothing either
+    _tracer, _loaded = None, True
+
+
+os.register_at_fork(after_in_child=_forked_child)

@@ -5,7 +5,13 @@ install() is called by the import hook once the program has imported
 torch.distributed.pipelining under `pprun run` (never outside it). It wraps,
 on PyTorch's own classes and module, with the program unchanged:
 
-  schedule.step()                 counts steps (the step of every record)
+  schedule.step()                 counts training steps (the step of every
+                                  record); a forward-only step (no loss
+                                  function, or under torch.no_grad()) is an
+                                  evaluation: its F, sends and receives are
+                                  EVAL_F, EVAL_SEND_F, EVAL_RECV_F and its
+                                  losses eval losses, under the training step
+                                  it follows (0 before the first)
   stage.forward_one_chunk         F
   stage.backward_one_chunk        BW when it is PyTorch's full backward
                                   (GPipe, 1F1B, interleaved), B when the
@@ -19,9 +25,11 @@ on PyTorch's own classes and module, with the program unchanged:
                                   the tensors the program gets in `losses`
   torch.optim step hooks          OPT (every optimizer's step)
 
-and, at the end of the first training step, declares the schedule: its
-class (jobs.schedule), its shape and this rank's plan, PyTorch's
-pipeline_order where the schedule has one, else the order it ran in.
+and, at the first training step (one with a backward), declares the
+schedule: its class (jobs.schedule), its shape and this rank's plan,
+PyTorch's pipeline_order where the schedule has one, else the order it ran
+in. A record the library refuses stops tracing for the rest of the process
+(_trace.stop: one line on stderr; the library counts it as dropped).
 
 Host spans: on a GPU an op's span ends when its kernels are queued, not
 when they ran. On a CUDA device each F, B, W, BW and OPT also gets a gpu
@@ -55,8 +63,9 @@ _OPS = {"F": "F", "I": "B", "W": "W", "B": "BW"}
 class _State:
     def __init__(self):
         self.t = None            # the Tracer
-        self.started = False     # a schedule step has begun
+        self.trained = False     # a training step (one with a backward) has begun
         self.declared = False    # the schedule is declared
+        self.eval = None         # inside an evaluation step: (replica, microbatches), to number its microbatches
         self.order = None        # the actions run in the first training step, while recording it
         self.replica = 0         # this rank's pipeline among the job's data-parallel replicas (_replica_of)
         self.opt_t0 = {}         # optimizer id -> its step's start
@@ -85,22 +94,22 @@ def _record(phase, stage, mb, t0, peer=-1, nbytes=0, gpu=None):
 
 
 def _stop(why):
-    """A record the library refused: tracing stops, the program goes on."""
-    if _st.t is not None:
-        sys.stderr.write("pprun: rank %d: no more PyTorch ops are traced: %s\n" % (_st.t.rank, why))
-    _st.t = _Off(_st.t.rank if _st.t is not None else 0)
+    """A record the library refused: tracing stops (every record after it
+    is skipped: t.on is False), said once on stderr; the program goes on."""
+    _trace.stop(why)
 
 
-class _Off:
-    """What stands for the tracer once tracing stopped: records nothing."""
+_EVAL = {b"F": b"EVAL_F", b"SEND_F": b"EVAL_SEND_F", b"RECV_F": b"EVAL_RECV_F"}
 
-    on = False
 
-    def __init__(self, rank):
-        self.rank = rank
-
-    def now(self):
-        return 0
+def _phase_mb(phase, mb):
+    """An op's phase and microbatch as recorded: in an evaluation step its
+    EVAL_ phase and its microbatch over every replica (replica·n + mb, as
+    pprun's worker numbers an evaluation's)."""
+    if _st.eval is None or phase not in _EVAL:
+        return phase, mb
+    replica, n = _st.eval
+    return _EVAL[phase], replica * n + mb
 
 
 # ---- GPU time ---------------------------------------------------------------
@@ -201,7 +210,8 @@ def _wrap_forward(orig):
     def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
         t0, g = _now(), _gpu.begin(getattr(self, "device", None))
         out = orig(self, fwd_chunk_id, *args, **kwargs)
-        _record(b"F", self.stage_index, fwd_chunk_id, t0, gpu=g)
+        phase, mb = _phase_mb(b"F", fwd_chunk_id)
+        _record(phase, self.stage_index, mb, t0, gpu=g)
         if _st.order is not None:
             _st.order.append("%dF%d" % (self.stage_index, fwd_chunk_id))
         return out
@@ -247,9 +257,10 @@ def _wrap_get_ops(orig, phase):
     @functools.wraps(orig)
     def get_ops(self, chunk_id, *args, **kwargs):
         ops = orig(self, chunk_id, *args, **kwargs)
+        tag, mb = _phase_mb(phase, chunk_id)
         for op in ops:
             try:
-                op._pprun = (phase, self.stage_index, chunk_id)
+                op._pprun = (tag, self.stage_index, mb)
             except AttributeError:
                 pass
         return ops
@@ -331,29 +342,43 @@ def _stages_of(sched):
     return list(stages) if stages is not None else [sched._stage]
 
 
+def _evaluates(sched):
+    """Whether a step() of sched is forward-only, an evaluation: the
+    schedule has no loss function (no backward runs: GPipe, 1F1B), or
+    autograd is off (torch.no_grad(): nothing to run a backward on). Later
+    torch's schedule.eval() turns _has_backward off around its step()."""
+    return not getattr(sched, "_has_backward", False) or not torch.is_grad_enabled()
+
+
 def _wrap_step(orig):
     @functools.wraps(orig)
     def step(self, *args, **kwargs):
         if _st.in_step:  # a step() calling another wrapped step(): the same step
             return orig(self, *args, **kwargs)
-        if _st.started:
-            pprun._step[0] += 1
-        _st.started = True
+        evaluation = None
+        if _evaluates(self):
+            # under the training step it follows (0 before the first); its
+            # microbatches are its own schedule's, numbered over the replicas
+            evaluation = (_replica_of(_stages_of(self)[0]), self._n_microbatches)
+        else:
+            if _st.trained:
+                pprun._step[0] += 1
+            _st.trained = True
         # The first training step declares the schedule before its first
         # record (its stages and microbatches bound the records), with
         # PyTorch's plan when it has one, else with the order it runs in,
         # once it has run.
-        first = not _st.declared and getattr(self, "_has_backward", False)
+        first = evaluation is None and not _st.declared
         planned = None
         if first:
             _st.declared = True
             planned = _declare(self, None)
             _st.order = [] if not planned else None
-        _st.in_step = True
+        _st.in_step, _st.eval = True, evaluation
         try:
             out = orig(self, *args, **kwargs)
         finally:
-            _st.in_step = False
+            _st.in_step, _st.eval = False, None
             order, _st.order = _st.order, None
             _gpu.flush()
         if first and not planned and order:
@@ -368,13 +393,17 @@ def _wrap_update_losses(orig):
     def _update_losses(self, stages, losses):
         last = [s for s in (stages if isinstance(stages, list) else [stages]) if s.is_last]
         internal = list(getattr(self, "_internal_losses", ()))
-        step = pprun._step[0]
-        if last and internal and _st.t.on:
-            first_mb = _st.replica * len(internal)  # global numbers: every replica's losses are kept
+        step, t = pprun._step[0], _st.t
+        if last and internal and t.on:
+            # global numbers: every replica's losses are kept; an evaluation's
+            # (a schedule that computes losses in a forward-only step) apart
+            replica = _st.replica if _st.eval is None else _st.eval[0]
+            put, what = (t.loss, "loss") if _st.eval is None else (t.eval_loss, "evaluation loss")
+            first_mb = replica * len(internal)
             for mb, loss in enumerate(internal):
                 if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                    if _st.t.loss(step, first_mb + mb, last[0].stage_index, float(loss)) < 0:
-                        _stop("loss of microbatch %d: %s" % (mb, _st.t.error()))
+                    if put(step, first_mb + mb, last[0].stage_index, float(loss)) < 0:
+                        _stop("%s of microbatch %d: %s" % (what, mb, t.error()))
                         break
         return orig(self, stages, losses)
 
@@ -410,7 +439,7 @@ def _device_of(opt):
 
 
 def _opt_pre(opt, args, kwargs):
-    if _st.started:
+    if _st.trained:
         _st.opt_t0[id(opt)] = (_now(), _gpu.begin(_device_of(opt)))
 
 
@@ -489,7 +518,7 @@ def _declare(sched, order):
     s0 = stages[0]
     name = getattr(sched, "_pprun_name", None) or type(sched).__name__
     t = _st.t
-    if isinstance(t, _Off):
+    if not t.on:
         return ""
     plan = order if order is not None else _plan_of(sched, s0)
     _st.replica = _replica_of(s0)

@@ -255,22 +255,60 @@ int job_rows_failed_rank(const job_outcome *end) {
     return end->launch_rc == 0 && end->res.status == LAUNCH_FAILED ? end->res.failure.global_rank : -1;
 }
 
-/* The last non-empty line of a rank's stderr tail: the error it died
- * with, as a rule (a worker's message, a Python exception). */
-static int last_line(const char *tail, const char **line) {
-    int end = (int)strlen(tail);
-    while (end > 0 && (tail[end - 1] == '\n' || tail[end - 1] == ' ')) end--;
-    int start = end;
-    while (start > 0 && tail[start - 1] != '\n') start--;
-    *line = tail + start;
-    return end - start;
+static int blank(char c) { return c && strchr(" \t\r\n\v\f", c) != NULL; }
+
+/* Line [p, p + len) of a stderr tail without a "[rankN]:" prefix (PyTorch
+ * puts one on every line a rank dies with) and the blanks around it: its
+ * text and length; *indented: it began with a blank (after the prefix and
+ * its one space), a line under another (a traceback's, a message's). */
+static int line_text(const char *p, int len, const char **text, int *indented) {
+    int a = 0, b = len, k = 5;
+    if (len > 7 && strncmp(p, "[rank", 5) == 0) {
+        while (k < len && p[k] >= '0' && p[k] <= '9') k++;
+        if (k > 5 && k + 1 < len && p[k] == ']' && p[k + 1] == ':') a = k + 2 + (k + 2 < len && p[k + 2] == ' ');
+    }
+    *indented = a < b && blank(p[a]);
+    while (a < b && blank(p[a])) a++;
+    while (b > a && blank(p[b - 1])) b--;
+    *text = p + a;
+    return b - a;
+}
+
+/* What a rank died saying, from its stderr tail, into out: the last line
+ * that says something (a worker's message, a Python exception), prefixes
+ * and blanks dropped; when lines under it are indented (an exception
+ * whose message goes on, as PyTorch's stage errors do), the last line that
+ * is not, and when that one ends in ':' the first line under it too
+ * ("RuntimeError: [Stage 1] failed to run forward:"). */
+static void last_line(const char *tail, char *out, size_t n) {
+    const char *last = NULL, *under = NULL, *text;
+    int last_len = 0, under_len = 0, end = (int)strlen(tail), indented;
+    out[0] = '\0';
+    while (end > 0) {
+        int start = end;
+        while (start > 0 && tail[start - 1] != '\n') start--;
+        int len = line_text(tail + start, end - start, &text, &indented);
+        end = start > 0 ? start - 1 : 0;
+        if (!len) continue;
+        if (!last) last = text, last_len = len;
+        if (!indented) {
+            if (text[len - 1] == ':' && under)
+                snprintf(out, n, "%.*s %.*s", len, text, under_len, under);
+            else
+                snprintf(out, n, "%.*s", len, text);
+            return;
+        }
+        under = text, under_len = len;
+    }
+    if (last) snprintf(out, n, "%.*s", last_len, last);
 }
 
 static void failure_text(const launch_result *res, char *buf, size_t n) {
     char sigbuf[16];
     const launch_failure *f = &res->failure;
-    const char *line, *state = launch_state_name(f->state);
-    int len = last_line(f->stderr_tail, &line);
+    const char *state = launch_state_name(f->state);
+    char line[512];
+    last_line(f->stderr_tail, line, sizeof line);
     if (res->status == LAUNCH_FAILED && f->global_rank < 0) /* its message is its stderr's first line */
         snprintf(buf, n, "the launcher of node rank %d (on %s) failed: %.*s", f->node_rank, f->host,
                  (int)strcspn(f->stderr_tail, "\n"), f->stderr_tail);
@@ -283,8 +321,8 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
                  launch_signal_name(f->signal, sigbuf), f->injected[0] ? " (injected by " : "", f->injected,
                  f->injected[0] ? ")" : "");
     else if (res->status == LAUNCH_FAILED)
-        snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%.*s", f->global_rank, f->local_rank,
-                 f->host, f->exit_code, len ? ": " : "", len, line);
+        snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%s", f->global_rank, f->local_rank,
+                 f->host, f->exit_code, line[0] ? ": " : "", line);
     else if (res->status == LAUNCH_SIGNALED) /* who got the signal: this launcher, another, or a rank from outside */
         launch_stop_text(res, buf, n);
     else
