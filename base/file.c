@@ -267,6 +267,7 @@ static int spool_begin(file_output *o, pp_err *err) {
                             "($TMPDIR): %s", tmp, strerror(eno));
     }
     o->to_stdout = 1;
+    snprintf(o->tmp, sizeof o->tmp, "%s", tmp);
     return 0;
 }
 

@@ -60,7 +60,8 @@ typedef struct file_output {
     int dir;                 /* the target's folder; -1 for standard output */
     int to_stdout;           /* f is an anonymous file, copied to stdout by commit */
     char name[256];          /* the target's name in dir */
-    char tmp[256];           /* the temporary file's name in dir; "" when none */
+    char tmp[256];           /* the temporary file's name in dir; "" when none; for standard
+                              * output, the folder its anonymous file is in */
     const char *path, *what; /* the caller's, for messages */
 } file_output;
 /* FILE_OUTPUT_DASH: path "-" is standard output (for a command that

@@ -22,13 +22,22 @@ static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp) {
     return len;
 }
 
+/* The characters that reorder the text around them on the screen
+ * (Unicode's explicit directional marks, embeddings, overrides and
+ * isolates): printed raw, a name could show its end first ("Trojan
+ * Source", CVE-2021-42574). */
+static int is_bidi_control(unsigned cp) {
+    return cp == 0x061c || cp == 0x200e || cp == 0x200f || (cp >= 0x202a && cp <= 0x202e) ||
+           (cp >= 0x2066 && cp <= 0x2069);
+}
+
 size_t term_escape(const char *s, size_t n, unsigned flags, char *out, size_t cap, size_t *used) {
     size_t i = 0, o = 0;
     while (i < n) {
         unsigned char b = (unsigned char)s[i];
         unsigned cp = b;
         size_t in = b < 0x80 ? 1 : utf8_seq((const unsigned char *)s + i, n - i, &cp);
-        char esc[8];
+        char esc[12];
         const char *piece = s + i;
         size_t len = in;
         if ((b == '\n' || b == '\t' || b == '\r') && (flags & TERM_LINES)) {
@@ -39,7 +48,7 @@ size_t term_escape(const char *s, size_t n, unsigned flags, char *out, size_t ca
         } else if (b < 0x20 || b == 0x7f || in == 0) {
             snprintf(esc, sizeof esc, "\\x%02x", b);
             piece = esc, len = 4, in = 1;
-        } else if (cp >= 0x80 && cp < 0xa0) {
+        } else if ((cp >= 0x80 && cp < 0xa0) || is_bidi_control(cp)) {
             snprintf(esc, sizeof esc, "\\u%04x", cp);
             piece = esc, len = 6;
         }

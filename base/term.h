@@ -2,8 +2,10 @@
  * file name, a name in the database, an argument) made safe to print: raw, an escape sequence among
  * them would drive the reader's terminal (clear it, retitle the window,
  * move the cursor to hide what follows). Control characters (C0, DEL, and
- * C1, U+0080..U+009F) and bytes that are not UTF-8 are written as escapes:
- * \n, \t, \r, \xHH, \u00HH (a NUL too). With TERM_LINES, newline, tab and
+ * C1, U+0080..U+009F), the bidirectional controls that reorder what is
+ * shown (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069) and bytes
+ * that are not UTF-8 are written as escapes: \n, \t, \r, \xHH, \uHHHH
+ * (a NUL too). With TERM_LINES, newline, tab and
  * carriage return stay as they are (text laid out in lines, a progress
  * line). What comes out is printable, valid UTF-8: escaping it again
  * changes nothing.

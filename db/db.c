@@ -233,15 +233,28 @@ static int migrate(db *d, int64_t from, pp_err *err) {
 }
 
 /* PRAGMA journal_mode=WAL on a file another process is creating or
- * switching at the same moment gets SQLITE_BUSY without SQLite's busy
- * handler (it holds a read lock while it asks for the write lock), so it
- * is retried here for as long as the busy timeout would have waited. */
+ * switching at the same moment gets SQLITE_BUSY, with or without SQLite's
+ * busy handler (it holds a read lock while it asks for the write lock),
+ * so it is retried for the busy timeout, counted in time: each try may
+ * itself wait in the busy handler. A file in rollback mode (made by
+ * another SQLite program) needs every other connection gone for the
+ * switch; one that keeps a transaction
+ * open longer (a sqlite3 shell in BEGIN) is named, not waited for. */
 static int switch_to_wal(db *d, pp_err *err) {
-    for (int waited_ms = 0;; waited_ms += 10) {
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
         int rc = sqlite3_exec(d->sql, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
         if (rc == SQLITE_OK) return 0;
-        if ((rc & 0xff) != SQLITE_BUSY || waited_ms >= DB_BUSY_TIMEOUT_MS)
-            return db_fail(d, rc, "switching to WAL", err);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t waited_ms = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if ((rc & 0xff) != SQLITE_BUSY) return db_fail(d, rc, "switching to WAL", err);
+        if (waited_ms >= DB_BUSY_TIMEOUT_MS)
+            return pp_fail(err, "%s: the file is in rollback mode and another connection kept it locked for %lld ms "
+                                "(a reader with a transaction open: a sqlite3 shell, a long query); pprun writes in WAL "
+                                "mode, where readers never block it, and switching needs the file to itself for a "
+                                "moment: close the other connection, or choose another --db",
+                           d->path, (long long)waited_ms);
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -394,15 +407,6 @@ void db_close(db *d) {
     sqlite3_finalize(d->ins_kernel);
     sqlite3_finalize(d->set_cupti_dropped);
     checkpoint_stop(d->ckpt); /* first: the writer's close, the last, checkpoints what is left */
-    /* The file at rest in rollback mode (docs/schema.md, "Writing,
-     * versions, concurrency"): a reader of a file in WAL mode makes a -wal
-     * and a -shm beside it that a read-only connection never removes, so
-     * every `pprun query` of a finished job left two files. The switch
-     * needs every other connection gone: with a reader or another job on
-     * the file it fails at once (no busy wait) and the file stays in WAL
-     * mode, as it was; the next db_open switches it back. */
-    sqlite3_busy_timeout(d->sql, 0);
-    sqlite3_exec(d->sql, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
     sqlite3_close(d->sql);
     gpu_reset(d, -1);
     free(d->order);
@@ -476,6 +480,12 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
         sqlite3_close(sql);
         return pp_fail(err, "not an SQLite database");
     }
+    if (sqlite3_extended_errcode(sql) == SQLITE_READONLY_ROLLBACK) {
+        sqlite3_close(sql);
+        return pp_fail(err, "a writer was stopped in the middle of a write and left its rollback journal (%s-journal), "
+                            "which a reader may not play back; opening the file once for writing puts it back as it "
+                            "was before that write (the next pprun run --db on it, or sqlite3 on it)", path);
+    }
     if ((rc & 0xff) == SQLITE_CANTOPEN && snprintf(wal, sizeof wal, "%s-wal", path) < (int)sizeof wal &&
         access(wal, F_OK) != 0 && errno == ENOENT) {
         sqlite3_close(sql);
@@ -491,21 +501,47 @@ int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err) {
     return 0;
 }
 
+void db_reader_close(sqlite3 *sql) {
+    if (!sql) return;
+    const char *name = sqlite3_db_filename(sql, "main");
+    char path[4096] = "", wal[4096 + 8];
+    if (name && snprintf(path, sizeof path, "%s", name) >= (int)sizeof path) path[0] = 0;
+    sqlite3_close(sql);
+    /* A read-only connection to a file in WAL mode makes the -wal and the
+     * -shm it reads through and cannot remove them: the last connection to
+     * close does, and only one that may write. So when the WAL left is
+     * empty (nothing in it for the database file), a connection that may
+     * write opens the file, reads and closes: the last one on the file,
+     * it removes both; with a job or another reader on it, nothing (its
+     * close does not wait). A WAL with pages in it (a killed job's) is
+     * left for the next writer: a reader changes nothing. */
+    struct stat st;
+    if (!path[0] || snprintf(wal, sizeof wal, "%s-wal", path) >= (int)sizeof wal || lstat(wal, &st) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_size != 0)
+        return;
+    sqlite3 *rw = NULL;
+    if (sqlite3_open_v2(path, &rw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) == SQLITE_OK) {
+        sqlite3_busy_timeout(rw, 0);
+        sqlite3_exec(rw, "SELECT count(*) FROM sqlite_master", NULL, NULL, NULL);
+    }
+    sqlite3_close(rw);
+}
+
 int db_open_readonly(const char *path, sqlite3 **out, pp_err *err) {
     sqlite3 *sql;
     if (db_connect_readonly(path, &sql, err) != 0) return pp_wrap(err, "%s", path);
     sqlite3_busy_timeout(sql, 5000);
     int64_t version;
     if (db_check_version(sql, path, &version, err) != 0) {
-        sqlite3_close(sql);
+        db_reader_close(sql);
         return -1;
     }
     if (version == 0) {
-        sqlite3_close(sql);
+        db_reader_close(sql);
         return pp_fail(err, "%s: empty file, not a pprun trace database", path);
     }
     if (db_reader_init(sql, err) != 0) {
-        sqlite3_close(sql);
+        db_reader_close(sql);
         return -1;
     }
     *out = sql;

@@ -78,13 +78,17 @@ const char *db_path(const db *d);
 /* Read-only connection for readers (export, serve): checks the file is a
  * pprun database of a version this build understands, and gives a file of
  * an older version the columns it lacks (db_reader_init). Close with
- * sqlite3_close. */
+ * db_reader_close. */
 int db_open_readonly(const char *path, sqlite3 **out, pp_err *err);
 /* Only the read-only connection, for readers that check the file their own
  * way (usersql): a database in a directory this process may not write, with
  * no -wal file beside it, is opened immutable (nothing else can be writing
- * it). Close with sqlite3_close. */
+ * it). Close with db_reader_close. */
 int db_connect_readonly(const char *path, sqlite3 **out, pp_err *err);
+/* Closes a reader's connection (NULL: nothing) and, when it was the last
+ * on a finished job's file, takes away the -wal and -shm that reading
+ * made beside it (docs/schema.md, "Writing, versions, concurrency"). */
+void db_reader_close(sqlite3 *sql);
 /* The file's schema version in *version (0: an empty file); -1 with err
  * naming path when it is newer than this build's, or an SQLite file that is
  * not a pprun database, or unreadable. */

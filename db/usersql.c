@@ -540,7 +540,7 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
     sqlite3_exec(db, "PRAGMA temp_store=MEMORY", NULL, NULL, NULL);
     if (gate_register(db) != 0) {
         pp_fail(err, "%s: out of memory", db_path);
-        sqlite3_close(db);
+        db_reader_close(db);
         return -1;
     }
     /* A file of an older schema version reads as the current one: the
@@ -549,7 +549,7 @@ int usersql_open(const char *db_path, sqlite3 **out, pp_err *err) {
      * itself is never written. pprun_job_status and pprun_job_failure
      * (db/alive.h) are there for user SQL too. */
     if (db_reader_init(db, err) != 0) {
-        sqlite3_close(db);
+        db_reader_close(db);
         return -1;
     }
     *out = db;
@@ -811,6 +811,6 @@ int usersql_run(const char *db_path, const char *sql, const usersql_limits *limi
     *out = NULL;
     if (usersql_open(db_path, &db, err) != 0) return fail_why(why, USERSQL_EDB);
     int rc = usersql_run_on(db, sql, limits, out, why, err);
-    sqlite3_close(db);
+    db_reader_close(db);
     return rc;
 }

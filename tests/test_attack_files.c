@@ -115,8 +115,7 @@ static int pprun(const char *fmt, ...) {
     return run_in("", NULL, args);
 }
 
-/* A trace database with job 1 in it, as dir/t.db; read once, so that the
- * -wal and -shm files a reader makes beside it are there from now on. */
+/* A trace database with job 1 in it, as dir/t.db, read once. */
 static void make_db(void) {
     int rc = pprun("run " TIMED " --db t.db");
     cr_assert_eq(rc, 0, "%s", out);
@@ -591,6 +590,24 @@ Test(attack, stdout_on_a_full_device_exits_1_for_every_command) {
     cr_assert(strstr(out, "pprun serve: writing standard output failed: No space left on device"), "%s", out);
     snap d1 = take(at("full"));
     assert_same(&d0, &d1, "the full device");
+}
+
+/* `pprun export` holds standard output whole in an anonymous file under
+ * $TMPDIR; a $TMPDIR with no room (a small tmpfs on a cluster node; here a
+ * file-size limit) while stdout has room: exit 1 naming that folder and
+ * what to do, nothing on stdout. It said "disk full?" of stdout's disk. */
+Test(attack, a_full_tmpdir_under_exports_stdout_is_named) {
+    wipe();
+    make_db();
+    make_folder("spool");
+    int rc = run_in("trap '' XFSZ; ulimit -f 64; TMPDIR=\"$PWD/spool\"", "trace.json", "export --db t.db");
+    cr_assert_eq(rc, 1, "exit %d:\n%s", rc, out);
+    cr_assert(strstr(out, "standard output is held whole in a temporary file under ") && strstr(out, "/spool ($TMPDIR)") &&
+                  strstr(out, "set TMPDIR to a folder with room, or give --out FILE"),
+              "%s", out);
+    struct stat st;
+    cr_assert_eq(stat(at("trace.json"), &st), 0);
+    cr_assert_eq(st.st_size, 0, "stdout got %lld bytes of a failed export", (long long)st.st_size);
 }
 
 /* ---- the terminal --------------------------------------------------------------- */

@@ -145,6 +145,10 @@ Test(base, terminal_escapes) {
         {"del\177", "del\\x7f", "del\\x7f"},
         {"caf\303\251 \342\202\254", "caf\303\251 \342\202\254", "caf\303\251 \342\202\254"},
         {"\300\257 \355\240\200", "\\xc0\\xaf \\xed\\xa0\\x80", "\\xc0\\xaf \\xed\\xa0\\x80"}, /* overlong, surrogate */
+        /* bidirectional controls: a name that shows its end first */
+        {"evil\342\200\256gpj.exe", "evil\\u202egpj.exe", "evil\\u202egpj.exe"},
+        {"\342\201\246x\342\201\251 \342\200\217 \330\234", "\\u2066x\\u2069 \\u200f \\u061c",
+         "\\u2066x\\u2069 \\u200f \\u061c"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (unsigned flags = 0; flags <= TERM_LINES; flags++) {

@@ -696,3 +696,96 @@ Test(run, reading_a_finished_job_leaves_no_files_beside_its_database) {
         }
     }
 }
+
+/* A reader keeps a read transaction open on a finished job's file (a
+ * sqlite3 shell in BEGIN, a long query): the next job on it starts and
+ * ends as if nobody were there (WAL mode: readers never block the
+ * writer). When pprun left the file in rollback mode at a job's end, the
+ * next job's switch back to WAL waited for the reader, silently, up to
+ * 40 minutes. */
+Test(run, a_reader_holding_a_transaction_does_not_hold_up_the_next_job) {
+    const char *db = tfix_path("held.db");
+    char *out;
+    const char *job = "%s run --nproc-per-node 2 --steps 2 --model " SMALL_MODEL " --progress off --db '%s'";
+    cr_assert_eq(sh(&out, job, PPRUN_BIN, db), 0, "%s", out);
+    free(out);
+    sqlite3 *reader;
+    cr_assert_eq(sqlite3_open_v2(db, &reader, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(reader, "BEGIN; SELECT count(*) FROM events", NULL, NULL, NULL), SQLITE_OK, "%s",
+                 sqlite3_errmsg(reader));
+    char timed[600];
+    snprintf(timed, sizeof timed, "timeout 60 %s", job);
+    cr_assert_eq(sh(&out, timed, PPRUN_BIN, db), 0, "the second job: %s", out);
+    free(out);
+    sqlite3_exec(reader, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(reader);
+    cr_assert_eq(sh(&out, "%s query --db '%s' --format csv \"SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'\"",
+                    PPRUN_BIN, db), 0, "%s", out);
+    cr_assert(strstr(out, "n\r\n2\r\n"), "%s", out);
+    free(out);
+}
+
+/* An SQLite file that is not pprun's, in WAL mode, given as --db: refused
+ * by name, and left byte for byte as it was, in the mode it was in. */
+Test(run, a_refused_database_is_left_as_it_was) {
+    const char *db = tfix_path("theirs.db");
+    sqlite3 *own;
+    cr_assert_eq(sqlite3_open(db, &own), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(own, "PRAGMA journal_mode=WAL; CREATE TABLE mine(x); INSERT INTO mine VALUES (1)", NULL,
+                              NULL, NULL), SQLITE_OK);
+    sqlite3_close(own);
+    size_t n0, n1;
+    char *before = read_file(db, &n0), *out;
+    cr_assert_eq(sh(&out, "%s run --nproc-per-node 2 --steps 1 --progress off --db '%s'", PPRUN_BIN, db), 2, "%s", out);
+    cr_assert(strstr(out, "not a pprun"), "%s", out);
+    free(out);
+    char *after = read_file(db, &n1);
+    cr_assert(n0 == n1 && memcmp(before, after, n0) == 0, "the refused file changed");
+    free(before);
+    free(after);
+}
+
+/* A writer killed in the middle of a write to a file in rollback mode
+ * leaves a hot journal that a read-only connection may not play back:
+ * every reader says so and what puts it right; the next job on the file
+ * plays it back, and the jobs before are all there. */
+Test(run, a_writers_left_journal_is_named_by_readers_and_played_back_by_the_next_job) {
+    const char *db = tfix_path("hot.db");
+    char *out;
+    const char *job = "%s run --nproc-per-node 2 --steps 2 --model " SMALL_MODEL " --progress off --db '%s'";
+    cr_assert_eq(sh(&out, job, PPRUN_BIN, db), 0, "%s", out);
+    free(out);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        /* Pages spill to the file before the commit that never comes. */
+        sqlite3 *w;
+        if (sqlite3_open(db, &w) != SQLITE_OK) _exit(1);
+        int rc = sqlite3_exec(w, "PRAGMA journal_mode=DELETE; PRAGMA cache_size=2; BEGIN; CREATE TABLE junk(x); "
+                                 "WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 2000) "
+                                 "INSERT INTO junk SELECT randomblob(500) FROM c",
+                              NULL, NULL, NULL);
+        _exit(rc == SQLITE_OK ? 0 : 1);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    char journal[600];
+    snprintf(journal, sizeof journal, "%s-journal", db);
+    cr_assert_eq(access(journal, F_OK), 0, "no journal was left");
+    const char *readers[] = {"query --db '%s' 'SELECT 1'", "stats --db '%s'", "export --db '%s'"};
+    for (size_t i = 0; i < sizeof readers / sizeof *readers; i++) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "%%s %s", readers[i]);
+        cr_assert_neq(sh(&out, cmd, PPRUN_BIN, db), 0, "%s: %s", readers[i], out);
+        cr_assert(strstr(out, "left its rollback journal"), "%s: %s", readers[i], out);
+        free(out);
+    }
+    cr_assert_eq(sh(&out, job, PPRUN_BIN, db), 0, "%s", out);
+    free(out);
+    cr_assert_eq(sh(&out, "%s query --db '%s' --format csv \"SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'\"",
+                    PPRUN_BIN, db), 0, "%s", out);
+    cr_assert(strstr(out, "n\r\n2\r\n"), "%s", out);
+    free(out);
+    cr_assert_neq(access(journal, F_OK), 0, "the journal is still there");
+}

@@ -25,7 +25,7 @@ int dbpool_init(dbpool *p, const char *path, pp_err *err) {
     int rc = db_check_version(db, path, &version, err);
     if (rc == 0 && version == 0) rc = pp_fail(err, "%s: empty file, not a pprun trace database", path);
     if (rc != 0) {
-        sqlite3_close(db);
+        db_reader_close(db);
         dbpool_close(p);
         return -1;
     }
@@ -39,7 +39,7 @@ sqlite3 *dbpool_get(dbpool *p, pp_err *err) {
     pthread_mutex_unlock(&p->mu);
     /* A kept connection outlives a writer's migration of the file. */
     if (db && db_reader_refresh(db) == 0) return db;
-    sqlite3_close(db);
+    db_reader_close(db);
     if (usersql_open(p->path, &db, err) != 0) return NULL;
     return db;
 }
@@ -52,11 +52,11 @@ void dbpool_put(dbpool *p, sqlite3 *db) {
         db = NULL;
     }
     pthread_mutex_unlock(&p->mu);
-    if (db) sqlite3_close(db);
+    if (db) db_reader_close(db);
 }
 
 void dbpool_close(dbpool *p) {
-    for (int i = 0; i < p->nidle; i++) sqlite3_close(p->idle[i]);
+    for (int i = 0; i < p->nidle; i++) db_reader_close(p->idle[i]);
     p->nidle = 0;
     free(p->path);
     p->path = NULL;

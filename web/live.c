@@ -545,7 +545,7 @@ int live_start(live_hub **out, const char *db_path, unsigned poll_ms, unsigned h
     pthread_mutex_init(&h->mu, NULL);
     pp_cond_init_monotonic(&h->cv);
     if (pthread_create(&h->thread, NULL, hub_main, h) != 0) {
-        sqlite3_close(h->db);
+        db_reader_close(h->db);
         free(h);
         return pp_fail(err, "cannot start the live-stream thread");
     }
@@ -686,7 +686,7 @@ void live_free(live_hub *h) {
         n = s->next;
         sub_free(s);
     }
-    sqlite3_close(h->db);
+    db_reader_close(h->db);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);

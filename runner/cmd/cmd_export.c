@@ -93,7 +93,7 @@ int cmd_export(int argc, char **argv) {
         int64_t newest = db_newest_job(sql, &err);
         if (newest <= 0) {
             fprintf(stderr, "pprun export: %s: %s\n", dbpath, newest < 0 ? err.msg : "no job in this database yet");
-            sqlite3_close(sql);
+            db_reader_close(sql);
             return 2;
         }
         job = (long)newest;
@@ -101,17 +101,23 @@ int cmd_export(int argc, char **argv) {
     file_output out;
     if (file_output_begin(&out, outpath ? outpath : "-", "--out", FILE_OUTPUT_DASH, &err) != 0) {
         fprintf(stderr, "pprun export: %s\n", err.msg);
-        sqlite3_close(sql);
+        db_reader_close(sql);
         return 2;
     }
     /* Standard output too gets the trace only once it is whole
      * (file_output), so a refusal at a bad row prints nothing. */
     int rc = db_export_chrome(sql, job, steps_s ? &steps : NULL, out.f, &err);
-    sqlite3_close(sql);
+    db_reader_close(sql);
     /* A job or steps that are not there are bad input (2); output that
      * could not be written is a failure (1), as for pprun query. Errors
      * writing stdout itself are main's, as for every command's output. */
     int status = rc != 0 && ferror(out.f) ? 1 : 2;
+    /* Standard output's trace is held on $TMPDIR's disk, which may be a
+     * small tmpfs where stdout's (a pipe, another disk) had room. */
+    if (status == 1 && out.to_stdout)
+        pp_fail(&err, "writing the trace failed: standard output is held whole in a temporary file under %s "
+                      "($TMPDIR) before it is written, and that disk is full; set TMPDIR to a folder with room, or "
+                      "give --out FILE", out.tmp);
     if (rc != 0) file_output_abort(&out);
     else if (file_output_commit(&out, &err) != 0) rc = -1, status = 1;
     if (rc == 0) return 0;

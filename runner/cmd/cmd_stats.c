@@ -198,6 +198,6 @@ int cmd_stats(int argc, char **argv) {
         free(text);
     }
 out:
-    sqlite3_close(db);
+    db_reader_close(db);
     return rc;
 }

@@ -210,7 +210,7 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
         rc = whatif_act_for(sql, id, job->model, world * v, cfg->act, job->act_about, sizeof job->act_about, err);
         if (rc == 0) cfg->nact = world * v;
     }
-    sqlite3_close(sql);
+    db_reader_close(sql);
     if (rc != 0) return pp_wrap(err, "--schedule-costs %s", path);
     cfg->has_schedule_costs = 1;
     return 0;
