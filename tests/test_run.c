@@ -725,6 +725,32 @@ Test(run, a_reader_holding_a_transaction_does_not_hold_up_the_next_job) {
     free(out);
 }
 
+/* A file in rollback mode (another SQLite program's way) that a reader
+ * keeps locked: the job cannot switch it to WAL and says why within the
+ * busy timeout, naming the reader; the file and its jobs are unchanged. */
+Test(run, a_rollback_mode_file_a_reader_keeps_locked_is_named) {
+    const char *db = tfix_path("locked.db");
+    char *out;
+    const char *job = "timeout 60 %s run --nproc-per-node 2 --steps 2 --model " SMALL_MODEL " --progress off --db '%s'";
+    cr_assert_eq(sh(&out, job, PPRUN_BIN, db), 0, "%s", out);
+    free(out);
+    sqlite3 *reader;
+    cr_assert_eq(sqlite3_open(db, &reader), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(reader, "PRAGMA journal_mode=DELETE; BEGIN; SELECT count(*) FROM events", NULL, NULL,
+                              NULL), SQLITE_OK, "%s", sqlite3_errmsg(reader));
+    int rc = sh(&out, job, PPRUN_BIN, db);
+    cr_assert(rc != 0 && rc != 124, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "the file is in rollback mode and another connection kept it locked"), "%s", out);
+    free(out);
+    sqlite3_exec(reader, "COMMIT", NULL, NULL, NULL);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(reader, "SELECT count(*) FROM jobs", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), 1, "a job was recorded");
+    sqlite3_finalize(st);
+    sqlite3_close(reader);
+}
+
 /* An SQLite file that is not pprun's, in WAL mode, given as --db: refused
  * by name, and left byte for byte as it was, in the mode it was in. */
 Test(run, a_refused_database_is_left_as_it_was) {
