@@ -36,6 +36,9 @@ extern const bounds_kind bounds_microbatch;
 extern const bounds_kind bounds_bytes;
 /* A row id (event_runs.first_id, last_id): 1 to 2^62. */
 extern const bounds_kind bounds_id;
+/* A count of records (ranks.dropped_events): 0 to 2^46, so a sum over a
+ * world of 65,536 ranks fits an int64. */
+extern const bounds_kind bounds_count;
 /* jobs.world_size: 1 to 65536. */
 extern const bounds_kind bounds_world;
 

@@ -188,6 +188,27 @@ static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
     return finish(db, st, rc, err);
 }
 
+/* Trace records each rank lost (ranks.dropped_events). */
+static int read_dropped(sqlite3 *db, job_summary *s, pp_err *err) {
+    sqlite3_stmt *st;
+    if (prepare(db, "SELECT rank, dropped_events FROM ranks WHERE job_id=?1 AND dropped_events != 0", s->job_id, &st,
+                err) != 0)
+        return -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int k = sqlite3_column_int(st, 0);
+        int64_t n = 0;
+        if (k < 0 || k >= s->world) continue;
+        if (bounds_col(st, 1, &bounds_count, s->job_id, "ranks.dropped_events", &n, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        s->dropped_by_rank[k] = n;
+        s->dropped += n;
+    }
+    return finish(db, st, rc, err);
+}
+
 /* Weights, gradients and optimizer state do not change during a job: each
  * rank's latest OPT span tells them (walked back from its last run of host
  * spans, event_runs; a rank killed in its optimizer step still has the
@@ -452,10 +473,12 @@ int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *er
     if (read_job(db, s, err) != 0) return -1;
     if (!(s->bubble_by_rank = malloc((size_t)s->world * sizeof *s->bubble_by_rank))) return pp_fail(err, "out of memory");
     if (!(s->act_peak_by_rank = malloc((size_t)s->world * sizeof *s->act_peak_by_rank)) ||
-        !(s->state_by_rank = malloc((size_t)s->world * sizeof *s->state_by_rank)))
+        !(s->state_by_rank = malloc((size_t)s->world * sizeof *s->state_by_rank)) ||
+        !(s->dropped_by_rank = calloc((size_t)s->world, sizeof *s->dropped_by_rank)))
         return pp_fail(err, "out of memory");
     for (int k = 0; k < s->world; k++) s->bubble_by_rank[k] = NAN, s->act_peak_by_rank[k] = s->state_by_rank[k] = -1;
-    if (read_steps(db, s, err) != 0 || read_state(db, s, err) != 0 || read_plan(db, s, err) != 0 ||
+    if (read_steps(db, s, err) != 0 || read_state(db, s, err) != 0 || read_dropped(db, s, err) != 0 ||
+        read_plan(db, s, err) != 0 ||
         (!(flags & SUMMARY_NO_IDLE) &&
          summary_idle_by_cause(db, s->job_id, s->from_step, -1, s->idle_ns_by_cause, err) != 0) || read_loss(db, s, err) != 0)
         return -1;
@@ -481,6 +504,7 @@ void summary_free(job_summary *s) {
     free(s->bubble_by_rank);
     free(s->act_peak_by_rank);
     free(s->state_by_rank);
+    free(s->dropped_by_rank);
     free(s->plan_peak_inflight);
     free(s->spans);
     free(s->replicas);
@@ -488,5 +512,5 @@ void summary_free(job_summary *s) {
     s->spans = NULL;
     s->nspans = 0;
     s->bubble_by_rank = NULL;
-    s->act_peak_by_rank = s->state_by_rank = s->plan_peak_inflight = NULL;
+    s->act_peak_by_rank = s->state_by_rank = s->dropped_by_rank = s->plan_peak_inflight = NULL;
 }

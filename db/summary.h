@@ -82,6 +82,9 @@ typedef struct job_summary {
     int64_t *state_by_rank;  /* world entries (owned): bytes of the rank's weights, gradients and optimizer
                               * state (its latest OPT span's `bytes`); -1: not recorded */
     int64_t mem_peak;        /* max over ranks of state + activations at peak; -1 when no state is recorded */
+    int64_t *dropped_by_rank; /* world entries (owned): trace records the rank lost (ranks.dropped_events: a full
+                               * ring's, or records the tracer library refused); the figures miss them */
+    int64_t dropped;          /* their sum */
     int mem_peak_rank;       /* the rank of mem_peak, -1 with it */
     int64_t *plan_peak_inflight; /* world entries (owned) when has_plan, else NULL: summary_plan's peak */
     int has_plan;            /* the job has plan rows */

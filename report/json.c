@@ -35,6 +35,11 @@ void report_summary_json(jw *w, const job_summary *s) {
     jw_kints_or_null(w, "state_bytes_by_rank", s->state_by_rank, s->world);
     jw_kint_or_null(w, "mem_peak_bytes", s->mem_peak);
     jw_kint_or_null(w, "mem_peak_rank", s->mem_peak_rank);
+    jw_kint(w, "dropped_events", s->dropped);
+    jw_key(w, "dropped_events_by_rank");
+    jw_arr(w);
+    for (int k = 0; k < s->world; k++) jw_int(w, s->dropped_by_rank[k]);
+    jw_arr_end(w);
     jw_key(w, "plan_peak_inflight");
     jw_arr(w);
     for (int k = 0; s->has_plan && k < s->world; k++) jw_int(w, s->plan_peak_inflight[k]);

@@ -69,21 +69,18 @@ void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
         if (failure) fprintf(out, "failure    %s\n", (const char *)failure);
     }
     sqlite3_finalize(st);
-    /* Trace records the ranks lost (ranks.dropped_events): a full ring's, or
-     * records the tracer library refused (a program's: docs/trace-api.md;
-     * pprun.torch stops tracing at the first, docs/torch.md). The figures
-     * below miss them, which the job's status alone does not say. */
-    if (sqlite3_prepare_v2(db,
-                           "SELECT sum(dropped_events), group_concat(rank || ': ' || dropped_events, ', ') FROM"
-                           " (SELECT rank, dropped_events FROM ranks WHERE job_id=?1 AND dropped_events > 0 ORDER BY"
-                           " rank)",
-                           -1, &st, NULL) != SQLITE_OK)
-        return;
-    sqlite3_bind_int64(st, 1, s->job_id);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) > 0)
-        fprintf(out, "dropped    %lld trace records lost (by rank %s): the figures below miss them\n",
-                (long long)sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1));
-    sqlite3_finalize(st);
+    /* Trace records the ranks lost: the figures below miss them, which the
+     * job's status alone does not say (pprun.torch stops tracing at the
+     * first refused record, docs/torch.md). */
+    if (s->dropped > 0) {
+        fprintf(out, "dropped    %lld trace records lost (by rank ", (long long)s->dropped);
+        for (int k = 0, first = 1; k < s->world; k++)
+            if (s->dropped_by_rank[k]) {
+                fprintf(out, "%s%d: %lld", first ? "" : ", ", k, (long long)s->dropped_by_rank[k]);
+                first = 0;
+            }
+        fprintf(out, "): the figures below miss them\n");
+    }
 }
 
 static void ops_table(FILE *out, const job_summary *s, int gpu) {
@@ -443,6 +440,7 @@ void report_brief(FILE *out, const char *prefix, const job_summary *s, const wha
     if (k >= 0)
         fprintf(out, "; idle mostly %s (%s)", analyze_causes[k],
                 fmt_pct(t, sizeof t, (double)s->idle_ns_by_cause[k] / (double)summary_idle_total(s)));
+    if (s->dropped > 0) fprintf(out, "; %lld trace records lost, not in these figures", (long long)s->dropped);
     fprintf(out, "\n%s: more: pprun stats --db %s --job %lld\n", prefix, db_path, (long long)s->job_id);
 }
 

@@ -591,6 +591,11 @@ Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, 
     cr_assert_eq(st.status, 0, "%s", st.err);
     lt_assert_has(st.out, "\ndropped    2 trace records lost (by rank 0: 1, 1: 1): the figures below miss them\n");
     lt_free(&st);
+    lt_run(&st, (const char *[]){"stats", "--db", db, "--format", "json", NULL}, NULL);
+    cr_assert_eq(st.status, 0, "%s", st.err);
+    lt_assert_has(st.out, "\"dropped_events\":2,\"dropped_events_by_rank\":[1,1]");
+    lt_free(&st);
+    lt_assert_has(p.err, "; 2 trace records lost, not in these figures\n");
     lt_free(&p);
 }
 
