@@ -259,7 +259,7 @@ typedef struct sched_mem {
      * Under --recompute that is the moment after its recompute (docs/model.md,
      * "Activation recompute"), above b where the attention probabilities
      * outweigh what B saves for W. sched_mem_peaks (and so the validator)
-     * counts it at the B: the what-if's replay of a measured job,
+     * counts it at the B (or BW): the what-if's replay of a measured job,
      * db/whatif.c. The greedy and the least bound do not read it, and
      * nothing builds an order with it: a bound in bytes leaves that moment
      * out (docs/schedules.md, "Memory-bounded zero bubble"). */

@@ -88,8 +88,9 @@ int sched_mem_peaks(const sched_plan *plan, const sched_mem *mem, double *peak, 
                                plan->name, r, sched_action_str(a, buf), plan->stages, plan->microbatches);
             }
             sched_act u = sched_mem_act(mem, a->stage);
-            /* during a B the microbatch may hold more than after it (mem->high) */
-            double during = a->op == SCHED_B && mem && mem->act && mem->high
+            /* during a B (or a BW, a B and its W at once) the microbatch
+             * may hold more than after it (mem->high) */
+            double during = (a->op == SCHED_B || a->op == SCHED_BW) && mem && mem->act && mem->high
                                 ? held - u.f + mem->high[mem->nact == 1 ? 0 : a->stage]
                                 : -INFINITY;
             /* F holds f; B turns it into b; W (or a BW, B and W at once) lets go */

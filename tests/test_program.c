@@ -201,13 +201,15 @@ Test(program_lib, an_evaluation_has_microbatches_of_its_own) {
     cr_assert_eq(pprun_trace_op("EVAL_RECV_F", 0, 99999, 0, 1, 64, 3, 4), 1, "%s", pprun_trace_error());
     cr_assert_eq(pprun_trace_eval_loss(0, 7, 5, 2.5), 1, "%s", pprun_trace_error());
     cr_assert_eq(pprun_trace_op("EVAL_F", 0, 100000, 0, -1, 0, 1, 2), -1);
-    lt_assert_has(pprun_trace_error(), "microbatch 100000: out of range 0..99999 (most evaluation microbatches x "
-                                       "replicas=100000)");
+    lt_assert_has(pprun_trace_error(), "microbatch 100000: out of range 0..99999 (most microbatches of an "
+                                       "evaluation, over every replica=100000)");
     cr_assert_eq(pprun_trace_op("EVAL_SEND_F", 0, 0, 0, -1, 0, 1, 2), -1);
     lt_assert_has(pprun_trace_error(), "peer -1: must be 0 or more");
     cr_assert_eq(pprun_trace_op("F", 0, 7, 0, -1, 0, 1, 2), -1, "a training F keeps the training bound");
     cr_assert_eq(pprun_trace_schedule("ScheduleGPipe", 2, 2, 4, ""), 1, "%s", pprun_trace_error());
     cr_assert_eq(pprun_trace_op("EVAL_F", 1, 15, 1, -1, 0, 1, 2), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("EVAL_F", 1, 100000, 1, -1, 0, 1, 2), -1,
+                 "two replicas: still 0..99999 in all, what every reader takes for a microbatch");
     cr_assert_eq(pprun_trace_op("EVAL_F", 1, 0, 2, -1, 0, 1, 2), -1, "the declared schedule's stages bound it now");
     lt_assert_has(pprun_trace_error(), "stage 2: out of range 0..1");
     trace_event ev[16];

@@ -148,12 +148,13 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
         /* An evaluation is a forward-only step of its own microbatches (a
          * program may evaluate on more than it trains on), numbered over
          * every replica as pprun's own worker numbers them: bounded by
-         * pprun's most microbatches, not by the training step's. Its stages
+         * pprun's most microbatches over them all (what every reader takes
+         * for a microbatch, db/bounds.h), not by the training step's. Its stages
          * are the declared schedule's; before the first training step
          * declares it, the launcher's PPRUN_NUM_STAGES is no bound of the
          * program's pipeline (docs/torch.md, "Evaluation steps"). */
-        microbatches = PP_SHAPE_MAX_MICROBATCHES * replicas;
-        mb_name = "most evaluation microbatches x replicas";
+        microbatches = PP_SHAPE_MAX_MICROBATCHES;
+        mb_name = "most microbatches of an evaluation, over every replica";
         if (!pt.declared) stages = PP_SHAPE_MAX_STAGES, stage_name = "most stages, no schedule declared yet";
     }
     why[0] = '\0';
