@@ -838,10 +838,11 @@ Test(launch_multinode, a_host_name_with_control_characters_is_not_recorded) {
     sqlite3_close(db);
 }
 
-/* A rank of node 1 killed by SIGTERM that pprun did not send (kill,
- * scancel): the job was stopped, on both nodes, naming that rank, and both
- * exit 143, node 0 too, which nobody signalled (before: both named rank 1
- * as the job's failure and exited 1). */
+/* A rank of node 1 killed by SIGTERM that pprun did not send, and node
+ * 1's launcher too once it reaped the rank (scancel's order when the
+ * launcher hears of its rank first): the job was stopped, on both nodes,
+ * naming that rank, and both exit 143, node 0 too, which nobody signalled
+ * (before: both named rank 1 as the job's failure and exited 1). */
 Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
     const char *dir = tfix_mkdir("outside"); /* removed when the test process exits */
     char port[16], script[512], path[300];
@@ -866,6 +867,9 @@ Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
     }
     cr_assert_gt(rank1, 1);
     kill(rank1, SIGTERM);
+    for (int i = 0; i < 3000 && lt_pid_alive(rank1); i++) usleep(10000); /* a zombie until node 1 reaps it */
+    cr_assert_not(lt_pid_alive(rank1), "node 1 never reaped rank 1");
+    kill(n1.pid, SIGTERM);
     /* Before the fix both restarted, their ranks sleeping on: not waited for long. */
     int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
     lt_proc *nodes[2] = {&n0, &n1};
@@ -884,6 +888,54 @@ Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
         lt_assert_has(err, "was killed by SIGTERM, which pprun had not sent");
         cr_assert_null(strstr(err, "Root Cause"), "node %d: %s", k, err);
         cr_assert_null(strstr(err, "restarting"), "node %d: %s", k, err);
+    }
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* A rank of node 1 killed by SIGTERM while no launcher got a stop signal
+ * (the rank's own doing, or a kill of it alone): its failure, and both
+ * nodes restart (--max-restarts 1), then fail on the second one, naming
+ * it (before: both `stopped`, exit 143, no restart). */
+Test(launch_multinode, a_rank_killed_by_sigterm_alone_fails_and_every_node_restarts) {
+    const char *dir = tfix_mkdir("self-term"); /* removed when the test process exits */
+    char port[16], script[512], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(script, sizeof script,
+             "f=%s/pid-$RANK-$PPRUN_RESTART_COUNT; echo $$ > $f.tmp; mv $f.tmp $f; exec sleep 120", dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "1",
+                        "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "1",
+                        "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        snprintf(path, sizeof path, "%s/pid-1-%d", dir, attempt);
+        cr_assert(lt_wait_file(path), "rank 1 never started attempt %d", attempt);
+        size_t len;
+        char *text = lt_slurp(path, &len);
+        pid_t rank1 = (pid_t)atoi(text);
+        free(text);
+        cr_assert_gt(rank1, 1);
+        kill(rank1, SIGTERM);
+    }
+    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
+    lt_proc *nodes[2] = {&n0, &n1};
+    for (int k = 0; k < 2; k++)
+        if (!(k ? ended1 : ended0)) {
+            kill(nodes[k]->pid, SIGKILL);
+            lt_wait(nodes[k]);
+        }
+    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    for (int k = 0; k < 2; k++) {
+        const lt_proc *n = k ? &n1 : &n0;
+        cr_assert_eq(n->status, 1, "node %d: %s", k, n->err);
+        lt_assert_has(n->err, "attempt 0 failed (rank 1); restarting (1 of 1 restarts)");
+        lt_assert_has(n->err, "Root Cause");
+        lt_assert_has(n->err, "rank      : 1 (local_rank: 0)");
+        lt_assert_has(n->err, "signal    : SIGTERM (15)");
+        cr_assert_null(strstr(n->err, "stopped"), "node %d: %s", k, n->err);
     }
     lt_free(&n0);
     lt_free(&n1);
@@ -925,6 +977,13 @@ static void node_1_rank_killed_while_node_0s_rank_gives_up(int sig, lt_proc *n0,
     free(text);
     cr_assert_gt(rank2, 1);
     kill(rank2, sig);
+    if (sig == SIGTERM) {
+        /* scancel's: node 1's launcher gets its SIGTERM too, here once it
+         * reaped rank 2 and while rank 3 takes a second to end */
+        for (int i = 0; i < 3000 && lt_pid_alive(rank2); i++) usleep(10000);
+        cr_assert_not(lt_pid_alive(rank2), "node 1 never reaped rank 2");
+        kill(n1->pid, SIGTERM);
+    }
     lt_wait(n0);
     lt_wait(n1);
     lt_assert_has(n0->err, "[0]: lost my peer");

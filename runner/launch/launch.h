@@ -326,6 +326,11 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
  * run`'s, with its job id); NULL names the program (o->prog_argv[0]). */
 void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res, const char *name);
 
+/* 1 for the signals that the launcher takes as "stop": SIGINT, SIGTERM,
+ * SIGHUP. A rank killed by one before the teardown got it from someone
+ * else than pprun (docs/launch.md, "Stopped from outside"). */
+int launch_is_stop_signal(int sig);
+
 /* Who stopped a job that ended LAUNCH_SIGNALED, in one line (cap bytes):
  * "pprun was stopped by SIGTERM" (this launcher), "the launcher of node
  * rank 1 (on HOST) was stopped by SIGINT", or "rank 0 (local rank 0 on
