@@ -476,7 +476,7 @@ static void node_0_value_is_refused(const char *key, const char *forged, const c
                         "--log-dir", logs, "--", "echo", "started", NULL};
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
-    /* The run id is the last of the three node 0 publishes. */
+    /* The run id is the last of the values node 0 publishes. */
     if (!store_key_becomes(port, "pprun/run_id", "")) {
         kill(n0.pid, SIGINT);
         lt_wait(&n0);
@@ -535,6 +535,22 @@ Test(launch_multinode, a_missing_master_port_is_refused_by_node_1_and_node_0_nam
 Test(launch_multinode, a_missing_shape_is_refused_by_node_1_and_node_0_names_it) {
     node_0_value_is_refused("pprun/shape", NULL,
                             "node rank 0 published no --nnodes and --nproc-per-node (pprun/shape)");
+}
+
+Test(launch_multinode, a_missing_plan_digest_is_refused_by_node_1_and_node_0_names_it) {
+    node_0_value_is_refused("pprun/plan", NULL, "node rank 0 published no plan digest (pprun/plan)");
+}
+
+/* Text from the store that is no digest is not shown (it could drive a
+ * terminal); a digest where this node has none differs too. */
+Test(launch_multinode, a_forged_plan_digest_is_refused_by_node_1_and_not_shown) {
+    node_0_value_is_refused("pprun/plan", "\033]0;x\007", "the job's plan (pprun/plan) differs between the nodes: "
+                            "digest (none) on node rank 1, (not a digest) on node rank 0");
+}
+
+Test(launch_multinode, a_plan_digest_where_node_1_has_none_is_refused) {
+    node_0_value_is_refused("pprun/plan", "00802568482cdf8f", "the job's plan (pprun/plan) differs between the nodes: "
+                            "digest (none) on node rank 1, 00802568482cdf8f on node rank 0");
 }
 
 /* Node 0's launcher stops answering without closing its store (stopped,
@@ -1060,6 +1076,79 @@ Test(launch_multinode, a_two_node_run_names_the_job_the_whole_fail_at_and_node_1
     cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failed_rank = 2 AND failure "
                                 "LIKE 'rank 2 (local rank 0 on %) was killed by SIGKILL (injected by --fail-at "
                                 "step=1,rank=2,phase=B)'"),
+                 1);
+    sqlite3_close(db);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* Each node reads its own --schedule csv:FILE. Node 1's (a node-local
+ * path, or a file edited while the job starts) holds another schedule of
+ * the same shape: it refuses to join, naming its file and both digests,
+ * and node 0 says which node refused, recording the job failed with that
+ * (before: the ranks deadlocked until --recv-timeout, and the database
+ * recorded node 0's plan as the job's). */
+Test(launch_multinode, a_node_whose_csv_schedule_differs_refuses_and_node_0_names_it) {
+    const char *dir = tfix_mkdir("csv-differs"); /* removed when the test process exits */
+    char port[16], csv0[300], csv1[300], sched0[320], sched1[320], db0[300], want[700];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(csv0, sizeof csv0, "%s/1f1b.csv", dir);
+    snprintf(csv1, sizeof csv1, "%s/gpipe.csv", dir);
+    snprintf(db0, sizeof db0, "%s/csv0.db", dir);
+    for (int k = 0; k < 2; k++) {
+        const char *made[] = {"schedule", "--schedule", k ? "gpipe" : "1f1b", "--pp", "4", "--microbatches", "4",
+                              "--csv-out", k ? csv1 : csv0, NULL};
+        lt_proc p;
+        lt_run(&p, made, NULL);
+        cr_assert_eq(p.status, 0, "%s", p.err);
+        lt_free(&p);
+    }
+    snprintf(sched0, sizeof sched0, "csv:%s", csv0);
+    snprintf(sched1, sizeof sched1, "csv:%s", csv1);
+    const char *a0[] = {"run", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--model", "timed:f=1ms,b=1ms,w=1ms,layers=4",
+                        "--schedule", sched0, "--steps", "2", "--progress", "off", "--recv-timeout", "60s", "--db",
+                        db0, NULL};
+    const char *a1[] = {"run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--model", "timed:f=1ms,b=1ms,w=1ms,layers=4",
+                        "--schedule", sched1, "--steps", "2", "--progress", "off", "--recv-timeout", "60s", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
+    lt_proc *nodes[2] = {&n0, &n1};
+    for (int k = 0; k < 2; k++)
+        if (!(k ? ended1 : ended0)) {
+            kill(nodes[k]->pid, SIGKILL);
+            lt_wait(nodes[k]);
+        }
+    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    /* the digests as the nodes' own `pprun schedule` would not print them:
+     * checked by shape, and different */
+    const char *at = strstr(n1.err, "differs between the nodes: digest ");
+    cr_assert_not_null(at, "%s", n1.err);
+    char d1[17] = "", d0[17] = "";
+    cr_assert_eq(sscanf(at, "differs between the nodes: digest %16[0-9a-f] on node rank 1, %16[0-9a-f] on node rank 0",
+                        d1, d0),
+                 2, "%s", n1.err);
+    cr_assert_eq(strlen(d1), 16);
+    cr_assert_eq(strlen(d0), 16);
+    cr_assert_str_neq(d1, d0);
+    snprintf(want, sizeof want,
+             "the plan of --schedule %s differs between the nodes: digest %s on node rank 1, %s on node rank 0: every "
+             "node must run the same plan",
+             sched1, d1, d0);
+    lt_assert_has(n1.err, want);
+    char want0[800];
+    snprintf(want0, sizeof want0, "node rank 1 refused to join the job: %s", want);
+    lt_assert_has(n0.err, want0);
+    cr_assert_null(strstr(n0.err, "timed out"), "%s", n0.err);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(db0, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failure LIKE 'node rank 1 "
+                                "refused to join the job: the plan of --schedule csv:%'"),
                  1);
     sqlite3_close(db);
     lt_free(&n0);

@@ -4,6 +4,9 @@
  * Keys in the store (attempt K, node rank R):
  *   pprun/master_port        the workers' MASTER_PORT, picked by node 0
  *   pprun/run_id             node 0's run id, read by every other node
+ *   pprun/shape, pprun/plan  node 0's --nnodes and --nproc-per-node, and its
+ *                            caller's launch_hooks.agree ("" for none): a
+ *                            node that differs refuses to join
  *   pprun/a/K/node/R         node R joined attempt K (value: its host; node 0
  *                            reads attempt 0's for launch_info.node_hosts)
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
@@ -433,6 +436,35 @@ static int agree_on_shape(job *j, const char *mine, pp_err *err) {
     return same ? 0 : refuse_to_join(j, err);
 }
 
+/* What the caller needs every node to agree on (launch_hooks.agree, ""
+ * for none) must be node 0's: a node that differs would run another job
+ * than its peers (pprun run: another schedule, the ranks deadlocking
+ * until --recv-timeout). It refuses to join, naming both. */
+static int agree_on_plan(job *j, pp_err *err) {
+    const launch_hooks *h = j->c.hooks;
+    const char *mine = h && h->agree ? h->agree : "";
+    const char *what = h && h->agree_what ? h->agree_what : "the job's plan (pprun/plan)";
+    void *node0;
+    size_t len;
+    int g = store_get(j->ctl, "pprun/plan", &node0, &len, err);
+    if (g < 0) return -1;
+    if (g == 1) {
+        pp_fail(err, "rendezvous: node rank 0 published no plan digest (pprun/plan)");
+        return refuse_to_join(j, err);
+    }
+    char theirs[80];
+    /* text from the store: shown only as printable characters */
+    int ok = len < sizeof theirs && strspn(node0, "0123456789abcdefABCDEF") == len;
+    snprintf(theirs, sizeof theirs, "%.*s", ok ? (int)len : 0, ok ? (char *)node0 : "");
+    int same = ok && strcmp(mine, theirs) == 0;
+    free(node0);
+    if (same) return 0;
+    pp_fail(err, "%s differs between the nodes: digest %s on node rank %d, %s on node rank 0: every node must run "
+                 "the same plan (the same file, unchanged while the job starts)",
+            what, mine[0] ? mine : "(none)", j->c.o->node_rank, !ok ? "(not a digest)" : theirs[0] ? theirs : "(none)");
+    return refuse_to_join(j, err);
+}
+
 /* The workers' MASTER_PORT as node 0 published it: a port, 1-65535, or a
  * refusal to join. Whoever reaches the store could have set it. */
 static int take_master_port(job *j, pp_err *err) {
@@ -496,6 +528,8 @@ static int setup_store(job *j, pp_err *err) {
         snprintf(mp, sizeof mp, "%d", j->c.info.master_port);
         if (store_set(j->ctl, "pprun/master_port", mp, strlen(mp), err) != 0) return -1;
         if (store_set(j->ctl, "pprun/shape", shape, strlen(shape), err) != 0) return -1;
+        const char *plan = j->c.hooks && j->c.hooks->agree ? j->c.hooks->agree : "";
+        if (store_set(j->ctl, "pprun/plan", plan, strlen(plan), err) != 0) return -1;
         if (store_set(j->ctl, "pprun/run_id", j->run_id, strlen(j->run_id), err) != 0) return -1;
     } else {
         const char *k = "pprun/run_id";
@@ -516,6 +550,7 @@ static int setup_store(job *j, pp_err *err) {
         free(v);
         if (take_master_port(j, err) != 0) return -1;
         if (agree_on_shape(j, shape, err) != 0) return -1;
+        if (agree_on_plan(j, err) != 0) return -1;
     }
     return 0;
 }

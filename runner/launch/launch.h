@@ -309,6 +309,13 @@ typedef struct launch_hooks {
      * signals their members nor waits for them to end. */
     const pid_t *keep_groups;
     size_t nkeep;
+    /* What every node must have as node 0 has it, beyond the job's shape
+     * (pprun run: the digest of its --schedule csv:FILE plan, which each
+     * node reads from its own file), or NULL for none. Node 0 publishes
+     * it (pprun/plan); another node whose own differs refuses to join,
+     * naming agree_what (which it is, "the plan of --schedule csv:F") and
+     * both values, and node 0 says which node refused. */
+    const char *agree, *agree_what;
 } launch_hooks;
 
 /* Runs the job until success, final failure or a signal. res is always
