@@ -1154,3 +1154,43 @@ Test(launch_multinode, a_node_whose_csv_schedule_differs_refuses_and_node_0_name
     lt_free(&n0);
     lt_free(&n1);
 }
+
+/* Node 1's launcher is killed (SIGKILL: no teardown, no report); its ranks
+ * die with it, and node 0's rank, which lost its peer, exits with an error.
+ * Node 0 waits for node 1 to tell how the attempt ended there
+ * (--shutdown-timeout + 5 s), then its summary says that node 1 never did
+ * (before: only its own rank, as if that were the whole story). */
+Test(launch_multinode, a_killed_launcher_is_named_as_the_node_that_never_told) {
+    const char *dir = tfix_mkdir("silent"); /* removed when the test process exits */
+    char port[16], script[600], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(script, sizeof script,
+             "if [ $RANK = 1 ]; then echo $$ > %s/pid.tmp; mv %s/pid.tmp %s/pid-1; exec sleep 120; fi; "
+             "while [ ! -e %s/pid-1 ]; do sleep 0.01; done; p=$(cat %s/pid-1); "
+             "while kill -0 $p 2>/dev/null; do sleep 0.01; done; echo 'lost my peer' >&2; exit 1",
+             dir, dir, dir, dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--shutdown-timeout", "1",
+                        "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--shutdown-timeout", "1",
+                        "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    snprintf(path, sizeof path, "%s/pid-1", dir);
+    cr_assert(lt_wait_file(path), "rank 1 never started");
+    kill(n1.pid, SIGKILL);
+    lt_wait(&n1);
+    int ended = lt_wait_within(&n0, 60);
+    if (!ended) {
+        kill(n0.pid, SIGKILL);
+        lt_wait(&n0);
+    }
+    cr_assert(ended, "node 0 went on: %s", n0.err);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    lt_assert_has(n0.err, "rank      : 0 (local_rank: 0)");
+    lt_assert_has(n0.err, "  silent    : node rank 1 (on ");
+    lt_assert_has(n0.err, ") never told how the attempt ended there within 6s (its launcher killed, frozen or cut "
+                          "off?): the failure above may only be the loss of its ranks\n");
+    lt_free(&n0);
+    lt_free(&n1);
+}

@@ -231,6 +231,13 @@ typedef struct launch_result {
      * killed by one pprun had not sent (outside). */
     launch_failure failure;
     int failure_remote;        /* the root cause, or the stopped launcher or rank, was on another node */
+    /* Several nodes: a node never told how the last attempt ended within
+     * silent_wait_ns (its launcher killed, frozen or cut off), the first
+     * such one; its host as node 0 knows it ("" elsewhere). The failure
+     * above may only be a rank that lost its peers there. */
+    int silent, silent_node;
+    uint64_t silent_wait_ns;
+    char silent_host[LAUNCH_HOST_MAX + 1];
 } launch_result;
 
 /* --- the guard: when the launcher dies ------------------------------------------ */

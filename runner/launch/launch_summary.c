@@ -87,6 +87,11 @@ void launch_print_summary(FILE *out, const launch_options *o, const launch_resul
     } else {
         fprintf(out, "  stderr    : <empty>\n");
     }
+    if (res->silent)
+        fprintf(out, "  silent    : node rank %d%s%s%s never told how the attempt ended there within %.0fs (its "
+                     "launcher killed, frozen or cut off?): the failure above may only be the loss of its ranks\n",
+                res->silent_node, res->silent_host[0] ? " (on " : "", res->silent_host, res->silent_host[0] ? ")" : "",
+                (double)res->silent_wait_ns / 1e9);
     fprintf(out, "%s\n", bar);
 }
 
