@@ -118,16 +118,14 @@ Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
     lt_free(&p);
 }
 
-/* A rank killed by SIGTERM that pprun did not send (kill, scancel) was
- * stopped from outside: no failure, no restart (--max-restarts 2 left),
- * the same signal to the other ranks, exit 143, and the rank named as who
- * got it (before: rank 0's failure, and a restart). launcher_too: the
- * launcher gets SIGTERM too, once it has reaped rank 0 and while rank 1
- * takes a second to end: scancel's order when the launcher sees the rank
- * die first (before: rank 0's failure, the signal only stopping the
- * restarts, exit 1). */
-static void rank_stopped_from_outside(const char *name, int launcher_too) {
-    const char *dir = tfix_mkdir(name); /* removed when the test process exits */
+/* A rank killed by SIGTERM that pprun did not send while the launcher got
+ * SIGTERM too, once it had reaped rank 0 and while rank 1 takes a second
+ * to end: scancel's order when the launcher sees the rank die first. The
+ * job was stopped from outside: no failure, no restart (--max-restarts 2
+ * left), exit 143, and the rank named as who got it (before: rank 0's
+ * failure, the signal only stopping the restarts, exit 1). */
+Test(launch_fail, sigterm_to_the_launcher_after_its_rank_died_of_one_still_stops_the_job) {
+    const char *dir = tfix_mkdir("outside-then-launcher"); /* removed when the test process exits */
     char script[512], path[256];
     /* rank 0 dies of SIGTERM (sh, then sleep: neither handles it); rank 1,
      * once its trap is set, says it got it */
@@ -150,11 +148,9 @@ static void rank_stopped_from_outside(const char *name, int launcher_too) {
     }
     cr_assert_gt(rank0, 1);
     kill(rank0, SIGTERM);
-    if (launcher_too) {
-        for (int i = 0; i < 3000 && lt_pid_alive(rank0); i++) usleep(10000); /* a zombie until the launcher reaps it */
-        cr_assert_not(lt_pid_alive(rank0), "the launcher never reaped rank 0");
-        kill(p.pid, SIGTERM);
-    }
+    for (int i = 0; i < 3000 && lt_pid_alive(rank0); i++) usleep(10000); /* a zombie until the launcher reaps it */
+    cr_assert_not(lt_pid_alive(rank0), "the launcher never reaped rank 0");
+    kill(p.pid, SIGTERM);
     /* Before the fix a restarted rank 0 slept on: not waited for long. */
     int ended = lt_wait_within(&p, 60);
     if (!ended) {
@@ -171,12 +167,44 @@ static void rank_stopped_from_outside(const char *name, int launcher_too) {
     lt_free(&p);
 }
 
-Test(launch_fail, a_rank_killed_by_sigterm_from_outside_stops_the_job_without_restart) {
-    rank_stopped_from_outside("outside", 0);
+/* A rank killed by a stop signal while the launcher got none did it to
+ * itself: its failure, and --max-restarts applies (before: `stopped`, 128 +
+ * the signal, no restart). Rank 1 runs `script` on every attempt; rank 0
+ * sleeps until the teardown. */
+static void rank_kills_itself_with(const char *script, int sig) {
+    char full[512], want[64], sbuf[16];
+    snprintf(full, sizeof full, "if [ $RANK = 0 ]; then exec sleep 300; fi; %s", script);
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--max-restarts", "2", "--", "sh", "-c", full, NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    int ended = lt_wait_within(&p, 60);
+    if (!ended) {
+        kill(p.pid, SIGKILL);
+        lt_wait(&p);
+    }
+    cr_assert(ended, "pprun launch went on: %s", p.err);
+    cr_assert_eq(p.status, 1, "exit %d: %s", p.status, p.err);
+    lt_assert_has(p.err, "attempt 0 failed (rank 1); restarting (1 of 2 restarts)");
+    lt_assert_has(p.err, "attempt 1 failed (rank 1); restarting (2 of 2 restarts)");
+    lt_assert_has(p.err, "Root Cause");
+    lt_assert_has(p.err, "rank      : 1 (local_rank: 1)");
+    lt_assert_has(p.err, "attempt 3 of 3");
+    snprintf(want, sizeof want, "signal    : %s (%d)", launch_signal_name(sig, sbuf), sig);
+    lt_assert_has(p.err, want);
+    lt_assert_has(p.err, "which pprun had not sent, and pprun itself got no stop signal");
+    cr_assert_null(strstr(p.err, "stopped"), "%s", p.err);
+    lt_free(&p);
 }
 
-Test(launch_fail, sigterm_to_the_launcher_after_its_rank_died_of_one_still_stops_the_job) {
-    rank_stopped_from_outside("outside-then-launcher", 1);
+/* A shell rank whose EXIT trap kills its own process group: it exits 3,
+ * and the trap's SIGTERM kills it first. */
+Test(launch_fail, a_rank_whose_exit_trap_kills_its_group_fails_and_restarts) {
+    rank_kills_itself_with("trap 'kill 0' EXIT; exit 3", SIGTERM);
+}
+
+/* Python re-kills itself with SIGINT for an uncaught KeyboardInterrupt. */
+Test(launch_fail, a_python_rank_with_an_uncaught_keyboard_interrupt_fails_and_restarts) {
+    rank_kills_itself_with("exec python3 -c 'raise KeyboardInterrupt'", SIGINT);
 }
 
 /* A rank that ignores the forwarded signal is killed after the grace. */

@@ -476,7 +476,7 @@ static void node_0_value_is_refused(const char *key, const char *forged, const c
                         "--log-dir", logs, "--", "echo", "started", NULL};
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
-    /* The run id is the last of the three node 0 publishes. */
+    /* The run id is the last of the values node 0 publishes. */
     if (!store_key_becomes(port, "pprun/run_id", "")) {
         kill(n0.pid, SIGINT);
         lt_wait(&n0);
@@ -535,6 +535,22 @@ Test(launch_multinode, a_missing_master_port_is_refused_by_node_1_and_node_0_nam
 Test(launch_multinode, a_missing_shape_is_refused_by_node_1_and_node_0_names_it) {
     node_0_value_is_refused("pprun/shape", NULL,
                             "node rank 0 published no --nnodes and --nproc-per-node (pprun/shape)");
+}
+
+Test(launch_multinode, a_missing_plan_digest_is_refused_by_node_1_and_node_0_names_it) {
+    node_0_value_is_refused("pprun/plan", NULL, "node rank 0 published no plan digest (pprun/plan)");
+}
+
+/* Text from the store that is no digest is not shown (it could drive a
+ * terminal); a digest where this node has none differs too. */
+Test(launch_multinode, a_forged_plan_digest_is_refused_by_node_1_and_not_shown) {
+    node_0_value_is_refused("pprun/plan", "\033]0;x\007", "the job's plan (pprun/plan) differs between the nodes: "
+                            "digest (none) on node rank 1, (not a digest) on node rank 0");
+}
+
+Test(launch_multinode, a_plan_digest_where_node_1_has_none_is_refused) {
+    node_0_value_is_refused("pprun/plan", "00802568482cdf8f", "the job's plan (pprun/plan) differs between the nodes: "
+                            "digest (none) on node rank 1, 00802568482cdf8f on node rank 0");
 }
 
 /* Node 0's launcher stops answering without closing its store (stopped,
@@ -838,10 +854,11 @@ Test(launch_multinode, a_host_name_with_control_characters_is_not_recorded) {
     sqlite3_close(db);
 }
 
-/* A rank of node 1 killed by SIGTERM that pprun did not send (kill,
- * scancel): the job was stopped, on both nodes, naming that rank, and both
- * exit 143, node 0 too, which nobody signalled (before: both named rank 1
- * as the job's failure and exited 1). */
+/* A rank of node 1 killed by SIGTERM that pprun did not send, and node
+ * 1's launcher too once it reaped the rank (scancel's order when the
+ * launcher hears of its rank first): the job was stopped, on both nodes,
+ * naming that rank, and both exit 143, node 0 too, which nobody signalled
+ * (before: both named rank 1 as the job's failure and exited 1). */
 Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
     const char *dir = tfix_mkdir("outside"); /* removed when the test process exits */
     char port[16], script[512], path[300];
@@ -866,6 +883,9 @@ Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
     }
     cr_assert_gt(rank1, 1);
     kill(rank1, SIGTERM);
+    for (int i = 0; i < 3000 && lt_pid_alive(rank1); i++) usleep(10000); /* a zombie until node 1 reaps it */
+    cr_assert_not(lt_pid_alive(rank1), "node 1 never reaped rank 1");
+    kill(n1.pid, SIGTERM);
     /* Before the fix both restarted, their ranks sleeping on: not waited for long. */
     int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
     lt_proc *nodes[2] = {&n0, &n1};
@@ -884,6 +904,54 @@ Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
         lt_assert_has(err, "was killed by SIGTERM, which pprun had not sent");
         cr_assert_null(strstr(err, "Root Cause"), "node %d: %s", k, err);
         cr_assert_null(strstr(err, "restarting"), "node %d: %s", k, err);
+    }
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* A rank of node 1 killed by SIGTERM while no launcher got a stop signal
+ * (the rank's own doing, or a kill of it alone): its failure, and both
+ * nodes restart (--max-restarts 1), then fail on the second one, naming
+ * it (before: both `stopped`, exit 143, no restart). */
+Test(launch_multinode, a_rank_killed_by_sigterm_alone_fails_and_every_node_restarts) {
+    const char *dir = tfix_mkdir("self-term"); /* removed when the test process exits */
+    char port[16], script[512], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(script, sizeof script,
+             "f=%s/pid-$RANK-$PPRUN_RESTART_COUNT; echo $$ > $f.tmp; mv $f.tmp $f; exec sleep 120", dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "1",
+                        "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "1",
+                        "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        snprintf(path, sizeof path, "%s/pid-1-%d", dir, attempt);
+        cr_assert(lt_wait_file(path), "rank 1 never started attempt %d", attempt);
+        size_t len;
+        char *text = lt_slurp(path, &len);
+        pid_t rank1 = (pid_t)atoi(text);
+        free(text);
+        cr_assert_gt(rank1, 1);
+        kill(rank1, SIGTERM);
+    }
+    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
+    lt_proc *nodes[2] = {&n0, &n1};
+    for (int k = 0; k < 2; k++)
+        if (!(k ? ended1 : ended0)) {
+            kill(nodes[k]->pid, SIGKILL);
+            lt_wait(nodes[k]);
+        }
+    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    for (int k = 0; k < 2; k++) {
+        const lt_proc *n = k ? &n1 : &n0;
+        cr_assert_eq(n->status, 1, "node %d: %s", k, n->err);
+        lt_assert_has(n->err, "attempt 0 failed (rank 1); restarting (1 of 1 restarts)");
+        lt_assert_has(n->err, "Root Cause");
+        lt_assert_has(n->err, "rank      : 1 (local_rank: 0)");
+        lt_assert_has(n->err, "signal    : SIGTERM (15)");
+        cr_assert_null(strstr(n->err, "stopped"), "node %d: %s", k, n->err);
     }
     lt_free(&n0);
     lt_free(&n1);
@@ -925,6 +993,13 @@ static void node_1_rank_killed_while_node_0s_rank_gives_up(int sig, lt_proc *n0,
     free(text);
     cr_assert_gt(rank2, 1);
     kill(rank2, sig);
+    if (sig == SIGTERM) {
+        /* scancel's: node 1's launcher gets its SIGTERM too, here once it
+         * reaped rank 2 and while rank 3 takes a second to end */
+        for (int i = 0; i < 3000 && lt_pid_alive(rank2); i++) usleep(10000);
+        cr_assert_not(lt_pid_alive(rank2), "node 1 never reaped rank 2");
+        kill(n1->pid, SIGTERM);
+    }
     lt_wait(n0);
     lt_wait(n1);
     lt_assert_has(n0->err, "[0]: lost my peer");
@@ -1003,6 +1078,119 @@ Test(launch_multinode, a_two_node_run_names_the_job_the_whole_fail_at_and_node_1
                                 "step=1,rank=2,phase=B)'"),
                  1);
     sqlite3_close(db);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* Each node reads its own --schedule csv:FILE. Node 1's (a node-local
+ * path, or a file edited while the job starts) holds another schedule of
+ * the same shape: it refuses to join, naming its file and both digests,
+ * and node 0 says which node refused, recording the job failed with that
+ * (before: the ranks deadlocked until --recv-timeout, and the database
+ * recorded node 0's plan as the job's). */
+Test(launch_multinode, a_node_whose_csv_schedule_differs_refuses_and_node_0_names_it) {
+    const char *dir = tfix_mkdir("csv-differs"); /* removed when the test process exits */
+    char port[16], csv0[300], csv1[300], sched0[320], sched1[320], db0[300], want[700];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(csv0, sizeof csv0, "%s/1f1b.csv", dir);
+    snprintf(csv1, sizeof csv1, "%s/gpipe.csv", dir);
+    snprintf(db0, sizeof db0, "%s/csv0.db", dir);
+    for (int k = 0; k < 2; k++) {
+        const char *made[] = {"schedule", "--schedule", k ? "gpipe" : "1f1b", "--pp", "4", "--microbatches", "4",
+                              "--csv-out", k ? csv1 : csv0, NULL};
+        lt_proc p;
+        lt_run(&p, made, NULL);
+        cr_assert_eq(p.status, 0, "%s", p.err);
+        lt_free(&p);
+    }
+    snprintf(sched0, sizeof sched0, "csv:%s", csv0);
+    snprintf(sched1, sizeof sched1, "csv:%s", csv1);
+    const char *a0[] = {"run", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--model", "timed:f=1ms,b=1ms,w=1ms,layers=4",
+                        "--schedule", sched0, "--steps", "2", "--progress", "off", "--recv-timeout", "60s", "--db",
+                        db0, NULL};
+    const char *a1[] = {"run", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-addr",
+                        "127.0.0.1", "--master-port", port, "--model", "timed:f=1ms,b=1ms,w=1ms,layers=4",
+                        "--schedule", sched1, "--steps", "2", "--progress", "off", "--recv-timeout", "60s", NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
+    lt_proc *nodes[2] = {&n0, &n1};
+    for (int k = 0; k < 2; k++)
+        if (!(k ? ended1 : ended0)) {
+            kill(nodes[k]->pid, SIGKILL);
+            lt_wait(nodes[k]);
+        }
+    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    /* the digests as the nodes' own `pprun schedule` would not print them:
+     * checked by shape, and different */
+    const char *at = strstr(n1.err, "differs between the nodes: digest ");
+    cr_assert_not_null(at, "%s", n1.err);
+    char d1[17] = "", d0[17] = "";
+    cr_assert_eq(sscanf(at, "differs between the nodes: digest %16[0-9a-f] on node rank 1, %16[0-9a-f] on node rank 0",
+                        d1, d0),
+                 2, "%s", n1.err);
+    cr_assert_eq(strlen(d1), 16);
+    cr_assert_eq(strlen(d0), 16);
+    cr_assert_str_neq(d1, d0);
+    snprintf(want, sizeof want,
+             "the plan of --schedule %s differs between the nodes: digest %s on node rank 1, %s on node rank 0: every "
+             "node must run the same plan",
+             sched1, d1, d0);
+    lt_assert_has(n1.err, want);
+    char want0[800];
+    snprintf(want0, sizeof want0, "node rank 1 refused to join the job: %s", want);
+    lt_assert_has(n0.err, want0);
+    cr_assert_null(strstr(n0.err, "timed out"), "%s", n0.err);
+    sqlite3 *db = NULL;
+    cr_assert_eq(sqlite3_open_v2(db0, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM jobs WHERE status = 'failed' AND failure LIKE 'node rank 1 "
+                                "refused to join the job: the plan of --schedule csv:%'"),
+                 1);
+    sqlite3_close(db);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
+/* Node 1's launcher is killed (SIGKILL: no teardown, no report); its ranks
+ * die with it, and node 0's rank, which lost its peer, exits with an error.
+ * Node 0 waits for node 1 to tell how the attempt ended there
+ * (--shutdown-timeout + 5 s), then its summary says that node 1 never did
+ * (before: only its own rank, as if that were the whole story). */
+Test(launch_multinode, a_killed_launcher_is_named_as_the_node_that_never_told) {
+    const char *dir = tfix_mkdir("silent"); /* removed when the test process exits */
+    char port[16], script[600], path[300];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    snprintf(script, sizeof script,
+             "if [ $RANK = 1 ]; then echo $$ > %s/pid.tmp; mv %s/pid.tmp %s/pid-1; exec sleep 120; fi; "
+             "while [ ! -e %s/pid-1 ]; do sleep 0.01; done; p=$(cat %s/pid-1); "
+             "while kill -0 $p 2>/dev/null; do sleep 0.01; done; echo 'lost my peer' >&2; exit 1",
+             dir, dir, dir, dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--shutdown-timeout", "1",
+                        "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--shutdown-timeout", "1",
+                        "--", "sh", "-c", script, NULL};
+    lt_proc n0, n1;
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    snprintf(path, sizeof path, "%s/pid-1", dir);
+    cr_assert(lt_wait_file(path), "rank 1 never started");
+    kill(n1.pid, SIGKILL);
+    lt_wait(&n1);
+    int ended = lt_wait_within(&n0, 60);
+    if (!ended) {
+        kill(n0.pid, SIGKILL);
+        lt_wait(&n0);
+    }
+    cr_assert(ended, "node 0 went on: %s", n0.err);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    lt_assert_has(n0.err, "rank      : 0 (local_rank: 0)");
+    lt_assert_has(n0.err, "  silent    : node rank 1 (on ");
+    lt_assert_has(n0.err, ") never told how the attempt ended there within 6s (its launcher killed, frozen or cut "
+                          "off?): the failure above may only be the loss of its ranks\n");
     lt_free(&n0);
     lt_free(&n1);
 }

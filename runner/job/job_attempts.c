@@ -146,6 +146,17 @@ void job_attempts_run(run_job *job, job_outcome *end) {
      * database (its guard recorded a killed launcher instead). Held from
      * here (launch_job's own handlers take over while it runs) until
      * job_attempts_release. */
+    /* Each node read its own --schedule csv:FILE: one whose file differs
+     * (a node-local path, a file edited while the job starts) would run
+     * another schedule than its peers. The nodes agree on its digest before
+     * any rank starts (launch_hooks.agree). */
+    char digest[24], what[sizeof job->cfg.schedule_csv + 32];
+    if (!job->program && job->cfg.schedule_csv[0]) {
+        snprintf(digest, sizeof digest, "%016llx", (unsigned long long)sched_digest(job->plan));
+        snprintf(what, sizeof what, "the plan of --schedule csv:%s", job->cfg.schedule_csv);
+        hooks.agree = digest;
+        hooks.agree_what = what;
+    }
     job_signals_hold();
     job->late_holding = 1;
     end->launch_rc = launch_job(&job->lo, &hooks, &end->res, &end->launch_err);

@@ -316,9 +316,10 @@ static void failure_text(const launch_result *res, char *buf, size_t n) {
         snprintf(buf, n, "rank %d (local rank %d%s%s) stopped answering%s%s%s: %s", f->global_rank, f->local_rank,
                  f->host[0] ? " on " : "", f->host, state ? " (it was " : "", state ? state : "", state ? ")" : "",
                  f->why);
-    else if (res->status == LAUNCH_FAILED && f->signal)
-        snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s%s%s%s", f->global_rank, f->local_rank, f->host,
-                 launch_signal_name(f->signal, sigbuf), f->injected[0] ? " (injected by " : "", f->injected,
+    else if (res->status == LAUNCH_FAILED && f->signal) /* a stop signal: the rank's own (docs/launch.md) */
+        snprintf(buf, n, "rank %d (local rank %d on %s) was killed by %s%s%s%s%s", f->global_rank, f->local_rank,
+                 f->host, launch_signal_name(f->signal, sigbuf), launch_is_stop_signal(f->signal) ?
+                 ", which pprun had not sent" : "", f->injected[0] ? " (injected by " : "", f->injected,
                  f->injected[0] ? ")" : "");
     else if (res->status == LAUNCH_FAILED)
         snprintf(buf, n, "rank %d (local rank %d on %s) exited with code %d%s%s", f->global_rank, f->local_rank,

@@ -4,6 +4,9 @@
  * Keys in the store (attempt K, node rank R):
  *   pprun/master_port        the workers' MASTER_PORT, picked by node 0
  *   pprun/run_id             node 0's run id, read by every other node
+ *   pprun/shape, pprun/plan  node 0's --nnodes and --nproc-per-node, and its
+ *                            caller's launch_hooks.agree ("" for none): a
+ *                            node that differs refuses to join
  *   pprun/a/K/node/R         node R joined attempt K (value: its host; node 0
  *                            reads attempt 0's for launch_info.node_hosts)
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
@@ -26,6 +29,8 @@
  *   pprun/a/K/done           nodes that finished well; the last sets end
  *   pprun/a/K/told           nodes that told how the attempt ended there; the
  *   pprun/a/K/all_told       last sets all_told, and then each node decides
+ *   pprun/a/K/told/R         node R told (set before it adds to told): after
+ *                            the wait for all_told ran out, who never did
  *   pprun/exit, pprun/exit_all  node 0 keeps the store up until all left
  * Every launcher keeps a WAIT on pprun/a/K/end while its ranks run: when it
  * fires, another node failed; when the connection breaks, node 0 is gone. */
@@ -274,8 +279,11 @@ static int report_failure(job *j, int attempt, const launch_failure *f, int stop
 /* This node told how attempt K ended here (or could not run it): one more
  * in told; the last sets all_told. */
 static int tell_told(job *j, int attempt, pp_err *serr) {
-    char k[128];
+    char k[128], mine[32];
     int64_t told;
+    snprintf(mine, sizeof mine, "told/%d", j->c.o->node_rank);
+    key(k, sizeof k, attempt, mine);
+    if (store_set(j->ctl, k, "", 0, serr) != 0) return -1;
     key(k, sizeof k, attempt, "told");
     if (store_add(j->ctl, k, 1, &told, serr) != 0) return -1;
     if (told != j->c.o->nnodes) return 0;
@@ -433,6 +441,35 @@ static int agree_on_shape(job *j, const char *mine, pp_err *err) {
     return same ? 0 : refuse_to_join(j, err);
 }
 
+/* What the caller needs every node to agree on (launch_hooks.agree, ""
+ * for none) must be node 0's: a node that differs would run another job
+ * than its peers (pprun run: another schedule, the ranks deadlocking
+ * until --recv-timeout). It refuses to join, naming both. */
+static int agree_on_plan(job *j, pp_err *err) {
+    const launch_hooks *h = j->c.hooks;
+    const char *mine = h && h->agree ? h->agree : "";
+    const char *what = h && h->agree_what ? h->agree_what : "the job's plan (pprun/plan)";
+    void *node0;
+    size_t len;
+    int g = store_get(j->ctl, "pprun/plan", &node0, &len, err);
+    if (g < 0) return -1;
+    if (g == 1) {
+        pp_fail(err, "rendezvous: node rank 0 published no plan digest (pprun/plan)");
+        return refuse_to_join(j, err);
+    }
+    char theirs[80];
+    /* text from the store: shown only as printable characters */
+    int ok = len < sizeof theirs && strspn(node0, "0123456789abcdefABCDEF") == len;
+    snprintf(theirs, sizeof theirs, "%.*s", ok ? (int)len : 0, ok ? (char *)node0 : "");
+    int same = ok && strcmp(mine, theirs) == 0;
+    free(node0);
+    if (same) return 0;
+    pp_fail(err, "%s differs between the nodes: digest %s on node rank %d, %s on node rank 0: every node must run "
+                 "the same plan (the same file, unchanged while the job starts)",
+            what, mine[0] ? mine : "(none)", j->c.o->node_rank, !ok ? "(not a digest)" : theirs[0] ? theirs : "(none)");
+    return refuse_to_join(j, err);
+}
+
 /* The workers' MASTER_PORT as node 0 published it: a port, 1-65535, or a
  * refusal to join. Whoever reaches the store could have set it. */
 static int take_master_port(job *j, pp_err *err) {
@@ -496,6 +533,8 @@ static int setup_store(job *j, pp_err *err) {
         snprintf(mp, sizeof mp, "%d", j->c.info.master_port);
         if (store_set(j->ctl, "pprun/master_port", mp, strlen(mp), err) != 0) return -1;
         if (store_set(j->ctl, "pprun/shape", shape, strlen(shape), err) != 0) return -1;
+        const char *plan = j->c.hooks && j->c.hooks->agree ? j->c.hooks->agree : "";
+        if (store_set(j->ctl, "pprun/plan", plan, strlen(plan), err) != 0) return -1;
         if (store_set(j->ctl, "pprun/run_id", j->run_id, strlen(j->run_id), err) != 0) return -1;
     } else {
         const char *k = "pprun/run_id";
@@ -516,6 +555,7 @@ static int setup_store(job *j, pp_err *err) {
         free(v);
         if (take_master_port(j, err) != 0) return -1;
         if (agree_on_shape(j, shape, err) != 0) return -1;
+        if (agree_on_plan(j, err) != 0) return -1;
     }
     return 0;
 }
@@ -821,6 +861,34 @@ static int await_all_told(job *j, int attempt, pp_err *serr) {
     return rc;
 }
 
+/* After await_all_told: when all_told is not set, the wait ran out, and
+ * the first node that never told how attempt K ended (its launcher
+ * killed, frozen or cut off) goes into res (silent_node), for the
+ * summary: a rank here that failed may only have lost its peers there. A
+ * store that does not answer leaves res as it was. */
+static void find_silent_node(job *j, int attempt, launch_result *res) {
+    char k[128], name[32];
+    void *v;
+    size_t len;
+    pp_err serr;
+    key(k, sizeof k, attempt, "all_told");
+    int g = store_get(j->ctl, k, &v, &len, &serr);
+    if (g == 0) free(v);
+    if (g != 1) return;
+    for (int r = 0; r < j->c.o->nnodes; r++) {
+        snprintf(name, sizeof name, "told/%d", r);
+        key(k, sizeof k, attempt, name);
+        g = store_get(j->ctl, k, &v, &len, &serr);
+        if (g == 0) free(v);
+        if (g != 1) continue;
+        res->silent = 1;
+        res->silent_node = r;
+        res->silent_wait_ns = j->c.o->shutdown_timeout_ns + LAUNCH_STOP_STORE_NS;
+        snprintf(res->silent_host, sizeof res->silent_host, "%s", j->hosts ? j->hosts[r] : "");
+        return;
+    }
+}
+
 /* Attempt K's report named `name` (fail, stop) into f, with its stop
  * flag: 1 when it is not there, 0 (*valid: it is one of this job's
  * failures), or -1 (serr). */
@@ -925,6 +993,7 @@ static int agree_on_outcome(job *j, int attempt, int *out, int *stop, launch_fai
     if (sr == 0) sr = tell_told(j, attempt, &serr);
     int told = sr == 0; /* the others know how it ended here */
     if (sr == 0) sr = await_all_told(j, attempt, &serr);
+    if (sr == 0) find_silent_node(j, attempt, res);
     if (sr == 0) sr = read_root_cause(j, attempt, out, stop, res, &serr);
     j->telling = 0;
     if (sr == 0) return 0;
@@ -1003,6 +1072,7 @@ static int run_attempt(job *j, int attempt, launch_result *res, int *again, pp_e
         /* A restart: the failure before it no longer stands. */
         memset(&res->failure, 0, sizeof res->failure);
         res->failure_remote = 0;
+        res->silent = 0;
         res->status = LAUNCH_ERROR;
     }
     res->attempts = attempt + 1;

@@ -231,6 +231,13 @@ typedef struct launch_result {
      * killed by one pprun had not sent (outside). */
     launch_failure failure;
     int failure_remote;        /* the root cause, or the stopped launcher or rank, was on another node */
+    /* Several nodes: a node never told how the last attempt ended within
+     * silent_wait_ns (its launcher killed, frozen or cut off), the first
+     * such one; its host as node 0 knows it ("" elsewhere). The failure
+     * above may only be a rank that lost its peers there. */
+    int silent, silent_node;
+    uint64_t silent_wait_ns;
+    char silent_host[LAUNCH_HOST_MAX + 1];
 } launch_result;
 
 /* --- the guard: when the launcher dies ------------------------------------------ */
@@ -309,6 +316,13 @@ typedef struct launch_hooks {
      * signals their members nor waits for them to end. */
     const pid_t *keep_groups;
     size_t nkeep;
+    /* What every node must have as node 0 has it, beyond the job's shape
+     * (pprun run: the digest of its --schedule csv:FILE plan, which each
+     * node reads from its own file), or NULL for none. Node 0 publishes
+     * it (pprun/plan); another node whose own differs refuses to join,
+     * naming agree_what (which it is, "the plan of --schedule csv:F") and
+     * both values, and node 0 says which node refused. */
+    const char *agree, *agree_what;
 } launch_hooks;
 
 /* Runs the job until success, final failure or a signal. res is always
@@ -325,6 +339,11 @@ int launch_job(const launch_options *o, const launch_hooks *hooks, launch_result
  * torchrun names its entrypoint: name is the caller's for its job (`pprun
  * run`'s, with its job id); NULL names the program (o->prog_argv[0]). */
 void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res, const char *name);
+
+/* 1 for the signals that the launcher takes as "stop": SIGINT, SIGTERM,
+ * SIGHUP. A rank killed by one before the teardown got it from someone
+ * else than pprun (docs/launch.md, "Stopped from outside"). */
+int launch_is_stop_signal(int sig);
 
 /* Who stopped a job that ended LAUNCH_SIGNALED, in one line (cap bytes):
  * "pprun was stopped by SIGTERM" (this launcher), "the launcher of node

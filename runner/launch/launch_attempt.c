@@ -18,6 +18,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* How long a rank killed by a stop signal that pprun had not sent waits
+ * for the launcher's own stop signal (reap_ranks): scancel signals every
+ * process of a step at about the same moment, and the launcher may hear of
+ * its rank's death first. Counted from the rank's reaping; the teardown
+ * that its death begins usually takes longer anyway. */
+#define LAUNCH_OUTSIDE_GRACE_NS 1000000000ull
+
 typedef struct slot {
     pid_t pid;
     int alive;      /* not reaped yet */
@@ -180,6 +187,12 @@ typedef struct attempt {
     int outcome;             /* LAUNCH_ATTEMPT_* so far */
     int tearing, killed;     /* the teardown began; SIGKILL was sent */
     uint64_t kill_at;        /* when the teardown escalates to SIGKILL */
+    /* The failure is a rank killed by a stop signal that pprun had not
+     * sent: the job was stopped from outside if the launcher gets a stop
+     * signal too, by the end of the teardown and not before decide_at
+     * (settle_outside_stop); else it is the rank's own failure. */
+    int maybe_outside;
+    uint64_t decide_at;
     launch_failure *failure; /* the caller's: the root cause, once a rank failed */
 } attempt;
 
@@ -408,9 +421,7 @@ static void blame_failure(attempt *a) {
 /* The stop signal (SIGINT, SIGTERM, SIGHUP: those the launcher itself
  * takes as "stop") that killed a rank, or 0. */
 static int stop_signal_of(int status) {
-    if (!WIFSIGNALED(status)) return 0;
-    int sig = WTERMSIG(status);
-    return sig == SIGINT || sig == SIGTERM || sig == SIGHUP ? sig : 0;
+    return WIFSIGNALED(status) && launch_is_stop_signal(WTERMSIG(status)) ? WTERMSIG(status) : 0;
 }
 
 /* How surely a rank's end is the attempt's cause, among the ends reaped in
@@ -429,12 +440,13 @@ static int cause_weight(int status) {
  * reaped in a round that cause_weight puts first, and a rank that exited
  * with an error may name, through the blame hook, the rank it waited for
  * in vain. A rank killed by a stop signal before the teardown got it from
- * someone else than pprun, which sends none until then: the job was
- * stopped from outside (scancel signals every process of the step at
- * once, the ranks and the launcher), as if the launcher had got it first:
- * the same signal to every rank, no restart, and the rank is named as who
- * got it (launch_failure.outside). Told by the rank's own end, this never
- * depends on which of the signals the launcher sees first. */
+ * someone else than pprun, which sends none until then: either someone
+ * stopped the job from outside (scancel signals every process of the step
+ * at about the same moment, the launcher too, which often hears of its
+ * rank's death first), or the rank did it to itself (a shell's `trap 'kill
+ * 0' EXIT`, Python re-raising SIGINT for a KeyboardInterrupt).
+ * settle_outside_stop tells which by whether the launcher gets a stop
+ * signal of its own (docs/launch.md, "Stopped from outside"). */
 static void reap_ranks(attempt *a) {
     int st, chosen = -1;
     pid_t pid;
@@ -450,17 +462,34 @@ static void reap_ranks(attempt *a) {
         }
     }
     if (chosen < 0) return;
-    int status = a->slots[chosen].status, stop = stop_signal_of(status);
+    int status = a->slots[chosen].status;
     note_failure(a, chosen);
-    if (stop) {
-        a->outcome = LAUNCH_ATTEMPT_SIGNAL;
-        a->failure->outside = 1;
-        begin_teardown(a, stop);
-        return;
-    }
     a->outcome = LAUNCH_ATTEMPT_FAILED;
-    if (!WIFSIGNALED(status)) blame_failure(a);
+    if (stop_signal_of(status)) {
+        a->maybe_outside = 1;
+        a->decide_at = pp_now_ns() + LAUNCH_OUTSIDE_GRACE_NS;
+    } else if (!WIFSIGNALED(status)) {
+        blame_failure(a);
+    }
     begin_teardown(a, SIGTERM);
+}
+
+/* 1 while a rank killed by a stop signal waits to be told apart
+ * (reap_ranks): the launcher got no stop signal yet, and decide_at has
+ * not come. */
+static int undecided(const attempt *a) {
+    return a->maybe_outside && !a->c->stop_signal && pp_now_ns() < a->decide_at;
+}
+
+/* At the end of the attempt: a rank killed by a stop signal pprun had not
+ * sent, while the launcher got one too (before, or during the teardown
+ * that the rank's death began), was stopped from outside: no failure, no
+ * restart, the rank named as who got it (launch_failure.outside). The
+ * launcher got none: the rank's own failure, and --max-restarts applies. */
+static void settle_outside_stop(attempt *a) {
+    if (!a->maybe_outside || !a->c->stop_signal || a->outcome != LAUNCH_ATTEMPT_FAILED) return;
+    a->outcome = LAUNCH_ATTEMPT_SIGNAL;
+    a->failure->outside = 1;
 }
 
 /* 1 when the attempt is over: every rank reaped and no descendant left.
@@ -480,7 +509,7 @@ static int attempt_over(attempt *a) {
     } else if (a->killed) {
         signal_all(a->c, a->slots, a->n, SIGKILL); /* anything forked since */
     }
-    return all_exited && descendants(a->c, 0, NULL, 0) == 0;
+    return all_exited && descendants(a->c, 0, NULL, 0) == 0 && !undecided(a);
 }
 
 /* Killed descendants may still be zombies (or on their way): reap them
@@ -532,6 +561,7 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
         if (attempt_over(&a)) break;
     }
     reap_leftovers(c);
+    settle_outside_stop(&a);
     finish_output(&a);
     int outcome = a.outcome;
     attempt_free(&a);

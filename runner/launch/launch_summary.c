@@ -50,7 +50,13 @@ static void print_rank(FILE *out, const launch_failure *f, const char *when) {
         fprintf(out, "  exitcode  : %d (pid: %d)\n", f->exit_code, (int)f->pid);
     }
     if (f->injected[0]) fprintf(out, "  cause     : injected by %s (fault injection: not a bug)\n", f->injected);
+    else if (!f->hung && launch_is_stop_signal(f->signal))
+        fprintf(out, "  cause     : %s, which pprun had not sent, and pprun itself got no stop signal: the rank's "
+                     "own (a trap's kill, an uncaught KeyboardInterrupt), not a stop from outside\n",
+                launch_signal_name(f->signal, sbuf));
 }
+
+int launch_is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
 
 void launch_print_summary(FILE *out, const launch_options *o, const launch_result *res, const char *name) {
     const char *bar = "============================================================";
@@ -81,6 +87,11 @@ void launch_print_summary(FILE *out, const launch_options *o, const launch_resul
     } else {
         fprintf(out, "  stderr    : <empty>\n");
     }
+    if (res->silent)
+        fprintf(out, "  silent    : node rank %d%s%s%s never told how the attempt ended there within %.0fs (its "
+                     "launcher killed, frozen or cut off?): the failure above may only be the loss of its ranks\n",
+                res->silent_node, res->silent_host[0] ? " (on " : "", res->silent_host, res->silent_host[0] ? ")" : "",
+                (double)res->silent_wait_ns / 1e9);
     fprintf(out, "%s\n", bar);
 }
 
