@@ -251,7 +251,8 @@ static int switch_to_wal(db *d, pp_err *err) {
         if ((rc & 0xff) != SQLITE_BUSY) return db_fail(d, rc, "switching to WAL", err);
         if (waited_ms >= DB_BUSY_TIMEOUT_MS)
             return pp_fail(err, "%s: the file is in rollback mode and another connection kept it locked for %lld ms "
-                                "(a reader with a transaction open: a sqlite3 shell, a long query); pprun writes in WAL "
+                                "(a reader with a transaction open: a sqlite3 shell, a long query; or another pprun "
+                                "making the file); pprun writes in WAL "
                                 "mode, where readers never block it, and switching needs the file to itself for a "
                                 "moment: close the other connection, or choose another --db",
                            d->path, (long long)waited_ms);

@@ -600,8 +600,9 @@ Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, 
 }
 
 /* An exception in a stage's forward: PyTorch prints the rank's traceback
- * with "[rank1]:" before every line and ends its stage error with an
- * indented, blank-ended message; the job's failure names the exception. */
+ * with "[rank1]:" before every line, raises a stage error from the
+ * program's and ends it with an indented, blank-ended message; the job's
+ * failure names the program's exception first, then PyTorch's. */
 Test(torch, a_stages_exception_is_the_jobs_failure, .timeout = 300) {
     const char *db = tfix_path("raise.db");
     lt_proc p;
@@ -611,10 +612,11 @@ Test(torch, a_stages_exception_is_the_jobs_failure, .timeout = 300) {
     char buf[512];
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||failed_rank FROM jobs"), "failed 1");
     q_text(s, buf, sizeof buf, "SELECT failure FROM jobs");
-    const char *want = ") exited with code 1: RuntimeError: [Stage 1] failed to run forward:";
+    const char *want = ") exited with code 1: RuntimeError: boom at step 1 (then: RuntimeError: [Stage 1] failed to "
+                       "run forward:)";
     size_t len = strlen(buf), wlen = strlen(want);
     cr_assert(strncmp(buf, "rank 1 (local rank 1 on ", 24) == 0 && len > wlen && strcmp(buf + len - wlen, want) == 0,
-              "the exception, without PyTorch's [rank1]: prefix: '%s'", buf);
+              "the program's exception, then PyTorch's around it, without its [rank1]: prefix: '%s'", buf);
     sqlite3_close(s);
     lt_free(&p);
 }

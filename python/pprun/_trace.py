@@ -20,7 +20,7 @@ class Tracer:
     many steps as it likes (PPRUN_STEPS is what pprun run --steps asked
     for), and every one is traced."""
 
-    on = True  # records are written (pprun.torch's stand-in once tracing stopped says False)
+    on = True  # records are written; False once tracing stopped (stop) or in a forked child
 
     def __init__(self, lib):
         self.lib = lib

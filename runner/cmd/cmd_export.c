@@ -116,8 +116,8 @@ int cmd_export(int argc, char **argv) {
      * small tmpfs where stdout's (a pipe, another disk) had room. */
     if (status == 1 && out.to_stdout)
         pp_fail(&err, "writing the trace failed: standard output is held whole in a temporary file under %s "
-                      "($TMPDIR) before it is written, and that disk is full; set TMPDIR to a folder with room, or "
-                      "give --out FILE", out.tmp);
+                      "($TMPDIR) before it is written, and writing there failed (a full disk, a quota or file-size "
+                      "limit?); set TMPDIR to a folder with room, or give --out FILE", out.tmp);
     if (rc != 0) file_output_abort(&out);
     else if (file_output_commit(&out, &err) != 0) rc = -1, status = 1;
     if (rc == 0) return 0;

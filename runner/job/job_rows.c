@@ -274,31 +274,64 @@ static int line_text(const char *p, int len, const char **text, int *indented) {
     return b - a;
 }
 
+/* The line that ends just before tail[*end] (line_text: its text, 0 for a
+ * blank one), *end moved to its start; -1 above the first line. */
+static int prev_line(const char *tail, int *end, const char **text, int *indented) {
+    if (*end <= 0) return -1;
+    int start = *end;
+    while (start > 0 && tail[start - 1] != '\n') start--;
+    int len = line_text(tail + start, *end - start, text, indented);
+    *end = start > 0 ? start - 1 : 0;
+    return len;
+}
+
+static int line_is(const char *text, int len, const char *what) {
+    return len >= (int)strlen(what) && strncmp(text, what, strlen(what)) == 0;
+}
+
+/* The last line above tail[*end] that is not blank, not indented and not
+ * a traceback's first ("Traceback (most recent call last):"): its length,
+ * or -1. */
+static int prev_statement(const char *tail, int *end, const char **text) {
+    int len, indented;
+    while ((len = prev_line(tail, end, text, &indented)) >= 0)
+        if (len && !indented && !line_is(*text, len, "Traceback (most recent call last):")) return len;
+    return -1;
+}
+
 /* What a rank died saying, from its stderr tail, into out: the last line
  * that says something (a worker's message, a Python exception), prefixes
  * and blanks dropped; when lines under it are indented (an exception
  * whose message goes on, as PyTorch's stage errors do), the last line that
  * is not, and when that one ends in ':' the first line under it too
- * ("RuntimeError: [Stage 1] failed to run forward:"). */
+ * ("RuntimeError: [Stage 1] failed to run forward:"). An exception raised
+ * from another (`raise ... from e`: PyTorch's stage errors wrap the
+ * program's) names that one first, the program's own words:
+ * "RuntimeError: boom (then: RuntimeError: [Stage 1] failed to run forward:)". */
 static void last_line(const char *tail, char *out, size_t n) {
     const char *last = NULL, *under = NULL, *text;
-    int last_len = 0, under_len = 0, end = (int)strlen(tail), indented;
+    int last_len = 0, under_len = 0, end = (int)strlen(tail), indented, len;
     out[0] = '\0';
-    while (end > 0) {
-        int start = end;
-        while (start > 0 && tail[start - 1] != '\n') start--;
-        int len = line_text(tail + start, end - start, &text, &indented);
-        end = start > 0 ? start - 1 : 0;
+    while ((len = prev_line(tail, &end, &text, &indented)) >= 0) {
         if (!len) continue;
         if (!last) last = text, last_len = len;
-        if (!indented) {
-            if (text[len - 1] == ':' && under)
-                snprintf(out, n, "%.*s %.*s", len, text, under_len, under);
-            else
-                snprintf(out, n, "%.*s", len, text);
-            return;
+        if (indented) {
+            under = text, under_len = len;
+            continue;
         }
-        under = text, under_len = len;
+        char said[512];
+        if (text[len - 1] == ':' && under)
+            snprintf(said, sizeof said, "%.*s %.*s", len, text, under_len, under);
+        else
+            snprintf(said, sizeof said, "%.*s", len, text);
+        const char *cause;
+        int clen = prev_statement(tail, &end, &cause);
+        size_t w = 0;
+        if (clen > 0 && line_is(cause, clen, "The above exception was the direct cause of the following exception:") &&
+            (clen = prev_statement(tail, &end, &cause)) > 0)
+            w = (size_t)snprintf(out, n, "%.*s (then: ", clen, cause);
+        if (w < n) snprintf(out + w, n - w, w ? "%.*s)" : "%.*s", (int)strlen(said), said);
+        return;
     }
     if (last) snprintf(out, n, "%.*s", last_len, last);
 }

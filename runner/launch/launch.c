@@ -332,6 +332,8 @@ static int await_watch(job *j, uint64_t give_up, uint64_t (*first_stop)(job *j, 
             if (!had && j->c.stop_signal) {
                 seen = j->stops;
                 if (first_stop) give_up = first_stop(j, ctx);
+                /* its own store requests may have taken a second one */
+                if (j->stops > seen) return WATCH_STOPPED_AGAIN;
                 continue;
             }
         }
@@ -660,8 +662,11 @@ static int read_go(job *j, int attempt, const char *go, int64_t count, pp_err *e
     int called_off = g == 0 && sscanf(v, "stop %d %d", &node, &sig) == 2;
     int refused = g == 0 && sscanf(v, "refused %d %n", &node, &at) == 1 && at > 0;
     int timed_out = g == 0 && sscanf(v, "timeout %d %n", &joined, &at) == 1 && at > 0;
-    if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, (char *)v + at);
-    if (timed_out) pp_fail(err, "node rank 0: %s", (char *)v + at);
+    /* the other node's words (a csv path among them): escaped for the terminal */
+    char *why = refused || timed_out ? term_dup((char *)v + at, len - (size_t)at, 0) : NULL;
+    if (refused) pp_fail(err, "node rank %d refused to join the job: %s", node, why ? why : "(out of memory)");
+    if (timed_out) pp_fail(err, "node rank 0: %s", why ? why : "(out of memory)");
+    free(why);
     if (g == 0) free(v);
     if (timed_out && count <= j->c.o->nnodes) read_the_timeout(j, attempt, joined);
     if (refused || timed_out) return -1;

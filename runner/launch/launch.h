@@ -36,7 +36,11 @@
 
 #define LAUNCH_MAX_NPROC 1024
 #define LAUNCH_MAX_NNODES 4096
-#define LAUNCH_TAIL_LINES 20
+/* The stderr lines kept of each rank for its failure: enough for a
+ * Python exception raised from another (PyTorch's stage errors wrap the
+ * program's), both tracebacks; the newest that fit launch_failure's
+ * stderr_tail. */
+#define LAUNCH_TAIL_LINES 40
 
 /* Bits of the per-local-rank redirect / tee masks (torchrun's 0-3). */
 enum { LAUNCH_STD_OUT = 1, LAUNCH_STD_ERR = 2 };

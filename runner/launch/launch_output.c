@@ -60,10 +60,16 @@ static void tail_add(launch_tail *t, const char *line, size_t n) {
 }
 
 void launch_tail_text(const launch_tail *t, char *out, size_t cap) {
-    size_t o = 0;
+    size_t o = 0, need = 1;
     out[0] = '\0';
-    int first = (t->next - t->count + LAUNCH_TAIL_LINES) % LAUNCH_TAIL_LINES;
-    for (int i = 0; i < t->count; i++) {
+    /* the newest lines that fit, oldest first: what a rank said last matters most */
+    int keep = 0;
+    for (; keep < t->count; keep++) {
+        need += strlen(t->line[(t->next - 1 - keep + 2 * LAUNCH_TAIL_LINES) % LAUNCH_TAIL_LINES]) + 1;
+        if (need > cap) break;
+    }
+    int first = (t->next - keep + LAUNCH_TAIL_LINES) % LAUNCH_TAIL_LINES;
+    for (int i = 0; i < keep; i++) {
         const char *l = t->line[(first + i) % LAUNCH_TAIL_LINES];
         int w = snprintf(out + o, cap - o, "%s\n", l);
         if (w < 0 || (size_t)w >= cap - o) break;
