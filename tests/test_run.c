@@ -697,6 +697,16 @@ Test(run, reading_a_finished_job_leaves_no_files_beside_its_database) {
     }
 }
 
+/* The jobs of db that succeeded are n, as pprun query reads them. */
+static void assert_succeeded_jobs(const char *db, int n) {
+    char *out, want[32];
+    cr_assert_eq(sh(&out, "%s query --db '%s' --format csv \"SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'\"",
+                    PPRUN_BIN, db), 0, "%s", out);
+    snprintf(want, sizeof want, "n\r\n%d\r\n", n);
+    cr_assert(strstr(out, want), "%s", out);
+    free(out);
+}
+
 /* A reader keeps a read transaction open on a finished job's file (a
  * sqlite3 shell in BEGIN, a long query): the next job on it starts and
  * ends as if nobody were there (WAL mode: readers never block the
@@ -719,10 +729,7 @@ Test(run, a_reader_holding_a_transaction_does_not_hold_up_the_next_job) {
     free(out);
     sqlite3_exec(reader, "COMMIT", NULL, NULL, NULL);
     sqlite3_close(reader);
-    cr_assert_eq(sh(&out, "%s query --db '%s' --format csv \"SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'\"",
-                    PPRUN_BIN, db), 0, "%s", out);
-    cr_assert(strstr(out, "n\r\n2\r\n"), "%s", out);
-    free(out);
+    assert_succeeded_jobs(db, 2);
 }
 
 /* A file in rollback mode (another SQLite program's way) that a reader
@@ -809,9 +816,6 @@ Test(run, a_writers_left_journal_is_named_by_readers_and_played_back_by_the_next
     }
     cr_assert_eq(sh(&out, job, PPRUN_BIN, db), 0, "%s", out);
     free(out);
-    cr_assert_eq(sh(&out, "%s query --db '%s' --format csv \"SELECT count(*) AS n FROM jobs WHERE status = 'succeeded'\"",
-                    PPRUN_BIN, db), 0, "%s", out);
-    cr_assert(strstr(out, "n\r\n2\r\n"), "%s", out);
-    free(out);
+    assert_succeeded_jobs(db, 2);
     cr_assert_neq(access(journal, F_OK), 0, "the journal is still there");
 }
