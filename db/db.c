@@ -250,9 +250,9 @@ static int switch_to_wal(db *d, pp_err *err) {
         int64_t waited_ms = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
         if ((rc & 0xff) != SQLITE_BUSY) return db_fail(d, rc, "switching to WAL", err);
         if (waited_ms >= DB_BUSY_TIMEOUT_MS)
-            return pp_fail(err, "%s: the file is in rollback mode and another connection kept it locked for %lld ms "
-                                "(a reader with a transaction open: a sqlite3 shell, a long query; or another pprun "
-                                "making the file); pprun writes in WAL "
+            return pp_fail(err, "%s: could not switch the file to WAL mode: another connection kept it locked for "
+                                "%lld ms (a reader with a transaction open on a file in rollback mode: a sqlite3 shell, "
+                                "a long query; or another pprun making the file); pprun writes in WAL "
                                 "mode, where readers never block it, and switching needs the file to itself for a "
                                 "moment: close the other connection, or choose another --db",
                            d->path, (long long)waited_ms);

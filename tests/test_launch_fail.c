@@ -119,8 +119,10 @@ Test(launch_fail, sigterm_to_pprun_reaches_ranks_and_exits_143) {
 }
 
 /* A rank killed by SIGTERM that pprun did not send while the launcher got
- * SIGTERM too, once it had reaped rank 0 and while rank 1 takes a second
- * to end: scancel's order when the launcher sees the rank die first. The
+ * SIGTERM too, once it had reaped rank 0 and while rank 1 is still ending
+ * (it ends once the test has signalled the launcher: no race with the
+ * launcher's grace): scancel's order when the launcher sees the rank die
+ * first. The
  * job was stopped from outside: no failure, no restart (--max-restarts 2
  * left), exit 143, and the rank named as who got it (before: rank 0's
  * failure, the signal only stopping the restarts, exit 1). */
@@ -130,9 +132,10 @@ Test(launch_fail, sigterm_to_the_launcher_after_its_rank_died_of_one_still_stops
     /* rank 0 dies of SIGTERM (sh, then sleep: neither handles it); rank 1,
      * once its trap is set, says it got it */
     snprintf(script, sizeof script,
-             "[ $RANK = 1 ] && trap 'echo got-TERM-$RANK; sleep 1; exit 0' TERM; echo $$ > %s/pid-$RANK.tmp; "
-             "mv %s/pid-$RANK.tmp %s/pid-$RANK; if [ $RANK = 0 ]; then exec sleep 300; fi; while :; do sleep 0.02; done",
-             dir, dir, dir);
+             "[ $RANK = 1 ] && trap 'echo got-TERM-$RANK; while [ ! -e %s/go ]; do sleep 0.02; done; exit 0' TERM; "
+             "echo $$ > %s/pid-$RANK.tmp; mv %s/pid-$RANK.tmp %s/pid-$RANK; if [ $RANK = 0 ]; then exec sleep 300; fi; "
+             "while :; do sleep 0.02; done",
+             dir, dir, dir, dir);
     const char *args[] = {"launch", "--nproc-per-node", "2", "--max-restarts", "2", "--shutdown-timeout", "20", "--",
                           "sh", "-c", script, NULL};
     lt_proc p;
@@ -151,6 +154,8 @@ Test(launch_fail, sigterm_to_the_launcher_after_its_rank_died_of_one_still_stops
     for (int i = 0; i < 3000 && lt_pid_alive(rank0); i++) usleep(10000); /* a zombie until the launcher reaps it */
     cr_assert_not(lt_pid_alive(rank0), "the launcher never reaped rank 0");
     kill(p.pid, SIGTERM);
+    snprintf(path, sizeof path, "%s/go", dir);
+    lt_touch(path);
     /* Before the fix a restarted rank 0 slept on: not waited for long. */
     int ended = lt_wait_within(&p, 60);
     if (!ended) {
@@ -191,7 +196,7 @@ static void rank_kills_itself_with(const char *script, int sig) {
     lt_assert_has(p.err, "attempt 3 of 3");
     snprintf(want, sizeof want, "signal    : %s (%d)", launch_signal_name(sig, sbuf), sig);
     lt_assert_has(p.err, want);
-    lt_assert_has(p.err, "which pprun had not sent, and pprun itself got no stop signal");
+    lt_assert_has(p.err, "which pprun had not sent, while its launcher (node rank 0) got no stop signal in its teardown");
     cr_assert_null(strstr(p.err, "stopped"), "%s", p.err);
     lt_free(&p);
 }

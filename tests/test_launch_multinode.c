@@ -856,36 +856,42 @@ Test(launch_multinode, a_host_name_with_control_characters_is_not_recorded) {
 
 /* A rank of node 1 killed by SIGTERM that pprun did not send, and node
  * 1's launcher too once it reaped the rank (scancel's order when the
- * launcher hears of its rank first): the job was stopped, on both nodes,
- * naming that rank, and both exit 143, node 0 too, which nobody signalled
- * (before: both named rank 1 as the job's failure and exited 1). */
+ * launcher hears of its rank first) while node 1's other rank is still
+ * ending (it ends once the test has signalled the launcher: no race with
+ * the launcher's grace): the job was stopped, on both nodes, naming that
+ * rank, and both exit 143, node 0 too, which nobody signalled (before:
+ * both named the rank as the job's failure and exited 1). */
 Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
     const char *dir = tfix_mkdir("outside"); /* removed when the test process exits */
-    char port[16], script[512], path[300];
+    char port[16], script[600], path[300];
     snprintf(port, sizeof port, "%d", lt_free_port());
-    snprintf(script, sizeof script, "echo $$ > %s/pid-$RANK.tmp; mv %s/pid-$RANK.tmp %s/pid-$RANK; exec sleep 120", dir,
-             dir, dir);
-    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "2",
-                        "--", "sh", "-c", script, NULL};
-    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "2",
-                        "--", "sh", "-c", script, NULL};
+    snprintf(script, sizeof script,
+             "if [ $RANK = 3 ]; then trap 'while [ ! -e %s/go ]; do sleep 0.02; done; exit 0' TERM; "
+             "touch %s/ready-3; while :; do sleep 0.02; done; fi; "
+             "echo $$ > %s/pid-$RANK.tmp; mv %s/pid-$RANK.tmp %s/pid-$RANK; exec sleep 120",
+             dir, dir, dir, dir, dir);
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", port,
+                        "--max-restarts", "2", "--", "sh", "-c", script, NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
+                        "--max-restarts", "2", "--shutdown-timeout", "20", "--", "sh", "-c", script, NULL};
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
     lt_start(&n1, a1, NULL);
-    pid_t rank1 = 0;
-    for (int r = 0; r < 2; r++) {
-        snprintf(path, sizeof path, "%s/pid-%d", dir, r);
-        cr_assert(lt_wait_file(path), "rank %d never started", r);
-        size_t len;
-        char *text = lt_slurp(path, &len);
-        if (r == 1) rank1 = (pid_t)atoi(text);
-        free(text);
-    }
-    cr_assert_gt(rank1, 1);
-    kill(rank1, SIGTERM);
-    for (int i = 0; i < 3000 && lt_pid_alive(rank1); i++) usleep(10000); /* a zombie until node 1 reaps it */
-    cr_assert_not(lt_pid_alive(rank1), "node 1 never reaped rank 1");
+    snprintf(path, sizeof path, "%s/ready-3", dir);
+    cr_assert(lt_wait_file(path), "rank 3 never started");
+    snprintf(path, sizeof path, "%s/pid-2", dir);
+    cr_assert(lt_wait_file(path), "rank 2 never started");
+    size_t len;
+    char *text = lt_slurp(path, &len);
+    pid_t rank2 = (pid_t)atoi(text);
+    free(text);
+    cr_assert_gt(rank2, 1);
+    kill(rank2, SIGTERM);
+    for (int i = 0; i < 3000 && lt_pid_alive(rank2); i++) usleep(10000); /* a zombie until node 1 reaps it */
+    cr_assert_not(lt_pid_alive(rank2), "node 1 never reaped rank 2");
     kill(n1.pid, SIGTERM);
+    snprintf(path, sizeof path, "%s/go", dir);
+    lt_touch(path);
     /* Before the fix both restarted, their ranks sleeping on: not waited for long. */
     int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
     lt_proc *nodes[2] = {&n0, &n1};
@@ -897,7 +903,7 @@ Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
     cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
     cr_assert_eq(n1.status, 143, "%s", n1.err);
     cr_assert_eq(n0.status, 143, "%s", n0.err);
-    const char *want = "stopped: rank 1 (local rank 0 on ";
+    const char *want = "stopped: rank 2 (local rank 0 on ";
     for (int k = 0; k < 2; k++) {
         const char *err = k ? n1.err : n0.err;
         lt_assert_has(err, want);
@@ -959,8 +965,9 @@ Test(launch_multinode, a_rank_killed_by_sigterm_alone_fails_and_every_node_resta
 
 /* Node 1's rank 2 is killed by sig; node 0's rank 0, which only lost its
  * peer (it watches rank 2's pid), exits with an error at once and its node
- * reports that failure first, while node 1 takes a second to tear down
- * (its rank 3 ends a second after SIGTERM): the order whenever node 1's
+ * reports that failure first, while node 1 is still tearing down (its
+ * rank 3 ends once node 0's rank gave up, and with SIGTERM once the test
+ * signalled node 1's launcher too): the order whenever node 1's
  * trouble comes first, scancel's when its SIGTERM lands there first. The
  * nodes decide once both told how the attempt ended, and a crash, or a
  * stop, outranks a rank that exited with an error (before: both named
@@ -971,16 +978,18 @@ static void node_1_rank_killed_while_node_0s_rank_gives_up(int sig, lt_proc *n0,
     snprintf(port, sizeof port, "%d", lt_free_port());
     snprintf(s0, sizeof s0,
              "if [ $LOCAL_RANK = 1 ]; then exec sleep 120; fi; while [ ! -e %s/pid-2 ]; do sleep 0.01; done; "
-             "p=$(cat %s/pid-2); while kill -0 $p 2>/dev/null; do sleep 0.01; done; echo 'lost my peer' >&2; exit 1",
-             dir, dir);
+             "p=$(cat %s/pid-2); while kill -0 $p 2>/dev/null; do sleep 0.01; done; echo 'lost my peer' >&2; "
+             "touch %s/gave-up; exit 1",
+             dir, dir, dir);
     snprintf(s1, sizeof s1,
-             "if [ $LOCAL_RANK = 1 ]; then trap 'sleep 1; exit 0' TERM; touch %s/ready-3; "
-             "while :; do sleep 0.05; done; fi; echo $$ > %s/pid.tmp; mv %s/pid.tmp %s/pid-2; exec sleep 120",
-             dir, dir, dir, dir);
+             "if [ $LOCAL_RANK = 1 ]; then trap 'while [ ! -e %s/go ]; do sleep 0.02; done; exit 0' TERM; "
+             "touch %s/ready-3; while :; do sleep 0.05; done; fi; echo $$ > %s/pid.tmp; mv %s/pid.tmp %s/pid-2; "
+             "exec sleep 120",
+             dir, dir, dir, dir, dir);
     const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "2", "--master-port", port,
                         "--", "sh", "-c", s0, NULL};
     const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2", "--master-port", port,
-                        "--", "sh", "-c", s1, NULL};
+                        "--shutdown-timeout", "20", "--", "sh", "-c", s1, NULL};
     lt_start(n0, a0, NULL);
     lt_start(n1, a1, NULL);
     snprintf(path, sizeof path, "%s/ready-3", dir);
@@ -995,11 +1004,15 @@ static void node_1_rank_killed_while_node_0s_rank_gives_up(int sig, lt_proc *n0,
     kill(rank2, sig);
     if (sig == SIGTERM) {
         /* scancel's: node 1's launcher gets its SIGTERM too, here once it
-         * reaped rank 2 and while rank 3 takes a second to end */
+         * reaped rank 2 and while rank 3 is still ending */
         for (int i = 0; i < 3000 && lt_pid_alive(rank2); i++) usleep(10000);
         cr_assert_not(lt_pid_alive(rank2), "node 1 never reaped rank 2");
         kill(n1->pid, SIGTERM);
     }
+    snprintf(path, sizeof path, "%s/gave-up", dir);
+    cr_assert(lt_wait_file(path), "node 0's rank never gave up");
+    snprintf(path, sizeof path, "%s/go", dir);
+    lt_touch(path);
     lt_wait(n0);
     lt_wait(n1);
     lt_assert_has(n0->err, "[0]: lost my peer");

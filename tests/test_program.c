@@ -210,6 +210,7 @@ Test(program_lib, an_evaluation_has_microbatches_of_its_own) {
     cr_assert_eq(pprun_trace_op("EVAL_F", 1, 15, 1, -1, 0, 1, 2), 1, "%s", pprun_trace_error());
     cr_assert_eq(pprun_trace_op("EVAL_F", 1, 100000, 1, -1, 0, 1, 2), -1,
                  "two replicas: still 0..99999 in all, what every reader takes for a microbatch");
+    lt_assert_has(pprun_trace_error(), "microbatch 100000: out of range 0..99999");
     cr_assert_eq(pprun_trace_op("EVAL_F", 1, 0, 2, -1, 0, 1, 2), -1, "the declared schedule's stages bound it now");
     lt_assert_has(pprun_trace_error(), "stage 2: out of range 0..1");
     trace_event ev[16];

@@ -245,7 +245,7 @@ static int is_crash(const launch_failure *f) { return f->global_rank >= 0 && !f-
  * stop or a crash, as the first of its kind), then ends the attempt
  * everywhere. 0, or -1 when the store did not take it. */
 static int report_failure(job *j, int attempt, const launch_failure *f, int stop, pp_err *serr) {
-    char k[128], text[sizeof f->stderr_tail + 512];
+    char k[128], text[sizeof f->stderr_tail + sizeof f->why + sizeof f->host + 128];
     int64_t first;
     const char *kind = is_stop(f) ? "stop" : is_crash(f) ? "crash" : NULL;
     if (kind) {

@@ -51,9 +51,10 @@ static void print_rank(FILE *out, const launch_failure *f, const char *when) {
     }
     if (f->injected[0]) fprintf(out, "  cause     : injected by %s (fault injection: not a bug)\n", f->injected);
     else if (!f->hung && launch_is_stop_signal(f->signal))
-        fprintf(out, "  cause     : %s, which pprun had not sent, and pprun itself got no stop signal: the rank's "
-                     "own (a trap's kill, an uncaught KeyboardInterrupt), not a stop from outside\n",
-                launch_signal_name(f->signal, sbuf));
+        fprintf(out, "  cause     : %s, which pprun had not sent, while its launcher (node rank %d) got no stop "
+                     "signal in its teardown: the rank's own (a trap's kill, an uncaught KeyboardInterrupt) or a kill "
+                     "of it alone, not a stop of the job from outside\n",
+                launch_signal_name(f->signal, sbuf), f->node_rank);
 }
 
 int launch_is_stop_signal(int sig) { return sig == SIGINT || sig == SIGTERM || sig == SIGHUP; }
