@@ -775,38 +775,75 @@ static void whatif_dp(const job_summary *s, whatif_report *r) {
     }
 }
 
+/* One row of whatif_read_rises: a rank's F/B/W/BW or RECOMPUTE span. */
+typedef struct rise_row {
+    int rank, attempt, step, stage, k; /* k: 0 F, 1 B, 2 RECOMPUTE, -1 W or BW */
+    int64_t bytes, start, end;
+} rise_row;
+
+/* A rank's count within one step of one attempt, as whatif_read_rises
+ * walks it: what the rank held (the sample of the op that ended last) and
+ * when the ops so far ended. */
+typedef struct rise_walk {
+    int rank, attempt, step;
+    int64_t held, held_end, ended;
+} rise_walk;
+
+/* row's rise into rise[] (n stages) when it is a clean sample: no other op
+ * of its rank ran while it did (ended: the latest end before it; next: the
+ * next row's start, INT64_MAX for none). The halves of an overlapped pair
+ * (dualpipev) are not: a half's bytes, read at its end, catch the other
+ * midway. The count moves on with the sample of the op that ended last,
+ * which nothing ran beside (a recompute's bytes are a moment: the B rises
+ * from before it). -1 when out of memory. */
+static int whatif_rise(durations *rise, int n, rise_walk *w, const rise_row *row, int64_t next) {
+    if (row->rank != w->rank || row->attempt != w->attempt || row->step != w->step)
+        *w = (rise_walk){row->rank, row->attempt, row->step, 0, INT64_MIN, INT64_MIN};
+    int clean = w->ended <= row->start && next >= row->end;
+    if (clean && row->k >= 0 && row->stage >= 0 && row->stage < n &&
+        durations_push(&rise[row->stage * 3 + row->k], row->bytes - w->held) != 0)
+        return -1;
+    if (row->k != 2 && row->end >= w->held_end) w->held = row->bytes, w->held_end = row->end;
+    if (row->end > w->ended) w->ended = row->end;
+    return 0;
+}
+
 /* Each stage's F and B rises over the window, into act[n] (n stages;
  * whatif_act_for, and whatif_read under recompute): rows of a rank's F/B/W
  * events in the order they ran, the count starting from 0 at each step
- * (every W of a step ran before the next step's first F). high (NULL: not
- * wanted) gets each stage's bytes at the moment after its recompute, from
- * the rise of its RECOMPUTE spans' bytes over what the rank held before
- * (the B's rise is from there too), act[k].f where the stage recomputed
- * nothing. *missing gets the first stage without an F and a B rise, -1 when
- * none is. -1 with err on a database error. */
+ * (every W of a step ran before the next step's first F), each rise from
+ * a sample no other op of the rank ran beside (whatif_rise). high (NULL:
+ * not wanted) gets each stage's bytes at the moment after its recompute,
+ * from the rise of its RECOMPUTE spans' bytes over what the rank held
+ * before (the B's rise is from there too), act[k].f where the stage
+ * recomputed nothing. *missing gets the first stage without an F and a B
+ * rise, -1 when none is. -1 with err on a database error. */
 static int whatif_read_rises(sqlite3 *db, const job_summary *s, const whatif_report *r, int n, sched_act *act,
                              double *high, int *missing, pp_err *err) {
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
-                              "SELECT rank, attempt, step, stage, phase, bytes FROM events WHERE job_id=?1 AND step "
-                              "BETWEEN ?2 AND ?3 AND source='cpu' AND (phase IN ('F','B','W','BW') OR (phase='SPAN' "
-                              "AND name='RECOMPUTE')) AND bytes IS NOT NULL ORDER BY rank, attempt, step, start_ns",
+                              "SELECT rank, attempt, step, stage, phase, bytes, start_ns, end_ns FROM events WHERE "
+                              "job_id=?1 AND step BETWEEN ?2 AND ?3 AND source='cpu' AND (phase IN ('F','B','W','BW') "
+                              "OR (phase='SPAN' AND name='RECOMPUTE')) AND bytes IS NOT NULL ORDER BY rank, attempt, "
+                              "step, start_ns",
                               s, r, &st, err) != 0)
         return -1;
     durations *rise = calloc((size_t)n * 3, sizeof *rise); /* [stage][F, B, RECOMPUTE] */
-    int rc, oom = !rise, rank = -1, attempt = -1, step = -1;
-    int64_t held = 0;
+    int rc, oom = !rise, have = 0;
+    rise_walk w = {-1, -1, -1, 0, INT64_MIN, INT64_MIN};
+    rise_row prev = {0}; /* the row before, its rise taken once the next row's start is known */
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int rk = sqlite3_column_int(st, 0), at = sqlite3_column_int(st, 1), sp = sqlite3_column_int(st, 2);
-        int key = sqlite3_column_int(st, 3); /* the stage */
         const char *phase = (const char *)sqlite3_column_text(st, 4);
-        int64_t bytes = sqlite3_column_int64(st, 5);
-        if (rk != rank || at != attempt || sp != step) rank = rk, attempt = at, step = sp, held = 0;
         int k = !phase ? -1 : strcmp(phase, "F") == 0 ? 0 : strcmp(phase, "B") == 0 ? 1 : -1;
         if (phase && strcmp(phase, "SPAN") == 0) k = 2; /* RECOMPUTE, the query's only span */
-        if (k >= 0 && key >= 0 && key < n) oom = durations_push(&rise[key * 3 + k], bytes - held) != 0;
-        if (k != 2) held = bytes; /* a recompute's bytes are a moment: B rises from before it */
+        rise_row row = {sqlite3_column_int(st, 0), sqlite3_column_int(st, 1), sqlite3_column_int(st, 2),
+                        sqlite3_column_int(st, 3), k, sqlite3_column_int64(st, 5), sqlite3_column_int64(st, 6),
+                        sqlite3_column_int64(st, 7)};
+        int same = have && row.rank == prev.rank && row.attempt == prev.attempt && row.step == prev.step;
+        if (have) oom = whatif_rise(rise, n, &w, &prev, same ? row.start : INT64_MAX) != 0;
+        prev = row, have = 1;
     }
+    if (!oom && have) oom = whatif_rise(rise, n, &w, &prev, INT64_MAX) != 0;
     if (oom) {
         sqlite3_finalize(st);
         for (int k = 0; rise && k < 3 * n; k++) free(rise[k].v);

@@ -77,7 +77,7 @@ int sched_mem_least(const char *kind, int p, const sched_mem *mem, double *least
 int sched_mem_peaks(const sched_plan *plan, const sched_mem *mem, double *peak, int *at, pp_err *err) {
     if (mem && check_act(mem, plan->stages, err) != 0) return -1;
     for (int r = 0; r < plan->ranks; r++) {
-        double held = 0;
+        double held = 0, pair_f = 0; /* pair_f: an overlapped pair's F at its most, beyond what it keeps */
         peak[r] = 0;
         if (at) at[r] = -1;
         for (int i = 0; i < plan->len[r]; i++) {
@@ -88,11 +88,24 @@ int sched_mem_peaks(const sched_plan *plan, const sched_mem *mem, double *peak, 
                                plan->name, r, sched_action_str(a, buf), plan->stages, plan->microbatches);
             }
             sched_act u = sched_mem_act(mem, a->stage);
+            int has_high = mem && mem->act && mem->high;
+            double high = has_high ? mem->high[mem->nact == 1 ? 0 : a->stage] : 0;
             /* during a B (or a BW, a B and its W at once) the microbatch
-             * may hold more than after it (mem->high) */
-            double during = (a->op == SCHED_B || a->op == SCHED_BW) && mem && mem->act && mem->high
-                                ? held - u.f + mem->high[mem->nact == 1 ? 0 : a->stage]
+             * may hold more than after it (mem->high). The second half of
+             * an overlapped pair runs beside its F, and the trace's count,
+             * read at one half's end, catches the other midway: at the
+             * recompute's end the F before it dropped what a recompute
+             * brings back (F drops it block by block: at most high - f
+             * beyond what it keeps); at the F's end (after its drop) the
+             * B midway, holding what it saves for W beside what the
+             * recompute brought back (at most b - f more). The larger
+             * counts (docs/schedules.md, "What if"). */
+            double mid = 0;
+            if (i > 0 && sched_overlaps(plan, r, i - 1)) mid = pair_f > u.b - u.f ? pair_f : u.b - u.f;
+            double during = (a->op == SCHED_B || a->op == SCHED_BW) && has_high
+                                ? held - u.f + high + (mid > 0 ? mid : 0)
                                 : -INFINITY;
+            pair_f = a->op == SCHED_F && has_high && sched_overlaps(plan, r, i) && high > u.f ? high - u.f : 0;
             /* F holds f; B turns it into b; W (or a BW, B and W at once) lets go */
             held += a->op == SCHED_F ? u.f : a->op == SCHED_B ? u.b - u.f : a->op == SCHED_W ? -u.b : -u.f;
             double most = during > held ? during : held;

@@ -258,6 +258,40 @@ Test(maxmem, a_bs_moment_counts_where_it_holds_more_than_after_b) {
     sched_free(plan);
 }
 
+/* An overlapped pair's second half (dualpipev's BW beside an F) counts
+ * what the trace can catch while both run: the F before it dropped what a
+ * recompute brings back (high - f more), or the B midway with what it
+ * saves for W (b - f more), beside the B's recompute moment. dualpipev, 2
+ * ranks, 4 microbatches; rank 0 runs 0F0 0F1 0F2 3F0 3B0 3W0 3F1 0F3
+ * &3BW1: it holds 8 before 0F3, 10 after it, and during 3BW1 10 - f +
+ * high (13 with f=2, high=5), plus the larger of high - f = 3 and b - f =
+ * 1: 16. With b=6, high=3 the B's half is the larger: 10 - 2 + 3 + 4 =
+ * 15, above the 12 after the lone 3B0. Without high, pairs count as
+ * before: what F, B and W leave. */
+Test(maxmem, an_overlapped_pairs_halves_count_together) {
+    sched_plan *plan;
+    pp_err err;
+    cr_assert_eq(sched_from_flag_mem("dualpipev", 2, 4, 2, NULL, NULL, &plan, &err), 0, "%s", err.msg);
+    char name[32];
+    cr_assert(sched_overlaps(plan, 0, 7), "0F3 is a pair's F");
+    cr_assert_str_eq(sched_action_str(&plan->actions[0][8], name), "3BW1");
+    sched_act act[1] = {{2, 3}};
+    double high[1] = {5}, peak[2];
+    int at[2];
+    sched_mem mem = {.act = act, .nact = 1, .bytes = 1, .high = high};
+    cr_assert_eq(sched_mem_peaks(plan, &mem, peak, at, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(peak[0], 16, 1e-9);
+    cr_expect_eq(at[0], 8, "first reached at 3BW1, got action %d", at[0]);
+    act[0] = (sched_act){2, 6}, high[0] = 3;
+    cr_assert_eq(sched_mem_peaks(plan, &mem, peak, at, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(peak[0], 15, 1e-9);
+    cr_expect_eq(at[0], 8, "first reached at 3BW1, got action %d", at[0]);
+    sched_mem plain = {.act = act, .nact = 1, .bytes = 1};
+    cr_assert_eq(sched_mem_peaks(plan, &plain, peak, NULL, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(peak[0], 12, 1e-9, "after 3B0: 6 + 2 + 4");
+    sched_free(plan);
+}
+
 Test(maxmem, options_parse_and_print_back) {
     double max;
     int bytes;
