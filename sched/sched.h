@@ -259,8 +259,9 @@ typedef struct sched_mem {
      * Under --recompute that is the moment after its recompute (docs/model.md,
      * "Activation recompute"), above b where the attention probabilities
      * outweigh what B saves for W. sched_mem_peaks (and so the validator)
-     * counts it at the B (or BW): the what-if's replay of a measured job,
-     * db/whatif.c. The greedy and the least bound do not read it, and
+     * counts it at the B (or BW), and at the second half of an overlapped
+     * pair (dualpipev) with the first half's midway moment beside it: the
+     * what-if's replay of a measured job, db/whatif.c. The greedy and the least bound do not read it, and
      * nothing builds an order with it: a bound in bytes leaves that moment
      * out (docs/schedules.md, "Memory-bounded zero bubble"). */
     const double *high;
