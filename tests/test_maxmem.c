@@ -258,6 +258,29 @@ Test(maxmem, a_bs_moment_counts_where_it_holds_more_than_after_b) {
     sched_free(plan);
 }
 
+/* A BW (a B and its W in one op: PyTorch's full backward, dualpipev's)
+ * recomputes before its B as a B does: its moment counts too. Rank 0 of
+ * two, f=2, b=3, high=5 on stage 0: 4 held after 0F1, and during 0BW0
+ * 4 - 2 + 5 = 7 (4 without high). */
+Test(maxmem, a_bws_moment_counts_as_a_bs) {
+    const char *csv = "0F0,0F1,,0BW0,0BW1\n,1F0,1BW0,1F1,1BW1\n";
+    sched_plan *plan;
+    pp_err err;
+    cr_assert_eq(sched_parse_csv(csv, strlen(csv), "bw.csv", &plan, &err), 0, "%s", err.msg);
+    sched_act act[2] = {{2, 3}, {2, 3}};
+    double high[2] = {5, 1}, peak[2];
+    int at[2];
+    sched_mem plain = {.act = act, .nact = 2, .bytes = 1}, during = {.act = act, .nact = 2, .bytes = 1, .high = high};
+    cr_assert_eq(sched_mem_peaks(plan, &plain, peak, NULL, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(peak[0], 4, 1e-9);
+    cr_assert_eq(sched_mem_peaks(plan, &during, peak, at, &err), 0, "%s", err.msg);
+    cr_expect_float_eq(peak[0], 7, 1e-9);
+    char name[32];
+    cr_expect_str_eq(sched_action_str(&plan->actions[0][at[0]], name), "0BW0");
+    cr_expect_float_eq(peak[1], 2, 1e-9, "rank 1's high (1) is below what it holds after its F");
+    sched_free(plan);
+}
+
 /* An overlapped pair's second half (dualpipev's BW beside an F) counts
  * what the trace can catch while both run: the F before it dropped what a
  * recompute brings back (high - f more), or the B midway with what it
