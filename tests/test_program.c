@@ -188,6 +188,60 @@ Test(program_lib, a_refused_record_is_counted_as_dropped) {
     trace_ring_close(ring);
 }
 
+/* Records a program did not make (it stopped tracing after a refusal)
+ * are counted as dropped in the ring's counter, n at a time, writing
+ * nothing; n outside 0 .. PPRUN_TRACE_COUNT_DROPPED_MAX is refused,
+ * naming it, and counts nothing; a forked child counts nothing; outside
+ * pprun the call does nothing. */
+Test(program_lib, records_not_made_are_counted_as_dropped) {
+    unsetenv("PPRUN_TRACE_FD");
+    cr_assert_eq(pprun_trace_count_dropped(5), 0, "outside pprun: nothing to count into");
+    pprun_trace_close();
+    trace_ring *ring = ring_in_env(64);
+    cr_assert_eq(pprun_trace_count_dropped(0), 1, "%s", pprun_trace_error());
+    cr_assert_eq(trace_ring_dropped(ring), 0);
+    cr_assert_eq(pprun_trace_count_dropped(14), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_count_dropped(PPRUN_TRACE_COUNT_DROPPED_MAX), 1, "%s", pprun_trace_error());
+    cr_assert_eq(trace_ring_dropped(ring), 14 + (uint64_t)PPRUN_TRACE_COUNT_DROPPED_MAX);
+    cr_assert_eq(pprun_trace_count_dropped(-1), -1);
+    lt_assert_has(pprun_trace_error(), "pprun_trace_count_dropped: -1 records: out of range 0..1073741824");
+    cr_assert_eq(pprun_trace_count_dropped(PPRUN_TRACE_COUNT_DROPPED_MAX + 1), -1);
+    lt_assert_has(pprun_trace_error(), "pprun_trace_count_dropped: 1073741825 records: out of range 0..1073741824");
+    cr_assert_eq(pprun_trace_count_dropped(INT64_MIN), -1);
+    cr_assert_eq(pprun_trace_count_dropped(INT64_MAX), -1);
+    cr_assert_eq(trace_ring_dropped(ring), 14 + (uint64_t)PPRUN_TRACE_COUNT_DROPPED_MAX, "a refused count adds nothing");
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) { /* exit status: 0 when refused with the reason */
+        int rc = pprun_trace_count_dropped(3);
+        _exit(rc == -1 && strstr(pprun_trace_error(), "one process per rank records") ? 0 : 1);
+    }
+    int st;
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's count was not refused");
+    cr_assert_eq(trace_ring_dropped(ring), 14 + (uint64_t)PPRUN_TRACE_COUNT_DROPPED_MAX, "the child counted nothing");
+    cr_assert_eq(trace_ring_pending(ring), 0, "counting writes no record");
+    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 1, "%s", pprun_trace_error());
+    cr_assert_eq(trace_ring_pending(ring), 1, "recording goes on after a count");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
+/* The ring's drop counter, which pprun_trace_count_dropped adds to,
+ * saturates at INT64_MAX (what the store's integer holds), however many
+ * are counted. */
+Test(program_lib, the_drop_counter_saturates) {
+    trace_ring *r2;
+    pp_err err;
+    cr_assert_eq(trace_ring_create(8, &r2, &err), 0, "%s", err.msg);
+    trace_ring_count_dropped(r2, (uint64_t)INT64_MAX - 1);
+    trace_ring_count_dropped(r2, 5);
+    cr_assert_eq(trace_ring_dropped(r2), (uint64_t)INT64_MAX);
+    trace_ring_count_dropped(r2, UINT64_MAX);
+    cr_assert_eq(trace_ring_dropped(r2), (uint64_t)INT64_MAX);
+    trace_ring_close(r2);
+}
+
 /* An evaluation (a forward-only step) has microbatches of its own, not
  * the training step's (4 here): EVAL_F, EVAL_SEND_F, EVAL_RECV_F and its
  * losses are taken past them, up to pprun's most microbatches; before a

@@ -567,9 +567,23 @@ Test(torch, a_forked_worker_records_nothing_and_a_refused_span_never_raises, .ti
 
 /* A record the library refuses (here: a second training schedule of more
  * microbatches than the first declared) stops the rank's tracing; the job
- * succeeds, but does not look whole: each rank says so on stderr, the
- * refused record is counted as dropped, and pprun stats says records were
- * lost. */
+ * succeeds, but does not look whole: each rank says so on stderr, and
+ * every record it did not make is counted as dropped, the refused one and
+ * each one after it, so that pprun stats says how many were lost.
+ *
+ * What each rank would have made, a training step of M microbatches of
+ * GPipe on two ranks (one stage each, on the CPU: no gpu spans), with the
+ * program's span("batch") before it: rank 0 F, SEND_F, RECV_B and BW of
+ * each microbatch, OPT and the span: 4M+2; rank 1 RECV_F, F, BW, SEND_B
+ * and a loss of each, OPT and the span: 5M+2. Step 0 has M=2, steps 1
+ * and 2 M=4: rank 0 10+18+18 = 46 records, rank 1 12+22+22 = 56. Step 0
+ * is recorded whole, and step 1's span; then rank 0 records F of
+ * microbatches 0 and 1, and its F of microbatch 2 is refused; rank 1
+ * records RECV_F and F of microbatches 0 and 1, and its RECV_F of
+ * microbatch 2 is refused (GPipe's forwards come first, each after its
+ * receive). Dropped: rank 0 46-13 = 33, rank 1 56-17 = 39. */
+#define REMB_RECORDS_0 46
+#define REMB_RECORDS_1 56
 Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, .timeout = 300) {
     const char *db = tfix_path("remicrobatch.db");
     lt_proc p;
@@ -578,24 +592,33 @@ Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, 
     cr_assert_eq(lt_count(p.out, "done rank"), 2, "%s\n%s", p.out, p.err);
     lt_assert_has(p.err, "pprun: rank 0: tracing stops, nothing more of this process is recorded: F of stage 0"
                          " microbatch 2: pprun_trace F: microbatch 2: out of range 0..1");
-    lt_assert_has(p.err, "pprun: rank 1: tracing stops");
+    lt_assert_has(p.err, "pprun: rank 1: tracing stops, nothing more of this process is recorded: RECV_F of stage 1"
+                         " microbatch 2: pprun_trace RECV_F: microbatch 2: out of range 0..1");
     sqlite3 *s = open_db(db);
     char buf[256];
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||microbatches FROM jobs"), "succeeded 2");
-    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(dropped_events) FROM ranks"), "1,1");
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE step=2"), "0",
                      "nothing after the refusal");
+    /* recorded and dropped together are every record the program would have made */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf,
+                            "SELECT group_concat(r.rank||':'||(r.dropped_events + (SELECT count(*) FROM events e WHERE "
+                            "e.rank=r.rank) + (SELECT count(*) FROM losses l WHERE l.rank=r.rank)), ' ') FROM "
+                            "(SELECT * FROM ranks ORDER BY rank) r"),
+                     "0:46 1:56", "the records each rank would have made (%d, %d)", REMB_RECORDS_0, REMB_RECORDS_1);
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(dropped_events) FROM (SELECT * FROM ranks "
+                                                "ORDER BY rank)"),
+                     "33,39");
     sqlite3_close(s);
     lt_proc st;
     lt_run(&st, (const char *[]){"stats", "--db", db, NULL}, NULL);
     cr_assert_eq(st.status, 0, "%s", st.err);
-    lt_assert_has(st.out, "\ndropped    2 trace records lost (by rank 0: 1, 1: 1): the figures below miss them\n");
+    lt_assert_has(st.out, "\ndropped    72 trace records lost (by rank 0: 33, 1: 39): the figures below miss them\n");
     lt_free(&st);
     lt_run(&st, (const char *[]){"stats", "--db", db, "--format", "json", NULL}, NULL);
     cr_assert_eq(st.status, 0, "%s", st.err);
-    lt_assert_has(st.out, "\"dropped_events\":2,\"dropped_events_by_rank\":[1,1]");
+    lt_assert_has(st.out, "\"dropped_events\":72,\"dropped_events_by_rank\":[33,39]");
     lt_free(&st);
-    lt_assert_has(p.err, "; 2 trace records lost, not in these figures\n");
+    lt_assert_has(p.err, "; 72 trace records lost, not in these figures\n");
     lt_free(&p);
 }
 

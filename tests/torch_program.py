@@ -10,7 +10,8 @@ prints "loss step=S microbatch=M value=V" and every rank "done rank R".
   pprun.span("setup", stage=7, microbatch=9), outside the job's shape.
 --mode remicrobatch: from step 1 on, training goes on with a second
   ScheduleGPipe of 4 microbatches on the same stage (twice the first's, of
-  the same size: twice the batch).
+  the same size: twice the batch); each step's batch is made in
+  pprun.span("batch").
 --mode raise: rank 1's stage raises RuntimeError("boom at step 1") in its
   forward at step 1.
 
@@ -88,8 +89,9 @@ def main():
             if args.mode == "remicrobatch" and step == 1:  # microbatches of the same size, twice as many
                 schedule = ScheduleGPipe(stage, 4, loss_fn=loss_fn)
             n = BATCH * schedule._n_microbatches // 2
-            g = torch.Generator().manual_seed(step)
-            x, y = torch.randn(n, DIM, generator=g), torch.randint(0, 4, (n,), generator=g)
+            with span("batch") if args.mode == "remicrobatch" else contextlib.nullcontext():
+                g = torch.Generator().manual_seed(step)
+                x, y = torch.randn(n, DIM, generator=g), torch.randint(0, 4, (n,), generator=g)
         opt.zero_grad()
         losses = []
         if rank == 0:

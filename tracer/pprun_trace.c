@@ -246,7 +246,7 @@ static int pt_write_named(trace_event *ev, const char *phase_name, const char *n
         }
         /* a refused record is lost to the job as a full ring's is: counted
          * as dropped, which the dashboard and pprun stats show */
-        if (rc < 0) trace_ring_count_dropped(pt.ring);
+        if (rc < 0) trace_ring_count_dropped(pt.ring, 1);
     }
     pthread_mutex_unlock(&pt.mu);
     return rc < 0 ? pt_fail("%s", why) : rc;
@@ -260,9 +260,21 @@ static int pt_write(trace_event *ev, const char *phase_name) { return pt_write_n
 static int pt_refused(void) {
     char why[320];
     pthread_mutex_lock(&pt.mu);
-    if (pt_ready_locked("", why, sizeof why) == 1) trace_ring_count_dropped(pt.ring);
+    if (pt_ready_locked("", why, sizeof why) == 1) trace_ring_count_dropped(pt.ring, 1);
     pthread_mutex_unlock(&pt.mu);
     return -1;
+}
+
+PPRUN_TRACE_API int pprun_trace_count_dropped(int64_t n) {
+    if (n < 0 || n > PPRUN_TRACE_COUNT_DROPPED_MAX)
+        return pt_fail("pprun_trace_count_dropped: %lld records: out of range 0..%lld", (long long)n,
+                       (long long)PPRUN_TRACE_COUNT_DROPPED_MAX);
+    char why[320] = "";
+    pthread_mutex_lock(&pt.mu);
+    int rc = pt_ready_locked("count_dropped", why, sizeof why);
+    if (rc == 1) trace_ring_count_dropped(pt.ring, (uint64_t)n);
+    pthread_mutex_unlock(&pt.mu);
+    return rc < 0 ? pt_fail("%s", why) : rc;
 }
 
 /* pprun_trace_op and pprun_trace_gpu_op: one op of `source`. */

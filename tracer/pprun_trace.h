@@ -115,6 +115,18 @@ int pprun_trace_span(const char *name, int step, int microbatch, int stage, int 
  * nothing is recorded then). */
 int pprun_trace_schedule(const char *name, int ranks, int stages, int microbatches, const char *actions);
 
+/* Counts n records as dropped without writing them: records the program
+ * would have made and did not (it stopped tracing after a refusal, as
+ * pprun.torch does), so that the job shows them lost with those a full
+ * ring or a refusal dropped (ranks.dropped_events, pprun stats, the
+ * dashboard). n is 0 .. PPRUN_TRACE_COUNT_DROPPED_MAX per call (0 counts
+ * nothing); the rank's count saturates at INT64_MAX. Returns 1 counted,
+ * 0 not recording, -1 n out of range (nothing counted; pprun_trace_error
+ * names it), a broken environment, or a call from another process than
+ * the one that initialised (a forked child counts nothing). */
+#define PPRUN_TRACE_COUNT_DROPPED_MAX (1LL << 30)
+int pprun_trace_count_dropped(int64_t n);
+
 /* The reason for the latest -1 on this thread ("" when none). */
 const char *pprun_trace_error(void);
 

@@ -228,10 +228,11 @@ int trace_ring_write(trace_ring *ring, const trace_event *ev) {
     return 1;
 }
 
-void trace_ring_count_dropped(trace_ring *ring) {
+void trace_ring_count_dropped(trace_ring *ring, uint64_t n) {
     ring_header *h = ring->hdr; /* only this process writes `dropped`, as in trace_ring_write */
-    atomic_store_explicit(&h->dropped, atomic_load_explicit(&h->dropped, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+    uint64_t d = atomic_load_explicit(&h->dropped, memory_order_relaxed);
+    d = d > (uint64_t)INT64_MAX || n > (uint64_t)INT64_MAX - d ? (uint64_t)INT64_MAX : d + n;
+    atomic_store_explicit(&h->dropped, d, memory_order_relaxed);
 }
 
 /* Disables the ring: from now on it reads nothing and its drop count

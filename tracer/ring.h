@@ -36,10 +36,11 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err);
 /* Hot path: a few stores, no lock, no syscall, no allocation. Returns 1,
  * or 0 when the ring was full and the record was counted as dropped. */
 int trace_ring_write(trace_ring *ring, const trace_event *ev);
-/* Producer side: counts one record as dropped without writing it (a record
- * the producer's own checks refused: the job shows it lost, as a full
- * ring's). */
-void trace_ring_count_dropped(trace_ring *ring);
+/* Producer side: counts n records as dropped without writing them (a
+ * record the producer's own checks refused, or records a producer that
+ * stopped tracing did not make: the job shows them lost, as a full ring's).
+ * The counter saturates at INT64_MAX (what the store's integer holds). */
+void trace_ring_count_dropped(trace_ring *ring, uint64_t n);
 /* Records written and not read (peeked) yet; capacity in records. */
 size_t trace_ring_pending(const trace_ring *ring);
 size_t trace_ring_capacity(const trace_ring *ring);

@@ -62,7 +62,9 @@ class span:
     not a non-empty string raises ValueError (outside pprun too); a span
     the library refuses under pprun (a stage or microbatch outside the
     job's shape) is dropped, never raised: the first such says why in one
-    line on stderr, and each is counted as a dropped record."""
+    line on stderr, and each is counted as a dropped record. Once tracing
+    of the process stopped (pprun.torch, at a refused record) a span
+    records nothing and is counted as a dropped record."""
 
     def __init__(self, name, peer=-1, bytes=0, step=None, microbatch=-1, stage=-1):
         if not isinstance(name, str) or not name:
@@ -72,7 +74,8 @@ class span:
         self._starts = threading.local()
 
     def _record(self, t, t0):
-        if not t.on:
+        if not t.on:  # tracing stopped while the span ran: counted as lost (_trace.lost)
+            t.lost()
             return
         step = _step[0] if self.step is None else self.step
         if t.span(self.name, step, self.microbatch, self.stage, self.peer, self.bytes, t0, t.now()) < 0:
@@ -91,6 +94,8 @@ class span:
         t = _trace.tracer()
         if t is not None:
             self._record(t, self._starts.stack.pop())
+        else:
+            _trace.lost()  # after a stop: one record lost, counted (nothing outside pprun)
         return False
 
     def __call__(self, fn):
@@ -98,6 +103,7 @@ class span:
         def traced(*args, **kwargs):
             t = _trace.tracer()
             if t is None:
+                _trace.lost()
                 return fn(*args, **kwargs)
             t0 = t.now()
             try:

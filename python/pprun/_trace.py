@@ -5,7 +5,15 @@ beside the pprun binary). tracer() loads it once and returns the Tracer, or
 None when this process does not record: not under pprun, --trace off, a
 process the rank started (the ring's fd is the rank's alone), a child the
 rank forked (os.fork, a DataLoader worker: reset at the fork, so it records
-nothing and says nothing), or once tracing stopped (stop())."""
+nothing and says nothing), or once tracing stopped (stop()).
+
+After stop() the records the process would have made are counted, not
+written (Tracer.lost(): one increment each), and the count is added to
+the rank's drop counter (pprun_trace_count_dropped) by flush_lost(): at
+each training step's end (pprun.torch) and at exit, so that the job's
+"trace records lost" says how much is missing (docs/torch.md)."""
+import atexit
+import itertools
 import os
 import sys
 import threading
@@ -13,6 +21,7 @@ import threading
 _lock = threading.Lock()
 _tracer = None
 _loaded = False
+_stopped = None  # the Tracer once stop() stopped it, counting what is not recorded (lost())
 
 
 class Tracer:
@@ -26,6 +35,25 @@ class Tracer:
         self.lib = lib
         self.now = lib.pprun_trace_now_ns
         self.rank = int(os.environ.get("RANK", "0") or 0)
+        self.pid = os.getpid()  # a forked child's copy counts into nothing (flush_lost)
+        # records not made since the stop: next() is one increment, atomic
+        # under the GIL; the count is next()'s value less flush_lost's own calls
+        self._lost = itertools.count()
+        self._lost_reads = 0
+        self._lost_flushed = 0
+
+    def lost(self, n=1):
+        """Counts n records this process would have written and did not
+        (tracing stopped): added to the rank's drops at the next
+        flush_lost()."""
+        if n == 1:
+            next(self._lost)
+        else:
+            for _ in range(n):
+                next(self._lost)
+
+    def count_dropped(self, n):
+        return self.lib.pprun_trace_count_dropped(n)
 
     def error(self):
         return self.lib.pprun_trace_error().decode(errors="replace")
@@ -70,6 +98,8 @@ def _load(path):
     lib.pprun_trace_span.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
     lib.pprun_trace_schedule.restype = i
     lib.pprun_trace_schedule.argtypes = [ctypes.c_char_p, i, i, i, ctypes.c_char_p]
+    lib.pprun_trace_count_dropped.restype = i
+    lib.pprun_trace_count_dropped.argtypes = [ctypes.c_int64]
     return lib
 
 
@@ -109,26 +139,60 @@ def stop(why):
     """A record the library refused: tracing of this process stops (every
     later record is skipped, tracer() is None), said in one line on stderr;
     the program goes on. The refused record is counted as dropped by the
-    library, so the job shows it lost (docs/torch.md)."""
-    global _tracer
+    library, and every record skipped after it by lost() and flush_lost()
+    (at each step's end and at exit), so the job shows them lost
+    (docs/torch.md)."""
+    global _tracer, _stopped
     with _lock:
         t, _tracer = _tracer, None
+        if t is not None and t.on:
+            _stopped = t
     if t is not None and t.on:
         t.on = False
+        atexit.register(flush_lost)
         sys.stderr.write("pprun: rank %d: tracing stops, nothing more of this process is recorded: %s\n"
                          % (t.rank, why))
         sys.stderr.flush()
+
+
+def lost():
+    """One record of the program's own (pprun.span) not made because
+    tracing stopped: counted (Tracer.lost); nothing when tracing did not
+    stop (not under pprun, still recording, a forked child)."""
+    t = _stopped
+    if t is not None:
+        next(t._lost)
+
+
+def flush_lost():
+    """Adds the records counted by lost() since the last flush to the
+    rank's drop counter (pprun_trace_count_dropped); nothing in a forked
+    child (its parent's counter is not its own) or before a stop."""
+    t = _stopped
+    if t is None or t.pid != os.getpid():
+        return
+    with _lock:
+        t._lost_reads += 1
+        total = next(t._lost) - (t._lost_reads - 1)  # the increments before this read, less the earlier reads'
+        n, t._lost_flushed = total - t._lost_flushed, total
+        cap = 1 << 30  # PPRUN_TRACE_COUNT_DROPPED_MAX: a call's most
+        while n > 0:
+            if t.count_dropped(min(n, cap)) < 0:
+                sys.stderr.write("pprun: rank %d: %d records not made are not counted: %s\n" % (t.rank, n, t.error()))
+                sys.stderr.flush()
+                return
+            n -= min(n, cap)
 
 
 def _forked_child():
     """In a child the rank forked: the parent's tracer is not this
     process's (the ring takes one writer, and the library refuses a
     child's records), so the child records nothing, silently."""
-    global _lock, _tracer, _loaded
+    global _lock, _tracer, _loaded, _stopped
     _lock = threading.Lock()  # a thread of the parent may have held it at the fork
     if _tracer is not None:
         _tracer.on = False  # the child's copy: pprun.torch's reference to it records nothing either
-    _tracer, _loaded = None, True
+    _tracer, _loaded, _stopped = None, True, None  # and counts nothing (flush_lost: not its pid)
 
 
 os.register_at_fork(after_in_child=_forked_child)

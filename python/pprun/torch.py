@@ -29,7 +29,10 @@ and, at the first training step (one with a backward), declares the
 schedule: its class (jobs.schedule), its shape and this rank's plan,
 PyTorch's pipeline_order where the schedule has one, else the order it ran
 in. A record the library refuses stops tracing for the rest of the process
-(_trace.stop: one line on stderr; the library counts it as dropped).
+(_trace.stop: one line on stderr; the library counts it as dropped), and
+every record a wrapper would have written after it is counted instead
+(Tracer.lost), added to the rank's drops at each step's end and at exit
+(_trace.flush_lost).
 
 Host spans: on a GPU an op's span ends when its kernels are queued, not
 when they ran. On a CUDA device each F, B, W, BW and OPT also gets a gpu
@@ -88,6 +91,7 @@ def _record(phase, stage, mb, t0, peer=-1, nbytes=0, gpu=None):
     t = _st.t
     _gpu.end(gpu, phase, step, mb, stage)
     if not t.on:
+        t.lost()
         return
     if t.op(phase, step, mb, stage, peer, nbytes, t0, t.now()) < 0:
         _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
@@ -134,9 +138,12 @@ class _GpuTime:
         self.idle = {}                      # device -> the anchors' stream
 
     def begin(self, device):
-        """An op on device starts: (anchor, start event), or None off a GPU."""
-        if device is None or device.type != "cuda" or not _st.t.on:
+        """An op on device starts: (anchor, start event), or None off a
+        GPU; _LOST on a GPU once tracing stopped (end() counts it)."""
+        if device is None or device.type != "cuda":
             return None
+        if not _st.t.on:
+            return _LOST
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         step = pprun._step[0]
@@ -157,6 +164,9 @@ class _GpuTime:
     def end(self, begun, phase, step, mb, stage, nbytes=0):
         """The op begun (begin()'s) has been queued: its end event."""
         if begun is None:
+            return
+        if begun is _LOST:
+            _st.t.lost()
             return
         anchor, start, device = begun
         end = torch.cuda.Event(enable_timing=True)
@@ -183,7 +193,8 @@ class _GpuTime:
                     return
                 self.pending.popleft()
                 t = _st.t
-                if not t.on:
+                if not t.on:  # measured before tracing stopped, written after: lost, counted
+                    t.lost()
                     continue
                 # elapsed_time: ms between two completed events (about 0.5 us resolution)
                 t0 = host + int(anchor.elapsed_time(start) * 1e6)
@@ -193,13 +204,22 @@ class _GpuTime:
 
 
 _gpu = _GpuTime()
+_LOST = object()  # _GpuTime.begin()'s once tracing stopped: the gpu span is counted as lost
 
 
-def _gpu_at_exit():
+def _at_exit():
+    """The gpu spans still out are written, or counted as lost; then what
+    was not recorded since a stop is counted (_trace.flush_lost)."""
     try:
         _gpu.flush(wait=-1)
     except Exception as e:  # the CUDA context may already be gone: the spans still out are lost, said so
-        sys.stderr.write("pprun: rank %d: %d gpu spans lost at exit: %s\n" % (_st.t.rank, len(_gpu.pending), e))
+        n = len(_gpu.pending)
+        sys.stderr.write("pprun: rank %d: %d gpu spans lost at exit: %s\n" % (_st.t.rank, n, e))
+        if _st.t.on and n and _st.t.count_dropped(n) < 0:
+            sys.stderr.write("pprun: rank %d: the lost gpu spans are not counted: %s\n" % (_st.t.rank, _st.t.error()))
+        elif not _st.t.on:
+            _st.t.lost(n)
+    _trace.flush_lost()
 
 
 # ---- ops --------------------------------------------------------------------
@@ -282,11 +302,14 @@ class _Batch:
         if self.left > 0:
             return
         t, t1 = _st.t, _now()
-        if t.on:
-            for phase, stage, mb, peer, nbytes in self.ops:
-                if t.op(phase, self.step, mb, stage, peer, nbytes, self.t0, t1) < 0:
-                    _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
-                    break
+        if not t.on:
+            t.lost(len(self.ops))
+            return
+        for i, (phase, stage, mb, peer, nbytes) in enumerate(self.ops):
+            if t.op(phase, self.step, mb, stage, peer, nbytes, self.t0, t1) < 0:
+                _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
+                t.lost(len(self.ops) - i - 1)  # the batch's ops after the refused one
+                break
 
 
 class _Work:
@@ -383,6 +406,7 @@ def _wrap_step(orig):
             _gpu.flush()
         if first and not planned and order:
             _declare(self, " ".join(order))
+        _trace.flush_lost()
         return out
 
     return step
@@ -394,7 +418,7 @@ def _wrap_update_losses(orig):
         last = [s for s in (stages if isinstance(stages, list) else [stages]) if s.is_last]
         internal = list(getattr(self, "_internal_losses", ()))
         step, t = pprun._step[0], _st.t
-        if last and internal and t.on:
+        if last and internal:
             # global numbers: every replica's losses are kept; an evaluation's
             # (a schedule that computes losses in a forward-only step) apart
             replica = _st.replica if _st.eval is None else _st.eval[0]
@@ -402,9 +426,10 @@ def _wrap_update_losses(orig):
             first_mb = replica * len(internal)
             for mb, loss in enumerate(internal):
                 if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-                    if put(step, first_mb + mb, last[0].stage_index, float(loss)) < 0:
+                    if not t.on:  # tracing stopped (before, or at an earlier loss): counted as lost
+                        t.lost()
+                    elif put(step, first_mb + mb, last[0].stage_index, float(loss)) < 0:
                         _stop("%s of microbatch %d: %s" % (what, mb, t.error()))
-                        break
         return orig(self, stages, losses)
 
     return _update_losses
@@ -450,7 +475,9 @@ def _opt_post(opt, args, kwargs):
     (t0, g), step, t = begun, pprun._step[0], _st.t
     nbytes = _state_bytes(opt)
     _gpu.end(g, b"OPT", step, -1, -1, nbytes)
-    if t.on and t.op(b"OPT", step, -1, -1, -1, nbytes, t0, t.now()) < 0:
+    if not t.on:
+        t.lost()
+    elif t.op(b"OPT", step, -1, -1, -1, nbytes, t0, t.now()) < 0:
         _stop("OPT: %s" % t.error())
 
 
@@ -518,9 +545,11 @@ def _declare(sched, order):
     s0 = stages[0]
     name = getattr(sched, "_pprun_name", None) or type(sched).__name__
     t = _st.t
-    if not t.on:
-        return ""
     plan = order if order is not None else _plan_of(sched, s0)
+    if not t.on:
+        if plan:  # its head and its actions: counted as lost (an empty plan is declared from the order, later)
+            t.lost(1 + sum(1 for a in plan.split() if a != "."))
+        return plan
     _st.replica = _replica_of(s0)
     if t.schedule(name, s0.group_size, s0.num_stages, sched._n_microbatches, plan) < 0:
         _stop("the schedule %s: %s" % (name, t.error()))
@@ -581,7 +610,7 @@ def install():
                          % (torch.__version__, ", ".join(missing)))
         return False
     _st.t = t
-    atexit.register(_gpu_at_exit)
+    atexit.register(_at_exit)
     _optimizer.register_optimizer_step_pre_hook(_opt_pre)
     _optimizer.register_optimizer_step_post_hook(_opt_post)
     _replace(base, "forward_one_chunk", _wrap_forward)
