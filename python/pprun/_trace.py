@@ -8,12 +8,11 @@ rank forked (os.fork, a DataLoader worker: reset at the fork, so it records
 nothing and says nothing), or once tracing stopped (stop()).
 
 After stop() the records the process would have made are counted, not
-written (Tracer.lost(): one increment each), and the count is added to
+written (Tracer.lost(): a count), and the count is added to
 the rank's drop counter (pprun_trace_count_dropped) by flush_lost(): at
 each training step's end (pprun.torch) and at exit, so that the job's
 "trace records lost" says how much is missing (docs/torch.md)."""
 import atexit
-import itertools
 import os
 import sys
 import threading
@@ -36,21 +35,15 @@ class Tracer:
         self.now = lib.pprun_trace_now_ns
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.pid = os.getpid()  # a forked child's copy counts into nothing (flush_lost)
-        # records not made since the stop: next() is one increment, atomic
-        # under the GIL; the count is next()'s value less flush_lost's own calls
-        self._lost = itertools.count()
-        self._lost_reads = 0
-        self._lost_flushed = 0
+        self.not_made = 0  # records not made since the stop, not yet flushed (under _lock)
 
     def lost(self, n=1):
         """Counts n records this process would have written and did not
         (tracing stopped): added to the rank's drops at the next
-        flush_lost()."""
-        if n == 1:
-            next(self._lost)
-        else:
-            for _ in range(n):
-                next(self._lost)
+        flush_lost(). Only after a stop, when nothing is traced: the lock
+        costs no traced op anything."""
+        with _lock:
+            self.not_made += n
 
     def count_dropped(self, n):
         return self.lib.pprun_trace_count_dropped(n)
@@ -161,7 +154,7 @@ def lost():
     stop (not under pprun, still recording, a forked child)."""
     t = _stopped
     if t is not None:
-        next(t._lost)
+        t.lost()
 
 
 def flush_lost():
@@ -172,16 +165,14 @@ def flush_lost():
     if t is None or t.pid != os.getpid():
         return
     with _lock:
-        t._lost_reads += 1
-        total = next(t._lost) - (t._lost_reads - 1)  # the increments before this read, less the earlier reads'
-        n, t._lost_flushed = total - t._lost_flushed, total
-        cap = 1 << 30  # PPRUN_TRACE_COUNT_DROPPED_MAX: a call's most
-        while n > 0:
-            if t.count_dropped(min(n, cap)) < 0:
-                sys.stderr.write("pprun: rank %d: %d records not made are not counted: %s\n" % (t.rank, n, t.error()))
-                sys.stderr.flush()
-                return
-            n -= min(n, cap)
+        n, t.not_made = t.not_made, 0
+    cap = 1 << 30  # PPRUN_TRACE_COUNT_DROPPED_MAX: a call's most
+    while n > 0:
+        if t.count_dropped(min(n, cap)) < 0:
+            sys.stderr.write("pprun: rank %d: %d records not made are not counted: %s\n" % (t.rank, n, t.error()))
+            sys.stderr.flush()
+            return
+        n -= min(n, cap)
 
 
 def _forked_child():
