@@ -32,9 +32,20 @@ install_browser_driver() {
   [ "${PPRUN_NO_BROWSER:-0}" = 1 ] && return 0
   local here
   here="$(cd "$(dirname "$0")/.." && pwd)"
-  if [ ! -d "$here/tests/browser/node_modules/playwright-core" ]; then
-    echo "install-deps: npm ci --prefix tests/browser"
-    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$here/tests/browser" --no-audit --no-fund >/dev/null
+  # The pin (1.61: the last that runs on Debian 12's node 18; later ones
+  # refuse it) against what node_modules holds: a checkout that had another
+  # version installed gets the pinned one.
+  local want have
+  want="$(sed -n 's/.*"playwright-core": "\(.*\)".*/\1/p' "$here/tests/browser/package.json")"
+  have="$(sed -n 's/^  "version": "\(.*\)".*/\1/p' "$here/tests/browser/node_modules/playwright-core/package.json" 2>/dev/null || true)"
+  if [ "$have" != "$want" ]; then
+    echo "install-deps: npm ci --prefix tests/browser (playwright-core $want)"
+    if ! PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --prefix "$here/tests/browser" --no-audit --no-fund --loglevel=error \
+         >/dev/null; then
+      echo "install-deps: npm ci failed (above): the browser tests need playwright-core from the npm registry;" \
+           "PPRUN_NO_BROWSER=1 scripts/install-deps.sh installs the rest without it" >&2
+      exit 1
+    fi
   fi
 }
 
