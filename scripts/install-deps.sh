@@ -6,6 +6,9 @@ set -euo pipefail
 # python3: test_program runs examples/pipeline_demo.py, a traced Python program.
 packages=(build-essential cmake pkg-config libmicrohttpd-dev libsqlite3-dev libcjson-dev
           libcriterion-dev libopenblas-dev sqlite3 python3)
+# procps: tests look for processes left behind (pgrep, ps); a minimal
+# Debian root lacks it.
+packages+=(procps)
 # The fuzz build (scripts/test.sh fuzz, tests/fuzz/): clang and its libFuzzer.
 packages+=(clang libclang-rt-14-dev)
 # The PyTorch tests run torch 2.6 in a Debian trixie root made by
