@@ -854,6 +854,20 @@ Test(launch_multinode, a_host_name_with_control_characters_is_not_recorded) {
     sqlite3_close(db);
 }
 
+/* Waits for both nodes' launchers to end (node 1 up to 60 s, then node 0
+ * up to 30 s more); one that goes on is killed and the test fails, with
+ * what both said. */
+static void wait_both_nodes(lt_proc *n0, lt_proc *n1) {
+    int ended1 = lt_wait_within(n1, 60), ended0 = lt_wait_within(n0, 30);
+    lt_proc *nodes[2] = {n0, n1};
+    for (int k = 0; k < 2; k++)
+        if (!(k ? ended1 : ended0)) {
+            kill(nodes[k]->pid, SIGKILL);
+            lt_wait(nodes[k]);
+        }
+    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0->err, n1->err);
+}
+
 /* A rank of node 1 killed by SIGTERM that pprun did not send, and node
  * 1's launcher too once it reaped the rank (scancel's order when the
  * launcher hears of its rank first) while node 1's other rank is still
@@ -893,14 +907,7 @@ Test(launch_multinode, a_rank_stopped_from_outside_stops_every_node) {
     snprintf(path, sizeof path, "%s/go", dir);
     lt_touch(path);
     /* Before the fix both restarted, their ranks sleeping on: not waited for long. */
-    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
-    lt_proc *nodes[2] = {&n0, &n1};
-    for (int k = 0; k < 2; k++)
-        if (!(k ? ended1 : ended0)) {
-            kill(nodes[k]->pid, SIGKILL);
-            lt_wait(nodes[k]);
-        }
-    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    wait_both_nodes(&n0, &n1);
     cr_assert_eq(n1.status, 143, "%s", n1.err);
     cr_assert_eq(n0.status, 143, "%s", n0.err);
     const char *want = "stopped: rank 2 (local rank 0 on ";
@@ -942,14 +949,7 @@ Test(launch_multinode, a_rank_killed_by_sigterm_alone_fails_and_every_node_resta
         cr_assert_gt(rank1, 1);
         kill(rank1, SIGTERM);
     }
-    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
-    lt_proc *nodes[2] = {&n0, &n1};
-    for (int k = 0; k < 2; k++)
-        if (!(k ? ended1 : ended0)) {
-            kill(nodes[k]->pid, SIGKILL);
-            lt_wait(nodes[k]);
-        }
-    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    wait_both_nodes(&n0, &n1);
     for (int k = 0; k < 2; k++) {
         const lt_proc *n = k ? &n1 : &n0;
         cr_assert_eq(n->status, 1, "node %d: %s", k, n->err);
@@ -1128,14 +1128,7 @@ Test(launch_multinode, a_node_whose_csv_schedule_differs_refuses_and_node_0_name
     lt_proc n0, n1;
     lt_start(&n0, a0, NULL);
     lt_start(&n1, a1, NULL);
-    int ended1 = lt_wait_within(&n1, 60), ended0 = lt_wait_within(&n0, 30);
-    lt_proc *nodes[2] = {&n0, &n1};
-    for (int k = 0; k < 2; k++)
-        if (!(k ? ended1 : ended0)) {
-            kill(nodes[k]->pid, SIGKILL);
-            lt_wait(nodes[k]);
-        }
-    cr_assert(ended0 && ended1, "the nodes went on:\n%s\n%s", n0.err, n1.err);
+    wait_both_nodes(&n0, &n1);
     cr_assert_eq(n1.status, 1, "%s", n1.err);
     cr_assert_eq(n0.status, 1, "%s", n0.err);
     /* the digests as the nodes' own `pprun schedule` would not print them:
