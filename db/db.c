@@ -238,8 +238,8 @@ static int migrate(db *d, int64_t from, pp_err *err) {
  * so it is retried for the busy timeout, counted in time: each try may
  * itself wait in the busy handler. A file in rollback mode (made by
  * another SQLite program) needs every other connection gone for the
- * switch; one that keeps a transaction
- * open longer (a sqlite3 shell in BEGIN) is named, not waited for. */
+ * switch; one that keeps a transaction open longer (a sqlite3 shell in
+ * BEGIN) is named, not waited for. */
 static int switch_to_wal(db *d, pp_err *err) {
     struct timespec t0, now;
     clock_gettime(CLOCK_MONOTONIC, &t0);
