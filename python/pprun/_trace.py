@@ -36,6 +36,14 @@ class Tracer:
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.pid = os.getpid()  # a forked child's copy counts into nothing (flush_lost)
         self.not_made = 0  # records not made since the stop, not yet flushed (under _lock)
+        # The per-op calls are the library's functions themselves, no
+        # Python frame between (a traced step makes about 20 of them a rank):
+        # op and gpu_op(phase, step, mb, stage, peer, nbytes, t0, t1), loss
+        # and eval_loss(step, mb, stage, value), as tracer/pprun_trace.h.
+        self.op = lib.pprun_trace_op
+        self.gpu_op = lib.pprun_trace_gpu_op
+        self.loss = lib.pprun_trace_loss
+        self.eval_loss = lib.pprun_trace_eval_loss
 
     def lost(self, n=1):
         """Counts n records this process would have written and did not
@@ -50,18 +58,6 @@ class Tracer:
 
     def error(self):
         return self.lib.pprun_trace_error().decode(errors="replace")
-
-    def op(self, phase, step, mb, stage, peer, nbytes, t0, t1):
-        return self.lib.pprun_trace_op(phase, step, mb, stage, peer, nbytes, t0, t1)
-
-    def gpu_op(self, phase, step, mb, stage, peer, nbytes, t0, t1):
-        return self.lib.pprun_trace_gpu_op(phase, step, mb, stage, peer, nbytes, t0, t1)
-
-    def loss(self, step, mb, stage, value):
-        return self.lib.pprun_trace_loss(step, mb, stage, value)
-
-    def eval_loss(self, step, mb, stage, value):
-        return self.lib.pprun_trace_eval_loss(step, mb, stage, value)
 
     def span(self, name, step, mb, stage, peer, nbytes, t0, t1):
         return self.lib.pprun_trace_span(name.encode(), step, mb, stage, peer, nbytes, t0, t1)

@@ -85,11 +85,17 @@ def _now():
     return _st.t.now()
 
 
+def _begin(device):
+    """_gpu.begin(device), without its call off a GPU (every op on a CPU)."""
+    return None if device is None or device.type != "cuda" else _gpu.begin(device)
+
+
 def _record(phase, stage, mb, t0, peer=-1, nbytes=0, gpu=None):
     """The host span of an op from t0 to now; gpu: _GpuTime.begin()'s."""
     step = pprun._step[0]
     t = _st.t
-    _gpu.end(gpu, phase, step, mb, stage)
+    if gpu is not None:
+        _gpu.end(gpu, phase, step, mb, stage)
     if not t.on:
         t.lost()
         return
@@ -228,9 +234,10 @@ def _at_exit():
 def _wrap_forward(orig):
     @functools.wraps(orig)
     def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
-        t0, g = _now(), _gpu.begin(getattr(self, "device", None))
+        t0 = _st.t.now()
+        g = _begin(getattr(self, "device", None))
         out = orig(self, fwd_chunk_id, *args, **kwargs)
-        phase, mb = _phase_mb(b"F", fwd_chunk_id)
+        phase, mb = (b"F", fwd_chunk_id) if _st.eval is None else _phase_mb(b"F", fwd_chunk_id)
         _record(phase, self.stage_index, mb, t0, gpu=g)
         if _st.order is not None:
             _st.order.append("%dF%d" % (self.stage_index, fwd_chunk_id))
@@ -244,7 +251,8 @@ def _wrap_backward(orig):
     def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
         # (bwd_chunk_id, loss=None, full_backward=True, last_backward=False)
         full = kwargs.get("full_backward", args[1] if len(args) > 1 else True)
-        t0, g = _now(), _gpu.begin(getattr(self, "device", None))
+        t0 = _st.t.now()
+        g = _begin(getattr(self, "device", None))
         out = orig(self, bwd_chunk_id, *args, **kwargs)
         op = "BW" if full else "B"
         _record(op.encode(), self.stage_index, bwd_chunk_id, t0, gpu=g)
@@ -258,7 +266,8 @@ def _wrap_backward(orig):
 def _wrap_weight(orig):
     @functools.wraps(orig)
     def backward_weight_one_chunk(self, bwd_chunk_id, *args, **kwargs):
-        t0, g = _now(), _gpu.begin(getattr(self, "device", None))
+        t0 = _st.t.now()
+        g = _begin(getattr(self, "device", None))
         out = orig(self, bwd_chunk_id, *args, **kwargs)
         _record(b"W", self.stage_index, bwd_chunk_id, t0, gpu=g)
         if _st.order is not None:
@@ -277,7 +286,7 @@ def _wrap_get_ops(orig, phase):
     @functools.wraps(orig)
     def get_ops(self, chunk_id, *args, **kwargs):
         ops = orig(self, chunk_id, *args, **kwargs)
-        tag, mb = _phase_mb(phase, chunk_id)
+        tag, mb = (phase, chunk_id) if _st.eval is None else _phase_mb(phase, chunk_id)
         for op in ops:
             try:
                 op._pprun = (tag, self.stage_index, mb)
@@ -301,7 +310,8 @@ class _Batch:
         self.left -= 1
         if self.left > 0:
             return
-        t, t1 = _st.t, _now()
+        t = _st.t
+        t1 = t.now()
         if not t.on:
             t.lost(len(self.ops))
             return
@@ -334,7 +344,7 @@ class _Work:
 def _wrap_batch_p2p(orig):
     @functools.wraps(orig)
     def _batch_p2p(p2p_ops, *args, **kwargs):
-        t0 = _now()
+        t0 = _st.t.now()
         work = orig(p2p_ops, *args, **kwargs)
         if work is None:
             return work
@@ -441,16 +451,25 @@ def _state_bytes(opt):
     known = _st.opt_bytes.get(opt)
     if known is not None:
         return known
-    n, has_state = 0, False
+    n, has_state, state, tensor = 0, False, opt.state, torch.Tensor
     for group in opt.param_groups:
         for p in group["params"]:
-            n += p.numel() * p.element_size()
-            if p.grad is not None:
-                n += p.grad.numel() * p.grad.element_size()
-            for v in opt.state.get(p, {}).values():
-                if isinstance(v, torch.Tensor):
-                    has_state = True
-                    n += v.numel() * v.element_size()
+            # nbytes: numel() x element_size() in one call, but not defined for a sparse tensor
+            try:
+                n += p.nbytes
+            except RuntimeError:
+                n += p.numel() * p.element_size()
+            g = p.grad
+            if g is not None:
+                try:
+                    n += g.nbytes
+                except RuntimeError:
+                    n += g.numel() * g.element_size()
+            if state:  # none yet (every step of a stateless one, plain SGD): no look-up per parameter
+                for v in state.get(p, {}).values():
+                    if isinstance(v, tensor):
+                        has_state = True
+                        n += v.numel() * v.element_size()
     if has_state:
         _st.opt_bytes[opt] = n
     return n
@@ -465,7 +484,7 @@ def _device_of(opt):
 
 def _opt_pre(opt, args, kwargs):
     if _st.trained:
-        _st.opt_t0[id(opt)] = (_now(), _gpu.begin(_device_of(opt)))
+        _st.opt_t0[id(opt)] = (_now(), _begin(_device_of(opt)))
 
 
 def _opt_post(opt, args, kwargs):
