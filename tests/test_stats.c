@@ -452,6 +452,16 @@ static void dualpipev_predicted(const char *db, const char *model, int first) {
                   predicted, own);
 }
 
+/* The schedules the what-if under --recompute is held to, each within the
+ * share of its measured peak the tests below allow: exactly with the 1F1B
+ * job's chunks, 6% with two chunks a rank. */
+typedef struct recompute_run {
+    const char *schedule;
+    double within;
+} recompute_run;
+static const recompute_run recompute_runs[] = {
+    {"1f1b", 0.001}, {"gpipe", 0.001}, {"zb-h1", 0.001}, {"interleaved-1f1b", 0.06}, {"zb-v", 0.06}};
+
 /* Under --recompute a microbatch in flight holds what its F kept until its
  * B brings its activations back: the what-if of a 1F1B job replays each
  * schedule with the bytes the job held after F and after B, and a job run
@@ -465,11 +475,8 @@ static void dualpipev_predicted(const char *db, const char *model, int first) {
  * times the peak in flight: README's 23.6 MiB for gpipe). */
 Test(stats, under_recompute_each_schedules_predicted_peak_is_what_it_measures, .timeout = 300) {
     const char *db = tfix_path("recompute-whatif.db"), *model = "gpt:layers=8,dim=32,heads=2,seq=16,batch=2";
-    static const struct {
-        const char *schedule;
-        double within;
-    } runs[] = {{"1f1b", 0.001}, {"gpipe", 0.001}, {"zb-h1", 0.001}, {"interleaved-1f1b", 0.06}, {"zb-v", 0.06}};
-    int n = (int)(sizeof runs / sizeof runs[0]);
+    const recompute_run *runs = recompute_runs;
+    int n = (int)(sizeof recompute_runs / sizeof recompute_runs[0]);
     for (int i = 0; i <= n; i++) { /* the last: 1f1b without recompute */
         lt_proc run;
         lt_run(&run,
@@ -531,11 +538,8 @@ static double measured_peak(const char *db, int job) {
  * bytes against 723200 measured). */
 Test(stats, under_recompute_a_peak_at_the_recompute_is_predicted_for_each_schedule, .timeout = 300) {
     const char *db = tfix_path("recompute-moment.db"), *model = "gpt:layers=8,dim=16,heads=4,seq=32,batch=2";
-    static const struct {
-        const char *schedule;
-        double within;
-    } runs[] = {{"1f1b", 0.001}, {"gpipe", 0.001}, {"zb-h1", 0.001}, {"interleaved-1f1b", 0.06}, {"zb-v", 0.06}};
-    int n = (int)(sizeof runs / sizeof runs[0]);
+    const recompute_run *runs = recompute_runs;
+    int n = (int)(sizeof recompute_runs / sizeof recompute_runs[0]);
     for (int i = 0; i < n; i++) recompute_job(db, model, runs[i].schedule, "4", NULL);
     for (int i = 0; i < n; i++) {
         char sql[240];
