@@ -254,14 +254,22 @@ static int pt_write_named(trace_event *ev, const char *phase_name, const char *n
 
 static int pt_write(trace_event *ev, const char *phase_name) { return pt_write_named(ev, phase_name, NULL); }
 
+/* n records added to the ring's drop counter when this process records
+ * (pt_ready_locked's answer; why says why not). */
+static int pt_count_dropped(uint64_t n, const char *api, char *why, size_t wn) {
+    pthread_mutex_lock(&pt.mu);
+    int rc = pt_ready_locked(api, why, wn);
+    if (rc == 1) trace_ring_count_dropped(pt.ring, n);
+    pthread_mutex_unlock(&pt.mu);
+    return rc;
+}
+
 /* A record refused before its fields were checked (a bad phase or
  * name): counted as dropped when this process records, as pt_write_named
  * counts one with bad fields. Returns -1 (pt_error is the caller's). */
 static int pt_refused(void) {
     char why[320];
-    pthread_mutex_lock(&pt.mu);
-    if (pt_ready_locked("", why, sizeof why) == 1) trace_ring_count_dropped(pt.ring, 1);
-    pthread_mutex_unlock(&pt.mu);
+    pt_count_dropped(1, "", why, sizeof why);
     return -1;
 }
 
@@ -270,10 +278,7 @@ PPRUN_TRACE_API int pprun_trace_count_dropped(int64_t n) {
         return pt_fail("pprun_trace_count_dropped: %lld records: out of range 0..%lld", (long long)n,
                        (long long)PPRUN_TRACE_COUNT_DROPPED_MAX);
     char why[320] = "";
-    pthread_mutex_lock(&pt.mu);
-    int rc = pt_ready_locked("count_dropped", why, sizeof why);
-    if (rc == 1) trace_ring_count_dropped(pt.ring, (uint64_t)n);
-    pthread_mutex_unlock(&pt.mu);
+    int rc = pt_count_dropped((uint64_t)n, "count_dropped", why, sizeof why);
     return rc < 0 ? pt_fail("%s", why) : rc;
 }
 
