@@ -100,6 +100,51 @@ Test(program_lib, a_gpu_op_is_a_gpu_record_of_the_same_op) {
     trace_ring_close(ring);
 }
 
+/* An op packed in one struct (pprun_trace_op_packed: how the Python
+ * package records, one argument through ctypes): the same record as
+ * pprun_trace_op's or pprun_trace_gpu_op's, checked as they are; a
+ * record that is not one (NULL, a phase without its NUL, gpu not 0 or 1,
+ * reserved set) refused naming what, recording nothing, counted as
+ * dropped. */
+Test(program_lib, a_packed_op_is_the_same_op) {
+    trace_ring *ring = ring_in_env(64);
+    uint64_t t0 = pprun_trace_now_ns();
+    pprun_trace_op_record send = {.phase = "SEND_F", .step = 1, .microbatch = 3, .stage = 2, .peer = 3,
+                                  .bytes = 1024, .start_ns = t0, .end_ns = t0 + 50};
+    pprun_trace_op_record gpu = {.phase = "BW", .gpu = 1, .step = 1, .microbatch = 3, .stage = 2, .peer = -1,
+                                 .start_ns = t0 + 20, .end_ns = t0 + 400};
+    cr_assert_eq(pprun_trace_op_packed(&send), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op_packed(&gpu), 1, "%s", pprun_trace_error());
+    struct {
+        pprun_trace_op_record rec;
+        const char *message;
+    } bad[] = {
+        {{.peer = -1}, "pprun_trace_op_packed: phase: no NUL within its 16 bytes"},
+        {{.phase = "F", .gpu = 2, .peer = -1}, "pprun_trace_op_packed: gpu: must be 0 (a host span) or 1"},
+        {{.phase = "F", .reserved = 7, .peer = -1}, "pprun_trace_op_packed: reserved: must be 0"},
+        {{.phase = "F", .microbatch = 4, .peer = -1, .start_ns = 1, .end_ns = 2},
+         "pprun_trace F: microbatch 4: out of range 0..3"},
+        {{.phase = "KERNEL", .gpu = 1, .peer = -1}, "pprun_trace_gpu_op: phase 'KERNEL': expected F, B, W"},
+    };
+    memset(bad[0].rec.phase, 'F', sizeof bad[0].rec.phase); /* all 16 bytes: no NUL */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(pprun_trace_op_packed(&bad[i].rec), -1, "%s", bad[i].message);
+        lt_assert_has(pprun_trace_error(), bad[i].message);
+    }
+    cr_assert_eq(pprun_trace_op_packed(NULL), -1);
+    lt_assert_has(pprun_trace_error(), "pprun_trace_op_packed: no record (NULL)");
+    trace_event ev[8];
+    cr_assert_eq(trace_ring_read(ring, ev, 8), 2, "the refused ones record nothing");
+    cr_assert(ev[0].source == TRACE_SRC_CPU && ev[0].phase == TRACE_SEND_F && ev[0].step == 1 &&
+              ev[0].microbatch == 3 && ev[0].stage == 2 && ev[0].peer == 3 && ev[0].bytes == 1024 &&
+              ev[0].start_ns == t0 && ev[0].end_ns == t0 + 50 && ev[0].rank == 2 && ev[0].attempt == 1);
+    cr_assert(ev[1].source == TRACE_SRC_GPU && ev[1].phase == TRACE_BW && ev[1].start_ns == t0 + 20 &&
+              ev[1].end_ns == t0 + 400);
+    cr_assert_eq(trace_ring_dropped(ring), 6, "each refused record counts once");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
 Test(program_lib, bad_arguments_are_refused_naming_them_and_record_nothing) {
     trace_ring *ring = ring_in_env(64);
     cr_assert_eq(pprun_trace_init(), 1, "%s", pprun_trace_error());

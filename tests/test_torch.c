@@ -565,6 +565,23 @@ Test(torch, a_forked_worker_records_nothing_and_a_refused_span_never_raises, .ti
     lt_free(&p);
 }
 
+/* tests/torch_program.py --mode MODE run to its end (exit 0, both ranks
+ * done) with tracing stopped on both ranks, each saying so: rank 0
+ * at its F of stage 0 and rank 1 at its RECV_F of stage 1, of microbatch
+ * mb, for the reason that follows (why). */
+static void program_run_stopped(lt_proc *p, const char *db, const char *mode, int mb, const char *why) {
+    program_run(p, db, mode);
+    cr_assert_eq(p->status, 0, "exit %d\n%s\n%s", p->status, p->out, p->err);
+    cr_assert_eq(lt_count(p->out, "done rank"), 2, "%s\n%s", p->out, p->err);
+    char line[300];
+    snprintf(line, sizeof line, "pprun: rank 0: tracing stops, nothing more of this process is recorded: F of stage 0 "
+             "microbatch %d: %s", mb, why);
+    lt_assert_has(p->err, line);
+    snprintf(line, sizeof line, "pprun: rank 1: tracing stops, nothing more of this process is recorded: RECV_F of "
+             "stage 1 microbatch %d: %s", mb, why);
+    lt_assert_has(p->err, line);
+}
+
 /* A record the library refuses (here: a second training schedule of more
  * microbatches than the first declared) stops the rank's tracing; the job
  * succeeds, but does not look whole: each rank says so on stderr, and
@@ -587,13 +604,9 @@ Test(torch, a_forked_worker_records_nothing_and_a_refused_span_never_raises, .ti
 Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, .timeout = 300) {
     const char *db = tfix_path("remicrobatch.db");
     lt_proc p;
-    program_run(&p, db, "remicrobatch");
-    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
-    cr_assert_eq(lt_count(p.out, "done rank"), 2, "%s\n%s", p.out, p.err);
-    lt_assert_has(p.err, "pprun: rank 0: tracing stops, nothing more of this process is recorded: F of stage 0"
-                         " microbatch 2: pprun_trace F: microbatch 2: out of range 0..1");
-    lt_assert_has(p.err, "pprun: rank 1: tracing stops, nothing more of this process is recorded: RECV_F of stage 1"
-                         " microbatch 2: pprun_trace RECV_F: microbatch 2: out of range 0..1");
+    program_run_stopped(&p, db, "remicrobatch", 2, "pprun_trace ");
+    lt_assert_has(p.err, "F of stage 0 microbatch 2: pprun_trace F: microbatch 2: out of range 0..1");
+    lt_assert_has(p.err, "RECV_F of stage 1 microbatch 2: pprun_trace RECV_F: microbatch 2: out of range 0..1");
     sqlite3 *s = open_db(db);
     char buf[256];
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||microbatches FROM jobs"), "succeeded 2");
@@ -619,6 +632,30 @@ Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, 
     lt_assert_has(st.out, "\"dropped_events\":72,\"dropped_events_by_rank\":[33,39]");
     lt_free(&st);
     lt_assert_has(p.err, "; 72 trace records lost, not in these figures\n");
+    lt_free(&p);
+}
+
+/* A job past 2^31 - 1 steps (the program sets pprun's step counter there
+ * after step 0): a record's step no longer fits the record (a C int), the
+ * package refuses it as the library refuses a bad field, tracing stops
+ * with one line naming it, nothing is raised into the program, and every
+ * record of steps 1 and 2 is counted as dropped (GPipe of 2 microbatches:
+ * rank 0's F, SEND_F, BW, RECV_B two each and OPT; rank 1's RECV_F, F,
+ * BW, SEND_B two each, OPT and 2 losses). */
+Test(torch, a_step_past_what_a_record_holds_stops_tracing_and_is_counted, .timeout = 300) {
+    const char *db = tfix_path("longjob.db");
+    lt_proc p;
+    program_run_stopped(&p, db, "longjob", 0, "a number out of its range: 'i' format requires");
+    cr_assert_eq(lt_count(p.err, "Traceback"), 0, "%s", p.err);
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT max(step)||' '||count(*) FROM events"), "0 18",
+                     "step 0's records (9 a rank), nothing after");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(dropped_events) FROM (SELECT * FROM ranks "
+                                                "ORDER BY rank)"),
+                     "18,22");
+    sqlite3_close(s);
+    lt_assert_has(p.err, "; 40 trace records lost, not in these figures\n");
     lt_free(&p);
 }
 

@@ -14,6 +14,8 @@ prints "loss step=S microbatch=M value=V" and every rank "done rank R".
   pprun.span("batch").
 --mode raise: rank 1's stage raises RuntimeError("boom at step 1") in its
   forward at step 1.
+--mode longjob: after step 0, pprun's step counter is set to 2^31 - 1, as
+  if the job had run that many steps: the next is past what a record holds.
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
 import argparse
@@ -65,7 +67,7 @@ class Stage(nn.Module):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise"])
+    p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -101,6 +103,8 @@ def main():
         opt.step()
         for mb, loss in enumerate(losses):
             print("loss step=%d microbatch=%d value=%r" % (step, mb, loss.item()), flush=True)
+        if args.mode == "longjob" and step == 0:
+            pprun._step[0] = 2**31 - 1
     print("done rank %d" % rank, flush=True)
     dist.destroy_process_group()
 

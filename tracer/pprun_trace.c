@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +33,8 @@ static struct {
     int state;
     char init_error[256];
     trace_ring *ring;
-    pid_t pid; /* the process that attached: the ring takes one writer */
+    pid_t pid;  /* the process that attached: the ring takes one writer */
+    int forked; /* this is a child forked since (pt_forked_child): it must not write the ring */
     int rank, attempt;
     long microbatches, stages, world; /* bounds from the environment (or the program's schedule,
                                        * pprun_trace_schedule); 0 = not given. No step bound: below. */
@@ -44,6 +46,18 @@ static struct {
 } pt = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local char pt_error[320];
+
+/* After a fork, in the child: its copy of the tracer is its parent's, not
+ * its own (one writer per ring). A flag rather than getpid() against pt.pid
+ * on every record: getpid is a system call, about a microsecond in a busy
+ * rank, and a record's whole budget is a few (docs/torch.md, "What tracing
+ * costs"). The child has one thread, and mu as the fork caught it: held,
+ * if another of the parent's threads was recording, by a thread the child
+ * does not have; so it starts unlocked. */
+static void pt_forked_child(void) {
+    pthread_mutex_init(&pt.mu, NULL);
+    pt.forked = 1;
+}
 
 static int pt_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int pt_fail(const char *fmt, ...) {
@@ -84,7 +98,10 @@ static void pt_init_locked(void) {
     }
     /* A program the rank starts must not write the same ring too. */
     fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+    static int atfork_set;
+    if (!atfork_set && pthread_atfork(NULL, NULL, pt_forked_child) == 0) atfork_set = 1;
     pt.pid = getpid();
+    pt.forked = 0;
     pt.rank = (int)rank;
     pt.attempt = (int)attempt;
     pt.state = 1;
@@ -192,7 +209,7 @@ static int pt_ready_locked(const char *what, char *why, size_t n) {
         snprintf(why, n, "%s", pt.init_error);
         return -1;
     }
-    if (pt.state == 1 && getpid() != pt.pid) {
+    if (pt.state == 1 && pt.forked) {
         snprintf(why, n, "pprun_trace %s: process %d records for a rank that process %d traces; one process "
                  "per rank records (a forked child must not)", what, (int)getpid(), (int)pt.pid);
         return -1;
@@ -315,6 +332,25 @@ PPRUN_TRACE_API int pprun_trace_op(const char *phase, int step, int microbatch, 
 PPRUN_TRACE_API int pprun_trace_gpu_op(const char *phase, int step, int microbatch, int stage, int peer,
                                        uint64_t bytes, uint64_t start_ns, uint64_t end_ns) {
     return pt_op("pprun_trace_gpu_op", TRACE_SRC_GPU, phase, step, microbatch, stage, peer, bytes, start_ns, end_ns);
+}
+
+_Static_assert(sizeof(pprun_trace_op_record) == 64 && offsetof(pprun_trace_op_record, gpu) == 16 &&
+                   offsetof(pprun_trace_op_record, bytes) == 40,
+               "pprun_trace_op_record is the Python package's struct \"=16s6i3Q\" (python/pprun/_trace.py)");
+
+PPRUN_TRACE_API int pprun_trace_op_packed(const pprun_trace_op_record *rec) {
+    const char *bad = !rec                                            ? "no record (NULL)"
+                      : !memchr(rec->phase, '\0', sizeof rec->phase)  ? "phase: no NUL within its 16 bytes"
+                      : rec->gpu != 0 && rec->gpu != 1                ? "gpu: must be 0 (a host span) or 1 (a gpu span)"
+                      : rec->reserved != 0                            ? "reserved: must be 0"
+                                                                      : NULL;
+    if (bad) {
+        pt_fail("pprun_trace_op_packed: %s", bad);
+        return pt_refused();
+    }
+    return pt_op(rec->gpu ? "pprun_trace_gpu_op" : "pprun_trace_op", rec->gpu ? TRACE_SRC_GPU : TRACE_SRC_CPU,
+                 rec->phase, rec->step, rec->microbatch, rec->stage, rec->peer, rec->bytes, rec->start_ns,
+                 rec->end_ns);
 }
 
 PPRUN_TRACE_API int pprun_trace_loss(int step, int microbatch, int stage, double loss) {

@@ -73,6 +73,25 @@ int pprun_trace_op(const char *phase, int step, int microbatch, int stage, int p
 int pprun_trace_gpu_op(const char *phase, int step, int microbatch, int stage, int peer, uint64_t bytes,
                        uint64_t start_ns, uint64_t end_ns);
 
+/* pprun_trace_op's or pprun_trace_gpu_op's arguments in one record, for a
+ * caller whose foreign-function interface converts each argument at a
+ * cost: Python's ctypes passes one bytes object of this layout (struct
+ * format "=16s6i3Q") for a third of what eight numbers cost (pprun's
+ * Python package; docs/torch.md, "What tracing costs"). 64 bytes, no
+ * padding, in the host's byte order ("="). */
+typedef struct pprun_trace_op_record {
+    char phase[16];   /* as pprun_trace_op's, NUL-terminated within the 16 bytes */
+    int32_t gpu;      /* 0: a host span (pprun_trace_op), 1: a gpu span (pprun_trace_gpu_op) */
+    int32_t step, microbatch, stage, peer;
+    int32_t reserved; /* 0 */
+    uint64_t bytes, start_ns, end_ns;
+} pprun_trace_op_record;
+
+/* Records the op in *rec: checked and returned as pprun_trace_op (-1 too
+ * for a NULL rec, a phase without its NUL, gpu not 0 or 1, or reserved not
+ * 0, naming which). */
+int pprun_trace_op_packed(const pprun_trace_op_record *rec);
+
 /* Records the loss of one microbatch (on the last stage), as the dashboard's
  * loss curve shows it. In a job of several pipelines (data-parallel
  * replicas: PPRUN_DP_SIZE, or WORLD_SIZE over the ranks of the schedule

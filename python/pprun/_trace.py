@@ -14,13 +14,21 @@ each training step's end (pprun.torch) and at exit, so that the job's
 "trace records lost" says how much is missing (docs/torch.md)."""
 import atexit
 import os
+import struct
 import sys
 import threading
+import time
 
 _lock = threading.Lock()
 _tracer = None
 _loaded = False
 _stopped = None  # the Tracer once stop() stopped it, counting what is not recorded (lost())
+
+# An op for Tracer.put: pprun_trace_op_record (tracer/pprun_trace.h),
+# packed by OP.pack(phase, gpu, step, microbatch, stage, peer, 0, bytes,
+# start_ns, end_ns). One bytes argument costs ctypes a third of what eight
+# numbers do, and a traced step makes about 20 calls a rank.
+OP = struct.Struct("=16s6i3Q")
 
 
 class Tracer:
@@ -32,18 +40,21 @@ class Tracer:
 
     def __init__(self, lib):
         self.lib = lib
-        self.now = lib.pprun_trace_now_ns
+        # pprun's clock is CLOCK_MONOTONIC (base/pp.c: the library reads it
+        # through the TSC, within 1.5 us of the kernel's): Python's own read
+        # of it costs a twentieth of a call into the library, and a traced
+        # op reads it twice (docs/torch.md, "What tracing costs").
+        self.now = time.monotonic_ns
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.pid = os.getpid()  # a forked child's copy counts into nothing (flush_lost)
         self.not_made = 0  # records not made since the stop, not yet flushed (under _lock)
         # The per-op calls are the library's functions themselves, no
-        # Python frame between (a traced step makes about 20 of them a rank):
-        # op and gpu_op(phase, step, mb, stage, peer, nbytes, t0, t1), loss
-        # and eval_loss(step, mb, stage, value), as tracer/pprun_trace.h.
-        self.op = lib.pprun_trace_op
-        self.gpu_op = lib.pprun_trace_gpu_op
+        # Python frame between: put(OP.pack(...)) (pprun_trace_op_packed),
+        # loss and eval_loss(step, mb, stage, value), as tracer/pprun_trace.h.
+        self.put = lib.pprun_trace_op_packed
         self.loss = lib.pprun_trace_loss
         self.eval_loss = lib.pprun_trace_eval_loss
+        self.unpacked = None  # why the latest refuse(), for error()
 
     def lost(self, n=1):
         """Counts n records this process would have written and did not
@@ -56,8 +67,17 @@ class Tracer:
     def count_dropped(self, n):
         return self.lib.pprun_trace_count_dropped(n)
 
+    def refuse(self, e):
+        """An op OP.pack refused (a number past its C type: struct.error
+        e): refused as the library refuses a bad record, counted as
+        dropped; -1, and error() says why."""
+        self.count_dropped(1)
+        self.unpacked = "a number out of its range: %s" % e
+        return -1
+
     def error(self):
-        return self.lib.pprun_trace_error().decode(errors="replace")
+        why, self.unpacked = self.unpacked, None
+        return why or self.lib.pprun_trace_error().decode(errors="replace")
 
     def span(self, name, step, mb, stage, peer, nbytes, t0, t1):
         return self.lib.pprun_trace_span(name.encode(), step, mb, stage, peer, nbytes, t0, t1)
@@ -72,17 +92,11 @@ def _load(path):
     lib = ctypes.CDLL(path)
     u64, i = ctypes.c_uint64, ctypes.c_int
     lib.pprun_trace_init.restype = i
-    lib.pprun_trace_now_ns.restype = u64
-    lib.pprun_trace_now_ns.argtypes = []
     lib.pprun_trace_error.restype = ctypes.c_char_p
-    lib.pprun_trace_op.restype = i
-    lib.pprun_trace_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
-    lib.pprun_trace_gpu_op.restype = i
-    lib.pprun_trace_gpu_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
-    lib.pprun_trace_loss.restype = i
-    lib.pprun_trace_loss.argtypes = [i, i, i, ctypes.c_double]
-    lib.pprun_trace_eval_loss.restype = i
-    lib.pprun_trace_eval_loss.argtypes = [i, i, i, ctypes.c_double]
+    lib.pprun_trace_op_packed.restype = i  # no argtypes: a bytes object (OP) goes as its pointer, unconverted
+    for f in (lib.pprun_trace_loss, lib.pprun_trace_eval_loss):
+        f.restype = i
+        f.argtypes = [i, i, i, ctypes.c_double]
     lib.pprun_trace_span.restype = i
     lib.pprun_trace_span.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]
     lib.pprun_trace_schedule.restype = i

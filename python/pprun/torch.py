@@ -44,8 +44,10 @@ import functools
 import importlib
 import inspect
 import os
+import struct
 import sys
 import threading
+import time
 import weakref
 
 import torch
@@ -72,7 +74,7 @@ class _State:
         self.order = None        # the actions run in the first training step, while recording it
         self.replica = 0         # this rank's pipeline among the job's data-parallel replicas (_replica_of)
         self.opt_t0 = {}         # optimizer id -> its step's start
-        self.opt_bytes = weakref.WeakKeyDictionary()
+        self.opt_info = weakref.WeakKeyDictionary()  # optimizer -> _opt_info()
         self.lock = threading.Lock()
         self.in_step = False     # inside a wrapped step() (one step, whichever class's step() it reaches)
 
@@ -81,26 +83,10 @@ _st = _State()
 _installed = False
 
 
-def _now():
-    return _st.t.now()
-
-
-def _begin(device):
-    """_gpu.begin(device), without its call off a GPU (every op on a CPU)."""
-    return None if device is None or device.type != "cuda" else _gpu.begin(device)
-
-
-def _record(phase, stage, mb, t0, peer=-1, nbytes=0, gpu=None):
-    """The host span of an op from t0 to now; gpu: _GpuTime.begin()'s."""
-    step = pprun._step[0]
-    t = _st.t
-    if gpu is not None:
-        _gpu.end(gpu, phase, step, mb, stage)
-    if not t.on:
-        t.lost()
-        return
-    if t.op(phase, step, mb, stage, peer, nbytes, t0, t.now()) < 0:
-        _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
+# The clock of every record (_trace.Tracer.now) and the packing of an op
+# (_trace.OP), each read without a look-up.
+_clock = time.monotonic_ns
+_pack = _trace.OP.pack
 
 
 def _stop(why):
@@ -160,7 +146,7 @@ class _GpuTime:
                 if stream is None:
                     stream = self.idle[device] = torch.cuda.Stream(device=device)
                 ev = torch.cuda.Event(enable_timing=True)
-                t0 = _now()
+                t0 = _clock()
                 ev.record(stream)
                 anchor = self.anchors[device] = (step, t0, ev)
         start = torch.cuda.Event(enable_timing=True)
@@ -205,7 +191,11 @@ class _GpuTime:
                 # elapsed_time: ms between two completed events (about 0.5 us resolution)
                 t0 = host + int(anchor.elapsed_time(start) * 1e6)
                 t1 = max(t0, host + int(anchor.elapsed_time(end) * 1e6))
-                if t.gpu_op(phase, step, mb, stage, -1, nbytes, max(t0, 0), max(t1, 0)) < 0:
+                try:
+                    rc = t.put(_pack(phase, 1, step, mb, stage, -1, 0, nbytes, max(t0, 0), max(t1, 0)))
+                except struct.error as e:
+                    rc = t.refuse(e)
+                if rc < 0:
                     _stop("gpu span of %s, stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
 
 
@@ -231,50 +221,43 @@ def _at_exit():
 # ---- ops --------------------------------------------------------------------
 
 
-def _wrap_forward(orig):
+def _wrap_compute(orig, op):
+    """forward_one_chunk (op b"F"), backward_one_chunk (b"BW": PyTorch's
+    full backward; b"B" when the schedule splits it, full_backward=False)
+    and backward_weight_one_chunk (b"W"): the op's host span, and its gpu
+    span on a CUDA device. One body for the three, every step's hottest
+    path, with no call of pprun's own between the op and the library
+    (docs/torch.md, "What tracing costs")."""
+
     @functools.wraps(orig)
-    def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
-        t0 = _st.t.now()
-        g = _begin(getattr(self, "device", None))
-        out = orig(self, fwd_chunk_id, *args, **kwargs)
-        phase, mb = (b"F", fwd_chunk_id) if _st.eval is None else _phase_mb(b"F", fwd_chunk_id)
-        _record(phase, self.stage_index, mb, t0, gpu=g)
+    def wrapper(self, chunk_id, *args, **kwargs):
+        device = self.device
+        g = None if device.type != "cuda" else _gpu.begin(device)
+        t0 = _clock()
+        out = orig(self, chunk_id, *args, **kwargs)
+        t1 = _clock()
+        phase, mb, stage, step, t = op, chunk_id, self.stage_index, pprun._step[0], _st.t
+        # backward_one_chunk(bwd_chunk_id, loss=None, full_backward=True, last_backward=False)
+        if op == b"BW" and not kwargs.get("full_backward", args[1] if len(args) > 1 else True):
+            phase = b"B"
+        elif op == b"F" and _st.eval is not None:
+            phase, mb = _phase_mb(op, mb)
+        if g is not None:
+            _gpu.end(g, phase, step, mb, stage)
+        if not t.on:
+            t.lost()
+        else:
+            try:
+                rc = t.put(_pack(phase, 0, step, mb, stage, -1, 0, 0, t0, t1))
+            except struct.error as e:
+                rc = t.refuse(e)
+            if rc < 0:
+                _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
         if _st.order is not None:
-            _st.order.append("%dF%d" % (self.stage_index, fwd_chunk_id))
+            _st.order.append("%d%s%d" % (stage, phase.decode(), chunk_id))
         return out
 
-    return forward_one_chunk
-
-
-def _wrap_backward(orig):
-    @functools.wraps(orig)
-    def backward_one_chunk(self, bwd_chunk_id, *args, **kwargs):
-        # (bwd_chunk_id, loss=None, full_backward=True, last_backward=False)
-        full = kwargs.get("full_backward", args[1] if len(args) > 1 else True)
-        t0 = _st.t.now()
-        g = _begin(getattr(self, "device", None))
-        out = orig(self, bwd_chunk_id, *args, **kwargs)
-        op = "BW" if full else "B"
-        _record(op.encode(), self.stage_index, bwd_chunk_id, t0, gpu=g)
-        if _st.order is not None:
-            _st.order.append("%d%s%d" % (self.stage_index, op, bwd_chunk_id))
-        return out
-
-    return backward_one_chunk
-
-
-def _wrap_weight(orig):
-    @functools.wraps(orig)
-    def backward_weight_one_chunk(self, bwd_chunk_id, *args, **kwargs):
-        t0 = _st.t.now()
-        g = _begin(getattr(self, "device", None))
-        out = orig(self, bwd_chunk_id, *args, **kwargs)
-        _record(b"W", self.stage_index, bwd_chunk_id, t0, gpu=g)
-        if _st.order is not None:
-            _st.order.append("%dW%d" % (self.stage_index, bwd_chunk_id))
-        return out
-
-    return backward_weight_one_chunk
+    return wrapper
 
 
 # ---- sends and receives -----------------------------------------------------
@@ -287,82 +270,93 @@ def _wrap_get_ops(orig, phase):
     def get_ops(self, chunk_id, *args, **kwargs):
         ops = orig(self, chunk_id, *args, **kwargs)
         tag, mb = (phase, chunk_id) if _st.eval is None else _phase_mb(phase, chunk_id)
-        for op in ops:
-            try:
-                op._pprun = (tag, self.stage_index, mb)
-            except AttributeError:
-                pass
+        tag = (tag, self.stage_index, mb)
+        try:
+            for op in ops:
+                op._pprun = tag
+        except AttributeError:  # a P2POp that takes no attribute (slots): its span is not recorded
+            pass
         return ops
 
     return get_ops
 
 
-class _Batch:
-    """The ops of one batched p2p: their spans end when the last Work of the
-    batch has been waited for (one Work in torch 2.6, a list later)."""
-
-    __slots__ = ("ops", "t0", "step", "left")
-
-    def __init__(self, ops, t0, left):
-        self.ops, self.t0, self.step, self.left = ops, t0, pprun._step[0], left
-
-    def done(self):
-        self.left -= 1
-        if self.left > 0:
-            return
-        t = _st.t
-        t1 = t.now()
-        if not t.on:
-            t.lost(len(self.ops))
-            return
-        for i, (phase, stage, mb, peer, nbytes) in enumerate(self.ops):
-            if t.op(phase, self.step, mb, stage, peer, nbytes, self.t0, t1) < 0:
-                _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
-                t.lost(len(self.ops) - i - 1)  # the batch's ops after the refused one
-                break
-
-
 class _Work:
-    """One Work of a batched p2p: its wait() counts towards the batch's end."""
+    """A Work of one batched p2p: the spans of the batch's ops (ops: (phase,
+    stage, microbatch, peer, bytes) each) end when the last of its Works
+    has been waited for: torch 2.6 returns one Work (left None), later
+    torch every Work of the batch, which share one count of those not yet
+    waited for (left: a list of one int). Two calls of pprun's own per
+    batch (its __init__ and wait), a batch being most of a step's records."""
 
-    __slots__ = ("_work", "_batch", "_done")
+    __slots__ = ("_work", "_ops", "_t0", "_step", "_left", "_done")
 
-    def __init__(self, work, batch):
-        self._work, self._batch, self._done = work, batch, False
+    def __init__(self, work, ops, t0, left):
+        self._work, self._ops, self._t0, self._step, self._left, self._done = work, ops, t0, pprun._step[0], left, False
 
     def wait(self, *args, **kwargs):
         out = self._work.wait(*args, **kwargs)
-        if not self._done:
-            self._done = True
-            self._batch.done()
+        if self._done:
+            return out
+        self._done = True
+        left = self._left
+        if left is not None:
+            left[0] -= 1
+            if left[0] > 0:
+                return out
+        t1 = _clock()
+        t, ops = _st.t, self._ops
+        if not t.on:
+            t.lost(len(ops))
+            return out
+        for i, (phase, stage, mb, peer, nbytes) in enumerate(ops):
+            try:
+                rc = t.put(_pack(phase, 0, self._step, mb, stage, peer, 0, nbytes, self._t0, t1))
+            except struct.error as e:
+                rc = t.refuse(e)
+            if rc < 0:
+                _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
+                t.lost(len(ops) - i - 1)  # the batch's ops after the refused one
+                break
         return out
 
     def __getattr__(self, name):
         return getattr(self._work, name)
 
 
+class _NoWork:
+    """What a batch without a Work waits for: nothing."""
+
+    @staticmethod
+    def wait(*args, **kwargs):
+        return None
+
+
+_NO_WORK = _NoWork()
+
+
 def _wrap_batch_p2p(orig):
     @functools.wraps(orig)
     def _batch_p2p(p2p_ops, *args, **kwargs):
-        t0 = _st.t.now()
+        t0 = _clock()
         work = orig(p2p_ops, *args, **kwargs)
         if work is None:
             return work
         ops = []
         for op in p2p_ops:
             tag = getattr(op, "_pprun", None)
-            if tag is not None:
-                tensor = op.tensor
-                ops.append((tag[0], tag[1], tag[2], op.peer, tensor.numel() * tensor.element_size()))
+            if tag is not None:  # a p2p tensor is dense: nbytes is numel() x element_size()
+                ops.append((tag[0], tag[1], tag[2], op.peer, op.tensor.nbytes))
         if not ops:
             return work
-        if isinstance(work, (list, tuple)):  # torch >= 2.8: every Work of the batch, each waited for
-            batch = _Batch(ops, t0, len(work))
-            if not work:
-                batch.left = 1
-                batch.done()
-            return [_Work(w, batch) for w in work]
-        return _Work(work, _Batch(ops, t0, 1))  # torch 2.6: the batch's last Work
+        if not isinstance(work, (list, tuple)):
+            return _Work(work, ops, t0, None)  # torch 2.6: the batch's last Work
+        # torch >= 2.8: every Work of the batch, each waited for
+        if not work:  # none to wait for: the batch's spans end now
+            _Work(_NO_WORK, ops, t0, None).wait()
+            return work
+        left = [len(work)]
+        return [_Work(w, ops, t0, left) for w in work]
 
     return _batch_p2p
 
@@ -446,12 +440,8 @@ def _wrap_update_losses(orig):
 
 
 def _state_bytes(opt):
-    """Bytes of an optimizer's parameters, gradients and state (measured
-    until its state exists, then kept: its size no longer changes)."""
-    known = _st.opt_bytes.get(opt)
-    if known is not None:
-        return known
-    n, has_state, state, tensor = 0, False, opt.state, torch.Tensor
+    """Bytes of an optimizer's parameters, gradients and state."""
+    n, state, tensor = 0, opt.state, torch.Tensor
     for group in opt.param_groups:
         for p in group["params"]:
             # nbytes: numel() x element_size() in one call, but not defined for a sparse tensor
@@ -468,35 +458,45 @@ def _state_bytes(opt):
             if state:  # none yet (every step of a stateless one, plain SGD): no look-up per parameter
                 for v in state.get(p, {}).values():
                     if isinstance(v, tensor):
-                        has_state = True
                         n += v.numel() * v.element_size()
-    if has_state:
-        _st.opt_bytes[opt] = n
     return n
 
 
-def _device_of(opt):
-    for group in opt.param_groups:
-        for p in group["params"]:
-            return p.device
-    return None
+def _opt_info(opt):
+    """(state entries, parameter groups, bytes, device) of an optimizer,
+    measured after a step (_state_bytes) and kept while it has as many
+    state entries and parameter groups: its sizes do not change between
+    steps, and a step's wrappers do not measure them again (the state
+    appears at the first step: Adam's moments, SGD's momentum)."""
+    info = _st.opt_info.get(opt)
+    if info is None or info[0] != len(opt.state) or info[1] != len(opt.param_groups):
+        device = next((p.device for group in opt.param_groups for p in group["params"]), None)
+        info = _st.opt_info[opt] = (len(opt.state), len(opt.param_groups), _state_bytes(opt), device)
+    return info
 
 
 def _opt_pre(opt, args, kwargs):
     if _st.trained:
-        _st.opt_t0[id(opt)] = (_now(), _begin(_device_of(opt)))
+        device = _opt_info(opt)[3]
+        _st.opt_t0[id(opt)] = (_clock(), _gpu.begin(device))
 
 
 def _opt_post(opt, args, kwargs):
     begun = _st.opt_t0.pop(id(opt), None)
     if begun is None:
         return
+    t1 = _clock()
     (t0, g), step, t = begun, pprun._step[0], _st.t
-    nbytes = _state_bytes(opt)
+    nbytes = _opt_info(opt)[2]
     _gpu.end(g, b"OPT", step, -1, -1, nbytes)
     if not t.on:
         t.lost()
-    elif t.op(b"OPT", step, -1, -1, -1, nbytes, t0, t.now()) < 0:
+        return
+    try:
+        rc = t.put(_pack(b"OPT", 0, step, -1, -1, -1, 0, nbytes, t0, t1))
+    except struct.error as e:
+        rc = t.refuse(e)
+    if rc < 0:
         _stop("OPT: %s" % t.error())
 
 
@@ -632,9 +632,9 @@ def install():
     atexit.register(_at_exit)
     _optimizer.register_optimizer_step_pre_hook(_opt_pre)
     _optimizer.register_optimizer_step_post_hook(_opt_post)
-    _replace(base, "forward_one_chunk", _wrap_forward)
-    _replace(base, "backward_one_chunk", _wrap_backward)
-    _replace(base, "backward_weight_one_chunk", _wrap_weight)
+    _replace(base, "forward_one_chunk", _wrap_compute, b"F")
+    _replace(base, "backward_one_chunk", _wrap_compute, b"BW")
+    _replace(base, "backward_weight_one_chunk", _wrap_compute, b"W")
     _replace(base, "get_fwd_send_ops", _wrap_get_ops, b"SEND_F")
     _replace(base, "get_fwd_recv_ops", _wrap_get_ops, b"RECV_F")
     _replace(base, "get_bwd_send_ops", _wrap_get_ops, b"SEND_B")
