@@ -595,12 +595,17 @@ Test(attack, stdout_on_a_full_device_exits_1_for_every_command) {
 /* `pprun export` holds standard output whole in an anonymous file under
  * $TMPDIR; a $TMPDIR with no room (a small tmpfs on a cluster node; here a
  * file-size limit) while stdout has room: exit 1 naming that folder and
- * what to do, nothing on stdout. It said "disk full?" of stdout's disk. */
+ * what to do, nothing on stdout. It said "disk full?" of stdout's disk.
+ * The limit, `ulimit -f 64` in sh, is 64 blocks of 512 bytes: room for the
+ * database's -shm (SQLite's reader writes it) and not for the export, of a
+ * job of 6 steps (about 190 KB; make_db's single step made about 33 KB,
+ * which fitted now and then). */
 Test(attack, a_full_tmpdir_under_exports_stdout_is_named) {
     wipe();
-    make_db();
+    int rc = pprun("run --model timed:f=1ms,b=1ms,w=1ms --steps 6 --nproc-per-node 2 --progress off --db t.db");
+    cr_assert_eq(rc, 0, "%s", out);
     make_folder("spool");
-    int rc = run_in("trap '' XFSZ; ulimit -f 64; TMPDIR=\"$PWD/spool\"", "trace.json", "export --db t.db");
+    rc = run_in("trap '' XFSZ; ulimit -f 64; TMPDIR=\"$PWD/spool\"", "trace.json", "export --db t.db");
     cr_assert_eq(rc, 1, "exit %d:\n%s", rc, out);
     cr_assert(strstr(out, "standard output is held whole in a temporary file under ") && strstr(out, "/spool ($TMPDIR)") &&
                   strstr(out, "set TMPDIR to a folder with room, or give --out FILE"),

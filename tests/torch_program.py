@@ -3,6 +3,9 @@ that does what users' programs do and examples/torch_pipeline.py does not
 (docs/torch.md). Two ranks, one stage each, ScheduleGPipe of 2
 microbatches (loss: cross entropy over 4 classes), 3 steps; the last stage
 prints "loss step=S microbatch=M value=V" and every rank "done rank R".
+Its stage's device is the string "cpu", as a program may give it
+(PipelineStage keeps it as given; examples/torch_pipeline.py gives a
+torch.device).
 
 --mode loader: the batches come from a DataLoader with 2 worker processes
   (forked), whose dataset marks each item with pprun.span("load"); each
@@ -74,7 +77,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     module = Stage(rank, args.mode == "raise")
-    stage = PipelineStage(module, rank, world, torch.device("cpu"))
+    stage = PipelineStage(module, rank, world, "cpu")  # a string, as PipelineStage takes it too
     loss_fn = nn.CrossEntropyLoss()
     schedule = ScheduleGPipe(stage, 2, loss_fn=loss_fn)
     opt = torch.optim.SGD(module.parameters(), lr=0.05)

@@ -132,7 +132,14 @@ class _GpuTime:
     def begin(self, device):
         """An op on device starts: (anchor, start event), or None off a
         GPU; _LOST on a GPU once tracing stopped (end() counts it)."""
-        if device is None or device.type != "cuda":
+        if device is None:
+            return None
+        if not isinstance(device, torch.device):  # PipelineStage keeps its device as given: "cuda:0", 0
+            try:
+                device = torch.device(device)
+            except (RuntimeError, TypeError, ValueError):
+                return None
+        if device.type != "cuda":
             return None
         if not _st.t.on:
             return _LOST
@@ -231,8 +238,8 @@ def _wrap_compute(orig, op):
 
     @functools.wraps(orig)
     def wrapper(self, chunk_id, *args, **kwargs):
-        device = self.device
-        g = None if device.type != "cuda" else _gpu.begin(device)
+        device = getattr(self, "device", None)  # a torch.device, or as the program gave it ("cpu")
+        g = None if getattr(device, "type", None) == "cpu" else _gpu.begin(device)
         t0 = _clock()
         out = orig(self, chunk_id, *args, **kwargs)
         t1 = _clock()
