@@ -61,7 +61,7 @@ static const char *const alternate = PPRUN_SOURCE_DIR "/bench/torch_alternate.py
 typedef struct run {
     int steps;
     double *step_s, *cpu_s;
-    double records;      /* a traced job's records (events and losses) per step recorded, every rank's */
+    double records;      /* the step-by-step job's records (events and losses) per step recorded, every rank's */
     double launcher_cpu; /* `pprun run`'s own threads (s) */
     double job_cpu;      /* `pprun run` and everything it waited for (s) */
 } run;
@@ -216,7 +216,7 @@ static int run_job(const char *program, int traced, const char *schedule, int st
     r->job_cpu = (double)use.ru_utime.tv_sec + use.ru_utime.tv_usec / 1e6 + (double)use.ru_stime.tv_sec +
                  use.ru_stime.tv_usec / 1e6;
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && out && parse_output(out, r) == 0;
-    if (ok && traced) r->records = records_per_step(db);
+    if (ok && program == alternate) r->records = records_per_step(db); /* what step_by_step reports */
     if (!ok) fprintf(stderr, "bench_torch_overhead: the %s job failed:\n%s\n", traced ? "traced" : "untraced", out ? out : "");
     free(out);
     char rm[1700];

@@ -471,10 +471,11 @@ def _state_bytes(opt):
 
 def _opt_info(opt):
     """(state entries, parameter groups, bytes, device) of an optimizer,
-    measured after a step (_state_bytes) and kept while it has as many
-    state entries and parameter groups: its sizes do not change between
-    steps, and a step's wrappers do not measure them again (the state
-    appears at the first step: Adam's moments, SGD's momentum)."""
+    measured when first seen (_state_bytes) and again whenever its count of
+    state entries or parameter groups changed since: its sizes do not
+    change between steps otherwise, so a step's hooks do not measure them
+    again (the state appears during the first step, Adam's moments, SGD's
+    momentum: measured again after it)."""
     info = _st.opt_info.get(opt)
     if info is None or info[0] != len(opt.state) or info[1] != len(opt.param_groups):
         device = next((p.device for group in opt.param_groups for p in group["params"]), None)
