@@ -6,6 +6,9 @@ set -euo pipefail
 # python3: test_program runs examples/pipeline_demo.py, a traced Python program.
 packages=(build-essential cmake pkg-config libmicrohttpd-dev libsqlite3-dev libcjson-dev
           libcriterion-dev libopenblas-dev sqlite3 python3)
+# python3-dev: Python's headers, for pprun._op (python/pprun/_op.c), the
+# package's per-op call without ctypes; without them it records through ctypes.
+packages+=(python3-dev)
 # procps: tests look for processes left behind (pgrep, ps); a minimal
 # Debian root lacks it.
 packages+=(procps)

@@ -828,17 +828,26 @@ Test(program_run, a_python_program_traces_through_ctypes, .timeout = 120) {
     sqlite3_close(s);
 }
 
+/* A program's text written as DIR/file, DIR a new directory of the test's
+ * (tfix_mkdir(dir_name), returned); its path into path. */
+static const char *write_program(const char *dir_name, const char *file, const char *text, char *path, size_t n) {
+    const char *dir = tfix_mkdir(dir_name);
+    snprintf(path, n, "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s", path);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "%s", path);
+    return dir;
+}
+
 /* `pprun run -m MODULE` runs python3 -m MODULE as torchrun does, and a
  * program's job has no step bound: a module that records spans of steps
  * 0-4 under --steps 2 keeps all five, and jobs.steps becomes 5. */
 Test(program_run, a_module_runs_as_many_steps_as_it_likes, .timeout = 120) {
-    const char *dir = tfix_mkdir("module");
     char path[512], pythonpath[600];
-    snprintf(path, sizeof path, "%s/five_steps.py", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs("import pprun\nfor k in range(5):\n    with pprun.span('s', step=k):\n        pass\n", f);
-    fclose(f);
+    const char *dir = write_program("module", "five_steps.py",
+                                    "import pprun\nfor k in range(5):\n    with pprun.span('s', step=k):\n        pass\n",
+                                    path, sizeof path);
     snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=%s", dir);
     const char *db = tfix_path("module.db");
     const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--steps", "2", "-m", "five_steps", NULL};
@@ -865,31 +874,27 @@ Test(program_run, a_module_runs_as_many_steps_as_it_likes, .timeout = 120) {
  * value (the phase escaped, no raw ESC on the terminal); the program's
  * good records are all stored and the job succeeds. */
 Test(program_run, bad_times_names_and_phases_are_refused_and_the_rest_is_stored, .timeout = 120) {
-    const char *dir = tfix_mkdir("badargs");
     char path[512];
-    snprintf(path, sizeof path, "%s/badargs.py", dir);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs("import ctypes, os, sys\n"
-          "L = ctypes.CDLL(os.environ['PPRUN_TRACE_LIB'])\n"
-          "u64, i = ctypes.c_uint64, ctypes.c_int\n"
-          "L.pprun_trace_now_ns.restype = u64\n"
-          "L.pprun_trace_error.restype = ctypes.c_char_p\n"
-          "L.pprun_trace_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]\n"
-          "L.pprun_trace_span.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]\n"
-          "t = L.pprun_trace_now_ns()\n"
-          "def bad(what, rc):\n"
-          "    sys.stderr.buffer.write(b'%s: %d %s\\n' % (what, rc, L.pprun_trace_error()))\n"
-          "bad(b'end', L.pprun_trace_op(b'F', 0, 1, 0, -1, 0, t, 2**64 - 1))\n"
-          "bad(b'start', L.pprun_trace_op(b'F', 0, 1, 0, -1, 0, 2**63, 2**63 + 5))\n"
-          "bad(b'name', L.pprun_trace_span(b'\\xff\\xfe\"\\\\x', 0, -1, -1, -1, 0, t, t + 10))\n"
-          "bad(b'c1', L.pprun_trace_span(b'\\xc2\\x9b2J', 0, -1, -1, -1, 0, t, t + 10))\n"
-          "bad(b'phase', L.pprun_trace_op(b'F\\x1b[2J', 0, 0, 0, -1, 0, t, t + 10))\n"
-          "for step in range(3):\n"
-          "    assert L.pprun_trace_op(b'F', step, 0, 0, -1, 0, t + step * 100, t + step * 100 + 10) == 1\n"
-          "    assert L.pprun_trace_span('é data'.encode(), step, -1, -1, -1, 0, t, t + 5) == 1\n",
-          f);
-    fclose(f);
+    write_program("badargs", "badargs.py",
+                  "import ctypes, os, sys\n"
+                  "L = ctypes.CDLL(os.environ['PPRUN_TRACE_LIB'])\n"
+                  "u64, i = ctypes.c_uint64, ctypes.c_int\n"
+                  "L.pprun_trace_now_ns.restype = u64\n"
+                  "L.pprun_trace_error.restype = ctypes.c_char_p\n"
+                  "L.pprun_trace_op.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]\n"
+                  "L.pprun_trace_span.argtypes = [ctypes.c_char_p, i, i, i, i, u64, u64, u64]\n"
+                  "t = L.pprun_trace_now_ns()\n"
+                  "def bad(what, rc):\n"
+                  "    sys.stderr.buffer.write(b'%s: %d %s\\n' % (what, rc, L.pprun_trace_error()))\n"
+                  "bad(b'end', L.pprun_trace_op(b'F', 0, 1, 0, -1, 0, t, 2**64 - 1))\n"
+                  "bad(b'start', L.pprun_trace_op(b'F', 0, 1, 0, -1, 0, 2**63, 2**63 + 5))\n"
+                  "bad(b'name', L.pprun_trace_span(b'\\xff\\xfe\"\\\\x', 0, -1, -1, -1, 0, t, t + 10))\n"
+                  "bad(b'c1', L.pprun_trace_span(b'\\xc2\\x9b2J', 0, -1, -1, -1, 0, t, t + 10))\n"
+                  "bad(b'phase', L.pprun_trace_op(b'F\\x1b[2J', 0, 0, 0, -1, 0, t, t + 10))\n"
+                  "for step in range(3):\n"
+                  "    assert L.pprun_trace_op(b'F', step, 0, 0, -1, 0, t + step * 100, t + step * 100 + 10) == 1\n"
+                  "    assert L.pprun_trace_span('é data'.encode(), step, -1, -1, -1, 0, t, t + 5) == 1\n",
+                  path, sizeof path);
     const char *db = tfix_path("badargs.db");
     const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--steps", "3", "--", "python3", path, NULL};
     lt_proc p;
@@ -911,6 +916,72 @@ Test(program_run, bad_times_names_and_phases_are_refused_and_the_rest_is_stored,
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase = 'F'"), 2 * 3, "every good op");
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase = 'SPAN' AND name = 'é data'"), 2 * 3);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE start_ns < 0 OR end_ns < start_ns"), 0);
+    sqlite3_close(s);
+}
+
+/* pprun._op (python/pprun/_op.c), the Python package's per-op call without
+ * ctypes: under `pprun run` the package's tracer records through it (the
+ * module built with pprun loads in the host's python3), the op it stores is
+ * the op the package's ctypes path stores, and each bad argument is
+ * refused naming it: before bind(), a NULL address, a wrong count, a phase
+ * that is not bytes, a number past its field (OverflowError, which the
+ * package counts as a refused record), and a phase without its NUL (the
+ * library's refusal, -1). */
+Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses_bad_arguments, .timeout = 120) {
+    char path[512];
+    write_program("opext", "opext.py",
+                  "import sys\n"
+                  "from pprun import _op, _trace\n"
+                  "def said(what, call):\n"
+                  "    try:\n"
+                  "        print('%s: returned %r' % (what, call()))\n"
+                  "    except Exception as e:\n"
+                  "        print('%s: %s: %s' % (what, type(e).__name__, e))\n"
+                  "said('unbound', lambda: _op.put(b'F', 0, 0, 0, 0, -1, 0, 1, 2))\n"
+                  "t = _trace.tracer()\n"
+                  "print('through the extension:', t.op is _op.put)\n"
+                  "now = t.now()\n"
+                  "print('ext', t.op(b'SEND_F', 0, 0, 1, 0, 0, 4096, now, now + 50))\n"
+                  "print('ctypes', t._op_ctypes(b'SEND_F', 0, 0, 1, 0, 0, 4096, now + 100, now + 150))\n"
+                  "said('null', lambda: _op.bind(0))\n"
+                  "said('count', lambda: _op.put(b'F', 0, 0))\n"
+                  "said('phase', lambda: _op.put('F', 0, 0, 0, 0, -1, 0, 1, 2))\n"
+                  "said('step', lambda: _op.put(b'F', 0, 2**31, 0, 0, -1, 0, 1, 2))\n"
+                  "said('microbatch', lambda: _op.put(b'F', 0, 0, -2**31 - 1, 0, -1, 0, 1, 2))\n"
+                  "said('bytes', lambda: _op.put(b'F', 0, 0, 0, 0, -1, -1, 1, 2))\n"
+                  "said('start', lambda: _op.put(b'F', 0, 0, 0, 0, -1, 0, 2**64, 2))\n"
+                  "said('ctypes step', lambda: t._op_ctypes(b'F', 0, 2**31, 0, 0, -1, 0, 1, 2))\n"
+                  "said('nul', lambda: _op.put(b'F' * 16, 0, 0, 0, 0, -1, 0, 1, 2))\n"
+                  "print('nul error:', t.error())\n",
+                  path, sizeof path);
+    const char *db = tfix_path("opext.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--steps", "1", "--", "python3", path, NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    lt_assert_has(p.out, "unbound: RuntimeError: put(): no library bound (bind() first)");
+    lt_assert_has(p.out, "through the extension: True");
+    lt_assert_has(p.out, "ext 1\n");
+    lt_assert_has(p.out, "ctypes 1\n");
+    lt_assert_has(p.out, "null: ValueError: bind(): a NULL address");
+    lt_assert_has(p.out, "count: TypeError: put() takes 9 arguments (phase, gpu, step, microbatch, stage, peer, "
+                         "bytes, start_ns, end_ns), 3 given");
+    lt_assert_has(p.out, "phase: TypeError: ");
+    lt_assert_has(p.out, "step: OverflowError: step 2147483648 does not fit the record's 32-bit field");
+    lt_assert_has(p.out, "microbatch: OverflowError: microbatch -2147483649 does not fit");
+    lt_assert_has(p.out, "bytes: OverflowError: ");
+    lt_assert_has(p.out, "start: OverflowError: ");
+    lt_assert_has(p.out, "ctypes step: OverflowError: 'i' format requires");
+    lt_assert_has(p.out, "nul: returned -1");
+    lt_assert_has(p.out, "nul error: pprun_trace_op_packed: phase: no NUL within its 16 bytes");
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    char *ops = q_text(s, "SELECT group_concat(x, ' | ') FROM (SELECT phase||' '||step||' '||microbatch||' '||stage||' '||"
+                          "peer||' '||bytes||' '||source||' '||(end_ns - start_ns) AS x FROM events ORDER BY start_ns)");
+    cr_assert_str_eq(ops, "SEND_F 0 1 0 0 4096 cpu 50 | SEND_F 0 1 0 0 4096 cpu 50", "the same op both ways: %s", ops);
+    free(ops);
+    cr_assert_eq(tfix_q_int(s, "SELECT max(start_ns) - min(start_ns) FROM events"), 100);
+    cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks"), 1, "the phase without its NUL, refused");
     sqlite3_close(s);
 }
 

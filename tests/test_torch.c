@@ -641,11 +641,15 @@ Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, 
  * with one line naming it, nothing is raised into the program, and every
  * record of steps 1 and 2 is counted as dropped (GPipe of 2 microbatches:
  * rank 0's F, SEND_F, BW, RECV_B two each and OPT; rank 1's RECV_F, F,
- * BW, SEND_B two each, OPT and 2 losses). */
-Test(torch, a_step_past_what_a_record_holds_stops_tracing_and_is_counted, .timeout = 300) {
-    const char *db = tfix_path("longjob.db");
+ * BW, SEND_B two each, OPT and 2 losses). mode longjob records its ops
+ * through pprun._op, longjob-ctypes through ctypes (the package's path
+ * where the extension was not built): the same records, the same stop. */
+static void past_what_a_record_holds(const char *mode, const char *why) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.db", mode);
+    const char *db = tfix_path(name);
     lt_proc p;
-    program_run_stopped(&p, db, "longjob", 0, "a number out of its range: 'i' format requires");
+    program_run_stopped(&p, db, mode, 0, why);
     cr_assert_eq(lt_count(p.err, "Traceback"), 0, "%s", p.err);
     sqlite3 *s = open_db(db);
     char buf[256];
@@ -657,6 +661,15 @@ Test(torch, a_step_past_what_a_record_holds_stops_tracing_and_is_counted, .timeo
     sqlite3_close(s);
     lt_assert_has(p.err, "; 40 trace records lost, not in these figures\n");
     lt_free(&p);
+}
+
+Test(torch, a_step_past_what_a_record_holds_stops_tracing_and_is_counted, .timeout = 300) {
+    past_what_a_record_holds("longjob",
+                             "a number out of its range: step 2147483648 does not fit the record's 32-bit field");
+}
+
+Test(torch, a_step_past_what_a_record_holds_stops_tracing_through_ctypes_too, .timeout = 300) {
+    past_what_a_record_holds("longjob-ctypes", "a number out of its range: 'i' format requires");
 }
 
 /* An exception in a stage's forward: PyTorch prints the rank's traceback

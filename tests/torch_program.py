@@ -19,6 +19,9 @@ torch.device).
   forward at step 1.
 --mode longjob: after step 0, pprun's step counter is set to 2^31 - 1, as
   if the job had run that many steps: the next is past what a record holds.
+--mode longjob-ctypes: the same, with pprun._op made unimportable before
+  anything of pprun's loads: the package records through ctypes, as where
+  its extension was not built.
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
 import argparse
@@ -26,7 +29,10 @@ import contextlib
 import os
 import sys
 
-import torch
+if "longjob-ctypes" in sys.argv:
+    sys.modules["pprun._op"] = None  # `from pprun import _op` raises ImportError
+
+import torch  # noqa: E402
 import torch.distributed as dist
 import torch.nn as nn
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe
@@ -70,7 +76,7 @@ class Stage(nn.Module):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob"])
+    p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -106,7 +112,7 @@ def main():
         opt.step()
         for mb, loss in enumerate(losses):
             print("loss step=%d microbatch=%d value=%r" % (step, mb, loss.item()), flush=True)
-        if args.mode == "longjob" and step == 0:
+        if args.mode.startswith("longjob") and step == 0:
             pprun._step[0] = 2**31 - 1
     print("done rank %d" % rank, flush=True)
     dist.destroy_process_group()

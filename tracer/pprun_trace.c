@@ -246,7 +246,8 @@ static uint32_t pt_name_id_locked(const char *name) {
  * pprun_trace_init); `ev` has phase, value and the op's fields; a span's
  * name (name non-NULL) gets its id. Returns as pprun_trace_op. */
 static int pt_write_named(trace_event *ev, const char *phase_name, const char *name) {
-    char why[320] = "";
+    char why[320]; /* set where rc becomes -1; one byte cleared, not 320, for every record */
+    why[0] = '\0';
     pthread_mutex_lock(&pt.mu);
     int rc = pt_ready_locked(phase_name, why, sizeof why);
     if (rc == 1) {
@@ -306,7 +307,7 @@ static int pt_op(const char *api, int source, const char *phase, int step, int m
                                      TRACE_RECV_F, TRACE_SEND_B, TRACE_RECV_B,    TRACE_OPT,        TRACE_EVAL_F,
                                      TRACE_EVAL_SEND_F,          TRACE_EVAL_RECV_F};
     int kind = -1;
-    for (size_t i = 0; phase && i < sizeof recordable / sizeof recordable[0]; i++)
+    for (size_t i = 0; phase && kind < 0 && i < sizeof recordable / sizeof recordable[0]; i++)
         if (strcmp(phase, trace_phase_name(recordable[i])) == 0) kind = recordable[i];
     if (kind < 0) {
         /* the phase is the caller's bytes: escaped as names are (base/term.h),

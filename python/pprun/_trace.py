@@ -24,11 +24,16 @@ _tracer = None
 _loaded = False
 _stopped = None  # the Tracer once stop() stopped it, counting what is not recorded (lost())
 
-# An op for Tracer.put: pprun_trace_op_record (tracer/pprun_trace.h),
-# packed by OP.pack(phase, gpu, step, microbatch, stage, peer, 0, bytes,
-# start_ns, end_ns). One bytes argument costs ctypes a third of what eight
-# numbers do, and a traced step makes about 20 calls a rank.
+# An op through ctypes, where pprun._op is not there: pprun_trace_op_record
+# (tracer/pprun_trace.h), packed by OP.pack(phase, gpu, step, microbatch,
+# stage, peer, 0, bytes, start_ns, end_ns). One bytes argument costs ctypes
+# a third of what eight numbers do.
 OP = struct.Struct("=16s6i3Q")
+
+try:  # the per-op call without ctypes (python/pprun/_op.c): built with pprun where Python's headers were
+    from pprun import _op
+except ImportError:
+    _op = None
 
 
 class Tracer:
@@ -48,13 +53,31 @@ class Tracer:
         self.rank = int(os.environ.get("RANK", "0") or 0)
         self.pid = os.getpid()  # a forked child's copy counts into nothing (flush_lost)
         self.not_made = 0  # records not made since the stop, not yet flushed (under _lock)
-        # The per-op calls are the library's functions themselves, no
-        # Python frame between: put(OP.pack(...)) (pprun_trace_op_packed),
-        # loss and eval_loss(step, mb, stage, value), as tracer/pprun_trace.h.
-        self.put = lib.pprun_trace_op_packed
+        # The per-op calls, with no Python frame of pprun's between them and
+        # the library: op(phase, gpu, step, mb, stage, peer, bytes, start_ns,
+        # end_ns) (pprun_trace_op_packed; OverflowError for a number past
+        # its C type), loss and eval_loss(step, mb, stage, value), as
+        # tracer/pprun_trace.h. An op is a builtin of pprun._op where it
+        # loaded: right after PyTorch's work a record costs 0.6 of what it
+        # does through ctypes (docs/torch.md, "What tracing costs").
+        if _op is not None:
+            import ctypes
+
+            _op.bind(ctypes.cast(lib.pprun_trace_op_packed, ctypes.c_void_p).value)
+            self.op = _op.put
+        else:
+            self.op = self._op_ctypes
         self.loss = lib.pprun_trace_loss
         self.eval_loss = lib.pprun_trace_eval_loss
         self.unpacked = None  # why the latest refuse(), for error()
+
+    def _op_ctypes(self, phase, gpu, step, mb, stage, peer, nbytes, t0, t1):
+        """op() through ctypes: the same record, refused the same way."""
+        try:
+            record = OP.pack(phase, gpu, step, mb, stage, peer, 0, nbytes, t0, t1)
+        except struct.error as e:
+            raise OverflowError(str(e)) from None
+        return self.lib.pprun_trace_op_packed(record)
 
     def lost(self, n=1):
         """Counts n records this process would have written and did not
@@ -68,9 +91,9 @@ class Tracer:
         return self.lib.pprun_trace_count_dropped(n)
 
     def refuse(self, e):
-        """An op OP.pack refused (a number past its C type: struct.error
-        e): refused as the library refuses a bad record, counted as
-        dropped; -1, and error() says why."""
+        """An op that op() refused (a number past its C type:
+        OverflowError e): refused as the library refuses a bad record,
+        counted as dropped; -1, and error() says why."""
         self.count_dropped(1)
         self.unpacked = "a number out of its range: %s" % e
         return -1

@@ -44,7 +44,6 @@ import functools
 import importlib
 import inspect
 import os
-import struct
 import sys
 import threading
 import time
@@ -83,10 +82,8 @@ _st = _State()
 _installed = False
 
 
-# The clock of every record (_trace.Tracer.now) and the packing of an op
-# (_trace.OP), each read without a look-up.
+# The clock of every record (_trace.Tracer.now), read without a look-up.
 _clock = time.monotonic_ns
-_pack = _trace.OP.pack
 
 
 def _stop(why):
@@ -199,8 +196,8 @@ class _GpuTime:
                 t0 = host + int(anchor.elapsed_time(start) * 1e6)
                 t1 = max(t0, host + int(anchor.elapsed_time(end) * 1e6))
                 try:
-                    rc = t.put(_pack(phase, 1, step, mb, stage, -1, 0, nbytes, max(t0, 0), max(t1, 0)))
-                except struct.error as e:
+                    rc = t.op(phase, 1, step, mb, stage, -1, nbytes, max(t0, 0), max(t1, 0))
+                except OverflowError as e:
                     rc = t.refuse(e)
                 if rc < 0:
                     _stop("gpu span of %s, stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
@@ -255,8 +252,8 @@ def _wrap_compute(orig, op):
             t.lost()
         else:
             try:
-                rc = t.put(_pack(phase, 0, step, mb, stage, -1, 0, 0, t0, t1))
-            except struct.error as e:
+                rc = t.op(phase, 0, step, mb, stage, -1, 0, t0, t1)
+            except OverflowError as e:
                 rc = t.refuse(e)
             if rc < 0:
                 _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
@@ -318,8 +315,8 @@ class _Work:
             return out
         for i, (phase, stage, mb, peer, nbytes) in enumerate(ops):
             try:
-                rc = t.put(_pack(phase, 0, self._step, mb, stage, peer, 0, nbytes, self._t0, t1))
-            except struct.error as e:
+                rc = t.op(phase, 0, self._step, mb, stage, peer, nbytes, self._t0, t1)
+            except OverflowError as e:
                 rc = t.refuse(e)
             if rc < 0:
                 _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, t.error()))
@@ -501,8 +498,8 @@ def _opt_post(opt, args, kwargs):
         t.lost()
         return
     try:
-        rc = t.put(_pack(b"OPT", 0, step, -1, -1, -1, 0, nbytes, t0, t1))
-    except struct.error as e:
+        rc = t.op(b"OPT", 0, step, -1, -1, -1, nbytes, t0, t1)
+    except OverflowError as e:
         rc = t.refuse(e)
     if rc < 0:
         _stop("OPT: %s" % t.error())

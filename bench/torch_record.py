@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""bench/torch_record.py: what one op's record costs a PyTorch rank right
+after PyTorch's work, through pprun._op and through ctypes, side by side
+(docs/torch.md, "What tracing costs").
+
+A traced op is recorded just after the op itself, when the op's work has
+pushed the interpreter's code, the call's and the library's out of the
+caches; a loop of records alone measures them warm, some twenty times
+cheaper. So each record here follows a few matrix products of the
+example's size, the three ways interleaved (nothing, the record through
+pprun._op, the same through ctypes), and their medians and the ratio are
+printed; then the same calls back to back (warm). Run it under pprun (the
+records go to a real ring; one rank):
+
+    pprun run --nproc-per-node 1 --steps 1 -- scripts/torch-root.sh run \\
+        python3 bench/torch_record.py [ROUNDS]
+"""
+import sys
+import time
+
+import torch
+
+from pprun import _op, _trace
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+    t = _trace.tracer()
+    if t is None or t.op is not getattr(_op, "put", None):
+        raise SystemExit("torch_record.py: run it under `pprun run` (traced), with pprun._op built")
+    now, ext, slow = t.now, t.op, t._op_ctypes
+    step = [0]
+
+    def through(put):
+        def record():
+            t0 = now()
+            return put(b"F", 0, step[0], 0, 0, -1, 0, t0, now())
+        return record
+
+    ways = {"nothing (two clock reads)": lambda: (now(), now()), "pprun._op": through(ext),
+            "ctypes": through(slow)}
+    a, b = torch.randn(384, 384), torch.randn(384, 384)
+    clock = time.perf_counter_ns
+    cold = {name: [] for name in ways}
+    for _ in range(rounds):
+        for name, record in ways.items():
+            for _ in range(4):
+                torch.mm(a, b)
+            step[0] += 1
+            start = clock()
+            record()
+            cold[name].append(clock() - start)
+    warm = {}
+    for name, record in ways.items():
+        start = clock()
+        for _ in range(rounds * 10):
+            step[0] += 1
+            record()
+        warm[name] = (clock() - start) / (rounds * 10)
+    median = {name: sorted(xs)[len(xs) // 2] / 1e3 for name, xs in cold.items()}
+    print("%d records each way, each after 4 matrix products of 384 x 384 (cold), then %d back to back (warm)"
+          % (rounds, rounds * 10))
+    print("%-28s %12s %12s" % ("", "cold (us)", "warm (us)"))
+    for name in ways:
+        print("%-28s %12.2f %12.2f" % (name, median[name], warm[name] / 1e3))
+    base = median["nothing (two clock reads)"]
+    print("a record's own cost, cold: pprun._op %.2f us, ctypes %.2f us: ratio %.2f"
+          % (median["pprun._op"] - base, median["ctypes"] - base,
+             (median["pprun._op"] - base) / (median["ctypes"] - base)))
+
+
+if __name__ == "__main__":
+    main()
