@@ -26,6 +26,9 @@ packages=(libmicrohttpd-dev libmicrohttpd12
           libmbedtls14 libmbedx509-1 libmbedcrypto7 libssh2-1
           libopenblas-dev libopenblas-pthread-dev libopenblas0-pthread libgfortran5
           pkgconf pkgconf-bin libpkgconf3)
+# Python's headers, for the package's extension pprun._op (python/pprun/_op.c);
+# without them the PyTorch path records through ctypes, slower.
+packages+=(libpython3-dev libpython3.11-dev)
 
 usage() {
     echo "usage: scripts/gpu-debs.sh fetch DIR | unpack DIR PREFIX" >&2
