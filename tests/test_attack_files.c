@@ -40,6 +40,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "helpers/trace_fixture.h"
+
 /* A job that takes a fraction of a second: no model to train. */
 #define TIMED "--model timed:f=1ms,b=1ms,w=1ms --steps 1 --nproc-per-node 2 --progress off"
 
@@ -74,13 +76,6 @@ static void make_folder(const char *name) {
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "mkdir -p '%s'", at(name));
     cr_assert_eq(system(cmd), 0);
-}
-
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    fputs(text, f);
-    cr_assert_eq(fclose(f), 0);
 }
 
 /* `pprun ARGS` in dir through the shell (ARGS is a command line), at most
@@ -216,7 +211,7 @@ static void wipe(void) {
     snprintf(cmd, sizeof cmd,
              "chmod -R u+rwx '%s'; find '%s' -mindepth 1 -maxdepth 1 ! -name 't.db*' -exec rm -rf {} +", dir, dir);
     cr_assert_eq(system(cmd), 0);
-    write_text(at("precious.txt"), "precious\n");
+    tfix_write(at("precious.txt"), "precious\n");
 }
 
 /* ---- outputs ---------------------------------------------------------------- */
@@ -372,7 +367,7 @@ Test(attack, links_at_every_temporary_name_are_not_followed) {
                 char name[256];
                 snprintf(name, sizeof name, temp_patterns[p], slash ? slash + 1 : file);
                 snprintf(precious[planted], sizeof precious[0], "precious-%d", planted);
-                write_text(at(precious[planted]), "precious\n");
+                tfix_write(at(precious[planted]), "precious\n");
                 snprintf(link_path[planted], sizeof link_path[0], "%s", at(folder));
                 snprintf(link_path[planted] + strlen(link_path[planted]),
                          sizeof link_path[0] - strlen(link_path[planted]), "%s", name);
@@ -509,7 +504,7 @@ Test(attack, a_special_checkpoint_file_is_refused) {
     cr_assert(strstr(out, "c/latest: is a FIFO"), "%s", out);
     wipe();
     make_folder("c");
-    write_text(at("c/latest"), "0 r1\n");
+    tfix_write(at("c/latest"), "0 r1\n");
     plant(at("c/step_0/stage_0.ckpt"), FIFO);
     cr_assert_eq(mknod(at("c/step_0/stage_1.ckpt"), S_IFCHR | 0666, makedev(1, 5)), 0);
     rc = pprun("run --model timed:f=1ms,b=1ms,w=1ms --steps 3 --nproc-per-node 2 --progress off --trace off "
@@ -648,7 +643,7 @@ Test(attack, control_bytes_in_a_csv_cell_are_escaped) {
     for (size_t i = 0; i < sizeof cells / sizeof cells[0]; i++) {
         char text[128];
         snprintf(text, sizeof text, "0F0,%s\n1F0\n", cells[i]);
-        write_text(at("evil.csv"), text);
+        tfix_write(at("evil.csv"), text);
         int rc = pprun("schedule --schedule csv:evil.csv");
         cr_assert_eq(rc, 2, "%s", out);
         assert_terminal_safe("pprun schedule");
@@ -689,7 +684,7 @@ Test(attack, control_bytes_in_arguments_and_file_names_are_escaped) {
     /* a valid schedule in a file whose name holds an ESC sequence */
     char name[64];
     snprintf(name, sizeof name, "s\033[2J.csv");
-    write_text(at(name), "0F0,0B0,0W0\n");
+    tfix_write(at(name), "0F0,0B0,0W0\n");
     int rc = pprun("schedule --schedule csv:"
                    "$(printf 's\\033[2J.csv')");
     cr_assert_eq(rc, 0, "%s", out);
@@ -748,7 +743,7 @@ Test(attack, an_output_that_is_an_input_is_refused_and_nothing_changes) {
     cr_assert_eq(pprun("run " TIMED " --trace off --checkpoint-dir c"), 0, "%s", out);
     cr_assert_eq(pprun("checkpoint merge c --out m.ckpt"), 0, "%s", out);
     cr_assert_eq(pprun("schedule --schedule 1f1b --stages 2 --microbatches 8 --csv-out s.csv"), 0, "%s", out);
-    write_text(at("d.txt"), "some text to train on, long enough for nothing\n");
+    tfix_write(at("d.txt"), "some text to train on, long enough for nothing\n");
     cr_assert_eq(link(at("t.db"), at("h.db")), 0, "%s", strerror(errno));
     cr_assert_eq(symlink("t.db", at("l.db")), 0, "%s", strerror(errno));
     const struct {

@@ -833,10 +833,7 @@ Test(program_run, a_python_program_traces_through_ctypes, .timeout = 120) {
 static const char *write_program(const char *dir_name, const char *file, const char *text, char *path, size_t n) {
     const char *dir = tfix_mkdir(dir_name);
     snprintf(path, n, "%s/%s", dir, file);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "%s", path);
-    fputs(text, f);
-    cr_assert_eq(fclose(f), 0, "%s", path);
+    tfix_write(path, text);
     return dir;
 }
 

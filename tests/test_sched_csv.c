@@ -10,13 +10,6 @@
 #include "helpers/trace_fixture.h"
 #include "sched/sched.h"
 
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-}
-
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "r");
     cr_assert_not_null(f, "%s", path);
@@ -128,7 +121,7 @@ Test(sched_csv, a_new_pytorch_file_has_i_for_input_and_b_for_full) {
     /* newer PyTorch: I = input gradient, W = weight gradient, B = both;
      * communication actions are implied by our engine (idle cells here) */
     const char *path = tfix_path("torch.csv");
-    write_file(path, "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0I0,0W0,0B1\r\n"
+    tfix_write(path, "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0I0,0W0,0B1\r\n"
                      ",1RECV_F0,1F0,1I0,1W0,1F1,1B1\r\n");
     sched_plan *plan = load(path);
     char text[256];
@@ -295,7 +288,7 @@ Test(sched_csv, the_schedule_flag_takes_a_name_or_a_validated_csv) {
     /* pprun run asks for its defaults unless told: the message says what the file needs */
     cr_assert(strstr(err.msg, "run it on 4 ranks with --microbatches 8"), "%s", err.msg);
     /* a CSV the validator refuses never reaches the caller */
-    write_file(path, "0F0,0B0,0W0,0F1,0B1,0W1\n1F1,1B1,1W1,1F0,1B0,1W0\n");
+    tfix_write(path, "0F0,0B0,0W0,0F1,0B1,0W1\n1F1,1B1,1W1,1F0,1B0,1W0\n");
     cr_assert_eq(sched_from_flag(spec, 0, 0, 0, NULL, &plan, &err), -1);
     cr_assert_null(plan);
     cr_assert(strstr(err.msg, "no deadlock"), "%s", err.msg);

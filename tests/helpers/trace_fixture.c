@@ -127,6 +127,13 @@ const char *tfix_mkdir(const char *name) {
     return p;
 }
 
+void tfix_write(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0, "%s: %s", path, strerror(errno));
+}
+
 int64_t tfix_q_int(sqlite3 *s, const char *sql) {
     sqlite3_stmt *st;
     cr_assert_eq(sqlite3_prepare_v2(s, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(s));

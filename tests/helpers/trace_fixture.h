@@ -30,6 +30,9 @@ const char *tfix_path(const char *name);
 /* tfix_path(name) made as a new empty directory (the test fails if it
  * cannot be); the same lifetime and ring of 8 as tfix_path. */
 const char *tfix_mkdir(const char *name);
+/* text written to path (created or truncated); the test fails, naming
+ * path, if it cannot be. */
+void tfix_write(const char *path, const char *text);
 /* A new, empty pprun database at path (whatever was there is removed);
  * the test fails if it does not open. */
 db *tfix_open_fresh(const char *path);
