@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """bench/torch_record.py: what one op's record costs a PyTorch rank right
-after PyTorch's work, through pprun._op and through ctypes, side by side
-(docs/torch.md, "What tracing costs").
+after PyTorch's work, side by side (docs/torch.md, "What tracing costs"):
+the record call through pprun._op and through ctypes, and a whole
+compute op's wrapper, pprun._op's (in C) and the package's Python one.
 
 A traced op is recorded just after the op itself, when the op's work has
 pushed the interpreter's code, the call's and the library's out of the
 caches; a loop of records alone measures them warm, some twenty times
 cheaper. So each record here follows a few matrix products of the
-example's size, the three ways interleaved (nothing, the record through
-pprun._op, the same through ctypes), and their medians and the ratio are
-printed; then the same calls back to back (warm). Run it under pprun (the
-records go to a real ring; one rank):
+example's size, the ways interleaved, and their medians and ratios are
+printed; then the same calls back to back (warm). The wrappers wrap a
+stage method that does nothing (a CPU stage's forward_one_chunk in a
+training step: their common case). Run it under pprun (the records go to
+a real ring; one rank):
 
     pprun run --nproc-per-node 1 --steps 1 -- scripts/torch-root.sh run \\
         python3 bench/torch_record.py [ROUNDS]
@@ -19,17 +21,30 @@ import sys
 import time
 
 import torch
+import torch.distributed.pipelining  # noqa: F401  (the import hook installs pprun.torch)
 
+import pprun
+import pprun.torch as pt
 from pprun import _op, _trace
+
+
+class Stage:
+    """What a compute wrapper reads of a stage: a CPU one."""
+
+    device = torch.device("cpu")
+    stage_index = 0
+
+    def forward_one_chunk(self, chunk_id):
+        return None
 
 
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
     t = _trace.tracer()
-    if t is None or t.op is not getattr(_op, "put", None):
+    if t is None or t.op is not getattr(_op, "put", None) or not pt._installed:
         raise SystemExit("torch_record.py: run it under `pprun run` (traced), with pprun._op built")
     now, ext, slow = t.now, t.op, t._op_ctypes
-    step = [0]
+    step = pprun._step
 
     def through(put):
         def record():
@@ -37,8 +52,18 @@ def main():
             return put(b"F", 0, step[0], 0, 0, -1, 0, t0, now())
         return record
 
+    stage, bare = Stage(), Stage.forward_one_chunk
+    in_python, in_c = pt._wrap_compute(bare, b"F"), pt._fast(pt._wrap_compute)(bare, b"F")
+
+    def wrapped(wrapper):
+        def op():
+            _op.context(step[0], True)  # what the step's wrapper says at a training step's start
+            return wrapper(stage, 0)
+        return op
+
     ways = {"nothing (two clock reads)": lambda: (now(), now()), "pprun._op": through(ext),
-            "ctypes": through(slow)}
+            "ctypes": through(slow), "op alone": wrapped(bare), "op, Python's wrapper": wrapped(in_python),
+            "op, pprun._op's wrapper": wrapped(in_c)}
     a, b = torch.randn(384, 384), torch.randn(384, 384)
     clock = time.perf_counter_ns
     cold = {name: [] for name in ways}
@@ -67,6 +92,10 @@ def main():
     print("a record's own cost, cold: pprun._op %.2f us, ctypes %.2f us: ratio %.2f"
           % (median["pprun._op"] - base, median["ctypes"] - base,
              (median["pprun._op"] - base) / (median["ctypes"] - base)))
+    op = median["op alone"]
+    print("a compute op's wrapper and record, cold: pprun._op's %.2f us, Python's %.2f us: ratio %.2f"
+          % (median["op, pprun._op's wrapper"] - op, median["op, Python's wrapper"] - op,
+             (median["op, pprun._op's wrapper"] - op) / (median["op, Python's wrapper"] - op)))
 
 
 if __name__ == "__main__":

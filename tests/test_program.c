@@ -923,7 +923,9 @@ Test(program_run, bad_times_names_and_phases_are_refused_and_the_rest_is_stored,
  * refused naming it: before bind(), a NULL address, a wrong count, a phase
  * that is not bytes, a number past its field (OverflowError, which the
  * package counts as a refused record), and a phase without its NUL (the
- * library's refusal, -1). */
+ * library's refusal, -1); of its wrappers (wrap()), one before bind() and
+ * hooks(), a phase none of them records (escaped: the ESC is not printed),
+ * a fast path switched on before hooks(), a hook that is not callable. */
 Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses_bad_arguments, .timeout = 120) {
     char path[512];
     write_program("opext", "opext.py",
@@ -935,7 +937,11 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
                   "    except Exception as e:\n"
                   "        print('%s: %s: %s' % (what, type(e).__name__, e))\n"
                   "said('unbound', lambda: _op.put(b'F', 0, 0, 0, 0, -1, 0, 1, 2))\n"
+                  "said('wrap unbound', lambda: _op.wrap(len, len, b'F'))\n"
                   "t = _trace.tracer()\n"
+                  "said('wrap phase', lambda: _op.wrap(len, len, b'X\\x1b'))\n"
+                  "said('context unhooked', lambda: _op.context(0, True))\n"
+                  "said('hooks', lambda: _op.hooks(len, 1, len))\n"
                   "print('through the extension:', t.op is _op.put)\n"
                   "now = t.now()\n"
                   "print('ext', t.op(b'SEND_F', 0, 0, 1, 0, 0, 4096, now, now + 50))\n"
@@ -957,6 +963,11 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     lt_run(&p, args, NULL);
     cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
     lt_assert_has(p.out, "unbound: RuntimeError: put(): no library bound (bind() first)");
+    lt_assert_has(p.out, "wrap unbound: RuntimeError: wrap(): no library bound or no hooks (bind() and hooks() "
+                         "first)");
+    lt_assert_has(p.out, "wrap phase: ValueError: wrap(): phase b'X\\x1b' is none of pprun's wrappers'");
+    lt_assert_has(p.out, "context unhooked: RuntimeError: context(): no library bound or no hooks");
+    lt_assert_has(p.out, "hooks: TypeError: hooks(): argument 2 is not callable");
     lt_assert_has(p.out, "through the extension: True");
     lt_assert_has(p.out, "ext 1\n");
     lt_assert_has(p.out, "ctypes 1\n");

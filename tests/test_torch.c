@@ -672,6 +672,47 @@ Test(torch, a_step_past_what_a_record_holds_stops_tracing_through_ctypes_too, .t
     past_what_a_record_holds("longjob-ctypes", "a number out of its range: 'i' format requires");
 }
 
+/* One line per record of a job, the fields a user would compare (no
+ * times), in one order: into buf. */
+static void records_of(const char *db, char *buf, size_t size) {
+    sqlite3 *s = open_db(db);
+    q_text(s, buf, size, "SELECT group_concat(r, ' ') FROM (SELECT rank||':'||phase||':'||step||':'||"
+                         "ifnull(microbatch,'-')||':'||ifnull(stage,'-')||':'||ifnull(peer,'-')||':'||"
+                         "ifnull(bytes,'-')||':'||source AS r FROM events ORDER BY rank, step, phase, microbatch, "
+                         "stage, peer)");
+    sqlite3_close(s);
+}
+
+/* pprun._op's wrappers (in C: a CPU stage's ops in every training step
+ * but GPipe's first, whose order is recorded in Python) record what the
+ * package's Python wrappers record where the extension is not there
+ * (--mode ctypes: every op in Python), op for op; and a torch >= 2.8
+ * batch of Works (--mode works: every Work of a batch waited for) the
+ * same as torch 2.6's one Work, through both paths. */
+Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 300) {
+    static const struct {
+        const char *mode, *says;
+    } runs[] = {{"plain", "wrapper=wrapper\n"}, {"ctypes", "wrapper=function\n"}, {"works", "works=12\n"}};
+    static char records[3][16384];
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "same-%s.db", runs[i].mode);
+        const char *db = tfix_path(name);
+        lt_proc p;
+        program_run(&p, db, runs[i].mode);
+        cr_assert_eq(p.status, 0, "%s: exit %d\n%s\n%s", runs[i].mode, p.status, p.out, p.err);
+        lt_assert_has(p.out, runs[i].says);
+        records_of(db, records[i], sizeof records[i]);
+        lt_free(&p);
+    }
+    /* GPipe of 2 microbatches, 3 steps: rank 0's F, SEND_F, BW, RECV_B
+     * two each and OPT, rank 1's RECV_F, F, BW, SEND_B two each and OPT */
+    cr_assert_eq(lt_count(records[0], ":cpu"), 3 * 18, "%s", records[0]);
+    lt_assert_has(records[0], "0:SEND_F:2:1:0:1:");
+    cr_assert_str_eq(records[1], records[0], "Python's wrappers against pprun._op's");
+    cr_assert_str_eq(records[2], records[0], "a batch of Works against one Work");
+}
+
 /* An exception in a stage's forward: PyTorch prints the rank's traceback
  * with "[rank1]:" before every line, raises a stage error from the
  * program's and ends it with an indented, blank-ended message; the job's

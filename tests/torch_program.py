@@ -22,6 +22,13 @@ torch.device).
 --mode longjob-ctypes: the same, with pprun._op made unimportable before
   anything of pprun's loads: the package records through ctypes, as where
   its extension was not built.
+--mode plain: nothing more; rank 0 prints which wrapper forward_one_chunk
+  has ("wrapper=wrapper": pprun._op's, "wrapper=function": Python's).
+--mode ctypes: plain with pprun._op unimportable, as longjob-ctypes.
+--mode works: plain with torch >= 2.8's batched p2p (_batch_p2p returns
+  every Work of a batch, [] for none, and the schedule waits for each, as
+  2.8's _wait_batch_p2p), under pprun's wrapper as install() makes it;
+  rank 0 prints how many Works it waited for ("works=N").
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
 import argparse
@@ -29,7 +36,7 @@ import contextlib
 import os
 import sys
 
-if "longjob-ctypes" in sys.argv:
+if "longjob-ctypes" in sys.argv or "ctypes" in sys.argv:
     sys.modules["pprun._op"] = None  # `from pprun import _op` raises ImportError
 
 import torch  # noqa: E402
@@ -62,6 +69,34 @@ class Items(Dataset):
             return torch.randn(DIM, generator=g), torch.randint(0, 4, (), generator=g)
 
 
+def batches_of_works(waited):
+    """torch >= 2.8's _batch_p2p in this torch 2.6, under pprun's wrapper
+    (pprun.torch._fast, as install() wraps _batch_p2p): every Work of the
+    batch, each waited for. waited[0] counts them."""
+    import pprun.torch as pt
+    from torch.distributed.pipelining import schedules
+
+    def batch_p2p(p2p_ops, desc=None):  # torch 2.8's
+        return dist.batch_isend_irecv(p2p_ops) if p2p_ops else []
+
+    traced = pt._fast(pt._wrap_batch_p2p)(batch_p2p)
+
+    class WaitEach:  # what 2.8's _wait_batch_p2p does, for 2.6's callers, which wait for one object
+        def __init__(self, works):
+            self.works = works
+
+        def wait(self):
+            for w in self.works:
+                w.wait()
+                waited[0] += 1
+
+    def batch_p2p_as_2_6_calls_it(p2p_ops, desc=None):
+        works = traced(p2p_ops, desc)
+        return WaitEach(works) if works else None
+
+    schedules._batch_p2p = batch_p2p_as_2_6_calls_it
+
+
 class Stage(nn.Module):
     def __init__(self, rank, fail):
         super().__init__()
@@ -76,7 +111,8 @@ class Stage(nn.Module):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes"])
+    p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
+                                                          "plain", "ctypes", "works"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -87,6 +123,13 @@ def main():
     loss_fn = nn.CrossEntropyLoss()
     schedule = ScheduleGPipe(stage, 2, loss_fn=loss_fn)
     opt = torch.optim.SGD(module.parameters(), lr=0.05)
+    waited = [0]
+    if args.mode == "works":
+        batches_of_works(waited)
+    if rank == 0 and args.mode in ("plain", "ctypes"):
+        from torch.distributed.pipelining.stage import _PipelineStageBase  # where pprun wraps it
+
+        print("wrapper=%s" % type(vars(_PipelineStageBase)["forward_one_chunk"]).__name__, flush=True)
     if args.mode == "loader":
         with span("setup", stage=7, microbatch=9):
             pass
@@ -114,6 +157,8 @@ def main():
             print("loss step=%d microbatch=%d value=%r" % (step, mb, loss.item()), flush=True)
         if args.mode.startswith("longjob") and step == 0:
             pprun._step[0] = 2**31 - 1
+    if rank == 0 and args.mode == "works":
+        print("works=%d" % waited[0], flush=True)
     print("done rank %d" % rank, flush=True)
     dist.destroy_process_group()
 

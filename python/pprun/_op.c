@@ -1,14 +1,15 @@
-/* _op.c: pprun._op, the one call of libpprun_trace that a traced PyTorch
- * program makes for every op, without ctypes (docs/torch.md, "What tracing
- * costs").
+/* _op.c: pprun._op, what a traced PyTorch program runs of pprun's for
+ * every op, in C: the record call without ctypes, and the wrappers of
+ * PyTorch's ops for the common case (docs/torch.md, "What tracing costs").
  *
  * An op recorded right after PyTorch's work finds every cache cold, and
  * there a record's own cost is 33 us through ctypes (its argument
  * conversion, libffi's call, the GIL's release and re-acquisition: code
- * that is not in cache) and 20 us through a builtin function of this
- * module (bench/torch_record.py). So the package's per-op call comes here,
- * and everything else (loading the library, the schedule, losses, spans)
- * stays on ctypes.
+ * that is not in cache) and 20 us through put(), a builtin function of
+ * this module (bench/torch_record.py); the Python wrapper around it cost
+ * as much again. So the package's per-op call comes here (put()), its
+ * wrappers' common case too (wrap(), below), and everything else (loading
+ * the library, the schedule, losses, spans) stays on ctypes and Python.
  *
  * The module does not link libpprun_trace: it calls the library that
  * pprun's package loaded through ctypes (PPRUN_TRACE_LIB), whose
@@ -16,7 +17,8 @@
  * tracer (one writer of its ring) whatever paths the two were found at.
  * Built for CPython's stable ABI (Py_LIMITED_API, 3.10 on): one file loads
  * in every later Python. Where it is not built or does not load, the
- * package records through ctypes, the same records (python/pprun/_trace.py).
+ * package records through ctypes and its Python wrappers, the same records
+ * (python/pprun/_trace.py, torch.py).
  *
  * The library is called with the GIL held, as by ctypes.PyDLL: a record
  * takes a microsecond or two, one read of /proc among them. */
@@ -24,6 +26,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "tracer/pprun_trace.h"
 
@@ -76,6 +79,506 @@ static PyObject *op_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(op_packed(&r));
 }
 
+/* ---- the fast path: a traced step's ops recorded from C -----------------
+ *
+ * Every F, B, W and BW of a traced stage, and every send and receive of
+ * its batched p2p, goes through a wrapper of pprun's. In Python
+ * (python/pprun/torch.py: the reference, and the path of every case but the
+ * common one) a wrapper costs a rank more than the record itself right
+ * after PyTorch's work: frames, argument packing, look-ups of cold
+ * dictionaries, and torch.device's type getter (docs/torch.md, "What
+ * tracing costs"). The wrappers here are those Python wrappers in C for the
+ * common case, a CPU stage in a training step while tracing is on; they
+ * hand everything else to the Python wrapper (slow) unchanged.
+ *
+ *   fast_on   set by the package at each training step's start, cleared at
+ *             its end (context()); not in the step that records the order
+ *             of a schedule without a plan, nor in an evaluation
+ *   cur_step  that step: the records' step
+ *   tracing   1 until tracing stops (stop(): a refused record, a fork)
+ *
+ * Three kinds of wrapper (wrapper.kind), one type:
+ *   WRAP_COMPUTE  forward_one_chunk, backward_one_chunk, backward_weight_one_chunk:
+ *                 the op's span (B where backward_one_chunk(full_backward=False))
+ *   WRAP_TAG      get_{fwd,bwd}_{send,recv}_ops: each P2POp gets _pprun =
+ *                 (phase, stage, microbatch), what it carries
+ *   WRAP_BATCH    schedules._batch_p2p: its tagged ops' spans end when its
+ *                 Work is waited for (a work object of this module's)
+ * A record the library refuses goes to the package's refused(phase, stage,
+ * microbatch, skipped), which stops tracing and counts the batch's records
+ * skipped after it; records of a batch issued before a stop and waited for
+ * after it go to lost(n); a batch of Works (torch >= 2.8) to works(works,
+ * ops, t0), the package's Python (hooks()). */
+
+enum { WRAP_COMPUTE, WRAP_TAG, WRAP_BATCH };
+
+static int fast_on, tracing = 1;
+static int32_t cur_step;
+static PyObject *hook_refused, *hook_lost, *hook_works; /* the package's callables (hooks()) */
+static PyObject *method_type;              /* types.MethodType: a wrapper bound to a stage, where one is asked for */
+static PyObject *str_device, *str_type, *str_stage_index, *str_full_backward, *str_cpu, *str_pprun, *str_peer,
+    *str_tensor, *str_nbytes, *str_wait;
+static PyObject *work_type;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *orig; /* PyTorch's method or function */
+    PyObject *slow; /* the package's Python wrapper of it */
+    int kind;       /* WRAP_* */
+    char phase[16]; /* WRAP_COMPUTE: "F", "BW" or "W"; WRAP_TAG: "SEND_F" ... */
+} wrapper;
+
+static uint64_t op_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* the package's clock: time.monotonic_ns */
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* An int as an int32, or 0 where it is not one (the slow path takes it:
+ * its errors are the Python wrapper's). */
+static int op_as_int32(PyObject *v, int32_t *out) {
+    if (!v || !PyLong_Check(v)) return 0;
+    long x = PyLong_AsLong(v);
+    if ((x == -1 && PyErr_Occurred()) || x < INT32_MIN || x > INT32_MAX) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = (int32_t)x;
+    return 1;
+}
+
+/* obj.name as an int32, or 0 (no such attribute, not an int32). */
+static int op_attr_int32(PyObject *obj, PyObject *name, int32_t *out) {
+    PyObject *v = PyObject_GetAttr(obj, name);
+    if (!v) PyErr_Clear();
+    int ok = op_as_int32(v, out);
+    Py_XDECREF(v);
+    return ok;
+}
+
+/* Writes r; a refusal goes to the package's refused(), with the records of
+ * its batch skipped after it. -1 only where refused() raised. */
+static int op_write(const pprun_trace_op_record *r, Py_ssize_t skipped) {
+    if (op_packed(r) >= 0) return 0;
+    PyObject *rc = PyObject_CallFunction(hook_refused, "y#iin", r->phase, (Py_ssize_t)strnlen(r->phase, sizeof r->phase),
+                                         (int)r->stage, (int)r->microbatch, skipped);
+    Py_XDECREF(rc);
+    return rc ? 0 : -1;
+}
+
+/* Whether the stage is on the CPU: its device a torch.device of type "cpu".
+ * A stage keeps its device object, and reading a torch.device's type makes
+ * a new string in libtorch's code, 17 us right after PyTorch's work: so the
+ * device objects found to be the CPU are kept, and a stage's is recognised
+ * by identity. */
+#define CPU_DEVICES 16
+static PyObject *cpu_devices[CPU_DEVICES]; /* strong references: an object's address stays its own */
+static int n_cpu_devices;
+
+static int op_on_cpu(PyObject *stage) {
+    PyObject *device = PyObject_GetAttr(stage, str_device);
+    if (!device) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (int i = 0; i < n_cpu_devices; i++)
+        if (cpu_devices[i] == device) {
+            Py_DECREF(device);
+            return 1;
+        }
+    PyObject *type = PyObject_GetAttr(device, str_type);
+    if (!type) PyErr_Clear();
+    int cpu = type && PyUnicode_Check(type) && PyUnicode_Compare(type, str_cpu) == 0;
+    Py_XDECREF(type);
+    if (cpu && n_cpu_devices < CPU_DEVICES)
+        cpu_devices[n_cpu_devices++] = device; /* the reference kept */
+    else
+        Py_DECREF(device);
+    return cpu;
+}
+
+/* A stage's method called as (stage, chunk_id, ...): 1 with the stage's
+ * index and the microbatch where it is the fast path's case, else 0. */
+static int op_stage_call(PyObject *args, int32_t *stage, int32_t *mb) {
+    return PyTuple_Size(args) >= 2 && op_on_cpu(PyTuple_GetItem(args, 0)) &&
+           op_as_int32(PyTuple_GetItem(args, 1), mb) && op_attr_int32(PyTuple_GetItem(args, 0), str_stage_index, stage);
+}
+
+/* The phase a compute op records: B for backward_one_chunk with
+ * full_backward false (its 4th argument, or the keyword), else the
+ * wrapper's own; NULL where it cannot tell (the slow path decides). */
+static const char *compute_phase(const wrapper *w, PyObject *args, PyObject *kwargs) {
+    if (strcmp(w->phase, "BW") != 0) return w->phase;
+    PyObject *full = kwargs ? PyDict_GetItemWithError(kwargs, str_full_backward) : NULL;
+    if (!full && PyErr_Occurred()) return NULL;
+    if (!full && PyTuple_Size(args) > 3) full = PyTuple_GetItem(args, 3);
+    if (!full) return w->phase;
+    int yes = PyObject_IsTrue(full);
+    if (yes < 0) return NULL;
+    return yes ? "BW" : "B";
+}
+
+static PyObject *compute_call(wrapper *w, PyObject *args, PyObject *kwargs) {
+    int32_t stage, mb;
+    const char *phase;
+    if (!op_stage_call(args, &stage, &mb) || !(phase = compute_phase(w, args, kwargs))) {
+        PyErr_Clear();
+        return PyObject_Call(w->slow, args, kwargs);
+    }
+    pprun_trace_op_record r;
+    memset(&r, 0, sizeof r);
+    memcpy(r.phase, phase, strlen(phase));
+    r.step = cur_step, r.microbatch = mb, r.stage = stage, r.peer = -1;
+    r.start_ns = op_now();
+    PyObject *out = PyObject_Call(w->orig, args, kwargs);
+    if (!out) return NULL;
+    r.end_ns = op_now();
+    if (op_write(&r, 0) < 0) Py_CLEAR(out);
+    return out;
+}
+
+static PyObject *tag_call(wrapper *w, PyObject *args, PyObject *kwargs) {
+    int32_t stage, mb;
+    if (!op_stage_call(args, &stage, &mb)) return PyObject_Call(w->slow, args, kwargs);
+    PyObject *ops = PyObject_Call(w->orig, args, kwargs);
+    if (!ops || !PyList_Check(ops)) return ops;
+    PyObject *tag = Py_BuildValue("(yii)", w->phase, (int)stage, (int)mb);
+    if (!tag) {
+        Py_DECREF(ops);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyList_Size(ops); i++) {
+        PyObject *op = Py_NewRef(PyList_GetItem(ops, i)); /* held: setting an attribute may run Python */
+        int rc = PyObject_SetAttr(op, str_pprun, tag);
+        Py_DECREF(op);
+        if (rc < 0) {
+            PyErr_Clear(); /* a P2POp that takes no attribute (slots): its span is not recorded */
+            break;
+        }
+    }
+    Py_DECREF(tag);
+    return ops;
+}
+
+/* The record of one tagged P2POp (its _pprun, peer and tensor's bytes): 1,
+ * 0 for an op without a tag, -1 with an exception. */
+static int batch_op(PyObject *op, pprun_trace_op_record *r) {
+    PyObject *tag = PyObject_GetAttr(op, str_pprun);
+    if (!tag) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    char *phase;
+    Py_ssize_t len;
+    int32_t stage, mb;
+    int ok = PyTuple_Check(tag) && PyTuple_Size(tag) == 3 &&
+             PyBytes_AsStringAndSize(PyTuple_GetItem(tag, 0), &phase, &len) == 0 &&
+             op_as_int32(PyTuple_GetItem(tag, 1), &stage) && op_as_int32(PyTuple_GetItem(tag, 2), &mb);
+    if (ok) {
+        memset(r, 0, sizeof *r);
+        memcpy(r->phase, phase, (size_t)len < sizeof r->phase ? (size_t)len : sizeof r->phase);
+        r->stage = stage, r->microbatch = mb, r->step = cur_step;
+    }
+    Py_DECREF(tag);
+    if (!ok) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a P2POp's _pprun is not (phase, stage, microbatch)");
+        return -1;
+    }
+    PyObject *peer = PyObject_GetAttr(op, str_peer), *tensor = PyObject_GetAttr(op, str_tensor);
+    PyObject *nbytes = tensor ? PyObject_GetAttr(tensor, str_nbytes) : NULL; /* a p2p tensor is dense */
+    ok = peer && nbytes && op_as_int32(peer, &r->peer);
+    if (ok) {
+        r->bytes = PyLong_AsUnsignedLongLong(nbytes);
+        ok = !PyErr_Occurred();
+    }
+    Py_XDECREF(peer);
+    Py_XDECREF(tensor);
+    Py_XDECREF(nbytes);
+    if (!ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a P2POp's peer is not a rank");
+    return ok ? 1 : -1;
+}
+
+/* A Work of one batched p2p, for torch's (one Work a batch, torch 2.6): its
+ * ops' spans end when it has been waited for; everything else is the
+ * Work's own (attributes pass through). */
+typedef struct {
+    PyObject_HEAD
+    PyObject *work;
+    int done;
+    Py_ssize_t n;
+    pprun_trace_op_record *recs;
+} work;
+
+static PyObject *work_wait(PyObject *self, PyObject *args, PyObject *kwargs) {
+    work *w = (work *)self;
+    if (!w->work) return PyErr_Format(PyExc_RuntimeError, "pprun._op: a batched p2p's Work already collected");
+    PyObject *wait = PyObject_GetAttr(w->work, str_wait);
+    PyObject *out = wait ? PyObject_Call(wait, args, kwargs) : NULL;
+    Py_XDECREF(wait);
+    if (!out || w->done) return out;
+    w->done = 1;
+    uint64_t t1 = op_now();
+    if (!tracing) { /* stopped since the batch was issued: its records are counted as lost */
+        PyObject *rc = PyObject_CallFunction(hook_lost, "n", w->n);
+        if (!rc) Py_CLEAR(out);
+        Py_XDECREF(rc);
+        return out;
+    }
+    for (Py_ssize_t i = 0; i < w->n && tracing; i++) {
+        w->recs[i].end_ns = t1 > w->recs[i].start_ns ? t1 : w->recs[i].start_ns;
+        if (op_write(&w->recs[i], w->n - i - 1) < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+    }
+    return out;
+}
+
+static PyObject *work_getattro(PyObject *self, PyObject *name) {
+    PyObject *v = PyObject_GenericGetAttr(self, name);
+    if (v || !PyErr_ExceptionMatches(PyExc_AttributeError)) return v;
+    if (!((work *)self)->work) return NULL;
+    PyErr_Clear();
+    return PyObject_GetAttr(((work *)self)->work, name);
+}
+
+static int work_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(((work *)self)->work);
+    return 0;
+}
+
+/* A work cleared (by the collector, in a cycle: never to be waited for)
+ * or freed: its Work and records go. */
+static int work_clear(PyObject *self) {
+    work *w = (work *)self;
+    Py_CLEAR(w->work);
+    PyMem_Free(w->recs);
+    w->recs = NULL, w->n = 0;
+    return 0;
+}
+
+/* Both types' dealloc: untracked, cleared by their tp_clear, freed. */
+static void op_dealloc(PyObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    PyObject_GC_UnTrack(self);
+    ((inquiry)PyType_GetSlot(type, Py_tp_clear))(self);
+    PyObject_GC_Del(self);
+    Py_DECREF(type);
+}
+
+static PyMethodDef work_methods[] = {
+    {"wait", (PyCFunction)(void (*)(void))work_wait, METH_VARARGS | METH_KEYWORDS, "the Work's wait(); then its spans"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot work_slots[] = {
+    {Py_tp_getattro, work_getattro}, {Py_tp_methods, work_methods}, {Py_tp_traverse, work_traverse},
+    {Py_tp_clear, work_clear},       {Py_tp_dealloc, op_dealloc}, {Py_tp_doc, "a batched p2p's Work, traced"},
+    {0, NULL},
+};
+
+static PyType_Spec work_spec = {"pprun._op.work", sizeof(work), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+                                work_slots};
+
+/* A torch >= 2.8 batch (a Work per op): the package's works(works, ops,
+ * t0), its Python wrappers of them, with the ops as _batch_p2p's Python
+ * wrapper makes them, (phase, stage, microbatch, peer, bytes). */
+static PyObject *batch_works(PyObject *works, const pprun_trace_op_record *recs, Py_ssize_t n, uint64_t t0) {
+    PyObject *ops = PyList_New(n);
+    for (Py_ssize_t i = 0; ops && i < n; i++) {
+        PyObject *op = Py_BuildValue("(y#iiiK)", recs[i].phase, (Py_ssize_t)strnlen(recs[i].phase, sizeof recs[i].phase),
+                                     (int)recs[i].stage, (int)recs[i].microbatch, (int)recs[i].peer,
+                                     (unsigned long long)recs[i].bytes);
+        if (!op) Py_CLEAR(ops);
+        else PyList_SetItem(ops, i, op);
+    }
+    PyObject *out = ops ? PyObject_CallFunction(hook_works, "OOK", works, ops, (unsigned long long)t0) : NULL;
+    Py_XDECREF(ops);
+    return out;
+}
+
+static PyObject *batch_call(wrapper *w, PyObject *args, PyObject *kwargs) {
+    PyObject *p2p_ops = PyTuple_Size(args) >= 1 ? PyTuple_GetItem(args, 0) : NULL;
+    if (!p2p_ops || !PyList_Check(p2p_ops)) return PyObject_Call(w->slow, args, kwargs);
+    uint64_t t0 = op_now();
+    PyObject *out = PyObject_Call(w->orig, args, kwargs);
+    if (!out || out == Py_None) return out;
+    Py_ssize_t n = PyList_Size(p2p_ops), tagged = 0;
+    pprun_trace_op_record *recs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *recs);
+    if (!recs) {
+        Py_DECREF(out);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n && i < PyList_Size(p2p_ops); i++) { /* reading an op may run Python */
+        PyObject *op = Py_NewRef(PyList_GetItem(p2p_ops, i));
+        int rc = batch_op(op, &recs[tagged]);
+        Py_DECREF(op);
+        if (rc < 0) {
+            PyMem_Free(recs);
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (rc) recs[tagged++].start_ns = t0;
+    }
+    if (tagged == 0) { /* nothing of pprun's in it: torch's as it is */
+        PyMem_Free(recs);
+        return out;
+    }
+    if (PyList_Check(out) || PyTuple_Check(out)) {
+        PyObject *works = batch_works(out, recs, tagged, t0);
+        PyMem_Free(recs);
+        Py_DECREF(out);
+        return works;
+    }
+    work *wk = PyObject_GC_New(work, (PyTypeObject *)work_type);
+    if (!wk) {
+        PyMem_Free(recs);
+        Py_DECREF(out);
+        return NULL;
+    }
+    wk->work = out, wk->done = 0, wk->n = tagged, wk->recs = recs;
+    PyObject_GC_Track((PyObject *)wk);
+    return (PyObject *)wk;
+}
+
+static PyObject *wrapper_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    wrapper *w = (wrapper *)self;
+    if (!fast_on) return PyObject_Call(w->slow, args, kwargs);
+    switch (w->kind) {
+    case WRAP_COMPUTE: return compute_call(w, args, kwargs);
+    case WRAP_TAG: return tag_call(w, args, kwargs);
+    default: return batch_call(w, args, kwargs);
+    }
+}
+
+/* A wrapper bound to a stage, where the interpreter does not call it as a
+ * method directly (getattr(stage, "forward_one_chunk")). */
+static PyObject *wrapper_get(PyObject *self, PyObject *obj, PyObject *type) {
+    (void)type;
+    if (!obj || obj == Py_None) return Py_NewRef(self);
+    return PyObject_CallFunctionObjArgs(method_type, self, obj, NULL);
+}
+
+/* What the package and functools read of a wrapper: the method it wraps,
+ * and that it is pprun's (python/pprun/torch.py, _replace). */
+static PyObject *wrapper_wrapped(PyObject *self, void *closure) {
+    (void)closure;
+    return Py_NewRef(((wrapper *)self)->orig);
+}
+
+static PyObject *wrapper_is_pprun(PyObject *self, void *closure) {
+    (void)self, (void)closure;
+    Py_RETURN_TRUE;
+}
+
+static PyGetSetDef wrapper_getset[] = {
+    {"__wrapped__", wrapper_wrapped, NULL, "the method wrapped", NULL},
+    {"_pprun_wrapped", wrapper_is_pprun, NULL, "True: a wrapper of pprun's", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static int wrapper_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(((wrapper *)self)->orig);
+    Py_VISIT(((wrapper *)self)->slow);
+    return 0;
+}
+
+static int wrapper_clear(PyObject *self) {
+    Py_CLEAR(((wrapper *)self)->orig);
+    Py_CLEAR(((wrapper *)self)->slow);
+    return 0;
+}
+
+static PyType_Slot wrapper_slots[] = {
+    {Py_tp_call, wrapper_call},   {Py_tp_descr_get, wrapper_get},   {Py_tp_getset, wrapper_getset},
+    {Py_tp_traverse, wrapper_traverse}, {Py_tp_clear, wrapper_clear}, {Py_tp_dealloc, op_dealloc},
+    {Py_tp_doc, "a wrapper of pprun's: its common case in C, the rest in the package's Python wrapper"},
+    {0, NULL},
+};
+
+/* METHOD_DESCRIPTOR: called on a stage, the interpreter passes the stage as
+ * the first argument, with no bound object made per call (as for a Python
+ * function). */
+static PyType_Spec wrapper_spec = {"pprun._op.wrapper", sizeof(wrapper), 0,
+                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR,
+                                   wrapper_slots};
+static PyObject *wrapper_type;
+
+static const struct {
+    const char *phase;
+    int kind;
+} wrap_kinds[] = {{"F", WRAP_COMPUTE},      {"BW", WRAP_COMPUTE},     {"W", WRAP_COMPUTE},
+                  {"SEND_F", WRAP_TAG},     {"RECV_F", WRAP_TAG},     {"SEND_B", WRAP_TAG},
+                  {"RECV_B", WRAP_TAG},     {"", WRAP_BATCH}};
+
+/* wrap(orig, slow, phase): orig PyTorch's method (or _batch_p2p), slow the
+ * package's Python wrapper of it, phase what it records (wrap_kinds: b""
+ * for _batch_p2p). */
+static PyObject *op_wrap(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *orig, *slow, *given;
+    if (!PyArg_ParseTuple(args, "OOS:wrap", &orig, &slow, &given)) return NULL;
+    const char *phase = PyBytes_AsString(given);
+    int kind = -1;
+    for (size_t i = 0; kind < 0 && i < sizeof wrap_kinds / sizeof wrap_kinds[0]; i++)
+        if ((size_t)PyBytes_Size(given) == strlen(wrap_kinds[i].phase) && strcmp(phase, wrap_kinds[i].phase) == 0)
+            kind = wrap_kinds[i].kind;
+    if (kind < 0) /* %R: the bytes escaped, as Python shows them */
+        return PyErr_Format(PyExc_ValueError, "wrap(): phase %R is none of pprun's wrappers'", given);
+    if (!op_packed || !hook_refused)
+        return PyErr_Format(PyExc_RuntimeError, "wrap(): no library bound or no hooks (bind() and hooks() first)");
+    wrapper *w = PyObject_GC_New(wrapper, (PyTypeObject *)wrapper_type);
+    if (!w) return NULL;
+    w->orig = Py_NewRef(orig);
+    w->slow = Py_NewRef(slow);
+    w->kind = kind;
+    memset(w->phase, 0, sizeof w->phase);
+    memcpy(w->phase, phase, strlen(phase));
+    PyObject_GC_Track((PyObject *)w);
+    return (PyObject *)w;
+}
+
+/* hooks(refused, lost, works): the package's callables, refused(phase,
+ * stage, microbatch, skipped) for a record the library refused, lost(n) for
+ * records not made because tracing stopped, works(works, ops, t0) for a
+ * batch of Works (torch >= 2.8). */
+static PyObject *op_hooks(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *hook[3], **kept[3] = {&hook_refused, &hook_lost, &hook_works};
+    if (!PyArg_ParseTuple(args, "OOO:hooks", &hook[0], &hook[1], &hook[2])) return NULL;
+    for (int i = 0; i < 3; i++)
+        if (!PyCallable_Check(hook[i])) return PyErr_Format(PyExc_TypeError, "hooks(): argument %d is not callable", i + 1);
+    for (int i = 0; i < 3; i++) {
+        PyObject *old = *kept[i];
+        *kept[i] = Py_NewRef(hook[i]);
+        Py_XDECREF(old);
+    }
+    Py_RETURN_NONE;
+}
+
+/* context(step, fast): the step the fast path records, and whether it may
+ * (a training step whose number fits a record, tracing on). */
+static PyObject *op_context(PyObject *self, PyObject *args) {
+    (void)self;
+    long long step;
+    int fast;
+    if (!PyArg_ParseTuple(args, "Lp:context", &step, &fast)) return NULL;
+    if (step < 0 || step > INT32_MAX) fast = 0; /* past a record's field: the Python wrappers refuse its ops */
+    if (fast && (!op_packed || !hook_refused))
+        return PyErr_Format(PyExc_RuntimeError, "context(): no library bound or no hooks (bind() and hooks() first)");
+    cur_step = (int32_t)(fast ? step : 0), fast_on = fast && tracing;
+    Py_RETURN_NONE;
+}
+
+/* stop(): tracing stopped (a refused record, a forked child): the fast path
+ * records nothing more; its batches in flight count their records as lost. */
+static PyObject *op_stop(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    tracing = 0, fast_on = 0;
+    Py_RETURN_NONE;
+}
+
 /* bind(address): the address of pprun_trace_op_packed in the library the
  * package loaded (ctypes.cast(lib.pprun_trace_op_packed, c_void_p).value). */
 static PyObject *op_bind(PyObject *self, PyObject *arg) {
@@ -93,10 +596,31 @@ static PyMethodDef op_methods[] = {
     {"put", (PyCFunction)(void (*)(void))op_put, METH_FASTCALL,
      "put(phase, gpu, step, microbatch, stage, peer, bytes, start_ns, end_ns): one op, as pprun_trace_op_packed"},
     {"bind", op_bind, METH_O, "bind(address): the loaded library's pprun_trace_op_packed"},
+    {"wrap", op_wrap, METH_VARARGS, "wrap(orig, slow, phase): a wrapper of pprun's, its common case in C"},
+    {"hooks", op_hooks, METH_VARARGS, "hooks(refused, lost, works): the package's callables for the fast path"},
+    {"context", op_context, METH_VARARGS, "context(step, fast): the fast path's step, and whether it records"},
+    {"stop", op_stop, METH_NOARGS, "stop(): tracing stopped; the fast path records nothing more"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef op_module = {PyModuleDef_HEAD_INIT, "pprun._op", NULL, -1, op_methods,
                                        NULL,  NULL,       NULL, NULL};
 
-PyMODINIT_FUNC PyInit__op(void) { return PyModule_Create(&op_module); }
+PyMODINIT_FUNC PyInit__op(void) {
+    PyObject *types = PyImport_ImportModule("types");
+    if (!types) return NULL;
+    method_type = PyObject_GetAttrString(types, "MethodType");
+    Py_DECREF(types);
+    if (!method_type) return NULL;
+    static const struct {
+        PyObject **str;
+        const char *text;
+    } names[] = {{&str_device, "device"},   {&str_type, "type"},   {&str_stage_index, "stage_index"},
+                 {&str_full_backward, "full_backward"},          {&str_cpu, "cpu"},
+                 {&str_pprun, "_pprun"},    {&str_peer, "peer"},   {&str_tensor, "tensor"},
+                 {&str_nbytes, "nbytes"},   {&str_wait, "wait"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!(*names[i].str = PyUnicode_InternFromString(names[i].text))) return NULL;
+    if (!(wrapper_type = PyType_FromSpec(&wrapper_spec)) || !(work_type = PyType_FromSpec(&work_spec))) return NULL;
+    return PyModule_Create(&op_module);
+}

@@ -30,7 +30,7 @@ _stopped = None  # the Tracer once stop() stopped it, counting what is not recor
 # a third of what eight numbers do.
 OP = struct.Struct("=16s6i3Q")
 
-try:  # the per-op call without ctypes (python/pprun/_op.c): built with pprun where Python's headers were
+try:  # the per-op call and wrappers in C (python/pprun/_op.c): built with pprun where Python's headers were
     from pprun import _op
 except ImportError:
     _op = None
@@ -175,6 +175,8 @@ def stop(why):
             _stopped = t
     if t is not None and t.on:
         t.on = False
+        if _op is not None:  # its fast path records no more either
+            _op.stop()
         atexit.register(flush_lost)
         sys.stderr.write("pprun: rank %d: tracing stops, nothing more of this process is recorded: %s\n"
                          % (t.rank, why))
@@ -216,6 +218,8 @@ def _forked_child():
     _lock = threading.Lock()  # a thread of the parent may have held it at the fork
     if _tracer is not None:
         _tracer.on = False  # the child's copy: pprun.torch's reference to it records nothing either
+        if _op is not None:  # nor pprun._op's fast path
+            _op.stop()
     _tracer, _loaded, _stopped = None, True, None  # and counts nothing (flush_lost: not its pid)
 
 

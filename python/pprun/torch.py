@@ -25,7 +25,13 @@ on PyTorch's own classes and module, with the program unchanged:
                                   the tensors the program gets in `losses`
   torch.optim step hooks          OPT (every optimizer's step)
 
-and, at the first training step (one with a backward), declares the
+Where pprun._op is built, the wrappers of the compute ops, of get_*_ops and
+of _batch_p2p are its C ones (_fast): they run the common case, a CPU
+stage's op in a training step with tracing on (the step's wrapper says so,
+_op.context), and hand every other case to the Python wrappers here, the
+reference, which record the same (docs/torch.md, "What tracing costs").
+
+And, at the first training step (one with a backward), it declares the
 schedule: its class (jobs.schedule), its shape and this rank's plan,
 PyTorch's pipeline_order where the schedule has one, else the order it ran
 in. A record the library refuses stops tracing for the rest of the process
@@ -129,14 +135,17 @@ class _GpuTime:
     def begin(self, device):
         """An op on device starts: (anchor, start event), or None off a
         GPU; _LOST on a GPU once tracing stopped (end() counts it)."""
-        if device is None:
+        if device is None or _HOST.get(id(device)) is device:
             return None
+        given = device
         if not isinstance(device, torch.device):  # PipelineStage keeps its device as given: "cuda:0", 0
             try:
                 device = torch.device(device)
             except (RuntimeError, TypeError, ValueError):
                 return None
         if device.type != "cuda":
+            if len(_HOST) < 64:
+                _HOST[id(given)] = given
             return None
         if not _st.t.on:
             return _LOST
@@ -204,6 +213,11 @@ class _GpuTime:
 
 
 _gpu = _GpuTime()
+# The device objects (a stage's, an optimizer's) found not to be a GPU, by
+# id, kept so their ids stay theirs: a stage keeps its device object, and
+# reading a torch.device's type makes a new string in libtorch's code, 17 us
+# right after PyTorch's work (docs/torch.md, "What tracing costs").
+_HOST = {}
 _LOST = object()  # _GpuTime.begin()'s once tracing stopped: the gpu span is counted as lost
 
 
@@ -229,14 +243,14 @@ def _wrap_compute(orig, op):
     """forward_one_chunk (op b"F"), backward_one_chunk (b"BW": PyTorch's
     full backward; b"B" when the schedule splits it, full_backward=False)
     and backward_weight_one_chunk (b"W"): the op's host span, and its gpu
-    span on a CUDA device. One body for the three, every step's hottest
-    path, with no call of pprun's own between the op and the library
-    (docs/torch.md, "What tracing costs")."""
+    span on a CUDA device. One body for the three; where pprun._op is
+    built, its C wrapper runs their common case and this one the rest
+    (_fast)."""
 
     @functools.wraps(orig)
     def wrapper(self, chunk_id, *args, **kwargs):
         device = getattr(self, "device", None)  # a torch.device, or as the program gave it ("cpu")
-        g = None if getattr(device, "type", None) == "cpu" else _gpu.begin(device)
+        g = None if _HOST.get(id(device)) is device else _gpu.begin(device)
         t0 = _clock()
         out = orig(self, chunk_id, *args, **kwargs)
         t1 = _clock()
@@ -355,14 +369,19 @@ def _wrap_batch_p2p(orig):
             return work
         if not isinstance(work, (list, tuple)):
             return _Work(work, ops, t0, None)  # torch 2.6: the batch's last Work
-        # torch >= 2.8: every Work of the batch, each waited for
-        if not work:  # none to wait for: the batch's spans end now
-            _Work(_NO_WORK, ops, t0, None).wait()
-            return work
-        left = [len(work)]
-        return [_Work(w, ops, t0, left) for w in work]
+        return _works(work, ops, t0)
 
     return _batch_p2p
+
+
+def _works(works, ops, t0):
+    """A batch's every Work (torch >= 2.8), each waited for: its ops'
+    spans end when the last has been."""
+    if not works:  # none to wait for: the batch's spans end now
+        _Work(_NO_WORK, ops, t0, None).wait()
+        return works
+    left = [len(works)]
+    return [_Work(w, ops, t0, left) for w in works]
 
 
 # ---- steps, losses, the optimizer --------------------------------------------
@@ -406,9 +425,14 @@ def _wrap_step(orig):
             planned = _declare(self, None)
             _st.order = [] if not planned else None
         _st.in_step, _st.eval = True, evaluation
+        fast = _trace._op
+        if fast is not None:  # pprun._op's wrappers record this step's ops themselves (_fast)
+            fast.context(pprun._step[0], evaluation is None and _st.order is None and _st.t.on)
         try:
             out = orig(self, *args, **kwargs)
         finally:
+            if fast is not None:
+                fast.context(pprun._step[0], False)
             _st.in_step, _st.eval = False, None
             order, _st.order = _st.order, None
             _gpu.flush()
@@ -588,8 +612,31 @@ def _replace(owner, name, wrap, *extra):
     if getattr(orig, "_pprun_wrapped", False):
         return
     new = wrap(orig, *extra)
-    new._pprun_wrapped = True
+    if not getattr(new, "_pprun_wrapped", False):  # pprun._op's wrappers say so themselves
+        new._pprun_wrapped = True
     setattr(owner, name, new)
+
+
+def _fast(wrap):
+    """wrap's wrappers behind pprun._op's where the module is there: those
+    (_op.wrap, in C) run the common case, a CPU stage's op in a training
+    step with tracing on, and hand every other to wrap's, the reference
+    (docs/torch.md, "What tracing costs")."""
+
+    def make(orig, phase=b""):
+        slow = wrap(orig, phase) if phase else wrap(orig)
+        return slow if _trace._op is None else _trace._op.wrap(orig, slow, phase)
+
+    return make
+
+
+def _refused(phase, stage, mb, skipped):
+    """A record of pprun._op's fast path that the library refused: as the
+    Python wrappers do, tracing stops, and the records of its batch after
+    it are counted as lost."""
+    _stop("%s of stage %d microbatch %d: %s" % (phase.decode(), stage, mb, _st.t.error()))
+    if skipped:
+        _st.t.lost(skipped)
 
 
 def _runtime_module():
@@ -637,17 +684,20 @@ def install():
     atexit.register(_at_exit)
     _optimizer.register_optimizer_step_pre_hook(_opt_pre)
     _optimizer.register_optimizer_step_post_hook(_opt_post)
-    _replace(base, "forward_one_chunk", _wrap_compute, b"F")
-    _replace(base, "backward_one_chunk", _wrap_compute, b"BW")
-    _replace(base, "backward_weight_one_chunk", _wrap_compute, b"W")
-    _replace(base, "get_fwd_send_ops", _wrap_get_ops, b"SEND_F")
-    _replace(base, "get_fwd_recv_ops", _wrap_get_ops, b"RECV_F")
-    _replace(base, "get_bwd_send_ops", _wrap_get_ops, b"SEND_B")
-    _replace(base, "get_bwd_recv_ops", _wrap_get_ops, b"RECV_B")
-    _replace(_schedules, "_batch_p2p", _wrap_batch_p2p)
+    if _trace._op is not None:
+        _trace._op.hooks(_refused, t.lost, _works)
+    compute, get_ops, batch_p2p = _fast(_wrap_compute), _fast(_wrap_get_ops), _fast(_wrap_batch_p2p)
+    _replace(base, "forward_one_chunk", compute, b"F")
+    _replace(base, "backward_one_chunk", compute, b"BW")
+    _replace(base, "backward_weight_one_chunk", compute, b"W")
+    _replace(base, "get_fwd_send_ops", get_ops, b"SEND_F")
+    _replace(base, "get_fwd_recv_ops", get_ops, b"RECV_F")
+    _replace(base, "get_bwd_send_ops", get_ops, b"SEND_B")
+    _replace(base, "get_bwd_recv_ops", get_ops, b"RECV_B")
+    _replace(_schedules, "_batch_p2p", batch_p2p)
     runtime = _runtime_module()
     if runtime is not None and hasattr(runtime, "_batch_p2p"):
-        _replace(runtime, "_batch_p2p", _wrap_batch_p2p)
+        _replace(runtime, "_batch_p2p", batch_p2p)
     _replace(_schedules._PipelineSchedule, "_update_losses", _wrap_update_losses)
     for cls in steps:
         _replace(cls, "step", _wrap_step)
