@@ -925,7 +925,10 @@ Test(program_run, bad_times_names_and_phases_are_refused_and_the_rest_is_stored,
  * package counts as a refused record), and a phase without its NUL (the
  * library's refusal, -1); of its wrappers (wrap()), one before bind() and
  * hooks(), a phase none of them records (escaped: the ESC is not printed),
- * a fast path switched on before hooks(), a hook that is not callable. */
+ * a fast path switched on before hooks(), a hook that is not callable, a
+ * step past any record's (the fast path stays off, nothing raised), a
+ * step that is not an int, an empty wrapper made from Python (refused); a
+ * wrapper reads as the function it wraps (its __name__). */
 Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses_bad_arguments, .timeout = 120) {
     char path[512];
     write_program("opext", "opext.py",
@@ -942,6 +945,11 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
                   "said('wrap phase', lambda: _op.wrap(len, len, b'X\\x1b'))\n"
                   "said('context unhooked', lambda: _op.context(0, True))\n"
                   "said('hooks', lambda: _op.hooks(len, 1, len))\n"
+                  "said('context step', lambda: _op.context(2**70, False))\n"
+                  "said('context not int', lambda: _op.context('1', False))\n"
+                  "_op.hooks(len, len, len)\n"
+                  "said('new wrapper', lambda: type(_op.wrap(len, len, b'F'))())\n"
+                  "print('wrapper of', _op.wrap(len, len, b'RECV_B').__name__)\n"
                   "print('through the extension:', t.op is _op.put)\n"
                   "now = t.now()\n"
                   "print('ext', t.op(b'SEND_F', 0, 0, 1, 0, 0, 4096, now, now + 50))\n"
@@ -968,6 +976,10 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     lt_assert_has(p.out, "wrap phase: ValueError: wrap(): phase b'X\\x1b' is none of pprun's wrappers'");
     lt_assert_has(p.out, "context unhooked: RuntimeError: context(): no library bound or no hooks");
     lt_assert_has(p.out, "hooks: TypeError: hooks(): argument 2 is not callable");
+    lt_assert_has(p.out, "context step: returned None\n"); /* past a record's step: no fast path, no error */
+    lt_assert_has(p.out, "context not int: TypeError: context() argument 1 must be int, not str");
+    lt_assert_has(p.out, "new wrapper: TypeError: cannot create 'pprun._op.wrapper' instances");
+    lt_assert_has(p.out, "wrapper of len\n");
     lt_assert_has(p.out, "through the extension: True");
     lt_assert_has(p.out, "ext 1\n");
     lt_assert_has(p.out, "ctypes 1\n");

@@ -689,7 +689,7 @@ static void records_of(const char *db, char *buf, size_t size) {
  * (--mode ctypes: every op in Python), op for op; and a torch >= 2.8
  * batch of Works (--mode works: every Work of a batch waited for) the
  * same as torch 2.6's one Work, through both paths. */
-Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 300) {
+Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 900) {
     static const struct {
         const char *mode, *says;
     } runs[] = {{"plain", "wrapper=wrapper\n"}, {"ctypes", "wrapper=function\n"}, {"works", "works=12\n"}};

@@ -156,12 +156,20 @@ static int op_attr_int32(PyObject *obj, PyObject *name, int32_t *out) {
     return ok;
 }
 
-/* Writes r; a refusal goes to the package's refused(), with the records of
- * its batch skipped after it. -1 only where refused() raised. */
+/* Writes r: 0; a refusal goes to the package's refused(), with the records
+ * of its batch skipped after it: 1, or -1 where refused() raised. */
 static int op_write(const pprun_trace_op_record *r, Py_ssize_t skipped) {
     if (op_packed(r) >= 0) return 0;
     PyObject *rc = PyObject_CallFunction(hook_refused, "y#iin", r->phase, (Py_ssize_t)strnlen(r->phase, sizeof r->phase),
                                          (int)r->stage, (int)r->microbatch, skipped);
+    Py_XDECREF(rc);
+    return rc ? 1 : -1;
+}
+
+/* n records not made because tracing stopped: the package's lost(n). 0,
+ * or -1 where it raised. */
+static int op_lost(Py_ssize_t n) {
+    PyObject *rc = PyObject_CallFunction(hook_lost, "n", n);
     Py_XDECREF(rc);
     return rc ? 0 : -1;
 }
@@ -233,7 +241,9 @@ static PyObject *compute_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     PyObject *out = PyObject_Call(w->orig, args, kwargs);
     if (!out) return NULL;
     r.end_ns = op_now();
-    if (op_write(&r, 0) < 0) Py_CLEAR(out);
+    /* tracing may have stopped during the op (a refused span of the
+     * program's inside it): then the op is lost, as in Python */
+    if ((tracing ? op_write(&r, 0) : op_lost(1)) < 0) Py_CLEAR(out);
     return out;
 }
 
@@ -241,7 +251,7 @@ static PyObject *tag_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     int32_t stage, mb;
     if (!op_stage_call(args, &stage, &mb)) return PyObject_Call(w->slow, args, kwargs);
     PyObject *ops = PyObject_Call(w->orig, args, kwargs);
-    if (!ops || !PyList_Check(ops)) return ops;
+    if (!ops || !PyList_Check(ops)) return ops; /* torch's get_*_ops return a list; anything else goes untagged */
     PyObject *tag = Py_BuildValue("(yii)", w->phase, (int)stage, (int)mb);
     if (!tag) {
         Py_DECREF(ops);
@@ -252,6 +262,11 @@ static PyObject *tag_call(wrapper *w, PyObject *args, PyObject *kwargs) {
         int rc = PyObject_SetAttr(op, str_pprun, tag);
         Py_DECREF(op);
         if (rc < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                Py_DECREF(tag);
+                Py_DECREF(ops);
+                return NULL;
+            }
             PyErr_Clear(); /* a P2POp that takes no attribute (slots): its span is not recorded */
             break;
         }
@@ -285,9 +300,10 @@ static int batch_op(PyObject *op, pprun_trace_op_record *r) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a P2POp's _pprun is not (phase, stage, microbatch)");
         return -1;
     }
-    PyObject *peer = PyObject_GetAttr(op, str_peer), *tensor = PyObject_GetAttr(op, str_tensor);
+    PyObject *peer = PyObject_GetAttr(op, str_peer);
+    PyObject *tensor = peer ? PyObject_GetAttr(op, str_tensor) : NULL;
     PyObject *nbytes = tensor ? PyObject_GetAttr(tensor, str_nbytes) : NULL; /* a p2p tensor is dense */
-    ok = peer && nbytes && op_as_int32(peer, &r->peer);
+    ok = nbytes && op_as_int32(peer, &r->peer);
     if (ok) {
         r->bytes = PyLong_AsUnsignedLongLong(nbytes);
         ok = !PyErr_Occurred();
@@ -320,17 +336,14 @@ static PyObject *work_wait(PyObject *self, PyObject *args, PyObject *kwargs) {
     w->done = 1;
     uint64_t t1 = op_now();
     if (!tracing) { /* stopped since the batch was issued: its records are counted as lost */
-        PyObject *rc = PyObject_CallFunction(hook_lost, "n", w->n);
-        if (!rc) Py_CLEAR(out);
-        Py_XDECREF(rc);
+        if (op_lost(w->n) < 0) Py_CLEAR(out);
         return out;
     }
-    for (Py_ssize_t i = 0; i < w->n && tracing; i++) {
+    for (Py_ssize_t i = 0; i < w->n; i++) {
         w->recs[i].end_ns = t1 > w->recs[i].start_ns ? t1 : w->recs[i].start_ns;
-        if (op_write(&w->recs[i], w->n - i - 1) < 0) {
-            Py_CLEAR(out);
-            break;
-        }
+        int rc = op_write(&w->recs[i], w->n - i - 1);
+        if (rc < 0) Py_CLEAR(out);
+        if (rc) break; /* refused: the rest of the batch was counted as lost */
     }
     return out;
 }
@@ -344,6 +357,7 @@ static PyObject *work_getattro(PyObject *self, PyObject *name) {
 }
 
 static int work_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self)); /* a heap type's instances hold it */
     Py_VISIT(((work *)self)->work);
     return 0;
 }
@@ -378,8 +392,10 @@ static PyType_Slot work_slots[] = {
     {0, NULL},
 };
 
-static PyType_Spec work_spec = {"pprun._op.work", sizeof(work), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-                                work_slots};
+/* Made by _batch_p2p's wrapper only (DISALLOW_INSTANTIATION: no empty one
+ * from Python), as wrappers by wrap(). */
+static PyType_Spec work_spec = {"pprun._op.work", sizeof(work), 0,
+                                Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, work_slots};
 
 /* A torch >= 2.8 batch (a Work per op): the package's works(works, ops,
  * t0), its Python wrappers of them, with the ops as _batch_p2p's Python
@@ -479,6 +495,7 @@ static PyGetSetDef wrapper_getset[] = {
 };
 
 static int wrapper_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(Py_TYPE(self));
     Py_VISIT(((wrapper *)self)->orig);
     Py_VISIT(((wrapper *)self)->slow);
     return 0;
@@ -490,7 +507,17 @@ static int wrapper_clear(PyObject *self) {
     return 0;
 }
 
+/* What functools.wraps would have copied (__name__, __qualname__ ...):
+ * read from the method wrapped. */
+static PyObject *wrapper_getattro(PyObject *self, PyObject *name) {
+    PyObject *v = PyObject_GenericGetAttr(self, name);
+    if (v || !PyErr_ExceptionMatches(PyExc_AttributeError)) return v;
+    PyErr_Clear();
+    return PyObject_GetAttr(((wrapper *)self)->orig, name);
+}
+
 static PyType_Slot wrapper_slots[] = {
+    {Py_tp_getattro, wrapper_getattro},
     {Py_tp_call, wrapper_call},   {Py_tp_descr_get, wrapper_get},   {Py_tp_getset, wrapper_getset},
     {Py_tp_traverse, wrapper_traverse}, {Py_tp_clear, wrapper_clear}, {Py_tp_dealloc, op_dealloc},
     {Py_tp_doc, "a wrapper of pprun's: its common case in C, the rest in the package's Python wrapper"},
@@ -501,7 +528,8 @@ static PyType_Slot wrapper_slots[] = {
  * the first argument, with no bound object made per call (as for a Python
  * function). */
 static PyType_Spec wrapper_spec = {"pprun._op.wrapper", sizeof(wrapper), 0,
-                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR,
+                                   Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_METHOD_DESCRIPTOR |
+                                       Py_TPFLAGS_DISALLOW_INSTANTIATION,
                                    wrapper_slots};
 static PyObject *wrapper_type;
 
@@ -561,10 +589,12 @@ static PyObject *op_hooks(PyObject *self, PyObject *args) {
  * (a training step whose number fits a record, tracing on). */
 static PyObject *op_context(PyObject *self, PyObject *args) {
     (void)self;
-    long long step;
-    int fast;
-    if (!PyArg_ParseTuple(args, "Lp:context", &step, &fast)) return NULL;
-    if (step < 0 || step > INT32_MAX) fast = 0; /* past a record's field: the Python wrappers refuse its ops */
+    PyObject *step_obj;
+    int fast, overflow;
+    if (!PyArg_ParseTuple(args, "O!p:context", &PyLong_Type, &step_obj, &fast)) return NULL;
+    long long step = PyLong_AsLongLongAndOverflow(step_obj, &overflow);
+    if (step == -1 && PyErr_Occurred()) return NULL;
+    if (overflow || step < 0 || step > INT32_MAX) fast = 0; /* past a record's field: the Python wrappers refuse its ops */
     if (fast && (!op_packed || !hook_refused))
         return PyErr_Format(PyExc_RuntimeError, "context(): no library bound or no hooks (bind() and hooks() first)");
     cur_step = (int32_t)(fast ? step : 0), fast_on = fast && tracing;

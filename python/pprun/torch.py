@@ -426,9 +426,9 @@ def _wrap_step(orig):
             _st.order = [] if not planned else None
         _st.in_step, _st.eval = True, evaluation
         fast = _trace._op
-        if fast is not None:  # pprun._op's wrappers record this step's ops themselves (_fast)
-            fast.context(pprun._step[0], evaluation is None and _st.order is None and _st.t.on)
         try:
+            if fast is not None:  # pprun._op's wrappers record this step's ops themselves (_fast)
+                fast.context(pprun._step[0], evaluation is None and _st.order is None and _st.t.on)
             out = orig(self, *args, **kwargs)
         finally:
             if fast is not None:
