@@ -134,17 +134,22 @@ static uint64_t op_now(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* An int as an int32, or 0 where it is not one (the slow path takes it:
- * its errors are the Python wrapper's). */
+/* An int as an int32 (op_int32's check), or 0 where it is not one, with no
+ * exception set (the slow path takes it: its errors are the Python
+ * wrapper's). */
 static int op_as_int32(PyObject *v, int32_t *out) {
-    if (!v || !PyLong_Check(v)) return 0;
-    long x = PyLong_AsLong(v);
-    if ((x == -1 && PyErr_Occurred()) || x < INT32_MIN || x > INT32_MAX) {
-        PyErr_Clear();
-        return 0;
-    }
-    *out = (int32_t)x;
-    return 1;
+    if (v && PyLong_Check(v) && op_int32(v, "", out) == 0) return 1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* self's attribute name, else inner's (NULL: self's AttributeError): what
+ * a wrapper or a work passes through from the object it stands for. */
+static PyObject *op_attr_through(PyObject *self, PyObject *name, PyObject *inner) {
+    PyObject *v = PyObject_GenericGetAttr(self, name);
+    if (v || !inner || !PyErr_ExceptionMatches(PyExc_AttributeError)) return v;
+    PyErr_Clear();
+    return PyObject_GetAttr(inner, name);
 }
 
 /* obj.name as an int32, or 0 (no such attribute, not an int32). */
@@ -349,11 +354,7 @@ static PyObject *work_wait(PyObject *self, PyObject *args, PyObject *kwargs) {
 }
 
 static PyObject *work_getattro(PyObject *self, PyObject *name) {
-    PyObject *v = PyObject_GenericGetAttr(self, name);
-    if (v || !PyErr_ExceptionMatches(PyExc_AttributeError)) return v;
-    if (!((work *)self)->work) return NULL;
-    PyErr_Clear();
-    return PyObject_GetAttr(((work *)self)->work, name);
+    return op_attr_through(self, name, ((work *)self)->work);
 }
 
 static int work_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -510,10 +511,7 @@ static int wrapper_clear(PyObject *self) {
 /* What functools.wraps would have copied (__name__, __qualname__ ...):
  * read from the method wrapped. */
 static PyObject *wrapper_getattro(PyObject *self, PyObject *name) {
-    PyObject *v = PyObject_GenericGetAttr(self, name);
-    if (v || !PyErr_ExceptionMatches(PyExc_AttributeError)) return v;
-    PyErr_Clear();
-    return PyObject_GetAttr(((wrapper *)self)->orig, name);
+    return op_attr_through(self, name, ((wrapper *)self)->orig);
 }
 
 static PyType_Slot wrapper_slots[] = {

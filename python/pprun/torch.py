@@ -620,7 +620,7 @@ def _replace(owner, name, wrap, *extra):
 def _fast(wrap):
     """wrap's wrappers behind pprun._op's where the module is there: those
     (_op.wrap, in C) run the common case, a CPU stage's op in a training
-    step with tracing on, and hand every other to wrap's, the reference
+    step with tracing on, and hand every other case to wrap's, the reference
     (docs/torch.md, "What tracing costs")."""
 
     def make(orig, phase=b""):
