@@ -927,8 +927,9 @@ Test(program_run, bad_times_names_and_phases_are_refused_and_the_rest_is_stored,
  * hooks(), a phase none of them records (escaped: the ESC is not printed),
  * a fast path switched on before hooks(), a hook that is not callable, a
  * step past any record's (the fast path stays off, nothing raised), a
- * step that is not an int, an empty wrapper made from Python (refused); a
- * wrapper reads as the function it wraps (its __name__). */
+ * step that is not an int, an empty wrapper made from Python (refused), a
+ * batched P2POp whose tag or peer is not what pprun's wrappers put there;
+ * a wrapper reads as the function it wraps (its __name__). */
 Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses_bad_arguments, .timeout = 120) {
     char path[512];
     write_program("opext", "opext.py",
@@ -950,6 +951,15 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
                   "_op.hooks(len, len, len)\n"
                   "said('new wrapper', lambda: type(_op.wrap(len, len, b'F'))())\n"
                   "print('wrapper of', _op.wrap(len, len, b'RECV_B').__name__)\n"
+                  "class Op: pass\n"
+                  "bad_tag, bad_peer = Op(), Op()\n"
+                  "bad_tag._pprun = 'junk'\n"
+                  "bad_peer._pprun, bad_peer.peer, bad_peer.tensor = (b'SEND_F', 0, 0), 'x', memoryview(b'1234')\n"
+                  "batch = _op.wrap(lambda ops: object(), len, b'')\n"
+                  "_op.context(0, True)\n"
+                  "said('bad tag', lambda: batch([bad_tag]))\n"
+                  "said('bad peer', lambda: batch([bad_peer]))\n"
+                  "_op.context(0, False)\n"
                   "print('through the extension:', t.op is _op.put)\n"
                   "now = t.now()\n"
                   "print('ext', t.op(b'SEND_F', 0, 0, 1, 0, 0, 4096, now, now + 50))\n"
@@ -980,6 +990,8 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     lt_assert_has(p.out, "context not int: TypeError: context() argument 1 must be int, not str");
     lt_assert_has(p.out, "new wrapper: TypeError: cannot create 'pprun._op.wrapper' instances");
     lt_assert_has(p.out, "wrapper of len\n");
+    lt_assert_has(p.out, "bad tag: TypeError: a P2POp's _pprun is not (phase, stage, microbatch)");
+    lt_assert_has(p.out, "bad peer: TypeError: a P2POp's peer is not a rank");
     lt_assert_has(p.out, "through the extension: True");
     lt_assert_has(p.out, "ext 1\n");
     lt_assert_has(p.out, "ctypes 1\n");
