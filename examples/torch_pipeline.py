@@ -260,9 +260,13 @@ def main():
         first, last = s == 0, s == nstages - 1
         module = Stage(gpt, bounds[s], bounds[s + 1], first, last).to(dev)
         # Shapes given: no shape inference by p2p at the first step (it
-        # assumes ranks in a loop, which a V placement is not).
-        x = torch.zeros(mb, t, dtype=torch.long, device=dev) if first else torch.zeros(mb, t, d, device=dev)
-        y = torch.zeros(mb, t, VOCAB, device=dev) if last else torch.zeros(mb, t, d, device=dev)
+        # assumes ranks in a loop, which a V placement is not). The examples
+        # require grad as the real activations do: later torch takes the
+        # stage's gradient traffic from them (an output that does not gets
+        # no gradient back).
+        x = (torch.zeros(mb, t, dtype=torch.long, device=dev) if first
+             else torch.zeros(mb, t, d, device=dev, requires_grad=True))
+        y = torch.zeros(mb, t, VOCAB if last else d, device=dev, requires_grad=True)
         stages.append(PipelineStage(module, s, nstages, dev, input_args=x, output_args=y, group=pipe))
         modules.append(module)
 

@@ -21,10 +21,16 @@
 #
 # Needs root (mount namespaces, chroot); making the root needs mmdebstrap
 # and the network (about 2 minutes, 1.2 GB). Every failure names its cause.
-# PPRUN_TORCH_ROOT overrides the path (default /var/cache/pprun/torch-trixie).
+# PPRUN_TORCH_SUITE names the Debian suite (default trixie: torch 2.6; forky
+# or sid have a later torch) and PPRUN_TORCH_ROOT the path (default
+# /var/cache/pprun/torch-SUITE).
 set -euo pipefail
 
-root=${PPRUN_TORCH_ROOT:-/var/cache/pprun/torch-trixie}
+suite=${PPRUN_TORCH_SUITE:-trixie}
+case "$suite" in
+*[!a-z-]* | "") echo "torch-root: PPRUN_TORCH_SUITE '$suite' is not a Debian suite name" >&2; exit 2 ;;
+esac
+root=${PPRUN_TORCH_ROOT:-/var/cache/pprun/torch-$suite}
 checkout=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 die() {
@@ -80,8 +86,8 @@ make_root() {
     mkdir -p "$(dirname "$root")" || die "cannot make $root: cannot create $(dirname "$root")"
     local tmp="$root.new"
     rm -rf "$tmp" "$root.old"
-    echo "torch-root: making $root with mmdebstrap (Debian trixie, python3-torch; about 2 minutes, 1.2 GB)" >&2
-    if ! mmdebstrap --variant=apt --include=python3-torch trixie "$tmp" >"$tmp.log" 2>&1; then
+    echo "torch-root: making $root with mmdebstrap (Debian $suite, python3-torch; about 2 minutes, 1.2 GB)" >&2
+    if ! mmdebstrap --variant=apt --include=python3-torch "$suite" "$tmp" >"$tmp.log" 2>&1; then
         tail -20 "$tmp.log" >&2
         rm -rf "$tmp"
         die "cannot make $root: mmdebstrap failed (its log: $tmp.log; it needs deb.debian.org over the network)"

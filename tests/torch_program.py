@@ -27,8 +27,9 @@ torch.device).
 --mode ctypes: plain with pprun._op unimportable, as longjob-ctypes.
 --mode works: plain with torch >= 2.8's batched p2p (_batch_p2p returns
   every Work of a batch, [] for none, and the schedule waits for each, as
-  2.8's _wait_batch_p2p), under pprun's wrapper as install() makes it;
-  rank 0 prints how many Works it waited for ("works=N").
+  2.8's _wait_batch_p2p), under pprun's wrapper as install() makes it
+  (emulated in torch 2.6, torch's own in a later one); rank 0 prints how
+  many Works it waited for ("works=N").
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
 import argparse
@@ -75,6 +76,17 @@ def batches_of_works(waited):
     batch, each waited for. waited[0] counts them."""
     import pprun.torch as pt
     from torch.distributed.pipelining import schedules
+
+    if hasattr(schedules, "_wait_batch_p2p"):  # a torch >= 2.8: its own batches, counted where it waits
+        wait_each = schedules._wait_batch_p2p
+
+        def wait_counted(works):
+            works = list(works)
+            waited[0] += len(works)
+            wait_each(works)
+
+        schedules._wait_batch_p2p = wait_counted
+        return
 
     def batch_p2p(p2p_ops, desc=None):  # torch 2.8's
         return dist.batch_isend_irecv(p2p_ops) if p2p_ops else []

@@ -103,18 +103,18 @@ static PyObject *op_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *   WRAP_TAG      get_{fwd,bwd}_{send,recv}_ops: each P2POp gets _pprun =
  *                 (phase, stage, microbatch), what it carries
  *   WRAP_BATCH    schedules._batch_p2p: its tagged ops' spans end when its
- *                 Work is waited for (a work object of this module's)
+ *                 Work, or the last of its Works (torch >= 2.8), has been
+ *                 waited for (work objects of this module's)
  * A record the library refuses goes to the package's refused(phase, stage,
  * microbatch, skipped), which stops tracing and counts the batch's records
  * skipped after it; records of a batch issued before a stop and waited for
- * after it go to lost(n); a batch of Works (torch >= 2.8) to works(works,
- * ops, t0), the package's Python (hooks()). */
+ * after it go to lost(n) (hooks()). */
 
 enum { WRAP_COMPUTE, WRAP_TAG, WRAP_BATCH };
 
 static int fast_on, tracing = 1;
 static int32_t cur_step;
-static PyObject *hook_refused, *hook_lost, *hook_works; /* the package's callables (hooks()) */
+static PyObject *hook_refused, *hook_lost; /* the package's callables (hooks()) */
 static PyObject *method_type;              /* types.MethodType: a wrapper bound to a stage, where one is asked for */
 static PyObject *str_device, *str_type, *str_stage_index, *str_full_backward, *str_cpu, *str_pprun, *str_peer,
     *str_tensor, *str_nbytes, *str_wait;
@@ -320,15 +320,39 @@ static int batch_op(PyObject *op, pprun_trace_op_record *r) {
     return ok ? 1 : -1;
 }
 
-/* A Work of one batched p2p, for torch's (one Work a batch, torch 2.6): its
- * ops' spans end when it has been waited for; everything else is the
- * Work's own (attributes pass through). */
+/* One batched p2p's tagged ops: their records, written when the last of
+ * the batch's Works has been waited for. Its works share it (holders);
+ * the last one freed frees it. */
+typedef struct {
+    Py_ssize_t holders, left; /* work objects holding it; of them, not yet waited for */
+    Py_ssize_t n;
+    pprun_trace_op_record recs[];
+} batch;
+
+static void batch_release(batch *b) {
+    if (b && --b->holders == 0) PyMem_Free(b);
+}
+
+/* The batch's spans, ending now: 0, or -1 with an exception. */
+static int batch_write(batch *b) {
+    uint64_t t1 = op_now();
+    if (!tracing) return op_lost(b->n); /* stopped since the batch was issued: counted as lost */
+    for (Py_ssize_t i = 0; i < b->n; i++) {
+        b->recs[i].end_ns = t1 > b->recs[i].start_ns ? t1 : b->recs[i].start_ns;
+        int rc = op_write(&b->recs[i], b->n - i - 1);
+        if (rc) return rc < 0 ? -1 : 0; /* refused: the rest of the batch was counted as lost */
+    }
+    return 0;
+}
+
+/* A Work of a batched p2p (torch 2.6: the batch's one; later torch: one of
+ * its Works): waited for, it counts towards its batch's spans; everything
+ * else is the Work's own (attributes pass through). */
 typedef struct {
     PyObject_HEAD
     PyObject *work;
     int done;
-    Py_ssize_t n;
-    pprun_trace_op_record *recs;
+    batch *b;
 } work;
 
 static PyObject *work_wait(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -339,17 +363,7 @@ static PyObject *work_wait(PyObject *self, PyObject *args, PyObject *kwargs) {
     Py_XDECREF(wait);
     if (!out || w->done) return out;
     w->done = 1;
-    uint64_t t1 = op_now();
-    if (!tracing) { /* stopped since the batch was issued: its records are counted as lost */
-        if (op_lost(w->n) < 0) Py_CLEAR(out);
-        return out;
-    }
-    for (Py_ssize_t i = 0; i < w->n; i++) {
-        w->recs[i].end_ns = t1 > w->recs[i].start_ns ? t1 : w->recs[i].start_ns;
-        int rc = op_write(&w->recs[i], w->n - i - 1);
-        if (rc < 0) Py_CLEAR(out);
-        if (rc) break; /* refused: the rest of the batch was counted as lost */
-    }
+    if (--w->b->left == 0 && batch_write(w->b) < 0) Py_CLEAR(out);
     return out;
 }
 
@@ -368,8 +382,8 @@ static int work_traverse(PyObject *self, visitproc visit, void *arg) {
 static int work_clear(PyObject *self) {
     work *w = (work *)self;
     Py_CLEAR(w->work);
-    PyMem_Free(w->recs);
-    w->recs = NULL, w->n = 0;
+    batch_release(w->b);
+    w->b = NULL;
     return 0;
 }
 
@@ -398,21 +412,42 @@ static PyType_Slot work_slots[] = {
 static PyType_Spec work_spec = {"pprun._op.work", sizeof(work), 0,
                                 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, work_slots};
 
-/* A torch >= 2.8 batch (a Work per op): the package's works(works, ops,
- * t0), its Python wrappers of them, with the ops as _batch_p2p's Python
- * wrapper makes them, (phase, stage, microbatch, peer, bytes). */
-static PyObject *batch_works(PyObject *works, const pprun_trace_op_record *recs, Py_ssize_t n, uint64_t t0) {
-    PyObject *ops = PyList_New(n);
-    for (Py_ssize_t i = 0; ops && i < n; i++) {
-        PyObject *op = Py_BuildValue("(y#iiiK)", recs[i].phase, (Py_ssize_t)strnlen(recs[i].phase, sizeof recs[i].phase),
-                                     (int)recs[i].stage, (int)recs[i].microbatch, (int)recs[i].peer,
-                                     (unsigned long long)recs[i].bytes);
-        if (!op) Py_CLEAR(ops);
-        else PyList_SetItem(ops, i, op);
+/* A work object for torch's Work, holding b; NULL with an exception. */
+static PyObject *work_of(PyObject *torch_work, batch *b) {
+    work *wk = PyObject_GC_New(work, (PyTypeObject *)work_type);
+    if (!wk) return NULL;
+    wk->work = Py_NewRef(torch_work), wk->done = 0, wk->b = b;
+    b->holders++;
+    PyObject_GC_Track((PyObject *)wk);
+    return (PyObject *)wk;
+}
+
+/* What the schedule gets for torch's batch `out` (its Work, or a list of
+ * them), b's spans waiting on it: a work object, a list of them, or `out`
+ * itself when it is empty (nothing to wait for: the spans end now). NULL
+ * with an exception. Takes b: the work objects made hold it, and it is
+ * freed where none does. */
+static PyObject *batch_works(PyObject *out, batch *b) {
+    PyObject *got;
+    b->holders = 1; /* this call's, while it makes the work objects */
+    if (!PyList_Check(out) && !PyTuple_Check(out)) {
+        b->left = 1;
+        got = work_of(out, b);
+    } else if ((b->left = PySequence_Size(out)) == 0) {
+        got = batch_write(b) < 0 ? NULL : Py_NewRef(out);
+    } else {
+        Py_ssize_t m = b->left;
+        got = PyList_New(m);
+        for (Py_ssize_t i = 0; got && i < m; i++) {
+            PyObject *torch_work = PySequence_GetItem(out, i);
+            PyObject *wk = torch_work ? work_of(torch_work, b) : NULL;
+            Py_XDECREF(torch_work);
+            if (!wk) Py_CLEAR(got);
+            else PyList_SetItem(got, i, wk);
+        }
     }
-    PyObject *out = ops ? PyObject_CallFunction(hook_works, "OOK", works, ops, (unsigned long long)t0) : NULL;
-    Py_XDECREF(ops);
-    return out;
+    batch_release(b);
+    return got;
 }
 
 static PyObject *batch_call(wrapper *w, PyObject *args, PyObject *kwargs) {
@@ -421,42 +456,30 @@ static PyObject *batch_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     uint64_t t0 = op_now();
     PyObject *out = PyObject_Call(w->orig, args, kwargs);
     if (!out || out == Py_None) return out;
-    Py_ssize_t n = PyList_Size(p2p_ops), tagged = 0;
-    pprun_trace_op_record *recs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *recs);
-    if (!recs) {
+    Py_ssize_t n = PyList_Size(p2p_ops);
+    batch *b = PyMem_Calloc(1, sizeof *b + (size_t)n * sizeof b->recs[0]);
+    if (!b) {
         Py_DECREF(out);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n && i < PyList_Size(p2p_ops); i++) { /* reading an op may run Python */
         PyObject *op = Py_NewRef(PyList_GetItem(p2p_ops, i));
-        int rc = batch_op(op, &recs[tagged]);
+        int rc = batch_op(op, &b->recs[b->n]);
         Py_DECREF(op);
         if (rc < 0) {
-            PyMem_Free(recs);
+            PyMem_Free(b);
             Py_DECREF(out);
             return NULL;
         }
-        if (rc) recs[tagged++].start_ns = t0;
+        if (rc) b->recs[b->n++].start_ns = t0;
     }
-    if (tagged == 0) { /* nothing of pprun's in it: torch's as it is */
-        PyMem_Free(recs);
+    if (b->n == 0) { /* nothing of pprun's in it: torch's as it is */
+        PyMem_Free(b);
         return out;
     }
-    if (PyList_Check(out) || PyTuple_Check(out)) {
-        PyObject *works = batch_works(out, recs, tagged, t0);
-        PyMem_Free(recs);
-        Py_DECREF(out);
-        return works;
-    }
-    work *wk = PyObject_GC_New(work, (PyTypeObject *)work_type);
-    if (!wk) {
-        PyMem_Free(recs);
-        Py_DECREF(out);
-        return NULL;
-    }
-    wk->work = out, wk->done = 0, wk->n = tagged, wk->recs = recs;
-    PyObject_GC_Track((PyObject *)wk);
-    return (PyObject *)wk;
+    PyObject *got = batch_works(out, b);
+    Py_DECREF(out);
+    return got;
 }
 
 static PyObject *wrapper_call(PyObject *self, PyObject *args, PyObject *kwargs) {
@@ -565,17 +588,16 @@ static PyObject *op_wrap(PyObject *self, PyObject *args) {
     return (PyObject *)w;
 }
 
-/* hooks(refused, lost, works): the package's callables, refused(phase,
- * stage, microbatch, skipped) for a record the library refused, lost(n) for
- * records not made because tracing stopped, works(works, ops, t0) for a
- * batch of Works (torch >= 2.8). */
+/* hooks(refused, lost): the package's callables, refused(phase, stage,
+ * microbatch, skipped) for a record the library refused, lost(n) for
+ * records not made because tracing stopped. */
 static PyObject *op_hooks(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *hook[3], **kept[3] = {&hook_refused, &hook_lost, &hook_works};
-    if (!PyArg_ParseTuple(args, "OOO:hooks", &hook[0], &hook[1], &hook[2])) return NULL;
-    for (int i = 0; i < 3; i++)
+    PyObject *hook[2], **kept[2] = {&hook_refused, &hook_lost};
+    if (!PyArg_ParseTuple(args, "OO:hooks", &hook[0], &hook[1])) return NULL;
+    for (int i = 0; i < 2; i++)
         if (!PyCallable_Check(hook[i])) return PyErr_Format(PyExc_TypeError, "hooks(): argument %d is not callable", i + 1);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 2; i++) {
         PyObject *old = *kept[i];
         *kept[i] = Py_NewRef(hook[i]);
         Py_XDECREF(old);
@@ -625,7 +647,7 @@ static PyMethodDef op_methods[] = {
      "put(phase, gpu, step, microbatch, stage, peer, bytes, start_ns, end_ns): one op, as pprun_trace_op_packed"},
     {"bind", op_bind, METH_O, "bind(address): the loaded library's pprun_trace_op_packed"},
     {"wrap", op_wrap, METH_VARARGS, "wrap(orig, slow, phase): a wrapper of pprun's, its common case in C"},
-    {"hooks", op_hooks, METH_VARARGS, "hooks(refused, lost, works): the package's callables for the fast path"},
+    {"hooks", op_hooks, METH_VARARGS, "hooks(refused, lost): the package's callables for the fast path"},
     {"context", op_context, METH_VARARGS, "context(step, fast): the fast path's step, and whether it records"},
     {"stop", op_stop, METH_NOARGS, "stop(): tracing stopped; the fast path records nothing more"},
     {NULL, NULL, 0, NULL},

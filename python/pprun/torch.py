@@ -249,6 +249,8 @@ def _wrap_compute(orig, op):
 
     @functools.wraps(orig)
     def wrapper(self, chunk_id, *args, **kwargs):
+        if op != b"F" and _st.eval is not None:  # later torch's forward-only GPipe calls them; they do nothing
+            return orig(self, chunk_id, *args, **kwargs)
         device = getattr(self, "device", None)  # a torch.device, or as the program gave it ("cpu")
         g = None if _HOST.get(id(device)) is device else _gpu.begin(device)
         t0 = _clock()
@@ -369,19 +371,13 @@ def _wrap_batch_p2p(orig):
             return work
         if not isinstance(work, (list, tuple)):
             return _Work(work, ops, t0, None)  # torch 2.6: the batch's last Work
-        return _works(work, ops, t0)
+        if not work:  # torch >= 2.8, a batch without a Work: its spans end now
+            _Work(_NO_WORK, ops, t0, None).wait()
+            return work
+        left = [len(work)]  # torch >= 2.8: every Work of the batch, each waited for
+        return [_Work(w, ops, t0, left) for w in work]
 
     return _batch_p2p
-
-
-def _works(works, ops, t0):
-    """A batch's every Work (torch >= 2.8), each waited for: its ops'
-    spans end when the last has been."""
-    if not works:  # none to wait for: the batch's spans end now
-        _Work(_NO_WORK, ops, t0, None).wait()
-        return works
-    left = [len(works)]
-    return [_Work(w, ops, t0, left) for w in works]
 
 
 # ---- steps, losses, the optimizer --------------------------------------------
@@ -685,7 +681,7 @@ def install():
     _optimizer.register_optimizer_step_pre_hook(_opt_pre)
     _optimizer.register_optimizer_step_post_hook(_opt_post)
     if _trace._op is not None:
-        _trace._op.hooks(_refused, t.lost, _works)
+        _trace._op.hooks(_refused, t.lost)
     compute, get_ops, batch_p2p = _fast(_wrap_compute), _fast(_wrap_get_ops), _fast(_wrap_batch_p2p)
     _replace(base, "forward_one_chunk", compute, b"F")
     _replace(base, "backward_one_chunk", compute, b"BW")
