@@ -918,8 +918,9 @@ Test(program_run, bad_times_names_and_phases_are_refused_and_the_rest_is_stored,
 
 /* pprun._op (python/pprun/_op.c), the Python package's per-op call without
  * ctypes: under `pprun run` the package's tracer records through it (the
- * module built with pprun loads in the host's python3), the op it stores is
- * the op the package's ctypes path stores, and each bad argument is
+ * module built with pprun loads in the host's python3), the op and the
+ * losses it stores are what the package's ctypes path stores (a number
+ * past its C int refused the same way), and each bad argument is
  * refused naming it: before bind(), a NULL address, a wrong count, a phase
  * that is not bytes, a number past its field (OverflowError, which the
  * package counts as a refused record), and a phase without its NUL (the
@@ -964,7 +965,15 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
                   "now = t.now()\n"
                   "print('ext', t.op(b'SEND_F', 0, 0, 1, 0, 0, 4096, now, now + 50))\n"
                   "print('ctypes', t._op_ctypes(b'SEND_F', 0, 0, 1, 0, 0, 4096, now + 100, now + 150))\n"
-                  "said('null', lambda: _op.bind(0))\n"
+                  "print('losses through the extension:', t.loss is _op.loss, t.eval_loss is _op.eval_loss)\n"
+                  "print('ext loss', t.loss(0, 0, 0, 1.5), t.eval_loss(0, 0, 0, 0.25))\n"
+                  "print('ctypes loss', _trace._ints_checked(t.lib.pprun_trace_loss)(0, 1, 0, 2.5))\n"
+                  "said('loss count', lambda: _op.loss(0, 0, 0))\n"
+                  "said('loss step', lambda: _op.loss(2**31, 0, 0, 1.0))\n"
+                  "said('eval loss value', lambda: _op.eval_loss(0, 0, 0, 'x'))\n"
+                  "said('ctypes loss stage', lambda: _trace._ints_checked(t.lib.pprun_trace_loss)(0, 0, 2**31, 1.0))\n"
+                  "said('null', lambda: _op.bind(1, 0, 1))\n"
+                  "said('bind count', lambda: _op.bind(1))\n"
                   "said('count', lambda: _op.put(b'F', 0, 0))\n"
                   "said('phase', lambda: _op.put('F', 0, 0, 0, 0, -1, 0, 1, 2))\n"
                   "said('step', lambda: _op.put(b'F', 0, 2**31, 0, 0, -1, 0, 1, 2))\n"
@@ -995,7 +1004,15 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     lt_assert_has(p.out, "through the extension: True");
     lt_assert_has(p.out, "ext 1\n");
     lt_assert_has(p.out, "ctypes 1\n");
-    lt_assert_has(p.out, "null: ValueError: bind(): a NULL address");
+    lt_assert_has(p.out, "losses through the extension: True True\n");
+    lt_assert_has(p.out, "ext loss 1 1\n");
+    lt_assert_has(p.out, "ctypes loss 1\n");
+    lt_assert_has(p.out, "loss count: TypeError: loss() takes 4 arguments (step, microbatch, stage, value), 3 given");
+    lt_assert_has(p.out, "loss step: OverflowError: step 2147483648 does not fit the record's 32-bit field");
+    lt_assert_has(p.out, "eval loss value: TypeError: must be real number, not str");
+    lt_assert_has(p.out, "ctypes loss stage: OverflowError: 'i' format requires");
+    lt_assert_has(p.out, "null: ValueError: bind(): address 2 is NULL");
+    lt_assert_has(p.out, "bind count: TypeError: bind() takes exactly 3 arguments (1 given)");
     lt_assert_has(p.out, "count: TypeError: put() takes 9 arguments (phase, gpu, step, microbatch, stage, peer, "
                          "bytes, start_ns, end_ns), 3 given");
     lt_assert_has(p.out, "phase: TypeError: ");
@@ -1014,6 +1031,10 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     free(ops);
     cr_assert_eq(tfix_q_int(s, "SELECT max(start_ns) - min(start_ns) FROM events"), 100);
     cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks"), 1, "the phase without its NUL, refused");
+    char *losses = q_text(s, "SELECT (SELECT group_concat(microbatch||' '||loss, ' | ') FROM losses) || ' / ' || "
+                             "(SELECT group_concat(microbatch||' '||loss) FROM eval_losses)");
+    cr_assert_str_eq(losses, "0 1.5 | 1 2.5 / 0 0.25", "the losses both ways: %s", losses);
+    free(losses);
     sqlite3_close(s);
 }
 

@@ -31,8 +31,11 @@
 #include "tracer/pprun_trace.h"
 
 typedef int (*op_fn)(const pprun_trace_op_record *);
+typedef int (*loss_fn)(int step, int microbatch, int stage, double loss);
 
-static op_fn op_packed; /* pprun_trace_op_packed of the loaded library; NULL until bind() */
+/* The loaded library's calls (bind()); NULL until then. */
+static op_fn op_packed;                  /* pprun_trace_op_packed */
+static loss_fn loss_train, loss_eval; /* pprun_trace_loss, pprun_trace_eval_loss */
 
 /* One int argument of put(): the C int32 field it fills, or -1 with
  * OverflowError (what struct.pack raises as struct.error on the ctypes
@@ -77,6 +80,33 @@ static PyObject *op_put(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         op_uint64(args[7], &r.start_ns) < 0 || op_uint64(args[8], &r.end_ns) < 0)
         return NULL;
     return PyLong_FromLong(op_packed(&r));
+}
+
+/* loss(step, microbatch, stage, value) and eval_loss(...): the library's
+ * pprun_trace_loss and pprun_trace_eval_loss, a number past its C int an
+ * OverflowError (as put's). value: a float, or what float() takes. */
+static PyObject *op_loss(loss_fn fn, const char *name, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4)
+        return PyErr_Format(PyExc_TypeError, "%s() takes 4 arguments (step, microbatch, stage, value), %zd given",
+                            name, nargs);
+    if (!fn) return PyErr_Format(PyExc_RuntimeError, "%s(): no library bound (bind() first)", name);
+    int32_t step, mb, stage;
+    if (op_int32(args[0], "step", &step) < 0 || op_int32(args[1], "microbatch", &mb) < 0 ||
+        op_int32(args[2], "stage", &stage) < 0)
+        return NULL;
+    double value = PyFloat_AsDouble(args[3]);
+    if (value == -1.0 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(fn(step, mb, stage, value));
+}
+
+static PyObject *op_train_loss(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return op_loss(loss_train, "loss", args, nargs);
+}
+
+static PyObject *op_eval_loss(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    return op_loss(loss_eval, "eval_loss", args, nargs);
 }
 
 /* ---- the fast path: a traced step's ops recorded from C -----------------
@@ -629,23 +659,35 @@ static PyObject *op_stop(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* bind(address): the address of pprun_trace_op_packed in the library the
- * package loaded (ctypes.cast(lib.pprun_trace_op_packed, c_void_p).value). */
-static PyObject *op_bind(PyObject *self, PyObject *arg) {
+/* bind(op_packed, loss, eval_loss): the addresses of pprun_trace_op_packed,
+ * pprun_trace_loss and pprun_trace_eval_loss in the library the package
+ * loaded (ctypes.cast(lib.pprun_trace_op_packed, c_void_p).value ...). */
+static PyObject *op_bind(PyObject *self, PyObject *args) {
     (void)self;
-    void *address = PyLong_AsVoidPtr(arg);
-    if (!address) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bind(): a NULL address");
-        return NULL;
+    PyObject *arg[3];
+    void *address[3];
+    if (!PyArg_ParseTuple(args, "OOO:bind", &arg[0], &arg[1], &arg[2])) return NULL;
+    for (int i = 0; i < 3; i++) {
+        address[i] = PyLong_AsVoidPtr(arg[i]);
+        if (!address[i]) {
+            if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "bind(): address %d is NULL", i + 1);
+            return NULL;
+        }
     }
-    op_packed = (op_fn)address;
+    op_packed = (op_fn)address[0], loss_train = (loss_fn)address[1], loss_eval = (loss_fn)address[2];
     Py_RETURN_NONE;
 }
 
 static PyMethodDef op_methods[] = {
     {"put", (PyCFunction)(void (*)(void))op_put, METH_FASTCALL,
      "put(phase, gpu, step, microbatch, stage, peer, bytes, start_ns, end_ns): one op, as pprun_trace_op_packed"},
-    {"bind", op_bind, METH_O, "bind(address): the loaded library's pprun_trace_op_packed"},
+    {"loss", (PyCFunction)(void (*)(void))op_train_loss, METH_FASTCALL,
+     "loss(step, microbatch, stage, value): a training loss, as pprun_trace_loss"},
+    {"eval_loss", (PyCFunction)(void (*)(void))op_eval_loss, METH_FASTCALL,
+     "eval_loss(step, microbatch, stage, value): an evaluation's loss, as pprun_trace_eval_loss"},
+    {"bind", op_bind, METH_VARARGS,
+     "bind(op_packed, loss, eval_loss): the loaded library's pprun_trace_op_packed, pprun_trace_loss and "
+     "pprun_trace_eval_loss"},
     {"wrap", op_wrap, METH_VARARGS, "wrap(orig, slow, phase): a wrapper of pprun's, its common case in C"},
     {"hooks", op_hooks, METH_VARARGS, "hooks(refused, lost): the package's callables for the fast path"},
     {"context", op_context, METH_VARARGS, "context(step, fast): the fast path's step, and whether it records"},

@@ -55,20 +55,20 @@ class Tracer:
         self.not_made = 0  # records not made since the stop, not yet flushed (under _lock)
         # The per-op calls, with no Python frame of pprun's between them and
         # the library: op(phase, gpu, step, mb, stage, peer, bytes, start_ns,
-        # end_ns) (pprun_trace_op_packed; OverflowError for a number past
-        # its C type), loss and eval_loss(step, mb, stage, value), as
-        # tracer/pprun_trace.h. An op is a builtin of pprun._op where it
+        # end_ns) (pprun_trace_op_packed), loss and eval_loss(step, mb,
+        # stage, value), as tracer/pprun_trace.h; OverflowError for a
+        # number past its C type. An op is a builtin of pprun._op where it
         # loaded: right after PyTorch's work a record costs 0.6 of what it
         # does through ctypes (docs/torch.md, "What tracing costs").
         if _op is not None:
             import ctypes
 
-            _op.bind(ctypes.cast(lib.pprun_trace_op_packed, ctypes.c_void_p).value)
-            self.op = _op.put
+            _op.bind(*(ctypes.cast(f, ctypes.c_void_p).value
+                       for f in (lib.pprun_trace_op_packed, lib.pprun_trace_loss, lib.pprun_trace_eval_loss)))
+            self.op, self.loss, self.eval_loss = _op.put, _op.loss, _op.eval_loss
         else:
             self.op = self._op_ctypes
-        self.loss = lib.pprun_trace_loss
-        self.eval_loss = lib.pprun_trace_eval_loss
+            self.loss, self.eval_loss = _ints_checked(lib.pprun_trace_loss), _ints_checked(lib.pprun_trace_eval_loss)
         self.unpacked = None  # why the latest refuse(), for error()
 
     def _op_ctypes(self, phase, gpu, step, mb, stage, peer, nbytes, t0, t1):
@@ -107,6 +107,23 @@ class Tracer:
 
     def schedule(self, name, ranks, stages, microbatches, actions):
         return self.lib.pprun_trace_schedule(name.encode(), ranks, stages, microbatches, actions.encode())
+
+
+LOSS_INTS = struct.Struct("=3i")
+
+
+def _ints_checked(fn):
+    """fn(step, microbatch, stage, value) through ctypes, whose c_int would
+    wrap a number past 32 bits: OverflowError instead, as pprun._op's."""
+
+    def call(step, mb, stage, value):
+        try:
+            LOSS_INTS.pack(step, mb, stage)
+        except struct.error as e:
+            raise OverflowError(str(e)) from None
+        return fn(step, mb, stage, value)
+
+    return call
 
 
 def _load(path):

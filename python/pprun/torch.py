@@ -456,7 +456,12 @@ def _wrap_update_losses(orig):
                 if isinstance(loss, torch.Tensor) and loss.numel() == 1:
                     if not t.on:  # tracing stopped (before, or at an earlier loss): counted as lost
                         t.lost()
-                    elif put(step, first_mb + mb, last[0].stage_index, float(loss)) < 0:
+                        continue
+                    try:
+                        rc = put(step, first_mb + mb, last[0].stage_index, float(loss))
+                    except OverflowError as e:
+                        rc = t.refuse(e)
+                    if rc < 0:
                         _stop("%s of microbatch %d: %s" % (what, mb, t.error()))
         return orig(self, stages, losses)
 
