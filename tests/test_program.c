@@ -1038,6 +1038,40 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     sqlite3_close(s);
 }
 
+/* A Python rank that died of an exception raised while handling another
+ * (implicit chaining) or from another (`raise ... from e`) is named by
+ * the first exception, then the last, as Python prints them; one raised
+ * `from None` (the chain suppressed, not printed) by its own. */
+Test(program_run, a_chained_exception_is_named_from_where_it_started, .timeout = 120) {
+    static const struct {
+        const char *raise, *said;
+    } cases[] = {
+        {"except KeyError:\n    raise RuntimeError('the loader gave up')\n",
+         "exited with code 1: KeyError: 'batch' (then: RuntimeError: the loader gave up)"},
+        {"except KeyError as e:\n    raise RuntimeError('the loader gave up') from e\n",
+         "exited with code 1: KeyError: 'batch' (then: RuntimeError: the loader gave up)"},
+        {"except KeyError:\n    raise RuntimeError('the loader gave up') from None\n",
+         "exited with code 1: RuntimeError: the loader gave up"},
+    };
+    const char *db = tfix_path("chained.db");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[32], path[512], text[256];
+        snprintf(dir, sizeof dir, "chained%zu", i);
+        snprintf(text, sizeof text, "try:\n    {}['batch']\n%s", cases[i].raise);
+        write_program(dir, "chained.py", text, path, sizeof path);
+        const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
+        lt_proc p;
+        lt_run(&p, args, NULL);
+        cr_assert_eq(p.status, 1, "exit %d\n%s", p.status, p.err);
+        lt_free(&p);
+        sqlite3 *s = open_db(db);
+        char *failure = q_text(s, "SELECT failure FROM jobs ORDER BY id DESC LIMIT 1");
+        lt_assert_has(failure, cases[i].said);
+        free(failure);
+        sqlite3_close(s);
+    }
+}
+
 /* A PYTHONPATH that already holds pprun's python/ (a checkout) besides the
  * copy `pprun run` adds: one finder, no error (each copy ran the other,
  * RecursionError, a finder a level), and the sitecustomize both shadow

@@ -306,7 +306,8 @@ static int prev_statement(const char *tail, int *end, const char **text) {
  * is not, and when that one ends in ':' the first line under it too
  * ("RuntimeError: [Stage 1] failed to run forward:"). An exception raised
  * from another (`raise ... from e`: PyTorch's stage errors wrap the
- * program's) names that one first, the program's own words:
+ * program's) or while handling one (an except block that failed in turn)
+ * names that one first, where it started:
  * "RuntimeError: boom (then: RuntimeError: [Stage 1] failed to run forward:)". */
 static void last_line(const char *tail, char *out, size_t n) {
     const char *last = NULL, *under = NULL, *text;
@@ -327,7 +328,9 @@ static void last_line(const char *tail, char *out, size_t n) {
         const char *cause;
         int clen = prev_statement(tail, &end, &cause);
         size_t w = 0;
-        if (clen > 0 && line_is(cause, clen, "The above exception was the direct cause of the following exception:") &&
+        if (clen > 0 &&
+            (line_is(cause, clen, "The above exception was the direct cause of the following exception:") ||
+             line_is(cause, clen, "During handling of the above exception, another exception occurred:")) &&
             (clen = prev_statement(tail, &end, &cause)) > 0)
             w = (size_t)snprintf(out, n, "%.*s (then: ", clen, cause);
         if (w < n) snprintf(out + w, n - w, w ? "%.*s)" : "%.*s", (int)strlen(said), said);
