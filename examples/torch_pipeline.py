@@ -8,8 +8,9 @@ under pprun and pprun traces it (docs/torch.md).
 
 --schedule: GPipe, 1F1B (one stage per rank), Interleaved1F1B, LoopedBFS,
 InterleavedZeroBubble (--stages-per-rank stages per rank, placed in a loop:
-stage s on rank s mod p), ZBVZeroBubble (two per rank, placed in a V), or
-pprun: the schedule `pprun run --schedule KIND` planned, run by PyTorch
+stage s on rank s mod p), ZBVZeroBubble and DualPipeV (two per rank,
+placed in a V; DualPipeV from torch 2.8 on, with at least as many
+microbatches as stages), or pprun: the schedule `pprun run --schedule KIND` planned, run by PyTorch
 through pprun.torch.schedule (the one mode that imports pprun). --spans
 records spans of its own (imports pprun too): each step's batch making as
 pprun.span("data", step=...), and the line it prints after each step in a
@@ -56,6 +57,7 @@ from torch.distributed.pipelining import schedules
 VOCAB = 64
 
 SINGLE = {"GPipe": schedules.ScheduleGPipe, "1F1B": schedules.Schedule1F1B}
+V_SHAPED = ["ZBVZeroBubble", "DualPipeV"]
 LOOPED = {"Interleaved1F1B": schedules.ScheduleInterleaved1F1B, "LoopedBFS": schedules.ScheduleLoopedBFS,
           "InterleavedZeroBubble": schedules.ScheduleInterleavedZeroBubble}
 
@@ -194,7 +196,7 @@ def placement(args, rank, world):
         return pprun.torch.stage_indices(rank), len(ranks), ranks
     if args.schedule in SINGLE:
         return [rank], world, list(range(world))
-    if args.schedule == "ZBVZeroBubble":
+    if args.schedule in V_SHAPED:
         n = 2 * world
         ranks = [s if s < world else n - 1 - s for s in range(n)]
         return [rank, n - 1 - rank], n, ranks
@@ -217,7 +219,7 @@ def from_pprun(name, default):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--schedule", default="1F1B", choices=list(SINGLE) + list(LOOPED) + ["ZBVZeroBubble", "pprun"])
+    p.add_argument("--schedule", default="1F1B", choices=list(SINGLE) + list(LOOPED) + V_SHAPED + ["pprun"])
     p.add_argument("--steps", type=int, default=from_pprun("PPRUN_STEPS", 3))
     p.add_argument("--microbatches", type=int, default=from_pprun("PPRUN_MICROBATCHES", 4))
     p.add_argument("--stages-per-rank", type=int, default=2)
@@ -238,6 +240,8 @@ def main():
     args = p.parse_args()
     if (args.eval_every or args.eval_first) and args.schedule not in SINGLE:
         raise SystemExit("torch_pipeline.py: --eval-every and --eval-first take GPipe or 1F1B")
+    if args.schedule == "DualPipeV" and not hasattr(schedules, "ScheduleDualPipeV"):
+        raise SystemExit("torch_pipeline.py: torch %s has no ScheduleDualPipeV (torch 2.8 on)" % torch.__version__)
 
     if args.device == "cuda":
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
@@ -290,6 +294,8 @@ def main():
         if "stage_index_to_group_rank" in inspect.signature(schedules.ScheduleZBVZeroBubble.__init__).parameters:
             extra["stage_index_to_group_rank"] = dict(enumerate(stage_rank))
         schedule = schedules.ScheduleZBVZeroBubble(stages, args.microbatches, loss_fn=loss_fn, **extra)
+    elif args.schedule == "DualPipeV":
+        schedule = schedules.ScheduleDualPipeV(stages, args.microbatches, loss_fn=loss_fn)
     else:
         schedule = LOOPED[args.schedule](stages, args.microbatches, loss_fn=loss_fn)
 

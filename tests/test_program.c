@@ -1010,7 +1010,7 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     lt_assert_has(p.out, "loss count: TypeError: loss() takes 4 arguments (step, microbatch, stage, value), 3 given");
     lt_assert_has(p.out, "loss step: OverflowError: step 2147483648 does not fit the record's 32-bit field");
     lt_assert_has(p.out, "eval loss value: TypeError: must be real number, not str");
-    lt_assert_has(p.out, "ctypes loss stage: OverflowError: 'i' format requires");
+    lt_assert_has(p.out, "ctypes loss stage: OverflowError: stage 2147483648 does not fit the record's 32-bit field");
     lt_assert_has(p.out, "null: ValueError: bind(): address 2 is NULL");
     lt_assert_has(p.out, "bind count: TypeError: bind() takes exactly 3 arguments (1 given)");
     lt_assert_has(p.out, "count: TypeError: put() takes 9 arguments (phase, gpu, step, microbatch, stage, peer, "

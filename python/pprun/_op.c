@@ -7,13 +7,14 @@
  * conversion, libffi's call, the GIL's release and re-acquisition: code
  * that is not in cache) and 20 us through put(), a builtin function of
  * this module (bench/torch_record.py); the Python wrapper around it cost
- * as much again. So the package's per-op call comes here (put()), its
- * wrappers' common case too (wrap(), below), and everything else (loading
- * the library, the schedule, losses, spans) stays on ctypes and Python.
+ * as much again. So the package's per-op and per-loss calls come here
+ * (put(), loss(), eval_loss()), its wrappers' common case too (wrap(),
+ * below), and everything else (loading the library, the schedule, spans)
+ * stays on ctypes and Python.
  *
  * The module does not link libpprun_trace: it calls the library that
- * pprun's package loaded through ctypes (PPRUN_TRACE_LIB), whose
- * pprun_trace_op_packed's address bind() gives it, so the process has one
+ * pprun's package loaded through ctypes (PPRUN_TRACE_LIB), whose calls'
+ * addresses bind() gives it, so the process has one
  * tracer (one writer of its ring) whatever paths the two were found at.
  * Built for CPython's stable ABI (Py_LIMITED_API, 3.10 on): one file loads
  * in every later Python. Where it is not built or does not load, the
@@ -463,13 +464,15 @@ static PyObject *batch_works(PyObject *out, batch *b) {
     if (!PyList_Check(out) && !PyTuple_Check(out)) {
         b->left = 1;
         got = work_of(out, b);
-    } else if ((b->left = PySequence_Size(out)) == 0) {
+    } else if ((b->left = PyList_Check(out) ? PyList_Size(out) : PyTuple_Size(out)) == 0) {
         got = batch_write(b) < 0 ? NULL : Py_NewRef(out);
     } else {
         Py_ssize_t m = b->left;
         got = PyList_New(m);
         for (Py_ssize_t i = 0; got && i < m; i++) {
-            PyObject *torch_work = PySequence_GetItem(out, i);
+            /* held: making a work object may collect garbage, and a finalizer change the list */
+            PyObject *torch_work = PyList_Check(out) ? PyList_GetItem(out, i) : PyTuple_GetItem(out, i);
+            Py_XINCREF(torch_work);
             PyObject *wk = torch_work ? work_of(torch_work, b) : NULL;
             Py_XDECREF(torch_work);
             if (!wk) Py_CLEAR(got);

@@ -13,6 +13,7 @@ the rank's drop counter (pprun_trace_count_dropped) by flush_lost(): at
 each training step's end (pprun.torch) and at exit, so that the job's
 "trace records lost" says how much is missing (docs/torch.md)."""
 import atexit
+import operator
 import os
 import struct
 import sys
@@ -109,18 +110,15 @@ class Tracer:
         return self.lib.pprun_trace_schedule(name.encode(), ranks, stages, microbatches, actions.encode())
 
 
-LOSS_INTS = struct.Struct("=3i")
-
-
 def _ints_checked(fn):
     """fn(step, microbatch, stage, value) through ctypes, whose c_int would
-    wrap a number past 32 bits: OverflowError instead, as pprun._op's."""
+    wrap a number past 32 bits: OverflowError instead, and TypeError for
+    one that is not an int, as pprun._op's."""
 
     def call(step, mb, stage, value):
-        try:
-            LOSS_INTS.pack(step, mb, stage)
-        except struct.error as e:
-            raise OverflowError(str(e)) from None
+        for name, v in (("step", step), ("microbatch", mb), ("stage", stage)):
+            if not -(1 << 31) <= operator.index(v) < 1 << 31:
+                raise OverflowError("%s %d does not fit the record's 32-bit field" % (name, v))
         return fn(step, mb, stage, value)
 
     return call

@@ -458,7 +458,8 @@ def _wrap_update_losses(orig):
                         t.lost()
                         continue
                     try:
-                        rc = put(step, first_mb + mb, last[0].stage_index, float(loss))
+                        # detached: later torch warns on the item of a tensor that requires grad
+                        rc = put(step, first_mb + mb, last[0].stage_index, loss.detach().item())
                     except OverflowError as e:
                         rc = t.refuse(e)
                     if rc < 0:
