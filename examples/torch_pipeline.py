@@ -10,8 +10,9 @@ under pprun and pprun traces it (docs/torch.md).
 InterleavedZeroBubble (--stages-per-rank stages per rank, placed in a loop:
 stage s on rank s mod p), ZBVZeroBubble and DualPipeV (two per rank,
 placed in a V; DualPipeV from torch 2.8 on, with at least as many
-microbatches as stages), or pprun: the schedule `pprun run --schedule KIND` planned, run by PyTorch
-through pprun.torch.schedule (the one mode that imports pprun). --spans
+microbatches as stages), or pprun: the schedule `pprun run --schedule
+KIND` planned, run by PyTorch through pprun.torch.schedule (the one mode
+that imports pprun). --spans
 records spans of its own (imports pprun too): each step's batch making as
 pprun.span("data", step=...), and the line it prints after each step in a
 function decorated with @pprun.span("log"). --crash-at STEP: the rank of

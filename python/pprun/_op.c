@@ -35,7 +35,7 @@ typedef int (*op_fn)(const pprun_trace_op_record *);
 typedef int (*loss_fn)(int step, int microbatch, int stage, double loss);
 
 /* The loaded library's calls (bind()); NULL until then. */
-static op_fn op_packed;                  /* pprun_trace_op_packed */
+static op_fn op_packed;               /* pprun_trace_op_packed */
 static loss_fn loss_train, loss_eval; /* pprun_trace_loss, pprun_trace_eval_loss */
 
 /* One int argument of put(): the C int32 field it fills, or -1 with
