@@ -63,7 +63,9 @@ install_torch_root() {
   here="$(cd "$(dirname "$0")/.." && pwd)"
   local sudo=()
   [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null && sudo=(sudo)
-  "${sudo[@]}" "$here/scripts/torch-root.sh" ensure >/dev/null
+  # sudo drops the environment: the root's suite and path go by name
+  "${sudo[@]}" env PPRUN_TORCH_SUITE="${PPRUN_TORCH_SUITE:-}" PPRUN_TORCH_ROOT="${PPRUN_TORCH_ROOT:-}" \
+    "$here/scripts/torch-root.sh" ensure >/dev/null
 }
 
 if [ ${#missing[@]} -eq 0 ]; then
