@@ -288,6 +288,38 @@ Test(torch, pytorch_runs_pprun_s_zb_v_plan, .timeout = 300) {
     lt_free(&p), lt_free(&q), lt_free(&d);
 }
 
+/* `pprun run --schedule dualpipev -- python3 ...`: pprun's plan, whose
+ * backwards are whole (BW, PyTorch's full backward) but for the last
+ * ones (B then W), is what PyTorch runs, op for op in every step, and the
+ * losses are the program's (torch 2.6, which has no DualPipeV of its own,
+ * runs it too). */
+Test(torch, pytorch_runs_pprun_s_dualpipev_plan, .timeout = 300) {
+    const char *db = tfix_path("dualpipev-pprun.db");
+    lt_proc p;
+    const char *kind[] = {"--schedule", "dualpipev", NULL}, *prog[] = {"--schedule", "pprun", NULL};
+    torch_run_small(&p, db, 2, kind, prog);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    sqlite3 *s = open_db(db);
+    char buf[1024], planned[1024];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT schedule FROM jobs"), "dualpipev");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT sum(phase='BW') > 0 AND sum(phase='B') > 0 FROM events"), "1",
+                     "both kinds of backward ran");
+    for (int r = 0; r < 2; r++) {
+        q_text(s, planned, sizeof planned, "SELECT group_concat(action, ' ') FROM (SELECT action FROM plan WHERE"
+                                           " rank=%d ORDER BY slot)", r);
+        cr_assert_neq(planned[0], '\0', "rank %d has a plan", r);
+        for (int step = 0; step < STEPS; step++)
+            cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(a, ' ') FROM (SELECT stage||phase||"
+                                                        "microbatch AS a FROM events WHERE rank=%d AND step=%d AND "
+                                                        "source='cpu' AND phase IN ('F','B','W','BW') ORDER BY "
+                                                        "start_ns)", r, step),
+                             planned, "rank %d, step %d: ran another order than pprun's dualpipev", r, step);
+    }
+    assert_losses_are_the_programs(s, p.out);
+    sqlite3_close(s);
+    lt_free(&p);
+}
+
 /* The example takes its steps and microbatches from pprun's environment
  * (PPRUN_STEPS, PPRUN_MICROBATCHES) when not told them: pprun's zb-v of 8
  * microbatches runs with each number given once, to pprun. */

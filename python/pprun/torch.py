@@ -50,6 +50,7 @@ import functools
 import importlib
 import inspect
 import os
+import re
 import sys
 import threading
 import time
@@ -725,17 +726,21 @@ def stage_indices(rank=None):
     return [s for s, r in enumerate(int(x) for x in _env("PPRUN_STAGE_RANKS").split(",")) if r == rank]
 
 
+_ACTION = re.compile(r"([0-9]+)(BW|F|B|W)([0-9]+)")
+
+
 def _parse_actions(text):
-    """PPRUN_ACTIONS ("0F0 0B0 0W0") as PyTorch actions (B is PyTorch's I)."""
-    kinds = {"F": _schedules._ComputationType.FORWARD, "B": _schedules._ComputationType.BACKWARD_INPUT,
-             "W": _schedules._ComputationType.BACKWARD_WEIGHT}
+    """PPRUN_ACTIONS ("0F0 0B0 0W0", dualpipev's "0BW1") as PyTorch actions
+    (B is PyTorch's I, BW its full backward)."""
+    ct = _schedules._ComputationType
+    kinds = {"F": ct.FORWARD, "B": ct.BACKWARD_INPUT, "W": ct.BACKWARD_WEIGHT, "BW": ct.FULL_BACKWARD}
     actions = []
     for token in text.split():
-        op = next((c for c in token if c in kinds), None)
-        if op is None:
-            raise RuntimeError("pprun.torch.schedule: action %r of PPRUN_ACTIONS is not {stage}{F|B|W}{mb}" % token)
-        stage, mb = token.split(op, 1)
-        actions.append(_schedules._Action(int(stage), kinds[op], int(mb)))
+        m = _ACTION.fullmatch(token)
+        if m is None:
+            raise RuntimeError("pprun.torch.schedule: action %r of PPRUN_ACTIONS is not {stage}{F|B|W|BW}{mb}"
+                               % token)
+        actions.append(_schedules._Action(int(m.group(1)), kinds[m.group(2)], int(m.group(3))))
     return actions
 
 
