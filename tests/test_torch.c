@@ -122,6 +122,23 @@ static int stage_rank(const torch_case *c, int stage) {
     return stage % c->ranks;
 }
 
+/* Each rank of the first `ranks` ran its compute ops (F, B, W, BW) of
+ * every step in the order of its row of the job's plan. */
+static void assert_ranks_ran_the_plan(sqlite3 *s, int ranks) {
+    char buf[4096], want[4096];
+    for (int r = 0; r < ranks; r++) {
+        q_text(s, want, sizeof want, "SELECT group_concat(action, ' ') FROM (SELECT action FROM plan WHERE rank=%d"
+                                     " ORDER BY slot)", r);
+        cr_assert_neq(want[0], '\0', "rank %d has a plan", r);
+        for (int step = 0; step < STEPS; step++)
+            cr_assert_str_eq(q_text(s, buf, sizeof buf,
+                                    "SELECT group_concat(a, ' ') FROM (SELECT stage||phase||microbatch AS a FROM"
+                                    " events WHERE rank=%d AND step=%d AND source='cpu' AND phase IN"
+                                    " ('F','B','W','BW') ORDER BY start_ns)", r, step),
+                             want, "rank %d, step %d: ran in another order than the plan", r, step);
+    }
+}
+
 /* Every F and every backward of every microbatch of every step, once, on
  * its stage's rank; each rank's compute ops in each step in the plan's
  * order; steps analysed; the plan simulated. */
@@ -157,17 +174,7 @@ static void assert_every_op_as_planned(sqlite3 *s, const torch_case *c) {
                          "%s runs %s", c->cls,
                          c->backward == BACKWARD_FUSED ? "PyTorch's full backward" : "B and W apart");
     }
-    for (int r = 0; r < c->ranks; r++) {
-        q_text(s, want, sizeof want, "SELECT group_concat(action, ' ') FROM (SELECT action FROM plan WHERE rank=%d"
-                                     " ORDER BY slot)", r);
-        cr_assert_neq(want[0], '\0', "rank %d has a plan", r);
-        for (int step = 0; step < STEPS; step++)
-            cr_assert_str_eq(q_text(s, buf, sizeof buf,
-                                    "SELECT group_concat(a, ' ') FROM (SELECT stage||phase||microbatch AS a FROM"
-                                    " events WHERE rank=%d AND step=%d AND source='cpu' AND phase IN"
-                                    " ('F','B','W','BW') ORDER BY start_ns)", r, step),
-                             want, "rank %d, step %d: ran in another order than the plan", r, step);
-    }
+    assert_ranks_ran_the_plan(s, c->ranks);
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT schedule||' '||stages||' '||microbatches FROM jobs"),
                      (snprintf(want, sizeof want, "%s %d %d", c->cls, stages, MICROBATCHES), want));
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM plan WHERE sim_start_ns IS NULL"), "0",
@@ -300,24 +307,36 @@ Test(torch, pytorch_runs_pprun_s_dualpipev_plan, .timeout = 300) {
     torch_run_small(&p, db, 2, kind, prog);
     cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
     sqlite3 *s = open_db(db);
-    char buf[1024], planned[1024];
+    char buf[256];
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT schedule FROM jobs"), "dualpipev");
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT sum(phase='BW') > 0 AND sum(phase='B') > 0 FROM events"), "1",
                      "both kinds of backward ran");
-    for (int r = 0; r < 2; r++) {
-        q_text(s, planned, sizeof planned, "SELECT group_concat(action, ' ') FROM (SELECT action FROM plan WHERE"
-                                           " rank=%d ORDER BY slot)", r);
-        cr_assert_neq(planned[0], '\0', "rank %d has a plan", r);
-        for (int step = 0; step < STEPS; step++)
-            cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(a, ' ') FROM (SELECT stage||phase||"
-                                                        "microbatch AS a FROM events WHERE rank=%d AND step=%d AND "
-                                                        "source='cpu' AND phase IN ('F','B','W','BW') ORDER BY "
-                                                        "start_ns)", r, step),
-                             planned, "rank %d, step %d: ran another order than pprun's dualpipev", r, step);
-    }
+    assert_ranks_ran_the_plan(s, 2);
     assert_losses_are_the_programs(s, p.out);
     sqlite3_close(s);
     lt_free(&p);
+}
+
+/* PPRUN_TORCH_SUITE names the root's path (/var/cache/pprun/torch-SUITE):
+ * one that is not a Debian suite's name (a path out of the cache, a
+ * space, a shell's separator, a capital) is refused, naming it, before
+ * anything is made. */
+Test(torch, a_suite_name_that_is_not_one_is_refused) {
+    static const char *const bad[] = {"../../etc", "forky x", "sid;true", "Forky"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "PPRUN_TORCH_SUITE='%s' " TORCH_ROOT_SH " path 2>&1", bad[i]);
+        FILE *f = popen(cmd, "r");
+        cr_assert_not_null(f);
+        char out[512] = "";
+        size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = '\0';
+        int status = pclose(f);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2, "%s: exit %d\n%s", cmd, status, out);
+        char want[128];
+        snprintf(want, sizeof want, "PPRUN_TORCH_SUITE '%s' is not a Debian suite name", bad[i]);
+        cr_assert_not_null(strstr(out, want), "%s\n%s", cmd, out);
+    }
 }
 
 /* The example takes its steps and microbatches from pprun's environment
