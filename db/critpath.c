@@ -213,16 +213,44 @@ void critpath_free(critpath_path *p) {
     memset(p, 0, sizeof *p);
 }
 
+int critpath_handoffs(const analyze_op *spans, size_t n, durations *out, pp_err *err) {
+    walk w;
+    int rc = walk_init(&w, spans, n) == 0 ? 0 : pp_fail(err, "out of memory reading the hand-offs");
+    for (size_t i = 0; rc == 0 && i < w.n; i++) {
+        size_t from = data_predecessor(&w, i), before = rank_predecessor(&w, i);
+        if (from == NONE || (before != NONE && w.ops[before].end >= w.ops[from].end)) continue; /* held up by its rank */
+        if (durations_push(out, w.ops[i].start - w.ops[from].end) != 0)
+            rc = pp_fail(err, "out of memory reading the hand-offs");
+    }
+    walk_free(&w);
+    return rc;
+}
+
+/* One step's host spans into *spans (the caller frees them). */
+static int critpath_load(sqlite3 *db, int64_t job, int step, analyze_op **spans, size_t *n, pp_err *err) {
+    int max_stage = -1;
+    int rc = analyze_load_step(db, job, step, spans, n, &max_stage, err);
+    if (rc == SQLITE_RANGE) return -1; /* err names the table.column and value past its bound (bounds.h) */
+    if (rc != SQLITE_OK)
+        return pp_fail(err, "reading step %d of job %lld: %s", step, (long long)job, sqlite3_errstr(rc));
+    return 0;
+}
+
 int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err *err) {
     memset(out, 0, sizeof *out);
     analyze_op *spans = NULL;
     size_t n = 0;
-    int max_stage = -1;
-    int rc = analyze_load_step(db, job, step, &spans, &n, &max_stage, err);
-    if (rc == SQLITE_RANGE) return -1; /* err names the table.column and value past its bound (bounds.h) */
-    if (rc != SQLITE_OK)
-        return pp_fail(err, "reading step %d of job %lld: %s", step, (long long)job, sqlite3_errstr(rc));
-    rc = critpath_build(spans, n, out, err);
+    if (critpath_load(db, job, step, &spans, &n, err) != 0) return -1;
+    int rc = critpath_build(spans, n, out, err);
+    free(spans);
+    return rc;
+}
+
+int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, durations *out, pp_err *err) {
+    analyze_op *spans = NULL;
+    size_t n = 0;
+    if (critpath_load(db, job, step, &spans, &n, err) != 0) return -1;
+    int rc = critpath_handoffs(spans, n, out, err);
     free(spans);
     return rc;
 }

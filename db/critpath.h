@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "db/analyze.h"
-#include "db/summary.h" /* SQL_COMPLETE_STEPS */
+#include "db/summary.h" /* SQL_COMPLETE_STEPS, durations */
 #include "base/pp.h"
 
 #define CRITPATH_STEPS 20 /* the report reads at most the latest this many complete steps, as whatif.h */
@@ -54,6 +54,17 @@ int critpath_build(const analyze_op *spans, size_t n, critpath_path *out, pp_err
 /* The path of step `step` of job `job` (its latest attempt). */
 int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err *err);
 void critpath_free(critpath_path *p);
+
+/* The hand-offs of one step (spans[0..n), as critpath_build reads them)
+ * whose op waited for its input: an F or a backward whose input came from
+ * another rank's op that ended after the op's own rank had ended its
+ * previous op. Each pushes its start less that producer's end into out:
+ * the time the output took to cross to it, what the simulator calls a
+ * send (comm, docs/schedules.md). An op its own rank held up says nothing
+ * of that time, and pushes nothing. 0, or -1 with err when out of memory. */
+int critpath_handoffs(const analyze_op *spans, size_t n, durations *out, pp_err *err);
+/* critpath_handoffs of step `step` of job `job` (its latest attempt). */
+int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, durations *out, pp_err *err);
 
 /* The path's time between ops, in the order every table lists it. */
 typedef enum critpath_wait {

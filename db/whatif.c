@@ -5,6 +5,7 @@
 #include "db/whatif.h"
 
 #include "config/model_spec.h"
+#include "db/critpath.h"
 
 #include <errno.h>
 #include <math.h>
@@ -498,34 +499,36 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
 }
 
 /* Medians over the window, taken as `pprun stats`' ops table takes them:
- * of the F, B, W and send spans into med[4] (-1 where there is none), and
- * of each stage's F, B and W into r->profile, with the send median as every
- * stage's comm (r->has_profile when every stage has all three). A job whose
- * backward is PyTorch's full backward (BW: B and W in one op, never timed
- * apart) has half of its BW median as B and the rest as W, where the stage
- * (or the job) has no B and W of their own (r->bw_split): the schedules
- * that split the backward play those halves, and the job's own plan its
- * BW, which the simulator plays at b + w, the whole median. A stage that
- * recomputes (RECOMPUTE spans, --recompute) has its recompute's median in
- * its B, which waits for it; the job's B the recompute median times the
- * share of backwards that had one. */
-static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[4], pp_err *err) {
+ * of the F, B and W spans into med[3] (-1 where there is none), and of
+ * each stage's F, B and W into r->profile (r->has_profile when every stage
+ * has all three). A job whose backward is PyTorch's full backward (BW: B
+ * and W in one op, never timed apart) has half of its BW median as B and
+ * the rest as W, where the stage (or the job) has no B and W of their own
+ * (r->bw_split): the schedules that split the backward play those halves,
+ * and the job's own plan its BW, which the simulator plays at b + w, the
+ * whole median. A stage that recomputes (RECOMPUTE spans, --recompute) has
+ * its recompute's median in its B, which waits for it; the job's B the
+ * recompute median times the share of backwards that had one. Every
+ * stage's comm is `comm` (whatif_read_handoff). */
+static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[3], int64_t comm,
+                               pp_err *err) {
     balance_profile *bp = &r->profile;
     int S = bp->stages, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
-                              "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 4 "
-                              "WHEN 'SPAN' THEN 5 ELSE 3 END, end_ns - start_ns - ?5 * min(coalesce(wait_cpu_ns, 0),"
+                              "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 3 "
+                              "ELSE 4 END, end_ns - start_ns - ?5 * min(coalesce(wait_cpu_ns, 0),"
                               " end_ns - start_ns), stage, rank, end_ns - start_ns FROM events WHERE "
-                              "job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 AND (phase IN ('F','B','W','BW',"
-                              "'SEND_F','SEND_B') OR (phase='SPAN' AND name='RECOMPUTE'))",
+                              "job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 AND (phase IN ('F','B','W','BW') "
+                              "OR (phase='SPAN' AND name='RECOMPUTE'))",
                               s, r, &st, err) != 0)
         return -1;
     sqlite3_bind_text(st, 4, r->gpu ? "gpu" : "cpu", -1, SQLITE_STATIC);
     int net = r->shared_ranks > 0 && !r->gpu; /* each op less its wait for a core */
     sqlite3_bind_int(st, 5, net);
     double ran = 0, took = 0;
-    durations d[6] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 5, sizeof *by_stage) : NULL;
+    /* by kind: F, B, W, BW, RECOMPUTE; the job's in d, each stage's in by_stage */
+    durations d[5] = {{0}}, *by_stage = S > 0 ? calloc((size_t)S * 5, sizeof *by_stage) : NULL;
     int oom = S > 0 && !by_stage;
     for (int k = 0; k < S; k++) bp->rank[k] = -1;
     /* every pipeline of a --dp job runs each stage: its medians are over
@@ -537,18 +540,17 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         int64_t ns = sqlite3_column_int64(st, 1);
         ran += (double)ns, took += (double)sqlite3_column_int64(st, 4);
         oom = durations_push(&d[k], ns) != 0;
-        if (oom || k == 3 || !by_stage || sqlite3_column_type(st, 2) == SQLITE_NULL || stage < 0 || stage >= S)
-            continue;
+        if (oom || !by_stage || sqlite3_column_type(st, 2) == SQLITE_NULL || stage < 0 || stage >= S) continue;
         int rank = sqlite3_column_int(st, 3);
         if (bp->rank[stage] < 0 || rank < bp->rank[stage]) bp->rank[stage] = rank; /* the first pipeline's */
-        oom = durations_push(&by_stage[stage * 5 + (k == 4 ? 3 : k == 5 ? 4 : k)], ns) != 0;
+        oom = durations_push(&by_stage[stage * 5 + k], ns) != 0;
     }
     r->wait_cpu_share = net && took > 0 ? 1 - ran / took : NAN;
-    r->recomputed = d[5].n > 0;
-    int64_t bw = durations_median(&d[4]), recompute = durations_median(&d[5]);
-    double recomputed = d[1].n + d[4].n ? (double)d[5].n / (double)(d[1].n + d[4].n) : 0;
-    for (int k = 0; k < 6; k++) {
-        if (k < 4) med[k] = durations_median(&d[k]);
+    r->recomputed = d[4].n > 0;
+    int64_t bw = durations_median(&d[3]), recompute = durations_median(&d[4]);
+    double recomputed = d[1].n + d[3].n ? (double)d[4].n / (double)(d[1].n + d[3].n) : 0;
+    for (int k = 0; k < 5; k++) {
+        if (k < 3) med[k] = durations_median(&d[k]);
         free(d[k].v);
     }
     if (med[1] < 0 && med[2] < 0 && bw >= 0) {
@@ -565,7 +567,7 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         if (b < 0 && w < 0 && sb >= 0) b = sb / 2, w = sb - sb / 2;
         if (b >= 0 && again > 0) b += again;
         complete &= f >= 0 && b >= 0 && w >= 0;
-        bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, med[3] > 0 ? (double)med[3] : 0};
+        bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, (double)comm};
         for (int j = 0; j < 5; j++) free(by_stage[k * 5 + j].v);
     }
     free(by_stage);
@@ -578,6 +580,25 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         r->has_profile = 1;
     }
     return whatif_done(db, st, rc, err);
+}
+
+/* The send cost the simulator plays (comm: from a producer's end to its
+ * output being there for an op of another rank), as the window measured
+ * it: the median hand-off of the ops that waited for their input
+ * (critpath_handoffs, host spans), 0 where none did (one rank) or clocks
+ * of two nodes put it below 0. Not a send span's time: PyTorch's run from
+ * the send's issue to a wait its schedule may defer to the step's end
+ * (docs/torch.md), the engine's is only the copy that starts a hand-off. */
+static int whatif_read_handoff(sqlite3 *db, const job_summary *s, const whatif_report *r, int64_t *comm,
+                               pp_err *err) {
+    durations d = {0};
+    int rc = 0;
+    for (int step = r->first_step; rc == 0 && step <= r->last_step; step++)
+        rc = critpath_step_handoffs(db, s->job_id, step, &d, err);
+    int64_t median = durations_median(&d);
+    free(d.v);
+    *comm = median > 0 ? median : 0;
+    return rc;
 }
 
 /* Appends a to a growing list; -1 when out of memory. */
@@ -891,12 +912,13 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
         whatif_read_window(db, s, r, err) != 0)
         return -1;
     if (r->last_step < 0) return 0;
-    int64_t med[4];
-    if (whatif_read_medians(db, s, r, med, err) != 0) return -1;
+    int64_t med[3], comm;
+    if (whatif_read_handoff(db, s, r, &comm, err) != 0 || whatif_read_medians(db, s, r, med, comm, err) != 0)
+        return -1;
     /* a job without a pipeline shape (`pprun launch`) has nothing to play */
     if (med[0] < 0 || med[1] < 0 || med[2] < 0 || r->in.microbatches < 1 || r->in.virtual_stages < 1) return 0;
     r->in.ranks = s->world / (s->nreplicas > 1 ? s->nreplicas : 1); /* one pipeline's: --dp replicates it */
-    r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], med[3] > 0 ? (double)med[3] : 0};
+    r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], (double)comm};
     r->in.act_peak_by_rank = s->act_peak_by_rank;
     r->in.inflight_by_rank = s->plan_peak_inflight;
     if (r->recomputed && whatif_read_act_profile(db, s, r, err) != 0) return -1;

@@ -312,7 +312,7 @@ void report_whatif(FILE *out, const whatif_report *r) {
         fprintf(out, "what if    nothing to simulate yet: no complete step with F, B and W spans\n");
         return;
     }
-    fprintf(out, "what if    each schedule at this job's costs, simulated: F %s, B %s, W %s, send %s per op\n",
+    fprintf(out, "what if    each schedule at this job's costs, simulated: F %s, B %s, W %s, hand-off %s\n",
             fmt_ns(a, sizeof a, r->in.costs.f), fmt_ns(b, sizeof b, r->in.costs.b), fmt_ns(c, sizeof c, r->in.costs.w),
             fmt_ns(d, sizeof d, r->in.costs.comm));
     fprintf(out, "  (medians of %s spans, steps %d-%d%s; * = this job's schedule)\n", r->gpu ? "GPU" : "host",

@@ -38,7 +38,7 @@ export async function loadWhatif(id) {
     return;
   }
   const c = r.costs_ns;
-  $('whatif-info').textContent = `— F ${fmtMs(c.f)} · B ${fmtMs(c.b)} · W ${fmtMs(c.w)} · send ${fmtMs(c.send)} per op, ` +
+  $('whatif-info').textContent = `— F ${fmtMs(c.f)} · B ${fmtMs(c.b)} · W ${fmtMs(c.w)} · hand-off ${fmtMs(c.send)}, ` +
     `medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
     (r.fixed_op_costs ? ' (timed model: an op costs the same in any chunk)' : '') +
     (r.shared_cores ? ` · ${r.shared_cores.ranks} ranks shared ${r.shared_cores.cores} core${r.shared_cores.cores === 1 ? '' : 's'}: these op times include ` +

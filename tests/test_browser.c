@@ -332,10 +332,11 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
               "zoomed out to %.0f..%.0f ns, the job ends at %.0f", jnum(zo, "from"), jnum(zo, "to"), job_end);
     cr_assert(jnum(zw, "to") <= job_end * 1.1 + 1, "the window asked for ends at %.0f ns", jnum(zw, "to"));
     cr_assert_gt(cJSON_GetObjectItem(j, "syntheticDrawn")->valueint, 1000, "100,000 synthetic events drawn");
-    /* What if: the fixture's costs (every op 1 ms, a send 50 us), each
+    /* What if: the fixture's costs (every op 1 ms, a send 0: each op starts
+     * as its input's producer ends, whatever its SEND spans say), each
      * schedule's peak in flight times 64 KiB; this job's row marked. */
     const char *info = cJSON_GetObjectItem(j, "whatifInfo")->valuestring;
-    cr_assert(strstr(info, "F 1.000 ms · B 1.000 ms · W 1.000 ms · send 0.050 ms per op") &&
+    cr_assert(strstr(info, "F 1.000 ms · B 1.000 ms · W 1.000 ms · hand-off 0.000 ms") &&
                   strstr(info, "host spans over steps 1–2"),
               "%s", info);
     static const char *const whatif[7][4] = {{"", "gpipe", "512 KiB", "8"},
@@ -349,7 +350,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     cr_assert_eq(cJSON_GetArraySize(rows), 7);
     cr_assert_str_eq(cJSON_GetObjectItem(j, "whatifTuned")->valuestring,
                      "zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs "
-                     "f=1ms,b=1ms,w=1ms,comm=0.05ms");
+                     "f=1ms,b=1ms,w=1ms,comm=0ms");
     for (int k = 0; k < 7; k++) {
         cJSON *row = cJSON_GetArrayItem(rows, k);
         cr_assert_eq(cJSON_GetArraySize(row), 8, "class and 7 cells");
@@ -374,7 +375,7 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
     }
     cr_assert_str_eq(
         cJSON_GetObjectItem(bal, "sim")->valuestring,
-        "1f1b simulated: 30.30 ms a step at these stage costs, 30.30 ms with every stage at their mean (even)");
+        "1f1b simulated: 30.00 ms a step at these stage costs, 30.00 ms with every stage at their mean (even)");
     cr_assert_str_eq(cJSON_GetObjectItem(bal, "layer")->valuestring, "");
     cr_assert_str_eq(cJSON_GetObjectItem(bal, "cuts")->valuestring,
                      "no cuts suggested: the model's op costs do not depend on a stage's layers");

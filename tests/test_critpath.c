@@ -151,6 +151,41 @@ Test(critpath, ops_without_a_producer_start_the_path) {
     critpath_free(&p);
 }
 
+static int by_value(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The what-if's send cost is the median of these (db/whatif.c): only ops
+ * that waited for their input tell how long it took to cross. Rank 1's F0
+ * waited (its W ended at 4, F0's input left rank 0 at 10) and started 2
+ * after; rank 0's B0 waited for rank 1's B0 (its F1 ended at 18) and
+ * started 3 after; rank 1's F1 waited for its own F0, not its input (ended
+ * 18, rank 1 busy until 20), and says nothing. Neither does rank 0's
+ * 40-long SEND (a wait deferred, as PyTorch's schedules do), an F of stage
+ * 0 (no producer), a W, nor a BW whose producer is on its own rank (the
+ * turn of a V). A BW is a backward: rank 0's BW of microbatch 2 waited. */
+Test(critpath, hand_offs_count_only_the_ops_that_waited_for_their_input) {
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10),        span(0, TRACE_SEND_F, 0, 0, 10, 50),
+                      span(0, TRACE_F, 0, 1, 10, 18),       span(1, TRACE_W, 1, 5, 0, 4),
+                      span(1, TRACE_RECV_F, 1, 0, 4, 12),   span(1, TRACE_F, 1, 0, 12, 20),
+                      span(1, TRACE_F, 1, 1, 25, 30),       span(1, TRACE_B, 1, 0, 30, 35),
+                      span(0, TRACE_B, 0, 0, 38, 45),       span(0, TRACE_W, 0, 0, 45, 47),
+                      span(1, TRACE_BW, 2, 2, 50, 52),      span(1, TRACE_BW, 1, 2, 52, 54),
+                      span(1, TRACE_B, 1, 3, 60, 61),       span(0, TRACE_BW, 0, 2, 58, 70)};
+    durations d = {0};
+    pp_err err;
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(d.n, 3, "%zu hand-offs", d.n);
+    qsort(d.v, d.n, sizeof *d.v, by_value);
+    cr_assert(d.v[0] == 2 && d.v[1] == 3 && d.v[2] == 4, "hand-offs %lld %lld %lld", (long long)d.v[0],
+              (long long)d.v[1], (long long)d.v[2]);
+    free(d.v);
+    d = (durations){0};
+    cr_assert_eq(critpath_handoffs(NULL, 0, &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(d.n, 0, "no op, no hand-off");
+}
+
 /* Random steps: whatever the spans, the path adds up to the span, begins
  * at an op with no predecessor, ends at the op that ended last, its starts
  * rise, and each data edge links an op to its stage neighbour's op of the

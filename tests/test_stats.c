@@ -109,15 +109,17 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
                          "  2       1.00 ms    1.00 ms       0 ns       0 ns    2.00 ms   6.6%\n"
                          "  3       8.00 ms    8.00 ms    7.00 ms       0 ns   23.00 ms  75.4%\n"
                          "  hand-offs: an output crossing to another rank          0 ns   0.0%\n");
-    /* every schedule at these costs; this job's own row is 1f1b */
+    /* every schedule at these costs; this job's own row is 1f1b. A send
+     * costs 0: each op starts the moment its input's producer ends (the
+     * 50 us of its SEND spans is not the time its output took to cross) */
     lt_assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 1.00 ms, B 1.00 ms, W 1.00 ms, "
-                         "send 50.00 us per op\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
+                         "hand-off 0 ns\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
     lt_assert_has(p.out, "  1f1b *                  1 ");
     lt_assert_has(p.out, "   1.00x           -         4\n");
     lt_assert_has(p.out, "  zb-v                    2 ");
     lt_assert_has(p.out, "  zb-v tuned              2 ");
     lt_assert_has(p.out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs "
-                         "f=1ms,b=1ms,w=1ms,comm=0.05ms)\n");
+                         "f=1ms,b=1ms,w=1ms,comm=0ms)\n");
     lt_free(&p);
 
     /* job 2: the same host trace plus CUPTI's spans, F/B/W 100 us shorter */

@@ -317,6 +317,37 @@ Test(torch, pytorch_runs_pprun_s_dualpipev_plan, .timeout = 300) {
     lt_free(&p);
 }
 
+/* pprun.torch.schedule reads each rank's plan from PPRUN_ACTIONS, which
+ * pprun sets but any environment can forge: each action is read as
+ * PyTorch's (B its input gradient, BW its full backward), and a token
+ * that is not {stage}{F|B|W|BW}{microbatch} in ASCII digits is refused,
+ * naming it, before anything runs. */
+Test(torch, a_plan_action_that_is_not_one_is_refused_naming_it, .timeout = 120) {
+    torch_need_root();
+    const char *args[] = {
+        "run", "--db", tfix_path("actions.db"), "--nproc-per-node", "1", "--steps", "1", "--", TORCH_ROOT_SH,
+        "run", "python3", "-c",
+        "from pprun.torch import _parse_actions\n"
+        "print('read', ' '.join('%d:%s:%d' % (a.stage_index, a.computation_type.name, a.microbatch_index)"
+        " for a in _parse_actions(' 0F0 1BW12\\t0B3 0W3 ')))\n"
+        "for bad in ('0X0', 'F0', '0F', '0BW', '0F0x', '-1F0', '0f0', '0FW0', '\\u0663F0', '0F0;1F1'):\n"
+        "    try:\n"
+        "        _parse_actions('0F0 ' + bad)\n"
+        "        print('taken', ascii(bad))\n"
+        "    except RuntimeError as e:\n"
+        "        print('refused', ascii(str(e)))\n",
+        NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    lt_assert_has(p.out, "read 0:FORWARD:0 1:FULL_BACKWARD:12 0:BACKWARD_INPUT:3 0:BACKWARD_WEIGHT:3\n");
+    cr_assert_null(strstr(p.out, "taken"), "%s", p.out);
+    cr_assert_eq(lt_count(p.out, "refused \"pprun.torch.schedule: action '"), 10, "%s", p.out);
+    lt_assert_has(p.out, "action '0X0' of PPRUN_ACTIONS is not {stage}{F|B|W|BW}{mb}");
+    lt_assert_has(p.out, "action '\\u0663F0' of PPRUN_ACTIONS");
+    lt_free(&p);
+}
+
 /* PPRUN_TORCH_SUITE names the root's path (/var/cache/pprun/torch-SUITE):
  * one that is not a Debian suite's name (a path out of the cache, a
  * space, a shell's separator, a capital) is refused, naming it, before
