@@ -11,7 +11,7 @@ const bounds_kind bounds_stage = {"a stage", -1, PP_SHAPE_MAX_STAGES - 1};
 const bounds_kind bounds_microbatch = {"a microbatch", -1, PP_SHAPE_MAX_MICROBATCHES - 1};
 const bounds_kind bounds_bytes = {"a count of bytes", -1, (int64_t)1 << 50};
 const bounds_kind bounds_id = {"a row id", 1, (int64_t)1 << 62};
-const bounds_kind bounds_count = {"a count of records", 0, (int64_t)1 << 46};
+const bounds_kind bounds_count = {"a count of records", 0, BOUNDS_COUNT_HI};
 const bounds_kind bounds_world = {"ranks in the job", 1, 65536};
 
 int bounds_fail(pp_err *err, const bounds_kind *k, int64_t job, const char *column, sqlite3_stmt *st, int col,

@@ -36,8 +36,10 @@ extern const bounds_kind bounds_microbatch;
 extern const bounds_kind bounds_bytes;
 /* A row id (event_runs.first_id, last_id): 1 to 2^62. */
 extern const bounds_kind bounds_id;
-/* A count of records (ranks.dropped_events): 0 to 2^46, so a sum over a
- * world of 65,536 ranks fits an int64. */
+/* A count of records (ranks.dropped_events, ranks.cupti_dropped,
+ * job_counters.events_ingested and events_dropped): 0 to 2^46, so a sum
+ * over a world of 65,536 ranks fits an int64. */
+#define BOUNDS_COUNT_HI 70368744177664 /* 2^46 */
 extern const bounds_kind bounds_count;
 /* jobs.world_size: 1 to 65536. */
 extern const bounds_kind bounds_world;
@@ -60,6 +62,22 @@ static inline int bounds_col(sqlite3_stmt *st, int col, const bounds_kind *k, in
     *out = v;
     return 0;
 }
+
+/* For SQL that hands a count on without C reading it (the job lists of
+ * /api/jobs and /metrics): the value of count expression v when it is an
+ * integer within bounds_count, else NULL, shown as null or left out. */
+#define BOUNDS_SQL_STR(x) #x
+#define BOUNDS_SQL_NUM(x) BOUNDS_SQL_STR(x)
+#define BOUNDS_SQL_COUNT(v) \
+    "(CASE WHEN typeof(" v ")='integer' AND " v " BETWEEN 0 AND " BOUNDS_SQL_NUM(BOUNDS_COUNT_HI) " THEN " v " END)"
+/* The sum of count column col over the rows `from` selects ("FROM ranks r
+ * WHERE r.job_id=j.id"), or NULL when one of them is not a count within
+ * the bound or there are more rows than a world's ranks: no forged value
+ * is summed, and the sum cannot overflow (SQLite's sum() stops the whole
+ * query with "integer overflow"). */
+#define BOUNDS_SQL_COUNT_SUM(col, from)                                                              \
+    "(SELECT CASE WHEN count(c) = count(*) AND count(*) <= 65536 THEN coalesce(sum(c), 0) END FROM " \
+    "(SELECT " BOUNDS_SQL_COUNT(col) " AS c " from " LIMIT 65537))"
 
 /* Where a query selected the events columns a reader computes with: the
  * column index of each, or -1 when it is not selected (or checked apart). */

@@ -109,7 +109,8 @@ function updateHeader() {
   b.textContent = j.status; b.className = 'badge ' + j.status;
   const done = S.steps.filter((s) => s.complete !== false).length;
   $('job-meta').textContent = `${j.schedule}, ${j.world_size} ranks, ${j.microbatches} microbatches, ` +
-    `${done}/${j.steps} steps, ${j.device}` + (j.events_dropped ? `, ${j.events_dropped} events dropped` : '') + (j.cupti_dropped ? `, ${j.cupti_dropped} CUPTI records dropped` : '') +
+    `${done}/${j.steps} steps, ${j.device}` + (j.events_dropped === null ? ', events dropped unknown (the file holds a count past its bound)'
+      : j.events_dropped ? `, ${j.events_dropped} events dropped` : '') + (j.cupti_dropped ? `, ${j.cupti_dropped} CUPTI records dropped` : '') +
     (j.failure ? ` — ${j.failure}` : '');
 }
 

@@ -329,3 +329,50 @@ Test(forged_db, schedule_costs_from_a_forged_job_are_refused_by_value) {
                   "%s: does not name the flag, file and \"%s\":\n%.2000s", rows[i].sql, rows[i].text, out);
     }
 }
+
+/* GET path on port: its status, and its body into body (size bytes). */
+static int get(int port, const char *path, char *body, size_t size) {
+    webclient_resp a;
+    memset(&a, 0, sizeof a);
+    webclient_request(port, "GET", path, NULL, NULL, &a);
+    snprintf(body, size, "%s", a.body ? a.body : "");
+    int status = a.status;
+    webclient_free(&a);
+    return status;
+}
+
+/* Counts of records past their bound on every rank and in the collector's
+ * counters (two ranks at INT64_MAX summed would overflow SQLite's sum(),
+ * which stopped the whole query: /api/jobs and /metrics lost every job).
+ * The job lists still answer, with the counts null (unknown) and no
+ * forged number shown; /metrics leaves the unknown counts out. */
+Test(forged_db, forged_counts_leave_the_job_lists_answering) {
+    cr_assert_eq(chdir(dir), 0);
+    int rc = pprun("run " TIMED " --db base.db");
+    cr_assert_eq(rc, 0, "%s", out);
+    exec_sql("base.db", "PRAGMA wal_checkpoint(TRUNCATE)");
+    if (system("rm -f f.db f.db-wal f.db-shm") != 0) cr_assert_fail("could not remove f.db");
+    exec_sql("base.db", "VACUUM INTO 'f.db'");
+    exec_sql("f.db", "UPDATE ranks SET dropped_events=" I64MAX ", cupti_dropped=" I64MAX ";"
+                     "UPDATE job_counters SET events_ingested=" I64MAX ", events_dropped=-1");
+    int port, pid = webclient_start_serve("f.db", NULL, &port);
+    cr_assert_gt(pid, 0, "pprun serve did not start");
+    static char body[1 << 16];
+    cr_expect_eq(get(port, "/api/jobs", body, sizeof body), 200, "%.1000s", body);
+    cr_expect(strstr(body, "\"events_ingested\":null,\"events_dropped\":null,\"cupti_dropped\":null"), "%.1000s",
+              body);
+    cr_expect(!shows_forged(body), "%.1000s", body);
+    cr_expect_eq(get(port, "/api/jobs/1", body, sizeof body), 200, "%.1000s", body);
+    cr_expect(strstr(body, "\"dropped_events\":null,\"cupti_dropped\":null}"), "each rank's: %.2000s", body);
+    cr_expect(!shows_forged(body), "%.2000s", body);
+    cr_expect_eq(get(port, "/metrics", body, sizeof body), 200, "%.1000s", body);
+    cr_expect(strstr(body, "pprun_job_info{job=\"1\"") && strstr(body, "pprun_steps_completed{job=\"1\"} 3"),
+              "job 1 listed: %.3000s", body);
+    cr_expect(!strstr(body, "pprun_events_dropped_total{job=") && !strstr(body, "pprun_events_ingested_total{job="),
+              "unknown counts left out: %.3000s", body);
+    cr_expect(!shows_forged(body), "%.3000s", body);
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun serve did not stop cleanly: status %d", st);
+}

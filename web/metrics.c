@@ -56,7 +56,7 @@ static const metric server_metrics[SRV_NUMBERS] = {
 typedef struct job_row {
     long id;
     char name[128], status[32], schedule[64];
-    int64_t n[JOB_NUMBERS];
+    int64_t n[JOB_NUMBERS]; /* -1: a count past its bound (left out) */
     long last_step; /* the newest step whose stats every rank has; -1 when none */
     double step_s;  /* its wall time */
 } job_row;
@@ -92,10 +92,7 @@ static int read_jobs(sqlite3 *db, job_row *jobs) {
     if (sqlite3_prepare_v2(db,
                            "SELECT j.id, j.name, " SQL_JOB_STATUS("j.") ", j.schedule, "
                            "(SELECT count(DISTINCT step) FROM step_stats t WHERE t.job_id=j.id), "
-                           "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id),0), "
-                           "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id),0), "
-                           "coalesce((SELECT sum(dropped_events) FROM ranks k WHERE k.job_id=j.id),0)), "
-                           "coalesce((SELECT sum(cupti_dropped) FROM ranks k WHERE k.job_id=j.id),0) "
+                           ROUTES_SQL_JOB_COUNTS " "
                            "FROM jobs j ORDER BY j.id DESC LIMIT ?1",
                            -1, &st, NULL) != SQLITE_OK)
         return 0;
@@ -107,7 +104,9 @@ static int read_jobs(sqlite3 *db, job_row *jobs) {
         snprintf(j->status, sizeof j->status, "%s", (const char *)sqlite3_column_text(st, 2));
         snprintf(j->schedule, sizeof j->schedule, "%s", (const char *)sqlite3_column_text(st, 3));
         j->n[JOB_RUNNING] = strcmp(j->status, "running") == 0;
-        for (int k = JOB_STEPS; k < JOB_NUMBERS; k++) j->n[k] = sqlite3_column_int64(st, 4 + k - JOB_STEPS);
+        for (int k = JOB_STEPS; k < JOB_NUMBERS; k++) /* NULL: a count past its bound, left out */
+            j->n[k] = sqlite3_column_type(st, 4 + k - JOB_STEPS) == SQLITE_NULL ? -1
+                                                                                 : sqlite3_column_int64(st, 4 + k - JOB_STEPS);
         j->last_step = -1;
     }
     sqlite3_finalize(st);
@@ -141,7 +140,8 @@ static void write_jobs(jw *w, const job_row *jobs, int n) {
     for (int k = 0; k < JOB_NUMBERS; k++) {
         help(w, &job_metrics[k]);
         for (int i = 0; i < n; i++)
-            jw_rawf(w, "%s{job=\"%ld\"} %lld\n", job_metrics[k].name, jobs[i].id, (long long)jobs[i].n[k]);
+            if (jobs[i].n[k] >= 0)
+                jw_rawf(w, "%s{job=\"%ld\"} %lld\n", job_metrics[k].name, jobs[i].id, (long long)jobs[i].n[k]);
     }
 }
 

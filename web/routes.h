@@ -15,6 +15,7 @@
 #include <sqlite3.h>
 #include <stdint.h>
 
+#include "db/bounds.h"
 #include "web/query.h"
 #include "web/reply.h"
 #include "web/server.h"
@@ -93,6 +94,17 @@ int routes_check_time(sqlite3_stmt *st, int col, int64_t job, const char *column
 /* Where the job's timeline ends so far (ns since t0): the last event of
  * each rank. */
 int64_t routes_timeline_end(sqlite3 *db, const job_info *j);
+/* Job j's trace record counts, as /api/jobs and /metrics list them (the
+ * jobs table as j): ingested, dropped (the larger of the collector's count
+ * and the sum of the ranks'), and CUPTI's dropped; each NULL where the
+ * file holds a count past its bound (db/bounds.h): no forged number is
+ * shown, and none stops the list. */
+#define ROUTES_SQL_JOB_COUNTS                                                                                  \
+    BOUNDS_SQL_COUNT("coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id), 0)")          \
+    " AS events_ingested, max("                                                                                \
+    BOUNDS_SQL_COUNT("coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id), 0)")           \
+    ", " BOUNDS_SQL_COUNT_SUM("dropped_events", "FROM ranks r WHERE r.job_id=j.id") ") AS events_dropped, " \
+    BOUNDS_SQL_COUNT_SUM("cupti_dropped", "FROM ranks r WHERE r.job_id=j.id") " AS cupti_dropped"
 
 /* The handlers, by file. */
 route_fn route_jobs, route_job, route_live;                                      /* routes_jobs.c */

@@ -16,10 +16,7 @@
     "j.microbatches, j.virtual_stages, j.stages, j.steps, j.model, j.device, j.t0_ns, j.ended_at, j.exit_code, " \
     "j.failed_rank, " SQL_JOB_FAILURE("j.") " AS failure, "                                                    \
     "(SELECT count(DISTINCT step) FROM step_stats s WHERE s.job_id=j.id) AS steps_done, "                      \
-    "coalesce((SELECT events_ingested FROM job_counters c WHERE c.job_id=j.id), 0) AS events_ingested, "      \
-    "max(coalesce((SELECT events_dropped FROM job_counters c WHERE c.job_id=j.id), 0), "                      \
-    "    coalesce((SELECT sum(dropped_events) FROM ranks r WHERE r.job_id=j.id), 0)) AS events_dropped, "         \
-    "coalesce((SELECT sum(cupti_dropped) FROM ranks r WHERE r.job_id=j.id), 0) AS cupti_dropped"
+    ROUTES_SQL_JOB_COUNTS
 
 void route_jobs(route_req *q, reply *r) {
     sqlite3 *db = q->db;
@@ -89,7 +86,8 @@ void route_job(route_req *q, reply *r) {
     jw_key(&w, "ranks");
     jw_arr(&w);
     st = routes_prep(db,
-                     "SELECT rank, node, host, pid, device, stages, clock_offset_ns, dropped_events, cupti_dropped FROM ranks "
+                     "SELECT rank, node, host, pid, device, stages, clock_offset_ns, " BOUNDS_SQL_COUNT("dropped_events")
+                     " AS dropped_events, " BOUNDS_SQL_COUNT("cupti_dropped") " AS cupti_dropped FROM ranks "
                      "WHERE job_id=? ORDER BY rank",
                      r);
     if (!st) {
