@@ -588,12 +588,16 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
  * (critpath_handoffs, host spans), 0 where none did (one rank) or clocks
  * of two nodes put it below 0. Not a send span's time: PyTorch's run from
  * the send's issue to a wait its schedule may defer to the step's end
- * (docs/torch.md), the engine's is only the copy that starts a hand-off. */
+ * (docs/torch.md), the engine's is only the copy that starts a hand-off.
+ * The window's steps are read from its last back until WHATIF_HANDOFFS
+ * are in: a step of 1,024 ranks has thousands, and reading all 20 would
+ * add a third to what `pprun stats` takes over such a job. */
+#define WHATIF_HANDOFFS 4096
 static int whatif_read_handoff(sqlite3 *db, const job_summary *s, const whatif_report *r, int64_t *comm,
                                pp_err *err) {
     durations d = {0};
     int rc = 0;
-    for (int step = r->first_step; rc == 0 && step <= r->last_step; step++)
+    for (int step = r->last_step; rc == 0 && step >= r->first_step && d.n < WHATIF_HANDOFFS; step--)
         rc = critpath_step_handoffs(db, s->job_id, step, &d, err);
     int64_t median = durations_median(&d);
     free(d.v);
