@@ -242,19 +242,19 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
 #define LOAD_SQL                                                                                   \
     "SELECT rank, phase, coalesce(stage,-1), coalesce(microbatch,-1), start_ns, end_ns,"           \
     " coalesce(bytes,0), id, name, coalesce(wait_cpu_ns,0)"                                        \
-    " FROM events WHERE job_id=?1 AND step=?2 AND source='cpu' AND attempt="                       \
+    " FROM events WHERE job_id=?1 AND step=?2 AND source=?3 AND attempt="                       \
     " (SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
 
 /* analyze_load_step with st, LOAD_SQL prepared (reset on return). */
-static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage,
-                    pp_err *err);
+static int load_ops(sqlite3_stmt *st, int64_t job, int step, const char *source, analyze_op **out, size_t *n_out,
+                    int *max_stage, pp_err *err);
 
-int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage,
-                      pp_err *err) {
+int analyze_load_step(sqlite3 *sql, int64_t job, int step, const char *source, analyze_op **out, size_t *n_out,
+                      int *max_stage, pp_err *err) {
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(sql, LOAD_SQL, -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
-    rc = load_ops(st, job, step, out, n_out, max_stage, err);
+    rc = load_ops(st, job, step, source, out, n_out, max_stage, err);
     sqlite3_finalize(st);
     return rc;
 }
@@ -263,11 +263,12 @@ int analyze_load_step(sqlite3 *sql, int64_t job, int step, analyze_op **out, siz
 static const bounds_event_cols load_cols = {
     .rank = 0, .stage = 2, .microbatch = 3, .start = 4, .end = 5, .peer = -1, .bytes = 6};
 
-static int load_ops(sqlite3_stmt *st, int64_t job, int step, analyze_op **out, size_t *n_out, int *max_stage,
-                    pp_err *err) {
+static int load_ops(sqlite3_stmt *st, int64_t job, int step, const char *source, analyze_op **out, size_t *n_out,
+                    int *max_stage, pp_err *err) {
     int rc;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, step);
+    sqlite3_bind_text(st, 3, source, -1, SQLITE_STATIC);
     op *ops = NULL;
     size_t n = 0, cap = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -388,7 +389,7 @@ int analyzer_step(analyzer *a, int64_t job, int step, pp_err *err) {
     op *ops = NULL;
     size_t n = 0;
     int max_stage = -1;
-    int rc = load_ops(a->st[A_LOAD], job, step, &ops, &n, &max_stage, err);
+    int rc = load_ops(a->st[A_LOAD], job, step, "cpu", &ops, &n, &max_stage, err);
     if (rc == SQLITE_RANGE) return -1; /* err names the value past its bound */
     if (rc != SQLITE_OK) return db_fail(d, rc, what, err);
     int stages = job_stages(a, job);

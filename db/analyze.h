@@ -73,15 +73,16 @@ int analyze_is_compute(int phase);
 /* Whether it is a backward that waits for the next stage's gradient: B, or
  * BW (PyTorch's full backward, B and W in one op). */
 int analyze_is_backward(int phase);
-/* The host spans of the step's latest attempt that the analyses read (the
+/* The spans of the step's latest attempt that the analyses read (the
  * pipeline's ops, sends and receives, and pprun's own RECOMPUTE and
  * all-reduce spans; not LOSS records, evaluation steps or a program's own
- * SPANs), into *out (the caller frees it) and *n; raises *max_stage to the
+ * SPANs), of source "cpu" (host spans, what the analyses read) or "gpu",
+ * into *out (the caller frees it) and *n; raises *max_stage to the
  * highest stage seen. An SQLite result code: SQLITE_RANGE with err naming
  * the table.column and value when a row holds a value past its bound
  * (bounds.h). */
-int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, analyze_op **out, size_t *n, int *max_stage,
-                      pp_err *err);
+int analyze_load_step(sqlite3 *sql, int64_t job_id, int step, const char *source, analyze_op **out, size_t *n,
+                      int *max_stage, pp_err *err);
 
 /* One transaction. A step without compute events gets no rows. Then, for
  * a job whose program declared its own plan (progplan.h), that plan's

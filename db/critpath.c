@@ -226,10 +226,11 @@ int critpath_handoffs(const analyze_op *spans, size_t n, durations *out, pp_err 
     return rc;
 }
 
-/* One step's host spans into *spans (the caller frees them). */
-static int critpath_load(sqlite3 *db, int64_t job, int step, analyze_op **spans, size_t *n, pp_err *err) {
+/* One step's spans of source ("cpu", "gpu") into *spans (the caller frees them). */
+static int critpath_load(sqlite3 *db, int64_t job, int step, const char *source, analyze_op **spans, size_t *n,
+                         pp_err *err) {
     int max_stage = -1;
-    int rc = analyze_load_step(db, job, step, spans, n, &max_stage, err);
+    int rc = analyze_load_step(db, job, step, source, spans, n, &max_stage, err);
     if (rc == SQLITE_RANGE) return -1; /* err names the table.column and value past its bound (bounds.h) */
     if (rc != SQLITE_OK)
         return pp_fail(err, "reading step %d of job %lld: %s", step, (long long)job, sqlite3_errstr(rc));
@@ -240,16 +241,16 @@ int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err
     memset(out, 0, sizeof *out);
     analyze_op *spans = NULL;
     size_t n = 0;
-    if (critpath_load(db, job, step, &spans, &n, err) != 0) return -1;
+    if (critpath_load(db, job, step, "cpu", &spans, &n, err) != 0) return -1;
     int rc = critpath_build(spans, n, out, err);
     free(spans);
     return rc;
 }
 
-int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, durations *out, pp_err *err) {
+int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, const char *source, durations *out, pp_err *err) {
     analyze_op *spans = NULL;
     size_t n = 0;
-    if (critpath_load(db, job, step, &spans, &n, err) != 0) return -1;
+    if (critpath_load(db, job, step, source, &spans, &n, err) != 0) return -1;
     int rc = critpath_handoffs(spans, n, out, err);
     free(spans);
     return rc;

@@ -63,8 +63,9 @@ void critpath_free(critpath_path *p);
  * send (comm, docs/schedules.md). An op its own rank held up says nothing
  * of that time, and pushes nothing. 0, or -1 with err when out of memory. */
 int critpath_handoffs(const analyze_op *spans, size_t n, durations *out, pp_err *err);
-/* critpath_handoffs of step `step` of job `job` (its latest attempt). */
-int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, durations *out, pp_err *err);
+/* critpath_handoffs of step `step` of job `job` (its latest attempt), over
+ * its spans of source "cpu" (host) or "gpu" (analyze_load_step). */
+int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, const char *source, durations *out, pp_err *err);
 
 /* The path's time between ops, in the order every table lists it. */
 typedef enum critpath_wait {

@@ -585,8 +585,10 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
 /* The send cost the simulator plays (comm: from a producer's end to its
  * output being there for an op of another rank), as the window measured
  * it: the median hand-off of the ops that waited for their input
- * (critpath_handoffs, host spans), 0 where none did (one rank) or clocks
- * of two nodes put it below 0. Not a send span's time: PyTorch's run from
+ * (critpath_handoffs), of the spans the F, B and W medians are of (GPU
+ * spans where the job has them: a PyTorch rank's host span ends when its
+ * kernels are queued), 0 where none did (one rank) or clocks of two nodes
+ * put it below 0. Not a send span's time: PyTorch's run from
  * the send's issue to a wait its schedule may defer to the step's end
  * (docs/torch.md), the engine's is only the copy that starts a hand-off.
  * The window's steps are read from its last back until WHATIF_HANDOFFS
@@ -598,7 +600,7 @@ static int whatif_read_handoff(sqlite3 *db, const job_summary *s, const whatif_r
     durations d = {0};
     int rc = 0;
     for (int step = r->last_step; rc == 0 && step >= r->first_step && d.n < WHATIF_HANDOFFS; step--)
-        rc = critpath_step_handoffs(db, s->job_id, step, &d, err);
+        rc = critpath_step_handoffs(db, s->job_id, step, r->gpu ? "gpu" : "cpu", &d, err);
     int64_t median = durations_median(&d);
     free(d.v);
     *comm = median > 0 ? median : 0;

@@ -129,6 +129,10 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(p.out, "job 2  fixture-1f1b-gpu");
     lt_assert_has(p.out, "ops (GPU spans)");
     lt_assert_has(p.out, "  B                     64  900.00 us  900.00 us  900.00 us   57.60 ms\n");
+    /* its what-if reads the GPU spans, its hand-offs too: 50 us from the
+     * end of one op's to its input's host span, 50 more to the next's */
+    lt_assert_has(p.out, "simulated: F 900.00 us, B 900.00 us, W 900.00 us, hand-off 100.00 us\n"
+                         "  (medians of GPU spans, steps 1-2;");
     lt_free(&p);
     p = stats(path, "1");
     lt_assert_has(p.out, "job 1  ");
