@@ -745,10 +745,15 @@ static int write_bubbles(chrome_export *x, pp_err *err) {
         return sql_fail(x->db, "reading step_stats", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t start = 0;
+        if (bounds_col(st, 2, &bounds_time, x->job, "step_stats.start_ns", &start, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         next_event(x);
         fprintf(x->out, "{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":",
                 sqlite3_column_int(st, 1), sqlite3_column_int(st, 4));
-        put_us(x->out, sqlite3_column_int64(st, 2) - x->t0);
+        put_us(x->out, start - x->t0);
         fprintf(x->out, ",\"args\":{\"bubble\":");
         put_num(x->out, sqlite3_column_double(st, 3), "%.6f");
         fputs("}}", x->out);

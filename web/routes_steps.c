@@ -139,13 +139,19 @@ void route_steps(route_req *q, reply *r) {
         memset(l.have, 0, (size_t)j->world);
         for (; rs == SQLITE_ROW && sqlite3_column_int(stats, 0) == step; rs = sqlite3_step(stats)) {
             int rank = sqlite3_column_int(stats, 1);
-            int64_t s = sqlite3_column_int64(stats, 2), e = sqlite3_column_int64(stats, 3);
             if (rank < 0 || rank >= j->world) continue;
+            int64_t s = 0, e = 0;
+            pp_err err;
+            if (bounds_col(stats, 2, &bounds_time, j->id, "step_stats.start_ns", &s, &err) != 0 ||
+                bounds_col(stats, 3, &bounds_time, j->id, "step_stats.end_ns", &e, &err) != 0 ||
+                bounds_col(stats, 5, &bounds_bytes, j->id, "step_stats.act_peak_bytes", &l.act[rank], &err) != 0) {
+                reply_error(r, 500, "%s", err.msg);
+                goto out;
+            }
             if (s < l.start) l.start = s;
             if (e > l.end) l.end = e;
             l.have[rank] = 1;
             l.ratio[rank] = sqlite3_column_double(stats, 4);
-            l.act[rank] = sqlite3_column_int64(stats, 5);
             l.nranks++;
         }
         rl = steps_mean(losses, rl, step, &l.has_loss, &l.loss, &l.nloss);
