@@ -13,6 +13,7 @@ const bounds_kind bounds_bytes = {"a count of bytes", -1, (int64_t)1 << 50};
 const bounds_kind bounds_id = {"a row id", 1, (int64_t)1 << 62};
 const bounds_kind bounds_count = {"a count of records", 0, BOUNDS_COUNT_HI};
 const bounds_kind bounds_world = {"ranks in the job", 1, 65536};
+const bounds_kind bounds_node = {"a node", 0, 65535};
 const bounds_kind bounds_step = {"a step", 0, INT32_MAX};
 
 int bounds_fail(pp_err *err, const bounds_kind *k, int64_t job, const char *column, sqlite3_stmt *st, int col,

@@ -43,8 +43,10 @@ extern const bounds_kind bounds_id;
 extern const bounds_kind bounds_count;
 /* jobs.world_size: 1 to 65536. */
 extern const bounds_kind bounds_world;
-/* A step (step_stats.step, events.step, step_idle.step): 0 to 2^31 - 1,
- * what an int holds; pprun numbers steps from 0 up one a step. */
+/* A node (ranks.node): 0 to 65535, one a rank at most. */
+extern const bounds_kind bounds_node;
+/* A step (step_stats.step, losses.step, eval_losses.step): 0 to 2^31 - 1,
+ * what an int holds; pprun numbers steps from 0 up, one a step. */
 extern const bounds_kind bounds_step;
 
 static inline int bounds_ok(const bounds_kind *k, int64_t v) { return v >= k->lo && v <= k->hi; }

@@ -500,8 +500,14 @@ static int read_ranks(chrome_export *x, pp_err *err) {
         x->ranks = r;
         r = &x->ranks[x->nranks++];
         memset(r, 0, sizeof *r);
-        r->rank = sqlite3_column_int(st, 0);
-        r->node = sqlite3_column_int(st, 1);
+        int64_t rank = 0, node = 0; /* a node is a trace's pid: a wrapped one drew its process -1 */
+        if (bounds_col(st, 0, &bounds_rank, x->job, "ranks.rank", &rank, err) != 0 ||
+            bounds_col(st, 1, &bounds_node, x->job, "ranks.node", &node, err) != 0) {
+            ret = -1;
+            break;
+        }
+        r->rank = (int)rank;
+        r->node = (int)node;
         if (r->node != last_node) { /* ranks are ordered by rank; nodes may repeat: harmless duplicates */
             put_process(x, r->node, (const char *)sqlite3_column_text(st, 2));
             last_node = r->node;

@@ -84,6 +84,13 @@ int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *pe
     int64_t lo = INT64_MAX, hi = INT64_MIN, inflight = 0, prev_s = 0, prev_e = 0;
     int simulated = 1, n = 0, rc, last_rank = -1;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        /* row shows each action's stage and microbatch as the file has them */
+        int64_t shown = 0;
+        if (row && (bounds_col(st, 3, &bounds_stage, job, "plan.stage", &shown, err) != 0 ||
+                    bounds_col(st, 5, &bounds_microbatch, job, "plan.microbatch", &shown, err) != 0)) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         if (row) row(ctx, st);
         n++;
         int rank = sqlite3_column_int(st, 0);
@@ -313,7 +320,10 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
         return -1;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-        s->loss_step = sqlite3_column_int64(st, 0);
+        if (bounds_col(st, 0, &bounds_step, s->job_id, "losses.step", &s->loss_step, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         if (sqlite3_column_type(st, 1) != SQLITE_NULL) s->loss = sqlite3_column_double(st, 1);
         rc = sqlite3_step(st);
     }

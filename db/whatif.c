@@ -405,19 +405,25 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         const unsigned char *ordered_for = sqlite3_column_text(st, 4);
         snprintf(r->in.schedule, sizeof r->in.schedule, "%s", schedule ? (const char *)schedule : "");
         snprintf(r->model, sizeof r->model, "%s", model ? (const char *)model : "");
-        r->in.microbatches = sqlite3_column_int(st, 1);
-        r->in.virtual_stages = sqlite3_column_int(st, 2);
-        r->stages = sqlite3_column_int(st, 5);
         /* Every play allocates by the row's shape (stages, chunks,
          * microbatches), and the costs below divide by it: one past pprun's
          * bounds is a damaged or forged file, refused before anything is
-         * computed or a byte taken for it. */
+         * computed or a byte taken for it. Read wide: an int wrapped a
+         * forged 2^63 - 1 to -1, no shape, and the what-if showed none. */
+        int64_t stages = sqlite3_column_int64(st, 5), chunks = sqlite3_column_int64(st, 2),
+                mbs = sqlite3_column_int64(st, 1);
         pp_err bad;
-        if (pp_shape_check_upper(r->stages, r->in.virtual_stages, r->in.microbatches, &bad) != 0) {
+        if (pp_shape_check_upper(stages, chunks, mbs, &bad) != 0) {
             sqlite3_finalize(st);
-            return pp_fail(err, "job %lld's row declares a shape pprun never runs (%s): the database is damaged",
+            return pp_fail(err,
+                           "job %lld's row declares a shape pprun never runs (%s): the database is damaged or was not "
+                           "written by pprun",
                            (long long)job, bad.msg);
         }
+        /* each fits an int now; below 1 is no shape */
+        r->stages = stages < 0 ? 0 : (int)stages;
+        r->in.virtual_stages = chunks < 0 ? 0 : (int)chunks;
+        r->in.microbatches = mbs < 0 ? 0 : (int)mbs;
         model_spec spec;
         pp_err ignored;
         int parsed = model && model_parse_spec((const char *)model, &spec, &ignored) == 0;
@@ -484,7 +490,13 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
     sqlite3_bind_int64(st, 1, s->job_id);
     sqlite3_bind_int(st, 2, s->from_step);
     int rc = sqlite3_step(st);
-    r->last_step = rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL ? sqlite3_column_int(st, 0) : -1;
+    int64_t last = -1; /* read wide: an int wrapped a forged step to -1, "not measured" */
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL &&
+        bounds_col(st, 0, &bounds_step, s->job_id, "step_stats.step", &last, err) != 0) {
+        sqlite3_finalize(st);
+        return -1;
+    }
+    r->last_step = (int)last;
     if (whatif_done(db, st, rc, err) != 0) return -1;
     if (r->last_step < 0) return 0;
     r->first_step = r->last_step - WHATIF_STEPS + 1;

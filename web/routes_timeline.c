@@ -549,7 +549,11 @@ void route_events(route_req *q, reply *r) {
             return;
         }
     } else {
-        wt = routes_timeline_end(db, j) + 1;
+        if ((wt = routes_timeline_end(db, j, r)) < 0) {
+            free(mask);
+            return;
+        }
+        wt++;
     }
     if (from >= 0) wf = from;
     if (to >= 0) wt = to;
