@@ -13,6 +13,8 @@ const bounds_kind bounds_bytes = {"a count of bytes", -1, (int64_t)1 << 50};
 const bounds_kind bounds_id = {"a row id", 1, (int64_t)1 << 62};
 const bounds_kind bounds_count = {"a count of records", 0, BOUNDS_COUNT_HI};
 const bounds_kind bounds_world = {"ranks in the job", 1, 65536};
+const bounds_kind bounds_node = {"a node", 0, 65535};
+const bounds_kind bounds_step = {"a step", 0, INT32_MAX};
 
 int bounds_fail(pp_err *err, const bounds_kind *k, int64_t job, const char *column, sqlite3_stmt *st, int col,
                 int64_t v) {
@@ -23,6 +25,18 @@ int bounds_fail(pp_err *err, const bounds_kind *k, int64_t job, const char *colu
     return pp_fail(err, "job %lld: %s holds %s, not %lld..%lld (%s): the database is damaged or was not written by "
                         "pprun",
                    (long long)job, column, shown, (long long)k->lo, (long long)k->hi, k->what);
+}
+
+int bounds_sum(const bounds_kind *k, int64_t *sum, int64_t v, int64_t job, const char *column, pp_err *err) {
+    int64_t t;
+    if (!__builtin_add_overflow(*sum, v, &t) && bounds_ok(k, t)) {
+        *sum = t;
+        return 0;
+    }
+    return pp_fail(err,
+                   "job %lld: %s summed over its rows passes %lld..%lld (%s): the database is damaged or was not "
+                   "written by pprun",
+                   (long long)job, column, (long long)k->lo, (long long)k->hi, k->what);
 }
 
 int bounds_event_row(sqlite3_stmt *st, const bounds_event_cols *cols, int64_t job, pp_err *err) {

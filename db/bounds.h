@@ -43,6 +43,11 @@ extern const bounds_kind bounds_id;
 extern const bounds_kind bounds_count;
 /* jobs.world_size: 1 to 65536. */
 extern const bounds_kind bounds_world;
+/* A node (ranks.node): 0 to 65535, one a rank at most. */
+extern const bounds_kind bounds_node;
+/* A step (step_stats.step, losses.step, eval_losses.step): 0 to 2^31 - 1,
+ * what an int holds; pprun numbers steps from 0 up, one a step. */
+extern const bounds_kind bounds_step;
 
 static inline int bounds_ok(const bounds_kind *k, int64_t v) { return v >= k->lo && v <= k->hi; }
 
@@ -62,6 +67,14 @@ static inline int bounds_col(sqlite3_stmt *st, int col, const bounds_kind *k, in
     *out = v;
     return 0;
 }
+
+/* Adds v into *sum, a total over many rows of values each within k (the
+ * idle of a rank's steps, the spans of a name): 0, or -1 with err naming
+ * the job and column ("step_idle.idle_ns") when the total leaves k's range.
+ * The values are bounded, their sum over a forged file's rows is not: it
+ * would overflow (UB, or SQLite's sum() stopping the query with "integer
+ * overflow"), so readers sum here, never with sum() in SQL. */
+int bounds_sum(const bounds_kind *k, int64_t *sum, int64_t v, int64_t job, const char *column, pp_err *err);
 
 /* For SQL that hands a count on without C reading it (the job lists of
  * /api/jobs and /metrics): the value of count expression v when it is an

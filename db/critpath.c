@@ -9,6 +9,8 @@
  * every replica's backward of the stage: the path crosses replicas there. */
 #include "db/critpath.h"
 
+#include "db/bounds.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,7 +312,14 @@ int critpath_read(sqlite3 *db, int64_t job, int ranks, critpath_report *r, pp_er
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, CRITPATH_STEPS + 1);
     int steps[CRITPATH_STEPS + 1], n = 0, rc;
-    while (n <= CRITPATH_STEPS && (rc = sqlite3_step(st)) == SQLITE_ROW) steps[n++] = sqlite3_column_int(st, 0);
+    while (n <= CRITPATH_STEPS && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t step = 0; /* read wide: an int would wrap a forged 2^32 + 1 to step 1 */
+        if (bounds_col(st, 0, &bounds_step, job, "step_stats.step", &step, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        steps[n++] = (int)step;
+    }
     sqlite3_finalize(st);
     if (n <= CRITPATH_STEPS && rc != SQLITE_DONE)
         return pp_fail(err, "reading the critical path: %s", sqlite3_errstr(rc));

@@ -500,8 +500,14 @@ static int read_ranks(chrome_export *x, pp_err *err) {
         x->ranks = r;
         r = &x->ranks[x->nranks++];
         memset(r, 0, sizeof *r);
-        r->rank = sqlite3_column_int(st, 0);
-        r->node = sqlite3_column_int(st, 1);
+        int64_t rank = 0, node = 0; /* a node is a trace's pid: a wrapped one drew its process -1 */
+        if (bounds_col(st, 0, &bounds_rank, x->job, "ranks.rank", &rank, err) != 0 ||
+            bounds_col(st, 1, &bounds_node, x->job, "ranks.node", &node, err) != 0) {
+            ret = -1;
+            break;
+        }
+        r->rank = (int)rank;
+        r->node = (int)node;
         if (r->node != last_node) { /* ranks are ordered by rank; nodes may repeat: harmless duplicates */
             put_process(x, r->node, (const char *)sqlite3_column_text(st, 2));
             last_node = r->node;
@@ -745,10 +751,15 @@ static int write_bubbles(chrome_export *x, pp_err *err) {
         return sql_fail(x->db, "reading step_stats", err);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t start = 0;
+        if (bounds_col(st, 2, &bounds_time, x->job, "step_stats.start_ns", &start, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         next_event(x);
         fprintf(x->out, "{\"ph\":\"C\",\"name\":\"bubble ratio rank %d\",\"pid\":%d,\"ts\":",
                 sqlite3_column_int(st, 1), sqlite3_column_int(st, 4));
-        put_us(x->out, sqlite3_column_int64(st, 2) - x->t0);
+        put_us(x->out, start - x->t0);
         fprintf(x->out, ",\"args\":{\"bubble\":");
         put_num(x->out, sqlite3_column_double(st, 3), "%.6f");
         fputs("}}", x->out);

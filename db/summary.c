@@ -53,7 +53,7 @@ int64_t durations_median(durations *d) {
     int64_t below = d->v[0]; /* the largest of the smaller half */
     for (size_t i = 1; i < mid; i++)
         if (d->v[i] > below) below = d->v[i];
-    return (below + d->v[mid]) / 2;
+    return below / 2 + d->v[mid] / 2 + (below % 2 + d->v[mid] % 2) / 2; /* two times of 2^62 would overflow */
 }
 
 static int prepare(sqlite3 *db, const char *sql, int64_t job, sqlite3_stmt **st, pp_err *err) {
@@ -84,6 +84,13 @@ int summary_plan(sqlite3 *db, int64_t job, int world, int64_t *busy, int64_t *pe
     int64_t lo = INT64_MAX, hi = INT64_MIN, inflight = 0, prev_s = 0, prev_e = 0;
     int simulated = 1, n = 0, rc, last_rank = -1;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        /* row shows each action's stage and microbatch as the file has them */
+        int64_t shown = 0;
+        if (row && (bounds_col(st, 3, &bounds_stage, job, "plan.stage", &shown, err) != 0 ||
+                    bounds_col(st, 5, &bounds_microbatch, job, "plan.microbatch", &shown, err) != 0)) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         if (row) row(ctx, st);
         n++;
         int rank = sqlite3_column_int(st, 0);
@@ -149,7 +156,7 @@ static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
 /* Complete steps: count, median span, mean bubble ratio; then per rank. */
 static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT c.end_ns - c.start_ns, c.bubble_ratio_mean FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ") c",
+    if (prepare(db, "SELECT c.start_ns, c.end_ns, c.bubble_ratio_mean FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ") c",
                 s->job_id, &st, err) != 0)
         return -1;
     sqlite3_bind_int(st, 2, s->from_step);
@@ -157,12 +164,15 @@ static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
     double bubble = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (durations_push(&times, sqlite3_column_int64(st, 0)) != 0) {
+        int64_t start = 0, end = 0;
+        int bad = bounds_col(st, 0, &bounds_time, s->job_id, "step_stats.start_ns", &start, err) != 0 ||
+                  bounds_col(st, 1, &bounds_time, s->job_id, "step_stats.end_ns", &end, err) != 0;
+        if (bad || durations_push(&times, end - start) != 0) {
             sqlite3_finalize(st);
             free(times.v);
-            return pp_fail(err, "out of memory");
+            return bad ? -1 : pp_fail(err, "out of memory");
         }
-        bubble += sqlite3_column_double(st, 1);
+        bubble += sqlite3_column_double(st, 2);
     }
     s->steps = (int64_t)times.n;
     s->step_time_ns = durations_median(&times);
@@ -282,10 +292,21 @@ int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t 
         return -1;
     sqlite3_bind_int64(st, 2, first_step);
     sqlite3_bind_int64(st, 3, last_step < 0 ? INT64_MAX : last_step);
+    /* each row's idle is a time, and so is their total over the causes
+     * (summary_idle_total adds them without a check) */
+    const char *column = old_file ? "gaps.end_ns - start_ns" : "step_idle.idle_ns";
+    int64_t total = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int k = analyze_cause_of((const char *)sqlite3_column_text(st, 0));
-        if (k >= 0) by_cause[k] += sqlite3_column_int64(st, 1);
+        int64_t ns = 0;
+        if (k < 0) continue;
+        if (bounds_col(st, 1, &bounds_time, job, column, &ns, err) != 0 ||
+            bounds_sum(&bounds_time, &total, ns, job, column, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        by_cause[k] += ns;
     }
     return finish(db, st, rc, err);
 }
@@ -299,7 +320,10 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
         return -1;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-        s->loss_step = sqlite3_column_int64(st, 0);
+        if (bounds_col(st, 0, &bounds_step, s->job_id, "losses.step", &s->loss_step, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         if (sqlite3_column_type(st, 1) != SQLITE_NULL) s->loss = sqlite3_column_double(st, 1);
         rc = sqlite3_step(st);
     }
@@ -328,8 +352,10 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
         if (ph < 0 || ph == TRACE_SPAN) continue; /* by name: summary_spans */
         summary_ops *o = &s->ops[gpu][ph];
         o->count++;
-        /* times are bounded (bounds.h), not their sum over millions of rows: saturate */
-        if (__builtin_add_overflow(o->total_ns, ns, &o->total_ns)) o->total_ns = ns > 0 ? INT64_MAX : INT64_MIN;
+        if (bounds_sum(&bounds_time, &o->total_ns, ns, s->job_id, "events.end_ns - start_ns", err) != 0) {
+            oom = -1;
+            break;
+        }
         if (ns > o->max_ns) o->max_ns = ns;
         oom = durations_push(&d[gpu][ph], ns) != 0;
     }
@@ -355,14 +381,16 @@ int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **ou
     *out = NULL;
     *n_out = 0;
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT coalesce(name, ''), end_ns - start_ns AS dur FROM events WHERE job_id=?1 AND step>=?2"
-                    " AND phase='SPAN' AND source='cpu' ORDER BY 1, dur", job, &st, err) != 0)
+    if (prepare(db,
+                "SELECT coalesce(name, ''), start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2"
+                " AND phase='SPAN' AND source='cpu' ORDER BY 1",
+                job, &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 2, from_step);
     summary_span *v = NULL;
     size_t n = 0, cap = 0;
     durations d = {0};
-    int rc, oom = 0;
+    int rc, oom = 0; /* -1: err is filled */
     for (;;) {
         rc = sqlite3_step(st);
         const char *name = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
@@ -385,10 +413,18 @@ int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **ou
             memset(s, 0, sizeof *s);
             snprintf(s->name, sizeof s->name, "%s", name);
         }
-        int64_t ns = sqlite3_column_int64(st, 1);
+        static const bounds_event_cols cols = {-1, -1, -1, 1, 2, -1, -1};
         summary_span *s = &v[n - 1];
+        if (bounds_event_row(st, &cols, job, err) != 0) {
+            oom = -1;
+            break;
+        }
+        int64_t ns = sqlite3_column_int64(st, 2) - sqlite3_column_int64(st, 1);
         s->count++;
-        s->total_ns += ns;
+        if (bounds_sum(&bounds_time, &s->total_ns, ns, job, "events.end_ns - start_ns", err) != 0) {
+            oom = -1;
+            break;
+        }
         if (ns > s->max_ns) s->max_ns = ns;
         if ((oom = durations_push(&d, ns) != 0)) break;
     }
@@ -396,7 +432,7 @@ int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **ou
     if (oom) {
         free(v);
         sqlite3_finalize(st);
-        return pp_fail(err, "out of memory");
+        return oom < 0 ? -1 : pp_fail(err, "out of memory");
     }
     if (finish(db, st, rc, err) != 0) {
         free(v);
@@ -408,20 +444,32 @@ int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **ou
     return 0;
 }
 
-/* Adds each rank's value of `sql` (rows of rank, ns; ?1 the job, ?2
- * from_step) into its replica's wait_dp_ns (allreduce 0) or allreduce_ns. */
+/* Adds each rank's time of `sql` into its replica's wait_dp_ns (allreduce
+ * 0: rows of rank, step_idle.idle_ns) or allreduce_ns (rows of rank, an
+ * events span's start_ns and end_ns); ?1 the job, ?2 from_step. Summed
+ * here, not by sum() in SQL: see bounds_sum. */
 static int replica_sums(sqlite3 *db, job_summary *s, const char *sql, int allreduce, pp_err *err) {
+    static const bounds_event_cols span = {-1, -1, -1, 1, 2, -1, -1};
+    const char *column = allreduce ? "events.end_ns - start_ns" : "step_idle.idle_ns";
     sqlite3_stmt *st;
     if (prepare(db, sql, s->job_id, &st, err) != 0) return -1;
     sqlite3_bind_int(st, 2, s->from_step);
     int rc, per = s->world / s->nreplicas;
+    int64_t total = 0; /* over the replicas, which whatif adds up */
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int rank = sqlite3_column_int(st, 0);
-        summary_replica *r = rank >= 0 && rank < s->world ? &s->replicas[rank / per] : NULL;
-        if (r) *(allreduce ? &r->allreduce_ns : &r->wait_dp_ns) += sqlite3_column_int64(st, 1);
+        int64_t rank = sqlite3_column_int64(st, 0), ns = 0;
+        if (rank < 0 || rank >= s->world) continue;
+        int bad = allreduce ? bounds_event_row(st, &span, s->job_id, err)
+                            : bounds_col(st, 1, &bounds_time, s->job_id, column, &ns, err);
+        if (!bad && allreduce) ns = sqlite3_column_int64(st, 2) - sqlite3_column_int64(st, 1);
+        if (bad || bounds_sum(&bounds_time, &total, ns, s->job_id, column, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        summary_replica *r = &s->replicas[rank / per];
+        *(allreduce ? &r->allreduce_ns : &r->wait_dp_ns) += ns;
     }
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : pp_fail(err, "database error: %s", sqlite3_errmsg(db));
+    return finish(db, st, rc, err);
 }
 
 /* The job's replicas (--dp, config_json): each one's bubble from
@@ -449,15 +497,13 @@ static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
             if (!isnan(s->bubble_by_rank[k])) sum += s->bubble_by_rank[k], n++;
         r->bubble_ratio = n ? sum / n : NAN;
     }
-    return replica_sums(db, s,
-                        "SELECT rank, sum(idle_ns) FROM step_idle WHERE job_id=?1 AND step>=?2 AND cause='wait_dp'"
-                        " GROUP BY rank",
+    return replica_sums(db, s, "SELECT rank, idle_ns FROM step_idle WHERE job_id=?1 AND step>=?2 AND cause='wait_dp'",
                         0, err) != 0 ||
-                   replica_sums(db, s,
-                                "SELECT rank, sum(end_ns - start_ns) FROM events WHERE job_id=?1 AND step>=?2 AND"
-                                " source='cpu' AND phase='SPAN' AND name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER')"
-                                " GROUP BY rank",
-                                1, err) != 0
+                   replica_sums(
+                       db, s,
+                       "SELECT rank, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2 AND"
+                       " source='cpu' AND phase='SPAN' AND name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER')",
+                       1, err) != 0
                ? -1
                : 0;
 }

@@ -5,6 +5,7 @@
 #include "db/whatif.h"
 
 #include "config/model_spec.h"
+#include "db/bounds.h"
 #include "db/critpath.h"
 
 #include <errno.h>
@@ -404,19 +405,25 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         const unsigned char *ordered_for = sqlite3_column_text(st, 4);
         snprintf(r->in.schedule, sizeof r->in.schedule, "%s", schedule ? (const char *)schedule : "");
         snprintf(r->model, sizeof r->model, "%s", model ? (const char *)model : "");
-        r->in.microbatches = sqlite3_column_int(st, 1);
-        r->in.virtual_stages = sqlite3_column_int(st, 2);
-        r->stages = sqlite3_column_int(st, 5);
         /* Every play allocates by the row's shape (stages, chunks,
          * microbatches), and the costs below divide by it: one past pprun's
          * bounds is a damaged or forged file, refused before anything is
-         * computed or a byte taken for it. */
+         * computed or a byte taken for it. Read wide: an int wrapped a
+         * forged 2^63 - 1 to -1, no shape, and the what-if showed none. */
+        int64_t stages = sqlite3_column_int64(st, 5), chunks = sqlite3_column_int64(st, 2),
+                mbs = sqlite3_column_int64(st, 1);
         pp_err bad;
-        if (pp_shape_check_upper(r->stages, r->in.virtual_stages, r->in.microbatches, &bad) != 0) {
+        if (pp_shape_check_upper(stages, chunks, mbs, &bad) != 0) {
             sqlite3_finalize(st);
-            return pp_fail(err, "job %lld's row declares a shape pprun never runs (%s): the database is damaged",
+            return pp_fail(err,
+                           "job %lld's row declares a shape pprun never runs (%s): the database is damaged or was not "
+                           "written by pprun",
                            (long long)job, bad.msg);
         }
+        /* each fits an int now; below 1 is no shape */
+        r->stages = stages < 0 ? 0 : (int)stages;
+        r->in.virtual_stages = chunks < 0 ? 0 : (int)chunks;
+        r->in.microbatches = mbs < 0 ? 0 : (int)mbs;
         model_spec spec;
         pp_err ignored;
         int parsed = model && model_parse_spec((const char *)model, &spec, &ignored) == 0;
@@ -483,7 +490,13 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
     sqlite3_bind_int64(st, 1, s->job_id);
     sqlite3_bind_int(st, 2, s->from_step);
     int rc = sqlite3_step(st);
-    r->last_step = rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL ? sqlite3_column_int(st, 0) : -1;
+    int64_t last = -1; /* read wide: an int wrapped a forged step to -1, "not measured" */
+    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL &&
+        bounds_col(st, 0, &bounds_step, s->job_id, "step_stats.step", &last, err) != 0) {
+        sqlite3_finalize(st);
+        return -1;
+    }
+    r->last_step = (int)last;
     if (whatif_done(db, st, rc, err) != 0) return -1;
     if (r->last_step < 0) return 0;
     r->first_step = r->last_step - WHATIF_STEPS + 1;
@@ -753,19 +766,41 @@ static double ring_share(int d) { return 2.0 * (d - 1) / d; }
 static int whatif_read_allreduce(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err) {
     for (int k = 0; k < BALANCE_MAX_STAGES; k++) r->allreduce_ns[k] = NAN;
     sqlite3_stmt *st;
+    /* summed here, a (stage, rank, step) at a time, not by sum() in SQL:
+     * see bounds_sum */
     if (whatif_prepare_window(db,
-                              "SELECT stage, avg(t) FROM (SELECT stage, sum(end_ns - start_ns) AS t FROM events "
-                              "WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND source='cpu' AND phase='SPAN' AND "
-                              "name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') GROUP BY stage, rank, step) "
-                              "GROUP BY stage",
+                              "SELECT stage, rank, step, start_ns, end_ns FROM events WHERE job_id=?1 AND step "
+                              "BETWEEN ?2 AND ?3 AND source='cpu' AND phase='SPAN' AND name IN "
+                              "('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') AND stage IS NOT NULL "
+                              "ORDER BY stage, rank, step",
                               s, r, &st, err) != 0)
         return -1;
+    static const bounds_event_cols cols = {
+        .rank = 1, .stage = 0, .microbatch = -1, .start = 3, .end = 4, .peer = -1, .bytes = -1};
+    double total[BALANCE_MAX_STAGES] = {0};
+    int64_t groups[BALANCE_MAX_STAGES] = {0}, group[3] = {-2, -2, -2}, t = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int k = sqlite3_column_int(st, 0);
-        if (sqlite3_column_type(st, 0) != SQLITE_NULL && k >= 0 && k < BALANCE_MAX_STAGES)
-            r->allreduce_ns[k] = sqlite3_column_double(st, 1);
+        if (bounds_event_row(st, &cols, s->job_id, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        int64_t row[3] = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2)};
+        if (row[0] < 0 || row[0] >= BALANCE_MAX_STAGES) continue;
+        if (memcmp(row, group, sizeof row) != 0) {
+            memcpy(group, row, sizeof row);
+            groups[row[0]]++;
+            t = 0;
+        }
+        int64_t ns = sqlite3_column_int64(st, 4) - sqlite3_column_int64(st, 3);
+        if (bounds_sum(&bounds_time, &t, ns, s->job_id, "events.end_ns - start_ns", err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        total[row[0]] += (double)ns;
     }
+    for (int k = 0; k < BALANCE_MAX_STAGES; k++)
+        if (groups[k]) r->allreduce_ns[k] = total[k] / (double)groups[k];
     return whatif_done(db, st, rc, err);
 }
 

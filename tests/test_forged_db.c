@@ -28,6 +28,17 @@
 #define I64MIN "-9223372036854775808"
 /* one op of step 1 */
 #define ONE_OP "WHERE id=(SELECT min(id) FROM events WHERE step=1 AND phase='F')"
+/* 2^62, the largest time (db/bounds.h): two of them sum past it */
+#define T62 "4611686018427387904"
+/* the job run as 2 replicas of a 1-stage pipeline (what --dp 2 writes in
+ * config_json): stats reads its wait for the all-reduce and the all-reduce */
+#define AS_DP2 "UPDATE jobs SET config_json=json_set(config_json,'$.dp',2,'$.pp',1);"
+/* three ops of rank 0's step 1 made spans named N from t0 to 2^62: each
+ * time within its bound, their sum past it */
+#define THREE_SPANS(n)                                                                                                 \
+    "UPDATE events SET phase='SPAN', name='" n "', start_ns=(SELECT t0_ns FROM jobs WHERE id=1), end_ns=" T62          \
+    " WHERE id IN (SELECT id FROM events WHERE job_id=1 AND step=1 AND rank=0 AND phase='F' LIMIT 3)"
+#define SUMMED_PAST(column) "job 1: " column " summed over its rows passes 0..4611686018427387904 (a time in ns)"
 
 typedef struct route_want {
     const char *path; /* under /api/jobs/1 */
@@ -167,6 +178,160 @@ static const forged_row forged[] = {
      {{"/kernels", 500, "kernels.end_ns holds " I64MAX},
       {"/kernels?from=0&to=2000&ranks=1", 500, "kernels.end_ns holds " I64MAX},
       {"/trace.json", 500, "kernels.end_ns holds " I64MAX}}},
+    /* SQLite's sum() of two stopped stats, /summary and /whatif with
+     * "database error: integer overflow", naming nothing */
+    {"step_idle.idle_ns 2^62 twice, waiting for the all-reduce",
+     AS_DP2 "UPDATE step_idle SET cause='wait_dp', idle_ns=" T62
+            " WHERE rank=0 AND step IN (1,2) AND cause='wait_gradient'",
+     2,
+     SUMMED_PAST("step_idle.idle_ns"),
+     0,
+     NULL,
+     {{"/summary", 500, SUMMED_PAST("step_idle.idle_ns")},
+      {"/whatif", 500, SUMMED_PAST("step_idle.idle_ns")},
+      {"/gaps", 500, SUMMED_PAST("step_idle.idle_ns")}}},
+    {"three ALLREDUCE spans of 2^62",
+     AS_DP2 THREE_SPANS("ALLREDUCE"),
+     2,
+     SUMMED_PAST("events.end_ns - start_ns"),
+     0,
+     NULL,
+     {{"/summary", 500, SUMMED_PAST("events.end_ns - start_ns")},
+      {"/whatif", 500, SUMMED_PAST("events.end_ns - start_ns")},
+      {"/events", 200, NULL}}},
+    /* the spans' total by name overflowed in C (UBSan); stats and a
+     * compare read it (a_forged_job_is_named_by_a_compare...), /summary
+     * does not */
+    {"three spans of one name of 2^62",
+     THREE_SPANS("data"),
+     2,
+     SUMMED_PAST("events.end_ns - start_ns"),
+     0,
+     NULL,
+     {{"/summary", 200, NULL}, {"/events", 200, NULL}}},
+    /* a negative longest run found no run: /events answered empty */
+    {"event_run_span.span_ns -1",
+     "UPDATE event_run_span SET span_ns=-1",
+     0,
+     NULL,
+     0,
+     NULL,
+     {{"/events", 500, "event_run_span.span_ns holds -1"},
+      {"/events?limit=1", 500, "event_run_span.span_ns holds -1"},
+      {"/trace.json", 200, NULL}}},
+    /* a step of 292 years in stats and /summary, wrapped in /steps */
+    {"step_stats.end_ns INT64_MAX",
+     "UPDATE step_stats SET end_ns=" I64MAX " WHERE step=2 AND rank=1",
+     2,
+     "job 1: step_stats.end_ns holds " I64MAX,
+     0,
+     NULL,
+     {{"/steps", 500, "step_stats.end_ns holds " I64MAX},
+      {"/summary", 500, "step_stats.end_ns holds " I64MAX},
+      {"/whatif", 500, "step_stats.end_ns holds " I64MAX}}},
+    {"step_stats.start_ns INT64_MIN",
+     "UPDATE step_stats SET start_ns=-9223372036854775807-1 WHERE step=2 AND rank=1",
+     2,
+     "job 1: step_stats.start_ns holds " I64MIN,
+     2,
+     "job 1: step_stats.start_ns holds " I64MIN,
+     {{"/steps", 500, "step_stats.start_ns holds " I64MIN},
+      {"/trace.json", 500, "step_stats.start_ns holds " I64MIN},
+      {"/summary", 500, "step_stats.start_ns holds " I64MIN}}},
+    /* summed in C (UBSan); stats left its idle section out */
+    {"step_idle.idle_ns INT64_MAX",
+     "UPDATE step_idle SET idle_ns=" I64MAX " WHERE step=1",
+     2,
+     "job 1: step_idle.idle_ns holds " I64MAX,
+     0,
+     NULL,
+     {{"/gaps", 500, "step_idle.idle_ns holds " I64MAX},
+      {"/gaps?step=1", 500, "step_idle.idle_ns holds " I64MAX},
+      {"/summary", 500, "step_idle.idle_ns holds " I64MAX}}},
+    /* /steps passed it on as the file has it */
+    {"step_stats.act_peak_bytes INT64_MAX",
+     "UPDATE step_stats SET act_peak_bytes=" I64MAX " WHERE step=2 AND rank=1",
+     2,
+     "job 1: step_stats.act_peak_bytes holds " I64MAX,
+     0,
+     NULL,
+     {{"/steps", 500, "step_stats.act_peak_bytes holds " I64MAX},
+      {"/summary", 500, "step_stats.act_peak_bytes holds " I64MAX}}},
+    /* /gaps passed it on, less t0 */
+    {"gaps.end_ns INT64_MAX",
+     "UPDATE gaps SET end_ns=" I64MAX " WHERE step=1 AND rank=0 AND start_ns=(SELECT min(start_ns) FROM gaps WHERE "
+     "step=1 AND rank=0)",
+     0,
+     NULL,
+     0,
+     NULL,
+     {{"/gaps", 500, "gaps.end_ns holds " I64MAX},
+      {"/gaps?step=1", 500, "gaps.end_ns holds " I64MAX},
+      {"/events?step=1", 500, "gaps.end_ns holds " I64MAX}}},
+    /* an int read each of these: the what-if wrapped the step to -1 and
+     * showed "not measured", 2^32 + 1 merged into step 1 in /steps */
+    {"step_stats.step INT64_MAX",
+     "UPDATE step_stats SET step=" I64MAX " WHERE step=2",
+     2,
+     "job 1: step_stats.step holds " I64MAX,
+     0,
+     NULL,
+     {{"/steps", 500, "step_stats.step holds " I64MAX},
+      {"/whatif", 500, "step_stats.step holds " I64MAX},
+      {"/critpath", 500, "step_stats.step holds " I64MAX}}},
+    {"step_stats.step 2^32 + 1",
+     "UPDATE step_stats SET step=4294967297 WHERE step=2",
+     2,
+     "job 1: step_stats.step holds 4294967297",
+     0,
+     NULL,
+     {{"/steps", 500, "step_stats.step holds 4294967297"},
+      {"/critpath", 500, "step_stats.step holds 4294967297"},
+      {"/heatmap", 200, NULL}}},
+    /* stats printed "mean of step 9223372036854775807" */
+    {"losses.step INT64_MAX",
+     "UPDATE losses SET step=" I64MAX " WHERE step=2",
+     2,
+     "job 1: losses.step holds " I64MAX,
+     0,
+     NULL,
+     {{"/steps", 500, "losses.step holds " I64MAX}, {"/summary", 500, "losses.step holds " I64MAX}}},
+    /* wrapped to -1 (no shape): the what-if showed "not measured" */
+    {"jobs.stages INT64_MAX",
+     "UPDATE jobs SET stages=" I64MAX ", virtual_stages=" I64MAX,
+     2,
+     "job 1's row declares a shape pprun never runs (" I64MAX " stages",
+     0,
+     NULL,
+     {{"/whatif", 500, "declares a shape pprun never runs (" I64MAX " stages"}}},
+    /* export drew the rank's process as pid -1 */
+    {"ranks.node INT64_MAX",
+     "UPDATE ranks SET node=" I64MAX,
+     0,
+     NULL,
+     2,
+     "job 1: ranks.node holds " I64MAX,
+     {{"/trace.json", 500, "ranks.node holds " I64MAX}}},
+    /* /plan passed them on */
+    {"plan.stage INT64_MAX",
+     "UPDATE plan SET stage=" I64MAX ", microbatch=" I64MAX " WHERE rank=0 AND slot=0",
+     0,
+     NULL,
+     0,
+     NULL,
+     {{"/plan", 500, "plan.stage holds " I64MAX}, {"/summary", 200, NULL}}},
+    /* the timeline's end skipped it: /events' default window ended before
+     * the run and hid its events */
+    {"event_runs.end_ns INT64_MAX",
+     "UPDATE event_runs SET end_ns=" I64MAX " WHERE rank=0 AND first_id=(SELECT min(first_id) FROM event_runs WHERE "
+     "rank=0)",
+     0,
+     NULL,
+     0,
+     NULL,
+     {{"", 500, "event_runs.end_ns holds " I64MAX},
+      {"/events", 500, "event_runs.end_ns holds " I64MAX},
+      {"/trace.json", 200, NULL}}},
 };
 
 static char dir[256];
@@ -375,4 +540,45 @@ Test(forged_db, forged_counts_leave_the_job_lists_answering) {
     int st;
     waitpid(pid, &st, 0);
     cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun serve did not stop cleanly: status %d", st);
+}
+
+/* Two jobs, job 1 forged. A clean job compared with it is refused naming
+ * job 1's problem (SQLite's sum() answered both compares "database error:
+ * integer overflow"); /metrics lists job 1 without the step metrics its
+ * forged step times would make (a step of 292 years). */
+Test(forged_db, a_forged_job_is_named_by_a_compare_and_left_out_of_metrics) {
+    cr_assert_eq(chdir(dir), 0);
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(pprun("run " TIMED " --db base.db"), 0, "%s", out);
+    exec_sql("base.db", "PRAGMA wal_checkpoint(TRUNCATE)");
+    static const struct {
+        const char *sql, *path, *text;
+    } rows[] = {
+        {"UPDATE jobs SET config_json=json_set(config_json,'$.dp',2,'$.pp',1) WHERE id=1;"
+         "UPDATE step_idle SET cause='wait_dp', idle_ns=" T62
+         " WHERE job_id=1 AND rank=0 AND step IN (1,2) AND cause='wait_gradient'",
+         "/api/jobs/2/compare?vs=1", SUMMED_PAST("step_idle.idle_ns")},
+        {"UPDATE step_stats SET end_ns=" I64MAX " WHERE job_id=1 AND step=2 AND rank=1", "/api/jobs/2/compare?vs=1",
+         "job 1: step_stats.end_ns holds " I64MAX},
+        {THREE_SPANS("data"), "/api/jobs/2/compare?vs=1", SUMMED_PAST("events.end_ns - start_ns")},
+    };
+    static char body[1 << 16];
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        if (system("rm -f f.db f.db-wal f.db-shm") != 0) cr_assert_fail("could not remove f.db");
+        exec_sql("base.db", "VACUUM INTO 'f.db'");
+        exec_sql("f.db", rows[i].sql);
+        int port, pid = webclient_start_serve("f.db", NULL, &port);
+        cr_assert_gt(pid, 0, "pprun serve did not start");
+        cr_expect_eq(get(port, rows[i].path, body, sizeof body), 500, "%s: %.1000s", rows[i].sql, body);
+        cr_expect(strstr(body, rows[i].text), "%s: GET %s does not say \"%s\": %.1000s", rows[i].sql, rows[i].path,
+                  rows[i].text, body);
+        cr_expect_eq(get(port, "/metrics", body, sizeof body), 200, "%.1000s", body);
+        cr_expect(strstr(body, "pprun_job_info{job=\"1\"") && strstr(body, "pprun_step_time_seconds{job=\"2\"}"),
+                  "%s: both jobs listed: %.3000s", rows[i].sql, body);
+        cr_expect(!shows_forged(body) && !strstr(body, "e+09"), "%s: %.3000s", rows[i].sql, body);
+        kill(pid, SIGTERM);
+        int st;
+        waitpid(pid, &st, 0);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pprun serve did not stop cleanly: status %d", st);
+    }
 }

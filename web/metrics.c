@@ -115,7 +115,12 @@ static int read_jobs(sqlite3 *db, job_row *jobs) {
     for (int i = 0; i < n; i++) {
         sqlite3_reset(st);
         sqlite3_bind_int64(st, 1, jobs[i].id);
-        if (sqlite3_step(st) != SQLITE_ROW) continue;
+        /* a job whose step times are past their bound has no step metrics:
+         * the list of jobs stands (db/bounds.h) */
+        if (sqlite3_step(st) != SQLITE_ROW || !bounds_ok(&bounds_step, sqlite3_column_int64(st, 0)) ||
+            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 1)) ||
+            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 2)))
+            continue;
         jobs[i].last_step = sqlite3_column_int(st, 0);
         jobs[i].step_s = (double)(sqlite3_column_int64(st, 2) - sqlite3_column_int64(st, 1)) / 1e9;
     }
@@ -177,6 +182,7 @@ static void write_steps(jw *w, sqlite3 *db, const job_row *jobs, int n) {
             sqlite3_bind_int64(ranks, 1, jobs[i].id);
             sqlite3_bind_int64(ranks, 2, jobs[i].last_step);
             while (sqlite3_step(ranks) == SQLITE_ROW) {
+                if (col == 2 && !bounds_ok(&bounds_bytes, sqlite3_column_int64(ranks, 2))) continue; /* left out */
                 jw_rawf(w, "%s{job=\"%ld\",rank=\"%d\"} ", per_rank[col - 1].name, jobs[i].id,
                         sqlite3_column_int(ranks, 0));
                 if (col == 1) value(w, sqlite3_column_double(ranks, 1));

@@ -123,7 +123,20 @@ int routes_check_time(sqlite3_stmt *st, int col, int64_t job, const char *column
     return -1;
 }
 
-int64_t routes_timeline_end(sqlite3 *db, const job_info *j) {
+int routes_check_run_span(sqlite3 *db, const job_info *j, reply *r) {
+    sqlite3_stmt *st = routes_prep(db, "SELECT span_ns FROM event_run_span WHERE job_id=?1", r);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, j->id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && routes_check_time(st, 0, j->id, "event_run_span.span_ns", r) != 0)
+        rc = SQLITE_ERROR;
+    else if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        reply_error(r, 500, "database error: %s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+int64_t routes_timeline_end(sqlite3 *db, const job_info *j, reply *r) {
     sqlite3_stmt *st;
     int64_t end = 0;
     if (sqlite3_prepare_v2(db,
@@ -136,8 +149,11 @@ int64_t routes_timeline_end(sqlite3 *db, const job_info *j) {
         sqlite3_bind_int64(st, 1, j->id);
         sqlite3_bind_int(st, 2, rank);
         if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) {
+            if (routes_check_time(st, 0, j->id, "event_runs.end_ns", r) != 0) {
+                end = -1;
+                break;
+            }
             int64_t e = sqlite3_column_int64(st, 0);
-            if (!bounds_ok(&bounds_time, e)) continue; /* the window's reader names it */
             if (e - j->t0 > end) end = e - j->t0;
         }
     }

@@ -91,9 +91,15 @@ sqlite3_stmt *routes_prep(sqlite3 *db, const char *sql, reply *r);
  * answering 500 and naming job, column ("events.start_ns") and the value
  * (the first such answer stays). */
 int routes_check_time(sqlite3_stmt *st, int col, int64_t job, const char *column, reply *r);
+/* The job's longest run of events (event_run_span.span_ns, DB_RUN_SPAN),
+ * which every window's query adds to its end: a time, else -1 with r
+ * answering 500 naming it (a negative one found no run and answered an
+ * empty window). 0 when within its bound or there is none. */
+int routes_check_run_span(sqlite3 *db, const job_info *j, reply *r);
 /* Where the job's timeline ends so far (ns since t0): the last event of
- * each rank. */
-int64_t routes_timeline_end(sqlite3 *db, const job_info *j);
+ * each rank. -1 with r answering 500 when a rank's last run ends past its
+ * bound (skipped, it cut the default window short and hid that run). */
+int64_t routes_timeline_end(sqlite3 *db, const job_info *j, reply *r);
 /* Job j's trace record counts, as /api/jobs and /metrics list them (the
  * jobs table as j): ingested, dropped (the larger of the collector's count
  * and the sum of the ranks'), and CUPTI's dropped; each NULL where the

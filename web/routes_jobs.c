@@ -98,7 +98,12 @@ void route_job(route_req *q, reply *r) {
     while (sqlite3_step(st) == SQLITE_ROW) report_sql_row(&w, st);
     sqlite3_finalize(st);
     jw_arr_end(&w);
-    jw_kint(&w, "timeline_end", routes_timeline_end(db, j));
+    int64_t end = routes_timeline_end(db, j, r);
+    if (end < 0) {
+        jw_free(&w);
+        return;
+    }
+    jw_kint(&w, "timeline_end", end);
     /* Whether the dashboard should ask for gpu spans (events?gpu=1): a
      * kernel that points at a span means there is one; through the kernels
      * index, so a CPU job costs one index probe, not a scan of its events. */

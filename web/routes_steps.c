@@ -72,11 +72,27 @@ static void steps_write(jw *w, long step, const steps_line *l, const job_info *j
  * *has, *mean, *n, and the cursor moved on; 0s where it has no such row. */
 static int steps_mean(sqlite3_stmt *st, int rc, long step, int *has, double *mean, int *n) {
     *has = *n = 0;
-    if (rc != SQLITE_ROW || sqlite3_column_int(st, 0) != step) return rc;
+    if (rc != SQLITE_ROW || sqlite3_column_int64(st, 0) != step) return rc;
     *has = sqlite3_column_type(st, 1) != SQLITE_NULL;
     *mean = sqlite3_column_double(st, 1);
     *n = sqlite3_column_int(st, 2);
     return sqlite3_step(st);
+}
+
+/* The earlier of *step and the step of cursor st's row (its column 0,
+ * `column` for the message), when it has one: 0, or -1 with r answering
+ * 500 naming a step past its bound (an int wrapped 2^32 + 1 to step 1 and
+ * merged it there). */
+static int steps_first(sqlite3_stmt *st, int rc, const job_info *j, const char *column, long *step, reply *r) {
+    int64_t v = 0;
+    pp_err err;
+    if (rc != SQLITE_ROW) return 0;
+    if (bounds_col(st, 0, &bounds_step, j->id, column, &v, &err) != 0) {
+        reply_error(r, 500, "%s", err.msg);
+        return -1;
+    }
+    if (v < *step) *step = (long)v;
+    return 0;
 }
 
 /* Steps with stats, and steps that only have losses so far (running), with
@@ -130,22 +146,30 @@ void route_steps(route_req *q, reply *r) {
     rl = sqlite3_step(losses);
     re = sqlite3_step(evals);
     for (long n = 0; n < limit && (rs == SQLITE_ROW || rl == SQLITE_ROW || re == SQLITE_ROW); n++) {
-        long step = rs == SQLITE_ROW ? sqlite3_column_int(stats, 0) : LONG_MAX;
-        if (rl == SQLITE_ROW && sqlite3_column_int(losses, 0) < step) step = sqlite3_column_int(losses, 0);
-        if (re == SQLITE_ROW && sqlite3_column_int(evals, 0) < step) step = sqlite3_column_int(evals, 0);
+        long step = LONG_MAX;
+        if (steps_first(stats, rs, j, "step_stats.step", &step, r) != 0 ||
+            steps_first(losses, rl, j, "losses.step", &step, r) != 0 ||
+            steps_first(evals, re, j, "eval_losses.step", &step, r) != 0)
+            goto out;
         l.nranks = 0;
         l.start = INT64_MAX;
         l.end = INT64_MIN;
         memset(l.have, 0, (size_t)j->world);
-        for (; rs == SQLITE_ROW && sqlite3_column_int(stats, 0) == step; rs = sqlite3_step(stats)) {
+        for (; rs == SQLITE_ROW && sqlite3_column_int64(stats, 0) == step; rs = sqlite3_step(stats)) {
             int rank = sqlite3_column_int(stats, 1);
-            int64_t s = sqlite3_column_int64(stats, 2), e = sqlite3_column_int64(stats, 3);
             if (rank < 0 || rank >= j->world) continue;
+            int64_t s = 0, e = 0;
+            pp_err err;
+            if (bounds_col(stats, 2, &bounds_time, j->id, "step_stats.start_ns", &s, &err) != 0 ||
+                bounds_col(stats, 3, &bounds_time, j->id, "step_stats.end_ns", &e, &err) != 0 ||
+                bounds_col(stats, 5, &bounds_bytes, j->id, "step_stats.act_peak_bytes", &l.act[rank], &err) != 0) {
+                reply_error(r, 500, "%s", err.msg);
+                goto out;
+            }
             if (s < l.start) l.start = s;
             if (e > l.end) l.end = e;
             l.have[rank] = 1;
             l.ratio[rank] = sqlite3_column_double(stats, 4);
-            l.act[rank] = sqlite3_column_int64(stats, 5);
             l.nranks++;
         }
         rl = steps_mean(losses, rl, step, &l.has_loss, &l.loss, &l.nloss);

@@ -538,6 +538,7 @@ void route_events(route_req *q, reply *r) {
         query_long(c, "step", 0, 1l << 40, &step, r) < 0 || query_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
         query_long(c, "buckets", 1, 4000, &buckets, r) < 0 || query_long(c, "gpu", 0, 1, &gpu, r) < 0)
         return;
+    if (routes_check_run_span(db, j, r) != 0) return;
     unsigned char *mask = ranks_mask(c, j, r);
     if (!mask) return;
     int64_t wf = 0, wt = 0;
@@ -548,7 +549,11 @@ void route_events(route_req *q, reply *r) {
             return;
         }
     } else {
-        wt = routes_timeline_end(db, j) + 1;
+        if ((wt = routes_timeline_end(db, j, r)) < 0) {
+            free(mask);
+            return;
+        }
+        wt++;
     }
     if (from >= 0) wf = from;
     if (to >= 0) wt = to;
@@ -717,15 +722,15 @@ void route_gaps(route_req *q, reply *r) {
         reply_error(r, 500, "%s", err.msg);
         return;
     }
-    sqlite3_stmt *st = routes_prep(db,
-                                   step >= 0 ? "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
-                                        "FROM gaps WHERE job_id=?1 AND step=?3 ORDER BY step, rank, start_ns LIMIT ?4"
-                                      : "SELECT step, rank, start_ns-?2 AS start, end_ns-?2 AS end, cause, next_action "
-                                        "FROM gaps WHERE job_id=?1 AND ?3 < 0 ORDER BY step, rank, start_ns LIMIT ?4",
-                                   r);
+    sqlite3_stmt *st =
+        routes_prep(db,
+                    step >= 0 ? "SELECT step, rank, start_ns, end_ns, cause, next_action "
+                                "FROM gaps WHERE job_id=?1 AND step=?3 ORDER BY step, rank, start_ns LIMIT ?4"
+                              : "SELECT step, rank, start_ns, end_ns, cause, next_action "
+                                "FROM gaps WHERE job_id=?1 AND ?3 < 0 ORDER BY step, rank, start_ns LIMIT ?4",
+                    r);
     if (!st) return;
     sqlite3_bind_int64(st, 1, j->id);
-    sqlite3_bind_int64(st, 2, j->t0);
     sqlite3_bind_int64(st, 3, step);
     sqlite3_bind_int64(st, 4, limit + 1);
     jw w;
@@ -742,7 +747,26 @@ void route_gaps(route_req *q, reply *r) {
             truncated = 1;
             break;
         }
-        report_sql_row(&w, st);
+        /* times as /events has them: checked, then since t0 */
+        if (routes_check_time(st, 2, j->id, "gaps.start_ns", r) != 0 ||
+            routes_check_time(st, 3, j->id, "gaps.end_ns", r) != 0) {
+            sqlite3_finalize(st);
+            jw_free(&w);
+            return;
+        }
+        jw_obj(&w);
+        jw_kint(&w, "step", sqlite3_column_int64(st, 0));
+        jw_kint(&w, "rank", sqlite3_column_int64(st, 1));
+        jw_kint(&w, "start", sqlite3_column_int64(st, 2) - j->t0);
+        jw_kint(&w, "end", sqlite3_column_int64(st, 3) - j->t0);
+        for (int c = 4; c < 6; c++) {
+            jw_key(&w, sqlite3_column_name(st, c));
+            if (sqlite3_column_type(st, c) == SQLITE_NULL)
+                jw_null(&w);
+            else
+                jw_strn(&w, (const char *)sqlite3_column_text(st, c), (size_t)sqlite3_column_bytes(st, c));
+        }
+        jw_obj_end(&w);
         n++;
     }
     sqlite3_finalize(st);
