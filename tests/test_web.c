@@ -1546,6 +1546,24 @@ Test(web_live, an_incomplete_step_is_skipped_and_a_nan_loss_is_null, .timeout = 
     teardown();
 }
 
+/* A damaged or forged file: a step whose time is past its bound is left
+ * out of the stream, as one that never completes (/steps refuses it), and
+ * a rank's forged held bytes are null; the server computes nothing from
+ * them (in the sanitized build an overflow would stop this process). */
+Test(web_live, a_step_past_its_bounds_is_left_out, .timeout = 60) {
+    start_with(3, "running", (http_options){.live_poll_ms = 50});
+    exec_sql("UPDATE step_stats SET end_ns = 9223372036854775807 WHERE step = 1 AND rank = 0;"
+             "UPDATE step_stats SET act_peak_bytes = 9223372036854775807 WHERE step = 2 AND rank = 1");
+    stream a;
+    stream_open(&a, "Last-Event-ID: 588.2.2.0\r\n");
+    cr_assert(stream_wait(&a, "\"step\":2,"), "%s", a.buf);
+    cr_assert(stream_wait(&a, "\"act_peak_bytes\":[0,null,0,0]}"), "%s", a.buf);
+    cr_assert_null(strstr(a.buf, "\"step\":1,"), "step 1's end is forged: %s", a.buf);
+    cr_assert_null(strstr(a.buf, "922337203685477580"), "%s", a.buf);
+    stream_close(&a);
+    teardown();
+}
+
 /* The live stream's events query walks rowids from the cursor: no scan of
  * the job's index, no temporary sort, whatever the file holds. */
 Test(web_live, the_events_poll_walks_rowids_from_the_cursor) {

@@ -48,6 +48,7 @@
 
 #include "db/alive.h"
 #include "db/analyze.h"
+#include "db/bounds.h"
 #include "db/summary.h"
 #include "db/usersql.h"
 #include "report/sql.h"
@@ -255,7 +256,12 @@ static void q_losses(tick *t, result *r) {
 }
 
 /* One message per complete step after k1; a step that never completes
- * (a rank without stats for it) does not hold back the ones after it. */
+ * (a rank without stats for it) does not hold back the ones after it. A
+ * step whose number or times are past their bounds (a damaged or forged
+ * file: db/bounds.h) is left out, as one that never completes: /steps
+ * refuses it, naming it, but a stream has no status to answer with, and
+ * the differences below must not overflow. A rank's held bytes past
+ * their bound are null. */
 static void q_steps(tick *t, result *r, int64_t t0) {
     r->n1 = r->k1;
     sqlite3_stmt *st = NULL, *ranks = NULL;
@@ -276,6 +282,12 @@ static void q_steps(tick *t, result *r, int64_t t0) {
     jw *w = &r->text;
     while (w->len < POLL_BYTES && sqlite3_step(st) == SQLITE_ROW) {
         int64_t step = sqlite3_column_int64(st, 0);
+        if (!bounds_ok(&bounds_step, step) || !bounds_ok(&bounds_time, t0) ||
+            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 1)) ||
+            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 2))) {
+            r->n1 = step;
+            continue;
+        }
         int64_t start = sqlite3_column_int64(st, 1) - t0, end = sqlite3_column_int64(st, 2) - t0;
         size_t off = w->len;
         w->depth = 0;
@@ -303,7 +315,11 @@ static void q_steps(tick *t, result *r, int64_t t0) {
         jw_key(w, "act_peak_bytes");
         jw_arr(w);
         sqlite3_reset(ranks); /* the same few rows again: two arrays, no buffer */
-        while (sqlite3_step(ranks) == SQLITE_ROW) jw_int(w, sqlite3_column_int64(ranks, 1));
+        while (sqlite3_step(ranks) == SQLITE_ROW) {
+            int64_t bytes = sqlite3_column_int64(ranks, 1);
+            if (bounds_ok(&bounds_bytes, bytes)) jw_int(w, bytes);
+            else jw_null(w);
+        }
         jw_arr_end(w);
         jw_obj_end(w);
         if (w->oom || add_msg(r, off, step) != 0) break;
