@@ -214,10 +214,13 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
             action_str(&ops[i], next);
             int cause = i == 0 ? CAUSE_WARMUP : gap_cause(comm, ncomm, cursor, ops[i].start, &ops[i], stages);
             rc = put_gap(w, rank, cursor, ops[i].start, cause, next);
+            /* the hole ends at the op even when it takes no time: a gap
+             * after an op of zero length starts there, not where this one
+             * did (the same start twice broke gaps' key, and the step) */
+            cursor = ops[i].start;
         }
-        int64_t from = ops[i].start > cursor ? ops[i].start : cursor;
-        if (ops[i].end > from) {
-            busy += ops[i].end - from;
+        if (ops[i].end > cursor) {
+            busy += ops[i].end - cursor;
             cursor = ops[i].end;
         }
     }

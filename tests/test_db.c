@@ -248,6 +248,34 @@ Test(db, a_gap_mostly_spent_waiting_for_a_core_is_wait_cpu) {
     db_close(d);
 }
 
+/* An op that takes no time (a program's: its clock read the same twice)
+ * right after a gap: the next gap starts at it, not where the first did.
+ * Both started at 20 before, and gaps' key (job, step, rank, start)
+ * refused the step: the collector stopped writing the job's records. */
+Test(db, an_op_of_zero_length_after_a_gap_splits_it) {
+    db *d = open_fresh("zero.db");
+    sqlite3 *s = db_sqlite(d);
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[32];
+    size_t n = tfix_events(0, 1000000, ev);
+    for (size_t i = 0; i < n; i++)
+        if (ev[i].rank == 0 && ev[i].phase == TRACE_B && ev[i].microbatch == 0) ev[i].end_ns = ev[i].start_ns;
+    cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+    char buf[512];
+    cr_assert_str_eq(q_text(s,
+                            "SELECT group_concat(((start_ns-1000000)/1000)||'-'||((end_ns-1000000)/1000)||' '||"
+                            "coalesce(next_action,'-'), ', ') FROM (SELECT * FROM gaps WHERE step=0 AND rank=0"
+                            " ORDER BY start_ns)",
+                            buf, sizeof buf),
+                     "20-40 0B0, 40-75 0B1, 95-96 OPT");
+    cr_assert_eq(tfix_q_int(s, "SELECT busy_ns FROM step_stats WHERE step=0 AND rank=0"), 44000);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(end_ns-start_ns) FROM gaps WHERE step=0 AND rank=0"), 56000,
+                 "the gaps add up to the bubble");
+    db_close(d);
+}
+
 Test(db, analysis_uses_the_latest_attempt_of_a_step) {
     db *d = open_fresh("att.db");
     sqlite3 *s = db_sqlite(d);
