@@ -215,14 +215,30 @@ void critpath_free(critpath_path *p) {
     memset(p, 0, sizeof *p);
 }
 
-int critpath_handoffs(const analyze_op *spans, size_t n, durations *out, pp_err *err) {
+/* How much of [a, b) rank `rank` waited for a core, by the records of its
+ * sends and receives that end in (a, b] (events.wait_cpu_ns: each since
+ * the thread's previous record; a rank blocked on its input is not
+ * waiting for a core): at most b - a, whatever a damaged file says. */
+static int64_t waited_for_core(const walk *w, int rank, int64_t a, int64_t b) {
+    size_t lo = first_of_rank(w->comm, w->ncomm, rank), hi = first_of_rank(w->comm, w->ncomm, rank + 1);
+    int64_t left = b - a;
+    for (size_t k = lo; k < hi && left > 0; k++) {
+        int64_t v = w->comm[k].wait_cpu;
+        if (w->comm[k].end <= a || w->comm[k].end > b || v <= 0) continue;
+        left = v >= left ? 0 : left - v;
+    }
+    return (b - a) - left;
+}
+
+int critpath_handoffs(const analyze_op *spans, size_t n, int less_core_waits, durations *out, pp_err *err) {
     walk w;
     int rc = walk_init(&w, spans, n) == 0 ? 0 : pp_fail(err, "out of memory reading the hand-offs");
     for (size_t i = 0; rc == 0 && i < w.n; i++) {
         size_t from = data_predecessor(&w, i), before = rank_predecessor(&w, i);
         if (from == NONE || (before != NONE && w.ops[before].end >= w.ops[from].end)) continue; /* held up by its rank */
-        if (durations_push(out, w.ops[i].start - w.ops[from].end) != 0)
-            rc = pp_fail(err, "out of memory reading the hand-offs");
+        int64_t a = w.ops[from].end, b = w.ops[i].start, ns = b - a;
+        if (less_core_waits && ns > 0) ns -= waited_for_core(&w, w.ops[i].rank, a, b);
+        if (durations_push(out, ns) != 0) rc = pp_fail(err, "out of memory reading the hand-offs");
     }
     walk_free(&w);
     return rc;
@@ -249,11 +265,12 @@ int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err
     return rc;
 }
 
-int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, const char *source, durations *out, pp_err *err) {
+int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, const char *source, int less_core_waits,
+                           durations *out, pp_err *err) {
     analyze_op *spans = NULL;
     size_t n = 0;
     if (critpath_load(db, job, step, source, &spans, &n, err) != 0) return -1;
-    int rc = critpath_handoffs(spans, n, out, err);
+    int rc = critpath_handoffs(spans, n, less_core_waits, out, err);
     free(spans);
     return rc;
 }

@@ -453,8 +453,11 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         }
         const unsigned char *device = sqlite3_column_text(st, 7);
         int node_ranks = sqlite3_column_int(st, 8), cores = sqlite3_column_int(st, 9); /* 0: not recorded */
-        if (parsed && spec.kind == MODEL_GPT && device && strcmp((const char *)device, "cpu") == 0 && cores > 0 &&
-            node_ranks > cores)
+        /* a timed model sleeps; gpt computes, and so does a program (a
+         * PyTorch job: `pprun run -- PROGRAM` records its model as
+         * "program:...") */
+        int computes = parsed ? spec.kind == MODEL_GPT : model && strncmp((const char *)model, "program:", 8) == 0;
+        if (computes && device && strcmp((const char *)device, "cpu") == 0 && cores > 0 && node_ranks > cores)
             r->shared_ranks = node_ranks, r->shared_cores = cores;
     }
     return whatif_done(db, st, rc, err);
@@ -604,16 +607,20 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
  * put it below 0. Not a send span's time: PyTorch's run from
  * the send's issue to a wait its schedule may defer to the step's end
  * (docs/torch.md), the engine's is only the copy that starts a hand-off.
- * The window's steps are read from its last back until WHATIF_HANDOFFS
- * are in: a step of 1,024 ranks has thousands, and reading all 20 would
- * add a third to what `pprun stats` takes over such a job. */
+ * With cores shared (r->shared_ranks) each is less the receiver's wait
+ * for a core after its input came, as the ops are less theirs: the
+ * schedules are played with a core per rank. The window's steps are
+ * read from its last back until WHATIF_HANDOFFS are in: a step of 1,024
+ * ranks has thousands, and reading all 20 would add a third to what
+ * `pprun stats` takes over such a job. */
 #define WHATIF_HANDOFFS 4096
 static int whatif_read_handoff(sqlite3 *db, const job_summary *s, const whatif_report *r, int64_t *comm,
                                pp_err *err) {
     durations d = {0};
     int rc = 0;
     for (int step = r->last_step; rc == 0 && step >= r->first_step && d.n < WHATIF_HANDOFFS; step--)
-        rc = critpath_step_handoffs(db, s->job_id, step, r->gpu ? "gpu" : "cpu", &d, err);
+        rc = critpath_step_handoffs(db, s->job_id, step, r->gpu ? "gpu" : "cpu", r->shared_ranks > 0 && !r->gpu, &d,
+                                    err);
     int64_t median = durations_median(&d);
     free(d.v);
     *comm = median > 0 ? median : 0;

@@ -166,7 +166,7 @@ typedef struct whatif_report {
     int cuts[BALANCE_MAX_STAGES - 1];
     double cuts_bottleneck_ns, cuts_step_ns; /* the slowest stage and the simulated step with cuts */
     char no_cuts[200];       /* why no cuts are suggested */
-    /* > 0 when the job computed on the CPU (gpt) with more ranks on node
+    /* > 0 when the job computed on the CPU (gpt, or a program: a PyTorch job) with more ranks on node
      * 0's host (every launcher's there, ranks.host) than it had cores: its op times include waiting for a core, so
      * they say less about the ops than about the OS's scheduler. The
      * medians are then taken of each op's time less the wait for a core it

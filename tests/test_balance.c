@@ -292,24 +292,13 @@ Test(balance, uneven_cuts_are_found_and_the_suggested_ones_measure_as_predicted,
     fixture_remove(db);
 }
 
-/* Holds this process (and what it starts) to one of its CPUs; *all gets
- * the mask to put back. */
-static void hold_to_one_cpu(cpu_set_t *all) {
-    cpu_set_t one;
-    cr_assert_eq(sched_getaffinity(0, sizeof *all, all), 0);
-    CPU_ZERO(&one);
-    for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
-        if (CPU_ISSET(c, all)) CPU_SET(c, &one);
-    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
-}
-
 /* Two launchers of one job on one machine (--nnodes 2, one rank each,
  * both held to one CPU) share its cores as one launcher's two ranks
  * would: the note counts the job's ranks on node 0's host (ranks.host),
  * not one launcher's --nproc-per-node. */
 Test(balance, two_nodes_on_one_host_count_together_against_its_cores, .timeout = 180) {
     cpu_set_t all;
-    hold_to_one_cpu(&all);
+    tfix_hold_to_one_cpu(&all);
     const char *db = tfix_path("balance_two_nodes.db");
     char port[16];
     snprintf(port, sizeof port, "%d", lt_free_port());
@@ -350,7 +339,7 @@ Test(balance, two_nodes_on_one_host_count_together_against_its_cores, .timeout =
  * no cuts and qualifies the what-if, and /whatif says the same. */
 Test(balance, ranks_sharing_a_core_get_no_cuts, .timeout = 180) {
     cpu_set_t all;
-    hold_to_one_cpu(&all); /* pprun run and its ranks inherit it */
+    tfix_hold_to_one_cpu(&all); /* pprun run and its ranks inherit it */
     const char *db = tfix_path("balance_shared.db");
     lt_proc run; /* as run_job, keeping its last lines: the default split, by the name pprun stats --vs gives it */
     lt_run(&run,

@@ -175,15 +175,43 @@ Test(critpath, hand_offs_count_only_the_ops_that_waited_for_their_input) {
                       span(1, TRACE_B, 1, 3, 60, 61),       span(0, TRACE_BW, 0, 2, 58, 70)};
     durations d = {0};
     pp_err err;
-    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 0, &d, &err), 0, "%s", err.msg);
     cr_assert_eq(d.n, 3, "%zu hand-offs", d.n);
     qsort(d.v, d.n, sizeof *d.v, by_value);
     cr_assert(d.v[0] == 2 && d.v[1] == 3 && d.v[2] == 4, "hand-offs %lld %lld %lld", (long long)d.v[0],
               (long long)d.v[1], (long long)d.v[2]);
     free(d.v);
     d = (durations){0};
-    cr_assert_eq(critpath_handoffs(NULL, 0, &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(critpath_handoffs(NULL, 0, 0, &d, &err), 0, "%s", err.msg);
     cr_assert_eq(d.n, 0, "no op, no hand-off");
+}
+
+/* Ranks that shared cores: a hand-off less what the receiver waited for
+ * a core in it, by its receives' records that end in it. Rank 1's RECV
+ * ending at 12 waited 1 of the hand-off's 2 (10 to 12); its RECV ending
+ * at 4, before the hand-off began, is not counted; a damaged file's wait
+ * longer than the hand-off leaves 0, not less. */
+Test(critpath, with_cores_shared_a_hand_off_is_less_the_receivers_wait_for_one) {
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10), span(1, TRACE_RECV_F, 1, 7, 1, 4),
+                      span(1, TRACE_W, 1, 5, 0, 4), span(1, TRACE_RECV_F, 1, 0, 4, 12),
+                      span(1, TRACE_F, 1, 0, 12, 20), span(0, TRACE_F, 0, 1, 10, 30),
+                      span(1, TRACE_RECV_F, 1, 1, 20, 33), span(1, TRACE_F, 1, 1, 33, 40)};
+    s[1].wait_cpu = 3;
+    s[3].wait_cpu = 1;
+    s[6].wait_cpu = INT64_MAX;
+    durations d = {0};
+    pp_err err;
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 1, &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(d.n, 2);
+    qsort(d.v, d.n, sizeof *d.v, by_value);
+    cr_assert(d.v[0] == 0 && d.v[1] == 1, "hand-offs %lld %lld", (long long)d.v[0], (long long)d.v[1]);
+    free(d.v);
+    d = (durations){0};
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 0, &d, &err), 0, "%s", err.msg);
+    qsort(d.v, d.n, sizeof *d.v, by_value);
+    cr_assert(d.n == 2 && d.v[0] == 2 && d.v[1] == 3, "as measured without: %lld %lld", (long long)d.v[0],
+              (long long)d.v[1]);
+    free(d.v);
 }
 
 /* Random steps: whatever the spans, the path adds up to the span, begins

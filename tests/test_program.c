@@ -688,6 +688,27 @@ Test(program_run, options_of_the_built_in_worker_are_refused) {
     }
 }
 
+/* A program's ranks that shared a core (2 ranks held to one CPU, as a
+ * PyTorch job of more ranks than cores): the what-if says so, takes its
+ * ops' waits for a core out of their times, and plays each schedule with
+ * a core per rank, as for pprun's own gpt (test_balance). */
+Test(program_run, a_programs_ranks_sharing_a_core_are_said_to, .timeout = 120) {
+    const char *db = tfix_path("shared.db");
+    cpu_set_t all;
+    tfix_hold_to_one_cpu(&all);
+    lt_proc p;
+    run_demo(&p, db, "--nproc-per-node 2", NULL);
+    cr_assert_eq(sched_setaffinity(0, sizeof all, &all), 0);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    lt_run(&p, (const char *[]){"stats", "--db", db, NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "\n  (2 ranks shared 1 core: ");
+    lt_assert_has(p.out, " of these ops' time was waiting for a core, taken out of the times above, and each schedule "
+                         "is simulated with a core per rank)\n");
+    lt_free(&p);
+}
+
 /* Scripts pass --progress off to every job: with a program it asks for
  * what the job has anyway (no progress line: its numbers come from pprun's
  * worker), so it runs; --progress on stays refused (above). */

@@ -175,3 +175,12 @@ void tfix_scribble_head(int fd, uint64_t head) {
     memcpy((char *)m + 64, &head, sizeof head);
     munmap(m, 4096);
 }
+
+void tfix_hold_to_one_cpu(cpu_set_t *all) {
+    cpu_set_t one;
+    cr_assert_eq(sched_getaffinity(0, sizeof *all, all), 0);
+    CPU_ZERO(&one);
+    for (int c = 0; c < CPU_SETSIZE && !CPU_COUNT(&one); c++)
+        if (CPU_ISSET(c, all)) CPU_SET(c, &one);
+    cr_assert_eq(sched_setaffinity(0, sizeof one, &one), 0);
+}

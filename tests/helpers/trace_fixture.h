@@ -3,6 +3,7 @@
  * drawn out in trace_fixture.c). */
 #ifndef PP_TEST_TRACE_FIXTURE_H
 #define PP_TEST_TRACE_FIXTURE_H
+#include <sched.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,5 +45,10 @@ int64_t tfix_q_intf(sqlite3 *s, const char *fmt, ...) __attribute__((format(prin
 /* EXPLAIN QUERY PLAN of sql on s: each step's detail followed by ';', into
  * out (size bytes, cut short there); the test fails if it does not prepare. */
 const char *tfix_query_plan(sqlite3 *s, const char *sql, char *out, size_t size);
+
+/* Holds this process (and what it starts: pprun run and its ranks) to one
+ * of its CPUs, so that a job's ranks share one core; *all gets the mask
+ * to put back (sched_setaffinity(0, sizeof *all, all)). */
+void tfix_hold_to_one_cpu(cpu_set_t *all);
 
 #endif
