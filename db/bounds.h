@@ -68,6 +68,16 @@ static inline int bounds_col(sqlite3_stmt *st, int col, const bounds_kind *k, in
     return 0;
 }
 
+/* Whether columns col, col + 1 and col + 2 of st, a step and its start
+ * and end (as SQL_COMPLETE_STEPS has them), are within bounds_step and
+ * bounds_time: a reader that cannot refuse (a stream, /metrics) leaves
+ * such a step out. */
+static inline int bounds_step_row_ok(sqlite3_stmt *st, int col) {
+    return bounds_ok(&bounds_step, sqlite3_column_int64(st, col)) &&
+           bounds_ok(&bounds_time, sqlite3_column_int64(st, col + 1)) &&
+           bounds_ok(&bounds_time, sqlite3_column_int64(st, col + 2));
+}
+
 /* Adds v into *sum, a total over many rows of values each within k (the
  * idle of a rank's steps, the spans of a name): 0, or -1 with err naming
  * the job and column ("step_idle.idle_ns") when the total leaves k's range.

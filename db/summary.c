@@ -377,6 +377,11 @@ static int by_total(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
+/* A span's start_ns and end_ns at columns 1 and 2 (summary_spans,
+ * replica_sums), for their bounds. */
+static const bounds_event_cols span_cols = {
+    .rank = -1, .stage = -1, .microbatch = -1, .start = 1, .end = 2, .peer = -1, .bytes = -1};
+
 int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **out, size_t *n_out, pp_err *err) {
     *out = NULL;
     *n_out = 0;
@@ -413,9 +418,8 @@ int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **ou
             memset(s, 0, sizeof *s);
             snprintf(s->name, sizeof s->name, "%s", name);
         }
-        static const bounds_event_cols cols = {-1, -1, -1, 1, 2, -1, -1};
         summary_span *s = &v[n - 1];
-        if (bounds_event_row(st, &cols, job, err) != 0) {
+        if (bounds_event_row(st, &span_cols, job, err) != 0) {
             oom = -1;
             break;
         }
@@ -449,7 +453,6 @@ int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **ou
  * events span's start_ns and end_ns); ?1 the job, ?2 from_step. Summed
  * here, not by sum() in SQL: see bounds_sum. */
 static int replica_sums(sqlite3 *db, job_summary *s, const char *sql, int allreduce, pp_err *err) {
-    static const bounds_event_cols span = {-1, -1, -1, 1, 2, -1, -1};
     const char *column = allreduce ? "events.end_ns - start_ns" : "step_idle.idle_ns";
     sqlite3_stmt *st;
     if (prepare(db, sql, s->job_id, &st, err) != 0) return -1;
@@ -459,7 +462,7 @@ static int replica_sums(sqlite3 *db, job_summary *s, const char *sql, int allred
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t rank = sqlite3_column_int64(st, 0), ns = 0;
         if (rank < 0 || rank >= s->world) continue;
-        int bad = allreduce ? bounds_event_row(st, &span, s->job_id, err)
+        int bad = allreduce ? bounds_event_row(st, &span_cols, s->job_id, err)
                             : bounds_col(st, 1, &bounds_time, s->job_id, column, &ns, err);
         if (!bad && allreduce) ns = sqlite3_column_int64(st, 2) - sqlite3_column_int64(st, 1);
         if (bad || bounds_sum(&bounds_time, &total, ns, s->job_id, column, err) != 0) {

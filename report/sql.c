@@ -48,20 +48,20 @@ int report_sql_table(jw *w, const usersql_result *r, size_t max_len) {
     return 0;
 }
 
+void report_sql_cell(jw *w, sqlite3_stmt *st, int c) {
+    jw_key(w, sqlite3_column_name(st, c));
+    switch (sqlite3_column_type(st, c)) {
+    case SQLITE_INTEGER: jw_int(w, sqlite3_column_int64(st, c)); break;
+    case SQLITE_FLOAT: jw_num(w, sqlite3_column_double(st, c)); break;
+    case SQLITE_TEXT: jw_strn(w, (const char *)sqlite3_column_text(st, c), (size_t)sqlite3_column_bytes(st, c)); break;
+    default: jw_null(w);
+    }
+}
+
 void report_sql_row(jw *w, sqlite3_stmt *st) {
     jw_obj(w);
     int n = sqlite3_column_count(st);
-    for (int c = 0; c < n; c++) {
-        jw_key(w, sqlite3_column_name(st, c));
-        switch (sqlite3_column_type(st, c)) {
-        case SQLITE_INTEGER: jw_int(w, sqlite3_column_int64(st, c)); break;
-        case SQLITE_FLOAT: jw_num(w, sqlite3_column_double(st, c)); break;
-        case SQLITE_TEXT:
-            jw_strn(w, (const char *)sqlite3_column_text(st, c), (size_t)sqlite3_column_bytes(st, c));
-            break;
-        default: jw_null(w);
-        }
-    }
+    for (int c = 0; c < n; c++) report_sql_cell(w, st, c);
     jw_obj_end(w);
 }
 

@@ -15,6 +15,8 @@ void report_sql_objects(jw *w, const usersql_result *r);
 int report_sql_table(jw *w, const usersql_result *r, size_t max_len);
 /* The current row of st as an object, its keys the columns' names. */
 void report_sql_row(jw *w, sqlite3_stmt *st);
+/* One of its members: column c's name, then its value. */
+void report_sql_cell(jw *w, sqlite3_stmt *st, int c);
 /* ",<col>" appended to a row array written raw (jw_rawf "[1,2,3"): the
  * text of st's column col as a JSON string, or null (the timeline's rows
  * end with an event's name). */

@@ -282,9 +282,7 @@ static void q_steps(tick *t, result *r, int64_t t0) {
     jw *w = &r->text;
     while (w->len < POLL_BYTES && sqlite3_step(st) == SQLITE_ROW) {
         int64_t step = sqlite3_column_int64(st, 0);
-        if (!bounds_ok(&bounds_step, step) || !bounds_ok(&bounds_time, t0) ||
-            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 1)) ||
-            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 2))) {
+        if (!bounds_step_row_ok(st, 0) || !bounds_ok(&bounds_time, t0)) {
             r->n1 = step;
             continue;
         }

@@ -104,9 +104,10 @@ static int read_jobs(sqlite3 *db, job_row *jobs) {
         snprintf(j->status, sizeof j->status, "%s", (const char *)sqlite3_column_text(st, 2));
         snprintf(j->schedule, sizeof j->schedule, "%s", (const char *)sqlite3_column_text(st, 3));
         j->n[JOB_RUNNING] = strcmp(j->status, "running") == 0;
-        for (int k = JOB_STEPS; k < JOB_NUMBERS; k++) /* NULL: a count past its bound, left out */
-            j->n[k] = sqlite3_column_type(st, 4 + k - JOB_STEPS) == SQLITE_NULL ? -1
-                                                                                 : sqlite3_column_int64(st, 4 + k - JOB_STEPS);
+        for (int k = JOB_STEPS; k < JOB_NUMBERS; k++) {
+            int c = 4 + k - JOB_STEPS; /* NULL: a count past its bound, left out */
+            j->n[k] = sqlite3_column_type(st, c) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, c);
+        }
         j->last_step = -1;
     }
     sqlite3_finalize(st);
@@ -117,10 +118,7 @@ static int read_jobs(sqlite3 *db, job_row *jobs) {
         sqlite3_bind_int64(st, 1, jobs[i].id);
         /* a job whose step times are past their bound has no step metrics:
          * the list of jobs stands (db/bounds.h) */
-        if (sqlite3_step(st) != SQLITE_ROW || !bounds_ok(&bounds_step, sqlite3_column_int64(st, 0)) ||
-            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 1)) ||
-            !bounds_ok(&bounds_time, sqlite3_column_int64(st, 2)))
-            continue;
+        if (sqlite3_step(st) != SQLITE_ROW || !bounds_step_row_ok(st, 0)) continue;
         jobs[i].last_step = sqlite3_column_int(st, 0);
         jobs[i].step_s = (double)(sqlite3_column_int64(st, 2) - sqlite3_column_int64(st, 1)) / 1e9;
     }

@@ -759,13 +759,8 @@ void route_gaps(route_req *q, reply *r) {
         jw_kint(&w, "rank", sqlite3_column_int64(st, 1));
         jw_kint(&w, "start", sqlite3_column_int64(st, 2) - j->t0);
         jw_kint(&w, "end", sqlite3_column_int64(st, 3) - j->t0);
-        for (int c = 4; c < 6; c++) {
-            jw_key(&w, sqlite3_column_name(st, c));
-            if (sqlite3_column_type(st, c) == SQLITE_NULL)
-                jw_null(&w);
-            else
-                jw_strn(&w, (const char *)sqlite3_column_text(st, c), (size_t)sqlite3_column_bytes(st, c));
-        }
+        report_sql_cell(&w, st, 4); /* cause */
+        report_sql_cell(&w, st, 5); /* next_action */
         jw_obj_end(&w);
         n++;
     }
