@@ -114,7 +114,7 @@ static int lg_templates(const loadgen_config *cfg, lg_shape *s, pp_err *err) {
     s->p = cfg->pipeline > 0 ? cfg->pipeline : cfg->ranks < 16 ? cfg->ranks : 16;
     if (cfg->ranks < 1 || s->p < 1 || cfg->ranks % s->p != 0)
         return pp_fail(err, "loadgen: %d ranks are not whole pipelines of %d", cfg->ranks, s->p);
-    const sched_costs costs = {1, 1, 1, 0.1};
+    const sched_costs costs = {1, 1, 1, 0.1, 0, 0};
     sched_plan *plan;
     sched_sim *sim;
     if (sched_build(s->v > 1 ? "interleaved-1f1b" : "1f1b", s->p, s->m, s->v, &costs, &plan, err) != 0) return -1;

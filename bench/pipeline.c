@@ -251,7 +251,7 @@ int main(int argc, char **argv) {
         sched_plan *plan = NULL;
         sched_sim *sim = NULL;
         pp_err err;
-        sched_costs c = {op_ms, op_ms, op_ms, 0};
+        sched_costs c = {op_ms, op_ms, op_ms, 0, 0, 0};
         if (sched_build(s, p, m, v, &c, &plan, &err) != 0 || sched_simulate(plan, &c, &sim, &err) != 0) {
             printf("%-18s simulator: %s\n", s, err.msg);
             sched_free(plan);
@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
         sched_free(plan);
         sim = NULL, plan = NULL;
         /* The plan again, taught what the job measured (path_row). */
-        sched_costs real = {q->fbw[0], q->fbw[1], q->fbw[2], q->handoff_each};
+        sched_costs real = {q->fbw[0], q->fbw[1], q->fbw[2], q->handoff_each, 0, 0};
         if (real.f > 0 && real.b > 0 && real.w > 0 && real.comm >= 0 && sched_build(s, p, m, v, &real, &plan, &err) == 0 &&
             sched_simulate(plan, &real, &sim, &err) == 0)
             /* the bubble as step_stats counts it: a rank's sends are not its ops */

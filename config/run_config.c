@@ -243,7 +243,7 @@ static int parse_schedule_costs(run_config *cfg, const char *value, pp_err *err)
     cfg->schedule_costs_db[0] = '\0';
     cfg->schedule_costs_job = 0;
     if (strchr(value, '=')) {
-        sched_costs c = {NAN, NAN, NAN, 0};
+        sched_costs c = {NAN, NAN, NAN, 0, 0, 0};
         if (sched_parse_costs(value, "--schedule-costs", &c, err) != 0) return -1;
         if (isnan(c.f) || isnan(c.b) || isnan(c.w))
             return pp_fail(err, "--schedule-costs: '%s' needs f, b and w (comm is 0 when not given)", value);
@@ -541,13 +541,13 @@ int run_config_mesh(run_config *cfg, int world, const char *world_from, pp_err *
 int run_config_costs(const run_config *cfg, int stages, sched_costs *costs) {
     const model_spec *m = &cfg->model;
     if (m->kind != MODEL_TIMED) {
-        *costs = (sched_costs){1, 1, 1, 0};
+        *costs = (sched_costs){1, 1, 1, 0, 0, 0};
         return 0;
     }
     /* the mean stage (per=layer: an even split gives it within a layer) */
     double layers = stages > 0 ? (double)m->layers / stages : 1;
     *costs = (sched_costs){model_timed_op_ns(m, 0, layers), model_timed_op_ns(m, 1, layers),
-                           model_timed_op_ns(m, 2, layers), 0};
+                           model_timed_op_ns(m, 2, layers), 0, 0, 0};
     return 1;
 }
 
@@ -559,7 +559,7 @@ int run_config_stage_costs(const run_config *cfg, int stages, sched_costs *each,
     for (int s = 0; rc == 0 && s < stages; s++) {
         int layers = first[s + 1] - first[s];
         each[s] = (sched_costs){model_timed_op_ns(&cfg->model, 0, layers), model_timed_op_ns(&cfg->model, 1, layers),
-                                model_timed_op_ns(&cfg->model, 2, layers), 0};
+                                model_timed_op_ns(&cfg->model, 2, layers), 0, 0, 0};
     }
     free(first);
     return rc == 0 ? 1 : -1;
@@ -676,9 +676,11 @@ int run_config_to_args(const run_config *cfg, char **argv, int argc, char **stor
         argc = push(argv, argc, storage, &ns, buf);                                                                    \
     } while (0)
     ARG("--schedule", "%s", run_schedule_text(cfg, schedule, sizeof schedule));
-    if (cfg->has_schedule_costs)
-        ARG("--schedule-costs", "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", cfg->schedule_costs.f, cfg->schedule_costs.b,
-            cfg->schedule_costs.w, cfg->schedule_costs.comm);
+    if (cfg->has_schedule_costs) {
+        char costs[256];
+        sched_costs_text(&cfg->schedule_costs, costs, sizeof costs);
+        ARG("--schedule-costs", "%s", costs);
+    }
     ARG("--microbatches", "%d", cfg->microbatches);
     if (cfg->virtual_stages) ARG("--virtual-stages", "%d", cfg->virtual_stages);
     ARG("--steps", "%d", cfg->steps);

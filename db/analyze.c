@@ -606,7 +606,7 @@ int analyze_plan_costs(const int64_t *med, const unsigned *ops, int stages, sche
             if (need & (1u << op)) complete &= m[op] >= 0;
         /* an op the stage does not run costs nothing (not -1: the simulator refuses that) */
         double f = m[0] > 0 ? (double)m[0] : 0, b = m[1] > 0 ? (double)m[1] : 0, w = m[2] > 0 ? (double)m[2] : 0;
-        out[s] = (sched_costs){f, fused_only ? (double)m[3] : b, fused_only ? 0 : w, 0};
+        out[s] = (sched_costs){f, fused_only ? (double)m[3] : b, fused_only ? 0 : w, 0, 0, 0};
     }
     return complete;
 }

@@ -11,7 +11,8 @@
 #define BALANCE_MAX_SEARCH 50000000.0
 
 static sched_costs costs_minus_layers(sched_costs stage, sched_costs per_layer, int layers) {
-    sched_costs c = {stage.f - per_layer.f * layers, stage.b - per_layer.b * layers, stage.w - per_layer.w * layers, 0};
+    sched_costs c = {stage.f - per_layer.f * layers, stage.b - per_layer.b * layers, stage.w - per_layer.w * layers,
+                     0, 0, 0};
     c.f = c.f > 0 ? c.f : 0, c.b = c.b > 0 ? c.b : 0, c.w = c.w > 0 ? c.w : 0;
     return c;
 }
@@ -28,7 +29,7 @@ void balance_fit(balance_profile *p) {
         f += p->stage[s].f, b += p->stage[s].b, w += p->stage[s].w;
         n += p->bound[s + 1] - p->bound[s];
     }
-    p->per_layer = n > 0 ? (sched_costs){f / n, b / n, w / n, 0} : (sched_costs){0, 0, 0, 0};
+    p->per_layer = n > 0 ? (sched_costs){f / n, b / n, w / n, 0, 0, 0} : (sched_costs){0, 0, 0, 0, 0, 0};
     if (!p->layers_known) return;
     if (S >= 3) p->first_adds = costs_minus_layers(p->stage[0], p->per_layer, p->bound[1] - p->bound[0]);
     if (S >= 2) p->last_adds = costs_minus_layers(p->stage[S - 1], p->per_layer, p->bound[S] - p->bound[S - 1]);
@@ -57,23 +58,31 @@ static sched_costs balance_density(const balance_profile *p, int s) {
     const sched_costs *adds = s == 0 ? &p->first_adds : s == p->stages - 1 ? &p->last_adds : NULL;
     double layers = p->bound[s + 1] - p->bound[s];
     if (adds) c.f -= adds->f, c.b -= adds->b, c.w -= adds->w;
-    return (sched_costs){c.f / layers, c.b / layers, c.w / layers, 0};
+    if (adds && c.bw > 0) c.bw -= adds->b + adds->w;
+    return (sched_costs){c.f / layers, c.b / layers, c.w / layers, 0, c.bw / layers, 0};
 }
 
 void balance_chunk_costs(const balance_profile *p, const double *bound, int chunks, sched_costs *out) {
     for (int c = 0; c < chunks; c++) {
-        sched_costs sum = {0, 0, 0, p->stage[0].comm};
+        sched_costs sum = {0, 0, 0, p->stage[0].comm, 0, p->stage[0].between};
         for (int s = 0; s < p->stages; s++) {
             double lo = bound[c] > p->bound[s] ? bound[c] : p->bound[s];
             double hi = bound[c + 1] < p->bound[s + 1] ? bound[c + 1] : p->bound[s + 1];
             if (hi <= lo) continue;
             sched_costs d = balance_density(p, s);
             sum.f += d.f * (hi - lo), sum.b += d.b * (hi - lo), sum.w += d.w * (hi - lo);
+            /* a BW of a stage that has none of its own costs its b + w */
+            sum.bw += (d.bw > 0 ? d.bw : d.b + d.w) * (hi - lo);
         }
         out[c] = sum;
     }
-    out[0].f += p->first_adds.f, out[0].b += p->first_adds.b, out[0].w += p->first_adds.w;
-    out[chunks - 1].f += p->last_adds.f, out[chunks - 1].b += p->last_adds.b, out[chunks - 1].w += p->last_adds.w;
+    const sched_costs *first = &p->first_adds, *last = &p->last_adds;
+    out[0].f += first->f, out[0].b += first->b, out[0].w += first->w, out[0].bw += first->b + first->w;
+    out[chunks - 1].f += last->f, out[chunks - 1].b += last->b, out[chunks - 1].w += last->w;
+    out[chunks - 1].bw += last->b + last->w;
+    int fused = 0; /* bw only where a stage measured one beside its B and W: else b + w, as unset */
+    for (int s = 0; s < p->stages; s++) fused |= p->stage[s].bw > 0;
+    for (int c = 0; !fused && c < chunks; c++) out[c].bw = 0;
 }
 
 static double stage_total(const balance_profile *p, int k) { return p->stage[k].f + p->stage[k].b + p->stage[k].w; }

@@ -230,15 +230,24 @@ static int64_t waited_for_core(const walk *w, int rank, int64_t a, int64_t b) {
     return (b - a) - left;
 }
 
-int critpath_handoffs(const analyze_op *spans, size_t n, int less_core_waits, durations *out, pp_err *err) {
+/* An op the simulator plays: an F or a backward (B, W, BW); not a
+ * recompute (played inside its B), an OPT or a span of the program's. */
+static int played(int phase) { return phase == TRACE_F || phase == TRACE_W || analyze_is_backward(phase); }
+
+int critpath_handoffs(const analyze_op *spans, size_t n, int less_core_waits, durations *out, durations *between,
+                      pp_err *err) {
     walk w;
     int rc = walk_init(&w, spans, n) == 0 ? 0 : pp_fail(err, "out of memory reading the hand-offs");
     for (size_t i = 0; rc == 0 && i < w.n; i++) {
         size_t from = data_predecessor(&w, i), before = rank_predecessor(&w, i);
-        if (from == NONE || (before != NONE && w.ops[before].end >= w.ops[from].end)) continue; /* held up by its rank */
-        int64_t a = w.ops[from].end, b = w.ops[i].start, ns = b - a;
+        int waited = from != NONE && (before == NONE || w.ops[before].end < w.ops[from].end);
+        durations *into = waited ? out : between;
+        if (!waited && (!between || before == NONE || !played(w.ops[i].phase) || !played(w.ops[before].phase)))
+            continue; /* nothing to measure, or not between two ops the simulator plays */
+        int64_t a = waited ? w.ops[from].end : w.ops[before].end, b = w.ops[i].start, ns = b - a;
         if (less_core_waits && ns > 0) ns -= waited_for_core(&w, w.ops[i].rank, a, b);
-        if (durations_push(out, ns) != 0) rc = pp_fail(err, "out of memory reading the hand-offs");
+        if (!waited && ns < 0) ns = 0; /* side by side (an overlapped pair): nothing between them */
+        if (durations_push(into, ns) != 0) rc = pp_fail(err, "out of memory reading the hand-offs");
     }
     walk_free(&w);
     return rc;
@@ -266,11 +275,11 @@ int critpath_step(sqlite3 *db, int64_t job, int step, critpath_path *out, pp_err
 }
 
 int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, const char *source, int less_core_waits,
-                           durations *out, pp_err *err) {
+                           durations *out, durations *between, pp_err *err) {
     analyze_op *spans = NULL;
     size_t n = 0;
     if (critpath_load(db, job, step, source, &spans, &n, err) != 0) return -1;
-    int rc = critpath_handoffs(spans, n, less_core_waits, out, err);
+    int rc = critpath_handoffs(spans, n, less_core_waits, out, between, err);
     free(spans);
     return rc;
 }

@@ -61,15 +61,20 @@ void critpath_free(critpath_path *p);
  * previous op. Each pushes its start less that producer's end into out:
  * the time the output took to cross to it, what the simulator calls a
  * send (comm, docs/schedules.md). An op its own rank held up says nothing
- * of that time, and pushes nothing. less_core_waits (ranks that shared
- * cores): each less what its rank waited for a core in it, by the
- * wait_cpu of its sends and receives that end in it. 0, or -1 with err
- * when out of memory. */
-int critpath_handoffs(const analyze_op *spans, size_t n, int less_core_waits, durations *out, pp_err *err);
+ * of that time: where it and the rank's previous op are both ops the
+ * simulator plays (F, B, W, BW), it pushes its start less that op's end
+ * into `between` instead (0 for two side by side), the rank's own time
+ * between two ops whose next one's input was there (sched_costs.between);
+ * between may be NULL. less_core_waits (ranks that shared cores): each
+ * less what its rank waited for a core in it, by the wait_cpu of its
+ * sends and receives that end in it. 0, or -1 with err when out of
+ * memory. */
+int critpath_handoffs(const analyze_op *spans, size_t n, int less_core_waits, durations *out, durations *between,
+                      pp_err *err);
 /* critpath_handoffs of step `step` of job `job` (its latest attempt), over
  * its spans of source "cpu" (host) or "gpu" (analyze_load_step). */
 int critpath_step_handoffs(sqlite3 *db, int64_t job, int step, const char *source, int less_core_waits,
-                           durations *out, pp_err *err);
+                           durations *out, durations *between, pp_err *err);
 
 /* The path's time between ops, in the order every table lists it. */
 typedef enum critpath_wait {

@@ -56,6 +56,13 @@ int64_t durations_median(durations *d) {
     return below / 2 + d->v[mid] / 2 + (below % 2 + d->v[mid] % 2) / 2; /* two times of 2^62 would overflow */
 }
 
+int64_t durations_mean(const durations *d) {
+    if (!d->n) return -1;
+    long double sum = 0; /* int64 values summed exactly enough, without overflow */
+    for (size_t i = 0; i < d->n; i++) sum += d->v[i];
+    return llroundl(sum / (long double)d->n);
+}
+
 static int prepare(sqlite3 *db, const char *sql, int64_t job, sqlite3_stmt **st, pp_err *err) {
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK)
         return pp_fail(err, "database error: %s", sqlite3_errmsg(db));

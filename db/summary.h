@@ -43,6 +43,8 @@ typedef struct durations {
 int durations_push(durations *d, int64_t x); /* 0, or -1 when out of memory */
 /* d's median (the mean of the middle two), -1 if empty; reorders d->v. */
 int64_t durations_median(durations *d);
+/* d's mean, rounded to the ns; -1 if empty. */
+int64_t durations_mean(const durations *d);
 
 /* Durations of one kind of op (a phase, host or GPU span) from from_step on;
  * SPAN, the program's own named spans, has none here (summary_spans). */

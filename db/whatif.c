@@ -87,12 +87,16 @@ static double whatif_scale(const whatif_input *in, int v) {
 
 sched_costs whatif_chunk_costs(const whatif_input *in, int v) {
     double scale = whatif_scale(in, v);
-    return (sched_costs){in->costs.f * scale, in->costs.b * scale, in->costs.w * scale, in->costs.comm};
+    return (sched_costs){in->costs.f * scale,    in->costs.b * scale,  in->costs.w * scale,
+                         in->costs.comm,         in->costs.bw * scale, in->costs.between};
 }
 
 void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size) {
     sched_costs c = whatif_chunk_costs(in, 2);
-    snprintf(buf, size, "f=%.4gms,b=%.4gms,w=%.4gms,comm=%.4gms", c.f / 1e6, c.b / 1e6, c.w / 1e6, c.comm / 1e6);
+    int n = snprintf(buf, size, "f=%.4gms,b=%.4gms,w=%.4gms,comm=%.4gms", c.f / 1e6, c.b / 1e6, c.w / 1e6,
+                     c.comm / 1e6);
+    if (c.between > 0 && n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, ",between=%.4gms", c.between / 1e6);
 }
 
 /* Simulates plan at costs c into row (whose name and v are set); scale is
@@ -227,11 +231,14 @@ int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err
     if (in->ranks < 1 || in->microbatches < 1 || in->virtual_stages < 1)
         return pp_fail(err, "what-if: a job needs at least 1 rank, microbatch and chunk (got %d, %d, %d)", in->ranks,
                        in->microbatches, in->virtual_stages);
-    const double cost[4] = {in->costs.f, in->costs.b, in->costs.w, in->costs.comm};
-    for (int k = 0; k < 4; k++)
+    const sched_costs *c = &in->costs;
+    const double cost[6] = {c->f, c->b, c->w, c->comm, c->bw, c->between};
+    for (int k = 0; k < 6; k++)
         if (!isfinite(cost[k]) || cost[k] < 0)
-            return pp_fail(err, "what-if: op costs must be finite and not negative (f=%g b=%g w=%g comm=%g)",
-                           in->costs.f, in->costs.b, in->costs.w, in->costs.comm);
+            return pp_fail(err,
+                           "what-if: op costs must be finite and not negative (f=%g b=%g w=%g comm=%g bw=%g "
+                           "between=%g)",
+                           c->f, c->b, c->w, c->comm, c->bw, c->between);
     if (in->own_plan && in->own_plan->ranks != in->ranks)
         return pp_fail(err, "what-if: the job's plan has %d ranks, the job %d", in->own_plan->ranks, in->ranks);
     for (int k = 0; k < WHATIF_KINDS; k++) whatif_one(in, whatif_kinds[k], 0, &rows[k]);
@@ -435,11 +442,11 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
             double layers = zbv_chunks > 0 ? (double)spec.layers / zbv_chunks : 1;
             r->build = spec.kind == MODEL_TIMED
                            ? (sched_costs){model_timed_op_ns(&spec, 0, layers), model_timed_op_ns(&spec, 1, layers),
-                                           model_timed_op_ns(&spec, 2, layers), 0}
-                           : (sched_costs){1, 1, 1, 0};
+                                           model_timed_op_ns(&spec, 2, layers), 0, 0, 0}
+                           : (sched_costs){1, 1, 1, 0, 0, 0};
             r->in.build_costs = &r->build;
         }
-        sched_costs given = {0, 0, 0, 0};
+        sched_costs given = {0, 0, 0, 0, 0, 0};
         if (ordered_for && sched_parse_costs((const char *)ordered_for, "schedule_costs", &given, &ignored) == 0) {
             r->build = given;
             r->in.build_costs = &r->build;
@@ -515,19 +522,23 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
 }
 
 /* Medians over the window, taken as `pprun stats`' ops table takes them:
- * of the F, B and W spans into med[3] (-1 where there is none), and of
+ * of the F, B and W spans into med[0..2] (-1 where there is none), and of
  * each stage's F, B and W into r->profile (r->has_profile when every stage
  * has all three). A job whose backward is PyTorch's full backward (BW: B
  * and W in one op, never timed apart) has half of its BW median as B and
  * the rest as W, where the stage (or the job) has no B and W of their own
  * (r->bw_split): the schedules that split the backward play those halves,
  * and the job's own plan its BW, which the simulator plays at b + w, the
- * whole median. A stage that recomputes (RECOMPUTE spans, --recompute) has
- * its recompute's median in its B, which waits for it; the job's B the
- * recompute median times the share of backwards that had one. Every
- * stage's comm is `comm` (whatif_read_handoff). */
-static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[3], int64_t comm,
-                               pp_err *err) {
+ * whole median. Where a stage ran both (PyTorch's DualPipeV), its BW
+ * median is its bw (sched_costs.bw): PyTorch's split backward costs more
+ * than its fused one. A stage that recomputes (RECOMPUTE spans,
+ * --recompute) has its recompute's median in its B, which waits for it;
+ * the job's B (and bw, med[3]: the BW median where the job also ran B and
+ * W, else -1) the recompute median times the share of backwards that had
+ * one. Every stage's comm and between are `gaps`'
+ * (whatif_read_handoff). */
+static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[4],
+                               const sched_costs *gaps, pp_err *err) {
     balance_profile *bp = &r->profile;
     int S = bp->stages, rc = SQLITE_DONE;
     sqlite3_stmt *st;
@@ -569,21 +580,29 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
         if (k < 3) med[k] = durations_median(&d[k]);
         free(d[k].v);
     }
+    med[3] = -1;
     if (med[1] < 0 && med[2] < 0 && bw >= 0) {
         med[1] = bw / 2, med[2] = bw - bw / 2;
         r->bw_split = 1;
         r->bw_ns = bw;
+    } else if (bw > 0) {
+        med[3] = bw;
     }
-    if (recompute > 0 && med[1] >= 0) med[1] += llround((double)recompute * (recomputed < 1 ? recomputed : 1));
+    int64_t again = recompute > 0 ? llround((double)recompute * (recomputed < 1 ? recomputed : 1)) : 0;
+    if (med[1] >= 0) med[1] += again;
+    if (med[3] > 0) med[3] += again;
     int complete = !oom && by_stage;
     for (int k = 0; by_stage && k < S; k++) {
         int64_t f = durations_median(&by_stage[k * 5]), b = durations_median(&by_stage[k * 5 + 1]);
         int64_t w = durations_median(&by_stage[k * 5 + 2]), sb = durations_median(&by_stage[k * 5 + 3]);
         int64_t again = durations_median(&by_stage[k * 5 + 4]);
-        if (b < 0 && w < 0 && sb >= 0) b = sb / 2, w = sb - sb / 2;
-        if (b >= 0 && again > 0) b += again;
+        int split = b >= 0 || w >= 0; /* its own B and W: a BW beside them costs what it measured */
+        if (!split && sb >= 0) b = sb / 2, w = sb - sb / 2;
+        if (again < 0) again = 0;
+        if (b >= 0) b += again;
         complete &= f >= 0 && b >= 0 && w >= 0;
-        bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, (double)comm};
+        double fused = split && sb > 0 ? (double)(sb + again) : 0;
+        bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, gaps->comm, fused, gaps->between};
         for (int j = 0; j < 5; j++) free(by_stage[k * 5 + j].v);
     }
     free(by_stage);
@@ -600,30 +619,40 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
 
 /* The send cost the simulator plays (comm: from a producer's end to its
  * output being there for an op of another rank), as the window measured
- * it: the median hand-off of the ops that waited for their input
+ * it: the mean hand-off of the ops that waited for their input
  * (critpath_handoffs), of the spans the F, B and W medians are of (GPU
  * spans where the job has them: a PyTorch rank's host span ends when its
  * kernels are queued), 0 where none did (one rank) or clocks of two nodes
  * put it below 0. Not a send span's time: PyTorch's run from
  * the send's issue to a wait its schedule may defer to the step's end
  * (docs/torch.md), the engine's is only the copy that starts a hand-off.
+ * The same walk gives `between` (sched_costs.between): the mean of a
+ * rank's own time between two ops where the second's input was there,
+ * what a PyTorch rank spends issuing and waiting on its sends and
+ * receives and in Python between ops (the engine's, microseconds).
+ * Means, not medians as for the ops: these times are skewed (most short,
+ * a few a thread's wake-up or a collection long), a step adds them up, and
+ * a PyTorch job's medians were a fifth to a half of its means
+ * (docs/torch.md, "What if").
  * With cores shared (r->shared_ranks) each is less the receiver's wait
  * for a core after its input came, as the ops are less theirs: the
  * schedules are played with a core per rank. The window's steps are
- * read from its last back until WHATIF_HANDOFFS are in: a step of 1,024
- * ranks has thousands, and reading all 20 would add a third to what
+ * read from its last back until WHATIF_HANDOFFS of each are in: a step of
+ * 1,024 ranks has thousands, and reading all 20 would add a third to what
  * `pprun stats` takes over such a job. */
 #define WHATIF_HANDOFFS 4096
 static int whatif_read_handoff(sqlite3 *db, const job_summary *s, const whatif_report *r, int64_t *comm,
-                               pp_err *err) {
-    durations d = {0};
+                               int64_t *between, pp_err *err) {
+    durations d = {0}, t = {0};
     int rc = 0;
-    for (int step = r->last_step; rc == 0 && step >= r->first_step && d.n < WHATIF_HANDOFFS; step--)
+    for (int step = r->last_step;
+         rc == 0 && step >= r->first_step && (d.n < WHATIF_HANDOFFS || t.n < WHATIF_HANDOFFS); step--)
         rc = critpath_step_handoffs(db, s->job_id, step, r->gpu ? "gpu" : "cpu", r->shared_ranks > 0 && !r->gpu, &d,
-                                    err);
-    int64_t median = durations_median(&d);
-    free(d.v);
-    *comm = median > 0 ? median : 0;
+                                    &t, err);
+    int64_t handoff = durations_mean(&d), turn = durations_mean(&t);
+    free(d.v), free(t.v);
+    *comm = handoff > 0 ? handoff : 0;
+    *between = turn > 0 ? turn : 0;
     return rc;
 }
 
@@ -713,9 +742,14 @@ static void whatif_balance(whatif_report *r) {
         sched_free(built);
         return;
     }
-    sched_costs equal[BALANCE_MAX_STAGES], mean = {0, 0, 0, bp->stage[0].comm};
-    for (int k = 0; k < S; k++)
-        mean.f += bp->stage[k].f / S, mean.b += bp->stage[k].b / S, mean.w += bp->stage[k].w / S;
+    sched_costs equal[BALANCE_MAX_STAGES], mean = {0, 0, 0, bp->stage[0].comm, 0, bp->stage[0].between};
+    int fused = 0; /* a stage's BW at its own cost (bw), not its b + w */
+    for (int k = 0; k < S; k++) fused |= bp->stage[k].bw > 0;
+    for (int k = 0; k < S; k++) {
+        const sched_costs *c = &bp->stage[k];
+        mean.f += c->f / S, mean.b += c->b / S, mean.w += c->w / S;
+        if (fused) mean.bw += (c->bw > 0 ? c->bw : c->b + c->w) / S;
+    }
     for (int k = 0; k < S; k++) equal[k] = mean;
     r->own_step_ns = whatif_step_at(plan, bp->stage);
     r->equal_step_ns = whatif_step_at(plan, equal);
@@ -948,7 +982,7 @@ static int whatif_read_act_profile(sqlite3 *db, const job_summary *s, whatif_rep
     if (whatif_read_rises(db, s, r, S, act, high, &missing, err) != 0) return -1;
     if (missing >= 0) return 0;
     *bp = r->profile; /* its stages, layers and bounds; its costs replaced by bytes (w: at the recompute) */
-    for (int k = 0; k < S; k++) bp->stage[k] = (sched_costs){act[k].f, act[k].b, high[k], 0};
+    for (int k = 0; k < S; k++) bp->stage[k] = (sched_costs){act[k].f, act[k].b, high[k], 0, 0, 0};
     balance_fit(bp);
     r->in.act_profile = bp;
     return 0;
@@ -960,13 +994,15 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
         whatif_read_window(db, s, r, err) != 0)
         return -1;
     if (r->last_step < 0) return 0;
-    int64_t med[3], comm;
-    if (whatif_read_handoff(db, s, r, &comm, err) != 0 || whatif_read_medians(db, s, r, med, comm, err) != 0)
-        return -1;
+    int64_t med[4], comm, between;
+    if (whatif_read_handoff(db, s, r, &comm, &between, err) != 0) return -1;
+    sched_costs gaps = {.comm = (double)comm, .between = (double)between};
+    if (whatif_read_medians(db, s, r, med, &gaps, err) != 0) return -1;
     /* a job without a pipeline shape (`pprun launch`) has nothing to play */
     if (med[0] < 0 || med[1] < 0 || med[2] < 0 || r->in.microbatches < 1 || r->in.virtual_stages < 1) return 0;
     r->in.ranks = s->world / (s->nreplicas > 1 ? s->nreplicas : 1); /* one pipeline's: --dp replicates it */
-    r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], (double)comm};
+    r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], gaps.comm, 0, gaps.between};
+    if (med[3] > 0) r->in.costs.bw = (double)med[3];
     r->in.act_peak_by_rank = s->act_peak_by_rank;
     r->in.inflight_by_rank = s->plan_peak_inflight;
     if (r->recomputed && whatif_read_act_profile(db, s, r, err) != 0) return -1;
@@ -1022,7 +1058,8 @@ int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int
     /* a chunk here holds 1/(ranks*v) of the layers, there 1/(p*job_v), p
      * the ranks of one of its pipelines (r.in.ranks: --dp replicates it) */
     double scale = r.in.fixed_op_costs ? 1.0 : (double)r.in.ranks * r.in.virtual_stages / ((double)ranks * v);
-    *out = (sched_costs){r.in.costs.f * scale, r.in.costs.b * scale, r.in.costs.w * scale, r.in.costs.comm};
+    *out = (sched_costs){r.in.costs.f * scale, r.in.costs.b * scale,  r.in.costs.w * scale,
+                         r.in.costs.comm,      r.in.costs.bw * scale, r.in.costs.between};
     snprintf(about, about_size, "job %lld: medians of %s spans, steps %d-%d", (long long)job, r.gpu ? "GPU" : "host",
              r.first_step, r.last_step);
     rc = 0;

@@ -26,7 +26,7 @@ typedef struct whatif_input {
      * work, so with v chunks per rank an op costs 1/v of a whole rank's
      * layers. 1 (timed): every op costs what the model says, whatever v. */
     int fixed_op_costs;
-    sched_costs costs; /* ns per op of one of the job's chunks; comm = a send */
+    sched_costs costs; /* ns per op of one of the job's chunks; comm = a send, between = a rank's between ops */
     /* What `pprun run` orders a schedule's actions by (ZB-V's greedy order
      * depends on costs): the job's --schedule-costs, else f=b=w=1 for gpt
      * and the model's own costs for timed. NULL: the measured costs. */

@@ -152,6 +152,8 @@ static void measured_json(jw *w, const whatif_report *wr) {
     jw_knum(w, "b", wr->in.costs.b);
     jw_knum(w, "w", wr->in.costs.w);
     jw_knum(w, "send", wr->in.costs.comm);
+    jw_knum(w, "between", wr->in.costs.between);
+    jw_kint_or_null(w, "bw", wr->in.costs.bw > 0 ? llround(wr->in.costs.bw) : -1); /* null: a BW costs b + w */
     jw_obj_end(w);
     jw_key(w, "fixed_op_costs");
     jw_bool(w, wr->in.fixed_op_costs);

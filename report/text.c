@@ -312,11 +312,14 @@ void report_whatif(FILE *out, const whatif_report *r) {
         fprintf(out, "what if    nothing to simulate yet: no complete step with F, B and W spans\n");
         return;
     }
-    fprintf(out, "what if    each schedule at this job's costs, simulated: F %s, B %s, W %s, hand-off %s\n",
+    fprintf(out, "what if    each schedule at this job's costs, simulated: F %s, B %s, W %s, hand-off %s",
             fmt_ns(a, sizeof a, r->in.costs.f), fmt_ns(b, sizeof b, r->in.costs.b), fmt_ns(c, sizeof c, r->in.costs.w),
             fmt_ns(d, sizeof d, r->in.costs.comm));
-    fprintf(out, "  (medians of %s spans, steps %d-%d%s; * = this job's schedule)\n", r->gpu ? "GPU" : "host",
-            r->first_step, r->last_step,
+    if (r->in.costs.bw > 0) fprintf(out, ", BW %s", fmt_ns(a, sizeof a, r->in.costs.bw));
+    fprintf(out, ", between ops %s\n", fmt_ns(a, sizeof a, r->in.costs.between));
+    fprintf(out, "  (medians of %s spans, hand-off and between ops their means, steps %d-%d%s; * = this job's "
+                 "schedule)\n",
+            r->gpu ? "GPU" : "host", r->first_step, r->last_step,
             r->has_profile && !r->in.fixed_op_costs ? "; each chunk at its layers' share of its stage's costs" : "");
     if (r->shared_ranks > 0) {
         char share[24];

@@ -26,10 +26,18 @@ typedef struct sched_action {
     int mb;     /* 0 .. microbatches-1 */
 } sched_action;
 
-/* A BW costs b + w: give a stage that runs BW the BW's cost as b + w (its
- * measured BW as b, 0 as w, where it has no B and W of its own). */
+/* A BW costs b + w, or bw where that is set: a stage that runs BW only
+ * can give its measured BW as b (0 as w); one that runs both, as
+ * PyTorch's DualPipeV does, gives its split B and W as b and w and its
+ * fused backward as bw (PyTorch's split costs more than its fused one). */
 typedef struct sched_costs {
     double f, b, w, comm; /* time units of one F, B, W of one stage, and of one send */
+    /* Additions, 0 in every plan that does not set them. bw: one BW, when
+     * not b + w. between: a rank's own time between two of its ops, spent
+     * even when the next op's input is there (issuing its sends and
+     * receives, a program's own code between ops: docs/schedules.md, "What
+     * if"); not before a rank's first op. */
+    double bw, between;
 } sched_costs;
 
 typedef struct sched_plan {
@@ -135,7 +143,9 @@ size_t sched_action_fmt(const sched_action *a, char *buf);
  *   chunk, held from F to the end of W (or of BW); 1F1B's rank 0 holds p, GPipe's m,
  *   ZB-V's at most 2p (= p microbatches of a whole rank's layers).
  * - sched_simulate: a send costs comm only between different ranks; all
- *   ranks start at 0; the step's idle includes a rank's late start.
+ *   ranks start at 0; the step's idle includes a rank's late start. An
+ *   action starts when its input is there and `between` after its rank's
+ *   previous op (or pair) ended.
  * - An overlapped pair: each half starts when the rank is free and its own
  *   input is there, the two run side by side at their own costs (no slowdown
  *   modelled: two cores, or a timed model's sleeps), and the rank is free
@@ -235,6 +245,9 @@ int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_e
  * under data parallelism (sched_sim_dp_step), in the list's units, into
  * *allreduce (kept when not given; unchanged on an error). */
 int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, double *allreduce, pp_err *err);
+/* c as sched_parse_costs reads it back exactly ("f=..,b=..,w=..,comm=..",
+ * then bw and between where set), into buf (256 bytes hold any). */
+void sched_costs_text(const sched_costs *c, char *buf, size_t size);
 
 /* ---- memory-bounded zero bubble (sched_mem.c, sched_greedy.c) ---------------
  *

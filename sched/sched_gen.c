@@ -115,7 +115,7 @@ static int build_zbv(int p, int m, const sched_costs *c, sched_plan **out, pp_er
 }
 
 int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs, sched_plan **out, pp_err *err) {
-    static const sched_costs unit = {1, 1, 1, 0};
+    static const sched_costs unit = {1, 1, 1, 0, 0, 0};
     *out = NULL;
     if (!costs) costs = &unit;
     if (p < 1 || p > PP_SHAPE_MAX_RANKS)
@@ -140,9 +140,11 @@ int sched_build(const char *kind, int p, int m, int v, const sched_costs *costs,
     } else if (is_zbv) {
         if (v != 2)
             return pp_fail(err, "zb-v needs exactly two chunks per rank (--virtual-stages 2, V placement), got %d", v);
-        if (costs->f <= 0 || costs->b <= 0 || costs->w < 0 || costs->comm < 0)
-            return pp_fail(err, "zb-v: costs must have f > 0, b > 0, w >= 0, comm >= 0 (f=%g b=%g w=%g comm=%g)",
-                           costs->f, costs->b, costs->w, costs->comm);
+        if (!(costs->f > 0 && costs->b > 0 && costs->w >= 0 && costs->comm >= 0 && costs->between >= 0))
+            return pp_fail(err,
+                           "zb-v: costs must have f > 0, b > 0, w >= 0, comm >= 0, between >= 0 (f=%g b=%g w=%g "
+                           "comm=%g between=%g)",
+                           costs->f, costs->b, costs->w, costs->comm, costs->between);
     } else if (v != 1) {
         return pp_fail(err, "%s runs one chunk per rank: --virtual-stages must be 1, got %d "
                             "(interleaved-1f1b and zb-v use more)", kind, v);
@@ -228,11 +230,13 @@ static int costs_set(void *ctx, const char *key, const char *value, pp_err *err)
                    : strcmp(key, "b") == 0                      ? &cp->out->b
                    : strcmp(key, "w") == 0                      ? &cp->out->w
                    : strcmp(key, "comm") == 0                   ? &cp->out->comm
+                   : strcmp(key, "bw") == 0                     ? &cp->out->bw
+                   : strcmp(key, "between") == 0                ? &cp->out->between
                    : strcmp(key, "allreduce") == 0 && cp->allreduce ? cp->allreduce
                                                                 : NULL;
     if (!slot)
-        return pp_fail(err, "%s: unknown key '%s'; accepted: f, b, w, comm%s (e.g. f=1,b=1,w=1,comm=0)", cp->what,
-                       key, cp->allreduce ? ", allreduce" : "");
+        return pp_fail(err, "%s: unknown key '%s'; accepted: f, b, w, comm, bw, between%s (e.g. f=1,b=1,w=1,comm=0)",
+                       cp->what, key, cp->allreduce ? ", allreduce" : "");
     char what[64];
     snprintf(what, sizeof what, "%s %s", cp->what, key);
     size_t n = strlen(value);
@@ -245,6 +249,13 @@ static int costs_set(void *ctx, const char *key, const char *value, pp_err *err)
     }
     cp->without_unit++;
     return pp_parse_double(value, 0, 1e13, what, slot, err);
+}
+
+void sched_costs_text(const sched_costs *c, char *buf, size_t size) {
+    int n = snprintf(buf, size, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->f, c->b, c->w, c->comm);
+    if (n > 0 && (size_t)n < size && c->bw != 0) n += snprintf(buf + n, size - (size_t)n, ",bw=%.17g", c->bw);
+    if (n > 0 && (size_t)n < size && c->between != 0)
+        snprintf(buf + n, size - (size_t)n, ",between=%.17g", c->between);
 }
 
 int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err) {

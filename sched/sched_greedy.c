@@ -286,7 +286,7 @@ static void run_choice(zg *z, int r, double t, const choice *ch) {
     double done = t + zg_cost(z, ch->op);
     const sched_act *a = &z->act[ch->stage];
     *zend(z, ch->stage, ch->mb, ch->op) = done;
-    z->clock[r] = done;
+    z->clock[r] = done + z->c->between; /* the rank's own time before its next op */
     z->left[r]--;
     z->waiting[r] = 0;
     if (z->left[r] == 0) rh_remove(&z->free_at, r);

@@ -224,7 +224,7 @@ static int sweep(const sched_greedy_in *base, const char *kind, double least, co
 
 int sched_build_bounded(const char *kind, int p, int m, int v, const sched_costs *costs, const sched_mem *mem,
                         sched_plan **out, pp_err *err) {
-    static const sched_costs unit = {1, 1, 1, 0};
+    static const sched_costs unit = {1, 1, 1, 0, 0, 0};
     *out = NULL;
     if (!mem || mem->max <= 0) return sched_build(kind, p, m, v, costs, out, err);
     if (!costs) costs = &unit;

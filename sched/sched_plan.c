@@ -218,7 +218,7 @@ static int grid_from_sim(sched_plan *plan) {
     int fused = 0;
     for (int r = 0; r < plan->ranks; r++)
         for (int i = 0; i < plan->len[r]; i++) fused |= plan->actions[r][i].op == SCHED_BW;
-    sched_costs unit = {1, fused ? 0.5 : 1, fused ? 0.5 : 1, 0};
+    sched_costs unit = {1, fused ? 0.5 : 1, fused ? 0.5 : 1, 0, 0, 0};
     sched_sim *sim = NULL;
     if (sched_simulate(plan, &unit, &sim, NULL) != 0) return -1;
     int nslots = (int)(sim->step_time + 0.5), rc = 0;

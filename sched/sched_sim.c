@@ -24,7 +24,7 @@ void sched_sim_free(sched_sim *sim) {
 }
 
 int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim **out, pp_err *err) {
-    static const sched_costs unit = {1, 1, 1, 0};
+    static const sched_costs unit = {1, 1, 1, 0, 0, 0};
     if (!costs) costs = &unit;
     *out = NULL;
     sched_costs *each = malloc(sizeof *each * (size_t)(plan->stages > 0 ? plan->stages : 1));
@@ -39,9 +39,11 @@ int sched_simulate(const sched_plan *plan, const sched_costs *costs, sched_sim *
 static int check_costs(const sched_plan *plan, const sched_costs *stage_costs, pp_err *err) {
     for (int s = 0; s < plan->stages; s++) {
         const sched_costs *c = &stage_costs[s];
-        if (!(c->f >= 0 && c->b >= 0 && c->w >= 0 && c->comm >= 0))
-            return pp_fail(err, "simulate %s: costs must not be negative (stage %d: f=%g b=%g w=%g comm=%g)",
-                           plan->name, s, c->f, c->b, c->w, c->comm);
+        if (!(c->f >= 0 && c->b >= 0 && c->w >= 0 && c->comm >= 0 && c->bw >= 0 && c->between >= 0))
+            return pp_fail(err,
+                           "simulate %s: costs must not be negative (stage %d: f=%g b=%g w=%g comm=%g bw=%g "
+                           "between=%g)",
+                           plan->name, s, c->f, c->b, c->w, c->comm, c->bw, c->between);
     }
     return 0;
 }
@@ -85,7 +87,7 @@ typedef struct player {
     double *end;             /* [stages * m * 3]: when each action ended */
     int *where;              /* [stages * m * 3]: the rank that ran it, -1 = not yet */
     int *pos;                /* [ranks]: each rank's next action */
-    double *clock;           /* [ranks]: when each rank is free */
+    double *clock;           /* [ranks]: when each rank may start its next op (its costs' between after the last) */
     unsigned char *half;     /* [ranks]: at an overlapped pair, bit k when its half k ran */
     double *pair_end;        /* [ranks]: the latest end of a pair's halves that ran */
     sched_sim *sim;
@@ -159,7 +161,7 @@ static int play_rank(player *pl, int r) {
         int i = pl->pos[r];
         if (!sched_overlaps(plan, r, i) || i + 1 >= plan->len[r]) { /* (a pair at the end: the validator says no) */
             if (!play_one(pl, r, i, pl->clock[r], &stop)) break;
-            pl->clock[r] = stop;
+            pl->clock[r] = stop + pl->cost[plan->actions[r][i].stage].between;
             pl->pos[r]++;
             moved++;
             continue;
@@ -171,7 +173,8 @@ static int play_rank(player *pl, int r) {
                 moved++;
             }
         if (pl->half[r] != 3) break;
-        pl->clock[r] = pl->pair_end[r] > pl->clock[r] ? pl->pair_end[r] : pl->clock[r];
+        double after = pl->pair_end[r] + pl->cost[plan->actions[r][i].stage].between;
+        pl->clock[r] = after > pl->clock[r] ? after : pl->clock[r];
         pl->half[r] = 0, pl->pair_end[r] = 0;
         pl->pos[r] += 2;
     }

@@ -38,11 +38,13 @@ export async function loadWhatif(id) {
     return;
   }
   const c = r.costs_ns;
-  $('whatif-info').textContent = `— F ${fmtMs(c.f)} · B ${fmtMs(c.b)} · W ${fmtMs(c.w)} · hand-off ${fmtMs(c.send)}, ` +
-    `medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans over steps ${r.first_step}–${r.last_step}` +
+  $('whatif-info').textContent = `— F ${fmtMs(c.f)} · B ${fmtMs(c.b)} · W ${fmtMs(c.w)} · hand-off ${fmtMs(c.send)} · ` +
+    (c.bw != null ? `BW ${fmtMs(c.bw)} · ` : '') + `between ops ${fmtMs(c.between)}, ` +
+    `medians of ${r.source === 'gpu' ? 'GPU' : 'host'} spans (hand-off and between ops: means) over steps ` +
+    `${r.first_step}–${r.last_step}` +
     (r.fixed_op_costs ? ' (timed model: an op costs the same in any chunk)' : '') +
-    (r.shared_cores ? ` · ${r.shared_cores.ranks} ranks shared ${r.shared_cores.cores} core${r.shared_cores.cores === 1 ? '' : 's'}: these op times include ` +
-      'waiting for a core, and each schedule is simulated with a core per rank' : '') +
+    (r.shared_cores ? ` · ${r.shared_cores.ranks} ranks shared ${r.shared_cores.cores} core${r.shared_cores.cores === 1 ? '' : 's'}: these op times are less ` +
+      'their waits for a core, and each schedule is simulated with a core per rank' : '') +
     (r.shared_gpu ? ` · ${r.shared_gpu.ranks} ranks shared one GPU (${r.shared_gpu.device})` +
       (r.shared_gpu.mps ? ' through MPS: these op times include running beside the others\' ops on it'
         : ': these op times include waiting for the GPU') + ', and each schedule is simulated with a GPU per rank' : '') +

@@ -106,7 +106,7 @@ Test(actmem, every_schedule_measures_its_planned_peak) {
         pp_err err;
         sched_plan *plan;
         sched_sim *sim;
-        sched_costs costs = {1e6, 1e6, 1e6, 0};
+        sched_costs costs = {1e6, 1e6, 1e6, 0, 0, 0};
         cr_assert_eq(sched_from_flag(sch[i].name, RANKS, MB, sch[i].v, &costs, &plan, &err), 0, "%s", err.msg);
         cr_assert_eq(sched_simulate(plan, &costs, &sim, &err), 0, "%s", err.msg);
         for (int r = 0; r < RANKS; r++) {

@@ -34,7 +34,7 @@ static balance_profile gpt_like(void) {
     for (int s = 0; s < 4; s++) {
         p.rank[s] = s;
         p.bound[s] = 2 * s;
-        p.stage[s] = (sched_costs){2 * MS, 4 * MS, 2 * MS, 0.1 * MS};
+        p.stage[s] = (sched_costs){2 * MS, 4 * MS, 2 * MS, 0.1 * MS, 0, 0};
     }
     p.bound[4] = 8;
     p.stage[0].f += 0.5 * MS;
@@ -77,8 +77,8 @@ Test(balance, the_fit_finds_a_layers_cost_and_what_the_ends_add) {
 /* With two stages the first adds nothing: its layers set the layer's cost. */
 Test(balance, two_stages_put_the_difference_on_the_last) {
     balance_profile p = {.stages = 2, .layers = 4, .layers_known = 1, .bound = {0, 2, 4}};
-    p.stage[0] = (sched_costs){2 * MS, 2 * MS, 2 * MS, 0};
-    p.stage[1] = (sched_costs){5 * MS, 2 * MS, 1 * MS, 0};
+    p.stage[0] = (sched_costs){2 * MS, 2 * MS, 2 * MS, 0, 0, 0};
+    p.stage[1] = (sched_costs){5 * MS, 2 * MS, 1 * MS, 0, 0, 0};
     balance_fit(&p);
     expect_costs(&p.per_layer, 1 * MS, 1 * MS, 1 * MS, "one layer");
     expect_costs(&p.first_adds, 0, 0, 0, "first stage adds");
@@ -94,12 +94,12 @@ Test(balance, two_stages_put_the_difference_on_the_last) {
  * slowest (ties: the earlier stage). */
 Test(balance, a_table_lists_every_stage_of_16_else_the_4_slowest) {
     balance_profile p = {.stages = 16};
-    for (int s = 0; s < 16; s++) p.stage[s] = (sched_costs){(s + 1) * MS, 0.5 * MS, 0.5 * MS, 0};
+    for (int s = 0; s < 16; s++) p.stage[s] = (sched_costs){(s + 1) * MS, 0.5 * MS, 0.5 * MS, 0, 0, 0};
     cr_assert_float_eq(balance_mean_stage(&p), 9.5 * MS, 1e-3, "(1 + ... + 16) / 16 + 1 ms");
     for (int s = 0; s < 16; s++) cr_expect(balance_listed(&p, s), "16 stages: stage %d", s);
     p.stages = 20;
-    for (int s = 16; s < 19; s++) p.stage[s] = (sched_costs){MS, 0, 0, 0};
-    p.stage[19] = (sched_costs){14 * MS, 0, 0, 0}; /* as slow as stage 12 */
+    for (int s = 16; s < 19; s++) p.stage[s] = (sched_costs){MS, 0, 0, 0, 0, 0};
+    p.stage[19] = (sched_costs){14 * MS, 0, 0, 0, 0, 0}; /* as slow as stage 12 */
     for (int s = 0; s < 20; s++) cr_expect_eq(balance_listed(&p, s), s >= 12 && s < 16, "20 stages: stage %d", s);
 }
 
@@ -134,8 +134,8 @@ Test(balance, the_best_cuts_unload_the_slowest_stage) {
 /* A program's stages are units of their own: two chunks per stage halve it. */
 Test(balance, a_programs_stages_split_in_equal_fractions) {
     balance_profile p = {.stages = 2, .layers = 2, .bound = {0, 1, 2}};
-    p.stage[0] = (sched_costs){2 * MS, 2 * MS, 2 * MS, 0};
-    p.stage[1] = (sched_costs){6 * MS, 4 * MS, 2 * MS, 0};
+    p.stage[0] = (sched_costs){2 * MS, 2 * MS, 2 * MS, 0, 0, 0};
+    p.stage[1] = (sched_costs){6 * MS, 4 * MS, 2 * MS, 0, 0, 0};
     balance_fit(&p);
     expect_costs(&p.last_adds, 0, 0, 0, "nothing is fitted without layers");
     double bound[5];
@@ -212,7 +212,7 @@ static void run_job(const char *db, const char *model, const char *cuts, const c
 static double simulated_1f1b_ms(double op_ms) {
     sched_plan *plan = NULL;
     sched_sim *sim = NULL;
-    sched_costs c = {op_ms * MS, op_ms * MS, op_ms * MS, 0};
+    sched_costs c = {op_ms * MS, op_ms * MS, op_ms * MS, 0, 0, 0};
     pp_err err;
     cr_assert_eq(sched_build("1f1b", 4, 8, 1, NULL, &plan, &err), 0, "%s", err.msg);
     cr_assert_eq(sched_simulate(plan, &c, &sim, &err), 0, "%s", err.msg);

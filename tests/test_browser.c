@@ -336,8 +336,8 @@ Test(browser, finished_job_timeline_tooltip_loss_and_sql, .timeout = 180) {
      * as its input's producer ends, whatever its SEND spans say), each
      * schedule's peak in flight times 64 KiB; this job's row marked. */
     const char *info = cJSON_GetObjectItem(j, "whatifInfo")->valuestring;
-    cr_assert(strstr(info, "F 1.000 ms · B 1.000 ms · W 1.000 ms · hand-off 0.000 ms") &&
-                  strstr(info, "host spans over steps 1–2"),
+    cr_assert(strstr(info, "F 1.000 ms · B 1.000 ms · W 1.000 ms · hand-off 0.000 ms · between ops 0.000 ms") &&
+                  strstr(info, "host spans (hand-off and between ops: means) over steps 1–2"),
               "%s", info);
     static const char *const whatif[7][4] = {{"", "gpipe", "512 KiB", "8"},
                                              {"own", "1f1b (this job)", "256 KiB", "4"},

@@ -164,7 +164,13 @@ static int by_value(const void *a, const void *b) {
  * 18, rank 1 busy until 20), and says nothing. Neither does rank 0's
  * 40-long SEND (a wait deferred, as PyTorch's schedules do), an F of stage
  * 0 (no producer), a W, nor a BW whose producer is on its own rank (the
- * turn of a V). A BW is a backward: rank 0's BW of microbatch 2 waited. */
+ * turn of a V). A BW is a backward: rank 0's BW of microbatch 2 waited.
+ * The ops that did not wait for their input give the rank's own time
+ * between ops instead (sched_costs.between), each its start less the end
+ * of its rank's previous op: rank 0's F1 and W0 (0, 0); rank 1's F1 (5:
+ * its input was there at 18, the rank free at 20), B0 (0), the BW of
+ * stage 2 (15), the V's turn (0) and B3 (6). A rank's first op has no
+ * op before it. */
 Test(critpath, hand_offs_count_only_the_ops_that_waited_for_their_input) {
     analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10),        span(0, TRACE_SEND_F, 0, 0, 10, 50),
                       span(0, TRACE_F, 0, 1, 10, 18),       span(1, TRACE_W, 1, 5, 0, 4),
@@ -175,14 +181,24 @@ Test(critpath, hand_offs_count_only_the_ops_that_waited_for_their_input) {
                       span(1, TRACE_B, 1, 3, 60, 61),       span(0, TRACE_BW, 0, 2, 58, 70)};
     durations d = {0};
     pp_err err;
-    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 0, &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 0, &d, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(d.n, 3, "%zu hand-offs", d.n);
     qsort(d.v, d.n, sizeof *d.v, by_value);
     cr_assert(d.v[0] == 2 && d.v[1] == 3 && d.v[2] == 4, "hand-offs %lld %lld %lld", (long long)d.v[0],
               (long long)d.v[1], (long long)d.v[2]);
     free(d.v);
     d = (durations){0};
-    cr_assert_eq(critpath_handoffs(NULL, 0, 0, &d, &err), 0, "%s", err.msg);
+    durations t = {0};
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 0, &d, &t, &err), 0, "%s", err.msg);
+    cr_assert_eq(d.n, 3, "the same hand-offs with `between` asked for too");
+    static const int64_t between[] = {0, 0, 0, 0, 5, 6, 15};
+    cr_assert_eq(t.n, 7, "%zu times between ops", t.n);
+    qsort(t.v, t.n, sizeof *t.v, by_value);
+    for (size_t i = 0; i < t.n; i++)
+        cr_assert_eq(t.v[i], between[i], "between ops, sorted, #%zu: %lld", i, (long long)t.v[i]);
+    free(d.v), free(t.v);
+    d = (durations){0};
+    cr_assert_eq(critpath_handoffs(NULL, 0, 0, &d, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(d.n, 0, "no op, no hand-off");
 }
 
@@ -190,28 +206,37 @@ Test(critpath, hand_offs_count_only_the_ops_that_waited_for_their_input) {
  * a core in it, by its receives' records that end in it. Rank 1's RECV
  * ending at 12 waited 1 of the hand-off's 2 (10 to 12); its RECV ending
  * at 4, before the hand-off began, is not counted; a damaged file's wait
- * longer than the hand-off leaves 0, not less. */
+ * longer than the hand-off leaves 0, not less. The time between a rank's
+ * ops the same way: rank 0's F2 starts 6 after its F1, 4 of them waiting
+ * for a core in the SEND that ends in between. */
 Test(critpath, with_cores_shared_a_hand_off_is_less_the_receivers_wait_for_one) {
-    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10), span(1, TRACE_RECV_F, 1, 7, 1, 4),
-                      span(1, TRACE_W, 1, 5, 0, 4), span(1, TRACE_RECV_F, 1, 0, 4, 12),
-                      span(1, TRACE_F, 1, 0, 12, 20), span(0, TRACE_F, 0, 1, 10, 30),
-                      span(1, TRACE_RECV_F, 1, 1, 20, 33), span(1, TRACE_F, 1, 1, 33, 40)};
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10),        span(1, TRACE_RECV_F, 1, 7, 1, 4),
+                      span(1, TRACE_W, 1, 5, 0, 4),         span(1, TRACE_RECV_F, 1, 0, 4, 12),
+                      span(1, TRACE_F, 1, 0, 12, 20),       span(0, TRACE_F, 0, 1, 10, 30),
+                      span(1, TRACE_RECV_F, 1, 1, 20, 33),  span(1, TRACE_F, 1, 1, 33, 40),
+                      span(0, TRACE_SEND_F, 0, 1, 30, 35),  span(0, TRACE_F, 0, 2, 36, 40)};
     s[1].wait_cpu = 3;
     s[3].wait_cpu = 1;
     s[6].wait_cpu = INT64_MAX;
-    durations d = {0};
+    s[8].wait_cpu = 4;
+    durations d = {0}, t = {0};
     pp_err err;
-    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 1, &d, &err), 0, "%s", err.msg);
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 1, &d, &t, &err), 0, "%s", err.msg);
     cr_assert_eq(d.n, 2);
     qsort(d.v, d.n, sizeof *d.v, by_value);
     cr_assert(d.v[0] == 0 && d.v[1] == 1, "hand-offs %lld %lld", (long long)d.v[0], (long long)d.v[1]);
-    free(d.v);
-    d = (durations){0};
-    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 0, &d, &err), 0, "%s", err.msg);
+    qsort(t.v, t.n, sizeof *t.v, by_value);
+    cr_assert(t.n == 2 && t.v[0] == 0 && t.v[1] == 2, "between ops: %zu, %lld %lld", t.n, (long long)t.v[0],
+              (long long)t.v[1]);
+    free(d.v), free(t.v);
+    d = (durations){0}, t = (durations){0};
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 0, &d, &t, &err), 0, "%s", err.msg);
     qsort(d.v, d.n, sizeof *d.v, by_value);
     cr_assert(d.n == 2 && d.v[0] == 2 && d.v[1] == 3, "as measured without: %lld %lld", (long long)d.v[0],
               (long long)d.v[1]);
-    free(d.v);
+    qsort(t.v, t.n, sizeof *t.v, by_value);
+    cr_assert(t.n == 2 && t.v[1] == 6, "between ops as measured without: %lld", (long long)t.v[1]);
+    free(d.v), free(t.v);
 }
 
 /* Random steps: whatever the spans, the path adds up to the span, begins

@@ -33,7 +33,7 @@ static void insert_plan(db *d, int64_t job) {
     pp_err err;
     sched_plan *plan;
     sched_sim *sim;
-    const sched_costs costs = {1, 1, 1, 0.1};
+    const sched_costs costs = {1, 1, 1, 0.1, 0, 0};
     cr_assert_eq(sched_build("interleaved-1f1b", RANKS, 32, 2, &costs, &plan, &err), 0, "%s", err.msg);
     cr_assert_eq(sched_simulate(plan, &costs, &sim, &err), 0, "%s", err.msg);
     size_t n = 0;

@@ -37,7 +37,7 @@ Test(dp_sched, every_placement_gets_a_valid_forward_only_plan) {
             }
             cr_assert_eq(total, eval->stages * m, "one F per (stage, microbatch)");
             cr_assert_eq(sched_validate(eval, &err), 0, "%s", err.msg);
-            sched_costs unit = {1, 1, 1, 0};
+            sched_costs unit = {1, 1, 1, 0, 0, 0};
             sched_sim *sim;
             cr_assert_eq(sched_simulate(eval, &unit, &sim, &err), 0, "%s", err.msg);
             if (train->virtual_stages == 1)

@@ -97,7 +97,7 @@ Test(maxmem, every_bound_from_1_to_2p_validates_keeps_it_and_the_bubble_never_ri
  * candidates too. And more memory buys a shorter step: ZB-H2's warm-up at
  * 2p where the costs leave ZB-H1 a bubble (f+b > w), the full ZB-V at 2p. */
 Test(maxmem, more_memory_buys_a_shorter_step_where_the_costs_leave_a_bubble) {
-    sched_costs gpt = {3.85, 3.53, 1.62, 0.066}, chunk = {1.925, 1.765, 0.81, 0.066};
+    sched_costs gpt = {3.85, 3.53, 1.62, 0.066, 0, 0}, chunk = {1.925, 1.765, 0.81, 0.066, 0, 0};
     double h1_at_p, h1_at_2p, b;
     sched_mem at_p = {.max = 4}, at_2p = {.max = 8};
     bounded("zb-h1", 4, 8, &at_p, &gpt, &h1_at_p, &b);
@@ -163,7 +163,7 @@ static double rnd(double lo, double hi) {
  * and neither the bound nor the monotony breaks, at unit and at uneven
  * costs. */
 Test(maxmem, byte_bounds_with_uneven_stages_never_get_stuck_or_go_over) {
-    sched_costs uneven = {1.3, 2.1, 0.7, 0.05};
+    sched_costs uneven = {1.3, 2.1, 0.7, 0.05, 0, 0};
     for (int trial = 0; trial < 24; trial++) {
         const char *kind = kinds[trial % 2];
         int p = 1 + trial % 5, m = 2 + trial % 9, S = p * v_of(kind);

@@ -426,7 +426,7 @@ static void predicted_peaks(const char *schedule, int v, const char *model, cons
     pp_err err;
     model_spec sp;
     sched_plan *plan;
-    sched_costs unit = {1, 1, 1, 0}; /* a gpt job's zb-v order (run_config_costs) */
+    sched_costs unit = {1, 1, 1, 0, 0, 0}; /* a gpt job's zb-v order (run_config_costs) */
     cr_assert_eq(model_parse_spec(model, &sp, &err), 0, "%s", err.msg);
     cr_assert_eq(sched_from_flag(schedule, RANKS, JOB_MB, v, &unit, &plan, &err), 0, "%s", err.msg);
     int S = plan->stages, first[65];

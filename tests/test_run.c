@@ -600,7 +600,7 @@ Test(run, timed_model_step_time_follows_the_simulator) {
         sched_plan *plan = NULL;
         sched_sim *sim = NULL;
         pp_err err;
-        sched_costs costs = {5, 5, 5, 0};
+        sched_costs costs = {5, 5, 5, 0, 0, 0};
         cr_assert_eq(sched_build(schedules[i], 4, 8, 1, &costs, &plan, &err), 0, "%s", err.msg);
         cr_assert_eq(sched_simulate(plan, &costs, &sim, &err), 0, "%s", err.msg);
         snprintf(path, sizeof path, "%s/%s.jsonl", tmpdir, schedules[i]);

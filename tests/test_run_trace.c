@@ -126,7 +126,7 @@ Test(run_trace, every_schedule_is_traced_op_by_op_as_planned) {
         pp_err err;
         sched_plan *plan = NULL;
         sched_sim *sim = NULL;
-        sched_costs costs = {OP_MS * 1e6, OP_MS * 1e6, OP_MS * 1e6, 0};
+        sched_costs costs = {OP_MS * 1e6, OP_MS * 1e6, OP_MS * 1e6, 0, 0, 0};
         cr_assert_eq(sched_from_flag(s, 4, 8, schedules[i].v, &costs, &plan, &err), 0, "%s", err.msg);
         cr_assert_eq(sched_simulate(plan, &costs, &sim, &err), 0, "%s", err.msg);
         sqlite3 *db = open_db(dbname);
@@ -236,7 +236,7 @@ Test(run_trace, dualpipev_pairs_overlap_in_the_trace) {
     /* the planned bubble counts a pair's time once (the union of its
      * halves), as the simulator does: within rounding of the measured op
      * times the plan is re-simulated with */
-    sched_costs costs = {OP_MS * 1e6, OP_MS * 1e6, OP_MS * 1e6, 0};
+    sched_costs costs = {OP_MS * 1e6, OP_MS * 1e6, OP_MS * 1e6, 0, 0, 0};
     sched_sim *sim = NULL;
     cr_assert_eq(sched_simulate(plan, &costs, &sim, &err), 0, "%s", err.msg);
     const char *line = strstr(out_text(), "measured, ");

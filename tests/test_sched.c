@@ -18,7 +18,7 @@ static sched_plan *build(const char *kind, int p, int m, int v, const sched_cost
 }
 
 static sched_sim *simulate(const sched_plan *plan, double f, double b, double w, double comm) {
-    sched_costs c = {f, b, w, comm};
+    sched_costs c = {f, b, w, comm, 0, 0};
     sched_sim *sim = NULL;
     pp_err err = {{0}};
     cr_assert_eq(sched_simulate(plan, &c, &sim, &err), 0, "%s: %s", plan->name, err.msg);
@@ -73,7 +73,7 @@ Test(sched, zb_v_also_validates_with_uneven_costs) {
     for (size_t i = 0; i < sizeof costs / sizeof costs[0]; i++)
         for (int p = 2; p <= 8; p += 3)
             for (int m = 1; m <= 24; m += 5) {
-                sched_costs c = {costs[i][0], costs[i][1], costs[i][2], costs[i][3]};
+                sched_costs c = {costs[i][0], costs[i][1], costs[i][2], costs[i][3], 0, 0};
                 sched_plan *plan = build("zb-v", p, m, 2, &c);
                 pp_err err = {{0}};
                 cr_assert_eq(sched_validate(plan, &err), 0, "p=%d m=%d: %s", p, m, err.msg);
@@ -357,7 +357,7 @@ Test(sched, zb_v_is_near_zero_bubble_for_m_at_least_2p) {
 Test(sched, zb_v_built_for_a_small_send_time_stays_near_its_comm_0_bubble) {
     for (int p = 2; p <= 8; p++)
         for (int m = 2 * p; m <= 4 * p; m += p) {
-            sched_costs zero = {1, 1, 1, 0}, tiny = {1, 1, 1, 0.001};
+            sched_costs zero = {1, 1, 1, 0, 0, 0}, tiny = {1, 1, 1, 0.001, 0, 0};
             sched_plan *a = build("zb-v", p, m, 2, &zero), *b = build("zb-v", p, m, 2, &tiny);
             sched_sim *sa = simulate(a, 1, 1, 1, 0), *sb = simulate(b, 1, 1, 1, 0.001);
             cr_assert_leq(sb->step_time, sa->step_time + 2 + 2 * p * m * 0.001, "p=%d m=%d: %g at comm=0.001, %g at 0",
@@ -365,7 +365,7 @@ Test(sched, zb_v_built_for_a_small_send_time_stays_near_its_comm_0_bubble) {
             sched_sim_free(sa), sched_sim_free(sb), sched_free(a), sched_free(b);
         }
     /* and a send of a tenth of an op: 10.1%, against 16.1% before */
-    sched_costs tenth = {1, 1, 1, 0.1};
+    sched_costs tenth = {1, 1, 1, 0.1, 0, 0};
     sched_plan *plan = build("zb-v", 4, 8, 2, &tenth);
     sched_sim *sim = simulate(plan, 1, 1, 1, 0.1);
     cr_assert_lt(sim->bubble_ratio, 0.105, "%g", sim->bubble_ratio);
@@ -445,7 +445,7 @@ Test(sched, grid_and_timeline_text) {
  * 11.75) and W1 at 13.75. */
 Test(sched, stages_of_different_costs_play_out_as_worked_by_hand) {
     sched_plan *plan = build("1f1b", 2, 2, 1, NULL);
-    sched_costs each[2] = {{1, 1, 1, 0.5}, {2, 2, 2, 0.25}};
+    sched_costs each[2] = {{1, 1, 1, 0.5, 0, 0}, {2, 2, 2, 0.25, 0, 0}};
     sched_sim *sim = NULL;
     pp_err err = {{0}};
     cr_assert_eq(sched_simulate_stages(plan, each, &sim, &err), 0, "%s", err.msg);
@@ -503,7 +503,7 @@ Test(sched, equal_stage_costs_are_the_uniform_simulation) {
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         int v = k == 2 || k == 4 ? 2 : 1;
         sched_plan *plan = build(kinds[k], 4, 8, v, NULL);
-        sched_costs c = {1.5, 1.25, 0.75, 0.1}, each[8];
+        sched_costs c = {1.5, 1.25, 0.75, 0.1, 0, 0}, each[8];
         for (int s = 0; s < plan->stages; s++) each[s] = c;
         sched_sim *a = simulate(plan, c.f, c.b, c.w, c.comm), *b = NULL;
         pp_err err = {{0}};
@@ -729,6 +729,57 @@ Test(sched, an_overlapped_pair_runs_its_halves_side_by_side) {
     cr_assert_str_eq(grid, "rank 0 | 0F0    1F0    0F1    &1BW0  0BW0   1F1    1BW1   0BW1\n");
     free(grid);
     sched_sim_free(sim);
+    sched_free(plan);
+}
+
+/* A rank's own time between its ops (between) and a BW at a cost of its
+ * own (bw), by hand: fused 1F1B on 2 ranks, 2 microbatches, f=1, b=w=1
+ * but bw=1.5, between=0.25. Rank 0: 0F0 [0,1], 0F1 [1.25,2.25]; rank 1:
+ * 1F0 [1,2] (a first op: no between before it), 1BW0 [2.25,3.75], 1F1
+ * [4,5], 1BW1 [5.25,6.75]; rank 0: 0BW0 [3.75,5.25] (its input is later
+ * than its rank), 0BW1 [6.75,8.25]. An overlapped pair pays it once, after
+ * both halves. Both keys read as `pprun schedule --costs` writes them. */
+Test(sched, between_ops_and_a_bw_of_its_own_cost_play_out_as_worked_by_hand) {
+    sched_plan *split = build("1f1b", 2, 2, 1, NULL), *plan = fused(split);
+    sched_costs c = {1, 1, 1, 0, 0, 0};
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_costs("bw=1.5,between=0.25", "--costs", &c, &err), 0, "%s", err.msg);
+    sched_sim *sim = NULL;
+    cr_assert_eq(sched_simulate(plan, &c, &sim, &err), 0, "%s", err.msg);
+    static const double want[2][4][2] = {{{0, 1}, {1.25, 2.25}, {3.75, 5.25}, {6.75, 8.25}},
+                                         {{1, 2}, {2.25, 3.75}, {4, 5}, {5.25, 6.75}}};
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 4; i++)
+            cr_assert(sim->spans[r][i].start == want[r][i][0] && sim->spans[r][i].end == want[r][i][1],
+                      "rank %d op %d: [%g,%g], want [%g,%g]", r, i, sim->spans[r][i].start, sim->spans[r][i].end,
+                      want[r][i][0], want[r][i][1]);
+    cr_assert_eq(sim->step_time, 8.25);
+    sched_sim_free(sim);
+    sched_free(plan);
+    sched_free(split);
+    /* the pair of an_overlapped_pair_runs_its_halves_side_by_side, between=0.5: 0F0 [0,1], 1F0 [1.5,2.5],
+     * the pair from 3 (0F1 [3,4], 1BW0 [3,6]), 0BW0 [6.5,9.5], 1F1 [10,11], 1BW1 [11.5,14.5], 0BW1 [15,18] */
+    plan = parse("0F0,1F0,(0F1;1B0)OVERLAP_F_B,0B0,1F1,1B1,0B1\n");
+    c = (sched_costs){1, 2, 1, 0, 0, 0.5};
+    cr_assert_eq(sched_simulate(plan, &c, &sim, &err), 0, "%s", err.msg);
+    cr_assert(sim->spans[0][2].start == 3 && sim->spans[0][3].start == 3 && sim->spans[0][4].start == 6.5,
+              "pair at %g and %g, next op at %g", sim->spans[0][2].start, sim->spans[0][3].start,
+              sim->spans[0][4].start);
+    cr_assert_eq(sim->step_time, 18);
+    sched_sim_free(sim);
+    /* written back as read; a negative one is refused naming it */
+    char text[256];
+    sched_costs back = {0, 0, 0, 0, 0, 0};
+    c.bw = 2.5;
+    sched_costs_text(&c, text, sizeof text);
+    cr_assert_str_eq(text, "f=1,b=2,w=1,comm=0,bw=2.5,between=0.5");
+    cr_assert_eq(sched_parse_costs(text, "--costs", &back, &err), 0, "%s", err.msg);
+    cr_assert(memcmp(&back, &c, sizeof c) == 0);
+    c.between = -1;
+    cr_assert_eq(sched_simulate(plan, &c, &sim, &err), -1);
+    cr_assert(strstr(err.msg, "between=-1"), "%s", err.msg);
+    cr_assert_eq(sched_parse_costs("f=1,gap=2", "--costs", &c, &err), -1);
+    cr_assert(strstr(err.msg, "accepted: f, b, w, comm, bw, between"), "%s", err.msg);
     sched_free(plan);
 }
 

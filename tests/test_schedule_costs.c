@@ -57,7 +57,7 @@ static sched_costs recorded_costs(const char *path, int64_t job) {
     cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
     const char *text = (const char *)sqlite3_column_text(st, 0);
     cr_assert_not_null(text, "job %lld recorded no schedule_costs", (long long)job);
-    sched_costs c = {0, 0, 0, 0};
+    sched_costs c = {0, 0, 0, 0, 0, 0};
     pp_err err;
     cr_assert_eq(sched_parse_costs(text, "schedule_costs", &c, &err), 0, "%s", err.msg);
     sqlite3_finalize(st);
@@ -119,7 +119,7 @@ static void built_actions(const sched_plan *plan, int r, char *buf, size_t size)
 static void assert_ran_order_for(const char *path, int64_t job, const sched_costs *costs, int differs) {
     sched_plan *want = NULL, *unit = NULL;
     pp_err err;
-    static const sched_costs one = {1, 1, 1, 0};
+    static const sched_costs one = {1, 1, 1, 0, 0, 0};
     cr_assert_eq(sched_build("zb-v", 4, 8, 2, costs, &want, &err), 0, "%s", err.msg);
     cr_assert_eq(sched_build("zb-v", 4, 8, 2, &one, &unit, &err), 0, "%s", err.msg);
     sqlite3 *sql = open_db(path);
@@ -173,9 +173,9 @@ Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
     lt_free(&p);
 
     sched_costs w = measured_job_1(path).costs, c = recorded_costs(path, 2);
-    cr_expect(c.f == w.f && c.b == w.b && c.w == w.w && c.comm == w.comm,
-              "recorded f=%g b=%g w=%g comm=%g, what-if f=%g b=%g w=%g comm=%g", c.f, c.b, c.w, c.comm, w.f, w.b, w.w,
-              w.comm);
+    cr_expect(c.f == w.f && c.b == w.b && c.w == w.w && c.comm == w.comm && c.between == w.between,
+              "recorded f=%g b=%g w=%g comm=%g between=%g, what-if f=%g b=%g w=%g comm=%g between=%g", c.f, c.b, c.w,
+              c.comm, c.between, w.f, w.b, w.w, w.comm, w.between);
     cr_expect(c.f >= 2e6 && c.f < 3e6 && c.w >= 1e6 && c.w < 2e6, "f=%g w=%g ns: the model's 2 ms and 1 ms", c.f, c.w);
     assert_ran_order_for(path, 2, &c, 0);
 

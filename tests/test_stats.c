@@ -113,7 +113,8 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
      * costs 0: each op starts the moment its input's producer ends (the
      * 50 us of its SEND spans is not the time its output took to cross) */
     lt_assert_has(p.out, "what if    each schedule at this job's costs, simulated: F 1.00 ms, B 1.00 ms, W 1.00 ms, "
-                         "hand-off 0 ns\n  (medians of host spans, steps 1-2; * = this job's schedule)\n");
+                         "hand-off 0 ns, between ops 0 ns\n  (medians of host spans, hand-off and between ops their "
+                         "means, steps 1-2; * = this job's schedule)\n");
     lt_assert_has(p.out, "  1f1b *                  1 ");
     lt_assert_has(p.out, "   1.00x           -         4\n");
     lt_assert_has(p.out, "  zb-v                    2 ");
@@ -130,9 +131,10 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(p.out, "ops (GPU spans)");
     lt_assert_has(p.out, "  B                     64  900.00 us  900.00 us  900.00 us   57.60 ms\n");
     /* its what-if reads the GPU spans, its hand-offs too: 50 us from the
-     * end of one op's to its input's host span, 50 more to the next's */
-    lt_assert_has(p.out, "simulated: F 900.00 us, B 900.00 us, W 900.00 us, hand-off 100.00 us\n"
-                         "  (medians of GPU spans, steps 1-2;");
+     * end of one op's to its input's host span, 50 more to the next's;
+     * between two ops of a rank the same 100 us */
+    lt_assert_has(p.out, "simulated: F 900.00 us, B 900.00 us, W 900.00 us, hand-off 100.00 us, between ops 100.00 us\n"
+                         "  (medians of GPU spans, hand-off and between ops their means, steps 1-2;");
     lt_free(&p);
     p = stats(path, "1");
     lt_assert_has(p.out, "job 1  ");

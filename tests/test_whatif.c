@@ -175,8 +175,8 @@ Test(whatif, impossible_schedule_names_its_constraint) {
  * row: the same order, the same step. */
 Test(whatif, zb_v_ordered_for_the_measured_costs_idles_less) {
     whatif_input in = job_1f1b();
-    in.costs = (sched_costs){7.70 * MS, 7.06 * MS, 3.24 * MS, 0.066 * MS};
-    static const sched_costs unit = {1, 1, 1, 0};
+    in.costs = (sched_costs){7.70 * MS, 7.06 * MS, 3.24 * MS, 0.066 * MS, 0, 0};
+    static const sched_costs unit = {1, 1, 1, 0, 0, 0};
     in.build_costs = &unit; /* as `pprun run` builds a gpt job's */
     whatif_row rows[WHATIF_ROWS];
     simulate(&in, rows);
@@ -214,6 +214,31 @@ Test(whatif, send_time_lengthens_the_step) {
         cr_expect_gt(some[k].step_time_ns, none[k].step_time_ns, "%s", some[k].schedule);
 }
 
+/* A rank's time between its ops lengthens every row too, and carries to
+ * a chunk of any size as it is (a rank's, not a layer's); a BW's own cost
+ * scales with the chunk as F, B and W do. The tuned order's flag says it. */
+Test(whatif, time_between_ops_lengthens_the_step_and_does_not_scale) {
+    whatif_input in = job_1f1b();
+    whatif_row none[WHATIF_ROWS], some[WHATIF_ROWS];
+    simulate(&in, none);
+    in.costs.between = 0.25 * MS;
+    in.costs.bw = 1.5 * MS;
+    int n = simulate(&in, some);
+    for (int k = 0; k < n; k++)
+        cr_expect_gt(some[k].step_time_ns, none[k].step_time_ns, "%s", some[k].schedule);
+    sched_costs half = whatif_chunk_costs(&in, 2);
+    cr_expect(half.f == 0.5 * MS && half.bw == 0.75 * MS && half.between == 0.25 * MS && half.comm == 0,
+              "f=%g bw=%g between=%g", half.f, half.bw, half.between);
+    char flag[160];
+    whatif_tuned_flag(&in, flag, sizeof flag);
+    cr_expect_str_eq(flag, "f=0.5ms,b=0.5ms,w=0.5ms,comm=0ms,between=0.25ms");
+    in.costs.between = -1;
+    whatif_row rows[WHATIF_ROWS];
+    pp_err err = {{0}};
+    cr_expect_eq(whatif_simulate(&in, rows, &err), -1);
+    cr_expect(strstr(err.msg, "between=-1"), "%s", err.msg);
+}
+
 Test(whatif, bad_input_is_refused) {
     whatif_row rows[WHATIF_ROWS];
     pp_err err = {{0}};
@@ -236,7 +261,7 @@ Test(whatif, bad_input_is_refused) {
  * job's 4 KiB per microbatch-stage; at uneven costs ZB-H2's warm-up pays. */
 Test(whatif, the_memory_curve_runs_from_1f1bs_peak_to_twice_it) {
     whatif_input in = job_1f1b();
-    in.costs = (sched_costs){3.85 * MS, 3.53 * MS, 1.62 * MS, 0.066 * MS}; /* the gpt's, F + B > W */
+    in.costs = (sched_costs){3.85 * MS, 3.53 * MS, 1.62 * MS, 0.066 * MS, 0, 0}; /* the gpt's, F + B > W */
     static whatif_curve_row rows[WHATIF_CURVE_MAX];
     char why[160];
     int n = whatif_curve(&in, rows, why, sizeof why);

@@ -30,7 +30,8 @@ static const char usage_text[] =
     "  --stages S           the pipeline's stages, P x V, as the output counts them: another way to say P\n"
     "  --microbatches M     microbatches per step\n"
     "  --costs LIST         f=1,b=1,w=1,comm=0: time units of one F, B, W of a stage and of a send\n"
-    "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us); allreduce=T adds each\n"
+    "                       (or durations: f=3.8ms,b=3.5ms,w=1.6ms,comm=66us); between=T adds a rank's\n"
+    "                       own time between two ops, bw=T a BW's cost when not b + w, allreduce=T each\n"
     "                       stage's gradient all-reduce under data parallelism (after its last W)\n"
     "  --max-mem N          zb-h1, zb-v: built so that no rank holds more than N microbatch-stages\n"
     "                       (or bytes, 24MiB, with --act-bytes); any schedule: checked against it\n"
@@ -289,7 +290,11 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
     term_write(stdout, plan->name, strlen(plan->name), 0);
     printf(": %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->ranks, plan->stages,
            plan->virtual_stages, placement_name(plan), plan->microbatches);
-    printf("costs: f=%g b=%g w=%g comm=%g%s\n\n", c->f, c->b, c->w, c->comm, bw ? " (a BW costs b + w)" : "");
+    printf("costs: f=%g b=%g w=%g comm=%g", c->f, c->b, c->w, c->comm);
+    if (c->between > 0) printf(" between=%g", c->between);
+    if (bw && c->bw > 0) printf(" bw=%g", c->bw);
+    else if (bw) printf(" (a BW costs b + w)");
+    printf("\n\n");
     char *grid = sched_grid_text(plan, NULL, 0, 0);
     printf("action grid ({stage}{%s}{microbatch}, '.' idle):\n%s\n", bw ? "F|B|W|BW" : "F|B|W",
            grid ? grid : "(out of memory)\n");

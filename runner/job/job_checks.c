@@ -357,6 +357,9 @@ void job_checks_say_costs(const run_job *job) {
                 job->cfg.schedule_costs_db, job->act_about);
     if (!job->costs_about[0]) return;
     const sched_costs *c = &job->cfg.schedule_costs;
-    fprintf(stderr, "pprun run: zb-v ordered for F %.3f ms, B %.3f ms, W %.3f ms, hand-off %.3f ms (%s, %s)\n",
-            c->f / 1e6, c->b / 1e6, c->w / 1e6, c->comm / 1e6, job->cfg.schedule_costs_db, job->costs_about);
+    fprintf(stderr,
+            "pprun run: zb-v ordered for F %.3f ms, B %.3f ms, W %.3f ms, hand-off %.3f ms, between ops %.3f ms (%s, "
+            "%s)\n",
+            c->f / 1e6, c->b / 1e6, c->w / 1e6, c->comm / 1e6, c->between / 1e6, job->cfg.schedule_costs_db,
+            job->costs_about);
 }

@@ -39,8 +39,7 @@ static char *config_json(const run_job *job) {
     cJSON_AddStringToObject(o, "schedule", run_schedule_text(c, schedule, sizeof schedule));
     if (c->has_schedule_costs) { /* what zb-v's order was built for (db/whatif.c reads it back) */
         char text[1024];
-        snprintf(text, sizeof text, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->schedule_costs.f, c->schedule_costs.b,
-                 c->schedule_costs.w, c->schedule_costs.comm);
+        sched_costs_text(&c->schedule_costs, text, sizeof text);
         cJSON_AddStringToObject(o, "schedule_costs", text);
         if (c->schedule_costs_db[0]) {
             snprintf(text, sizeof text, "%s, %s", c->schedule_costs_db, job->costs_about);

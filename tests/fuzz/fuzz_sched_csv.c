@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (sched_validate(plan, &err) != 0) {
         check_escaped(err.msg);
     } else if ((long)plan->stages * plan->microbatches <= 100000) {
-        sched_costs costs = {1, 1, 1, 0.5};
+        sched_costs costs = {1, 1, 1, 0.5, 0, 0};
         sched_sim *sim = NULL;
         if (sched_simulate(plan, &costs, &sim, &err) == 0) {
             CHECK(sim->step_time > 0 && sim->bubble_ratio >= 0 && sim->bubble_ratio < 1);
