@@ -11,7 +11,8 @@
  * sets it.
  *
  * What is checked, from the database with SQL as a user would: PyTorch's
- * GPipe, 1F1B, Interleaved1F1B and ZBVZeroBubble on 2 and 4 ranks record
+ * GPipe, 1F1B, Interleaved1F1B and ZBVZeroBubble on 2 and 4 ranks, and
+ * LoopedBFS and InterleavedZeroBubble on 2, record
  * every F and every backward (BW where PyTorch fuses it, B and W where it
  * splits them) of every microbatch of every step on the right rank and
  * stage, in the order PyTorch ran them, which is the plan declared; the
@@ -206,11 +207,13 @@ static torch_case cases[] = {
     {"Interleaved1F1B", "ScheduleInterleaved1F1B", 4, 2, 0, BACKWARD_FUSED},
     {"ZBVZeroBubble", "ScheduleZBVZeroBubble", 4, 2, 1, BACKWARD_SPLIT},
     {"DualPipeV", "ScheduleDualPipeV", 2, 2, 1, BACKWARD_MIXED},
+    {"LoopedBFS", "ScheduleLoopedBFS", 2, 2, 0, BACKWARD_FUSED},
+    {"InterleavedZeroBubble", "ScheduleInterleavedZeroBubble", 2, 2, 0, BACKWARD_SPLIT},
 };
 
 /* Parameters are indices: Criterion may run a test in a new process of
  * this binary, where pointers into cases[] (its strings) would not hold. */
-static int case_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+static int case_index[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
 
 ParameterizedTestParameters(torch, pytorchs_schedules_are_traced_op_by_op) {
     return cr_make_param_array(int, case_index, sizeof case_index / sizeof case_index[0]);
