@@ -58,8 +58,13 @@ static sched_costs balance_density(const balance_profile *p, int s) {
     const sched_costs *adds = s == 0 ? &p->first_adds : s == p->stages - 1 ? &p->last_adds : NULL;
     double layers = p->bound[s + 1] - p->bound[s];
     if (adds) c.f -= adds->f, c.b -= adds->b, c.w -= adds->w;
-    if (adds && c.bw > 0) c.bw -= adds->b + adds->w;
-    return (sched_costs){c.f / layers, c.b / layers, c.w / layers, 0, c.bw / layers, 0};
+    return (sched_costs){c.f / layers, c.b / layers, c.w / layers, 0, 0, 0};
+}
+
+/* What stage s's BW costs against its B and W (1: a BW is b + w). */
+static double balance_fused_share(const balance_profile *p, int s) {
+    const sched_costs *c = &p->stage[s];
+    return c->b + c->w > 0 ? sched_bw_cost(c) / (c->b + c->w) : 1;
 }
 
 void balance_chunk_costs(const balance_profile *p, const double *bound, int chunks, sched_costs *out) {
@@ -71,17 +76,18 @@ void balance_chunk_costs(const balance_profile *p, const double *bound, int chun
             if (hi <= lo) continue;
             sched_costs d = balance_density(p, s);
             sum.f += d.f * (hi - lo), sum.b += d.b * (hi - lo), sum.w += d.w * (hi - lo);
-            /* a BW of a stage that has none of its own costs its b + w */
-            sum.bw += (d.bw > 0 ? d.bw : d.b + d.w) * (hi - lo);
+            sum.bw += (d.b + d.w) * balance_fused_share(p, s) * (hi - lo);
         }
         out[c] = sum;
     }
     const sched_costs *first = &p->first_adds, *last = &p->last_adds;
-    out[0].f += first->f, out[0].b += first->b, out[0].w += first->w, out[0].bw += first->b + first->w;
+    int S = p->stages;
+    out[0].f += first->f, out[0].b += first->b, out[0].w += first->w;
+    out[0].bw += (first->b + first->w) * balance_fused_share(p, 0);
     out[chunks - 1].f += last->f, out[chunks - 1].b += last->b, out[chunks - 1].w += last->w;
-    out[chunks - 1].bw += last->b + last->w;
+    out[chunks - 1].bw += (last->b + last->w) * balance_fused_share(p, S - 1);
     int fused = 0; /* bw only where a stage measured one beside its B and W: else b + w, as unset */
-    for (int s = 0; s < p->stages; s++) fused |= p->stage[s].bw > 0;
+    for (int s = 0; s < S; s++) fused |= p->stage[s].bw > 0;
     for (int c = 0; !fused && c < chunks; c++) out[c].bw = 0;
 }
 

@@ -49,8 +49,9 @@ int balance_split(const balance_profile *p, int chunks, double *bound, pp_err *e
 /* The costs of each chunk (out[chunks]) when the same layers are split at
  * bound[chunks + 1]: the layers' share of their stages' costs, plus the
  * first and last stage's additions on the first and last chunk; a BW's
- * (bw) the same way where a stage measured one of its own (else 0: b +
- * w); comm and between the first stage's. */
+ * (bw), where a stage measured one of its own (else 0: b + w), as its B
+ * and W at each stage's BW against its B and W; comm and between the
+ * first stage's. */
 void balance_chunk_costs(const balance_profile *p, const double *bound, int chunks, sched_costs *out);
 
 /* How many ranks ran stage k (the job's --dp, 1 for one pipeline), and the

@@ -231,7 +231,7 @@ static int64_t waited_for_core(const walk *w, int rank, int64_t a, int64_t b) {
 }
 
 /* An op the simulator plays: an F or a backward (B, W, BW); not a
- * recompute (played inside its B), an OPT or a span of the program's. */
+ * recompute (played inside its B) or an OPT. */
 static int played(int phase) { return phase == TRACE_F || phase == TRACE_W || analyze_is_backward(phase); }
 
 int critpath_handoffs(const analyze_op *spans, size_t n, int less_core_waits, durations *out, durations *between,
@@ -239,15 +239,20 @@ int critpath_handoffs(const analyze_op *spans, size_t n, int less_core_waits, du
     walk w;
     int rc = walk_init(&w, spans, n) == 0 ? 0 : pp_fail(err, "out of memory reading the hand-offs");
     for (size_t i = 0; rc == 0 && i < w.n; i++) {
+        const analyze_op *o = &w.ops[i];
         size_t from = data_predecessor(&w, i), before = rank_predecessor(&w, i);
+        /* beside its rank's previous op (an overlapped pair's second half):
+         * the simulator starts both halves together, with nothing between */
+        if (before != NONE && w.ops[before].end > o->start) continue;
         int waited = from != NONE && (before == NONE || w.ops[before].end < w.ops[from].end);
-        durations *into = waited ? out : between;
-        if (!waited && (!between || before == NONE || !played(w.ops[i].phase) || !played(w.ops[before].phase)))
+        /* a recompute starts its B as the simulator plays it: the time
+         * before it is the B's, the time after it none of the rank's own */
+        int starts_op = played(o->phase) || o->phase == ANALYZE_RECOMPUTE;
+        if (!waited && (!between || before == NONE || !starts_op || !played(w.ops[before].phase)))
             continue; /* nothing to measure, or not between two ops the simulator plays */
-        int64_t a = waited ? w.ops[from].end : w.ops[before].end, b = w.ops[i].start, ns = b - a;
-        if (less_core_waits && ns > 0) ns -= waited_for_core(&w, w.ops[i].rank, a, b);
-        if (!waited && ns < 0) ns = 0; /* side by side (an overlapped pair): nothing between them */
-        if (durations_push(into, ns) != 0) rc = pp_fail(err, "out of memory reading the hand-offs");
+        int64_t a = waited ? w.ops[from].end : w.ops[before].end, ns = o->start - a;
+        if (less_core_waits && ns > 0) ns -= waited_for_core(&w, o->rank, a, o->start);
+        if (durations_push(waited ? out : between, ns) != 0) rc = pp_fail(err, "out of memory reading the hand-offs");
     }
     walk_free(&w);
     return rc;

@@ -60,12 +60,15 @@ void critpath_free(critpath_path *p);
  * another rank's op that ended after the op's own rank had ended its
  * previous op. Each pushes its start less that producer's end into out:
  * the time the output took to cross to it, what the simulator calls a
- * send (comm, docs/schedules.md). An op its own rank held up says nothing
- * of that time: where it and the rank's previous op are both ops the
- * simulator plays (F, B, W, BW), it pushes its start less that op's end
- * into `between` instead (0 for two side by side), the rank's own time
+ * send (comm, docs/schedules.md). An op that did not wait for its input
+ * (its rank held it up, or its input came from no other rank) says
+ * nothing of that time: where it and the rank's previous op are ops the
+ * simulator plays (F, B, W, BW; a recompute starts its B), it pushes its
+ * start less that op's end into `between` instead, the rank's own time
  * between two ops whose next one's input was there (sched_costs.between);
- * between may be NULL. less_core_waits (ranks that shared cores): each
+ * between may be NULL. An op that started before its rank's previous op
+ * ended (an overlapped pair's second half) pushes nothing: the simulator
+ * starts both halves together. less_core_waits (ranks that shared cores): each
  * less what its rank waited for a core in it, by the wait_cpu of its
  * sends and receives that end in it. 0, or -1 with err when out of
  * memory. */

@@ -85,11 +85,13 @@ static double whatif_scale(const whatif_input *in, int v) {
     return in->fixed_op_costs ? 1.0 : (double)in->virtual_stages / v;
 }
 
-sched_costs whatif_chunk_costs(const whatif_input *in, int v) {
-    double scale = whatif_scale(in, v);
-    return (sched_costs){in->costs.f * scale,    in->costs.b * scale,  in->costs.w * scale,
-                         in->costs.comm,         in->costs.bw * scale, in->costs.between};
+/* c for a chunk `scale` times the size: its ops' costs scale, a send's
+ * and a rank's time between ops do not. */
+static sched_costs whatif_scaled(const sched_costs *c, double scale) {
+    return (sched_costs){c->f * scale, c->b * scale, c->w * scale, c->comm, c->bw * scale, c->between};
 }
+
+sched_costs whatif_chunk_costs(const whatif_input *in, int v) { return whatif_scaled(&in->costs, whatif_scale(in, v)); }
 
 void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size) {
     sched_costs c = whatif_chunk_costs(in, 2);
@@ -537,14 +539,14 @@ static int whatif_read_window(sqlite3 *db, const job_summary *s, whatif_report *
  * W, else -1) the recompute median times the share of backwards that had
  * one. Every stage's comm and between are `gaps`'
  * (whatif_read_handoff). */
-static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, int64_t med[4],
+static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report *r, double med[4],
                                const sched_costs *gaps, pp_err *err) {
     balance_profile *bp = &r->profile;
     int S = bp->stages, rc = SQLITE_DONE;
     sqlite3_stmt *st;
     if (whatif_prepare_window(db,
                               "SELECT CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 3 "
-                              "ELSE 4 END, end_ns - start_ns - ?5 * min(coalesce(wait_cpu_ns, 0),"
+                              "ELSE 4 END, end_ns - start_ns - ?5 * min(max(coalesce(wait_cpu_ns, 0), 0),"
                               " end_ns - start_ns), stage, rank, end_ns - start_ns FROM events WHERE "
                               "job_id=?1 AND step BETWEEN ?2 AND ?3 AND source=?4 AND (phase IN ('F','B','W','BW') "
                               "OR (phase='SPAN' AND name='RECOMPUTE'))",
@@ -577,32 +579,33 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
     int64_t bw = durations_median(&d[3]), recompute = durations_median(&d[4]);
     double recomputed = d[1].n + d[3].n ? (double)d[4].n / (double)(d[1].n + d[3].n) : 0;
     for (int k = 0; k < 5; k++) {
-        if (k < 3) med[k] = durations_median(&d[k]);
+        if (k < 3) med[k] = (double)durations_median(&d[k]);
         free(d[k].v);
     }
     med[3] = -1;
     if (med[1] < 0 && med[2] < 0 && bw >= 0) {
-        med[1] = bw / 2, med[2] = bw - bw / 2;
+        med[1] = (double)(bw / 2), med[2] = (double)(bw - bw / 2);
         r->bw_split = 1;
         r->bw_ns = bw;
     } else if (bw > 0) {
-        med[3] = bw;
+        med[3] = (double)bw;
     }
-    int64_t again = recompute > 0 ? llround((double)recompute * (recomputed < 1 ? recomputed : 1)) : 0;
+    /* sums in double: two medians of a damaged file's 2^62 would overflow an int64 */
+    double again = recompute > 0 ? (double)recompute * (recomputed < 1 ? recomputed : 1) : 0;
     if (med[1] >= 0) med[1] += again;
     if (med[3] > 0) med[3] += again;
     int complete = !oom && by_stage;
     for (int k = 0; by_stage && k < S; k++) {
-        int64_t f = durations_median(&by_stage[k * 5]), b = durations_median(&by_stage[k * 5 + 1]);
-        int64_t w = durations_median(&by_stage[k * 5 + 2]), sb = durations_median(&by_stage[k * 5 + 3]);
-        int64_t again = durations_median(&by_stage[k * 5 + 4]);
+        double f = (double)durations_median(&by_stage[k * 5]), b = (double)durations_median(&by_stage[k * 5 + 1]);
+        double w = (double)durations_median(&by_stage[k * 5 + 2]);
+        int64_t sb = durations_median(&by_stage[k * 5 + 3]), again = durations_median(&by_stage[k * 5 + 4]);
         int split = b >= 0 || w >= 0; /* its own B and W: a BW beside them costs what it measured */
-        if (!split && sb >= 0) b = sb / 2, w = sb - sb / 2;
-        if (again < 0) again = 0;
-        if (b >= 0) b += again;
+        if (!split && sb >= 0) b = (double)(sb / 2), w = (double)(sb - sb / 2);
+        double more = again > 0 ? (double)again : 0;
+        if (b >= 0) b += more;
         complete &= f >= 0 && b >= 0 && w >= 0;
-        double fused = split && sb > 0 ? (double)(sb + again) : 0;
-        bp->stage[k] = (sched_costs){(double)f, (double)b, (double)w, gaps->comm, fused, gaps->between};
+        double fused = split && sb > 0 ? (double)sb + more : 0;
+        bp->stage[k] = (sched_costs){f, b, w, gaps->comm, fused, gaps->between};
         for (int j = 0; j < 5; j++) free(by_stage[k * 5 + j].v);
     }
     free(by_stage);
@@ -633,7 +636,7 @@ static int whatif_read_medians(sqlite3 *db, const job_summary *s, whatif_report 
  * Means, not medians as for the ops: these times are skewed (most short,
  * a few a thread's wake-up or a collection long), a step adds them up, and
  * a PyTorch job's medians were a fifth to a half of its means
- * (docs/torch.md, "What if").
+ * (docs/torch.md, "What-if").
  * With cores shared (r->shared_ranks) each is less the receiver's wait
  * for a core after its input came, as the ops are less theirs: the
  * schedules are played with a core per rank. The window's steps are
@@ -748,7 +751,7 @@ static void whatif_balance(whatif_report *r) {
     for (int k = 0; k < S; k++) {
         const sched_costs *c = &bp->stage[k];
         mean.f += c->f / S, mean.b += c->b / S, mean.w += c->w / S;
-        if (fused) mean.bw += (c->bw > 0 ? c->bw : c->b + c->w) / S;
+        if (fused) mean.bw += sched_bw_cost(c) / S;
     }
     for (int k = 0; k < S; k++) equal[k] = mean;
     r->own_step_ns = whatif_step_at(plan, bp->stage);
@@ -994,15 +997,15 @@ int whatif_read(sqlite3 *db, const job_summary *s, whatif_report *r, pp_err *err
         whatif_read_window(db, s, r, err) != 0)
         return -1;
     if (r->last_step < 0) return 0;
-    int64_t med[4], comm, between;
+    double med[4];
+    int64_t comm, between;
     if (whatif_read_handoff(db, s, r, &comm, &between, err) != 0) return -1;
     sched_costs gaps = {.comm = (double)comm, .between = (double)between};
     if (whatif_read_medians(db, s, r, med, &gaps, err) != 0) return -1;
     /* a job without a pipeline shape (`pprun launch`) has nothing to play */
     if (med[0] < 0 || med[1] < 0 || med[2] < 0 || r->in.microbatches < 1 || r->in.virtual_stages < 1) return 0;
     r->in.ranks = s->world / (s->nreplicas > 1 ? s->nreplicas : 1); /* one pipeline's: --dp replicates it */
-    r->in.costs = (sched_costs){(double)med[0], (double)med[1], (double)med[2], gaps.comm, 0, gaps.between};
-    if (med[3] > 0) r->in.costs.bw = (double)med[3];
+    r->in.costs = (sched_costs){med[0], med[1], med[2], gaps.comm, med[3] > 0 ? med[3] : 0, gaps.between};
     r->in.act_peak_by_rank = s->act_peak_by_rank;
     r->in.inflight_by_rank = s->plan_peak_inflight;
     if (r->recomputed && whatif_read_act_profile(db, s, r, err) != 0) return -1;
@@ -1058,10 +1061,9 @@ int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int
     /* a chunk here holds 1/(ranks*v) of the layers, there 1/(p*job_v), p
      * the ranks of one of its pipelines (r.in.ranks: --dp replicates it) */
     double scale = r.in.fixed_op_costs ? 1.0 : (double)r.in.ranks * r.in.virtual_stages / ((double)ranks * v);
-    *out = (sched_costs){r.in.costs.f * scale, r.in.costs.b * scale,  r.in.costs.w * scale,
-                         r.in.costs.comm,      r.in.costs.bw * scale, r.in.costs.between};
-    snprintf(about, about_size, "job %lld: medians of %s spans, steps %d-%d", (long long)job, r.gpu ? "GPU" : "host",
-             r.first_step, r.last_step);
+    *out = whatif_scaled(&r.in.costs, scale);
+    snprintf(about, about_size, "job %lld: medians of %s spans, hand-off and between ops their means, steps %d-%d",
+             (long long)job, r.gpu ? "GPU" : "host", r.first_step, r.last_step);
     rc = 0;
 out:
     summary_free(&s);

@@ -40,6 +40,9 @@ typedef struct sched_costs {
     double bw, between;
 } sched_costs;
 
+/* What a BW costs at c: its bw where set, else its B and its W. */
+static inline double sched_bw_cost(const sched_costs *c) { return c->bw > 0 ? c->bw : c->b + c->w; }
+
 typedef struct sched_plan {
     char name[64];        /* "1f1b", "zb-v", "csv:FILE" ... */
     int ranks;            /* p */

@@ -44,9 +44,9 @@ int sched_plan_from_lists_ov(const char *name, int p, int stages, int v, int m, 
  * m >= 2p microbatches, v = 2. */
 int sched_build_dualpipev(int p, int m, int v, sched_plan **out, pp_err *err);
 
-/* What an op costs at c: a BW its bw, or its B and its W. */
+/* What an op costs at c (a BW: sched_bw_cost). */
 static inline double sched_op_cost(const sched_costs *c, int op) {
-    if (op == SCHED_BW) return c->bw > 0 ? c->bw : c->b + c->w;
+    if (op == SCHED_BW) return sched_bw_cost(c);
     return op == SCHED_F ? c->f : op == SCHED_B ? c->b : c->w;
 }
 

@@ -74,6 +74,32 @@ Test(balance, the_fit_finds_a_layers_cost_and_what_the_ends_add) {
     cr_assert(strstr(err.msg, "more stages (9) than layers (8)"), "%s", err.msg);
 }
 
+/* A BW of its own cost (bw: a stage that ran PyTorch's fused backward
+ * beside its split one) goes with its B and W: the job's own split gives
+ * back each stage's bw (the last stage's 6.75 ms: 0.75 of its b + w,
+ * the head's additions in it), and another split's chunk its layers'
+ * share at their stages' ratio. Without a bw anywhere, none is made up. */
+Test(balance, a_bw_of_its_own_cost_follows_its_stages_b_and_w) {
+    balance_profile p = gpt_like();
+    for (int s = 0; s < 4; s++) p.stage[s].bw = 0.75 * (p.stage[s].b + p.stage[s].w);
+    double bound[10];
+    sched_costs each[8];
+    pp_err err = {{0}};
+    cr_assert_eq(balance_split(&p, 4, bound, &err), 0, "%s", err.msg);
+    balance_chunk_costs(&p, bound, 4, each);
+    for (int s = 0; s < 4; s++)
+        cr_expect_float_eq(each[s].bw, p.stage[s].bw, 1e-6, "stage %d: bw %g, measured %g", s, each[s].bw,
+                           p.stage[s].bw);
+    cr_expect_float_eq(each[3].bw, 0.75 * (7 + 2) * MS, 1e-6);
+    cr_assert_eq(balance_split(&p, 8, bound, &err), 0, "%s", err.msg);
+    balance_chunk_costs(&p, bound, 8, each);
+    cr_expect_float_eq(each[3].bw, 0.75 * 3 * MS, 1e-6, "a middle layer: 0.75 of its b + w");
+    cr_expect_float_eq(each[7].bw, 0.75 * 6 * MS, 1e-6, "the last layer with the last stage's additions");
+    p = gpt_like();
+    balance_chunk_costs(&p, bound, 8, each);
+    for (int c = 0; c < 8; c++) cr_expect_eq(each[c].bw, 0, "chunk %d: no bw measured, a BW costs b + w", c);
+}
+
 /* With two stages the first adds nothing: its layers set the layer's cost. */
 Test(balance, two_stages_put_the_difference_on_the_last) {
     balance_profile p = {.stages = 2, .layers = 4, .layers_known = 1, .bound = {0, 2, 4}};

@@ -156,7 +156,7 @@ static int by_value(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The what-if's send cost is the median of these (db/whatif.c): only ops
+/* The what-if's send cost is the mean of these (db/whatif.c): only ops
  * that waited for their input tell how long it took to cross. Rank 1's F0
  * waited (its W ended at 4, F0's input left rank 0 at 10) and started 2
  * after; rank 0's B0 waited for rank 1's B0 (its F1 ended at 18) and
@@ -200,6 +200,27 @@ Test(critpath, hand_offs_count_only_the_ops_that_waited_for_their_input) {
     d = (durations){0};
     cr_assert_eq(critpath_handoffs(NULL, 0, 0, &d, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(d.n, 0, "no op, no hand-off");
+}
+
+/* One rank of a V (stages 0 and 1): F1 of stage 0 starts 2 after F0
+ * ended; stage 1's B0 runs beside it (an overlapped pair's second half,
+ * started before its rank's previous op ended: the simulator starts both
+ * halves together, so it says nothing); W0 starts 2 after the pair; the
+ * recompute before stage 0's B0 starts 3 after W0 and stands for that B
+ * (the simulator plays it inside the B), so the B after it says nothing. */
+Test(critpath, between_ops_leaves_out_a_pairs_second_half_and_counts_a_recompute_as_its_b) {
+    analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10),  span(0, TRACE_F, 0, 1, 12, 20),
+                      span(0, TRACE_B, 1, 0, 13, 30), span(0, TRACE_W, 1, 0, 32, 40),
+                      span(0, ANALYZE_RECOMPUTE, 0, 0, 43, 45), span(0, TRACE_B, 0, 0, 45, 50)};
+    durations d = {0}, t = {0};
+    pp_err err;
+    cr_assert_eq(critpath_handoffs(s, sizeof s / sizeof s[0], 0, &d, &t, &err), 0, "%s", err.msg);
+    cr_assert_eq(d.n, 0, "one rank: no hand-off");
+    qsort(t.v, t.n, sizeof *t.v, by_value);
+    cr_assert_eq(t.n, 3, "%zu times between ops", t.n);
+    cr_assert(t.v[0] == 2 && t.v[1] == 2 && t.v[2] == 3, "between ops %lld %lld %lld", (long long)t.v[0],
+              (long long)t.v[1], (long long)t.v[2]);
+    free(d.v), free(t.v);
 }
 
 /* Ranks that shared cores: a hand-off less what the receiver waited for

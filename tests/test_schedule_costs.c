@@ -169,7 +169,7 @@ Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
     p = run_job(path, (const char *[]){"--schedule", "zb-v", "--model", TIMED, "--schedule-costs", path, NULL});
     cr_assert_eq(p.status, 0, "%s", p.err);
     lt_assert_has(p.err, "pprun run: zb-v ordered for F 2.");
-    lt_assert_has(p.err, "job 1: medians of host spans, steps 1-2)");
+    lt_assert_has(p.err, "job 1: medians of host spans, hand-off and between ops their means, steps 1-2)");
     lt_free(&p);
 
     sched_costs w = measured_job_1(path).costs, c = recorded_costs(path, 2);

@@ -512,16 +512,24 @@ Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
     lt_free(&p);
 }
 
+/* A number of JSON object o, failing the test naming key when it is not one. */
+static double json_num(const cJSON *o, const char *key, const char *doc) {
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    cr_assert(cJSON_IsNumber(v), "no number '%s' in:\n%s", key, doc);
+    return v->valuedouble;
+}
+
 /* The what-if's row of the job's own schedule against the step it
- * measured, 12 steps of 8 microbatches on 2 ranks: within a fifth. A
+ * measured, 12 steps of 8 microbatches on 2 ranks: within a quarter
+ * (0.85-1.07 over 28 runs of torch 2.6 and 2.14 on this machine). A
  * PyTorch rank spends a share of its step between ops (issuing and
  * waiting on its sends and receives, in Python) that the simulator plays
  * as `between`, and a hand-off is skewed: with each the median, and
- * nothing between ops, Interleaved1F1B's row was 0.56 of the step, 1F1B's
- * 0.76. DualPipeV runs both PyTorch's split backward (B, W) and its fused
- * one (BW, cheaper than B + W here): its BW is played at its own cost
- * (costs_ns.bw), where b + w put its row at 1.07 with the rest still
- * missing. */
+ * nothing between ops, Interleaved1F1B's row was 0.56-0.58 of the step,
+ * 1F1B's 0.76-0.80 (docs/torch.md, "What-if"). DualPipeV runs both
+ * PyTorch's split backward (B, W) and its fused one (BW, half their cost
+ * here): its BW is played at its own cost (costs_ns.bw), where b + w put
+ * its row at 1.03-1.07 with the time between ops still missing. */
 static const char *const what_if_cases[] = {"1F1B", "Interleaved1F1B", "DualPipeV"};
 static int what_if_index[] = {0, 1, 2};
 
@@ -546,13 +554,12 @@ ParameterizedTest(int *index, torch, the_what_if_of_its_own_schedule_is_near_its
     cJSON *j = cJSON_Parse(st.out);
     cr_assert_not_null(j, "%s", st.out);
     const cJSON *whatif = cJSON_GetObjectItem(j, "whatif"), *costs = cJSON_GetObjectItem(whatif, "costs_ns");
-    double measured = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "summary"), "step_time_ns")->valuedouble, own = 0;
+    double measured = json_num(cJSON_GetObjectItem(j, "summary"), "step_time_ns", st.out), own = 0;
     const cJSON *row;
     cJSON_ArrayForEach(row, cJSON_GetObjectItem(whatif, "schedules"))
-        if (cJSON_IsTrue(cJSON_GetObjectItem(row, "this_job")))
-            own = cJSON_GetObjectItem(row, "step_time_ns")->valuedouble;
-    double between = cJSON_GetObjectItem(costs, "between")->valuedouble;
-    cr_assert(own > 0.8 * measured && own < 1.2 * measured,
+        if (cJSON_IsTrue(cJSON_GetObjectItem(row, "this_job"))) own = json_num(row, "step_time_ns", st.out);
+    double between = json_num(costs, "between", st.out);
+    cr_assert(own > 0.75 * measured && own < 1.25 * measured,
               "%s: its own schedule simulated at %.2f ms, measured %.2f ms a step (%.2fx); between ops %.0f us\n%s",
               flag, own / 1e6, measured / 1e6, own / measured, between / 1e3, st.out);
     cr_assert_gt(between, 0, "a PyTorch rank's time between its ops is measured");
