@@ -179,7 +179,8 @@ Test(balance, a_programs_stages_split_in_equal_fractions) {
  * of their own. */
 Test(balance, the_what_if_plays_each_stage_at_its_own_costs) {
     balance_profile p = gpt_like();
-    whatif_input in = {.ranks = 4, .microbatches = 8, .virtual_stages = 1, .costs = {2 * MS, 4 * MS, 2 * MS, 0.1 * MS}};
+    whatif_input in = {.ranks = 4, .microbatches = 8, .virtual_stages = 1,
+                       .costs = {2 * MS, 4 * MS, 2 * MS, 0.1 * MS, 0, 0}};
     snprintf(in.schedule, sizeof in.schedule, "1f1b");
     whatif_row flat[WHATIF_ROWS], staged[WHATIF_ROWS];
     pp_err err = {{0}};

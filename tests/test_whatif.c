@@ -17,7 +17,7 @@ static const int64_t act_1f1b[4] = {4 * 4096, 3 * 4096, 2 * 4096, 1 * 4096};
 static const int64_t inflight_1f1b[4] = {4, 3, 2, 1};
 
 static whatif_input job_1f1b(void) {
-    whatif_input in = {.ranks = 4, .microbatches = 8, .virtual_stages = 1, .costs = {MS, MS, MS, 0}};
+    whatif_input in = {.ranks = 4, .microbatches = 8, .virtual_stages = 1, .costs = {MS, MS, MS, 0, 0, 0}};
     snprintf(in.schedule, sizeof in.schedule, "1f1b");
     in.act_peak_by_rank = act_1f1b;
     in.inflight_by_rank = inflight_1f1b;

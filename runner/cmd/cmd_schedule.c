@@ -585,7 +585,7 @@ int cmd_schedule(int argc, char **argv) {
             fputs(usage_text, stdout);
             return 0;
         }
-    opts o = {.costs = {1, 1, 1, 0}, .notation = "pprun", .format = "text"};
+    opts o = {.costs = {1, 1, 1, 0, 0, 0}, .notation = "pprun", .format = "text"};
     pp_err err = {{0}};
     mem_view mv = {0};
     if (parse_args(argc, argv, &o, &err) != 0) {
