@@ -173,8 +173,8 @@ static int play_rank(player *pl, int r) {
                 moved++;
             }
         if (pl->half[r] != 3) break;
-        double after = pl->pair_end[r] + pl->cost[plan->actions[r][i].stage].between;
-        pl->clock[r] = after > pl->clock[r] ? after : pl->clock[r];
+        /* both halves started at or after the clock: the later end is past it */
+        pl->clock[r] = pl->pair_end[r] + pl->cost[plan->actions[r][i].stage].between;
         pl->half[r] = 0, pl->pair_end[r] = 0;
         pl->pos[r] += 2;
     }

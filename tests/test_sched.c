@@ -780,6 +780,15 @@ Test(sched, between_ops_and_a_bw_of_its_own_cost_play_out_as_worked_by_hand) {
     cr_assert(strstr(err.msg, "between=-1"), "%s", err.msg);
     cr_assert_eq(sched_parse_costs("f=1,gap=2", "--costs", &c, &err), -1);
     cr_assert(strstr(err.msg, "accepted: f, b, w, comm, bw, between"), "%s", err.msg);
+    /* what a user writes for them is refused naming the key, and changes nothing */
+    static const char *const hostile[] = {"between=-1", "bw=-0.5", "between=nan", "bw=inf", "between=1e99",
+                                          "between=", "bw=1ms,between=2"};
+    for (size_t k = 0; k < sizeof hostile / sizeof hostile[0]; k++) {
+        sched_costs before = c;
+        cr_assert_eq(sched_parse_costs(hostile[k], "--costs", &c, &err), -1, "'%s' accepted", hostile[k]);
+        cr_assert(strstr(err.msg, "--costs"), "'%s': %s", hostile[k], err.msg);
+        cr_assert(memcmp(&before, &c, sizeof c) == 0, "'%s' changed the costs", hostile[k]);
+    }
     sched_free(plan);
 }
 
