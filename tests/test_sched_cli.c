@@ -237,6 +237,14 @@ Test(sched_cli, an_all_reduce_cost_gives_the_step_with_data_parallelism) {
     cr_assert_float_eq(cJSON_GetObjectItem(root, "dp_step_time")->valuedouble, 14e6, 1e-3, "%s", out);
     cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "costs"), "allreduce")->valuedouble, 1e6, 1e-3);
     cJSON_Delete(root);
+    /* a rank's time between ops: 1f1b on 2 ranks, 2 microbatches takes 10.5 with 0.5 between ops, 8 without (as
+     * its timeline shows), and the JSON says what was simulated */
+    cr_assert_eq(pprun("--schedule 1f1b --pp 2 --microbatches 2 --costs between=0.5 --format json"), 0, "%s", err_text);
+    root = cJSON_Parse(out);
+    cr_assert_not_null(root, "not JSON: %s", out);
+    cr_assert_float_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "costs"), "between")->valuedouble, 0.5, 1e-9);
+    cr_assert_float_eq(cJSON_GetObjectItem(root, "step_time")->valuedouble, 10.5, 1e-9, "%s", out);
+    cJSON_Delete(root);
     cr_assert_eq(pprun("--schedule zb-v --pp 2 --microbatches 2 --format json"), 0, "%s", err_text);
     root = cJSON_Parse(out);
     cr_assert(cJSON_IsNull(cJSON_GetObjectItem(root, "dp_step_time")), "no all-reduce, no such step: %s", out);

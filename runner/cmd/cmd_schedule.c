@@ -550,6 +550,8 @@ static int print_json(const sched_plan *plan, const sched_sim *sim, const sched_
     j_key_num(o, 2, "b", c->b);
     j_key_num(o, 2, "w", c->w);
     j_key_num(o, 2, "comm", c->comm);
+    j_key_num(o, 2, "between", c->between);
+    j_key_num(o, 2, "bw", c->bw);
     j_key_num(o, 2, "allreduce", allreduce);
     j_str(o, "\n\t}");
     j_key(o, 1, "placement", 0);
