@@ -32,7 +32,10 @@ torch.no_grad(): a forward-only ScheduleGPipe (no loss function) of
 --eval-microbatches N (2 x --microbatches) on the same stage, on a batch of
 its own; --eval-first evaluates before the first step too. The last
 stage prints the evaluation's loss, computed from the schedule's output:
-"evaluation after=S value=V" (S: the steps done).
+"evaluation after=S value=V" (S: the steps done). --eval-losses: the
+evaluation's GPipe has the loss function and runs by its eval() (a later
+torch's; torch 2.6 has none), which computes each microbatch's loss; the
+last stage prints them: "eval_loss after=S microbatch=M value=V".
 
 Every rank builds the whole model from one seed and keeps its stages, so
 the weights do not depend on the schedule. The rank of the last stage
@@ -238,11 +241,14 @@ def main():
     p.add_argument("--eval-every", type=int, default=0, metavar="K")
     p.add_argument("--eval-microbatches", type=int, default=0, metavar="N")
     p.add_argument("--eval-first", action="store_true")
+    p.add_argument("--eval-losses", action="store_true", help="evaluate by the schedule's eval(), with losses")
     args = p.parse_args()
     if (args.eval_every or args.eval_first) and args.schedule not in SINGLE:
         raise SystemExit("torch_pipeline.py: --eval-every and --eval-first take GPipe or 1F1B")
     if args.schedule == "DualPipeV" and not hasattr(schedules, "ScheduleDualPipeV"):
         raise SystemExit("torch_pipeline.py: torch %s has no ScheduleDualPipeV (torch 2.8 on)" % torch.__version__)
+    if args.eval_losses and not hasattr(schedules.ScheduleGPipe, "eval"):
+        raise SystemExit("torch_pipeline.py: torch %s's schedules have no eval() (--eval-losses)" % torch.__version__)
 
     if args.device == "cuda":
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
@@ -312,7 +318,10 @@ def main():
     evaluation = None
     if args.eval_every or args.eval_first:
         n_eval = args.eval_microbatches or 2 * args.microbatches
-        evaluation = schedules.ScheduleGPipe(stages[0], n_eval)  # no loss function: forward only
+        if args.eval_losses:  # forward only by eval(), which computes the losses
+            evaluation = schedules.ScheduleGPipe(stages[0], n_eval, loss_fn=loss_fn)
+        else:  # no loss function: forward only
+            evaluation = schedules.ScheduleGPipe(stages[0], n_eval)
         # a schedule sets its stage's has_backward (torch 2.6): the training
         # schedule's stage must keep its own, or its backward computes NaN
         stages[0].has_backward = schedule._has_backward
@@ -320,8 +329,16 @@ def main():
     def evaluate(done):
         g = torch.Generator().manual_seed(7 + done)
         text = torch.randint(0, VOCAB, (n_eval * args.microbatch_size, args.seq + 1), generator=g)
-        with torch.no_grad():
-            out = evaluation.step(*((text[:, :-1].contiguous().to(dev),) if has_first else ()))
+        inputs = (text[:, :-1].contiguous().to(dev),) if has_first else ()
+        if args.eval_losses:
+            losses = []
+            out = evaluation.eval(*inputs, target=text[:, 1:].to(dev) if has_last else None,
+                                  losses=losses if has_last else None)
+            for i, loss in enumerate(losses):
+                print("eval_loss after=%d microbatch=%d value=%r" % (done, i, loss.item()), flush=True)
+        else:
+            with torch.no_grad():
+                out = evaluation.step(*inputs)
         if has_last:
             loss = F.cross_entropy(out.reshape(-1, VOCAB), text[:, 1:].to(dev).reshape(-1))
             print("evaluation after=%d value=%r" % (done, loss.item()), flush=True)

@@ -76,7 +76,8 @@ class _State:
         self.t = None            # the Tracer
         self.trained = False     # a training step (one with a backward) has begun
         self.declared = False    # the schedule is declared
-        self.eval = None         # inside an evaluation step: (replica, microbatches), to number its microbatches
+        self.eval = None         # inside an evaluation step: (first microbatch, microbatches), to number them
+        self.eval_next = (0, 0)  # (step, its next evaluation's first microbatch): evaluations under one step apart
         self.order = None        # the actions run in the first training step, while recording it
         self.replica = 0         # this rank's pipeline among the job's data-parallel replicas (_replica_of)
         self.opt_t0 = {}         # optimizer id -> its step's start
@@ -105,11 +106,28 @@ _EVAL = {b"F": b"EVAL_F", b"SEND_F": b"EVAL_SEND_F", b"RECV_F": b"EVAL_RECV_F"}
 def _phase_mb(phase, mb):
     """An op's phase and microbatch as recorded: in an evaluation step its
     EVAL_ phase and its microbatch over every replica (replica·n + mb, as
-    pprun's worker numbers an evaluation's)."""
+    pprun's worker numbers an evaluation's), after those of the evaluations
+    before it under the same step (_evaluation)."""
     if _st.eval is None or phase not in _EVAL:
         return phase, mb
-    replica, n = _st.eval
-    return _EVAL[phase], replica * n + mb
+    return _EVAL[phase], _st.eval[0] + mb
+
+
+def _evaluation(sched):
+    """(first microbatch, microbatches) of this rank's replica in an
+    evaluation, a forward-only step(), under the training step it follows
+    (0 before the first): its microbatches are its own schedule's, numbered
+    over the replicas, and on from those of the step's earlier evaluations
+    (one before the first training step and one after it both follow step
+    0; a program may evaluate twice between two steps), so that none
+    replaces another's losses (docs/torch.md, "Evaluation steps")."""
+    stage, n = _stages_of(sched)[0], sched._n_microbatches
+    replicas = max(1, dist.get_world_size() // stage.group_size)
+    step, first = _st.eval_next
+    if step != pprun._step[0]:
+        step, first = pprun._step[0], 0
+    _st.eval_next = (step, first + replicas * n)
+    return first + _replica_of(stage) * n, n
 
 
 # ---- GPU time ---------------------------------------------------------------
@@ -404,9 +422,7 @@ def _wrap_step(orig):
             return orig(self, *args, **kwargs)
         evaluation = None
         if _evaluates(self):
-            # under the training step it follows (0 before the first); its
-            # microbatches are its own schedule's, numbered over the replicas
-            evaluation = (_replica_of(_stages_of(self)[0]), self._n_microbatches)
+            evaluation = _evaluation(self)
         else:
             if _st.trained:
                 pprun._step[0] += 1
@@ -450,9 +466,8 @@ def _wrap_update_losses(orig):
         if last and internal:
             # global numbers: every replica's losses are kept; an evaluation's
             # (a schedule that computes losses in a forward-only step) apart
-            replica = _st.replica if _st.eval is None else _st.eval[0]
             put, what = (t.loss, "loss") if _st.eval is None else (t.eval_loss, "evaluation loss")
-            first_mb = replica * len(internal)
+            first_mb = _st.replica * len(internal) if _st.eval is None else _st.eval[0]
             for mb, loss in enumerate(internal):
                 if isinstance(loss, torch.Tensor) and loss.numel() == 1:
                     if not t.on:  # tracing stopped (before, or at an earlier loss): counted as lost
