@@ -84,6 +84,16 @@ static int printed_losses(const char *out, double v[STEPS][MICROBATCHES]) {
     return n;
 }
 
+/* Skips the test when the example failed saying its torch lacks what it
+ * needs (`said`, a part of its line: a schedule or method of a later
+ * torch), with that line as the reason. */
+static void skip_if_the_torch_lacks(const lt_proc *p, const char *said) {
+    const char *line = strstr(p->err, said);
+    if (p->status == 0 || !line) return;
+    while (line > p->err && line[-1] != '\n') line--;
+    cr_skip_test("%.*s", (int)strcspn(line, "\n"), line);
+}
+
 /* The database's losses equal the printed ones, bit for bit. */
 static void assert_losses_are_the_programs(sqlite3 *s, const char *out) {
     double printed[STEPS][MICROBATCHES];
@@ -225,11 +235,7 @@ ParameterizedTest(int *index, torch, pytorchs_schedules_are_traced_op_by_op, .ti
     lt_proc p;
     const char *prog[] = {"--schedule", c->flag, NULL};
     torch_run_small(&p, db, c->ranks, NULL, prog);
-    const char *missing = strstr(p.err, "has no ScheduleDualPipeV");
-    if (p.status != 0 && missing && strcmp(c->flag, "DualPipeV") == 0) { /* the example's line saying so */
-        while (missing > p.err && missing[-1] != '\n') missing--;
-        cr_skip_test("%.*s", (int)strcspn(missing, "\n"), missing);
-    }
+    if (strcmp(c->flag, "DualPipeV") == 0) skip_if_the_torch_lacks(&p, "has no ScheduleDualPipeV");
     cr_assert_eq(p.status, 0, "%s on %d ranks: exit %d\n%s\n%s", c->flag, c->ranks, p.status, p.out, p.err);
     cr_assert_null(strstr(p.err, "pprun/torch.py:"), "pprun's package warned into the program's stderr:\n%s", p.err);
     sqlite3 *s = open_db(db);
@@ -542,11 +548,7 @@ ParameterizedTest(int *index, torch, the_what_if_of_its_own_schedule_is_near_its
     lt_proc p;
     const char *prog[] = {"--schedule", flag, NULL};
     torch_run(&p, db, 2, 12, 8, NULL, prog);
-    const char *missing = strstr(p.err, "has no ScheduleDualPipeV");
-    if (p.status != 0 && missing) {
-        while (missing > p.err && missing[-1] != '\n') missing--;
-        cr_skip_test("%.*s", (int)strcspn(missing, "\n"), missing);
-    }
+    skip_if_the_torch_lacks(&p, "has no ScheduleDualPipeV");
     cr_assert_eq(p.status, 0, "%s: exit %d\n%s", flag, p.status, p.err);
     lt_proc st;
     lt_run(&st, (const char *[]){"stats", "--db", db, "--format", "json", NULL}, NULL);
@@ -714,11 +716,7 @@ Test(torch, every_evaluations_losses_are_kept_two_under_one_step_too, .timeout =
     lt_proc p;
     const char *prog[] = {"--schedule", "1F1B", "--eval-first", "--eval-every", "1", "--eval-losses", NULL};
     torch_run_small(&p, db, 2, NULL, prog);
-    const char *missing = strstr(p.err, "have no eval()");
-    if (p.status != 0 && missing) {
-        while (missing > p.err && missing[-1] != '\n') missing--;
-        cr_skip_test("%.*s", (int)strcspn(missing, "\n"), missing);
-    }
+    skip_if_the_torch_lacks(&p, "have no eval()");
     cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
     enum { EVALS = STEPS + 1, EVAL_MBS = 2 * MICROBATCHES };
     double printed[EVALS * EVAL_MBS];
