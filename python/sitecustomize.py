@@ -33,6 +33,12 @@ class _PprunLoader:
 
     def exec_module(self, module):
         self._real.exec_module(module)
+        ours = sys.modules.get("pprun.torch")
+        if ours is not None and getattr(getattr(ours, "__spec__", None), "_initializing", False):
+            # the program imported pprun.torch first, which imports this
+            # module: it installs itself at the end of its own import
+            ours._install_when_imported = True
+            return
         try:
             import pprun.torch
 

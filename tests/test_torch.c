@@ -907,13 +907,18 @@ static void records_of(const char *db, char *buf, size_t size) {
  * package's Python wrappers record where the extension is not there
  * (--mode ctypes: every op in Python), op for op; and a torch >= 2.8
  * batch of Works (--mode works: every Work of a batch waited for) the
- * same as torch 2.6's one Work, through both paths. */
+ * same as torch 2.6's one Work, through both paths; and a program that
+ * imports pprun.torch before torch (--mode torch-first: its import hook
+ * runs while pprun.torch is half made) is traced the same. */
 Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 900) {
     static const struct {
         const char *mode, *says;
-    } runs[] = {{"plain", "wrapper=wrapper\n"}, {"ctypes", "wrapper=function\n"}, {"works", "works=12\n"}};
-    static char records[3][16384];
-    for (int i = 0; i < 3; i++) {
+    } runs[] = {{"plain", "wrapper=wrapper\n"},
+                {"ctypes", "wrapper=function\n"},
+                {"works", "works=12\n"},
+                {"torch-first", "wrapper=wrapper\n"}};
+    static char records[4][16384];
+    for (int i = 0; i < 4; i++) {
         char name[64];
         snprintf(name, sizeof name, "same-%s.db", runs[i].mode);
         const char *db = tfix_path(name);
@@ -930,6 +935,7 @@ Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 900) 
     lt_assert_has(records[0], "0:SEND_F:2:1:0:1:");
     cr_assert_str_eq(records[1], records[0], "Python's wrappers against pprun._op's");
     cr_assert_str_eq(records[2], records[0], "a batch of Works against one Work");
+    cr_assert_str_eq(records[3], records[0], "pprun.torch imported before torch against after it");
 }
 
 /* An exception in a stage's forward: PyTorch prints the rank's traceback

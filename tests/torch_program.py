@@ -25,6 +25,8 @@ torch.device).
 --mode plain: nothing more; rank 0 prints which wrapper forward_one_chunk
   has ("wrapper=wrapper": pprun._op's, "wrapper=function": Python's).
 --mode ctypes: plain with pprun._op unimportable, as longjob-ctypes.
+--mode torch-first: plain, with pprun.torch imported before torch (a
+  program that calls pprun.torch.schedule() may import it first).
 --mode works: plain with torch >= 2.8's batched p2p (_batch_p2p returns
   every Work of a batch, [] for none, and the schedule waits for each, as
   2.8's _wait_batch_p2p), under pprun's wrapper as install() makes it
@@ -39,6 +41,8 @@ import sys
 
 if "longjob-ctypes" in sys.argv or "ctypes" in sys.argv:
     sys.modules["pprun._op"] = None  # `from pprun import _op` raises ImportError
+if "torch-first" in sys.argv:
+    import pprun.torch  # noqa: F401 (it imports torch.distributed.pipelining itself)
 
 import torch  # noqa: E402
 import torch.distributed as dist
@@ -124,7 +128,7 @@ class Stage(nn.Module):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
-                                                          "plain", "ctypes", "works"])
+                                                          "plain", "ctypes", "works", "torch-first"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -138,7 +142,7 @@ def main():
     waited = [0]
     if args.mode == "works":
         batches_of_works(waited)
-    if rank == 0 and args.mode in ("plain", "ctypes"):
+    if rank == 0 and args.mode in ("plain", "ctypes", "torch-first"):
         from torch.distributed.pipelining.stage import _PipelineStageBase  # where pprun wraps it
 
         print("wrapper=%s" % type(vars(_PipelineStageBase)["forward_one_chunk"]).__name__, flush=True)

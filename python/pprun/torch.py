@@ -795,3 +795,13 @@ def schedule(stages, n_microbatches, loss_fn=None, **kwargs):
     load({r: _parse_actions(text) for r, text in enumerate(texts)}, format="compute_only")
     sched._pprun_name = _env("PPRUN_SCHEDULE")
     return sched
+
+
+# The program imported pprun.torch before torch.distributed.pipelining:
+# pprun's import hook ran while this module was half made, and left the
+# install to it (../sitecustomize.py).
+if globals().pop("_install_when_imported", False):
+    try:
+        install()
+    except Exception as e:  # never stop the program for its trace
+        sys.stderr.write("pprun: PyTorch pipelining is not traced: %s\n" % e)
