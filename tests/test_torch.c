@@ -909,16 +909,20 @@ static void records_of(const char *db, char *buf, size_t size) {
  * batch of Works (--mode works: every Work of a batch waited for) the
  * same as torch 2.6's one Work, through both paths; and a program that
  * imports pprun.torch before torch (--mode torch-first: its import hook
- * runs while pprun.torch is half made) is traced the same. */
+ * runs while pprun.torch is half made) is traced the same, as is a
+ * _batch_p2p that calls itself through the module (torch 2.14's
+ * per-direction p2p, --mode per-direction): each op once. */
 Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 900) {
     static const struct {
         const char *mode, *says;
     } runs[] = {{"plain", "wrapper=wrapper\n"},
                 {"ctypes", "wrapper=function\n"},
                 {"works", "works=12\n"},
-                {"torch-first", "wrapper=wrapper\n"}};
-    static char records[4][16384];
-    for (int i = 0; i < 4; i++) {
+                {"torch-first", "wrapper=wrapper\n"},
+                {"per-direction", "nested=12\n"}};
+    enum { RUNS = sizeof runs / sizeof runs[0] };
+    static char records[RUNS][16384];
+    for (int i = 0; i < RUNS; i++) {
         char name[64];
         snprintf(name, sizeof name, "same-%s.db", runs[i].mode);
         const char *db = tfix_path(name);
@@ -936,6 +940,7 @@ Test(torch, the_extensions_wrappers_record_what_pythons_record, .timeout = 900) 
     cr_assert_str_eq(records[1], records[0], "Python's wrappers against pprun._op's");
     cr_assert_str_eq(records[2], records[0], "a batch of Works against one Work");
     cr_assert_str_eq(records[3], records[0], "pprun.torch imported before torch against after it");
+    cr_assert_str_eq(records[4], records[0], "a batched p2p that calls itself against one that does not");
 }
 
 /* An exception in a stage's forward: PyTorch prints the rank's traceback

@@ -25,6 +25,12 @@ torch.device).
 --mode plain: nothing more; rank 0 prints which wrapper forward_one_chunk
   has ("wrapper=wrapper": pprun._op's, "wrapper=function": Python's).
 --mode ctypes: plain with pprun._op unimportable, as longjob-ctypes.
+--mode per-direction: plain with a _batch_p2p that calls itself, as torch
+  2.14's with per-direction p2p (TORCH_DISTRIBUTED_PIPELINE_PER_DIRECTION_P2P)
+  issues a batch of two communicators' ops: each communicator's through
+  the module's _batch_p2p, pprun's wrapper (emulated: every batch taken
+  as two communicators', its ops at even and at odd places); rank 0 prints
+  how many batches were issued from within one ("nested=N").
 --mode torch-first: plain, with pprun.torch imported before torch (a
   program that calls pprun.torch.schedule() may import it first).
 --mode works: plain with torch >= 2.8's batched p2p (_batch_p2p returns
@@ -113,6 +119,41 @@ def batches_of_works(waited):
     schedules._batch_p2p = batch_p2p_as_2_6_calls_it
 
 
+def batches_per_direction(nested):
+    """torch 2.14's _batch_p2p with per-direction p2p, under pprun's wrapper
+    as install() wraps _batch_p2p: a batch of two communicators' ops is
+    issued a communicator at a time through the module's _batch_p2p, which
+    is pprun's wrapper again; the schedule waits for what the outer call
+    returns. nested[0] counts the inner calls."""
+    import pprun.torch as pt
+    from torch.distributed.pipelining import schedules
+
+    torch_batch = schedules._batch_p2p.__wrapped__  # torch's own, under pprun's wrapper
+    inner = [False]
+
+    class WaitAll:  # the inner batches' Works, for 2.6's callers, which wait for one object
+        def __init__(self, works):
+            self.works = works
+
+        def wait(self):
+            for w in self.works:
+                w.wait()
+
+    def batch_p2p(p2p_ops, desc=None):
+        if inner[0] or not p2p_ops:
+            return torch_batch(p2p_ops, desc)
+        inner[0] = True
+        try:
+            works = [schedules._batch_p2p(ops, desc) for ops in (p2p_ops[0::2], p2p_ops[1::2]) if ops]
+        finally:
+            inner[0] = False
+        nested[0] += len(works)
+        works = [w for w in works if w is not None]
+        return WaitAll(works) if works else None
+
+    schedules._batch_p2p = pt._fast(pt._wrap_batch_p2p)(batch_p2p)
+
+
 class Stage(nn.Module):
     def __init__(self, rank, fail):
         super().__init__()
@@ -128,7 +169,8 @@ class Stage(nn.Module):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
-                                                          "plain", "ctypes", "works", "torch-first"])
+                                                          "plain", "ctypes", "works", "per-direction",
+                                                          "torch-first"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -142,6 +184,8 @@ def main():
     waited = [0]
     if args.mode == "works":
         batches_of_works(waited)
+    if args.mode == "per-direction":
+        batches_per_direction(waited)
     if rank == 0 and args.mode in ("plain", "ctypes", "torch-first"):
         from torch.distributed.pipelining.stage import _PipelineStageBase  # where pprun wraps it
 
@@ -173,8 +217,8 @@ def main():
             print("loss step=%d microbatch=%d value=%r" % (step, mb, loss.item()), flush=True)
         if args.mode.startswith("longjob") and step == 0:
             pprun._step[0] = 2**31 - 1
-    if rank == 0 and args.mode == "works":
-        print("works=%d" % waited[0], flush=True)
+    if rank == 0 and args.mode in ("works", "per-direction"):
+        print("%s=%d" % ("works" if args.mode == "works" else "nested", waited[0]), flush=True)
     print("done rank %d" % rank, flush=True)
     dist.destroy_process_group()
 

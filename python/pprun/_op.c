@@ -483,11 +483,21 @@ static PyObject *batch_works(PyObject *out, batch *b) {
     return got;
 }
 
+/* How deep this thread is in _batch_p2p's wrapper: torch's _batch_p2p may
+ * call itself through its module (torch 2.14, a batch of two
+ * communicators' ops with per-direction p2p: each communicator's as a
+ * batch of its own), and the outer call's records hold the inner calls'
+ * ops, which are written once. */
+static _Thread_local int batch_depth;
+
 static PyObject *batch_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     PyObject *p2p_ops = PyTuple_Size(args) >= 1 ? PyTuple_GetItem(args, 0) : NULL;
+    if (batch_depth > 0) return PyObject_Call(w->orig, args, kwargs);
     if (!p2p_ops || !PyList_Check(p2p_ops)) return PyObject_Call(w->slow, args, kwargs);
     uint64_t t0 = op_now();
+    batch_depth++;
     PyObject *out = PyObject_Call(w->orig, args, kwargs);
+    batch_depth--;
     if (!out || out == Py_None) return out;
     Py_ssize_t n = PyList_Size(p2p_ops);
     batch *b = PyMem_Calloc(1, sizeof *b + (size_t)n * sizeof b->recs[0]);

@@ -375,10 +375,22 @@ _NO_WORK = _NoWork()
 
 
 def _wrap_batch_p2p(orig):
+    # torch's _batch_p2p may call itself through its module (torch 2.14: a
+    # batch of two communicators' ops with per-direction p2p, each
+    # communicator's as a batch of its own): the outer call records its
+    # ops, the inner ones pass through (this thread's depth)
+    inside = threading.local()
+
     @functools.wraps(orig)
     def _batch_p2p(p2p_ops, *args, **kwargs):
+        if getattr(inside, "depth", 0):
+            return orig(p2p_ops, *args, **kwargs)
         t0 = _clock()
-        work = orig(p2p_ops, *args, **kwargs)
+        inside.depth = 1
+        try:
+            work = orig(p2p_ops, *args, **kwargs)
+        finally:
+            inside.depth = 0
         if work is None:
             return work
         ops = []
