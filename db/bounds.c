@@ -4,12 +4,13 @@
 #include <stdio.h>
 
 #include "base/shape.h"
+#include "tracer/event.h"
 
 const bounds_kind bounds_time = {"a time in ns", 0, (int64_t)1 << 62};
 const bounds_kind bounds_rank = {"a rank", -1, 65535};
 const bounds_kind bounds_stage = {"a stage", -1, PP_SHAPE_MAX_STAGES - 1};
 const bounds_kind bounds_microbatch = {"a microbatch", -1, PP_SHAPE_MAX_MICROBATCHES - 1};
-const bounds_kind bounds_bytes = {"a count of bytes", -1, (int64_t)1 << 50};
+const bounds_kind bounds_bytes = {"a count of bytes", -1, (int64_t)TRACE_BYTES_MAX}; /* what a record may carry */
 const bounds_kind bounds_id = {"a row id", 1, (int64_t)1 << 62};
 const bounds_kind bounds_count = {"a count of records", 0, BOUNDS_COUNT_HI};
 const bounds_kind bounds_world = {"ranks in the job", 1, 65536};

@@ -431,7 +431,7 @@ Test(collector_limits, a_clock_offset_past_its_bound_is_refused_naming_the_node,
     cr_assert(strstr(text, "dropping a forwarding connection from 127.0.0.1:"), "%s", text);
     cr_assert(strstr(text, "rank 1's clock offset 9223372036854775807 ns"), "%s", text);
     cr_assert(strstr(text, "4611686018427387903"), "the bound is named: %s", text);
-    cr_assert(strstr(text, "refusing trace records of rank 1 step 0 whose times are bad"), "%s", text);
+    cr_assert(strstr(text, "refusing trace records of rank 1 step 0 whose times or bytes are bad"), "%s", text);
     cr_assert_eq(rejected, 1);
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM events"), 1, "only the sane frame's record");
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT min(start_ns) FROM events"), 2000000 + 5000);

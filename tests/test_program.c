@@ -153,28 +153,37 @@ Test(program_lib, bad_arguments_are_refused_naming_them_and_record_nothing) {
         int step, mb, stage, peer;
         uint64_t start, end;
         const char *message;
+        uint64_t bytes;
     } bad[] = {
-        {"F", -1, 0, 0, -1, 1, 2, "pprun_trace F: step -1: must be 0 or more"},
-        {"B", 0, 4, 0, -1, 1, 2, "microbatch 4: out of range 0..3 (PPRUN_MICROBATCHES=4)"},
-        {"W", 0, 0, 4, -1, 1, 2, "stage 4: out of range 0..3 (PPRUN_NUM_STAGES=4)"},
-        {"F", 0, -1, 0, -1, 1, 2, "microbatch -1: must be 0 or more"},
-        {"RECV_F", 0, 0, 1, 4, 1, 2, "peer 4: out of range 0..3 (WORLD_SIZE=4)"},
-        {"SEND_B", 0, 0, 1, -1, 1, 2, "peer -1: must be 0 or more"},
-        {"F", 0, 0, 0, 1, 1, 2, "peer 1: only SEND and RECV have a peer"},
-        {"F", 0, 0, 0, -1, 5, 4, "ends (4 ns) before it starts (5 ns)"},
+        {"F", -1, 0, 0, -1, 1, 2, "pprun_trace F: step -1: must be 0 or more", 0},
+        {"B", 0, 4, 0, -1, 1, 2, "microbatch 4: out of range 0..3 (PPRUN_MICROBATCHES=4)", 0},
+        {"W", 0, 0, 4, -1, 1, 2, "stage 4: out of range 0..3 (PPRUN_NUM_STAGES=4)", 0},
+        {"F", 0, -1, 0, -1, 1, 2, "microbatch -1: must be 0 or more", 0},
+        {"RECV_F", 0, 0, 1, 4, 1, 2, "peer 4: out of range 0..3 (WORLD_SIZE=4)", 0},
+        {"SEND_B", 0, 0, 1, -1, 1, 2, "peer -1: must be 0 or more", 0},
+        {"F", 0, 0, 0, 1, 1, 2, "peer 1: only SEND and RECV have a peer", 0},
+        {"F", 0, 0, 0, -1, 5, 4, "ends (4 ns) before it starts (5 ns)", 0},
         {"F", 0, 0, 0, -1, 1, UINT64_MAX,
-         "pprun_trace F: end_ns 18446744073709551615 ns: past the largest time a record may carry"},
-        {"F", 0, 0, 0, -1, 1ull << 63, (1ull << 63) + 5, "start_ns 9223372036854775808 ns: past the largest time"},
-        {"B", 0, 0, 0, -1, (uint64_t)TRACE_TIME_MAX + 1, (uint64_t)TRACE_TIME_MAX + 2, "start_ns 4611686018427387904"},
-        {"LOSS", 0, 0, 0, -1, 1, 2, "phase 'LOSS': expected"},
-        {NULL, 0, 0, 0, -1, 1, 2, "phase '(null)'"},
+         "pprun_trace F: end_ns 18446744073709551615 ns: past the largest time a record may carry", 0},
+        {"F", 0, 0, 0, -1, 1ull << 63, (1ull << 63) + 5, "start_ns 9223372036854775808 ns: past the largest time", 0},
+        {"B", 0, 0, 0, -1, (uint64_t)TRACE_TIME_MAX + 1, (uint64_t)TRACE_TIME_MAX + 2, "start_ns 4611686018427387904",
+         0},
+        {"SEND_F", 0, 0, 0, 1, 1, 2, "pprun_trace SEND_F: bytes 1125899906842625: more than 2^50 (1 PiB)",
+         TRACE_BYTES_MAX + 1},
+        {"OPT", 0, -1, -1, -1, 1, 2, "bytes 18446744073709551615: more than 2^50", UINT64_MAX},
+        {"LOSS", 0, 0, 0, -1, 1, 2, "phase 'LOSS': expected", 0},
+        {NULL, 0, 0, 0, -1, 1, 2, "phase '(null)'", 0},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        cr_assert_eq(pprun_trace_op(bad[i].phase, bad[i].step, bad[i].mb, bad[i].stage, bad[i].peer, 0, bad[i].start,
-                                    bad[i].end),
+        cr_assert_eq(pprun_trace_op(bad[i].phase, bad[i].step, bad[i].mb, bad[i].stage, bad[i].peer, bad[i].bytes,
+                                    bad[i].start, bad[i].end),
                      -1, "%s", bad[i].message);
         lt_assert_has(pprun_trace_error(), bad[i].message);
     }
+    /* a span's bytes too (pprun.span(..., bytes=N) from a program: a job
+     * with one stored would be refused as damaged by every reader) */
+    cr_assert_eq(pprun_trace_span("allreduce", 0, -1, -1, -1, TRACE_BYTES_MAX + 1, 1, 2), -1);
+    lt_assert_has(pprun_trace_error(), "span 'allreduce': bytes 1125899906842625: more than 2^50");
     cr_assert_eq(pprun_trace_loss(0, 9, 3, 1.0), -1);
     lt_assert_has(pprun_trace_error(), "pprun_trace LOSS: microbatch 9");
     cr_assert_eq(trace_ring_pending(ring), 0, "a refused op records nothing");
@@ -1124,4 +1133,49 @@ Test(program_run, two_copies_of_pprun_sitecustomize_install_one_finder, .timeout
     for (const char *q = p.out; (q = strstr(q, "the distribution sitecustomize ran")); q++) times++;
     cr_assert_eq(times, 2, "once a rank: %s", p.out);
     lt_free(&p);
+}
+
+/* pprun.span, used well and badly (tests/span_program.py): misuse raises
+ * the same under pprun and outside it; a span refused (a name with a
+ * control character or a NUL, a number past its field, bytes past 2^50)
+ * is dropped and counted, never raised, the first said once with its
+ * name escaped; a span ended in another thread than it began in, and an
+ * async function's, are recorded whole; a decorated function's own
+ * exception passes through as it is. */
+Test(program_run, pprun_span_misuse_raises_the_same_everywhere_and_a_refused_span_never_raises, .timeout = 120) {
+    static const char *const raised[] = {
+        "raised ValueError: a name that is not text\n", "raised TypeError: a float step\n",
+        "raised TypeError: bytes None\n", "raised TypeError: a generator function decorated\n",
+        "KeyError passed through: 'its own'\n", "done\n"};
+    const char *db = tfix_path("spans.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", PPRUN_TEST_DIR "/span_program.py",
+                          NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    for (size_t i = 0; i < sizeof raised / sizeof raised[0]; i++) lt_assert_has(p.out, raised[i]);
+    cr_assert_null(strstr(p.out, "no exception"), "%s", p.out);
+    cr_assert_eq(lt_count(p.err, "not recorded"), 1, "the first refusal alone is said:\n%s", p.err);
+    lt_assert_has(p.err, "span '\\x1b]0;owned\\x07' not recorded: pprun_trace_span: name has control byte 0x1b");
+    cr_assert_null(strchr(p.err, '\x1b'), "no raw ESC reaches the terminal: %s", p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase = 'SPAN'"), 4, "ok, gen, async, work");
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase = 'SPAN' AND name IN ('gen', 'async') AND "
+                               "end_ns - start_ns >= 20000000"),
+                 2, "each timed whole (20 ms asleep)");
+    cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks"), 7, "each refused span counted");
+    sqlite3_close(s);
+    /* outside pprun: the same misuse raises the same, and nothing else is said */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "PYTHONPATH=%s/../python python3 %s/span_program.py 2>&1", PPRUN_TEST_DIR,
+             PPRUN_TEST_DIR);
+    FILE *f = popen(cmd, "r");
+    cr_assert_not_null(f);
+    char out[4096];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    cr_assert_eq(pclose(f), 0, "%s", out);
+    for (size_t i = 0; i < sizeof raised / sizeof raised[0]; i++) lt_assert_has(out, raised[i]);
+    cr_assert_null(strstr(out, "pprun:"), "outside pprun the package says nothing: %s", out);
 }

@@ -675,9 +675,10 @@ Test(trace_collector, records_in_a_ring_that_claim_another_rank_are_refused, .ti
     db_close(d);
 }
 
-/* Records with times libpprun_trace refuses, written into the ring
+/* Records with times (or bytes) libpprun_trace refuses, written into the ring
  * directly (an end past INT64_MAX once failed its step's analysis, which
- * stopped the job's whole trace; a start of 2^63 was stored as INT64_MIN):
+ * stopped the job's whole trace; a start of 2^63 was stored as INT64_MIN;
+ * bytes past 2^50 made every reader refuse the job as damaged):
  * refused and counted like forged ranks, the other records of that step
  * and of every later one stored and analysed. */
 Test(trace_collector, records_with_impossible_times_are_refused_and_tracing_goes_on, .timeout = 60) {
@@ -692,11 +693,12 @@ Test(trace_collector, records_with_impossible_times_are_refused_and_tracing_goes
         for (size_t i = 0; i < n; i++) trace_ring_write(w[ev[i].rank], &ev[i]);
         want += n;
         if (s == 0) {
-            trace_event bad[3] = {tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0)};
+            trace_event bad[4] = {tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0)};
             bad[0].end_ns = UINT64_MAX;                                /* past INT64_MAX */
             bad[1].start_ns = 1ull << 63, bad[1].end_ns = (1ull << 63) + 5; /* INT64_MIN once stored */
             bad[2].start_ns = 500, bad[2].end_ns = 400;                /* ends before it starts */
-            for (int k = 0; k < 3; k++) trace_ring_write(w[1], &bad[k]);
+            bad[3].bytes = TRACE_BYTES_MAX + 1; /* every reader would refuse the job as damaged */
+            for (int k = 0; k < 4; k++) trace_ring_write(w[1], &bad[k]);
         }
         for (int k = 0; k < 5000 && collector_count(c) < want; k++) usleep(1000);
         cr_assert_eq(collector_count(c), want, "step %d's records were stored", s);

@@ -1,5 +1,5 @@
 /* event.c: names of trace phases, as stored in the database, kernel and
- * span names cut into ring records, and the check of a record's times. */
+ * span names cut into ring records, and the check of a record's times and bytes. */
 #include "tracer/event.h"
 
 #include <stdio.h>
@@ -13,7 +13,7 @@ int trace_offset_why(int64_t offset_ns, char *why, size_t n) {
     return why[0] != '\0';
 }
 
-int trace_times_why(const trace_event *e, int64_t offset_ns, char *why, size_t n) {
+int trace_record_why(const trace_event *e, int64_t offset_ns, char *why, size_t n) {
     int timeless = e->phase == TRACE_KERNEL_NAME || e->phase == TRACE_SPAN_NAME || e->phase == TRACE_SCHEDULE ||
                    e->phase == TRACE_PLAN;
     why[0] = '\0';
@@ -26,6 +26,8 @@ int trace_times_why(const trace_event *e, int64_t offset_ns, char *why, size_t n
     else if (e->end_ns < e->start_ns)
         snprintf(why, n, "ends (%llu ns) before it starts (%llu ns)", (unsigned long long)e->end_ns,
                  (unsigned long long)e->start_ns);
+    else if (e->phase < TRACE_LOSS && e->bytes > TRACE_BYTES_MAX)
+        snprintf(why, n, "bytes %llu: more than 2^50 (1 PiB)", (unsigned long long)e->bytes);
     else if (!trace_offset_why(offset_ns, why, n)) {
         /* each side within its bound: the sums fit an int64 */
         int64_t s = (int64_t)e->start_ns + offset_ns, t = (int64_t)e->end_ns + offset_ns;

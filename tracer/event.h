@@ -161,15 +161,24 @@ _Static_assert(sizeof(trace_event) == 64, "trace_event must stay one cache line"
  * nothing is): past +-TRACE_OFFSET_MAX. 1 when bad. */
 int trace_offset_why(int64_t offset_ns, char *why, size_t n);
 
-/* What is wrong with a record's times, into why (n bytes, "" when nothing
- * is): a time past TRACE_TIME_MAX, or an end before the start; and, with
- * its node's clock offset (0 on the master and in libpprun_trace), a time
- * that the offset moves outside 0..TRACE_TIME_MAX on the job clock (or an
- * offset past its own bound). Records of phases without times (names,
- * schedules, plans) pass. The one check of both boundaries: libpprun_trace
- * refuses such a call, the collector such a record in a ring (a program
- * can write its ring directly) or from a forwarder. 1 when bad. */
-int trace_times_why(const trace_event *e, int64_t offset_ns, char *why, size_t n);
+/* The most bytes an op, span or OPT may carry (1 PiB): what the
+ * database's readers take (db/bounds.h, bounds_bytes), so that a sum over
+ * a million rows fits an int64. A program's span of more (a bytes= it
+ * got wrong) would otherwise be stored, and every reader of its job
+ * refuse the job as damaged. */
+#define TRACE_BYTES_MAX ((uint64_t)1 << 50)
+
+/* What is wrong with a record's times and bytes, into why (n bytes, ""
+ * when nothing is): a time past TRACE_TIME_MAX, or an end before the
+ * start; and, with its node's clock offset (0 on the master and in
+ * libpprun_trace), a time that the offset moves outside 0..TRACE_TIME_MAX
+ * on the job clock (or an offset past its own bound); an op's, span's or
+ * OPT's bytes past TRACE_BYTES_MAX. Records of phases without times
+ * (names, schedules, plans) pass. The one check of both boundaries:
+ * libpprun_trace refuses such a call, the collector such a record in a
+ * ring (a program can write its ring directly) or from a forwarder. 1
+ * when bad. */
+int trace_record_why(const trace_event *e, int64_t offset_ns, char *why, size_t n);
 
 /* "F", "SEND_F", ... as stored in the database. */
 const char *trace_phase_name(int phase);

@@ -185,7 +185,7 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
     if (!comm && !span && ev->peer != -1)
         snprintf(why, n, "peer %d: only SEND and RECV have a peer (give -1)", ev->peer);
     else
-        trace_times_why(ev, 0, why, n); /* the collector's check too */
+        trace_record_why(ev, 0, why, n); /* the collector's check too */
 }
 
 /* Stamps ev with this process's rank and attempt and writes it (under mu,

@@ -104,7 +104,23 @@ class Tracer:
         return why or self.lib.pprun_trace_error().decode(errors="replace")
 
     def span(self, name, step, mb, stage, peer, nbytes, t0, t1):
-        return self.lib.pprun_trace_span(name.encode(), step, mb, stage, peer, nbytes, t0, t1)
+        """A span of name (UTF-8 bytes): (1, None) written, (-1, why)
+        refused, counted as dropped: by the library, or here where ctypes
+        would cut it short (a NUL in the name ends its C string) or wrap a
+        number past its C type."""
+        why = None
+        if b"\0" in name:
+            why = "name has control byte 0x00 at byte %d; names are printable text" % name.index(b"\0")
+        for field, v, lo, hi in (("step", step, -(1 << 31), 1 << 31), ("microbatch", mb, -(1 << 31), 1 << 31),
+                                 ("stage", stage, -(1 << 31), 1 << 31), ("peer", peer, -(1 << 31), 1 << 31),
+                                 ("bytes", nbytes, 0, 1 << 64)):
+            if why is None and not lo <= v < hi:
+                why = "%s %d: out of its field's range %d..%d" % (field, v, lo, hi - 1)
+        if why is not None:
+            self.count_dropped(1)
+            return -1, why
+        rc = self.lib.pprun_trace_span(name, step, mb, stage, peer, nbytes, t0, t1)
+        return rc, None if rc >= 0 else self.error()
 
     def schedule(self, name, ranks, stages, microbatches, actions):
         return self.lib.pprun_trace_schedule(name.encode(), ranks, stages, microbatches, actions.encode())

@@ -274,8 +274,8 @@ static size_t keep_if(collector *c, trace_event *ev, size_t n, record_check ok, 
 
 /* No rank of this job can have written a record of a rank outside the
  * world or a step outside the job: it would land in the database under a
- * rank or step nobody ran. Nor one whose times libpprun_trace would have
- * refused (trace_times_why): a program can write its ring directly, and
+ * rank or step nobody ran. Nor one whose times or bytes libpprun_trace would have
+ * refused (trace_record_why): a program can write its ring directly, and
  * one such record failed its step's analysis, which stopped the job's
  * whole trace; nor one that its node's clock offset (c->offset, what the
  * database adds to its times) moves off the job clock's range. */
@@ -288,8 +288,8 @@ static int in_job(const collector *c, int ring_rank, const trace_event *e, char 
         return 0;
     }
     char bad[200];
-    if (!trace_times_why(e, c->offset[e->rank], bad, sizeof bad)) return 1;
-    snprintf(why, n, "of rank %d step %d whose times are bad: %s", e->rank, e->step, bad);
+    if (!trace_record_why(e, c->offset[e->rank], bad, sizeof bad)) return 1;
+    snprintf(why, n, "of rank %d step %d whose times or bytes are bad: %s", e->rank, e->step, bad);
     return 0;
 }
 

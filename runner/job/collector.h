@@ -73,7 +73,7 @@
  *  - a frame's clock offsets are within +-TRACE_OFFSET_MAX (tracer/event.h):
  *    past it the connection is dropped, naming the peer, the rank and the
  *    value; a record the offset moves off the job clock is refused and
- *    counted (trace_times_why);
+ *    counted (trace_record_why);
  *  - a frame holds at most 65536 records and as many ranks as the job has;
  *    a connection buffers at most one frame (about 5.6 MB) and 4 KiB, and
  *    frees a large buffer once it is empty;
