@@ -348,10 +348,10 @@ Test(program_lib, a_broken_environment_says_what_is_wrong) {
     pprun_trace_close();
 }
 
-/* PPRUN_DP_SIZE (the replicas a loss's global microbatch counts over)
+/* PPRUN_DP_SIZE (the replicas a record's global microbatch counts over)
  * is a number from 1, or the environment is broken, naming it; 2 lets a
- * loss number the second replica's microbatches before any schedule is
- * declared. */
+ * loss and an op number the second replica's microbatches before any
+ * schedule is declared. */
 Test(program_lib, the_replica_count_of_the_environment_is_checked) {
     trace_ring *ring = ring_in_env(64); /* 4 microbatches */
     static const char *const bad[] = {"0", "-2", "two", "2x", "", "99999999999999999999"};
@@ -366,7 +366,10 @@ Test(program_lib, the_replica_count_of_the_environment_is_checked) {
     cr_assert_eq(pprun_trace_loss(0, 7, 3, 1.5), 1, "%s", pprun_trace_error());
     cr_assert_eq(pprun_trace_loss(0, 8, 3, 1.5), -1);
     lt_assert_has(pprun_trace_error(), "microbatch 8: out of range 0..7 (microbatches x replicas=8)");
-    cr_assert_eq(pprun_trace_op("F", 0, 4, 0, -1, 0, 1, 2), -1, "an op keeps the replica's numbers");
+    cr_assert_eq(pprun_trace_op("F", 0, 7, 0, -1, 0, 1, 2), 1, "an op's microbatch is global too: %s",
+                 pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("F", 0, 8, 0, -1, 0, 1, 2), -1);
+    lt_assert_has(pprun_trace_error(), "microbatch 8: out of range 0..7 (microbatches x replicas=8)");
     pprun_trace_close();
     trace_ring_close(ring);
 }
@@ -471,8 +474,6 @@ Test(program_lib, a_declared_schedule_bounds_the_records_and_carries_the_plan) {
 
     cr_assert_eq(pprun_trace_schedule("ScheduleGPipe", 2, 8, 6, "0F0 . 0BW0  7W5 ."), 1, "%s", pprun_trace_error());
     cr_assert_eq(pprun_trace_op("BW", 0, 5, 7, -1, 0, 1, 2), 1, "the program's bounds now: %s", pprun_trace_error());
-    cr_assert_eq(pprun_trace_op("F", 0, 6, 0, -1, 0, 1, 2), -1);
-    lt_assert_has(pprun_trace_error(), "microbatch 6: out of range 0..5");
     trace_event ev[16];
     size_t n = trace_ring_read(ring, ev, 16);
     cr_assert_eq(n, 1 + 1 + 3 + 1);
@@ -491,12 +492,14 @@ Test(program_lib, a_declared_schedule_bounds_the_records_and_carries_the_plan) {
                   e->plan.microbatch);
     }
     cr_assert(ev[5].phase == TRACE_BW && ev[5].stage == 7);
-    /* 2 of the 4 ranks a pipeline: 2 replicas, whose losses are numbered
-     * across both (replica·6 + mb); ops keep the replica's numbers */
+    /* 2 of the 4 ranks a pipeline: 2 replicas, whose losses and ops are
+     * numbered across both (replica·6 + mb, docs/schema.md) */
     cr_assert_eq(pprun_trace_loss(0, 11, 7, 1.5), 1, "%s", pprun_trace_error());
     cr_assert_eq(pprun_trace_loss(0, 12, 7, 1.5), -1);
     lt_assert_has(pprun_trace_error(), "microbatch 12: out of range 0..11 (microbatches x replicas=12)");
-    cr_assert_eq(pprun_trace_op("F", 0, 11, 0, -1, 0, 1, 2), -1);
+    cr_assert_eq(pprun_trace_op("F", 0, 11, 0, -1, 0, 1, 2), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("F", 0, 12, 0, -1, 0, 1, 2), -1);
+    lt_assert_has(pprun_trace_error(), "microbatch 12: out of range 0..11 (microbatches x replicas=12)");
     /* the largest shape pprun accepts is taken: the bounds are inclusive */
     cr_assert_eq(pprun_trace_schedule("Edge", 1024, 65536, 50, ""), 1, "%s", pprun_trace_error());
     cr_assert_eq(pprun_trace_schedule("Edge", 1, 1, 100000, "0F100000"), -1);
@@ -975,10 +978,10 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
                   "said('wrap unbound', lambda: _op.wrap(len, len, b'F'))\n"
                   "t = _trace.tracer()\n"
                   "said('wrap phase', lambda: _op.wrap(len, len, b'X\\x1b'))\n"
-                  "said('context unhooked', lambda: _op.context(0, True))\n"
+                  "said('context unhooked', lambda: _op.context(0, True, 0))\n"
                   "said('hooks', lambda: _op.hooks(len, 1))\n"
-                  "said('context step', lambda: _op.context(2**70, False))\n"
-                  "said('context not int', lambda: _op.context('1', False))\n"
+                  "said('context step', lambda: _op.context(2**70, False, 0))\n"
+                  "said('context not int', lambda: _op.context('1', False, 0))\n"
                   "_op.hooks(len, len)\n"
                   "said('new wrapper', lambda: type(_op.wrap(len, len, b'F'))())\n"
                   "print('wrapper of', _op.wrap(len, len, b'RECV_B').__name__)\n"
@@ -987,10 +990,10 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
                   "bad_tag._pprun = 'junk'\n"
                   "bad_peer._pprun, bad_peer.peer, bad_peer.tensor = (b'SEND_F', 0, 0), 'x', memoryview(b'1234')\n"
                   "batch = _op.wrap(lambda ops: object(), len, b'')\n"
-                  "_op.context(0, True)\n"
+                  "_op.context(0, True, 0)\n"
                   "said('bad tag', lambda: batch([bad_tag]))\n"
                   "said('bad peer', lambda: batch([bad_peer]))\n"
-                  "_op.context(0, False)\n"
+                  "_op.context(0, False, 0)\n"
                   "print('through the extension:', t.op is _op.put)\n"
                   "now = t.now()\n"
                   "print('ext', t.op(b'SEND_F', 0, 0, 1, 0, 0, 4096, now, now + 50))\n"

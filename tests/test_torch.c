@@ -438,9 +438,10 @@ Test(torch, a_users_spans_are_stored_with_their_names, .timeout = 300) {
 
 /* Two replicas of a 2-stage pipeline on 4 ranks (`pprun run --dp 2`, the
  * example's --dp 2: pipelines of consecutive ranks, gradients averaged by
- * an all-reduce after each step): every F and BW of every microbatch on
- * both ranks of its stage; each replica's losses under its global
- * microbatch numbers, the program's bit for bit; one plan simulated for
+ * an all-reduce after each step): every F, BW, send and receive of every
+ * microbatch on its replica's rank of its stage, and each replica's losses,
+ * under the step's global microbatch numbers, the losses the program's
+ * bit for bit; one plan simulated for
  * both replicas; the all-reduce spans; pprun stats per replica, its
  * what-if with the job's own schedule (replica 0's plan). */
 Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
@@ -454,15 +455,19 @@ Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
     char buf[1024], want[1024];
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||json_extract(config_json, '$.dp') FROM jobs"),
                      "succeeded 2");
+    /* ops: replica d's microbatch m is the step's 4d + m, as its losses
+     * (the critical path follows a microbatch from stage to stage by it) */
     for (int step = 0; step < STEPS; step++)
         for (int stage = 0; stage < 2; stage++)
-            for (int mb = 0; mb < MICROBATCHES; mb++)
-                for (int k = 0; k < 2; k++) {
-                    const char *op = k ? "BW" : "F";
+            for (int mb = 0; mb < 2 * MICROBATCHES; mb++)
+                for (int k = 0; k < 4; k++) {
+                    static const char *const ops[] = {"F", "BW", "SEND_F", "RECV_B"};
+                    const char *op = ops[k];
+                    if (k >= 2 && stage == 1) op = k == 2 ? "RECV_F" : "SEND_B";
                     q_text(s, buf, sizeof buf,
                            "SELECT group_concat(rank) FROM (SELECT rank FROM events WHERE phase='%s' AND step=%d AND"
                            " stage=%d AND microbatch=%d AND source='cpu' ORDER BY rank)", op, step, stage, mb);
-                    snprintf(want, sizeof want, "%d,%d", stage, stage + 2);
+                    snprintf(want, sizeof want, "%d", stage + 2 * (mb / MICROBATCHES));
                     cr_assert_str_eq(buf, want, "%s of step %d stage %d microbatch %d", op, step, stage, mb);
                 }
     /* losses: replica d's microbatch m is the step's 4d + m */

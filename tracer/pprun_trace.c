@@ -39,7 +39,7 @@ static struct {
     long microbatches, stages, world; /* bounds from the environment (or the program's schedule,
                                        * pprun_trace_schedule); 0 = not given. No step bound: below. */
     long replicas; /* pipelines in the job (PPRUN_DP_SIZE, or WORLD_SIZE over the schedule's ranks): a
-                    * loss's microbatch is global, below microbatches·replicas (pprun_trace_loss) */
+                    * record's microbatch is global, below microbatches·replicas */
     int declared;  /* the program declared its schedule (pprun_trace_schedule): its shape bounds the records */
     char **names;   /* span and schedule names sent so far; id = index + 1 */
     size_t nnames, capnames;
@@ -156,8 +156,9 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
                ev->phase == TRACE_EVAL_RECV_F;
     int span = ev->phase == TRACE_SPAN;
     long replicas = pt.replicas > 1 ? pt.replicas : 1;
-    /* a loss is numbered in the step's microbatches of every replica */
-    long microbatches = ev->phase == TRACE_LOSS ? pt.microbatches * replicas : pt.microbatches;
+    /* an op, span and loss is numbered in the step's microbatches of every
+     * replica (replica·n + m, docs/schema.md), as pprun's worker numbers them */
+    long microbatches = pt.microbatches * replicas;
     const char *mb_name = microbatches == pt.microbatches ? "PPRUN_MICROBATCHES" : "microbatches x replicas";
     long stages = pt.stages;
     const char *stage_name = "PPRUN_NUM_STAGES";

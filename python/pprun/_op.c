@@ -126,6 +126,8 @@ static PyObject *op_eval_loss(PyObject *self, PyObject *const *args, Py_ssize_t 
  *             its end (context()); not in the step that records the order
  *             of a schedule without a plan, nor in an evaluation
  *   cur_step  that step: the records' step
+ *   first_mb  its replica's first global microbatch (replica·n): a record's
+ *             microbatch is the schedule's chunk id plus it (docs/schema.md)
  *   tracing   1 until tracing stops (stop(): a refused record, a fork)
  *
  * Three kinds of wrapper (wrapper.kind), one type:
@@ -144,7 +146,7 @@ static PyObject *op_eval_loss(PyObject *self, PyObject *const *args, Py_ssize_t 
 enum { WRAP_COMPUTE, WRAP_TAG, WRAP_BATCH };
 
 static int fast_on, tracing = 1;
-static int32_t cur_step;
+static int32_t cur_step, first_mb;
 static PyObject *hook_refused, *hook_lost; /* the package's callables (hooks()) */
 static PyObject *method_type;              /* types.MethodType: a wrapper bound to a stage, where one is asked for */
 static PyObject *str_device, *str_type, *str_stage_index, *str_full_backward, *str_cpu, *str_pprun, *str_peer,
@@ -245,7 +247,8 @@ static int op_on_cpu(PyObject *stage) {
  * index and the microbatch where it is the fast path's case, else 0. */
 static int op_stage_call(PyObject *args, int32_t *stage, int32_t *mb) {
     return PyTuple_Size(args) >= 2 && op_on_cpu(PyTuple_GetItem(args, 0)) &&
-           op_as_int32(PyTuple_GetItem(args, 1), mb) && op_attr_int32(PyTuple_GetItem(args, 0), str_stage_index, stage);
+           op_as_int32(PyTuple_GetItem(args, 1), mb) && *mb >= 0 && *mb <= INT32_MAX - first_mb && /* global, fits */
+           op_attr_int32(PyTuple_GetItem(args, 0), str_stage_index, stage);
 }
 
 /* The phase a compute op records: B for backward_one_chunk with
@@ -272,7 +275,7 @@ static PyObject *compute_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     pprun_trace_op_record r;
     memset(&r, 0, sizeof r);
     memcpy(r.phase, phase, strlen(phase));
-    r.step = cur_step, r.microbatch = mb, r.stage = stage, r.peer = -1;
+    r.step = cur_step, r.microbatch = mb + first_mb, r.stage = stage, r.peer = -1;
     r.start_ns = op_now();
     PyObject *out = PyObject_Call(w->orig, args, kwargs);
     if (!out) return NULL;
@@ -288,7 +291,7 @@ static PyObject *tag_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     if (!op_stage_call(args, &stage, &mb)) return PyObject_Call(w->slow, args, kwargs);
     PyObject *ops = PyObject_Call(w->orig, args, kwargs);
     if (!ops || !PyList_Check(ops)) return ops; /* torch's get_*_ops return a list; anything else goes untagged */
-    PyObject *tag = Py_BuildValue("(yii)", w->phase, (int)stage, (int)mb);
+    PyObject *tag = Py_BuildValue("(yii)", w->phase, (int)stage, (int)(mb + first_mb));
     if (!tag) {
         Py_DECREF(ops);
         return NULL;
@@ -648,19 +651,22 @@ static PyObject *op_hooks(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* context(step, fast): the step the fast path records, and whether it may
- * (a training step whose number fits a record, tracing on). */
+/* context(step, fast, first_mb): the step the fast path records, whether
+ * it may (a training step whose number fits a record, tracing on), and
+ * its replica's first global microbatch. */
 static PyObject *op_context(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *step_obj;
-    int fast, overflow;
-    if (!PyArg_ParseTuple(args, "O!p:context", &PyLong_Type, &step_obj, &fast)) return NULL;
+    int fast, overflow, first;
+    if (!PyArg_ParseTuple(args, "O!pi:context", &PyLong_Type, &step_obj, &fast, &first)) return NULL;
     long long step = PyLong_AsLongLongAndOverflow(step_obj, &overflow);
     if (step == -1 && PyErr_Occurred()) return NULL;
     if (overflow || step < 0 || step > INT32_MAX) fast = 0; /* past a record's field: the Python wrappers refuse its ops */
+    /* a microbatch past first_mb's room: the Python wrappers refuse its ops */
+    if (first < 0 || first > INT32_MAX / 2) fast = 0;
     if (fast && (!op_packed || !hook_refused))
         return PyErr_Format(PyExc_RuntimeError, "context(): no library bound or no hooks (bind() and hooks() first)");
-    cur_step = (int32_t)(fast ? step : 0), fast_on = fast && tracing;
+    cur_step = (int32_t)(fast ? step : 0), first_mb = fast ? first : 0, fast_on = fast && tracing;
     Py_RETURN_NONE;
 }
 
@@ -703,7 +709,7 @@ static PyMethodDef op_methods[] = {
      "pprun_trace_eval_loss"},
     {"wrap", op_wrap, METH_VARARGS, "wrap(orig, slow, phase): a wrapper of pprun's, its common case in C"},
     {"hooks", op_hooks, METH_VARARGS, "hooks(refused, lost): the package's callables for the fast path"},
-    {"context", op_context, METH_VARARGS, "context(step, fast): the fast path's step, and whether it records"},
+    {"context", op_context, METH_VARARGS, "context(step, fast, first_mb): the fast path's step, whether it records, its first microbatch"},
     {"stop", op_stop, METH_NOARGS, "stop(): tracing stopped; the fast path records nothing more"},
     {NULL, NULL, 0, NULL},
 };

@@ -80,6 +80,7 @@ class _State:
         self.eval_next = (0, 0)  # (step, its next evaluation's first microbatch): evaluations under one step apart
         self.order = None        # the actions run in the first training step, while recording it
         self.replica = 0         # this rank's pipeline among the job's data-parallel replicas (_replica_of)
+        self.first_mb = 0        # in a training step: its replica's first global microbatch (replica·n)
         self.opt_t0 = {}         # optimizer id -> its step's start
         self.opt_info = weakref.WeakKeyDictionary()  # optimizer -> _opt_info()
         self.lock = threading.Lock()
@@ -281,6 +282,8 @@ def _wrap_compute(orig, op):
             phase = b"B"
         elif op == b"F" and _st.eval is not None:
             phase, mb = _phase_mb(op, mb)
+        if _st.eval is None and mb >= 0:  # the step's global microbatch, as pprun's --dp jobs number theirs
+            mb += _st.first_mb
         if g is not None:
             _gpu.end(g, phase, step, mb, stage)
         if not t.on:
@@ -308,7 +311,10 @@ def _wrap_get_ops(orig, phase):
     @functools.wraps(orig)
     def get_ops(self, chunk_id, *args, **kwargs):
         ops = orig(self, chunk_id, *args, **kwargs)
-        tag, mb = (phase, chunk_id) if _st.eval is None else _phase_mb(phase, chunk_id)
+        if _st.eval is not None:
+            tag, mb = _phase_mb(phase, chunk_id)
+        else:  # the step's global microbatch, as the compute ops'
+            tag, mb = phase, chunk_id + _st.first_mb if chunk_id >= 0 else chunk_id
         tag = (tag, self.stage_index, mb)
         try:
             for op in ops:
@@ -450,15 +456,18 @@ def _wrap_step(orig):
             planned = _declare(self, None)
             _st.order = [] if not planned else None
         _st.in_step, _st.eval = True, evaluation
+        # a training step's ops are numbered over every replica's
+        # microbatches (docs/schema.md): replica·n + the schedule's own
+        _st.first_mb = _st.replica * self._n_microbatches if evaluation is None else 0
         fast = _trace._op
         try:
             if fast is not None:  # pprun._op's wrappers record this step's ops themselves (_fast)
-                fast.context(pprun._step[0], evaluation is None and _st.order is None and _st.t.on)
+                fast.context(pprun._step[0], evaluation is None and _st.order is None and _st.t.on, _st.first_mb)
             out = orig(self, *args, **kwargs)
         finally:
             if fast is not None:
-                fast.context(pprun._step[0], False)
-            _st.in_step, _st.eval = False, None
+                fast.context(pprun._step[0], False, 0)
+            _st.in_step, _st.eval, _st.first_mb = False, None, 0
             order, _st.order = _st.order, None
             _gpu.flush()
         if first and not planned and order:
