@@ -754,6 +754,41 @@ Test(torch, every_evaluations_losses_are_kept_two_under_one_step_too, .timeout =
     lt_free(&p);
 }
 
+/* A 3-D mesh (tests/torch_mesh.py: dp 2, pp 2, tp 2 on 8 ranks, tp
+ * innermost, so each pipeline is 2 ranks 2 apart): 4 replicas, numbered
+ * 0-3 as the mesh has them ((r / 4)·2 + r mod 2), so every rank's ops and
+ * losses are under the step's global microbatches (replica·2 + m) and
+ * none is refused (the replica was the pipeline's first rank, 4 and 5 for
+ * the second dp row: their losses past the job's bounds, tracing stopped
+ * on ranks 6 and 7). */
+Test(torch, a_three_dimensional_mesh_numbers_its_replicas, .timeout = 300) {
+    torch_need_root();
+    const char *db = tfix_path("mesh3d.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "8", "--", TORCH_ROOT_SH, "run", "python3",
+                          TORCH_CHECKOUT "/tests/torch_mesh.py", NULL};
+    const char *env[] = {"USE_LIBUV=", NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_null(strstr(p.err, "tracing stops"), "%s", p.err);
+    sqlite3 *s = open_db(db);
+    char buf[512];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(a, ' ') FROM (SELECT rank||':'||min(microbatch)"
+                                                "||'-'||max(microbatch) AS a FROM events WHERE phase IN ('F', 'BW') "
+                                                "AND source='cpu' GROUP BY rank ORDER BY rank)"),
+                     "0:0-1 1:2-3 2:0-1 3:2-3 4:4-5 5:6-7 6:4-5 7:6-7", "replica (r / 4)·2 + r mod 2, 2 microbatches");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(a, ' ') FROM (SELECT rank||':'||"
+                                                "group_concat(DISTINCT microbatch) AS a FROM losses GROUP BY rank "
+                                                "ORDER BY rank)"),
+                     "2:0,1 3:2,3 6:4,5 7:6,7", "each pipeline's last stage's losses");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*)||' '||sum(dropped_events) FROM ranks"), "8 0");
+    sqlite3_close(s);
+    int printed = 0;
+    for (const char *at = strstr(p.out, "loss rank="); at; at = strstr(at + 1, "loss rank=")) printed++;
+    cr_assert_eq(printed, 4 * 2 * 2, "4 pipelines x 2 steps x 2 microbatches:\n%s", p.out);
+    lt_free(&p);
+}
+
 /* tests/torch_program.py --mode MODE on 2 ranks under pprun. */
 static void program_run(lt_proc *p, const char *db, const char *mode) {
     torch_need_root();

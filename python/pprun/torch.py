@@ -612,17 +612,30 @@ def _plan_of(sched, stage0):
 
 
 def _replica_of(stage):
-    """Which data-parallel replica of the pipeline this rank is in: with
-    pipelines of P consecutive ranks (pprun's layout, docs/cli.md "Rank
-    layout": replica r // P), or of ranks P apart (a DeviceMesh with the
-    pipeline dimension first: replica r mod D, the group's first rank).
-    0 for a job of one pipeline."""
+    """Which data-parallel replica of the pipeline this rank is in, 0 for a
+    job of one pipeline: _replica_index of its stage's group's ranks."""
     group = getattr(stage, "group", None)
     if group is None or stage.group_size == dist.get_world_size():
         return 0
-    ranks = sorted(dist.get_process_group_ranks(group))  # in the group's rank order, which a user may choose
-    first, p = ranks[0], stage.group_size
-    return first // p if first % p == 0 and ranks == list(range(first, first + p)) else first
+    return _replica_index(sorted(dist.get_process_group_ranks(group)))
+
+
+def _replica_index(ranks):
+    """The replica of the pipeline of these ranks (sorted) among the job's,
+    0 .. world / P - 1, where pipelines are cut from a device mesh: P ranks
+    s apart, s the product of the mesh's dimensions inside the pipeline's
+    (1: pprun's layout, pipelines of consecutive ranks, docs/cli.md "Rank
+    layout", replica r // P; D: a DeviceMesh with the pipeline dimension
+    first, replica r mod D; 2 in a (dp, pp, tp) mesh with tp 2 inside).
+    Such a pipeline's first rank f has its pipeline coordinate 0, and the
+    replicas before it are the first ranks below it: (f // (s·P))·s + f mod
+    s·P. A pipeline of ranks no mesh makes: its first rank (its records
+    may then pass the job's bounds, and be refused, saying so)."""
+    first, p = ranks[0], len(ranks)
+    stride = ranks[1] - first if p > 1 else 1
+    if ranks != [first + k * stride for k in range(p)]:
+        return first
+    return first // (stride * p) * stride + first % (stride * p)
 
 
 def _declare(sched, order):
