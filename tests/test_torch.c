@@ -824,6 +824,32 @@ Test(torch, a_forked_worker_records_nothing_and_a_refused_span_never_raises, .ti
     lt_free(&p);
 }
 
+/* Evaluations whose numbers pass the bound of an evaluation's microbatch
+ * (--mode evals-wrap: the bound set to 24, five evaluations of 8 under
+ * step 0, as a program that evaluates and never trains puts every one):
+ * the numbers start again from 0, said once a rank, and tracing goes on
+ * (they were refused, and tracing stopped). */
+Test(torch, evaluations_past_the_microbatch_bound_number_again_from_0, .timeout = 300) {
+    const char *db = tfix_path("evals_wrap.db");
+    lt_proc p;
+    program_run(&p, db, "evals-wrap");
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_null(strstr(p.err, "tracing stops"), "%s", p.err);
+    cr_assert_eq(lt_count(p.err, "the evaluations under step 0 passed 24 microbatches: their numbers start again "
+                                 "from 0"),
+                 2, "once a rank:\n%s", p.err);
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*)||' '||min(microbatch)||'-'||max(microbatch) FROM "
+                                                "events WHERE phase='EVAL_F'"),
+                     "80 0-23", "5 evaluations x 8 microbatches x 2 ranks, under 24");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase IN ('F','BW')"), "24",
+                     "the training after them traced: 3 steps x 2 microbatches x F and BW x 2 ranks");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT sum(dropped_events) FROM ranks"), "0");
+    sqlite3_close(s);
+    lt_free(&p);
+}
+
 /* tests/torch_program.py --mode MODE run to its end (exit 0, both ranks
  * done) with tracing stopped on both ranks, each saying so: rank 0
  * at its F of stage 0 and rank 1 at its RECV_F of stage 1, of microbatch

@@ -31,6 +31,10 @@ torch.device).
   the module's _batch_p2p, pprun's wrapper (emulated: every batch taken
   as two communicators', its ops at even and at odd places); rank 0 prints
   how many batches were issued from within one ("nested=N").
+--mode evals-wrap: plain, after 5 forward-only evaluations of 8
+  microbatches before the first step, with pprun.torch's bound of an
+  evaluation's microbatch numbers set to 24: its numbers start again
+  from 0 at the fourth.
 --mode torch-first: plain, with pprun.torch imported before torch (a
   program that calls pprun.torch.schedule() may import it first).
 --mode works: plain with torch >= 2.8's batched p2p (_batch_p2p returns
@@ -170,7 +174,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
                                                           "plain", "ctypes", "works", "per-direction",
-                                                          "torch-first"])
+                                                          "torch-first", "evals-wrap"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
@@ -186,6 +190,17 @@ def main():
         batches_of_works(waited)
     if args.mode == "per-direction":
         batches_per_direction(waited)
+    if args.mode == "evals-wrap":
+        if "pprun.torch" in sys.modules:  # under pprun
+            sys.modules["pprun.torch"]._EVAL_MICROBATCHES_MAX = 24
+        evaluation = ScheduleGPipe(stage, 8)  # no loss function: forward only
+        stage.has_backward = schedule._has_backward  # torch 2.6: the training schedule's stage keeps its own
+        for k in range(5):
+            with torch.no_grad():
+                if rank == 0:
+                    evaluation.step(torch.randn(8 * BATCH // 2, DIM, generator=torch.Generator().manual_seed(k)))
+                else:
+                    evaluation.step()
     if rank == 0 and args.mode in ("plain", "ctypes", "torch-first"):
         from torch.distributed.pipelining.stage import _PipelineStageBase  # where pprun wraps it
 

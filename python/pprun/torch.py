@@ -78,6 +78,7 @@ class _State:
         self.declared = False    # the schedule is declared
         self.eval = None         # inside an evaluation step: (first microbatch, microbatches), to number them
         self.eval_next = (0, 0)  # (step, its next evaluation's first microbatch): evaluations under one step apart
+        self.said_eval_wrap = False  # _evaluation's numbers started again from 0, said
         self.order = None        # the actions run in the first training step, while recording it
         self.replica = 0         # this rank's pipeline among the job's data-parallel replicas (_replica_of)
         self.first_mb = 0        # in a training step: its replica's first global microbatch (replica·n)
@@ -101,6 +102,10 @@ def _stop(why):
     _trace.stop(why)
 
 
+# An evaluation's microbatch numbers are below this (PP_SHAPE_MAX_MICROBATCHES,
+# base/shape.h: libpprun_trace's bound of them).
+_EVAL_MICROBATCHES_MAX = 100000
+
 _EVAL = {b"F": b"EVAL_F", b"SEND_F": b"EVAL_SEND_F", b"RECV_F": b"EVAL_RECV_F"}
 
 
@@ -121,12 +126,24 @@ def _evaluation(sched):
     over the replicas, and on from those of the step's earlier evaluations
     (one before the first training step and one after it both follow step
     0; a program may evaluate twice between two steps), so that none
-    replaces another's losses (docs/torch.md, "Evaluation steps")."""
+    replaces another's losses (docs/torch.md, "Evaluation steps"). Past
+    what a record's microbatch may be (a program that evaluates and never
+    trains: every evaluation under step 0), the numbers start again from 0,
+    said once on stderr: later losses replace earlier ones, and tracing
+    goes on."""
     stage, n = _stages_of(sched)[0], sched._n_microbatches
     replicas = max(1, dist.get_world_size() // stage.group_size)
     step, first = _st.eval_next
     if step != pprun._step[0]:
         step, first = pprun._step[0], 0
+    if first > 0 and first + replicas * n > _EVAL_MICROBATCHES_MAX:
+        if not _st.said_eval_wrap:
+            _st.said_eval_wrap = True
+            sys.stderr.write("pprun: rank %d: the evaluations under step %d passed %d microbatches: their numbers "
+                             "start again from 0, and a later evaluation's losses replace an earlier one's\n"
+                             % (_st.t.rank, step, _EVAL_MICROBATCHES_MAX))
+            sys.stderr.flush()
+        first = 0
     _st.eval_next = (step, first + replicas * n)
     return first + _replica_of(stage) * n, n
 
