@@ -374,6 +374,30 @@ Test(program_lib, the_replica_count_of_the_environment_is_checked) {
     trace_ring_close(ring);
 }
 
+/* A program that names each span anew (f"batch {i}"): each name found
+ * by its hash, not by scanning every name sent (65,536 names scanned at
+ * every span took seconds); past TRACE_SPAN_NAMES_MAX distinct names one
+ * more is refused, saying why, and a name sent before still records. */
+Test(program_lib, distinct_span_names_are_bounded_and_found_by_hash) {
+    trace_ring *ring = ring_in_env(64);
+    cr_assert_eq(pprun_trace_init(), 1, "%s", pprun_trace_error());
+    char name[32];
+    for (int i = 0; i < TRACE_SPAN_NAMES_MAX; i++) {
+        snprintf(name, sizeof name, "batch %d", i);
+        cr_assert_geq(pprun_trace_span(name, 0, -1, -1, -1, 0, 1, 2), 0, "%s: %s", name, pprun_trace_error());
+    }
+    cr_assert_eq(pprun_trace_span("one more", 0, -1, -1, -1, 0, 1, 2), -1);
+    lt_assert_has(pprun_trace_error(), "pprun_trace span 'one more': past 65536 distinct span and schedule names in "
+                                       "this process");
+    trace_ring_read(ring, (trace_event[64]){0}, 64); /* room for the next */
+    cr_assert_eq(pprun_trace_span("batch 65535", 0, -1, -1, -1, 0, 1, 2), 1, "%s", pprun_trace_error());
+    trace_event ev;
+    cr_assert_eq(trace_ring_read(ring, &ev, 1), 1);
+    cr_assert(ev.phase == TRACE_SPAN && ev.name == TRACE_SPAN_NAMES_MAX, "its id, no name record sent again");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
 /* The name a rank's TRACE_SPAN_NAME records among ev[0..n) give id. */
 static const char *span_name(const trace_event *ev, size_t n, uint32_t id, char *buf) {
     buf[0] = '\0';

@@ -91,6 +91,10 @@ typedef enum trace_source { TRACE_SRC_CPU = 0, TRACE_SRC_GPU = 1 } trace_source;
 #define TRACE_NAME_CHUNK 40 /* name bytes per TRACE_KERNEL_NAME or TRACE_SPAN_NAME record */
 #define TRACE_NAME_MAX 4095 /* longer kernel names are cut there */
 #define TRACE_SPAN_NAME_MAX 255 /* span and schedule names: longer ones are refused */
+/* Distinct span and schedule names a process may send: each costs its
+ * records and is kept by the library and the collector for the job; a
+ * name past them is refused (a program naming each span anew). */
+#define TRACE_SPAN_NAMES_MAX 65536
 
 typedef struct trace_event {
     uint16_t version;   /* TRACE_EVENT_VERSION */

@@ -43,6 +43,8 @@ static struct {
     int declared;  /* the program declared its schedule (pprun_trace_schedule): its shape bounds the records */
     char **names;   /* span and schedule names sent so far; id = index + 1 */
     size_t nnames, capnames;
+    uint32_t *name_slots; /* a hash table of their ids (0: empty), nslots a power of 2 over 2·nnames */
+    size_t nslots;
 } pt = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Thread_local char pt_error[320];
@@ -129,8 +131,10 @@ PPRUN_TRACE_API void pprun_trace_close(void) {
     pt.declared = 0;
     for (size_t i = 0; i < pt.nnames; i++) free(pt.names[i]);
     free(pt.names);
+    free(pt.name_slots);
     pt.names = NULL;
-    pt.nnames = pt.capnames = 0;
+    pt.name_slots = NULL;
+    pt.nnames = pt.capnames = pt.nslots = 0;
     pthread_mutex_unlock(&pt.mu);
 }
 
@@ -218,28 +222,76 @@ static int pt_ready_locked(const char *what, char *why, size_t n) {
     return pt.state == 1;
 }
 
+/* FNV-1a of a name: its place in pt.name_slots. */
+static size_t pt_name_hash(const char *name) {
+    uint64_t h = 14695981039346656037u;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 1099511628211u;
+    return (size_t)h;
+}
+
+/* The slot of name in pt.name_slots: the one holding its id, or the empty
+ * one where it would go. */
+static size_t pt_name_slot(const char *name) {
+    size_t mask = pt.nslots - 1, i = pt_name_hash(name) & mask;
+    while (pt.name_slots[i] && strcmp(pt.names[pt.name_slots[i] - 1], name) != 0) i = (i + 1) & mask;
+    return i;
+}
+
+/* pt.name_slots with room for one more name (at most half full): 0, or -1
+ * out of memory. */
+static int pt_name_slots_grow(void) {
+    if (2 * (pt.nnames + 1) <= pt.nslots) return 0;
+    size_t n = pt.nslots ? 2 * pt.nslots : 64;
+    uint32_t *slots = calloc(n, sizeof *slots), *old = pt.name_slots;
+    if (!slots) return -1;
+    pt.name_slots = slots, pt.nslots = n;
+    for (size_t i = 0; i < pt.nnames; i++) pt.name_slots[pt_name_slot(pt.names[i])] = (uint32_t)i + 1;
+    free(old);
+    return 0;
+}
+
 /* The id of a span or schedule name (under mu, recording), sending its
- * TRACE_SPAN_NAME records the first time; 0 when out of memory. A name
- * whose records the full ring dropped stays lost: its spans are stored
- * with "(name lost)". */
-static uint32_t pt_name_id_locked(const char *name) {
-    for (size_t i = 0; i < pt.nnames; i++)
-        if (strcmp(pt.names[i], name) == 0) return (uint32_t)i + 1;
+ * TRACE_SPAN_NAME records the first time; 0 with why (n bytes) when out of
+ * memory or past TRACE_SPAN_NAMES_MAX names. A name whose records the full
+ * ring dropped stays lost: its spans are stored with "(name lost)". A
+ * hash table finds a name sent before: a program that names every span
+ * anew (f"batch {i}") scanned every name at every span. */
+static uint32_t pt_name_id_locked(const char *name, char *why, size_t n) {
+    if (pt.nslots) {
+        uint32_t id = pt.name_slots[pt_name_slot(name)];
+        if (id) return id;
+    }
+    if (pt.nnames >= TRACE_SPAN_NAMES_MAX) {
+        snprintf(why, n, "past %d distinct span and schedule names in this process: a name is a kind of span; put "
+                 "what changes in step, microbatch or stage", TRACE_SPAN_NAMES_MAX);
+        return 0;
+    }
+    if (pt_name_slots_grow() != 0) {
+        snprintf(why, n, "out of memory");
+        return 0;
+    }
     if (pt.nnames == pt.capnames) {
         size_t cap = pt.capnames ? 2 * pt.capnames : 16;
         char **grown = realloc(pt.names, cap * sizeof *grown);
-        if (!grown) return 0;
+        if (!grown) {
+            snprintf(why, n, "out of memory");
+            return 0;
+        }
         pt.names = grown;
         pt.capnames = cap;
     }
     char *copy = strdup(name);
-    if (!copy) return 0;
+    if (!copy) {
+        snprintf(why, n, "out of memory");
+        return 0;
+    }
     pt.names[pt.nnames++] = copy;
     uint32_t id = (uint32_t)pt.nnames;
+    pt.name_slots[pt_name_slot(name)] = id;
     trace_event base = {.source = TRACE_SRC_CPU, .rank = pt.rank, .attempt = pt.attempt};
     trace_event recs[TRACE_SPAN_NAME_MAX / TRACE_NAME_CHUNK + 1];
-    size_t n = trace_name_records_of(TRACE_SPAN_NAME, &base, id, name, recs);
-    for (size_t i = 0; i < n; i++) pt_put_locked(&recs[i]);
+    size_t nrecs = trace_name_records_of(TRACE_SPAN_NAME, &base, id, name, recs);
+    for (size_t i = 0; i < nrecs; i++) pt_put_locked(&recs[i]);
     return id;
 }
 
@@ -257,8 +309,8 @@ static int pt_write_named(trace_event *ev, const char *phase_name, const char *n
         if (bad[0]) {
             snprintf(why, sizeof why, "pprun_trace %s: %s", phase_name, bad);
             rc = -1;
-        } else if (name && !(ev->name = pt_name_id_locked(name))) {
-            snprintf(why, sizeof why, "pprun_trace %s: out of memory", phase_name);
+        } else if (name && !(ev->name = pt_name_id_locked(name, bad, sizeof bad))) {
+            snprintf(why, sizeof why, "pprun_trace %s: %s", phase_name, bad);
             rc = -1;
         } else {
             rc = pt_put_locked(ev);
@@ -478,9 +530,10 @@ PPRUN_TRACE_API int pprun_trace_schedule(const char *name, int ranks, int stages
     pthread_mutex_lock(&pt.mu);
     int rc = pt_ready_locked("schedule", why, sizeof why);
     if (rc == 1) {
-        uint32_t id = pt_name_id_locked(name);
+        char bad[240];
+        uint32_t id = pt_name_id_locked(name, bad, sizeof bad);
         if (!id) {
-            snprintf(why, sizeof why, "pprun_trace_schedule: out of memory");
+            snprintf(why, sizeof why, "pprun_trace_schedule: %s", bad);
             rc = -1;
         } else {
             /* From now on the program's shape bounds its records. */
