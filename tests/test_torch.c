@@ -850,6 +850,35 @@ Test(torch, evaluations_past_the_microbatch_bound_number_again_from_0, .timeout 
     lt_free(&p);
 }
 
+/* The first training step of a schedule without a plan of its own
+ * (GPipe in torch 2.6: its order is recorded as it runs) raises and the
+ * program goes on (--mode raise-first, one rank): the next training step
+ * records the order whole and declares it, so the job has its plan (it
+ * had none: "no plan stored"). */
+Test(torch, a_first_step_that_raises_leaves_the_plan_to_the_next, .timeout = 300) {
+    torch_need_root();
+    const char *db = tfix_path("raise_first.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", TORCH_ROOT_SH, "run", "python3",
+                          TORCH_CHECKOUT "/tests/torch_program.py", "--mode", "raise-first", NULL};
+    const char *env[] = {"USE_LIBUV=", NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    lt_assert_has(p.out, "caught boom");
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(action, ' ') FROM (SELECT action FROM plan "
+                                                "ORDER BY slot)"),
+                     "0F0 0F1 0BW0 0BW1", "GPipe's order, as its second step ran it");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM losses"), "4", "steps 1 and 2");
+    sqlite3_close(s);
+    lt_free(&p);
+    lt_run(&p, (const char *[]){"stats", "--db", db, NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_null(strstr(p.out, "no plan stored"), "%s", p.out);
+    lt_free(&p);
+}
+
 /* tests/torch_program.py --mode MODE run to its end (exit 0, both ranks
  * done) with tracing stopped on both ranks, each saying so: rank 0
  * at its F of stage 0 and rank 1 at its RECV_F of stage 1, of microbatch

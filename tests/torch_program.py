@@ -35,6 +35,9 @@ torch.device).
   microbatches before the first step, with pprun.torch's bound of an
   evaluation's microbatch numbers set to 24: its numbers start again
   from 0 at the fourth.
+--mode raise-first (one rank): its stage raises RuntimeError("boom") at
+  its second forward (step 0, microbatch 1); the program catches it,
+  prints "caught boom", clears the stage's state and trains on.
 --mode torch-first: plain, with pprun.torch imported before torch (a
   program that calls pprun.torch.schedule() may import it first).
 --mode works: plain with torch >= 2.8's batched p2p (_batch_p2p returns
@@ -162,11 +165,14 @@ class Stage(nn.Module):
     def __init__(self, rank, fail):
         super().__init__()
         self.layer = nn.Linear(DIM, DIM if rank == 0 else 4)
-        self.rank, self.fail, self.step = rank, fail, 0
+        self.rank, self.fail, self.step, self.calls = rank, fail, 0, 0
 
     def forward(self, x):
-        if self.fail and self.rank == 1 and self.step == 1:
+        self.calls += 1
+        if self.fail == "raise" and self.rank == 1 and self.step == 1:
             raise RuntimeError("boom at step 1")
+        if self.fail == "raise-first" and self.calls == 2:
+            raise RuntimeError("boom")
         return torch.relu(self.layer(x)) if self.rank == 0 else self.layer(x)
 
 
@@ -174,13 +180,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
                                                           "plain", "ctypes", "works", "per-direction",
-                                                          "torch-first", "evals-wrap"])
+                                                          "torch-first", "evals-wrap", "raise-first"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
-    module = Stage(rank, args.mode == "raise")
+    module = Stage(rank, args.mode)
     stage = PipelineStage(module, rank, world, "cpu")  # a string, as PipelineStage takes it too
     loss_fn = nn.CrossEntropyLoss()
     schedule = ScheduleGPipe(stage, 2, loss_fn=loss_fn)
@@ -223,10 +229,20 @@ def main():
                 x, y = torch.randn(n, DIM, generator=g), torch.randint(0, 4, (n,), generator=g)
         opt.zero_grad()
         losses = []
-        if rank == 0:
-            schedule.step(x)
-        else:
-            schedule.step(target=y, losses=losses)
+        try:
+            if world == 1:  # first and last stage
+                schedule.step(x, target=y, losses=losses)
+            elif rank == 0:
+                schedule.step(x)
+            else:
+                schedule.step(target=y, losses=losses)
+        except RuntimeError as e:
+            if args.mode != "raise-first" or "boom" not in str(e.__cause__):  # PyTorch's stage error, from ours
+                raise
+            print("caught boom", flush=True)
+            stage.clear_runtime_states()
+            schedule._internal_losses.clear()
+            continue
         opt.step()
         for mb, loss in enumerate(losses):
             print("loss step=%d microbatch=%d value=%r" % (step, mb, loss.item()), flush=True)

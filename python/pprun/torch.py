@@ -481,6 +481,10 @@ def _wrap_step(orig):
             if fast is not None:  # pprun._op's wrappers record this step's ops themselves (_fast)
                 fast.context(pprun._step[0], evaluation is None and _st.order is None and _st.t.on, _st.first_mb)
             out = orig(self, *args, **kwargs)
+        except BaseException:
+            if first and not planned:  # its order half run: the next training step records it whole
+                _st.declared = False
+            raise
         finally:
             if fast is not None:
                 fast.context(pprun._step[0], False, 0)
