@@ -173,7 +173,7 @@ Test(launch_opts, parser_takes_both_spellings_and_callers_flags) {
 }
 
 /* torchrun's habits: --rdzv-endpoint HOST:PORT, --rdzv-backend,
- * --nproc-per-node gpu, -m MODULE (python3 -m), --no-python. */
+ * --nproc-per-node gpu, -m MODULE (python3 -m), --no-python, snake_case. */
 Test(launch_opts, torchruns_habits_are_taken) {
     static launch_options o;
     pp_err err;
@@ -205,6 +205,18 @@ Test(launch_opts, torchruns_habits_are_taken) {
     cr_assert_eq(launch_parse(2, bare, &o, NULL, NULL, &err), -1);
     cr_assert(strstr(err.msg, "-m needs a module"), "%s", err.msg);
     unsetenv("CUDA_VISIBLE_DEVICES");
+    /* -m is a flag, as torchrun's: options after it, the module the first
+     * argument that is not one (or after --); any option in snake_case */
+    char *flag_first[] = {"launch", "-m", "--nproc-per-node", "2", "--rdzv_id", "job1", "pk.hello", "--x", NULL};
+    cr_assert_eq(launch_parse(8, flag_first, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(o.nproc_per_node, 2);
+    cr_assert_str_eq(o.run_id, "job1");
+    const char *want_module[] = {"python3", "-m", "pk.hello", "--x"};
+    cr_assert_eq(o.prog_argc, 4);
+    for (int i = 0; i < 4; i++) cr_assert_str_eq(o.prog_argv[i], want_module[i]);
+    char *dashes[] = {"launch", "-m", "--", "pk.hello", NULL};
+    cr_assert_eq(launch_parse(4, dashes, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert(o.prog_argc == 3 && strcmp(o.prog_argv[2], "pk.hello") == 0, "%d %s", o.prog_argc, o.prog_argv[0]);
 
     lt_proc p;
     const char *args[] = {"launch", "--nproc-per-node", "2", "-m", "platform", NULL};

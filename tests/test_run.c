@@ -466,6 +466,8 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
         {"--serve localhost", "--serve"},
         {"--checkpoint-dir /tmp --resume", "--resume"},
         {"--schedule csv:/nonexistent.csv", "/nonexistent.csv"},
+        {"train.py", "unexpected argument 'train.py': pprun run takes options only, for its own job; your program "
+                     "runs on every rank after `--` (`-- python3 train.py`)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;
