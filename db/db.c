@@ -1274,6 +1274,19 @@ int db_insert_plan(db *d, int64_t job_id, const db_plan_row *r, size_t n, pp_err
     return exec(d, "COMMIT", "writing the plan", err);
 }
 
+int db_job_steps_traced(db *d, int64_t job_id, pp_err *err) {
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(d->sql,
+                           "UPDATE jobs SET steps=coalesce((SELECT max(step) + 1 FROM events WHERE job_id=?1), 0)"
+                           " WHERE id=?1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return db_fail(d, sqlite3_errcode(d->sql), "setting the steps traced", err);
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : db_fail(d, rc, "setting the steps traced", err);
+}
+
 int db_finish_job(db *d, int64_t job_id, const char *status, int exit_code, int failed_rank, const char *failure,
                   pp_err *err) {
     sqlite3_stmt *st;

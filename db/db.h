@@ -221,6 +221,11 @@ int db_program_plan(const db *d, int64_t job_id);
  * it recorded how the job ended. *nlost: how many. 0 or -1. */
 int db_mark_lost(db *d, int *nlost, pp_err *err);
 
+/* A user's program's job has no step bound (it runs as many steps as it
+ * likes): jobs.steps becomes the steps it traced, its events' last step +
+ * 1 (0: none). 0 or -1. */
+int db_job_steps_traced(db *d, int64_t job_id, pp_err *err);
+
 /* status: "succeeded" | "failed" | "stopped"; failed_rank < 0 and failure
  * NULL mean none. ended_at is now (UTC). */
 int db_finish_job(db *d, int64_t job_id, const char *status, int exit_code, int failed_rank, const char *failure,

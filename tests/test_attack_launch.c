@@ -543,7 +543,8 @@ static long read_mark(const char *dir, int rank) {
  * are, the ranks are this binary's rank program, and the launcher is
  * stopped first at a moment its collector sleeps between two drains: the
  * records written meanwhile can only reach the database through the
- * guard. */
+ * guard. A program's job has no step bound: its records past --steps are
+ * kept there too, and jobs.steps becomes the steps it traced. */
 Test(attack_launch, a_killed_launcher_leaves_every_record_and_a_failed_job) {
     const char *db = path_of("killed.db"), *marks = tfix_mkdir("marks");
     char self[4096], env[600];
@@ -551,7 +552,8 @@ Test(attack_launch, a_killed_launcher_leaves_every_record_and_a_failed_job) {
     cr_assert_gt(n, 0);
     self[n] = '\0';
     snprintf(env, sizeof env, RANK_PROGRAM_ENV "=%s", marks);
-    const char *args[] = {"run", "--nproc-per-node", "2", "--microbatches", "8", "--steps", "1000", "--db", db,
+    /* --steps 2: a program runs past it (no step bound), and so do its records */
+    const char *args[] = {"run", "--nproc-per-node", "2", "--microbatches", "8", "--steps", "2", "--db", db,
                           "--", self, NULL};
     const char *envs[] = {env, NULL};
     lt_proc p;
@@ -590,6 +592,9 @@ Test(attack_launch, a_killed_launcher_leaves_every_record_and_a_failed_job) {
                        (unsigned long long)stop_ns),
                      0, "rank %d: the records written while the launcher was stopped are missing", r);
     }
+    cr_assert_gt(q(db, 0, "SELECT max(step) FROM events"), 2, "records past --steps, as a program makes them");
+    cr_assert_eq(q(db, 0, "SELECT steps FROM jobs"), q(db, 0, "SELECT max(step) + 1 FROM events"),
+                 "jobs.steps: the steps the program traced");
     assert_integrity_ok(db);
     lt_free(&p);
 }

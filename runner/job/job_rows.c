@@ -377,19 +377,6 @@ void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
         snprintf(buf, n, "the trace of a rank was cut short: %s", end->ring_err.msg);
 }
 
-/* A user's program ran as many steps as it liked (no step bound):
- * jobs.steps becomes the steps it traced. */
-static void program_steps(run_job *job) {
-    if (!job->program) return;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db_sqlite(job->db),
-                           "UPDATE jobs SET steps=(SELECT max(step) + 1 FROM events WHERE job_id=?1) WHERE id=?1 AND"
-                           " EXISTS(SELECT 1 FROM events WHERE job_id=?1)", -1, &st, NULL) != SQLITE_OK)
-        return;
-    sqlite3_bind_int64(st, 1, job->job_id);
-    sqlite3_step(st);
-    sqlite3_finalize(st);
-}
 
 /* A program that ran to its end and recorded nothing leaves a job that
  * `pprun stats` calls "none complete yet", and nothing else says why: the
@@ -420,7 +407,11 @@ void job_rows_finish(run_job *job, job_outcome *end) {
     }
     /* After a failed write (a full disk) what room is left goes to the
      * job's end, not to the plan. */
-    if (!end->trace_err.msg[0]) plan_at_the_end(job), program_steps(job);
+    if (!end->trace_err.msg[0]) {
+        plan_at_the_end(job);
+        pp_err serr; /* not written: the row keeps --steps, too many for a program that stopped early */
+        if (job->program) db_job_steps_traced(job->db, job->job_id, &serr);
+    }
     char failure[sizeof end->launch_err.msg + 64];
     job_rows_failure(end, failure, sizeof failure);
     pp_err ferr;

@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include "runner/job/job_rows.h"
+#include "runner/job/job_tracing.h"
 
 /* The will's rings come as descriptors 3, 4, ... (launch_guard_will). */
 #define SALVAGE_FIRST_FD 3
@@ -64,8 +65,8 @@ static void tell_will(run_job *job, const job_outcome *end) {
     will_add(&w, host);
     will_add(&w, "--world-size");
     will_addf(&w, "%ld", (long)job->plan->ranks * (job->cfg.dp > 0 ? job->cfg.dp : 1)); /* every replica's ranks */
-    will_add(&w, "--steps");
-    will_addf(&w, "%ld", (long)job->cfg.steps);
+    will_add(&w, "--steps"); /* the collector's bound: 0, none, for a program's job */
+    will_addf(&w, "%ld", (long)job_step_bound(job));
     int fds[LAUNCH_MAX_NPROC], nfds = 0;
     for (int l = 0; job->rings && l < job->lo.nproc_per_node && job->rings[l]; l++)
         fds[nfds++] = trace_ring_fd(job->rings[l]);
@@ -214,6 +215,7 @@ int job_salvage_main(int argc, char **argv) {
         pp_err derr, ring_fault = {.msg = ""};
         char failure[2048];
         if (s.rings > 0) drain(&s, d, &ring_fault, &derr); /* what it could not store is lost; the end still goes in */
+        if (s.steps == 0) db_job_steps_traced(d, s.job, &derr); /* a program's job: the steps it traced */
         failure_line(&s, &ring_fault, failure, sizeof failure);
         rc = db_finish_job(d, s.job, "failed", SALVAGE_EXIT_CODE, (int)s.failed_rank, failure, &err);
     }

@@ -19,9 +19,7 @@
  * job's CPU, bench/pipeline). */
 #define RUN_COLLECT_INTERVAL_NS (50ull * 1000000ull)
 
-/* The collector's step bound: --steps for pprun's worker; none for a
- * user's program, which runs as many steps as it likes (PyTorch's loop). */
-static int job_step_bound(const run_job *job) { return job->program ? 0 : job->cfg.steps; }
+int job_step_bound(const run_job *job) { return job->program ? 0 : job->cfg.steps; }
 
 static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) {
     return store_time(ctx, remote_ns, err);

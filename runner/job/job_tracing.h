@@ -12,6 +12,10 @@
 #include "runner/launch/launch.h"
 #include "runner/store/store.h"
 
+/* The collector's step bound: --steps for pprun's worker; 0, none, for a
+ * user's program, which runs as many steps as it likes (PyTorch's loop). */
+int job_step_bound(const run_job *job);
+
 /* Before the first attempt: job->coll and job->rings (the collector owns
  * the rings); the master publishes its collector's port and the job's id
  * in the store, the other nodes read them there. */
