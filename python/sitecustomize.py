@@ -2,8 +2,8 @@
 where only `pprun run` and `pprun launch` put this directory
 (runner/launch/launch_env.c); outside pprun it is never on the path.
 
-With tracing on (the launcher gave this rank a trace ring, PPRUN_TRACE_FD)
-it puts a finder first on sys.meta_path that answers for one module,
+With tracing on (the launcher gave this rank a trace ring, PPRUN_TRACE_FD,
+and this process holds it: _own_ring) it puts a finder first on sys.meta_path that answers for one module,
 torch.distributed.pipelining: the usual finders find it, and once it has
 run, pprun.torch instruments it (and the finder leaves the path). Every
 other import is passed on after one string comparison; a program that
@@ -91,7 +91,27 @@ def _run_shadowed():
     spec.loader.exec_module(module)
 
 
+def _own_ring():
+    """Whether this process holds the rank's trace ring: PPRUN_TRACE_FD is
+    the file PPRUN_TRACE_RING names (its "DEV:INODE", tracer/ring.h
+    trace_fd_identity). A process the rank started inherits the variables,
+    not the ring: its descriptor of that number is another file, or none.
+    The ring is then made not to pass to the programs this one starts
+    (close-on-exec), from the start: one started before pprun's library
+    loads (os.system, a subprocess with close_fds=False) would write the
+    same ring as the same rank."""
+    fd, identity = os.environ.get("PPRUN_TRACE_FD"), os.environ.get("PPRUN_TRACE_RING")
+    try:
+        st = os.fstat(int(fd))
+    except (TypeError, ValueError, OSError):
+        return False
+    if identity is not None and identity != "%d:%d" % (st.st_dev, st.st_ino):
+        return False
+    os.set_inheritable(int(fd), False)
+    return True
+
+
 # One finder, whichever copy runs first (the others never run: above).
-if os.environ.get("PPRUN_TRACE_FD") and not any(type(f).__name__ == "_PprunFinder" for f in sys.meta_path):
+if _own_ring() and not any(type(f).__name__ == "_PprunFinder" for f in sys.meta_path):
     sys.meta_path.insert(0, _PprunFinder())
 _run_shadowed()

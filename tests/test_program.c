@@ -30,6 +30,9 @@ static trace_ring *ring_in_env(size_t capacity) {
     char fd[16];
     snprintf(fd, sizeof fd, "%d", trace_ring_fd(ring));
     setenv("PPRUN_TRACE_FD", fd, 1);
+    char identity[48];
+    trace_fd_identity(trace_ring_fd(ring), identity, sizeof identity);
+    setenv("PPRUN_TRACE_RING", identity, 1);
     setenv("RANK", "2", 1);
     setenv("WORLD_SIZE", "4", 1);
     setenv("PPRUN_RESTART_COUNT", "1", 1);
@@ -37,6 +40,34 @@ static trace_ring *ring_in_env(size_t capacity) {
     setenv("PPRUN_MICROBATCHES", "4", 1);
     setenv("PPRUN_NUM_STAGES", "4", 1);
     return ring;
+}
+
+/* A process the rank started inherits its variables but not its ring:
+ * PPRUN_TRACE_FD is then another file (or none), not the one
+ * PPRUN_TRACE_RING names, and the library records nothing, as outside
+ * pprun, and says nothing. */
+Test(program_lib, a_descriptor_that_is_not_the_named_ring_records_nothing) {
+    trace_ring *ring = ring_in_env(64);
+    int other = open("/dev/null", O_RDONLY);
+    cr_assert_geq(other, 0);
+    char fd[16];
+    snprintf(fd, sizeof fd, "%d", other);
+    setenv("PPRUN_TRACE_FD", fd, 1); /* the number, another file */
+    cr_assert_eq(pprun_trace_init(), 0, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 0);
+    pprun_trace_close();
+    snprintf(fd, sizeof fd, "%d", trace_ring_fd(ring));
+    setenv("PPRUN_TRACE_FD", fd, 1);
+    setenv("PPRUN_TRACE_RING", "1:1", 1); /* the ring, but not the file named */
+    cr_assert_eq(pprun_trace_init(), 0);
+    pprun_trace_close();
+    unsetenv("PPRUN_TRACE_RING"); /* a launcher that names none: the descriptor is taken as the ring */
+    cr_assert_eq(pprun_trace_init(), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 1);
+    cr_assert_eq(trace_ring_pending(ring), 1);
+    pprun_trace_close();
+    trace_ring_close(ring);
+    close(other);
 }
 
 Test(program_lib, outside_pprun_every_call_is_a_no_op) {
@@ -1205,4 +1236,33 @@ Test(program_run, pprun_span_misuse_raises_the_same_everywhere_and_a_refused_spa
     cr_assert_eq(pclose(f), 0, "%s", out);
     for (size_t i = 0; i < sizeof raised / sizeof raised[0]; i++) lt_assert_has(out, raised[i]);
     cr_assert_null(strstr(out, "pprun:"), "outside pprun the package says nothing: %s", out);
+}
+
+/* A rank that starts programs before pprun's library loads
+ * (tests/child_program.py: os.system, a subprocess with close_fds=False):
+ * they inherit the variables, not the ring (pprun's site hook makes it
+ * close-on-exec at the rank's start; the library checks PPRUN_TRACE_RING
+ * names its descriptor), so they record nothing and say nothing, one
+ * holding another file at the ring's descriptor number too; the rank's
+ * own spans are all stored. (A helper run by os.system wrote the rank's
+ * ring as the same rank, its spans stored as the rank's.) */
+Test(program_run, a_program_the_rank_starts_does_not_write_its_ring, .timeout = 120) {
+    const char *db = tfix_path("children.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", PPRUN_TEST_DIR "/child_program.py",
+                          NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    lt_assert_has(p.out, "helper tracing=False\n");
+    lt_assert_has(p.out, "other holds True: tracing=False\n");
+    lt_assert_has(p.out, "rank tracing=True\n");
+    cr_assert_null(strstr(p.err, "not tracing"), "a child says nothing of the rank's ring:\n%s", p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    char *names = q_text(s, "SELECT group_concat(name || ':' || n) FROM (SELECT name, count(*) AS n FROM events "
+                            "WHERE phase = 'SPAN' GROUP BY name)");
+    cr_assert_str_eq(names, "rank:3");
+    free(names);
+    cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks"), 0);
+    sqlite3_close(s);
 }

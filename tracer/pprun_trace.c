@@ -81,11 +81,15 @@ static int pt_env_long(const char *name, long min, long max, long *out, pp_err *
 static void pt_init_locked(void) {
     pp_err err;
     const char *fd_text = getenv("PPRUN_TRACE_FD");
-    if (!fd_text) {
+    long fd = 0, rank = 0, attempt = 0;
+    /* not under pprun; or a process the rank started: it inherits the
+     * variables, not the ring (its descriptor of that number is another
+     * file, or none), and records nothing, as outside pprun */
+    if (!fd_text || (pp_parse_long(fd_text, 0, 1 << 20, "PPRUN_TRACE_FD", &fd, &err) == 0 &&
+                     !trace_fd_is_ring((int)fd, getenv("PPRUN_TRACE_RING")))) {
         pt.state = 2;
         return;
     }
-    long fd = 0, rank = 0, attempt = 0;
     if (pp_parse_long(fd_text, 0, 1 << 20, "PPRUN_TRACE_FD", &fd, &err) != 0 ||
         pt_env_long("RANK", 0, 1 << 30, &rank, &err) != 0 ||
         pt_env_long("PPRUN_RESTART_COUNT", 0, 1 << 30, &attempt, &err) != 0 ||

@@ -292,6 +292,22 @@ size_t trace_ring_read(trace_ring *ring, trace_event *dst, size_t max) {
 const char *trace_ring_fault(const trace_ring *ring) { return ring->fault[0] ? ring->fault : NULL; }
 
 uint64_t trace_ring_id(const trace_ring *ring) { return ring->id; }
+
+void trace_fd_identity(int fd, char *out, size_t n) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        if (n) out[0] = '\0';
+        return;
+    }
+    snprintf(out, n, "%llu:%llu", (unsigned long long)st.st_dev, (unsigned long long)st.st_ino);
+}
+
+int trace_fd_is_ring(int fd, const char *identity) {
+    if (!identity) return 1;
+    char mine[48];
+    trace_fd_identity(fd, mine, sizeof mine);
+    return mine[0] && strcmp(mine, identity) == 0;
+}
 uint64_t trace_ring_position(const trace_ring *ring) { return ring->cursor; }
 
 void trace_ring_skip_to(trace_ring *ring, uint64_t pos) {

@@ -69,6 +69,16 @@ const char *trace_ring_fault(const trace_ring *ring);
 void trace_ring_skip_to(trace_ring *ring, uint64_t pos);
 /* Random, fixed at creation, never 0: names the ring in the store. */
 uint64_t trace_ring_id(const trace_ring *ring);
+/* What names the ring's open file itself, "DEV:INODE" of its fd, into
+ * out (n bytes; "" when fd is not open): the launcher gives a rank it as
+ * PPRUN_TRACE_RING beside PPRUN_TRACE_FD, so that a process the rank
+ * started, which inherits the variables but whose descriptor of that
+ * number is another file or none, can tell (trace_fd_is_ring) without
+ * reading it. */
+void trace_fd_identity(int fd, char *out, size_t n);
+/* Whether fd is the file `identity` (trace_fd_identity) names; 1 too
+ * when identity is NULL (a launcher that gave none). */
+int trace_fd_is_ring(int fd, const char *identity);
 uint64_t trace_ring_dropped(const trace_ring *ring);
 /* Unmaps and frees; closes the fd only on the creating side. */
 void trace_ring_close(trace_ring *ring);

@@ -3,7 +3,8 @@
 pprun gives the library's path in PPRUN_TRACE_LIB (the libpprun_trace.so
 beside the pprun binary). tracer() loads it once and returns the Tracer, or
 None when this process does not record: not under pprun, --trace off, a
-process the rank started (the ring's fd is the rank's alone), a child the
+process the rank started (the ring's fd is the rank's alone: the library
+checks it is the file PPRUN_TRACE_RING names), a child the
 rank forked (os.fork, a DataLoader worker: reset at the fork, so it records
 nothing and says nothing), or once tracing stopped (stop()).
 
@@ -185,8 +186,10 @@ def tracer():
             sys.stderr.write("pprun: cannot load libpprun_trace (%s): %s; not tracing\n" % (path, e))
             return None
         t = Tracer(lib)
-        if lib.pprun_trace_init() < 0:
+        rc = lib.pprun_trace_init()
+        if rc < 0:
             sys.stderr.write("pprun: not tracing: %s\n" % t.error())
+        if rc <= 0:  # 0: not the rank's ring (a process it started), as outside pprun
             return None
         _tracer = t
         return _tracer

@@ -78,7 +78,10 @@ static int rank_env(void *ctx, const launch_info *info, int local_rank, int glob
         int fd = trace_ring_fd(job->rings[local_rank]);
         char text[16];
         snprintf(text, sizeof text, "%d", fd);
-        if (launch_env_pass_fd(env, fd, err) != 0) return -1;
+        char identity[48];
+        trace_fd_identity(fd, identity, sizeof identity);
+        if (launch_env_pass_fd(env, fd, err) != 0 || launch_env_set(env, "PPRUN_TRACE_RING", identity, err) != 0)
+            return -1;
         return launch_env_set(env, "PPRUN_TRACE_FD", text, err);
     }
     return 0;
