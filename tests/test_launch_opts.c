@@ -214,6 +214,10 @@ Test(launch_opts, torchruns_habits_are_taken) {
     const char *want_module[] = {"python3", "-m", "pk.hello", "--x"};
     cr_assert_eq(o.prog_argc, 4);
     for (int i = 0; i < 4; i++) cr_assert_str_eq(o.prog_argv[i], want_module[i]);
+    char *theirs[] = {"launch", "--rdzv_conf", "join_timeout=5", "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, theirs, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "--rdzv_conf is torchrun's, not pprun's: settings of torchrun's rendezvous backends"),
+              "torchrun's options pprun does not take are refused naming why: %s", err.msg);
     char *dashes[] = {"launch", "-m", "--", "pk.hello", NULL};
     cr_assert_eq(launch_parse(4, dashes, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert(o.prog_argc == 3 && strcmp(o.prog_argv[2], "pk.hello") == 0, "%d %s", o.prog_argc, o.prog_argv[0]);

@@ -524,8 +524,32 @@ static int find_option(const char *name) {
     return -1;
 }
 
+/* torchrun's options pprun does not take, and why: refused naming the
+ * reason, not as unknown (a torchrun command line moved to pprun). */
+static const struct {
+    const char *name, *why;
+} torchrun_only[] = {
+    {"--rdzv-conf", "settings of torchrun's rendezvous backends; node 0's store takes none (its timeout: "
+                    "--rdzv-timeout)"},
+    {"--local-addr", "this node's address for torchrun's c10d rendezvous; pprun's nodes reach node 0's store at "
+                     "--master-addr"},
+    {"--role", "the name of a torchrun agent's workers; pprun's ranks have one role"},
+    {"--start-method", "how torchrun's agent starts a Python function (spawn, fork, forkserver); pprun starts "
+                       "programs as processes"},
+    {"--run-path", "torchrun's runpy in its own interpreter; pprun runs the program as a process: -- python3 "
+                   "PROGRAM"},
+    {"--logs-specs", "torchrun's plug-in for log destinations; pprun writes them with --log-dir, --redirects and "
+                     "--tee"},
+    {"--virtual-local-rank", "torchrun then gives every worker LOCAL_RANK 0; pprun gives each its own"},
+    {"--numa-binding", "torchrun binds workers to NUMA nodes; pprun does not: run it under numactl"},
+    {"--event-log-handler", "torchrun's plug-in for its agent's events; pprun's job is in its database"},
+    {"--signals-to-handle", "the signals torchrun's agent forwards; pprun forwards SIGINT, SIGTERM and SIGHUP to "
+                            "the ranks"},
+};
+
 /* A flag none of ours: the caller's extra may take it (1), with its value
- * (2: after '=' or the next argument), else it is unknown. */
+ * (2: after '=' or the next argument), else one of torchrun's pprun does
+ * not take (naming why), or unknown. */
 static int parse_extra(cmdline *cl, const char *name, const char *eq, pp_err *err) {
     const char *a = cl->argv[cl->i];
     char kname[128];
@@ -542,6 +566,9 @@ static int parse_extra(cmdline *cl, const char *name, const char *eq, pp_err *er
         if (took == 2 && !val) return pp_fail(err, "%s needs a value", kname);
         if (took == 2 && !eq) cl->i++;
     }
+    for (size_t k = 0; took == 0 && k < sizeof torchrun_only / sizeof torchrun_only[0]; k++)
+        if (strcmp(kname, torchrun_only[k].name) == 0)
+            return pp_fail(err, "%s is torchrun's, not pprun's: %s", name, torchrun_only[k].why);
     if (took == 0) return pp_fail(err, "unknown option '%s'; see pprun %s --help", name, cl->cmd);
     return 0;
 }
