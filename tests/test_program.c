@@ -1193,6 +1193,16 @@ Test(program_run, two_copies_of_pprun_sitecustomize_install_one_finder, .timeout
     lt_free(&p);
 }
 
+/* tests/PROGRAM in the host's python3 under `pprun run`, one rank, to its
+ * end (exit 0). */
+static void run_test_program(lt_proc *p, const char *db, const char *program) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", PPRUN_TEST_DIR, program);
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
+    lt_run(p, args, NULL);
+    cr_assert_eq(p->status, 0, "exit %d\n%s\n%s", p->status, p->out, p->err);
+}
+
 /* pprun.span, used well and badly (tests/span_program.py): misuse raises
  * the same under pprun and outside it; a span refused (a name with a
  * control character or a NUL, a number past its field, bytes past 2^50)
@@ -1206,11 +1216,8 @@ Test(program_run, pprun_span_misuse_raises_the_same_everywhere_and_a_refused_spa
         "raised TypeError: bytes None\n", "raised TypeError: a generator function decorated\n",
         "KeyError passed through: 'its own'\n", "done\n"};
     const char *db = tfix_path("spans.db");
-    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", PPRUN_TEST_DIR "/span_program.py",
-                          NULL};
     lt_proc p;
-    lt_run(&p, args, NULL);
-    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    run_test_program(&p, db, "span_program.py");
     for (size_t i = 0; i < sizeof raised / sizeof raised[0]; i++) lt_assert_has(p.out, raised[i]);
     cr_assert_null(strstr(p.out, "no exception"), "%s", p.out);
     cr_assert_eq(lt_count(p.err, "not recorded"), 1, "the first refusal alone is said:\n%s", p.err);
@@ -1248,11 +1255,8 @@ Test(program_run, pprun_span_misuse_raises_the_same_everywhere_and_a_refused_spa
  * ring as the same rank, its spans stored as the rank's.) */
 Test(program_run, a_program_the_rank_starts_does_not_write_its_ring, .timeout = 120) {
     const char *db = tfix_path("children.db");
-    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", PPRUN_TEST_DIR "/child_program.py",
-                          NULL};
     lt_proc p;
-    lt_run(&p, args, NULL);
-    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    run_test_program(&p, db, "child_program.py");
     lt_assert_has(p.out, "helper tracing=False\n");
     lt_assert_has(p.out, "other holds True: tracing=False\n");
     lt_assert_has(p.out, "rank tracing=True\n");
