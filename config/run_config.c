@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/shape.h"
+
 void run_config_default(run_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cfg->schedule = RUN_SCHEDULE_1F1B;
@@ -532,6 +534,11 @@ int run_config_mesh(run_config *cfg, int world, const char *world_from, pp_err *
         return pp_fail(err, "--dp %d does not divide the %d ranks %s start", dp, world, world_from);
     cfg->dp = dp ? dp : pp ? world / pp : 1;
     cfg->pp = world / cfg->dp;
+    /* a step's microbatches are numbered over every replica (docs/schema.md):
+     * past what every reader takes for one, they would refuse the job */
+    if ((long)cfg->dp * cfg->microbatches > PP_SHAPE_MAX_MICROBATCHES)
+        return pp_fail(err, "--dp %d x --microbatches %d: %ld microbatches a step over the replicas, more than %d",
+                       cfg->dp, cfg->microbatches, (long)cfg->dp * cfg->microbatches, PP_SHAPE_MAX_MICROBATCHES);
     if (cfg->zero1 && cfg->dp < 2)
         return pp_fail(err, "--zero1 shards the optimizer state over the data-parallel group: it needs --dp 2 or more "
                        "(this job has %d pipeline%s)", cfg->dp, cfg->dp == 1 ? "" : "s");

@@ -96,19 +96,14 @@ def _own_ring():
     the file PPRUN_TRACE_RING names (its "DEV:INODE", tracer/ring.h
     trace_fd_identity). A process the rank started inherits the variables,
     not the ring: its descriptor of that number is another file, or none.
-    The ring is then made not to pass to the programs this one starts
-    (close-on-exec), from the start: one started before pprun's library
-    loads (os.system, a subprocess with close_fds=False) would write the
-    same ring as the same rank."""
+    (The ring stays inheritable until pprun's library loads: a wrapper that
+    execs the real program, poetry run, keeps it.)"""
     fd, identity = os.environ.get("PPRUN_TRACE_FD"), os.environ.get("PPRUN_TRACE_RING")
     try:
         st = os.fstat(int(fd))
     except (TypeError, ValueError, OSError):
         return False
-    if identity is not None and identity != "%d:%d" % (st.st_dev, st.st_ino):
-        return False
-    os.set_inheritable(int(fd), False)
-    return True
+    return identity is None or identity == "%d:%d" % (st.st_dev, st.st_ino)
 
 
 # One finder, whichever copy runs first (the others never run: above).

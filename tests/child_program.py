@@ -2,15 +2,15 @@
 tests/test_program.c (docs/torch.md, "How pprun gets into the program").
 Standard library only. Under pprun, before it imports anything of pprun's:
 
-- os.system() runs a Python that records 50 spans "helper" (the shell and
-  it inherit every descriptor that is not close-on-exec);
-- a subprocess, close_fds=False, that opens a file until it holds the
-  descriptor number of PPRUN_TRACE_FD, then records a span "other".
+- a subprocess (close_fds, as subprocess does by default) that records 50
+  spans "helper": it inherits the variables, not the ring;
+- another that opens files until it holds the descriptor number of
+  PPRUN_TRACE_FD, then records a span "other".
 
 Each child prints whether pprun traces it ("helper tracing=False"). Then
 the rank records 3 spans "rank" and prints "rank tracing=True". Only the
-rank's spans belong in the trace: a child must not write the rank's ring,
-and one whose descriptor is another file says nothing about it."""
+rank's spans belong in the trace, and a child whose descriptor of that
+number is another file says nothing about it."""
 import os
 import subprocess
 import sys
@@ -35,9 +35,9 @@ with pprun.span("other"):
 print("other holds %s: tracing=%s" % (held[-1].fileno() == fd, pprun.tracing()), flush=True)
 """
 
-os.system("%s -c '%s'" % (sys.executable, HELPER))
-subprocess.run([sys.executable, "-c", OTHER], close_fds=False, check=True)
-import pprun  # noqa: E402 (after the children: the ring must not have passed to them)
+subprocess.run([sys.executable, "-c", HELPER], check=True)
+subprocess.run([sys.executable, "-c", OTHER], check=True)
+import pprun  # noqa: E402 (after the children)
 
 for i in range(3):
     with pprun.span("rank", step=i):

@@ -5,8 +5,9 @@ the host's python3, under pprun (one rank) and outside it.
 It prints one line for each misuse that raises, which must be the same
 under pprun and outside it ("raised TypeError: ..."); the spans the library
 or the package refuses raise nothing. Recorded under pprun: "ok", "gen"
-(begun in one thread, ended in another, 20 ms apart), "async" (an async
-function that sleeps 20 ms) and "work" (a decorated function whose
+(begun in one thread, ended in another, 20 ms apart), "async" twice (an
+async function called twice at once on one thread, sleeping 20 ms, and
+50 ms from 10 ms later) and "work" (a decorated function whose
 KeyError passes through as it is); refused, each dropped and counted:
 seven, the first one (its name an OSC escape sequence that would set the
 terminal's title) said on stderr, escaped. Ends with "done"."""
@@ -63,12 +64,21 @@ for t in threads:
 
 
 @pprun.span("async")
-async def slept():
-    await asyncio.sleep(0.02)
+async def slept(seconds):
+    await asyncio.sleep(seconds)
     return 7
 
 
-assert asyncio.run(slept()) == 7
+async def later(delay, seconds):
+    await asyncio.sleep(delay)
+    return await slept(seconds)
+
+
+async def both():  # two calls at once on one thread, each timed from its own start: 20 ms, and 50 ms from 10 ms on
+    return await asyncio.gather(slept(0.02), later(0.01, 0.05))
+
+
+assert asyncio.run(both()) == [7, 7]
 
 
 @pprun.span("work")

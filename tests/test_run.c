@@ -466,6 +466,8 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
         {"--serve localhost", "--serve"},
         {"--checkpoint-dir /tmp --resume", "--resume"},
         {"--schedule csv:/nonexistent.csv", "/nonexistent.csv"},
+        {"--dp 64 --nproc-per-node 64 --microbatches 4096",
+         "--dp 64 x --microbatches 4096: 262144 microbatches a step over the replicas, more than 100000"},
         {"train.py", "unexpected argument 'train.py': pprun run takes options only, for its own job; your program "
                      "runs on every rank after `--` (`-- python3 train.py`)"},
     };

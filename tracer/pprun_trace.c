@@ -82,16 +82,15 @@ static void pt_init_locked(void) {
     pp_err err;
     const char *fd_text = getenv("PPRUN_TRACE_FD");
     long fd = 0, rank = 0, attempt = 0;
+    int bad_fd = fd_text && pp_parse_long(fd_text, 0, 1 << 20, "PPRUN_TRACE_FD", &fd, &err) != 0;
     /* not under pprun; or a process the rank started: it inherits the
      * variables, not the ring (its descriptor of that number is another
      * file, or none), and records nothing, as outside pprun */
-    if (!fd_text || (pp_parse_long(fd_text, 0, 1 << 20, "PPRUN_TRACE_FD", &fd, &err) == 0 &&
-                     !trace_fd_is_ring((int)fd, getenv("PPRUN_TRACE_RING")))) {
+    if (!fd_text || (!bad_fd && !trace_fd_is_ring((int)fd, getenv("PPRUN_TRACE_RING")))) {
         pt.state = 2;
         return;
     }
-    if (pp_parse_long(fd_text, 0, 1 << 20, "PPRUN_TRACE_FD", &fd, &err) != 0 ||
-        pt_env_long("RANK", 0, 1 << 30, &rank, &err) != 0 ||
+    if (bad_fd || pt_env_long("RANK", 0, 1 << 30, &rank, &err) != 0 ||
         pt_env_long("PPRUN_RESTART_COUNT", 0, 1 << 30, &attempt, &err) != 0 ||
         pt_env_long("PPRUN_MICROBATCHES", 1, 1L << 30, &pt.microbatches, &err) != 0 ||
         pt_env_long("PPRUN_NUM_STAGES", 1, 1L << 30, &pt.stages, &err) != 0 ||
@@ -165,9 +164,14 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
     int span = ev->phase == TRACE_SPAN;
     long replicas = pt.replicas > 1 ? pt.replicas : 1;
     /* an op, span and loss is numbered in the step's microbatches of every
-     * replica (replica·n + m, docs/schema.md), as pprun's worker numbers them */
+     * replica (replica·n + m, docs/schema.md), as pprun's worker numbers
+     * them; never past what every reader takes for a microbatch (db/bounds.h),
+     * or the readers would refuse the job as damaged */
     long microbatches = pt.microbatches * replicas;
-    const char *mb_name = microbatches == pt.microbatches ? "PPRUN_MICROBATCHES" : "microbatches x replicas";
+    if (microbatches > PP_SHAPE_MAX_MICROBATCHES) microbatches = PP_SHAPE_MAX_MICROBATCHES;
+    const char *mb_name = microbatches == PP_SHAPE_MAX_MICROBATCHES ? "most microbatches, over every replica"
+                          : microbatches == pt.microbatches ? "PPRUN_MICROBATCHES"
+                                                            : "microbatches x replicas";
     long stages = pt.stages;
     const char *stage_name = "PPRUN_NUM_STAGES";
     if (eval) {

@@ -101,8 +101,9 @@ class span:
         self.step = None if step is None else _int_field("step", step)
         self.microbatch, self.stage = _int_field("microbatch", microbatch), _int_field("stage", stage)
         # (thread, start) of each entry not yet exited: a thread's latest
-        # first, else the latest of any thread (exited elsewhere)
-        self._open = []
+        # first, else the latest of any thread (exited elsewhere); the lock
+        # keeps another thread's exit from taking it between find and pop
+        self._open, self._lock = [], threading.Lock()
 
     def _record(self, t, t0):
         if not t.on:  # tracing stopped while the span ran: counted as lost (_trace.lost)
@@ -116,7 +117,8 @@ class span:
     def __enter__(self):
         t = _trace.tracer()
         if t is not None:
-            self._open.append((threading.get_ident(), t.now()))
+            with self._lock:
+                self._open.append((threading.get_ident(), t.now()))
         return self
 
     def __exit__(self, *exc):
@@ -124,15 +126,13 @@ class span:
         if t is None:
             _trace.lost()  # after a stop: one record lost, counted (nothing outside pprun)
             return False
-        me, found = threading.get_ident(), None
-        for i in range(len(self._open) - 1, -1, -1):
-            if self._open[i][0] == me:
-                found = i
-                break
-        if found is None and self._open:
-            found = len(self._open) - 1
-        if found is not None:
-            self._record(t, self._open.pop(found)[1])
+        me, t0 = threading.get_ident(), None
+        with self._lock:
+            mine = [i for i, (thread, _) in enumerate(self._open) if thread == me]
+            if mine or self._open:
+                t0 = self._open.pop(mine[-1] if mine else -1)[1]
+        if t0 is not None:
+            self._record(t, t0)
         return False
 
     def __call__(self, fn):
@@ -143,9 +143,16 @@ class span:
                             "put a `with pprun.span(...)` in its body" % getattr(fn, "__qualname__", fn))
         if inspect.iscoroutinefunction(fn):
             @functools.wraps(fn)
-            async def traced_async(*args, **kwargs):
-                with self:
+            async def traced_async(*args, **kwargs):  # its own start: calls of it interleave on one thread
+                t = _trace.tracer()
+                if t is None:
+                    _trace.lost()
                     return await fn(*args, **kwargs)
+                t0 = t.now()
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    self._record(t, t0)
 
             return traced_async
 

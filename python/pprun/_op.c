@@ -496,9 +496,13 @@ static _Thread_local int batch_depth;
 static PyObject *batch_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     PyObject *p2p_ops = PyTuple_Size(args) >= 1 ? PyTuple_GetItem(args, 0) : NULL;
     if (batch_depth > 0) return PyObject_Call(w->orig, args, kwargs);
-    if (!p2p_ops || !PyList_Check(p2p_ops)) return PyObject_Call(w->slow, args, kwargs);
-    uint64_t t0 = op_now();
     batch_depth++;
+    if (!p2p_ops || !PyList_Check(p2p_ops)) {
+        PyObject *out = PyObject_Call(w->slow, args, kwargs);
+        batch_depth--;
+        return out;
+    }
+    uint64_t t0 = op_now();
     PyObject *out = PyObject_Call(w->orig, args, kwargs);
     batch_depth--;
     if (!out || out == Py_None) return out;
@@ -656,17 +660,18 @@ static PyObject *op_hooks(PyObject *self, PyObject *args) {
  * its replica's first global microbatch. */
 static PyObject *op_context(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *step_obj;
-    int fast, overflow, first;
-    if (!PyArg_ParseTuple(args, "O!pi:context", &PyLong_Type, &step_obj, &fast, &first)) return NULL;
+    PyObject *step_obj, *first_obj;
+    int fast, overflow, first_overflow;
+    if (!PyArg_ParseTuple(args, "O!pO!:context", &PyLong_Type, &step_obj, &fast, &PyLong_Type, &first_obj))
+        return NULL;
     long long step = PyLong_AsLongLongAndOverflow(step_obj, &overflow);
-    if (step == -1 && PyErr_Occurred()) return NULL;
-    if (overflow || step < 0 || step > INT32_MAX) fast = 0; /* past a record's field: the Python wrappers refuse its ops */
-    /* a microbatch past first_mb's room: the Python wrappers refuse its ops */
-    if (first < 0 || first > INT32_MAX / 2) fast = 0;
+    long long first = PyLong_AsLongLongAndOverflow(first_obj, &first_overflow);
+    if (PyErr_Occurred()) return NULL;
+    /* past a record's field: the Python wrappers refuse its ops */
+    if (overflow || step < 0 || step > INT32_MAX || first_overflow || first < 0 || first > INT32_MAX) fast = 0;
     if (fast && (!op_packed || !hook_refused))
         return PyErr_Format(PyExc_RuntimeError, "context(): no library bound or no hooks (bind() and hooks() first)");
-    cur_step = (int32_t)(fast ? step : 0), first_mb = fast ? first : 0, fast_on = fast && tracing;
+    cur_step = (int32_t)(fast ? step : 0), first_mb = (int32_t)(fast ? first : 0), fast_on = fast && tracing;
     Py_RETURN_NONE;
 }
 

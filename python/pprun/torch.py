@@ -521,7 +521,7 @@ def _wrap_update_losses(orig):
                     except OverflowError as e:
                         rc = t.refuse(e)
                     if rc < 0:
-                        _stop("%s of microbatch %d: %s" % (what, mb, t.error()))
+                        _stop("%s of microbatch %d: %s" % (what, first_mb + mb, t.error()))
         return orig(self, stages, losses)
 
     return _update_losses

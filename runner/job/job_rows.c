@@ -377,7 +377,6 @@ void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
         snprintf(buf, n, "the trace of a rank was cut short: %s", end->ring_err.msg);
 }
 
-
 /* A program that ran to its end and recorded nothing leaves a job that
  * `pprun stats` calls "none complete yet", and nothing else says why: the
  * likely causes, in one line (docs/torch.md, "How pprun gets into the
