@@ -139,10 +139,12 @@ static int sched_op_of(int trace_op) {
  * the same number D of ranks (data-parallel replicas: P = world / D), in
  * pprun's layout: pipelines of P consecutive ranks, rank r being pipeline
  * rank r mod P of replica r / P (docs/cli.md, "Rank layout"), each with
- * pipeline 0's plan. rs is ordered by rank and slot, lens[r] the rows of
- * rank r, every rank below world with some. 0 and err when the rows are
- * not such a mesh. */
-static int pipeline_ranks(const rows *rs, const int *lens, int world, int stages, pp_err *err, const char *what) {
+ * pipeline 0's plan, its microbatches the replica's own (below m) or the
+ * step's global ones of its replica (globalize). rs is ordered by rank and
+ * slot, lens[r] the rows of rank r, every rank below world with some. 0
+ * and err when the rows are not such a mesh. */
+static int pipeline_ranks(const rows *rs, const int *lens, int world, int stages, int m, pp_err *err,
+                          const char *what) {
     int *seen = malloc(sizeof(int) * (size_t)stages), *copies = calloc((size_t)stages, sizeof(int));
     int p = 0;
     if (!seen || !copies) {
@@ -167,12 +169,19 @@ static int pipeline_ranks(const rows *rs, const int *lens, int world, int stages
     for (size_t i = 0, first_of_rank = 0; i < rs->n; i++) {
         const row *r = &rs->v[i];
         if (i > 0 && r->rank != rs->v[i - 1].rank) first_of_rank = i;
+        if (r->mb >= m && r->mb / m != r->rank / p) {
+            pp_fail(err, "%s: rank %d slot %d: microbatch %d is not of its replica %d (%d a replica)", what, r->rank,
+                    r->slot, r->mb, r->rank / p, m);
+            p = 0;
+            goto done;
+        }
         if (r->rank < p) continue;
         size_t twin = 0; /* rank r mod P's row of the same index */
         for (int k = 0; k < r->rank % p; k++) twin += (size_t)lens[k];
         twin += i - first_of_rank;
         const row *t = &rs->v[twin];
-        if (lens[r->rank] != lens[r->rank % p] || t->stage != r->stage || t->op != r->op || t->mb != r->mb) {
+        if (lens[r->rank] != lens[r->rank % p] || t->stage != r->stage || t->op != r->op ||
+            t->mb % m != r->mb % m) {
             pp_fail(err, "%s: rank %d's plan is not rank %d's: replicas of one pipeline of %d consecutive ranks "
                     "(pprun's layout) are simulated, not this mesh", what, r->rank, r->rank % p, p);
             p = 0;
@@ -182,6 +191,38 @@ static int pipeline_ranks(const rows *rs, const int *lens, int world, int stages
 done:
     free(seen), free(copies);
     return p;
+}
+
+/* Each replica's plan rows under the step's global microbatches, d·m + mb
+ * (replica d = rank / p), as its ops are numbered and as pprun's --dp
+ * jobs store their plans (docs/schema.md): a program declares its rank's
+ * plan in its replica's own numbers. Rows already global stay. */
+static int globalize(sqlite3 *sql, int64_t job, rows *rs, int p, int m) {
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(sql, "UPDATE plan SET microbatch=?4, action=?5 WHERE job_id=?1 AND rank=?2 AND slot=?3",
+                                -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    rc = sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    for (size_t i = 0; i < rs->n && rc == SQLITE_OK; i++) {
+        row *r = &rs->v[i];
+        if (r->rank < p || r->mb >= m) continue;
+        r->mb += r->rank / p * m;
+        char action[48];
+        snprintf(action, sizeof action, "%d%s%d", r->stage, op_name(r->op), r->mb);
+        sqlite3_bind_int64(st, 1, job);
+        sqlite3_bind_int(st, 2, r->rank);
+        sqlite3_bind_int(st, 3, r->slot);
+        sqlite3_bind_int(st, 4, r->mb);
+        sqlite3_bind_text(st, 5, action, -1, SQLITE_TRANSIENT);
+        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(sql);
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK) {
+        sqlite3_exec(sql, "ROLLBACK", NULL, NULL, NULL);
+        return rc;
+    }
+    return sqlite3_exec(sql, "COMMIT", NULL, NULL, NULL);
 }
 
 int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
@@ -237,7 +278,10 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
     /* Each rank's list, one action per row (a BW is one op). */
     for (size_t i = 0; i < rs.n; i++) {
         row *r = &rs.v[i];
-        if (r->op < 0 || (r->op > TRACE_W && r->op != TRACE_BW) || r->stage < 0 || r->mb < 0 || r->mb >= m) {
+        /* a replica's rows may be under the step's global numbers, below
+         * m·ranks (pipeline_ranks checks each is its replica's) */
+        if (r->op < 0 || (r->op > TRACE_W && r->op != TRACE_BW) || r->stage < 0 || r->mb < 0 ||
+            r->mb >= (int64_t)m * ranks) {
             pp_fail(err, "%s: rank %d slot %d is not an action of this job's shape", what, r->rank, r->slot);
             goto done;
         }
@@ -248,7 +292,16 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
     }
     for (int k = 0; k < ranks; k++)
         if (lens[k] == 0) goto done; /* a rank has not declared its plan yet */
-    if (replicated && !(p = pipeline_ranks(&rs, lens, ranks, stages, err, what))) goto done;
+    if (replicated && !(p = pipeline_ranks(&rs, lens, ranks, stages, m, err, what))) goto done;
+    for (size_t i = 0; !replicated && i < rs.n; i++)
+        if (rs.v[i].mb >= m) {
+            pp_fail(err, "%s: rank %d slot %d is not an action of this job's shape", what, rs.v[i].rank, rs.v[i].slot);
+            goto done;
+        }
+    if (replicated && (rc = globalize(sql, job, &rs, p, m)) != SQLITE_OK) {
+        result = db_fail(d, rc, what, err);
+        goto done;
+    }
     /* Pipeline 0's ranks: each stage on one of them. */
     for (int s = 0; s < stages; s++) stage_rank[s] = -1;
     for (size_t i = 0; i < rs.n && rs.v[i].rank < p; i++) stage_rank[rs.v[i].stage] = rs.v[i].rank;

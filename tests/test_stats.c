@@ -838,6 +838,41 @@ Test(stats, a_forged_plan_row_is_not_simulated, .timeout = 60) {
     db_close(d);
 }
 
+/* A program's data-parallel replicas (4 ranks, pipelines of 2 in pprun's
+ * layout) declare their plans in their own microbatch numbers: replica
+ * 1's rows are stored under the step's global ones (2 + m), as its ops
+ * and as pprun's --dp plans; a row of another replica's microbatch is
+ * refused, saying so. */
+Test(stats, a_programs_replicas_plans_are_numbered_over_the_replicas, .timeout = 60) {
+    const char *path = tfix_path("replica-plans.db");
+    db *d = tfix_open_fresh(path);
+    int64_t job = tfix_job(d);
+    trace_event ev[64];
+    pp_err err;
+    for (int rank = 0; rank < 4; rank++) {
+        size_t n = declared(ev, rank, "ScheduleGPipe", 2, 2, 2, 4);
+        for (int i = 0; i < 4; i++)
+            ev[n++] = (trace_event){.version = TRACE_EVENT_VERSION,
+                                    .phase = TRACE_PLAN,
+                                    .rank = rank,
+                                    .plan = {.slot = i, .stage = rank % 2, .op = i < 2 ? TRACE_F : TRACE_BW,
+                                             .microbatch = i % 2}};
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+    }
+    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0, "not simulated: no op measured yet (%s)", err.msg);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM plan WHERE microbatch BETWEEN 2 * (rank / 2) AND"
+                                          " 2 * (rank / 2) + 1 AND action = stage||phase||microbatch"),
+                 16, "replica 0's rows 0F0 .. 1BW1, replica 1's 0F2 .. 1BW3");
+    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT sum(microbatch) FROM plan WHERE rank >= 2"), 2 * (2 + 3) * 2,
+                 "numbered once");
+    sqlite3_exec(db_sqlite(d), "UPDATE plan SET microbatch = 3 WHERE rank = 0 AND slot = 0", NULL, NULL, NULL);
+    err.msg[0] = '\0';
+    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0);
+    lt_assert_has(err.msg, "rank 0 slot 0: microbatch 3 is not of its replica 0 (2 a replica)");
+    db_close(d);
+}
+
 /* A TRACE_SCHEDULE record past the bounds, written into the ring by a
  * program without libpprun_trace: the database skips it, and the job keeps
  * the shape it had; one within them is taken. */

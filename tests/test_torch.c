@@ -496,12 +496,20 @@ Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
                                                                                   want));
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(DISTINCT loss) = count(*) FROM losses WHERE step=0"),
                      "1", "each replica trains on its own slice of the batch");
-    /* one plan, simulated, the same times on both replicas */
+    /* one plan, simulated, the same times on both replicas, each under
+     * its replica's global microbatches as its ops (4d + m) */
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*)||' '||count(sim_end_ns) FROM plan"), "32 32");
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM plan a JOIN plan b ON b.rank = a.rank + 2 AND"
-                                                " b.slot = a.slot AND b.action = a.action AND b.sim_start_ns ="
-                                                " a.sim_start_ns AND b.sim_end_ns = a.sim_end_ns WHERE a.rank < 2"),
+                                                " b.slot = a.slot AND b.stage = a.stage AND b.phase = a.phase AND"
+                                                " b.microbatch = a.microbatch + 4 AND b.action = b.stage||b.phase||"
+                                                "b.microbatch AND b.sim_start_ns = a.sim_start_ns AND b.sim_end_ns ="
+                                                " a.sim_end_ns WHERE a.rank < 2 AND a.microbatch < 4"),
                      "16");
+    /* docs/schema.md's "Measured against planned": every planned op of a step is found */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM plan p JOIN events e ON e.job_id = p.job_id AND"
+                                                " e.rank = p.rank AND e.stage = p.stage AND e.phase = p.phase AND"
+                                                " e.microbatch = p.microbatch AND e.step = 1 AND e.source = 'cpu'"),
+                     "32");
     /* the example's all-reduce, a span of its own on every rank and step, with its stage's bytes */
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*)||' '||count(DISTINCT rank||':'||step)||' '||"
                                                 "min(bytes > 0) FROM events WHERE phase='SPAN' AND name='allreduce'"),
