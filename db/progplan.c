@@ -87,22 +87,35 @@ static int rows_read(sqlite3 *sql, int64_t job, rows *out) {
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
-/* Every row's simulated times: those of its action on rank mod p (p: the
- * pipeline's ranks; every replica runs pipeline 0's plan). */
-static int write_times(sqlite3 *sql, int64_t job, const rows *rs, const sched_sim *sim, int p) {
+/* Every row as it is to be stored: replica d's (rank / p, p the
+ * pipeline's ranks) under the step's global microbatches, d·m + mb, as
+ * its ops are numbered and as pprun's --dp jobs store their plans
+ * (docs/schema.md): a program declares its rank's plan in its replica's
+ * own numbers (rows already global stay); and, with sim, its simulated
+ * times: those of its action on rank mod p (every replica runs pipeline
+ * 0's plan). */
+static int write_rows(sqlite3 *sql, int64_t job, rows *rs, int p, int m, const sched_sim *sim) {
     sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(sql, "UPDATE plan SET sim_start_ns=?4, sim_end_ns=?5 WHERE job_id=?1 AND rank=?2"
-                                     " AND slot=?3", -1, &st, NULL);
+    int rc = sqlite3_prepare_v2(sql, "UPDATE plan SET microbatch=?4, action=?5, sim_start_ns=coalesce(?6, sim_start_ns),"
+                                     " sim_end_ns=coalesce(?7, sim_end_ns) WHERE job_id=?1 AND rank=?2 AND slot=?3",
+                                -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
     rc = sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     for (size_t i = 0; i < rs->n && rc == SQLITE_OK; i++) {
-        const row *r = &rs->v[i];
-        const sched_span *sp = &sim->spans[r->rank % p][r->index];
+        row *r = &rs->v[i];
+        if (r->mb < m) r->mb += r->rank / p * m;
+        char action[48];
+        snprintf(action, sizeof action, "%d%s%d", r->stage, op_name(r->op), r->mb);
         sqlite3_bind_int64(st, 1, job);
         sqlite3_bind_int(st, 2, r->rank);
         sqlite3_bind_int(st, 3, r->slot);
-        sqlite3_bind_int64(st, 4, (int64_t)sp->start);
-        sqlite3_bind_int64(st, 5, (int64_t)sp->end);
+        sqlite3_bind_int(st, 4, r->mb);
+        sqlite3_bind_text(st, 5, action, -1, SQLITE_TRANSIENT);
+        if (sim) {
+            const sched_span *sp = &sim->spans[r->rank % p][r->index];
+            sqlite3_bind_int64(st, 6, (int64_t)sp->start);
+            sqlite3_bind_int64(st, 7, (int64_t)sp->end);
+        }
         rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(sql);
         sqlite3_reset(st);
     }
@@ -193,38 +206,6 @@ done:
     return p;
 }
 
-/* Each replica's plan rows under the step's global microbatches, d·m + mb
- * (replica d = rank / p), as its ops are numbered and as pprun's --dp
- * jobs store their plans (docs/schema.md): a program declares its rank's
- * plan in its replica's own numbers. Rows already global stay. */
-static int globalize(sqlite3 *sql, int64_t job, rows *rs, int p, int m) {
-    sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(sql, "UPDATE plan SET microbatch=?4, action=?5 WHERE job_id=?1 AND rank=?2 AND slot=?3",
-                                -1, &st, NULL);
-    if (rc != SQLITE_OK) return rc;
-    rc = sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);
-    for (size_t i = 0; i < rs->n && rc == SQLITE_OK; i++) {
-        row *r = &rs->v[i];
-        if (r->rank < p || r->mb >= m) continue;
-        r->mb += r->rank / p * m;
-        char action[48];
-        snprintf(action, sizeof action, "%d%s%d", r->stage, op_name(r->op), r->mb);
-        sqlite3_bind_int64(st, 1, job);
-        sqlite3_bind_int(st, 2, r->rank);
-        sqlite3_bind_int(st, 3, r->slot);
-        sqlite3_bind_int(st, 4, r->mb);
-        sqlite3_bind_text(st, 5, action, -1, SQLITE_TRANSIENT);
-        rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(sql);
-        sqlite3_reset(st);
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_OK) {
-        sqlite3_exec(sql, "ROLLBACK", NULL, NULL, NULL);
-        return rc;
-    }
-    return sqlite3_exec(sql, "COMMIT", NULL, NULL, NULL);
-}
-
 int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
     sqlite3 *sql = db_sqlite(d);
     char what[64], name[64] = "";
@@ -298,7 +279,7 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
             pp_fail(err, "%s: rank %d slot %d is not an action of this job's shape", what, rs.v[i].rank, rs.v[i].slot);
             goto done;
         }
-    if (replicated && (rc = globalize(sql, job, &rs, p, m)) != SQLITE_OK) {
+    if (replicated && (rc = write_rows(sql, job, &rs, p, m, NULL)) != SQLITE_OK) { /* before it is simulated too */
         result = db_fail(d, rc, what, err);
         goto done;
     }
@@ -325,7 +306,7 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
                               err) != 0 ||
         sched_simulate_stages(plan, costs, &sim, err) != 0)
         goto done; /* 0, with err saying why */
-    rc = write_times(sql, job, &rs, sim, p);
+    rc = write_rows(sql, job, &rs, p, m, sim);
     result = rc == SQLITE_OK ? 1 : db_fail(d, rc, what, err);
 done:
     for (int k = 0; lists && k < ranks; k++) free(lists[k]);
