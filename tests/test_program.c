@@ -1283,3 +1283,28 @@ Test(program_run, a_program_the_rank_starts_does_not_write_its_ring, .timeout = 
     cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks"), 0);
     sqlite3_close(s);
 }
+
+/* A wrapper that execs the real program (poetry run, pipenv run, a script
+ * that re-execs itself) keeps the rank's ring: the exec keeps the process
+ * and its descriptors, and pprun's site hook leaves the ring inheritable
+ * until the library loads (making it close-on-exec at the start lost such
+ * a job's whole trace, silently). */
+Test(program_run, a_wrapper_that_execs_the_program_keeps_the_ring, .timeout = 120) {
+    char path[512];
+    write_program("execwrap", "wrapper.py",
+                  "import os, sys\n"
+                  "os.execv(sys.executable, [sys.executable, '-c', 'import pprun\\n"
+                  "for i in range(3):\\n    with pprun.span(\"exec\", step=i):\\n        pass\\n"
+                  "print(\"exec tracing=%s\" % pprun.tracing())'])\n",
+                  path, sizeof path);
+    const char *db = tfix_path("execwrap.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    lt_assert_has(p.out, "exec tracing=True");
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE phase = 'SPAN' AND name = 'exec'"), 3);
+    sqlite3_close(s);
+}
