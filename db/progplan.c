@@ -96,8 +96,9 @@ static int rows_read(sqlite3 *sql, int64_t job, rows *out) {
  * 0's plan). */
 static int write_rows(sqlite3 *sql, int64_t job, rows *rs, int p, int m, const sched_sim *sim) {
     sqlite3_stmt *st;
-    int rc = sqlite3_prepare_v2(sql, "UPDATE plan SET microbatch=?4, action=?5, sim_start_ns=coalesce(?6, sim_start_ns),"
-                                     " sim_end_ns=coalesce(?7, sim_end_ns) WHERE job_id=?1 AND rank=?2 AND slot=?3",
+    int rc = sqlite3_prepare_v2(sql,
+                                "UPDATE plan SET microbatch=?4, action=?5, sim_start_ns=coalesce(?6, sim_start_ns),"
+                                " sim_end_ns=coalesce(?7, sim_end_ns) WHERE job_id=?1 AND rank=?2 AND slot=?3",
                                 -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
     rc = sqlite3_exec(sql, "BEGIN IMMEDIATE", NULL, NULL, NULL);

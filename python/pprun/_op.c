@@ -714,7 +714,8 @@ static PyMethodDef op_methods[] = {
      "pprun_trace_eval_loss"},
     {"wrap", op_wrap, METH_VARARGS, "wrap(orig, slow, phase): a wrapper of pprun's, its common case in C"},
     {"hooks", op_hooks, METH_VARARGS, "hooks(refused, lost): the package's callables for the fast path"},
-    {"context", op_context, METH_VARARGS, "context(step, fast, first_mb): the fast path's step, whether it records, its first microbatch"},
+    {"context", op_context, METH_VARARGS,
+     "context(step, fast, first_mb): the fast path's step, whether it records, its first microbatch"},
     {"stop", op_stop, METH_NOARGS, "stop(): tracing stopped; the fast path records nothing more"},
     {NULL, NULL, 0, NULL},
 };
