@@ -308,7 +308,8 @@ Test(program_db, the_programs_schedule_replaces_the_launchers_plan_and_is_simula
 
 /* GPipe's plan on two data-parallel replicas (4 ranks): in pprun's layout
  * (pipelines of consecutive ranks) replica 0's plan is simulated and both
- * replicas' rows take its times; with the pipelines' ranks interleaved
+ * replicas' rows take its times, replica 1's renumbered under the step's
+ * global microbatches; with the pipelines' ranks interleaved
  * (stage 0 on ranks 0 and 1) it is not simulated, saying why. */
 static void replicated_gpipe(int strided, char *plan, size_t size) {
     db *d = tfix_open_fresh(tfix_path(strided ? "mesh_strided.db" : "mesh.db"));
@@ -361,8 +362,9 @@ Test(program_db, replicas_of_one_pipeline_share_its_simulated_timeline) {
     char buf[1024];
     replicated_gpipe(0, buf, sizeof buf);
     cr_assert_str_eq(buf, "00F0:0-10 00F1:10-20 00BW0:60-90 00BW1:90-120 11F0:10-20 11F1:20-30 11BW0:30-60 11BW1:60-90 "
-                          "20F0:0-10 20F1:10-20 20BW0:60-90 20BW1:90-120 31F0:10-20 31F1:20-30 31BW0:30-60 "
-                          "31BW1:60-90");
+                          "20F2:0-10 20F3:10-20 20BW2:60-90 20BW3:90-120 31F2:10-20 31F3:20-30 31BW2:30-60 "
+                          "31BW3:60-90",
+                     "replica 1's rows under the step's global microbatches (2 + m), with replica 0's times");
     replicated_gpipe(1, buf, sizeof buf);
     cr_assert_str_eq(buf, "00F0:--- 00F1:--- 00BW0:--- 00BW1:--- 10F0:--- 10F1:--- 10BW0:--- 10BW1:--- "
                           "21F0:--- 21F1:--- 21BW0:--- 21BW1:--- 31F0:--- 31F1:--- 31BW0:--- 31BW1:---",
