@@ -124,13 +124,15 @@ int job_options_parse(run_job *job, int argc, char **argv, pp_err *err) {
     /* the program's argv stays in main's argv (launch_parse points into it) */
     int rc = job->program ? launch_parse(argc, argv, &job->lo, job_option, job, err)
                           : launch_parse(argc + 2, args, &job->lo, job_option, job, err);
+    if (rc == 0 && !job->program && job->lo.prog_argc != 1)
+        rc = pp_fail(err, "unexpected argument '%s': pprun run takes options only, for its own job; your program "
+                          "runs on every rank after `--` (`-- python3 %s`), or as a module with `-m MODULE`",
+                     job->lo.prog_argv[0], job->lo.prog_argv[0]);
+    if (!job->program) /* it pointed into args: the worker's argv comes later (job_options_worker_argv) */
+        job->lo.prog_argv = NULL, job->lo.prog_argc = 0;
     free(args);
     if (rc != 0) return rc;
     if (launch_check_token(&job->lo, err) != 0) return -1;
-    if (!job->program && job->lo.prog_argc != 1)
-        return pp_fail(err, "unexpected argument '%s': pprun run takes options only, for its own job; your "
-                            "program runs on every rank after `--` (`-- python3 %s`), or as a module with `-m MODULE`",
-                       job->lo.prog_argv[0], job->lo.prog_argv[0]);
     if (!(job->lo.given & LAUNCH_GIVEN_NPROC)) {
         /* --pp P --dp D without --nproc-per-node: P x D ranks over the nodes */
         long mesh = (long)job->cfg.pp * job->cfg.dp, nodes = job->lo.nnodes > 0 ? job->lo.nnodes : 1;
