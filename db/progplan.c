@@ -280,7 +280,11 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
             pp_fail(err, "%s: rank %d slot %d is not an action of this job's shape", what, rs.v[i].rank, rs.v[i].slot);
             goto done;
         }
-    if (replicated && (rc = write_rows(sql, job, &rs, p, m, NULL)) != SQLITE_OK) { /* before it is simulated too */
+    /* replicas' rows still in their own numbers: renumbered now, whether or
+     * not the plan is simulated below (once: then they are global) */
+    int local = 0;
+    for (size_t i = 0; replicated && i < rs.n; i++) local |= rs.v[i].rank >= p && rs.v[i].mb < m;
+    if (local && (rc = write_rows(sql, job, &rs, p, m, NULL)) != SQLITE_OK) {
         result = db_fail(d, rc, what, err);
         goto done;
     }
