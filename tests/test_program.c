@@ -1204,11 +1204,9 @@ Test(program_run, two_copies_of_pprun_sitecustomize_install_one_finder, .timeout
     lt_free(&p);
 }
 
-/* tests/PROGRAM in the host's python3 under `pprun run`, one rank, to its
- * end (exit 0). */
-static void run_test_program(lt_proc *p, const char *db, const char *program) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", PPRUN_TEST_DIR, program);
+/* The Python program at path in the host's python3 under `pprun run`, one
+ * rank, to its end (exit 0). */
+static void run_python_program(lt_proc *p, const char *db, const char *path) {
     const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
     lt_run(p, args, NULL);
     cr_assert_eq(p->status, 0, "exit %d\n%s\n%s", p->status, p->out, p->err);
@@ -1228,7 +1226,7 @@ Test(program_run, pprun_span_misuse_raises_the_same_everywhere_and_a_refused_spa
         "KeyError passed through: 'its own'\n", "done\n"};
     const char *db = tfix_path("spans.db");
     lt_proc p;
-    run_test_program(&p, db, "span_program.py");
+    run_python_program(&p, db, PPRUN_TEST_DIR "/span_program.py");
     for (size_t i = 0; i < sizeof raised / sizeof raised[0]; i++) lt_assert_has(p.out, raised[i]);
     cr_assert_null(strstr(p.out, "no exception"), "%s", p.out);
     cr_assert_eq(lt_count(p.err, "not recorded"), 1, "the first refusal alone is said:\n%s", p.err);
@@ -1269,7 +1267,7 @@ Test(program_run, pprun_span_misuse_raises_the_same_everywhere_and_a_refused_spa
 Test(program_run, a_program_the_rank_starts_does_not_write_its_ring, .timeout = 120) {
     const char *db = tfix_path("children.db");
     lt_proc p;
-    run_test_program(&p, db, "child_program.py");
+    run_python_program(&p, db, PPRUN_TEST_DIR "/child_program.py");
     lt_assert_has(p.out, "helper tracing=False\n");
     lt_assert_has(p.out, "other holds True: tracing=False\n");
     lt_assert_has(p.out, "rank tracing=True\n");
@@ -1298,10 +1296,8 @@ Test(program_run, a_wrapper_that_execs_the_program_keeps_the_ring, .timeout = 12
                   "print(\"exec tracing=%s\" % pprun.tracing())'])\n",
                   path, sizeof path);
     const char *db = tfix_path("execwrap.db");
-    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
     lt_proc p;
-    lt_run(&p, args, NULL);
-    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    run_python_program(&p, db, path);
     lt_assert_has(p.out, "exec tracing=True");
     lt_free(&p);
     sqlite3 *s = open_db(db);
