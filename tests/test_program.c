@@ -1048,6 +1048,9 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
                   "said('hooks', lambda: _op.hooks(len, 1))\n"
                   "said('context step', lambda: _op.context(2**70, False, 0))\n"
                   "said('context not int', lambda: _op.context('1', False, 0))\n"
+                  "said('context first', lambda: _op.context(0, False, 2**70))\n"
+                  "said('context first below 0', lambda: _op.context(0, False, -1))\n"
+                  "said('context first not int', lambda: _op.context(0, False, 1.5))\n"
                   "_op.hooks(len, len)\n"
                   "said('new wrapper', lambda: type(_op.wrap(len, len, b'F'))())\n"
                   "print('wrapper of', _op.wrap(len, len, b'RECV_B').__name__)\n"
@@ -1096,6 +1099,10 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     lt_assert_has(p.out, "hooks: TypeError: hooks(): argument 2 is not callable");
     lt_assert_has(p.out, "context step: returned None\n"); /* past a record's step: no fast path, no error */
     lt_assert_has(p.out, "context not int: TypeError: context() argument 1 must be int, not str");
+    /* a first microbatch past a record's field: no fast path, no error (the Python wrappers refuse its ops) */
+    lt_assert_has(p.out, "context first: returned None\n");
+    lt_assert_has(p.out, "context first below 0: returned None\n");
+    lt_assert_has(p.out, "context first not int: TypeError: context() argument 3 must be int, not float");
     lt_assert_has(p.out, "new wrapper: TypeError: cannot create 'pprun._op.wrapper' instances");
     lt_assert_has(p.out, "wrapper of len\n");
     lt_assert_has(p.out, "bad tag: TypeError: a P2POp's _pprun is not (phase, stage, microbatch)");
