@@ -612,7 +612,9 @@ Test(torch, a_rank_killed_mid_step_keeps_its_records, .timeout = 300) {
 
 /* The same program outside pprun (two processes started as torchrun
  * would, without pprun's package on the path) prints the same losses, bit
- * for bit: the tracing changes nothing it computes. */
+ * for bit: the tracing changes nothing it computes. Each rank writes a
+ * file of its own (two writing one file interleaved their last lines:
+ * "pprun loaded:pprun loaded:  FalseFalse", one CI run in many). */
 Test(torch, the_program_outside_pprun_runs_unchanged, .timeout = 300) {
     const char *db = tfix_path("traced.db");
     lt_proc p;
@@ -628,8 +630,8 @@ Test(torch, the_program_outside_pprun_runs_unchanged, .timeout = 300) {
              " LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=%d OMP_NUM_THREADS=1 " TORCH_ROOT_SH
              " run python3 -c 'import sys, runpy; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0],"
              " run_name=\"__main__\"); print(\"pprun loaded:\", \"pprun\" in sys.modules)' " EXAMPLE
-             " --schedule 1F1B --steps %d --microbatches %d & done >%s 2>&1; wait",
-             port, STEPS, MICROBATCHES, out);
+             " --schedule 1F1B --steps %d --microbatches %d >%s.$r 2>&1 & done; wait; cat %s.0 %s.1 >%s",
+             port, STEPS, MICROBATCHES, out, out, out, out);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
     size_t len;
     char *plain = lt_slurp(out, &len);
