@@ -41,21 +41,11 @@ const char *analyze_phase_name(int p) {
     return p == ANALYZE_RECOMPUTE ? "RECOMPUTE" : p == ANALYZE_DP ? "DP" : trace_phase_name(p);
 }
 
-/* pprun's own span names and the phase each is read as. */
-static const struct {
-    const char *name;
-    int phase;
-} own_spans[] = {
-    {"RECOMPUTE", ANALYZE_RECOMPUTE},
-    {"ALLREDUCE", ANALYZE_DP},
-    {"REDUCE_SCATTER", ANALYZE_DP},
-    {"ALL_GATHER", ANALYZE_DP},
-};
-
+/* The phase pprun's own span of that name is read as (analyze.h), -1 for
+ * a program's own. */
 static int own_span_phase(const char *name) {
-    for (size_t i = 0; name && i < sizeof own_spans / sizeof *own_spans; i++)
-        if (strcmp(name, own_spans[i].name) == 0) return own_spans[i].phase;
-    return -1;
+    if (name && strcmp(name, "RECOMPUTE") == 0) return ANALYZE_RECOMPUTE;
+    return trace_is_dp_span(name) ? ANALYZE_DP : -1;
 }
 
 int analyze_is_compute(int p) {

@@ -977,3 +977,42 @@ Test(attack_launch, a_record_at_step_1e9_does_not_hang_the_launcher) {
     cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'succeeded'"), 1, "%s", job_row(db, 1));
     assert_tidy(&p, db);
 }
+
+/* The launcher SIGKILLed and, before its guard ran (stopped here to hold
+ * that moment), the next `pprun run` on the file marks the job lost (its
+ * launcher is gone): the guard still drains the rings and records the
+ * job's end, failed by its killed launcher, with every record the rings
+ * held (it used to skip a row no longer `running`, and the job stayed
+ * lost without them; docs/launch.md). */
+Test(attack_launch, a_job_marked_lost_before_its_guard_ran_is_still_saved_by_it) {
+    const char *db = path_of("marked.db");
+    const char *args[] = {"run", "--nproc-per-node", "2", "--steps", "300", "--model", TIMED, "--progress", "off",
+                          "--db", db, NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    pid_t pids[2];
+    wait_running(&p, db, 2, 20, pids);
+    pid_t guard = guard_of(p.pid, db);
+    cr_assert_gt(guard, 0, "the launcher had no guard");
+    cr_assert_eq(kill(guard, SIGSTOP), 0);
+    kill(p.pid, SIGKILL);
+    lt_wait(&p);
+    long long before = q(db, -1, "SELECT count(*) FROM events WHERE job_id = 1");
+    lt_proc next;
+    lt_run(&next, (const char *[]){"run", "--nproc-per-node", "1", "--steps", "1", "--model", FAST, "--progress",
+                                   "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(next.status, 0, "%s", next.err);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'lost'"), 1, "%s", job_row(db, 1));
+    cr_assert_eq(kill(guard, SIGCONT), 0);
+    assert_nothing_left(&guard, 1, db, 10);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 1 AND status = 'failed' AND exit_code = 137 AND "
+                          "failure LIKE 'its launcher (pid %d on %%) was killed%%its guard recorded what the trace "
+                          "rings held%%'", (int)p.pid),
+                 1, "%s", job_row(db, 1));
+    cr_assert_geq(q(db, -1, "SELECT count(*) FROM events WHERE job_id = 1"), before);
+    cr_assert_eq(q(db, 0, "SELECT count(*) FROM jobs WHERE id = 2 AND status = 'succeeded'"), 1, "%s", job_row(db, 2));
+    assert_integrity_ok(db);
+    lt_free(&next);
+    lt_free(&p);
+}

@@ -364,6 +364,27 @@ Test(program_lib, an_evaluation_has_microbatches_of_its_own) {
     trace_ring_close(ring);
 }
 
+/* A data-parallel collective's span (ALLREDUCE, REDUCE_SCATTER,
+ * ALL_GATHER: pprun's own names) numbers its bucket in the microbatch
+ * field: a step has as many as the program's collectives (one a
+ * parameter: hundreds), not the step's microbatches (4 here); up to what
+ * every reader takes for one. A span of another name keeps the bound. */
+Test(program_lib, a_collectives_bucket_is_not_a_microbatch) {
+    trace_ring *ring = ring_in_env(64); /* 4 stages, 4 microbatches, 4 ranks */
+    cr_assert_eq(pprun_trace_span("ALLREDUCE", 0, 4, 1, 1, 64, 1, 2), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_span("REDUCE_SCATTER", 0, 500, 1, 1, 64, 2, 3), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_span("ALL_GATHER", 0, 99999, 1, 1, 64, 3, 4), 1, "%s", pprun_trace_error());
+    cr_assert_eq(pprun_trace_span("ALLREDUCE", 0, 100000, 1, 1, 64, 4, 5), -1);
+    lt_assert_has(pprun_trace_error(), "microbatch 100000: out of range 0..99999 (most buckets of a stage's step");
+    cr_assert_eq(pprun_trace_span("allreduce", 0, 4, 1, 1, 64, 5, 6), -1, "a program's own name: a microbatch");
+    lt_assert_has(pprun_trace_error(), "microbatch 4: out of range 0..3");
+    trace_event ev[16];
+    size_t n = trace_ring_read(ring, ev, 16);
+    cr_assert_eq(n, 3 + 3, "3 names, 3 spans");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
 Test(program_lib, a_broken_environment_says_what_is_wrong) {
     setenv("PPRUN_TRACE_FD", "abc", 1);
     cr_assert_eq(pprun_trace_init(), -1);

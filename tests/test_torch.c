@@ -518,13 +518,37 @@ Test(torch, data_parallel_replicas_of_a_pipeline, .timeout = 300) {
                                                 " AND b.step = a.step AND b.bytes = a.bytes WHERE a.name='allreduce'"
                                                 " AND b.name='allreduce' AND a.rank < 2"),
                      (snprintf(want, sizeof want, "%d", 2 * STEPS), want), "a stage's bytes on both replicas");
+    /* pprun's own: each dist.all_reduce of a gradient in it, an ALLREDUCE
+     * span inside the program's (the example reduces a parameter at a
+     * time: a bucket each), numbered 0.. in the stage's step, its bytes
+     * adding up to the stage's, with the same rows on both replicas'
+     * ranks of the stage (peer: its replica-0 rank) */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events a WHERE a.name='allreduce' AND a.bytes = ("
+                                                "SELECT sum(bytes) FROM events b WHERE b.name='ALLREDUCE' AND b.rank="
+                                                "a.rank AND b.step=a.step AND b.stage=a.rank %% 2 AND b.peer=a.rank %%"
+                                                " 2 AND b.start_ns >= a.start_ns AND b.end_ns <= a.end_ns)"),
+                     (snprintf(want, sizeof want, "%d", 4 * STEPS), want));
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) = count(DISTINCT rank||':'||step||':'||microbatch) "
+                                                "AND min(microbatch) = 0 AND max(microbatch) + 1 = count(*) / %d FROM "
+                                                "events WHERE name='ALLREDUCE' AND stage=0", 2 * STEPS),
+                     "1");
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events a WHERE a.name='ALLREDUCE' AND a.rank >= 2"
+                                                " AND NOT EXISTS (SELECT 1 FROM events b WHERE b.name='ALLREDUCE' AND "
+                                                "b.rank=a.rank-2 AND b.step=a.step AND b.stage=a.stage AND b.microbatch"
+                                                "=a.microbatch AND b.bytes=a.bytes AND b.peer=a.peer)"),
+                     "0", "replica 1's rows are replica 0's");
+    /* its OPT waited for it: the gap's cause */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(DISTINCT rank) FROM step_idle WHERE cause='wait_dp' AND "
+                                                "idle_ns > 0"),
+                     "4");
     sqlite3_close(s);
     lt_proc st;
     lt_run(&st, (const char *[]){"stats", "--db", db, NULL}, NULL);
     cr_assert_eq(st.status, 0, "%s", st.err);
     lt_assert_has(st.out, "replica 0 (ranks 0-1)");
     lt_assert_has(st.out, "replica 1 (ranks 2-3)");
-    cr_assert(!strstr(st.out, "all-reduce 0 ns"), "pprun's collective did not run: no figure of it\n%s", st.out);
+    cr_assert(strstr(st.out, ", all-reduce ") && !strstr(st.out, "all-reduce 0 ns"),
+              "the replicas' all-reduce, measured:\n%s", st.out);
     lt_assert_has(st.out, "Schedule1F1B *"); /* the what-if plays the job's own plan: replica 0's */
     cr_assert(strstr(st.out, "planned") && !strstr(st.out, "- planned"), "the plan is simulated:\n%s", st.out);
     lt_free(&st);
@@ -770,7 +794,10 @@ Test(torch, every_evaluations_losses_are_kept_two_under_one_step_too, .timeout =
  * losses are under the step's global microbatches (replica·2 + m) and
  * none is refused (the replica was the pipeline's first rank, 4 and 5 for
  * the second dp row: their losses past the job's bounds, tracing stopped
- * on ranks 6 and 7). */
+ * on ranks 6 and 7). Its collectives: the data-parallel pair's gradient
+ * all-reduces are ALLREDUCE spans as pprun's own --dp ranks record them,
+ * and the tensor-parallel pair's (inside an op), the world's and those
+ * before the first step are not (docs/torch.md). */
 Test(torch, a_three_dimensional_mesh_numbers_its_replicas, .timeout = 300) {
     torch_need_root();
     const char *db = tfix_path("mesh3d.db");
@@ -792,6 +819,40 @@ Test(torch, a_three_dimensional_mesh_numbers_its_replicas, .timeout = 300) {
                                                 "ORDER BY rank)"),
                      "2:0,1 3:2,3 6:4,5 7:6,7", "each pipeline's last stage's losses");
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*)||' '||sum(dropped_events) FROM ranks"), "8 0");
+    /* the data-parallel collectives, and only those: each rank's two a
+     * step with its dp pair (r mod 4, r mod 4 + 4: peer r mod 4), its
+     * stage's weight then bias (buckets 0, 1: bytes of an 8x8 or 8x4
+     * Linear), none for the tp pair's all-reduce inside each forward, the
+     * loss over the world or the weights' averaging before the first step */
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT count(*) FROM events WHERE phase='SPAN'"), "32");
+    for (int rank = 0; rank < 8; rank++) {
+        char want[128];
+        int stage = (rank % 4) / 2, w = stage == 0 ? 256 : 128, b = stage == 0 ? 32 : 16;
+        snprintf(want, sizeof want, "0.0:%d:%d:%d 0.1:%d:%d:%d 1.0:%d:%d:%d 1.1:%d:%d:%d", stage, rank % 4, w, stage,
+                 rank % 4, b, stage, rank % 4, w, stage, rank % 4, b);
+        cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT group_concat(a, ' ') FROM (SELECT step||'.'||microbatch||"
+                                                    "':'||stage||':'||peer||':'||bytes AS a FROM events WHERE "
+                                                    "phase='SPAN' AND name='ALLREDUCE' AND rank=%d ORDER BY step, "
+                                                    "microbatch)", rank),
+                         want, "rank %d", rank);
+    }
+    /* each from the call to its return, the async one's to its wait()
+     * (after the program's 10 ms pause): within the times the program
+     * printed around them (one clock: one host) */
+    int spans = 0;
+    for (const char *at = strstr(p.out, "allreduce rank="); at; at = strstr(at + 1, "allreduce rank=")) {
+        int rank, step, bucket;
+        long long t0, t1;
+        cr_assert_eq(sscanf(at, "allreduce rank=%d step=%d bucket=%d t0=%lld t1=%lld", &rank, &step, &bucket, &t0, &t1),
+                     5, "%.80s", at);
+        q_text(s, buf, sizeof buf, "SELECT (start_ns >= %lld AND end_ns <= %lld)||' '||(end_ns - start_ns >= %d)"
+               " FROM events WHERE phase='SPAN' AND rank=%d AND step=%d AND microbatch=%d", t0, t1,
+               bucket == 1 ? 10000000 : 0, rank, step, bucket);
+        cr_assert_str_eq(buf, "1 1", "rank %d step %d bucket %d: within %lld-%lld, long enough", rank, step, bucket,
+                         t0, t1);
+        spans++;
+    }
+    cr_assert_eq(spans, 32, "%s", p.out);
     sqlite3_close(s);
     int printed = 0;
     for (const char *at = strstr(p.out, "loss rank="); at; at = strstr(at + 1, "loss rank=")) printed++;

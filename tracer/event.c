@@ -47,6 +47,13 @@ const char *trace_phase_name(int phase) {
     return phase >= 0 && phase < TRACE_PHASE_COUNT ? names[phase] : "?";
 }
 
+int trace_is_dp_span(const char *name) {
+    static const char *const names[] = {"ALLREDUCE", "REDUCE_SCATTER", "ALL_GATHER"};
+    for (size_t i = 0; name && i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(name, names[i]) == 0) return 1;
+    return 0;
+}
+
 size_t trace_name_records(const trace_event *base, uint32_t id, const char *name, trace_event *out) {
     trace_event gpu = *base;
     gpu.source = TRACE_SRC_GPU;

@@ -187,6 +187,13 @@ int trace_record_why(const trace_event *e, int64_t offset_ns, char *why, size_t 
 /* "F", "SEND_F", ... as stored in the database. */
 const char *trace_phase_name(int phase);
 
+/* Whether a span's name is one of pprun's data-parallel collectives
+ * (ALLREDUCE, REDUCE_SCATTER, ALL_GATHER: docs/schema.md, "Data
+ * parallelism"), whose microbatch is the bucket's number in its stage's
+ * step, not a microbatch: a rank's worker records them, and pprun's
+ * PyTorch package for a program's collectives (docs/torch.md). */
+int trace_is_dp_span(const char *name);
+
 /* Fills out[] with the TRACE_KERNEL_NAME records that carry name (cut at
  * TRACE_NAME_MAX bytes) under id; attempt/rank/step from base. Returns the
  * count (at most TRACE_NAME_MAX / TRACE_NAME_CHUNK + 1; out must hold that). */

@@ -153,8 +153,9 @@ static int pt_range(const char *what, long value, long lowest, long bound, const
     return 1;
 }
 
-/* What is wrong with ev's fields, into why (empty when nothing is). */
-static void pt_why(const trace_event *ev, char *why, size_t n) {
+/* What is wrong with ev's fields, into why (empty when nothing is); name:
+ * a span's. */
+static void pt_why(const trace_event *ev, const char *name, char *why, size_t n) {
     /* OPT is per step, not per microbatch or stage; a span may be either */
     int per_op = ev->phase != TRACE_OPT && ev->phase != TRACE_SPAN;
     int eval = ev->phase == TRACE_EVAL_F || ev->phase == TRACE_EVAL_SEND_F || ev->phase == TRACE_EVAL_RECV_F ||
@@ -174,6 +175,12 @@ static void pt_why(const trace_event *ev, char *why, size_t n) {
                                                             : "microbatches x replicas";
     long stages = pt.stages;
     const char *stage_name = "PPRUN_NUM_STAGES";
+    if (span && trace_is_dp_span(name)) {
+        /* a collective's bucket: as many as the program's step makes (a
+         * collective a parameter: hundreds), within what readers take */
+        microbatches = PP_SHAPE_MAX_MICROBATCHES;
+        mb_name = "most buckets of a stage's step";
+    }
     if (eval) {
         /* An evaluation is a forward-only step of its own microbatches (a
          * program may evaluate on more than it trains on), numbered over
@@ -313,7 +320,7 @@ static int pt_write_named(trace_event *ev, const char *phase_name, const char *n
     int rc = pt_ready_locked(phase_name, why, sizeof why);
     if (rc == 1) {
         char bad[200];
-        pt_why(ev, bad, sizeof bad);
+        pt_why(ev, name, bad, sizeof bad);
         if (bad[0]) {
             snprintf(why, sizeof why, "pprun_trace %s: %s", phase_name, bad);
             rc = -1;

@@ -265,6 +265,12 @@ static const char *compute_phase(const wrapper *w, PyObject *args, PyObject *kwa
     return yes ? "BW" : "B";
 }
 
+/* How deep this thread is in a compute op of the fast path (in_op()): a
+ * collective the op runs (tensor parallelism's all-reduce in a forward) is
+ * the op's time, not a data-parallel collective of the rank's
+ * (python/pprun/torch.py, _wrap_collective). */
+static _Thread_local int op_depth;
+
 static PyObject *compute_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     int32_t stage, mb;
     const char *phase;
@@ -277,7 +283,9 @@ static PyObject *compute_call(wrapper *w, PyObject *args, PyObject *kwargs) {
     memcpy(r.phase, phase, strlen(phase));
     r.step = cur_step, r.microbatch = mb + first_mb, r.stage = stage, r.peer = -1;
     r.start_ns = op_now();
+    op_depth++;
     PyObject *out = PyObject_Call(w->orig, args, kwargs);
+    op_depth--;
     if (!out) return NULL;
     r.end_ns = op_now();
     /* tracing may have stopped during the op (a refused span of the
@@ -683,6 +691,12 @@ static PyObject *op_stop(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* in_op(): whether this thread is inside a compute op of the fast path. */
+static PyObject *op_in_op(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    return PyBool_FromLong(op_depth > 0);
+}
+
 /* bind(op_packed, loss, eval_loss): the addresses of pprun_trace_op_packed,
  * pprun_trace_loss and pprun_trace_eval_loss in the library the package
  * loaded (ctypes.cast(lib.pprun_trace_op_packed, c_void_p).value ...). */
@@ -717,6 +731,7 @@ static PyMethodDef op_methods[] = {
     {"context", op_context, METH_VARARGS,
      "context(step, fast, first_mb): the fast path's step, whether it records, its first microbatch"},
     {"stop", op_stop, METH_NOARGS, "stop(): tracing stopped; the fast path records nothing more"},
+    {"in_op", op_in_op, METH_NOARGS, "in_op(): whether this thread is inside a compute op of the fast path"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -24,6 +24,10 @@ on PyTorch's own classes and module, with the program unchanged:
   schedule._update_losses         each microbatch's loss on the last stage,
                                   the tensors the program gets in `losses`
   torch.optim step hooks          OPT (every optimizer's step)
+  torch.distributed.all_reduce,   ALLREDUCE, REDUCE_SCATTER, ALL_GATHER spans
+  reduce_scatter_tensor,          (pprun's own --dp names) where called on a
+  all_gather_into_tensor          data-parallel group between ops, from the
+                                  first training step on
 
 Where pprun._op is built, the wrappers of the compute ops, of get_*_ops and
 of _batch_p2p are its C ones (_fast): they run the common case, a CPU
@@ -86,6 +90,11 @@ class _State:
         self.opt_info = weakref.WeakKeyDictionary()  # optimizer -> _opt_info()
         self.lock = threading.Lock()
         self.in_step = False     # inside a wrapped step() (one step, whichever class's step() it reaches)
+        self.pipe = None         # the global ranks of this rank's pipeline (its stages' group), once declared
+        self.stages = ()         # (stage index, module) of this rank's stages, once declared
+        self.dp_peer = {}        # process group -> its first rank where it is data-parallel, else -1 (_dp_peer)
+        self.buckets = (0, {})   # (step, stage -> its next collective's number in the step) (_wrap_collective)
+        self.grads = (-1, {})    # (step, data pointer -> stage) of the stages' parameters and gradients (_stage_of)
 
 
 _st = _State()
@@ -291,7 +300,11 @@ def _wrap_compute(orig, op):
         device = getattr(self, "device", None)  # a torch.device, or as the program gave it ("cpu")
         g = None if _HOST.get(id(device)) is device else _gpu.begin(device)
         t0 = _clock()
-        out = orig(self, chunk_id, *args, **kwargs)
+        _in_op.depth = getattr(_in_op, "depth", 0) + 1
+        try:
+            out = orig(self, chunk_id, *args, **kwargs)
+        finally:
+            _in_op.depth -= 1
         t1 = _clock()
         phase, mb, stage, step, t = op, chunk_id, self.stage_index, pprun._step[0], _st.t
         # backward_one_chunk(bwd_chunk_id, loss=None, full_backward=True, last_backward=False)
@@ -317,6 +330,16 @@ def _wrap_compute(orig, op):
         return out
 
     return wrapper
+
+
+# How deep this thread is in a compute op of the Python wrappers (those of
+# pprun._op count their own: in_op()), for _wrap_collective.
+_in_op = threading.local()
+
+
+def _inside_op():
+    fast = _trace._op
+    return getattr(_in_op, "depth", 0) > 0 or (fast is not None and fast.in_op())
 
 
 # ---- sends and receives -----------------------------------------------------
@@ -434,6 +457,162 @@ def _wrap_batch_p2p(orig):
     return _batch_p2p
 
 
+# ---- the data-parallel collectives --------------------------------------------
+
+# torch.distributed's collectives of a data-parallel step, each as the span
+# pprun's own --dp ranks record (docs/schema.md, "Data parallelism"), and
+# the argument whose bytes the span carries: the whole bucket, not a shard.
+_COLLECTIVES = (("all_reduce", b"ALLREDUCE", "tensor"),
+                ("reduce_scatter_tensor", b"REDUCE_SCATTER", "input"),
+                ("all_gather_into_tensor", b"ALL_GATHER", "output_tensor"))
+
+
+def _dp_peer(group):
+    """The first rank of a process group (None: the world's) where it is a
+    data-parallel group of this rank, a group of at least two ranks none
+    of them another rank of its pipeline (the ranks holding its stages in
+    the other replicas; a tensor-parallel group too, whose collectives run
+    inside ops: _wrap_collective leaves those out), else -1. Known by the
+    group once seen: a step runs the same groups again."""
+    peer = _st.dp_peer.get(group)
+    if peer is None:
+        try:
+            ranks = set(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+        except (RuntimeError, ValueError, TypeError):  # a group this rank is not in, or none torch knows
+            ranks = set()
+        me = dist.get_rank()
+        peer = min(ranks) if len(ranks) > 1 and ranks & _st.pipe == {me} else -1
+        if len(_st.dp_peer) < 256:
+            _st.dp_peer[group] = peer
+    return peer
+
+
+def _stage_of(tensor, step):
+    """The stage whose gradient or weights a collective's tensor is: the
+    rank's one stage, else the stage of the parameter or gradient whose
+    memory it is (read once a step: gradients are made anew each step), -1
+    where none is (a bucket of the program's own)."""
+    stages = _st.stages
+    if len(stages) == 1:
+        return stages[0][0]
+    try:
+        ptr = tensor.data_ptr()
+    except (AttributeError, RuntimeError):
+        return -1
+    seen, where = _st.grads
+    if ptr not in where and seen != step:
+        where = {}
+        for index, module in stages:
+            for p in module.parameters() if module is not None else ():
+                where[p.data_ptr()] = index
+                if p.grad is not None:
+                    where[p.grad.data_ptr()] = index
+        _st.grads = (step, where)
+    return where.get(ptr, -1)
+
+
+def _nbytes(tensor):
+    """numel() x element_size(), in one call where nbytes is defined (not
+    for a sparse tensor)."""
+    try:
+        return tensor.nbytes
+    except RuntimeError:
+        return tensor.numel() * tensor.element_size()
+
+
+def _collective_record(span, t1):
+    name, step, bucket, stage, peer, nbytes, t0 = span
+    t = _st.t
+    if not t.on:
+        t.lost()
+        return
+    rc, why = t.span(name, step, bucket, stage, peer, nbytes, t0, max(t0, t1))
+    if rc < 0:
+        _stop("%s of stage %d bucket %d: %s" % (name.decode(), stage, bucket, why))
+
+
+class _CollectiveWork:
+    """The Work of a collective issued with async_op=True: its span ends
+    when it has been waited for (once); everything else is the Work's."""
+
+    __slots__ = ("_work", "_span")
+
+    def __init__(self, work, span):
+        self._work, self._span = work, span
+
+    def wait(self, *args, **kwargs):
+        out = self._work.wait(*args, **kwargs)
+        span, self._span = self._span, None
+        if span is not None:
+            _collective_record(span, _clock())
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self._work, name)
+
+
+def _wrap_collective(orig, name, tensor_at, group_at, async_at):
+    """torch.distributed.all_reduce, reduce_scatter_tensor or
+    all_gather_into_tensor (name: the span's): called in a training step or
+    after it (before the next), outside the rank's ops, on a data-parallel
+    group (_dp_peer), a span of pprun's own name, as pprun's --dp ranks
+    record theirs: stage, the collective's number among the stage's in the
+    step (pprun's bucket), the group's first rank as peer, the tensor's
+    bytes; from its call to its return, or to its Work's wait()
+    (async_op=True). Others, and every call outside pprun's step, pass
+    through. *_at: (position, keyword) of the arguments read."""
+
+    def arg(args, kwargs, at, default=None):
+        return args[at[0]] if len(args) > at[0] else kwargs.get(at[1], default)
+
+    @functools.wraps(orig)
+    def collective(*args, **kwargs):
+        if not _st.trained or _st.eval is not None or _st.pipe is None or _inside_op():
+            return orig(*args, **kwargs)
+        peer = _dp_peer(arg(args, kwargs, group_at))
+        if peer < 0:
+            return orig(*args, **kwargs)
+        t0 = _clock()
+        out = orig(*args, **kwargs)
+        t1 = _clock()
+        if not _st.t.on:
+            _st.t.lost()
+            return out
+        step, tensor = pprun._step[0], arg(args, kwargs, tensor_at)
+        stage = _stage_of(tensor, step)
+        seen, numbers = _st.buckets
+        if seen != step:
+            numbers = {}
+            _st.buckets = (step, numbers)
+        bucket = numbers.get(stage, 0)
+        numbers[stage] = bucket + 1
+        span = (name, step, bucket, stage, peer, _nbytes(tensor), t0)
+        if arg(args, kwargs, async_at, False) and out is not None:
+            return _CollectiveWork(out, span)
+        _collective_record(span, t1)
+        return out
+
+    return collective
+
+
+def _collective_wrappers():
+    """(name, wrap) of each of _COLLECTIVES this torch has with the
+    arguments read (inspect.signature, once)."""
+    found = []
+    for fn, span, tensor in _COLLECTIVES:
+        orig = getattr(dist, fn, None)
+        try:
+            params = list(inspect.signature(orig).parameters)
+        except (TypeError, ValueError):
+            continue
+        if not all(p in params for p in (tensor, "group", "async_op")):
+            continue
+        at = [(params.index(p), p) for p in (tensor, "group", "async_op")]
+        found.append((fn, functools.partial(_wrap_collective, name=span, tensor_at=at[0], group_at=at[1],
+                                            async_at=at[2])))
+    return found
+
+
 # ---- steps, losses, the optimizer --------------------------------------------
 
 
@@ -532,17 +711,9 @@ def _state_bytes(opt):
     n, state, tensor = 0, opt.state, torch.Tensor
     for group in opt.param_groups:
         for p in group["params"]:
-            # nbytes: numel() x element_size() in one call, but not defined for a sparse tensor
-            try:
-                n += p.nbytes
-            except RuntimeError:
-                n += p.numel() * p.element_size()
-            g = p.grad
-            if g is not None:
-                try:
-                    n += g.nbytes
-                except RuntimeError:
-                    n += g.numel() * g.element_size()
+            n += _nbytes(p)
+            if p.grad is not None:
+                n += _nbytes(p.grad)
             if state:  # none yet (every step of a stateless one, plain SGD): no look-up per parameter
                 for v in state.get(p, {}).values():
                     if isinstance(v, tensor):
@@ -672,6 +843,9 @@ def _declare(sched, order):
             t.lost(1 + sum(1 for a in plan.split() if a != "."))
         return plan
     _st.replica = _replica_of(s0)
+    group = getattr(s0, "group", None)
+    _st.pipe = set(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
+    _st.stages = tuple((s.stage_index, getattr(s, "submod", None)) for s in stages)
     if t.schedule(name, s0.group_size, s0.num_stages, sched._n_microbatches, plan) < 0:
         _stop("the schedule %s: %s" % (name, t.error()))
     return plan
@@ -772,6 +946,10 @@ def install():
     if runtime is not None and hasattr(runtime, "_batch_p2p"):
         _replace(runtime, "_batch_p2p", batch_p2p)
     _replace(_schedules._PipelineSchedule, "_update_losses", _wrap_update_losses)
+    c10d = importlib.import_module("torch.distributed.distributed_c10d")
+    for fn, wrap in _collective_wrappers():  # the module's and torch.distributed's name: one wrapper
+        _replace(c10d, fn, wrap)
+        setattr(dist, fn, getattr(c10d, fn))
     for cls in steps:
         _replace(cls, "step", _wrap_step)
     _installed = True

@@ -143,13 +143,16 @@ static int parse(int argc, char **argv, salvage *s, pp_err *err) {
     return 0;
 }
 
-/* 1 while the job's row still says running: a launcher killed just after
- * it recorded the job's end leaves the row as it is. */
+/* 1 while the job's row still says running, or lost: a launcher killed
+ * just after it recorded the job's end leaves the row as it is; a `pprun
+ * run` on the same file that started after the launcher died marked it
+ * lost (db_mark_lost: its launcher is gone), maybe before this guard ran,
+ * and what the rings hold is still the job's to keep (docs/launch.md). */
 static int still_running(db *d, long job) {
     sqlite3_stmt *st;
     int running = 0;
-    if (sqlite3_prepare_v2(db_sqlite(d), "SELECT status = 'running' FROM jobs WHERE id = ?1", -1, &st, NULL) !=
-        SQLITE_OK)
+    if (sqlite3_prepare_v2(db_sqlite(d), "SELECT status IN ('running', 'lost') FROM jobs WHERE id = ?1", -1, &st,
+                           NULL) != SQLITE_OK)
         return 0;
     sqlite3_bind_int64(st, 1, job);
     if (sqlite3_step(st) == SQLITE_ROW) running = sqlite3_column_int(st, 0);
