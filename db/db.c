@@ -54,6 +54,8 @@ static void gpu_reset(db *d, int64_t job_id);
 struct db {
     sqlite3 *sql;
     char *path;
+    dev_t dev; /* the file path named when it was opened (db_check_path) */
+    ino_t ino;
     sqlite3_stmt *ins_event, *ins_events, *ins_run, *raise_run_span, *ins_loss, *ins_eval_loss, *set_mark, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
     /* db_insert_events' scratch, per record of a batch, kept for the next:
      * the rows of `events` in the order they are written (order, keys: by
@@ -325,6 +327,12 @@ static int open_file(const char *path, db **out, pp_err *err) {
         goto fail;
     }
     sqlite3_extended_result_codes(d->sql, 1);
+    struct stat st;
+    if (stat(path, &st) != 0) { /* created by sqlite3_open_v2 if it was not there */
+        pp_fail(err, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    d->dev = st.st_dev, d->ino = st.st_ino;
     if (sqlite3_db_readonly(d->sql, "main") == 1) {
         pp_fail(err, "%s: file is read-only, cannot write the trace there (choose another --db)", path);
         goto fail;
@@ -419,6 +427,15 @@ void db_close(db *d) {
     free(d->offsets);
     free(d->path);
     free(d);
+}
+
+int db_check_path(const db *d, pp_err *err) {
+    struct stat st;
+    if (stat(d->path, &st) == 0 && st.st_dev == d->dev && st.st_ino == d->ino) return 0;
+    return pp_fail(err,
+                   "%s: the database file was removed or replaced while pprun wrote it (its folder deleted, the file "
+                   "moved or another put in its place): what it recorded is in a file no longer there",
+                   d->path);
 }
 
 sqlite3 *db_sqlite(db *d) { return d->sql; }

@@ -74,6 +74,10 @@ extern const char *const db_files[DB_FILES];
 extern const char *const db_file_roles[DB_FILES];
 sqlite3 *db_sqlite(db *d);
 const char *db_path(const db *d);
+/* 0 while its path still names the file db_open opened, else -1 with err
+ * saying so: a file removed (its folder deleted) or replaced while it was
+ * written keeps taking the writes, which nobody will read. */
+int db_check_path(const db *d, pp_err *err);
 
 /* Read-only connection for readers (export, serve): checks the file is a
  * pprun database of a version this build understands, and gives a file of

@@ -20,6 +20,7 @@
 #include "db/alive.h"
 #include "db/db.h"
 #include "helpers/trace_fixture.h"
+#include "launch_testutil.h"
 
 #define TIMED "timed:f=200us,b=200us,w=200us,act=1KiB"
 
@@ -255,4 +256,32 @@ Test(disk_full, rank_output_whose_log_fills_the_disk_goes_to_the_console) {
                  r);
         cr_assert(strstr(e, want), "want '%s' in\n%s", want, e);
     }
+}
+
+/* The database's folder deleted while the job runs: SQLite keeps writing
+ * the file it has open, which nobody will read. The job ends saying so,
+ * exit 1, and not pointing at `pprun stats --db` of a path that is not
+ * there (it exited 0 and did). */
+Test(disk_full, a_database_whose_folder_is_deleted_mid_job_fails_saying_so) {
+    const char *dir = tfix_mkdir("gone");
+    char db[600];
+    snprintf(db, sizeof db, "%s/x.db", dir);
+    const char *args[] = {"run", "--db", db, "--steps", "200", "--nproc-per-node", "2", "--model", TIMED, "--progress",
+                          "off", NULL};
+    lt_proc p;
+    lt_start(&p, args, NULL);
+    for (int i = 0; i < 3000 && !exists(db); i++) usleep(10000);
+    cr_assert(exists(db), "the job never opened its database");
+    usleep(300000);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+    lt_wait(&p);
+    cr_assert_eq(p.status, 1, "exit %d\n%s", p.status, p.err);
+    char want[700];
+    snprintf(want, sizeof want, "pprun run: --db %s: the database file was removed or replaced while pprun wrote it",
+             db);
+    lt_assert_has(p.err, want);
+    cr_assert_null(strstr(p.err, "more: pprun stats"), "%s", p.err);
+    lt_free(&p);
 }

@@ -426,6 +426,9 @@ void job_rows_finish(run_job *job, job_outcome *end) {
                 "will show job %lld as lost\n",
                 job->cfg.db, status, without_path(ferr.msg, job->cfg.db), (long long)job->job_id);
         if (end->exit_code == 0) end->exit_code = 1;
+    } else if (db_check_path(job->db, &ferr) != 0) {
+        fprintf(stderr, "pprun run: --db %s\n", ferr.msg);
+        if (end->exit_code == 0) end->exit_code = 1;
     }
     /* Where the time went, in two lines: the summary and whether ranks
      * shared cores, not the whole what-if (its simulations were half of
