@@ -356,6 +356,44 @@ void file_output_abort(file_output *o) {
     o->f = NULL, o->dir = -1, o->tmp[0] = '\0';
 }
 
+/* TARGET.<12 hex>.tmp, as file_output_begin names its temporary file
+ * (random_tag): TARGET into target (cap bytes); 0 for any other name. */
+static int temp_target(const char *name, char *target, size_t cap) {
+    static const char tail[] = ".tmp";
+    size_t n = strlen(name), tag = 12, tl = sizeof tail - 1;
+    if (n < 1 + 1 + tag + tl || strcmp(name + n - tl, tail) != 0) return 0;
+    size_t dot = n - tl - tag - 1;
+    if (name[dot] != '.') return 0;
+    for (size_t i = dot + 1; i < dot + 1 + tag; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f'))) return 0;
+    if (dot >= cap) return 0;
+    memcpy(target, name, dot);
+    target[dot] = '\0';
+    return 1;
+}
+
+int file_output_sweep(const char *dir, int (*is_target)(const char *name), pp_err *err) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* the caller's folder; nothing in it followed */
+    if (fd < 0) return errno == ENOENT ? 0 : pp_fail(err, "%s: cannot open the folder: %s", dir, strerror(errno));
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return pp_fail(err, "%s: cannot read the folder: %s", dir, strerror(errno));
+    }
+    int removed = 0, rc = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        char target[256];
+        struct stat st;
+        if (!temp_target(e->d_name, target, sizeof target) || !is_target(target)) continue;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0) removed++;
+        else if (errno != ENOENT && rc == 0)
+            rc = pp_fail(err, "%s/%s: cannot remove it: %s", dir, e->d_name, strerror(errno));
+    }
+    closedir(d);
+    return rc != 0 ? -1 : removed;
+}
+
 int file_output_stream(const char *path, const char *what, int truncate, pp_err *err) {
     if (file_output_check(path, what, err) != 0) return -1;
     int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC | (truncate ? 0 : O_APPEND),

@@ -77,6 +77,15 @@ int file_output_begin(file_output *o, const char *path, const char *what, unsign
 int file_output_commit(file_output *o, pp_err *err);
 /* Gives up: the temporary file is removed, the target untouched. */
 void file_output_abort(file_output *o);
+/* What file_output_begin left in folder `dir` when its process died
+ * between begin and commit (SIGKILL, a teardown): regular files named
+ * TARGET.<12 lowercase hex digits>.tmp, its temporary files, whose TARGET
+ * `is_target` accepts. Removed, and nothing else: no other name, no
+ * folder, no symbolic link (`dir` itself may be one). Only for a folder no live process
+ * writes into (a temporary file unlinked under a writer fails its commit,
+ * which leaves the target as it was). A folder that is not there: 0. The
+ * number removed, or -1 with err naming the folder or the file. */
+int file_output_sweep(const char *dir, int (*is_target)(const char *name), pp_err *err);
 
 /* A file written as it goes, which cannot be renamed into place (the
  * --metrics lines, appended; a rank's log, begun empty): file_output_check,

@@ -156,7 +156,14 @@ static int parse_int(const char *opt, const char *value, long min, long max, int
     return 0;
 }
 
-/* --fail-at step=S,rank=R[,phase=F|B|W,mb=M] */
+_Static_assert(RUN_FAIL_AT_ALLREDUCE > SCHED_BW, "--fail-at phase=allreduce is no sched_op");
+
+int run_fail_at_names(const run_fail_at *f, int op, int mb) {
+    int phase = f->phase < 0 || f->phase == op || (op == SCHED_BW && (f->phase == SCHED_B || f->phase == SCHED_W));
+    return phase && (f->mb < 0 || f->mb == mb);
+}
+
+/* --fail-at step=S,rank=R[,phase=F|B|W|allreduce,mb=M] */
 static int fail_at_pair(void *ctx, const char *key, const char *value, pp_err *err) {
     run_fail_at *f = ctx;
     if (strcmp(key, "step") == 0) return parse_int("--fail-at step", value, 0, 1 << 30, &f->step, err);

@@ -51,8 +51,10 @@ typedef enum run_recompute { RUN_RECOMPUTE_NONE, RUN_RECOMPUTE_FULL, RUN_RECOMPU
 
 /* --fail-at phase=allreduce: inside the step's gradient all-reduce (the
  * data-parallel collective, runner/worker/engine_dp.c), after this rank sent
- * its part of the first bucket and before it received anything. */
-#define RUN_FAIL_AT_ALLREDUCE 3
+ * its part of the first bucket and before it received anything. Not a
+ * sched_op's value (it was SCHED_BW's, and a rank with a fused backward
+ * died at its first BW instead). */
+#define RUN_FAIL_AT_ALLREDUCE 4
 
 typedef struct run_fail_at {
     int enabled;
@@ -61,6 +63,15 @@ typedef struct run_fail_at {
     int mb;    /* -1 = any microbatch (of the rank's replica: 0 .. --microbatches - 1) */
     char text[256]; /* the spec as given ("step=1,rank=2,phase=allreduce"): what messages name */
 } run_fail_at;
+
+/* 1 when --fail-at's phase and mb name an op `op` of the rank's microbatch
+ * `mb` (op: a sched_op; -1 with mb -1 for the start of a step;
+ * RUN_FAIL_AT_ALLREDUCE with mb -1 for the all-reduce): phase F, B or W
+ * names that op, and a fused BW is both a B and a W; no phase, any op; no
+ * mb, any microbatch. Its step and rank are the caller's to compare. The
+ * worker (engine_maybe_fail) and the launcher's check that the point
+ * exists in the plan ask the same question. */
+int run_fail_at_names(const run_fail_at *f, int op, int mb);
 
 typedef struct run_config {
     run_schedule_kind schedule;                   /* --schedule */

@@ -13,7 +13,9 @@
  * and resumed on 2 stages (--resume) and on 8 (--init-from, --resume with
  * zb-v): the continuation's losses and final weights are the uninterrupted
  * run's bit for bit; a checkpoint of another model is refused before
- * launch, exit 2, naming both models; merge's bad input exits 2. */
+ * launch, exit 2, naming both models; merge's bad input exits 2; a failed
+ * attempt's torn-down saves leave no temporary file, and the restart is
+ * the uninterrupted run. */
 #include <cblas.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -597,6 +599,114 @@ Test(checkpoint_run, four_stages_merged_resume_on_two_and_eight_bit_for_bit, .ti
     }
     free(want_losses);
     free(want_w);
+}
+
+static int put_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+/* The losses of each step of a metrics file, its last line for a step
+ * (a restarted attempt runs steps again), steps 0..steps-1 in order. */
+static char *last_losses_of(const char *path, int steps) {
+    char *text = fixture_read_file(path);
+    cr_assert_not_null(text, "no %s", path);
+    size_t cap = strlen(text) + 1; /* before strtok cuts it */
+    char **per = calloc((size_t)steps, sizeof *per);
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        int step;
+        char *l = strstr(line, "\"losses\":");
+        if (sscanf(line, "{\"step\":%d", &step) == 1 && step >= 0 && step < steps && l) {
+            free(per[step]);
+            per[step] = strndup(l, (size_t)(strchr(l, ']') - l + 1));
+        }
+    }
+    char *out = calloc(1, cap);
+    for (int i = 0; i < steps; i++) {
+        cr_assert_not_null(per[i], "%s: no step %d", path, i);
+        strcat(out, per[i]);
+        strcat(out, "\n");
+        free(per[i]);
+    }
+    free(per);
+    free(text);
+    return out;
+}
+
+/* An attempt that fails while ranks save a checkpoint: the rank SIGKILLed
+ * at step 4, while the others still save step 3, are torn down mid-write,
+ * and a SIGKILL runs no cleanup. Once an attempt's workers are gone the
+ * launcher removes the temporary files of pprun's checkpoint writer
+ * (latest.<hex>.tmp, step_N/stage_S.ckpt.<hex>.tmp; two planted, as a
+ * killed job before would leave them, so the check does not hang on the
+ * race), and nothing else of the folder; the restart resumes from the
+ * last whole checkpoint, its losses and weights the uninterrupted run's
+ * (before: leftovers in 4 runs of 5, the planted ones always). */
+Test(checkpoint_run, a_failed_attempt_leaves_no_temporary_file_and_resumes_right, .timeout = 600) {
+    char d[512], *out = NULL;
+    snprintf(d, sizeof d, "%s", tfix_mkdir("tmpfiles"));
+#define MESH "%s run --trace off --progress off --microbatches 2 --pp 2 --dp 2 --steps 6 --model " JOB_MODEL " "
+    int rc = sh(&out, MESH "--metrics %s/straight.jsonl --save-weights %s/straight.w", PPRUN_BIN, d, d);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    static const char *const leftovers[] = {"latest.0123456789ab.tmp", "step_1/stage_0.ckpt.abcdef012345.tmp"};
+    /* not the writer's temporary files of a checkpoint: they stay */
+    static const char *const kept[] = {"latest.0123456789AB.tmp", "latest.tmp", "notes.0123456789ab.tmp",
+                                       "step_1/stage_0.ckpt.tmp", "step_1/stage_x.ckpt.0123456789ab.tmp",
+                                       "step_1/weights.0123456789ab.tmp", "keep/stage_0.ckpt.0123456789ab.tmp",
+                                       "step_7/stage_0.ckpt.0123456789ab.tmp"}; /* step_7: a link to keep */
+    cr_assert_eq(sh(&out, "mkdir -p %s/ck/step_1 %s/ck/keep && ln -s keep %s/ck/step_7", d, d, d), 0, "%s", out);
+    free(out);
+    char path[1024];
+    for (size_t i = 0; i < sizeof leftovers / sizeof *leftovers; i++) {
+        snprintf(path, sizeof path, "%s/ck/%s", d, leftovers[i]);
+        cr_assert_eq(put_file(path, "half a file"), 0, "%s", path);
+    }
+    for (size_t i = 0; i < sizeof kept / sizeof *kept - 1; i++) {
+        snprintf(path, sizeof path, "%s/ck/%s", d, kept[i]);
+        cr_assert_eq(put_file(path, "a user's"), 0, "%s", path);
+    }
+    rc = sh(&out,
+            MESH "--checkpoint-dir %s/ck --checkpoint-every 2 --fail-at step=4,rank=2,phase=B,mb=1 --max-restarts 1 "
+                 "--metrics %s/failed.jsonl --save-weights %s/failed.w",
+            PPRUN_BIN, d, d, d);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "attempt 0 failed (rank 2); restarting"), "%s", out);
+    free(out);
+#undef MESH
+    for (size_t i = 0; i < sizeof leftovers / sizeof *leftovers; i++) {
+        snprintf(path, sizeof path, "%s/ck/%s", d, leftovers[i]);
+        cr_assert_neq(access(path, F_OK), 0, "%s is still there", path);
+    }
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) {
+        snprintf(path, sizeof path, "%s/ck/%s", d, kept[i]);
+        cr_assert_eq(access(path, F_OK), 0, "%s was removed", path);
+    }
+    /* every other *.tmp under ck: none (what the torn-down ranks were writing) */
+    rc = sh(&out, "cd %s/ck && find . -path ./keep -prune -o -name '*.tmp' -print | sort", d);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert_str_eq(out,
+                     "./latest.0123456789AB.tmp\n./latest.tmp\n./notes.0123456789ab.tmp\n./step_1/stage_0.ckpt.tmp\n"
+                     "./step_1/stage_x.ckpt.0123456789ab.tmp\n./step_1/weights.0123456789ab.tmp\n",
+                     "temporary files stayed:\n%s", out);
+    free(out);
+    snprintf(path, sizeof path, "%s/straight.jsonl", d);
+    char *want = last_losses_of(path, 6);
+    snprintf(path, sizeof path, "%s/failed.jsonl", d);
+    char *got = last_losses_of(path, 6);
+    cr_assert_str_eq(got, want, "the restarted job's losses differ from the uninterrupted run's");
+    free(got);
+    free(want);
+    size_t la, lb;
+    snprintf(path, sizeof path, "%s/straight.w", d);
+    char *wa = weights_of(path, 2, &la);
+    snprintf(path, sizeof path, "%s/failed.w", d);
+    char *wb = weights_of(path, 2, &lb);
+    cr_assert(la == lb && memcmp(wa, wb, la) == 0, "final weights differ");
+    free(wa);
+    free(wb);
 }
 
 Test(checkpoint_run, another_model_is_refused_before_launch_naming_both, .timeout = 300) {

@@ -318,6 +318,22 @@ Test(dp_run, a_rank_killed_in_the_allreduce_fails_the_job_naming_it) {
     sqlite3_close(db);
 }
 
+/* A rank that runs fused backwards (dualpipev: BW cells) dies inside the
+ * all-reduce for phase=allreduce, not at its first BW (before: the two had
+ * the same value, 3, and rank 1 died with none of its backwards done). */
+Test(dp_run, phase_allreduce_is_not_a_fused_backward) {
+    int rc = run("killed_bw", 4, 4,
+                 "--pp 2 --dp 2 --schedule dualpipev --fail-at step=0,rank=1,phase=allreduce --recv-timeout 120s");
+    cr_assert_eq(rc, 1, "exit %d\n%s", rc, out_text());
+    cr_assert(strstr(out_text(), "cause     : injected by --fail-at step=0,rank=1,phase=allreduce"), "%s", out_text());
+    sqlite3 *db = open_db("killed_bw");
+    /* its two stages' backward of each of 4 microbatches, a B or a BW each: all done */
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM events WHERE rank=1 AND step=0 AND phase IN ('B','BW')"), 8);
+    cr_assert_gt(tfix_q_int(db, "SELECT count(*) FROM events WHERE rank=1 AND step=0 AND phase='BW'"), 0);
+    cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM events WHERE rank=1 AND step=0 AND name='ALLREDUCE'"), 0);
+    sqlite3_close(db);
+}
+
 /* ---- two nodes -------------------------------------------------------------- */
 
 Test(dp_run, two_launchers_with_each_group_across_the_nodes) {

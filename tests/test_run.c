@@ -441,6 +441,77 @@ Test(run, a_crashed_rank_fails_the_job_and_is_named) {
     free(out);
 }
 
+/* A rank that runs a microbatch's backward fused, as one BW (dualpipev's
+ * rank 1 runs 1BW1 and 2BW1; a CSV's BW cell), dies there for phase=B and
+ * for phase=W: a BW is both (before: the point never matched, and the job
+ * succeeded with no kill). */
+Test(run, fail_at_phase_b_or_w_fires_at_a_fused_backward) {
+    static const char *const phases[] = {"B", "W"};
+    for (int i = 0; i < 2; i++) {
+        char extra[128], want[160], *out = NULL;
+        snprintf(extra, sizeof extra, "--fail-at step=0,rank=1,phase=%s,mb=1", phases[i]);
+        int rc = run_job("dpv_fail", 2, "dualpipev", 0, 4, extra, &out);
+        cr_assert_eq(rc, 1, "%s: exit %d\n%s", extra, rc, out);
+        snprintf(want, sizeof want, "\n  cause     : injected by --fail-at step=0,rank=1,phase=%s,mb=1 (fault", phases[i]);
+        cr_assert(strstr(out, "  signal    : SIGKILL (9) received by PID ") && strstr(out, want), "%s:\n%s", extra,
+                  out);
+        free(out);
+    }
+    /* a CSV of fused backwards only: the kill, then the restart that ends well */
+    char csv[512], spec[600], *out = NULL;
+    snprintf(csv, sizeof csv, "%s/fused.csv", tmpdir);
+    FILE *f = fopen(csv, "w");
+    cr_assert_not_null(f);
+    fputs("0F0,0F1,,0BW0,,0BW1\n,1F0,1BW0,1F1,1BW1\n", f);
+    fclose(f);
+    snprintf(spec, sizeof spec, "csv:%s", csv);
+    int rc = run_job("csv_fail", 2, spec, 0, 2, "--fail-at step=0,rank=1,phase=B,mb=1 --max-restarts 1", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "attempt 0 failed (rank 1); restarting (1 of 1 restarts)"), "no kill at 1BW1:\n%s", out);
+    free(out);
+}
+
+/* --fail-at at a step before the one a resumed job starts at would never
+ * fire (the job succeeded for the wrong reason): refused, exit 2, naming
+ * the step and where the job starts, before any worker starts. */
+Test(run, fail_at_a_step_a_resumed_job_skips_is_refused) {
+    char *out = NULL;
+    int rc = sh(&out,
+                "cd '%s' && %s run --nproc-per-node 2 --microbatches 2 --steps 2 --model " SMALL_MODEL
+                " --trace off --progress off --checkpoint-dir fa_ck && %s checkpoint merge fa_ck --out fa.ckpt",
+                tmpdir, PPRUN_BIN, PPRUN_BIN);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    static const struct {
+        const char *args, *expect;
+    } cases[] = {
+        {"--checkpoint-dir fa_ck --resume --fail-at step=1,rank=1",
+         "pprun run: --fail-at step=1: the job starts at step 2 (--resume), so it runs steps 2..3\n"},
+        {"--init-from fa.ckpt --fail-at step=0,rank=0,phase=F",
+         "pprun run: --fail-at step=0: the job starts at step 2 (--init-from), so it runs steps 2..3\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rc = sh(&out,
+                "cd '%s' && %s run --nproc-per-node 2 --microbatches 2 --steps 4 --model " SMALL_MODEL
+                " --trace off --progress off --log-dir fa_logs %s",
+                tmpdir, PPRUN_BIN, cases[i].args);
+        cr_assert_eq(rc, 2, "'%s': exit %d\n%s", cases[i].args, rc, out);
+        cr_assert(strstr(out, cases[i].expect), "'%s':\n%s", cases[i].args, out);
+        free(out);
+        char logs[512];
+        snprintf(logs, sizeof logs, "%s/fa_logs", tmpdir);
+        cr_assert_neq(access(logs, F_OK), 0, "'%s': workers were started", cases[i].args);
+    }
+    /* the step it starts at is fine */
+    rc = sh(&out,
+            "cd '%s' && %s run --nproc-per-node 2 --microbatches 2 --steps 4 --model " SMALL_MODEL
+            " --trace off --progress off --checkpoint-dir fa_ck --resume --fail-at step=2,rank=1 --max-restarts 1",
+            tmpdir, PPRUN_BIN);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "restarting"), "%s", out);
+    free(out);
+}
+
 Test(run, impossible_requests_exit_2_naming_the_constraint) {
     static const struct {
         const char *args, *expect;

@@ -103,7 +103,10 @@ static int blame(void *ctx, const launch_info *info, int failed_rank, char *why,
 
 /* The attempt's progress display stops (the next picks up where it
  * left off). Shared-memory rings a rank created before a peer attached (the
- * peer died first) are removed once the attempt's workers are gone. */
+ * peer died first) are removed once the attempt's workers are gone, and so
+ * are the temporary files of checkpoints a rank was writing when it died
+ * or was torn down (a SIGKILL runs no cleanup): after every attempt, the
+ * last one of a failed job too, and before the next starts. */
 static void after_attempt(void *ctx, const launch_info *info, const launch_result *res) {
     run_job *job = ctx;
     (void)res;
@@ -112,6 +115,9 @@ static void after_attempt(void *ctx, const launch_info *info, const launch_resul
     char job_key[192];
     snprintf(job_key, sizeof job_key, "%s-a%d", info->run_id, info->attempt);
     comm_cleanup(job_key, info->world_size);
+    pp_err err;
+    if (!job->program && job->cfg.checkpoint_dir[0] && checkpoint_dir_sweep(job->cfg.checkpoint_dir, &err) < 0)
+        fprintf(stderr, "pprun run: --checkpoint-dir: a temporary file of a checkpoint stays: %s\n", err.msg);
 }
 
 /* --fail-at SIGKILLs its rank in the first attempt (engine_maybe_fail):

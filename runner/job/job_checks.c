@@ -122,6 +122,16 @@ static int check_outputs_not_inputs(const run_job *job, pp_err *err) {
     return file_output_not_input(cfg->metrics, "--metrics", latest, "--checkpoint-dir's", FILE_INPUT_WRITTEN, err);
 }
 
+/* --fail-at at a step before the one the job starts at (--resume,
+ * --init-from) would never fire, and the job would succeed for the wrong
+ * reason: refused. `from` names where the start comes from. */
+static int fail_at_not_before(const run_job *job, int start, const char *from, pp_err *err) {
+    const run_fail_at *f = &job->cfg.fail_at;
+    if (!f->enabled || f->step >= start) return 0;
+    return pp_fail(err, "--fail-at step=%d: the job starts at step %d (%s), so it runs steps %d..%d", f->step, start,
+                   from, start, job->cfg.steps - 1);
+}
+
 /* --resume: the checkpoint must be there, whole (the stage files of its
  * step, of whatever layout, as the workers will read them), of this job's
  * model, and leave steps to run. */
@@ -140,7 +150,7 @@ static int check_resume(run_job *job, pp_err *err) {
         return pp_fail(err, "--resume: the checkpoint in %s is at step %d; --steps %d leaves nothing to run",
                        cfg->checkpoint_dir, step, cfg->steps);
     job->progress_next = step + 1;
-    return 0;
+    return fail_at_not_before(job, step + 1, "--resume", err);
 }
 
 /* --init-from FILE: a whole checkpoint of this job's model that leaves
@@ -158,11 +168,21 @@ static int check_init_from(run_job *job, pp_err *err) {
         return pp_fail(err, "--init-from %s is at step %d; --steps %d leaves nothing to run", cfg->init_from, done,
                        cfg->steps);
     job->progress_next = done;
+    return fail_at_not_before(job, done, "--init-from", err);
+}
+
+/* Whether the rank's action list in the plan holds an op --fail-at's
+ * phase and mb name (run_fail_at_names: a fused BW is a B and a W). */
+static int fail_at_in_plan(const run_fail_at *f, const sched_plan *plan) {
+    int prank = f->rank % plan->ranks; /* its place in its replica's pipeline: every replica runs the plan */
+    for (int i = 0; i < plan->len[prank]; i++)
+        if (run_fail_at_names(f, plan->actions[prank][i].op, plan->actions[prank][i].mb)) return 1;
     return 0;
 }
 
 /* --fail-at must name a point the job reaches, or the test it serves would
- * pass for the wrong reason. */
+ * pass for the wrong reason. The step against --resume and --init-from:
+ * fail_at_not_before. */
 static int check_fail_at(const run_job *job, int world, pp_err *err) {
     const run_fail_at *f = &job->cfg.fail_at;
     if (!f->enabled) return 0;
@@ -173,6 +193,9 @@ static int check_fail_at(const run_job *job, int world, pp_err *err) {
     if (f->phase == RUN_FAIL_AT_ALLREDUCE && job->cfg.dp < 2)
         return pp_fail(err, "--fail-at phase=allreduce: the job has one pipeline, so no gradient all-reduce (give --dp "
                             "2 or more)");
+    if (f->phase != RUN_FAIL_AT_ALLREDUCE && (f->phase >= 0 || f->mb >= 0) && !fail_at_in_plan(f, job->plan))
+        return pp_fail(err, "--fail-at %s: rank %d runs no such op in the plan of --schedule %s", f->text, f->rank,
+                       job->plan->name);
     return 0;
 }
 

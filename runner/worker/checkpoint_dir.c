@@ -3,10 +3,13 @@
 #include "runner/worker/checkpoint_dir.h"
 #include "base/file.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 int checkpoint_dir_latest(const char *dir, int *step, char *run_id, size_t n, pp_err *err) {
     char path[1024], *text;
@@ -107,4 +110,36 @@ int checkpoint_dir_mark_latest(const char *dir, int step, const char *run_id, pp
     if (file_output_begin(&out, path, "checkpoint", 0, err) != 0) return -1;
     fprintf(out.f, "%d %s\n", step, run_id);
     return file_output_commit(&out, err);
+}
+
+/* PREFIX<digits>SUFFIX */
+static int numbered(const char *name, const char *prefix, const char *suffix) {
+    size_t np = strlen(prefix), ns = strlen(suffix), n = strlen(name);
+    if (n <= np + ns || strncmp(name, prefix, np) != 0 || strcmp(name + n - ns, suffix) != 0) return 0;
+    for (size_t i = np; i < n - ns; i++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return 1;
+}
+static int is_latest(const char *name) { return strcmp(name, "latest") == 0; }
+static int is_stage_file(const char *name) { return numbered(name, "stage_", ".ckpt"); }
+
+int checkpoint_dir_sweep(const char *dir, pp_err *err) {
+    int removed = file_output_sweep(dir, is_latest, err);
+    if (removed < 0) return -1;
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? removed : pp_fail(err, "%s: cannot read the folder: %s", dir, strerror(errno));
+    int rc = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat st; /* a step's folder, as the workers make it: not a link to one */
+        if (!numbered(e->d_name, "step_", "") || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode))
+            continue;
+        char step[1024];
+        snprintf(step, sizeof step, "%s/%s", dir, e->d_name);
+        int n = file_output_sweep(step, is_stage_file, err);
+        if (n < 0) rc = -1;
+        else removed += n;
+    }
+    closedir(d);
+    return rc != 0 ? -1 : removed;
 }

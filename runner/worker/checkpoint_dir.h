@@ -46,6 +46,15 @@ int checkpoint_dir_start(const run_config *cfg, const char *run_id, model_ckpt *
 /* Writes DIR/latest atomically (file_output: write, fsync, rename). */
 int checkpoint_dir_mark_latest(const char *dir, int step, const char *run_id, pp_err *err);
 
+/* The temporary files of checkpoints whose writers died before they
+ * renamed them into place (file_output_sweep: a rank SIGKILLed, or torn
+ * down by the launcher while it saved): DIR/latest.<hex>.tmp and
+ * DIR/step_N/stage_S.ckpt.<hex>.tmp, nothing else. For the launcher once
+ * an attempt's workers are gone (job_attempts.c): DIR/latest and the
+ * finished stage files stay as they were. The number removed, or -1 with
+ * err. */
+int checkpoint_dir_sweep(const char *dir, pp_err *err);
+
 /* DIR/step_N and DIR/step_N/stage_S.ckpt */
 static inline void checkpoint_dir_step_path(const char *dir, int step, char *buf, size_t n) {
     snprintf(buf, n, "%s/step_%d", dir, step);

@@ -208,11 +208,12 @@ static void **mailbox_slot(const engine *e, step_state *st, int dir, int stage, 
     return &st->mailbox[((size_t)dir * e->plan->stages + (size_t)stage) * (size_t)m + (size_t)mb];
 }
 
-/* --fail-at: fault injection for tests; dies the way a crashed rank dies. */
+/* --fail-at: fault injection for tests; dies the way a crashed rank dies.
+ * A fused BW is the point of phase=B and of phase=W (run_fail_at_names). */
 void engine_maybe_fail(const engine *e, int step, int op, int mb) {
     const run_fail_at *f = &e->cfg->fail_at;
     if (!f->enabled || e->attempt != 0 || f->step != step || f->rank != e->rank) return;
-    if ((f->phase >= 0 && f->phase != op) || (f->mb >= 0 && f->mb != mb)) return;
+    if (!run_fail_at_names(f, op, mb)) return;
     fflush(NULL);
     raise(SIGKILL);
 }
