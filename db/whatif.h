@@ -239,6 +239,16 @@ const char *whatif_max_mem_text(const char *stored, char buf[24]);
 int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int v, sched_costs *out, char *about,
                      size_t about_size, pp_err *err);
 
+/* How a job split its layers over its stages and what each recomputes, as
+ * jobs.config_json records them (runner/job/job_rows.c): pipeline_cuts
+ * ("even", "2,4,6"), recompute ("none", "full", "selective") and
+ * recompute_stages ("" for every stage, "1,2"). */
+typedef struct whatif_layout {
+    char cuts[512];
+    char recompute[16];
+    char recompute_stages[512];
+} whatif_layout;
+
 /* What one microbatch held on each stage of job `job` in db, as measured:
  * each F, B and W event carries what its rank held right after it, so an
  * F's rise over the rank's op before it is what its microbatch holds after
@@ -246,10 +256,12 @@ int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int
  * B or W: its moment is not counted, as step_stats.act_peak_bytes does
  * not). Medians over the steps whatif_read measures, into act[stages]
  * (bytes; `pprun run --max-mem 64MiB --schedule-costs DB[:JOB]`). The job
- * must have run `model` on `stages` stages (-1 naming both otherwise:
- * bytes per stage do not carry over to another split) and recorded bytes
- * (-1 otherwise). `about` as whatif_costs_for's. */
-int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sched_act *act, char *about,
-                   size_t about_size, pp_err *err);
+ * must have run `model` on `stages` stages, split as `layout` splits them
+ * (the same layers on each stage) and recomputing what `layout` recomputes
+ * on each (-1 naming both otherwise: bytes per stage do not carry over to
+ * another split, nor to another --recompute), and recorded bytes (-1
+ * otherwise). `about` as whatif_costs_for's. */
+int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, const whatif_layout *layout,
+                   sched_act *act, char *about, size_t about_size, pp_err *err);
 
 #endif
