@@ -79,10 +79,16 @@ static int64_t whatif_act_estimate(const whatif_input *in, const sched_plan *pla
     return llround(most);
 }
 
-/* A chunk of v per rank against one of the job's: what its op costs and
- * activations scale by (the same layers split into v chunks per rank). */
+/* A chunk of v per rank against one of the job's: what its op costs
+ * scale by (the same layers split into v chunks per rank). */
 static double whatif_scale(const whatif_input *in, int v) {
     return in->fixed_op_costs ? 1.0 : (double)in->virtual_stages / v;
+}
+
+/* The same for the bytes a chunk holds per microbatch: a timed chunk holds
+ * `act` whatever its layers, even where its ops follow them (per=layer). */
+static double whatif_act_scale(const whatif_input *in, int v) {
+    return in->fixed_act_bytes ? 1.0 : (double)in->virtual_stages / v;
 }
 
 /* c for a chunk `scale` times the size: its ops' costs scale, a send's
@@ -185,7 +191,7 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
         sched_free(plan);
         plan = NULL;
     }
-    whatif_play(in, plan, &err, &c, each, whatif_scale(in, v), row);
+    whatif_play(in, plan, &err, &c, each, whatif_act_scale(in, v), row);
     free(each);
     sched_free(plan);
 }
@@ -201,7 +207,7 @@ const char *whatif_max_mem_text(const char *stored, char buf[24]) {
 
 /* plan, at its own chunks per rank, played at in's costs into row (whose
  * name and v are set): a chunk of v per rank costs and holds as
- * whatif_chunk_costs and whatif_scale say, or its share of in's profile. */
+ * whatif_chunk_costs and whatif_act_scale say, or its share of in's profile. */
 static void whatif_play_plan(const whatif_input *in, const sched_plan *plan, whatif_row *row) {
     int64_t actions = 0;
     for (int r = 0; r < plan->ranks; r++) actions += plan->len[r];
@@ -211,7 +217,7 @@ static void whatif_play_plan(const whatif_input *in, const sched_plan *plan, wha
     pp_err err;
     sched_costs *each = whatif_profiled(in) ? whatif_profile_costs(in, plan->stages, &err) : NULL;
     if (whatif_profiled(in) && !each) whatif_play(in, NULL, &err, NULL, NULL, 1.0, row);
-    else whatif_play(in, plan, NULL, &c, each, whatif_scale(in, v), row);
+    else whatif_play(in, plan, NULL, &c, each, whatif_act_scale(in, v), row);
     free(each);
 }
 
@@ -264,7 +270,7 @@ static void whatif_curve_one(const whatif_input *in, int col, int bound, whatif_
     whatif_row row;
     whatif_row_init(&row, kind, v);
     /* a chunk's share of a 1F1B stage: its layers' (gpt), or all (timed) */
-    double share = in->fixed_op_costs ? 1.0 : 1.0 / v;
+    double share = in->fixed_act_bytes ? 1.0 : 1.0 / v;
     sched_act units = {share, share};
     sched_mem mem = {.max = bound, .act = &units, .nact = 1};
     sched_costs c = whatif_chunk_costs(in, v), *each = NULL;
@@ -276,7 +282,7 @@ static void whatif_curve_one(const whatif_input *in, int col, int bound, whatif_
         sched_free(plan);
         plan = NULL;
     }
-    whatif_play(in, plan, &err, &c, each, whatif_scale(in, v), &row);
+    whatif_play(in, plan, &err, &c, each, whatif_act_scale(in, v), &row);
     free(each);
     sched_free(plan);
     *cell = (whatif_curve_cell){.step_time_ns = row.step_time_ns, .bubble_ratio = row.bubble_ratio,
@@ -308,7 +314,7 @@ static int64_t whatif_bound_bytes(const whatif_input *in, int bound) {
     double most = 0;
     for (int r = 0; r < in->ranks; r++) {
         if (in->act_peak_by_rank[r] <= 0 || in->inflight_by_rank[r] <= 0) return -1;
-        double per_unit = (double)in->act_peak_by_rank[r] / (double)in->inflight_by_rank[r] * whatif_scale(in, 1);
+        double per_unit = (double)in->act_peak_by_rank[r] / (double)in->inflight_by_rank[r] * whatif_act_scale(in, 1);
         if (per_unit > most) most = per_unit;
     }
     return llround(most * bound);
@@ -439,6 +445,8 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         if (parsed) {
             /* timed per=layer costs follow a chunk's layers, as gpt's do */
             r->in.fixed_op_costs = spec.kind == MODEL_TIMED && !spec.per_layer;
+            /* but a timed chunk holds `act` bytes a microbatch, per=layer too */
+            r->in.fixed_act_bytes = spec.kind == MODEL_TIMED;
             int v = r->in.virtual_stages > 0 ? r->in.virtual_stages : 1, zbv_chunks = 2 * (r->stages / v);
             /* as run_config_costs orders zb-v: at its mean chunk's costs */
             double layers = zbv_chunks > 0 ? (double)spec.layers / zbv_chunks : 1;

@@ -24,8 +24,14 @@ typedef struct whatif_input {
     char schedule[512];                      /* the job's --schedule ("1f1b", "csv:FILE" ...) */
     /* How op costs follow a chunk's size. 0 (gpt): a rank's layers are its
      * work, so with v chunks per rank an op costs 1/v of a whole rank's
-     * layers. 1 (timed): every op costs what the model says, whatever v. */
+     * layers. 1 (timed, per=stage): every op costs what the model says,
+     * whatever v (timed, per=layer: 0, its ops follow their layers). */
     int fixed_op_costs;
+    /* How activation bytes follow a chunk's size, apart from op costs. 0
+     * (gpt): a chunk holds its layers' share of a rank's bytes. 1 (timed,
+     * per=stage or per=layer): a chunk holds the model's `act` bytes per
+     * microbatch, whatever its layers. */
+    int fixed_act_bytes;
     sched_costs costs; /* ns per op of one of the job's chunks; comm = a send, between = a rank's between ops */
     /* What `pprun run` orders a schedule's actions by (ZB-V's greedy order
      * depends on costs): the job's --schedule-costs, else f=b=w=1 for gpt
@@ -86,17 +92,18 @@ typedef struct whatif_row {
  * at its default v (the job's v for the job's own kind), ordered as `pprun
  * run` would order it, then zb-v ordered for the measured costs, then the
  * job's own_plan when given. A schedule that cannot be built for these p
- * and m gets its error in its row; only bad input fails (-1, err). The activation estimate keeps each rank's bytes per
- * microbatch-stage as the job measured them, scaled like the op costs, or
- * with act_profile replays each schedule with them. */
+ * and m gets its error in its row; only bad input fails (-1, err). The
+ * activation estimate keeps each rank's bytes per microbatch-stage as the
+ * job measured them, scaled by the chunk's layers unless fixed_act_bytes,
+ * or with act_profile replays each schedule with them. */
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err);
 
 /* The memory curve: zb-h1 and zb-v built under a bound (--max-mem) for
  * each bound from 1F1B's peak, p microbatch-stages of a 1F1B stage (a
  * rank's layers, or a timed stage), to twice it, one apart, simulated at the
  * job's costs as the rows above are. A zb-v chunk counts its share of a
- * 1F1B stage (half for gpt; all of it for timed, whose chunks hold `act`
- * bytes each). Columns: zb-h1 and zb-v ordered as `pprun run --max-mem`
+ * 1F1B stage (half for gpt; all of it with fixed_act_bytes: timed, per=stage
+ * or per=layer, whose chunks hold `act` bytes each). Columns: zb-h1 and zb-v ordered as `pprun run --max-mem`
  * would order them, and zb-v tuned to the measured costs. */
 #define WHATIF_CURVE_MAX 33 /* p + 1 bounds: jobs of up to 32 ranks */
 #define WHATIF_CURVE_COLS 3
