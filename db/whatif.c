@@ -107,6 +107,13 @@ void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size) {
         snprintf(buf + n, size - (size_t)n, ",between=%.4gms", c.between / 1e6);
 }
 
+int whatif_tuned_pays(const whatif_row *rows, int nrows) {
+    if (nrows <= WHATIF_KINDS) return 0;
+    const whatif_row *plain = &rows[WHATIF_KINDS - 1], *tuned = &rows[WHATIF_KINDS];
+    if (!tuned->tuned || plain->tuned || plain->error[0] || tuned->error[0]) return 0;
+    return isfinite(tuned->step_time_ns) && isfinite(plain->step_time_ns) && tuned->step_time_ns < plain->step_time_ns;
+}
+
 /* Simulates plan at costs c into row (whose name and v are set); scale is
  * the plan's chunk against the job's. The first line of an error goes into
  * the row: a validator's message goes on with the grid. */

@@ -134,6 +134,13 @@ sched_costs whatif_chunk_costs(const whatif_input *in, int v);
  * ("f=3.851ms,b=3.53ms,w=1.62ms,comm=0.066ms") into buf. */
 void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size);
 
+/* 1 when the rows (nrows of them, whatif_simulate's) are worth running
+ * the tuned zb-v for: its row was built and simulated a step shorter than
+ * zb-v ordered as `pprun run` orders it; 0 when it could not be built
+ * (zb-v needs twice as many layers as ranks, ...) or is no faster. What
+ * `pprun stats` and the API recommend the flag on. */
+int whatif_tuned_pays(const whatif_row *rows, int nrows);
+
 /* A job of D pipelines (--dp): what D' pipelines of m' microbatches each
  * would do, from the job's own median step and the simulator with the
  * all-reduces as costed ops (whatif_dp). */

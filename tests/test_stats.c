@@ -119,8 +119,10 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(p.out, "   1.00x           -         4\n");
     lt_assert_has(p.out, "  zb-v                    2 ");
     lt_assert_has(p.out, "  zb-v tuned              2 ");
-    lt_assert_has(p.out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs "
-                         "f=1ms,b=1ms,w=1ms,comm=0ms)\n");
+    /* every op 1 ms: the order built for them is zb-v's own, no faster, so no flag to run it with */
+    lt_assert_has(p.out, "  (zb-v tuned: its order built for these costs, no faster than zb-v's own: nothing to gain "
+                         "from --schedule-costs)\n");
+    cr_expect_null(strstr(p.out, "run it with"), "%s", p.out);
     lt_free(&p);
 
     /* job 2: the same host trace plus CUPTI's spans, F/B/W 100 us shorter */
@@ -679,6 +681,24 @@ Test(stats, timed_per_layer_what_if_bytes_are_what_each_schedule_holds, .timeout
     cr_expect_float_eq(bytes, 4 * 65536, 0.5, "bound 4: %.0f bytes", bytes);
     cr_expect_float_eq(zbv, held, 0.5, "zb-v under 4: predicted %.0f bytes, `--max-mem 4` held %.0f", zbv, held);
     cr_expect_leq(zbv, bytes, "zb-v under 4: %.0f bytes, above the bound's %.0f", zbv, bytes);
+}
+
+/* The tuned zb-v's flag is recommended only where the tuned row was built
+ * and is faster than zb-v's own order, the same in the text and the JSON:
+ * not for a job of 4 layers on 4 ranks, where zb-v (8 chunks) cannot be
+ * built. */
+Test(stats, the_tuned_zb_v_is_not_recommended_where_it_cannot_be_built, .timeout = 120) {
+    const char *db = tfix_path("tuned-unbuilt.db");
+    timed_job(db, "timed:f=1ms,b=1ms,w=1ms,layers=4,per=layer,act=4KiB", "1f1b", NULL);
+    lt_proc p = stats(db, "1");
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "  zb-v tuned              2  more stages (8) than layers (4)");
+    cr_expect_null(strstr(p.out, "run it with --schedule zb-v"), "%s", p.out);
+    cr_expect_null(strstr(p.out, "(zb-v tuned: its order"), "%s", p.out);
+    lt_free(&p);
+    cJSON *root = stats_json(db, 1);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "whatif"), "tuned_recommended")));
+    cJSON_Delete(root);
 }
 
 /* The what-if row of a line of `pprun stats` (after its name), or "". */

@@ -146,6 +146,38 @@ Test(whatif, timed_per_layer_bytes_stay_while_costs_follow_layers) {
     }
 }
 
+/* The tuned zb-v is recommended only where it pays: built, and faster
+ * than zb-v as `pprun run` orders it. A timed model of f=1 ms, b=5 ms,
+ * w=0 ordered for its own costs, measured with a 1 ms hand-off: the order
+ * built for the measured costs comes out slower (191 ms against 167). */
+Test(whatif, the_tuned_order_pays_only_when_built_and_faster) {
+    whatif_input in = job_1f1b();
+    whatif_row rows[WHATIF_ROWS];
+    int n = simulate(&in, rows);
+    cr_expect_not(whatif_tuned_pays(rows, n), "equal costs: the same order, no faster");
+
+    in.fixed_op_costs = in.fixed_act_bytes = 1;
+    static const sched_costs own = {MS, 5 * MS, 0, 0, 0, 0};
+    in.build_costs = &own;
+    in.costs = (sched_costs){MS, 5 * MS, 0, MS, 0, 0};
+    n = simulate(&in, rows);
+    const whatif_row *plain = &rows[WHATIF_KINDS - 1], *tuned = &rows[WHATIF_KINDS];
+    cr_assert(tuned->tuned && !plain->tuned);
+    cr_assert_gt(tuned->step_time_ns, plain->step_time_ns, "tuned %g, plain %g", tuned->step_time_ns,
+                 plain->step_time_ns);
+    cr_expect_not(whatif_tuned_pays(rows, n));
+
+    in = job_1f1b(); /* gpt's costs on 2 cores: the tuned order idles less */
+    in.costs = (sched_costs){7.70 * MS, 7.06 * MS, 3.24 * MS, 0.066 * MS, 0, 0};
+    static const sched_costs unit = {1, 1, 1, 0, 0, 0};
+    in.build_costs = &unit;
+    n = simulate(&in, rows);
+    cr_expect(whatif_tuned_pays(rows, n));
+    snprintf(rows[WHATIF_KINDS].error, sizeof rows[WHATIF_KINDS].error, "more stages (8) than layers (4)");
+    cr_expect_not(whatif_tuned_pays(rows, n), "a tuned row that was not built");
+    cr_expect_not(whatif_tuned_pays(rows, WHATIF_KINDS), "no tuned row");
+}
+
 /* The job's own kind keeps the job's v; a CSV job has a row of its own
  * only with its plan (own_plan, below). */
 Test(whatif, own_row_keeps_the_jobs_chunks) {
