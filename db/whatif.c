@@ -79,10 +79,16 @@ static int64_t whatif_act_estimate(const whatif_input *in, const sched_plan *pla
     return llround(most);
 }
 
-/* A chunk of v per rank against one of the job's: what its op costs and
- * activations scale by (the same layers split into v chunks per rank). */
+/* A chunk of v per rank against one of the job's: what its op costs
+ * scale by (the same layers split into v chunks per rank). */
 static double whatif_scale(const whatif_input *in, int v) {
     return in->fixed_op_costs ? 1.0 : (double)in->virtual_stages / v;
+}
+
+/* The same for the bytes a chunk holds per microbatch: a timed chunk holds
+ * `act` whatever its layers, even where its ops follow them (per=layer). */
+static double whatif_act_scale(const whatif_input *in, int v) {
+    return in->fixed_act_bytes ? 1.0 : (double)in->virtual_stages / v;
 }
 
 /* c for a chunk `scale` times the size: its ops' costs scale, a send's
@@ -99,6 +105,13 @@ void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size) {
                      c.comm / 1e6);
     if (c.between > 0 && n > 0 && (size_t)n < size)
         snprintf(buf + n, size - (size_t)n, ",between=%.4gms", c.between / 1e6);
+}
+
+int whatif_tuned_pays(const whatif_row *rows, int nrows) {
+    if (nrows <= WHATIF_KINDS) return 0;
+    const whatif_row *plain = &rows[WHATIF_KINDS - 1], *tuned = &rows[WHATIF_KINDS];
+    if (!tuned->tuned || plain->tuned || plain->error[0] || tuned->error[0]) return 0;
+    return isfinite(tuned->step_time_ns) && isfinite(plain->step_time_ns) && tuned->step_time_ns < plain->step_time_ns;
 }
 
 /* Simulates plan at costs c into row (whose name and v are set); scale is
@@ -185,7 +198,7 @@ static void whatif_one(const whatif_input *in, const char *kind, int tuned, what
         sched_free(plan);
         plan = NULL;
     }
-    whatif_play(in, plan, &err, &c, each, whatif_scale(in, v), row);
+    whatif_play(in, plan, &err, &c, each, whatif_act_scale(in, v), row);
     free(each);
     sched_free(plan);
 }
@@ -201,7 +214,7 @@ const char *whatif_max_mem_text(const char *stored, char buf[24]) {
 
 /* plan, at its own chunks per rank, played at in's costs into row (whose
  * name and v are set): a chunk of v per rank costs and holds as
- * whatif_chunk_costs and whatif_scale say, or its share of in's profile. */
+ * whatif_chunk_costs and whatif_act_scale say, or its share of in's profile. */
 static void whatif_play_plan(const whatif_input *in, const sched_plan *plan, whatif_row *row) {
     int64_t actions = 0;
     for (int r = 0; r < plan->ranks; r++) actions += plan->len[r];
@@ -211,7 +224,7 @@ static void whatif_play_plan(const whatif_input *in, const sched_plan *plan, wha
     pp_err err;
     sched_costs *each = whatif_profiled(in) ? whatif_profile_costs(in, plan->stages, &err) : NULL;
     if (whatif_profiled(in) && !each) whatif_play(in, NULL, &err, NULL, NULL, 1.0, row);
-    else whatif_play(in, plan, NULL, &c, each, whatif_scale(in, v), row);
+    else whatif_play(in, plan, NULL, &c, each, whatif_act_scale(in, v), row);
     free(each);
 }
 
@@ -264,7 +277,7 @@ static void whatif_curve_one(const whatif_input *in, int col, int bound, whatif_
     whatif_row row;
     whatif_row_init(&row, kind, v);
     /* a chunk's share of a 1F1B stage: its layers' (gpt), or all (timed) */
-    double share = in->fixed_op_costs ? 1.0 : 1.0 / v;
+    double share = in->fixed_act_bytes ? 1.0 : 1.0 / v;
     sched_act units = {share, share};
     sched_mem mem = {.max = bound, .act = &units, .nact = 1};
     sched_costs c = whatif_chunk_costs(in, v), *each = NULL;
@@ -276,7 +289,7 @@ static void whatif_curve_one(const whatif_input *in, int col, int bound, whatif_
         sched_free(plan);
         plan = NULL;
     }
-    whatif_play(in, plan, &err, &c, each, whatif_scale(in, v), &row);
+    whatif_play(in, plan, &err, &c, each, whatif_act_scale(in, v), &row);
     free(each);
     sched_free(plan);
     *cell = (whatif_curve_cell){.step_time_ns = row.step_time_ns, .bubble_ratio = row.bubble_ratio,
@@ -308,7 +321,7 @@ static int64_t whatif_bound_bytes(const whatif_input *in, int bound) {
     double most = 0;
     for (int r = 0; r < in->ranks; r++) {
         if (in->act_peak_by_rank[r] <= 0 || in->inflight_by_rank[r] <= 0) return -1;
-        double per_unit = (double)in->act_peak_by_rank[r] / (double)in->inflight_by_rank[r] * whatif_scale(in, 1);
+        double per_unit = (double)in->act_peak_by_rank[r] / (double)in->inflight_by_rank[r] * whatif_act_scale(in, 1);
         if (per_unit > most) most = per_unit;
     }
     return llround(most * bound);
@@ -439,6 +452,8 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         if (parsed) {
             /* timed per=layer costs follow a chunk's layers, as gpt's do */
             r->in.fixed_op_costs = spec.kind == MODEL_TIMED && !spec.per_layer;
+            /* but a timed chunk holds `act` bytes a microbatch, per=layer too */
+            r->in.fixed_act_bytes = spec.kind == MODEL_TIMED;
             int v = r->in.virtual_stages > 0 ? r->in.virtual_stages : 1, zbv_chunks = 2 * (r->stages / v);
             /* as run_config_costs orders zb-v: at its mean chunk's costs */
             double layers = zbv_chunks > 0 ? (double)spec.layers / zbv_chunks : 1;
@@ -1070,16 +1085,103 @@ out:
     return rc;
 }
 
-int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sched_act *act, char *about,
-                   size_t about_size, pp_err *err) {
+/* Job `job`'s layout as its config_json records it into *out; what it
+ * leaves out is the default (the even split, no recompute: a program's
+ * job, or a file from before the key). -1 with err on a database error. */
+static int whatif_read_layout(sqlite3 *db, int64_t job, whatif_layout *out, pp_err *err) {
+    sqlite3_stmt *st;
+    if (whatif_prepare(db,
+                       "SELECT json_extract(config_json, '$.pipeline_cuts'), json_extract(config_json, '$.recompute'), "
+                       "json_extract(config_json, '$.recompute_stages') FROM jobs WHERE id=?1",
+                       &st, err) != 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    int rc = sqlite3_step(st);
+    const unsigned char *cuts = rc == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    const unsigned char *mode = rc == SQLITE_ROW ? sqlite3_column_text(st, 1) : NULL;
+    const unsigned char *which = rc == SQLITE_ROW ? sqlite3_column_text(st, 2) : NULL;
+    snprintf(out->cuts, sizeof out->cuts, "%s", cuts && *cuts ? (const char *)cuts : "even");
+    snprintf(out->recompute, sizeof out->recompute, "%s", mode && *mode ? (const char *)mode : "none");
+    snprintf(out->recompute_stages, sizeof out->recompute_stages, "%s", which ? (const char *)which : "");
+    return whatif_done(db, st, rc, err);
+}
+
+/* What a layout recomputes on stage s: its --recompute where its
+ * --recompute-stages name s (or name none: every stage), else "none". */
+static const char *whatif_recompute_of(const whatif_layout *l, int s) {
+    if (strcmp(l->recompute, "none") == 0 || !l->recompute_stages[0]) return l->recompute;
+    for (const char *p = l->recompute_stages; *p;) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p) break; /* not a list pprun wrote: names no stage */
+        if (k == s) return l->recompute;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return "none";
+}
+
+/* Whether a and b put the same layers on each of `stages` stages of
+ * `model`: their splits compared, or, where either does not split it
+ * (layers unknown, cuts that do not fit), their texts. */
+static int whatif_same_split(const char *model, int stages, const char *a, const char *b) {
+    model_spec spec;
+    pp_err ignored;
+    int *cuts[2] = {NULL, NULL}, ncuts[2] = {0, 0}, same = -1;
+    int *first[2] = {malloc(sizeof(int) * (size_t)(stages + 1)), malloc(sizeof(int) * (size_t)(stages + 1))};
+    const char *text[2] = {a, b};
+    int ok = first[0] && first[1] && model_parse_spec(model, &spec, &ignored) == 0 && spec.layers > 0;
+    for (int i = 0; ok && i < 2; i++)
+        ok = sched_parse_cuts(text[i], &cuts[i], &ncuts[i], &ignored) == 0 &&
+             sched_partition(spec.layers, stages, cuts[i], ncuts[i], first[i], &ignored) == 0;
+    if (ok) same = memcmp(first[0], first[1], sizeof(int) * (size_t)(stages + 1)) == 0;
+    for (int i = 0; i < 2; i++) free(cuts[i]), free(first[i]);
+    return same >= 0 ? same : strcmp(a, b) == 0;
+}
+
+/* "--recompute full --recompute-stages 1,2" for l into buf. */
+static const char *whatif_recompute_text(const whatif_layout *l, char *buf, size_t size) {
+    if (strcmp(l->recompute, "none") != 0 && l->recompute_stages[0])
+        snprintf(buf, size, "--recompute %s --recompute-stages %s", l->recompute, l->recompute_stages);
+    else snprintf(buf, size, "--recompute %s", l->recompute);
+    return buf;
+}
+
+/* 0 when job `job` (its layout `had`) held on each of `stages` stages of
+ * `model` what this job (`want`) will: the same layers, the same
+ * recompute; else -1 with err naming both. */
+static int whatif_same_layout(int64_t job, const char *model, int stages, const whatif_layout *had,
+                              const whatif_layout *want, pp_err *err) {
+    static const char *const instead =
+        "(give --max-mem in bytes without --schedule-costs DB:JOB to bound by the model's sizes)";
+    if (!whatif_same_split(model, stages, had->cuts, want->cuts))
+        return pp_fail(err, "job %lld ran --pipeline-cuts %s, this job --pipeline-cuts %s: its bytes per stage do not "
+                            "carry over to another split %s",
+                       (long long)job, had->cuts, want->cuts, instead);
+    for (int s = 0; s < stages; s++) {
+        if (strcmp(whatif_recompute_of(had, s), whatif_recompute_of(want, s)) == 0) continue;
+        char a[600], b[600];
+        return pp_fail(err, "job %lld ran %s, this job %s: its bytes per stage do not carry over to another "
+                            "recompute (stage %d: %s there, %s here) %s",
+                       (long long)job, whatif_recompute_text(had, a, sizeof a),
+                       whatif_recompute_text(want, b, sizeof b), s, whatif_recompute_of(had, s),
+                       whatif_recompute_of(want, s), instead);
+    }
+    return 0;
+}
+
+int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, const whatif_layout *layout,
+                   sched_act *act, char *about, size_t about_size, pp_err *err) {
     job_summary s;
     whatif_report r;
+    whatif_layout had;
     int rc = -1, missing;
     if (whatif_measured_for(db, job, model, "activation bytes", &s, &r, err) != 0) goto out;
     if (r.stages != stages) {
         pp_fail(err, "job %lld ran %d stages, this job has %d: its bytes per stage do not carry over to another split "
                      "(give --max-mem in bytes without --schedule-costs DB:JOB to bound by the model's sizes)",
                 (long long)job, r.stages, stages);
+    } else if (whatif_read_layout(db, job, &had, err) != 0 ||
+               whatif_same_layout(job, model, stages, &had, layout, err) != 0) {
     } else if (whatif_read_rises(db, &s, &r, stages, act, NULL, &missing, err) != 0) {
     } else if (missing >= 0) {
         pp_fail(err, "job %lld recorded no activation bytes for stage %d's F and B (a program's own spans, or a "

@@ -24,8 +24,14 @@ typedef struct whatif_input {
     char schedule[512];                      /* the job's --schedule ("1f1b", "csv:FILE" ...) */
     /* How op costs follow a chunk's size. 0 (gpt): a rank's layers are its
      * work, so with v chunks per rank an op costs 1/v of a whole rank's
-     * layers. 1 (timed): every op costs what the model says, whatever v. */
+     * layers. 1 (timed, per=stage): every op costs what the model says,
+     * whatever v (timed, per=layer: 0, its ops follow their layers). */
     int fixed_op_costs;
+    /* How activation bytes follow a chunk's size, apart from op costs. 0
+     * (gpt): a chunk holds its layers' share of a rank's bytes. 1 (timed,
+     * per=stage or per=layer): a chunk holds the model's `act` bytes per
+     * microbatch, whatever its layers. */
+    int fixed_act_bytes;
     sched_costs costs; /* ns per op of one of the job's chunks; comm = a send, between = a rank's between ops */
     /* What `pprun run` orders a schedule's actions by (ZB-V's greedy order
      * depends on costs): the job's --schedule-costs, else f=b=w=1 for gpt
@@ -86,17 +92,18 @@ typedef struct whatif_row {
  * at its default v (the job's v for the job's own kind), ordered as `pprun
  * run` would order it, then zb-v ordered for the measured costs, then the
  * job's own_plan when given. A schedule that cannot be built for these p
- * and m gets its error in its row; only bad input fails (-1, err). The activation estimate keeps each rank's bytes per
- * microbatch-stage as the job measured them, scaled like the op costs, or
- * with act_profile replays each schedule with them. */
+ * and m gets its error in its row; only bad input fails (-1, err). The
+ * activation estimate keeps each rank's bytes per microbatch-stage as the
+ * job measured them, scaled by the chunk's layers unless fixed_act_bytes,
+ * or with act_profile replays each schedule with them. */
 int whatif_simulate(const whatif_input *in, whatif_row rows[WHATIF_ROWS], pp_err *err);
 
 /* The memory curve: zb-h1 and zb-v built under a bound (--max-mem) for
  * each bound from 1F1B's peak, p microbatch-stages of a 1F1B stage (a
  * rank's layers, or a timed stage), to twice it, one apart, simulated at the
  * job's costs as the rows above are. A zb-v chunk counts its share of a
- * 1F1B stage (half for gpt; all of it for timed, whose chunks hold `act`
- * bytes each). Columns: zb-h1 and zb-v ordered as `pprun run --max-mem`
+ * 1F1B stage (half for gpt; all of it with fixed_act_bytes: timed, per=stage
+ * or per=layer, whose chunks hold `act` bytes each). Columns: zb-h1 and zb-v ordered as `pprun run --max-mem`
  * would order them, and zb-v tuned to the measured costs. */
 #define WHATIF_CURVE_MAX 33 /* p + 1 bounds: jobs of up to 32 ranks */
 #define WHATIF_CURVE_COLS 3
@@ -126,6 +133,13 @@ sched_costs whatif_chunk_costs(const whatif_input *in, int v);
 /* The tuned zb-v row's costs as `pprun run --schedule-costs` takes them
  * ("f=3.851ms,b=3.53ms,w=1.62ms,comm=0.066ms") into buf. */
 void whatif_tuned_flag(const whatif_input *in, char *buf, size_t size);
+
+/* 1 when the rows (nrows of them, whatif_simulate's) are worth running
+ * the tuned zb-v for: its row was built and simulated a step shorter than
+ * zb-v ordered as `pprun run` orders it; 0 when it could not be built
+ * (zb-v needs twice as many layers as ranks, ...) or is no faster. What
+ * `pprun stats` and the API recommend the flag on. */
+int whatif_tuned_pays(const whatif_row *rows, int nrows);
 
 /* A job of D pipelines (--dp): what D' pipelines of m' microbatches each
  * would do, from the job's own median step and the simulator with the
@@ -239,6 +253,16 @@ const char *whatif_max_mem_text(const char *stored, char buf[24]);
 int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int v, sched_costs *out, char *about,
                      size_t about_size, pp_err *err);
 
+/* How a job split its layers over its stages and what each recomputes, as
+ * jobs.config_json records them (runner/job/job_rows.c): pipeline_cuts
+ * ("even", "2,4,6"), recompute ("none", "full", "selective") and
+ * recompute_stages ("" for every stage, "1,2"). */
+typedef struct whatif_layout {
+    char cuts[512];
+    char recompute[16];
+    char recompute_stages[512];
+} whatif_layout;
+
 /* What one microbatch held on each stage of job `job` in db, as measured:
  * each F, B and W event carries what its rank held right after it, so an
  * F's rise over the rank's op before it is what its microbatch holds after
@@ -246,10 +270,12 @@ int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int
  * B or W: its moment is not counted, as step_stats.act_peak_bytes does
  * not). Medians over the steps whatif_read measures, into act[stages]
  * (bytes; `pprun run --max-mem 64MiB --schedule-costs DB[:JOB]`). The job
- * must have run `model` on `stages` stages (-1 naming both otherwise:
- * bytes per stage do not carry over to another split) and recorded bytes
- * (-1 otherwise). `about` as whatif_costs_for's. */
-int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, sched_act *act, char *about,
-                   size_t about_size, pp_err *err);
+ * must have run `model` on `stages` stages, split as `layout` splits them
+ * (the same layers on each stage) and recomputing what `layout` recomputes
+ * on each (-1 naming both otherwise: bytes per stage do not carry over to
+ * another split, nor to another --recompute), and recorded bytes (-1
+ * otherwise). `about` as whatif_costs_for's. */
+int whatif_act_for(sqlite3 *db, int64_t job, const char *model, int stages, const whatif_layout *layout,
+                   sched_act *act, char *about, size_t about_size, pp_err *err);
 
 #endif

@@ -162,6 +162,9 @@ static void measured_json(jw *w, const whatif_report *wr) {
     char flag[160];
     whatif_tuned_flag(&wr->in, flag, sizeof flag);
     jw_kstr(w, "tuned_schedule_costs", flag);
+    /* what `pprun stats` recommends the flag on: the tuned row built and faster than zb-v's */
+    jw_key(w, "tuned_recommended");
+    jw_bool(w, wr->nrows >= 0 && whatif_tuned_pays(wr->rows, wr->nrows));
     jw_key(w, "shared_cores");
     if (wr->shared_ranks > 0) {
         jw_obj(w);

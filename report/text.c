@@ -361,10 +361,18 @@ void report_whatif(FILE *out, const whatif_report *r) {
         fprintf(out, "  %-*s %6d %10s %7s %8s %11s %9d\n", width, name, w->virtual_stages,
                 fmt_ns(a, sizeof a, w->step_time_ns), fmt_pct(b, sizeof b, w->bubble_ratio), c, d, w->peak_inflight);
     }
-    char flag[160];
-    whatif_tuned_flag(&r->in, flag, sizeof flag);
-    fprintf(out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs %s)\n",
-            flag);
+    /* the flag only where the tuned order pays: built, and faster than zb-v's (the API's tuned_recommended) */
+    const whatif_row *tuned = r->nrows > WHATIF_KINDS ? &r->rows[WHATIF_KINDS] : NULL;
+    if (whatif_tuned_pays(r->rows, r->nrows)) {
+        char flag[160];
+        whatif_tuned_flag(&r->in, flag, sizeof flag);
+        fprintf(out,
+                "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs %s)\n",
+                flag);
+    } else if (tuned && !tuned->error[0]) {
+        fprintf(out, "  (zb-v tuned: its order built for these costs, no faster than zb-v's own: nothing to gain "
+                     "from --schedule-costs)\n");
+    }
     if (r->bw_split)
         fprintf(out,
                 "  (this job's backward is one op, BW, of %s: B and W above are halves of it, since it is never timed "

@@ -68,8 +68,14 @@ export async function loadWhatif(id) {
       if (s.error && k === 2) td.colSpan = 5;
     });
   }
-  $('whatif-tuned').textContent = 'zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs ' +
-    r.tuned_schedule_costs;
+  // the flag only where the tuned order was built and is faster than zb-v's (as `pprun stats` says)
+  const tuned = r.schedules.find((s) => s.tuned);
+  if (r.tuned_recommended)
+    $('whatif-tuned').textContent = 'zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs ' +
+      r.tuned_schedule_costs;
+  else if (tuned && !tuned.error)
+    $('whatif-tuned').textContent = 'zb-v ordered for these costs: no faster than zb-v\'s own order, nothing to gain ' +
+      'from --schedule-costs';
   whatif = probe.whatif = r;
 }
 

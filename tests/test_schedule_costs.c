@@ -265,3 +265,87 @@ Test(schedule_costs, bad_values_exit_2_naming_them, .timeout = 120) {
     fixture_remove(junk);
     fixture_remove(empty);
 }
+
+/* --max-mem in bytes with --schedule-costs DB:JOB takes that job's bytes
+ * per stage: a job that recomputed otherwise (--recompute, or on other
+ * --recompute-stages) or split its layers otherwise (--pipeline-cuts) held
+ * other bytes on each stage, so the job is refused, exit 2 naming both,
+ * with no job written. It ran before, bounding zb-v by 170,000 bytes with
+ * the bytes of a --recompute full job, and held 402,464 to 643,072 a
+ * rank. The same split and recompute (the even split given as its cuts,
+ * every stage named) is the same job's: it runs, within its bound, and
+ * says it ordered zb-h1 (it said zb-v). */
+Test(schedule_costs, max_mem_bytes_from_a_job_of_another_split_or_recompute_exit_2, .timeout = 180) {
+    char src[256], dst[256], job1[300], job2[300];
+    fixture_tmp_path(src, sizeof src, "costs-layout-src");
+    fixture_tmp_path(dst, sizeof dst, "costs-layout-dst");
+    const char *gpt = "gpt:layers=8,dim=16,heads=2,seq=16,batch=2";
+    lt_proc p = run_job(src, (const char *[]){"--model", gpt, "--schedule", "zb-v", "--recompute", "full", NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    p = run_job(src, (const char *[]){"--model", gpt, "--schedule", "zb-h1", "--pipeline-cuts", "1,2,3", NULL});
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    snprintf(job1, sizeof job1, "%s:1", src);
+    snprintf(job2, sizeof job2, "%s:2", src);
+    const struct {
+        const char *args[10], *want[2];
+    } bad[] = {
+        {{"--schedule", "zb-v", "--max-mem", "170000B", "--schedule-costs", job1},
+         {"job 1 ran --recompute full, this job --recompute none", "do not carry over"}},
+        {{"--schedule", "zb-v", "--recompute", "selective", "--max-mem", "170000B", "--schedule-costs", job1},
+         {"job 1 ran --recompute full, this job --recompute selective", "(stage 0: full there, selective here)"}},
+        {{"--schedule", "zb-v", "--recompute", "full", "--recompute-stages", "0-3", "--max-mem", "170000B",
+          "--schedule-costs", job1},
+         {"this job --recompute full --recompute-stages 0,1,2,3", "(stage 4: full there, none here)"}},
+        {{"--schedule", "zb-h1", "--max-mem", "250000B", "--schedule-costs", job2},
+         {"job 2 ran --pipeline-cuts 1,2,3, this job --pipeline-cuts even", "do not carry over to another split"}},
+        {{"--schedule", "zb-h1", "--pipeline-cuts", "2,4,6", "--max-mem", "250000B", "--schedule-costs", job2},
+         {"job 2 ran --pipeline-cuts 1,2,3, this job --pipeline-cuts 2,4,6", "do not carry over to another split"}},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *args[16] = {"--model", gpt};
+        int n = 2;
+        for (int k = 0; k < 10 && bad[i].args[k]; k++) args[n++] = bad[i].args[k];
+        args[n] = NULL;
+        p = run_job(dst, args);
+        cr_expect_eq(p.status, 2, "case %zu: exit %d\n%s", i, p.status, p.err);
+        for (int k = 0; k < 2; k++)
+            cr_expect(strstr(p.err, bad[i].want[k]), "case %zu: no \"%s\" in:\n%s", i, bad[i].want[k], p.err);
+        lt_free(&p);
+    }
+    cr_expect_neq(access(dst, F_OK), 0, "a refused run wrote %s", dst);
+
+    /* the same layout: it runs, and no rank held more than its bound */
+    p = run_job(dst, (const char *[]){"--model", gpt, "--schedule", "zb-v", "--recompute", "full", "--recompute-stages",
+                                      "0-7", "--max-mem", "400000B", "--schedule-costs", job1, NULL});
+    cr_expect_eq(p.status, 0, "%s", p.err);
+    lt_free(&p);
+    p = run_job(dst, (const char *[]){"--model", gpt, "--schedule", "zb-h1", "--pipeline-cuts", "1,2,3", "--max-mem",
+                                      "250000B", "--schedule-costs", job2, NULL});
+    cr_expect_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.err, "pprun run: zb-h1 ordered for F ");
+    cr_expect_null(strstr(p.err, "zb-v ordered"), "%s", p.err);
+    lt_free(&p);
+    sqlite3 *sql = open_db(dst);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(sql,
+                                    "SELECT job_id, max(act_peak_bytes), (SELECT CAST(rtrim(json_extract(config_json, "
+                                    "'$.max_mem'), 'B') AS INTEGER) FROM jobs WHERE id = job_id) FROM step_stats "
+                                    "GROUP BY job_id ORDER BY job_id",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(sql));
+    int jobs = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        jobs++;
+        cr_expect_gt(sqlite3_column_int64(st, 1), 0, "job %d held no bytes", sqlite3_column_int(st, 0));
+        cr_expect_leq(sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2), "job %d held %lld bytes, bound %lld",
+                      sqlite3_column_int(st, 0), (long long)sqlite3_column_int64(st, 1),
+                      (long long)sqlite3_column_int64(st, 2));
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(sql);
+    cr_expect_eq(jobs, 2);
+    fixture_remove(src);
+    fixture_remove(dst);
+}

@@ -119,8 +119,10 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(p.out, "   1.00x           -         4\n");
     lt_assert_has(p.out, "  zb-v                    2 ");
     lt_assert_has(p.out, "  zb-v tuned              2 ");
-    lt_assert_has(p.out, "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs "
-                         "f=1ms,b=1ms,w=1ms,comm=0ms)\n");
+    /* every op 1 ms: the order built for them is zb-v's own, no faster, so no flag to run it with */
+    lt_assert_has(p.out, "  (zb-v tuned: its order built for these costs, no faster than zb-v's own: nothing to gain "
+                         "from --schedule-costs)\n");
+    cr_expect_null(strstr(p.out, "run it with"), "%s", p.out);
     lt_free(&p);
 
     /* job 2: the same host trace plus CUPTI's spans, F/B/W 100 us shorter */
@@ -617,6 +619,86 @@ Test(stats, under_recompute_the_memory_curve_puts_a_bound_where_it_falls_in_byte
         cr_expect_float_eq(zbh1, measured, 0.5, "zb-h1 under %d: predicted %.0f bytes, measured %.0f", bounds[i],
                            zbh1, measured);
     }
+}
+
+/* `pprun stats --job JOB --format json` of db, parsed (the caller deletes it). */
+static cJSON *stats_json(const char *db, int job) {
+    char id[16];
+    snprintf(id, sizeof id, "%d", job);
+    lt_proc p;
+    lt_run(&p, (const char *[]){"stats", "--db", db, "--job", id, "--format", "json", NULL}, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cJSON *root = cJSON_Parse(p.out);
+    cr_assert_not_null(root, "%s", p.out);
+    lt_free(&p);
+    return root;
+}
+
+/* A job of the timed model `model`, 4 ranks, 8 microbatches, 3 steps, into db. */
+static void timed_job(const char *db, const char *model, const char *schedule, const char *max_mem) {
+    const char *args[32] = {"run", "--schedule", schedule, "--microbatches", "8", "--steps", "3", "--model", model,
+                            "--progress", "off", "--db", db};
+    int n = 13;
+    if (max_mem) args[n++] = "--max-mem", args[n++] = max_mem;
+    args[n] = NULL;
+    lt_proc run;
+    lt_run(&run, args, NULL);
+    cr_assert_eq(run.status, 0, "%s: %s", schedule, run.err);
+    lt_free(&run);
+}
+
+/* timed per=layer: its ops follow their layers, but a chunk holds `act`
+ * bytes a microbatch whatever its layers, so the what-if's bytes do not
+ * scale with the chunk: each schedule run measures what the 1F1B job
+ * predicted (it predicted zb-v 256 KiB, interleaved 352, dualpipev 288:
+ * half), a zb-v job predicts 1F1B's 4 x 64 KiB (not 8), and the memory
+ * curve's zb-v cell holds what `pprun run --max-mem 4` holds, within the
+ * bound's bytes (it held 512 KiB at "bound 4, 256 KiB"). */
+Test(stats, timed_per_layer_what_if_bytes_are_what_each_schedule_holds, .timeout = 240) {
+    const char *db = tfix_path("per-layer-whatif.db");
+    const char *model = "timed:f=1ms,b=1ms,w=1ms,layers=8,per=layer,act=64KiB";
+    static const char *const runs[] = {"1f1b", "zb-v", "interleaved-1f1b", "dualpipev"};
+    for (int i = 0; i < 4; i++) timed_job(db, model, runs[i], NULL);
+    timed_job(db, model, "zb-v", "4"); /* job 5 */
+    for (int i = 0; i < 4; i++) {
+        double measured = measured_peak(db, i + 1), predicted = whatif_json_act(db, 1, runs[i]);
+        cr_expect_float_eq(predicted, measured, 0.5, "%s: predicted %.0f bytes, measured %.0f", runs[i], predicted,
+                           measured);
+    }
+    cr_expect_float_eq(measured_peak(db, 2), 8 * 65536, 0.5, "zb-v: 8 chunks in flight of 64 KiB");
+    cr_expect_float_eq(whatif_json_act(db, 2, "1f1b"), 4 * 65536, 0.5, "from the zb-v job");
+    cr_expect_float_eq(whatif_json_act(db, 2, "gpipe"), 8 * 65536, 0.5, "from the zb-v job");
+    cJSON *root = stats_json(db, 1), *row;
+    double bytes = -1, zbv = -1;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(
+                                cJSON_GetObjectItem(cJSON_GetObjectItem(root, "whatif"), "memory_curve"), "rows")) {
+        if (cJSON_GetObjectItem(row, "bound")->valueint != 4) continue;
+        bytes = cJSON_GetObjectItem(row, "bound_bytes")->valuedouble;
+        zbv = cJSON_GetObjectItem(cJSON_GetObjectItem(row, "zb-v"), "act_peak_bytes")->valuedouble;
+    }
+    cJSON_Delete(root);
+    double held = measured_peak(db, 5);
+    cr_expect_float_eq(bytes, 4 * 65536, 0.5, "bound 4: %.0f bytes", bytes);
+    cr_expect_float_eq(zbv, held, 0.5, "zb-v under 4: predicted %.0f bytes, `--max-mem 4` held %.0f", zbv, held);
+    cr_expect_leq(zbv, bytes, "zb-v under 4: %.0f bytes, above the bound's %.0f", zbv, bytes);
+}
+
+/* The tuned zb-v's flag is recommended only where the tuned row was built
+ * and is faster than zb-v's own order, the same in the text and the JSON:
+ * not for a job of 4 layers on 4 ranks, where zb-v (8 chunks) cannot be
+ * built. */
+Test(stats, the_tuned_zb_v_is_not_recommended_where_it_cannot_be_built, .timeout = 120) {
+    const char *db = tfix_path("tuned-unbuilt.db");
+    timed_job(db, "timed:f=1ms,b=1ms,w=1ms,layers=4,per=layer,act=4KiB", "1f1b", NULL);
+    lt_proc p = stats(db, "1");
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "  zb-v tuned              2  more stages (8) than layers (4)");
+    cr_expect_null(strstr(p.out, "run it with --schedule zb-v"), "%s", p.out);
+    cr_expect_null(strstr(p.out, "(zb-v tuned: its order"), "%s", p.out);
+    lt_free(&p);
+    cJSON *root = stats_json(db, 1);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(root, "whatif"), "tuned_recommended")));
+    cJSON_Delete(root);
 }
 
 /* The what-if row of a line of `pprun stats` (after its name), or "". */

@@ -1795,6 +1795,8 @@ Test(web_act, whatif_plays_every_schedule_at_the_jobs_costs, .init = setup_act, 
     cr_assert_eq(num(costs, "send"), 0);
     /* the last row: zb-v again, ordered for the measured costs */
     cr_assert_str_eq(str(j, "tuned_schedule_costs"), "f=1ms,b=1ms,w=1ms,comm=0ms");
+    /* every op 1 ms: the tuned order is no faster than zb-v's own, so not recommended (as `pprun stats`) */
+    cr_assert(cJSON_IsFalse(cJSON_GetObjectItem(j, "tuned_recommended")));
     static const struct {
         const char *schedule;
         int v, this_job, tuned, inflight;

@@ -92,7 +92,7 @@ Test(whatif, activation_estimate_follows_in_flight_and_chunk_size) {
  * per rank double a rank's work, and its bytes per chunk stay. */
 Test(whatif, fixed_op_costs_do_not_shrink_with_chunks) {
     whatif_input in = job_1f1b();
-    in.fixed_op_costs = 1;
+    in.fixed_op_costs = in.fixed_act_bytes = 1; /* timed, per=stage */
     whatif_row rows[WHATIF_ROWS];
     simulate(&in, rows);
     const whatif_row *il = row_of(rows, "interleaved-1f1b");
@@ -100,6 +100,82 @@ Test(whatif, fixed_op_costs_do_not_shrink_with_chunks) {
     cr_expect_float_eq(il->bubble_ratio, 1.0 / 9, 1e-4);
     cr_expect_eq(il->act_peak_bytes, 11 * 4096);
     cr_expect_float_eq(row_of(rows, "1f1b")->step_time_ns, 30 * MS, 1);
+}
+
+/* timed, per=layer: its ops follow their layers as gpt's do (two chunks
+ * per rank, half a rank's layers: half the cost), but a chunk still holds
+ * the model's `act` a microbatch, whatever its layers. The estimate was
+ * halved with the costs (zb-v 8 x 4 KiB / 2, measured 8 x 4 KiB). */
+Test(whatif, timed_per_layer_bytes_stay_while_costs_follow_layers) {
+    whatif_input in = job_1f1b();
+    in.fixed_act_bytes = 1;
+    whatif_row rows[WHATIF_ROWS];
+    simulate(&in, rows);
+    cr_expect_float_eq(row_of(rows, "interleaved-1f1b")->step_time_ns, 27 * MS, 1, "ops of half a rank's layers");
+    cr_expect_float_eq(row_of(rows, "zb-v")->step_time_ns, 25.5 * MS, 1);
+    cr_expect_eq(row_of(rows, "interleaved-1f1b")->act_peak_bytes, 11 * 4096);
+    cr_expect_eq(row_of(rows, "zb-v")->act_peak_bytes, 8 * 4096);
+    cr_expect_eq(row_of(rows, "dualpipev")->act_peak_bytes, 9 * 4096);
+    cr_expect_eq(row_of(rows, "1f1b")->act_peak_bytes, 4 * 4096);
+    cr_expect_eq(whatif_chunk_costs(&in, 2).f, 0.5 * MS);
+
+    /* from a zb-v job of 8 chunks in flight at 4 KiB each: 1f1b holds 4 of them, not 8 */
+    static const int64_t act_zbv[4] = {8 * 4096, 8 * 4096, 8 * 4096, 8 * 4096}, inflight_zbv[4] = {8, 8, 8, 8};
+    snprintf(in.schedule, sizeof in.schedule, "zb-v");
+    in.virtual_stages = 2;
+    in.act_peak_by_rank = act_zbv;
+    in.inflight_by_rank = inflight_zbv;
+    simulate(&in, rows);
+    cr_expect_eq(row_of(rows, "1f1b")->act_peak_bytes, 4 * 4096);
+    cr_expect_eq(row_of(rows, "gpipe")->act_peak_bytes, 8 * 4096);
+    cr_expect_eq(whatif_chunk_costs(&in, 1).f, 2 * MS, "a whole rank's layers: twice a chunk's cost");
+
+    /* the curve: a chunk counts a whole 1F1B stage, and the bound's bytes are 4 KiB a unit */
+    static whatif_curve_row curve[WHATIF_CURVE_MAX];
+    char why[160];
+    int n = whatif_curve(&in, curve, why, sizeof why);
+    cr_assert_eq(n, 5, "%s", why);
+    for (int k = 0; k < n; k++) {
+        cr_expect_eq(curve[k].bound_bytes, (4 + k) * 4096);
+        for (int col = 1; col < WHATIF_CURVE_COLS; col++) {
+            const whatif_curve_cell *c = &curve[k].cell[col];
+            cr_assert_str_empty(c->error, "bound %d col %d: %s", curve[k].bound, col, c->error);
+            cr_expect_leq(c->peak_inflight, curve[k].bound, "bound %d col %d", curve[k].bound, col);
+            cr_expect_leq(c->act_peak_bytes, curve[k].bound_bytes, "bound %d col %d", curve[k].bound, col);
+        }
+    }
+}
+
+/* The tuned zb-v is recommended only where it pays: built, and faster
+ * than zb-v as `pprun run` orders it. A timed model of f=1 ms, b=5 ms,
+ * w=0 ordered for its own costs, measured with a 1 ms hand-off: the order
+ * built for the measured costs comes out slower (191 ms against 167). */
+Test(whatif, the_tuned_order_pays_only_when_built_and_faster) {
+    whatif_input in = job_1f1b();
+    whatif_row rows[WHATIF_ROWS];
+    int n = simulate(&in, rows);
+    cr_expect_not(whatif_tuned_pays(rows, n), "equal costs: the same order, no faster");
+
+    in.fixed_op_costs = in.fixed_act_bytes = 1;
+    static const sched_costs own = {MS, 5 * MS, 0, 0, 0, 0};
+    in.build_costs = &own;
+    in.costs = (sched_costs){MS, 5 * MS, 0, MS, 0, 0};
+    n = simulate(&in, rows);
+    const whatif_row *plain = &rows[WHATIF_KINDS - 1], *tuned = &rows[WHATIF_KINDS];
+    cr_assert(tuned->tuned && !plain->tuned);
+    cr_assert_gt(tuned->step_time_ns, plain->step_time_ns, "tuned %g, plain %g", tuned->step_time_ns,
+                 plain->step_time_ns);
+    cr_expect_not(whatif_tuned_pays(rows, n));
+
+    in = job_1f1b(); /* gpt's costs on 2 cores: the tuned order idles less */
+    in.costs = (sched_costs){7.70 * MS, 7.06 * MS, 3.24 * MS, 0.066 * MS, 0, 0};
+    static const sched_costs unit = {1, 1, 1, 0, 0, 0};
+    in.build_costs = &unit;
+    n = simulate(&in, rows);
+    cr_expect(whatif_tuned_pays(rows, n));
+    snprintf(rows[WHATIF_KINDS].error, sizeof rows[WHATIF_KINDS].error, "more stages (8) than layers (4)");
+    cr_expect_not(whatif_tuned_pays(rows, n), "a tuned row that was not built");
+    cr_expect_not(whatif_tuned_pays(rows, WHATIF_KINDS), "no tuned row");
 }
 
 /* The job's own kind keeps the job's v; a CSV job has a row of its own
@@ -286,7 +362,7 @@ Test(whatif, the_memory_curve_runs_from_1f1bs_peak_to_twice_it) {
     cr_assert_float_eq(rows[0].cell[0].step_time_ns, row_of(plain, "zb-h1")->step_time_ns, 1);
     cr_assert_lt(rows[4].cell[0].step_time_ns, 0.95 * rows[0].cell[0].step_time_ns);
     /* a timed job: a chunk holds a whole stage's bytes, so zb-v needs more units */
-    in.fixed_op_costs = 1;
+    in.fixed_op_costs = in.fixed_act_bytes = 1;
     n = whatif_curve(&in, rows, why, sizeof why);
     for (int k = 0; k < n; k++) cr_assert_leq(rows[k].cell[1].peak_inflight, rows[k].bound);
     in.ranks = 40;

@@ -230,7 +230,15 @@ static int read_schedule_costs(run_job *job, int world, pp_err *err) {
                               sizeof job->costs_about, err);
     /* --max-mem in bytes: that job's measured bytes per stage, handed to the workers as --act-bytes */
     if (rc == 0 && cfg->max_mem_bytes && !cfg->nact) { /* world * v <= 2048 = RUN_MAX_ACT */
-        rc = whatif_act_for(sql, id, job->model, world * v, cfg->act, job->act_about, sizeof job->act_about, err);
+        /* as config_json records this job's (job_rows.c): that job's must match */
+        whatif_layout layout = {.recompute_stages = ""};
+        sched_cuts_text(cfg->cuts, cfg->ncuts, layout.cuts, sizeof layout.cuts);
+        snprintf(layout.recompute, sizeof layout.recompute, "%s", run_recompute_name(cfg->recompute));
+        if (cfg->recompute != RUN_RECOMPUTE_NONE && cfg->nrecompute_stages > 0)
+            sched_cuts_text(cfg->recompute_stages, cfg->nrecompute_stages, layout.recompute_stages,
+                            sizeof layout.recompute_stages);
+        rc = whatif_act_for(sql, id, job->model, world * v, &layout, cfg->act, job->act_about,
+                            sizeof job->act_about, err);
         if (rc == 0) cfg->nact = world * v;
     }
     db_reader_close(sql);
@@ -380,9 +388,10 @@ void job_checks_say_costs(const run_job *job) {
                 job->cfg.schedule_costs_db, job->act_about);
     if (!job->costs_about[0]) return;
     const sched_costs *c = &job->cfg.schedule_costs;
+    char schedule[RUN_SCHEDULE_TEXT_MAX]; /* zb-v, or zb-h1 under --max-mem */
     fprintf(stderr,
-            "pprun run: zb-v ordered for F %.3f ms, B %.3f ms, W %.3f ms, hand-off %.3f ms, between ops %.3f ms (%s, "
+            "pprun run: %s ordered for F %.3f ms, B %.3f ms, W %.3f ms, hand-off %.3f ms, between ops %.3f ms (%s, "
             "%s)\n",
-            c->f / 1e6, c->b / 1e6, c->w / 1e6, c->comm / 1e6, c->between / 1e6, job->cfg.schedule_costs_db,
-            job->costs_about);
+            run_schedule_text(&job->cfg, schedule, sizeof schedule), c->f / 1e6, c->b / 1e6, c->w / 1e6,
+            c->comm / 1e6, c->between / 1e6, job->cfg.schedule_costs_db, job->costs_about);
 }
