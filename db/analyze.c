@@ -87,7 +87,44 @@ static int64_t cpu_wait_in(const op *comm, size_t n, int64_t a, int64_t b) {
     return total < b - a ? total : b - a;
 }
 
-static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages) {
+/* The stages a rank ran ops of in a step: a few (one, two for an
+ * interleaved or V placement), kept up to RANK_STAGES; past them every
+ * question scans its ops. */
+#define RANK_STAGES 16
+typedef struct {
+    int stage[RANK_STAGES], n; /* n -1: more than RANK_STAGES */
+    const op *ops;
+    size_t nops;
+} rank_stages;
+
+static void rank_stages_of(const op *ops, size_t n, rank_stages *r) {
+    r->n = 0, r->ops = ops, r->nops = n;
+    for (size_t i = 0; i < n; i++) {
+        int k = 0;
+        while (k < r->n && r->stage[k] != ops[i].stage) k++;
+        if (k < r->n) continue;
+        if (r->n == RANK_STAGES) {
+            r->n = -1;
+            return;
+        }
+        r->stage[r->n++] = ops[i].stage;
+    }
+}
+
+static int rank_ran(const rank_stages *r, int stage) {
+    for (int k = 0; k < r->n; k++)
+        if (r->stage[k] == stage) return 1;
+    for (size_t i = 0; r->n < 0 && i < r->nops; i++)
+        if (r->ops[i].stage == stage) return 1;
+    return 0;
+}
+
+/* mine: the stages the rank ran in the step. An F's input (a backward's
+ * gradient) from a stage of the rank's own (a V placement's turn, zb-v
+ * and dualpipev: stages p - 1 and p on the last rank) was there when
+ * that op ended: a gap before it is no wait for a neighbour. */
+static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const op *next, int stages,
+                     const rank_stages *mine) {
     /* The OPT waits for the all-reduce (engine_dp_finish): a gap before it
      * that the all-reduce still ran into is that wait, whatever the rank
      * sent meanwhile. */
@@ -95,8 +132,9 @@ static int gap_cause(const op *comm, size_t ncomm, int64_t a, int64_t b, const o
         return CAUSE_WAIT_DP;
     if (2 * cpu_wait_in(comm, ncomm, a, b) >= b - a) return CAUSE_WAIT_CPU;
     if (2 * comm_cover(comm, ncomm, a, b, next) >= b - a) return CAUSE_COMM;
-    if (next->phase == TRACE_F && next->stage > 0) return CAUSE_WAIT_ACTIVATION;
-    if (analyze_is_backward(next->phase) && next->stage < stages - 1) return CAUSE_WAIT_GRADIENT;
+    if (next->phase == TRACE_F && next->stage > 0 && !rank_ran(mine, next->stage - 1)) return CAUSE_WAIT_ACTIVATION;
+    if (analyze_is_backward(next->phase) && next->stage < stages - 1 && !rank_ran(mine, next->stage + 1))
+        return CAUSE_WAIT_GRADIENT;
     return CAUSE_OTHER;
 }
 
@@ -199,10 +237,13 @@ static int analyze_rank(writer *w, int rank, const op *ops, size_t n, const op *
     memset(w->idle_ns, 0, sizeof w->idle_ns);
     for (size_t i = 0; i < n; i++)
         if (ops[i].phase != TRACE_OPT && ops[i].bytes > act_peak) act_peak = ops[i].bytes;
+    rank_stages mine;
+    rank_stages_of(ops, n, &mine);
     for (size_t i = 0; i < n && rc == SQLITE_DONE; i++) {
         if (ops[i].start > cursor) {
             action_str(&ops[i], next);
-            int cause = i == 0 ? CAUSE_WARMUP : gap_cause(comm, ncomm, cursor, ops[i].start, &ops[i], stages);
+            int cause =
+                i == 0 ? CAUSE_WARMUP : gap_cause(comm, ncomm, cursor, ops[i].start, &ops[i], stages, &mine);
             rc = put_gap(w, rank, cursor, ops[i].start, cause, next);
             /* the hole ends at the op even when it takes no time: a gap
              * after an op of zero length starts there, not where this one

@@ -16,7 +16,9 @@
  *   and in `pprun stats`.
  * - waiting for a core: four ranks held to one CPU wait for it, a large
  *   share of their idle time is wait_cpu, and each gap is wait_cpu exactly
- *   when its records' waits say so (the rule on a known step: test_db.c). */
+ *   when its records' waits say so (the rule on a known step: test_db.c).
+ * - a V placement's turn (zb-v): a gap before an op whose input came from
+ *   the rank's own other stage waits for no neighbour. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -59,6 +61,16 @@ static sqlite3 *open_ro(const char *path) {
     sqlite3 *db;
     cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     return db;
+}
+
+/* The first column of the first row of a query, as text, into buf. */
+static const char *q_text(sqlite3 *db, char *buf, size_t n, const char *sql) {
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    const unsigned char *v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
+    snprintf(buf, n, "%s", v ? (const char *)v : "");
+    sqlite3_finalize(st);
+    return buf;
 }
 
 /* ---- intervals ------------------------------------------------------------ */
@@ -519,5 +531,29 @@ Test(analyses_cpu, ranks_sharing_one_core_wait_for_it) {
     cr_assert_eq(tfix_q_intf(db, "SELECT count(*) FROM events WHERE job_id = 1 AND source = 'cpu' AND phase <> 'LOSS'"
                                  " AND wait_cpu_ns IS NULL"),
                  0, "every host record says how long it waited");
+    sqlite3_close(db);
+}
+
+/* A V placement hands over on a rank at its turn: zb-v on 2 ranks puts
+ * stages 1 and 2 on rank 1, so 2F's input and 1B's gradient come from
+ * the rank itself. A gap before them is no wait for a neighbour (it was
+ * wait_activation and wait_gradient): `other`, unless a rule before
+ * (comm, wait_cpu) holds. */
+Test(analyses_turn, a_v_placements_turn_is_no_wait_for_a_neighbour, .timeout = 300) {
+    const char *path = tfix_path("turn.db");
+    char last[4096];
+    run_job(path, last, sizeof last,
+            (const char *[]){"--schedule", "zb-v", "--nproc-per-node", "2", "--model",
+                             "timed:f=2ms,b=2ms,w=2ms,layers=4,act=4KiB", "--microbatches", "4", "--steps", "3",
+                             NULL});
+    sqlite3 *db = open_ro(path);
+    char buf[256];
+    cr_assert_str_eq(q_text(db, buf, sizeof buf, "SELECT count(*) > 0 FROM gaps WHERE rank = 1 AND (next_action LIKE "
+                                                 "'2F%' OR next_action LIKE '1B%')"),
+                     "1", "gaps before the turn's ops");
+    cr_assert_str_eq(q_text(db, buf, sizeof buf, "SELECT count(*) FROM gaps WHERE rank = 1 AND ((next_action LIKE "
+                                                 "'2F%' AND cause = 'wait_activation') OR (next_action LIKE '1B%' "
+                                                 "AND cause = 'wait_gradient'))"),
+                     "0");
     sqlite3_close(db);
 }
