@@ -802,6 +802,76 @@ Test(attack_launch, a_run_id_that_is_a_path_step_is_refused) {
     cr_assert_eq(chdir(cwd), 0);
 }
 
+/* A symbolic link planted at a rank's log path (attempt 0's, of a known
+ * --run-id) is refused before the job starts: exit 2 naming it, no job
+ * row, no database, the link and what it points to as they were (before:
+ * exit 1 from the rank's start, and a failed job). pprun launch too. */
+Test(attack_launch, a_link_planted_at_a_log_path_is_refused_before_the_job) {
+    const char *victim = path_of("victim"), *logs = path_of("planted-logs"), *db = path_of("planted.db");
+    tfix_write(victim, "keep\n");
+    char dir[512], link[600], want[700];
+    snprintf(dir, sizeof dir, "%s/RID/attempt_0/1", logs);
+    char mk[700];
+    snprintf(mk, sizeof mk, "mkdir -p '%s'", dir);
+    cr_assert_eq(system(mk), 0);
+    snprintf(link, sizeof link, "%s/stderr.log", dir);
+    cr_assert_eq(symlink(victim, link), 0);
+    snprintf(want, sizeof want, "--log-dir %s: is a symbolic link", link);
+    lt_proc p;
+    lt_run(&p, (const char *[]){"run", "--steps", "1", "--progress", "off", "--nproc-per-node", "2", "--log-dir", logs,
+                                "--run-id", "RID", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(p.status, 2, "exit %d:\n%s", p.status, p.err);
+    lt_assert_has(p.err, want);
+    lt_free(&p);
+    struct stat st;
+    cr_assert_neq(stat(db, &st), 0, "the refused job left a database");
+    lt_run(&p, (const char *[]){"launch", "--nproc-per-node", "2", "--log-dir", logs, "--run-id", "RID", "--", "true",
+                                NULL},
+           NULL);
+    cr_assert_eq(p.status, 2, "exit %d:\n%s", p.status, p.err);
+    lt_assert_has(p.err, want);
+    lt_free(&p);
+    cr_assert_eq(lstat(link, &st), 0);
+    cr_assert(S_ISLNK(st.st_mode), "the link was replaced");
+    size_t len;
+    char *text = lt_slurp(victim, &len);
+    cr_assert_str_eq(text, "keep\n", "written through the link");
+    free(text);
+    snprintf(dir, sizeof dir, "%s/RID/attempt_0/0", logs);
+    cr_assert_neq(stat(dir, &st), 0, "rank 0 started and made its log folder");
+}
+
+/* A --master-port that another process holds on node 0 is refused before
+ * the job starts, as a taken --serve port is: exit 2, nothing written
+ * (before: exit 1 and a failed job). */
+Test(attack_launch, a_taken_master_port_is_refused_before_the_job) {
+    pp_err err;
+    int fd = net_listen("127.0.0.1", 0, 1, 0, &err);
+    cr_assert_geq(fd, 0, "%s", err.msg);
+    char port[16], want[128];
+    snprintf(port, sizeof port, "%d", net_local_port(fd));
+    snprintf(want, sizeof want, "--master-port %s: cannot listen on 127.0.0.1:%s", port, port);
+    const char *db = path_of("taken-port.db");
+    lt_proc p;
+    lt_run(&p, (const char *[]){"run", "--steps", "1", "--progress", "off", "--nproc-per-node", "2", "--master-port",
+                                port, "--db", db, NULL},
+           NULL);
+    cr_assert_eq(p.status, 2, "exit %d:\n%s", p.status, p.err);
+    lt_assert_has(p.err, want);
+    lt_free(&p);
+    struct stat st;
+    cr_assert_neq(stat(db, &st), 0, "the refused job left a database");
+    lt_run(&p, (const char *[]){"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "true",
+                                NULL},
+           NULL);
+    cr_assert_eq(p.status, 2, "exit %d:\n%s", p.status, p.err);
+    lt_assert_has(p.err, want);
+    cr_assert_eq(p.out_len, 0);
+    lt_free(&p);
+    close(fd);
+}
+
 /* The other nodes take node 0's run id from the store: a value that is not
  * a run id (whoever reaches the store could set one) fails node 1 at once,
  * naming it, and nothing is written outside its --log-dir. The store here

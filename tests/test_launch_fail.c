@@ -4,6 +4,8 @@
 #include "launch_testutil.h"
 #include "helpers/trace_fixture.h"
 
+#include <sqlite3.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 
 #include "runner/launch/launch.h"
@@ -227,6 +229,138 @@ Test(launch_fail, sigint_then_sigkill_after_the_grace) {
     lt_wait(&p);
     cr_assert_eq(p.status, 130, "exit %d: %s", p.status, p.err);
     lt_free(&p);
+}
+
+/* pprun with standard output on a FIFO whose reader (this test, holding
+ * its read end) never reads, standard error into err (a file). Its ranks
+ * flood stdout; once the FIFO is full, the test sends sig. Returns once
+ * pprun exited (its status in *status, 128+signal when killed) or 30 s
+ * passed (-1: SIGKILLed then). ranks_ignore: the ranks ignore sig, so
+ * only the --shutdown-timeout (60 s) or a second sig ends them; the test
+ * sends the second one 0.5 s after the first, when pprun still runs. */
+static int stop_with_stdout_blocked(const char *const *args, const char *dir, int sig, int ranks_ignore,
+                                    int *status, int *alive_after_first) {
+    char fifo[256], err[256];
+    snprintf(fifo, sizeof fifo, "%s/out.fifo", dir);
+    snprintf(err, sizeof err, "%s/err.txt", dir);
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    int rd = open(fifo, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* the reader that never reads */
+    cr_assert_geq(rd, 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fo = open(fifo, O_WRONLY), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        size_t n = 0;
+        while (args[n]) n++;
+        char **argv = calloc(n + 2, sizeof *argv);
+        argv[0] = (char *)PPRUN_BIN;
+        for (size_t i = 0; i < n; i++) argv[i + 1] = (char *)args[i];
+        execv(PPRUN_BIN, argv);
+        _exit(127);
+    }
+    /* Full: what pprun wrote fills the FIFO (its pages, not every byte of
+     * them: a batch that does not fit waits) and grows no more for 0.3 s,
+     * while the ranks write on. */
+    int cap = fcntl(rd, F_GETPIPE_SZ), queued = 0, before = -1, still = 0;
+    for (int i = 0; i < 2000 && still < 30; i++) {
+        usleep(10000);
+        ioctl(rd, FIONREAD, &queued);
+        still = queued >= cap / 2 && queued == before ? still + 1 : 0;
+        before = queued;
+    }
+    if (still < 30) {
+        kill(pid, SIGKILL); /* its ranks die with it (PR_SET_PDEATHSIG) */
+        waitpid(pid, NULL, 0);
+        cr_assert_fail("the FIFO never filled (%d of %d bytes)", queued, cap);
+    }
+    kill(pid, sig);
+    int st = 0, ended = 0;
+    *alive_after_first = 0;
+    for (int i = 0; i < 3000 && !ended; i++) {
+        if (ranks_ignore && i == 50) {
+            *alive_after_first = waitpid(pid, &st, WNOHANG) == 0;
+            if (!*alive_after_first) ended = 1;
+            else kill(pid, sig); /* the second signal: SIGKILL to the ranks at once */
+        }
+        if (!ended && waitpid(pid, &st, WNOHANG) == pid) ended = 1;
+        if (!ended) usleep(10000);
+    }
+    if (!ended) {
+        kill(pid, SIGKILL); /* its ranks die with it (PR_SET_PDEATHSIG) */
+        waitpid(pid, &st, 0);
+    }
+    close(rd);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return ended ? 0 : -1;
+}
+
+static char *blocked_err(const char *dir) {
+    char path[256];
+    size_t len;
+    snprintf(path, sizeof path, "%s/err.txt", dir);
+    return lt_slurp(path, &len);
+}
+
+/* A reader that never reads (a paused `| less`, a FIFO whose reader
+ * sleeps) held the launcher in write(): SIGTERM and SIGINT were never
+ * acted on, until the reader went. The signal stops the job as always
+ * (exit 128+sig), what stdout did not take is dropped and said. */
+static void stop_launch_with_stdout_blocked(int sig, int ranks_ignore) {
+    const char *dir = tfix_mkdir("blocked-stdout"); /* removed when the test process exits */
+    char script[256];
+    snprintf(script, sizeof script, "%sexec yes hello",
+             !ranks_ignore ? "" : sig == SIGINT ? "trap '' INT; " : "trap '' TERM; ");
+    const char *args[] = {"launch", "--nproc-per-node", "2", "--shutdown-timeout", ranks_ignore ? "60" : "2", "--",
+                          "sh", "-c", script, NULL};
+    int status, alive;
+    int rc = stop_with_stdout_blocked(args, dir, sig, ranks_ignore, &status, &alive);
+    char *err = blocked_err(dir);
+    cr_assert_eq(rc, 0, "pprun launch ignored %s while its stdout was blocked:\n%s", strsignal(sig), err);
+    if (ranks_ignore) cr_assert(alive, "the ranks that ignore the signal ended before the second one:\n%s", err);
+    cr_assert_eq(status, 128 + sig, "exit %d:\n%s", status, err);
+    lt_assert_has(err, "pprun launch: standard output took none of the ranks' last ");
+    lt_assert_has(err, "bytes after the stop signal: they were dropped");
+    lt_assert_has(err, "every rank was stopped");
+    free(err);
+}
+
+Test(launch_fail, sigterm_stops_a_launcher_whose_stdout_reader_never_reads) {
+    stop_launch_with_stdout_blocked(SIGTERM, 0);
+}
+
+Test(launch_fail, sigint_stops_a_launcher_whose_stdout_reader_never_reads) {
+    stop_launch_with_stdout_blocked(SIGINT, 0);
+}
+
+Test(launch_fail, a_second_signal_kills_at_once_while_stdout_is_blocked) {
+    stop_launch_with_stdout_blocked(SIGTERM, 1);
+}
+
+/* The same under pprun run: the job's row says stopped. */
+Test(launch_fail, pprun_run_whose_stdout_reader_never_reads_stops_on_sigterm) {
+    const char *dir = tfix_mkdir("blocked-run"); /* removed when the test process exits */
+    char db[256];
+    snprintf(db, sizeof db, "%s/run.db", dir);
+    const char *args[] = {"run", "--nproc-per-node", "2", "--shutdown-timeout", "2", "--progress", "off", "--db", db,
+                          "--", "yes", "hello", NULL};
+    int status, alive;
+    int rc = stop_with_stdout_blocked(args, dir, SIGTERM, 0, &status, &alive);
+    char *err = blocked_err(dir);
+    cr_assert_eq(rc, 0, "pprun run ignored SIGTERM while its stdout was blocked:\n%s", err);
+    cr_assert_eq(status, 143, "exit %d:\n%s", status, err);
+    free(err);
+    sqlite3 *h;
+    cr_assert_eq(sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *q;
+    cr_assert_eq(sqlite3_prepare_v2(h, "SELECT status, exit_code FROM jobs", -1, &q, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(q, 0), "stopped");
+    cr_assert_eq(sqlite3_column_int(q, 1), 143);
+    sqlite3_finalize(q);
+    sqlite3_close(h);
 }
 
 /* Ctrl-C while a failed attempt is torn down: the failure is the result and

@@ -172,6 +172,40 @@ Test(launch_multinode, a_node_with_another_nnodes_is_refused_and_named) {
                    "this node has --nnodes 3 --nproc-per-node 2, node rank 0 has --nnodes 2 --nproc-per-node 2");
 }
 
+/* Every node restarts together, so a node with another --max-restarts
+ * than node 0's would leave after a failure while node 0 restarts and
+ * waits for it until --rdzv-timeout (60 s here), recording a rendezvous
+ * timeout instead of the rank that failed: it refuses at once, naming the
+ * option, and node 0 says why, before any rank runs. */
+Test(launch_multinode, a_node_with_another_max_restarts_is_refused_and_named) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", lt_free_port());
+    const char *a0[] = {"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--max-restarts", "1",
+                        "--rdzv-timeout", "60", "--", "sh", "-c", "exit 1", NULL};
+    const char *a1[] = {"launch", "--nnodes", "2", "--node-rank", "1", "--master-port", port, "--max-restarts", "0",
+                        "--rdzv-timeout", "60", "--", "sh", "-c", "exit 1", NULL};
+    const char *want = "this node has --max-restarts 0, node rank 0 has --max-restarts 1: start every node with the "
+                       "same --max-restarts";
+    lt_proc n0, n1;
+    uint64_t t0 = pp_now_ns();
+    lt_start(&n0, a0, NULL);
+    lt_start(&n1, a1, NULL);
+    int ended1 = lt_wait_within(&n1, 30), ended0 = lt_wait_within(&n0, 30);
+    if (!ended1) kill(n1.pid, SIGKILL), lt_wait(&n1);
+    if (!ended0) kill(n0.pid, SIGKILL), lt_wait(&n0);
+    cr_assert(ended1 && ended0, "a node waited: node 0: %s\nnode 1: %s", n0.err, n1.err);
+    cr_assert_lt((double)(pp_now_ns() - t0) / 1e9, 30.0);
+    cr_assert_eq(n1.status, 1, "%s", n1.err);
+    lt_assert_has(n1.err, want);
+    cr_assert_eq(n0.status, 1, "%s", n0.err);
+    lt_assert_has(n0.err, "node rank 1 refused to join the job");
+    lt_assert_has(n0.err, want);
+    cr_assert(!strstr(n0.err, "restarting"), "node 0 restarted: %s", n0.err);
+    cr_assert_eq(n0.out_len + n1.out_len, 0, "a rank ran:\n%s%s", n0.out, n1.out);
+    lt_free(&n0);
+    lt_free(&n1);
+}
+
 /* A second launcher with a node rank already taken is refused; the job
  * runs with the first. Its ranks wait for a file, so the second one comes
  * while the attempt runs. */
@@ -535,6 +569,13 @@ Test(launch_multinode, a_missing_master_port_is_refused_by_node_1_and_node_0_nam
 Test(launch_multinode, a_missing_shape_is_refused_by_node_1_and_node_0_names_it) {
     node_0_value_is_refused("pprun/shape", NULL,
                             "node rank 0 published no --nnodes and --nproc-per-node (pprun/shape)");
+}
+
+Test(launch_multinode, a_missing_or_forged_max_restarts_is_refused_by_node_1_and_node_0_names_it) {
+    node_0_value_is_refused("pprun/max_restarts", NULL,
+                            "node rank 0 published no --max-restarts (pprun/max_restarts)");
+    node_0_value_is_refused("pprun/max_restarts", "-1",
+                            "the --max-restarts node rank 0 published (pprun/max_restarts): -1 is out of range");
 }
 
 Test(launch_multinode, a_missing_plan_digest_is_refused_by_node_1_and_node_0_names_it) {

@@ -22,11 +22,14 @@ static char *pass_through(const char *data, size_t n, size_t *out_len) {
     close(in[1]);
     FILE *console = tmpfile();
     cr_assert_not_null(console);
+    launch_console con;
+    launch_console_init(&con, fileno(console), NULL);
     launch_stream s;
-    launch_stream_init(&s, in[0], fileno(console), -1, 1, 0, "[0]: ", NULL);
+    launch_stream_init(&s, in[0], fileno(console), &con, -1, 1, 0, "[0]: ", NULL);
     while (!launch_stream_pump(&s)) {
     }
     launch_stream_finish(&s);
+    launch_console_free(&con);
     long len = ftell(console);
     char *text = calloc((size_t)len + 1, 1);
     rewind(console);

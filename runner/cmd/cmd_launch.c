@@ -18,7 +18,8 @@ int cmd_launch(int argc, char **argv) {
     }
     /* PPRUN_CLOCK reaches every rank, whose clock takes a value it does not
      * know as unset: refused here, before anything starts, not ignored. */
-    if (pp_clock_env_check(getenv(PP_CLOCK_ENV), &err) != 0 || launch_check_token(&o, &err) != 0) {
+    if (pp_clock_env_check(getenv(PP_CLOCK_ENV), &err) != 0 || launch_check_token(&o, &err) != 0 ||
+        launch_check_start(&o, &err) != 0) {
         fprintf(stderr, "pprun launch: %s\n", err.msg);
         return 2;
     }

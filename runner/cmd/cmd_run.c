@@ -29,6 +29,7 @@
 #include "runner/job/job_rows.h"
 #include "runner/job/job_serve.h"
 #include "runner/job/job_tracing.h"
+#include "runner/launch/launch.h"
 
 /* The job's database and dashboard, then its rows. The server starts
  * before the job is written: a refused --serve (a taken port, no token for
@@ -50,8 +51,10 @@ int cmd_run(int argc, char **argv) {
     if (rc == 1) return 0; /* --help */
     /* PPRUN_CLOCK reaches every rank, whose clock takes a value it does not
      * know as unset: refused here, before anything starts, not ignored. */
+    /* A taken --master-port or a --log-dir path that is no regular file: refused
+     * before the database, leaving no job behind. */
     if (rc != 0 || pp_clock_env_check(getenv(PP_CLOCK_ENV), &err) != 0 || job_check(&job, &err) != 0 ||
-        job_options_worker_argv(&job, &err) != 0) {
+        job_options_worker_argv(&job, &err) != 0 || launch_check_start(&job.lo, &err) != 0) {
         fprintf(stderr, "pprun run: %s\n", err.msg);
         job_free(&job);
         return 2;

@@ -7,6 +7,8 @@
  *   pprun/shape, pprun/plan  node 0's --nnodes and --nproc-per-node, and its
  *                            caller's launch_hooks.agree ("" for none): a
  *                            node that differs refuses to join
+ *   pprun/max_restarts       node 0's --max-restarts: the nodes restart
+ *                            together, so one that differs refuses to join
  *   pprun/a/K/node/R         node R joined attempt K (value: its host; node 0
  *                            reads attempt 0's for launch_info.node_hosts)
  *   pprun/a/K/count          how many joined; the last one sets pprun/a/K/go
@@ -472,6 +474,33 @@ static int agree_on_plan(job *j, pp_err *err) {
     return refuse_to_join(j, err);
 }
 
+/* Every node restarts together (the same fail key decides it), so every
+ * node must have node 0's --max-restarts: a node with fewer would leave
+ * after the first failure while the others wait for it at the next
+ * rendezvous until --rdzv-timeout, the root cause lost. A node that
+ * differs refuses to join, naming the option. Whoever reaches the store
+ * could have set the value: a number, or a refusal. */
+static int agree_on_restarts(job *j, pp_err *err) {
+    void *v;
+    size_t len;
+    int g = store_get(j->ctl, "pprun/max_restarts", &v, &len, err);
+    if (g < 0) return -1;
+    if (g == 1) {
+        pp_fail(err, "rendezvous: node rank 0 published no --max-restarts (pprun/max_restarts)");
+        return refuse_to_join(j, err);
+    }
+    long theirs;
+    int rc = pp_parse_long(v, 0, 1000000, "rendezvous: the --max-restarts node rank 0 published (pprun/max_restarts)",
+                           &theirs, err);
+    free(v);
+    if (rc != 0) return refuse_to_join(j, err);
+    if (theirs == j->c.o->max_restarts) return 0;
+    pp_fail(err, "this node has --max-restarts %d, node rank 0 has --max-restarts %ld: start every node with the same "
+                 "--max-restarts (the nodes restart together)",
+            j->c.o->max_restarts, theirs);
+    return refuse_to_join(j, err);
+}
+
 /* The workers' MASTER_PORT as node 0 published it: a port, 1-65535, or a
  * refusal to join. Whoever reaches the store could have set it. */
 static int take_master_port(job *j, pp_err *err) {
@@ -520,7 +549,8 @@ static int setup_store(job *j, pp_err *err) {
         store_set_interrupt(j->c.watch, -1, NULL, NULL);
     }
     /* The run id: node 0's, whatever the others were told. So are the
-     * workers' MASTER_PORT and the job's shape, published before it. */
+     * workers' MASTER_PORT, the job's shape and its --max-restarts,
+     * published before it. */
     char shape[64];
     snprintf(shape, sizeof shape, "--nnodes %d --nproc-per-node %d", o->nnodes, o->nproc_per_node);
     if (o->node_rank == 0) {
@@ -535,6 +565,9 @@ static int setup_store(job *j, pp_err *err) {
         snprintf(mp, sizeof mp, "%d", j->c.info.master_port);
         if (store_set(j->ctl, "pprun/master_port", mp, strlen(mp), err) != 0) return -1;
         if (store_set(j->ctl, "pprun/shape", shape, strlen(shape), err) != 0) return -1;
+        char mr[16];
+        snprintf(mr, sizeof mr, "%d", o->max_restarts);
+        if (store_set(j->ctl, "pprun/max_restarts", mr, strlen(mr), err) != 0) return -1;
         const char *plan = j->c.hooks && j->c.hooks->agree ? j->c.hooks->agree : "";
         if (store_set(j->ctl, "pprun/plan", plan, strlen(plan), err) != 0) return -1;
         if (store_set(j->ctl, "pprun/run_id", j->run_id, strlen(j->run_id), err) != 0) return -1;
@@ -558,6 +591,7 @@ static int setup_store(job *j, pp_err *err) {
         if (take_master_port(j, err) != 0) return -1;
         if (agree_on_shape(j, shape, err) != 0) return -1;
         if (agree_on_plan(j, err) != 0) return -1;
+        if (agree_on_restarts(j, err) != 0) return -1;
     }
     return 0;
 }

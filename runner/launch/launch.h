@@ -116,6 +116,17 @@ void launch_options_default(launch_options *o);
  * flags and the variable that give one. launch_job checks it too. (A
  * one-node job keeps its store on 127.0.0.1 whatever --master-addr says.) */
 int launch_check_token(const launch_options *o, pp_err *err);
+/* What node 0 (or a single node) can refuse before anything starts (exit
+ * status 2, nothing written): its store's --master-port that this machine
+ * will not give it (taken by another process, an address not its own), and
+ * a --log-dir path of attempt 0's ranks (D/RUN_ID/attempt_0/RANK/
+ * {stdout,stderr}.log, with o->run_id; none when it is "") that holds
+ * something other than a regular file (a symbolic link, a FIFO, a device,
+ * a folder: file_output_check), left as it is. launch_job checks again when
+ * it starts the store and each rank's log (then an error, exit status 1):
+ * another node's logs, a later attempt's, anything planted meanwhile.
+ * 0 on the other nodes, else 0 or -1 with err naming the option and path. */
+int launch_check_start(const launch_options *o, pp_err *err);
 /* A run id: 1-127 characters of A-Z a-z 0-9 . _ - (torchrun's --rdzv-id,
  * docs/cli.md), and not "." or "..": it names a folder under --log-dir
  * (D/RUN_ID/attempt_K), so one that is a path step of its own would put

@@ -126,9 +126,10 @@ static int start_rank(launch_ctx *c, int lr, slot *s, pp_err *err) {
     char prefix[32] = "";
     if (o->prefix) snprintf(prefix, sizeof prefix, "[%d]: ", gr);
     int show = o->console[lr];
-    launch_stream_init(&s->out, po[0], show && !(o->redirects[lr] & LAUNCH_STD_OUT) ? 1 : -1, lo, 1, gr, prefix, NULL);
-    launch_stream_init(&s->err, pe[0], show && !(o->redirects[lr] & LAUNCH_STD_ERR) ? 2 : -1, le, 2, gr, prefix,
-                       &s->tail);
+    launch_stream_init(&s->out, po[0], show && !(o->redirects[lr] & LAUNCH_STD_OUT) ? 1 : -1, &c->con[0], lo, 1, gr,
+                       prefix, NULL);
+    launch_stream_init(&s->err, pe[0], show && !(o->redirects[lr] & LAUNCH_STD_ERR) ? 2 : -1, &c->con[1], le, 2, gr,
+                       prefix, &s->tail);
     lo = le = -1; /* the streams own them now */
     /* Ranks run in their own process groups, i.e. in the background: one
      * reading a terminal would be stopped (SIGTTIN), so they read nothing. */
@@ -180,10 +181,11 @@ typedef struct attempt {
     launch_ctx *c;
     int n;                   /* local ranks */
     slot *slots;             /* [n], owned */
-    struct pollfd *pfds;     /* [2n + 2], owned: the self-pipe, the watch, the ranks' streams */
-    slot **owner;            /* [2n + 2], owned: the slot of each stream in pfds */
+    struct pollfd *pfds;     /* [2n + 4], owned: the self-pipe, the watch, the consoles, the ranks' streams */
+    slot **owner;            /* [2n + 4], owned: the slot of each stream in pfds */
     size_t np, first_stream; /* pfds in use; the first stream's */
     int watch_idx;           /* the watch's index in pfds, or -1 */
+    int con_idx[2];          /* each console's index in pfds (waiting for room), or -1 */
     int outcome;             /* LAUNCH_ATTEMPT_* so far */
     int tearing, killed;     /* the teardown began; SIGKILL was sent */
     uint64_t kill_at;        /* when the teardown escalates to SIGKILL */
@@ -198,8 +200,8 @@ typedef struct attempt {
 
 static int attempt_alloc(attempt *a) {
     a->slots = calloc((size_t)a->n, sizeof *a->slots);
-    a->pfds = calloc((size_t)(2 * a->n + 2), sizeof *a->pfds);
-    a->owner = calloc((size_t)(2 * a->n + 2), sizeof *a->owner);
+    a->pfds = calloc((size_t)(2 * a->n + 4), sizeof *a->pfds);
+    a->owner = calloc((size_t)(2 * a->n + 4), sizeof *a->owner);
     if (!a->slots || !a->pfds || !a->owner) return -1;
     for (int i = 0; i < a->n; i++) {
         slot *s = &a->slots[i];
@@ -245,8 +247,28 @@ static void start_ranks(attempt *a, pp_err *err) {
     }
 }
 
+/* The consoles with bytes waiting, for room in them, into pfds from np
+ * on (con_idx); returns the new np. */
+static size_t gather_consoles(launch_ctx *c, struct pollfd *pfds, size_t np, int con_idx[2]) {
+    for (int k = 0; k < 2; k++) {
+        con_idx[k] = -1;
+        if (!launch_console_pending(&c->con[k])) continue;
+        con_idx[k] = (int)np;
+        pfds[np++] = (struct pollfd){.fd = c->con[k].fd, .events = POLLOUT};
+    }
+    return np;
+}
+
+/* Writes what the consoles whose fds had events take now. */
+static void flush_consoles(launch_ctx *c, const struct pollfd *pfds, const int con_idx[2]) {
+    for (int k = 0; k < 2; k++)
+        if (con_idx[k] >= 0 && pfds[con_idx[k]].revents) launch_console_flush(&c->con[k]);
+}
+
 /* What the next poll watches: the self-pipe, the end of the attempt on
- * another node (until the teardown), every open stream. */
+ * another node (until the teardown), room in a console with bytes
+ * waiting, every open stream whose console is not full (a full one
+ * holds its ranks: launch_stream_held). */
 static void gather_fds(attempt *a) {
     launch_ctx *c = a->c;
     a->np = 0;
@@ -256,14 +278,15 @@ static void gather_fds(attempt *a) {
         a->watch_idx = (int)a->np;
         a->pfds[a->np++] = (struct pollfd){.fd = store_fd(c->watch), .events = POLLIN};
     }
+    a->np = gather_consoles(c, a->pfds, a->np, a->con_idx);
     a->first_stream = a->np;
     for (int i = 0; i < a->n; i++) {
         slot *s = &a->slots[i];
-        if (s->out.fd >= 0) {
+        if (s->out.fd >= 0 && !launch_stream_held(&s->out)) {
             a->owner[a->np] = s;
             a->pfds[a->np++] = (struct pollfd){.fd = s->out.fd, .events = POLLIN};
         }
-        if (s->err.fd >= 0) {
+        if (s->err.fd >= 0 && !launch_stream_held(&s->err)) {
             a->owner[a->np] = s;
             a->pfds[a->np++] = (struct pollfd){.fd = s->err.fd, .events = POLLIN};
         }
@@ -308,6 +331,9 @@ static void on_signals(attempt *a) {
         if (sig == SIGCHLD) continue; /* reaped below */
         if (!c->stop_signal) {
             c->stop_signal = sig;
+            /* The ranks must be able to end now: output the consoles do
+             * not take is dropped from here on, not waited for. */
+            c->con[0].dropping = c->con[1].dropping = 1;
             if (a->outcome == LAUNCH_ATTEMPT_OK) a->outcome = LAUNCH_ATTEMPT_SIGNAL;
             /* Forward the very signal, then the usual grace; a
              * teardown under way (a failure) keeps its deadline. */
@@ -337,6 +363,7 @@ static void on_attempt_end(attempt *a, pp_err *err) {
 }
 
 static void pump_output(attempt *a) {
+    flush_consoles(a->c, a->pfds, a->con_idx);
     for (size_t k = a->first_stream; k < a->np; k++) {
         if (!a->pfds[k].revents) continue;
         slot *s = a->owner[k];
@@ -545,10 +572,62 @@ static void finish_output(attempt *a) {
     }
 }
 
+/* What the consoles dropped, said on standard error when it takes it now
+ * (it may be the very pipe that took nothing). */
+static void say_dropped(launch_ctx *c) {
+    uint64_t dropped[2] = {c->con[0].dropped, c->con[1].dropped};
+    launch_console *e = c->con[1].same ? c->con[1].same : &c->con[1];
+    for (int k = 0; k < 2; k++) {
+        if (!dropped[k]) continue;
+        char line[256];
+        int n = snprintf(line, sizeof line,
+                         "pprun launch: standard %s took none of the ranks' last %llu bytes after the stop signal: "
+                         "they were dropped (--log-dir keeps every rank's output)\n",
+                         k && !c->con[1].same ? "error" : "output", (unsigned long long)dropped[k]);
+        if (!e->queued) fputs(line, stderr);
+        else if (!e->gone && !launch_console_pending(e)) launch_console_put(e, line, (size_t)n);
+        launch_console_drop(e); /* not waited for either */
+    }
+}
+
+/* The ranks are gone: what the consoles still queue is written as the
+ * reader takes it, while signals are watched. A stop signal (before, or
+ * now) drops it: nothing waits for a reader that does not read. */
+static void drain_consoles(attempt *a) {
+    launch_ctx *c = a->c;
+    for (;;) {
+        int pending = 0;
+        for (int k = 0; k < 2; k++) pending |= !launch_console_flush(&c->con[k]);
+        if (!pending) break;
+        if (c->stop_signal) {
+            launch_console_drop(&c->con[0]);
+            launch_console_drop(&c->con[1]);
+            break;
+        }
+        struct pollfd p[3] = {{.fd = c->sig_r, .events = POLLIN}};
+        int idx[2];
+        size_t np = gather_consoles(c, p, 1, idx);
+        int pr = poll(p, np, -1);
+        if (pr < 0 && errno != EINTR) {
+            launch_console_drop(&c->con[0]); /* nothing can be watched: nothing is waited for */
+            launch_console_drop(&c->con[1]);
+            break;
+        }
+        if (pr > 0 && p[0].revents) on_signals(a);
+        if (pr > 0) flush_consoles(c, p, idx);
+    }
+    say_dropped(c);
+}
+
 int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
     attempt a = {.c = c, .n = c->info.nproc_per_node, .outcome = LAUNCH_ATTEMPT_OK, .failure = failure};
+    launch_console_init(&c->con[0], STDOUT_FILENO, NULL);
+    launch_console_init(&c->con[1], STDERR_FILENO, &c->con[0]);
+    c->con[0].dropping = c->con[1].dropping = c->stop_signal != 0;
     if (attempt_alloc(&a) != 0) {
         attempt_free(&a);
+        launch_console_free(&c->con[0]);
+        launch_console_free(&c->con[1]);
         return pp_fail(err, "out of memory for %d ranks", a.n), LAUNCH_ATTEMPT_ERROR;
     }
     start_ranks(&a, err);
@@ -563,7 +642,10 @@ int launch_attempt(launch_ctx *c, launch_failure *failure, pp_err *err) {
     reap_leftovers(c);
     settle_outside_stop(&a);
     finish_output(&a);
+    drain_consoles(&a);
     int outcome = a.outcome;
     attempt_free(&a);
+    launch_console_free(&c->con[0]);
+    launch_console_free(&c->con[1]);
     return outcome;
 }

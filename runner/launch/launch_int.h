@@ -15,11 +15,54 @@ typedef struct launch_tail {
     int next, count;
 } launch_tail;
 
+/* Where the ranks' lines of one of the launcher's own streams go (fd 1 or
+ * 2). A regular file (or /dev/null) is written at once, as before; a pipe,
+ * a FIFO, a terminal or a socket, whose reader may stop reading (a paused
+ * `| less`), is written only as far as it takes bytes without blocking:
+ * the rest waits in a queue, and the launcher's loop polls the fd for room
+ * next to its signal self-pipe, so a signal is acted on whatever the
+ * reader does. A queue of LAUNCH_CONSOLE_MAX bytes or more holds the
+ * ranks' pipes unread (they wait, as they would for a slow console);
+ * once a stop signal came (dropping), what does not fit is dropped and
+ * counted instead, so that the ranks can end. */
+typedef struct launch_console {
+    int fd;              /* where it writes */
+    int own_fd;          /* a pipe's own non-blocking description (fd, opened anew), or -1 */
+    int queued;          /* 1: a pipe, FIFO, terminal or socket (queue, no blocking write); 0: written at once */
+    int sock;            /* a socket: send(MSG_DONTWAIT) */
+    struct launch_console *same; /* fd 2 on fd 1's pipe: its lines join fd 1's queue (one order); or NULL */
+    char *buf;           /* queued bytes buf[off..len) (owned) */
+    size_t off, len, cap;
+    int gone;            /* a write failed (EPIPE, a full disk): nothing more is written */
+    int dropping;        /* a stop signal came: bytes past LAUNCH_CONSOLE_MAX are dropped */
+    uint64_t dropped;    /* bytes dropped */
+} launch_console;
+
+#define LAUNCH_CONSOLE_MAX (1u << 20)
+
+/* A console for fd; other (may be NULL): a console already set up, whose
+ * queue this one shares when both are the same pipe or terminal. */
+void launch_console_init(launch_console *con, int fd, launch_console *other);
+/* Queues (or writes) n bytes; writes what the fd takes now. */
+void launch_console_put(launch_console *con, const char *p, size_t n);
+/* Writes what the fd takes now without blocking. 1 when nothing is left
+ * queued (or the console is gone), else 0. */
+int launch_console_flush(launch_console *con);
+/* 1 when bytes wait in con's own queue (not a shared one's). */
+int launch_console_pending(const launch_console *con);
+/* 1 when the ranks' pipes that go to con are to be left unread: its
+ * queue is full and no stop signal came. */
+int launch_console_full(const launch_console *con);
+/* Drops what is queued (counted in dropped). */
+void launch_console_drop(launch_console *con);
+void launch_console_free(launch_console *con);
+
 /* One worker stream (stdout or stderr): the read end of its pipe, where its
  * lines go, and the partial line not yet written. */
 typedef struct launch_stream {
     int fd;              /* pipe read end, -1 once at EOF */
     int console_fd;      /* 1 or 2, or -1: not shown */
+    launch_console *con; /* the console of std_fd, where shown lines go */
     int log_fd;          /* log file, or -1 */
     int std_fd;          /* 1 or 2: the console it goes to once its log file fails */
     int rank;            /* global rank, for that message */
@@ -33,10 +76,14 @@ typedef struct launch_stream {
 /* Lines longer than this are cut into several prefixed lines. */
 #define LAUNCH_LINE_MAX 65536
 
-void launch_stream_init(launch_stream *s, int fd, int console_fd, int log_fd, int std_fd, int rank,
-                        const char *prefix, launch_tail *tail);
-/* Reads what the pipe has (non-blocking fd), writes every complete line.
- * Returns 1 at EOF (fd closed and set to -1), else 0. */
+void launch_stream_init(launch_stream *s, int fd, int console_fd, launch_console *con, int log_fd, int std_fd,
+                        int rank, const char *prefix, launch_tail *tail);
+/* 1 while the stream is not to be read: its lines are shown and its
+ * console's queue is full (launch_console_full). */
+int launch_stream_held(const launch_stream *s);
+/* Reads what the pipe has (non-blocking fd), writes every complete line;
+ * reads nothing while the stream is held. Returns 1 at EOF (fd closed and
+ * set to -1), else 0. */
 int launch_stream_pump(launch_stream *s);
 /* Writes a partial last line (with a newline) and frees the buffer; closes
  * the pipe and log file. */
@@ -104,6 +151,7 @@ typedef struct launch_ctx {
     struct rlimit nofile;        /* RLIMIT_NOFILE as pprun found it: the workers get it back */
     int nofile_raised;           /* nofile holds it, and ours was raised */
     launch_guard *guard;         /* the caller's or launch_job's own, or NULL: none could start */
+    launch_console con[2];       /* fd 1 and fd 2, during an attempt */
 } launch_ctx;
 
 enum {

@@ -9,8 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/net.h"
 
 enum {
@@ -499,6 +501,30 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
     case OPT_NO_PYTHON: cl->no_python = 1; return 0;
     }
     return pp_fail(err, "%s: internal error", name);
+}
+
+int launch_check_start(const launch_options *o, pp_err *err) {
+    if (o->node_rank != 0) return 0;
+    if (o->master_port > 0) {
+        /* where and how launch_job's store listens (setup_store) */
+        const char *host = o->nnodes > 1 ? o->master_addr : "127.0.0.1";
+        int fd = net_listen(host, o->master_port, 1, o->rdzv_token[0] ? NET_ANY_IF_NOT_LOCAL : 0, err);
+        if (fd < 0)
+            return o->port_endpoint ? pp_wrap(err, "--rdzv-endpoint %s", o->port_endpoint)
+                                    : pp_wrap(err, "--master-port %d", o->master_port);
+        close(fd);
+    }
+    for (int lr = 0; o->log_dir && o->run_id[0] && lr < o->nproc_per_node; lr++)
+        for (int k = 0; k < 2; k++) {
+            char path[4096];
+            struct stat st;
+            if (snprintf(path, sizeof path, "%s/%s/attempt_0/%d/%s", o->log_dir, o->run_id, lr,
+                         k ? "stderr.log" : "stdout.log") >= (int)sizeof path)
+                return pp_fail(err, "--log-dir: path too long: '%s'", path);
+            /* nothing there yet: its folders are made when the rank starts */
+            if (lstat(path, &st) == 0 && file_output_check(path, "--log-dir", err) != 0) return -1;
+        }
+    return 0;
 }
 
 int launch_check_token(const launch_options *o, pp_err *err) {
