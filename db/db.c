@@ -54,8 +54,9 @@ static void gpu_reset(db *d, int64_t job_id);
 struct db {
     sqlite3 *sql;
     char *path;
-    dev_t dev; /* the file path named when it was opened (db_check_path) */
+    dev_t dev; /* the file path named when it was opened, where it names one (is_file: db_check_path) */
     ino_t ino;
+    int is_file;
     sqlite3_stmt *ins_event, *ins_events, *ins_run, *raise_run_span, *ins_loss, *ins_eval_loss, *set_mark, *add_ingested, *ins_kernel, *set_cupti_dropped, *max_event_id;
     /* db_insert_events' scratch, per record of a batch, kept for the next:
      * the rows of `events` in the order they are written (order, keys: by
@@ -274,8 +275,12 @@ static const char *side_file(const char *path, const char *suffix, char *buf, si
  * 0 (it was there, or cannot be made: SQLite's open then says why). Names
  * that SQLite does not take for a file of that name (in-memory, a
  * temporary file, a URI where this SQLite reads them) are left to it. */
+static int not_a_file_name(const char *path) {
+    return !path[0] || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0;
+}
+
 static int create_new(const char *path) {
-    if (!path[0] || strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0) return 0;
+    if (not_a_file_name(path)) return 0;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644); /* SQLite's own mode for a new file */
     if (fd < 0) return 0;
     close(fd);
@@ -328,11 +333,13 @@ static int open_file(const char *path, db **out, pp_err *err) {
     }
     sqlite3_extended_result_codes(d->sql, 1);
     struct stat st;
-    if (stat(path, &st) != 0) { /* created by sqlite3_open_v2 if it was not there */
-        pp_fail(err, "%s: %s", path, strerror(errno));
-        goto fail;
+    if (!not_a_file_name(path)) { /* the file is there now: sqlite3_open_v2 made it if it was not */
+        if (stat(path, &st) != 0) {
+            pp_fail(err, "%s: %s", path, strerror(errno));
+            goto fail;
+        }
+        d->dev = st.st_dev, d->ino = st.st_ino, d->is_file = 1;
     }
-    d->dev = st.st_dev, d->ino = st.st_ino;
     if (sqlite3_db_readonly(d->sql, "main") == 1) {
         pp_fail(err, "%s: file is read-only, cannot write the trace there (choose another --db)", path);
         goto fail;
@@ -431,7 +438,7 @@ void db_close(db *d) {
 
 int db_check_path(const db *d, pp_err *err) {
     struct stat st;
-    if (stat(d->path, &st) == 0 && st.st_dev == d->dev && st.st_ino == d->ino) return 0;
+    if (!d->is_file || (stat(d->path, &st) == 0 && st.st_dev == d->dev && st.st_ino == d->ino)) return 0;
     return pp_fail(err,
                    "%s: the database file was removed or replaced while pprun wrote it (its folder deleted, the file "
                    "moved or another put in its place): what it recorded is in a file no longer there",

@@ -1100,9 +1100,18 @@ static int whatif_read_layout(sqlite3 *db, int64_t job, whatif_layout *out, pp_e
     const unsigned char *cuts = rc == SQLITE_ROW ? sqlite3_column_text(st, 0) : NULL;
     const unsigned char *mode = rc == SQLITE_ROW ? sqlite3_column_text(st, 1) : NULL;
     const unsigned char *which = rc == SQLITE_ROW ? sqlite3_column_text(st, 2) : NULL;
-    snprintf(out->cuts, sizeof out->cuts, "%s", cuts && *cuts ? (const char *)cuts : "even");
-    snprintf(out->recompute, sizeof out->recompute, "%s", mode && *mode ? (const char *)mode : "none");
-    snprintf(out->recompute_stages, sizeof out->recompute_stages, "%s", which ? (const char *)which : "");
+    /* cut short, two layouts that differ past the cut would read the same */
+    if (snprintf(out->cuts, sizeof out->cuts, "%s", cuts && *cuts ? (const char *)cuts : "even") >=
+            (int)sizeof out->cuts ||
+        snprintf(out->recompute, sizeof out->recompute, "%s", mode && *mode ? (const char *)mode : "none") >=
+            (int)sizeof out->recompute ||
+        snprintf(out->recompute_stages, sizeof out->recompute_stages, "%s", which ? (const char *)which : "") >=
+            (int)sizeof out->recompute_stages) {
+        sqlite3_finalize(st);
+        return pp_fail(err, "job %lld: config_json's pipeline_cuts, recompute or recompute_stages is longer than "
+                            "pprun writes them: the database is damaged or was not written by pprun",
+                       (long long)job);
+    }
     return whatif_done(db, st, rc, err);
 }
 
@@ -1141,7 +1150,7 @@ static int whatif_same_split(const char *model, int stages, const char *a, const
 /* "--recompute full --recompute-stages 1,2" for l into buf. */
 static const char *whatif_recompute_text(const whatif_layout *l, char *buf, size_t size) {
     if (strcmp(l->recompute, "none") != 0 && l->recompute_stages[0])
-        snprintf(buf, size, "--recompute %s --recompute-stages %s", l->recompute, l->recompute_stages);
+        snprintf(buf, size, "--recompute %s --recompute-stages %.200s", l->recompute, l->recompute_stages);
     else snprintf(buf, size, "--recompute %s", l->recompute);
     return buf;
 }
@@ -1154,8 +1163,9 @@ static int whatif_same_layout(int64_t job, const char *model, int stages, const 
     static const char *const instead =
         "(give --max-mem in bytes without --schedule-costs DB:JOB to bound by the model's sizes)";
     if (!whatif_same_split(model, stages, had->cuts, want->cuts))
-        return pp_fail(err, "job %lld ran --pipeline-cuts %s, this job --pipeline-cuts %s: its bytes per stage do not "
-                            "carry over to another split %s",
+        return pp_fail(err,
+                       "job %lld ran --pipeline-cuts %.200s, this job --pipeline-cuts %.200s: its bytes per stage do "
+                       "not carry over to another split %s",
                        (long long)job, had->cuts, want->cuts, instead);
     for (int s = 0; s < stages; s++) {
         if (strcmp(whatif_recompute_of(had, s), whatif_recompute_of(want, s)) == 0) continue;

@@ -257,10 +257,11 @@ int whatif_costs_for(sqlite3 *db, int64_t job, const char *model, int ranks, int
  * jobs.config_json records them (runner/job/job_rows.c): pipeline_cuts
  * ("even", "2,4,6"), recompute ("none", "full", "selective") and
  * recompute_stages ("" for every stage, "1,2"). */
+#define WHATIF_LAYOUT_TEXT 2064 /* the longest of them pprun writes: 257 numbers of up to 7 characters */
 typedef struct whatif_layout {
-    char cuts[512];
+    char cuts[WHATIF_LAYOUT_TEXT];
     char recompute[16];
-    char recompute_stages[512];
+    char recompute_stages[WHATIF_LAYOUT_TEXT];
 } whatif_layout;
 
 /* What one microbatch held on each stage of job `job` in db, as measured:

@@ -363,13 +363,14 @@ void report_whatif(FILE *out, const whatif_report *r) {
     }
     /* the flag only where the tuned order pays: built, and faster than zb-v's (the API's tuned_recommended) */
     const whatif_row *tuned = r->nrows > WHATIF_KINDS ? &r->rows[WHATIF_KINDS] : NULL;
+    const whatif_row *plain = tuned ? &r->rows[WHATIF_KINDS - 1] : NULL; /* zb-v's own order */
     if (whatif_tuned_pays(r->rows, r->nrows)) {
         char flag[160];
         whatif_tuned_flag(&r->in, flag, sizeof flag);
         fprintf(out,
                 "  (zb-v tuned: its order built for these costs; run it with --schedule zb-v --schedule-costs %s)\n",
                 flag);
-    } else if (tuned && !tuned->error[0]) {
+    } else if (tuned && !tuned->error[0] && !plain->error[0]) {
         fprintf(out, "  (zb-v tuned: its order built for these costs, no faster than zb-v's own: nothing to gain "
                      "from --schedule-costs)\n");
     }

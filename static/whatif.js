@@ -70,10 +70,11 @@ export async function loadWhatif(id) {
   }
   // the flag only where the tuned order was built and is faster than zb-v's (as `pprun stats` says)
   const tuned = r.schedules.find((s) => s.tuned);
+  const plain = r.schedules.find((s) => s.schedule === 'zb-v' && !s.tuned && !s.this_job);
   if (r.tuned_recommended)
     $('whatif-tuned').textContent = 'zb-v ordered for these costs: pprun run --schedule zb-v --schedule-costs ' +
       r.tuned_schedule_costs;
-  else if (tuned && !tuned.error)
+  else if (tuned && !tuned.error && plain && !plain.error)
     $('whatif-tuned').textContent = 'zb-v ordered for these costs: no faster than zb-v\'s own order, nothing to gain ' +
       'from --schedule-costs';
   whatif = probe.whatif = r;

@@ -25,7 +25,7 @@ static char *pass_through(const char *data, size_t n, size_t *out_len) {
     launch_console con;
     launch_console_init(&con, fileno(console), NULL);
     launch_stream s;
-    launch_stream_init(&s, in[0], fileno(console), &con, -1, 1, 0, "[0]: ", NULL);
+    launch_stream_init(&s, in[0], fileno(console), &con, &con, -1, 1, 0, "[0]: ", NULL);
     while (!launch_stream_pump(&s)) {
     }
     launch_stream_finish(&s);

@@ -796,8 +796,8 @@ Test(torch, every_evaluations_losses_are_kept_two_under_one_step_too, .timeout =
  * the second dp row: their losses past the job's bounds, tracing stopped
  * on ranks 6 and 7). Its collectives: the data-parallel pair's gradient
  * all-reduces are ALLREDUCE spans as pprun's own --dp ranks record them,
- * and the tensor-parallel pair's (inside an op), the world's and those
- * before the first step are not (docs/torch.md). */
+ * and the tensor-parallel pair's (inside an op), a backward's hook's, the
+ * world's and those before the first step are not (docs/torch.md). */
 Test(torch, a_three_dimensional_mesh_numbers_its_replicas, .timeout = 300) {
     torch_need_root();
     const char *db = tfix_path("mesh3d.db");
@@ -836,20 +836,21 @@ Test(torch, a_three_dimensional_mesh_numbers_its_replicas, .timeout = 300) {
                                                     "microbatch)", rank),
                          want, "rank %d", rank);
     }
-    /* each from the call to its return, the async one's to its wait()
-     * (after the program's 10 ms pause): within the times the program
-     * printed around them (one clock: one host) */
+    /* each from the call to its return, within the times the program
+     * printed around them (one clock: one host); the async one from its
+     * call to its completion, which the program waited for through its
+     * future, not its Work (its callback may run just after the wait
+     * returns: only its start is bounded) */
     int spans = 0;
     for (const char *at = strstr(p.out, "allreduce rank="); at; at = strstr(at + 1, "allreduce rank=")) {
         int rank, step, bucket;
         long long t0, t1;
         cr_assert_eq(sscanf(at, "allreduce rank=%d step=%d bucket=%d t0=%lld t1=%lld", &rank, &step, &bucket, &t0, &t1),
                      5, "%.80s", at);
-        q_text(s, buf, sizeof buf, "SELECT (start_ns >= %lld AND end_ns <= %lld)||' '||(end_ns - start_ns >= %d)"
-               " FROM events WHERE phase='SPAN' AND rank=%d AND step=%d AND microbatch=%d", t0, t1,
-               bucket == 1 ? 10000000 : 0, rank, step, bucket);
-        cr_assert_str_eq(buf, "1 1", "rank %d step %d bucket %d: within %lld-%lld, long enough", rank, step, bucket,
-                         t0, t1);
+        q_text(s, buf, sizeof buf, "SELECT start_ns >= %lld AND start_ns <= %lld AND end_ns >= start_ns AND (%d OR "
+               "end_ns <= %lld) FROM events WHERE phase='SPAN' AND rank=%d AND step=%d AND microbatch=%d", t0, t1,
+               bucket == 1, t1, rank, step, bucket);
+        cr_assert_str_eq(buf, "1", "rank %d step %d bucket %d: within %lld-%lld", rank, step, bucket, t0, t1);
         spans++;
     }
     cr_assert_eq(spans, 32, "%s", p.out);

@@ -12,11 +12,13 @@ The collectives pprun.torch records as the data-parallel ones
 (docs/torch.md, "Data-parallel replicas") and those it must not: before
 the first step, the dp pair averages its initial weights (no step yet);
 after each step's schedule, the dp pair ({r mod 4, r mod 4 + 4})
-all-reduces the weight's gradient, then the bias's with async_op=True,
-waited for after a pause, each printed "allreduce rank=R step=S
-bucket=B t0=NS t1=NS" (the monotonic clock around the call, or from the
-call to the wait); after the optimizer, the loss over the world (logging:
-a group with the rank's pipeline peer in it). Stage 1's device is the
+all-reduces the weight's gradient, then the bias's with async_op=True
+(torch's own Work: asserted), waited for through its future after a
+pause, each printed "allreduce rank=R step=S bucket=B t0=NS t1=NS" (the
+monotonic clock around the call, or from the call to the wait); after the optimizer, the loss over the world (logging:
+a group with the rank's pipeline peer in it), then a backward of its own
+whose gradient hook all-reduces over the dp pair (a backward's collective,
+as autograd runs hooks on a thread of its own on a GPU). Stage 1's device is the
 string "cpu" (pprun's Python wrappers run its ops; stage 0's, a
 torch.device, run in pprun._op)."""
 import os
@@ -91,8 +93,9 @@ def main():
         print("allreduce rank=%d step=%d bucket=0 t0=%d t1=%d" % (rank, step, t0, t1), flush=True)
         t0 = time.monotonic_ns()
         work = dist.all_reduce(bias.grad, group=dp, async_op=True)
+        assert isinstance(work, dist.Work), "torch's own Work, under pprun too: %r" % type(work)
         time.sleep(0.01)
-        work.wait()
+        work.get_future().wait()
         t1 = time.monotonic_ns()
         print("allreduce rank=%d step=%d bucket=1 t0=%d t1=%d" % (rank, step, t0, t1), flush=True)
         for q in params:
@@ -100,6 +103,9 @@ def main():
         opt.step()
         logged = torch.stack(losses).mean() if losses else torch.zeros(())
         dist.all_reduce(logged)
+        probe = torch.ones(1, requires_grad=True)  # a backward's own collective: a hook's, as on autograd's thread
+        probe.register_hook(lambda grad: dist.all_reduce(grad.clone(), group=dp))
+        (probe * 2).sum().backward()
         for mb, loss in enumerate(losses):
             print("loss rank=%d step=%d microbatch=%d value=%r" % (rank, step, mb, loss.item()), flush=True)
     dist.destroy_process_group()

@@ -83,6 +83,7 @@ class _State:
         self.eval = None         # inside an evaluation step: (first microbatch, microbatches), to number them
         self.eval_next = (0, 0)  # (step, its next evaluation's first microbatch): evaluations under one step apart
         self.said_eval_wrap = False  # _evaluation's numbers started again from 0, said
+        self.said_bucket_wrap = False  # a step's collectives passed _BUCKETS_MAX, said
         self.order = None        # the actions run in the first training step, while recording it
         self.replica = 0         # this rank's pipeline among the job's data-parallel replicas (_replica_of)
         self.first_mb = 0        # in a training step: its replica's first global microbatch (replica·n)
@@ -94,7 +95,7 @@ class _State:
         self.stages = ()         # (stage index, module) of this rank's stages, once declared
         self.dp_peer = {}        # process group -> its first rank where it is data-parallel, else -1 (_dp_peer)
         self.buckets = (0, {})   # (step, stage -> its next collective's number in the step) (_wrap_collective)
-        self.grads = (-1, {})    # (step, data pointer -> stage) of the stages' parameters and gradients (_stage_of)
+        self.grads = (-1, 0, {})  # (step, reads in it, data pointer -> stage) of the stages' parameters, gradients
 
 
 _st = _State()
@@ -335,11 +336,17 @@ def _wrap_compute(orig, op):
 # How deep this thread is in a compute op of the Python wrappers (those of
 # pprun._op count their own: in_op()), for _wrap_collective.
 _in_op = threading.local()
+# The autograd graph task running on this thread, -1 outside a backward.
+_graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
 
 def _inside_op():
+    """Whether a collective called now is an op's: this thread is inside a
+    compute op, or runs a backward (on a GPU autograd runs it on a thread of
+    its own, where hooks and autograd Functions call their collectives:
+    tensor parallelism's, FSDP's reduce-scatter)."""
     fast = _trace._op
-    return getattr(_in_op, "depth", 0) > 0 or (fast is not None and fast.in_op())
+    return getattr(_in_op, "depth", 0) > 0 or (fast is not None and fast.in_op()) or _graph_task() != -1
 
 
 # ---- sends and receives -----------------------------------------------------
@@ -499,15 +506,20 @@ def _stage_of(tensor, step):
         ptr = tensor.data_ptr()
     except (AttributeError, RuntimeError):
         return -1
-    seen, where = _st.grads
-    if ptr not in where and seen != step:
+    seen, reads, where = _st.grads
+    if seen != step:  # read at a step's first: last step's gradients' memory may be another stage's now
+        reads, where = 0, {}
+    # read again on a miss, a few times a step: a stage's gradients may be
+    # made after another stage's were reduced (each reduced as its backward
+    # ends); a tensor of none of them (a flat bucket) misses every time
+    if ptr not in where and reads <= len(stages):
         where = {}
         for index, module in stages:
             for p in module.parameters() if module is not None else ():
                 where[p.data_ptr()] = index
                 if p.grad is not None:
                     where[p.grad.data_ptr()] = index
-        _st.grads = (step, where)
+        _st.grads = (step, reads + 1, where)
     return where.get(ptr, -1)
 
 
@@ -531,24 +543,28 @@ def _collective_record(span, t1):
         _stop("%s of stage %d bucket %d: %s" % (name.decode(), stage, bucket, why))
 
 
-class _CollectiveWork:
-    """The Work of a collective issued with async_op=True: its span ends
-    when it has been waited for (once); everything else is the Work's."""
+def _when_complete(work, span):
+    """The span of a collective issued with async_op=True ends when it
+    completes: its Work's future's callback (a thread of the backend's;
+    NCCL's completes when it is queued), whether or not the program waits
+    for it. The program keeps torch's own Work (torch's code checks its
+    type). Where the backend has no future, it ends at its issue's return."""
 
-    __slots__ = ("_work", "_span")
-
-    def __init__(self, work, span):
-        self._work, self._span = work, span
-
-    def wait(self, *args, **kwargs):
-        out = self._work.wait(*args, **kwargs)
-        span, self._span = self._span, None
-        if span is not None:
+    def done(_):
+        try:
             _collective_record(span, _clock())
-        return out
+        except Exception as e:  # never raised into the backend's thread: said, and tracing stops
+            _stop("%s: %s" % (span[0].decode(), e))
 
-    def __getattr__(self, name):
-        return getattr(self._work, name)
+    try:
+        work.get_future().then(done)
+    except (AttributeError, RuntimeError):
+        done(None)
+
+
+# A collective's bucket numbers are below this (PP_SHAPE_MAX_MICROBATCHES,
+# base/shape.h: libpprun_trace's bound of a data-parallel span's bucket).
+_BUCKETS_MAX = 100000
 
 
 def _wrap_collective(orig, name, tensor_at, group_at, async_at):
@@ -558,8 +574,8 @@ def _wrap_collective(orig, name, tensor_at, group_at, async_at):
     group (_dp_peer), a span of pprun's own name, as pprun's --dp ranks
     record theirs: stage, the collective's number among the stage's in the
     step (pprun's bucket), the group's first rank as peer, the tensor's
-    bytes; from its call to its return, or to its Work's wait()
-    (async_op=True). Others, and every call outside pprun's step, pass
+    bytes; from its call to its return, or to its completion (async_op=True:
+    _when_complete). Others, and every call outside pprun's step, pass
     through. *_at: (position, keyword) of the arguments read."""
 
     def arg(args, kwargs, at, default=None):
@@ -585,11 +601,17 @@ def _wrap_collective(orig, name, tensor_at, group_at, async_at):
             numbers = {}
             _st.buckets = (step, numbers)
         bucket = numbers.get(stage, 0)
-        numbers[stage] = bucket + 1
+        numbers[stage] = (bucket + 1) % _BUCKETS_MAX
+        if bucket == _BUCKETS_MAX - 1 and not _st.said_bucket_wrap:
+            _st.said_bucket_wrap = True
+            sys.stderr.write("pprun: rank %d: the data-parallel collectives of stage %d in step %d passed %d: their "
+                             "bucket numbers start again from 0\n" % (_st.t.rank, stage, step, _BUCKETS_MAX))
+            sys.stderr.flush()
         span = (name, step, bucket, stage, peer, _nbytes(tensor), t0)
         if arg(args, kwargs, async_at, False) and out is not None:
-            return _CollectiveWork(out, span)
-        _collective_record(span, t1)
+            _when_complete(out, span)
+        else:
+            _collective_record(span, t1)
         return out
 
     return collective

@@ -69,7 +69,7 @@ static char *config_json(const run_job *job) {
         for (int i = 0; argv && i < job->lo.prog_argc; i++)
             cJSON_AddItemToArray(argv, cJSON_CreateString(job->lo.prog_argv[i]));
     } else {
-        char cuts[RUN_MAX_CUTS * 8]; /* which layers each stage holds (db/whatif.c reads it back) */
+        char cuts[WHATIF_LAYOUT_TEXT]; /* which layers each stage holds (db/whatif.c reads it back) */
         sched_cuts_text(c->cuts, c->ncuts, cuts, sizeof cuts);
         cJSON_AddStringToObject(o, "pipeline_cuts", cuts);
         cJSON_AddStringToObject(o, "data", c->data[0] ? c->data : "(built-in corpus)");
@@ -87,7 +87,7 @@ static char *config_json(const run_job *job) {
         /* which stages compute F again before B: db/ reads their RECOMPUTE spans as part of B */
         cJSON_AddStringToObject(o, "recompute", run_recompute_name(c->recompute));
         if (c->recompute != RUN_RECOMPUTE_NONE && c->nrecompute_stages > 0) {
-            char stages[(RUN_MAX_CUTS + 1) * 8];
+            char stages[WHATIF_LAYOUT_TEXT];
             sched_cuts_text(c->recompute_stages, c->nrecompute_stages, stages, sizeof stages);
             cJSON_AddStringToObject(o, "recompute_stages", stages);
         }

@@ -126,10 +126,10 @@ static int start_rank(launch_ctx *c, int lr, slot *s, pp_err *err) {
     char prefix[32] = "";
     if (o->prefix) snprintf(prefix, sizeof prefix, "[%d]: ", gr);
     int show = o->console[lr];
-    launch_stream_init(&s->out, po[0], show && !(o->redirects[lr] & LAUNCH_STD_OUT) ? 1 : -1, &c->con[0], lo, 1, gr,
-                       prefix, NULL);
-    launch_stream_init(&s->err, pe[0], show && !(o->redirects[lr] & LAUNCH_STD_ERR) ? 2 : -1, &c->con[1], le, 2, gr,
-                       prefix, &s->tail);
+    launch_stream_init(&s->out, po[0], show && !(o->redirects[lr] & LAUNCH_STD_OUT) ? 1 : -1, &c->con[0],
+                       &c->con[1], lo, 1, gr, prefix, NULL);
+    launch_stream_init(&s->err, pe[0], show && !(o->redirects[lr] & LAUNCH_STD_ERR) ? 2 : -1, &c->con[1],
+                       &c->con[1], le, 2, gr, prefix, &s->tail);
     lo = le = -1; /* the streams own them now */
     /* Ranks run in their own process groups, i.e. in the background: one
      * reading a terminal would be stopped (SIGTTIN), so they read nothing. */

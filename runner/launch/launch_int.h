@@ -63,6 +63,7 @@ typedef struct launch_stream {
     int fd;              /* pipe read end, -1 once at EOF */
     int console_fd;      /* 1 or 2, or -1: not shown */
     launch_console *con; /* the console of std_fd, where shown lines go */
+    launch_console *notes; /* standard error's, where pprun's own notes about the stream go */
     int log_fd;          /* log file, or -1 */
     int std_fd;          /* 1 or 2: the console it goes to once its log file fails */
     int rank;            /* global rank, for that message */
@@ -76,8 +77,8 @@ typedef struct launch_stream {
 /* Lines longer than this are cut into several prefixed lines. */
 #define LAUNCH_LINE_MAX 65536
 
-void launch_stream_init(launch_stream *s, int fd, int console_fd, launch_console *con, int log_fd, int std_fd,
-                        int rank, const char *prefix, launch_tail *tail);
+void launch_stream_init(launch_stream *s, int fd, int console_fd, launch_console *con, launch_console *notes,
+                        int log_fd, int std_fd, int rank, const char *prefix, launch_tail *tail);
 /* 1 while the stream is not to be read: its lines are shown and its
  * console's queue is full (launch_console_full). */
 int launch_stream_held(const launch_stream *s);

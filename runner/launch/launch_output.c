@@ -20,12 +20,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void launch_stream_init(launch_stream *s, int fd, int console_fd, launch_console *con, int log_fd, int std_fd,
-                        int rank, const char *prefix, launch_tail *tail) {
+void launch_stream_init(launch_stream *s, int fd, int console_fd, launch_console *con, launch_console *notes,
+                        int log_fd, int std_fd, int rank, const char *prefix, launch_tail *tail) {
     memset(s, 0, sizeof *s);
     s->fd = fd;
     s->console_fd = console_fd;
     s->con = con;
+    s->notes = notes;
     s->log_fd = log_fd;
     s->std_fd = std_fd;
     s->rank = rank;
@@ -117,8 +118,13 @@ static ssize_t console_try(launch_console *con, const char *p, size_t n) {
             if (r < 0 && errno == EINTR) continue;
             if (r < 0) return -1;
             if (r == 0) return 0;
-            /* POLLERR, POLLHUP: the write says why */
-            w = write(con->fd, p, n < PIPE_BUF ? n : PIPE_BUF);
+            /* POLLERR, POLLHUP: the write says why. At most PIPE_BUF bytes,
+             * ending at a line's end where one does: whole lines, never
+             * mixed with another writer's (pprun run's progress line) */
+            size_t k = n < PIPE_BUF ? n : PIPE_BUF;
+            const char *nl = k < n ? memrchr(p, '\n', k) : NULL;
+            if (nl) k = (size_t)(nl - p) + 1;
+            w = write(con->fd, p, k);
         }
         if (w < 0 && errno == EINTR) continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
@@ -320,9 +326,15 @@ static int pump(launch_stream *s, int force) {
             close(s->log_fd);
             s->log_fd = -1;
             if (s->console_fd < 0) s->console_fd = s->std_fd;
-            fprintf(stderr, "pprun: writing rank %d's %s log failed (%s): its %s goes to this console from here on\n",
-                    s->rank, s->std_fd == 1 ? "stdout" : "stderr", strerror(e),
-                    s->std_fd == 1 ? "standard output" : "standard error");
+            /* queued as the ranks' lines are: never a blocking write (a
+             * stalled reader must not keep the launcher from its signals) */
+            char note[256];
+            int k = snprintf(note, sizeof note,
+                             "pprun: writing rank %d's %s log failed (%s): its %s goes to this console from here on\n",
+                             s->rank, s->std_fd == 1 ? "stdout" : "stderr", strerror(e),
+                             s->std_fd == 1 ? "standard output" : "standard error");
+            if (k > 0 && s->notes)
+                launch_console_put(s->notes, note, (size_t)k < sizeof note ? (size_t)k : sizeof note - 1);
         }
         s->len += (size_t)r;
         size_t used = emit(s, s->len, 0);
