@@ -47,6 +47,17 @@ static inline char *lt_slurp(const char *path, size_t *len) {
 /* Starts PPRUN_BIN with argv (argv[0] is ignored: NULL-terminated list of
  * arguments after the binary). env: NULL-terminated "K=V" to set, "K=" with
  * nothing after '=' unsets K. */
+/* In a forked child: pprun with args (NULL-terminated) in its place; never returns. */
+static inline void lt_exec(const char *const *args) {
+    size_t n = 0;
+    while (args[n]) n++;
+    char **argv = calloc(n + 2, sizeof *argv);
+    argv[0] = (char *)PPRUN_BIN;
+    for (size_t i = 0; argv && i < n; i++) argv[i + 1] = (char *)args[i];
+    if (argv) execv(PPRUN_BIN, argv);
+    _exit(127);
+}
+
 static inline void lt_start(lt_proc *p, const char *const *args, const char *const *env) {
     memset(p, 0, sizeof *p);
     snprintf(p->dir, sizeof p->dir, "/tmp/pprun-test-XXXXXX");
@@ -68,13 +79,7 @@ static inline void lt_start(lt_proc *p, const char *const *args, const char *con
             if (eq[1]) setenv(name, eq + 1, 1);
             else unsetenv(name);
         }
-        size_t n = 0;
-        while (args[n]) n++;
-        char **argv = calloc(n + 2, sizeof *argv);
-        argv[0] = (char *)PPRUN_BIN;
-        for (size_t i = 0; i < n; i++) argv[i + 1] = (char *)args[i];
-        execv(PPRUN_BIN, argv);
-        _exit(127);
+        lt_exec(args);
     }
 }
 

@@ -253,13 +253,7 @@ static int stop_with_stdout_blocked(const char *const *args, const char *dir, in
         int fo = open(fifo, O_WRONLY), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fo, 1);
         dup2(fe, 2);
-        size_t n = 0;
-        while (args[n]) n++;
-        char **argv = calloc(n + 2, sizeof *argv);
-        argv[0] = (char *)PPRUN_BIN;
-        for (size_t i = 0; i < n; i++) argv[i + 1] = (char *)args[i];
-        execv(PPRUN_BIN, argv);
-        _exit(127);
+        lt_exec(args);
     }
     /* Full: what pprun wrote fills the FIFO (its pages, not every byte of
      * them: a batch that does not fit waits) and grows no more for 0.3 s,
