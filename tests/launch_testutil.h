@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -66,9 +67,14 @@ static inline void lt_start(lt_proc *p, const char *const *args, const char *con
     snprintf(out, sizeof out, "%s/out.txt", p->dir);
     snprintf(err, sizeof err, "%s/err.txt", p->dir);
     fflush(NULL);
+    pid_t parent = getpid();
     p->pid = fork();
     cr_assert(p->pid >= 0);
     if (p->pid == 0) {
+        /* A test that Criterion kills (its --timeout) takes its pprun
+         * with it, which stops its ranks: nothing of it is left to slow
+         * the tests after it. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(127);
         int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         dup2(fo, 1);
         dup2(fe, 2);
