@@ -497,8 +497,9 @@ def _dp_peer(group):
 def _stage_of(tensor, step):
     """The stage whose gradient or weights a collective's tensor is: the
     rank's one stage, else the stage of the parameter or gradient whose
-    memory it is (read once a step: gradients are made anew each step), -1
-    where none is (a bucket of the program's own)."""
+    memory it is (the stages' read at the step's first collective, their
+    gradients being made anew each step, and again on a miss), -1 where
+    none is (a bucket of the program's own)."""
     stages = _st.stages
     if len(stages) == 1:
         return stages[0][0]
