@@ -474,26 +474,33 @@ static int agree_on_plan(job *j, pp_err *err) {
     return refuse_to_join(j, err);
 }
 
+/* A number node 0 published under key, lo..hi, into *out: 0; a refusal to
+ * join where it is missing or no such number (whoever reaches the store
+ * could have set it); -1 when the store fails. what: its name in messages. */
+static int take_published(job *j, const char *key, const char *what, long lo, long hi, long *out, pp_err *err) {
+    void *v;
+    size_t len;
+    int g = store_get(j->ctl, key, &v, &len, err);
+    if (g < 0) return -1;
+    if (g == 1) {
+        pp_fail(err, "rendezvous: node rank 0 published no %s (%s)", what, key);
+        return refuse_to_join(j, err);
+    }
+    char name[160];
+    snprintf(name, sizeof name, "rendezvous: the %s node rank 0 published (%s)", what, key);
+    int rc = pp_parse_long(v, lo, hi, name, out, err);
+    free(v);
+    return rc != 0 ? refuse_to_join(j, err) : 0;
+}
+
 /* Every node restarts together (the same fail key decides it), so every
  * node must have node 0's --max-restarts: a node with fewer would leave
  * after the first failure while the others wait for it at the next
  * rendezvous until --rdzv-timeout, the root cause lost. A node that
- * differs refuses to join, naming the option. Whoever reaches the store
- * could have set the value: a number, or a refusal. */
+ * differs refuses to join, naming the option. */
 static int agree_on_restarts(job *j, pp_err *err) {
-    void *v;
-    size_t len;
-    int g = store_get(j->ctl, "pprun/max_restarts", &v, &len, err);
-    if (g < 0) return -1;
-    if (g == 1) {
-        pp_fail(err, "rendezvous: node rank 0 published no --max-restarts (pprun/max_restarts)");
-        return refuse_to_join(j, err);
-    }
     long theirs;
-    int rc = pp_parse_long(v, 0, 1000000, "rendezvous: the --max-restarts node rank 0 published (pprun/max_restarts)",
-                           &theirs, err);
-    free(v);
-    if (rc != 0) return refuse_to_join(j, err);
+    if (take_published(j, "pprun/max_restarts", "--max-restarts", 0, 1000000, &theirs, err) != 0) return -1;
     if (theirs == j->c.o->max_restarts) return 0;
     pp_fail(err, "this node has --max-restarts %d, node rank 0 has --max-restarts %ld: start every node with the same "
                  "--max-restarts (the nodes restart together)",
@@ -502,21 +509,10 @@ static int agree_on_restarts(job *j, pp_err *err) {
 }
 
 /* The workers' MASTER_PORT as node 0 published it: a port, 1-65535, or a
- * refusal to join. Whoever reaches the store could have set it. */
+ * refusal to join. */
 static int take_master_port(job *j, pp_err *err) {
-    void *v;
-    size_t len;
-    int g = store_get(j->ctl, "pprun/master_port", &v, &len, err);
-    if (g < 0) return -1;
-    if (g == 1) {
-        pp_fail(err, "rendezvous: node rank 0 published no MASTER_PORT (pprun/master_port)");
-        return refuse_to_join(j, err);
-    }
     long port;
-    int rc =
-        pp_parse_long(v, 1, 65535, "rendezvous: the MASTER_PORT node rank 0 published (pprun/master_port)", &port, err);
-    free(v);
-    if (rc != 0) return refuse_to_join(j, err);
+    if (take_published(j, "pprun/master_port", "MASTER_PORT", 1, 65535, &port, err) != 0) return -1;
     j->c.info.master_port = (int)port;
     return 0;
 }
