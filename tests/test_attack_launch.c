@@ -802,6 +802,24 @@ Test(attack_launch, a_run_id_that_is_a_path_step_is_refused) {
     cr_assert_eq(chdir(cwd), 0);
 }
 
+/* `pprun run RUN...` with --db db, then `pprun launch LAUNCH...`, each
+ * refused before its job: exit 2 naming want, no database, nothing on
+ * standard output. */
+static void refused_before_the_job(const char *const *run, const char *const *launch, const char *db,
+                                   const char *want) {
+    const char *const *args[2] = {run, launch};
+    for (int i = 0; i < 2; i++) {
+        lt_proc p;
+        lt_run(&p, args[i], NULL);
+        cr_assert_eq(p.status, 2, "%s: exit %d:\n%s", args[i][0], p.status, p.err);
+        lt_assert_has(p.err, want);
+        cr_assert_eq(p.out_len, 0, "%s: %s", args[i][0], p.out);
+        lt_free(&p);
+        struct stat st;
+        cr_assert_neq(stat(db, &st), 0, "the refused %s left a database", args[i][0]);
+    }
+}
+
 /* A symbolic link planted at a rank's log path (attempt 0's, of a known
  * --run-id) is refused before the job starts: exit 2 naming it, no job
  * row, no database, the link and what it points to as they were (before:
@@ -817,21 +835,12 @@ Test(attack_launch, a_link_planted_at_a_log_path_is_refused_before_the_job) {
     snprintf(link, sizeof link, "%s/stderr.log", dir);
     cr_assert_eq(symlink(victim, link), 0);
     snprintf(want, sizeof want, "--log-dir %s: is a symbolic link", link);
-    lt_proc p;
-    lt_run(&p, (const char *[]){"run", "--steps", "1", "--progress", "off", "--nproc-per-node", "2", "--log-dir", logs,
-                                "--run-id", "RID", "--db", db, NULL},
-           NULL);
-    cr_assert_eq(p.status, 2, "exit %d:\n%s", p.status, p.err);
-    lt_assert_has(p.err, want);
-    lt_free(&p);
+    refused_before_the_job((const char *[]){"run", "--steps", "1", "--progress", "off", "--nproc-per-node", "2",
+                                            "--log-dir", logs, "--run-id", "RID", "--db", db, NULL},
+                           (const char *[]){"launch", "--nproc-per-node", "2", "--log-dir", logs, "--run-id", "RID",
+                                            "--", "true", NULL},
+                           db, want);
     struct stat st;
-    cr_assert_neq(stat(db, &st), 0, "the refused job left a database");
-    lt_run(&p, (const char *[]){"launch", "--nproc-per-node", "2", "--log-dir", logs, "--run-id", "RID", "--", "true",
-                                NULL},
-           NULL);
-    cr_assert_eq(p.status, 2, "exit %d:\n%s", p.status, p.err);
-    lt_assert_has(p.err, want);
-    lt_free(&p);
     cr_assert_eq(lstat(link, &st), 0);
     cr_assert(S_ISLNK(st.st_mode), "the link was replaced");
     size_t len;
@@ -853,22 +862,11 @@ Test(attack_launch, a_taken_master_port_is_refused_before_the_job) {
     snprintf(port, sizeof port, "%d", net_local_port(fd));
     snprintf(want, sizeof want, "--master-port %s: cannot listen on 127.0.0.1:%s", port, port);
     const char *db = path_of("taken-port.db");
-    lt_proc p;
-    lt_run(&p, (const char *[]){"run", "--steps", "1", "--progress", "off", "--nproc-per-node", "2", "--master-port",
-                                port, "--db", db, NULL},
-           NULL);
-    cr_assert_eq(p.status, 2, "exit %d:\n%s", p.status, p.err);
-    lt_assert_has(p.err, want);
-    lt_free(&p);
-    struct stat st;
-    cr_assert_neq(stat(db, &st), 0, "the refused job left a database");
-    lt_run(&p, (const char *[]){"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--", "true",
-                                NULL},
-           NULL);
-    cr_assert_eq(p.status, 2, "exit %d:\n%s", p.status, p.err);
-    lt_assert_has(p.err, want);
-    cr_assert_eq(p.out_len, 0);
-    lt_free(&p);
+    refused_before_the_job((const char *[]){"run", "--steps", "1", "--progress", "off", "--nproc-per-node", "2",
+                                            "--master-port", port, "--db", db, NULL},
+                           (const char *[]){"launch", "--nnodes", "2", "--node-rank", "0", "--master-port", port, "--",
+                                            "true", NULL},
+                           db, want);
     close(fd);
 }
 

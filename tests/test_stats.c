@@ -407,15 +407,23 @@ Test(stats, a_dp_jobs_stage_balance_names_every_rank_it_measured, .timeout = 240
     lt_free(&run);
 }
 
-/* Job `job`'s what-if row for `schedule` (not the tuned one) in `pprun
- * stats --format json`'s output: its act_peak_bytes. */
-static double whatif_json_act(const char *db, int job, const char *schedule) {
+/* `pprun stats --job JOB --format json` of db, parsed (the caller deletes it). */
+static cJSON *stats_json(const char *db, int job) {
     char id[16];
     snprintf(id, sizeof id, "%d", job);
     lt_proc p;
     lt_run(&p, (const char *[]){"stats", "--db", db, "--job", id, "--format", "json", NULL}, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
-    cJSON *root = cJSON_Parse(p.out), *row;
+    cJSON *root = cJSON_Parse(p.out);
+    cr_assert_not_null(root, "%s", p.out);
+    lt_free(&p);
+    return root;
+}
+
+/* Job `job`'s what-if row for `schedule` (not the tuned one) in `pprun
+ * stats --format json`'s output: its act_peak_bytes. */
+static double whatif_json_act(const char *db, int job, const char *schedule) {
+    cJSON *root = stats_json(db, job), *row;
     double act = -1;
     cJSON_ArrayForEach(row, cJSON_GetObjectItem(cJSON_GetObjectItem(root, "whatif"), "schedules")) {
         if (strcmp(cJSON_GetObjectItem(row, "schedule")->valuestring, schedule) == 0 &&
@@ -423,7 +431,6 @@ static double whatif_json_act(const char *db, int job, const char *schedule) {
             act = cJSON_GetObjectItem(row, "act_peak_bytes")->valuedouble;
     }
     cJSON_Delete(root);
-    lt_free(&p);
     cr_assert_gt(act, 0, "job %d has no %s row with bytes", job, schedule);
     return act;
 }
@@ -571,12 +578,7 @@ Test(stats, under_recompute_a_peak_at_the_recompute_is_predicted_for_each_schedu
 /* Job `job`'s memory curve row of bound `bound`: its bytes and its zb-h1
  * cell's predicted act_peak_bytes. */
 static void whatif_curve_row(const char *db, int job, int bound, double *bytes, double *zbh1) {
-    char id[16];
-    snprintf(id, sizeof id, "%d", job);
-    lt_proc p;
-    lt_run(&p, (const char *[]){"stats", "--db", db, "--job", id, "--format", "json", NULL}, NULL);
-    cr_assert_eq(p.status, 0, "%s", p.err);
-    cJSON *root = cJSON_Parse(p.out), *row;
+    cJSON *root = stats_json(db, job), *row;
     *bytes = *zbh1 = -1;
     cJSON_ArrayForEach(row, cJSON_GetObjectItem(
                                 cJSON_GetObjectItem(cJSON_GetObjectItem(root, "whatif"), "memory_curve"), "rows")) {
@@ -585,7 +587,6 @@ static void whatif_curve_row(const char *db, int job, int bound, double *bytes, 
         *zbh1 = cJSON_GetObjectItem(cJSON_GetObjectItem(row, "zb-h1"), "act_peak_bytes")->valuedouble;
     }
     cJSON_Delete(root);
-    lt_free(&p);
     cr_assert_gt(*bytes, 0, "job %d's memory curve has no bound %d in bytes", job, bound);
 }
 
@@ -621,18 +622,6 @@ Test(stats, under_recompute_the_memory_curve_puts_a_bound_where_it_falls_in_byte
     }
 }
 
-/* `pprun stats --job JOB --format json` of db, parsed (the caller deletes it). */
-static cJSON *stats_json(const char *db, int job) {
-    char id[16];
-    snprintf(id, sizeof id, "%d", job);
-    lt_proc p;
-    lt_run(&p, (const char *[]){"stats", "--db", db, "--job", id, "--format", "json", NULL}, NULL);
-    cr_assert_eq(p.status, 0, "%s", p.err);
-    cJSON *root = cJSON_Parse(p.out);
-    cr_assert_not_null(root, "%s", p.out);
-    lt_free(&p);
-    return root;
-}
 
 /* A job of the timed model `model`, 4 ranks, 8 microbatches, 3 steps, into db. */
 static void timed_job(const char *db, const char *model, const char *schedule, const char *max_mem) {
