@@ -316,6 +316,29 @@ Test(schedule_costs, max_mem_bytes_from_a_job_of_another_split_or_recompute_exit
     }
     cr_expect_neq(access(dst, F_OK), 0, "a refused run wrote %s", dst);
 
+    /* a forged source whose cuts are longer than pprun writes them: cut
+     * short, two splits that differ past the cut would read the same;
+     * refused as damaged, naming it */
+    char forged[256], cmd[700], job[300];
+    fixture_tmp_path(forged, sizeof forged, "costs-layout-forged");
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", src, forged);
+    cr_assert_eq(system(cmd), 0);
+    sqlite3 *f;
+    cr_assert_eq(sqlite3_open(forged, &f), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(f, "UPDATE jobs SET config_json = json_set(config_json, '$.pipeline_cuts', '1,2,3' || "
+                                 "replace(hex(zeroblob(1100)), '00', ',7')) WHERE id = 2",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(f));
+    sqlite3_close(f);
+    snprintf(job, sizeof job, "%s:2", forged);
+    p = run_job(dst, (const char *[]){"--model", gpt, "--schedule", "zb-h1", "--max-mem", "250000B",
+                                      "--schedule-costs", job, NULL});
+    cr_expect_eq(p.status, 2, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "job 2: config_json's pipeline_cuts, recompute or recompute_stages is longer than pprun "
+                         "writes them");
+    lt_free(&p);
+    cr_expect_neq(access(dst, F_OK), 0, "a refused run wrote %s", dst);
+
     /* the same layout: it runs, and no rank held more than its bound */
     p = run_job(dst, (const char *[]){"--model", gpt, "--schedule", "zb-v", "--recompute", "full", "--recompute-stages",
                                       "0-7", "--max-mem", "400000B", "--schedule-costs", job1, NULL});
