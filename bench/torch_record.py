@@ -57,7 +57,7 @@ def main():
 
     def wrapped(wrapper):
         def op():
-            _op.context(step[0], True)  # what the step's wrapper says at a training step's start
+            _op.context(step[0], True, 0)  # what the step's wrapper says at a training step's start
             return wrapper(stage, 0)
         return op
 

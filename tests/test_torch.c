@@ -1131,3 +1131,35 @@ Test(torch, a_stages_exception_is_the_jobs_failure, .timeout = 300) {
     sqlite3_close(s);
     lt_free(&p);
 }
+
+/* The overhead bench's PyTorch drivers still run against the package as
+ * it is: they reach into pprun.torch and pprun._op, whose inner calls
+ * change (bench/torch_record.py called _op.context() with an older
+ * version's arguments and failed). Few steps and rounds: what they print
+ * is checked, not their figures. */
+Test(torch, the_overhead_benchs_drivers_run, .timeout = 300) {
+    torch_need_root();
+    char cmd[1024], out[256];
+    snprintf(out, sizeof out, "%s", tfix_path("bench.txt"));
+    /* no whole jobs (ROUNDS 0); the step-by-step job at its fewest steps */
+    snprintf(cmd, sizeof cmd, "env -u USE_LIBUV %s 0 1F1B 3 18 >%s 2>&1", PPRUN_BENCH_TORCH_OVERHEAD, out);
+    int rc = system(cmd);
+    size_t len;
+    char *text = lt_slurp(out, &len);
+    cr_assert_eq(rc, 0, "%s: exit %d\n%s", cmd, rc, text);
+    lt_assert_has(text, "from step 10, 4 pairs");
+    lt_assert_has(text, "ratio traced/untraced");
+    lt_assert_has(text, "records a traced step");
+    free(text);
+
+    lt_proc p;
+    const char *args[] = {"run", "--db", tfix_path("record.db"), "--nproc-per-node", "1", "--steps", "1", "--",
+                          TORCH_ROOT_SH, "run", "python3", TORCH_CHECKOUT "/bench/torch_record.py", "5", NULL};
+    const char *env[] = {"USE_LIBUV=", NULL};
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    lt_assert_has(p.out, "5 records each way");
+    lt_assert_has(p.out, "a record's own cost, cold: pprun._op");
+    lt_assert_has(p.out, "a compute op's wrapper and record, cold: pprun._op's");
+    lt_free(&p);
+}
