@@ -68,7 +68,13 @@ def main():
     module = TensorParallel([nn.Linear(DIM, DIM), nn.Linear(DIM, 4)][stage_index], tp)
     out_dim = DIM if stage_index == 0 else 4
     device = torch.device("cpu") if stage_index == 0 else "cpu"
-    stage = PipelineStage(module, stage_index, 2, device, input_args=torch.zeros(2, DIM),
+    # The examples require grad as the real tensors do: stage 1's input is
+    # stage 0's activation, and later torch (2.14) takes a stage's gradient
+    # traffic from them: an input that does not sends no gradient back,
+    # and stage 0, whose output does, waits for it (step 0 hung there).
+    # Stage 0's input is the batch, which needs none.
+    example_in = torch.zeros(2, DIM, requires_grad=stage_index > 0)
+    stage = PipelineStage(module, stage_index, 2, device, input_args=example_in,
                           output_args=torch.zeros(2, out_dim, requires_grad=True), group=mine)
     schedule = ScheduleGPipe(stage, 2, loss_fn=nn.CrossEntropyLoss())
     params = list(module.parameters())
