@@ -87,7 +87,12 @@ make_root() {
     local tmp="$root.new"
     rm -rf "$tmp" "$root.old"
     echo "torch-root: making $root with mmdebstrap (Debian $suite, python3-torch; about 2 minutes, 1.2 GB)" >&2
-    if ! mmdebstrap --variant=apt --include=python3-torch "$suite" "$tmp" >"$tmp.log" 2>&1; then
+    # A testing suite's Release file (forky) is valid a week (Valid-Until);
+    # a mirror that serves a frozen snapshot of it is refused as expired
+    # once that passes. The packages are still checked against the signed
+    # Release; only its age is not (stable's, trixie's, has no such date).
+    if ! mmdebstrap --variant=apt --aptopt='Acquire::Check-Valid-Until "false"' --include=python3-torch \
+        "$suite" "$tmp" >"$tmp.log" 2>&1; then
         tail -20 "$tmp.log" >&2
         rm -rf "$tmp"
         die "cannot make $root: mmdebstrap failed (its log: $tmp.log; it needs deb.debian.org over the network)"
