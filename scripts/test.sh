@@ -7,117 +7,220 @@
 # there is no GPU; a fuzzer that ran its time clean is one pass). Exit
 # status non-zero on any failure.
 #
+# Time (CI's limit is 40 minutes on 2 cores): most integration tests wait
+# more than they compute (timeouts, restarts, daemons), so a build's test
+# executables run PPRUN_TEST_PARALLEL at a time (default: the cores, at
+# most 4), the longest first, each running its own tests one at a time;
+# those in `alone` below run with nothing beside them. Meanwhile the next
+# build compiles at the lowest priority. The fuzzers run a core each.
+#
 #   scripts/test.sh            all three
 #   scripts/test.sh release    one build (release | sanitize | fuzz)
 #   PPRUN_FUZZ_SECONDS=600 scripts/test.sh fuzz   each fuzzer longer (default 60)
+#   PPRUN_TEST_PARALLEL=1 scripts/test.sh         one executable at a time
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 builds=("${@:-release sanitize fuzz}")
 read -r -a builds <<<"${builds[*]}"
 jobs=$(nproc)
+parallel=${PPRUN_TEST_PARALLEL:-$((jobs < 4 ? jobs : 4))}
 total_pass=0
 total_fail=0
 total_skip=0
 status=0
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
 
-run_build() {
-  local kind=$1 dir=build-test-$1 flags=()
+# Beside each other, the longest first (CI's order of wall time), so that
+# short ones fill the end; the others follow in name order.
+longest=(test_gpu_run_emu test_browser test_launch_multinode test_web test_attack_launch test_slurm
+  test_gpu_stage_emu test_attack_files test_gpu_mps_emu test_devcomm)
+# Run with nothing beside them: they compare measured step times with a
+# model (test_torch: the what-if of PyTorch's own schedule; test_run: the
+# timed model against the simulator), which another executable's load
+# would skew. test_torch's ranks keep both cores busy anyway.
+alone=" test_torch test_run "
+# Not in the sanitize build: their time goes to Python with PyTorch and to
+# Chromium, which no sanitizer instruments (libpprun_trace, which Python
+# loads, is never sanitized: CMakeLists.txt), while the pprun code they
+# drive (the launcher, the collector, the web server) runs sanitized in
+# the other executables. The release build runs them.
+release_only=" test_torch test_browser "
+
+# One executable, its tests one at a time (integration tests start many
+# processes), --verbose so that skipped tests and their reasons reach the
+# log. Writes what it reports to $results/NAME.report and its counts
+# "passed failed skipped" to $results/NAME.counts.
+run_exe() {
+  local kind=$1 t=$2 name log rc line skips tested failing crashing
+  name=$(basename "$t")
+  log=$(dirname "$t")/$name.log
+  "$t" --jobs 1 --timeout 300 --verbose >"$log" 2>&1
+  rc=$?
+  exec >"$results/$name.report"
+  echo "-- $kind/$name"
+  line=$(grep -a 'Synthesis:' "$log" | tail -1)
+  if [ -z "$line" ]; then
+    tail -40 "$log"; echo "$name: no Criterion synthesis line (exit $rc)"
+    echo "0 1 0" >"$results/$name.counts"; return
+  fi
+  echo "$line"
+  # A skip is not a pass: say how many and why (e.g. no CUDA device).
+  skips=$(grep -a -c '^\[SKIP\]' "$log")
+  if [ "$skips" -gt 0 ]; then
+    echo "   $skips skipped: $(grep -a '^\[SKIP\]' "$log" | sed 's/^\[SKIP\] [^ ]*: //' | sort | uniq -c | head -3 | tr -s ' ' | paste -sd';')"
+  fi
+  tested=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
+  failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$line")
+  crashing=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$line")
+  local failed=$((failing + crashing))
+  # The runner's own failure (a sanitizer's report at its exit) is one more.
+  [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ] && failed=1
+  if [ "$failed" -ne 0 ]; then
+    grep -a -E '\[----\]|\[FAIL\]|CRASH|ERROR|Sanitizer' "$log" | head -40
+  fi
+  echo "$((tested - failing - crashing)) $failed $skips" >"$results/$name.counts"
+}
+
+# Adds an executable's counts to the totals and prints its report.
+collect() {
+  local name=$1 p f s
+  collected=$((collected + 1))
+  cat "$results/$name.report"
+  read -r p f s <"$results/$name.counts"
+  total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
+  [ "$f" -eq 0 ] || status=1
+}
+
+# The pool: the background runs by pid, and the name each reports under.
+# pool_wait_one collects the next to end.
+declare -A running_name=()
+pool_wait_one() {
+  local pid
+  wait -n -p pid "${!running_name[@]}"
+  collect "${running_name[$pid]}"
+  unset "running_name[$pid]"
+}
+
+# Configures and builds build-test-KIND, its output in build-test-KIND.*.log;
+# status 0 when built.
+build() {
+  local kind=$1 dir=build-test-$1 flags=() target=() cc=
   # The sanitizers at -O1 (with asserts), as AddressSanitizer's own
   # documentation advises: half the time of -O0 for the same checks.
   [ "$kind" = sanitize ] && flags=(-DPPRUN_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug
     "-DCMAKE_C_FLAGS_DEBUG=-g -O1" "-DCMAKE_CXX_FLAGS_DEBUG=-g -O1")
+  [ "$kind" = fuzz ] && flags=(-DPPRUN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug) target=(--target fuzzers) cc=clang
+  rm -f "$dir.build.log"
+  env ${cc:+CC=$cc} cmake -S . -B "$dir" "${flags[@]}" >"$dir.configure.log" 2>&1 || return 1
+  cmake --build "$dir" -j"$jobs" "${target[@]}" >"$dir.build.log" 2>&1
+}
+
+# The next build compiles while this one's tests run, at the lowest
+# priority (nice 19): it takes the cores those tests leave idle, not
+# theirs. start_build KIND starts it; finish_build KIND waits for it (or
+# builds it now, when nothing started it) and prints why it failed.
+declare -A build_pid=()
+start_build() {
+  (renice -n 19 "$BASHPID" >/dev/null; build "$1"; echo $? >"$results/build-$1.rc") &
+  build_pid[$1]=$!
+}
+finish_build() {
+  local kind=$1 dir=build-test-$1
   echo "== $kind build"
-  if ! cmake -S . -B "$dir" "${flags[@]}" >"$dir.configure.log" 2>&1; then
-    cat "$dir.configure.log"; return 1
+  if [ -n "${build_pid[$kind]:-}" ]; then
+    wait "${build_pid[$kind]}"
+  else
+    build "$kind"; echo $? >"$results/build-$kind.rc"
   fi
-  if ! cmake --build "$dir" -j"$jobs" >"$dir.build.log" 2>&1; then
-    tail -50 "$dir.build.log"; return 1
-  fi
+  [ "$(cat "$results/build-$kind.rc")" = 0 ] && return 0
+  if [ -s "$dir.build.log" ]; then tail -50 "$dir.build.log"; else cat "$dir.configure.log"; fi
+  return 1
+}
+
+# Runs build-test-KIND's tests: those run alone first, then NEXT (a build
+# to come, or nothing) starts compiling, then the others beside each other.
+run_tests() {
+  local kind=$1 next=$2 dir=build-test-$1 order=() t name expected=0
+  collected=0
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
   export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  for name in $alone "${longest[@]}"; do [ -x "$dir/$name" ] && order+=("$dir/$name"); done
   for t in "$dir"/test_*; do
-    [ -x "$t" ] || continue
-    local name log
-    name=$(basename "$t")
-    log="$dir/$name.log"
-    echo "-- $kind/$name"
-    # One test at a time per executable: integration tests start many
-    # processes and the CI machine has 2 cores.
-    # --verbose so that skipped tests and their reasons reach the log.
-    "$t" --jobs 1 --timeout 300 --verbose >"$log" 2>&1
-    local rc=$?
-    local line
-    line=$(grep -a 'Synthesis:' "$log" | tail -1)
-    if [ -z "$line" ]; then
-      tail -40 "$log"; echo "$name: no Criterion synthesis line (exit $rc)"
-      total_fail=$((total_fail + 1)); status=1; continue
-    fi
-    echo "$line"
-    # A skip is not a pass: say how many and why (e.g. no CUDA device).
-    local skips
-    skips=$(grep -a -c '^\[SKIP\]' "$log")
-    total_skip=$((total_skip + skips))
-    if [ "$skips" -gt 0 ]; then
-      echo "   $skips skipped: $(grep -a '^\[SKIP\]' "$log" | sed 's/^\[SKIP\] [^ ]*: //' | sort | uniq -c | head -3 | tr -s ' ' | paste -sd';')"
-    fi
-    local tested failing crashing
-    tested=$(sed -n 's/.*Tested: \([0-9]*\).*/\1/p' <<<"$line")
-    failing=$(sed -n 's/.*Failing: \([0-9]*\).*/\1/p' <<<"$line")
-    crashing=$(sed -n 's/.*Crashing: \([0-9]*\).*/\1/p' <<<"$line")
-    total_pass=$((total_pass + tested - failing - crashing))
-    total_fail=$((total_fail + failing + crashing))
-    if [ "$rc" -ne 0 ] || [ "$failing" -ne 0 ] || [ "$crashing" -ne 0 ]; then
-      grep -a -E '\[----\]|\[FAIL\]|CRASH|ERROR|Sanitizer' "$log" | head -40
-      status=1
-    fi
+    [ -x "$t" ] && [[ " $alone ${longest[*]} " != *" $(basename "$t") "* ]] && order+=("$t")
   done
+  for t in "${order[@]}"; do
+    name=$(basename "$t")
+    if [ "$kind" = sanitize ] && [[ $release_only == *" $name "* ]]; then
+      echo "-- $kind/$name: run by the release build only (its time is in Python or Chromium)"
+      continue
+    elif [[ $alone == *" $name "* ]]; then
+      (run_exe "$kind" "$t")
+      collect "$name"
+    else
+      [ -n "$next" ] && [ -z "${build_pid[$next]:-}" ] && start_build "$next"
+      while [ ${#running_name[@]} -ge "$parallel" ]; do pool_wait_one; done
+      run_exe "$kind" "$t" &
+      running_name[$!]=$name
+    fi
+    expected=$((expected + 1))
+  done
+  while [ ${#running_name[@]} -gt 0 ]; do pool_wait_one; done
+  [ "$collected" -eq "$expected" ] || { echo "$kind: $collected of $expected test executables reported"; return 1; }
+  finished=$kind
 }
 
 # Each fuzzer over a copy of its seed corpus (tests/fuzz/corpus/NAME/), for
-# PPRUN_FUZZ_SECONDS; a crash, leak, timeout or abort fails it, and its
-# reproducer is left in build-test-fuzz/ (crash-*, leak-*, timeout-*).
+# PPRUN_FUZZ_SECONDS, a core each; a crash, leak, timeout or abort fails
+# it, and its reproducer is left in build-test-fuzz/ (crash-*, leak-*,
+# timeout-*).
+fuzz_one() {
+  local dir=$1 seconds=$2 name=$3 corpus log rc runs
+  corpus=$(mktemp -d)
+  cp -r "tests/fuzz/corpus/$name/." "$corpus/" 2>/dev/null || true
+  log="$dir/$name.log"
+  (cd "$dir" && "./$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$corpus") >"$log" 2>&1
+  rc=$?
+  rm -rf "$corpus"
+  exec >"$results/$name.report"
+  echo "-- fuzz/$name"
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+  if [ "$rc" -eq 0 ] && [ -n "$runs" ]; then
+    echo "   $runs runs in ${seconds}s, no finding"
+    echo "1 0 0" >"$results/$name.counts"
+  else
+    grep -a -E 'ERROR|SUMMARY|Test unit written|fuzz_' "$log" | head -20
+    echo "   $name: a finding (exit $rc); see $log"
+    echo "0 1 0" >"$results/$name.counts"
+  fi
+}
+
 run_fuzz() {
-  local dir=build-test-fuzz seconds=${PPRUN_FUZZ_SECONDS:-60}
-  echo "== fuzz build"
-  if ! CC=clang cmake -S . -B "$dir" -DPPRUN_FUZZ=ON -DCMAKE_BUILD_TYPE=Debug >"$dir.configure.log" 2>&1; then
-    cat "$dir.configure.log"; return 1
-  fi
-  if ! cmake --build "$dir" -j"$jobs" --target fuzzers >"$dir.build.log" 2>&1; then
-    tail -50 "$dir.build.log"; return 1
-  fi
+  local dir=build-test-fuzz seconds=${PPRUN_FUZZ_SECONDS:-60} t
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0
   for t in "$dir"/fuzz_*; do
     [ -x "$t" ] || continue
-    local name corpus log
-    name=$(basename "$t")
-    corpus=$(mktemp -d)
-    cp -r "tests/fuzz/corpus/$name/." "$corpus/" 2>/dev/null || true
-    log="$dir/$name.log"
-    echo "-- fuzz/$name"
-    (cd "$dir" && "./$name" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-      "$corpus") >"$log" 2>&1
-    local rc=$?
-    rm -rf "$corpus"
-    local runs
-    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
-    if [ "$rc" -eq 0 ] && [ -n "$runs" ]; then
-      echo "   $runs runs in ${seconds}s, no finding"
-      total_pass=$((total_pass + 1))
-    else
-      grep -a -E 'ERROR|SUMMARY|Test unit written|fuzz_' "$log" | head -20
-      echo "   $name: a finding (exit $rc); see $log"
-      total_fail=$((total_fail + 1)); status=1
-    fi
+    while [ ${#running_name[@]} -ge "$jobs" ]; do pool_wait_one; done
+    fuzz_one "$dir" "$seconds" "$(basename "$t")" &
+    running_name[$!]=$(basename "$t")
   done
+  while [ ${#running_name[@]} -gt 0 ]; do pool_wait_one; done
+  finished=fuzz
 }
 
-for b in "${builds[@]}"; do
-  if [ "$b" = fuzz ]; then
-    run_fuzz || { echo "fuzz build failed"; status=1; total_fail=$((total_fail + 1)); }
-    continue
+# A build counts as run only when its function got to its end (`finished`):
+# a script error that cuts one short fails the run, never shortens it.
+for i in "${!builds[@]}"; do
+  b=${builds[$i]} next=${builds[$((i + 1))]:-}
+  finished=
+  if finish_build "$b"; then
+    if [ "$b" = fuzz ]; then run_fuzz; else run_tests "$b" "$next"; fi
   fi
-  run_build "$b" || { echo "$b build failed"; status=1; total_fail=$((total_fail + 1)); }
+  [ "$finished" = "$b" ] || { echo "$b: the build or its tests did not run to their end"; status=1; total_fail=$((total_fail + 1)); }
 done
+# A next build started but not reached (this one's tests cut short) ends here.
+wait
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 exit $status
