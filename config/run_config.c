@@ -319,7 +319,7 @@ static const struct {
     {"--fail-at", 1, 1},
     {"--metrics", 1, 1},
     {"--pipeline-cuts", 1, 1},
-    {"--recv-timeout", 1, 1},
+    {"--recv-timeout", 1, 0}, /* a program: how long a p2p wait is before its rank says so */
     {"--transport", 1, 1},
     {"--progress", 1, 1},
     {"--save-weights", 1, 1},

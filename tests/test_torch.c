@@ -1132,6 +1132,40 @@ Test(torch, a_stages_exception_is_the_jobs_failure, .timeout = 300) {
     lt_free(&p);
 }
 
+/* A rank whose batched p2p waits longer than --recv-timeout says so, once
+ * a wait, naming the step, the ops and their peer; the job goes on
+ * (PyTorch's own timeout decides when a wait fails): rank 1 sleeps 2 s in
+ * its first forward of step 1, so rank 0 waits on it (for its gradient, or
+ * for it to take an activation) past 500 ms. Through pprun._op's work
+ * objects and through the Python _Work alike. Step 0 is not asserted:
+ * a rank may start it late on a loaded machine. */
+static void a_long_wait_is_said(const char *mode) {
+    torch_need_root();
+    const char *db = tfix_path("slow.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "2", "--recv-timeout", "500ms", "--",
+                          TORCH_ROOT_SH, "run", "python3", TORCH_CHECKOUT "/tests/torch_program.py", "--mode", mode,
+                          NULL};
+    const char *env[] = {"USE_LIBUV=", NULL};
+    lt_proc p;
+    lt_run(&p, args, env);
+    cr_assert_eq(p.status, 0, "%s: exit %d\n%s\n%s", mode, p.status, p.out, p.err);
+    cr_assert_eq(lt_count(p.out, "done rank"), 2, "%s\n%s", p.out, p.err);
+    const char *said = "pprun: rank 0 has waited more than 0.5 s (--recv-timeout) in step 1 for ";
+    cr_assert_eq(lt_count(p.err, said), 1, "%s: one line for rank 0's wait in step 1:\n%s", mode, p.err);
+    const char *line = strstr(p.err, said) + strlen(said);
+    cr_assert(strncmp(line, "SEND_F of stage 0 microbatch ", 29) == 0 || strncmp(line, "RECV_B of stage 0 microbatch ", 29) == 0,
+              "%s: %s", mode, line);
+    cr_assert(strstr(line, " rank 1 (") && strstr(line, "; pprun does not stop it (docs/torch.md, \"A rank that waits\")"),
+              "%s: %s", mode, line);
+    cr_assert_eq(lt_count(p.err, "(--recv-timeout) in step 2 "), 0, "%s", p.err);
+    lt_free(&p);
+}
+
+Test(torch, a_rank_waiting_past_the_recv_timeout_says_for_what, .timeout = 300) {
+    a_long_wait_is_said("slow-peer");
+    a_long_wait_is_said("slow-peer-ctypes");
+}
+
 /* The overhead bench's PyTorch drivers still run against the package as
  * it is: they reach into pprun.torch and pprun._op, whose inner calls
  * change (bench/torch_record.py called _op.context() with an older

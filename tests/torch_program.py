@@ -45,14 +45,18 @@ torch.device).
   2.8's _wait_batch_p2p), under pprun's wrapper as install() makes it
   (emulated in torch 2.6, torch's own in a later one); rank 0 prints how
   many Works it waited for ("works=N").
+--mode slow-peer: plain, with rank 1's stage asleep for 2 s in its first
+  forward of step 1: rank 0 waits that long for its gradients.
+--mode slow-peer-ctypes: the same with pprun._op unimportable.
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
 import argparse
 import contextlib
 import os
 import sys
+import time
 
-if "longjob-ctypes" in sys.argv or "ctypes" in sys.argv:
+if {"longjob-ctypes", "ctypes", "slow-peer-ctypes"} & set(sys.argv):
     sys.modules["pprun._op"] = None  # `from pprun import _op` raises ImportError
 if "torch-first" in sys.argv:
     import pprun.torch  # noqa: F401 (it imports torch.distributed.pipelining itself)
@@ -165,7 +169,7 @@ class Stage(nn.Module):
     def __init__(self, rank, fail):
         super().__init__()
         self.layer = nn.Linear(DIM, DIM if rank == 0 else 4)
-        self.rank, self.fail, self.step, self.calls = rank, fail, 0, 0
+        self.rank, self.fail, self.step, self.calls, self.slept = rank, fail, 0, 0, False
 
     def forward(self, x):
         self.calls += 1
@@ -173,6 +177,9 @@ class Stage(nn.Module):
             raise RuntimeError("boom at step 1")
         if self.fail == "raise-first" and self.calls == 2:
             raise RuntimeError("boom")
+        if self.fail.startswith("slow-peer") and self.rank == 1 and self.step == 1 and not self.slept:
+            self.slept = True
+            time.sleep(2)
         return torch.relu(self.layer(x)) if self.rank == 0 else self.layer(x)
 
 
@@ -180,7 +187,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mode", required=True, choices=["loader", "remicrobatch", "raise", "longjob", "longjob-ctypes",
                                                           "plain", "ctypes", "works", "per-direction",
-                                                          "torch-first", "evals-wrap", "raise-first"])
+                                                          "torch-first", "evals-wrap", "raise-first", "slow-peer",
+                                                          "slow-peer-ctypes"])
     args = p.parse_args()
     dist.init_process_group("gloo")
     gloo_p2p()

@@ -397,11 +397,20 @@ typedef struct {
     batch *b;
 } work;
 
+/* The batched p2p this process waits for in work_wait, and since when
+ * (op_now); NULL outside a wait. The package's watch reads it (waiting())
+ * to say which wait went on past --recv-timeout. Written and read with
+ * the GIL held: torch's wait() releases it while it blocks. */
+static batch *waiting_batch;
+static uint64_t waiting_since;
+
 static PyObject *work_wait(PyObject *self, PyObject *args, PyObject *kwargs) {
     work *w = (work *)self;
     if (!w->work) return PyErr_Format(PyExc_RuntimeError, "pprun._op: a batched p2p's Work already collected");
     PyObject *wait = PyObject_GetAttr(w->work, str_wait);
+    waiting_batch = w->b, waiting_since = op_now();
     PyObject *out = wait ? PyObject_Call(wait, args, kwargs) : NULL;
+    waiting_batch = NULL;
     Py_XDECREF(wait);
     if (!out || w->done) return out;
     w->done = 1;
@@ -716,6 +725,23 @@ static PyObject *op_bind(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* waiting(): (since_ns, step, ((phase, stage, microbatch, peer, bytes), ...))
+ * of the batched p2p this process waits for, or None (the Python
+ * wrapper's _Work.wait keeps the same in pprun.torch). */
+static PyObject *op_waiting(PyObject *self, PyObject *unused) {
+    (void)self, (void)unused;
+    batch *b = waiting_batch;
+    if (!b) Py_RETURN_NONE;
+    PyObject *ops = PyTuple_New(b->n);
+    for (Py_ssize_t i = 0; ops && i < b->n; i++) {
+        const pprun_trace_op_record *r = &b->recs[i];
+        PyObject *one = Py_BuildValue("(yiiiK)", r->phase, r->stage, r->microbatch, r->peer,
+                                      (unsigned long long)r->bytes);
+        if (!one || PyTuple_SetItem(ops, i, one) < 0) Py_CLEAR(ops); /* SetItem takes one, even failing */
+    }
+    return ops ? Py_BuildValue("(KiN)", (unsigned long long)waiting_since, b->n ? b->recs[0].step : 0, ops) : NULL;
+}
+
 static PyMethodDef op_methods[] = {
     {"put", (PyCFunction)(void (*)(void))op_put, METH_FASTCALL,
      "put(phase, gpu, step, microbatch, stage, peer, bytes, start_ns, end_ns): one op, as pprun_trace_op_packed"},
@@ -732,6 +758,8 @@ static PyMethodDef op_methods[] = {
      "context(step, fast, first_mb): the fast path's step, whether it records, its first microbatch"},
     {"stop", op_stop, METH_NOARGS, "stop(): tracing stopped; the fast path records nothing more"},
     {"in_op", op_in_op, METH_NOARGS, "in_op(): whether this thread is inside a compute op of the fast path"},
+    {"waiting", op_waiting, METH_NOARGS,
+     "waiting(): (since_ns, step, ops) of the batched p2p this process waits for, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -47,7 +47,10 @@ every record a wrapper would have written after it is counted instead
 Host spans: on a GPU an op's span ends when its kernels are queued, not
 when they ran. On a CUDA device each F, B, W, BW and OPT also gets a gpu
 span, timed with CUDA events on its stream (_GpuTime; docs/torch.md says
-what is and is not measured)."""
+what is and is not measured).
+
+A daemon thread (_watch) says on stderr which batched p2p wait went on
+past pprun run's --recv-timeout (docs/torch.md, "A rank that waits")."""
 import atexit
 import collections
 import functools
@@ -96,6 +99,7 @@ class _State:
         self.dp_peer = {}        # process group -> its first rank where it is data-parallel, else -1 (_dp_peer)
         self.buckets = (0, {})   # (step, stage -> its next collective's number in the step) (_wrap_collective)
         self.grads = (-1, 0, {})  # (step, reads in it, data pointer -> stage) of the stages' parameters, gradients
+        self.waiting = None      # (since_ns, step, ops) of the batched p2p the Python _Work waits for (_waiting)
 
 
 _st = _State()
@@ -387,7 +391,11 @@ class _Work:
         self._work, self._ops, self._t0, self._step, self._left, self._done = work, ops, t0, pprun._step[0], left, False
 
     def wait(self, *args, **kwargs):
-        out = self._work.wait(*args, **kwargs)
+        _st.waiting = (_clock(), self._step, self._ops)
+        try:
+            out = self._work.wait(*args, **kwargs)
+        finally:
+            _st.waiting = None
         if self._done:
             return out
         self._done = True
@@ -462,6 +470,53 @@ def _wrap_batch_p2p(orig):
         return [_Work(w, ops, t0, left) for w in work]
 
     return _batch_p2p
+
+
+# ---- a rank that waits long says for what ------------------------------------
+
+def _waiting():
+    """(since_ns, step, ops) of the batched p2p wait this process is in
+    (ops: (phase, stage, microbatch, peer, bytes) each), or None: the
+    Python _Work's, else pprun._op's work object's."""
+    w = _st.waiting
+    if w is None and _trace._op is not None:
+        w = _trace._op.waiting()
+    return w
+
+
+def _waiting_line(w, limit_ns):
+    since, step, ops = w
+    what = ", ".join("%s of stage %d microbatch %d %s rank %d (%d bytes)"
+                     % (phase.decode(), stage, mb, "to" if phase.startswith(b"SEND") else "from", peer, nbytes)
+                     for phase, stage, mb, peer, nbytes in ops)
+    return ("pprun: rank %s has waited more than %g s (--recv-timeout) in step %d for %s; pprun does not stop "
+            "it (docs/torch.md, \"A rank that waits\")\n" % (os.environ.get("RANK", "?"), limit_ns / 1e9, step, what))
+
+
+def _watch(limit_ns):
+    """The watch thread: a batched p2p wait longer than limit_ns (pprun
+    run's --recv-timeout) is said on stderr, once a wait. A hang of
+    PyTorch's own (a peer that never sends: a gradient a stage does not
+    ask for, docs/torch.md) otherwise says nothing; PyTorch's timeout, its
+    process group's, still decides when it fails."""
+    said = None
+    while True:
+        time.sleep(min(1.0, limit_ns / 4e9))
+        w = _waiting()
+        if w is None or w[0] == said or _clock() - w[0] < limit_ns:
+            continue
+        said = w[0]
+        sys.stderr.write(_waiting_line(w, limit_ns))
+        sys.stderr.flush()
+
+
+def _start_watch():
+    try:
+        limit_ms = int(os.environ.get("PPRUN_RECV_TIMEOUT_MS", "0"))
+    except ValueError:
+        return
+    if limit_ms > 0:
+        threading.Thread(target=_watch, args=(limit_ms * 1000000,), name="pprun-watch", daemon=True).start()
 
 
 # ---- the data-parallel collectives --------------------------------------------
@@ -975,6 +1030,7 @@ def install():
         setattr(dist, fn, getattr(c10d, fn))
     for cls in steps:
         _replace(cls, "step", _wrap_step)
+    _start_watch()
     _installed = True
     return True
 

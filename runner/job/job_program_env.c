@@ -45,7 +45,8 @@ int job_program_env_set(const sched_plan *plan, const run_config *cfg, int rank,
         const char *name;
         int value;
     } nums[] = {{"PPRUN_MICROBATCHES", plan->microbatches}, {"PPRUN_VIRTUAL_STAGES", plan->virtual_stages},
-                {"PPRUN_NUM_STAGES", plan->stages}, {"PPRUN_STEPS", cfg->steps}};
+                {"PPRUN_NUM_STAGES", plan->stages}, {"PPRUN_STEPS", cfg->steps},
+                {"PPRUN_RECV_TIMEOUT_MS", cfg->recv_timeout_ms}};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
         snprintf(num, sizeof num, "%d", nums[i].value);
         if (launch_env_set(env, nums[i].name, num, err) != 0) return -1;

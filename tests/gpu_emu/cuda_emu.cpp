@@ -7,12 +7,15 @@
  * cudaGetLastError returns it, and its reason goes to stderr.
  *
  * Scheduling: every runnable fiber of the block runs (in this round's
- * order) until it returns or waits at a barrier. Then a warp whose lanes
- * all wait at a warp barrier is released; failing that, a block whose
+ * order) until it returns or waits at a barrier. Then every warp whose
+ * lanes all wait at a warp barrier is released; failing any, a block whose
  * threads all wait at __syncthreads; failing both, the block is stuck and
- * the launch fails. The order is a fresh random permutation per round,
- * seeded by EMU_SEED or the clock and reported by emu_seed() so that a
- * failing order can be replayed. */
+ * the launch fails. The order is a fresh random permutation of the
+ * runnable fibers per round, seeded by EMU_SEED or the clock and reported
+ * by emu_seed() so that a failing order can be replayed. (Releasing one
+ * warp a round made a 1024-thread block's warp shuffles 32 rounds each,
+ * every round a permutation of the whole block: most of an emulated
+ * job's time.) */
 #include "tests/gpu_emu/cuda_emu.h"
 
 #include "tests/gpu_emu/cudart_standin.h"
@@ -132,11 +135,15 @@ static void emu_thread_main(void) {
     __builtin_unreachable();
 }
 
-/* A fresh stack whose first switch "returns" into emu_thread_main: six zero
- * registers for emu_switch to pop, then the return address, placed so that
- * emu_thread_main starts with the stack aligned as after a call. */
-static void *emu_fresh_stack(char *stack) {
-    uintptr_t top = ((uintptr_t)(stack + EMU_STACK) & ~(uintptr_t)15) - 16;
+/* A fresh stack for fiber t whose first switch "returns" into
+ * emu_thread_main: six zero registers for emu_switch to pop, then the
+ * return address, placed so that emu_thread_main starts with the stack
+ * aligned as after a call. Its top is t % 256 cache lines below the
+ * stack's end: the stacks are EMU_STACK apart, a multiple of every cache's
+ * set stride, so tops at one offset all fall in one cache set and evict
+ * each other at every switch. */
+static void *emu_fresh_stack(char *stack, int t) {
+    uintptr_t top = ((uintptr_t)(stack + EMU_STACK - (size_t)(t % 256) * 64) & ~(uintptr_t)15) - 16;
     void **sp = (void **)top;
     *sp = (void *)emu_thread_main; /* at a 16-byte boundary: rsp % 16 == 8 on entry */
     for (int i = 0; i < 6; i++) *--sp = NULL;
@@ -197,20 +204,22 @@ extern "C" unsigned long long emu_seed(void) {
     return seed;
 }
 
-/* Releases one barrier if one can be passed: a warp barrier when every
- * lane of the warp waits at it, else __syncthreads when every thread of the
- * block does. A thread that returned never arrives: CUDA leaves a barrier
- * that not all threads reach undefined, so here it never opens. Returns 0
- * when nothing can be released (the block is stuck). */
+/* Releases what can be passed: every warp barrier at which each lane of
+ * its warp waits, else __syncthreads when every thread of the block waits
+ * at it. A thread that returned never arrives: CUDA leaves a barrier that
+ * not all threads reach undefined, so here it never opens. Returns 0 when
+ * nothing can be released (the block is stuck). */
 static int emu_release(void) {
+    int released = 0;
     for (int w = 0; w < emu_nthreads; w += 32) {
         int lanes = emu_nthreads - w < 32 ? emu_nthreads - w : 32, waiting = 0;
         for (int t = w; t < w + lanes; t++) waiting += emu_threads[t].state == EMU_AT_WARP_BARRIER;
         if (waiting == lanes) {
             for (int t = w; t < w + lanes; t++) emu_threads[t].state = EMU_RUNNABLE;
-            return 1;
+            released = 1;
         }
     }
+    if (released) return 1;
     for (int t = 0; t < emu_nthreads; t++)
         if (emu_threads[t].state != EMU_AT_BLOCK_BARRIER) return 0;
     for (int t = 0; t < emu_nthreads; t++) emu_threads[t].state = EMU_RUNNABLE;
@@ -234,16 +243,17 @@ static void emu_run_block(void) {
         th->idx.y = (unsigned)t / emu_block_dim.x % emu_block_dim.y;
         th->idx.z = (unsigned)t / (emu_block_dim.x * emu_block_dim.y);
         th->state = EMU_RUNNABLE;
-        th->sp = emu_fresh_stack(emu_stacks + (size_t)t * EMU_STACK);
-        order[t] = t;
+        th->sp = emu_fresh_stack(emu_stacks + (size_t)t * EMU_STACK, t);
     }
     for (;;) {
-        for (int i = emu_nthreads - 1; i > 0; i--) { /* Fisher-Yates */
+        int runnable = 0;
+        for (int t = 0; t < emu_nthreads; t++)
+            if (emu_threads[t].state == EMU_RUNNABLE) order[runnable++] = t;
+        for (int i = runnable - 1; i > 0; i--) { /* Fisher-Yates */
             int j = (int)(emu_next_random() % (uint64_t)(i + 1)), k = order[i];
             order[i] = order[j], order[j] = k;
         }
-        for (int i = 0; i < emu_nthreads; i++)
-            if (emu_threads[order[i]].state == EMU_RUNNABLE) emu_switch_to(order[i]);
+        for (int i = 0; i < runnable; i++) emu_switch_to(order[i]);
         int done = 1;
         for (int t = 0; t < emu_nthreads && done; t++) done = emu_threads[t].state == EMU_DONE;
         if (done) return;
