@@ -87,8 +87,12 @@ run_exe() {
 collect() {
   local name=$1 p f s
   collected=$((collected + 1))
-  cat "$results/$name.report"
-  read -r p f s <"$results/$name.counts"
+  cat "$results/$name.report" 2>/dev/null
+  if ! read -r p f s 2>/dev/null <"$results/$name.counts"; then
+    echo "-- $name: its run ended without a report (killed?)"
+    p=0 f=1 s=0
+  fi
+  rm -f "$results/$name.report" "$results/$name.counts"
   total_pass=$((total_pass + p)) total_fail=$((total_fail + f)) total_skip=$((total_skip + s))
   [ "$f" -eq 0 ] || status=1
 }

@@ -485,7 +485,8 @@ def _waiting():
 
 
 def _waiting_line(w, limit_ns):
-    since, step, ops = w
+    """What the watch says of wait w (_waiting's), past limit_ns."""
+    _, step, ops = w
     what = ", ".join("%s of stage %d microbatch %d %s rank %d (%d bytes)"
                      % (phase.decode(), stage, mb, "to" if phase.startswith(b"SEND") else "from", peer, nbytes)
                      for phase, stage, mb, peer, nbytes in ops)
