@@ -46,7 +46,8 @@ torch.device).
   (emulated in torch 2.6, torch's own in a later one); rank 0 prints how
   many Works it waited for ("works=N").
 --mode slow-peer: plain, with rank 1's stage asleep for 2 s in its first
-  forward of step 1: rank 0 waits that long for its gradients.
+  forward of step 1: rank 0 waits on it that long (for it to take an
+  activation, or for a gradient).
 --mode slow-peer-ctypes: the same with pprun._op unimportable.
 
 Under pprun, pprun is imported for its spans (else they do nothing)."""
