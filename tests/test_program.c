@@ -787,6 +787,24 @@ Test(program_run, options_of_the_built_in_worker_are_refused) {
     }
 }
 
+/* --recv-timeout, accepted with -- PROGRAM (its ranks get it as
+ * PPRUN_RECV_TIMEOUT_MS, docs/torch.md "A rank that waits"): a value out
+ * of range or not a duration exits 2 naming the option, before anything
+ * starts. */
+Test(program_run, a_recv_timeout_that_is_not_one_is_refused) {
+    const char *db = tfix_path("timeout.db");
+    const char *flags[] = {"--recv-timeout 0s", "--recv-timeout 25h", "--recv-timeout 500us",
+                           "--recv-timeout 99999999999999999999s", "--recv-timeout soon", "--recv-timeout -1s"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        lt_proc p;
+        run_demo(&p, db, flags[i], NULL);
+        cr_assert_eq(p.status, 2, "%s: exit %d\n%s", flags[i], p.status, p.err);
+        lt_assert_has(p.err, "--recv-timeout");
+        lt_free(&p);
+        cr_assert_neq(access(db, F_OK), 0, "%s: no database written", flags[i]);
+    }
+}
+
 /* A program's ranks that shared a core (2 ranks held to one CPU, as a
  * PyTorch job of more ranks than cores): the what-if says so, takes its
  * ops' waits for a core out of their times, and plays each schedule with
