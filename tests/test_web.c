@@ -32,15 +32,27 @@ static char dbpath[256];
 static http_server *srv;
 static int port;
 
+/* Serves dbpath with options o (on a free loopback port unless o says). */
+static void serve(http_options o) {
+    pp_err err;
+    o.db_path = dbpath;
+    if (!o.listen) o.listen = "127.0.0.1:0";
+    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
+    port = http_port(srv);
+}
+
 static void start_with(int steps, const char *status, http_options o) {
     pp_err err;
     /* before the fixture's SQLite calls: the server's user SQL is capped as pprun's is */
     cr_assert_eq(usersql_init(&err), 0, "%s", err.msg);
     fixture_fresh(dbpath, sizeof dbpath, "web", steps, status);
-    o.db_path = dbpath;
-    if (!o.listen) o.listen = "127.0.0.1:0";
-    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
-    port = http_port(srv);
+    serve(o);
+}
+
+/* The same file served again with options o: a test's own limits. */
+static void restart_with(http_options o) {
+    http_stop(srv);
+    serve(o);
 }
 
 static void setup(void) { start_with(3, "succeeded", (http_options){.conn_timeout_s = 2}); }
@@ -175,11 +187,7 @@ Test(web, zoomed_out_windows_are_aggregated_and_keep_the_busy_time) {
 }
 
 Test(web, very_zoomed_out_windows_use_step_statistics) {
-    http_stop(srv);
-    pp_err err;
-    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .events_scan_budget = 200};
-    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
-    port = http_port(srv);
+    restart_with((http_options){.events_scan_budget = 200});
     /* 588 events > budget 200: one bin per step and rank */
     cJSON *j = get_json("/api/jobs/1/events?limit=100", 200);
     cr_assert_str_eq(str(j, "mode"), "steps");
@@ -224,11 +232,8 @@ static double step_bins(const char *path, int *nbins, int *maxstep, int *stride)
  * and past 4 steps a bucket, one step in `step_stride` read for the others,
  * the busy time kept. */
 Test(web, step_bins_of_a_long_job_read_only_the_steps_in_view) {
-    http_stop(srv);
+    restart_with((http_options){.events_scan_budget = 200});
     pp_err err;
-    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .events_scan_budget = 200};
-    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
-    port = http_port(srv);
     cr_assert_eq(fixture_add_history(dbpath, 3, 1997, &err), 0, "%s", err.msg);
     char path[256];
     int nbins, maxstep, stride;
@@ -862,11 +867,7 @@ Test(web, sql_refuses_temporary_objects_naming_the_problem) {
 }
 
 Test(web, sql_time_limit_and_row_cap) {
-    http_stop(srv);
-    pp_err err;
-    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .sql_time_limit_ns = 300000000ull, .sql_max_rows = 100};
-    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
-    port = http_port(srv);
+    restart_with((http_options){.sql_time_limit_ns = 300000000ull, .sql_max_rows = 100});
     webclient_resp r = post_sql("{\"sql\": \"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c\"}");
     cr_assert_eq(r.status, 408, "%s", r.body);
     cr_assert(strstr(r.body, "time limit"), "%s", r.body);
@@ -888,11 +889,7 @@ Test(web, sql_time_limit_and_row_cap) {
  * limit must be what stops it, and making 256 MiB of values took more than
  * the default 2 s under ASan beside another test executable. */
 Test(web, sql_memory_limit_stops_a_row_of_huge_values) {
-    http_stop(srv);
-    pp_err err;
-    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .sql_time_limit_ns = 60000000000ull};
-    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
-    port = http_port(srv);
+    restart_with((http_options){.sql_time_limit_ns = 60000000000ull});
     char body[1024] = "{\"sql\": \"SELECT 0";
     for (int i = 0; i < 20; i++) strcat(body, ", zeroblob(16000000) || x'01'");
     strcat(body, "\"}");
@@ -925,11 +922,7 @@ Test(web, sql_a_function_call_too_big_for_the_time_limit_is_refused) {
  * are 6 bytes each once escaped. Table-valued functions work; text after
  * the JSON body is an error. */
 Test(web, sql_caps_the_encoded_answer_and_reads_exactly_one_json_body) {
-    http_stop(srv);
-    pp_err err;
-    http_options o = {.listen = "127.0.0.1:0", .db_path = dbpath, .sql_max_bytes = 1 << 20};
-    cr_assert_eq(http_start(&o, &srv, &err), 0, "%s", err.msg);
-    port = http_port(srv);
+    restart_with((http_options){.sql_max_bytes = 1 << 20});
     /* 200,000 bytes raw, 1.2 MB as JSON. */
     webclient_resp r = post_sql("{\"sql\": \"SELECT replace(hex(zeroblob(100000)), '0', char(1)) AS x\"}");
     cr_assert_eq(r.status, 413, "%d %.200s", r.status, r.body);
