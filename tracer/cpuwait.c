@@ -1,21 +1,127 @@
 /* cpuwait.c: per-thread time waiting for a core, from the kernel's
- * schedstat (cpuwait.h). */
+ * schedstat (cpuwait.h).
+ *
+ * A read of schedstat is a system call and /proc's formatting: right after
+ * a rank's work, with the kernel's code cold, it is most of what a record
+ * costs (docs/design.md §6, "Waiting for a core"). But run_delay only grows
+ * when the thread gets a core back after waiting for one, that is after
+ * it was switched out; and after every switch (and every migration or
+ * signal) the kernel clears the thread's restartable-sequence pointer
+ * (rseq_cs of the rseq area glibc registers for each thread) before the
+ * thread runs its own code again, unless it was inside that sequence. So
+ * each read first points rseq_cs at a descriptor of this file's whose
+ * sequence covers no instruction; while it still points there, the thread
+ * has not been switched out since that read, and its wait since then is
+ * exactly 0: no read. Linux 6.19 and later clear it only after a switch
+ * that interrupted the thread's own code, not after one inside a system
+ * call (a thread woken from a blocking receive keeps the pointer): so
+ * each process first tries whether a sleep clears it, and where it does
+ * not, or where glibc registered no rseq area (glibc before 2.35,
+ * GLIBC_TUNABLES=glibc.pthread.rseq=0, valgrind, a kernel before 4.18),
+ * every call reads. */
 #include "tracer/cpuwait.h"
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 
-/* Per thread: its schedstat file (-1 not opened yet, -2 not available) and
- * the run_delay at its previous call. The file is closed when the thread
- * ends (the key's destructor), and a forked child drops its copy: it names
- * the parent's thread. */
+#if defined(__has_include) && defined(__has_builtin)
+#if __has_include(<sys/rseq.h>) && __has_builtin(__builtin_thread_pointer)
+#include <sys/rseq.h>
+#define CPUWAIT_RSEQ 1
+#endif
+#endif
+
+/* Per thread: its schedstat file (-1 not opened yet, -2 not available),
+ * the run_delay at its previous read, its reads (for tests) and its rseq
+ * area (NULL: none, read every time). The file is closed when the thread
+ * ends (the key's destructor), and a forked child drops its copy: it
+ * names the parent's thread. */
 static __thread int cpuwait_fd = -1;
-static __thread uint64_t cpuwait_last;
+static __thread uint64_t cpuwait_last, cpuwait_reads;
 static pthread_key_t cpuwait_key;
 static pthread_once_t cpuwait_once = PTHREAD_ONCE_INIT;
+
+#ifdef CPUWAIT_RSEQ
+/* The descriptor rseq_cs points at after a read. The kernel checks it as
+ * any sequence's before clearing the pointer: a sequence of no bytes
+ * (post_commit_offset 0) whose abort address follows the signature glibc
+ * registered the area with (RSEQ_SIG), or it kills the process. Allocated
+ * once and never freed: a thread's rseq_cs may point at it for as long as
+ * the thread lives, after a dlclose of this library too. */
+typedef struct {
+    struct rseq_cs cs;
+    uint32_t signature;
+} cpuwait_marker;
+static cpuwait_marker *cpuwait_mark;
+static __thread struct rseq *cpuwait_rseq;
+
+/* The calling thread's rseq area, where glibc registered one (its cpu_id
+ * is a CPU's number then, negative otherwise), else NULL. */
+static struct rseq *thread_rseq(void) {
+    if (__rseq_size < offsetof(struct rseq, rseq_cs) + sizeof(uint64_t)) return NULL;
+    struct rseq *r = (struct rseq *)((char *)__builtin_thread_pointer() + __rseq_offset);
+    return (int32_t)__atomic_load_n(&r->cpu_id, __ATOMIC_RELAXED) >= 0 ? r : NULL;
+}
+
+/* Whether the kernel clears r's rseq_cs after a switch inside a system
+ * call: three sleeps (each one a switch) each clear the marker. */
+static int clears_after_sleep(struct rseq *r, const cpuwait_marker *m) {
+    for (int i = 0; i < 3; i++) {
+        __atomic_store_n(&r->rseq_cs, (uint64_t)(uintptr_t)&m->cs, __ATOMIC_RELAXED);
+        nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+        if (__atomic_load_n(&r->rseq_cs, __ATOMIC_RELAXED) == (uint64_t)(uintptr_t)&m->cs) {
+            __atomic_store_n(&r->rseq_cs, 0, __ATOMIC_RELAXED);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Once a process, in the first thread that records: the marker, where
+ * that thread has an rseq area and the kernel clears it (above). */
+static void marker_init(void) {
+    struct rseq *r = thread_rseq();
+    cpuwait_marker *m = r ? aligned_alloc(32, sizeof *m) : NULL; /* struct rseq_cs is 32-byte aligned */
+    if (!m) return;                                              /* no marker: every call reads */
+    memset(m, 0, sizeof *m);
+    m->signature = RSEQ_SIG;
+    uint64_t after = (uint64_t)(uintptr_t)(&m->signature + 1);
+    m->cs.start_ip = after, m->cs.post_commit_offset = 0, m->cs.abort_ip = after;
+    if (clears_after_sleep(r, m))
+        cpuwait_mark = m;
+    else
+        free(m); /* no thread points at it: the probe cleared its own */
+}
+
+/* Whether the thread has run without a switch since its last read. */
+static int not_switched_out(void) {
+    return cpuwait_rseq &&
+           __atomic_load_n(&cpuwait_rseq->rseq_cs, __ATOMIC_RELAXED) == (uint64_t)(uintptr_t)&cpuwait_mark->cs;
+}
+
+/* Before a read, so that a switch during it (after its value was taken)
+ * makes the next call read again. */
+static void mark_read(void) {
+    if (cpuwait_rseq)
+        __atomic_store_n(&cpuwait_rseq->rseq_cs, (uint64_t)(uintptr_t)&cpuwait_mark->cs, __ATOMIC_RELAXED);
+}
+
+/* A thread's first read: whether its calls skip reads (its rseq area). */
+static void thread_attach(void) { cpuwait_rseq = cpuwait_mark ? thread_rseq() : NULL; }
+static int thread_skips(void) { return cpuwait_rseq != NULL; }
+#else
+static void marker_init(void) {}
+static int not_switched_out(void) { return 0; }
+static void mark_read(void) {}
+static void thread_attach(void) {}
+static int thread_skips(void) { return 0; }
+#endif
 
 static void close_at_exit(void *fd_plus_one) { close((int)(intptr_t)fd_plus_one - 1); }
 
@@ -28,6 +134,7 @@ static void drop_after_fork(void) {
 static void cpuwait_init(void) {
     pthread_key_create(&cpuwait_key, close_at_exit);
     pthread_atfork(NULL, NULL, drop_after_fork);
+    marker_init();
 }
 
 /* The thread's run_delay (ns), or -1. */
@@ -35,10 +142,16 @@ static int64_t run_delay(void) {
     if (cpuwait_fd == -1) {
         pthread_once(&cpuwait_once, cpuwait_init);
         cpuwait_fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
-        if (cpuwait_fd < 0) cpuwait_fd = -2;
-        else pthread_setspecific(cpuwait_key, (void *)(intptr_t)(cpuwait_fd + 1));
+        if (cpuwait_fd < 0) {
+            cpuwait_fd = -2;
+        } else {
+            pthread_setspecific(cpuwait_key, (void *)(intptr_t)(cpuwait_fd + 1));
+            thread_attach();
+        }
     }
     if (cpuwait_fd < 0) return -1;
+    mark_read();
+    cpuwait_reads++;
     /* "on-cpu-ns run-delay-ns timeslices\n" */
     char buf[96];
     ssize_t n = pread(cpuwait_fd, buf, sizeof buf - 1, 0);
@@ -53,6 +166,7 @@ static int64_t run_delay(void) {
 }
 
 uint32_t trace_cpu_wait_since_last(void) {
+    if (cpuwait_fd >= 0 && not_switched_out()) return 0; /* no wait since the last read (above) */
     int first = cpuwait_fd == -1;
     int64_t now = run_delay();
     if (now < 0) return 0;
@@ -60,3 +174,7 @@ uint32_t trace_cpu_wait_since_last(void) {
     cpuwait_last = (uint64_t)now;
     return since > UINT32_MAX ? UINT32_MAX : (uint32_t)since;
 }
+
+uint64_t trace_cpu_wait_reads(void) { return cpuwait_reads; }
+
+int trace_cpu_wait_skips(void) { return thread_skips(); }

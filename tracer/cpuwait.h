@@ -16,7 +16,15 @@
 /* The ns the calling thread spent runnable but not running since its
  * previous call (since its first call: 0), saturated at UINT32_MAX; 0 where
  * the kernel does not count it (no schedstat). One read of a /proc file
- * the thread keeps open until it ends: a few microseconds. */
+ * the thread keeps open until it ends (a few microseconds, tens right
+ * after a rank's work), or none where the thread has kept its core since
+ * the last read (cpuwait.c: its rseq area says so). */
 uint32_t trace_cpu_wait_since_last(void);
+
+/* How many reads the calling thread's calls made, and whether they skip
+ * reads where they can (cpuwait.c; once the thread has called): for
+ * tests and benches. */
+uint64_t trace_cpu_wait_reads(void);
+int trace_cpu_wait_skips(void);
 
 #endif

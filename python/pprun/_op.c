@@ -22,7 +22,8 @@
  * (python/pprun/_trace.py, torch.py).
  *
  * The library is called with the GIL held, as by ctypes.PyDLL: a record
- * takes a microsecond or two, one read of /proc among them. */
+ * takes a microsecond or two, a read of /proc among them where the thread
+ * was switched out since its previous record (tracer/cpuwait.c). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
