@@ -16,17 +16,20 @@
  * that interrupted the thread's own code, not after one inside a system
  * call (a thread woken from a blocking receive keeps the pointer): so
  * each process first tries whether a sleep clears it, and where it does
- * not, or where glibc registered no rseq area (glibc before 2.35,
- * GLIBC_TUNABLES=glibc.pthread.rseq=0, valgrind, a kernel before 4.18),
- * every call reads. */
+ * not, or where glibc registered no rseq area (GLIBC_TUNABLES=
+ * glibc.pthread.rseq=0, valgrind, a kernel before 4.18), every call
+ * reads, as does a build without <sys/rseq.h> (glibc before 2.35). A
+ * thread that unregisters its rseq area after its first record would
+ * keep the marker for good: glibc's own area is for the thread's life. */
 #include "tracer/cpuwait.h"
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,9 +54,11 @@ static pthread_once_t cpuwait_once = PTHREAD_ONCE_INIT;
 /* The descriptor rseq_cs points at after a read. The kernel checks it as
  * any sequence's before clearing the pointer: a sequence of no bytes
  * (post_commit_offset 0) whose abort address follows the signature glibc
- * registered the area with (RSEQ_SIG), or it kills the process. Allocated
- * once and never freed: a thread's rseq_cs may point at it for as long as
- * the thread lives, after a dlclose of this library too. */
+ * registered the area with (RSEQ_SIG), or it kills the process. In a page
+ * of its own, mapped once and never unmapped: a thread's rseq_cs may point
+ * at it for as long as the thread lives, after a dlclose of this library
+ * too; and mmap's address carries no tag (a tagged heap pointer, arm64's
+ * memory tagging, is past the kernel's bound for a user address). */
 typedef struct {
     struct rseq_cs cs;
     uint32_t signature;
@@ -69,47 +74,60 @@ static struct rseq *thread_rseq(void) {
     return (int32_t)__atomic_load_n(&r->cpu_id, __ATOMIC_RELAXED) >= 0 ? r : NULL;
 }
 
-/* Whether the kernel clears r's rseq_cs after a switch inside a system
- * call: three sleeps (each one a switch) each clear the marker. */
-static int clears_after_sleep(struct rseq *r, const cpuwait_marker *m) {
+static void point_at(struct rseq *r, const cpuwait_marker *m) {
+    __atomic_store_n(&r->rseq_cs, m ? (uint64_t)(uintptr_t)&m->cs : 0, __ATOMIC_RELAXED);
+}
+
+static int points_at(const struct rseq *r, const cpuwait_marker *m) {
+    return __atomic_load_n(&r->rseq_cs, __ATOMIC_RELAXED) == (uint64_t)(uintptr_t)&m->cs;
+}
+
+/* Whether the marker says what this file takes it to say on this kernel:
+ * three sleeps (each one a switch inside a system call) each clear it,
+ * signals blocked (a handled signal clears it too, switch or not), and a
+ * system call that does not switch (getppid, one of three tries: a try
+ * may be preempted) leaves it (a kernel debugging rseq clears it at every
+ * system call's return, and no read would ever be skipped). */
+static int marker_works(struct rseq *r, const cpuwait_marker *m) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int cleared = 0, kept = 0;
     for (int i = 0; i < 3; i++) {
-        __atomic_store_n(&r->rseq_cs, (uint64_t)(uintptr_t)&m->cs, __ATOMIC_RELAXED);
-        nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
-        if (__atomic_load_n(&r->rseq_cs, __ATOMIC_RELAXED) == (uint64_t)(uintptr_t)&m->cs) {
-            __atomic_store_n(&r->rseq_cs, 0, __ATOMIC_RELAXED);
-            return 0;
-        }
+        point_at(r, m);
+        cleared += nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL) == 0 && !points_at(r, m);
+        point_at(r, m);
+        getppid();
+        kept += points_at(r, m);
     }
-    return 1;
+    point_at(r, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return cleared == 3 && kept > 0;
 }
 
 /* Once a process, in the first thread that records: the marker, where
  * that thread has an rseq area and the kernel clears it (above). */
 static void marker_init(void) {
     struct rseq *r = thread_rseq();
-    cpuwait_marker *m = r ? aligned_alloc(32, sizeof *m) : NULL; /* struct rseq_cs is 32-byte aligned */
-    if (!m) return;                                              /* no marker: every call reads */
-    memset(m, 0, sizeof *m);
-    m->signature = RSEQ_SIG;
+    if (!r) return; /* no marker: every call reads */
+    cpuwait_marker *m = mmap(NULL, sizeof *m, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return;
+    m->signature = RSEQ_SIG; /* the rest is 0: version, flags, and a sequence of no bytes */
     uint64_t after = (uint64_t)(uintptr_t)(&m->signature + 1);
-    m->cs.start_ip = after, m->cs.post_commit_offset = 0, m->cs.abort_ip = after;
-    if (clears_after_sleep(r, m))
+    m->cs.start_ip = after, m->cs.abort_ip = after;
+    if (marker_works(r, m))
         cpuwait_mark = m;
     else
-        free(m); /* no thread points at it: the probe cleared its own */
+        munmap(m, sizeof *m); /* no thread points at it: the probe cleared its own */
 }
 
 /* Whether the thread has run without a switch since its last read. */
-static int not_switched_out(void) {
-    return cpuwait_rseq &&
-           __atomic_load_n(&cpuwait_rseq->rseq_cs, __ATOMIC_RELAXED) == (uint64_t)(uintptr_t)&cpuwait_mark->cs;
-}
+static int not_switched_out(void) { return cpuwait_rseq && points_at(cpuwait_rseq, cpuwait_mark); }
 
 /* Before a read, so that a switch during it (after its value was taken)
  * makes the next call read again. */
 static void mark_read(void) {
-    if (cpuwait_rseq)
-        __atomic_store_n(&cpuwait_rseq->rseq_cs, (uint64_t)(uintptr_t)&cpuwait_mark->cs, __ATOMIC_RELAXED);
+    if (cpuwait_rseq) point_at(cpuwait_rseq, cpuwait_mark);
 }
 
 /* A thread's first read: whether its calls skip reads (its rseq area). */
