@@ -176,7 +176,11 @@ Test(schedule_costs, a_measured_job_orders_the_next, .timeout = 120) {
     cr_expect(c.f == w.f && c.b == w.b && c.w == w.w && c.comm == w.comm && c.between == w.between,
               "recorded f=%g b=%g w=%g comm=%g between=%g, what-if f=%g b=%g w=%g comm=%g between=%g", c.f, c.b, c.w,
               c.comm, c.between, w.f, w.b, w.w, w.comm, w.between);
-    cr_expect(c.f >= 2e6 && c.f < 3e6 && c.w >= 1e6 && c.w < 2e6, "f=%g w=%g ns: the model's 2 ms and 1 ms", c.f, c.w);
+    /* wall-time medians (2 ranks on 2 cores: no wait for a core taken
+     * out): at least the model's sleeps, and under a loaded machine's
+     * wake-up latency up to a millisecond more (a CI run beside another
+     * job measured w 2.05 ms) */
+    cr_expect(c.f >= 2e6 && c.f < 4e6 && c.w >= 1e6 && c.w < 3e6, "f=%g w=%g ns: the model's 2 ms and 1 ms", c.f, c.w);
     assert_ran_order_for(path, 2, &c, 0);
 
     /* DB:JOB names the job: job 2 measured its own costs in turn */
