@@ -53,13 +53,14 @@ release_only=" test_torch test_browser "
 # log. Writes what it reports to $results/NAME.report and its counts
 # "passed failed skipped" to $results/NAME.counts.
 run_exe() {
-  local kind=$1 t=$2 name log rc line skips tested failing crashing
+  local kind=$1 t=$2 name log rc line skips tested failing crashing began=$SECONDS
   name=$(basename "$t")
   log=$(dirname "$t")/$name.log
   "$t" --jobs 1 --timeout 300 --verbose >"$log" 2>&1
   rc=$?
   exec >"$results/$name.report"
-  echo "-- $kind/$name"
+  # its wall time, so that a run that nears CI's limit shows what to look at
+  echo "-- $kind/$name ($((SECONDS - began)) s)"
   line=$(grep -a 'Synthesis:' "$log" | tail -1)
   if [ -z "$line" ]; then
     tail -40 "$log"; echo "$name: no Criterion synthesis line (exit $rc)"

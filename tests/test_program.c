@@ -7,6 +7,8 @@
  * losses do not depend on the schedule, a crashed rank's ops are kept, and
  * options of the built-in worker are refused. */
 #include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -253,6 +255,67 @@ Test(program_lib, a_forked_child_may_not_write_its_parents_ring) {
     cr_assert_eq(trace_ring_pending(ring), 0);
     cr_assert_eq(pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2), 1, "the parent still records");
     pprun_trace_close();
+    trace_ring_close(ring);
+}
+
+/* A thread of a program that loaded the library with dlopen, recorded,
+ * and dlclosed it: the thread's schedstat descriptor is closed by a
+ * thread-specific key's destructor at the thread's exit, which glibc runs
+ * after the dlclose; the library stays mapped (linked -z nodelete), or the
+ * destructor would be a jump into unmapped memory. */
+struct dlclose_thread {
+    int (*op_packed)(const pprun_trace_op_record *);
+    pthread_barrier_t recorded, closed;
+    int rc;
+};
+
+static void *dlclose_thread_main(void *arg) {
+    struct dlclose_thread *t = arg;
+    pprun_trace_op_record rec = {.phase = "F", .step = 0, .microbatch = 1, .stage = 2, .peer = -1, .end_ns = 5};
+    t->rc = t->op_packed(&rec);
+    pthread_barrier_wait(&t->recorded);
+    pthread_barrier_wait(&t->closed);
+    return NULL; /* the key's destructor runs now */
+}
+
+Test(program_lib, a_thread_that_recorded_outlives_a_dlclose_of_the_library) {
+    trace_ring *ring = ring_in_env(64);
+    /* a copy: this executable links the library, and a dlopen of the same
+     * file would only count a reference */
+    char copy[] = "/tmp/pprun-test-lib-XXXXXX";
+    int out = mkstemp(copy);
+    cr_assert(out >= 0);
+    FILE *in = fopen(PPRUN_TRACE_LIB, "rb");
+    cr_assert_not_null(in);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0) cr_assert_eq(write(out, buf, n), (ssize_t)n);
+    fclose(in);
+    close(out);
+    pid_t child = fork();
+    cr_assert(child >= 0);
+    if (child == 0) { /* exit status 0: the record made, the thread ended */
+        void *lib = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
+        if (!lib) _exit(2);
+        struct dlclose_thread t = {0};
+        t.op_packed = (int (*)(const pprun_trace_op_record *))dlsym(lib, "pprun_trace_op_packed");
+        if (!t.op_packed) _exit(3);
+        pthread_barrier_init(&t.recorded, NULL, 2);
+        pthread_barrier_init(&t.closed, NULL, 2);
+        pthread_t th;
+        if (pthread_create(&th, NULL, dlclose_thread_main, &t) != 0) _exit(4);
+        pthread_barrier_wait(&t.recorded);
+        dlclose(lib);
+        pthread_barrier_wait(&t.closed);
+        pthread_join(th, NULL);
+        _exit(t.rc == 1 ? 0 : 5);
+    }
+    int st;
+    cr_assert_eq(waitpid(child, &st, 0), child);
+    unlink(copy);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the program %s %d",
+              WIFEXITED(st) ? "exited with" : "died of signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    cr_assert_eq(trace_ring_pending(ring), 1, "the thread's record is in the ring");
     trace_ring_close(ring);
 }
 

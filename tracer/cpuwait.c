@@ -43,8 +43,9 @@
 /* Per thread: its schedstat file (-1 not opened yet, -2 not available),
  * the run_delay at its previous read, its reads (for tests) and its rseq
  * area (NULL: none, read every time). The file is closed when the thread
- * ends (the key's destructor), and a forked child drops its copy: it
- * names the parent's thread. */
+ * ends (the key's destructor: glibc runs it after any dlclose, so the
+ * library is linked -z nodelete and never unmapped), and a forked child
+ * drops its copy: it names the parent's thread. */
 static __thread int cpuwait_fd = -1;
 static __thread uint64_t cpuwait_last, cpuwait_reads;
 static pthread_key_t cpuwait_key;
