@@ -168,6 +168,35 @@ int file_output_check(const char *path, const char *what, pp_err *err) {
     return 0;
 }
 
+int file_folder_check(const char *path, const char *what, pp_err *err) {
+    char part[4096], deepest[4096]; /* deepest: the last part that is there */
+    size_t n = strlen(path);
+    if (n == 0) return pp_fail(err, "%s '': names no folder", what);
+    if (n >= sizeof part) return pp_fail(err, "%s %.64s...: the path is too long", what, path);
+    memcpy(part, path, n + 1);
+    snprintf(deepest, sizeof deepest, "%s", path[0] == '/' ? "/" : ".");
+    int missing = 0;
+    /* each leading part in turn ("a", "a/b", "a/b/c") up to the first missing */
+    for (size_t i = 1; i <= n && !missing; i++) {
+        if (i < n && part[i] != '/') continue;
+        char saved = part[i];
+        part[i] = '\0';
+        struct stat st;
+        if (stat(part, &st) != 0) {
+            if (errno != ENOENT) return pp_fail(err, "%s %s: %s: %s", what, path, part, strerror(errno));
+            missing = 1; /* made then, with the parts below it */
+        } else if (!S_ISDIR(st.st_mode)) {
+            return pp_fail(err, "%s %s: %s is %s, not a directory", what, path, part, file_kind(st.st_mode));
+        } else {
+            memcpy(deepest, part, i + 1);
+        }
+        part[i] = saved;
+    }
+    if (access(deepest, W_OK | X_OK) != 0)
+        return pp_fail(err, "%s %s: the folder %s is not writable: %s", what, path, deepest, strerror(errno));
+    return !missing;
+}
+
 /* What a path names, to tell whether two paths are one file: the file's
  * device and inode when it is there (stat: a symbolic link is followed,
  * as a reader opening it would), else its folder's and its name (two

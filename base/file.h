@@ -35,6 +35,14 @@ int file_input_read(const char *path, const char *what, size_t max_bytes, char *
  * starts; file_output_begin and file_output_stream check again. */
 int file_output_check(const char *path, const char *what, pp_err *err);
 
+/* A folder made with its parents when it is missing (--log-dir): every
+ * part of path that is there a directory (a symbolic link to one is
+ * fine), the deepest of them writable. 1 when path is such a directory, 0
+ * when it is to be made, -1 with err naming the part that is not a
+ * directory ("--log-dir logs/x: logs is a regular file, not a
+ * directory"). Checks early, before a job starts. */
+int file_folder_check(const char *path, const char *what, pp_err *err);
+
 /* An output that is one of the command's inputs: path (flag what) the same
  * file as in (flag in_what): the same device and inode, following
  * symbolic links, or, while neither is there yet, the same name in the same

@@ -41,6 +41,7 @@ int bounds_sum(const bounds_kind *k, int64_t *sum, int64_t v, int64_t job, const
 }
 
 int bounds_event_row(sqlite3_stmt *st, const bounds_event_cols *cols, int64_t job, pp_err *err) {
+    enum { START = 3, END = 4 }; /* their places in checks[] */
     const struct {
         int col;
         const bounds_kind *kind;
@@ -54,9 +55,14 @@ int bounds_event_row(sqlite3_stmt *st, const bounds_event_cols *cols, int64_t jo
         {cols->peer, &bounds_rank, "events.peer"},
         {cols->bytes, &bounds_bytes, "events.bytes"},
     };
-    int64_t v;
+    int64_t v[sizeof checks / sizeof checks[0]];
     for (size_t i = 0; i < sizeof checks / sizeof checks[0]; i++)
-        if (checks[i].col >= 0 && bounds_col(st, checks[i].col, checks[i].kind, job, checks[i].name, &v, err) != 0)
+        if (checks[i].col >= 0 && bounds_col(st, checks[i].col, checks[i].kind, job, checks[i].name, &v[i], err) != 0)
             return -1;
+    /* the tracer takes no record that ends before it starts (trace_record_why) */
+    if (cols->start >= 0 && cols->end >= 0 && v[END] < v[START])
+        return pp_fail(err, "job %lld: an events row ends (end_ns %lld) before it starts (start_ns %lld): the "
+                            "database is damaged or was not written by pprun",
+                       (long long)job, (long long)v[END], (long long)v[START]);
     return 0;
 }

@@ -57,15 +57,37 @@ static inline int bounds_ok(const bounds_kind *k, int64_t v) { return v >= k->lo
 int bounds_fail(pp_err *err, const bounds_kind *k, int64_t job, const char *column, sqlite3_stmt *st, int col,
                 int64_t v);
 
+/* Whether column col of st is an integer or NULL (read as 0): what pprun
+ * writes in a column of counts, times and ids. Anything else there (text,
+ * a blob, a fraction) is a damaged file's, which SQLite would read as 0 or
+ * cut to an integer: refused, not read. Asked before any other read of the
+ * column, which may convert it. */
+static inline int bounds_is_int(sqlite3_stmt *st, int col) {
+    int type = sqlite3_column_type(st, col);
+    return type == SQLITE_INTEGER || type == SQLITE_NULL;
+}
+
 /* Column col of st (an integer; NULL reads as 0) into *out, checked
  * against k: 0, or -1 with err from bounds_fail. column is "table.column"
  * for the message. */
 static inline int bounds_col(sqlite3_stmt *st, int col, const bounds_kind *k, int64_t job, const char *column,
                              int64_t *out, pp_err *err) {
+    int is_int = bounds_is_int(st, col);
     int64_t v = sqlite3_column_int64(st, col);
-    if (!bounds_ok(k, v)) return bounds_fail(err, k, job, column, st, col, v);
+    if (!is_int || !bounds_ok(k, v)) return bounds_fail(err, k, job, column, st, col, v);
     *out = v;
     return 0;
+}
+
+/* A loss read back (losses.loss, eval_losses.loss): 1 with *out when
+ * column col of st is a number; 0 when it holds none: NULL (a loss that
+ * was not finite is stored so) or whatever else a damaged file holds
+ * (text, a blob), which SQLite would read as 0. */
+static inline int bounds_loss(sqlite3_stmt *st, int col, double *out) {
+    int type = sqlite3_column_type(st, col);
+    if (type != SQLITE_FLOAT && type != SQLITE_INTEGER) return 0;
+    *out = sqlite3_column_double(st, col);
+    return 1;
 }
 
 /* Whether columns col, col + 1 and col + 2 of st, a step and its start
@@ -73,7 +95,8 @@ static inline int bounds_col(sqlite3_stmt *st, int col, const bounds_kind *k, in
  * bounds_time: a reader that cannot refuse (a stream, /metrics) leaves
  * such a step out. */
 static inline int bounds_step_row_ok(sqlite3_stmt *st, int col) {
-    return bounds_ok(&bounds_step, sqlite3_column_int64(st, col)) &&
+    return bounds_is_int(st, col) && bounds_is_int(st, col + 1) && bounds_is_int(st, col + 2) &&
+           bounds_ok(&bounds_step, sqlite3_column_int64(st, col)) &&
            bounds_ok(&bounds_time, sqlite3_column_int64(st, col + 1)) &&
            bounds_ok(&bounds_time, sqlite3_column_int64(st, col + 2));
 }
@@ -108,9 +131,10 @@ typedef struct bounds_event_cols {
     int rank, stage, microbatch, start, end, peer, bytes;
 } bounds_event_cols;
 
-/* Every selected events column of st's row within its kind's bound: 0, or
- * -1 with err from bounds_fail for the first that is not. The one check of
- * an events row, whichever reader's query it comes from. */
+/* Every selected events column of st's row within its kind's bound, and
+ * its end not before its start where both are selected: 0, or -1 with err
+ * for the first that is not. The one check of an events row, whichever
+ * reader's query it comes from. */
 int bounds_event_row(sqlite3_stmt *st, const bounds_event_cols *cols, int64_t job, pp_err *err);
 
 #endif

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "db/bounds.h"
+
 /* What makes two jobs less than like for like, as SQL over `jobs` (with
  * cj: config_json when it is valid JSON, else '{}'). NULL: not recorded
  * (config_json of an older pprun), never named as a difference. */
@@ -180,7 +182,8 @@ static int compare_read_losses(sqlite3 *db, int64_t job, int64_t step, compare_l
             if ((oom = !mb || !loss)) break;
         }
         l->mb[l->n] = sqlite3_column_int64(st, 0);
-        l->loss[l->n++] = sqlite3_column_type(st, 1) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 1);
+        double loss;
+        l->loss[l->n++] = bounds_loss(st, 1, &loss) ? loss : NAN;
     }
     sqlite3_finalize(st);
     if (oom) return pp_fail(err, "out of memory");

@@ -726,13 +726,21 @@ static int write_losses(chrome_export *x, const char *table, const char *counter
     snprintf(what, sizeof what, "reading %s", table);
     if (prepare_in(x->db, sql, step_filter(f, sizeof f, "l.step", x->steps), x->job, &st) != SQLITE_OK)
         return sql_fail(x->db, what, err);
+    char at_column[48];
+    snprintf(at_column, sizeof at_column, "%s.at_ns", table);
     int rc;
+    int64_t at = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (bounds_col(st, 3, &bounds_time, x->job, at_column, &at, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
         next_event(x);
         fprintf(x->out, "{\"ph\":\"C\",\"name\":\"%s\",\"pid\":%d,\"ts\":", counter, sqlite3_column_int(st, 4));
-        put_us(x->out, sqlite3_column_int64(st, 3) - x->t0);
+        put_us(x->out, at - x->t0);
         fprintf(x->out, ",\"args\":{\"loss\":");
-        put_num(x->out, sqlite3_column_type(st, 2) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 2), "%.9g");
+        double loss;
+        put_num(x->out, bounds_loss(st, 2, &loss) ? loss : NAN, "%.9g");
         fputs("}}", x->out);
     }
     sqlite3_finalize(st);

@@ -321,13 +321,22 @@ int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t 
 static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
     if (prepare(db,
-                "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM (SELECT max(step) AS step FROM losses "
-                                                              "WHERE job_id=?1) s WHERE s.step IS NOT NULL",
+                "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") ", (SELECT loss FROM losses l WHERE l.job_id=?1 AND "
+                "l.step=s.step AND typeof(loss) NOT IN ('real', 'integer', 'null') LIMIT 1) FROM (SELECT max(step) "
+                "AS step FROM losses WHERE job_id=?1) s WHERE s.step IS NOT NULL",
                 s->job_id, &st, err) != 0)
         return -1;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         if (bounds_col(st, 0, &bounds_step, s->job_id, "losses.step", &s->loss_step, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        if (sqlite3_column_type(st, 2) != SQLITE_NULL) { /* the step's mean would take it for 0 */
+            char shown[48]; /* as bounds_fail shows a value: the printer escapes it */
+            snprintf(shown, sizeof shown, "%s", (const char *)sqlite3_column_text(st, 2));
+            pp_fail(err, "job %lld: losses.loss of step %lld holds %s, not a number: the database is damaged or "
+                         "was not written by pprun", (long long)s->job_id, (long long)s->loss_step, shown);
             sqlite3_finalize(st);
             return -1;
         }
@@ -348,14 +357,14 @@ static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
     int rc = SQLITE_DONE, oom = 0;
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int gpu = sqlite3_column_int(st, 0) != 0, ph = analyze_phase_of((const char *)sqlite3_column_text(st, 1));
-        int64_t start = 0, end = 0;
-        if (bounds_col(st, 2, &bounds_time, s->job_id, "events.start_ns", &start, err) != 0 ||
-            bounds_col(st, 3, &bounds_time, s->job_id, "events.end_ns", &end, err) != 0) {
+        static const bounds_event_cols cols = {.rank = -1, .stage = -1, .microbatch = -1, .start = 2, .end = 3,
+                                               .peer = -1, .bytes = -1};
+        if (bounds_event_row(st, &cols, s->job_id, err) != 0) {
             rc = SQLITE_DONE;
             oom = -1;
             break;
         }
-        int64_t ns = end - start;
+        int64_t ns = sqlite3_column_int64(st, 3) - sqlite3_column_int64(st, 2);
         if (ph < 0 || ph == TRACE_SPAN) continue; /* by name: summary_spans */
         summary_ops *o = &s->ops[gpu][ph];
         o->count++;

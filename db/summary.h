@@ -13,18 +13,19 @@
 #include "base/pp.h"
 #include "tracer/event.h"
 
-/* A step's mean loss over job ?1: NULL when any microbatch's loss was not
- * finite (stored as NULL), rather than the mean of the finite ones. `step`
- * is SQL text. */
-#define SQL_STEP_MEAN_LOSS(step)                                                                         \
-    "(SELECT CASE WHEN count(loss) = count(*) THEN avg(loss) END FROM losses l WHERE l.job_id=?1 AND l.step=" \
-    step ")"
+/* The mean of the rows' `loss`: NULL when any of them was not finite
+ * (stored as NULL) or is no number at all (a damaged file's text, which
+ * avg() would take for 0), rather than the mean of the others. */
+#define SQL_MEAN_LOSS "CASE WHEN sum(typeof(loss) IN ('real', 'integer')) = count(*) THEN avg(loss) END"
+
+/* A step's mean loss over job ?1 (SQL_MEAN_LOSS). `step` is SQL text. */
+#define SQL_STEP_MEAN_LOSS(step) \
+    "(SELECT " SQL_MEAN_LOSS " FROM losses l WHERE l.job_id=?1 AND l.step=" step ")"
 
 /* The same of the evaluation after the step (eval_losses), and how many
  * losses it has (0: no evaluation followed the step). */
-#define SQL_STEP_EVAL_LOSS(step)                                                                              \
-    "(SELECT CASE WHEN count(loss) = count(*) THEN avg(loss) END FROM eval_losses e WHERE e.job_id=?1 AND " \
-    "e.step=" step ")"
+#define SQL_STEP_EVAL_LOSS(step) \
+    "(SELECT " SQL_MEAN_LOSS " FROM eval_losses e WHERE e.job_id=?1 AND e.step=" step ")"
 #define SQL_STEP_EVAL_LOSSES(step) "(SELECT count(*) FROM eval_losses e WHERE e.job_id=?1 AND e.step=" step ")"
 
 /* The complete steps of job ?1 (every rank's stats are in): step, start_ns,

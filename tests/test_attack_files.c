@@ -236,13 +236,13 @@ static const output outputs[] = {
     {"--db", "run " TIMED " --db %s", "%s-journal", 2, 0, 0},
     {"--save-weights", "run " TIMED " --trace off --save-weights %s", "%s/stage_1.f32", 2, 0, 0},
     {"--checkpoint-dir", "run " TIMED " --trace off --checkpoint-dir %s", "%s/latest", 2, 0, 0},
-    /* the first attempt's log files are checked before the job starts
-     * (launch_check_start: exit 2, nothing written); their folders are
-     * made, and a later attempt's files opened, as it starts its ranks (a
-     * failed attempt, exit 1) */
+    /* the folder and the first attempt's log files are checked before the
+     * job starts (launch_check_start: exit 2, nothing written); their
+     * folders are made, and a later attempt's files opened, as it starts
+     * its ranks */
     {"--log-dir", "launch --nproc-per-node 1 --run-id r1 --log-dir %s -- true", "%s/r1/attempt_0/0/stdout.log", 2, 1,
-     1},
-    {"--log-dir", "run " TIMED " --trace off --run-id r1 --log-dir %s", "%s/r1/attempt_0/0/stdout.log", 2, 1, 1},
+     0},
+    {"--log-dir", "run " TIMED " --trace off --run-id r1 --log-dir %s", "%s/r1/attempt_0/0/stdout.log", 2, 1, 0},
 };
 #define NOUTPUTS (sizeof outputs / sizeof outputs[0])
 
@@ -332,6 +332,30 @@ Test(attack, an_output_in_a_missing_or_read_only_folder_is_refused) {
         free(before);
         free(after);
     }
+}
+
+/* A folder flag's path: a file in the way of the folders --log-dir makes
+ * is refused before anything starts (the job's database not made: the
+ * code before failed the job once its row was written); a folder not
+ * there yet may be given with a trailing slash. */
+Test(attack, a_folder_flag_refuses_a_file_in_its_way_and_takes_a_trailing_slash) {
+    wipe();
+    tfix_write(at("f"), "a file\n");
+    const char *const logs[] = {"f", "f/x", "./f/x/"};
+    for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++) {
+        int rc = pprun("run " TIMED " --db new.db --log-dir %s", logs[i]);
+        cr_assert_eq(rc, 2, "--log-dir %s: exit %d:\n%s", logs[i], rc, out);
+        cr_assert(strstr(out, "--log-dir") && strstr(out, "f is a regular file, not a directory"),
+                  "--log-dir %s: the refusal does not name the file in the way:\n%s", logs[i], out);
+        cr_assert(!take(at("new.db")).exists, "--log-dir %s: the job's database was made", logs[i]);
+        rc = pprun("launch --nproc-per-node 1 --log-dir %s -- true", logs[i]);
+        cr_assert_eq(rc, 2, "launch --log-dir %s: exit %d:\n%s", logs[i], rc, out);
+    }
+    cr_assert_eq(pprun("run " TIMED " --trace off --save-weights w/"), 0, "%s", out);
+    cr_assert(take(at("w/stage_1.f32")).exists, "--save-weights w/ wrote no weights");
+    cr_assert_eq(pprun("run " TIMED " --trace off --checkpoint-dir c/"), 0, "%s", out);
+    cr_assert(take(at("c/latest")).exists, "--checkpoint-dir c/ wrote no checkpoint");
+    cr_assert_eq(pprun("run " TIMED " --trace off --log-dir l/a/"), 0, "%s", out);
 }
 
 /* Names a writer might put a file under while it writes, beside the file:

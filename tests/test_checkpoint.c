@@ -763,6 +763,21 @@ Test(checkpoint_run, merge_refuses_bad_input_with_exit_2, .timeout = 300) {
         snprintf(args, sizeof args, "%s/x", d);
         cr_assert_neq(access(args, F_OK), 0, "a refused merge wrote %s", args);
     }
+    /* a unit's bytes damaged in a copy of the folder: the input's fault
+     * (exit 2) as any other damage, not a failed write (1) */
+    rc = sh(&out,
+            "cp -r %s/ck %s/bad && f=%s/bad/step_1/stage_0.ckpt && head -c 64 /dev/urandom | dd of=$f bs=1 "
+            "seek=$(($(stat -c %%s $f) / 2)) conv=notrunc 2>/dev/null",
+            d, d, d);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    rc = sh(&out, "%s checkpoint merge %s/bad --out %s/x", PPRUN_BIN, d, d);
+    cr_assert_eq(rc, 2, "a damaged unit: exit %d\n%s", rc, out);
+    cr_assert(strstr(out, "bad/step_1/stage_0.ckpt: unit") && strstr(out, "fails its checksum"), "%s", out);
+    free(out);
+    char merged[600];
+    snprintf(merged, sizeof merged, "%s/x", d);
+    cr_assert_neq(access(merged, F_OK), 0, "a refused merge wrote %s", merged);
     /* a stage file missing from the step */
     char path[600];
     snprintf(path, sizeof path, "%s/ck/step_0/stage_1.ckpt", d);

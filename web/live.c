@@ -237,8 +237,9 @@ static void q_losses(tick *t, result *r) {
         jw_arr(w);
         jw_int(w, ls);
         jw_int(w, lm);
-        if (sqlite3_column_type(st, 2) == SQLITE_NULL) jw_null(w); /* not finite */
-        else jw_num(w, sqlite3_column_double(st, 2));
+        double loss;
+        if (bounds_loss(st, 2, &loss)) jw_num(w, loss);
+        else jw_null(w); /* not finite, or no number */
         jw_arr_end(w);
         n++;
         full = w->len >= POLL_BYTES;

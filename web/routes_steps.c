@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "db/export.h"
+#include "db/summary.h"
 #include "web/routes.h"
 
 /* One step's line of /steps: its stats rows (any ranks so far), its
@@ -111,11 +112,11 @@ void route_steps(route_req *q, reply *r) {
                                       r);
     if (!stats) return;
     sqlite3_stmt *losses = routes_prep(db,
-                                       "SELECT step, CASE WHEN count(loss) = count(*) THEN avg(loss) END, count(*) "
+                                       "SELECT step, " SQL_MEAN_LOSS ", count(*) "
                                        "FROM losses WHERE job_id=?1 AND step>=?2 GROUP BY step ORDER BY step",
                                        r);
     sqlite3_stmt *evals = losses ? routes_prep(db,
-                                               "SELECT step, CASE WHEN count(loss) = count(*) THEN avg(loss) END, "
+                                               "SELECT step, " SQL_MEAN_LOSS ", "
                                                "count(*) FROM eval_losses WHERE job_id=?1 AND step>=?2 GROUP BY step "
                                                "ORDER BY step",
                                                r)

@@ -53,8 +53,11 @@ static int merge(const char *dir, const char *step_s, const char *outpath) {
     file_output out;
     int rc = 2;
     if (file_output_begin(&out, outpath, "--out", 0, &err) == 0) {
-        rc = 1; /* from here on, a failure is writing's */
-        if (model_ckpt_write(ckpt, out.f, &err) != 0) file_output_abort(&out);
+        /* a unit that fails its checksum is the input's fault (2), as any
+         * other damage to DIR's files; a failed write is 1 */
+        int wrc = model_ckpt_write(ckpt, out.f, &err);
+        rc = wrc == MODEL_CKPT_EINPUT ? 2 : 1;
+        if (wrc != 0) file_output_abort(&out);
         else if (file_output_commit(&out, &err) == 0) rc = 0;
     }
     if (rc == 0)

@@ -25,7 +25,16 @@
  * else the folder that will hold it must take it (0); -1 with err. */
 static int check_folder(const char *flag, const char *path, pp_err *err) {
     struct stat st;
-    if (stat(path, &st) != 0) return file_output_check(path, flag, err);
+    if (stat(path, &st) != 0) {
+        /* "new/" is the folder "new", made there */
+        char folder[4096];
+        size_t n = strlen(path);
+        while (n > 1 && path[n - 1] == '/') n--;
+        if (n >= sizeof folder) return pp_fail(err, "%s %.64s...: the path is too long", flag, path);
+        memcpy(folder, path, n);
+        folder[n] = '\0';
+        return file_output_check(folder, flag, err);
+    }
     if (!S_ISDIR(st.st_mode))
         return pp_fail(err, "%s %s: is %s, not a directory", flag, path, file_kind(st.st_mode));
     if (access(path, W_OK) != 0) return pp_fail(err, "%s %s: not writable: %s", flag, path, strerror(errno));

@@ -514,6 +514,9 @@ int launch_check_start(const launch_options *o, pp_err *err) {
                                     : pp_wrap(err, "--master-port %d", o->master_port);
         close(fd);
     }
+    /* its folders are made when the ranks start: a file in their way
+     * would fail the job then, after the database has its row */
+    if (o->log_dir && file_folder_check(o->log_dir, "--log-dir", err) < 0) return -1;
     for (int lr = 0; o->log_dir && o->run_id[0] && lr < o->nproc_per_node; lr++)
         for (int k = 0; k < 2; k++) {
             char path[4096];

@@ -622,14 +622,18 @@ int model_ckpt_write(model_ckpt *c, FILE *f, pp_err *err) {
                 }
                 unit = grown, cap = cnt;
             }
-            if ((rc = read_unit(c, u, unit, err)) != 0) break;
+            if (read_unit(c, u, unit, err) != 0) {
+                rc = MODEL_CKPT_EINPUT;
+                break;
+            }
             if (pass == 0) {
                 unit_name(&c->spec, u, table[u].name, sizeof table[u].name);
                 table[u].count = cnt;
                 table[u].sum = unit_sum(unit, cnt);
             } else if (unit_sum(unit, cnt) != table[u].sum) {
-                rc = pp_fail(err, "%s: unit %s changed while it was merged", c->files[c->units[u].file].name,
-                             table[u].name);
+                pp_fail(err, "%s: unit %s changed while it was merged", c->files[c->units[u].file].name,
+                        table[u].name);
+                rc = MODEL_CKPT_EINPUT;
             } else {
                 rc = write_all(f, unit, sizeof(float), 3 * cnt, err);
             }

@@ -208,7 +208,11 @@ int model_ckpt_check(const model_ckpt *ckpt, const model_spec *spec, pp_err *err
  * refused load changes nothing. */
 int model_stage_load_from(model_stage *stage, model_ckpt *ckpt, pp_err *err);
 /* The whole set as one version 2 file (stage 0 of 1, the set's run), every
- * unit checked as it is copied. */
+ * unit checked before anything is written and again as it is copied: 0;
+ * MODEL_CKPT_EINPUT when a unit cannot be read or fails its checksum (the
+ * set's files are damaged, or changed meanwhile); -1 when writing failed
+ * or memory ran out. err says which. */
+#define MODEL_CKPT_EINPUT (-2)
 int model_ckpt_write(model_ckpt *ckpt, FILE *f, pp_err *err);
 
 /* Bytes of the training data (the corpus or the file). */
