@@ -111,6 +111,29 @@ static void *mem_realloc(void *p, int n) {
     return q;
 }
 
+/* ---- page reads past the deadline ------------------------------------------
+ *
+ * A value read from a table's overflow pages (a materialized CTE's 16 MiB
+ * row, a UNION's) is copied into a register whose buffer SQLite reuses, so
+ * each reading of it allocates nothing for mem_late to stop, and within one
+ * row no progress handler runs: 1000 `x+0` of such a value, each a
+ * 16 MiB text-to-number scan after a 16 MiB copy, ran 25 s past a 2 s
+ * limit. Every such reading fetches the value's pages from the page cache
+ * (4 KiB each), so the cache is wrapped too: past the running query's
+ * deadline, a fetch on its thread that could create a page (every read
+ * asks so) fails, SQLite answers SQLITE_NOMEM for the statement and the
+ * query is a timeout. A lookup (createFlag 0) is never refused: SQLite
+ * takes its NULL as "not cached", not as an error. */
+static sqlite3_pcache_methods2 pcache_orig;
+
+static sqlite3_pcache_page *pcache_fetch(sqlite3_pcache *c, unsigned key, int create) {
+    if (create && this_query.on && this_query.deadline_ns && pp_now_ns() > this_query.deadline_ns) {
+        this_query.late = 1;
+        return NULL;
+    }
+    return pcache_orig.xFetch(c, key, create);
+}
+
 int usersql_init(pp_err *err) {
     if (mem_wrapped) return 0; /* wrapping twice would make the wrapper its own original */
     if (sqlite3_config(SQLITE_CONFIG_GETMALLOC, &mem_orig) != SQLITE_OK || !mem_orig.xMalloc)
@@ -122,6 +145,12 @@ int usersql_init(pp_err *err) {
     m.xRealloc = mem_realloc;
     if (sqlite3_config(SQLITE_CONFIG_MALLOC, &m) != SQLITE_OK)
         return pp_fail(err, "user SQL's memory cap cannot be set: SQLite refused its allocator");
+    if (sqlite3_config(SQLITE_CONFIG_GETPCACHE2, &pcache_orig) != SQLITE_OK || !pcache_orig.xFetch)
+        return pp_fail(err, "user SQL's time limit cannot be set: SQLite gave no page cache to wrap");
+    sqlite3_pcache_methods2 pc = pcache_orig;
+    pc.xFetch = pcache_fetch;
+    if (sqlite3_config(SQLITE_CONFIG_PCACHE2, &pc) != SQLITE_OK)
+        return pp_fail(err, "user SQL's time limit cannot be set: SQLite refused its page cache");
     mem_wrapped = 1;
     return 0;
 }
@@ -616,6 +645,27 @@ static void too_big(sqlite3 *db, usersql_error *why, pp_err *err) {
     fail_why(why, USERSQL_ETOOBIG);
 }
 
+/* Whether SQLite's code says the database file failed, not the SQL: the file
+ * truncated or overwritten while it is served reads as CORRUPT or NOTADB
+ * at the first step that touches it, a disk as IOERR, a lock held past the
+ * busy timeout as BUSY. Not the user's fault: the EDB answer (503), at
+ * prepare and at step alike. */
+static int db_fault(int rc) {
+    switch (rc & 0xff) {
+    case SQLITE_CANTOPEN:
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+    case SQLITE_IOERR:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_PROTOCOL:
+    case SQLITE_FULL:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Returns 0, -1 out of memory, or 1 when the row would take the result past
  * max_bytes. */
 static int copy_row(sqlite3_stmt *st, usersql_result *r, size_t *cap, size_t *bytes, size_t max_bytes) {
@@ -697,8 +747,7 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
             too_big(db, why, err);
         } else {
             pp_fail(err, "SQL error: %s", sqlite3_errmsg(db));
-            fail_why(why, rc == SQLITE_CANTOPEN || rc == SQLITE_NOTADB || rc == SQLITE_CORRUPT ? USERSQL_EDB
-                                                                                               : USERSQL_EBADSQL);
+            fail_why(why, db_fault(rc) ? USERSQL_EDB : USERSQL_EBADSQL);
         }
         goto out;
     }
@@ -766,7 +815,7 @@ int usersql_run_on(sqlite3 *db, const char *sql, const usersql_limits *limits, u
                 too_big(db, why, err);
             } else {
                 pp_fail(err, "SQL error: %s", sqlite3_errmsg(db));
-                fail_why(why, USERSQL_EBADSQL);
+                fail_why(why, db_fault(sqlite3_extended_errcode(db)) ? USERSQL_EDB : USERSQL_EBADSQL);
             }
             goto out;
         }

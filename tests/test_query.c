@@ -260,6 +260,29 @@ Test(query, usersql_api_reports_the_kind_of_failure) {
     usersql_free(r);
 }
 
+/* A database file emptied or overwritten while a connection serves it (the
+ * server's SQL connection lives as long as the server) fails at the first
+ * step that reads it, not at prepare, whose schema is cached: that is the
+ * database's fault, EDB (503 over HTTP), as at prepare, not the user's
+ * EBADSQL (a 400 "SQL error: database disk image is malformed" before). */
+Test(query, a_database_file_broken_while_open_fails_as_the_database_not_the_sql) {
+    sqlite3 *c;
+    usersql_result *r;
+    usersql_error why;
+    pp_err err;
+    cr_assert_eq(usersql_open(db, &c, &err), 0, "%s", err.msg);
+    cr_assert_eq(usersql_run_on(c, "SELECT count(*) FROM events", NULL, &r, &why, &err), 0, "%s", err.msg);
+    usersql_free(r);
+    cr_assert_eq(truncate(db, 0), 0);
+    cr_assert_eq(usersql_run_on(c, "SELECT count(*) FROM events", NULL, &r, &why, &err), -1);
+    cr_assert_eq(why, USERSQL_EDB, "%d: %s", why, err.msg);
+    cr_assert(strstr(err.msg, "SQL error: "), "%s", err.msg);
+    /* the user's own mistake is still theirs */
+    cr_assert_eq(usersql_run_on(c, "SELECT * FROM nope", NULL, &r, &why, &err), -1);
+    cr_assert_eq(why, USERSQL_EBADSQL, "%s", err.msg);
+    sqlite3_close(c);
+}
+
 /* SQLite's own memory for a statement is capped, not only the result: a row
  * of a few large values (each under SQLite's 16 MiB value limit) is refused
  * naming the memory limit, through the CLI with exit 2 at the default 256

@@ -123,6 +123,13 @@ int frame_check(struct MHD_Connection *c, const char *method, const char *versio
         reply_error(r, 400, "malformed request target: visible ASCII only (percent-encode any other byte)");
         return -1;
     }
+    /* libmicrohttpd answers HTTP/2 and later 505 itself, but takes any
+     * HTTP/1.x as 1.1: HTTP/1.2 without a Host was served. pprun speaks
+     * exactly 1.0 and 1.1 (docs/api.md, "Limits"). */
+    if (strcmp(version, MHD_HTTP_VERSION_1_0) != 0 && strcmp(version, MHD_HTTP_VERSION_1_1) != 0) {
+        reply_error(r, 505, "HTTP version '%.20s' is not supported: send HTTP/1.1 or HTTP/1.0", version);
+        return -1;
+    }
     frame_walk w = {.next = version + vlen + 2};
     MHD_get_connection_values_n(c, MHD_HEADER_KIND, walk_header, &w);
     if (w.broken || w.next + 2 != method + ci->header_size) {
