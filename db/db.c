@@ -19,6 +19,7 @@
 #include "base/embed.h"
 #include "base/file.h"
 #include "db/alive.h"
+#include "db/bounds.h"
 #include "db/checkpoint.h"
 #include "db/progplan.h"
 
@@ -1237,6 +1238,11 @@ int db_ring_mark_of(db *d, int64_t job_id, uint64_t ring, uint64_t *pos, pp_err 
 }
 
 int db_set_dropped(db *d, int64_t job_id, int rank, uint64_t dropped, pp_err *err) {
+    /* The count comes from a ring's header or another node's frame, any
+     * value: past what readers take (db/bounds.h) it is stored as their
+     * largest, so the sum over a world of ranks below cannot overflow
+     * (SQLite's sum() stopped the trace with "integer overflow"). */
+    if (dropped > (uint64_t)BOUNDS_COUNT_HI) dropped = (uint64_t)BOUNDS_COUNT_HI;
     char sql[512];
     snprintf(sql, sizeof sql,
              "BEGIN IMMEDIATE;"

@@ -681,7 +681,36 @@ Test(trace_collector, records_in_a_ring_that_claim_another_rank_are_refused, .ti
  * bytes past 2^50 made every reader refuse the job as damaged):
  * refused and counted like forged ranks, the other records of that step
  * and of every later one stored and analysed. */
-Test(trace_collector, records_with_impossible_times_are_refused_and_tracing_goes_on, .timeout = 60) {
+/* Records a program could write into its own ring (or a node forward)
+ * that no reader takes: refused and counted, and the rest stored and
+ * analysed. A stage or microbatch past its bound used to be stored, then
+ * failed its step's analysis and stopped the whole job's trace. */
+/* A ring's drop count is its producer's to write, any value: two ranks
+ * each claiming 2^62 summed past an int64 in SQL, and the collector
+ * stopped the whole job's trace. Each is stored as the largest count
+ * readers take (2^46), and tracing goes on. */
+Test(trace_collector, a_forged_drop_count_is_stored_as_the_largest_and_tracing_goes_on, .timeout = 60) {
+    db *d;
+    trace_ring *w[2];
+    pp_err err;
+    collector *c = two_ring_collector("dropped.db", &d, w);
+    for (int rank = 0; rank < 2; rank++) trace_ring_count_dropped(w[rank], 1ull << 62);
+    trace_event ev[32];
+    size_t n = tfix_events(0, 1000000, ev);
+    for (size_t i = 0; i < n; i++) trace_ring_write(w[ev[i].rank], &ev[i]);
+    for (int k = 0; k < 5000 && collector_count(c) < n; k++) usleep(1000);
+    cr_assert_eq(collector_count(c), n, "the step's records were stored");
+    cr_assert_eq(collector_error(c, &err), 0, "the collector is still healthy: %s", err.msg);
+    trace_ring_close(w[0]);
+    trace_ring_close(w[1]);
+    cr_assert_eq(collector_stop(c, &err), 0, "%s", err.msg);
+    sqlite3 *s = db_sqlite(d);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM ranks WHERE dropped_events = 70368744177664"), 2);
+    cr_assert_eq(tfix_q_int(s, "SELECT events_dropped FROM job_counters"), 2 * 70368744177664ll);
+    db_close(d);
+}
+
+Test(trace_collector, records_with_impossible_fields_are_refused_and_tracing_goes_on, .timeout = 60) {
     db *d;
     trace_ring *w[2];
     pp_err err;
@@ -693,12 +722,17 @@ Test(trace_collector, records_with_impossible_times_are_refused_and_tracing_goes
         for (size_t i = 0; i < n; i++) trace_ring_write(w[ev[i].rank], &ev[i]);
         want += n;
         if (s == 0) {
-            trace_event bad[4] = {tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0), tfix_one_f(1, 1, 0)};
+            trace_event bad[8];
+            for (int k = 0; k < 8; k++) bad[k] = tfix_one_f(1, 1, 0);
             bad[0].end_ns = UINT64_MAX;                                /* past INT64_MAX */
             bad[1].start_ns = 1ull << 63, bad[1].end_ns = (1ull << 63) + 5; /* INT64_MIN once stored */
             bad[2].start_ns = 500, bad[2].end_ns = 400;                /* ends before it starts */
             bad[3].bytes = TRACE_BYTES_MAX + 1; /* every reader would refuse the job as damaged */
-            for (int k = 0; k < 4; k++) trace_ring_write(w[1], &bad[k]);
+            bad[4].stage = INT32_MAX;           /* and these too */
+            bad[5].microbatch = INT32_MAX;
+            bad[6].peer = 2; /* a world of 2 */
+            bad[7].phase = TRACE_LOSS, bad[7].microbatch = -7, bad[7].value = 1.5;
+            for (int k = 0; k < 8; k++) trace_ring_write(w[1], &bad[k]);
         }
         for (int k = 0; k < 5000 && collector_count(c) < want; k++) usleep(1000);
         cr_assert_eq(collector_count(c), want, "step %d's records were stored", s);
@@ -710,6 +744,7 @@ Test(trace_collector, records_with_impossible_times_are_refused_and_tracing_goes
     sqlite3 *s = db_sqlite(d);
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 3 * 14, "every good record, none of the bad");
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE start_ns < 0 OR end_ns < start_ns"), 0);
+    cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM losses WHERE microbatch < 0"), 0, "the forged loss was stored");
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM step_stats"), 6, "every step analysed");
     db_close(d);
 }

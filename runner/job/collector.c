@@ -19,6 +19,7 @@
 #include "base/netserve.h"
 #include "base/token.h"
 #include "db/analyze.h"
+#include "db/bounds.h"
 
 #define FRAME_MAGIC 0x57465050u /* "PPFW" */
 #define FRAME_VERSION 1
@@ -274,7 +275,8 @@ static size_t keep_if(collector *c, trace_event *ev, size_t n, record_check ok, 
 
 /* No rank of this job can have written a record of a rank outside the
  * world or a step outside the job: it would land in the database under a
- * rank or step nobody ran. Nor one whose times or bytes libpprun_trace would have
+ * rank or step nobody ran; nor one of a microbatch, stage or peer past
+ * what readers take. Nor one whose times or bytes libpprun_trace would have
  * refused (trace_record_why): a program can write its ring directly, and
  * one such record failed its step's analysis, which stopped the job's
  * whole trace; nor one that its node's clock offset (c->offset, what the
@@ -285,6 +287,18 @@ static int in_job(const collector *c, int ring_rank, const trace_event *e, char 
     if (!in_world || e->step < 0 || (c->cfg.steps > 0 && e->step >= c->cfg.steps)) {
         snprintf(why, n, "of rank %d step %d (the job has ranks 0..%d, %d steps)", e->rank, e->step,
                  c->cfg.world_size - 1, c->cfg.steps);
+        return 0;
+    }
+    /* a microbatch, stage or peer no reader takes (db/bounds.h): stored, it
+     * failed the step's analysis and stopped the whole job's trace. Names'
+     * chunks, schedules and plan actions lay these bytes out otherwise;
+     * a kernel's peer is its CUDA stream. */
+    int op_layout = e->phase != TRACE_KERNEL_NAME && e->phase != TRACE_SPAN_NAME && e->phase != TRACE_SCHEDULE &&
+                    e->phase != TRACE_PLAN;
+    if (op_layout && (!bounds_ok(&bounds_microbatch, e->microbatch) || !bounds_ok(&bounds_stage, e->stage) ||
+                      (e->phase < TRACE_LOSS && (e->peer < -1 || e->peer >= c->cfg.world_size)))) {
+        snprintf(why, n, "of rank %d step %d whose microbatch %d, stage %d or peer %d is out of range", e->rank,
+                 e->step, e->microbatch, e->stage, e->peer);
         return 0;
     }
     char bad[200];
