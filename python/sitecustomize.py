@@ -44,7 +44,10 @@ class _PprunLoader:
 
             pprun.torch.install()
         except Exception as e:  # never stop the program for its trace
-            sys.stderr.write("pprun: PyTorch pipelining is not traced: %s\n" % e)
+            try:
+                sys.stderr.write("pprun: PyTorch pipelining is not traced: %s\n" % e)
+            except (AttributeError, ValueError, OSError):  # no stderr
+                pass
 
     def __getattr__(self, name):  # get_resource_reader, is_package, ...
         return getattr(self._real, name)
@@ -101,7 +104,7 @@ def _own_ring():
     fd, identity = os.environ.get("PPRUN_TRACE_FD"), os.environ.get("PPRUN_TRACE_RING")
     try:
         st = os.fstat(int(fd))
-    except (TypeError, ValueError, OSError):
+    except (TypeError, ValueError, OverflowError, OSError):
         return False
     return identity is None or identity == "%d:%d" % (st.st_dev, st.st_ino)
 

@@ -258,6 +258,46 @@ Test(program_lib, a_forked_child_may_not_write_its_parents_ring) {
     trace_ring_close(ring);
 }
 
+/* One writer per ring: a process of the rank that was not the library's
+ * when another forked it (forked before the library loaded, a second
+ * program of the rank) is refused while the first writer lives, naming
+ * it; once that one is gone (a program of the rank that ended, a
+ * restarted attempt) the next takes the ring over. */
+Test(program_lib, a_second_process_may_not_write_the_ring_while_the_first_lives) {
+    trace_ring *ring = ring_in_env(64);
+    int go[2], done[2];
+    cr_assert_eq(pipe(go), 0);
+    cr_assert_eq(pipe(done), 0);
+    pid_t first = fork(); /* before the library loaded here: no at-fork handler knows */
+    cr_assert(first >= 0);
+    if (first == 0) { /* records one op, then lives until told */
+        char c;
+        int rc = pprun_trace_op("F", 0, 0, 0, -1, 0, 1, 2);
+        if (write(done[1], "x", 1) != 1 || read(go[0], &c, 1) != 1) _exit(2);
+        _exit(rc == 1 ? 0 : 1);
+    }
+    char c;
+    cr_assert_eq(read(done[0], &c, 1), 1);
+    pid_t second = fork(); /* refused while the first lives */
+    cr_assert(second >= 0);
+    if (second == 0) {
+        char want[96];
+        snprintf(want, sizeof want, "is written by process %d", (int)first);
+        int rc = pprun_trace_op("F", 0, 1, 0, -1, 0, 1, 2);
+        _exit(rc == -1 && strstr(pprun_trace_error(), want) ? 0 : 1);
+    }
+    int st;
+    cr_assert_eq(waitpid(second, &st, 0), second);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the second writer was not refused naming the first");
+    cr_assert_eq(write(go[1], "x", 1), 1);
+    cr_assert_eq(waitpid(first, &st, 0), first);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the first writer did not record");
+    cr_assert_eq(pprun_trace_op("F", 0, 2, 0, -1, 0, 1, 2), 1, "the first is gone: %s", pprun_trace_error());
+    cr_assert_eq(trace_ring_pending(ring), 2, "the first's record and this one's, none of the second's");
+    pprun_trace_close();
+    trace_ring_close(ring);
+}
+
 /* A thread of a program that loaded the library with dlopen, recorded,
  * and dlclosed it: the thread's schedstat descriptor is closed by a
  * thread-specific key's destructor at the thread's exit, which glibc runs
@@ -1364,6 +1404,46 @@ Test(program_run, pprun_span_misuse_raises_the_same_everywhere_and_a_refused_spa
     cr_assert_eq(pclose(f), 0, "%s", out);
     for (size_t i = 0; i < sizeof raised / sizeof raised[0]; i++) lt_assert_has(out, raised[i]);
     cr_assert_null(strstr(out, "pprun:"), "outside pprun the package says nothing: %s", out);
+}
+
+/* What programs do to pprun's package (tests/hostile_program.py), none
+ * of which may break the program: a child forked before pprun loaded
+ * records nothing (its spans went into the rank's ring beside the
+ * parent's, two writers overwriting each other's slots, with no drop
+ * counted), said once; a closed stderr, a RANK that is text and a
+ * PPRUN_TRACE_FD past a C int raised from pprun's calls; a refused
+ * span's long name reached the terminal raw after its escaped start. */
+Test(program_run, a_program_that_forks_or_breaks_its_environment_runs_and_its_trace_holds, .timeout = 120) {
+    static const char *const modes[] = {"fork", "stderr", "rank", "fd", "longname"};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        char db[64];
+        snprintf(db, sizeof db, "hostile-%s.db", modes[i]);
+        const char *path = tfix_path(db);
+        const char *args[] = {"run", "--db", path, "--nproc-per-node", "1", "--", "python3",
+                              PPRUN_TEST_DIR "/hostile_program.py", modes[i], NULL};
+        lt_proc p;
+        lt_run(&p, args, NULL);
+        cr_assert_eq(p.status, 0, "%s: exit %d\n%s\n%s", modes[i], p.status, p.out, p.err);
+        lt_assert_has(p.out, "done\n");
+        cr_assert_null(strchr(p.err, '\x1b'), "%s: a raw ESC reached the terminal: %s", modes[i], p.err);
+        sqlite3 *s = open_db(path);
+        if (i == 0) {
+            lt_assert_has(p.out, "parent tracing True");
+            lt_assert_has(p.out, "child tracing False");
+            cr_assert_eq(lt_count(p.err, "is written by process"), 1, "the child is told once:\n%s", p.err);
+            cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE name = 'parent'"), 200);
+            cr_assert_eq(tfix_q_int(s, "SELECT count(DISTINCT step) FROM events WHERE name = 'parent'"), 200);
+            cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events WHERE name = 'child'"), 0);
+            cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks"), 0);
+        } else if (i == 2 || i == 3) {
+            lt_assert_has(p.out, "tracing False");
+        } else if (i == 4) {
+            lt_assert_has(p.err, "name '\\x1b]0;OWNED\\x07\\x1b[2J\\x1b[31mRED");
+            cr_assert_eq(tfix_q_int(s, "SELECT dropped_events FROM ranks"), 1, "the refused span counted");
+        }
+        sqlite3_close(s);
+        lt_free(&p);
+    }
 }
 
 /* A rank that starts programs before pprun's library loads

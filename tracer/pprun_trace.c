@@ -101,6 +101,17 @@ static void pt_init_locked(void) {
         pt.state = 3;
         return;
     }
+    int writer = trace_ring_claim(pt.ring, (int)getpid());
+    if (writer != 0) {
+        snprintf(pt.init_error, sizeof pt.init_error,
+                 "pprun_trace_init: process %d: rank %ld's trace is written by process %d; one process per rank "
+                 "records (this one was forked before it loaded libpprun_trace, or is a second program of the rank)",
+                 (int)getpid(), rank, writer);
+        trace_ring_close(pt.ring);
+        pt.ring = NULL;
+        pt.state = 3;
+        return;
+    }
     /* A program the rank starts must not write the same ring too. */
     fcntl((int)fd, F_SETFD, FD_CLOEXEC);
     static int atfork_set;
@@ -446,8 +457,12 @@ PPRUN_TRACE_API int pprun_trace_eval_loss(int step, int microbatch, int stage, d
 static int pt_check_name(const char *what, const char *name) {
     if (!name || !*name) return pt_fail("%s: the name is empty", what);
     size_t len = strlen(name);
-    if (len > TRACE_SPAN_NAME_MAX)
-        return pt_fail("%s: name '%.40s...' is %zu bytes, more than %d", what, name, len, TRACE_SPAN_NAME_MAX);
+    if (len > TRACE_SPAN_NAME_MAX) { /* its start shown escaped (base/term.h): it may hold anything */
+        char shown[200];
+        size_t used;
+        term_escape(name, 40, 0, shown, sizeof shown, &used);
+        return pt_fail("%s: name '%s...' is %zu bytes, more than %d", what, shown, len, TRACE_SPAN_NAME_MAX);
+    }
     for (size_t i = 0; i < len; i++)
         if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
             return pt_fail("%s: name has control byte 0x%02x at byte %zu; names are printable text (no byte below "

@@ -36,6 +36,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,8 @@ typedef struct ring_header {
     uint32_t pad0;
     uint64_t capacity;      /* records, a power of two */
     uint64_t id;            /* random, set at creation: names the ring in the store (trace_ring_id) */
-    char pad1[64 - 40];
+    _Atomic int32_t writer; /* the producer's pid (trace_ring_claim), 0 before one; the consumer reads none of it */
+    char pad1[64 - 44];
     _Alignas(64) _Atomic uint64_t head;    /* written by the producer */
     _Atomic uint64_t dropped;              /* written by the producer */
     _Alignas(64) _Atomic uint64_t tail;    /* written by the consumer */
@@ -204,6 +206,18 @@ int trace_ring_attach(int fd, trace_ring **out, pp_err *err) {
     if (skew && *skew) r->skew_ns = strtoll(skew, NULL, 10);
     *out = r;
     return 0;
+}
+
+int trace_ring_claim(trace_ring *ring, int pid) {
+    _Atomic int32_t *writer = &ring->hdr->writer;
+    int32_t cur = atomic_load_explicit(writer, memory_order_acquire);
+    for (;;) {
+        if (cur == pid) return 0;
+        /* EPERM: there, another user's */
+        if (cur > 0 && (kill(cur, 0) == 0 || errno != ESRCH)) return cur;
+        if (atomic_compare_exchange_weak_explicit(writer, &cur, pid, memory_order_acq_rel, memory_order_acquire))
+            return 0;
+    }
 }
 
 int trace_ring_write(trace_ring *ring, const trace_event *ev) {

@@ -33,6 +33,13 @@ int trace_ring_fd(const trace_ring *ring);
  * offset estimate (trace_clock_offset, which reads the same variable) then
  * measures it and the collector takes it out again. */
 int trace_ring_attach(int fd, trace_ring **out, pp_err *err);
+/* Producer side, once before a process's first record: makes process pid
+ * the ring's one writer, taking over from a writer that is gone (a
+ * restarted attempt, a program of the rank that ended). 0, or the pid of
+ * the live process that writes it: a process forked before it loaded the
+ * library (its at-fork handler cannot know), a second program of the
+ * rank; two writers would overwrite each other's slots. */
+int trace_ring_claim(trace_ring *ring, int pid);
 /* Hot path: a few stores, no lock, no syscall, no allocation. Returns 1,
  * or 0 when the ring was full and the record was counted as dropped. */
 int trace_ring_write(trace_ring *ring, const trace_event *ev);

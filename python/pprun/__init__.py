@@ -20,7 +20,6 @@ call does nothing and costs next to nothing. Standard library only; the
 torch part is pprun.torch."""
 import functools
 import operator
-import sys
 import threading
 
 from pprun import _trace
@@ -59,9 +58,8 @@ def _refused(t, name, why=None):
     one said on stderr; the program and the rest of its trace go on."""
     if not _said_refused[0]:
         _said_refused[0] = True
-        sys.stderr.write("pprun: rank %d: span '%s' not recorded: %s (refused spans are dropped and counted as "
+        _trace.say("pprun: rank %d: span '%s' not recorded: %s (refused spans are dropped and counted as "
                          "dropped records)\n" % (t.rank, _shown(name), why or t.error()))
-        sys.stderr.flush()
 
 
 def _int_field(what, v):

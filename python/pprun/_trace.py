@@ -52,7 +52,10 @@ class Tracer:
         # of it costs a twentieth of a call into the library, and a traced
         # op reads it twice (docs/torch.md, "What tracing costs").
         self.now = time.monotonic_ns
-        self.rank = int(os.environ.get("RANK", "0") or 0)
+        try:
+            self.rank = int(os.environ.get("RANK", "0") or 0)
+        except ValueError:  # the library refuses it too, naming it: not tracing
+            self.rank = -1
         self.pid = os.getpid()  # a forked child's copy counts into nothing (flush_lost)
         self.not_made = 0  # records not made since the stop, not yet flushed (under _lock)
         # The per-op calls, with no Python frame of pprun's between them and
@@ -161,11 +164,22 @@ def _load(path):
     return lib
 
 
+def say(text):
+    """text on stderr, flushed; nothing where there is no stderr (closed,
+    None): pprun's messages never raise into the program (a refused span
+    is never raised, docs/torch.md)."""
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except (AttributeError, ValueError, OSError):
+        pass
+
+
 def _fd_open(text):
     try:
         os.fstat(int(text))
         return True
-    except (OSError, ValueError):
+    except (OSError, ValueError, OverflowError):  # OverflowError: a number past a C int
         return False
 
 
@@ -183,12 +197,12 @@ def tracer():
         try:
             lib = _load(path)
         except (OSError, AttributeError) as e:
-            sys.stderr.write("pprun: cannot load libpprun_trace (%s): %s; not tracing\n" % (path, e))
+            say("pprun: cannot load libpprun_trace (%s): %s; not tracing\n" % (path, e))
             return None
         t = Tracer(lib)
         rc = lib.pprun_trace_init()
         if rc < 0:
-            sys.stderr.write("pprun: not tracing: %s\n" % t.error())
+            say("pprun: not tracing: %s\n" % t.error())
         if rc <= 0:  # 0: not the rank's ring (a process it started), as outside pprun
             return None
         _tracer = t
@@ -212,9 +226,8 @@ def stop(why):
         if _op is not None:  # its fast path records no more either
             _op.stop()
         atexit.register(flush_lost)
-        sys.stderr.write("pprun: rank %d: tracing stops, nothing more of this process is recorded: %s\n"
+        say("pprun: rank %d: tracing stops, nothing more of this process is recorded: %s\n"
                          % (t.rank, why))
-        sys.stderr.flush()
 
 
 def lost():
@@ -238,8 +251,7 @@ def flush_lost():
     cap = 1 << 30  # PPRUN_TRACE_COUNT_DROPPED_MAX: a call's most
     while n > 0:
         if t.count_dropped(min(n, cap)) < 0:
-            sys.stderr.write("pprun: rank %d: %d records not made are not counted: %s\n" % (t.rank, n, t.error()))
-            sys.stderr.flush()
+            say("pprun: rank %d: %d records not made are not counted: %s\n" % (t.rank, n, t.error()))
             return
         n -= min(n, cap)
 

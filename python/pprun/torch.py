@@ -58,7 +58,6 @@ import importlib
 import inspect
 import os
 import re
-import sys
 import threading
 import time
 import weakref
@@ -153,10 +152,9 @@ def _evaluation(sched):
     if first > 0 and first + replicas * n > _EVAL_MICROBATCHES_MAX:
         if not _st.said_eval_wrap:
             _st.said_eval_wrap = True
-            sys.stderr.write("pprun: rank %d: the evaluations under step %d passed %d microbatches: their numbers "
+            _trace.say("pprun: rank %d: the evaluations under step %d passed %d microbatches: their numbers "
                              "start again from 0, and a later evaluation's losses replace an earlier one's\n"
                              % (_st.t.rank, step, _EVAL_MICROBATCHES_MAX))
-            sys.stderr.flush()
         first = 0
     _st.eval_next = (step, first + replicas * n)
     return first + _replica_of(stage) * n, n
@@ -279,9 +277,9 @@ def _at_exit():
         _gpu.flush(wait=-1)
     except Exception as e:  # the CUDA context may already be gone: the spans still out are lost, said so
         n = len(_gpu.pending)
-        sys.stderr.write("pprun: rank %d: %d gpu spans lost at exit: %s\n" % (_st.t.rank, n, e))
+        _trace.say("pprun: rank %d: %d gpu spans lost at exit: %s\n" % (_st.t.rank, n, e))
         if _st.t.on and n and _st.t.count_dropped(n) < 0:
-            sys.stderr.write("pprun: rank %d: the lost gpu spans are not counted: %s\n" % (_st.t.rank, _st.t.error()))
+            _trace.say("pprun: rank %d: the lost gpu spans are not counted: %s\n" % (_st.t.rank, _st.t.error()))
         elif not _st.t.on:
             _st.t.lost(n)
     _trace.flush_lost()
@@ -507,8 +505,7 @@ def _watch(limit_ns):
         if w is None or w[0] == said or _clock() - w[0] < limit_ns:
             continue
         said = w[0]
-        sys.stderr.write(_waiting_line(w, limit_ns))
-        sys.stderr.flush()
+        _trace.say(_waiting_line(w, limit_ns))
 
 
 def _start_watch():
@@ -661,9 +658,8 @@ def _wrap_collective(orig, name, tensor_at, group_at, async_at):
         numbers[stage] = (bucket + 1) % _BUCKETS_MAX
         if bucket == _BUCKETS_MAX - 1 and not _st.said_bucket_wrap:
             _st.said_bucket_wrap = True
-            sys.stderr.write("pprun: rank %d: the data-parallel collectives of stage %d in step %d passed %d: their "
+            _trace.say("pprun: rank %d: the data-parallel collectives of stage %d in step %d passed %d: their "
                              "bucket numbers start again from 0\n" % (_st.t.rank, stage, step, _BUCKETS_MAX))
-            sys.stderr.flush()
         span = (name, step, bucket, stage, peer, _nbytes(tensor), t0)
         if arg(args, kwargs, async_at, False) and out is not None:
             _when_complete(out, span)
@@ -1003,7 +999,7 @@ def install():
     if not steps:
         missing.append("a schedule step()")
     if missing:
-        sys.stderr.write("pprun: torch %s has no %s: its pipelining is not traced\n"
+        _trace.say("pprun: torch %s has no %s: its pipelining is not traced\n"
                          % (torch.__version__, ", ".join(missing)))
         return False
     _st.t = t
@@ -1117,4 +1113,4 @@ if globals().pop("_install_when_imported", False):
     try:
         install()
     except Exception as e:  # never stop the program for its trace
-        sys.stderr.write("pprun: PyTorch pipelining is not traced: %s\n" % e)
+        _trace.say("pprun: PyTorch pipelining is not traced: %s\n" % e)
