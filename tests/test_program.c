@@ -975,6 +975,17 @@ Test(program_run, a_program_that_recorded_nothing_is_told_why, .timeout = 120) {
     cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
     cr_assert_null(strstr(p.err, "no records"), "the demo records: %s", p.err);
     lt_free(&p);
+    /* Its only record refused: it called the library, which said why. */
+    const char *refused[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", "-c",
+                             "import pprun\nwith pprun.span('x', bytes=-1): pass", NULL};
+    lt_run(&p, refused, NULL);
+    cr_assert_eq(p.status, 0, "exit %d\n%s", p.status, p.err);
+    lt_assert_has(p.err, "span 'x' not recorded");
+    cr_assert_null(strstr(p.err, "no records"), "the program called the library: %s", p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    cr_assert_eq(tfix_q_int(s, "SELECT sum(dropped_events) FROM ranks WHERE job_id=(SELECT max(id) FROM jobs)"), 1);
+    sqlite3_close(s);
 }
 
 Test(program_run, every_node_must_run_the_same_program, .timeout = 120) {
@@ -1315,6 +1326,43 @@ Test(program_run, a_chained_exception_is_named_from_where_it_started, .timeout =
         sqlite3 *s = open_db(db);
         char *failure = q_text(s, "SELECT failure FROM jobs ORDER BY id DESC LIMIT 1");
         lt_assert_has(failure, cases[i].said);
+        free(failure);
+        sqlite3_close(s);
+    }
+}
+
+/* Log records a rank wrote after its cause (logging at INFO while it shut
+ * down, a warning of gloo's or Python's) are not what it died saying:
+ * the line before them is, and a rank that said nothing else is named by
+ * its exit code alone. */
+Test(program_run, a_failure_is_named_by_the_line_before_the_log_records_after_it, .timeout = 120) {
+    static const struct {
+        const char *body, *said;
+    } cases[] = {
+        {"print('ERROR: checkpoint shard missing for rank 0', file=sys.stderr)\n"
+         "logging.basicConfig(); logging.getLogger('train').setLevel('INFO')\n"
+         "logging.getLogger('train').info('shutting down workers')\n"
+         "sys.exit(2)\n",
+         "exited with code 2: ERROR: checkpoint shard missing for rank 0"},
+        {"print('[W1130 12:00:00.000000000 ProcessGroupGloo.cpp:727] Warning: Unable to resolve hostname', "
+         "file=sys.stderr)\nwarnings.warn('old API')\nsys.exit(3)\n",
+         "exited with code 3"},
+    };
+    const char *db = tfix_path("noise.db");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[32], path[512], text[512];
+        snprintf(dir, sizeof dir, "noise%zu", i);
+        snprintf(text, sizeof text, "import logging, sys, warnings\n%s", cases[i].body);
+        write_program(dir, "noise.py", text, path, sizeof path);
+        const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
+        lt_proc p;
+        lt_run(&p, args, NULL);
+        cr_assert_eq(p.status, 1, "exit %d\n%s", p.status, p.err);
+        lt_free(&p);
+        sqlite3 *s = open_db(db);
+        char *failure = q_text(s, "SELECT failure FROM jobs ORDER BY id DESC LIMIT 1");
+        const char *at = strstr(failure, ") exited with code");
+        cr_assert(at && strcmp(at + 2, cases[i].said) == 0, "case %zu: %s", i, failure);
         free(failure);
         sqlite3_close(s);
     }

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
 
+#include "base/net.h"
 #include "db/alive.h"
 #include "db/summary.h"
 #include "db/whatif.h"
@@ -136,8 +137,8 @@ static int write_job_row(run_job *job, pp_err *err) {
 static int write_ranks(run_job *job, pp_err *err) {
     const sched_plan *plan = job->plan;
     int world = plan->ranks * job->cfg.dp; /* rank r holds the stages of pipeline rank r % plan->ranks */
-    char host[256] = "localhost";
-    gethostname(host, sizeof host - 1);
+    char host[256];
+    net_host_name(host, sizeof host);
     db_rank_info *ranks = calloc((size_t)world, sizeof *ranks);
     char (*stages)[256] = calloc((size_t)world, sizeof *stages);
     char (*hosts)[272] = calloc((size_t)world, sizeof *hosts);
@@ -298,9 +299,28 @@ static int prev_statement(const char *tail, int *end, const char **text) {
     return -1;
 }
 
+/* Whether a line is a log record that does not say why a rank died: a
+ * warning or an informational line that came after the cause (Python's
+ * logging at INFO, DEBUG or WARNING, "WARNING:train:..."; c10d's and
+ * gloo's "[W1130 12:00:00.1 ProcessGroupGloo.cpp:727] Warning: ..." and
+ * glog's "I1130 ..."; Python's warnings, "x.py:3: UserWarning: ..."). */
+static int log_noise(const char *text, int len) {
+    static const char *const levels[] = {"INFO:", "DEBUG:", "WARNING:", "[INFO]", "[DEBUG]", "[WARNING]", "INFO ",
+                                         "DEBUG ", "WARNING "};
+    for (size_t k = 0; k < sizeof levels / sizeof levels[0]; k++)
+        if (line_is(text, len, levels[k])) return 1;
+    int at = text[0] == '[';
+    if (len > at + 5 && (text[at] == 'W' || text[at] == 'I') && text[at + 1] >= '0' && text[at + 1] <= '9' &&
+        text[at + 4] >= '0' && text[at + 4] <= '9')
+        return 1;
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", len, text);
+    return strstr(line, "Warning: ") && !strstr(line, "Error");
+}
+
 /* What a rank died saying, from its stderr tail, into out: the last line
- * that says something (a worker's message, a Python exception), prefixes
- * and blanks dropped; when lines under it are indented (an exception
+ * that says something (a worker's message, a Python exception), prefixes,
+ * blanks and log records after it (log_noise) dropped; when lines under it are indented (an exception
  * whose message goes on, as PyTorch's stage errors do), the last line that
  * is not, and when that one ends in ':' the first line under it too
  * ("RuntimeError: [Stage 1] failed to run forward:"). An exception raised
@@ -310,11 +330,16 @@ static int prev_statement(const char *tail, int *end, const char **text) {
  * "RuntimeError: boom (then: RuntimeError: [Stage 1] failed to run forward:)". */
 static void last_line(const char *tail, char *out, size_t n) {
     const char *last = NULL, *under = NULL, *text;
-    int last_len = 0, under_len = 0, end = (int)strlen(tail), indented, len;
+    int last_len = 0, under_len = 0, end = (int)strlen(tail), indented, len, last_indented = 0;
     out[0] = '\0';
     while ((len = prev_line(tail, &end, &text, &indented)) >= 0) {
         if (!len) continue;
-        if (!last) last = text, last_len = len;
+        if (!indented && log_noise(text, len)) { /* and the lines under it are its own (a warning's source line) */
+            if (last_indented) last = NULL, last_len = 0;
+            under = NULL, last_indented = 0;
+            continue;
+        }
+        if (!last) last = text, last_len = len, last_indented = indented;
         if (indented) {
             under = text, under_len = len;
             continue;
@@ -380,13 +405,17 @@ void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
 /* A program that ran to its end and recorded nothing leaves a job that
  * `pprun stats` calls "none complete yet", and nothing else says why: the
  * likely causes, in one line (docs/torch.md, "How pprun gets into the
- * program"). Only for a job traced here (node 0, --trace on). */
+ * program"). Only for a job traced here (node 0, --trace on). A program
+ * whose records were all refused (counted as dropped) did call the
+ * library: the library said why at the time, and stats shows the drops. */
 static void say_nothing_recorded(const run_job *job, const job_outcome *end) {
     if (!job->program || end->exit_code != 0) return;
     sqlite3_stmt *st;
     if (sqlite3_prepare_v2(db_sqlite(job->db),
                            "SELECT EXISTS(SELECT 1 FROM events WHERE job_id=?1) OR"
-                           " EXISTS(SELECT 1 FROM losses WHERE job_id=?1)", -1, &st, NULL) != SQLITE_OK)
+                           " EXISTS(SELECT 1 FROM losses WHERE job_id=?1) OR"
+                           " EXISTS(SELECT 1 FROM ranks WHERE job_id=?1 AND dropped_events>0)",
+                           -1, &st, NULL) != SQLITE_OK)
         return;
     sqlite3_bind_int64(st, 1, job->job_id);
     int recorded = sqlite3_step(st) != SQLITE_ROW || sqlite3_column_int(st, 0);
