@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 void jw_init(jw *w) {
     memset(w, 0, sizeof *w);
     w->first[0] = 1;
@@ -119,20 +121,23 @@ static void put_string(jw *w, const char *s, size_t n) {
             jw_raw(w, (const char *)p, (size_t)(q - p));
             p = q;
         } else {
-            /* Validate one UTF-8 sequence; anything else becomes U+FFFD so
-             * the response stays valid JSON whatever is stored. */
-            int len = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-            if (c >= 0xf5) len = 0;
-            int ok = len > 0 && p + len <= end;
-            for (int i = 1; ok && i < len; i++) ok = (p[i] & 0xc0) == 0x80;
-            if (ok && len == 3) ok = !(c == 0xe0 && p[1] < 0xa0) && !(c == 0xed && p[1] >= 0xa0);
-            if (ok && len == 4) ok = !(c == 0xf0 && p[1] < 0x90) && !(c == 0xf4 && p[1] >= 0x90);
-            if (ok) {
-                jw_raw(w, (const char *)p, (size_t)len);
-                p += len;
-            } else {
+            /* One UTF-8 sequence; anything else becomes U+FFFD so the
+             * response stays valid JSON whatever is stored. The C1
+             * controls (U+0080..U+009F: U+009B is CSI to a terminal that
+             * reads 8-bit controls) go as \u escapes, as C0 ones do, so
+             * that JSON printed to a terminal cannot drive it. */
+            unsigned cp;
+            size_t len = utf8_seq(p, (size_t)(end - p), &cp);
+            if (len == 0) {
                 jw_raw(w, "\xef\xbf\xbd", 3);
                 p++;
+            } else if (cp < 0xa0) {
+                char e[6] = {'\\', 'u', '0', '0', hex[cp >> 4], hex[cp & 15]};
+                jw_raw(w, e, 6);
+                p += len;
+            } else {
+                jw_raw(w, (const char *)p, len);
+                p += len;
             }
         }
     }

@@ -16,6 +16,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "base/term.h"
+
 int net_parse_addr(const char *what, const char *addr, int min_port, char *host, size_t hostcap, int *port,
                    pp_err *err) {
     if (!addr) addr = "";
@@ -386,3 +388,14 @@ int net_pick_port(pp_err *err) {
     return pp_fail(err, "no free port among 256 tried in %d-%d", first, last);
 }
 
+int net_host_name(char *buf, size_t n) {
+    char raw[256];
+    size_t used;
+    if (gethostname(raw, sizeof raw) != 0) {
+        snprintf(buf, n, "localhost");
+        return -1;
+    }
+    raw[sizeof raw - 1] = '\0';
+    term_escape(raw, strlen(raw), 0, buf, n, &used);
+    return 0;
+}

@@ -43,6 +43,13 @@ int net_parse_addr(const char *what, const char *addr, int min_port, char *host,
  * PPRUN_STORE-like variables show. */
 void net_format_addr(const char *host, int port, char *buf, size_t cap);
 
+/* This machine's host name as pprun records and compares it (ranks.host,
+ * messages, a salvaged job's will): gethostname's, made printable as
+ * term_escape makes text (a control character as \xHH: a name set with
+ * `hostname` or in a UTS namespace may hold any byte) into buf[n]. 0, or
+ * -1 with buf "localhost" when the name cannot be read. */
+int net_host_name(char *buf, size_t n);
+
 /* A listening socket on host:port (host NULL or "" = every interface; port
  * 0 = one the kernel picks, see net_local_port), close-on-exec, with
  * SO_REUSEADDR and the given backlog. flags: NET_NONBLOCK,

@@ -5,22 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence at s (of n bytes), 0 when it is not
- * one (overlong, a surrogate, past U+10FFFF, cut short); *cp gets its code
- * point. */
-static size_t utf8_seq(const unsigned char *s, size_t n, unsigned *cp) {
-    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc2 ? 2 : 0;
-    if (s[0] > 0xf4 || len == 0 || len > n) return 0;
-    unsigned v = s[0] & (0x7f >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        v = v << 6 | (s[i] & 0x3f);
-    }
-    static const unsigned least[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (v < least[len] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff)) return 0;
-    *cp = v;
-    return len;
-}
+#include "base/utf8.h"
 
 /* The characters that reorder the text around them on the screen
  * (Unicode's explicit directional marks, embeddings, overrides and
@@ -31,16 +16,21 @@ static int is_bidi_control(unsigned cp) {
            (cp >= 0x2066 && cp <= 0x2069);
 }
 
+/* term_write's pieces after its first: a \r at their start is within
+ * the text. */
+#define TERM_WITHIN 2u
+
 size_t term_escape(const char *s, size_t n, unsigned flags, char *out, size_t cap, size_t *used) {
     size_t i = 0, o = 0;
     while (i < n) {
         unsigned char b = (unsigned char)s[i];
         unsigned cp = b;
-        size_t in = b < 0x80 ? 1 : utf8_seq((const unsigned char *)s + i, n - i, &cp);
+        size_t in = utf8_seq((const unsigned char *)s + i, n - i, &cp);
         char esc[12];
         const char *piece = s + i;
         size_t len = in;
-        if ((b == '\n' || b == '\t' || b == '\r') && (flags & TERM_LINES)) {
+        int cr_first = b == '\r' && i == 0 && !(flags & TERM_WITHIN);
+        if ((b == '\n' || b == '\t' || cr_first) && (flags & TERM_LINES)) {
             /* as it is */
         } else if (b == '\n' || b == '\t' || b == '\r') {
             esc[0] = '\\', esc[1] = b == '\n' ? 'n' : b == '\t' ? 't' : 'r';
@@ -67,6 +57,7 @@ int term_write(FILE *f, const char *s, size_t n, unsigned flags) {
         size_t used, len = term_escape(s, n, flags, buf, sizeof buf, &used);
         if (fwrite(buf, 1, len, f) != len) return -1;
         s += used, n -= used;
+        flags |= TERM_WITHIN;
     }
     return 0;
 }
@@ -76,4 +67,10 @@ char *term_dup(const char *s, size_t n, unsigned flags) {
     char *out = malloc(cap);
     if (out) term_escape(s, n, flags, out, cap, &used);
     return out;
+}
+
+const char *term_value(const char *s, char *buf, size_t cap) {
+    size_t used;
+    term_escape(s, strlen(s), 0, buf, cap, &used);
+    return buf;
 }

@@ -5,10 +5,12 @@
  * C1, U+0080..U+009F), the bidirectional controls that reorder what is
  * shown (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069) and bytes
  * that are not UTF-8 are written as escapes: \n, \t, \r, \xHH, \uHHHH
- * (a NUL too). With TERM_LINES, newline, tab and
- * carriage return stay as they are (text laid out in lines, a progress
- * line). What comes out is printable, valid UTF-8: escaping it again
- * changes nothing.
+ * (a NUL too). With TERM_LINES, newline and tab stay as they are (text
+ * laid out in lines), and a carriage return as the text's first byte (a
+ * progress line drawn again from its start); one further in, which would
+ * let what follows overwrite what came before on the screen (a rank's
+ * tqdm line quoted in a message), is escaped. What comes out is
+ * printable, valid UTF-8: escaping it again changes nothing.
  *
  * term_escape writes the escapes of s[0, n) into out[cap] (NUL-terminated
  * when cap > 0), stopping before a character whose escape would not fit;
@@ -24,5 +26,10 @@ size_t term_escape(const char *s, size_t n, unsigned flags, char *out, size_t ca
 int term_write(FILE *f, const char *s, size_t n, unsigned flags);
 /* s escaped into a new string (malloc'ed; NULL when out of memory). */
 char *term_dup(const char *s, size_t n, unsigned flags);
+/* The NUL-terminated s as one value within a line of text (a name from
+ * the database, an argument): escaped without TERM_LINES, so that a
+ * newline in it cannot start a line of its own, into buf[cap] (cap > 0),
+ * cut before the first character that does not fit; returns buf. */
+const char *term_value(const char *s, char *buf, size_t cap);
 
 #endif

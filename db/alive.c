@@ -14,6 +14,8 @@
  * namespace (a container) cannot tell, and shows what is stored. */
 #include "db/alive.h"
 
+#include "base/net.h"
+
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,12 +54,6 @@ static int proc_start(const char *pid, char *state, unsigned long long *start) {
     return 0;
 }
 
-static int this_host(char *buf, size_t n) {
-    if (gethostname(buf, n) != 0) return -1;
-    buf[n - 1] = 0;
-    return 0;
-}
-
 static int pid_namespace(char *buf, size_t n) {
     ssize_t k = readlink("/proc/self/ns/pid", buf, n - 1);
     if (k <= 0) return -1;
@@ -68,7 +64,7 @@ static int pid_namespace(char *buf, size_t n) {
 int alive_identity(cJSON *config) {
     char host[256], boot[64], ns[64], state;
     unsigned long long start;
-    if (this_host(host, sizeof host) != 0 || read_line(BOOT_ID, boot, sizeof boot) != 0 ||
+    if (net_host_name(host, sizeof host) != 0 || read_line(BOOT_ID, boot, sizeof boot) != 0 ||
         pid_namespace(ns, sizeof ns) != 0 || proc_start("self", &state, &start) != 0)
         return -1;
     cJSON *l = cJSON_AddObjectToObject(config, "launcher");
@@ -95,7 +91,7 @@ int alive_check(const char *config_json, char *why, size_t n) {
     unsigned long long now_start = 0;
     int verdict = ALIVE_UNKNOWN;
     if (!host || !boot || !ns || !cJSON_IsNumber(pid) || !cJSON_IsNumber(start) || pid->valuedouble < 1 ||
-        this_host(my_host, sizeof my_host) != 0 || strcmp(host, my_host) != 0 ||
+        net_host_name(my_host, sizeof my_host) != 0 || strcmp(host, my_host) != 0 ||
         read_line(BOOT_ID, my_boot, sizeof my_boot) != 0)
         goto out; /* written by an older pprun, or on another machine */
     snprintf(pidtext, sizeof pidtext, "%.0f", pid->valuedouble);

@@ -64,15 +64,36 @@ int64_t analyze_covered(const op *spans, size_t n, int64_t a, int64_t b, uint32_
     return total;
 }
 
+/* Whether comm[i] was waited for together with a receive of phase
+ * `waited`: a span of the same start and end (one batched p2p, PyTorch's
+ * batch_isend_irecv, whose ops are recorded from its issue to its wait's
+ * end, torch.md). comm is sorted by start. */
+static int batched_with(const op *comm, size_t n, size_t i, int waited) {
+    for (size_t j = i; j > 0 && comm[j - 1].start == comm[i].start; j--)
+        if (comm[j - 1].phase == waited && comm[j - 1].end == comm[i].end) return 1;
+    for (size_t j = i + 1; j < n && comm[j].start == comm[i].start; j++)
+        if (comm[j].phase == waited && comm[j].end == comm[i].end) return 1;
+    return 0;
+}
+
 /* Length of [a, b) covered by the comm ops that count as communication for
  * a gap ending in `next`: the rank's own sends and receives, but not the
- * receive that feeds `next` (that is waiting, not communication) nor the
+ * receive that feeds `next` (that is waiting, not communication), nor a
+ * send batched with that receive (PyTorch sends F m+1 and receives B m in
+ * one batch: the send's span lasts until the gradient arrives), nor the
  * all-reduce's spans (its thread's, beside the rank's). */
 static int64_t comm_cover(const op *comm, size_t n, int64_t a, int64_t b, const op *next) {
-    uint32_t mask = ANALYZE_PIPE_COMM;
-    if (next->phase == TRACE_F) mask &= ~ANALYZE_BIT(TRACE_RECV_F);
-    if (analyze_is_backward(next->phase)) mask &= ~ANALYZE_BIT(TRACE_RECV_B);
-    return analyze_covered(comm, n, a, b, mask);
+    int waited = next->phase == TRACE_F ? TRACE_RECV_F : analyze_is_backward(next->phase) ? TRACE_RECV_B : -1;
+    int64_t total = 0, cursor = a;
+    for (size_t i = 0; i < n && comm[i].start < b; i++) {
+        int ph = comm[i].phase;
+        if (ph < 0 || ph >= ANALYZE_PHASES || !(ANALYZE_PIPE_COMM & ANALYZE_BIT(ph)) || ph == waited ||
+            (waited >= 0 && batched_with(comm, n, i, waited)))
+            continue;
+        int64_t s = comm[i].start > cursor ? comm[i].start : cursor, e = comm[i].end < b ? comm[i].end : b;
+        if (e > s) total += e - s, cursor = e;
+    }
+    return total;
 }
 
 /* How long the rank's thread waited for a core in the gap [a, b): the

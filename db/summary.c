@@ -163,28 +163,36 @@ static int read_job(sqlite3 *db, job_summary *s, pp_err *err) {
 /* Complete steps: count, median span, mean bubble ratio; then per rank. */
 static int read_steps(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT c.start_ns, c.end_ns, c.bubble_ratio_mean FROM (" SQL_COMPLETE_STEPS("AND step>=?2") ") c",
+    if (prepare(db,
+                "SELECT c.start_ns, c.end_ns, c.bubble_ratio_mean, c.step FROM (" SQL_COMPLETE_STEPS("AND step>=?2")
+                ") c ORDER BY c.step",
                 s->job_id, &st, err) != 0)
         return -1;
     sqlite3_bind_int(st, 2, s->from_step);
-    durations times = {0};
+    durations times = {0}, between = {0};
     double bubble = 0;
+    int64_t prev_step = -2, prev_end = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t start = 0, end = 0;
+        int64_t start = 0, end = 0, step = sqlite3_column_int64(st, 3);
         int bad = bounds_col(st, 0, &bounds_time, s->job_id, "step_stats.start_ns", &start, err) != 0 ||
                   bounds_col(st, 1, &bounds_time, s->job_id, "step_stats.end_ns", &end, err) != 0;
-        if (bad || durations_push(&times, end - start) != 0) {
+        /* the step before it complete too: the time between them */
+        int oom = !bad && (durations_push(&times, end - start) != 0 ||
+                           (step == prev_step + 1 && start >= prev_end && durations_push(&between, start - prev_end)));
+        if (bad || oom) {
             sqlite3_finalize(st);
-            free(times.v);
+            free(times.v), free(between.v);
             return bad ? -1 : pp_fail(err, "out of memory");
         }
         bubble += sqlite3_column_double(st, 2);
+        prev_step = step, prev_end = end;
     }
     s->steps = (int64_t)times.n;
     s->step_time_ns = durations_median(&times);
+    s->between_ns = durations_median(&between);
     s->bubble_ratio = times.n ? bubble / (double)times.n : NAN;
-    free(times.v);
+    free(times.v), free(between.v);
     if (finish(db, st, rc, err) != 0) return -1;
 
     if (prepare(db, "SELECT rank, avg(bubble_ratio), max(act_peak_bytes) FROM step_stats WHERE job_id=?1 AND step>=?2"
@@ -530,7 +538,7 @@ static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err) {
     memset(s, 0, sizeof *s);
     s->job_id = job;
-    s->step_time_ns = s->loss_step = s->act_peak = s->mem_peak = -1;
+    s->step_time_ns = s->between_ns = s->loss_step = s->act_peak = s->mem_peak = -1;
     s->mem_peak_rank = -1;
     s->bubble_ratio = s->sim_bubble_ratio = s->loss = NAN;
     for (int g = 0; g < 2; g++)

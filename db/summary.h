@@ -76,6 +76,8 @@ typedef struct job_summary {
     int from_step;          /* 1 once there is a step 1: step 0 pays for start-up */
     int64_t steps;          /* complete steps from from_step on */
     int64_t step_time_ns;   /* their median span; -1 without steps */
+    int64_t between_ns;     /* median time from a complete step's end to the next one's start (a program's own
+                             * time outside its steps: data loading, logging, evaluation); -1 without two in a row */
     double bubble_ratio;    /* their mean bubble ratio; NAN without steps */
     double *bubble_by_rank; /* world entries (owned): mean bubble ratio, NAN for a rank without stats */
     double sim_bubble_ratio; /* the plan's simulated bubble, mean over ranks; NAN without a simulated plan */

@@ -4,6 +4,7 @@
  * how they scale with a chunk's size, and what memory they imply. */
 #include "db/whatif.h"
 
+#include "base/utf8.h"
 #include "config/model_spec.h"
 #include "db/bounds.h"
 #include "db/critpath.h"
@@ -165,7 +166,7 @@ static int whatif_too_big(int64_t actions, whatif_row *row) {
 
 static void whatif_row_init(whatif_row *row, const char *name, int v) {
     memset(row, 0, sizeof *row);
-    snprintf(row->schedule, sizeof row->schedule, "%.63s", name);
+    utf8_copy(row->schedule, sizeof row->schedule, name); /* a whole character at the cut */
     row->virtual_stages = v;
     row->step_time_ns = row->bubble_ratio = NAN;
     row->act_peak_bytes = -1;
@@ -425,7 +426,7 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     if (rc == SQLITE_ROW) {
         const unsigned char *schedule = sqlite3_column_text(st, 0), *model = sqlite3_column_text(st, 3);
         const unsigned char *ordered_for = sqlite3_column_text(st, 4);
-        snprintf(r->in.schedule, sizeof r->in.schedule, "%s", schedule ? (const char *)schedule : "");
+        utf8_copy(r->in.schedule, sizeof r->in.schedule, schedule ? (const char *)schedule : "");
         snprintf(r->model, sizeof r->model, "%s", model ? (const char *)model : "");
         /* Every play allocates by the row's shape (stages, chunks,
          * microbatches), and the costs below divide by it: one past pprun's
@@ -435,17 +436,23 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
         int64_t stages = sqlite3_column_int64(st, 5), chunks = sqlite3_column_int64(st, 2),
                 mbs = sqlite3_column_int64(st, 1);
         pp_err bad;
-        if (pp_shape_check_upper(stages, chunks, mbs, &bad) != 0) {
+        /* 0 is a job with no shape yet (a program's, before its plan);
+         * below 0 pprun never writes */
+        int negative = stages < 0 || chunks < 0 || mbs < 0;
+        if (negative)
+            pp_fail(&bad, "%lld stages, %lld chunks per rank, %lld microbatches: below 0", (long long)stages,
+                    (long long)chunks, (long long)mbs);
+        if (negative || pp_shape_check_upper(stages, chunks, mbs, &bad) != 0) {
             sqlite3_finalize(st);
             return pp_fail(err,
                            "job %lld's row declares a shape pprun never runs (%s): the database is damaged or was not "
                            "written by pprun",
                            (long long)job, bad.msg);
         }
-        /* each fits an int now; below 1 is no shape */
-        r->stages = stages < 0 ? 0 : (int)stages;
-        r->in.virtual_stages = chunks < 0 ? 0 : (int)chunks;
-        r->in.microbatches = mbs < 0 ? 0 : (int)mbs;
+        /* each fits an int now; 0 is no shape */
+        r->stages = (int)stages;
+        r->in.virtual_stages = (int)chunks;
+        r->in.microbatches = (int)mbs;
         model_spec spec;
         pp_err ignored;
         int parsed = model && model_parse_spec((const char *)model, &spec, &ignored) == 0;

@@ -22,6 +22,7 @@ void report_summary_json(jw *w, const job_summary *s) {
     jw_key(w, "step_time_ns");
     if (s->steps) jw_int(w, s->step_time_ns);
     else jw_null(w);
+    jw_kint_or_null(w, "between_steps_ns", s->between_ns);
     jw_key(w, "bubble_ratio");
     jw_num(w, s->bubble_ratio);
     jw_key(w, "bubble_ratio_by_rank");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/term.h"
 #include "db/alive.h"
 
 /* "812 ns", "3.40 us", "245.1 ms", "1.204 s" into buf. */
@@ -56,17 +57,21 @@ void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
         return;
     sqlite3_bind_int64(st, 1, s->job_id);
     if (sqlite3_step(st) == SQLITE_ROW) {
+        /* each stored value escaped as one (term_value): a newline in a
+         * name or an argument cannot forge a line of this report */
+        char shown[5][512];
         const char *t[5];
         for (int c = 0; c < 5; c++) {
             const unsigned char *v = sqlite3_column_text(st, c);
-            t[c] = v ? (const char *)v : "?";
+            t[c] = term_value(v ? (const char *)v : "?", shown[c], sizeof shown[c]);
         }
         fprintf(out, "job %lld  %s  %s  %d ranks  %s microbatches  model %s  device %s  %s", (long long)s->job_id, t[0],
                 t[1], s->world, t[2], t[3], t[4], s->status);
         if (sqlite3_column_type(st, 5) != SQLITE_NULL) fprintf(out, " (exit %d)", sqlite3_column_int(st, 5));
         fputc('\n', out);
         const unsigned char *failure = sqlite3_column_text(st, 6);
-        if (failure) fprintf(out, "failure    %s\n", (const char *)failure);
+        char why[1024];
+        if (failure) fprintf(out, "failure    %s\n", term_value((const char *)failure, why, sizeof why));
     }
     sqlite3_finalize(st);
     /* Trace records the ranks lost: the figures below miss them, which the
@@ -104,8 +109,8 @@ static void spans_table(FILE *out, const job_summary *s) {
     fprintf(out, "%-17s %8s %10s %10s %10s %10s\n", "time by span name", "count", "median", "mean", "max", "total");
     for (size_t i = 0; i < s->nspans; i++) {
         const summary_span *o = &s->spans[i];
-        char med[24], mean[24], max[24], total[24];
-        fprintf(out, "  %-15.*s %8lld %10s %10s %10s %10s\n", o->name[0] ? 60 : 9, o->name[0] ? o->name : "(no name)",
+        char med[24], mean[24], max[24], total[24], name[61]; /* 60 bytes at most, cut at a character */
+        fprintf(out, "  %-15s %8lld %10s %10s %10s %10s\n", term_value(o->name[0] ? o->name : "(no name)", name, sizeof name),
                 (long long)o->count, fmt_ns(med, sizeof med, (double)o->median_ns),
                 fmt_ns(mean, sizeof mean, (double)o->total_ns / (double)o->count),
                 fmt_ns(max, sizeof max, (double)o->max_ns), fmt_ns(total, sizeof total, (double)o->total_ns));
@@ -120,6 +125,11 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
         fprintf(out, "steps      %lld complete from step %d%s\n", (long long)s->steps, s->from_step,
                 s->from_step ? " (step 0 pays for start-up)" : "");
     fprintf(out, "step time  %s (median)\n", fmt_ns(a, sizeof a, (double)s->step_time_ns));
+    /* what a step's span leaves out: a program's data loading between its
+     * schedule.step() calls makes the loop slower than its steps */
+    if (s->between_ns >= 0)
+        fprintf(out, "between    %s from a step's end to the next one's start (median: the program's time outside its "
+                     "steps)\n", fmt_ns(a, sizeof a, (double)s->between_ns));
     fprintf(out, "bubble     %s measured, %s planned\n", fmt_pct(a, sizeof a, s->bubble_ratio),
             fmt_pct(b, sizeof b, s->sim_bubble_ratio));
     fprintf(out, "  by rank");
@@ -341,7 +351,8 @@ void report_whatif(FILE *out, const whatif_report *r) {
     int width = 18; /* the column fits the longest name ("zb-v --max-mem 8MiB *") */
     for (int k = 0; k < r->nrows; k++) {
         const whatif_row *w = &r->rows[k];
-        int n = snprintf(names[k], sizeof names[k], "%s%s", w->schedule,
+        char shown[sizeof w->schedule];
+        int n = snprintf(names[k], sizeof names[k], "%s%s", term_value(w->schedule, shown, sizeof shown),
                          w->this_job ? " *" : w->tuned ? " tuned" : "");
         width = n > width ? n : width;
     }
@@ -452,6 +463,9 @@ void report_brief(FILE *out, const char *prefix, const job_summary *s, const wha
     if (k >= 0)
         fprintf(out, "; idle mostly %s (%s)", analyze_causes[k],
                 fmt_pct(t, sizeof t, (double)s->idle_ns_by_cause[k] / (double)summary_idle_total(s)));
+    /* a loop slower than its steps by a tenth or more: say where the rest went */
+    if (s->between_ns >= 0 && 10 * s->between_ns >= s->step_time_ns)
+        fprintf(out, "; %s between steps", fmt_ns(t, sizeof t, (double)s->between_ns));
     if (s->dropped > 0) fprintf(out, "; %lld trace records lost, not in these figures", (long long)s->dropped);
     fprintf(out, "\n%s: more: pprun stats --db %s --job %lld\n", prefix, db_path, (long long)s->job_id);
 }
@@ -533,13 +547,15 @@ static void cmp_critpath(FILE *out, const job_compare *c) {
 /* "differs    microbatches: 8 in job 1, 16 in job 2", on three lines when
  * that is wider than a terminal. */
 static void cmp_diff(FILE *out, const compare_diff *d, const job_compare *c) {
-    char line[640];
-    int n = snprintf(line, sizeof line, "differs    %s: %s in job %lld, %s in job %lld", d->what, d->other,
-                     (long long)c->other, d->job, (long long)c->job);
+    char line[640], other[sizeof d->other], job[sizeof d->job]; /* each job's value, stored: escaped */
+    term_value(d->other, other, sizeof other);
+    term_value(d->job, job, sizeof job);
+    int n = snprintf(line, sizeof line, "differs    %s: %s in job %lld, %s in job %lld", d->what, other,
+                     (long long)c->other, job, (long long)c->job);
     if (n <= 100) fprintf(out, "%s\n", line);
     else
         fprintf(out, "differs    %s\n             job %lld  %s\n             job %lld  %s\n", d->what,
-                (long long)c->other, d->other, (long long)c->job, d->job);
+                (long long)c->other, other, (long long)c->job, job);
 }
 
 static void cmp_prediction(FILE *out, const job_summary *js, const job_summary *os, const whatif_report *ow,
@@ -557,11 +573,13 @@ static void cmp_prediction(FILE *out, const job_summary *js, const job_summary *
     } else if (c->max_mem[0]) { /* not the other's unbounded row: say which order was played */
         snprintf(cuts, sizeof cuts, " --max-mem %s (the order job %lld ran)", c->max_mem, (long long)c->job);
     }
-    fprintf(out, "what if    job %lld predicted %s%s%s at %s", (long long)c->other, row->schedule,
-            row->tuned ? " tuned" : "", cuts, fmt_ns(a, sizeof a, c->predicted_ns));
+    char name[sizeof row->schedule];
+    fprintf(out, "what if    job %lld predicted %s%s%s at %s", (long long)c->other,
+            term_value(row->schedule, name, sizeof name), row->tuned ? " tuned" : "", cuts,
+            fmt_ns(a, sizeof a, c->predicted_ns));
     if (c->own >= 0)
         fprintf(out, ", %s of its own %s", fmt_times(b, sizeof b, c->predicted_ns, ow->rows[c->own].step_time_ns),
-                ow->rows[c->own].schedule);
+                term_value(ow->rows[c->own].schedule, name, sizeof name));
     fprintf(out, " (simulated)\n");
     if (js->steps > 0 && os->steps > 0)
         fprintf(out, "           job %lld measured %s, %s of job %lld's %s (median steps)\n", (long long)c->job,

@@ -133,7 +133,7 @@ start_build() {
 }
 finish_build() {
   local kind=$1 dir=build-test-$1
-  echo "== $kind build"
+  echo "== $kind build ($SECONDS s into the run)"
   if [ -n "${build_pid[$kind]:-}" ]; then
     wait "${build_pid[$kind]}"
   else
@@ -228,5 +228,6 @@ for i in "${!builds[@]}"; do
 done
 # A next build started but not reached (this one's tests cut short) ends here.
 wait
+echo "== done ($SECONDS s)"
 echo "$total_pass passed, $total_fail failed, $total_skip skipped"
 exit $status

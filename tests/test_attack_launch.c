@@ -802,6 +802,38 @@ Test(attack_launch, a_run_id_that_is_a_path_step_is_refused) {
     cr_assert_eq(chdir(cwd), 0);
 }
 
+/* A host name with control characters (sethostname takes any bytes; here
+ * in a UTS namespace of the test's own) is recorded and shown printable,
+ * escaped once: in ranks.host, the job's failure, the launcher's record
+ * that tells whether it is alive (the job is failed, not lost), and the
+ * Root Cause block. Before, node 0's name went into the file raw, and its
+ * \r\n forged a line wherever it was shown. */
+Test(attack_launch, a_host_name_with_control_characters_is_recorded_escaped) {
+    const char *db = path_of("host.db"), *py = path_of("sethost.py"), *err = path_of("host.err");
+    tfix_write(py, "import os, socket, sys\n"
+                   "socket.sethostname(b'h\\x1b]0;t\\x07\\r\\nFAKE')\n"
+                   "os.execv(sys.argv[1], sys.argv[1:])\n");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "unshare -r -u python3 %s %s run --db %s --nproc-per-node 1 -- sh -c 'exit 3' 2>%s", py,
+             PPRUN_BIN, db, err);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d (unshare -r -u needs user namespaces)", st);
+    const char *shown = "h\\x1b]0;t\\x07\\r\\nFAKE";
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM ranks WHERE host='%s'", shown), 1);
+    cr_assert_eq(tfix_q_intf(s, "SELECT count(*) FROM jobs WHERE status='failed' AND failure LIKE '%% on %s) %%'"
+                                " AND json_extract(config_json, '$.launcher.host')='%s'", shown, shown), 1);
+    sqlite3_close(s);
+    size_t len;
+    char *text = lt_slurp(err, &len);
+    char want[128];
+    snprintf(want, sizeof want, "  host      : %s (node rank 0)\n", shown);
+    lt_assert_has(text, want);
+    cr_assert_null(strchr(text, '\r'), "%s", text);
+    free(text);
+}
+
 /* `pprun run RUN...` with --db db, then `pprun launch LAUNCH...`, each
  * refused before its job: exit 2 naming want, no database, nothing on
  * standard output. */

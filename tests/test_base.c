@@ -130,7 +130,9 @@ Test(base, the_rate_limit_writes_a_burst_then_counts_what_it_held_back) {
 /* ---- text for the terminal, files the user names ---------------------------- */
 
 /* Each kind of byte that drives a terminal becomes an escape; UTF-8 text
- * stays; with TERM_LINES newline, tab and carriage return stay too;
+ * stays; with TERM_LINES newline and tab stay too, and a carriage return
+ * as the first byte (a progress line), not one that would overwrite what
+ * came before;
  * the result escaped again is the same. */
 Test(base, terminal_escapes) {
     static const struct {
@@ -141,7 +143,9 @@ Test(base, terminal_escapes) {
         {"\033]0;title\007", "\\x1b]0;title\\x07", "\\x1b]0;title\\x07"},
         {"\302\2332J", "\\u009b2J", "\\u009b2J"},       /* C1 CSI as UTF-8 */
         {"\2332J", "\\x9b2J", "\\x9b2J"},               /* a raw C1 byte: not UTF-8 */
-        {"a\nb\tc\rd", "a\\nb\\tc\\rd", "a\nb\tc\rd"},
+        {"a\nb\tc\rd", "a\\nb\\tc\\rd", "a\nb\tc\\rd"},
+        /* a carriage return only as the first byte: a progress line */
+        {"\r[==] 1/2", "\\r[==] 1/2", "\r[==] 1/2"},
         {"del\177", "del\\x7f", "del\\x7f"},
         {"caf\303\251 \342\202\254", "caf\303\251 \342\202\254", "caf\303\251 \342\202\254"},
         {"\300\257 \355\240\200", "\\xc0\\xaf \\xed\\xa0\\x80", "\\xc0\\xaf \\xed\\xa0\\x80"}, /* overlong, surrogate */
@@ -165,6 +169,27 @@ Test(base, terminal_escapes) {
     char *got = term_dup("a\0b", 3, 0);
     cr_assert_str_eq(got, "a\\x00b");
     free(got);
+}
+
+/* A stored value within a line: its newline and carriage return escaped,
+ * cut at a whole character; term_write keeps a \r only at the very start
+ * of what it writes, not at the start of its second piece. */
+Test(base, a_value_within_a_line_is_one_line_cut_at_a_character) {
+    char buf[8];
+    cr_assert_str_eq(term_value("a\nb\rc", buf, sizeof buf), "a\\nb\\rc");
+    cr_assert_str_eq(term_value("aaaaaa\303\251", buf, sizeof buf), "aaaaaa", "the 2-byte character does not fit");
+    char *text = malloc(5001), *got;
+    size_t len;
+    memset(text, 'x', 5000);
+    text[0] = '\r', text[4096] = '\r', text[5000] = '\0';
+    FILE *f = open_memstream(&got, &len);
+    cr_assert_eq(term_write(f, text, 5000, TERM_LINES), 0);
+    fclose(f);
+    cr_assert_eq(len, 5001, "the second \\r escaped: %zu", len);
+    cr_assert_eq(got[0], '\r');
+    cr_assert_eq(memcmp(got + 4096, "\\r", 2), 0);
+    free(got);
+    free(text);
 }
 
 /* Cut to fit, an escape or a UTF-8 character is never split; *used says

@@ -248,6 +248,39 @@ Test(db, a_gap_mostly_spent_waiting_for_a_core_is_wait_cpu) {
     db_close(d);
 }
 
+/* PyTorch sends F m+1 and receives B m in one batched p2p, and records
+ * both from the batch's issue to its wait's end: a send of the same start
+ * and end as the receive the next op waits for was waited for with it,
+ * and the gap is that wait (wait_gradient), not communication. A send
+ * that ends on its own, covering the gap as long, still makes it comm. */
+Test(db, a_send_batched_with_the_receive_the_next_op_waits_for_is_no_communication) {
+    static const struct {
+        int64_t end_us;
+        const char *cause;
+    } cases[] = {{40, "wait_gradient"}, {39, "comm"}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char name[32];
+        snprintf(name, sizeof name, "batched%zu.db", c);
+        db *d = open_fresh(name);
+        int64_t job = tfix_job(d);
+        pp_err err;
+        trace_event ev[32];
+        size_t n = tfix_events(0, 1000000, ev);
+        /* beside rank 0's RECV_B of microbatch 0 (20-40 us, before 0B0) */
+        ev[n] = ev[2];
+        ev[n].phase = TRACE_SEND_F;
+        ev[n].microbatch = 1;
+        ev[n++].end_ns = 1000000 + cases[c].end_us * 1000;
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+        cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+        char buf[128];
+        cr_assert_str_eq(q_text(db_sqlite(d), "SELECT cause FROM gaps WHERE rank=0 AND next_action='0B0'", buf,
+                                sizeof buf),
+                         cases[c].cause, "a SEND_F ending at %lld us", (long long)cases[c].end_us);
+        db_close(d);
+    }
+}
+
 /* An op that takes no time (a program's: its clock read the same twice)
  * right after a gap: the next gap starts at it, not where the first did.
  * Both started at 20 before, and gaps' key (job, step, rank, start)

@@ -854,8 +854,9 @@ Test(db_export, a_programs_bw_and_named_spans) {
 
 /* A span name of bytes that are not UTF-8 (a program's, stored as given)
  * and a forged jobs.name: `pprun export` writes them as the /api routes
- * do (base/json.h), each bad byte U+FFFD, and python3's json reads the
- * file (it stopped at byte 0xff). */
+ * do (base/json.h), each bad byte U+FFFD, a C1 control (U+009B, CSI to
+ * a terminal reading 8-bit controls) as \u009b, and python3's json reads
+ * the file (it stopped at byte 0xff). */
 Test(db_export, names_that_are_not_utf8_export_as_valid_json) {
     const char *path = tfix_path("badutf8.db"), *json = tfix_path("badutf8.json"), *py = tfix_path("badutf8.py");
     db *d = tfix_open_fresh(path);
@@ -869,7 +870,7 @@ Test(db_export, names_that_are_not_utf8_export_as_valid_json) {
                             .microbatch = -1, .peer = -1, .name = 1, .start_ns = 1000000, .end_ns = 1050000};
     cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
     cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
-    cr_assert_eq(sqlite3_exec(db_sqlite(d), "UPDATE jobs SET name = CAST(X'ff22c0' AS TEXT)", NULL, NULL, NULL),
+    cr_assert_eq(sqlite3_exec(db_sqlite(d), "UPDATE jobs SET name = CAST(X'ff22c0c29b' AS TEXT)", NULL, NULL, NULL),
                  SQLITE_OK);
     db_close(d);
     FILE *f = fopen(py, "w");
@@ -878,7 +879,8 @@ Test(db_export, names_that_are_not_utf8_export_as_valid_json) {
           "d = json.load(open(sys.argv[1], encoding='utf-8'))\n"
           "spans = [e['name'] for e in d['traceEvents'] if e.get('cat') == 'span']\n"
           "assert spans == ['\\ufffd\\ufffd\"\\\\x'], spans\n"
-          "assert d['otherData']['name'] == '\\ufffd\"\\ufffd', d['otherData']\n",
+          "assert d['otherData']['name'] == '\\ufffd\"\\ufffd\\x9b', d['otherData']\n"
+          "assert b'\\xc2\\x9b' not in open(sys.argv[1], 'rb').read(), 'a raw C1 CSI'\n",
           f);
     fclose(f);
     char args[1024], cmd[2048];

@@ -304,6 +304,14 @@ static const forged_row forged[] = {
      0,
      NULL,
      {{"/whatif", 500, "declares a shape pprun never runs (" I64MAX " stages"}}},
+    /* taken as no shape: the what-if showed "not measured" */
+    {"jobs.microbatches -4",
+     "UPDATE jobs SET microbatches=-4",
+     2,
+     "job 1's row declares a shape pprun never runs (2 stages, 1 chunks per rank, -4 microbatches: below 0)",
+     0,
+     NULL,
+     {{"/whatif", 500, "declares a shape pprun never runs (2 stages, 1 chunks per rank, -4 microbatches"}}},
     /* text where a number goes: SQLite reads it as 0 (an op 51,860 s long) */
     {"events.start_ns text",
      "UPDATE events SET start_ns='abc' " ONE_OP,

@@ -546,6 +546,9 @@ Test(run, impossible_requests_exit_2_naming_the_constraint) {
          "--dp 64 x --microbatches 4096: 262144 microbatches a step over the replicas, more than 100000"},
         {"train.py", "unexpected argument 'train.py': pprun run takes options only, for its own job; your program "
                      "runs on every rank after `--` (`-- python3 train.py`)"},
+        /* the interpreter first: the command again, not "python3 python3" */
+        {"python3 train.py --lr 1", "unexpected argument 'python3': pprun run takes options only, for its own job; "
+                                    "your program runs on every rank after `--` (`-- python3 ...`)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out = NULL;

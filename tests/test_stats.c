@@ -81,7 +81,7 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(p.out, "job 1  ");
     lt_assert_has(p.out, "1f1b  4 ranks  8 microbatches");
     lt_assert_has(p.out, "steps      2 complete from step 1");
-    lt_assert_has(p.out, "step time  30.50 ms (median)");
+    lt_assert_has(p.out, "step time  30.50 ms (median)\nbetween    9.50 ms from a step's end to the next one's start");
     lt_assert_has(p.out, "bubble     19.7% measured, 20.0% planned"); /* 6/30.5 and 6/30 */
     lt_assert_has(p.out, "by rank  0: 19.7%  1: 19.7%  2: 19.7%  3: 19.7%\n");
     /* 2 steps x 4 ranks x 6 ms of idle: half waiting for gradients, then warm-up and cool-down */
@@ -211,6 +211,39 @@ Test(stats, a_job_without_steps_says_so, .timeout = 60) {
     lt_assert_has(p.out, "bubble     - measured, 20.0% planned\n");
     lt_assert_has(p.out, "loss       none yet\n");
     lt_assert_has(p.out, "what if    nothing to simulate yet: no complete step with F, B and W spans\n");
+    lt_free(&p);
+    fixture_remove(path);
+}
+
+/* Text stored in the file (a program's arguments in jobs.model, a rank's
+ * last line of output in jobs.failure, a forged name) is shown as one
+ * value: a newline in it cannot forge a line of the report, a carriage
+ * return cannot overwrite one, and a name cut to fit its column is cut at
+ * a whole character. */
+Test(stats, stored_text_cannot_forge_or_overwrite_a_line_of_the_report, .timeout = 60) {
+    char path[256];
+    fixture_fresh(path, sizeof path, "stats-text", 3, "failed");
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db,
+                              "UPDATE jobs SET model='train.py x'||char(10)||'bubble     0.0% measured',"
+                              " failure='rank 1 exited with code 3: 50%'||char(13)||'all fine',"
+                              " schedule=(SELECT group_concat(c, '') FROM (SELECT 'é' AS c FROM events LIMIT 40))",
+                              NULL, NULL, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    lt_proc p = stats(path, "1");
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "model train.py x\\nbubble     0.0% measured  device");
+    cr_assert_null(strstr(p.out, "\nbubble     0.0%"), "a forged line:\n%s", p.out);
+    lt_assert_has(p.out, "failure    rank 1 exited with code 3: 50%\\rall fine\n");
+    cr_assert_null(strchr(p.out, '\r'), "%s", p.out);
+    /* the what-if's name of this job's schedule: 31 of the 40 two-byte
+     * characters fit its 64 bytes, no half of one */
+    char want[80] = "";
+    for (int k = 0; k < 31; k++) strcat(want, "é");
+    strcat(want, " *");
+    lt_assert_has(p.out, want);
+    cr_assert_null(strstr(p.out, "\\xc3"), "a character cut in half, escaped:\n%s", p.out);
     lt_free(&p);
     fixture_remove(path);
 }

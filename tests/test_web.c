@@ -25,6 +25,7 @@
 #include "db/whatif.h"
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
+#include "base/utf8.h"
 #include "web/http.h"
 #include "web/server.h"
 
@@ -649,6 +650,7 @@ Test(web, summary_holds_a_job_in_a_few_numbers) {
     cr_assert_eq(num(j, "from_step"), 1);
     cr_assert_eq(num(j, "steps"), 2);
     cr_assert_eq(num(j, "step_time_ns"), FIXTURE_STEP_SPAN_NS);
+    cr_assert_eq(num(j, "between_steps_ns"), FIXTURE_STEP_PERIOD_NS - FIXTURE_STEP_SPAN_NS, "step 1's end to step 2's start");
     cr_assert_float_eq(num(j, "bubble_ratio"), 6.0 / 30.5, 1e-12);
     cJSON *br = cJSON_GetObjectItem(j, "bubble_ratio_by_rank");
     cr_assert_eq(cJSON_GetArraySize(br), 4);
@@ -727,8 +729,8 @@ Test(web_summary, a_job_without_steps_then_with_only_step_0, .timeout = 60) {
     start_with(0, "running", (http_options){.conn_timeout_s = 2});
     cJSON *j = get_json("/api/jobs/1/summary", 200);
     cr_assert_eq(num(j, "steps"), 0);
-    static const char *const nulls[] = {"step_time_ns", "bubble_ratio", "loss_step", "loss"};
-    for (int i = 0; i < 4; i++) cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, nulls[i])), "%s is null", nulls[i]);
+    static const char *const nulls[] = {"step_time_ns", "bubble_ratio", "loss_step", "loss", "between_steps_ns"};
+    for (int i = 0; i < 5; i++) cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, nulls[i])), "%s is null", nulls[i]);
     cr_assert(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "bubble_ratio_by_rank"), 0)));
     cr_assert_float_eq(num(j, "sim_bubble_ratio"), 6.0 / 30, 1e-12, "the plan is there before any step");
     cJSON_Delete(j);
@@ -1184,6 +1186,45 @@ Test(web, metrics_are_prometheus_text_with_the_jobs_numbers) {
     snprintf(want, sizeof want, "pprun_loss{job=\"1\"} %.9g\n", (fixture_loss(2, 0) + fixture_loss(2, 1) + fixture_loss(2, 2) + fixture_loss(2, 3) + fixture_loss(2, 4) + fixture_loss(2, 5) + fixture_loss(2, 6) + fixture_loss(2, 7)) / 8);
     cr_assert(strstr(r.body, want), "want %s in %s", want, r.body);
     cr_assert_gt(samples, 10);
+    webclient_free(&r);
+}
+
+/* A file that breaks under the server: /metrics still answers, with the
+ * server's own numbers, and says the database could not be read
+ * (pprun_database_up 0) rather than only leaving the job series out. */
+Test(web, metrics_say_when_the_database_cannot_be_read) {
+    webclient_resp r;
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert(strstr(r.body, "\npprun_database_up 1\n"), "%s", r.body);
+    webclient_free(&r);
+    cr_assert_eq(truncate(dbpath, 0), 0);
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, "\npprun_database_up 0\n"), "%s", r.body);
+    cr_assert(strstr(r.body, "pprun_http_requests_total{code=\"200\"} "), "%s", r.body);
+    cr_assert_null(strstr(r.body, "pprun_step_time_seconds{"), "%s", r.body);
+    webclient_free(&r);
+}
+
+/* Label values stay UTF-8 whatever the file holds (Prometheus refuses the
+ * whole scrape at one that is not): a schedule name longer than its
+ * field cut at a whole character, a byte that is no UTF-8 and a control
+ * character replaced by U+FFFD, quote and backslash escaped. */
+Test(web, metrics_labels_are_utf8_whatever_the_file_holds) {
+    exec_sql("UPDATE jobs SET schedule = printf('%.62c', 'a') || 'éééé', name = CAST(X'41ff1b0d22' AS TEXT) || '\\'");
+    webclient_resp r;
+    webclient_request(port, "GET", "/metrics", NULL, NULL, &r);
+    cr_assert_eq(r.status, 200);
+    char want[160];
+    snprintf(want, sizeof want, "pprun_job_info{job=\"1\",name=\"A\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\\\"\\\\\",schedule=\"%.62s\",",
+             "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    cr_assert(strstr(r.body, want), "want %s in %s", want, r.body);
+    for (size_t i = 0; i < r.len;) {
+        unsigned cp;
+        size_t len = utf8_seq((const unsigned char *)r.body + i, r.len - i, &cp);
+        cr_assert_gt(len, 0, "not UTF-8 at byte %zu: %s", i, r.body + i);
+        i += len;
+    }
     webclient_free(&r);
 }
 

@@ -5,13 +5,18 @@
  * server's own counters (requests by status, slow requests closed, live
  * streams, user queries and trace exports). Values come from the database
  * and the server at scrape time. Each metric's samples are written
- * together, after its HELP and TYPE lines. */
+ * together, after its HELP and TYPE lines. A database that fails a read
+ * (a damaged or replaced file) still answers 200 with the server's own
+ * numbers and pprun_database_up 0, as Prometheus exporters say a target
+ * they cannot read (mysqld_exporter's mysql_up): alert on it, not on
+ * series that went missing. */
 #include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
 #include "db/alive.h"
 #include "db/summary.h"
 #include "web/routes.h"
@@ -61,13 +66,22 @@ typedef struct job_row {
     double step_s;  /* its wall time */
 } job_row;
 
-/* Label values escape backslash, double quote and newline. */
+/* Label values escape backslash, double quote and newline, the format's
+ * three escapes. A label value must be UTF-8 (Prometheus refuses the
+ * whole scrape otherwise): a byte that is not, and a control character
+ * the format cannot escape, become U+FFFD. */
 static void label(jw *w, const char *s) {
-    for (; s && *s; s++) {
-        if (*s == '\\') jw_raw(w, "\\\\", 2);
-        else if (*s == '"') jw_raw(w, "\\\"", 2);
-        else if (*s == '\n') jw_raw(w, "\\n", 2);
-        else jw_raw(w, s, 1);
+    size_t n = s ? strlen(s) : 0;
+    for (size_t i = 0; i < n;) {
+        unsigned cp;
+        size_t len = utf8_seq((const unsigned char *)s + i, n - i, &cp);
+        if (len == 0) cp = 0xfffd, len = 1; /* not UTF-8: one byte replaced */
+        if (cp == '\\') jw_raw(w, "\\\\", 2);
+        else if (cp == '"') jw_raw(w, "\\\"", 2);
+        else if (cp == '\n') jw_raw(w, "\\n", 2);
+        else if (cp == 0xfffd || cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) jw_raw(w, "\xef\xbf\xbd", 3);
+        else jw_raw(w, s + i, len);
+        i += len;
     }
 }
 
@@ -83,26 +97,31 @@ static void help(jw *w, const metric *m) {
     jw_rawf(w, "# HELP %s %s\n# TYPE %s %s\n", m->name, m->help, m->name, m->type);
 }
 
+/* Whether sqlite3_step's rc is a row or the end of the rows, not an
+ * error. */
+static int read_ok(int rc) { return rc == SQLITE_DONE || rc == SQLITE_ROW; }
+
 /* The newest jobs into jobs (METRICS_JOBS entries), with their latest
  * complete step; how many there are. A query that fails leaves out what
- * it would have read. */
-static int read_jobs(sqlite3 *db, job_row *jobs) {
+ * it would have read, and clears *db_up. */
+static int read_jobs(sqlite3 *db, job_row *jobs, int *db_up) {
     sqlite3_stmt *st;
-    int n = 0;
+    int n = 0, rc = SQLITE_DONE;
     if (sqlite3_prepare_v2(db,
                            "SELECT j.id, j.name, " SQL_JOB_STATUS("j.") ", j.schedule, "
                            "(SELECT count(DISTINCT step) FROM step_stats t WHERE t.job_id=j.id), "
                            ROUTES_SQL_JOB_COUNTS " "
                            "FROM jobs j ORDER BY j.id DESC LIMIT ?1",
                            -1, &st, NULL) != SQLITE_OK)
-        return 0;
+        return *db_up = 0;
     sqlite3_bind_int(st, 1, METRICS_JOBS);
-    while (n < METRICS_JOBS && sqlite3_step(st) == SQLITE_ROW) {
+    while (n < METRICS_JOBS && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         job_row *j = &jobs[n++];
         j->id = (long)sqlite3_column_int64(st, 0);
-        snprintf(j->name, sizeof j->name, "%s", (const char *)sqlite3_column_text(st, 1));
-        snprintf(j->status, sizeof j->status, "%s", (const char *)sqlite3_column_text(st, 2));
-        snprintf(j->schedule, sizeof j->schedule, "%s", (const char *)sqlite3_column_text(st, 3));
+        /* cut at a whole character: a label's bytes must stay UTF-8 */
+        utf8_copy(j->name, sizeof j->name, (const char *)sqlite3_column_text(st, 1));
+        utf8_copy(j->status, sizeof j->status, (const char *)sqlite3_column_text(st, 2));
+        utf8_copy(j->schedule, sizeof j->schedule, (const char *)sqlite3_column_text(st, 3));
         j->n[JOB_RUNNING] = strcmp(j->status, "running") == 0;
         for (int k = JOB_STEPS; k < JOB_NUMBERS; k++) {
             int c = 4 + k - JOB_STEPS; /* NULL: a count past its bound, left out */
@@ -111,14 +130,19 @@ static int read_jobs(sqlite3 *db, job_row *jobs) {
         j->last_step = -1;
     }
     sqlite3_finalize(st);
-    if (sqlite3_prepare_v2(db, SQL_COMPLETE_STEPS("") " ORDER BY step DESC LIMIT 1", -1, &st, NULL) != SQLITE_OK)
+    if (!read_ok(rc)) *db_up = 0;
+    if (sqlite3_prepare_v2(db, SQL_COMPLETE_STEPS("") " ORDER BY step DESC LIMIT 1", -1, &st, NULL) != SQLITE_OK) {
+        *db_up = 0;
         return n;
+    }
     for (int i = 0; i < n; i++) {
         sqlite3_reset(st);
         sqlite3_bind_int64(st, 1, jobs[i].id);
+        rc = sqlite3_step(st);
+        if (!read_ok(rc)) *db_up = 0;
         /* a job whose step times are past their bound has no step metrics:
          * the list of jobs stands (db/bounds.h) */
-        if (sqlite3_step(st) != SQLITE_ROW || !bounds_step_row_ok(st, 0)) continue;
+        if (rc != SQLITE_ROW || !bounds_step_row_ok(st, 0)) continue;
         jobs[i].last_step = sqlite3_column_int(st, 0);
         jobs[i].step_s = (double)(sqlite3_column_int64(st, 2) - sqlite3_column_int64(st, 1)) / 1e9;
     }
@@ -150,7 +174,7 @@ static void write_jobs(jw *w, const job_row *jobs, int n) {
 
 /* Each job's latest complete step: its wall time and index, then per rank
  * its bubble ratio and the activation bytes held at most. */
-static void write_steps(jw *w, sqlite3 *db, const job_row *jobs, int n) {
+static void write_steps(jw *w, sqlite3 *db, const job_row *jobs, int n, int *db_up) {
     static const metric time = {"pprun_step_time_seconds", "gauge", "Wall time of the latest complete step."};
     static const metric index = {"pprun_step", "gauge", "Index of the latest complete step."};
     /* per rank, from the step's step_stats rows: column 1, then column 2 */
@@ -168,10 +192,11 @@ static void write_steps(jw *w, sqlite3 *db, const job_row *jobs, int n) {
     for (int i = 0; i < n; i++)
         if (jobs[i].last_step >= 0) jw_rawf(w, "pprun_step{job=\"%ld\"} %ld\n", jobs[i].id, jobs[i].last_step);
     sqlite3_stmt *ranks = NULL;
-    sqlite3_prepare_v2(db,
-                       "SELECT rank, bubble_ratio, act_peak_bytes FROM step_stats WHERE job_id=?1 AND step=?2 "
-                       "ORDER BY rank",
-                       -1, &ranks, NULL);
+    if (sqlite3_prepare_v2(db,
+                           "SELECT rank, bubble_ratio, act_peak_bytes FROM step_stats WHERE job_id=?1 AND step=?2 "
+                           "ORDER BY rank",
+                           -1, &ranks, NULL) != SQLITE_OK)
+        *db_up = 0;
     for (int col = 1; col <= 2; col++) {
         help(w, &per_rank[col - 1]);
         for (int i = 0; ranks && i < n; i++) {
@@ -179,33 +204,38 @@ static void write_steps(jw *w, sqlite3 *db, const job_row *jobs, int n) {
             sqlite3_reset(ranks);
             sqlite3_bind_int64(ranks, 1, jobs[i].id);
             sqlite3_bind_int64(ranks, 2, jobs[i].last_step);
-            while (sqlite3_step(ranks) == SQLITE_ROW) {
+            int rc;
+            while ((rc = sqlite3_step(ranks)) == SQLITE_ROW) {
                 if (col == 2 && !bounds_ok(&bounds_bytes, sqlite3_column_int64(ranks, 2))) continue; /* left out */
                 jw_rawf(w, "%s{job=\"%ld\",rank=\"%d\"} ", per_rank[col - 1].name, jobs[i].id,
                         sqlite3_column_int(ranks, 0));
                 if (col == 1) value(w, sqlite3_column_double(ranks, 1));
                 else jw_rawf(w, "%lld\n", (long long)sqlite3_column_int64(ranks, 2));
             }
+            if (!read_ok(rc)) *db_up = 0;
         }
     }
     sqlite3_finalize(ranks);
 }
 
 /* Each job's mean loss of its latest step with losses. */
-static void write_losses(jw *w, sqlite3 *db, const job_row *jobs, int n) {
+static void write_losses(jw *w, sqlite3 *db, const job_row *jobs, int n, int *db_up) {
     static const metric loss = {"pprun_loss", "gauge",
                                 "Mean loss over the microbatches of the latest step with losses."};
     sqlite3_stmt *st = NULL;
-    sqlite3_prepare_v2(db,
-                       "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM "
-                       "(SELECT max(step) AS step FROM losses WHERE job_id=?1) s",
-                       -1, &st, NULL);
+    if (sqlite3_prepare_v2(db,
+                           "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") " FROM "
+                           "(SELECT max(step) AS step FROM losses WHERE job_id=?1) s",
+                           -1, &st, NULL) != SQLITE_OK)
+        *db_up = 0;
     help(w, &loss);
     for (int i = 0; st && i < n; i++) {
         sqlite3_reset(st);
         sqlite3_bind_int64(st, 1, jobs[i].id);
         /* A step with losses but no finite mean diverged: NaN, not silence. */
-        if (sqlite3_step(st) != SQLITE_ROW || sqlite3_column_type(st, 0) == SQLITE_NULL) continue;
+        int rc = sqlite3_step(st);
+        if (!read_ok(rc)) *db_up = 0;
+        if (rc != SQLITE_ROW || sqlite3_column_type(st, 0) == SQLITE_NULL) continue;
         jw_rawf(w, "pprun_loss{job=\"%ld\"} ", jobs[i].id);
         value(w, sqlite3_column_type(st, 1) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 1));
     }
@@ -239,13 +269,19 @@ static void write_server(jw *w, http_server *s) {
 }
 
 void route_metrics(route_req *q, reply *r) {
+    static const metric up = {"pprun_database_up", "gauge",
+                              "1 when every read of the trace database for this scrape succeeded, 0 when one failed "
+                              "(a damaged or replaced file): the job series above are then missing or partial."};
     job_row *jobs = calloc(METRICS_JOBS, sizeof *jobs);
-    int n = jobs ? read_jobs(q->db, jobs) : 0;
+    int db_up = 1;
+    int n = jobs ? read_jobs(q->db, jobs, &db_up) : 0;
     jw w;
     jw_init(&w);
     write_jobs(&w, jobs, n);
-    write_steps(&w, q->db, jobs, n);
-    write_losses(&w, q->db, jobs, n);
+    write_steps(&w, q->db, jobs, n, &db_up);
+    write_losses(&w, q->db, jobs, n, &db_up);
+    help(&w, &up);
+    jw_rawf(&w, "pprun_database_up %d\n", db_up);
     write_server(&w, q->s);
     free(jobs);
     reply_body(r, &w, "text/plain; version=0.0.4; charset=utf-8");

@@ -125,10 +125,15 @@ int job_options_parse(run_job *job, int argc, char **argv, pp_err *err) {
     /* the program's argv stays in main's argv (launch_parse points into it) */
     int rc = job->program ? launch_parse(argc, argv, &job->lo, job_option, job, err)
                           : launch_parse(argc + 2, args, &job->lo, job_option, job, err);
-    if (rc == 0 && !job->program && job->lo.prog_argc != 1)
+    if (rc == 0 && !job->program && job->lo.prog_argc != 1) {
+        /* the command as it should have been: a script after python3, a program as it is */
+        const char *a = job->lo.prog_argv[0];
+        size_t n = strlen(a);
+        int script = n > 3 && strcmp(a + n - 3, ".py") == 0;
         rc = pp_fail(err, "unexpected argument '%s': pprun run takes options only, for its own job; your program "
-                          "runs on every rank after `--` (`-- python3 %s`), or as a module with `-m MODULE`",
-                     job->lo.prog_argv[0], job->lo.prog_argv[0]);
+                          "runs on every rank after `--` (`-- %s%s%s`), or as a module with `-m MODULE`",
+                     a, script ? "python3 " : "", a, job->lo.prog_argc > 3 ? " ..." : ""); /* past the "-- worker" added */
+    }
     if (!job->program) /* it pointed into args: the worker's argv comes later (job_options_worker_argv) */
         job->lo.prog_argv = NULL, job->lo.prog_argc = 0;
     free(args);

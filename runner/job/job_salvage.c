@@ -11,6 +11,7 @@
 
 #include <sqlite3.h>
 
+#include "base/net.h"
 #include "runner/job/job_rows.h"
 #include "runner/job/job_tracing.h"
 
@@ -52,7 +53,7 @@ static void tell_will(run_job *job, const job_outcome *end) {
     }
     exe[n] = '\0';
     if (!realpath(job->cfg.db, db_path)) snprintf(db_path, sizeof db_path, "%s", job->cfg.db);
-    gethostname(host, sizeof host - 1);
+    net_host_name(host, sizeof host);
     will_add(&w, exe);
     will_add(&w, "salvage");
     will_add(&w, "--db");

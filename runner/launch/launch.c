@@ -787,8 +787,7 @@ static int job_start(const launch_options *o, const launch_hooks *hooks, launch_
     if (!j) return pp_fail(err, "out of memory");
     j->c.o = o;
     j->c.hooks = hooks;
-    if (gethostname(j->host, sizeof j->host) != 0) snprintf(j->host, sizeof j->host, "localhost");
-    j->host[sizeof j->host - 1] = '\0';
+    net_host_name(j->host, sizeof j->host);
     res->world_size = o->nnodes * o->nproc_per_node;
     if (launch_check_token(o, err) != 0 || launch_find_program(o->prog_argv[0], &j->c.paths, err) != 0) {
         res->exit_code = 2;

@@ -9,6 +9,8 @@
  * (launch_console). */
 #include "runner/launch/launch_int.h"
 
+#include "base/utf8.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -227,7 +229,7 @@ void launch_console_put(launch_console *con, const char *p, size_t n) {
 
 static void tail_add(launch_tail *t, const char *line, size_t n) {
     if (!t) return;
-    if (n >= sizeof t->line[0]) n = sizeof t->line[0] - 1;
+    n = utf8_cut(line, n, sizeof t->line[0] - 1);
     memcpy(t->line[t->next], line, n);
     t->line[t->next][n] = '\0';
     t->next = (t->next + 1) % LAUNCH_TAIL_LINES;
@@ -275,7 +277,7 @@ static size_t emit(launch_stream *s, size_t n, int final) {
         if (nl) {
             ll = (size_t)(nl - p);
         } else if (final || left >= LAUNCH_LINE_MAX) {
-            ll = left < LAUNCH_LINE_MAX ? left : LAUNCH_LINE_MAX;
+            ll = utf8_cut(p, left, LAUNCH_LINE_MAX); /* not inside a character: each piece stays UTF-8 */
         } else {
             break; /* a partial line: wait for the rest */
         }
