@@ -120,7 +120,8 @@ static void spans_table(FILE *out, const job_summary *s) {
 void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     char a[24], b[24];
     report_job_line(out, db, s);
-    if (!s->steps) fprintf(out, "steps      none complete yet\n");
+    if (!s->steps) /* "yet" only while it may come: a job that ended ran none (an evaluation is no step) */
+        fprintf(out, "steps      %s\n", strcmp(s->status, "running") == 0 ? "none complete yet" : "none complete");
     else
         fprintf(out, "steps      %lld complete from step %d%s\n", (long long)s->steps, s->from_step,
                 s->from_step ? " (step 0 pays for start-up)" : "");

@@ -93,7 +93,16 @@ async function showCompare() {
   if (!r.differs.length) differs.push('nothing else differs in their configurations');
   const ul = $('compare-differs');
   ul.innerHTML = '';
-  for (const t of differs) { const li = document.createElement('li'); li.textContent = t; ul.appendChild(li); }
+  // Each job's value in a <bdi> of its own: a right-to-left override in it
+  // (a program's argument) reorders that value alone, not the rest of the line.
+  const bdi = (text) => { const b = document.createElement('bdi'); b.textContent = text; return b; };
+  differs.forEach((t, k) => {
+    const li = document.createElement('li');
+    const d = r.differs[k];
+    if (d) li.append(`${d.what}: `, bdi(d.other), ` in job ${other}, `, bdi(d.job), ` in job ${job}`);
+    else li.textContent = t;
+    ul.appendChild(li);
+  });
 
   const rows = [['steps compared', o.steps, n.steps, ''],
     ['step time (median)', ms(o.step_time_ns), ms(n.step_time_ns), times(ch.step_time)],

@@ -745,6 +745,34 @@ Test(torch, an_evaluation_is_recorded_apart_from_the_training_steps, .timeout = 
     lt_free(&p);
 }
 
+/* A program that only evaluates (inference: a forward-only schedule, no
+ * training step) declares at its exit the schedule it evaluated with, and
+ * no plan: the job is that ScheduleGPipe of its microbatches, not pprun's
+ * --schedule, which never ran (its 1F1B plan was shown before). */
+Test(torch, a_program_that_only_evaluates_is_its_schedule_without_a_plan, .timeout = 300) {
+    const char *db = tfix_path("eval_only.db");
+    lt_proc p;
+    const char *prog[] = {"--schedule", "1F1B", "--eval-first", "--steps", "0", NULL};
+    torch_run_small(&p, db, 2, NULL, prog);
+    cr_assert_eq(p.status, 0, "exit %d\n%s\n%s", p.status, p.out, p.err);
+    cr_assert_eq(lt_count(p.out, "evaluation after=0"), 1, "%s", p.out);
+    sqlite3 *s = open_db(db);
+    char buf[256];
+    cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT schedule||' '||microbatches||' '||stages||' '||"
+                                                "(SELECT count(*) FROM plan)||' '||(SELECT count(*) FROM events WHERE"
+                                                " phase='EVAL_F') FROM jobs"),
+                     "ScheduleGPipe 8 2 0 16", "its 8 microbatches on 2 stages, no plan, every forward");
+    sqlite3_close(s);
+    lt_proc st;
+    lt_run(&st, (const char *[]){"stats", "--db", db, NULL}, NULL);
+    cr_assert_eq(st.status, 0, "%s", st.err);
+    lt_assert_has(st.out, "  ScheduleGPipe  2 ranks  8 microbatches  ");
+    lt_assert_has(st.out, "\nsteps      none complete\n");
+    lt_assert_has(st.out, "planned  microbatch-stages in flight at most: no plan stored\n");
+    lt_free(&st);
+    lt_free(&p);
+}
+
 /* A later torch's schedule.eval() computes an evaluation's losses: each
  * is stored, bit for bit as the program printed it, the two evaluations
  * under step 0 (before the first training step and after it) each with
@@ -993,6 +1021,9 @@ Test(torch, a_record_past_the_declared_shape_stops_tracing_and_the_job_says_so, 
     program_run_stopped(&p, db, "remicrobatch", 2, "pprun_trace ");
     lt_assert_has(p.err, "F of stage 0 microbatch 2: pprun_trace F: microbatch 2: out of range 0..1");
     lt_assert_has(p.err, "RECV_F of stage 1 microbatch 2: pprun_trace RECV_F: microbatch 2: out of range 0..1");
+    /* the other schedule is named too, before its first record is refused */
+    lt_assert_has(p.err, "pprun: rank 0: step 1 runs ScheduleGPipe of 4 microbatches, after ScheduleGPipe of 2 was "
+                         "declared: the job's plan, planned bubble and what-if stay the first schedule's\n");
     sqlite3 *s = open_db(db);
     char buf[256];
     cr_assert_str_eq(q_text(s, buf, sizeof buf, "SELECT status||' '||microbatches FROM jobs"), "succeeded 2");

@@ -82,6 +82,9 @@ class _State:
         self.t = None            # the Tracer
         self.trained = False     # a training step (one with a backward) has begun
         self.declared = False    # the schedule is declared
+        self.evaluated = None    # _shape_of the first schedule that evaluated, while none is declared (_at_exit)
+        self.declared_as = None  # (class name, microbatches) of the schedule declared, to tell another one
+        self.said_other = False  # a training step of another schedule than the declared one, said
         self.eval = None         # inside an evaluation step: (first microbatch, microbatches), to number them
         self.eval_next = (0, 0)  # (step, its next evaluation's first microbatch): evaluations under one step apart
         self.said_eval_wrap = False  # _evaluation's numbers started again from 0, said
@@ -271,8 +274,14 @@ _LOST = object()  # _GpuTime.begin()'s once tracing stopped: the gpu span is cou
 
 
 def _at_exit():
-    """The gpu spans still out are written, or counted as lost; then what
-    was not recorded since a stop is counted (_trace.flush_lost)."""
+    """A program that only evaluated (inference, a forward-only schedule)
+    declares the schedule it evaluated with, and no plan: the job is its
+    (ScheduleGPipe, its microbatches), not pprun's --schedule that never
+    ran. The gpu spans still out are written, or counted as lost; then
+    what was not recorded since a stop is counted (_trace.flush_lost)."""
+    if not _st.declared and _st.evaluated is not None:
+        _st.declared = True
+        _declare(None, "", _st.evaluated)
     try:
         _gpu.flush(wait=-1)
     except Exception as e:  # the CUDA context may already be gone: the spans still out are lost, said so
@@ -704,6 +713,20 @@ def _evaluates(sched):
     return not getattr(sched, "_has_backward", False) or not torch.is_grad_enabled()
 
 
+def _other_schedule(sched):
+    """Says once when a training step runs another schedule than the one
+    declared (another class, or another number of microbatches: fewer are
+    recorded, more stop tracing, docs/torch.md): the plan, the planned
+    bubble and the what-if's row of this job stay the first one's."""
+    seen = (getattr(sched, "_pprun_name", None) or type(sched).__name__, sched._n_microbatches)
+    if _st.declared_as is None or seen == _st.declared_as or _st.said_other:
+        return
+    _st.said_other = True
+    _trace.say("pprun: rank %d: step %d runs %s of %d microbatches, after %s of %d was declared: the job's plan, "
+               "planned bubble and what-if stay the first schedule's\n"
+               % (_st.t.rank, pprun._step[0], seen[0], seen[1], _st.declared_as[0], _st.declared_as[1]))
+
+
 def _wrap_step(orig):
     @functools.wraps(orig)
     def step(self, *args, **kwargs):
@@ -712,10 +735,13 @@ def _wrap_step(orig):
         evaluation = None
         if _evaluates(self):
             evaluation = _evaluation(self)
+            if _st.evaluated is None and not _st.declared:
+                _st.evaluated = _shape_of(self)
         else:
             if _st.trained:
                 pprun._step[0] += 1
             _st.trained = True
+            _other_schedule(self)
         # The first training step declares the schedule before its first
         # record (its stages and microbatches bound the records), with
         # PyTorch's plan when it has one, else with the order it runs in,
@@ -905,23 +931,32 @@ def _replica_index(ranks):
     return first // (stride * p) * stride + first % (stride * p)
 
 
-def _declare(sched, order):
-    """Declares the schedule with its plan (order: the actions it ran, for
-    a schedule without a plan of its own); returns the plan declared."""
+def _shape_of(sched):
+    """What declaring sched takes from torch, read while its process group
+    lives: (name, ranks, stages, microbatches, this rank's replica, its
+    pipeline's global ranks, (stage index, module) of its stages)."""
     stages = _stages_of(sched)
     s0 = stages[0]
-    name = getattr(sched, "_pprun_name", None) or type(sched).__name__
+    group = getattr(s0, "group", None)
+    return (getattr(sched, "_pprun_name", None) or type(sched).__name__, s0.group_size, s0.num_stages,
+            sched._n_microbatches, _replica_of(s0),
+            set(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD)),
+            tuple((s.stage_index, getattr(s, "submod", None)) for s in stages))
+
+
+def _declare(sched, order, shape=None):
+    """Declares the schedule with its plan (order: the actions it ran, for
+    a schedule without a plan of its own; shape: _shape_of(sched), read
+    earlier); returns the plan declared."""
     t = _st.t
-    plan = order if order is not None else _plan_of(sched, s0)
+    plan = order if order is not None else _plan_of(sched, _stages_of(sched)[0])
     if not t.on:
         if plan:  # its head and its actions: counted as lost (an empty plan is declared from the order, later)
             t.lost(1 + sum(1 for a in plan.split() if a != "."))
         return plan
-    _st.replica = _replica_of(s0)
-    group = getattr(s0, "group", None)
-    _st.pipe = set(dist.get_process_group_ranks(group if group is not None else dist.group.WORLD))
-    _st.stages = tuple((s.stage_index, getattr(s, "submod", None)) for s in stages)
-    if t.schedule(name, s0.group_size, s0.num_stages, sched._n_microbatches, plan) < 0:
+    name, ranks, stages, microbatches, _st.replica, _st.pipe, _st.stages = shape or _shape_of(sched)
+    _st.declared_as = (name, microbatches)
+    if t.schedule(name, ranks, stages, microbatches, plan) < 0:
         _stop("the schedule %s: %s" % (name, t.error()))
     return plan
 

@@ -403,7 +403,7 @@ void job_rows_failure(const job_outcome *end, char *buf, size_t n) {
 }
 
 /* A program that ran to its end and recorded nothing leaves a job that
- * `pprun stats` calls "none complete yet", and nothing else says why: the
+ * `pprun stats` calls "none complete", and nothing else says why: the
  * likely causes, in one line (docs/torch.md, "How pprun gets into the
  * program"). Only for a job traced here (node 0, --trace on). A program
  * whose records were all refused (counted as dropped) did call the
