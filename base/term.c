@@ -16,10 +16,6 @@ static int is_bidi_control(unsigned cp) {
            (cp >= 0x2066 && cp <= 0x2069);
 }
 
-/* term_write's pieces after its first: a \r at their start is within
- * the text. */
-#define TERM_WITHIN 2u
-
 size_t term_escape(const char *s, size_t n, unsigned flags, char *out, size_t cap, size_t *used) {
     size_t i = 0, o = 0;
     while (i < n) {
@@ -29,8 +25,7 @@ size_t term_escape(const char *s, size_t n, unsigned flags, char *out, size_t ca
         char esc[12];
         const char *piece = s + i;
         size_t len = in;
-        int cr_first = b == '\r' && i == 0 && !(flags & TERM_WITHIN);
-        if ((b == '\n' || b == '\t' || cr_first) && (flags & TERM_LINES)) {
+        if ((b == '\n' || b == '\t') && (flags & TERM_LINES)) {
             /* as it is */
         } else if (b == '\n' || b == '\t' || b == '\r') {
             esc[0] = '\\', esc[1] = b == '\n' ? 'n' : b == '\t' ? 't' : 'r';
@@ -57,7 +52,6 @@ int term_write(FILE *f, const char *s, size_t n, unsigned flags) {
         size_t used, len = term_escape(s, n, flags, buf, sizeof buf, &used);
         if (fwrite(buf, 1, len, f) != len) return -1;
         s += used, n -= used;
-        flags |= TERM_WITHIN;
     }
     return 0;
 }

@@ -6,11 +6,10 @@
  * shown (U+061C, U+200E, U+200F, U+202A..U+202E, U+2066..U+2069) and bytes
  * that are not UTF-8 are written as escapes: \n, \t, \r, \xHH, \uHHHH
  * (a NUL too). With TERM_LINES, newline and tab stay as they are (text
- * laid out in lines), and a carriage return as the text's first byte (a
- * progress line drawn again from its start); one further in, which would
- * let what follows overwrite what came before on the screen (a rank's
- * tqdm line quoted in a message), is escaped. What comes out is
- * printable, valid UTF-8: escaping it again changes nothing.
+ * laid out in lines); a carriage return is escaped even then: it would let
+ * what follows overwrite what came before on the screen (a rank's tqdm
+ * line quoted in a message). What comes out is printable, valid UTF-8:
+ * escaping it again changes nothing.
  *
  * term_escape writes the escapes of s[0, n) into out[cap] (NUL-terminated
  * when cap > 0), stopping before a character whose escape would not fit;

@@ -42,9 +42,22 @@ static inline size_t utf8_cut(const char *s, size_t len, size_t max) {
     return ((unsigned char)s[n] & 0xc0) == 0x80 ? max : n; /* not UTF-8 there: cut where asked */
 }
 
+/* n, less a character cut short at the end of s[0, n): its first bytes
+ * are here, the rest may come (a pipe read of exactly a piece's size). */
+static inline size_t utf8_whole(const char *s, size_t n) {
+    size_t k = n; /* back over continuation bytes to the last character's first byte, s[k - 1] */
+    while (k > 0 && n - k < 3 && ((unsigned char)s[k - 1] & 0xc0) == 0x80) k--;
+    if (k == 0) return n;
+    unsigned char lead = (unsigned char)s[k - 1];
+    size_t want = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc0 ? 2 : 1;
+    return n - (k - 1) < want ? k - 1 : n;
+}
+
 /* src copied into dst[cap] (cap > 0), NUL-terminated, cut at a whole
- * character to fit (utf8_cut). */
+ * character to fit (utf8_cut); NULL (a column SQLite gave none for) as
+ * "". */
 static inline void utf8_copy(char *dst, size_t cap, const char *src) {
+    if (!src) src = "";
     size_t n = utf8_cut(src, strlen(src), cap - 1);
     memcpy(dst, src, n);
     dst[n] = '\0';

@@ -57,21 +57,21 @@ void report_job_line(FILE *out, sqlite3 *db, const job_summary *s) {
         return;
     sqlite3_bind_int64(st, 1, s->job_id);
     if (sqlite3_step(st) == SQLITE_ROW) {
-        /* each stored value escaped as one (term_value): a newline in a
-         * name or an argument cannot forge a line of this report */
-        char shown[5][512];
-        const char *t[5];
-        for (int c = 0; c < 5; c++) {
-            const unsigned char *v = sqlite3_column_text(st, c);
-            t[c] = term_value(v ? (const char *)v : "?", shown[c], sizeof shown[c]);
+        /* each stored value escaped as one, whole (term_dup without
+         * TERM_LINES): a newline in a name, an argument or a rank's last
+         * line cannot forge a line of this report */
+        char *t[7]; /* columns 0-4 (name .. device), the status in place of 5 (the exit code), 6 the failure */
+        for (int c = 0; c < 7; c++) {
+            const char *v = c == 5 ? s->status : (const char *)sqlite3_column_text(st, c);
+            t[c] = v ? term_dup(v, strlen(v), 0) : NULL;
         }
-        fprintf(out, "job %lld  %s  %s  %d ranks  %s microbatches  model %s  device %s  %s", (long long)s->job_id, t[0],
-                t[1], s->world, t[2], t[3], t[4], s->status);
+        fprintf(out, "job %lld  %s  %s  %d ranks  %s microbatches  model %s  device %s  %s", (long long)s->job_id,
+                t[0] ? t[0] : "?", t[1] ? t[1] : "?", s->world, t[2] ? t[2] : "?", t[3] ? t[3] : "?",
+                t[4] ? t[4] : "?", t[5] ? t[5] : "?");
         if (sqlite3_column_type(st, 5) != SQLITE_NULL) fprintf(out, " (exit %d)", sqlite3_column_int(st, 5));
         fputc('\n', out);
-        const unsigned char *failure = sqlite3_column_text(st, 6);
-        char why[1024];
-        if (failure) fprintf(out, "failure    %s\n", term_value((const char *)failure, why, sizeof why));
+        if (t[6]) fprintf(out, "failure    %s\n", t[6]);
+        for (int c = 0; c < 7; c++) free(t[c]);
     }
     sqlite3_finalize(st);
     /* Trace records the ranks lost: the figures below miss them, which the
@@ -465,7 +465,7 @@ void report_brief(FILE *out, const char *prefix, const job_summary *s, const wha
         fprintf(out, "; idle mostly %s (%s)", analyze_causes[k],
                 fmt_pct(t, sizeof t, (double)s->idle_ns_by_cause[k] / (double)summary_idle_total(s)));
     /* a loop slower than its steps by a tenth or more: say where the rest went */
-    if (s->between_ns >= 0 && 10 * s->between_ns >= s->step_time_ns)
+    if (s->between_ns >= 0 && s->between_ns >= s->step_time_ns / 10)
         fprintf(out, "; %s between steps", fmt_ns(t, sizeof t, (double)s->between_ns));
     if (s->dropped > 0) fprintf(out, "; %lld trace records lost, not in these figures", (long long)s->dropped);
     fprintf(out, "\n%s: more: pprun stats --db %s --job %lld\n", prefix, db_path, (long long)s->job_id);
@@ -563,7 +563,9 @@ static void cmp_prediction(FILE *out, const job_summary *js, const job_summary *
                            const job_compare *c) {
     char a[24], b[24], o[24];
     if (c->predicted < 0) {
-        fprintf(out, "what if    no prediction: %s\n", c->why_not);
+        char *why = term_dup(c->why_not, strlen(c->why_not), 0); /* it quotes a stored schedule */
+        fprintf(out, "what if    no prediction: %s\n", why ? why : "?");
+        free(why);
         return;
     }
     const whatif_row *row = &c->row;

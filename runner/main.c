@@ -79,8 +79,10 @@ static void usage(FILE *out) {
 /* Standard error as every module writes it, through term_escape: a
  * message quoting a CSV cell, a file name or a name from the database
  * cannot drive the terminal (an ESC sequence, an OSC title, a C1 byte
- * become \x1b, \u009b). Lines, tabs and the progress line's \r stay. The
- * stream is unbuffered as stderr is: one fprintf is one write. Output of
+ * become \x1b, \u009b; a \r, \r: run_progress.c draws its line on the
+ * descriptor itself). Lines and tabs stay. The stream is unbuffered as
+ * stderr is: a message reaches the terminal as it is written (glibc may
+ * hand it over in pieces; escaping needs no whole message). Output of
  * the ranks' programs is theirs and does not pass here. */
 static ssize_t escaped_write(void *real, const char *buf, size_t n) {
     return term_write(real, buf, n, TERM_LINES) == 0 ? (ssize_t)n : -1;

@@ -87,22 +87,19 @@ async function showCompare() {
   const pp = (x) => (x == null ? '–' : (x >= 0 ? '+' : '') + x.toFixed(1) + ' pp');
   const bytes = (x) => (x ? fmtBytes(x) : '–');
   const lossOf = (s) => (s.loss == null ? '–' : `${s.loss.toFixed(4)} @${s.loss_step}`);
-  $('compare-title').textContent = `job ${other} (${o.schedule}) → job ${job} (${n.schedule}): the change from job ${other} to job ${job}`;
-  const differs = r.differs.map((d) => `${d.what}: ${d.other} in job ${other}, ${d.job} in job ${job}`);
-  if (r.op_sizes_differ) differs.push('an op is one chunk\'s: more chunks per rank, shorter ops; compare step times');
-  if (!r.differs.length) differs.push('nothing else differs in their configurations');
+  // Each stored value in a <bdi> of its own: a right-to-left override in it
+  // (a program's argument, a forged name) reorders that value alone, not the
+  // rest of the line.
+  const bdi = (text) => { const b = document.createElement('bdi'); b.textContent = text; return b; };
+  $('compare-title').replaceChildren(`job ${other} (`, bdi(o.schedule), `) → job ${job} (`, bdi(n.schedule),
+    `): the change from job ${other} to job ${job}`);
+  const lines = r.differs.map((d) => [`${d.what}: `, bdi(d.other), ` in job ${other}, `, bdi(d.job), ` in job ${job}`]);
+  if (r.op_sizes_differ) lines.push(['an op is one chunk\'s: more chunks per rank, shorter ops; compare step times']);
+  if (!r.differs.length) lines.push(['nothing else differs in their configurations']);
   const ul = $('compare-differs');
   ul.innerHTML = '';
-  // Each job's value in a <bdi> of its own: a right-to-left override in it
-  // (a program's argument) reorders that value alone, not the rest of the line.
-  const bdi = (text) => { const b = document.createElement('bdi'); b.textContent = text; return b; };
-  differs.forEach((t, k) => {
-    const li = document.createElement('li');
-    const d = r.differs[k];
-    if (d) li.append(`${d.what}: `, bdi(d.other), ` in job ${other}, `, bdi(d.job), ` in job ${job}`);
-    else li.textContent = t;
-    ul.appendChild(li);
-  });
+  for (const parts of lines) { const li = document.createElement('li'); li.append(...parts); ul.appendChild(li); }
+  const differs = [...ul.children].map((li) => li.textContent);
 
   const rows = [['steps compared', o.steps, n.steps, ''],
     ['step time (median)', ms(o.step_time_ns), ms(n.step_time_ns), times(ch.step_time)],

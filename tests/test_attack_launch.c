@@ -809,6 +809,8 @@ Test(attack_launch, a_run_id_that_is_a_path_step_is_refused) {
  * Root Cause block. Before, node 0's name went into the file raw, and its
  * \r\n forged a line wherever it was shown. */
 Test(attack_launch, a_host_name_with_control_characters_is_recorded_escaped) {
+    if (system("unshare -r -u true 2>/dev/null") != 0)
+        cr_skip_test("a host name of the test's own needs a UTS namespace: unshare -r -u is not allowed here");
     const char *db = path_of("host.db"), *py = path_of("sethost.py"), *err = path_of("host.err");
     tfix_write(py, "import os, socket, sys\n"
                    "socket.sethostname(b'h\\x1b]0;t\\x07\\r\\nFAKE')\n"
@@ -817,7 +819,7 @@ Test(attack_launch, a_host_name_with_control_characters_is_recorded_escaped) {
     snprintf(cmd, sizeof cmd, "unshare -r -u python3 %s %s run --db %s --nproc-per-node 1 -- sh -c 'exit 3' 2>%s", py,
              PPRUN_BIN, db, err);
     int st = system(cmd);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d (unshare -r -u needs user namespaces)", st);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status %d", st);
     const char *shown = "h\\x1b]0;t\\x07\\r\\nFAKE";
     sqlite3 *s;
     cr_assert_eq(sqlite3_open_v2(db, &s, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);

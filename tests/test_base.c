@@ -11,6 +11,7 @@
 #include "base/file.h"
 #include "base/pp.h"
 #include "base/term.h"
+#include "base/utf8.h"
 
 Test(base, sizes_parse_with_binary_and_decimal_units) {
     uint64_t v;
@@ -130,9 +131,8 @@ Test(base, the_rate_limit_writes_a_burst_then_counts_what_it_held_back) {
 /* ---- text for the terminal, files the user names ---------------------------- */
 
 /* Each kind of byte that drives a terminal becomes an escape; UTF-8 text
- * stays; with TERM_LINES newline and tab stay too, and a carriage return
- * as the first byte (a progress line), not one that would overwrite what
- * came before;
+ * stays; with TERM_LINES newline and tab stay too, not a carriage return
+ * that would overwrite what came before;
  * the result escaped again is the same. */
 Test(base, terminal_escapes) {
     static const struct {
@@ -144,8 +144,6 @@ Test(base, terminal_escapes) {
         {"\302\2332J", "\\u009b2J", "\\u009b2J"},       /* C1 CSI as UTF-8 */
         {"\2332J", "\\x9b2J", "\\x9b2J"},               /* a raw C1 byte: not UTF-8 */
         {"a\nb\tc\rd", "a\\nb\\tc\\rd", "a\nb\tc\\rd"},
-        /* a carriage return only as the first byte: a progress line */
-        {"\r[==] 1/2", "\\r[==] 1/2", "\r[==] 1/2"},
         {"del\177", "del\\x7f", "del\\x7f"},
         {"caf\303\251 \342\202\254", "caf\303\251 \342\202\254", "caf\303\251 \342\202\254"},
         {"\300\257 \355\240\200", "\\xc0\\xaf \\xed\\xa0\\x80", "\\xc0\\xaf \\xed\\xa0\\x80"}, /* overlong, surrogate */
@@ -172,24 +170,23 @@ Test(base, terminal_escapes) {
 }
 
 /* A stored value within a line: its newline and carriage return escaped,
- * cut at a whole character; term_write keeps a \r only at the very start
- * of what it writes, not at the start of its second piece. */
+ * cut at a whole character. A field filled by utf8_copy is cut at a whole
+ * character too, and a NULL (a forged NULL column) is "". */
 Test(base, a_value_within_a_line_is_one_line_cut_at_a_character) {
     char buf[8];
     cr_assert_str_eq(term_value("a\nb\rc", buf, sizeof buf), "a\\nb\\rc");
     cr_assert_str_eq(term_value("aaaaaa\303\251", buf, sizeof buf), "aaaaaa", "the 2-byte character does not fit");
-    char *text = malloc(5001), *got;
-    size_t len;
-    memset(text, 'x', 5000);
-    text[0] = '\r', text[4096] = '\r', text[5000] = '\0';
-    FILE *f = open_memstream(&got, &len);
-    cr_assert_eq(term_write(f, text, 5000, TERM_LINES), 0);
-    fclose(f);
-    cr_assert_eq(len, 5001, "the second \\r escaped: %zu", len);
-    cr_assert_eq(got[0], '\r');
-    cr_assert_eq(memcmp(got + 4096, "\\r", 2), 0);
-    free(got);
-    free(text);
+    utf8_copy(buf, sizeof buf, "aaaaa\342\202\254"); /* the euro sign: 3 bytes, 2 fit */
+    cr_assert_str_eq(buf, "aaaaa");
+    utf8_copy(buf, sizeof buf, "aaaa\342\202\254");
+    cr_assert_str_eq(buf, "aaaa\342\202\254", "7 bytes fit whole");
+    utf8_copy(buf, sizeof buf, NULL);
+    cr_assert_str_eq(buf, "");
+    cr_assert_eq(utf8_cut("ab\360\237\230\200c", 7, 5), 2, "inside a 4-byte character: before it");
+    cr_assert_eq(utf8_cut("ab\360\237\230\200c", 7, 6), 6, "after it");
+    cr_assert_eq(utf8_whole("ab\360\237\230", 5), 2, "its last byte still to come");
+    cr_assert_eq(utf8_whole("ab\360\237\230\200", 6), 6, "whole");
+    cr_assert_eq(utf8_whole("abc", 3), 3);
 }
 
 /* Cut to fit, an escape or a UTF-8 character is never split; *used says

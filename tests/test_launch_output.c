@@ -59,6 +59,29 @@ Test(launch_output, a_long_line_without_newline_is_cut_into_prefixed_pieces) {
     free(data);
 }
 
+/* A long line of 3-byte characters (a tqdm bar's █) is cut between
+ * characters: each piece is UTF-8, and the pieces make the line again. */
+Test(launch_output, a_long_line_is_cut_between_characters) {
+    size_t n = 3 * 45000; /* two pieces' worth and more, 65536 not a multiple of 3 */
+    char *data = malloc(n);
+    for (size_t i = 0; i < n; i += 3) memcpy(data + i, "\xe2\x96\x88", 3);
+    size_t len, done = 0;
+    char *text = pass_through(data, n, &len);
+    for (char *line = text; line < text + len;) {
+        cr_assert_eq(memcmp(line, "[0]: ", 5), 0);
+        char *end = memchr(line, '\n', (size_t)(text + len - line));
+        cr_assert_not_null(end);
+        size_t piece = (size_t)(end - line - 5);
+        cr_assert_eq(piece % 3, 0, "a piece of %zu bytes ends inside a character", piece);
+        cr_assert_eq(memcmp(line + 5, data + done, piece), 0);
+        done += piece;
+        line = end + 1;
+    }
+    cr_assert_eq(done, n);
+    free(text);
+    free(data);
+}
+
 Test(launch_output, lines_keep_their_order_and_each_gets_the_prefix) {
     const char data[] = "one\ntwo\n\nlast without newline";
     size_t len;

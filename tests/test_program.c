@@ -1297,6 +1297,23 @@ Test(program_run, the_packages_extension_records_what_ctypes_records_and_refuses
     sqlite3_close(s);
 }
 
+/* The failure a one-rank job of a Python program of this text (written
+ * under folder dir) records (malloc'ed); the job must exit 1. */
+static char *failure_of(const char *dir, const char *text) {
+    char path[512];
+    write_program(dir, "failing.py", text, path, sizeof path);
+    const char *db = tfix_path("failing.db");
+    const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 1, "exit %d\n%s", p.status, p.err);
+    lt_free(&p);
+    sqlite3 *s = open_db(db);
+    char *failure = q_text(s, "SELECT failure FROM jobs ORDER BY id DESC LIMIT 1");
+    sqlite3_close(s);
+    return failure;
+}
+
 /* A Python rank that died of an exception raised while handling another
  * (implicit chaining) or from another (`raise ... from e`) is named by
  * the first exception, then the last, as Python prints them; one raised
@@ -1312,22 +1329,13 @@ Test(program_run, a_chained_exception_is_named_from_where_it_started, .timeout =
         {"except KeyError:\n    raise RuntimeError('the loader gave up') from None\n",
          "exited with code 1: RuntimeError: the loader gave up"},
     };
-    const char *db = tfix_path("chained.db");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char dir[32], path[512], text[256];
+        char dir[32], text[256];
         snprintf(dir, sizeof dir, "chained%zu", i);
         snprintf(text, sizeof text, "try:\n    {}['batch']\n%s", cases[i].raise);
-        write_program(dir, "chained.py", text, path, sizeof path);
-        const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
-        lt_proc p;
-        lt_run(&p, args, NULL);
-        cr_assert_eq(p.status, 1, "exit %d\n%s", p.status, p.err);
-        lt_free(&p);
-        sqlite3 *s = open_db(db);
-        char *failure = q_text(s, "SELECT failure FROM jobs ORDER BY id DESC LIMIT 1");
+        char *failure = failure_of(dir, text);
         lt_assert_has(failure, cases[i].said);
         free(failure);
-        sqlite3_close(s);
     }
 }
 
@@ -1348,23 +1356,14 @@ Test(program_run, a_failure_is_named_by_the_line_before_the_log_records_after_it
          "file=sys.stderr)\nwarnings.warn('old API')\nsys.exit(3)\n",
          "exited with code 3"},
     };
-    const char *db = tfix_path("noise.db");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char dir[32], path[512], text[512];
+        char dir[32], text[512];
         snprintf(dir, sizeof dir, "noise%zu", i);
         snprintf(text, sizeof text, "import logging, sys, warnings\n%s", cases[i].body);
-        write_program(dir, "noise.py", text, path, sizeof path);
-        const char *args[] = {"run", "--db", db, "--nproc-per-node", "1", "--", "python3", path, NULL};
-        lt_proc p;
-        lt_run(&p, args, NULL);
-        cr_assert_eq(p.status, 1, "exit %d\n%s", p.status, p.err);
-        lt_free(&p);
-        sqlite3 *s = open_db(db);
-        char *failure = q_text(s, "SELECT failure FROM jobs ORDER BY id DESC LIMIT 1");
+        char *failure = failure_of(dir, text);
         const char *at = strstr(failure, ") exited with code");
         cr_assert(at && strcmp(at + 2, cases[i].said) == 0, "case %zu: %s", i, failure);
         free(failure);
-        sqlite3_close(s);
     }
 }
 

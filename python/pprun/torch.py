@@ -275,11 +275,11 @@ _LOST = object()  # _GpuTime.begin()'s once tracing stopped: the gpu span is cou
 
 def _at_exit():
     """A program that only evaluated (inference, a forward-only schedule)
-    declares the schedule it evaluated with, and no plan: the job is its
-    (ScheduleGPipe, its microbatches), not pprun's --schedule that never
+    declares the schedule it evaluated with, and no plan: the job is that
+    schedule's class and microbatches, not pprun's --schedule, which never
     ran. The gpu spans still out are written, or counted as lost; then
     what was not recorded since a stop is counted (_trace.flush_lost)."""
-    if not _st.declared and _st.evaluated is not None:
+    if not _st.declared and not _st.trained and _st.evaluated:
         _st.declared = True
         _declare(None, "", _st.evaluated)
     try:
@@ -735,8 +735,12 @@ def _wrap_step(orig):
         evaluation = None
         if _evaluates(self):
             evaluation = _evaluation(self)
-            if _st.evaluated is None and not _st.declared:
-                _st.evaluated = _shape_of(self)
+            if _st.evaluated is None and not _st.declared and not _st.trained:
+                try:
+                    _st.evaluated = _shape_of(self)
+                except Exception as e:  # never raised into the program's step: said, and nothing declared
+                    _st.evaluated = False
+                    _trace.say("pprun: rank %d: the evaluating schedule's shape is not read: %s\n" % (_st.t.rank, e))
         else:
             if _st.trained:
                 pprun._step[0] += 1

@@ -313,6 +313,8 @@ static int log_noise(const char *text, int len) {
     if (len > at + 5 && (text[at] == 'W' || text[at] == 'I') && text[at + 1] >= '0' && text[at + 1] <= '9' &&
         text[at + 4] >= '0' && text[at + 4] <= '9')
         return 1;
+    /* a heuristic: a line saying "Warning: " and no "Error" is taken for
+     * a warning (a fatal "Exception: Warning: ..." is misread as one) */
     char line[512];
     snprintf(line, sizeof line, "%.*s", len, text);
     return strstr(line, "Warning: ") && !strstr(line, "Error");
@@ -330,16 +332,17 @@ static int log_noise(const char *text, int len) {
  * "RuntimeError: boom (then: RuntimeError: [Stage 1] failed to run forward:)". */
 static void last_line(const char *tail, char *out, size_t n) {
     const char *last = NULL, *under = NULL, *text;
-    int last_len = 0, under_len = 0, end = (int)strlen(tail), indented, len, last_indented = 0;
+    int last_len = 0, under_len = 0, end = (int)strlen(tail), indented, len;
     out[0] = '\0';
     while ((len = prev_line(tail, &end, &text, &indented)) >= 0) {
         if (!len) continue;
-        if (!indented && log_noise(text, len)) { /* and the lines under it are its own (a warning's source line) */
-            if (last_indented) last = NULL, last_len = 0;
-            under = NULL, last_indented = 0;
+        /* the lines seen so far were all indented: under it, its own (a
+         * warning's source line) */
+        if (!indented && log_noise(text, len)) {
+            last = under = NULL, last_len = 0;
             continue;
         }
-        if (!last) last = text, last_len = len, last_indented = indented;
+        if (!last) last = text, last_len = len;
         if (indented) {
             under = text, under_len = len;
             continue;

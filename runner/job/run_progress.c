@@ -35,8 +35,17 @@ static void show(run_progress *p, int step, double loss, double step_ms, double 
         for (int i = 0; i < 30; i++)
             bar[i] = i < fill ? '#' : '.';
         bar[30] = '\0';
-        fprintf(stderr, "\r[%s] step %d/%d  loss %.4f  %.1f ms/step  %.0f tok/s  ETA %.0fs ", bar, done, p->steps, loss,
-                step_ms, tok_s, eta);
+        /* Redrawn from its start with \r, which stderr's escaping writes as
+         * "\r" in any message (runner/main.c: a quoted line must not
+         * overwrite what came before): this text is pprun's own numbers,
+         * written to the descriptor itself after what stderr holds. */
+        char line[160];
+        int n = snprintf(line, sizeof line, "\r[%s] step %d/%d  loss %.4f  %.1f ms/step  %.0f tok/s  ETA %.0fs ", bar,
+                         done, p->steps, loss, step_ms, tok_s, eta);
+        fflush(stderr);
+        if (n > 0 && write(STDERR_FILENO, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1) < 0) {
+            /* a closed stderr: nothing to draw on */
+        }
     } else {
         fprintf(stderr, "step %d/%d loss %.4f step_ms %.1f tokens_per_s %.0f eta_s %.0f\n", done, p->steps, loss,
                 step_ms, tok_s, eta);

@@ -277,7 +277,10 @@ static size_t emit(launch_stream *s, size_t n, int final) {
         if (nl) {
             ll = (size_t)(nl - p);
         } else if (final || left >= LAUNCH_LINE_MAX) {
-            ll = utf8_cut(p, left, LAUNCH_LINE_MAX); /* not inside a character: each piece stays UTF-8 */
+            /* not inside a character, so that each piece stays UTF-8; with
+             * exactly LAUNCH_LINE_MAX here and more to come, not before a
+             * character whose last bytes have not arrived */
+            ll = left > LAUNCH_LINE_MAX ? utf8_cut(p, left, LAUNCH_LINE_MAX) : final ? left : utf8_whole(p, left);
         } else {
             break; /* a partial line: wait for the rest */
         }
