@@ -426,7 +426,7 @@ static int whatif_read_job(sqlite3 *db, int64_t job, whatif_report *r, pp_err *e
     if (rc == SQLITE_ROW) {
         const unsigned char *schedule = sqlite3_column_text(st, 0), *model = sqlite3_column_text(st, 3);
         const unsigned char *ordered_for = sqlite3_column_text(st, 4);
-        utf8_copy(r->in.schedule, sizeof r->in.schedule, schedule ? (const char *)schedule : "");
+        utf8_copy(r->in.schedule, sizeof r->in.schedule, (const char *)schedule); /* NULL as "" */
         snprintf(r->model, sizeof r->model, "%s", model ? (const char *)model : "");
         /* Every play allocates by the row's shape (stages, chunks,
          * microbatches), and the costs below divide by it: one past pprun's
