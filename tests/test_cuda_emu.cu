@@ -88,6 +88,29 @@ Test(cuda_emu, warp_shuffle_sums_every_lane) {
     }
 }
 
+/* Shuffles in a row, each offering another value: lanes that read one
+ * shuffle's value go on to offer the next one's while others still read
+ * (the fibers run in a fresh random order every round). */
+#define SHUFFLES 8
+__global__ void k_shuffles_in_a_row(int *out) {
+    int lane = threadIdx.x % 32;
+    for (int k = 0; k < SHUFFLES; k++)
+        out[threadIdx.x * SHUFFLES + k] = (int)__shfl_xor_sync(0xffffffffu, (float)(1000 * k + lane), 1 << (k % 5));
+}
+
+Test(cuda_emu, each_shuffle_in_a_row_reads_its_own_values) {
+    int out[64 * SHUFFLES];
+    for (int run = 0; run < 20; run++) {
+        memset(out, 0xff, sizeof out);
+        k_shuffles_in_a_row<<<1, 64>>>(out);
+        cr_assert_eq(cudaGetLastError(), cudaSuccess);
+        for (int t = 0; t < 64; t++)
+            for (int k = 0; k < SHUFFLES; k++)
+                cr_assert_eq(out[t * SHUFFLES + k], 1000 * k + ((t % 32) ^ (1 << (k % 5))), "thread %d shuffle %d: %d",
+                             t, k, out[t * SHUFFLES + k]);
+    }
+}
+
 /* A barrier inside a branch only some threads take. */
 __global__ void k_divergent_barrier(int *out) {
     if (threadIdx.x < 16) return;

@@ -45,7 +45,8 @@ typedef struct emu_thread {
     void *sp; /* saved stack pointer while switched out */
     uint3 idx;
     int state;
-    double shuffle_value; /* what this lane offers to the warp's current shuffle */
+    double shuffle_value[2]; /* what this lane offers to the warp's shuffles, even and odd */
+    unsigned shuffles;        /* how many this lane has made in the block */
 #ifdef EMU_ASAN
     void *fake_stack; /* ASan's, while the fiber is switched out */
 #endif
@@ -171,15 +172,17 @@ double emu_shfl_xor(unsigned mask, double v, int xor_mask) {
     int me = emu_current, lane = me % 32, warp0 = me - lane;
     int src = warp0 + (lane ^ (xor_mask & 31));
     if (mask != 0xffffffffu) emu_fail("__shfl_xor_sync with a partial mask (not emulated)");
-    emu_threads[me].shuffle_value = v;
+    /* Even and odd shuffles offer in slots of their own: a lane that read
+     * this shuffle's value and went on offers the next one's in the other
+     * slot while slower lanes still read this one, and cannot offer again
+     * in this one before every lane has reached the next shuffle (by then
+     * each has read). One barrier a shuffle, not two. */
+    unsigned slot = emu_threads[me].shuffles++ & 1;
+    emu_threads[me].shuffle_value[slot] = v;
     emu_yield(EMU_AT_WARP_BARRIER); /* every lane of the warp has offered its value */
-    double got = v; /* the barrier opened: every lane of the warp is here */
-    if (src >= emu_nthreads)
-        emu_fail("__shfl_xor_sync reads a lane past the end of the block");
-    else
-        got = emu_threads[src].shuffle_value;
-    emu_yield(EMU_AT_WARP_BARRIER); /* every lane has read before any offers again */
-    return got;
+    if (src < emu_nthreads) return emu_threads[src].shuffle_value[slot];
+    emu_fail("__shfl_xor_sync reads a lane past the end of the block");
+    return v;
 }
 
 /* --- the scheduler ------------------------------------------------------------ */
@@ -243,6 +246,7 @@ static void emu_run_block(void) {
         th->idx.y = (unsigned)t / emu_block_dim.x % emu_block_dim.y;
         th->idx.z = (unsigned)t / (emu_block_dim.x * emu_block_dim.y);
         th->state = EMU_RUNNABLE;
+        th->shuffles = 0;
         th->sp = emu_fresh_stack(emu_stacks + (size_t)t * EMU_STACK, t);
     }
     for (;;) {
