@@ -22,7 +22,7 @@
  * record them (every F/B/W/BW at 0).
  *
  * Each boundary tensor's SEND and RECV are joined by a flow (an arrow in
- * Perfetto): a flow start inside the SEND span, a flow end bound to the
+ * Perfetto): a flow start at the SEND span's start, a flow end bound to the
  * RECV span (which starts early: it includes the wait). Both ends compute
  * the flow's id from what they share, so the export stays one pass.
  *
@@ -603,8 +603,10 @@ static void put_op(chrome_export *x, const op_row *o, int pid, int tid, const pa
     fprintf(x->out, "}}");
 }
 
-/* The flow of o's transfer, if it is one: inside the span, at its middle
- * (SEND) or its last ns (RECV: the data is there when it ends). */
+/* The flow of o's transfer, if it is one: inside the span, at its first
+ * ns (SEND: the data leaves from its start; at its middle, a receive that
+ * ended before it drew the arrow backwards, which Perfetto drops) or its
+ * last ns (RECV: the data is there when it ends). */
 static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int tid) {
     int64_t flow = o->gpu ? -1
                           : flow_of(o->phase, o->rank, o->has_peer, o->peer, o->has_mb, o->mb, o->has_stage, o->stage,
@@ -617,7 +619,7 @@ static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int ti
             ",\n{\"ph\":\"%s\",%s\"id\":\"%llx\",\"cat\":\"flow\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
             send ? "s" : "f", send ? "" : "\"bp\":\"e\",", (unsigned long long)flow,
             t[5] == 'F' ? "activation" : "gradient", pid, tid);
-    put_us(x->out, (send ? s + (e - s) / 2 : e > s ? e - 1 : s) - x->t0);
+    put_us(x->out, (send ? (e > s ? s + 1 : s) : e > s ? e - 1 : s) - x->t0);
     fputc('}', x->out);
 }
 

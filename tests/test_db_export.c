@@ -469,6 +469,14 @@ static int check_flows(const char *sched, const char *extra) {
         }
         cr_assert_eq(matches, 1, "%s: flow %s has one end", sched, id);
         cr_assert(r && !r->send, "%s: flow %s ends inside a RECV span", sched, id);
+        double at_s = cJSON_GetObjectItem(e, "ts")->valuedouble, at_f = 0;
+        cJSON_ArrayForEach(f, evs) if (strcmp(cJSON_GetObjectItem(f, "ph")->valuestring, "f") == 0 &&
+                                       strcmp(cJSON_GetObjectItem(f, "id")->valuestring, id) == 0) at_f =
+            cJSON_GetObjectItem(f, "ts")->valuedouble;
+        /* Perfetto drops a flow whose end comes before its start: a receive
+         * may end before the middle of its send (the send's span is the
+         * sender's wait for its peer, the receive's the receiver's) */
+        cr_assert_geq(at_f, at_s, "%s: flow %s ends at %.3f us, before it starts at %.3f us", sched, id, at_f, at_s);
         cr_assert(r->fwd == s->fwd && r->step == s->step && r->mb == s->mb && r->eval == s->eval, "%s: one tensor",
                   sched);
         cr_assert_eq(s->peer, r->tid / 16, "%s: the SEND's peer receives", sched);
@@ -496,6 +504,44 @@ Test(db_export, each_transfer_is_a_flow_from_its_send_to_its_recv, .timeout = 12
     /* 2 evaluations of 2 microbatches: each a send and a receive, and a loss */
     cr_assert_eq(check_flows("1f1b", "--eval-every 1 --eval-microbatches 2"), 2 * 2 * 3,
                  "the evaluations' transfers on the comm thread and their losses as a counter");
+}
+
+/* A receive that ends before the middle of its send (the send's span
+ * holds the sender's wait for its peer): the flow still runs forwards in
+ * time, from the send's start to the receive's end. */
+Test(db_export, a_flow_never_ends_before_it_starts) {
+    const char *path = tfix_path("flow-order.db");
+    db *d = tfix_open_fresh(path);
+    pp_err err;
+    int64_t job = tfix_job(d);
+    trace_event ev[2] = {
+        {.version = TRACE_EVENT_VERSION, .phase = TRACE_SEND_F, .rank = 0, .stage = 0, .peer = 1, .bytes = 64,
+         .start_ns = 1000000, .end_ns = 1100000},
+        {.version = TRACE_EVENT_VERSION, .phase = TRACE_RECV_F, .rank = 1, .stage = 1, .peer = 0, .bytes = 64,
+         .start_ns = 1010000, .end_ns = 1030000},
+    };
+    cr_assert_eq(db_insert_events(d, job, ev, 2, &err), 0, "%s", err.msg);
+    db_close(d);
+    sqlite3 *s;
+    cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    cr_assert_eq(db_export_chrome(s, job, NULL, out, &err), 0, "%s", err.msg);
+    fclose(out);
+    sqlite3_close(s);
+    cJSON *root = cJSON_Parse(text), *e;
+    cr_assert_not_null(root, "the export is valid JSON");
+    double at[2] = {-1, -1}; /* s, f */
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
+        const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
+        if (is_cat(e, "flow") && (!strcmp(ph, "s") || !strcmp(ph, "f")))
+            at[ph[0] == 'f'] = cJSON_GetObjectItem(e, "ts")->valuedouble;
+    }
+    cr_assert(at[0] >= 0 && at[1] >= 0, "a flow from the send to the receive:\n%s", text);
+    cr_assert_geq(at[1], at[0], "the flow ends at %.3f us, before it starts at %.3f us", at[1], at[0]);
+    cJSON_Delete(root);
+    free(text);
 }
 
 /* Held activation bytes: a counter per rank, on the rank's node, at each
