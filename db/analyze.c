@@ -492,11 +492,13 @@ int analyzer_step(analyzer *a, int64_t job, int step, pp_err *err) {
         run(a->st[A_ROLLBACK]);
         return -1;
     }
-    /* A program's own plan: its timeline at the first step that measured
-     * every op it runs. A plan the simulator refuses stays without one. */
-    if (db_program_plan_pending(d, job)) {
+    /* A program's own plan: its timeline at the first step after step 0
+     * (which pays for start-up) that measured every op it runs; at the
+     * job's end again over its latest steps (job_rows.c). A plan the
+     * simulator refuses stays without one. */
+    if (step >= 1 && db_program_plan_pending(d, job)) {
         pp_err why = {{0}};
-        int done = progplan_simulate(d, job, step, &why);
+        int done = progplan_simulate(d, job, step, step, &why);
         if (done < 0) {
             *err = why;
             return -1;
@@ -568,17 +570,7 @@ int db_analyze_steps_except(db *d, int64_t job, int below, const int *fresh, siz
     return ret;
 }
 
-int db_phase_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err *err) {
-    int64_t *four = malloc(sizeof *four * 4 * (size_t)(stages > 0 ? stages : 1));
-    if (!four) return pp_fail(err, "out of memory");
-    int rc = db_op_medians(d, job, step, stages, four, err);
-    for (int s = 0; rc == 0 && s < stages; s++)
-        for (int k = 0; k < 3; k++) med[s * 3 + k] = four[s * 4 + k];
-    free(four);
-    return rc;
-}
-
-int db_op_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err *err) {
+int db_op_medians(db *d, int64_t job, int first_step, int last_step, int stages, int64_t *med, pp_err *err) {
     for (int i = 0; i < 4 * stages; i++) med[i] = -1;
     int64_t *recompute = malloc(sizeof *recompute * (size_t)(stages > 0 ? stages : 1));
     if (!recompute) return pp_fail(err, "out of memory");
@@ -589,16 +581,17 @@ int db_op_medians(db *d, int64_t job, int step, int stages, int64_t *med, pp_err
     if (sqlite3_prepare_v2(db_sqlite(d),
                            "SELECT stage, CASE phase WHEN 'F' THEN 0 WHEN 'B' THEN 1 WHEN 'W' THEN 2 WHEN 'BW' THEN 3"
                            " ELSE 4 END AS kind, end_ns - start_ns AS dur FROM events"
-                           " WHERE job_id=?1 AND step=?2 AND (phase IN ('F','B','W','BW') OR (phase='SPAN' AND"
-                           " name='RECOMPUTE')) AND stage IS NOT NULL AND source='cpu'"
-                           " AND attempt=(SELECT max(attempt) FROM events WHERE job_id=?1 AND step=?2)"
+                           " WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND (phase IN ('F','B','W','BW') OR"
+                           " (phase='SPAN' AND name='RECOMPUTE')) AND stage IS NOT NULL AND source='cpu'"
+                           " AND attempt=(SELECT max(attempt) FROM events e WHERE e.job_id=?1 AND e.step=events.step)"
                            " ORDER BY stage, kind, dur",
                            -1, &st, NULL) != SQLITE_OK) {
         free(recompute);
         return db_fail(d, sqlite3_errcode(db_sqlite(d)), "measuring op durations", err);
     }
     sqlite3_bind_int64(st, 1, job);
-    sqlite3_bind_int(st, 2, step);
+    sqlite3_bind_int(st, 2, first_step);
+    sqlite3_bind_int(st, 3, last_step);
     int64_t *durs = NULL;
     size_t n = 0, cap = 0;
     int cur = -1, rc;

@@ -112,15 +112,13 @@ int db_analyze_steps_except(db *d, int64_t job_id, int below, const int *fresh, 
  * rank went on to the next), 0 when not, -1 on a database error. */
 int db_step_finished(db *d, int64_t job_id, int step, int ranks);
 
-/* Measured costs of a step, to re-simulate the plan with: the median
- * duration (ns) of F, B and W per stage, over the step's latest attempt,
- * into med[stage * 3 + phase] (phase TRACE_F/B/W) for stage < stages;
- * -1 where the step has no such op. A stage that recomputes (RECOMPUTE
- * spans) has its recompute's median in its B: the B that needs it waits
- * for it. */
-int db_phase_medians(db *d, int64_t job_id, int step, int stages, int64_t *med, pp_err *err);
-/* The same with BW: med[stage * 4 + k], k 0 F, 1 B, 2 W, 3 BW. */
-int db_op_medians(db *d, int64_t job_id, int step, int stages, int64_t *med, pp_err *err);
+/* Measured costs of steps first_step..last_step, to re-simulate the plan
+ * with: the median duration (ns) of F, B, W and BW per stage, over each
+ * step's latest attempt, into med[stage * 4 + k] (k 0 F, 1 B, 2 W, 3 BW)
+ * for stage < stages; -1 where the steps have no such op. A stage that
+ * recomputes (RECOMPUTE spans) has its recompute's median in its B (its
+ * BW where it runs no B): the backward that needs it waits for it. */
+int db_op_medians(db *d, int64_t job_id, int first_step, int last_step, int stages, int64_t *med, pp_err *err);
 /* The costs to simulate a plan at, from db_op_medians' med: each stage's
  * F, B and W medians, and where the stage runs BW but no B and W (PyTorch's
  * full backward) its BW median as b and 0 as w, since the simulator plays

@@ -207,7 +207,7 @@ done:
     return p;
 }
 
-int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
+int progplan_simulate(db *d, int64_t job, int first_step, int last_step, pp_err *err) {
     sqlite3 *sql = db_sqlite(d);
     char what[64], name[64] = "";
     snprintf(what, sizeof what, "simulating the program's plan of job %lld", (long long)job);
@@ -302,7 +302,7 @@ int progplan_simulate(db *d, int64_t job, int step, pp_err *err) {
         const row *r = &rs.v[i];
         lists[r->rank][r->index] = (sched_action){r->stage, sched_op_of(r->op), r->mb};
     }
-    if (db_op_medians(d, job, step, stages, med, err) != 0) {
+    if (db_op_medians(d, job, first_step, last_step, stages, med, err) != 0) {
         result = -1;
         goto done;
     }

@@ -36,13 +36,14 @@ int progplan_declare(sqlite3 *sql, int64_t job, int rank, const char *name, cons
  * An SQLite result code (SQLITE_DONE when all went well). */
 int progplan_action(sqlite3 *sql, int64_t job, int rank, const trace_event *e);
 
-/* The program's plan simulated at the medians of step's F, B, W and BW
- * per stage, into plan.sim_start_ns/sim_end_ns: 1 written; 0 not now,
+/* The program's plan simulated at the medians of the F, B, W and BW of
+ * steps first_step..last_step per stage (db_op_medians), into
+ * plan.sim_start_ns/sim_end_ns: 1 written; 0 not now,
  * err untouched when a later step may do (a stage lacks an op it runs, a
  * rank its plan), err saying why when none will (the simulator refuses the
  * plan; stages on several ranks in another layout than pprun's replicas of
  * one pipeline, or replicas with different plans); -1 with err on a
  * database error. */
-int progplan_simulate(db *d, int64_t job, int step, pp_err *err);
+int progplan_simulate(db *d, int64_t job, int first_step, int last_step, pp_err *err);
 
 #endif

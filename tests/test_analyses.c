@@ -226,7 +226,7 @@ Test(analyses_recompute, recompute_is_busy_time_held_memory_and_part_of_b) {
     db *d;
     cr_assert_eq(db_open(path, &d, &err), 0, "%s", err.msg);
     int64_t med[16];
-    cr_assert_eq(db_op_medians(d, 1, 2, 4, med, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_op_medians(d, 1, 2, 2, 4, med, &err), 0, "%s", err.msg);
     for (int s = 0; s < 4; s++) {
         char sql[512];
         snprintf(sql, sizeof sql,

@@ -75,7 +75,7 @@ Test(program_db, a_full_backward_is_busy_time_that_waits_for_the_gradient) {
                                " (SELECT * FROM gaps WHERE rank=0 ORDER BY start_ns)", buf, sizeof buf),
                      "wait_gradient 0BW0, wait_gradient 0BW1, other OPT");
     int64_t med[8];
-    cr_assert_eq(db_op_medians(d, job, 0, 2, med, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_op_medians(d, job, 0, 0, 2, med, &err), 0, "%s", err.msg);
     cr_assert(med[0] == 10 * TFIX_US && med[1] == -1 && med[2] == -1 && med[3] == 20 * TFIX_US,
               "stage 0: F %lld, B %lld, W %lld, BW %lld", (long long)med[0], (long long)med[1], (long long)med[2],
               (long long)med[3]);
@@ -262,14 +262,23 @@ Test(program_db, the_programs_schedule_replaces_the_launchers_plan_and_is_simula
     cr_assert_eq(tfix_q_int(s, "SELECT count(*) FROM events"), 0, "declarations are not events");
     cr_assert_eq(db_program_plan_pending(d, job), 1);
 
-    /* step 0 as planned: F 10, BW 30 everywhere; the analysis simulates the plan */
-    trace_event st[] = {rec(0, TRACE_F, 0, 0, 0, 0, 10),    rec(0, TRACE_F, 0, 1, 0, 10, 20),
-                        rec(1, TRACE_F, 1, 0, 0, 10, 20),   rec(1, TRACE_F, 1, 1, 0, 20, 30),
-                        rec(1, TRACE_BW, 1, 0, 0, 30, 60),  rec(1, TRACE_BW, 1, 1, 0, 60, 90),
-                        rec(0, TRACE_BW, 0, 0, 0, 60, 90),  rec(0, TRACE_BW, 0, 1, 0, 90, 120)};
-    insert(d, job, st, sizeof st / sizeof st[0]);
-    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
-    cr_assert_eq(db_program_plan_pending(d, job), 0, "simulated once");
+    /* step 0 pays for start-up (every op ten times as long): not planned
+     * at its costs; step 1 as planned: F 10, BW 30 everywhere, and the
+     * analysis simulates the plan at them */
+    for (int step = 0; step < 2; step++) {
+        int64_t t = step * 1000, x = step ? 1 : 10;
+        trace_event st[] = {rec(0, TRACE_F, 0, 0, step, t, t + 10 * x),
+                            rec(0, TRACE_F, 0, 1, step, t + 10 * x, t + 20 * x),
+                            rec(1, TRACE_F, 1, 0, step, t + 10 * x, t + 20 * x),
+                            rec(1, TRACE_F, 1, 1, step, t + 20 * x, t + 30 * x),
+                            rec(1, TRACE_BW, 1, 0, step, t + 30 * x, t + 60 * x),
+                            rec(1, TRACE_BW, 1, 1, step, t + 60 * x, t + 90 * x),
+                            rec(0, TRACE_BW, 0, 0, step, t + 60 * x, t + 90 * x),
+                            rec(0, TRACE_BW, 0, 1, step, t + 90 * x, t + 120 * x)};
+        insert(d, job, st, sizeof st / sizeof st[0]);
+        cr_assert_eq(db_analyze_step(d, job, step, &err), 0, "%s", err.msg);
+        cr_assert_eq(db_program_plan_pending(d, job), !step, "%s", step ? "simulated at step 1" : "not at step 0");
+    }
     cr_assert_str_eq(q_text(s, "SELECT group_concat(rank||action||':'||(sim_start_ns/1000)||'-'||(sim_end_ns/1000), ' ')"
                                " FROM (SELECT * FROM plan ORDER BY rank, slot)", buf, sizeof buf),
                      "00F0:0-10 00F1:10-20 00BW0:60-90 00BW1:90-120 11F0:10-20 11F1:20-30 11BW0:30-60 11BW1:60-90");
@@ -324,14 +333,14 @@ static void replicated_gpipe(int strided, char *plan, size_t size) {
         int stage = strided ? r / 2 : r % 2;
         size_t n = declare(r, 0, "ScheduleGPipe", 2, 2, 2, stage ? second : first, 4, ev);
         insert(d, job, ev, n);
-        int64_t t = stage ? 10 : 0;
-        st[k++] = rec(r, TRACE_F, stage, 0, 0, t, t + 10);
-        st[k++] = rec(r, TRACE_F, stage, 1, 0, t + 10, t + 20);
-        st[k++] = rec(r, TRACE_BW, stage, 0, 0, 60 - 30 * stage, 90 - 30 * stage);
-        st[k++] = rec(r, TRACE_BW, stage, 1, 0, 90 - 30 * stage, 120 - 30 * stage);
+        int64_t t = stage ? 10 : 0; /* step 1: a program's plan is simulated after step 0 */
+        st[k++] = rec(r, TRACE_F, stage, 0, 1, t, t + 10);
+        st[k++] = rec(r, TRACE_F, stage, 1, 1, t + 10, t + 20);
+        st[k++] = rec(r, TRACE_BW, stage, 0, 1, 60 - 30 * stage, 90 - 30 * stage);
+        st[k++] = rec(r, TRACE_BW, stage, 1, 1, 90 - 30 * stage, 120 - 30 * stage);
     }
     insert(d, job, st, k);
-    cr_assert_eq(db_analyze_step(d, job, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(db_analyze_step(d, job, 1, &err), 0, "%s", err.msg);
     cr_assert_eq(db_program_plan_pending(d, job), 0, "settled either way");
     q_text(s, "SELECT group_concat(rank||action||':'||coalesce(sim_start_ns/1000,'-')||'-'||"
               "coalesce(sim_end_ns/1000,'-'), ' ') FROM (SELECT * FROM plan ORDER BY rank, slot)", plan, size);

@@ -192,6 +192,55 @@ Test(run_trace, every_schedule_is_traced_op_by_op_as_planned) {
     }
 }
 
+/* The planned timeline of a job whose costs are measured (the GPT) is
+ * simulated at its steady steps' medians, not at step 0's (first touches:
+ * its W took ten times as long and made "planned" a figure of start-up):
+ * each stage's W and F in the plan last the lower median of that stage's
+ * W and F over steps 1 to the last (db_op_medians). The same after a
+ * restart, whose steps count their latest attempt only. */
+static void expect_plan_at_steady_medians(sqlite3 *db, const char *what, int last_step) {
+    for (int stage = 0; stage < 2; stage++)
+        for (int k = 0; k < 2; k++) {
+            const char *phase = k ? "W" : "F";
+            char sql[1024];
+            snprintf(sql, sizeof sql,
+                     "SELECT (SELECT max(sim_end_ns - sim_start_ns) - min(sim_end_ns - sim_start_ns) FROM plan"
+                     " WHERE job_id = 1 AND stage = %d AND phase = '%s')",
+                     stage, phase);
+            cr_assert_leq(tfix_q_intf(db, "%s", sql), 1, "%s: stage %d's %s all last one cost in the plan", what,
+                          stage, phase);
+            snprintf(sql, sizeof sql,
+                     "WITH d AS (SELECT end_ns - start_ns AS d FROM events e WHERE job_id = 1 AND stage = %d AND"
+                     " phase = '%s' AND source = 'cpu' AND step BETWEEN 1 AND %d AND attempt = (SELECT max(attempt)"
+                     " FROM events l WHERE l.job_id = 1 AND l.step = e.step))"
+                     " SELECT abs((SELECT max(sim_end_ns - sim_start_ns) FROM plan WHERE job_id = 1 AND stage = %d"
+                     " AND phase = '%s') - (SELECT d FROM d ORDER BY d LIMIT 1 OFFSET ((SELECT count(*) FROM d) - 1)"
+                     " / 2))",
+                     stage, phase, last_step, stage, phase);
+            cr_assert_leq(tfix_q_intf(db, "%s", sql), 1, "%s: stage %d's %s in the plan is not its steps 1-%d median",
+                          what, stage, phase, last_step);
+        }
+}
+
+Test(run_trace, the_plan_is_simulated_at_the_steady_steps_costs) {
+    int rc = sh("%s run --nproc-per-node 2 --microbatches 4 --steps 5 --model gpt:layers=2,dim=32,heads=4,seq=16,batch=2"
+                " --progress off --db %s/steady.db",
+                PPRUN_BIN, tmpdir);
+    cr_assert_eq(rc, 0, "exit %d\n%s", rc, out_text());
+    sqlite3 *db = open_db("steady.db");
+    expect_plan_at_steady_medians(db, "a job of 5 steps", 4);
+    sqlite3_close(db);
+    rc = sh("%s run --nproc-per-node 2 --microbatches 4 --steps 5 --model gpt:layers=2,dim=32,heads=4,seq=16,batch=2"
+            " --fail-at step=3,rank=1,phase=W --max-restarts 1 --checkpoint-dir %s/ckpt --checkpoint-every 2"
+            " --progress off --db %s/restarted.db",
+            PPRUN_BIN, tmpdir, tmpdir);
+    cr_assert_eq(rc, 0, "exit %d\n%s", rc, out_text());
+    db = open_db("restarted.db");
+    cr_assert_gt(tfix_q_intf(db, "SELECT count(*) FROM events WHERE attempt = 1"), 0, "the job restarted");
+    expect_plan_at_steady_medians(db, "a restarted job", 4);
+    sqlite3_close(db);
+}
+
 /* DualPipeV's pairs run at once: the F on a second thread, the BW on the
  * engine's. Every op is traced once on its stage's rank, and the spans of
  * a pair overlap in the events table. How many do depends on the machine

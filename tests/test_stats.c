@@ -937,7 +937,7 @@ Test(stats, a_forged_plan_row_is_not_simulated, .timeout = 60) {
                                     .plan = {.slot = i, .stage = stage, .op = i ? TRACE_BW : TRACE_F, .microbatch = 0}};
         cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
     }
-    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0, "refused, not an error of the database");
+    cr_assert_eq(progplan_simulate(d, job, 0, 0, &err), 0, "refused, not an error of the database");
     lt_assert_has(err.msg, "stage 2147483000 is not of a plan of 4 actions with at most 65536 stages");
     db_close(d);
 }
@@ -963,16 +963,16 @@ Test(stats, a_programs_replicas_plans_are_numbered_over_the_replicas, .timeout =
                                              .microbatch = i % 2}};
         cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
     }
-    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0, "not simulated: no op measured yet (%s)", err.msg);
+    cr_assert_eq(progplan_simulate(d, job, 0, 0, &err), 0, "not simulated: no op measured yet (%s)", err.msg);
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT count(*) FROM plan WHERE microbatch BETWEEN 2 * (rank / 2) AND"
                                           " 2 * (rank / 2) + 1 AND action = stage||phase||microbatch"),
                  16, "replica 0's rows 0F0 .. 1BW1, replica 1's 0F2 .. 1BW3");
-    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(progplan_simulate(d, job, 0, 0, &err), 0, "%s", err.msg);
     cr_assert_eq(tfix_q_int(db_sqlite(d), "SELECT sum(microbatch) FROM plan WHERE rank >= 2"), 2 * (2 + 3) * 2,
                  "numbered once");
     sqlite3_exec(db_sqlite(d), "UPDATE plan SET microbatch = 3 WHERE rank = 0 AND slot = 0", NULL, NULL, NULL);
     err.msg[0] = '\0';
-    cr_assert_eq(progplan_simulate(d, job, 0, &err), 0);
+    cr_assert_eq(progplan_simulate(d, job, 0, 0, &err), 0);
     lt_assert_has(err.msg, "rank 0 slot 0: microbatch 3 is not of its replica 0 (2 a replica)");
     db_close(d);
 }

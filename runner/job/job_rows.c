@@ -11,6 +11,7 @@
 
 #include "base/net.h"
 #include "db/alive.h"
+#include "db/progplan.h"
 #include "db/summary.h"
 #include "db/whatif.h"
 #include "report/text.h"
@@ -223,26 +224,29 @@ void job_rows_hosts(run_job *job, const launch_info *info) {
 
 /* --- the end ------------------------------------------------------------------ */
 
-/* A job too short for the live refresh (its steps reached the database
- * after the progress display saw them) still gets its planned timeline at
- * its measured costs, from the latest step with statistics. */
+/* At its end a job's planned timeline, the launcher's plan or the
+ * program's own, is re-simulated at the medians of its latest steps: the
+ * what-if's window (up to WHATIF_STEPS steps with statistics, from step 1
+ * on; step 0 alone in a job of one step). Steadier than the one step the
+ * live refresh had, and there for a job too short for that refresh. A
+ * plan the simulator refuses, or one some stage never ran an op of, stays
+ * as it was. */
 static void plan_at_the_end(run_job *job) {
     if (job->cfg.model.kind == MODEL_TIMED) return; /* planned at the model's own costs from the start */
     sqlite3 *sql = db_sqlite(job->db);
     sqlite3_stmt *st;
-    int simulated = 1, step = -1;
-    if (sqlite3_prepare_v2(sql, "SELECT (SELECT count(sim_start_ns) FROM plan WHERE job_id=?1),"
-                                " (SELECT max(step) FROM step_stats WHERE job_id=?1)", -1, &st, NULL) != SQLITE_OK)
-        return;
+    int last = -1;
+    if (sqlite3_prepare_v2(sql, "SELECT max(step) FROM step_stats WHERE job_id=?1", -1, &st, NULL) != SQLITE_OK) return;
     sqlite3_bind_int64(st, 1, job->job_id);
-    if (sqlite3_step(st) == SQLITE_ROW) {
-        simulated = sqlite3_column_int(st, 0) > 0;
-        if (sqlite3_column_type(st, 1) != SQLITE_NULL) step = sqlite3_column_int(st, 1);
-    }
+    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) last = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
-    pp_err err;
-    if (!simulated && step >= 0 && run_plan_resimulate(job->db, job->job_id, job->plan, &job->cfg, step, &err) < 0)
-        fprintf(stderr, "pprun run: planned timeline not written: %s\n", err.msg);
+    if (last < 0) return;
+    int first = last - WHATIF_STEPS + 1 > 1 ? last - WHATIF_STEPS + 1 : last >= 1;
+    pp_err err = {{0}};
+    int rc = db_program_plan(job->db, job->job_id)
+                 ? progplan_simulate(job->db, job->job_id, first, last, &err)
+                 : run_plan_resimulate(job->db, job->job_id, job->plan, &job->cfg, first, last, &err);
+    if (rc < 0) fprintf(stderr, "pprun run: planned timeline not written: %s\n", err.msg);
 }
 
 const char *job_rows_status(const job_outcome *end) {

@@ -67,14 +67,14 @@ int run_plan_write(db *d, int64_t job_id, const sched_plan *plan, const run_conf
     return rc;
 }
 
-int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
-                        pp_err *err) {
+int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int first_step,
+                        int last_step, pp_err *err) {
     if (db_program_plan(d, job_id)) return 1; /* the program's own plan (PyTorch's): not the launcher's to redo */
     int stages = plan->stages;
     int64_t *med = calloc((size_t)stages * 4, sizeof *med);
     unsigned *ops = calloc((size_t)stages, sizeof *ops);
     sched_costs *each = malloc(sizeof *each * (size_t)stages);
-    int rc = !med || !ops || !each ? pp_fail(err, "out of memory") : db_op_medians(d, job_id, step, stages, med, err);
+    int rc = !med || !ops || !each ? pp_fail(err, "out of memory") : db_op_medians(d, job_id, first_step, last_step, stages, med, err);
     if (rc == 0) {
         analyze_plan_ops(plan, ops);
         if (analyze_plan_costs(med, ops, stages, each)) rc = run_plan_write(d, job_id, plan, cfg, each, err) == 0 ? 1 : -1;

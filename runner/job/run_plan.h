@@ -13,14 +13,14 @@
 #include "sched/sched.h"
 #include "config/run_config.h"
 
-/* The plan re-simulated with the F/B/W (and BW) medians measured at
- * `step`, each stage at its own, written to the plan table: 1. 1 too,
- * with nothing done, when the job's plan is its program's own (declared:
- * PyTorch's, db/progplan.h, simulated there). 0 when some stage lacks an
- * op it runs at that step (nothing written), -1 with err on a database
- * error. */
-int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int step,
-                        pp_err *err);
+/* The plan re-simulated with the F/B/W (and BW) medians measured over
+ * steps first_step..last_step, each stage at its own, written to the plan
+ * table: 1. 1 too, with nothing done, when the job's plan is its
+ * program's own (declared: PyTorch's, db/progplan.h, simulated there). 0
+ * when some stage lacks an op it runs in those steps (nothing written),
+ * -1 with err on a database error. */
+int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run_config *cfg, int first_step,
+                        int last_step, pp_err *err);
 
 /* Writes the plan table: each rank's grid and, with stage_costs
  * ([plan->stages], ns), the simulated timeline. stage_costs NULL: the timed
