@@ -187,6 +187,41 @@ Test(web, zoomed_out_windows_are_aggregated_and_keep_the_busy_time) {
     cJSON_Delete(j);
 }
 
+/* A window that starts inside an op (rank 0's 0F0, from 5 ms) counts the
+ * op's part in it, as the events mode shows the op: each class's busy
+ * time over the buckets is the SQL's, every op clipped to the window. */
+Test(web, buckets_count_the_part_of_an_op_that_started_before_the_window) {
+    cJSON *j = get_json("/api/jobs/1/events?ranks=0&from=5500000&to=40000000&limit=1&buckets=7", 200);
+    cr_assert_str_eq(str(j, "mode"), "buckets");
+    double f = 0, busy = 0;
+    cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) {
+        busy += cJSON_GetArrayItem(row, 3)->valuedouble;
+        f += cJSON_GetArrayItem(row, 4)->valuedouble;
+    }
+    cJSON_Delete(j);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *clipped = "SELECT sum(min(e.end_ns - t0_ns, 40000000) - max(e.start_ns - t0_ns, 5500000)) FROM events e"
+                          " JOIN jobs ON jobs.id = e.job_id WHERE e.job_id = 1 AND rank = 0 AND source = 'cpu' AND"
+                          " e.end_ns - t0_ns > 5500000 AND e.start_ns - t0_ns < 40000000 AND phase IN (%s)";
+    int64_t want[2];
+    for (int k = 0; k < 2; k++) {
+        char sql[512];
+        snprintf(sql, sizeof sql, clipped, k ? "'F','B','W','BW','OPT'" : "'F'");
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        want[k] = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(db);
+    int64_t want_f = want[0], want_busy = want[1];
+    cr_assert_eq((int64_t)f, want_f, "F: %.0f ns in the buckets, %lld in the window", f, (long long)want_f);
+    cr_assert_eq((int64_t)busy, want_busy, "busy: %.0f ns in the buckets, %lld in the window", busy,
+                 (long long)want_busy);
+}
+
 Test(web, very_zoomed_out_windows_use_step_statistics) {
     restart_with((http_options){.events_scan_budget = 200});
     /* 588 events > budget 200: one bin per step and rank */

@@ -269,8 +269,8 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     int64_t *acc = calloc(cells, sizeof *acc);
     sqlite3_stmt *st = routes_prep(db,
                                    "SELECT phase, start_ns, end_ns FROM "
-                                   DB_RANK_ROWS(" AND source='cpu' AND end_ns>=?3 AND start_ns<?4" DB_RUNS_END_BEFORE("?4"))
-                                   " WHERE start_ns>=?3 AND start_ns<?4",
+                                   DB_RANK_ROWS(" AND source='cpu' AND end_ns>?3 AND start_ns<?4" DB_RUNS_END_BEFORE("?4"))
+                                   " WHERE end_ns>?3 AND start_ns<?4",
                                    r);
     if (!acc || !st) {
         free(acc);
@@ -293,7 +293,9 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
             if (routes_check_time(st, 1, j->id, "events.start_ns", r) != 0 ||
                 routes_check_time(st, 2, j->id, "events.end_ns", r) != 0)
                 break;
+            /* an op that started before the window counts its part in it */
             int64_t s = sqlite3_column_int64(st, 1) - j->t0 - from, e = sqlite3_column_int64(st, 2) - j->t0 - from;
+            if (s < 0) s = 0;
             if (e > span) e = span;
             for (int64_t b = s / width; b < nbuckets && b * width < e; b++) {
                 int64_t bs = b * width, be = bs + width;
