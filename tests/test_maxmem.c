@@ -327,6 +327,14 @@ Test(maxmem, options_parse_and_print_back) {
     cr_assert_eq(sched_parse_max_mem("0B", "--max-mem", &max, &bytes, &err), -1);
     cr_assert(strstr(err.msg, "bounds a rank to nothing"), "%s", err.msg);
     cr_assert_eq(sched_parse_max_mem("six", "--max-mem", &max, &bytes, &err), -1);
+    /* a number that is not whole, without a unit: neither (it was 3 bytes) */
+    static const char *const neither[] = {"3.0", "2.5", "1e3", "6."};
+    for (size_t i = 0; i < sizeof neither / sizeof *neither; i++) {
+        cr_assert_eq(sched_parse_max_mem(neither[i], "--max-mem", &max, &bytes, &err), -1, "%s", neither[i]);
+        cr_assert(strstr(err.msg, "neither a whole number of microbatch-stages"), "%s", err.msg);
+    }
+    cr_assert_eq(sched_parse_max_mem("1.5KiB", "--max-mem", &max, &bytes, &err), 0, "%s", err.msg);
+    cr_assert(max == 1536 && bytes);
     sched_act *act;
     int n;
     cr_assert_eq(sched_parse_act("1KiB:2KiB,3KiB*2,4KiB:1KiB", "--act-bytes", &act, &n, &err), 0, "%s", err.msg);
