@@ -326,12 +326,23 @@ int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t 
     return finish(db, st, rc, err);
 }
 
+/* The loss of the latest step that has all its losses: of the last two
+ * steps with any, the later of those with the most. A job stopped or
+ * failed in its last step has part of that step's (a replica's, the
+ * microbatches before the failure): its mean is no step's loss. Two
+ * counts on the primary key, not a count of every step. */
+#define SQL_LOSS_STEP                                                                                              \
+    "WITH last(step) AS (SELECT max(step) FROM losses WHERE job_id=?1), two(step) AS (SELECT step FROM last "   \
+    "UNION ALL SELECT max(step) FROM losses WHERE job_id=?1 AND step < (SELECT step FROM last)) "                 \
+    "SELECT step FROM two WHERE step IS NOT NULL "                                                                 \
+    "ORDER BY (SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=two.step) DESC, step DESC LIMIT 1"
+
 static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
     if (prepare(db,
                 "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") ", (SELECT loss FROM losses l WHERE l.job_id=?1 AND "
-                "l.step=s.step AND typeof(loss) NOT IN ('real', 'integer', 'null') LIMIT 1) FROM (SELECT max(step) "
-                "AS step FROM losses WHERE job_id=?1) s WHERE s.step IS NOT NULL",
+                "l.step=s.step AND typeof(loss) NOT IN ('real', 'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP
+                ") s",
                 s->job_id, &st, err) != 0)
         return -1;
     int rc = sqlite3_step(st);

@@ -101,6 +101,19 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
         want += fixture_loss(2, m) / 8;
     snprintf(loss, sizeof loss, "loss       %.4f (mean of step 2)", want);
     lt_assert_has(p.out, loss);
+    /* a job stopped in step 2 with half its losses: step 1's is the loss */
+    sqlite3 *s;
+    cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(s, "DELETE FROM losses WHERE step = 2 AND microbatch >= 4", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(s);
+    lt_proc partial = stats(path, NULL);
+    cr_assert_eq(partial.status, 0, "%s", partial.err);
+    want = 0;
+    for (int m = 0; m < 8; m++)
+        want += fixture_loss(1, m) / 8;
+    snprintf(loss, sizeof loss, "loss       %.4f (mean of step 1)", want);
+    lt_assert_has(partial.out, loss);
+    lt_free(&partial);
     /* the first F down, rank 3 never idle from then on, microbatch 7's gradient back up, rank 0's W and OPT */
     lt_assert_has(p.out, "critical path  the ops each step waited on, steps 1-2 (30.50 ms a step, mean)\n"
                          "  rank          F          B          W        OPT        all  share\n"
