@@ -583,7 +583,7 @@ int db_op_medians(db *d, int64_t job, int first_step, int last_step, int stages,
                            " ELSE 4 END AS kind, end_ns - start_ns AS dur FROM events"
                            " WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND (phase IN ('F','B','W','BW') OR"
                            " (phase='SPAN' AND name='RECOMPUTE')) AND stage IS NOT NULL AND source='cpu'"
-                           " AND attempt=(SELECT max(attempt) FROM events e WHERE e.job_id=?1 AND e.step=events.step)"
+                           " AND " DB_LATEST_ATTEMPT
                            " ORDER BY stage, kind, dur",
                            -1, &st, NULL) != SQLITE_OK) {
         free(recompute);

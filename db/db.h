@@ -57,6 +57,11 @@
     "(SELECT first_id AS run_first, last_id AS run_last FROM event_runs WHERE job_id = ?1 AND rank = ?2" runs_where    \
     ") CROSS JOIN events ON id BETWEEN run_first AND run_last"
 
+/* For a WHERE over events of job ?1: the row is of its step's latest
+ * attempt (schema.md: only that is analysed; a restarted job's failed
+ * attempt left ops of the steps it redid). One seek in events_by_step. */
+#define DB_LATEST_ATTEMPT "attempt=(SELECT max(attempt) FROM events a WHERE a.job_id=?1 AND a.step=events.step)"
+
 typedef struct db db;
 
 /* Opens or creates path: WAL, synchronous=NORMAL, a busy timeout, schema

@@ -368,7 +368,9 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
 /* Each op's duration from from_step on, host and GPU spans apart. */
 static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db, "SELECT source = 'gpu', phase, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2",
+    if (prepare(db,
+                "SELECT source = 'gpu', phase, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2 AND "
+                DB_LATEST_ATTEMPT,
                 s->job_id, &st, err) != 0)
         return -1;
     sqlite3_bind_int(st, 2, s->from_step);
@@ -423,7 +425,7 @@ int summary_spans(sqlite3 *db, int64_t job, int64_t from_step, summary_span **ou
     sqlite3_stmt *st;
     if (prepare(db,
                 "SELECT coalesce(name, ''), start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2"
-                " AND phase='SPAN' AND source='cpu' ORDER BY 1",
+                " AND phase='SPAN' AND source='cpu' AND " DB_LATEST_ATTEMPT " ORDER BY 1",
                 job, &st, err) != 0)
         return -1;
     sqlite3_bind_int64(st, 2, from_step);
@@ -540,7 +542,8 @@ static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
                    replica_sums(
                        db, s,
                        "SELECT rank, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2 AND"
-                       " source='cpu' AND phase='SPAN' AND name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER')",
+                       " source='cpu' AND phase='SPAN' AND name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') AND "
+                       DB_LATEST_ATTEMPT,
                        1, err) != 0
                ? -1
                : 0;

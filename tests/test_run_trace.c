@@ -239,6 +239,18 @@ Test(run_trace, the_plan_is_simulated_at_the_steady_steps_costs) {
     cr_assert_gt(tfix_q_intf(db, "SELECT count(*) FROM events WHERE attempt = 1"), 0, "the job restarted");
     expect_plan_at_steady_medians(db, "a restarted job", 4);
     sqlite3_close(db);
+    /* pprun stats counts the latest attempt's ops alone: steps 1-4, 2
+     * stages of 4 microbatches (the failed attempt's F of the steps it
+     * redid made it 40 and more) */
+    char cmd[700], line[512];
+    snprintf(cmd, sizeof cmd, "%s stats --db %s/restarted.db --job 1", PPRUN_BIN, tmpdir);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    int found = 0;
+    while (fgets(line, sizeof line, p))
+        if (strncmp(line, "  F  ", 5) == 0) found = strtol(line + 2 + strspn(line + 2, "F "), NULL, 10) == 4 * 2 * 4;
+    cr_assert_eq(pclose(p), 0);
+    cr_assert(found, "stats counts 32 F (steps 1-4, the latest attempt's)");
 }
 
 /* DualPipeV's pairs run at once: the F on a second thread, the BW on the
