@@ -16,7 +16,6 @@ struct checkpoint {
     pthread_mutex_t mu;
     pthread_cond_t cv;   /* kicked, stop or !busy changed */
     int kicked, stop, busy;
-    unsigned long thread_runs, writer_runs;
 };
 
 static void *checkpoint_main(void *arg) {
@@ -34,7 +33,6 @@ static void *checkpoint_main(void *arg) {
         sqlite3_wal_checkpoint_v2(c->own, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
         pthread_mutex_lock(&c->mu);
         c->busy = 0;
-        c->thread_runs++;
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
@@ -57,21 +55,26 @@ static int wal_hook(void *arg, sqlite3 *writer, const char *schema, int pages) {
      * nothing is written. */
     while (c->busy) pthread_cond_wait(&c->cv, &c->mu);
     c->kicked = 0;
-    c->writer_runs++;
     pthread_mutex_unlock(&c->mu);
     sqlite3_wal_checkpoint_v2(writer, schema, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
     return SQLITE_OK;
 }
 
-int checkpoint_start(sqlite3 *writer, const char *path, checkpoint **out, pp_err *err) {
-    *out = NULL;
+/* Whether connection s reads its file as in WAL mode (PRAGMA journal_mode
+ * reads the header, so it also puts a fresh connection in that mode). */
+static int own_is_wal(sqlite3 *s) {
     sqlite3_stmt *st;
     int wal = 0;
-    if (sqlite3_prepare_v2(writer, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_prepare_v2(s, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK) {
         wal = sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
         sqlite3_finalize(st);
     }
-    if (!wal) return 0;
+    return wal;
+}
+
+int checkpoint_start(sqlite3 *writer, const char *path, checkpoint **out, pp_err *err) {
+    *out = NULL;
+    if (!own_is_wal(writer)) return 0;
     checkpoint *c = calloc(1, sizeof *c);
     if (!c) return pp_fail(err, "%s: out of memory", path);
     c->writer = writer;
@@ -82,6 +85,18 @@ int checkpoint_start(sqlite3 *writer, const char *path, checkpoint **out, pp_err
     if (rc != SQLITE_OK) {
         pp_fail(err, "%s: cannot open a connection for checkpoints: %s", path,
                 c->own ? sqlite3_errmsg(c->own) : sqlite3_errstr(rc));
+        sqlite3_close(c->own);
+        free(c);
+        return -1;
+    }
+    /* A connection knows its file is in WAL mode once it has read the
+     * header: until then sqlite3_wal_checkpoint_v2 on it returns
+     * SQLITE_OK having done nothing (its log and checkpointed counts -1),
+     * and every job's WAL grew to CHECKPOINT_WAL_MAX pages (256 MiB) before
+     * the writer copied it in. */
+    if (!own_is_wal(c->own)) {
+        pp_fail(err, "%s: the checkpoint connection does not see the file in WAL mode: %s", path,
+                sqlite3_errmsg(c->own));
         sqlite3_close(c->own);
         free(c);
         return -1;
@@ -113,13 +128,4 @@ void checkpoint_stop(checkpoint *c) {
     pthread_cond_destroy(&c->cv);
     sqlite3_close(c->own);
     free(c);
-}
-
-void checkpoint_counts(const checkpoint *c, unsigned long *thread_runs, unsigned long *writer_runs) {
-    *thread_runs = *writer_runs = 0;
-    if (!c) return;
-    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
-    *thread_runs = c->thread_runs;
-    *writer_runs = c->writer_runs;
-    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
 }

@@ -33,8 +33,5 @@ int checkpoint_start(sqlite3 *writer, const char *path, checkpoint **out, pp_err
  * connection; the writer's own close then checkpoints what is left, as
  * SQLite does for the last connection. NULL: nothing. */
 void checkpoint_stop(checkpoint *c);
-/* Checkpoints run by the thread and by the writer itself (past
- * CHECKPOINT_WAL_MAX), for the benchmarks. */
-void checkpoint_counts(const checkpoint *c, unsigned long *thread_runs, unsigned long *writer_runs);
 
 #endif

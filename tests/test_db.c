@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "db/analyze.h"
+#include "db/checkpoint.h"
 #include "db/db.h"
 #include "db/summary.h"
 #include "db/usersql.h"
@@ -342,6 +343,39 @@ Test(db, a_step_is_finished_once_every_rank_recorded_its_opt) {
     cr_assert_eq(db_insert_events(d, job, &opt, 1, &err), 0, "%s", err.msg);
     cr_assert_eq(db_step_finished(d, job, 3, 2), 1);
     cr_assert_eq(db_step_finished(d, job, 4, 2), 0);
+    db_close(d);
+}
+
+/* While a job writes, its WAL is copied into the database file by the
+ * checkpoint thread (db/checkpoint.c): the file grows as the job goes and
+ * the WAL stays a few thousand pages. The thread's connection had never
+ * read the file, so SQLite took it for one not in WAL mode and each
+ * checkpoint did nothing: the file stayed one page until the WAL reached
+ * 65,536 pages (256 MiB), where the writer checkpoints itself. */
+Test(db, the_wal_is_copied_into_the_file_while_a_job_writes, .timeout = 120) {
+    const char *path = tfix_path("wal.db");
+    db *d = open_fresh("wal.db");
+    int64_t job = tfix_job(d);
+    pp_err err;
+    trace_event ev[20 * 32];
+    char wal[600];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    struct stat f = {0}, w = {0};
+    /* 3,000 steps, 20 a commit every 20 ms (the collector's batches come
+     * every 50 ms): some 10 MiB through the WAL, past CHECKPOINT_WAL_PAGES
+     * (4 MiB) twice */
+    for (int step = 0; step < 3000; step += 20) {
+        size_t n = 0;
+        for (int k = 0; k < 20; k++) n += tfix_events(step + k, 1000000 + (int64_t)(step + k) * 200 * TFIX_US, ev + n);
+        cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
+        usleep(20000);
+    }
+    /* the thread copies behind the writer: give its last run time to end */
+    for (int tries = 0; tries < 200 && (stat(path, &f) != 0 || f.st_size < (1 << 20)); tries++) usleep(50000);
+    cr_assert_eq(stat(wal, &w), 0);
+    cr_assert_geq(f.st_size, 1 << 20, "the database file holds %lld bytes, the WAL %lld", (long long)f.st_size,
+                  (long long)w.st_size);
+    cr_assert_lt(w.st_size, 4ll * CHECKPOINT_WAL_PAGES * 4096, "the WAL holds %lld bytes", (long long)w.st_size);
     db_close(d);
 }
 
