@@ -152,10 +152,13 @@ static void critpath_times(critpath_path *p, const analyze_op *comm, size_t ncom
         int64_t prev_end = i == 0 ? p->start_ns : released_at(&p->ops[i - 1].op, &o->op);
         o->lead_ns = o->op.start - prev_end;
         o->path_ns = (i + 1 < p->n ? released_at(&o->op, &p->ops[i + 1].op) : o->op.end) - o->op.start;
-        o->lead_comm_ns = 0;
+        o->lead_comm_ns = o->lead_dp_ns = 0;
         if (o->via != CRITPATH_RANK || o->lead_ns <= 0) continue;
         size_t lo = first_of_rank(comm, ncomm, o->op.rank), hi = first_of_rank(comm, ncomm, o->op.rank + 1);
-        o->lead_comm_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, ANALYZE_PIPE_COMM);
+        o->lead_dp_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, ANALYZE_BIT(ANALYZE_DP));
+        o->lead_comm_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start,
+                                          ANALYZE_PIPE_COMM | ANALYZE_BIT(ANALYZE_DP)) -
+                          o->lead_dp_ns;
     }
 }
 
@@ -325,8 +328,9 @@ void critpath_add(critpath_totals *t, const critpath_path *p) {
         } else if (o->via == CRITPATH_DP) {
             t->wait_ns[CRITPATH_ALLREDUCE] += o->lead_ns;
         } else {
+            t->wait_ns[CRITPATH_ALLREDUCE] += o->lead_dp_ns;
             t->wait_ns[CRITPATH_COMM] += o->lead_comm_ns;
-            t->wait_ns[CRITPATH_OTHER] += o->lead_ns - o->lead_comm_ns;
+            t->wait_ns[CRITPATH_OTHER] += o->lead_ns - o->lead_comm_ns - o->lead_dp_ns;
         }
     }
 }

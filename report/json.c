@@ -340,6 +340,7 @@ int report_critpath_step_json(jw *w, int64_t job, int64_t t0, int world, long st
         jw_kstr(w, "via", critpath_via_names[o->via]);
         jw_kint(w, "lead_ns", o->lead_ns);
         jw_kint(w, "lead_comm_ns", o->lead_comm_ns);
+        jw_kint(w, "lead_allreduce_ns", o->lead_dp_ns);
         jw_obj_end(w);
     }
     jw_arr_end(w);

@@ -275,7 +275,7 @@ void report_balance(FILE *out, const whatif_report *r) {
 void report_critpath(FILE *out, const critpath_report *r) {
     static const char *const wait_labels[CRITPATH_WAITS] = {
         "hand-offs: an output crossing to another rank", "on a rank between its ops, sending or receiving",
-        "on a rank between its ops, the rest", "the all-reduce: another replica's backward to an OPT"};
+        "on a rank between its ops, the rest", "the all-reduce: before an OPT, its own or another replica's backward"};
     if (!r->steps) return;
     const critpath_totals *t = &r->t;
     double steps = r->steps, span = (double)t->span_ns;

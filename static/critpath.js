@@ -118,7 +118,8 @@ export function critNote(id) {
   if (o.via === 'dp') return `\non the critical path: waited ${fmtMs(o.lead_ns)} for the all-reduce after rank ${p.rank}'s ${p.phase}`;
   if (o.via === 'first') return "\non the critical path: the step's first op";
   return "\non the critical path: after the rank's previous op" + (o.lead_ns > 0 ? `, ${fmtMs(o.lead_ns)} later` +
-    (o.lead_comm_ns > 0 ? ` (${fmtMs(o.lead_comm_ns)} of it sending or receiving)` : '') : '');
+    [[o.lead_comm_ns, 'sending or receiving'], [o.lead_allreduce_ns, 'in its all-reduce']]
+      .filter(([ns]) => ns > 0).map(([ns, what]) => ` (${fmtMs(ns)} of it ${what})`).join('') : '');
 }
 
 // Hover on a hand-off line (within 4 px of it).
@@ -195,8 +196,10 @@ function showCritTotals(r) {
   }
   const ops = r.ranks.reduce((a, x) => a + critRankNs(x), 0);
   if (ops > listed) add('', ['the other ranks', per(ops - listed), share(ops - listed)], true);
+  // the all-reduce's row where a job has one (--dp), so that the rows add up to the step
   for (const [what, ns] of [['hand-offs: an output crossing to another rank', r.handoff_ns],
-    ['on a rank between its ops, sending or receiving', r.comm_ns], ['on a rank between its ops, the rest', r.other_ns]])
+    ['on a rank between its ops, sending or receiving', r.comm_ns], ['on a rank between its ops, the rest', r.other_ns],
+    ...(r.allreduce_ns > 0 ? [["the all-reduce: before an OPT, its own or another replica's backward", r.allreduce_ns]] : [])])
     add('wait', [what, per(ns), share(ns)], true);
   probe.critTable = { steps: r.steps, first_step: r.first_step, last_step: r.last_step,
     info: $('critpath-info').textContent, rows };

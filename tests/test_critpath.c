@@ -85,6 +85,30 @@ Test(critpath, the_ranks_previous_op_binds_when_it_ends_later) {
     critpath_free(&p);
 }
 
+/* One replica's OPT after its own last W, the all-reduce of its gradient
+ * between them (the other replica's backward ended earlier): of the lead,
+ * what the rank's all-reduce spans cover is the all-reduce, a send beside
+ * it counted once, the rest host overhead. */
+Test(critpath, an_opt_waiting_for_its_own_all_reduce_waits_for_the_all_reduce) {
+    analyze_op s[] = {span(0, TRACE_W, 0, 3, 0, 10), span(0, ANALYZE_DP, 0, 0, 10, 25),
+                      span(0, TRACE_SEND_B, 0, 3, 10, 12), span(0, TRACE_SEND_B, 0, 4, 26, 28),
+                      span(2, TRACE_W, 0, 3, 0, 6), span(2, ANALYZE_DP, 0, 0, 6, 24),
+                      span(0, TRACE_OPT, -1, -1, 30, 34)};
+    critpath_path p = build(s, 7);
+    assert_op(&p, p.n - 1, 0, TRACE_OPT, -1, CRITPATH_RANK);
+    const critpath_op *o = &p.ops[p.n - 1];
+    cr_assert_eq(o->lead_ns, 20);
+    cr_assert_eq(o->lead_dp_ns, 15, "the rank's all-reduce from 10 to 25");
+    cr_assert_eq(o->lead_comm_ns, 2, "the send at 26, not the one inside the all-reduce");
+    critpath_totals t = {.ranks = 3, .op_ns = calloc(3, sizeof *t.op_ns)};
+    critpath_add(&t, &p);
+    cr_assert_eq(t.wait_ns[CRITPATH_ALLREDUCE], 15);
+    cr_assert_eq(t.wait_ns[CRITPATH_COMM], 2);
+    cr_assert_eq(t.wait_ns[CRITPATH_OTHER], 3);
+    free(t.op_ns);
+    critpath_free(&p);
+}
+
 Test(critpath, when_both_release_at_once_the_rank_wins) {
     analyze_op s[] = {span(0, TRACE_F, 0, 0, 0, 10), span(1, TRACE_W, 1, 3, 2, 10), span(1, TRACE_F, 1, 0, 10, 20)};
     critpath_path p = build(s, 3);
