@@ -362,6 +362,23 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
         if (sqlite3_column_type(st, 1) != SQLITE_NULL) s->loss = sqlite3_column_double(st, 1);
         rc = sqlite3_step(st);
     }
+    if (finish(db, st, rc, err) != 0) return -1;
+    /* The latest evaluation's mean loss (--eval-every, a program's eval()):
+     * the validation loss a Megatron user reads beside the training loss. */
+    if (prepare(db,
+                "SELECT x.step, " SQL_STEP_EVAL_LOSS("x.step") " FROM (SELECT max(step) AS step FROM eval_losses "
+                "WHERE job_id=?1) x WHERE x.step IS NOT NULL",
+                s->job_id, &st, err) != 0)
+        return -1;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        if (bounds_col(st, 0, &bounds_step, s->job_id, "eval_losses.step", &s->eval_step, err) != 0) {
+            sqlite3_finalize(st);
+            return -1;
+        }
+        if (sqlite3_column_type(st, 1) == SQLITE_FLOAT) s->eval_loss = sqlite3_column_double(st, 1);
+        rc = sqlite3_step(st);
+    }
     return finish(db, st, rc, err);
 }
 
@@ -552,9 +569,9 @@ static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
 int summary_read(sqlite3 *db, int64_t job, int flags, job_summary *s, pp_err *err) {
     memset(s, 0, sizeof *s);
     s->job_id = job;
-    s->step_time_ns = s->between_ns = s->loss_step = s->act_peak = s->mem_peak = -1;
+    s->step_time_ns = s->between_ns = s->loss_step = s->eval_step = s->act_peak = s->mem_peak = -1;
     s->mem_peak_rank = -1;
-    s->bubble_ratio = s->sim_bubble_ratio = s->loss = NAN;
+    s->bubble_ratio = s->sim_bubble_ratio = s->loss = s->eval_loss = NAN;
     for (int g = 0; g < 2; g++)
         for (int ph = 0; ph < TRACE_PHASE_COUNT; ph++) s->ops[g][ph].median_ns = s->ops[g][ph].max_ns = -1;
     if (read_job(db, s, err) != 0) return -1;

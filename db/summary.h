@@ -94,8 +94,10 @@ typedef struct job_summary {
     int64_t *plan_peak_inflight; /* world entries (owned) when has_plan, else NULL: summary_plan's peak */
     int has_plan;            /* the job has plan rows */
     int64_t idle_ns_by_cause[CAUSE_COUNT];
-    int64_t loss_step;      /* the latest step with losses; -1 when none */
+    int64_t loss_step;      /* the latest step with all its losses (read_loss); -1 when none */
     double loss;            /* its mean loss; NAN when none or not finite */
+    int64_t eval_step;      /* the step the latest evaluation followed (eval_losses); -1 when none */
+    double eval_loss;       /* its mean loss; NAN when none or not finite */
     int has_ops;            /* SUMMARY_OPS was asked for */
     summary_ops ops[2][TRACE_PHASE_COUNT]; /* [0]: host spans, [1]: GPU spans (CUPTI) */
     summary_span *spans; /* with SUMMARY_OPS: the program's own spans by name (summary_spans), owned */

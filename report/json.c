@@ -51,6 +51,8 @@ void report_summary_json(jw *w, const job_summary *s) {
     jw_obj_end(w);
     jw_kint_or_null(w, "loss_step", s->loss_step);
     jw_knum(w, "loss", s->loss);
+    jw_kint_or_null(w, "eval_loss_step", s->eval_step);
+    jw_knum(w, "eval_loss", s->eval_loss);
     if (s->has_ops) { /* the program's own spans by name, most time first */
         jw_key(w, "spans");
         jw_arr(w);

@@ -190,6 +190,10 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     if (s->loss_step < 0) fprintf(out, "loss       none yet\n");
     else if (isnan(s->loss)) fprintf(out, "loss       not finite at step %lld\n", (long long)s->loss_step);
     else fprintf(out, "loss       %.4f (mean of step %lld)\n", s->loss, (long long)s->loss_step);
+    if (s->eval_step >= 0 && isnan(s->eval_loss))
+        fprintf(out, "eval loss  not finite after step %lld\n", (long long)s->eval_step);
+    else if (s->eval_step >= 0)
+        fprintf(out, "eval loss  %.4f (mean of the evaluation after step %lld)\n", s->eval_loss, (long long)s->eval_step);
 }
 
 /* "F 2.01 ms, B 2.10 ms, W 1.00 ms" into buf. */
