@@ -143,12 +143,16 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     for (int d = 0; s->replicas && d < s->nreplicas; d++) {
         const summary_replica *r = &s->replicas[d];
         char c[24];
-        double steps = s->steps > 0 ? (double)s->steps : 1;
-        fprintf(out, "  replica %d (ranks %d-%d): %s bubble", d, r->first_rank, r->first_rank + r->ranks - 1,
-                fmt_pct(a, sizeof a, r->bubble_ratio));
+        /* a rank's share: the replica's ranks all-reduce their stages at once,
+         * and their sum beside a step time read as most of the step */
+        double per = (s->steps > 0 ? (double)s->steps : 1) * (r->ranks > 0 ? r->ranks : 1);
+        if (r->ranks == 1) fprintf(out, "  replica %d (rank %d): %s bubble", d, r->first_rank, fmt_pct(a, sizeof a, r->bubble_ratio));
+        else
+            fprintf(out, "  replica %d (ranks %d-%d): %s bubble", d, r->first_rank, r->first_rank + r->ranks - 1,
+                    fmt_pct(a, sizeof a, r->bubble_ratio));
         if (own_allreduce)
-            fprintf(out, ", all-reduce %s a step, waited for it %s", fmt_ns(b, sizeof b, (double)r->allreduce_ns / steps),
-                    fmt_ns(c, sizeof c, (double)r->wait_dp_ns / steps));
+            fprintf(out, ", all-reduce %s a rank a step, waited for it %s", fmt_ns(b, sizeof b, (double)r->allreduce_ns / per),
+                    fmt_ns(c, sizeof c, (double)r->wait_dp_ns / per));
         fputc('\n', out);
     }
 
