@@ -19,6 +19,7 @@
  * - the mesh's options checked before anything starts, and the mesh in every
  *   rank's environment. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,7 +218,25 @@ Test(dp_run, allreduce_spans_carry_each_stage_gradient_on_every_rank_of_its_grou
     cr_assert_eq(tfix_q_int(db, "SELECT count(*) FROM events o WHERE o.phase='OPT' AND o.start_ns <"
                                 " (SELECT max(end_ns) FROM events a WHERE a.name='ALLREDUCE' AND a.rank=o.rank AND"
                                 " a.step=o.step)"), 0);
+    /* pprun stats: replica 0's all-reduce is a rank's mean a step (steps
+     * 1 and 2, ranks 0 and 1), not the replica's sum */
+    int64_t mean = tfix_q_int(db, "SELECT sum(end_ns - start_ns) / 4 FROM events WHERE name='ALLREDUCE' AND"
+                                  " rank IN (0, 1) AND step >= 1");
     sqlite3_close(db);
+    char cmd[600], line[512], *at = NULL;
+    snprintf(cmd, sizeof cmd, "%s stats --db %s/spans.db", PPRUN_BIN, tmpdir);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    while (!at && fgets(line, sizeof line, p))
+        at = strstr(line, "replica 0 (ranks 0-1)") ? strstr(line, "all-reduce ") : NULL;
+    pclose(p);
+    cr_assert_not_null(at, "stats has replica 0's line");
+    char unit[8] = "";
+    double v = 0;
+    cr_assert_eq(sscanf(at, "all-reduce %lf %7s a rank a step", &v, unit), 2, "%s", at);
+    double ns = v * (!strcmp(unit, "s") ? 1e9 : !strcmp(unit, "ms") ? 1e6 : !strcmp(unit, "us") ? 1e3 : 1);
+    cr_assert(strstr(at, " a rank a step") && fabs(ns - (double)mean) <= 0.01 * (double)mean + 10,
+              "%s: want a rank's mean, %lld ns", at, (long long)mean);
 }
 
 /* --dp-overlap off: every all-reduce waits for the rank's last action. */
