@@ -583,8 +583,7 @@ int db_op_medians(db *d, int64_t job, int first_step, int last_step, int stages,
                            " ELSE 4 END AS kind, end_ns - start_ns AS dur FROM events"
                            " WHERE job_id=?1 AND step BETWEEN ?2 AND ?3 AND (phase IN ('F','B','W','BW') OR"
                            " (phase='SPAN' AND name='RECOMPUTE')) AND stage IS NOT NULL AND source='cpu'"
-                           " AND " DB_LATEST_ATTEMPT
-                           " ORDER BY stage, kind, dur",
+                           " AND " DB_LATEST_ATTEMPT " ORDER BY stage, kind, dur",
                            -1, &st, NULL) != SQLITE_OK) {
         free(recompute);
         return db_fail(d, sqlite3_errcode(db_sqlite(d)), "measuring op durations", err);

@@ -156,9 +156,9 @@ static void critpath_times(critpath_path *p, const analyze_op *comm, size_t ncom
         if (o->via != CRITPATH_RANK || o->lead_ns <= 0) continue;
         size_t lo = first_of_rank(comm, ncomm, o->op.rank), hi = first_of_rank(comm, ncomm, o->op.rank + 1);
         o->lead_dp_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, ANALYZE_BIT(ANALYZE_DP));
-        o->lead_comm_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start,
-                                          ANALYZE_PIPE_COMM | ANALYZE_BIT(ANALYZE_DP)) -
-                          o->lead_dp_ns;
+        o->lead_comm_ns =
+            analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, ANALYZE_PIPE_COMM | ANALYZE_BIT(ANALYZE_DP)) -
+            o->lead_dp_ns;
     }
 }
 

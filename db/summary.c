@@ -331,18 +331,18 @@ int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t 
  * failed in its last step has part of that step's (a replica's, the
  * microbatches before the failure): its mean is no step's loss. Two
  * counts on the primary key, not a count of every step. */
-#define SQL_LOSS_STEP                                                                                              \
-    "WITH last(step) AS (SELECT max(step) FROM losses WHERE job_id=?1), two(step) AS (SELECT step FROM last "   \
-    "UNION ALL SELECT max(step) FROM losses WHERE job_id=?1 AND step < (SELECT step FROM last)) "                 \
-    "SELECT step FROM two WHERE step IS NOT NULL "                                                                 \
+#define SQL_LOSS_STEP                                                                                                  \
+    "WITH last(step) AS (SELECT max(step) FROM losses WHERE job_id=?1), two(step) AS (SELECT step FROM last "          \
+    "UNION ALL SELECT max(step) FROM losses WHERE job_id=?1 AND step < (SELECT step FROM last)) "                      \
+    "SELECT step FROM two WHERE step IS NOT NULL "                                                                     \
     "ORDER BY (SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=two.step) DESC, step DESC LIMIT 1"
 
 static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
     if (prepare(db,
                 "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") ", (SELECT loss FROM losses l WHERE l.job_id=?1 AND "
-                "l.step=s.step AND typeof(loss) NOT IN ('real', 'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP
-                ") s",
+                                                               "l.step=s.step AND typeof(loss) NOT IN ('real', "
+                                                               "'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP ") s",
                 s->job_id, &st, err) != 0)
         return -1;
     int rc = sqlite3_step(st);
@@ -367,7 +367,7 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
      * the validation loss a Megatron user reads beside the training loss. */
     if (prepare(db,
                 "SELECT x.step, " SQL_STEP_EVAL_LOSS("x.step") " FROM (SELECT max(step) AS step FROM eval_losses "
-                "WHERE job_id=?1) x WHERE x.step IS NOT NULL",
+                                                               "WHERE job_id=?1) x WHERE x.step IS NOT NULL",
                 s->job_id, &st, err) != 0)
         return -1;
     rc = sqlite3_step(st);
@@ -386,8 +386,8 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
 static int read_ops(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
     if (prepare(db,
-                "SELECT source = 'gpu', phase, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2 AND "
-                DB_LATEST_ATTEMPT,
+                "SELECT source = 'gpu', phase, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2 "
+                "AND " DB_LATEST_ATTEMPT,
                 s->job_id, &st, err) != 0)
         return -1;
     sqlite3_bind_int(st, 2, s->from_step);
@@ -556,12 +556,11 @@ static int read_replicas(sqlite3 *db, job_summary *s, pp_err *err) {
     }
     return replica_sums(db, s, "SELECT rank, idle_ns FROM step_idle WHERE job_id=?1 AND step>=?2 AND cause='wait_dp'",
                         0, err) != 0 ||
-                   replica_sums(
-                       db, s,
-                       "SELECT rank, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2 AND"
-                       " source='cpu' AND phase='SPAN' AND name IN ('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') AND "
-                       DB_LATEST_ATTEMPT,
-                       1, err) != 0
+                   replica_sums(db, s,
+                                "SELECT rank, start_ns, end_ns FROM events WHERE job_id=?1 AND step>=?2 AND"
+                                " source='cpu' AND phase='SPAN' AND name IN "
+                                "('ALLREDUCE','REDUCE_SCATTER','ALL_GATHER') AND " DB_LATEST_ATTEMPT,
+                                1, err) != 0
                ? -1
                : 0;
 }

@@ -146,12 +146,14 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
         /* a rank's share: the replica's ranks all-reduce their stages at once,
          * and their sum beside a step time read as most of the step */
         double per = (s->steps > 0 ? (double)s->steps : 1) * (r->ranks > 0 ? r->ranks : 1);
-        if (r->ranks == 1) fprintf(out, "  replica %d (rank %d): %s bubble", d, r->first_rank, fmt_pct(a, sizeof a, r->bubble_ratio));
+        if (r->ranks == 1)
+            fprintf(out, "  replica %d (rank %d): %s bubble", d, r->first_rank, fmt_pct(a, sizeof a, r->bubble_ratio));
         else
             fprintf(out, "  replica %d (ranks %d-%d): %s bubble", d, r->first_rank, r->first_rank + r->ranks - 1,
                     fmt_pct(a, sizeof a, r->bubble_ratio));
         if (own_allreduce)
-            fprintf(out, ", all-reduce %s a rank a step, waited for it %s", fmt_ns(b, sizeof b, (double)r->allreduce_ns / per),
+            fprintf(out, ", all-reduce %s a rank a step, waited for it %s",
+                    fmt_ns(b, sizeof b, (double)r->allreduce_ns / per),
                     fmt_ns(c, sizeof c, (double)r->wait_dp_ns / per));
         fputc('\n', out);
     }
@@ -197,7 +199,8 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     if (s->eval_step >= 0 && isnan(s->eval_loss))
         fprintf(out, "eval loss  not finite after step %lld\n", (long long)s->eval_step);
     else if (s->eval_step >= 0)
-        fprintf(out, "eval loss  %.4f (mean of the evaluation after step %lld)\n", s->eval_loss, (long long)s->eval_step);
+        fprintf(out, "eval loss  %.4f (mean of the evaluation after step %lld)\n", s->eval_loss,
+                (long long)s->eval_step);
 }
 
 /* "F 2.01 ms, B 2.10 ms, W 1.00 ms" into buf. */

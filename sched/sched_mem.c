@@ -298,8 +298,10 @@ int sched_parse_max_mem(const char *text, const char *what, double *max, int *by
      * read as bytes it bounded a rank to 3 B */
     char last = text[strlen(text) - 1];
     if ((last >= '0' && last <= '9') || last == '.')
-        return pp_fail(err, "%s: '%s' is neither a whole number of microbatch-stages per rank (6) nor bytes with a "
-                            "unit (64MiB, 1.5GB)", what, text);
+        return pp_fail(err,
+                       "%s: '%s' is neither a whole number of microbatch-stages per rank (6) nor bytes with a "
+                       "unit (64MiB, 1.5GB)",
+                       what, text);
     uint64_t b;
     if (pp_parse_size(text, what, &b, err) != 0) return -1;
     if (b == 0) return pp_fail(err, "%s: '%s' bounds a rank to nothing", what, text);

@@ -90,9 +90,9 @@ Test(critpath, the_ranks_previous_op_binds_when_it_ends_later) {
  * what the rank's all-reduce spans cover is the all-reduce, a send beside
  * it counted once, the rest host overhead. */
 Test(critpath, an_opt_waiting_for_its_own_all_reduce_waits_for_the_all_reduce) {
-    analyze_op s[] = {span(0, TRACE_W, 0, 3, 0, 10), span(0, ANALYZE_DP, 0, 0, 10, 25),
+    analyze_op s[] = {span(0, TRACE_W, 0, 3, 0, 10),       span(0, ANALYZE_DP, 0, 0, 10, 25),
                       span(0, TRACE_SEND_B, 0, 3, 10, 12), span(0, TRACE_SEND_B, 0, 4, 26, 28),
-                      span(2, TRACE_W, 0, 3, 0, 6), span(2, ANALYZE_DP, 0, 0, 6, 24),
+                      span(2, TRACE_W, 0, 3, 0, 6),        span(2, ANALYZE_DP, 0, 0, 6, 24),
                       span(0, TRACE_OPT, -1, -1, 30, 34)};
     critpath_path p = build(s, 7);
     assert_op(&p, p.n - 1, 0, TRACE_OPT, -1, CRITPATH_RANK);

@@ -366,12 +366,14 @@ Test(db, the_wal_is_copied_into_the_file_while_a_job_writes, .timeout = 120) {
      * (4 MiB) twice */
     for (int step = 0; step < 3000; step += 20) {
         size_t n = 0;
-        for (int k = 0; k < 20; k++) n += tfix_events(step + k, 1000000 + (int64_t)(step + k) * 200 * TFIX_US, ev + n);
+        for (int k = 0; k < 20; k++)
+            n += tfix_events(step + k, 1000000 + (int64_t)(step + k) * 200 * TFIX_US, ev + n);
         cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
         usleep(20000);
     }
     /* the thread copies behind the writer: give its last run time to end */
-    for (int tries = 0; tries < 200 && (stat(path, &f) != 0 || f.st_size < (1 << 20)); tries++) usleep(50000);
+    for (int tries = 0; tries < 200 && (stat(path, &f) != 0 || f.st_size < (1 << 20)); tries++)
+        usleep(50000);
     cr_assert_eq(stat(wal, &w), 0);
     cr_assert_geq(f.st_size, 1 << 20, "the database file holds %lld bytes, the WAL %lld", (long long)f.st_size,
                   (long long)w.st_size);

@@ -515,10 +515,22 @@ Test(db_export, a_flow_never_ends_before_it_starts) {
     pp_err err;
     int64_t job = tfix_job(d);
     trace_event ev[2] = {
-        {.version = TRACE_EVENT_VERSION, .phase = TRACE_SEND_F, .rank = 0, .stage = 0, .peer = 1, .bytes = 64,
-         .start_ns = 1000000, .end_ns = 1100000},
-        {.version = TRACE_EVENT_VERSION, .phase = TRACE_RECV_F, .rank = 1, .stage = 1, .peer = 0, .bytes = 64,
-         .start_ns = 1010000, .end_ns = 1030000},
+        {.version = TRACE_EVENT_VERSION,
+         .phase = TRACE_SEND_F,
+         .rank = 0,
+         .stage = 0,
+         .peer = 1,
+         .bytes = 64,
+         .start_ns = 1000000,
+         .end_ns = 1100000},
+        {.version = TRACE_EVENT_VERSION,
+         .phase = TRACE_RECV_F,
+         .rank = 1,
+         .stage = 1,
+         .peer = 0,
+         .bytes = 64,
+         .start_ns = 1010000,
+         .end_ns = 1030000},
     };
     cr_assert_eq(db_insert_events(d, job, ev, 2, &err), 0, "%s", err.msg);
     db_close(d);

@@ -207,8 +207,8 @@ static void expect_plan_at_steady_medians(sqlite3 *db, const char *what, int las
                      "SELECT (SELECT max(sim_end_ns - sim_start_ns) - min(sim_end_ns - sim_start_ns) FROM plan"
                      " WHERE job_id = 1 AND stage = %d AND phase = '%s')",
                      stage, phase);
-            cr_assert_leq(tfix_q_intf(db, "%s", sql), 1, "%s: stage %d's %s all last one cost in the plan", what,
-                          stage, phase);
+            cr_assert_leq(tfix_q_intf(db, "%s", sql), 1, "%s: stage %d's %s all last one cost in the plan", what, stage,
+                          phase);
             snprintf(sql, sizeof sql,
                      "WITH d AS (SELECT end_ns - start_ns AS d FROM events e WHERE job_id = 1 AND stage = %d AND"
                      " phase = '%s' AND source = 'cpu' AND step BETWEEN 1 AND %d AND attempt = (SELECT max(attempt)"
@@ -223,9 +223,10 @@ static void expect_plan_at_steady_medians(sqlite3 *db, const char *what, int las
 }
 
 Test(run_trace, the_plan_is_simulated_at_the_steady_steps_costs) {
-    int rc = sh("%s run --nproc-per-node 2 --microbatches 4 --steps 5 --model gpt:layers=2,dim=32,heads=4,seq=16,batch=2"
-                " --progress off --db %s/steady.db",
-                PPRUN_BIN, tmpdir);
+    int rc =
+        sh("%s run --nproc-per-node 2 --microbatches 4 --steps 5 --model gpt:layers=2,dim=32,heads=4,seq=16,batch=2"
+           " --progress off --db %s/steady.db",
+           PPRUN_BIN, tmpdir);
     cr_assert_eq(rc, 0, "exit %d\n%s", rc, out_text());
     sqlite3 *db = open_db("steady.db");
     expect_plan_at_steady_medians(db, "a job of 5 steps", 4);

@@ -118,8 +118,9 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     /* evaluations after steps 0 and 2: the latest one's mean, the
      * validation loss beside the training loss */
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(s, "INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES"
-                                 " (1, 0, 0, 9.0, 3, 0), (1, 2, 0, 1.25, 3, 0), (1, 2, 1, 1.75, 3, 0)",
+    cr_assert_eq(sqlite3_exec(s,
+                              "INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES"
+                              " (1, 0, 0, 9.0, 3, 0), (1, 2, 0, 1.25, 3, 0), (1, 2, 1, 1.75, 3, 0)",
                               NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);

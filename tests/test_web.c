@@ -764,9 +764,10 @@ Test(web_summary, a_job_without_steps_then_with_only_step_0, .timeout = 60) {
     start_with(0, "running", (http_options){.conn_timeout_s = 2});
     cJSON *j = get_json("/api/jobs/1/summary", 200);
     cr_assert_eq(num(j, "steps"), 0);
-    static const char *const nulls[] = {"step_time_ns", "bubble_ratio",    "loss_step", "loss", "between_steps_ns",
-                                        "eval_loss_step", "eval_loss"};
-    for (int i = 0; i < 7; i++) cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, nulls[i])), "%s is null", nulls[i]);
+    static const char *const nulls[] = {"step_time_ns",     "bubble_ratio",   "loss_step", "loss",
+                                        "between_steps_ns", "eval_loss_step", "eval_loss"};
+    for (int i = 0; i < 7; i++)
+        cr_assert(cJSON_IsNull(cJSON_GetObjectItem(j, nulls[i])), "%s is null", nulls[i]);
     cr_assert(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "bubble_ratio_by_rank"), 0)));
     cr_assert_float_eq(num(j, "sim_bubble_ratio"), 6.0 / 30, 1e-12, "the plan is there before any step");
     cJSON_Delete(j);

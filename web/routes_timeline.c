@@ -268,9 +268,9 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     size_t cells = (size_t)j->world * (size_t)nbuckets * BIN_CLASSES;
     int64_t *acc = calloc(cells, sizeof *acc);
     sqlite3_stmt *st = routes_prep(db,
-                                   "SELECT phase, start_ns, end_ns FROM "
-                                   DB_RANK_ROWS(" AND source='cpu' AND end_ns>?3 AND start_ns<?4" DB_RUNS_END_BEFORE("?4"))
-                                   " WHERE end_ns>?3 AND start_ns<?4",
+                                   "SELECT phase, start_ns, end_ns FROM " DB_RANK_ROWS(
+                                       " AND source='cpu' AND end_ns>?3 AND start_ns<?4" DB_RUNS_END_BEFORE(
+                                           "?4")) " WHERE end_ns>?3 AND start_ns<?4",
                                    r);
     if (!acc || !st) {
         free(acc);

@@ -74,7 +74,8 @@ int run_plan_resimulate(db *d, int64_t job_id, const sched_plan *plan, const run
     int64_t *med = calloc((size_t)stages * 4, sizeof *med);
     unsigned *ops = calloc((size_t)stages, sizeof *ops);
     sched_costs *each = malloc(sizeof *each * (size_t)stages);
-    int rc = !med || !ops || !each ? pp_fail(err, "out of memory") : db_op_medians(d, job_id, first_step, last_step, stages, med, err);
+    int rc = !med || !ops || !each ? pp_fail(err, "out of memory")
+                                   : db_op_medians(d, job_id, first_step, last_step, stages, med, err);
     if (rc == 0) {
         analyze_plan_ops(plan, ops);
         if (analyze_plan_costs(med, ops, stages, each)) rc = run_plan_write(d, job_id, plan, cfg, each, err) == 0 ? 1 : -1;

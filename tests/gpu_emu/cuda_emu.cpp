@@ -46,7 +46,7 @@ typedef struct emu_thread {
     uint3 idx;
     int state;
     double shuffle_value[2]; /* what this lane offers to the warp's shuffles, even and odd */
-    unsigned shuffles;        /* how many this lane has made in the block */
+    unsigned shuffles;       /* how many this lane has made in the block */
 #ifdef EMU_ASAN
     void *fake_stack; /* ASan's, while the fiber is switched out */
 #endif
