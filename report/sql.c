@@ -3,6 +3,10 @@
  * (jobs, ranks, gaps, the plan's actions). */
 #include "report/sql.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 static void cell_json(jw *w, const usersql_cell *c) {
     switch (c->type) {
     case USERSQL_INT: jw_int(w, c->i); break;
@@ -13,17 +17,47 @@ static void cell_json(jw *w, const usersql_cell *c) {
     }
 }
 
-void report_sql_objects(jw *w, const usersql_result *r) {
-    jw_arr(w);
-    for (size_t i = 0; i < r->nrows; i++) {
-        jw_obj(w);
-        for (int c = 0; c < r->ncols; c++) {
-            jw_key(w, r->cols[c]);
-            cell_json(w, usersql_cell_at(r, i, c));
+/* Whether `key` is one of names[0..n) or keys[0..k) (keys[j] NULL: names[j]'s). */
+static int key_taken(const char *key, char *const *names, int n, char *const *keys, int k) {
+    for (int j = 0; j < n; j++)
+        if (strcmp(names[j], key) == 0) return 1;
+    for (int j = 0; j < k; j++)
+        if (keys[j] && strcmp(keys[j], key) == 0) return 1;
+    return 0;
+}
+
+int report_sql_objects(jw *w, const usersql_result *r) {
+    /* keys[c]: NULL where the column's name is its key, else "name:N", the
+     * first N from 2 that no column is named and no key before it took */
+    char **keys = calloc(r->ncols > 0 ? (size_t)r->ncols : 1, sizeof *keys);
+    if (!keys) return -1;
+    int rc = 0;
+    for (int c = 0; c < r->ncols && rc == 0; c++) {
+        int seen = 0;
+        for (int j = 0; j < c && !seen; j++) seen = strcmp(r->cols[j], r->cols[c]) == 0;
+        size_t len = strlen(r->cols[c]) + 16;
+        for (int n = 2; seen && rc == 0; n++) {
+            free(keys[c]);
+            if (!(keys[c] = malloc(len))) rc = -1;
+            else snprintf(keys[c], len, "%s:%d", r->cols[c], n);
+            seen = rc == 0 && key_taken(keys[c], r->cols, r->ncols, keys, c);
         }
-        jw_obj_end(w);
     }
-    jw_arr_end(w);
+    if (rc == 0) {
+        jw_arr(w);
+        for (size_t i = 0; i < r->nrows; i++) {
+            jw_obj(w);
+            for (int c = 0; c < r->ncols; c++) {
+                jw_key(w, keys[c] ? keys[c] : r->cols[c]);
+                cell_json(w, usersql_cell_at(r, i, c));
+            }
+            jw_obj_end(w);
+        }
+        jw_arr_end(w);
+    }
+    for (int c = 0; c < r->ncols; c++) free(keys[c]);
+    free(keys);
+    return rc;
 }
 
 int report_sql_table(jw *w, const usersql_result *r, size_t max_len) {

@@ -7,8 +7,11 @@
 #include "base/json.h"
 #include "db/usersql.h"
 
-/* An array of row objects (`pprun query --format json`). */
-void report_sql_objects(jw *w, const usersql_result *r);
+/* An array of row objects (`pprun query --format json`), a key per
+ * column: its name, and a name a column before it has as "name:2",
+ * "name:3"... (a join's two start_ns: JSON readers keep only the last of
+ * two equal keys). 0, or -1 out of memory (w unchanged). */
+int report_sql_objects(jw *w, const usersql_result *r);
 /* {"columns":[...],"rows":[[...]],"row_count":N,"truncated":B} (POST
  * /api/sql); stops and returns -1 once the text passes max_len bytes (0: no
  * limit); 0 otherwise. */

@@ -93,6 +93,17 @@ Test(query, json_is_an_array_of_row_objects) {
     free(err);
 }
 
+/* Columns of one name (a join's two start_ns) keep every value: the
+ * second and later get "name:2", "name:3"..., past any column so named. */
+Test(query, json_keys_of_columns_of_one_name_stay_apart) {
+    char *out, *err;
+    int rc = run("--format json \"SELECT 1 AS a, 2 AS a, 3 AS [a:2], 4 AS a, 5 AS b\"", &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(out, "[{\"a\":1,\"a:3\":2,\"a:2\":3,\"a:4\":4,\"b\":5}]\n");
+    free(out);
+    free(err);
+}
+
 Test(query, writes_and_escapes_are_refused_with_exit_2_and_change_nothing) {
     struct stat before, after;
     cr_assert_eq(stat(db, &before), 0);

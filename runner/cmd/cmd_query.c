@@ -157,10 +157,10 @@ static void print_csv(const usersql_result *r) {
 static int print_json(const usersql_result *r) {
     jw w;
     jw_init(&w);
-    report_sql_objects(&w, r);
     size_t n;
-    char *s = jw_take(&w, &n);
+    char *s = report_sql_objects(&w, r) == 0 ? jw_take(&w, &n) : NULL;
     if (!s) {
+        jw_free(&w);
         fprintf(stderr, "pprun query: out of memory formatting JSON\n");
         return -1;
     }
