@@ -113,8 +113,8 @@ int sched_partition(int layers, int stages, const int *cuts, int ncuts, int *fir
         return 0;
     }
     if (ncuts != stages - 1)
-        return pp_fail(err, "--pipeline-cuts: %d stages need %d cuts (the first layer of stages 1..%d), got %d",
-                       stages, stages - 1, stages - 1, ncuts);
+        return pp_fail(err, "--pipeline-cuts: %d stages need %d cut%s (the first layer of stages 1..%d), got %d",
+                       stages, stages - 1, stages == 2 ? "" : "s", stages - 1, ncuts);
     first[0] = 0;
     for (int i = 0; i < ncuts; i++) {
         if (cuts[i] < 1 || cuts[i] > layers - 1)
