@@ -448,7 +448,7 @@ Test(maxmem_cli, pprun_schedule_shows_the_bound_beside_the_unbounded_order) {
     cr_assert(strstr(out, "without the bound: step time 51, bubble ratio 0.0588, the most a rank holds: 8 "
                           "microbatch-stages\n"),
               "%s", out);
-    cr_assert(strstr(out, "step time: 57\n"), "%s", out);
+    cr_assert(strstr(out, "step time: 57 time units\n"), "%s", out);
     free(out);
     /* bytes: the last stage holds more; the least is one microbatch through rank 0's two chunks */
     cr_assert_eq(sh(&out, "%s schedule --schedule zb-h1 --stages 2 --microbatches 4 --max-mem 5KiB --act-bytes "

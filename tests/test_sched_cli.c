@@ -51,7 +51,7 @@ Test(sched_cli, text_output_shows_grid_timeline_step_bubble_and_memory) {
     cr_assert(strstr(out, "schedule 1f1b: 4 ranks, 4 stages"), "%s", out);
     cr_assert(strstr(out, "rank 0 | 0F0  0F1  0F2  0F3"), "%s", out);
     cr_assert(strstr(out, "rank 3 |...FBWFBWFBWFBWFBWFBWFBWFBW...|"), "%s", out);
-    cr_assert(strstr(out, "step time: 30\n"), "%s", out);
+    cr_assert(strstr(out, "step time: 30 time units\n"), "%s", out);
     cr_assert(strstr(out, "bubble ratio: 0.2000"), "%s", out);
     cr_assert(strstr(out, "rank 0: 4, rank 1: 3, rank 2: 2, rank 3: 1"), "%s", out);
 }
@@ -189,13 +189,14 @@ Test(sched_cli, output_that_cannot_be_written_exits_1) {
 Test(sched_cli, costs_change_the_simulation) {
     cr_assert_eq(pprun("--schedule gpipe --stages 2 --microbatches 2 --costs f=1,b=2,w=0,comm=1"), 0, "%s", err_text);
     /* F F, comm 1, then B+send chain: (m+p-1)(f+b) + 2 comms = 9 + 2 */
-    cr_assert(strstr(out, "step time: 11\n"), "%s", out);
+    cr_assert(strstr(out, "step time: 11 time units\n"), "%s", out);
     cr_assert_eq(pprun("--schedule 1f1b --stages 2 --microbatches 2 --costs f=0.5,b=0.5,w=0.5"), 0, "%s", err_text);
     cr_assert(strstr(out, "one character = 0.5 time units"), "%s", out);
     /* durations are ns: the same schedule as f=1,b=2,w=0,comm=1 in us */
     cr_assert_eq(pprun("--schedule gpipe --stages 2 --microbatches 2 --costs f=1us,b=2us,w=0us,comm=1us"), 0, "%s",
                  err_text);
-    cr_assert(strstr(out, "step time: 11000\n"), "%s", out);
+    cr_assert(strstr(out, "step time: 11000 ns\n") && strstr(out, "costs (ns): f=1000 b=2000 w=0 comm=1000\n"), "%s",
+              out);
 }
 
 Test(sched_cli, csv_out_and_back_in) {
@@ -225,7 +226,7 @@ Test(sched_cli, csv_out_and_back_in) {
  * it too. */
 Test(sched_cli, an_all_reduce_cost_gives_the_step_with_data_parallelism) {
     cr_assert_eq(pprun("--schedule 1f1b --stages 2 --microbatches 2 --costs allreduce=3"), 0, "%s", err_text);
-    cr_assert(strstr(out, "step time: 8\nstep time with data parallelism: 11 (each stage's gradient all-reduce of 3 "
+    cr_assert(strstr(out, "step time: 8 time units\nstep time with data parallelism: 11 time units (each stage's gradient all-reduce of 3 "
                           "after its last W"),
               "%s", out);
     cr_assert_eq(pprun("--schedule zb-v --pp 2 --microbatches 2 --costs f=1ms,b=1ms,w=1ms,allreduce=1ms --format "

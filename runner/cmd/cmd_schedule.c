@@ -6,6 +6,7 @@
  * planner's view of a job. */
 #include <float.h>
 #include <limits.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ typedef struct opts {
     long p, m, v;           /* p: the ranks, settled by resolve_shape from: */
     long pp, nproc, stages; /* --pp, --nproc-per-node, --stages as given (0: not given) */
     sched_costs costs;
+    const char *unit; /* of the costs and times: " ns" when --costs gave durations, else " time units" */
     double allreduce; /* --costs allreduce=T: each stage's gradient all-reduce, 0 none */
     sched_mem mem;   /* --max-mem and --act-bytes; act owned (freed by cmd_schedule) */
     sched_act *act;
@@ -116,6 +118,10 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
             if (pp_parse_long(val, 1, PP_SHAPE_MAX_VIRTUAL, "--virtual-stages", &o->v, err) != 0) return -1;
         } else if (strcmp(name, "--costs") == 0) {
             if (sched_parse_costs_dp(val, "--costs", &o->costs, &o->allreduce, err) != 0) return -1;
+            /* one list is all durations or all plain numbers (sched_parse_costs): a unit's letter ends its values */
+            const char *eq = strchr(val, '=');
+            size_t end = eq ? strcspn(eq + 1, ",") : 0;
+            o->unit = eq && end && isalpha((unsigned char)eq[end]) ? " ns" : " time units";
         } else if (strcmp(name, "--max-mem") == 0) {
             if (sched_parse_max_mem(val, "--max-mem", &o->mem.max, &o->mem.bytes, err) != 0) return -1;
             o->max_mem_text = val;
@@ -281,8 +287,8 @@ static void print_mem_text(const mem_view *mv, const sched_plan *plan) {
 }
 
 /* dp_step: the step with each stage's all-reduce (--costs allreduce=T), NAN without. */
-static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, double allreduce,
-                       double dp_step, const mem_view *mv) {
+static void print_text(const sched_plan *plan, const sched_sim *sim, const sched_costs *c, const char *unit,
+                       double allreduce, double dp_step, const mem_view *mv) {
     int bw = has_bw(plan);
     /* The name of a CSV schedule holds its file's name: escaped for the
      * terminal, as every text from outside (the grid is digits and F/B/W). */
@@ -290,7 +296,7 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
     term_write(stdout, plan->name, strlen(plan->name), 0);
     printf(": %d ranks, %d stages (%d per rank, %s placement), %d microbatches\n", plan->ranks, plan->stages,
            plan->virtual_stages, placement_name(plan), plan->microbatches);
-    printf("costs: f=%g b=%g w=%g comm=%g", c->f, c->b, c->w, c->comm);
+    printf("costs (%s): f=%g b=%g w=%g comm=%g", unit + 1, c->f, c->b, c->w, c->comm);
     if (c->between > 0) printf(" between=%g", c->between);
     if (bw && c->bw > 0) printf(" bw=%g", c->bw);
     else if (bw) printf(" (a BW costs b + w)");
@@ -299,16 +305,16 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
     printf("action grid ({stage}{%s}{microbatch}, '.' idle):\n%s\n", bw ? "F|B|W|BW" : "F|B|W",
            grid ? grid : "(out of memory)\n");
     free(grid);
-    double unit = 0;
-    char *tl = sched_timeline_text(sim, plan, 0, &unit);
-    printf("simulated timeline (one character = %g time unit%s; F, B, W, %s'.' idle):\n%s\n", unit,
-           unit == 1 ? "" : "s", bw ? "X a BW, " : "", tl ? tl : "(out of memory)\n");
+    double per_char = 0;
+    char *tl = sched_timeline_text(sim, plan, 0, &per_char);
+    printf("simulated timeline (one character = %g%s; F, B, W, %s'.' idle):\n%s\n", per_char,
+           per_char == 1 && unit[1] == 't' ? " time unit" : unit, bw ? "X a BW, " : "", tl ? tl : "(out of memory)\n");
     free(tl);
-    printf("step time: %g\n", sim->step_time);
+    printf("step time: %g%s\n", sim->step_time, unit);
     if (!isnan(dp_step))
-        printf("step time with data parallelism: %g (each stage's gradient all-reduce of %g after its last W, a "
+        printf("step time with data parallelism: %g%s (each stage's gradient all-reduce of %g after its last W, a "
                "rank's one at a time)\n",
-               dp_step, allreduce);
+               dp_step, unit, allreduce);
     printf("bubble ratio: %.4f (%.1f%% of ranks x step time idle)\n", sim->bubble_ratio, 100 * sim->bubble_ratio);
     printf("peak activations held (microbatch-stage units):");
     for (int r = 0; r < sim->ranks; r++) printf(" rank %d: %d%s", r, sim->peak_inflight[r], r + 1 < sim->ranks ? "," : "");
@@ -587,7 +593,7 @@ int cmd_schedule(int argc, char **argv) {
             fputs(usage_text, stdout);
             return 0;
         }
-    opts o = {.costs = {1, 1, 1, 0, 0, 0}, .notation = "pprun", .format = "text"};
+    opts o = {.costs = {1, 1, 1, 0, 0, 0}, .unit = " time units", .notation = "pprun", .format = "text"};
     pp_err err = {{0}};
     mem_view mv = {0};
     if (parse_args(argc, argv, &o, &err) != 0) {
@@ -634,7 +640,7 @@ int cmd_schedule(int argc, char **argv) {
         free(each);
     }
     /* A write that fails is main's to report, as for every command. */
-    if (strcmp(o.format, "json") != 0) print_text(plan, sim, &o.costs, o.allreduce, dp_step, &mv);
+    if (strcmp(o.format, "json") != 0) print_text(plan, sim, &o.costs, o.unit, o.allreduce, dp_step, &mv);
     else if (print_json(plan, sim, &o.costs, o.allreduce, dp_step, &mv, stdout) != 0) {
         fprintf(stderr, "pprun schedule: writing JSON: out of memory\n");
         rc = 1;
