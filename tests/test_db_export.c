@@ -44,6 +44,22 @@ static char *slurp(const char *path) {
     return b;
 }
 
+/* Job `job` of s exported (db_export_chrome), parsed: the caller frees it
+ * with cJSON_Delete. */
+static cJSON *exported(sqlite3 *s, int64_t job) {
+    char *text = NULL;
+    size_t len = 0;
+    pp_err err;
+    FILE *out = open_memstream(&text, &len);
+    cr_assert_not_null(out);
+    cr_assert_eq(db_export_chrome(s, job, NULL, out, &err), 0, "%s", err.msg);
+    fclose(out);
+    cJSON *root = cJSON_Parse(text);
+    cr_assert_not_null(root, "the export is valid JSON: %.300s", text);
+    free(text);
+    return root;
+}
+
 /* An export written to path, parsed: fails the test unless it is JSON. */
 static cJSON *read_json(const char *path) {
     char *text = slurp(path);
@@ -243,14 +259,8 @@ Test(db_export, a_loss_that_was_not_finite_is_null_and_the_export_parses) {
     for (size_t i = 0; i < n; i++)
         if (ev[i].phase == TRACE_LOSS) ev[i].value = k++ ? INFINITY : NAN;
     cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&buf, &len);
-    cr_assert_eq(db_export_chrome(db_sqlite(d), job, NULL, out, &err), 0, "%s", err.msg);
-    fclose(out);
+    cJSON *root = exported(db_sqlite(d), job);
     db_close(d);
-    cJSON *root = cJSON_Parse(buf);
-    cr_assert_not_null(root, "the export is valid JSON: %.300s", buf);
     int nulls = 0;
     cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
@@ -259,7 +269,6 @@ Test(db_export, a_loss_that_was_not_finite_is_null_and_the_export_parses) {
     }
     cr_assert_eq(nulls, 2);
     cJSON_Delete(root);
-    free(buf);
 }
 
 /* ---- GPU job: kernels on their own threads ------------------------------- */
@@ -536,24 +545,17 @@ Test(db_export, a_flow_never_ends_before_it_starts) {
     db_close(d);
     sqlite3 *s;
     cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    cr_assert_eq(db_export_chrome(s, job, NULL, out, &err), 0, "%s", err.msg);
-    fclose(out);
+    cJSON *root = exported(s, job), *e;
     sqlite3_close(s);
-    cJSON *root = cJSON_Parse(text), *e;
-    cr_assert_not_null(root, "the export is valid JSON");
     double at[2] = {-1, -1}; /* s, f */
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
         const char *ph = cJSON_GetObjectItem(e, "ph")->valuestring;
         if (is_cat(e, "flow") && (!strcmp(ph, "s") || !strcmp(ph, "f")))
             at[ph[0] == 'f'] = cJSON_GetObjectItem(e, "ts")->valuedouble;
     }
-    cr_assert(at[0] >= 0 && at[1] >= 0, "a flow from the send to the receive:\n%s", text);
+    cr_assert(at[0] >= 0 && at[1] >= 0, "a flow from the send to the receive");
     cr_assert_geq(at[1], at[0], "the flow ends at %.3f us, before it starts at %.3f us", at[1], at[0]);
     cJSON_Delete(root);
-    free(text);
 }
 
 /* Held activation bytes: a counter per rank, on the rank's node, at each
@@ -584,14 +586,8 @@ Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
         }
         sqlite3 *s;
         cr_assert_eq(db_open_readonly(path, &s, &err), 0, "%s", err.msg);
-        char *text = NULL;
-        size_t len = 0;
-        FILE *out = open_memstream(&text, &len);
-        cr_assert_eq(db_export_chrome(s, job, NULL, out, &err), 0, "%s", err.msg);
-        fclose(out);
+        cJSON *root = exported(s, job);
         sqlite3_close(s);
-        cJSON *root = cJSON_Parse(text);
-        cr_assert_not_null(root, "the export is valid JSON");
         int count[2] = {0, 0}, seen0 = 0;
         cJSON *e;
         cJSON_ArrayForEach(e, cJSON_GetObjectItem(root, "traceEvents")) {
@@ -619,7 +615,6 @@ Test(db_export, activations_held_are_a_counter_per_rank_at_each_op_end) {
             cr_assert_eq(count[0] + count[1], 0, "no counter for a trace without held bytes");
         }
         cJSON_Delete(root);
-        free(text);
     }
 }
 
@@ -862,14 +857,8 @@ Test(db_export, a_programs_bw_and_named_spans) {
     ev[n++] = inner;
     cr_assert_eq(db_insert_events(d, job, ev, n, &err), 0, "%s", err.msg);
     cr_assert_eq(db_analyze_job(d, job, &err), 0, "%s", err.msg);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    cr_assert_eq(db_export_chrome(db_sqlite(d), job, NULL, out, &err), 0, "%s", err.msg);
-    fclose(out);
+    cJSON *root = exported(db_sqlite(d), job);
     db_close(d);
-    cJSON *root = cJSON_Parse(text);
-    cr_assert_not_null(root, "the export is valid JSON: %s", text);
     cJSON *evs = cJSON_GetObjectItem(root, "traceEvents"), *e;
     int bw = 0, spans = 0, counters = 0, span_tid = -1;
     cJSON_ArrayForEach(e, evs) {
@@ -907,7 +896,6 @@ Test(db_export, a_programs_bw_and_named_spans) {
     cr_assert_gt(sort_spans, cJSON_GetObjectItem(cJSON_GetObjectItem(comm, "args"), "sort_index")->valueint);
     cr_assert(!rank2, "no rank 2");
     cJSON_Delete(root);
-    free(text);
 }
 
 /* A span name of bytes that are not UTF-8 (a program's, stored as given)
