@@ -94,9 +94,12 @@ int checkpoint_start(sqlite3 *writer, const char *path, checkpoint **out, pp_err
      * SQLITE_OK having done nothing (its log and checkpointed counts -1),
      * and every job's WAL grew to CHECKPOINT_WAL_MAX pages (256 MiB) before
      * the writer copied it in. */
+    sqlite3_busy_timeout(c->own, CHECKPOINT_BUSY_MS); /* reading the header waits out a recovery, as db_open */
     if (!own_is_wal(c->own)) {
-        pp_fail(err, "%s: the checkpoint connection does not see the file in WAL mode: %s", path,
-                sqlite3_errmsg(c->own));
+        int code = sqlite3_errcode(c->own);
+        pp_fail(err, "%s: the checkpoint connection does not see the file in WAL mode%s%s", path,
+                code != SQLITE_OK && code != SQLITE_DONE && code != SQLITE_ROW ? ": " : "",
+                code != SQLITE_OK && code != SQLITE_DONE && code != SQLITE_ROW ? sqlite3_errmsg(c->own) : "");
         sqlite3_close(c->own);
         free(c);
         return -1;

@@ -22,6 +22,9 @@
 #define CHECKPOINT_WAL_PAGES 1000
 /* Past this, the writer checkpoints itself: 64k pages, 256 MiB at 4 KiB. */
 #define CHECKPOINT_WAL_MAX 65536
+/* How long the thread's connection waits for a lock when it first reads
+ * the file (db.c's writer waits as long). */
+#define CHECKPOINT_BUSY_MS 5000
 
 typedef struct checkpoint checkpoint;
 

@@ -155,10 +155,14 @@ static void critpath_times(critpath_path *p, const analyze_op *comm, size_t ncom
         o->lead_comm_ns = o->lead_dp_ns = 0;
         if (o->via != CRITPATH_RANK || o->lead_ns <= 0) continue;
         size_t lo = first_of_rank(comm, ncomm, o->op.rank), hi = first_of_rank(comm, ncomm, o->op.rank + 1);
-        o->lead_dp_ns = analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, ANALYZE_BIT(ANALYZE_DP));
+        /* only an OPT waits for the all-reduce (analyze.c's wait_dp): an
+         * earlier stage's all-reduce runs beside the rank's later ops, and
+         * a B waiting there waits for its gradient */
+        int opt = o->op.phase == TRACE_OPT;
+        uint32_t dp = opt ? ANALYZE_BIT(ANALYZE_DP) : 0;
+        o->lead_dp_ns = opt ? analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, dp) : 0;
         o->lead_comm_ns =
-            analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, ANALYZE_PIPE_COMM | ANALYZE_BIT(ANALYZE_DP)) -
-            o->lead_dp_ns;
+            analyze_covered(comm + lo, hi - lo, prev_end, o->op.start, ANALYZE_PIPE_COMM | dp) - o->lead_dp_ns;
     }
 }
 

@@ -37,9 +37,9 @@ typedef struct critpath_op {
     int64_t lead_ns;      /* on the path before the op: from the previous path op's end (the step's start for
                            * the first) to this op's start */
     int64_t lead_comm_ns; /* via CRITPATH_RANK: the part of lead_ns inside the rank's own SEND/RECV spans */
-    int64_t lead_dp_ns;   /* via CRITPATH_RANK: the part inside its own all-reduce spans (ANALYZE_DP: an OPT
+    int64_t lead_dp_ns;   /* via CRITPATH_RANK, an OPT: the part inside its rank's all-reduce spans (ANALYZE_DP:
                            * waiting for its gradient's all-reduce after its own last backward; not in
-                           * lead_comm_ns where a send overlaps it) */
+                           * lead_comm_ns where a send overlaps it); 0 for any other op */
     int64_t path_ns;      /* the op's own time on the path: its span, cut at the next path op's start where
                            * the two overlap (clocks of two nodes) */
 } critpath_op;

@@ -603,8 +603,8 @@ static void put_op(chrome_export *x, const op_row *o, int pid, int tid, const pa
     fprintf(x->out, "}}");
 }
 
-/* The flow of o's transfer, if it is one: inside the span, at its first
- * ns (SEND: the data leaves from its start; at its middle, a receive that
+/* The flow of o's transfer, if it is one: inside the span, just after its
+ * start (SEND: the data leaves from its start; at its middle, a receive that
  * ended before it drew the arrow backwards, which Perfetto drops) or its
  * last ns (RECV: the data is there when it ends). */
 static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int tid) {
@@ -619,7 +619,7 @@ static void put_transfer_flow(chrome_export *x, const op_row *o, int pid, int ti
             ",\n{\"ph\":\"%s\",%s\"id\":\"%llx\",\"cat\":\"flow\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"ts\":",
             send ? "s" : "f", send ? "" : "\"bp\":\"e\",", (unsigned long long)flow,
             t[5] == 'F' ? "activation" : "gradient", pid, tid);
-    put_us(x->out, (send ? (e > s ? s + 1 : s) : e > s ? e - 1 : s) - x->t0);
+    put_us(x->out, (send ? (e - s > 1 ? s + 1 : s) : e > s ? e - 1 : s) - x->t0);
     fputc('}', x->out);
 }
 

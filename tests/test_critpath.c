@@ -107,6 +107,16 @@ Test(critpath, an_opt_waiting_for_its_own_all_reduce_waits_for_the_all_reduce) {
     cr_assert_eq(t.wait_ns[CRITPATH_OTHER], 3);
     free(t.op_ns);
     critpath_free(&p);
+    /* a B after its rank's previous op, waiting inside a receive while an
+     * earlier stage's all-reduce runs beside it: the receive's, not the
+     * all-reduce's (only an OPT waits for that) */
+    analyze_op b[] = {span(0, TRACE_W, 1, 3, 0, 10), span(0, ANALYZE_DP, 1, 0, 8, 30),
+                      span(0, TRACE_RECV_B, 0, 0, 10, 20), span(0, TRACE_B, 0, 0, 20, 25)};
+    p = build(b, 4);
+    assert_op(&p, p.n - 1, 0, TRACE_B, 0, CRITPATH_RANK);
+    cr_assert(p.ops[p.n - 1].lead_comm_ns == 10 && p.ops[p.n - 1].lead_dp_ns == 0, "comm %lld, all-reduce %lld",
+              (long long)p.ops[p.n - 1].lead_comm_ns, (long long)p.ops[p.n - 1].lead_dp_ns);
+    critpath_free(&p);
 }
 
 Test(critpath, when_both_release_at_once_the_rank_wins) {

@@ -377,7 +377,7 @@ Test(db, the_wal_is_copied_into_the_file_while_a_job_writes, .timeout = 120) {
     cr_assert_eq(stat(wal, &w), 0);
     cr_assert_geq(f.st_size, 1 << 20, "the database file holds %lld bytes, the WAL %lld", (long long)f.st_size,
                   (long long)w.st_size);
-    cr_assert_lt(w.st_size, 4ll * CHECKPOINT_WAL_PAGES * 4096, "the WAL holds %lld bytes", (long long)w.st_size);
+    cr_assert_lt(w.st_size, 2ll * CHECKPOINT_WAL_PAGES * 4096, "the WAL holds %lld bytes", (long long)w.st_size);
     db_close(d);
 }
 

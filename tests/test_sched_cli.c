@@ -226,9 +226,12 @@ Test(sched_cli, csv_out_and_back_in) {
  * it too. */
 Test(sched_cli, an_all_reduce_cost_gives_the_step_with_data_parallelism) {
     cr_assert_eq(pprun("--schedule 1f1b --stages 2 --microbatches 2 --costs allreduce=3"), 0, "%s", err_text);
-    cr_assert(strstr(out, "step time: 8 time units\nstep time with data parallelism: 11 time units (each stage's gradient all-reduce of 3 "
-                          "after its last W"),
+    cr_assert(strstr(out, "step time: 8 time units\nstep time with data parallelism: 11 time units (each stage's "
+                          "gradient all-reduce of 3 time units after its last W"),
               "%s", out);
+    /* a duration beside f, b and w left at 1 time unit mixes the two */
+    cr_assert_eq(pprun("--schedule 1f1b --stages 2 --microbatches 2 --costs allreduce=5ms"), 2);
+    cr_assert(strstr(err_text, "give f, b and w as durations too"), "%s", err_text);
     cr_assert_eq(pprun("--schedule zb-v --pp 2 --microbatches 2 --costs f=1ms,b=1ms,w=1ms,allreduce=1ms --format "
                        "json"),
                  0, "%s", err_text);

@@ -43,6 +43,14 @@ static const char usage_text[] =
     "  --notation N         CSV notation for --csv-out: pprun (F/B/W) | pytorch (F/I/W)\n"
     "  --format F           text | json\n";
 
+/* Whether the --costs list `text` has an item `key=...`. */
+static int has_key(const char *text, const char *key) {
+    size_t n = strlen(key);
+    for (const char *p = text; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+        if (strncmp(p, key, n) == 0 && p[n] == '=') return 1;
+    return 0;
+}
+
 typedef struct opts {
     const char *schedule, *csv_in, *csv_out, *notation, *format, *max_mem_text;
     long p, m, v;           /* p: the ranks, settled by resolve_shape from: */
@@ -122,6 +130,9 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
             const char *eq = strchr(val, '=');
             size_t end = eq ? strcspn(eq + 1, ",") : 0;
             o->unit = eq && end && isalpha((unsigned char)eq[end]) ? " ns" : " time units";
+            if (o->unit[1] == 'n' && !(has_key(val, "f") && has_key(val, "b") && has_key(val, "w")))
+                return pp_fail(err, "--costs %s: durations for some costs leave the others at 1 time unit, which "
+                                    "is no duration: give f, b and w as durations too", val);
         } else if (strcmp(name, "--max-mem") == 0) {
             if (sched_parse_max_mem(val, "--max-mem", &o->mem.max, &o->mem.bytes, err) != 0) return -1;
             o->max_mem_text = val;
@@ -312,9 +323,9 @@ static void print_text(const sched_plan *plan, const sched_sim *sim, const sched
     free(tl);
     printf("step time: %g%s\n", sim->step_time, unit);
     if (!isnan(dp_step))
-        printf("step time with data parallelism: %g%s (each stage's gradient all-reduce of %g after its last W, a "
+        printf("step time with data parallelism: %g%s (each stage's gradient all-reduce of %g%s after its last W, a "
                "rank's one at a time)\n",
-               dp_step, unit, allreduce);
+               dp_step, unit, allreduce, unit);
     printf("bubble ratio: %.4f (%.1f%% of ranks x step time idle)\n", sim->bubble_ratio, 100 * sim->bubble_ratio);
     printf("peak activations held (microbatch-stage units):");
     for (int r = 0; r < sim->ranks; r++) printf(" rank %d: %d%s", r, sim->peak_inflight[r], r + 1 < sim->ranks ? "," : "");
