@@ -330,19 +330,20 @@ int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t 
  * steps with any, the later of those with the most. A job stopped or
  * failed in its last step has part of that step's (a replica's, the
  * microbatches before the failure): its mean is no step's loss. Two
- * counts on the primary key, not a count of every step. */
-#define SQL_LOSS_STEP                                                                                                  \
-    "WITH last(step) AS (SELECT max(step) FROM losses WHERE job_id=?1), two(step) AS (SELECT step FROM last "          \
-    "UNION ALL SELECT max(step) FROM losses WHERE job_id=?1 AND step < (SELECT step FROM last)) "                      \
+ * counts on the primary key, not a count of every step. `table`: losses
+ * or eval_losses (an evaluation cut short the same way). */
+#define SQL_LOSS_STEP(table)                                                                                           \
+    "WITH last(step) AS (SELECT max(step) FROM " table " WHERE job_id=?1), two(step) AS (SELECT step FROM last "       \
+    "UNION ALL SELECT max(step) FROM " table " WHERE job_id=?1 AND step < (SELECT step FROM last)) "                   \
     "SELECT step FROM two WHERE step IS NOT NULL "                                                                     \
-    "ORDER BY (SELECT count(*) FROM losses l WHERE l.job_id=?1 AND l.step=two.step) DESC, step DESC LIMIT 1"
+    "ORDER BY (SELECT count(*) FROM " table " l WHERE l.job_id=?1 AND l.step=two.step) DESC, step DESC LIMIT 1"
 
 static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
     sqlite3_stmt *st;
     if (prepare(db,
                 "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") ", (SELECT loss FROM losses l WHERE l.job_id=?1 AND "
                                                                "l.step=s.step AND typeof(loss) NOT IN ('real', "
-                                                               "'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP ") s",
+                                                               "'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP("losses") ") s",
                 s->job_id, &st, err) != 0)
         return -1;
     int rc = sqlite3_step(st);
@@ -363,11 +364,10 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
         rc = sqlite3_step(st);
     }
     if (finish(db, st, rc, err) != 0) return -1;
-    /* The latest evaluation's mean loss (--eval-every, a program's eval()):
-     * the validation loss a Megatron user reads beside the training loss. */
-    if (prepare(db,
-                "SELECT x.step, " SQL_STEP_EVAL_LOSS("x.step") " FROM (SELECT max(step) AS step FROM eval_losses "
-                                                               "WHERE job_id=?1) x WHERE x.step IS NOT NULL",
+    /* The latest whole evaluation's mean loss (--eval-every, a program's
+     * eval()), by the same rule: the validation loss a Megatron user reads
+     * beside the training loss. */
+    if (prepare(db, "SELECT x.step, " SQL_STEP_EVAL_LOSS("x.step") " FROM (" SQL_LOSS_STEP("eval_losses") ") x",
                 s->job_id, &st, err) != 0)
         return -1;
     rc = sqlite3_step(st);

@@ -297,7 +297,7 @@ int sched_parse_max_mem(const char *text, const char *what, double *max, int *by
     /* a number without a unit that is not whole (3.0, 2.5, 1e3) is neither:
      * read as bytes it bounded a rank to 3 B */
     char last = text[strlen(text) - 1];
-    if ((last >= '0' && last <= '9') || last == '.')
+    if ((last >= '0' && last <= '9') || last == '.' || strpbrk(text, "xX")) /* 0x1F: a hex number, no unit */
         return pp_fail(err,
                        "%s: '%s' is neither a whole number of microbatch-stages per rank (6) nor bytes with a "
                        "unit (64MiB, 1.5GB)",

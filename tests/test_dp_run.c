@@ -457,9 +457,11 @@ Test(dp_run, bad_mesh_options_exit_2_naming_the_option_and_write_nothing) {
         {"--nproc-per-node 2 --dp 2 --dp-bucket 1KiB", "--dp-bucket: accepted: 4KiB to 1GiB"},
         {"--nproc-per-node 2 --dp 2 --dp-overlap maybe", "--dp-overlap: 'maybe' is not accepted; accepted: on|off"},
         {"--nproc-per-node 2 --eval-every 1 --eval-data /nonexistent/eval.txt", "--eval-data /nonexistent/eval.txt"},
-        /* without --nproc-per-node: named by what the user gave, not by the default of 4 */
+        /* without --nproc-per-node: its default said to be one */
         {"--pp 3 --dp 1 --nnodes 2 --master-addr 127.0.0.1 --master-port 1 --node-rank 0",
-         "--pp 3 --dp 1 make 3 ranks, which --nnodes 2 cannot split evenly"},
+         "--pp 3 --dp 1 make 3 ranks, but --nproc-per-node 4 (the default) x --nnodes 2 start 8"},
+        {"--pp 3 --nnodes 2 --master-addr 127.0.0.1 --master-port 1 --node-rank 0",
+         "--pp 3 does not divide the 8 ranks --nproc-per-node 4 (the default) x --nnodes 2 start"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         int rc = sh("%s run %s --steps 1 --model " MODEL " --progress off --db %s/bad.db", PPRUN_BIN, cases[i].args,

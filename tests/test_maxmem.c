@@ -328,7 +328,7 @@ Test(maxmem, options_parse_and_print_back) {
     cr_assert(strstr(err.msg, "bounds a rank to nothing"), "%s", err.msg);
     cr_assert_eq(sched_parse_max_mem("six", "--max-mem", &max, &bytes, &err), -1);
     /* a number that is not whole, without a unit: neither (it was 3 bytes) */
-    static const char *const neither[] = {"3.0", "2.5", "1e3", "6."};
+    static const char *const neither[] = {"3.0", "2.5", "1e3", "6.", "0x1F", "0X1F"};
     for (size_t i = 0; i < sizeof neither / sizeof *neither; i++) {
         cr_assert_eq(sched_parse_max_mem(neither[i], "--max-mem", &max, &bytes, &err), -1, "%s", neither[i]);
         cr_assert(strstr(err.msg, "neither a whole number of microbatch-stages"), "%s", err.msg);

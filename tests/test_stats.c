@@ -115,17 +115,18 @@ Test(stats, fixture_numbers_exactly, .timeout = 60) {
     lt_assert_has(partial.out, loss);
     cr_assert_null(strstr(partial.out, "eval loss"), "no evaluation, no line");
     lt_free(&partial);
-    /* evaluations after steps 0 and 2: the latest one's mean, the
-     * validation loss beside the training loss */
+    /* evaluations after steps 0 and 1, and one cut short after step 2: the
+     * latest whole one's mean, the validation loss beside the training loss */
     cr_assert_eq(sqlite3_open(path, &s), SQLITE_OK);
     cr_assert_eq(sqlite3_exec(s,
                               "INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES"
-                              " (1, 0, 0, 9.0, 3, 0), (1, 2, 0, 1.25, 3, 0), (1, 2, 1, 1.75, 3, 0)",
+                              " (1, 0, 0, 9.0, 3, 0), (1, 1, 0, 1.25, 3, 0), (1, 1, 1, 1.75, 3, 0),"
+                              " (1, 2, 0, 7.0, 3, 0)",
                               NULL, NULL, NULL),
                  SQLITE_OK, "%s", sqlite3_errmsg(s));
     sqlite3_close(s);
     lt_proc evaluated = stats(path, NULL);
-    lt_assert_has(evaluated.out, "eval loss  1.5000 (mean of the evaluation after step 2)\n");
+    lt_assert_has(evaluated.out, "eval loss  1.5000 (mean of the evaluation after step 1)\n");
     lt_free(&evaluated);
     /* the first F down, rank 3 never idle from then on, microbatch 7's gradient back up, rank 0's W and OPT */
     lt_assert_has(p.out, "critical path  the ops each step waited on, steps 1-2 (30.50 ms a step, mean)\n"

@@ -374,13 +374,9 @@ int job_check(run_job *job, pp_err *err) {
     if (csv_shape(job, err) != 0) return -1;
     if (check_options(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
-    long mesh = (long)cfg->pp * cfg->dp;
-    if (!(job->lo.given & LAUNCH_GIVEN_NPROC) && mesh > 0 && job->lo.nnodes > 1 && mesh % job->lo.nnodes != 0)
-        /* not "--nproc-per-node 4 x --nnodes 2 start 8": the 4 is a default the user never gave */
-        return pp_fail(err, "--pp %d --dp %d make %ld ranks, which --nnodes %d cannot split evenly (every node starts "
-                            "as many ranks)", cfg->pp, cfg->dp, mesh, job->lo.nnodes);
-    char from[96];
-    snprintf(from, sizeof from, "--nproc-per-node %d x --nnodes %d", job->lo.nproc_per_node, job->lo.nnodes);
+    char from[96]; /* a --nproc-per-node the user never gave is said to be the default */
+    snprintf(from, sizeof from, "--nproc-per-node %d%s x --nnodes %d", job->lo.nproc_per_node,
+             job->lo.given & LAUNCH_GIVEN_NPROC ? "" : " (the default)", job->lo.nnodes);
     if (run_config_mesh(cfg, world, from, err) != 0) return -1;
     /* one pipeline's plan: every replica runs it (docs/cli.md, "Data parallel") */
     if (cfg->schedule_costs_db[0] && read_schedule_costs(job, cfg->pp, err) != 0) return -1;
