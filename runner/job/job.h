@@ -47,6 +47,7 @@ typedef struct run_job {
     run_progress *progress;
     int progress_next;  /* the next step the display shows, across attempts */
     int plan_refreshed; /* the plan has simulated times at measured costs (the collector's thread) */
+    int plan_passed_first; /* the collector saw the job's first step, which the refresh passes (start-up) */
     char node_addr[INET6_ADDRSTRLEN];
     char self_exe[4096];
     char *worker_argv[RUN_CONFIG_MAX_ARGS + 8];

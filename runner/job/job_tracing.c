@@ -26,15 +26,20 @@ static int remote_now(void *ctx, uint64_t *remote_ns, pp_err *err) {
 }
 
 /* On the collector's thread, after each step it analyses while the job
- * runs: the plan re-simulated at the first step after step 0 (which pays
- * for start-up: its ops ran ten times as long) that has every stage's F,
- * B and W medians, so the dashboard's planned timeline is at measured
- * costs from then on (a timed model's plan has its costs from the start).
- * Step 0 only in a job of one step; the job's end re-simulates it over
- * its latest steps (job_rows.c). */
+ * runs: the plan re-simulated at the first step after the job's first
+ * (step 0, or a resumed job's first, pays for start-up: its ops ran ten
+ * times as long) that has every stage's F, B and W medians, so the
+ * dashboard's planned timeline is at measured costs from then on (a timed
+ * model's plan has its costs from the start). The first step only when it
+ * is the job's last; the job's end re-simulates the plan over its latest
+ * steps (job_rows.c). */
 static void refresh_plan(void *ctx, db *d, int step) {
     run_job *job = ctx;
-    if (job->plan_refreshed || (step == 0 && job_step_bound(job) != 1)) return;
+    if (job->plan_refreshed) return;
+    if (!job->plan_passed_first) {
+        job->plan_passed_first = 1;
+        if (step != job_step_bound(job) - 1) return; /* a program's bound is 0: never its last */
+    }
     pp_err err;
     int rc = run_plan_resimulate(d, job->job_id, job->plan, &job->cfg, step, step, &err);
     if (rc < 0) fprintf(stderr, "pprun run: planned timeline not updated: %s\n", err.msg);
