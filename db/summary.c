@@ -343,7 +343,8 @@ static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
     if (prepare(db,
                 "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") ", (SELECT loss FROM losses l WHERE l.job_id=?1 AND "
                                                                "l.step=s.step AND typeof(loss) NOT IN ('real', "
-                                                               "'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP("losses") ") s",
+                                                               "'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP(
+                                                                   "losses") ") s",
                 s->job_id, &st, err) != 0)
         return -1;
     int rc = sqlite3_step(st);

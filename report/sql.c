@@ -38,7 +38,8 @@ int report_sql_objects(jw *w, const usersql_result *r) {
     int rc = keys && next ? 0 : -1;
     for (int c = 0; c < r->ncols && rc == 0; c++) {
         int first = 0;
-        while (first < c && strcmp(r->cols[first], r->cols[c]) != 0) first++;
+        while (first < c && strcmp(r->cols[first], r->cols[c]) != 0)
+            first++;
         next[c] = 2;
         if (first == c) continue;
         size_t len = strlen(r->cols[c]) + 16;
@@ -60,7 +61,8 @@ int report_sql_objects(jw *w, const usersql_result *r) {
         }
         jw_arr_end(w);
     }
-    for (int c = 0; keys && c < r->ncols; c++) free(keys[c]);
+    for (int c = 0; keys && c < r->ncols; c++)
+        free(keys[c]);
     free(keys);
     free(next);
     return rc;

@@ -32,7 +32,8 @@ enum { JOB_RUNNING, JOB_STEPS, JOB_INGESTED, JOB_DROPPED, JOB_CUPTI_DROPPED, JOB
 static const metric job_metrics[JOB_NUMBERS] = {
     [JOB_RUNNING] = {"pprun_job_running", "gauge", "1 while the job is running."},
     [JOB_STEPS] = {"pprun_steps_completed", "gauge", "Steps with statistics for every rank."},
-    [JOB_INGESTED] = {"pprun_events_ingested_total", "counter", "Trace records taken into the database (events, losses, span names)."},
+    [JOB_INGESTED] = {"pprun_events_ingested_total", "counter",
+                      "Trace records taken into the database (events, losses, span names)."},
     [JOB_DROPPED] = {"pprun_events_dropped_total", "counter", "Trace events lost because a rank's ring was full."},
     [JOB_CUPTI_DROPPED] = {"pprun_cupti_dropped_total", "counter",
                            "CUPTI activity records (kernels, memcpys) lost (--cupti on)."},

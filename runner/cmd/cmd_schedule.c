@@ -131,8 +131,10 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
             size_t end = eq ? strcspn(eq + 1, ",") : 0;
             o->unit = eq && end && isalpha((unsigned char)eq[end]) ? " ns" : " time units";
             if (o->unit[1] == 'n' && !(has_key(val, "f") && has_key(val, "b") && has_key(val, "w")))
-                return pp_fail(err, "--costs %s: durations for some costs leave the others at 1 time unit, which "
-                                    "is no duration: give f, b and w as durations too", val);
+                return pp_fail(err,
+                               "--costs %s: durations for some costs leave the others at 1 time unit, which "
+                               "is no duration: give f, b and w as durations too",
+                               val);
         } else if (strcmp(name, "--max-mem") == 0) {
             if (sched_parse_max_mem(val, "--max-mem", &o->mem.max, &o->mem.bytes, err) != 0) return -1;
             o->max_mem_text = val;
@@ -651,7 +653,8 @@ int cmd_schedule(int argc, char **argv) {
         free(each);
     }
     /* A write that fails is main's to report, as for every command. */
-    if (strcmp(o.format, "json") != 0) print_text(plan, sim, &o.costs, o.unit, o.allreduce, dp_step, &mv);
+    if (strcmp(o.format, "json") != 0)
+        print_text(plan, sim, &o.costs, o.unit, o.allreduce, dp_step, &mv);
     else if (print_json(plan, sim, &o.costs, o.allreduce, dp_step, &mv, stdout) != 0) {
         fprintf(stderr, "pprun schedule: writing JSON: out of memory\n");
         rc = 1;
