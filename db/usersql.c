@@ -501,7 +501,11 @@ static int authorize(void *ctx, int action, const char *a1, const char *a2, cons
         case SQLITE_ATTACH: what = "ATTACH"; break;
         case SQLITE_DETACH: what = "DETACH"; break;
         case SQLITE_TRANSACTION: what = "a transaction statement"; break;
-        case SQLITE_SAVEPOINT: what = "SAVEPOINT"; break;
+        case SQLITE_SAVEPOINT:
+            /* a1 is the operation, a2 the savepoint's name: named as written */
+            what = !a1 || strcmp(a1, "BEGIN") == 0 ? "SAVEPOINT" : strcmp(a1, "RELEASE") == 0 ? "RELEASE" : "ROLLBACK TO";
+            a1 = a2;
+            break;
         case SQLITE_ANALYZE: what = "ANALYZE"; break;
         case SQLITE_INSERT: what = "INSERT"; break;
         case SQLITE_UPDATE: what = "UPDATE"; break;
@@ -626,10 +630,12 @@ static int names_word(const char *sql, const char *word) {
     return 0;
 }
 
-/* The time limit passed. A query on `events` by rank and time reads the
- * whole job (no index by time since schema 10): say where the fast way is. */
+/* The time limit passed. A query on `events` by time reads the whole job
+ * (no index by time since schema 10): say where the fast way is. Another
+ * slow query (a join of events with itself) is not told about time. */
 static void timed_out(const char *sql, uint64_t limit_ns, usersql_error *why, pp_err *err) {
-    int hint = names_word(sql, "events") && !names_word(sql, "event_runs");
+    int hint = names_word(sql, "events") && !names_word(sql, "event_runs") &&
+               (names_word(sql, "start_ns") || names_word(sql, "end_ns"));
     pp_fail(err, "interrupted: the query ran past the time limit of %.3g s%s", limit_ns / 1e9,
             hint ? "; events has no index by time: a rank's rows in a time window come fast through event_runs "
                    "(docs/schema.md, \"Timeline window\")"

@@ -246,8 +246,10 @@ int sched_has_overlap(const sched_plan *plan);
 int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err);
 /* The same with one more key, `allreduce`: each stage's gradient all-reduce
  * under data parallelism (sched_sim_dp_step), in the list's units, into
- * *allreduce (kept when not given; unchanged on an error). */
-int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, double *allreduce, pp_err *err);
+ * *allreduce (kept when not given; unchanged on an error); and *in_ns (when
+ * not NULL) says which units: 1 for durations (ns), 0 for time units. */
+int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, double *allreduce, int *in_ns,
+                         pp_err *err);
 /* c as sched_parse_costs reads it back exactly ("f=..,b=..,w=..,comm=..",
  * then bw and between where set), into buf (256 bytes hold any). */
 void sched_costs_text(const sched_costs *c, char *buf, size_t size);

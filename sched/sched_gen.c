@@ -259,10 +259,11 @@ void sched_costs_text(const sched_costs *c, char *buf, size_t size) {
 }
 
 int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_err *err) {
-    return sched_parse_costs_dp(text, what, out, NULL, err);
+    return sched_parse_costs_dp(text, what, out, NULL, NULL, err);
 }
 
-int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, double *allreduce, pp_err *err) {
+int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, double *allreduce, int *in_ns,
+                         pp_err *err) {
     char *copy = strdup(text ? text : "");
     if (!copy) return pp_fail(err, "out of memory");
     sched_costs c = *out;
@@ -279,5 +280,6 @@ int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, d
                        what, text);
     *out = c;
     if (allreduce) *allreduce = ar;
+    if (in_ns) *in_ns = cp.with_unit > 0;
     return 0;
 }

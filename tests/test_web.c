@@ -331,6 +331,15 @@ static void get_error(const char *path, int status, const char *what) {
     cJSON_Delete(j);
 }
 
+/* Steps are numbered 0 to 2^31-1 (schema.md): a step past that is a bad
+ * parameter, named with the range, not a step the job lacks "(yet)". */
+Test(web, a_step_no_job_can_have_is_a_bad_parameter) {
+    get_error("/api/jobs/1/gaps?step=2147483648", 400, "step: 2147483648 is out of range; accepted: 0 to 2147483647");
+    get_error("/api/jobs/1/events?step=2147483648", 400, "step: 2147483648 is out of range");
+    get_error("/api/jobs/1/steps?since=2147483648", 400, "since: 2147483648 is out of range");
+    cJSON_Delete(get_json("/api/jobs/1/gaps?step=2147483647", 404));
+}
+
 #define STEP0_FROM FIXTURE_STEP_OFFSET_NS
 #define STEP0_TO (FIXTURE_STEP_OFFSET_NS + FIXTURE_STEP_SPAN_NS)
 

@@ -105,7 +105,7 @@ void route_steps(route_req *q, reply *r) {
     struct MHD_Connection *c = q->c;
     const job_info *j = &q->job;
     long since = 0, limit = 100000;
-    if (query_long(c, "since", 0, 1l << 40, &since, r) < 0 || query_long(c, "limit", 1, 100000, &limit, r) < 0) return;
+    if (query_long(c, "since", 0, INT32_MAX, &since, r) < 0 || query_long(c, "limit", 1, 100000, &limit, r) < 0) return;
     sqlite3_stmt *stats = routes_prep(db,
                                       "SELECT step, rank, start_ns, end_ns, bubble_ratio, act_peak_bytes FROM step_stats "
                                       "WHERE job_id=?1 AND step>=?2 ORDER BY step, rank",

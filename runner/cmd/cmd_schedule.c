@@ -6,7 +6,6 @@
  * planner's view of a job. */
 #include <float.h>
 #include <limits.h>
-#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,12 +124,10 @@ static int parse_args(int argc, char **argv, opts *o, pp_err *err) {
         } else if (strcmp(name, "--virtual-stages") == 0) {
             if (pp_parse_long(val, 1, PP_SHAPE_MAX_VIRTUAL, "--virtual-stages", &o->v, err) != 0) return -1;
         } else if (strcmp(name, "--costs") == 0) {
-            if (sched_parse_costs_dp(val, "--costs", &o->costs, &o->allreduce, err) != 0) return -1;
-            /* one list is all durations or all plain numbers (sched_parse_costs): a unit's letter ends its values */
-            const char *eq = strchr(val, '=');
-            size_t end = eq ? strcspn(eq + 1, ",") : 0;
-            o->unit = eq && end && isalpha((unsigned char)eq[end]) ? " ns" : " time units";
-            if (o->unit[1] == 'n' && !(has_key(val, "f") && has_key(val, "b") && has_key(val, "w")))
+            int in_ns;
+            if (sched_parse_costs_dp(val, "--costs", &o->costs, &o->allreduce, &in_ns, err) != 0) return -1;
+            o->unit = in_ns ? " ns" : " time units";
+            if (in_ns && !(has_key(val, "f") && has_key(val, "b") && has_key(val, "w")))
                 return pp_fail(err,
                                "--costs %s: durations for some costs leave the others at 1 time unit, which "
                                "is no duration: give f, b and w as durations too",
