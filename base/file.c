@@ -472,8 +472,11 @@ static int remove_within(int fd, int depth, const char *path, pp_err *err) {
             rc = pp_fail(err, "%s/%s: cannot remove it: %s", path, e->d_name, strerror(errno));
             break;
         }
-        char inner[4096];
-        snprintf(inner, sizeof inner, "%s/%s", path, e->d_name);
+        char inner[4096]; /* for messages only: the removal goes by descriptors */
+        if (snprintf(inner, sizeof inner, "%s/%s", path, e->d_name) >= (int)sizeof inner) {
+            rc = pp_fail(err, "%s/%s: the path is longer than %zu bytes", path, e->d_name, sizeof inner - 1);
+            break;
+        }
         if (depth >= 8) {
             rc = pp_fail(err, "%s: folders nest more than 8 deep", inner);
             break;

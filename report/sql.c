@@ -3,6 +3,8 @@
  * (jobs, ranks, gaps, the plan's actions). */
 #include "report/sql.h"
 
+#include "base/utf8.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,27 +28,47 @@ static int key_taken(const char *key, char *const *names, int n, char *const *ke
     return 0;
 }
 
+/* s as the JSON writer writes it (base/json.c): each byte that is not
+ * part of a UTF-8 character as U+FFFD; malloc'd, NULL when out of memory.
+ * Two names that differ only there are one key in the JSON. */
+static char *as_written(const char *s) {
+    size_t n = strlen(s), o = 0;
+    char *out = malloc(3 * n + 1);
+    if (!out) return NULL;
+    for (size_t i = 0; i < n;) {
+        unsigned cp;
+        size_t len = utf8_seq((const unsigned char *)s + i, n - i, &cp);
+        if (len == 0) memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i++;
+        else memcpy(out + o, s + i, len), o += len, i += len;
+    }
+    out[o] = '\0';
+    return out;
+}
+
 int report_sql_objects(jw *w, const usersql_result *r) {
-    /* keys[c]: NULL where the column's name is its key, else "name:N", the
-     * first N that no column is named and no key before it took; next[j]:
-     * for the first column of a name, the N its next namesake tries first
-     * (so the tries of all namesakes add up to the columns, not their
-     * square: 2,000 columns of one name, SQLite's most, took 25 s) */
+    /* names[c]: the column's name as written; keys[c]: NULL where that is
+     * its key, else "name:N", the first N that no column is named and no
+     * key before it took; next[j]: for the first column of a name, the N
+     * its next namesake tries first (so the tries of all namesakes add up
+     * to the columns, not their square: 2,000 columns of one name,
+     * SQLite's most, took 25 s) */
     size_t n = r->ncols > 0 ? (size_t)r->ncols : 1;
-    char **keys = calloc(n, sizeof *keys);
+    char **names = calloc(n, sizeof *names), **keys = calloc(n, sizeof *keys);
     int *next = calloc(n, sizeof *next);
-    int rc = keys && next ? 0 : -1;
+    int rc = names && keys && next ? 0 : -1;
+    for (int c = 0; c < r->ncols && rc == 0; c++)
+        if (!(names[c] = as_written(r->cols[c]))) rc = -1;
     for (int c = 0; c < r->ncols && rc == 0; c++) {
         int first = 0;
-        while (first < c && strcmp(r->cols[first], r->cols[c]) != 0)
+        while (first < c && strcmp(names[first], names[c]) != 0)
             first++;
         next[c] = 2;
         if (first == c) continue;
-        size_t len = strlen(r->cols[c]) + 16;
+        size_t len = strlen(names[c]) + 16;
         if (!(keys[c] = malloc(len))) rc = -1;
         while (rc == 0) {
-            snprintf(keys[c], len, "%s:%d", r->cols[c], next[first]++);
-            if (!key_taken(keys[c], r->cols, r->ncols, keys, c)) break;
+            snprintf(keys[c], len, "%s:%d", names[c], next[first]++);
+            if (!key_taken(keys[c], names, r->ncols, keys, c)) break;
         }
     }
     if (rc == 0) {
@@ -54,15 +76,18 @@ int report_sql_objects(jw *w, const usersql_result *r) {
         for (size_t i = 0; i < r->nrows; i++) {
             jw_obj(w);
             for (int c = 0; c < r->ncols; c++) {
-                jw_key(w, keys[c] ? keys[c] : r->cols[c]);
+                jw_key(w, keys[c] ? keys[c] : names[c]);
                 cell_json(w, usersql_cell_at(r, i, c));
             }
             jw_obj_end(w);
         }
         jw_arr_end(w);
     }
-    for (int c = 0; keys && c < r->ncols; c++)
-        free(keys[c]);
+    for (int c = 0; c < r->ncols; c++) {
+        if (names) free(names[c]);
+        if (keys) free(keys[c]);
+    }
+    free(names);
     free(keys);
     free(next);
     return rc;

@@ -65,6 +65,7 @@ function rowHit(x, y, w) {
       `start ${fmtMs(ev.start[i])} · duration ${fmtMs(ev.end[i] - ev.start[i])}`;
     if (ev.peer[i] >= 0) text += `\npeer rank ${ev.peer[i]}`;
     if (ph === 'BW') text += '\nfull backward: input and weight gradients in one op (PyTorch; DualPipeV)';
+    if (ph === 'EVAL_F') text += `\nan evaluation's forward (after step ${ev.step[i]}: no backward)`;
     if (isBlock(ev.phase[i]) && S.actRecorded) text += `\nactivations held after it: ${fmtBytes(ev.bytes[i])}`;
     if (ph === 'OPT' && ev.bytes[i] > 0) text += `\nweights, gradients, optimizer state: ${fmtBytes(ev.bytes[i])}`;
     text += critNote(ev.id[i]);

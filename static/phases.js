@@ -3,16 +3,18 @@
 // index into PHASES) and an idle gap's cause (into CAUSES; docs/schema.md,
 // `gaps`). BW is PyTorch's full backward (B and W in one op), SPAN a
 // program's own named span (drawn on its rank's spans lane, coloured by
-// its name).
+// its name), EVAL_F and its sends an evaluation's (--eval-every: forwards
+// only, between training steps).
 
-export const PHASES = ['F', 'B', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B', 'OPT', 'BW', 'SPAN'];
+export const PHASES = ['F', 'B', 'W', 'SEND_F', 'RECV_F', 'SEND_B', 'RECV_B', 'OPT', 'BW', 'SPAN', 'EVAL_F',
+  'EVAL_SEND_F', 'EVAL_RECV_F'];
 export const PHASE_COLOR = ['#4e79a7', '#f28e2b', '#59a14f', '#b07aa1', '#76b7b2', '#b07aa1', '#76b7b2', '#9c755f',
-  '#d37295', '#bab0ac'];
-export const BW = 8, SPAN = 9; // their indexes into PHASES
-// A compute op drawn as a block on its rank's row (F, B, W, BW), with its microbatch on it.
-export function isBlock(ph) { return ph <= 2 || ph === BW; }
-// A send or receive, drawn as a thin mark at the bottom of the row.
-export function isComm(ph) { return ph >= 3 && ph <= 6; }
+  '#d37295', '#bab0ac', '#a0cbe8', '#b07aa1', '#76b7b2'];
+export const BW = 8, SPAN = 9, EVAL_F = 10; // their indexes into PHASES
+// A compute op drawn as a block on its rank's row (F, B, W, BW, EVAL_F), with its microbatch on it.
+export function isBlock(ph) { return ph <= 2 || ph === BW || ph === EVAL_F; }
+// A send or receive, drawn as a thin mark at the bottom of the row (an evaluation's too).
+export function isComm(ph) { return (ph >= 3 && ph <= 6) || ph === 11 || ph === 12; }
 // A span's colour: one of a few light colours, the same for the same name.
 const SPAN_COLORS = ['#c6dbef', '#fdd0a2', '#c7e9c0', '#dadaeb', '#fcbba1', '#d9d9d9', '#fde0ef', '#ccebc5'];
 export function spanColor(name) {

@@ -17,7 +17,7 @@
 import { S, KERNEL_LIMIT, EventStore, world, lastStep } from './state.js';
 import { $, fmtMs, sizeCanvas, throttled, LIVE_REDRAW_MS } from './util.js';
 import { probe } from './probe.js';
-import { PHASES, PHASE_COLOR, CAUSE_COLOR, CAUSE_OTHER, BW, SPAN, isBlock, isComm, spanColor } from './phases.js';
+import { PHASES, PHASE_COLOR, CAUSE_COLOR, CAUSE_OTHER, BW, EVAL_F, SPAN, isBlock, isComm, spanColor } from './phases.js';
 import { ROW_H, ROW_GAP, AXIS_H, LABEL_W, GPU_H, SPAN_H, rowPitch, rowY, slotY, rowCount, fitRows, gpuY, spanY, xOf, blockY, blockMidY, lanesOf } from './geometry.js';
 import { R, layoutRows } from './rows.js';
 import { drawCritpath, fetchCritpath } from './critpath.js';
@@ -107,7 +107,8 @@ function draw() {
   if (S.highlight != null && R.slot[S.highlight] >= 0) { // the rank a heatmap cell jumped to
     g.fillStyle = 'rgba(255, 214, 0, 0.25)'; g.fillRect(0, rowY(S.highlight) - ROW_GAP / 2, w, ROW_H + ROW_GAP);
   }
-  const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), BW: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0,
+  const drawn = { F: new Array(n).fill(0), B: new Array(n).fill(0), W: new Array(n).fill(0), BW: new Array(n).fill(0),
+    EVAL_F: new Array(n).fill(0), comm: 0, opt: 0, gaps: 0,
     bins: 0, steps: new Set(), gpu: new Array(n).fill(0), kernels: 0, spans: new Array(n).fill(0) };
   const left = LABEL_W, right = w;
   // Idle gaps, shaded by cause.
@@ -172,7 +173,7 @@ function draw() {
   if (drawCritpath(g, w, h, n, anchor)) critFetchSoon();
   drawRowLabels(g, n, 'rank ', (r) => { const y = rowY(r); return onScreen(y) ? y : -1; });
   drawGroupLabels(g);
-  probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, BW: drawn.BW, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins,
+  probe.drawn = { F: drawn.F, B: drawn.B, W: drawn.W, BW: drawn.BW, EVAL_F: drawn.EVAL_F, comm: drawn.comm, opt: drawn.opt, gaps: drawn.gaps, bins: drawn.bins,
     steps: [...drawn.steps].sort((a, b) => a - b), inView, gpuLane: S.gpuLane, gpu: drawn.gpu, kernels: drawn.kernels,
     spanLane: S.spanLane, spans: drawn.spans, lane2, rows: rowCount(), rankRows: R.rows.filter((x) => x.rank != null).length, lanes: drawn.lanes };
   $('window-label').textContent = `${fmtMs(S.view.from)} – ${fmtMs(S.view.to)} · ${S.mode === 'events' ? inView + ' events' : 'aggregated (' + S.mode + ')'}` +
@@ -329,7 +330,8 @@ function drawBins(g, w, drawn, onScreen) {
     const frac = Math.min(1, b[3] / Math.max(1, b[2] - b[1]));
     let ph = -1, best = -1;
     for (let k = 0; k < 3; k++) if (b[4 + k] != null && b[4 + k] > best) { best = b[4 + k]; ph = k; }
-    if (b[10] != null && b[10] > best) ph = BW; // bins[10]: BW time, PyTorch's full backward
+    if (b[10] != null && b[10] > best) { best = b[10]; ph = BW; } // bins[10]: BW time, PyTorch's full backward
+    if (b[11] != null && b[11] > best) ph = EVAL_F; // bins[11]: an evaluation's forwards
     g.fillStyle = ph >= 0 ? PHASE_COLOR[ph] : '#6b8bb0';
     const hh = (ROW_H - 8) * frac;
     g.fillRect(x0, rowY(b[0]) + (ROW_H - 8) - hh, Math.max(1, x1 - x0 - 0.3), hh);

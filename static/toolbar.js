@@ -2,7 +2,7 @@
 // shown (or "following live", "custom window") and the legend of colours.
 import { S } from './state.js';
 import { $ } from './util.js';
-import { PHASE_COLOR, CAUSES, CAUSE_COLOR, CAUSE_LEGEND, BW, spanColor } from './phases.js';
+import { PHASE_COLOR, CAUSES, CAUSE_COLOR, CAUSE_LEGEND, BW, EVAL_F, spanColor } from './phases.js';
 import { CRIT_COLOR } from './critpath.js';
 
 export function updateStepLabel() {
@@ -13,7 +13,8 @@ export function updateStepLabel() {
 // The phases, the idle causes, the critical path's outline and (shown for a
 // job with gpu spans, or with spans of its own) the GPU and spans lanes.
 export function fillLegend() {
-  $('legend').innerHTML = [['F', 0], ['B', 1], ['W', 2], ['BW', BW, 'full backward (B and W in one op: PyTorch)'], ['SEND', 3], ['RECV', 4], ['OPT', 7]]
+  $('legend').innerHTML = [['F', 0], ['B', 1], ['W', 2], ['BW', BW, 'full backward (B and W in one op: PyTorch)'], ['SEND', 3], ['RECV', 4], ['OPT', 7],
+    ['EVAL', EVAL_F, "an evaluation's forward (--eval-every: no backward)"]]
     .map(([p, i, title]) => `<span${title ? ` title="${title}"` : ''}><i style="background:${PHASE_COLOR[i]}"></i>${p}</span>`).join('') +
     CAUSE_LEGEND.map(([p, k]) => `<span data-cause="${CAUSES[k]}"><i style="background:${CAUSE_COLOR[k]}; border:1px solid #ccc"></i>${p}</span>`).join('') +
     `<span><i style="border:2px solid ${CRIT_COLOR}"></i>critical path</span>` +

@@ -39,10 +39,21 @@ export function sizeCanvas(c, cssH) {
 // ask the server for its window (at 3 ms a step, one request per step was
 // 75 a second).
 export function throttled(fn, ms) {
-  let last = 0, timer = null;
-  return () => {
-    if (timer) return;
-    timer = setTimeout(() => { timer = null; last = Date.now(); fn(); }, Math.max(0, last + ms - Date.now()));
+  // A call while fn's promise is pending runs it once more after (never two
+  // at once: a large job's heatmap or critical path takes seconds), ms from
+  // the end of the one before.
+  let last = 0, timer = null, running = false, again = false;
+  const run = async () => {
+    timer = null; running = true;
+    try { await fn(); } finally {
+      running = false; last = Date.now();
+      if (again) { again = false; call(); }
+    }
   };
+  const call = () => {
+    if (running) { again = true; return; }
+    if (!timer) timer = setTimeout(run, Math.max(0, last + ms - Date.now()));
+  };
+  return call;
 }
 export const LIVE_REDRAW_MS = 250; // following a job: redraws and window requests at most this often

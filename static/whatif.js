@@ -10,20 +10,27 @@ import { probe } from './probe.js';
 import { loadCritTotals } from './critpath.js';
 
 // Every schedule at the job's measured costs (GET /whatif): read when a job
-// opens, then again as its steps come in, at most every WHATIF_EVERY_MS
-// (every second until there is something measured).
+// opens, then again as its steps come in, WHATIF_EVERY_MS after the last
+// answer came (every second until there is something measured), never
+// two at once: a 1,024-rank job's answers take seconds each.
 const WHATIF_EVERY_MS = 10000;
-let whatif = null, whatifAt = 0; // the latest answer, and when it was asked for
+let whatif = null, whatifAt = 0, asking = false; // the latest answer; when it came; one being asked for
 
 // A job opens: nothing asked yet.
 export function resetWhatif() { whatif = null; whatifAt = 0; }
 
 // Whether a step that completed is to ask again.
-export function whatifDue() { return Date.now() - whatifAt >= (whatif && whatif.measured ? WHATIF_EVERY_MS : 1000); }
+export function whatifDue() {
+  return !asking && Date.now() - whatifAt >= (whatif && whatif.measured ? WHATIF_EVERY_MS : 1000);
+}
 
+// The what-if and the critical path's totals, which come at the same cadence.
 export async function loadWhatif(id) {
-  whatifAt = Date.now();
-  loadCritTotals(id); // the critical path's totals come at the same cadence
+  asking = true;
+  try { await Promise.all([loadCritTotals(id), showWhatif(id)]); } finally { asking = false; whatifAt = Date.now(); }
+}
+
+async function showWhatif(id) {
   let r;
   try { r = await api(`/api/jobs/${id}/whatif`); } catch (e) { $('whatif-info').textContent = 'error: ' + e.message; return; }
   if (S.job !== id) return; // another job opened meanwhile

@@ -102,6 +102,12 @@ Test(query, json_keys_of_columns_of_one_name_stay_apart) {
     cr_assert_str_eq(out, "[{\"a\":1,\"a:3\":2,\"a:2\":3,\"a:4\":4,\"b\":5}]\n");
     free(out);
     free(err);
+    /* names that are not UTF-8 are written as U+FFFD: kept apart as written */
+    rc = run("--format json \"SELECT 1 AS [\xff], 2 AS [\xfe], 3 AS [\xef\xbf\xbd]\"", &out, &err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_str_eq(out, "[{\"\xef\xbf\xbd\":1,\"\xef\xbf\xbd:2\":2,\"\xef\xbf\xbd:3\":3}]\n");
+    free(out);
+    free(err);
 }
 
 Test(query, writes_and_escapes_are_refused_with_exit_2_and_change_nothing) {

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <regex.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,7 @@
 #include "db/summary.h"
 #include "db/usersql.h"
 #include "db/whatif.h"
+#include "helpers/trace_fixture.h"
 #include "helpers/web_client.h"
 #include "helpers/web_fixture.h"
 #include "base/utf8.h"
@@ -220,6 +222,43 @@ Test(web, buckets_count_the_part_of_an_op_that_started_before_the_window) {
     cr_assert_eq((int64_t)f, want_f, "F: %.0f ns in the buckets, %lld in the window", f, (long long)want_f);
     cr_assert_eq((int64_t)busy, want_busy, "busy: %.0f ns in the buckets, %lld in the window", busy,
                  (long long)want_busy);
+}
+
+/* An evaluation after the last step (--eval-every): its forwards are
+ * compute, in their own column (EVAL) and in the busy time, and its sends
+ * and receives are COMM; before, the forwards were counted as COMM. Each
+ * column's sum over the buckets is the SQL's. */
+Test(web, buckets_count_an_evaluations_forward_as_compute) {
+    exec_sql("INSERT INTO events(job_id,attempt,rank,step,microbatch,stage,phase,start_ns,end_ns,peer,bytes,source)"
+             " SELECT 1, 0, r.rank, 2, 0, r.rank, ph.phase, e.t + r.rank * 3000000 + ph.at,"
+             " e.t + r.rank * 3000000 + ph.at + ph.len, -1, 0, 'cpu'"
+             " FROM (SELECT max(end_ns) + 1000000 AS t FROM events WHERE job_id = 1) e,"
+             " (SELECT DISTINCT rank FROM events WHERE job_id = 1) r,"
+             " (SELECT 'EVAL_RECV_F' AS phase, 0 AS at, 200000 AS len UNION ALL SELECT 'EVAL_F', 200000, 2000000"
+             "  UNION ALL SELECT 'EVAL_SEND_F', 2200000, 300000) ph");
+    cJSON *j = get_json("/api/jobs/1/events?limit=1&buckets=40", 200);
+    cr_assert_str_eq(str(j, "mode"), "buckets");
+    cJSON *columns = cJSON_GetObjectItem(j, "bin_columns");
+    cr_assert_str_eq(cJSON_GetArrayItem(columns, 11)->valuestring, "EVAL");
+    double busy = 0, comm = 0, eval = 0;
+    cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItem(j, "bins")) {
+        busy += cJSON_GetArrayItem(row, 3)->valuedouble;
+        comm += cJSON_GetArrayItem(row, 7)->valuedouble;
+        eval += cJSON_GetArrayItem(row, 11)->valuedouble;
+    }
+    cJSON_Delete(j);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(dbpath, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    const char *sum = "SELECT sum(end_ns - start_ns) FROM events WHERE job_id = 1 AND source = 'cpu' AND phase IN (%s)";
+    int64_t want_busy = tfix_q_intf(db, sum, "'F','B','W','BW','OPT','EVAL_F'"),
+            want_comm = tfix_q_intf(db, sum, "'SEND_F','RECV_F','SEND_B','RECV_B','EVAL_SEND_F','EVAL_RECV_F'"),
+            want_eval = tfix_q_intf(db, sum, "'EVAL_F'");
+    sqlite3_close(db);
+    cr_assert_eq(want_eval, 4 * 2000000);
+    cr_assert_eq((int64_t)eval, want_eval, "EVAL: %.0f ns in the buckets, %lld in the job", eval, (long long)want_eval);
+    cr_assert_eq((int64_t)comm, want_comm, "COMM: %.0f ns in the buckets, %lld in the job", comm, (long long)want_comm);
+    cr_assert_eq((int64_t)busy, want_busy, "busy: %.0f ns in the buckets, %lld in the job", busy, (long long)want_busy);
 }
 
 Test(web, very_zoomed_out_windows_use_step_statistics) {
@@ -2269,6 +2308,49 @@ Test(web, sql_refusals_while_running_are_403_naming_what) {
 /* A parameter given twice used its first value silently, a %00 cut a
  * value short silently ("limit=5%00abc" was limit 5), and " 5", "+5" and a
  * trailing comma in ranks passed: each is a 400 naming the parameter. */
+/* /steps of a long job, read on another thread: its status, and done set after. */
+typedef struct slow_get {
+    int status;
+    atomic_int done;
+} slow_get;
+
+static void *get_steps(void *arg) {
+    slow_get *g = arg;
+    webclient_resp r;
+    g->status = webclient_request(port, "GET", "/api/jobs/1/steps?limit=100000", NULL, NULL, &r) == 0 ? r.status : -1;
+    webclient_free(&r);
+    atomic_store(&g->done, 1);
+    return NULL;
+}
+
+/* A route whose cost grows with the job (steps, heatmap, summary, what-if,
+ * critical path, compare) holds a worker of the analyses pool, not an
+ * HTTP thread: with one HTTP thread, while /steps of a job of 200,000
+ * steps is read, /metrics is answered and counts it running. Before, the
+ * one thread read the steps and every other request waited (a 1,024-rank
+ * job's critical path held one 14 s). */
+Test(web, an_analysis_holds_a_worker_not_an_http_thread, .timeout = 120) {
+    pp_err err;
+    cr_assert_eq(fixture_add_history(dbpath, 3, 200000, &err), 0, "%s", err.msg);
+    restart_with((http_options){.threads = 1});
+    slow_get g = {0};
+    atomic_init(&g.done, 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, get_steps, &g), 0);
+    int seen = 0, polls = 0;
+    while (!seen && !atomic_load(&g.done)) {
+        webclient_resp r;
+        cr_assert_eq(webclient_request(port, "GET", "/metrics", NULL, NULL, &r), 0);
+        cr_assert_eq(r.status, 200);
+        seen = strstr(r.body, "\npprun_analyses_running 1\n") != NULL;
+        webclient_free(&r);
+        polls++;
+    }
+    pthread_join(t, NULL);
+    cr_assert_eq(g.status, 200);
+    cr_assert(seen, "/metrics never saw the analysis running (%d answers while /steps was read)", polls);
+}
+
 Test(web, query_parameters_are_read_strictly) {
     struct { const char *path, *named; } bad[] = {
         {"/api/jobs/1/events?limit=5&limit=abc", "query parameter 'limit' is given more than once"},
@@ -2278,7 +2360,7 @@ Test(web, query_parameters_are_read_strictly) {
         {"/api/jobs/1/events?limit=5%00abc", "query parameter 'limit' holds a NUL character"},
         {"/api/jobs/1/trace.json?steps=0%00-2", "query parameter 'steps' holds a NUL character"},
         {"/api/jobs/1/events?limit=%2B5", "limit: expected an integer in [1, 25000], got '+5'"},
-        {"/api/jobs/1/gaps?step=%200", "step: expected an integer in [0, 1099511627776], got ' 0'"},
+        {"/api/jobs/1/gaps?step=%200", "step: expected an integer in [0, 2147483647], got ' 0'"},
         {"/api/jobs/1/events?ranks=1,", "ranks='1,' must list ranks 0..3"},
         {"/api/jobs/1/kernels?ranks=%201", "ranks=' 1' must list ranks 0..3"},
     };

@@ -244,6 +244,11 @@ static enum MHD_Result dispatch(http_server *s, struct MHD_Connection *c, reques
     }
     rq->q = (route_req){.s = s, .c = c, .method = method, .url = url, .body = rq->body ? rq->body : "",
                         .len = rq->len, .id = rq->id};
+    if (rt->flags & ROUTE_ANALYSIS_POOL) { /* all of the handler on a worker */
+        rq->q.then = rt->handler;
+        if (!sqlpool_submit(s->analyses, c, run_then, rq, &rq->task, &r)) return send_reply(s, c, &r);
+        return MHD_YES;
+    }
     sql_pool *pool = rt->flags & ROUTE_SQL_POOL ? s->sql : rt->flags & ROUTE_TRACE_POOL ? s->traces : NULL;
     if (pool) {
         rt->handler(&rq->q, &r);
@@ -419,6 +424,9 @@ int http_start(const http_options *opts, http_server **out, pp_err *err) {
      * CPU; a second worker keeps a few steps' trace from waiting behind it),
      * two waiting: at most four trace files exist at once. */
     if (sqlpool_start(&s->traces, "trace exports", &s->pool, 2, 2, err) != 0) goto no_traces;
+    /* Two analyses at once (one core each), 64 waiting: a few open
+     * dashboards' polls of a large job wait their turn, past them a 503. */
+    if (sqlpool_start(&s->analyses, "analyses", &s->pool, 2, 64, err) != 0) goto no_analyses;
     if (reaper_start(&s->reaper, s->o.conn_timeout_s, err) != 0) goto no_reaper;
     /* poll(), not epoll: libmicrohttpd 0.9.75's epoll loop, having taken
      * its most events (128) in one epoll_wait, waits again, for up to the
@@ -448,6 +456,9 @@ no_daemon:
     reaper_stop(&s->reaper);
     reaper_free(&s->reaper);
 no_reaper:
+    sqlpool_stop(s->analyses);
+    sqlpool_free(&s->analyses);
+no_analyses:
     sqlpool_stop(s->traces);
     sqlpool_free(&s->traces);
 no_traces:
@@ -476,10 +487,12 @@ void http_stop(http_server *s) {
     live_end_all(s->live);
     sqlpool_stop(s->sql); /* the same rule for connections waiting on a worker */
     sqlpool_stop(s->traces);
+    sqlpool_stop(s->analyses);
     reaper_stop(&s->reaper);
     MHD_stop_daemon(s->daemon);
     sqlpool_free(&s->sql);
     sqlpool_free(&s->traces);
+    sqlpool_free(&s->analyses);
     reaper_free(&s->reaper);
     live_free(s->live);
     dbpool_close(&s->pool);

@@ -41,7 +41,7 @@ static const metric job_metrics[JOB_NUMBERS] = {
 
 /* The server's numbers, a metric each, after the requests by status code. */
 enum { SRV_SLOW_CLOSED, SRV_LIVE, SRV_LIVE_UNSENT, SRV_SQL_RUNNING, SRV_SQL_WAITING, SRV_TRACES_RUNNING,
-       SRV_TRACES_WAITING, SRV_NUMBERS };
+       SRV_TRACES_WAITING, SRV_ANALYSES_RUNNING, SRV_ANALYSES_WAITING, SRV_NUMBERS };
 static const metric server_metrics[SRV_NUMBERS] = {
     [SRV_SLOW_CLOSED] = {"pprun_http_slow_requests_closed_total", "counter",
                          "Connections closed because a request did not arrive whole within the timeout."},
@@ -56,6 +56,11 @@ static const metric server_metrics[SRV_NUMBERS] = {
                             "GET trace.json exports being written (two at a time)."},
     [SRV_TRACES_WAITING] = {"pprun_trace_exports_waiting", "gauge",
                             "GET trace.json exports waiting for a worker (past them: 503 busy)."},
+    [SRV_ANALYSES_RUNNING] = {"pprun_analyses_running", "gauge",
+                              "Analyses (steps, heatmap, summary, what-if, critical path, compare) running on "
+                              "their workers (two at a time)."},
+    [SRV_ANALYSES_WAITING] = {"pprun_analyses_waiting", "gauge",
+                              "Analyses waiting for a worker (past 64: 503 busy)."},
 };
 
 /* A job's row: its labels, its numbers, its latest complete step. */
@@ -110,7 +115,7 @@ static int read_jobs(sqlite3 *db, job_row *jobs, int *db_up) {
     int n = 0, rc = SQLITE_DONE;
     if (sqlite3_prepare_v2(db,
                            "SELECT j.id, j.name, " SQL_JOB_STATUS("j.") ", j.schedule, "
-                           "(SELECT count(DISTINCT step) FROM step_stats t WHERE t.job_id=j.id), "
+                           ROUTES_SQL_STEPS_DONE ", "
                            ROUTES_SQL_JOB_COUNTS " "
                            "FROM jobs j ORDER BY j.id DESC LIMIT ?1",
                            -1, &st, NULL) != SQLITE_OK)
@@ -263,6 +268,9 @@ static void write_server(jw *w, http_server *s) {
     sqlpool_count(s->traces, &running, &waiting);
     v[SRV_TRACES_RUNNING] = running;
     v[SRV_TRACES_WAITING] = waiting;
+    sqlpool_count(s->analyses, &running, &waiting);
+    v[SRV_ANALYSES_RUNNING] = running;
+    v[SRV_ANALYSES_WAITING] = waiting;
     for (int k = 0; k < SRV_NUMBERS; k++) {
         help(w, &server_metrics[k]);
         jw_rawf(w, "%s %llu\n", server_metrics[k].name, v[k]);

@@ -138,15 +138,16 @@ static int step_span(sqlite3 *db, const job_info *j, long step, int64_t *from, i
     return -1;
 }
 
-/* A bucket's class of an op: F, B, W, COMM, OPT, BW (the bins' columns);
+/* A bucket's class of an op: F, B, W, COMM, OPT, BW, EVAL (the bins' columns);
  * -1 for a program's own span, which is no op of the pipeline. */
-enum { BIN_CLASSES = 6 };
+enum { BIN_CLASSES = 7 };
 static int phase_class(int ph) {
     if (ph <= TRACE_W) return ph;
     if (ph == TRACE_OPT) return 4;
     if (ph == TRACE_BW) return 5;
+    if (ph == TRACE_EVAL_F) return 6; /* an evaluation's forward: compute, not a send */
     if (ph == TRACE_SPAN) return -1;
-    return 3;
+    return 3; /* the sends and receives, an evaluation's too */
 }
 
 /* What window_rows' callbacks for events and gpu spans write to. */
@@ -312,12 +313,12 @@ static void write_bucket_mode(sqlite3 *db, const job_info *j, const unsigned cha
     for (int rank = 0; rank < j->world; rank++)
         for (long b = 0; b < nbuckets; b++) {
             int64_t *a = &acc[((size_t)rank * (size_t)nbuckets + (size_t)b) * BIN_CLASSES];
-            if (!(a[0] | a[1] | a[2] | a[3] | a[4] | a[5])) continue;
+            if (!(a[0] | a[1] | a[2] | a[3] | a[4] | a[5] | a[6])) continue;
             int64_t bs = from + b * width;
-            jw_rawf(w, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,null,%lld]", n++ ? "," : "", rank,
-                    (long long)bs, (long long)(bs + width), (long long)(a[0] + a[1] + a[2] + a[4] + a[5]),
+            jw_rawf(w, "%s[%d,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,null,%lld,%lld]", n++ ? "," : "", rank,
+                    (long long)bs, (long long)(bs + width), (long long)(a[0] + a[1] + a[2] + a[4] + a[5] + a[6]),
                     (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3], (long long)a[4],
-                    (long long)a[5]);
+                    (long long)a[5], (long long)a[6]);
         }
     jw_arr_end(w);
     free(acc);
@@ -442,7 +443,7 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
     jw_arr(w);
     if (n <= (size_t)nbuckets * (size_t)(nsel ? nsel : 1)) {
         for (size_t i = 0; i < n; i++)
-            jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,%d,null]", i ? "," : "", rows[i].rank,
+            jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,%d,null,null]", i ? "," : "", rows[i].rank,
                     (long long)rows[i].s, (long long)rows[i].e, (long long)rows[i].busy, rows[i].step);
     } else {
         int64_t width = (to - from + nbuckets - 1) / nbuckets;
@@ -463,7 +464,7 @@ static void write_step_mode(sqlite3 *db, const job_info *j, const unsigned char 
                 double v = acc[(size_t)rank * (size_t)nbuckets + (size_t)b];
                 if (v <= 0) continue;
                 int64_t bs = from + b * width;
-                jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,null,null]", out++ ? "," : "", rank,
+                jw_rawf(w, "%s[%d,%lld,%lld,%lld,null,null,null,null,null,null,null,null]", out++ ? "," : "", rank,
                         (long long)bs, (long long)(bs + width), (long long)(v + 0.5));
             }
         if (!acc) reply_error(r, 500, "out of memory");
@@ -608,9 +609,10 @@ void route_events(route_req *q, reply *r) {
     } else {
         jw_kint(&w, "count", n);
         jw_key(&w, "bin_columns");
-        /* BW (PyTorch's full backward) appended: the columns before it keep their places */
-        static const char bin_columns[] =
-            "[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\",\"step\",\"BW\"]";
+        /* BW (PyTorch's full backward) and EVAL (an evaluation's forward)
+         * appended: the columns before them keep their places */
+        static const char bin_columns[] = "[\"rank\",\"start\",\"end\",\"busy\",\"F\",\"B\",\"W\",\"COMM\",\"OPT\","
+                                          "\"step\",\"BW\",\"EVAL\"]";
         jw_json(&w, bin_columns, sizeof bin_columns - 1);
         if (strcmp(mode, "buckets") == 0) write_bucket_mode(db, j, mask, wf, wt, buckets, &w, r);
         else write_step_mode(db, j, mask, wf, wt, buckets, &w, r);

@@ -29,6 +29,7 @@ struct http_server {
     dbpool pool;
     live_hub *live;
     sql_pool *sql, *traces; /* POST /api/sql; GET .../trace.json */
+    sql_pool *analyses;     /* the routes whose cost grows with the job (ROUTE_ANALYSIS_POOL) */
     reaper reaper;
     atomic_ullong requests[HTTP_CODES]; /* by status code, for /metrics */
 };
