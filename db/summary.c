@@ -338,49 +338,48 @@ int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t 
     "SELECT step FROM two WHERE step IS NOT NULL "                                                                     \
     "ORDER BY (SELECT count(*) FROM " table " l WHERE l.job_id=?1 AND l.step=two.step) DESC, step DESC LIMIT 1"
 
-static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
+/* The latest whole step's mean loss of `table` (sql: LATEST_LOSS_SQL):
+ * its step into *step and, where it has one, its mean into *loss. A loss
+ * that is not a number is a damaged file, named, not a mean of 0. */
+#define LATEST_LOSS_SQL(table, mean)                                                                             \
+    "SELECT s.step, " mean ", (SELECT loss FROM " table " l WHERE l.job_id=?1 AND l.step=s.step AND "          \
+    "typeof(loss) NOT IN ('real', 'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP(table) ") s"
+
+static int read_latest_loss(sqlite3 *db, const job_summary *s, const char *table, const char *sql, int64_t *step,
+                            double *loss, pp_err *err) {
     sqlite3_stmt *st;
-    if (prepare(db,
-                "SELECT s.step, " SQL_STEP_MEAN_LOSS("s.step") ", (SELECT loss FROM losses l WHERE l.job_id=?1 AND "
-                                                               "l.step=s.step AND typeof(loss) NOT IN ('real', "
-                                                               "'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP(
-                                                                   "losses") ") s",
-                s->job_id, &st, err) != 0)
-        return -1;
+    if (prepare(db, sql, s->job_id, &st, err) != 0) return -1;
+    char col[64];
+    snprintf(col, sizeof col, "%s.step", table);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-        if (bounds_col(st, 0, &bounds_step, s->job_id, "losses.step", &s->loss_step, err) != 0) {
+        if (bounds_col(st, 0, &bounds_step, s->job_id, col, step, err) != 0) {
             sqlite3_finalize(st);
             return -1;
         }
         if (sqlite3_column_type(st, 2) != SQLITE_NULL) { /* the step's mean would take it for 0 */
             char shown[48]; /* as bounds_fail shows a value: the printer escapes it */
             snprintf(shown, sizeof shown, "%s", (const char *)sqlite3_column_text(st, 2));
-            pp_fail(err, "job %lld: losses.loss of step %lld holds %s, not a number: the database is damaged or "
-                         "was not written by pprun", (long long)s->job_id, (long long)s->loss_step, shown);
+            pp_fail(err, "job %lld: %s.loss of step %lld holds %s, not a number: the database is damaged or was not "
+                         "written by pprun", (long long)s->job_id, table, (long long)*step, shown);
             sqlite3_finalize(st);
             return -1;
         }
-        if (sqlite3_column_type(st, 1) != SQLITE_NULL) s->loss = sqlite3_column_double(st, 1);
-        rc = sqlite3_step(st);
-    }
-    if (finish(db, st, rc, err) != 0) return -1;
-    /* The latest whole evaluation's mean loss (--eval-every, a program's
-     * eval()), by the same rule: the validation loss a Megatron user reads
-     * beside the training loss. */
-    if (prepare(db, "SELECT x.step, " SQL_STEP_EVAL_LOSS("x.step") " FROM (" SQL_LOSS_STEP("eval_losses") ") x",
-                s->job_id, &st, err) != 0)
-        return -1;
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        if (bounds_col(st, 0, &bounds_step, s->job_id, "eval_losses.step", &s->eval_step, err) != 0) {
-            sqlite3_finalize(st);
-            return -1;
-        }
-        if (sqlite3_column_type(st, 1) == SQLITE_FLOAT) s->eval_loss = sqlite3_column_double(st, 1);
+        if (sqlite3_column_type(st, 1) != SQLITE_NULL) *loss = sqlite3_column_double(st, 1);
         rc = sqlite3_step(st);
     }
     return finish(db, st, rc, err);
+}
+
+/* The training loss, and the latest whole evaluation's (--eval-every, a
+ * program's eval()) by the same rule: the validation loss a Megatron user
+ * reads beside the training loss. */
+static int read_loss(sqlite3 *db, job_summary *s, pp_err *err) {
+    if (read_latest_loss(db, s, "losses", LATEST_LOSS_SQL("losses", SQL_STEP_MEAN_LOSS("s.step")), &s->loss_step,
+                         &s->loss, err) != 0)
+        return -1;
+    return read_latest_loss(db, s, "eval_losses", LATEST_LOSS_SQL("eval_losses", SQL_STEP_EVAL_LOSS("s.step")),
+                            &s->eval_step, &s->eval_loss, err);
 }
 
 /* Each op's duration from from_step on, host and GPU spans apart. */

@@ -336,6 +336,14 @@ static const forged_row forged[] = {
      0,
      NULL,
      {{"/steps", 200, NULL}}},
+    /* stats printed "eval loss  not finite after step 2" */
+    {"eval_losses.loss text",
+     "INSERT INTO eval_losses(job_id, step, microbatch, loss, rank, at_ns) VALUES (1, 2, 0, 'abc', 1, 1)",
+     2,
+     "job 1: eval_losses.loss of step 2 holds abc, not a number",
+     0,
+     NULL,
+     {{"/steps", 200, NULL}}},
     /* export's counter time was the value less t0: a signed overflow */
     {"losses.at_ns INT64_MIN",
      "UPDATE losses SET at_ns=-9223372036854775807-1 WHERE step=1",
