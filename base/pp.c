@@ -434,28 +434,72 @@ int pp_cpu_count(void) {
     return n < 1 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
 }
 
+/* The one rule for a number a user types (an option, a --model or --costs
+ * value): plain decimal, as the docs write them. strtol and strtod alone
+ * also read " 5" and "+5", and strtod 0x400, 0x1p-1, inf and nan: act=0x10
+ * was recorded as 16 bytes, f=0x1p-1ms as 500 us. Returns how long the
+ * decimal number s starts with is (0: none): '-' first where `sign`, then
+ * digits with at most one '.', and where `frac` an exponent (e or E, an
+ * optional sign, digits). The '.' and the exponent only where `frac`. */
+static size_t decimal_len(const char *s, int sign, int frac) {
+    size_t i = sign && s[0] == '-';
+    size_t digits = strspn(s + i, "0123456789");
+    i += digits;
+    if (frac && s[i] == '.') {
+        size_t more = strspn(s + i + 1, "0123456789");
+        i += 1 + more, digits += more;
+    }
+    if (!digits) return 0;
+    if (frac && (s[i] == 'e' || s[i] == 'E')) { /* "1e" is 1 and a unit "e", as strtod reads it */
+        size_t j = i + 1 + (s[i + 1] == '-' || s[i + 1] == '+');
+        size_t exp = strspn(s + j, "0123456789");
+        if (exp) i = j + exp;
+    }
+    return i;
+}
+
 int pp_parse_long(const char *s, long min, long max, const char *what, long *out, pp_err *err) {
     if (!s || !*s) return pp_fail(err, "%s: expected an integer in [%ld, %ld], got nothing", what, min, max);
-    char *end;
+    size_t n = decimal_len(s, 1, 0);
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end != '\0')
+    long v = n ? strtol(s, NULL, 10) : 0;
+    if (!n || s[n] != '\0' || errno)
         return pp_fail(err, "%s: expected an integer in [%ld, %ld], got '%s'", what, min, max, s);
-    if (v < min || v > max)
-        return pp_fail(err, "%s: %ld is out of range; accepted: %ld to %ld", what, v, min, max);
+    if (v < min || v > max || (s[0] == '-' && min >= 0)) /* "-0" too: no '-' where nothing is negative */
+        return pp_fail(err, "%s: %s is out of range; accepted: %ld to %ld", what, s, min, max);
     *out = v;
     return 0;
 }
 
 int pp_parse_double(const char *s, double min, double max, const char *what, double *out, pp_err *err) {
-    if (!s || !*s) return pp_fail(err, "%s: expected a number in [%g, %g], got nothing", what, min, max);
+    if (!s || !*s) return pp_fail(err, "%s: expected a decimal number in [%g, %g], got nothing", what, min, max);
+    size_t n = decimal_len(s, 1, 1);
+    if (!n || s[n] != '\0')
+        return pp_fail(err, "%s: expected a decimal number in [%g, %g], got '%s'", what, min, max, s);
+    errno = 0;
+    double v = strtod(s, NULL);
+    if (errno || !isfinite(v) || v < min || v > max || (s[0] == '-' && min >= 0))
+        return pp_fail(err, "%s: %s is out of range; accepted: %g to %g", what, s, min, max);
+    *out = v;
+    return 0;
+}
+
+/* A size or a duration: a decimal number, not negative, then a unit. *v
+ * gets the number and *unit what follows it; `like` is the message's
+ * example. */
+static int number_then_unit(const char *s, const char *what, const char *like, double *v, const char **unit,
+                            pp_err *err) {
+    if (!s || !*s) return pp_fail(err, "%s: expected %s, got nothing", what, like);
+    size_t n = decimal_len(s, 0, 1);
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || *end != '\0' || !isfinite(v))
-        return pp_fail(err, "%s: expected a number in [%g, %g], got '%s'", what, min, max, s);
-    if (v < min || v > max) return pp_fail(err, "%s: %g is out of range; accepted: %g to %g", what, v, min, max);
-    *out = v;
+    double x = strtod(s, &end);
+    if (end != s + n) /* strtod read more (0x400, inf, +5) or what decimal_len refused (-3) */
+        return s[0] == '-' || end == s ? pp_fail(err, "%s: expected %s, got '%s'", what, like, s)
+                                       : pp_fail(err, "%s: '%s' is not a decimal number; expected %s", what, s, like);
+    if (!n || errno || !isfinite(x)) return pp_fail(err, "%s: expected %s, got '%s'", what, like, s);
+    *v = x;
+    *unit = end;
     return 0;
 }
 
@@ -465,12 +509,9 @@ int pp_parse_size(const char *s, const char *what, uint64_t *out, pp_err *err) {
         {"KB", 1000},     {"MB", 1000000},   {"GB", 1000000000},  {"K", 1ull << 10},   {"M", 1ull << 20},
         {"G", 1ull << 30},
     };
-    if (!s || !*s) return pp_fail(err, "%s: expected a size like 4096, 64KiB or 1MiB, got nothing", what);
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0 || !isfinite(v))
-        return pp_fail(err, "%s: expected a size like 4096, 64KiB or 1MiB, got '%s'", what, s);
+    double v;
+    const char *end;
+    if (number_then_unit(s, what, "a size like 4096, 64KiB or 1MiB", &v, &end, err) != 0) return -1;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].suffix) == 0) {
             double bytes = v * (double)units[i].mult;
@@ -493,12 +534,9 @@ int pp_parse_duration_ns(const char *s, const char *what, uint64_t *out, pp_err 
     static const struct { const char *suffix; double mult; } units[] = {
         {"", 1e6}, {"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9},
     };
-    if (!s || !*s) return pp_fail(err, "%s: expected a duration like 2ms, 500us or 1s, got nothing", what);
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || v < 0 || !isfinite(v))
-        return pp_fail(err, "%s: expected a duration like 2ms, 500us or 1s, got '%s'", what, s);
+    double v;
+    const char *end;
+    if (number_then_unit(s, what, "a duration like 2ms, 500us or 1s", &v, &end, err) != 0) return -1;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcmp(end, units[i].suffix) == 0) {
             double ns = v * units[i].mult;
@@ -517,8 +555,14 @@ int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *
     enum { MAX_KEYS = 64 };
     const char *seen[MAX_KEYS];
     int nseen = 0;
-    char *save = NULL;
-    for (char *item = strtok_r(s, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+    if (!*s) return 0;
+    /* f=1,,b=1 or a ',' first or last: a typo, not an item to skip (strtok
+     * skipped it); checked before the text is split, to quote it whole */
+    size_t len = strlen(s);
+    if (s[0] == ',' || s[len - 1] == ',' || strstr(s, ",,")) return pp_fail(err, "empty item in '%s'", s);
+    for (char *item = s; item; ) {
+        char *comma = strchr(item, ',');
+        if (comma) *comma = '\0';
         char *eq = strchr(item, '=');
         const char *value = "";
         if (eq) {
@@ -530,6 +574,7 @@ int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *
         if (nseen == MAX_KEYS) return pp_fail(err, "more than %d keys", MAX_KEYS);
         seen[nseen++] = item;
         if (fn(ctx, item, value, err) != 0) return -1;
+        item = comma ? comma + 1 : NULL;
     }
     return 0;
 }

@@ -80,7 +80,10 @@ int pp_ratelimit_allow(pp_ratelimit *rl, unsigned burst, uint64_t window_ns, uns
 
 /* Strict parsers: the whole string must be consumed and the value in range.
  * On failure they return -1 and say what was wrong with `what` (e.g. the
- * flag name) in the message. */
+ * flag name) in the message. A number is plain decimal, the rule of every
+ * option, --model and --costs value: digits, '-' first only where the range
+ * has negative values, and for a double, a size or a duration one '.' and
+ * an exponent (1.5, 1e-3); no blank, '+', hex (0x400, 0x1p-1), inf or nan. */
 int pp_parse_long(const char *s, long min, long max, const char *what, long *out, pp_err *err);
 int pp_parse_double(const char *s, double min, double max, const char *what, double *out, pp_err *err);
 /* "64KiB", "1MiB", "4096", "2GiB", "10KB" (KB = 1000) -> bytes. */
@@ -97,8 +100,10 @@ uint64_t pp_hash(const void *p, size_t n);
 uint64_t pp_hash_str(const char *s);
 
 /* Splits "k1=v1,k2=v2" in place: calls fn for each pair; stops at the first
- * non-zero return. A pair without '=' gets value ""; a key given twice is an
- * error. */
+ * non-zero return. A pair without '=' gets value ""; a key given twice and
+ * an empty item (",," or a ',' first or last: "empty item in 'TEXT'") are
+ * errors; "" has no items. Its own messages do not know the option's name:
+ * the caller adds it. */
 int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *value, pp_err *err),
                      void *ctx, pp_err *err);
 

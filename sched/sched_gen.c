@@ -240,7 +240,9 @@ static int costs_set(void *ctx, const char *key, const char *value, pp_err *err)
     char what[64];
     snprintf(what, sizeof what, "%s %s", cp->what, key);
     size_t n = strlen(value);
-    if (n && isalpha((unsigned char)value[n - 1])) { /* 3.85ms, 66us: a duration, in ns */
+    /* 3.85ms, 66us: a duration, in ns; nan and inf end in a letter too, but
+     * are no number with a unit: the plain number's message says why */
+    if (n && isalpha((unsigned char)value[n - 1]) && strchr("0123456789.-", value[0])) {
         uint64_t ns;
         if (pp_parse_duration_ns(value, what, &ns, err) != 0) return -1;
         *slot = (double)ns;
@@ -252,7 +254,10 @@ static int costs_set(void *ctx, const char *key, const char *value, pp_err *err)
 }
 
 void sched_costs_text(const sched_costs *c, char *buf, size_t size) {
-    int n = snprintf(buf, size, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->f, c->b, c->w, c->comm);
+    /* + 0.0: a measured -0.0 would be written "-0", which the parser refuses
+     * (no '-' where nothing is negative) when the text is read back */
+    int n = snprintf(buf, size, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->f + 0.0, c->b + 0.0, c->w + 0.0,
+                     c->comm + 0.0);
     if (n > 0 && (size_t)n < size && c->bw != 0) n += snprintf(buf + n, size - (size_t)n, ",bw=%.17g", c->bw);
     if (n > 0 && (size_t)n < size && c->between != 0)
         snprintf(buf + n, size - (size_t)n, ",between=%.17g", c->between);
@@ -264,16 +269,21 @@ int sched_parse_costs(const char *text, const char *what, sched_costs *out, pp_e
 
 int sched_parse_costs_dp(const char *text, const char *what, sched_costs *out, double *allreduce, int *in_ns,
                          pp_err *err) {
-    char *copy = strdup(text ? text : "");
+    if (!text) text = "";
+    /* "" or ",," would leave the defaults in silently; either is no costs at
+     * all, not an empty item among them */
+    if (strspn(text, ",") == strlen(text))
+        return pp_fail(err, "%s: expected costs like f=1,b=1,w=1,comm=0, got '%s'", what, text);
+    char *copy = strdup(text);
     if (!copy) return pp_fail(err, "out of memory");
     sched_costs c = *out;
     double ar = allreduce ? *allreduce : 0;
     costs_parse cp = {&c, allreduce ? &ar : NULL, what, 0, 0};
     int rc = pp_parse_kv_list(copy, costs_set, &cp, err);
     free(copy);
+    /* the list's own refusals (an empty item, a key twice) do not name the option */
+    if (rc != 0 && err && strncmp(err->msg, what, strlen(what)) != 0) return pp_wrap(err, "%s", what);
     if (rc != 0) return -1;
-    if (cp.with_unit + cp.without_unit == 0) /* "" or ",," would leave the defaults in silently */
-        return pp_fail(err, "%s: expected costs like f=1,b=1,w=1,comm=0, got '%s'", what, text ? text : "");
     /* "f=2,comm=66us" would weigh 2 time units against 66000 ns */
     if (cp.with_unit && cp.without_unit)
         return pp_fail(err, "%s: '%s' mixes durations and plain numbers; give every cost a unit (ns, us, ms, s) or none",

@@ -79,6 +79,74 @@ Test(base, integers_are_strict) {
     cr_assert(strstr(err.msg, "out of range"), "%s", err.msg);
 }
 
+/* One rule for every number a user types: plain decimal. strtol and strtod
+ * alone also took " 2" and "+2", and strtod 0x400 (1024), 0x1p-1 (0.5),
+ * inf and nan: --model timed:act=0x10 was recorded as 16 bytes. */
+Test(base, numbers_are_plain_decimal_whatever_strtod_reads) {
+    long l;
+    pp_err err;
+    static const char *const not_integers[] = {" 2", "+2", "2 ", "0x10", "2.", "1e2", "--2", "-", "2\n"};
+    for (size_t i = 0; i < sizeof not_integers / sizeof *not_integers; i++) {
+        cr_assert_eq(pp_parse_long(not_integers[i], -10, 1024, "--pp", &l, &err), -1, "'%s' accepted", not_integers[i]);
+        char want[64];
+        snprintf(want, sizeof want, "--pp: expected an integer in [-10, 1024], got '%s'", not_integers[i]);
+        cr_assert_str_eq(err.msg, want);
+    }
+    cr_assert_eq(pp_parse_long("-3", -10, 10, "--x", &l, &err), 0, "%s", err.msg);
+    cr_assert_eq(l, -3, "a '-' where the range has negative values");
+    cr_assert_eq(pp_parse_long("-0", 0, 10, "--steps", &l, &err), -1, "no '-' where nothing is negative");
+    cr_assert_str_eq(err.msg, "--steps: -0 is out of range; accepted: 0 to 10");
+
+    double d;
+    static const char *const not_doubles[] = {"0x1p-10", "0x10", "inf", "-inf", "nan", "infinity", "NAN", " 1", "+1",
+                                              "1e", "1e+", ".", "1..2", "1e3.5"};
+    for (size_t i = 0; i < sizeof not_doubles / sizeof *not_doubles; i++) {
+        cr_assert_eq(pp_parse_double(not_doubles[i], -1, 10, "--lr", &d, &err), -1, "'%s' accepted", not_doubles[i]);
+        char want[64];
+        snprintf(want, sizeof want, "--lr: expected a decimal number in [-1, 10], got '%s'", not_doubles[i]);
+        cr_assert_str_eq(err.msg, want);
+    }
+    static const struct { const char *text; double v; } doubles[] = {
+        {"1e-3", 1e-3}, {"2.5E+0", 2.5}, {".5", 0.5}, {"5.", 5}, {"-0.25", -0.25}, {"007", 7}};
+    for (size_t i = 0; i < sizeof doubles / sizeof *doubles; i++) {
+        cr_assert_eq(pp_parse_double(doubles[i].text, -1, 10, "--lr", &d, &err), 0, "%s", err.msg);
+        cr_assert_eq(d, doubles[i].v, "%s", doubles[i].text);
+    }
+    cr_assert_eq(pp_parse_double("-0", 0, 10, "--lr", &d, &err), -1);
+    cr_assert_str_eq(err.msg, "--lr: -0 is out of range; accepted: 0 to 10");
+
+    uint64_t v;
+    static const char *const not_sizes[] = {"0x1000", "0x1p12", "infKiB", "nan", " 4096", "+4096", "0X400B"};
+    for (size_t i = 0; i < sizeof not_sizes / sizeof *not_sizes; i++) {
+        cr_assert_eq(pp_parse_size(not_sizes[i], "--dp-bucket", &v, &err), -1, "'%s' accepted", not_sizes[i]);
+        char want[128];
+        snprintf(want, sizeof want,
+                 "--dp-bucket: '%s' is not a decimal number; expected a size like 4096, 64KiB or 1MiB", not_sizes[i]);
+        cr_assert_str_eq(err.msg, want);
+    }
+    cr_assert_eq(pp_parse_size("1e3", "--x", &v, &err), 0, "%s", err.msg);
+    cr_assert_eq(v, 1000);
+    cr_assert_eq(pp_parse_size("1.5KiB", "--x", &v, &err), 0, "%s", err.msg);
+    cr_assert_eq(v, 1536);
+    cr_assert_eq(pp_parse_size("-0", "act", &v, &err), -1);
+    cr_assert_str_eq(err.msg, "act: expected a size like 4096, 64KiB or 1MiB, got '-0'");
+
+    static const char *const not_durations[] = {"0x1p-1ms", "0x10s", "0x10", "nanms", "infs", "+2ms", " 2ms"};
+    for (size_t i = 0; i < sizeof not_durations / sizeof *not_durations; i++) {
+        cr_assert_eq(pp_parse_duration_ns(not_durations[i], "--recv-timeout", &v, &err), -1, "'%s' accepted",
+                     not_durations[i]);
+        char want[128];
+        snprintf(want, sizeof want,
+                 "--recv-timeout: '%s' is not a decimal number; expected a duration like 2ms, 500us or 1s",
+                 not_durations[i]);
+        cr_assert_str_eq(err.msg, want);
+    }
+    cr_assert_eq(pp_parse_duration_ns("1e3us", "f", &v, &err), 0, "%s", err.msg);
+    cr_assert_eq(v, 1000000);
+    cr_assert_eq(pp_parse_duration_ns("-1ms", "f", &v, &err), -1);
+    cr_assert_str_eq(err.msg, "f: expected a duration like 2ms, 500us or 1s, got '-1ms'");
+}
+
 static int collect(void *ctx, const char *k, const char *v, pp_err *err) {
     (void)err;
     char *out = ctx;
@@ -110,6 +178,26 @@ Test(base, a_key_given_twice_is_an_error) {
     pp_err err;
     cr_assert_eq(pp_parse_kv_list(text, collect, out, &err), -1);
     cr_assert(strstr(err.msg, "layers") && strstr(err.msg, "twice"), "%s", err.msg);
+}
+
+/* strtok skipped an empty item: f=1,,b=1 is a typo, refused quoting the
+ * whole list, and fn sees none of it; "" is a list of no items. */
+Test(base, an_empty_item_is_an_error) {
+    static const char *const bad[] = {"f=1,,b=1", ",f=1", "f=1,", ",", "f=1,,,b=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char text[32], out[128] = "";
+        snprintf(text, sizeof text, "%s", bad[i]);
+        pp_err err;
+        cr_assert_eq(pp_parse_kv_list(text, collect, out, &err), -1, "'%s' accepted", bad[i]);
+        char want[64];
+        snprintf(want, sizeof want, "empty item in '%s'", bad[i]);
+        cr_assert_str_eq(err.msg, want);
+        cr_assert_str_eq(out, "", "'%s': an item was taken before the refusal", bad[i]);
+    }
+    char empty[] = "", out[16] = "";
+    pp_err err;
+    cr_assert_eq(pp_parse_kv_list(empty, collect, out, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(out, "");
 }
 
 /* A window of 0.5 s: the five calls of the first one must fall inside it,

@@ -792,6 +792,44 @@ Test(sched, between_ops_and_a_bw_of_its_own_cost_play_out_as_worked_by_hand) {
     sched_free(plan);
 }
 
+/* A cost is a plain decimal number or one with a unit: f=0x10 was 16 time
+ * units, f=0x1p-1ms 500 us, and f=nan was taken for a duration ("expected
+ * a duration like 2ms") for ending in a letter. An empty item is a typo. Each
+ * is refused naming --costs and the text, and changes nothing. */
+Test(sched, costs_are_decimal_and_an_empty_item_is_refused) {
+    static const struct { const char *text, *want; } bad[] = {
+        {"f=0x10,b=1,w=1", "--costs f: expected a decimal number in [0, 1e+13], got '0x10'"},
+        {"f=nan,b=1,w=1", "--costs f: expected a decimal number in [0, 1e+13], got 'nan'"},
+        {"f=1,b=inf,w=1", "--costs b: expected a decimal number in [0, 1e+13], got 'inf'"},
+        {"f=1,b=1,w=infinity", "--costs w: expected a decimal number in [0, 1e+13], got 'infinity'"},
+        {"f=+1,b=1,w=1", "--costs f: expected a decimal number in [0, 1e+13], got '+1'"},
+        {"f=0x1p-1ms,b=1ms,w=1ms", "--costs f: '0x1p-1ms' is not a decimal number; expected a duration like"},
+        {"f=1,,b=1,w=1", "--costs: empty item in 'f=1,,b=1,w=1'"},
+        {"f=1,b=1,w=1,", "--costs: empty item in 'f=1,b=1,w=1,'"},
+        {",f=1", "--costs: empty item in ',f=1'"},
+        {"f=1,f=2", "--costs: 'f' is given twice"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        sched_costs c = {1, 1, 1, 0, 0, 0}, before = c;
+        pp_err err = {{0}};
+        cr_assert_eq(sched_parse_costs(bad[k].text, "--costs", &c, &err), -1, "'%s' accepted", bad[k].text);
+        cr_assert(strncmp(err.msg, bad[k].want, strlen(bad[k].want)) == 0, "'%s': %s", bad[k].text, err.msg);
+        cr_assert(memcmp(&before, &c, sizeof c) == 0, "'%s' changed the costs", bad[k].text);
+    }
+    sched_costs c = {1, 1, 1, 0, 0, 0};
+    pp_err err = {{0}};
+    cr_assert_eq(sched_parse_costs("f=1e-1,b=.5,w=2.", "--costs", &c, &err), 0, "%s", err.msg);
+    cr_assert(c.f == 0.1 && c.b == 0.5 && c.w == 2, "f=%g b=%g w=%g", c.f, c.b, c.w);
+    cr_assert_eq(sched_parse_costs("f=1.5ms,b=1e3us,w=1ms", "--costs", &c, &err), 0, "%s", err.msg);
+    cr_assert(c.f == 1.5e6 && c.b == 1e6 && c.w == 1e6, "f=%g b=%g w=%g", c.f, c.b, c.w);
+    /* a measured -0.0 is written as 0: "-0" would be refused when read back */
+    char text[256];
+    c = (sched_costs){1, 1, 1, -0.0, 0, 0};
+    sched_costs_text(&c, text, sizeof text);
+    cr_assert_str_eq(text, "f=1,b=1,w=1,comm=0");
+    cr_assert_eq(sched_parse_costs(text, "--costs", &c, &err), 0, "%s", err.msg);
+}
+
 /* DualPipeV's step against the same lists run in turn: the overlap saves
  * time, and every steady-state pair's halves run at the same time. */
 Test(sched, dualpipev_simulated_overlaps_its_pairs) {

@@ -286,6 +286,38 @@ Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
     cr_assert(strstr(err_text, "--stages") && strstr(err_text, "four"), "%s", err_text);
 }
 
+/* A number is plain decimal (docs/cli.md): hex, inf, nan, a blank or a '+'
+ * first, and an empty --costs item exit 2 naming the option and the text;
+ * they were taken (--act-bytes 0x400 as 1024 bytes, --costs f=0x10 as 16). */
+Test(sched_cli, numbers_that_are_not_plain_decimal_exit_2_naming_the_option) {
+    static const struct { const char *args, *want; } bad[] = {
+        {"--act-bytes 0x400", "--act-bytes: '0x400' is not a decimal number; expected a size like 4096"},
+        {"--act-bytes 1KiB,infKiB", "--act-bytes: 'infKiB' is not a decimal number"},
+        {"--costs f=0x10,b=1,w=1", "--costs f: expected a decimal number in [0, 1e+13], got '0x10'"},
+        {"--costs f=nan,b=1,w=1", "--costs f: expected a decimal number in [0, 1e+13], got 'nan'"},
+        {"--costs f=1,b=1,w=inf", "--costs w: expected a decimal number in [0, 1e+13], got 'inf'"},
+        {"--costs f=0x1p-1ms,b=1ms,w=1ms", "--costs f: '0x1p-1ms' is not a decimal number"},
+        {"--costs f=1,,b=1,w=1", "--costs: empty item in 'f=1,,b=1,w=1'"},
+        {"--costs f=1,b=1,w=1,", "--costs: empty item in 'f=1,b=1,w=1,'"},
+        {"--microbatches +8", "--microbatches: expected an integer in [1, 100000], got '+8'"},
+        {"--microbatches ' 8'", "--microbatches: expected an integer in [1, 100000], got ' 8'"},
+        {"--microbatches 0x8", "--microbatches: expected an integer in [1, 100000], got '0x8'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[256];
+        snprintf(args, sizeof args, "--schedule 1f1b --stages 4 %s%s", bad[i].args,
+                 strstr(bad[i].args, "--microbatches") ? "" : " --microbatches 8");
+        cr_assert_eq(pprun(args), 2, "%s: %s", args, err_text);
+        cr_assert(strstr(err_text, bad[i].want), "%s: %s", args, err_text);
+        cr_assert_eq(out[0], '\0', "%s printed: %s", args, out);
+    }
+    cr_assert_eq(pprun("--schedule 1f1b --pp +2 --microbatches 8"), 2);
+    cr_assert(strstr(err_text, "--pp: expected an integer in [1, 1024], got '+2'"), "%s", err_text);
+    cr_assert_eq(pprun("--schedule 1f1b --pp ' 2' --microbatches 8"), 2);
+    cr_assert(strstr(err_text, "--pp: expected an integer in [1, 1024], got ' 2'"), "%s", err_text);
+    cr_assert_eq(pprun("--schedule 1f1b --stages 4 --microbatches 8 --costs f=1e-1,b=.5,w=2."), 0, "%s", err_text);
+}
+
 /* The pipeline's shape in pprun run's words (docs/cli.md): --pp P ranks
  * (--nproc-per-node P, torchrun's spelling too: one pipeline), V stages
  * per rank (--virtual-stages), P x V stages, which the output counts and
