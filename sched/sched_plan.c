@@ -3,6 +3,7 @@
 #include "sched/sched.h"
 #include "sched/sched_internal.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -142,8 +143,8 @@ int sched_parse_cuts(const char *text, int **cuts, int *ncuts, pp_err *err) {
     for (int i = 0; i < n; i++) {
         char *end;
         errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || (*end != ',' && *end != '\0')) {
+        long v = strtol(p, &end, 10); /* digits only: strtol would take a blank or '+' first */
+        if (!isdigit((unsigned char)*p) || errno || (*end != ',' && *end != '\0')) {
             free(out);
             return pp_fail(err, "--pipeline-cuts: expected layer indices like 3,6,9, got '%s'", text);
         }

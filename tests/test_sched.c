@@ -872,3 +872,19 @@ Test(sched, an_overlapped_pair_is_an_f_and_a_backward) {
     cr_assert_eq(sched_validate(plan, &err), 0, "%s", err.msg);
     sched_free(plan);
 }
+
+/* --pipeline-cuts takes layer indices as digits, as every other number a
+ * user gives (strtol took ' 3,+6' for 3,6). */
+Test(sched, pipeline_cuts_are_digits_only) {
+    int *cuts, n;
+    pp_err err;
+    static const char *const bad[] = {" 3,6", "+3,6", "3, 6", "3,+6", "3,,6", "0x3"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(sched_parse_cuts(bad[i], &cuts, &n, &err), -1, "'%s' accepted", bad[i]);
+        cr_assert(strstr(err.msg, "expected layer indices like 3,6,9"), "%s: %s", bad[i], err.msg);
+        cr_assert_null(cuts);
+    }
+    cr_assert_eq(sched_parse_cuts("3,6", &cuts, &n, &err), 0, "%s", err.msg);
+    cr_assert(n == 2 && cuts[0] == 3 && cuts[1] == 6);
+    free(cuts);
+}
