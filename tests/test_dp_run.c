@@ -459,9 +459,18 @@ Test(dp_run, bad_mesh_options_exit_2_naming_the_option_and_write_nothing) {
         {"--nproc-per-node 2 --dp 2 --dp-bucket 1KiB", "--dp-bucket: accepted: 4KiB to 1GiB"},
         {"--nproc-per-node 2 --dp 2 --dp-overlap maybe", "--dp-overlap: 'maybe' is not accepted; accepted: on|off"},
         {"--nproc-per-node 2 --eval-every 1 --eval-data /nonexistent/eval.txt", "--eval-data /nonexistent/eval.txt"},
-        /* without --nproc-per-node: its default said to be one */
+        /* without --nproc-per-node, --pp x --dp set the ranks: what is wrong
+         * is that the nodes cannot take them, not the default of 4 */
         {"--pp 3 --dp 1 --nnodes 2 --master-addr 127.0.0.1 --master-port 1 --node-rank 0",
-         "--pp 3 --dp 1 make 3 ranks, but --nproc-per-node 4 (the default) x --nnodes 2 start 8"},
+         "--pp 3 x --dp 1 make 3 ranks, which --nnodes 2 cannot split evenly (every node starts as many): give "
+         "--pp x --dp a multiple of 2, or --nproc-per-node"},
+        {"--pp 2 --dp 2 --nnodes 3 --master-addr 127.0.0.1 --master-port 1 --node-rank 0",
+         "--pp 2 x --dp 2 make 4 ranks, which --nnodes 3 cannot split evenly"},
+        {"--pp 1 --dp 1025", "--pp 1 x --dp 1025 make 1025 ranks: over the limit of 1024 ranks a node; spread them "
+                             "over more nodes (--nnodes)"},
+        {"--pp 1 --dp 4098 --nnodes 2 --master-addr 127.0.0.1 --master-port 1 --node-rank 0",
+         "--pp 1 x --dp 4098 make 4098 ranks, 2049 on each of --nnodes 2: over the limit of 1024 ranks a node"},
+        /* --pp alone: the default of --nproc-per-node does start the ranks */
         {"--pp 3 --nnodes 2 --master-addr 127.0.0.1 --master-port 1 --node-rank 0",
          "--pp 3 does not divide the 8 ranks --nproc-per-node 4 (the default) x --nnodes 2 start"},
     };

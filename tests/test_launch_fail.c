@@ -4,9 +4,12 @@
 #include "launch_testutil.h"
 #include "helpers/trace_fixture.h"
 
+#include <dirent.h>
+#include <grp.h>
 #include <sqlite3.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "runner/launch/launch.h"
 
@@ -390,6 +393,86 @@ Test(launch_fail, missing_program_is_bad_usage) {
     lt_run(&p, args, NULL);
     cr_assert_eq(p.status, 2);
     cr_assert(strstr(p.err, "pprun-no-such-program") && strstr(p.err, "not found"), "%s", p.err);
+    lt_free(&p);
+}
+
+/* A user no other process runs as, so that RLIMIT_NPROC, which counts
+ * the processes of the user, counts this test's only. */
+#define LIMITED_UID 61999
+
+/* Live (not zombie) processes whose real user is uid. */
+static int processes_of(uid_t uid) {
+    DIR *d = opendir("/proc");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[300], line[256];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        unsigned long real = (unsigned long)-1;
+        char state = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            if (strncmp(line, "State:", 6) == 0) sscanf(line + 6, " %c", &state);
+            if (strncmp(line, "Uid:", 4) == 0) sscanf(line + 4, "%lu", &real);
+        }
+        if (f) fclose(f);
+        n += real == uid && state != 'Z' && state != 'X';
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* A rank that cannot start because the process limit was hit (fork:
+ * EAGAIN) is said to be that, with how many of the ranks had started; those
+ * are stopped. pprun runs as a user of its own under `ulimit -u 8`: root is
+ * exempt from RLIMIT_NPROC, so only root, which can become another user,
+ * runs it. */
+Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_many_started, .timeout = 90) {
+    if (geteuid() != 0) cr_skip_test("needs root: to run pprun as a user of its own under RLIMIT_NPROC");
+    for (int i = 0; i < 500 && processes_of(LIMITED_UID) > 0; i++) usleep(10000);
+    if (processes_of(LIMITED_UID) > 0)
+        cr_skip_test("uid %d runs processes already: the limit would count them", LIMITED_UID);
+    const char *args[] = {"launch", "--nproc-per-node", "16", "--", "sleep", "5", NULL};
+    lt_proc p;
+    memset(&p, 0, sizeof p);
+    snprintf(p.dir, sizeof p.dir, "/tmp/pprun-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(p.dir));
+    char out[128], errf[128];
+    snprintf(out, sizeof out, "%s/out.txt", p.dir);
+    snprintf(errf, sizeof errf, "%s/err.txt", p.dir);
+    fflush(NULL);
+    pid_t parent = getpid();
+    p.pid = fork();
+    cr_assert_geq(p.pid, 0);
+    if (p.pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(127);
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(errf, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        struct rlimit rl = {8, 8};
+        if (setgroups(0, NULL) != 0 || setgid(LIMITED_UID) != 0 || setuid(LIMITED_UID) != 0 ||
+            setrlimit(RLIMIT_NPROC, &rl) != 0) {
+            fprintf(stderr, "cannot become uid %d: %s\n", LIMITED_UID, strerror(errno));
+            _exit(125);
+        }
+        lt_exec(args);
+    }
+    int ended = lt_wait_within(&p, 60);
+    if (!ended) kill(p.pid, SIGKILL), lt_wait(&p);
+    cr_assert(ended, "pprun did not end: %s", p.err);
+    if (p.status == 125 && strstr(p.err, "cannot become")) cr_skip_test("%s", p.err);
+    cr_assert_eq(p.status, 1, "exit %d: %s", p.status, p.err);
+    int rank = -1, started = -1;
+    const char *at = strstr(p.err, "pprun launch: rank ");
+    cr_assert(at && sscanf(at, "pprun launch: rank %d could not start: %d of the 16 ranks of the job had started, "
+                               "and were stopped: fork: ", &rank, &started) == 2 && rank == started && started < 16,
+              "%s", p.err);
+    lt_assert_has(p.err, "fork: Resource temporarily unavailable: the limit on processes was hit: this user's "
+                         "(RLIMIT_NPROC, `ulimit -u`: 8) or the system's");
+    cr_assert_str_eq(p.out, "", "a rank said something");
+    /* the ranks that had started were stopped: nothing of the user is left */
+    for (int i = 0; i < 1000 && processes_of(LIMITED_UID) > 0; i++) usleep(10000);
+    cr_assert_eq(processes_of(LIMITED_UID), 0, "a rank outlived the launcher");
     lt_free(&p);
 }
 

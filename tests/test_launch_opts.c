@@ -46,6 +46,30 @@ static const struct {
     {{"--rdzv-backend", "etcd"}, {"--rdzv-backend", "static, c10d"}},
     {{"--nproc-per-node", "gpus"}, {"--nproc-per-node", "'cpu'/'auto'/'gpu'"}},
     {{"--no-python", "-m"}, {"-m and --no-python", "python3"}},
+    /* --rdzv-endpoint against --master-addr / --master-port, in either
+     * order: which one wins is not the order's to say */
+    {{"--rdzv-endpoint", "127.0.0.1:0", "--master-port", "5"},
+     {"--rdzv-endpoint 127.0.0.1:0 and --master-port 5 name different ports", "give one of them"}},
+    {{"--master-port", "5", "--rdzv-endpoint", "127.0.0.1:0"},
+     {"--rdzv-endpoint 127.0.0.1:0 and --master-port 5 name different ports", "give one of them"}},
+    {{"--rdzv-endpoint", "127.0.0.1:0", "--master-addr", "127.0.0.2"},
+     {"--rdzv-endpoint 127.0.0.1:0 and --master-addr 127.0.0.2 name different hosts", "give one of them"}},
+    {{"--master_addr=127.0.0.2", "--rdzv-endpoint", "127.0.0.1"},
+     {"--rdzv-endpoint 127.0.0.1 and --master-addr 127.0.0.2 name different hosts", "give one of them"}},
+    {{"--rdzv-backend", "c10d", "--rdzv_backend=static"},
+     {"--rdzv-backend c10d and --rdzv-backend static", "give one"}},
+    /* node 0's address on one node too: the workers get it as MASTER_ADDR */
+    {{"--master-addr", "a b"}, {"--master-addr 'a b' is not a host name or address", "letters, digits"}},
+    {{"--rdzv-endpoint", "a b:1"}, {"--rdzv-endpoint 'a b:1': its host 'a b' is not a host name", "letters, digits"}},
+    {{"--master-addr", "$(id)"}, {"--master-addr '$(id)' is not a host name or address", "letters, digits"}},
+    {{"--master-addr", "x\033]0;t\007"}, {"--master-addr 'x\\x1b]0;t\\x07' is not a host name", "letters, digits"}},
+    /* plain decimal numbers only (docs/cli.md): strtol took " 2" and "+2" */
+    {{"--nproc-per-node", "+2"}, {"--nproc-per-node", "got '+2'"}},
+    {{"--nproc-per-node", " 2"}, {"--nproc-per-node", "got ' 2'"}},
+    {{"--master-port", "0x7000"}, {"--master-port", "'0x7000'"}},
+    {{"--monitor-interval", "0x1"}, {"--monitor-interval", "got '0x1'"}},
+    {{"--monitor-interval", "inf"}, {"--monitor-interval", "got 'inf'"}},
+    {{"--rdzv-timeout", "0x10s"}, {"--rdzv-timeout", "got '0x10s'"}},
 };
 
 Test(launch_opts, every_bad_flag_exits_2_naming_the_option) {
@@ -129,6 +153,56 @@ Test(launch_opts, rdzv_endpoint_port_0_picks_a_free_port) {
     lt_free(&p);
 }
 
+/* --rdzv-endpoint beside --master-addr / --master-port that say the same
+ * (as torchrun templates write them) is one place: taken, and the workers
+ * hear of it; a plain repeated option keeps argparse's habit, the last
+ * wins; an IPv6 address, with its zone, is an address. */
+Test(launch_opts, rendezvous_options_that_agree_are_taken) {
+    static launch_options o;
+    pp_err err;
+    char *same[] = {"launch", "--master-addr", "127.0.0.1", "--master-port", "0", "--rdzv-endpoint", "127.0.0.1:0",
+                    "--rdzv-backend", "c10d", "--rdzv_backend=c10d", "--", "true", NULL};
+    cr_assert_eq(launch_parse(12, same, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    char *v6[] = {"launch", "--rdzv-endpoint", "[::1]:1234", "--master-addr", "[::1]", "--", "true", NULL};
+    cr_assert_eq(launch_parse(7, v6, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.master_addr, "[::1]");
+    cr_assert_eq(o.master_port, 1234);
+    char *host_only[] = {"launch", "--rdzv-endpoint", "localhost", "--master-port", "1234", "--", "true", NULL};
+    cr_assert_eq(launch_parse(7, host_only, &o, NULL, NULL, &err), 0, "a host alone says no port: %s", err.msg);
+    cr_assert(strcmp(o.master_addr, "localhost") == 0 && o.master_port == 1234, "%s:%d", o.master_addr, o.master_port);
+    char *again[] = {"launch", "--master-addr", "10.0.0.1", "--master-addr", "fe80::1%eth0", "--master-port", "5",
+                     "--master-port", "6", "--", "true", NULL};
+    cr_assert_eq(launch_parse(11, again, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert(strcmp(o.master_addr, "fe80::1%eth0") == 0 && o.master_port == 6, "%s:%d", o.master_addr, o.master_port);
+
+    const char *args[] = {"launch", "--rdzv-endpoint", "127.0.0.1:0", "--master-addr", "127.0.0.1", "--", "sh", "-c",
+                          "echo $MASTER_ADDR", NULL};
+    lt_proc p;
+    lt_run(&p, args, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    cr_assert_str_eq(p.out, "[0]: 127.0.0.1\n");
+    lt_free(&p);
+}
+
+/* Slurm's address for node 0 is checked as --master-addr is, and named as
+ * Slurm's (the user gave none). */
+Test(launch_opts, a_master_address_from_slurm_that_is_no_host_is_refused) {
+    static launch_options o;
+    pp_err err;
+    setenv("SLURM_NNODES", "1", 1);
+    setenv("SLURM_NODEID", "0", 1);
+    setenv("SLURM_JOB_NODELIST", "", 1);
+    setenv("SLURM_LAUNCH_NODE_IPADDR", "10.0.0.1;reboot", 1);
+    char *argv[] = {"launch", "--", "true", NULL};
+    cr_assert_eq(launch_parse(3, argv, &o, NULL, NULL, &err), -1);
+    cr_assert(strstr(err.msg, "from Slurm's environment, '10.0.0.1;reboot', is not a host name or address") &&
+                  strstr(err.msg, "give --master-addr"),
+              "%s", err.msg);
+    char *given[] = {"launch", "--master-addr", "n1", "--", "true", NULL};
+    cr_assert_eq(launch_parse(5, given, &o, NULL, NULL, &err), 0, "%s", err.msg);
+    cr_assert_str_eq(o.master_addr, "n1");
+}
+
 /* `pprun run` parses its own flags through the same parser. */
 typedef struct {
     const char *db;
@@ -170,6 +244,33 @@ Test(launch_opts, parser_takes_both_spellings_and_callers_flags) {
     char *bad_argv[] = {"run", "--serve=1", "--", "prog", NULL};
     cr_assert_eq(launch_parse(4, bad_argv, &o, run_extra, &f, &err), -1);
     cr_assert(strstr(err.msg, "--serve") && strstr(err.msg, "no value"), "%s", err.msg);
+}
+
+/* pprun run's numbers are plain decimal too: each of these was taken
+ * (--dp-bucket 0x1000 as 4096 bytes, timed:act=0x10 as 16, f=0x1p-1ms as
+ * 500 us, --lr 0x1p-10 as 2^-10); an empty item of a list is a typo. */
+Test(launch_opts, pprun_run_refuses_numbers_that_are_not_plain_decimal) {
+    static const struct { const char *opt, *value, *want; } bad[] = {
+        {"--dp-bucket", "0x1000", "--dp-bucket: '0x1000' is not a decimal number"},
+        {"--model", "timed:f=0x1p-1ms", "--model timed: f: '0x1p-1ms' is not a decimal number"},
+        {"--model", "timed:act=0x10", "--model timed: act: '0x10' is not a decimal number"},
+        {"--model", "timed:f=nanms", "--model timed: f: 'nanms' is not a decimal number"},
+        {"--model", "gpt:layers=+4", "--model gpt: layers: expected an integer in [1, 1024], got '+4'"},
+        {"--model", "timed:f=1ms,,b=1ms", "--model: empty item in 'f=1ms,,b=1ms'"},
+        {"--recv-timeout", "0x10s", "--recv-timeout: '0x10s' is not a decimal number"},
+        {"--schedule-costs", "f=0x10,b=1,w=1",
+         "--schedule-costs f: expected a decimal number in [0, 1e+13], got '0x10'"},
+        {"--schedule-costs", "f=1,,b=1,w=1", "--schedule-costs: empty item in 'f=1,,b=1,w=1'"},
+        {"--lr", "0x1p-10", "--lr: expected a decimal number in [0, 10], got '0x1p-10'"},
+        {"--lr", "nan", "--lr: expected a decimal number in [0, 10], got 'nan'"},
+        {"--weight-decay", "infinity", "--weight-decay: expected a decimal number in [0, 1], got 'infinity'"},
+        {"--pp", " 2", "--pp: expected an integer in [1, 65536], got ' 2'"},
+        {"--pp", "+2", "--pp: expected an integer in [1, 65536], got '+2'"},
+        {"--steps", "-0", "--steps: -0 is out of range"},
+        {"--fail-at", "step=1,,rank=0", "--fail-at: empty item in 'step=1,,rank=0'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        lt_expect_refusal((const char *[]){"run", bad[i].opt, bad[i].value, "--steps", "1", NULL}, bad[i].want);
 }
 
 /* torchrun's habits: --rdzv-endpoint HOST:PORT, --rdzv-backend,
@@ -454,15 +555,15 @@ Test(launch_opts, the_rdzv_token_is_checked_wherever_it_comes_from) {
     char *a9[] = {"launch", "--nnodes", "2", "--master-addr", "localhost", "--", "true", NULL};
     cr_assert_eq(launch_parse(7, a9, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(launch_check_token(&o, &err), 0, "loopback needs nothing: %s", err.msg);
-    /* named as the user gave it: --rdzv-endpoint, unless --master-addr came after it */
+    /* named as the user gave it: --rdzv-endpoint, unless --master-addr (saying the same) came after it */
     char *a8e[] = {"launch", "--nnodes", "2", "--rdzv-endpoint", "192.0.2.77:29500", "--", "true", NULL};
     cr_assert_eq(launch_parse(7, a8e, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(launch_check_token(&o, &err), -1);
     cr_assert(strstr(err.msg, "--rdzv-endpoint 192.0.2.77:29500: its host 192.0.2.77 is not a loopback address") &&
                   !strstr(err.msg, "--master-addr"),
               "%s", err.msg);
-    char *a8m[] = {"launch", "--nnodes", "2", "--rdzv-endpoint", "[::1]:29500", "--master-addr", "192.0.2.77", "--",
-                   "true", NULL};
+    char *a8m[] = {"launch", "--nnodes", "2", "--rdzv-endpoint", "192.0.2.77:29500", "--master-addr", "192.0.2.77",
+                   "--", "true", NULL};
     cr_assert_eq(launch_parse(9, a8m, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(launch_check_token(&o, &err), -1);
     cr_assert(strstr(err.msg, "--master-addr 192.0.2.77 is not a loopback address"), "%s", err.msg);

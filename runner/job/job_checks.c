@@ -368,13 +368,36 @@ static int check_worker_job(run_job *job, int world, pp_err *err) {
     return cfg->resume ? check_resume(job, err) : 0;
 }
 
+/* --pp P --dp D without --nproc-per-node set the ranks themselves, P x D
+ * over the nodes (job_options): when the nodes cannot take them, that is
+ * what is wrong, not --nproc-per-node's default of 4, which job_options
+ * falls back to then and which the user never asked for. */
+static int check_mesh_over_nodes(const run_job *job, pp_err *err) {
+    const run_config *cfg = &job->cfg;
+    long mesh = (long)cfg->pp * cfg->dp, nodes = job->lo.nnodes;
+    if ((job->lo.given & LAUNCH_GIVEN_NPROC) || mesh <= 0) return 0;
+    if (mesh % nodes != 0)
+        return pp_fail(err, "--pp %d x --dp %d make %ld ranks, which --nnodes %ld cannot split evenly (every node "
+                            "starts as many): give --pp x --dp a multiple of %ld, or --nproc-per-node",
+                       cfg->pp, cfg->dp, mesh, nodes, nodes);
+    char each[64] = "";
+    if (nodes > 1) snprintf(each, sizeof each, ", %ld on each of --nnodes %ld", mesh / nodes, nodes);
+    if (mesh / nodes > LAUNCH_MAX_NPROC)
+        return pp_fail(err, "--pp %d x --dp %d make %ld ranks%s: over the limit of %d ranks a node; spread them over "
+                            "more nodes (--nnodes)", cfg->pp, cfg->dp, mesh, each, LAUNCH_MAX_NPROC);
+    return 0;
+}
+
 int job_check(run_job *job, pp_err *err) {
     run_config *cfg = &job->cfg;
     if (check_outputs_not_inputs(job, err) != 0) return -1;
     if (csv_shape(job, err) != 0) return -1;
+    if (check_mesh_over_nodes(job, err) != 0) return -1; /* before job_mps_decide counts the wrong ranks */
     if (check_options(job, err) != 0) return -1;
     int world = job->lo.nproc_per_node * job->lo.nnodes;
-    char from[96]; /* a --nproc-per-node the user never gave is said to be the default */
+    /* a --nproc-per-node the user never gave is said to be the default: past
+     * check_mesh_over_nodes, it is what starts the ranks (--pp or --dp alone) */
+    char from[96];
     snprintf(from, sizeof from, "--nproc-per-node %d%s x --nnodes %d", job->lo.nproc_per_node,
              job->lo.given & LAUNCH_GIVEN_NPROC ? "" : " (the default)", job->lo.nnodes);
     if (run_config_mesh(cfg, world, from, err) != 0) return -1;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -279,6 +280,12 @@ typedef struct cmdline {
     void *ctx;
     const char *redir, *tee, *filter;
     int module, no_python; /* -m, --no-python */
+    /* The rendezvous as each option said it, for check_rendezvous: the
+     * last --master-addr, --master-port (-1: none) and --rdzv-endpoint
+     * (its host and port, -1: none), and --rdzv-backend. */
+    const char *addr_opt, *endpoint, *backend;
+    int port_opt, endpoint_port;
+    char endpoint_host[256];
 } cmdline;
 
 /* An integer flag in [min, max] into *field, and the given bit (0: none). */
@@ -469,8 +476,14 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
     case OPT_NNODES: return set_nnodes(o, name, val, err);
     case OPT_NODE_RANK:
         return set_int(o, name, val, 0, LAUNCH_MAX_NNODES - 1, &o->node_rank, LAUNCH_GIVEN_NODE_RANK, err);
-    case OPT_MASTER_ADDR: return set_master_addr(o, name, val, err);
-    case OPT_MASTER_PORT: return set_master_port(o, name, val, err);
+    case OPT_MASTER_ADDR:
+        if (set_master_addr(o, name, val, err) != 0) return -1;
+        cl->addr_opt = val;
+        return 0;
+    case OPT_MASTER_PORT:
+        if (set_master_port(o, name, val, err) != 0) return -1;
+        cl->port_opt = o->master_port;
+        return 0;
     case OPT_MAX_RESTARTS: return set_int(o, name, val, 0, 1000000, &o->max_restarts, 0, err);
     case OPT_MONITOR:
         if (parse_seconds(val, name, &o->monitor_interval_ns, err) != 0) return -1;
@@ -495,8 +508,20 @@ static int set_option(launch_options *o, int id, const char *name, const char *v
     case OPT_RDZV_TOKEN: return set_token(o, name, val, err);
     case OPT_RDZV_TOKEN_FILE: return set_token_file(o, name, val, err);
     case OPT_STANDALONE: return set_standalone(o);
-    case OPT_RDZV_ENDPOINT: return set_endpoint(o, name, val, err);
-    case OPT_RDZV_BACKEND: return set_backend(name, val, err);
+    case OPT_RDZV_ENDPOINT:
+        if (set_endpoint(o, name, val, err) != 0) return -1;
+        cl->endpoint = val;
+        snprintf(cl->endpoint_host, sizeof cl->endpoint_host, "%s", o->master_addr);
+        cl->endpoint_port = o->port_endpoint ? o->master_port : -1;
+        return 0;
+    case OPT_RDZV_BACKEND:
+        if (set_backend(name, val, err) != 0) return -1;
+        /* both meet at node 0's store, but two kinds asked for is a
+         * mistake in the command line, not a choice to make by order */
+        if (cl->backend && strcmp(cl->backend, val) != 0)
+            return pp_fail(err, "%s %s and %s %s: give one backend", name, cl->backend, name, val);
+        cl->backend = val;
+        return 0;
     case OPT_MODULE: cl->module = 1; return 0;
     case OPT_NO_PYTHON: cl->no_python = 1; return 0;
     }
@@ -650,6 +675,56 @@ static int take_token(launch_options *o, pp_err *err) {
     return 0;
 }
 
+/* A host as --master-addr may name it, brackets off ("[::1]" is ::1). */
+static void bare_host(const char *h, char *out, size_t cap) {
+    size_t n = strlen(h);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') snprintf(out, cap, "%.*s", (int)(n - 2), h + 1);
+    else snprintf(out, cap, "%s", h);
+}
+
+/* --rdzv-endpoint beside --master-addr or --master-port: torchrun reads
+ * the endpoint for its rendezvous and the other two for its static one,
+ * so a command line with both is a mistake, and which one wins should not
+ * depend on their order (the store would listen on one port and the
+ * workers hear of another host). Refused when they disagree only: a
+ * script that says the same thing both ways (`--master-addr $H
+ * --rdzv-endpoint $H:$P`, as torchrun templates do) means one place. */
+static int check_rendezvous(const cmdline *cl, pp_err *err) {
+    if (!cl->endpoint) return 0;
+    char addr[256];
+    if (cl->addr_opt) {
+        bare_host(cl->addr_opt, addr, sizeof addr);
+        if (strcasecmp(addr, cl->endpoint_host) != 0)
+            return pp_fail(err, "--rdzv-endpoint %s and --master-addr %s name different hosts for node 0's store: "
+                                "give one of them (--rdzv-endpoint is torchrun's spelling of --master-addr and "
+                                "--master-port)", cl->endpoint, cl->addr_opt);
+    }
+    if (cl->port_opt >= 0 && cl->endpoint_port >= 0 && cl->port_opt != cl->endpoint_port)
+        return pp_fail(err, "--rdzv-endpoint %s and --master-port %d name different ports for node 0's store: give "
+                            "one of them (--rdzv-endpoint is torchrun's spelling of --master-addr and --master-port)",
+                       cl->endpoint, cl->port_opt);
+    return 0;
+}
+
+/* Node 0's address is a host name or an address: letters, digits and
+ * ". - _ : [ ] %" (a name, IPv4, IPv6, an IPv6 zone as in fe80::1%eth0).
+ * Checked for every --nnodes: on one node the store stays on loopback,
+ * but the workers get it as MASTER_ADDR, where a space, "$(...)" or a
+ * terminal's escape bytes would reach whatever reads it. The value is
+ * quoted as given: pprun's standard error escapes control bytes. */
+static int check_master_addr(const launch_options *o, pp_err *err) {
+    const char *a = o->master_addr;
+    size_t n = strlen(a);
+    int ok = n > 0;
+    for (size_t i = 0; ok && i < n; i++) ok = isalnum((unsigned char)a[i]) || strchr(".-_:[]%", a[i]);
+    if (ok) return 0;
+    static const char accepts[] = "is not a host name or address; accepted: letters, digits and . - _ : [ ] % "
+                                  "(node0.cluster, 10.0.0.1, ::1)";
+    if (o->addr_endpoint) return pp_fail(err, "--rdzv-endpoint '%s': its host '%s' %s", o->addr_endpoint, a, accepts);
+    if (o->given & LAUNCH_GIVEN_MASTER_ADDR) return pp_fail(err, "--master-addr '%s' %s", a, accepts);
+    return pp_fail(err, "node 0's address from Slurm's environment, '%s', %s: give --master-addr", a, accepts);
+}
+
 /* The nodes agree on a port, this node is one of them, the world fits. */
 static int check_world(const launch_options *o, pp_err *err) {
     if (o->nnodes > 1 && o->master_port == 0 && o->port_endpoint)
@@ -711,7 +786,7 @@ int launch_parse(int argc, char **argv, launch_options *o,
                  int (*extra)(void *ctx, const char *opt, const char *val, pp_err *err), void *ctx, pp_err *err) {
     launch_options_default(o);
     /* argv[0] is the command ("run" or "launch"), for the messages */
-    cmdline cl = {.argc = argc, .argv = argv, .i = 1, .extra = extra, .ctx = ctx};
+    cmdline cl = {.argc = argc, .argv = argv, .i = 1, .extra = extra, .ctx = ctx, .port_opt = -1, .endpoint_port = -1};
     cl.cmd = argc > 0 && argv[0] && strcmp(argv[0], "run") == 0 ? "run" : "launch";
     for (; cl.i < argc; cl.i++) {
         const char *a = argv[cl.i];
@@ -723,9 +798,9 @@ int launch_parse(int argc, char **argv, launch_options *o,
         int rc = parse_flag(&cl, o, err); /* -m is a flag, as torchrun's: options may follow it */
         if (rc != 0) return rc;
     }
-    if (take_program(&cl, o, err) != 0) return -1;
+    if (check_rendezvous(&cl, err) != 0 || take_program(&cl, o, err) != 0) return -1;
     /* Slurm fills what the flags did not say; then what needs every flag. */
-    if (slurm_fill(o, err) != 0 || take_token(o, err) != 0) return -1;
+    if (slurm_fill(o, err) != 0 || check_master_addr(o, err) != 0 || take_token(o, err) != 0) return -1;
     if (!(o->given & LAUNCH_GIVEN_MASTER_PORT)) o->master_port = o->nnodes > 1 ? 29500 : 0;
     if (check_world(o, err) != 0) return -1;
     return check_streams(o, &cl, err);
