@@ -68,7 +68,7 @@ static void pipe_on(h_pipe *p, const int *cuts, int n, uint64_t seed) {
 static void save_set(h_pipe *p, const char *dir, const char *run) {
     pp_err err;
     for (int s = 0; s < p->nstages; s++) {
-        char path[512];
+        char path[4200]; /* a directory path and the file's name */
         snprintf(path, sizeof path, "%s/stage_%d.ckpt", dir, s);
         FILE *f = fopen(path, "wb");
         cr_assert_not_null(f);
@@ -84,7 +84,7 @@ static model_ckpt *open_set(const char *dir, int n) {
     model_ckpt *c;
     cr_assert_eq(model_ckpt_create(&c, &err), 0, "%s", err.msg);
     for (int s = 0; s < n; s++) {
-        char path[512];
+        char path[4200]; /* a directory path and the file's name */
         snprintf(path, sizeof path, "%s/stage_%d.ckpt", dir, s);
         cr_assert_eq(model_ckpt_add_file(c, path, &err), 0, "%s", err.msg);
     }

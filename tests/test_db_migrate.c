@@ -105,8 +105,8 @@ static void make_job(const char *path) {
     cr_assert_eq(job, 1);
     trace_event first_f = {0};
     for (int step = 0; step < STEPS; step++) {
-        trace_event *ev;
-        size_t n;
+        trace_event *ev = NULL;
+        size_t n = 0;
         cr_assert_eq(loadgen_step_records(&cfg, step, t0, &ev, &n, &err), 0, "%s", err.msg);
         for (size_t i = 0; step == 3 && i < n && !first_f.version; i++)
             if (ev[i].rank == 0 && ev[i].phase == TRACE_F) first_f = ev[i];

@@ -258,7 +258,7 @@ static void train(const char *spec, int D, int m, int zero1, float *losses, floa
 
 static void expect_same(const char *spec, int D, int m, int zero1) {
     int N = D * m;
-    float ref_loss[STEPS * 16], got_loss[STEPS * 16], *ref_w, *got_w;
+    float ref_loss[STEPS * 16], got_loss[STEPS * 16], *ref_w = NULL, *got_w = NULL;
     size_t n_ref, n_got;
     train(spec, 1, N, 0, ref_loss, &ref_w, &n_ref);
     train(spec, D, m, zero1, got_loss, &got_w, &n_got);

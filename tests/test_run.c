@@ -850,7 +850,7 @@ Test(run, a_refused_database_is_left_as_it_was) {
     cr_assert_eq(sqlite3_exec(own, "PRAGMA journal_mode=WAL; CREATE TABLE mine(x); INSERT INTO mine VALUES (1)", NULL,
                               NULL, NULL), SQLITE_OK);
     sqlite3_close(own);
-    size_t n0, n1;
+    size_t n0 = 0, n1 = 0;
     char *before = read_file(db, &n0), *out;
     cr_assert_eq(sh(&out, "%s run --nproc-per-node 2 --steps 1 --progress off --db '%s'", PPRUN_BIN, db), 2, "%s", out);
     cr_assert(strstr(out, "not a pprun"), "%s", out);
