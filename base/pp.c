@@ -560,7 +560,7 @@ int pp_parse_kv_list(char *s, int (*fn)(void *ctx, const char *key, const char *
      * skipped it); checked before the text is split, to quote it whole */
     size_t len = strlen(s);
     if (s[0] == ',' || s[len - 1] == ',' || strstr(s, ",,")) return pp_fail(err, "empty item in '%s'", s);
-    for (char *item = s; item; ) {
+    for (char *item = s; item;) {
         char *comma = strchr(item, ',');
         if (comma) *comma = '\0';
         char *eq = strchr(item, '=');

@@ -341,8 +341,8 @@ int summary_idle_by_cause(sqlite3 *db, int64_t job, int64_t first_step, int64_t 
 /* The latest whole step's mean loss of `table` (sql: LATEST_LOSS_SQL):
  * its step into *step and, where it has one, its mean into *loss. A loss
  * that is not a number is a damaged file, named, not a mean of 0. */
-#define LATEST_LOSS_SQL(table, mean)                                                                             \
-    "SELECT s.step, " mean ", (SELECT loss FROM " table " l WHERE l.job_id=?1 AND l.step=s.step AND "          \
+#define LATEST_LOSS_SQL(table, mean)                                                                                   \
+    "SELECT s.step, " mean ", (SELECT loss FROM " table " l WHERE l.job_id=?1 AND l.step=s.step AND "                  \
     "typeof(loss) NOT IN ('real', 'integer', 'null') LIMIT 1) FROM (" SQL_LOSS_STEP(table) ") s"
 
 static int read_latest_loss(sqlite3 *db, const job_summary *s, const char *table, const char *sql, int64_t *step,
@@ -360,8 +360,10 @@ static int read_latest_loss(sqlite3 *db, const job_summary *s, const char *table
         if (sqlite3_column_type(st, 2) != SQLITE_NULL) { /* the step's mean would take it for 0 */
             char shown[48]; /* as bounds_fail shows a value: the printer escapes it */
             snprintf(shown, sizeof shown, "%s", (const char *)sqlite3_column_text(st, 2));
-            pp_fail(err, "job %lld: %s.loss of step %lld holds %s, not a number: the database is damaged or was not "
-                         "written by pprun", (long long)s->job_id, table, (long long)*step, shown);
+            pp_fail(err,
+                    "job %lld: %s.loss of step %lld holds %s, not a number: the database is damaged or was not "
+                    "written by pprun",
+                    (long long)s->job_id, table, (long long)*step, shown);
             sqlite3_finalize(st);
             return -1;
         }

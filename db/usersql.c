@@ -503,7 +503,9 @@ static int authorize(void *ctx, int action, const char *a1, const char *a2, cons
         case SQLITE_TRANSACTION: what = "a transaction statement"; break;
         case SQLITE_SAVEPOINT:
             /* a1 is the operation, a2 the savepoint's name: named as written */
-            what = !a1 || strcmp(a1, "BEGIN") == 0 ? "SAVEPOINT" : strcmp(a1, "RELEASE") == 0 ? "RELEASE" : "ROLLBACK TO";
+            what = !a1 || strcmp(a1, "BEGIN") == 0 ? "SAVEPOINT"
+                   : strcmp(a1, "RELEASE") == 0    ? "RELEASE"
+                                                   : "ROLLBACK TO";
             a1 = a2;
             break;
         case SQLITE_ANALYZE: what = "ANALYZE"; break;

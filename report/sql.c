@@ -38,8 +38,10 @@ static char *as_written(const char *s) {
     for (size_t i = 0; i < n;) {
         unsigned cp;
         size_t len = utf8_seq((const unsigned char *)s + i, n - i, &cp);
-        if (len == 0) memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i++;
-        else memcpy(out + o, s + i, len), o += len, i += len;
+        if (len == 0)
+            memcpy(out + o, "\xef\xbf\xbd", 3), o += 3, i++;
+        else
+            memcpy(out + o, s + i, len), o += len, i += len;
     }
     out[o] = '\0';
     return out;

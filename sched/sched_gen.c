@@ -256,8 +256,8 @@ static int costs_set(void *ctx, const char *key, const char *value, pp_err *err)
 void sched_costs_text(const sched_costs *c, char *buf, size_t size) {
     /* + 0.0: a measured -0.0 would be written "-0", which the parser refuses
      * (no '-' where nothing is negative) when the text is read back */
-    int n = snprintf(buf, size, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->f + 0.0, c->b + 0.0, c->w + 0.0,
-                     c->comm + 0.0);
+    int n =
+        snprintf(buf, size, "f=%.17g,b=%.17g,w=%.17g,comm=%.17g", c->f + 0.0, c->b + 0.0, c->w + 0.0, c->comm + 0.0);
     if (n > 0 && (size_t)n < size && c->bw != 0) n += snprintf(buf + n, size - (size_t)n, ",bw=%.17g", c->bw);
     if (n > 0 && (size_t)n < size && c->between != 0)
         snprintf(buf + n, size - (size_t)n, ",between=%.17g", c->between);

@@ -458,7 +458,8 @@ Test(attack_web, sql_bombs_are_refused_and_change_nothing) {
     snprintf(wide_in + k, sizeof wide_in - (size_t)k, ")");
     k = snprintf(many_blobs, sizeof many_blobs, "SELECT 1");
     for (int i = 0; i < 100; i++) k += snprintf(many_blobs + k, sizeof many_blobs - (size_t)k, ",length(randomblob(16000000))");
-    const struct { const char *sql; int status; const char *msg; } cases[] = {
+    const struct { const char *sql; int status; const char *msg;
+    } cases[] = {
         /* writes */
         {"INSERT INTO jobs(id) VALUES (99)", 403, "refused: INSERT jobs " RO},
         {"UPDATE jobs SET name = 'x'", 403, "refused: UPDATE jobs " RO},
@@ -553,7 +554,8 @@ Test(attack_web, sql_bombs_are_refused_and_change_nothing) {
         {"SELECT quote(zeroblob(10000000))", 413, VALUE},
         {"WITH RECURSIVE c(s) AS (SELECT 'x' UNION ALL SELECT s||s FROM c) SELECT length(s) FROM c", 413, VALUE},
         {"SELECT length(group_concat(printf('%.*c', 1000000, 'x'))) FROM (WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
-         "SELECT x+1 FROM c LIMIT 100) SELECT x FROM c)", 413, VALUE},
+         "SELECT x+1 FROM c LIMIT 100) SELECT x FROM c)",
+         413, VALUE},
         {"SELECT json_array(printf('%.*c', 9000000, 'x'), printf('%.*c', 9000000, 'x'))", 413, VALUE},
         {"SELECT replace(printf('%.*c', 16000000, 'a'), printf('%.*c', 100000, 'a') || 'b', '')", 413,
          "replace() of a 16000000-byte and a 100001-byte value"},

@@ -98,16 +98,18 @@ Test(base, numbers_are_plain_decimal_whatever_strtod_reads) {
     cr_assert_str_eq(err.msg, "--steps: -0 is out of range; accepted: 0 to 10");
 
     double d;
-    static const char *const not_doubles[] = {"0x1p-10", "0x10", "inf", "-inf", "nan", "infinity", "NAN", " 1", "+1",
-                                              "1e", "1e+", ".", "1..2", "1e3.5"};
+    static const char *const not_doubles[] = {"0x1p-10", "0x10", "inf", "-inf", "nan", "infinity", "NAN",
+                                              " 1",      "+1",   "1e",  "1e+",  ".",   "1..2",     "1e3.5"};
     for (size_t i = 0; i < sizeof not_doubles / sizeof *not_doubles; i++) {
         cr_assert_eq(pp_parse_double(not_doubles[i], -1, 10, "--lr", &d, &err), -1, "'%s' accepted", not_doubles[i]);
         char want[64];
         snprintf(want, sizeof want, "--lr: expected a decimal number in [-1, 10], got '%s'", not_doubles[i]);
         cr_assert_str_eq(err.msg, want);
     }
-    static const struct { const char *text; double v; } doubles[] = {
-        {"1e-3", 1e-3}, {"2.5E+0", 2.5}, {".5", 0.5}, {"5.", 5}, {"-0.25", -0.25}, {"007", 7}};
+    static const struct {
+        const char *text;
+        double v;
+    } doubles[] = {{"1e-3", 1e-3}, {"2.5E+0", 2.5}, {".5", 0.5}, {"5.", 5}, {"-0.25", -0.25}, {"007", 7}};
     for (size_t i = 0; i < sizeof doubles / sizeof *doubles; i++) {
         cr_assert_eq(pp_parse_double(doubles[i].text, -1, 10, "--lr", &d, &err), 0, "%s", err.msg);
         cr_assert_eq(d, doubles[i].v, "%s", doubles[i].text);

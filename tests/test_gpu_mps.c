@@ -102,10 +102,11 @@ static char *exited(const mps_job *j, int status, int code) {
 }
 
 static void job_command(const mps_job *j, const char *env, const char *args, char *cmd, size_t cap) {
-    int n = snprintf(cmd, cap,
-             "exec env TMPDIR=%s PATH=%s:/usr/bin:/bin MPS_STANDIN_LOG=%s %s %s run --device cuda %s --db %s " MODEL
-             " >%s 2>&1",
-             j->tmp, j->bin, j->log, env, BIN, args, j->db, j->out);
+    int n =
+        snprintf(cmd, cap,
+                 "exec env TMPDIR=%s PATH=%s:/usr/bin:/bin MPS_STANDIN_LOG=%s %s %s run --device cuda %s --db %s " MODEL
+                 " >%s 2>&1",
+                 j->tmp, j->bin, j->log, env, BIN, args, j->db, j->out);
     cr_assert(n >= 0 && (size_t)n < cap, "the job's command is longer than %zu bytes", cap);
 }
 

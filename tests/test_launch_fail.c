@@ -429,7 +429,8 @@ static int processes_of(uid_t uid) {
  * runs it. */
 Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_many_started, .timeout = 90) {
     if (geteuid() != 0) cr_skip_test("needs root: to run pprun as a user of its own under RLIMIT_NPROC");
-    for (int i = 0; i < 500 && processes_of(LIMITED_UID) > 0; i++) usleep(10000);
+    for (int i = 0; i < 500 && processes_of(LIMITED_UID) > 0; i++)
+        usleep(10000);
     if (processes_of(LIMITED_UID) > 0)
         cr_skip_test("uid %d runs processes already: the limit would count them", LIMITED_UID);
     const char *args[] = {"launch", "--nproc-per-node", "16", "--", "sleep", "5", NULL};
@@ -464,14 +465,19 @@ Test(launch_fail, a_process_limit_hit_while_starting_ranks_is_named_with_how_man
     cr_assert_eq(p.status, 1, "exit %d: %s", p.status, p.err);
     int rank = -1, started = -1;
     const char *at = strstr(p.err, "pprun launch: rank ");
-    cr_assert(at && sscanf(at, "pprun launch: rank %d could not start: %d of the 16 ranks of the job had started, "
-                               "and were stopped: fork: ", &rank, &started) == 2 && rank == started && started < 16,
+    cr_assert(at &&
+                  sscanf(at,
+                         "pprun launch: rank %d could not start: %d of the 16 ranks of the job had started, "
+                         "and were stopped: fork: ",
+                         &rank, &started) == 2 &&
+                  rank == started && started < 16,
               "%s", p.err);
     lt_assert_has(p.err, "fork: Resource temporarily unavailable: the limit on processes was hit: this user's "
                          "(RLIMIT_NPROC, `ulimit -u`: 8) or the system's");
     cr_assert_str_eq(p.out, "", "a rank said something");
     /* the ranks that had started were stopped: nothing of the user is left */
-    for (int i = 0; i < 1000 && processes_of(LIMITED_UID) > 0; i++) usleep(10000);
+    for (int i = 0; i < 1000 && processes_of(LIMITED_UID) > 0; i++)
+        usleep(10000);
     cr_assert_eq(processes_of(LIMITED_UID), 0, "a rank outlived the launcher");
     lt_free(&p);
 }

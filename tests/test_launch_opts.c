@@ -160,8 +160,9 @@ Test(launch_opts, rdzv_endpoint_port_0_picks_a_free_port) {
 Test(launch_opts, rendezvous_options_that_agree_are_taken) {
     static launch_options o;
     pp_err err;
-    char *same[] = {"launch", "--master-addr", "127.0.0.1", "--master-port", "0", "--rdzv-endpoint", "127.0.0.1:0",
-                    "--rdzv-backend", "c10d", "--rdzv_backend=c10d", "--", "true", NULL};
+    char *same[] = {"launch",      "--master-addr",  "127.0.0.1", "--master-port",       "0",  "--rdzv-endpoint",
+                    "127.0.0.1:0", "--rdzv-backend", "c10d",      "--rdzv_backend=c10d", "--", "true",
+                    NULL};
     cr_assert_eq(launch_parse(12, same, &o, NULL, NULL, &err), 0, "%s", err.msg);
     char *v6[] = {"launch", "--rdzv-endpoint", "[::1]:1234", "--master-addr", "[::1]", "--", "true", NULL};
     cr_assert_eq(launch_parse(7, v6, &o, NULL, NULL, &err), 0, "%s", err.msg);
@@ -170,13 +171,23 @@ Test(launch_opts, rendezvous_options_that_agree_are_taken) {
     char *host_only[] = {"launch", "--rdzv-endpoint", "localhost", "--master-port", "1234", "--", "true", NULL};
     cr_assert_eq(launch_parse(7, host_only, &o, NULL, NULL, &err), 0, "a host alone says no port: %s", err.msg);
     cr_assert(strcmp(o.master_addr, "localhost") == 0 && o.master_port == 1234, "%s:%d", o.master_addr, o.master_port);
-    char *again[] = {"launch", "--master-addr", "10.0.0.1", "--master-addr", "fe80::1%eth0", "--master-port", "5",
-                     "--master-port", "6", "--", "true", NULL};
+    char *again[] = {"launch",
+                     "--master-addr",
+                     "10.0.0.1",
+                     "--master-addr",
+                     "fe80::1%eth0",
+                     "--master-port",
+                     "5",
+                     "--master-port",
+                     "6",
+                     "--",
+                     "true",
+                     NULL};
     cr_assert_eq(launch_parse(11, again, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert(strcmp(o.master_addr, "fe80::1%eth0") == 0 && o.master_port == 6, "%s:%d", o.master_addr, o.master_port);
 
-    const char *args[] = {"launch", "--rdzv-endpoint", "127.0.0.1:0", "--master-addr", "127.0.0.1", "--", "sh", "-c",
-                          "echo $MASTER_ADDR", NULL};
+    const char *args[] = {"launch", "--rdzv-endpoint",   "127.0.0.1:0", "--master-addr", "127.0.0.1", "--", "sh",
+                          "-c",     "echo $MASTER_ADDR", NULL};
     lt_proc p;
     lt_run(&p, args, NULL);
     cr_assert_eq(p.status, 0, "%s", p.err);
@@ -250,7 +261,9 @@ Test(launch_opts, parser_takes_both_spellings_and_callers_flags) {
  * (--dp-bucket 0x1000 as 4096 bytes, timed:act=0x10 as 16, f=0x1p-1ms as
  * 500 us, --lr 0x1p-10 as 2^-10); an empty item of a list is a typo. */
 Test(launch_opts, pprun_run_refuses_numbers_that_are_not_plain_decimal) {
-    static const struct { const char *opt, *value, *want; } bad[] = {
+    static const struct {
+        const char *opt, *value, *want;
+    } bad[] = {
         {"--dp-bucket", "0x1000", "--dp-bucket: '0x1000' is not a decimal number"},
         {"--model", "timed:f=0x1p-1ms", "--model timed: f: '0x1p-1ms' is not a decimal number"},
         {"--model", "timed:act=0x10", "--model timed: act: '0x10' is not a decimal number"},
@@ -563,7 +576,7 @@ Test(launch_opts, the_rdzv_token_is_checked_wherever_it_comes_from) {
                   !strstr(err.msg, "--master-addr"),
               "%s", err.msg);
     char *a8m[] = {"launch", "--nnodes", "2", "--rdzv-endpoint", "192.0.2.77:29500", "--master-addr", "192.0.2.77",
-                   "--", "true", NULL};
+                   "--",     "true",     NULL};
     cr_assert_eq(launch_parse(9, a8m, &o, NULL, NULL, &err), 0, "%s", err.msg);
     cr_assert_eq(launch_check_token(&o, &err), -1);
     cr_assert(strstr(err.msg, "--master-addr 192.0.2.77 is not a loopback address"), "%s", err.msg);

@@ -203,7 +203,8 @@ Test(query, a_slow_query_on_events_points_at_event_runs) {
     char *out, *err;
     const char *slow = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT max(x) FROM c";
     char sql[512];
-    snprintf(sql, sizeof sql, "--timeout 200ms \"%s, Events WHERE Events.rank = 0 AND Events.END_NS > 0\"", slow); /* any case */
+    snprintf(sql, sizeof sql, "--timeout 200ms \"%s, Events WHERE Events.rank = 0 AND Events.END_NS > 0\"",
+             slow); /* any case */
     cr_assert_eq(run(sql, &out, &err), 2);
     cr_assert(strstr(err, "time limit") && strstr(err, "through event_runs (docs/schema.md"), "%s", err);
     free(out), free(err);

@@ -797,7 +797,9 @@ Test(sched, between_ops_and_a_bw_of_its_own_cost_play_out_as_worked_by_hand) {
  * a duration like 2ms") for ending in a letter. An empty item is a typo. Each
  * is refused naming --costs and the text, and changes nothing. */
 Test(sched, costs_are_decimal_and_an_empty_item_is_refused) {
-    static const struct { const char *text, *want; } bad[] = {
+    static const struct {
+        const char *text, *want;
+    } bad[] = {
         {"f=0x10,b=1,w=1", "--costs f: expected a decimal number in [0, 1e+13], got '0x10'"},
         {"f=nan,b=1,w=1", "--costs f: expected a decimal number in [0, 1e+13], got 'nan'"},
         {"f=1,b=inf,w=1", "--costs b: expected a decimal number in [0, 1e+13], got 'inf'"},

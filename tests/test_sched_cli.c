@@ -290,7 +290,9 @@ Test(sched_cli, impossible_requests_exit_2_naming_the_constraint) {
  * first, and an empty --costs item exit 2 naming the option and the text;
  * they were taken (--act-bytes 0x400 as 1024 bytes, --costs f=0x10 as 16). */
 Test(sched_cli, numbers_that_are_not_plain_decimal_exit_2_naming_the_option) {
-    static const struct { const char *args, *want; } bad[] = {
+    static const struct {
+        const char *args, *want;
+    } bad[] = {
         {"--act-bytes 0x400", "--act-bytes: '0x400' is not a decimal number; expected a size like 4096"},
         {"--act-bytes 1KiB,infKiB", "--act-bytes: 'infKiB' is not a decimal number"},
         {"--costs f=0x10,b=1,w=1", "--costs f: expected a decimal number in [0, 1e+13], got '0x10'"},

@@ -2352,7 +2352,8 @@ Test(web, an_analysis_holds_a_worker_not_an_http_thread, .timeout = 120) {
 }
 
 Test(web, query_parameters_are_read_strictly) {
-    struct { const char *path, *named; } bad[] = {
+    struct { const char *path, *named;
+    } bad[] = {
         {"/api/jobs/1/events?limit=5&limit=abc", "query parameter 'limit' is given more than once"},
         {"/api/jobs/1/steps?since=0&since=0", "query parameter 'since' is given more than once"},
         {"/api/jobs/1/trace.json?steps=0&steps=1", "query parameter 'steps' is given more than once"},

@@ -40,8 +40,18 @@ static const metric job_metrics[JOB_NUMBERS] = {
 };
 
 /* The server's numbers, a metric each, after the requests by status code. */
-enum { SRV_SLOW_CLOSED, SRV_LIVE, SRV_LIVE_UNSENT, SRV_SQL_RUNNING, SRV_SQL_WAITING, SRV_TRACES_RUNNING,
-       SRV_TRACES_WAITING, SRV_ANALYSES_RUNNING, SRV_ANALYSES_WAITING, SRV_NUMBERS };
+enum {
+    SRV_SLOW_CLOSED,
+    SRV_LIVE,
+    SRV_LIVE_UNSENT,
+    SRV_SQL_RUNNING,
+    SRV_SQL_WAITING,
+    SRV_TRACES_RUNNING,
+    SRV_TRACES_WAITING,
+    SRV_ANALYSES_RUNNING,
+    SRV_ANALYSES_WAITING,
+    SRV_NUMBERS
+};
 static const metric server_metrics[SRV_NUMBERS] = {
     [SRV_SLOW_CLOSED] = {"pprun_http_slow_requests_closed_total", "counter",
                          "Connections closed because a request did not arrive whole within the timeout."},
@@ -59,8 +69,7 @@ static const metric server_metrics[SRV_NUMBERS] = {
     [SRV_ANALYSES_RUNNING] = {"pprun_analyses_running", "gauge",
                               "Analyses (steps, heatmap, summary, what-if, critical path, compare) running on "
                               "their workers (two at a time)."},
-    [SRV_ANALYSES_WAITING] = {"pprun_analyses_waiting", "gauge",
-                              "Analyses waiting for a worker (past 64: 503 busy)."},
+    [SRV_ANALYSES_WAITING] = {"pprun_analyses_waiting", "gauge", "Analyses waiting for a worker (past 64: 503 busy)."},
 };
 
 /* A job's row: its labels, its numbers, its latest complete step. */
@@ -114,10 +123,9 @@ static int read_jobs(sqlite3 *db, job_row *jobs, int *db_up) {
     sqlite3_stmt *st;
     int n = 0, rc = SQLITE_DONE;
     if (sqlite3_prepare_v2(db,
-                           "SELECT j.id, j.name, " SQL_JOB_STATUS("j.") ", j.schedule, "
-                           ROUTES_SQL_STEPS_DONE ", "
-                           ROUTES_SQL_JOB_COUNTS " "
-                           "FROM jobs j ORDER BY j.id DESC LIMIT ?1",
+                           "SELECT j.id, j.name, " SQL_JOB_STATUS("j.") ", j.schedule, " ROUTES_SQL_STEPS_DONE
+                                                                        ", " ROUTES_SQL_JOB_COUNTS " "
+                                                                        "FROM jobs j ORDER BY j.id DESC LIMIT ?1",
                            -1, &st, NULL) != SQLITE_OK)
         return *db_up = 0;
     sqlite3_bind_int(st, 1, METRICS_JOBS);

@@ -53,20 +53,20 @@ struct route_req {
 };
 
 enum {
-    ROUTE_TOKEN = 1 << 0,      /* with a token set, only with `Authorization: Bearer TOKEN`: a 401 on the
-                                * request's headers, before any of its body is read */
-    ROUTE_QUERY = 1 << 1,      /* the query checked before the handler reads any of it (query_check): a 400 */
+    ROUTE_TOKEN = 1 << 0, /* with a token set, only with `Authorization: Bearer TOKEN`: a 401 on the
+                           * request's headers, before any of its body is read */
+    ROUTE_QUERY = 1 << 1, /* the query checked before the handler reads any of it (query_check): a 400 */
     ROUTE_API = ROUTE_TOKEN | ROUTE_QUERY, /* every /api route and /metrics */
-    ROUTE_DB = 1 << 2,         /* a connection of the server's pool (a 503 when none can be opened) */
-    ROUTE_JOB = 1 << 3,        /* ROUTE_DB, and {id} a job of the database (a 404 when it is not) */
-    ROUTE_SQL_POOL = 1 << 4,   /* `then` runs on the user SQL pool (s->sql) */
-    ROUTE_TRACE_POOL = 1 << 5, /* `then` runs on the trace export pool (s->traces) */
-    ROUTE_JSON = 1 << 6,       /* takes a JSON body: Content-Type: application/json or a 415 (web/guard.h),
-                                * on the request's headers (any route's body must be JSON) */
-    ROUTE_ANALYSIS_POOL = 1 << 7, /* the handler runs on the analyses pool (s->analyses): a route whose cost
-                                   * grows with the job (a 1,024-rank job's critical path over 20 steps took
-                                   * 14 s) holds a worker, never an HTTP thread, so the other requests are
-                                   * answered meanwhile; past the pool's queue a 503 */
+    ROUTE_DB = 1 << 2,                     /* a connection of the server's pool (a 503 when none can be opened) */
+    ROUTE_JOB = 1 << 3,                    /* ROUTE_DB, and {id} a job of the database (a 404 when it is not) */
+    ROUTE_SQL_POOL = 1 << 4,               /* `then` runs on the user SQL pool (s->sql) */
+    ROUTE_TRACE_POOL = 1 << 5,             /* `then` runs on the trace export pool (s->traces) */
+    ROUTE_JSON = 1 << 6,                   /* takes a JSON body: Content-Type: application/json or a 415 (web/guard.h),
+                                            * on the request's headers (any route's body must be JSON) */
+    ROUTE_ANALYSIS_POOL = 1 << 7,          /* the handler runs on the analyses pool (s->analyses): a route whose cost
+                                            * grows with the job (a 1,024-rank job's critical path over 20 steps took
+                                            * 14 s) holds a worker, never an HTTP thread, so the other requests are
+                                            * answered meanwhile; past the pool's queue a 503 */
 };
 
 typedef struct route {
@@ -120,9 +120,9 @@ int64_t routes_timeline_end(sqlite3 *db, const job_info *j, reply *r);
  * distinct steps found by one seek each on step_stats' key (job, step,
  * rank), not by reading every rank's row of every step (a 5,000-step job
  * of 1,024 ranks: 0.03 s against 1 to 2.3 s, on every poll of the list). */
-#define ROUTES_SQL_STEPS_DONE                                                                                   \
-    "(WITH RECURSIVE d(step) AS (SELECT min(step) FROM step_stats WHERE job_id=j.id UNION ALL "                \
-    "SELECT (SELECT min(step) FROM step_stats WHERE job_id=j.id AND step > d.step) FROM d WHERE d.step IS NOT " \
+#define ROUTES_SQL_STEPS_DONE                                                                                          \
+    "(WITH RECURSIVE d(step) AS (SELECT min(step) FROM step_stats WHERE job_id=j.id UNION ALL "                        \
+    "SELECT (SELECT min(step) FROM step_stats WHERE job_id=j.id AND step > d.step) FROM d WHERE d.step IS NOT "        \
     "NULL) SELECT count(step) FROM d)"
 
 /* The handlers, by file. */

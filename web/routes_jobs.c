@@ -11,12 +11,13 @@
 #include "web/live.h"
 #include "web/routes.h"
 
-#define JOB_COLUMNS                                                                                            \
-    "j.id, j.name, j.created_at, " SQL_JOB_STATUS("j.") " AS status, j.nnodes, j.world_size, j.schedule, "     \
-    "j.microbatches, j.virtual_stages, j.stages, j.steps, j.model, j.device, j.t0_ns, j.ended_at, j.exit_code, " \
-    "j.failed_rank, " SQL_JOB_FAILURE("j.") " AS failure, "                                                    \
-    ROUTES_SQL_STEPS_DONE " AS steps_done, "                                                                  \
-    ROUTES_SQL_JOB_COUNTS
+#define JOB_COLUMNS                                                                                                    \
+    "j.id, j.name, j.created_at, " SQL_JOB_STATUS("j.") " AS status, j.nnodes, j.world_size, j.schedule, "             \
+                                                        "j.microbatches, j.virtual_stages, j.stages, j.steps, "        \
+                                                        "j.model, j.device, j.t0_ns, j.ended_at, j.exit_code, "        \
+                                                        "j.failed_rank, " SQL_JOB_FAILURE(                             \
+                                                            "j.") " AS failure, " ROUTES_SQL_STEPS_DONE                \
+                                                                  " AS steps_done, " ROUTES_SQL_JOB_COUNTS
 
 void route_jobs(route_req *q, reply *r) {
     sqlite3 *db = q->db;

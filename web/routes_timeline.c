@@ -538,7 +538,8 @@ void route_events(route_req *q, reply *r) {
     long from = -1, to = -1, step = -1, limit = EVENTS_DEFAULT_LIMIT, buckets = 1000, gpu = 0;
     const long tmax = 4611686018427387903l;
     if (query_long(c, "from", 0, tmax, &from, r) < 0 || query_long(c, "to", 0, tmax, &to, r) < 0 ||
-        query_long(c, "step", 0, INT32_MAX, &step, r) < 0 || query_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
+        query_long(c, "step", 0, INT32_MAX, &step, r) < 0 ||
+        query_long(c, "limit", 1, EVENTS_MAX_LIMIT, &limit, r) < 0 ||
         query_long(c, "buckets", 1, 4000, &buckets, r) < 0 || query_long(c, "gpu", 0, 1, &gpu, r) < 0)
         return;
     if (routes_check_run_span(db, j, r) != 0) return;

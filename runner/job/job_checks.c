@@ -377,14 +377,17 @@ static int check_mesh_over_nodes(const run_job *job, pp_err *err) {
     long mesh = (long)cfg->pp * cfg->dp, nodes = job->lo.nnodes;
     if ((job->lo.given & LAUNCH_GIVEN_NPROC) || mesh <= 0) return 0;
     if (mesh % nodes != 0)
-        return pp_fail(err, "--pp %d x --dp %d make %ld ranks, which --nnodes %ld cannot split evenly (every node "
-                            "starts as many): give --pp x --dp a multiple of %ld, or --nproc-per-node",
+        return pp_fail(err,
+                       "--pp %d x --dp %d make %ld ranks, which --nnodes %ld cannot split evenly (every node "
+                       "starts as many): give --pp x --dp a multiple of %ld, or --nproc-per-node",
                        cfg->pp, cfg->dp, mesh, nodes, nodes);
     char each[64] = "";
     if (nodes > 1) snprintf(each, sizeof each, ", %ld on each of --nnodes %ld", mesh / nodes, nodes);
     if (mesh / nodes > LAUNCH_MAX_NPROC)
-        return pp_fail(err, "--pp %d x --dp %d make %ld ranks%s: over the limit of %d ranks a node; spread them over "
-                            "more nodes (--nnodes)", cfg->pp, cfg->dp, mesh, each, LAUNCH_MAX_NPROC);
+        return pp_fail(err,
+                       "--pp %d x --dp %d make %ld ranks%s: over the limit of %d ranks a node; spread them over "
+                       "more nodes (--nnodes)",
+                       cfg->pp, cfg->dp, mesh, each, LAUNCH_MAX_NPROC);
     return 0;
 }
 

@@ -242,7 +242,8 @@ static void start_ranks(attempt *a, pp_err *err) {
             int gr = c->info.node_rank * c->info.nproc_per_node + i;
             char which[64] = "";
             if (c->info.nnodes > 1) snprintf(which, sizeof which, " (local rank %d)", i);
-            if (i == 0) pp_wrap(err, "rank %d%s could not start (none had started)", gr, which);
+            if (i == 0)
+                pp_wrap(err, "rank %d%s could not start (none had started)", gr, which);
             else
                 pp_wrap(err, "rank %d%s could not start: %d of the %d ranks %s had started, and were stopped", gr,
                         which, i, a->n, c->info.nnodes > 1 ? "on this node" : "of the job");

@@ -678,8 +678,10 @@ static int take_token(launch_options *o, pp_err *err) {
 /* A host as --master-addr may name it, brackets off ("[::1]" is ::1). */
 static void bare_host(const char *h, char *out, size_t cap) {
     size_t n = strlen(h);
-    if (n >= 2 && h[0] == '[' && h[n - 1] == ']') snprintf(out, cap, "%.*s", (int)(n - 2), h + 1);
-    else snprintf(out, cap, "%s", h);
+    if (n >= 2 && h[0] == '[' && h[n - 1] == ']')
+        snprintf(out, cap, "%.*s", (int)(n - 2), h + 1);
+    else
+        snprintf(out, cap, "%s", h);
 }
 
 /* --rdzv-endpoint beside --master-addr or --master-port: torchrun reads
@@ -695,13 +697,16 @@ static int check_rendezvous(const cmdline *cl, pp_err *err) {
     if (cl->addr_opt) {
         bare_host(cl->addr_opt, addr, sizeof addr);
         if (strcasecmp(addr, cl->endpoint_host) != 0)
-            return pp_fail(err, "--rdzv-endpoint %s and --master-addr %s name different hosts for node 0's store: "
-                                "give one of them (--rdzv-endpoint is torchrun's spelling of --master-addr and "
-                                "--master-port)", cl->endpoint, cl->addr_opt);
+            return pp_fail(err,
+                           "--rdzv-endpoint %s and --master-addr %s name different hosts for node 0's store: "
+                           "give one of them (--rdzv-endpoint is torchrun's spelling of --master-addr and "
+                           "--master-port)",
+                           cl->endpoint, cl->addr_opt);
     }
     if (cl->port_opt >= 0 && cl->endpoint_port >= 0 && cl->port_opt != cl->endpoint_port)
-        return pp_fail(err, "--rdzv-endpoint %s and --master-port %d name different ports for node 0's store: give "
-                            "one of them (--rdzv-endpoint is torchrun's spelling of --master-addr and --master-port)",
+        return pp_fail(err,
+                       "--rdzv-endpoint %s and --master-port %d name different ports for node 0's store: give "
+                       "one of them (--rdzv-endpoint is torchrun's spelling of --master-addr and --master-port)",
                        cl->endpoint, cl->port_opt);
     return 0;
 }
@@ -716,7 +721,8 @@ static int check_master_addr(const launch_options *o, pp_err *err) {
     const char *a = o->master_addr;
     size_t n = strlen(a);
     int ok = n > 0;
-    for (size_t i = 0; ok && i < n; i++) ok = isalnum((unsigned char)a[i]) || strchr(".-_:[]%", a[i]);
+    for (size_t i = 0; ok && i < n; i++)
+        ok = isalnum((unsigned char)a[i]) || strchr(".-_:[]%", a[i]);
     if (ok) return 0;
     static const char accepts[] = "is not a host name or address; accepted: letters, digits and . - _ : [ ] % "
                                   "(node0.cluster, 10.0.0.1, ::1)";

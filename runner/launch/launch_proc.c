@@ -127,8 +127,9 @@ pid_t launch_spawn_worker(const launch_spawn *sp, pp_err *err) {
         char nproc[32] = "unlimited";
         if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
             snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)rl.rlim_cur);
-        return pp_fail(err, "fork: %s: the limit on processes was hit: this user's (RLIMIT_NPROC, `ulimit -u`: %s%s) "
-                            "or the system's (kernel.threads-max, kernel.pid_max, a cgroup's pids.max)",
+        return pp_fail(err,
+                       "fork: %s: the limit on processes was hit: this user's (RLIMIT_NPROC, `ulimit -u`: %s%s) "
+                       "or the system's (kernel.threads-max, kernel.pid_max, a cgroup's pids.max)",
                        strerror(e), nproc, geteuid() == 0 ? ", which root is exempt from" : "");
     }
     if (pid == 0) {
