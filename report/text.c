@@ -38,6 +38,56 @@ static const char *fmt_pct(char *buf, size_t n, double ratio) {
     return buf;
 }
 
+/* A figure per rank on one line: every rank's, "  0: 19.7%  1: 20.1%" (a
+ * rank without one, v < 0 or NAN: "-"); past RANKS_LISTED ranks the least,
+ * the median and the most, each of its rank (a 1,024-rank job's lines
+ * were 12 to 14 KB each; every rank's is a query of step_stats or ranks
+ * away). fmt writes one value. */
+#define RANKS_LISTED 16
+typedef const char *rank_fmt(char *buf, size_t n, double v);
+static const char *fmt_ratio(char *buf, size_t n, double v) { return fmt_pct(buf, n, v); }
+static const char *fmt_size(char *buf, size_t n, double v) { return fmt_bytes(buf, n, (int64_t)v); }
+static const char *fmt_count(char *buf, size_t n, double v) {
+    snprintf(buf, n, "%.0f", v);
+    return buf;
+}
+
+static const double *by_value; /* per_rank's values, for cmp_rank (the report runs on one thread) */
+static int cmp_rank(const void *a, const void *b) {
+    double x = by_value[*(const int *)a], y = by_value[*(const int *)b];
+    return (x > y) - (x < y);
+}
+
+static void per_rank(FILE *out, int world, const double *v, rank_fmt *fmt) {
+    char a[24], b[24], c[24];
+    if (world <= RANKS_LISTED) {
+        for (int k = 0; k < world; k++) fprintf(out, "  %d: %s", k, v[k] >= 0 ? fmt(a, sizeof a, v[k]) : "-");
+        return;
+    }
+    int *rank = malloc(sizeof *rank * (size_t)world), n = 0;
+    if (!rank) {
+        fprintf(out, ": (out of memory)");
+        return;
+    }
+    for (int k = 0; k < world; k++)
+        if (v[k] >= 0) rank[n++] = k;
+    by_value = v;
+    qsort(rank, (size_t)n, sizeof *rank, cmp_rank);
+    if (n == 0) fprintf(out, ": none of %d ranks", world);
+    else
+        fprintf(out, "  least %s (rank %d), median %s, most %s (rank %d) of %d ranks", fmt(a, sizeof a, v[rank[0]]),
+                rank[0], fmt(b, sizeof b, v[rank[n / 2]]), fmt(c, sizeof c, v[rank[n - 1]]), rank[n - 1], n);
+    if (n > 0 && n < world) fprintf(out, " (%d without)", world - n);
+    free(rank);
+}
+
+/* An int64_t figure per rank as per_rank takes it (allocated, NULL when out of memory). */
+static double *as_doubles(const int64_t *v, int world) {
+    double *d = malloc(sizeof *d * (size_t)(world > 0 ? world : 1));
+    for (int k = 0; d && k < world; k++) d[k] = (double)v[k];
+    return d;
+}
+
 /* The cause with the most idle time, or -1 when there is none. */
 static int top_cause(const job_summary *s, const int *done) {
     int best = -1;
@@ -134,7 +184,7 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     fprintf(out, "bubble     %s measured, %s planned\n", fmt_pct(a, sizeof a, s->bubble_ratio),
             fmt_pct(b, sizeof b, s->sim_bubble_ratio));
     fprintf(out, "  by rank");
-    for (int k = 0; k < s->world; k++) fprintf(out, "  %d: %s", k, fmt_pct(a, sizeof a, s->bubble_by_rank[k]));
+    per_rank(out, s->world, s->bubble_by_rank, fmt_ratio);
     fputc('\n', out);
     /* --dp: a line per pipeline; the all-reduce is pprun's own collective's
      * (a program's all-reduce is a span of its own, under "time by span name") */
@@ -163,19 +213,23 @@ void report_full(FILE *out, sqlite3 *db, const job_summary *s) {
     int recorded = 0;
     for (int k = 0; k < s->world; k++) recorded |= s->act_peak_by_rank[k] > 0;
     fprintf(out, "memory     activations held at peak");
+    double *per = as_doubles(s->act_peak_by_rank, s->world);
     if (!recorded) fprintf(out, ": not recorded");
-    for (int k = 0; recorded && k < s->world; k++)
-        fprintf(out, "  %d: %s", k, s->act_peak_by_rank[k] < 0 ? "-" : fmt_bytes(a, sizeof a, s->act_peak_by_rank[k]));
+    else if (per) per_rank(out, s->world, per, fmt_size);
+    free(per);
     int have_state = s->mem_peak >= 0;
     fprintf(out, "\n  state    weights, gradients, optimizer");
+    per = as_doubles(s->state_by_rank, s->world);
     if (!have_state) fprintf(out, ": not recorded");
-    for (int k = 0; have_state && k < s->world; k++)
-        fprintf(out, "  %d: %s", k, s->state_by_rank[k] < 0 ? "-" : fmt_bytes(a, sizeof a, s->state_by_rank[k]));
+    else if (per) per_rank(out, s->world, per, fmt_size);
+    free(per);
     if (have_state)
         fprintf(out, "\n  at peak  both, most on rank %d: %s", s->mem_peak_rank, fmt_bytes(a, sizeof a, s->mem_peak));
     fprintf(out, "\n  planned  microbatch-stages in flight at most");
+    per = s->has_plan ? as_doubles(s->plan_peak_inflight, s->world) : NULL;
     if (!s->has_plan) fprintf(out, ": no plan stored");
-    for (int k = 0; s->has_plan && k < s->world; k++) fprintf(out, "  %d: %lld", k, (long long)s->plan_peak_inflight[k]);
+    else if (per) per_rank(out, s->world, per, fmt_count);
+    free(per);
     fputc('\n', out);
 
     int64_t idle = summary_idle_total(s);

@@ -427,6 +427,33 @@ static double sql_median(const char *path, const char *sql) {
 /* A job of two pipelines (--pp 2 --dp 2) runs stage 0 on ranks 0 and 2:
  * the stage balance's medians are over both, and its table and JSON name
  * both ranks, not the last one read (it printed "0 2", "1 3" before). */
+/* Past 16 ranks a per-rank line names the least, the median and the most
+ * with their ranks, not every rank (a 1,024-rank job's lines were 12 to 14
+ * KB each): 18 ranks, --pp 2 x --dp 9, stage 0 on the even ranks. */
+Test(stats, past_16_ranks_a_per_rank_line_names_the_least_median_and_most, .timeout = 240) {
+    const char *db = tfix_path("stats-18-ranks.db");
+    lt_proc run;
+    lt_run(&run,
+           (const char *[]){"run", "--pp", "2", "--dp", "9", "--microbatches", "4", "--steps", "3", "--model",
+                            "timed:f=1ms,b=1ms,w=1ms,act=4KiB", "--progress", "off", "--db", db, NULL},
+           NULL);
+    cr_assert_eq(run.status, 0, "%s", run.err);
+    lt_proc p = stats(db, NULL);
+    cr_assert_eq(p.status, 0, "%s", p.err);
+    lt_assert_has(p.out, "\n  by rank  least ");
+    /* 1F1B holds 2 microbatches on stage 0 and 1 on stage 1, as planned */
+    lt_assert_has(p.out, "\n  planned  microbatch-stages in flight at most  least 1 (rank ");
+    lt_assert_has(p.out, "), median 2, most 2 (rank ");
+    lt_assert_has(p.out, ") of 18 ranks\n");
+    lt_assert_has(p.out, "\nmemory     activations held at peak  least 4 KiB (rank ");
+    lt_assert_has(p.out, "most 8 KiB (rank ");
+    for (const char *line = p.out; line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        size_t len = strcspn(line, "\n");
+        cr_assert_lt(len, 200, "a line of %zu characters: %.200s", len, line);
+    }
+    lt_free(&p);
+}
+
 Test(stats, a_dp_jobs_stage_balance_names_every_rank_it_measured, .timeout = 240) {
     const char *db = tfix_path("balance-dp.db");
     lt_proc run;
